@@ -1,0 +1,48 @@
+/* cli.h — shared pieces of the ckpt command-line tool.  The CLI uses only
+ * the public header, like any other program would. */
+#ifndef CKPT_CLI_H
+#define CKPT_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ckpt.h"
+
+/* Exit codes: 0 success, 1 bad input or I/O error, 2 usage error, 130 interrupted. */
+enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
+
+int cmd_inspect(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+
+/* Prints "ckpt: <message> [STATUS_NAME]" on stderr; returns the exit code
+ * for the status. */
+int report_error(const ckpt_error *err);
+
+/* Prints "ckpt <command>: <message>" and a hint on stderr; returns 2. */
+int usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* "1.5 GiB"-style size into buf. */
+const char *format_bytes(uint64_t bytes, char *buf, size_t cap);
+
+/* A JSON string literal (UTF-8 kept, control characters escaped). */
+void print_json_string(FILE *out, const char *s);
+
+/* Progress display on stderr, only when stderr is a terminal. */
+typedef struct progress_bar {
+    bool enabled;
+    double start, last;
+    const char *label;
+} progress_bar;
+
+void progress_init(progress_bar *bar, const char *label, bool enabled);
+/* ckpt_progress_fn: redraws at most every 100 ms; returns non-zero after
+ * SIGINT/SIGTERM so the library cancels and cleans up. */
+int progress_update(uint64_t done, uint64_t total, void *bar);
+void progress_finish(progress_bar *bar, bool success);
+
+/* Installs SIGINT/SIGTERM handlers that request cancellation. */
+void interrupt_install(void);
+bool interrupt_requested(void);
+
+#endif

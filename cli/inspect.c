@@ -1,0 +1,171 @@
+/* inspect.c — `ckpt inspect PATH [--json]`. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char usage[] =
+    "usage: ckpt inspect PATH [--json]\n"
+    "\n"
+    "List every tensor of a checkpoint (name, dtype, shape, size, file) with\n"
+    "totals (tensors, parameters, bytes per dtype, files) and the metadata.\n"
+    "Reads headers only, never tensor data.\n"
+    "\n"
+    "PATH   a .safetensors file, a *.safetensors.index.json, or a directory\n"
+    "       holding either (the Hugging Face layout)\n"
+    "\n"
+    "options:\n"
+    "  --json      machine-readable output on stdout\n"
+    "  -h, --help  show this help\n";
+
+typedef struct dtype_total {
+    uint64_t tensors, params, bytes;
+} dtype_total;
+
+static void shape_text(const ckpt_tensor_info *t, char *buf, size_t cap) {
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, cap - n, "[");
+    for (uint32_t d = 0; d < t->ndim && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, d ? ", %" PRIu64 : "%" PRIu64, t->shape[d]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static const char *format_name(ckpt_format f) {
+    return f == CKPT_FORMAT_SAFETENSORS_SHARDED ? "safetensors (sharded)" : "safetensors";
+}
+
+static void print_json(const ckpt_catalog *cat, const char *path, const dtype_total *totals) {
+    size_t n = ckpt_catalog_tensor_count(cat);
+    FILE *o = stdout;
+    fputs("{\n  \"path\": ", o);
+    print_json_string(o, path);
+    fprintf(o, ",\n  \"format\": \"%s\",\n  \"index\": ",
+            ckpt_catalog_format(cat) == CKPT_FORMAT_SAFETENSORS_SHARDED ? "safetensors-sharded" : "safetensors");
+    if (ckpt_catalog_index_path(cat)) print_json_string(o, ckpt_catalog_index_path(cat));
+    else fputs("null", o);
+    fputs(",\n  \"files\": [", o);
+    for (size_t f = 0; f < ckpt_catalog_file_count(cat); f++) {
+        fputs(f ? ", {\"path\": " : "{\"path\": ", o);
+        print_json_string(o, ckpt_catalog_file_path(cat, f));
+        fprintf(o, ", \"size\": %" PRIu64 "}", ckpt_catalog_file_size(cat, f));
+    }
+    fputs("],\n  \"metadata\": {", o);
+    for (size_t i = 0; i < ckpt_catalog_metadata_count(cat); i++) {
+        const char *k, *v;
+        ckpt_catalog_metadata_entry(cat, i, &k, &v);
+        fputs(i ? ", " : "", o);
+        print_json_string(o, k);
+        fputs(": ", o);
+        print_json_string(o, v);
+    }
+    fputs("},\n  \"tensors\": [", o);
+    uint64_t params = 0, bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
+        fputs(i ? ",\n    {\"name\": " : "\n    {\"name\": ", o);
+        print_json_string(o, t->name);
+        fprintf(o, ", \"dtype\": \"%s\", \"shape\": [", ckpt_dtype_name(t->dtype));
+        for (uint32_t d = 0; d < t->ndim; d++) fprintf(o, d ? ", %" PRIu64 : "%" PRIu64, t->shape[d]);
+        fprintf(o, "], \"nbytes\": %" PRIu64 ", \"file\": %u, \"offset\": %" PRIu64 "}", t->nbytes, t->file, t->offset);
+        params += t->numel;
+        bytes += t->nbytes;
+    }
+    fprintf(o, "%s],\n  \"totals\": {\"tensors\": %zu, \"parameters\": %" PRIu64 ", \"bytes\": %" PRIu64
+               ", \"files\": %zu, \"by_dtype\": {",
+            n ? "\n  " : "", n, params, bytes, ckpt_catalog_file_count(cat));
+    bool first = true;
+    for (int d = CKPT_DTYPE_COUNT - 1; d > 0; d--) {
+        if (!totals[d].tensors) continue;
+        fprintf(o, "%s\"%s\": {\"tensors\": %" PRIu64 ", \"parameters\": %" PRIu64 ", \"bytes\": %" PRIu64 "}",
+                first ? "" : ", ", ckpt_dtype_name((ckpt_dtype)d), totals[d].tensors, totals[d].params, totals[d].bytes);
+        first = false;
+    }
+    fputs("}}\n}\n", o);
+}
+
+static void print_table(const ckpt_catalog *cat, const char *path, const dtype_total *totals) {
+    size_t n = ckpt_catalog_tensor_count(cat), files = ckpt_catalog_file_count(cat);
+    int wname = 4, wshape = 5;
+    char shape[512], size[32];
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
+        int len = (int)strlen(t->name);
+        if (len > wname) wname = len;
+        shape_text(t, shape, sizeof shape);
+        len = (int)strlen(shape);
+        if (len > wshape) wshape = len;
+    }
+    if (wname > 60) wname = 60;
+    printf("%s: %s, %zu file%s\n\n", path, format_name(ckpt_catalog_format(cat)), files, files == 1 ? "" : "s");
+    printf("%-*s  %-11s  %-*s  %10s  %s\n", wname, "NAME", "DTYPE", wshape, "SHAPE", "SIZE", "FILE");
+    uint64_t params = 0, bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
+        shape_text(t, shape, sizeof shape);
+        printf("%-*s  %-11s  %-*s  %10s  %s\n", wname, t->name, ckpt_dtype_name(t->dtype), wshape, shape,
+               format_bytes(t->nbytes, size, sizeof size), base_name(ckpt_catalog_file_path(cat, t->file)));
+        params += t->numel;
+        bytes += t->nbytes;
+    }
+    printf("\nTotals: %zu tensors, %" PRIu64 " parameters, %s (%" PRIu64 " bytes) in %zu file%s\n", n, params,
+           format_bytes(bytes, size, sizeof size), bytes, files, files == 1 ? "" : "s");
+    for (int d = CKPT_DTYPE_COUNT - 1; d > 0; d--) {
+        if (!totals[d].tensors) continue;
+        printf("  %-11s %6" PRIu64 " tensors  %14" PRIu64 " parameters  %10s\n", ckpt_dtype_name((ckpt_dtype)d),
+               totals[d].tensors, totals[d].params, format_bytes(totals[d].bytes, size, sizeof size));
+    }
+    printf("Files:\n");
+    for (size_t f = 0; f < files; f++)
+        printf("  %s  %s\n", ckpt_catalog_file_path(cat, f),
+               format_bytes(ckpt_catalog_file_size(cat, f), size, sizeof size));
+    if (ckpt_catalog_index_path(cat)) printf("Index: %s\n", ckpt_catalog_index_path(cat));
+    size_t m = ckpt_catalog_metadata_count(cat);
+    printf("Metadata:%s\n", m ? "" : " (none)");
+    for (size_t i = 0; i < m; i++) {
+        const char *k, *v;
+        ckpt_catalog_metadata_entry(cat, i, &k, &v);
+        printf("  %s: %s\n", k, v);
+    }
+}
+
+int cmd_inspect(int argc, char **argv) {
+    const char *path = NULL;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(usage, stdout);
+            return EXIT_OK;
+        }
+        if (!strcmp(argv[i], "--json")) json = true;
+        else if (argv[i][0] == '-' && argv[i][1]) return usage_error("inspect", "unknown option '%s'", argv[i]);
+        else if (path) return usage_error("inspect", "one PATH expected, got '%s' and '%s'", path, argv[i]);
+        else path = argv[i];
+    }
+    if (!path) return usage_error("inspect", "missing PATH");
+
+    ckpt_error err;
+    ckpt_error_clear(&err);
+    ckpt_catalog *cat;
+    if (ckpt_catalog_open(path, &cat, &err) != CKPT_OK) return report_error(&err);
+    dtype_total totals[CKPT_DTYPE_COUNT] = {0};
+    for (size_t i = 0; i < ckpt_catalog_tensor_count(cat); i++) {
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
+        totals[t->dtype].tensors++;
+        totals[t->dtype].params += t->numel;
+        totals[t->dtype].bytes += t->nbytes;
+    }
+    if (json) print_json(cat, path, totals);
+    else print_table(cat, path, totals);
+    ckpt_catalog_close(cat);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "ckpt: cannot write the output\n");
+        return EXIT_ERROR;
+    }
+    return EXIT_OK;
+}

@@ -1,0 +1,51 @@
+/* output.c — error lines, sizes and JSON strings for the CLI. */
+#include <stdarg.h>
+#include <string.h>
+
+#include "cli.h"
+
+int report_error(const ckpt_error *err) {
+    fprintf(stderr, "ckpt: %s [%s]\n", err->message[0] ? err->message : ckpt_status_message(err->status),
+            ckpt_status_name(err->status));
+    if (err->status == CKPT_E_CANCELLED) return EXIT_INTERRUPTED;
+    if (err->status == CKPT_E_INVALID_ARGUMENT || err->status == CKPT_E_BAD_SIZE) return EXIT_USAGE;
+    return EXIT_ERROR;
+}
+
+int usage_error(const char *command, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ckpt %s: ", command);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nTry 'ckpt %s --help'.\n", command);
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+const char *format_bytes(uint64_t bytes, char *buf, size_t cap) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024 && u < 5) v /= 1024, u++;
+    if (u == 0) snprintf(buf, cap, "%llu B", (unsigned long long)bytes);
+    else snprintf(buf, cap, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+void print_json_string(FILE *out, const char *s) {
+    fputc('"', out);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        switch (c) {
+        case '"': fputs("\\\"", out); break;
+        case '\\': fputs("\\\\", out); break;
+        case '\n': fputs("\\n", out); break;
+        case '\r': fputs("\\r", out); break;
+        case '\t': fputs("\\t", out); break;
+        default:
+            if (c < 0x20) fprintf(out, "\\u%04x", c);
+            else fputc(c, out);
+        }
+    }
+    fputc('"', out);
+}

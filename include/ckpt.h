@@ -1,0 +1,448 @@
+/*
+ * ckpt.h — the public interface of libckpt, and its manual.
+ *
+ * libckpt reads, writes and converts model checkpoints that may be far larger
+ * than memory, with a memory footprint that does not grow with the model.
+ *
+ * The shape of the library
+ * ------------------------
+ *   path ──ckpt_catalog_open──▶ catalog ──read / view──▶ your buffers
+ *                                  │
+ *                                  └──ckpt_convert──▶ writer ──▶ files
+ *
+ * - A *catalog* is what opening a checkpoint gives: names, dtypes, shapes and
+ *   the location of every tensor's bytes.  Opening reads headers only, never
+ *   tensor data.
+ * - A *writer* declares every tensor (name, dtype, shape) first, so that the
+ *   header, the shard layout and the index are known before any data is
+ *   written; data then arrives tensor by tensor or chunk by chunk, in any
+ *   order, and is written in place.  Nothing appears under a final name until
+ *   ckpt_writer_commit() succeeds.
+ *
+ * Formats (this version)
+ * ----------------------
+ * - safetensors: a single `.safetensors` file, byte-compatible with
+ *   huggingface/safetensors in both directions.
+ * - Hugging Face sharded safetensors: `model-00001-of-00003.safetensors` files
+ *   with `model.safetensors.index.json`, packed exactly as
+ *   huggingface_hub's split_torch_state_dict_into_shards packs them.
+ *
+ * Conventions
+ * -----------
+ * - Every fallible function returns a ckpt_status; CKPT_OK is 0.  When the
+ *   caller passes a ckpt_error, it receives the file, the tensor, the byte
+ *   offset and a sentence describing what was expected.  Pass NULL to skip it.
+ * - The library never aborts, never prints and keeps no global state: every
+ *   object is independent, and distinct objects may be used from distinct
+ *   threads.  A catalog may be read from many threads at once.
+ * - Ownership is in the names: *_open / *_create give an object that the
+ *   matching *_close / *_free releases; both accept NULL.  Pointers returned
+ *   by a catalog (names, shapes, views) live as long as the catalog.
+ * - Sizes and offsets are uint64_t.  Every product of untrusted numbers is
+ *   overflow-checked.
+ */
+#ifndef CKPT_H
+#define CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define CKPT_API
+#elif defined(__GNUC__)
+#define CKPT_API __attribute__((visibility("default")))
+#else
+#define CKPT_API
+#endif
+
+#define CKPT_VERSION_MAJOR 0
+#define CKPT_VERSION_MINOR 1
+#define CKPT_VERSION_PATCH 0
+#define CKPT_VERSION_STRING "0.1.0"
+
+/* The library's version as "MAJOR.MINOR.PATCH" (may differ from the header's
+ * CKPT_VERSION_STRING when a program runs against a newer shared library). */
+CKPT_API const char *ckpt_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Status codes and errors                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Status codes.  The numbers are stable: a code keeps its number forever and
+ * new codes only get new numbers.  Each code has a name (its identifier as a
+ * string) and a one-line description; see ckpt_status_name() and
+ * ckpt_status_message().
+ */
+typedef enum ckpt_status {
+    CKPT_OK = 0,
+
+    /* General */
+    CKPT_E_INVALID_ARGUMENT = 1, /* a NULL pointer, an unknown option, misuse */
+    CKPT_E_NO_MEMORY = 2,        /* an allocation failed                        */
+    CKPT_E_IO = 3,               /* a system call failed (errno in the error)   */
+    CKPT_E_NOT_FOUND = 4,        /* no such file, directory or tensor           */
+    CKPT_E_EXISTS = 5,           /* the destination exists and may not be replaced */
+    CKPT_E_UNKNOWN_FORMAT = 6,   /* the path is not a checkpoint ckpt can read  */
+    CKPT_E_CANCELLED = 7,        /* a progress callback asked to stop           */
+    CKPT_E_OUT_OF_RANGE = 8,     /* a byte range outside the tensor             */
+    CKPT_E_BAD_STATE = 9,        /* a call out of order (e.g. data before begin) */
+    CKPT_E_BAD_SIZE = 10,        /* a size string such as "5GB" that cannot be parsed */
+    CKPT_E_NO_SPACE = 11,        /* the disk is full (ENOSPC / EDQUOT)          */
+    CKPT_E_TRUNCATED = 12,       /* the file ends before the data it declares   */
+
+    /* safetensors header validation (huggingface/safetensors rules) */
+    CKPT_E_HEADER_TOO_SMALL = 20,   /* file shorter than the 8-byte length      */
+    CKPT_E_HEADER_TOO_LARGE = 21,   /* header length over 100,000,000 bytes     */
+    CKPT_E_HEADER_PAST_END = 22,    /* 8 + header length is past the end of file */
+    CKPT_E_HEADER_NOT_UTF8 = 23,    /* header bytes are not valid UTF-8         */
+    CKPT_E_HEADER_NOT_JSON = 24,    /* header is not valid JSON                 */
+    CKPT_E_HEADER_SCHEMA = 25,      /* valid JSON, but not a safetensors header */
+    CKPT_E_METADATA_NOT_STRING = 26,/* a __metadata__ value is not a string     */
+    CKPT_E_UNKNOWN_DTYPE = 27,      /* a dtype ckpt does not know               */
+    CKPT_E_SHAPE_OVERFLOW = 28,     /* shape product × element bits overflows   */
+    CKPT_E_PARTIAL_BYTE = 29,       /* sub-byte dtype whose bits are not whole bytes */
+    CKPT_E_SIZE_MISMATCH = 30,      /* shape × dtype size differs from data_offsets */
+    CKPT_E_DATA_HOLE = 31,          /* bytes between tensors belong to no tensor */
+    CKPT_E_DATA_OVERLAP = 32,       /* two tensors claim the same bytes         */
+    CKPT_E_TRAILING_BYTES = 33,     /* bytes after the last tensor              */
+    CKPT_E_DUPLICATE_NAME = 34,     /* the same tensor name twice               */
+    CKPT_E_BAD_OFFSETS = 35,        /* data_offsets end before they begin       */
+
+    /* Sharded checkpoints */
+    CKPT_E_INDEX_INVALID = 40,      /* index.json is not valid or not an index  */
+    CKPT_E_INDEX_MISMATCH = 41      /* index and shards disagree about a tensor */
+} ckpt_status;
+
+/* The identifier of a status as a string, e.g. "CKPT_E_DATA_HOLE";
+ * "CKPT_E_UNKNOWN_STATUS" for a number that is not a status. */
+CKPT_API const char *ckpt_status_name(ckpt_status status);
+
+/* A one-line, lower-case description of a status, e.g. "bytes between
+ * tensors belong to no tensor". */
+CKPT_API const char *ckpt_status_message(ckpt_status status);
+
+/*
+ * Details of the last failure of a call, filled only when the caller passes
+ * one.  Fields that do not apply are empty strings and offset -1.
+ *   path     the file concerned
+ *   tensor   the tensor concerned
+ *   offset   the byte offset in `path` where the problem lies
+ *   sys_errno errno of a failed system call, else 0
+ *   message  a full sentence naming all of the above and what was expected
+ * Strings are truncated to fit; they are always NUL-terminated.
+ */
+typedef struct ckpt_error {
+    ckpt_status status;
+    int sys_errno;
+    int64_t offset;
+    char path[1024];
+    char tensor[512];
+    char message[2048];
+} ckpt_error;
+
+/* Resets an error to "no error" (status CKPT_OK, empty strings, offset -1). */
+CKPT_API void ckpt_error_clear(ckpt_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Dtypes                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Element types.  Their order is safetensors' Dtype order (ascending
+ * alignment), which its writer sorts by, descending; the numbers are stable.
+ */
+typedef enum ckpt_dtype {
+    CKPT_DTYPE_INVALID = 0,
+    CKPT_BOOL = 1,
+    CKPT_F4 = 2,          /* float4 e2m1, two per byte                    */
+    CKPT_F6_E2M3 = 3,     /* float6, packed                                */
+    CKPT_F6_E3M2 = 4,
+    CKPT_U8 = 5,
+    CKPT_I8 = 6,
+    CKPT_F8_E5M2 = 7,
+    CKPT_F8_E4M3 = 8,     /* torch.float8_e4m3fn                           */
+    CKPT_F8_E8M0 = 9,     /* torch.float8_e8m0fnu                          */
+    CKPT_F8_E4M3FNUZ = 10,
+    CKPT_F8_E5M2FNUZ = 11,
+    CKPT_I16 = 12,
+    CKPT_U16 = 13,
+    CKPT_F16 = 14,
+    CKPT_BF16 = 15,
+    CKPT_I32 = 16,
+    CKPT_U32 = 17,
+    CKPT_F32 = 18,
+    CKPT_C64 = 19,        /* complex64: two float32                        */
+    CKPT_F64 = 20,
+    CKPT_I64 = 21,
+    CKPT_U64 = 22
+} ckpt_dtype;
+
+#define CKPT_DTYPE_COUNT 23
+
+/* The safetensors name of a dtype ("BF16", "F8_E4M3", ...); NULL if invalid. */
+CKPT_API const char *ckpt_dtype_name(ckpt_dtype dtype);
+
+/* The dtype with this safetensors name (exact, case-sensitive), or
+ * CKPT_DTYPE_INVALID. */
+CKPT_API ckpt_dtype ckpt_dtype_from_name(const char *name);
+
+/* Bits per element (4 for F4, 6 for F6_*, 8 for U8, 64 for C64, ...); 0 if
+ * invalid.  A tensor's size in bytes is elements × bits / 8, which must be a
+ * whole number. */
+CKPT_API unsigned ckpt_dtype_bits(ckpt_dtype dtype);
+
+/* ------------------------------------------------------------------------ */
+/* Catalog: what a checkpoint holds, without its data                       */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ckpt_catalog ckpt_catalog;
+
+typedef enum ckpt_format {
+    CKPT_FORMAT_SAFETENSORS = 1,         /* one .safetensors file          */
+    CKPT_FORMAT_SAFETENSORS_SHARDED = 2  /* index.json + shards            */
+} ckpt_format;
+
+#define CKPT_MAX_DIMS 64
+
+/* One tensor of a catalog.  All pointers live as long as the catalog. */
+typedef struct ckpt_tensor_info {
+    const char *name;        /* UTF-8, NUL-terminated                      */
+    ckpt_dtype dtype;
+    uint32_t ndim;           /* 0 for a scalar                              */
+    const uint64_t *shape;   /* ndim sizes, outermost first                 */
+    uint64_t numel;          /* product of the shape (1 for a scalar)       */
+    uint64_t nbytes;         /* size of the data in bytes                   */
+    uint32_t file;           /* index of its file, see ckpt_catalog_file_path */
+    uint64_t offset;         /* absolute byte offset of the data in that file */
+} ckpt_tensor_info;
+
+/*
+ * Opens a checkpoint and reads its metadata (never its tensor data).
+ *
+ * `path` may be
+ *   - a `.safetensors` file;
+ *   - a `*.safetensors.index.json` index, whose shards are opened from the
+ *     index's directory;
+ *   - a directory holding `model.safetensors.index.json`, another single
+ *     `*.safetensors.index.json`, `model.safetensors`, or a single
+ *     `*.safetensors` file (the Hugging Face layout), tried in that order.
+ *
+ * Every validation rule of huggingface/safetensors is applied to every file,
+ * plus duplicate-name detection; for an index, every tensor of the
+ * weight_map must be in its shard and every tensor of a shard in the
+ * weight_map.  Shard file names may not be absolute or contain "..".
+ *
+ * Tensors are listed shard by shard, in the order of their data in the file.
+ * On success *out receives the catalog; on failure *out is NULL.
+ */
+CKPT_API ckpt_status ckpt_catalog_open(const char *path, ckpt_catalog **out, ckpt_error *err);
+
+/* Releases a catalog, its files and its mappings.  Accepts NULL.  Views and
+ * infos obtained from the catalog become invalid. */
+CKPT_API void ckpt_catalog_close(ckpt_catalog *catalog);
+
+/* The catalog's format. */
+CKPT_API ckpt_format ckpt_catalog_format(const ckpt_catalog *catalog);
+
+/* Number of tensors. */
+CKPT_API size_t ckpt_catalog_tensor_count(const ckpt_catalog *catalog);
+
+/* The i-th tensor (0 ≤ i < count), or NULL when out of range. */
+CKPT_API const ckpt_tensor_info *ckpt_catalog_tensor(const ckpt_catalog *catalog, size_t i);
+
+/* The tensor with this exact name, or NULL (constant time on average). */
+CKPT_API const ckpt_tensor_info *ckpt_catalog_find(const ckpt_catalog *catalog, const char *name);
+
+/* Number of data files (1 for a single file, the number of shards else). */
+CKPT_API size_t ckpt_catalog_file_count(const ckpt_catalog *catalog);
+
+/* The path of the i-th data file as opened, or NULL when out of range. */
+CKPT_API const char *ckpt_catalog_file_path(const ckpt_catalog *catalog, size_t i);
+
+/* The size in bytes of the i-th data file, or 0 when out of range. */
+CKPT_API uint64_t ckpt_catalog_file_size(const ckpt_catalog *catalog, size_t i);
+
+/* The path of the index file for a sharded checkpoint, else NULL. */
+CKPT_API const char *ckpt_catalog_index_path(const ckpt_catalog *catalog);
+
+/*
+ * The `__metadata__` map (string → string).  For a sharded checkpoint it is
+ * the union of the shards' maps; where shards disagree the first shard's
+ * value is kept.  Entries keep the order of the file.
+ */
+CKPT_API size_t ckpt_catalog_metadata_count(const ckpt_catalog *catalog);
+
+/* The i-th metadata entry; returns CKPT_E_OUT_OF_RANGE past the end. */
+CKPT_API ckpt_status ckpt_catalog_metadata_entry(const ckpt_catalog *catalog, size_t i,
+                                                 const char **key, const char **value);
+
+/* The metadata value for `key`, or NULL. */
+CKPT_API const char *ckpt_catalog_metadata_get(const ckpt_catalog *catalog, const char *key);
+
+/*
+ * Copies `nbytes` bytes of a tensor's data, starting `byte_offset` bytes into
+ * the tensor, into `dst` (any alignment), with large pread calls.  Safe to
+ * call from many threads at once.  Fails with CKPT_E_OUT_OF_RANGE when the
+ * range is outside the tensor, CKPT_E_TRUNCATED when the file became shorter.
+ */
+CKPT_API ckpt_status ckpt_catalog_read(const ckpt_catalog *catalog, const ckpt_tensor_info *tensor,
+                                       uint64_t byte_offset, void *dst, uint64_t nbytes,
+                                       ckpt_error *err);
+
+/*
+ * A read-only, zero-copy view of a tensor's bytes through a memory mapping
+ * of its file (mapped on first use, shared by all views of that file).  The
+ * view lives as long as the catalog.  For an empty tensor *data is a valid,
+ * non-NULL pointer to zero bytes.  Data in safetensors files is little-endian
+ * and may not be aligned to the element size.
+ */
+CKPT_API ckpt_status ckpt_catalog_view(ckpt_catalog *catalog, const ckpt_tensor_info *tensor,
+                                       const void **data, ckpt_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Sizes                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Parses a shard size.  Accepts what huggingface_hub's parse_size_to_int
+ * accepts — a decimal number (fractions allowed) followed by KB, MB, GB or
+ * TB, case-insensitive, powers of ten ("5GB" = 5,000,000,000) — plus binary
+ * units KiB, MiB, GiB, TiB (powers of 1024), a bare "B", and plain integers
+ * (bytes).  Spaces around the number and unit are allowed.
+ */
+CKPT_API ckpt_status ckpt_parse_size(const char *text, uint64_t *bytes, ckpt_error *err);
+
+/* huggingface_hub's default max_shard_size, "5GB". */
+#define CKPT_DEFAULT_MAX_SHARD_SIZE 5000000000ULL
+
+/* ------------------------------------------------------------------------ */
+/* Writer: streaming safetensors output, single or sharded                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct ckpt_writer ckpt_writer;
+
+typedef struct ckpt_writer_options {
+    /*
+     * 0: write one safetensors file at the writer's path.
+     * Otherwise the path is a directory (created if missing) that receives
+     * Hugging Face shards of at most this many bytes of tensor data each
+     * (a larger tensor gets a shard of its own), named
+     * "<prefix>-00001-of-0000N.safetensors", and
+     * "<prefix>.safetensors.index.json"; when everything fits in one shard
+     * the file is "<prefix>.safetensors" and no index is written.
+     */
+    uint64_t max_shard_size;
+    /* File name prefix for sharded output; NULL means "model". */
+    const char *prefix;
+    /* Non-zero: replace an existing checkpoint at the destination (its
+     * files are replaced only after the new ones are complete; shards of the
+     * old checkpoint that the new one does not use are then removed). */
+    int overwrite;
+    /* Non-zero: skip fsync (tests, scratch output).  Renames stay atomic. */
+    int no_sync;
+} ckpt_writer_options;
+
+/* Fills options with the defaults: single file, prefix "model", no
+ * overwrite, fsync on. */
+CKPT_API void ckpt_writer_options_init(ckpt_writer_options *options);
+
+/*
+ * Creates a writer for `path` (see ckpt_writer_options).  Nothing is written
+ * yet.  Fails with CKPT_E_EXISTS if a checkpoint is already there and
+ * options->overwrite is 0.  `options` may be NULL for the defaults.
+ */
+CKPT_API ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *options,
+                                        ckpt_writer **out, ckpt_error *err);
+
+/*
+ * Adds a `__metadata__` entry written into every file.  With at most one
+ * entry the output is byte-identical to safetensors' own writer.  Keys must
+ * be unique.  Only before ckpt_writer_begin().
+ */
+CKPT_API ckpt_status ckpt_writer_set_metadata(ckpt_writer *writer, const char *key,
+                                              const char *value, ckpt_error *err);
+
+/*
+ * Declares a tensor.  Declaration order is the "state dict order" that
+ * shard packing walks; inside each file tensors are laid out as safetensors
+ * does (by dtype alignment descending, then by name).  Names must be unique
+ * and may not be "__metadata__".  Only before ckpt_writer_begin().
+ * Returns the tensor's writer index (0, 1, 2, … in declaration order) in
+ * *index when index is not NULL.
+ */
+CKPT_API ckpt_status ckpt_writer_add_tensor(ckpt_writer *writer, const char *name, ckpt_dtype dtype,
+                                            uint32_t ndim, const uint64_t *shape, size_t *index,
+                                            ckpt_error *err);
+
+/*
+ * Ends declarations: computes the shard layout, the headers and the index,
+ * creates the temporary files, reserves their space (so a full disk fails
+ * here, before any data is written) and writes the headers.
+ */
+CKPT_API ckpt_status ckpt_writer_begin(ckpt_writer *writer, ckpt_error *err);
+
+/* Number of output files (known after begin). */
+CKPT_API size_t ckpt_writer_file_count(const ckpt_writer *writer);
+
+/* The final path of the i-th output file (known after begin), or NULL. */
+CKPT_API const char *ckpt_writer_file_path(const ckpt_writer *writer, size_t i);
+
+/* The output file that holds a tensor (by writer index), after begin. */
+CKPT_API size_t ckpt_writer_tensor_file(const ckpt_writer *writer, size_t index);
+
+/* Total bytes of tensor data declared. */
+CKPT_API uint64_t ckpt_writer_total_bytes(const ckpt_writer *writer);
+
+/*
+ * Appends the next `nbytes` bytes of tensor `index` (from
+ * ckpt_writer_add_tensor).  A tensor's bytes arrive in order, in chunks of
+ * any size; different tensors may be written in any order.  Writing past the
+ * declared size fails with CKPT_E_OUT_OF_RANGE.  The writer keeps no copy.
+ */
+CKPT_API ckpt_status ckpt_writer_write(ckpt_writer *writer, size_t index, const void *data,
+                                       size_t nbytes, ckpt_error *err);
+
+/*
+ * Checks that every tensor received all its bytes, flushes and fsyncs every
+ * file, renames them into place (shards first, the index last) and fsyncs
+ * the directory.  On failure nothing is left under a final name that was not
+ * there before, and the temporaries are removed.
+ */
+CKPT_API ckpt_status ckpt_writer_commit(ckpt_writer *writer, ckpt_error *err);
+
+/* Releases a writer.  If it was not committed, its temporary files are
+ * removed and the destination is left as it was.  Accepts NULL. */
+CKPT_API void ckpt_writer_free(ckpt_writer *writer);
+
+/* ------------------------------------------------------------------------ */
+/* Conversion                                                               */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Progress callback: `done` of `total` bytes of tensor data are written.
+ * Return non-zero to cancel (the operation then fails with
+ * CKPT_E_CANCELLED and leaves nothing behind).  Called from the converting
+ * thread, at most every few megabytes.
+ */
+typedef int (*ckpt_progress_fn)(uint64_t done, uint64_t total, void *user);
+
+/*
+ * Copies every tensor of `source` into a new checkpoint at `dst_path`
+ * (single file or shards, per `options`), keeping the source's metadata and
+ * its tensor order for packing.  Streams: memory use does not depend on the
+ * checkpoint's size (the kernel copies between files where it can).
+ */
+CKPT_API ckpt_status ckpt_convert(const ckpt_catalog *source, const char *dst_path,
+                                  const ckpt_writer_options *options, ckpt_progress_fn progress,
+                                  void *user, ckpt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CKPT_H */

@@ -1,0 +1,97 @@
+/*
+ * base.h — internal helpers shared by every layer: error reporting, checked
+ * arithmetic, an arena allocator and a string hash table.  Depends on nothing
+ * but ckpt.h and libc.
+ */
+#ifndef CKPT_BASE_H
+#define CKPT_BASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt.h"
+
+#if defined(__GNUC__)
+#define CKPT__PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#define CKPT__HIDDEN __attribute__((visibility("hidden")))
+#else
+#define CKPT__PRINTF(fmt, args)
+#define CKPT__HIDDEN
+#endif
+
+/*
+ * Records a failure in `err` (when not NULL) and returns `status`, so that
+ * callers can write `return ckpt__fail(err, ...)`.  `path` and `tensor` may
+ * be NULL; `offset` is -1 when no byte offset applies.  The message is
+ * prefixed with the path, tensor and offset so it reads on its own.
+ */
+CKPT__HIDDEN ckpt_status ckpt__fail(ckpt_error *err, ckpt_status status, const char *path,
+                                    const char *tensor, int64_t offset, const char *fmt, ...)
+    CKPT__PRINTF(6, 7);
+
+/* Like ckpt__fail for a failed system call: records errno (`sys_errno`) and
+ * maps ENOSPC/EDQUOT to CKPT_E_NO_SPACE, ENOENT to CKPT_E_NOT_FOUND, EEXIST to
+ * CKPT_E_EXISTS and the rest to CKPT_E_IO. */
+CKPT__HIDDEN ckpt_status ckpt__fail_errno(ckpt_error *err, int sys_errno, const char *path,
+                                          int64_t offset, const char *fmt, ...)
+    CKPT__PRINTF(5, 6);
+
+/* Checked arithmetic: false on overflow. */
+static inline bool ckpt__mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool ckpt__add_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+
+/* Size in bytes of `numel` elements of `dtype`.  Returns CKPT_E_SHAPE_OVERFLOW
+ * when the bit count overflows and CKPT_E_PARTIAL_BYTE when it is not a whole
+ * number of bytes; does not fill an error. */
+CKPT__HIDDEN ckpt_status ckpt__dtype_nbytes(ckpt_dtype dtype, uint64_t numel, uint64_t *nbytes);
+
+/* Product of a shape; false on overflow. */
+CKPT__HIDDEN bool ckpt__shape_numel(uint32_t ndim, const uint64_t *shape, uint64_t *numel);
+
+/* ---- arena: many small allocations freed together ---------------------- */
+
+typedef struct ckpt__arena_block ckpt__arena_block;
+typedef struct ckpt__arena {
+    ckpt__arena_block *head;
+    size_t used; /* bytes used in head */
+    size_t cap;  /* capacity of head   */
+} ckpt__arena;
+
+/* Returns 8-byte aligned memory, or NULL when out of memory. */
+CKPT__HIDDEN void *ckpt__arena_alloc(ckpt__arena *arena, size_t size);
+/* Copies `len` bytes and a terminating NUL. */
+CKPT__HIDDEN char *ckpt__arena_strndup(ckpt__arena *arena, const char *s, size_t len);
+CKPT__HIDDEN void ckpt__arena_free(ckpt__arena *arena);
+
+/* ---- string → index hash table (open addressing) ----------------------- */
+
+typedef struct ckpt__name_table {
+    uint32_t *slots; /* index + 1, 0 = empty */
+    size_t mask;
+} ckpt__name_table;
+
+/* Hash of a NUL-terminated string (FNV-1a 64). */
+CKPT__HIDDEN uint64_t ckpt__hash_str(const char *s);
+
+/* Prepares a table for up to `count` names; false when out of memory. */
+CKPT__HIDDEN bool ckpt__name_table_init(ckpt__name_table *table, size_t count);
+CKPT__HIDDEN void ckpt__name_table_free(ckpt__name_table *table);
+
+/*
+ * Inserts `index` for `names[index]`.  `names` is the array the indexes
+ * point into.  If the name is already present, nothing is inserted and the
+ * existing index is returned in *existing and false returned.
+ */
+CKPT__HIDDEN bool ckpt__name_table_insert(ckpt__name_table *table, const char *const *names,
+                                          size_t stride, uint32_t index, uint32_t *existing);
+
+/* Finds a name; returns its index or -1.  `names` as for insert. */
+CKPT__HIDDEN int64_t ckpt__name_table_find(const ckpt__name_table *table, const char *const *names,
+                                           size_t stride, const char *name);
+
+#endif

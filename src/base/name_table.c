@@ -1,0 +1,58 @@
+/* name_table.c — open-addressing hash from names to array indexes.  The
+ * table stores only indexes; names stay in the caller's array. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base.h"
+
+uint64_t ckpt__hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
+    }
+    return h ^ (h >> 29);
+}
+
+static const char *name_at(const char *const *names, size_t stride, uint32_t i) {
+    return *(const char *const *)((const char *)names + (size_t)i * stride);
+}
+
+bool ckpt__name_table_init(ckpt__name_table *table, size_t count) {
+    size_t cap = 16;
+    while (cap < count * 2) cap <<= 1;
+    table->slots = calloc(cap, sizeof *table->slots);
+    table->mask = cap - 1;
+    return table->slots != NULL;
+}
+
+void ckpt__name_table_free(ckpt__name_table *table) {
+    free(table->slots);
+    table->slots = NULL;
+}
+
+bool ckpt__name_table_insert(ckpt__name_table *table, const char *const *names, size_t stride,
+                             uint32_t index, uint32_t *existing) {
+    const char *name = name_at(names, stride, index);
+    for (size_t i = ckpt__hash_str(name) & table->mask;; i = (i + 1) & table->mask) {
+        uint32_t s = table->slots[i];
+        if (s == 0) {
+            table->slots[i] = index + 1;
+            return true;
+        }
+        if (strcmp(name_at(names, stride, s - 1), name) == 0) {
+            if (existing) *existing = s - 1;
+            return false;
+        }
+    }
+}
+
+int64_t ckpt__name_table_find(const ckpt__name_table *table, const char *const *names, size_t stride,
+                              const char *name) {
+    if (!table->slots) return -1;
+    for (size_t i = ckpt__hash_str(name) & table->mask;; i = (i + 1) & table->mask) {
+        uint32_t s = table->slots[i];
+        if (s == 0) return -1;
+        if (strcmp(name_at(names, stride, s - 1), name) == 0) return s - 1;
+    }
+}

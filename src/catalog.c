@@ -1,0 +1,353 @@
+/* catalog.c — ckpt_catalog_*: opening checkpoints and reading their data. */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "catalog_internal.h"
+#include "formats/safetensors.h"
+#include "formats/shards.h"
+#include "io/file.h"
+
+typedef struct catalog_file {
+    char *path;
+    int fd;
+    uint64_t size;
+    void *map; /* whole-file read-only mapping, made on first view */
+} catalog_file;
+
+struct ckpt_catalog {
+    ckpt_format format;
+    ckpt__arena arena;
+    char *index_path;
+    size_t file_count;
+    catalog_file *files;
+    size_t count, cap;
+    ckpt_tensor_info *tensors;
+    ckpt__name_table names;
+    size_t meta_count, meta_cap;
+    const char **meta_keys, **meta_values;
+    pthread_mutex_t map_lock;
+};
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static ckpt_status oom(ckpt_error *err, const char *path) {
+    return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+}
+
+static ckpt_status add_file(ckpt_catalog *c, const char *path, ckpt_error *err) {
+    catalog_file *files = realloc(c->files, (c->file_count + 1) * sizeof *files);
+    if (!files) return oom(err, path);
+    c->files = files;
+    catalog_file *f = &files[c->file_count];
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    f->path = strdup(path);
+    if (!f->path) return oom(err, path);
+    c->file_count++;
+    return ckpt__file_open_read(path, &f->fd, &f->size, err);
+}
+
+static bool meta_has(const ckpt_catalog *c, const char *key) {
+    for (size_t i = 0; i < c->meta_count; i++)
+        if (strcmp(c->meta_keys[i], key) == 0) return true;
+    return false;
+}
+
+/* Opens one safetensors file as the catalog's next file and appends its
+ * tensors (in data order) and its new metadata keys. */
+static ckpt_status add_safetensors(ckpt_catalog *c, const char *path, ckpt_error *err) {
+    ckpt_status st = add_file(c, path, err);
+    if (st) return st;
+    catalog_file *f = &c->files[c->file_count - 1];
+    uint32_t file = (uint32_t)(c->file_count - 1);
+
+    /* Tell a misnamed file apart from a damaged one. */
+    unsigned char magic[4] = {0};
+    if (f->size >= 4 && ckpt__pread_full(f->fd, magic, 4, 0, path, NULL) == CKPT_OK &&
+        memcmp(magic, "PK\x03\x04", 4) == 0)
+        return ckpt__fail(err, CKPT_E_UNKNOWN_FORMAT, path, NULL, 0,
+                          "this is a zip archive (a PyTorch torch.save file?), not a safetensors file");
+
+    ckpt__st_header h;
+    st = ckpt__st_read_header(f->fd, f->size, path, &c->arena, &h, err);
+    if (st) return st;
+    if (c->count + h.count > c->cap) {
+        size_t cap = c->cap ? c->cap : 64;
+        while (cap < c->count + h.count) cap *= 2;
+        ckpt_tensor_info *t = realloc(c->tensors, cap * sizeof *t);
+        if (!t) {
+            ckpt__st_header_free(&h);
+            return oom(err, path);
+        }
+        c->tensors = t;
+        c->cap = cap;
+    }
+    for (size_t i = 0; i < h.count; i++) {
+        const ckpt__st_tensor *s = &h.tensors[i];
+        c->tensors[c->count++] = (ckpt_tensor_info){
+            .name = s->name, .dtype = s->dtype, .ndim = s->ndim, .shape = s->shape,
+            .numel = s->numel, .nbytes = s->nbytes, .file = file, .offset = h.data_start + s->begin,
+        };
+    }
+    for (size_t i = 0; i < h.meta_count; i++) {
+        if (meta_has(c, h.meta_keys[i])) continue;
+        if (c->meta_count == c->meta_cap) {
+            size_t cap = c->meta_cap ? c->meta_cap * 2 : 8;
+            const char **k = realloc(c->meta_keys, cap * sizeof *k);
+            if (k) c->meta_keys = k;
+            const char **v = realloc(c->meta_values, cap * sizeof *v);
+            if (v) c->meta_values = v;
+            if (!k || !v) {
+                ckpt__st_header_free(&h);
+                return oom(err, path);
+            }
+            c->meta_cap = cap;
+        }
+        c->meta_keys[c->meta_count] = h.meta_keys[i];
+        c->meta_values[c->meta_count++] = h.meta_values[i];
+    }
+    ckpt__st_header_free(&h);
+    return CKPT_OK;
+}
+
+/* Builds the name table; a name in two shards is a duplicate. */
+static ckpt_status index_names(ckpt_catalog *c, ckpt_error *err) {
+    if (!ckpt__name_table_init(&c->names, c->count)) return oom(err, NULL);
+    for (size_t i = 0; i < c->count; i++) {
+        uint32_t prev;
+        if (!ckpt__name_table_insert(&c->names, &c->tensors[0].name, sizeof *c->tensors, (uint32_t)i, &prev)) {
+            const ckpt_tensor_info *t = &c->tensors[i];
+            return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, c->files[t->file].path, t->name, (int64_t)t->offset,
+                              "tensor is also in %s", c->files[c->tensors[prev].file].path);
+        }
+    }
+    return CKPT_OK;
+}
+
+static ckpt_status open_index(ckpt_catalog *c, const char *index_path, ckpt_error *err) {
+    c->format = CKPT_FORMAT_SAFETENSORS_SHARDED;
+    c->index_path = strdup(index_path);
+    if (!c->index_path) return oom(err, index_path);
+    char *text;
+    uint64_t len;
+    ckpt_status st = ckpt__read_small_file(index_path, CKPT__INDEX_MAX_BYTES, CKPT_E_INDEX_INVALID, &text,
+                                           &len, err);
+    if (st) return st;
+    ckpt__index idx;
+    st = ckpt__index_parse(text, (size_t)len, index_path, &c->arena, &idx, err);
+    free(text);
+    if (st) return st;
+
+    char *dir = ckpt__path_dirname(index_path);
+    if (!dir) st = oom(err, index_path);
+    for (size_t i = 0; st == CKPT_OK && i < idx.file_count; i++) {
+        char *p = ckpt__path_join(dir, idx.files[i]);
+        st = p ? add_safetensors(c, p, err) : oom(err, index_path);
+        free(p);
+    }
+    free(dir);
+    if (st == CKPT_OK) st = index_names(c, err);
+    /* Every weight_map entry must be in the shard it names; the counts then
+     * tell whether a shard holds a tensor the index does not list. */
+    for (size_t i = 0; st == CKPT_OK && i < idx.count; i++) {
+        const ckpt_tensor_info *t = ckpt_catalog_find(c, idx.names[i]);
+        if (!t)
+            st = ckpt__fail(err, CKPT_E_INDEX_MISMATCH, index_path, idx.names[i], -1,
+                            "weight_map puts this tensor in %s, but no shard holds it", idx.files[idx.file_of[i]]);
+        else if (t->file != idx.file_of[i])
+            st = ckpt__fail(err, CKPT_E_INDEX_MISMATCH, index_path, idx.names[i], -1,
+                            "weight_map puts this tensor in %s, but it is in %s", idx.files[idx.file_of[i]],
+                            c->files[t->file].path);
+    }
+    if (st == CKPT_OK && idx.count != c->count) {
+        ckpt__name_table listed = {0};
+        if (!ckpt__name_table_init(&listed, idx.count)) st = oom(err, index_path);
+        for (size_t i = 0; st == CKPT_OK && i < idx.count; i++)
+            ckpt__name_table_insert(&listed, idx.names, sizeof(char *), (uint32_t)i, NULL);
+        for (size_t i = 0; st == CKPT_OK && i < c->count; i++)
+            if (ckpt__name_table_find(&listed, idx.names, sizeof(char *), c->tensors[i].name) < 0)
+                st = ckpt__fail(err, CKPT_E_INDEX_MISMATCH, c->files[c->tensors[i].file].path, c->tensors[i].name,
+                                (int64_t)c->tensors[i].offset, "tensor is in this shard but not in the index %s",
+                                index_path);
+        ckpt__name_table_free(&listed);
+    }
+    ckpt__index_free(&idx);
+    return st;
+}
+
+/* Finds the checkpoint in a directory (see ckpt_catalog_open) into a
+ * malloc'ed path. */
+static ckpt_status resolve_directory(const char *dir, char **found, ckpt_error *err) {
+    static const char *const preferred[] = {"model.safetensors.index.json", NULL, "model.safetensors", NULL};
+    static const char *const suffixes[] = {NULL, ".safetensors.index.json", NULL, ".safetensors"};
+    for (int step = 0; step < 4; step++) {
+        if (preferred[step]) {
+            char *p = ckpt__path_join(dir, preferred[step]);
+            struct stat st;
+            if (p && stat(p, &st) == 0 && S_ISREG(st.st_mode)) {
+                *found = p;
+                return CKPT_OK;
+            }
+            free(p);
+            continue;
+        }
+        DIR *d = opendir(dir);
+        if (!d) return ckpt__fail_errno(err, errno, dir, -1, "cannot list directory");
+        char *match = NULL;
+        int matches = 0;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (e->d_name[0] == '.' || !ends_with(e->d_name, suffixes[step])) continue;
+            if (!matches++) match = strdup(e->d_name);
+        }
+        closedir(d);
+        if (matches == 1 && match) {
+            *found = ckpt__path_join(dir, match);
+            free(match);
+            return *found ? CKPT_OK : oom(err, dir);
+        }
+        free(match);
+        if (matches > 1)
+            return ckpt__fail(err, CKPT_E_UNKNOWN_FORMAT, dir, NULL, -1,
+                              "directory holds %d '*%s' files and no model.safetensors.index.json; "
+                              "open one of them, or its index",
+                              matches, suffixes[step]);
+    }
+    return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
+                      "directory holds no *.safetensors file and no *.safetensors.index.json");
+}
+
+ckpt_status ckpt_catalog_open(const char *path, ckpt_catalog **out, ckpt_error *err) {
+    if (out) *out = NULL;
+    if (!path || !out) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "path and out are required");
+    ckpt_catalog *c = calloc(1, sizeof *c);
+    if (!c) return oom(err, path);
+    pthread_mutex_init(&c->map_lock, NULL);
+    c->format = CKPT_FORMAT_SAFETENSORS;
+
+    char *resolved = NULL;
+    struct stat sb;
+    ckpt_status st = CKPT_OK;
+    if (stat(path, &sb) != 0) st = ckpt__fail_errno(err, errno, path, -1, "cannot open");
+    else if (S_ISDIR(sb.st_mode)) st = resolve_directory(path, &resolved, err);
+    const char *target = resolved ? resolved : path;
+    if (st == CKPT_OK) {
+        if (ends_with(target, ".json")) {
+            st = open_index(c, target, err);
+        } else {
+            st = add_safetensors(c, target, err);
+            if (st == CKPT_OK) st = index_names(c, err);
+        }
+    }
+    free(resolved);
+    if (st) {
+        ckpt_catalog_close(c);
+        return st;
+    }
+    *out = c;
+    return CKPT_OK;
+}
+
+void ckpt_catalog_close(ckpt_catalog *c) {
+    if (!c) return;
+    for (size_t i = 0; i < c->file_count; i++) {
+        if (c->files[i].map) munmap(c->files[i].map, (size_t)c->files[i].size);
+        if (c->files[i].fd >= 0) close(c->files[i].fd);
+        free(c->files[i].path);
+    }
+    free(c->files);
+    free(c->tensors);
+    free(c->meta_keys);
+    free(c->meta_values);
+    free(c->index_path);
+    ckpt__name_table_free(&c->names);
+    ckpt__arena_free(&c->arena);
+    pthread_mutex_destroy(&c->map_lock);
+    free(c);
+}
+
+ckpt_format ckpt_catalog_format(const ckpt_catalog *c) { return c->format; }
+size_t ckpt_catalog_tensor_count(const ckpt_catalog *c) { return c ? c->count : 0; }
+
+const ckpt_tensor_info *ckpt_catalog_tensor(const ckpt_catalog *c, size_t i) {
+    return c && i < c->count ? &c->tensors[i] : NULL;
+}
+
+const ckpt_tensor_info *ckpt_catalog_find(const ckpt_catalog *c, const char *name) {
+    if (!c || !name || !c->count) return NULL;
+    int64_t i = ckpt__name_table_find(&c->names, &c->tensors[0].name, sizeof *c->tensors, name);
+    return i < 0 ? NULL : &c->tensors[i];
+}
+
+size_t ckpt_catalog_file_count(const ckpt_catalog *c) { return c ? c->file_count : 0; }
+const char *ckpt_catalog_file_path(const ckpt_catalog *c, size_t i) {
+    return c && i < c->file_count ? c->files[i].path : NULL;
+}
+uint64_t ckpt_catalog_file_size(const ckpt_catalog *c, size_t i) {
+    return c && i < c->file_count ? c->files[i].size : 0;
+}
+const char *ckpt_catalog_index_path(const ckpt_catalog *c) { return c ? c->index_path : NULL; }
+size_t ckpt_catalog_metadata_count(const ckpt_catalog *c) { return c ? c->meta_count : 0; }
+
+ckpt_status ckpt_catalog_metadata_entry(const ckpt_catalog *c, size_t i, const char **key, const char **value) {
+    if (!c || i >= c->meta_count) return CKPT_E_OUT_OF_RANGE;
+    if (key) *key = c->meta_keys[i];
+    if (value) *value = c->meta_values[i];
+    return CKPT_OK;
+}
+
+const char *ckpt_catalog_metadata_get(const ckpt_catalog *c, const char *key) {
+    for (size_t i = 0; c && key && i < c->meta_count; i++)
+        if (strcmp(c->meta_keys[i], key) == 0) return c->meta_values[i];
+    return NULL;
+}
+
+int ckpt__catalog_fd(const ckpt_catalog *c, size_t file) { return c->files[file].fd; }
+
+static ckpt_status check_tensor(const ckpt_catalog *c, const ckpt_tensor_info *t, ckpt_error *err) {
+    if (!c || !t || t < c->tensors || t >= c->tensors + c->count)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, t && c ? NULL : NULL, -1,
+                          "tensor info does not belong to this catalog");
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_catalog_read(const ckpt_catalog *c, const ckpt_tensor_info *t, uint64_t byte_offset, void *dst,
+                              uint64_t nbytes, ckpt_error *err) {
+    ckpt_status st = check_tensor(c, t, err);
+    if (st) return st;
+    uint64_t end;
+    if (!ckpt__add_u64(byte_offset, nbytes, &end) || end > t->nbytes)
+        return ckpt__fail(err, CKPT_E_OUT_OF_RANGE, c->files[t->file].path, t->name, -1,
+                          "bytes [%llu, %llu + %llu) are outside the tensor's %llu bytes",
+                          (unsigned long long)byte_offset, (unsigned long long)byte_offset,
+                          (unsigned long long)nbytes, (unsigned long long)t->nbytes);
+    if (nbytes && !dst) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, t->name, -1, "no destination buffer");
+    const catalog_file *f = &c->files[t->file];
+    return ckpt__pread_full(f->fd, dst, nbytes, t->offset + byte_offset, f->path, err);
+}
+
+ckpt_status ckpt_catalog_view(ckpt_catalog *c, const ckpt_tensor_info *t, const void **data, ckpt_error *err) {
+    ckpt_status st = check_tensor(c, t, err);
+    if (st) return st;
+    if (!data) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, t->name, -1, "data is required");
+    catalog_file *f = &c->files[t->file];
+    pthread_mutex_lock(&c->map_lock);
+    if (!f->map) {
+        void *m = mmap(NULL, (size_t)f->size, PROT_READ, MAP_SHARED, f->fd, 0);
+        if (m == MAP_FAILED) st = ckpt__fail_errno(err, errno, f->path, -1, "cannot map the file");
+        else f->map = m;
+    }
+    pthread_mutex_unlock(&c->map_lock);
+    if (st) return st;
+    *data = (const char *)f->map + t->offset;
+    return CKPT_OK;
+}

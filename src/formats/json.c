@@ -1,0 +1,500 @@
+/* json.c — see json.h. */
+#include "json.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_DEPTH = 128 };
+
+typedef struct parser {
+    const char *s;
+    size_t len, pos;
+    ckpt__arena *arena;
+    ckpt__json_node *nodes;
+    size_t count, cap;
+    const char *why;
+    bool oom;
+    char *scratch; /* decoded-string buffer */
+    size_t scratch_cap;
+} parser;
+
+static void skip_ws(parser *p) {
+    while (p->pos < p->len) {
+        char c = p->s[p->pos];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+        p->pos++;
+    }
+}
+
+static int64_t new_node(parser *p, ckpt__json_kind kind) {
+    if (p->count == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 64;
+        if (cap > UINT32_MAX) {
+            p->why = "too many values";
+            return -1;
+        }
+        ckpt__json_node *n = realloc(p->nodes, cap * sizeof *n);
+        if (!n) {
+            p->oom = true;
+            return -1;
+        }
+        p->nodes = n;
+        p->cap = cap;
+    }
+    ckpt__json_node *n = &p->nodes[p->count];
+    memset(n, 0, sizeof *n);
+    n->kind = (uint8_t)kind;
+    n->offset = p->pos;
+    return (int64_t)p->count++;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static bool read_hex4(parser *p, unsigned *out) {
+    if (p->len - p->pos < 4) return false;
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hexval(p->s[p->pos + i]);
+        if (h < 0) return false;
+        v = v * 16 + (unsigned)h;
+    }
+    p->pos += 4;
+    *out = v;
+    return true;
+}
+
+static bool scratch_reserve(parser *p, size_t need) {
+    if (need <= p->scratch_cap) return true;
+    size_t cap = p->scratch_cap ? p->scratch_cap : 256;
+    while (cap < need) cap *= 2;
+    char *s = realloc(p->scratch, cap);
+    if (!s) {
+        p->oom = true;
+        return false;
+    }
+    p->scratch = s;
+    p->scratch_cap = cap;
+    return true;
+}
+
+static bool parse_string(parser *p, ckpt__json_node *node) {
+    p->pos++; /* opening quote */
+    size_t start = p->pos;
+    /* Fast path: no escapes — copy the bytes straight to the arena. */
+    while (p->pos < p->len) {
+        unsigned char c = (unsigned char)p->s[p->pos];
+        if (c == '"') {
+            node->len = p->pos - start;
+            node->str = ckpt__arena_strndup(p->arena, p->s + start, node->len);
+            if (!node->str) p->oom = true;
+            p->pos++;
+            return node->str != NULL;
+        }
+        if (c == '\\') break;
+        if (c < 0x20) {
+            p->why = "control character in string";
+            return false;
+        }
+        p->pos++;
+    }
+    size_t n = p->pos - start;
+    if (!scratch_reserve(p, n + 16)) return false;
+    memcpy(p->scratch, p->s + start, n);
+    while (p->pos < p->len) {
+        unsigned char c = (unsigned char)p->s[p->pos];
+        if (!scratch_reserve(p, n + 8)) return false;
+        if (c == '"') {
+            p->pos++;
+            node->len = n;
+            node->str = ckpt__arena_strndup(p->arena, p->scratch, n);
+            if (!node->str) p->oom = true;
+            return node->str != NULL;
+        }
+        if (c < 0x20) {
+            p->why = "control character in string";
+            return false;
+        }
+        if (c != '\\') {
+            p->scratch[n++] = (char)c;
+            p->pos++;
+            continue;
+        }
+        p->pos++;
+        if (p->pos >= p->len) break;
+        char e = p->s[p->pos++];
+        unsigned cp;
+        switch (e) {
+        case '"': p->scratch[n++] = '"'; continue;
+        case '\\': p->scratch[n++] = '\\'; continue;
+        case '/': p->scratch[n++] = '/'; continue;
+        case 'b': p->scratch[n++] = '\b'; continue;
+        case 'f': p->scratch[n++] = '\f'; continue;
+        case 'n': p->scratch[n++] = '\n'; continue;
+        case 'r': p->scratch[n++] = '\r'; continue;
+        case 't': p->scratch[n++] = '\t'; continue;
+        case 'u':
+            if (!read_hex4(p, &cp)) {
+                p->why = "invalid \\u escape";
+                return false;
+            }
+            if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                p->why = "lone trailing surrogate in \\u escape";
+                return false;
+            }
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                unsigned lo;
+                if (p->len - p->pos < 6 || p->s[p->pos] != '\\' || p->s[p->pos + 1] != 'u') {
+                    p->why = "lone leading surrogate in \\u escape";
+                    return false;
+                }
+                p->pos += 2;
+                if (!read_hex4(p, &lo) || lo < 0xDC00 || lo > 0xDFFF) {
+                    p->why = "invalid surrogate pair in \\u escape";
+                    return false;
+                }
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            if (cp < 0x80) {
+                p->scratch[n++] = (char)cp;
+            } else if (cp < 0x800) {
+                p->scratch[n++] = (char)(0xC0 | (cp >> 6));
+                p->scratch[n++] = (char)(0x80 | (cp & 0x3F));
+            } else if (cp < 0x10000) {
+                p->scratch[n++] = (char)(0xE0 | (cp >> 12));
+                p->scratch[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                p->scratch[n++] = (char)(0x80 | (cp & 0x3F));
+            } else {
+                p->scratch[n++] = (char)(0xF0 | (cp >> 18));
+                p->scratch[n++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+                p->scratch[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                p->scratch[n++] = (char)(0x80 | (cp & 0x3F));
+            }
+            continue;
+        default:
+            p->pos--;
+            p->why = "invalid escape";
+            return false;
+        }
+    }
+    p->why = "unterminated string";
+    return false;
+}
+
+static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+static bool parse_number(parser *p, ckpt__json_node *node) {
+    size_t start = p->pos;
+    if (p->s[p->pos] == '-') p->pos++;
+    if (p->pos >= p->len || !is_digit(p->s[p->pos])) {
+        p->why = "invalid number";
+        return false;
+    }
+    if (p->s[p->pos] == '0') {
+        p->pos++;
+    } else {
+        while (p->pos < p->len && is_digit(p->s[p->pos])) p->pos++;
+    }
+    if (p->pos < p->len && p->s[p->pos] == '.') {
+        p->pos++;
+        if (p->pos >= p->len || !is_digit(p->s[p->pos])) {
+            p->why = "invalid number";
+            return false;
+        }
+        while (p->pos < p->len && is_digit(p->s[p->pos])) p->pos++;
+    }
+    if (p->pos < p->len && (p->s[p->pos] == 'e' || p->s[p->pos] == 'E')) {
+        p->pos++;
+        if (p->pos < p->len && (p->s[p->pos] == '+' || p->s[p->pos] == '-')) p->pos++;
+        if (p->pos >= p->len || !is_digit(p->s[p->pos])) {
+            p->why = "invalid number";
+            return false;
+        }
+        while (p->pos < p->len && is_digit(p->s[p->pos])) p->pos++;
+    }
+    node->str = p->s + start;
+    node->len = p->pos - start;
+    return true;
+}
+
+static bool literal(parser *p, const char *word) {
+    size_t n = strlen(word);
+    if (p->len - p->pos < n || memcmp(p->s + p->pos, word, n) != 0) {
+        p->why = "invalid literal";
+        return false;
+    }
+    p->pos += n;
+    return true;
+}
+
+static bool parse_value(parser *p, int depth);
+
+static bool parse_container(parser *p, int depth, bool object) {
+    int64_t self = new_node(p, object ? CKPT__JSON_OBJECT : CKPT__JSON_ARRAY);
+    if (self < 0) return false;
+    if (depth >= MAX_DEPTH) {
+        p->why = "nesting deeper than 128";
+        return false;
+    }
+    char close = object ? '}' : ']';
+    uint32_t count = 0;
+    p->pos++;
+    skip_ws(p);
+    if (p->pos < p->len && p->s[p->pos] == close) {
+        p->pos++;
+    } else {
+        for (;;) {
+            skip_ws(p);
+            if (object) {
+                if (p->pos >= p->len || p->s[p->pos] != '"') {
+                    p->why = "expected a string key";
+                    return false;
+                }
+                int64_t key = new_node(p, CKPT__JSON_STRING);
+                if (key < 0 || !parse_string(p, &p->nodes[key])) return false;
+                p->nodes[key].end = (uint32_t)p->count;
+                skip_ws(p);
+                if (p->pos >= p->len || p->s[p->pos] != ':') {
+                    p->why = "expected ':'";
+                    return false;
+                }
+                p->pos++;
+            }
+            if (!parse_value(p, depth + 1)) return false;
+            if (count == UINT32_MAX) {
+                p->why = "too many members";
+                return false;
+            }
+            count++;
+            skip_ws(p);
+            if (p->pos < p->len && p->s[p->pos] == ',') {
+                p->pos++;
+                continue;
+            }
+            if (p->pos < p->len && p->s[p->pos] == close) {
+                p->pos++;
+                break;
+            }
+            p->why = object ? "expected ',' or '}'" : "expected ',' or ']'";
+            return false;
+        }
+    }
+    p->nodes[self].count = count;
+    p->nodes[self].end = (uint32_t)p->count;
+    return true;
+}
+
+static bool parse_value(parser *p, int depth) {
+    skip_ws(p);
+    if (p->pos >= p->len) {
+        p->why = "unexpected end of input";
+        return false;
+    }
+    char c = p->s[p->pos];
+    if (c == '{' || c == '[') return parse_container(p, depth, c == '{');
+    int64_t idx;
+    bool ok;
+    switch (c) {
+    case '"':
+        idx = new_node(p, CKPT__JSON_STRING);
+        ok = idx >= 0 && parse_string(p, &p->nodes[idx]);
+        break;
+    case 't':
+        idx = new_node(p, CKPT__JSON_TRUE);
+        ok = idx >= 0 && literal(p, "true");
+        break;
+    case 'f':
+        idx = new_node(p, CKPT__JSON_FALSE);
+        ok = idx >= 0 && literal(p, "false");
+        break;
+    case 'n':
+        idx = new_node(p, CKPT__JSON_NULL);
+        ok = idx >= 0 && literal(p, "null");
+        break;
+    default:
+        if (c != '-' && !is_digit(c)) {
+            p->why = "unexpected character";
+            return false;
+        }
+        idx = new_node(p, CKPT__JSON_NUMBER);
+        ok = idx >= 0 && parse_number(p, &p->nodes[idx]);
+    }
+    if (ok) p->nodes[idx].end = (uint32_t)p->count;
+    return ok;
+}
+
+ckpt_status ckpt__json_parse(const char *text, size_t len, ckpt__arena *arena, ckpt__json_doc *doc,
+                             size_t *error_offset, const char **why) {
+    parser p = {.s = text, .len = len, .arena = arena};
+    bool ok = parse_value(&p, 0);
+    if (ok) {
+        skip_ws(&p);
+        if (p.pos != p.len) {
+            p.why = "trailing characters";
+            ok = false;
+        }
+    }
+    free(p.scratch);
+    if (!ok) {
+        free(p.nodes);
+        doc->nodes = NULL;
+        doc->count = 0;
+        *error_offset = p.pos;
+        *why = p.oom ? "out of memory" : p.why;
+        return p.oom ? CKPT_E_NO_MEMORY : CKPT_E_INVALID_ARGUMENT;
+    }
+    doc->nodes = p.nodes;
+    doc->count = p.count;
+    return CKPT_OK;
+}
+
+void ckpt__json_free(ckpt__json_doc *doc) {
+    free(doc->nodes);
+    doc->nodes = NULL;
+    doc->count = 0;
+}
+
+bool ckpt__json_u64(const ckpt__json_node *node, uint64_t *value) {
+    if (node->kind != CKPT__JSON_NUMBER || node->len == 0) return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < node->len; i++) {
+        char c = node->str[i];
+        if (!is_digit(c)) return false;
+        if (!ckpt__mul_u64(v, 10, &v) || !ckpt__add_u64(v, (uint64_t)(c - '0'), &v)) return false;
+    }
+    *value = v;
+    return true;
+}
+
+size_t ckpt__utf8_check(const unsigned char *s, size_t len) {
+    size_t i = 0;
+    while (i < len) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t need;
+        unsigned cp, min;
+        if (c >= 0xC2 && c <= 0xDF) need = 1, cp = c & 0x1F, min = 0x80;
+        else if (c >= 0xE0 && c <= 0xEF) need = 2, cp = c & 0x0F, min = 0x800;
+        else if (c >= 0xF0 && c <= 0xF4) need = 3, cp = c & 0x07, min = 0x10000;
+        else return i;
+        if (len - i <= need) return i;
+        for (size_t k = 1; k <= need; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+        i += need + 1;
+    }
+    return len;
+}
+
+/* ---- output ------------------------------------------------------------ */
+
+void ckpt__buf_append(ckpt__buf *b, const char *s, size_t n) {
+    if (b->failed) return;
+    if (b->cap - b->len < n + 1) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap - b->len < n + 1) cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d) {
+            b->failed = true;
+            return;
+        }
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+void ckpt__buf_puts(ckpt__buf *b, const char *s) { ckpt__buf_append(b, s, strlen(s)); }
+
+void ckpt__buf_u64(ckpt__buf *b, uint64_t v) {
+    char tmp[24];
+    size_t n = sizeof tmp;
+    do {
+        tmp[--n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    ckpt__buf_append(b, tmp + n, sizeof tmp - n);
+}
+
+static const char hex_lower[] = "0123456789abcdef";
+
+static void buf_u_escape(ckpt__buf *b, unsigned v) {
+    char e[6] = {'\\', 'u', hex_lower[(v >> 12) & 15], hex_lower[(v >> 8) & 15],
+                 hex_lower[(v >> 4) & 15], hex_lower[v & 15]};
+    ckpt__buf_append(b, e, 6);
+}
+
+static bool short_escape(ckpt__buf *b, unsigned char c) {
+    const char *e = NULL;
+    switch (c) {
+    case '"': e = "\\\""; break;
+    case '\\': e = "\\\\"; break;
+    case '\b': e = "\\b"; break;
+    case '\f': e = "\\f"; break;
+    case '\n': e = "\\n"; break;
+    case '\r': e = "\\r"; break;
+    case '\t': e = "\\t"; break;
+    default: return false;
+    }
+    ckpt__buf_append(b, e, 2);
+    return true;
+}
+
+void ckpt__buf_json_string(ckpt__buf *b, const char *s) {
+    ckpt__buf_append(b, "\"", 1);
+    const char *run = s;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        ckpt__buf_append(b, run, (size_t)(s - run));
+        if (!short_escape(b, c)) buf_u_escape(b, c);
+        run = s + 1;
+    }
+    ckpt__buf_append(b, run, (size_t)(s - run));
+    ckpt__buf_append(b, "\"", 1);
+}
+
+void ckpt__buf_json_string_ascii(ckpt__buf *b, const char *str) {
+    const unsigned char *s = (const unsigned char *)str;
+    ckpt__buf_append(b, "\"", 1);
+    while (*s) {
+        unsigned char c = *s;
+        if (c >= 0x20 && c < 0x7F && c != '"' && c != '\\') {
+            ckpt__buf_append(b, (const char *)s, 1);
+            s++;
+            continue;
+        }
+        if (c < 0x80) {
+            if (!short_escape(b, c)) buf_u_escape(b, c);
+            s++;
+            continue;
+        }
+        /* Decode one UTF-8 sequence (names were validated when read). */
+        unsigned cp;
+        size_t need;
+        if (c >= 0xF0) cp = c & 0x07, need = 3;
+        else if (c >= 0xE0) cp = c & 0x0F, need = 2;
+        else cp = c & 0x1F, need = 1;
+        s++;
+        for (size_t k = 0; k < need && (*s & 0xC0) == 0x80; k++, s++) cp = (cp << 6) | (*s & 0x3F);
+        if (cp >= 0x10000) {
+            cp -= 0x10000;
+            buf_u_escape(b, 0xD800 + (cp >> 10));
+            buf_u_escape(b, 0xDC00 + (cp & 0x3FF));
+        } else {
+            buf_u_escape(b, cp);
+        }
+    }
+    ckpt__buf_append(b, "\"", 1);
+}

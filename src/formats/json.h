@@ -1,0 +1,88 @@
+/*
+ * json.h — a strict JSON reader for checkpoint headers and indexes.
+ *
+ * Why not a library: ckpt needs the byte offset of every value (errors name
+ * the offset in the file), exact unsigned 64-bit integers, and speed on
+ * headers of tens of thousands of tensors; it parses into one flat node
+ * array with strings in an arena (a handful of allocations per document).
+ *
+ * Grammar: RFC 8259, as serde_json accepts it: whitespace around the value,
+ * no trailing commas, no comments, no lone surrogates, no raw control
+ * characters in strings, nesting at most 128 deep.
+ */
+#ifndef CKPT_FORMATS_JSON_H
+#define CKPT_FORMATS_JSON_H
+
+#include "../base/base.h"
+
+typedef enum ckpt__json_kind {
+    CKPT__JSON_NULL,
+    CKPT__JSON_FALSE,
+    CKPT__JSON_TRUE,
+    CKPT__JSON_NUMBER,
+    CKPT__JSON_STRING,
+    CKPT__JSON_ARRAY,
+    CKPT__JSON_OBJECT
+} ckpt__json_kind;
+
+/*
+ * Nodes are stored in document order.  An array's elements, and an object's
+ * alternating keys and values, follow it directly; `end` is the index just
+ * past a node's subtree, so the next sibling of node i is node[i].end.
+ */
+typedef struct ckpt__json_node {
+    uint8_t kind;
+    uint32_t count;  /* elements of an array, members of an object */
+    uint32_t end;
+    uint64_t offset; /* byte offset of the value in the text */
+    const char *str; /* string: decoded, NUL-terminated; number: raw text */
+    size_t len;      /* bytes in str */
+} ckpt__json_node;
+
+typedef struct ckpt__json_doc {
+    ckpt__json_node *nodes; /* malloc'ed */
+    size_t count;
+} ckpt__json_doc;
+
+/*
+ * Parses `len` bytes.  Strings go to `arena`.  On failure returns
+ * CKPT_E_INVALID_ARGUMENT (not JSON) or CKPT_E_NO_MEMORY, with *error_offset
+ * the byte where parsing failed and `why` a short reason.
+ */
+CKPT__HIDDEN ckpt_status ckpt__json_parse(const char *text, size_t len, ckpt__arena *arena,
+                                          ckpt__json_doc *doc, size_t *error_offset, const char **why);
+CKPT__HIDDEN void ckpt__json_free(ckpt__json_doc *doc);
+
+/* A number that is a non-negative integer fitting in 64 bits, as serde's
+ * u64 accepts (no sign, fraction or exponent). */
+CKPT__HIDDEN bool ckpt__json_u64(const ckpt__json_node *node, uint64_t *value);
+
+/* Offset of the first byte that is not valid UTF-8 (overlong forms,
+ * surrogates and code points above U+10FFFF included), or `len` if all is
+ * valid. */
+CKPT__HIDDEN size_t ckpt__utf8_check(const unsigned char *s, size_t len);
+
+/* ---- output ------------------------------------------------------------ */
+
+/* A growable output buffer; `failed` is set on allocation failure and every
+ * later append is ignored. */
+typedef struct ckpt__buf {
+    char *data;
+    size_t len, cap;
+    bool failed;
+} ckpt__buf;
+
+CKPT__HIDDEN void ckpt__buf_append(ckpt__buf *b, const char *s, size_t n);
+CKPT__HIDDEN void ckpt__buf_puts(ckpt__buf *b, const char *s);
+CKPT__HIDDEN void ckpt__buf_u64(ckpt__buf *b, uint64_t v);
+
+/* A JSON string as serde_json writes it: UTF-8 kept, `"` and `\` escaped,
+ * \b \t \n \f \r, other control characters as \u00XX (lower-case hex). */
+CKPT__HIDDEN void ckpt__buf_json_string(ckpt__buf *b, const char *s);
+
+/* A JSON string as Python's json.dump writes it (ensure_ascii=True):
+ * everything outside printable ASCII as \uXXXX (surrogate pairs above
+ * U+FFFF). */
+CKPT__HIDDEN void ckpt__buf_json_string_ascii(ckpt__buf *b, const char *s);
+
+#endif

@@ -1,0 +1,347 @@
+/* safetensors.c — see safetensors.h. */
+#include "safetensors.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io/file.h"
+
+ckpt_status ckpt__st_check_length(uint64_t file_size, uint64_t n, const char *path, ckpt_error *err) {
+    if (file_size < 8)
+        return ckpt__fail(err, CKPT_E_HEADER_TOO_SMALL, path, NULL, 0,
+                          "file is %llu bytes, too small for the 8-byte header length",
+                          (unsigned long long)file_size);
+    if (n > CKPT__ST_MAX_HEADER)
+        return ckpt__fail(err, CKPT_E_HEADER_TOO_LARGE, path, NULL, 0,
+                          "header length %llu exceeds the limit of 100000000 bytes",
+                          (unsigned long long)n);
+    if (n > file_size - 8)
+        return ckpt__fail(err, CKPT_E_HEADER_PAST_END, path, NULL, 0,
+                          "header length %llu runs past the end of the %llu-byte file",
+                          (unsigned long long)n, (unsigned long long)file_size);
+    return CKPT_OK;
+}
+
+static const ckpt__json_node *member(const ckpt__json_doc *doc, size_t obj, const char *key,
+                                     size_t *value_index) {
+    size_t i = obj + 1;
+    for (uint32_t k = 0; k < doc->nodes[obj].count; k++) {
+        size_t v = doc->nodes[i].end;
+        if (strcmp(doc->nodes[i].str, key) == 0) {
+            if (value_index) *value_index = v;
+            return &doc->nodes[v];
+        }
+        i = doc->nodes[v].end;
+    }
+    return NULL;
+}
+
+typedef struct ctx {
+    const char *path;
+    uint64_t base; /* file offset of the JSON text */
+    ckpt_error *err;
+} ctx;
+
+static ckpt_status parse_metadata(const ctx *c, const ckpt__json_doc *doc, size_t v,
+                                  ckpt__arena *arena, ckpt__st_header *out) {
+    const ckpt__json_node *node = &doc->nodes[v];
+    if (node->kind == CKPT__JSON_NULL) return CKPT_OK;
+    if (node->kind != CKPT__JSON_OBJECT)
+        return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, NULL, (int64_t)(c->base + node->offset),
+                          "__metadata__ must be an object of strings");
+    out->meta_keys = ckpt__arena_alloc(arena, (node->count + 1) * sizeof(char *));
+    out->meta_values = ckpt__arena_alloc(arena, (node->count + 1) * sizeof(char *));
+    if (!out->meta_keys || !out->meta_values)
+        return ckpt__fail(c->err, CKPT_E_NO_MEMORY, c->path, NULL, -1, "out of memory");
+    size_t i = v + 1;
+    for (uint32_t k = 0; k < node->count; k++) {
+        const ckpt__json_node *key = &doc->nodes[i], *val = &doc->nodes[key->end];
+        if (val->kind != CKPT__JSON_STRING)
+            return ckpt__fail(c->err, CKPT_E_METADATA_NOT_STRING, c->path, NULL,
+                              (int64_t)(c->base + val->offset),
+                              "__metadata__ value of '%s' is not a string", key->str);
+        for (size_t j = 0; j < out->meta_count; j++)
+            if (strcmp(out->meta_keys[j], key->str) == 0)
+                return ckpt__fail(c->err, CKPT_E_DUPLICATE_NAME, c->path, NULL,
+                                  (int64_t)(c->base + key->offset), "duplicate __metadata__ key '%s'",
+                                  key->str);
+        out->meta_keys[out->meta_count] = key->str;
+        out->meta_values[out->meta_count++] = val->str;
+        i = val->end;
+    }
+    return CKPT_OK;
+}
+
+static ckpt_status parse_tensor(const ctx *c, const ckpt__json_doc *doc, size_t key_index,
+                                ckpt__arena *arena, ckpt__st_tensor *t) {
+    const ckpt__json_node *key = &doc->nodes[key_index];
+    size_t v = key->end;
+    const ckpt__json_node *node = &doc->nodes[v];
+    int64_t at = (int64_t)(c->base + key->offset);
+    t->name = key->str;
+    t->header_offset = (uint64_t)at;
+    if (node->kind != CKPT__JSON_OBJECT)
+        return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name, at,
+                          "entry must be an object with dtype, shape and data_offsets");
+
+    const ckpt__json_node *dtype = member(doc, v, "dtype", NULL);
+    size_t shape_index = 0, offsets_index = 0;
+    const ckpt__json_node *shape = member(doc, v, "shape", &shape_index);
+    const ckpt__json_node *offsets = member(doc, v, "data_offsets", &offsets_index);
+    if (!dtype || !shape || !offsets)
+        return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name, at, "missing field '%s'",
+                          !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
+    if (dtype->kind != CKPT__JSON_STRING)
+        return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name,
+                          (int64_t)(c->base + dtype->offset), "dtype must be a string");
+    t->dtype = ckpt_dtype_from_name(dtype->str);
+    if (t->dtype == CKPT_DTYPE_INVALID)
+        return ckpt__fail(c->err, CKPT_E_UNKNOWN_DTYPE, c->path, t->name,
+                          (int64_t)(c->base + dtype->offset), "unknown dtype '%s'", dtype->str);
+
+    if (shape->kind != CKPT__JSON_ARRAY)
+        return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name,
+                          (int64_t)(c->base + shape->offset), "shape must be an array of integers");
+    if (shape->count > CKPT_MAX_DIMS)
+        return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name,
+                          (int64_t)(c->base + shape->offset), "shape has %u dimensions, more than %d",
+                          shape->count, CKPT_MAX_DIMS);
+    t->ndim = shape->count;
+    t->shape = ckpt__arena_alloc(arena, (t->ndim ? t->ndim : 1) * sizeof(uint64_t));
+    if (!t->shape) return ckpt__fail(c->err, CKPT_E_NO_MEMORY, c->path, NULL, -1, "out of memory");
+    for (uint32_t d = 0; d < t->ndim; d++) {
+        const ckpt__json_node *dim = &doc->nodes[shape_index + 1 + d];
+        if (!ckpt__json_u64(dim, &t->shape[d]))
+            return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name,
+                              (int64_t)(c->base + dim->offset),
+                              "shape[%u] is not a non-negative 64-bit integer", d);
+    }
+
+    if (offsets->kind != CKPT__JSON_ARRAY || offsets->count != 2 ||
+        !ckpt__json_u64(&doc->nodes[offsets_index + 1], &t->begin) ||
+        !ckpt__json_u64(&doc->nodes[offsets_index + 2], &t->end))
+        return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name,
+                          (int64_t)(c->base + offsets->offset),
+                          "data_offsets must be two non-negative 64-bit integers");
+    return CKPT_OK;
+}
+
+static int by_offsets(const void *a, const void *b) {
+    const ckpt__st_tensor *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+/* The reference's Metadata::validate, with a status per rule. */
+static ckpt_status validate_layout(const ctx *c, ckpt__st_header *h, uint64_t file_size) {
+    uint64_t cursor = 0;
+    for (size_t i = 0; i < h->count; i++) {
+        ckpt__st_tensor *t = &h->tensors[i];
+        int64_t at = (int64_t)t->header_offset;
+        if (t->end < t->begin)
+            return ckpt__fail(c->err, CKPT_E_BAD_OFFSETS, c->path, t->name, at,
+                              "data_offsets [%llu, %llu] end before they begin",
+                              (unsigned long long)t->begin, (unsigned long long)t->end);
+        if (t->begin > cursor)
+            return ckpt__fail(c->err, CKPT_E_DATA_HOLE, c->path, t->name,
+                              (int64_t)(h->data_start + cursor),
+                              "%llu bytes before this tensor belong to no tensor (data_offsets "
+                              "begin at %llu, previous data ends at %llu)",
+                              (unsigned long long)(t->begin - cursor), (unsigned long long)t->begin,
+                              (unsigned long long)cursor);
+        if (t->begin < cursor)
+            return ckpt__fail(c->err, CKPT_E_DATA_OVERLAP, c->path, t->name,
+                              (int64_t)(h->data_start + t->begin),
+                              "data_offsets begin at %llu, inside '%s' which ends at %llu",
+                              (unsigned long long)t->begin, h->tensors[i - 1].name,
+                              (unsigned long long)cursor);
+        cursor = t->end;
+        if (!ckpt__shape_numel(t->ndim, t->shape, &t->numel))
+            return ckpt__fail(c->err, CKPT_E_SHAPE_OVERFLOW, c->path, t->name, at,
+                              "product of the shape overflows 64 bits");
+        ckpt_status st = ckpt__dtype_nbytes(t->dtype, t->numel, &t->nbytes);
+        if (st == CKPT_E_SHAPE_OVERFLOW)
+            return ckpt__fail(c->err, st, c->path, t->name, at, "size in bits of %llu %s elements overflows",
+                              (unsigned long long)t->numel, ckpt_dtype_name(t->dtype));
+        if (st == CKPT_E_PARTIAL_BYTE)
+            return ckpt__fail(c->err, st, c->path, t->name, at,
+                              "%llu elements of %s are not a whole number of bytes",
+                              (unsigned long long)t->numel, ckpt_dtype_name(t->dtype));
+        if (t->end - t->begin != t->nbytes)
+            return ckpt__fail(c->err, CKPT_E_SIZE_MISMATCH, c->path, t->name, at,
+                              "shape and dtype %s need %llu bytes but data_offsets [%llu, %llu] hold %llu",
+                              ckpt_dtype_name(t->dtype), (unsigned long long)t->nbytes,
+                              (unsigned long long)t->begin, (unsigned long long)t->end,
+                              (unsigned long long)(t->end - t->begin));
+    }
+    uint64_t data_size = file_size - h->data_start;
+    if (cursor < data_size)
+        return ckpt__fail(c->err, CKPT_E_TRAILING_BYTES, c->path, NULL, (int64_t)(h->data_start + cursor),
+                          "%llu bytes after the last tensor belong to no tensor",
+                          (unsigned long long)(data_size - cursor));
+    if (cursor > data_size) {
+        const ckpt__st_tensor *last = &h->tensors[h->count - 1];
+        return ckpt__fail(c->err, CKPT_E_TRUNCATED, c->path, last->name, (int64_t)file_size,
+                          "file ends %llu bytes before the end of this tensor's data",
+                          (unsigned long long)(cursor - data_size));
+    }
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__st_parse_header(const char *header, uint64_t n, uint64_t file_size, const char *path,
+                                  ckpt__arena *arena, ckpt__st_header *out, ckpt_error *err) {
+    memset(out, 0, sizeof *out);
+    out->data_start = 8 + n;
+    ctx c = {path, 8, err};
+
+    size_t bad = ckpt__utf8_check((const unsigned char *)header, (size_t)n);
+    if (bad != n)
+        return ckpt__fail(err, CKPT_E_HEADER_NOT_UTF8, path, NULL, (int64_t)(8 + bad),
+                          "header byte 0x%02x is not valid UTF-8", (unsigned char)header[bad]);
+
+    ckpt__json_doc doc;
+    size_t at;
+    const char *why;
+    ckpt_status st = ckpt__json_parse(header, (size_t)n, arena, &doc, &at, &why);
+    if (st == CKPT_E_NO_MEMORY) return ckpt__fail(err, st, path, NULL, -1, "out of memory parsing the header");
+    if (st) return ckpt__fail(err, CKPT_E_HEADER_NOT_JSON, path, NULL, (int64_t)(8 + at), "header is not JSON: %s", why);
+
+    const ckpt__json_node *root = &doc.nodes[0];
+    if (root->kind != CKPT__JSON_OBJECT) {
+        ckpt__json_free(&doc);
+        return ckpt__fail(err, CKPT_E_HEADER_SCHEMA, path, NULL, (int64_t)(8 + root->offset),
+                          "header must be a JSON object");
+    }
+    out->tensors = malloc((root->count ? root->count : 1) * sizeof *out->tensors);
+    ckpt__name_table names = {0};
+    if (!out->tensors || !ckpt__name_table_init(&names, root->count)) {
+        st = ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+        goto done;
+    }
+    bool seen_metadata = false;
+    size_t i = 1;
+    for (uint32_t k = 0; k < root->count && st == CKPT_OK; k++) {
+        const ckpt__json_node *key = &doc.nodes[i];
+        size_t v = key->end;
+        if (strcmp(key->str, "__metadata__") == 0) {
+            if (seen_metadata)
+                st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, path, NULL, (int64_t)(8 + key->offset),
+                                "__metadata__ appears twice");
+            else
+                st = parse_metadata(&c, &doc, v, arena, out);
+            seen_metadata = true;
+        } else {
+            ckpt__st_tensor *t = &out->tensors[out->count];
+            st = parse_tensor(&c, &doc, i, arena, t);
+            uint32_t prev;
+            if (st == CKPT_OK &&
+                !ckpt__name_table_insert(&names, &out->tensors[0].name, sizeof *t, (uint32_t)out->count, &prev))
+                st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, path, t->name, (int64_t)t->header_offset,
+                                "tensor name appears twice in the header (first at byte %llu)",
+                                (unsigned long long)out->tensors[prev].header_offset);
+            out->count++;
+        }
+        i = doc.nodes[v].end;
+    }
+    if (st == CKPT_OK) {
+        qsort(out->tensors, out->count, sizeof *out->tensors, by_offsets);
+        st = validate_layout(&c, out, file_size);
+    }
+done:
+    ckpt__name_table_free(&names);
+    ckpt__json_free(&doc);
+    if (st) ckpt__st_header_free(out);
+    return st;
+}
+
+ckpt_status ckpt__st_read_header(int fd, uint64_t file_size, const char *path, ckpt__arena *arena,
+                                 ckpt__st_header *out, ckpt_error *err) {
+    memset(out, 0, sizeof *out);
+    unsigned char prefix[8];
+    if (file_size < 8) return ckpt__st_check_length(file_size, 0, path, err);
+    ckpt_status st = ckpt__pread_full(fd, prefix, 8, 0, path, err);
+    if (st) return st;
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = (n << 8) | prefix[i];
+    st = ckpt__st_check_length(file_size, n, path, err);
+    if (st) return st;
+    char *header = malloc((size_t)n + 1);
+    if (!header) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "cannot allocate the header");
+    st = ckpt__pread_full(fd, header, n, 8, path, err);
+    if (st == CKPT_OK) st = ckpt__st_parse_header(header, n, file_size, path, arena, out, err);
+    free(header);
+    return st;
+}
+
+void ckpt__st_header_free(ckpt__st_header *header) {
+    free(header->tensors);
+    header->tensors = NULL;
+    header->count = 0;
+}
+
+/* ---- writing ----------------------------------------------------------- */
+
+static int by_dtype_then_name(const void *a, const void *b) {
+    const ckpt__st_out_tensor *x = a, *y = b;
+    if (x->dtype != y->dtype) return x->dtype > y->dtype ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+ckpt_status ckpt__st_layout(ckpt__st_out_tensor *tensors, size_t count, const char *const *meta_keys,
+                            const char *const *meta_values, size_t meta_count, ckpt__buf *out,
+                            uint64_t *data_size) {
+    qsort(tensors, count, sizeof *tensors, by_dtype_then_name);
+    ckpt__buf json = {0};
+    ckpt__buf_append(&json, "{", 1);
+    bool first = true;
+    if (meta_count) {
+        ckpt__buf_puts(&json, "\"__metadata__\":{");
+        for (size_t i = 0; i < meta_count; i++) {
+            if (i) ckpt__buf_append(&json, ",", 1);
+            ckpt__buf_json_string(&json, meta_keys[i]);
+            ckpt__buf_append(&json, ":", 1);
+            ckpt__buf_json_string(&json, meta_values[i]);
+        }
+        ckpt__buf_append(&json, "}", 1);
+        first = false;
+    }
+    uint64_t offset = 0;
+    for (size_t i = 0; i < count; i++) {
+        ckpt__st_out_tensor *t = &tensors[i];
+        if (!first) ckpt__buf_append(&json, ",", 1);
+        first = false;
+        ckpt__buf_json_string(&json, t->name);
+        ckpt__buf_puts(&json, ":{\"dtype\":");
+        ckpt__buf_json_string(&json, ckpt_dtype_name(t->dtype));
+        ckpt__buf_puts(&json, ",\"shape\":[");
+        for (uint32_t d = 0; d < t->ndim; d++) {
+            if (d) ckpt__buf_append(&json, ",", 1);
+            ckpt__buf_u64(&json, t->shape[d]);
+        }
+        ckpt__buf_puts(&json, "],\"data_offsets\":[");
+        t->begin = offset;
+        ckpt__buf_u64(&json, offset);
+        ckpt__buf_append(&json, ",", 1);
+        if (!ckpt__add_u64(offset, t->nbytes, &offset)) {
+            free(json.data);
+            return CKPT_E_SHAPE_OVERFLOW;
+        }
+        ckpt__buf_u64(&json, offset);
+        ckpt__buf_puts(&json, "]}");
+    }
+    ckpt__buf_append(&json, "}", 1);
+    while (json.len % 8) ckpt__buf_append(&json, " ", 1);
+    if (json.failed) {
+        free(json.data);
+        return CKPT_E_NO_MEMORY;
+    }
+    unsigned char prefix[8];
+    for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)((uint64_t)json.len >> (8 * i));
+    ckpt__buf_append(out, (const char *)prefix, 8);
+    ckpt__buf_append(out, json.data, json.len);
+    free(json.data);
+    if (out->failed) return CKPT_E_NO_MEMORY;
+    *data_size = offset;
+    return CKPT_OK;
+}

@@ -1,0 +1,183 @@
+/* shards.c — see shards.h. */
+#include "shards.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+size_t ckpt__shards_pack(const uint64_t *sizes, size_t count, uint64_t max_shard_size, uint32_t *shard_of) {
+    /* Shard numbers are only known once all big tensors are seen, because a
+     * big tensor takes the next number while a smaller shard stays open.
+     * Record, for the open shard, which tensors it holds and number it when
+     * it closes. */
+    size_t shards = 0, open_first = 0;
+    bool open = false;
+    uint64_t open_size = 0;
+    const uint32_t OPEN = UINT32_MAX;
+    for (size_t i = 0; i < count; i++) {
+        if (sizes[i] > max_shard_size) {
+            shard_of[i] = (uint32_t)shards++;
+            continue;
+        }
+        if (open && open_size + sizes[i] > max_shard_size) {
+            for (size_t j = open_first; j < i; j++)
+                if (shard_of[j] == OPEN) shard_of[j] = (uint32_t)shards;
+            shards++;
+            open = false;
+        }
+        if (!open) {
+            open = true;
+            open_first = i;
+            open_size = 0;
+        }
+        shard_of[i] = OPEN;
+        open_size += sizes[i];
+    }
+    if (open) {
+        for (size_t j = open_first; j < count; j++)
+            if (shard_of[j] == OPEN) shard_of[j] = (uint32_t)shards;
+        shards++;
+    }
+    return shards;
+}
+
+char *ckpt__shard_file_name(const char *prefix, size_t index, size_t total) {
+    char suffix[64] = "";
+    if (total > 1) snprintf(suffix, sizeof suffix, "-%05zu-of-%05zu", index + 1, total);
+    size_t n = strlen(prefix) + strlen(suffix) + sizeof ".safetensors";
+    char *name = malloc(n);
+    if (name) snprintf(name, n, "%s%s.safetensors", prefix, suffix);
+    return name;
+}
+
+static bool digits5(const char *s) {
+    for (int i = 0; i < 5; i++)
+        if (s[i] < '0' || s[i] > '9') return false;
+    return true;
+}
+
+bool ckpt__shards_is_own_file(const char *prefix, const char *name) {
+    size_t p = strlen(prefix);
+    if (strncmp(name, prefix, p) != 0) return false;
+    name += p;
+    if (name[0] == '-' && strlen(name) >= 15 && digits5(name + 1) && strncmp(name + 6, "-of-", 4) == 0 &&
+        digits5(name + 10))
+        name += 15;
+    if (strncmp(name, ".safetensors", 12) != 0) return false;
+    name += 12;
+    return *name == '\0' || strcmp(name, ".index.json") == 0;
+}
+
+static bool safe_relative(const char *name) {
+    if (!*name || name[0] == '/') return false;
+    for (const char *s = name; *s;) {
+        const char *e = strchr(s, '/');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        if (n == 2 && s[0] == '.' && s[1] == '.') return false;
+        if (!e) break;
+        s = e + 1;
+    }
+    return true;
+}
+
+ckpt_status ckpt__index_parse(const char *text, size_t len, const char *path, ckpt__arena *arena,
+                              ckpt__index *out, ckpt_error *err) {
+    memset(out, 0, sizeof *out);
+    size_t bad = ckpt__utf8_check((const unsigned char *)text, len);
+    if (bad != len)
+        return ckpt__fail(err, CKPT_E_INDEX_INVALID, path, NULL, (int64_t)bad, "index is not valid UTF-8");
+    ckpt__json_doc doc;
+    size_t at;
+    const char *why;
+    ckpt_status st = ckpt__json_parse(text, len, arena, &doc, &at, &why);
+    if (st == CKPT_E_NO_MEMORY) return ckpt__fail(err, st, path, NULL, -1, "out of memory");
+    if (st) return ckpt__fail(err, CKPT_E_INDEX_INVALID, path, NULL, (int64_t)at, "index is not JSON: %s", why);
+
+    const ckpt__json_node *root = &doc.nodes[0], *map = NULL;
+    size_t map_index = 0;
+    if (root->kind == CKPT__JSON_OBJECT) {
+        size_t i = 1;
+        for (uint32_t k = 0; k < root->count; k++) {
+            size_t v = doc.nodes[i].end;
+            if (strcmp(doc.nodes[i].str, "weight_map") == 0) map = &doc.nodes[map_index = v];
+            else if (strcmp(doc.nodes[i].str, "metadata") == 0 && doc.nodes[v].kind != CKPT__JSON_OBJECT &&
+                     doc.nodes[v].kind != CKPT__JSON_NULL) {
+                st = ckpt__fail(err, CKPT_E_INDEX_INVALID, path, NULL, (int64_t)doc.nodes[v].offset,
+                                "\"metadata\" must be an object");
+                goto done;
+            }
+            i = doc.nodes[v].end;
+        }
+    }
+    if (!map || map->kind != CKPT__JSON_OBJECT) {
+        st = ckpt__fail(err, CKPT_E_INDEX_INVALID, path, NULL, (int64_t)(map ? map->offset : root->offset),
+                        "expected a JSON object with a \"weight_map\" object");
+        goto done;
+    }
+    out->count = map->count;
+    out->names = ckpt__arena_alloc(arena, (map->count + 1) * sizeof(char *));
+    out->file_of = malloc((map->count + 1) * sizeof(uint32_t));
+    out->files = malloc((map->count + 1) * sizeof(char *));
+    ckpt__name_table names = {0}, files = {0};
+    if (!out->names || !out->file_of || !out->files || !ckpt__name_table_init(&names, map->count) ||
+        !ckpt__name_table_init(&files, map->count)) {
+        st = ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+        goto tables;
+    }
+    size_t i = map_index + 1;
+    for (uint32_t k = 0; k < map->count; k++) {
+        const ckpt__json_node *key = &doc.nodes[i], *val = &doc.nodes[key->end];
+        if (val->kind != CKPT__JSON_STRING) {
+            st = ckpt__fail(err, CKPT_E_INDEX_INVALID, path, key->str, (int64_t)val->offset,
+                            "weight_map values must be shard file names (strings)");
+            goto tables;
+        }
+        if (!safe_relative(val->str) || strlen(val->str) != val->len) {
+            st = ckpt__fail(err, CKPT_E_INDEX_INVALID, path, key->str, (int64_t)val->offset,
+                            "shard file name '%s' must be relative and must not contain '..'", val->str);
+            goto tables;
+        }
+        out->names[k] = key->str;
+        uint32_t prev;
+        if (!ckpt__name_table_insert(&names, out->names, sizeof(char *), k, &prev)) {
+            st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, path, key->str, (int64_t)key->offset,
+                            "tensor listed twice in weight_map");
+            goto tables;
+        }
+        out->files[out->file_count] = val->str;
+        if (ckpt__name_table_insert(&files, out->files, sizeof(char *), (uint32_t)out->file_count, &prev))
+            out->file_of[k] = (uint32_t)out->file_count++;
+        else
+            out->file_of[k] = prev;
+        i = val->end;
+    }
+tables:
+    ckpt__name_table_free(&names);
+    ckpt__name_table_free(&files);
+done:
+    ckpt__json_free(&doc);
+    if (st) ckpt__index_free(out);
+    return st;
+}
+
+void ckpt__index_free(ckpt__index *index) {
+    free(index->file_of);
+    free(index->files);
+    index->file_of = NULL;
+    index->files = NULL;
+    index->count = index->file_count = 0;
+}
+
+void ckpt__index_render(ckpt__buf *out, uint64_t total_size, const char *const *names,
+                        const char *const *files, size_t count) {
+    ckpt__buf_puts(out, "{\n  \"metadata\": {\n    \"total_size\": ");
+    ckpt__buf_u64(out, total_size);
+    ckpt__buf_puts(out, "\n  },\n  \"weight_map\": {");
+    for (size_t i = 0; i < count; i++) {
+        ckpt__buf_puts(out, i ? ",\n    " : "\n    ");
+        ckpt__buf_json_string_ascii(out, names[i]);
+        ckpt__buf_puts(out, ": ");
+        ckpt__buf_json_string_ascii(out, files[i]);
+    }
+    ckpt__buf_puts(out, count ? "\n  }\n}" : "}\n}");
+}

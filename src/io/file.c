@@ -1,0 +1,229 @@
+/* file.c — see file.h. */
+#include "file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Linux caps one read/write at 0x7ffff000 bytes; stay under it. */
+enum { MAX_IO = 1 << 30 };
+/* Buffer of the pread/pwrite fallback copy, and the granularity of progress. */
+enum { COPY_CHUNK = 8 << 20, COPY_TICK = 64 << 20 };
+
+ckpt_status ckpt__file_open_read(const char *path, int *fd, uint64_t *size, ckpt_error *err) {
+    int f = open(path, O_RDONLY | O_CLOEXEC);
+    if (f < 0) return ckpt__fail_errno(err, errno, path, -1, "cannot open for reading");
+    struct stat st;
+    if (fstat(f, &st) != 0) {
+        int e = errno;
+        close(f);
+        return ckpt__fail_errno(err, e, path, -1, "cannot stat");
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(f);
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "not a regular file");
+    }
+    *fd = f;
+    *size = (uint64_t)st.st_size;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__pread_full(int fd, void *buf, uint64_t n, uint64_t offset, const char *path,
+                             ckpt_error *err) {
+    char *p = buf;
+    while (n > 0) {
+        size_t want = n > MAX_IO ? MAX_IO : (size_t)n;
+        ssize_t got = pread(fd, p, want, (off_t)offset);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return ckpt__fail_errno(err, errno, path, (int64_t)offset, "read failed");
+        }
+        if (got == 0)
+            return ckpt__fail(err, CKPT_E_TRUNCATED, path, NULL, (int64_t)offset,
+                              "file ends %llu bytes early", (unsigned long long)n);
+        p += got;
+        n -= (uint64_t)got;
+        offset += (uint64_t)got;
+    }
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__pwrite_full(int fd, const void *buf, uint64_t n, uint64_t offset, const char *path,
+                              ckpt_error *err) {
+    const char *p = buf;
+    while (n > 0) {
+        size_t want = n > MAX_IO ? MAX_IO : (size_t)n;
+        ssize_t put = pwrite(fd, p, want, (off_t)offset);
+        if (put < 0) {
+            if (errno == EINTR) continue;
+            return ckpt__fail_errno(err, errno, path, (int64_t)offset, "write failed");
+        }
+        if (put == 0) return ckpt__fail_errno(err, ENOSPC, path, (int64_t)offset, "write made no progress");
+        p += put;
+        n -= (uint64_t)put;
+        offset += (uint64_t)put;
+    }
+    return CKPT_OK;
+}
+
+static ckpt_status copy_by_buffer(int src_fd, uint64_t src_offset, const char *src_path, int dst_fd,
+                                  uint64_t dst_offset, const char *dst_path, uint64_t n,
+                                  uint64_t done, ckpt__copy_tick tick, void *user, ckpt_error *err) {
+    size_t cap = n - done < COPY_CHUNK ? (size_t)(n - done) : COPY_CHUNK;
+    char *buf = malloc(cap ? cap : 1);
+    if (!buf) return ckpt__fail(err, CKPT_E_NO_MEMORY, dst_path, NULL, -1, "cannot allocate copy buffer");
+    ckpt_status st = CKPT_OK;
+    uint64_t since_tick = 0;
+    while (done < n && st == CKPT_OK) {
+        size_t len = n - done < cap ? (size_t)(n - done) : cap;
+        st = ckpt__pread_full(src_fd, buf, len, src_offset + done, src_path, err);
+        if (st == CKPT_OK) st = ckpt__pwrite_full(dst_fd, buf, len, dst_offset + done, dst_path, err);
+        done += len;
+        since_tick += len;
+        if (st == CKPT_OK && tick && (since_tick >= COPY_TICK || done == n)) {
+            since_tick = 0;
+            if (tick(done, user)) st = ckpt__fail(err, CKPT_E_CANCELLED, dst_path, NULL, -1, "cancelled");
+        }
+    }
+    free(buf);
+    return st;
+}
+
+ckpt_status ckpt__copy_range(int src_fd, uint64_t src_offset, const char *src_path, int dst_fd,
+                             uint64_t dst_offset, const char *dst_path, uint64_t n,
+                             ckpt__copy_tick tick, void *user, ckpt_error *err) {
+    uint64_t done = 0;
+    while (done < n) {
+        size_t want = n - done > COPY_TICK ? COPY_TICK : (size_t)(n - done);
+        loff_t in = (loff_t)(src_offset + done), out = (loff_t)(dst_offset + done);
+        ssize_t got = copy_file_range(src_fd, &in, dst_fd, &out, want, 0);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP ||
+                errno == EBADF || errno == ETXTBSY || errno == EPERM)
+                return copy_by_buffer(src_fd, src_offset, src_path, dst_fd, dst_offset, dst_path, n,
+                                      done, tick, user, err);
+            if (errno == ENOSPC || errno == EDQUOT)
+                return ckpt__fail_errno(err, errno, dst_path, (int64_t)(dst_offset + done), "write failed");
+            return ckpt__fail_errno(err, errno, src_path, (int64_t)(src_offset + done),
+                                    "copy to %s failed", dst_path);
+        }
+        if (got == 0)
+            return ckpt__fail(err, CKPT_E_TRUNCATED, src_path, NULL, (int64_t)(src_offset + done),
+                              "file ends %llu bytes early", (unsigned long long)(n - done));
+        done += (uint64_t)got;
+        if (tick && tick(done, user))
+            return ckpt__fail(err, CKPT_E_CANCELLED, dst_path, NULL, -1, "cancelled");
+    }
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__read_small_file(const char *path, uint64_t limit, ckpt_status too_large_status,
+                                  char **data, uint64_t *size, ckpt_error *err) {
+    int fd;
+    uint64_t n;
+    ckpt_status st = ckpt__file_open_read(path, &fd, &n, err);
+    if (st) return st;
+    if (n > limit) {
+        close(fd);
+        return ckpt__fail(err, too_large_status, path, NULL, -1,
+                          "file is %llu bytes, more than the %llu allowed", (unsigned long long)n,
+                          (unsigned long long)limit);
+    }
+    char *buf = malloc((size_t)n + 1);
+    if (!buf) {
+        close(fd);
+        return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "cannot allocate %llu bytes",
+                          (unsigned long long)n);
+    }
+    st = ckpt__pread_full(fd, buf, n, 0, path, err);
+    close(fd);
+    if (st) {
+        free(buf);
+        return st;
+    }
+    buf[n] = '\0';
+    *data = buf;
+    *size = n;
+    return CKPT_OK;
+}
+
+char *ckpt__path_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    size_t n = a;
+    if (a && dir[a - 1] != '/') p[n++] = '/';
+    memcpy(p + n, name, b + 1);
+    return p;
+}
+
+const char *ckpt__path_basename(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+char *ckpt__path_dirname(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return strdup(".");
+    if (slash == path) return strdup("/");
+    return strndup(path, (size_t)(slash - path));
+}
+
+ckpt_status ckpt__temp_create(const char *final_path, char **tmp_path, int *fd, ckpt_error *err) {
+    /* A process-wide counter keeps names unique between writers of one
+     * process; the pid lets a later run recognise leftovers of a dead one. */
+    static atomic_uint counter;
+    char *dir = ckpt__path_dirname(final_path);
+    if (!dir) return ckpt__fail(err, CKPT_E_NO_MEMORY, final_path, NULL, -1, "out of memory");
+    const char *base = ckpt__path_basename(final_path);
+    for (int attempt = 0; attempt < 100; attempt++) {
+        char name[PATH_MAX];
+        int w = snprintf(name, sizeof name, ".%s.ckpt-tmp-%ld-%u", base, (long)getpid(),
+                         atomic_fetch_add(&counter, 1));
+        if (w < 0 || (size_t)w >= sizeof name) break;
+        char *p = ckpt__path_join(dir, name);
+        if (!p) break;
+        int f = open(p, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (f >= 0) {
+            free(dir);
+            *tmp_path = p;
+            *fd = f;
+            return CKPT_OK;
+        }
+        int e = errno;
+        free(p);
+        if (e != EEXIST) {
+            ckpt_status st = ckpt__fail_errno(err, e, final_path, -1, "cannot create a temporary file in %s", dir);
+            free(dir);
+            return st;
+        }
+    }
+    free(dir);
+    return ckpt__fail(err, CKPT_E_IO, final_path, NULL, -1, "cannot create a temporary file name");
+}
+
+ckpt_status ckpt__reserve(int fd, uint64_t size, const char *path, ckpt_error *err) {
+    if (size == 0) return CKPT_OK;
+    if (fallocate(fd, 0, 0, (off_t)size) == 0) return CKPT_OK;
+    if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL) return CKPT_OK;
+    return ckpt__fail_errno(err, errno, path, -1, "cannot reserve %llu bytes", (unsigned long long)size);
+}
+
+ckpt_status ckpt__fsync_parent(const char *path, ckpt_error *err) {
+    char *dir = ckpt__path_dirname(path);
+    if (!dir) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ckpt_status st = CKPT_OK;
+    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL && errno != EROFS))
+        st = ckpt__fail_errno(err, errno, dir, -1, "cannot sync directory");
+    if (fd >= 0) close(fd);
+    free(dir);
+    return st;
+}

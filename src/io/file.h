@@ -1,0 +1,74 @@
+/*
+ * file.h — the system calls ckpt makes on files, with their failure modes
+ * turned into ckpt errors: full reads and writes that survive EINTR and short
+ * transfers, kernel-side copies, and atomic output through temporaries.
+ * Depends on base only.
+ */
+#ifndef CKPT_IO_FILE_H
+#define CKPT_IO_FILE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../base/base.h"
+
+/* Opens `path` read-only (O_CLOEXEC) and returns its descriptor and size.
+ * A directory or a special file is refused with CKPT_E_INVALID_ARGUMENT. */
+CKPT__HIDDEN ckpt_status ckpt__file_open_read(const char *path, int *fd, uint64_t *size,
+                                              ckpt_error *err);
+
+/* Reads exactly `n` bytes at `offset`.  End of file first gives
+ * CKPT_E_TRUNCATED naming the offset where data stopped. */
+CKPT__HIDDEN ckpt_status ckpt__pread_full(int fd, void *buf, uint64_t n, uint64_t offset,
+                                          const char *path, ckpt_error *err);
+
+/* Writes exactly `n` bytes at `offset`. */
+CKPT__HIDDEN ckpt_status ckpt__pwrite_full(int fd, const void *buf, uint64_t n, uint64_t offset,
+                                           const char *path, ckpt_error *err);
+
+/* Called between chunks of a long copy with the bytes copied so far by this
+ * call; non-zero cancels. */
+typedef int (*ckpt__copy_tick)(uint64_t copied, void *user);
+
+/*
+ * Copies `n` bytes from (src_fd, src_offset) to (dst_fd, dst_offset).  Uses
+ * copy_file_range so that the kernel moves the bytes (no user-space copy, no
+ * memory growth); falls back to pread/pwrite through one bounded buffer
+ * where the kernel cannot.  `tick` may be NULL.
+ */
+CKPT__HIDDEN ckpt_status ckpt__copy_range(int src_fd, uint64_t src_offset, const char *src_path,
+                                          int dst_fd, uint64_t dst_offset, const char *dst_path,
+                                          uint64_t n, ckpt__copy_tick tick, void *user,
+                                          ckpt_error *err);
+
+/* Reads a whole (small) file into a malloc'ed, NUL-terminated buffer;
+ * larger than `limit` bytes gives `too_large_status`. */
+CKPT__HIDDEN ckpt_status ckpt__read_small_file(const char *path, uint64_t limit,
+                                               ckpt_status too_large_status, char **data,
+                                               uint64_t *size, ckpt_error *err);
+
+/*
+ * Creates a temporary file beside `final_path`, named
+ * "<dir>/.<base>.ckpt-tmp-<pid>-<n>", exclusively, mode 0666 & ~umask.
+ * *tmp_path is malloc'ed.
+ */
+CKPT__HIDDEN ckpt_status ckpt__temp_create(const char *final_path, char **tmp_path, int *fd,
+                                           ckpt_error *err);
+
+/* Reserves `size` bytes for a file so that a full disk fails now rather
+ * than mid-write; a file system without the feature is not an error. */
+CKPT__HIDDEN ckpt_status ckpt__reserve(int fd, uint64_t size, const char *path, ckpt_error *err);
+
+/* fsyncs the directory holding `path` (so a rename in it is durable). */
+CKPT__HIDDEN ckpt_status ckpt__fsync_parent(const char *path, ckpt_error *err);
+
+/* Joins a directory and a file name into a malloc'ed path ("dir/name"). */
+CKPT__HIDDEN char *ckpt__path_join(const char *dir, const char *name);
+
+/* The directory part of `path` as a malloc'ed string ("." when none). */
+CKPT__HIDDEN char *ckpt__path_dirname(const char *path);
+
+/* The file-name part of `path` (points into it). */
+CKPT__HIDDEN const char *ckpt__path_basename(const char *path);
+
+#endif

@@ -1,0 +1,471 @@
+/* writer.c — ckpt_writer_*: streaming safetensors output, single or sharded,
+ * committed atomically. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "formats/safetensors.h"
+#include "formats/shards.h"
+#include "writer_internal.h"
+
+typedef struct wtensor {
+    const char *name; /* arena */
+    ckpt_dtype dtype;
+    uint32_t ndim;
+    uint64_t *shape; /* arena */
+    uint64_t nbytes;
+    uint32_t file;
+    uint64_t offset; /* absolute, in its file */
+    uint64_t written;
+} wtensor;
+
+typedef struct wfile {
+    char *final_path;
+    char *tmp_path;
+    int fd;
+    uint64_t size;
+    bool existed;   /* a file was already at final_path */
+    bool committed; /* renamed into place */
+} wfile;
+
+typedef enum wstate { DECLARING, WRITING, COMMITTED, FAILED } wstate;
+
+struct ckpt_writer {
+    ckpt_writer_options opt;
+    char *path;   /* the file, or the directory of shards */
+    char *prefix;
+    ckpt__arena arena;
+    wstate state;
+    size_t count, cap;
+    wtensor *tensors;
+    ckpt__name_table names;
+    size_t names_cap;
+    size_t meta_count, meta_cap;
+    const char **meta_keys, **meta_values;
+    uint64_t total;
+    size_t file_count;
+    wfile *files;
+    wfile index; /* sharded output with two or more shards */
+    char **stale; /* files of a replaced checkpoint to remove after commit */
+    size_t stale_count;
+};
+
+static ckpt_status oom(ckpt_error *err, const char *path) {
+    return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+}
+
+void ckpt_writer_options_init(ckpt_writer_options *o) {
+    memset(o, 0, sizeof *o);
+}
+
+static bool exists(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* Lists the files of an existing sharded checkpoint with this prefix. */
+static ckpt_status existing_shard_files(ckpt_writer *w, ckpt_error *err) {
+    DIR *d = opendir(w->path);
+    if (!d) {
+        if (errno == ENOENT) return CKPT_OK;
+        return ckpt__fail_errno(err, errno, w->path, -1, "cannot list the destination directory");
+    }
+    ckpt_status st = CKPT_OK;
+    struct dirent *e;
+    while ((e = readdir(d)) && st == CKPT_OK) {
+        if (!ckpt__shards_is_own_file(w->prefix, e->d_name)) continue;
+        char **s = realloc(w->stale, (w->stale_count + 1) * sizeof *s);
+        if (!s) {
+            st = oom(err, w->path);
+            break;
+        }
+        w->stale = s;
+        if (!(s[w->stale_count] = ckpt__path_join(w->path, e->d_name))) st = oom(err, w->path);
+        else w->stale_count++;
+    }
+    closedir(d);
+    return st;
+}
+
+ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *options, ckpt_writer **out,
+                               ckpt_error *err) {
+    if (out) *out = NULL;
+    if (!path || !*path || !out)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "path and out are required");
+    ckpt_writer *w = calloc(1, sizeof *w);
+    if (!w) return oom(err, path);
+    if (options) w->opt = *options;
+    w->path = strdup(path);
+    w->prefix = strdup(w->opt.prefix && *w->opt.prefix ? w->opt.prefix : "model");
+    w->opt.prefix = NULL;
+    w->index.fd = -1;
+    ckpt_status st = CKPT_OK;
+    if (!w->path || !w->prefix) st = oom(err, path);
+    else if (w->opt.max_shard_size == 0) {
+        struct stat sb;
+        if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+            st = ckpt__fail(err, CKPT_E_EXISTS, path, NULL, -1,
+                            "is a directory; give a file name, or a maximum shard size to write shards into it");
+        else if (exists(path) && !w->opt.overwrite)
+            st = ckpt__fail(err, CKPT_E_EXISTS, path, NULL, -1, "already exists (use overwrite / --force to replace it)");
+    } else {
+        struct stat sb;
+        if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
+            st = ckpt__fail(err, CKPT_E_EXISTS, path, NULL, -1, "exists and is not a directory");
+        if (st == CKPT_OK) st = existing_shard_files(w, err);
+        if (st == CKPT_OK && w->stale_count && !w->opt.overwrite)
+            st = ckpt__fail(err, CKPT_E_EXISTS, w->stale[0], NULL, -1,
+                            "a checkpoint is already there (use overwrite / --force to replace it)");
+    }
+    if (st) {
+        ckpt_writer_free(w);
+        return st;
+    }
+    *out = w;
+    return CKPT_OK;
+}
+
+static ckpt_status check_declaring(ckpt_writer *w, ckpt_error *err) {
+    if (!w) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "writer is NULL");
+    if (w->state != DECLARING)
+        return ckpt__fail(err, CKPT_E_BAD_STATE, w->path, NULL, -1, "declarations must come before ckpt_writer_begin");
+    return CKPT_OK;
+}
+
+static bool valid_utf8(const char *s) {
+    size_t n = strlen(s);
+    return ckpt__utf8_check((const unsigned char *)s, n) == n;
+}
+
+ckpt_status ckpt_writer_set_metadata(ckpt_writer *w, const char *key, const char *value, ckpt_error *err) {
+    ckpt_status st = check_declaring(w, err);
+    if (st) return st;
+    if (!key || !value || !valid_utf8(key) || !valid_utf8(value))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "metadata keys and values must be UTF-8 strings");
+    for (size_t i = 0; i < w->meta_count; i++)
+        if (strcmp(w->meta_keys[i], key) == 0)
+            return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, w->path, NULL, -1, "metadata key '%s' set twice", key);
+    if (w->meta_count == w->meta_cap) {
+        size_t cap = w->meta_cap ? w->meta_cap * 2 : 4;
+        const char **k = realloc(w->meta_keys, cap * sizeof *k);
+        if (k) w->meta_keys = k;
+        const char **v = realloc(w->meta_values, cap * sizeof *v);
+        if (v) w->meta_values = v;
+        if (!k || !v) return oom(err, w->path);
+        w->meta_cap = cap;
+    }
+    const char *k = ckpt__arena_strndup(&w->arena, key, strlen(key));
+    const char *v = ckpt__arena_strndup(&w->arena, value, strlen(value));
+    if (!k || !v) return oom(err, w->path);
+    w->meta_keys[w->meta_count] = k;
+    w->meta_values[w->meta_count++] = v;
+    return CKPT_OK;
+}
+
+static bool rebuild_names(ckpt_writer *w, size_t want) {
+    ckpt__name_table t;
+    if (!ckpt__name_table_init(&t, want)) return false;
+    for (size_t i = 0; i < w->count; i++)
+        ckpt__name_table_insert(&t, &w->tensors[0].name, sizeof *w->tensors, (uint32_t)i, NULL);
+    ckpt__name_table_free(&w->names);
+    w->names = t;
+    w->names_cap = want;
+    return true;
+}
+
+ckpt_status ckpt_writer_add_tensor(ckpt_writer *w, const char *name, ckpt_dtype dtype, uint32_t ndim,
+                                   const uint64_t *shape, size_t *index, ckpt_error *err) {
+    ckpt_status st = check_declaring(w, err);
+    if (st) return st;
+    if (!name || !*name || !valid_utf8(name) || strcmp(name, "__metadata__") == 0)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, name, -1,
+                          "tensor names must be non-empty UTF-8 and not \"__metadata__\"");
+    if (!ckpt_dtype_name(dtype))
+        return ckpt__fail(err, CKPT_E_UNKNOWN_DTYPE, w->path, name, -1, "unknown dtype %d", (int)dtype);
+    if (ndim > CKPT_MAX_DIMS || (ndim && !shape))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, name, -1, "shape must have at most %d dimensions",
+                          CKPT_MAX_DIMS);
+    uint64_t numel, nbytes;
+    if (!ckpt__shape_numel(ndim, shape, &numel))
+        return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, w->path, name, -1, "product of the shape overflows 64 bits");
+    st = ckpt__dtype_nbytes(dtype, numel, &nbytes);
+    if (st)
+        return ckpt__fail(err, st, w->path, name, -1, "%llu elements of %s: %s", (unsigned long long)numel,
+                          ckpt_dtype_name(dtype), ckpt_status_message(st));
+    uint64_t total;
+    if (!ckpt__add_u64(w->total, nbytes, &total))
+        return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, w->path, name, -1, "total size overflows 64 bits");
+    if (w->count == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 64;
+        wtensor *t = realloc(w->tensors, cap * sizeof *t);
+        if (!t) return oom(err, w->path);
+        w->tensors = t;
+        w->cap = cap;
+    }
+    wtensor *t = &w->tensors[w->count];
+    memset(t, 0, sizeof *t);
+    t->name = ckpt__arena_strndup(&w->arena, name, strlen(name));
+    t->shape = ckpt__arena_alloc(&w->arena, (ndim ? ndim : 1) * sizeof(uint64_t));
+    if (!t->name || !t->shape) return oom(err, w->path);
+    if (ndim) memcpy(t->shape, shape, ndim * sizeof(uint64_t));
+    t->dtype = dtype;
+    t->ndim = ndim;
+    t->nbytes = nbytes;
+    if (w->count + 1 > w->names_cap / 2 + w->names_cap / 4 && !rebuild_names(w, (w->count + 1) * 2))
+        return oom(err, w->path);
+    uint32_t prev;
+    if (!ckpt__name_table_insert(&w->names, &w->tensors[0].name, sizeof *w->tensors, (uint32_t)w->count, &prev))
+        return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, w->path, name, -1, "tensor declared twice");
+    if (index) *index = w->count;
+    w->count++;
+    w->total = total;
+    return CKPT_OK;
+}
+
+/* Lays out one output file: its header, and each tensor's offset in it. */
+static ckpt_status layout_file(ckpt_writer *w, uint32_t file, ckpt__buf *header, ckpt_error *err) {
+    size_t n = 0;
+    for (size_t i = 0; i < w->count; i++) n += w->tensors[i].file == file;
+    ckpt__st_out_tensor *out = malloc((n ? n : 1) * sizeof *out);
+    if (!out) return oom(err, w->files[file].final_path);
+    size_t k = 0;
+    for (size_t i = 0; i < w->count; i++) {
+        wtensor *t = &w->tensors[i];
+        if (t->file == file)
+            out[k++] = (ckpt__st_out_tensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim,
+                                             .shape = t->shape, .nbytes = t->nbytes, .id = i};
+    }
+    uint64_t data_size;
+    ckpt_status st = ckpt__st_layout(out, n, w->meta_keys, w->meta_values, w->meta_count, header, &data_size);
+    if (st == CKPT_OK) {
+        for (size_t i = 0; i < n; i++) w->tensors[out[i].id].offset = header->len + out[i].begin;
+        w->files[file].size = header->len + data_size;
+    } else {
+        st = ckpt__fail(err, st, w->files[file].final_path, NULL, -1, "cannot lay out the file");
+    }
+    free(out);
+    return st;
+}
+
+static ckpt_status plan_files(ckpt_writer *w, ckpt_error *err) {
+    size_t shards = 1;
+    if (w->opt.max_shard_size && w->count) {
+        uint64_t *sizes = malloc(w->count * sizeof *sizes);
+        uint32_t *shard_of = malloc(w->count * sizeof *shard_of);
+        if (!sizes || !shard_of) {
+            free(sizes);
+            free(shard_of);
+            return oom(err, w->path);
+        }
+        for (size_t i = 0; i < w->count; i++) sizes[i] = w->tensors[i].nbytes;
+        shards = ckpt__shards_pack(sizes, w->count, w->opt.max_shard_size, shard_of);
+        for (size_t i = 0; i < w->count; i++) w->tensors[i].file = shard_of[i];
+        free(sizes);
+        free(shard_of);
+    }
+    w->files = calloc(shards, sizeof *w->files);
+    if (!w->files) return oom(err, w->path);
+    w->file_count = shards;
+    for (size_t f = 0; f < shards; f++) {
+        w->files[f].fd = -1;
+        if (w->opt.max_shard_size) {
+            char *name = ckpt__shard_file_name(w->prefix, f, shards);
+            w->files[f].final_path = name ? ckpt__path_join(w->path, name) : NULL;
+            free(name);
+        } else {
+            w->files[f].final_path = strdup(w->path);
+        }
+        if (!w->files[f].final_path) return oom(err, w->path);
+        w->files[f].existed = exists(w->files[f].final_path);
+    }
+    if (shards > 1) {
+        size_t n = strlen(w->prefix) + sizeof ".safetensors.index.json";
+        char *name = malloc(n);
+        if (!name) return oom(err, w->path);
+        snprintf(name, n, "%s.safetensors.index.json", w->prefix);
+        w->index.final_path = ckpt__path_join(w->path, name);
+        free(name);
+        if (!w->index.final_path) return oom(err, w->path);
+        w->index.existed = exists(w->index.final_path);
+    }
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
+    ckpt_status st = check_declaring(w, err);
+    if (st) return st;
+    w->state = FAILED; /* until every step below succeeds */
+    if (w->opt.max_shard_size && mkdir(w->path, 0777) != 0 && errno != EEXIST)
+        return ckpt__fail_errno(err, errno, w->path, -1, "cannot create the output directory");
+    st = plan_files(w, err);
+    for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) {
+        wfile *file = &w->files[f];
+        ckpt__buf header = {0};
+        st = layout_file(w, (uint32_t)f, &header, err);
+        if (st == CKPT_OK) st = ckpt__temp_create(file->final_path, &file->tmp_path, &file->fd, err);
+        if (st == CKPT_OK) st = ckpt__reserve(file->fd, file->size, file->tmp_path, err);
+        if (st == CKPT_OK) st = ckpt__pwrite_full(file->fd, header.data, header.len, 0, file->tmp_path, err);
+        free(header.data);
+    }
+    if (st == CKPT_OK) w->state = WRITING;
+    return st;
+}
+
+size_t ckpt_writer_file_count(const ckpt_writer *w) { return w ? w->file_count : 0; }
+const char *ckpt_writer_file_path(const ckpt_writer *w, size_t i) {
+    return w && i < w->file_count ? w->files[i].final_path : NULL;
+}
+size_t ckpt_writer_tensor_file(const ckpt_writer *w, size_t index) {
+    return w && index < w->count ? w->tensors[index].file : 0;
+}
+uint64_t ckpt_writer_total_bytes(const ckpt_writer *w) { return w ? w->total : 0; }
+
+static ckpt_status check_append(ckpt_writer *w, size_t index, uint64_t n, ckpt_error *err) {
+    if (!w) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "writer is NULL");
+    if (w->state != WRITING)
+        return ckpt__fail(err, CKPT_E_BAD_STATE, w->path, NULL, -1,
+                          w->state == DECLARING ? "data must come after ckpt_writer_begin"
+                                                : "the writer is committed or has failed");
+    if (index >= w->count)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "no tensor with writer index %zu", index);
+    wtensor *t = &w->tensors[index];
+    if (n > t->nbytes - t->written)
+        return ckpt__fail(err, CKPT_E_OUT_OF_RANGE, w->files[t->file].final_path, t->name, -1,
+                          "%llu more bytes would exceed the declared %llu (already written: %llu)",
+                          (unsigned long long)n, (unsigned long long)t->nbytes, (unsigned long long)t->written);
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_writer_write(ckpt_writer *w, size_t index, const void *data, size_t nbytes, ckpt_error *err) {
+    ckpt_status st = check_append(w, index, nbytes, err);
+    if (st) return st;
+    if (nbytes && !data) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "data is NULL");
+    wtensor *t = &w->tensors[index];
+    wfile *f = &w->files[t->file];
+    st = ckpt__pwrite_full(f->fd, data, nbytes, t->offset + t->written, f->tmp_path, err);
+    if (st) return st;
+    t->written += nbytes;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__writer_copy(ckpt_writer *w, size_t index, int src_fd, uint64_t src_offset, const char *src_path,
+                              uint64_t n, ckpt__copy_tick tick, void *user, ckpt_error *err) {
+    ckpt_status st = check_append(w, index, n, err);
+    if (st) return st;
+    wtensor *t = &w->tensors[index];
+    wfile *f = &w->files[t->file];
+    st = ckpt__copy_range(src_fd, src_offset, src_path, f->fd, t->offset + t->written, f->tmp_path, n, tick, user, err);
+    if (st) return st;
+    t->written += n;
+    return CKPT_OK;
+}
+
+static ckpt_status finish_file(ckpt_writer *w, wfile *f, ckpt_error *err) {
+    if (ftruncate(f->fd, (off_t)f->size) != 0)
+        return ckpt__fail_errno(err, errno, f->tmp_path, -1, "cannot set the file size");
+    if (!w->opt.no_sync && fsync(f->fd) != 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "fsync failed");
+    int fd = f->fd;
+    f->fd = -1;
+    if (close(fd) != 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "close failed");
+    return CKPT_OK;
+}
+
+static ckpt_status write_index(ckpt_writer *w, ckpt_error *err) {
+    const char **names = malloc((w->count + 1) * sizeof *names);
+    const char **files = malloc((w->count + 1) * sizeof *files);
+    ckpt_status st = CKPT_OK;
+    if (!names || !files) st = oom(err, w->index.final_path);
+    for (size_t i = 0; st == CKPT_OK && i < w->count; i++) {
+        names[i] = w->tensors[i].name;
+        files[i] = ckpt__path_basename(w->files[w->tensors[i].file].final_path);
+    }
+    ckpt__buf text = {0};
+    if (st == CKPT_OK) {
+        ckpt__index_render(&text, w->total, names, files, w->count);
+        if (text.failed) st = oom(err, w->index.final_path);
+    }
+    if (st == CKPT_OK) st = ckpt__temp_create(w->index.final_path, &w->index.tmp_path, &w->index.fd, err);
+    if (st == CKPT_OK) st = ckpt__pwrite_full(w->index.fd, text.data, text.len, 0, w->index.tmp_path, err);
+    w->index.size = text.len;
+    if (st == CKPT_OK) st = finish_file(w, &w->index, err);
+    free(text.data);
+    free(names);
+    free(files);
+    return st;
+}
+
+static ckpt_status place(wfile *f, ckpt_error *err) {
+    if (rename(f->tmp_path, f->final_path) != 0)
+        return ckpt__fail_errno(err, errno, f->final_path, -1, "cannot rename %s into place", f->tmp_path);
+    f->committed = true;
+    return CKPT_OK;
+}
+
+static bool is_new_file(const ckpt_writer *w, const char *path) {
+    for (size_t f = 0; f < w->file_count; f++)
+        if (strcmp(w->files[f].final_path, path) == 0) return true;
+    return w->index.final_path && strcmp(w->index.final_path, path) == 0;
+}
+
+ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
+    if (!w) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "writer is NULL");
+    if (w->state != WRITING)
+        return ckpt__fail(err, CKPT_E_BAD_STATE, w->path, NULL, -1, "commit needs a begun, uncommitted writer");
+    for (size_t i = 0; i < w->count; i++) {
+        wtensor *t = &w->tensors[i];
+        if (t->written != t->nbytes) {
+            w->state = FAILED;
+            return ckpt__fail(err, CKPT_E_BAD_STATE, w->files[t->file].final_path, t->name, -1,
+                              "only %llu of its %llu bytes were written", (unsigned long long)t->written,
+                              (unsigned long long)t->nbytes);
+        }
+    }
+    w->state = FAILED;
+    ckpt_status st = CKPT_OK;
+    for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) st = finish_file(w, &w->files[f], err);
+    if (st == CKPT_OK && w->index.final_path) st = write_index(w, err);
+    /* Shards first, the index last: a reader never sees an index whose
+     * shards are missing. */
+    for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) st = place(&w->files[f], err);
+    if (st == CKPT_OK && w->index.final_path) st = place(&w->index, err);
+    if (st == CKPT_OK && !w->opt.no_sync) st = ckpt__fsync_parent(w->files[0].final_path, err);
+    if (st) return st; /* ckpt_writer_free rolls back */
+    w->state = COMMITTED;
+    for (size_t i = 0; i < w->stale_count; i++)
+        if (!is_new_file(w, w->stale[i])) unlink(w->stale[i]);
+    return CKPT_OK;
+}
+
+/* Closes a file; when rolling back, removes its temporary, and takes back
+ * a final name it created (a failed commit leaves no new name behind). */
+static void discard(wfile *f, bool rollback) {
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    if (rollback) {
+        if (!f->committed && f->tmp_path) unlink(f->tmp_path);
+        if (f->committed && !f->existed) unlink(f->final_path);
+    }
+    free(f->tmp_path);
+    free(f->final_path);
+}
+
+void ckpt_writer_free(ckpt_writer *w) {
+    if (!w) return;
+    bool rollback = w->state != COMMITTED;
+    for (size_t f = 0; f < w->file_count; f++) discard(&w->files[f], rollback);
+    discard(&w->index, rollback);
+    for (size_t i = 0; i < w->stale_count; i++) free(w->stale[i]);
+    free(w->stale);
+    free(w->files);
+    free(w->tensors);
+    free(w->meta_keys);
+    free(w->meta_values);
+    ckpt__name_table_free(&w->names);
+    ckpt__arena_free(&w->arena);
+    free(w->path);
+    free(w->prefix);
+    free(w);
+}
