@@ -31,6 +31,20 @@ static void shape_text(const ckpt_tensor_info *t, char *buf, size_t cap) {
     if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
+/* Display columns of a UTF-8 string (one per code point: good enough for
+ * aligning names, which are mostly ASCII). */
+static int columns(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+/* Prints s left-aligned in `width` columns. */
+static void print_padded(const char *s, int width) {
+    fputs(s, stdout);
+    for (int n = columns(s); n < width; n++) putchar(' ');
+}
+
 static const char *base_name(const char *path) {
     const char *s = strrchr(path, '/');
     return s ? s + 1 : path;
@@ -95,7 +109,7 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
     char shape[512], size[32];
     for (size_t i = 0; i < n; i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
-        int len = (int)strlen(t->name);
+        int len = columns(t->name);
         if (len > wname) wname = len;
         shape_text(t, shape, sizeof shape);
         len = (int)strlen(shape);
@@ -108,7 +122,8 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
     for (size_t i = 0; i < n; i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
         shape_text(t, shape, sizeof shape);
-        printf("%-*s  %-11s  %-*s  %10s  %s\n", wname, t->name, ckpt_dtype_name(t->dtype), wshape, shape,
+        print_padded(t->name, wname);
+        printf("  %-11s  %-*s  %10s  %s\n", ckpt_dtype_name(t->dtype), wshape, shape,
                format_bytes(t->nbytes, size, sizeof size), base_name(ckpt_catalog_file_path(cat, t->file)));
         params += t->numel;
         bytes += t->nbytes;

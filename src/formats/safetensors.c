@@ -209,9 +209,9 @@ ckpt_status ckpt__st_parse_header(const char *header, uint64_t n, uint64_t file_
 
     const ckpt__json_node *root = &doc.nodes[0];
     if (root->kind != CKPT__JSON_OBJECT) {
+        int64_t at_root = (int64_t)(8 + root->offset);
         ckpt__json_free(&doc);
-        return ckpt__fail(err, CKPT_E_HEADER_SCHEMA, path, NULL, (int64_t)(8 + root->offset),
-                          "header must be a JSON object");
+        return ckpt__fail(err, CKPT_E_HEADER_SCHEMA, path, NULL, at_root, "header must be a JSON object");
     }
     out->tensors = malloc((root->count ? root->count : 1) * sizeof *out->tensors);
     ckpt__name_table names = {0};
@@ -291,7 +291,7 @@ static int by_dtype_then_name(const void *a, const void *b) {
 ckpt_status ckpt__st_layout(ckpt__st_out_tensor *tensors, size_t count, const char *const *meta_keys,
                             const char *const *meta_values, size_t meta_count, ckpt__buf *out,
                             uint64_t *data_size) {
-    qsort(tensors, count, sizeof *tensors, by_dtype_then_name);
+    if (count) qsort(tensors, count, sizeof *tensors, by_dtype_then_name);
     ckpt__buf json = {0};
     ckpt__buf_append(&json, "{", 1);
     bool first = true;

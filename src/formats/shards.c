@@ -80,6 +80,34 @@ static bool safe_relative(const char *name) {
     return true;
 }
 
+/* Orders shard files by name (model-00001 before model-00002), whatever
+ * order the weight map lists them in, and renumbers file_of to match. */
+static void sort_files(ckpt__index *idx) {
+    /* Insertion sort of a permutation: shard counts are small. */
+    uint32_t *rank = malloc((idx->file_count + 1) * sizeof *rank);
+    const char **sorted = malloc((idx->file_count + 1) * sizeof *sorted);
+    if (!rank || !sorted) { /* keep first-appearance order */
+        free(rank);
+        free(sorted);
+        return;
+    }
+    for (size_t i = 0; i < idx->file_count; i++) {
+        size_t j = i;
+        while (j > 0 && strcmp(sorted[j - 1], idx->files[i]) > 0) {
+            sorted[j] = sorted[j - 1];
+            j--;
+        }
+        sorted[j] = idx->files[i];
+    }
+    for (size_t i = 0; i < idx->file_count; i++)
+        for (size_t j = 0; j < idx->file_count; j++)
+            if (sorted[j] == idx->files[i]) rank[i] = (uint32_t)j;
+    for (size_t k = 0; k < idx->count; k++) idx->file_of[k] = rank[idx->file_of[k]];
+    memcpy(idx->files, sorted, idx->file_count * sizeof *sorted);
+    free(rank);
+    free(sorted);
+}
+
 ckpt_status ckpt__index_parse(const char *text, size_t len, const char *path, ckpt__arena *arena,
                               ckpt__index *out, ckpt_error *err) {
     memset(out, 0, sizeof *out);
@@ -151,6 +179,7 @@ ckpt_status ckpt__index_parse(const char *text, size_t len, const char *path, ck
             out->file_of[k] = prev;
         i = val->end;
     }
+    sort_files(out);
 tables:
     ckpt__name_table_free(&names);
     ckpt__name_table_free(&files);

@@ -125,8 +125,8 @@ ckpt_status ckpt__copy_range(int src_fd, uint64_t src_offset, const char *src_pa
 
 ckpt_status ckpt__read_small_file(const char *path, uint64_t limit, ckpt_status too_large_status,
                                   char **data, uint64_t *size, ckpt_error *err) {
-    int fd;
-    uint64_t n;
+    int fd = -1;
+    uint64_t n = 0;
     ckpt_status st = ckpt__file_open_read(path, &fd, &n, err);
     if (st) return st;
     if (n > limit) {

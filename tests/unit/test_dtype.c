@@ -1,0 +1,59 @@
+/* The dtype table. */
+#include <string.h>
+
+#include "base/base.h"
+#include "helpers.h"
+
+static void test_names_round_trip(void **state) {
+    (void)state;
+    static const char *const order[] = {"BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3",
+                                        "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16", "U16", "F16", "BF16",
+                                        "I32", "U32", "F32", "C64", "F64", "I64", "U64"};
+    /* Enum order is safetensors' Dtype order, which its writer sorts by. */
+    for (int d = 1; d < CKPT_DTYPE_COUNT; d++) {
+        assert_string_equal(ckpt_dtype_name((ckpt_dtype)d), order[d - 1]);
+        assert_int_equal(ckpt_dtype_from_name(order[d - 1]), d);
+    }
+    assert_null(ckpt_dtype_name(CKPT_DTYPE_INVALID));
+    assert_null(ckpt_dtype_name((ckpt_dtype)CKPT_DTYPE_COUNT));
+    assert_int_equal(ckpt_dtype_from_name("bf16"), CKPT_DTYPE_INVALID);
+    assert_int_equal(ckpt_dtype_from_name("F8"), CKPT_DTYPE_INVALID);
+    assert_int_equal(ckpt_dtype_from_name(NULL), CKPT_DTYPE_INVALID);
+}
+
+static void test_bits_and_sizes(void **state) {
+    (void)state;
+    uint64_t n;
+    assert_int_equal(ckpt_dtype_bits(CKPT_F4), 4);
+    assert_int_equal(ckpt_dtype_bits(CKPT_F6_E3M2), 6);
+    assert_int_equal(ckpt_dtype_bits(CKPT_C64), 64);
+    assert_int_equal(ckpt__dtype_nbytes(CKPT_BF16, 10, &n), CKPT_OK);
+    assert_int_equal(n, 20);
+    assert_int_equal(ckpt__dtype_nbytes(CKPT_F4, 6, &n), CKPT_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(ckpt__dtype_nbytes(CKPT_F4, 3, &n), CKPT_E_PARTIAL_BYTE);
+    assert_int_equal(ckpt__dtype_nbytes(CKPT_F6_E2M3, 4, &n), CKPT_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(ckpt__dtype_nbytes(CKPT_F6_E2M3, 5, &n), CKPT_E_PARTIAL_BYTE);
+    assert_int_equal(ckpt__dtype_nbytes(CKPT_F64, UINT64_MAX / 8, &n), CKPT_E_SHAPE_OVERFLOW);
+    assert_int_equal(ckpt__dtype_nbytes(CKPT_DTYPE_INVALID, 1, &n), CKPT_E_UNKNOWN_DTYPE);
+}
+
+static void test_shape_numel(void **state) {
+    (void)state;
+    uint64_t n, shape[3] = {4, 0, 7}, big[2] = {1ULL << 40, 1ULL << 30};
+    assert_true(ckpt__shape_numel(0, NULL, &n));
+    assert_int_equal(n, 1);
+    assert_true(ckpt__shape_numel(3, shape, &n));
+    assert_int_equal(n, 0);
+    assert_false(ckpt__shape_numel(2, big, &n));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_names_round_trip),
+        cmocka_unit_test(test_bits_and_sizes),
+        cmocka_unit_test(test_shape_numel),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,121 @@
+/* Shard packing, names and index files (huggingface_hub's rules). */
+#include <string.h>
+
+#include "formats/shards.h"
+#include "helpers.h"
+
+#define GB 1000000000ULL
+
+static void test_pack_docstring_example(void **state) {
+    (void)state;
+    /* From split_state_dict_into_shards_factory's docstring: with a 10GB
+     * limit, [6, 6, 2, 6, 2, 2] GB → [6], [6+2], [6+2+2]. */
+    uint64_t sizes[] = {6 * GB, 6 * GB, 2 * GB, 6 * GB, 2 * GB, 2 * GB};
+    uint32_t shard[6];
+    assert_int_equal(ckpt__shards_pack(sizes, 6, 10 * GB, shard), 3);
+    uint32_t want[] = {0, 1, 1, 2, 2, 2};
+    assert_memory_equal(shard, want, sizeof want);
+}
+
+static void test_pack_big_tensor_takes_the_next_number(void **state) {
+    (void)state;
+    /* A tensor over the limit is its own shard at once, numbered before the
+     * shard still open. */
+    uint64_t sizes[] = {3, 20, 4, 5, 0};
+    uint32_t shard[5];
+    assert_int_equal(ckpt__shards_pack(sizes, 5, 10, shard), 3);
+    uint32_t want[] = {1, 0, 1, 2, 2};
+    assert_memory_equal(shard, want, sizeof want);
+    assert_int_equal(ckpt__shards_pack(sizes, 0, 10, shard), 0);
+    uint64_t exact[] = {5, 5, 1};
+    assert_int_equal(ckpt__shards_pack(exact, 3, 10, shard), 2);
+    assert_int_equal(shard[1], 0);
+    assert_int_equal(shard[2], 1);
+}
+
+static void test_names(void **state) {
+    (void)state;
+    char *n = ckpt__shard_file_name("model", 0, 3);
+    assert_string_equal(n, "model-00001-of-00003.safetensors");
+    free(n);
+    n = ckpt__shard_file_name("model", 0, 1);
+    assert_string_equal(n, "model.safetensors");
+    free(n);
+    assert_true(ckpt__shards_is_own_file("model", "model.safetensors"));
+    assert_true(ckpt__shards_is_own_file("model", "model-00002-of-00007.safetensors"));
+    assert_true(ckpt__shards_is_own_file("model", "model.safetensors.index.json"));
+    assert_false(ckpt__shards_is_own_file("model", "model.safetensors.backup"));
+    assert_false(ckpt__shards_is_own_file("model", "model-2-of-7.safetensors"));
+    assert_false(ckpt__shards_is_own_file("model", "other.safetensors"));
+}
+
+static ckpt_status parse(const char *text, ckpt__index *idx, ckpt__arena *arena, ckpt_error *err) {
+    return ckpt__index_parse(text, strlen(text), "i.json", arena, idx, err);
+}
+
+static void test_index_parse(void **state) {
+    (void)state;
+    ckpt__arena arena = {0};
+    ckpt__index idx;
+    ckpt_error err;
+    assert_int_equal(parse("{\"metadata\":{\"total_size\":3},\"weight_map\":{\"a\":\"m-2.st\",\"b\":\"m-1.st\",\"c\":\"m-2.st\"}}",
+                           &idx, &arena, &err),
+                     CKPT_OK);
+    assert_int_equal(idx.count, 3);
+    assert_int_equal(idx.file_count, 2);
+    /* Files come out in name order. */
+    assert_string_equal(idx.files[0], "m-1.st");
+    assert_int_equal(idx.file_of[0], 1);
+    assert_int_equal(idx.file_of[1], 0);
+    assert_int_equal(idx.file_of[2], 1);
+    ckpt__index_free(&idx);
+
+    static const struct {
+        const char *text;
+        ckpt_status st;
+    } bad[] = {
+        {"[]", CKPT_E_INDEX_INVALID},
+        {"{\"metadata\":{}}", CKPT_E_INDEX_INVALID},
+        {"{\"weight_map\":[]}", CKPT_E_INDEX_INVALID},
+        {"{\"weight_map\":{\"a\":1}}", CKPT_E_INDEX_INVALID},
+        {"{\"weight_map\":{\"a\":\"../x.safetensors\"}}", CKPT_E_INDEX_INVALID},
+        {"{\"weight_map\":{\"a\":\"d/../../x\"}}", CKPT_E_INDEX_INVALID},
+        {"{\"weight_map\":{\"a\":\"/etc/passwd\"}}", CKPT_E_INDEX_INVALID},
+        {"{\"weight_map\":{\"a\":\"\"}}", CKPT_E_INDEX_INVALID},
+        {"{\"weight_map\":{\"a\":\"x\\u0000y\"}}", CKPT_E_INDEX_INVALID},
+        {"{\"weight_map\":{\"a\":\"x\",\"a\":\"x\"}}", CKPT_E_DUPLICATE_NAME},
+        {"{\"metadata\":3,\"weight_map\":{}}", CKPT_E_INDEX_INVALID},
+        {"{\"weight_map\":{", CKPT_E_INDEX_INVALID},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ckpt_status st = parse(bad[i].text, &idx, &arena, &err);
+        if (st != bad[i].st) fail_msg("%s: got %s", bad[i].text, ckpt_status_name(st));
+        assert_string_equal(err.path, "i.json");
+    }
+    ckpt__arena_free(&arena);
+}
+
+static void test_index_render(void **state) {
+    (void)state;
+    const char *names[] = {"a", "\xc3\xa9"};
+    const char *files[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+    ckpt__buf b = {0};
+    ckpt__index_render(&b, 42, names, files, 2);
+    /* Python: json.dump({...}, f, indent=2) */
+    assert_string_equal(b.data,
+                        "{\n  \"metadata\": {\n    \"total_size\": 42\n  },\n  \"weight_map\": {\n"
+                        "    \"a\": \"model-00001-of-00002.safetensors\",\n"
+                        "    \"\\u00e9\": \"model-00002-of-00002.safetensors\"\n  }\n}");
+    free(b.data);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pack_docstring_example),
+        cmocka_unit_test(test_pack_big_tensor_takes_the_next_number),
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_index_parse),
+        cmocka_unit_test(test_index_render),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

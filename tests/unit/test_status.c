@@ -1,0 +1,80 @@
+/* Status names and messages; filling the error struct. */
+#include <errno.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "helpers.h"
+
+static void test_every_status_has_a_distinct_name_and_message(void **state) {
+    (void)state;
+    int seen = 0;
+    for (int s = 0; s < 100; s++) {
+        const char *name = ckpt_status_name((ckpt_status)s);
+        if (!strcmp(name, "CKPT_E_UNKNOWN_STATUS")) continue;
+        seen++;
+        assert_true(!strncmp(name, s ? "CKPT_E_" : "CKPT_OK", 6));
+        assert_string_not_equal(ckpt_status_message((ckpt_status)s), "unknown status");
+        for (int t = 0; t < s; t++) assert_string_not_equal(name, ckpt_status_name((ckpt_status)t));
+    }
+    assert_int_equal(seen, 31);
+    assert_string_equal(ckpt_status_name(CKPT_E_DATA_HOLE), "CKPT_E_DATA_HOLE");
+    assert_string_equal(ckpt_status_name((ckpt_status)999), "CKPT_E_UNKNOWN_STATUS");
+}
+
+static void test_numbers_are_stable(void **state) {
+    (void)state;
+    /* Published numbers never change. */
+    assert_int_equal(CKPT_E_IO, 3);
+    assert_int_equal(CKPT_E_HEADER_TOO_SMALL, 20);
+    assert_int_equal(CKPT_E_DUPLICATE_NAME, 34);
+    assert_int_equal(CKPT_E_INDEX_MISMATCH, 41);
+}
+
+static void test_fail_fills_every_field(void **state) {
+    (void)state;
+    ckpt_error err;
+    ckpt_error_clear(&err);
+    assert_int_equal(err.offset, -1);
+    ckpt_status st = ckpt__fail(&err, CKPT_E_DATA_HOLE, "m.safetensors", "w", 123, "gap of %d bytes", 4);
+    assert_int_equal(st, CKPT_E_DATA_HOLE);
+    assert_int_equal(err.status, CKPT_E_DATA_HOLE);
+    assert_string_equal(err.path, "m.safetensors");
+    assert_string_equal(err.tensor, "w");
+    assert_int_equal(err.offset, 123);
+    assert_string_equal(err.message, "m.safetensors: tensor 'w': at byte 123: gap of 4 bytes");
+    /* NULL error: only the status comes back. */
+    assert_int_equal(ckpt__fail(NULL, CKPT_E_IO, NULL, NULL, -1, "x"), CKPT_E_IO);
+}
+
+static void test_errno_mapping(void **state) {
+    (void)state;
+    ckpt_error err;
+    assert_int_equal(ckpt__fail_errno(&err, ENOSPC, "out", 8, "write failed"), CKPT_E_NO_SPACE);
+    assert_int_equal(err.sys_errno, ENOSPC);
+    assert_non_null(strstr(err.message, "out: at byte 8: write failed ("));
+    assert_int_equal(ckpt__fail_errno(&err, ENOENT, "x", -1, "open"), CKPT_E_NOT_FOUND);
+    assert_int_equal(ckpt__fail_errno(&err, EIO, "x", -1, "read"), CKPT_E_IO);
+}
+
+static void test_long_fields_are_truncated_safely(void **state) {
+    (void)state;
+    char big[5000];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    ckpt_error err;
+    ckpt__fail(&err, CKPT_E_IO, big, big, 1, "%s", big);
+    assert_int_equal(strlen(err.path), sizeof err.path - 1);
+    assert_int_equal(strlen(err.tensor), sizeof err.tensor - 1);
+    assert_true(strlen(err.message) < sizeof err.message);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_status_has_a_distinct_name_and_message),
+        cmocka_unit_test(test_numbers_are_stable),
+        cmocka_unit_test(test_fail_fills_every_field),
+        cmocka_unit_test(test_errno_mapping),
+        cmocka_unit_test(test_long_fields_are_truncated_safely),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,213 @@
+/* The streaming writer: layout, chunked writes, sharding, atomic commit. */
+#include <string.h>
+#include <sys/stat.h>
+
+#include "helpers.h"
+
+static ckpt_writer *make(const char *path, uint64_t max_shard, int overwrite) {
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.max_shard_size = max_shard;
+    o.overwrite = overwrite;
+    o.no_sync = 1;
+    ckpt_writer *w;
+    ckpt_error err;
+    ckpt_status st = ckpt_writer_create(path, &o, &w, &err);
+    if (st) fail_msg("create: %s", err.message);
+    return w;
+}
+
+static void test_single_file_in_chunks(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *path = in_dir(dir, "out.safetensors");
+    ckpt_writer *w = make(path, 0, 0);
+    ckpt_error err;
+    uint64_t s_w[2] = {2, 3}, s_b[1] = {5};
+    size_t iw, ib;
+    assert_int_equal(ckpt_writer_set_metadata(w, "format", "pt", &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_set_metadata(w, "format", "np", &err), CKPT_E_DUPLICATE_NAME);
+    assert_int_equal(ckpt_writer_add_tensor(w, "w", CKPT_F32, 2, s_w, &iw, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "b", CKPT_U8, 1, s_b, &ib, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "b", CKPT_U8, 1, s_b, NULL, &err), CKPT_E_DUPLICATE_NAME);
+    assert_int_equal(ckpt_writer_add_tensor(w, "__metadata__", CKPT_U8, 1, s_b, NULL, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_int_equal(ckpt_writer_add_tensor(w, "x", CKPT_DTYPE_INVALID, 1, s_b, NULL, &err), CKPT_E_UNKNOWN_DTYPE);
+    assert_int_equal(ckpt_writer_add_tensor(w, "odd", CKPT_F4, 1, s_b, NULL, &err), CKPT_E_PARTIAL_BYTE);
+    assert_int_equal(ckpt_writer_write(w, iw, "x", 1, &err), CKPT_E_BAD_STATE);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "late", CKPT_U8, 1, s_b, NULL, &err), CKPT_E_BAD_STATE);
+    assert_int_equal(ckpt_writer_file_count(w), 1);
+    assert_int_equal(ckpt_writer_total_bytes(w), 29);
+    /* Nothing under the final name before commit. */
+    assert_false(file_exists(path));
+
+    float data[6] = {1, 2, 3, 4, 5, 6};
+    assert_int_equal(ckpt_writer_write(w, ib, "hello", 5, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_write(w, iw, data, 10, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_write(w, iw, (char *)data + 10, 14, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_write(w, iw, data, 1, &err), CKPT_E_OUT_OF_RANGE);
+    assert_string_equal(err.tensor, "w");
+    assert_int_equal(ckpt_writer_write(w, 9, data, 1, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_int_equal(ckpt_writer_commit(w, &err), CKPT_OK);
+    ckpt_writer_free(w);
+    assert_int_equal(dir_entries(dir), 1);
+
+    ckpt_catalog *cat;
+    assert_int_equal(ckpt_catalog_open(path, &cat, &err), CKPT_OK);
+    /* F32 before U8 (dtype descending). */
+    assert_string_equal(ckpt_catalog_tensor(cat, 0)->name, "w");
+    float back[6];
+    assert_int_equal(ckpt_catalog_read(cat, ckpt_catalog_find(cat, "w"), 0, back, 24, &err), CKPT_OK);
+    assert_memory_equal(back, data, 24);
+    assert_string_equal(ckpt_catalog_metadata_get(cat, "format"), "pt");
+    ckpt_catalog_close(cat);
+    scratch_free(dir);
+}
+
+static void test_incomplete_commit_leaves_nothing(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *path = in_dir(dir, "out.safetensors");
+    ckpt_writer *w = make(path, 0, 0);
+    uint64_t shape[1] = {4};
+    ckpt_error err;
+    assert_int_equal(ckpt_writer_add_tensor(w, "t", CKPT_U8, 1, shape, NULL, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
+    assert_int_equal(dir_entries(dir), 1); /* the temporary */
+    assert_int_equal(ckpt_writer_write(w, 0, "ab", 2, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_commit(w, &err), CKPT_E_BAD_STATE);
+    assert_string_equal(err.tensor, "t");
+    ckpt_writer_free(w);
+    assert_int_equal(dir_entries(dir), 0);
+    /* Freed without commit: also nothing. */
+    w = make(path, 0, 0);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
+    ckpt_writer_free(w);
+    assert_int_equal(dir_entries(dir), 0);
+    scratch_free(dir);
+}
+
+static void test_existing_destination(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *path = in_dir(dir, "out.safetensors");
+    write_safetensors(path, "{}", 0);
+    ckpt_writer *w;
+    ckpt_error err;
+    assert_int_equal(ckpt_writer_create(path, NULL, &w, &err), CKPT_E_EXISTS);
+    assert_null(w);
+    assert_int_equal(ckpt_writer_create(dir, NULL, &w, &err), CKPT_E_EXISTS);
+    /* With overwrite, the old file stays intact until commit. */
+    w = make(path, 0, 1);
+    uint64_t shape[1] = {1};
+    assert_int_equal(ckpt_writer_add_tensor(w, "t", CKPT_U8, 1, shape, NULL, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
+    size_t n;
+    char *old = read_all(path, &n);
+    assert_int_equal(n, 10); /* still the old file */
+    free(old);
+    assert_int_equal(ckpt_writer_write(w, 0, "z", 1, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_commit(w, &err), CKPT_OK);
+    ckpt_writer_free(w);
+    ckpt_catalog *cat;
+    assert_int_equal(ckpt_catalog_open(path, &cat, &err), CKPT_OK);
+    assert_int_equal(ckpt_catalog_tensor_count(cat), 1);
+    ckpt_catalog_close(cat);
+    scratch_free(dir);
+}
+
+static ckpt_status write_sharded(const char *dir, uint64_t max, int overwrite, int count) {
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.max_shard_size = max;
+    o.overwrite = overwrite;
+    o.no_sync = 1;
+    ckpt_writer *w;
+    ckpt_error err;
+    ckpt_status created = ckpt_writer_create(dir, &o, &w, &err);
+    if (created) return created;
+    uint64_t shape[1] = {10};
+    char name[16];
+    for (int i = 0; i < count; i++) {
+        snprintf(name, sizeof name, "t%02d", i);
+        assert_int_equal(ckpt_writer_add_tensor(w, name, CKPT_U8, 1, shape, NULL, &err), CKPT_OK);
+    }
+    ckpt_status st = ckpt_writer_begin(w, &err);
+    for (int i = 0; st == CKPT_OK && i < count; i++) st = ckpt_writer_write(w, (size_t)i, "0123456789", 10, &err);
+    if (st == CKPT_OK) st = ckpt_writer_commit(w, &err);
+    ckpt_writer_free(w);
+    return st;
+}
+
+static void test_sharded_output_and_replacement(void **state) {
+    (void)state;
+    char *root = scratch_dir();
+    const char *dir = strdup(in_dir(root, "ckpt"));
+    /* 5 tensors of 10 bytes, shards of 25 → 3 shards + index. */
+    assert_int_equal(write_sharded(dir, 25, 0, 5), CKPT_OK);
+    assert_int_equal(dir_entries(dir), 4);
+    assert_true(file_exists(in_dir(dir, "model-00003-of-00003.safetensors")));
+    ckpt_catalog *cat;
+    ckpt_error err;
+    assert_int_equal(ckpt_catalog_open(dir, &cat, &err), CKPT_OK);
+    assert_int_equal(ckpt_catalog_tensor_count(cat), 5);
+    assert_int_equal(ckpt_catalog_find(cat, "t04")->file, 2);
+    ckpt_catalog_close(cat);
+    /* Refused without overwrite; with it, the old shards are replaced and the
+     * ones the new checkpoint does not use are removed. */
+    assert_int_equal(write_sharded(dir, 1000, 0, 2), CKPT_E_EXISTS);
+    assert_int_equal(write_sharded(dir, 1000, 1, 2), CKPT_OK);
+    assert_int_equal(dir_entries(dir), 1);
+    assert_true(file_exists(in_dir(dir, "model.safetensors")));
+    free((char *)dir);
+    scratch_free(root);
+}
+
+static void test_misuse(void **state) {
+    (void)state;
+    ckpt_writer *w;
+    ckpt_error err;
+    assert_int_equal(ckpt_writer_create(NULL, NULL, &w, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_int_equal(ckpt_writer_create("x", NULL, NULL, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_int_equal(ckpt_writer_commit(NULL, &err), CKPT_E_INVALID_ARGUMENT);
+    ckpt_writer_free(NULL);
+    char *dir = scratch_dir();
+    w = make(in_dir(dir, "x.safetensors"), 0, 0);
+    assert_int_equal(ckpt_writer_commit(w, &err), CKPT_E_BAD_STATE);
+    uint64_t big[2] = {UINT64_MAX, 2};
+    assert_int_equal(ckpt_writer_add_tensor(w, "big", CKPT_U8, 2, big, NULL, &err), CKPT_E_SHAPE_OVERFLOW);
+    assert_int_equal(ckpt_writer_add_tensor(w, "bad\xff", CKPT_U8, 0, NULL, NULL, &err), CKPT_E_INVALID_ARGUMENT);
+    ckpt_writer_free(w);
+    /* Parent directory missing: begin fails, nothing left. */
+    w = make(in_dir(dir, "missing/x.safetensors"), 0, 0);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_E_NOT_FOUND);
+    ckpt_writer_free(w);
+    assert_int_equal(dir_entries(dir), 0);
+    scratch_free(dir);
+}
+
+static void test_many_tensors_grow_tables(void **state) {
+    (void)state;
+    char *root = scratch_dir();
+    const char *dir = strdup(in_dir(root, "many"));
+    assert_int_equal(write_sharded(dir, 1000, 0, 99), CKPT_OK);
+    ckpt_catalog *cat;
+    assert_int_equal(ckpt_catalog_open(dir, &cat, NULL), CKPT_OK);
+    assert_int_equal(ckpt_catalog_tensor_count(cat), 99);
+    assert_int_equal(ckpt_catalog_file_count(cat), 1);
+    ckpt_catalog_close(cat);
+    free((char *)dir);
+    scratch_free(root);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_file_in_chunks),
+        cmocka_unit_test(test_incomplete_commit_leaves_nothing),
+        cmocka_unit_test(test_existing_destination),
+        cmocka_unit_test(test_sharded_output_and_replacement),
+        cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_many_tensors_grow_tables),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
