@@ -144,8 +144,10 @@ static ckpt_status open_index(ckpt_catalog *c, const char *index_path, ckpt_erro
     if (st) return st;
     ckpt__index idx;
     st = ckpt__index_parse(text, (size_t)len, index_path, &c->arena, &idx, err);
-    free(text);
-    if (st) return st;
+    if (st) {
+        free(text);
+        return st;
+    }
 
     char *dir = ckpt__path_dirname(index_path);
     if (!dir) st = oom(err, index_path);
@@ -181,6 +183,7 @@ static ckpt_status open_index(ckpt_catalog *c, const char *index_path, ckpt_erro
         ckpt__name_table_free(&listed);
     }
     ckpt__index_free(&idx);
+    free(text); /* the index's strings live in it */
     return st;
 }
 

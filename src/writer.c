@@ -294,12 +294,31 @@ static ckpt_status plan_files(ckpt_writer *w, ckpt_error *err) {
     return CKPT_OK;
 }
 
+/* mkdir -p: the shard directory and any missing parents. */
+static ckpt_status make_directories(const char *path, ckpt_error *err) {
+    char *p = strdup(path);
+    if (!p) return oom(err, path);
+    ckpt_status st = CKPT_OK;
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0') continue;
+        char saved = *s;
+        *s = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            st = ckpt__fail_errno(err, errno, p, -1, "cannot create the output directory");
+            break;
+        }
+        *s = saved;
+        if (!saved) break;
+    }
+    free(p);
+    return st;
+}
+
 ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
     ckpt_status st = check_declaring(w, err);
     if (st) return st;
     w->state = FAILED; /* until every step below succeeds */
-    if (w->opt.max_shard_size && mkdir(w->path, 0777) != 0 && errno != EEXIST)
-        return ckpt__fail_errno(err, errno, w->path, -1, "cannot create the output directory");
+    if (w->opt.max_shard_size && (st = make_directories(w->path, err)) != CKPT_OK) return st;
     st = plan_files(w, err);
     for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) {
         wfile *file = &w->files[f];

@@ -6,11 +6,18 @@
 #include "base.h"
 
 uint64_t ckpt__hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ULL;
+    /* Eight bytes a step until the terminating NUL's word, then mixed. */
+    uint64_t h = 0x9E3779B97F4A7C15ULL;
+    size_t n = strlen(s);
+    for (; n >= 8; n -= 8, s += 8) {
+        uint64_t v;
+        memcpy(&v, s, 8);
+        h = (h ^ v) * 0xFF51AFD7ED558CCDULL;
+        h ^= h >> 32;
     }
+    uint64_t tail = 0;
+    memcpy(&tail, s, n);
+    h = (h ^ tail ^ n) * 0xC4CEB9FE1A85EC53ULL;
     return h ^ (h >> 29);
 }
 

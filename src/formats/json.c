@@ -7,15 +7,12 @@
 enum { MAX_DEPTH = 128 };
 
 typedef struct parser {
-    const char *s;
+    char *s; /* parsed in place: strings are decoded and NUL-terminated here */
     size_t len, pos;
-    ckpt__arena *arena;
     ckpt__json_node *nodes;
     size_t count, cap;
     const char *why;
     bool oom;
-    char *scratch; /* decoded-string buffer */
-    size_t scratch_cap;
 } parser;
 
 static void skip_ws(parser *p) {
@@ -68,59 +65,76 @@ static bool read_hex4(parser *p, unsigned *out) {
     return true;
 }
 
-static bool scratch_reserve(parser *p, size_t need) {
-    if (need <= p->scratch_cap) return true;
-    size_t cap = p->scratch_cap ? p->scratch_cap : 256;
-    while (cap < need) cap *= 2;
-    char *s = realloc(p->scratch, cap);
-    if (!s) {
-        p->oom = true;
-        return false;
-    }
-    p->scratch = s;
-    p->scratch_cap = cap;
-    return true;
+/* Eight bytes at a time: a mask whose lowest set bit marks the first byte
+ * that is '"', '\\' or below 0x20 (bits above it may be spurious: the
+ * subtraction borrows), or 0 when there is none. */
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+static inline uint64_t string_special_mask(uint64_t v) {
+    uint64_t quote = v ^ (ONES * '"'), backslash = v ^ (ONES * '\\');
+    return (((quote - ONES) & ~quote) | ((backslash - ONES) & ~backslash) | ((v - ONES * 0x20) & ~v)) & HIGHS;
 }
 
+static inline bool string_special_byte(unsigned char c) { return c == '"' || c == '\\' || c < 0x20; }
+
+/* Advances to the first '"', '\\' or control byte of a string (or the end). */
+static void skip_plain(parser *p) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (p->len - p->pos >= 8) {
+        uint64_t v;
+        memcpy(&v, p->s + p->pos, 8);
+        uint64_t m = string_special_mask(v);
+        if (m) {
+            p->pos += (size_t)__builtin_ctzll(m) >> 3;
+            return;
+        }
+        p->pos += 8;
+    }
+#endif
+    while (p->pos < p->len && !string_special_byte((unsigned char)p->s[p->pos])) p->pos++;
+}
+
+/* Strings are decoded in place: a decoded string is never longer than its
+ * source, and the closing quote becomes its NUL terminator. */
 static bool parse_string(parser *p, ckpt__json_node *node) {
     p->pos++; /* opening quote */
     size_t start = p->pos;
-    /* Fast path: no escapes — copy the bytes straight to the arena. */
-    while (p->pos < p->len) {
-        unsigned char c = (unsigned char)p->s[p->pos];
-        if (c == '"') {
-            node->len = p->pos - start;
-            node->str = ckpt__arena_strndup(p->arena, p->s + start, node->len);
-            if (!node->str) p->oom = true;
-            p->pos++;
-            return node->str != NULL;
-        }
-        if (c == '\\') break;
-        if (c < 0x20) {
-            p->why = "control character in string";
-            return false;
-        }
-        p->pos++;
+    /* Fast path: no escapes — the string stays where it is. */
+    skip_plain(p);
+    if (p->pos >= p->len) {
+        p->why = "unterminated string";
+        return false;
     }
-    size_t n = p->pos - start;
-    if (!scratch_reserve(p, n + 16)) return false;
-    memcpy(p->scratch, p->s + start, n);
+    unsigned char first = (unsigned char)p->s[p->pos];
+    if (first == '"') {
+        node->str = p->s + start;
+        node->len = p->pos - start;
+        p->s[p->pos++] = '\0';
+        return true;
+    }
+    if (first < 0x20) {
+        p->why = "control character in string";
+        return false;
+    }
+    /* Escapes: decode from here on, writing behind the read position (six
+     * source bytes, or twelve for a surrogate pair, become at most four). */
+    size_t n = p->pos;
+    char *out = p->s;
     while (p->pos < p->len) {
         unsigned char c = (unsigned char)p->s[p->pos];
-        if (!scratch_reserve(p, n + 8)) return false;
         if (c == '"') {
+            out[n] = '\0';
             p->pos++;
-            node->len = n;
-            node->str = ckpt__arena_strndup(p->arena, p->scratch, n);
-            if (!node->str) p->oom = true;
-            return node->str != NULL;
+            node->str = p->s + start;
+            node->len = n - start;
+            return true;
         }
         if (c < 0x20) {
             p->why = "control character in string";
             return false;
         }
         if (c != '\\') {
-            p->scratch[n++] = (char)c;
+            out[n++] = (char)c;
             p->pos++;
             continue;
         }
@@ -129,14 +143,14 @@ static bool parse_string(parser *p, ckpt__json_node *node) {
         char e = p->s[p->pos++];
         unsigned cp;
         switch (e) {
-        case '"': p->scratch[n++] = '"'; continue;
-        case '\\': p->scratch[n++] = '\\'; continue;
-        case '/': p->scratch[n++] = '/'; continue;
-        case 'b': p->scratch[n++] = '\b'; continue;
-        case 'f': p->scratch[n++] = '\f'; continue;
-        case 'n': p->scratch[n++] = '\n'; continue;
-        case 'r': p->scratch[n++] = '\r'; continue;
-        case 't': p->scratch[n++] = '\t'; continue;
+        case '"': out[n++] = '"'; continue;
+        case '\\': out[n++] = '\\'; continue;
+        case '/': out[n++] = '/'; continue;
+        case 'b': out[n++] = '\b'; continue;
+        case 'f': out[n++] = '\f'; continue;
+        case 'n': out[n++] = '\n'; continue;
+        case 'r': out[n++] = '\r'; continue;
+        case 't': out[n++] = '\t'; continue;
         case 'u':
             if (!read_hex4(p, &cp)) {
                 p->why = "invalid \\u escape";
@@ -160,19 +174,19 @@ static bool parse_string(parser *p, ckpt__json_node *node) {
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             }
             if (cp < 0x80) {
-                p->scratch[n++] = (char)cp;
+                out[n++] = (char)cp;
             } else if (cp < 0x800) {
-                p->scratch[n++] = (char)(0xC0 | (cp >> 6));
-                p->scratch[n++] = (char)(0x80 | (cp & 0x3F));
+                out[n++] = (char)(0xC0 | (cp >> 6));
+                out[n++] = (char)(0x80 | (cp & 0x3F));
             } else if (cp < 0x10000) {
-                p->scratch[n++] = (char)(0xE0 | (cp >> 12));
-                p->scratch[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-                p->scratch[n++] = (char)(0x80 | (cp & 0x3F));
+                out[n++] = (char)(0xE0 | (cp >> 12));
+                out[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                out[n++] = (char)(0x80 | (cp & 0x3F));
             } else {
-                p->scratch[n++] = (char)(0xF0 | (cp >> 18));
-                p->scratch[n++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-                p->scratch[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-                p->scratch[n++] = (char)(0x80 | (cp & 0x3F));
+                out[n++] = (char)(0xF0 | (cp >> 18));
+                out[n++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+                out[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+                out[n++] = (char)(0x80 | (cp & 0x3F));
             }
             continue;
         default:
@@ -327,9 +341,9 @@ static bool parse_value(parser *p, int depth) {
     return ok;
 }
 
-ckpt_status ckpt__json_parse(const char *text, size_t len, ckpt__arena *arena, ckpt__json_doc *doc,
-                             size_t *error_offset, const char **why) {
-    parser p = {.s = text, .len = len, .arena = arena};
+ckpt_status ckpt__json_parse(char *text, size_t len, ckpt__json_doc *doc, size_t *error_offset,
+                             const char **why) {
+    parser p = {.s = text, .len = len};
     bool ok = parse_value(&p, 0);
     if (ok) {
         skip_ws(&p);
@@ -338,7 +352,6 @@ ckpt_status ckpt__json_parse(const char *text, size_t len, ckpt__arena *arena, c
             ok = false;
         }
     }
-    free(p.scratch);
     if (!ok) {
         free(p.nodes);
         doc->nodes = NULL;
@@ -376,6 +389,12 @@ size_t ckpt__utf8_check(const unsigned char *s, size_t len) {
         unsigned char c = s[i];
         if (c < 0x80) {
             i++;
+            while (len - i >= 8) { /* ASCII runs eight bytes at a time */
+                uint64_t v;
+                memcpy(&v, s + i, 8);
+                if (v & HIGHS) break;
+                i += 8;
+            }
             continue;
         }
         size_t need;

@@ -35,7 +35,7 @@ typedef struct ckpt__json_node {
     uint32_t count;  /* elements of an array, members of an object */
     uint32_t end;
     uint64_t offset; /* byte offset of the value in the text */
-    const char *str; /* string: decoded, NUL-terminated; number: raw text */
+    const char *str; /* string: decoded, NUL-terminated, inside the text; number: raw text */
     size_t len;      /* bytes in str */
 } ckpt__json_node;
 
@@ -45,12 +45,14 @@ typedef struct ckpt__json_doc {
 } ckpt__json_doc;
 
 /*
- * Parses `len` bytes.  Strings go to `arena`.  On failure returns
- * CKPT_E_INVALID_ARGUMENT (not JSON) or CKPT_E_NO_MEMORY, with *error_offset
- * the byte where parsing failed and `why` a short reason.
+ * Parses `len` bytes in place: strings are decoded inside `text` and
+ * NUL-terminated there (no copies), so `text` is modified and must outlive
+ * the node strings.  On failure returns CKPT_E_INVALID_ARGUMENT (not JSON)
+ * or CKPT_E_NO_MEMORY, with *error_offset the byte where parsing failed and
+ * `why` a short reason; `text` is then unspecified.
  */
-CKPT__HIDDEN ckpt_status ckpt__json_parse(const char *text, size_t len, ckpt__arena *arena,
-                                          ckpt__json_doc *doc, size_t *error_offset, const char **why);
+CKPT__HIDDEN ckpt_status ckpt__json_parse(char *text, size_t len, ckpt__json_doc *doc, size_t *error_offset,
+                                          const char **why);
 CKPT__HIDDEN void ckpt__json_free(ckpt__json_doc *doc);
 
 /* A number that is a non-negative integer fitting in 64 bits, as serde's

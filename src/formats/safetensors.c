@@ -189,7 +189,7 @@ static ckpt_status validate_layout(const ctx *c, ckpt__st_header *h, uint64_t fi
     return CKPT_OK;
 }
 
-ckpt_status ckpt__st_parse_header(const char *header, uint64_t n, uint64_t file_size, const char *path,
+ckpt_status ckpt__st_parse_header(char *header, uint64_t n, uint64_t file_size, const char *path,
                                   ckpt__arena *arena, ckpt__st_header *out, ckpt_error *err) {
     memset(out, 0, sizeof *out);
     out->data_start = 8 + n;
@@ -203,7 +203,7 @@ ckpt_status ckpt__st_parse_header(const char *header, uint64_t n, uint64_t file_
     ckpt__json_doc doc;
     size_t at;
     const char *why;
-    ckpt_status st = ckpt__json_parse(header, (size_t)n, arena, &doc, &at, &why);
+    ckpt_status st = ckpt__json_parse(header, (size_t)n, &doc, &at, &why);
     if (st == CKPT_E_NO_MEMORY) return ckpt__fail(err, st, path, NULL, -1, "out of memory parsing the header");
     if (st) return ckpt__fail(err, CKPT_E_HEADER_NOT_JSON, path, NULL, (int64_t)(8 + at), "header is not JSON: %s", why);
 
@@ -266,11 +266,11 @@ ckpt_status ckpt__st_read_header(int fd, uint64_t file_size, const char *path, c
     for (int i = 7; i >= 0; i--) n = (n << 8) | prefix[i];
     st = ckpt__st_check_length(file_size, n, path, err);
     if (st) return st;
-    char *header = malloc((size_t)n + 1);
+    /* The header text lives in the arena: names point into it. */
+    char *header = ckpt__arena_alloc(arena, (size_t)n + 1);
     if (!header) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "cannot allocate the header");
     st = ckpt__pread_full(fd, header, n, 8, path, err);
     if (st == CKPT_OK) st = ckpt__st_parse_header(header, n, file_size, path, arena, out, err);
-    free(header);
     return st;
 }
 

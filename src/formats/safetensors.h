@@ -18,7 +18,7 @@
 #define CKPT__ST_MAX_HEADER 100000000ULL
 
 typedef struct ckpt__st_tensor {
-    const char *name; /* arena */
+    const char *name; /* inside the header text */
     ckpt_dtype dtype;
     uint32_t ndim;
     uint64_t *shape; /* arena */
@@ -39,10 +39,11 @@ typedef struct ckpt__st_header {
 /*
  * Validates a safetensors header.  `header` holds the N header bytes that
  * follow the 8-byte length of a file of `file_size` bytes (the caller has
- * checked the length rules: see ckpt__st_check_length).  Names and shapes go
+ * checked the length rules: see ckpt__st_check_length).  It is parsed in
+ * place: names point into it, so it must live as long as `out`; shapes go
  * to `arena`.  Errors name `path`, the tensor and the byte offset.
  */
-CKPT__HIDDEN ckpt_status ckpt__st_parse_header(const char *header, uint64_t n, uint64_t file_size,
+CKPT__HIDDEN ckpt_status ckpt__st_parse_header(char *header, uint64_t n, uint64_t file_size,
                                                const char *path, ckpt__arena *arena,
                                                ckpt__st_header *out, ckpt_error *err);
 

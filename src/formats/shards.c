@@ -108,7 +108,7 @@ static void sort_files(ckpt__index *idx) {
     free(sorted);
 }
 
-ckpt_status ckpt__index_parse(const char *text, size_t len, const char *path, ckpt__arena *arena,
+ckpt_status ckpt__index_parse(char *text, size_t len, const char *path, ckpt__arena *arena,
                               ckpt__index *out, ckpt_error *err) {
     memset(out, 0, sizeof *out);
     size_t bad = ckpt__utf8_check((const unsigned char *)text, len);
@@ -117,7 +117,7 @@ ckpt_status ckpt__index_parse(const char *text, size_t len, const char *path, ck
     ckpt__json_doc doc;
     size_t at;
     const char *why;
-    ckpt_status st = ckpt__json_parse(text, len, arena, &doc, &at, &why);
+    ckpt_status st = ckpt__json_parse(text, len, &doc, &at, &why);
     if (st == CKPT_E_NO_MEMORY) return ckpt__fail(err, st, path, NULL, -1, "out of memory");
     if (st) return ckpt__fail(err, CKPT_E_INDEX_INVALID, path, NULL, (int64_t)at, "index is not JSON: %s", why);
 
@@ -171,6 +171,12 @@ ckpt_status ckpt__index_parse(const char *text, size_t len, const char *path, ck
             st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, path, key->str, (int64_t)key->offset,
                             "tensor listed twice in weight_map");
             goto tables;
+        }
+        /* Consecutive entries usually name the same shard. */
+        if (k > 0 && strcmp(val->str, out->files[out->file_of[k - 1]]) == 0) {
+            out->file_of[k] = out->file_of[k - 1];
+            i = val->end;
+            continue;
         }
         out->files[out->file_count] = val->str;
         if (ckpt__name_table_insert(&files, out->files, sizeof(char *), (uint32_t)out->file_count, &prev))

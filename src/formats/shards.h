@@ -36,18 +36,19 @@ CKPT__HIDDEN bool ckpt__shards_is_own_file(const char *prefix, const char *name)
  * names in order of first appearance. */
 typedef struct ckpt__index {
     size_t count;
-    const char **names;   /* arena */
+    const char **names;   /* arena array of strings inside the text */
     uint32_t *file_of;    /* malloc'ed; index into files */
     size_t file_count;
     const char **files;   /* malloc'ed array of arena strings */
 } ckpt__index;
 
 /*
- * Parses an index.json document: an object with a "weight_map" object of
- * string values and an optional "metadata" object.  Shard names must be
- * relative, without ".." components.  Duplicate weight_map keys are refused.
+ * Parses an index.json document in place (`text` is modified and must
+ * outlive `out`): an object with a "weight_map" object of string values and
+ * an optional "metadata" object.  Shard names must be relative, without ".."
+ * components.  Duplicate weight_map keys are refused.
  */
-CKPT__HIDDEN ckpt_status ckpt__index_parse(const char *text, size_t len, const char *path,
+CKPT__HIDDEN ckpt_status ckpt__index_parse(char *text, size_t len, const char *path,
                                            ckpt__arena *arena, ckpt__index *out, ckpt_error *err);
 CKPT__HIDDEN void ckpt__index_free(ckpt__index *index);
 

@@ -49,8 +49,11 @@ static void test_names(void **state) {
     assert_false(ckpt__shards_is_own_file("model", "other.safetensors"));
 }
 
+/* The index text is parsed in place and must outlive the index: keep every
+ * copy in the arena. */
 static ckpt_status parse(const char *text, ckpt__index *idx, ckpt__arena *arena, ckpt_error *err) {
-    return ckpt__index_parse(text, strlen(text), "i.json", arena, idx, err);
+    char *copy = ckpt__arena_strndup(arena, text, strlen(text));
+    return ckpt__index_parse(copy, strlen(text), "i.json", arena, idx, err);
 }
 
 static void test_index_parse(void **state) {

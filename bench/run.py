@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""ckpt benchmark harness (make bench).
+
+Follows ../shared/BENCHMARKING.md: every contender runs on the same files in
+the same run, alternating, in its own process (peak RSS from wait4), a
+warm-up then N measured runs; medians with min–max; ceilings measured in the
+same run; cold runs drop the page cache first.
+
+Suites:
+  open     open a sharded checkpoint of 30,000 tensors (metadata only)
+  convert  a 4 GB Llama-shaped bf16 safetensors file into 1 GB shards,
+           against `cp` of the same bytes and against the Python way
+           (safetensors load_file + huggingface_hub save_torch_state_dict)
+
+Results: bench/results/<suite>.json and .png; `bench/report.py` renders the
+README table from the JSON.
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from ckptlib import BIN_PATH, write  # noqa: E402
+
+DATA = Path(os.environ.get("CKPT_BENCH_DATA", ROOT / "bench" / "data"))
+RESULTS = ROOT / "bench" / "results"
+
+
+# ---------------------------------------------------------------- helpers
+
+def machine_facts():
+    facts = {"python": platform.python_version(), "kernel": platform.release(), "cpus": os.cpu_count()}
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                facts["cpu"] = line.split(":", 1)[1].strip()
+                break
+        facts["mem_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (OSError, ValueError):
+        pass
+    fs = subprocess.run(["df", "-T", str(DATA)], capture_output=True, text=True).stdout.splitlines()
+    if len(fs) > 1:
+        facts["data_fs"] = fs[1].split()[1]
+    facts["ckpt"] = subprocess.run([BIN_PATH, "--version"], capture_output=True, text=True).stdout.strip()
+    for mod in ("safetensors", "huggingface_hub", "torch", "numpy"):
+        try:
+            facts[mod] = __import__(mod).__version__
+        except ImportError:
+            facts[mod] = None
+    return facts
+
+
+def drop_caches(paths):
+    """Cold cache: drop the page cache (root), else fadvise DONTNEED per file."""
+    subprocess.run(["sync"])
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return "drop_caches"
+    except OSError:
+        for p in paths:
+            for f in ([p] if p.is_file() else p.rglob("*")):
+                if f.is_file():
+                    fd = os.open(f, os.O_RDONLY)
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    os.close(fd)
+        return "fadvise"
+
+
+def run_measured(cmd, env=None):
+    """Runs a command in a fresh child; returns (seconds, peak RSS bytes)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(p.pid, 0)
+    elapsed = time.perf_counter() - t0
+    err = p.stderr.read().decode(errors="replace")
+    p.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{cmd[0]} failed: {err}")
+    return elapsed, usage.ru_maxrss * 1024
+
+
+def summary(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
+
+
+def save(name, doc):
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+# ------------------------------------------------------------ open suite
+
+def make_many_tensors(n_tensors, n_shards):
+    out = DATA / f"many-{n_tensors}"
+    if (out / "model.safetensors.index.json").exists():
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    per_tensor = 64  # bytes: 16 F32 values, so headers dominate as in a real index
+    records = [(f"model.layers.{i // 10}.block.{i % 10}.weight", "F32", [4, 4], bytes(per_tensor))
+               for i in range(n_tensors)]
+    write(out, records, max_shard_size=(n_tensors * per_tensor) // n_shards + 1)
+    return out
+
+
+OPEN_PEER = r"""
+import json, os, sys, time
+from safetensors import safe_open
+d = sys.argv[1]; runs = int(sys.argv[2]); out = []
+for _ in range(runs):
+    t0 = time.perf_counter()
+    index = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+    n = 0
+    for shard in sorted(set(index["weight_map"].values())):
+        with safe_open(os.path.join(d, shard), framework="np") as f:
+            n += len(f.keys())
+    out.append(time.perf_counter() - t0)
+assert n == len(index["weight_map"])
+print(json.dumps(out))
+"""
+
+OPEN_CKPT = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[3])
+from ckptlib import Catalog, _lib
+d = sys.argv[1]; runs = int(sys.argv[2]); out = []
+for _ in range(runs):
+    t0 = time.perf_counter()
+    c = Catalog(d)
+    n = _lib.ckpt_catalog_tensor_count(c._h)
+    c.close()
+    out.append(time.perf_counter() - t0)
+print(json.dumps(out))
+"""
+
+
+def suite_open(args):
+    n = args.tensors
+    path = make_many_tensors(n, 8)
+    runs = args.runs * 5
+    results = {}
+    for label, code in (("ckpt", OPEN_CKPT), ("safetensors safe_open + json index", OPEN_PEER)):
+        cmd = [sys.executable, "-c", code, str(path), str(runs + 2), str(ROOT / "tests")]
+        times = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)[2:]
+        results[label] = summary(times)
+    ck = results["ckpt"]["median"]
+    doc = {"suite": "open", "tensors": n, "shards": 8, "machine": machine_facts(), "results": results,
+           "ratio_peer_over_ckpt": results["safetensors safe_open + json index"]["median"] / ck,
+           "target_ms": 50}
+    for k, v in results.items():
+        print(f"  {k:40s} median {v['median'] * 1e3:7.2f} ms  (min {v['min'] * 1e3:.2f}, max {v['max'] * 1e3:.2f})")
+    save("open", doc)
+    return doc
+
+
+# --------------------------------------------------------- convert suite
+
+def llama_like_records(total_bytes, dtype="BF16", elem=2):
+    """Tensor shapes of a Llama-style decoder (hidden 4096, MLP 11008,
+    vocab 32000) until `total_bytes` is reached."""
+    hidden, mlp, vocab = 4096, 11008, 32000
+    shapes = [("model.embed_tokens.weight", [vocab, hidden])]
+    layer = 0
+    per_layer = [("self_attn.q_proj.weight", [hidden, hidden]), ("self_attn.k_proj.weight", [hidden, hidden]),
+                 ("self_attn.v_proj.weight", [hidden, hidden]), ("self_attn.o_proj.weight", [hidden, hidden]),
+                 ("mlp.gate_proj.weight", [mlp, hidden]), ("mlp.up_proj.weight", [mlp, hidden]),
+                 ("mlp.down_proj.weight", [hidden, mlp]), ("input_layernorm.weight", [hidden]),
+                 ("post_attention_layernorm.weight", [hidden])]
+    size = vocab * hidden * elem * 2  # embeddings + lm_head
+    while True:
+        layer_bytes = sum(elem * (s[0] * (s[1] if len(s) > 1 else 1)) for _, s in per_layer)
+        if size + layer_bytes > total_bytes:
+            break
+        shapes += [(f"model.layers.{layer}.{n}", s) for n, s in per_layer]
+        size += layer_bytes
+        layer += 1
+    shapes += [("model.norm.weight", [hidden]), ("lm_head.weight", [vocab, hidden])]
+    return shapes
+
+
+def make_big_file(gb):
+    path = DATA / f"llama-bf16-{gb}GB.safetensors"
+    if path.exists():
+        return path
+    DATA.mkdir(parents=True, exist_ok=True)
+    import numpy as np
+    shapes = llama_like_records(int(gb * 1e9))
+    rng = np.random.default_rng(0)
+    block = rng.integers(0, 2**16, 1 << 22, dtype=np.uint16).tobytes()  # 8 MiB of bf16 patterns
+
+    records = []
+    for name, shape in shapes:
+        n = 2
+        for d in shape:
+            n *= d
+        records.append((name, "BF16", shape, n))
+    # Stream the data through the writer in 8 MiB chunks (never the whole file in memory).
+    import ctypes
+    from ckptlib import Error, WriterOptions, _check, _lib, DTYPES
+    opts = WriterOptions()
+    _lib.ckpt_writer_options_init(ctypes.byref(opts))
+    opts.no_sync = 1
+    w, err = ctypes.c_void_p(), Error()
+    _check(_lib.ckpt_writer_create(str(path).encode(), ctypes.byref(opts), ctypes.byref(w), ctypes.byref(err)), err)
+    _lib.ckpt_writer_set_metadata(w, b"format", b"pt", ctypes.byref(err))
+    for name, dtype, shape, _ in records:
+        arr = (ctypes.c_uint64 * len(shape))(*shape)
+        _check(_lib.ckpt_writer_add_tensor(w, name.encode(), DTYPES.index(dtype), len(shape), arr, None,
+                                           ctypes.byref(err)), err)
+    _check(_lib.ckpt_writer_begin(w, ctypes.byref(err)), err)
+    for i, (_, _, _, n) in enumerate(records):
+        left = n
+        while left:
+            k = min(left, len(block))
+            _check(_lib.ckpt_writer_write(w, i, block, k, ctypes.byref(err)), err)
+            left -= k
+    _check(_lib.ckpt_writer_commit(w, ctypes.byref(err)), err)
+    _lib.ckpt_writer_free(w)
+    return path
+
+
+PY_RESHARD = r"""
+import sys
+from safetensors.torch import load_file
+from huggingface_hub import save_torch_state_dict
+import os
+os.makedirs(sys.argv[2], exist_ok=True)
+save_torch_state_dict(load_file(sys.argv[1]), sys.argv[2], max_shard_size=sys.argv[3])
+"""
+
+
+def suite_convert(args):
+    src = make_big_file(args.gb)
+    size = src.stat().st_size
+    scratch = DATA / "out"
+    shard = "1GB"
+    contenders = {
+        "cp": lambda out: ["cp", str(src), str(out)],
+        "ckpt convert --no-sync": lambda out: [BIN_PATH, "convert", str(src), str(out), "--max-shard-size", shard,
+                                               "--no-sync"],
+        "cp + sync": lambda out: ["sh", "-c", f'cp "{src}" "{out}" && sync "{out}"'],
+        "ckpt convert": lambda out: [BIN_PATH, "convert", str(src), str(out), "--max-shard-size", shard],
+    }
+    if not args.skip_python:
+        contenders["safetensors load_file + hub save_torch_state_dict"] = \
+            lambda out: [sys.executable, "-c", PY_RESHARD, str(src), str(out), shard]
+    modes = ["warm", "cold"]
+    results = {m: {k: {"seconds": [], "rss": []} for k in contenders} for m in modes}
+    for mode in modes:
+        for rnd in range(args.runs + 1):  # round 0 is the warm-up
+            for name, cmd in contenders.items():
+                if name.startswith("safetensors") and rnd > 1:
+                    continue  # minutes per run at this size: one measured run
+                shutil.rmtree(scratch, ignore_errors=True)
+                scratch.mkdir(parents=True)
+                out = scratch / "dst"
+                if mode == "cold":
+                    drop_caches([src])
+                else:
+                    subprocess.run(["cat", str(src)], stdout=subprocess.DEVNULL)
+                secs, rss = run_measured(cmd(out))
+                if rnd > 0 or name.startswith("safetensors"):
+                    results[mode][name]["seconds"].append(secs)
+                    results[mode][name]["rss"].append(rss)
+                print(f"  {mode:4s} round {rnd} {name:50s} {secs:7.2f} s  {size / secs / 1e9:6.2f} GB/s  "
+                      f"RSS {rss / 2**20:8.1f} MiB", flush=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+    doc = {"suite": "convert", "bytes": size, "source": src.name, "max_shard_size": shard,
+           "machine": machine_facts(), "results": {}}
+    for mode in modes:
+        doc["results"][mode] = {}
+        for name, r in results[mode].items():
+            if not r["seconds"]:
+                continue
+            s = summary(r["seconds"])
+            s["gb_per_s"] = size / s["median"] / 1e9
+            s["peak_rss_bytes"] = max(r["rss"])
+            doc["results"][mode][name] = s
+        res = doc["results"][mode]
+        doc["results"][mode]["ratios"] = {
+            "ckpt_vs_cp (no fsync)": res["cp"]["median"] / res["ckpt convert --no-sync"]["median"],
+            "ckpt_vs_cp (fsync)": res["cp + sync"]["median"] / res["ckpt convert"]["median"],
+        }
+    save("convert", doc)
+    return doc
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("suites", nargs="*", default=["open", "convert"])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--gb", type=float, default=4.0, help="size of the convert source")
+    ap.add_argument("--tensors", type=int, default=30000)
+    ap.add_argument("--skip-python", action="store_true", help="skip the slow Python peer")
+    args = ap.parse_args()
+    for s in args.suites:
+        print(f"== {s}")
+        {"open": suite_open, "convert": suite_convert}[s](args)
+    subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
+
+
+if __name__ == "__main__":
+    main()
