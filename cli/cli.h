@@ -25,6 +25,9 @@ int usage_error(const char *command, const char *fmt, ...) __attribute__((format
 /* "1.5 GiB"-style size into buf. */
 const char *format_bytes(uint64_t bytes, char *buf, size_t cap);
 
+/* "22,713,728"-style count into buf. */
+const char *format_count(uint64_t n, char *buf, size_t cap);
+
 /* A JSON string literal (UTF-8 kept, control characters escaped). */
 void print_json_string(FILE *out, const char *s);
 

@@ -128,12 +128,15 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
         params += t->numel;
         bytes += t->nbytes;
     }
-    printf("\nTotals: %zu tensors, %" PRIu64 " parameters, %s (%" PRIu64 " bytes) in %zu file%s\n", n, params,
-           format_bytes(bytes, size, sizeof size), bytes, files, files == 1 ? "" : "s");
+    char count[32], count2[32];
+    printf("\nTotals: %s tensor%s, %s parameters, %s (%s bytes) in %zu file%s\n", format_count(n, count, sizeof count),
+           n == 1 ? "" : "s", format_count(params, count2, sizeof count2), format_bytes(bytes, size, sizeof size),
+           format_count(bytes, shape, sizeof shape), files, files == 1 ? "" : "s");
     for (int d = CKPT_DTYPE_COUNT - 1; d > 0; d--) {
         if (!totals[d].tensors) continue;
-        printf("  %-11s %6" PRIu64 " tensors  %14" PRIu64 " parameters  %10s\n", ckpt_dtype_name((ckpt_dtype)d),
-               totals[d].tensors, totals[d].params, format_bytes(totals[d].bytes, size, sizeof size));
+        printf("  %-11s %9s tensor%s %17s parameters  %10s\n", ckpt_dtype_name((ckpt_dtype)d),
+               format_count(totals[d].tensors, count, sizeof count), totals[d].tensors == 1 ? " " : "s",
+               format_count(totals[d].params, count2, sizeof count2), format_bytes(totals[d].bytes, size, sizeof size));
     }
     printf("Files:\n");
     for (size_t f = 0; f < files; f++)

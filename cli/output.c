@@ -32,6 +32,18 @@ const char *format_bytes(uint64_t bytes, char *buf, size_t cap) {
     return buf;
 }
 
+const char *format_count(uint64_t n, char *buf, size_t cap) {
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%llu", (unsigned long long)n);
+    size_t o = 0;
+    for (int i = 0; i < len && o + 2 < cap; i++) {
+        if (i && (len - i) % 3 == 0) buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 void print_json_string(FILE *out, const char *s) {
     fputc('"', out);
     for (; *s; s++) {

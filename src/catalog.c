@@ -29,8 +29,7 @@ struct ckpt_catalog {
     size_t count, cap;
     ckpt_tensor_info *tensors;
     ckpt__name_table names;
-    size_t meta_count, meta_cap;
-    const char **meta_keys, **meta_values;
+    ckpt__pairs meta;
     pthread_mutex_t map_lock;
 };
 
@@ -54,12 +53,6 @@ static ckpt_status add_file(ckpt_catalog *c, const char *path, ckpt_error *err) 
     if (!f->path) return oom(err, path);
     c->file_count++;
     return ckpt__file_open_read(path, &f->fd, &f->size, err);
-}
-
-static bool meta_has(const ckpt_catalog *c, const char *key) {
-    for (size_t i = 0; i < c->meta_count; i++)
-        if (strcmp(c->meta_keys[i], key) == 0) return true;
-    return false;
 }
 
 /* Opens one safetensors file as the catalog's next file and appends its
@@ -99,21 +92,11 @@ static ckpt_status add_safetensors(ckpt_catalog *c, const char *path, ckpt_error
         };
     }
     for (size_t i = 0; i < h.meta_count; i++) {
-        if (meta_has(c, h.meta_keys[i])) continue;
-        if (c->meta_count == c->meta_cap) {
-            size_t cap = c->meta_cap ? c->meta_cap * 2 : 8;
-            const char **k = realloc(c->meta_keys, cap * sizeof *k);
-            if (k) c->meta_keys = k;
-            const char **v = realloc(c->meta_values, cap * sizeof *v);
-            if (v) c->meta_values = v;
-            if (!k || !v) {
-                ckpt__st_header_free(&h);
-                return oom(err, path);
-            }
-            c->meta_cap = cap;
+        if (ckpt__pairs_get(&c->meta, h.meta_keys[i])) continue; /* the first shard's value wins */
+        if (!ckpt__pairs_push(&c->meta, h.meta_keys[i], h.meta_values[i])) {
+            ckpt__st_header_free(&h);
+            return oom(err, path);
         }
-        c->meta_keys[c->meta_count] = h.meta_keys[i];
-        c->meta_values[c->meta_count++] = h.meta_values[i];
     }
     ckpt__st_header_free(&h);
     return CKPT_OK;
@@ -269,8 +252,7 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     }
     free(c->files);
     free(c->tensors);
-    free(c->meta_keys);
-    free(c->meta_values);
+    ckpt__pairs_free(&c->meta);
     free(c->index_path);
     ckpt__name_table_free(&c->names);
     ckpt__arena_free(&c->arena);
@@ -299,19 +281,17 @@ uint64_t ckpt_catalog_file_size(const ckpt_catalog *c, size_t i) {
     return c && i < c->file_count ? c->files[i].size : 0;
 }
 const char *ckpt_catalog_index_path(const ckpt_catalog *c) { return c ? c->index_path : NULL; }
-size_t ckpt_catalog_metadata_count(const ckpt_catalog *c) { return c ? c->meta_count : 0; }
+size_t ckpt_catalog_metadata_count(const ckpt_catalog *c) { return c ? c->meta.count : 0; }
 
 ckpt_status ckpt_catalog_metadata_entry(const ckpt_catalog *c, size_t i, const char **key, const char **value) {
-    if (!c || i >= c->meta_count) return CKPT_E_OUT_OF_RANGE;
-    if (key) *key = c->meta_keys[i];
-    if (value) *value = c->meta_values[i];
+    if (!c || i >= c->meta.count) return CKPT_E_OUT_OF_RANGE;
+    if (key) *key = c->meta.keys[i];
+    if (value) *value = c->meta.values[i];
     return CKPT_OK;
 }
 
 const char *ckpt_catalog_metadata_get(const ckpt_catalog *c, const char *key) {
-    for (size_t i = 0; c && key && i < c->meta_count; i++)
-        if (strcmp(c->meta_keys[i], key) == 0) return c->meta_values[i];
-    return NULL;
+    return c && key ? ckpt__pairs_get(&c->meta, key) : NULL;
 }
 
 int ckpt__catalog_fd(const ckpt_catalog *c, size_t file) { return c->files[file].fd; }
@@ -345,9 +325,20 @@ ckpt_status ckpt_catalog_view(ckpt_catalog *c, const ckpt_tensor_info *t, const 
     catalog_file *f = &c->files[t->file];
     pthread_mutex_lock(&c->map_lock);
     if (!f->map) {
-        void *m = mmap(NULL, (size_t)f->size, PROT_READ, MAP_SHARED, f->fd, 0);
-        if (m == MAP_FAILED) st = ckpt__fail_errno(err, errno, f->path, -1, "cannot map the file");
-        else f->map = m;
+        /* A file cut short since it was opened would make the mapping fault
+         * (SIGBUS) where the data used to be: check before mapping. */
+        struct stat sb;
+        if (fstat(f->fd, &sb) != 0) {
+            st = ckpt__fail_errno(err, errno, f->path, -1, "cannot stat");
+        } else if ((uint64_t)sb.st_size < f->size) {
+            st = ckpt__fail(err, CKPT_E_TRUNCATED, f->path, t->name, (int64_t)sb.st_size,
+                            "file shrank from %llu to %llu bytes since it was opened", (unsigned long long)f->size,
+                            (unsigned long long)sb.st_size);
+        } else {
+            void *m = mmap(NULL, (size_t)f->size, PROT_READ, MAP_SHARED, f->fd, 0);
+            if (m == MAP_FAILED) st = ckpt__fail_errno(err, errno, f->path, -1, "cannot map the file");
+            else f->map = m;
+        }
     }
     pthread_mutex_unlock(&c->map_lock);
     if (st) return st;

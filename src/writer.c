@@ -43,8 +43,7 @@ struct ckpt_writer {
     wtensor *tensors;
     ckpt__name_table names;
     size_t names_cap;
-    size_t meta_count, meta_cap;
-    const char **meta_keys, **meta_values;
+    ckpt__pairs meta;
     uint64_t total;
     size_t file_count;
     wfile *files;
@@ -117,8 +116,9 @@ ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *opti
             st = ckpt__fail(err, CKPT_E_EXISTS, path, NULL, -1, "exists and is not a directory");
         if (st == CKPT_OK) st = existing_shard_files(w, err);
         if (st == CKPT_OK && w->stale_count && !w->opt.overwrite)
-            st = ckpt__fail(err, CKPT_E_EXISTS, w->stale[0], NULL, -1,
-                            "a checkpoint is already there (use overwrite / --force to replace it)");
+            st = ckpt__fail(err, CKPT_E_EXISTS, w->path, NULL, -1,
+                            "already holds a checkpoint (%s); use overwrite / --force to replace it",
+                            ckpt__path_basename(w->stale[0]));
     }
     if (st) {
         ckpt_writer_free(w);
@@ -145,23 +145,11 @@ ckpt_status ckpt_writer_set_metadata(ckpt_writer *w, const char *key, const char
     if (st) return st;
     if (!key || !value || !valid_utf8(key) || !valid_utf8(value))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "metadata keys and values must be UTF-8 strings");
-    for (size_t i = 0; i < w->meta_count; i++)
-        if (strcmp(w->meta_keys[i], key) == 0)
-            return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, w->path, NULL, -1, "metadata key '%s' set twice", key);
-    if (w->meta_count == w->meta_cap) {
-        size_t cap = w->meta_cap ? w->meta_cap * 2 : 4;
-        const char **k = realloc(w->meta_keys, cap * sizeof *k);
-        if (k) w->meta_keys = k;
-        const char **v = realloc(w->meta_values, cap * sizeof *v);
-        if (v) w->meta_values = v;
-        if (!k || !v) return oom(err, w->path);
-        w->meta_cap = cap;
-    }
+    if (ckpt__pairs_get(&w->meta, key))
+        return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, w->path, NULL, -1, "metadata key '%s' set twice", key);
     const char *k = ckpt__arena_strndup(&w->arena, key, strlen(key));
     const char *v = ckpt__arena_strndup(&w->arena, value, strlen(value));
-    if (!k || !v) return oom(err, w->path);
-    w->meta_keys[w->meta_count] = k;
-    w->meta_values[w->meta_count++] = v;
+    if (!k || !v || !ckpt__pairs_push(&w->meta, k, v)) return oom(err, w->path);
     return CKPT_OK;
 }
 
@@ -239,7 +227,7 @@ static ckpt_status layout_file(ckpt_writer *w, uint32_t file, ckpt__buf *header,
                                              .shape = t->shape, .nbytes = t->nbytes, .id = i};
     }
     uint64_t data_size;
-    ckpt_status st = ckpt__st_layout(out, n, w->meta_keys, w->meta_values, w->meta_count, header, &data_size);
+    ckpt_status st = ckpt__st_layout(out, n, w->meta.keys, w->meta.values, w->meta.count, header, &data_size);
     if (st == CKPT_OK) {
         for (size_t i = 0; i < n; i++) w->tensors[out[i].id].offset = header->len + out[i].begin;
         w->files[file].size = header->len + data_size;
@@ -488,8 +476,7 @@ void ckpt_writer_free(ckpt_writer *w) {
     free(w->stale);
     free(w->files);
     free(w->tensors);
-    free(w->meta_keys);
-    free(w->meta_values);
+    ckpt__pairs_free(&w->meta);
     ckpt__name_table_free(&w->names);
     ckpt__arena_free(&w->arena);
     free(w->path);

@@ -68,6 +68,19 @@ CKPT__HIDDEN void *ckpt__arena_alloc(ckpt__arena *arena, size_t size);
 CKPT__HIDDEN char *ckpt__arena_strndup(ckpt__arena *arena, const char *s, size_t len);
 CKPT__HIDDEN void ckpt__arena_free(ckpt__arena *arena);
 
+/* ---- ordered string pairs (metadata maps; a handful of entries) --------- */
+
+typedef struct ckpt__pairs {
+    size_t count, cap;
+    const char **keys, **values; /* the strings are the caller's */
+} ckpt__pairs;
+
+/* Appends a pair; false when out of memory. */
+CKPT__HIDDEN bool ckpt__pairs_push(ckpt__pairs *pairs, const char *key, const char *value);
+/* The value of the first pair with this key, or NULL. */
+CKPT__HIDDEN const char *ckpt__pairs_get(const ckpt__pairs *pairs, const char *key);
+CKPT__HIDDEN void ckpt__pairs_free(ckpt__pairs *pairs);
+
 /* ---- string → index hash table (open addressing) ----------------------- */
 
 typedef struct ckpt__name_table {

@@ -45,7 +45,7 @@ def test_inspect_table_and_json(model):
     r = run("inspect", model)
     assert r.returncode == 0 and r.stderr == ""
     assert "layers.0.weight" in r.stdout and "[64, 64]" in r.stdout and "F32" in r.stdout
-    assert "Totals: 7 tensors, 24586 parameters" in r.stdout
+    assert "Totals: 7 tensors, 24,586 parameters" in r.stdout
     assert "format: np" in r.stdout
     doc = json.loads(run("inspect", "--json", model).stdout)
     assert doc["totals"]["tensors"] == 7

@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "helpers.h"
 
@@ -53,6 +54,15 @@ static void test_open_single_file(void **state) {
     assert_ptr_equal((const char *)v2, (const char *)v1 + 16);
 
     ckpt_tensor_info fake = *w;
+    ckpt_catalog_close(cat);
+
+    /* A file cut short after opening: reads and the first view fail cleanly. */
+    assert_int_equal(ckpt_catalog_open(path, &cat, &err), CKPT_OK);
+    assert_int_equal(truncate(path, 8 + (off_t)strlen(two_tensors) + 10), 0);
+    w = ckpt_catalog_find(cat, "w");
+    assert_int_equal(ckpt_catalog_read(cat, w, 0, buf, 16, &err), CKPT_E_TRUNCATED);
+    assert_int_equal(ckpt_catalog_view(cat, w, &v1, &err), CKPT_E_TRUNCATED);
+    assert_string_equal(err.tensor, "w");
     assert_int_equal(ckpt_catalog_read(cat, &fake, 0, buf, 1, &err), CKPT_E_INVALID_ARGUMENT);
     ckpt_catalog_close(cat);
     ckpt_catalog_close(NULL);
