@@ -33,7 +33,7 @@ def charts(open_doc, convert_doc):
         fig.savefig(RESULTS / "open.png", dpi=110)
         plt.close(fig)
     if convert_doc:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+        fig, axes = plt.subplots(2, 1, figsize=(9, 6.2))
         for ax, mode in zip(axes, ("warm", "cold")):
             res = {k: v for k, v in convert_doc["results"][mode].items() if k != "ratios"}
             names = list(res)
@@ -68,7 +68,7 @@ def table(open_doc, convert_doc):
     if convert_doc:
         gb = convert_doc["bytes"] / 1e9
         lines.append(f"**Convert a {gb:.1f} GB Llama-shaped bf16 file into {convert_doc['max_shard_size']} shards** "
-                     "(each contender in its own process; peak RSS from wait4)")
+                     "(each contender in its own process, after `sync`; peak RSS from GNU time)")
         lines.append("")
         lines.append("| cache | contender | median | GB/s | min–max | peak RSS |")
         lines.append("|---|---|---:|---:|---:|---:|")

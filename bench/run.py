@@ -174,7 +174,7 @@ def suite_open(args):
 
 def llama_like_records(total_bytes, dtype="BF16", elem=2):
     """Tensor shapes of a Llama-style decoder (hidden 4096, MLP 11008,
-    vocab 32000) until `total_bytes` is reached."""
+    vocab 32000), with as many layers as it takes to reach `total_bytes`."""
     hidden, mlp, vocab = 4096, 11008, 32000
     shapes = [("model.embed_tokens.weight", [vocab, hidden])]
     layer = 0
@@ -184,10 +184,8 @@ def llama_like_records(total_bytes, dtype="BF16", elem=2):
                  ("mlp.down_proj.weight", [hidden, mlp]), ("input_layernorm.weight", [hidden]),
                  ("post_attention_layernorm.weight", [hidden])]
     size = vocab * hidden * elem * 2  # embeddings + lm_head
-    while True:
+    while size < total_bytes:  # at least the size asked for
         layer_bytes = sum(elem * (s[0] * (s[1] if len(s) > 1 else 1)) for _, s in per_layer)
-        if size + layer_bytes > total_bytes:
-            break
         shapes += [(f"model.layers.{layer}.{n}", s) for n, s in per_layer]
         size += layer_bytes
         layer += 1
@@ -271,6 +269,9 @@ def suite_convert(args):
                 shutil.rmtree(scratch, ignore_errors=True)
                 scratch.mkdir(parents=True)
                 out = scratch / "dst"
+                # Every run starts with no dirty pages: otherwise a contender
+                # pays for the write-back of the previous one's output.
+                subprocess.run(["sync"])
                 if mode == "cold":
                     drop_caches([src])
                 else:

@@ -94,6 +94,7 @@ typedef enum ckpt_status {
     CKPT_E_BAD_SIZE = 10,        /* a size string such as "5GB" that cannot be parsed */
     CKPT_E_NO_SPACE = 11,        /* the disk is full (ENOSPC / EDQUOT)          */
     CKPT_E_TRUNCATED = 12,       /* the file ends before the data it declares   */
+    CKPT_E_LIMIT = 13,           /* a declared size or count beyond a safety limit */
 
     /* safetensors header validation (huggingface/safetensors rules) */
     CKPT_E_HEADER_TOO_SMALL = 20,   /* file shorter than the 8-byte length      */
@@ -115,7 +116,12 @@ typedef enum ckpt_status {
 
     /* Sharded checkpoints */
     CKPT_E_INDEX_INVALID = 40,      /* index.json is not valid or not an index  */
-    CKPT_E_INDEX_MISMATCH = 41      /* index and shards disagree about a tensor */
+    CKPT_E_INDEX_MISMATCH = 41,     /* index and shards disagree about a tensor */
+
+    /* ZIP archives (torch.save files) */
+    CKPT_E_ZIP_INVALID = 50,        /* a damaged or lying ZIP structure         */
+    CKPT_E_ZIP_UNSUPPORTED = 51,    /* encrypted, multi-disk or unknown compression */
+    CKPT_E_CHECKSUM = 52            /* data does not match its recorded checksum */
 } ckpt_status;
 
 /* The identifier of a status as a string, e.g. "CKPT_E_DATA_HOLE";

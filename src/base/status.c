@@ -27,6 +27,7 @@ static const status_entry status_table[] = {
     ENTRY(CKPT_E_BAD_SIZE, "invalid size"),
     ENTRY(CKPT_E_NO_SPACE, "no space left on device"),
     ENTRY(CKPT_E_TRUNCATED, "file is truncated"),
+    ENTRY(CKPT_E_LIMIT, "declared size beyond a safety limit"),
     ENTRY(CKPT_E_HEADER_TOO_SMALL, "file too small for a safetensors header"),
     ENTRY(CKPT_E_HEADER_TOO_LARGE, "safetensors header larger than 100,000,000 bytes"),
     ENTRY(CKPT_E_HEADER_PAST_END, "safetensors header length runs past the end of the file"),
@@ -45,6 +46,9 @@ static const status_entry status_table[] = {
     ENTRY(CKPT_E_BAD_OFFSETS, "data_offsets end before they begin"),
     ENTRY(CKPT_E_INDEX_INVALID, "invalid checkpoint index"),
     ENTRY(CKPT_E_INDEX_MISMATCH, "index and shards disagree"),
+    ENTRY(CKPT_E_ZIP_INVALID, "damaged or inconsistent ZIP archive"),
+    ENTRY(CKPT_E_ZIP_UNSUPPORTED, "unsupported ZIP feature"),
+    ENTRY(CKPT_E_CHECKSUM, "checksum mismatch"),
 };
 #undef ENTRY
 

@@ -160,7 +160,11 @@ def test_interrupt_leaves_destination_as_it_was(tmp_path):
                 assert len(cat.names()) == 12
         else:
             outcomes.add("interrupted")
-            assert p.returncode == 130 and "interrupted" in err
+            # 130 once ckpt handles the signal; killed by it (before the
+            # handler is installed, when nothing is written yet) otherwise.
+            assert p.returncode in (130, -signal.SIGINT), (p.returncode, err)
+            if p.returncode == 130:
+                assert "interrupted" in err
             assert entries == [], entries  # no shard, no temporary, no index
         shutil.rmtree(out, ignore_errors=True)
     assert "interrupted" in outcomes

@@ -1,0 +1,357 @@
+/* zip.c — see zip.h. */
+#include "zip.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "../io/file.h"
+
+enum {
+    SIG_LOCAL = 0x04034b50,
+    SIG_CENTRAL = 0x02014b50,
+    SIG_EOCD = 0x06054b50,
+    SIG_ZIP64_LOCATOR = 0x07064b50,
+    SIG_ZIP64_EOCD = 0x06064b50,
+    EOCD_SIZE = 22,
+    LOCATOR_SIZE = 20,
+    ZIP64_EOCD_SIZE = 56,
+    CENTRAL_SIZE = 46,
+    LOCAL_SIZE = 30,
+    MAX_COMMENT = 65535,
+};
+
+static uint16_t u16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t u32(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint64_t u64(const unsigned char *p) { return (uint64_t)u32(p) | (uint64_t)u32(p + 4) << 32; }
+
+bool ckpt__zip_sniff(const unsigned char *head, size_t n) {
+    return n >= 4 && head[0] == 'P' && head[1] == 'K' &&
+           ((head[2] == 3 && head[3] == 4) || (head[2] == 5 && head[3] == 6));
+}
+
+static ckpt_status bad(ckpt_error *err, const char *path, const char *name, uint64_t at, const char *what) {
+    return ckpt__fail(err, CKPT_E_ZIP_INVALID, path, name, (int64_t)at, "%s", what);
+}
+
+typedef struct directory {
+    uint64_t offset, size, entries;
+} directory;
+
+/* Finds the end of central directory (and its ZIP64 twin) from the tail. */
+static ckpt_status find_directory(int fd, uint64_t file_size, const char *path, directory *dir, ckpt_error *err) {
+    if (file_size < EOCD_SIZE) return bad(err, path, NULL, 0, "file too small for a ZIP end record");
+    uint64_t tail_len = file_size < EOCD_SIZE + MAX_COMMENT ? file_size : EOCD_SIZE + MAX_COMMENT;
+    uint64_t tail_start = file_size - tail_len;
+    unsigned char *tail = malloc((size_t)tail_len);
+    if (!tail) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+    ckpt_status st = ckpt__pread_full(fd, tail, tail_len, tail_start, path, err);
+    int64_t at = -1;
+    for (int64_t i = (int64_t)tail_len - EOCD_SIZE; st == CKPT_OK && i >= 0; i--) {
+        /* The comment length must reach exactly the end of the file. */
+        if (u32(tail + i) == SIG_EOCD && (uint64_t)i + EOCD_SIZE + u16(tail + i + 20) == tail_len) {
+            at = i;
+            break;
+        }
+    }
+    if (st) {
+        free(tail);
+        return st;
+    }
+    if (at < 0) {
+        free(tail);
+        return bad(err, path, NULL, file_size, "no ZIP end-of-central-directory record (not a ZIP archive, or truncated)");
+    }
+    const unsigned char *e = tail + at;
+    uint64_t eocd_offset = tail_start + (uint64_t)at;
+    if (u16(e + 4) != 0 || u16(e + 6) != 0 || u16(e + 8) != u16(e + 10)) {
+        free(tail);
+        return ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, NULL, (int64_t)eocd_offset, "multi-disk ZIP archives are not supported");
+    }
+    dir->entries = u16(e + 10);
+    dir->size = u32(e + 12);
+    dir->offset = u32(e + 16);
+    free(tail);
+
+    /* ZIP64: a locator just before the end record points to the real one.
+     * torch always writes it, whether or not the sizes need it. */
+    if (eocd_offset >= LOCATOR_SIZE) {
+        unsigned char loc[LOCATOR_SIZE];
+        st = ckpt__pread_full(fd, loc, LOCATOR_SIZE, eocd_offset - LOCATOR_SIZE, path, err);
+        if (st) return st;
+        if (u32(loc) == SIG_ZIP64_LOCATOR) {
+            uint64_t z = u64(loc + 8);
+            if (u32(loc + 4) != 0 || u32(loc + 16) > 1)
+                return ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, NULL, (int64_t)(eocd_offset - LOCATOR_SIZE),
+                                  "multi-disk ZIP64 archives are not supported");
+            if (z > eocd_offset - LOCATOR_SIZE || eocd_offset - LOCATOR_SIZE - z < ZIP64_EOCD_SIZE)
+                return bad(err, path, NULL, eocd_offset - LOCATOR_SIZE, "ZIP64 locator points outside the archive");
+            unsigned char r[ZIP64_EOCD_SIZE];
+            st = ckpt__pread_full(fd, r, ZIP64_EOCD_SIZE, z, path, err);
+            if (st) return st;
+            if (u32(r) != SIG_ZIP64_EOCD) return bad(err, path, NULL, z, "ZIP64 end record signature missing");
+            if (u32(r + 16) != 0 || u32(r + 20) != 0 || u64(r + 24) != u64(r + 32))
+                return ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, NULL, (int64_t)z,
+                                  "multi-disk ZIP64 archives are not supported");
+            dir->entries = u64(r + 32);
+            dir->size = u64(r + 40);
+            dir->offset = u64(r + 48);
+            eocd_offset = z; /* the directory must end before the ZIP64 record */
+        }
+    }
+    uint64_t end;
+    if (!ckpt__add_u64(dir->offset, dir->size, &end) || end > eocd_offset)
+        return bad(err, path, NULL, eocd_offset, "central directory lies outside the archive");
+    if (dir->entries > CKPT__ZIP_MAX_ENTRIES || dir->entries > dir->size / CENTRAL_SIZE)
+        return bad(err, path, NULL, eocd_offset, "entry count does not fit the central directory");
+    return CKPT_OK;
+}
+
+/* Reads the ZIP64 extended-information extra field over the 0xFFFFFFFF
+ * central values, in the order the format fixes. */
+static bool apply_zip64_extra(const unsigned char *extra, size_t len, ckpt__zip_entry *e, uint32_t size32,
+                              uint32_t comp32, uint32_t offset32) {
+    bool need = size32 == 0xFFFFFFFFu || comp32 == 0xFFFFFFFFu || offset32 == 0xFFFFFFFFu;
+    for (size_t i = 0; i + 4 <= len;) {
+        uint16_t id = u16(extra + i), n = u16(extra + i + 2);
+        if (i + 4 + n > len) return false;
+        if (id == 0x0001) {
+            const unsigned char *f = extra + i + 4;
+            size_t k = 0;
+            if (size32 == 0xFFFFFFFFu) {
+                if (k + 8 > n) return false;
+                e->size = u64(f + k), k += 8;
+            }
+            if (comp32 == 0xFFFFFFFFu) {
+                if (k + 8 > n) return false;
+                e->comp_size = u64(f + k), k += 8;
+            }
+            if (offset32 == 0xFFFFFFFFu) {
+                if (k + 8 > n) return false;
+                e->header_offset = u64(f + k), k += 8;
+            }
+            return true;
+        }
+        i += 4 + (size_t)n;
+    }
+    return !need;
+}
+
+static ckpt_status check_folder(ckpt__zip *zip, const char *path, ckpt__arena *arena, ckpt_error *err) {
+    if (!zip->count) return bad(err, path, NULL, 0, "archive is empty");
+    const char *first = zip->entries[0].name, *slash = strchr(first, '/');
+    if (!slash || slash == first)
+        return ckpt__fail(err, CKPT_E_ZIP_INVALID, path, first, (int64_t)zip->entries[0].header_offset,
+                          "entry is not inside a top folder, as torch.save archives are");
+    size_t n = (size_t)(slash - first);
+    for (size_t i = 1; i < zip->count; i++) {
+        const char *name = zip->entries[i].name;
+        if (strncmp(name, first, n + 1) != 0)
+            return ckpt__fail(err, CKPT_E_ZIP_INVALID, path, name, (int64_t)zip->entries[i].header_offset,
+                              "entry is outside the archive's top folder '%.*s/'", (int)n, first);
+    }
+    zip->folder = ckpt__arena_strndup(arena, first, n);
+    return zip->folder ? CKPT_OK : ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+}
+
+ckpt_status ckpt__zip_open(int fd, uint64_t file_size, const char *path, bool single_folder, ckpt__arena *arena,
+                           ckpt__zip *out, ckpt_error *err) {
+    memset(out, 0, sizeof *out);
+    directory dir = {0, 0, 0};
+    ckpt_status st = find_directory(fd, file_size, path, &dir, err);
+    if (st) return st;
+    unsigned char *cd = malloc(dir.size ? (size_t)dir.size : 1);
+    out->entries = calloc(dir.entries ? (size_t)dir.entries : 1, sizeof *out->entries);
+    if (!cd || !out->entries || !ckpt__name_table_init(&out->names, (size_t)dir.entries)) {
+        free(cd);
+        ckpt__zip_close(out);
+        return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory for %llu entries",
+                          (unsigned long long)dir.entries);
+    }
+    st = ckpt__pread_full(fd, cd, dir.size, dir.offset, path, err);
+    size_t pos = 0;
+    for (uint64_t k = 0; st == CKPT_OK && k < dir.entries; k++) {
+        uint64_t at = dir.offset + pos;
+        if (dir.size - pos < CENTRAL_SIZE || u32(cd + pos) != SIG_CENTRAL) {
+            st = bad(err, path, NULL, at, "central directory entry signature missing");
+            break;
+        }
+        const unsigned char *h = cd + pos;
+        size_t name_len = u16(h + 28), extra_len = u16(h + 30), comment_len = u16(h + 32);
+        if (dir.size - pos - CENTRAL_SIZE < name_len + extra_len + comment_len) {
+            st = bad(err, path, NULL, at, "central directory entry runs past the directory");
+            break;
+        }
+        ckpt__zip_entry *e = &out->entries[out->count];
+        e->name = ckpt__arena_strndup(arena, (const char *)h + CENTRAL_SIZE, name_len);
+        if (!e->name) {
+            st = ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+            break;
+        }
+        if (strlen(e->name) != name_len) {
+            st = bad(err, path, NULL, at, "entry name contains a NUL byte");
+            break;
+        }
+        uint16_t flags = u16(h + 8);
+        e->method = u16(h + 10);
+        e->crc32 = u32(h + 16);
+        uint32_t comp32 = u32(h + 20), size32 = u32(h + 24), offset32 = u32(h + 42);
+        e->comp_size = comp32;
+        e->size = size32;
+        e->header_offset = offset32;
+        if (!apply_zip64_extra(h + CENTRAL_SIZE + name_len, extra_len, e, size32, comp32, offset32)) {
+            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)at, "ZIP64 extra field missing or short");
+            break;
+        }
+        if (flags & 0x41) {
+            st = ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, e->name, (int64_t)at, "entry is encrypted");
+            break;
+        }
+        if (u16(h + 34) != 0 && u16(h + 34) != 0xFFFF) {
+            st = ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, e->name, (int64_t)at, "entry starts on another disk");
+            break;
+        }
+        if (e->method != 0 && e->method != 8) {
+            st = ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, e->name, (int64_t)at,
+                            "compression method %u (only stored and DEFLATE are read)", e->method);
+            break;
+        }
+        if (e->method == 0 && e->comp_size != e->size) {
+            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)at,
+                            "stored entry with compressed size %llu but size %llu", (unsigned long long)e->comp_size,
+                            (unsigned long long)e->size);
+            break;
+        }
+        uint32_t prev;
+        if (!ckpt__name_table_insert(&out->names, &out->entries[0].name, sizeof *e, (uint32_t)out->count, &prev)) {
+            st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, path, e->name, (int64_t)at, "entry name appears twice in the archive");
+            break;
+        }
+        out->count++;
+        pos += CENTRAL_SIZE + name_len + extra_len + comment_len;
+
+        /* The local header gives the data offset. */
+        unsigned char local[LOCAL_SIZE];
+        uint64_t data_end;
+        if (e->header_offset > dir.offset || dir.offset - e->header_offset < LOCAL_SIZE) {
+            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)at, "local header offset %llu lies outside the data area",
+                            (unsigned long long)e->header_offset);
+            break;
+        }
+        st = ckpt__pread_full(fd, local, LOCAL_SIZE, e->header_offset, path, err);
+        if (st) break;
+        if (u32(local) != SIG_LOCAL) {
+            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->header_offset, "local header signature missing");
+            break;
+        }
+        if (u16(local + 26) != name_len) {
+            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->header_offset,
+                            "local and central headers disagree about the name");
+            break;
+        }
+        e->data_offset = e->header_offset + LOCAL_SIZE + name_len + u16(local + 28);
+        if (!ckpt__add_u64(e->data_offset, e->comp_size, &data_end) || data_end > dir.offset) {
+            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->header_offset,
+                            "entry data [%llu, +%llu) runs past the data area (ends at %llu)",
+                            (unsigned long long)e->data_offset, (unsigned long long)e->comp_size,
+                            (unsigned long long)dir.offset);
+            break;
+        }
+    }
+    free(cd);
+    if (st == CKPT_OK && single_folder) st = check_folder(out, path, arena, err);
+    if (st) ckpt__zip_close(out);
+    return st;
+}
+
+void ckpt__zip_close(ckpt__zip *zip) {
+    free(zip->entries);
+    ckpt__name_table_free(&zip->names);
+    memset(zip, 0, sizeof *zip);
+}
+
+const ckpt__zip_entry *ckpt__zip_find(const ckpt__zip *zip, const char *name) {
+    if (!zip->count) return NULL;
+    int64_t i = ckpt__name_table_find(&zip->names, &zip->entries[0].name, sizeof *zip->entries, name);
+    return i < 0 ? NULL : &zip->entries[i];
+}
+
+const ckpt__zip_entry *ckpt__zip_find_in_folder(const ckpt__zip *zip, const char *relative) {
+    if (!zip->folder) return NULL;
+    size_t a = strlen(zip->folder), b = strlen(relative);
+    char stack[256], *name = a + b + 2 <= sizeof stack ? stack : malloc(a + b + 2);
+    if (!name) return NULL;
+    memcpy(name, zip->folder, a);
+    name[a] = '/';
+    memcpy(name + a + 1, relative, b + 1);
+    const ckpt__zip_entry *e = ckpt__zip_find(zip, name);
+    if (name != stack) free(name);
+    return e;
+}
+
+static ckpt_status inflate_entry(const unsigned char *in, const ckpt__zip_entry *e, const char *path, char *out,
+                                 ckpt_error *err) {
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, -MAX_WBITS) != Z_OK)
+        return ckpt__fail(err, CKPT_E_NO_MEMORY, path, e->name, -1, "cannot start zlib");
+    ckpt_status st = CKPT_OK;
+    uint64_t in_left = e->comp_size, out_left = e->size;
+    z.next_in = (unsigned char *)in;
+    z.next_out = (unsigned char *)out;
+    int r = Z_OK;
+    while (r == Z_OK) {
+        /* zlib counts in uInt: feed at most 1 GiB a call. */
+        uInt in_chunk = in_left > (1u << 30) ? (1u << 30) : (uInt)in_left;
+        uInt out_chunk = out_left > (1u << 30) ? (1u << 30) : (uInt)out_left;
+        z.avail_in = in_chunk;
+        z.avail_out = out_chunk;
+        r = inflate(&z, Z_NO_FLUSH);
+        in_left -= in_chunk - z.avail_in;
+        out_left -= out_chunk - z.avail_out;
+        if (r == Z_OK && in_chunk == z.avail_in && out_chunk == z.avail_out) break; /* no progress */
+    }
+    if (r != Z_STREAM_END || out_left != 0)
+        st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->data_offset,
+                        "DEFLATE data is damaged or does not give the recorded %llu bytes", (unsigned long long)e->size);
+    inflateEnd(&z);
+    return st;
+}
+
+ckpt_status ckpt__zip_read_entry(int fd, const ckpt__zip_entry *e, const char *path, uint64_t limit, char **data,
+                                 ckpt_error *err) {
+    *data = NULL;
+    if (e->size > limit)
+        return ckpt__fail(err, CKPT_E_LIMIT, path, e->name, (int64_t)e->header_offset,
+                          "entry of %llu bytes is over the %llu-byte limit for records", (unsigned long long)e->size,
+                          (unsigned long long)limit);
+    if (e->method == 8 && e->comp_size > limit)
+        return ckpt__fail(err, CKPT_E_LIMIT, path, e->name, (int64_t)e->header_offset,
+                          "compressed entry of %llu bytes is over the limit", (unsigned long long)e->comp_size);
+    char *buf = malloc((size_t)e->size + 1);
+    if (!buf) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, e->name, -1, "cannot allocate %llu bytes", (unsigned long long)e->size);
+    ckpt_status st;
+    if (e->method == 0) {
+        st = ckpt__pread_full(fd, buf, e->size, e->data_offset, path, err);
+    } else {
+        unsigned char *in = malloc(e->comp_size ? (size_t)e->comp_size : 1);
+        st = in ? ckpt__pread_full(fd, in, e->comp_size, e->data_offset, path, err)
+                : ckpt__fail(err, CKPT_E_NO_MEMORY, path, e->name, -1, "out of memory");
+        if (st == CKPT_OK) st = inflate_entry(in, e, path, buf, err);
+        free(in);
+    }
+    if (st == CKPT_OK && e->crc32 != 0) {
+        uLong crc = crc32_z(0L, Z_NULL, 0);
+        crc = crc32_z(crc, (const Bytef *)buf, (z_size_t)e->size);
+        if ((uint32_t)crc != e->crc32)
+            st = ckpt__fail(err, CKPT_E_CHECKSUM, path, e->name, (int64_t)e->data_offset,
+                            "CRC-32 is %08lx, the archive records %08x", (unsigned long)crc, e->crc32);
+    }
+    if (st) {
+        free(buf);
+        return st;
+    }
+    buf[e->size] = '\0';
+    *data = buf;
+    return CKPT_OK;
+}

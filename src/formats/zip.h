@@ -1,0 +1,66 @@
+/*
+ * zip.h — the ZIP container of torch.save files (pytorch
+ * caffe2/serialize/inline_container.cc; PKWARE APPNOTE 6.3).
+ *
+ * ckpt reads the central directory (ZIP64 end records included), checks
+ * every offset and size against the file, and resolves each entry's data
+ * offset from its local header (whose extra field — torch's alignment
+ * padding — differs from the central one).  Stored entries are read in
+ * place; DEFLATE entries (re-zipped files) through zlib.  Encrypted,
+ * multi-disk and otherwise compressed archives are refused.
+ */
+#ifndef CKPT_FORMATS_ZIP_H
+#define CKPT_FORMATS_ZIP_H
+
+#include "../base/base.h"
+
+typedef struct ckpt__zip_entry {
+    const char *name;       /* full name, arena */
+    uint64_t header_offset; /* local header */
+    uint64_t data_offset;   /* first byte of the (stored or compressed) data */
+    uint64_t comp_size;
+    uint64_t size;
+    uint32_t crc32;
+    uint16_t method; /* 0 stored, 8 deflate */
+} ckpt__zip_entry;
+
+typedef struct ckpt__zip {
+    size_t count;
+    ckpt__zip_entry *entries; /* malloc'ed, in central-directory order */
+    const char *folder;       /* the one top folder, without '/', arena */
+    ckpt__name_table names;
+} ckpt__zip;
+
+/* Limits that keep a hostile directory from exhausting memory. */
+#define CKPT__ZIP_MAX_ENTRIES 10000000u
+
+/* Returns true when the file starts like a ZIP archive ("PK\3\4" or an
+ * empty archive's "PK\5\6"). */
+CKPT__HIDDEN bool ckpt__zip_sniff(const unsigned char *head, size_t n);
+
+/*
+ * Reads the directory of the archive in `fd` (`file_size` bytes).  When
+ * `single_folder` is set, every entry must sit under one top folder (as
+ * torch requires), which is returned in out->folder.
+ */
+CKPT__HIDDEN ckpt_status ckpt__zip_open(int fd, uint64_t file_size, const char *path, bool single_folder,
+                                        ckpt__arena *arena, ckpt__zip *out, ckpt_error *err);
+CKPT__HIDDEN void ckpt__zip_close(ckpt__zip *zip);
+
+/* The entry with this full name, or NULL. */
+CKPT__HIDDEN const ckpt__zip_entry *ckpt__zip_find(const ckpt__zip *zip, const char *name);
+
+/* The entry "<folder>/<relative>", or NULL. */
+CKPT__HIDDEN const ckpt__zip_entry *ckpt__zip_find_in_folder(const ckpt__zip *zip, const char *relative);
+
+/*
+ * Reads a whole entry into a malloc'ed buffer (NUL-terminated for
+ * convenience), inflating DEFLATE entries; a non-zero recorded CRC is
+ * checked (torch may record 0).  Entries larger than `limit` bytes are
+ * refused with CKPT_E_LIMIT.  For records (data.pkl, version), not for
+ * tensor data.
+ */
+CKPT__HIDDEN ckpt_status ckpt__zip_read_entry(int fd, const ckpt__zip_entry *entry, const char *path, uint64_t limit,
+                                              char **data, ckpt_error *err);
+
+#endif

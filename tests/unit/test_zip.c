@@ -1,0 +1,287 @@
+/* The ZIP reader: torch-style archives, ZIP64, DEFLATE, and lies. */
+#include <string.h>
+#include <zlib.h>
+
+#include <unistd.h>
+
+#include "formats/zip.h"
+#include "helpers.h"
+#include "io/file.h"
+
+/* ---- a small archive builder ------------------------------------------- */
+
+typedef struct builder {
+    unsigned char buf[1 << 16];
+    size_t len;
+    unsigned char cd[1 << 14];
+    size_t cd_len;
+    int count;
+} builder;
+
+static void put16(unsigned char *p, unsigned v) { p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8); }
+static void put32(unsigned char *p, uint32_t v) { put16(p, v & 0xFFFF), put16(p + 2, v >> 16); }
+static void put64(unsigned char *p, uint64_t v) { put32(p, (uint32_t)v), put32(p + 4, (uint32_t)(v >> 32)); }
+
+typedef struct entry_opts {
+    int deflate;
+    int zip64_extra;     /* sizes and offset through the ZIP64 extra field */
+    unsigned pad;        /* local extra padding, as torch's alignment field */
+    uint32_t crc;        /* 0: compute */
+    int zero_crc;        /* record CRC 0, as torch may */
+    uint32_t flags;
+} entry_opts;
+
+static void add(builder *b, const char *name, const void *data, size_t n, entry_opts o) {
+    unsigned char comp[4096];
+    size_t comp_len = n;
+    const void *stored = data;
+    if (o.deflate) {
+        z_stream z;
+        memset(&z, 0, sizeof z);
+        deflateInit2(&z, 9, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+        z.next_in = (unsigned char *)data;
+        z.avail_in = (uInt)n;
+        z.next_out = comp;
+        z.avail_out = sizeof comp;
+        deflate(&z, Z_FINISH);
+        comp_len = sizeof comp - z.avail_out;
+        deflateEnd(&z);
+        stored = comp;
+    }
+    uint32_t crc = o.zero_crc ? 0 : o.crc ? o.crc : (uint32_t)crc32(0, data, (uInt)n);
+    size_t name_len = strlen(name), offset = b->len;
+    unsigned char *l = b->buf + b->len;
+    memset(l, 0, 30);
+    put32(l, 0x04034b50);
+    put16(l + 6, o.flags);
+    put16(l + 8, o.deflate ? 8 : 0);
+    put16(l + 26, (unsigned)name_len);
+    put16(l + 28, o.pad ? o.pad + 4 : 0);
+    memcpy(l + 30, name, name_len);
+    b->len += 30 + name_len;
+    if (o.pad) {
+        put16(b->buf + b->len, 0x4246); /* "FB" */
+        put16(b->buf + b->len + 2, o.pad);
+        memset(b->buf + b->len + 4, 'Z', o.pad);
+        b->len += 4 + o.pad;
+    }
+    memcpy(b->buf + b->len, stored, comp_len);
+    b->len += comp_len;
+
+    unsigned char *c = b->cd + b->cd_len;
+    memset(c, 0, 46);
+    put32(c, 0x02014b50);
+    put16(c + 8, o.flags);
+    put16(c + 10, o.deflate ? 8 : 0);
+    put32(c + 16, crc);
+    put32(c + 20, o.zip64_extra ? 0xFFFFFFFFu : (uint32_t)comp_len);
+    put32(c + 24, o.zip64_extra ? 0xFFFFFFFFu : (uint32_t)n);
+    put16(c + 28, (unsigned)name_len);
+    put16(c + 30, o.zip64_extra ? 28 : 0);
+    put32(c + 42, o.zip64_extra ? 0xFFFFFFFFu : (uint32_t)offset);
+    memcpy(c + 46, name, name_len);
+    b->cd_len += 46 + name_len;
+    if (o.zip64_extra) {
+        unsigned char *x = b->cd + b->cd_len;
+        put16(x, 1);
+        put16(x + 2, 24);
+        put64(x + 4, n);
+        put64(x + 12, comp_len);
+        put64(x + 20, offset);
+        b->cd_len += 28;
+    }
+    b->count++;
+}
+
+/* Central directory, optional ZIP64 end records, end record. */
+static size_t finish(builder *b, int zip64) {
+    size_t cd_offset = b->len;
+    memcpy(b->buf + b->len, b->cd, b->cd_len);
+    b->len += b->cd_len;
+    if (zip64) {
+        size_t z = b->len;
+        unsigned char *r = b->buf + b->len;
+        memset(r, 0, 56);
+        put32(r, 0x06064b50);
+        put64(r + 4, 44);
+        put64(r + 24, (uint64_t)b->count);
+        put64(r + 32, (uint64_t)b->count);
+        put64(r + 40, b->cd_len);
+        put64(r + 48, cd_offset);
+        b->len += 56;
+        unsigned char *loc = b->buf + b->len;
+        memset(loc, 0, 20);
+        put32(loc, 0x07064b50);
+        put64(loc + 8, z);
+        put32(loc + 16, 1);
+        b->len += 20;
+    }
+    unsigned char *e = b->buf + b->len;
+    memset(e, 0, 22);
+    put32(e, 0x06054b50);
+    put16(e + 8, zip64 ? 0xFFFF : (unsigned)b->count);
+    put16(e + 10, zip64 ? 0xFFFF : (unsigned)b->count);
+    put32(e + 12, zip64 ? 0xFFFFFFFFu : (uint32_t)b->cd_len);
+    put32(e + 16, zip64 ? 0xFFFFFFFFu : (uint32_t)cd_offset);
+    b->len += 22;
+    return cd_offset;
+}
+
+static ckpt_status open_bytes(const char *dir, const builder *b, bool folder, ckpt__arena *arena, ckpt__zip *zip,
+                              int *fd, ckpt_error *err) {
+    const char *path = in_dir(dir, "a.zip");
+    write_bytes(path, b->buf, b->len);
+    uint64_t size;
+    assert_int_equal(ckpt__file_open_read(path, fd, &size, err), CKPT_OK);
+    return ckpt__zip_open(*fd, size, path, folder, arena, zip, err);
+}
+
+static void test_torch_like_archive(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    for (int zip64 = 0; zip64 < 2; zip64++) {
+        builder *b = calloc(1, sizeof *b);
+        add(b, "archive/data.pkl", "\x80\x02}q\x00.", 6, (entry_opts){.pad = 20, .flags = 0x808});
+        add(b, "archive/data/0", "0123456789abcdef", 16, (entry_opts){.pad = 37, .zero_crc = 1, .zip64_extra = zip64});
+        add(b, "archive/version", "3\n", 2, (entry_opts){.deflate = 1});
+        finish(b, zip64);
+        ckpt__arena arena = {0};
+        ckpt__zip zip;
+        ckpt_error err;
+        int fd;
+        assert_int_equal(open_bytes(dir, b, true, &arena, &zip, &fd, &err), CKPT_OK);
+        assert_int_equal(zip.count, 3);
+        assert_string_equal(zip.folder, "archive");
+        const ckpt__zip_entry *d = ckpt__zip_find_in_folder(&zip, "data/0");
+        assert_non_null(d);
+        assert_int_equal(d->size, 16);
+        /* The data offset accounts for the local padding field. */
+        assert_memory_equal(b->buf + d->data_offset, "0123456789abcdef", 16);
+        char *text;
+        assert_int_equal(ckpt__zip_read_entry(fd, ckpt__zip_find_in_folder(&zip, "version"), "a.zip", 100, &text, &err),
+                         CKPT_OK);
+        assert_string_equal(text, "3\n");
+        free(text);
+        assert_int_equal(ckpt__zip_read_entry(fd, d, "a.zip", 100, &text, &err), CKPT_OK); /* CRC 0 accepted */
+        free(text);
+        assert_int_equal(ckpt__zip_read_entry(fd, d, "a.zip", 8, &text, &err), CKPT_E_LIMIT);
+        assert_null(ckpt__zip_find(&zip, "archive/missing"));
+        ckpt__zip_close(&zip);
+        ckpt__arena_free(&arena);
+        close(fd);
+        free(b);
+    }
+    scratch_free(dir);
+}
+
+typedef void (*corrupt_fn)(builder *b, size_t cd_offset);
+static void flip_local_sig(builder *b, size_t cd) { (void)cd, b->buf[0] ^= 1; }
+static void lie_size(builder *b, size_t cd) { put32(b->buf + cd + 20, 5000), put32(b->buf + cd + 24, 5000); }
+static void lie_offset(builder *b, size_t cd) { put32(b->buf + cd + 42, 60000); }
+static void lie_cd_offset(builder *b, size_t cd) { (void)cd, put32(b->buf + b->len - 6, 0x7FFFFFFF); }
+static void truncate_tail(builder *b, size_t cd) { (void)cd, b->len -= 3; }
+static void encrypt(builder *b, size_t cd) { put16(b->buf + cd + 8, 1); }
+static void bzip2(builder *b, size_t cd) { put16(b->buf + cd + 10, 12); }
+static void bad_crc(builder *b, size_t cd) { put32(b->buf + cd + 16, 0x12345678); }
+static void multi_disk(builder *b, size_t cd) { (void)cd, put16(b->buf + b->len - 18, 1); }
+static void count_too_big(builder *b, size_t cd) { (void)cd, put16(b->buf + b->len - 12, 9000), put16(b->buf + b->len - 14, 9000); }
+
+static void test_corrupt_archives(void **state) {
+    (void)state;
+    static const struct {
+        const char *label;
+        corrupt_fn fn;
+        ckpt_status st;
+    } cases[] = {
+        {"local signature", flip_local_sig, CKPT_E_ZIP_INVALID},
+        {"size past the data area", lie_size, CKPT_E_ZIP_INVALID},
+        {"local header offset out of range", lie_offset, CKPT_E_ZIP_INVALID},
+        {"directory offset out of range", lie_cd_offset, CKPT_E_ZIP_INVALID},
+        {"truncated end record", truncate_tail, CKPT_E_ZIP_INVALID},
+        {"encrypted", encrypt, CKPT_E_ZIP_UNSUPPORTED},
+        {"bzip2", bzip2, CKPT_E_ZIP_UNSUPPORTED},
+        {"multi-disk", multi_disk, CKPT_E_ZIP_UNSUPPORTED},
+        {"entry count", count_too_big, CKPT_E_ZIP_INVALID},
+    };
+    char *dir = scratch_dir();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        builder *b = calloc(1, sizeof *b);
+        add(b, "archive/data.pkl", "hello", 5, (entry_opts){0});
+        size_t cd = finish(b, 0);
+        cases[i].fn(b, cd);
+        ckpt__arena arena = {0};
+        ckpt__zip zip;
+        ckpt_error err;
+        ckpt_error_clear(&err);
+        int fd;
+        ckpt_status st = open_bytes(dir, b, true, &arena, &zip, &fd, &err);
+        if (st == CKPT_OK) {
+            char *text = NULL;
+            st = ckpt__zip_read_entry(fd, &zip.entries[0], "a.zip", 100, &text, &err);
+            free(text);
+            ckpt__zip_close(&zip);
+        }
+        if (st != cases[i].st && !(cases[i].fn == bad_crc && st == CKPT_E_CHECKSUM))
+            fail_msg("%s: got %s (%s)", cases[i].label, ckpt_status_name(st), err.message);
+        assert_true(err.message[0]);
+        close(fd);
+        ckpt__arena_free(&arena);
+        free(b);
+    }
+    /* A wrong CRC on a record is caught when it is read. */
+    builder *b = calloc(1, sizeof *b);
+    add(b, "archive/data.pkl", "hello", 5, (entry_opts){.crc = 0xDEADBEEF});
+    finish(b, 0);
+    ckpt__arena arena = {0};
+    ckpt__zip zip;
+    ckpt_error err;
+    int fd;
+    assert_int_equal(open_bytes(dir, b, true, &arena, &zip, &fd, &err), CKPT_OK);
+    char *text;
+    assert_int_equal(ckpt__zip_read_entry(fd, &zip.entries[0], "a.zip", 100, &text, &err), CKPT_E_CHECKSUM);
+    ckpt__zip_close(&zip);
+    ckpt__arena_free(&arena);
+    close(fd);
+    free(b);
+    scratch_free(dir);
+}
+
+static void test_layout_rules(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    struct {
+        const char *a, *b;
+        ckpt_status st;
+    } cases[] = {
+        {"archive/data.pkl", "other/data/0", CKPT_E_ZIP_INVALID},      /* two top folders */
+        {"data.pkl", "data/0", CKPT_E_ZIP_INVALID},                    /* no folder */
+        {"archive/data.pkl", "archive/data.pkl", CKPT_E_DUPLICATE_NAME},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        builder *b = calloc(1, sizeof *b);
+        add(b, cases[i].a, "x", 1, (entry_opts){0});
+        add(b, cases[i].b, "y", 1, (entry_opts){0});
+        finish(b, 0);
+        ckpt__arena arena = {0};
+        ckpt__zip zip;
+        ckpt_error err;
+        int fd;
+        assert_int_equal(open_bytes(dir, b, true, &arena, &zip, &fd, &err), cases[i].st);
+        close(fd);
+        ckpt__arena_free(&arena);
+        free(b);
+    }
+    unsigned char head[4] = {'P', 'K', 3, 4};
+    assert_true(ckpt__zip_sniff(head, 4));
+    assert_false(ckpt__zip_sniff((const unsigned char *)"\x08\0\0\0", 4));
+    scratch_free(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_torch_like_archive),
+        cmocka_unit_test(test_corrupt_archives),
+        cmocka_unit_test(test_layout_rules),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
