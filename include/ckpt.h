@@ -121,7 +121,11 @@ typedef enum ckpt_status {
     /* ZIP archives (torch.save files) */
     CKPT_E_ZIP_INVALID = 50,        /* a damaged or lying ZIP structure         */
     CKPT_E_ZIP_UNSUPPORTED = 51,    /* encrypted, multi-disk or unknown compression */
-    CKPT_E_CHECKSUM = 52            /* data does not match its recorded checksum */
+    CKPT_E_CHECKSUM = 52,           /* data does not match its recorded checksum */
+
+    /* Pickles (torch.save files): nothing is ever executed */
+    CKPT_E_PICKLE_INVALID = 60,     /* a malformed or truncated pickle          */
+    CKPT_E_PICKLE_FORBIDDEN = 61    /* a global or operation outside the allowlist */
 } ckpt_status;
 
 /* The identifier of a status as a string, e.g. "CKPT_E_DATA_HOLE";

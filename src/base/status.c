@@ -49,6 +49,8 @@ static const status_entry status_table[] = {
     ENTRY(CKPT_E_ZIP_INVALID, "damaged or inconsistent ZIP archive"),
     ENTRY(CKPT_E_ZIP_UNSUPPORTED, "unsupported ZIP feature"),
     ENTRY(CKPT_E_CHECKSUM, "checksum mismatch"),
+    ENTRY(CKPT_E_PICKLE_INVALID, "malformed pickle"),
+    ENTRY(CKPT_E_PICKLE_FORBIDDEN, "pickle asks for something outside the allowlist"),
 };
 #undef ENTRY
 
