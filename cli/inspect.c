@@ -51,7 +51,21 @@ static const char *base_name(const char *path) {
 }
 
 static const char *format_name(ckpt_format f) {
-    return f == CKPT_FORMAT_SAFETENSORS_SHARDED ? "safetensors (sharded)" : "safetensors";
+    switch (f) {
+    case CKPT_FORMAT_SAFETENSORS_SHARDED: return "safetensors (sharded)";
+    case CKPT_FORMAT_TORCH: return "torch.save";
+    case CKPT_FORMAT_TORCH_SHARDED: return "torch.save (sharded)";
+    default: return "safetensors";
+    }
+}
+
+static const char *format_key(ckpt_format f) {
+    switch (f) {
+    case CKPT_FORMAT_SAFETENSORS_SHARDED: return "safetensors-sharded";
+    case CKPT_FORMAT_TORCH: return "torch";
+    case CKPT_FORMAT_TORCH_SHARDED: return "torch-sharded";
+    default: return "safetensors";
+    }
 }
 
 static void print_json(const ckpt_catalog *cat, const char *path, const dtype_total *totals) {
@@ -59,8 +73,7 @@ static void print_json(const ckpt_catalog *cat, const char *path, const dtype_to
     FILE *o = stdout;
     fputs("{\n  \"path\": ", o);
     print_json_string(o, path);
-    fprintf(o, ",\n  \"format\": \"%s\",\n  \"index\": ",
-            ckpt_catalog_format(cat) == CKPT_FORMAT_SAFETENSORS_SHARDED ? "safetensors-sharded" : "safetensors");
+    fprintf(o, ",\n  \"format\": \"%s\",\n  \"index\": ", format_key(ckpt_catalog_format(cat)));
     if (ckpt_catalog_index_path(cat)) print_json_string(o, ckpt_catalog_index_path(cat));
     else fputs("null", o);
     fputs(",\n  \"files\": [", o);

@@ -214,7 +214,9 @@ typedef struct ckpt_catalog ckpt_catalog;
 
 typedef enum ckpt_format {
     CKPT_FORMAT_SAFETENSORS = 1,         /* one .safetensors file          */
-    CKPT_FORMAT_SAFETENSORS_SHARDED = 2  /* index.json + shards            */
+    CKPT_FORMAT_SAFETENSORS_SHARDED = 2, /* index.json + shards            */
+    CKPT_FORMAT_TORCH = 3,               /* one torch.save zip file        */
+    CKPT_FORMAT_TORCH_SHARDED = 4        /* pytorch_model.bin.index.json + shards */
 } ckpt_format;
 
 #define CKPT_MAX_DIMS 64
@@ -228,7 +230,17 @@ typedef struct ckpt_tensor_info {
     uint64_t numel;          /* product of the shape (1 for a scalar)       */
     uint64_t nbytes;         /* size of the data in bytes                   */
     uint32_t file;           /* index of its file, see ckpt_catalog_file_path */
-    uint64_t offset;         /* absolute byte offset of the data in that file */
+    uint64_t offset;         /* absolute byte offset of the data (of element 0) in that file */
+    /* Element strides when the data is not dense row-major (a torch view
+     * such as a transpose), else NULL.  Reads gather such tensors into
+     * dense row-major order. */
+    const int64_t *strides;
+    /* Tensors that share bytes (torch tensors on one storage) have the same
+     * storage number; in safetensors every tensor has its own. */
+    uint32_t storage;
+    /* Non-zero when the file stores the data big-endian (torch files saved
+     * on big-endian machines); reads return little-endian data. */
+    uint8_t big_endian;
 } ckpt_tensor_info;
 
 /*
@@ -279,6 +291,17 @@ CKPT_API uint64_t ckpt_catalog_file_size(const ckpt_catalog *catalog, size_t i);
 
 /* The path of the index file for a sharded checkpoint, else NULL. */
 CKPT_API const char *ckpt_catalog_index_path(const ckpt_catalog *catalog);
+
+/*
+ * The object tree of a torch file as JSON — everything that is not a tensor
+ * (ints, floats, strings, containers, optimizer hyper-parameters), with each
+ * tensor as {"__tensor__": "<name>"} — or NULL for safetensors.  Dicts are
+ * {"__dict__": [[key, value], …]} (keys in order, ints kept as ints), tuples
+ * {"__tuple__": […]}, sets {"__set__": […]}, bytes {"__bytes__": "<hex>"},
+ * other allowed objects {"__call__": "module.name", "args": […]}; a sharded
+ * checkpoint gives {"__shards__": [tree, …]}.
+ */
+CKPT_API const char *ckpt_catalog_tree_json(const ckpt_catalog *catalog);
 
 /*
  * The `__metadata__` map (string → string).  For a sharded checkpoint it is

@@ -11,6 +11,8 @@
 #include "catalog_internal.h"
 #include "formats/safetensors.h"
 #include "formats/shards.h"
+#include "formats/torch.h"
+#include "formats/zip.h"
 #include "io/file.h"
 
 typedef struct catalog_file {
@@ -30,6 +32,9 @@ struct ckpt_catalog {
     ckpt_tensor_info *tensors;
     ckpt__name_table names;
     ckpt__pairs meta;
+    uint32_t storage_count; /* storages numbered so far, over all files */
+    ckpt__buf tree;         /* torch object trees as JSON */
+    size_t trees;
     pthread_mutex_t map_lock;
 };
 
@@ -55,40 +60,37 @@ static ckpt_status add_file(ckpt_catalog *c, const char *path, ckpt_error *err) 
     return ckpt__file_open_read(path, &f->fd, &f->size, err);
 }
 
-/* Opens one safetensors file as the catalog's next file and appends its
- * tensors (in data order) and its new metadata keys. */
+static bool reserve_tensors(ckpt_catalog *c, size_t more) {
+    if (c->count + more <= c->cap) return true;
+    size_t cap = c->cap ? c->cap : 64;
+    while (cap < c->count + more) cap *= 2;
+    ckpt_tensor_info *t = realloc(c->tensors, cap * sizeof *t);
+    if (!t) return false;
+    c->tensors = t;
+    c->cap = cap;
+    return true;
+}
+
+/* Reads the catalog's last opened file as safetensors: its tensors (in
+ * data order) and its new metadata keys. */
 static ckpt_status add_safetensors(ckpt_catalog *c, const char *path, ckpt_error *err) {
-    ckpt_status st = add_file(c, path, err);
-    if (st) return st;
+    ckpt_status st;
     catalog_file *f = &c->files[c->file_count - 1];
     uint32_t file = (uint32_t)(c->file_count - 1);
-
-    /* Tell a misnamed file apart from a damaged one. */
-    unsigned char magic[4] = {0};
-    if (f->size >= 4 && ckpt__pread_full(f->fd, magic, 4, 0, path, NULL) == CKPT_OK &&
-        memcmp(magic, "PK\x03\x04", 4) == 0)
-        return ckpt__fail(err, CKPT_E_UNKNOWN_FORMAT, path, NULL, 0,
-                          "this is a zip archive (a PyTorch torch.save file?), not a safetensors file");
 
     ckpt__st_header h;
     st = ckpt__st_read_header(f->fd, f->size, path, &c->arena, &h, err);
     if (st) return st;
-    if (c->count + h.count > c->cap) {
-        size_t cap = c->cap ? c->cap : 64;
-        while (cap < c->count + h.count) cap *= 2;
-        ckpt_tensor_info *t = realloc(c->tensors, cap * sizeof *t);
-        if (!t) {
-            ckpt__st_header_free(&h);
-            return oom(err, path);
-        }
-        c->tensors = t;
-        c->cap = cap;
+    if (!reserve_tensors(c, h.count)) {
+        ckpt__st_header_free(&h);
+        return oom(err, path);
     }
     for (size_t i = 0; i < h.count; i++) {
         const ckpt__st_tensor *s = &h.tensors[i];
         c->tensors[c->count++] = (ckpt_tensor_info){
             .name = s->name, .dtype = s->dtype, .ndim = s->ndim, .shape = s->shape,
             .numel = s->numel, .nbytes = s->nbytes, .file = file, .offset = h.data_start + s->begin,
+            .storage = c->storage_count++,
         };
     }
     for (size_t i = 0; i < h.meta_count; i++) {
@@ -100,6 +102,47 @@ static ckpt_status add_safetensors(ckpt_catalog *c, const char *path, ckpt_error
     }
     ckpt__st_header_free(&h);
     return CKPT_OK;
+}
+
+/* Reads the catalog's last opened file as a torch.save zip archive. */
+static ckpt_status add_torch(ckpt_catalog *c, const char *path, ckpt_error *err) {
+    catalog_file *f = &c->files[c->file_count - 1];
+    uint32_t file = (uint32_t)(c->file_count - 1);
+    ckpt__torch_file tf;
+    ckpt_status st = ckpt__torch_read_zip(f->fd, f->size, path, &c->arena, &tf, err);
+    if (st) return st;
+    if (!reserve_tensors(c, tf.count)) {
+        ckpt__torch_file_free(&tf);
+        return oom(err, path);
+    }
+    for (size_t i = 0; i < tf.count; i++) {
+        const ckpt__torch_tensor *t = &tf.tensors[i];
+        c->tensors[c->count++] = (ckpt_tensor_info){
+            .name = t->name, .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape, .numel = t->numel,
+            .nbytes = t->nbytes, .file = file, .offset = t->offset, .strides = t->strides,
+            .storage = c->storage_count + t->storage, .big_endian = tf.big_endian,
+        };
+    }
+    c->storage_count += (uint32_t)tf.storage_count;
+    ckpt__buf_puts(&c->tree, c->trees++ ? ", " : "");
+    ckpt__buf_puts(&c->tree, tf.tree_json);
+    ckpt__torch_file_free(&tf);
+    return c->tree.failed ? oom(err, path) : CKPT_OK;
+}
+
+/* Opens a data file and reads it as what its first bytes say it is. */
+static ckpt_status add_data_file(ckpt_catalog *c, const char *path, ckpt_error *err) {
+    ckpt_status st = add_file(c, path, err);
+    if (st) return st;
+    catalog_file *f = &c->files[c->file_count - 1];
+    unsigned char magic[4] = {0};
+    if (f->size >= 4 && (st = ckpt__pread_full(f->fd, magic, 4, 0, path, err)) != CKPT_OK) return st;
+    if (ckpt__zip_sniff(magic, f->size >= 4 ? 4 : 0)) {
+        if (c->format == CKPT_FORMAT_SAFETENSORS) c->format = CKPT_FORMAT_TORCH;
+        else if (c->format == CKPT_FORMAT_SAFETENSORS_SHARDED) c->format = CKPT_FORMAT_TORCH_SHARDED;
+        return add_torch(c, path, err);
+    }
+    return add_safetensors(c, path, err);
 }
 
 /* Builds the name table; a name in two shards is a duplicate. */
@@ -136,7 +179,7 @@ static ckpt_status open_index(ckpt_catalog *c, const char *index_path, ckpt_erro
     if (!dir) st = oom(err, index_path);
     for (size_t i = 0; st == CKPT_OK && i < idx.file_count; i++) {
         char *p = ckpt__path_join(dir, idx.files[i]);
-        st = p ? add_safetensors(c, p, err) : oom(err, index_path);
+        st = p ? add_data_file(c, p, err) : oom(err, index_path);
         free(p);
     }
     free(dir);
@@ -173,9 +216,12 @@ static ckpt_status open_index(ckpt_catalog *c, const char *index_path, ckpt_erro
 /* Finds the checkpoint in a directory (see ckpt_catalog_open) into a
  * malloc'ed path. */
 static ckpt_status resolve_directory(const char *dir, char **found, ckpt_error *err) {
-    static const char *const preferred[] = {"model.safetensors.index.json", NULL, "model.safetensors", NULL};
-    static const char *const suffixes[] = {NULL, ".safetensors.index.json", NULL, ".safetensors"};
-    for (int step = 0; step < 4; step++) {
+    /* The Hugging Face layout, safetensors preferred as transformers does. */
+    static const char *const preferred[] = {"model.safetensors.index.json", NULL, "model.safetensors", NULL,
+                                            "pytorch_model.bin.index.json", NULL, "pytorch_model.bin", NULL};
+    static const char *const suffixes[] = {NULL, ".safetensors.index.json", NULL, ".safetensors",
+                                           NULL, ".bin.index.json",         NULL, ".bin"};
+    for (int step = 0; step < 8; step++) {
         if (preferred[step]) {
             char *p = ckpt__path_join(dir, preferred[step]);
             struct stat st;
@@ -209,7 +255,22 @@ static ckpt_status resolve_directory(const char *dir, char **found, ckpt_error *
                               matches, suffixes[step]);
     }
     return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
-                      "directory holds no *.safetensors file and no *.safetensors.index.json");
+                      "directory holds no *.safetensors or *.bin checkpoint and no index of one");
+}
+
+/* Several torch shards: {"__shards__": [tree, …]}. */
+static ckpt_status wrap_shard_trees(ckpt_catalog *c, ckpt_error *err) {
+    ckpt__buf b = {0};
+    ckpt__buf_puts(&b, "{\"__shards__\": [");
+    ckpt__buf_append(&b, c->tree.data, c->tree.len);
+    ckpt__buf_puts(&b, "]}");
+    if (b.failed) {
+        free(b.data);
+        return oom(err, c->index_path);
+    }
+    free(c->tree.data);
+    c->tree = b;
+    return CKPT_OK;
 }
 
 ckpt_status ckpt_catalog_open(const char *path, ckpt_catalog **out, ckpt_error *err) {
@@ -230,11 +291,12 @@ ckpt_status ckpt_catalog_open(const char *path, ckpt_catalog **out, ckpt_error *
         if (ends_with(target, ".json")) {
             st = open_index(c, target, err);
         } else {
-            st = add_safetensors(c, target, err);
+            st = add_data_file(c, target, err);
             if (st == CKPT_OK) st = index_names(c, err);
         }
     }
     free(resolved);
+    if (st == CKPT_OK && c->trees > 1) st = wrap_shard_trees(c, err);
     if (st) {
         ckpt_catalog_close(c);
         return st;
@@ -253,6 +315,7 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     free(c->files);
     free(c->tensors);
     ckpt__pairs_free(&c->meta);
+    free(c->tree.data);
     free(c->index_path);
     ckpt__name_table_free(&c->names);
     ckpt__arena_free(&c->arena);
@@ -281,6 +344,8 @@ uint64_t ckpt_catalog_file_size(const ckpt_catalog *c, size_t i) {
     return c && i < c->file_count ? c->files[i].size : 0;
 }
 const char *ckpt_catalog_index_path(const ckpt_catalog *c) { return c ? c->index_path : NULL; }
+
+const char *ckpt_catalog_tree_json(const ckpt_catalog *c) { return c && c->trees ? c->tree.data : NULL; }
 size_t ckpt_catalog_metadata_count(const ckpt_catalog *c) { return c ? c->meta.count : 0; }
 
 ckpt_status ckpt_catalog_metadata_entry(const ckpt_catalog *c, size_t i, const char **key, const char **value) {
@@ -303,6 +368,91 @@ static ckpt_status check_tensor(const ckpt_catalog *c, const ckpt_tensor_info *t
     return CKPT_OK;
 }
 
+/* ---- reads that transform: byte order and strides ----------------------- */
+
+/* Bytes per byte-swapped unit: the element, or each half of a complex. */
+static unsigned swap_unit(ckpt_dtype d) {
+    unsigned bytes = ckpt_dtype_bits(d) / 8;
+    return d == CKPT_C64 ? 4 : bytes ? bytes : 1;
+}
+
+static void swap_units(unsigned char *p, size_t n, unsigned unit) {
+    if (unit < 2) return;
+    for (size_t i = 0; i + unit <= n; i += unit)
+        for (unsigned a = 0, b = unit - 1; a < b; a++, b--) {
+            unsigned char tmp = p[i + a];
+            p[i + a] = p[i + b];
+            p[i + b] = tmp;
+        }
+}
+
+/* Contiguous big-endian data: read in place, swap whole units, and redo
+ * the (at most two) units the range cuts. */
+static ckpt_status read_swapped(const catalog_file *f, const ckpt_tensor_info *t, uint64_t off, void *dst, uint64_t n,
+                                ckpt_error *err) {
+    unsigned unit = swap_unit(t->dtype);
+    unsigned char *out = dst;
+    ckpt_status st = ckpt__pread_full(f->fd, out, n, t->offset + off, f->path, err);
+    if (st || unit < 2 || n == 0) return st;
+    uint64_t first = off / unit * unit, end = off + n;
+    for (uint64_t u = first; u < end; u += unit) {
+        if (u >= off && u + unit <= end) {
+            swap_units(out + (u - off), unit, unit);
+            continue;
+        }
+        unsigned char tmp[8];
+        if ((st = ckpt__pread_full(f->fd, tmp, unit, t->offset + u, f->path, err))) return st;
+        swap_units(tmp, unit, unit);
+        for (unsigned k = 0; k < unit; k++)
+            if (u + k >= off && u + k < end) out[u + k - off] = tmp[k];
+    }
+    return CKPT_OK;
+}
+
+/* A strided view: read the span of the storage it covers, then gather its
+ * elements in row-major order (an odometer over the shape, no division per
+ * element).  Memory: the span, once per call. */
+static ckpt_status read_strided(const catalog_file *f, const ckpt_tensor_info *t, uint64_t off, void *dst, uint64_t n,
+                                ckpt_error *err) {
+    if (n == 0) return CKPT_OK;
+    uint64_t item = ckpt_dtype_bits(t->dtype) / 8, span = 1;
+    for (uint32_t d = 0; d < t->ndim; d++) span += (t->shape[d] - 1) * (uint64_t)t->strides[d];
+    span *= item; /* bounded by the storage when the catalog was opened */
+    if (span > (1ULL << 34))
+        return ckpt__fail(err, CKPT_E_LIMIT, f->path, t->name, (int64_t)t->offset,
+                          "strided tensor spans %llu bytes of its storage; gathering it needs that much memory",
+                          (unsigned long long)span);
+    unsigned char *buf = malloc((size_t)span);
+    if (!buf) return ckpt__fail(err, CKPT_E_NO_MEMORY, f->path, t->name, -1, "cannot allocate %llu bytes", (unsigned long long)span);
+    ckpt_status st = ckpt__pread_full(f->fd, buf, span, t->offset, f->path, err);
+    if (st == CKPT_OK) {
+        if (t->big_endian) swap_units(buf, (size_t)span, swap_unit(t->dtype));
+        uint64_t idx[CKPT_MAX_DIMS], e = off / item, rest = e, src = 0;
+        for (uint32_t d = t->ndim; d-- > 0;) {
+            idx[d] = rest % t->shape[d];
+            rest /= t->shape[d];
+            src += idx[d] * (uint64_t)t->strides[d];
+        }
+        unsigned char *out = dst;
+        uint64_t skip = off % item, left = n;
+        while (left) {
+            uint64_t take = item - skip < left ? item - skip : left;
+            memcpy(out, buf + src * item + skip, (size_t)take);
+            out += take;
+            left -= take;
+            skip = 0;
+            for (uint32_t d = t->ndim; d-- > 0;) { /* next element: the odometer */
+                src += (uint64_t)t->strides[d];
+                if (++idx[d] < t->shape[d]) break;
+                src -= idx[d] * (uint64_t)t->strides[d];
+                idx[d] = 0;
+            }
+        }
+    }
+    free(buf);
+    return st;
+}
+
 ckpt_status ckpt_catalog_read(const ckpt_catalog *c, const ckpt_tensor_info *t, uint64_t byte_offset, void *dst,
                               uint64_t nbytes, ckpt_error *err) {
     ckpt_status st = check_tensor(c, t, err);
@@ -315,7 +465,8 @@ ckpt_status ckpt_catalog_read(const ckpt_catalog *c, const ckpt_tensor_info *t, 
                           (unsigned long long)nbytes, (unsigned long long)t->nbytes);
     if (nbytes && !dst) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, t->name, -1, "no destination buffer");
     const catalog_file *f = &c->files[t->file];
-    return ckpt__pread_full(f->fd, dst, nbytes, t->offset + byte_offset, f->path, err);
+    if (!t->strides && !t->big_endian) return ckpt__pread_full(f->fd, dst, nbytes, t->offset + byte_offset, f->path, err);
+    return t->strides ? read_strided(f, t, byte_offset, dst, nbytes, err) : read_swapped(f, t, byte_offset, dst, nbytes, err);
 }
 
 ckpt_status ckpt_catalog_view(ckpt_catalog *c, const ckpt_tensor_info *t, const void **data, ckpt_error *err) {

@@ -1,6 +1,7 @@
 """A minimal ctypes binding of libckpt's public API, for the tests and the
 benchmark (the real Python package is a C extension; see the issues)."""
 import ctypes
+import json
 import os
 from pathlib import Path
 
@@ -22,7 +23,9 @@ class Error(ctypes.Structure):
 class TensorInfo(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int), ("ndim", ctypes.c_uint32),
                 ("shape", ctypes.POINTER(ctypes.c_uint64)), ("numel", ctypes.c_uint64),
-                ("nbytes", ctypes.c_uint64), ("file", ctypes.c_uint32), ("offset", ctypes.c_uint64)]
+                ("nbytes", ctypes.c_uint64), ("file", ctypes.c_uint32), ("offset", ctypes.c_uint64),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("storage", ctypes.c_uint32),
+                ("big_endian", ctypes.c_uint8)]
 
 
 class WriterOptions(ctypes.Structure):
@@ -51,6 +54,8 @@ _lib.ckpt_catalog_metadata_entry.argtypes = [_P, ctypes.c_size_t, ctypes.POINTER
                                              ctypes.POINTER(ctypes.c_char_p)]
 _lib.ckpt_catalog_read.argtypes = [_P, ctypes.POINTER(TensorInfo), ctypes.c_uint64, _P, ctypes.c_uint64,
                                    ctypes.POINTER(Error)]
+_lib.ckpt_catalog_tree_json.argtypes = [_P]
+_lib.ckpt_catalog_tree_json.restype = ctypes.c_char_p
 _lib.ckpt_catalog_view.argtypes = [_P, ctypes.POINTER(TensorInfo), ctypes.POINTER(_P), ctypes.POINTER(Error)]
 _lib.ckpt_parse_size.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(Error)]
 _lib.ckpt_writer_options_init.argtypes = [ctypes.POINTER(WriterOptions)]
@@ -124,7 +129,13 @@ class Catalog:
             raise KeyError(name)
         t = p.contents
         return {"name": name, "dtype": DTYPES[t.dtype], "shape": [t.shape[d] for d in range(t.ndim)],
-                "nbytes": t.nbytes, "file": t.file, "offset": t.offset, "numel": t.numel}
+                "nbytes": t.nbytes, "file": t.file, "offset": t.offset, "numel": t.numel,
+                "strides": [t.strides[d] for d in range(t.ndim)] if t.strides else None,
+                "storage": t.storage, "big_endian": bool(t.big_endian)}
+
+    def tree(self):
+        p = _lib.ckpt_catalog_tree_json(self._h)
+        return json.loads(p.decode()) if p else None
 
     def metadata(self):
         out = {}

@@ -1,0 +1,477 @@
+/* torch.c — see torch.h. */
+#include "torch.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io/file.h"
+#include "json.h"
+#include "pickle.h"
+#include "torch_allowed.h"
+#include "zip.h"
+
+enum {
+    MAX_DEPTH = 500,          /* nesting of the object tree */
+    MAX_VISITS = 50000000,    /* node visits while walking (a shared DAG can fan out) */
+};
+#define MAX_PICKLE_BYTES (4ULL << 30)
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+bool ckpt__torch_allowed_global(const char *module, const char *name, void *user) {
+    (void)user;
+    char full[512];
+    if ((size_t)snprintf(full, sizeof full, "%s.%s", module, name) >= sizeof full) return false;
+    const char *key = full;
+    return bsearch(&key, torch_allowed, sizeof torch_allowed / sizeof torch_allowed[0], sizeof torch_allowed[0],
+                   cmp_str) != NULL;
+}
+
+/* ---- dtypes ------------------------------------------------------------- */
+
+typedef struct dtype_name {
+    const char *name;
+    ckpt_dtype dtype;
+} dtype_name;
+
+/* Legacy typed storages (torch.FloatStorage, torch.cuda.FloatStorage). */
+static const dtype_name storage_types[] = {
+    {"FloatStorage", CKPT_F32},  {"DoubleStorage", CKPT_F64},    {"HalfStorage", CKPT_F16},
+    {"BFloat16Storage", CKPT_BF16}, {"LongStorage", CKPT_I64},   {"IntStorage", CKPT_I32},
+    {"ShortStorage", CKPT_I16},  {"CharStorage", CKPT_I8},       {"ByteStorage", CKPT_U8},
+    {"BoolStorage", CKPT_BOOL},  {"ComplexFloatStorage", CKPT_C64},
+};
+
+/* torch dtype globals (torch.float8_e4m3fn) as _rebuild_tensor_v3 names them. */
+static const dtype_name torch_dtypes[] = {
+    {"float32", CKPT_F32},         {"float64", CKPT_F64},         {"float16", CKPT_F16},
+    {"bfloat16", CKPT_BF16},       {"int64", CKPT_I64},           {"int32", CKPT_I32},
+    {"int16", CKPT_I16},           {"int8", CKPT_I8},             {"uint8", CKPT_U8},
+    {"bool", CKPT_BOOL},           {"complex64", CKPT_C64},       {"uint16", CKPT_U16},
+    {"uint32", CKPT_U32},          {"uint64", CKPT_U64},          {"float8_e5m2", CKPT_F8_E5M2},
+    {"float8_e4m3fn", CKPT_F8_E4M3}, {"float8_e8m0fnu", CKPT_F8_E8M0}, {"float8_e4m3fnuz", CKPT_F8_E4M3FNUZ},
+    {"float8_e5m2fnuz", CKPT_F8_E5M2FNUZ}, {"float4_e2m1fn_x2", CKPT_F4},
+};
+
+static ckpt_dtype lookup(const dtype_name *table, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(table[i].name, name)) return table[i].dtype;
+    return CKPT_DTYPE_INVALID;
+}
+
+/* Bytes per torch element (float4_e2m1fn_x2 packs two values in one). */
+static unsigned item_bytes(ckpt_dtype d) { return d == CKPT_F4 ? 1 : ckpt_dtype_bits(d) / 8; }
+
+/* ---- the walk ------------------------------------------------------------ */
+
+typedef struct walker {
+    int fd;
+    const char *path;
+    const char *entry;       /* data.pkl's full name, for messages */
+    uint64_t pickle_offset;  /* where data.pkl starts in the file */
+    const ckpt__zip *zip;
+    ckpt__arena *arena;
+    ckpt_error *err;
+    ckpt__torch_file *out;
+    size_t cap, storage_cap;
+    uint64_t visits;
+    ckpt__buf json;
+    ckpt__buf name; /* the current dotted path */
+} walker;
+
+static ckpt_status fail_at(walker *w, const ckpt__pk_value *v, ckpt_status st, const char *fmt, ...)
+    CKPT__PRINTF(4, 5);
+static ckpt_status fail_at(walker *w, const ckpt__pk_value *v, ckpt_status st, const char *fmt, ...) {
+    char detail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    return ckpt__fail(w->err, st, w->path, w->name.len ? w->name.data : NULL,
+                      v ? (int64_t)(w->pickle_offset + v->offset) : -1, "%s: %s", w->entry, detail);
+}
+
+static bool as_int(const ckpt__pk_value *v, int64_t *out) {
+    if (!v || v->kind != CKPT__PK_INT) return false;
+    *out = v->u.i;
+    return true;
+}
+
+static bool int_tuple(const ckpt__pk_value *v, size_t max, int64_t *out, size_t *n) {
+    if (!v || v->kind != CKPT__PK_TUPLE || v->u.seq.count > max) return false;
+    for (size_t i = 0; i < v->u.seq.count; i++)
+        if (!as_int(v->u.seq.items[i], &out[i])) return false;
+    *n = v->u.seq.count;
+    return true;
+}
+
+/* A persistent id ('storage', type, key, location, numel[, view]) → index
+ * into out->storages (each key once). */
+static ckpt_status storage_of(walker *w, const ckpt__pk_value *pid, ckpt_dtype *typed, bool *untyped,
+                              uint32_t *index) {
+    if (!pid || pid->kind != CKPT__PK_PERSID || !pid->u.pid || pid->u.pid->kind != CKPT__PK_TUPLE)
+        return fail_at(w, pid, CKPT_E_PICKLE_INVALID, "tensor storage is not a persistent storage id");
+    const ckpt__pk_value *t = pid->u.pid;
+    size_t n = t->u.seq.count;
+    ckpt__pk_value **a = t->u.seq.items;
+    if ((n != 5 && n != 6) || a[0]->kind != CKPT__PK_STR || strcmp(a[0]->u.s.data, "storage") ||
+        a[1]->kind != CKPT__PK_GLOBAL || a[2]->kind != CKPT__PK_STR || a[4]->kind != CKPT__PK_INT || a[4]->u.i < 0)
+        return fail_at(w, pid, CKPT_E_PICKLE_INVALID,
+                       "persistent id is not ('storage', StorageType, key, location, numel)");
+    const char *type = a[1]->u.global.name;
+    *untyped = !strcmp(type, "UntypedStorage");
+    *typed = *untyped ? CKPT_U8 : lookup(storage_types, sizeof storage_types / sizeof storage_types[0], type);
+    if (*typed == CKPT_DTYPE_INVALID)
+        return fail_at(w, pid, CKPT_E_UNKNOWN_DTYPE, "storage type %s.%s has no safetensors dtype",
+                       a[1]->u.global.module, type);
+    const char *key = a[2]->u.s.data;
+    for (size_t i = 0; i < w->out->storage_count; i++)
+        if (!strcmp(w->out->storages[i].key, key)) {
+            *index = (uint32_t)i;
+            return CKPT_OK;
+        }
+    char rel[300];
+    if ((size_t)snprintf(rel, sizeof rel, "data/%s", key) >= sizeof rel)
+        return fail_at(w, pid, CKPT_E_PICKLE_INVALID, "storage key too long");
+    const ckpt__zip_entry *e = ckpt__zip_find_in_folder(w->zip, rel);
+    if (!e) return fail_at(w, pid, CKPT_E_NOT_FOUND, "storage '%s' has no record %s/data/%s", key, w->zip->folder, key);
+    if (e->method != 0)
+        return fail_at(w, pid, CKPT_E_ZIP_UNSUPPORTED,
+                       "storage record %s is compressed; tensor data must be stored (re-save with torch.save)", e->name);
+    uint64_t need;
+    if (!ckpt__mul_u64((uint64_t)a[4]->u.i, item_bytes(*typed), &need) || need > e->size)
+        return fail_at(w, pid, CKPT_E_TRUNCATED, "storage '%s' declares %lld elements but its record holds %llu bytes",
+                       key, (long long)a[4]->u.i, (unsigned long long)e->size);
+    if (w->out->storage_count == w->storage_cap) {
+        size_t cap = w->storage_cap ? w->storage_cap * 2 : 16;
+        ckpt__torch_storage *s = realloc(w->out->storages, cap * sizeof *s);
+        if (!s) return fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory");
+        w->out->storages = s;
+        w->storage_cap = cap;
+    }
+    w->out->storages[w->out->storage_count] = (ckpt__torch_storage){key, e->data_offset, need, *typed};
+    *index = (uint32_t)w->out->storage_count++;
+    return CKPT_OK;
+}
+
+/* _rebuild_tensor[_v2|_v3](storage, storage_offset, size, stride, …[, dtype]) */
+static ckpt_status rebuild(walker *w, const ckpt__pk_value *call, int version) {
+    const ckpt__pk_value *args = call->u.call.args;
+    size_t n = args->u.seq.count;
+    ckpt__pk_value **a = args->u.seq.items;
+    if (n < 4 || (version == 3 && n < 7))
+        return fail_at(w, call, CKPT_E_PICKLE_INVALID, "tensor rebuild with %zu arguments", n);
+    ckpt_dtype typed = CKPT_DTYPE_INVALID;
+    bool untyped = false;
+    uint32_t storage = 0;
+    ckpt_status st = storage_of(w, a[0], &typed, &untyped, &storage);
+    if (st) return st;
+    ckpt_dtype dtype = typed;
+    if (version == 3) {
+        if (a[6]->kind != CKPT__PK_GLOBAL || strcmp(a[6]->u.global.module, "torch"))
+            return fail_at(w, a[6], CKPT_E_PICKLE_INVALID, "_rebuild_tensor_v3 dtype is not a torch dtype");
+        dtype = lookup(torch_dtypes, sizeof torch_dtypes / sizeof torch_dtypes[0], a[6]->u.global.name);
+        if (dtype == CKPT_DTYPE_INVALID)
+            return fail_at(w, a[6], CKPT_E_UNKNOWN_DTYPE, "torch.%s has no safetensors dtype", a[6]->u.global.name);
+    } else if (untyped) {
+        return fail_at(w, call, CKPT_E_PICKLE_INVALID, "untyped storage without a dtype");
+    }
+    int64_t offset, shape[CKPT_MAX_DIMS], stride[CKPT_MAX_DIMS];
+    size_t ndim, nstride;
+    if (!as_int(a[1], &offset) || offset < 0 || !int_tuple(a[2], CKPT_MAX_DIMS, shape, &ndim) ||
+        !int_tuple(a[3], CKPT_MAX_DIMS, stride, &nstride) || nstride != ndim)
+        return fail_at(w, call, CKPT_E_PICKLE_INVALID, "tensor offset, size or stride is malformed");
+    unsigned item = item_bytes(dtype);
+    ckpt__torch_storage *s = &w->out->storages[storage];
+    /* Every element must lie inside the storage: offset + Σ (size−1)·stride. */
+    uint64_t numel = 1, last = (uint64_t)offset, t;
+    bool dense = true;
+    uint64_t expect = 1;
+    for (size_t d = ndim; d-- > 0;) {
+        if (shape[d] < 0 || stride[d] < 0)
+            return fail_at(w, call, CKPT_E_PICKLE_INVALID, "negative size or stride in dimension %zu", d);
+        if (!ckpt__mul_u64(numel, (uint64_t)shape[d], &numel))
+            return fail_at(w, call, CKPT_E_SHAPE_OVERFLOW, "tensor size overflows");
+        if (shape[d] > 1 && (uint64_t)stride[d] != expect) dense = false;
+        if (!ckpt__mul_u64(expect, (uint64_t)shape[d], &expect)) expect = UINT64_MAX;
+        if (shape[d] > 0 && (!ckpt__mul_u64((uint64_t)(shape[d] - 1), (uint64_t)stride[d], &t) || !ckpt__add_u64(last, t, &last)))
+            return fail_at(w, call, CKPT_E_SHAPE_OVERFLOW, "tensor extent overflows");
+    }
+    uint64_t end_bytes;
+    if (numel && (!ckpt__mul_u64(last + 1, item, &end_bytes) || end_bytes > s->nbytes))
+        return fail_at(w, call, CKPT_E_TRUNCATED,
+                       "tensor reaches byte %llu of storage '%s', which holds %llu bytes",
+                       (unsigned long long)(numel ? (last + 1) * item : 0), s->key, (unsigned long long)s->nbytes);
+    if (dtype == CKPT_F4 && !dense)
+        return fail_at(w, call, CKPT_E_INVALID_ARGUMENT, "non-contiguous float4_e2m1fn_x2 tensors are not supported");
+
+    if (w->out->count == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 64;
+        ckpt__torch_tensor *tt = realloc(w->out->tensors, cap * sizeof *tt);
+        if (!tt) return fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory");
+        w->out->tensors = tt;
+        w->cap = cap;
+    }
+    ckpt__torch_tensor *x = &w->out->tensors[w->out->count];
+    memset(x, 0, sizeof *x);
+    x->name = ckpt__arena_strndup(w->arena, w->name.data ? w->name.data : "", w->name.len);
+    x->shape = ckpt__arena_alloc(w->arena, (ndim ? ndim : 1) * sizeof *x->shape);
+    if (!x->name || !x->shape) return fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory");
+    x->dtype = dtype;
+    x->ndim = (uint32_t)ndim;
+    for (size_t d = 0; d < ndim; d++) x->shape[d] = (uint64_t)shape[d];
+    if (dtype == CKPT_F4 && ndim) x->shape[ndim - 1] *= 2; /* safetensors counts float4 values */
+    if (!dense) {
+        x->strides = ckpt__arena_alloc(w->arena, ndim * sizeof *x->strides);
+        if (!x->strides) return fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory");
+        memcpy(x->strides, stride, ndim * sizeof *stride);
+    }
+    x->numel = dtype == CKPT_F4 ? numel * 2 : numel;
+    x->nbytes = numel * item;
+    x->storage = storage;
+    x->storage_begin = (uint64_t)offset * item;
+    x->offset = s->offset + x->storage_begin;
+    w->out->count++;
+    return CKPT_OK;
+}
+
+/* Tensor calls: the rebuild functions, and the wrappers around them. */
+static ckpt_status tensor(walker *w, const ckpt__pk_value *v, int depth, bool *is_tensor) {
+    *is_tensor = false;
+    if (v->kind != CKPT__PK_CALL) return CKPT_OK;
+    const ckpt__pk_value *f = v->u.call.callable, *args = v->u.call.args;
+    if (depth > 8) return fail_at(w, v, CKPT_E_LIMIT, "tensor wrappers nested too deep");
+    if (!strcmp(f->u.global.module, "torch._utils")) {
+        const char *fn = f->u.global.name;
+        int version = !strcmp(fn, "_rebuild_tensor_v2") ? 2 : !strcmp(fn, "_rebuild_tensor_v3") ? 3
+                    : !strcmp(fn, "_rebuild_tensor")    ? 1 : 0;
+        if (version) {
+            *is_tensor = true;
+            return rebuild(w, v, version);
+        }
+        if (!strcmp(fn, "_rebuild_parameter") || !strcmp(fn, "_rebuild_parameter_with_state")) {
+            if (!args->u.seq.count) return fail_at(w, v, CKPT_E_PICKLE_INVALID, "parameter without data");
+            ckpt_status st = tensor(w, args->u.seq.items[0], depth + 1, is_tensor);
+            if (st == CKPT_OK && !*is_tensor) return fail_at(w, v, CKPT_E_PICKLE_INVALID, "parameter data is not a tensor");
+            return st;
+        }
+        if (!strncmp(fn, "_rebuild_", 9))
+            return fail_at(w, v, CKPT_E_UNKNOWN_DTYPE, "torch._utils.%s (quantized, sparse, nested or device tensors) "
+                           "has no safetensors representation", fn);
+    }
+    if (ckpt__pk_is_global(f, "torch._tensor", "_rebuild_from_type_v2")) {
+        /* (func, new_type, args, state): the tensor is func(*args). */
+        if (args->u.seq.count < 3 || args->u.seq.items[0]->kind != CKPT__PK_GLOBAL ||
+            args->u.seq.items[2]->kind != CKPT__PK_TUPLE)
+            return fail_at(w, v, CKPT_E_PICKLE_INVALID, "malformed _rebuild_from_type_v2");
+        ckpt__pk_value inner = {.kind = CKPT__PK_CALL, .offset = v->offset};
+        inner.u.call.callable = args->u.seq.items[0];
+        inner.u.call.args = args->u.seq.items[2];
+        return tensor(w, &inner, depth + 1, is_tensor);
+    }
+    return CKPT_OK;
+}
+
+static void name_push(walker *w, const char *part, size_t *saved) {
+    *saved = w->name.len;
+    if (w->name.len) ckpt__buf_append(&w->name, ".", 1);
+    ckpt__buf_puts(&w->name, part);
+}
+
+static void name_pop(walker *w, size_t saved) {
+    w->name.len = saved;
+    if (w->name.data) w->name.data[saved] = '\0';
+}
+
+static void json_float(ckpt__buf *b, double f) {
+    char tmp[64];
+    if (isnan(f)) ckpt__buf_puts(b, "{\"__float__\": \"nan\"}");
+    else if (isinf(f)) ckpt__buf_puts(b, f > 0 ? "{\"__float__\": \"inf\"}" : "{\"__float__\": \"-inf\"}");
+    else {
+        snprintf(tmp, sizeof tmp, "%.17g", f);
+        if (!strpbrk(tmp, ".eE")) strcat(tmp, ".0");
+        ckpt__buf_puts(b, tmp);
+    }
+}
+
+static void json_bytes(ckpt__buf *b, const char *tag, const unsigned char *s, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    ckpt__buf_puts(b, "{\"");
+    ckpt__buf_puts(b, tag);
+    ckpt__buf_puts(b, "\": \"");
+    for (size_t i = 0; i < n; i++) {
+        char h[2] = {hex[s[i] >> 4], hex[s[i] & 15]};
+        ckpt__buf_append(b, h, 2);
+    }
+    ckpt__buf_puts(b, "\"}");
+}
+
+/* A key's name component: strings as they are, ints in decimal. */
+static bool key_text(const ckpt__pk_value *k, char *buf, size_t cap, const char **out) {
+    if (k->kind == CKPT__PK_STR) *out = k->u.s.data;
+    else if (k->kind == CKPT__PK_INT) snprintf(buf, cap, "%lld", (long long)k->u.i), *out = buf;
+    else if (k->kind == CKPT__PK_BOOL) *out = k->u.b ? "True" : "False";
+    else return false;
+    return true;
+}
+
+static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth);
+
+static ckpt_status walk_seq(walker *w, const ckpt__pk_value *v, int depth) {
+    ckpt_status st = CKPT_OK;
+    for (size_t i = 0; i < v->u.seq.count && st == CKPT_OK; i++) {
+        char part[32];
+        snprintf(part, sizeof part, "%zu", i);
+        size_t saved;
+        name_push(w, part, &saved);
+        if (i) ckpt__buf_puts(&w->json, ", ");
+        st = walk(w, v->u.seq.items[i], depth + 1);
+        name_pop(w, saved);
+    }
+    return st;
+}
+
+static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth) {
+    if (depth > MAX_DEPTH) return fail_at(w, v, CKPT_E_LIMIT, "object tree nested deeper than %d (or cyclic)", MAX_DEPTH);
+    if (++w->visits > MAX_VISITS) return fail_at(w, v, CKPT_E_LIMIT, "object tree too large when expanded");
+    bool is_tensor;
+    ckpt_status st = tensor(w, v, 0, &is_tensor);
+    if (st) return st;
+    ckpt__buf *j = &w->json;
+    if (is_tensor) {
+        ckpt__buf_puts(j, "{\"__tensor__\": ");
+        ckpt__buf_json_string(j, w->name.data ? w->name.data : "");
+        ckpt__buf_puts(j, "}");
+        return CKPT_OK;
+    }
+    char num[32];
+    switch (v->kind) {
+    case CKPT__PK_NONE: ckpt__buf_puts(j, "null"); return CKPT_OK;
+    case CKPT__PK_BOOL: ckpt__buf_puts(j, v->u.b ? "true" : "false"); return CKPT_OK;
+    case CKPT__PK_INT: snprintf(num, sizeof num, "%lld", (long long)v->u.i), ckpt__buf_puts(j, num); return CKPT_OK;
+    case CKPT__PK_FLOAT: json_float(j, v->u.f); return CKPT_OK;
+    case CKPT__PK_STR: ckpt__buf_json_string(j, v->u.s.data); return CKPT_OK;
+    case CKPT__PK_BYTES: json_bytes(j, "__bytes__", (const unsigned char *)v->u.s.data, v->u.s.len); return CKPT_OK;
+    case CKPT__PK_BIGINT: json_bytes(j, "__int_le__", (const unsigned char *)v->u.s.data, v->u.s.len); return CKPT_OK;
+    case CKPT__PK_LIST:
+        ckpt__buf_puts(j, "[");
+        st = walk_seq(w, v, depth);
+        ckpt__buf_puts(j, "]");
+        return st;
+    case CKPT__PK_TUPLE:
+    case CKPT__PK_SET:
+        ckpt__buf_puts(j, v->kind == CKPT__PK_TUPLE ? "{\"__tuple__\": [" : "{\"__set__\": [");
+        st = walk_seq(w, v, depth);
+        ckpt__buf_puts(j, "]}");
+        return st;
+    case CKPT__PK_DICT: {
+        /* {"__dict__": [[key, value], …]} keeps non-string keys and order. */
+        ckpt__buf_puts(j, "{\"__dict__\": [");
+        for (size_t i = 0; i + 1 < v->u.seq.count && st == CKPT_OK; i += 2) {
+            const char *part;
+            char buf[32];
+            if (!key_text(v->u.seq.items[i], buf, sizeof buf, &part))
+                return fail_at(w, v->u.seq.items[i], CKPT_E_PICKLE_INVALID, "dictionary key is not a string, int or bool");
+            if (i) ckpt__buf_puts(j, ", ");
+            ckpt__buf_puts(j, "[");
+            if (v->u.seq.items[i]->kind == CKPT__PK_STR) ckpt__buf_json_string(j, part);
+            else ckpt__buf_puts(j, v->u.seq.items[i]->kind == CKPT__PK_BOOL ? (v->u.seq.items[i]->u.b ? "true" : "false") : part);
+            ckpt__buf_puts(j, ", ");
+            size_t saved;
+            name_push(w, part, &saved);
+            st = walk(w, v->u.seq.items[i + 1], depth + 1);
+            name_pop(w, saved);
+            ckpt__buf_puts(j, "]");
+        }
+        ckpt__buf_puts(j, "]");
+        if (st == CKPT_OK && v->state) {
+            ckpt__buf_puts(j, ", \"__state__\": ");
+            size_t saved;
+            name_push(w, "__state__", &saved);
+            st = walk(w, v->state, depth + 1);
+            name_pop(w, saved);
+        }
+        ckpt__buf_puts(j, "}");
+        return st;
+    }
+    case CKPT__PK_GLOBAL:
+        ckpt__buf_puts(j, "{\"__global__\": \"");
+        ckpt__buf_puts(j, v->u.global.module);
+        ckpt__buf_puts(j, ".");
+        ckpt__buf_puts(j, v->u.global.name);
+        ckpt__buf_puts(j, "\"}");
+        return CKPT_OK;
+    case CKPT__PK_CALL:
+        ckpt__buf_puts(j, "{\"__call__\": \"");
+        ckpt__buf_puts(j, v->u.call.callable->u.global.module);
+        ckpt__buf_puts(j, ".");
+        ckpt__buf_puts(j, v->u.call.callable->u.global.name);
+        ckpt__buf_puts(j, "\", \"args\": [");
+        st = walk_seq(w, v->u.call.args, depth);
+        ckpt__buf_puts(j, "]}");
+        return st;
+    case CKPT__PK_PERSID:
+        return fail_at(w, v, CKPT_E_PICKLE_INVALID, "a storage outside any tensor");
+    default:
+        return fail_at(w, v, CKPT_E_PICKLE_INVALID, "unexpected value");
+    }
+}
+
+ckpt_status ckpt__torch_read_zip(int fd, uint64_t file_size, const char *path, ckpt__arena *arena,
+                                 ckpt__torch_file *out, ckpt_error *err) {
+    memset(out, 0, sizeof *out);
+    ckpt__zip zip;
+    ckpt_status st = ckpt__zip_open(fd, file_size, path, true, arena, &zip, err);
+    if (st) return st;
+    if (ckpt__zip_find_in_folder(&zip, "constants.pkl")) {
+        ckpt__zip_close(&zip);
+        return ckpt__fail(err, CKPT_E_UNKNOWN_FORMAT, path, NULL, -1,
+                          "this is a TorchScript archive (torch.jit.save), not a torch.save checkpoint");
+    }
+    const ckpt__zip_entry *pkl = ckpt__zip_find_in_folder(&zip, "data.pkl");
+    if (!pkl) {
+        ckpt__zip_close(&zip);
+        return ckpt__fail(err, CKPT_E_ZIP_INVALID, path, NULL, -1, "archive has no %s/data.pkl record", zip.folder);
+    }
+    char *byteorder = NULL, *pickle = NULL;
+    const ckpt__zip_entry *bo = ckpt__zip_find_in_folder(&zip, "byteorder");
+    if (bo) {
+        st = ckpt__zip_read_entry(fd, bo, path, 16, &byteorder, err);
+        if (st == CKPT_OK && strcmp(byteorder, "little") && strcmp(byteorder, "big"))
+            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, bo->name, (int64_t)bo->data_offset,
+                            "byteorder record is neither 'little' nor 'big'");
+        out->big_endian = st == CKPT_OK && !strcmp(byteorder, "big");
+    }
+    if (st == CKPT_OK) st = ckpt__zip_read_entry(fd, pkl, path, MAX_PICKLE_BYTES, &pickle, err);
+    ckpt__pk_value *root = NULL;
+    if (st == CKPT_OK) {
+        ckpt__pk_source src = {path, pkl->name, pkl->method == 0 ? pkl->data_offset : 0};
+        size_t used;
+        st = ckpt__pk_load((const unsigned char *)pickle, (size_t)pkl->size, &src, ckpt__torch_allowed_global, NULL,
+                           arena, &root, &used, err);
+    }
+    if (st == CKPT_OK) {
+        walker w = {.fd = fd, .path = path, .entry = pkl->name, .pickle_offset = pkl->data_offset, .zip = &zip,
+                    .arena = arena, .err = err, .out = out};
+        st = walk(&w, root, 0);
+        if (st == CKPT_OK && (w.json.failed || w.name.failed)) st = ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+        if (st == CKPT_OK) out->tree_json = w.json.data;
+        else free(w.json.data);
+        free(w.name.data);
+    }
+    free(pickle);
+    free(byteorder);
+    ckpt__zip_close(&zip);
+    if (st) ckpt__torch_file_free(out);
+    return st;
+}
+
+void ckpt__torch_file_free(ckpt__torch_file *f) {
+    free(f->tensors);
+    free(f->storages);
+    free(f->tree_json);
+    memset(f, 0, sizeof *f);
+}

@@ -1,0 +1,53 @@
+/*
+ * torch.h — torch.save files (pytorch torch/serialization.py, torch/_utils.py,
+ * torch/_weights_only_unpickler.py).
+ *
+ * A zip file holds <folder>/data.pkl, a pickle whose tensors are
+ * torch._utils._rebuild_tensor_v2/v3 calls on persistent-id storages
+ * ('storage', StorageType, key, location, numel) whose bytes are the record
+ * <folder>/data/<key>.  ckpt reads the pickle with torch's allowlist, never
+ * executing it, and turns it into tensors (name, dtype, shape, strides,
+ * storage, byte offset) plus a JSON tree of everything else.
+ */
+#ifndef CKPT_FORMATS_TORCH_H
+#define CKPT_FORMATS_TORCH_H
+
+#include "../base/base.h"
+
+typedef struct ckpt__torch_tensor {
+    const char *name; /* dotted path in the object tree, arena */
+    ckpt_dtype dtype;
+    uint32_t ndim;
+    uint64_t *shape;  /* arena */
+    int64_t *strides; /* arena; NULL when dense row-major */
+    uint64_t numel, nbytes;
+    uint64_t offset;        /* absolute byte offset of element [0, 0, …] */
+    uint32_t storage;       /* index into storages */
+    uint64_t storage_begin; /* byte offset of the tensor's first element in its storage */
+} ckpt__torch_tensor;
+
+typedef struct ckpt__torch_storage {
+    const char *key;
+    uint64_t offset; /* absolute byte offset of the storage's data */
+    uint64_t nbytes;
+    ckpt_dtype dtype;
+} ckpt__torch_storage;
+
+typedef struct ckpt__torch_file {
+    size_t count;
+    ckpt__torch_tensor *tensors; /* malloc'ed, in tree order */
+    size_t storage_count;
+    ckpt__torch_storage *storages; /* malloc'ed */
+    bool big_endian;
+    char *tree_json; /* malloc'ed: the object tree, tensors as {"__tensor__": name} */
+} ckpt__torch_file;
+
+/* Is `name` a global that torch's weights-only unpickler allows? */
+CKPT__HIDDEN bool ckpt__torch_allowed_global(const char *module, const char *name, void *user);
+
+/* Reads a torch.save zip archive. */
+CKPT__HIDDEN ckpt_status ckpt__torch_read_zip(int fd, uint64_t file_size, const char *path, ckpt__arena *arena,
+                                              ckpt__torch_file *out, ckpt_error *err);
+CKPT__HIDDEN void ckpt__torch_file_free(ckpt__torch_file *file);
+
+#endif
