@@ -401,6 +401,16 @@ CKPT_API ckpt_status ckpt_writer_set_metadata(ckpt_writer *writer, const char *k
                                               const char *value, ckpt_error *err);
 
 /*
+ * Adds an entry of the checkpoint's own metadata, placed as
+ * huggingface_hub's save_torch_state_dict places its `metadata`: in the
+ * file's `__metadata__` when the output is one file, in the index's
+ * "metadata" (after "total_size") when it is sharded.  Keys must be unique
+ * among these entries.  Only before ckpt_writer_begin().
+ */
+CKPT_API ckpt_status ckpt_writer_set_checkpoint_metadata(ckpt_writer *writer, const char *key, const char *value,
+                                                         ckpt_error *err);
+
+/*
  * Declares a tensor.  Declaration order is the "state dict order" that
  * shard packing walks; inside each file tensors are laid out as safetensors
  * does (by dtype alignment descending, then by name).  Names must be unique

@@ -33,6 +33,8 @@ struct ckpt_catalog {
     ckpt__name_table names;
     ckpt__pairs meta;
     uint32_t storage_count; /* storages numbered so far, over all files */
+    uint64_t *storage_base, *storage_size; /* per storage: data offset and size */
+    size_t storage_cap;
     ckpt__buf tree;         /* torch object trees as JSON */
     size_t trees;
     pthread_mutex_t map_lock;
@@ -58,6 +60,30 @@ static ckpt_status add_file(ckpt_catalog *c, const char *path, ckpt_error *err) 
     if (!f->path) return oom(err, path);
     c->file_count++;
     return ckpt__file_open_read(path, &f->fd, &f->size, err);
+}
+
+/* Records the next storage number's place; false when out of memory. */
+static bool add_storage(ckpt_catalog *c, uint64_t base, uint64_t nbytes) {
+    if (c->storage_count == c->storage_cap) {
+        size_t cap = c->storage_cap ? c->storage_cap * 2 : 64;
+        uint64_t *b = realloc(c->storage_base, cap * sizeof *b);
+        if (!b) return false;
+        c->storage_base = b;
+        uint64_t *n = realloc(c->storage_size, cap * sizeof *n);
+        if (!n) return false;
+        c->storage_size = n;
+        c->storage_cap = cap;
+    }
+    c->storage_base[c->storage_count] = base;
+    c->storage_size[c->storage_count++] = nbytes;
+    return true;
+}
+
+bool ckpt__catalog_storage(const ckpt_catalog *c, uint32_t storage, uint64_t *base, uint64_t *nbytes) {
+    if (storage >= c->storage_count) return false;
+    *base = c->storage_base[storage];
+    *nbytes = c->storage_size[storage];
+    return true;
 }
 
 static bool reserve_tensors(ckpt_catalog *c, size_t more) {
@@ -90,8 +116,12 @@ static ckpt_status add_safetensors(ckpt_catalog *c, const char *path, ckpt_error
         c->tensors[c->count++] = (ckpt_tensor_info){
             .name = s->name, .dtype = s->dtype, .ndim = s->ndim, .shape = s->shape,
             .numel = s->numel, .nbytes = s->nbytes, .file = file, .offset = h.data_start + s->begin,
-            .storage = c->storage_count++,
+            .storage = c->storage_count,
         };
+        if (!add_storage(c, h.data_start + s->begin, s->nbytes)) {
+            ckpt__st_header_free(&h);
+            return oom(err, path);
+        }
     }
     for (size_t i = 0; i < h.meta_count; i++) {
         if (ckpt__pairs_get(&c->meta, h.meta_keys[i])) continue; /* the first shard's value wins */
@@ -123,7 +153,13 @@ static ckpt_status add_torch(ckpt_catalog *c, const char *path, ckpt_error *err)
             .storage = c->storage_count + t->storage, .big_endian = tf.big_endian,
         };
     }
-    c->storage_count += (uint32_t)tf.storage_count;
+    /* The tensors above were numbered from storage_count: add the storages
+     * in the same order. */
+    for (size_t i = 0; i < tf.storage_count; i++)
+        if (!add_storage(c, tf.storages[i].offset, tf.storages[i].nbytes)) {
+            ckpt__torch_file_free(&tf);
+            return oom(err, path);
+        }
     ckpt__buf_puts(&c->tree, c->trees++ ? ", " : "");
     ckpt__buf_puts(&c->tree, tf.tree_json);
     ckpt__torch_file_free(&tf);
@@ -316,6 +352,8 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     free(c->tensors);
     ckpt__pairs_free(&c->meta);
     free(c->tree.data);
+    free(c->storage_base);
+    free(c->storage_size);
     free(c->index_path);
     ckpt__name_table_free(&c->names);
     ckpt__arena_free(&c->arena);

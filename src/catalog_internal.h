@@ -5,6 +5,11 @@
 
 #include "base/base.h"
 
+/* Where storage number `storage` (ckpt_tensor_info.storage) lives: the
+ * byte offset of its data in its file, and its size.  False if unknown. */
+CKPT__HIDDEN bool ckpt__catalog_storage(const ckpt_catalog *catalog, uint32_t storage, uint64_t *base,
+                                        uint64_t *nbytes);
+
 /* The open descriptor of a catalog's i-th data file. */
 CKPT__HIDDEN int ckpt__catalog_fd(const ckpt_catalog *catalog, size_t file);
 

@@ -43,7 +43,9 @@ struct ckpt_writer {
     wtensor *tensors;
     ckpt__name_table names;
     size_t names_cap;
-    ckpt__pairs meta;
+    ckpt__pairs meta;      /* every file's __metadata__ */
+    ckpt__pairs ckpt_meta; /* the checkpoint's: the single file, or the index */
+    ckpt__pairs file_meta; /* what layout writes: meta, plus ckpt_meta when unsharded */
     uint64_t total;
     size_t file_count;
     wfile *files;
@@ -140,17 +142,25 @@ static bool valid_utf8(const char *s) {
     return ckpt__utf8_check((const unsigned char *)s, n) == n;
 }
 
-ckpt_status ckpt_writer_set_metadata(ckpt_writer *w, const char *key, const char *value, ckpt_error *err) {
+static ckpt_status add_pair(ckpt_writer *w, ckpt__pairs *pairs, const char *key, const char *value, ckpt_error *err) {
     ckpt_status st = check_declaring(w, err);
     if (st) return st;
     if (!key || !value || !valid_utf8(key) || !valid_utf8(value))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "metadata keys and values must be UTF-8 strings");
-    if (ckpt__pairs_get(&w->meta, key))
+    if (ckpt__pairs_get(pairs, key))
         return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, w->path, NULL, -1, "metadata key '%s' set twice", key);
     const char *k = ckpt__arena_strndup(&w->arena, key, strlen(key));
     const char *v = ckpt__arena_strndup(&w->arena, value, strlen(value));
-    if (!k || !v || !ckpt__pairs_push(&w->meta, k, v)) return oom(err, w->path);
+    if (!k || !v || !ckpt__pairs_push(pairs, k, v)) return oom(err, w->path);
     return CKPT_OK;
+}
+
+ckpt_status ckpt_writer_set_metadata(ckpt_writer *w, const char *key, const char *value, ckpt_error *err) {
+    return add_pair(w, w ? &w->meta : NULL, key, value, err);
+}
+
+ckpt_status ckpt_writer_set_checkpoint_metadata(ckpt_writer *w, const char *key, const char *value, ckpt_error *err) {
+    return add_pair(w, w ? &w->ckpt_meta : NULL, key, value, err);
 }
 
 static bool rebuild_names(ckpt_writer *w, size_t want) {
@@ -227,7 +237,7 @@ static ckpt_status layout_file(ckpt_writer *w, uint32_t file, ckpt__buf *header,
                                              .shape = t->shape, .nbytes = t->nbytes, .id = i};
     }
     uint64_t data_size;
-    ckpt_status st = ckpt__st_layout(out, n, w->meta.keys, w->meta.values, w->meta.count, header, &data_size);
+    ckpt_status st = ckpt__st_layout(out, n, w->file_meta.keys, w->file_meta.values, w->file_meta.count, header, &data_size);
     if (st == CKPT_OK) {
         for (size_t i = 0; i < n; i++) w->tensors[out[i].id].offset = header->len + out[i].begin;
         w->files[file].size = header->len + data_size;
@@ -308,6 +318,13 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
     w->state = FAILED; /* until every step below succeeds */
     if (w->opt.max_shard_size && (st = make_directories(w->path, err)) != CKPT_OK) return st;
     st = plan_files(w, err);
+    /* The per-file entries, then (one file only) the checkpoint's own. */
+    for (size_t i = 0; st == CKPT_OK && i < w->meta.count; i++)
+        if (!ckpt__pairs_push(&w->file_meta, w->meta.keys[i], w->meta.values[i])) st = oom(err, w->path);
+    for (size_t i = 0; st == CKPT_OK && w->file_count == 1 && i < w->ckpt_meta.count; i++) {
+        if (ckpt__pairs_get(&w->file_meta, w->ckpt_meta.keys[i])) continue; /* do not override per-file data */
+        if (!ckpt__pairs_push(&w->file_meta, w->ckpt_meta.keys[i], w->ckpt_meta.values[i])) st = oom(err, w->path);
+    }
     for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) {
         wfile *file = &w->files[f];
         ckpt__buf header = {0};
@@ -399,7 +416,8 @@ static ckpt_status write_index(ckpt_writer *w, ckpt_error *err) {
     free(start);
     ckpt__buf text = {0};
     if (st == CKPT_OK) {
-        ckpt__index_render(&text, w->total, names, files, w->count);
+        ckpt__index_render(&text, w->total, w->ckpt_meta.keys, w->ckpt_meta.values, w->ckpt_meta.count, names, files,
+                           w->count);
         if (text.failed) st = oom(err, w->index.final_path);
     }
     if (st == CKPT_OK) st = ckpt__temp_create(w->index.final_path, &w->index.tmp_path, &w->index.fd, err);
@@ -477,6 +495,8 @@ void ckpt_writer_free(ckpt_writer *w) {
     free(w->files);
     free(w->tensors);
     ckpt__pairs_free(&w->meta);
+    ckpt__pairs_free(&w->ckpt_meta);
+    ckpt__pairs_free(&w->file_meta);
     ckpt__name_table_free(&w->names);
     ckpt__arena_free(&w->arena);
     free(w->path);

@@ -203,10 +203,18 @@ void ckpt__index_free(ckpt__index *index) {
     index->count = index->file_count = 0;
 }
 
-void ckpt__index_render(ckpt__buf *out, uint64_t total_size, const char *const *names,
+void ckpt__index_render(ckpt__buf *out, uint64_t total_size, const char *const *meta_keys,
+                        const char *const *meta_values, size_t meta_count, const char *const *names,
                         const char *const *files, size_t count) {
     ckpt__buf_puts(out, "{\n  \"metadata\": {\n    \"total_size\": ");
     ckpt__buf_u64(out, total_size);
+    for (size_t i = 0; i < meta_count; i++) {
+        if (!strcmp(meta_keys[i], "total_size")) continue;
+        ckpt__buf_puts(out, ",\n    ");
+        ckpt__buf_json_string_ascii(out, meta_keys[i]);
+        ckpt__buf_puts(out, ": ");
+        ckpt__buf_json_string_ascii(out, meta_values[i]);
+    }
     ckpt__buf_puts(out, "\n  },\n  \"weight_map\": {");
     for (size_t i = 0; i < count; i++) {
         ckpt__buf_puts(out, i ? ",\n    " : "\n    ");

@@ -54,10 +54,11 @@ CKPT__HIDDEN void ckpt__index_free(ckpt__index *index);
 
 /*
  * Renders an index as huggingface_hub writes it (json.dump with indent=2,
- * ensure_ascii): {"metadata": {"total_size": N}, "weight_map": {...}} with
- * the weight map in the given order.
+ * ensure_ascii): {"metadata": {"total_size": N, <meta…>}, "weight_map": {...}}
+ * with the weight map in the given order.
  */
-CKPT__HIDDEN void ckpt__index_render(ckpt__buf *out, uint64_t total_size, const char *const *names,
+CKPT__HIDDEN void ckpt__index_render(ckpt__buf *out, uint64_t total_size, const char *const *meta_keys,
+                                     const char *const *meta_values, size_t meta_count, const char *const *names,
                                      const char *const *files, size_t count);
 
 #endif

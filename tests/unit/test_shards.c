@@ -103,12 +103,17 @@ static void test_index_render(void **state) {
     const char *names[] = {"a", "\xc3\xa9"};
     const char *files[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
     ckpt__buf b = {0};
-    ckpt__index_render(&b, 42, names, files, 2);
+    ckpt__index_render(&b, 42, NULL, NULL, 0, names, files, 2);
     /* Python: json.dump({...}, f, indent=2) */
     assert_string_equal(b.data,
                         "{\n  \"metadata\": {\n    \"total_size\": 42\n  },\n  \"weight_map\": {\n"
                         "    \"a\": \"model-00001-of-00002.safetensors\",\n"
                         "    \"\\u00e9\": \"model-00002-of-00002.safetensors\"\n  }\n}");
+    /* Extra metadata follows total_size, as {**split.metadata, **metadata}. */
+    b.len = 0;
+    const char *k[] = {"tied"}, *v[] = {"emb"};
+    ckpt__index_render(&b, 1, k, v, 1, names, files, 1);
+    assert_non_null(strstr(b.data, "\"total_size\": 1,\n    \"tied\": \"emb\"\n  },"));
     free(b.data);
 }
 
