@@ -135,11 +135,12 @@ static ckpt_status add_safetensors(ckpt_catalog *c, const char *path, ckpt_error
 }
 
 /* Reads the catalog's last opened file as a torch.save zip archive. */
-static ckpt_status add_torch(ckpt_catalog *c, const char *path, ckpt_error *err) {
+static ckpt_status add_torch(ckpt_catalog *c, const char *path, bool legacy, ckpt_error *err) {
     catalog_file *f = &c->files[c->file_count - 1];
     uint32_t file = (uint32_t)(c->file_count - 1);
     ckpt__torch_file tf;
-    ckpt_status st = ckpt__torch_read_zip(f->fd, f->size, path, &c->arena, &tf, err);
+    ckpt_status st = legacy ? ckpt__torch_read_legacy(f->fd, f->size, path, &c->arena, &tf, err)
+                            : ckpt__torch_read_zip(f->fd, f->size, path, &c->arena, &tf, err);
     if (st) return st;
     if (!reserve_tensors(c, tf.count)) {
         ckpt__torch_file_free(&tf);
@@ -171,12 +172,18 @@ static ckpt_status add_data_file(ckpt_catalog *c, const char *path, ckpt_error *
     ckpt_status st = add_file(c, path, err);
     if (st) return st;
     catalog_file *f = &c->files[c->file_count - 1];
-    unsigned char magic[4] = {0};
-    if (f->size >= 4 && (st = ckpt__pread_full(f->fd, magic, 4, 0, path, err)) != CKPT_OK) return st;
-    if (ckpt__zip_sniff(magic, f->size >= 4 ? 4 : 0)) {
+    unsigned char head[512] = {0};
+    size_t n = f->size < sizeof head ? (size_t)f->size : sizeof head;
+    if ((st = ckpt__pread_full(f->fd, head, n, 0, path, err)) != CKPT_OK) return st;
+    bool zip = ckpt__zip_sniff(head, n), legacy = ckpt__torch_sniff_legacy(head, n);
+    if (ckpt__torch_sniff_tar(head, n))
+        return ckpt__fail(err, CKPT_E_UNKNOWN_FORMAT, path, NULL, 0,
+                          "this is a tar archive: the torch.save format of PyTorch before 0.4, which ckpt does not "
+                          "read; load and re-save it with a current torch");
+    if (zip || legacy) {
         if (c->format == CKPT_FORMAT_SAFETENSORS) c->format = CKPT_FORMAT_TORCH;
         else if (c->format == CKPT_FORMAT_SAFETENSORS_SHARDED) c->format = CKPT_FORMAT_TORCH_SHARDED;
-        return add_torch(c, path, err);
+        return add_torch(c, path, legacy, err);
     }
     return add_safetensors(c, path, err);
 }

@@ -72,7 +72,7 @@ typedef struct walker {
     const char *path;
     const char *entry;       /* data.pkl's full name, for messages */
     uint64_t pickle_offset;  /* where data.pkl starts in the file */
-    const ckpt__zip *zip;
+    const ckpt__zip *zip; /* NULL for the legacy format: storages are placed after the walk */
     ckpt__arena *arena;
     ckpt_error *err;
     ckpt__torch_file *out;
@@ -133,18 +133,25 @@ static ckpt_status storage_of(walker *w, const ckpt__pk_value *pid, ckpt_dtype *
             *index = (uint32_t)i;
             return CKPT_OK;
         }
-    char rel[300];
-    if ((size_t)snprintf(rel, sizeof rel, "data/%s", key) >= sizeof rel)
-        return fail_at(w, pid, CKPT_E_PICKLE_INVALID, "storage key too long");
-    const ckpt__zip_entry *e = ckpt__zip_find_in_folder(w->zip, rel);
-    if (!e) return fail_at(w, pid, CKPT_E_NOT_FOUND, "storage '%s' has no record %s/data/%s", key, w->zip->folder, key);
-    if (e->method != 0)
-        return fail_at(w, pid, CKPT_E_ZIP_UNSUPPORTED,
-                       "storage record %s is compressed; tensor data must be stored (re-save with torch.save)", e->name);
-    uint64_t need;
-    if (!ckpt__mul_u64((uint64_t)a[4]->u.i, item_bytes(*typed), &need) || need > e->size)
-        return fail_at(w, pid, CKPT_E_TRUNCATED, "storage '%s' declares %lld elements but its record holds %llu bytes",
-                       key, (long long)a[4]->u.i, (unsigned long long)e->size);
+    if (n == 6 && a[5]->kind != CKPT__PK_NONE)
+        return fail_at(w, pid, CKPT_E_INVALID_ARGUMENT, "legacy storage views (view_metadata) are not supported");
+    uint64_t need, offset = 0;
+    if (!ckpt__mul_u64((uint64_t)a[4]->u.i, item_bytes(*typed), &need))
+        return fail_at(w, pid, CKPT_E_SHAPE_OVERFLOW, "storage '%s' size overflows", key);
+    if (w->zip) {
+        char rel[300];
+        if ((size_t)snprintf(rel, sizeof rel, "data/%s", key) >= sizeof rel)
+            return fail_at(w, pid, CKPT_E_PICKLE_INVALID, "storage key too long");
+        const ckpt__zip_entry *e = ckpt__zip_find_in_folder(w->zip, rel);
+        if (!e) return fail_at(w, pid, CKPT_E_NOT_FOUND, "storage '%s' has no record %s/data/%s", key, w->zip->folder, key);
+        if (e->method != 0)
+            return fail_at(w, pid, CKPT_E_ZIP_UNSUPPORTED,
+                           "storage record %s is compressed; tensor data must be stored (re-save with torch.save)", e->name);
+        if (need > e->size)
+            return fail_at(w, pid, CKPT_E_TRUNCATED, "storage '%s' declares %lld elements but its record holds %llu bytes",
+                           key, (long long)a[4]->u.i, (unsigned long long)e->size);
+        offset = e->data_offset;
+    }
     if (w->out->storage_count == w->storage_cap) {
         size_t cap = w->storage_cap ? w->storage_cap * 2 : 16;
         ckpt__torch_storage *s = realloc(w->out->storages, cap * sizeof *s);
@@ -152,7 +159,7 @@ static ckpt_status storage_of(walker *w, const ckpt__pk_value *pid, ckpt_dtype *
         w->out->storages = s;
         w->storage_cap = cap;
     }
-    w->out->storages[w->out->storage_count] = (ckpt__torch_storage){key, e->data_offset, need, *typed};
+    w->out->storages[w->out->storage_count] = (ckpt__torch_storage){key, offset, need, *typed};
     *index = (uint32_t)w->out->storage_count++;
     return CKPT_OK;
 }
@@ -232,8 +239,7 @@ static ckpt_status rebuild(walker *w, const ckpt__pk_value *call, int version) {
     x->numel = dtype == CKPT_F4 ? numel * 2 : numel;
     x->nbytes = numel * item;
     x->storage = storage;
-    x->storage_begin = (uint64_t)offset * item;
-    x->offset = s->offset + x->storage_begin;
+    x->storage_begin = (uint64_t)offset * item; /* x->offset: set once storages are placed */
     w->out->count++;
     return CKPT_OK;
 }
@@ -420,6 +426,23 @@ static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth) {
     }
 }
 
+/* Walks the object tree into out->tensors, out->storages and the JSON. */
+static ckpt_status walk_root(walker *w, const ckpt__pk_value *root) {
+    ckpt_status st = walk(w, root, 0);
+    if (st == CKPT_OK && (w->json.failed || w->name.failed))
+        st = ckpt__fail(w->err, CKPT_E_NO_MEMORY, w->path, NULL, -1, "out of memory");
+    if (st == CKPT_OK) w->out->tree_json = w->json.data;
+    else free(w->json.data);
+    free(w->name.data);
+    return st;
+}
+
+/* Tensor offsets, once every storage has its place in the file. */
+static void place_tensors(ckpt__torch_file *out) {
+    for (size_t i = 0; i < out->count; i++)
+        out->tensors[i].offset = out->storages[out->tensors[i].storage].offset + out->tensors[i].storage_begin;
+}
+
 ckpt_status ckpt__torch_read_zip(int fd, uint64_t file_size, const char *path, ckpt__arena *arena,
                                  ckpt__torch_file *out, ckpt_error *err) {
     memset(out, 0, sizeof *out);
@@ -456,17 +479,124 @@ ckpt_status ckpt__torch_read_zip(int fd, uint64_t file_size, const char *path, c
     if (st == CKPT_OK) {
         walker w = {.fd = fd, .path = path, .entry = pkl->name, .pickle_offset = pkl->data_offset, .zip = &zip,
                     .arena = arena, .err = err, .out = out};
-        st = walk(&w, root, 0);
-        if (st == CKPT_OK && (w.json.failed || w.name.failed)) st = ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
-        if (st == CKPT_OK) out->tree_json = w.json.data;
-        else free(w.json.data);
-        free(w.name.data);
+        st = walk_root(&w, root);
     }
+    if (st == CKPT_OK) place_tensors(out);
     free(pickle);
     free(byteorder);
     ckpt__zip_close(&zip);
     if (st) ckpt__torch_file_free(out);
     return st;
+}
+
+/* ---- the legacy stream format (torch.save(..., _use_new_zipfile_serialization=False)) -- */
+
+/* The magic number 0x1950a86a20f9469cfc6c that starts a legacy file, as
+ * pickled LONG1 bytes (little-endian). */
+static const unsigned char legacy_magic[10] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+
+bool ckpt__torch_sniff_legacy(const unsigned char *head, size_t n) {
+    /* PROTO, a FRAME from protocol 4 on, then LONG1 of 10 bytes: the magic. */
+    size_t i = 0;
+    if (n >= 2 && head[0] == 0x80) i = 2;
+    if (i < n && head[i] == 0x95) i += 9;
+    return n >= i + 12 && head[i] == 0x8a && head[i + 1] == 10 && !memcmp(head + i + 2, legacy_magic, 10);
+}
+
+static bool always_refuse(const char *module, const char *name, void *user) {
+    (void)module, (void)name, (void)user;
+    return false;
+}
+
+ckpt_status ckpt__torch_read_legacy(int fd, uint64_t file_size, const char *path, ckpt__arena *arena,
+                                    ckpt__torch_file *out, ckpt_error *err) {
+    memset(out, 0, sizeof *out);
+    /* The pickles come first and their length is unknown: read a prefix,
+     * and read more while the pickles run past it. */
+    uint64_t have = file_size < (64u << 20) ? file_size : (64u << 20);
+    unsigned char *buf = NULL;
+    ckpt_status st;
+    ckpt__pk_value *values[5];
+    size_t pos;
+    for (;;) {
+        unsigned char *grown = realloc(buf, have ? (size_t)have : 1);
+        if (!grown) {
+            free(buf);
+            return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "cannot allocate %llu bytes", (unsigned long long)have);
+        }
+        buf = grown;
+        st = ckpt__pread_full(fd, buf, have, 0, path, err);
+        pos = 0;
+        for (int k = 0; st == CKPT_OK && k < 5; k++) {
+            ckpt__pk_source src = {path, k == 3 ? "object pickle" : "header pickle", pos};
+            size_t used = 0;
+            /* Only the object pickle may name (allowed) globals. */
+            st = ckpt__pk_load(buf + pos, (size_t)(have - pos), &src, k == 3 ? ckpt__torch_allowed_global : always_refuse,
+                               NULL, arena, &values[k], &used, err);
+            pos += used;
+        }
+        if (st != CKPT_E_PICKLE_INVALID || have == file_size || have >= MAX_PICKLE_BYTES) break;
+        have = have * 2 < file_size ? have * 2 : file_size; /* maybe cut short: read more */
+    }
+    free(buf);
+    if (st) return st;
+    const ckpt__pk_value *magic = values[0], *version = values[1], *info = values[2], *keys = values[4];
+    if (magic->kind != CKPT__PK_BIGINT || magic->u.s.len != 10 || memcmp(magic->u.s.data, legacy_magic, 10))
+        return ckpt__fail(err, CKPT_E_UNKNOWN_FORMAT, path, NULL, 0, "not a legacy torch.save file (bad magic number)");
+    if (version->kind != CKPT__PK_INT || version->u.i != 1001)
+        return ckpt__fail(err, CKPT_E_UNKNOWN_FORMAT, path, NULL, (int64_t)version->offset,
+                          "legacy torch.save protocol version is not 1001");
+    if (info->kind == CKPT__PK_DICT)
+        for (size_t i = 0; i + 1 < info->u.seq.count; i += 2)
+            if (info->u.seq.items[i]->kind == CKPT__PK_STR && !strcmp(info->u.seq.items[i]->u.s.data, "little_endian"))
+                out->big_endian = info->u.seq.items[i + 1]->kind == CKPT__PK_BOOL && !info->u.seq.items[i + 1]->u.b;
+
+    walker w = {.fd = fd, .path = path, .entry = "object pickle", .arena = arena, .err = err, .out = out};
+    st = walk_root(&w, values[3]);
+    if (st == CKPT_OK && keys->kind != CKPT__PK_LIST)
+        st = ckpt__fail(err, CKPT_E_PICKLE_INVALID, path, NULL, (int64_t)keys->offset, "storage key list is not a list");
+    /* The storages follow, in the key list's order: int64 count, then data. */
+    uint64_t at = pos;
+    for (size_t k = 0; st == CKPT_OK && k < keys->u.seq.count; k++) {
+        const ckpt__pk_value *key = keys->u.seq.items[k];
+        if (key->kind != CKPT__PK_STR) {
+            st = ckpt__fail(err, CKPT_E_PICKLE_INVALID, path, NULL, (int64_t)at, "storage key is not a string");
+            break;
+        }
+        ckpt__torch_storage *s = NULL;
+        for (size_t i = 0; i < out->storage_count; i++)
+            if (!strcmp(out->storages[i].key, key->u.s.data)) s = &out->storages[i];
+        unsigned char count_le[8];
+        if ((st = ckpt__pread_full(fd, count_le, 8, at, path, err))) break;
+        uint64_t numel = 0, nbytes;
+        for (int b = 7; b >= 0; b--) numel = numel << 8 | count_le[b];
+        if (out->big_endian) numel = __builtin_bswap64(numel);
+        unsigned item = s ? item_bytes(s->dtype) : 1;
+        if (!s) {
+            st = ckpt__fail(err, CKPT_E_PICKLE_INVALID, path, NULL, (int64_t)at,
+                            "storage '%s' is listed but no tensor uses it (its element size is unknown)", key->u.s.data);
+        } else if (!ckpt__mul_u64(numel, item, &nbytes) || nbytes != s->nbytes || at + 8 + nbytes > file_size ||
+                   at + 8 + nbytes < at) {
+            st = ckpt__fail(err, at + 8 + nbytes > file_size ? CKPT_E_TRUNCATED : CKPT_E_PICKLE_INVALID, path, NULL,
+                            (int64_t)at, "storage '%s' records %llu elements; the pickle declared %llu bytes and the "
+                            "file has %llu bytes left", key->u.s.data, (unsigned long long)numel,
+                            (unsigned long long)s->nbytes, (unsigned long long)(file_size - at - 8));
+        } else {
+            s->offset = at + 8;
+            at += 8 + nbytes;
+        }
+    }
+    for (size_t i = 0; st == CKPT_OK && i < out->storage_count; i++)
+        if (!out->storages[i].offset && out->storages[i].nbytes)
+            st = ckpt__fail(err, CKPT_E_NOT_FOUND, path, NULL, -1, "storage '%s' is not in the file's key list",
+                            out->storages[i].key);
+    if (st == CKPT_OK) place_tensors(out);
+    if (st) ckpt__torch_file_free(out);
+    return st;
+}
+
+bool ckpt__torch_sniff_tar(const unsigned char *head, size_t n) {
+    return n >= 262 && !memcmp(head + 257, "ustar", 5);
 }
 
 void ckpt__torch_file_free(ckpt__torch_file *f) {

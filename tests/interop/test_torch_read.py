@@ -163,3 +163,29 @@ def test_sharded_torch_checkpoint(tmp_path):
         assert sorted(cat.names()) == sorted(sd)
         for k, t in sd.items():
             assert cat.read(k) == tensor_bytes(t)
+
+
+@pytest.mark.parametrize("protocol", [2, 4])
+def test_legacy_stream_format(tmp_path, protocol):
+    torch.manual_seed(5)
+    model = TinyResNet()
+    obj = {"model": model.state_dict(), "step": 11, "views": [torch.arange(6.).reshape(2, 3).t()]}
+    path = tmp_path / "legacy.pt"
+    torch.save(obj, path, _use_new_zipfile_serialization=False, pickle_protocol=protocol)
+    assert not zipfile.is_zipfile(path)
+    check_exact(path)
+    with Catalog(path) as cat:
+        assert dict(cat.tree()["__dict__"])["step"] == 11
+
+
+def test_tar_format_is_named(tmp_path):
+    import tarfile
+    path = tmp_path / "old.pt"
+    with tarfile.open(path, "w") as tar:
+        data = b"x" * 10
+        info = tarfile.TarInfo("storages")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(Exception) as e:
+        Catalog(path)
+    assert e.value.status == "CKPT_E_UNKNOWN_FORMAT" and "tar archive" in e.value.message
