@@ -99,7 +99,15 @@ static void print_json(const ckpt_catalog *cat, const char *path, const dtype_to
         print_json_string(o, t->name);
         fprintf(o, ", \"dtype\": \"%s\", \"shape\": [", ckpt_dtype_name(t->dtype));
         for (uint32_t d = 0; d < t->ndim; d++) fprintf(o, d ? ", %" PRIu64 : "%" PRIu64, t->shape[d]);
-        fprintf(o, "], \"nbytes\": %" PRIu64 ", \"file\": %u, \"offset\": %" PRIu64 "}", t->nbytes, t->file, t->offset);
+        fprintf(o, "], \"nbytes\": %" PRIu64 ", \"file\": %u, \"offset\": %" PRIu64 ", \"storage\": %u", t->nbytes,
+                t->file, t->offset, t->storage);
+        if (t->strides) {
+            fputs(", \"strides\": [", o);
+            for (uint32_t d = 0; d < t->ndim; d++) fprintf(o, d ? ", %" PRId64 : "%" PRId64, t->strides[d]);
+            fputs("]", o);
+        }
+        if (t->big_endian) fputs(", \"big_endian\": true", o);
+        fputs("}", o);
         params += t->numel;
         bytes += t->nbytes;
     }
@@ -113,7 +121,27 @@ static void print_json(const ckpt_catalog *cat, const char *path, const dtype_to
                 first ? "" : ", ", ckpt_dtype_name((ckpt_dtype)d), totals[d].tensors, totals[d].params, totals[d].bytes);
         first = false;
     }
-    fputs("}}\n}\n", o);
+    fputs("}}", o);
+    if (ckpt_catalog_tree_json(cat)) {
+        fputs(",\n  \"tree\": ", o);
+        fputs(ckpt_catalog_tree_json(cat), o);
+    }
+    fputs("\n}\n", o);
+}
+
+/* For each storage number, the first tensor on it (to tell tensors that
+ * share bytes with an earlier one).  Caller frees. */
+static const ckpt_tensor_info **first_on_storage(const ckpt_catalog *cat) {
+    uint32_t max = 0;
+    size_t n = ckpt_catalog_tensor_count(cat);
+    for (size_t i = 0; i < n; i++)
+        if (ckpt_catalog_tensor(cat, i)->storage > max) max = ckpt_catalog_tensor(cat, i)->storage;
+    const ckpt_tensor_info **first = calloc((size_t)max + 1, sizeof *first);
+    for (size_t i = 0; first && i < n; i++) {
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
+        if (!first[t->storage]) first[t->storage] = t;
+    }
+    return first;
 }
 
 static void print_table(const ckpt_catalog *cat, const char *path, const dtype_total *totals) {
@@ -132,16 +160,21 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
     printf("%s: %s, %zu file%s\n\n", path, format_name(ckpt_catalog_format(cat)), files, files == 1 ? "" : "s");
     printf("%-*s  %-11s  %-*s  %10s  %s\n", wname, "NAME", "DTYPE", wshape, "SHAPE", "SIZE", "FILE");
     uint64_t params = 0, bytes = 0;
+    const ckpt_tensor_info **first = first_on_storage(cat);
     for (size_t i = 0; i < n; i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
         shape_text(t, shape, sizeof shape);
         print_padded(t->name, wname);
-        printf("  %-11s  %-*s  %10s  %s\n", ckpt_dtype_name(t->dtype), wshape, shape,
+        printf("  %-11s  %-*s  %10s  %s", ckpt_dtype_name(t->dtype), wshape, shape,
                format_bytes(t->nbytes, size, sizeof size), base_name(ckpt_catalog_file_path(cat, t->file)));
+        if (first && first[t->storage] != t) printf("  (shares storage with %s)", first[t->storage]->name);
+        else if (t->strides) printf("  (strided view)");
+        putchar('\n');
         params += t->numel;
         bytes += t->nbytes;
     }
     char count[32], count2[32];
+    free(first);
     printf("\nTotals: %s tensor%s, %s parameters, %s (%s bytes) in %zu file%s\n", format_count(n, count, sizeof count),
            n == 1 ? "" : "s", format_count(params, count2, sizeof count2), format_bytes(bytes, size, sizeof size),
            format_count(bytes, shape, sizeof shape), files, files == 1 ? "" : "s");
@@ -156,6 +189,14 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
         printf("  %s  %s\n", ckpt_catalog_file_path(cat, f),
                format_bytes(ckpt_catalog_file_size(cat, f), size, sizeof size));
     if (ckpt_catalog_index_path(cat)) printf("Index: %s\n", ckpt_catalog_index_path(cat));
+    const char *tree = ckpt_catalog_tree_json(cat);
+    if (tree) {
+        /* The whole object tree is in --json; here, its beginning. */
+        enum { SHOWN = 1500 };
+        size_t len = strlen(tree);
+        printf("Object tree (non-tensor values; tensors as {\"__tensor__\": name}):\n  %.*s%s\n", (int)(len < SHOWN ? len : SHOWN),
+               tree, len > SHOWN ? " … (ckpt inspect --json for all of it)" : "");
+    }
     size_t m = ckpt_catalog_metadata_count(cat);
     printf("Metadata:%s\n", m ? "" : " (none)");
     for (size_t i = 0; i < m; i++) {

@@ -168,3 +168,19 @@ def test_interrupt_leaves_destination_as_it_was(tmp_path):
             assert entries == [], entries  # no shard, no temporary, no index
         shutil.rmtree(out, ignore_errors=True)
     assert "interrupted" in outcomes
+
+
+def test_inspect_torch_file(tmp_path):
+    import torch
+    w = torch.arange(12.).reshape(3, 4)
+    torch.save({"model": {"w": w, "w_t": w.t()}, "epoch": 3}, tmp_path / "m.pt")
+    r = run("inspect", tmp_path / "m.pt")
+    assert r.returncode == 0, r.stderr
+    assert "torch.save, 1 file" in r.stdout
+    assert "model.w_t" in r.stdout and "(shares storage with model.w)" in r.stdout
+    assert '["epoch", 3]' in r.stdout
+    doc = json.loads(run("inspect", "--json", tmp_path / "m.pt").stdout)
+    assert doc["format"] == "torch"
+    t = {x["name"]: x for x in doc["tensors"]}
+    assert t["model.w_t"]["strides"] == [1, 4] and t["model.w_t"]["storage"] == t["model.w"]["storage"]
+    assert dict(doc["tree"]["__dict__"])["epoch"] == 3
