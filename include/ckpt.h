@@ -241,6 +241,10 @@ typedef struct ckpt_tensor_info {
     /* Non-zero when the file stores the data big-endian (torch files saved
      * on big-endian machines); reads return little-endian data. */
     uint8_t big_endian;
+    /* Non-zero when the data sits in a compressed (DEFLATE) zip record
+     * (a re-zipped torch file): reads inflate it, a view is refused, and
+     * `offset` is not a place in the file. */
+    uint8_t compressed;
 } ckpt_tensor_info;
 
 /*
@@ -331,8 +335,10 @@ CKPT_API ckpt_status ckpt_catalog_read(const ckpt_catalog *catalog, const ckpt_t
  * A read-only, zero-copy view of a tensor's bytes through a memory mapping
  * of its file (mapped on first use, shared by all views of that file).  The
  * view lives as long as the catalog.  For an empty tensor *data is a valid,
- * non-NULL pointer to zero bytes.  Data in safetensors files is little-endian
- * and may not be aligned to the element size.
+ * non-NULL pointer to zero bytes.  Data may not be aligned to the element
+ * size.  Only for tensors stored as they are read — dense, little-endian,
+ * uncompressed — else CKPT_E_INVALID_ARGUMENT: use ckpt_catalog_read, which
+ * converts.
  */
 CKPT_API ckpt_status ckpt_catalog_view(ckpt_catalog *catalog, const ckpt_tensor_info *tensor,
                                        const void **data, ckpt_error *err);

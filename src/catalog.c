@@ -34,6 +34,7 @@ struct ckpt_catalog {
     ckpt__pairs meta;
     uint32_t storage_count; /* storages numbered so far, over all files */
     uint64_t *storage_base, *storage_size; /* per storage: data offset and size */
+    uint64_t *storage_comp;                /* per storage: DEFLATE bytes, 0 when stored */
     size_t storage_cap;
     ckpt__buf tree;         /* torch object trees as JSON */
     size_t trees;
@@ -63,19 +64,21 @@ static ckpt_status add_file(ckpt_catalog *c, const char *path, ckpt_error *err) 
 }
 
 /* Records the next storage number's place; false when out of memory. */
-static bool add_storage(ckpt_catalog *c, uint64_t base, uint64_t nbytes) {
+static bool grow(uint64_t **array, size_t cap) {
+    uint64_t *a = realloc(*array, cap * sizeof *a);
+    if (a) *array = a;
+    return a != NULL;
+}
+
+static bool add_storage(ckpt_catalog *c, uint64_t base, uint64_t nbytes, uint64_t comp_size) {
     if (c->storage_count == c->storage_cap) {
         size_t cap = c->storage_cap ? c->storage_cap * 2 : 64;
-        uint64_t *b = realloc(c->storage_base, cap * sizeof *b);
-        if (!b) return false;
-        c->storage_base = b;
-        uint64_t *n = realloc(c->storage_size, cap * sizeof *n);
-        if (!n) return false;
-        c->storage_size = n;
+        if (!grow(&c->storage_base, cap) || !grow(&c->storage_size, cap) || !grow(&c->storage_comp, cap)) return false;
         c->storage_cap = cap;
     }
     c->storage_base[c->storage_count] = base;
-    c->storage_size[c->storage_count++] = nbytes;
+    c->storage_size[c->storage_count] = nbytes;
+    c->storage_comp[c->storage_count++] = comp_size;
     return true;
 }
 
@@ -118,7 +121,7 @@ static ckpt_status add_safetensors(ckpt_catalog *c, const char *path, ckpt_error
             .numel = s->numel, .nbytes = s->nbytes, .file = file, .offset = h.data_start + s->begin,
             .storage = c->storage_count,
         };
-        if (!add_storage(c, h.data_start + s->begin, s->nbytes)) {
+        if (!add_storage(c, h.data_start + s->begin, s->nbytes, 0)) {
             ckpt__st_header_free(&h);
             return oom(err, path);
         }
@@ -152,12 +155,13 @@ static ckpt_status add_torch(ckpt_catalog *c, const char *path, bool legacy, ckp
             .name = t->name, .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape, .numel = t->numel,
             .nbytes = t->nbytes, .file = file, .offset = t->offset, .strides = t->strides,
             .storage = c->storage_count + t->storage, .big_endian = tf.big_endian,
+            .compressed = tf.storages[t->storage].comp_size != 0,
         };
     }
     /* The tensors above were numbered from storage_count: add the storages
      * in the same order. */
     for (size_t i = 0; i < tf.storage_count; i++)
-        if (!add_storage(c, tf.storages[i].offset, tf.storages[i].nbytes)) {
+        if (!add_storage(c, tf.storages[i].offset, tf.storages[i].nbytes, tf.storages[i].comp_size)) {
             ckpt__torch_file_free(&tf);
             return oom(err, path);
         }
@@ -361,6 +365,7 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     free(c->tree.data);
     free(c->storage_base);
     free(c->storage_size);
+    free(c->storage_comp);
     free(c->index_path);
     ckpt__name_table_free(&c->names);
     ckpt__arena_free(&c->arena);
@@ -413,7 +418,22 @@ static ckpt_status check_tensor(const ckpt_catalog *c, const ckpt_tensor_info *t
     return CKPT_OK;
 }
 
-/* ---- reads that transform: byte order and strides ----------------------- */
+/* ---- reads that transform: byte order, strides, compression -------------- */
+
+/* Where a tensor's bytes come from: the file directly, or a DEFLATE record. */
+typedef struct source {
+    const catalog_file *f;
+    uint64_t base;      /* the storage's data (or compressed data) offset */
+    uint64_t comp_size; /* 0: stored */
+    uint64_t begin;     /* the tensor's element 0, in bytes into the storage */
+} source;
+
+/* Bytes [off, off + n) of the tensor's storage run, from element 0 on. */
+static ckpt_status fetch(const source *s, const ckpt_tensor_info *t, uint64_t off, void *dst, uint64_t n,
+                         ckpt_error *err) {
+    if (!s->comp_size) return ckpt__pread_full(s->f->fd, dst, n, s->base + s->begin + off, s->f->path, err);
+    return ckpt__zip_inflate_range(s->f->fd, s->base, s->comp_size, s->f->path, t->name, s->begin + off, dst, n, err);
+}
 
 /* Bytes per byte-swapped unit: the element, or each half of a complex. */
 static unsigned swap_unit(ckpt_dtype d) {
@@ -433,11 +453,11 @@ static void swap_units(unsigned char *p, size_t n, unsigned unit) {
 
 /* Contiguous big-endian data: read in place, swap whole units, and redo
  * the (at most two) units the range cuts. */
-static ckpt_status read_swapped(const catalog_file *f, const ckpt_tensor_info *t, uint64_t off, void *dst, uint64_t n,
+static ckpt_status read_swapped(const source *src, const ckpt_tensor_info *t, uint64_t off, void *dst, uint64_t n,
                                 ckpt_error *err) {
     unsigned unit = swap_unit(t->dtype);
     unsigned char *out = dst;
-    ckpt_status st = ckpt__pread_full(f->fd, out, n, t->offset + off, f->path, err);
+    ckpt_status st = fetch(src, t, off, out, n, err);
     if (st || unit < 2 || n == 0) return st;
     uint64_t first = off / unit * unit, end = off + n;
     for (uint64_t u = first; u < end; u += unit) {
@@ -446,7 +466,7 @@ static ckpt_status read_swapped(const catalog_file *f, const ckpt_tensor_info *t
             continue;
         }
         unsigned char tmp[8];
-        if ((st = ckpt__pread_full(f->fd, tmp, unit, t->offset + u, f->path, err))) return st;
+        if ((st = fetch(src, t, u, tmp, unit, err))) return st;
         swap_units(tmp, unit, unit);
         for (unsigned k = 0; k < unit; k++)
             if (u + k >= off && u + k < end) out[u + k - off] = tmp[k];
@@ -457,8 +477,9 @@ static ckpt_status read_swapped(const catalog_file *f, const ckpt_tensor_info *t
 /* A strided view: read the span of the storage it covers, then gather its
  * elements in row-major order (an odometer over the shape, no division per
  * element).  Memory: the span, once per call. */
-static ckpt_status read_strided(const catalog_file *f, const ckpt_tensor_info *t, uint64_t off, void *dst, uint64_t n,
+static ckpt_status read_strided(const source *src, const ckpt_tensor_info *t, uint64_t off, void *dst, uint64_t n,
                                 ckpt_error *err) {
+    const catalog_file *f = src->f;
     if (n == 0) return CKPT_OK;
     uint64_t item = ckpt_dtype_bits(t->dtype) / 8, span = 1;
     for (uint32_t d = 0; d < t->ndim; d++) span += (t->shape[d] - 1) * (uint64_t)t->strides[d];
@@ -469,27 +490,27 @@ static ckpt_status read_strided(const catalog_file *f, const ckpt_tensor_info *t
                           (unsigned long long)span);
     unsigned char *buf = malloc((size_t)span);
     if (!buf) return ckpt__fail(err, CKPT_E_NO_MEMORY, f->path, t->name, -1, "cannot allocate %llu bytes", (unsigned long long)span);
-    ckpt_status st = ckpt__pread_full(f->fd, buf, span, t->offset, f->path, err);
+    ckpt_status st = fetch(src, t, 0, buf, span, err);
     if (st == CKPT_OK) {
         if (t->big_endian) swap_units(buf, (size_t)span, swap_unit(t->dtype));
-        uint64_t idx[CKPT_MAX_DIMS], e = off / item, rest = e, src = 0;
+        uint64_t idx[CKPT_MAX_DIMS], e = off / item, rest = e, at = 0;
         for (uint32_t d = t->ndim; d-- > 0;) {
             idx[d] = rest % t->shape[d];
             rest /= t->shape[d];
-            src += idx[d] * (uint64_t)t->strides[d];
+            at += idx[d] * (uint64_t)t->strides[d];
         }
         unsigned char *out = dst;
         uint64_t skip = off % item, left = n;
         while (left) {
             uint64_t take = item - skip < left ? item - skip : left;
-            memcpy(out, buf + src * item + skip, (size_t)take);
+            memcpy(out, buf + at * item + skip, (size_t)take);
             out += take;
             left -= take;
             skip = 0;
             for (uint32_t d = t->ndim; d-- > 0;) { /* next element: the odometer */
-                src += (uint64_t)t->strides[d];
+                at += (uint64_t)t->strides[d];
                 if (++idx[d] < t->shape[d]) break;
-                src -= idx[d] * (uint64_t)t->strides[d];
+                at -= idx[d] * (uint64_t)t->strides[d];
                 idx[d] = 0;
             }
         }
@@ -510,8 +531,9 @@ ckpt_status ckpt_catalog_read(const ckpt_catalog *c, const ckpt_tensor_info *t, 
                           (unsigned long long)nbytes, (unsigned long long)t->nbytes);
     if (nbytes && !dst) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, t->name, -1, "no destination buffer");
     const catalog_file *f = &c->files[t->file];
-    if (!t->strides && !t->big_endian) return ckpt__pread_full(f->fd, dst, nbytes, t->offset + byte_offset, f->path, err);
-    return t->strides ? read_strided(f, t, byte_offset, dst, nbytes, err) : read_swapped(f, t, byte_offset, dst, nbytes, err);
+    source src = {f, c->storage_base[t->storage], c->storage_comp[t->storage], t->offset - c->storage_base[t->storage]};
+    if (!t->strides && !t->big_endian) return fetch(&src, t, byte_offset, dst, nbytes, err);
+    return t->strides ? read_strided(&src, t, byte_offset, dst, nbytes, err) : read_swapped(&src, t, byte_offset, dst, nbytes, err);
 }
 
 ckpt_status ckpt_catalog_view(ckpt_catalog *c, const ckpt_tensor_info *t, const void **data, ckpt_error *err) {
@@ -519,6 +541,10 @@ ckpt_status ckpt_catalog_view(ckpt_catalog *c, const ckpt_tensor_info *t, const 
     if (st) return st;
     if (!data) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, t->name, -1, "data is required");
     catalog_file *f = &c->files[t->file];
+    if (t->strides || t->big_endian || t->compressed)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, f->path, t->name, -1,
+                          "the tensor is %s in the file: no view of it as a dense little-endian array; read it instead",
+                          t->strides ? "a strided view" : t->big_endian ? "big-endian" : "compressed");
     pthread_mutex_lock(&c->map_lock);
     if (!f->map) {
         /* A file cut short since it was opened would make the mapping fault

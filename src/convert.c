@@ -141,7 +141,9 @@ static ckpt_status resolve_shared(const ckpt_catalog *src, ckpt_writer *w, unsig
  * chunks when contiguous, whole when strided (a gather reads the span). */
 static ckpt_status copy_transformed(const ckpt_catalog *src, const ckpt_tensor_info *t, ckpt_writer *w, size_t index,
                                     progress *p, ckpt_error *err) {
-    uint64_t chunk = t->strides ? t->nbytes : (t->nbytes < TRANSFORM_CHUNK ? t->nbytes : TRANSFORM_CHUNK);
+    /* Strided and compressed data are read whole: each read would redo the
+     * gather or the inflation from the start. */
+    uint64_t chunk = (t->strides || t->compressed) ? t->nbytes : (t->nbytes < TRANSFORM_CHUNK ? t->nbytes : TRANSFORM_CHUNK);
     unsigned char *buf = malloc(chunk ? (size_t)chunk : 1);
     if (!buf) return ckpt__fail(err, CKPT_E_NO_MEMORY, ckpt_catalog_file_path(src, t->file), t->name, -1,
                                 "cannot allocate %llu bytes", (unsigned long long)chunk);
@@ -193,7 +195,7 @@ ckpt_status ckpt_convert(const ckpt_catalog *src, const char *dst_path, const ck
     for (size_t i = 0; st == CKPT_OK && i < n; i++) {
         if (!keep[i]) continue;
         const ckpt_tensor_info *t = ckpt_catalog_tensor(src, i);
-        if (t->strides || t->big_endian)
+        if (t->strides || t->big_endian || t->compressed)
             st = copy_transformed(src, t, w, index[i], &p, err);
         else
             st = ckpt__writer_copy(w, index[i], ckpt__catalog_fd(src, t->file), t->offset,

@@ -25,7 +25,7 @@ class TensorInfo(ctypes.Structure):
                 ("shape", ctypes.POINTER(ctypes.c_uint64)), ("numel", ctypes.c_uint64),
                 ("nbytes", ctypes.c_uint64), ("file", ctypes.c_uint32), ("offset", ctypes.c_uint64),
                 ("strides", ctypes.POINTER(ctypes.c_int64)), ("storage", ctypes.c_uint32),
-                ("big_endian", ctypes.c_uint8)]
+                ("big_endian", ctypes.c_uint8), ("compressed", ctypes.c_uint8)]
 
 
 class WriterOptions(ctypes.Structure):
@@ -131,7 +131,7 @@ class Catalog:
         return {"name": name, "dtype": DTYPES[t.dtype], "shape": [t.shape[d] for d in range(t.ndim)],
                 "nbytes": t.nbytes, "file": t.file, "offset": t.offset, "numel": t.numel,
                 "strides": [t.strides[d] for d in range(t.ndim)] if t.strides else None,
-                "storage": t.storage, "big_endian": bool(t.big_endian)}
+                "storage": t.storage, "big_endian": bool(t.big_endian), "compressed": bool(t.compressed)}
 
     def tree(self):
         p = _lib.ckpt_catalog_tree_json(self._h)

@@ -135,7 +135,7 @@ static ckpt_status storage_of(walker *w, const ckpt__pk_value *pid, ckpt_dtype *
         }
     if (n == 6 && a[5]->kind != CKPT__PK_NONE)
         return fail_at(w, pid, CKPT_E_INVALID_ARGUMENT, "legacy storage views (view_metadata) are not supported");
-    uint64_t need, offset = 0;
+    uint64_t need, offset = 0, comp_size = 0;
     if (!ckpt__mul_u64((uint64_t)a[4]->u.i, item_bytes(*typed), &need))
         return fail_at(w, pid, CKPT_E_SHAPE_OVERFLOW, "storage '%s' size overflows", key);
     if (w->zip) {
@@ -144,13 +144,11 @@ static ckpt_status storage_of(walker *w, const ckpt__pk_value *pid, ckpt_dtype *
             return fail_at(w, pid, CKPT_E_PICKLE_INVALID, "storage key too long");
         const ckpt__zip_entry *e = ckpt__zip_find_in_folder(w->zip, rel);
         if (!e) return fail_at(w, pid, CKPT_E_NOT_FOUND, "storage '%s' has no record %s/data/%s", key, w->zip->folder, key);
-        if (e->method != 0)
-            return fail_at(w, pid, CKPT_E_ZIP_UNSUPPORTED,
-                           "storage record %s is compressed; tensor data must be stored (re-save with torch.save)", e->name);
         if (need > e->size)
             return fail_at(w, pid, CKPT_E_TRUNCATED, "storage '%s' declares %lld elements but its record holds %llu bytes",
                            key, (long long)a[4]->u.i, (unsigned long long)e->size);
         offset = e->data_offset;
+        comp_size = e->method == 8 ? e->comp_size : 0;
     }
     if (w->out->storage_count == w->storage_cap) {
         size_t cap = w->storage_cap ? w->storage_cap * 2 : 16;
@@ -159,7 +157,7 @@ static ckpt_status storage_of(walker *w, const ckpt__pk_value *pid, ckpt_dtype *
         w->out->storages = s;
         w->storage_cap = cap;
     }
-    w->out->storages[w->out->storage_count] = (ckpt__torch_storage){key, offset, need, *typed};
+    w->out->storages[w->out->storage_count] = (ckpt__torch_storage){key, offset, need, *typed, comp_size};
     *index = (uint32_t)w->out->storage_count++;
     return CKPT_OK;
 }

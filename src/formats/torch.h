@@ -28,9 +28,10 @@ typedef struct ckpt__torch_tensor {
 
 typedef struct ckpt__torch_storage {
     const char *key;
-    uint64_t offset; /* absolute byte offset of the storage's data */
+    uint64_t offset; /* absolute byte offset of the storage's data (compressed: of its DEFLATE data) */
     uint64_t nbytes;
     ckpt_dtype dtype;
+    uint64_t comp_size; /* non-zero: the record is DEFLATE-compressed, this many bytes */
 } ckpt__torch_storage;
 
 typedef struct ckpt__torch_file {

@@ -355,3 +355,53 @@ ckpt_status ckpt__zip_read_entry(int fd, const ckpt__zip_entry *e, const char *p
     *data = buf;
     return CKPT_OK;
 }
+
+ckpt_status ckpt__zip_inflate_range(int fd, uint64_t data_offset, uint64_t comp_size, const char *path,
+                                    const char *name, uint64_t skip, void *out, uint64_t n, ckpt_error *err) {
+    enum { CHUNK = 1 << 20 };
+    unsigned char *in = malloc(CHUNK), *scratch = malloc(CHUNK);
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    ckpt_status st = CKPT_OK;
+    if (!in || !scratch || inflateInit2(&z, -MAX_WBITS) != Z_OK) {
+        free(in);
+        free(scratch);
+        return ckpt__fail(err, CKPT_E_NO_MEMORY, path, name, -1, "cannot start zlib");
+    }
+    uint64_t read_at = 0, produced = 0, wanted_end = skip + n;
+    unsigned char *dst = out;
+    int r = Z_OK;
+    while (st == CKPT_OK && produced < wanted_end) {
+        if (z.avail_in == 0) {
+            if (read_at == comp_size) {
+                st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, name, (int64_t)data_offset,
+                                "DEFLATE data ends after %llu bytes, before byte %llu", (unsigned long long)produced,
+                                (unsigned long long)wanted_end);
+                break;
+            }
+            uint64_t len = comp_size - read_at < CHUNK ? comp_size - read_at : CHUNK;
+            if ((st = ckpt__pread_full(fd, in, len, data_offset + read_at, path, err))) break;
+            read_at += len;
+            z.next_in = in;
+            z.avail_in = (uInt)len;
+        }
+        /* Inflate straight into the caller's buffer once past the skip. */
+        bool direct = produced >= skip;
+        uint64_t room = direct ? wanted_end - produced : skip - produced;
+        if (room > CHUNK) room = CHUNK;
+        z.next_out = direct ? dst + (produced - skip) : scratch;
+        z.avail_out = (uInt)room;
+        r = inflate(&z, Z_NO_FLUSH);
+        produced += room - z.avail_out;
+        if (r == Z_STREAM_END && produced < wanted_end)
+            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, name, (int64_t)data_offset,
+                            "DEFLATE stream ends after %llu bytes, before byte %llu", (unsigned long long)produced,
+                            (unsigned long long)wanted_end);
+        else if (r != Z_OK && r != Z_STREAM_END && r != Z_BUF_ERROR)
+            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, name, (int64_t)data_offset, "DEFLATE data is damaged");
+    }
+    inflateEnd(&z);
+    free(in);
+    free(scratch);
+    return st;
+}
