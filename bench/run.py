@@ -7,10 +7,14 @@ warm-up then N measured runs; medians with min–max; ceilings measured in the
 same run; cold runs drop the page cache first.
 
 Suites:
-  open     open a sharded checkpoint of 30,000 tensors (metadata only)
-  convert  a 4 GB Llama-shaped bf16 safetensors file into 1 GB shards,
-           against `cp` of the same bytes and against the Python way
-           (safetensors load_file + huggingface_hub save_torch_state_dict)
+  open           open a sharded checkpoint of 30,000 tensors (metadata only)
+  convert        a 4 GB Llama-shaped bf16 safetensors file into 1 GB shards,
+                 against `cp` of the same bytes and against the Python way
+                 (safetensors load_file + huggingface_hub save_torch_state_dict)
+  torch_read     every tensor of a ResNet-152-shaped torch file into owned
+                 buffers (peak RSS), against torch.load
+  torch_convert  a 4 GB Llama-shaped bf16 torch file into 1 GB safetensors
+                 shards, against `cp` and torch.load + safetensors save_file
 
 Results: bench/results/<suite>.json and .png; `bench/report.py` renders the
 README table from the JSON.
@@ -244,28 +248,18 @@ save_torch_state_dict(load_file(sys.argv[1]), sys.argv[2], max_shard_size=sys.ar
 """
 
 
-def suite_convert(args):
-    src = make_big_file(args.gb)
+def run_convert_suite(name, src, contenders, args, slow=()):
+    """Alternating rounds of every contender on `src`, warm and cold; the
+    `slow` ones (minutes a run at this size) run once per mode."""
     size = src.stat().st_size
     scratch = DATA / "out"
-    shard = "1GB"
-    contenders = {
-        "cp": lambda out: ["cp", str(src), str(out)],
-        "ckpt convert --no-sync": lambda out: [BIN_PATH, "convert", str(src), str(out), "--max-shard-size", shard,
-                                               "--no-sync"],
-        "cp + sync": lambda out: ["sh", "-c", f'cp "{src}" "{out}" && sync "{out}"'],
-        "ckpt convert": lambda out: [BIN_PATH, "convert", str(src), str(out), "--max-shard-size", shard],
-    }
-    if not args.skip_python:
-        contenders["safetensors load_file + hub save_torch_state_dict"] = \
-            lambda out: [sys.executable, "-c", PY_RESHARD, str(src), str(out), shard]
     modes = ["warm", "cold"]
     results = {m: {k: {"seconds": [], "rss": []} for k in contenders} for m in modes}
     for mode in modes:
         for rnd in range(args.runs + 1):  # round 0 is the warm-up
-            for name, cmd in contenders.items():
-                if name.startswith("safetensors") and rnd > 1:
-                    continue  # minutes per run at this size: one measured run
+            for label, cmd in contenders.items():
+                if label in slow and rnd > 1:
+                    continue
                 shutil.rmtree(scratch, ignore_errors=True)
                 scratch.mkdir(parents=True)
                 out = scratch / "dst"
@@ -277,35 +271,157 @@ def suite_convert(args):
                 else:
                     subprocess.run(["cat", str(src)], stdout=subprocess.DEVNULL)
                 secs, rss = run_measured(cmd(out))
-                if rnd > 0 or name.startswith("safetensors"):
-                    results[mode][name]["seconds"].append(secs)
-                    results[mode][name]["rss"].append(rss)
-                print(f"  {mode:4s} round {rnd} {name:50s} {secs:7.2f} s  {size / secs / 1e9:6.2f} GB/s  "
+                if rnd > 0 or label in slow:
+                    results[mode][label]["seconds"].append(secs)
+                    results[mode][label]["rss"].append(rss)
+                print(f"  {mode:4s} round {rnd} {label:50s} {secs:7.2f} s  {size / secs / 1e9:6.2f} GB/s  "
                       f"RSS {rss / 2**20:8.1f} MiB", flush=True)
     shutil.rmtree(scratch, ignore_errors=True)
-    doc = {"suite": "convert", "bytes": size, "source": src.name, "max_shard_size": shard,
-           "machine": machine_facts(), "results": {}}
+    doc = {"suite": name, "bytes": size, "source": src.name, "max_shard_size": "1GB", "machine": machine_facts(),
+           "results": {}}
     for mode in modes:
         doc["results"][mode] = {}
-        for name, r in results[mode].items():
+        for label, r in results[mode].items():
             if not r["seconds"]:
                 continue
             s = summary(r["seconds"])
             s["gb_per_s"] = size / s["median"] / 1e9
             s["peak_rss_bytes"] = max(r["rss"])
-            doc["results"][mode][name] = s
+            doc["results"][mode][label] = s
         res = doc["results"][mode]
         doc["results"][mode]["ratios"] = {
             "ckpt_vs_cp (no fsync)": res["cp"]["median"] / res["ckpt convert --no-sync"]["median"],
             "ckpt_vs_cp (fsync)": res["cp + sync"]["median"] / res["ckpt convert"]["median"],
         }
-    save("convert", doc)
+    save(name, doc)
+    return doc
+
+
+def ckpt_and_cp(src, shard="1GB"):
+    return {
+        "cp": lambda out: ["cp", str(src), str(out)],
+        "ckpt convert --no-sync": lambda out: [BIN_PATH, "convert", str(src), str(out), "--max-shard-size", shard,
+                                               "--no-sync"],
+        "cp + sync": lambda out: ["sh", "-c", f'cp "{src}" "{out}" && sync "{out}"'],
+        "ckpt convert": lambda out: [BIN_PATH, "convert", str(src), str(out), "--max-shard-size", shard],
+    }
+
+
+def suite_convert(args):
+    src = make_big_file(args.gb)
+    contenders = ckpt_and_cp(src)
+    slow = ()
+    if not args.skip_python:
+        label = "safetensors load_file + hub save_torch_state_dict"
+        contenders[label] = lambda out: [sys.executable, "-c", PY_RESHARD, str(src), str(out), "1GB"]
+        slow = (label,)
+    return run_convert_suite("convert", src, contenders, args, slow)
+
+
+# -------------------------------------------------------- torch suites
+
+MAKE_TORCH = r"""
+import sys, torch
+sys.path.insert(0, sys.argv[3])
+from run import llama_like_records
+sd = {}
+for name, shape in llama_like_records(float(sys.argv[2]) * 1e9):
+    t = torch.empty(shape, dtype=torch.bfloat16)
+    t.view(torch.int16).random_()
+    sd[name] = t
+torch.save(sd, sys.argv[1])
+"""
+
+TORCH_TO_SAFETENSORS = r"""
+import sys, torch
+from safetensors.torch import save_file
+save_file(torch.load(sys.argv[1], weights_only=True), sys.argv[2], metadata={"format": "pt"})
+"""
+
+
+def make_torch_file(gb):
+    path = DATA / f"llama-bf16-{gb}GB.bin"
+    if not path.exists():
+        DATA.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-c", MAKE_TORCH, str(path), str(gb), str(ROOT / "bench")], check=True)
+    return path
+
+
+def suite_torch_convert(args):
+    src = make_torch_file(args.gb)
+    contenders = ckpt_and_cp(src)
+    slow = ()
+    if not args.skip_python:
+        label = "torch.load + safetensors save_file"
+        contenders[label] = lambda out: [sys.executable, "-c", TORCH_TO_SAFETENSORS, str(src), str(out)]
+        slow = (label,)
+    return run_convert_suite("torch_convert", src, contenders, args, slow)
+
+
+MAKE_RESNET152 = r"""
+import sys, torch
+sd, g = {}, torch.Generator().manual_seed(0)
+def conv(name, cout, cin, k):
+    sd[name + ".weight"] = torch.randn(cout, cin, k, k, generator=g)
+def bn(name, c):
+    sd[name + ".weight"] = torch.rand(c, generator=g); sd[name + ".bias"] = torch.randn(c, generator=g)
+    sd[name + ".running_mean"] = torch.randn(c, generator=g); sd[name + ".running_var"] = torch.rand(c, generator=g)
+    sd[name + ".num_batches_tracked"] = torch.tensor(1000)
+conv("conv1", 64, 3, 7); bn("bn1", 64)
+cin = 64
+for li, (blocks, w) in enumerate(zip([3, 8, 36, 3], [64, 128, 256, 512]), 1):
+    for b in range(blocks):
+        p = f"layer{li}.{b}"
+        conv(p + ".conv1", w, cin, 1); bn(p + ".bn1", w)
+        conv(p + ".conv2", w, w, 3); bn(p + ".bn2", w)
+        conv(p + ".conv3", 4 * w, w, 1); bn(p + ".bn3", 4 * w)
+        if b == 0:
+            conv(p + ".downsample.0", 4 * w, cin, 1); bn(p + ".downsample.1", 4 * w)
+        cin = 4 * w
+sd["fc.weight"] = torch.randn(1000, 2048, generator=g); sd["fc.bias"] = torch.randn(1000, generator=g)
+torch.save(sd, sys.argv[1])
+"""
+
+TORCH_READ_ALL = r"""
+import sys, time, torch
+t0 = time.perf_counter()
+sd = torch.load(sys.argv[1], weights_only=True)
+total = sum(int(t.reshape(-1).view(torch.uint8).sum()) for t in sd.values())  # touch every byte
+print(len(sd), time.perf_counter() - t0)
+"""
+
+
+def suite_torch_read(args):
+    src = DATA / "resnet152.pt"
+    if not src.exists():
+        DATA.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-c", MAKE_RESNET152, str(src)], check=True)
+    size = src.stat().st_size
+    read_all = str(ROOT / "build" / "ckpt_read_all")
+    contenders = {"ckpt (owned buffers, checksum)": [read_all, str(src)],
+                  "torch.load(weights_only=True) + checksum": [sys.executable, "-c", TORCH_READ_ALL, str(src)]}
+    results = {k: {"seconds": [], "rss": []} for k in contenders}
+    for rnd in range(args.runs + 1):
+        for label, cmd in contenders.items():
+            subprocess.run(["cat", str(src)], stdout=subprocess.DEVNULL)
+            secs, rss = run_measured(cmd)
+            if rnd:
+                results[label]["seconds"].append(secs)
+                results[label]["rss"].append(rss)
+            print(f"  round {rnd} {label:45s} {secs:6.2f} s  RSS {rss / 2**20:8.1f} MiB", flush=True)
+    doc = {"suite": "torch_read", "bytes": size, "source": src.name, "machine": machine_facts(), "results": {}}
+    for label, r in results.items():
+        s = summary(r["seconds"])
+        s["peak_rss_bytes"] = max(r["rss"])
+        s["rss_over_file_mib"] = (max(r["rss"]) - size) / 2**20
+        doc["results"][label] = s
+    save("torch_read", doc)
     return doc
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("suites", nargs="*", default=["open", "convert"])
+    ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert"])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--gb", type=float, default=4.0, help="size of the convert source")
     ap.add_argument("--tensors", type=int, default=30000)
@@ -313,7 +429,8 @@ def main():
     args = ap.parse_args()
     for s in args.suites:
         print(f"== {s}")
-        {"open": suite_open, "convert": suite_convert}[s](args)
+        {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
+         "torch_convert": suite_torch_convert}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 
