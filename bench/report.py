@@ -13,7 +13,7 @@ def load(name):
     return json.loads(p.read_text()) if p.exists() else None
 
 
-def charts(open_doc, convert_doc):
+def charts(open_doc, convert_doc, name="convert"):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -45,11 +45,34 @@ def charts(open_doc, convert_doc):
             ax.set_title(f"{convert_doc['bytes'] / 1e9:.1f} GB → {convert_doc['max_shard_size']} shards, {mode} cache")
             ax.set_xlabel("GB/s (median)")
         fig.tight_layout()
-        fig.savefig(RESULTS / "convert.png", dpi=110)
+        fig.savefig(RESULTS / f"{name}.png", dpi=110)
         plt.close(fig)
 
 
-def table(open_doc, convert_doc):
+def convert_table(doc, what):
+    lines = []
+    gb = doc["bytes"] / 1e9
+    lines.append(f"**Convert a {gb:.1f} GB Llama-shaped bf16 {what} into {doc['max_shard_size']} safetensors shards** "
+                 "(each contender in its own process, after `sync`; peak RSS from GNU time)")
+    lines.append("")
+    lines.append("| cache | contender | median | GB/s | min–max | peak RSS |")
+    lines.append("|---|---|---:|---:|---:|---:|")
+    for mode in ("warm", "cold"):
+        for k, v in doc["results"][mode].items():
+            if k == "ratios":
+                continue
+            lines.append(f"| {mode} | {k} | {v['median']:.2f} s | {v['gb_per_s']:.2f} | "
+                         f"{v['min']:.2f}–{v['max']:.2f} s | {v['peak_rss_bytes'] / 2**20:,.1f} MiB |")
+    lines.append("")
+    for mode in ("warm", "cold"):
+        r = doc["results"][mode]["ratios"]
+        lines.append(f"- {mode}: ckpt convert runs at **{r['ckpt_vs_cp (no fsync)']:.0%}** of `cp`'s speed "
+                     f"(neither syncing) and **{r['ckpt_vs_cp (fsync)']:.0%}** of `cp && sync` (both durable).")
+    lines.append("")
+    return lines
+
+
+def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
     lines = []
     if open_doc:
         m = open_doc["machine"]
@@ -66,38 +89,38 @@ def table(open_doc, convert_doc):
             lines.append(f"| {k} | {v['median'] * 1e3:.1f} ms | {v['min'] * 1e3:.1f}–{v['max'] * 1e3:.1f} ms |")
         lines.append("")
     if convert_doc:
-        gb = convert_doc["bytes"] / 1e9
-        lines.append(f"**Convert a {gb:.1f} GB Llama-shaped bf16 file into {convert_doc['max_shard_size']} shards** "
-                     "(each contender in its own process, after `sync`; peak RSS from GNU time)")
+        lines += convert_table(convert_doc, "safetensors file")
+    if torch_convert:
+        lines += convert_table(torch_convert, "torch.save file (`.bin`)")
+    if torch_read:
+        mb = torch_read["bytes"] / 1e6
+        lines.append(f"**Read every tensor of a {mb:.0f} MB ResNet-152-shaped torch file into owned buffers** "
+                     "(warm, all bytes checksummed, median of "
+                     f"{len(next(iter(torch_read['results'].values()))['runs'])})")
         lines.append("")
-        lines.append("| cache | contender | median | GB/s | min–max | peak RSS |")
-        lines.append("|---|---|---:|---:|---:|---:|")
-        for mode in ("warm", "cold"):
-            for k, v in convert_doc["results"][mode].items():
-                if k == "ratios":
-                    continue
-                lines.append(f"| {mode} | {k} | {v['median']:.2f} s | {v['gb_per_s']:.2f} | "
-                             f"{v['min']:.2f}–{v['max']:.2f} s | {v['peak_rss_bytes'] / 2**20:,.1f} MiB |")
+        lines.append("| contender | median | peak RSS | RSS above the data |")
+        lines.append("|---|---:|---:|---:|")
+        for k, v in torch_read["results"].items():
+            lines.append(f"| {k} | {v['median']:.2f} s | {v['peak_rss_bytes'] / 2**20:,.1f} MiB | "
+                         f"{v['rss_over_file_mib']:+,.1f} MiB |")
         lines.append("")
-        for mode in ("warm", "cold"):
-            r = convert_doc["results"][mode]["ratios"]
-            lines.append(f"- {mode}: ckpt convert runs at **{r['ckpt_vs_cp (no fsync)']:.0%}** of `cp`'s speed "
-                         f"(neither syncing) and **{r['ckpt_vs_cp (fsync)']:.0%}** of `cp && sync` (both durable).")
-        lines.append("")
-    lines.append("Charts: `bench/results/open.png`, `bench/results/convert.png`; raw runs in `bench/results/*.json`.")
+    lines.append("Charts: `bench/results/*.png`; raw runs in `bench/results/*.json`.")
     return "\n".join(lines)
 
 
 def main():
     open_doc, convert_doc = load("open"), load("convert")
+    torch_read, torch_convert = load("torch_read"), load("torch_convert")
     charts(open_doc, convert_doc)
+    if torch_convert:
+        charts(None, torch_convert, name="torch_convert")
     readme = ROOT / "README.md"
     text = readme.read_text()
     begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
         _, tail = rest.split(end, 1)
-        readme.write_text(f"{head}{begin}\n{table(open_doc, convert_doc)}\n{end}{tail}")
+        readme.write_text(f"{head}{begin}\n{table(open_doc, convert_doc, torch_read, torch_convert)}\n{end}{tail}")
         print("README table updated")
 
 

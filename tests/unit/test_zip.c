@@ -246,6 +246,34 @@ static void test_corrupt_archives(void **state) {
     scratch_free(dir);
 }
 
+/* ZIP64 extra fields that lie: sizes or offsets far past the file. */
+static void test_lying_zip64_fields(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    /* 0: size, 1: compressed size, 2: local header offset, 3: both sizes
+     * (consistent with each other, past the data area). */
+    for (int field = 0; field < 4; field++) {
+        builder *b = calloc(1, sizeof *b);
+        add(b, "archive/data/0", "0123456789abcdef", 16, (entry_opts){.zip64_extra = 1});
+        size_t cd = finish(b, 1);
+        /* The extra field follows the 46-byte header and the 14-byte name:
+         * [id, len] then size, compressed size, local header offset. */
+        unsigned char *x = b->buf + cd + 46 + 14 + 4;
+        if (field == 3) put64(x, 1ULL << 62), put64(x + 8, 1ULL << 62);
+        else put64(x + 8 * field, field == 2 ? (1ULL << 40) : (1ULL << 62));
+        ckpt__arena arena = {0};
+        ckpt__zip zip;
+        ckpt_error err;
+        int fd;
+        ckpt_status st = open_bytes(dir, b, true, &arena, &zip, &fd, &err);
+        if (st != CKPT_E_ZIP_INVALID) fail_msg("field %d: got %s (%s)", field, ckpt_status_name(st), err.message);
+        close(fd);
+        ckpt__arena_free(&arena);
+        free(b);
+    }
+    scratch_free(dir);
+}
+
 static void test_layout_rules(void **state) {
     (void)state;
     char *dir = scratch_dir();
@@ -281,6 +309,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_torch_like_archive),
         cmocka_unit_test(test_corrupt_archives),
+        cmocka_unit_test(test_lying_zip64_fields),
         cmocka_unit_test(test_layout_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
