@@ -307,15 +307,19 @@ def ckpt_and_cp(src, shard="1GB"):
     }
 
 
-def suite_convert(args):
-    src = make_big_file(args.gb)
+def convert_suite(name, src, peer_label, peer_code, peer_args, args):
+    """ckpt convert against cp (and cp && sync), and against the Python way."""
     contenders = ckpt_and_cp(src)
     slow = ()
     if not args.skip_python:
-        label = "safetensors load_file + hub save_torch_state_dict"
-        contenders[label] = lambda out: [sys.executable, "-c", PY_RESHARD, str(src), str(out), "1GB"]
-        slow = (label,)
-    return run_convert_suite("convert", src, contenders, args, slow)
+        contenders[peer_label] = lambda out: [sys.executable, "-c", peer_code, str(src), str(out), *peer_args]
+        slow = (peer_label,)
+    return run_convert_suite(name, src, contenders, args, slow)
+
+
+def suite_convert(args):
+    return convert_suite("convert", make_big_file(args.gb), "safetensors load_file + hub save_torch_state_dict",
+                         PY_RESHARD, ["1GB"], args)
 
 
 # -------------------------------------------------------- torch suites
@@ -348,14 +352,8 @@ def make_torch_file(gb):
 
 
 def suite_torch_convert(args):
-    src = make_torch_file(args.gb)
-    contenders = ckpt_and_cp(src)
-    slow = ()
-    if not args.skip_python:
-        label = "torch.load + safetensors save_file"
-        contenders[label] = lambda out: [sys.executable, "-c", TORCH_TO_SAFETENSORS, str(src), str(out)]
-        slow = (label,)
-    return run_convert_suite("torch_convert", src, contenders, args, slow)
+    return convert_suite("torch_convert", make_torch_file(args.gb), "torch.load + safetensors save_file",
+                         TORCH_TO_SAFETENSORS, [], args)
 
 
 MAKE_RESNET152 = r"""

@@ -466,6 +466,19 @@ ckpt_status ckpt__torch_read_zip(int fd, uint64_t file_size, const char *path, c
                             "byteorder record is neither 'little' nor 'big'");
         out->big_endian = st == CKPT_OK && !strcmp(byteorder, "big");
     }
+    /* ckpt finds storages by key and their data from the zip directory, so
+     * neither record changes how it reads; they are checked all the same. */
+    static const char *const numeric[] = {".format_version", ".storage_alignment"};
+    for (int i = 0; st == CKPT_OK && i < 2; i++) {
+        const ckpt__zip_entry *e = ckpt__zip_find_in_folder(&zip, numeric[i]);
+        char *text = NULL;
+        if (!e) continue;
+        st = ckpt__zip_read_entry(fd, e, path, 32, &text, err);
+        if (st == CKPT_OK && (!text[0] || strspn(text, "0123456789\n") != strlen(text)))
+            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->data_offset,
+                            "record is not a decimal number");
+        free(text);
+    }
     if (st == CKPT_OK) st = ckpt__zip_read_entry(fd, pkl, path, MAX_PICKLE_BYTES, &pickle, err);
     ckpt__pk_value *root = NULL;
     if (st == CKPT_OK) {

@@ -153,9 +153,9 @@ def test_archive_layout_lies(tmp_path):
     entries = {i.filename: good.read(i) for i in good.infolist()}
     folder = next(iter(entries)).split("/")[0]
 
-    def build(name, mutate):
+    def build(name, mutate, compression=zipfile.ZIP_STORED):
         path = tmp_path / name
-        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        with zipfile.ZipFile(path, "w", compression) as z:
             for n, d in mutate(dict(entries)).items():
                 z.writestr(n, d)
         return path
@@ -169,6 +169,11 @@ def test_archive_layout_lies(tmp_path):
     with pytest.raises(CkptError) as e:
         Catalog(short)
     assert e.value.status == "CKPT_E_TRUNCATED"
+
+    bad_version = build("version.pt", lambda e: {**e, f"{folder}/.storage_alignment": b"sixty-four"})
+    with pytest.raises(CkptError) as e:
+        Catalog(bad_version)
+    assert e.value.status == "CKPT_E_ZIP_INVALID" and e.value.tensor.endswith(".storage_alignment")
 
     missing = build("missing.pt", lambda e: {k: v for k, v in e.items() if not k.endswith("data/1")})
     with pytest.raises(CkptError) as e:
@@ -187,10 +192,7 @@ def test_archive_layout_lies(tmp_path):
         Catalog(path)
     assert e.value.status == "CKPT_E_DUPLICATE_NAME"
 
-    deflated = tmp_path / "deflated.pt"
-    with zipfile.ZipFile(deflated, "w", zipfile.ZIP_DEFLATED) as z:
-        for n, d in entries.items():
-            z.writestr(n, d)
+    deflated = build("deflated.pt", lambda e: e, zipfile.ZIP_DEFLATED)
     # A re-zipped (DEFLATE) file reads exactly, through zlib; views are refused.
     ref = torch.load(deflated, weights_only=True)
     with Catalog(deflated) as cat:
