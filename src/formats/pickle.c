@@ -64,6 +64,10 @@ static ckpt_status push(vm *m, ckpt__pk_value *v) {
     return CKPT_OK;
 }
 
+/* The values from stack position i on (NULL-safe: a pickle may build an
+ * empty container before anything was ever pushed). */
+static ckpt__pk_value **stack_at(vm *m, size_t i) { return m->stack ? m->stack + i : NULL; }
+
 /* The bottom of the current frame: values above the last MARK. */
 static size_t frame_base(const vm *m) { return m->nmarks ? m->marks[m->nmarks - 1] : 0; }
 
@@ -400,20 +404,20 @@ static ckpt_status step(vm *m, bool *stop) {
         count = (size_t)(op - 0x84);
         if (m->depth - frame_base(m) < count) return fail(m, CKPT_E_PICKLE_INVALID, "stack underflow");
         m->depth -= count;
-        if ((st = make_seq(m, CKPT__PK_TUPLE, m->stack + m->depth, count, &v))) return st;
+        if ((st = make_seq(m, CKPT__PK_TUPLE, stack_at(m, m->depth), count, &v))) return st;
         return push(m, v);
     case 't': /* TUPLE */
     case 'l': /* LIST */
     case 0x91: /* FROZENSET */
         if ((st = pop_mark(m, &first, &count))) return st;
-        if ((st = make_seq(m, op == 't' ? CKPT__PK_TUPLE : op == 'l' ? CKPT__PK_LIST : CKPT__PK_SET, m->stack + first,
+        if ((st = make_seq(m, op == 't' ? CKPT__PK_TUPLE : op == 'l' ? CKPT__PK_LIST : CKPT__PK_SET, stack_at(m, first),
                            count, &v)))
             return st;
         return push(m, v);
     case 'd': /* DICT */
         if ((st = pop_mark(m, &first, &count))) return st;
         if (count % 2) return fail(m, CKPT_E_PICKLE_INVALID, "DICT with an odd number of values");
-        if ((st = make_seq(m, CKPT__PK_DICT, m->stack + first, count, &v))) return st;
+        if ((st = make_seq(m, CKPT__PK_DICT, stack_at(m, first), count, &v))) return st;
         return push(m, v);
     case 'a': /* APPEND */
         if ((st = pop(m, &v)) || (st = top(m, &w))) return st;
