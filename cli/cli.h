@@ -14,6 +14,7 @@ enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 
 int cmd_inspect(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
 
 /* Prints "ckpt: <message> [STATUS_NAME]" on stderr; returns the exit code
  * for the status. */

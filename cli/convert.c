@@ -6,6 +6,7 @@
 
 static const char usage[] =
     "usage: ckpt convert SRC DST [--max-shard-size SIZE] [--prefix NAME] [--force]\n"
+    "                            [--checksums] [--verify]\n"
     "\n"
     "Re-shard or merge a checkpoint, streaming tensor data from file to file\n"
     "(memory use does not depend on the checkpoint's size).\n"
@@ -27,6 +28,10 @@ static const char usage[] =
     "                         force the progress bar on or off (default: on when\n"
     "                         stderr is a terminal)\n"
     "  --no-sync              skip fsync (scratch output; renames stay atomic)\n"
+    "  --checksums            record each tensor's XXH3-64 in the output's metadata\n"
+    "                         (key ckpt.xxh3_64), for ckpt verify\n"
+    "  --verify               re-read what was written and check it (implies\n"
+    "                         --checksums)\n"
     "  -h, --help             show this help\n"
     "\n"
     "Output appears under its final name only when complete: an error or Ctrl-C\n"
@@ -42,6 +47,7 @@ int cmd_convert(int argc, char **argv) {
     ckpt_writer_options opt;
     ckpt_writer_options_init(&opt);
     int show_progress = -1;
+    bool verify = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -60,6 +66,11 @@ int cmd_convert(int argc, char **argv) {
             opt.overwrite = 1;
         } else if (!strcmp(a, "--no-sync")) {
             opt.no_sync = 1;
+        } else if (!strcmp(a, "--checksums")) {
+            opt.checksums = 1;
+        } else if (!strcmp(a, "--verify")) {
+            opt.checksums = 1;
+            verify = true;
         } else if (!strcmp(a, "--progress") || !strcmp(a, "--no-progress")) {
             show_progress = !strcmp(a, "--progress");
         } else if (a[0] == '-' && a[1]) {
@@ -104,6 +115,16 @@ int cmd_convert(int argc, char **argv) {
             return EXIT_INTERRUPTED;
         }
         return report_error(&err);
+    }
+    if (verify) {
+        /* Re-read the committed output from disk against its checksums. */
+        size_t checked = 0;
+        if ((st = ckpt_catalog_open(dst, &cat, &err)) == CKPT_OK) {
+            st = ckpt_verify(cat, NULL, NULL, &checked, &err);
+            ckpt_catalog_close(cat);
+        }
+        if (st != CKPT_OK) return report_error(&err);
+        fprintf(stderr, "ckpt: verified %zu tensors in %s\n", checked, dst);
     }
     return EXIT_OK;
 }

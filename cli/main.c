@@ -6,12 +6,13 @@
 static const char usage[] =
     "usage: ckpt <command> [options]\n"
     "\n"
-    "Read, inspect and convert model checkpoints (safetensors, single or sharded)\n"
+    "Read, inspect, convert and verify model checkpoints (safetensors and PyTorch)\n"
     "with memory that does not grow with the model.\n"
     "\n"
     "commands:\n"
     "  inspect PATH           list tensors, shapes, sizes, shards and metadata\n"
-    "  convert SRC DST        re-shard or merge a checkpoint, streaming\n"
+    "  convert SRC DST        re-shard, merge or convert a checkpoint, streaming\n"
+    "  verify PATH            check structure and recorded checksums\n"
     "\n"
     "options:\n"
     "  -h, --help             show this help (or a command's: ckpt CMD --help)\n"
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
+    if (!strcmp(cmd, "verify")) return cmd_verify(argc - 1, argv + 1);
     fprintf(stderr, "ckpt: unknown command '%s'\n\n%s", cmd, usage);
     return EXIT_USAGE;
 }

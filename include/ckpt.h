@@ -307,6 +307,10 @@ CKPT_API const char *ckpt_catalog_index_path(const ckpt_catalog *catalog);
  */
 CKPT_API const char *ckpt_catalog_tree_json(const ckpt_catalog *catalog);
 
+/* The value of `key` in the `__metadata__` of data file `file` alone (a
+ * shard's own map), or NULL. */
+CKPT_API const char *ckpt_catalog_file_metadata(const ckpt_catalog *catalog, size_t file, const char *key);
+
 /*
  * The `__metadata__` map (string → string).  For a sharded checkpoint it is
  * the union of the shards' maps; where shards disagree the first shard's
@@ -384,7 +388,19 @@ typedef struct ckpt_writer_options {
     int overwrite;
     /* Non-zero: skip fsync (tests, scratch output).  Renames stay atomic. */
     int no_sync;
+    /* Non-zero: record each tensor's XXH3-64 checksum in its file's
+     * `__metadata__` under CKPT_CHECKSUM_METADATA_KEY (see ckpt_verify).
+     * Data then passes through the writer, which hashes it as it streams. */
+    int checksums;
 } ckpt_writer_options;
+
+/* The `__metadata__` key of checksums: a JSON object text,
+ * {"__metadata__": "<hex>", "<tensor>": "<hex>", …} with the XXH3-64 (16
+ * lower-case hex digits) of each tensor of that file, and under
+ * "__metadata__" (never a tensor name) that of the file's 8 + N header
+ * bytes as written with every digest of this map zeroed.  A flipped bit
+ * anywhere in the file is then found by ckpt_verify. */
+#define CKPT_CHECKSUM_METADATA_KEY "ckpt.xxh3_64"
 
 /* Fills options with the defaults: single file, prefix "model", no
  * overwrite, fsync on. */
@@ -489,6 +505,23 @@ typedef int (*ckpt_progress_fn)(uint64_t done, uint64_t total, void *user);
 CKPT_API ckpt_status ckpt_convert(const ckpt_catalog *source, const char *dst_path,
                                   const ckpt_writer_options *options, ckpt_progress_fn progress,
                                   void *user, ckpt_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Verification                                                             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Checks a checkpoint.  Opening already checked its structure (every offset
+ * and size, index ↔ shards, each tensor present exactly once, every file
+ * complete); this reads every tensor that has a recorded checksum
+ * (CKPT_CHECKSUM_METADATA_KEY) and compares.  A mismatch fails with
+ * CKPT_E_CHECKSUM naming the tensor and its file; a checksum map naming a
+ * tensor its file does not hold fails with CKPT_E_INDEX_MISMATCH.
+ * *checked (optional) receives the number of tensors whose checksum
+ * matched.  `progress` may be NULL.
+ */
+CKPT_API ckpt_status ckpt_verify(const ckpt_catalog *catalog, ckpt_progress_fn progress, void *user, size_t *checked,
+                                 ckpt_error *err);
 
 #ifdef __cplusplus
 }

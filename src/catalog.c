@@ -19,7 +19,8 @@ typedef struct catalog_file {
     char *path;
     int fd;
     uint64_t size;
-    void *map; /* whole-file read-only mapping, made on first view */
+    void *map;        /* whole-file read-only mapping, made on first view */
+    ckpt__pairs meta; /* this file's own __metadata__ */
 } catalog_file;
 
 struct ckpt_catalog {
@@ -127,6 +128,10 @@ static ckpt_status add_safetensors(ckpt_catalog *c, const char *path, ckpt_error
         }
     }
     for (size_t i = 0; i < h.meta_count; i++) {
+        if (!ckpt__pairs_push(&f->meta, h.meta_keys[i], h.meta_values[i])) {
+            ckpt__st_header_free(&h);
+            return oom(err, path);
+        }
         if (ckpt__pairs_get(&c->meta, h.meta_keys[i])) continue; /* the first shard's value wins */
         if (!ckpt__pairs_push(&c->meta, h.meta_keys[i], h.meta_values[i])) {
             ckpt__st_header_free(&h);
@@ -357,6 +362,7 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     for (size_t i = 0; i < c->file_count; i++) {
         if (c->files[i].map) munmap(c->files[i].map, (size_t)c->files[i].size);
         if (c->files[i].fd >= 0) close(c->files[i].fd);
+        ckpt__pairs_free(&c->files[i].meta);
         free(c->files[i].path);
     }
     free(c->files);
@@ -405,11 +411,17 @@ ckpt_status ckpt_catalog_metadata_entry(const ckpt_catalog *c, size_t i, const c
     return CKPT_OK;
 }
 
+const char *ckpt_catalog_file_metadata(const ckpt_catalog *c, size_t file, const char *key) {
+    return c && key && file < c->file_count ? ckpt__pairs_get(&c->files[file].meta, key) : NULL;
+}
+
 const char *ckpt_catalog_metadata_get(const ckpt_catalog *c, const char *key) {
     return c && key ? ckpt__pairs_get(&c->meta, key) : NULL;
 }
 
 int ckpt__catalog_fd(const ckpt_catalog *c, size_t file) { return c->files[file].fd; }
+
+const ckpt__pairs *ckpt__catalog_file_meta(const ckpt_catalog *c, size_t file) { return &c->files[file].meta; }
 
 static ckpt_status check_tensor(const ckpt_catalog *c, const ckpt_tensor_info *t, ckpt_error *err) {
     if (!c || !t || t < c->tensors || t >= c->tensors + c->count)

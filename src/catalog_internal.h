@@ -10,6 +10,9 @@
 CKPT__HIDDEN bool ckpt__catalog_storage(const ckpt_catalog *catalog, uint32_t storage, uint64_t *base,
                                         uint64_t *nbytes);
 
+/* A data file's own __metadata__ pairs. */
+CKPT__HIDDEN const ckpt__pairs *ckpt__catalog_file_meta(const ckpt_catalog *catalog, size_t file);
+
 /* The open descriptor of a catalog's i-th data file. */
 CKPT__HIDDEN int ckpt__catalog_fd(const ckpt_catalog *catalog, size_t file);
 

@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "formats/safetensors.h"
 #include "formats/shards.h"
 #include "writer_internal.h"
@@ -20,6 +22,8 @@ typedef struct wtensor {
     uint32_t file;
     uint64_t offset; /* absolute, in its file */
     uint64_t written;
+    XXH3_state_t *hash; /* while its bytes stream in, with checksums on */
+    uint64_t digest;
 } wtensor;
 
 typedef struct wfile {
@@ -29,6 +33,9 @@ typedef struct wfile {
     uint64_t size;
     bool existed;   /* a file was already at final_path */
     bool committed; /* renamed into place */
+    uint64_t checksum_at;  /* where the escaped checksum map sits in the header (0: none) */
+    size_t checksum_len;
+    uint64_t header_digest; /* XXH3-64 of the header with the placeholder map */
 } wfile;
 
 typedef enum wstate { DECLARING, WRITING, COMMITTED, FAILED } wstate;
@@ -223,6 +230,66 @@ ckpt_status ckpt_writer_add_tensor(ckpt_writer *w, const char *name, ckpt_dtype 
     return CKPT_OK;
 }
 
+/* The checksum map of a file's tensors (declaration order), as JSON text:
+ * with digests, or with zeros as a placeholder of the same length.
+ * malloc'ed; NULL when out of memory. */
+static char *checksum_map(const ckpt_writer *w, uint32_t file) {
+    ckpt__buf b = {0};
+    /* "__metadata__" (never a tensor name) holds the header's own digest. */
+    char hex[40];
+    snprintf(hex, sizeof hex, "{\"__metadata__\":\"%016llx\"", (unsigned long long)w->files[file].header_digest);
+    ckpt__buf_puts(&b, hex);
+    bool first = false;
+    for (size_t i = 0; i < w->count; i++) {
+        const wtensor *t = &w->tensors[i];
+        if (t->file != file) continue;
+        if (!first) ckpt__buf_puts(&b, ",");
+        first = false;
+        ckpt__buf_json_string(&b, t->name);
+        snprintf(hex, sizeof hex, ":\"%016llx\"", (unsigned long long)t->digest);
+        ckpt__buf_puts(&b, hex);
+    }
+    ckpt__buf_puts(&b, "}");
+    if (b.failed) {
+        free(b.data);
+        return NULL;
+    }
+    return b.data;
+}
+
+/* Finds where the placeholder map landed in the rendered header. */
+static ckpt_status locate_checksums(ckpt_writer *w, uint32_t file, const ckpt__buf *header, const char *placeholder,
+                                    ckpt_error *err) {
+    ckpt__buf escaped = {0};
+    ckpt__buf_json_string(&escaped, placeholder);
+    if (escaped.failed) return oom(err, w->path);
+    const char *at = memmem(header->data, header->len, escaped.data, escaped.len);
+    if (at) {
+        w->files[file].checksum_at = (uint64_t)(at - header->data);
+        w->files[file].checksum_len = escaped.len;
+        w->files[file].header_digest = XXH3_64bits(header->data, header->len);
+    }
+    free(escaped.data);
+    return at ? CKPT_OK : ckpt__fail(err, CKPT_E_BAD_STATE, w->files[file].final_path, NULL, -1,
+                                     "checksum placeholder not found in the header");
+}
+
+/* Writes the real checksum map over the placeholder (same length). */
+static ckpt_status patch_checksums(ckpt_writer *w, uint32_t file, ckpt_error *err) {
+    wfile *f = &w->files[file];
+    char *map = checksum_map(w, file);
+    ckpt__buf escaped = {0};
+    if (map) ckpt__buf_json_string(&escaped, map);
+    free(map);
+    ckpt_status st = CKPT_OK;
+    if (!map || escaped.failed) st = oom(err, f->final_path);
+    else if (escaped.len != f->checksum_len)
+        st = ckpt__fail(err, CKPT_E_BAD_STATE, f->final_path, NULL, -1, "checksum map changed length");
+    else st = ckpt__pwrite_full(f->fd, escaped.data, escaped.len, f->checksum_at, f->tmp_path, err);
+    free(escaped.data);
+    return st;
+}
+
 /* Lays out one output file: its header, and each tensor's offset in it. */
 static ckpt_status layout_file(ckpt_writer *w, uint32_t file, ckpt__buf *header, ckpt_error *err) {
     size_t n = 0;
@@ -237,7 +304,21 @@ static ckpt_status layout_file(ckpt_writer *w, uint32_t file, ckpt__buf *header,
                                              .shape = t->shape, .nbytes = t->nbytes, .id = i};
     }
     uint64_t data_size;
-    ckpt_status st = ckpt__st_layout(out, n, w->file_meta.keys, w->file_meta.values, w->file_meta.count, header, &data_size);
+    ckpt__pairs meta = w->file_meta; /* shared arrays; pushed onto only through `own` below */
+    ckpt__pairs own = {0};
+    char *placeholder = NULL;
+    ckpt_status st = CKPT_OK;
+    if (w->opt.checksums) {
+        /* A fixed-length stand-in: the digests replace it at commit. */
+        placeholder = checksum_map(w, file);
+        for (size_t i = 0; placeholder && i < meta.count; i++) ckpt__pairs_push(&own, meta.keys[i], meta.values[i]);
+        if (!placeholder || !ckpt__pairs_push(&own, CKPT_CHECKSUM_METADATA_KEY, placeholder)) st = oom(err, w->path);
+        meta = own;
+    }
+    if (st == CKPT_OK) st = ckpt__st_layout(out, n, meta.keys, meta.values, meta.count, header, &data_size);
+    if (st == CKPT_OK && placeholder) st = locate_checksums(w, file, header, placeholder, err);
+    free(placeholder);
+    ckpt__pairs_free(&own);
     if (st == CKPT_OK) {
         for (size_t i = 0; i < n; i++) w->tensors[out[i].id].offset = header->len + out[i].begin;
         w->files[file].size = header->len + data_size;
@@ -371,8 +452,38 @@ ckpt_status ckpt_writer_write(ckpt_writer *w, size_t index, const void *data, si
     wfile *f = &w->files[t->file];
     st = ckpt__pwrite_full(f->fd, data, nbytes, t->offset + t->written, f->tmp_path, err);
     if (st) return st;
+    if (w->opt.checksums) {
+        if (!t->hash && (!(t->hash = XXH3_createState()) || XXH3_64bits_reset(t->hash) == XXH_ERROR))
+            return oom(err, w->path);
+        XXH3_64bits_update(t->hash, data, nbytes);
+    }
     t->written += nbytes;
+    if (t->hash && t->written == t->nbytes) {
+        t->digest = XXH3_64bits_digest(t->hash);
+        XXH3_freeState(t->hash);
+        t->hash = NULL;
+    }
     return CKPT_OK;
+}
+
+/* With checksums the bytes must pass through here: a bounded buffer. */
+static ckpt_status copy_hashed(ckpt_writer *w, size_t index, int src_fd, uint64_t src_offset, const char *src_path,
+                               uint64_t n, ckpt__copy_tick tick, void *user, ckpt_error *err) {
+    enum { CHUNK = 8 << 20 };
+    size_t cap = n < CHUNK ? (size_t)n : CHUNK;
+    unsigned char *buf = malloc(cap ? cap : 1);
+    if (!buf) return oom(err, w->path);
+    ckpt_status st = CKPT_OK;
+    for (uint64_t done = 0; done < n && st == CKPT_OK;) {
+        size_t len = n - done < cap ? (size_t)(n - done) : cap;
+        st = ckpt__pread_full(src_fd, buf, len, src_offset + done, src_path, err);
+        if (st == CKPT_OK) st = ckpt_writer_write(w, index, buf, len, err);
+        done += len;
+        if (st == CKPT_OK && tick && tick(done, user))
+            st = ckpt__fail(err, CKPT_E_CANCELLED, w->path, NULL, -1, "cancelled");
+    }
+    free(buf);
+    return st;
 }
 
 ckpt_status ckpt__writer_copy(ckpt_writer *w, size_t index, int src_fd, uint64_t src_offset, const char *src_path,
@@ -381,6 +492,7 @@ ckpt_status ckpt__writer_copy(ckpt_writer *w, size_t index, int src_fd, uint64_t
     if (st) return st;
     wtensor *t = &w->tensors[index];
     wfile *f = &w->files[t->file];
+    if (w->opt.checksums) return copy_hashed(w, index, src_fd, src_offset, src_path, n, tick, user, err);
     st = ckpt__copy_range(src_fd, src_offset, src_path, f->fd, t->offset + t->written, f->tmp_path, n, tick, user, err);
     if (st) return st;
     t->written += n;
@@ -458,6 +570,11 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
     }
     w->state = FAILED;
     ckpt_status st = CKPT_OK;
+    if (w->opt.checksums) {
+        for (size_t i = 0; i < w->count; i++)
+            if (w->tensors[i].nbytes == 0) w->tensors[i].digest = XXH3_64bits(NULL, 0);
+        for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) st = patch_checksums(w, (uint32_t)f, err);
+    }
     for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) st = finish_file(w, &w->files[f], err);
     if (st == CKPT_OK && w->index.final_path) st = write_index(w, err);
     /* Shards first, the index last: a reader never sees an index whose
@@ -490,6 +607,7 @@ void ckpt_writer_free(ckpt_writer *w) {
     bool rollback = w->state != COMMITTED;
     for (size_t f = 0; f < w->file_count; f++) discard(&w->files[f], rollback);
     discard(&w->index, rollback);
+    for (size_t i = 0; i < w->count; i++) XXH3_freeState(w->tensors[i].hash);
     for (size_t i = 0; i < w->stale_count; i++) free(w->stale[i]);
     free(w->stale);
     free(w->files);
