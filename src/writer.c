@@ -2,6 +2,7 @@
  * committed atomically. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -59,6 +60,9 @@ struct ckpt_writer {
     wfile index; /* sharded output with two or more shards */
     char **stale; /* files of a replaced checkpoint to remove after commit */
     size_t stale_count;
+    /* Sharded output into a new or empty directory is built in a temporary
+     * directory beside it and renamed into place in one step. */
+    char *stage;
 };
 
 static ckpt_status oom(ckpt_error *err, const char *path) {
@@ -373,6 +377,25 @@ static ckpt_status plan_files(ckpt_writer *w, ckpt_error *err) {
     return CKPT_OK;
 }
 
+/* True when `path` does not exist or is an empty directory. */
+static bool dir_is_empty(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return errno == ENOENT;
+    struct dirent *e;
+    bool empty = true;
+    while (empty && (e = readdir(d))) empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    closedir(d);
+    return empty;
+}
+
+/* In staged mode a file is made under its final name inside the stage. */
+static ckpt_status stage_create(ckpt_writer *w, wfile *file, ckpt_error *err) {
+    file->tmp_path = ckpt__path_join(w->stage, ckpt__path_basename(file->final_path));
+    if (!file->tmp_path) return oom(err, w->path);
+    file->fd = open(file->tmp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    return file->fd < 0 ? ckpt__fail_errno(err, errno, file->tmp_path, -1, "cannot create") : CKPT_OK;
+}
+
 /* mkdir -p: the shard directory and any missing parents. */
 static ckpt_status make_directories(const char *path, ckpt_error *err) {
     char *p = strdup(path);
@@ -397,7 +420,21 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
     ckpt_status st = check_declaring(w, err);
     if (st) return st;
     w->state = FAILED; /* until every step below succeeds */
-    if (w->opt.max_shard_size && (st = make_directories(w->path, err)) != CKPT_OK) return st;
+    if (w->opt.max_shard_size) {
+        char *parent = ckpt__path_dirname(w->path);
+        if (!parent) return oom(err, w->path);
+        st = make_directories(parent, err);
+        ckpt__remove_stale_temps(parent); /* what killed writers left beside it */
+        free(parent);
+        if (st) return st;
+        if (dir_is_empty(w->path)) st = ckpt__temp_dir_create(w->path, &w->stage, err);
+        else ckpt__remove_stale_temps(w->path);
+        if (st) return st;
+    } else {
+        char *parent = ckpt__path_dirname(w->path);
+        if (parent) ckpt__remove_stale_temps(parent);
+        free(parent);
+    }
     st = plan_files(w, err);
     /* The per-file entries, then (one file only) the checkpoint's own. */
     for (size_t i = 0; st == CKPT_OK && i < w->meta.count; i++)
@@ -410,7 +447,8 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
         wfile *file = &w->files[f];
         ckpt__buf header = {0};
         st = layout_file(w, (uint32_t)f, &header, err);
-        if (st == CKPT_OK) st = ckpt__temp_create(file->final_path, &file->tmp_path, &file->fd, err);
+        if (st == CKPT_OK) st = w->stage ? stage_create(w, file, err)
+                                         : ckpt__temp_create(file->final_path, &file->tmp_path, &file->fd, err);
         if (st == CKPT_OK) st = ckpt__reserve(file->fd, file->size, file->tmp_path, err);
         if (st == CKPT_OK) st = ckpt__pwrite_full(file->fd, header.data, header.len, 0, file->tmp_path, err);
         free(header.data);
@@ -532,7 +570,8 @@ static ckpt_status write_index(ckpt_writer *w, ckpt_error *err) {
                            w->count);
         if (text.failed) st = oom(err, w->index.final_path);
     }
-    if (st == CKPT_OK) st = ckpt__temp_create(w->index.final_path, &w->index.tmp_path, &w->index.fd, err);
+    if (st == CKPT_OK) st = w->stage ? stage_create(w, &w->index, err)
+                                     : ckpt__temp_create(w->index.final_path, &w->index.tmp_path, &w->index.fd, err);
     if (st == CKPT_OK) st = ckpt__pwrite_full(w->index.fd, text.data, text.len, 0, w->index.tmp_path, err);
     w->index.size = text.len;
     if (st == CKPT_OK) st = finish_file(w, &w->index, err);
@@ -577,10 +616,24 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
     }
     for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) st = finish_file(w, &w->files[f], err);
     if (st == CKPT_OK && w->index.final_path) st = write_index(w, err);
-    /* Shards first, the index last: a reader never sees an index whose
-     * shards are missing. */
-    for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) st = place(&w->files[f], err);
-    if (st == CKPT_OK && w->index.final_path) st = place(&w->index, err);
+    if (w->stage) {
+        /* One rename publishes every file at once (over an empty directory,
+         * which rename replaces). */
+        if (st == CKPT_OK && !w->opt.no_sync) st = ckpt__fsync_parent(w->files[0].tmp_path, err);
+        if (st == CKPT_OK && rename(w->stage, w->path) != 0)
+            st = ckpt__fail_errno(err, errno, w->path, -1, "cannot rename %s into place", w->stage);
+        if (st == CKPT_OK) {
+            free(w->stage);
+            w->stage = NULL;
+            for (size_t f = 0; f < w->file_count; f++) w->files[f].committed = true;
+            w->index.committed = w->index.final_path != NULL;
+        }
+    } else {
+        /* Shards first, the index last: a reader never sees an index whose
+         * shards are missing. */
+        for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) st = place(&w->files[f], err);
+        if (st == CKPT_OK && w->index.final_path) st = place(&w->index, err);
+    }
     if (st == CKPT_OK && !w->opt.no_sync) st = ckpt__fsync_parent(w->files[0].final_path, err);
     if (st) return st; /* ckpt_writer_free rolls back */
     w->state = COMMITTED;
@@ -605,8 +658,10 @@ static void discard(wfile *f, bool rollback) {
 void ckpt_writer_free(ckpt_writer *w) {
     if (!w) return;
     bool rollback = w->state != COMMITTED;
-    for (size_t f = 0; f < w->file_count; f++) discard(&w->files[f], rollback);
-    discard(&w->index, rollback);
+    for (size_t f = 0; f < w->file_count; f++) discard(&w->files[f], rollback && !w->stage);
+    discard(&w->index, rollback && !w->stage);
+    if (w->stage) ckpt__remove_flat_dir(w->stage); /* still staged: nothing was published */
+    free(w->stage);
     for (size_t i = 0; i < w->count; i++) XXH3_freeState(w->tensors[i].hash);
     for (size_t i = 0; i < w->stale_count; i++) free(w->stale[i]);
     free(w->stale);

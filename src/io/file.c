@@ -1,7 +1,9 @@
 /* file.c — see file.h. */
 #include "file.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdatomic.h>
@@ -207,6 +209,76 @@ ckpt_status ckpt__temp_create(const char *final_path, char **tmp_path, int *fd, 
     }
     free(dir);
     return ckpt__fail(err, CKPT_E_IO, final_path, NULL, -1, "cannot create a temporary file name");
+}
+
+static atomic_uint dir_counter;
+
+ckpt_status ckpt__temp_dir_create(const char *final_path, char **tmp_path, ckpt_error *err) {
+    char *dir = ckpt__path_dirname(final_path);
+    if (!dir) return ckpt__fail(err, CKPT_E_NO_MEMORY, final_path, NULL, -1, "out of memory");
+    const char *base = ckpt__path_basename(final_path);
+    ckpt_status st = CKPT_OK;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        char name[PATH_MAX];
+        if ((size_t)snprintf(name, sizeof name, ".%s.ckpt-tmp-%ld-d%u", base, (long)getpid(),
+                             atomic_fetch_add(&dir_counter, 1)) >= sizeof name)
+            break;
+        char *p = ckpt__path_join(dir, name);
+        if (!p) break;
+        if (mkdir(p, 0777) == 0) {
+            free(dir);
+            *tmp_path = p;
+            return CKPT_OK;
+        }
+        int e = errno;
+        free(p);
+        if (e != EEXIST) {
+            st = ckpt__fail_errno(err, e, final_path, -1, "cannot create a temporary directory in %s", dir);
+            free(dir);
+            return st;
+        }
+    }
+    free(dir);
+    return ckpt__fail(err, CKPT_E_IO, final_path, NULL, -1, "cannot create a temporary directory name");
+}
+
+void ckpt__remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char *p = ckpt__path_join(dir, e->d_name);
+        if (p) unlink(p);
+        free(p);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
+size_t ckpt__remove_stale_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    size_t removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        /* ".<name>.ckpt-tmp-<pid>-<n>" whose pid is gone */
+        const char *mark = e->d_name[0] == '.' ? strstr(e->d_name, ".ckpt-tmp-") : NULL;
+        if (!mark) continue;
+        char *end;
+        long pid = strtol(mark + 10, &end, 10);
+        if (pid <= 0 || *end != '-' || (kill((pid_t)pid, 0) == 0 || errno != ESRCH)) continue;
+        char *p = ckpt__path_join(dir, e->d_name);
+        if (!p) continue;
+        struct stat st;
+        if (lstat(p, &st) == 0) {
+            if (S_ISDIR(st.st_mode)) ckpt__remove_flat_dir(p);
+            else unlink(p);
+            removed++;
+        }
+        free(p);
+    }
+    closedir(d);
+    return removed;
 }
 
 ckpt_status ckpt__reserve(int fd, uint64_t size, const char *path, ckpt_error *err) {

@@ -55,6 +55,21 @@ CKPT__HIDDEN ckpt_status ckpt__read_small_file(const char *path, uint64_t limit,
 CKPT__HIDDEN ckpt_status ckpt__temp_create(const char *final_path, char **tmp_path, int *fd,
                                            ckpt_error *err);
 
+/* Creates a temporary directory beside `final_path`, named like the
+ * temporary files ("<dir>/.<base>.ckpt-tmp-<pid>-<n>"); *tmp_path is
+ * malloc'ed. */
+CKPT__HIDDEN ckpt_status ckpt__temp_dir_create(const char *final_path, char **tmp_path, ckpt_error *err);
+
+/*
+ * Removes, in directory `dir`, the temporaries (files and directories named
+ * ".<name>.ckpt-tmp-<pid>-<n>") left by ckpt processes that no longer run —
+ * a writer killed before it could clean up.  Returns how many it removed.
+ */
+CKPT__HIDDEN size_t ckpt__remove_stale_temps(const char *dir);
+
+/* Removes a directory and the files in it (one level: what a writer made). */
+CKPT__HIDDEN void ckpt__remove_flat_dir(const char *dir);
+
 /* Reserves `size` bytes for a file so that a full disk fails now rather
  * than mid-write; a file system without the feature is not an error. */
 CKPT__HIDDEN ckpt_status ckpt__reserve(int fd, uint64_t size, const char *path, ckpt_error *err);

@@ -134,7 +134,12 @@ def test_full_disk_is_a_clear_error_and_leaves_nothing(tmp_path, model):
         assert os.listdir(disk) == []
         r = run("convert", model, disk / "shards", "--max-shard-size", "40KB")
         assert r.returncode == 1 and "[CKPT_E_NO_SPACE]" in r.stderr
-        assert os.listdir(disk / "shards") == []
+        assert os.listdir(disk) == []  # no shards, no stage directory
+        (disk / "existing").mkdir()
+        (disk / "existing" / "config.json").write_text("{}")  # not empty: shards written in place
+        r = run("convert", model, disk / "existing", "--max-shard-size", "40KB")
+        assert r.returncode == 1 and "[CKPT_E_NO_SPACE]" in r.stderr
+        assert os.listdir(disk / "existing") == ["config.json"]
     finally:
         subprocess.run(["umount", str(disk)])
 

@@ -73,7 +73,9 @@ static void test_cancel_leaves_nothing(void **state) {
     ckpt_writer_options_init(&o);
     o.max_shard_size = 8;
     assert_int_equal(ckpt_convert(cat, in_dir(dir, "out"), &o, record, (void *)1, &err), CKPT_E_CANCELLED);
-    assert_int_equal(dir_entries(in_dir(dir, "out")), 0);
+    /* Staged in a temporary directory: neither "out" nor the stage remain. */
+    assert_int_equal(dir_entries(in_dir(dir, "out")), -1);
+    assert_int_equal(dir_entries(dir), 1);
     ckpt_writer_options_init(&o);
     assert_int_equal(ckpt_convert(cat, in_dir(dir, "src.safetensors"), &o, NULL, NULL, &err), CKPT_E_EXISTS);
     ckpt_catalog_close(cat);
