@@ -52,13 +52,13 @@ static ckpt_status oom(ckpt_error *err, const char *path) {
 }
 
 static ckpt_status add_file(ckpt_catalog *c, const char *path, ckpt_error *err) {
-    catalog_file *files = realloc(c->files, (c->file_count + 1) * sizeof *files);
+    catalog_file *files = ckpt__realloc(c->files, (c->file_count + 1) * sizeof *files);
     if (!files) return oom(err, path);
     c->files = files;
     catalog_file *f = &files[c->file_count];
     memset(f, 0, sizeof *f);
     f->fd = -1;
-    f->path = strdup(path);
+    f->path = ckpt__strdup(path);
     if (!f->path) return oom(err, path);
     c->file_count++;
     return ckpt__file_open_read(path, &f->fd, &f->size, err);
@@ -66,7 +66,7 @@ static ckpt_status add_file(ckpt_catalog *c, const char *path, ckpt_error *err) 
 
 /* Records the next storage number's place; false when out of memory. */
 static bool grow(uint64_t **array, size_t cap) {
-    uint64_t *a = realloc(*array, cap * sizeof *a);
+    uint64_t *a = ckpt__realloc(*array, cap * sizeof *a);
     if (a) *array = a;
     return a != NULL;
 }
@@ -94,7 +94,7 @@ static bool reserve_tensors(ckpt_catalog *c, size_t more) {
     if (c->count + more <= c->cap) return true;
     size_t cap = c->cap ? c->cap : 64;
     while (cap < c->count + more) cap *= 2;
-    ckpt_tensor_info *t = realloc(c->tensors, cap * sizeof *t);
+    ckpt_tensor_info *t = ckpt__realloc(c->tensors, cap * sizeof *t);
     if (!t) return false;
     c->tensors = t;
     c->cap = cap;
@@ -213,7 +213,7 @@ static ckpt_status index_names(ckpt_catalog *c, ckpt_error *err) {
 
 static ckpt_status open_index(ckpt_catalog *c, const char *index_path, ckpt_error *err) {
     c->format = CKPT_FORMAT_SAFETENSORS_SHARDED;
-    c->index_path = strdup(index_path);
+    c->index_path = ckpt__strdup(index_path);
     if (!c->index_path) return oom(err, index_path);
     char *text;
     uint64_t len;
@@ -291,7 +291,7 @@ static ckpt_status resolve_directory(const char *dir, char **found, ckpt_error *
         struct dirent *e;
         while ((e = readdir(d))) {
             if (e->d_name[0] == '.' || !ends_with(e->d_name, suffixes[step])) continue;
-            if (!matches++) match = strdup(e->d_name);
+            if (!matches++) match = ckpt__strdup(e->d_name);
         }
         closedir(d);
         if (matches == 1 && match) {
@@ -328,7 +328,7 @@ static ckpt_status wrap_shard_trees(ckpt_catalog *c, ckpt_error *err) {
 ckpt_status ckpt_catalog_open(const char *path, ckpt_catalog **out, ckpt_error *err) {
     if (out) *out = NULL;
     if (!path || !out) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "path and out are required");
-    ckpt_catalog *c = calloc(1, sizeof *c);
+    ckpt_catalog *c = ckpt__calloc(1, sizeof *c);
     if (!c) return oom(err, path);
     pthread_mutex_init(&c->map_lock, NULL);
     c->format = CKPT_FORMAT_SAFETENSORS;
@@ -500,7 +500,7 @@ static ckpt_status read_strided(const source *src, const ckpt_tensor_info *t, ui
         return ckpt__fail(err, CKPT_E_LIMIT, f->path, t->name, (int64_t)t->offset,
                           "strided tensor spans %llu bytes of its storage; gathering it needs that much memory",
                           (unsigned long long)span);
-    unsigned char *buf = malloc((size_t)span);
+    unsigned char *buf = ckpt__malloc((size_t)span);
     if (!buf) return ckpt__fail(err, CKPT_E_NO_MEMORY, f->path, t->name, -1, "cannot allocate %llu bytes", (unsigned long long)span);
     ckpt_status st = fetch(src, t, 0, buf, span, err);
     if (st == CKPT_OK) {

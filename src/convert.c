@@ -70,8 +70,8 @@ static void tensor_area(const ckpt_tensor_info *t, uint64_t base, area *a) {
 /* Marks in `keep` the tensors to write; records removed → kept pairs. */
 static ckpt_status resolve_shared(const ckpt_catalog *src, ckpt_writer *w, unsigned char *keep, ckpt_error *err) {
     size_t n = ckpt_catalog_tensor_count(src), count = 0;
-    area *areas = malloc((n ? n : 1) * sizeof *areas);
-    area **group = malloc((n ? n : 1) * sizeof *group);
+    area *areas = ckpt__malloc((n ? n : 1) * sizeof *areas);
+    area **group = ckpt__malloc((n ? n : 1) * sizeof *group);
     uint32_t *rank_of = NULL;
     size_t ranks = 0, rank_cap = 0;
     ckpt_status st = CKPT_OK;
@@ -82,7 +82,7 @@ static ckpt_status resolve_shared(const ckpt_catalog *src, ckpt_writer *w, unsig
         if (ckpt_catalog_tensor(src, i)->storage > max_storage) max_storage = ckpt_catalog_tensor(src, i)->storage;
     if (st == CKPT_OK) {
         rank_cap = (size_t)max_storage + 1;
-        rank_of = malloc(rank_cap * sizeof *rank_of);
+        rank_of = ckpt__malloc(rank_cap * sizeof *rank_of);
         if (!rank_of) st = ckpt__fail(err, CKPT_E_NO_MEMORY, NULL, NULL, -1, "out of memory");
         else memset(rank_of, 0xFF, rank_cap * sizeof *rank_of);
     }
@@ -144,7 +144,7 @@ static ckpt_status copy_transformed(const ckpt_catalog *src, const ckpt_tensor_i
     /* Strided and compressed data are read whole: each read would redo the
      * gather or the inflation from the start. */
     uint64_t chunk = (t->strides || t->compressed) ? t->nbytes : (t->nbytes < TRANSFORM_CHUNK ? t->nbytes : TRANSFORM_CHUNK);
-    unsigned char *buf = malloc(chunk ? (size_t)chunk : 1);
+    unsigned char *buf = ckpt__malloc(chunk ? (size_t)chunk : 1);
     if (!buf) return ckpt__fail(err, CKPT_E_NO_MEMORY, ckpt_catalog_file_path(src, t->file), t->name, -1,
                                 "cannot allocate %llu bytes", (unsigned long long)chunk);
     ckpt_status st = CKPT_OK;
@@ -167,8 +167,8 @@ ckpt_status ckpt_convert(const ckpt_catalog *src, const char *dst_path, const ck
     ckpt_status st = ckpt_writer_create(dst_path, options, &w, err);
     if (st) return st;
     size_t n = ckpt_catalog_tensor_count(src);
-    unsigned char *keep = malloc(n ? n : 1);
-    size_t *index = malloc((n ? n : 1) * sizeof *index);
+    unsigned char *keep = ckpt__malloc(n ? n : 1);
+    size_t *index = ckpt__malloc((n ? n : 1) * sizeof *index);
     if (!keep || !index) st = ckpt__fail(err, CKPT_E_NO_MEMORY, dst_path, NULL, -1, "out of memory");
     else memset(keep, 1, n ? n : 1);
     ckpt_format format = ckpt_catalog_format(src);

@@ -79,7 +79,7 @@ static ckpt_status verify_header(const ckpt_catalog *cat, size_t file, const cha
                          : ckpt__pread_full(fd, prefix, 8, 0, path, err);
     if (st == CKPT_OK) {
         for (int b = 7; b >= 0; b--) n = n << 8 | prefix[b];
-        header = malloc((size_t)n + 8);
+        header = ckpt__malloc((size_t)n + 8);
         st = header ? ckpt__pread_full(fd, header, n + 8, 0, path, err)
                     : ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
     }
@@ -108,7 +108,7 @@ static ckpt_status verify_file(const ckpt_catalog *cat, size_t file, const char 
                                size_t *checked, ckpt_error *err) {
     const char *path = ckpt_catalog_file_path(cat, file);
     size_t len = strlen(map);
-    char *text = malloc(len + 1);
+    char *text = ckpt__malloc(len + 1);
     if (!text) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
     memcpy(text, map, len + 1);
     ckpt__json_doc doc;
@@ -174,7 +174,7 @@ ckpt_status ckpt_verify(const ckpt_catalog *cat, ckpt_progress_fn progress_fn, v
         const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
         if (ckpt_catalog_file_metadata(cat, t->file, CKPT_CHECKSUM_METADATA_KEY)) p.total += t->nbytes;
     }
-    unsigned char *buf = malloc(CHUNK);
+    unsigned char *buf = ckpt__malloc(CHUNK);
     if (!buf) return ckpt__fail(err, CKPT_E_NO_MEMORY, NULL, NULL, -1, "out of memory");
     ckpt_status st = CKPT_OK;
     for (size_t f = 0; f < ckpt_catalog_file_count(cat) && st == CKPT_OK; f++) {

@@ -63,6 +63,8 @@ struct ckpt_writer {
     /* Sharded output into a new or empty directory is built in a temporary
      * directory beside it and renamed into place in one step. */
     char *stage;
+    bool dest_existed;   /* the (empty) destination directory was there before */
+    bool stage_published; /* renamed into place; a later failure takes it back */
 };
 
 static ckpt_status oom(ckpt_error *err, const char *path) {
@@ -89,7 +91,7 @@ static ckpt_status existing_shard_files(ckpt_writer *w, ckpt_error *err) {
     struct dirent *e;
     while ((e = readdir(d)) && st == CKPT_OK) {
         if (!ckpt__shards_is_own_file(w->prefix, e->d_name)) continue;
-        char **s = realloc(w->stale, (w->stale_count + 1) * sizeof *s);
+        char **s = ckpt__realloc(w->stale, (w->stale_count + 1) * sizeof *s);
         if (!s) {
             st = oom(err, w->path);
             break;
@@ -107,11 +109,11 @@ ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *opti
     if (out) *out = NULL;
     if (!path || !*path || !out)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "path and out are required");
-    ckpt_writer *w = calloc(1, sizeof *w);
+    ckpt_writer *w = ckpt__calloc(1, sizeof *w);
     if (!w) return oom(err, path);
     if (options) w->opt = *options;
-    w->path = strdup(path);
-    w->prefix = strdup(w->opt.prefix && *w->opt.prefix ? w->opt.prefix : "model");
+    w->path = ckpt__strdup(path);
+    w->prefix = ckpt__strdup(w->opt.prefix && *w->opt.prefix ? w->opt.prefix : "model");
     w->opt.prefix = NULL;
     w->index.fd = -1;
     ckpt_status st = CKPT_OK;
@@ -209,7 +211,7 @@ ckpt_status ckpt_writer_add_tensor(ckpt_writer *w, const char *name, ckpt_dtype 
         return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, w->path, name, -1, "total size overflows 64 bits");
     if (w->count == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 64;
-        wtensor *t = realloc(w->tensors, cap * sizeof *t);
+        wtensor *t = ckpt__realloc(w->tensors, cap * sizeof *t);
         if (!t) return oom(err, w->path);
         w->tensors = t;
         w->cap = cap;
@@ -298,7 +300,7 @@ static ckpt_status patch_checksums(ckpt_writer *w, uint32_t file, ckpt_error *er
 static ckpt_status layout_file(ckpt_writer *w, uint32_t file, ckpt__buf *header, ckpt_error *err) {
     size_t n = 0;
     for (size_t i = 0; i < w->count; i++) n += w->tensors[i].file == file;
-    ckpt__st_out_tensor *out = malloc((n ? n : 1) * sizeof *out);
+    ckpt__st_out_tensor *out = ckpt__malloc((n ? n : 1) * sizeof *out);
     if (!out) return oom(err, w->files[file].final_path);
     size_t k = 0;
     for (size_t i = 0; i < w->count; i++) {
@@ -336,8 +338,8 @@ static ckpt_status layout_file(ckpt_writer *w, uint32_t file, ckpt__buf *header,
 static ckpt_status plan_files(ckpt_writer *w, ckpt_error *err) {
     size_t shards = 1;
     if (w->opt.max_shard_size && w->count) {
-        uint64_t *sizes = malloc(w->count * sizeof *sizes);
-        uint32_t *shard_of = malloc(w->count * sizeof *shard_of);
+        uint64_t *sizes = ckpt__malloc(w->count * sizeof *sizes);
+        uint32_t *shard_of = ckpt__malloc(w->count * sizeof *shard_of);
         if (!sizes || !shard_of) {
             free(sizes);
             free(shard_of);
@@ -349,7 +351,7 @@ static ckpt_status plan_files(ckpt_writer *w, ckpt_error *err) {
         free(sizes);
         free(shard_of);
     }
-    w->files = calloc(shards, sizeof *w->files);
+    w->files = ckpt__calloc(shards, sizeof *w->files);
     if (!w->files) return oom(err, w->path);
     w->file_count = shards;
     for (size_t f = 0; f < shards; f++) {
@@ -359,14 +361,14 @@ static ckpt_status plan_files(ckpt_writer *w, ckpt_error *err) {
             w->files[f].final_path = name ? ckpt__path_join(w->path, name) : NULL;
             free(name);
         } else {
-            w->files[f].final_path = strdup(w->path);
+            w->files[f].final_path = ckpt__strdup(w->path);
         }
         if (!w->files[f].final_path) return oom(err, w->path);
         w->files[f].existed = exists(w->files[f].final_path);
     }
     if (shards > 1) {
         size_t n = strlen(w->prefix) + sizeof ".safetensors.index.json";
-        char *name = malloc(n);
+        char *name = ckpt__malloc(n);
         if (!name) return oom(err, w->path);
         snprintf(name, n, "%s.safetensors.index.json", w->prefix);
         w->index.final_path = ckpt__path_join(w->path, name);
@@ -392,13 +394,13 @@ static bool dir_is_empty(const char *path) {
 static ckpt_status stage_create(ckpt_writer *w, wfile *file, ckpt_error *err) {
     file->tmp_path = ckpt__path_join(w->stage, ckpt__path_basename(file->final_path));
     if (!file->tmp_path) return oom(err, w->path);
-    file->fd = open(file->tmp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    file->fd = ckpt__io_open(file->tmp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     return file->fd < 0 ? ckpt__fail_errno(err, errno, file->tmp_path, -1, "cannot create") : CKPT_OK;
 }
 
 /* mkdir -p: the shard directory and any missing parents. */
 static ckpt_status make_directories(const char *path, ckpt_error *err) {
-    char *p = strdup(path);
+    char *p = ckpt__strdup(path);
     if (!p) return oom(err, path);
     ckpt_status st = CKPT_OK;
     for (char *s = p + 1;; s++) {
@@ -427,7 +429,10 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
         ckpt__remove_stale_temps(parent); /* what killed writers left beside it */
         free(parent);
         if (st) return st;
-        if (dir_is_empty(w->path)) st = ckpt__temp_dir_create(w->path, &w->stage, err);
+        if (dir_is_empty(w->path)) {
+            w->dest_existed = exists(w->path);
+            st = ckpt__temp_dir_create(w->path, &w->stage, err);
+        }
         else ckpt__remove_stale_temps(w->path);
         if (st) return st;
     } else {
@@ -509,7 +514,7 @@ static ckpt_status copy_hashed(ckpt_writer *w, size_t index, int src_fd, uint64_
                                uint64_t n, ckpt__copy_tick tick, void *user, ckpt_error *err) {
     enum { CHUNK = 8 << 20 };
     size_t cap = n < CHUNK ? (size_t)n : CHUNK;
-    unsigned char *buf = malloc(cap ? cap : 1);
+    unsigned char *buf = ckpt__malloc(cap ? cap : 1);
     if (!buf) return oom(err, w->path);
     ckpt_status st = CKPT_OK;
     for (uint64_t done = 0; done < n && st == CKPT_OK;) {
@@ -538,9 +543,9 @@ ckpt_status ckpt__writer_copy(ckpt_writer *w, size_t index, int src_fd, uint64_t
 }
 
 static ckpt_status finish_file(ckpt_writer *w, wfile *f, ckpt_error *err) {
-    if (ftruncate(f->fd, (off_t)f->size) != 0)
+    if (ckpt__io_ftruncate(f->fd, (off_t)f->size) != 0)
         return ckpt__fail_errno(err, errno, f->tmp_path, -1, "cannot set the file size");
-    if (!w->opt.no_sync && fsync(f->fd) != 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "fsync failed");
+    if (!w->opt.no_sync && ckpt__io_fsync(f->fd) != 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "fsync failed");
     int fd = f->fd;
     f->fd = -1;
     if (close(fd) != 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "close failed");
@@ -548,13 +553,13 @@ static ckpt_status finish_file(ckpt_writer *w, wfile *f, ckpt_error *err) {
 }
 
 static ckpt_status write_index(ckpt_writer *w, ckpt_error *err) {
-    const char **names = malloc((w->count + 1) * sizeof *names);
-    const char **files = malloc((w->count + 1) * sizeof *files);
+    const char **names = ckpt__malloc((w->count + 1) * sizeof *names);
+    const char **files = ckpt__malloc((w->count + 1) * sizeof *files);
     ckpt_status st = CKPT_OK;
     if (!names || !files) st = oom(err, w->index.final_path);
     /* huggingface_hub lists the weight map shard by shard, each shard's
      * tensors in declaration order: a counting sort by shard. */
-    size_t *start = st == CKPT_OK ? calloc(w->file_count + 1, sizeof *start) : NULL;
+    size_t *start = st == CKPT_OK ? ckpt__calloc(w->file_count + 1, sizeof *start) : NULL;
     if (st == CKPT_OK && !start) st = oom(err, w->index.final_path);
     for (size_t i = 0; st == CKPT_OK && i < w->count; i++) start[w->tensors[i].file + 1]++;
     for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) start[f + 1] += start[f];
@@ -582,7 +587,7 @@ static ckpt_status write_index(ckpt_writer *w, ckpt_error *err) {
 }
 
 static ckpt_status place(wfile *f, ckpt_error *err) {
-    if (rename(f->tmp_path, f->final_path) != 0)
+    if (ckpt__io_rename(f->tmp_path, f->final_path) != 0)
         return ckpt__fail_errno(err, errno, f->final_path, -1, "cannot rename %s into place", f->tmp_path);
     f->committed = true;
     return CKPT_OK;
@@ -620,13 +625,12 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
         /* One rename publishes every file at once (over an empty directory,
          * which rename replaces). */
         if (st == CKPT_OK && !w->opt.no_sync) st = ckpt__fsync_parent(w->files[0].tmp_path, err);
-        if (st == CKPT_OK && rename(w->stage, w->path) != 0)
+        if (st == CKPT_OK && ckpt__io_rename(w->stage, w->path) != 0)
             st = ckpt__fail_errno(err, errno, w->path, -1, "cannot rename %s into place", w->stage);
         if (st == CKPT_OK) {
             free(w->stage);
             w->stage = NULL;
-            for (size_t f = 0; f < w->file_count; f++) w->files[f].committed = true;
-            w->index.committed = w->index.final_path != NULL;
+            w->stage_published = true;
         }
     } else {
         /* Shards first, the index last: a reader never sees an index whose
@@ -658,9 +662,16 @@ static void discard(wfile *f, bool rollback) {
 void ckpt_writer_free(ckpt_writer *w) {
     if (!w) return;
     bool rollback = w->state != COMMITTED;
-    for (size_t f = 0; f < w->file_count; f++) discard(&w->files[f], rollback && !w->stage);
-    discard(&w->index, rollback && !w->stage);
+    bool staged = w->stage || w->stage_published;
+    for (size_t f = 0; f < w->file_count; f++) discard(&w->files[f], rollback && !staged);
+    discard(&w->index, rollback && !staged);
     if (w->stage) ckpt__remove_flat_dir(w->stage); /* still staged: nothing was published */
+    if (rollback && w->stage_published) {
+        /* Published, then a later step (the directory fsync) failed: take
+         * the whole directory back, leaving what was there before. */
+        ckpt__remove_flat_dir(w->path);
+        if (w->dest_existed) mkdir(w->path, 0777);
+    }
     free(w->stage);
     for (size_t i = 0; i < w->count; i++) XXH3_freeState(w->tensors[i].hash);
     for (size_t i = 0; i < w->stale_count; i++) free(w->stale[i]);

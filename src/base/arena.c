@@ -22,7 +22,7 @@ void *ckpt__arena_alloc(ckpt__arena *arena, size_t size) {
     }
     if (size > ((size_t)-1) / 2) return NULL;
     size_t cap = size > ARENA_MIN_BLOCK ? size : ARENA_MIN_BLOCK;
-    ckpt__arena_block *b = malloc(sizeof *b + cap);
+    ckpt__arena_block *b = ckpt__malloc(sizeof *b + cap);
     if (!b) return NULL;
     b->next = arena->head;
     arena->head = b;

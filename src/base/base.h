@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "ckpt.h"
+#include "fault.h"
 
 #if defined(__GNUC__)
 #define CKPT__PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))

@@ -28,7 +28,7 @@ static const char *name_at(const char *const *names, size_t stride, uint32_t i) 
 bool ckpt__name_table_init(ckpt__name_table *table, size_t count) {
     size_t cap = 16;
     while (cap < count * 2) cap <<= 1;
-    table->slots = calloc(cap, sizeof *table->slots);
+    table->slots = ckpt__calloc(cap, sizeof *table->slots);
     table->mask = cap - 1;
     return table->slots != NULL;
 }

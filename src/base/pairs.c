@@ -7,10 +7,10 @@
 bool ckpt__pairs_push(ckpt__pairs *p, const char *key, const char *value) {
     if (p->count == p->cap) {
         size_t cap = p->cap ? p->cap * 2 : 8;
-        const char **k = realloc(p->keys, cap * sizeof *k);
+        const char **k = ckpt__realloc(p->keys, cap * sizeof *k);
         if (!k) return false;
         p->keys = k;
-        const char **v = realloc(p->values, cap * sizeof *v);
+        const char **v = ckpt__realloc(p->values, cap * sizeof *v);
         if (!v) return false;
         p->values = v;
         p->cap = cap;

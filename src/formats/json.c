@@ -30,7 +30,7 @@ static int64_t new_node(parser *p, ckpt__json_kind kind) {
             p->why = "too many values";
             return -1;
         }
-        ckpt__json_node *n = realloc(p->nodes, cap * sizeof *n);
+        ckpt__json_node *n = ckpt__realloc(p->nodes, cap * sizeof *n);
         if (!n) {
             p->oom = true;
             return -1;
@@ -421,7 +421,7 @@ void ckpt__buf_append(ckpt__buf *b, const char *s, size_t n) {
     if (b->cap - b->len < n + 1) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap - b->len < n + 1) cap *= 2;
-        char *d = realloc(b->data, cap);
+        char *d = ckpt__realloc(b->data, cap);
         if (!d) {
             b->failed = true;
             return;

@@ -55,7 +55,7 @@ static ckpt_status push(vm *m, ckpt__pk_value *v) {
     if (m->depth == m->stack_cap) {
         if (m->stack_cap >= MAX_STACK) return fail(m, CKPT_E_LIMIT, "stack deeper than %d", MAX_STACK);
         size_t cap = m->stack_cap ? m->stack_cap * 2 : 64;
-        ckpt__pk_value **s = realloc(m->stack, cap * sizeof *s);
+        ckpt__pk_value **s = ckpt__realloc(m->stack, cap * sizeof *s);
         if (!s) return oom(m);
         m->stack = s;
         m->stack_cap = cap;
@@ -157,7 +157,7 @@ static ckpt_status memo_put(vm *m, uint64_t index) {
     if (index >= m->memo_cap) {
         size_t cap = m->memo_cap ? m->memo_cap : 64;
         while (cap <= index) cap *= 2;
-        ckpt__pk_value **memo = realloc(m->memo, cap * sizeof *memo);
+        ckpt__pk_value **memo = ckpt__realloc(m->memo, cap * sizeof *memo);
         if (!memo) return oom(m);
         memset(memo + m->memo_cap, 0, (cap - m->memo_cap) * sizeof *memo);
         m->memo = memo;
@@ -320,7 +320,7 @@ static ckpt_status step(vm *m, bool *stop) {
         if (m->nmarks == m->marks_cap) {
             if (m->marks_cap >= MAX_MARKS) return fail(m, CKPT_E_LIMIT, "more than %d nested MARKs", MAX_MARKS);
             size_t cap = m->marks_cap ? m->marks_cap * 2 : 16;
-            size_t *mk = realloc(m->marks, cap * sizeof *mk);
+            size_t *mk = ckpt__realloc(m->marks, cap * sizeof *mk);
             if (!mk) return oom(m);
             m->marks = mk;
             m->marks_cap = cap;

@@ -213,7 +213,7 @@ ckpt_status ckpt__st_parse_header(char *header, uint64_t n, uint64_t file_size, 
         ckpt__json_free(&doc);
         return ckpt__fail(err, CKPT_E_HEADER_SCHEMA, path, NULL, at_root, "header must be a JSON object");
     }
-    out->tensors = malloc((root->count ? root->count : 1) * sizeof *out->tensors);
+    out->tensors = ckpt__malloc((root->count ? root->count : 1) * sizeof *out->tensors);
     ckpt__name_table names = {0};
     if (!out->tensors || !ckpt__name_table_init(&names, root->count)) {
         st = ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
@@ -331,7 +331,7 @@ ckpt_status ckpt__st_layout(ckpt__st_out_tensor *tensors, size_t count, const ch
         ckpt__buf_puts(&json, "]}");
     }
     ckpt__buf_append(&json, "}", 1);
-    while (json.len % 8) ckpt__buf_append(&json, " ", 1);
+    while (!json.failed && json.len % 8) ckpt__buf_append(&json, " ", 1); /* a failed buffer stops growing */
     if (json.failed) {
         free(json.data);
         return CKPT_E_NO_MEMORY;

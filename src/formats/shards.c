@@ -45,7 +45,7 @@ char *ckpt__shard_file_name(const char *prefix, size_t index, size_t total) {
     char suffix[64] = "";
     if (total > 1) snprintf(suffix, sizeof suffix, "-%05zu-of-%05zu", index + 1, total);
     size_t n = strlen(prefix) + strlen(suffix) + sizeof ".safetensors";
-    char *name = malloc(n);
+    char *name = ckpt__malloc(n);
     if (name) snprintf(name, n, "%s%s.safetensors", prefix, suffix);
     return name;
 }
@@ -84,8 +84,8 @@ static bool safe_relative(const char *name) {
  * order the weight map lists them in, and renumbers file_of to match. */
 static void sort_files(ckpt__index *idx) {
     /* Insertion sort of a permutation: shard counts are small. */
-    uint32_t *rank = malloc((idx->file_count + 1) * sizeof *rank);
-    const char **sorted = malloc((idx->file_count + 1) * sizeof *sorted);
+    uint32_t *rank = ckpt__malloc((idx->file_count + 1) * sizeof *rank);
+    const char **sorted = ckpt__malloc((idx->file_count + 1) * sizeof *sorted);
     if (!rank || !sorted) { /* keep first-appearance order */
         free(rank);
         free(sorted);
@@ -144,8 +144,8 @@ ckpt_status ckpt__index_parse(char *text, size_t len, const char *path, ckpt__ar
     }
     out->count = map->count;
     out->names = ckpt__arena_alloc(arena, (map->count + 1) * sizeof(char *));
-    out->file_of = malloc((map->count + 1) * sizeof(uint32_t));
-    out->files = malloc((map->count + 1) * sizeof(char *));
+    out->file_of = ckpt__malloc((map->count + 1) * sizeof(uint32_t));
+    out->files = ckpt__malloc((map->count + 1) * sizeof(char *));
     ckpt__name_table names = {0}, files = {0};
     if (!out->names || !out->file_of || !out->files || !ckpt__name_table_init(&names, map->count) ||
         !ckpt__name_table_init(&files, map->count)) {

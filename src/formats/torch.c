@@ -152,7 +152,7 @@ static ckpt_status storage_of(walker *w, const ckpt__pk_value *pid, ckpt_dtype *
     }
     if (w->out->storage_count == w->storage_cap) {
         size_t cap = w->storage_cap ? w->storage_cap * 2 : 16;
-        ckpt__torch_storage *s = realloc(w->out->storages, cap * sizeof *s);
+        ckpt__torch_storage *s = ckpt__realloc(w->out->storages, cap * sizeof *s);
         if (!s) return fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory");
         w->out->storages = s;
         w->storage_cap = cap;
@@ -215,7 +215,7 @@ static ckpt_status rebuild(walker *w, const ckpt__pk_value *call, int version) {
 
     if (w->out->count == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 64;
-        ckpt__torch_tensor *tt = realloc(w->out->tensors, cap * sizeof *tt);
+        ckpt__torch_tensor *tt = ckpt__realloc(w->out->tensors, cap * sizeof *tt);
         if (!tt) return fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory");
         w->out->tensors = tt;
         w->cap = cap;
@@ -530,7 +530,7 @@ ckpt_status ckpt__torch_read_legacy(int fd, uint64_t file_size, const char *path
     ckpt__pk_value *values[5];
     size_t pos;
     for (;;) {
-        unsigned char *grown = realloc(buf, have ? (size_t)have : 1);
+        unsigned char *grown = ckpt__realloc(buf, have ? (size_t)have : 1);
         if (!grown) {
             free(buf);
             return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "cannot allocate %llu bytes", (unsigned long long)have);

@@ -43,7 +43,7 @@ static ckpt_status find_directory(int fd, uint64_t file_size, const char *path, 
     if (file_size < EOCD_SIZE) return bad(err, path, NULL, 0, "file too small for a ZIP end record");
     uint64_t tail_len = file_size < EOCD_SIZE + MAX_COMMENT ? file_size : EOCD_SIZE + MAX_COMMENT;
     uint64_t tail_start = file_size - tail_len;
-    unsigned char *tail = malloc((size_t)tail_len);
+    unsigned char *tail = ckpt__malloc((size_t)tail_len);
     if (!tail) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
     ckpt_status st = ckpt__pread_full(fd, tail, tail_len, tail_start, path, err);
     int64_t at = -1;
@@ -160,8 +160,8 @@ ckpt_status ckpt__zip_open(int fd, uint64_t file_size, const char *path, bool si
     directory dir = {0, 0, 0};
     ckpt_status st = find_directory(fd, file_size, path, &dir, err);
     if (st) return st;
-    unsigned char *cd = malloc(dir.size ? (size_t)dir.size : 1);
-    out->entries = calloc(dir.entries ? (size_t)dir.entries : 1, sizeof *out->entries);
+    unsigned char *cd = ckpt__malloc(dir.size ? (size_t)dir.size : 1);
+    out->entries = ckpt__calloc(dir.entries ? (size_t)dir.entries : 1, sizeof *out->entries);
     if (!cd || !out->entries || !ckpt__name_table_init(&out->names, (size_t)dir.entries)) {
         free(cd);
         ckpt__zip_close(out);
@@ -279,7 +279,7 @@ const ckpt__zip_entry *ckpt__zip_find(const ckpt__zip *zip, const char *name) {
 const ckpt__zip_entry *ckpt__zip_find_in_folder(const ckpt__zip *zip, const char *relative) {
     if (!zip->folder) return NULL;
     size_t a = strlen(zip->folder), b = strlen(relative);
-    char stack[256], *name = a + b + 2 <= sizeof stack ? stack : malloc(a + b + 2);
+    char stack[256], *name = a + b + 2 <= sizeof stack ? stack : ckpt__malloc(a + b + 2);
     if (!name) return NULL;
     memcpy(name, zip->folder, a);
     name[a] = '/';
@@ -328,13 +328,13 @@ ckpt_status ckpt__zip_read_entry(int fd, const ckpt__zip_entry *e, const char *p
     if (e->method == 8 && e->comp_size > limit)
         return ckpt__fail(err, CKPT_E_LIMIT, path, e->name, (int64_t)e->header_offset,
                           "compressed entry of %llu bytes is over the limit", (unsigned long long)e->comp_size);
-    char *buf = malloc((size_t)e->size + 1);
+    char *buf = ckpt__malloc((size_t)e->size + 1);
     if (!buf) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, e->name, -1, "cannot allocate %llu bytes", (unsigned long long)e->size);
     ckpt_status st;
     if (e->method == 0) {
         st = ckpt__pread_full(fd, buf, e->size, e->data_offset, path, err);
     } else {
-        unsigned char *in = malloc(e->comp_size ? (size_t)e->comp_size : 1);
+        unsigned char *in = ckpt__malloc(e->comp_size ? (size_t)e->comp_size : 1);
         st = in ? ckpt__pread_full(fd, in, e->comp_size, e->data_offset, path, err)
                 : ckpt__fail(err, CKPT_E_NO_MEMORY, path, e->name, -1, "out of memory");
         if (st == CKPT_OK) st = inflate_entry(in, e, path, buf, err);
@@ -359,7 +359,7 @@ ckpt_status ckpt__zip_read_entry(int fd, const ckpt__zip_entry *e, const char *p
 ckpt_status ckpt__zip_inflate_range(int fd, uint64_t data_offset, uint64_t comp_size, const char *path,
                                     const char *name, uint64_t skip, void *out, uint64_t n, ckpt_error *err) {
     enum { CHUNK = 1 << 20 };
-    unsigned char *in = malloc(CHUNK), *scratch = malloc(CHUNK);
+    unsigned char *in = ckpt__malloc(CHUNK), *scratch = ckpt__malloc(CHUNK);
     z_stream z;
     memset(&z, 0, sizeof z);
     ckpt_status st = CKPT_OK;

@@ -18,7 +18,7 @@ enum { MAX_IO = 1 << 30 };
 enum { COPY_CHUNK = 8 << 20, COPY_TICK = 64 << 20 };
 
 ckpt_status ckpt__file_open_read(const char *path, int *fd, uint64_t *size, ckpt_error *err) {
-    int f = open(path, O_RDONLY | O_CLOEXEC);
+    int f = ckpt__io_open(path, O_RDONLY | O_CLOEXEC);
     if (f < 0) return ckpt__fail_errno(err, errno, path, -1, "cannot open for reading");
     struct stat st;
     if (fstat(f, &st) != 0) {
@@ -40,7 +40,7 @@ ckpt_status ckpt__pread_full(int fd, void *buf, uint64_t n, uint64_t offset, con
     char *p = buf;
     while (n > 0) {
         size_t want = n > MAX_IO ? MAX_IO : (size_t)n;
-        ssize_t got = pread(fd, p, want, (off_t)offset);
+        ssize_t got = ckpt__io_pread(fd, p, want, (off_t)offset);
         if (got < 0) {
             if (errno == EINTR) continue;
             return ckpt__fail_errno(err, errno, path, (int64_t)offset, "read failed");
@@ -60,7 +60,7 @@ ckpt_status ckpt__pwrite_full(int fd, const void *buf, uint64_t n, uint64_t offs
     const char *p = buf;
     while (n > 0) {
         size_t want = n > MAX_IO ? MAX_IO : (size_t)n;
-        ssize_t put = pwrite(fd, p, want, (off_t)offset);
+        ssize_t put = ckpt__io_pwrite(fd, p, want, (off_t)offset);
         if (put < 0) {
             if (errno == EINTR) continue;
             return ckpt__fail_errno(err, errno, path, (int64_t)offset, "write failed");
@@ -77,7 +77,7 @@ static ckpt_status copy_by_buffer(int src_fd, uint64_t src_offset, const char *s
                                   uint64_t dst_offset, const char *dst_path, uint64_t n,
                                   uint64_t done, ckpt__copy_tick tick, void *user, ckpt_error *err) {
     size_t cap = n - done < COPY_CHUNK ? (size_t)(n - done) : COPY_CHUNK;
-    char *buf = malloc(cap ? cap : 1);
+    char *buf = ckpt__malloc(cap ? cap : 1);
     if (!buf) return ckpt__fail(err, CKPT_E_NO_MEMORY, dst_path, NULL, -1, "cannot allocate copy buffer");
     ckpt_status st = CKPT_OK;
     uint64_t since_tick = 0;
@@ -103,7 +103,7 @@ ckpt_status ckpt__copy_range(int src_fd, uint64_t src_offset, const char *src_pa
     while (done < n) {
         size_t want = n - done > COPY_TICK ? COPY_TICK : (size_t)(n - done);
         loff_t in = (loff_t)(src_offset + done), out = (loff_t)(dst_offset + done);
-        ssize_t got = copy_file_range(src_fd, &in, dst_fd, &out, want, 0);
+        ssize_t got = ckpt__io_copy_file_range(src_fd, &in, dst_fd, &out, want, 0);
         if (got < 0) {
             if (errno == EINTR) continue;
             if (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP ||
@@ -137,7 +137,7 @@ ckpt_status ckpt__read_small_file(const char *path, uint64_t limit, ckpt_status 
                           "file is %llu bytes, more than the %llu allowed", (unsigned long long)n,
                           (unsigned long long)limit);
     }
-    char *buf = malloc((size_t)n + 1);
+    char *buf = ckpt__malloc((size_t)n + 1);
     if (!buf) {
         close(fd);
         return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "cannot allocate %llu bytes",
@@ -157,7 +157,7 @@ ckpt_status ckpt__read_small_file(const char *path, uint64_t limit, ckpt_status 
 
 char *ckpt__path_join(const char *dir, const char *name) {
     size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
+    char *p = ckpt__malloc(a + b + 2);
     if (!p) return NULL;
     memcpy(p, dir, a);
     size_t n = a;
@@ -173,9 +173,9 @@ const char *ckpt__path_basename(const char *path) {
 
 char *ckpt__path_dirname(const char *path) {
     const char *slash = strrchr(path, '/');
-    if (!slash) return strdup(".");
-    if (slash == path) return strdup("/");
-    return strndup(path, (size_t)(slash - path));
+    if (!slash) return ckpt__strdup(".");
+    if (slash == path) return ckpt__strdup("/");
+    return ckpt__strndup(path, (size_t)(slash - path));
 }
 
 ckpt_status ckpt__temp_create(const char *final_path, char **tmp_path, int *fd, ckpt_error *err) {
@@ -192,7 +192,7 @@ ckpt_status ckpt__temp_create(const char *final_path, char **tmp_path, int *fd, 
         if (w < 0 || (size_t)w >= sizeof name) break;
         char *p = ckpt__path_join(dir, name);
         if (!p) break;
-        int f = open(p, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        int f = ckpt__io_open(p, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (f >= 0) {
             free(dir);
             *tmp_path = p;
@@ -291,9 +291,9 @@ ckpt_status ckpt__reserve(int fd, uint64_t size, const char *path, ckpt_error *e
 ckpt_status ckpt__fsync_parent(const char *path, ckpt_error *err) {
     char *dir = ckpt__path_dirname(path);
     if (!dir) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = ckpt__io_open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     ckpt_status st = CKPT_OK;
-    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL && errno != EROFS))
+    if (fd < 0 || (ckpt__io_fsync(fd) != 0 && errno != EINVAL && errno != EROFS))
         st = ckpt__fail_errno(err, errno, dir, -1, "cannot sync directory");
     if (fd >= 0) close(fd);
     free(dir);

@@ -1,0 +1,68 @@
+/*
+ * fault.h — allocation and I/O calls, with fault injection for tests.
+ *
+ * Library code allocates with ckpt__malloc/calloc/realloc/strdup/strndup
+ * and makes its data system calls through ckpt__io_*.  In ordinary builds
+ * these are the libc functions themselves.  A build with
+ * CKPT_FAULT_INJECTION (tests/fault) routes them through counters so a test
+ * can make the N-th call fail — SQLite's way of testing every error path.
+ */
+#ifndef CKPT_BASE_FAULT_H
+#define CKPT_BASE_FAULT_H
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef CKPT_FAULT_INJECTION
+
+#define ckpt__malloc malloc
+#define ckpt__calloc calloc
+#define ckpt__realloc realloc
+#define ckpt__strdup strdup
+#define ckpt__strndup strndup
+#define ckpt__io_open open
+#define ckpt__io_pread pread
+#define ckpt__io_pwrite pwrite
+#define ckpt__io_copy_file_range copy_file_range
+#define ckpt__io_fsync fsync
+#define ckpt__io_ftruncate ftruncate
+#define ckpt__io_rename rename
+
+#else
+
+void *ckpt__malloc(size_t n);
+void *ckpt__calloc(size_t n, size_t size);
+void *ckpt__realloc(void *p, size_t n);
+char *ckpt__strdup(const char *s);
+char *ckpt__strndup(const char *s, size_t n);
+int ckpt__io_open(const char *path, int flags, ...);
+ssize_t ckpt__io_pread(int fd, void *buf, size_t n, off_t offset);
+ssize_t ckpt__io_pwrite(int fd, const void *buf, size_t n, off_t offset);
+ssize_t ckpt__io_copy_file_range(int in, loff_t *in_off, int out, loff_t *out_off, size_t n, unsigned flags);
+int ckpt__io_fsync(int fd);
+int ckpt__io_ftruncate(int fd, off_t size);
+int ckpt__io_rename(const char *from, const char *to);
+
+/* What the N-th call of a kind does. */
+typedef enum ckpt__fault_mode {
+    CKPT__FAULT_NONE,
+    CKPT__FAULT_ALLOC,  /* the N-th allocation returns NULL */
+    CKPT__FAULT_EIO,    /* the N-th I/O call fails with EIO */
+    CKPT__FAULT_ENOSPC, /* the N-th I/O call fails with ENOSPC */
+    CKPT__FAULT_SHORT,  /* the N-th read/write transfers half (at least 1 byte) */
+    CKPT__FAULT_EINTR   /* the N-th read/write/copy fails with EINTR */
+} ckpt__fault_mode;
+
+/* Arms the injection: calls of the mode's kind are counted from 1 and the
+ * n-th gets the fault (n = 0: none).  Returns nothing; not thread-safe. */
+void ckpt__fault_arm(ckpt__fault_mode mode, long n);
+/* How many calls of the armed kind were made since arming. */
+long ckpt__fault_count(void);
+/* Whether the fault fired. */
+int ckpt__fault_fired(void);
+
+#endif
+#endif

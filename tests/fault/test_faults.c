@@ -1,0 +1,215 @@
+/*
+ * Fault injection, SQLite style: for every operation and every kind of
+ * fault, make the N-th allocation or I/O call fail, for N = 1, 2, … until
+ * the operation succeeds.  Each run must end in success or a clear error
+ * (never a crash, hang or leak — the sanitizer build checks those), must
+ * leave nothing under a final output name when it fails, no temporary in
+ * any case, and the sources untouched.  EINTR and short transfers must not
+ * fail an operation at all: ckpt retries them.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "helpers.h"
+
+#ifndef FIXTURES
+#error FIXTURES must name tests/fault/fixtures
+#endif
+
+#define T(name, dtype, shape, b, e) "\"" name "\":{\"dtype\":\"" dtype "\",\"shape\":" shape ",\"data_offsets\":[" #b "," #e "]}"
+
+static char *work;   /* scratch directory with the inputs */
+static char *outdir; /* where conversions write */
+
+/* ---- operations ---------------------------------------------------------- */
+
+static ckpt_status op_open(const char *path, ckpt_error *err) {
+    ckpt_catalog *cat;
+    ckpt_status st = ckpt_catalog_open(path, &cat, err);
+    if (st == CKPT_OK) {
+        if (!ckpt_catalog_tensor_count(cat)) st = CKPT_E_BAD_STATE;
+        ckpt_catalog_close(cat);
+    }
+    return st;
+}
+
+/* Open, then read every tensor whole and in part, and view what can be. */
+static ckpt_status op_load(const char *path, ckpt_error *err) {
+    ckpt_catalog *cat;
+    ckpt_status st = ckpt_catalog_open(path, &cat, err);
+    for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_tensor_count(cat); i++) {
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
+        unsigned char *buf = malloc(t->nbytes + 1);
+        st = ckpt_catalog_read(cat, t, 0, buf, t->nbytes, err);
+        if (st == CKPT_OK && t->nbytes > 2) st = ckpt_catalog_read(cat, t, 1, buf, t->nbytes - 2, err);
+        free(buf);
+    }
+    if (st == CKPT_OK || cat) ckpt_catalog_close(st == CKPT_OK ? cat : cat);
+    return st;
+}
+
+static ckpt_status op_convert(const char *src, const char *dst, uint64_t shard, int checksums, ckpt_error *err) {
+    ckpt_catalog *cat;
+    ckpt_status st = ckpt_catalog_open(src, &cat, err);
+    if (st) return st;
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.max_shard_size = shard;
+    o.checksums = checksums;
+    st = ckpt_convert(cat, dst, &o, NULL, NULL, err);
+    ckpt_catalog_close(cat);
+    return st;
+}
+
+/* ---- the loop ---------------------------------------------------------------- */
+
+typedef struct op {
+    const char *name;
+    int kind; /* 0 open, 1 load, 2 convert */
+    const char *src;
+    const char *dst; /* relative to outdir */
+    uint64_t shard;
+    int checksums;
+} op;
+
+static ckpt_status run_op(const op *o, ckpt_error *err) {
+    char src[4096], dst[4096];
+    snprintf(src, sizeof src, o->src[0] == '/' ? "%s" : "%s/%s", o->src[0] == '/' ? o->src : work, o->src);
+    if (o->src[0] == '/') snprintf(src, sizeof src, "%s", o->src);
+    snprintf(dst, sizeof dst, "%s/%s", outdir, o->dst ? o->dst : "");
+    switch (o->kind) {
+    case 0: return op_open(src, err);
+    case 1: return op_load(src, err);
+    default: return op_convert(src, dst, o->shard, o->checksums, err);
+    }
+}
+
+static void clear_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[4096];
+        snprintf(p, sizeof p, "rm -rf '%s/%s'", dir, e->d_name);
+        if (system(p)) fail_msg("cannot clean %s", p);
+    }
+    if (d) closedir(d);
+}
+
+/* Everything in a directory tree as one string, to compare before/after. */
+static unsigned long long tree_hash(const char *dir) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd '%s' && find . -type f -print0 | sort -z | xargs -0 -r cat | cksum", dir);
+    FILE *p = popen(cmd, "r");
+    unsigned long long h = 0;
+    if (!p || fscanf(p, "%llu", &h) != 1) fail_msg("cannot hash %s", dir);
+    pclose(p);
+    return h;
+}
+
+static int count_temps(const char *dir) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "find '%s' -name '*.ckpt-tmp-*' | wc -l", dir);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    if (!p || fscanf(p, "%d", &n) != 1) fail_msg("cannot list %s", dir);
+    pclose(p);
+    return n;
+}
+
+static const char *mode_name(ckpt__fault_mode m) {
+    static const char *const names[] = {"none", "alloc", "EIO", "ENOSPC", "short", "EINTR"};
+    return names[m];
+}
+
+static long total_points;
+
+static void exercise(const op *o, ckpt__fault_mode mode) {
+    unsigned long long sources = tree_hash(work);
+    long n;
+    for (n = 1; n < 100000; n++) {
+        clear_dir(outdir);
+        ckpt_error err;
+        ckpt_error_clear(&err);
+        ckpt__fault_arm(mode, n);
+        ckpt_status st = run_op(o, &err);
+        int fired = ckpt__fault_fired();
+        ckpt__fault_arm(CKPT__FAULT_NONE, 0);
+        if (st != CKPT_OK) {
+            if (mode == CKPT__FAULT_SHORT || mode == CKPT__FAULT_EINTR)
+                fail_msg("%s, %s at call %ld: a retryable fault failed the operation: %s", o->name, mode_name(mode),
+                         n, err.message);
+            if (!err.message[0]) fail_msg("%s, %s at call %ld: failure without a message", o->name, mode_name(mode), n);
+            /* Nothing published: the output directory holds nothing. */
+            if (o->kind == 2 && dir_entries(outdir) != 0) {
+                char cmd[4200];
+                snprintf(cmd, sizeof cmd, "find '%s' >&2", outdir);
+                if (system(cmd)) {
+                }
+                fail_msg("%s, %s at call %ld failed (%s) but left output", o->name, mode_name(mode), n, err.message);
+            }
+        }
+        if (count_temps(outdir) || count_temps(work))
+            fail_msg("%s, %s at call %ld: temporaries left behind", o->name, mode_name(mode), n);
+        if (tree_hash(work) != sources) fail_msg("%s, %s at call %ld: a source changed", o->name, mode_name(mode), n);
+        if (!fired) {
+            if (st != CKPT_OK) fail_msg("%s: fails with no fault: %s", o->name, err.message);
+            break;
+        }
+    }
+    printf("  %-26s %-7s %5ld injection points\n", o->name, mode_name(mode), n - 1);
+    total_points += n - 1;
+}
+
+static void test_every_fault_point(void **state) {
+    (void)state;
+    static const op ops[] = {
+        {"open sharded safetensors", 0, "sharded", NULL, 0, 0},
+        {"open torch zip", 0, FIXTURES "/model.pt", NULL, 0, 0},
+        {"open torch legacy", 0, FIXTURES "/legacy.pt", NULL, 0, 0},
+        {"load sharded safetensors", 1, "sharded", NULL, 0, 0},
+        {"load torch (views)", 1, FIXTURES "/model.pt", NULL, 0, 0},
+        {"load re-zipped torch", 1, FIXTURES "/rezipped.pt", NULL, 0, 0},
+        {"convert to shards", 2, "single.safetensors", "shards", 40, 0},
+        {"convert with checksums", 2, "single.safetensors", "c.safetensors", 0, 1},
+        {"convert torch", 2, FIXTURES "/model.pt", "t.safetensors", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        for (int m = CKPT__FAULT_ALLOC; m <= CKPT__FAULT_EINTR; m++) exercise(&ops[i], (ckpt__fault_mode)m);
+    printf("  %ld injection points in all\n", total_points);
+}
+
+static int setup(void **state) {
+    (void)state;
+    work = scratch_dir();
+    outdir = scratch_dir();
+    const char *hdr = "{\"__metadata__\":{\"format\":\"pt\"}," T("a", "F32", "[4,4]", 0, 64) "," T("b", "U8", "[10]", 64, 74) ","
+                      T("c", "I16", "[3]", 74, 80) "}";
+    write_safetensors(in_dir(work, "single.safetensors"), hdr, 80);
+    /* A sharded checkpoint, made by ckpt itself before any fault is armed. */
+    ckpt_catalog *cat;
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.max_shard_size = 40;
+    assert_int_equal(ckpt_catalog_open(in_dir(work, "single.safetensors"), &cat, NULL), CKPT_OK);
+    assert_int_equal(ckpt_convert(cat, in_dir(work, "sharded"), &o, NULL, NULL, NULL), CKPT_OK);
+    ckpt_catalog_close(cat);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    scratch_free(work);
+    scratch_free(outdir);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_fault_point)};
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
