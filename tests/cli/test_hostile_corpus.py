@@ -1,0 +1,33 @@
+"""The committed hostile corpus (tests/hostile, built by generate.py): each
+file refused with its expected status, in bounded time and memory, with no
+side effect and no output."""
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from ckptlib import BIN_PATH
+
+HOSTILE = Path(__file__).resolve().parent.parent / "hostile"
+MANIFEST = json.loads((HOSTILE / "manifest.json").read_text())
+MARKER = Path("/tmp/ckpt-hostile-pwned")
+LIMITS = ["prlimit", f"--as={1 << 30}", "--cpu=20", "timeout", "20"]
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_refused_with_its_status(tmp_path, name):
+    status = MANIFEST[name]
+    MARKER.unlink(missing_ok=True)
+    path = HOSTILE / "corpus" / name
+    for cmd in (["inspect", str(path)], ["convert", str(path), str(tmp_path / "out.safetensors")]):
+        t0 = time.monotonic()
+        r = subprocess.run(LIMITS + [BIN_PATH, *cmd], capture_output=True, text=True)
+        elapsed = time.monotonic() - t0
+        assert r.returncode == 1, (cmd[0], r.returncode, r.stderr)
+        assert f"[{status}]" in r.stderr, (cmd[0], r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1
+        assert elapsed < 10, elapsed
+    assert not MARKER.exists(), "a payload ran"
+    assert os.listdir(tmp_path) == []
