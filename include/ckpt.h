@@ -13,6 +13,8 @@
  * - A *catalog* is what opening a checkpoint gives: names, dtypes, shapes and
  *   the location of every tensor's bytes.  Opening reads headers only, never
  *   tensor data.
+ * - ckpt_verify re-reads a checkpoint against the checksums a writer with
+ *   `checksums` set records.
  * - A *writer* declares every tensor (name, dtype, shape) first, so that the
  *   header, the shard layout and the index are known before any data is
  *   written; data then arrives tensor by tensor or chunk by chunk, in any
@@ -26,6 +28,11 @@
  * - Hugging Face sharded safetensors: `model-00001-of-00003.safetensors` files
  *   with `model.safetensors.index.json`, packed exactly as
  *   huggingface_hub's split_torch_state_dict_into_shards packs them.
+ * - PyTorch torch.save files, read only and without executing anything:
+ *   the zip format, the legacy stream format, re-zipped (DEFLATE) archives
+ *   and `pytorch_model.bin.index.json` shards.  The pickle is read with
+ *   torch's weights-only allowlist; the non-tensor values are kept as JSON
+ *   (ckpt_catalog_tree_json).
  *
  * Conventions
  * -----------

@@ -17,7 +17,7 @@ enum {
     MAX_DEPTH = 500,          /* nesting of the object tree */
     MAX_VISITS = 50000000,    /* node visits while walking (a shared DAG can fan out) */
 };
-#define MAX_PICKLE_BYTES (4ULL << 30)
+#define MAX_PICKLE_BYTES (1ULL << 30) /* real pickles are megabytes at most */
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 

@@ -328,6 +328,12 @@ ckpt_status ckpt__zip_read_entry(int fd, const ckpt__zip_entry *e, const char *p
     if (e->method == 8 && e->comp_size > limit)
         return ckpt__fail(err, CKPT_E_LIMIT, path, e->name, (int64_t)e->header_offset,
                           "compressed entry of %llu bytes is over the limit", (unsigned long long)e->comp_size);
+    /* DEFLATE expands at most 1032:1: a larger declared size is a lie, and
+     * must not decide how much memory is allocated. */
+    if (e->method == 8 && e->size / 1032 > e->comp_size + 1)
+        return ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->header_offset,
+                          "declares %llu bytes from %llu compressed bytes, more than DEFLATE can expand",
+                          (unsigned long long)e->size, (unsigned long long)e->comp_size);
     char *buf = ckpt__malloc((size_t)e->size + 1);
     if (!buf) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, e->name, -1, "cannot allocate %llu bytes", (unsigned long long)e->size);
     ckpt_status st;

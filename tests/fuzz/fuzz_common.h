@@ -3,9 +3,13 @@
 #ifndef CKPT_FUZZ_COMMON_H
 #define CKPT_FUZZ_COMMON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+#include "ckpt.h"
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -29,5 +33,32 @@ static inline int fuzz_memfile(const uint8_t *data, size_t size) {
 
 /* "/proc/self/fd/N": a path to open the memfd through the public API. */
 static inline void fuzz_fd_path(int fd, char *buf, size_t cap) { snprintf(buf, cap, "/proc/self/fd/%d", fd); }
+
+/* Opens the input as a file through the public catalog and reads every
+ * tensor (up to 1 MiB each), whole and in part.  With `strict`, whatever
+ * opened must read and view without error (safetensors guarantees it; a
+ * torch file may fail later, e.g. a compressed record that lies). */
+static inline void fuzz_read_catalog(const uint8_t *data, size_t size, bool strict) {
+    int fd = fuzz_memfile(data, size);
+    if (fd < 0) return;
+    char path[64];
+    fuzz_fd_path(fd, path, sizeof path);
+    ckpt_catalog *cat;
+    ckpt_error err;
+    if (ckpt_catalog_open(path, &cat, &err) == CKPT_OK) {
+        for (size_t i = 0; i < ckpt_catalog_tensor_count(cat); i++) {
+            const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
+            if (t->nbytes > (1u << 20)) continue;
+            unsigned char *buf = malloc(t->nbytes ? t->nbytes : 1);
+            const void *view;
+            if (ckpt_catalog_read(cat, t, 0, buf, t->nbytes, &err) != CKPT_OK && strict) abort();
+            if (t->nbytes > 3 && ckpt_catalog_read(cat, t, 1, buf, t->nbytes - 2, &err) != CKPT_OK && strict) abort();
+            if (strict && ckpt_catalog_view(cat, t, &view, &err) != CKPT_OK) abort();
+            free(buf);
+        }
+        ckpt_catalog_close(cat);
+    }
+    close(fd);
+}
 
 #endif

@@ -112,6 +112,15 @@ with zipfile.ZipFile(buf, "w") as out:
         out.writestr(k, v)
 put("pt-storage-shorter-than-tensor.pt", buf.getvalue(), "CKPT_E_TRUNCATED")
 
+# a compressed data.pkl declaring more than DEFLATE can expand to (a memory bomb by lie)
+buf = io.BytesIO()
+with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zz:
+    zz.writestr("archive/data.pkl", entries[f"{folder}/data.pkl"])
+bomb = bytearray(buf.getvalue())
+at = bomb.find(b"PK\x01\x02")
+bomb[at + 24:at + 28] = struct.pack("<I", 500_000_000)
+put("pt-deflate-size-lie.pt", bytes(bomb), "CKPT_E_ZIP_INVALID")
+
 # sharded: an index escaping its directory
 put("index-path-traversal.safetensors.index.json",
     json.dumps({"weight_map": {"a": "../../etc/passwd"}}).encode(), "CKPT_E_INDEX_INVALID")
