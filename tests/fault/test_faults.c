@@ -40,7 +40,7 @@ static ckpt_status op_open(const char *path, ckpt_error *err) {
 
 /* Open, then read every tensor whole and in part, and view what can be. */
 static ckpt_status op_load(const char *path, ckpt_error *err) {
-    ckpt_catalog *cat;
+    ckpt_catalog *cat = NULL;
     ckpt_status st = ckpt_catalog_open(path, &cat, err);
     for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_tensor_count(cat); i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
@@ -49,7 +49,7 @@ static ckpt_status op_load(const char *path, ckpt_error *err) {
         if (st == CKPT_OK && t->nbytes > 2) st = ckpt_catalog_read(cat, t, 1, buf, t->nbytes - 2, err);
         free(buf);
     }
-    if (st == CKPT_OK || cat) ckpt_catalog_close(st == CKPT_OK ? cat : cat);
+    ckpt_catalog_close(cat); /* NULL when the open failed */
     return st;
 }
 
@@ -79,8 +79,8 @@ typedef struct op {
 
 static ckpt_status run_op(const op *o, ckpt_error *err) {
     char src[4096], dst[4096];
-    snprintf(src, sizeof src, o->src[0] == '/' ? "%s" : "%s/%s", o->src[0] == '/' ? o->src : work, o->src);
-    if (o->src[0] == '/') snprintf(src, sizeof src, "%s", o->src);
+    if (o->src[0] == '/') snprintf(src, sizeof src, "%s", o->src); /* a fixture */
+    else snprintf(src, sizeof src, "%s/%s", work, o->src);          /* made in setup */
     snprintf(dst, sizeof dst, "%s/%s", outdir, o->dst ? o->dst : "");
     switch (o->kind) {
     case 0: return op_open(src, err);
