@@ -39,14 +39,14 @@ typedef struct progress_bar {
     const char *label;
 } progress_bar;
 
-void progress_init(progress_bar *bar, const char *label, bool enabled);
+/* Starts a bar: `mode` -1 shows it when stderr is a terminal, 0 never,
+ * 1 always (--progress / --no-progress).  Also installs the SIGINT/SIGTERM
+ * handlers that make progress_update cancel the operation. */
+void progress_start(progress_bar *bar, const char *label, int mode);
 /* ckpt_progress_fn: redraws at most every 100 ms; returns non-zero after
  * SIGINT/SIGTERM so the library cancels and cleans up. */
 int progress_update(uint64_t done, uint64_t total, void *bar);
 void progress_finish(progress_bar *bar, bool success);
 
-/* Installs SIGINT/SIGTERM handlers that request cancellation. */
-void interrupt_install(void);
-bool interrupt_requested(void);
 
 #endif

@@ -102,10 +102,8 @@ int cmd_convert(int argc, char **argv) {
 
     ckpt_catalog *cat;
     if (ckpt_catalog_open(src, &cat, &err) != CKPT_OK) return report_error(&err);
-    interrupt_install();
     progress_bar bar;
-    progress_init(&bar, "converting", show_progress != 0);
-    if (show_progress == 1) bar.enabled = true;
+    progress_start(&bar, "converting", show_progress);
     ckpt_status st = ckpt_convert(cat, dst, &opt, progress_update, &bar, &err);
     progress_finish(&bar, st == CKPT_OK);
     ckpt_catalog_close(cat);

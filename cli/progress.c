@@ -12,7 +12,7 @@ static void on_signal(int sig) {
     interrupted = 1;
 }
 
-void interrupt_install(void) {
+static void interrupt_install(void) {
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
@@ -20,7 +20,7 @@ void interrupt_install(void) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
-bool interrupt_requested(void) { return interrupted != 0; }
+static bool interrupt_requested(void) { return interrupted != 0; }
 
 static double now(void) {
     struct timespec ts;
@@ -28,8 +28,9 @@ static double now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void progress_init(progress_bar *bar, const char *label, bool enabled) {
-    bar->enabled = enabled && isatty(STDERR_FILENO);
+void progress_start(progress_bar *bar, const char *label, int mode) {
+    interrupt_install();
+    bar->enabled = mode == 1 || (mode == -1 && isatty(STDERR_FILENO));
     bar->start = now();
     bar->last = 0;
     bar->label = label;

@@ -31,10 +31,8 @@ int cmd_verify(int argc, char **argv) {
     ckpt_error_clear(&err);
     ckpt_catalog *cat;
     if (ckpt_catalog_open(path, &cat, &err) != CKPT_OK) return report_error(&err);
-    interrupt_install();
     progress_bar bar;
-    progress_init(&bar, "verifying", show_progress != 0);
-    if (show_progress == 1) bar.enabled = true;
+    progress_start(&bar, "verifying", show_progress);
     size_t checked = 0;
     ckpt_status st = ckpt_verify(cat, progress_update, &bar, &checked, &err);
     progress_finish(&bar, st == CKPT_OK);

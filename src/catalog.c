@@ -425,7 +425,7 @@ const ckpt__pairs *ckpt__catalog_file_meta(const ckpt_catalog *c, size_t file) {
 
 static ckpt_status check_tensor(const ckpt_catalog *c, const ckpt_tensor_info *t, ckpt_error *err) {
     if (!c || !t || t < c->tensors || t >= c->tensors + c->count)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, t && c ? NULL : NULL, -1,
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
                           "tensor info does not belong to this catalog");
     return CKPT_OK;
 }

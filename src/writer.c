@@ -638,7 +638,10 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
         for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) st = place(&w->files[f], err);
         if (st == CKPT_OK && w->index.final_path) st = place(&w->index, err);
     }
-    if (st == CKPT_OK && !w->opt.no_sync) st = ckpt__fsync_parent(w->files[0].final_path, err);
+    /* The new names live in the directory of the final files, or, for a
+     * staged directory, in its parent. */
+    if (st == CKPT_OK && !w->opt.no_sync)
+        st = ckpt__fsync_parent(w->stage_published ? w->path : w->files[0].final_path, err);
     if (st) return st; /* ckpt_writer_free rolls back */
     w->state = COMMITTED;
     for (size_t i = 0; i < w->stale_count; i++)

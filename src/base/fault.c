@@ -17,7 +17,6 @@ void ckpt__fault_arm(ckpt__fault_mode mode, long n) {
     fired = 0;
 }
 
-long ckpt__fault_count(void) { return calls; }
 int ckpt__fault_fired(void) { return fired; }
 
 static int hit_alloc(void) {

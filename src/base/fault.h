@@ -59,8 +59,6 @@ typedef enum ckpt__fault_mode {
 /* Arms the injection: calls of the mode's kind are counted from 1 and the
  * n-th gets the fault (n = 0: none).  Returns nothing; not thread-safe. */
 void ckpt__fault_arm(ckpt__fault_mode mode, long n);
-/* How many calls of the armed kind were made since arming. */
-long ckpt__fault_count(void);
 /* Whether the fault fired. */
 int ckpt__fault_fired(void);
 

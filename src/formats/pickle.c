@@ -206,10 +206,6 @@ bool ckpt__pk_is_global(const ckpt__pk_value *v, const char *module, const char 
     return v && v->kind == CKPT__PK_GLOBAL && !strcmp(v->u.global.module, module) && !strcmp(v->u.global.name, name);
 }
 
-bool ckpt__pk_is_call(const ckpt__pk_value *v, const char *module, const char *name) {
-    return v && v->kind == CKPT__PK_CALL && ckpt__pk_is_global(v->u.call.callable, module, name);
-}
-
 /* REDUCE and NEWOBJ on an allowed global: understood container
  * constructors become containers, the rest a CALL node. */
 static ckpt_status apply(vm *m, ckpt__pk_value *callable, ckpt__pk_value *args, ckpt__pk_value *kwargs, bool newobj) {

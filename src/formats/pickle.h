@@ -91,7 +91,4 @@ CKPT__HIDDEN ckpt_status ckpt__pk_load(const unsigned char *data, size_t len, co
 /* True when a value is the GLOBAL module.name. */
 CKPT__HIDDEN bool ckpt__pk_is_global(const ckpt__pk_value *v, const char *module, const char *name);
 
-/* True when a value is a CALL of the GLOBAL module.name. */
-CKPT__HIDDEN bool ckpt__pk_is_call(const ckpt__pk_value *v, const char *module, const char *name);
-
 #endif

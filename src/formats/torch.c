@@ -68,7 +68,6 @@ static unsigned item_bytes(ckpt_dtype d) { return d == CKPT_F4 ? 1 : ckpt_dtype_
 /* ---- the walk ------------------------------------------------------------ */
 
 typedef struct walker {
-    int fd;
     const char *path;
     const char *entry;       /* data.pkl's full name, for messages */
     uint64_t pickle_offset;  /* where data.pkl starts in the file */
@@ -488,7 +487,7 @@ ckpt_status ckpt__torch_read_zip(int fd, uint64_t file_size, const char *path, c
                            arena, &root, &used, err);
     }
     if (st == CKPT_OK) {
-        walker w = {.fd = fd, .path = path, .entry = pkl->name, .pickle_offset = pkl->data_offset, .zip = &zip,
+        walker w = {.path = path, .entry = pkl->name, .pickle_offset = pkl->data_offset, .zip = &zip,
                     .arena = arena, .err = err, .out = out};
         st = walk_root(&w, root);
     }
@@ -524,7 +523,7 @@ ckpt_status ckpt__torch_read_legacy(int fd, uint64_t file_size, const char *path
     memset(out, 0, sizeof *out);
     /* The pickles come first and their length is unknown: read a prefix,
      * and read more while the pickles run past it. */
-    uint64_t have = file_size < (64u << 20) ? file_size : (64u << 20);
+    uint64_t have = file_size < (64u << 20) ? file_size : (64u << 20), read_so_far = 0;
     unsigned char *buf = NULL;
     ckpt_status st;
     ckpt__pk_value *values[5];
@@ -536,7 +535,8 @@ ckpt_status ckpt__torch_read_legacy(int fd, uint64_t file_size, const char *path
             return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "cannot allocate %llu bytes", (unsigned long long)have);
         }
         buf = grown;
-        st = ckpt__pread_full(fd, buf, have, 0, path, err);
+        st = ckpt__pread_full(fd, buf + read_so_far, have - read_so_far, read_so_far, path, err);
+        read_so_far = have;
         pos = 0;
         for (int k = 0; st == CKPT_OK && k < 5; k++) {
             ckpt__pk_source src = {path, k == 3 ? "object pickle" : "header pickle", pos};
@@ -562,7 +562,7 @@ ckpt_status ckpt__torch_read_legacy(int fd, uint64_t file_size, const char *path
             if (info->u.seq.items[i]->kind == CKPT__PK_STR && !strcmp(info->u.seq.items[i]->u.s.data, "little_endian"))
                 out->big_endian = info->u.seq.items[i + 1]->kind == CKPT__PK_BOOL && !info->u.seq.items[i + 1]->u.b;
 
-    walker w = {.fd = fd, .path = path, .entry = "object pickle", .arena = arena, .err = err, .out = out};
+    walker w = {.path = path, .entry = "object pickle", .arena = arena, .err = err, .out = out};
     st = walk_root(&w, values[3]);
     if (st == CKPT_OK && keys->kind != CKPT__PK_LIST)
         st = ckpt__fail(err, CKPT_E_PICKLE_INVALID, path, NULL, (int64_t)keys->offset, "storage key list is not a list");

@@ -189,3 +189,14 @@ def test_tar_format_is_named(tmp_path):
     with pytest.raises(Exception) as e:
         Catalog(path)
     assert e.value.status == "CKPT_E_UNKNOWN_FORMAT" and "tar archive" in e.value.message
+
+
+def test_legacy_pickle_longer_than_the_first_read(tmp_path):
+    # The object pickle runs past the reader's first 64 MiB prefix.
+    blob = bytes(range(256)) * (70_000_000 // 256)
+    obj = {"w": torch.arange(10.), "blob": blob, "after": torch.ones(3, dtype=torch.int64)}
+    path = tmp_path / "big-legacy.pt"
+    torch.save(obj, path, _use_new_zipfile_serialization=False)
+    check_exact(path)
+    with Catalog(path) as cat:
+        assert cat.names() == ["w", "after"]

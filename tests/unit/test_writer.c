@@ -4,16 +4,20 @@
 
 #include "helpers.h"
 
-static ckpt_writer *make(const char *path, uint64_t max_shard, int overwrite) {
+static ckpt_status create(const char *path, uint64_t max_shard, int overwrite, ckpt_writer **w, ckpt_error *err) {
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     o.max_shard_size = max_shard;
     o.overwrite = overwrite;
     o.no_sync = 1;
+    return ckpt_writer_create(path, &o, w, err);
+}
+
+/* A writer that must be created. */
+static ckpt_writer *make(const char *path, uint64_t max_shard, int overwrite) {
     ckpt_writer *w;
     ckpt_error err;
-    ckpt_status st = ckpt_writer_create(path, &o, &w, &err);
-    if (st) fail_msg("create: %s", err.message);
+    if (create(path, max_shard, overwrite, &w, &err)) fail_msg("create: %s", err.message);
     return w;
 }
 
@@ -117,14 +121,9 @@ static void test_existing_destination(void **state) {
 }
 
 static ckpt_status write_sharded(const char *dir, uint64_t max, int overwrite, int count) {
-    ckpt_writer_options o;
-    ckpt_writer_options_init(&o);
-    o.max_shard_size = max;
-    o.overwrite = overwrite;
-    o.no_sync = 1;
     ckpt_writer *w;
     ckpt_error err;
-    ckpt_status created = ckpt_writer_create(dir, &o, &w, &err);
+    ckpt_status created = create(dir, max, overwrite, &w, &err);
     if (created) return created;
     uint64_t shape[1] = {10};
     char name[16];
