@@ -530,6 +530,263 @@ CKPT_API ckpt_status ckpt_convert(const ckpt_catalog *source, const char *dst_pa
 CKPT_API ckpt_status ckpt_verify(const ckpt_catalog *catalog, ckpt_progress_fn progress, void *user, size_t *checked,
                                  ckpt_error *err);
 
+/* ------------------------------------------------------------------------ */
+/* Casts                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Non-zero when ckpt converts `from` to `to`: between any two of F64, F32,
+ * F16, BF16 and the five float8 formats; integers to wider integers of the
+ * same signedness, unsigned (and BOOL) to wider signed; any dtype to itself.
+ */
+CKPT_API int ckpt_can_cast(ckpt_dtype from, ckpt_dtype to);
+
+/*
+ * Converts `count` elements, bit for bit as torch's Tensor.to() on CPU for
+ * every value that is not a NaN: floats go through float32 (as torch does,
+ * so float64 → bfloat16 rounds twice), round to nearest even; float8_e4m3fn
+ * saturates to ±448 (infinities included), float8_e5m2 overflows to
+ * infinity, the *fnuz formats turn overflow, infinity and NaN into their
+ * one NaN and have no −0, float8_e8m0fnu rounds up from the guard bit.  A
+ * NaN stays a NaN of the same sign (torch's own NaN payloads differ between
+ * its scalar and vector code, see docs/CASTS.md).  `src` and `dst` need no
+ * alignment and must not overlap.  SIMD kernels are chosen at run time
+ * (CKPT_SIMD=scalar|avx2|avx512 in the environment caps the choice).
+ */
+CKPT_API ckpt_status ckpt_cast(ckpt_dtype from, const void *src, ckpt_dtype to, void *dst, uint64_t count,
+                               ckpt_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Plans: what to load, and how                                             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A plan lists the tensors of a catalog to load and, for each, a new name,
+ * a slice, a dtype and an axis order.  It starts with every tensor,
+ * unchanged.  Rules name tensors by a *pattern* on their name in the
+ * checkpoint (never the new name): a glob where `*` matches any run of
+ * characters (dots included) and `?` one character; NULL or "*" matches
+ * every tensor.  Each rule applies at once to the tensors selected when it
+ * is added, in the order rules are added: a tensor's data becomes
+ *
+ *     permute(cast(slice(source)))
+ *
+ * with slices given in the source's dimensions.  Nothing is read until
+ * ckpt_load (or ckpt_convert_plan).  A plan keeps a pointer to its catalog,
+ * which must outlive it.  A plan is used from one thread at a time.
+ */
+typedef struct ckpt_plan ckpt_plan;
+
+CKPT_API ckpt_status ckpt_plan_create(ckpt_catalog *catalog, ckpt_plan **out, ckpt_error *err);
+
+/* Releases a plan and the buffers the library allocated for it (not those
+ * taken with ckpt_plan_take).  Accepts NULL. */
+CKPT_API void ckpt_plan_free(ckpt_plan *plan);
+
+/* Keeps only tensors matching `pattern`: the first call replaces "every
+ * tensor" by the matches, later calls add their matches. */
+CKPT_API ckpt_status ckpt_plan_select(ckpt_plan *plan, const char *pattern, ckpt_error *err);
+
+/* Drops the selected tensors matching `pattern`. */
+CKPT_API ckpt_status ckpt_plan_exclude(ckpt_plan *plan, const char *pattern, ckpt_error *err);
+
+/*
+ * Renames selected tensors.  With a `*` in `from`, a whole-name glob whose
+ * `*` captures replace the `*` of `to` in order ("layers.*.attn.*" →
+ * "h.*.attention.*").  Without one, a prefix: `from` ending in "." strips
+ * or replaces that prefix ("model." → ""); otherwise it matches the name
+ * itself or the name followed by "." (so "encoder" renames "encoder.x" but
+ * not "encoders.x").  Renames apply to the current name, in order.
+ */
+CKPT_API ckpt_status ckpt_plan_rename(ckpt_plan *plan, const char *from, const char *to, ckpt_error *err);
+
+/*
+ * Casts selected floating-point tensors matching `pattern` to `dtype` (a
+ * float dtype; other tensors are left as they are) — or, when `dtype` is an
+ * integer type, widens matching integer tensors.  Fails with
+ * CKPT_E_INVALID_ARGUMENT naming a tensor that cannot be cast.
+ */
+CKPT_API ckpt_status ckpt_plan_cast(ckpt_plan *plan, const char *pattern, ckpt_dtype dtype, ckpt_error *err);
+
+/*
+ * Keeps elements [start, stop) of dimension `dim` (negative counts from the
+ * last) of matching tensors, within any earlier slice of that dimension
+ * (the range is relative to it).  A tensor without that dimension, or a
+ * range past its size, fails naming the tensor.
+ */
+CKPT_API ckpt_status ckpt_plan_slice(ckpt_plan *plan, const char *pattern, int dim, uint64_t start, uint64_t stop,
+                                     ckpt_error *err);
+
+/*
+ * Tensor-parallel split: keeps part `rank` of `parts` of dimension `dim`,
+ * as torch.tensor_split / numpy.array_split cut (the first size % parts
+ * parts are one longer; uneven sizes are allowed).
+ */
+CKPT_API ckpt_status ckpt_plan_split(ckpt_plan *plan, const char *pattern, int dim, uint64_t rank, uint64_t parts,
+                                     ckpt_error *err);
+
+/*
+ * Reorders the axes of matching tensors: output axis i is input axis
+ * perm[i] (numpy.transpose / torch.permute).  Matching tensors must have
+ * `ndim` axes.  Permutations compose.
+ */
+CKPT_API ckpt_status ckpt_plan_permute(ckpt_plan *plan, const char *pattern, uint32_t ndim, const uint32_t *perm,
+                                       ckpt_error *err);
+
+/* Transposes the matching tensors that have exactly two axes (dense
+ * kernels, (out, in) ↔ (in, out)); others are left as they are. */
+CKPT_API ckpt_status ckpt_plan_transpose(ckpt_plan *plan, const char *pattern, ckpt_error *err);
+
+/*
+ * Converts a layout named by letters, e.g. "OIHW" → "HWIO" (torch conv
+ * kernels to TensorFlow/Flax ones), "OIDHW" → "DHWIO", "OI" → "IO": both
+ * strings hold the same distinct letters; matching tensors with that many
+ * axes are permuted, others are left as they are.
+ */
+CKPT_API ckpt_status ckpt_plan_layout(ckpt_plan *plan, const char *pattern, const char *from, const char *to,
+                                      ckpt_error *err);
+
+/* One tensor of a plan.  Pointers live as long as the plan. */
+typedef struct ckpt_plan_item {
+    const char *name;               /* the name after renames              */
+    const ckpt_tensor_info *source; /* the tensor in the catalog           */
+    ckpt_dtype dtype;               /* after the cast                      */
+    uint32_t ndim;
+    const uint64_t *shape;          /* after slicing and permutation       */
+    uint64_t numel;
+    uint64_t nbytes;
+    const uint64_t *slice_start;    /* per source axis: first element kept */
+    const uint64_t *slice_count;    /* per source axis: elements kept      */
+    const uint32_t *perm;           /* output axis i is source axis perm[i] */
+    /* After ckpt_load: the tensor's data (dense, row-major) — the caller's
+     * buffer, a buffer the library allocated, or a read-only view. */
+    void *data;
+    uint8_t is_view;   /* data points into a read-only mapping of the file */
+    uint8_t transform; /* non-zero when loading converts bytes (cast, axis order, byte order) */
+} ckpt_plan_item;
+
+/* Number of selected tensors, and the i-th (in catalog order); indexes hold
+ * until the selection changes. */
+CKPT_API size_t ckpt_plan_count(const ckpt_plan *plan);
+CKPT_API const ckpt_plan_item *ckpt_plan_item_at(const ckpt_plan *plan, size_t i);
+
+/* The selected tensor with this (new) name and its index, or NULL. */
+CKPT_API const ckpt_plan_item *ckpt_plan_find(const ckpt_plan *plan, const char *name, size_t *index);
+
+/*
+ * Loads item i into the caller's `buffer` (any alignment) of `capacity`
+ * bytes, which must hold item->nbytes.  Without a buffer, ckpt_load
+ * allocates one (64-byte aligned) or, with options->views, gives a view.
+ */
+CKPT_API ckpt_status ckpt_plan_set_buffer(ckpt_plan *plan, size_t i, void *buffer, uint64_t capacity,
+                                          ckpt_error *err);
+
+/* After ckpt_load: takes ownership of the buffer the library allocated for
+ * item i (release it with ckpt_free); NULL for a caller buffer or a view. */
+CKPT_API void *ckpt_plan_take(ckpt_plan *plan, size_t i);
+
+/* Releases a buffer from ckpt_plan_take.  Accepts NULL. */
+CKPT_API void ckpt_free(void *buffer);
+
+/* ---- match report ------------------------------------------------------- */
+
+/* What a model skeleton expects of one tensor. */
+typedef struct ckpt_expected {
+    const char *name;
+    ckpt_dtype dtype;     /* CKPT_DTYPE_INVALID: any dtype */
+    uint32_t ndim;
+    const uint64_t *shape;
+} ckpt_expected;
+
+typedef enum ckpt_mismatch {
+    CKPT_MATCH_MISSING = 1,    /* expected, not in the plan              */
+    CKPT_MATCH_UNEXPECTED = 2, /* in the plan, not expected              */
+    CKPT_MATCH_SHAPE = 3,      /* both, with different shapes            */
+    CKPT_MATCH_DTYPE = 4       /* both, same shape, different dtypes     */
+} ckpt_mismatch;
+
+typedef struct ckpt_match_entry {
+    ckpt_mismatch kind;
+    const char *name;
+    size_t expected; /* index into the expected array, or SIZE_MAX       */
+    size_t item;     /* index of the plan item (before pruning), or SIZE_MAX */
+} ckpt_match_entry;
+
+#define CKPT_MATCH_CAST 1u  /* cast float tensors to the expected float dtype instead of reporting them */
+#define CKPT_MATCH_PRUNE 2u /* then drop unexpected and mismatched tensors from the plan */
+
+/*
+ * Compares the plan (names after renames, shapes after slices and
+ * permutations, dtypes after casts) with what a model expects, reading no
+ * data.  *entries (valid until the next match or the plan's release) lists
+ * the differences: missing in expected order, then unexpected and
+ * mismatched in plan order; *count is 0 when everything matches.
+ */
+CKPT_API ckpt_status ckpt_plan_match(ckpt_plan *plan, const ckpt_expected *expected, size_t expected_count,
+                                     unsigned flags, const ckpt_match_entry **entries, size_t *count,
+                                     ckpt_error *err);
+
+/* ------------------------------------------------------------------------ */
+/* Loading: the engine                                                      */
+/* ------------------------------------------------------------------------ */
+
+typedef enum ckpt_io_mode {
+    CKPT_IO_AUTO = 0,     /* direct I/O for data not in the page cache, on local disks */
+    CKPT_IO_BUFFERED = 1, /* always through the page cache                            */
+    CKPT_IO_DIRECT = 2    /* O_DIRECT where the file system allows it                 */
+} ckpt_io_mode;
+
+typedef struct ckpt_load_options {
+    unsigned threads;     /* 0: one per online CPU                                   */
+    uint64_t chunk_bytes; /* bytes per task and per bounce buffer; 0: 8 MiB           */
+    ckpt_io_mode io;
+    int io_uring;         /* 0: use io_uring when the kernel offers it; -1: never      */
+    int views;            /* non-zero: tensors needing no transform and no buffer become
+                             zero-copy views of the file (not on network file systems) */
+    ckpt_progress_fn progress; /* bytes loaded so far; non-zero cancels (may be NULL)   */
+    void *user;
+} ckpt_load_options;
+
+CKPT_API void ckpt_load_options_init(ckpt_load_options *options);
+
+/*
+ * Loads every selected tensor of the plan into its destination.  Threads
+ * read in chunks with pread (or io_uring, or O_DIRECT): straight into the
+ * destination when bytes need no conversion, through a bounded ring of
+ * aligned bounce buffers (threads × chunk_bytes) when they do.  Slices read
+ * only their rows.  Memory beyond the destinations is that ring, whatever
+ * the checkpoint's size (a torch tensor saved as a non-contiguous view and
+ * then sliced or permuted is gathered whole first).  On failure or
+ * cancellation, buffers the library allocated are released and caller
+ * buffers hold partial data.  Items keep their data until the plan is
+ * released; ckpt_load may be called again (it reloads).
+ */
+CKPT_API ckpt_status ckpt_load(ckpt_plan *plan, const ckpt_load_options *options, ckpt_error *err);
+
+/* What the last ckpt_load did. */
+typedef struct ckpt_load_stats {
+    uint64_t bytes_needed; /* bytes of source data the plan needs                   */
+    uint64_t bytes_read;   /* bytes read from files (≥ needed: alignment, gathers)  */
+    uint64_t reads;        /* read requests issued                                  */
+    uint64_t tasks;
+    unsigned threads;
+    uint64_t ring_bytes;   /* bounce memory allocated                               */
+    int direct;            /* O_DIRECT was used                                     */
+    int io_uring;          /* io_uring was used                                     */
+    uint64_t views;        /* tensors given as views                                */
+} ckpt_load_stats;
+
+CKPT_API void ckpt_plan_stats(const ckpt_plan *plan, ckpt_load_stats *stats);
+
+/*
+ * Writes the plan's tensors (new names, slices, dtypes, axis orders) as a
+ * new checkpoint, like ckpt_convert: streamed through the bounce ring,
+ * never holding a whole tensor unless a permuted tensor's source is a torch
+ * non-contiguous view.  Tensors needing nothing are copied by the kernel.
+ */
+CKPT_API ckpt_status ckpt_convert_plan(ckpt_plan *plan, const char *dst_path, const ckpt_writer_options *options,
+                                       ckpt_progress_fn progress, void *user, ckpt_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,7 +30,40 @@ class TensorInfo(ctypes.Structure):
 
 class WriterOptions(ctypes.Structure):
     _fields_ = [("max_shard_size", ctypes.c_uint64), ("prefix", ctypes.c_char_p),
-                ("overwrite", ctypes.c_int), ("no_sync", ctypes.c_int)]
+                ("overwrite", ctypes.c_int), ("no_sync", ctypes.c_int), ("checksums", ctypes.c_int)]
+
+
+class PlanItem(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("source", ctypes.POINTER(TensorInfo)), ("dtype", ctypes.c_int),
+                ("ndim", ctypes.c_uint32), ("shape", ctypes.POINTER(ctypes.c_uint64)), ("numel", ctypes.c_uint64),
+                ("nbytes", ctypes.c_uint64), ("slice_start", ctypes.POINTER(ctypes.c_uint64)),
+                ("slice_count", ctypes.POINTER(ctypes.c_uint64)), ("perm", ctypes.POINTER(ctypes.c_uint32)),
+                ("data", ctypes.c_void_p), ("is_view", ctypes.c_uint8), ("transform", ctypes.c_uint8)]
+
+
+PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p)
+
+
+class LoadOptions(ctypes.Structure):
+    _fields_ = [("threads", ctypes.c_uint), ("chunk_bytes", ctypes.c_uint64), ("io", ctypes.c_int),
+                ("io_uring", ctypes.c_int), ("views", ctypes.c_int), ("progress", PROGRESS_FN),
+                ("user", ctypes.c_void_p)]
+
+
+class LoadStats(ctypes.Structure):
+    _fields_ = [("bytes_needed", ctypes.c_uint64), ("bytes_read", ctypes.c_uint64), ("reads", ctypes.c_uint64),
+                ("tasks", ctypes.c_uint64), ("threads", ctypes.c_uint), ("ring_bytes", ctypes.c_uint64),
+                ("direct", ctypes.c_int), ("io_uring", ctypes.c_int), ("views", ctypes.c_uint64)]
+
+
+class Expected(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int), ("ndim", ctypes.c_uint32),
+                ("shape", ctypes.POINTER(ctypes.c_uint64))]
+
+
+class MatchEntry(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("name", ctypes.c_char_p), ("expected", ctypes.c_size_t),
+                ("item", ctypes.c_size_t)]
 
 
 _lib = ctypes.CDLL(LIB_PATH)
@@ -75,6 +108,41 @@ _lib.ckpt_writer_file_path.argtypes = [_P, ctypes.c_size_t]
 _lib.ckpt_writer_file_path.restype = ctypes.c_char_p
 _lib.ckpt_writer_tensor_file.argtypes = [_P, ctypes.c_size_t]
 _lib.ckpt_writer_tensor_file.restype = ctypes.c_size_t
+
+
+_E = ctypes.POINTER(Error)
+_lib.ckpt_can_cast.argtypes = [ctypes.c_int, ctypes.c_int]
+_lib.ckpt_cast.argtypes = [ctypes.c_int, _P, ctypes.c_int, _P, ctypes.c_uint64, _E]
+_lib.ckpt_plan_create.argtypes = [_P, ctypes.POINTER(_P), _E]
+_lib.ckpt_plan_free.argtypes = [_P]
+for _name in ("select", "exclude"):
+    getattr(_lib, "ckpt_plan_" + _name).argtypes = [_P, ctypes.c_char_p, _E]
+_lib.ckpt_plan_rename.argtypes = [_P, ctypes.c_char_p, ctypes.c_char_p, _E]
+_lib.ckpt_plan_cast.argtypes = [_P, ctypes.c_char_p, ctypes.c_int, _E]
+_lib.ckpt_plan_slice.argtypes = [_P, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, _E]
+_lib.ckpt_plan_split.argtypes = [_P, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, _E]
+_lib.ckpt_plan_permute.argtypes = [_P, ctypes.c_char_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32), _E]
+_lib.ckpt_plan_transpose.argtypes = [_P, ctypes.c_char_p, _E]
+_lib.ckpt_plan_layout.argtypes = [_P, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, _E]
+_lib.ckpt_plan_count.argtypes = [_P]
+_lib.ckpt_plan_count.restype = ctypes.c_size_t
+_lib.ckpt_plan_item_at.argtypes = [_P, ctypes.c_size_t]
+_lib.ckpt_plan_item_at.restype = ctypes.POINTER(PlanItem)
+_lib.ckpt_plan_find.argtypes = [_P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+_lib.ckpt_plan_find.restype = ctypes.POINTER(PlanItem)
+_lib.ckpt_plan_set_buffer.argtypes = [_P, ctypes.c_size_t, _P, ctypes.c_uint64, _E]
+_lib.ckpt_plan_take.argtypes = [_P, ctypes.c_size_t]
+_lib.ckpt_plan_take.restype = _P
+_lib.ckpt_free.argtypes = [_P]
+_lib.ckpt_plan_match.argtypes = [_P, ctypes.POINTER(Expected), ctypes.c_size_t, ctypes.c_uint,
+                                 ctypes.POINTER(ctypes.POINTER(MatchEntry)), ctypes.POINTER(ctypes.c_size_t), _E]
+_lib.ckpt_load_options_init.argtypes = [ctypes.POINTER(LoadOptions)]
+_lib.ckpt_load.argtypes = [_P, ctypes.POINTER(LoadOptions), _E]
+_lib.ckpt_plan_stats.argtypes = [_P, ctypes.POINTER(LoadStats)]
+_lib.ckpt_convert_plan.argtypes = [_P, ctypes.c_char_p, ctypes.POINTER(WriterOptions), _P, _P, _E]
+
+MATCH_KINDS = {1: "missing", 2: "unexpected", 3: "shape", 4: "dtype"}
+IO_MODES = {"auto": 0, "buffered": 1, "direct": 2}
 
 
 class CkptError(Exception):
@@ -193,3 +261,142 @@ def write(path, tensors, metadata=None, max_shard_size=0, overwrite=False, prefi
         return placement
     finally:
         _lib.ckpt_writer_free(w)
+
+
+def can_cast(src, dst):
+    return bool(_lib.ckpt_can_cast(DTYPES.index(src), DTYPES.index(dst)))
+
+
+def cast(src, data, dst, count):
+    """Converts `count` elements of dtype `src` held in `data` (bytes) to `dst`."""
+    size = {8: 1, 16: 2, 32: 4, 64: 8}
+    bits = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "U64": 64, "I32": 32, "U32": 32, "I16": 16,
+            "U16": 16}.get(dst, 8)
+    out = ctypes.create_string_buffer(max(count * size[bits], 1))
+    src_buf = ctypes.create_string_buffer(bytes(data), max(len(data), 1))
+    err = Error()
+    _check(_lib.ckpt_cast(DTYPES.index(src), src_buf, DTYPES.index(dst), out, count, ctypes.byref(err)), err)
+    return out.raw[:count * size[bits]]
+
+
+class Plan:
+    """A plan over an open Catalog (kept alive by the plan)."""
+
+    def __init__(self, catalog):
+        self.catalog = catalog
+        self._h, err = _P(), Error()
+        _check(_lib.ckpt_plan_create(catalog._h, ctypes.byref(self._h), ctypes.byref(err)), err)
+        self._buffers = {}
+
+    def close(self):
+        if self._h:
+            _lib.ckpt_plan_free(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, fn, *args):
+        err = Error()
+        _check(fn(self._h, *args, ctypes.byref(err)), err)
+        return self
+
+    def select(self, pattern):
+        return self._call(_lib.ckpt_plan_select, pattern.encode())
+
+    def exclude(self, pattern):
+        return self._call(_lib.ckpt_plan_exclude, pattern.encode())
+
+    def rename(self, old, new):
+        return self._call(_lib.ckpt_plan_rename, old.encode(), new.encode())
+
+    def cast(self, dtype, pattern=None):
+        return self._call(_lib.ckpt_plan_cast, pattern.encode() if pattern else None, DTYPES.index(dtype))
+
+    def slice(self, dim, start, stop, pattern=None):
+        return self._call(_lib.ckpt_plan_slice, pattern.encode() if pattern else None, dim, start, stop)
+
+    def split(self, dim, rank, parts, pattern=None):
+        return self._call(_lib.ckpt_plan_split, pattern.encode() if pattern else None, dim, rank, parts)
+
+    def permute(self, perm, pattern=None):
+        arr = (ctypes.c_uint32 * max(len(perm), 1))(*perm)
+        return self._call(_lib.ckpt_plan_permute, pattern.encode() if pattern else None, len(perm), arr)
+
+    def transpose(self, pattern=None):
+        return self._call(_lib.ckpt_plan_transpose, pattern.encode() if pattern else None)
+
+    def layout(self, src, dst, pattern=None):
+        return self._call(_lib.ckpt_plan_layout, pattern.encode() if pattern else None, src.encode(), dst.encode())
+
+    def _item(self, i):
+        return _lib.ckpt_plan_item_at(self._h, i).contents
+
+    def items(self):
+        out = []
+        for i in range(_lib.ckpt_plan_count(self._h)):
+            it = self._item(i)
+            out.append({"name": it.name.decode(), "source": it.source.contents.name.decode(),
+                        "dtype": DTYPES[it.dtype], "shape": [it.shape[d] for d in range(it.ndim)],
+                        "nbytes": it.nbytes, "transform": bool(it.transform), "is_view": bool(it.is_view)})
+        return out
+
+    def set_buffer(self, i, buf):
+        """buf: a writable ctypes buffer or a numpy array (kept alive here)."""
+        if hasattr(buf, "ctypes"):
+            ptr, size = buf.ctypes.data, buf.nbytes
+        else:
+            ptr, size = ctypes.addressof(buf), ctypes.sizeof(buf)
+        self._buffers[i] = buf
+        return self._call(_lib.ckpt_plan_set_buffer, i, ptr, size)
+
+    def load(self, threads=0, chunk_bytes=0, io="auto", io_uring=True, views=False, progress=None):
+        opts = LoadOptions()
+        _lib.ckpt_load_options_init(ctypes.byref(opts))
+        opts.threads, opts.chunk_bytes, opts.io = threads, chunk_bytes, IO_MODES[io]
+        opts.io_uring = 0 if io_uring else -1
+        opts.views = int(views)
+        if progress:
+            self._progress = PROGRESS_FN(lambda done, total, user: int(bool(progress(done, total))))
+            opts.progress = self._progress
+        err = Error()
+        _check(_lib.ckpt_load(self._h, ctypes.byref(opts), ctypes.byref(err)), err)
+        return self
+
+    def data(self):
+        """{name: bytes} of the loaded items."""
+        out = {}
+        for i in range(_lib.ckpt_plan_count(self._h)):
+            it = self._item(i)
+            out[it.name.decode()] = ctypes.string_at(it.data, it.nbytes) if it.nbytes else b""
+        return out
+
+    def stats(self):
+        s = LoadStats()
+        _lib.ckpt_plan_stats(self._h, ctypes.byref(s))
+        return {name: getattr(s, name) for name, _ in LoadStats._fields_}
+
+    def match(self, expected, cast=False, prune=False):
+        """expected: [(name, dtype or None, shape)] → [(kind, name)]."""
+        arr = (Expected * max(len(expected), 1))()
+        keep = []
+        for k, (name, dtype, shape) in enumerate(expected):
+            dims = (ctypes.c_uint64 * max(len(shape), 1))(*shape)
+            keep.append(dims)
+            arr[k] = Expected(name.encode(), DTYPES.index(dtype) if dtype else 0, len(shape), dims)
+        entries, count, err = ctypes.POINTER(MatchEntry)(), ctypes.c_size_t(), Error()
+        flags = (1 if cast else 0) | (2 if prune else 0)
+        _check(_lib.ckpt_plan_match(self._h, arr, len(expected), flags, ctypes.byref(entries), ctypes.byref(count),
+                                    ctypes.byref(err)), err)
+        return [(MATCH_KINDS[entries[i].kind], entries[i].name.decode()) for i in range(count.value)]
+
+    def convert(self, dst, max_shard_size=0, overwrite=False):
+        opts = WriterOptions()
+        _lib.ckpt_writer_options_init(ctypes.byref(opts))
+        opts.max_shard_size, opts.overwrite, opts.no_sync = max_shard_size, int(overwrite), 1
+        err = Error()
+        _check(_lib.ckpt_convert_plan(self._h, str(dst).encode(), ctypes.byref(opts), None, None, ctypes.byref(err)),
+               err)

@@ -1,0 +1,178 @@
+/* reader.c — positional read batches (io_uring or pread) and file facts. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include "reader.h"
+
+#ifdef CKPT_HAVE_URING
+#include <liburing.h>
+#endif
+
+enum { QUEUE_DEPTH = 64 };
+
+void ckpt__reader_init(ckpt__reader *r, bool want_uring) {
+    memset(r, 0, sizeof *r);
+#ifdef CKPT_HAVE_URING
+    if (!want_uring) return;
+    struct io_uring *ring = ckpt__malloc(sizeof *ring);
+    if (!ring) return;
+    if (io_uring_queue_init(QUEUE_DEPTH, ring, 0) == 0) r->uring = ring;
+    else free(ring);
+#else
+    (void)want_uring;
+#endif
+}
+
+void ckpt__reader_free(ckpt__reader *r) {
+#ifdef CKPT_HAVE_URING
+    if (r->uring) {
+        io_uring_queue_exit(r->uring);
+        free(r->uring);
+    }
+#endif
+    r->uring = NULL;
+}
+
+/* Reads at least req->need bytes (up to len) from `done` on, with pread. */
+static ckpt_status finish_pread(ckpt__reader *r, const ckpt__read_req *q, uint64_t done, ckpt_error *err) {
+    unsigned char *dst = q->dst;
+    while (done < q->len) {
+        ssize_t got = ckpt__io_pread(q->fd, dst + done, (size_t)(q->len - done), (off_t)(q->offset + done));
+        r->reads++;
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return ckpt__fail_errno(err, errno, q->path, (int64_t)(q->offset + done), "cannot read %s%s%s",
+                                    q->tensor ? "tensor \"" : "", q->tensor ? q->tensor : "the file", q->tensor ? "\"" : "");
+        }
+        if (got == 0) break;
+        done += (uint64_t)got;
+        r->bytes += (uint64_t)got;
+    }
+    if (done < q->need)
+        return ckpt__fail(err, CKPT_E_TRUNCATED, q->path, q->tensor, (int64_t)(q->offset + done),
+                          "the file ends at byte %llu, inside data that runs to byte %llu",
+                          (unsigned long long)(q->offset + done), (unsigned long long)(q->offset + q->need));
+    return CKPT_OK;
+}
+
+#ifdef CKPT_HAVE_URING
+static ckpt_status run_uring(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt_error *err) {
+    struct io_uring *ring = r->uring;
+    ckpt_status st = CKPT_OK;
+    size_t next = 0, inflight = 0;
+    while ((next < n || inflight) && (st == CKPT_OK || inflight)) {
+        while (st == CKPT_OK && next < n && inflight < QUEUE_DEPTH) {
+            struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+            if (!sqe) break;
+            ckpt__read_req *q = &reqs[next];
+            io_uring_prep_read(sqe, q->fd, q->dst, (unsigned)q->len, q->offset);
+            io_uring_sqe_set_data(sqe, q);
+            next++, inflight++;
+        }
+        int rc = io_uring_submit_and_wait(ring, 1);
+        if (rc < 0 && rc != -EINTR) {
+            /* The ring broke: finish what is in flight by waiting, the rest with pread. */
+            st = ckpt__fail_errno(err, -rc, reqs[0].path, -1, "io_uring submission failed");
+        }
+        struct io_uring_cqe *cqe;
+        while (inflight && io_uring_peek_cqe(ring, &cqe) == 0) {
+            ckpt__read_req *q = io_uring_cqe_get_data(cqe);
+            int res = cqe->res;
+            io_uring_cqe_seen(ring, cqe);
+            inflight--;
+            r->reads++;
+            if (st != CKPT_OK) continue;
+            if (res < 0 && res != -EINTR && res != -EAGAIN) {
+                st = ckpt__fail_errno(err, -res, q->path, (int64_t)q->offset, "cannot read %s%s%s",
+                                      q->tensor ? "tensor \"" : "", q->tensor ? q->tensor : "the file",
+                                      q->tensor ? "\"" : "");
+                continue;
+            }
+            uint64_t got = res > 0 ? (uint64_t)res : 0;
+            r->bytes += got;
+            if (got < q->len && (got < q->need || res <= 0)) st = finish_pread(r, q, got, err); /* short: rare */
+        }
+    }
+    return st;
+}
+#endif
+
+ckpt_status ckpt__reader_run(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt_error *err) {
+#ifdef CKPT_HAVE_URING
+    if (r->uring && n > 0) return run_uring(r, reqs, n, err);
+#endif
+    for (size_t i = 0; i < n; i++) {
+        ckpt_status st = finish_pread(r, &reqs[i], 0, err);
+        if (st) return st;
+    }
+    return CKPT_OK;
+}
+
+int ckpt__open_direct(const char *path, int fd, uint32_t *align) {
+    int dfd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (dfd < 0) return -1;
+    struct stat a, b;
+    if (fstat(fd, &a) != 0 || fstat(dfd, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+        close(dfd);
+        return -1;
+    }
+    uint32_t need = 4096;
+#ifdef STATX_DIOALIGN
+    struct statx sx;
+    if (statx(dfd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN)) {
+        if (sx.stx_dio_offset_align == 0) { /* the file system refuses direct I/O for this file */
+            close(dfd);
+            return -1;
+        }
+        need = sx.stx_dio_offset_align > sx.stx_dio_mem_align ? sx.stx_dio_offset_align : sx.stx_dio_mem_align;
+    }
+#endif
+    *align = need < 512 ? 512 : need;
+    return dfd;
+}
+
+bool ckpt__is_remote_fs(int fd) {
+    struct statfs s;
+    if (fstatfs(fd, &s) != 0) return true; /* cannot tell: be careful */
+    switch ((unsigned long)s.f_type) {
+    case 0x6969:     /* NFS */
+    case 0x517B:     /* SMB */
+    case 0xFF534D42: /* CIFS */
+    case 0xFE534D42: /* SMB2 */
+    case 0x65735546: /* FUSE */
+    case 0x01021997: /* 9P / virtiofs over 9p */
+    case 0x00C36400: /* Ceph */
+    case 0x47504653: /* GPFS */
+    case 0x0BD00BD0: /* Lustre */
+    case 0x6E667364: /* nfsd */
+        return true;
+    default:
+        return false;
+    }
+}
+
+double ckpt__cached_fraction(int fd, uint64_t file_size, uint64_t offset, uint64_t len) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || len == 0 || file_size == 0) return 1.0;
+    void *map = mmap(NULL, (size_t)file_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) return 1.0;
+    enum { SAMPLES = 64 };
+    unsigned resident = 0, seen = 0;
+    for (unsigned i = 0; i < SAMPLES; i++) {
+        uint64_t at = offset + len / SAMPLES * i;
+        at -= at % (uint64_t)page;
+        if (at >= file_size) break;
+        unsigned char v = 0;
+        if (mincore((char *)map + at, 1, &v) != 0) continue;
+        seen++;
+        resident += v & 1;
+    }
+    munmap(map, (size_t)file_size);
+    return seen ? (double)resident / seen : 1.0;
+}

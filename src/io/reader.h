@@ -1,0 +1,51 @@
+/*
+ * reader.h — batches of positional reads, through io_uring when the kernel
+ * offers it (probed at run time; a seccomp filter or an old kernel falls
+ * back to pread), and the facts about files that choose how to read them:
+ * O_DIRECT alignment (statx), network file systems (statfs), page-cache
+ * residency (mincore).  Depends on base only.
+ */
+#ifndef CKPT_IO_READER_H
+#define CKPT_IO_READER_H
+
+#include <stdint.h>
+
+#include "../base/base.h"
+
+typedef struct ckpt__read_req {
+    int fd;
+    uint64_t offset, len;
+    uint64_t need;      /* bytes that must exist (< len for an O_DIRECT read rounded past the end) */
+    void *dst;
+    const char *path;   /* for errors */
+    const char *tensor;
+} ckpt__read_req;
+
+typedef struct ckpt__reader {
+    void *uring;        /* struct io_uring *, or NULL: pread */
+    uint64_t reads, bytes;
+} ckpt__reader;
+
+/* Sets a reader up; with want_uring, tries io_uring (no failure: falls
+ * back to pread). */
+CKPT__HIDDEN void ckpt__reader_init(ckpt__reader *reader, bool want_uring);
+CKPT__HIDDEN void ckpt__reader_free(ckpt__reader *reader);
+
+/* Performs every request (in any order, concurrently with io_uring).  A
+ * file ending before a request's `need` gives CKPT_E_TRUNCATED. */
+CKPT__HIDDEN ckpt_status ckpt__reader_run(ckpt__reader *reader, ckpt__read_req *reqs, size_t n, ckpt_error *err);
+
+/* Opens `path` again with O_DIRECT if the file system allows it and it is
+ * still the file behind `fd`; returns -1 otherwise.  *align receives the
+ * offset/length/memory alignment direct reads need. */
+CKPT__HIDDEN int ckpt__open_direct(const char *path, int fd, uint32_t *align);
+
+/* True for network and FUSE file systems, where ckpt neither maps files
+ * (a server-side truncation would fault) nor reads around the page cache. */
+CKPT__HIDDEN bool ckpt__is_remote_fs(int fd);
+
+/* Fraction (0..1) of sampled pages of [offset, offset + len) in the page
+ * cache; 1 when it cannot tell. */
+CKPT__HIDDEN double ckpt__cached_fraction(int fd, uint64_t file_size, uint64_t offset, uint64_t len);
+
+#endif

@@ -1,0 +1,524 @@
+/* plan.c — ckpt_plan_*: which tensors to load and how (names, slices,
+ * casts, axis orders), and the match report against a model skeleton. */
+#include <fnmatch.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/json.h"
+#include "plan_internal.h"
+#include "transform/cast.h"
+
+static ckpt_status oom(ckpt_error *err) { return ckpt__fail(err, CKPT_E_NO_MEMORY, NULL, NULL, -1, "out of memory"); }
+
+static bool matches(const char *pattern, const char *name) {
+    return !pattern || strcmp(pattern, "*") == 0 || fnmatch(pattern, name, 0) == 0;
+}
+
+static const char *source_path(const ckpt_plan *p, const ckpt__plan_entry *e) {
+    return ckpt_catalog_file_path(p->catalog, e->pub.source->file);
+}
+
+/* Recomputes what derives from the slice, permutation and dtype. */
+static void update(ckpt__plan_entry *e) {
+    const ckpt_tensor_info *t = e->pub.source;
+    uint64_t numel = 1;
+    bool permuted = false;
+    for (uint32_t i = 0; i < t->ndim; i++) {
+        e->shape[i] = e->count[e->perm[i]];
+        numel *= e->shape[i];
+        permuted |= e->perm[i] != i;
+    }
+    e->pub.numel = numel;
+    e->pub.nbytes = numel * (ckpt_dtype_bits(e->pub.dtype) / 8);
+    if (ckpt_dtype_bits(e->pub.dtype) % 8) ckpt__dtype_nbytes(e->pub.dtype, numel, &e->pub.nbytes);
+    e->pub.transform = permuted || e->pub.dtype != t->dtype || t->big_endian || t->strides || t->compressed;
+}
+
+ckpt_status ckpt_plan_create(ckpt_catalog *catalog, ckpt_plan **out, ckpt_error *err) {
+    if (!out) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "out is required");
+    *out = NULL;
+    if (!catalog) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "catalog is required");
+    ckpt_plan *p = ckpt__calloc(1, sizeof *p);
+    if (!p) return oom(err);
+    p->catalog = catalog;
+    p->entry_count = ckpt_catalog_tensor_count(catalog);
+    p->entries = ckpt__calloc(p->entry_count ? p->entry_count : 1, sizeof *p->entries);
+    if (!p->entries) {
+        ckpt_plan_free(p);
+        return oom(err);
+    }
+    for (size_t i = 0; i < p->entry_count; i++) {
+        ckpt__plan_entry *e = &p->entries[i];
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(catalog, i);
+        uint32_t n = t->ndim;
+        uint64_t *block = ckpt__arena_alloc(&p->arena, (3 * (size_t)n + 1) * sizeof(uint64_t) + ((size_t)n + 1) * 4);
+        if (!block) {
+            ckpt_plan_free(p);
+            return oom(err);
+        }
+        e->shape = block, e->start = block + n, e->count = block + 2 * n;
+        e->perm = (uint32_t *)(block + 3 * n + 1);
+        for (uint32_t d = 0; d < n; d++) e->start[d] = 0, e->count[d] = t->shape[d], e->perm[d] = d;
+        e->pub = (ckpt_plan_item){.name = t->name, .source = t, .dtype = t->dtype, .ndim = n, .shape = e->shape,
+                                  .slice_start = e->start, .slice_count = e->count, .perm = e->perm};
+        e->selected = true;
+        update(e);
+    }
+    p->selection_dirty = p->names_dirty = true;
+    *out = p;
+    return CKPT_OK;
+}
+
+static void release_owned(ckpt_plan *p) {
+    for (size_t i = 0; i < p->entry_count; i++) {
+        ckpt__plan_entry *e = &p->entries[i];
+        if (e->owned) {
+            if (e->pub.data == e->owned) e->pub.data = NULL;
+            free(e->owned);
+            e->owned = NULL;
+        }
+    }
+}
+
+void ckpt_plan_free(ckpt_plan *p) {
+    if (!p) return;
+    if (p->entries) release_owned(p);
+    free(p->entries);
+    free(p->selected);
+    free(p->matches);
+    ckpt__name_table_free(&p->names);
+    ckpt__arena_free(&p->arena);
+    free(p);
+}
+
+void ckpt__plan_refresh(ckpt_plan *p) {
+    if (!p->selection_dirty) return;
+    size_t n = 0;
+    for (size_t i = 0; i < p->entry_count; i++) n += p->entries[i].selected;
+    size_t *sel = ckpt__realloc(p->selected, (n ? n : 1) * sizeof *sel);
+    if (!sel) return; /* keeps the old list; callers see dirty state next time */
+    p->selected = sel;
+    n = 0;
+    for (size_t i = 0; i < p->entry_count; i++)
+        if (p->entries[i].selected) sel[n++] = i;
+    p->selected_count = n;
+    p->selection_dirty = false;
+    p->names_dirty = true;
+}
+
+ckpt_status ckpt_plan_select(ckpt_plan *p, const char *pattern, ckpt_error *err) {
+    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    if (!p->selecting)
+        for (size_t i = 0; i < p->entry_count; i++) p->entries[i].selected = false;
+    p->selecting = true;
+    for (size_t i = 0; i < p->entry_count; i++)
+        if (matches(pattern, p->entries[i].pub.source->name)) p->entries[i].selected = true;
+    p->selection_dirty = true;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_plan_exclude(ckpt_plan *p, const char *pattern, ckpt_error *err) {
+    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    for (size_t i = 0; i < p->entry_count; i++)
+        if (matches(pattern, p->entries[i].pub.source->name)) p->entries[i].selected = false;
+    p->selection_dirty = true;
+    return CKPT_OK;
+}
+
+/* ---- renames ---------------------------------------------------------------- */
+
+enum { MAX_CAPTURES = 16 };
+
+/* Whole-name glob with `*` captures (and `?`); backtracking, bounded by the
+ * pattern's stars. */
+static bool glob_capture(const char *pat, const char *s, const char **cap, size_t *cap_len, int k) {
+    for (;;) {
+        if (*pat == '\0') return *s == '\0';
+        if (*pat == '*') {
+            if (k >= MAX_CAPTURES) return false;
+            for (const char *t = s;; t++) {
+                cap[k] = s, cap_len[k] = (size_t)(t - s);
+                if (glob_capture(pat + 1, t, cap, cap_len, k + 1)) return true;
+                if (*t == '\0') return false;
+            }
+        }
+        if (*s == '\0' || (*pat != '?' && *pat != *s)) return false;
+        pat++, s++;
+    }
+}
+
+static ckpt_status rename_one(ckpt_plan *p, ckpt__plan_entry *e, const char *from, const char *to, ckpt_error *err) {
+    const char *name = e->pub.name;
+    ckpt__buf out = {0};
+    if (strchr(from, '*')) {
+        const char *cap[MAX_CAPTURES];
+        size_t len[MAX_CAPTURES];
+        if (!glob_capture(from, name, cap, len, 0)) return CKPT_OK;
+        int k = 0;
+        for (const char *c = to; *c; c++) {
+            if (*c == '*' && k < MAX_CAPTURES) {
+                ckpt__buf_append(&out, cap[k], len[k]);
+                k++;
+            } else {
+                ckpt__buf_append(&out, c, 1);
+            }
+        }
+    } else {
+        size_t n = strlen(from);
+        bool prefix = n && from[n - 1] == '.';
+        if (strncmp(name, from, n) != 0) return CKPT_OK;
+        if (!prefix && name[n] != '\0' && name[n] != '.') return CKPT_OK;
+        ckpt__buf_puts(&out, to);
+        ckpt__buf_puts(&out, name + n);
+    }
+    char *copy = out.failed ? NULL : ckpt__arena_strndup(&p->arena, out.data ? out.data : "", out.len);
+    free(out.data);
+    if (!copy) return oom(err);
+    e->pub.name = copy;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_plan_rename(ckpt_plan *p, const char *from, const char *to, ckpt_error *err) {
+    if (!p || !from || !to)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan, from and to are required");
+    if (!*from) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "an empty rename pattern");
+    size_t stars_from = 0, stars_to = 0;
+    for (const char *c = from; *c; c++) stars_from += *c == '*';
+    for (const char *c = to; *c; c++) stars_to += *c == '*';
+    if (stars_from > MAX_CAPTURES || stars_to > stars_from)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
+                          "rename \"%s\" -> \"%s\": the new name uses %zu '*' but the pattern captures %zu (at most %d)",
+                          from, to, stars_to, stars_from, MAX_CAPTURES);
+    for (size_t i = 0; i < p->entry_count; i++) {
+        if (!p->entries[i].selected) continue;
+        ckpt_status st = rename_one(p, &p->entries[i], from, to, err);
+        if (st) return st;
+    }
+    p->names_dirty = true;
+    return CKPT_OK;
+}
+
+/* ---- casts -------------------------------------------------------------------- */
+
+static bool is_float(ckpt_dtype d) {
+    switch (d) {
+    case CKPT_F64: case CKPT_F32: case CKPT_F16: case CKPT_BF16: case CKPT_F8_E4M3: case CKPT_F8_E5M2:
+    case CKPT_F8_E4M3FNUZ: case CKPT_F8_E5M2FNUZ: case CKPT_F8_E8M0:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool is_integer(ckpt_dtype d) {
+    return d == CKPT_I8 || d == CKPT_U8 || d == CKPT_I16 || d == CKPT_U16 || d == CKPT_I32 || d == CKPT_U32 ||
+           d == CKPT_I64 || d == CKPT_U64;
+}
+
+ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, ckpt_error *err) {
+    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    if (!is_float(dtype) && !is_integer(dtype))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "cannot cast to %s: not a float or integer dtype",
+                          ckpt_dtype_name(dtype) ? ckpt_dtype_name(dtype) : "an invalid dtype");
+    for (size_t i = 0; i < p->entry_count; i++) {
+        ckpt__plan_entry *e = &p->entries[i];
+        if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
+        ckpt_dtype from = e->pub.source->dtype;
+        if (is_float(dtype) ? !is_float(from) : !(is_integer(from) || from == CKPT_BOOL)) continue;
+        if (!ckpt__cast_kernel(from, dtype))
+            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                              "cannot cast %s to %s (integers only widen)", ckpt_dtype_name(from), ckpt_dtype_name(dtype));
+        e->pub.dtype = dtype;
+        update(e);
+    }
+    return CKPT_OK;
+}
+
+/* ---- slices --------------------------------------------------------------------- */
+
+static ckpt_status slice_dim(ckpt_plan *p, ckpt__plan_entry *e, int dim, uint32_t *d, ckpt_error *err) {
+    int64_t n = e->pub.source->ndim;
+    int64_t k = dim < 0 ? n + dim : dim;
+    if (k < 0 || k >= n)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                          "cannot slice dimension %d of a tensor with %lld dimensions", dim, (long long)n);
+    *d = (uint32_t)k;
+    return CKPT_OK;
+}
+
+static ckpt_status apply_range(ckpt_plan *p, ckpt__plan_entry *e, uint32_t d, uint64_t start, uint64_t stop,
+                               ckpt_error *err) {
+    if (start > stop || stop > e->count[d])
+        return ckpt__fail(err, CKPT_E_OUT_OF_RANGE, source_path(p, e), e->pub.source->name, -1,
+                          "slice [%llu, %llu) of dimension %u is outside its %llu elements", (unsigned long long)start,
+                          (unsigned long long)stop, d, (unsigned long long)e->count[d]);
+    e->start[d] += start;
+    e->count[d] = stop - start;
+    update(e);
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_plan_slice(ckpt_plan *p, const char *pattern, int dim, uint64_t start, uint64_t stop, ckpt_error *err) {
+    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    for (size_t i = 0; i < p->entry_count; i++) {
+        ckpt__plan_entry *e = &p->entries[i];
+        if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
+        uint32_t d = 0;
+        ckpt_status st = slice_dim(p, e, dim, &d, err);
+        if (!st) st = apply_range(p, e, d, start, stop, err);
+        if (st) return st;
+    }
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_plan_split(ckpt_plan *p, const char *pattern, int dim, uint64_t rank, uint64_t parts, ckpt_error *err) {
+    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    if (parts == 0 || rank >= parts)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "rank %llu of %llu parts: need rank < parts",
+                          (unsigned long long)rank, (unsigned long long)parts);
+    for (size_t i = 0; i < p->entry_count; i++) {
+        ckpt__plan_entry *e = &p->entries[i];
+        if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
+        uint32_t d = 0;
+        ckpt_status st = slice_dim(p, e, dim, &d, err);
+        if (st) return st;
+        /* numpy.array_split: the first size % parts parts get one more. */
+        uint64_t size = e->count[d], base = size / parts, extra = size % parts;
+        uint64_t start = rank * base + (rank < extra ? rank : extra);
+        uint64_t len = base + (rank < extra ? 1 : 0);
+        if ((st = apply_range(p, e, d, start, start + len, err))) return st;
+    }
+    return CKPT_OK;
+}
+
+/* ---- axis orders ------------------------------------------------------------------ */
+
+static ckpt_status permute_entry(ckpt__plan_entry *e, const uint32_t *perm) {
+    uint32_t n = e->pub.ndim, composed[CKPT_MAX_DIMS];
+    /* Output axis i of the new order is output axis perm[i] of the current
+     * one, which is source axis e->perm[perm[i]]. */
+    for (uint32_t i = 0; i < n; i++) composed[i] = e->perm[perm[i]];
+    memcpy(e->perm, composed, n * sizeof *composed);
+    update(e);
+    return CKPT_OK;
+}
+
+static ckpt_status check_perm(uint32_t ndim, const uint32_t *perm, ckpt_error *err) {
+    bool seen[CKPT_MAX_DIMS] = {0};
+    if (ndim > CKPT_MAX_DIMS || (ndim && !perm))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "invalid permutation");
+    for (uint32_t i = 0; i < ndim; i++) {
+        if (perm[i] >= ndim || seen[perm[i]])
+            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
+                              "not a permutation of %u axes: axis %u appears twice or is out of range", ndim, perm[i]);
+        seen[perm[i]] = true;
+    }
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_plan_permute(ckpt_plan *p, const char *pattern, uint32_t ndim, const uint32_t *perm, ckpt_error *err) {
+    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    ckpt_status st = check_perm(ndim, perm, err);
+    if (st) return st;
+    for (size_t i = 0; i < p->entry_count; i++) {
+        ckpt__plan_entry *e = &p->entries[i];
+        if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
+        if (e->pub.ndim != ndim)
+            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                              "a permutation of %u axes for a tensor with %u", ndim, e->pub.ndim);
+        permute_entry(e, perm);
+    }
+    return CKPT_OK;
+}
+
+static ckpt_status permute_matching_rank(ckpt_plan *p, const char *pattern, uint32_t ndim, const uint32_t *perm) {
+    for (size_t i = 0; i < p->entry_count; i++) {
+        ckpt__plan_entry *e = &p->entries[i];
+        if (e->selected && e->pub.ndim == ndim && matches(pattern, e->pub.source->name)) permute_entry(e, perm);
+    }
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_plan_transpose(ckpt_plan *p, const char *pattern, ckpt_error *err) {
+    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    static const uint32_t swap[2] = {1, 0};
+    return permute_matching_rank(p, pattern, 2, swap);
+}
+
+ckpt_status ckpt_plan_layout(ckpt_plan *p, const char *pattern, const char *from, const char *to, ckpt_error *err) {
+    if (!p || !from || !to) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan, from and to are required");
+    size_t n = strlen(from);
+    uint32_t perm[CKPT_MAX_DIMS];
+    bool ok = n == strlen(to) && n <= CKPT_MAX_DIMS;
+    for (size_t i = 0; ok && i < n; i++) {
+        const char *at = strchr(from, to[i]);
+        ok = at && to[i] && !strchr(to + i + 1, to[i]);
+        if (ok) perm[i] = (uint32_t)(at - from);
+    }
+    if (ok) ok = check_perm((uint32_t)n, perm, NULL) == CKPT_OK;
+    if (!ok)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
+                          "layouts \"%s\" and \"%s\" must hold the same distinct letters", from, to);
+    return permute_matching_rank(p, pattern, (uint32_t)n, perm);
+}
+
+/* ---- items ------------------------------------------------------------------------ */
+
+size_t ckpt_plan_count(const ckpt_plan *p) {
+    if (!p) return 0;
+    ckpt__plan_refresh((ckpt_plan *)p);
+    return p->selected_count;
+}
+
+const ckpt_plan_item *ckpt_plan_item_at(const ckpt_plan *p, size_t i) {
+    if (!p) return NULL;
+    ckpt__plan_refresh((ckpt_plan *)p);
+    return i < p->selected_count ? &p->entries[p->selected[i]].pub : NULL;
+}
+
+/* Builds the name table of selected items; reports the first duplicate. */
+static ckpt_status index_names(ckpt_plan *p, ckpt_error *err) {
+    ckpt__plan_refresh(p);
+    if (!p->names_dirty) return CKPT_OK;
+    ckpt__name_table_free(&p->names);
+    if (!ckpt__name_table_init(&p->names, p->selected_count ? p->selected_count : 1)) return oom(err);
+    const char *const *names = &p->entries[0].pub.name;
+    for (size_t k = 0; k < p->selected_count; k++) {
+        uint32_t existing;
+        ckpt__plan_entry *e = &p->entries[p->selected[k]];
+        if (!ckpt__name_table_insert(&p->names, names, sizeof *p->entries, (uint32_t)p->selected[k], &existing)) {
+            ckpt__name_table_free(&p->names);
+            return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, source_path(p, e), e->pub.name, -1,
+                              "two tensors would be named \"%s\" (from \"%s\" and \"%s\")", e->pub.name,
+                              p->entries[existing].pub.source->name, e->pub.source->name);
+        }
+    }
+    p->names_dirty = false;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__plan_check(ckpt_plan *p, ckpt_error *err) { return index_names(p, err); }
+
+/* Position of entry `entry` in the selection (binary search). */
+static size_t selected_position(const ckpt_plan *p, size_t entry) {
+    size_t lo = 0, hi = p->selected_count;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (p->selected[mid] < entry) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+const ckpt_plan_item *ckpt_plan_find(const ckpt_plan *p, const char *name, size_t *index) {
+    if (!p || !name || index_names((ckpt_plan *)p, NULL) != CKPT_OK || !p->entry_count) return NULL;
+    int64_t i = ckpt__name_table_find(&p->names, &p->entries[0].pub.name, sizeof *p->entries, name);
+    if (i < 0) return NULL;
+    if (index) *index = selected_position(p, (size_t)i);
+    return &p->entries[i].pub;
+}
+
+static ckpt__plan_entry *selected_entry(ckpt_plan *p, size_t i) {
+    ckpt__plan_refresh(p);
+    return i < p->selected_count ? &p->entries[p->selected[i]] : NULL;
+}
+
+ckpt_status ckpt_plan_set_buffer(ckpt_plan *p, size_t i, void *buffer, uint64_t capacity, ckpt_error *err) {
+    ckpt__plan_entry *e = p ? selected_entry(p, i) : NULL;
+    if (!e) return ckpt__fail(err, CKPT_E_OUT_OF_RANGE, NULL, NULL, -1, "no plan item %zu", i);
+    if (buffer && capacity < e->pub.nbytes)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.name, -1,
+                          "buffer of %llu bytes for a tensor of %llu bytes", (unsigned long long)capacity,
+                          (unsigned long long)e->pub.nbytes);
+    e->buffer = buffer;
+    e->capacity = capacity;
+    return CKPT_OK;
+}
+
+void *ckpt_plan_take(ckpt_plan *p, size_t i) {
+    ckpt__plan_entry *e = p ? selected_entry(p, i) : NULL;
+    if (!e || !e->owned) return NULL;
+    void *b = e->owned;
+    e->owned = NULL;
+    return b;
+}
+
+void ckpt_free(void *buffer) { free(buffer); }
+
+void ckpt_plan_stats(const ckpt_plan *p, ckpt_load_stats *stats) {
+    if (p && stats) *stats = p->stats;
+}
+
+/* ---- match report -------------------------------------------------------------------- */
+
+static bool push_match(ckpt_plan *p, size_t *cap, ckpt_mismatch kind, const char *name, size_t expected, size_t item) {
+    if (p->match_count == *cap) {
+        size_t n = *cap ? *cap * 2 : 16;
+        ckpt_match_entry *m = ckpt__realloc(p->matches, n * sizeof *m);
+        if (!m) return false;
+        p->matches = m, *cap = n;
+    }
+    p->matches[p->match_count++] = (ckpt_match_entry){kind, name, expected, item};
+    return true;
+}
+
+ckpt_status ckpt_plan_match(ckpt_plan *p, const ckpt_expected *expected, size_t expected_count, unsigned flags,
+                            const ckpt_match_entry **entries, size_t *count, ckpt_error *err) {
+    if (!p || (expected_count && !expected) || !entries || !count)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan, expected, entries and count are required");
+    ckpt_status st = index_names(p, err);
+    if (st) return st;
+    size_t cap = 0, n = p->selected_count;
+    p->match_count = 0;
+    free(p->matches);
+    p->matches = NULL;
+    unsigned char *state = ckpt__calloc(n ? n : 1, 1); /* 0 unexpected, 1 matched, 2 mismatched */
+    if (!state) return oom(err);
+    for (size_t k = 0; k < expected_count && st == CKPT_OK; k++) {
+        const ckpt_expected *x = &expected[k];
+        if (!x->name || (x->ndim && !x->shape) || x->ndim > CKPT_MAX_DIMS) {
+            st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, x->name, -1, "expected tensor %zu is malformed", k);
+            break;
+        }
+        size_t item;
+        const ckpt_plan_item *it = ckpt_plan_find(p, x->name, &item);
+        if (!it) {
+            if (!push_match(p, &cap, CKPT_MATCH_MISSING, x->name, k, SIZE_MAX)) st = oom(err);
+            continue;
+        }
+        bool same_shape = it->ndim == x->ndim && (x->ndim == 0 || memcmp(it->shape, x->shape, x->ndim * 8) == 0);
+        if (!same_shape) {
+            state[item] = 2;
+            continue;
+        }
+        if (x->dtype != CKPT_DTYPE_INVALID && x->dtype != it->dtype) {
+            ckpt__plan_entry *e = &p->entries[p->selected[item]];
+            if ((flags & CKPT_MATCH_CAST) && is_float(x->dtype) && is_float(e->pub.source->dtype)) {
+                e->pub.dtype = x->dtype;
+                update(e);
+            } else {
+                state[item] = 3;
+                continue;
+            }
+        }
+        state[item] = 1;
+    }
+    for (size_t i = 0; i < n && st == CKPT_OK; i++) {
+        if (state[i] == 1) continue;
+        ckpt_mismatch kind = state[i] == 0 ? CKPT_MATCH_UNEXPECTED : state[i] == 2 ? CKPT_MATCH_SHAPE : CKPT_MATCH_DTYPE;
+        const char *name = p->entries[p->selected[i]].pub.name;
+        size_t x = SIZE_MAX;
+        for (size_t k = 0; kind != CKPT_MATCH_UNEXPECTED && k < expected_count; k++)
+            if (strcmp(expected[k].name, name) == 0) x = k;
+        if (!push_match(p, &cap, kind, name, x, i)) st = oom(err);
+    }
+    if (st == CKPT_OK && (flags & CKPT_MATCH_PRUNE)) {
+        for (size_t i = 0; i < n; i++)
+            if (state[i] != 1) p->entries[p->selected[i]].selected = false;
+        p->selection_dirty = true;
+    }
+    free(state);
+    *entries = p->matches;
+    *count = st == CKPT_OK ? p->match_count : 0;
+    return st;
+}

@@ -1,0 +1,39 @@
+/* plan_internal.h — what the engine (load.c) sees of a plan. */
+#ifndef CKPT_PLAN_INTERNAL_H
+#define CKPT_PLAN_INTERNAL_H
+
+#include "base/base.h"
+
+typedef struct ckpt__plan_entry {
+    ckpt_plan_item pub;
+    uint64_t *shape, *start, *count; /* output shape; source slice */
+    uint32_t *perm;
+    bool selected;
+    void *buffer;        /* the caller's, when set */
+    uint64_t capacity;
+    void *owned;         /* allocated by the library */
+} ckpt__plan_entry;
+
+struct ckpt_plan {
+    ckpt_catalog *catalog;
+    ckpt__arena arena;
+    ckpt__plan_entry *entries; /* one per catalog tensor */
+    size_t entry_count;
+    bool selecting;            /* a select call replaced "everything" */
+    size_t *selected;          /* indexes of selected entries, in order */
+    size_t selected_count;
+    bool selection_dirty;
+    ckpt__name_table names;    /* over selected items' names */
+    bool names_dirty;
+    ckpt_match_entry *matches;
+    size_t match_count;
+    ckpt_load_stats stats;
+};
+
+/* Refreshes the selection list (after select/exclude/prune). */
+CKPT__HIDDEN void ckpt__plan_refresh(ckpt_plan *plan);
+
+/* Checks the plan before reading: new names are unique. */
+CKPT__HIDDEN ckpt_status ckpt__plan_check(ckpt_plan *plan, ckpt_error *err);
+
+#endif

@@ -1,0 +1,48 @@
+/*
+ * cast.h — element type conversions, bit-for-bit as torch's Tensor.to() on
+ * CPU for every value that is not a NaN (see docs/CASTS.md for NaN bits).
+ *
+ * Floats convert through float32, as torch does (float64 → bfloat16 is
+ * float64 → float32 → bfloat16, double rounding included); integers widen.
+ * The common pairs (bf16/f16 ↔ f32) have SIMD kernels picked at run time
+ * from what the CPU offers (F16C, AVX2, AVX-512); CKPT_SIMD=scalar|avx2|avx512
+ * in the environment caps the choice (tests run every level).
+ * Depends on base only.
+ */
+#ifndef CKPT_TRANSFORM_CAST_H
+#define CKPT_TRANSFORM_CAST_H
+
+#include <stddef.h>
+
+#include "../base/base.h"
+
+/* Converts n contiguous elements.  src and dst must not overlap; neither
+ * needs any alignment. */
+typedef void (*ckpt__cast_fn)(const void *src, void *dst, size_t n);
+
+/* The kernel for a pair, or NULL when ckpt does not cast from → to (a
+ * narrowing integer cast, float ↔ integer, complex, sub-byte floats).
+ * Same dtype gives a copy. */
+CKPT__HIDDEN ckpt__cast_fn ckpt__cast_kernel(ckpt_dtype from, ckpt_dtype to);
+
+/* Converts n elements whose destinations are dst_stride elements apart
+ * (a permuted layout), through a small contiguous buffer. */
+CKPT__HIDDEN void ckpt__cast_strided(ckpt__cast_fn fn, unsigned in_size, unsigned out_size, const void *src,
+                                     void *dst, size_t n, ptrdiff_t dst_stride);
+
+/* The kernel at a given SIMD level (≤ ckpt__simd_level()), for tests. */
+CKPT__HIDDEN ckpt__cast_fn ckpt__cast_kernel_at(int level, ckpt_dtype from, ckpt_dtype to);
+
+/* The SIMD level in use: 0 scalar, 1 AVX2 (+F16C), 2 AVX-512. */
+CKPT__HIDDEN int ckpt__simd_level(void);
+
+/* ---- scalar conversions (also the reference for the SIMD kernels) ------ */
+CKPT__HIDDEN float ckpt__f16_to_f32(uint16_t h);
+CKPT__HIDDEN uint16_t ckpt__f32_to_f16(float f);
+CKPT__HIDDEN float ckpt__bf16_to_f32(uint16_t b);
+CKPT__HIDDEN uint16_t ckpt__f32_to_bf16(float f);
+
+/* Kernels of cast_x86.c for a SIMD level (NULL where none): */
+CKPT__HIDDEN ckpt__cast_fn ckpt__cast_simd_kernel(int level, ckpt_dtype from, ckpt_dtype to);
+
+#endif
