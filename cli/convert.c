@@ -1,5 +1,8 @@
 /* convert.c — `ckpt convert SRC DST [--max-shard-size SIZE] [--force]`. */
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "cli.h"
@@ -7,9 +10,12 @@
 static const char usage[] =
     "usage: ckpt convert SRC DST [--max-shard-size SIZE] [--prefix NAME] [--force]\n"
     "                            [--checksums] [--verify]\n"
+    "                            [--select PAT] [--exclude PAT] [--rename FROM=TO]\n"
+    "                            [--dtype [PAT=]DTYPE] [--slice [PAT=]SPEC]\n"
+    "                            [--transpose PAT] [--layout [PAT=]FROM:TO]\n"
     "\n"
-    "Re-shard or merge a checkpoint, streaming tensor data from file to file\n"
-    "(memory use does not depend on the checkpoint's size).\n"
+    "Re-shard, merge or transform a checkpoint, streaming tensor data from file\n"
+    "to file (memory use does not depend on the checkpoint's size).\n"
     "\n"
     "SRC   a .safetensors file, a *.safetensors.index.json, or a directory\n"
     "DST   a file name ending in .safetensors: one file (merge);\n"
@@ -32,10 +38,111 @@ static const char usage[] =
     "                         (key ckpt.xxh3_64), for ckpt verify\n"
     "  --verify               re-read what was written and check it (implies\n"
     "                         --checksums)\n"
+    "\n"
+    "transforms (applied in the order given; PAT is a glob on the tensor's name in\n"
+    "SRC, '*' matching dots too; without PAT, every tensor):\n"
+    "  --select PAT           keep only matching tensors (repeat to add more)\n"
+    "  --exclude PAT          drop matching tensors\n"
+    "  --rename FROM=TO       rename: a prefix ('model.=' strips 'model.') or a\n"
+    "                         glob whose '*' fill the '*' of TO\n"
+    "  --dtype [PAT=]DTYPE    cast float tensors (bf16, f16, f32, f64, f8_e4m3,\n"
+    "                         f8_e5m2, ... or safetensors names), bit-exact with\n"
+    "                         torch's .to(); integer DTYPEs widen integer tensors\n"
+    "  --slice [PAT=]DIM:RANK/PARTS   keep part RANK of PARTS along DIM (uneven\n"
+    "                         splits as torch.tensor_split); DIM may be negative\n"
+    "  --slice [PAT=]DIM:START:STOP   keep elements [START, STOP) of DIM\n"
+    "  --transpose PAT        transpose matching 2-D tensors (dense kernels), once,\n"
+    "                         so that loaders need not on every load\n"
+    "  --layout [PAT=]FROM:TO reorder axes by letters, e.g. OIHW:HWIO (conv kernels\n"
+    "                         of torch to TensorFlow/Flax); other ranks untouched\n"
+    "  With transforms, tensors sharing storage in a torch file are each written.\n"
     "  -h, --help             show this help\n"
     "\n"
     "Output appears under its final name only when complete: an error or Ctrl-C\n"
     "leaves DST as it was.\n";
+
+typedef struct rule {
+    const char *option, *value;
+} rule;
+
+/* Splits "PAT=REST" at the last '=' (no '=': no pattern). */
+static const char *split_pattern(const char *value, char *pattern, size_t cap) {
+    const char *eq = strrchr(value, '=');
+    if (!eq || (size_t)(eq - value) >= cap) {
+        pattern[0] = '\0';
+        return value;
+    }
+    memcpy(pattern, value, (size_t)(eq - value));
+    pattern[eq - value] = '\0';
+    return eq + 1;
+}
+
+static ckpt_dtype parse_dtype(const char *text) {
+    static const struct { const char *alias; ckpt_dtype dtype; } aliases[] = {
+        {"bf16", CKPT_BF16}, {"bfloat16", CKPT_BF16}, {"f16", CKPT_F16}, {"fp16", CKPT_F16}, {"float16", CKPT_F16},
+        {"half", CKPT_F16}, {"f32", CKPT_F32}, {"fp32", CKPT_F32}, {"float32", CKPT_F32}, {"float", CKPT_F32},
+        {"f64", CKPT_F64}, {"float64", CKPT_F64}, {"double", CKPT_F64}, {"f8_e4m3", CKPT_F8_E4M3},
+        {"float8_e4m3fn", CKPT_F8_E4M3}, {"f8_e5m2", CKPT_F8_E5M2}, {"float8_e5m2", CKPT_F8_E5M2},
+        {"f8_e4m3fnuz", CKPT_F8_E4M3FNUZ}, {"float8_e4m3fnuz", CKPT_F8_E4M3FNUZ}, {"f8_e5m2fnuz", CKPT_F8_E5M2FNUZ},
+        {"float8_e5m2fnuz", CKPT_F8_E5M2FNUZ}, {"f8_e8m0", CKPT_F8_E8M0}, {"float8_e8m0fnu", CKPT_F8_E8M0},
+        {"i16", CKPT_I16}, {"int16", CKPT_I16}, {"i32", CKPT_I32}, {"int32", CKPT_I32}, {"i64", CKPT_I64},
+        {"int64", CKPT_I64}, {"u16", CKPT_U16}, {"u32", CKPT_U32}, {"u64", CKPT_U64},
+    };
+    for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
+        if (!strcasecmp(text, aliases[i].alias)) return aliases[i].dtype;
+    return ckpt_dtype_from_name(text);
+}
+
+static bool parse_u64(const char *s, const char **end, uint64_t *out) {
+    char *e;
+    errno = 0;
+    if (*s < '0' || *s > '9') return false;
+    unsigned long long v = strtoull(s, &e, 10);
+    if (errno) return false;
+    *out = v, *end = e;
+    return true;
+}
+
+/* Applies one transform option to the plan; a usage problem gives 2. */
+static int apply_rule(ckpt_plan *plan, const rule *r, ckpt_error *err) {
+    char pattern[4096];
+    const char *pat, *rest = split_pattern(r->value, pattern, sizeof pattern);
+    pat = pattern[0] ? pattern : NULL;
+    ckpt_status st = CKPT_OK;
+    if (!strcmp(r->option, "--select")) {
+        st = ckpt_plan_select(plan, r->value, err);
+    } else if (!strcmp(r->option, "--exclude")) {
+        st = ckpt_plan_exclude(plan, r->value, err);
+    } else if (!strcmp(r->option, "--transpose")) {
+        st = ckpt_plan_transpose(plan, r->value, err);
+    } else if (!strcmp(r->option, "--rename")) {
+        if (!pat) return usage_error("convert", "--rename needs FROM=TO, got '%s'", r->value);
+        st = ckpt_plan_rename(plan, pat, rest, err);
+    } else if (!strcmp(r->option, "--dtype")) {
+        ckpt_dtype d = parse_dtype(rest);
+        if (d == CKPT_DTYPE_INVALID) return usage_error("convert", "unknown dtype '%s'", rest);
+        st = ckpt_plan_cast(plan, pat, d, err);
+    } else if (!strcmp(r->option, "--layout")) {
+        const char *colon = strchr(rest, ':');
+        char from[CKPT_MAX_DIMS + 1];
+        if (!colon || (size_t)(colon - rest) > CKPT_MAX_DIMS)
+            return usage_error("convert", "--layout needs FROM:TO such as OIHW:HWIO, got '%s'", rest);
+        memcpy(from, rest, (size_t)(colon - rest));
+        from[colon - rest] = '\0';
+        st = ckpt_plan_layout(plan, pat, from, colon + 1, err);
+    } else { /* --slice DIM:RANK/PARTS or DIM:START:STOP */
+        const char *p = rest, *e;
+        int sign = 1;
+        uint64_t dim, a, b;
+        if (*p == '-') sign = -1, p++;
+        if (!parse_u64(p, &e, &dim) || *e != ':' || dim > 64 || !parse_u64(e + 1, &e, &a) || (*e != '/' && *e != ':') ||
+            !parse_u64(e + 1, &p, &b) || *p)
+            return usage_error("convert", "--slice needs DIM:RANK/PARTS or DIM:START:STOP, got '%s'", rest);
+        int d = sign * (int)dim;
+        st = *e == '/' ? ckpt_plan_split(plan, pat, d, a, b, err) : ckpt_plan_slice(plan, pat, d, a, b, err);
+    }
+    return st == CKPT_OK ? EXIT_OK : report_error(err);
+}
 
 static bool ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);
@@ -48,6 +155,12 @@ int cmd_convert(int argc, char **argv) {
     ckpt_writer_options_init(&opt);
     int show_progress = -1;
     bool verify = false;
+    rule *rules = calloc((size_t)argc, sizeof *rules);
+    size_t rule_count = 0;
+    if (!rules) {
+        fputs("ckpt: out of memory\n", stderr);
+        return EXIT_ERROR;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -71,6 +184,14 @@ int cmd_convert(int argc, char **argv) {
         } else if (!strcmp(a, "--verify")) {
             opt.checksums = 1;
             verify = true;
+        } else if (!strcmp(a, "--select") || !strcmp(a, "--exclude") || !strcmp(a, "--rename") ||
+                   !strcmp(a, "--dtype") || !strcmp(a, "--slice") || !strcmp(a, "--transpose") ||
+                   !strcmp(a, "--layout")) {
+            if (i + 1 >= argc) {
+                free(rules);
+                return usage_error("convert", "%s needs a value", a);
+            }
+            rules[rule_count++] = (rule){a, argv[++i]};
         } else if (!strcmp(a, "--progress") || !strcmp(a, "--no-progress")) {
             show_progress = !strcmp(a, "--progress");
         } else if (a[0] == '-' && a[1]) {
@@ -102,10 +223,29 @@ int cmd_convert(int argc, char **argv) {
 
     ckpt_catalog *cat;
     if (ckpt_catalog_open(src, &cat, &err) != CKPT_OK) return report_error(&err);
+    ckpt_plan *plan = NULL;
+    if (rule_count) {
+        if (ckpt_plan_create(cat, &plan, &err) != CKPT_OK) {
+            ckpt_catalog_close(cat);
+            return report_error(&err);
+        }
+        for (size_t i = 0; i < rule_count; i++) {
+            int rc = apply_rule(plan, &rules[i], &err);
+            if (rc != EXIT_OK) {
+                ckpt_plan_free(plan);
+                ckpt_catalog_close(cat);
+                free(rules);
+                return rc;
+            }
+        }
+    }
+    free(rules);
     progress_bar bar;
     progress_start(&bar, "converting", show_progress);
-    ckpt_status st = ckpt_convert(cat, dst, &opt, progress_update, &bar, &err);
+    ckpt_status st = plan ? ckpt_convert_plan(plan, dst, &opt, progress_update, &bar, &err)
+                          : ckpt_convert(cat, dst, &opt, progress_update, &bar, &err);
     progress_finish(&bar, st == CKPT_OK);
+    ckpt_plan_free(plan);
     ckpt_catalog_close(cat);
     if (st != CKPT_OK) {
         if (st == CKPT_E_CANCELLED) {
