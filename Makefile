@@ -71,6 +71,7 @@ demo: build venv
 	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt PY=$(PY) bash scripts/demo.sh
 
 bench: build venv
+	$(PY) -m pip install -q -r bench/requirements.txt
 	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so $(PY) bench/run.py $(BENCH_ARGS)
 
 # libFuzzer campaign: every target for FUZZ_SECONDS (default 60), two at a

@@ -72,8 +72,55 @@ def convert_table(doc, what):
     return lines
 
 
+def load_docs():
+    return sorted((json.loads(p.read_text()) for p in RESULTS.glob("load-*GB.json")), key=lambda d: d["bytes"])
+
+
+def load_chart(doc):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.32 * len(doc["results"]["warm"]) + 1.5), sharey=True)
+    for ax, mode in zip(axes, ("warm", "cold")):
+        res = {k: v for k, v in doc["results"][mode].items() if v.get("gb_per_s")}
+        names = list(res)
+        colors = ["#2a7" if n.startswith("ckpt") else "#68c" if n.startswith("ceiling") else "#999" for n in names]
+        ax.barh(names, [res[n]["gb_per_s"] for n in names], color=colors)
+        for i, n in enumerate(names):
+            ax.text(res[n]["gb_per_s"], i, f" {res[n]['peak_rss_bytes'] / 2**30:.2f} GiB", va="center", fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(f"load {doc['bytes'] / 1e9:.1f} GB, {mode} cache (GB/s, peak RSS)")
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"load-{round(doc['bytes'] / 1e9)}GB.png", dpi=100)
+    plt.close(fig)
+
+
+def load_table(doc):
+    gb = doc["bytes"] / 1e9
+    ms = doc["machine_speeds"]
+    lines = [f"**Load a {gb:.1f} GB Llama-shaped checkpoint to CPU memory** ({doc['file']}, bf16 unless noted; "
+             "every contender checksums every byte it loaded; own process each; median of "
+             f"{doc['runs']}; cold = `drop_caches` before each run)", "",
+             "| contender | warm GB/s | warm peak RSS | cold GB/s | cold peak RSS |", "|---|---:|---:|---:|---:|"]
+    for k, w in doc["results"]["warm"].items():
+        c = doc["results"]["cold"].get(k, {})
+        fmt = lambda v: f"{v['gb_per_s']:.2f}" if v.get("gb_per_s") else ("failed" if v.get("error") else "–")
+        rss = lambda v: f"{v['peak_rss_bytes'] / 2**30:.2f} GiB" if v.get("peak_rss_bytes") else "–"
+        lines.append(f"| {k} | {fmt(w)} | {rss(w)} | {fmt(c)} | {rss(c)} |")
+    lines += ["", f"Machine, same run: memcpy {ms['memcpy']['gb_per_s']:.1f} GB/s, first touch of fresh memory "
+              f"{ms['first_touch']['gb_per_s']:.2f} GB/s; cast kernels (output bytes) bf16→f32 "
+              f"{ms['cast_bf16_to_f32']['gb_per_s']:.1f}, f32→bf16 {ms['cast_f32_to_bf16']['gb_per_s']:.1f}, "
+              f"f16→f32 {ms['cast_f16_to_f32']['gb_per_s']:.1f}, f32→f16 {ms['cast_f32_to_f16']['gb_per_s']:.1f} GB/s.", ""]
+    return lines
+
+
 def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
     lines = []
+    for doc in load_docs():
+        lines += load_table(doc)
     if open_doc:
         m = open_doc["machine"]
         lines.append(f"Machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('mem_gib')} GiB, "
@@ -112,6 +159,8 @@ def main():
     open_doc, convert_doc = load("open"), load("convert")
     torch_read, torch_convert = load("torch_read"), load("torch_convert")
     charts(open_doc, convert_doc)
+    for doc in load_docs():
+        load_chart(doc)
     if torch_convert:
         charts(None, torch_convert, name="torch_convert")
     readme = ROOT / "README.md"

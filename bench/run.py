@@ -197,22 +197,23 @@ def llama_like_records(total_bytes, dtype="BF16", elem=2):
     return shapes
 
 
-def make_big_file(gb):
-    path = DATA / f"llama-bf16-{gb}GB.safetensors"
+def make_big_file(gb, dtype="BF16"):
+    elem = {"BF16": 2, "F32": 4}[dtype]
+    path = DATA / (f"llama-bf16-{gb}GB.safetensors" if dtype == "BF16" else f"llama-{dtype.lower()}-{gb}GB.safetensors")
     if path.exists():
         return path
     DATA.mkdir(parents=True, exist_ok=True)
     import numpy as np
-    shapes = llama_like_records(int(gb * 1e9))
+    shapes = llama_like_records(int(gb * 1e9), dtype, elem)
     rng = np.random.default_rng(0)
     block = rng.integers(0, 2**16, 1 << 22, dtype=np.uint16).tobytes()  # 8 MiB of bf16 patterns
 
     records = []
     for name, shape in shapes:
-        n = 2
+        n = elem
         for d in shape:
             n *= d
-        records.append((name, "BF16", shape, n))
+        records.append((name, dtype, shape, n))
     # Stream the data through the writer in 8 MiB chunks (never the whole file in memory).
     import ctypes
     from ckptlib import Error, WriterOptions, _check, _lib, DTYPES
@@ -417,18 +418,24 @@ def suite_torch_read(args):
     return doc
 
 
+def suite_load(args):
+    from load_suite import run_load_suite
+    run_load_suite(args)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert"])
+    ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load"])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--gb", type=float, default=4.0, help="size of the convert source")
     ap.add_argument("--tensors", type=int, default=30000)
     ap.add_argument("--skip-python", action="store_true", help="skip the slow Python peer")
+    ap.add_argument("--load-gb", default="2,8", help="sizes (GB) of the load suite's checkpoints")
     args = ap.parse_args()
     for s in args.suites:
         print(f"== {s}")
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
-         "torch_convert": suite_torch_convert}[s](args)
+         "torch_convert": suite_torch_convert, "load": suite_load}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

@@ -66,11 +66,40 @@ static ckpt_status op_convert(const char *src, const char *dst, uint64_t shard, 
     return st;
 }
 
+/* The engine: a plan with a slice, a cast and a transpose, one thread
+ * (injection points stay deterministic), pread rather than io_uring (whose
+ * reads the injector cannot see); then the same plan converted. */
+static ckpt_status op_engine(const char *src, const char *dst, bool convert, ckpt_error *err) {
+    ckpt_catalog *cat;
+    ckpt_plan *plan = NULL;
+    ckpt_status st = ckpt_catalog_open(src, &cat, err);
+    if (st) return st;
+    if ((st = ckpt_plan_create(cat, &plan, err)) == CKPT_OK && (st = ckpt_plan_cast(plan, NULL, CKPT_F16, err)) == CKPT_OK &&
+        (st = ckpt_plan_transpose(plan, NULL, err)) == CKPT_OK && (st = ckpt_plan_exclude(plan, "c", err)) == CKPT_OK &&
+        (st = ckpt_plan_slice(plan, "b", 0, 2, 9, err)) == CKPT_OK) {
+        if (convert) {
+            ckpt_writer_options o;
+            ckpt_writer_options_init(&o);
+            st = ckpt_convert_plan(plan, dst, &o, NULL, NULL, err);
+        } else {
+            ckpt_load_options o;
+            ckpt_load_options_init(&o);
+            o.threads = 1;
+            o.io_uring = -1;
+            o.io = CKPT_IO_BUFFERED;
+            st = ckpt_load(plan, &o, err);
+        }
+    }
+    ckpt_plan_free(plan);
+    ckpt_catalog_close(cat);
+    return st;
+}
+
 /* ---- the loop ---------------------------------------------------------------- */
 
 typedef struct op {
     const char *name;
-    int kind; /* 0 open, 1 load, 2 convert */
+    int kind; /* 0 open, 1 load, 2 convert, 3 engine load, 4 engine convert */
     const char *src;
     const char *dst; /* relative to outdir */
     uint64_t shard;
@@ -85,6 +114,8 @@ static ckpt_status run_op(const op *o, ckpt_error *err) {
     switch (o->kind) {
     case 0: return op_open(src, err);
     case 1: return op_load(src, err);
+    case 3: return op_engine(src, dst, false, err);
+    case 4: return op_engine(src, dst, true, err);
     default: return op_convert(src, dst, o->shard, o->checksums, err);
     }
 }
@@ -178,6 +209,9 @@ static void test_every_fault_point(void **state) {
         {"convert to shards", 2, "single.safetensors", "shards", 40, 0},
         {"convert with checksums", 2, "single.safetensors", "c.safetensors", 0, 1},
         {"convert torch", 2, FIXTURES "/model.pt", "t.safetensors", 0, 0},
+        {"engine load, sliced, cast, transposed", 3, "sharded", NULL, 0, 0},
+        {"engine load of torch views", 3, FIXTURES "/model.pt", NULL, 0, 0},
+        {"engine convert, transformed", 4, "single.safetensors", "e.safetensors", 0, 0},
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         for (int m = CKPT__FAULT_ALLOC; m <= CKPT__FAULT_EINTR; m++) exercise(&ops[i], (ckpt__fault_mode)m);
