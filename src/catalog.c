@@ -453,15 +453,6 @@ static unsigned swap_unit(ckpt_dtype d) {
     return d == CKPT_C64 ? 4 : bytes ? bytes : 1;
 }
 
-static void swap_units(unsigned char *p, size_t n, unsigned unit) {
-    if (unit < 2) return;
-    for (size_t i = 0; i + unit <= n; i += unit)
-        for (unsigned a = 0, b = unit - 1; a < b; a++, b--) {
-            unsigned char tmp = p[i + a];
-            p[i + a] = p[i + b];
-            p[i + b] = tmp;
-        }
-}
 
 /* Contiguous big-endian data: read in place, swap whole units, and redo
  * the (at most two) units the range cuts. */
@@ -474,12 +465,12 @@ static ckpt_status read_swapped(const source *src, const ckpt_tensor_info *t, ui
     uint64_t first = off / unit * unit, end = off + n;
     for (uint64_t u = first; u < end; u += unit) {
         if (u >= off && u + unit <= end) {
-            swap_units(out + (u - off), unit, unit);
+            ckpt__swap_units(out + (u - off), unit, unit);
             continue;
         }
         unsigned char tmp[8];
         if ((st = fetch(src, t, u, tmp, unit, err))) return st;
-        swap_units(tmp, unit, unit);
+        ckpt__swap_units(tmp, unit, unit);
         for (unsigned k = 0; k < unit; k++)
             if (u + k >= off && u + k < end) out[u + k - off] = tmp[k];
     }
@@ -504,7 +495,7 @@ static ckpt_status read_strided(const source *src, const ckpt_tensor_info *t, ui
     if (!buf) return ckpt__fail(err, CKPT_E_NO_MEMORY, f->path, t->name, -1, "cannot allocate %llu bytes", (unsigned long long)span);
     ckpt_status st = fetch(src, t, 0, buf, span, err);
     if (st == CKPT_OK) {
-        if (t->big_endian) swap_units(buf, (size_t)span, swap_unit(t->dtype));
+        if (t->big_endian) ckpt__swap_units(buf, (size_t)span, swap_unit(t->dtype));
         uint64_t idx[CKPT_MAX_DIMS], e = off / item, rest = e, at = 0;
         for (uint32_t d = t->ndim; d-- > 0;) {
             idx[d] = rest % t->shape[d];

@@ -164,15 +164,6 @@ static ckpt_status direct_copy_run(worker *w, const job *j, uint64_t off, uint64
 
 /* ---- converting ----------------------------------------------------------------- */
 
-static void swap_bytes(unsigned char *p, uint64_t n, unsigned unit) {
-    if (unit < 2) return;
-    for (uint64_t i = 0; i + unit <= n; i += unit)
-        for (unsigned a = 0, b = unit - 1; a < b; a++, b--) {
-            unsigned char t = p[i + a];
-            p[i + a] = p[i + b];
-            p[i + b] = t;
-        }
-}
 
 /* Dense source elements of a box (row-major) → destination through the
  * job's strides, converting each. */
@@ -257,7 +248,7 @@ static ckpt_status run_box(worker *w, const job *j, const uint64_t *bstart, cons
         if ((st = flush(w, err))) return st;
     }
     if (j->copy) return CKPT_OK;
-    if (j->swap && !mem) swap_bytes(dense, nruns * run_bytes, t->dtype == CKPT_C64 ? 4 : j->in_size);
+    if (j->swap && !mem) ckpt__swap_units(dense, nruns * run_bytes, t->dtype == CKPT_C64 ? 4 : j->in_size);
     convert_box(j, dense, bcount, dst, dst_stride);
     return CKPT_OK;
 }
