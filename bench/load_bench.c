@@ -166,9 +166,10 @@ int main(int argc, char **argv) {
     if (argc >= 5 && !strcmp(argv[1], "cast")) {
         ckpt_dtype from = ckpt_dtype_from_name(argv[2]), to = ckpt_dtype_from_name(argv[3]);
         uint64_t n = strtoull(argv[4], NULL, 10);
-        unsigned char *a = malloc(n * 8), *b = malloc(n * 8);
-        memset(a, 0x3c, n * 8);
-        memset(b, 1, n * 8);
+        uint64_t in = n * ckpt_dtype_bits(from) / 8, out = n * ckpt_dtype_bits(to) / 8;
+        unsigned char *a = malloc(in), *b = malloc(out);
+        memset(a, 0x3c, in);
+        memset(b, 1, out);
         ckpt_cast(from, a, to, b, n, NULL); /* warm */
         double t0 = now();
         ckpt_cast(from, a, to, b, n, NULL);

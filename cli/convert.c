@@ -149,18 +149,14 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-int cmd_convert(int argc, char **argv) {
+/* The command, with room for one transform per argument. */
+static int run_convert(int argc, char **argv, rule *rules) {
     const char *src = NULL, *dst = NULL, *shard_size = NULL;
     ckpt_writer_options opt;
     ckpt_writer_options_init(&opt);
     int show_progress = -1;
     bool verify = false;
-    rule *rules = calloc((size_t)argc, sizeof *rules);
     size_t rule_count = 0;
-    if (!rules) {
-        fputs("ckpt: out of memory\n", stderr);
-        return EXIT_ERROR;
-    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -187,10 +183,7 @@ int cmd_convert(int argc, char **argv) {
         } else if (!strcmp(a, "--select") || !strcmp(a, "--exclude") || !strcmp(a, "--rename") ||
                    !strcmp(a, "--dtype") || !strcmp(a, "--slice") || !strcmp(a, "--transpose") ||
                    !strcmp(a, "--layout")) {
-            if (i + 1 >= argc) {
-                free(rules);
-                return usage_error("convert", "%s needs a value", a);
-            }
+            if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
             rules[rule_count++] = (rule){a, argv[++i]};
         } else if (!strcmp(a, "--progress") || !strcmp(a, "--no-progress")) {
             show_progress = !strcmp(a, "--progress");
@@ -234,12 +227,10 @@ int cmd_convert(int argc, char **argv) {
             if (rc != EXIT_OK) {
                 ckpt_plan_free(plan);
                 ckpt_catalog_close(cat);
-                free(rules);
                 return rc;
             }
         }
     }
-    free(rules);
     progress_bar bar;
     progress_start(&bar, "converting", show_progress);
     ckpt_status st = plan ? ckpt_convert_plan(plan, dst, &opt, progress_update, &bar, &err)
@@ -265,4 +256,15 @@ int cmd_convert(int argc, char **argv) {
         fprintf(stderr, "ckpt: verified %zu tensors in %s\n", checked, dst);
     }
     return EXIT_OK;
+}
+
+int cmd_convert(int argc, char **argv) {
+    rule *rules = calloc((size_t)argc, sizeof *rules);
+    if (!rules) {
+        fputs("ckpt: out of memory\n", stderr);
+        return EXIT_ERROR;
+    }
+    int rc = run_convert(argc, argv, rules);
+    free(rules);
+    return rc;
 }

@@ -611,8 +611,9 @@ CKPT_API ckpt_status ckpt_plan_cast(ckpt_plan *plan, const char *pattern, ckpt_d
 /*
  * Keeps elements [start, stop) of dimension `dim` (negative counts from the
  * last) of matching tensors, within any earlier slice of that dimension
- * (the range is relative to it).  A tensor without that dimension, or a
- * range past its size, fails naming the tensor.
+ * (the range is relative to it).  A tensor without that dimension, a
+ * range past its size, or a packed sub-byte tensor (F4, F6: loaded whole
+ * only) fails naming the tensor.
  */
 CKPT_API ckpt_status ckpt_plan_slice(ckpt_plan *plan, const char *pattern, int dim, uint64_t start, uint64_t stop,
                                      ckpt_error *err);
@@ -634,7 +635,8 @@ CKPT_API ckpt_status ckpt_plan_permute(ckpt_plan *plan, const char *pattern, uin
                                        ckpt_error *err);
 
 /* Transposes the matching tensors that have exactly two axes (dense
- * kernels, (out, in) ↔ (in, out)); others are left as they are. */
+ * kernels, (out, in) ↔ (in, out)); others are left as they are.  Packed
+ * sub-byte tensors (F4, F6) are refused here and in the other permutations. */
 CKPT_API ckpt_status ckpt_plan_transpose(ckpt_plan *plan, const char *pattern, ckpt_error *err);
 
 /*

@@ -159,6 +159,25 @@ static ckpt_status copy_transformed(const ckpt_catalog *src, const ckpt_tensor_i
     return st;
 }
 
+/* The file metadata ("format": "pt" for torch sources, then the source's
+ * own map) and, for torch sources, the object tree as checkpoint metadata.
+ * Called after any removed → kept entries so that they come first. */
+ckpt_status ckpt__copy_source_metadata(const ckpt_catalog *src, ckpt_writer *w, ckpt_error *err) {
+    ckpt_format format = ckpt_catalog_format(src);
+    ckpt_status st = CKPT_OK;
+    if (format == CKPT_FORMAT_TORCH || format == CKPT_FORMAT_TORCH_SHARDED) {
+        st = ckpt_writer_set_metadata(w, "format", "pt", err);
+        if (st == CKPT_OK && ckpt_catalog_tree_json(src))
+            st = ckpt_writer_set_checkpoint_metadata(w, CKPT_TREE_METADATA_KEY, ckpt_catalog_tree_json(src), err);
+    }
+    for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_metadata_count(src); i++) {
+        const char *k, *v;
+        ckpt_catalog_metadata_entry(src, i, &k, &v);
+        st = ckpt_writer_set_metadata(w, k, v, err);
+    }
+    return st;
+}
+
 ckpt_status ckpt_convert(const ckpt_catalog *src, const char *dst_path, const ckpt_writer_options *options,
                          ckpt_progress_fn progress_fn, void *user, ckpt_error *err) {
     if (!src || !dst_path)
@@ -172,18 +191,9 @@ ckpt_status ckpt_convert(const ckpt_catalog *src, const char *dst_path, const ck
     if (!keep || !index) st = ckpt__fail(err, CKPT_E_NO_MEMORY, dst_path, NULL, -1, "out of memory");
     else memset(keep, 1, n ? n : 1);
     ckpt_format format = ckpt_catalog_format(src);
-    bool torch = format == CKPT_FORMAT_TORCH || format == CKPT_FORMAT_TORCH_SHARDED;
-    if (st == CKPT_OK && torch) {
-        st = ckpt_writer_set_metadata(w, "format", "pt", err);
-        if (st == CKPT_OK) st = resolve_shared(src, w, keep, err);
-        if (st == CKPT_OK && ckpt_catalog_tree_json(src))
-            st = ckpt_writer_set_checkpoint_metadata(w, CKPT_TREE_METADATA_KEY, ckpt_catalog_tree_json(src), err);
-    }
-    for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_metadata_count(src); i++) {
-        const char *k, *v;
-        ckpt_catalog_metadata_entry(src, i, &k, &v);
-        st = ckpt_writer_set_metadata(w, k, v, err);
-    }
+    if (st == CKPT_OK && (format == CKPT_FORMAT_TORCH || format == CKPT_FORMAT_TORCH_SHARDED))
+        st = resolve_shared(src, w, keep, err);
+    if (st == CKPT_OK) st = ckpt__copy_source_metadata(src, w, err);
     for (size_t i = 0; st == CKPT_OK && i < n; i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(src, i);
         if (keep[i]) st = ckpt_writer_add_tensor(w, t->name, t->dtype, t->ndim, t->shape, &index[i], err);

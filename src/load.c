@@ -35,6 +35,7 @@ enum {
 typedef struct file_state {
     int dfd;        /* O_DIRECT descriptor, -1 when not used */
     uint32_t align;
+    bool remote;    /* network or FUSE file system: no views, no O_DIRECT */
 } file_state;
 
 typedef struct job {
@@ -63,7 +64,6 @@ typedef struct engine {
     uint64_t task_count;
     file_state *files;
     size_t chunk;
-    bool uring;
     atomic_uint_fast64_t next_task, done_bytes, bytes_needed, bytes_read, reads;
     atomic_int stop, used_uring;
     uint64_t total_bytes;
@@ -88,7 +88,7 @@ typedef struct worker {
 } worker;
 
 static ckpt_status oom(ckpt_error *err, const char *what) {
-    return ckpt__fail(err, CKPT_E_NO_MEMORY, NULL, what, -1, "out of memory");
+    return ckpt__fail(err, CKPT_E_NO_MEMORY, NULL, NULL, -1, "out of memory for %s", what);
 }
 
 /* ---- reading runs ------------------------------------------------------------ */
@@ -104,9 +104,7 @@ static ckpt_status flush(worker *w, ckpt_error *err) {
 static ckpt_status queue_read(worker *w, const job *j, int fd, uint64_t off, uint64_t len, unsigned char *dst,
                               ckpt_error *err) {
     uint64_t piece = w->reader.uring ? URING_PIECE : len;
-    if (!piece) piece = 1;
-    for (uint64_t at = 0; at < len || (len == 0 && at == 0); at += piece) {
-        if (len == 0) break;
+    for (uint64_t at = 0; at < len; at += piece) {
         if (w->nreq == BATCH) {
             ckpt_status st = flush(w, err);
             if (st) return st;
@@ -263,7 +261,7 @@ static ckpt_status run_whole(worker *w, const job *j, unsigned char *dst, const 
     for (uint32_t d = 0; d < j->ndim; d++) sliced |= e->count[d] != t->shape[d], permuted |= e->perm[d] != d;
     w->bytes_needed += t->nbytes;
     if (!sliced && !permuted && e->pub.dtype == t->dtype && dst_stride == j->dst_stride)
-        return ckpt_catalog_read(w->g ? w->g->plan->catalog : NULL, t, 0, dst, t->nbytes, err);
+        return ckpt_catalog_read(w->g->plan->catalog, t, 0, dst, t->nbytes, err);
     uint64_t box_bytes = e->pub.numel * j->in_size;
     unsigned char *all = ckpt__malloc(t->nbytes ? (size_t)t->nbytes : 1);
     unsigned char *scratch = ckpt__malloc(box_bytes ? (size_t)box_bytes : 1);
@@ -398,8 +396,11 @@ static void *work(void *arg) {
 
 /* ---- setup shared by load and convert ----------------------------------------------------- */
 
-static ckpt_status make_job(ckpt_plan *p, ckpt__plan_entry *e, job *j, uint64_t *stride_pool, int64_t *dst_pool,
-                            file_state *files) {
+/* The plan already refused what cannot be done (casts without a kernel,
+ * slices or permutations of packed sub-byte tensors), so every entry makes
+ * a job. */
+static void make_job(ckpt_plan *p, ckpt__plan_entry *e, job *j, uint64_t *stride_pool, int64_t *dst_pool,
+                     file_state *files) {
     const ckpt_tensor_info *t = e->pub.source;
     memset(j, 0, sizeof *j);
     j->e = e, j->t = t, j->ndim = t->ndim;
@@ -419,10 +420,13 @@ static ckpt_status make_job(ckpt_plan *p, ckpt__plan_entry *e, job *j, uint64_t 
      * the source axis each output axis comes from. */
     int64_t o = 1;
     for (uint32_t i = t->ndim; i-- > 0;) j->dst_stride[e->perm[i]] = o, o *= (int64_t)e->shape[i];
-    if (!j->fn && (j->in_size == 0 || j->out_size == 0 || !j->copy))
-        return CKPT_E_INVALID_ARGUMENT;
-    if (!j->fn) j->fn = ckpt__cast_kernel(t->dtype, t->dtype);
-    return CKPT_OK;
+    if (ckpt_dtype_bits(t->dtype) % 8) {
+        /* Packed sub-byte data (F4, F6): one opaque element of nbytes,
+         * read whole and unchanged. */
+        j->ndim = 0;
+        j->in_size = j->out_size = (unsigned)t->nbytes;
+        j->copy = true;
+    }
 }
 
 static size_t online_cpus(void) {
@@ -479,10 +483,15 @@ static ckpt_status open_files(ckpt_plan *p, ckpt_io_mode mode, file_state **out,
         files[i].dfd = -1;
         int fd = ckpt__catalog_fd(p->catalog, i);
         uint64_t size = ckpt_catalog_file_size(p->catalog, i);
-        bool direct = mode == CKPT_IO_DIRECT;
+        files[i].remote = ckpt__is_remote_fs(fd);
+        bool direct = mode == CKPT_IO_DIRECT && !files[i].remote;
         if (mode == CKPT_IO_AUTO)
-            direct = !ckpt__is_remote_fs(fd) && size >= (64u << 20) && ckpt__cached_fraction(fd, size, 0, size) < 0.5;
+            direct = !files[i].remote && size >= (64u << 20) && ckpt__cached_fraction(fd, size, 0, size) < 0.5;
         if (direct) files[i].dfd = ckpt__open_direct(ckpt_catalog_file_path(p->catalog, i), fd, &files[i].align);
+        if (files[i].dfd >= 0 && files[i].align > BOUNCE_ALIGN) { /* more than the bounce buffers' slack */
+            close(files[i].dfd);
+            files[i].dfd = -1;
+        }
         if (files[i].dfd >= 0) *any_direct = true;
         else posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     }
@@ -498,11 +507,7 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     ckpt_status st = ckpt__plan_check(p, err);
     if (st) return st;
     memset(&p->stats, 0, sizeof p->stats);
-    for (size_t i = 0; i < p->entry_count; i++) p->entries[i].pub.data = NULL, p->entries[i].pub.is_view = 0;
-    for (size_t i = 0; i < p->entry_count; i++) { /* a reload allocates afresh */
-        free(p->entries[i].owned);
-        p->entries[i].owned = NULL;
-    }
+    ckpt__plan_release(p); /* a reload starts afresh */
 
     engine g;
     memset(&g, 0, sizeof g);
@@ -518,15 +523,14 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     g.jobs = ckpt__calloc(n ? n : 1, sizeof *g.jobs);
     uint64_t *stride_pool = ckpt__malloc((dims ? dims : 1) * sizeof *stride_pool);
     int64_t *dst_pool = ckpt__malloc((dims ? dims : 1) * sizeof *dst_pool);
-    if (!g.jobs || !stride_pool || !dst_pool) st = oom(err, NULL);
-    if (st == CKPT_OK && open_files(p, o->io, &g.files, &any_direct) != CKPT_OK) st = oom(err, NULL);
+    if (!g.jobs || !stride_pool || !dst_pool) st = oom(err, "the load's tasks");
+    if (st == CKPT_OK && open_files(p, o->io, &g.files, &any_direct) != CKPT_OK) st = oom(err, "the load's tasks");
 
     size_t used_dims = 0;
     for (size_t k = 0; st == CKPT_OK && k < n; k++) {
         ckpt__plan_entry *e = &p->entries[p->selected[k]];
         const ckpt_tensor_info *t = e->pub.source;
-        bool remote = ckpt__is_remote_fs(ckpt__catalog_fd(p->catalog, t->file));
-        if (!e->buffer && o->views && !e->pub.transform && single_run(e) && !remote) {
+        if (!e->buffer && o->views && !e->pub.transform && single_run(e) && !g.files[t->file].remote) {
             const void *view;
             st = ckpt_catalog_view(p->catalog, t, &view, err);
             if (st) break;
@@ -547,11 +551,7 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
             e->pub.data = e->owned;
         }
         job *j = &g.jobs[g.job_count];
-        if (make_job(p, e, j, stride_pool + used_dims, dst_pool + used_dims, g.files) != CKPT_OK) {
-            st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, j->path, e->pub.name, -1, "cannot convert %s to %s",
-                            ckpt_dtype_name(t->dtype), ckpt_dtype_name(e->pub.dtype));
-            break;
-        }
+        make_job(p, e, j, stride_pool + used_dims, dst_pool + used_dims, g.files);
         used_dims += t->ndim;
         j->dst = e->pub.data;
         plan_tasks(j, g.chunk);
@@ -567,7 +567,7 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     worker *workers = NULL;
     if (st == CKPT_OK) {
         workers = ckpt__calloc(threads, sizeof *workers);
-        if (!workers) st = oom(err, NULL);
+        if (!workers) st = oom(err, "the load's tasks");
     }
     bool need_bounce = any_direct;
     for (size_t k = 0; k < g.job_count && !need_bounce; k++) need_bounce = !g.jobs[k].copy;
@@ -618,19 +618,11 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     free(stride_pool);
     free(dst_pool);
     pthread_mutex_destroy(&g.lock);
-    if (st != CKPT_OK) {
-        for (size_t i = 0; i < p->entry_count; i++) p->entries[i].pub.data = NULL, p->entries[i].pub.is_view = 0;
-        for (size_t i = 0; i < p->entry_count; i++) {
-            free(p->entries[i].owned);
-            p->entries[i].owned = NULL;
-        }
-    }
+    if (st != CKPT_OK) ckpt__plan_release(p);
     return st;
 }
 
 /* ---- convert: plan → writer ------------------------------------------------------------------ */
-
-#define CKPT_TREE_METADATA_KEY "ckpt.torch_tree"
 
 typedef struct convert_progress {
     ckpt_progress_fn fn;
@@ -690,9 +682,7 @@ static ckpt_status convert_item(worker *w, ckpt_plan *p, ckpt__plan_entry *e, ck
     int64_t dst_stride[CKPT_MAX_DIMS];
     job j;
     const ckpt_tensor_info *t = e->pub.source;
-    if (make_job(p, e, &j, stride, dst_stride, NULL) != CKPT_OK)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, ckpt_catalog_file_path(p->catalog, t->file), e->pub.name, -1,
-                          "cannot convert %s to %s", ckpt_dtype_name(t->dtype), ckpt_dtype_name(e->pub.dtype));
+    make_job(p, e, &j, stride, dst_stride, NULL);
     if (j.copy && single_run(e))
         return ckpt__writer_copy(wr, index, j.fd, t->offset + slice_offset(e), j.path, e->pub.nbytes, convert_tick, cp,
                                  err);
@@ -715,21 +705,10 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
     if (st) return st;
     ckpt_writer *wr;
     if ((st = ckpt_writer_create(dst_path, options, &wr, err))) return st;
-    ckpt_catalog *c = p->catalog;
-    ckpt_format format = ckpt_catalog_format(c);
-    if (format == CKPT_FORMAT_TORCH || format == CKPT_FORMAT_TORCH_SHARDED) {
-        st = ckpt_writer_set_metadata(wr, "format", "pt", err);
-        if (st == CKPT_OK && ckpt_catalog_tree_json(c))
-            st = ckpt_writer_set_checkpoint_metadata(wr, CKPT_TREE_METADATA_KEY, ckpt_catalog_tree_json(c), err);
-    }
-    for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_metadata_count(c); i++) {
-        const char *k, *v;
-        ckpt_catalog_metadata_entry(c, i, &k, &v);
-        st = ckpt_writer_set_metadata(wr, k, v, err);
-    }
+    st = ckpt__copy_source_metadata(p->catalog, wr, err);
     size_t n = p->selected_count;
     size_t *index = ckpt__malloc((n ? n : 1) * sizeof *index);
-    if (!index && st == CKPT_OK) st = oom(err, NULL);
+    if (!index && st == CKPT_OK) st = oom(err, "the load's tasks");
     for (size_t k = 0; st == CKPT_OK && k < n; k++) {
         const ckpt_plan_item *it = &p->entries[p->selected[k]].pub;
         st = ckpt_writer_add_tensor(wr, it->name, it->dtype, it->ndim, it->shape, &index[k], err);

@@ -29,8 +29,8 @@ static void update(ckpt__plan_entry *e) {
         permuted |= e->perm[i] != i;
     }
     e->pub.numel = numel;
-    e->pub.nbytes = numel * (ckpt_dtype_bits(e->pub.dtype) / 8);
-    if (ckpt_dtype_bits(e->pub.dtype) % 8) ckpt__dtype_nbytes(e->pub.dtype, numel, &e->pub.nbytes);
+    /* A slice of the catalog's tensor: cannot overflow what opening checked. */
+    ckpt__dtype_nbytes(e->pub.dtype, numel, &e->pub.nbytes);
     e->pub.transform = permuted || e->pub.dtype != t->dtype || t->big_endian || t->strides || t->compressed;
 }
 
@@ -43,7 +43,8 @@ ckpt_status ckpt_plan_create(ckpt_catalog *catalog, ckpt_plan **out, ckpt_error 
     p->catalog = catalog;
     p->entry_count = ckpt_catalog_tensor_count(catalog);
     p->entries = ckpt__calloc(p->entry_count ? p->entry_count : 1, sizeof *p->entries);
-    if (!p->entries) {
+    p->selected = ckpt__malloc((p->entry_count ? p->entry_count : 1) * sizeof *p->selected);
+    if (!p->entries || !p->selected) {
         ckpt_plan_free(p);
         return oom(err);
     }
@@ -69,20 +70,19 @@ ckpt_status ckpt_plan_create(ckpt_catalog *catalog, ckpt_plan **out, ckpt_error 
     return CKPT_OK;
 }
 
-static void release_owned(ckpt_plan *p) {
+void ckpt__plan_release(ckpt_plan *p) {
     for (size_t i = 0; i < p->entry_count; i++) {
         ckpt__plan_entry *e = &p->entries[i];
-        if (e->owned) {
-            if (e->pub.data == e->owned) e->pub.data = NULL;
-            free(e->owned);
-            e->owned = NULL;
-        }
+        free(e->owned);
+        e->owned = NULL;
+        e->pub.data = NULL;
+        e->pub.is_view = 0;
     }
 }
 
 void ckpt_plan_free(ckpt_plan *p) {
     if (!p) return;
-    if (p->entries) release_owned(p);
+    if (p->entries) ckpt__plan_release(p);
     free(p->entries);
     free(p->selected);
     free(p->matches);
@@ -94,13 +94,8 @@ void ckpt_plan_free(ckpt_plan *p) {
 void ckpt__plan_refresh(ckpt_plan *p) {
     if (!p->selection_dirty) return;
     size_t n = 0;
-    for (size_t i = 0; i < p->entry_count; i++) n += p->entries[i].selected;
-    size_t *sel = ckpt__realloc(p->selected, (n ? n : 1) * sizeof *sel);
-    if (!sel) return; /* keeps the old list; callers see dirty state next time */
-    p->selected = sel;
-    n = 0;
     for (size_t i = 0; i < p->entry_count; i++)
-        if (p->entries[i].selected) sel[n++] = i;
+        if (p->entries[i].selected) p->selected[n++] = i;
     p->selected_count = n;
     p->selection_dirty = false;
     p->names_dirty = true;
@@ -234,11 +229,22 @@ ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, 
     return CKPT_OK;
 }
 
+/* Packed sub-byte tensors (F4, F6) can only be loaded whole: their
+ * elements do not start on bytes. */
+static ckpt_status refuse_packed(ckpt_plan *p, ckpt__plan_entry *e, const char *what, ckpt_error *err) {
+    if (ckpt_dtype_bits(e->pub.source->dtype) % 8 == 0) return CKPT_OK;
+    return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                      "cannot %s a %s tensor: its elements are packed, %u bits each", what,
+                      ckpt_dtype_name(e->pub.source->dtype), ckpt_dtype_bits(e->pub.source->dtype));
+}
+
 /* ---- slices --------------------------------------------------------------------- */
 
 static ckpt_status slice_dim(ckpt_plan *p, ckpt__plan_entry *e, int dim, uint32_t *d, ckpt_error *err) {
     int64_t n = e->pub.source->ndim;
     int64_t k = dim < 0 ? n + dim : dim;
+    ckpt_status st = refuse_packed(p, e, "slice", err);
+    if (st) return st;
     if (k < 0 || k >= n)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
                           "cannot slice dimension %d of a tensor with %lld dimensions", dim, (long long)n);
@@ -293,14 +299,13 @@ ckpt_status ckpt_plan_split(ckpt_plan *p, const char *pattern, int dim, uint64_t
 
 /* ---- axis orders ------------------------------------------------------------------ */
 
-static ckpt_status permute_entry(ckpt__plan_entry *e, const uint32_t *perm) {
+static void permute_entry(ckpt__plan_entry *e, const uint32_t *perm) {
     uint32_t n = e->pub.ndim, composed[CKPT_MAX_DIMS];
     /* Output axis i of the new order is output axis perm[i] of the current
      * one, which is source axis e->perm[perm[i]]. */
     for (uint32_t i = 0; i < n; i++) composed[i] = e->perm[perm[i]];
     memcpy(e->perm, composed, n * sizeof *composed);
     update(e);
-    return CKPT_OK;
 }
 
 static ckpt_status check_perm(uint32_t ndim, const uint32_t *perm, ckpt_error *err) {
@@ -326,15 +331,20 @@ ckpt_status ckpt_plan_permute(ckpt_plan *p, const char *pattern, uint32_t ndim, 
         if (e->pub.ndim != ndim)
             return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
                               "a permutation of %u axes for a tensor with %u", ndim, e->pub.ndim);
+        if ((st = refuse_packed(p, e, "permute", err))) return st;
         permute_entry(e, perm);
     }
     return CKPT_OK;
 }
 
-static ckpt_status permute_matching_rank(ckpt_plan *p, const char *pattern, uint32_t ndim, const uint32_t *perm) {
+static ckpt_status permute_matching_rank(ckpt_plan *p, const char *pattern, uint32_t ndim, const uint32_t *perm,
+                                         ckpt_error *err) {
     for (size_t i = 0; i < p->entry_count; i++) {
         ckpt__plan_entry *e = &p->entries[i];
-        if (e->selected && e->pub.ndim == ndim && matches(pattern, e->pub.source->name)) permute_entry(e, perm);
+        if (!e->selected || e->pub.ndim != ndim || !matches(pattern, e->pub.source->name)) continue;
+        ckpt_status st = refuse_packed(p, e, "permute", err);
+        if (st) return st;
+        permute_entry(e, perm);
     }
     return CKPT_OK;
 }
@@ -342,7 +352,7 @@ static ckpt_status permute_matching_rank(ckpt_plan *p, const char *pattern, uint
 ckpt_status ckpt_plan_transpose(ckpt_plan *p, const char *pattern, ckpt_error *err) {
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
     static const uint32_t swap[2] = {1, 0};
-    return permute_matching_rank(p, pattern, 2, swap);
+    return permute_matching_rank(p, pattern, 2, swap, err);
 }
 
 ckpt_status ckpt_plan_layout(ckpt_plan *p, const char *pattern, const char *from, const char *to, ckpt_error *err) {
@@ -359,7 +369,7 @@ ckpt_status ckpt_plan_layout(ckpt_plan *p, const char *pattern, const char *from
     if (!ok)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
                           "layouts \"%s\" and \"%s\" must hold the same distinct letters", from, to);
-    return permute_matching_rank(p, pattern, (uint32_t)n, perm);
+    return permute_matching_rank(p, pattern, (uint32_t)n, perm, err);
 }
 
 /* ---- items ------------------------------------------------------------------------ */
@@ -472,8 +482,13 @@ ckpt_status ckpt_plan_match(ckpt_plan *p, const ckpt_expected *expected, size_t 
     p->match_count = 0;
     free(p->matches);
     p->matches = NULL;
-    unsigned char *state = ckpt__calloc(n ? n : 1, 1); /* 0 unexpected, 1 matched, 2 mismatched */
-    if (!state) return oom(err);
+    unsigned char *state = ckpt__calloc(n ? n : 1, 1); /* 0 unexpected, 1 matched, 2 shape, 3 dtype */
+    size_t *expected_of = ckpt__malloc((n ? n : 1) * sizeof *expected_of);
+    if (!state || !expected_of) {
+        free(state);
+        free(expected_of);
+        return oom(err);
+    }
     for (size_t k = 0; k < expected_count && st == CKPT_OK; k++) {
         const ckpt_expected *x = &expected[k];
         if (!x->name || (x->ndim && !x->shape) || x->ndim > CKPT_MAX_DIMS) {
@@ -486,6 +501,7 @@ ckpt_status ckpt_plan_match(ckpt_plan *p, const ckpt_expected *expected, size_t 
             if (!push_match(p, &cap, CKPT_MATCH_MISSING, x->name, k, SIZE_MAX)) st = oom(err);
             continue;
         }
+        expected_of[item] = k;
         bool same_shape = it->ndim == x->ndim && (x->ndim == 0 || memcmp(it->shape, x->shape, x->ndim * 8) == 0);
         if (!same_shape) {
             state[item] = 2;
@@ -507,9 +523,7 @@ ckpt_status ckpt_plan_match(ckpt_plan *p, const ckpt_expected *expected, size_t 
         if (state[i] == 1) continue;
         ckpt_mismatch kind = state[i] == 0 ? CKPT_MATCH_UNEXPECTED : state[i] == 2 ? CKPT_MATCH_SHAPE : CKPT_MATCH_DTYPE;
         const char *name = p->entries[p->selected[i]].pub.name;
-        size_t x = SIZE_MAX;
-        for (size_t k = 0; kind != CKPT_MATCH_UNEXPECTED && k < expected_count; k++)
-            if (strcmp(expected[k].name, name) == 0) x = k;
+        size_t x = kind == CKPT_MATCH_UNEXPECTED ? SIZE_MAX : expected_of[i];
         if (!push_match(p, &cap, kind, name, x, i)) st = oom(err);
     }
     if (st == CKPT_OK && (flags & CKPT_MATCH_PRUNE)) {
@@ -518,6 +532,7 @@ ckpt_status ckpt_plan_match(ckpt_plan *p, const ckpt_expected *expected, size_t 
         p->selection_dirty = true;
     }
     free(state);
+    free(expected_of);
     *entries = p->matches;
     *count = st == CKPT_OK ? p->match_count : 0;
     return st;

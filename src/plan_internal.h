@@ -33,6 +33,9 @@ struct ckpt_plan {
 /* Refreshes the selection list (after select/exclude/prune). */
 CKPT__HIDDEN void ckpt__plan_refresh(ckpt_plan *plan);
 
+/* Forgets what a load gave: frees library buffers, clears data pointers. */
+CKPT__HIDDEN void ckpt__plan_release(ckpt_plan *plan);
+
 /* Checks the plan before reading: new names are unique. */
 CKPT__HIDDEN ckpt_status ckpt__plan_check(ckpt_plan *plan, ckpt_error *err);
 

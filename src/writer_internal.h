@@ -1,5 +1,5 @@
-/* writer_internal.h — what convert.c may do with a writer beyond the public
- * API: copy a tensor's bytes from another file by kernel copy. */
+/* writer_internal.h — what the conversions (convert.c, load.c) may do with a
+ * writer beyond the public API: kernel copies, and the source's metadata. */
 #ifndef CKPT_WRITER_INTERNAL_H
 #define CKPT_WRITER_INTERNAL_H
 
@@ -10,5 +10,10 @@
 CKPT__HIDDEN ckpt_status ckpt__writer_copy(ckpt_writer *w, size_t index, int src_fd, uint64_t src_offset,
                                            const char *src_path, uint64_t n, ckpt__copy_tick tick,
                                            void *user, ckpt_error *err);
+
+/* What every conversion writes besides tensors: the source's metadata
+ * ("format": "pt" for torch sources) and a torch source's object tree
+ * (convert.c). */
+CKPT__HIDDEN ckpt_status ckpt__copy_source_metadata(const ckpt_catalog *src, ckpt_writer *w, ckpt_error *err);
 
 #endif

@@ -76,6 +76,7 @@ typedef struct walker {
     ckpt_error *err;
     ckpt__torch_file *out;
     size_t cap, storage_cap;
+    ckpt__name_table storage_keys; /* over out->storages[].key, sized storage_cap */
     uint64_t visits;
     ckpt__buf json;
     ckpt__buf name; /* the current dotted path */
@@ -127,11 +128,13 @@ static ckpt_status storage_of(walker *w, const ckpt__pk_value *pid, ckpt_dtype *
         return fail_at(w, pid, CKPT_E_UNKNOWN_DTYPE, "storage type %s.%s has no safetensors dtype",
                        a[1]->u.global.module, type);
     const char *key = a[2]->u.s.data;
-    for (size_t i = 0; i < w->out->storage_count; i++)
-        if (!strcmp(w->out->storages[i].key, key)) {
-            *index = (uint32_t)i;
+    if (w->out->storage_count) { /* a storage seen before: every tensor of a tied or viewed storage */
+        int64_t seen = ckpt__name_table_find(&w->storage_keys, &w->out->storages[0].key, sizeof *w->out->storages, key);
+        if (seen >= 0) {
+            *index = (uint32_t)seen;
             return CKPT_OK;
         }
+    }
     if (n == 6 && a[5]->kind != CKPT__PK_NONE)
         return fail_at(w, pid, CKPT_E_INVALID_ARGUMENT, "legacy storage views (view_metadata) are not supported");
     uint64_t need, offset = 0, comp_size = 0;
@@ -155,9 +158,16 @@ static ckpt_status storage_of(walker *w, const ckpt__pk_value *pid, ckpt_dtype *
         if (!s) return fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory");
         w->out->storages = s;
         w->storage_cap = cap;
+        /* Rehash into a table for the new capacity. */
+        ckpt__name_table_free(&w->storage_keys);
+        if (!ckpt__name_table_init(&w->storage_keys, cap))
+            return fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory");
+        for (size_t i = 0; i < w->out->storage_count; i++)
+            ckpt__name_table_insert(&w->storage_keys, &s[0].key, sizeof *s, (uint32_t)i, NULL);
     }
     w->out->storages[w->out->storage_count] = (ckpt__torch_storage){key, offset, need, *typed, comp_size};
     *index = (uint32_t)w->out->storage_count++;
+    ckpt__name_table_insert(&w->storage_keys, &w->out->storages[0].key, sizeof *w->out->storages, *index, NULL);
     return CKPT_OK;
 }
 
@@ -490,6 +500,7 @@ ckpt_status ckpt__torch_read_zip(int fd, uint64_t file_size, const char *path, c
         walker w = {.path = path, .entry = pkl->name, .pickle_offset = pkl->data_offset, .zip = &zip,
                     .arena = arena, .err = err, .out = out};
         st = walk_root(&w, root);
+        ckpt__name_table_free(&w.storage_keys);
     }
     if (st == CKPT_OK) place_tensors(out);
     free(pickle);
@@ -574,9 +585,10 @@ ckpt_status ckpt__torch_read_legacy(int fd, uint64_t file_size, const char *path
             st = ckpt__fail(err, CKPT_E_PICKLE_INVALID, path, NULL, (int64_t)at, "storage key is not a string");
             break;
         }
-        ckpt__torch_storage *s = NULL;
-        for (size_t i = 0; i < out->storage_count; i++)
-            if (!strcmp(out->storages[i].key, key->u.s.data)) s = &out->storages[i];
+        int64_t found = out->storage_count ? ckpt__name_table_find(&w.storage_keys, &out->storages[0].key,
+                                                                   sizeof *out->storages, key->u.s.data)
+                                           : -1;
+        ckpt__torch_storage *s = found >= 0 ? &out->storages[found] : NULL;
         unsigned char count_le[8];
         if ((st = ckpt__pread_full(fd, count_le, 8, at, path, err))) break;
         uint64_t numel = 0, nbytes;
@@ -597,6 +609,7 @@ ckpt_status ckpt__torch_read_legacy(int fd, uint64_t file_size, const char *path
             at += 8 + nbytes;
         }
     }
+    ckpt__name_table_free(&w.storage_keys);
     for (size_t i = 0; st == CKPT_OK && i < out->storage_count; i++)
         if (!out->storages[i].offset && out->storages[i].nbytes)
             st = ckpt__fail(err, CKPT_E_NOT_FOUND, path, NULL, -1, "storage '%s' is not in the file's key list",

@@ -236,8 +236,7 @@ COPY_FN(8)
 
 /* ---- the table ---------------------------------------------------------------- */
 
-static ckpt__cast_fn table[3][CKPT_DTYPE_COUNT][CKPT_DTYPE_COUNT];
-static int chosen_level;
+static ckpt__cast_fn table[CKPT_DTYPE_COUNT][CKPT_DTYPE_COUNT];
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
 static int cpu_level(void) {
@@ -284,37 +283,23 @@ static void fill_scalar(ckpt__cast_fn (*t)[CKPT_DTYPE_COUNT]) {
     t[CKPT_BOOL][CKPT_U8] = t[CKPT_BOOL][CKPT_I8] = copy_1;
 }
 
-static void build_tables(void) {
-    chosen_level = cpu_level();
-    fill_scalar(table[0]);
-    for (int level = 1; level <= 2; level++) {
-        memcpy(table[level], table[level - 1], sizeof table[0]);
-        if (level > chosen_level) continue;
+/* Scalar kernels everywhere, then each SIMD level up to the CPU's (or
+ * CKPT_SIMD's cap) overrides the pairs it has. */
+static void build_table(void) {
+    int level = cpu_level();
+    fill_scalar(table);
+    for (int l = 1; l <= level; l++)
         for (int a = 1; a < CKPT_DTYPE_COUNT; a++)
             for (int b = 1; b < CKPT_DTYPE_COUNT; b++) {
-                ckpt__cast_fn fn = ckpt__cast_simd_kernel(level, (ckpt_dtype)a, (ckpt_dtype)b);
-                if (fn) table[level][a][b] = fn;
+                ckpt__cast_fn fn = ckpt__cast_simd_kernel(l, (ckpt_dtype)a, (ckpt_dtype)b);
+                if (fn) table[a][b] = fn;
             }
-    }
-}
-
-int ckpt__simd_level(void) {
-    pthread_once(&table_once, build_tables);
-    return chosen_level;
 }
 
 ckpt__cast_fn ckpt__cast_kernel(ckpt_dtype from, ckpt_dtype to) {
-    pthread_once(&table_once, build_tables);
+    pthread_once(&table_once, build_table);
     if (from <= 0 || from >= CKPT_DTYPE_COUNT || to <= 0 || to >= CKPT_DTYPE_COUNT) return NULL;
-    return table[chosen_level][from][to];
-}
-
-ckpt__cast_fn ckpt__cast_kernel_at(int level, ckpt_dtype from, ckpt_dtype to) {
-    pthread_once(&table_once, build_tables);
-    if (level < 0 || level > chosen_level || from <= 0 || from >= CKPT_DTYPE_COUNT || to <= 0 ||
-        to >= CKPT_DTYPE_COUNT)
-        return NULL;
-    return table[level][from][to];
+    return table[from][to];
 }
 
 void ckpt__cast_strided(ckpt__cast_fn fn, unsigned in_size, unsigned out_size, const void *src, void *dst, size_t n,

@@ -30,11 +30,7 @@ CKPT__HIDDEN ckpt__cast_fn ckpt__cast_kernel(ckpt_dtype from, ckpt_dtype to);
 CKPT__HIDDEN void ckpt__cast_strided(ckpt__cast_fn fn, unsigned in_size, unsigned out_size, const void *src,
                                      void *dst, size_t n, ptrdiff_t dst_stride);
 
-/* The kernel at a given SIMD level (≤ ckpt__simd_level()), for tests. */
-CKPT__HIDDEN ckpt__cast_fn ckpt__cast_kernel_at(int level, ckpt_dtype from, ckpt_dtype to);
 
-/* The SIMD level in use: 0 scalar, 1 AVX2 (+F16C), 2 AVX-512. */
-CKPT__HIDDEN int ckpt__simd_level(void);
 
 /* ---- scalar conversions (also the reference for the SIMD kernels) ------ */
 CKPT__HIDDEN float ckpt__f16_to_f32(uint16_t h);
@@ -42,7 +38,8 @@ CKPT__HIDDEN uint16_t ckpt__f32_to_f16(float f);
 CKPT__HIDDEN float ckpt__bf16_to_f32(uint16_t b);
 CKPT__HIDDEN uint16_t ckpt__f32_to_bf16(float f);
 
-/* Kernels of cast_x86.c for a SIMD level (NULL where none): */
+/* Kernels of cast_x86.c for a SIMD level, 1 AVX2 (+F16C) or 2 AVX-512
+ * (NULL where none): */
 CKPT__HIDDEN ckpt__cast_fn ckpt__cast_simd_kernel(int level, ckpt_dtype from, ckpt_dtype to);
 
 #endif

@@ -235,3 +235,35 @@ def test_convert_plan_roundtrips_through_safetensors(st_file, tensors, tmp_path)
     assert torch.equal(out["model.layers.1.big"], torch.tensor_split(tensors["layers.1.big"], 2, 1)[0].bfloat16())
     assert torch.equal(out["model.layers.1.conv.weight"], tensors["layers.1.conv.weight"].permute(2, 3, 1, 0))
     assert torch.equal(out["scalar"], tensors["scalar"]) and out["empty"].shape == (0, 5)
+
+
+def test_big_endian_torch_file_through_the_engine(tmp_path):
+    from test_torch_read import to_big_endian
+    g = torch.Generator().manual_seed(3)
+    sd = {"w": torch.randn(300, 70, generator=g), "i": torch.arange(-20, 20, dtype=torch.int32)}
+    torch.save(sd, tmp_path / "le.pt")
+    to_big_endian(tmp_path / "le.pt", tmp_path / "be.pt")
+
+    def setup(p):
+        p.split(0, 1, 3, "w").slice(1, 5, 60, "w").cast("BF16", "w").transpose("w")
+    for opts in ({}, dict(chunk_bytes=64 << 10, threads=2)):
+        data, _, _ = load(tmp_path / "be.pt", setup, **opts)
+        assert data["w"] == as_bytes(torch.tensor_split(sd["w"], 3, 0)[1][:, 5:60].bfloat16().t())
+        assert data["i"] == as_bytes(sd["i"])   # plain copy, swapped
+
+
+def test_packed_sub_byte_tensors_load_whole(tmp_path):
+    packed = bytes(range(12))   # F4 [4, 6]: 24 values, 4 bits each
+    ckptlib.write(tmp_path / "f4.safetensors", [("p", "F4", [4, 6], packed), ("x", "F32", [2], b"\0" * 8)])
+    for opts in ({}, dict(io="direct"), dict(views=True)):
+        data, items, _ = load(tmp_path / "f4.safetensors", lambda p: None, **opts)
+        assert data["p"] == packed and items[[i["name"] for i in items].index("p")]["nbytes"] == 12
+    with ckptlib.Catalog(tmp_path / "f4.safetensors") as cat, ckptlib.Plan(cat) as plan:
+        for call in (lambda: plan.slice(0, 0, 2, "p"), lambda: plan.transpose("p")):
+            with pytest.raises(ckptlib.CkptError) as e:
+                call()
+            assert e.value.tensor == "p" and "packed" in e.value.message
+        plan.cast("F16")                 # float casts leave packed tensors alone
+        plan.convert(tmp_path / "out.safetensors")
+    with ckptlib.Catalog(tmp_path / "out.safetensors") as out:
+        assert out.read("p") == packed and out.info("x")["dtype"] == "F16"
