@@ -18,7 +18,7 @@ DEB_PACKAGES := cmake gcc make pkg-config libcmocka-dev zlib1g-dev libxxhash-dev
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps venv build build-asan build-tsan test test-unit test-asan test-tsan test-python demo bench fuzz install clean
+.PHONY: all deps venv python-package build build-asan build-tsan test test-unit test-asan test-tsan test-python demo bench fuzz install clean
 
 all: build
 
@@ -61,9 +61,14 @@ test-unit: build
 test-asan: build-asan
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
-test-python: build venv
+# The Python package, installed into the venv as a user would (pip install
+# .), with the build tools already pinned there.
+python-package: venv
+	$(PY) -m pip install -q --no-build-isolation --no-deps .
+
+test-python: build venv python-package
 	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so \
-	  $(PY) -m pytest -q tests/interop tests/cli
+	  $(PY) -m pytest -q tests/interop tests/cli tests/python
 
 test: test-unit test-asan test-tsan test-python
 
@@ -93,4 +98,4 @@ install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) build-wheel

@@ -5,6 +5,12 @@ process.  Prints one JSON object.
 
     python bench/peers.py MODE PATH
 MODE: st_load_file | st_get_tensor | torch_load | torch_load_mmap | runai | fastsafetensors | tensorizer
+      | ckpt_load_file | ckpt_load | ckpt_load_mmap         (the ckpt Python package)
+      | into_ckpt | into_st_load_state_dict                  (load into a module)
+
+The "into" modes build a module whose parameters have the checkpoint's
+shapes and dtypes (memory touched), then load into it; they report the
+module's own RSS and the peak RSS during the load.
 """
 import json
 import os
@@ -36,11 +42,28 @@ def run(mode, path):
         s, n = checksum(t)
         total, nbytes = (total + s) % (1 << 64), nbytes + n
 
+    if mode.startswith("into_"):
+        return run_into(mode, path)
     t0 = time.perf_counter()
-    if mode == "st_load_file":
+    loaded_at = None
+    if mode == "ckpt_load_file":
+        import ckpt.torch
+        sd = ckpt.torch.load_file(path)
+        loaded_at = time.perf_counter()
+        for t in sd.values():
+            add(t)
+    elif mode in ("ckpt_load", "ckpt_load_mmap"):
+        import ckpt
+        sd = ckpt.load(path, mmap=mode == "ckpt_load_mmap", progress=False)
+        loaded_at = time.perf_counter()
+        for t in sd.values():
+            add(t)
+    elif mode == "st_load_file":
         from safetensors.torch import load_file
         for f in files_of(path):
-            for t in load_file(f).values():
+            sd = load_file(f)
+            loaded_at = time.perf_counter()
+            for t in sd.values():
                 add(t)
     elif mode == "st_get_tensor":
         from safetensors import safe_open
@@ -71,7 +94,53 @@ def run(mode, path):
     else:
         raise SystemExit(f"unknown mode {mode}")
     seconds = time.perf_counter() - t0
-    print(json.dumps({"seconds": seconds, "bytes": nbytes, "checksum": total}))
+    doc = {"seconds": seconds, "bytes": nbytes, "checksum": total}
+    if loaded_at is not None:
+        doc["load_seconds"] = loaded_at - t0  # until the dict is returned, before the checksum touches it
+    print(json.dumps(doc))
+
+
+def skeleton(path):
+    """A module with the checkpoint's parameter names, shapes and dtypes,
+    its memory touched (as a freshly initialised model's is)."""
+    import ckpt
+    root = torch.nn.Module()
+    with ckpt.open(path) as c:
+        specs = {name: c.spec(name) for name in c.keys()}
+    for name, spec in specs.items():
+        *mods, leaf = name.split(".")
+        m = root
+        for part in mods:
+            if not hasattr(m, part):
+                m.add_module(part, torch.nn.Module())
+            m = getattr(m, part)
+        p = torch.empty(spec.shape, dtype=ckpt._dtypes.torch_dtype(spec.dtype))
+        p.zero_()
+        m.register_parameter(leaf, torch.nn.Parameter(p, requires_grad=False))
+    return root
+
+
+def run_into(mode, path):
+    import resource
+    module = skeleton(path)
+    module_bytes = sum(p.numel() * p.element_size() for p in module.parameters())
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    t0 = time.perf_counter()
+    if mode == "into_ckpt":
+        import ckpt
+        ckpt.load_into(module, path, progress=False)
+    elif mode == "into_st_load_state_dict":
+        from safetensors.torch import load_file
+        module.load_state_dict(load_file(path))
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    total = 0
+    for p in module.parameters():
+        total = (total + checksum(p.data)[0]) % (1 << 64)
+    print(json.dumps({"seconds": seconds, "bytes": module_bytes, "checksum": total, "rss_module": rss_before,
+                      "rss_peak": peak}))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ Suites:
                  buffers (peak RSS), against torch.load
   torch_convert  a 4 GB Llama-shaped bf16 torch file into 1 GB safetensors
                  shards, against `cp` and torch.load + safetensors save_file
+  load           the load engine against the Python loaders and the machine's
+                 ceilings, warm and cold (bench/load_suite.py)
+  python         the Python package: ckpt.torch.load_file against safetensors,
+                 and load_into's peak RSS (bench/python_suite.py)
 
 Results: bench/results/<suite>.json and .png; `bench/report.py` renders the
 README table from the JSON.
@@ -423,19 +427,25 @@ def suite_load(args):
     run_load_suite(args)
 
 
+def suite_python(args):
+    from python_suite import run_python_suite
+    run_python_suite(args)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load"])
+    ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load", "python"])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--gb", type=float, default=4.0, help="size of the convert source")
     ap.add_argument("--tensors", type=int, default=30000)
     ap.add_argument("--skip-python", action="store_true", help="skip the slow Python peer")
     ap.add_argument("--load-gb", default="2,8", help="sizes (GB) of the load suite's checkpoints")
+    ap.add_argument("--python-gb", type=float, default=2, help="size (GB) of the python suite's checkpoint")
     args = ap.parse_args()
     for s in args.suites:
         print(f"== {s}")
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
-         "torch_convert": suite_torch_convert, "load": suite_load}[s](args)
+         "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

@@ -1,0 +1,24 @@
+"""ckpt: checkpoints of very large models.
+
+    import ckpt
+    ckpt.shapes("model/")                       # nested shapes, no data read
+    sd = ckpt.load("model/", tp_rank=0, tp_size=8, dtype="bfloat16")
+    ckpt.load_into(model, "model/")             # in place, no second copy
+    ckpt.save(model.state_dict(), "out/", max_shard_size="5GB")
+    ckpt.convert("pytorch_model.bin", "model.safetensors")
+
+Drop-ins for safetensors: ckpt.torch and ckpt.numpy.  Everything reads
+.safetensors files, sharded Hugging Face directories and torch.save files
+(parsed without running any pickle code)."""
+from . import _ckpt
+from ._errors import CancelledError, Error, ExistsError, IOFailure, NotFoundError, SafetensorError
+from ._api import (Checkpoint, LoadResult, Mismatch, TensorInfo, TensorSpec, cast, convert, dtype_name, load,
+                   load_into, open, save, shapes)
+from ._tree import Call, flatten, unflatten
+
+__version__ = _ckpt.version
+parse_size = _ckpt.parse_size
+
+__all__ = ["open", "shapes", "load", "load_into", "save", "convert", "cast", "flatten", "unflatten", "parse_size",
+           "dtype_name", "Checkpoint", "TensorSpec", "TensorInfo", "LoadResult", "Mismatch", "Call", "Error",
+           "SafetensorError", "NotFoundError", "ExistsError", "IOFailure", "CancelledError"]

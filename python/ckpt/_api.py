@@ -1,0 +1,531 @@
+"""ckpt's own Python API: catalogs, shape trees, the load engine (slices,
+casts, renames, in-place loading) and streaming sharded saves."""
+import fnmatch
+import math
+import os
+import re
+from collections import namedtuple
+
+from . import _ckpt, _dtypes, _frameworks, _progress, _tree
+
+FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded"}
+_IO = {"auto": 0, "buffered": 1, "direct": 2}
+_MISSING, _UNEXPECTED, _SHAPE, _DTYPE = 1, 2, 3, 4
+_MATCH_CAST = 1
+
+TensorSpec = namedtuple("TensorSpec", "shape dtype")
+TensorSpec.__doc__ = "Shape and dtype (safetensors name, e.g. 'BF16') of a tensor, without its data."
+TensorInfo = namedtuple("TensorInfo", "name dtype shape nbytes file offset")
+Mismatch = namedtuple("Mismatch", "name expected found")
+Mismatch.__doc__ = "A tensor whose shape (or dtype) differs: expected and found are TensorSpecs."
+
+
+class LoadResult(namedtuple("LoadResult", "missing_keys unexpected_keys mismatched_keys")):
+    """What load_into did not load: names the target has and the checkpoint
+    lacks, names the checkpoint has and the target lacks, and Mismatch
+    entries for tensors present in both with different shapes."""
+
+
+def dtype_name(dtype):
+    """The safetensors name of a dtype given as such a name ("BF16"), a
+    torch or numpy dtype, or a dtype's name ("bfloat16", "float32")."""
+    if isinstance(dtype, str):
+        if _ckpt_known(dtype):
+            return dtype
+        for table in (_dtypes.TORCH, _dtypes.ML_DTYPES, _dtypes.NUMPY):
+            for k, v in table.items():
+                if v == dtype:
+                    return k
+        raise ValueError(f"unknown dtype {dtype!r}")
+    mod = type(dtype).__module__
+    if mod.startswith("torch"):
+        return _dtypes.torch_name(dtype)
+    return _dtypes.numpy_name(dtype)
+
+
+def _ckpt_known(name):
+    try:
+        _ckpt.dtype_bits(name)
+        return True
+    except ValueError:
+        return False
+
+
+def _listify(x):
+    if x is None:
+        return []
+    return [x] if isinstance(x, str) else list(x)
+
+
+# ---------------------------------------------------------------------------
+# Catalogs
+
+class Checkpoint:
+    """A checkpoint's catalog: names, shapes, dtypes, metadata and (torch
+    files) the object tree, read without the data.  Use as a context manager
+    or call close()."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._catalog = _ckpt.Catalog(self.path)
+        info = self._catalog.info()
+        self.format = FORMATS.get(info["format"], str(info["format"]))
+        self.index_path = info["index_path"]
+        self._tree_json = info["tree_json"]
+        self._rows = self._catalog.tensors()
+        self._index = {row[0]: i for i, row in enumerate(self._rows)}
+        self.files = [p for p, _ in self._catalog.files()]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self._catalog.close()
+
+    def __len__(self):
+        return len(self._rows)
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __contains__(self, name):
+        return name in self._index
+
+    def keys(self):
+        """Tensor names in file order."""
+        return [row[0] for row in self._rows]
+
+    @property
+    def tensors(self):
+        """{name: TensorInfo(name, dtype, shape, nbytes, file, offset)}."""
+        return {r[0]: TensorInfo(r[0], r[1], r[2], r[3], self.files[r[4]], r[5]) for r in self._rows}
+
+    @property
+    def nbytes(self):
+        return sum(r[3] for r in self._rows)
+
+    @property
+    def metadata(self):
+        """The __metadata__ map (the union of the shards' maps)."""
+        return self._catalog.metadata()
+
+    def tree(self, leaf=None):
+        """The checkpoint's nested structure with leaf(name) (default: a
+        TensorSpec) for each tensor: a torch file's object tree (optimizer
+        state, epochs, … included), a structure saved by ckpt.save, or the
+        names split at dots."""
+        leaf = leaf or self.spec
+        structure = self._tree_json or self.metadata.get(_tree.STRUCTURE_KEY)
+        if structure:
+            return _tree.decode(structure, leaf)
+        return _tree.unflatten({name: leaf(name) for name in self.keys()})
+
+    def spec(self, name):
+        r = self._rows[self._row(name)]
+        return TensorSpec(r[2], r[1])
+
+    def _row(self, name):
+        i = self._index.get(name)
+        if i is None:
+            raise KeyError(f"{self.path} does not contain tensor {name!r}")
+        return i
+
+    def view(self, name):
+        """A read-only, zero-copy numpy array on the file's mapping (only for
+        tensors stored as loaded: dense, little-endian, uncompressed)."""
+        i = self._row(name)
+        r = self._rows[i]
+        return _frameworks.Numpy.from_buffer(self._catalog.view(i), r[1], r[2], 0, name)
+
+    def get(self, name, framework="numpy"):
+        """One tensor, copied into new memory (any stored layout)."""
+        fw = _frameworks.get(framework)
+        i = self._row(name)
+        r = self._rows[i]
+        out = fw.empty(r[1], r[2], name)
+        if r[3]:
+            self._catalog.read(i, fw.raw(out, writable=True))
+        return fw.to_device(out, None)
+
+    def verify(self, progress=None):
+        """Checks every recorded checksum; returns how many tensors matched."""
+        return self._catalog.verify(progress=_progress.choose(progress, "verify"))
+
+    def __repr__(self):
+        return f"<ckpt.Checkpoint {self.path!r} {self.format}, {len(self)} tensors, {self.nbytes / 1e9:.2f} GB>"
+
+
+def open(path):  # noqa: A001 - the natural name, as in safetensors' safe_open
+    """Opens a checkpoint's catalog (.safetensors, sharded directory or
+    index, torch.save file) without reading tensor data."""
+    return Checkpoint(path)
+
+
+def shapes(path, *, nested=True):
+    """The tree of shapes and dtypes of a checkpoint, reading no data — to
+    build a model skeleton (as with Flax's eval_shape).  Leaves are
+    jax.ShapeDtypeStruct when jax is installed (and knows the dtype), else
+    TensorSpec(shape, dtype).  nested=False gives {name: leaf}."""
+    with Checkpoint(path) as c:
+        leaf = _jax_leaf(c) or c.spec
+        if nested:
+            return c.tree(leaf)
+        return {name: leaf(name) for name in c.keys()}
+
+
+def _jax_leaf(c):
+    try:
+        import jax
+    except ImportError:
+        return None
+
+    def leaf(name):
+        spec = c.spec(name)
+        try:
+            dt = _dtypes.numpy_dtype(spec.dtype, name)
+        except TypeError:
+            return spec
+        return jax.ShapeDtypeStruct(spec.shape, dt)
+
+    return leaf
+
+
+# ---------------------------------------------------------------------------
+# Plans
+
+def _glob_re(pattern):
+    return re.compile(fnmatch.translate(pattern).replace("(?s:", "(?s:", 1))
+
+
+def _build_plan(catalog, rows, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
+                tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None):
+    plan = _ckpt.Plan(catalog)
+    for p in _listify(select):
+        plan.select(p)
+    for p in _listify(exclude):
+        plan.exclude(p)
+    if rename:
+        pairs = rename.items() if isinstance(rename, dict) else rename
+        for a, b in pairs:
+            plan.rename(a, b)
+    for pattern, spec in (slices or {}).items():
+        d, start, stop = spec
+        plan.slice(pattern, d, start, stop)
+    if tp_size is not None or tp_rank is not None:
+        if tp_size is None or tp_rank is None:
+            raise ValueError("tp_rank and tp_size go together")
+        if not 0 <= tp_rank < tp_size:
+            raise ValueError(f"tp_rank {tp_rank} is not in [0, {tp_size})")
+        wanted = [_glob_re(p) for p in _listify(tp_select)] or None
+        for _, src, _, _, _, _ in plan.items():
+            name, ndim = rows[src][0], len(rows[src][2])
+            axis = tp_dim if tp_dim >= 0 else ndim + tp_dim
+            if not 0 <= axis < ndim:
+                continue
+            if wanted is not None and not any(w.fullmatch(name) for w in wanted):
+                continue
+            plan.split(name, tp_dim, tp_rank, tp_size)
+    if dtype is not None:
+        if isinstance(dtype, dict):
+            for pattern, d in dtype.items():
+                plan.cast(pattern, dtype_name(d))
+        else:
+            plan.cast(None, dtype_name(dtype))
+    for p in _listify(transpose):
+        plan.transpose(p)
+    if layout:
+        pairs = layout.items() if isinstance(layout, dict) else [(None, layout)]
+        for pattern, spec in pairs:
+            src, dst = spec.split(":") if isinstance(spec, str) else spec
+            plan.layout(pattern, src, dst)
+    return plan
+
+
+def _io(io):
+    try:
+        return _IO[io]
+    except KeyError:
+        raise ValueError(f"io must be one of {sorted(_IO)}, not {io!r}") from None
+
+
+def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
+         tp_dim=0, tp_select=None, transpose=None, layout=None, device="cpu", nested=False, mmap=False, threads=0,
+         io="auto", progress=None):
+    """Loads a checkpoint (or the part of it a device needs) into a dict of
+    tensors, with the parallel engine: memory beyond the tensors is a small
+    bounce ring, whatever the checkpoint's size.
+
+    select / exclude: globs of names to keep or drop; rename: {from: to}
+    (prefixes or `*` patterns); dtype: one dtype for every float tensor, or
+    {glob: dtype}; tp_rank / tp_size: keep part tp_rank of tp_size along
+    tp_dim of each tensor that has that axis (of those matching tp_select);
+    transpose: globs of 2-D tensors to transpose; layout: "OIHW:HWIO" or
+    {glob: "OIHW:HWIO"}.  mmap=True gives tensors that need no conversion
+    as copy-on-write views of the file instead of copies.  nested=True
+    returns the checkpoint's nested structure."""
+    fw = _frameworks.get(framework)
+    catalog = _ckpt.Catalog(os.fspath(path))
+    rows = catalog.tensors()
+    plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank,
+                       tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, transpose=transpose, layout=layout)
+    out = {}
+    if mmap:
+        paths = [p for p, _ in catalog.files()]
+        maps = {}
+        for name, src, dt, shape, nbytes, transform in plan.items():
+            r = rows[src]
+            bits = _ckpt.dtype_bits(dt)
+            if transform or not r[7] or not nbytes or (bits >= 8 and r[5] % (bits // 8)) or "*" in r[0] or "?" in r[0]:
+                continue
+            if r[4] not in maps:
+                maps[r[4]] = _ckpt.Map(paths[r[4]])
+            out[name] = fw.from_buffer(maps[r[4]], dt, shape, r[5], name)
+            plan.exclude(r[0])
+    items = plan.items()
+    bar = _progress.choose(progress, "load")
+    plan.load(threads=threads, io=_io(io), progress=bar)
+    for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
+        out[name] = fw.from_buffer(plan.data(i), dt, shape, 0, name)
+    order = {row[0]: i for i, row in enumerate(rows)}
+    out = {k: fw.to_device(out[k], device) for k in sorted(out, key=lambda k: order.get(k, -1))} if mmap else \
+        {k: fw.to_device(v, device) for k, v in out.items()}
+    if nested:
+        info = catalog.info()
+        structure = info["tree_json"] or catalog.metadata().get(_tree.STRUCTURE_KEY)
+        return _tree.unflatten(out, structure) if structure and not (rename or select or exclude) else _tree.unflatten(out)
+    return out
+
+
+def _target_tensors(target):
+    """(framework, {name: tensor}) of a module, a state dict or a nested
+    dict of arrays."""
+    mod = type(target).__module__
+    if hasattr(target, "state_dict") and mod.startswith("torch") or _is_module(target):
+        return _frameworks.Torch, target.state_dict()
+    flat = _tree.flatten(target)
+    fws = {_frameworks.of(t) for t in flat.values()}
+    if len(fws) != 1 or None in fws:
+        raise TypeError("load_into needs a torch.nn.Module, or a dict (possibly nested) of only torch tensors "
+                        "or only numpy arrays")
+    return fws.pop(), flat
+
+
+def _address(fw, t):
+    """(data address, nbytes) of a tensor, or None for an empty one."""
+    _, _, nbytes = fw.describe(t)
+    if not nbytes:
+        return None
+    ptr = t.data_ptr() if fw is _frameworks.Torch else t.__array_interface__["data"][0]
+    return ptr, nbytes
+
+
+def _is_module(x):
+    try:
+        import torch
+    except ImportError:
+        return False
+    return isinstance(x, torch.nn.Module)
+
+
+def load_into(target, path, strict=True, *, select=None, exclude=None, rename=None, tp_rank=None, tp_size=None,
+              tp_dim=0, tp_select=None, transpose=None, layout=None, threads=0, io="auto", progress=None):
+    """Loads a checkpoint into the existing tensors of `target` — a
+    torch.nn.Module, a state dict, or a (nested) dict of numpy arrays — in
+    place: bytes go straight from the file into each tensor's memory, so no
+    second copy of the model is ever held.  Float tensors are cast to the
+    target's dtype on the way.
+
+    Returns LoadResult(missing_keys, unexpected_keys, mismatched_keys), like
+    load_state_dict; with strict=True any of them raises RuntimeError
+    (nothing is written then)."""
+    fw, flat = _target_tensors(target)
+    catalog = _ckpt.Catalog(os.fspath(path))
+    rows = catalog.tensors()
+    plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, tp_rank=tp_rank,
+                       tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, transpose=transpose, layout=layout)
+    expected = []
+    for name, t in flat.items():
+        dt, shape, _ = fw.describe(t)
+        expected.append((name, dt, shape))
+    before = plan.items()
+    report = plan.match(expected, _MATCH_CAST)
+    missing, unexpected, mismatched, drop, recast = [], [], [], [], set()
+    for kind, name, e, item in report:
+        if kind == _MISSING:
+            missing.append(name)
+        elif kind == _UNEXPECTED:
+            unexpected.append(name)
+            drop.append(rows[before[item][1]][0])
+        elif kind == _SHAPE:
+            exp = expected[e]
+            mismatched.append(Mismatch(name, TensorSpec(exp[2], exp[1]), TensorSpec(before[item][3], before[item][2])))
+            drop.append(rows[before[item][1]][0])
+        elif kind == _DTYPE:
+            recast.add(name)  # not castable by ckpt (e.g. int32 → int64): the framework converts
+    if missing:
+        # Tied weights (an output head sharing the embedding's memory) are
+        # saved once; the names that alias a loaded tensor are not missing.
+        loaded = {_address(fw, flat[it[0]]) for it in before if it[0] in flat} - {None}
+        missing = [n for n in missing if _address(fw, flat[n]) not in loaded]
+    if strict and (missing or unexpected or mismatched):
+        kind = type(target).__name__
+        error = f"Error(s) in loading state_dict for {kind}:"
+        if missing:
+            error += "\n\tMissing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + "."
+        if unexpected:
+            error += "\n\tUnexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + "."
+        for m in mismatched:
+            error += (f"\n\tsize mismatch for {m.name}: copying a param with shape {tuple(m.found.shape)} from "
+                      f"checkpoint, the shape in current model is {tuple(m.expected.shape)}.")
+        raise RuntimeError(error)
+    for source in drop:
+        plan.exclude(source)
+    items = plan.items()
+    direct = []
+    for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
+        t = flat[name]
+        if name not in recast and fw.on_cpu(t) and fw.is_contiguous(t):
+            plan.set_buffer(i, fw.raw(t, writable=True))
+            direct.append(True)
+        else:
+            direct.append(False)
+    plan.load(threads=threads, io=_io(io), progress=_progress.choose(progress, "load"))
+    for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
+        if not direct[i]:
+            tmp = fw.from_buffer(plan.data(i), dt, shape, 0, name)
+            fw.copy_into(flat[name], tmp)
+            del tmp
+    return LoadResult(missing, unexpected, mismatched)
+
+
+# ---------------------------------------------------------------------------
+# Saving and converting
+
+_CHUNK = 64 << 20
+
+
+def _parse_size(size):
+    if size is None:
+        return 0
+    if isinstance(size, int):
+        return size
+    return _ckpt.parse_size(str(size))
+
+
+def save(tensors, directory, max_shard_size="5GB", metadata=None, *, prefix="model", overwrite=True,
+         checksums=False, progress=None, no_sync=False):
+    """Saves tensors as a Hugging Face sharded checkpoint in `directory`
+    (shards of at most max_shard_size bytes plus
+    <prefix>.safetensors.index.json, or <prefix>.safetensors when everything
+    fits), streaming each tensor from its own memory — nothing is
+    concatenated, a non-contiguous or GPU tensor is copied a few rows at a
+    time.  Atomic: the old checkpoint stays until every new file is
+    complete.  `tensors` may be a module, a state dict or a nested tree
+    (its structure is recorded and restored by load(..., nested=True)).
+    Returns the paths written."""
+    if _is_module(tensors):
+        tensors = tensors.state_dict()
+    flat, structure = _tree.flatten(tensors, with_structure=True)
+    plain = isinstance(tensors, dict) and all(_frameworks.of(v) is not None for v in tensors.values()) and \
+        all(isinstance(k, str) for k in tensors)
+    limit = _parse_size(max_shard_size)
+    w = _ckpt.Writer(os.fspath(directory), max_shard_size=limit or (1 << 62), prefix=prefix, overwrite=overwrite,
+                     no_sync=no_sync, checksums=checksums)
+    try:
+        fws = set()
+        entries = []
+        for name, t in flat.items():
+            fw = _frameworks.of(t)
+            if fw is None:
+                raise TypeError(f"{name!r} is a {type(t).__name__}: ckpt.save takes torch tensors and numpy arrays")
+            fws.add(fw)
+            dt, shape, nbytes = fw.describe(t)
+            entries.append((w.add(name, dt, shape), fw, t, nbytes))
+        if _frameworks.Torch in fws:
+            w.set_metadata("format", "pt")
+        for k, v in (metadata or {}).items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise TypeError("metadata must map str to str")
+            w.set_metadata(k, v, True)
+        if not plain:
+            w.set_metadata(_tree.STRUCTURE_KEY, structure, True)
+        files = w.begin()
+        if len(files) > 1:
+            files.append(os.path.join(os.fspath(directory), f"{prefix}.safetensors.index.json"))
+        total = sum(e[3] for e in entries)
+        bar = _progress.choose(progress, "save")
+        done = 0
+        for index, fw, t, nbytes in entries:
+            for part in _pieces(fw, t):
+                w.write(index, fw.raw(part))
+            done += nbytes
+            if bar and bar(done, total):
+                raise KeyboardInterrupt("save cancelled by the progress callback")
+        w.commit()
+        return files
+    finally:
+        w.abort()
+
+
+def _pieces(fw, t):
+    """The tensor's bytes in row order, as contiguous CPU pieces of at most
+    about 64 MiB (the tensor itself when it already is one)."""
+    if fw.on_cpu(t) and fw.is_contiguous(t):
+        yield t
+        return
+    dt, shape, nbytes = fw.describe(t)
+    rows = shape[0] if shape else 1
+    if not shape or rows <= 1:
+        yield fw.contiguous(fw.to_device(t, "cpu") if fw is _frameworks.Numpy else t.to("cpu"))
+        return
+    step = max(1, int(_CHUNK // max(1, nbytes // rows)))
+    for i in range(0, rows, step):
+        part = t[i:i + step]
+        if fw is _frameworks.Torch:
+            part = part.to("cpu")
+        yield fw.contiguous(part)
+
+
+def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None, tp_dim=0,
+            tp_select=None, transpose=None, layout=None, max_shard_size=None, prefix=None, overwrite=False,
+            checksums=False, no_sync=False, progress=None):
+    """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
+    — one file, or shards in a directory when max_shard_size is given —
+    applying the same selections, renames, slices, casts and layouts as
+    `ckpt convert`, streamed with bounded memory and renamed into place when
+    complete.  Shows a progress bar on a terminal (progress=False hides it;
+    a callable(done, total) receives the progress)."""
+    catalog = _ckpt.Catalog(os.fspath(src))
+    bar = _progress.choose(progress, "convert")
+    kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
+              checksums=checksums, progress=bar)
+    if prefix is not None:
+        kw["prefix"] = prefix
+    rules = dict(select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank, tp_size=tp_size,
+                 tp_select=tp_select, transpose=transpose, layout=layout)
+    if any(v is not None for v in rules.values()):
+        plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, **rules)
+        plan.convert(os.fspath(dst), **kw)
+    else:
+        catalog.convert(os.fspath(dst), **kw)
+
+
+def cast(array, dtype):
+    """Casts a numpy array or torch tensor to another float dtype with
+    ckpt's kernels (bit for bit as torch's .to()); returns a new one."""
+    fw = _frameworks.of(array)
+    if fw is None:
+        raise TypeError("cast takes a numpy array or a torch tensor")
+    src = fw.contiguous(array) if not fw.is_contiguous(array) else array
+    d_from, shape, _ = fw.describe(src)
+    d_to = dtype_name(dtype)
+    if not _ckpt.can_cast(d_from, d_to):
+        raise TypeError(f"ckpt cannot cast {d_from} to {d_to}")
+    out = fw.empty(d_to, shape)
+    _ckpt.cast(d_from, fw.raw(src), d_to, fw.raw(out, writable=True), math.prod(shape))
+    return out
+
+

@@ -1,0 +1,197 @@
+"""safe_open and the load/save functions shared by ckpt.torch and
+ckpt.numpy: safetensors' API over ckpt's catalog, for every format ckpt
+reads (safetensors, sharded directories, torch files)."""
+import os
+import tempfile
+
+from . import _ckpt, _frameworks
+from ._errors import SafetensorError
+
+
+class _Info:
+    __slots__ = ("index", "name", "dtype", "shape", "nbytes", "file", "offset", "storage", "direct")
+
+    def __init__(self, index, row):
+        self.index = index
+        (self.name, self.dtype, self.shape, self.nbytes, self.file, self.offset, self.storage, self.direct) = row
+
+
+class safe_open:
+    """Opens a checkpoint lazily and returns tensors as asked, as
+    safetensors.safe_open does.  `framework` is "pt", "numpy" (or "np") or
+    "flax"; tensors read as they are stored are zero-copy, copy-on-write
+    views of the file (writes never reach it)."""
+
+    def __init__(self, filename, framework, device="cpu", *, backend="mmap"):
+        self._fw = _frameworks.get(framework)
+        if backend not in ("mmap", "pread"):
+            raise ValueError(f"backend must be \"mmap\" or \"pread\", not {backend!r}")
+        self._backend = backend
+        self._device = device
+        self._catalog = _ckpt.Catalog(os.fspath(filename))
+        self._infos = {}
+        for i, row in enumerate(self._catalog.tensors()):
+            self._infos[row[0]] = _Info(i, row)
+        self._maps = {}
+        self._paths = [p for p, _ in self._catalog.files()]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self._maps = {}
+        self._catalog.close()
+
+    def keys(self):
+        return sorted(self._infos)
+
+    def offset_keys(self):
+        return list(self._infos)
+
+    def metadata(self):
+        m = self._catalog.metadata()
+        return m or None
+
+    def _info(self, name):
+        info = self._infos.get(name)
+        if info is None:
+            raise SafetensorError(f"File does not contain tensor {name}")
+        return info
+
+    def _map(self, file):
+        m = self._maps.get(file)
+        if m is None:
+            m = self._maps[file] = _ckpt.Map(self._paths[file])
+        return m
+
+    def _zero_copy(self, info):
+        if not info.direct or self._backend != "mmap":
+            return False
+        bits = _ckpt.dtype_bits(info.dtype)
+        return bits < 8 or info.offset % (bits // 8) == 0
+
+    def _full(self, info):
+        """The whole tensor on the CPU: a view of the file when possible."""
+        fw = self._fw
+        if self._zero_copy(info):
+            return fw.from_buffer(self._map(info.file), info.dtype, info.shape, info.offset, info.name)
+        out = fw.empty(info.dtype, info.shape, info.name)
+        if info.nbytes:
+            self._catalog.read(info.index, fw.raw(out, writable=True))
+        return out
+
+    def get_tensor(self, name):
+        t = self._full(self._info(name))
+        return self._fw.to_device(t, self._device)
+
+    def get_slice(self, name):
+        return _Slice(self, self._info(name))
+
+    def get_tensors(self):
+        return {name: self.get_tensor(name) for name in self._infos}
+
+    def _populate(self, threads=0):
+        """Fault every file in with several threads (load_file reads all)."""
+        if self._backend != "mmap":
+            return
+        for file in {info.file for info in self._infos.values() if self._zero_copy(info)}:
+            self._map(file).populate(threads=threads)
+
+
+class _Slice:
+    """get_slice(name): shape and dtype without reading, and [...] reading
+    only the rows it needs."""
+
+    def __init__(self, owner, info):
+        self._owner = owner
+        self._info = info
+
+    def get_shape(self):
+        return list(self._info.shape)
+
+    def get_dtype(self):
+        return self._info.dtype
+
+    def __getitem__(self, key):
+        if not isinstance(key, tuple):
+            key = (key,)
+        ndim = len(self._info.shape)
+        used = sum(1 for k in key if k is not None and k is not Ellipsis)
+        if used > ndim:
+            raise IndexError(f"too many indices for tensor of dimension {ndim}")
+        for k in key:
+            if isinstance(k, slice) and k.step is not None and k.step <= 0:
+                raise ValueError("slice step cannot be zero" if k.step == 0 else "step must be greater than zero")
+        full = self._owner._full(self._info)
+        part = self._owner._fw.clone(full[key])
+        return self._owner._fw.to_device(part, self._owner._device)
+
+
+def _check_metadata(metadata):
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise TypeError(f"argument 'metadata': '{type(metadata).__name__}' object cannot be converted to 'PyDict'")
+    for k, v in metadata.items():
+        if not isinstance(k, str):
+            raise TypeError(f"argument 'metadata': '{type(k).__name__}' object is not an instance of 'str'")
+        if not isinstance(v, str):
+            raise TypeError(f"argument 'metadata': '{type(v).__name__}' object is not an instance of 'str'")
+    return metadata
+
+
+def write_file(fw, tensors, filename, metadata, *, overwrite=True, no_sync=False):
+    """Writes a dict of contiguous tensors as one safetensors file, streamed
+    from the tensors' own memory and renamed into place when complete."""
+    metadata = _check_metadata(metadata)
+    w = _ckpt.Writer(os.fspath(filename), overwrite=overwrite, no_sync=no_sync)
+    try:
+        for k, v in metadata.items():
+            w.set_metadata(k, v)
+        keep = []
+        for name, t in tensors.items():
+            if not fw.on_cpu(t):
+                t = t.to("cpu")
+            if not fw.is_contiguous(t):
+                t = fw.contiguous(t)
+            dtype, shape, _ = fw.describe(t)
+            keep.append((w.add(name, dtype, shape), t))
+        w.begin()
+        for index, t in keep:
+            w.write(index, fw.raw(t))
+        w.commit()
+    finally:
+        w.abort()
+
+
+def save_bytes(fw, tensors, metadata):
+    with tempfile.TemporaryDirectory(prefix="ckpt-save-", dir=_scratch_dir()) as d:
+        path = os.path.join(d, "data.safetensors")
+        write_file(fw, tensors, path, metadata, no_sync=True)
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def load_bytes(framework, data):
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"argument 'data': '{type(data).__name__}' object cannot be converted to 'PyBytes'")
+    with tempfile.TemporaryDirectory(prefix="ckpt-load-", dir=_scratch_dir()) as d:
+        path = os.path.join(d, "data.safetensors")
+        with open(path, "wb") as f:
+            f.write(data)
+        with safe_open(path, framework, backend="pread") as f:
+            return f.get_tensors()
+
+
+def _scratch_dir():
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+
+
+def load_file(framework, filename, device="cpu", backend="mmap"):
+    with safe_open(filename, framework, device=device, backend=backend) as f:
+        f._populate()
+        return f.get_tensors()

@@ -1,0 +1,1218 @@
+/*
+ * ckpt._ckpt — the CPython extension under the `ckpt` package.
+ *
+ * A thin layer over the public header (include/ckpt.h) and nothing else:
+ * the catalog, plans and the load engine, the writer, and a private
+ * copy-on-write mapping for zero-copy torch/numpy tensors.  Every call that
+ * reads, writes or converts data releases the GIL.  Frameworks are not
+ * touched here: data leaves through the buffer protocol (owner objects that
+ * keep catalogs, plans and library buffers alive), and the Python modules
+ * turn it into numpy arrays or torch tensors.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
+static PyObject *Error;          /* ckpt.Error, the base of every ckpt exception */
+static PyObject *error_classes;  /* status name → subclass, registered by the package */
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static PyObject *error_class_for(const ckpt_error *e) {
+    if (error_classes) {
+        PyObject *cls = PyDict_GetItemString(error_classes, ckpt_status_name(e->status));
+        if (cls) return cls;
+    }
+    return Error;
+}
+
+/* Raises the ckpt exception for a failed call, with the error's fields as
+ * attributes (status, code, path, tensor, offset, errno). */
+static PyObject *raise_ckpt(const ckpt_error *e) {
+    if (PyErr_Occurred()) return NULL; /* a Python exception (from a callback) wins */
+    PyObject *cls = error_class_for(e);
+    const char *msg = e->message[0] ? e->message : ckpt_status_message(e->status);
+    PyObject *exc = PyObject_CallFunction(cls, "s", msg);
+    if (!exc) return NULL;
+    PyObject *v;
+#define SET(name, value)                                    \
+    do {                                                    \
+        v = (value);                                        \
+        if (!v || PyObject_SetAttrString(exc, name, v) < 0) \
+            PyErr_Clear();                                  \
+        Py_XDECREF(v);                                      \
+    } while (0)
+    SET("status", PyUnicode_FromString(ckpt_status_name(e->status)));
+    SET("code", PyLong_FromLong((long)e->status));
+    SET("path", e->path[0] ? PyUnicode_DecodeFSDefault(e->path) : Py_NewRef(Py_None));
+    SET("tensor", e->tensor[0] ? PyUnicode_FromString(e->tensor) : Py_NewRef(Py_None));
+    SET("offset", e->offset >= 0 ? PyLong_FromLongLong(e->offset) : Py_NewRef(Py_None));
+    if (e->sys_errno) {
+        SET("errno", PyLong_FromLong(e->sys_errno));
+        SET("strerror", PyUnicode_FromString(strerror(e->sys_errno)));
+    }
+    if (e->path[0]) SET("filename", PyUnicode_DecodeFSDefault(e->path));
+#undef SET
+    PyErr_SetObject(cls, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+static PyObject *register_errors(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyDict_Check(arg)) return PyErr_Format(PyExc_TypeError, "expected a dict");
+    Py_XSETREF(error_classes, Py_NewRef(arg));
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Buffer: bytes owned by (or borrowed from) another object                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *owner;       /* keeps the memory alive (catalog, plan, map), or NULL */
+    void *data;
+    Py_ssize_t size;
+    int readonly;
+    void (*release)(void *); /* frees `data` on deallocation, or NULL */
+} Buffer;
+
+static char empty_bytes[1];
+static PyTypeObject CatalogType;
+typedef struct Catalog Catalog;
+static void catalog_use(Catalog *c);
+static void catalog_unuse(Catalog *c);
+
+static int Buffer_getbuffer(Buffer *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->data ? self->data : empty_bytes, self->size,
+                             self->readonly, flags);
+}
+
+static void Buffer_dealloc(Buffer *self) {
+    if (self->release) self->release(self->data);
+    if (self->owner && Py_IS_TYPE(self->owner, &CatalogType)) catalog_unuse((Catalog *)self->owner);
+    Py_XDECREF(self->owner);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Buffer_address(Buffer *self, void *closure) {
+    (void)closure;
+    return PyLong_FromVoidPtr(self->data);
+}
+
+static PyBufferProcs Buffer_as_buffer = {(getbufferproc)Buffer_getbuffer, NULL};
+static PyGetSetDef Buffer_getset[] = {{"address", (getter)Buffer_address, NULL, "data address", NULL}, {NULL}};
+static Py_ssize_t Buffer_len(Buffer *self) { return self->size; }
+static PySequenceMethods Buffer_as_sequence = {.sq_length = (lenfunc)Buffer_len};
+
+static PyTypeObject BufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt._ckpt.Buffer",
+    .tp_basicsize = sizeof(Buffer),
+    .tp_dealloc = (destructor)Buffer_dealloc,
+    .tp_as_buffer = &Buffer_as_buffer,
+    .tp_as_sequence = &Buffer_as_sequence,
+    .tp_getset = Buffer_getset,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Bytes of a checkpoint: a view of a file, or a buffer the library allocated.",
+};
+
+static PyObject *buffer_new(PyObject *owner, void *data, uint64_t size, int readonly, void (*release)(void *)) {
+    Buffer *b = PyObject_New(Buffer, &BufferType);
+    if (!b) {
+        if (release) release(data);
+        return NULL;
+    }
+    b->owner = Py_XNewRef(owner);
+    if (owner && Py_IS_TYPE(owner, &CatalogType)) catalog_use((Catalog *)owner);
+    b->data = data;
+    b->size = (Py_ssize_t)size;
+    b->readonly = readonly;
+    b->release = release;
+    return (PyObject *)b;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Map: a private, copy-on-write mapping of a whole file                     */
+/* ------------------------------------------------------------------------ */
+
+/* Tensors handed to frameworks as if freshly allocated must be writable;
+ * writes to a private mapping copy the page and never reach the file. */
+typedef struct {
+    PyObject_HEAD
+    void *base;
+    size_t size;
+} Map;
+
+static int Map_init(Map *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"path", NULL};
+    PyObject *path_obj;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&", kwlist, PyUnicode_FSConverter, &path_obj)) return -1;
+    const char *path = PyBytes_AS_STRING(path_obj);
+    int fd, saved = 0;
+    struct stat st;
+    void *base = MAP_FAILED;
+    Py_BEGIN_ALLOW_THREADS
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0)
+        base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    saved = errno;
+    if (fd >= 0) close(fd);
+    Py_END_ALLOW_THREADS
+    if (fd < 0 || (base == MAP_FAILED && st.st_size > 0)) {
+        errno = saved;
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
+        Py_DECREF(path_obj);
+        return -1;
+    }
+    Py_DECREF(path_obj);
+    if (self->base) munmap(self->base, self->size);
+    self->base = st.st_size > 0 ? base : NULL;
+    self->size = (size_t)st.st_size;
+    return 0;
+}
+
+static void Map_dealloc(Map *self) {
+    if (self->base) munmap(self->base, self->size);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Map_getbuffer(Map *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->base ? self->base : empty_bytes, (Py_ssize_t)self->size,
+                             0, flags);
+}
+
+typedef struct {
+    char *start;
+    size_t len;
+    int failed;
+} populate_range;
+
+/* MADV_POPULATE_READ maps the cached pages in one call instead of one fault
+ * per 64 KiB later; kernels before 5.14 lack it, so touch a byte per page. */
+static void *populate_worker(void *arg) {
+    populate_range *r = arg;
+    if (madvise(r->start, r->len, MADV_POPULATE_READ) != 0) {
+        if (errno != EINVAL) r->failed = errno;
+        long page = sysconf(_SC_PAGESIZE);
+        volatile char sink = 0;
+        for (size_t i = 0; i < r->len; i += (size_t)page) sink ^= r->start[i];
+        (void)sink;
+        r->failed = 0;
+    }
+    return NULL;
+}
+
+/* Map.populate(offset=0, length=-1, threads=0): fault in a range with
+ * several threads, so that first accesses later cost no page faults. */
+static PyObject *Map_populate(Map *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"offset", "length", "threads", NULL};
+    unsigned long long offset = 0;
+    long long length = -1;
+    unsigned threads = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KLI", kwlist, &offset, &length, &threads)) return NULL;
+    if (!self->base || offset >= self->size) Py_RETURN_NONE;
+    size_t len = length < 0 || offset + (unsigned long long)length > self->size ? self->size - offset : (size_t)length;
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t begin = ((uintptr_t)self->base + offset) & ~(uintptr_t)(page - 1);
+    uintptr_t end = (uintptr_t)self->base + offset + len;
+    if (threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (unsigned)n : 1;
+    }
+    if (threads > 64) threads = 64;
+    size_t total = end - begin, per = (total / threads + (size_t)page - 1) & ~(size_t)(page - 1);
+    if (per < (16u << 20)) per = 16u << 20;
+    populate_range ranges[64];
+    pthread_t tids[64];
+    unsigned n = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (uintptr_t p = begin; p < end && n < 64; p += per, n++) {
+        ranges[n] = (populate_range){(char *)p, (size_t)(end - p < per ? end - p : per), 0};
+    }
+    unsigned started = 1;
+    for (unsigned i = 1; i < n; i++, started++)
+        if (pthread_create(&tids[i], NULL, populate_worker, &ranges[i]) != 0) break;
+    if (n) populate_worker(&ranges[0]);
+    for (unsigned i = started; i < n; i++) populate_worker(&ranges[i]); /* threads that failed to start */
+    for (unsigned i = 1; i < started; i++) pthread_join(tids[i], NULL);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t Map_len(Map *self) { return (Py_ssize_t)self->size; }
+static PyBufferProcs Map_as_buffer = {(getbufferproc)Map_getbuffer, NULL};
+static PySequenceMethods Map_as_sequence = {.sq_length = (lenfunc)Map_len};
+static PyMethodDef Map_methods[] = {
+    {"populate", (PyCFunction)(void (*)(void))Map_populate, METH_VARARGS | METH_KEYWORDS,
+     "populate(offset=0, length=-1, threads=0): fault the range in, in parallel"},
+    {NULL}};
+
+static PyTypeObject MapType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt._ckpt.Map",
+    .tp_basicsize = sizeof(Map),
+    .tp_dealloc = (destructor)Map_dealloc,
+    .tp_as_buffer = &Map_as_buffer,
+    .tp_as_sequence = &Map_as_sequence,
+    .tp_methods = Map_methods,
+    .tp_init = (initproc)Map_init,
+    .tp_new = PyType_GenericNew,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Map(path): a private copy-on-write mapping of a whole file (writes never reach the file).",
+};
+
+/* ------------------------------------------------------------------------ */
+/* Progress: Python callables and Ctrl-C                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject *callable; /* may be NULL: then only signals are checked */
+    int failed;         /* a Python exception is pending */
+} progress_ctx;
+
+/* Called by the library (on the thread that entered it, GIL released):
+ * takes the GIL, runs pending signal handlers and the callable. */
+static int progress_trampoline(uint64_t done, uint64_t total, void *user) {
+    progress_ctx *p = user;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int stop = 0;
+    if (PyErr_CheckSignals() < 0) stop = 1;
+    else if (p->callable && p->callable != Py_None) {
+        PyObject *r = PyObject_CallFunction(p->callable, "KK", (unsigned long long)done, (unsigned long long)total);
+        if (!r) stop = 1;
+        else {
+            if (r != Py_None && PyObject_IsTrue(r)) stop = 1;
+            Py_DECREF(r);
+        }
+    }
+    /* A pending exception stays in this thread's state (the caller's
+     * thread), and raise_ckpt lets it through when the library returns. */
+    if (stop && PyErr_Occurred()) p->failed = 1;
+    PyGILState_Release(g);
+    return stop;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Catalog                                                                  */
+/* ------------------------------------------------------------------------ */
+
+struct Catalog {
+    PyObject_HEAD
+    ckpt_catalog *catalog;
+    Py_ssize_t users;  /* views and plans that point into the catalog */
+    int closing;       /* close() was called while users remained */
+};
+
+static void catalog_use(Catalog *c) { c->users++; }
+
+static void catalog_unuse(Catalog *c) {
+    if (--c->users == 0 && c->closing) {
+        ckpt_catalog_close(c->catalog);
+        c->catalog = NULL;
+    }
+}
+
+static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"path", NULL};
+    PyObject *path_obj;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&", kwlist, PyUnicode_FSConverter, &path_obj)) return -1;
+    ckpt_error e;
+    ckpt_status st;
+    ckpt_catalog *c = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_catalog_open(PyBytes_AS_STRING(path_obj), &c, &e);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(path_obj);
+    if (st != CKPT_OK) {
+        raise_ckpt(&e);
+        return -1;
+    }
+    ckpt_catalog_close(self->catalog);
+    self->catalog = c;
+    return 0;
+}
+
+static void Catalog_dealloc(Catalog *self) {
+    ckpt_catalog_close(self->catalog);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int catalog_ready(Catalog *self) {
+    if (self->catalog) return 1;
+    PyErr_SetString(PyExc_ValueError, "the catalog is not open");
+    return 0;
+}
+
+static PyObject *shape_tuple(uint32_t ndim, const uint64_t *shape) {
+    PyObject *t = PyTuple_New(ndim);
+    if (!t) return NULL;
+    for (uint32_t i = 0; i < ndim; i++) {
+        PyObject *d = PyLong_FromUnsignedLongLong(shape[i]);
+        if (!d) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, d);
+    }
+    return t;
+}
+
+/* tensors() → [(name, dtype, shape, nbytes, file, offset, storage, direct)]
+ * in catalog order; `direct` is true when the bytes on disk are the tensor
+ * as loaded (dense, little-endian, uncompressed), i.e. it can be a view. */
+static PyObject *Catalog_tensors(Catalog *self, PyObject *unused) {
+    (void)unused;
+    if (!catalog_ready(self)) return NULL;
+    size_t n = ckpt_catalog_tensor_count(self->catalog);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (!list) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(self->catalog, i);
+        PyObject *shape = shape_tuple(t->ndim, t->shape);
+        PyObject *item = shape ? Py_BuildValue("(ssNKIKIO)", t->name, ckpt_dtype_name(t->dtype), shape,
+                                               (unsigned long long)t->nbytes, (unsigned)t->file,
+                                               (unsigned long long)t->offset, (unsigned)t->storage,
+                                               (!t->strides && !t->big_endian && !t->compressed) ? Py_True : Py_False)
+                               : NULL;
+        if (!item) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    return list;
+}
+
+static PyObject *Catalog_metadata(Catalog *self, PyObject *unused) {
+    (void)unused;
+    if (!catalog_ready(self)) return NULL;
+    PyObject *d = PyDict_New();
+    size_t n = ckpt_catalog_metadata_count(self->catalog);
+    for (size_t i = 0; d && i < n; i++) {
+        const char *k, *v;
+        if (ckpt_catalog_metadata_entry(self->catalog, i, &k, &v) != CKPT_OK) continue;
+        PyObject *value = PyUnicode_FromString(v);
+        if (!value || PyDict_SetItemString(d, k, value) < 0) Py_CLEAR(d);
+        Py_XDECREF(value);
+    }
+    return d;
+}
+
+static PyObject *Catalog_files(Catalog *self, PyObject *unused) {
+    (void)unused;
+    if (!catalog_ready(self)) return NULL;
+    size_t n = ckpt_catalog_file_count(self->catalog);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *item = Py_BuildValue("(NK)", PyUnicode_DecodeFSDefault(ckpt_catalog_file_path(self->catalog, i)),
+                                       (unsigned long long)ckpt_catalog_file_size(self->catalog, i));
+        if (!item) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    return list;
+}
+
+static PyObject *Catalog_info(Catalog *self, PyObject *unused) {
+    (void)unused;
+    if (!catalog_ready(self)) return NULL;
+    const char *tree = ckpt_catalog_tree_json(self->catalog);
+    const char *index = ckpt_catalog_index_path(self->catalog);
+    return Py_BuildValue("{s:i,s:N,s:N}", "format", (int)ckpt_catalog_format(self->catalog), "tree_json",
+                         tree ? PyUnicode_FromString(tree) : Py_NewRef(Py_None), "index_path",
+                         index ? PyUnicode_DecodeFSDefault(index) : Py_NewRef(Py_None));
+}
+
+static const ckpt_tensor_info *tensor_at(Catalog *self, Py_ssize_t i) {
+    const ckpt_tensor_info *t = i >= 0 ? ckpt_catalog_tensor(self->catalog, (size_t)i) : NULL;
+    if (!t) PyErr_Format(PyExc_IndexError, "tensor index %zd out of range", i);
+    return t;
+}
+
+/* read(index, out, byte_offset=0): fills the writable buffer `out` with the
+ * tensor's bytes from byte_offset (dense, little-endian; gathers, swaps and
+ * inflates as needed). */
+static PyObject *Catalog_read(Catalog *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"index", "out", "byte_offset", NULL};
+    Py_ssize_t index;
+    Py_buffer out;
+    unsigned long long offset = 0;
+    if (!catalog_ready(self)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "nw*|K", kwlist, &index, &out, &offset)) return NULL;
+    const ckpt_tensor_info *t = tensor_at(self, index);
+    if (!t) {
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    ckpt_error e;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_catalog_read(self->catalog, t, offset, out.buf, (uint64_t)out.len, &e);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out);
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    Py_RETURN_NONE;
+}
+
+/* view(index) → a read-only Buffer on the catalog's shared mapping. */
+static PyObject *Catalog_view(Catalog *self, PyObject *arg) {
+    if (!catalog_ready(self)) return NULL;
+    Py_ssize_t index = PyLong_AsSsize_t(arg);
+    if (index == -1 && PyErr_Occurred()) return NULL;
+    const ckpt_tensor_info *t = tensor_at(self, index);
+    if (!t) return NULL;
+    const void *data;
+    ckpt_error e;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_catalog_view(self->catalog, t, &data, &e);
+    Py_END_ALLOW_THREADS
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    return buffer_new((PyObject *)self, (void *)data, t->nbytes, 1, NULL);
+}
+
+static PyObject *Catalog_verify(Catalog *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"progress", NULL};
+    progress_ctx p = {NULL, 0};
+    if (!catalog_ready(self)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &p.callable)) return NULL;
+    ckpt_error e;
+    ckpt_status st;
+    size_t checked = 0;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_verify(self->catalog, progress_trampoline, &p, &checked, &e);
+    Py_END_ALLOW_THREADS
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    return PyLong_FromSize_t(checked);
+}
+
+/* convert(dst, max_shard_size=0, prefix=None, overwrite=False,
+ * no_sync=False, checksums=False, progress=None), shared by Catalog (plain
+ * copy) and Plan (with its rules): `run` is the library call. */
+typedef ckpt_status (*convert_fn)(void *source, const char *dst, const ckpt_writer_options *o, ckpt_progress_fn fn,
+                                  void *user, ckpt_error *err);
+
+static ckpt_status run_catalog_convert(void *source, const char *dst, const ckpt_writer_options *o,
+                                       ckpt_progress_fn fn, void *user, ckpt_error *err) {
+    return ckpt_convert(source, dst, o, fn, user, err);
+}
+
+static ckpt_status run_plan_convert(void *source, const char *dst, const ckpt_writer_options *o, ckpt_progress_fn fn,
+                                    void *user, ckpt_error *err) {
+    return ckpt_convert_plan(source, dst, o, fn, user, err);
+}
+
+static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress", NULL};
+    PyObject *dst, *prefix = NULL;
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    unsigned long long shard = 0;
+    int overwrite = 0, no_sync = 0, checksums = 0;
+    progress_ctx p = {NULL, 0};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppO", kwlist, PyUnicode_FSConverter, &dst, &shard,
+                                     PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable))
+        return NULL;
+    o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
+    o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
+    ckpt_error e;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = run(source, PyBytes_AS_STRING(dst), &o, progress_trampoline, &p, &e);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(dst);
+    Py_XDECREF(prefix);
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Catalog_convert(Catalog *self, PyObject *args, PyObject *kw) {
+    if (!catalog_ready(self)) return NULL;
+    return convert_call(self->catalog, run_catalog_convert, args, kw);
+}
+
+static PyObject *Catalog_close(Catalog *self, PyObject *unused) {
+    (void)unused;
+    /* Views and plans point into the catalog: it closes when the last of
+     * them goes. */
+    if (self->users == 0) {
+        ckpt_catalog_close(self->catalog);
+        self->catalog = NULL;
+    } else
+        self->closing = 1;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Catalog_methods[] = {
+    {"tensors", (PyCFunction)Catalog_tensors, METH_NOARGS,
+     "tensors() -> [(name, dtype, shape, nbytes, file, offset, storage, direct)]"},
+    {"metadata", (PyCFunction)Catalog_metadata, METH_NOARGS, "metadata() -> dict of str"},
+    {"files", (PyCFunction)Catalog_files, METH_NOARGS, "files() -> [(path, size)]"},
+    {"info", (PyCFunction)Catalog_info, METH_NOARGS, "info() -> {format, tree_json, index_path}"},
+    {"read", (PyCFunction)(void (*)(void))Catalog_read, METH_VARARGS | METH_KEYWORDS,
+     "read(index, out, byte_offset=0): copy a tensor's bytes into a writable buffer"},
+    {"view", (PyCFunction)Catalog_view, METH_O, "view(index) -> read-only Buffer on the file's mapping"},
+    {"verify", (PyCFunction)(void (*)(void))Catalog_verify, METH_VARARGS | METH_KEYWORDS,
+     "verify(progress=None) -> number of tensors whose checksum matched"},
+    {"convert", (PyCFunction)(void (*)(void))Catalog_convert, METH_VARARGS | METH_KEYWORDS,
+     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None)"},
+    {"close", (PyCFunction)Catalog_close, METH_NOARGS, "close(): release files (once no view refers to them)"},
+    {NULL}};
+
+static PyTypeObject CatalogType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt._ckpt.Catalog",
+    .tp_basicsize = sizeof(Catalog),
+    .tp_dealloc = (destructor)Catalog_dealloc,
+    .tp_methods = Catalog_methods,
+    .tp_init = (initproc)Catalog_init,
+    .tp_new = PyType_GenericNew,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Catalog(path): what a checkpoint holds, without its data.",
+};
+
+/* ------------------------------------------------------------------------ */
+/* Plan                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    Catalog *catalog;
+    ckpt_plan *plan;
+    Py_buffer *buffers; /* caller buffers, per item (obj NULL when none) */
+    size_t buffer_count;
+} Plan;
+
+static void plan_release_buffers(Plan *self) {
+    for (size_t i = 0; i < self->buffer_count; i++)
+        if (self->buffers[i].obj) PyBuffer_Release(&self->buffers[i]);
+    PyMem_Free(self->buffers);
+    self->buffers = NULL;
+    self->buffer_count = 0;
+}
+
+static int Plan_init(Plan *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"catalog", NULL};
+    Catalog *c;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!", kwlist, &CatalogType, &c)) return -1;
+    if (!catalog_ready(c)) return -1;
+    ckpt_error e;
+    ckpt_plan *p;
+    if (ckpt_plan_create(c->catalog, &p, &e) != CKPT_OK) {
+        raise_ckpt(&e);
+        return -1;
+    }
+    plan_release_buffers(self);
+    ckpt_plan_free(self->plan);
+    c->users++;
+    if (self->catalog) catalog_unuse(self->catalog);
+    Py_XSETREF(self->catalog, (Catalog *)Py_NewRef(c));
+    self->plan = p;
+    return 0;
+}
+
+static void Plan_dealloc(Plan *self) {
+    ckpt_plan_free(self->plan);
+    plan_release_buffers(self);
+    if (self->catalog) catalog_unuse(self->catalog);
+    Py_XDECREF(self->catalog);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int plan_ready(Plan *self) {
+    if (self->plan) return 1;
+    PyErr_SetString(PyExc_ValueError, "the plan is not initialised");
+    return 0;
+}
+
+#define PLAN_CALL(call)                              \
+    do {                                             \
+        ckpt_error e;                                \
+        if ((call) != CKPT_OK) return raise_ckpt(&e); \
+        Py_RETURN_NONE;                              \
+    } while (0)
+
+static ckpt_dtype dtype_arg(const char *name) {
+    ckpt_dtype d = ckpt_dtype_from_name(name);
+    if (d == CKPT_DTYPE_INVALID) PyErr_Format(PyExc_ValueError, "unknown dtype '%s'", name);
+    return d;
+}
+
+static PyObject *Plan_select(Plan *self, PyObject *args) {
+    const char *pattern;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "s", &pattern)) return NULL;
+    PLAN_CALL(ckpt_plan_select(self->plan, pattern, &e));
+}
+
+static PyObject *Plan_exclude(Plan *self, PyObject *args) {
+    const char *pattern;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "s", &pattern)) return NULL;
+    PLAN_CALL(ckpt_plan_exclude(self->plan, pattern, &e));
+}
+
+static PyObject *Plan_rename(Plan *self, PyObject *args) {
+    const char *from, *to;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "ss", &from, &to)) return NULL;
+    PLAN_CALL(ckpt_plan_rename(self->plan, from, to, &e));
+}
+
+static PyObject *Plan_cast(Plan *self, PyObject *args) {
+    const char *pattern, *dtype;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "zs", &pattern, &dtype)) return NULL;
+    ckpt_dtype d = dtype_arg(dtype);
+    if (d == CKPT_DTYPE_INVALID) return NULL;
+    PLAN_CALL(ckpt_plan_cast(self->plan, pattern, d, &e));
+}
+
+static PyObject *Plan_slice(Plan *self, PyObject *args) {
+    const char *pattern;
+    int dim;
+    unsigned long long start, stop;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "ziKK", &pattern, &dim, &start, &stop)) return NULL;
+    PLAN_CALL(ckpt_plan_slice(self->plan, pattern, dim, start, stop, &e));
+}
+
+static PyObject *Plan_split(Plan *self, PyObject *args) {
+    const char *pattern;
+    int dim;
+    unsigned long long rank, parts;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "ziKK", &pattern, &dim, &rank, &parts)) return NULL;
+    PLAN_CALL(ckpt_plan_split(self->plan, pattern, dim, rank, parts, &e));
+}
+
+static PyObject *Plan_permute(Plan *self, PyObject *args) {
+    const char *pattern;
+    PyObject *seq;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "zO", &pattern, &seq)) return NULL;
+    PyObject *fast = PySequence_Fast(seq, "perm must be a sequence of ints");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    uint32_t perm[CKPT_MAX_DIMS];
+    if (n > CKPT_MAX_DIMS) {
+        Py_DECREF(fast);
+        return PyErr_Format(PyExc_ValueError, "at most %d axes", CKPT_MAX_DIMS);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (v < 0 || v >= CKPT_MAX_DIMS) {
+            Py_DECREF(fast);
+            if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "axis %ld out of range", v);
+            return NULL;
+        }
+        perm[i] = (uint32_t)v;
+    }
+    Py_DECREF(fast);
+    PLAN_CALL(ckpt_plan_permute(self->plan, pattern, (uint32_t)n, perm, &e));
+}
+
+static PyObject *Plan_transpose(Plan *self, PyObject *args) {
+    const char *pattern;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "z", &pattern)) return NULL;
+    PLAN_CALL(ckpt_plan_transpose(self->plan, pattern, &e));
+}
+
+static PyObject *Plan_layout(Plan *self, PyObject *args) {
+    const char *pattern, *from, *to;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "zss", &pattern, &from, &to)) return NULL;
+    PLAN_CALL(ckpt_plan_layout(self->plan, pattern, from, to, &e));
+}
+
+/* items() → [(name, source_index, dtype, shape, nbytes, transform)] */
+static PyObject *Plan_items(Plan *self, PyObject *unused) {
+    (void)unused;
+    if (!plan_ready(self)) return NULL;
+    size_t n = ckpt_plan_count(self->plan);
+    const ckpt_tensor_info *first = ckpt_catalog_tensor(self->catalog->catalog, 0);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        const ckpt_plan_item *it = ckpt_plan_item_at(self->plan, i);
+        PyObject *shape = shape_tuple(it->ndim, it->shape);
+        PyObject *item = shape ? Py_BuildValue("(snsNKO)", it->name, (Py_ssize_t)(it->source - first),
+                                               ckpt_dtype_name(it->dtype), shape, (unsigned long long)it->nbytes,
+                                               it->transform ? Py_True : Py_False)
+                               : NULL;
+        if (!item) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    return list;
+}
+
+/* match(expected, flags=0) with expected = [(name, dtype or None, shape)]
+ * → [(kind, name, expected_index or None, item_index or None)]. */
+static PyObject *Plan_match(Plan *self, PyObject *args) {
+    PyObject *seq;
+    unsigned flags = 0;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "O|I", &seq, &flags)) return NULL;
+    PyObject *fast = PySequence_Fast(seq, "expected must be a sequence");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    ckpt_expected *ex = PyMem_Calloc((size_t)n + 1, sizeof *ex);
+    uint64_t *dims = NULL;
+    size_t total_dims = 0;
+    PyObject *result = NULL;
+    if (!ex) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *shape = PyTuple_Check(PySequence_Fast_GET_ITEM(fast, i)) &&
+                                  PyTuple_GET_SIZE(PySequence_Fast_GET_ITEM(fast, i)) == 3
+                              ? PyTuple_GET_ITEM(PySequence_Fast_GET_ITEM(fast, i), 2)
+                              : NULL;
+        if (!shape || !PyTuple_Check(shape)) {
+            PyErr_SetString(PyExc_TypeError, "expected entries are (name, dtype or None, shape tuple)");
+            goto done;
+        }
+        total_dims += (size_t)PyTuple_GET_SIZE(shape);
+    }
+    dims = PyMem_Calloc(total_dims + 1, sizeof *dims);
+    if (!dims) goto done;
+    size_t used = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *entry = PySequence_Fast_GET_ITEM(fast, i);
+        PyObject *name = PyTuple_GET_ITEM(entry, 0), *dtype = PyTuple_GET_ITEM(entry, 1),
+                 *shape = PyTuple_GET_ITEM(entry, 2);
+        ex[i].name = PyUnicode_AsUTF8(name);
+        if (!ex[i].name) goto done;
+        ex[i].dtype = CKPT_DTYPE_INVALID;
+        if (dtype != Py_None) {
+            const char *dn = PyUnicode_AsUTF8(dtype);
+            if (!dn || (ex[i].dtype = dtype_arg(dn)) == CKPT_DTYPE_INVALID) goto done;
+        }
+        ex[i].ndim = (uint32_t)PyTuple_GET_SIZE(shape);
+        ex[i].shape = dims + used;
+        for (uint32_t d = 0; d < ex[i].ndim; d++) {
+            dims[used++] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(shape, d));
+            if (PyErr_Occurred()) goto done;
+        }
+    }
+    const ckpt_match_entry *entries;
+    size_t count;
+    ckpt_error e;
+    if (ckpt_plan_match(self->plan, ex, (size_t)n, flags, &entries, &count, &e) != CKPT_OK) {
+        raise_ckpt(&e);
+        goto done;
+    }
+    result = PyList_New((Py_ssize_t)count);
+    for (size_t i = 0; result && i < count; i++) {
+        const ckpt_match_entry *m = &entries[i];
+        PyObject *item = Py_BuildValue(
+            "(isNN)", (int)m->kind, m->name,
+            m->expected == SIZE_MAX ? Py_NewRef(Py_None) : PyLong_FromSize_t(m->expected),
+            m->item == SIZE_MAX ? Py_NewRef(Py_None) : PyLong_FromSize_t(m->item));
+        if (!item) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SET_ITEM(result, (Py_ssize_t)i, item);
+    }
+done:
+    PyMem_Free(ex);
+    PyMem_Free(dims);
+    Py_DECREF(fast);
+    return result;
+}
+
+/* set_buffer(i, out): item i loads into the writable, contiguous buffer
+ * `out` (kept referenced until the plan is released or reset). */
+static PyObject *Plan_set_buffer(Plan *self, PyObject *args) {
+    Py_ssize_t i;
+    PyObject *obj;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "nO", &i, &obj)) return NULL;
+    size_t n = ckpt_plan_count(self->plan);
+    if (i < 0 || (size_t)i >= n) return PyErr_Format(PyExc_IndexError, "item %zd out of range", i);
+    if (self->buffer_count < n) {
+        Py_buffer *grown = PyMem_Realloc(self->buffers, n * sizeof *grown);
+        if (!grown) return PyErr_NoMemory();
+        memset(grown + self->buffer_count, 0, (n - self->buffer_count) * sizeof *grown);
+        self->buffers = grown;
+        self->buffer_count = n;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    ckpt_error e;
+    if (ckpt_plan_set_buffer(self->plan, (size_t)i, view.buf, (uint64_t)view.len, &e) != CKPT_OK) {
+        PyBuffer_Release(&view);
+        return raise_ckpt(&e);
+    }
+    if (self->buffers[i].obj) PyBuffer_Release(&self->buffers[i]);
+    self->buffers[i] = view;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Plan_load(Plan *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"threads", "chunk_bytes", "io", "io_uring", "views", "progress", NULL};
+    ckpt_load_options o;
+    ckpt_load_options_init(&o);
+    int io = 0, uring = 0, views = 0;
+    unsigned long long chunk = 0;
+    progress_ctx p = {NULL, 0};
+    if (!plan_ready(self)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IKiipO", kwlist, &o.threads, &chunk, &io, &uring, &views,
+                                     &p.callable))
+        return NULL;
+    o.chunk_bytes = chunk, o.io = (ckpt_io_mode)io, o.io_uring = uring, o.views = views;
+    o.progress = progress_trampoline, o.user = &p;
+    ckpt_error e;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_load(self->plan, &o, &e);
+    Py_END_ALLOW_THREADS
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    Py_RETURN_NONE;
+}
+
+/* data(i) → the loaded bytes of item i: a writable Buffer that now owns a
+ * library allocation, a read-only Buffer for a view, or None for a caller
+ * buffer (which holds the data). */
+static PyObject *Plan_data(Plan *self, PyObject *arg) {
+    if (!plan_ready(self)) return NULL;
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    const ckpt_plan_item *it = i >= 0 ? ckpt_plan_item_at(self->plan, (size_t)i) : NULL;
+    if (!it) return PyErr_Format(PyExc_IndexError, "item %zd out of range", i);
+    if (it->is_view) return buffer_new((PyObject *)self, it->data, it->nbytes, 1, NULL);
+    void *owned = ckpt_plan_take(self->plan, (size_t)i);
+    if (owned) return buffer_new(NULL, owned, it->nbytes, 0, ckpt_free);
+    if (it->nbytes == 0 && !((size_t)i < self->buffer_count && self->buffers[i].obj))
+        return buffer_new(NULL, NULL, 0, 0, NULL);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Plan_stats(Plan *self, PyObject *unused) {
+    (void)unused;
+    if (!plan_ready(self)) return NULL;
+    ckpt_load_stats s;
+    ckpt_plan_stats(self->plan, &s);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:I,s:K,s:O,s:O,s:K}", "bytes_needed", (unsigned long long)s.bytes_needed,
+                         "bytes_read", (unsigned long long)s.bytes_read, "reads", (unsigned long long)s.reads, "tasks",
+                         (unsigned long long)s.tasks, "threads", s.threads, "ring_bytes",
+                         (unsigned long long)s.ring_bytes, "direct", s.direct ? Py_True : Py_False, "io_uring",
+                         s.io_uring ? Py_True : Py_False, "views", (unsigned long long)s.views);
+}
+
+static PyObject *Plan_convert(Plan *self, PyObject *args, PyObject *kw) {
+    if (!plan_ready(self)) return NULL;
+    return convert_call(self->plan, run_plan_convert, args, kw);
+}
+
+static PyMethodDef Plan_methods[] = {
+    {"select", (PyCFunction)Plan_select, METH_VARARGS, "select(pattern)"},
+    {"exclude", (PyCFunction)Plan_exclude, METH_VARARGS, "exclude(pattern)"},
+    {"rename", (PyCFunction)Plan_rename, METH_VARARGS, "rename(from, to)"},
+    {"cast", (PyCFunction)Plan_cast, METH_VARARGS, "cast(pattern or None, dtype)"},
+    {"slice", (PyCFunction)Plan_slice, METH_VARARGS, "slice(pattern or None, dim, start, stop)"},
+    {"split", (PyCFunction)Plan_split, METH_VARARGS, "split(pattern or None, dim, rank, parts)"},
+    {"permute", (PyCFunction)Plan_permute, METH_VARARGS, "permute(pattern or None, perm)"},
+    {"transpose", (PyCFunction)Plan_transpose, METH_VARARGS, "transpose(pattern or None)"},
+    {"layout", (PyCFunction)Plan_layout, METH_VARARGS, "layout(pattern or None, from, to)"},
+    {"items", (PyCFunction)Plan_items, METH_NOARGS, "items() -> [(name, source_index, dtype, shape, nbytes, transform)]"},
+    {"match", (PyCFunction)Plan_match, METH_VARARGS, "match(expected, flags=0) -> [(kind, name, expected, item)]"},
+    {"set_buffer", (PyCFunction)Plan_set_buffer, METH_VARARGS, "set_buffer(i, writable_buffer)"},
+    {"load", (PyCFunction)(void (*)(void))Plan_load, METH_VARARGS | METH_KEYWORDS,
+     "load(threads=0, chunk_bytes=0, io=0, io_uring=0, views=False, progress=None)"},
+    {"data", (PyCFunction)Plan_data, METH_O, "data(i) -> Buffer, or None for a caller buffer"},
+    {"stats", (PyCFunction)Plan_stats, METH_NOARGS, "stats() -> dict of the last load"},
+    {"convert", (PyCFunction)(void (*)(void))Plan_convert, METH_VARARGS | METH_KEYWORDS,
+     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None)"},
+    {NULL}};
+
+static PyTypeObject PlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt._ckpt.Plan",
+    .tp_basicsize = sizeof(Plan),
+    .tp_dealloc = (destructor)Plan_dealloc,
+    .tp_methods = Plan_methods,
+    .tp_init = (initproc)Plan_init,
+    .tp_new = PyType_GenericNew,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Plan(catalog): which tensors to load, and how.",
+};
+
+/* ------------------------------------------------------------------------ */
+/* Writer                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    ckpt_writer *writer;
+} Writer;
+
+static int Writer_init(Writer *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"path", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", NULL};
+    PyObject *path, *prefix = NULL;
+    unsigned long long shard = 0;
+    int overwrite = 0, no_sync = 0, checksums = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&ppp", kwlist, PyUnicode_FSConverter, &path, &shard,
+                                     PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums))
+        return -1;
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
+    o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
+    ckpt_error e;
+    ckpt_writer *w;
+    ckpt_status st = ckpt_writer_create(PyBytes_AS_STRING(path), &o, &w, &e);
+    Py_DECREF(path);
+    Py_XDECREF(prefix);
+    if (st != CKPT_OK) {
+        raise_ckpt(&e);
+        return -1;
+    }
+    ckpt_writer_free(self->writer);
+    self->writer = w;
+    return 0;
+}
+
+static void Writer_dealloc(Writer *self) {
+    ckpt_writer_free(self->writer);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int writer_ready(Writer *self) {
+    if (self->writer) return 1;
+    PyErr_SetString(PyExc_ValueError, "the writer is closed");
+    return 0;
+}
+
+static PyObject *Writer_set_metadata(Writer *self, PyObject *args) {
+    const char *k, *v;
+    int checkpoint = 0;
+    if (!writer_ready(self) || !PyArg_ParseTuple(args, "ss|p", &k, &v, &checkpoint)) return NULL;
+    ckpt_error e;
+    ckpt_status st = checkpoint ? ckpt_writer_set_checkpoint_metadata(self->writer, k, v, &e)
+                                : ckpt_writer_set_metadata(self->writer, k, v, &e);
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Writer_add(Writer *self, PyObject *args) {
+    const char *name, *dtype;
+    PyObject *shape;
+    if (!writer_ready(self) || !PyArg_ParseTuple(args, "ssO", &name, &dtype, &shape)) return NULL;
+    ckpt_dtype d = dtype_arg(dtype);
+    if (d == CKPT_DTYPE_INVALID) return NULL;
+    PyObject *fast = PySequence_Fast(shape, "shape must be a sequence of ints");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n > CKPT_MAX_DIMS) {
+        Py_DECREF(fast);
+        return PyErr_Format(PyExc_ValueError, "tensor %s has more than %d axes", name, CKPT_MAX_DIMS);
+    }
+    uint64_t dims[CKPT_MAX_DIMS];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        dims[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return NULL;
+        }
+    }
+    Py_DECREF(fast);
+    size_t index;
+    ckpt_error e;
+    if (ckpt_writer_add_tensor(self->writer, name, d, (uint32_t)n, dims, &index, &e) != CKPT_OK)
+        return raise_ckpt(&e);
+    return PyLong_FromSize_t(index);
+}
+
+static PyObject *Writer_begin(Writer *self, PyObject *unused) {
+    (void)unused;
+    if (!writer_ready(self)) return NULL;
+    ckpt_error e;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_writer_begin(self->writer, &e);
+    Py_END_ALLOW_THREADS
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    size_t n = ckpt_writer_file_count(self->writer);
+    PyObject *files = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; files && i < n; i++) {
+        PyObject *p = PyUnicode_DecodeFSDefault(ckpt_writer_file_path(self->writer, i));
+        if (!p) {
+            Py_CLEAR(files);
+            break;
+        }
+        PyList_SET_ITEM(files, (Py_ssize_t)i, p);
+    }
+    return files;
+}
+
+static PyObject *Writer_write(Writer *self, PyObject *args) {
+    Py_ssize_t index;
+    Py_buffer data;
+    if (!writer_ready(self) || !PyArg_ParseTuple(args, "ny*", &index, &data)) return NULL;
+    if (!PyBuffer_IsContiguous(&data, 'C')) {
+        PyBuffer_Release(&data);
+        return PyErr_Format(PyExc_ValueError, "data must be contiguous");
+    }
+    ckpt_error e;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_writer_write(self->writer, (size_t)index, data.buf, (size_t)data.len, &e);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Writer_commit(Writer *self, PyObject *unused) {
+    (void)unused;
+    if (!writer_ready(self)) return NULL;
+    ckpt_error e;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_writer_commit(self->writer, &e);
+    Py_END_ALLOW_THREADS
+    ckpt_writer_free(self->writer);
+    self->writer = NULL;
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    Py_RETURN_NONE;
+}
+
+/* abort(): drop the temporaries; the destination stays as it was. */
+static PyObject *Writer_abort(Writer *self, PyObject *unused) {
+    (void)unused;
+    ckpt_writer_free(self->writer);
+    self->writer = NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Writer_methods[] = {
+    {"set_metadata", (PyCFunction)Writer_set_metadata, METH_VARARGS,
+     "set_metadata(key, value, checkpoint=False): a file (or checkpoint-level) metadata entry"},
+    {"add", (PyCFunction)Writer_add, METH_VARARGS, "add(name, dtype, shape) -> index"},
+    {"begin", (PyCFunction)Writer_begin, METH_NOARGS, "begin() -> final paths of the output files"},
+    {"write", (PyCFunction)Writer_write, METH_VARARGS, "write(index, data): the next bytes of a tensor"},
+    {"commit", (PyCFunction)Writer_commit, METH_NOARGS, "commit(): fsync and rename into place"},
+    {"abort", (PyCFunction)Writer_abort, METH_NOARGS, "abort(): remove the temporaries"},
+    {NULL}};
+
+static PyTypeObject WriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt._ckpt.Writer",
+    .tp_basicsize = sizeof(Writer),
+    .tp_dealloc = (destructor)Writer_dealloc,
+    .tp_methods = Writer_methods,
+    .tp_init = (initproc)Writer_init,
+    .tp_new = PyType_GenericNew,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Writer(path, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False)",
+};
+
+/* ------------------------------------------------------------------------ */
+/* Module functions                                                         */
+/* ------------------------------------------------------------------------ */
+
+static PyObject *mod_parse_size(PyObject *self, PyObject *arg) {
+    (void)self;
+    const char *text = PyUnicode_AsUTF8(arg);
+    if (!text) return NULL;
+    uint64_t bytes;
+    ckpt_error e;
+    if (ckpt_parse_size(text, &bytes, &e) != CKPT_OK) return raise_ckpt(&e);
+    return PyLong_FromUnsignedLongLong(bytes);
+}
+
+static PyObject *mod_dtype_bits(PyObject *self, PyObject *arg) {
+    (void)self;
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name) return NULL;
+    ckpt_dtype d = dtype_arg(name);
+    if (d == CKPT_DTYPE_INVALID) return NULL;
+    return PyLong_FromUnsignedLong(ckpt_dtype_bits(d));
+}
+
+static PyObject *mod_can_cast(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *from, *to;
+    if (!PyArg_ParseTuple(args, "ss", &from, &to)) return NULL;
+    return PyBool_FromLong(ckpt_can_cast(ckpt_dtype_from_name(from), ckpt_dtype_from_name(to)));
+}
+
+/* cast(from, src, to, dst, count): converts count elements between buffers. */
+static PyObject *mod_cast(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *from, *to;
+    Py_buffer src, dst;
+    unsigned long long count;
+    if (!PyArg_ParseTuple(args, "sy*sw*K", &from, &src, &to, &dst, &count)) return NULL;
+    ckpt_dtype f = dtype_arg(from), t = f ? dtype_arg(to) : CKPT_DTYPE_INVALID;
+    PyObject *result = NULL;
+    if (f && t) {
+        unsigned fb = ckpt_dtype_bits(f), tb = ckpt_dtype_bits(t);
+        if ((unsigned long long)src.len * 8 < count * fb || (unsigned long long)dst.len * 8 < count * tb)
+            PyErr_SetString(PyExc_ValueError, "buffers are smaller than count elements");
+        else {
+            ckpt_error e;
+            ckpt_status st;
+            Py_BEGIN_ALLOW_THREADS
+            st = ckpt_cast(f, src.buf, t, dst.buf, count, &e);
+            Py_END_ALLOW_THREADS
+            result = st == CKPT_OK ? Py_NewRef(Py_None) : raise_ckpt(&e);
+        }
+    }
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&dst);
+    return result;
+}
+
+static PyObject *mod_status_names(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    PyObject *d = PyDict_New();
+    for (int code = 0; d && code < 100; code++) {
+        const char *name = ckpt_status_name((ckpt_status)code);
+        if (!strcmp(name, "CKPT_E_UNKNOWN_STATUS")) continue;
+        PyObject *v = PyLong_FromLong(code);
+        if (!v || PyDict_SetItemString(d, name, v) < 0) Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    return d;
+}
+
+static PyMethodDef module_methods[] = {
+    {"parse_size", mod_parse_size, METH_O, "parse_size(text) -> bytes (\"5GB\", \"512MiB\", 1000)"},
+    {"dtype_bits", mod_dtype_bits, METH_O, "dtype_bits(name) -> bits per element"},
+    {"can_cast", mod_can_cast, METH_VARARGS, "can_cast(from, to) -> bool"},
+    {"cast", mod_cast, METH_VARARGS, "cast(from, src, to, dst, count)"},
+    {"status_names", mod_status_names, METH_NOARGS, "status_names() -> {name: code}"},
+    {"_register_errors", register_errors, METH_O, "internal: status name -> exception class"},
+    {NULL}};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "ckpt._ckpt",
+                                        "The C core of ckpt (see the ckpt package).", -1, module_methods};
+
+PyMODINIT_FUNC PyInit__ckpt(void) {
+    PyTypeObject *types[] = {&BufferType, &MapType, &CatalogType, &PlanType, &WriterType};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (PyType_Ready(types[i]) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m) return NULL;
+    Error = PyErr_NewExceptionWithDoc("ckpt.Error",
+                                      "A ckpt failure.  Attributes: status (e.g. 'CKPT_E_TRUNCATED'), code, "
+                                      "path, tensor, offset (None where they do not apply), errno.",
+                                      NULL, NULL);
+    if (!Error || PyModule_AddObjectRef(m, "Error", Error) < 0) goto fail;
+    const char *names[] = {"Buffer", "Map", "Catalog", "Plan", "Writer"};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0) goto fail;
+    if (PyModule_AddStringConstant(m, "version", ckpt_version()) < 0) goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

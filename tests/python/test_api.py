@@ -1,0 +1,311 @@
+"""ckpt's own API: catalogs and shape trees, the engine from Python
+(slices, casts, renames), load_into against load_state_dict, streaming
+sharded saves read by huggingface_hub and safetensors, nested round trips."""
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+import safetensors.torch as st_torch
+import torch
+
+import ckpt
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "interop"))
+from torch_models import tiny_transformer  # noqa: E402
+
+
+def same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(-1).view(torch.uint8) if a.numel() else a,
+                                                                   b.view(-1).view(torch.uint8) if b.numel() else b)
+
+
+@pytest.fixture
+def llama(tmp_path):
+    """A small Llama-like state dict in bf16, saved with safetensors."""
+    g = torch.Generator().manual_seed(0)
+    sd = {"model.embed_tokens.weight": torch.randn(50, 16, generator=g)}
+    for i in range(2):
+        p = f"model.layers.{i}."
+        sd[p + "self_attn.q_proj.weight"] = torch.randn(16, 16, generator=g)
+        sd[p + "self_attn.o_proj.weight"] = torch.randn(16, 16, generator=g)
+        sd[p + "mlp.up_proj.weight"] = torch.randn(44, 16, generator=g)
+        sd[p + "input_layernorm.weight"] = torch.randn(16, generator=g)
+    sd = {k: v.to(torch.bfloat16) for k, v in sd.items()}
+    path = tmp_path / "llama.safetensors"
+    st_torch.save_file(sd, path, metadata={"format": "pt"})
+    return sd, path
+
+
+def test_open_catalog(llama):
+    sd, path = llama
+    with ckpt.open(path) as c:
+        assert c.format == "safetensors" and len(c) == len(sd) and set(c.keys()) == set(sd)
+        info = c.tensors["model.layers.0.mlp.up_proj.weight"]
+        assert info.shape == (44, 16) and info.dtype == "BF16" and info.nbytes == 44 * 16 * 2
+        assert c.metadata == {"format": "pt"}
+        v = c.view("model.embed_tokens.weight")
+        assert not v.flags.writeable and v.view(np.uint16).tobytes() == sd["model.embed_tokens.weight"].view(
+            torch.uint16).numpy().tobytes()
+        assert same(c.get("model.layers.1.input_layernorm.weight", "pt"), sd["model.layers.1.input_layernorm.weight"])
+        with pytest.raises(KeyError):
+            c.spec("nope")
+
+
+def test_shapes_tree_without_reading(llama):
+    import jax
+    sd, path = llama
+    tree = ckpt.shapes(path)
+    leaf = tree["model"]["layers"][1]["mlp"]["up_proj"]["weight"]
+    assert isinstance(leaf, jax.ShapeDtypeStruct) and leaf.shape == (44, 16) and str(leaf.dtype) == "bfloat16"
+    assert isinstance(tree["model"]["layers"], list) and len(tree["model"]["layers"]) == 2
+    flat = ckpt.shapes(path, nested=False)
+    assert set(flat) == set(sd)
+
+
+def test_shapes_of_a_torch_file_keep_its_object_tree(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    torch.save({"model": model.state_dict(), "optim": opt.state_dict(), "epoch": 7, "pair": (1, "x")},
+               tmp_path / "train.pt")
+    tree = ckpt.shapes(tmp_path / "train.pt")
+    assert tree["epoch"] == 7 and tree["pair"] == (1, "x")
+    assert tuple(tree["model"]["weight"].shape) == (2, 3)
+    assert tree["optim"]["param_groups"][0]["lr"] == 0.001
+    state = tree["optim"]["state"]
+    assert set(state) == {0, 1} and tuple(state[0]["exp_avg"].shape) == (2, 3)
+
+
+def test_load_with_tensor_parallel_slices_casts_and_renames(llama):
+    sd, path = llama
+    for rank in range(3):
+        got = ckpt.load(path, tp_rank=rank, tp_size=3, tp_dim=0, tp_select="*proj.weight", dtype="float32",
+                        rename={"model.": ""})
+        for k, v in sd.items():
+            name = k[len("model."):]
+            want = v.to(torch.float32)
+            if k.endswith("proj.weight"):
+                want = torch.tensor_split(want, 3, dim=0)[rank]
+            assert same(got[name], want), (name, rank)
+    got = ckpt.load(path, select="model.layers.1.*", exclude="*norm*", transpose="*", framework="numpy")
+    assert set(got) == {k for k in sd if k.startswith("model.layers.1.") and "norm" not in k}
+    w = sd["model.layers.1.mlp.up_proj.weight"]
+    assert got["model.layers.1.mlp.up_proj.weight"].view(np.uint16).tobytes() == \
+        w.t().contiguous().view(torch.uint16).numpy().tobytes()
+
+
+def test_load_mmap_and_nested(llama):
+    sd, path = llama
+    got = ckpt.load(path, mmap=True)
+    assert list(got) == list(ckpt.load(path))
+    assert all(same(got[k], v) for k, v in sd.items())
+    nested = ckpt.load(path, nested=True)
+    assert same(nested["model"]["layers"][0]["mlp"]["up_proj"]["weight"], sd["model.layers.0.mlp.up_proj.weight"])
+
+
+def test_load_progress_cancel_and_errors(llama, tmp_path):
+    sd, path = llama
+    seen = []
+    ckpt.load(path, progress=lambda done, total: seen.append((done, total)))
+    assert seen and seen[-1][0] == seen[-1][1] == sum(v.numel() * 2 for v in sd.values())
+
+    class Stop(Exception):
+        pass
+
+    def stop(done, total):
+        raise Stop()
+
+    with pytest.raises(Stop):
+        ckpt.load(path, progress=stop)
+    with pytest.raises(ckpt.CancelledError):
+        ckpt.load(path, progress=lambda d, t: True)
+    bad = tmp_path / "trunc.safetensors"
+    bad.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(ckpt.SafetensorError) as e:
+        ckpt.load(bad)
+    assert e.value.path == str(bad) and e.value.status == "CKPT_E_TRUNCATED"
+    with pytest.raises(ValueError, match="tp_rank"):
+        ckpt.load(path, tp_rank=3, tp_size=2)
+
+
+def test_load_into_module_matches_load_state_dict(tmp_path):
+    torch.manual_seed(0)
+    src = tiny_transformer()  # its output head is tied to the embedding
+    st_torch.save_model(src, tmp_path / "t.safetensors")  # writes the tied weight once
+    torch.save(src.state_dict(), tmp_path / "t.bin")
+    for path in (tmp_path / "t.safetensors", tmp_path / "t.bin"):
+        ours, ref = tiny_transformer(), tiny_transformer()
+        ptrs = {k: v.data_ptr() for k, v in ours.state_dict().items()}
+        result = ckpt.load_into(ours, path)
+        ref.load_state_dict(torch.load(tmp_path / "t.bin"))
+        assert result == ckpt.LoadResult([], [], [])
+        for (k, a), b in zip(ours.state_dict().items(), ref.state_dict().values()):
+            assert same(a, b), k
+            assert a.data_ptr() == ptrs[k], "loaded in place"
+
+
+def test_load_into_reports_and_strict(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    sd = {"0.weight": torch.randn(3, 4), "0.bias": torch.randn(3), "1.weight": torch.randn(5, 3),
+          "extra": torch.zeros(1)}
+    st_torch.save_file(sd, tmp_path / "m.safetensors")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(RuntimeError) as e:
+        ckpt.load_into(model, tmp_path / "m.safetensors")
+    msg = str(e.value)
+    assert '"1.bias"' in msg and '"extra"' in msg and "size mismatch for 1.weight" in msg
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items()), "strict failure writes nothing"
+    r = ckpt.load_into(model, tmp_path / "m.safetensors", strict=False)
+    assert r.missing_keys == ["1.bias"] and r.unexpected_keys == ["extra"]
+    assert [m.name for m in r.mismatched_keys] == ["1.weight"]
+    assert tuple(r.mismatched_keys[0].found.shape) == (5, 3) and tuple(r.mismatched_keys[0].expected.shape) == (2, 3)
+    assert torch.equal(model[0].weight, sd["0.weight"]) and torch.equal(model[0].bias, sd["0.bias"])
+    assert torch.equal(model[1].weight, before["1.weight"])
+
+
+def test_load_into_casts_and_numpy_targets(tmp_path):
+    sd = {"a": torch.randn(4, 4), "n": torch.arange(5, dtype=torch.int32), "b": torch.randn(3)}
+    st_torch.save_file(sd, tmp_path / "m.safetensors")
+    target = {"a": torch.zeros(4, 4, dtype=torch.bfloat16), "n": torch.zeros(5, dtype=torch.int64),
+              "b": torch.zeros(6)[::2]}
+    ckpt.load_into(target, tmp_path / "m.safetensors")
+    assert same(target["a"], sd["a"].to(torch.bfloat16))
+    assert torch.equal(target["n"], sd["n"].long()) and torch.equal(target["b"], sd["b"])
+    arrays = {"a": np.zeros((4, 4), np.float32), "nested": {"n": np.zeros(5, np.int32)}}
+    r = ckpt.load_into(arrays, tmp_path / "m.safetensors", strict=False, rename={"n": "nested.n"})
+    assert r.unexpected_keys == ["b"] and r.missing_keys == []
+    np.testing.assert_array_equal(arrays["a"], sd["a"].numpy())
+    np.testing.assert_array_equal(arrays["nested"]["n"], sd["n"].numpy())
+
+
+def test_save_sharded_read_by_hub_and_safetensors(tmp_path):
+    from huggingface_hub import load_torch_model
+    torch.manual_seed(1)
+    model = tiny_transformer()
+    files = ckpt.save(model, tmp_path / "out", max_shard_size="20KB", metadata={"note": "hi"})
+    assert len(files) > 2 and os.path.basename(files[-1]) == "model.safetensors.index.json"
+    index = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())
+    assert index["metadata"]["note"] == "hi" and index["metadata"]["total_size"] > 0
+    fresh = tiny_transformer()
+    load_torch_model(fresh, tmp_path / "out")
+    for (k, a), b in zip(model.state_dict().items(), fresh.state_dict().values()):
+        assert same(a, b), k
+    shard = sorted(f for f in os.listdir(tmp_path / "out") if f.endswith(".safetensors"))[0]
+    with __import__("safetensors").safe_open(tmp_path / "out" / shard, "pt") as f:
+        assert f.metadata() == {"format": "pt"}
+    # Reload through ckpt and re-save over it: old shards vanish, atomically replaced.
+    ckpt.save({"only": torch.ones(3)}, tmp_path / "out")
+    assert sorted(os.listdir(tmp_path / "out")) == ["model.safetensors"]
+
+
+def test_save_streams_strided_and_rejects_non_tensors(tmp_path):
+    big = torch.arange(300 * 200, dtype=torch.float32).reshape(300, 200)
+    ckpt.save({"t": big.t(), "s": big[::3], "a": np.arange(10)[::2]}, tmp_path / "o", max_shard_size=None)
+    got = st_torch.load_file(tmp_path / "o" / "model.safetensors")
+    assert torch.equal(got["t"], big.t()) and torch.equal(got["s"], big[::3])
+    assert torch.equal(got["a"], torch.arange(10)[::2])
+    with pytest.raises(TypeError, match="'x'"):
+        ckpt.save({"x": object()}, tmp_path / "bad")
+    assert not (tmp_path / "bad").exists() or not os.listdir(tmp_path / "bad")
+
+
+def test_save_failure_leaves_previous_checkpoint(tmp_path):
+    ckpt.save({"a": torch.ones(4)}, tmp_path / "o")
+    before = (tmp_path / "o" / "model.safetensors").read_bytes()
+
+    def boom(done, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save({"a": torch.zeros(4), "b": torch.zeros(4)}, tmp_path / "o", progress=boom)
+    assert os.listdir(tmp_path / "o") == ["model.safetensors"]
+    assert (tmp_path / "o" / "model.safetensors").read_bytes() == before
+
+
+def test_nested_round_trip_restores_tuples_and_leaves(tmp_path):
+    tree = {"enc": {"layers": [{"w": torch.ones(2)}, {"w": torch.zeros(2)}]}, "pair": (torch.arange(3), torch.ones(1)),
+            "step": 5, "name": "run", 3: torch.full((2,), 3.0), "none": None}
+    flat, structure = ckpt.flatten(tree, with_structure=True)
+    assert set(flat) == {"enc.layers.0.w", "enc.layers.1.w", "pair.0", "pair.1", "3"}
+    back = ckpt.unflatten(flat, structure)
+    assert isinstance(back["pair"], tuple) and back["step"] == 5 and back["name"] == "run" and back["none"] is None
+    assert torch.equal(back[3], tree[3])
+    ckpt.save(tree, tmp_path / "n")
+    loaded = ckpt.load(tmp_path / "n", nested=True)
+    assert isinstance(loaded["pair"], tuple) and torch.equal(loaded["pair"][0], torch.arange(3))
+    assert isinstance(loaded["enc"]["layers"], list) and torch.equal(loaded["enc"]["layers"][1]["w"], torch.zeros(2))
+    assert loaded["step"] == 5 and 3 in loaded
+    assert ckpt.unflatten({"a.0": 1, "a.1": 2, "b.x": 3}) == {"a": [1, 2], "b": {"x": 3}}
+
+
+def test_flax_style_round_trip_with_jax(tmp_path):
+    jnp = pytest.importorskip("jax.numpy")
+    import ml_dtypes
+    params = {"params": {"Dense_0": {"kernel": jnp.ones((3, 4), jnp.bfloat16), "bias": jnp.zeros((4,))},
+                         "Embed_0": {"embedding": jnp.arange(6.0).reshape(2, 3)}}}
+    as_np = {"params": {m: {k: np.asarray(v) for k, v in d.items()} for m, d in params["params"].items()}}
+    ckpt.save(as_np, tmp_path / "flax")
+    back = ckpt.load(tmp_path / "flax", framework="flax", nested=True)
+    kernel = back["params"]["Dense_0"]["kernel"]
+    assert type(kernel).__module__.startswith("jax") and kernel.dtype == ml_dtypes.bfloat16
+    assert bool((kernel == params["params"]["Dense_0"]["kernel"]).all())
+    assert bool((back["params"]["Embed_0"]["embedding"] == params["params"]["Embed_0"]["embedding"]).all())
+    skeleton = ckpt.shapes(tmp_path / "flax")
+    assert skeleton["params"]["Dense_0"]["kernel"].shape == (3, 4)
+
+
+def test_convert_with_options_and_progress(llama, tmp_path):
+    sd, path = llama
+    seen = []
+    ckpt.convert(path, tmp_path / "out.safetensors", dtype="F32", select="*layers.0.*", rename={"model.": "m."},
+                 progress=lambda d, t: seen.append(d))
+    got = st_torch.load_file(tmp_path / "out.safetensors")
+    assert set(got) == {k.replace("model.", "m.", 1) for k in sd if ".layers.0." in k}
+    assert all(got[k.replace("model.", "m.", 1)].dtype == torch.float32 for k in sd if ".layers.0." in k)
+    assert seen
+    torch.save(sd, tmp_path / "p.bin")
+    ckpt.convert(tmp_path / "p.bin", tmp_path / "shards", max_shard_size="2KB", progress=False)
+    back = ckpt.load(tmp_path / "shards")
+    assert all(same(back[k], v) for k, v in sd.items())
+    with pytest.raises(ckpt.ExistsError):
+        ckpt.convert(path, tmp_path / "out.safetensors", progress=False)
+
+
+def test_cast_matches_torch():
+    x = torch.randn(1000) * 1000
+    for dt in (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2):
+        assert same(ckpt.cast(x, dt), x.to(dt))
+    assert ckpt.cast(np.arange(4, dtype=np.float64), "F32").dtype == np.float32
+
+
+def test_gil_released_during_load(tmp_path):
+    big = {f"t{i}": torch.randn(1 << 20) for i in range(32)}  # 128 MiB
+    st_torch.save_file(big, tmp_path / "big.safetensors")
+    ticks = []
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks.append(1)
+
+    th = threading.Thread(target=spin)
+    th.start()
+    try:
+        for _ in range(3):
+            ckpt.load(tmp_path / "big.safetensors", progress=False, io="buffered", threads=1)
+    finally:
+        stop.set()
+        th.join()
+    assert len(ticks) > 1000
+
+
+def test_ckpt_command_is_installed(llama):
+    _, path = llama
+    exe = os.path.join(os.path.dirname(sys.executable), "ckpt")
+    out = subprocess.run([exe, "inspect", str(path)], capture_output=True, text=True, check=True).stdout
+    assert "model.layers.0.mlp.up_proj.weight" in out
