@@ -1,11 +1,11 @@
 """The python suite of `make bench`: the ckpt Python package against
 safetensors on the same 2 GB Llama-shaped bf16 file, in one run.
 
-  load_file  ckpt.torch.load_file vs safetensors.torch.load_file, warm, each
-             followed by a checksum of every byte (so a lazy mapping cannot
-             win by not reading); also ckpt.load (the engine, copying) and
-             ckpt.load(mmap=True).  The time until the dict is returned is
-             reported apart.
+  load_file  ckpt.torch.load_file vs safetensors.torch.load_file, warm and
+             cold, each followed by a checksum of every byte (so a lazy
+             mapping cannot win by not reading); also ckpt.load (the engine,
+             copying) and ckpt.load(mmap=True).  The time until the dict is
+             returned is reported apart.
   load_into  peak RSS and time of ckpt.load_into(module) against
              module.load_state_dict(safetensors.torch.load_file(...)), into
              a module whose parameters (2 GB) are already allocated and
@@ -15,7 +15,7 @@ Writes bench/results/python-<GB>GB.json (and .png)."""
 import subprocess
 import sys
 
-from run import ROOT, machine_facts, make_big_file, save
+from run import ROOT, drop_caches, machine_facts, make_big_file, save
 from load_suite import run_json
 
 PEERS = [sys.executable, str(ROOT / "bench" / "peers.py")]
@@ -41,14 +41,18 @@ def run_python_suite(args):
     gb = int(gb) if gb == int(gb) else gb
     path = make_big_file(gb)
     nbytes = path.stat().st_size
-    results = {"load_file": {}, "load_into": {}}
-    for group, table in (("load_file", LOAD_FILE), ("load_into", INTO)):
+    results = {}
+    for group, table, cold in (("load_file", LOAD_FILE, False), ("load_file_cold", LOAD_FILE, True),
+                               ("load_into", INTO, False)):
         res = {label: {"seconds": [], "load_seconds": [], "rss": [], "rss_module": [], "rss_peak": []} for label in table}
-        for rnd in range(args.runs + 1):  # round 0 warms the page cache
+        for rnd in range(args.runs + (0 if cold else 1)):  # warm: round 0 fills the page cache
             for label, mode in table.items():
-                subprocess.run(["sync"])
+                if cold:
+                    drop_caches([path])
+                else:
+                    subprocess.run(["sync"])
                 doc, rss = run_json(PEERS + [mode, str(path)])
-                if rnd == 0:
+                if rnd == 0 and not cold:
                     continue
                 r = res[label]
                 r["seconds"].append(doc["seconds"])
@@ -77,8 +81,10 @@ def run_python_suite(args):
         if len(sums) != 1:
             raise RuntimeError(f"{group}: contenders disagree on the data: {sums}")
         results[group] = res
-    lf, li = results["load_file"], results["load_into"]
+    lf, li, lc = results["load_file"], results["load_into"], results["load_file_cold"]
     ratios = {
+        "cold: ckpt.torch.load_file / safetensors.torch.load_file (load + checksum)":
+            lc["safetensors.torch.load_file"]["median"] / lc["ckpt.torch.load_file"]["median"],
         "ckpt.torch.load_file / safetensors.torch.load_file (load + checksum)":
             lf["safetensors.torch.load_file"]["median"] / lf["ckpt.torch.load_file"]["median"],
         "ckpt.torch.load_file / safetensors.torch.load_file (until the dict is returned)":

@@ -117,10 +117,61 @@ def load_table(doc):
     return lines
 
 
+def python_docs():
+    return sorted((json.loads(p.read_text()) for p in RESULTS.glob("python-*GB.json")), key=lambda d: d["bytes"])
+
+
+def python_table(doc):
+    gb = doc["bytes"] / 1e9
+    r = doc["results"]
+    lines = [f"**The Python package on a {gb:.1f} GB Llama-shaped bf16 file** ({doc['file']}; own process each, "
+             f"median of {doc['runs']}; every byte checksummed after the load)", "",
+             "| contender | warm: dict returned | warm: load + checksum | cold: load + checksum | peak RSS |",
+             "|---|---:|---:|---:|---:|"]
+    for k, w in r["load_file"].items():
+        c = r["load_file_cold"].get(k, {})
+        lines.append(f"| {k} | {w['load_median'] * 1e3:.1f} ms | {w['median'] * 1e3:.0f} ms ({w['gb_per_s']:.1f} GB/s) | "
+                     f"{c['median']:.2f} s ({c['gb_per_s']:.2f} GB/s) | {w['peak_rss_bytes'] / 2**30:.2f} GiB |")
+    lines += ["", "| load into a module of 2 GB parameters (warm) | time | peak RSS above the module |", "|---|---:|---:|"]
+    for k, v in r["load_into"].items():
+        lines.append(f"| {k} | {v['median']:.2f} s | {v['rss_over_module_bytes'] / 2**20:,.1f} MiB |")
+    lines.append("")
+    return lines
+
+
+def python_chart(doc):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    r = doc["results"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3))
+    for ax, group, title in ((axes[0], "load_file", "warm load + checksum (s)"),
+                             (axes[1], "load_file_cold", "cold load + checksum (s)")):
+        names = list(r[group])
+        ax.barh(names, [r[group][n]["median"] for n in names],
+                color=["#2a7" if n.startswith("ckpt") else "#999" for n in names])
+        ax.invert_yaxis()
+        ax.set_title(title)
+    names = list(r["load_into"])
+    axes[2].barh(names, [r["load_into"][n]["rss_over_module_bytes"] / 2**20 for n in names],
+                 color=["#2a7" if n.startswith("ckpt") else "#999" for n in names])
+    axes[2].invert_yaxis()
+    axes[2].set_title("load into a module: peak RSS above it (MiB)")
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"python-{round(doc['bytes'] / 1e9)}GB.png", dpi=100)
+    plt.close(fig)
+
+
 def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
     lines = []
     for doc in load_docs():
         lines += load_table(doc)
+    for doc in python_docs():
+        if "load_file_cold" in doc["results"]:
+            lines += python_table(doc)
     if open_doc:
         m = open_doc["machine"]
         lines.append(f"Machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('mem_gib')} GiB, "
@@ -161,6 +212,9 @@ def main():
     charts(open_doc, convert_doc)
     for doc in load_docs():
         load_chart(doc)
+    for doc in python_docs():
+        if "load_file_cold" in doc["results"]:
+            python_chart(doc)
     if torch_convert:
         charts(None, torch_convert, name="torch_convert")
     readme = ROOT / "README.md"

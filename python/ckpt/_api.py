@@ -273,7 +273,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
                        tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, transpose=transpose, layout=layout)
     out = {}
     if mmap:
-        paths = [p for p, _ in catalog.files()]
+        paths, sizes = zip(*catalog.files())
         maps = {}
         for name, src, dt, shape, nbytes, transform in plan.items():
             r = rows[src]
@@ -282,6 +282,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
                 continue
             if r[4] not in maps:
                 maps[r[4]] = _ckpt.Map(paths[r[4]])
+                _prefetch(maps[r[4]], sizes[r[4]])
             out[name] = fw.from_buffer(maps[r[4]], dt, shape, r[5], name)
             plan.exclude(r[0])
     items = plan.items()
@@ -297,6 +298,14 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
         structure = info["tree_json"] or catalog.metadata().get(_tree.STRUCTURE_KEY)
         return _tree.unflatten(out, structure) if structure and not (rename or select or exclude) else _tree.unflatten(out)
     return out
+
+
+def _prefetch(mapping, size):
+    """Starts reading a mapped file the caller will touch whole, when it
+    fits in half the available memory (see _safe.safe_open._prefetch)."""
+    from ._safe import _available_memory
+    if size <= _available_memory() // 2:
+        mapping.prefetch()
 
 
 def _target_tensors(target):

@@ -93,12 +93,28 @@ class safe_open:
     def get_tensors(self):
         return {name: self.get_tensor(name) for name in self._infos}
 
-    def _populate(self, threads=0):
-        """Fault every file in with several threads (load_file reads all)."""
+    def _prefetch(self):
+        """Starts reading every file the loop will touch (load_file reads
+        all), unless it would not fit in the memory available."""
         if self._backend != "mmap":
             return
-        for file in {info.file for info in self._infos.values() if self._zero_copy(info)}:
-            self._map(file).populate(threads=threads)
+        files = {info.file for info in self._infos.values() if self._zero_copy(info)}
+        budget = _available_memory() // 2
+        for file, (path, size) in enumerate(self._catalog.files()):
+            if file in files and size <= budget:
+                self._map(file).prefetch()
+                budget -= size
+
+
+def _available_memory():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 class _Slice:
@@ -193,5 +209,5 @@ def _scratch_dir():
 
 def load_file(framework, filename, device="cpu", backend="mmap"):
     with safe_open(filename, framework, device=device, backend=backend) as f:
-        f._populate()
+        f._prefetch()
         return f.get_tensors()

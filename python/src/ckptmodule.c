@@ -13,7 +13,6 @@
 #include <Python.h>
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,10 +21,6 @@
 #include <unistd.h>
 
 #include "ckpt.h"
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
 
 static PyObject *Error;          /* ckpt.Error, the base of every ckpt exception */
 static PyObject *error_classes;  /* status name → subclass, registered by the package */
@@ -198,61 +193,42 @@ static int Map_getbuffer(Map *self, Py_buffer *view, int flags) {
                              0, flags);
 }
 
-typedef struct {
-    char *start;
-    size_t len;
-    int failed;
-} populate_range;
-
-/* MADV_POPULATE_READ maps the cached pages in one call instead of one fault
- * per 64 KiB later; kernels before 5.14 lack it, so touch a byte per page. */
-static void *populate_worker(void *arg) {
-    populate_range *r = arg;
-    if (madvise(r->start, r->len, MADV_POPULATE_READ) != 0) {
-        if (errno != EINVAL) r->failed = errno;
-        long page = sysconf(_SC_PAGESIZE);
-        volatile char sink = 0;
-        for (size_t i = 0; i < r->len; i += (size_t)page) sink ^= r->start[i];
-        (void)sink;
-        r->failed = 0;
+/* Whether 64 pages spread over the range are all in the page cache: then
+ * a warm file costs no walk over its pages. */
+static int range_cached(void *start, size_t len, size_t page) {
+    unsigned char vec;
+    for (int i = 0; i < 64; i++) {
+        uintptr_t p = ((uintptr_t)start + (uint64_t)len / 64 * (uint64_t)i) & ~(uintptr_t)(page - 1);
+        if (mincore((void *)p, page, &vec) != 0 || !(vec & 1)) return 0;
     }
-    return NULL;
+    return 1;
 }
 
-/* Map.populate(offset=0, length=-1, threads=0): fault in a range with
- * several threads, so that first accesses later cost no page faults. */
-static PyObject *Map_populate(Map *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"offset", "length", "threads", NULL};
+/* Map.prefetch(offset=0, length=-1): asks the kernel to read the range
+ * into the page cache (MADV_WILLNEED), so that the pages are there when
+ * first touched: a cold load_file then reads the disk at full queue depth
+ * instead of one readahead window per fault. */
+static PyObject *Map_prefetch(Map *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"offset", "length", NULL};
     unsigned long long offset = 0;
     long long length = -1;
-    unsigned threads = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KLI", kwlist, &offset, &length, &threads)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KL", kwlist, &offset, &length)) return NULL;
     if (!self->base || offset >= self->size) Py_RETURN_NONE;
     size_t len = length < 0 || offset + (unsigned long long)length > self->size ? self->size - offset : (size_t)length;
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t begin = ((uintptr_t)self->base + offset) & ~(uintptr_t)(page - 1);
     uintptr_t end = (uintptr_t)self->base + offset + len;
-    if (threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n > 0 ? (unsigned)n : 1;
-    }
-    if (threads > 64) threads = 64;
-    size_t total = end - begin, per = (total / threads + (size_t)page - 1) & ~(size_t)(page - 1);
-    if (per < (16u << 20)) per = 16u << 20;
-    populate_range ranges[64];
-    pthread_t tids[64];
-    unsigned n = 0;
+    if (range_cached((void *)begin, end - begin, (size_t)page)) Py_RETURN_NONE;
+    /* The kernel reads at most one readahead window (a few MiB) per call:
+     * one call per window submits the whole range, which the disk then
+     * serves at full queue depth while the caller starts on the first pages. */
+    const uintptr_t step = 8u << 20;
+    int rc = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (uintptr_t p = begin; p < end && n < 64; p += per, n++) {
-        ranges[n] = (populate_range){(char *)p, (size_t)(end - p < per ? end - p : per), 0};
-    }
-    unsigned started = 1;
-    for (unsigned i = 1; i < n; i++, started++)
-        if (pthread_create(&tids[i], NULL, populate_worker, &ranges[i]) != 0) break;
-    if (n) populate_worker(&ranges[0]);
-    for (unsigned i = started; i < n; i++) populate_worker(&ranges[i]); /* threads that failed to start */
-    for (unsigned i = 1; i < started; i++) pthread_join(tids[i], NULL);
+    for (uintptr_t p = begin; p < end && rc == 0; p += step)
+        rc = madvise((void *)p, end - p < step ? end - p : step, MADV_WILLNEED);
     Py_END_ALLOW_THREADS
+    if (rc != 0) return PyErr_SetFromErrno(PyExc_OSError);
     Py_RETURN_NONE;
 }
 
@@ -260,8 +236,8 @@ static Py_ssize_t Map_len(Map *self) { return (Py_ssize_t)self->size; }
 static PyBufferProcs Map_as_buffer = {(getbufferproc)Map_getbuffer, NULL};
 static PySequenceMethods Map_as_sequence = {.sq_length = (lenfunc)Map_len};
 static PyMethodDef Map_methods[] = {
-    {"populate", (PyCFunction)(void (*)(void))Map_populate, METH_VARARGS | METH_KEYWORDS,
-     "populate(offset=0, length=-1, threads=0): fault the range in, in parallel"},
+    {"prefetch", (PyCFunction)(void (*)(void))Map_prefetch, METH_VARARGS | METH_KEYWORDS,
+     "prefetch(offset=0, length=-1): start reading the range into the page cache"},
     {NULL}};
 
 static PyTypeObject MapType = {
