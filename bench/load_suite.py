@@ -51,7 +51,25 @@ def make_tensorizer(src):
     return out
 
 
-def contenders_for(gb, full):
+def variant_contenders(path):
+    """The same file in another layout (1 GB shards, or f32): ckpt, the
+    main peers and the ceilings on it."""
+    return path, {
+        "ckpt → own buffers": ([LOAD_BENCH, "load", str(path), "0", "0", "auto", "none"], [path]),
+        "ckpt → pre-touched caller buffers": ([LOAD_BENCH, "load", str(path), "0", "1", "auto", "none"], [path]),
+        "safetensors load_file": (PEERS + ["st_load_file", str(path)], [path]),
+        "runai-model-streamer": (PEERS + ["runai", str(path)], [path]),
+        "fastsafetensors (CPU, nogds)": (PEERS + ["fastsafetensors", str(path)], [path]),
+        "ceiling: pread, 2 threads": ([LOAD_BENCH, "pread", str(path), "2", "0"], [path]),
+        "ceiling: O_DIRECT pread, 2 threads": ([LOAD_BENCH, "pread", str(path), "2", "1"], [path]),
+    }
+
+
+def contenders_for(gb, full, variant="bf16"):
+    if variant == "sharded":
+        return variant_contenders(make_sharded(make_big_file(gb)))
+    if variant == "f32":
+        return variant_contenders(make_big_file(gb, "F32"))
     bf16 = make_big_file(gb)
     c = {
         "ckpt → own buffers": ([LOAD_BENCH, "load", str(bf16), "0", "0", "auto", "none"], [bf16]),
@@ -87,11 +105,13 @@ def contenders_for(gb, full):
 
 
 def run_load_suite(args):
-    for size in [float(x) for x in str(args.load_gb).split(",") if x]:
+    sizes = [float(x) for x in str(args.load_gb).split(",") if x]
+    variants = [v for v in str(args.load_variants).split(",") if v]
+    for size, variant in [(s, v) for s in sizes for v in variants]:
         gb = int(size) if size == int(size) else size
-        full = size <= 2
-        bf16, contenders = contenders_for(gb, full)
-        nbytes = bf16.stat().st_size
+        full = size <= 2 and variant == "bf16"
+        bf16, contenders = contenders_for(gb, full, variant)
+        nbytes = sum(f.stat().st_size for f in ([bf16] if bf16.is_file() else bf16.iterdir()))
         machine = {}
         # Speeds of memory itself, on buffers of the checkpoint's size up to 2 GiB
         # (the rates do not grow with size; 8 GB copies would not fit beside the cache).
@@ -134,9 +154,9 @@ def run_load_suite(args):
                     r.update(median=med, min=min(r["seconds"]), max=max(r["seconds"]),
                              gb_per_s=r["bytes"] / med / 1e9, peak_rss_bytes=max(r["rss"]))
             results[mode] = res
-        doc = {"bytes": nbytes, "file": bf16.name, "runs": args.runs, "machine": machine_facts(),
+        doc = {"bytes": nbytes, "file": bf16.name, "variant": variant, "runs": args.runs, "machine": machine_facts(),
                "machine_speeds": machine, "results": results, "ratios": ratios(results, machine, nbytes)}
-        save(f"load-{gb}GB", doc)
+        save(f"load-{gb}GB" + ("" if variant == "bf16" else f"-{variant}"), doc)
 
 
 def ratios(results, machine, nbytes):

@@ -73,7 +73,9 @@ def convert_table(doc, what):
 
 
 def load_docs():
-    return sorted((json.loads(p.read_text()) for p in RESULTS.glob("load-*GB.json")), key=lambda d: d["bytes"])
+    order = {"bf16": 0, "sharded": 1, "f32": 2}
+    docs = (json.loads(p.read_text()) for p in RESULTS.glob("load-*GB*.json"))
+    return sorted(docs, key=lambda d: (round(d["bytes"] / 1e9), order.get(d.get("variant", "bf16"), 3)))
 
 
 def load_chart(doc):
@@ -94,14 +96,17 @@ def load_chart(doc):
         ax.invert_yaxis()
         ax.set_title(f"load {doc['bytes'] / 1e9:.1f} GB, {mode} cache (GB/s, peak RSS)")
     fig.tight_layout()
-    fig.savefig(RESULTS / f"load-{round(doc['bytes'] / 1e9)}GB.png", dpi=100)
+    variant = doc.get("variant", "bf16")
+    suffix = "" if variant == "bf16" else f"-{variant}"
+    fig.savefig(RESULTS / f"load-{round(doc['bytes'] / 1e9)}GB{suffix}.png", dpi=100)
     plt.close(fig)
 
 
 def load_table(doc):
     gb = doc["bytes"] / 1e9
     ms = doc["machine_speeds"]
-    lines = [f"**Load a {gb:.1f} GB Llama-shaped checkpoint to CPU memory** ({doc['file']}, bf16 unless noted; "
+    what = {"sharded": ", in 1 GB shards", "f32": ", float32"}.get(doc.get("variant", "bf16"), "")
+    lines = [f"**Load a {gb:.1f} GB Llama-shaped checkpoint{what} to CPU memory** ({doc['file']}, bf16 unless noted; "
              "every contender checksums every byte it loaded; own process each; median of "
              f"{doc['runs']}; cold = `drop_caches` before each run)", "",
              "| contender | warm GB/s | warm peak RSS | cold GB/s | cold peak RSS |", "|---|---:|---:|---:|---:|"]

@@ -440,6 +440,8 @@ def main():
     ap.add_argument("--tensors", type=int, default=30000)
     ap.add_argument("--skip-python", action="store_true", help="skip the slow Python peer")
     ap.add_argument("--load-gb", default="2,8", help="sizes (GB) of the load suite's checkpoints")
+    ap.add_argument("--load-variants", default="bf16",
+                    help="layouts of the load suite's file: bf16 (single file), sharded (1 GB shards), f32")
     ap.add_argument("--python-gb", type=float, default=2, help="size (GB) of the python suite's checkpoint")
     args = ap.parse_args()
     for s in args.suites:

@@ -138,9 +138,24 @@ static ckpt_status direct_into_bounce(worker *w, const job *j, uint64_t off, uin
     return CKPT_OK;
 }
 
+/* Where the bounce buffer's bytes of a direct read go: copied out piece by
+ * piece as each read completes, while the next pieces are still being read. */
+typedef struct bounce_copy {
+    const unsigned char *bounce, *bounce_end;
+    unsigned char *dst; /* destination of the bounce buffer's first byte */
+} bounce_copy;
+
+static void copy_out_piece(const ckpt__read_req *q, void *user) {
+    const bounce_copy *c = user;
+    const unsigned char *src = q->dst;
+    if (src >= c->bounce && src < c->bounce_end) memcpy(c->dst + (src - c->bounce), src, (size_t)q->len);
+}
+
 /* A large run that needs no conversion, with O_DIRECT: aligned blocks go
  * straight into the destination when it lines up with the file, else
- * through the bounce buffer; the unaligned ends through the page cache. */
+ * through the bounce buffer (in io_uring pieces, each copied out as soon as
+ * it lands, so copies overlap reads); the unaligned ends through the page
+ * cache. */
 static ckpt_status direct_copy_run(worker *w, const job *j, uint64_t off, uint64_t len, unsigned char *dst,
                                    ckpt_error *err) {
     uint64_t a = j->file->align, mid_lo = align_up(off, a), mid_hi = align_down(off + len, a);
@@ -152,10 +167,16 @@ static ckpt_status direct_copy_run(worker *w, const job *j, uint64_t off, uint64
     if ((uintptr_t)mid % a == 0) return queue_read(w, j, j->file->dfd, mid_lo, mid_hi - mid_lo, mid, err);
     if ((st = flush(w, err))) return st;
     uint64_t step = align_down(w->bounce_cap, a);
+    /* Every piece of a step must be in one batch (queue_read would flush a
+     * full batch without copying it out). */
+    if (w->reader.uring && step > (uint64_t)BATCH * URING_PIECE) step = (uint64_t)BATCH * URING_PIECE;
     for (uint64_t at = mid_lo; at < mid_hi; at += step) {
         uint64_t n = mid_hi - at < step ? mid_hi - at : step;
-        if ((st = queue_read(w, j, j->file->dfd, at, n, w->bounce, err)) || (st = flush(w, err))) return st;
-        memcpy(dst + (at - off), w->bounce, (size_t)n);
+        bounce_copy c = {w->bounce, w->bounce + n, dst + (at - off)};
+        if ((st = queue_read(w, j, j->file->dfd, at, n, w->bounce, err))) return st;
+        st = ckpt__reader_run_each(&w->reader, w->reqs, w->nreq, copy_out_piece, &c, err);
+        w->nreq = 0;
+        if (st) return st;
     }
     return CKPT_OK;
 }
@@ -434,6 +455,15 @@ static size_t online_cpus(void) {
     return n > 0 ? (size_t)n : 1;
 }
 
+/* Direct reads spend most of their time waiting for the disk: extra
+ * threads keep it busy while others copy out of their bounce buffers
+ * (measured on a 2-vCPU VM, 8 GB cold: 2 threads 1.2 GB/s, 6 threads
+ * 1.8-2.2 GB/s).  The ring grows with them, by 16 threads at most. */
+static size_t default_threads(bool direct) {
+    size_t cpus = online_cpus();
+    return direct ? cpus + (2 * cpus < 16 ? 2 * cpus : 16) : cpus;
+}
+
 static void *alloc_buffer(uint64_t nbytes) {
     void *p = NULL;
     if (posix_memalign(&p, 64, nbytes ? (size_t)nbytes : 1) != 0) return NULL;
@@ -562,7 +592,7 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
         g.job_count++;
     }
 
-    size_t threads = o->threads ? o->threads : online_cpus();
+    size_t threads = o->threads ? o->threads : default_threads(any_direct);
     if (threads > g.task_count) threads = g.task_count ? (size_t)g.task_count : 1;
     worker *workers = NULL;
     if (st == CKPT_OK) {

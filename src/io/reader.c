@@ -62,7 +62,8 @@ static ckpt_status finish_pread(ckpt__reader *r, const ckpt__read_req *q, uint64
 }
 
 #ifdef CKPT_HAVE_URING
-static ckpt_status run_uring(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt_error *err) {
+static ckpt_status run_uring(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt__read_done_fn done, void *user,
+                             ckpt_error *err) {
     struct io_uring *ring = r->uring;
     ckpt_status st = CKPT_OK;
     size_t next = 0, inflight = 0;
@@ -97,21 +98,28 @@ static ckpt_status run_uring(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ck
             uint64_t got = res > 0 ? (uint64_t)res : 0;
             r->bytes += got;
             if (got < q->len && (got < q->need || res <= 0)) st = finish_pread(r, q, got, err); /* short: rare */
+            if (st == CKPT_OK && done) done(q, user);
         }
     }
     return st;
 }
 #endif
 
-ckpt_status ckpt__reader_run(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt_error *err) {
+ckpt_status ckpt__reader_run_each(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt__read_done_fn done,
+                                  void *user, ckpt_error *err) {
 #ifdef CKPT_HAVE_URING
-    if (r->uring && n > 0) return run_uring(r, reqs, n, err);
+    if (r->uring && n > 0) return run_uring(r, reqs, n, done, user, err);
 #endif
     for (size_t i = 0; i < n; i++) {
         ckpt_status st = finish_pread(r, &reqs[i], 0, err);
         if (st) return st;
+        if (done) done(&reqs[i], user);
     }
     return CKPT_OK;
+}
+
+ckpt_status ckpt__reader_run(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt_error *err) {
+    return ckpt__reader_run_each(r, reqs, n, NULL, NULL, err);
 }
 
 int ckpt__open_direct(const char *path, int fd, uint32_t *align) {

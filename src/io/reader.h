@@ -35,6 +35,15 @@ CKPT__HIDDEN void ckpt__reader_free(ckpt__reader *reader);
  * file ending before a request's `need` gives CKPT_E_TRUNCATED. */
 CKPT__HIDDEN ckpt_status ckpt__reader_run(ckpt__reader *reader, ckpt__read_req *reqs, size_t n, ckpt_error *err);
 
+/* Called for each request as soon as its bytes are in, while the others
+ * may still be in flight (so the caller's work on one overlaps the reads
+ * of the rest). */
+typedef void (*ckpt__read_done_fn)(const ckpt__read_req *req, void *user);
+
+/* ckpt__reader_run, calling done(req, user) for every completed request. */
+CKPT__HIDDEN ckpt_status ckpt__reader_run_each(ckpt__reader *reader, ckpt__read_req *reqs, size_t n,
+                                               ckpt__read_done_fn done, void *user, ckpt_error *err);
+
 /* Opens `path` again with O_DIRECT if the file system allows it and it is
  * still the file behind `fd`; returns -1 otherwise.  *align receives the
  * offset/length/memory alignment direct reads need. */
