@@ -252,8 +252,8 @@ def _io(io):
 
 
 def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
-         tp_dim=0, tp_select=None, transpose=None, layout=None, device="cpu", nested=False, mmap=False, threads=0,
-         io="auto", progress=None):
+         tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, device="cpu", nested=False, mmap=False,
+         threads=0, io="auto", progress=None):
     """Loads a checkpoint (or the part of it a device needs) into a dict of
     tensors, with the parallel engine: memory beyond the tensors is a small
     bounce ring, whatever the checkpoint's size.
@@ -262,6 +262,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     (prefixes or `*` patterns); dtype: one dtype for every float tensor, or
     {glob: dtype}; tp_rank / tp_size: keep part tp_rank of tp_size along
     tp_dim of each tensor that has that axis (of those matching tp_select);
+    slices: {glob: (dim, start, stop)} keeps a range of one axis;
     transpose: globs of 2-D tensors to transpose; layout: "OIHW:HWIO" or
     {glob: "OIHW:HWIO"}.  mmap=True gives tensors that need no conversion
     as copy-on-write views of the file instead of copies.  nested=True
@@ -270,7 +271,8 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     catalog = _ckpt.Catalog(os.fspath(path))
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank,
-                       tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, transpose=transpose, layout=layout)
+                       tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
+                       layout=layout)
     out = {}
     if mmap:
         paths, sizes = zip(*catalog.files())
@@ -340,7 +342,8 @@ def _is_module(x):
 
 
 def load_into(target, path, strict=True, *, select=None, exclude=None, rename=None, tp_rank=None, tp_size=None,
-              tp_dim=0, tp_select=None, transpose=None, layout=None, threads=0, io="auto", progress=None):
+              tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, threads=0, io="auto",
+              progress=None):
     """Loads a checkpoint into the existing tensors of `target` — a
     torch.nn.Module, a state dict, or a (nested) dict of numpy arrays — in
     place: bytes go straight from the file into each tensor's memory, so no
@@ -354,7 +357,8 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
     catalog = _ckpt.Catalog(os.fspath(path))
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, tp_rank=tp_rank,
-                       tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, transpose=transpose, layout=layout)
+                       tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
+                       layout=layout)
     expected = []
     for name, t in flat.items():
         dt, shape, _ = fw.describe(t)
@@ -499,8 +503,8 @@ def _pieces(fw, t):
 
 
 def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None, tp_dim=0,
-            tp_select=None, transpose=None, layout=None, max_shard_size=None, prefix=None, overwrite=False,
-            checksums=False, no_sync=False, progress=None):
+            tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
+            overwrite=False, checksums=False, no_sync=False, progress=None):
     """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
     — one file, or shards in a directory when max_shard_size is given —
     applying the same selections, renames, slices, casts and layouts as
@@ -514,7 +518,7 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     if prefix is not None:
         kw["prefix"] = prefix
     rules = dict(select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank, tp_size=tp_size,
-                 tp_select=tp_select, transpose=transpose, layout=layout)
+                 tp_select=tp_select, slices=slices, transpose=transpose, layout=layout)
     if any(v is not None for v in rules.values()):
         plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, **rules)
         plan.convert(os.fspath(dst), **kw)

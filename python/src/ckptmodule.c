@@ -13,6 +13,8 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -153,7 +155,15 @@ typedef struct {
     PyObject_HEAD
     void *base;
     size_t size;
+    int fd; /* kept for prefetching, -1 when none */
 } Map;
+
+static PyObject *Map_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    (void)args, (void)kw;
+    Map *self = (Map *)type->tp_alloc(type, 0);
+    if (self) self->fd = -1;
+    return (PyObject *)self;
+}
 
 static int Map_init(Map *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"path", NULL};
@@ -168,9 +178,9 @@ static int Map_init(Map *self, PyObject *args, PyObject *kw) {
     if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0)
         base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     saved = errno;
-    if (fd >= 0) close(fd);
     Py_END_ALLOW_THREADS
     if (fd < 0 || (base == MAP_FAILED && st.st_size > 0)) {
+        if (fd >= 0) close(fd);
         errno = saved;
         PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
         Py_DECREF(path_obj);
@@ -178,12 +188,15 @@ static int Map_init(Map *self, PyObject *args, PyObject *kw) {
     }
     Py_DECREF(path_obj);
     if (self->base) munmap(self->base, self->size);
+    if (self->fd >= 0) close(self->fd);
     self->base = st.st_size > 0 ? base : NULL;
     self->size = (size_t)st.st_size;
+    self->fd = fd;
     return 0;
 }
 
 static void Map_dealloc(Map *self) {
+    if (self->fd >= 0) close(self->fd);
     if (self->base) munmap(self->base, self->size);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -204,31 +217,57 @@ static int range_cached(void *start, size_t len, size_t page) {
     return 1;
 }
 
-/* Map.prefetch(offset=0, length=-1): asks the kernel to read the range
- * into the page cache (MADV_WILLNEED), so that the pages are there when
- * first touched: a cold load_file then reads the disk at full queue depth
- * instead of one readahead window per fault. */
+typedef struct {
+    int fd;
+    uint64_t offset, end;
+} prefetch_job;
+
+/* The kernel reads at most one readahead window (a few MiB) per
+ * WILLNEED call: one call per window submits the whole range, which the
+ * disk then serves at full queue depth.  Calls block once the device queue
+ * is full, so they run on a thread of their own, with a descriptor of its
+ * own (the mapping and the Python objects may go away meanwhile). */
+static void *prefetch_worker(void *arg) {
+    prefetch_job *job = arg;
+    const uint64_t step = 8u << 20;
+    for (uint64_t at = job->offset; at < job->end; at += step)
+        if (posix_fadvise(job->fd, (off_t)at, (off_t)(job->end - at < step ? job->end - at : step),
+                          POSIX_FADV_WILLNEED) != 0)
+            break;
+    close(job->fd);
+    free(job);
+    return NULL;
+}
+
+/* Map.prefetch(offset=0, length=-1): starts reading the range into the
+ * page cache in the background, so that the pages are there when first
+ * touched; returns at once.  A cold load_file then reads the disk at full
+ * queue depth instead of one readahead window per fault. */
 static PyObject *Map_prefetch(Map *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"offset", "length", NULL};
     unsigned long long offset = 0;
     long long length = -1;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|KL", kwlist, &offset, &length)) return NULL;
-    if (!self->base || offset >= self->size) Py_RETURN_NONE;
+    if (!self->base || self->fd < 0 || offset >= self->size) Py_RETURN_NONE;
     size_t len = length < 0 || offset + (unsigned long long)length > self->size ? self->size - offset : (size_t)length;
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t begin = ((uintptr_t)self->base + offset) & ~(uintptr_t)(page - 1);
-    uintptr_t end = (uintptr_t)self->base + offset + len;
-    if (range_cached((void *)begin, end - begin, (size_t)page)) Py_RETURN_NONE;
-    /* The kernel reads at most one readahead window (a few MiB) per call:
-     * one call per window submits the whole range, which the disk then
-     * serves at full queue depth while the caller starts on the first pages. */
-    const uintptr_t step = 8u << 20;
-    int rc = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (uintptr_t p = begin; p < end && rc == 0; p += step)
-        rc = madvise((void *)p, end - p < step ? end - p : step, MADV_WILLNEED);
-    Py_END_ALLOW_THREADS
-    if (rc != 0) return PyErr_SetFromErrno(PyExc_OSError);
+    if (range_cached((void *)begin, (uintptr_t)self->base + offset + len - begin, (size_t)page)) Py_RETURN_NONE;
+    prefetch_job *job = malloc(sizeof *job);
+    if (!job) return PyErr_NoMemory();
+    *job = (prefetch_job){fcntl(self->fd, F_DUPFD_CLOEXEC, 0), offset, offset + len};
+    pthread_attr_t attr;
+    pthread_t tid;
+    int rc = job->fd < 0 ? errno : pthread_attr_init(&attr);
+    if (rc == 0) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&tid, &attr, prefetch_worker, job);
+        pthread_attr_destroy(&attr);
+    }
+    if (rc != 0) { /* no thread: loading still works, through page faults */
+        if (job->fd >= 0) close(job->fd);
+        free(job);
+    }
     Py_RETURN_NONE;
 }
 
@@ -248,7 +287,7 @@ static PyTypeObject MapType = {
     .tp_as_sequence = &Map_as_sequence,
     .tp_methods = Map_methods,
     .tp_init = (initproc)Map_init,
-    .tp_new = PyType_GenericNew,
+    .tp_new = Map_new,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Map(path): a private copy-on-write mapping of a whole file (writes never reach the file).",
 };

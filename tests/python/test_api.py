@@ -92,6 +92,9 @@ def test_load_with_tensor_parallel_slices_casts_and_renames(llama):
             if k.endswith("proj.weight"):
                 want = torch.tensor_split(want, 3, dim=0)[rank]
             assert same(got[name], want), (name, rank)
+    got = ckpt.load(path, select="*up_proj*", slices={"*": (1, 3, 10)})
+    for k in got:
+        assert same(got[k], sd[k][:, 3:10])
     got = ckpt.load(path, select="model.layers.1.*", exclude="*norm*", transpose="*", framework="numpy")
     assert set(got) == {k for k in sd if k.startswith("model.layers.1.") and "norm" not in k}
     w = sd["model.layers.1.mlp.up_proj.weight"]
