@@ -19,8 +19,10 @@ from torch_models import tiny_transformer  # noqa: E402
 
 
 def same(a, b):
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(-1).view(torch.uint8) if a.numel() else a,
-                                                                   b.view(-1).view(torch.uint8) if b.numel() else b)
+    """Equal dtype, shape and bytes (NaN patterns included)."""
+    def raw(t):
+        return t.contiguous().reshape(-1).view(torch.uint8) if t.numel() else t
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(raw(a), raw(b))
 
 
 @pytest.fixture
