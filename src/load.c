@@ -30,6 +30,8 @@ enum {
     URING_PIECE = 1 << 20, /* large reads are split so that io_uring keeps several in flight */
     DIRECT_MIN = 1 << 20,  /* smaller runs are read through the page cache */
     BOUNCE_ALIGN = 4096,
+    RING_BUDGET = 48 << 20,   /* default bounce memory, all threads together */
+    RING_MIN_CHUNK = 1 << 20,
 };
 
 typedef struct file_state {
@@ -542,8 +544,6 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     engine g;
     memset(&g, 0, sizeof g);
     g.plan = p;
-    g.chunk = o->chunk_bytes ? (size_t)o->chunk_bytes : DEFAULT_CHUNK;
-    if (g.chunk < MIN_CHUNK) g.chunk = MIN_CHUNK;
     g.err = err;
     g.progress = o->progress, g.user = o->user;
     pthread_mutex_init(&g.lock, NULL);
@@ -555,6 +555,13 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     int64_t *dst_pool = ckpt__malloc((dims ? dims : 1) * sizeof *dst_pool);
     if (!g.jobs || !stride_pool || !dst_pool) st = oom(err, "the load's tasks");
     if (st == CKPT_OK && open_files(p, o->io, &g.files, &any_direct) != CKPT_OK) st = oom(err, "the load's tasks");
+    size_t threads = o->threads ? o->threads : default_threads(any_direct);
+    /* Without an explicit chunk size the ring stays within RING_BUDGET
+     * however many threads run (chunks shrink to RING_MIN_CHUNK at most). */
+    g.chunk = o->chunk_bytes ? (size_t)o->chunk_bytes : DEFAULT_CHUNK;
+    if (!o->chunk_bytes && g.chunk * threads > RING_BUDGET)
+        g.chunk = RING_BUDGET / threads < RING_MIN_CHUNK ? RING_MIN_CHUNK : RING_BUDGET / threads / 4096 * 4096;
+    if (g.chunk < MIN_CHUNK) g.chunk = MIN_CHUNK;
 
     size_t used_dims = 0;
     for (size_t k = 0; st == CKPT_OK && k < n; k++) {
@@ -592,7 +599,6 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
         g.job_count++;
     }
 
-    size_t threads = o->threads ? o->threads : default_threads(any_direct);
     if (threads > g.task_count) threads = g.task_count ? (size_t)g.task_count : 1;
     worker *workers = NULL;
     if (st == CKPT_OK) {

@@ -267,3 +267,15 @@ def test_packed_sub_byte_tensors_load_whole(tmp_path):
         plan.convert(tmp_path / "out.safetensors")
     with ckptlib.Catalog(tmp_path / "out.safetensors") as out:
         assert out.read("p") == packed and out.info("x")["dtype"] == "F16"
+
+
+def test_ring_stays_bounded_with_many_threads(st_file, tensors):
+    # A cast needs the bounce ring; 40 threads at the default 8 MiB chunk
+    # would hold 320 MiB of it: the default chunk shrinks to stay within 48 MiB.
+    data, _, stats = load(st_file, lambda p: p.cast("F64"), threads=40)
+    assert 0 < stats["ring_bytes"] <= (48 << 20) + 40 * 8192
+    want = tensors["layers.1.big"].to(torch.float64)
+    assert data["layers.1.big"] == as_bytes(want)
+    # An explicit chunk size is the caller's choice, kept as given.
+    _, _, stats = load(st_file, lambda p: p.cast("F64"), threads=4, chunk_bytes=8 << 20)
+    assert stats["ring_bytes"] >= 4 * (8 << 20)
