@@ -1,6 +1,5 @@
 """ckpt's own Python API: catalogs, shape trees, the load engine (slices,
 casts, renames, in-place loading) and streaming sharded saves."""
-import fnmatch
 import math
 import os
 import re
@@ -197,7 +196,8 @@ def _jax_leaf(c):
 # Plans
 
 def _glob_re(pattern):
-    return re.compile(fnmatch.translate(pattern).replace("(?s:", "(?s:", 1))
+    """The plan's glob (`*` any run, dots included; `?` one character) as a regex."""
+    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern), re.S)
 
 
 def _build_plan(catalog, rows, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,

@@ -200,6 +200,4 @@ def of(tensor):
         return Torch
     if mod.startswith("numpy"):
         return Numpy
-    if mod.startswith("jax") or mod.startswith("jaxlib"):
-        return None
     return None

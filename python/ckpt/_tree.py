@@ -17,10 +17,6 @@ Call = namedtuple("Call", "name args")
 Call.__doc__ = "An allowed object of a torch file that is neither a container nor a tensor (e.g. an OrderedDict subclass)."
 
 
-def _is_leaf(x, is_tensor):
-    return is_tensor(x)
-
-
 def _default_is_tensor(x):
     mod = type(x).__module__
     return (mod.startswith("torch") and type(x).__name__ in ("Tensor", "Parameter")) or (
