@@ -29,8 +29,8 @@ def dtype_name(dtype):
     """The safetensors name of a dtype given as such a name ("BF16"), a
     torch or numpy dtype, or a dtype's name ("bfloat16", "float32")."""
     if isinstance(dtype, str):
-        if _ckpt_known(dtype):
-            return dtype
+        if _ckpt_known(dtype.upper()):  # "BF16", or the CLI's "bf16", "f8_e4m3"
+            return dtype.upper()
         for table in (_dtypes.TORCH, _dtypes.ML_DTYPES, _dtypes.NUMPY):
             for k, v in table.items():
                 if v == dtype:

@@ -281,6 +281,15 @@ def test_convert_with_options_and_progress(llama, tmp_path):
         ckpt.convert(path, tmp_path / "out.safetensors", progress=False)
 
 
+def test_dtype_names():
+    import ml_dtypes
+    for given in ("BF16", "bf16", "bfloat16", torch.bfloat16, np.dtype(ml_dtypes.bfloat16)):
+        assert ckpt.dtype_name(given) == "BF16"
+    assert ckpt.dtype_name("f8_e4m3") == "F8_E4M3" and ckpt.dtype_name(np.float32) == "F32"
+    with pytest.raises(ValueError, match="bfloat17"):
+        ckpt.dtype_name("bfloat17")
+
+
 def test_cast_matches_torch():
     x = torch.randn(1000) * 1000
     for dt in (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2):
