@@ -6,6 +6,7 @@ import re
 from collections import namedtuple
 
 from . import _ckpt, _dtypes, _frameworks, _progress, _tree
+from ._safe import _available_memory
 
 FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded"}
 _IO = {"auto": 0, "buffered": 1, "direct": 2}
@@ -283,8 +284,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
             if transform or not r[7] or not nbytes or (bits >= 8 and r[5] % (bits // 8)) or "*" in r[0] or "?" in r[0]:
                 continue
             if r[4] not in maps:
-                maps[r[4]] = _ckpt.Map(paths[r[4]])
-                _prefetch(maps[r[4]], sizes[r[4]])
+                maps[r[4]] = _ckpt.Map(paths[r[4]], prefetch=sizes[r[4]] <= _available_memory() // 2)
             out[name] = fw.from_buffer(maps[r[4]], dt, shape, r[5], name)
             plan.exclude(r[0])
     items = plan.items()
@@ -300,14 +300,6 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
         structure = info["tree_json"] or catalog.metadata().get(_tree.STRUCTURE_KEY)
         return _tree.unflatten(out, structure) if structure and not (rename or select or exclude) else _tree.unflatten(out)
     return out
-
-
-def _prefetch(mapping, size):
-    """Starts reading a mapped file the caller will touch whole, when it
-    fits in half the available memory (see _safe.safe_open._prefetch)."""
-    from ._safe import _available_memory
-    if size <= _available_memory() // 2:
-        mapping.prefetch()
 
 
 def _target_tensors(target):

@@ -61,10 +61,10 @@ class safe_open:
             raise SafetensorError(f"File does not contain tensor {name}")
         return info
 
-    def _map(self, file):
+    def _map(self, file, prefetch=False):
         m = self._maps.get(file)
         if m is None:
-            m = self._maps[file] = _ckpt.Map(self._paths[file])
+            m = self._maps[file] = _ckpt.Map(self._paths[file], prefetch=prefetch)
         return m
 
     def _zero_copy(self, info):
@@ -102,7 +102,7 @@ class safe_open:
         budget = _available_memory() // 2
         for file, (path, size) in enumerate(self._catalog.files()):
             if file in files and size <= budget:
-                self._map(file).prefetch()
+                self._map(file, prefetch=True)
                 budget -= size
 
 

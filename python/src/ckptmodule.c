@@ -155,20 +155,16 @@ typedef struct {
     PyObject_HEAD
     void *base;
     size_t size;
-    int fd; /* kept for prefetching, -1 when none */
 } Map;
 
-static PyObject *Map_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
-    (void)args, (void)kw;
-    Map *self = (Map *)type->tp_alloc(type, 0);
-    if (self) self->fd = -1;
-    return (PyObject *)self;
-}
+static void start_prefetch(int fd, void *base, size_t size);
 
 static int Map_init(Map *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"path", NULL};
+    static char *kwlist[] = {"path", "prefetch", NULL};
     PyObject *path_obj;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&", kwlist, PyUnicode_FSConverter, &path_obj)) return -1;
+    int prefetch = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|p", kwlist, PyUnicode_FSConverter, &path_obj, &prefetch))
+        return -1;
     const char *path = PyBytes_AS_STRING(path_obj);
     int fd, saved = 0;
     struct stat st;
@@ -188,15 +184,14 @@ static int Map_init(Map *self, PyObject *args, PyObject *kw) {
     }
     Py_DECREF(path_obj);
     if (self->base) munmap(self->base, self->size);
-    if (self->fd >= 0) close(self->fd);
     self->base = st.st_size > 0 ? base : NULL;
     self->size = (size_t)st.st_size;
-    self->fd = fd;
+    if (prefetch && self->base) start_prefetch(fd, self->base, self->size); /* takes the descriptor */
+    else close(fd);
     return 0;
 }
 
 static void Map_dealloc(Map *self) {
-    if (self->fd >= 0) close(self->fd);
     if (self->base) munmap(self->base, self->size);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -239,45 +234,33 @@ static void *prefetch_worker(void *arg) {
     return NULL;
 }
 
-/* Map.prefetch(offset=0, length=-1): starts reading the range into the
- * page cache in the background, so that the pages are there when first
- * touched; returns at once.  A cold load_file then reads the disk at full
- * queue depth instead of one readahead window per fault. */
-static PyObject *Map_prefetch(Map *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"offset", "length", NULL};
-    unsigned long long offset = 0;
-    long long length = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|KL", kwlist, &offset, &length)) return NULL;
-    if (!self->base || self->fd < 0 || offset >= self->size) Py_RETURN_NONE;
-    size_t len = length < 0 || offset + (unsigned long long)length > self->size ? self->size - offset : (size_t)length;
+/* Starts reading a whole file into the page cache in the background, so
+ * that its pages are there when first touched (Map(path, prefetch=True)):
+ * a cold load_file then reads the disk at full queue depth instead of one
+ * readahead window per fault.  Nothing to do when the file is cached.
+ * Owns `fd`; without a thread, loading still works, through page faults. */
+static void start_prefetch(int fd, void *base, size_t size) {
     long page = sysconf(_SC_PAGESIZE);
-    uintptr_t begin = ((uintptr_t)self->base + offset) & ~(uintptr_t)(page - 1);
-    if (range_cached((void *)begin, (uintptr_t)self->base + offset + len - begin, (size_t)page)) Py_RETURN_NONE;
-    prefetch_job *job = malloc(sizeof *job);
-    if (!job) return PyErr_NoMemory();
-    *job = (prefetch_job){fcntl(self->fd, F_DUPFD_CLOEXEC, 0), offset, offset + len};
+    prefetch_job *job = NULL;
+    int rc = range_cached(base, size, (size_t)page) ? -1 : 0;
+    if (rc == 0 && !(job = malloc(sizeof *job))) rc = -1;
     pthread_attr_t attr;
     pthread_t tid;
-    int rc = job->fd < 0 ? errno : pthread_attr_init(&attr);
-    if (rc == 0) {
+    if (rc == 0 && (rc = pthread_attr_init(&attr)) == 0) {
+        *job = (prefetch_job){fd, 0, size};
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         rc = pthread_create(&tid, &attr, prefetch_worker, job);
         pthread_attr_destroy(&attr);
     }
-    if (rc != 0) { /* no thread: loading still works, through page faults */
-        if (job->fd >= 0) close(job->fd);
+    if (rc != 0) {
+        close(fd);
         free(job);
     }
-    Py_RETURN_NONE;
 }
 
 static Py_ssize_t Map_len(Map *self) { return (Py_ssize_t)self->size; }
 static PyBufferProcs Map_as_buffer = {(getbufferproc)Map_getbuffer, NULL};
 static PySequenceMethods Map_as_sequence = {.sq_length = (lenfunc)Map_len};
-static PyMethodDef Map_methods[] = {
-    {"prefetch", (PyCFunction)(void (*)(void))Map_prefetch, METH_VARARGS | METH_KEYWORDS,
-     "prefetch(offset=0, length=-1): start reading the range into the page cache"},
-    {NULL}};
 
 static PyTypeObject MapType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt._ckpt.Map",
@@ -285,11 +268,11 @@ static PyTypeObject MapType = {
     .tp_dealloc = (destructor)Map_dealloc,
     .tp_as_buffer = &Map_as_buffer,
     .tp_as_sequence = &Map_as_sequence,
-    .tp_methods = Map_methods,
     .tp_init = (initproc)Map_init,
-    .tp_new = Map_new,
+    .tp_new = PyType_GenericNew,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Map(path): a private copy-on-write mapping of a whole file (writes never reach the file).",
+    .tp_doc = "Map(path, prefetch=False): a private copy-on-write mapping of a whole file (writes never reach "
+              "the file); prefetch starts reading it into the page cache in the background.",
 };
 
 /* ------------------------------------------------------------------------ */
