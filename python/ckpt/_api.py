@@ -275,13 +275,15 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
                        tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
                        layout=layout)
     out = {}
+    order = [item[0] for item in plan.items()]
     if mmap:
         paths, sizes = zip(*catalog.files())
         maps = {}
         for name, src, dt, shape, nbytes, transform in plan.items():
             r = rows[src]
             bits = _ckpt.dtype_bits(dt)
-            if transform or not r[7] or not nbytes or (bits >= 8 and r[5] % (bits // 8)) or "*" in r[0] or "?" in r[0]:
+            whole = nbytes == r[3] and nbytes  # sliced tensors go through the engine
+            if transform or not r[7] or not whole or (bits >= 8 and r[5] % (bits // 8)) or "*" in r[0] or "?" in r[0]:
                 continue
             if r[4] not in maps:
                 maps[r[4]] = _ckpt.Map(paths[r[4]], prefetch=sizes[r[4]] <= _available_memory() // 2)
@@ -292,9 +294,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     plan.load(threads=threads, io=_io(io), progress=bar)
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
         out[name] = fw.from_buffer(plan.data(i), dt, shape, 0, name)
-    order = {row[0]: i for i, row in enumerate(rows)}
-    out = {k: fw.to_device(out[k], device) for k in sorted(out, key=lambda k: order.get(k, -1))} if mmap else \
-        {k: fw.to_device(v, device) for k, v in out.items()}
+    out = {k: fw.to_device(out[k], device) for k in order}
     if nested:
         info = catalog.info()
         structure = info["tree_json"] or catalog.metadata().get(_tree.STRUCTURE_KEY)
@@ -373,7 +373,9 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
     if missing:
         # Tied weights (an output head sharing the embedding's memory) are
         # saved once; the names that alias a loaded tensor are not missing.
-        loaded = {_address(fw, flat[it[0]]) for it in before if it[0] in flat} - {None}
+        mismatched_names = {m.name for m in mismatched}
+        loaded = {_address(fw, flat[it[0]]) for it in before if it[0] in flat and it[0] not in mismatched_names}
+        loaded.discard(None)
         missing = [n for n in missing if _address(fw, flat[n]) not in loaded]
     if strict and (missing or unexpected or mismatched):
         kind = type(target).__name__

@@ -109,13 +109,7 @@ static void Buffer_dealloc(Buffer *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *Buffer_address(Buffer *self, void *closure) {
-    (void)closure;
-    return PyLong_FromVoidPtr(self->data);
-}
-
 static PyBufferProcs Buffer_as_buffer = {(getbufferproc)Buffer_getbuffer, NULL};
-static PyGetSetDef Buffer_getset[] = {{"address", (getter)Buffer_address, NULL, "data address", NULL}, {NULL}};
 static Py_ssize_t Buffer_len(Buffer *self) { return self->size; }
 static PySequenceMethods Buffer_as_sequence = {.sq_length = (lenfunc)Buffer_len};
 
@@ -125,7 +119,6 @@ static PyTypeObject BufferType = {
     .tp_dealloc = (destructor)Buffer_dealloc,
     .tp_as_buffer = &Buffer_as_buffer,
     .tp_as_sequence = &Buffer_as_sequence,
-    .tp_getset = Buffer_getset,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Bytes of a checkpoint: a view of a file, or a buffer the library allocated.",
 };
@@ -281,7 +274,6 @@ static PyTypeObject MapType = {
 
 typedef struct {
     PyObject *callable; /* may be NULL: then only signals are checked */
-    int failed;         /* a Python exception is pending */
 } progress_ctx;
 
 /* Called by the library (on the thread that entered it, GIL released):
@@ -301,7 +293,6 @@ static int progress_trampoline(uint64_t done, uint64_t total, void *user) {
     }
     /* A pending exception stays in this thread's state (the caller's
      * thread), and raise_ckpt lets it through when the library returns. */
-    if (stop && PyErr_Occurred()) p->failed = 1;
     PyGILState_Release(g);
     return stop;
 }
@@ -489,7 +480,7 @@ static PyObject *Catalog_view(Catalog *self, PyObject *arg) {
 
 static PyObject *Catalog_verify(Catalog *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"progress", NULL};
-    progress_ctx p = {NULL, 0};
+    progress_ctx p = {NULL};
     if (!catalog_ready(self)) return NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &p.callable)) return NULL;
     ckpt_error e;
@@ -525,7 +516,7 @@ static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyOb
     ckpt_writer_options_init(&o);
     unsigned long long shard = 0;
     int overwrite = 0, no_sync = 0, checksums = 0;
-    progress_ctx p = {NULL, 0};
+    progress_ctx p = {NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppO", kwlist, PyUnicode_FSConverter, &dst, &shard,
                                      PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable))
         return NULL;
@@ -861,7 +852,7 @@ static PyObject *Plan_load(Plan *self, PyObject *args, PyObject *kw) {
     ckpt_load_options_init(&o);
     int io = 0, uring = 0, views = 0;
     unsigned long long chunk = 0;
-    progress_ctx p = {NULL, 0};
+    progress_ctx p = {NULL};
     if (!plan_ready(self)) return NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|IKiipO", kwlist, &o.threads, &chunk, &io, &uring, &views,
                                      &p.callable))

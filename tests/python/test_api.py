@@ -109,6 +109,9 @@ def test_load_mmap_and_nested(llama):
     got = ckpt.load(path, mmap=True)
     assert list(got) == list(ckpt.load(path))
     assert all(same(got[k], v) for k, v in sd.items())
+    opts = dict(tp_rank=1, tp_size=2, tp_select="*up_proj*", rename={"model.": ""})
+    mapped, copied = ckpt.load(path, mmap=True, **opts), ckpt.load(path, **opts)
+    assert list(mapped) == list(copied) and all(same(mapped[k], copied[k]) for k in copied)
     nested = ckpt.load(path, nested=True)
     assert same(nested["model"]["layers"][0]["mlp"]["up_proj"]["weight"], sd["model.layers.0.mlp.up_proj.weight"])
 
@@ -217,6 +220,19 @@ def test_save_streams_strided_and_rejects_non_tensors(tmp_path):
     with pytest.raises(TypeError, match="'x'"):
         ckpt.save({"x": object()}, tmp_path / "bad")
     assert not (tmp_path / "bad").exists() or not os.listdir(tmp_path / "bad")
+
+
+def test_verify_finds_a_flipped_bit(tmp_path):
+    ckpt.save({"a": torch.arange(1000.0), "b": torch.ones(10)}, tmp_path / "v", checksums=True)
+    path = tmp_path / "v" / "model.safetensors"
+    with ckpt.open(path) as c:
+        assert c.verify(progress=False) == 2
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 1  # inside "a" (the larger tensor, laid out last among equal dtypes)
+    path.write_bytes(bytes(data))
+    with ckpt.open(path) as c, pytest.raises(ckpt.Error) as e:
+        c.verify(progress=False)
+    assert e.value.status == "CKPT_E_CHECKSUM" and e.value.tensor in ("a", "b") and e.value.path == str(path)
 
 
 def test_save_failure_leaves_previous_checkpoint(tmp_path):
