@@ -222,7 +222,7 @@ def make_big_file(gb, dtype="BF16"):
     import ctypes
     from ckptlib import Error, WriterOptions, _check, _lib, DTYPES
     opts = WriterOptions()
-    _lib.ckpt_writer_options_init(ctypes.byref(opts))
+    _lib.ckpt_writer_options_init_sized(ctypes.byref(opts), ctypes.sizeof(opts))
     opts.no_sync = 1
     w, err = ctypes.c_void_p(), Error()
     _check(_lib.ckpt_writer_create(str(path).encode(), ctypes.byref(opts), ctypes.byref(w), ctypes.byref(err)), err)
