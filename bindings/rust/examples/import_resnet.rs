@@ -10,8 +10,8 @@
 //! float tensors on the way (then the float tensors come back as that dtype).
 //!
 //! Prints one `key value` line per figure: tensors, bytes, the f32 / i64
-//! tensor counts, a checksum over every loaded byte, seconds, peak RSS
-//! (VmHWM) and the file's size.
+//! tensor counts, a checksum over every loaded byte, seconds (in all, the
+//! load alone, the checksum alone), peak RSS (VmHWM) and the file's size.
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -77,8 +77,11 @@ fn run(path: &str, per_tensor: bool, cast: Option<Dtype>) -> ckpt::Result<()> {
             params.insert(t.name, Param { shape: t.shape, data: t.data });
         }
     }
+    let loaded = t0.elapsed().as_secs_f64();
     // Touch every loaded byte, as a model would.
+    let t1 = Instant::now();
     let (mut sum, mut bytes, mut f32s, mut i64s) = (0u64, 0u64, 0, 0);
+    let elements: u64 = params.values().map(|p| p.shape.iter().product::<u64>()).sum();
     for p in params.values() {
         match &p.data {
             TensorData::F32(_) => f32s += 1,
@@ -95,13 +98,17 @@ fn run(path: &str, per_tensor: bool, cast: Option<Dtype>) -> ckpt::Result<()> {
         });
         sum = sum.wrapping_add(h); // independent of the map's order
     }
+    let checksum_seconds = t1.elapsed().as_secs_f64();
     let seconds = t0.elapsed().as_secs_f64();
     println!("tensors {}", params.len());
     println!("bytes {}", bytes);
+    println!("elements {}", elements);
     println!("f32_tensors {}", f32s);
     println!("i64_tensors {}", i64s);
     println!("checksum {:016x}", sum);
     println!("seconds {:.3}", seconds);
+    println!("load_seconds {:.3}", loaded);
+    println!("checksum_seconds {:.3}", checksum_seconds);
     println!("peak_rss_bytes {}", peak_rss());
     println!("file_bytes {}", catalog.file_size(0));
     Ok(())
