@@ -25,13 +25,19 @@ defmodule Mix.Tasks.Compile.CkptNif do
     File.mkdir_p!("priv")
     Mix.Project.build_structure()
 
-    if Mix.Utils.stale?(sources, [so]) do
+    flags_file = Path.join(Mix.Project.app_path(), ".ckpt_nif_flags")
+    flags = inspect({extra_flags(), lib_dir})
+    flags_changed = File.read(flags_file) != {:ok, flags}
+
+    if flags_changed or Mix.Utils.stale?(sources, [so]) do
+      File.mkdir_p!(Path.dirname(flags_file))
+      File.write!(flags_file, flags)
       cc = System.get_env("CC", "cc")
 
       args =
         ~w(-std=c11 -O2 -fPIC -shared -fvisibility=hidden -Wall -Wextra -Werror -Wno-missing-field-initializers) ++
           ["-I", erts, "-I", include_dir, "c_src/ckpt_nif.c", Path.join(lib_dir, "libckpt.a")] ++
-          ["-Wl,--exclude-libs,ALL"] ++ private_libs(lib_dir) ++ ["-o", so]
+          ["-Wl,--exclude-libs,ALL"] ++ private_libs(lib_dir) ++ extra_flags() ++ ["-o", so]
 
       case System.cmd(cc, args, stderr_to_stdout: true) do
         {_, 0} ->
@@ -45,6 +51,10 @@ defmodule Mix.Tasks.Compile.CkptNif do
       {:noop, []}
     end
   end
+
+  # CKPT_NIF_CFLAGS: extra compiler flags (e.g. -fsanitize=address with a
+  # sanitizer build of libckpt in CKPT_LIB_DIR); a change rebuilds the NIF.
+  defp extra_flags, do: OptionParser.split(System.get_env("CKPT_NIF_CFLAGS", ""))
 
   defp libckpt do
     include = System.get_env("CKPT_INCLUDE_DIR", Path.join(@repo, "include"))

@@ -190,19 +190,37 @@ defmodule Ckpt do
         flat = if opts[:leaf], do: Map.new(flat, fn {k, v} -> {k, opts[:leaf].(v)} end), else: flat
         structure = c.tree_json || metadata(c)[Tree.metadata_key()]
 
-        tree =
-          if structure do
-            Tree.decode(structure, fn name ->
-              case Map.fetch(flat, name) do
-                {:ok, v} -> v
-                :error -> raise ArgumentError, "#{c.path}: its structure names a tensor '#{name}' it does not hold"
-              end
-            end)
-          else
-            Tree.unflatten(flat)
-          end
+        try do
+          tree =
+            if structure do
+              Tree.decode(structure, fn name ->
+                case Map.fetch(flat, name) do
+                  {:ok, v} -> v
+                  :error -> raise ArgumentError, "it names a tensor '#{name}' the checkpoint does not hold"
+                end
+              end)
+            else
+              Tree.unflatten(flat)
+            end
 
-        {:ok, tree}
+          {:ok, tree}
+        rescue
+          e ->
+            what =
+              cond do
+                c.tree_json -> "its object tree is not a structure of its tensors"
+                structure -> "its '#{Tree.metadata_key()}' metadata is not a structure of its tensors"
+                true -> "its tensor names do not nest into containers"
+              end
+
+            {:error,
+             %Error{
+               status: :header_schema,
+               code: 25,
+               path: c.path,
+               message: "#{c.path}: #{what}: #{Exception.message(e)}"
+             }}
+        end
       end
     end)
   end

@@ -351,4 +351,52 @@ defmodule CkptTest do
     |> Task.async_stream(fn {name, _, _, bytes} -> Ckpt.read!(c, name) == bytes end, max_concurrency: 8)
     |> Enum.each(fn {:ok, same} -> assert same end)
   end
+
+  test "a hostile or broken structure is an error naming the file, never a crash", %{tmp_dir: tmp} do
+    {_, structure, false} = Ckpt.Tree.flatten(tree())
+    n = byte_size(structure)
+
+    broken =
+      [
+        "not json",
+        String.duplicate("[", 200_000),
+        String.duplicate("{\"__tuple__\":", 5000) <> "[]" <> String.duplicate("}", 5000),
+        ~s({"__dict__": 5}),
+        ~s({"__dict__": [[1]]}),
+        ~s({"__tensor__": "missing"}),
+        ~s({"__bytes__": "zz"}),
+        ~s({"__float__": 7}),
+        ~s([1e999999]),
+        String.duplicate("9", 100_000),
+        ~s("\\ud800")
+      ] ++ for(cut <- 1..(n - 1)//max(1, div(n, 40)), do: binary_part(structure, 0, cut))
+
+    for {text, i} <- Enum.with_index(broken) do
+      file = Path.join(tmp, "b#{i}.safetensors")
+      {:ok, w} = Ckpt.Writer.create(file, no_sync: true)
+      :ok = Ckpt.Writer.set_metadata(w, "ckpt.tree", text)
+      {:ok, k} = Ckpt.Writer.add(w, "7", {:s, 64}, {3})
+      {:ok, _} = Ckpt.Writer.begin(w)
+      :ok = Ckpt.Writer.write(w, k, gen("I64", {3}, 1))
+      {:ok, _} = Ckpt.Writer.commit(w)
+
+      case Ckpt.load_tree(file) do
+        {:error, %Ckpt.Error{status: :header_schema, path: ^file, message: m}} -> assert m =~ "ckpt.tree"
+        {:ok, t} -> assert is_map(t) or is_list(t) or is_tuple(t), inspect(String.slice(text, 0, 40))
+      end
+    end
+
+    flat = Path.join(tmp, "clash.safetensors")
+    {:ok, _} = Ckpt.save(%{"a" => leaf("F32", {1}, 1), "a.b" => leaf("F32", {1}, 1)}, flat)
+    File.rm!(flat)
+    {:ok, w} = Ckpt.Writer.create(flat, no_sync: true)
+    {:ok, a} = Ckpt.Writer.add(w, "a", {:f, 32}, {1})
+    {:ok, b} = Ckpt.Writer.add(w, "a.b", {:f, 32}, {1})
+    {:ok, _} = Ckpt.Writer.begin(w)
+    :ok = Ckpt.Writer.write(w, a, <<0::32>>)
+    :ok = Ckpt.Writer.write(w, b, <<0::32>>)
+    {:ok, _} = Ckpt.Writer.commit(w)
+    assert {:error, %Ckpt.Error{status: :header_schema, message: m}} = Ckpt.load_tree(flat)
+    assert m =~ "do not nest"
+  end
 end

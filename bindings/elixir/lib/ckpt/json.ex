@@ -105,8 +105,10 @@ defmodule Ckpt.JSON do
 
   # ---- decode
 
+  @max_depth 1000
+
   def decode(text) when is_binary(text) do
-    {value, rest} = value(skip(text))
+    {value, rest} = value(skip(text), 0)
 
     case skip(rest) do
       "" -> {:ok, value}
@@ -119,29 +121,30 @@ defmodule Ckpt.JSON do
   defp skip(<<c, rest::binary>>) when c in [?\s, ?\t, ?\n, ?\r], do: skip(rest)
   defp skip(s), do: s
 
-  defp value(<<?{, rest::binary>>), do: object(skip(rest), [])
-  defp value(<<?[, rest::binary>>), do: array(skip(rest), [])
-  defp value(<<?", rest::binary>>), do: string(rest, [])
-  defp value(<<"true", rest::binary>>), do: {true, rest}
-  defp value(<<"false", rest::binary>>), do: {false, rest}
-  defp value(<<"null", rest::binary>>), do: {nil, rest}
-  defp value(<<"NaN", rest::binary>>), do: {:nan, rest}
-  defp value(<<"Infinity", rest::binary>>), do: {:infinity, rest}
-  defp value(<<"-Infinity", rest::binary>>), do: {:neg_infinity, rest}
-  defp value(<<c, _::binary>> = s) when c == ?- or c in ?0..?9, do: number(s)
-  defp value(s), do: throw({:json, "unexpected #{inspect(String.slice(s, 0, 20))}"})
+  defp value(_, depth) when depth > @max_depth, do: throw({:json, "nested deeper than #{@max_depth} levels"})
+  defp value(<<?{, rest::binary>>, d), do: object(skip(rest), [], d + 1)
+  defp value(<<?[, rest::binary>>, d), do: array(skip(rest), [], d + 1)
+  defp value(<<?", rest::binary>>, _), do: string(rest, [])
+  defp value(<<"true", rest::binary>>, _), do: {true, rest}
+  defp value(<<"false", rest::binary>>, _), do: {false, rest}
+  defp value(<<"null", rest::binary>>, _), do: {nil, rest}
+  defp value(<<"NaN", rest::binary>>, _), do: {:nan, rest}
+  defp value(<<"Infinity", rest::binary>>, _), do: {:infinity, rest}
+  defp value(<<"-Infinity", rest::binary>>, _), do: {:neg_infinity, rest}
+  defp value(<<c, _::binary>> = s, _) when c == ?- or c in ?0..?9, do: number(s)
+  defp value(s, _), do: throw({:json, "unexpected #{inspect(String.slice(s, 0, 20))}"})
 
-  defp object(<<?}, rest::binary>>, []), do: {{:obj, []}, rest}
+  defp object(<<?}, rest::binary>>, [], _), do: {{:obj, []}, rest}
 
-  defp object(<<?", rest::binary>>, acc) do
+  defp object(<<?", rest::binary>>, acc, d) do
     {key, rest} = string(rest, [])
 
     case skip(rest) do
       <<?:, rest::binary>> ->
-        {v, rest} = value(skip(rest))
+        {v, rest} = value(skip(rest), d)
 
         case skip(rest) do
-          <<?,, rest::binary>> -> object(skip(rest), [{key, v} | acc])
+          <<?,, rest::binary>> -> object(skip(rest), [{key, v} | acc], d)
           <<?}, rest::binary>> -> {{:obj, Enum.reverse([{key, v} | acc])}, rest}
           _ -> throw({:json, "expected , or } in an object"})
         end
@@ -151,15 +154,15 @@ defmodule Ckpt.JSON do
     end
   end
 
-  defp object(_, _), do: throw({:json, "expected a string key"})
+  defp object(_, _, _), do: throw({:json, "expected a string key"})
 
-  defp array(<<?], rest::binary>>, []), do: {[], rest}
+  defp array(<<?], rest::binary>>, [], _), do: {[], rest}
 
-  defp array(s, acc) do
-    {v, rest} = value(s)
+  defp array(s, acc, d) do
+    {v, rest} = value(s, d)
 
     case skip(rest) do
-      <<?,, rest::binary>> -> array(skip(rest), [v | acc])
+      <<?,, rest::binary>> -> array(skip(rest), [v | acc], d)
       <<?], rest::binary>> -> {Enum.reverse([v | acc]), rest}
       _ -> throw({:json, "expected , or ] in an array"})
     end
@@ -201,6 +204,7 @@ defmodule Ckpt.JSON do
 
   defp number(s) do
     {text, rest} = take_number(s, [])
+    if byte_size(text) > 400, do: throw({:json, "a number of #{byte_size(text)} characters"})
 
     cond do
       String.contains?(text, [".", "e", "E"]) ->

@@ -193,7 +193,7 @@ defmodule Ckpt.Tree do
       {"__tuple__", items} -> items |> Enum.map(&build(&1, leaf)) |> List.to_tuple()
       {"__set__", items} -> MapSet.new(items, &build(&1, leaf))
       {"__bytes__", hex} -> Base.decode16!(hex, case: :mixed)
-      {"__float__", f} -> %{"nan" => :nan, "inf" => :infinity, "-inf" => :neg_infinity}[f]
+      {"__float__", f} -> Map.fetch!(%{"nan" => :nan, "inf" => :infinity, "-inf" => :neg_infinity}, f)
       {"__call__", name} -> %Ckpt.Call{name: name, args: Enum.map(get(obj, "args") || [], &build(&1, leaf))}
       {"__shards__", items} -> Enum.map(items, &build(&1, leaf))
       nil -> Map.new(pairs, fn {k, v} -> {k, build(v, leaf)} end)
