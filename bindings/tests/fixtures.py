@@ -12,6 +12,8 @@ safetensors, huggingface_hub, numpy and the ckpt Python package).
                              (torch.save; f32 weights, i64 num_batches_tracked)
         views.pt             a transposed view and a tied weight (torch.save)
         train.pt             a training checkpoint with non-tensor values
+        args.pt              one holding an argparse.Namespace (outside
+                             torch's weights-only allowlist)
         py_tree/             ckpt.save of a nested tree (tuples, lists, int keys)
       and the truth about them, in two files the tests read without a JSON
       library: manifest.tsv (one line per fact) and expected.raw (the bytes
@@ -227,6 +229,9 @@ def make(d):
     train = {"model": {"w": torch.ones(2, 2)}, "epoch": 3, "opt": {"lr": 0.1, "betas": (0.9, 0.999)}, "name": "run"}
     torch.save(train, d / "train.pt")
     record("train.pt", "torch", {"model.w": train["model"]["w"]})
+
+    import argparse
+    torch.save({"args": argparse.Namespace(lr=0.5, name="run"), "w": torch.tensor([1.0, 2.0])}, d / "args.pt")
 
     # Transforms, computed by torch.
     expect("cast_bf16_f32", dt["bf16"].float())

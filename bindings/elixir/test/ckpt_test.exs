@@ -324,11 +324,20 @@ defmodule CkptTest do
            |> Enum.all?(&(File.ls!(Path.join(tmp, &1)) == []))
   end
 
-  test "convert persists a converted layout, checked by safetensors", %{tmp_dir: tmp} do
-    out = Path.join(tmp, "conv1.safetensors")
-    :ok = Ckpt.convert(path("resnet.pt"), out, select: "conv1.weight", layout: "OIHW:HWIO", no_sync: true)
-    {"F32", shape, bytes} = expected("layout_conv1_hwio")
-    safetensors_check!(out, [{"conv1.weight", "F32", shape, bytes}])
+  test "convert persists a converted checkpoint, checked by safetensors", %{tmp_dir: tmp} do
+    out = Path.join(tmp, "cast.safetensors")
+
+    :ok =
+      Ckpt.convert(path("dtypes.safetensors"), out,
+        select: ["f32", "bf16"],
+        cast: [{"f32", :bf16}, {"bf16", {:f, 32}}],
+        rename: {"bf16", "widened"},
+        no_sync: true
+      )
+
+    {"BF16", {3, 4}, narrowed} = expected("cast_f32_bf16")
+    {"F32", {2, 3}, widened} = expected("cast_bf16_f32")
+    safetensors_check!(out, [{"f32", "BF16", {3, 4}, narrowed}, {"widened", "F32", {2, 3}, widened}])
     all = Path.join(tmp, "all")
     :ok = Ckpt.convert(path("resnet.pt"), all, max_shard_size: "100KB")
     safetensors_check!(all, tensors("resnet.pt"), %{"format" => "pt"})

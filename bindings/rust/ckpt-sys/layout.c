@@ -21,10 +21,17 @@ static const size_t layout[] = {
     F(ckpt_plan_item, slice_count), F(ckpt_plan_item, perm), F(ckpt_plan_item, data), F(ckpt_plan_item, is_view),
     F(ckpt_plan_item, transform),
 
-    sizeof(ckpt_writer_options), F(ckpt_writer_options, max_shard_size), F(ckpt_writer_options, prefix),
-    F(ckpt_writer_options, overwrite), F(ckpt_writer_options, no_sync), F(ckpt_writer_options, checksums),
+    sizeof(ckpt_catalog_options), F(ckpt_catalog_options, size), F(ckpt_catalog_options, allowed_globals),
+    F(ckpt_catalog_options, allowed_global_count),
 
-    sizeof(ckpt_load_options), F(ckpt_load_options, threads), F(ckpt_load_options, chunk_bytes),
+    sizeof(ckpt_writer_options), F(ckpt_writer_options, size), F(ckpt_writer_options, max_shard_size), F(ckpt_writer_options, prefix),
+    F(ckpt_writer_options, overwrite), F(ckpt_writer_options, no_sync), F(ckpt_writer_options, checksums),
+    F(ckpt_writer_options, copy_partial_views),
+
+    sizeof(ckpt_tensor_storage), F(ckpt_tensor_storage, id), F(ckpt_tensor_storage, nbytes),
+    F(ckpt_tensor_storage, begin), F(ckpt_tensor_storage, end), F(ckpt_tensor_storage, contiguous),
+
+    sizeof(ckpt_load_options), F(ckpt_load_options, size), F(ckpt_load_options, threads), F(ckpt_load_options, chunk_bytes),
     F(ckpt_load_options, io), F(ckpt_load_options, io_uring), F(ckpt_load_options, views),
     F(ckpt_load_options, progress), F(ckpt_load_options, user),
 

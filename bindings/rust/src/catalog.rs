@@ -29,6 +29,29 @@ pub enum Format {
     Other(i32),
 }
 
+impl Format {
+    /// libckpt's short name: "safetensors", "safetensors-sharded", "torch", …
+    pub fn name(self) -> &'static str {
+        let raw = match self {
+            Format::Safetensors => sys::CKPT_FORMAT_SAFETENSORS,
+            Format::SafetensorsSharded => sys::CKPT_FORMAT_SAFETENSORS_SHARDED,
+            Format::Torch => sys::CKPT_FORMAT_TORCH,
+            Format::TorchSharded => sys::CKPT_FORMAT_TORCH_SHARDED,
+            Format::Other(n) => n,
+        };
+        unsafe { str_at(sys::ckpt_format_name(raw)) }.unwrap_or("?")
+    }
+}
+
+/// Options of [`Catalog::open_with`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Pickle globals ("module.Name") allowed beside torch's weights-only
+    /// allowlist (as `torch.serialization.add_safe_globals`); nothing is
+    /// ever executed, they are kept in the object tree.
+    pub allowed_globals: Vec<String>,
+}
+
 /// An opened checkpoint: its tensors' names, dtypes, shapes and places,
 /// read from headers only (`ckpt_catalog_open`).  Reads take `&self` and
 /// may run from many threads at once; everything borrowed from a catalog
@@ -84,6 +107,23 @@ impl Catalog {
         let mut out = ptr::null_mut();
         err.check(unsafe { sys::ckpt_catalog_open(c.as_ptr(), &mut out, err.ptr()) })?;
         Ok(Catalog { raw: NonNull::new(out).expect("ckpt_catalog_open succeeded without a catalog") })
+    }
+
+    /// [`open`](Self::open) with options (`ckpt_catalog_open_ex`).
+    pub fn open_with<P: AsRef<Path>>(path: P, options: &OpenOptions) -> Result<Catalog> {
+        let c = cpath(path.as_ref())?;
+        let globals: Vec<std::ffi::CString> =
+            options.allowed_globals.iter().map(|g| cstring(g, "allowed global")).collect::<Result<_>>()?;
+        let ptrs: Vec<*const c_char> = globals.iter().map(|g| g.as_ptr()).collect();
+        // SAFETY: zeroed storage for ckpt_catalog_options_init to fill.
+        let mut o = Box::new(unsafe { sys::Reserved::<sys::ckpt_catalog_options>::zeroed() });
+        unsafe { sys::ckpt_catalog_options_init(&mut o.value) };
+        o.value.allowed_globals = if ptrs.is_empty() { ptr::null() } else { ptrs.as_ptr() };
+        o.value.allowed_global_count = ptrs.len();
+        let err = RawError::new();
+        let mut out = ptr::null_mut();
+        err.check(unsafe { sys::ckpt_catalog_open_ex(c.as_ptr(), &o.value, &mut out, err.ptr()) })?;
+        Ok(Catalog { raw: NonNull::new(out).expect("ckpt_catalog_open_ex succeeded without a catalog") })
     }
 
     pub(crate) fn raw(&self) -> *mut sys::ckpt_catalog {

@@ -55,11 +55,11 @@ mod plan;
 mod util;
 mod writer;
 
-pub use catalog::{Catalog, Format, Tensor, Tensors};
+pub use catalog::{Catalog, Format, OpenOptions, Tensor, Tensors};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, Result, Status};
 pub use plan::{Buffer, Expected, IoMode, LoadOptions, LoadStats, Loaded, Mismatch, Plan, PlanItem, TensorData};
-pub use writer::{cast, convert, parse_size, Writer, WriterOptions};
+pub use writer::{cast, convert, parse_size, Storage, Writer, WriterOptions};
 
 /// The library's version ("MAJOR.MINOR.PATCH").
 pub fn version() -> &'static str {

@@ -26,6 +26,10 @@ pub struct WriterOptions {
     pub no_sync: bool,
     /// Record each tensor's XXH3-64 for [`Catalog::verify`](crate::Catalog::verify).
     pub checksums: bool,
+    /// Tensors declared on one storage ([`Writer::add_tensor_shared`]) whose
+    /// overlapping areas no single tensor covers: false refuses them (as
+    /// huggingface_hub does), true writes each as a copy of its own.
+    pub copy_partial_views: bool,
 }
 
 /// Library-initialised options and the strings they point to.
@@ -65,8 +69,24 @@ impl WriterOptions {
         value.value.overwrite = self.overwrite as i32;
         value.value.no_sync = self.no_sync as i32;
         value.value.checksums = self.checksums as i32;
+        value.value.copy_partial_views = self.copy_partial_views as i32;
         Ok(RawOptions { value, _prefix: prefix })
     }
+}
+
+/// Where a tensor's bytes lie in the caller's memory (for
+/// [`Writer::add_tensor_shared`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Storage {
+    /// Identifies the storage (e.g. its address); 0 shares nothing.
+    pub id: u64,
+    /// The storage's size in bytes.
+    pub nbytes: u64,
+    /// The tensor's first byte in it, and one past its last (row-major).
+    pub begin: u64,
+    pub end: u64,
+    /// The tensor's elements are dense and row-major in the storage.
+    pub contiguous: bool,
 }
 
 /// Parses a shard size as huggingface_hub does ("5GB" = 5·10⁹, "500MB"),
@@ -158,6 +178,47 @@ impl Writer {
         }
         self.dtypes[index] = (name.to_string(), dtype);
         Ok(index)
+    }
+
+    /// Declares a tensor together with where its bytes lie in the caller's
+    /// memory, so that tensors sharing memory are written once, as
+    /// huggingface_hub's `save_torch_state_dict` writes them (the others are
+    /// recorded as `removed → kept`; see [`kept`](Self::kept)).
+    pub fn add_tensor_shared(&mut self, name: &str, dtype: Dtype, shape: &[u64], storage: &Storage) -> Result<usize> {
+        let c = cstring(name, "tensor name")?;
+        let raw = sys::ckpt_tensor_storage {
+            id: storage.id,
+            nbytes: storage.nbytes,
+            begin: storage.begin,
+            end: storage.end,
+            contiguous: storage.contiguous as i32,
+        };
+        let mut index = 0usize;
+        let err = RawError::new();
+        err.check(unsafe {
+            sys::ckpt_writer_add_tensor_shared(
+                self.raw(),
+                c.as_ptr(),
+                dtype.raw(),
+                shape.len() as u32,
+                if shape.is_empty() { ptr::null() } else { shape.as_ptr() },
+                &raw,
+                &mut index,
+                err.ptr(),
+            )
+        })?;
+        if self.dtypes.len() <= index {
+            self.dtypes.resize(index + 1, (String::new(), Dtype::U8));
+        }
+        self.dtypes[index] = (name.to_string(), dtype);
+        Ok(index)
+    }
+
+    /// After begin: the name of the tensor written in place of tensor
+    /// `index` (deduplicated away; bytes sent for it are dropped), or None
+    /// when it is written itself.
+    pub fn kept(&self, index: usize) -> Option<String> {
+        unsafe { crate::catalog::str_at(sys::ckpt_writer_tensor_kept(self.raw(), index)) }.map(String::from)
     }
 
     /// Ends declarations: lays out shards, writes headers, reserves space

@@ -524,4 +524,42 @@ fn dtypes_and_casts_follow_the_library() {
     assert_eq!(Status::from_code(31), Status::DataHole);
     assert_eq!(Status::from_code(999), Status::Other(999));
     assert!(ckpt::version().starts_with("0."));
+    assert_eq!((Format::Safetensors.name(), Format::TorchSharded.name()), ("safetensors", "torch-sharded"));
+}
+
+#[test]
+fn shared_storages_are_written_once_as_the_hub_does() {
+    let dir = scratch("shared");
+    let out = dir.join("tied.safetensors");
+    let w: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    let mut writer = Writer::create(&out, &WriterOptions { no_sync: true, ..Default::default() }).unwrap();
+    let whole = ckpt::Storage { id: 7, nbytes: 48, begin: 0, end: 48, contiguous: true };
+    let a = writer.add_tensor_shared("embed.weight", Dtype::F32, &[3, 4], &whole).unwrap();
+    let b = writer.add_tensor_shared("lm_head.weight", Dtype::F32, &[3, 4], &whole).unwrap();
+    writer.begin().unwrap();
+    assert_eq!((writer.kept(a), writer.kept(b)), (None, Some("embed.weight".to_string())));
+    writer.write(a, &w).unwrap();
+    writer.write(b, &w).unwrap();
+    writer.commit().unwrap();
+    let cat = Catalog::open(&out).unwrap();
+    assert_eq!(cat.len(), 1);
+    assert_eq!(cat.metadata_get("lm_head.weight"), Some("embed.weight"));
+    safetensors_check(&out, &[("embed.weight", "F32", &[3, 4], bytes_of(&w))], &[("lm_head.weight", "embed.weight")]);
+}
+
+#[test]
+fn pickle_globals_outside_the_allowlist_are_refused_and_open_options_reach_the_library() {
+    let fx = fixtures();
+    let e = Catalog::open(fx.path("args.pt")).unwrap_err();
+    assert_eq!(e.status(), Status::PickleForbidden, "{}", e);
+    assert!(e.message().contains("argparse.Namespace") && e.path().is_some() && e.offset().is_some(), "{}", e);
+    // The options arrive (size set by ckpt_catalog_options_init, names checked by libckpt).
+    let bad = ckpt::OpenOptions { allowed_globals: vec!["nodot".into()] };
+    let e = Catalog::open_with(fx.path("args.pt"), &bad).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("nodot"), "{}", e);
+    let nul = ckpt::OpenOptions { allowed_globals: vec!["a.\0b".into()] };
+    assert_eq!(Catalog::open_with(fx.path("args.pt"), &nul).unwrap_err().status(), Status::InvalidArgument);
+    let ok = ckpt::OpenOptions { allowed_globals: vec!["collections.OrderedDict".into()] };
+    assert_eq!(Catalog::open_with(fx.path("resnet.pt"), &ok).unwrap().len(), fx.tensors_of("resnet.pt").count());
 }

@@ -188,17 +188,38 @@ impl<T> Reserved<T> {
     }
 }
 
+/// `ckpt_catalog_options`: initialise with `ckpt_catalog_options_init` (sets `size`).
+#[repr(C)]
+pub struct ckpt_catalog_options {
+    pub size: usize,
+    pub allowed_globals: *const *const c_char,
+    pub allowed_global_count: usize,
+}
+
 #[repr(C)]
 pub struct ckpt_writer_options {
+    pub size: usize,
     pub max_shard_size: u64,
     pub prefix: *const c_char,
     pub overwrite: c_int,
     pub no_sync: c_int,
     pub checksums: c_int,
+    pub copy_partial_views: c_int,
+}
+
+/// Where a tensor's bytes lie in the caller's memory (ckpt_writer_add_tensor_shared).
+#[repr(C)]
+pub struct ckpt_tensor_storage {
+    pub id: u64,
+    pub nbytes: u64,
+    pub begin: u64,
+    pub end: u64,
+    pub contiguous: c_int,
 }
 
 #[repr(C)]
 pub struct ckpt_load_options {
+    pub size: usize,
     pub threads: c_uint,
     pub chunk_bytes: u64,
     pub io: ckpt_io_mode,
@@ -249,7 +270,16 @@ extern "C" {
     pub fn ckpt_dtype_from_name(name: *const c_char) -> ckpt_dtype;
     pub fn ckpt_dtype_bits(dtype: ckpt_dtype) -> c_uint;
 
+    pub fn ckpt_format_name(format: ckpt_format) -> *const c_char;
+
     pub fn ckpt_catalog_open(path: *const c_char, out: *mut *mut ckpt_catalog, err: *mut ckpt_error) -> ckpt_status;
+    pub fn ckpt_catalog_options_init(options: *mut ckpt_catalog_options);
+    pub fn ckpt_catalog_open_ex(
+        path: *const c_char,
+        options: *const ckpt_catalog_options,
+        out: *mut *mut ckpt_catalog,
+        err: *mut ckpt_error,
+    ) -> ckpt_status;
     pub fn ckpt_catalog_close(catalog: *mut ckpt_catalog);
     pub fn ckpt_catalog_format(catalog: *const ckpt_catalog) -> ckpt_format;
     pub fn ckpt_catalog_tensor_count(catalog: *const ckpt_catalog) -> usize;
@@ -314,6 +344,17 @@ extern "C" {
         index: *mut usize,
         err: *mut ckpt_error,
     ) -> ckpt_status;
+    pub fn ckpt_writer_add_tensor_shared(
+        writer: *mut ckpt_writer,
+        name: *const c_char,
+        dtype: ckpt_dtype,
+        ndim: u32,
+        shape: *const u64,
+        storage: *const ckpt_tensor_storage,
+        index: *mut usize,
+        err: *mut ckpt_error,
+    ) -> ckpt_status;
+    pub fn ckpt_writer_tensor_kept(writer: *const ckpt_writer, index: usize) -> *const c_char;
     pub fn ckpt_writer_begin(writer: *mut ckpt_writer, err: *mut ckpt_error) -> ckpt_status;
     pub fn ckpt_writer_file_count(writer: *const ckpt_writer) -> usize;
     pub fn ckpt_writer_file_path(writer: *const ckpt_writer, i: usize) -> *const c_char;
@@ -496,13 +537,26 @@ mod layout {
             ("ckpt_plan_item.data", off!(ckpt_plan_item, data), true),
             ("ckpt_plan_item.is_view", off!(ckpt_plan_item, is_view), true),
             ("ckpt_plan_item.transform", off!(ckpt_plan_item, transform), true),
+            ("sizeof ckpt_catalog_options", size_of::<Reserved<ckpt_catalog_options>>(), false),
+            ("ckpt_catalog_options.size", off!(ckpt_catalog_options, size), true),
+            ("ckpt_catalog_options.allowed_globals", off!(ckpt_catalog_options, allowed_globals), true),
+            ("ckpt_catalog_options.allowed_global_count", off!(ckpt_catalog_options, allowed_global_count), true),
             ("sizeof ckpt_writer_options", size_of::<Reserved<ckpt_writer_options>>(), false),
+            ("ckpt_writer_options.size", off!(ckpt_writer_options, size), true),
             ("ckpt_writer_options.max_shard_size", off!(ckpt_writer_options, max_shard_size), true),
             ("ckpt_writer_options.prefix", off!(ckpt_writer_options, prefix), true),
             ("ckpt_writer_options.overwrite", off!(ckpt_writer_options, overwrite), true),
             ("ckpt_writer_options.no_sync", off!(ckpt_writer_options, no_sync), true),
             ("ckpt_writer_options.checksums", off!(ckpt_writer_options, checksums), true),
+            ("ckpt_writer_options.copy_partial_views", off!(ckpt_writer_options, copy_partial_views), true),
+            ("sizeof ckpt_tensor_storage", size_of::<ckpt_tensor_storage>(), true),
+            ("ckpt_tensor_storage.id", off!(ckpt_tensor_storage, id), true),
+            ("ckpt_tensor_storage.nbytes", off!(ckpt_tensor_storage, nbytes), true),
+            ("ckpt_tensor_storage.begin", off!(ckpt_tensor_storage, begin), true),
+            ("ckpt_tensor_storage.end", off!(ckpt_tensor_storage, end), true),
+            ("ckpt_tensor_storage.contiguous", off!(ckpt_tensor_storage, contiguous), true),
             ("sizeof ckpt_load_options", size_of::<Reserved<ckpt_load_options>>(), false),
+            ("ckpt_load_options.size", off!(ckpt_load_options, size), true),
             ("ckpt_load_options.threads", off!(ckpt_load_options, threads), true),
             ("ckpt_load_options.chunk_bytes", off!(ckpt_load_options, chunk_bytes), true),
             ("ckpt_load_options.io", off!(ckpt_load_options, io), true),
