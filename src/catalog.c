@@ -106,8 +106,9 @@ bool ckpt__cat_global_extra(const ckpt_catalog *c, const char *module, const cha
     return bsearch(&key, c->extra_globals, c->extra_global_count, sizeof *c->extra_globals, cmp_str) != NULL;
 }
 
-bool ckpt__cat_global_allowed(const char *module, const char *name, void *catalog) {
-    return ckpt__torch_allowed_global(module, name, NULL) || ckpt__cat_global_extra(catalog, module, name);
+ckpt__pk_allowed ckpt__cat_global_allowed(const char *module, const char *name, void *catalog) {
+    if (ckpt__torch_allowed_global(module, name)) return CKPT__PK_ALLOW;
+    return ckpt__cat_global_extra(catalog, module, name) ? CKPT__PK_ALLOW_STATE : CKPT__PK_DENY;
 }
 
 /* ---- what formats fill (formats/format.h) ------------------------------------- */

@@ -28,6 +28,7 @@
 
 #include "../base/base.h"
 #include "../io/source.h"
+#include "pickle.h"
 
 /* Where one box of a tensor lies.  Arrays live as long as the catalog
  * (allocate them from ckpt__cat_arena). */
@@ -112,9 +113,10 @@ CKPT__HIDDEN ckpt_format ckpt__cat_format(const ckpt_catalog *c);
 /* Sets the index file's path (sharded checkpoints). */
 CKPT__HIDDEN ckpt_status ckpt__cat_set_index_path(ckpt_catalog *c, const char *path, ckpt_error *err);
 
-/* Whether a pickle global is allowed: torch's weights-only allowlist, plus
- * what the caller allowed with ckpt_catalog_options.allowed_globals. */
-CKPT__HIDDEN bool ckpt__cat_global_allowed(const char *module, const char *name, void *catalog);
+/* Whether a pickle global is allowed: torch's weights-only allowlist
+ * (CKPT__PK_ALLOW), or what the caller allowed with
+ * ckpt_catalog_options.allowed_globals (CKPT__PK_ALLOW_STATE). */
+CKPT__HIDDEN ckpt__pk_allowed ckpt__cat_global_allowed(const char *module, const char *name, void *catalog);
 /* Whether `module.name` is allowed only because the caller asked for it. */
 CKPT__HIDDEN bool ckpt__cat_global_extra(const ckpt_catalog *c, const char *module, const char *name);
 

@@ -184,10 +184,16 @@ static ckpt_status global(vm *m, const char *module, size_t mlen, const char *na
      * weights-only unpickler map them (protocol 2 writes them). */
     if (!strcmp(mod, "__builtin__")) mod = "builtins";
     else if (!strcmp(mod, "copy_reg")) mod = "copyreg";
-    if (!m->allow || !m->allow(mod, nm, m->user))
-        return fail(m, CKPT_E_PICKLE_FORBIDDEN, "global '%s.%s' is not allowed (nothing was executed)", mod, nm);
+    ckpt__pk_allowed allowed = m->allow ? m->allow(mod, nm, m->user) : CKPT__PK_DENY;
+    if (allowed == CKPT__PK_DENY)
+        return fail(m, CKPT_E_PICKLE_FORBIDDEN,
+                    "global '%s.%s' is not allowed (nothing was executed); if it only rebuilds plain data (a numpy "
+                    "scalar, an argparse.Namespace, a dataclass), allow it with --allow-global %s.%s (Python: "
+                    "allowed_globals=[\"%s.%s\"]; C: ckpt_catalog_options.allowed_globals)",
+                    mod, nm, mod, nm, mod, nm);
     v->u.global.module = mod; /* arena or a literal: both outlive the tree */
     v->u.global.name = nm;
+    v->u.global.state_only = allowed == CKPT__PK_ALLOW_STATE;
     return push(m, v);
 }
 
@@ -206,6 +212,60 @@ bool ckpt__pk_is_global(const ckpt__pk_value *v, const char *module, const char 
     return v && v->kind == CKPT__PK_GLOBAL && !strcmp(v->u.global.module, module) && !strcmp(v->u.global.name, name);
 }
 
+/* Reconstructors that build plain data from plain data, callable with
+ * REDUCE when a caller allows them. */
+static bool plain_data(const ckpt__pk_value *g) {
+    static const char *const names[][2] = {
+        {"numpy.core.multiarray", "scalar"}, {"numpy._core.multiarray", "scalar"}, {"numpy", "dtype"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (ckpt__pk_is_global(g, names[i][0], names[i][1])) return true;
+    return false;
+}
+
+/* numpy's scalar(dtype, bytes) for the common dtypes: the number itself
+ * (NULL otherwise: it stays a call in the tree). */
+static ckpt__pk_value *numpy_scalar(vm *m, const ckpt__pk_value *f, ckpt__pk_value **a, size_t n) {
+    if (strcmp(f->u.global.name, "scalar") || n != 2 || a[1]->kind != CKPT__PK_BYTES) return NULL;
+    const ckpt__pk_value *dt = a[0];
+    /* numpy.dtype(("f8", False, True)) with BUILD state (3, "<", …) */
+    if (dt->kind != CKPT__PK_CALL || !ckpt__pk_is_global(dt->u.call.callable, "numpy", "dtype") ||
+        dt->u.call.args->u.seq.count < 1 || dt->u.call.args->u.seq.items[0]->kind != CKPT__PK_STR)
+        return NULL;
+    const char *code = dt->u.call.args->u.seq.items[0]->u.s.data;
+    bool big = dt->state && dt->state->kind == CKPT__PK_TUPLE && dt->state->u.seq.count > 1 &&
+               dt->state->u.seq.items[1]->kind == CKPT__PK_STR && !strcmp(dt->state->u.seq.items[1]->u.s.data, ">");
+    const unsigned char *b = (const unsigned char *)a[1]->u.s.data;
+    size_t len = a[1]->u.s.len;
+    unsigned char le[8] = {0};
+    if (len > 8 || len == 0) return NULL;
+    for (size_t i = 0; i < len; i++) le[i] = big ? b[len - 1 - i] : b[i];
+    uint64_t u = 0;
+    for (size_t i = len; i-- > 0;) u = u << 8 | le[i];
+    ckpt__pk_value *v = NULL;
+    char kind = code[0];
+    unsigned width = (unsigned)(code[1] - '0');
+    if (!code[1] || code[2] || width != len) return NULL;
+    if (kind == 'f' && (len == 4 || len == 8)) {
+        v = new_value(m, CKPT__PK_FLOAT);
+        if (v && len == 8) memcpy(&v->u.f, &u, 8);
+        if (v && len == 4) {
+            float single;
+            uint32_t w = (uint32_t)u;
+            memcpy(&single, &w, 4);
+            v->u.f = single;
+        }
+    } else if (kind == 'i' || kind == 'u') {
+        if (kind == 'u' && len == 8 && (u >> 63)) return NULL; /* beyond int64: keep the call */
+        v = new_value(m, CKPT__PK_INT);
+        if (v) v->u.i = kind == 'i' && len < 8 && (u >> (8 * len - 1)) ? (int64_t)(u | (~0ULL << (8 * len))) : (int64_t)u;
+    } else if (kind == 'b' && len == 1) {
+        v = new_value(m, CKPT__PK_BOOL);
+        if (v) v->u.b = u != 0;
+    }
+    return v;
+}
+
 /* REDUCE and NEWOBJ on an allowed global: understood container
  * constructors become containers, the rest a CALL node. */
 static ckpt_status apply(vm *m, ckpt__pk_value *callable, ckpt__pk_value *args, ckpt__pk_value *kwargs, bool newobj) {
@@ -218,6 +278,16 @@ static ckpt_status apply(vm *m, ckpt__pk_value *callable, ckpt__pk_value *args, 
     size_t n = args->u.seq.count;
     ckpt__pk_value **a = args->u.seq.items;
     ckpt__pk_value *v = NULL;
+    if (callable->u.global.state_only && !newobj) {
+        /* A caller's allowed global only rebuilds objects from their state
+         * (NEWOBJ, then BUILD), or is a plain-data reconstructor. */
+        if (!plain_data(callable))
+            return fail(m, CKPT_E_PICKLE_FORBIDDEN,
+                        "REDUCE of the allowed global %s.%s calls it with arguments; an allowed global only rebuilds "
+                        "an object from its state (nothing was executed)",
+                        callable->u.global.module, callable->u.global.name);
+        if ((v = numpy_scalar(m, callable, a, n))) return push(m, v);
+    }
     if (!kwargs && ckpt__pk_is_global(callable, "collections", "OrderedDict") && n == 0) {
         v = new_value(m, CKPT__PK_DICT);
     } else if (!kwargs && (ckpt__pk_is_global(callable, "builtins", "set") ||
