@@ -251,6 +251,45 @@ def bindings_chart(doc):
     plt.close(fig)
 
 
+def baseline_table(doc):
+    lines = [f"**This tree against a baseline build, same files, alternating in one run** ({doc['this']} vs "
+             f"{doc['baseline']}; median of {doc['runs']}; ratios below 1 are faster or smaller now)", "",
+             "| case | before | after | after / before | peak RSS before | after | after / before |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, row in doc["results"].items():
+        b, a = row[doc["baseline"]], row[doc["this"]]
+
+        def t(x):
+            return f"{x['median'] * 1e3:.1f} ms" if x["median"] < 1 else f"{x['median']:.2f} s"
+
+        def m(x):
+            return f"{x['peak_rss_bytes'] / 2**20:,.0f} MiB" if x["peak_rss_bytes"] else "–"
+        rss_ratio = f"{row['rss_after_over_before']:.2f}" if "rss_after_over_before" in row else "–"
+        lines.append(f"| {name} | {t(b)} | {t(a)} | {row['time_after_over_before']:.2f} | {m(b)} | {m(a)} | "
+                     f"{rss_ratio} |")
+    lines.append("")
+    return lines
+
+
+def baseline_chart(doc):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    names = list(doc["results"])
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(names) + 1.2))
+    ratios = [doc["results"][n]["time_after_over_before"] for n in names]
+    ax.barh(names, ratios, color=["#2a7" if r <= 1.02 else "#c44" for r in ratios])
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xlabel(f"time after / before (median; {doc['this']} vs {doc['baseline']})")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "baseline.png", dpi=110)
+    plt.close(fig)
+
+
 def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
     lines = []
     for doc in load_docs():
@@ -290,6 +329,8 @@ def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
         lines.append("")
     if load("bindings"):
         lines += bindings_tables(load("bindings"))
+    if load("baseline"):
+        lines += baseline_table(load("baseline"))
     lines.append("Charts: `bench/results/*.png`; raw runs in `bench/results/*.json`.")
     return "\n".join(lines)
 
@@ -307,6 +348,8 @@ def main():
         charts(None, torch_convert, name="torch_convert")
     if load("bindings"):
         bindings_chart(load("bindings"))
+    if load("baseline"):
+        baseline_chart(load("baseline"))
     readme = ROOT / "README.md"
     text = readme.read_text()
     begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"

@@ -22,6 +22,10 @@ Suites:
   bindings       the Rust binding's ResNet-152 import and the Elixir binding's
                  1 GB tree round trip (bench/bindings_suite.py; not in the
                  default set: `make bench BENCH_ARGS=bindings`)
+  baseline       this tree against an earlier commit's build on the same
+                 files: open, load, convert, Python (bench/baseline_suite.py;
+                 not in the default set: `make bench BENCH_ARGS="baseline
+                 --baseline REV"`)
 
 Results: bench/results/<suite>.json and .png; `bench/report.py` renders the
 README table from the JSON.
@@ -440,6 +444,13 @@ def suite_bindings(args):
     run_bindings_suite(args)
 
 
+def suite_baseline(args):
+    if not args.baseline:
+        sys.exit("the baseline suite needs --baseline REV (a commit to compare this tree with)")
+    from baseline_suite import run_baseline_suite
+    run_baseline_suite(args)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load", "python"])
@@ -452,12 +463,13 @@ def main():
                     help="layouts of the load suite's file: bf16 (single file), sharded (1 GB shards), f32")
     ap.add_argument("--python-gb", type=float, default=2, help="size (GB) of the python suite's checkpoint")
     ap.add_argument("--elixir-gb", type=float, default=1.0, help="size (GB) of the bindings suite's Elixir tree")
+    ap.add_argument("--baseline", help="the commit the baseline suite compares this tree with")
     args = ap.parse_args()
     for s in args.suites:
         print(f"== {s}")
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
          "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
-         "bindings": suite_bindings}[s](args)
+         "bindings": suite_bindings, "baseline": suite_baseline}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 
