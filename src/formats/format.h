@@ -94,6 +94,10 @@ CKPT__HIDDEN ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tenso
 CKPT__HIDDEN ckpt_status ckpt__cat_add_metadata(ckpt_catalog *c, uint32_t file, const char *key, const char *value,
                                                 ckpt_error *err);
 
+/* A GGUF key-value pair, copied (its strings and data must live as long
+ * as the catalog). */
+CKPT__HIDDEN ckpt_status ckpt__cat_add_kv(ckpt_catalog *c, const ckpt_kv *kv, ckpt_error *err);
+
 /* The object tree of a data file (see ckpt_catalog_tree_json), copied.
  * Several trees (torch shards) are joined as {"__shards__": [...]}. */
 CKPT__HIDDEN ckpt_status ckpt__cat_add_tree(ckpt_catalog *c, const char *json, ckpt_error *err);
@@ -142,5 +146,6 @@ CKPT__HIDDEN extern const ckpt__format ckpt__format_index;       /* shards.c: *.
 CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_zip;   /* torch.c */
 CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_legacy;
 CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_tar;   /* refused, with advice */
+CKPT__HIDDEN extern const ckpt__format ckpt__format_gguf;        /* gguf.c */
 
 #endif

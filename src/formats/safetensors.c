@@ -97,6 +97,7 @@ static ckpt_status parse_tensor(const ctx *c, const ckpt__json_doc *doc, size_t 
         return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name,
                           (int64_t)(c->base + dtype->offset), "dtype must be a string");
     t->dtype = ckpt_dtype_from_name(dtype->str);
+    if (ckpt_dtype_is_block(t->dtype)) t->dtype = CKPT_DTYPE_INVALID; /* ggml's names are not safetensors' */
     if (t->dtype == CKPT_DTYPE_INVALID)
         return ckpt__fail(c->err, CKPT_E_UNKNOWN_DTYPE, c->path, t->name,
                           (int64_t)(c->base + dtype->offset), "unknown dtype '%s'", dtype->str);
