@@ -10,6 +10,8 @@
 
 #include <xxhash.h>
 
+#include "formats/gguf.h"
+#include "formats/json.h"
 #include "formats/safetensors.h"
 #include "formats/shards.h"
 #include "writer_internal.h"
@@ -65,6 +67,9 @@ struct ckpt_writer {
     char *stage;
     bool dest_existed;   /* the (empty) destination directory was there before */
     bool stage_published; /* renamed into place; a later failure takes it back */
+    bool gguf;            /* GGUF output (formats/gguf.h), else safetensors */
+    char *metadata_json;  /* options->metadata_json, applied at begin */
+    uint32_t alignment;   /* GGUF: general.alignment */
 };
 
 void ckpt_writer_options_init(ckpt_writer_options *o) {
@@ -113,8 +118,30 @@ ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *opti
     w->opt.prefix = NULL;
     w->index.fd = -1;
     ckpt_status st = CKPT_OK;
-    if (!w->path || !w->prefix) st = ckpt__oom(err, path, NULL);
-    else if (w->opt.max_shard_size == 0) {
+    size_t plen = strlen(path);
+    w->gguf = w->opt.format == CKPT_FORMAT_GGUF ||
+              (w->opt.format == 0 && plen > 5 && strcmp(path + plen - 5, ".gguf") == 0);
+    w->alignment = CKPT__GGUF_DEFAULT_ALIGNMENT;
+    w->opt.metadata_json = NULL; /* applied at begin, from our copy */
+    if (options && options->metadata_json && !(w->metadata_json = ckpt__strdup(options->metadata_json)))
+        st = ckpt__oom(err, path, NULL);
+    if (st) {
+    } else if (w->opt.format && w->opt.format != CKPT_FORMAT_GGUF && w->opt.format != CKPT_FORMAT_SAFETENSORS)
+        st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "the writer writes safetensors or GGUF, not format %d",
+                        w->opt.format);
+    else if (!w->gguf && w->opt.split_max_tensors)
+        st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "split_max_tensors is for GGUF output");
+    else if (w->gguf && w->opt.checksums)
+        st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1,
+                        "GGUF output has no place for checksums (they are a safetensors __metadata__ entry)");
+    else if (!w->path || !w->prefix) st = ckpt__oom(err, path, NULL);
+    else if (w->gguf) {
+        struct stat sb;
+        if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+            st = ckpt__fail(err, CKPT_E_EXISTS, path, NULL, -1, "is a directory; give a .gguf file name");
+        else if (exists(path) && !w->opt.overwrite)
+            st = ckpt__fail(err, CKPT_E_EXISTS, path, NULL, -1, "already exists (use overwrite / --force to replace it)");
+    } else if (w->opt.max_shard_size == 0) {
         struct stat sb;
         if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
             st = ckpt__fail(err, CKPT_E_EXISTS, path, NULL, -1,
@@ -195,6 +222,19 @@ ckpt_status ckpt_writer_add_tensor(ckpt_writer *w, const char *name, ckpt_dtype 
     if (ndim > CKPT_MAX_DIMS || (ndim && !shape))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, name, -1, "shape must have at most %d dimensions",
                           CKPT_MAX_DIMS);
+    if (!w->gguf && ckpt_dtype_is_block(dtype))
+        return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, w->path, name, -1,
+                          "safetensors has no %s type: dequantize it (a float dtype) or write GGUF", ckpt_dtype_name(dtype));
+    if (w->gguf && ckpt_dtype_ggml_type(dtype) < 0)
+        return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, w->path, name, -1,
+                          "GGUF has no %s type: cast it to F32, F16, BF16, F64, I8-I64 or a block type such as Q8_0",
+                          ckpt_dtype_name(dtype));
+    if (w->gguf && ndim > CKPT__GGUF_MAX_DIMS)
+        return ckpt__fail(err, CKPT_E_GGUF_DIMS, w->path, name, -1, "%u dimensions, more than GGUF's %d", ndim,
+                          CKPT__GGUF_MAX_DIMS);
+    if (!ckpt__block_rows_ok(dtype, ndim, shape))
+        return ckpt__fail(err, CKPT_E_GGUF_DIMS, w->path, name, -1, "rows of a %s tensor must be whole blocks of %u",
+                          ckpt_dtype_name(dtype), ckpt_dtype_block_elems(dtype));
     uint64_t numel, nbytes;
     if (!ckpt__shape_numel(ndim, shape, &numel))
         return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, w->path, name, -1, "product of the shape overflows 64 bits");
@@ -331,6 +371,154 @@ static ckpt_status layout_file(ckpt_writer *w, uint32_t file, ckpt__buf *header,
     return st;
 }
 
+/* ---- GGUF output (formats/gguf.h) ------------------------------------------------ */
+
+static bool is_split_key(const char *k) {
+    return !strcmp(k, "split.no") || !strcmp(k, "split.count") || !strcmp(k, "split.tensors.count");
+}
+
+/* Sets or replaces a metadata entry (metadata_json overrides the source's
+ * in place). */
+static ckpt_status override_pair(ckpt_writer *w, const char *key, const char *value, ckpt_error *err) {
+    const char *v = ckpt__arena_strndup(&w->arena, value, strlen(value));
+    if (!v) return ckpt__oom(err, w->path, NULL);
+    for (size_t i = 0; i < w->meta.count; i++)
+        if (!strcmp(w->meta.keys[i], key)) {
+            w->meta.values[i] = v;
+            return CKPT_OK;
+        }
+    for (size_t i = 0; i < w->ckpt_meta.count; i++)
+        if (!strcmp(w->ckpt_meta.keys[i], key)) {
+            w->ckpt_meta.values[i] = v;
+            return CKPT_OK;
+        }
+    const char *k = ckpt__arena_strndup(&w->arena, key, strlen(key));
+    if (!k || !ckpt__pairs_push(&w->meta, k, v)) return ckpt__oom(err, w->path, NULL);
+    return CKPT_OK;
+}
+
+static ckpt_status apply_metadata_json(ckpt_writer *w, ckpt_error *err) {
+    if (!w->metadata_json) return CKPT_OK;
+    char **keys, **values, why[512] = "";
+    size_t n;
+    ckpt_status st = ckpt__gguf_metadata_pairs(w->metadata_json, &keys, &values, &n, why, sizeof why);
+    if (st == CKPT_E_NO_MEMORY) return ckpt__oom(err, w->path, NULL);
+    if (st) return ckpt__fail(err, st, w->path, NULL, -1, "metadata to add: %s", why);
+    for (size_t i = 0; i < n; i++) {
+        if (st == CKPT_OK) st = override_pair(w, keys[i], values[i], err);
+        free(keys[i]);
+        free(values[i]);
+    }
+    free(keys);
+    free(values);
+    return st;
+}
+
+/* Every metadata entry, the checkpoint's after the files', once each. */
+static ckpt_status all_metadata(ckpt_writer *w, ckpt__pairs *out, ckpt_error *err) {
+    for (size_t i = 0; i < w->meta.count; i++)
+        if (!ckpt__pairs_push(out, w->meta.keys[i], w->meta.values[i])) return ckpt__oom(err, w->path, NULL);
+    for (size_t i = 0; i < w->ckpt_meta.count; i++)
+        if (!ckpt__pairs_get(out, w->ckpt_meta.keys[i]) && !ckpt__pairs_push(out, w->ckpt_meta.keys[i], w->ckpt_meta.values[i]))
+            return ckpt__oom(err, w->path, NULL);
+    return CKPT_OK;
+}
+
+static ckpt_status gguf_alignment(ckpt_writer *w, ckpt_error *err) {
+    const char *a = ckpt__pairs_get(&w->file_meta, "general.alignment");
+    if (!a) return CKPT_OK;
+    uint32_t type;
+    uint64_t v;
+    if (!ckpt__gguf_typed_value(a, &type, &v) || type != CKPT_KV_U32)
+        return ckpt__fail(err, CKPT_E_GGUF_KV_TYPE, w->path, NULL, -1,
+                          "general.alignment must be a u32 ({\"gguf_type\": \"u32\", \"value\": 32}), not %s", a);
+    if (v == 0 || (v & (v - 1)) || v > (1u << 30))
+        return ckpt__fail(err, CKPT_E_GGUF_ALIGNMENT, w->path, NULL, -1, "general.alignment %llu is not a power of two",
+                          (unsigned long long)v);
+    w->alignment = (uint32_t)v;
+    return CKPT_OK;
+}
+
+/* gguf-split's packing: a tensor starts a new file when the padded data
+ * would pass max_shard_size, or after split_max_tensors tensors; every
+ * file gets one tensor at least. */
+static ckpt_status gguf_plan_files(ckpt_writer *w, ckpt_error *err) {
+    size_t files = 1, in_file = 0;
+    uint64_t size = 0;
+    for (size_t i = 0; i < w->count; i++) {
+        uint64_t padded = w->tensors[i].nbytes + (w->alignment - w->tensors[i].nbytes % w->alignment) % w->alignment;
+        bool by_size = w->opt.max_shard_size && size + padded > w->opt.max_shard_size;
+        bool by_count = w->opt.split_max_tensors && in_file >= w->opt.split_max_tensors;
+        if (in_file && (by_size || by_count)) files++, in_file = 0, size = 0;
+        w->tensors[i].file = (uint32_t)(files - 1);
+        in_file++;
+        size += padded;
+    }
+    if (files > 99999) return ckpt__fail(err, CKPT_E_LIMIT, w->path, NULL, -1, "more than 99999 split files");
+    w->files = ckpt__calloc(files, sizeof *w->files);
+    if (!w->files) return ckpt__oom(err, w->path, NULL);
+    w->file_count = files;
+    for (size_t f = 0; f < files; f++) {
+        w->files[f].fd = -1;
+        w->files[f].final_path = files == 1 ? ckpt__strdup(w->path) : ckpt__gguf_split_path(w->path, f, files);
+        if (!w->files[f].final_path) return ckpt__oom(err, w->path, NULL);
+        w->files[f].existed = exists(w->files[f].final_path);
+        if (w->files[f].existed && !w->opt.overwrite)
+            return ckpt__fail(err, CKPT_E_EXISTS, w->files[f].final_path, NULL, -1,
+                              "already exists (use overwrite / --force to replace it)");
+    }
+    return CKPT_OK;
+}
+
+/* A GGUF file's header, as GGUFWriter writes it: general.architecture
+ * first, the other key-values in order (the first file holds them all),
+ * then the split keys; the file's tensors in declaration order. */
+static ckpt_status gguf_layout_file(ckpt_writer *w, uint32_t file, ckpt__buf *header, ckpt_error *err) {
+    size_t n = 0, kv = 0, cap = w->file_meta.count + 3;
+    for (size_t i = 0; i < w->count; i++) n += w->tensors[i].file == file;
+    ckpt__gguf_out_tensor *out = ckpt__malloc((n ? n : 1) * sizeof *out);
+    size_t *ids = ckpt__malloc((n ? n : 1) * sizeof *ids);
+    const char **keys = ckpt__malloc(cap * sizeof *keys), **values = ckpt__malloc(cap * sizeof *values);
+    char split[3][64];
+    ckpt_status st = CKPT_OK;
+    if (!out || !ids || !keys || !values) st = ckpt__oom(err, w->path, NULL);
+    if (st == CKPT_OK && file == 0) {
+        const char *arch = ckpt__pairs_get(&w->file_meta, "general.architecture");
+        if (arch) keys[kv] = "general.architecture", values[kv++] = arch;
+        for (size_t i = 0; i < w->file_meta.count; i++) {
+            const char *k = w->file_meta.keys[i];
+            if (!strcmp(k, "general.architecture") || is_split_key(k)) continue;
+            keys[kv] = k, values[kv++] = w->file_meta.values[i];
+        }
+    }
+    if (st == CKPT_OK && w->file_count > 1) {
+        snprintf(split[0], sizeof split[0], "{\"gguf_type\": \"u16\", \"value\": %u}", file);
+        snprintf(split[1], sizeof split[1], "{\"gguf_type\": \"u16\", \"value\": %zu}", w->file_count);
+        snprintf(split[2], sizeof split[2], "{\"gguf_type\": \"i32\", \"value\": %zu}", w->count);
+        static const char *const names[3] = {"split.no", "split.count", "split.tensors.count"};
+        for (int k = 0; k < 3; k++) keys[kv] = names[k], values[kv++] = split[k];
+    }
+    size_t k = 0;
+    for (size_t i = 0; st == CKPT_OK && i < w->count; i++) {
+        wtensor *t = &w->tensors[i];
+        if (t->file != file) continue;
+        ids[k] = i;
+        out[k++] = (ckpt__gguf_out_tensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape,
+                                           .nbytes = t->nbytes};
+    }
+    uint64_t size = 0;
+    if (st == CKPT_OK) st = ckpt__gguf_layout(w->files[file].final_path, keys, values, kv, out, n, w->alignment, header, &size, err);
+    if (st == CKPT_OK) {
+        for (size_t i = 0; i < n; i++) w->tensors[ids[i]].offset = out[i].offset;
+        w->files[file].size = size;
+    }
+    free(out);
+    free(ids);
+    free(keys);
+    free(values);
+    return st;
+}
+
 static ckpt_status plan_files(ckpt_writer *w, ckpt_error *err) {
     size_t shards = 1;
     if (w->opt.max_shard_size && w->count) {
@@ -418,7 +606,8 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
     ckpt_status st = check_declaring(w, err);
     if (st) return st;
     w->state = FAILED; /* until every step below succeeds */
-    if (w->opt.max_shard_size) {
+    if ((st = apply_metadata_json(w, err))) return st;
+    if (w->opt.max_shard_size && !w->gguf) {
         char *parent = ckpt__path_dirname(w->path);
         if (!parent) return ckpt__oom(err, w->path, NULL);
         st = make_directories(parent, err);
@@ -436,18 +625,24 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
         if (parent) ckpt__remove_stale_temps(parent);
         free(parent);
     }
-    st = plan_files(w, err);
+    if (w->gguf) {
+        st = all_metadata(w, &w->file_meta, err);
+        if (st == CKPT_OK) st = gguf_alignment(w, err);
+        if (st == CKPT_OK) st = gguf_plan_files(w, err);
+    } else {
+        st = plan_files(w, err);
+    }
     /* The per-file entries, then (one file only) the checkpoint's own. */
-    for (size_t i = 0; st == CKPT_OK && i < w->meta.count; i++)
+    for (size_t i = 0; st == CKPT_OK && !w->gguf && i < w->meta.count; i++)
         if (!ckpt__pairs_push(&w->file_meta, w->meta.keys[i], w->meta.values[i])) st = ckpt__oom(err, w->path, NULL);
-    for (size_t i = 0; st == CKPT_OK && w->file_count == 1 && i < w->ckpt_meta.count; i++) {
+    for (size_t i = 0; st == CKPT_OK && !w->gguf && w->file_count == 1 && i < w->ckpt_meta.count; i++) {
         if (ckpt__pairs_get(&w->file_meta, w->ckpt_meta.keys[i])) continue; /* do not override per-file data */
         if (!ckpt__pairs_push(&w->file_meta, w->ckpt_meta.keys[i], w->ckpt_meta.values[i])) st = ckpt__oom(err, w->path, NULL);
     }
     for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) {
         wfile *file = &w->files[f];
         ckpt__buf header = {0};
-        st = layout_file(w, (uint32_t)f, &header, err);
+        st = w->gguf ? gguf_layout_file(w, (uint32_t)f, &header, err) : layout_file(w, (uint32_t)f, &header, err);
         if (st == CKPT_OK) st = w->stage ? stage_create(w, file, err)
                                          : ckpt__temp_create(file->final_path, &file->tmp_path, &file->fd, err);
         if (st == CKPT_OK) st = ckpt__reserve(file->fd, file->size, file->tmp_path, err);
@@ -685,5 +880,6 @@ void ckpt_writer_free(ckpt_writer *w) {
     ckpt__arena_free(&w->arena);
     free(w->path);
     free(w->prefix);
+    free(w->metadata_json);
     free(w);
 }

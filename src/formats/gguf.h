@@ -47,12 +47,12 @@ CKPT__HIDDEN ckpt_status ckpt__gguf_encode_kv(ckpt__buf *out, const char *key, c
 CKPT__HIDDEN bool ckpt__gguf_typed_value(const char *value, uint32_t *type, uint64_t *u32);
 
 /*
- * Turns a JSON value of metadata_json (writer options) into what a writer
+ * The entries of a metadata_json object (writer options) as what a writer
  * stores: a string as itself, typed JSON as itself, other values typed as
- * gguf-py types them.  *out is malloc'ed.
+ * gguf-py types them.  Arrays and strings are malloc'ed (free each).
  */
-CKPT__HIDDEN ckpt_status ckpt__gguf_metadata_value(const char *json_text, size_t len, char **out, char *why,
-                                                   size_t why_len);
+CKPT__HIDDEN ckpt_status ckpt__gguf_metadata_pairs(const char *json_text, char ***keys, char ***values, size_t *count,
+                                                   char *why, size_t why_len);
 
 /* One tensor of an output file. */
 typedef struct ckpt__gguf_out_tensor {
@@ -70,7 +70,7 @@ typedef struct ckpt__gguf_out_tensor {
  * infos in the given order, padding to `alignment`; fills each tensor's
  * absolute offset and *file_size (every tensor padded to the alignment).
  */
-CKPT__HIDDEN ckpt_status ckpt__gguf_layout(const char *const *keys, const char *const *values, size_t kv_count,
+CKPT__HIDDEN ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const char *const *values, size_t kv_count,
                                            ckpt__gguf_out_tensor *tensors, size_t count, uint32_t alignment,
                                            ckpt__buf *header, uint64_t *file_size, ckpt_error *err);
 

@@ -285,38 +285,68 @@ static bool typed_from_plain(const ckpt__json_doc *doc, size_t i, unsigned depth
     return true;
 }
 
-ckpt_status ckpt__gguf_metadata_value(const char *json_text, size_t len, char **out, char *why, size_t why_len) {
+ckpt_status ckpt__gguf_metadata_pairs(const char *json_text, char ***keys, char ***values, size_t *count, char *why,
+                                      size_t why_len) {
+    *keys = *values = NULL;
+    *count = 0;
+    size_t len = strlen(json_text);
     char *text = ckpt__malloc(len + 1);
     if (!text) return CKPT_E_NO_MEMORY;
-    memcpy(text, json_text, len);
-    text[len] = '\0';
+    memcpy(text, json_text, len + 1);
     ckpt__json_doc doc;
     size_t at;
     const char *reason;
     ckpt_status st = ckpt__json_parse(text, len, &doc, &at, &reason);
     if (st) {
-        snprintf(why, why_len, "not JSON: %s", reason);
+        snprintf(why, why_len, "not JSON at byte %zu: %s", at, reason);
         free(text);
         return st == CKPT_E_NO_MEMORY ? st : CKPT_E_INVALID_ARGUMENT;
     }
-    ckpt__buf b = {0};
-    if (doc.nodes[0].kind == CKPT__JSON_STRING) ckpt__buf_append(&b, doc.nodes[0].str, doc.nodes[0].len);
-    else if (!typed_from_plain(&doc, 0, 0, &b, why, why_len)) st = CKPT_E_GGUF_KV_TYPE;
-    if (st == CKPT_OK && b.failed) st = CKPT_E_NO_MEMORY;
-    if (st == CKPT_OK && !b.data) b.data = ckpt__strdup("");
+    if (doc.nodes[0].kind != CKPT__JSON_OBJECT) {
+        snprintf(why, why_len, "not a JSON object {key: value}");
+        st = CKPT_E_INVALID_ARGUMENT;
+    }
+    size_t n = st ? 0 : doc.nodes[0].count;
+    char **k = ckpt__calloc(n ? n : 1, sizeof *k), **v = ckpt__calloc(n ? n : 1, sizeof *v);
+    if (!k || !v) st = CKPT_E_NO_MEMORY;
+    size_t i = 1;
+    for (size_t m = 0; st == CKPT_OK && m < n; m++) {
+        const ckpt__json_node *key = &doc.nodes[i];
+        size_t vi = key->end;
+        ckpt__buf b = {0};
+        if (doc.nodes[vi].kind == CKPT__JSON_STRING) ckpt__buf_append(&b, doc.nodes[vi].str, doc.nodes[vi].len);
+        else if (!typed_from_plain(&doc, vi, 0, &b, why, why_len)) st = CKPT_E_GGUF_KV_TYPE;
+        if (st == CKPT_OK && !b.data) b.data = ckpt__strdup("");
+        if (st == CKPT_OK && (b.failed || !b.data || !(k[m] = ckpt__strdup(key->str)))) st = CKPT_E_NO_MEMORY;
+        if (st) {
+            free(b.data);
+            if (st == CKPT_E_GGUF_KV_TYPE) {
+                char tmp[256];
+                snprintf(tmp, sizeof tmp, "%s", why);
+                snprintf(why, why_len, "key '%s': %s", key->str, tmp);
+            }
+            break;
+        }
+        v[m] = b.data;
+        *count = m + 1;
+        i = doc.nodes[vi].end;
+    }
     ckpt__json_free(&doc);
     free(text);
     if (st) {
-        free(b.data);
+        for (size_t m = 0; k && v && m < n; m++) free(k[m]), free(v[m]);
+        free(k);
+        free(v);
+        *count = 0;
         return st;
     }
-    *out = b.data;
-    return *out ? CKPT_OK : CKPT_E_NO_MEMORY;
+    *keys = k, *values = v;
+    return CKPT_OK;
 }
 
 /* ---- the header ----------------------------------------------------------------------- */
 
-ckpt_status ckpt__gguf_layout(const char *const *keys, const char *const *values, size_t kv_count,
+ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const char *const *values, size_t kv_count,
                               ckpt__gguf_out_tensor *tensors, size_t count, uint32_t alignment, ckpt__buf *header,
                               uint64_t *file_size, ckpt_error *err) {
     ckpt__buf *b = header;
@@ -327,7 +357,7 @@ ckpt_status ckpt__gguf_layout(const char *const *keys, const char *const *values
     for (size_t i = 0; i < kv_count; i++) {
         char why[256] = "";
         ckpt_status st = ckpt__gguf_encode_kv(b, keys[i], values[i], why, sizeof why);
-        if (st == CKPT_E_NO_MEMORY) return ckpt__oom(err, NULL, "the GGUF header");
+        if (st == CKPT_E_NO_MEMORY) return ckpt__oom(err, path, "the GGUF header");
         if (st) return ckpt__fail(err, st, NULL, NULL, -1, "metadata '%s': %s", keys[i], why);
     }
     uint64_t rel = 0;
@@ -335,11 +365,11 @@ ckpt_status ckpt__gguf_layout(const char *const *keys, const char *const *values
         ckpt__gguf_out_tensor *t = &tensors[i];
         int ggml = ckpt_dtype_ggml_type(t->dtype);
         if (ggml < 0)
-            return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, NULL, t->name, -1,
+            return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, path, t->name, -1,
                               "GGUF has no %s type: cast it (F32, F16, BF16, F64, I8-I64 or a block type such as Q8_0)",
                               ckpt_dtype_name(t->dtype));
         if (t->ndim > CKPT__GGUF_MAX_DIMS)
-            return ckpt__fail(err, CKPT_E_GGUF_DIMS, NULL, t->name, -1, "%u dimensions, more than GGUF's %d", t->ndim,
+            return ckpt__fail(err, CKPT_E_GGUF_DIMS, path, t->name, -1, "%u dimensions, more than GGUF's %d", t->ndim,
                               CKPT__GGUF_MAX_DIMS);
         put_str(b, t->name, strlen(t->name));
         put32(b, t->ndim);
@@ -348,7 +378,7 @@ ckpt_status ckpt__gguf_layout(const char *const *keys, const char *const *values
         put64(b, rel);
         t->offset = rel;
         uint64_t padded = t->nbytes + (alignment - t->nbytes % alignment) % alignment;
-        if (!ckpt__add_u64(rel, padded, &rel)) return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, NULL, t->name, -1, "file size overflows");
+        if (!ckpt__add_u64(rel, padded, &rel)) return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, path, t->name, -1, "file size overflows");
     }
     static const char zeros[256];
     size_t pad = (alignment - b->len % alignment) % alignment;
@@ -357,7 +387,7 @@ ckpt_status ckpt__gguf_layout(const char *const *keys, const char *const *values
         put(b, zeros, k);
         pad -= k;
     }
-    if (b->failed) return ckpt__oom(err, NULL, "the GGUF header");
+    if (b->failed) return ckpt__oom(err, path, "the GGUF header");
     for (size_t i = 0; i < count; i++) tensors[i].offset += b->len;
     *file_size = b->len + rel;
     return CKPT_OK;
