@@ -29,6 +29,7 @@ static ckpt_status fetch(const source *s, const ckpt_tensor_info *t, uint64_t of
 
 /* Bytes per byte-swapped unit: the element, or each half of a complex. */
 static unsigned swap_unit(ckpt_dtype d) {
+    if (ckpt_dtype_is_block(d)) return ckpt_dtype_block_bytes(d); /* a block's fields */
     unsigned bytes = ckpt_dtype_bits(d) / 8;
     return d == CKPT_C64 ? 4 : bytes ? bytes : 1;
 }
@@ -44,12 +45,12 @@ static ckpt_status read_swapped(const source *src, const ckpt_tensor_info *t, ui
     uint64_t first = off / unit * unit, end = off + n;
     for (uint64_t u = first; u < end; u += unit) {
         if (u >= off && u + unit <= end) {
-            ckpt__swap_units(out + (u - off), unit, unit);
+            ckpt__swap_dtype(t->dtype, out + (u - off), unit);
             continue;
         }
-        unsigned char tmp[8];
+        unsigned char tmp[512];
         if ((st = fetch(src, t, u, tmp, unit, err))) return st;
-        ckpt__swap_units(tmp, unit, unit);
+        ckpt__swap_dtype(t->dtype, tmp, unit);
         for (unsigned k = 0; k < unit; k++)
             if (u + k >= off && u + k < end) out[u + k - off] = tmp[k];
     }

@@ -58,6 +58,13 @@ typedef struct job {
     uint32_t split;       /* axis the tasks cut */
     uint64_t rows, per_outer, first_task, tasks;
     unsigned char *dst;
+    /* The geometry the job moves, in units: elements, or for ggml's block
+     * types (either side of the cast) blocks along the innermost axis, a
+     * unit then converting to block_elems output elements.  Points to the
+     * tensor's and the plan entry's own arrays for ordinary dtypes. */
+    const uint64_t *shape, *start, *count, *oshape; /* source shape, source slice, output shape */
+    uint64_t numel;                                  /* units of the output */
+    ckpt_dtype swap_dtype;                           /* byte order: how a unit is swapped */
 } job;
 
 typedef struct engine {
@@ -226,7 +233,7 @@ static ckpt_status run_box(worker *w, const job *j, const uint64_t *bstart, cons
     uint32_t r = 0;
     if (n) {
         r = n - 1;
-        while (r > 0 && bcount[r] == t->shape[r]) r--;
+        while (r > 0 && bcount[r] == j->shape[r]) r--;
         for (uint32_t d = 0; d < r; d++) nruns *= bcount[d];
         run_elems = bcount[r] * j->stride[r];
         for (uint32_t d = 0; d < n; d++) {
@@ -266,7 +273,7 @@ static ckpt_status run_box(worker *w, const job *j, const uint64_t *bstart, cons
         if ((st = flush(w, err))) return st;
     }
     if (j->copy) return CKPT_OK;
-    if (j->swap && !mem) ckpt__swap_units(dense, nruns * run_bytes, t->dtype == CKPT_C64 ? 4 : j->in_size);
+    if (j->swap && !mem) ckpt__swap_dtype(j->swap_dtype, dense, nruns * run_bytes);
     convert_box(j, dense, bcount, dst, dst_stride);
     return CKPT_OK;
 }
@@ -307,45 +314,43 @@ static uint64_t chunk_elements(const job *j, size_t chunk) {
 /* Cuts the tensor's slice along the outermost axis whose inner rows fit a
  * chunk. */
 static void plan_tasks(job *j, size_t chunk) {
-    ckpt__plan_entry *e = j->e;
     if (j->whole || j->ndim == 0) {
-        j->split = 0, j->rows = 1, j->per_outer = 1, j->tasks = e->pub.numel ? 1 : 0;
+        j->split = 0, j->rows = 1, j->per_outer = 1, j->tasks = j->numel ? 1 : 0;
         return;
     }
-    if (e->pub.numel == 0) {
+    if (j->numel == 0) {
         j->tasks = 0;
         return;
     }
     uint64_t limit = chunk_elements(j, chunk), inner = 1;
     uint32_t k = j->ndim - 1;
     /* inner = product of the counts after axis k */
-    while (k > 0 && inner * e->count[k] <= limit) inner *= e->count[k--];
+    while (k > 0 && inner * j->count[k] <= limit) inner *= j->count[k--];
     uint64_t rows = limit / inner;
     if (rows == 0) rows = 1;
-    if (rows > e->count[k]) rows = e->count[k];
+    if (rows > j->count[k]) rows = j->count[k];
     uint64_t outer = 1;
-    for (uint32_t d = 0; d < k; d++) outer *= e->count[d];
-    j->split = k, j->rows = rows, j->per_outer = (e->count[k] + rows - 1) / rows;
+    for (uint32_t d = 0; d < k; d++) outer *= j->count[d];
+    j->split = k, j->rows = rows, j->per_outer = (j->count[k] + rows - 1) / rows;
     j->tasks = outer * j->per_outer;
 }
 
 static void task_box(const job *j, uint64_t local, uint64_t *bstart, uint64_t *bcount, unsigned char **dst) {
-    const ckpt__plan_entry *e = j->e;
     uint64_t outer = local / j->per_outer, piece = local % j->per_outer;
     int64_t off = 0;
     for (uint32_t d = j->ndim; d-- > 0;) {
         uint64_t rel;
         if (d > j->split) {
-            rel = 0, bcount[d] = e->count[d];
+            rel = 0, bcount[d] = j->count[d];
         } else if (d == j->split) {
             rel = piece * j->rows;
-            bcount[d] = e->count[d] - rel < j->rows ? e->count[d] - rel : j->rows;
+            bcount[d] = j->count[d] - rel < j->rows ? j->count[d] - rel : j->rows;
         } else {
-            rel = outer % e->count[d];
-            outer /= e->count[d];
+            rel = outer % j->count[d];
+            outer /= j->count[d];
             bcount[d] = 1;
         }
-        bstart[d] = e->start[d] + rel;
+        bstart[d] = j->start[d] + rel;
         off += (int64_t)rel * j->dst_stride[d];
     }
     *dst = j->dst + off * (int64_t)j->out_size;
@@ -419,8 +424,20 @@ static void *work(void *arg) {
 /* The plan already refused what cannot be done (casts without a kernel,
  * slices or permutations of packed sub-byte tensors), so every entry makes
  * a job. */
+/* Unit sizes of a dtype pair when either is a block type: the unit is a
+ * block of elements.  False for ordinary pairs. */
+static bool block_units(ckpt_dtype from, ckpt_dtype to, uint32_t *elems, unsigned *in_size, unsigned *out_size) {
+    ckpt_dtype b = ckpt_dtype_is_block(from) ? from : ckpt_dtype_is_block(to) ? to : CKPT_DTYPE_INVALID;
+    if (b == CKPT_DTYPE_INVALID) return false;
+    *elems = ckpt_dtype_block_elems(b);
+    *in_size = ckpt_dtype_is_block(from) ? ckpt_dtype_block_bytes(from) : *elems * (ckpt_dtype_bits(from) / 8);
+    *out_size = ckpt_dtype_is_block(to) ? ckpt_dtype_block_bytes(to) : *elems * (ckpt_dtype_bits(to) / 8);
+    return true;
+}
+
+/* `unit_pool` holds 4 × ndim numbers, used for block types. */
 static void make_job(ckpt_plan *p, ckpt__plan_entry *e, job *j, uint64_t *stride_pool, int64_t *dst_pool,
-                     file_state *files) {
+                     uint64_t *unit_pool, file_state *files) {
     const ckpt_tensor_info *t = e->pub.source;
     memset(j, 0, sizeof *j);
     j->e = e, j->t = t, j->ndim = t->ndim;
@@ -435,13 +452,26 @@ static void make_job(ckpt_plan *p, ckpt__plan_entry *e, job *j, uint64_t *stride
     j->fn = ckpt__cast_kernel(t->dtype, e->pub.dtype);
     j->copy = !e->pub.transform;
     j->stride = stride_pool, j->dst_stride = dst_pool;
+    j->shape = t->shape, j->start = e->start, j->count = e->count, j->oshape = e->shape, j->numel = e->pub.numel;
+    j->swap_dtype = t->dtype;
+    uint32_t block;
+    if (t->ndim && block_units(t->dtype, e->pub.dtype, &block, &j->in_size, &j->out_size)) {
+        /* The plan keeps the innermost axis in place and its slices whole
+         * blocks: the same geometry with that axis counted in blocks. */
+        uint32_t n = t->ndim, last = n - 1;
+        uint64_t *shape = unit_pool, *start = unit_pool + n, *count = unit_pool + 2 * n, *oshape = unit_pool + 3 * n;
+        memcpy(shape, t->shape, n * 8), memcpy(start, e->start, n * 8), memcpy(count, e->count, n * 8);
+        memcpy(oshape, e->shape, n * 8);
+        shape[last] /= block, start[last] /= block, count[last] /= block, oshape[last] /= block;
+        j->shape = shape, j->start = start, j->count = count, j->oshape = oshape, j->numel = e->pub.numel / block;
+    }
     uint64_t s = 1;
-    for (uint32_t d = t->ndim; d-- > 0;) j->stride[d] = s, s *= t->shape[d];
+    for (uint32_t d = t->ndim; d-- > 0;) j->stride[d] = s, s *= j->shape[d];
     /* Destination strides: row-major over the output shape, mapped back to
      * the source axis each output axis comes from. */
     int64_t o = 1;
-    for (uint32_t i = t->ndim; i-- > 0;) j->dst_stride[e->perm[i]] = o, o *= (int64_t)e->shape[i];
-    if (ckpt_dtype_bits(t->dtype) % 8) {
+    for (uint32_t i = t->ndim; i-- > 0;) j->dst_stride[e->perm[i]] = o, o *= (int64_t)j->oshape[i];
+    if (ckpt_dtype_bits(t->dtype) % 8 && !ckpt_dtype_is_block(t->dtype)) {
         /* Packed sub-byte data (F4, F6): one opaque element of nbytes,
          * read whole and unchanged. */
         j->ndim = 0;
@@ -486,9 +516,12 @@ static bool single_run(const ckpt__plan_entry *e) {
 
 static uint64_t slice_offset(const ckpt__plan_entry *e) {
     const ckpt_tensor_info *t = e->pub.source;
-    uint64_t off = 0, s = 1;
-    for (uint32_t d = t->ndim; d-- > 0;) off += e->start[d] * s, s *= t->shape[d];
-    return off * (ckpt_dtype_bits(t->dtype) / 8);
+    uint64_t off = 0, s = 1, unit = ckpt_dtype_block_elems(t->dtype);
+    for (uint32_t d = t->ndim; d-- > 0;) {
+        uint64_t div = d == t->ndim - 1 ? unit : 1; /* block types: the innermost axis in blocks */
+        off += e->start[d] / div * s, s *= t->shape[d] / div;
+    }
+    return off * ckpt_dtype_block_bytes(t->dtype);
 }
 
 void ckpt_load_options_init(ckpt_load_options *o) {
@@ -552,7 +585,8 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     g.jobs = ckpt__calloc(n ? n : 1, sizeof *g.jobs);
     uint64_t *stride_pool = ckpt__malloc((dims ? dims : 1) * sizeof *stride_pool);
     int64_t *dst_pool = ckpt__malloc((dims ? dims : 1) * sizeof *dst_pool);
-    if (!g.jobs || !stride_pool || !dst_pool) st = ckpt__oom(err, NULL, "the load's tasks");
+    uint64_t *unit_pool = ckpt__malloc((dims ? 4 * dims : 1) * sizeof *unit_pool);
+    if (!g.jobs || !stride_pool || !dst_pool || !unit_pool) st = ckpt__oom(err, NULL, "the load's tasks");
     if (st == CKPT_OK && open_files(p, o->io, &g.files, &any_direct) != CKPT_OK) st = ckpt__oom(err, NULL, "the load's tasks");
     size_t threads = o->threads ? o->threads : default_threads(any_direct);
     /* Without an explicit chunk size the ring stays within RING_BUDGET
@@ -587,7 +621,7 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
             e->pub.data = e->owned;
         }
         job *j = &g.jobs[g.job_count];
-        make_job(p, e, j, stride_pool + used_dims, dst_pool + used_dims, g.files);
+        make_job(p, e, j, stride_pool + used_dims, dst_pool + used_dims, unit_pool + 4 * used_dims, g.files);
         used_dims += t->ndim;
         j->dst = e->pub.data;
         plan_tasks(j, g.chunk);
@@ -652,6 +686,7 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     free(g.jobs);
     free(stride_pool);
     free(dst_pool);
+    free(unit_pool);
     pthread_mutex_destroy(&g.lock);
     if (st != CKPT_OK) ckpt__plan_release(p);
     return st;
@@ -677,26 +712,27 @@ static ckpt_status convert_streamed(worker *w, const job *j, ckpt_writer *wr, si
     const ckpt__plan_entry *e = j->e;
     uint32_t n = j->ndim;
     uint64_t limit = chunk_elements(j, chunk), inner = 1;
-    if (e->pub.numel == 0) return CKPT_OK;
+    const uint64_t *oshape = j->oshape;
+    if (j->numel == 0) return CKPT_OK;
     uint32_t k = n ? n - 1 : 0;
-    while (n && k > 0 && inner * e->shape[k] <= limit) inner *= e->shape[k--];
+    while (n && k > 0 && inner * oshape[k] <= limit) inner *= oshape[k--];
     uint64_t rows = n ? limit / inner : 1;
     if (rows == 0) rows = 1;
-    if (n && rows > e->shape[k]) rows = e->shape[k];
+    if (n && rows > oshape[k]) rows = oshape[k];
     uint64_t outer = 1;
-    for (uint32_t i = 0; i < k && n; i++) outer *= e->shape[i];
-    uint64_t per_outer = n ? (e->shape[k] + rows - 1) / rows : 1, done = 0;
+    for (uint32_t i = 0; i < k && n; i++) outer *= oshape[i];
+    uint64_t per_outer = n ? (oshape[k] + rows - 1) / rows : 1, done = 0;
     for (uint64_t t = 0; t < outer * per_outer; t++) {
         uint64_t bstart[CKPT_MAX_DIMS], bcount[CKPT_MAX_DIMS], ocount[CKPT_MAX_DIMS], rest = t / per_outer,
                  piece = t % per_outer, numel = 1;
         int64_t slot_stride[CKPT_MAX_DIMS], s = 1;
         for (uint32_t i = n; i-- > 0;) {
             uint64_t rel;
-            if (i > k) rel = 0, ocount[i] = e->shape[i];
-            else if (i == k) rel = piece * rows, ocount[i] = e->shape[i] - rel < rows ? e->shape[i] - rel : rows;
-            else rel = rest % e->shape[i], rest /= e->shape[i], ocount[i] = 1;
+            if (i > k) rel = 0, ocount[i] = oshape[i];
+            else if (i == k) rel = piece * rows, ocount[i] = oshape[i] - rel < rows ? oshape[i] - rel : rows;
+            else rel = rest % oshape[i], rest /= oshape[i], ocount[i] = 1;
             uint32_t d = e->perm[i];
-            bstart[d] = e->start[d] + rel;
+            bstart[d] = j->start[d] + rel;
             bcount[d] = ocount[i];
             slot_stride[d] = s;
             s *= (int64_t)ocount[i];
@@ -713,11 +749,11 @@ static ckpt_status convert_streamed(worker *w, const job *j, ckpt_writer *wr, si
 
 static ckpt_status convert_item(worker *w, ckpt_plan *p, ckpt__plan_entry *e, ckpt_writer *wr, size_t index,
                                 unsigned char *slot, size_t chunk, convert_progress *cp, ckpt_error *err) {
-    uint64_t stride[CKPT_MAX_DIMS];
+    uint64_t stride[CKPT_MAX_DIMS], units[4 * CKPT_MAX_DIMS];
     int64_t dst_stride[CKPT_MAX_DIMS];
     job j;
     const ckpt_tensor_info *t = e->pub.source;
-    make_job(p, e, &j, stride, dst_stride, NULL);
+    make_job(p, e, &j, stride, dst_stride, units, NULL);
     if (j.copy && single_run(e))
         return ckpt__writer_copy(wr, index, j.src, t->offset + slice_offset(e), e->pub.nbytes, convert_tick, cp,
                                  err);

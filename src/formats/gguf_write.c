@@ -47,8 +47,10 @@ static size_t member(const ckpt__json_doc *doc, size_t obj, const char *key) {
     return 0;
 }
 
+/* Numbers' text is not NUL-terminated: `len` bytes. */
 static bool is_integer_text(const ckpt__json_node *n) {
-    return n->kind == CKPT__JSON_NUMBER && !strpbrk(n->str, ".eE");
+    return n->kind == CKPT__JSON_NUMBER && !memchr(n->str, '.', n->len) && !memchr(n->str, 'e', n->len) &&
+           !memchr(n->str, 'E', n->len);
 }
 
 /* Encodes one value of a fixed-size or string type from a plain JSON node. */
