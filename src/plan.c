@@ -553,7 +553,9 @@ ckpt_status ckpt_plan_match(ckpt_plan *p, const ckpt_expected *expected, size_t 
         }
         if (x->dtype != CKPT_DTYPE_INVALID && x->dtype != it->dtype) {
             ckpt__plan_entry *e = &p->entries[p->selected[item]];
-            if ((flags & CKPT_MATCH_CAST) && is_float(x->dtype) && is_float(e->pub.source->dtype)) {
+            ckpt_dtype from = e->pub.source->dtype;
+            bool castable = is_float(from) || (ckpt_dtype_is_block(from) && ckpt__cast_kernel(from, x->dtype));
+            if ((flags & CKPT_MATCH_CAST) && is_float(x->dtype) && castable) {
                 e->pub.dtype = x->dtype;
                 update(e);
             } else {
