@@ -67,39 +67,6 @@ CKPT__HIDDEN bool ckpt__block_rows_ok(ckpt_dtype dtype, uint32_t ndim, const uin
 /* Product of a shape; false on overflow. */
 CKPT__HIDDEN bool ckpt__shape_numel(uint32_t ndim, const uint64_t *shape, uint64_t *numel);
 
-/* Reverses the bytes of each `unit`-byte element of p[0, n) (big-endian
- * data to little-endian); units of 0 or 1 byte are left as they are. */
-static inline void ckpt__swap_units(unsigned char *p, uint64_t n, unsigned unit) {
-    if (unit < 2) return;
-    for (uint64_t i = 0; i + unit <= n; i += unit)
-        for (unsigned a = 0, z = unit - 1; a < z; a++, z--) {
-            unsigned char t = p[i + a];
-            p[i + a] = p[i + z];
-            p[i + z] = t;
-        }
-}
-
-/* Byte-swaps whole units of `dtype` in p[0, n) (big-endian data to
- * little-endian): elements, each half of a C64, or the fields of a block
- * type as gguf-py's gguf_convert_endian swaps them (the f16 scales of
- * Q4_0, Q8_0, Q4_K and Q6_K; nothing in MXFP4 and NVFP4). */
-static inline void ckpt__swap_dtype(ckpt_dtype dtype, unsigned char *p, uint64_t n) {
-    if (!ckpt_dtype_is_block(dtype)) {
-        unsigned bits = ckpt_dtype_bits(dtype);
-        ckpt__swap_units(p, n, dtype == CKPT_C64 ? 4 : bits >= 16 ? bits / 8 : 1);
-        return;
-    }
-    uint32_t size = ckpt_dtype_block_bytes(dtype);
-    for (uint64_t at = 0; at + size <= n; at += size) {
-        switch (dtype) {
-        case CKPT_Q4_0: case CKPT_Q8_0: ckpt__swap_units(p + at, 2, 2); break;
-        case CKPT_Q4_K: ckpt__swap_units(p + at, 4, 2); break;
-        case CKPT_Q6_K: ckpt__swap_units(p + at + 208, 2, 2); break;
-        default: break;
-        }
-    }
-}
-
 /* ---- text ---------------------------------------------------------------- */
 
 /* Offset of the first byte that is not valid UTF-8 (overlong forms,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../io/file.h"
+#include "../transform/swap.h"
 #include "format.h"
 #include "json.h"
 
