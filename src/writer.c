@@ -615,7 +615,10 @@ static ckpt_status gguf_plan_files(ckpt_writer *w, ckpt_error *err) {
 
 /* A GGUF file's header, as GGUFWriter writes it: general.architecture
  * first, the other key-values in order (the first file holds them all),
- * then the split keys; the file's tensors in declaration order. */
+ * then the split keys; the file's tensors in declaration order.  Parts
+ * after the first have no general.alignment, so readers (ggml, gguf-py)
+ * take them at the default 32: so does the layout (GGUFWriter pads them
+ * with the first file's alignment, which its own reader then misreads). */
 static ckpt_status gguf_layout_file(ckpt_writer *w, uint32_t file, ckpt__buf *header, ckpt_error *err) {
     size_t n = 0, kv = 0, cap = w->file_meta.count + 3;
     for (size_t i = 0; i < w->count; i++) n += w->tensors[i].file == file;
@@ -650,7 +653,8 @@ static ckpt_status gguf_layout_file(ckpt_writer *w, uint32_t file, ckpt__buf *he
                                            .nbytes = t->nbytes};
     }
     uint64_t size = 0;
-    if (st == CKPT_OK) st = ckpt__gguf_layout(w->files[file].final_path, keys, values, kv, out, n, w->alignment, header, &size, err);
+    if (st == CKPT_OK) st = ckpt__gguf_layout(w->files[file].final_path, keys, values, kv, out, n,
+                                                 file == 0 ? w->alignment : CKPT__GGUF_DEFAULT_ALIGNMENT, header, &size, err);
     if (st == CKPT_OK) {
         for (size_t i = 0; i < n; i++) w->tensors[ids[i]].offset = out[i].offset;
         w->files[file].size = size;

@@ -417,3 +417,44 @@ def test_refuses_what_gguf_cannot_hold(tmp_path):
     r = ckpt("convert", src, tmp_path / "m.gguf", "--gguf-kv", bad, check=False)
     assert r.returncode != 0 and "'x'" in r.stderr
     assert not list(tmp_path.glob("m.gguf*"))
+
+
+def test_split_parts_with_custom_alignment_read_by_gguf_py(tmp_path):
+    """Parts after the first carry no general.alignment: ckpt lays them out
+    at the default 32, as gguf-split does and as GGUFReader reads them."""
+    rng = np.random.default_rng(8)
+    tensors = [(f"t{i}", rng.standard_normal((3, 10)).astype(np.float32), None) for i in range(3)]
+    src = tmp_path / "a.gguf"
+    write_gguf(src, [], tensors, alignment=128)
+    out = tmp_path / "o.gguf"
+    ckpt("convert", src, out, "--split-max-tensors", "1")
+    parts = sorted(tmp_path.glob("o-*.gguf"))
+    assert len(parts) == 3
+    got = {t.name: np.array(t.data) for p in parts for t in gguf.GGUFReader(str(p)).tensors}
+    for name, data, _ in tensors:
+        assert np.array_equal(got[name], data)
+    assert gguf.GGUFReader(str(parts[0])).alignment == 128 and gguf.GGUFReader(str(parts[1])).alignment == 32
+
+
+def test_dequantizing_convert_memory_is_bounded(tmp_path):
+    """A 96 MiB bf16 output from a Q8_0 GGUF, converted in a process whose
+    peak RSS stays far below the output's size."""
+    import os
+    import safetensors.numpy
+    src = tmp_path / "big.safetensors"
+    safetensors.numpy.save_file({"w": np.random.default_rng(9).standard_normal((6144, 8192)).astype(np.float32)},
+                                str(src))
+    g = tmp_path / "big.gguf"
+    ckpt("convert", src, g, "--dtype", "q8_0", "--no-sync")
+    src.unlink()
+    out = tmp_path / "big-bf16.safetensors"
+    # /usr/bin/time's child starts from a small process: a child forked from
+    # pytest would count pytest's own peak (Linux keeps it across exec).
+    rss = tmp_path / "rss"
+    r = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(rss), BIN_PATH, "convert", str(g), str(out), "--dtype",
+                        "bf16", "--no-sync"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 96 * 2**20
+    peak_kib = int(rss.read_text().split()[-1])
+    assert peak_kib * 1024 < 64 * 2**20, peak_kib
+    del os
