@@ -12,7 +12,7 @@ process (peak RSS from wait4), alternating, after a warm-up run:
 
 Outputs are checked equal between ckpt and gguf-py once, outside the timed
 runs.  Usage: flock /work/bench.lock .venv/bin/python bench/gguf_bench.py
-[--gb 4] [--runs 3] [--dir /tmp/ckpt-gguf-bench]"""
+[--gb 4] [--runs 3] [--peer-runs 1] [--dir /tmp/ckpt-gguf-bench]"""
 import argparse
 import json
 import os
@@ -83,6 +83,11 @@ def make_source(path, gb):
     save_file(sd, str(path))
 
 
+def _gguf_version():
+    from importlib.metadata import version
+    return version("gguf")
+
+
 def run(cmd):
     """Seconds and peak RSS (bytes) of a command in its own process."""
     t0 = time.perf_counter()
@@ -119,6 +124,8 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", default="/tmp/ckpt-gguf-bench")
     ap.add_argument("--split", default="1G")
+    ap.add_argument("--peer-runs", type=int, default=None,
+                    help="timed runs of gguf-py (slow at 4 GB), default --runs")
     ap.add_argument("--make-source")
     args = ap.parse_args()
     if args.make_source:
@@ -155,6 +162,7 @@ def main():
         },
     }
     results = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+               "command": " ".join(sys.argv), "gguf": __import__("gguf").__version__ if False else _gguf_version(),
                "source_bytes": src.stat().st_size, "q8_bytes": q8.stat().st_size, "split": args.split, "cases": {}}
     for case, contenders in cases.items():
         ext = ".safetensors" if case == "q8_0-to-bf16" else ".gguf"
@@ -176,6 +184,8 @@ def main():
         for mode in ("warm", "cold"):
             for r in range(args.runs):
                 for name, cmd in contenders.items():
+                    if name == "gguf-py" and r >= (args.peer_runs or args.runs):
+                        continue
                     clean([outs[name]])
                     if mode == "cold":
                         drop_cache(d)

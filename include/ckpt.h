@@ -33,6 +33,11 @@
  *   and `pytorch_model.bin.index.json` shards.  The pickle is read with
  *   torch's weights-only allowlist; the non-tensor values are kept as JSON
  *   (ckpt_catalog_tree_json).
+ * - GGUF (llama.cpp's format) in both directions, checked against gguf-py:
+ *   `.gguf` files and gguf-split parts (open the first), every tensor type
+ *   (quantized blocks kept as CKPT_Q4_0 ... dtypes, dequantized or
+ *   quantized by casts), typed key-values (ckpt_catalog_kv), big-endian
+ *   files; written as GGUFWriter writes them (ckpt_writer_options.format).
  *
  * Conventions
  * -----------
@@ -333,6 +338,8 @@ typedef struct ckpt_tensor_info {
  *   - a `.safetensors` file;
  *   - a `*.safetensors.index.json` index, whose shards are opened from the
  *     index's directory;
+ *   - a `.gguf` file, or the first of gguf-split's parts
+ *     (`*-00001-of-0000N.gguf`), whose other parts are opened beside it;
  *   - a directory holding `model.safetensors.index.json`, another single
  *     `*.safetensors.index.json`, `model.safetensors`, or a single
  *     `*.safetensors` file (the Hugging Face layout), tried in that order.
@@ -764,12 +771,18 @@ CKPT_API ckpt_status ckpt_verify(const ckpt_catalog *catalog, ckpt_progress_fn p
 /*
  * Non-zero when ckpt converts `from` to `to`: between any two of F64, F32,
  * F16, BF16 and the five float8 formats; integers to wider integers of the
- * same signedness, unsigned (and BOOL) to wider signed; any dtype to itself.
+ * same signedness, unsigned (and BOOL) to wider signed; any dtype to itself;
+ * GGUF block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K, TQ1_0, TQ2_0 and
+ * MXFP4 to F32, F16 and BF16 (dequantization, bit-exact with gguf-py's
+ * gguf.quants), and F32, F16, BF16, F64 to Q8_0 and Q4_0 (quantization,
+ * likewise).  Other block types are refused by name.
  */
 CKPT_API int ckpt_can_cast(ckpt_dtype from, ckpt_dtype to);
 
 /*
- * Converts `count` elements, bit for bit as torch's Tensor.to() on CPU for
+ * Converts `count` elements (for GGUF block types, a whole number of blocks,
+ * as gguf.quants converts them; see ckpt_can_cast), bit for bit as torch's
+ * Tensor.to() on CPU for
  * every value that is not a NaN: floats go through float32 (as torch does,
  * so float64 → bfloat16 rounds twice), round to nearest even; float8_e4m3fn
  * saturates to ±448 (infinities included), float8_e5m2 overflows to
@@ -832,6 +845,12 @@ CKPT_API ckpt_status ckpt_plan_rename(ckpt_plan *plan, const char *from, const c
  * float dtype; other tensors are left as they are) — or, when `dtype` is an
  * integer type, widens matching integer tensors.  Fails with
  * CKPT_E_INVALID_ARGUMENT naming a tensor that cannot be cast.
+ * GGUF block types: a float `dtype` dequantizes matching block tensors
+ * (CKPT_E_UNSUPPORTED_DTYPE names a type ckpt does not dequantize);
+ * CKPT_Q8_0 or CKPT_Q4_0 quantizes matching float tensors of two or more
+ * axes whose rows are whole blocks (vectors stay, as convert_hf_to_gguf
+ * keeps them).  Slices of a block tensor's last axis keep whole blocks and
+ * permutations keep its last axis in place (else CKPT_E_INVALID_ARGUMENT).
  */
 CKPT_API ckpt_status ckpt_plan_cast(ckpt_plan *plan, const char *pattern, ckpt_dtype dtype, ckpt_error *err);
 

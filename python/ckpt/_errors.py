@@ -34,6 +34,8 @@ def _register():
     for name, code in _ckpt.status_names().items():
         if 20 <= code < 70 and name != "CKPT_E_CHECKSUM":
             classes[name] = SafetensorError
+        if 70 <= code < 79:  # a malformed GGUF file (79: a dtype an operation cannot take)
+            classes[name] = SafetensorError
     classes.update({
         "CKPT_E_NOT_FOUND": NotFoundError,
         "CKPT_E_EXISTS": ExistsError,
