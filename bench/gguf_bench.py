@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """GGUF conversions against gguf-py (issue 15), each contender in its own
-process (peak RSS from wait4), alternating, after a warm-up run:
+process (peak RSS from GNU time), alternating, after a warm-up run:
 
   to-gguf-bf16   a bf16 safetensors file → GGUF BF16 in ~1 GB splits:
                  ckpt convert | gguf-py GGUFWriter fed the same tensors | cp
@@ -14,12 +14,14 @@ Outputs are checked equal between ckpt and gguf-py once, outside the timed
 runs.  Usage: flock /work/bench.lock .venv/bin/python bench/gguf_bench.py
 [--gb 4] [--runs 3] [--peer-runs 1] [--dir /tmp/ckpt-gguf-bench]"""
 import argparse
+import filecmp
 import json
 import os
 import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -89,16 +91,17 @@ def _gguf_version():
 
 
 def run(cmd):
-    """Seconds and peak RSS (bytes) of a command in its own process."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(p.pid, 0)
-    dt = time.perf_counter() - t0
-    err = p.stderr.read().decode()
-    p.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{cmd}: {err}")
-    return dt, usage.ru_maxrss * 1024
+    """Seconds and peak RSS (bytes) of a command in its own process.  The
+    RSS is GNU time's: a child forked from this Python process would start
+    with its peak (Linux keeps a process's high-water mark across exec)."""
+    with tempfile.NamedTemporaryFile("r") as rss:
+        t0 = time.perf_counter()
+        p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name, *map(str, cmd)], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
+        dt = time.perf_counter() - t0
+        if p.returncode != 0:
+            raise RuntimeError(f"{cmd}: {p.stderr.decode()}")
+        return dt, int(rss.read().split()[-1]) * 1024
 
 
 def clean(paths):
@@ -127,6 +130,8 @@ def main():
     ap.add_argument("--peer-runs", type=int, default=None,
                     help="timed runs of gguf-py (slow at 4 GB), default --runs")
     ap.add_argument("--make-source")
+    ap.add_argument("--rss-only", action="store_true",
+                    help="run each contender once more under GNU time and record its peak RSS in gguf.json")
     args = ap.parse_args()
     if args.make_source:
         make_source(args.make_source, args.gb)
@@ -161,6 +166,21 @@ def main():
             "cp": lambda o: ["cp", q8, o],
         },
     }
+    if args.rss_only:
+        out = ROOT / "bench" / "results" / "gguf.json"
+        doc = json.loads(out.read_text())
+        for case, contenders in cases.items():
+            ext = ".safetensors" if case == "q8_0-to-bf16" else ".gguf"
+            rss = {}
+            for name, cmd in contenders.items():
+                o = str(d / f"out-{case}-{name}{ext}")
+                clean([o])
+                rss[name] = run(cmd(o))[1]
+                clean([o])
+                print(f"{case:14s} {name:8s} peak RSS {rss[name] / 2**20:,.1f} MiB", flush=True)
+            doc["cases"][case]["peak_rss_gnu_time"] = rss
+        out.write_text(json.dumps(doc, indent=1))
+        return
     results = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
                "command": " ".join(sys.argv), "gguf": __import__("gguf").__version__ if False else _gguf_version(),
                "source_bytes": src.stat().st_size, "q8_bytes": q8.stat().st_size, "split": args.split, "cases": {}}
@@ -174,7 +194,7 @@ def main():
         if case != "q8_0-to-bf16":
             a = sorted(d.glob(f"out-{case}-ckpt*.gguf"))
             b = sorted(d.glob(f"out-{case}-gguf-py*.gguf"))
-            same = len(a) == len(b) and all(x.read_bytes() == y.read_bytes() for x, y in zip(a, b))
+            same = len(a) == len(b) and all(filecmp.cmp(x, y, shallow=False) for x, y in zip(a, b))
         else:
             check = ("import sys, torch; from safetensors.torch import load_file; x, y = load_file(sys.argv[1]), "
                      "load_file(sys.argv[2]); sys.exit(0 if x.keys() == y.keys() and all(torch.equal(x[k].view("

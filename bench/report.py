@@ -186,7 +186,7 @@ def gguf_table(doc):
     """bench/gguf_bench.py: ckpt against gguf-py (and cp) per conversion."""
     gb = doc["source_bytes"] / 1e9
     lines = [f"**GGUF conversions of a {gb:.1f} GB Llama-shaped bf16 checkpoint** (bench/gguf_bench.py, gguf "
-             f"{doc.get('gguf', '?')}; each contender in its own process, peak RSS from wait4; outputs checked "
+             f"{doc.get('gguf', '?')}; each contender in its own process, peak RSS from GNU time; outputs checked "
              "equal between ckpt and gguf-py)", "",
              "| conversion | cache | contender | median | runs | vs cp | peak RSS | same output |",
              "|---|---|---|---:|---:|---:|---:|---|"]
@@ -198,7 +198,7 @@ def gguf_table(doc):
                 xs = [r["seconds"] for r in runs if r["mode"] == mode]
                 if not xs:
                     continue
-                rss = max(r["peak_rss"] for r in runs if r["mode"] == mode)
+                rss = res.get("peak_rss_gnu_time", {}).get(name) or max(r["peak_rss"] for r in runs if r["mode"] == mode)
                 ratio = f"{_median(cp) / _median(xs):.2f}×" if cp and name != "cp" else ""
                 lines.append(f"| {title} | {mode} | {name} | {_median(xs):.2f} s | {len(xs)} | {ratio} | "
                              f"{rss / 2**20:,.0f} MiB | {'yes' if res['identical_outputs'] else 'NO'} |")

@@ -197,14 +197,27 @@ static void q_q8_0(const float *x, uint8_t *b) {
     bool nan = false;
     for (int j = 0; j < 32; j++) {
         float a = fabsf(x[j]);
-        if (isnan(a)) nan = true;
-        else if (a > amax) amax = a;
+        nan |= a != a;
+        amax = a > amax ? a : amax;
     }
     float d = nan ? NAN : amax / 127.0f;
     float id = d == 0 ? 0.0f : 1.0f / d;
     uint16_t h = ckpt__f32_to_f16(d);
     memcpy(b, &h, 2);
-    for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)(int8_t)to_int(np_roundf(x[j] * id));
+    int8_t *q = (int8_t *)(b + 2);
+    if (isfinite(d) && isfinite(id)) {
+        /* Every x * id is finite and within about ±127: np_roundf without
+         * libm calls (a truncation is floor for a ≥ 0; 2 × the fraction is
+         * exact, so floor(2 × frac) is frac ≥ 0.5), branch-free. */
+        for (int j = 0; j < 32; j++) {
+            float v = x[j] * id, a = fabsf(v);
+            int32_t t = (int32_t)a;
+            int32_t r = t + ((a - (float)t) >= 0.5f);
+            q[j] = (int8_t)(v < 0 ? -r : r);
+        }
+        return;
+    }
+    for (int j = 0; j < 32; j++) q[j] = (int8_t)to_int(np_roundf(x[j] * id));
 }
 
 static void q_q4_0(const float *x, uint8_t *b) {
@@ -220,9 +233,17 @@ static void q_q4_0(const float *x, uint8_t *b) {
     uint16_t h = ckpt__f32_to_f16(d);
     memcpy(b, &h, 2);
     uint8_t q[32];
-    for (int j = 0; j < 32; j++) {
-        int v = to_int(truncf(x[j] * id + 8.5f));
-        q[j] = (uint8_t)(v < 0 ? 0 : v > 15 ? 15 : v);
+    if (isfinite(d) && isfinite(id)) {
+        /* x * id + 8.5 lies in about [0.5, 16.5]: truncf is the int cast. */
+        for (int j = 0; j < 32; j++) {
+            int32_t v = (int32_t)(x[j] * id + 8.5f);
+            q[j] = (uint8_t)(v < 0 ? 0 : v > 15 ? 15 : v);
+        }
+    } else {
+        for (int j = 0; j < 32; j++) {
+            int v = to_int(truncf(x[j] * id + 8.5f));
+            q[j] = (uint8_t)(v < 0 ? 0 : v > 15 ? 15 : v);
+        }
     }
     for (int j = 0; j < 16; j++) b[2 + j] = (uint8_t)(q[j] | (q[j + 16] << 4));
 }

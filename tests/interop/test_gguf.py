@@ -458,3 +458,41 @@ def test_dequantizing_convert_memory_is_bounded(tmp_path):
     peak_kib = int(rss.read_text().split()[-1])
     assert peak_kib * 1024 < 64 * 2**20, peak_kib
     del os
+
+
+def test_torch_file_to_gguf(tmp_path):
+    """torch.save → GGUF: every tensor written (GGUF shares no storage: tied
+    weights are each stored), names and shapes kept, bytes exact."""
+    import torch
+    emb = torch.randn(16, 32)
+    sd = {"embed.weight": emb, "lm_head.weight": emb, "norm.weight": torch.ones(32, dtype=torch.float16),
+          "step": torch.tensor([3], dtype=torch.int64)}
+    src = tmp_path / "m.bin"
+    torch.save(sd, src)
+    out = tmp_path / "m.gguf"
+    ckpt("convert", src, out)
+    r = gguf.GGUFReader(str(out))
+    got = {t.name: t for t in r.tensors}
+    assert list(got) == list(sd)
+    for name, t in sd.items():
+        assert list(reversed([int(d) for d in got[name].shape])) == list(t.shape)
+        assert np.array(got[name].data).tobytes() == t.numpy().tobytes()
+    assert r.fields["format"].contents() == "pt"
+
+
+def test_version_2_files(tmp_path):
+    """GGUF v2 has v3's layout (v3 added big-endian files): both are read."""
+    import struct
+    path = tmp_path / "v3.gguf"
+    x = np.arange(64, dtype=np.float32).reshape(2, 32)
+    write_gguf(path, [("k", 5, V.UINT32, None)], [("t", x, None)])
+    data = bytearray(path.read_bytes())
+    data[4:8] = struct.pack("<I", 2)
+    v2 = tmp_path / "v2.gguf"
+    v2.write_bytes(bytes(data))
+    with Catalog(v2) as cat:
+        assert cat.read("t") == x.tobytes()
+    data[4:8] = struct.pack("<I", 1)
+    v2.write_bytes(bytes(data))
+    r = ckpt("inspect", v2, check=False)
+    assert "CKPT_E_GGUF_VERSION" in r.stderr and "version 1" in r.stderr
