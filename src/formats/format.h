@@ -97,6 +97,11 @@ CKPT__HIDDEN ckpt_status ckpt__cat_add_metadata(ckpt_catalog *c, uint32_t file, 
 /* A GGUF key-value pair, copied (its strings and data must live as long
  * as the catalog). */
 CKPT__HIDDEN ckpt_status ckpt__cat_add_kv(ckpt_catalog *c, const ckpt_kv *kv, ckpt_error *err);
+/* An entry of the checkpoint's own metadata (an index's), not of any one
+ * file; the strings must live as long as the catalog.  The first value of
+ * a key wins. */
+CKPT__HIDDEN ckpt_status ckpt__cat_add_checkpoint_metadata(ckpt_catalog *c, const char *key, const char *value,
+                                                           ckpt_error *err);
 
 /* The object tree of a data file (see ckpt_catalog_tree_json), copied.
  * Several trees (torch shards) are joined as {"__shards__": [...]}. */

@@ -5,9 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "../io/file.h"
 #include "gguf.h"
 #include "json.h"
+#include "output.h"
 
 enum { T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STRING, T_ARRAY, T_U64, T_I64, T_F64, T_COUNT };
 
@@ -394,3 +397,181 @@ ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const c
     *file_size = b->len + rel;
     return CKPT_OK;
 }
+
+/* ---- the output format (formats/output.h) ------------------------------------------- */
+
+typedef struct gguf_state {
+    uint32_t alignment;  /* the first file's: general.alignment */
+    const char **keys;   /* the first file's key-values, general.architecture first */
+    const char **values;
+    size_t kv_count;
+} gguf_state;
+
+static bool is_split_key(const char *k) {
+    return !strcmp(k, "split.no") || !strcmp(k, "split.count") || !strcmp(k, "split.tensors.count");
+}
+
+static bool gguf_directory(const ckpt_writer_options *o) {
+    (void)o;
+    return false; /* one file, or split parts beside it */
+}
+
+static bool gguf_owns(const char *prefix, const char *name) {
+    (void)prefix;
+    return ckpt__gguf_is_split_name(name);
+}
+
+static unsigned gguf_needs(const ckpt_writer_options *o) {
+    (void)o;
+    return 0;
+}
+
+static ckpt_status gguf_accepts(const char *path, const char *name, ckpt_dtype dtype, uint32_t ndim,
+                                const uint64_t *shape, ckpt_error *err) {
+    (void)shape;
+    if (ckpt_dtype_ggml_type(dtype) < 0)
+        return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, path, name, -1,
+                          "GGUF has no %s type: cast it to F32, F16, BF16, F64, I8-I64 or a block type such as Q8_0",
+                          ckpt_dtype_name(dtype));
+    if (ndim > CKPT__GGUF_MAX_DIMS)
+        return ckpt__fail(err, CKPT_E_GGUF_DIMS, path, name, -1, "%u dimensions, more than GGUF's %d", ndim,
+                          CKPT__GGUF_MAX_DIMS);
+    return CKPT_OK;
+}
+
+/* The key-values of the first file: every metadata entry (the files', then
+ * the checkpoint's), general.architecture first as GGUFWriter puts it,
+ * split keys dropped (each file gets its own). */
+static ckpt_status gather_kvs(ckpt__output *o, gguf_state *s, ckpt_error *err) {
+    const ckpt__pairs *fm = ckpt__out_file_metadata(o), *cm = ckpt__out_checkpoint_metadata(o);
+    size_t cap = fm->count + cm->count + 1;
+    s->keys = ckpt__arena_alloc(ckpt__out_arena(o), cap * sizeof *s->keys);
+    s->values = ckpt__arena_alloc(ckpt__out_arena(o), cap * sizeof *s->values);
+    if (!s->keys || !s->values) return ckpt__oom(err, ckpt__out_path(o), NULL);
+    const char *arch = ckpt__pairs_get(fm, "general.architecture");
+    if (!arch) arch = ckpt__pairs_get(cm, "general.architecture");
+    if (arch) s->keys[s->kv_count] = "general.architecture", s->values[s->kv_count++] = arch;
+    for (int pass = 0; pass < 2; pass++) {
+        const ckpt__pairs *p = pass ? cm : fm;
+        for (size_t i = 0; i < p->count; i++) {
+            const char *k = p->keys[i];
+            bool seen = !strcmp(k, "general.architecture") || is_split_key(k);
+            for (size_t j = 0; !seen && j < s->kv_count; j++) seen = !strcmp(s->keys[j], k);
+            if (!seen) s->keys[s->kv_count] = k, s->values[s->kv_count++] = p->values[i];
+        }
+    }
+    s->alignment = CKPT__GGUF_DEFAULT_ALIGNMENT;
+    for (size_t i = 0; i < s->kv_count; i++) {
+        if (strcmp(s->keys[i], "general.alignment") != 0) continue;
+        uint32_t type;
+        uint64_t v;
+        if (!ckpt__gguf_typed_value(s->values[i], &type, &v) || type != T_U32)
+            return ckpt__fail(err, CKPT_E_GGUF_KV_TYPE, ckpt__out_path(o), NULL, -1,
+                              "general.alignment must be a u32 ({\"gguf_type\": \"u32\", \"value\": 32}), not %s",
+                              s->values[i]);
+        if (v == 0 || (v & (v - 1)) || v > (1u << 30))
+            return ckpt__fail(err, CKPT_E_GGUF_ALIGNMENT, ckpt__out_path(o), NULL, -1,
+                              "general.alignment %llu is not a power of two", (unsigned long long)v);
+        s->alignment = (uint32_t)v;
+    }
+    return CKPT_OK;
+}
+
+/* gguf-split's packing: a tensor starts a new file when the padded data
+ * would pass max_shard_size, or after split_max_tensors tensors; every
+ * file gets one tensor at least. */
+static ckpt_status gguf_plan(ckpt__output *o, ckpt_error *err) {
+    const ckpt_writer_options *opt = ckpt__out_options(o);
+    const char *path = ckpt__out_path(o);
+    if (opt->checksums)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1,
+                          "GGUF output has no place for checksums (they are a safetensors __metadata__ entry)");
+    gguf_state *s = ckpt__arena_alloc(ckpt__out_arena(o), sizeof *s);
+    if (!s) return ckpt__oom(err, path, NULL);
+    memset(s, 0, sizeof *s);
+    *ckpt__out_format_state(o) = s;
+    ckpt_status st = gather_kvs(o, s, err);
+    if (st) return st;
+    size_t files = 1, in_file = 0, n = ckpt__out_count(o);
+    uint64_t size = 0;
+    for (size_t i = 0; i < n; i++) {
+        ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
+        uint64_t padded = t->nbytes + (s->alignment - t->nbytes % s->alignment) % s->alignment;
+        bool by_size = opt->max_shard_size && size + padded > opt->max_shard_size;
+        bool by_count = opt->split_max_tensors && in_file >= opt->split_max_tensors;
+        if (in_file && (by_size || by_count)) files++, in_file = 0, size = 0;
+        t->file = (uint32_t)(files - 1);
+        in_file++;
+        size += padded;
+    }
+    if (files > 99999) return ckpt__fail(err, CKPT_E_LIMIT, path, NULL, -1, "more than 99999 split files");
+    char **names = ckpt__calloc(files, sizeof *names);
+    if (!names) return ckpt__oom(err, path, NULL);
+    for (size_t f = 0; st == CKPT_OK && f < files; f++) {
+        char *full = files == 1 ? ckpt__strdup(path) : ckpt__gguf_split_path(path, f, files);
+        names[f] = full ? ckpt__strdup(ckpt__path_basename(full)) : NULL;
+        if (!names[f]) st = ckpt__oom(err, path, NULL);
+        else if (files > 1 && !opt->overwrite && lstat(full, &(struct stat){0}) == 0)
+            st = ckpt__fail(err, CKPT_E_EXISTS, full, NULL, -1, "already exists (use overwrite / --force to replace it)");
+        free(full);
+    }
+    if (st == CKPT_OK) st = ckpt__out_set_files(o, files, (const char *const *)names, err);
+    for (size_t f = 0; f < files; f++) free(names[f]);
+    free(names);
+    return st;
+}
+
+/* A file's header, as GGUFWriter writes it: the first file's key-values,
+ * then the split keys; the file's tensors in declaration order.  Parts
+ * after the first have no general.alignment, so readers (ggml, gguf-py)
+ * take them at the default 32: so does the layout (GGUFWriter pads them
+ * with the first file's alignment, which its own reader then misreads). */
+static ckpt_status gguf_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, ckpt_error *err) {
+    gguf_state *s = *ckpt__out_format_state(o);
+    size_t total = ckpt__out_count(o), files = ckpt__out_file_count(o), n = 0, kv = 0;
+    for (size_t i = 0; i < total; i++) n += ckpt__out_tensor_at(o, i)->file == file;
+    ckpt__gguf_out_tensor *out = ckpt__malloc((n ? n : 1) * sizeof *out);
+    size_t *ids = ckpt__malloc((n ? n : 1) * sizeof *ids);
+    const char **keys = ckpt__malloc((s->kv_count + 3) * sizeof *keys);
+    const char **values = ckpt__malloc((s->kv_count + 3) * sizeof *values);
+    const char *path = ckpt__out_file_path(o, file);
+    ckpt_status st = CKPT_OK;
+    if (!out || !ids || !keys || !values) st = ckpt__oom(err, path, NULL);
+    for (size_t i = 0; st == CKPT_OK && file == 0 && i < s->kv_count; i++) keys[kv] = s->keys[i], values[kv++] = s->values[i];
+    char split[3][64];
+    if (st == CKPT_OK && files > 1) {
+        size_t count = 0;
+        for (size_t i = 0; i < total; i++) count += ckpt__out_tensor_at(o, i)->file != CKPT__OUT_NONE;
+        snprintf(split[0], sizeof split[0], "{\"gguf_type\": \"u16\", \"value\": %u}", file);
+        snprintf(split[1], sizeof split[1], "{\"gguf_type\": \"u16\", \"value\": %zu}", files);
+        snprintf(split[2], sizeof split[2], "{\"gguf_type\": \"i32\", \"value\": %zu}", count);
+        static const char *const split_keys[3] = {"split.no", "split.count", "split.tensors.count"};
+        for (int k = 0; k < 3; k++) keys[kv] = split_keys[k], values[kv++] = split[k];
+    }
+    size_t k = 0;
+    for (size_t i = 0; st == CKPT_OK && i < total; i++) {
+        const ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
+        if (t->file != file) continue;
+        ids[k] = i;
+        out[k++] = (ckpt__gguf_out_tensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape,
+                                           .nbytes = t->nbytes};
+    }
+    uint64_t size = 0;
+    if (st == CKPT_OK)
+        st = ckpt__gguf_layout(path, keys, values, kv, out, n, file == 0 ? s->alignment : CKPT__GGUF_DEFAULT_ALIGNMENT,
+                               head, &size, err);
+    if (st == CKPT_OK) {
+        for (size_t i = 0; i < n; i++) ckpt__out_tensor_at(o, ids[i])->offset = out[i].offset;
+        ckpt__out_set_file_size(o, file, size);
+    }
+    free(out);
+    free(ids);
+    free(keys);
+    free(values);
+    return st;
+}
+
+const ckpt__output_format ckpt__output_gguf = {
+    "gguf", CKPT_FORMAT_GGUF, gguf_directory, gguf_plan, gguf_layout, NULL, gguf_owns, gguf_needs,
+    false, gguf_accepts,
+};
