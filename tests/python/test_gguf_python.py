@@ -65,3 +65,13 @@ def test_load_into_module_and_dropin(model):
     assert torch.equal(lin.bias.detach(), torch.from_numpy(b))
     sd = ckpt.torch.load_file(path)
     assert sd["lin.weight"].dtype == torch.uint8 and sd["lin.weight"].shape == (8, 2 * 34)
+
+
+def test_mmap_views_and_numpy_dropin(model):
+    path, w, b = model
+    import ckpt.numpy
+    q = gguf.GGUFReader(str(path)).tensors[0].data
+    views = ckpt.load(path, "numpy", mmap=True)
+    assert np.array_equal(views["lin.weight"], q) and np.array_equal(views["lin.bias"], b)
+    sd = ckpt.numpy.load_file(path)
+    assert np.array_equal(sd["lin.weight"], q) and sd["lin.weight"].dtype == np.uint8
