@@ -204,7 +204,8 @@ def gguf_table(doc):
                              f"{rss / 2**20:,.0f} MiB | {'yes' if res['identical_outputs'] else 'NO'} |")
                 title = ""
     lines.append("")
-    lines.append("vs cp: cp's time over the contender's (1.00× = as fast as copying the bytes).")
+    lines.append("vs cp: cp's time over the contender's (1.00× = as fast as copying the bytes)."
+                 + (f" {doc['note']}" if doc.get("note") else ""))
     lines.append("")
     return lines
 
