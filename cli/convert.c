@@ -13,6 +13,8 @@ static const char usage[] =
     "                            [--select PAT] [--exclude PAT] [--rename FROM=TO]\n"
     "                            [--dtype [PAT=]DTYPE] [--slice [PAT=]SPEC]\n"
     "                            [--transpose PAT] [--layout [PAT=]FROM:TO]\n"
+    "                            [--to gguf|safetensors] [--gguf-kv FILE.json]\n"
+    "                            [--split-max-size SIZE] [--split-max-tensors N]\n"
     "\n"
     "Re-shard, merge or transform a checkpoint, streaming tensor data from file\n"
     "to file (memory use does not depend on the checkpoint's size).\n"
@@ -64,6 +66,21 @@ static const char usage[] =
     "                         of torch to TensorFlow/Flax); other ranks untouched\n"
     "  A pattern that matches no tensor is an error (see --ignore-unmatched); one\n"
     "  that names a single tensor the rule cannot apply to is an error too.\n"
+    "\n"
+    "GGUF:\n"
+    "  --to gguf|safetensors  the output format (default: by DST's extension)\n"
+    "  --dtype q8_0 / q4_0    quantize float matrices (2 or more axes, rows of whole\n"
+    "                         32-element blocks; vectors stay as they are), bit-exact\n"
+    "                         with gguf.quants; --dtype bf16/f16/f32 dequantizes\n"
+    "                         GGUF block types (quantized tensors written as\n"
+    "                         safetensors are dequantized to f32 unless --dtype says)\n"
+    "  --gguf-kv FILE.json    key-values to add or replace: {key: value}, a string,\n"
+    "                         a number, a bool, a list, or a typed value such as\n"
+    "                         {\"gguf_type\": \"u32\", \"value\": 4096}\n"
+    "  --split-max-size SIZE  split as gguf-split does: 500M, 2G (powers of 1000),\n"
+    "                         or any --max-shard-size form\n"
+    "  --split-max-tensors N  at most N tensors per split file\n"
+    "  Splits are DST-00001-of-0000N.gguf beside DST; SRC a first part merges.\n"
     "  -h, --help             show this help\n"
     "\n"
     "Output appears under its final name only when complete: an error or Ctrl-C\n"
@@ -98,6 +115,8 @@ static ckpt_dtype parse_dtype(const char *text) {
     };
     for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
         if (!strcasecmp(text, aliases[i].alias)) return aliases[i].dtype;
+    for (int d = 1; d < CKPT_DTYPE_COUNT; d++) /* ggml's block types: q8_0, Q4_K, ... */
+        if (ckpt_dtype_is_block((ckpt_dtype)d) && !strcasecmp(text, ckpt_dtype_name((ckpt_dtype)d))) return (ckpt_dtype)d;
     return ckpt_dtype_from_name(text);
 }
 
@@ -166,10 +185,64 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
+/* A whole file into a malloc'ed string, or NULL (errno set). */
+static char *read_text_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t n = fread(buf + len, 1, cap - len - 1, f);
+        len += n;
+        if (len + 1 < cap) break;
+        char *bigger = realloc(buf, cap *= 2);
+        if (!bigger) free(buf);
+        buf = bigger;
+    }
+    fclose(f);
+    if (buf) buf[len] = '\0';
+    return buf;
+}
+
+/* gguf-split's sizes ("500M", "2G": powers of 1000), or ckpt_parse_size's. */
+static ckpt_status parse_split_size(const char *text, uint64_t *bytes, ckpt_error *err) {
+    size_t n = strlen(text);
+    if (n > 1 && n < 60 && (text[n - 1] == 'M' || text[n - 1] == 'G') && text[n - 2] >= '0' && text[n - 2] <= '9') {
+        char with_b[64];
+        snprintf(with_b, sizeof with_b, "%sB", text);
+        return ckpt_parse_size(with_b, bytes, err);
+    }
+    return ckpt_parse_size(text, bytes, err);
+}
+
+/* Glob-escapes a tensor name so that a pattern matches it alone. */
+static void escape_name(const char *name, char *out, size_t cap) {
+    size_t k = 0;
+    for (; *name && k + 2 < cap; name++) {
+        if (strchr("*?[]\\", *name)) out[k++] = '\\';
+        out[k++] = *name;
+    }
+    out[k] = '\0';
+}
+
+/* safetensors has no block types: quantized tensors the rules left as they
+ * are become f32 (lossless). */
+static int dequantize_rest(ckpt_plan *plan, ckpt_error *err) {
+    char pattern[8192];
+    for (size_t i = 0; i < ckpt_plan_count(plan); i++) {
+        const ckpt_plan_item *it = ckpt_plan_item_at(plan, i);
+        if (!ckpt_dtype_is_block(it->dtype)) continue;
+        escape_name(it->source->name, pattern, sizeof pattern);
+        if (ckpt_plan_cast(plan, pattern, CKPT_F32, err) != CKPT_OK) return report_error(err);
+    }
+    return EXIT_OK;
+}
+
 /* The command, with room for one transform and one allowed global per
  * argument. */
 static int run_convert(int argc, char **argv, rule *rules, const char **globals) {
-    const char *src = NULL, *dst = NULL, *shard_size = NULL;
+    const char *src = NULL, *dst = NULL, *shard_size = NULL, *to = NULL, *kv_file = NULL, *split_size = NULL,
+               *split_tensors = NULL;
     bool extra_files = true, ignore_unmatched = false;
     size_t global_count = 0;
     ckpt_writer_options opt;
@@ -191,6 +264,14 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
             shard_size = a + 17;
         } else if (!strncmp(a, "--prefix=", 9)) {
             opt.prefix = a + 9;
+        } else if (!strcmp(a, "--to") || !strcmp(a, "--gguf-kv") || !strcmp(a, "--split-max-size") ||
+                   !strcmp(a, "--split-max-tensors")) {
+            if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
+            const char *v = argv[++i];
+            if (!strcmp(a, "--to")) to = v;
+            else if (!strcmp(a, "--gguf-kv")) kv_file = v;
+            else if (!strcmp(a, "--split-max-size")) split_size = v;
+            else split_tensors = v;
         } else if (!strcmp(a, "--force")) {
             opt.overwrite = 1;
         } else if (!strcmp(a, "--no-sync")) {
@@ -231,42 +312,75 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
 
     ckpt_error err;
     ckpt_error_clear(&err);
+    if (to && strcasecmp(to, "gguf") && strcasecmp(to, "safetensors"))
+        return usage_error("convert", "--to takes gguf or safetensors, not '%s'", to);
+    bool gguf = to ? !strcasecmp(to, "gguf") : ends_with(dst, ".gguf");
+    char *kv_text = NULL;
+    struct stat sb;
+    if (gguf) {
+        opt.format = CKPT_FORMAT_GGUF;
+        if (shard_size) return usage_error("convert", "GGUF output splits with --split-max-size, not --max-shard-size");
+        if (split_size && parse_split_size(split_size, &opt.max_shard_size, &err) != CKPT_OK)
+            return usage_error("convert", "%s", err.message);
+        if (split_tensors) {
+            const char *e;
+            if (!parse_u64(split_tensors, &e, &opt.split_max_tensors) || *e || !opt.split_max_tensors)
+                return usage_error("convert", "--split-max-tensors needs a positive number, got '%s'", split_tensors);
+        }
+    } else {
+        if (to) opt.format = CKPT_FORMAT_SAFETENSORS;
+        if (split_size || split_tensors)
+            return usage_error("convert", "--split-max-size and --split-max-tensors are for GGUF output (DST *.gguf)");
+    }
+    if (kv_file) {
+        if (!(kv_text = read_text_file(kv_file))) {
+            fprintf(stderr, "ckpt: %s: %s\n", kv_file, strerror(errno));
+            return EXIT_ERROR;
+        }
+        opt.metadata_json = kv_text;
+    }
+    if (gguf) goto open; /* no safetensors sharding */
     if (shard_size) {
         if (ckpt_parse_size(shard_size, &opt.max_shard_size, &err) != CKPT_OK)
             return usage_error("convert", "%s", err.message);
     }
-    struct stat sb;
     bool dst_is_dir = stat(dst, &sb) == 0 && S_ISDIR(sb.st_mode);
     if (!shard_size && (dst_is_dir || !ends_with(dst, ".safetensors")))
         opt.max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
     if (shard_size && ends_with(dst, ".safetensors") && !dst_is_dir)
         return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", dst);
+open:
 
     /* A model directory's other files (config.json, tokenizer files, …)
      * go along into a directory of shards, so that the output loads on its
      * own. */
-    if (extra_files && opt.max_shard_size && stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) opt.copy_files_from = src;
+    if (extra_files && !gguf && opt.max_shard_size && stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) opt.copy_files_from = src;
     ckpt_catalog_options copt;
     ckpt_catalog_options_init(&copt);
     copt.allowed_globals = globals;
     copt.allowed_global_count = global_count;
     ckpt_catalog *cat;
-    if (ckpt_catalog_open_ex(src, &copt, &cat, &err) != CKPT_OK) return report_error(&err);
+    if (ckpt_catalog_open_ex(src, &copt, &cat, &err) != CKPT_OK) {
+        free(kv_text);
+        return report_error(&err);
+    }
     /* A conversion is a plan: the identity, or the rules in order. */
     ckpt_plan *plan = NULL;
     if (ckpt_plan_create(cat, &plan, &err) != CKPT_OK) {
         ckpt_catalog_close(cat);
+        free(kv_text);
         return report_error(&err);
     }
     if (ignore_unmatched) ckpt_plan_set_flags(plan, CKPT_PLAN_IGNORE_UNMATCHED);
     {
-        for (size_t i = 0; i < rule_count; i++) {
-            int rc = apply_rule(plan, &rules[i], &err);
-            if (rc != EXIT_OK) {
-                ckpt_plan_free(plan);
-                ckpt_catalog_close(cat);
-                return rc;
-            }
+        int rc = EXIT_OK;
+        for (size_t i = 0; i < rule_count && rc == EXIT_OK; i++) rc = apply_rule(plan, &rules[i], &err);
+        if (rc == EXIT_OK && !gguf) rc = dequantize_rest(plan, &err); /* safetensors has no block types */
+        if (rc != EXIT_OK) {
+            ckpt_plan_free(plan);
+            ckpt_catalog_close(cat);
+            free(kv_text);
+            return rc;
         }
     }
     progress_bar bar;
@@ -275,6 +389,7 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
     progress_finish(&bar, st == CKPT_OK);
     ckpt_plan_free(plan);
     ckpt_catalog_close(cat);
+    free(kv_text);
     if (st != CKPT_OK) {
         if (st == CKPT_E_CANCELLED) {
             fprintf(stderr, "ckpt: interrupted; %s left as it was\n", dst);

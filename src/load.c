@@ -43,9 +43,13 @@ static bool single_run(const ckpt__plan_entry *e) {
 
 static uint64_t slice_offset(const ckpt__plan_entry *e) {
     const ckpt_tensor_info *t = e->pub.source;
-    uint64_t off = 0, s = 1;
-    for (uint32_t d = t->ndim; d-- > 0;) off += e->start[d] * s, s *= t->shape[d];
-    return off * (ckpt_dtype_bits(t->dtype) / 8);
+    /* In units: elements, or blocks along the innermost axis of a block type. */
+    uint64_t off = 0, s = 1, block = ckpt_dtype_block_elems(t->dtype);
+    for (uint32_t d = t->ndim; d-- > 0;) {
+        uint64_t div = d == t->ndim - 1 ? block : 1;
+        off += e->start[d] / div * s, s *= t->shape[d] / div;
+    }
+    return off * ckpt_dtype_block_bytes(t->dtype);
 }
 
 /* A view of the entry's bytes in a mapping of its file — the catalog's

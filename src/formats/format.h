@@ -95,6 +95,9 @@ CKPT__HIDDEN ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tenso
 CKPT__HIDDEN ckpt_status ckpt__cat_add_metadata(ckpt_catalog *c, uint32_t file, const char *key, const char *value,
                                                 ckpt_error *err);
 
+/* A GGUF key-value pair, copied (its strings and data must live as long
+ * as the catalog). */
+CKPT__HIDDEN ckpt_status ckpt__cat_add_kv(ckpt_catalog *c, const ckpt_kv *kv, ckpt_error *err);
 /* An entry of the checkpoint's own metadata (an index's), not of any one
  * file; the strings must live as long as the catalog.  The first value of
  * a key wins. */
@@ -150,5 +153,6 @@ CKPT__HIDDEN extern const ckpt__format ckpt__format_index;       /* shards.c: *.
 CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_zip;   /* torch.c */
 CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_legacy;
 CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_tar;   /* refused, with advice */
+CKPT__HIDDEN extern const ckpt__format ckpt__format_gguf;        /* gguf.c */
 
 #endif
