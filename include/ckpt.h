@@ -132,7 +132,11 @@ typedef enum ckpt_status {
 
     /* Pickles (torch.save files): nothing is ever executed */
     CKPT_E_PICKLE_INVALID = 60,     /* a malformed or truncated pickle          */
-    CKPT_E_PICKLE_FORBIDDEN = 61    /* a global or operation outside the allowlist */
+    CKPT_E_PICKLE_FORBIDDEN = 61,   /* a global or operation outside the allowlist */
+
+    /* NumPy .npy/.npz files and Flax msgpack files */
+    CKPT_E_NPY_INVALID = 90,        /* a malformed .npy header                  */
+    CKPT_E_MSGPACK_INVALID = 91     /* a malformed msgpack document, or not Flax's */
 
     /* Ranges reserved for the formats and sources being added: 70-79 GGUF,
      * 80-89 PyTorch DCP, 90-99 NumPy and Flax msgpack, 100-109 remote
@@ -227,9 +231,11 @@ typedef enum ckpt_format {
     CKPT_FORMAT_SAFETENSORS = 1,         /* one .safetensors file          */
     CKPT_FORMAT_SAFETENSORS_SHARDED = 2, /* index.json + shards            */
     CKPT_FORMAT_TORCH = 3,               /* one torch.save zip file        */
-    CKPT_FORMAT_TORCH_SHARDED = 4        /* pytorch_model.bin.index.json + shards */
-    /* Numbers 5-9 are reserved for: 5 GGUF, 6 PyTorch distributed (DCP),
-     * 7 NumPy .npy, 8 NumPy .npz, 9 Flax msgpack. */
+    CKPT_FORMAT_TORCH_SHARDED = 4,       /* pytorch_model.bin.index.json + shards */
+    /* Numbers 5 and 6 are reserved for: 5 GGUF, 6 PyTorch distributed (DCP). */
+    CKPT_FORMAT_NPY = 7,                 /* one NumPy .npy array           */
+    CKPT_FORMAT_NPZ = 8,                 /* a NumPy .npz archive of arrays */
+    CKPT_FORMAT_FLAX_MSGPACK = 9         /* flax.serialization msgpack (flax_model.msgpack) */
 } ckpt_format;
 
 /* The format's short name ("safetensors", "safetensors-sharded", "torch",
@@ -259,8 +265,10 @@ typedef struct ckpt_tensor_info {
      * on big-endian machines); reads return little-endian data. */
     uint8_t big_endian;
     /* Non-zero when the data sits in a compressed (DEFLATE) zip record
-     * (a re-zipped torch file): reads inflate it, a view is refused, and
-     * `offset` is not a place in the file. */
+     * (a re-zipped torch file, an np.savez_compressed member) or is
+     * assembled from several chunks (a large array of a Flax msgpack
+     * file): reads inflate or gather it, a view is refused, and `offset`
+     * is not a place in the file. */
     uint8_t compressed;
 } ckpt_tensor_info;
 

@@ -6,7 +6,8 @@
  * one by name is kept; the others are recorded as `removed → kept` in the
  * checkpoint metadata), views are written contiguous, every file gets
  * {"format": "pt"}; and the non-tensor object tree is kept as JSON under
- * CKPT_TREE_METADATA_KEY. */
+ * CKPT_TREE_METADATA_KEY.  Flax msgpack sources get {"format": "flax"}
+ * and their structure under CKPT_STRUCTURE_METADATA_KEY. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,9 @@
 /* The checkpoint-metadata key of a torch file's object tree (see
  * ckpt_catalog_tree_json). */
 #define CKPT_TREE_METADATA_KEY "ckpt.torch_tree"
+/* The checkpoint-metadata key of a nested structure, as the Python
+ * package's ckpt.save writes it (python/ckpt/_tree.py, STRUCTURE_KEY). */
+#define CKPT_STRUCTURE_METADATA_KEY "ckpt.tree"
 
 enum { TRANSFORM_CHUNK = 8 << 20 };
 
@@ -169,6 +173,13 @@ ckpt_status ckpt__copy_source_metadata(const ckpt_catalog *src, ckpt_writer *w, 
         st = ckpt_writer_set_metadata(w, "format", "pt", err);
         if (st == CKPT_OK && ckpt_catalog_tree_json(src))
             st = ckpt_writer_set_checkpoint_metadata(w, CKPT_TREE_METADATA_KEY, ckpt_catalog_tree_json(src), err);
+    } else if (format == CKPT_FORMAT_FLAX_MSGPACK) {
+        /* As transformers' Flax models save safetensors, and the document's
+         * structure where ckpt.save keeps one (dicts keyed "0", "1" stay
+         * dicts; scalars and hyper-parameters are kept). */
+        st = ckpt_writer_set_metadata(w, "format", "flax", err);
+        if (st == CKPT_OK && ckpt_catalog_tree_json(src))
+            st = ckpt_writer_set_checkpoint_metadata(w, CKPT_STRUCTURE_METADATA_KEY, ckpt_catalog_tree_json(src), err);
     }
     for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_metadata_count(src); i++) {
         const char *k, *v;

@@ -98,6 +98,56 @@ static ckpt_status read_strided(const source *src, const ckpt_tensor_info *t, ui
     return st;
 }
 
+/* A tensor assembled from several pieces (boxes, each dense row-major in
+ * its file): every run of each piece (its rows, inner axes merged) that
+ * meets [off, off + n) of the row-major tensor is read into place.  Work
+ * is O(runs) per call; memory none.  Interim, until the engine reads
+ * pieces chunk by chunk itself. */
+static ckpt_status read_pieces(const ckpt_catalog *c, const ckpt_tensor_info *t, const ckpt__piece *pieces,
+                               uint32_t count, uint64_t off, unsigned char *dst, uint64_t n, ckpt_error *err) {
+    uint64_t item = ckpt_dtype_bits(t->dtype) / 8, end = off + n, tstride[CKPT_MAX_DIMS], s = 1;
+    uint32_t nd = t->ndim;
+    if (!item || nd == 0)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, ckpt_catalog_file_path(c, t->file), t->name, -1,
+                          "a packed or 0-dimensional tensor in several pieces");
+    for (uint32_t d = nd; d-- > 0;) tstride[d] = s, s *= t->shape[d];
+    for (uint32_t k = 0; k < count; k++) {
+        const ckpt__piece *p = &pieces[k];
+        if (p->strides)
+            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, ckpt_catalog_file_path(c, p->file), t->name, -1,
+                              "strided pieces are not read yet");
+        source src = {ckpt__catalog_source(c, p->file), p};
+        uint64_t start[CKPT_MAX_DIMS], cnt[CKPT_MAX_DIMS], runs = 1;
+        for (uint32_t d = 0; d < nd; d++) {
+            start[d] = p->start ? p->start[d] : 0;
+            cnt[d] = p->count ? p->count[d] : t->shape[d];
+            if (!cnt[d]) runs = 0;
+        }
+        uint32_t r = nd - 1;
+        while (r > 0 && cnt[r] == t->shape[r]) r--;
+        for (uint32_t d = 0; d < r; d++) runs *= cnt[d];
+        uint64_t run = cnt[r] * tstride[r] * item, idx[CKPT_MAX_DIMS] = {0}, at = 0;
+        for (uint32_t d = 0; d < nd; d++) at += start[d] * tstride[d];
+        for (uint64_t q = 0; q < runs; q++) {
+            uint64_t a = at * item, b = a + run;
+            if (a < end && b > off) {
+                uint64_t lo = a > off ? a : off, hi = b < end ? b : end;
+                uint64_t from = q * run + (lo - a);
+                ckpt_status st = p->big_endian ? read_swapped(&src, t, from, dst + (lo - off), hi - lo, err)
+                                               : fetch(&src, t, from, dst + (lo - off), hi - lo, err);
+                if (st) return st;
+            }
+            for (uint32_t d = r; d-- > 0;) { /* next run: odometer over the axes before r */
+                at += tstride[d];
+                if (++idx[d] < cnt[d]) break;
+                at -= idx[d] * tstride[d];
+                idx[d] = 0;
+            }
+        }
+    }
+    return CKPT_OK;
+}
+
 ckpt_status ckpt_catalog_read(const ckpt_catalog *c, const ckpt_tensor_info *t, uint64_t byte_offset, void *dst,
                               uint64_t nbytes, ckpt_error *err) {
     size_t index;
@@ -113,7 +163,8 @@ ckpt_status ckpt_catalog_read(const ckpt_catalog *c, const ckpt_tensor_info *t, 
     uint32_t pieces;
     const ckpt__piece *p = ckpt__catalog_pieces(c, index, &pieces);
     source src = {ckpt__catalog_source(c, p->file), p};
-    if (!t->strides && !t->big_endian) st = fetch(&src, t, byte_offset, dst, nbytes, err);
+    if (pieces > 1) st = read_pieces(c, t, p, pieces, byte_offset, dst, nbytes, err);
+    else if (!t->strides && !t->big_endian) st = fetch(&src, t, byte_offset, dst, nbytes, err);
     else st = t->strides ? read_strided(&src, t, byte_offset, dst, nbytes, err)
                          : read_swapped(&src, t, byte_offset, dst, nbytes, err);
     return st ? ckpt__error_in_tensor(err, st, t->name) : st;
@@ -125,10 +176,12 @@ ckpt_status ckpt_catalog_view(ckpt_catalog *c, const ckpt_tensor_info *t, const 
     if (st) return st;
     if (!data) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, t->name, -1, "data is required");
     const char *path = ckpt_catalog_file_path(c, t->file);
+    uint32_t pieces;
+    ckpt__catalog_pieces(c, index, &pieces);
     if (t->strides || t->big_endian || t->compressed)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, t->name, -1,
                           "the tensor is %s in the file: no view of it as a dense little-endian array; read it instead",
-                          t->strides ? "a strided view" : t->big_endian ? "big-endian" : "compressed");
+                          t->strides ? "a strided view" : t->big_endian ? "big-endian" : pieces > 1 ? "in several pieces" : "compressed");
     const void *base;
     if ((st = ckpt__catalog_map(c, t->file, &base, err))) return ckpt__error_in_tensor(err, st, t->name);
     static const char empty[1];

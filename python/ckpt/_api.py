@@ -8,7 +8,8 @@ from collections import namedtuple
 from . import _ckpt, _dtypes, _frameworks, _progress, _tree
 from ._safe import _available_memory
 
-FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded"}
+FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded", 7: "npy", 8: "npz",
+           9: "flax-msgpack"}
 _IO = {"auto": 0, "buffered": 1, "direct": 2}
 _MISSING, _UNEXPECTED, _SHAPE, _DTYPE = 1, 2, 3, 4
 _MATCH_CAST = 1
@@ -269,6 +270,15 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     as copy-on-write views of the file instead of copies.  nested=True
     returns the checkpoint's nested structure."""
     fw = _frameworks.get(framework)
+    if fw is _frameworks.Jax and _frameworks.jax_placement(device) is not None:
+        # A jax Sharding or Device: each device gets its block, read in place.
+        if mmap or tp_rank is not None or tp_size is not None or slices:
+            raise ValueError("with a jax sharding as device, the sharding slices the tensors: "
+                             "tp_rank, tp_size, slices and mmap do not apply")
+        from . import jax as ckpt_jax
+        return ckpt_jax.load(path, _frameworks.jax_placement(device), select=select, exclude=exclude, rename=rename,
+                             dtype=dtype, transpose=transpose, layout=layout, nested=nested, threads=threads, io=io,
+                             progress=progress)
     catalog = _ckpt.Catalog(os.fspath(path))
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank,

@@ -86,6 +86,8 @@ def decode(structure, leaf):
         if "__float__" in x:
             return float(x["__float__"])
         if "__call__" in x:
+            if x["__call__"] == "builtins.complex" and len(x.get("args", [])) == 2:
+                return complex(*(build(v) for v in x["args"]))
             return Call(x["__call__"], [build(v) for v in x.get("args", [])])
         if "__shards__" in x:
             return [build(v) for v in x["__shards__"]]

@@ -746,6 +746,25 @@ static PyObject *Plan_items(Plan *self, PyObject *unused) {
     return list;
 }
 
+/* perm(i) → item i's axis order: output axis k is source axis perm[k]. */
+static PyObject *Plan_perm(Plan *self, PyObject *arg) {
+    if (!plan_ready(self)) return NULL;
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    const ckpt_plan_item *it = i >= 0 ? ckpt_plan_item_at(self->plan, (size_t)i) : NULL;
+    if (!it) return PyErr_Format(PyExc_IndexError, "item %zd out of range", i);
+    PyObject *t = PyTuple_New(it->ndim);
+    for (uint32_t d = 0; t && d < it->ndim; d++) {
+        PyObject *v = PyLong_FromUnsignedLong(it->perm[d]);
+        if (!v) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, d, v);
+    }
+    return t;
+}
+
 /* match(expected, flags=0) with expected = [(name, dtype or None, shape)]
  * → [(kind, name, expected_index or None, item_index or None)]. */
 static PyObject *Plan_match(Plan *self, PyObject *args) {
@@ -913,6 +932,7 @@ static PyMethodDef Plan_methods[] = {
     {"transpose", (PyCFunction)Plan_transpose, METH_VARARGS, "transpose(pattern or None)"},
     {"layout", (PyCFunction)Plan_layout, METH_VARARGS, "layout(pattern or None, from, to)"},
     {"items", (PyCFunction)Plan_items, METH_NOARGS, "items() -> [(name, source_index, dtype, shape, nbytes, transform)]"},
+    {"perm", (PyCFunction)Plan_perm, METH_O, "perm(i) -> item i's axis order (output axis k is source axis perm[k])"},
     {"match", (PyCFunction)Plan_match, METH_VARARGS, "match(expected, flags=0) -> [(kind, name, expected, item)]"},
     {"set_buffer", (PyCFunction)Plan_set_buffer, METH_VARARGS, "set_buffer(i, writable_buffer)"},
     {"load", (PyCFunction)(void (*)(void))Plan_load, METH_VARARGS | METH_KEYWORDS,

@@ -51,6 +51,8 @@ static const status_entry status_table[] = {
     ENTRY(CKPT_E_CHECKSUM, "checksum mismatch"),
     ENTRY(CKPT_E_PICKLE_INVALID, "malformed pickle"),
     ENTRY(CKPT_E_PICKLE_FORBIDDEN, "pickle asks for something outside the allowlist"),
+    ENTRY(CKPT_E_NPY_INVALID, "malformed NumPy .npy header"),
+    ENTRY(CKPT_E_MSGPACK_INVALID, "malformed msgpack document, or not a Flax one"),
 };
 #undef ENTRY
 
