@@ -25,13 +25,6 @@ static int npz_probe(const unsigned char *head, size_t n, const char *name) {
     return ends_with((const char *)head + 30, len, ".npy") ? CKPT__PROBE_MAGIC : CKPT__PROBE_NO;
 }
 
-/* Bytes [skip, skip + n) of a member's data. */
-static ckpt_status member_read(ckpt__source *src, const ckpt__zip_entry *e, uint64_t skip, void *out, uint64_t n,
-                               ckpt_error *err) {
-    if (e->method == 0) return ckpt__source_read(src, out, n, e->data_offset + skip, err);
-    return ckpt__zip_inflate_range(src, e->data_offset, e->comp_size, e->name, skip, out, n, err);
-}
-
 static ckpt_status add_member(ckpt_catalog *c, ckpt__source *src, uint32_t file, const ckpt__zip_entry *e,
                               ckpt_error *err) {
     ckpt__arena *arena = ckpt__cat_arena(c);
@@ -45,7 +38,7 @@ static ckpt_status add_member(ckpt_catalog *c, ckpt__source *src, uint32_t file,
                           "compressed member %s has no compressed data", e->name);
     unsigned char head[12] = {0};
     size_t n = e->size < sizeof head ? (size_t)e->size : sizeof head;
-    ckpt_status st = member_read(src, e, 0, head, n, err);
+    ckpt_status st = ckpt__zip_read_prefix(src, e, n, head, err);
     if (st) return ckpt__error_in_tensor(err, st, name);
     uint64_t data_offset;
     if ((st = ckpt__npy_preamble(head, n, path, name, base, &data_offset, err))) return st;
@@ -55,7 +48,7 @@ static ckpt_status add_member(ckpt_catalog *c, ckpt__source *src, uint32_t file,
     unsigned char *buf = ckpt__malloc((size_t)data_offset);
     if (!buf) return ckpt__oom(err, path, name);
     ckpt__npy_header h;
-    st = member_read(src, e, 0, buf, data_offset, err);
+    st = ckpt__zip_read_prefix(src, e, data_offset, buf, err);
     if (st) st = ckpt__error_in_tensor(err, st, name);
     else st = ckpt__npy_parse(buf, (size_t)data_offset, path, name, base, arena, &h, err);
     free(buf);
