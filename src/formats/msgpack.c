@@ -155,7 +155,7 @@ static ckpt_status bytes(mp *m, uint64_t len, uint64_t limit, char **out) {
         const unsigned char *p = NULL;
         ckpt_status st = need(m, (size_t)len, limit, &p);
         if (st) return st;
-        memcpy(s, p, (size_t)len);
+        if (len) memcpy(s, p, (size_t)len);
     } else {
         ckpt_status st = ckpt__source_read(m->src, s, len, m->pos, m->err);
         if (st) return st;
@@ -380,7 +380,7 @@ static ckpt_status items(mp *m, node *n, uint64_t count, uint64_t per, uint64_t 
     n->u.seq.count = (uint32_t)count;
     n->u.seq.items = ckpt__arena_alloc(m->arena, (total ? (size_t)total : 1) * sizeof *n->u.seq.items);
     if (!n->u.seq.items) return ckpt__oom(m->err, m->path, NULL);
-    memcpy(n->u.seq.items, m->stack + base, (size_t)total * sizeof *n->u.seq.items);
+    if (total) memcpy(n->u.seq.items, m->stack + base, (size_t)total * sizeof *n->u.seq.items);
     m->stack_len = base;
     return CKPT_OK;
 }

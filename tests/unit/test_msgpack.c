@@ -198,7 +198,7 @@ static void chunked_doc(mb *m, float *all, const char *first_key) {
     str(m, "chunks");
     map(m, 9);
     for (int k = 8; k >= 0; k--) {
-        char key[4];
+        char key[16];
         snprintf(key, sizeof key, "%d", k);
         str(m, key);
         uint64_t n = k == 8 ? 4 : 7;
@@ -294,7 +294,7 @@ static void chunk_map(mb *m, unsigned nshape, const char *dtype1, const char *ke
     map(m, 1), str(m, "t"), map(m, 3), str(m, "__msgpack_chunked_array__"), byte(m, 0xc3);
     str(m, "shape"), map(m, nshape);
     for (unsigned i = 0; i < nshape; i++) {
-        char k[4];
+        char k[16];
         snprintf(k, sizeof k, "%u", i);
         str(m, k), uint_(m, 2);
     }
