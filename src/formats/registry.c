@@ -39,7 +39,7 @@ static const char *const dir_names[] = {
     "model.safetensors",            "*.safetensors",
     "pytorch_model.bin.index.json", "*.bin.index.json",
     "pytorch_model.bin",            "*.bin",
-    "flax_model.msgpack",           "*.msgpack",
+    "flax_model.msgpack.index.json", "flax_model.msgpack",          "*.msgpack",
     "*.npz",                        "*.npy",
 };
 
