@@ -19,6 +19,9 @@ Suites:
                  ceilings, warm and cold (bench/load_suite.py)
   python         the Python package: ckpt.torch.load_file against safetensors,
                  and load_into's peak RSS (bench/python_suite.py)
+  jax            a 2 GB checkpoint onto 8 CPU devices with shardings: ckpt.jax.load
+                 against load_file / msgpack_restore + jax.device_put and Orbax's
+                 sharded restore; two JAX processes (bench/jax_suite.py)
 
 Results: bench/results/<suite>.json and .png; `bench/report.py` renders the
 README table from the JSON.
@@ -432,9 +435,15 @@ def suite_python(args):
     run_python_suite(args)
 
 
+def suite_jax(args):
+    from jax_suite import run_jax_suite
+    run_jax_suite(args)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load", "python"])
+    ap.add_argument("suites", nargs="*",
+                    default=["open", "convert", "torch_read", "torch_convert", "load", "python", "jax"])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--gb", type=float, default=4.0, help="size of the convert source")
     ap.add_argument("--tensors", type=int, default=30000)
@@ -443,11 +452,13 @@ def main():
     ap.add_argument("--load-variants", default="bf16",
                     help="layouts of the load suite's file: bf16 (single file), sharded (1 GB shards), f32")
     ap.add_argument("--python-gb", type=float, default=2, help="size (GB) of the python suite's checkpoint")
+    ap.add_argument("--jax-gb", type=float, default=2, help="size (GB) of the jax suite's checkpoint")
     args = ap.parse_args()
     for s in args.suites:
         print(f"== {s}")
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
-         "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python}[s](args)
+         "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
+         "jax": suite_jax}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

@@ -33,6 +33,12 @@
  *   and `pytorch_model.bin.index.json` shards.  The pickle is read with
  *   torch's weights-only allowlist; the non-tensor values are kept as JSON
  *   (ckpt_catalog_tree_json).
+ * - NumPy `.npy` files (every header version; Fortran order and big-endian
+ *   data read as such) and `.npz` archives (stored or DEFLATE members).
+ * - Flax msgpack files (flax.serialization; transformers'
+ *   `flax_model.msgpack` and its sharded `flax_model.msgpack.index.json`),
+ *   arrays over 1 GiB in Flax's chunked layout included; the document's
+ *   structure and non-tensor values are kept as JSON.
  *
  * Conventions
  * -----------
@@ -281,7 +287,14 @@ typedef struct ckpt_tensor_info {
  *     index's directory;
  *   - a directory holding `model.safetensors.index.json`, another single
  *     `*.safetensors.index.json`, `model.safetensors`, or a single
- *     `*.safetensors` file (the Hugging Face layout), tried in that order.
+ *     `*.safetensors` file (the Hugging Face layout), tried in that order;
+ *     then torch files, Flax msgpack (`flax_model.msgpack.index.json`,
+ *     `flax_model.msgpack`, a single `*.msgpack`), a single `*.npz`, a
+ *     single `*.npy`;
+ *   - a torch file, a `.npy` or `.npz` file, or a Flax `.msgpack` file,
+ *     told apart by their first bytes.  A `.npy` holds one tensor, named
+ *     after the file ("w.npy" → "w"); Flax tensors are named by their path,
+ *     keys joined by ".".
  *
  * Every validation rule of huggingface/safetensors is applied to every file,
  * plus duplicate-name detection; for an index, every tensor of the
