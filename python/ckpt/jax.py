@@ -114,26 +114,34 @@ def _aligned_empty(shape, dtype):
     return raw[off:off + n].view(dtype).reshape(shape)
 
 
+_GLOB = re.compile(r"([*?\[\\])")
+
+
 def _escape(name):
-    """A plan pattern matching exactly `name` (fnmatch classes for its glob
-    characters)."""
-    return "".join("\\" + c if c in "*?[\\" else c for c in name)
+    """A plan pattern matching exactly `name` (its glob characters escaped;
+    a name without any is looked up directly)."""
+    return _GLOB.sub(r"\\\1", name) if _GLOB.search(name) else name
+
+
+def _key(index, shape):
+    """A device's index (a tuple of slices) as ((start, stop) per axis)."""
+    if index is None:
+        index = ()
+    key = []
+    for axis, n in enumerate(shape):
+        sl = index[axis] if axis < len(index) else slice(None)
+        start, stop, step = sl.indices(n)
+        if step != 1:
+            raise ValueError(f"a strided device index {sl}")
+        key.append((start, stop))
+    return tuple(key)
 
 
 def _blocks(sharding, shape):
     """{(start, stop) per axis: [devices]} of this process's devices."""
     blocks = {}
     for dev, index in sharding.addressable_devices_indices_map(tuple(shape)).items():
-        if index is None:
-            index = ()
-        key = []
-        for axis, n in enumerate(shape):
-            sl = index[axis] if axis < len(index) else slice(None)
-            start, stop, step = sl.indices(n)
-            if step != 1:
-                raise ValueError(f"sharding {sharding} gives a strided index {sl}")
-            key.append((start, stop))
-        blocks.setdefault(tuple(key), []).append(dev)
+        blocks.setdefault(_key(index, shape), []).append(dev)
     return blocks
 
 
@@ -178,72 +186,90 @@ def load(path, shardings=None, *, mesh=None, dtype=None, select=None, exclude=No
             raise
         entries.append((name, rows[src][0], dt, tuple(shape), perms[i], sharding, blocks))
 
-    # Every (tensor, block) to read, in batches: a batch holds each tensor once
-    # and at most max(_BATCH, the largest block) bytes.
-    # Round robin over the tensors (every tensor's first block, then every
-    # tensor's second …) so that batches fill with distinct tensors.
-    tasks = []
+    # Block r of every tensor that has one is read through plan r, which
+    # holds every such tensor with its slices (rules by name cost O(1));
+    # its tensors are loaded in batches of at most max(_BATCH, the largest
+    # block) bytes, selected in turn.
+    per_rank = []
     for k, (name, src_name, dt, shape, perm, sharding, blocks) in enumerate(entries):
         item = np.dtype(_dtypes.numpy_dtype(dt, name)).itemsize
-        for rank, (key, devices) in enumerate(blocks.items()):
-            nbytes = math.prod(b - a for a, b in key) * item
-            tasks.append((rank, k, key, devices, nbytes))
-    tasks.sort(key=lambda t: (t[0], t[1]))
-    tasks = [t[1:] for t in tasks]
-    budget = max([_BATCH] + [t[3] for t in tasks])
-    batches, current, used, seen = [], [], 0, set()
-    for t in tasks:
-        if current and (used + t[3] > budget or t[0] in seen):
-            batches.append(current)
-            current, used, seen = [], 0, set()
-        current.append(t)
-        used += t[3]
-        seen.add(t[0])
-    if current:
-        batches.append(current)
-
-    total = sum(t[3] for t in tasks)
+        for r, (key, devices) in enumerate(blocks.items()):
+            if r == len(per_rank):
+                per_rank.append([])
+            per_rank[r].append((k, key, devices, math.prod(b - a for a, b in key) * item))
+    sizes = [t[3] for tasks in per_rank for t in tasks]
+    budget = max([_BATCH] + sizes)
+    total = sum(sizes)
     bar = _progress.choose(progress, "load")
+    # CPU devices adopt the aligned host buffers: each array is made from
+    # its blocks at the end, in one call (make_array_from_callback).  Other
+    # devices get each block as soon as it is read, so that host memory
+    # holds one batch at most.
+    on_cpu = [all(d.platform == "cpu" for d in e[5].device_set) for e in entries]
+    host = [{} for _ in entries]
     shards = [[] for _ in entries]
-    st = {"bytes_needed": 0, "bytes_read": 0, "blocks": len(tasks), "device_puts": 0, "host_bytes": total,
-          "batches": len(batches)}
+    st = {"bytes_needed": 0, "bytes_read": 0, "blocks": len(sizes), "device_puts": 0, "host_bytes": total,
+          "batches": 0}
     done = 0
-    for batch in batches:
-        plan = _api._build_plan(catalog, rows, select=[_escape(entries[k][1]) for k, *_ in batch], **rules)
-        by_name = {}
-        for k, key, devices, nbytes in batch:
+    for tasks in per_rank:
+        plan = _api._build_plan(catalog, rows, select=[_escape(entries[k][1]) for k, *_ in tasks], **rules)
+        for k, key, devices, nbytes in tasks:
             name, src_name, dt, shape, perm, sharding, blocks = entries[k]
             for axis, (a, b) in enumerate(key):
                 if (a, b) != (0, shape[axis]):
                     plan.slice(_escape(src_name), perm[axis], a, b)
-            by_name[name] = (k, key, devices)
-        buffers = []
-        for i, (name, src, dt, shape, nbytes, transform) in enumerate(plan.items()):
-            k, key, devices = by_name[name]
-            buf = _aligned_empty(shape, _dtypes.numpy_dtype(dt, name))
-            if buf.nbytes:
-                plan.set_buffer(i, buf.reshape(-1).view(np.uint8))
-            buffers.append((k, devices, buf))
-        offset = done
-        cb = (lambda d, t, _o=offset: bar(_o + d, total)) if bar else None
-        plan.load(threads=threads, io=_api._io(io), progress=cb)
-        s = plan.stats()
-        st["bytes_needed"] += s["bytes_needed"]
-        st["bytes_read"] += s["bytes_read"]
+        batches, current, used = [], [], 0
+        for t in tasks:
+            if current and used + t[3] > budget:
+                batches.append(current)
+                current, used = [], 0
+            current.append(t)
+            used += t[3]
+        if current:
+            batches.append(current)
+        plan.exclude("*")
+        for batch in batches:
+            by_name = {}
+            for k, key, devices, nbytes in batch:
+                plan.select(_escape(entries[k][1]))
+                by_name[entries[k][0]] = (k, key, devices)
+            buffers = []
+            for i, (name, src, dt, shape, nbytes, transform) in enumerate(plan.items()):
+                k, key, devices = by_name[name]
+                buf = _aligned_empty(shape, _dtypes.numpy_dtype(dt, name))
+                if buf.nbytes:
+                    plan.set_buffer(i, buf.reshape(-1).view(np.uint8))
+                buffers.append((k, key, devices, buf))
+            cb = (lambda d, t, _o=done: bar(_o + d, total)) if bar else None
+            plan.load(threads=threads, io=_api._io(io), progress=cb)
+            plan.release_buffers()
+            s = plan.stats()
+            st["bytes_needed"] += s["bytes_needed"]
+            st["bytes_read"] += s["bytes_read"]
+            st["batches"] += 1
+            for k, key, devices, buf in buffers:
+                if on_cpu[k]:
+                    host[k][key] = buf
+                else:
+                    for dev in devices:
+                        shards[k].append(jax.device_put(buf, dev))
+                st["device_puts"] += len(devices)
+                done += buf.nbytes
+            del buffers
+            for k, *_ in batch:
+                plan.exclude(_escape(entries[k][1]))  # by name: O(1) each
         del plan
-        for k, devices, buf in buffers:
-            for dev in devices:
-                shards[k].append(jax.device_put(buf, dev))
-                st["device_puts"] += 1
-            done += buf.nbytes
-        del buffers
     if bar:
         bar(total, total)
 
     flat = {}
     for k, (name, src_name, dt, shape, perm, sharding, blocks) in enumerate(entries):
-        flat[name] = jax.make_array_from_single_device_arrays(shape, sharding, shards[k])
-        shards[k] = None
+        if on_cpu[k]:
+            flat[name] = jax.make_array_from_callback(shape, sharding,
+                                                      lambda index, h=host[k], s=shape: h[_key(index, s)])
+        else:
+            flat[name] = jax.make_array_from_single_device_arrays(shape, sharding, shards[k])
+        host[k] = shards[k] = None
     if stats is not None:
         stats.update(st)
     if not nested:

@@ -865,6 +865,22 @@ static PyObject *Plan_set_buffer(Plan *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* release_buffers(): the items of the current selection forget the
+ * buffers given with set_buffer (the library allocates again), and the
+ * plan lets go of them — before the selection changes, so that a plan
+ * loaded in batches holds no batch's memory after its turn. */
+static PyObject *Plan_release_buffers(Plan *self, PyObject *unused) {
+    (void)unused;
+    if (!plan_ready(self)) return NULL;
+    size_t n = ckpt_plan_count(self->plan);
+    for (size_t i = 0; i < self->buffer_count; i++) {
+        if (!self->buffers[i].obj) continue;
+        if (i < n) ckpt_plan_set_buffer(self->plan, i, NULL, 0, NULL);
+        PyBuffer_Release(&self->buffers[i]);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Plan_load(Plan *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"threads", "chunk_bytes", "io", "io_uring", "views", "progress", NULL};
     ckpt_load_options o;
@@ -935,6 +951,8 @@ static PyMethodDef Plan_methods[] = {
     {"perm", (PyCFunction)Plan_perm, METH_O, "perm(i) -> item i's axis order (output axis k is source axis perm[k])"},
     {"match", (PyCFunction)Plan_match, METH_VARARGS, "match(expected, flags=0) -> [(kind, name, expected, item)]"},
     {"set_buffer", (PyCFunction)Plan_set_buffer, METH_VARARGS, "set_buffer(i, writable_buffer)"},
+    {"release_buffers", (PyCFunction)Plan_release_buffers, METH_NOARGS,
+     "release_buffers(): the current items forget their set_buffer buffers"},
     {"load", (PyCFunction)(void (*)(void))Plan_load, METH_VARARGS | METH_KEYWORDS,
      "load(threads=0, chunk_bytes=0, io=0, io_uring=0, views=False, progress=None)"},
     {"data", (PyCFunction)Plan_data, METH_O, "data(i) -> Buffer, or None for a caller buffer"},
