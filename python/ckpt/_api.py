@@ -508,17 +508,26 @@ def _pieces(fw, t):
 
 def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None, tp_dim=0,
             tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
-            overwrite=False, checksums=False, no_sync=False, progress=None):
+            overwrite=False, checksums=False, no_sync=False, progress=None, format=None):  # noqa: A002
     """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
     — one file, or shards in a directory when max_shard_size is given —
     applying the same selections, renames, slices, casts and layouts as
     `ckpt convert`, streamed with bounded memory and renamed into place when
-    complete.  Shows a progress bar on a terminal (progress=False hides it;
+    complete.  `format` "npz" (a NumPy archive np.load reads) or
+    "flax-msgpack" (a Flax msgpack file, names split at dots into nested
+    maps) writes those instead; a `dst` ending in .npz or .msgpack chooses
+    them too.  Shows a progress bar on a terminal (progress=False hides it;
     a callable(done, total) receives the progress)."""
     catalog = _ckpt.Catalog(os.fspath(src))
     bar = _progress.choose(progress, "convert")
+    if format is None:
+        name = os.fspath(dst)
+        format = "npz" if name.endswith(".npz") else "flax-msgpack" if name.endswith(".msgpack") else "safetensors"
+    numbers = {v: k for k, v in FORMATS.items() if k in (1, 8, 9)}
+    if format not in numbers:
+        raise ValueError(f"format must be one of {sorted(numbers)}, not {format!r}")
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
-              checksums=checksums, progress=bar)
+              checksums=checksums, progress=bar, format=numbers[format])
     if prefix is not None:
         kw["prefix"] = prefix
     rules = dict(select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank, tp_size=tp_size,

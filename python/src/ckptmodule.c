@@ -510,17 +510,20 @@ static ckpt_status run_plan_convert(void *source, const char *dst, const ckpt_wr
 }
 
 static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress", NULL};
+    static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress",
+                             "format", NULL};
     PyObject *dst, *prefix = NULL;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     unsigned long long shard = 0;
-    int overwrite = 0, no_sync = 0, checksums = 0;
+    int overwrite = 0, no_sync = 0, checksums = 0, format = 0;
     progress_ctx p = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppO", kwlist, PyUnicode_FSConverter, &dst, &shard,
-                                     PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOi", kwlist, PyUnicode_FSConverter, &dst, &shard,
+                                     PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable,
+                                     &format))
         return NULL;
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
+    o.format = (ckpt_format)format;
     o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
     ckpt_error e;
     ckpt_status st;

@@ -28,6 +28,14 @@
  * Every length is checked against the bytes left in the file (or in the
  * enclosing extension), nesting and the number of values are bounded, and
  * strings must be UTF-8.
+ *
+ * Written (the output format at the bottom) as transformers saves Flax
+ * params, to_bytes(unflatten_dict(tensors, sep=".")): names split at dots
+ * into nested maps (in the order names first appear), each tensor an
+ * ndarray extension encoded as msgpack-python encodes Flax's tuple.  All
+ * of it is known before the data; finish writes what lies between
+ * tensors.  A tensor of 4 GiB or more (beyond msgpack's bin32) is refused:
+ * Flax's chunked layout would split its bytes.
  */
 #include <limits.h>
 #include <math.h>
@@ -36,8 +44,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../io/file.h"
 #include "format.h"
 #include "numpy.h"
+#include "output.h"
 
 enum {
     MAX_DEPTH = 256,             /* nesting of maps and arrays */
@@ -857,3 +867,233 @@ static ckpt_status msgpack_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *
 }
 
 const ckpt__format ckpt__format_flax_msgpack = {"flax-msgpack", msgpack_probe, msgpack_open};
+
+/* ---- writing ----------------------------------------------------------------------- */
+
+typedef struct mp_tree mp_tree;
+struct mp_tree {
+    const char *key; /* arena, not NUL-terminated */
+    size_t key_len;
+    size_t tensor;   /* SIZE_MAX for a map */
+    mp_tree **kids;
+    size_t count, cap;
+};
+
+typedef struct mp_gap { /* bytes between tensors, written at finish */
+    uint64_t at;
+    size_t from, len; /* in the state's bytes */
+} mp_gap;
+
+typedef struct mp_out {
+    mp_tree root;
+    ckpt__buf bytes; /* every byte that is not tensor data, gap after gap */
+    mp_gap *gaps;
+    size_t gap_count, gap_cap;
+    uint64_t at;     /* file size so far */
+} mp_out;
+
+static bool mp_directory(const ckpt_writer_options *o) {
+    (void)o;
+    return false;
+}
+
+static bool mp_owns(const char *prefix, const char *name) {
+    (void)prefix, (void)name;
+    return false;
+}
+
+static mp_tree *child(ckpt__arena *a, mp_tree *t, const char *key, size_t len, bool *made) {
+    for (size_t i = 0; i < t->count; i++)
+        if (t->kids[i]->key_len == len && !memcmp(t->kids[i]->key, key, len)) return *made = false, t->kids[i];
+    if (t->count == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 4;
+        mp_tree **k = ckpt__arena_alloc(a, cap * sizeof *k);
+        if (!k) return NULL;
+        if (t->count) memcpy(k, t->kids, t->count * sizeof *k);
+        t->kids = k, t->cap = cap;
+    }
+    mp_tree *c = ckpt__arena_alloc(a, sizeof *c);
+    if (!c) return NULL;
+    *c = (mp_tree){.key = key, .key_len = len, .tensor = SIZE_MAX};
+    t->kids[t->count++] = c;
+    *made = true;
+    return c;
+}
+
+static ckpt_status mp_plan(ckpt__output *o, ckpt_error *err) {
+    const ckpt_writer_options *opt = ckpt__out_options(o);
+    const char *path = ckpt__out_path(o);
+    if (opt->max_shard_size)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "a Flax msgpack file is one file: no shards");
+    if (opt->checksums)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1,
+                          "a Flax msgpack file has no metadata to record checksums in");
+    ckpt__arena *a = ckpt__out_arena(o);
+    mp_out *s = ckpt__arena_alloc(a, sizeof *s);
+    if (!s) return ckpt__oom(err, path, NULL);
+    memset(s, 0, sizeof *s);
+    s->root.tensor = SIZE_MAX;
+    *ckpt__out_format_state(o) = s;
+    for (size_t i = 0; i < ckpt__out_count(o); i++) {
+        ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
+        if (t->file == CKPT__OUT_NONE) continue;
+        t->file = 0;
+        if (!ckpt__numpy_name(t->dtype))
+            return ckpt__fail(err, CKPT_E_UNKNOWN_DTYPE, path, t->name, -1, "%s (packed) has no NumPy dtype for Flax",
+                              ckpt_dtype_name(t->dtype));
+        if (t->nbytes > 0xFFFFFFFFu)
+            return ckpt__fail(err, CKPT_E_LIMIT, path, t->name, -1,
+                              "%llu bytes: msgpack holds at most 4 GiB in one value (Flax would write the tensor in "
+                              "chunks, whose bytes are not contiguous); write safetensors instead",
+                              (unsigned long long)t->nbytes);
+        mp_tree *at = &s->root;
+        for (const char *p = t->name;;) {
+            const char *dot = strchr(p, '.');
+            size_t len = dot ? (size_t)(dot - p) : strlen(p);
+            bool made;
+            if (at->tensor != SIZE_MAX)
+                return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, t->name, -1,
+                                  "nests under the tensor '%s': names split at dots make a tensor and a map of it",
+                                  ckpt__out_tensor_at(o, at->tensor)->name);
+            if (!(at = child(a, at, p, len, &made))) return ckpt__oom(err, path, NULL);
+            if (!dot) {
+                if (!made)
+                    return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, t->name, -1,
+                                      "is both a tensor and a map of tensors once names are split at dots");
+                at->tensor = i;
+                break;
+            }
+            p = dot + 1;
+        }
+    }
+    const char *base = ckpt__path_basename(path);
+    return ckpt__out_set_files(o, 1, &base, err);
+}
+
+/* msgpack-python's encodings: the shortest that holds the value. */
+static void put_be(ckpt__buf *b, uint64_t v, int n) {
+    unsigned char t[8];
+    for (int i = 0; i < n; i++) t[i] = (unsigned char)(v >> (8 * (n - 1 - i)));
+    ckpt__buf_append(b, (const char *)t, (size_t)n);
+}
+static void put_byte(ckpt__buf *b, unsigned v) {
+    char c = (char)v;
+    ckpt__buf_append(b, &c, 1);
+}
+static void put_uint(ckpt__buf *b, uint64_t v) {
+    if (v < 128) put_byte(b, (unsigned)v);
+    else if (v < 256) put_byte(b, 0xcc), put_be(b, v, 1);
+    else if (v < 65536) put_byte(b, 0xcd), put_be(b, v, 2);
+    else if (v <= 0xFFFFFFFFu) put_byte(b, 0xce), put_be(b, v, 4);
+    else put_byte(b, 0xcf), put_be(b, v, 8);
+}
+static void put_str(ckpt__buf *b, const char *s, size_t n) {
+    if (n < 32) put_byte(b, 0xa0 | (unsigned)n);
+    else if (n < 256) put_byte(b, 0xd9), put_be(b, n, 1);
+    else if (n < 65536) put_byte(b, 0xda), put_be(b, n, 2);
+    else put_byte(b, 0xdb), put_be(b, n, 4);
+    ckpt__buf_append(b, s, n);
+}
+static void put_map(ckpt__buf *b, size_t n) {
+    if (n < 16) put_byte(b, 0x80 | (unsigned)n);
+    else if (n < 65536) put_byte(b, 0xde), put_be(b, n, 2);
+    else put_byte(b, 0xdf), put_be(b, n, 4);
+}
+static void put_array(ckpt__buf *b, size_t n) {
+    if (n < 16) put_byte(b, 0x90 | (unsigned)n);
+    else if (n < 65536) put_byte(b, 0xdc), put_be(b, n, 2);
+    else put_byte(b, 0xdd), put_be(b, n, 4);
+}
+static void put_bin_header(ckpt__buf *b, uint64_t n) {
+    if (n < 256) put_byte(b, 0xc4), put_be(b, n, 1);
+    else if (n < 65536) put_byte(b, 0xc5), put_be(b, n, 2);
+    else put_byte(b, 0xc6), put_be(b, n, 4);
+}
+
+/* The bytes since the last gap (or tensor) become a gap ending at s->at. */
+static bool close_gap(mp_out *s, size_t from) {
+    if (s->gap_count == s->gap_cap) {
+        size_t cap = s->gap_cap ? s->gap_cap * 2 : 64;
+        mp_gap *g = ckpt__realloc(s->gaps, cap * sizeof *g);
+        if (!g) return false;
+        s->gaps = g, s->gap_cap = cap;
+    }
+    s->gaps[s->gap_count++] = (mp_gap){s->at - (s->bytes.len - from), from, s->bytes.len - from};
+    return true;
+}
+
+static ckpt_status emit(ckpt__output *o, mp_out *s, const mp_tree *t, size_t *from, ckpt_error *err) {
+    ckpt__buf *b = &s->bytes;
+    size_t before = b->len;
+    put_map(b, t->count);
+    s->at += b->len - before;
+    for (size_t i = 0; i < t->count; i++) {
+        const mp_tree *c = t->kids[i];
+        before = b->len;
+        put_str(b, c->key, c->key_len);
+        s->at += b->len - before;
+        if (c->tensor == SIZE_MAX) {
+            ckpt_status st = emit(o, s, c, from, err);
+            if (st) return st;
+            continue;
+        }
+        ckpt__out_tensor *x = ckpt__out_tensor_at(o, c->tensor);
+        const char *dtype = ckpt__numpy_name(x->dtype);
+        ckpt__buf payload = {0}; /* (shape, dtype.name, data) up to the data */
+        put_array(&payload, 3);
+        put_array(&payload, x->ndim);
+        for (uint32_t d = 0; d < x->ndim; d++) put_uint(&payload, x->shape[d]);
+        put_str(&payload, dtype, strlen(dtype));
+        put_bin_header(&payload, x->nbytes);
+        uint64_t len = payload.len + x->nbytes;
+        before = b->len;
+        if (len == 1 || len == 2 || len == 4 || len == 8 || len == 16)
+            put_byte(b, 0xd4 + (unsigned)__builtin_ctzll(len));
+        else if (len < 256) put_byte(b, 0xc7), put_be(b, len, 1);
+        else if (len < 65536) put_byte(b, 0xc8), put_be(b, len, 2);
+        else put_byte(b, 0xc9), put_be(b, len, 4);
+        put_byte(b, EXT_NDARRAY);
+        ckpt__buf_append(b, payload.data, payload.len);
+        bool failed = payload.failed;
+        free(payload.data);
+        if (failed || b->failed) return ckpt__oom(err, ckpt__out_path(o), NULL);
+        s->at += b->len - before;
+        if (!close_gap(s, *from)) return ckpt__oom(err, ckpt__out_path(o), NULL);
+        *from = b->len;
+        x->offset = s->at;
+        s->at += x->nbytes;
+    }
+    return b->failed ? ckpt__oom(err, ckpt__out_path(o), NULL) : CKPT_OK;
+}
+
+static ckpt_status mp_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, ckpt_error *err) {
+    (void)file;
+    mp_out *s = *ckpt__out_format_state(o);
+    size_t from = 0;
+    ckpt_status st = emit(o, s, &s->root, &from, err);
+    if (st == CKPT_OK && s->bytes.len > from && !close_gap(s, from)) st = ckpt__oom(err, ckpt__out_path(o), NULL);
+    if (st == CKPT_OK && s->gap_count) /* the leading bytes: the first gap */
+        ckpt__buf_append(head, s->bytes.data + s->gaps[0].from, s->gaps[0].len);
+    if (st == CKPT_OK && head->failed) st = ckpt__oom(err, ckpt__out_path(o), NULL);
+    if (st == CKPT_OK) ckpt__out_set_file_size(o, 0, s->at);
+    if (st) { /* finish will not run */
+        free(s->bytes.data), free(s->gaps);
+        s->bytes.data = NULL, s->gaps = NULL;
+    }
+    return st;
+}
+
+static ckpt_status mp_finish(ckpt__output *o, ckpt_error *err) {
+    mp_out *s = *ckpt__out_format_state(o);
+    ckpt_status st = CKPT_OK;
+    for (size_t g = 1; st == CKPT_OK && g < s->gap_count; g++)
+        st = ckpt__out_patch(o, 0, s->gaps[g].at, s->bytes.data + s->gaps[g].from, s->gaps[g].len, err);
+    free(s->bytes.data);
+    free(s->gaps);
+    s->bytes.data = NULL, s->gaps = NULL;
+    return st;
+}
+
+const ckpt__output_format ckpt__output_flax_msgpack = {
+    "flax-msgpack", CKPT_FORMAT_FLAX_MSGPACK, mp_directory, mp_plan, mp_layout, mp_finish, mp_owns, NULL,
+};

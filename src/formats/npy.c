@@ -130,6 +130,60 @@ ckpt_dtype ckpt__numpy_dtype(const char *descr, bool *big_endian, const char **w
     return d;
 }
 
+const char *ckpt__numpy_descr(ckpt_dtype dtype) {
+    switch (dtype) {
+    case CKPT_BOOL: return "|b1";
+    case CKPT_U8: return "|u1";
+    case CKPT_I8: return "|i1";
+    case CKPT_I16: return "<i2";
+    case CKPT_U16: return "<u2";
+    case CKPT_F16: return "<f2";
+    case CKPT_I32: return "<i4";
+    case CKPT_U32: return "<u4";
+    case CKPT_F32: return "<f4";
+    case CKPT_C64: return "<c8";
+    case CKPT_F64: return "<f8";
+    case CKPT_I64: return "<i8";
+    case CKPT_U64: return "<u8";
+    case CKPT_F4: case CKPT_F6_E2M3: case CKPT_F6_E3M2: case CKPT_DTYPE_INVALID: return NULL;
+    default: return ckpt__numpy_name(dtype); /* bfloat16, float8_*: ml_dtypes' names */
+    }
+}
+
+ckpt_status ckpt__npy_header_write(ckpt__buf *out, ckpt_dtype dtype, uint32_t ndim, const uint64_t *shape) {
+    const char *descr = ckpt__numpy_descr(dtype);
+    if (!descr) return CKPT_E_UNKNOWN_DTYPE;
+    ckpt__buf h = {0};
+    char num[32];
+    ckpt__buf_puts(&h, "{'descr': '");
+    ckpt__buf_puts(&h, descr);
+    ckpt__buf_puts(&h, "', 'fortran_order': False, 'shape': (");
+    for (uint32_t d = 0; d < ndim; d++) {
+        snprintf(num, sizeof num, d ? ", %llu" : "%llu", (unsigned long long)shape[d]);
+        ckpt__buf_puts(&h, num);
+    }
+    ckpt__buf_puts(&h, ndim == 1 ? ",), }" : "), }");
+    if (ndim) { /* numpy leaves room for the first axis to grow to 21 digits */
+        snprintf(num, sizeof num, "%llu", (unsigned long long)shape[0]);
+        for (size_t k = strlen(num); k < 21; k++) ckpt__buf_append(&h, " ", 1);
+    }
+    if (h.failed) {
+        free(h.data);
+        return CKPT_E_NO_MEMORY;
+    }
+    size_t hlen = h.len + 1, pre = 10, pad = 64 - (10 + hlen) % 64;
+    if (hlen + pad > 65535) pre = 12, pad = 64 - (12 + hlen) % 64; /* version 2.0: a u32 length */
+    uint64_t len = hlen + pad;
+    unsigned char p[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', pre == 10 ? 1 : 2, 0};
+    for (size_t k = 0; k < pre - 8; k++) p[8 + k] = (unsigned char)(len >> (8 * k));
+    ckpt__buf_append(out, (const char *)p, pre);
+    ckpt__buf_append(out, h.data, h.len);
+    for (size_t k = 0; k < pad; k++) ckpt__buf_append(out, " ", 1);
+    ckpt__buf_append(out, "\n", 1);
+    free(h.data);
+    return out->failed ? CKPT_E_NO_MEMORY : CKPT_OK;
+}
+
 /* ---- the header ------------------------------------------------------------- */
 
 bool ckpt__npy_sniff(const unsigned char *head, size_t n) {

@@ -86,6 +86,20 @@ CKPT__HIDDEN ckpt_dtype ckpt__numpy_dtype(const char *descr, bool *big_endian, c
  * no such dtype (F4, F6). */
 CKPT__HIDDEN const char *ckpt__numpy_name(ckpt_dtype dtype);
 
+/* The descr ckpt writes for a dtype: NumPy's own dtype.str for NumPy's
+ * types ('<f4', '|b1'), ml_dtypes' names for the others ('bfloat16',
+ * 'float8_e4m3fn': np.load reads them back as such once ml_dtypes is
+ * imported, where np.save's '<V2' comes back as raw bytes); NULL for F4
+ * and F6 (packed, which NumPy cannot hold). */
+CKPT__HIDDEN const char *ckpt__numpy_descr(ckpt_dtype dtype);
+
+/* A .npy preamble and header for a row-major array, as
+ * numpy.lib.format writes it (keys sorted, room for the first axis to
+ * grow, padded to 64 bytes; version 1.0, 2.0 when longer), appended to
+ * `out`.  CKPT_E_UNKNOWN_DTYPE when NumPy has no such dtype. */
+CKPT__HIDDEN ckpt_status ckpt__npy_header_write(ckpt__buf *out, ckpt_dtype dtype, uint32_t ndim,
+                                                const uint64_t *shape);
+
 /*
  * Element strides (in elements) of a column-major array, into `strides`;
  * false when the layout equals row-major (at most one axis longer than 1,

@@ -106,6 +106,8 @@ const char *ckpt_format_name(ckpt_format format) {
 /* The formats ckpt writes. */
 static const ckpt__output_format *const writer_formats[] = {
     &ckpt__output_safetensors,
+    &ckpt__output_npz,
+    &ckpt__output_flax_msgpack,
 };
 
 const ckpt__output_format *ckpt__output_format_for(ckpt_format id) {

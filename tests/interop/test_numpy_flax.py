@@ -353,3 +353,83 @@ def test_msgpack_damaged(tmp_path):
     with pytest.raises(ckpt.SafetensorError, match="extension type 9") as e:
         ckpt.open(path)
     assert e.value.status == "CKPT_E_MSGPACK_INVALID" and e.value.offset == 3
+
+
+# ---------------------------------------------------------------------------
+# Writing .npz and Flax msgpack (ckpt convert / ckpt.convert)
+
+def every_dtype_tensors():
+    rng = np.random.default_rng(8)
+    out = {f"t_{np.dtype(d).name}": random_array(d, (3, 4), seed=i) for i, d in enumerate(DTYPES)}
+    out.update({"big": rng.standard_normal((700, 600)).astype(np.float32),  # > 1 MiB
+                "scalar": np.array(-1.5), "empty": np.zeros((0, 5), np.int16),
+                "f8_e4m3": random_array(ml_dtypes.float8_e4m3fn, (5,)), "layers.0.ünï": np.ones(2, np.float32)})
+    return out
+
+
+def test_write_npz(tmp_path):
+    tensors = every_dtype_tensors()
+    src = tmp_path / "src.safetensors"
+    safetensors.numpy.save_file(tensors, src)
+    out = tmp_path / "out.npz"
+    if CKPT_BIN:
+        subprocess.run([CKPT_BIN, "convert", str(src), str(out)], check=True)
+    else:
+        ckpt.convert(src, out)
+    assert zipfile.ZipFile(out).testzip() is None  # every member's CRC-32
+    with np.load(out) as z:
+        assert sorted(z.files) == sorted(tensors)
+        for k, v in tensors.items():
+            assert z[k].dtype == v.dtype and z[k].shape == v.shape and raw(z[k]) == raw(v), k
+    with ckpt.open(out) as c:
+        assert c.format == "npz"
+    back = ckpt.load(out, "np")
+    assert all(raw(back[k]) == raw(v) for k, v in tensors.items())
+    # The headers are numpy's own, byte for byte.
+    z = zipfile.ZipFile(out)
+    for k in ("t_float32", "big", "scalar", "empty", "t_uint64"):
+        b = io.BytesIO()
+        np.save(b, tensors[k])
+        assert z.read(k + ".npy") == b.getvalue(), k
+    # A cast and a selection on the way; an existing file is kept without overwrite.
+    with pytest.raises(ckpt.ExistsError):
+        ckpt.convert(src, out)
+    ckpt.convert(src, out, select="big", dtype="bfloat16", overwrite=True)
+    with np.load(out) as z:
+        assert z.files == ["big"] and raw(z["big"]) == raw(tensors["big"].astype(ml_dtypes.bfloat16))
+
+
+def test_write_flax_msgpack(tmp_path):
+    tensors = {k: v for k, v in every_dtype_tensors().items() if k != "layers.0.ünï"}
+    tensors.update({"params.Dense_0.kernel": np.ones((4, 3), np.float32), "params.h.0.w": np.zeros(2, np.float16),
+                    "params.h.1.w": np.ones(2, np.float16)})
+    src = tmp_path / "src.safetensors"
+    safetensors.numpy.save_file(tensors, src)
+    out = tmp_path / "flax_model.msgpack"
+    if CKPT_BIN:
+        subprocess.run([CKPT_BIN, "convert", str(src), str(out)], check=True)
+    else:
+        ckpt.convert(src, out)
+    data = out.read_bytes()
+    # Byte for byte what Flax writes for the same nested dict (in the
+    # catalog's order, which is the source file's).
+    order = ckpt.open(src).keys()
+    assert data == serialization.to_bytes(traverse_util.unflatten_dict({k: tensors[k] for k in order}, sep="."))
+    restored = traverse_util.flatten_dict(serialization.msgpack_restore(data), sep=".")
+    assert set(restored) == set(tensors)
+    for k, v in tensors.items():
+        assert restored[k].dtype == v.dtype and raw(restored[k]) == raw(v), k
+    # Round trip: Flax msgpack → safetensors → Flax msgpack restores equal.
+    mid = tmp_path / "mid.safetensors"
+    ckpt.convert(out, mid)
+    again = tmp_path / "again.msgpack"
+    ckpt.convert(mid, again)
+    twice = traverse_util.flatten_dict(serialization.msgpack_restore(again.read_bytes()), sep=".")
+    assert set(twice) == set(tensors) and all(raw(twice[k]) == raw(v) for k, v in tensors.items())
+    # Names that cannot nest are refused, naming them, and nothing is written.
+    safetensors.numpy.save_file({"a": np.ones(1, np.float32), "a.b": np.ones(1, np.float32)}, tmp_path / "c.safetensors")
+    with pytest.raises(ckpt.Error, match="'a'") as e:
+        ckpt.convert(tmp_path / "c.safetensors", tmp_path / "c.msgpack")
+    assert e.value.status == "CKPT_E_INVALID_ARGUMENT" and not (tmp_path / "c.msgpack").exists()
+    with pytest.raises(ValueError, match="format must be"):
+        ckpt.convert(src, tmp_path / "x", format="gguf")

@@ -370,12 +370,91 @@ static void test_hostile(void **state) {
     }
 }
 
+/* Writing Flax msgpack: names split at dots into nested maps, read back. */
+static void test_write(void **state) {
+    (void)state;
+    const char *path = in_dir(dir, "out.msgpack");
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.format = CKPT_FORMAT_FLAX_MSGPACK;
+    o.no_sync = 1;
+    o.overwrite = 1;
+    ckpt_writer *w;
+    ckpt_error err;
+    assert_int_equal(ckpt_writer_create(path, &o, &w, &err), CKPT_OK);
+    float k[6] = {1, 2, 3, 4, 5, 6};
+    uint8_t big[300];
+    for (int i = 0; i < 300; i++) big[i] = (uint8_t)i;
+    size_t ik, ib, ih, is;
+    assert_int_equal(ckpt_writer_add_tensor(w, "params.Dense_0.kernel", CKPT_F32, 2, (uint64_t[]){2, 3}, &ik, &err),
+                     CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "params.h.0.w", CKPT_U8, 1, (uint64_t[]){300}, &ih, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "params.Dense_0.bias", CKPT_BF16, 1, (uint64_t[]){0}, &ib, &err),
+                     CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "step", CKPT_I64, 0, NULL, &is, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
+    int64_t step = 7;
+    assert_int_equal(ckpt_writer_write(w, ih, big, 300, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_write(w, is, &step, 8, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_write(w, ik, k, 24, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_commit(w, &err), CKPT_OK);
+    ckpt_writer_free(w);
+    ckpt_catalog *cat;
+    assert_int_equal(ckpt_catalog_open(path, &cat, &err), CKPT_OK);
+    assert_int_equal(ckpt_catalog_format(cat), CKPT_FORMAT_FLAX_MSGPACK);
+    assert_string_equal(ckpt_catalog_tree_json(cat),
+                        "{\"__dict__\": [[\"params\", {\"__dict__\": [[\"Dense_0\", {\"__dict__\": [[\"kernel\", "
+                        "{\"__tensor__\": \"params.Dense_0.kernel\"}], [\"bias\", {\"__tensor__\": "
+                        "\"params.Dense_0.bias\"}]]}], [\"h\", {\"__dict__\": [[\"0\", {\"__dict__\": [[\"w\", "
+                        "{\"__tensor__\": \"params.h.0.w\"}]]}]]}]]}], [\"step\", {\"__tensor__\": \"step\"}]]}");
+    uint8_t rb[300];
+    assert_int_equal(ckpt_catalog_read(cat, ckpt_catalog_find(cat, "params.h.0.w"), 0, rb, 300, &err), CKPT_OK);
+    assert_memory_equal(rb, big, 300);
+    float rk[6];
+    assert_int_equal(ckpt_catalog_read(cat, ckpt_catalog_find(cat, "params.Dense_0.kernel"), 0, rk, 24, &err), CKPT_OK);
+    assert_memory_equal(rk, k, 24);
+    int64_t rs;
+    assert_int_equal(ckpt_catalog_read(cat, ckpt_catalog_find(cat, "step"), 0, &rs, 8, &err), CKPT_OK);
+    assert_int_equal(rs, 7);
+    ckpt_catalog_close(cat);
+
+    /* Names that cannot nest, tensors msgpack cannot hold, packed dtypes. */
+    static const struct {
+        const char *a, *b;
+        ckpt_dtype dtype;
+        uint64_t size;
+        ckpt_status st;
+        const char *says;
+    } bad[] = {
+        {"a", "a.b", CKPT_U8, 1, CKPT_E_INVALID_ARGUMENT, "nests under the tensor 'a'"},
+        {"a.b", "a", CKPT_U8, 1, CKPT_E_INVALID_ARGUMENT, "both a tensor and a map"},
+        {"x", "big", CKPT_U8, 5ull << 30, CKPT_E_LIMIT, "at most 4 GiB"},
+        {"x", "f4", CKPT_F4, 4, CKPT_E_UNKNOWN_DTYPE, "no NumPy dtype"},
+    };
+    const char *bad_path = in_dir(dir, "bad.msgpack");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(ckpt_writer_create(bad_path, &o, &w, &err), CKPT_OK);
+        assert_int_equal(ckpt_writer_add_tensor(w, bad[i].a, CKPT_U8, 1, (uint64_t[]){1}, NULL, &err), CKPT_OK);
+        assert_int_equal(ckpt_writer_add_tensor(w, bad[i].b, bad[i].dtype, 1, &bad[i].size, NULL, &err), CKPT_OK);
+        ckpt_status st = ckpt_writer_begin(w, &err);
+        if (st != bad[i].st || !strstr(err.message, bad[i].says))
+            fail_msg("case %zu: %s '%s'", i, ckpt_status_name(st), err.message);
+        ckpt_writer_free(w);
+        assert_false(file_exists(bad_path));
+    }
+    o.max_shard_size = 1000;
+    assert_int_equal(ckpt_writer_create(bad_path, &o, &w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_E_INVALID_ARGUMENT);
+    ckpt_writer_free(w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flax_document),
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_chunked),
         cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_write),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,6 +1,7 @@
 /* NumPy .npy headers and files: the header grammar, dtype spellings,
  * Fortran order as strided reads, big-endian data, and hostile headers. */
 #include <string.h>
+#include <zlib.h>
 
 #include "formats/numpy.h"
 #include "helpers.h"
@@ -268,11 +269,87 @@ static void test_fortran_strides(void **state) {
     assert_int_equal(s[2], 2);
 }
 
+/* Writing an .npz: read back by ckpt (the zip reader checks the layout)
+ * and its CRC-32s correct (checked by zlib over each member). */
+static void test_write_npz(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *path = in_dir(dir, "out.npz");
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.format = CKPT_FORMAT_NPZ;
+    o.no_sync = 1;
+    ckpt_writer *w;
+    ckpt_error err;
+    assert_int_equal(ckpt_writer_create(path, &o, &w, &err), CKPT_OK);
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    uint16_t b[3] = {0x3f80, 0x4000, 0x4040};
+    size_t ia, ib, ie, is;
+    assert_int_equal(ckpt_writer_add_tensor(w, "layer/w", CKPT_F32, 2, (uint64_t[]){2, 3}, &ia, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "b\xc3\xa9", CKPT_BF16, 1, (uint64_t[]){3}, &ib, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "empty", CKPT_I8, 2, (uint64_t[]){0, 4}, &ie, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "s", CKPT_F64, 0, NULL, &is, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
+    double sv = 0.25;
+    assert_int_equal(ckpt_writer_write(w, ib, b, 6, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_write(w, ia, a, 10, &err), CKPT_OK); /* in two chunks */
+    assert_int_equal(ckpt_writer_write(w, ia, (char *)a + 10, 14, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_write(w, is, &sv, 8, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_commit(w, &err), CKPT_OK);
+    ckpt_writer_free(w);
+    ckpt_catalog *cat;
+    assert_int_equal(ckpt_catalog_open(path, &cat, &err), CKPT_OK);
+    assert_int_equal(ckpt_catalog_format(cat), CKPT_FORMAT_NPZ);
+    assert_int_equal(ckpt_catalog_tensor_count(cat), 4);
+    float ra[6];
+    const ckpt_tensor_info *t = ckpt_catalog_find(cat, "layer/w");
+    assert_int_equal(ckpt_catalog_read(cat, t, 0, ra, 24, &err), CKPT_OK);
+    assert_memory_equal(ra, a, 24);
+    t = ckpt_catalog_find(cat, "b\xc3\xa9");
+    assert_int_equal(t->dtype, CKPT_BF16);
+    uint16_t rb[3];
+    assert_int_equal(ckpt_catalog_read(cat, t, 0, rb, 6, &err), CKPT_OK);
+    assert_memory_equal(rb, b, 6);
+    assert_int_equal(ckpt_catalog_find(cat, "empty")->nbytes, 0);
+    assert_int_equal(ckpt_catalog_find(cat, "s")->ndim, 0);
+    ckpt_catalog_close(cat);
+    /* Each member's CRC-32, as zipfile checks it. */
+    size_t n;
+    unsigned char *zip = (unsigned char *)read_all(path, &n);
+    size_t members = 0;
+    for (size_t at = 0; at + 4 <= n && zip[at] == 'P' && zip[at + 1] == 'K' && zip[at + 2] == 3 && zip[at + 3] == 4;) {
+        uint32_t crc = zip[at + 14] | zip[at + 15] << 8 | zip[at + 16] << 16 | (uint32_t)zip[at + 17] << 24;
+        size_t name = zip[at + 26] | zip[at + 27] << 8, extra = zip[at + 28] | zip[at + 29] << 8;
+        uint64_t size = 0;
+        for (int k = 7; k >= 0; k--) size = size << 8 | zip[at + 30 + name + 4 + k];
+        unsigned char *data = zip + at + 30 + name + extra;
+        assert_int_equal(crc, (uint32_t)crc32(0L, data, (uInt)size));
+        at += 30 + name + extra + size;
+        members++;
+    }
+    assert_int_equal(members, 4);
+    free(zip);
+
+    /* What an .npz cannot hold is refused before any data, leaving nothing. */
+    const char *bad = in_dir(dir, "bad.npz");
+    assert_int_equal(ckpt_writer_create(bad, &o, &w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "f4", CKPT_F4, 1, (uint64_t[]){4}, NULL, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_E_UNKNOWN_DTYPE);
+    assert_string_equal(err.tensor, "f4");
+    ckpt_writer_free(w);
+    o.checksums = 1;
+    assert_int_equal(ckpt_writer_create(bad, &o, &w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_E_INVALID_ARGUMENT);
+    ckpt_writer_free(w);
+    assert_false(file_exists(bad));
+    scratch_free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_headers),         cmocka_unit_test(test_preamble),
         cmocka_unit_test(test_dtype_names),     cmocka_unit_test(test_files),
-        cmocka_unit_test(test_fortran_strides),
+        cmocka_unit_test(test_fortran_strides), cmocka_unit_test(test_write_npz),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
