@@ -170,7 +170,6 @@ def python_chart(doc):
     plt.close(fig)
 
 
-<<<<<<< HEAD
 def jax_docs():
     return sorted((json.loads(p.read_text()) for p in RESULTS.glob("jax-*GB.json")), key=lambda d: d["bytes"])
 
@@ -209,7 +208,30 @@ def jax_table(doc):
 
 
 def jax_chart(doc):
-=======
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    r = doc["results"]
+    fig, axes = plt.subplots(1, 2, figsize=(14, 3.5))
+    for ax, key, title in ((axes[0], "load_median", "warm load onto 8 devices (s)"),
+                           (axes[1], "rss_over_base_bytes", "peak RSS above start (GiB)")):
+        names, values, colors = [], [], []
+        for mesh in ("rows", "rect"):
+            for n, v in r[mesh].items():
+                names.append(f"{mesh}: {n}")
+                values.append(v[key] / (2**30 if key.endswith("bytes") else 1))
+                colors.append("#2a7" if n.startswith("ckpt") else "#999")
+        ax.barh(names, values, color=colors)
+        ax.invert_yaxis()
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"jax-{round(doc['bytes'] / 1e9)}GB.png", dpi=100)
+    plt.close(fig)
+
+
 def bindings_tables(doc):
     """The Rust and Elixir bindings (bench/bindings_suite.py)."""
     lines = []
@@ -257,30 +279,12 @@ def bindings_tables(doc):
 
 
 def bindings_chart(doc):
->>>>>>> main
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return
-<<<<<<< HEAD
-    r = doc["results"]
-    fig, axes = plt.subplots(1, 2, figsize=(14, 3.5))
-    for ax, key, title in ((axes[0], "load_median", "warm load onto 8 devices (s)"),
-                           (axes[1], "rss_over_base_bytes", "peak RSS above start (GiB)")):
-        names, values, colors = [], [], []
-        for mesh in ("rows", "rect"):
-            for n, v in r[mesh].items():
-                names.append(f"{mesh}: {n}")
-                values.append(v[key] / (2**30 if key.endswith("bytes") else 1))
-                colors.append("#2a7" if n.startswith("ckpt") else "#999")
-        ax.barh(names, values, color=colors)
-        ax.invert_yaxis()
-        ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(RESULTS / f"jax-{round(doc['bytes'] / 1e9)}GB.png", dpi=100)
-=======
     parts = [k for k in ("rust", "elixir") if doc.get(k)]
     if not parts:
         return
@@ -306,7 +310,6 @@ def bindings_chart(doc):
         ax.legend() if part == "rust" else None
     fig.tight_layout()
     fig.savefig(RESULTS / "bindings.png", dpi=110)
->>>>>>> main
     plt.close(fig)
 
 

@@ -19,15 +19,12 @@ Suites:
                  ceilings, warm and cold (bench/load_suite.py)
   python         the Python package: ckpt.torch.load_file against safetensors,
                  and load_into's peak RSS (bench/python_suite.py)
-<<<<<<< HEAD
   jax            a 2 GB checkpoint onto 8 CPU devices with shardings: ckpt.jax.load
                  against load_file / msgpack_restore + jax.device_put and Orbax's
                  sharded restore; two JAX processes (bench/jax_suite.py)
-=======
   bindings       the Rust binding's ResNet-152 import and the Elixir binding's
                  1 GB tree round trip (bench/bindings_suite.py; not in the
                  default set: `make bench BENCH_ARGS=bindings`)
->>>>>>> main
 
 Results: bench/results/<suite>.json and .png; `bench/report.py` renders the
 README table from the JSON.
@@ -441,15 +438,14 @@ def suite_python(args):
     run_python_suite(args)
 
 
-<<<<<<< HEAD
 def suite_jax(args):
     from jax_suite import run_jax_suite
     run_jax_suite(args)
-=======
+
+
 def suite_bindings(args):
     from bindings_suite import run_bindings_suite
     run_bindings_suite(args)
->>>>>>> main
 
 
 def main():
@@ -464,21 +460,14 @@ def main():
     ap.add_argument("--load-variants", default="bf16",
                     help="layouts of the load suite's file: bf16 (single file), sharded (1 GB shards), f32")
     ap.add_argument("--python-gb", type=float, default=2, help="size (GB) of the python suite's checkpoint")
-<<<<<<< HEAD
     ap.add_argument("--jax-gb", type=float, default=2, help="size (GB) of the jax suite's checkpoint")
-=======
     ap.add_argument("--elixir-gb", type=float, default=1.0, help="size (GB) of the bindings suite's Elixir tree")
->>>>>>> main
     args = ap.parse_args()
     for s in args.suites:
         print(f"== {s}")
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
          "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
-<<<<<<< HEAD
-         "jax": suite_jax}[s](args)
-=======
-         "bindings": suite_bindings}[s](args)
->>>>>>> main
+         "jax": suite_jax, "bindings": suite_bindings}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 
