@@ -11,6 +11,7 @@
 #include "formats/format.h"
 #include "formats/torch.h"
 #include "io/file.h"
+#include "io/http.h"
 
 typedef struct catalog_file {
     ckpt__source *src;
@@ -60,7 +61,30 @@ void ckpt_catalog_options_init(ckpt_catalog_options *o) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
+/* Whether the caller's options (of its header's size) have `field`. */
+#define HAS_OPTION(o, field) ((o)->size >= offsetof(ckpt_catalog_options, field) + sizeof(o)->field)
+
+static const char *arena_copy(ckpt_catalog *c, const char *s) {
+    return s ? ckpt__arena_strndup(&c->arena, s, strlen(s)) : NULL;
+}
+
+/* The options of the sources (remote files, direct I/O). */
+static ckpt_status take_source_options(ckpt_catalog *c, const ckpt_catalog_options *o, ckpt_error *err) {
+    ckpt__source_options *so = &c->source_options;
+    if (HAS_OPTION(o, connect_timeout_ms)) so->connect_timeout_ms = o->connect_timeout_ms;
+    if (HAS_OPTION(o, read_timeout_ms)) so->read_timeout_ms = o->read_timeout_ms;
+    if (HAS_OPTION(o, retries)) so->retries = o->retries;
+    if (HAS_OPTION(o, max_connections)) so->max_connections = o->max_connections;
+    if (HAS_OPTION(o, direct)) so->direct = o->direct != 0;
+    if (HAS_OPTION(o, bearer_token) && o->bearer_token && !(so->bearer_token = arena_copy(c, o->bearer_token)))
+        return ckpt__oom(err, NULL, NULL);
+    if (HAS_OPTION(o, cache_dir) && o->cache_dir && !(so->cache_dir = arena_copy(c, o->cache_dir)))
+        return ckpt__oom(err, NULL, NULL);
+    return CKPT_OK;
+}
+
 static ckpt_status take_options(ckpt_catalog *c, const ckpt_catalog_options *o, ckpt_error *err) {
+    c->source_options = (ckpt__source_options)CKPT__SOURCE_OPTIONS_DEFAULT;
     if (!o) return CKPT_OK;
     if (o->size < offsetof(ckpt_catalog_options, allowed_global_count) + sizeof o->allowed_global_count)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
@@ -82,6 +106,30 @@ static ckpt_status take_options(ckpt_catalog *c, const ckpt_catalog_options *o, 
     }
     c->extra_global_count = o->allowed_global_count;
     qsort(c->extra_globals, c->extra_global_count, sizeof *c->extra_globals, cmp_str);
+    return take_source_options(c, o, err);
+}
+
+/* A URL's "user:password@" leaves the name (which errors and listings
+ * show) for the source options, which send it to that host only — to the
+ * index and to its shards. */
+static ckpt_status take_userinfo(ckpt_catalog *c, const char *path, char **clean, ckpt_error *err) {
+    *clean = NULL;
+    if (!ckpt__source_is_remote_name(path)) return CKPT_OK;
+    char *userinfo, *url;
+    if (!ckpt__url_take_userinfo(path, &url, &userinfo)) return ckpt__oom(err, NULL, NULL);
+    ckpt__url_parts u;
+    if (userinfo && ckpt__url_split(url, &u)) {
+        c->source_options.userinfo = arena_copy(c, userinfo);
+        c->source_options.userinfo_host = ckpt__arena_strndup(&c->arena, u.host, u.host_len);
+    }
+    bool failed = userinfo && (!c->source_options.userinfo || !c->source_options.userinfo_host);
+    if (userinfo) memset(userinfo, 0, strlen(userinfo));
+    free(userinfo);
+    if (failed) {
+        free(url);
+        return ckpt__oom(err, NULL, NULL);
+    }
+    *clean = url;
     return CKPT_OK;
 }
 
@@ -256,16 +304,22 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
     pthread_mutex_init(&c->map_lock, NULL);
     c->format = CKPT_FORMAT_SAFETENSORS;
     ckpt_status st = take_options(c, options, err);
-    char *resolved = NULL;
-    if (st == CKPT_OK) {
-        switch (ckpt__source_stat(path)) {
+    char *resolved = NULL, *clean = NULL;
+    if (st == CKPT_OK) st = take_userinfo(c, path, &clean, err);
+    if (clean) path = clean;
+    /* A remote file is not asked about first (its open says if it is
+     * missing): one request fewer.  A remote "directory" ends in '/'. */
+    bool remote_file = ckpt__source_is_remote_name(path) && path[0] && path[strlen(path) - 1] != '/';
+    if (st == CKPT_OK && !remote_file) {
+        switch (ckpt__source_stat(path, &c->source_options)) {
         case CKPT__NAME_MISSING: st = ckpt__fail_errno(err, ENOENT, path, -1, "cannot open"); break;
-        case CKPT__NAME_DIR: st = ckpt__format_find_in_dir(path, &resolved, err); break;
+        case CKPT__NAME_DIR: st = ckpt__format_find_in_dir(path, &c->source_options, &resolved, err); break;
         case CKPT__NAME_FILE: break;
         }
     }
     if (st == CKPT_OK) st = ckpt__cat_open_path(c, resolved ? resolved : path, err);
     free(resolved);
+    free(clean);
     if (st == CKPT_OK && c->trees > 1) st = wrap_shard_trees(c, err);
     if (st) {
         ckpt_catalog_close(c);

@@ -51,6 +51,14 @@ static const status_entry status_table[] = {
     ENTRY(CKPT_E_CHECKSUM, "checksum mismatch"),
     ENTRY(CKPT_E_PICKLE_INVALID, "malformed pickle"),
     ENTRY(CKPT_E_PICKLE_FORBIDDEN, "pickle asks for something outside the allowlist"),
+    ENTRY(CKPT_E_HTTP_STATUS, "the server answered with an HTTP error status"),
+    ENTRY(CKPT_E_HTTP_AUTH, "the server refused the credentials"),
+    ENTRY(CKPT_E_REMOTE_CHANGED, "the remote file changed while it was read"),
+    ENTRY(CKPT_E_NO_RANGES, "the server does not answer byte-range requests"),
+    ENTRY(CKPT_E_NETWORK, "network transfer failed"),
+    ENTRY(CKPT_E_TIMEOUT, "network transfer timed out"),
+    ENTRY(CKPT_E_BAD_RESPONSE, "the server's response contradicts the request"),
+    ENTRY(CKPT_E_UNSUPPORTED_SOURCE, "this build cannot read that kind of source"),
 };
 #undef ENTRY
 
