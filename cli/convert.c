@@ -13,11 +13,13 @@ static const char usage[] =
     "                            [--select PAT] [--exclude PAT] [--rename FROM=TO]\n"
     "                            [--dtype [PAT=]DTYPE] [--slice [PAT=]SPEC]\n"
     "                            [--transpose PAT] [--layout [PAT=]FROM:TO]\n"
+    "                            [--direct] [remote options]\n"
     "\n"
     "Re-shard, merge or transform a checkpoint, streaming tensor data from file\n"
     "to file (memory use does not depend on the checkpoint's size).\n"
     "\n"
-    "SRC   a .safetensors file, a *.safetensors.index.json, or a directory\n"
+    "SRC   a .safetensors file, a *.safetensors.index.json, or a directory (or\n"
+    "      their http://, https:// or s3:// URLs)\n"
     "DST   a file name ending in .safetensors: one file (merge);\n"
     "      otherwise a directory that receives Hugging Face shards\n"
     "      <prefix>-00001-of-0000N.safetensors and <prefix>.safetensors.index.json\n"
@@ -150,7 +152,7 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 /* The command, with room for one transform per argument. */
-static int run_convert(int argc, char **argv, rule *rules) {
+static int run_convert(int argc, char **argv, rule *rules, source_options *so) {
     const char *src = NULL, *dst = NULL, *shard_size = NULL;
     ckpt_writer_options opt;
     ckpt_writer_options_init(&opt);
@@ -161,8 +163,12 @@ static int run_convert(int argc, char **argv, rule *rules) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(usage, stdout);
+            fputs(source_options_help, stdout);
             return EXIT_OK;
         }
+        int taken = source_option("convert", argc, argv, &i, so);
+        if (taken < 0) return EXIT_USAGE;
+        if (taken) continue;
         if (!strcmp(a, "--max-shard-size") || !strcmp(a, "--prefix")) {
             if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
             if (!strcmp(a, "--prefix")) opt.prefix = argv[++i];
@@ -215,7 +221,7 @@ static int run_convert(int argc, char **argv, rule *rules) {
         return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", dst);
 
     ckpt_catalog *cat;
-    if (ckpt_catalog_open(src, &cat, &err) != CKPT_OK) return report_error(&err);
+    if (ckpt_catalog_open_ex(src, source_options_get(so), &cat, &err) != CKPT_OK) return report_error(&err);
     ckpt_plan *plan = NULL;
     if (rule_count) {
         if (ckpt_plan_create(cat, &plan, &err) != CKPT_OK) {
@@ -248,7 +254,10 @@ static int run_convert(int argc, char **argv, rule *rules) {
     if (verify) {
         /* Re-read the committed output from disk against its checksums. */
         size_t checked = 0;
-        if ((st = ckpt_catalog_open(dst, &cat, &err)) == CKPT_OK) {
+        ckpt_catalog_options local;
+        ckpt_catalog_options_init(&local);
+        local.direct = so->catalog.direct;
+        if ((st = ckpt_catalog_open_ex(dst, &local, &cat, &err)) == CKPT_OK) {
             st = ckpt_verify(cat, NULL, NULL, &checked, &err);
             ckpt_catalog_close(cat);
         }
@@ -264,7 +273,10 @@ int cmd_convert(int argc, char **argv) {
         fputs("ckpt: out of memory\n", stderr);
         return EXIT_ERROR;
     }
-    int rc = run_convert(argc, argv, rules);
+    source_options so;
+    source_options_init(&so);
+    int rc = run_convert(argc, argv, rules, &so);
+    source_options_free(&so);
     free(rules);
     return rc;
 }

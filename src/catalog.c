@@ -3,6 +3,7 @@
  * tensors and where their bytes lie (pieces), storages, metadata, trees.
  * Reading tensor data is the engine's job (engine.c). */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -431,4 +432,12 @@ ckpt_status ckpt__catalog_map(ckpt_catalog *c, size_t file, const void **base, c
     pthread_mutex_unlock(&c->map_lock);
     *base = f->map;
     return st;
+}
+
+bool ckpt__catalog_direct(const ckpt_catalog *c) { return c->source_options.direct; }
+
+void ckpt__catalog_drop_cache(const ckpt_catalog *c) {
+    if (!c->source_options.direct) return;
+    for (size_t i = 0; i < c->file_count; i++)
+        if (c->files[i].src->fd >= 0) posix_fadvise(c->files[i].src->fd, 0, 0, POSIX_FADV_DONTNEED);
 }

@@ -185,6 +185,7 @@ ckpt_status ckpt_convert(const ckpt_catalog *src, const char *dst_path, const ck
     ckpt_writer *w;
     ckpt_status st = ckpt_writer_create(dst_path, options, &w, err);
     if (st) return st;
+    if (ckpt__catalog_direct(src)) ckpt__writer_drop_behind(w);
     size_t n = ckpt_catalog_tensor_count(src);
     unsigned char *keep = ckpt__malloc(n ? n : 1);
     size_t *index = ckpt__malloc((n ? n : 1) * sizeof *index);
@@ -214,6 +215,7 @@ ckpt_status ckpt_convert(const ckpt_catalog *src, const char *dst_path, const ck
     }
     if (st == CKPT_OK) st = ckpt_writer_commit(w, err);
     ckpt_writer_free(w);
+    ckpt__catalog_drop_cache(src);
     free(keep);
     free(index);
     return st;

@@ -32,12 +32,18 @@ enum {
     BOUNCE_ALIGN = 4096,
     RING_BUDGET = 48 << 20,   /* default bounce memory, all threads together */
     RING_MIN_CHUNK = 1 << 20,
+    /* Tasks copying from a remote source (HTTP, S3) straight into their
+     * destination: one task is one batch of range requests, which the
+     * source sends in parallel — larger tasks keep more in flight.  No
+     * bounce memory is involved. */
+    REMOTE_TASK = 64 << 20,
 };
 
 typedef struct file_state {
     int dfd;        /* O_DIRECT descriptor, -1 when not used */
     uint32_t align;
     bool remote;    /* network or FUSE file system: no views, no O_DIRECT */
+    bool batched;   /* no descriptor, remote: read in batches through the source */
 } file_state;
 
 typedef struct job {
@@ -515,7 +521,10 @@ static ckpt_status open_files(ckpt_plan *p, ckpt_io_mode mode, file_state **out,
         int fd = src->fd;
         uint64_t size = src->size;
         files[i].remote = (src->caps & CKPT__SRC_REMOTE) || !(src->caps & CKPT__SRC_MAP);
-        bool direct = mode == CKPT_IO_DIRECT && !files[i].remote;
+        files[i].batched = fd < 0 && (src->caps & CKPT__SRC_REMOTE);
+        /* A source opened in direct mode is read with O_DIRECT whatever the
+         * mode (on a network file system too: the user asked). */
+        bool direct = (mode == CKPT_IO_DIRECT && !files[i].remote) || (src->caps & CKPT__SRC_DIRECT);
         if (mode == CKPT_IO_AUTO)
             direct = !files[i].remote && fd >= 0 && size >= (64u << 20) && ckpt__cached_fraction(fd, size, 0, size) < 0.5;
         if (direct && fd >= 0) files[i].dfd = ckpt__open_direct(src->name, fd, &files[i].align);
@@ -590,7 +599,7 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
         make_job(p, e, j, stride_pool + used_dims, dst_pool + used_dims, g.files);
         used_dims += t->ndim;
         j->dst = e->pub.data;
-        plan_tasks(j, g.chunk);
+        plan_tasks(j, j->copy && g.files[t->file].batched && g.chunk < REMOTE_TASK ? REMOTE_TASK : g.chunk);
         if (j->tasks == 0) continue;
         j->first_task = g.task_count;
         g.task_count += j->tasks;
@@ -649,6 +658,7 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     p->stats.io_uring = atomic_load(&g.used_uring);
     free(workers);
     close_files(g.files, ckpt_catalog_file_count(p->catalog));
+    ckpt__catalog_drop_cache(p->catalog); /* direct mode: what small reads cached */
     free(g.jobs);
     free(stride_pool);
     free(dst_pool);
@@ -712,12 +722,13 @@ static ckpt_status convert_streamed(worker *w, const job *j, ckpt_writer *wr, si
 }
 
 static ckpt_status convert_item(worker *w, ckpt_plan *p, ckpt__plan_entry *e, ckpt_writer *wr, size_t index,
-                                unsigned char *slot, size_t chunk, convert_progress *cp, ckpt_error *err) {
+                                unsigned char *slot, size_t chunk, file_state *files, convert_progress *cp,
+                                ckpt_error *err) {
     uint64_t stride[CKPT_MAX_DIMS];
     int64_t dst_stride[CKPT_MAX_DIMS];
     job j;
     const ckpt_tensor_info *t = e->pub.source;
-    make_job(p, e, &j, stride, dst_stride, NULL);
+    make_job(p, e, &j, stride, dst_stride, files);
     if (j.copy && single_run(e))
         return ckpt__writer_copy(wr, index, j.src, t->offset + slice_offset(e), e->pub.nbytes, convert_tick, cp,
                                  err);
@@ -740,7 +751,15 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
     if (st) return st;
     ckpt_writer *wr;
     if ((st = ckpt_writer_create(dst_path, options, &wr, err))) return st;
-    st = ckpt__copy_source_metadata(p->catalog, wr, err);
+    /* Direct mode: transformed tensors are read with O_DIRECT too, and
+     * the output leaves the page cache as it is written. */
+    file_state *files = NULL;
+    bool any_direct = false;
+    if (ckpt__catalog_direct(p->catalog)) {
+        ckpt__writer_drop_behind(wr);
+        if (open_files(p, CKPT_IO_DIRECT, &files, &any_direct) != CKPT_OK) st = ckpt__oom(err, NULL, "the conversion");
+    }
+    if (st == CKPT_OK) st = ckpt__copy_source_metadata(p->catalog, wr, err);
     size_t n = p->selected_count;
     size_t *index = ckpt__malloc((n ? n : 1) * sizeof *index);
     if (!index && st == CKPT_OK) st = ckpt__oom(err, NULL, "the load's tasks");
@@ -770,7 +789,7 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
         st = ckpt__fail(err, CKPT_E_CANCELLED, dst_path, NULL, -1, "cancelled");
     for (size_t k = 0; st == CKPT_OK && k < n; k++) {
         ckpt__plan_entry *e = &p->entries[p->selected[k]];
-        st = convert_item(&w, p, e, wr, index[k], slot, chunk, &cp, err);
+        st = convert_item(&w, p, e, wr, index[k], slot, chunk, files, &cp, err);
         cp.before += e->pub.nbytes;
     }
     if (st == CKPT_OK) st = ckpt_writer_commit(wr, err);
@@ -779,5 +798,7 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
     free(slot);
     free(index);
     ckpt_writer_free(wr);
+    close_files(files, ckpt_catalog_file_count(p->catalog));
+    ckpt__catalog_drop_cache(p->catalog);
     return st;
 }

@@ -65,7 +65,32 @@ struct ckpt_writer {
     char *stage;
     bool dest_existed;   /* the (empty) destination directory was there before */
     bool stage_published; /* renamed into place; a later failure takes it back */
+    /* Direct mode: what is written leaves the page cache once on disk. */
+    bool drop_behind;
+    uint64_t undropped; /* bytes written since the last drop */
 };
+
+/* Written bytes stay in the page cache until DROP_WINDOW of them wait on
+ * disk; then they are flushed and dropped. */
+enum { DROP_WINDOW = 64 << 20 };
+
+void ckpt__writer_drop_behind(ckpt_writer *w) { w->drop_behind = true; }
+
+/* Starts the write-back of [off, off + n) of `f`; every DROP_WINDOW bytes,
+ * waits for all of it and drops it from the page cache. */
+static void wrote(ckpt_writer *w, wfile *f, uint64_t off, uint64_t n) {
+    if (!w->drop_behind || f->fd < 0) return;
+    sync_file_range(f->fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WRITE);
+    w->undropped += n;
+    if (w->undropped < DROP_WINDOW) return;
+    w->undropped = 0;
+    for (size_t i = 0; i < w->file_count; i++) {
+        int fd = w->files[i].fd;
+        if (fd < 0) continue;
+        sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    }
+}
 
 void ckpt_writer_options_init(ckpt_writer_options *o) {
     memset(o, 0, sizeof *o);
@@ -491,6 +516,7 @@ ckpt_status ckpt_writer_write(ckpt_writer *w, size_t index, const void *data, si
     wfile *f = &w->files[t->file];
     st = ckpt__pwrite_full(f->fd, data, nbytes, t->offset + t->written, f->tmp_path, err);
     if (st) return st;
+    wrote(w, f, t->offset + t->written, nbytes);
     if (w->opt.checksums) {
         if (!t->hash && (!(t->hash = XXH3_createState()) || XXH3_64bits_reset(t->hash) == XXH_ERROR))
             return ckpt__oom(err, w->path, NULL);
@@ -509,8 +535,11 @@ ckpt_status ckpt_writer_write(ckpt_writer *w, size_t index, const void *data, si
  * kernel cannot copy from): a bounded buffer. */
 static ckpt_status copy_through(ckpt_writer *w, size_t index, ckpt__source *src, uint64_t src_offset, uint64_t n,
                                 ckpt__copy_tick tick, void *user, ckpt_error *err) {
-    enum { CHUNK = 8 << 20 };
-    size_t cap = n < CHUNK ? (size_t)n : CHUNK;
+    /* A remote source reads a chunk as parallel range requests: larger
+     * chunks keep more of them in flight. */
+    enum { CHUNK = 8 << 20, REMOTE_CHUNK = 64 << 20 };
+    uint64_t chunk = src->fd < 0 && (src->caps & CKPT__SRC_REMOTE) ? REMOTE_CHUNK : CHUNK;
+    size_t cap = n < chunk ? (size_t)n : (size_t)chunk;
     unsigned char *buf = ckpt__malloc(cap ? cap : 1);
     if (!buf) return ckpt__oom(err, w->path, NULL);
     ckpt_status st = CKPT_OK;
@@ -532,9 +561,13 @@ ckpt_status ckpt__writer_copy(ckpt_writer *w, size_t index, ckpt__source *src, u
     if (st) return st;
     wtensor *t = &w->tensors[index];
     wfile *f = &w->files[t->file];
-    if (w->opt.checksums || src->fd < 0) return copy_through(w, index, src, src_offset, n, tick, user, err);
+    /* Direct mode reads through the source (O_DIRECT), not the kernel's
+     * copy (which goes through the page cache). */
+    if (w->opt.checksums || src->fd < 0 || (src->caps & CKPT__SRC_DIRECT))
+        return copy_through(w, index, src, src_offset, n, tick, user, err);
     st = ckpt__copy_range(src->fd, src_offset, src->name, f->fd, t->offset + t->written, f->tmp_path, n, tick, user, err);
     if (st) return st;
+    wrote(w, f, t->offset + t->written, n);
     t->written += n;
     return CKPT_OK;
 }
@@ -543,6 +576,11 @@ static ckpt_status finish_file(ckpt_writer *w, wfile *f, ckpt_error *err) {
     if (ckpt__io_ftruncate(f->fd, (off_t)f->size) != 0)
         return ckpt__fail_errno(err, errno, f->tmp_path, -1, "cannot set the file size");
     if (!w->opt.no_sync && ckpt__io_fsync(f->fd) != 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "fsync failed");
+    if (w->drop_behind) {
+        if (w->opt.no_sync)
+            sync_file_range(f->fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+        posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
+    }
     int fd = f->fd;
     f->fd = -1;
     if (close(fd) != 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "close failed");

@@ -12,6 +12,11 @@
 CKPT__HIDDEN ckpt_status ckpt__writer_copy(ckpt_writer *w, size_t index, ckpt__source *src, uint64_t src_offset,
                                            uint64_t n, ckpt__copy_tick tick, void *user, ckpt_error *err);
 
+/* Direct mode (a catalog opened with `direct`): written data leaves the
+ * page cache once it is on disk (sync_file_range, POSIX_FADV_DONTNEED),
+ * and copies read through the source rather than the kernel. */
+CKPT__HIDDEN void ckpt__writer_drop_behind(ckpt_writer *w);
+
 /* What every conversion writes besides tensors: the source's metadata
  * ("format": "pt" for torch sources) and a torch source's object tree
  * (convert.c). */
