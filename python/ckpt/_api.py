@@ -5,7 +5,7 @@ import os
 import re
 from collections import namedtuple
 
-from . import _ckpt, _dtypes, _frameworks, _progress, _tree
+from . import _ckpt, _dtypes, _frameworks, _progress, _sources, _tree
 from ._safe import _available_memory
 
 FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded"}
@@ -63,11 +63,12 @@ def _listify(x):
 class Checkpoint:
     """A checkpoint's catalog: names, shapes, dtypes, metadata and (torch
     files) the object tree, read without the data.  Use as a context manager
-    or call close()."""
+    or call close().  `path` may be an http://, https:// or s3:// URL; see
+    the source options in ckpt.open."""
 
-    def __init__(self, path):
-        self.path = os.fspath(path)
-        self._catalog = _ckpt.Catalog(self.path)
+    def __init__(self, path, *, direct=False, **source):
+        self.path = _sources.name(path)
+        self._catalog = _sources.catalog(self.path, direct, **source)
         info = self._catalog.info()
         self.format = FORMATS.get(info["format"], str(info["format"]))
         self.index_path = info["index_path"]
@@ -155,21 +156,29 @@ class Checkpoint:
         return self._catalog.verify(progress=_progress.choose(progress, "verify"))
 
     def __repr__(self):
-        return f"<ckpt.Checkpoint {self.path!r} {self.format}, {len(self)} tensors, {self.nbytes / 1e9:.2f} GB>"
+        return (f"<ckpt.Checkpoint {_sources.shown(self.path)!r} {self.format}, {len(self)} tensors, "
+                f"{self.nbytes / 1e9:.2f} GB>")
 
 
-def open(path):  # noqa: A001 - the natural name, as in safetensors' safe_open
+def open(path, *, direct=False, **source):  # noqa: A001 - the natural name, as in safetensors' safe_open
     """Opens a checkpoint's catalog (.safetensors, sharded directory or
-    index, torch.save file) without reading tensor data."""
-    return Checkpoint(path)
+    index, torch.save file — or their http://, https:// or s3:// URLs)
+    without reading tensor data.
+
+    Source options (every function that opens a checkpoint takes them):
+    direct=True reads local files with O_DIRECT, around the page cache
+    (no mmap; converts also drop what they write); for remote files,
+    cache_dir (verified local copies), bearer_token, timeout and
+    connect_timeout (seconds), retries and max_connections."""
+    return Checkpoint(path, direct=direct, **source)
 
 
-def shapes(path, *, nested=True):
+def shapes(path, *, nested=True, **source):
     """The tree of shapes and dtypes of a checkpoint, reading no data — to
     build a model skeleton (as with Flax's eval_shape).  Leaves are
     jax.ShapeDtypeStruct when jax is installed (and knows the dtype), else
     TensorSpec(shape, dtype).  nested=False gives {name: leaf}."""
-    with Checkpoint(path) as c:
+    with Checkpoint(path, **source) as c:
         leaf = _jax_leaf(c) or c.spec
         if nested:
             return c.tree(leaf)
@@ -245,16 +254,19 @@ def _build_plan(catalog, rows, *, select=None, exclude=None, rename=None, dtype=
     return plan
 
 
-def _io(io):
+def _io(io, direct=False):
     try:
-        return _IO[io]
+        mode = _IO[io]
     except KeyError:
         raise ValueError(f"io must be one of {sorted(_IO)}, not {io!r}") from None
+    if direct and io == "buffered":
+        raise ValueError("direct=True reads around the page cache; io='buffered' reads through it")
+    return _IO["direct"] if direct else mode
 
 
 def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
          tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, device="cpu", nested=False, mmap=False,
-         threads=0, io="auto", progress=None):
+         threads=0, io="auto", progress=None, direct=False, **source):
     """Loads a checkpoint (or the part of it a device needs) into a dict of
     tensors, with the parallel engine: memory beyond the tensors is a small
     bounce ring, whatever the checkpoint's size.
@@ -266,10 +278,15 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     slices: {glob: (dim, start, stop)} keeps a range of one axis;
     transpose: globs of 2-D tensors to transpose; layout: "OIHW:HWIO" or
     {glob: "OIHW:HWIO"}.  mmap=True gives tensors that need no conversion
-    as copy-on-write views of the file instead of copies.  nested=True
-    returns the checkpoint's nested structure."""
+    as copy-on-write views of the file instead of copies (local files
+    only).  nested=True returns the checkpoint's nested structure.
+    `path` may be a URL; direct=True and the other source options are
+    those of ckpt.open."""
     fw = _frameworks.get(framework)
-    catalog = _ckpt.Catalog(os.fspath(path))
+    if mmap and direct:
+        raise ValueError("mmap=True maps the file into the page cache; direct=True never goes through it")
+    io_mode = _io(io, direct)
+    catalog = _sources.catalog(path, direct, **source)
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank,
                        tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
@@ -285,13 +302,15 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
             whole = nbytes == r[3] and nbytes  # sliced tensors go through the engine
             if transform or not r[7] or not whole or (bits >= 8 and r[5] % (bits // 8)) or "*" in r[0] or "?" in r[0]:
                 continue
+            if _sources.is_remote(paths[r[4]]):
+                continue  # a remote file (or its cached copy, named by its URL) goes through the engine
             if r[4] not in maps:
                 maps[r[4]] = _ckpt.Map(paths[r[4]], prefetch=sizes[r[4]] <= _available_memory() // 2)
             out[name] = fw.from_buffer(maps[r[4]], dt, shape, r[5], name)
             plan.exclude(r[0])
     items = plan.items()
     bar = _progress.choose(progress, "load")
-    plan.load(threads=threads, io=_io(io), progress=bar)
+    plan.load(threads=threads, io=io_mode, progress=bar)
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
         out[name] = fw.from_buffer(plan.data(i), dt, shape, 0, name)
     out = {k: fw.to_device(out[k], device) for k in order}
@@ -335,7 +354,7 @@ def _is_module(x):
 
 def load_into(target, path, strict=True, *, select=None, exclude=None, rename=None, tp_rank=None, tp_size=None,
               tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, threads=0, io="auto",
-              progress=None):
+              progress=None, direct=False, **source):
     """Loads a checkpoint into the existing tensors of `target` — a
     torch.nn.Module, a state dict, or a (nested) dict of numpy arrays — in
     place: bytes go straight from the file into each tensor's memory, so no
@@ -344,9 +363,13 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
 
     Returns LoadResult(missing_keys, unexpected_keys, mismatched_keys), like
     load_state_dict; with strict=True any of them raises RuntimeError
-    (nothing is written then)."""
+    (nothing is written then).  `path` may be a URL; with direct=True the
+    file is read around the page cache (O_DIRECT), so the model's memory
+    is all the load adds — under a container's memory limit, or on a
+    unified-memory machine, nothing is held twice."""
     fw, flat = _target_tensors(target)
-    catalog = _ckpt.Catalog(os.fspath(path))
+    io_mode = _io(io, direct)
+    catalog = _sources.catalog(path, direct, **source)
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, tp_rank=tp_rank,
                        tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
@@ -399,7 +422,7 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
             direct.append(True)
         else:
             direct.append(False)
-    plan.load(threads=threads, io=_io(io), progress=_progress.choose(progress, "load"))
+    plan.load(threads=threads, io=io_mode, progress=_progress.choose(progress, "load"))
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
         if not direct[i]:
             tmp = fw.from_buffer(plan.data(i), dt, shape, 0, name)
@@ -498,14 +521,16 @@ def _pieces(fw, t):
 
 def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None, tp_dim=0,
             tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
-            overwrite=False, checksums=False, no_sync=False, progress=None):
+            overwrite=False, checksums=False, no_sync=False, progress=None, direct=False, **source):
     """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
     — one file, or shards in a directory when max_shard_size is given —
     applying the same selections, renames, slices, casts and layouts as
     `ckpt convert`, streamed with bounded memory and renamed into place when
     complete.  Shows a progress bar on a terminal (progress=False hides it;
-    a callable(done, total) receives the progress)."""
-    catalog = _ckpt.Catalog(os.fspath(src))
+    a callable(done, total) receives the progress).  `src` may be a URL;
+    direct=True reads it with O_DIRECT and drops the output from the page
+    cache as it reaches the disk."""
+    catalog = _sources.catalog(src, direct, **source)
     bar = _progress.choose(progress, "convert")
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
               checksums=checksums, progress=bar)

@@ -28,6 +28,13 @@ class CancelledError(Error):
     """A progress callback (or Ctrl-C) stopped the operation."""
 
 
+class RemoteError(Error, OSError):
+    """A remote file (http://, https://, s3://) could not be read: an HTTP
+    error status, refused credentials, a file changed while read, a server
+    without byte ranges, a network failure or timeout after retries, or an
+    answer that contradicts the request."""
+
+
 
 def _register():
     classes = {}
@@ -44,6 +51,9 @@ def _register():
         "CKPT_E_UNKNOWN_FORMAT": SafetensorError,
         "CKPT_E_LIMIT": SafetensorError,
     })
+    for name, code in _ckpt.status_names().items():
+        if 100 <= code < 110:
+            classes[name] = RemoteError
     _ckpt._register_errors(classes)
 
 

@@ -64,7 +64,8 @@ static PyObject *raise_ckpt(const ckpt_error *e) {
         SET("errno", PyLong_FromLong(e->sys_errno));
         SET("strerror", PyUnicode_FromString(strerror(e->sys_errno)));
     }
-    if (e->path[0]) SET("filename", PyUnicode_DecodeFSDefault(e->path));
+    /* OSError's own fields only with an errno (else str() reads "[Errno None] None"). */
+    if (e->path[0] && e->sys_errno) SET("filename", PyUnicode_DecodeFSDefault(e->path));
 #undef SET
     PyErr_SetObject(cls, exc);
     Py_DECREF(exc);
@@ -317,17 +318,61 @@ static void catalog_unuse(Catalog *c) {
     }
 }
 
+/* Seconds (a number, or None) as milliseconds; -1 on a bad value. */
+static int seconds_ms(PyObject *v, const char *name, uint32_t *ms) {
+    if (v == Py_None) return 0;
+    double s = PyFloat_AsDouble(v);
+    if (s == -1.0 && PyErr_Occurred()) return -1;
+    if (!(s > 0) || s > 86400.0) {
+        PyErr_Format(PyExc_ValueError, "%s must be a number of seconds in (0, 86400]", name);
+        return -1;
+    }
+    *ms = (uint32_t)(s * 1000 + 0.5);
+    if (!*ms) *ms = 1;
+    return 0;
+}
+
+/* Catalog(path, *, direct=False, cache_dir=None, bearer_token=None,
+ * timeout=None, connect_timeout=None, retries=None, max_connections=None):
+ * the options of ckpt_catalog_options (remote files, direct I/O). */
 static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"path", NULL};
-    PyObject *path_obj;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&", kwlist, PyUnicode_FSConverter, &path_obj)) return -1;
+    static char *kwlist[] = {"path", "direct", "cache_dir", "bearer_token", "timeout", "connect_timeout", "retries",
+                             "max_connections", NULL};
+    PyObject *path_obj, *cache_obj = NULL, *timeout = Py_None, *connect_timeout = Py_None, *retries = Py_None;
+    int direct = 0;
+    const char *token = NULL;
+    unsigned int connections = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$pO&zOOOI", kwlist, PyUnicode_FSConverter, &path_obj, &direct,
+                                     PyUnicode_FSConverter, &cache_obj, &token, &timeout, &connect_timeout, &retries,
+                                     &connections))
+        return -1;
+    ckpt_catalog_options o;
+    ckpt_catalog_options_init(&o);
+    o.direct = direct;
+    o.bearer_token = token;
+    o.max_connections = connections;
+    if (cache_obj && cache_obj != Py_None) o.cache_dir = PyBytes_AS_STRING(cache_obj);
+    int bad = seconds_ms(timeout, "timeout", &o.read_timeout_ms) || seconds_ms(connect_timeout, "connect_timeout",
+                                                                               &o.connect_timeout_ms);
+    if (!bad && retries != Py_None) {
+        long r = PyLong_AsLong(retries);
+        if (r == -1 && PyErr_Occurred()) bad = 1;
+        else if (r < 0 || r > 100) PyErr_SetString(PyExc_ValueError, "retries must be in [0, 100]"), bad = 1;
+        else o.retries = (uint32_t)r;
+    }
+    if (bad) {
+        Py_DECREF(path_obj);
+        Py_XDECREF(cache_obj);
+        return -1;
+    }
     ckpt_error e;
     ckpt_status st;
     ckpt_catalog *c = NULL;
     Py_BEGIN_ALLOW_THREADS
-    st = ckpt_catalog_open(PyBytes_AS_STRING(path_obj), &c, &e);
+    st = ckpt_catalog_open_ex(PyBytes_AS_STRING(path_obj), &o, &c, &e);
     Py_END_ALLOW_THREADS
     Py_DECREF(path_obj);
+    Py_XDECREF(cache_obj);
     if (st != CKPT_OK) {
         raise_ckpt(&e);
         return -1;
@@ -1163,7 +1208,7 @@ static PyObject *mod_cast(PyObject *self, PyObject *args) {
 static PyObject *mod_status_names(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
     PyObject *d = PyDict_New();
-    for (int code = 0; d && code < 100; code++) {
+    for (int code = 0; d && code < 200; code++) {
         const char *name = ckpt_status_name((ckpt_status)code);
         if (!strcmp(name, "CKPT_E_UNKNOWN_STATUS")) continue;
         PyObject *v = PyLong_FromLong(code);
