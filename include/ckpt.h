@@ -335,7 +335,9 @@ typedef struct ckpt_catalog_options {
      * keys: anonymous requests), $AWS_REGION (or $AWS_DEFAULT_REGION,
      * default us-east-1) and $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL for
      * S3-compatible stores (path-style requests), signed with SigV4.
-     * libcurl honours $https_proxy, $http_proxy and $no_proxy. */
+     * libcurl honours $https_proxy, $http_proxy and $no_proxy; servers'
+     * certificates are checked against the system's, or those of the file
+     * $CURL_CA_BUNDLE names. */
     uint32_t connect_timeout_ms; /* to establish a connection; 0: 30 s                        */
     uint32_t read_timeout_ms;    /* a transfer that receives nothing for this long fails (and is
                                     retried); counted in whole seconds; 0: 60 s                */

@@ -73,6 +73,7 @@ typedef struct remote {
     const char *shown; /* the source's name, for errors */
     /* Credentials (owned copies; wiped when freed). */
     char *bearer, *userpwd, *sigv4;
+    char *ca_bundle; /* $CURL_CA_BUNDLE: certificates to verify servers with, instead of the system's */
     bool s3;
     struct curl_slist *headers; /* validators and signed S3 headers, for every data request */
     long connect_ms, read_s;
@@ -498,6 +499,7 @@ static CURL *easy_for(remote *r, context *c) {
         curl_easy_setopt(e, CURLOPT_NETRC, (long)CURL_NETRC_OPTIONAL);
     }
     if (r->share) curl_easy_setopt(e, CURLOPT_SHARE, r->share);
+    if (r->ca_bundle) curl_easy_setopt(e, CURLOPT_CAINFO, r->ca_bundle);
     if (r->sigv4) {
         curl_easy_setopt(e, CURLOPT_AWS_SIGV4, r->sigv4);
         curl_easy_setopt(e, CURLOPT_USERPWD, r->userpwd);
@@ -697,7 +699,6 @@ static outcome judge_status(xfer *x, ckpt_status *st, ckpt_error *err) {
 
 static outcome judge(xfer *x, CURLcode rc, ckpt_status *st, ckpt_error *err) {
     remote *r = x->r;
-    if (rc == CURLE_OK && !x->checked && !x->error_status) check_response(x); /* no body at all */
     switch (x->verdict) {
     case V_NONE:
         break;
@@ -776,6 +777,8 @@ static ckpt_status run_batch(remote *r, xfer *xs, size_t n, ckpt_error *err) {
             xfer *x = NULL;
             curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
             CURLcode rc = m->data.result;
+            /* A response without a body is judged here, while its handle is. */
+            if (rc == CURLE_OK && !x->checked && !x->error_status) check_response(x);
             curl_multi_remove_handle(c->multi, x->easy);
             easy_back(c, x->easy);
             x->easy = NULL;
@@ -927,6 +930,7 @@ static void remote_free(remote *r) {
     free(r->bearer);
     free(r->userpwd);
     free(r->sigv4);
+    free(r->ca_bundle);
     free(r->url);
     free(r->etag);
     free(r->last_modified);
@@ -1086,6 +1090,8 @@ static ckpt_status remote_new(const char *shown, const char *url, const ckpt__re
     r->bearer = dup_or_null(auth->bearer, &failed);
     r->userpwd = dup_or_null(auth->userpwd, &failed);
     r->sigv4 = dup_or_null(auth->sigv4, &failed);
+    const char *ca = getenv("CURL_CA_BUNDLE");
+    r->ca_bundle = dup_or_null(ca && *ca ? ca : NULL, &failed);
     r->s3 = auth->s3;
     r->connect_ms = o->connect_timeout_ms ? (long)o->connect_timeout_ms : DEFAULT_CONNECT_MS;
     r->read_s = (long)(((o->read_timeout_ms ? o->read_timeout_ms : DEFAULT_READ_MS) + 999) / 1000);
