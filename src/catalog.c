@@ -58,6 +58,7 @@ void ckpt_catalog_options_init(ckpt_catalog_options *o) {
     if (!o) return;
     memset(o, 0, sizeof *o);
     o->size = sizeof *o;
+    o->retries = CKPT__DEFAULT_RETRIES;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }

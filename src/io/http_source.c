@@ -190,6 +190,8 @@ typedef struct xfer {
     bool has_etag, has_last_modified;
     unsigned retry_after;
     bool has_retry_after;
+    uint64_t content_length;
+    bool has_content_length, bad_content_length;
     char body[ERROR_BODY];
     size_t body_len, body_seen;
     char curl_error[CURL_ERROR_SIZE];
@@ -205,6 +207,7 @@ static void reset_response(xfer *x) {
     x->verdict_text[0] = '\0';
     x->header_bytes = 0;
     x->has_content_range = x->has_etag = x->has_last_modified = x->has_retry_after = false;
+    x->has_content_length = x->bad_content_length = false;
     x->etag[0] = x->last_modified[0] = x->region[0] = x->encoding[0] = '\0';
     x->body_len = x->body_seen = 0;
     x->curl_error[0] = '\0';
@@ -255,6 +258,14 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *user) {
         x->has_last_modified = true;
     } else if (ckpt__header_is(name, nl, "Retry-After")) {
         x->has_retry_after = ckpt__parse_retry_after(value, vl, RETRY_AFTER_CAP_S, &x->retry_after);
+    } else if (ckpt__header_is(name, nl, "Content-Length")) {
+        uint64_t v = 0;
+        bool ok = vl > 0 && vl <= 20;
+        for (size_t k = 0; ok && k < vl; k++)
+            ok = value[k] >= '0' && value[k] <= '9' && ckpt__mul_u64(v, 10, &v) && ckpt__add_u64(v, (uint64_t)(value[k] - '0'), &v);
+        x->has_content_length = ok;
+        x->bad_content_length = !ok;
+        x->content_length = v;
     } else if (ckpt__header_is(name, nl, "Content-Encoding")) {
         copy_value(x->encoding, sizeof x->encoding, value, vl);
     } else if (ckpt__header_is(name, nl, "x-amz-bucket-region")) {
@@ -286,6 +297,10 @@ static bool check_response(xfer *x) {
         return false;
     }
     if (x->mode == X_HEAD) return true;
+    if (x->bad_content_length) {
+        set_verdict(x, V_BAD_RANGE, "its Content-Length is not a number");
+        return false;
+    }
     ckpt__content_range cr;
     bool has_cr = x->has_content_range && ckpt__parse_content_range(x->content_range, strlen(x->content_range), &cr);
     if (x->has_content_range && !has_cr) {
@@ -303,6 +318,11 @@ static bool check_response(xfer *x) {
                 set_verdict(x, V_BAD_RANGE, "it sent bytes %llu-%llu of %llu for a request of bytes 0-%u",
                             (unsigned long long)cr.first, (unsigned long long)cr.last, (unsigned long long)cr.total,
                             (unsigned)HEAD_BYTES - 1);
+                return false;
+            }
+            if (x->has_content_length && x->content_length != cr.last + 1) {
+                set_verdict(x, V_BAD_RANGE, "its Content-Length %llu does not match its Content-Range \"%s\"",
+                            (unsigned long long)x->content_length, x->content_range);
                 return false;
             }
             x->open_total = cr.total;
@@ -347,6 +367,11 @@ static bool check_response(xfer *x) {
             set_verdict(x, V_BAD_RANGE, "it sent bytes %llu-%llu (Content-Range \"%s\") for a request of bytes %llu-%llu",
                         (unsigned long long)cr.first, (unsigned long long)cr.last, x->content_range,
                         (unsigned long long)x->pos, (unsigned long long)(x->end - 1));
+            return false;
+        }
+        if (x->has_content_length && x->content_length != x->end - x->pos) {
+            set_verdict(x, V_BAD_RANGE, "its Content-Length %llu is not the %llu bytes of its Content-Range",
+                        (unsigned long long)x->content_length, (unsigned long long)(x->end - x->pos));
             return false;
         }
         return true;

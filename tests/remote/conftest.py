@@ -43,7 +43,7 @@ def same(a, b):
 
 
 def same_dict(a, b):
-    return list(a) == list(b) and all(same(a[k], b[k]) for k in b)
+    return set(a) == set(b) and all(same(a[k], b[k]) for k in b)
 
 
 @pytest.fixture(scope="session")
