@@ -1371,7 +1371,8 @@ static ckpt_status http_open(const char *name, const ckpt__source_options *o, ck
 static ckpt__name_kind http_stat(const char *name, const ckpt__source_options *o) {
     char *url, *userinfo;
     ckpt__remote_auth auth;
-    if (http_prepare(name, name, o, &url, &auth, &userinfo, NULL) != CKPT_OK) return CKPT__NAME_MISSING;
+    /* Not a URL: "a file", so that opening it says why. */
+    if (http_prepare(name, name, o, &url, &auth, &userinfo, NULL) != CKPT_OK) return CKPT__NAME_FILE;
     ckpt__name_kind k = ckpt__remote_stat(url, &auth, o);
     if (userinfo) memset(userinfo, 0, strlen(userinfo));
     free(userinfo);

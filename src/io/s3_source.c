@@ -60,13 +60,14 @@ static void target_free(s3_target *t) {
     free(t->url);
 }
 
-static ckpt_status s3_prepare(const char *name, s3_target *t, ckpt_error *err) {
+static ckpt_status s3_prepare(const char *name, bool allow_no_key, s3_target *t, ckpt_error *err) {
     memset(t, 0, sizeof *t);
     const char *bucket = name + 5, *slash = strchr(bucket, '/');
     size_t bucket_len = slash ? (size_t)(slash - bucket) : strlen(bucket);
     const char *key = slash ? slash + 1 : "";
-    if (!bucket_len)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, name, NULL, -1, "an s3:// name needs a bucket: s3://BUCKET/KEY");
+    if (!bucket_len || (!*key && !allow_no_key))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, name, NULL, -1,
+                          "an s3:// name needs a bucket and a key: s3://BUCKET/KEY");
     for (size_t i = 0; i < bucket_len; i++)
         if ((unsigned char)bucket[i] <= 0x20 || strchr("?#%@:\\", bucket[i]))
             return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, name, NULL, -1, "'%.*s' is not a bucket name",
@@ -127,7 +128,7 @@ static ckpt_status s3_prepare(const char *name, s3_target *t, ckpt_error *err) {
 static ckpt_status s3_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
     *out = NULL;
     s3_target t;
-    ckpt_status st = s3_prepare(name, &t, err);
+    ckpt_status st = s3_prepare(name, false, &t, err);
     if (st) return st;
     st = ckpt__remote_open(name, t.url, &t.auth, o, out, err);
     target_free(&t);
@@ -135,10 +136,14 @@ static ckpt_status s3_open(const char *name, const ckpt__source_options *o, ckpt
 }
 
 static ckpt__name_kind s3_stat(const char *name, const ckpt__source_options *o) {
-    size_t n = strlen(name);
-    if (n && name[n - 1] == '/') return CKPT__NAME_DIR;
     s3_target t;
-    if (s3_prepare(name, &t, NULL) != CKPT_OK) return CKPT__NAME_MISSING;
+    /* A name that is no object's: "a file", so that opening it says why. */
+    if (s3_prepare(name, true, &t, NULL) != CKPT_OK) return CKPT__NAME_FILE;
+    size_t n = strlen(name);
+    if (n && name[n - 1] == '/') {
+        target_free(&t);
+        return CKPT__NAME_DIR;
+    }
     ckpt__name_kind k = ckpt__remote_stat(t.url, &t.auth, o);
     target_free(&t);
     return k;
