@@ -68,7 +68,7 @@ python-package: venv
 
 test-python: build venv python-package
 	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so \
-	  $(PY) -m pytest -q tests/interop tests/cli tests/python
+	  $(PY) -m pytest -q tests/interop tests/cli tests/python tests/sources
 
 test: test-unit test-asan test-tsan test-python
 

@@ -68,11 +68,15 @@ struct ckpt_writer {
     /* Direct mode: what is written leaves the page cache once on disk. */
     bool drop_behind;
     uint64_t undropped; /* bytes written since the last drop */
+    /* The buffer of copies that pass through here, kept from one tensor
+     * to the next (aligned, for direct reads). */
+    unsigned char *copy_buf;
+    size_t copy_cap;
 };
 
 /* Written bytes stay in the page cache until DROP_WINDOW of them wait on
  * disk; then they are flushed and dropped. */
-enum { DROP_WINDOW = 64 << 20 };
+enum { DROP_WINDOW = 16 << 20 };
 
 void ckpt__writer_drop_behind(ckpt_writer *w) { w->drop_behind = true; }
 
@@ -536,22 +540,36 @@ ckpt_status ckpt_writer_write(ckpt_writer *w, size_t index, const void *data, si
 static ckpt_status copy_through(ckpt_writer *w, size_t index, ckpt__source *src, uint64_t src_offset, uint64_t n,
                                 ckpt__copy_tick tick, void *user, ckpt_error *err) {
     /* A remote source reads a chunk as parallel range requests: larger
-     * chunks keep more of them in flight. */
-    enum { CHUNK = 8 << 20, REMOTE_CHUNK = 64 << 20 };
+     * chunks keep more of them in flight.  A direct source reads whole
+     * aligned blocks straight into the (aligned) buffer. */
+    enum { CHUNK = 8 << 20, REMOTE_CHUNK = 64 << 20, ALIGN = 4096 };
     uint64_t chunk = src->fd < 0 && (src->caps & CKPT__SRC_REMOTE) ? REMOTE_CHUNK : CHUNK;
-    size_t cap = n < chunk ? (size_t)n : (size_t)chunk;
-    unsigned char *buf = ckpt__malloc(cap ? cap : 1);
-    if (!buf) return ckpt__oom(err, w->path, NULL);
+    bool direct = src->caps & CKPT__SRC_DIRECT;
+    size_t cap = (size_t)chunk + 2 * ALIGN;
+    if (w->copy_cap < cap) {
+        free(w->copy_buf);
+        w->copy_cap = 0;
+        if (posix_memalign((void **)&w->copy_buf, ALIGN, cap) != 0) {
+            w->copy_buf = NULL;
+            return ckpt__oom(err, w->path, NULL);
+        }
+        w->copy_cap = cap;
+    }
+    unsigned char *buf = w->copy_buf;
     ckpt_status st = CKPT_OK;
     for (uint64_t done = 0; done < n && st == CKPT_OK;) {
-        size_t len = n - done < cap ? (size_t)(n - done) : cap;
-        st = ckpt__source_read(src, buf, len, src_offset + done, err);
-        if (st == CKPT_OK) st = ckpt_writer_write(w, index, buf, len, err);
+        uint64_t at = src_offset + done, len = n - done < chunk ? n - done : chunk, lo = at, hi = at + len;
+        if (direct) {
+            lo = at / ALIGN * ALIGN;
+            hi = (hi + ALIGN - 1) / ALIGN * ALIGN;
+            if (hi > src->size) hi = src->size;
+        }
+        st = ckpt__source_read(src, buf, hi - lo, lo, err);
+        if (st == CKPT_OK) st = ckpt_writer_write(w, index, buf + (at - lo), (size_t)len, err);
         done += len;
         if (st == CKPT_OK && tick && tick(done, user))
             st = ckpt__fail(err, CKPT_E_CANCELLED, w->path, NULL, -1, "cancelled");
     }
-    free(buf);
     return st;
 }
 
@@ -711,6 +729,7 @@ void ckpt_writer_free(ckpt_writer *w) {
         if (w->dest_existed) mkdir(w->path, 0777);
     }
     free(w->stage);
+    free(w->copy_buf);
     for (size_t i = 0; i < w->count; i++) XXH3_freeState(w->tensors[i].hash);
     for (size_t i = 0; i < w->stale_count; i++) free(w->stale[i]);
     free(w->stale);
