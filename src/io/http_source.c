@@ -561,6 +561,13 @@ static bool take_slot(remote *r, size_t running) {
     return ok;
 }
 
+static bool slot_free(remote *r) {
+    pthread_mutex_lock(&r->lock);
+    bool free_now = r->active < r->max_conn;
+    pthread_mutex_unlock(&r->lock);
+    return free_now;
+}
+
 static void give_slot(remote *r) {
     pthread_mutex_lock(&r->lock);
     r->active--;
@@ -779,14 +786,10 @@ static ckpt_status run_batch(remote *r, xfer *xs, size_t n, ckpt_error *err) {
     ckpt_status st = CKPT_OK;
     size_t finished = 0, running = 0;
     while (finished < n && st == CKPT_OK) {
-        int64_t now = now_ms(), wait = 1000;
+        int64_t now = now_ms();
         for (size_t i = 0; i < n && st == CKPT_OK; i++) {
             xfer *x = &xs[i];
-            if (x->done || x->running) continue;
-            if (x->not_before > now) {
-                if (x->not_before - now < wait) wait = x->not_before - now;
-                continue;
-            }
+            if (x->done || x->running || x->not_before > now) continue;
             if (!take_slot(r, running)) break;
             st = start(r, c, x, err);
             if (st) give_slot(r);
@@ -831,8 +834,15 @@ static ckpt_status run_batch(remote *r, xfer *xs, size_t n, ckpt_error *err) {
             }
         }
         if (st || finished == n) break;
-        if (running) curl_multi_poll(c->multi, NULL, 0, (int)(wait < 1000 ? wait : 1000), NULL);
-        else if (wait > 0) {
+        /* Until a transfer has news, or a retry is due. */
+        int64_t wait = 1000;
+        now = now_ms();
+        for (size_t i = 0; i < n; i++)
+            if (!xs[i].done && !xs[i].running && xs[i].not_before - now < wait) wait = xs[i].not_before - now;
+        if (wait <= 0 && (!running || slot_free(r))) continue;
+        if (wait <= 0) wait = 10; /* waiting for a connection of another batch to free up */
+        if (running) curl_multi_poll(c->multi, NULL, 0, (int)wait, NULL);
+        else {
             struct timespec ts = {(time_t)(wait / 1000), (long)(wait % 1000) * 1000000L};
             nanosleep(&ts, NULL);
         }
