@@ -37,4 +37,11 @@ CKPT__HIDDEN bool ckpt__catalog_direct(const ckpt_catalog *catalog);
  * local files brought in (the few that could not be direct). */
 CKPT__HIDDEN void ckpt__catalog_drop_cache(const ckpt_catalog *catalog);
 
+/* A DEFLATE reader of `record` kept from an earlier read, positioned at or
+ * before `offset` (NULL: none); hand it back with ckpt__catalog_keep_inflater. */
+typedef struct ckpt__inflater ckpt__inflater;
+CKPT__HIDDEN ckpt__inflater *ckpt__catalog_take_inflater(ckpt_catalog *catalog, const ckpt__source *src,
+                                                         uint64_t record, uint64_t offset);
+CKPT__HIDDEN void ckpt__catalog_keep_inflater(ckpt_catalog *catalog, ckpt__inflater *inflater);
+
 #endif
