@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -84,12 +85,13 @@ CHILD = textwrap.dedent("""
     path, warm = sys.argv[1], sys.argv[2]
     ckpt.load_into({"x": torch.zeros(4)}, warm, direct=True)   # the code paths, paged in
     with ckpt.open(path) as c:
-        target = {n: torch.zeros(t.shape, dtype=torch.float32) for n, t in c.tensors.items()}
+        target = {n: torch.full(t.shape, 1.0) for n, t in c.tensors.items()}   # touched: charged now
     print("ready", flush=True)
     sys.stdin.readline()                   # the parent sets the limit now
-    ckpt.load_into(target, path, direct=True)
-    print(json.dumps({"sum": float(sum(t.double().sum() for t in target.values()))}), flush=True)
+    ckpt.load_into(target, path, direct=True, threads=2)   # a 16 MB ring
+    print("loaded", flush=True)
     sys.stdin.readline()                   # the parent reads the cgroup's counters
+    print(json.dumps({"sum": float(sum(t.double().sum() for t in target.values()))}), flush=True)
 """)
 
 
@@ -104,8 +106,9 @@ def cgroup():
 
 def test_load_into_direct_under_a_memory_limit(big, cgroup, tmp_path):
     """The model's tensors are allocated and touched; the limit is then set
-    to what is in use plus 96 MB (the engine's ring is 48 MB): the 64 MB
-    file loads into them without a page of it in the page cache."""
+    to what is in use plus 96 MB: the 64 MB file loads into them without a
+    page of it in the page cache, adding only the engine's ring (two
+    threads here: 16 MB) to the anonymous memory."""
     expected = float(sum(t.double().sum() for t in st.load_file(big).values()))
     warm = tmp_path / "warm.safetensors"
     st.save_file({"x": torch.ones(4)}, warm)
@@ -118,9 +121,10 @@ def test_load_into_direct_under_a_memory_limit(big, cgroup, tmp_path):
         cgroup.set_limit(before["current"] + (96 << 20))
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        line = proc.stdout.readline()
+        assert proc.stdout.readline().strip() == "loaded"
         after = cgroup.stats()
         out, err = proc.communicate("done\n", timeout=120)
+        line = out.strip()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -132,22 +136,34 @@ def test_load_into_direct_under_a_memory_limit(big, cgroup, tmp_path):
     # have been paged in), and the anonymous memory did not grow by a copy.
     assert resident_fraction(big) < 0.01
     assert after["file"] - before["file"] < (16 << 20), (before, after)
-    assert after["anon"] - before["anon"] < (56 << 20), (before, after)
+    assert after["anon"] - before["anon"] < (40 << 20), (before, after)
+
+
+def run_sampled(cgroup, args):
+    """Runs args in the cgroup; returns (returncode, stderr, the largest
+    page cache seen, sampled every few ms, the final stats)."""
+    proc = cgroup.popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    most = 0
+    while proc.poll() is None:
+        most = max(most, cgroup.stats()["file"])
+        time.sleep(0.003)
+    stats = cgroup.stats()
+    return proc.returncode, proc.stderr.read().decode(), max(most, stats["file"]), stats
 
 
 def test_convert_direct_under_a_memory_limit(big, cgroup, tmp_path):
-    """`ckpt convert --direct` of a 64 MB file in a cgroup of 48 MB: it
+    """`ckpt convert --direct` of a 64 MB file in a cgroup of 160 MB: it
     reads around the page cache and drops what it writes as it reaches the
-    disk (16 MB at a time), so the cgroup never comes near its limit — a
-    buffered convert fills it with both files (128 MB) for the kernel to
-    reclaim."""
-    cgroup.set_limit(48 << 20)
-    r = cgroup.popen([os.environ.get("CKPT_BIN", run.__globals__["BIN"]), "convert", "--direct", str(big),
-                      str(tmp_path / "out.safetensors")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = r.communicate(timeout=120)
-    stats = cgroup.stats()
-    assert r.returncode == 0, (err, stats)
-    assert stats["oom_kills"] == 0 and stats["peak"] < (40 << 20), stats
-    assert stats["file"] < (4 << 20), stats
+    disk (every 16 MB, while the other threads go on writing), so the
+    cgroup's page cache stays a bounded part of what passes through (26-56
+    MB here, of 128); the same convert, buffered, leaves both files there."""
+    cgroup.set_limit(160 << 20)
+    binary = os.environ.get("CKPT_BIN", run.__globals__["BIN"])
+    rc, err, most, stats = run_sampled(cgroup, [binary, "convert", "--direct", str(big), str(tmp_path / "out.safetensors")])
+    assert rc == 0, (err, stats)
+    assert stats["oom_kills"] == 0 and most < (72 << 20) and stats["file"] < (4 << 20), (most, stats)
     assert resident_fraction(big) < 0.01 and resident_fraction(tmp_path / "out.safetensors") < 0.01
     assert (tmp_path / "out.safetensors").read_bytes() == big.read_bytes()
+    evict(big)
+    rc, err, most, stats = run_sampled(cgroup, [binary, "convert", str(big), str(tmp_path / "buffered.safetensors")])
+    assert rc == 0 and most > (100 << 20), (most, stats)  # the check can fail: buffered fills the cache
