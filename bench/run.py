@@ -19,6 +19,10 @@ Suites:
                  ceilings, warm and cold (bench/load_suite.py)
   python         the Python package: ckpt.torch.load_file against safetensors,
                  and load_into's peak RSS (bench/python_suite.py)
+  http           a 4 GB file over loopback HTTP (nginx) and S3 (moto): ckpt
+                 against Run:ai's streamer and curl (bench/sources_suite.py)
+  memlimit       an 8 GB checkpoint loaded and converted in a 9 GB memory
+                 cgroup: direct mode against safetensors (bench/sources_suite.py)
 
 Results: bench/results/<suite>.json and .png; `bench/report.py` renders the
 README table from the JSON.
@@ -432,9 +436,20 @@ def suite_python(args):
     run_python_suite(args)
 
 
+def suite_http(args):
+    from sources_suite import suite_http as run_http
+    run_http(args)
+
+
+def suite_memlimit(args):
+    from sources_suite import suite_memlimit as run_memlimit
+    run_memlimit(args)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load", "python"])
+    ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load", "python",
+                                                  "http", "memlimit"])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--gb", type=float, default=4.0, help="size of the convert source")
     ap.add_argument("--tensors", type=int, default=30000)
@@ -443,11 +458,15 @@ def main():
     ap.add_argument("--load-variants", default="bf16",
                     help="layouts of the load suite's file: bf16 (single file), sharded (1 GB shards), f32")
     ap.add_argument("--python-gb", type=float, default=2, help="size (GB) of the python suite's checkpoint")
+    ap.add_argument("--http-gb", type=float, default=4, help="size (GB) of the http suite's file")
+    ap.add_argument("--memlimit-gb", type=float, default=8, help="size (GB) of the memlimit suite's checkpoint")
+    ap.add_argument("--memlimit-limit-gb", type=float, default=9, help="the memlimit suite's cgroup limit (GB)")
     args = ap.parse_args()
     for s in args.suites:
         print(f"== {s}")
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
-         "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python}[s](args)
+         "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python, "http": suite_http,
+         "memlimit": suite_memlimit}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 
