@@ -459,6 +459,7 @@ def main():
                     help="layouts of the load suite's file: bf16 (single file), sharded (1 GB shards), f32")
     ap.add_argument("--python-gb", type=float, default=2, help="size (GB) of the python suite's checkpoint")
     ap.add_argument("--http-gb", type=float, default=4, help="size (GB) of the http suite's file")
+    ap.add_argument("--moto-gb", type=float, default=0.128, help="size (GB) of the file served by moto")
     ap.add_argument("--memlimit-gb", type=float, default=8, help="size (GB) of the memlimit suite's checkpoint")
     ap.add_argument("--memlimit-limit-gb", type=float, default=9, help="the memlimit suite's cgroup limit (GB)")
     args = ap.parse_args()

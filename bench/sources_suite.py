@@ -67,95 +67,149 @@ def curl_ceiling(url, extra=()):
 
 # ---------------------------------------------------------------- http
 
+def run_contenders(contenders, nbytes, runs, src, cold=True):
+    """Alternating rounds (a warm-up, then `runs`), warm then cold; every
+    contender's checksum must agree.  Returns {mode: {label: summary}}."""
+    results = {}
+    for mode in ("warm", "cold") if cold else ("warm",):
+        res = {k: {"seconds": [], "rss": [], "checksum": None} for k in contenders}
+        for rnd in range(runs + (1 if mode == "warm" else 0)):
+            for label, fn in contenders.items():
+                if mode == "cold":
+                    drop_caches([src])
+                try:
+                    doc, rss = fn()
+                except RuntimeError as e:
+                    res[label]["error"] = str(e)[-500:]
+                    print(f"  {mode} {label}: FAILED {str(e)[-300:]}", flush=True)
+                    continue
+                # The file's bytes (curl), or its tensors' (the loaders).
+                header = 8 + int.from_bytes(open(src, "rb").read(8), "little")
+                if doc.get("bytes") not in (None, nbytes, nbytes - header):
+                    raise RuntimeError(f"{label} moved {doc.get('bytes')} bytes, not {nbytes}")
+                if doc.get("checksum") is not None:
+                    if res[label]["checksum"] not in (None, doc["checksum"]):
+                        raise RuntimeError(f"{label}: checksum changed between runs")
+                    res[label]["checksum"] = doc["checksum"]
+                if mode == "warm" and rnd == 0:
+                    continue  # the warm-up
+                res[label]["seconds"].append(doc["seconds"])
+                res[label]["rss"].append(rss)
+                print(f"  {mode} {label:52s} {doc['seconds']:7.2f} s  {nbytes / doc['seconds'] / 1e9:5.2f} GB/s"
+                      f"  RSS {rss / 2**20:8.1f} MiB", flush=True)
+        out = {}
+        for label, r in res.items():
+            if not r["seconds"]:
+                out[label] = {"error": r.get("error", "no run")}
+                continue
+            s = summary(r["seconds"])
+            s["gb_per_s"] = nbytes / s["median"] / 1e9
+            s["peak_rss_bytes"] = max(r["rss"])
+            s["checksum"] = r["checksum"]
+            out[label] = s
+        sums = {v["checksum"] for v in out.values() if v.get("checksum") is not None}
+        if len(sums) > 1:
+            raise RuntimeError(f"contenders disagree about the bytes: {sums}")
+        results[mode] = out
+    return results
+
+
+def ratio(r, a, b):
+    """How many times faster `a` is than `b` (their median seconds)."""
+    if "median" in r.get(a, {}) and "median" in r.get(b, {}):
+        return r[b]["median"] / r[a]["median"]
+    return None
+
+
+def make_small_file(gb):
+    """A small safetensors file (make_big_file's layers are 0.5 GB at least):
+    a few bf16 matrices of random bits."""
+    path = DATA / f"small-bf16-{gb}GB.safetensors"
+    if path.exists():
+        return path
+    import numpy as np
+    import safetensors.numpy
+    rng = np.random.default_rng(1)
+    per = int(gb * 1e9) // 8 // 2
+    rows = max(1, per // 4096)
+    arrays = {f"layers.{i}.weight": rng.integers(0, 2**16, (rows, 4096), dtype=np.uint16) for i in range(8)}
+    DATA.mkdir(parents=True, exist_ok=True)
+    safetensors.numpy.save_file(arrays, str(path))  # stored as U16: the same bytes as bf16
+    return path
+
+
+S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+          "AWS_EC2_METADATA_DISABLED": "true", "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0"}
+
+
 def suite_http(args):
+    """The 4 GB file from nginx: ckpt over http://; ckpt and Run:ai's
+    streamer over s3:// with nginx as the S3-compatible endpoint
+    (path-style GETs, signed, not checked); curl as the ceiling.  Then the
+    same s3:// contenders against moto's real S3 API, on a file moto can
+    serve: moto reads and copies the whole object for every request, range
+    or not (moto/s3/responses.py, _handle_range_header over key.value),
+    which makes a 4 GB object cost 8 GB of copying per request."""
     gb = args.http_gb
     gb = int(gb) if gb == int(gb) else gb
     src = make_big_file(gb)
     nbytes = src.stat().st_size
-    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-sources-"))
+    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-sources-", dir=DATA))
     served = work / "www"
-    served.mkdir()
-    os.link(src, served / "model.safetensors") if os.stat(src).st_dev == os.stat(served).st_dev else \
-        shutil.copy(src, served / "model.safetensors")
+    (served / "bench").mkdir(parents=True)
+    for name in ("model.safetensors", "bench/model.safetensors"):
+        os.link(src, served / name)
+    doc = {"suite": "sources-http", "bytes": nbytes, "source": src.name, "machine": machine_facts(), "results": {}}
     try:
-        with Nginx(served, work / "nginx") as nginx, Moto(work) as moto:
-            s3 = moto.client()
-            s3.create_bucket(Bucket="bench")
-            print("  uploading to moto ...", flush=True)
-            s3.upload_file(str(src), "bench", "model.safetensors")
-            env = moto.env()
-            runai_env = dict(env, RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING="0", AWS_EC2_METADATA_DISABLED="true")
+        with Nginx(served, work / "nginx") as nginx:
             http_url = nginx.url("model.safetensors")
-            s3_url = "s3://bench/model.safetensors"
-            path_style = f"{moto.endpoint}/bench/model.safetensors"
+            env = dict(S3_ENV, AWS_ENDPOINT_URL=nginx.base)
             contenders = {
                 "ckpt (http://, nginx)": lambda: run_json([LOAD_BENCH, "load", http_url, "0", "0", "auto", "none"]),
                 "ckpt → pre-touched buffers (http://, nginx)":
                     lambda: run_json([LOAD_BENCH, "load", http_url, "0", "1", "auto", "none"]),
-                "ckpt (s3://, moto)": lambda: run_json([LOAD_BENCH, "load", s3_url, "0", "0", "auto", "none"], env),
-                "runai-model-streamer (s3://, moto)": lambda: run_json(PEERS + ["runai", s3_url], runai_env),
-                "ceiling: curl → /dev/null (nginx)": lambda: curl_ceiling(http_url),
-                "ceiling: curl --aws-sigv4 → /dev/null (moto)":
-                    lambda: curl_ceiling(path_style, ["--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "testing:testing"]),
+                "ckpt (s3://, nginx as the endpoint)":
+                    lambda: run_json([LOAD_BENCH, "load", "s3://bench/model.safetensors", "0", "0", "auto", "none"], env),
+                "runai-model-streamer (s3://, nginx as the endpoint)":
+                    lambda: run_json(PEERS + ["runai", "s3://bench/model.safetensors"], env),
+                "ceiling: curl → /dev/null (http://, nginx)": lambda: curl_ceiling(http_url),
             }
-            results = {}
-            for mode in ("warm", "cold"):
-                res = {k: {"seconds": [], "rss": [], "checksum": None} for k in contenders}
-                for rnd in range(args.runs + (1 if mode == "warm" else 0)):
-                    for label, fn in contenders.items():
-                        if mode == "cold":
-                            drop_caches([src])
-                        try:
-                            doc, rss = fn()
-                        except RuntimeError as e:
-                            res[label]["error"] = str(e)[-500:]
-                            print(f"  {mode} {label}: FAILED {str(e)[-300:]}", flush=True)
-                            continue
-                        if doc.get("bytes") not in (None, nbytes) and not label.startswith("ckpt") and \
-                                not label.startswith("runai"):
-                            raise RuntimeError(f"{label} moved {doc.get('bytes')} bytes, not {nbytes}")
-                        if doc.get("checksum") is not None:
-                            if res[label]["checksum"] not in (None, doc["checksum"]):
-                                raise RuntimeError(f"{label}: checksum changed between runs")
-                            res[label]["checksum"] = doc["checksum"]
-                        if mode == "warm" and rnd == 0:
-                            continue  # the warm-up
-                        res[label]["seconds"].append(doc["seconds"])
-                        res[label]["rss"].append(rss)
-                        print(f"  {mode} {label:46s} {doc['seconds']:7.2f} s  {nbytes / doc['seconds'] / 1e9:5.2f} GB/s"
-                              f"  RSS {rss / 2**20:8.1f} MiB", flush=True)
-                out = {}
-                for label, r in res.items():
-                    if not r["seconds"]:
-                        out[label] = {"error": r.get("error", "no run")}
-                        continue
-                    s = summary(r["seconds"])
-                    s["gb_per_s"] = nbytes / s["median"] / 1e9
-                    s["peak_rss_bytes"] = max(r["rss"])
-                    s["checksum"] = r["checksum"]
-                    out[label] = s
-                sums = {v["checksum"] for v in out.values() if v.get("checksum") is not None}
-                if len(sums) > 1:
-                    raise RuntimeError(f"contenders disagree about the bytes: {sums}")
-                results[mode] = out
+            doc["results"] = run_contenders(contenders, nbytes, args.runs, src)
+        for mode, r in doc["results"].items():
+            r["ratios"] = {
+                "ckpt_http_of_curl": ratio(r, "ceiling: curl → /dev/null (http://, nginx)", "ckpt (http://, nginx)"),
+                "ckpt_s3_of_curl": ratio(r, "ceiling: curl → /dev/null (http://, nginx)",
+                                         "ckpt (s3://, nginx as the endpoint)"),
+                "ckpt_s3_over_runai": ratio(r, "ckpt (s3://, nginx as the endpoint)",
+                                            "runai-model-streamer (s3://, nginx as the endpoint)"),
+            }
+        # moto's S3 API, on a file small enough for it.
+        small = make_small_file(args.moto_gb)
+        small_bytes = small.stat().st_size
+        with Moto(work) as moto:
+            client = moto.client()
+            client.create_bucket(Bucket="bench")
+            client.upload_file(str(small), "bench", "model.safetensors")
+            env = dict(S3_ENV, AWS_ENDPOINT_URL=moto.endpoint)
+            s3_url = "s3://bench/model.safetensors"
+            contenders = {
+                "ckpt (s3://, moto)": lambda: run_json([LOAD_BENCH, "load", s3_url, "0", "0", "auto", "none"], env),
+                "runai-model-streamer (s3://, moto)": lambda: run_json(PEERS + ["runai", s3_url], env),
+                "ceiling: curl --aws-sigv4 → /dev/null (moto)":
+                    lambda: curl_ceiling(f"{moto.endpoint}/bench/model.safetensors",
+                                         ["--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "testing:testing"]),
+            }
+            moto_results = run_contenders(contenders, small_bytes, args.runs, small, cold=False)
+        moto_results["warm"]["ratios"] = {
+            "ckpt_s3_over_runai": ratio(moto_results["warm"], "ckpt (s3://, moto)", "runai-model-streamer (s3://, moto)"),
+            "ckpt_s3_of_curl": ratio(moto_results["warm"], "ceiling: curl --aws-sigv4 → /dev/null (moto)",
+                                     "ckpt (s3://, moto)")}
+        doc["moto"] = {"bytes": small_bytes, "source": small.name, "results": moto_results}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    doc = {"suite": "sources-http", "bytes": nbytes, "source": src.name, "machine": machine_facts(),
-           "servers": {"http": "nginx-light (Debian) on 127.0.0.1, sendfile",
-                       "s3": "moto_server (moto[server]) on 127.0.0.1"},
-           "results": results}
-    for mode in ("warm", "cold"):
-        r = results[mode]
-        ceiling = r.get("ceiling: curl → /dev/null (nginx)", {}).get("median")
-        moto_ceiling = r.get("ceiling: curl --aws-sigv4 → /dev/null (moto)", {}).get("median")
-        ratios = {}
-        if ceiling and "median" in r.get("ckpt (http://, nginx)", {}):
-            ratios["ckpt_http_vs_curl"] = ceiling / r["ckpt (http://, nginx)"]["median"]
-        if moto_ceiling and "median" in r.get("ckpt (s3://, moto)", {}):
-            ratios["ckpt_s3_vs_curl"] = moto_ceiling / r["ckpt (s3://, moto)"]["median"]
-        if "median" in r.get("runai-model-streamer (s3://, moto)", {}) and "median" in r.get("ckpt (s3://, moto)", {}):
-            ratios["runai_over_ckpt_s3"] = r["runai-model-streamer (s3://, moto)"]["median"] / r["ckpt (s3://, moto)"]["median"]
-        doc["results"][mode]["ratios"] = ratios
+    doc["servers"] = {"http": "nginx-light (Debian) on 127.0.0.1, sendfile, 2 workers",
+                      "s3": "the same nginx as a path-style S3 endpoint (signatures not checked); and "
+                            "moto_server (moto[server]) for the S3 API itself"}
     save(f"sources-http-{gb}GB", doc)
     return doc
 

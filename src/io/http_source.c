@@ -44,7 +44,7 @@
 
 enum {
     HEAD_BYTES = 256 << 10,    /* read at open: most safetensors headers fit */
-    MIN_PART = 1 << 20,        /* parts of a batch: not smaller than this… */
+    MIN_PART = 8 << 20,        /* parts of a batch: not smaller than this (object stores: 8-16 MB ranges)… */
     MAX_PART = 64 << 20,       /* …nor larger than this */
     GAP_BYTES = 64 << 10,      /* holes read and dropped to merge two ranges */
     MAX_HEADER_BYTES = 256 << 10, /* of one response: more is hostile */
