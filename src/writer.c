@@ -2,6 +2,7 @@
  * committed atomically. */
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +73,13 @@ struct ckpt_writer {
     bool stage_published; /* renamed into place; a later failure takes it back */
     /* Direct mode: what is written leaves the page cache once on disk. */
     bool drop_behind;
-    uint64_t undropped; /* bytes written since the last drop (atomic) */
+    pthread_mutex_t drop_lock;
+    struct dropped_range {
+        int fd;
+        uint64_t off, n;
+    } drops[64]; /* written ranges whose write-back has started, oldest first (a ring) */
+    size_t drop_first, drop_count;
+    uint64_t drop_bytes; /* bytes in the ring */
 };
 
 void ckpt_writer_options_init(ckpt_writer_options *o) {
@@ -653,25 +660,48 @@ static bool dropped(const ckpt_writer *w, size_t index) { return w->tensors[inde
 /* Tensor bytes [at, at + n) from `data`, at their place in the file.
  * Threads may write different ranges at once; with checksums a tensor's
  * bytes must come in order (the hash streams). */
-/* Written bytes stay in the page cache until DROP_WINDOW of them wait on
- * disk; then every file is flushed and dropped. */
-enum { DROP_WINDOW = 16 << 20 };
+/* Direct mode: every written range starts its write-back at once and
+ * joins a queue; once DROP_WINDOW bytes wait in it, the oldest ranges —
+ * whose write-back has had time to finish — are waited for and dropped
+ * from the page cache.  The cache holds about DROP_WINDOW of output, and
+ * writing rarely waits. */
+enum { DROP_WINDOW = 32 << 20 };
 
-void ckpt__writer_drop_behind(ckpt_writer *w) { w->drop_behind = true; }
+void ckpt__writer_drop_behind(ckpt_writer *w) {
+    if (w->drop_behind) return;
+    pthread_mutex_init(&w->drop_lock, NULL);
+    w->drop_behind = true;
+}
 
-/* Starts the write-back of [off, off + n) of `f`; every DROP_WINDOW bytes
- * (any thread's), waits for it all and drops it from the page cache. */
+static void drop_range(int fd, uint64_t off, uint64_t n) {
+    sync_file_range(fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    posix_fadvise(fd, (off_t)off, (off_t)n, POSIX_FADV_DONTNEED);
+}
+
 static void wrote(ckpt_writer *w, const wfile *f, uint64_t off, uint64_t n) {
-    if (!w->drop_behind) return;
+    if (!w->drop_behind || !n) return;
     sync_file_range(f->fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WRITE);
-    uint64_t before = __atomic_fetch_add(&w->undropped, n, __ATOMIC_RELAXED);
-    if (before / DROP_WINDOW == (before + n) / DROP_WINDOW) return;
-    for (size_t i = 0; i < w->file_count; i++) {
-        int fd = w->files[i].fd;
-        if (fd < 0) continue;
-        sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    size_t cap = sizeof w->drops / sizeof w->drops[0];
+    pthread_mutex_lock(&w->drop_lock);
+    if (w->drop_count == cap) { /* full: make room (rare: ranges are large) */
+        struct dropped_range r = w->drops[w->drop_first];
+        w->drop_first = (w->drop_first + 1) % cap, w->drop_count--, w->drop_bytes -= r.n;
+        pthread_mutex_unlock(&w->drop_lock);
+        drop_range(r.fd, r.off, r.n);
+        pthread_mutex_lock(&w->drop_lock);
     }
+    if (w->drop_count < cap) {
+        w->drops[(w->drop_first + w->drop_count++) % cap] = (struct dropped_range){f->fd, off, n};
+        w->drop_bytes += n;
+    }
+    while (w->drop_bytes > DROP_WINDOW && w->drop_count) {
+        struct dropped_range r = w->drops[w->drop_first];
+        w->drop_first = (w->drop_first + 1) % cap, w->drop_count--, w->drop_bytes -= r.n;
+        pthread_mutex_unlock(&w->drop_lock);
+        drop_range(r.fd, r.off, r.n);
+        pthread_mutex_lock(&w->drop_lock);
+    }
+    pthread_mutex_unlock(&w->drop_lock);
 }
 
 ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const void *data, size_t nbytes,
@@ -737,6 +767,16 @@ static ckpt_status finish_file(ckpt_writer *w, wfile *f, ckpt_error *err) {
         return ckpt__fail_errno(err, errno, f->tmp_path, -1, "cannot set the file size");
     if (!w->opt.no_sync && ckpt__io_fsync(f->fd) != 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "fsync failed");
     if (w->drop_behind) {
+        /* The queue forgets this file (its descriptor is about to close). */
+        size_t cap = sizeof w->drops / sizeof w->drops[0], kept = 0;
+        pthread_mutex_lock(&w->drop_lock);
+        for (size_t i = 0; i < w->drop_count; i++) {
+            struct dropped_range r = w->drops[(w->drop_first + i) % cap];
+            if (r.fd == f->fd) w->drop_bytes -= r.n;
+            else w->drops[(w->drop_first + kept++) % cap] = r;
+        }
+        w->drop_count = kept;
+        pthread_mutex_unlock(&w->drop_lock);
         if (w->opt.no_sync)
             sync_file_range(f->fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
         posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -879,6 +919,7 @@ static void discard(wfile *f, bool rollback) {
 
 void ckpt_writer_free(ckpt_writer *w) {
     if (!w) return;
+    if (w->drop_behind) pthread_mutex_destroy(&w->drop_lock);
     bool rollback = w->state != COMMITTED;
     bool staged = w->stage || w->stage_published;
     for (size_t f = 0; f < w->file_count; f++) discard(&w->files[f], rollback && !staged);

@@ -153,10 +153,10 @@ def run_sampled(cgroup, args):
 
 def test_convert_direct_under_a_memory_limit(big, cgroup, tmp_path):
     """`ckpt convert --direct` of a 64 MB file in a cgroup of 160 MB: it
-    reads around the page cache and drops what it writes as it reaches the
-    disk (every 16 MB, while the other threads go on writing), so the
-    cgroup's page cache stays a bounded part of what passes through (26-56
-    MB here, of 128); the same convert, buffered, leaves both files there."""
+    reads around the page cache and drops what it writes once it is on disk
+    (the oldest ranges, when 32 MB wait), so the cgroup's page cache stays
+    a bounded part of what passes through (26-56 MB here, of 128); the same
+    convert, buffered, leaves both files there."""
     cgroup.set_limit(160 << 20)
     binary = os.environ.get("CKPT_BIN", run.__globals__["BIN"])
     rc, err, most, stats = run_sampled(cgroup, [binary, "convert", "--direct", str(big), str(tmp_path / "out.safetensors")])
