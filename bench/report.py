@@ -170,6 +170,102 @@ def python_chart(doc):
     plt.close(fig)
 
 
+# ---- the sources suites (bench/sources_suite.py) ----
+
+def sources_docs(kind):
+    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob(f"sources-{kind}-*GB.json"))]
+
+
+def _pct(x):
+    return f"{x:.0%}" if x is not None else "–"
+
+
+def sources_http_table(doc):
+    gb = doc["bytes"] / 1e9
+    lines = [f"**A {gb:.1f} GB safetensors file over loopback HTTP and S3** ({doc['source']}; every loader "
+             "checksums every byte; curl only counts them; own process each, alternating; median of "
+             f"{len(next(v for v in doc['results']['warm'].values() if 'runs' in v)['runs'])}; "
+             "cold = `drop_caches` before each run, so the server reads the disk)", "",
+             "| contender | warm GB/s | cold GB/s | peak RSS |", "|---|---:|---:|---:|"]
+    warm, cold = doc["results"]["warm"], doc["results"]["cold"]
+    for k, v in warm.items():
+        if k == "ratios":
+            continue
+        c = cold.get(k, {})
+        if "median" not in v:
+            lines.append(f"| {k} | failed | failed | – |")
+            continue
+        lines.append(f"| {k} | {v['gb_per_s']:.2f} | {c.get('gb_per_s', float('nan')):.2f} | "
+                     f"{v['peak_rss_bytes'] / 2**20:,.0f} MiB |")
+    lines.append("")
+    for mode in ("warm", "cold"):
+        r = doc["results"][mode]["ratios"]
+        lines.append(f"- {mode}: ckpt over http:// reaches **{_pct(r.get('ckpt_http_of_curl'))}** of curl's speed, "
+                     f"over s3:// **{_pct(r.get('ckpt_s3_of_curl'))}**; against Run:ai's streamer on the same "
+                     f"s3:// endpoint ckpt is **{r.get('ckpt_s3_over_runai') or float('nan'):.1f}×** as fast.")
+    m = doc.get("moto")
+    if m:
+        mw = m["results"]["warm"]
+        lines.append(f"- moto's S3 server itself (signatures, the S3 API), on a {m['bytes'] / 1e6:.0f} MB file (moto "
+                     "copies the whole object for every request, range or not: larger files measure moto): " +
+                     ", ".join(f"{k} {v['median']:.2f} s" for k, v in mw.items() if k != "ratios" and "median" in v) +
+                     f" — ckpt {mw['ratios'].get('ckpt_s3_over_runai') or float('nan'):.1f}× Run:ai's speed.")
+    lines.append(f"- Servers: {doc['servers']['http']}; s3://: {doc['servers']['s3']}.")
+    lines.append("")
+    return lines
+
+
+def sources_memlimit_table(doc):
+    gb, lim = doc["bytes"] / 1e9, doc["limit_bytes"] / 1e9
+    lines = [f"**Load and convert a {gb:.1f} GB checkpoint inside a {lim:.0f} GB memory cgroup** ({doc['cgroup']}; "
+             "cold, `drop_caches` before each run; the loads fill a model whose parameters are already allocated "
+             "and touched, then checksum them; median of "
+             f"{len(next(iter(doc['results'].values()))['runs'])})", "",
+             "| contender | outcome | median | GB/s | of the O_DIRECT ceiling | cgroup peak |",
+             "|---|---|---:|---:|---:|---:|"]
+    for k, v in doc["results"].items():
+        outcome = ", ".join(sorted(set(v["status"])))
+        ratio = doc["ratios"].get(k)
+        lines.append(f"| {k} | {outcome} | {v['median']:.1f} s | {v['gb_per_s']:.2f} | {_pct(ratio)} | "
+                     f"{v['peak_bytes'] / 2**30:.2f} GiB |")
+    lines.append("")
+    return lines
+
+
+def sources_charts():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    for doc in sources_docs("http"):
+        fig, axes = plt.subplots(2, 1, figsize=(9, 5.5))
+        for ax, mode in zip(axes, ("warm", "cold")):
+            res = {k: v for k, v in doc["results"][mode].items() if k != "ratios" and "median" in v}
+            names = list(res)
+            ax.barh(names, [res[n]["gb_per_s"] for n in names],
+                    color=["#2a7" if n.startswith("ckpt") else "#999" for n in names])
+            ax.set_title(f"{doc['bytes'] / 1e9:.1f} GB over loopback, {mode}")
+            ax.set_xlabel("GB/s (median)")
+        fig.tight_layout()
+        fig.savefig(RESULTS / f"sources-http-{round(doc['bytes'] / 1e9)}GB.png", dpi=110)
+        plt.close(fig)
+    for doc in sources_docs("memlimit"):
+        fig, ax = plt.subplots(figsize=(9, 3.4))
+        res = doc["results"]
+        names = list(res)
+        ax.barh(names, [res[n]["median"] for n in names],
+                color=["#2a7" if n.startswith("ckpt") and "direct" in n else "#999" for n in names])
+        for i, n in enumerate(names):
+            ax.text(res[n]["median"], i, f" {', '.join(sorted(set(res[n]['status'])))}, peak "
+                    f"{res[n]['peak_bytes'] / 2**30:.1f} GiB", va="center", fontsize=8)
+        ax.set_xlabel(f"seconds (median), {doc['bytes'] / 1e9:.0f} GB in a {doc['limit_bytes'] / 1e9:.0f} GB cgroup")
+        fig.tight_layout()
+        fig.savefig(RESULTS / f"sources-memlimit-{round(doc['bytes'] / 1e9)}GB.png", dpi=110)
+        plt.close(fig)
+
+
 def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
     lines = []
     for doc in load_docs():
@@ -207,6 +303,10 @@ def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
             lines.append(f"| {k} | {v['median']:.2f} s | {v['peak_rss_bytes'] / 2**20:,.1f} MiB | "
                          f"{v['rss_over_file_mib']:+,.1f} MiB |")
         lines.append("")
+    for doc in sources_docs("http"):
+        lines += sources_http_table(doc)
+    for doc in sources_docs("memlimit"):
+        lines += sources_memlimit_table(doc)
     lines.append("Charts: `bench/results/*.png`; raw runs in `bench/results/*.json`.")
     return "\n".join(lines)
 
@@ -222,6 +322,7 @@ def main():
             python_chart(doc)
     if torch_convert:
         charts(None, torch_convert, name="torch_convert")
+    sources_charts()
     readme = ROOT / "README.md"
     text = readme.read_text()
     begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
