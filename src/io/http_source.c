@@ -827,6 +827,7 @@ static ckpt_status run_batch(remote *r, xfer *xs, size_t n, ckpt_error *err) {
                 break;
             case O_RETRY:
                 x->not_before = now_ms() + backoff_ms(x);
+                if (x->mode == X_OPEN) x->pos = 0, x->end = HEAD_BYTES; /* the first request starts over */
                 break;
             case O_FAIL:
                 st = xst;
@@ -1020,13 +1021,13 @@ static ckpt_status remote_batch(ckpt__source *src, want *w, size_t n, ckpt_error
         if (q.len) w[m++] = q, total += q.len;
     }
     if (!m) return CKPT_OK;
+    pthread_mutex_lock(&r->lock);
     if (r->head && !r->head_whole) { /* the data phase: the first bytes are not needed any more */
-        pthread_mutex_lock(&r->lock);
         free(r->head);
         r->head = NULL;
         r->head_len = 0;
-        pthread_mutex_unlock(&r->lock);
     }
+    pthread_mutex_unlock(&r->lock);
     qsort(w, m, sizeof *w, by_offset);
     /* Merged ranges, as pieces (destinations and dropped holes). */
     piece *pieces = ckpt__malloc(2 * m * sizeof *pieces);

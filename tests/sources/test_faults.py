@@ -73,6 +73,16 @@ def test_dropped_connection_resumes_from_last_byte(server, files):
     c.close()
 
 
+def test_dropped_first_request_starts_over(server, files):
+    data, sd = files
+    server.behaviour.drop_after = 1000
+    server.behaviour.drop_times = 2
+    with ckpt.open(server.url("model.safetensors")) as c:
+        assert set(c.keys()) == set(sd)
+    opens = [r for r in server.requests if r[2] == "bytes=0-262143"]
+    assert len(opens) == 3  # two cut short, each asked again from byte 0
+
+
 def test_500_then_200_is_retried(server, files, tmp_path):
     data, sd = files
     server.behaviour.fail_status = 503
