@@ -200,9 +200,11 @@ def sources_http_table(doc):
     lines.append("")
     for mode in ("warm", "cold"):
         r = doc["results"][mode]["ratios"]
-        lines.append(f"- {mode}: ckpt over http:// reaches **{_pct(r.get('ckpt_http_of_curl'))}** of curl's speed, "
-                     f"over s3:// **{_pct(r.get('ckpt_s3_of_curl'))}**; against Run:ai's streamer on the same "
-                     f"s3:// endpoint ckpt is **{r.get('ckpt_s3_over_runai') or float('nan'):.1f}×** as fast.")
+        lines.append(f"- {mode}: into pre-touched buffers ckpt over http:// runs at "
+                     f"**{_pct(r.get('ckpt_http_pretouched_of_curl'))}** of curl's speed into /dev/null; into fresh "
+                     f"buffers (first touch included) at {_pct(r.get('ckpt_http_of_curl'))}, and over s3:// at "
+                     f"{_pct(r.get('ckpt_s3_of_curl'))}; on the same s3:// endpoint ckpt is "
+                     f"**{r.get('ckpt_s3_over_runai') or float('nan'):.1f}×** as fast as Run:ai's streamer.")
     m = doc.get("moto")
     if m:
         mw = m["results"]["warm"]
@@ -221,13 +223,17 @@ def sources_memlimit_table(doc):
              "cold, `drop_caches` before each run; the loads fill a model whose parameters are already allocated "
              "and touched, then checksum them; median of "
              f"{len(next(iter(doc['results'].values()))['runs'])})", "",
-             "| contender | outcome | median | GB/s | of the O_DIRECT ceiling | cgroup peak |",
+             "| contender | outcome | median | GB/s | of its ceiling | cgroup peak |",
              "|---|---|---:|---:|---:|---:|"]
     for k, v in doc["results"].items():
         outcome = ", ".join(sorted(set(v["status"])))
         ratio = doc["ratios"].get(k)
         lines.append(f"| {k} | {outcome} | {v['median']:.1f} s | {v['gb_per_s']:.2f} | {_pct(ratio)} | "
                      f"{v['peak_bytes'] / 2**30:.2f} GiB |")
+    lines.append("")
+    lines.append("- Loads are compared with the O_DIRECT read ceiling, converts (which read and write the whole "
+                 "checkpoint on the same disk) with the `dd` copy; a contender whose cgroup peak is the limit "
+                 "had the kernel reclaim its page cache as it went; OOM kills would show as the outcome.")
     lines.append("")
     return lines
 
