@@ -23,6 +23,9 @@ Suites:
                  against Run:ai's streamer and curl (bench/sources_suite.py)
   memlimit       an 8 GB checkpoint loaded and converted in a 9 GB memory
                  cgroup: direct mode against safetensors (bench/sources_suite.py)
+  bindings       the Rust binding's ResNet-152 import and the Elixir binding's
+                 1 GB tree round trip (bench/bindings_suite.py; not in the
+                 default set: `make bench BENCH_ARGS=bindings`)
 
 Results: bench/results/<suite>.json and .png; `bench/report.py` renders the
 README table from the JSON.
@@ -226,7 +229,7 @@ def make_big_file(gb, dtype="BF16"):
     import ctypes
     from ckptlib import Error, WriterOptions, _check, _lib, DTYPES
     opts = WriterOptions()
-    _lib.ckpt_writer_options_init(ctypes.byref(opts))
+    _lib.ckpt_writer_options_init_sized(ctypes.byref(opts), ctypes.sizeof(opts))
     opts.no_sync = 1
     w, err = ctypes.c_void_p(), Error()
     _check(_lib.ckpt_writer_create(str(path).encode(), ctypes.byref(opts), ctypes.byref(w), ctypes.byref(err)), err)
@@ -446,6 +449,11 @@ def suite_memlimit(args):
     run_memlimit(args)
 
 
+def suite_bindings(args):
+    from bindings_suite import run_bindings_suite
+    run_bindings_suite(args)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load", "python",
@@ -462,12 +470,13 @@ def main():
     ap.add_argument("--moto-gb", type=float, default=0.128, help="size (GB) of the file served by moto")
     ap.add_argument("--memlimit-gb", type=float, default=8, help="size (GB) of the memlimit suite's checkpoint")
     ap.add_argument("--memlimit-limit-gb", type=float, default=9, help="the memlimit suite's cgroup limit (GB)")
+    ap.add_argument("--elixir-gb", type=float, default=1.0, help="size (GB) of the bindings suite's Elixir tree")
     args = ap.parse_args()
     for s in args.suites:
         print(f"== {s}")
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
-         "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python, "http": suite_http,
-         "memlimit": suite_memlimit}[s](args)
+         "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
+         "bindings": suite_bindings, "http": suite_http, "memlimit": suite_memlimit}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

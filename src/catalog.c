@@ -11,8 +11,10 @@
 #include "catalog_internal.h"
 #include "formats/format.h"
 #include "formats/torch.h"
+#include "io/commit.h"
 #include "io/file.h"
 #include "io/http.h"
+#include "io/mapping.h"
 #include "transform/inflate.h"
 
 typedef struct catalog_file {
@@ -60,44 +62,45 @@ struct ckpt_catalog {
 
 /* ---- options ------------------------------------------------------------------ */
 
-void ckpt_catalog_options_init(ckpt_catalog_options *o) {
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->size = sizeof *o;
-    o->retries = CKPT__DEFAULT_RETRIES;
+void ckpt_catalog_options_init_sized(ckpt_catalog_options *o, size_t size) {
+    if (!o || size < sizeof o->size) return;
+    ckpt_catalog_options d;
+    memset(&d, 0, sizeof d);
+    d.retries = CKPT__DEFAULT_RETRIES;
+    /* A caller with a longer struct (a newer header) gets zeros in what
+     * this library does not know. */
+    memset(o, 0, size);
+    memcpy(o, &d, size < sizeof d ? size : sizeof d);
+    o->size = size;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
-
-/* Whether the caller's options (of its header's size) have `field`. */
-#define HAS_OPTION(o, field) ((o)->size >= offsetof(ckpt_catalog_options, field) + sizeof(o)->field)
 
 static const char *arena_copy(ckpt_catalog *c, const char *s) {
     return s ? ckpt__arena_strndup(&c->arena, s, strlen(s)) : NULL;
 }
 
-/* The options of the sources (remote files, direct I/O). */
+/* The options of the sources (remote files, direct I/O); fields the
+ * caller's (older) header lacks have their defaults. */
 static ckpt_status take_source_options(ckpt_catalog *c, const ckpt_catalog_options *o, ckpt_error *err) {
     ckpt__source_options *so = &c->source_options;
-    if (HAS_OPTION(o, connect_timeout_ms)) so->connect_timeout_ms = o->connect_timeout_ms;
-    if (HAS_OPTION(o, read_timeout_ms)) so->read_timeout_ms = o->read_timeout_ms;
-    if (HAS_OPTION(o, retries)) so->retries = o->retries;
-    if (HAS_OPTION(o, max_connections)) so->max_connections = o->max_connections;
-    if (HAS_OPTION(o, direct)) so->direct = o->direct != 0;
-    if (HAS_OPTION(o, bearer_token) && o->bearer_token && !(so->bearer_token = arena_copy(c, o->bearer_token)))
-        return ckpt__oom(err, NULL, NULL);
-    if (HAS_OPTION(o, cache_dir) && o->cache_dir && !(so->cache_dir = arena_copy(c, o->cache_dir)))
-        return ckpt__oom(err, NULL, NULL);
+    so->connect_timeout_ms = o->connect_timeout_ms;
+    so->read_timeout_ms = o->read_timeout_ms;
+    so->retries = o->retries;
+    so->max_connections = o->max_connections;
+    so->direct = o->direct != 0;
+    if (o->bearer_token && !(so->bearer_token = arena_copy(c, o->bearer_token))) return ckpt__oom(err, NULL, NULL);
+    if (o->cache_dir && !(so->cache_dir = arena_copy(c, o->cache_dir))) return ckpt__oom(err, NULL, NULL);
     return CKPT_OK;
 }
 
-static ckpt_status take_options(ckpt_catalog *c, const ckpt_catalog_options *o, ckpt_error *err) {
+static ckpt_status take_options(ckpt_catalog *c, const ckpt_catalog_options *options, ckpt_error *err) {
     c->source_options = (ckpt__source_options)CKPT__SOURCE_OPTIONS_DEFAULT;
-    if (!o) return CKPT_OK;
-    if (o->size < offsetof(ckpt_catalog_options, allowed_global_count) + sizeof o->allowed_global_count)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
-                          "ckpt_catalog_options.size is %zu: initialise the options with ckpt_catalog_options_init",
-                          o->size);
+    if (!options) return CKPT_OK;
+    ckpt_catalog_options taken;
+    ckpt_catalog_options_init(&taken);
+    CKPT__TAKE_OPTIONS(&taken, options);
+    const ckpt_catalog_options *o = &taken;
     if (o->allowed_global_count && !o->allowed_globals)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "allowed_globals is NULL");
     c->extra_globals = o->allowed_global_count
@@ -149,8 +152,9 @@ bool ckpt__cat_global_extra(const ckpt_catalog *c, const char *module, const cha
     return bsearch(&key, c->extra_globals, c->extra_global_count, sizeof *c->extra_globals, cmp_str) != NULL;
 }
 
-bool ckpt__cat_global_allowed(const char *module, const char *name, void *catalog) {
-    return ckpt__torch_allowed_global(module, name, NULL) || ckpt__cat_global_extra(catalog, module, name);
+ckpt__pk_allowed ckpt__cat_global_allowed(const char *module, const char *name, void *catalog) {
+    if (ckpt__torch_allowed_global(module, name)) return CKPT__PK_ALLOW;
+    return ckpt__cat_global_extra(catalog, module, name) ? CKPT__PK_ALLOW_STATE : CKPT__PK_DENY;
 }
 
 /* ---- what formats fill (formats/format.h) ------------------------------------- */
@@ -266,6 +270,11 @@ ckpt_status ckpt__cat_add_metadata(ckpt_catalog *c, uint32_t file, const char *k
     return ckpt__pairs_push(&c->meta, key, value) ? CKPT_OK : ckpt__oom(err, c->files[file].src->name, NULL);
 }
 
+ckpt_status ckpt__cat_add_checkpoint_metadata(ckpt_catalog *c, const char *key, const char *value, ckpt_error *err) {
+    if (ckpt__pairs_get(&c->meta, key)) return CKPT_OK;
+    return ckpt__pairs_push(&c->meta, key, value) ? CKPT_OK : ckpt__oom(err, c->index_path, NULL);
+}
+
 ckpt_status ckpt__cat_add_tree(ckpt_catalog *c, const char *json, ckpt_error *err) {
     ckpt__buf_puts(&c->tree, c->trees++ ? ", " : "");
     ckpt__buf_puts(&c->tree, json);
@@ -315,6 +324,15 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
     char *resolved = NULL, *clean = NULL;
     if (st == CKPT_OK) st = take_userinfo(c, path, &clean, err);
     if (clean) path = clean;
+    if (st == CKPT_OK && !ckpt__source_is_remote_name(path)) {
+        /* A commit into this checkpoint's directory that a crash cut short
+         * is finished first (or refused, naming what to do). */
+        bool recovered;
+        char *dir = ckpt__source_stat(path, &c->source_options) == CKPT__NAME_DIR ? ckpt__strdup(path)
+                                                                                   : ckpt__path_dirname(path);
+        st = dir ? ckpt__commit_recover(dir, &recovered, err) : ckpt__oom(err, path, NULL);
+        free(dir);
+    }
     /* A remote file is not asked about first (its open says if it is
      * missing): one request fewer.  A remote "directory" ends in '/'. */
     bool remote_file = ckpt__source_is_remote_name(path) && path[0] && path[strlen(path) - 1] != '/';
@@ -476,3 +494,17 @@ void ckpt__catalog_keep_inflater(ckpt_catalog *c, ckpt__inflater *f) {
     pthread_mutex_unlock(&c->map_lock);
     ckpt__inflater_free(evicted);
 }
+
+/* ---- private mappings (io/mapping.c) ------------------------------------------ */
+
+ckpt_status ckpt_catalog_map_file(ckpt_catalog *c, size_t file, unsigned flags, ckpt_mapping **out, ckpt_error *err) {
+    if (out) *out = NULL;
+    if (!c || !out || file >= c->file_count)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "a catalog, one of its files and out are required");
+    return ckpt__mapping_create(c->files[file].src, (flags & CKPT_MAP_PREFETCH) != 0, out, err);
+}
+
+void *ckpt_mapping_data(const ckpt_mapping *m) { return m ? ckpt__mapping_data(m) : NULL; }
+uint64_t ckpt_mapping_size(const ckpt_mapping *m) { return m ? ckpt__mapping_size(m) : 0; }
+int ckpt_mapping_prefetching(const ckpt_mapping *m) { return m && ckpt__mapping_prefetching(m); }
+void ckpt_mapping_free(ckpt_mapping *m) { ckpt__mapping_release(m); }

@@ -13,7 +13,7 @@ Drop-ins for safetensors: ckpt.torch and ckpt.numpy.  Everything reads
 https:// and s3:// URLs read with parallel range requests; direct=True
 reads local files around the page cache."""
 from . import _ckpt
-from ._errors import CancelledError, Error, ExistsError, IOFailure, NotFoundError, RemoteError, SafetensorError
+from ._errors import CancelledError, Error, ExistsError, IOFailure, NoMatchError, NotFoundError, RemoteError, SafetensorError
 from ._api import (Checkpoint, LoadResult, Mismatch, TensorInfo, TensorSpec, cast, convert, dtype_name, load,
                    load_into, open, save, shapes)
 from ._tree import Call, flatten, unflatten
@@ -23,4 +23,4 @@ parse_size = _ckpt.parse_size
 
 __all__ = ["open", "shapes", "load", "load_into", "save", "convert", "cast", "flatten", "unflatten", "parse_size",
            "dtype_name", "Checkpoint", "TensorSpec", "TensorInfo", "LoadResult", "Mismatch", "Call", "Error",
-           "SafetensorError", "NotFoundError", "ExistsError", "IOFailure", "CancelledError", "RemoteError"]
+           "SafetensorError", "NotFoundError", "ExistsError", "IOFailure", "CancelledError", "NoMatchError", "RemoteError"]

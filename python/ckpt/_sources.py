@@ -49,7 +49,7 @@ def check(options):
                         f"{', '.join(repr(u) for u in unknown)}")
 
 
-def catalog(path, direct=False, **options):
+def catalog(path, direct=False, allowed_globals=None, **options):
     """Opens a _ckpt.Catalog with the source options."""
     check(options)
     kw = {k: v for k, v in options.items() if v is not None}
@@ -57,7 +57,7 @@ def catalog(path, direct=False, **options):
         kw["cache_dir"] = os.fspath(kw["cache_dir"])
     if direct:
         kw["direct"] = True
-    return _ckpt.Catalog(name(path), **kw)
+    return _ckpt.Catalog(name(path), allowed_globals, **kw)
 
 
 def shown(path):
