@@ -377,6 +377,7 @@ def bindings_chart(doc):
     plt.close(fig)
 
 
+<<<<<<< HEAD
 def baseline_table(doc):
     lines = [f"**This tree against a baseline build, same files, alternating in one run** ({doc['this']} vs "
              f"{doc['baseline']}; median of {doc['runs']}; ratios below 1 are faster or smaller now)", "",
@@ -393,17 +394,88 @@ def baseline_table(doc):
         rss_ratio = f"{row['rss_after_over_before']:.2f}" if "rss_after_over_before" in row else "–"
         lines.append(f"| {name} | {t(b)} | {t(a)} | {row['time_after_over_before']:.2f} | {m(b)} | {m(a)} | "
                      f"{rss_ratio} |")
+=======
+# ---- the sources suites (bench/sources_suite.py) ----
+
+def sources_docs(kind):
+    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob(f"sources-{kind}-*GB.json"))]
+
+
+def _pct(x):
+    return f"{x:.0%}" if x is not None else "–"
+
+
+def sources_http_table(doc):
+    gb = doc["bytes"] / 1e9
+    lines = [f"**A {gb:.1f} GB safetensors file over loopback HTTP and S3** ({doc['source']}; every loader "
+             "checksums every byte; curl only counts them; own process each, alternating; median of "
+             f"{len(next(v for v in doc['results']['warm'].values() if 'runs' in v)['runs'])}; "
+             "cold = `drop_caches` before each run, so the server reads the disk)", "",
+             "| contender | warm GB/s | cold GB/s | peak RSS |", "|---|---:|---:|---:|"]
+    warm, cold = doc["results"]["warm"], doc["results"]["cold"]
+    for k, v in warm.items():
+        if k == "ratios":
+            continue
+        c = cold.get(k, {})
+        if "median" not in v:
+            lines.append(f"| {k} | failed | failed | – |")
+            continue
+        lines.append(f"| {k} | {v['gb_per_s']:.2f} | {c.get('gb_per_s', float('nan')):.2f} | "
+                     f"{v['peak_rss_bytes'] / 2**20:,.0f} MiB |")
+    lines.append("")
+    for mode in ("warm", "cold"):
+        r = doc["results"][mode]["ratios"]
+        lines.append(f"- {mode}: into pre-touched buffers ckpt over http:// runs at "
+                     f"**{_pct(r.get('ckpt_http_pretouched_of_curl'))}** of curl's speed into /dev/null; into fresh "
+                     f"buffers (first touch included) at {_pct(r.get('ckpt_http_of_curl'))}, and over s3:// at "
+                     f"{_pct(r.get('ckpt_s3_of_curl'))}; on the same s3:// endpoint ckpt is "
+                     f"**{r.get('ckpt_s3_over_runai') or float('nan'):.1f}×** as fast as Run:ai's streamer.")
+    m = doc.get("moto")
+    if m:
+        mw = m["results"]["warm"]
+        lines.append(f"- moto's S3 server itself (signatures, the S3 API), on a {m['bytes'] / 1e6:.0f} MB file (moto "
+                     "copies the whole object for every request, range or not: larger files measure moto): " +
+                     ", ".join(f"{k} {v['median']:.2f} s" for k, v in mw.items() if k != "ratios" and "median" in v) +
+                     f" — ckpt {mw['ratios'].get('ckpt_s3_over_runai') or float('nan'):.1f}× Run:ai's speed.")
+    lines.append(f"- Servers: {doc['servers']['http']}; s3://: {doc['servers']['s3']}.")
+>>>>>>> sources
     lines.append("")
     return lines
 
 
+<<<<<<< HEAD
 def baseline_chart(doc):
+=======
+def sources_memlimit_table(doc):
+    gb, lim = doc["bytes"] / 1e9, doc["limit_bytes"] / 1e9
+    lines = [f"**Load and convert a {gb:.1f} GB checkpoint inside a {lim:.0f} GB memory cgroup** ({doc['cgroup']}; "
+             "cold, `drop_caches` before each run; the loads fill a model whose parameters are already allocated "
+             "and touched, then checksum them; median of "
+             f"{len(next(iter(doc['results'].values()))['runs'])})", "",
+             "| contender | outcome | median | GB/s | of its ceiling | cgroup peak |",
+             "|---|---|---:|---:|---:|---:|"]
+    for k, v in doc["results"].items():
+        outcome = ", ".join(sorted(set(v["status"])))
+        ratio = doc["ratios"].get(k)
+        lines.append(f"| {k} | {outcome} | {v['median']:.1f} s | {v['gb_per_s']:.2f} | {_pct(ratio)} | "
+                     f"{v['peak_bytes'] / 2**30:.2f} GiB |")
+    lines.append("")
+    lines.append("- Loads are compared with the O_DIRECT read ceiling, converts (which read and write the whole "
+                 "checkpoint on the same disk) with the `dd` copy; a contender whose cgroup peak is the limit "
+                 "had the kernel reclaim its page cache as it went; OOM kills would show as the outcome.")
+    lines.append("")
+    return lines
+
+
+def sources_charts():
+>>>>>>> sources
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return
+<<<<<<< HEAD
     names = list(doc["results"])
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(names) + 1.2))
     ratios = [doc["results"][n]["time_after_over_before"] for n in names]
@@ -414,6 +486,33 @@ def baseline_chart(doc):
     fig.tight_layout()
     fig.savefig(RESULTS / "baseline.png", dpi=110)
     plt.close(fig)
+=======
+    for doc in sources_docs("http"):
+        fig, axes = plt.subplots(2, 1, figsize=(9, 5.5))
+        for ax, mode in zip(axes, ("warm", "cold")):
+            res = {k: v for k, v in doc["results"][mode].items() if k != "ratios" and "median" in v}
+            names = list(res)
+            ax.barh(names, [res[n]["gb_per_s"] for n in names],
+                    color=["#2a7" if n.startswith("ckpt") else "#999" for n in names])
+            ax.set_title(f"{doc['bytes'] / 1e9:.1f} GB over loopback, {mode}")
+            ax.set_xlabel("GB/s (median)")
+        fig.tight_layout()
+        fig.savefig(RESULTS / f"sources-http-{round(doc['bytes'] / 1e9)}GB.png", dpi=110)
+        plt.close(fig)
+    for doc in sources_docs("memlimit"):
+        fig, ax = plt.subplots(figsize=(9, 3.4))
+        res = doc["results"]
+        names = list(res)
+        ax.barh(names, [res[n]["median"] for n in names],
+                color=["#2a7" if n.startswith("ckpt") and "direct" in n else "#999" for n in names])
+        for i, n in enumerate(names):
+            ax.text(res[n]["median"], i, f" {', '.join(sorted(set(res[n]['status'])))}, peak "
+                    f"{res[n]['peak_bytes'] / 2**30:.1f} GiB", va="center", fontsize=8)
+        ax.set_xlabel(f"seconds (median), {doc['bytes'] / 1e9:.0f} GB in a {doc['limit_bytes'] / 1e9:.0f} GB cgroup")
+        fig.tight_layout()
+        fig.savefig(RESULTS / f"sources-memlimit-{round(doc['bytes'] / 1e9)}GB.png", dpi=110)
+        plt.close(fig)
+>>>>>>> sources
 
 
 def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
@@ -460,8 +559,15 @@ def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
         lines += gguf_table(gguf_doc)
     if load("bindings"):
         lines += bindings_tables(load("bindings"))
+<<<<<<< HEAD
     if load("baseline"):
         lines += baseline_table(load("baseline"))
+=======
+    for doc in sources_docs("http"):
+        lines += sources_http_table(doc)
+    for doc in sources_docs("memlimit"):
+        lines += sources_memlimit_table(doc)
+>>>>>>> sources
     lines.append("Charts: `bench/results/*.png`; raw runs in `bench/results/*.json`.")
     return "\n".join(lines)
 
@@ -479,8 +585,12 @@ def main():
         jax_chart(doc)
     if torch_convert:
         charts(None, torch_convert, name="torch_convert")
+<<<<<<< HEAD
     if load("gguf") and "cases" in load("gguf"):
         gguf_chart(load("gguf"))
+=======
+    sources_charts()
+>>>>>>> sources
     if load("bindings"):
         bindings_chart(load("bindings"))
     if load("baseline"):

@@ -15,12 +15,14 @@ static const char usage[] =
     "                            [--transpose PAT] [--layout [PAT=]FROM:TO]\n"
     "                            [--to gguf|safetensors] [--gguf-kv FILE.json]\n"
     "                            [--split-max-size SIZE] [--split-max-tensors N]\n"
+    "                            [--direct] [remote options]\n"
     "\n"
     "Re-shard, merge or transform a checkpoint, streaming tensor data from file\n"
     "to file (memory use does not depend on the checkpoint's size).\n"
     "\n"
     "SRC   a .safetensors file, a *.safetensors.index.json, a torch file, a\n"
-    "      .npy, .npz or Flax .msgpack file, or a directory holding one\n"
+    "      GGUF, .npy, .npz or Flax .msgpack file, or a directory holding one\n"
+    "      (or their http://, https:// or s3:// URLs)\n"
     "DST   a file name ending in .safetensors: one file (merge); in .npz: a\n"
     "      NumPy archive (np.load reads it); in .msgpack: a Flax msgpack file\n"
     "      (flax.serialization.msgpack_restore reads it, names split at dots);\n"
@@ -243,7 +245,7 @@ static int dequantize_rest(ckpt_plan *plan, ckpt_error *err) {
 
 /* The command, with room for one transform and one allowed global per
  * argument. */
-static int run_convert(int argc, char **argv, rule *rules, const char **globals) {
+static int run_convert(int argc, char **argv, rule *rules, const char **globals, source_options *so) {
     const char *src = NULL, *dst = NULL, *shard_size = NULL, *to = NULL, *kv_file = NULL, *split_size = NULL,
                *split_tensors = NULL;
     bool extra_files = true, ignore_unmatched = false;
@@ -257,8 +259,12 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(usage, stdout);
+            fputs(source_options_help, stdout);
             return EXIT_OK;
         }
+        int taken = source_option("convert", argc, argv, &i, so);
+        if (taken < 0) return EXIT_USAGE;
+        if (taken) continue;
         if (!strcmp(a, "--max-shard-size") || !strcmp(a, "--prefix")) {
             if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
             if (!strcmp(a, "--prefix")) opt.prefix = argv[++i];
@@ -361,8 +367,7 @@ open:
      * go along into a directory of shards, so that the output loads on its
      * own. */
     if (extra_files && !gguf && opt.max_shard_size && stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) opt.copy_files_from = src;
-    ckpt_catalog_options copt;
-    ckpt_catalog_options_init(&copt);
+    ckpt_catalog_options copt = *source_options_get(so);
     copt.allowed_globals = globals;
     copt.allowed_global_count = global_count;
     ckpt_catalog *cat;
@@ -406,7 +411,10 @@ open:
     if (verify) {
         /* Re-read the committed output from disk against its checksums. */
         size_t checked = 0;
-        if ((st = ckpt_catalog_open(dst, &cat, &err)) == CKPT_OK) {
+        ckpt_catalog_options local;
+        ckpt_catalog_options_init(&local);
+        local.direct = so->catalog.direct;
+        if ((st = ckpt_catalog_open_ex(dst, &local, &cat, &err)) == CKPT_OK) {
             st = ckpt_verify(cat, NULL, NULL, &checked, &err);
             ckpt_catalog_close(cat);
         }
@@ -419,9 +427,12 @@ open:
 int cmd_convert(int argc, char **argv) {
     rule *rules = calloc((size_t)argc, sizeof *rules);
     const char **globals = calloc((size_t)argc, sizeof *globals);
+    source_options so;
+    source_options_init(&so);
     int rc = EXIT_ERROR;
     if (!rules || !globals) fputs("ckpt: out of memory\n", stderr);
-    else rc = run_convert(argc, argv, rules, globals);
+    else rc = run_convert(argc, argv, rules, globals, &so);
+    source_options_free(&so);
     free(rules);
     free(globals);
     return rc;

@@ -6,7 +6,7 @@
 #include "cli.h"
 
 static const char usage[] =
-    "usage: ckpt inspect PATH [--json]\n"
+    "usage: ckpt inspect PATH [--json] [--direct] [remote options]\n"
     "\n"
     "List every tensor of a checkpoint (name, dtype, shape, size, file) with\n"
     "totals (tensors, parameters, bytes per dtype, files) and the metadata.\n"
@@ -241,14 +241,18 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
     }
 }
 
-int cmd_inspect(int argc, char **argv) {
+static int run_inspect(int argc, char **argv, source_options *so) {
     const char *path = NULL;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(usage, stdout);
+            fputs(source_options_help, stdout);
             return EXIT_OK;
         }
+        int taken = source_option("inspect", argc, argv, &i, so);
+        if (taken < 0) return EXIT_USAGE;
+        if (taken) continue;
         if (!strcmp(argv[i], "--json")) json = true;
         else if (argv[i][0] == '-' && argv[i][1]) return usage_error("inspect", "unknown option '%s'", argv[i]);
         else if (path) return usage_error("inspect", "one PATH expected, got '%s' and '%s'", path, argv[i]);
@@ -259,7 +263,9 @@ int cmd_inspect(int argc, char **argv) {
     ckpt_error err;
     ckpt_error_clear(&err);
     ckpt_catalog *cat;
-    if (ckpt_catalog_open(path, &cat, &err) != CKPT_OK) return report_error(&err);
+    if (ckpt_catalog_open_ex(path, source_options_get(so), &cat, &err) != CKPT_OK) return report_error(&err);
+    char shown[4096];
+    path = display_name(path, shown, sizeof shown);
     dtype_total totals[CKPT_DTYPE_COUNT] = {0};
     for (size_t i = 0; i < ckpt_catalog_tensor_count(cat); i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
@@ -275,4 +281,12 @@ int cmd_inspect(int argc, char **argv) {
         return EXIT_ERROR;
     }
     return EXIT_OK;
+}
+
+int cmd_inspect(int argc, char **argv) {
+    source_options so;
+    source_options_init(&so);
+    int rc = run_inspect(argc, argv, &so);
+    source_options_free(&so);
+    return rc;
 }

@@ -163,11 +163,22 @@ typedef enum ckpt_status {
 
     /* NumPy .npy/.npz files and Flax msgpack files */
     CKPT_E_NPY_INVALID = 90,        /* a malformed .npy header                  */
-    CKPT_E_MSGPACK_INVALID = 91     /* a malformed msgpack document, or not Flax's */
+    CKPT_E_MSGPACK_INVALID = 91,    /* a malformed msgpack document, or not Flax's */
+
+    /* Remote sources (http://, https://, s3://).  Their errors name the URL
+     * (never its credentials), the HTTP status and the byte range. */
+    CKPT_E_HTTP_STATUS = 100,       /* the server answered with an HTTP error status */
+    CKPT_E_HTTP_AUTH = 101,         /* the server refused the credentials (401, 403) */
+    CKPT_E_REMOTE_CHANGED = 102,    /* the remote file changed while it was read (ETag, Last-Modified, size) */
+    CKPT_E_NO_RANGES = 103,         /* the server ignores byte-range requests     */
+    CKPT_E_NETWORK = 104,           /* a connection failed or broke, after retries */
+    CKPT_E_TIMEOUT = 105,           /* a transfer timed out, after retries        */
+    CKPT_E_BAD_RESPONSE = 106,      /* a response contradicts its request (range, length, body) */
+    CKPT_E_UNSUPPORTED_SOURCE = 107 /* this build cannot read that kind of URL (no libcurl) */
 
     /* Ranges reserved for the formats and sources being added: 70-79 GGUF,
-     * 80-89 PyTorch DCP, 90-99 NumPy and Flax msgpack, 100-109 remote
-     * sources (HTTP, S3), 110-119 collective operations. */
+     * 80-89 PyTorch DCP, 90-99 NumPy and Flax msgpack, 110-119 collective
+     * operations. */
 } ckpt_status;
 
 /* The identifier of a status as a string, e.g. "CKPT_E_DATA_HOLE";
@@ -396,6 +407,61 @@ typedef struct ckpt_catalog_options {
      */
     const char *const *allowed_globals;
     size_t allowed_global_count;
+
+    /* ---- remote files: http://, https:// and s3:// names ---------------
+     * A URL opens like a path: a single file, an index whose shards lie
+     * beside it (resolved relative to the index's URL), a torch.save file,
+     * or — ending in '/' — a "directory" in which the names a local
+     * directory is searched for are tried one by one (nothing is listed).
+     * Opening reads headers only, with ranged GETs (one for a safetensors
+     * file whose header fits in 256 KiB, two otherwise).  Loads and reads
+     * send parallel range requests (adjacent ranges merged), writing the
+     * bytes straight into their destinations; every response is checked
+     * against the request (status, Content-Range, length) and against the
+     * file as it was opened (ETag, Last-Modified, size: sent as If-Range,
+     * or If-Match to S3), so that a file replaced mid-load fails with
+     * CKPT_E_REMOTE_CHANGED instead of mixing versions.
+     * Credentials: `bearer_token` below; else, for huggingface.co and
+     * hf.co, $HF_TOKEN; ~/.netrc; a user:password in the URL (kept out of
+     * every name and error, and sent to that host only).  s3:// names use
+     * $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY, $AWS_SESSION_TOKEN (no
+     * keys: anonymous requests), $AWS_REGION (or $AWS_DEFAULT_REGION,
+     * default us-east-1) and $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL for
+     * S3-compatible stores (path-style requests), signed with SigV4.
+     * libcurl honours $https_proxy, $http_proxy and $no_proxy; servers'
+     * certificates are checked against the system's, or those of the file
+     * $CURL_CA_BUNDLE names. */
+    uint32_t connect_timeout_ms; /* to establish a connection; 0: 30 s                        */
+    uint32_t read_timeout_ms;    /* a transfer that receives nothing for this long fails (and is
+                                    retried); counted in whole seconds; 0: 60 s                */
+    /* Attempts after the first for a request that failed in a way worth
+     * retrying (HTTP 408, 429, 5xx, a connection refused or reset, a short
+     * body, a timeout), each resuming at the last byte received, after
+     * 0.2 s doubling up to 10 s (or the server's Retry-After, up to 60 s).
+     * ckpt_catalog_options_init sets 5; 0 never retries. */
+    uint32_t retries;
+    uint32_t max_connections;    /* parallel range requests per file; 0: 16                     */
+    const char *bearer_token;    /* sent as "Authorization: Bearer …" to the URL's host (never to
+                                    a host a redirect leads to); NULL: see above              */
+    /* A directory for verified copies of remote files, named by a hash of
+     * the URL, its ETag (or Last-Modified) and size: a file read whole
+     * (by a load or a convert) is written there as it arrives and renamed
+     * into place once complete; a later open of the same version reads
+     * the local copy (after one request to check the version).  NULL: no
+     * cache. */
+    const char *cache_dir;
+
+    /* ---- local files ------------------------------------------------------
+     * Non-zero: read local files with O_DIRECT, around the page cache —
+     * for machines where it hurts (network mounts, unified memory,
+     * containers whose page cache counts against a memory limit).  Loads
+     * use CKPT_IO_DIRECT whatever ckpt_load_options.io says (and drop the
+     * few pages small reads bring in); converts read with O_DIRECT and
+     * write through the cache but drop what they wrote once it is on disk
+     * (sync_file_range, POSIX_FADV_DONTNEED); no views (mappings) are
+     * made.  File systems without O_DIRECT are read normally, and their
+     * pages dropped after use. */
+    int direct;
 } ckpt_catalog_options;
 
 /* Fills the first `size` bytes of options with the defaults, and `size`

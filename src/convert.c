@@ -96,6 +96,7 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
     o.copy_partial_views = 1; /* a torch file's views are written, each whole, where the hub would refuse */
     ckpt_writer *w;
     if ((st = ckpt_writer_create(dst_path, &o, &w, err))) return st;
+    if (ckpt__catalog_direct(p->catalog)) ckpt__writer_drop_behind(w);
     st = copy_metadata(p, w, err);
     size_t n = p->selected_count, used = 0;
     ckpt__move *moves = ckpt__calloc(n ? n : 1, sizeof *moves);

@@ -22,7 +22,7 @@
 enum {
     DEFAULT_CHUNK = 8 << 20,
     MIN_CHUNK = 64 << 10,
-    COPY_CHUNK = 64 << 20,   /* kernel copies: no buffer, larger boxes */
+    COPY_CHUNK = 64 << 20,   /* kernel copies, and remote reads straight into memory: no buffer, larger boxes */
     BATCH = 256,             /* read requests gathered before submission */
     URING_PIECE = 1 << 20,   /* large reads are split so that io_uring keeps several in flight */
     DIRECT_MIN = 1 << 20,    /* smaller runs are read through the page cache */
@@ -161,17 +161,36 @@ static void make_job(ckpt_catalog *c, ckpt__move *m, job *j, uint64_t *pool) {
 }
 
 /* Whether the whole slice is one run of a dense, stored, little-endian
- * piece of a local file, and the output its very bytes. */
+ * piece of a local file, and the output its very bytes.  Not in direct
+ * mode: the kernel's copy goes through the page cache. */
 static bool one_file_run(const ckpt_catalog *c, const job *j) {
     const ckpt__piece *p = &j->pieces[0];
     if (j->npieces != 1 || !j->same_bytes || p->strides || p->record_size || p->big_endian) return false;
-    if (!(ckpt__catalog_source(c, p->file)->caps & CKPT__SRC_FD)) return false;
+    unsigned caps = ckpt__catalog_source(c, p->file)->caps;
+    if (!(caps & CKPT__SRC_FD) || (caps & CKPT__SRC_DIRECT)) return false;
     for (uint32_t i = 0; i < j->n; i++)
         if (j->perm[i] != i) return false;
     ckpt__runs r;
     uint64_t buf[CKPT_MAX_DIMS];
     ckpt__runs_plan(&r, j->n, piece_count(j, p, buf), NULL, j->count, NULL, false);
     return r.runs <= 1;
+}
+
+/* Whether every box of a move into memory is read straight into place
+ * from remote sources (no bounce): a remote read is one batch of range
+ * requests that the source sends in parallel, so larger boxes keep more
+ * of them in flight — and cost no memory. */
+static bool remote_straight(const ckpt_catalog *c, const job *j) {
+    if (j->m->sink != CKPT__SINK_MEMORY || !j->same_bytes) return false;
+    for (uint32_t i = 0; i < j->n; i++)
+        if (j->perm[i] != i) return false;
+    for (uint32_t k = 0; k < j->npieces; k++) {
+        const ckpt__piece *p = &j->pieces[k];
+        const ckpt__source *src = ckpt__catalog_source(c, p->file);
+        if (p->strides || p->record_size || p->big_endian || src->fd >= 0 || !(src->caps & CKPT__SRC_REMOTE))
+            return false;
+    }
+    return true;
 }
 
 /* Cuts the slice along `order`: the outermost axes one index at a time,
@@ -581,7 +600,9 @@ static file_state *open_files(ckpt_catalog *c, ckpt_io_mode mode, bool *any_dire
         files[i].dfd = -1;
         ckpt__source *src = ckpt__catalog_source(c, i);
         bool local = (src->caps & CKPT__SRC_FD) && !(src->caps & CKPT__SRC_REMOTE);
-        bool direct = local && mode == CKPT_IO_DIRECT;
+        /* A source opened in direct mode is read with O_DIRECT whatever the
+         * mode (on a network file system too: it was asked for). */
+        bool direct = (local && mode == CKPT_IO_DIRECT) || ((src->caps & CKPT__SRC_FD) && (src->caps & CKPT__SRC_DIRECT));
         if (local && mode == CKPT_IO_AUTO)
             direct = src->size >= (64u << 20) && ckpt__cached_fraction(src->fd, src->size, 0, src->size) < 0.5;
         if (direct) files[i].dfd = ckpt__open_direct(src->name, src->fd, &files[i].align);
@@ -656,7 +677,8 @@ ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, c
             j->kernel_copy = !o->ordered && one_file_run(c, j);
         }
         unsigned size = j->in_size > j->out_size ? j->in_size : j->out_size;
-        uint64_t limit = (j->kernel_copy ? COPY_CHUNK : g.chunk) / (size ? size : 1);
+        bool large = j->kernel_copy || (remote_straight(c, j) && g.chunk < COPY_CHUNK);
+        uint64_t limit = (large ? COPY_CHUNK : g.chunk) / (size ? size : 1);
         plan_boxes(j, limit ? limit : 1);
         g.total_bytes += j->nbytes;
         if (j->boxes == 0) {
@@ -711,6 +733,7 @@ ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, c
     for (size_t i = 0; i < started; i++) free_worker(&workers[i]);
     free(workers);
     close_files(g.files, ckpt_catalog_file_count(c));
+    ckpt__catalog_drop_cache(c); /* direct mode: what small reads brought into the page cache */
     free(g.jobs);
     free(pool);
     pthread_mutex_destroy(&g.lock);

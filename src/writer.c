@@ -4,7 +4,9 @@
  * computed offsets from any thread, then an atomic commit (io/commit.c). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -60,6 +62,15 @@ struct ckpt_writer {
     char **stale;          /* a replaced checkpoint's files (names in dir) */
     size_t stale_count;
     ckpt__commit *commit;
+    /* Direct mode: what is written leaves the page cache once on disk. */
+    bool drop_behind;
+    pthread_mutex_t drop_lock;
+    struct dropped_range {
+        int fd;
+        uint64_t off, n;
+    } drops[64]; /* written ranges whose write-back has started, oldest first (a ring) */
+    size_t drop_first, drop_count;
+    uint64_t drop_bytes; /* bytes in the ring */
 };
 
 #define W(o) ((ckpt_writer *)(o))
@@ -598,6 +609,67 @@ static ckpt_status check_append(ckpt_writer *w, size_t index, uint64_t at, uint6
  * callers may stream every tensor they declared. */
 static bool dropped(const ckpt_writer *w, size_t index) { return w->tensors[index].pub.file == CKPT__OUT_NONE; }
 
+/* Direct mode: every written range starts its write-back at once and
+ * joins a queue; once DROP_WINDOW bytes wait in it, the oldest ranges —
+ * whose write-back has had time to finish — are waited for and dropped
+ * from the page cache.  The cache holds about DROP_WINDOW of output, and
+ * writing rarely waits. */
+enum { DROP_WINDOW = 32 << 20 };
+
+void ckpt__writer_drop_behind(ckpt_writer *w) {
+    if (w->drop_behind) return;
+    pthread_mutex_init(&w->drop_lock, NULL);
+    w->drop_behind = true;
+}
+
+static void drop_range(int fd, uint64_t off, uint64_t n) {
+    sync_file_range(fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    posix_fadvise(fd, (off_t)off, (off_t)n, POSIX_FADV_DONTNEED);
+}
+
+static void wrote(ckpt_writer *w, const wfile *f, uint64_t off, uint64_t n) {
+    if (!w->drop_behind || !n) return;
+    sync_file_range(f->fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WRITE);
+    size_t cap = sizeof w->drops / sizeof w->drops[0];
+    pthread_mutex_lock(&w->drop_lock);
+    if (w->drop_count == cap) { /* full: make room (rare: ranges are large) */
+        struct dropped_range r = w->drops[w->drop_first];
+        w->drop_first = (w->drop_first + 1) % cap, w->drop_count--, w->drop_bytes -= r.n;
+        pthread_mutex_unlock(&w->drop_lock);
+        drop_range(r.fd, r.off, r.n);
+        pthread_mutex_lock(&w->drop_lock);
+    }
+    if (w->drop_count < cap) {
+        w->drops[(w->drop_first + w->drop_count++) % cap] = (struct dropped_range){f->fd, off, n};
+        w->drop_bytes += n;
+    }
+    while (w->drop_bytes > DROP_WINDOW && w->drop_count) {
+        struct dropped_range r = w->drops[w->drop_first];
+        w->drop_first = (w->drop_first + 1) % cap, w->drop_count--, w->drop_bytes -= r.n;
+        pthread_mutex_unlock(&w->drop_lock);
+        drop_range(r.fd, r.off, r.n);
+        pthread_mutex_lock(&w->drop_lock);
+    }
+    pthread_mutex_unlock(&w->drop_lock);
+}
+
+/* Before a file's descriptor closes: the queue forgets it, and what is
+ * left of it leaves the page cache. */
+static void drop_file(ckpt_writer *w, int fd) {
+    if (!w->drop_behind || fd < 0) return;
+    size_t cap = sizeof w->drops / sizeof w->drops[0], kept = 0;
+    pthread_mutex_lock(&w->drop_lock);
+    for (size_t i = 0; i < w->drop_count; i++) {
+        struct dropped_range r = w->drops[(w->drop_first + i) % cap];
+        if (r.fd == fd) w->drop_bytes -= r.n;
+        else w->drops[(w->drop_first + kept++) % cap] = r;
+    }
+    w->drop_count = kept;
+    pthread_mutex_unlock(&w->drop_lock);
+    sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+}
+
 ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const void *data, size_t nbytes,
                                 ckpt_error *err) {
     ckpt_status st = check_append(w, index, at, nbytes, err);
@@ -615,6 +687,7 @@ ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const
                           (unsigned long long)at, (unsigned long long)t->written);
     st = ckpt__pwrite_full(f->fd, data, nbytes, t->pub.offset + at, f->tmp_path, err);
     if (st) return ckpt__error_in_tensor(err, st, t->pub.name);
+    wrote(w, f, t->pub.offset + at, nbytes);
     if (w->needs & CKPT__OUT_XXH3) {
         if (!t->hash && (!(t->hash = XXH3_createState()) || XXH3_64bits_reset(t->hash) == XXH_ERROR))
             return ckpt__oom(err, w->path, NULL);
@@ -645,6 +718,7 @@ ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__
                           "a kernel copy needs a local source and no checksums");
     st = ckpt__copy_range(src->fd, src_offset, src->name, f->fd, t->pub.offset + at, f->tmp_path, n, NULL, NULL, err);
     if (st) return ckpt__error_in_tensor(err, st, t->pub.name);
+    wrote(w, f, t->pub.offset + at, n);
     __atomic_add_fetch(&t->written, n, __ATOMIC_ACQ_REL);
     return CKPT_OK;
 }
@@ -657,6 +731,7 @@ static ckpt_status finish_file(ckpt_writer *w, wfile *f, ckpt_error *err) {
     if (ckpt__io_ftruncate(f->fd, (off_t)f->size) != 0)
         return ckpt__fail_errno(err, errno, f->tmp_path, -1, "cannot set the file size");
     if (!w->opt.no_sync && ckpt__io_fsync(f->fd) != 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "fsync failed");
+    drop_file(w, f->fd);
     int fd = f->fd;
     f->fd = -1;
     if (close(fd) != 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "close failed");
@@ -708,6 +783,7 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
 
 void ckpt_writer_free(ckpt_writer *w) {
     if (!w) return;
+    if (w->drop_behind) pthread_mutex_destroy(&w->drop_lock);
     for (size_t f = 0; f < w->file_count; f++) {
         if (w->files[f].fd >= 0) close(w->files[f].fd);
         free(w->files[f].name);

@@ -222,15 +222,52 @@ static void catalog_unuse(Catalog *c) {
     }
 }
 
+/* Seconds (a number, or None) as milliseconds; -1 on a bad value. */
+static int seconds_ms(PyObject *v, const char *name, uint32_t *ms) {
+    if (v == Py_None) return 0;
+    double s = PyFloat_AsDouble(v);
+    if (s == -1.0 && PyErr_Occurred()) return -1;
+    if (!(s > 0) || s > 86400.0) {
+        PyErr_Format(PyExc_ValueError, "%s must be a number of seconds in (0, 86400]", name);
+        return -1;
+    }
+    *ms = (uint32_t)(s * 1000 + 0.5);
+    if (!*ms) *ms = 1;
+    return 0;
+}
+
+/* Catalog(path, *, direct=False, cache_dir=None, bearer_token=None,
+ * timeout=None, connect_timeout=None, retries=None, max_connections=None):
+ * the options of ckpt_catalog_options (remote files, direct I/O). */
 static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"path", "allowed_globals", NULL};
-    PyObject *path_obj, *globals = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O", kwlist, PyUnicode_FSConverter, &path_obj, &globals)) return -1;
+    static char *kwlist[] = {"path", "allowed_globals", "direct", "cache_dir", "bearer_token", "timeout",
+                             "connect_timeout", "retries", "max_connections", NULL};
+    PyObject *path_obj, *globals = NULL, *cache_obj = NULL, *timeout = Py_None, *connect_timeout = Py_None,
+                        *retries = Py_None;
+    int direct = 0;
+    const char *token = NULL;
+    unsigned int connections = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$pO&zOOOI", kwlist, PyUnicode_FSConverter, &path_obj, &globals,
+                                     &direct, PyUnicode_FSConverter, &cache_obj, &token, &timeout, &connect_timeout,
+                                     &retries, &connections))
+        return -1;
     ckpt_catalog_options o;
     ckpt_catalog_options_init(&o);
+    o.direct = direct;
+    o.bearer_token = token;
+    o.max_connections = connections;
+    if (cache_obj && cache_obj != Py_None) o.cache_dir = PyBytes_AS_STRING(cache_obj);
+    int bad = seconds_ms(timeout, "timeout", &o.read_timeout_ms) ||
+              seconds_ms(connect_timeout, "connect_timeout", &o.connect_timeout_ms);
+    if (!bad && retries != Py_None) {
+        long r = PyLong_AsLong(retries);
+        if (r == -1 && PyErr_Occurred()) bad = 1;
+        else if (r < 0 || r > 100) PyErr_SetString(PyExc_ValueError, "retries must be in [0, 100]"), bad = 1;
+        else o.retries = (uint32_t)r;
+    }
     PyObject *fast = NULL;
     const char **names = NULL;
-    if (globals && globals != Py_None) {
+    if (!bad && globals && globals != Py_None) {
         fast = PySequence_Fast(globals, "allowed_globals must be a sequence of 'module.Name' strings");
         Py_ssize_t n = fast ? PySequence_Fast_GET_SIZE(fast) : 0;
         names = fast ? PyMem_Calloc((size_t)n + 1, sizeof *names) : NULL;
@@ -238,12 +275,17 @@ static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
             if (!(names[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(fast, i)))) PyMem_Free(names), names = NULL;
         if (!names) {
             if (!PyErr_Occurred()) PyErr_NoMemory();
-            Py_XDECREF(fast);
-            Py_DECREF(path_obj);
-            return -1;
+            bad = 1;
+        } else {
+            o.allowed_globals = names;
+            o.allowed_global_count = (size_t)n;
         }
-        o.allowed_globals = names;
-        o.allowed_global_count = (size_t)n;
+    }
+    if (bad) {
+        Py_XDECREF(fast);
+        Py_DECREF(path_obj);
+        Py_XDECREF(cache_obj);
+        return -1;
     }
     ckpt_error e;
     ckpt_status st;
@@ -252,6 +294,7 @@ static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
     st = ckpt_catalog_open_ex(PyBytes_AS_STRING(path_obj), &o, &c, &e);
     Py_END_ALLOW_THREADS
     Py_DECREF(path_obj);
+    Py_XDECREF(cache_obj);
     PyMem_Free(names);
     Py_XDECREF(fast);
     if (st != CKPT_OK) {

@@ -65,6 +65,14 @@ static const status_entry status_table[] = {
     ENTRY(CKPT_E_UNSUPPORTED_DTYPE, "dtype not supported here"),
     ENTRY(CKPT_E_NPY_INVALID, "malformed NumPy .npy header"),
     ENTRY(CKPT_E_MSGPACK_INVALID, "malformed msgpack document, or not a Flax one"),
+    ENTRY(CKPT_E_HTTP_STATUS, "the server answered with an HTTP error status"),
+    ENTRY(CKPT_E_HTTP_AUTH, "the server refused the credentials"),
+    ENTRY(CKPT_E_REMOTE_CHANGED, "the remote file changed while it was read"),
+    ENTRY(CKPT_E_NO_RANGES, "the server does not answer byte-range requests"),
+    ENTRY(CKPT_E_NETWORK, "network transfer failed"),
+    ENTRY(CKPT_E_TIMEOUT, "network transfer timed out"),
+    ENTRY(CKPT_E_BAD_RESPONSE, "the server's response contradicts the request"),
+    ENTRY(CKPT_E_UNSUPPORTED_SOURCE, "this build cannot read that kind of source"),
 };
 #undef ENTRY
 

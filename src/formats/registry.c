@@ -52,13 +52,16 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-ckpt_status ckpt__format_find_in_dir(const char *dir, char **found, ckpt_error *err) {
+ckpt_status ckpt__format_find_in_dir(const char *dir, const ckpt__source_options *o, char **found, ckpt_error *err) {
+    /* A remote "directory" (a URL ending in '/') cannot be listed: only
+     * the exact names are tried, each with one request. */
+    bool remote = ckpt__source_is_remote_name(dir);
     for (size_t step = 0; step < sizeof dir_names / sizeof dir_names[0]; step++) {
         const char *want = dir_names[step];
         if (want[0] != '*') {
             char *p = ckpt__path_join(dir, want);
             struct stat st;
-            if (p && stat(p, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (p && (remote ? ckpt__source_stat(p, o) == CKPT__NAME_FILE : stat(p, &st) == 0 && S_ISREG(st.st_mode))) {
                 *found = p;
                 return CKPT_OK;
             }
@@ -66,6 +69,7 @@ ckpt_status ckpt__format_find_in_dir(const char *dir, char **found, ckpt_error *
             if (!p) return ckpt__oom(err, dir, NULL);
             continue;
         }
+        if (remote) continue;
         const char *suffix = want + 1;
         DIR *d = opendir(dir);
         if (!d) return ckpt__fail_errno(err, errno, dir, -1, "cannot list directory");
@@ -98,6 +102,10 @@ ckpt_status ckpt__format_find_in_dir(const char *dir, char **found, ckpt_error *
                               "open one of them, or its index",
                               matches, suffix);
     }
+    if (remote)
+        return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
+                          "no model.safetensors.index.json, model.safetensors, pytorch_model.bin.index.json or "
+                          "pytorch_model.bin under this URL (remote directories cannot be listed: name the file)");
     return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
                       "directory holds no checkpoint ckpt reads (*.safetensors, *.bin, an index of them, *.msgpack, *.npz, *.npy)");
 }
