@@ -132,11 +132,20 @@ typedef enum ckpt_status {
 
     /* Pickles (torch.save files): nothing is ever executed */
     CKPT_E_PICKLE_INVALID = 60,     /* a malformed or truncated pickle          */
-    CKPT_E_PICKLE_FORBIDDEN = 61    /* a global or operation outside the allowlist */
+    CKPT_E_PICKLE_FORBIDDEN = 61,   /* a global or operation outside the allowlist */
+
+    /* PyTorch distributed checkpoints (DCP) */
+    CKPT_E_DCP_METADATA = 80,       /* .metadata is not what torch.distributed.checkpoint writes */
+    CKPT_E_DCP_CHUNK_HOLE = 81,     /* chunks leave elements of a tensor uncovered */
+    CKPT_E_DCP_CHUNK_OVERLAP = 82,  /* two chunks claim the same elements      */
+    CKPT_E_DCP_CHUNK_BOUNDS = 83,   /* a chunk reaches outside its tensor      */
+    CKPT_E_DCP_CHUNK_MISMATCH = 84, /* a chunk's stored data differs from its declared sizes or dtype */
+    CKPT_E_DCP_PATH = 85,           /* a storage path leaves the checkpoint directory */
+    CKPT_E_DCP_UNSUPPORTED = 86     /* a storage transform or layout ckpt does not read (named) */
 
     /* Ranges reserved for the formats and sources being added: 70-79 GGUF,
-     * 80-89 PyTorch DCP, 90-99 NumPy and Flax msgpack, 100-109 remote
-     * sources (HTTP, S3), 110-119 collective operations. */
+     * 90-99 NumPy and Flax msgpack, 100-109 remote sources (HTTP, S3),
+     * 110-119 collective operations. */
 } ckpt_status;
 
 /* The identifier of a status as a string, e.g. "CKPT_E_DATA_HOLE";
@@ -227,9 +236,13 @@ typedef enum ckpt_format {
     CKPT_FORMAT_SAFETENSORS = 1,         /* one .safetensors file          */
     CKPT_FORMAT_SAFETENSORS_SHARDED = 2, /* index.json + shards            */
     CKPT_FORMAT_TORCH = 3,               /* one torch.save zip file        */
-    CKPT_FORMAT_TORCH_SHARDED = 4        /* pytorch_model.bin.index.json + shards */
-    /* Numbers 5-9 are reserved for: 5 GGUF, 6 PyTorch distributed (DCP),
-     * 7 NumPy .npy, 8 NumPy .npz, 9 Flax msgpack. */
+    CKPT_FORMAT_TORCH_SHARDED = 4,       /* pytorch_model.bin.index.json + shards */
+    /* A torch.distributed.checkpoint directory: .metadata and the ranks'
+     * __<rank>_<n>.distcp files, or the per-rank safetensors files of its
+     * Hugging Face storage layer (DCP_SHARDING_INFO). */
+    CKPT_FORMAT_DCP = 6
+    /* Numbers 5, 7-9 are reserved for: 5 GGUF, 7 NumPy .npy, 8 NumPy .npz,
+     * 9 Flax msgpack. */
 } ckpt_format;
 
 /* The format's short name ("safetensors", "safetensors-sharded", "torch",

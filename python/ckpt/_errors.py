@@ -32,7 +32,7 @@ class CancelledError(Error):
 def _register():
     classes = {}
     for name, code in _ckpt.status_names().items():
-        if 20 <= code < 70 and name != "CKPT_E_CHECKSUM":
+        if (20 <= code < 70 or 80 <= code < 90) and name != "CKPT_E_CHECKSUM":
             classes[name] = SafetensorError
     classes.update({
         "CKPT_E_NOT_FOUND": NotFoundError,

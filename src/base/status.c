@@ -51,6 +51,13 @@ static const status_entry status_table[] = {
     ENTRY(CKPT_E_CHECKSUM, "checksum mismatch"),
     ENTRY(CKPT_E_PICKLE_INVALID, "malformed pickle"),
     ENTRY(CKPT_E_PICKLE_FORBIDDEN, "pickle asks for something outside the allowlist"),
+    ENTRY(CKPT_E_DCP_METADATA, "DCP .metadata has an invalid structure"),
+    ENTRY(CKPT_E_DCP_CHUNK_HOLE, "DCP chunks leave elements of a tensor uncovered"),
+    ENTRY(CKPT_E_DCP_CHUNK_OVERLAP, "two DCP chunks claim the same elements"),
+    ENTRY(CKPT_E_DCP_CHUNK_BOUNDS, "a DCP chunk reaches outside its tensor"),
+    ENTRY(CKPT_E_DCP_CHUNK_MISMATCH, "a DCP chunk's stored data differs from its declared sizes or dtype"),
+    ENTRY(CKPT_E_DCP_PATH, "a DCP storage path leaves the checkpoint directory"),
+    ENTRY(CKPT_E_DCP_UNSUPPORTED, "DCP storage transform or layout not supported"),
 };
 #undef ENTRY
 

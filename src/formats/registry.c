@@ -3,11 +3,13 @@
  * (plus its file names in `dir_names` if a directory can hold it). */
 #include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "../io/file.h"
+#include "dcp.h"
 #include "format.h"
 
 static const ckpt__format *const formats[] = {
@@ -15,6 +17,8 @@ static const ckpt__format *const formats[] = {
     &ckpt__format_torch_zip,
     &ckpt__format_torch_legacy,
     &ckpt__format_torch_tar,
+    &ckpt__format_dcp,
+    &ckpt__format_dcp_hf, /* before safetensors: a safetensors file whose header says it is a DCP shard */
     &ckpt__format_safetensors, /* last: what nothing else claims is read, and judged, as safetensors */
 };
 
@@ -28,12 +32,16 @@ const ckpt__format *ckpt__format_probe(const unsigned char *head, size_t n, cons
     return best;
 }
 
-/* A directory's checkpoint, in order of preference: an exact name, or
+/* A directory's checkpoint, in order of preference: an exact name,
  * "*suffix" matching exactly one file (the Hugging Face layout prefers
- * safetensors, as transformers does). */
+ * safetensors, as transformers does), or "@glob" matching one or more
+ * files, the first in name order standing for the set. */
 static const char *const dir_names[] = {
+    ".metadata", /* torch.distributed.checkpoint */
     "model.safetensors.index.json", "*.safetensors.index.json",
-    "model.safetensors",            "*.safetensors",
+    "model.safetensors",
+    "@shard-[0-9][0-9][0-9][0-9][0-9]-model-*.safetensors", /* DCP's Hugging Face storage layer, one file per rank */
+    "*.safetensors",
     "pytorch_model.bin.index.json", "*.bin.index.json",
     "pytorch_model.bin",            "*.bin",
 };
@@ -46,7 +54,7 @@ static bool ends_with(const char *s, const char *suffix) {
 ckpt_status ckpt__format_find_in_dir(const char *dir, char **found, ckpt_error *err) {
     for (size_t step = 0; step < sizeof dir_names / sizeof dir_names[0]; step++) {
         const char *want = dir_names[step];
-        if (want[0] != '*') {
+        if (want[0] != '*' && want[0] != '@') {
             char *p = ckpt__path_join(dir, want);
             struct stat st;
             if (p && stat(p, &st) == 0 && S_ISREG(st.st_mode)) {
@@ -58,17 +66,22 @@ ckpt_status ckpt__format_find_in_dir(const char *dir, char **found, ckpt_error *
             continue;
         }
         const char *suffix = want + 1;
+        bool glob = want[0] == '@';
         DIR *d = opendir(dir);
         if (!d) return ckpt__fail_errno(err, errno, dir, -1, "cannot list directory");
         char *match = NULL;
         int matches = 0;
         struct dirent *e;
         while ((e = readdir(d))) {
-            if (e->d_name[0] == '.' || !ends_with(e->d_name, suffix)) continue;
-            if (!matches++) match = ckpt__strdup(e->d_name);
+            if (e->d_name[0] == '.' || (glob ? fnmatch(suffix, e->d_name, 0) != 0 : !ends_with(e->d_name, suffix)))
+                continue;
+            if (!matches++ || (glob && match && strcmp(e->d_name, match) < 0)) {
+                free(match);
+                match = ckpt__strdup(e->d_name);
+            }
         }
         closedir(d);
-        if (matches == 1 && match) {
+        if ((matches == 1 || (glob && matches)) && match) {
             *found = ckpt__path_join(dir, match);
             free(match);
             return *found ? CKPT_OK : ckpt__oom(err, dir, NULL);
@@ -81,7 +94,8 @@ ckpt_status ckpt__format_find_in_dir(const char *dir, char **found, ckpt_error *
                               matches, suffix);
     }
     return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
-                      "directory holds no checkpoint ckpt reads (*.safetensors, *.bin, or an index of them)");
+                      "directory holds no checkpoint ckpt reads (*.safetensors, *.bin, an index of them, or a "
+                      "torch.distributed.checkpoint .metadata)");
 }
 
 const char *ckpt_format_name(ckpt_format format) {
@@ -90,6 +104,7 @@ const char *ckpt_format_name(ckpt_format format) {
     case CKPT_FORMAT_SAFETENSORS_SHARDED: return "safetensors-sharded";
     case CKPT_FORMAT_TORCH: return "torch";
     case CKPT_FORMAT_TORCH_SHARDED: return "torch-sharded";
+    case CKPT_FORMAT_DCP: return "dcp";
     }
     return NULL;
 }

@@ -16,7 +16,7 @@ static void test_every_status_has_a_distinct_name_and_message(void **state) {
         assert_string_not_equal(ckpt_status_message((ckpt_status)s), "unknown status");
         for (int t = 0; t < s; t++) assert_string_not_equal(name, ckpt_status_name((ckpt_status)t));
     }
-    assert_int_equal(seen, 37);
+    assert_int_equal(seen, 37 + 7 /* DCP */);
     assert_string_equal(ckpt_status_name(CKPT_E_DATA_HOLE), "CKPT_E_DATA_HOLE");
     assert_string_equal(ckpt_status_name((ckpt_status)999), "CKPT_E_UNKNOWN_STATUS");
 }
@@ -30,6 +30,8 @@ static void test_numbers_are_stable(void **state) {
     assert_int_equal(CKPT_E_INDEX_MISMATCH, 41);
     assert_int_equal(CKPT_E_ZIP_INVALID, 50);
     assert_int_equal(CKPT_E_CHECKSUM, 52);
+    assert_int_equal(CKPT_E_DCP_METADATA, 80);
+    assert_int_equal(CKPT_E_DCP_UNSUPPORTED, 86);
 }
 
 static void test_fail_fills_every_field(void **state) {
