@@ -28,6 +28,13 @@
  * - Hugging Face sharded safetensors: `model-00001-of-00003.safetensors` files
  *   with `model.safetensors.index.json`, packed exactly as
  *   huggingface_hub's split_torch_state_dict_into_shards packs them.
+ * - PyTorch distributed checkpoints (torch.distributed.checkpoint, "DCP"):
+ *   a directory with `.metadata` and the ranks' `__<rank>_<n>.distcp`
+ *   files, read without torch and without executing its pickles; each
+ *   tensor is assembled from the chunks the ranks wrote.  Also the
+ *   per-rank safetensors files of DCP's Hugging Face storage layer
+ *   (DCP_SHARDING_INFO).  Non-tensor entries (step counters, optimizer
+ *   hyper-parameters) are kept in the object tree.
  * - PyTorch torch.save files, read only and without executing anything:
  *   the zip format, the legacy stream format, re-zipped (DEFLATE) archives
  *   and `pytorch_model.bin.index.json` shards.  The pickle is read with
@@ -380,6 +387,30 @@ CKPT_API ckpt_status ckpt_catalog_metadata_entry(const ckpt_catalog *catalog, si
 
 /* The metadata value for `key`, or NULL. */
 CKPT_API const char *ckpt_catalog_metadata_get(const ckpt_catalog *catalog, const char *key);
+
+/*
+ * Where a tensor's data lies, chunk by chunk.  Most tensors are stored
+ * whole: one chunk covering the tensor.  A tensor of a distributed
+ * checkpoint (CKPT_FORMAT_DCP) is stored as boxes, each written by one
+ * rank into its own file; the chunks tile the tensor (checked on open).
+ */
+typedef struct ckpt_chunk_info {
+    uint32_t file;         /* its data file (ckpt_catalog_file_path)          */
+    const uint64_t *start; /* ndim: the box's first element in the tensor     */
+    const uint64_t *count; /* ndim: the box's extent along each axis          */
+    uint64_t offset;       /* byte of the box's first element in the file (as
+                              ckpt_tensor_info.offset: no place in the file
+                              when the data is compressed) */
+} ckpt_chunk_info;
+
+/* Number of chunks a tensor is stored in (0 for a tensor that is not the
+ * catalog's). */
+CKPT_API size_t ckpt_catalog_chunk_count(const ckpt_catalog *catalog, const ckpt_tensor_info *tensor);
+
+/* The i-th chunk of a tensor (pointers live as long as the catalog);
+ * CKPT_E_OUT_OF_RANGE past the last. */
+CKPT_API ckpt_status ckpt_catalog_chunk(const ckpt_catalog *catalog, const ckpt_tensor_info *tensor, size_t i,
+                                        ckpt_chunk_info *chunk, ckpt_error *err);
 
 /*
  * Copies `nbytes` bytes of a tensor's data, starting `byte_offset` bytes into
