@@ -9,7 +9,7 @@
 
 static const char usage[] =
     "usage: ckpt convert SRC DST [--max-shard-size SIZE] [--prefix NAME] [--force]\n"
-    "                            [--checksums] [--verify]\n"
+    "                            [--checksums] [--verify] [--to dcp [--dcp-ranks N]]\n"
     "                            [--select PAT] [--exclude PAT] [--rename FROM=TO]\n"
     "                            [--dtype [PAT=]DTYPE] [--slice [PAT=]SPEC]\n"
     "                            [--transpose PAT] [--layout [PAT=]FROM:TO]\n"
@@ -17,7 +17,8 @@ static const char usage[] =
     "Re-shard, merge or transform a checkpoint, streaming tensor data from file\n"
     "to file (memory use does not depend on the checkpoint's size).\n"
     "\n"
-    "SRC   a .safetensors file, a *.safetensors.index.json, or a directory\n"
+    "SRC   a .safetensors file, a *.safetensors.index.json, a torch.save file, a\n"
+    "      torch.distributed.checkpoint (DCP) directory, or a directory\n"
     "DST   a file name ending in .safetensors: one file (merge);\n"
     "      otherwise a directory that receives Hugging Face shards\n"
     "      <prefix>-00001-of-0000N.safetensors and <prefix>.safetensors.index.json\n"
@@ -38,6 +39,14 @@ static const char usage[] =
     "                         (key ckpt.xxh3_64), for ckpt verify\n"
     "  --verify               re-read what was written and check it (implies\n"
     "                         --checksums)\n"
+    "  --to FORMAT            safetensors (default) or dcp: DST becomes a\n"
+    "                         torch.distributed.checkpoint directory that\n"
+    "                         torch.distributed.checkpoint.load reads on any number\n"
+    "                         of ranks\n"
+    "  --dcp-ranks N          with --to dcp: cut each tensor of at least N rows along\n"
+    "                         its first axis into N chunks, as DTensor Shard(0) does,\n"
+    "                         one __<rank>_0.distcp file per rank (default 1); smaller\n"
+    "                         tensors and non-tensor values are written once\n"
     "\n"
     "transforms (applied in the order given; PAT is a glob on the tensor's name in\n"
     "SRC, '*' matching dots too; without PAT, every tensor):\n"
@@ -156,6 +165,7 @@ static int run_convert(int argc, char **argv, rule *rules) {
     ckpt_writer_options_init(&opt);
     int show_progress = -1;
     bool verify = false;
+    const char *to = NULL, *ranks = NULL;
     size_t rule_count = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -171,6 +181,14 @@ static int run_convert(int argc, char **argv, rule *rules) {
             shard_size = a + 17;
         } else if (!strncmp(a, "--prefix=", 9)) {
             opt.prefix = a + 9;
+        } else if (!strcmp(a, "--to") || !strcmp(a, "--dcp-ranks")) {
+            if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
+            if (!strcmp(a, "--to")) to = argv[++i];
+            else ranks = argv[++i];
+        } else if (!strncmp(a, "--to=", 5)) {
+            to = a + 5;
+        } else if (!strncmp(a, "--dcp-ranks=", 12)) {
+            ranks = a + 12;
         } else if (!strcmp(a, "--force")) {
             opt.overwrite = 1;
         } else if (!strcmp(a, "--no-sync")) {
@@ -201,6 +219,22 @@ static int run_convert(int argc, char **argv, rule *rules) {
     if (opt.prefix && (!*opt.prefix || strchr(opt.prefix, '/')))
         return usage_error("convert", "--prefix must be a non-empty file name without '/'");
 
+    if (to && strcmp(to, "safetensors") && strcmp(to, "dcp"))
+        return usage_error("convert", "--to takes safetensors or dcp, not '%s'", to);
+    bool dcp = to && !strcmp(to, "dcp");
+    if (ranks && !dcp) return usage_error("convert", "--dcp-ranks goes with --to dcp");
+    if (dcp) {
+        const char *end;
+        uint64_t n = 1;
+        if (ranks && (!parse_u64(ranks, &end, &n) || *end || n == 0 || n > 65536))
+            return usage_error("convert", "--dcp-ranks needs a number of ranks from 1 to 65536, got '%s'", ranks);
+        if (shard_size || opt.prefix || opt.checksums)
+            return usage_error("convert", "--to dcp writes one file per rank: no --max-shard-size, --prefix, "
+                                          "--checksums or --verify");
+        opt.format = CKPT_FORMAT_DCP;
+        opt.dcp_ranks = (uint32_t)n;
+    }
+
     ckpt_error err;
     ckpt_error_clear(&err);
     if (shard_size) {
@@ -209,7 +243,7 @@ static int run_convert(int argc, char **argv, rule *rules) {
     }
     struct stat sb;
     bool dst_is_dir = stat(dst, &sb) == 0 && S_ISDIR(sb.st_mode);
-    if (!shard_size && (dst_is_dir || !ends_with(dst, ".safetensors")))
+    if (!dcp && !shard_size && (dst_is_dir || !ends_with(dst, ".safetensors")))
         opt.max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
     if (shard_size && ends_with(dst, ".safetensors") && !dst_is_dir)
         return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", dst);

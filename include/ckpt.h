@@ -479,6 +479,23 @@ typedef struct ckpt_writer_options {
      * `__metadata__` under CKPT_CHECKSUM_METADATA_KEY (see ckpt_verify).
      * Data then passes through the writer, which hashes it as it streams. */
     int checksums;
+    /*
+     * The output format: 0 (or CKPT_FORMAT_SAFETENSORS) for safetensors,
+     * single or sharded as max_shard_size says; CKPT_FORMAT_DCP for a
+     * torch.distributed.checkpoint directory at the path, which
+     * torch.distributed.checkpoint.load reads on any number of ranks.
+     * DCP keeps no string metadata, and no checksums.
+     */
+    ckpt_format format;
+    /*
+     * CKPT_FORMAT_DCP: the number of ranks that appear to have saved it
+     * (0 means 1), each with its own `__<rank>_0.distcp` file.  A tensor
+     * with at least that many rows is cut along its first axis as
+     * DTensor's Shard(0) cuts it (ceil(rows / ranks) rows each); smaller
+     * tensors, scalars and the non-tensor values of a torch file's object
+     * tree are written once, by rank 0.
+     */
+    uint32_t dcp_ranks;
 } ckpt_writer_options;
 
 /* The `__metadata__` key of checksums: a JSON object text,

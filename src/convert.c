@@ -13,10 +13,6 @@
 #include "catalog_internal.h"
 #include "writer_internal.h"
 
-/* The checkpoint-metadata key of a torch file's object tree (see
- * ckpt_catalog_tree_json). */
-#define CKPT_TREE_METADATA_KEY "ckpt.torch_tree"
-
 enum { TRANSFORM_CHUNK = 8 << 20 };
 
 typedef struct progress {
@@ -162,12 +158,12 @@ static ckpt_status copy_transformed(const ckpt_catalog *src, const ckpt_tensor_i
 /* The file metadata ("format": "pt" for torch sources, then the source's
  * own map) and, for torch sources, the object tree as checkpoint metadata.
  * Called after any removed → kept entries so that they come first. */
-ckpt_status ckpt__copy_source_metadata(const ckpt_catalog *src, ckpt_writer *w, ckpt_error *err) {
+ckpt_status ckpt__copy_source_metadata(const ckpt_catalog *src, ckpt_writer *w, bool tree, ckpt_error *err) {
     ckpt_format format = ckpt_catalog_format(src);
     ckpt_status st = CKPT_OK;
-    if (format == CKPT_FORMAT_TORCH || format == CKPT_FORMAT_TORCH_SHARDED) {
+    if (format == CKPT_FORMAT_TORCH || format == CKPT_FORMAT_TORCH_SHARDED || format == CKPT_FORMAT_DCP) {
         st = ckpt_writer_set_metadata(w, "format", "pt", err);
-        if (st == CKPT_OK && ckpt_catalog_tree_json(src))
+        if (st == CKPT_OK && tree && ckpt_catalog_tree_json(src))
             st = ckpt_writer_set_checkpoint_metadata(w, CKPT_TREE_METADATA_KEY, ckpt_catalog_tree_json(src), err);
     }
     for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_metadata_count(src); i++) {
@@ -191,9 +187,12 @@ ckpt_status ckpt_convert(const ckpt_catalog *src, const char *dst_path, const ck
     if (!keep || !index) st = ckpt__fail(err, CKPT_E_NO_MEMORY, dst_path, NULL, -1, "out of memory");
     else memset(keep, 1, n ? n : 1);
     ckpt_format format = ckpt_catalog_format(src);
-    if (st == CKPT_OK && (format == CKPT_FORMAT_TORCH || format == CKPT_FORMAT_TORCH_SHARDED))
+    /* safetensors stores shared bytes once, as the hub does; DCP stores
+     * each tensor (as torch's own save does). */
+    if (st == CKPT_OK && (format == CKPT_FORMAT_TORCH || format == CKPT_FORMAT_TORCH_SHARDED) &&
+        !(options && options->format == CKPT_FORMAT_DCP))
         st = resolve_shared(src, w, keep, err);
-    if (st == CKPT_OK) st = ckpt__copy_source_metadata(src, w, err);
+    if (st == CKPT_OK) st = ckpt__copy_source_metadata(src, w, true, err);
     for (size_t i = 0; st == CKPT_OK && i < n; i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(src, i);
         if (keep[i]) st = ckpt_writer_add_tensor(w, t->name, t->dtype, t->ndim, t->shape, &index[i], err);

@@ -740,7 +740,15 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
     if (st) return st;
     ckpt_writer *wr;
     if ((st = ckpt_writer_create(dst_path, options, &wr, err))) return st;
-    st = ckpt__copy_source_metadata(p->catalog, wr, err);
+    /* The object tree describes the whole checkpoint under its own names:
+     * kept only when the plan keeps every tensor, unrenamed (an export of
+     * the model alone is then what the hub writes for the model alone). */
+    bool whole = p->selected_count == ckpt_catalog_tensor_count(p->catalog);
+    for (size_t k = 0; whole && k < p->selected_count; k++) {
+        const ckpt_plan_item *it = &p->entries[p->selected[k]].pub;
+        whole = !strcmp(it->name, it->source->name);
+    }
+    st = ckpt__copy_source_metadata(p->catalog, wr, whole, err);
     size_t n = p->selected_count;
     size_t *index = ckpt__malloc((n ? n : 1) * sizeof *index);
     if (!index && st == CKPT_OK) st = ckpt__oom(err, NULL, "the load's tasks");

@@ -10,6 +10,7 @@
 
 #include <xxhash.h>
 
+#include "dcp_writer.h"
 #include "formats/safetensors.h"
 #include "formats/shards.h"
 #include "writer_internal.h"
@@ -65,6 +66,7 @@ struct ckpt_writer {
     char *stage;
     bool dest_existed;   /* the (empty) destination directory was there before */
     bool stage_published; /* renamed into place; a later failure takes it back */
+    ckpt__dcp_writer *dcp; /* format CKPT_FORMAT_DCP: every call goes there (dcp_writer.c) */
 };
 
 void ckpt_writer_options_init(ckpt_writer_options *o) {
@@ -114,6 +116,11 @@ ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *opti
     w->index.fd = -1;
     ckpt_status st = CKPT_OK;
     if (!w->path || !w->prefix) st = ckpt__oom(err, path, NULL);
+    else if (w->opt.format == CKPT_FORMAT_DCP) st = ckpt__dcp_writer_create(path, w->opt.dcp_ranks, w->opt.overwrite,
+                                                                          w->opt.no_sync, &w->dcp, err);
+    else if (w->opt.format != 0 && w->opt.format != CKPT_FORMAT_SAFETENSORS && w->opt.format != CKPT_FORMAT_SAFETENSORS_SHARDED)
+        st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "ckpt writes safetensors and DCP, not %s",
+                        ckpt_format_name(w->opt.format) ? ckpt_format_name(w->opt.format) : "this format");
     else if (w->opt.max_shard_size == 0) {
         struct stat sb;
         if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
@@ -165,10 +172,13 @@ static ckpt_status add_pair(ckpt_writer *w, ckpt__pairs *pairs, const char *key,
 }
 
 ckpt_status ckpt_writer_set_metadata(ckpt_writer *w, const char *key, const char *value, ckpt_error *err) {
+    if (w && w->dcp) return CKPT_OK; /* DCP has no string metadata */
     return add_pair(w, w ? &w->meta : NULL, key, value, err);
 }
 
 ckpt_status ckpt_writer_set_checkpoint_metadata(ckpt_writer *w, const char *key, const char *value, ckpt_error *err) {
+    if (w && w->dcp) /* only the object tree has a place in DCP */
+        return key && value && !strcmp(key, CKPT_TREE_METADATA_KEY) ? ckpt__dcp_writer_set_tree(w->dcp, value, err) : CKPT_OK;
     return add_pair(w, w ? &w->ckpt_meta : NULL, key, value, err);
 }
 
@@ -185,6 +195,7 @@ static bool rebuild_names(ckpt_writer *w, size_t want) {
 
 ckpt_status ckpt_writer_add_tensor(ckpt_writer *w, const char *name, ckpt_dtype dtype, uint32_t ndim,
                                    const uint64_t *shape, size_t *index, ckpt_error *err) {
+    if (w && w->dcp) return ckpt__dcp_writer_add_tensor(w->dcp, name, dtype, ndim, shape, index, err);
     ckpt_status st = check_declaring(w, err);
     if (st) return st;
     if (!name || !*name || !valid_utf8(name) || strcmp(name, "__metadata__") == 0)
@@ -415,6 +426,7 @@ static ckpt_status make_directories(const char *path, ckpt_error *err) {
 }
 
 ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
+    if (w && w->dcp) return ckpt__dcp_writer_begin(w->dcp, err);
     ckpt_status st = check_declaring(w, err);
     if (st) return st;
     w->state = FAILED; /* until every step below succeeds */
@@ -458,14 +470,20 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
     return st;
 }
 
-size_t ckpt_writer_file_count(const ckpt_writer *w) { return w ? w->file_count : 0; }
+size_t ckpt_writer_file_count(const ckpt_writer *w) {
+    return w && w->dcp ? ckpt__dcp_writer_file_count(w->dcp) : w ? w->file_count : 0;
+}
 const char *ckpt_writer_file_path(const ckpt_writer *w, size_t i) {
+    if (w && w->dcp) return ckpt__dcp_writer_file_path(w->dcp, i);
     return w && i < w->file_count ? w->files[i].final_path : NULL;
 }
 size_t ckpt_writer_tensor_file(const ckpt_writer *w, size_t index) {
+    if (w && w->dcp) return ckpt__dcp_writer_tensor_file(w->dcp, index);
     return w && index < w->count ? w->tensors[index].file : 0;
 }
-uint64_t ckpt_writer_total_bytes(const ckpt_writer *w) { return w ? w->total : 0; }
+uint64_t ckpt_writer_total_bytes(const ckpt_writer *w) {
+    return w && w->dcp ? ckpt__dcp_writer_total_bytes(w->dcp) : w ? w->total : 0;
+}
 
 static ckpt_status check_append(ckpt_writer *w, size_t index, uint64_t n, ckpt_error *err) {
     if (!w) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "writer is NULL");
@@ -484,6 +502,7 @@ static ckpt_status check_append(ckpt_writer *w, size_t index, uint64_t n, ckpt_e
 }
 
 ckpt_status ckpt_writer_write(ckpt_writer *w, size_t index, const void *data, size_t nbytes, ckpt_error *err) {
+    if (w && w->dcp) return ckpt__dcp_writer_write(w->dcp, index, data, nbytes, err);
     ckpt_status st = check_append(w, index, nbytes, err);
     if (st) return st;
     if (nbytes && !data) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "data is NULL");
@@ -528,6 +547,7 @@ static ckpt_status copy_through(ckpt_writer *w, size_t index, ckpt__source *src,
 
 ckpt_status ckpt__writer_copy(ckpt_writer *w, size_t index, ckpt__source *src, uint64_t src_offset, uint64_t n,
                               ckpt__copy_tick tick, void *user, ckpt_error *err) {
+    if (w && w->dcp) return ckpt__dcp_writer_copy(w->dcp, index, src, src_offset, n, tick, user, err);
     ckpt_status st = check_append(w, index, n, err);
     if (st) return st;
     wtensor *t = &w->tensors[index];
@@ -598,6 +618,7 @@ static bool is_new_file(const ckpt_writer *w, const char *path) {
 
 ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
     if (!w) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "writer is NULL");
+    if (w->dcp) return ckpt__dcp_writer_commit(w->dcp, err);
     if (w->state != WRITING)
         return ckpt__fail(err, CKPT_E_BAD_STATE, w->path, NULL, -1, "commit needs a begun, uncommitted writer");
     for (size_t i = 0; i < w->count; i++) {
@@ -661,6 +682,7 @@ static void discard(wfile *f, bool rollback) {
 
 void ckpt_writer_free(ckpt_writer *w) {
     if (!w) return;
+    ckpt__dcp_writer_free(w->dcp);
     bool rollback = w->state != COMMITTED;
     bool staged = w->stage || w->stage_published;
     for (size_t f = 0; f < w->file_count; f++) discard(&w->files[f], rollback && !staged);

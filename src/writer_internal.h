@@ -7,14 +7,20 @@
 #include "io/file.h"
 #include "io/source.h"
 
+/* The checkpoint-metadata key of a torch file's object tree (see
+ * ckpt_catalog_tree_json), which convert writes and the DCP writer turns
+ * back into objects. */
+#define CKPT_TREE_METADATA_KEY "ckpt.torch_tree"
+
 /* Appends `n` bytes to tensor `index`, copied from `src` at `src_offset`
  * (by the kernel when the source is a local file). */
 CKPT__HIDDEN ckpt_status ckpt__writer_copy(ckpt_writer *w, size_t index, ckpt__source *src, uint64_t src_offset,
                                            uint64_t n, ckpt__copy_tick tick, void *user, ckpt_error *err);
 
 /* What every conversion writes besides tensors: the source's metadata
- * ("format": "pt" for torch sources) and a torch source's object tree
- * (convert.c). */
-CKPT__HIDDEN ckpt_status ckpt__copy_source_metadata(const ckpt_catalog *src, ckpt_writer *w, ckpt_error *err);
+ * ("format": "pt" for torch and DCP sources) and, with `tree`, a torch or
+ * DCP source's object tree (convert.c). */
+CKPT__HIDDEN ckpt_status ckpt__copy_source_metadata(const ckpt_catalog *src, ckpt_writer *w, bool tree,
+                                                    ckpt_error *err);
 
 #endif
