@@ -19,11 +19,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "dcp_writer.h"
 #include "formats/dcp.h"
@@ -32,13 +34,21 @@
 
 enum { ITEM_ALIGN = 64, COPY_CHUNK = 8 << 20 };
 
+/* A range of a part's bytes written, with its CRC-32: writes arrive from
+ * several threads in any order, and commit joins the CRCs in byte order. */
+typedef struct segment {
+    uint64_t at, n;
+    uint32_t crc;
+} segment;
+
 typedef struct part {
     uint32_t rank;
     uint64_t *offsets, *sizes; /* arena, ndim */
     uint64_t begin, nbytes;    /* the tensor's bytes it holds */
     uint64_t item_at, data_at; /* in the rank's file */
     ckpt__dcp_archive archive;
-    uint32_t crc;
+    segment *segments;         /* under the writer's lock */
+    size_t segment_count, segment_cap;
 } part;
 
 typedef struct wtensor {
@@ -46,7 +56,7 @@ typedef struct wtensor {
     ckpt_dtype dtype;
     uint32_t ndim;
     uint64_t *shape; /* arena */
-    uint64_t nbytes, written;
+    uint64_t nbytes, written; /* written: atomic */
     size_t first, parts; /* into w->parts */
     ckpt__dcp_path_part *path;
     uint32_t path_len;
@@ -93,6 +103,7 @@ struct ckpt__dcp_writer {
     int *fds;
     uint64_t *file_size;
     uint64_t total;
+    pthread_mutex_t lock; /* the parts' segments */
 };
 
 /* ---- declaring ------------------------------------------------------------------ */
@@ -120,6 +131,7 @@ ckpt_status ckpt__dcp_writer_create(const char *path, uint32_t ranks, bool overw
         return ckpt__oom(err, path, NULL);
     }
     w->ranks = ranks ? ranks : 1;
+    pthread_mutex_init(&w->lock, NULL);
     w->overwrite = overwrite;
     w->no_sync = no_sync;
     *out = w;
@@ -260,7 +272,7 @@ static ckpt_status add_order(ckpt__dcp_writer *w, bool object, size_t index, ckp
 static ckpt_status visit(walk *k, uint32_t node) {
     ckpt__dcp_writer *w = k->w;
     if (k->depth == 0)
-        return ckpt__fail(k->err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "the object tree's root is not a dict");
+        return ckpt__fail(k->err, CKPT_E_DCP_UNSUPPORTED, w->path, NULL, -1, "the object tree's root is not a dict");
     ckpt__dcp_path_part *path = ckpt__arena_alloc(&w->arena, k->depth * sizeof *path);
     char *fqn = join_path(&w->arena, k->parts, k->depth);
     if (!path || !fqn) return ckpt__oom(k->err, w->path, NULL);
@@ -304,7 +316,7 @@ static ckpt_status traverse(walk *k, uint32_t node) {
             const ckpt__json_node *key = &d->nodes[c + 1];
             const char *text = key->kind == CKPT__JSON_STRING || key->kind == CKPT__JSON_NUMBER ? key->str
                              : key->kind == CKPT__JSON_TRUE ? "True" : key->kind == CKPT__JSON_FALSE ? "False" : NULL;
-            if (!text) return ckpt__fail(k->err, CKPT_E_INVALID_ARGUMENT, k->w->path, NULL, -1, "a dict key that DCP cannot name");
+            if (!text) return ckpt__fail(k->err, CKPT_E_DCP_UNSUPPORTED, k->w->path, NULL, -1, "a dict key that DCP cannot name");
             /* str(key): strings point into the parsed tree; numbers are its raw text. */
             bool literal = key->kind == CKPT__JSON_TRUE || key->kind == CKPT__JSON_FALSE;
             char *copy = ckpt__arena_strndup(&k->w->arena, text, literal ? strlen(text) : key->len);
@@ -421,7 +433,7 @@ ckpt_status ckpt__dcp_writer_begin(ckpt__dcp_writer *w, ckpt_error *err) {
     w->state = FAILED; /* until everything below succeeds */
     if (w->tree) {
         if (w->doc.nodes[0].kind != CKPT__JSON_OBJECT || !member(&w->doc, 0, "__dict__"))
-            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1,
+            return ckpt__fail(err, CKPT_E_DCP_UNSUPPORTED, w->path, NULL, -1,
                               "the object tree's root is not a dict: DCP saves a state dict");
         walk k = {.w = w, .err = err};
         if ((st = traverse(&k, 0))) return st;
@@ -464,7 +476,7 @@ ckpt_status ckpt__dcp_writer_begin(ckpt__dcp_writer *w, ckpt_error *err) {
 
 /* ---- data ---------------------------------------------------------------------------- */
 
-static ckpt_status check_append(ckpt__dcp_writer *w, size_t index, uint64_t n, ckpt_error *err) {
+static ckpt_status check_append(ckpt__dcp_writer *w, size_t index, uint64_t at, uint64_t n, ckpt_error *err) {
     if (w->state != WRITING)
         return ckpt__fail(err, CKPT_E_BAD_STATE, w->path, NULL, -1,
                           w->state == DECLARING ? "data must come after ckpt_writer_begin"
@@ -472,59 +484,105 @@ static ckpt_status check_append(ckpt__dcp_writer *w, size_t index, uint64_t n, c
     if (index >= w->count)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "no tensor with writer index %zu", index);
     wtensor *t = &w->tensors[index];
-    if (n > t->nbytes - t->written)
-        return ckpt__fail(err, CKPT_E_OUT_OF_RANGE, w->path, t->name, -1,
-                          "%llu more bytes would exceed the declared %llu (already written: %llu)",
-                          (unsigned long long)n, (unsigned long long)t->nbytes, (unsigned long long)t->written);
+    if (at > t->nbytes || n > t->nbytes - at)
+        return ckpt__fail(err, CKPT_E_OUT_OF_RANGE, w->path, t->name, -1, "bytes [%llu, %llu) are outside the declared %llu",
+                          (unsigned long long)at, (unsigned long long)(at + n), (unsigned long long)t->nbytes);
     return CKPT_OK;
 }
 
 /* The part that holds the tensor's byte `at` (parts are in row order). */
 static part *part_at(ckpt__dcp_writer *w, const wtensor *t, uint64_t at) {
-    for (size_t k = t->parts; k-- > 0;) {
-        part *p = &w->parts[t->first + k];
-        if (at >= p->begin) return p;
+    size_t lo = 0, hi = t->parts; /* the last part that begins at or before `at` */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (w->parts[t->first + mid].begin <= at) lo = mid;
+        else hi = mid;
     }
-    return &w->parts[t->first];
+    return &w->parts[t->first + lo];
 }
 
-ckpt_status ckpt__dcp_writer_write(ckpt__dcp_writer *w, size_t index, const void *data, size_t n, ckpt_error *err) {
-    ckpt_status st = check_append(w, index, n, err);
+static ckpt_status add_segment(ckpt__dcp_writer *w, part *p, uint64_t at, uint64_t n, uint32_t crc, ckpt_error *err) {
+    ckpt_status st = CKPT_OK;
+    pthread_mutex_lock(&w->lock);
+    if (p->segment_count == p->segment_cap) {
+        size_t cap = p->segment_cap ? p->segment_cap * 2 : 8;
+        segment *s = ckpt__realloc(p->segments, cap * sizeof *s);
+        if (!s) st = ckpt__oom(err, w->path, NULL);
+        else p->segments = s, p->segment_cap = cap;
+    }
+    if (st == CKPT_OK) p->segments[p->segment_count++] = (segment){at, n, crc};
+    pthread_mutex_unlock(&w->lock);
+    return st;
+}
+
+/* Tensor bytes [at, at + n) at their places: each part's share written
+ * where its archive's data lies. */
+ckpt_status ckpt__dcp_writer_pwrite(ckpt__dcp_writer *w, size_t index, uint64_t at, const void *data, size_t n,
+                                    ckpt_error *err) {
+    ckpt_status st = check_append(w, index, at, n, err);
     if (st) return st;
     if (n && !data) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "data is NULL");
     wtensor *t = &w->tensors[index];
     const unsigned char *src = data;
-    while (n) {
-        part *p = part_at(w, t, t->written);
-        uint64_t in = t->written - p->begin, take = p->nbytes - in < n ? p->nbytes - in : n;
-        if ((st = ckpt__pwrite_full(w->fds[p->rank], src, take, p->data_at + in, w->file_paths[p->rank], err)))
-            return st;
-        p->crc = ckpt__dcp_crc32(p->crc, src, (size_t)take);
-        src += take;
-        n -= (size_t)take;
-        t->written += take;
+    for (uint64_t done = 0; done < n;) {
+        part *p = part_at(w, t, at + done);
+        uint64_t in = at + done - p->begin, take = p->nbytes - in < n - done ? p->nbytes - in : n - done;
+        if ((st = ckpt__pwrite_full(w->fds[p->rank], src + done, take, p->data_at + in, w->file_paths[p->rank], err)))
+            return ckpt__error_in_tensor(err, st, t->name);
+        if ((st = add_segment(w, p, in, take, ckpt__dcp_crc32(0, src + done, (size_t)take), err))) return st;
+        done += take;
     }
+    __atomic_add_fetch(&t->written, n, __ATOMIC_ACQ_REL);
     return CKPT_OK;
 }
 
-ckpt_status ckpt__dcp_writer_copy(ckpt__dcp_writer *w, size_t index, ckpt__source *src, uint64_t src_offset, uint64_t n,
-                                  ckpt__copy_tick tick, void *user, ckpt_error *err) {
-    ckpt_status st = check_append(w, index, n, err);
+ckpt_status ckpt__dcp_writer_write(ckpt__dcp_writer *w, size_t index, const void *data, size_t n, ckpt_error *err) {
+    if (index >= w->count) return check_append(w, index, 0, n, err);
+    return ckpt__dcp_writer_pwrite(w, index, __atomic_load_n(&w->tensors[index].written, __ATOMIC_ACQUIRE), data, n,
+                                   err);
+}
+
+/* The bytes pass through here, not the kernel: each archive records their
+ * CRC-32. */
+ckpt_status ckpt__dcp_writer_pcopy(ckpt__dcp_writer *w, size_t index, uint64_t at, ckpt__source *src,
+                                   uint64_t src_offset, uint64_t n, ckpt_error *err) {
+    ckpt_status st = check_append(w, index, at, n, err);
     if (st) return st;
-    /* The bytes pass through here: each archive records their CRC-32. */
     size_t cap = n < COPY_CHUNK ? (size_t)n : COPY_CHUNK;
     unsigned char *buf = ckpt__malloc(cap ? cap : 1);
     if (!buf) return ckpt__oom(err, w->path, NULL);
     for (uint64_t done = 0; done < n && st == CKPT_OK;) {
         size_t len = n - done < cap ? (size_t)(n - done) : cap;
         st = ckpt__source_read(src, buf, len, src_offset + done, err);
-        if (st == CKPT_OK) st = ckpt__dcp_writer_write(w, index, buf, len, err);
+        if (st == CKPT_OK) st = ckpt__dcp_writer_pwrite(w, index, at + done, buf, len, err);
         done += len;
-        if (st == CKPT_OK && tick && tick(done, user))
-            st = ckpt__fail(err, CKPT_E_CANCELLED, w->path, NULL, -1, "cancelled");
     }
     free(buf);
     return st;
+}
+
+static int by_at(const void *a, const void *b) {
+    uint64_t x = ((const segment *)a)->at, y = ((const segment *)b)->at;
+    return x < y ? -1 : x > y;
+}
+
+/* A part's CRC-32 from its segments, which must tile its bytes. */
+static ckpt_status part_crc(ckpt__dcp_writer *w, part *p, const char *tensor, uint32_t *crc, ckpt_error *err) {
+    if (p->segment_count) qsort(p->segments, p->segment_count, sizeof *p->segments, by_at);
+    uint64_t at = 0;
+    uLong c = crc32_z(0L, Z_NULL, 0);
+    for (size_t i = 0; i < p->segment_count; i++) {
+        const segment *s = &p->segments[i];
+        if (s->at != at) break;
+        c = crc32_combine64(c, s->crc, (z_off64_t)s->n);
+        at += s->n;
+    }
+    if (at != p->nbytes)
+        return ckpt__fail(err, CKPT_E_BAD_STATE, w->path, tensor, -1,
+                          "rank %u's chunk: bytes from %llu were written %s", p->rank, (unsigned long long)at,
+                          at < p->nbytes ? "twice or not at all" : "beyond it");
+    *crc = (uint32_t)c;
+    return CKPT_OK;
 }
 
 /* ---- committing ------------------------------------------------------------------------ */
@@ -606,13 +664,18 @@ ckpt_status ckpt__dcp_writer_commit(ckpt__dcp_writer *w, ckpt_error *err) {
                               "only %llu of its %llu bytes were written",
                               (unsigned long long)w->tensors[i].written, (unsigned long long)w->tensors[i].nbytes);
     ckpt_status st = CKPT_OK;
-    for (size_t i = 0; i < w->part_count && st == CKPT_OK; i++) {
-        part *p = &w->parts[i];
-        ckpt__buf tail = {0};
-        if (ckpt__dcp_archive_tail(&p->archive, p->crc, &tail)) st = ckpt__oom(err, w->path, NULL);
-        else st = ckpt__pwrite_full(w->fds[p->rank], tail.data, tail.len, p->data_at + p->nbytes, w->file_paths[p->rank], err);
-        free(tail.data);
-    }
+    for (size_t t = 0; t < w->count && st == CKPT_OK; t++)
+        for (size_t k = 0; k < w->tensors[t].parts && st == CKPT_OK; k++) {
+            part *p = &w->parts[w->tensors[t].first + k];
+            uint32_t crc = 0;
+            ckpt__buf tail = {0};
+            st = part_crc(w, p, w->tensors[t].name, &crc, err);
+            if (st == CKPT_OK && ckpt__dcp_archive_tail(&p->archive, crc, &tail)) st = ckpt__oom(err, w->path, NULL);
+            if (st == CKPT_OK)
+                st = ckpt__pwrite_full(w->fds[p->rank], tail.data, tail.len, p->data_at + p->nbytes,
+                                       w->file_paths[p->rank], err);
+            free(tail.data);
+        }
     for (uint32_t r = 0; r < w->ranks && st == CKPT_OK; r++) {
         if (ckpt__io_ftruncate(w->fds[r], (off_t)w->file_size[r]) != 0)
             st = ckpt__fail_errno(err, errno, w->file_paths[r], -1, "cannot set the file size");
@@ -653,7 +716,11 @@ void ckpt__dcp_writer_free(ckpt__dcp_writer *w) {
     for (uint32_t r = 0; w->fds && r < w->ranks; r++)
         if (w->fds[r] >= 0) close(w->fds[r]);
     if (w->stage) ckpt__remove_flat_dir(w->stage);
-    for (size_t i = 0; i < w->part_count; i++) ckpt__dcp_archive_free(&w->parts[i].archive);
+    for (size_t i = 0; i < w->part_count; i++) {
+        ckpt__dcp_archive_free(&w->parts[i].archive);
+        free(w->parts[i].segments);
+    }
+    pthread_mutex_destroy(&w->lock);
     for (size_t i = 0; i < w->object_count; i++) ckpt__dcp_archive_free(&w->objects[i].archive);
     for (uint32_t r = 0; w->file_paths && r < w->ranks; r++) free(w->file_paths[r]);
     free(w->file_paths);

@@ -19,11 +19,16 @@ CKPT__HIDDEN ckpt_status ckpt__dcp_writer_add_tensor(ckpt__dcp_writer *w, const 
  * become DCP objects and its nesting planner_data paths. */
 CKPT__HIDDEN ckpt_status ckpt__dcp_writer_set_tree(ckpt__dcp_writer *w, const char *json, ckpt_error *err);
 CKPT__HIDDEN ckpt_status ckpt__dcp_writer_begin(ckpt__dcp_writer *w, ckpt_error *err);
+/* Tensor bytes [at, at + n), from any thread, in any order (the writer
+ * joins each chunk's CRC-32 at commit). */
+CKPT__HIDDEN ckpt_status ckpt__dcp_writer_pwrite(ckpt__dcp_writer *w, size_t index, uint64_t at, const void *data,
+                                                 size_t n, ckpt_error *err);
+/* The next n bytes of a tensor (ckpt_writer_write). */
 CKPT__HIDDEN ckpt_status ckpt__dcp_writer_write(ckpt__dcp_writer *w, size_t index, const void *data, size_t n,
                                                 ckpt_error *err);
-CKPT__HIDDEN ckpt_status ckpt__dcp_writer_copy(ckpt__dcp_writer *w, size_t index, ckpt__source *src,
-                                               uint64_t src_offset, uint64_t n, ckpt__copy_tick tick, void *user,
-                                               ckpt_error *err);
+/* Bytes [at, at + n) read from `src` (through a buffer: the CRC needs them). */
+CKPT__HIDDEN ckpt_status ckpt__dcp_writer_pcopy(ckpt__dcp_writer *w, size_t index, uint64_t at, ckpt__source *src,
+                                                uint64_t src_offset, uint64_t n, ckpt_error *err);
 CKPT__HIDDEN ckpt_status ckpt__dcp_writer_commit(ckpt__dcp_writer *w, ckpt_error *err);
 CKPT__HIDDEN size_t ckpt__dcp_writer_file_count(const ckpt__dcp_writer *w);
 CKPT__HIDDEN const char *ckpt__dcp_writer_file_path(const ckpt__dcp_writer *w, size_t i);

@@ -1,7 +1,12 @@
 /* tree.c — a torch file's object tree, as a conversion records it: only
  * when it says something that the tensors' names do not (values that are
  * not tensors, tuples, lists, sets, keys that are not strings), with the
- * tensors the plan dropped taken out and the ones it renamed renamed. */
+ * tensors the plan dropped taken out and the ones it renamed renamed.
+ * Under a selection or exclusion, a dict entry whose tensors the plan all
+ * dropped goes with them (an optimizer's hyper-parameters with its state);
+ * under a selection, so does an entry that holds no tensor (a step
+ * counter beside the model): `--select 'model.*'` exports the model, as
+ * the hub would save the model's state dict alone. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +64,32 @@ static bool dropped(emitter *e, size_t i) {
     return v && d->nodes[v].kind == CKPT__JSON_STRING && !kept_name(e->plan, d->nodes[v].str);
 }
 
+/* Counts the tensors under node i, and those of them the plan keeps. */
+static void count_tensors(emitter *e, size_t i, int depth, size_t *all, size_t *kept) {
+    const ckpt__json_doc *d = e->doc;
+    const ckpt__json_node *n = &d->nodes[i];
+    if (depth > 256) return;
+    if (n->kind == CKPT__JSON_OBJECT) {
+        size_t v = member(d, i, "__tensor__");
+        if (v && d->nodes[v].kind == CKPT__JSON_STRING) {
+            ++*all;
+            *kept += kept_name(e->plan, d->nodes[v].str) != NULL;
+            return;
+        }
+    }
+    if (n->kind != CKPT__JSON_OBJECT && n->kind != CKPT__JSON_ARRAY) return;
+    for (size_t k = i + 1; k < n->end; k = d->nodes[k].end) count_tensors(e, k, depth + 1, all, kept);
+}
+
+/* Whether the plan leaves out a dict entry's value as a whole (see the top). */
+static bool left_out(emitter *e, size_t value) {
+    const ckpt_plan *p = e->plan;
+    if (p->selected_count == p->entry_count) return false;
+    size_t all = 0, kept = 0;
+    count_tensors(e, value, 0, &all, &kept);
+    return all ? kept == 0 : p->selecting;
+}
+
 static void emit_array(emitter *e, size_t i, int depth, bool tensors_to_null) {
     const ckpt__json_doc *d = e->doc;
     ckpt__buf_puts(&e->out, "[");
@@ -84,7 +115,7 @@ static void emit_dict(emitter *e, size_t i, int depth) {
         k = d->nodes[k].end;
         if (d->nodes[pair].kind != CKPT__JSON_ARRAY || d->nodes[pair].count != 2) continue;
         size_t key = pair + 1, value = d->nodes[key].end;
-        if (dropped(e, value)) continue;
+        if (dropped(e, value) || (!e->module_state && left_out(e, value))) continue;
         if (d->nodes[key].kind != CKPT__JSON_STRING && !e->module_state) e->meaningful = true;
         ckpt__buf_puts(&e->out, first ? "[" : ", [");
         first = false;

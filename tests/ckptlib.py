@@ -31,7 +31,7 @@ class TensorInfo(ctypes.Structure):
 class WriterOptions(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("max_shard_size", ctypes.c_uint64), ("prefix", ctypes.c_char_p),
                 ("overwrite", ctypes.c_int), ("no_sync", ctypes.c_int), ("checksums", ctypes.c_int),
-                ("copy_partial_views", ctypes.c_int)]
+                ("copy_partial_views", ctypes.c_int), ("format", ctypes.c_int), ("dcp_ranks", ctypes.c_uint32)]
 
 
 class PlanItem(ctypes.Structure):

@@ -8,7 +8,7 @@ from collections import namedtuple
 from . import _ckpt, _dtypes, _frameworks, _progress, _tree
 from ._safe import _available_memory
 
-FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded"}
+FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded", 6: "dcp"}
 _IO = {"auto": 0, "buffered": 1, "direct": 2}
 _MISSING, _UNEXPECTED, _SHAPE, _DTYPE = 1, 2, 3, 4
 _MATCH_CAST = 1

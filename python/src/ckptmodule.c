@@ -377,7 +377,8 @@ static PyObject *Catalog_tensors(Catalog *self, PyObject *unused) {
         PyObject *item = shape ? Py_BuildValue("(ssNKIKIO)", t->name, ckpt_dtype_name(t->dtype), shape,
                                                (unsigned long long)t->nbytes, (unsigned)t->file,
                                                (unsigned long long)t->offset, (unsigned)t->storage,
-                                               (!t->strides && !t->big_endian && !t->compressed) ? Py_True : Py_False)
+                                               (!t->strides && !t->big_endian && !t->compressed &&
+                                                ckpt_catalog_chunk_count(self->catalog, t) == 1) ? Py_True : Py_False)
                                : NULL;
         if (!item) {
             Py_DECREF(list);

@@ -104,7 +104,7 @@ struct tnode {
     uint64_t index;   /* child of a list */
     tnode *first, *last, *next;
     size_t children;
-    const char *leaf; /* T_LEAF: JSON */
+    size_t entry; /* T_LEAF: its state_dict_metadata entry */
 };
 enum { T_EMPTY, T_DICT, T_LIST, T_LEAF };
 
@@ -128,6 +128,7 @@ typedef struct reader {
     bool plain;
     char **owned_json; /* trees of bytes items, freed at the end */
     size_t owned_count;
+    const char **leaves_json; /* per entry: its JSON in the tree */
 } reader;
 
 static ckpt_status fail(reader *r, ckpt_status st, const char *tensor, const ckpt__pk_value *v, const char *fmt, ...)
@@ -755,8 +756,8 @@ static ckpt_status child(reader *r, tnode *parent, const char *key, uint64_t ind
     return CKPT_OK;
 }
 
-/* Puts an item's leaf at its planner_data path. */
-static ckpt_status place(reader *r, const char *fqn, const ckpt__pk_value *path, const char *leaf) {
+/* Puts entry `entry` at its planner_data path. */
+static ckpt_status place(reader *r, const char *fqn, const ckpt__pk_value *path, size_t entry) {
     tnode *n = &r->root;
     size_t parts = path ? path->u.seq.count : 1;
     for (size_t i = 0; i < parts; i++) {
@@ -770,7 +771,7 @@ static ckpt_status place(reader *r, const char *fqn, const ckpt__pk_value *path,
     if (n->kind != T_EMPTY)
         return fail(r, CKPT_E_DCP_METADATA, fqn, path, "planner_data puts two values at the same place");
     n->kind = T_LEAF;
-    n->leaf = leaf;
+    n->entry = entry;
     return CKPT_OK;
 }
 
@@ -779,42 +780,63 @@ static int by_index(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static ckpt_status render(reader *r, ckpt__buf *b, const tnode *n) {
-    switch (n->kind) {
-    case T_LEAF: ckpt__buf_puts(b, n->leaf); return CKPT_OK;
-    case T_DICT:
-        ckpt__buf_puts(b, "{\"__dict__\": [");
-        for (const tnode *c = n->first; c; c = c->next) {
-            ckpt__buf_puts(b, c == n->first ? "[" : ", [");
-            ckpt__buf_json_string(b, c->key);
-            ckpt__buf_puts(b, ", ");
-            ckpt_status st = render(r, b, c);
-            if (st) return st;
-            ckpt__buf_puts(b, "]");
-        }
-        ckpt__buf_puts(b, "]}");
+/* A node's children in order: a dict's as they were first met, a list's
+ * by index (malloc'ed). */
+static const tnode **children(const tnode *n) {
+    const tnode **kids = ckpt__malloc((n->children ? n->children : 1) * sizeof *kids);
+    if (!kids) return NULL;
+    size_t k = 0;
+    for (const tnode *c = n->first; c; c = c->next) kids[k++] = c;
+    if (n->kind == T_LIST) qsort(kids, k, sizeof *kids, by_index);
+    return kids;
+}
+
+/* The entries in the order of the nested state dict they rebuild (the
+ * order dcp_to_torch_save gives: torch's unflatten_state_dict). */
+static ckpt_status leaf_order(reader *r, const tnode *n, size_t *order, size_t *k) {
+    if (n->kind == T_LEAF) {
+        order[(*k)++] = n->entry;
         return CKPT_OK;
-    case T_LIST: {
-        const tnode **kids = ckpt__malloc(n->children * sizeof *kids);
-        if (!kids) return oom(r);
-        size_t k = 0;
-        for (const tnode *c = n->first; c; c = c->next) kids[k++] = c;
-        qsort(kids, k, sizeof *kids, by_index);
-        ckpt__buf_puts(b, "[");
-        uint64_t next = 0;
-        ckpt_status st = CKPT_OK;
-        for (size_t i = 0; i < k && st == CKPT_OK; i++) {
-            for (; next < kids[i]->index; next++) ckpt__buf_puts(b, next ? ", null" : "null");
-            if (next) ckpt__buf_puts(b, ", ");
+    }
+    const tnode **kids = children(n);
+    if (!kids) return oom(r);
+    ckpt_status st = CKPT_OK;
+    for (size_t i = 0; i < n->children && st == CKPT_OK; i++) st = leaf_order(r, kids[i], order, k);
+    free(kids);
+    return st;
+}
+
+static ckpt_status render(reader *r, ckpt__buf *b, const tnode *n) {
+    if (n->kind == T_LEAF) {
+        ckpt__buf_puts(b, r->leaves_json[n->entry]);
+        return CKPT_OK;
+    }
+    if (n->kind != T_DICT && n->kind != T_LIST) {
+        ckpt__buf_puts(b, "null");
+        return CKPT_OK;
+    }
+    const tnode **kids = children(n);
+    if (!kids) return oom(r);
+    ckpt_status st = CKPT_OK;
+    ckpt__buf_puts(b, n->kind == T_DICT ? "{\"__dict__\": [" : "[");
+    uint64_t next = 0;
+    for (size_t i = 0; i < n->children && st == CKPT_OK; i++) {
+        if (n->kind == T_DICT) {
+            ckpt__buf_puts(b, i ? ", [" : "[");
+            ckpt__buf_json_string(b, kids[i]->key);
+            ckpt__buf_puts(b, ", ");
             st = render(r, b, kids[i]);
-            next++;
+            ckpt__buf_puts(b, "]");
+            continue;
         }
-        ckpt__buf_puts(b, "]");
-        free(kids);
-        return st;
+        for (; next < kids[i]->index; next++) ckpt__buf_puts(b, next ? ", null" : "null");
+        if (next) ckpt__buf_puts(b, ", ");
+        st = render(r, b, kids[i]);
+        next++;
     }
-    default: ckpt__buf_puts(b, "null"); return CKPT_OK;
-    }
+    ckpt__buf_puts(b, n->kind == T_DICT ? "]}" : "]");
+    free(kids);
+    return st;
 }
 
 /* ---- the format ---------------------------------------------------------------------- */
@@ -886,7 +908,8 @@ static ckpt_status read_paths(reader *r, const ckpt__pk_value *planner, entry *e
     return st;
 }
 
-static ckpt_status build_tree(reader *r, entry *e, size_t n, size_t parts) {
+/* The nested state dict that planner_data describes. */
+static ckpt_status build_trie(reader *r, entry *e, size_t n, size_t parts) {
     size_t cap = 16;
     while (cap < 2 * parts + 2) cap *= 2;
     r->slots = ckpt__calloc(cap, sizeof *r->slots);
@@ -894,10 +917,29 @@ static ckpt_status build_tree(reader *r, entry *e, size_t n, size_t parts) {
     r->slot_mask = cap - 1;
     r->root.kind = T_DICT;
     ckpt_status st = CKPT_OK;
-    for (size_t i = 0; i < n && st == CKPT_OK; i++) st = place(r, e[i].fqn, e[i].path, e[i].leaf);
-    if (st) return st;
+    for (size_t i = 0; i < n && st == CKPT_OK; i++) st = place(r, e[i].fqn, e[i].path, i);
+    return st;
+}
+
+static ckpt_status add_tree(reader *r, entry *e, size_t n) {
+    r->leaves_json = ckpt__calloc(n ? n : 1, sizeof *r->leaves_json);
+    if (!r->leaves_json) return oom(r);
+    ckpt_status st = CKPT_OK;
+    for (size_t i = 0; i < n && st == CKPT_OK; i++) {
+        if (e[i].leaf) { /* an object's own tree */
+            r->leaves_json[i] = e[i].leaf;
+            continue;
+        }
+        ckpt__buf b = {0}; /* a tensor: {"__tensor__": "<fqn>"} */
+        ckpt__buf_puts(&b, "{\"__tensor__\": ");
+        ckpt__buf_json_string(&b, e[i].fqn);
+        ckpt__buf_puts(&b, "}");
+        r->leaves_json[i] = b.failed ? NULL : ckpt__arena_strndup(r->arena, b.data, b.len);
+        free(b.data);
+        if (!r->leaves_json[i]) st = oom(r);
+    }
     ckpt__buf b = {0};
-    st = render(r, &b, &r->root);
+    if (st == CKPT_OK) st = render(r, &b, &r->root);
     if (st == CKPT_OK) st = b.failed ? oom(r) : ckpt__cat_add_tree(r->c, b.data, r->err);
     free(b.data);
     return st;
@@ -984,22 +1026,18 @@ static ckpt_status dcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
     if (st == CKPT_OK) st = read_entries(&r, field(state, "state_dict_metadata"), &e, &n);
     if (st == CKPT_OK) st = read_paths(&r, field(state, "planner_data"), e, n, &parts);
     if (st == CKPT_OK) st = open_files(&r);
-    for (size_t i = 0; i < n && st == CKPT_OK; i++)
-        st = e[i].bytes ? add_bytes(&r, e[i].fqn, e[i].object, &e[i].leaf) : add_tensor(&r, &e[i].t);
-    if (st == CKPT_OK && !r.plain) {
-        /* Each tensor is {"__tensor__": "<fqn>"} in the tree. */
-        for (size_t i = 0; i < n && st == CKPT_OK; i++) {
-            if (e[i].leaf) continue;
-            ckpt__buf b = {0};
-            ckpt__buf_puts(&b, "{\"__tensor__\": ");
-            ckpt__buf_json_string(&b, e[i].fqn);
-            ckpt__buf_puts(&b, "}");
-            e[i].leaf = b.failed ? NULL : ckpt__arena_strndup(r.arena, b.data, b.len);
-            free(b.data);
-            if (!e[i].leaf) st = oom(&r);
-        }
-        if (st == CKPT_OK) st = build_tree(&r, e, n, parts);
+    /* Catalog order: the nested state dict's, as dcp_to_torch_save
+     * rebuilds it (an entry joins the dict its path first made). */
+    size_t *order = st == CKPT_OK ? ckpt__malloc((n ? n : 1) * sizeof *order) : NULL, placed = 0;
+    if (st == CKPT_OK && !order) st = oom(&r);
+    if (st == CKPT_OK) st = build_trie(&r, e, n, parts);
+    if (st == CKPT_OK) st = leaf_order(&r, &r.root, order, &placed);
+    for (size_t k = 0; k < placed && st == CKPT_OK; k++) {
+        entry *x = &e[order[k]];
+        st = x->bytes ? add_bytes(&r, x->fqn, x->object, &x->leaf) : add_tensor(&r, &x->t);
     }
+    free(order);
+    if (st == CKPT_OK && !r.plain) st = add_tree(&r, e, n);
     ckpt__cat_set_format(c, CKPT_FORMAT_DCP);
     for (size_t i = 0; i < n; i++) {
         free(e[i].t.chunks);
@@ -1008,6 +1046,7 @@ static ckpt_status dcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
     free(e);
     for (size_t i = 0; i < r.owned_count; i++) free(r.owned_json[i]);
     free(r.owned_json);
+    free(r.leaves_json);
     free(r.slots);
     free(r.items);
     free(r.files);

@@ -333,7 +333,7 @@ typedef struct obj_writer {
 } obj_writer;
 
 static ckpt_status refuse(obj_writer *w, const char *what) {
-    return ckpt__fail(w->err, CKPT_E_INVALID_ARGUMENT, NULL, w->fqn, -1,
+    return ckpt__fail(w->err, CKPT_E_DCP_UNSUPPORTED, NULL, w->fqn, -1,
                       "the object holds %s, which ckpt cannot write into a DCP checkpoint", what);
 }
 
