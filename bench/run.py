@@ -19,6 +19,10 @@ Suites:
                  ceilings, warm and cold (bench/load_suite.py)
   python         the Python package: ckpt.torch.load_file against safetensors,
                  and load_into's peak RSS (bench/python_suite.py)
+  dcp            a 4 GB bf16 torch.distributed.checkpoint saved by 4 gloo ranks
+                 into 1 GB shards, against cp, torch's dcp_to_torch_save +
+                 save_torch_state_dict, and (HF storage layer) torch's
+                 consolidate_safetensors_files (bench/dcp_suite.py)
 
 Results: bench/results/<suite>.json and .png; `bench/report.py` renders the
 README table from the JSON.
@@ -432,6 +436,11 @@ def suite_python(args):
     run_python_suite(args)
 
 
+def suite_dcp(args):
+    from dcp_suite import run_dcp_suite
+    run_dcp_suite(args)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load", "python"])
@@ -447,7 +456,7 @@ def main():
     for s in args.suites:
         print(f"== {s}")
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
-         "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python}[s](args)
+         "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python, "dcp": suite_dcp}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 
