@@ -500,7 +500,7 @@ ckpt_status ckpt__dcp_object_archive(ckpt__dcp_archive *a, const ckpt__json_doc 
         a->id = id;
         render_archive(&a->pickle, false, 0, 0, id, &a->head, &tail, &a->size);
         if (a->head.failed || tail.failed) st = ckpt__oom(err, NULL, fqn);
-        if (st == CKPT_OK) { /* no data record: the whole archive, in one piece */
+        if (st == CKPT_OK && tail.len) { /* no data record: the whole archive is the head */
             ckpt__buf_append(&a->head, tail.data, tail.len);
             if (a->head.failed) st = ckpt__oom(err, NULL, fqn);
         }
