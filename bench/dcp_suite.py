@@ -104,7 +104,10 @@ def make(gb):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    subprocess.run([sys.executable, "-c", MAKE, str(int(gb * 1e9)), str(port), str(dcp_dir), str(hf_dir)], check=True)
+    script = DATA / "make_dcp.py"  # spawn needs a file to import `run` from
+    script.write_text(MAKE)
+    subprocess.run([sys.executable, str(script), str(int(gb * 1e9)), str(port), str(dcp_dir), str(hf_dir)], check=True)
+    script.unlink()
     return dcp_dir, hf_dir
 
 

@@ -872,7 +872,6 @@ static ckpt_status read_paths(reader *r, const ckpt__pk_value *planner, entry *e
         int64_t at = count ? ckpt__name_table_find(&names, keys, sizeof *keys, e[i].fqn) : -1;
         const ckpt__pk_value *p = at >= 0 ? planner->u.seq.items[2 * at + 1] : NULL;
         if (!p) {
-            if (strchr(e[i].fqn, '.')) r->plain = false;
             *parts += 1;
             continue;
         }
@@ -881,15 +880,16 @@ static ckpt_status read_paths(reader *r, const ckpt__pk_value *planner, entry *e
                       MAX_PATH_PARTS);
             break;
         }
-        /* The fqn is the path joined by dots (flatten_state_dict): the
-         * names alone then say everything a tree of string keys would. */
+        /* The fqn is the path joined by dots (flatten_state_dict): dicts
+         * of string keys and tensors then say nothing beyond the names (as
+         * for a torch file, where the dots of a key and those of nesting
+         * look the same). */
         ckpt__buf joined = {0};
         for (size_t k = 0; st == CKPT_OK && k < p->u.seq.count; k++) {
             const ckpt__pk_value *c = p->u.seq.items[k];
             if (k) ckpt__buf_puts(&joined, ".");
             if (c->kind == CKPT__PK_STR) {
                 ckpt__buf_puts(&joined, c->u.s.data);
-                if (strchr(c->u.s.data, '.')) r->plain = false;
             } else if (c->kind == CKPT__PK_INT && c->u.i >= 0 && (uint64_t)c->u.i < n) {
                 ckpt__buf_u64(&joined, (uint64_t)c->u.i);
                 r->plain = false;
