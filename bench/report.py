@@ -170,6 +170,51 @@ def python_chart(doc):
     plt.close(fig)
 
 
+def dcp_table(doc):
+    """The dcp suite: DCP (and its HF storage layer) into 1 GB shards."""
+    gb = doc["bytes"] / 1e9
+    lines = [f"**Convert a {gb:.1f} GB bf16 torch.distributed.checkpoint saved by {doc['ranks']} gloo ranks into "
+             f"{doc['max_shard_size']} safetensors shards** ({doc['cache']}; median of "
+             f"{len(doc['results']['dcp']['cp -r']['runs'])}, torch's ways once)", "",
+             "| source | contender | median | GB/s | min–max | peak RSS |", "|---|---|---:|---:|---:|---:|"]
+    for part, label in (("dcp", "DCP (`.distcp`)"), ("hf_layer", "HF storage layer")):
+        for k, v in doc["results"][part].items():
+            if k == "ratios":
+                continue
+            lines.append(f"| {label} | {k} | {v['median']:.2f} s | {gb / v['median']:.2f} | "
+                         f"{v['min']:.2f}–{v['max']:.2f} s | {v['peak_rss_bytes'] / 2**20:,.1f} MiB |")
+    r, h = doc["results"]["dcp"]["ratios"], doc["results"]["hf_layer"]["ratios"]
+    lines += ["", f"- ckpt convert runs at **{r['ckpt_vs_cp (no fsync)']:.0%}** of `cp -r`'s speed "
+                  f"({r['ckpt_vs_cp (fsync)']:.0%} with fsync against `cp -r && sync`); on the HF storage layer at "
+                  f"{h['ckpt_vs_cp (no fsync)']:.0%} of `cp -r`, {h['ckpt_vs_consolidate']:.1f}x torch's "
+                  "consolidate_safetensors_files.",
+              f"- Checked: {doc.get('checked', '')}; HF layer: {doc.get('hf_layer_checked', '')}.", ""]
+    return lines
+
+
+def dcp_chart(doc):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+    for ax, part, title in ((axes[0], "dcp", "DCP → 1 GB shards"), (axes[1], "hf_layer", "HF storage layer → 1 GB shards")):
+        res = {k: v for k, v in doc["results"][part].items() if k != "ratios"}
+        names = list(res)
+        ax.barh(names, [res[n]["median"] for n in names],
+                xerr=[[res[n]["median"] - res[n]["min"] for n in names], [res[n]["max"] - res[n]["median"] for n in names]],
+                color=["#2a7" if n.startswith("ckpt") else "#999" for n in names])
+        for i, n in enumerate(names):
+            ax.text(res[n]["median"], i, f"  {res[n]['peak_rss_bytes'] / 2**20:,.0f} MiB", va="center", fontsize=8)
+        ax.set_xlabel("seconds (median, cold); label: peak RSS")
+        ax.set_title(f"{doc['bytes'] / 1e9:.1f} GB bf16, {doc['ranks']} ranks: {title}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "dcp.png", dpi=110)
+    plt.close(fig)
+
+
 def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
     lines = []
     for doc in load_docs():
@@ -207,6 +252,8 @@ def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
             lines.append(f"| {k} | {v['median']:.2f} s | {v['peak_rss_bytes'] / 2**20:,.1f} MiB | "
                          f"{v['rss_over_file_mib']:+,.1f} MiB |")
         lines.append("")
+    if load("dcp"):
+        lines += dcp_table(load("dcp"))
     lines.append("Charts: `bench/results/*.png`; raw runs in `bench/results/*.json`.")
     return "\n".join(lines)
 
@@ -222,6 +269,8 @@ def main():
             python_chart(doc)
     if torch_convert:
         charts(None, torch_convert, name="torch_convert")
+    if load("dcp"):
+        dcp_chart(load("dcp"))
     readme = ROOT / "README.md"
     text = readme.read_text()
     begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"

@@ -116,14 +116,32 @@ ckpt_status ckpt__dcp_writer_create(const char *path, uint32_t ranks, bool overw
         if (!S_ISDIR(sb.st_mode))
             return ckpt__fail(err, CKPT_E_EXISTS, path, NULL, -1,
                               "exists and is not a directory (a DCP checkpoint is a directory)");
+        /* An existing checkpoint is replaced whole with overwrite; a
+         * directory holding anything else never is. */
         DIR *d = opendir(path);
-        bool empty = true;
+        if (!d) return ckpt__fail_errno(err, errno, path, -1, "cannot list the destination");
+        size_t entries = 0;
+        const char *stranger = NULL;
+        char name[256];
         struct dirent *e;
-        while (d && empty && (e = readdir(d))) empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
-        if (d) closedir(d);
-        if (!empty && !overwrite)
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            entries++;
+            size_t len = strlen(e->d_name);
+            bool own = !strcmp(e->d_name, ".metadata") || (len > 7 && !strcmp(e->d_name + len - 7, ".distcp"));
+            if (!own && !stranger) {
+                snprintf(name, sizeof name, "%s", e->d_name);
+                stranger = name;
+            }
+        }
+        closedir(d);
+        if (stranger)
             return ckpt__fail(err, CKPT_E_EXISTS, path, NULL, -1,
-                              "already exists and is not empty; use overwrite / --force to replace it");
+                              "exists and holds '%s', which is not part of a DCP checkpoint: choose another "
+                              "destination", stranger);
+        if (entries && !overwrite)
+            return ckpt__fail(err, CKPT_E_EXISTS, path, NULL, -1,
+                              "already holds a DCP checkpoint; use overwrite / --force to replace it");
     }
     ckpt__dcp_writer *w = ckpt__calloc(1, sizeof *w);
     if (!w || !(w->path = ckpt__strdup(path))) {

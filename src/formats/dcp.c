@@ -414,6 +414,25 @@ static int by_rel(const void *x, const void *y) {
     return a < b ? -1 : a > b;
 }
 
+/* Whether a safetensors blob starts at `offset` (u64 length, then '{'):
+ * what FileSystemWriter(serialization_format=SAFETENSORS) appends after a
+ * rank's objects, while its .metadata keeps offsets that do not point at
+ * the tensors (torch 2.13's FileSystemReader cannot read it back either). */
+static bool safetensors_blob(ckpt__source *src, uint64_t offset) {
+    unsigned char head[9];
+    if (offset > src->size || src->size - offset < sizeof head || ckpt__source_read(src, head, 9, offset, NULL)) return false;
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = n << 8 | head[i];
+    return head[8] == '{' && n >= 2 && n <= src->size - offset - 8;
+}
+
+static ckpt_status safetensors_refused(reader *r, ckpt__source *src, uint64_t offset) {
+    return ckpt__fail(r->err, CKPT_E_DCP_UNSUPPORTED, src->name, NULL, (int64_t)offset,
+                      "the tensors are in a safetensors blob (FileSystemWriter with serialization_format="
+                      "SAFETENSORS), which .metadata does not locate and torch's FileSystemReader cannot read; "
+                      "save with the default TORCH_SAVE, or with HuggingFaceStorageWriter");
+}
+
 /* Opens the files of the used items, in natural order, and checks that no
  * two items share bytes. */
 static ckpt_status open_files(reader *r) {
@@ -447,7 +466,9 @@ static ckpt_status open_files(reader *r) {
             r->file_count++;
         } else {
             const item *prev = order[i - 1];
-            if (prev->offset + prev->length > it->offset)
+            if (prev->offset + prev->length > it->offset && safetensors_blob(r->files[r->file_count - 1].src, it->offset))
+                st = safetensors_refused(r, r->files[r->file_count - 1].src, it->offset);
+            else if (prev->offset + prev->length > it->offset)
                 st = ckpt__fail(r->err, CKPT_E_DCP_METADATA, r->files[r->file_count - 1].src->name, NULL,
                                 (int64_t)it->offset,
                                 "two items of .metadata overlap: [%llu, %llu) and [%llu, %llu) (the second declared "
@@ -610,7 +631,8 @@ static ckpt_status add_tensor(reader *r, const tensor_meta *t) {
         st = ckpt__torch_read_zip(win, r->arena, &tf, r->err);
         ckpt__source_close(win);
         if (st) {
-            st = in_item(r, st, it, t->fqn, what);
+            st = safetensors_blob(f->src, it->offset) ? safetensors_refused(r, f->src, it->offset)
+                                                      : in_item(r, st, it, t->fqn, what);
             break;
         }
         const ckpt__torch_tensor *x = tf.count == 1 ? &tf.tensors[0] : NULL;
@@ -1064,3 +1086,22 @@ static int dcp_probe(const unsigned char *head, size_t n, const char *name) {
 }
 
 const ckpt__format ckpt__format_dcp = {"dcp", dcp_probe, dcp_open};
+
+/* One rank's data file opened on its own: its first item looks like a
+ * torch.save archive, but only .metadata says what the file holds. */
+static int distcp_probe(const unsigned char *head, size_t n, const char *name) {
+    (void)head, (void)n;
+    size_t len = name ? strlen(name) : 0;
+    return len > 7 && !strcmp(name + len - 7, ".distcp") ? CKPT__PROBE_MAGIC : CKPT__PROBE_NO;
+}
+
+static ckpt_status distcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) {
+    (void)c;
+    ckpt_status st = ckpt__fail(err, CKPT_E_UNKNOWN_FORMAT, src->name, NULL, -1,
+                                "this is one rank's data file of a torch.distributed.checkpoint; open the directory "
+                                "that holds it and its .metadata");
+    ckpt__source_close(src);
+    return st;
+}
+
+const ckpt__format ckpt__format_distcp = {"dcp-data", distcp_probe, distcp_open};

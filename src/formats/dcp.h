@@ -140,6 +140,7 @@ CKPT__HIDDEN ckpt_status ckpt__dcp_render_metadata(const ckpt__dcp_item_meta *it
 
 /* The formats (registry.c). */
 CKPT__HIDDEN extern const ckpt__format ckpt__format_dcp;    /* dcp.c: .metadata */
+CKPT__HIDDEN extern const ckpt__format ckpt__format_distcp; /* dcp.c: a .distcp opened alone, refused with advice */
 CKPT__HIDDEN extern const ckpt__format ckpt__format_dcp_hf; /* dcp_hf.c: DCP_SHARDING_INFO safetensors */
 
 #endif

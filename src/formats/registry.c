@@ -13,6 +13,7 @@
 #include "format.h"
 
 static const ckpt__format *const formats[] = {
+    &ckpt__format_distcp, /* before the torch zip its first item looks like */
     &ckpt__format_index,
     &ckpt__format_torch_zip,
     &ckpt__format_torch_legacy,

@@ -229,6 +229,16 @@ meta, data = base()
 info(meta, "w", [2, 0]).transform_descriptors = ["stream.zstd/1"]
 put("dcp-zstd-transform", "CKPT_E_DCP_UNSUPPORTED", meta, data)
 
+# FileSystemWriter with serialization_format=SAFETENSORS: the tensors are in
+# a safetensors blob that .metadata does not locate (torch cannot read it).
+from torch.distributed.checkpoint import FileSystemWriter  # noqa: E402
+from torch.distributed.checkpoint.filesystem import SerializationFormat  # noqa: E402
+with tempfile.TemporaryDirectory() as d:
+    dcp.save({"w": torch.arange(6.0).reshape(2, 3), "b": torch.ones(2), "step": 3}, no_dist=True,
+             storage_writer=FileSystemWriter(d, serialization_format=SerializationFormat.SAFETENSORS))
+    put("dcp-safetensors-serialization", "CKPT_E_DCP_UNSUPPORTED", metadata_bytes=(Path(d) / ".metadata").read_bytes(),
+        data=(Path(d) / "__0_0.distcp").read_bytes())
+
 # ---- the Hugging Face storage layer --------------------------------------------------------
 def shard(tensors, offsets):
     info = {k: {"saved_offsets": o} for k, o in offsets.items()}

@@ -263,6 +263,10 @@ def test_dcp_writing_is_deterministic_and_atomic(made, tmp_path):
     cli("convert", made / "src.safetensors", tmp_path / "a", "--to", "dcp", "--force")
     assert sorted(os.listdir(tmp_path / "a")) == [".metadata", "__0_0.distcp"]
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # no temporaries left
+    # A directory holding anything else is never replaced, --force or not.
+    (tmp_path / "b" / "notes.txt").write_text("mine")
+    r = cli("convert", made / "src.safetensors", tmp_path / "b", "--to", "dcp", "--force", ok=False)
+    assert r.returncode == 1 and "notes.txt" in r.stderr and (tmp_path / "b" / "notes.txt").exists()
     # A tensor inside a tuple has no place in DCP: refused by name, nothing written.
     torch.save({"pair": (torch.ones(2), 3)}, tmp_path / "pair.pt")
     r = cli("convert", tmp_path / "pair.pt", tmp_path / "c", "--to", "dcp", ok=False)
@@ -278,6 +282,34 @@ def test_dcp_from_dcp_through_ckpt(made, tmp_path):
     with ckpt.open(tmp_path / "two") as a, ckpt.open(made / "r4") as b:
         assert a.tree() .keys() == b.tree().keys()
         assert a.tree()["step"] == 3 and a.tree()["optim"]["param_groups"][0]["lr"] == 1e-3
+
+
+def test_metadata_globals_are_the_allowlist(made):
+    """The globals torch 2.13's own .metadata files name (find_class logged
+    while unpickling them) are the ones ckpt allows, and no more."""
+    seen = set()
+
+    class Logging(pickle.Unpickler):
+        def find_class(self, module, name):
+            seen.add(f"{module}.{name}")
+            return super().find_class(module, name)
+
+    for name in ("r1", "r2", "r4"):
+        with open(made / name / ".metadata", "rb") as f:
+            Logging(f).load()
+    meta = "torch.distributed.checkpoint.metadata."
+    classes = {meta + c for c in ("Metadata", "TensorStorageMetadata", "ChunkStorageMetadata", "BytesStorageMetadata",
+                                  "TensorProperties", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")}
+    classes |= {"torch.distributed.checkpoint.filesystem._StorageInfo", "torch.Size", "torch.serialization._get_layout",
+                "pathlib.PosixPath"}
+    dtypes = {g for g in seen if g.startswith("torch.") and g.count(".") == 1 and g != "torch.Size"}
+    assert seen - dtypes == classes
+    assert dtypes == {"torch.float32", "torch.bfloat16", "torch.float16", "torch.int64", "torch.bool", "torch.uint8"}
+
+
+def test_a_data_file_alone_is_refused_with_advice(made):
+    r = cli("inspect", made / "r2" / "__1_0.distcp", ok=False)
+    assert r.returncode == 1 and "CKPT_E_UNKNOWN_FORMAT" in r.stderr and "open the directory" in r.stderr
 
 
 # ---- hostile input, from Python ----------------------------------------------------------------
