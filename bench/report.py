@@ -199,11 +199,12 @@ def dcp_chart(doc):
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+    import textwrap
+    fig, axes = plt.subplots(1, 2, figsize=(14, 3.8))
     for ax, part, title in ((axes[0], "dcp", "DCP → 1 GB shards"), (axes[1], "hf_layer", "HF storage layer → 1 GB shards")):
         res = {k: v for k, v in doc["results"][part].items() if k != "ratios"}
         names = list(res)
-        ax.barh(names, [res[n]["median"] for n in names],
+        ax.barh(["\n".join(textwrap.wrap(n, 28)) for n in names], [res[n]["median"] for n in names],
                 xerr=[[res[n]["median"] - res[n]["min"] for n in names], [res[n]["max"] - res[n]["median"] for n in names]],
                 color=["#2a7" if n.startswith("ckpt") else "#999" for n in names])
         for i, n in enumerate(names):

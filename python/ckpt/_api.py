@@ -498,17 +498,24 @@ def _pieces(fw, t):
 
 def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None, tp_dim=0,
             tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
-            overwrite=False, checksums=False, no_sync=False, progress=None):
+            overwrite=False, checksums=False, no_sync=False, progress=None, to="safetensors", dcp_ranks=1):
     """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
     — one file, or shards in a directory when max_shard_size is given —
     applying the same selections, renames, slices, casts and layouts as
     `ckpt convert`, streamed with bounded memory and renamed into place when
-    complete.  Shows a progress bar on a terminal (progress=False hides it;
-    a callable(done, total) receives the progress)."""
+    complete.  to="dcp" writes a torch.distributed.checkpoint directory
+    instead, as if saved by `dcp_ranks` ranks (tensors cut along their first
+    axis, as Shard(0) cuts them).  Shows a progress bar on a terminal
+    (progress=False hides it; a callable(done, total) receives the
+    progress)."""
+    if to not in ("safetensors", "dcp"):
+        raise ValueError(f"to must be 'safetensors' or 'dcp', not {to!r}")
+    if to == "dcp" and (max_shard_size is not None or prefix is not None or checksums or int(dcp_ranks) < 1):
+        raise ValueError("to='dcp' writes one file per rank (dcp_ranks >= 1): no max_shard_size, prefix or checksums")
     catalog = _ckpt.Catalog(os.fspath(src))
     bar = _progress.choose(progress, "convert")
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
-              checksums=checksums, progress=bar)
+              checksums=checksums, progress=bar, dcp_ranks=int(dcp_ranks) if to == "dcp" else 0)
     if prefix is not None:
         kw["prefix"] = prefix
     rules = dict(select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank, tp_size=tp_size,

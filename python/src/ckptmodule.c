@@ -511,17 +511,21 @@ static ckpt_status run_plan_convert(void *source, const char *dst, const ckpt_wr
 }
 
 static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress", NULL};
+    static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress",
+                             "dcp_ranks", NULL};
     PyObject *dst, *prefix = NULL;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     unsigned long long shard = 0;
+    unsigned int dcp_ranks = 0; /* non-zero: a torch.distributed.checkpoint on that many ranks */
     int overwrite = 0, no_sync = 0, checksums = 0;
     progress_ctx p = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppO", kwlist, PyUnicode_FSConverter, &dst, &shard,
-                                     PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOI", kwlist, PyUnicode_FSConverter, &dst, &shard,
+                                     PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable,
+                                     &dcp_ranks))
         return NULL;
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
+    if (dcp_ranks) o.format = CKPT_FORMAT_DCP, o.dcp_ranks = dcp_ranks;
     o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
     ckpt_error e;
     ckpt_status st;
@@ -563,7 +567,8 @@ static PyMethodDef Catalog_methods[] = {
     {"verify", (PyCFunction)(void (*)(void))Catalog_verify, METH_VARARGS | METH_KEYWORDS,
      "verify(progress=None) -> number of tensors whose checksum matched"},
     {"convert", (PyCFunction)(void (*)(void))Catalog_convert, METH_VARARGS | METH_KEYWORDS,
-     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None)"},
+     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None, "
+     "dcp_ranks=0)"},
     {"close", (PyCFunction)Catalog_close, METH_NOARGS, "close(): release files (once no view refers to them)"},
     {NULL}};
 
@@ -921,7 +926,8 @@ static PyMethodDef Plan_methods[] = {
     {"data", (PyCFunction)Plan_data, METH_O, "data(i) -> Buffer, or None for a caller buffer"},
     {"stats", (PyCFunction)Plan_stats, METH_NOARGS, "stats() -> dict of the last load"},
     {"convert", (PyCFunction)(void (*)(void))Plan_convert, METH_VARARGS | METH_KEYWORDS,
-     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None)"},
+     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None, "
+     "dcp_ranks=0)"},
     {NULL}};
 
 static PyTypeObject PlanType = {

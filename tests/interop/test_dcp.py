@@ -273,6 +273,18 @@ def test_dcp_writing_is_deterministic_and_atomic(made, tmp_path):
     assert r.returncode == 1 and "'pair'" in r.stderr and not (tmp_path / "c").exists()
 
 
+def test_python_convert_to_dcp(made, tmp_path):
+    ckpt.convert(made / "src.pt", tmp_path / "py", to="dcp", dcp_ranks=3, select="model.*", progress=False)
+    meta = pickle.loads((tmp_path / "py" / ".metadata").read_bytes())
+    assert list(meta.state_dict_metadata) == ["model.w", "model.b"]
+    assert len(meta.state_dict_metadata["model.w"].chunks) == 3  # 6 rows: 2 each
+    want = torch.load(made / "src.pt")["model"]
+    got = ckpt.load(tmp_path / "py", rename={"model.": ""})
+    assert all(same_bits(got[k], want[k]) for k in want)
+    with pytest.raises(ValueError):
+        ckpt.convert(made / "src.pt", tmp_path / "bad", to="dcp", max_shard_size="1GB")
+
+
 def test_dcp_from_dcp_through_ckpt(made, tmp_path):
     """A 4-rank FSDP checkpoint rewritten for 2 ranks reads as the original."""
     cli("convert", made / "r4", tmp_path / "two", "--to", "dcp", "--dcp-ranks", "2")
