@@ -39,6 +39,13 @@ static const char usage[] =
     "                         (key ckpt.xxh3_64), for ckpt verify\n"
     "  --verify               re-read what was written and check it (implies\n"
     "                         --checksums)\n"
+    "  --ignore-unmatched     a pattern that matches no tensor is not an error\n"
+    "  --no-extra-files       when SRC is a model directory, do not copy its other\n"
+    "                         files (config.json, tokenizer files, ...) into DST\n"
+    "  --allow-global MODULE.NAME\n"
+    "                         allow this pickle global (repeatable), as torch's\n"
+    "                         add_safe_globals: numpy scalars and dtypes,\n"
+    "                         argparse.Namespace, dataclasses; nothing is executed\n"
     "  --to FORMAT            safetensors (default) or dcp: DST becomes a\n"
     "                         torch.distributed.checkpoint directory that\n"
     "                         torch.distributed.checkpoint.load reads on any number\n"
@@ -64,7 +71,8 @@ static const char usage[] =
     "                         so that loaders need not on every load\n"
     "  --layout [PAT=]FROM:TO reorder axes by letters, e.g. OIHW:HWIO (conv kernels\n"
     "                         of torch to TensorFlow/Flax); other ranks untouched\n"
-    "  With transforms, tensors sharing storage in a torch file are each written.\n"
+    "  A pattern that matches no tensor is an error (see --ignore-unmatched); one\n"
+    "  that names a single tensor the rule cannot apply to is an error too.\n"
     "  -h, --help             show this help\n"
     "\n"
     "Output appears under its final name only when complete: an error or Ctrl-C\n"
@@ -150,7 +158,16 @@ static int apply_rule(ckpt_plan *plan, const rule *r, ckpt_error *err) {
         int d = sign * (int)dim;
         st = *e == '/' ? ckpt_plan_split(plan, pat, d, a, b, err) : ckpt_plan_slice(plan, pat, d, a, b, err);
     }
-    return st == CKPT_OK ? EXIT_OK : report_error(err);
+    if (st != CKPT_OK) return report_error(err);
+    /* A broad pattern leaves what it cannot apply to as it is: say so. */
+    size_t matched, skipped;
+    ckpt_plan_last_rule(plan, &matched, &skipped);
+    if (skipped)
+        fprintf(stderr, "ckpt: %s %s: %zu of the %zu matching tensors left as they are (%s)\n", r->option, r->value,
+                skipped, matched,
+                !strcmp(r->option, "--dtype") ? "not of a dtype it casts"
+                : (!strcmp(r->option, "--slice") ? "no such dimension" : "another number of dimensions"));
+    return EXIT_OK;
 }
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -158,9 +175,12 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-/* The command, with room for one transform per argument. */
-static int run_convert(int argc, char **argv, rule *rules) {
+/* The command, with room for one transform and one allowed global per
+ * argument. */
+static int run_convert(int argc, char **argv, rule *rules, const char **globals) {
     const char *src = NULL, *dst = NULL, *shard_size = NULL;
+    bool extra_files = true, ignore_unmatched = false;
+    size_t global_count = 0;
     ckpt_writer_options opt;
     ckpt_writer_options_init(&opt);
     int show_progress = -1;
@@ -193,6 +213,14 @@ static int run_convert(int argc, char **argv, rule *rules) {
             opt.overwrite = 1;
         } else if (!strcmp(a, "--no-sync")) {
             opt.no_sync = 1;
+        } else if (!strcmp(a, "--ignore-unmatched")) {
+            ignore_unmatched = true;
+        } else if (!strcmp(a, "--no-extra-files")) {
+            extra_files = false;
+        } else if (!strcmp(a, "--allow-global") || !strncmp(a, "--allow-global=", 15)) {
+            if (a[14] == '=') globals[global_count++] = a + 15;
+            else if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
+            else globals[global_count++] = argv[++i];
         } else if (!strcmp(a, "--checksums")) {
             opt.checksums = 1;
         } else if (!strcmp(a, "--verify")) {
@@ -248,14 +276,24 @@ static int run_convert(int argc, char **argv, rule *rules) {
     if (shard_size && ends_with(dst, ".safetensors") && !dst_is_dir)
         return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", dst);
 
+    /* A model directory's other files (config.json, tokenizer files, …)
+     * go along into a directory of shards, so that the output loads on its
+     * own. */
+    if (extra_files && opt.max_shard_size && stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) opt.copy_files_from = src;
+    ckpt_catalog_options copt;
+    ckpt_catalog_options_init(&copt);
+    copt.allowed_globals = globals;
+    copt.allowed_global_count = global_count;
     ckpt_catalog *cat;
-    if (ckpt_catalog_open(src, &cat, &err) != CKPT_OK) return report_error(&err);
+    if (ckpt_catalog_open_ex(src, &copt, &cat, &err) != CKPT_OK) return report_error(&err);
+    /* A conversion is a plan: the identity, or the rules in order. */
     ckpt_plan *plan = NULL;
-    if (rule_count) {
-        if (ckpt_plan_create(cat, &plan, &err) != CKPT_OK) {
-            ckpt_catalog_close(cat);
-            return report_error(&err);
-        }
+    if (ckpt_plan_create(cat, &plan, &err) != CKPT_OK) {
+        ckpt_catalog_close(cat);
+        return report_error(&err);
+    }
+    if (ignore_unmatched) ckpt_plan_set_flags(plan, CKPT_PLAN_IGNORE_UNMATCHED);
+    {
         for (size_t i = 0; i < rule_count; i++) {
             int rc = apply_rule(plan, &rules[i], &err);
             if (rc != EXIT_OK) {
@@ -267,8 +305,7 @@ static int run_convert(int argc, char **argv, rule *rules) {
     }
     progress_bar bar;
     progress_start(&bar, "converting", show_progress);
-    ckpt_status st = plan ? ckpt_convert_plan(plan, dst, &opt, progress_update, &bar, &err)
-                          : ckpt_convert(cat, dst, &opt, progress_update, &bar, &err);
+    ckpt_status st = ckpt_convert_plan(plan, dst, &opt, progress_update, &bar, &err);
     progress_finish(&bar, st == CKPT_OK);
     ckpt_plan_free(plan);
     ckpt_catalog_close(cat);
@@ -294,11 +331,11 @@ static int run_convert(int argc, char **argv, rule *rules) {
 
 int cmd_convert(int argc, char **argv) {
     rule *rules = calloc((size_t)argc, sizeof *rules);
-    if (!rules) {
-        fputs("ckpt: out of memory\n", stderr);
-        return EXIT_ERROR;
-    }
-    int rc = run_convert(argc, argv, rules);
+    const char **globals = calloc((size_t)argc, sizeof *globals);
+    int rc = EXIT_ERROR;
+    if (!rules || !globals) fputs("ckpt: out of memory\n", stderr);
+    else rc = run_convert(argc, argv, rules, globals);
     free(rules);
+    free(globals);
     return rc;
 }

@@ -7,11 +7,16 @@
 #include "engine.h"
 #include "plan_internal.h"
 
-void ckpt_load_options_init(ckpt_load_options *o) {
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->size = sizeof *o;
-    o->io = CKPT_IO_AUTO;
+void ckpt_load_options_init_sized(ckpt_load_options *o, size_t size) {
+    if (!o || size < sizeof o->size) return;
+    ckpt_load_options d;
+    memset(&d, 0, sizeof d);
+    d.io = CKPT_IO_AUTO;
+    /* A caller with a longer struct (a newer header) gets zeros in what
+     * this library does not know. */
+    memset(o, 0, size);
+    memcpy(o, &d, size < sizeof d ? size : sizeof d);
+    o->size = size;
 }
 
 static void *alloc_buffer(uint64_t nbytes) {
@@ -43,9 +48,11 @@ static uint64_t slice_offset(const ckpt__plan_entry *e) {
     return off * (ckpt_dtype_bits(t->dtype) / 8);
 }
 
-/* A view of the entry's bytes in the file's shared mapping, when the bytes
- * are the tensor as loaded and the file can be mapped; false otherwise. */
-static ckpt_status try_view(ckpt_plan *p, ckpt__plan_entry *e, bool *viewed, ckpt_error *err) {
+/* A view of the entry's bytes in a mapping of its file — the catalog's
+ * shared one, or the plan's private (copy-on-write, prefetched) one — when
+ * the bytes are the tensor as loaded and the file can be mapped; else
+ * *viewed stays false. */
+static ckpt_status try_view(ckpt_plan *p, ckpt__plan_entry *e, int views, bool *viewed, ckpt_error *err) {
     const ckpt_tensor_info *t = e->pub.source;
     size_t index = ckpt__catalog_index_of(p->catalog, t);
     uint32_t pieces;
@@ -55,22 +62,32 @@ static ckpt_status try_view(ckpt_plan *p, ckpt__plan_entry *e, bool *viewed, ckp
     if (e->pub.transform || pieces != 1 || !single_run(e) || !(src->caps & CKPT__SRC_MAP) || (src->caps & CKPT__SRC_REMOTE))
         return CKPT_OK;
     const void *view;
-    ckpt_status st = ckpt_catalog_view(p->catalog, t, &view, err);
-    if (st) return st;
+    if (views == CKPT_VIEWS_PRIVATE) {
+        size_t files = ckpt_catalog_file_count(p->catalog);
+        if (!p->maps && !(p->maps = ckpt__calloc(files ? files : 1, sizeof *p->maps)))
+            return ckpt__oom(err, src->name, NULL);
+        ckpt_status st = CKPT_OK;
+        if (!p->maps[t->file]) st = ckpt_catalog_map_file(p->catalog, t->file, CKPT_MAP_PREFETCH, &p->maps[t->file], err);
+        if (st) return ckpt__error_in_tensor(err, st, t->name);
+        static const char empty[1];
+        unsigned char *base = ckpt_mapping_data(p->maps[t->file]);
+        view = base ? (const void *)(base + t->offset) : (const void *)empty;
+    } else {
+        ckpt_status st = ckpt_catalog_view(p->catalog, t, &view, err);
+        if (st) return st;
+    }
     e->pub.data = (unsigned char *)view + slice_offset(e);
-    e->pub.is_view = 1;
+    e->pub.is_view = (uint8_t)(views == CKPT_VIEWS_PRIVATE ? 2 : 1);
     *viewed = true;
     return CKPT_OK;
 }
 
 ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error *err) {
-    ckpt_load_options defaults;
-    ckpt_load_options_init(&defaults);
-    const ckpt_load_options *o = options ? options : &defaults;
+    ckpt_load_options taken;
+    ckpt_load_options_init(&taken);
+    if (options) CKPT__TAKE_OPTIONS(&taken, options);
+    const ckpt_load_options *o = &taken;
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
-    if (o->size && o->size < sizeof(ckpt_load_options) - sizeof(void *))
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
-                          "ckpt_load_options.size is %zu: initialise the options with ckpt_load_options_init", o->size);
     ckpt_status st = ckpt__plan_check(p, err);
     if (st) return st;
     memset(&p->stats, 0, sizeof p->stats);
@@ -84,10 +101,16 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
         ckpt__plan_entry *e = &p->entries[p->selected[k]];
         const ckpt_tensor_info *t = e->pub.source;
         bool viewed = false;
-        if (!e->buffer && o->views && (st = try_view(p, e, &viewed, err))) break;
+        if (!e->buffer && o->views && (st = try_view(p, e, o->views, &viewed, err))) break;
         if (viewed) {
             views++;
             continue;
+        }
+        if (e->buffer && e->capacity < e->pub.nbytes) { /* a rule after set_buffer grew the tensor (a cast) */
+            st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, ckpt_catalog_file_path(p->catalog, t->file), e->pub.name, -1,
+                            "buffer of %llu bytes for a tensor of %llu bytes", (unsigned long long)e->capacity,
+                            (unsigned long long)e->pub.nbytes);
+            break;
         }
         if (e->buffer) {
             e->pub.data = e->buffer;

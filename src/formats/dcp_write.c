@@ -1,7 +1,7 @@
 /* dcp_write.c — the bytes of a torch.distributed.checkpoint directory (see
  * dcp.h): the .metadata pickle, the torch.save archive around each chunk,
  * and the pickles of objects.  Only rendering: where the bytes go is the
- * writer's business (dcp_writer.c). */
+ * output format's business (dcp_output.c). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>

@@ -263,10 +263,11 @@ def test_dcp_writing_is_deterministic_and_atomic(made, tmp_path):
     cli("convert", made / "src.safetensors", tmp_path / "a", "--to", "dcp", "--force")
     assert sorted(os.listdir(tmp_path / "a")) == [".metadata", "__0_0.distcp"]
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # no temporaries left
-    # A directory holding anything else is never replaced, --force or not.
+    # Other files of the directory are left alone: only the checkpoint's
+    # own files (.metadata, *.distcp) are replaced, stale ranks removed.
     (tmp_path / "b" / "notes.txt").write_text("mine")
-    r = cli("convert", made / "src.safetensors", tmp_path / "b", "--to", "dcp", "--force", ok=False)
-    assert r.returncode == 1 and "notes.txt" in r.stderr and (tmp_path / "b" / "notes.txt").exists()
+    cli("convert", made / "src.safetensors", tmp_path / "b", "--to", "dcp", "--force")
+    assert sorted(os.listdir(tmp_path / "b")) == [".metadata", "__0_0.distcp", "notes.txt"]
     # A tensor inside a tuple has no place in DCP: refused by name, nothing written.
     torch.save({"pair": (torch.ones(2), 3)}, tmp_path / "pair.pt")
     r = cli("convert", tmp_path / "pair.pt", tmp_path / "c", "--to", "dcp", ok=False)

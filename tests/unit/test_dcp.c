@@ -174,7 +174,9 @@ static void test_writer_refusals(void **state) {
     uint64_t shape[1] = {4};
     /* A dtype torch has no name for. */
     assert_int_equal(ckpt_writer_create(in_dir(dir, "a"), &o, &w, &err), CKPT_OK);
-    assert_int_equal(ckpt_writer_add_tensor(w, "x", CKPT_F6_E2M3, 1, shape, NULL, &err), CKPT_E_UNKNOWN_DTYPE);
+    assert_int_equal(ckpt_writer_add_tensor(w, "x", CKPT_F6_E2M3, 1, shape, NULL, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_E_UNKNOWN_DTYPE);
+    assert_string_equal(err.tensor, "x");
     ckpt_writer_free(w);
     /* An object of a class, and a tensor inside a tuple: refused, and
      * nothing left behind. */
