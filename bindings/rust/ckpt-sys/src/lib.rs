@@ -102,6 +102,7 @@ pub const CKPT_FORMAT_SAFETENSORS: ckpt_format = 1;
 pub const CKPT_FORMAT_SAFETENSORS_SHARDED: ckpt_format = 2;
 pub const CKPT_FORMAT_TORCH: ckpt_format = 3;
 pub const CKPT_FORMAT_TORCH_SHARDED: ckpt_format = 4;
+pub const CKPT_FORMAT_DCP: ckpt_format = 6;
 
 pub const CKPT_MAX_DIMS: u32 = 64;
 pub const CKPT_DEFAULT_MAX_SHARD_SIZE: u64 = 5_000_000_000;
@@ -207,6 +208,7 @@ pub struct ckpt_writer_options {
     pub copy_partial_views: c_int,
     pub format: c_int,
     pub copy_files_from: *const c_char,
+    pub dcp_ranks: u32,
 }
 
 /// Where a tensor's bytes lie in the caller's memory (ckpt_writer_add_tensor_shared).
@@ -556,6 +558,7 @@ mod layout {
             ("ckpt_writer_options.copy_partial_views", off!(ckpt_writer_options, copy_partial_views), true),
             ("ckpt_writer_options.format", off!(ckpt_writer_options, format), true),
             ("ckpt_writer_options.copy_files_from", off!(ckpt_writer_options, copy_files_from), true),
+            ("ckpt_writer_options.dcp_ranks", off!(ckpt_writer_options, dcp_ranks), true),
             ("sizeof ckpt_tensor_storage", size_of::<ckpt_tensor_storage>(), true),
             ("ckpt_tensor_storage.id", off!(ckpt_tensor_storage, id), true),
             ("ckpt_tensor_storage.nbytes", off!(ckpt_tensor_storage, nbytes), true),
