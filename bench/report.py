@@ -377,7 +377,6 @@ def bindings_chart(doc):
     plt.close(fig)
 
 
-<<<<<<< HEAD
 def baseline_table(doc):
     lines = [f"**This tree against a baseline build, same files, alternating in one run** ({doc['this']} vs "
              f"{doc['baseline']}; median of {doc['runs']}; ratios below 1 are faster or smaller now)", "",
@@ -394,7 +393,75 @@ def baseline_table(doc):
         rss_ratio = f"{row['rss_after_over_before']:.2f}" if "rss_after_over_before" in row else "–"
         lines.append(f"| {name} | {t(b)} | {t(a)} | {row['time_after_over_before']:.2f} | {m(b)} | {m(a)} | "
                      f"{rss_ratio} |")
-=======
+    lines.append("")
+    return lines
+
+
+def baseline_chart(doc):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    names = list(doc["results"])
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(names) + 1.2))
+    ratios = [doc["results"][n]["time_after_over_before"] for n in names]
+    ax.barh(names, ratios, color=["#2a7" if r <= 1.02 else "#c44" for r in ratios])
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xlabel(f"time after / before (median; {doc['this']} vs {doc['baseline']})")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "baseline.png", dpi=110)
+    plt.close(fig)
+
+
+def dcp_table(doc):
+    """The dcp suite: DCP (and its HF storage layer) into 1 GB shards."""
+    gb = doc["bytes"] / 1e9
+    lines = [f"**Convert a {gb:.1f} GB bf16 torch.distributed.checkpoint saved by {doc['ranks']} gloo ranks into "
+             f"{doc['max_shard_size']} safetensors shards** ({doc['cache']}; median of "
+             f"{len(doc['results']['dcp']['cp -r']['runs'])}, torch's ways once)", "",
+             "| source | contender | median | GB/s | min–max | peak RSS |", "|---|---|---:|---:|---:|---:|"]
+    for part, label in (("dcp", "DCP (`.distcp`)"), ("hf_layer", "HF storage layer")):
+        for k, v in doc["results"][part].items():
+            if k == "ratios":
+                continue
+            lines.append(f"| {label} | {k} | {v['median']:.2f} s | {gb / v['median']:.2f} | "
+                         f"{v['min']:.2f}–{v['max']:.2f} s | {v['peak_rss_bytes'] / 2**20:,.1f} MiB |")
+    r, h = doc["results"]["dcp"]["ratios"], doc["results"]["hf_layer"]["ratios"]
+    lines += ["", f"- ckpt convert runs at **{r['ckpt_vs_cp (no fsync)']:.0%}** of `cp -r`'s speed "
+                  f"({r['ckpt_vs_cp (fsync)']:.0%} with fsync against `cp -r && sync`); on the HF storage layer at "
+                  f"{h['ckpt_vs_cp (no fsync)']:.0%} of `cp -r`, {h['ckpt_vs_consolidate']:.1f}x torch's "
+                  "consolidate_safetensors_files.",
+              f"- Checked: {doc.get('checked', '')}; HF layer: {doc.get('hf_layer_checked', '')}.", ""]
+    return lines
+
+
+def dcp_chart(doc):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    import textwrap
+    fig, axes = plt.subplots(1, 2, figsize=(14, 3.8))
+    for ax, part, title in ((axes[0], "dcp", "DCP → 1 GB shards"), (axes[1], "hf_layer", "HF storage layer → 1 GB shards")):
+        res = {k: v for k, v in doc["results"][part].items() if k != "ratios"}
+        names = list(res)
+        ax.barh(["\n".join(textwrap.wrap(n, 28)) for n in names], [res[n]["median"] for n in names],
+                xerr=[[res[n]["median"] - res[n]["min"] for n in names], [res[n]["max"] - res[n]["median"] for n in names]],
+                color=["#2a7" if n.startswith("ckpt") else "#999" for n in names])
+        for i, n in enumerate(names):
+            ax.text(res[n]["median"], i, f"  {res[n]['peak_rss_bytes'] / 2**20:,.0f} MiB", va="center", fontsize=8)
+        ax.set_xlabel("seconds (median, cold); label: peak RSS")
+        ax.set_title(f"{doc['bytes'] / 1e9:.1f} GB bf16, {doc['ranks']} ranks: {title}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "dcp.png", dpi=110)
+    plt.close(fig)
+
+
 # ---- the sources suites (bench/sources_suite.py) ----
 
 def sources_docs(kind):
@@ -438,14 +505,10 @@ def sources_http_table(doc):
                      ", ".join(f"{k} {v['median']:.2f} s" for k, v in mw.items() if k != "ratios" and "median" in v) +
                      f" — ckpt {mw['ratios'].get('ckpt_s3_over_runai') or float('nan'):.1f}× Run:ai's speed.")
     lines.append(f"- Servers: {doc['servers']['http']}; s3://: {doc['servers']['s3']}.")
->>>>>>> sources
     lines.append("")
     return lines
 
 
-<<<<<<< HEAD
-def baseline_chart(doc):
-=======
 def sources_memlimit_table(doc):
     gb, lim = doc["bytes"] / 1e9, doc["limit_bytes"] / 1e9
     lines = [f"**Load and convert a {gb:.1f} GB checkpoint inside a {lim:.0f} GB memory cgroup** ({doc['cgroup']}; "
@@ -468,25 +531,12 @@ def sources_memlimit_table(doc):
 
 
 def sources_charts():
->>>>>>> sources
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return
-<<<<<<< HEAD
-    names = list(doc["results"])
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(names) + 1.2))
-    ratios = [doc["results"][n]["time_after_over_before"] for n in names]
-    ax.barh(names, ratios, color=["#2a7" if r <= 1.02 else "#c44" for r in ratios])
-    ax.axvline(1.0, color="k", lw=0.8)
-    ax.set_xlabel(f"time after / before (median; {doc['this']} vs {doc['baseline']})")
-    ax.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(RESULTS / "baseline.png", dpi=110)
-    plt.close(fig)
-=======
     for doc in sources_docs("http"):
         fig, axes = plt.subplots(2, 1, figsize=(9, 5.5))
         for ax, mode in zip(axes, ("warm", "cold")):
@@ -512,7 +562,6 @@ def sources_charts():
         fig.tight_layout()
         fig.savefig(RESULTS / f"sources-memlimit-{round(doc['bytes'] / 1e9)}GB.png", dpi=110)
         plt.close(fig)
->>>>>>> sources
 
 
 def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
@@ -559,15 +608,14 @@ def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
         lines += gguf_table(gguf_doc)
     if load("bindings"):
         lines += bindings_tables(load("bindings"))
-<<<<<<< HEAD
-    if load("baseline"):
-        lines += baseline_table(load("baseline"))
-=======
+    if load("dcp"):
+        lines += dcp_table(load("dcp"))
     for doc in sources_docs("http"):
         lines += sources_http_table(doc)
     for doc in sources_docs("memlimit"):
         lines += sources_memlimit_table(doc)
->>>>>>> sources
+    if load("baseline"):
+        lines += baseline_table(load("baseline"))
     lines.append("Charts: `bench/results/*.png`; raw runs in `bench/results/*.json`.")
     return "\n".join(lines)
 
@@ -585,12 +633,11 @@ def main():
         jax_chart(doc)
     if torch_convert:
         charts(None, torch_convert, name="torch_convert")
-<<<<<<< HEAD
     if load("gguf") and "cases" in load("gguf"):
         gguf_chart(load("gguf"))
-=======
+    if load("dcp"):
+        dcp_chart(load("dcp"))
     sources_charts()
->>>>>>> sources
     if load("bindings"):
         bindings_chart(load("bindings"))
     if load("baseline"):

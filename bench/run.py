@@ -30,6 +30,10 @@ Suites:
                  against Run:ai's streamer and curl (bench/sources_suite.py)
   memlimit       an 8 GB checkpoint loaded and converted in a 9 GB memory
                  cgroup: direct mode against safetensors (bench/sources_suite.py)
+  dcp            a 4 GB bf16 torch.distributed.checkpoint saved by 4 gloo ranks
+                 into 1 GB shards, against cp, torch's dcp_to_torch_save +
+                 save_torch_state_dict, and (HF storage layer) torch's
+                 consolidate_safetensors_files (bench/dcp_suite.py)
   bindings       the Rust binding's ResNet-152 import and the Elixir binding's
                  1 GB tree round trip (bench/bindings_suite.py; not in the
                  default set: `make bench BENCH_ARGS=bindings`)
@@ -472,6 +476,11 @@ def suite_memlimit(args):
     run_memlimit(args)
 
 
+def suite_dcp(args):
+    from dcp_suite import run_dcp_suite
+    run_dcp_suite(args)
+
+
 def suite_bindings(args):
     from bindings_suite import run_bindings_suite
     run_bindings_suite(args)
@@ -509,7 +518,7 @@ def main():
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
          "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
          "gguf": suite_gguf, "jax": suite_jax, "bindings": suite_bindings, "baseline": suite_baseline,
-         "http": suite_http, "memlimit": suite_memlimit}[s](args)
+         "http": suite_http, "memlimit": suite_memlimit, "dcp": suite_dcp}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

@@ -448,6 +448,31 @@ const char *ckpt_catalog_metadata_get(const ckpt_catalog *c, const char *key) {
     return c && key ? ckpt__pairs_get(&c->meta, key) : NULL;
 }
 
+/* ---- chunks --------------------------------------------------------------------- */
+
+size_t ckpt_catalog_chunk_count(const ckpt_catalog *c, const ckpt_tensor_info *t) {
+    size_t i = ckpt__catalog_index_of(c, t);
+    return i == SIZE_MAX ? 0 : c->locs[i].count;
+}
+
+ckpt_status ckpt_catalog_chunk(const ckpt_catalog *c, const ckpt_tensor_info *t, size_t k, ckpt_chunk_info *out,
+                               ckpt_error *err) {
+    static const uint64_t origin[CKPT_MAX_DIMS];
+    size_t i = ckpt__catalog_index_of(c, t);
+    if (i == SIZE_MAX || !out)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
+                          "the tensor info does not belong to this catalog, or no output was given");
+    if (k >= c->locs[i].count)
+        return ckpt__fail(err, CKPT_E_OUT_OF_RANGE, NULL, t->name, -1, "chunk %zu of a tensor stored in %u", k,
+                          c->locs[i].count);
+    const ckpt__piece *p = &c->locs[i].pieces[k];
+    out->file = p->file;
+    out->start = p->start ? p->start : origin;
+    out->count = p->count ? p->count : t->shape;
+    out->offset = p->record_size ? p->record + p->offset : p->offset;
+    return CKPT_OK;
+}
+
 /* ---- what the glue sees (catalog_internal.h) ---------------------------------- */
 
 bool ckpt__catalog_storage(const ckpt_catalog *c, uint32_t number, uint64_t *base, uint64_t *nbytes) {

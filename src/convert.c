@@ -19,9 +19,11 @@
 #include "tree_internal.h"
 #include "writer_internal.h"
 
+/* A source saved by torch: its files get {"format": "pt"}, as the hub
+ * writes for a torch state dict, and its object tree is kept. */
 static bool torch_source(const ckpt_catalog *c) {
     ckpt_format f = ckpt_catalog_format(c);
-    return f == CKPT_FORMAT_TORCH || f == CKPT_FORMAT_TORCH_SHARDED;
+    return f == CKPT_FORMAT_TORCH || f == CKPT_FORMAT_TORCH_SHARDED || f == CKPT_FORMAT_DCP;
 }
 
 /* The source's metadata: {"format": "pt"} for torch sources, the source's

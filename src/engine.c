@@ -56,6 +56,7 @@ typedef struct job {
     bool same_bytes;          /* output bytes are the source's (no cast) */
     bool serial;              /* boxes in order on one worker: hashes, ordered writes, DEFLATE */
     bool kernel_copy;         /* WRITER: the slice is one run of a local file, copied by the kernel */
+    bool box_copy;            /* WRITER, several pieces: a box inside one piece's run is copied by the kernel */
     uint64_t nbytes;          /* output bytes */
     uint32_t block;           /* elements per unit of the innermost axis: a GGUF block type's (either
                                  side of the cast), else 1; the axes above are then in units */
@@ -191,6 +192,36 @@ static bool remote_straight(const ckpt_catalog *c, const job *j) {
             return false;
     }
     return true;
+}
+
+/* The piece that holds a whole box as one dense, stored, little-endian
+ * run of a local file, and the run's offset; NULL when there is none
+ * (pieces tile the tensor, so at most one can hold the box). */
+static const ckpt__piece *box_run(ckpt_catalog *c, const job *j, const uint64_t *bstart, const uint64_t *bcount,
+                                  uint64_t *offset) {
+    for (uint32_t k = 0; k < j->npieces; k++) {
+        const ckpt__piece *p = &j->pieces[k];
+        const uint64_t *pc = p->count ? p->count : j->shape;
+        bool inside = true;
+        for (uint32_t a = 0; a < j->n && inside; a++) {
+            uint64_t ps = p->start ? p->start[a] : 0;
+            inside = bstart[a] >= ps && bstart[a] + bcount[a] <= ps + pc[a];
+        }
+        if (!inside) continue;
+        if (p->strides || p->record_size || p->big_endian || !(ckpt__catalog_source(c, p->file)->caps & CKPT__SRC_FD))
+            return NULL;
+        ckpt__runs r;
+        ckpt__runs_plan(&r, j->n, pc, NULL, bcount, NULL, false);
+        if (r.runs > 1) return NULL;
+        int64_t first = 0, s = 1;
+        for (uint32_t a = j->n; a-- > 0;) {
+            first += (int64_t)(bstart[a] - (p->start ? p->start[a] : 0)) * s;
+            s *= (int64_t)pc[a];
+        }
+        *offset = p->offset + (uint64_t)first * j->in_size;
+        return p;
+    }
+    return NULL;
 }
 
 /* Cuts the slice along `order`: the outermost axes one index at a time,
@@ -474,6 +505,15 @@ static ckpt_status run_box(worker *w, job *j, uint64_t i, XXH3_state_t *hash, ck
         if (st == CKPT_OK) ckpt__source_count(src, bytes);
         return st;
     }
+    uint64_t run_at;
+    const ckpt__piece *run = j->box_copy ? box_run(w->g->catalog, j, bstart, bcount, &run_at) : NULL;
+    if (run) { /* a row block of one chunk (DCP): the kernel copies it */
+        w->bytes_needed += bytes;
+        ckpt__source *src = ckpt__catalog_source(w->g->catalog, run->file);
+        ckpt_status st = ckpt__writer_pcopy(o->writer, m->writer_index, at, src, run_at, bytes, err);
+        if (st == CKPT_OK) ckpt__source_count(src, bytes);
+        return st;
+    }
     /* A writer or a hash takes the box's output contiguous: dense in the
      * slot, in output order. */
     int64_t slot_stride[CKPT_MAX_DIMS], s = 1;
@@ -675,6 +715,10 @@ ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, c
         if (moves[k].sink == CKPT__SINK_WRITER) {
             j->serial |= o->ordered;
             j->kernel_copy = !o->ordered && one_file_run(c, j);
+            bool identity = true;
+            for (uint32_t a = 0; a < j->n; a++) identity &= j->perm[a] == a;
+            j->box_copy = !o->ordered && !j->kernel_copy && j->npieces > 1 && j->same_bytes && identity &&
+                          !packed(t->dtype);
         }
         unsigned size = j->in_size > j->out_size ? j->in_size : j->out_size;
         bool large = j->kernel_copy || (remote_straight(c, j) && g.chunk < COPY_CHUNK);

@@ -8,8 +8,8 @@ from collections import namedtuple
 
 from . import _ckpt, _dtypes, _frameworks, _progress, _sources, _tree
 
-FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded", 5: "gguf", 7: "npy", 8: "npz",
-           9: "flax-msgpack"}
+FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded", 5: "gguf", 6: "dcp", 7: "npy",
+           8: "npz", 9: "flax-msgpack"}
 _IO = {"auto": 0, "buffered": 1, "direct": 2}
 _VIEWS_PRIVATE = 2
 _MISSING, _UNEXPECTED, _SHAPE, _DTYPE = 1, 2, 3, 4
@@ -588,31 +588,40 @@ def _pieces(fw, t):
 def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None, tp_dim=0,
             tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
             overwrite=False, checksums=False, no_sync=False, progress=None, extra_files=True, allowed_globals=None,
-            ignore_unmatched=False, format=None, direct=False, **source):  # noqa: A002
+            ignore_unmatched=False, format=None, dcp_ranks=1, direct=False, **source):  # noqa: A002
     """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
     — one file, or shards in a directory when max_shard_size is given —
     applying the same selections, renames, slices, casts and layouts as
     `ckpt convert`, streamed with bounded memory and renamed into place when
-    complete.  `format` "gguf" (as GGUFWriter writes), "npz" (a NumPy archive np.load reads) or
-    "flax-msgpack" (a Flax msgpack file, names split at dots into nested
-    maps) writes those instead; a `dst` ending in .npz or .msgpack chooses
-    them too.  Shows a progress bar on a terminal (progress=False hides it;
-    a callable(done, total) receives the progress).  A model directory's
-    other files (config.json, tokenizer files, …) are copied into a sharded
-    `dst` along with the weights unless extra_files=False.  `src` may be a
-    URL; direct=True reads it with O_DIRECT and drops the output from the
-    page cache as it reaches the disk."""
+    complete.
+
+    `format` writes another format instead: "gguf" (as GGUFWriter writes
+    it), "npz" (a NumPy archive np.load reads), "flax-msgpack" (a Flax
+    msgpack file, names split at dots into nested maps), or "dcp" (a
+    torch.distributed.checkpoint directory, as if saved by `dcp_ranks`
+    ranks: tensors cut along their first axis, as Shard(0) cuts them); a
+    `dst` ending in .gguf, .npz or .msgpack chooses the format too.
+
+    Shows a progress bar on a terminal (progress=False hides it; a
+    callable(done, total) receives the progress).  A model directory's other
+    files (config.json, tokenizer files, …) are copied into a sharded `dst`
+    along with the weights unless extra_files=False.  `src` may be a URL;
+    direct=True reads it with O_DIRECT and drops the output from the page
+    cache as it reaches the disk."""
+    if format == "dcp" and (max_shard_size is not None or prefix is not None or checksums or int(dcp_ranks) < 1):
+        raise ValueError("format='dcp' writes one file per rank (dcp_ranks >= 1): no max_shard_size, prefix or checksums")
     catalog = _sources.catalog(src, direct, allowed_globals, **source)
     bar = _progress.choose(progress, "convert")
     if format is None:
         name = os.fspath(dst)
         format = ("npz" if name.endswith(".npz") else "flax-msgpack" if name.endswith(".msgpack")
                   else "gguf" if name.endswith(".gguf") else "safetensors")
-    numbers = {v: k for k, v in FORMATS.items() if k in (1, 5, 8, 9)}
+    numbers = {v: k for k, v in FORMATS.items() if k in (1, 5, 6, 8, 9)}
     if format not in numbers:
         raise ValueError(f"format must be one of {sorted(numbers)}, not {format!r}")
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
-              checksums=checksums, progress=bar, format=numbers[format])
+              checksums=checksums, progress=bar, format=numbers[format],
+              dcp_ranks=int(dcp_ranks) if format == "dcp" else 0)
     if prefix is not None:
         kw["prefix"] = prefix
     if extra_files and max_shard_size is not None and not _sources.is_remote(src) and os.path.isdir(src):

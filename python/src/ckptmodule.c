@@ -331,11 +331,12 @@ static PyObject *shape_tuple(uint32_t ndim, const uint64_t *shape) {
     return t;
 }
 
-static PyObject *tensor_row(const ckpt_tensor_info *t) {
+static PyObject *tensor_row(const ckpt_catalog *c, const ckpt_tensor_info *t) {
     PyObject *items[8] = {
         PyUnicode_FromString(t->name), PyUnicode_FromString(ckpt_dtype_name(t->dtype)), shape_tuple(t->ndim, t->shape),
         PyLong_FromUnsignedLongLong(t->nbytes), PyLong_FromUnsignedLong(t->file), PyLong_FromUnsignedLongLong(t->offset),
-        PyLong_FromUnsignedLong(t->storage), PyBool_FromLong(!t->strides && !t->big_endian && !t->compressed)};
+        PyLong_FromUnsignedLong(t->storage),
+        PyBool_FromLong(!t->strides && !t->big_endian && !t->compressed && ckpt_catalog_chunk_count(c, t) == 1)};
     return make_row(TensorRowType, items, 8);
 }
 
@@ -348,7 +349,7 @@ static PyObject *Catalog_tensors(Catalog *self, PyObject *unused) {
     size_t n = ckpt_catalog_tensor_count(self->catalog);
     PyObject *list = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; list && i < n; i++) {
-        PyObject *row = tensor_row(ckpt_catalog_tensor(self->catalog, i));
+        PyObject *row = tensor_row(self->catalog, ckpt_catalog_tensor(self->catalog, i));
         if (!row) Py_CLEAR(list);
         else PyList_SET_ITEM(list, (Py_ssize_t)i, row);
     }
@@ -386,7 +387,7 @@ static PyObject *Catalog_row(Catalog *self, PyObject *arg) {
     if (i == -1 && PyErr_Occurred()) return NULL;
     const ckpt_tensor_info *t = i >= 0 ? ckpt_catalog_tensor(self->catalog, (size_t)i) : NULL;
     if (!t) return PyErr_Format(PyExc_IndexError, "tensor index %zd out of range", i);
-    return tensor_row(t);
+    return tensor_row(self->catalog, t);
 }
 
 static PyObject *Catalog_metadata(Catalog *self, PyObject *unused) {
@@ -512,19 +513,21 @@ static ckpt_status run_plan_convert(void *source, const char *dst, const ckpt_wr
 
 static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress",
-                             "copy_files_from", "format", NULL};
+                             "copy_files_from", "format", "dcp_ranks", NULL};
     PyObject *dst, *prefix = NULL, *extra = NULL;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     unsigned long long shard = 0;
+    unsigned int dcp_ranks = 0; /* with format CKPT_FORMAT_DCP: the ranks that appear to have saved it */
     int overwrite = 0, no_sync = 0, checksums = 0, format = 0;
     progress_ctx p = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&i", kwlist, PyUnicode_FSConverter, &dst, &shard,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&iI", kwlist, PyUnicode_FSConverter, &dst, &shard,
                                      PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable,
-                                     PyUnicode_FSConverter, &extra, &format))
+                                     PyUnicode_FSConverter, &extra, &format, &dcp_ranks))
         return NULL;
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
     o.format = (ckpt_format)format;
+    o.dcp_ranks = dcp_ranks;
     o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
     o.copy_files_from = extra ? PyBytes_AS_STRING(extra) : NULL;
     ckpt_error e;
@@ -571,7 +574,8 @@ static PyMethodDef Catalog_methods[] = {
     {"verify", (PyCFunction)(void (*)(void))Catalog_verify, METH_VARARGS | METH_KEYWORDS,
      "verify(progress=None) -> number of tensors whose checksum matched"},
     {"convert", (PyCFunction)(void (*)(void))Catalog_convert, METH_VARARGS | METH_KEYWORDS,
-     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None)"},
+     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None, "
+     "copy_files_from=None, dcp_ranks=0)"},
     {"close", (PyCFunction)Catalog_close, METH_NOARGS, "close(): release files (once no view refers to them)"},
     {NULL}};
 
@@ -1059,7 +1063,8 @@ static PyMethodDef Plan_methods[] = {
     {"data", (PyCFunction)Plan_data, METH_O, "data(i) -> Buffer, or None for a caller buffer"},
     {"stats", (PyCFunction)Plan_stats, METH_NOARGS, "stats() -> dict of the last load"},
     {"convert", (PyCFunction)(void (*)(void))Plan_convert, METH_VARARGS | METH_KEYWORDS,
-     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None)"},
+     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None, "
+     "copy_files_from=None, dcp_ranks=0)"},
     {NULL}};
 
 static PyTypeObject PlanType = {

@@ -43,22 +43,32 @@ static ckpt_status find_directory(ckpt__source *src, directory *dir, ckpt_error 
     uint64_t file_size = src->size;
     const char *path = src->name;
     if (file_size < EOCD_SIZE) return bad(err, path, NULL, 0, "file too small for a ZIP end record");
-    uint64_t tail_len = file_size < EOCD_SIZE + MAX_COMMENT ? file_size : EOCD_SIZE + MAX_COMMENT;
-    uint64_t tail_start = file_size - tail_len;
-    unsigned char *tail = ckpt__malloc((size_t)tail_len);
-    if (!tail) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
-    ckpt_status st = ckpt__source_read(src, tail, tail_len, tail_start, err);
+    /* The record closest to the end wins; most archives (torch's, and each
+     * of the thousands of items of a DCP checkpoint) have no comment, so a
+     * short tail is read first and the longest one only if it must be. */
+    uint64_t full = file_size < EOCD_SIZE + MAX_COMMENT ? file_size : EOCD_SIZE + MAX_COMMENT;
+    uint64_t tail_len = 0, tail_start = 0;
+    unsigned char *tail = NULL;
+    ckpt_status st = CKPT_OK;
     int64_t at = -1;
-    for (int64_t i = (int64_t)tail_len - EOCD_SIZE; st == CKPT_OK && i >= 0; i--) {
-        /* The comment length must reach exactly the end of the file. */
-        if (u32(tail + i) == SIG_EOCD && (uint64_t)i + EOCD_SIZE + u16(tail + i + 20) == tail_len) {
-            at = i;
-            break;
-        }
-    }
-    if (st) {
+    for (uint64_t want = full < 4096 ? full : 4096; at < 0 && want > tail_len; want = full) {
         free(tail);
-        return st;
+        tail_len = want;
+        tail_start = file_size - tail_len;
+        tail = ckpt__malloc((size_t)tail_len);
+        if (!tail) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+        st = ckpt__source_read(src, tail, tail_len, tail_start, err);
+        for (int64_t i = (int64_t)tail_len - EOCD_SIZE; st == CKPT_OK && i >= 0; i--) {
+            /* The comment length must reach exactly the end of the file. */
+            if (u32(tail + i) == SIG_EOCD && (uint64_t)i + EOCD_SIZE + u16(tail + i + 20) == tail_len) {
+                at = i;
+                break;
+            }
+        }
+        if (st) {
+            free(tail);
+            return st;
+        }
     }
     if (at < 0) {
         free(tail);

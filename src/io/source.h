@@ -140,6 +140,16 @@ static inline ckpt_status ckpt__source_read(ckpt__source *src, void *dst, uint64
 CKPT__HIDDEN ckpt_status ckpt__source_slurp(ckpt__source *src, uint64_t limit, ckpt_status too_large_status,
                                             char **data, ckpt_error *err);
 
+/* A source of the `length` bytes of `base` from `offset` (window_source.c):
+ * an archive embedded in a file, read in its own coordinates.  `base`
+ * must outlive the window, which has no descriptor and no mapping.  Fails
+ * with CKPT_E_TRUNCATED when the range runs past the end of `base`. */
+CKPT__HIDDEN ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset, uint64_t length,
+                                             ckpt__source **out, ckpt_error *err);
+
+/* Where a window starts in its base (0 for any other source). */
+CKPT__HIDDEN uint64_t ckpt__source_window_offset(const ckpt__source *src);
+
 /* The local file kind (file_source.c): registered in sources.c. */
 CKPT__HIDDEN extern const ckpt__source_kind ckpt__file_kind;
 
