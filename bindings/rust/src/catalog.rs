@@ -26,6 +26,16 @@ pub enum Format {
     Torch,
     /// `pytorch_model.bin.index.json` and its shards.
     TorchSharded,
+    /// A `.gguf` file, or gguf-split parts.
+    Gguf,
+    /// A torch.distributed.checkpoint directory.
+    Dcp,
+    /// One NumPy `.npy` array.
+    Npy,
+    /// A NumPy `.npz` archive.
+    Npz,
+    /// A Flax msgpack file (`flax_model.msgpack`).
+    FlaxMsgpack,
     Other(i32),
 }
 
@@ -37,6 +47,11 @@ impl Format {
             Format::SafetensorsSharded => sys::CKPT_FORMAT_SAFETENSORS_SHARDED,
             Format::Torch => sys::CKPT_FORMAT_TORCH,
             Format::TorchSharded => sys::CKPT_FORMAT_TORCH_SHARDED,
+            Format::Gguf => sys::CKPT_FORMAT_GGUF,
+            Format::Dcp => sys::CKPT_FORMAT_DCP,
+            Format::Npy => sys::CKPT_FORMAT_NPY,
+            Format::Npz => sys::CKPT_FORMAT_NPZ,
+            Format::FlaxMsgpack => sys::CKPT_FORMAT_FLAX_MSGPACK,
             Format::Other(n) => n,
         };
         unsafe { str_at(sys::ckpt_format_name(raw)) }.unwrap_or("?")
@@ -136,6 +151,11 @@ impl Catalog {
             sys::CKPT_FORMAT_SAFETENSORS_SHARDED => Format::SafetensorsSharded,
             sys::CKPT_FORMAT_TORCH => Format::Torch,
             sys::CKPT_FORMAT_TORCH_SHARDED => Format::TorchSharded,
+            sys::CKPT_FORMAT_GGUF => Format::Gguf,
+            sys::CKPT_FORMAT_DCP => Format::Dcp,
+            sys::CKPT_FORMAT_NPY => Format::Npy,
+            sys::CKPT_FORMAT_NPZ => Format::Npz,
+            sys::CKPT_FORMAT_FLAX_MSGPACK => Format::FlaxMsgpack,
             other => Format::Other(other),
         }
     }

@@ -563,3 +563,17 @@ fn pickle_globals_outside_the_allowlist_are_refused_and_open_options_reach_the_l
     let ok = ckpt::OpenOptions { allowed_globals: vec!["collections.OrderedDict".into()] };
     assert_eq!(Catalog::open_with(fx.path("resnet.pt"), &ok).unwrap().len(), fx.tensors_of("resnet.pt").count());
 }
+
+#[test]
+fn every_status_the_library_names_has_a_variant() {
+    // A status the C library knows but this binding leaves as Other(code)
+    // would reach users as a bare number: name them all.
+    for code in 1..256 {
+        let s = Status::from_code(code);
+        let known = s.name() != "CKPT_E_UNKNOWN_STATUS";
+        assert_eq!(known, !matches!(s, Status::Other(_)), "status {} ({})", code, s.name());
+        if known {
+            assert_eq!(s.code(), code);
+        }
+    }
+}

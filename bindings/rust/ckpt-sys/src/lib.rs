@@ -59,6 +59,35 @@ pub const CKPT_E_ZIP_UNSUPPORTED: ckpt_status = 51;
 pub const CKPT_E_CHECKSUM: ckpt_status = 52;
 pub const CKPT_E_PICKLE_INVALID: ckpt_status = 60;
 pub const CKPT_E_PICKLE_FORBIDDEN: ckpt_status = 61;
+pub const CKPT_E_INCOMPLETE: ckpt_status = 14;
+pub const CKPT_E_NO_MATCH: ckpt_status = 15;
+pub const CKPT_E_GGUF_VERSION: ckpt_status = 70;
+pub const CKPT_E_GGUF_LENGTH: ckpt_status = 71;
+pub const CKPT_E_GGUF_COUNT: ckpt_status = 72;
+pub const CKPT_E_GGUF_KV_TYPE: ckpt_status = 73;
+pub const CKPT_E_GGUF_TENSOR_TYPE: ckpt_status = 74;
+pub const CKPT_E_GGUF_DIMS: ckpt_status = 75;
+pub const CKPT_E_GGUF_ALIGNMENT: ckpt_status = 76;
+pub const CKPT_E_GGUF_OFFSET: ckpt_status = 77;
+pub const CKPT_E_GGUF_SPLIT: ckpt_status = 78;
+pub const CKPT_E_UNSUPPORTED_DTYPE: ckpt_status = 79;
+pub const CKPT_E_DCP_METADATA: ckpt_status = 80;
+pub const CKPT_E_DCP_CHUNK_HOLE: ckpt_status = 81;
+pub const CKPT_E_DCP_CHUNK_OVERLAP: ckpt_status = 82;
+pub const CKPT_E_DCP_CHUNK_BOUNDS: ckpt_status = 83;
+pub const CKPT_E_DCP_CHUNK_MISMATCH: ckpt_status = 84;
+pub const CKPT_E_DCP_PATH: ckpt_status = 85;
+pub const CKPT_E_DCP_UNSUPPORTED: ckpt_status = 86;
+pub const CKPT_E_NPY_INVALID: ckpt_status = 90;
+pub const CKPT_E_MSGPACK_INVALID: ckpt_status = 91;
+pub const CKPT_E_HTTP_STATUS: ckpt_status = 100;
+pub const CKPT_E_HTTP_AUTH: ckpt_status = 101;
+pub const CKPT_E_REMOTE_CHANGED: ckpt_status = 102;
+pub const CKPT_E_NO_RANGES: ckpt_status = 103;
+pub const CKPT_E_NETWORK: ckpt_status = 104;
+pub const CKPT_E_TIMEOUT: ckpt_status = 105;
+pub const CKPT_E_BAD_RESPONSE: ckpt_status = 106;
+pub const CKPT_E_UNSUPPORTED_SOURCE: ckpt_status = 107;
 
 /// `ckpt_error`: caller-allocated, filled on failure.
 #[repr(C)]
@@ -106,7 +135,11 @@ pub const CKPT_FORMAT_SAFETENSORS: ckpt_format = 1;
 pub const CKPT_FORMAT_SAFETENSORS_SHARDED: ckpt_format = 2;
 pub const CKPT_FORMAT_TORCH: ckpt_format = 3;
 pub const CKPT_FORMAT_TORCH_SHARDED: ckpt_format = 4;
+pub const CKPT_FORMAT_GGUF: ckpt_format = 5;
 pub const CKPT_FORMAT_DCP: ckpt_format = 6;
+pub const CKPT_FORMAT_NPY: ckpt_format = 7;
+pub const CKPT_FORMAT_NPZ: ckpt_format = 8;
+pub const CKPT_FORMAT_FLAX_MSGPACK: ckpt_format = 9;
 
 pub const CKPT_MAX_DIMS: u32 = 64;
 pub const CKPT_DEFAULT_MAX_SHARD_SIZE: u64 = 5_000_000_000;
