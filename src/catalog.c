@@ -211,11 +211,7 @@ ckpt_status ckpt__cat_add_storage(ckpt_catalog *c, uint32_t file, uint64_t base,
 
 static bool grow_names(ckpt_catalog *c) {
     size_t want = c->names_cap ? c->names_cap * 2 : 256;
-    ckpt__name_table t;
-    if (!ckpt__name_table_init(&t, want)) return false;
-    for (size_t i = 0; i < c->count; i++) ckpt__name_table_insert(&t, &c->tensors[0].name, sizeof *c->tensors, (uint32_t)i, NULL);
-    ckpt__name_table_free(&c->names);
-    c->names = t;
+    if (!ckpt__name_table_grow(&c->names, want)) return false;
     c->names_cap = want;
     return true;
 }

@@ -234,12 +234,7 @@ ckpt_status ckpt_writer_set_checkpoint_metadata(ckpt_writer *w, const char *key,
 }
 
 static bool rebuild_names(ckpt_writer *w, size_t want) {
-    ckpt__name_table t;
-    if (!ckpt__name_table_init(&t, want)) return false;
-    for (size_t i = 0; i < w->count; i++)
-        ckpt__name_table_insert(&t, &w->tensors[0].pub.name, sizeof *w->tensors, (uint32_t)i, NULL);
-    ckpt__name_table_free(&w->names);
-    w->names = t;
+    if (!ckpt__name_table_grow(&w->names, want)) return false;
     w->names_cap = want;
     return true;
 }

@@ -123,7 +123,10 @@ CKPT__HIDDEN void ckpt__pairs_free(ckpt__pairs *pairs);
 /* ---- string → index hash table (open addressing) ----------------------- */
 
 typedef struct ckpt__name_table {
-    uint32_t *slots; /* index + 1, 0 = empty */
+    /* (32 bits of the name's hash) << 32 | (index + 1); 0 = empty.  The
+     * hash is compared before the names, so a probe past another name
+     * costs no visit to the caller's array. */
+    uint64_t *slots;
     size_t mask;
 } ckpt__name_table;
 
@@ -141,6 +144,10 @@ CKPT__HIDDEN void ckpt__name_table_free(ckpt__name_table *table);
  */
 CKPT__HIDDEN bool ckpt__name_table_insert(ckpt__name_table *table, const char *const *names,
                                           size_t stride, uint32_t index, uint32_t *existing);
+
+/* Makes room for `count` names without visiting them (the stored hashes
+ * place them again); false when out of memory (the table is unchanged). */
+CKPT__HIDDEN bool ckpt__name_table_grow(ckpt__name_table *table, size_t count);
 
 /* Finds a name; returns its index or -1.  `names` as for insert. */
 CKPT__HIDDEN int64_t ckpt__name_table_find(const ckpt__name_table *table, const char *const *names,

@@ -88,8 +88,8 @@ bool ckpt__block_rows_ok(ckpt_dtype dtype, uint32_t ndim, const uint64_t *shape)
 
 ckpt_dtype ckpt_dtype_from_name(const char *name) {
     if (!name) return CKPT_DTYPE_INVALID;
-    for (int d = 1; d < CKPT_DTYPE_COUNT; d++)
-        if (strcmp(dtype_table[d].name, name) == 0) return (ckpt_dtype)d;
+    for (int d = 1; d < CKPT_DTYPE_COUNT; d++) /* first letters first: headers ask this once per tensor */
+        if (dtype_table[d].name[0] == name[0] && strcmp(dtype_table[d].name, name) == 0) return (ckpt_dtype)d;
     return CKPT_DTYPE_INVALID;
 }
 

@@ -38,17 +38,38 @@ void ckpt__name_table_free(ckpt__name_table *table) {
     table->slots = NULL;
 }
 
+/* The 32 hash bits a slot keeps: the high ones (the low ones pick the slot). */
+static uint64_t tag_of(uint64_t h) { return h & 0xFFFFFFFF00000000ULL; }
+
+bool ckpt__name_table_grow(ckpt__name_table *table, size_t count) {
+    ckpt__name_table t;
+    if (!ckpt__name_table_init(&t, count)) return false;
+    /* Slots keep only the high hash bits: place each by them, consistently
+     * with insert and find, which start at the same bits. */
+    for (size_t i = 0; table->slots && i <= table->mask; i++) {
+        uint64_t s = table->slots[i];
+        if (!s) continue;
+        size_t j = (size_t)(s >> 32) & t.mask;
+        while (t.slots[j]) j = (j + 1) & t.mask;
+        t.slots[j] = s;
+    }
+    free(table->slots);
+    *table = t;
+    return true;
+}
+
 bool ckpt__name_table_insert(ckpt__name_table *table, const char *const *names, size_t stride,
                              uint32_t index, uint32_t *existing) {
     const char *name = name_at(names, stride, index);
-    for (size_t i = ckpt__hash_str(name) & table->mask;; i = (i + 1) & table->mask) {
-        uint32_t s = table->slots[i];
+    uint64_t tag = tag_of(ckpt__hash_str(name));
+    for (size_t i = (size_t)(tag >> 32) & table->mask;; i = (i + 1) & table->mask) {
+        uint64_t s = table->slots[i];
         if (s == 0) {
-            table->slots[i] = index + 1;
+            table->slots[i] = tag | ((uint64_t)index + 1);
             return true;
         }
-        if (strcmp(name_at(names, stride, s - 1), name) == 0) {
-            if (existing) *existing = s - 1;
+        if (tag_of(s) == tag && strcmp(name_at(names, stride, (uint32_t)s - 1), name) == 0) {
+            if (existing) *existing = (uint32_t)s - 1;
             return false;
         }
     }
@@ -57,9 +78,10 @@ bool ckpt__name_table_insert(ckpt__name_table *table, const char *const *names, 
 int64_t ckpt__name_table_find(const ckpt__name_table *table, const char *const *names, size_t stride,
                               const char *name) {
     if (!table->slots) return -1;
-    for (size_t i = ckpt__hash_str(name) & table->mask;; i = (i + 1) & table->mask) {
-        uint32_t s = table->slots[i];
+    uint64_t tag = tag_of(ckpt__hash_str(name));
+    for (size_t i = (size_t)(tag >> 32) & table->mask;; i = (i + 1) & table->mask) {
+        uint64_t s = table->slots[i];
         if (s == 0) return -1;
-        if (strcmp(name_at(names, stride, s - 1), name) == 0) return s - 1;
+        if (tag_of(s) == tag && strcmp(name_at(names, stride, (uint32_t)s - 1), name) == 0) return (uint32_t)s - 1;
     }
 }
