@@ -68,17 +68,10 @@ static ckpt_status try_view(ckpt_plan *p, ckpt__plan_entry *e, bool *viewed, ckp
     return CKPT_OK;
 }
 
-ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error *err) {
-    ckpt_load_options taken;
-    ckpt_load_options_init(&taken);
-    if (options) CKPT__TAKE_OPTIONS(&taken, options);
-    const ckpt_load_options *o = &taken;
-    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
-    ckpt_status st = ckpt__plan_check(p, err);
-    if (st) return st;
-    memset(&p->stats, 0, sizeof p->stats);
-    ckpt__plan_release(p); /* a reload starts afresh */
-
+ckpt_status ckpt__load_moves(ckpt_plan *p, const ckpt_load_options *o, const bool *no_view, ckpt__move **out,
+                             size_t *out_count, uint64_t *out_views, ckpt_error *err) {
+    *out = NULL, *out_count = 0, *out_views = 0;
+    ckpt_status st = CKPT_OK;
     size_t n = p->selected_count, moves_used = 0;
     ckpt__move *moves = ckpt__calloc(n ? n : 1, sizeof *moves);
     if (!moves) return ckpt__oom(err, NULL, "the load's tensors");
@@ -87,7 +80,7 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
         ckpt__plan_entry *e = &p->entries[p->selected[k]];
         const ckpt_tensor_info *t = e->pub.source;
         bool viewed = false;
-        if (!e->buffer && o->views && (st = try_view(p, e, &viewed, err))) break;
+        if (!e->buffer && o->views && !(no_view && no_view[k]) && (st = try_view(p, e, &viewed, err))) break;
         if (viewed) {
             views++;
             continue;
@@ -112,11 +105,32 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
             .dtype = e->pub.dtype, .name = e->pub.name, .sink = CKPT__SINK_MEMORY, .dst = e->pub.data,
         };
     }
-    if (st == CKPT_OK) {
-        ckpt__engine_options eo = {.threads = o->threads, .chunk_bytes = o->chunk_bytes, .io = o->io,
-                                   .io_uring = o->io_uring, .progress = o->progress, .user = o->user};
-        st = ckpt__engine_run(p->catalog, moves, moves_used, &eo, &p->stats, err);
+    if (st) {
+        free(moves);
+        ckpt__plan_release(p);
+        return st;
     }
+    *out = moves, *out_count = moves_used, *out_views = views;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error *err) {
+    ckpt_load_options taken;
+    ckpt_load_options_init(&taken);
+    if (options) CKPT__TAKE_OPTIONS(&taken, options);
+    const ckpt_load_options *o = &taken;
+    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    ckpt_status st = ckpt__plan_check(p, err);
+    if (st) return st;
+    memset(&p->stats, 0, sizeof p->stats);
+    ckpt__plan_release(p); /* a reload starts afresh */
+    ckpt__move *moves;
+    size_t moves_used;
+    uint64_t views;
+    if ((st = ckpt__load_moves(p, o, NULL, &moves, &moves_used, &views, err))) return st;
+    ckpt__engine_options eo = {.threads = o->threads, .chunk_bytes = o->chunk_bytes, .io = o->io,
+                               .io_uring = o->io_uring, .progress = o->progress, .user = o->user};
+    st = ckpt__engine_run(p->catalog, moves, moves_used, &eo, &p->stats, err);
     p->stats.views = views;
     free(moves);
     if (st != CKPT_OK) ckpt__plan_release(p);
