@@ -38,6 +38,11 @@ static const char usage[] =
     "                         (key ckpt.xxh3_64), for ckpt verify\n"
     "  --verify               re-read what was written and check it (implies\n"
     "                         --checksums)\n"
+    "  --mpi                  split the conversion across the ranks of an MPI job\n"
+    "                         (automatic under mpirun -np N with N > 1): rank 0\n"
+    "                         reads the headers and lays the output out, each rank\n"
+    "                         converts its range of the output's bytes, rank 0\n"
+    "                         commits once all succeeded (needs libckpt_mpi)\n"
     "\n"
     "transforms (applied in the order given; PAT is a glob on the tensor's name in\n"
     "SRC, '*' matching dots too; without PAT, every tensor):\n"
@@ -149,13 +154,28 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
+typedef struct rule_list {
+    const rule *rules;
+    size_t count;
+} rule_list;
+
+/* Every transform of the command line, for the MPI path. */
+static int apply_rules(ckpt_plan *plan, void *user, ckpt_error *err) {
+    const rule_list *l = user;
+    for (size_t i = 0; i < l->count; i++) {
+        int rc = apply_rule(plan, &l->rules[i], err);
+        if (rc != EXIT_OK) return rc;
+    }
+    return EXIT_OK;
+}
+
 /* The command, with room for one transform per argument. */
 static int run_convert(int argc, char **argv, rule *rules) {
     const char *src = NULL, *dst = NULL, *shard_size = NULL;
     ckpt_writer_options opt;
     ckpt_writer_options_init(&opt);
     int show_progress = -1;
-    bool verify = false;
+    bool verify = false, mpi = false;
     size_t rule_count = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -185,6 +205,8 @@ static int run_convert(int argc, char **argv, rule *rules) {
                    !strcmp(a, "--layout")) {
             if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
             rules[rule_count++] = (rule){a, argv[++i]};
+        } else if (!strcmp(a, "--mpi")) {
+            mpi = true;
         } else if (!strcmp(a, "--progress") || !strcmp(a, "--no-progress")) {
             show_progress = !strcmp(a, "--progress");
         } else if (a[0] == '-' && a[1]) {
@@ -214,6 +236,10 @@ static int run_convert(int argc, char **argv, rule *rules) {
     if (shard_size && ends_with(dst, ".safetensors") && !dst_is_dir)
         return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", dst);
 
+    if (mpi || mpi_env_ranks() > 1) {
+        rule_list l = {rules, rule_count};
+        return convert_mpi(src, dst, &opt, show_progress, rule_count ? apply_rules : NULL, &l);
+    }
     ckpt_catalog *cat;
     if (ckpt_catalog_open(src, &cat, &err) != CKPT_OK) return report_error(&err);
     ckpt_plan *plan = NULL;

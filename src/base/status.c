@@ -53,6 +53,10 @@ static const status_entry status_table[] = {
     ENTRY(CKPT_E_CHECKSUM, "checksum mismatch"),
     ENTRY(CKPT_E_PICKLE_INVALID, "malformed pickle"),
     ENTRY(CKPT_E_PICKLE_FORBIDDEN, "pickle asks for something outside the allowlist"),
+    ENTRY(CKPT_E_PEER_FAILED, "another rank failed"),
+    ENTRY(CKPT_E_TIMEOUT, "a rank did not reach a collective step in time"),
+    ENTRY(CKPT_E_COMM, "the communicator failed"),
+    ENTRY(CKPT_E_COMM_DATA, "bytes from another rank are malformed, or ranks disagree"),
 };
 #undef ENTRY
 
