@@ -138,21 +138,24 @@ static bool piece_ok(const decoder *d, const ckpt__tensor_decl *t, const ckpt__p
         for (uint32_t a = 0; a < t->ndim; a++)
             if ((p->start && p->start[a]) || (p->count && p->count[a] != t->shape[a])) return false;
     }
-    if (p->record_size) {
-        /* The inflater stops at the record's end: bytes past the inflated
-         * data fail the read, not the process. */
-        return ckpt__add_u64(p->record, p->record_size, &x) && x <= fsize;
-    }
-    if (numel == 0) return p->offset <= fsize;
-    uint64_t bytes;
-    if (bits % 8) {
+    uint64_t bytes = 0, end;
+    if (numel && bits % 8) {
         if (ckpt__dtype_nbytes(t->dtype, numel, &bytes) != CKPT_OK) return false;
-    } else {
+    } else if (numel) {
         uint64_t elems = numel;
         if (p->strides && !ckpt__add_u64(last, 1, &elems)) return false;
         if (!ckpt__mul_u64(elems, bits / 8, &bytes)) return false;
     }
-    return ckpt__add_u64(p->offset, bytes, &x) && x <= fsize;
+    if (!ckpt__add_u64(p->offset, bytes, &end)) return false;
+    if (p->record_size) {
+        /* Inside a DEFLATE record: the inflated bytes are at most 1032 per
+         * compressed byte (DEFLATE's limit), and a read past what the record
+         * holds fails then; the record itself lies in the file. */
+        uint64_t most;
+        if (!ckpt__mul_u64(p->record_size, 1032, &most) || end > most + 1024) return false;
+        return ckpt__add_u64(p->record, p->record_size, &x) && x <= fsize;
+    }
+    return end <= fsize;
 }
 
 static uint64_t *u64s(decoder *d, uint32_t n) {
