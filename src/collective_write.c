@@ -57,7 +57,7 @@ static ckpt_status finish(ckpt__coll *c, ckpt_writer *w, bool sync, ckpt_status 
     double t0 = ckpt__now();
     if (local == CKPT_OK && c->rank != 0) local = ckpt__writer_sync_joined(w, sync, mine);
     c->stats->io_seconds += ckpt__now() - t0;
-    ckpt_status st = ckpt__coll_agree(c, local, mine, "writing the tensors", err);
+    ckpt_status st = ckpt__coll_agree(c, local, mine, "the vote after writing the tensors", err);
     if (st) return st;
     ckpt_error commit_err;
     ckpt_error_clear(&commit_err);
@@ -562,7 +562,7 @@ ckpt_status ckpt_shard_writer_commit(ckpt_shard_writer *sw, ckpt_error *err) {
 ckpt_status ckpt_shard_writer_abort(ckpt_shard_writer *sw, const ckpt_error *reason, ckpt_error *err) {
     if (!sw) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "writer is NULL");
     if (sw->state != SW_DECLARING && sw->state != SW_WRITING) return CKPT_OK;
-    const char *what = sw->state == SW_DECLARING ? "declaring the tensors" : "writing the tensors";
+    const char *what = sw->state == SW_DECLARING ? "declaring the tensors" : "the vote after writing the tensors";
     bool writing = sw->state == SW_WRITING;
     sw->state = SW_FAILED;
     ckpt_error mine;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 #include <zlib.h>
@@ -788,8 +789,15 @@ ckpt_status ckpt__writer_join(const void *data, size_t n, bool open_files, ckpt_
     ckpt_status st = join_decode(w, data, n, err);
     for (size_t f = 0; st == CKPT_OK && open_files && f < w->file_count; f++) {
         wfile *file = &w->files[f];
-        /* Rank 0 created it: open, never create. */
-        file->fd = ckpt__io_open(file->tmp_path, O_WRONLY | O_CLOEXEC);
+        /* Rank 0 created it: open, never create.  A network file system
+         * may show another client's new file a moment late (NFS attribute
+         * caches): a missing file is tried again for a few seconds. */
+        for (int tries = 0; tries < 40; tries++) {
+            file->fd = ckpt__io_open(file->tmp_path, O_WRONLY | O_CLOEXEC);
+            if (file->fd >= 0 || (errno != ENOENT && errno != ESTALE)) break;
+            struct timespec pause = {0, 125000000L};
+            nanosleep(&pause, NULL);
+        }
         if (file->fd < 0)
             st = ckpt__fail_errno(err, errno, file->tmp_path, -1,
                                   "cannot open the output file rank 0 created (is the output directory on a file "

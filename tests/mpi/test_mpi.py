@@ -57,7 +57,7 @@ def test_load_save_convert_match_single_process(tmp_path, n):
 def test_a_failing_rank_is_named_and_nothing_is_published(tmp_path):
     r = mpirun(3, DRIVER, "fail", tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.count("rank 2 failed (CKPT_E_NO_SPACE) at writing the tensors: the GPU's copy failed") == 2
+    assert r.stdout.count("rank 2 failed (CKPT_E_NO_SPACE) at the vote after writing the tensors: the GPU's copy failed") == 2
     assert not (tmp_path / "failed").exists()
 
 
@@ -67,7 +67,7 @@ def test_a_hanging_rank_times_out_on_the_others(tmp_path):
     # the unfinished vote).
     r = mpirun(3, DRIVER, "hang", tmp_path, timeout=60)
     for rank in (0, 1):
-        assert f"rank {rank}: rank 2 did not reach writing the tensors within 2 s" in r.stdout, r.stdout + r.stderr
+        assert f"rank {rank}: rank 2 did not reach the vote after writing the tensors within 2 s" in r.stdout, r.stdout + r.stderr
         assert f"rank {rank}: passed" in r.stdout
     assert not (tmp_path / "failed").exists()
 
