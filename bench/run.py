@@ -22,6 +22,11 @@ Suites:
   bindings       the Rust binding's ResNet-152 import and the Elixir binding's
                  1 GB tree round trip (bench/bindings_suite.py; not in the
                  default set: `make bench BENCH_ARGS=bindings`)
+  distributed    many processes: an 8 GB tensor-parallel load on 4 ranks
+                 against one process and Run:ai's distributed streamer, a
+                 4 GB collective save against one process, and a 1-32 rank
+                 MPI simulation (bench/distributed_suite.py; not in the
+                 default set: `make bench BENCH_ARGS=distributed`)
 
 Results: bench/results/<suite>.json and .png; `bench/report.py` renders the
 README table from the JSON.
@@ -440,6 +445,11 @@ def suite_bindings(args):
     run_bindings_suite(args)
 
 
+def suite_distributed(args):
+    from distributed_suite import run_distributed_suite
+    run_distributed_suite(args)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load", "python"])
@@ -452,12 +462,15 @@ def main():
                     help="layouts of the load suite's file: bf16 (single file), sharded (1 GB shards), f32")
     ap.add_argument("--python-gb", type=float, default=2, help="size (GB) of the python suite's checkpoint")
     ap.add_argument("--elixir-gb", type=float, default=1.0, help="size (GB) of the bindings suite's Elixir tree")
+    ap.add_argument("--dist-gb", type=float, default=8, help="size (GB) of the distributed suite's TP load")
+    ap.add_argument("--save-gb", type=float, default=4, help="size (GB) of the distributed suite's collective save")
+    ap.add_argument("--dist-parts", default="tp_load,save,mpi_sim", help="parts of the distributed suite to run")
     args = ap.parse_args()
     for s in args.suites:
         print(f"== {s}")
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
          "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
-         "bindings": suite_bindings}[s](args)
+         "bindings": suite_bindings, "distributed": suite_distributed}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 
