@@ -13,6 +13,8 @@ static const char usage[] =
     "                            [--select PAT] [--exclude PAT] [--rename FROM=TO]\n"
     "                            [--dtype [PAT=]DTYPE] [--slice [PAT=]SPEC]\n"
     "                            [--transpose PAT] [--layout [PAT=]FROM:TO]\n"
+    "                            [--to gguf|safetensors] [--gguf-kv FILE.json]\n"
+    "                            [--split-max-size SIZE] [--split-max-tensors N]\n"
     "\n"
     "Re-shard, merge or transform a checkpoint, streaming tensor data from file\n"
     "to file (memory use does not depend on the checkpoint's size).\n"
@@ -43,6 +45,13 @@ static const char usage[] =
     "                         reads the headers and lays the output out, each rank\n"
     "                         converts its range of the output's bytes, rank 0\n"
     "                         commits once all succeeded (needs libckpt_mpi)\n"
+    "  --ignore-unmatched     a pattern that matches no tensor is not an error\n"
+    "  --no-extra-files       when SRC is a model directory, do not copy its other\n"
+    "                         files (config.json, tokenizer files, ...) into DST\n"
+    "  --allow-global MODULE.NAME\n"
+    "                         allow this pickle global (repeatable), as torch's\n"
+    "                         add_safe_globals: numpy scalars and dtypes,\n"
+    "                         argparse.Namespace, dataclasses; nothing is executed\n"
     "\n"
     "transforms (applied in the order given; PAT is a glob on the tensor's name in\n"
     "SRC, '*' matching dots too; without PAT, every tensor):\n"
@@ -60,7 +69,23 @@ static const char usage[] =
     "                         so that loaders need not on every load\n"
     "  --layout [PAT=]FROM:TO reorder axes by letters, e.g. OIHW:HWIO (conv kernels\n"
     "                         of torch to TensorFlow/Flax); other ranks untouched\n"
-    "  With transforms, tensors sharing storage in a torch file are each written.\n"
+    "  A pattern that matches no tensor is an error (see --ignore-unmatched); one\n"
+    "  that names a single tensor the rule cannot apply to is an error too.\n"
+    "\n"
+    "GGUF:\n"
+    "  --to gguf|safetensors  the output format (default: by DST's extension)\n"
+    "  --dtype q8_0 / q4_0    quantize float matrices (2 or more axes, rows of whole\n"
+    "                         32-element blocks; vectors stay as they are), bit-exact\n"
+    "                         with gguf.quants; --dtype bf16/f16/f32 dequantizes\n"
+    "                         GGUF block types (quantized tensors written as\n"
+    "                         safetensors are dequantized to f32 unless --dtype says)\n"
+    "  --gguf-kv FILE.json    key-values to add or replace: {key: value}, a string,\n"
+    "                         a number, a bool, a list, or a typed value such as\n"
+    "                         {\"gguf_type\": \"u32\", \"value\": 4096}\n"
+    "  --split-max-size SIZE  split as gguf-split does: 500M, 2G (powers of 1000),\n"
+    "                         or any --max-shard-size form\n"
+    "  --split-max-tensors N  at most N tensors per split file\n"
+    "  Splits are DST-00001-of-0000N.gguf beside DST; SRC a first part merges.\n"
     "  -h, --help             show this help\n"
     "\n"
     "Output appears under its final name only when complete: an error or Ctrl-C\n"
@@ -95,6 +120,8 @@ static ckpt_dtype parse_dtype(const char *text) {
     };
     for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
         if (!strcasecmp(text, aliases[i].alias)) return aliases[i].dtype;
+    for (int d = 1; d < CKPT_DTYPE_COUNT; d++) /* ggml's block types: q8_0, Q4_K, ... */
+        if (ckpt_dtype_is_block((ckpt_dtype)d) && !strcasecmp(text, ckpt_dtype_name((ckpt_dtype)d))) return (ckpt_dtype)d;
     return ckpt_dtype_from_name(text);
 }
 
@@ -146,7 +173,16 @@ static int apply_rule(ckpt_plan *plan, const rule *r, ckpt_error *err) {
         int d = sign * (int)dim;
         st = *e == '/' ? ckpt_plan_split(plan, pat, d, a, b, err) : ckpt_plan_slice(plan, pat, d, a, b, err);
     }
-    return st == CKPT_OK ? EXIT_OK : report_error(err);
+    if (st != CKPT_OK) return report_error(err);
+    /* A broad pattern leaves what it cannot apply to as it is: say so. */
+    size_t matched, skipped;
+    ckpt_plan_last_rule(plan, &matched, &skipped);
+    if (skipped)
+        fprintf(stderr, "ckpt: %s %s: %zu of the %zu matching tensors left as they are (%s)\n", r->option, r->value,
+                skipped, matched,
+                !strcmp(r->option, "--dtype") ? "not of a dtype it casts"
+                : (!strcmp(r->option, "--slice") ? "no such dimension" : "another number of dimensions"));
+    return EXIT_OK;
 }
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -154,24 +190,85 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-typedef struct rule_list {
-    const rule *rules;
-    size_t count;
-} rule_list;
+/* A whole file into a malloc'ed string, or NULL (errno set). */
+static char *read_text_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t n = fread(buf + len, 1, cap - len - 1, f);
+        len += n;
+        if (len + 1 < cap) break;
+        char *bigger = realloc(buf, cap *= 2);
+        if (!bigger) free(buf);
+        buf = bigger;
+    }
+    fclose(f);
+    if (buf) buf[len] = '\0';
+    return buf;
+}
 
-/* Every transform of the command line, for the MPI path. */
-static int apply_rules(ckpt_plan *plan, void *user, ckpt_error *err) {
-    const rule_list *l = user;
-    for (size_t i = 0; i < l->count; i++) {
-        int rc = apply_rule(plan, &l->rules[i], err);
-        if (rc != EXIT_OK) return rc;
+/* gguf-split's sizes ("500M", "2G": powers of 1000), or ckpt_parse_size's. */
+static ckpt_status parse_split_size(const char *text, uint64_t *bytes, ckpt_error *err) {
+    size_t n = strlen(text);
+    if (n > 1 && n < 60 && (text[n - 1] == 'M' || text[n - 1] == 'G') && text[n - 2] >= '0' && text[n - 2] <= '9') {
+        char with_b[64];
+        snprintf(with_b, sizeof with_b, "%sB", text);
+        return ckpt_parse_size(with_b, bytes, err);
+    }
+    return ckpt_parse_size(text, bytes, err);
+}
+
+/* Glob-escapes a tensor name so that a pattern matches it alone. */
+static void escape_name(const char *name, char *out, size_t cap) {
+    size_t k = 0;
+    for (; *name && k + 2 < cap; name++) {
+        if (strchr("*?[]\\", *name)) out[k++] = '\\';
+        out[k++] = *name;
+    }
+    out[k] = '\0';
+}
+
+/* safetensors has no block types: quantized tensors the rules left as they
+ * are become f32 (lossless). */
+static int dequantize_rest(ckpt_plan *plan, ckpt_error *err) {
+    char pattern[8192];
+    for (size_t i = 0; i < ckpt_plan_count(plan); i++) {
+        const ckpt_plan_item *it = ckpt_plan_item_at(plan, i);
+        if (!ckpt_dtype_is_block(it->dtype)) continue;
+        escape_name(it->source->name, pattern, sizeof pattern);
+        if (ckpt_plan_cast(plan, pattern, CKPT_F32, err) != CKPT_OK) return report_error(err);
     }
     return EXIT_OK;
 }
 
-/* The command, with room for one transform per argument. */
-static int run_convert(int argc, char **argv, rule *rules) {
-    const char *src = NULL, *dst = NULL, *shard_size = NULL;
+typedef struct rule_list {
+    const rule *rules;
+    size_t count;
+    bool ignore_unmatched, gguf;
+} rule_list;
+
+/* The command line's plan: the transforms in order, then block types left
+ * as they are become f32 when the output is safetensors.  One process and
+ * every rank of an MPI job build it alike. */
+static int apply_rules(ckpt_plan *plan, void *user, ckpt_error *err) {
+    const rule_list *l = user;
+    if (l->ignore_unmatched) ckpt_plan_set_flags(plan, CKPT_PLAN_IGNORE_UNMATCHED);
+    for (size_t i = 0; i < l->count; i++) {
+        int rc = apply_rule(plan, &l->rules[i], err);
+        if (rc != EXIT_OK) return rc;
+    }
+    return l->gguf ? EXIT_OK : dequantize_rest(plan, err);
+}
+
+/* The command, with room for one transform and one allowed global per
+ * argument. */
+static int run_convert(int argc, char **argv, rule *rules, const char **globals) {
+    const char *src = NULL, *dst = NULL, *shard_size = NULL, *to = NULL, *kv_file = NULL, *split_size = NULL,
+               *split_tensors = NULL;
+    bool extra_files = true, ignore_unmatched = false;
+    size_t global_count = 0;
     ckpt_writer_options opt;
     ckpt_writer_options_init(&opt);
     int show_progress = -1;
@@ -191,10 +288,26 @@ static int run_convert(int argc, char **argv, rule *rules) {
             shard_size = a + 17;
         } else if (!strncmp(a, "--prefix=", 9)) {
             opt.prefix = a + 9;
+        } else if (!strcmp(a, "--to") || !strcmp(a, "--gguf-kv") || !strcmp(a, "--split-max-size") ||
+                   !strcmp(a, "--split-max-tensors")) {
+            if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
+            const char *v = argv[++i];
+            if (!strcmp(a, "--to")) to = v;
+            else if (!strcmp(a, "--gguf-kv")) kv_file = v;
+            else if (!strcmp(a, "--split-max-size")) split_size = v;
+            else split_tensors = v;
         } else if (!strcmp(a, "--force")) {
             opt.overwrite = 1;
         } else if (!strcmp(a, "--no-sync")) {
             opt.no_sync = 1;
+        } else if (!strcmp(a, "--ignore-unmatched")) {
+            ignore_unmatched = true;
+        } else if (!strcmp(a, "--no-extra-files")) {
+            extra_files = false;
+        } else if (!strcmp(a, "--allow-global") || !strncmp(a, "--allow-global=", 15)) {
+            if (a[14] == '=') globals[global_count++] = a + 15;
+            else if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
+            else globals[global_count++] = argv[++i];
         } else if (!strcmp(a, "--checksums")) {
             opt.checksums = 1;
         } else if (!strcmp(a, "--verify")) {
@@ -225,45 +338,87 @@ static int run_convert(int argc, char **argv, rule *rules) {
 
     ckpt_error err;
     ckpt_error_clear(&err);
+    if (to && strcasecmp(to, "gguf") && strcasecmp(to, "safetensors"))
+        return usage_error("convert", "--to takes gguf or safetensors, not '%s'", to);
+    bool gguf = to ? !strcasecmp(to, "gguf") : ends_with(dst, ".gguf");
+    char *kv_text = NULL;
+    struct stat sb;
+    if (gguf) {
+        opt.format = CKPT_FORMAT_GGUF;
+        if (shard_size) return usage_error("convert", "GGUF output splits with --split-max-size, not --max-shard-size");
+        if (split_size && parse_split_size(split_size, &opt.max_shard_size, &err) != CKPT_OK)
+            return usage_error("convert", "%s", err.message);
+        if (split_tensors) {
+            const char *e;
+            if (!parse_u64(split_tensors, &e, &opt.split_max_tensors) || *e || !opt.split_max_tensors)
+                return usage_error("convert", "--split-max-tensors needs a positive number, got '%s'", split_tensors);
+        }
+    } else {
+        if (to) opt.format = CKPT_FORMAT_SAFETENSORS;
+        if (split_size || split_tensors)
+            return usage_error("convert", "--split-max-size and --split-max-tensors are for GGUF output (DST *.gguf)");
+    }
+    if (kv_file) {
+        if (!(kv_text = read_text_file(kv_file))) {
+            fprintf(stderr, "ckpt: %s: %s\n", kv_file, strerror(errno));
+            return EXIT_ERROR;
+        }
+        opt.metadata_json = kv_text;
+    }
+    if (gguf) goto open; /* no safetensors sharding */
     if (shard_size) {
         if (ckpt_parse_size(shard_size, &opt.max_shard_size, &err) != CKPT_OK)
             return usage_error("convert", "%s", err.message);
     }
-    struct stat sb;
     bool dst_is_dir = stat(dst, &sb) == 0 && S_ISDIR(sb.st_mode);
     if (!shard_size && (dst_is_dir || !ends_with(dst, ".safetensors")))
         opt.max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
     if (shard_size && ends_with(dst, ".safetensors") && !dst_is_dir)
         return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", dst);
+open:
 
+    /* A model directory's other files (config.json, tokenizer files, …)
+     * go along into a directory of shards, so that the output loads on its
+     * own. */
+    if (extra_files && !gguf && opt.max_shard_size && stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) opt.copy_files_from = src;
+    ckpt_catalog_options copt;
+    ckpt_catalog_options_init(&copt);
+    copt.allowed_globals = globals;
+    copt.allowed_global_count = global_count;
+    rule_list l = {rules, rule_count, ignore_unmatched, gguf};
     if (mpi || mpi_env_ranks() > 1) {
-        rule_list l = {rules, rule_count};
-        return convert_mpi(src, dst, &opt, show_progress, rule_count ? apply_rules : NULL, &l);
+        int rc = convert_mpi(src, dst, &copt, &opt, show_progress, apply_rules, &l);
+        free(kv_text);
+        return rc;
     }
     ckpt_catalog *cat;
-    if (ckpt_catalog_open(src, &cat, &err) != CKPT_OK) return report_error(&err);
+    if (ckpt_catalog_open_ex(src, &copt, &cat, &err) != CKPT_OK) {
+        free(kv_text);
+        return report_error(&err);
+    }
+    /* A conversion is a plan: the identity, or the rules in order. */
     ckpt_plan *plan = NULL;
-    if (rule_count) {
-        if (ckpt_plan_create(cat, &plan, &err) != CKPT_OK) {
+    if (ckpt_plan_create(cat, &plan, &err) != CKPT_OK) {
+        ckpt_catalog_close(cat);
+        free(kv_text);
+        return report_error(&err);
+    }
+    {
+        int rc = apply_rules(plan, &l, &err);
+        if (rc != EXIT_OK) {
+            ckpt_plan_free(plan);
             ckpt_catalog_close(cat);
-            return report_error(&err);
-        }
-        for (size_t i = 0; i < rule_count; i++) {
-            int rc = apply_rule(plan, &rules[i], &err);
-            if (rc != EXIT_OK) {
-                ckpt_plan_free(plan);
-                ckpt_catalog_close(cat);
-                return rc;
-            }
+            free(kv_text);
+            return rc;
         }
     }
     progress_bar bar;
     progress_start(&bar, "converting", show_progress);
-    ckpt_status st = plan ? ckpt_convert_plan(plan, dst, &opt, progress_update, &bar, &err)
-                          : ckpt_convert(cat, dst, &opt, progress_update, &bar, &err);
+    ckpt_status st = ckpt_convert_plan(plan, dst, &opt, progress_update, &bar, &err);
     progress_finish(&bar, st == CKPT_OK);
     ckpt_plan_free(plan);
     ckpt_catalog_close(cat);
+    free(kv_text);
     if (st != CKPT_OK) {
         if (st == CKPT_E_CANCELLED) {
             fprintf(stderr, "ckpt: interrupted; %s left as it was\n", dst);
@@ -286,11 +441,11 @@ static int run_convert(int argc, char **argv, rule *rules) {
 
 int cmd_convert(int argc, char **argv) {
     rule *rules = calloc((size_t)argc, sizeof *rules);
-    if (!rules) {
-        fputs("ckpt: out of memory\n", stderr);
-        return EXIT_ERROR;
-    }
-    int rc = run_convert(argc, argv, rules);
+    const char **globals = calloc((size_t)argc, sizeof *globals);
+    int rc = EXIT_ERROR;
+    if (!rules || !globals) fputs("ckpt: out of memory\n", stderr);
+    else rc = run_convert(argc, argv, rules, globals);
     free(rules);
+    free(globals);
     return rc;
 }

@@ -60,7 +60,8 @@ static int report(const ckpt_comm *comm, const ckpt_error *err) {
     return EXIT_ERROR;
 }
 
-int convert_mpi(const char *src, const char *dst, const ckpt_writer_options *opt, int show_progress,
+int convert_mpi(const char *src, const char *dst, const ckpt_catalog_options *copt, const ckpt_writer_options *opt,
+                int show_progress,
                 int (*apply)(ckpt_plan *plan, void *user, ckpt_error *err), void *user) {
     char tried[4096] = "";
     void *lib = load_library(tried, sizeof tried);
@@ -88,7 +89,7 @@ int convert_mpi(const char *src, const char *dst, const ckpt_writer_options *opt
     ckpt_catalog *cat = NULL;
     ckpt_plan *plan = NULL;
     ckpt_collective_stats stats;
-    ckpt_status st = ckpt_catalog_open_collective(src, NULL, &comm, NULL, &cat, &err);
+    ckpt_status st = ckpt_catalog_open_collective(src, copt, &comm, NULL, &cat, &err);
     if (st == CKPT_OK) st = ckpt_plan_create(cat, &plan, &err);
     /* The rules are the same on every rank (the same command line); a rule
      * that fails, fails everywhere alike. */

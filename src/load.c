@@ -43,14 +43,20 @@ static bool single_run(const ckpt__plan_entry *e) {
 
 static uint64_t slice_offset(const ckpt__plan_entry *e) {
     const ckpt_tensor_info *t = e->pub.source;
-    uint64_t off = 0, s = 1;
-    for (uint32_t d = t->ndim; d-- > 0;) off += e->start[d] * s, s *= t->shape[d];
-    return off * (ckpt_dtype_bits(t->dtype) / 8);
+    /* In units: elements, or blocks along the innermost axis of a block type. */
+    uint64_t off = 0, s = 1, block = ckpt_dtype_block_elems(t->dtype);
+    for (uint32_t d = t->ndim; d-- > 0;) {
+        uint64_t div = d == t->ndim - 1 ? block : 1;
+        off += e->start[d] / div * s, s *= t->shape[d] / div;
+    }
+    return off * ckpt_dtype_block_bytes(t->dtype);
 }
 
-/* A view of the entry's bytes in the file's shared mapping, when the bytes
- * are the tensor as loaded and the file can be mapped; false otherwise. */
-static ckpt_status try_view(ckpt_plan *p, ckpt__plan_entry *e, bool *viewed, ckpt_error *err) {
+/* A view of the entry's bytes in a mapping of its file — the catalog's
+ * shared one, or the plan's private (copy-on-write, prefetched) one — when
+ * the bytes are the tensor as loaded and the file can be mapped; else
+ * *viewed stays false. */
+static ckpt_status try_view(ckpt_plan *p, ckpt__plan_entry *e, int views, bool *viewed, ckpt_error *err) {
     const ckpt_tensor_info *t = e->pub.source;
     size_t index = ckpt__catalog_index_of(p->catalog, t);
     uint32_t pieces;
@@ -60,11 +66,54 @@ static ckpt_status try_view(ckpt_plan *p, ckpt__plan_entry *e, bool *viewed, ckp
     if (e->pub.transform || pieces != 1 || !single_run(e) || !(src->caps & CKPT__SRC_MAP) || (src->caps & CKPT__SRC_REMOTE))
         return CKPT_OK;
     const void *view;
-    ckpt_status st = ckpt_catalog_view(p->catalog, t, &view, err);
-    if (st) return st;
+    if (views == CKPT_VIEWS_PRIVATE) {
+        size_t files = ckpt_catalog_file_count(p->catalog);
+        if (!p->maps && !(p->maps = ckpt__calloc(files ? files : 1, sizeof *p->maps)))
+            return ckpt__oom(err, src->name, NULL);
+        ckpt_status st = CKPT_OK;
+        if (!p->maps[t->file]) st = ckpt_catalog_map_file(p->catalog, t->file, CKPT_MAP_PREFETCH, &p->maps[t->file], err);
+        if (st) return ckpt__error_in_tensor(err, st, t->name);
+        static const char empty[1];
+        unsigned char *base = ckpt_mapping_data(p->maps[t->file]);
+        view = base ? (const void *)(base + t->offset) : (const void *)empty;
+    } else {
+        ckpt_status st = ckpt_catalog_view(p->catalog, t, &view, err);
+        if (st) return st;
+    }
     e->pub.data = (unsigned char *)view + slice_offset(e);
-    e->pub.is_view = 1;
+    e->pub.is_view = (uint8_t)(views == CKPT_VIEWS_PRIVATE ? 2 : 1);
     *viewed = true;
+    return CKPT_OK;
+}
+
+/* Where one entry's bytes go: the caller's buffer, a view (nothing to
+ * move: *move_out stays unset) or a buffer the library allocates. */
+static ckpt_status place_entry(ckpt_plan *p, ckpt__plan_entry *e, int views, ckpt__move *move_out, bool *moved,
+                               ckpt_error *err) {
+    const ckpt_tensor_info *t = e->pub.source;
+    const char *path = ckpt_catalog_file_path(p->catalog, t->file);
+    bool viewed = false;
+    *moved = false;
+    ckpt_status st = CKPT_OK;
+    if (!e->buffer && views && (st = try_view(p, e, views, &viewed, err))) return st;
+    if (viewed) return CKPT_OK;
+    if (e->buffer && e->capacity < e->pub.nbytes) /* a rule after set_buffer grew the tensor (a cast) */
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, e->pub.name, -1,
+                          "buffer of %llu bytes for a tensor of %llu bytes", (unsigned long long)e->capacity,
+                          (unsigned long long)e->pub.nbytes);
+    if (e->buffer) {
+        e->pub.data = e->buffer;
+    } else if ((e->owned = alloc_buffer(e->pub.nbytes))) {
+        e->pub.data = e->owned;
+    } else {
+        return ckpt__fail(err, CKPT_E_NO_MEMORY, path, e->pub.name, -1, "cannot allocate %llu bytes",
+                          (unsigned long long)e->pub.nbytes);
+    }
+    *move_out = (ckpt__move){
+        .tensor = ckpt__catalog_index_of(p->catalog, t), .start = e->start, .count = e->count, .perm = e->perm,
+        .dtype = e->pub.dtype, .name = e->pub.name, .sink = CKPT__SINK_MEMORY, .dst = e->pub.data,
+    };
+    *moved = true;
     return CKPT_OK;
 }
 
@@ -72,38 +121,18 @@ ckpt_status ckpt__load_moves(ckpt_plan *p, const ckpt_load_options *o, const boo
                              size_t *out_count, uint64_t *out_views, ckpt_error *err) {
     *out = NULL, *out_count = 0, *out_views = 0;
     ckpt_status st = CKPT_OK;
+    /* a destination for every selected entry (no_view[k]: the k-th is read
+     * into memory, never viewed — a collective load broadcasts into it) */
     size_t n = p->selected_count, moves_used = 0;
     ckpt__move *moves = ckpt__calloc(n ? n : 1, sizeof *moves);
     if (!moves) return ckpt__oom(err, NULL, "the load's tensors");
     uint64_t views = 0;
     for (size_t k = 0; st == CKPT_OK && k < n; k++) {
-        ckpt__plan_entry *e = &p->entries[p->selected[k]];
-        const ckpt_tensor_info *t = e->pub.source;
-        bool viewed = false;
-        if (!e->buffer && o->views && !(no_view && no_view[k]) && (st = try_view(p, e, &viewed, err))) break;
-        if (viewed) {
-            views++;
-            continue;
-        }
-        if (e->buffer && e->capacity < e->pub.nbytes) { /* a rule after set_buffer grew the tensor (a cast) */
-            st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, ckpt_catalog_file_path(p->catalog, t->file), e->pub.name, -1,
-                            "buffer of %llu bytes for a tensor of %llu bytes", (unsigned long long)e->capacity,
-                            (unsigned long long)e->pub.nbytes);
-            break;
-        }
-        if (e->buffer) {
-            e->pub.data = e->buffer;
-        } else if (!(e->owned = alloc_buffer(e->pub.nbytes))) {
-            st = ckpt__fail(err, CKPT_E_NO_MEMORY, ckpt_catalog_file_path(p->catalog, t->file), e->pub.name, -1,
-                            "cannot allocate %llu bytes", (unsigned long long)e->pub.nbytes);
-            break;
-        } else {
-            e->pub.data = e->owned;
-        }
-        moves[moves_used++] = (ckpt__move){
-            .tensor = ckpt__catalog_index_of(p->catalog, t), .start = e->start, .count = e->count, .perm = e->perm,
-            .dtype = e->pub.dtype, .name = e->pub.name, .sink = CKPT__SINK_MEMORY, .dst = e->pub.data,
-        };
+        bool moved = false;
+        int v = no_view && no_view[k] ? 0 : o->views;
+        st = place_entry(p, &p->entries[p->selected[k]], v, &moves[moves_used], &moved, err);
+        if (st == CKPT_OK && moved) moves_used++;
+        else if (st == CKPT_OK) views++;
     }
     if (st) {
         free(moves);

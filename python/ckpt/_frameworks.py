@@ -37,6 +37,8 @@ class Torch:
 
     @staticmethod
     def storage_shape(dtype, shape):
+        if dtype in _dtypes.BLOCKS:
+            return _dtypes.block_storage_shape(dtype, shape)
         per = _dtypes.PACKED.get(dtype)
         shape = tuple(shape)
         if per and shape:
@@ -84,6 +86,10 @@ class Torch:
         return t.contiguous()
 
     @staticmethod
+    def check_device(device):
+        pass  # torch takes any device it knows, and says so when it does not
+
+    @staticmethod
     def to_device(t, device):
         if device is None or device == "cpu" or str(device) == "cpu":
             return t
@@ -112,6 +118,7 @@ class Numpy:
     def from_buffer(buf, dtype, shape, offset=0, tensor=None):
         import numpy as np
         dt = _dtypes.numpy_dtype(dtype, tensor)
+        shape = Numpy.storage_shape(dtype, shape)
         count = _numel(shape)
         if count == 0:
             return np.empty(shape, dtype=dt)
@@ -119,12 +126,14 @@ class Numpy:
 
     @staticmethod
     def storage_shape(dtype, shape):
+        if dtype in _dtypes.BLOCKS:
+            return _dtypes.block_storage_shape(dtype, shape)
         return tuple(shape)
 
     @staticmethod
     def empty(dtype, shape, tensor=None):
         import numpy as np
-        return np.empty(tuple(shape), dtype=_dtypes.numpy_dtype(dtype, tensor))
+        return np.empty(Numpy.storage_shape(dtype, shape), dtype=_dtypes.numpy_dtype(dtype, tensor))
 
     @staticmethod
     def describe(a):
@@ -160,7 +169,14 @@ class Numpy:
         return a
 
     @staticmethod
+    def check_device(device):
+        if device is not None and str(device) != "cpu":
+            raise ValueError(f"numpy arrays live on the host: device={device!r} is not honoured (use framework=\"pt\" "
+                             "for torch devices, or ckpt.jax for JAX devices and shardings)")
+
+    @staticmethod
     def to_device(a, device):
+        Numpy.check_device(device)
         return a
 
     @staticmethod
@@ -178,9 +194,19 @@ class Jax(Numpy):
     name = "flax"
 
     @staticmethod
+    def check_device(device):
+        import jax
+        if device is not None and str(device) != "cpu" and not isinstance(device, jax.Device):
+            raise ValueError(f"device={device!r} is not honoured by framework=\"flax\": give a jax.Device, or load "
+                             "with ckpt.jax, whose shardings place each device's block")
+
+    @staticmethod
     def to_device(a, device):
-        import jax.numpy as jnp
-        return jnp.asarray(a)
+        import jax
+        Jax.check_device(device)
+        if isinstance(device, jax.Device):
+            return jax.device_put(a, device)
+        return jax.numpy.asarray(a)
 
 
 FRAMEWORKS = {"pt": Torch, "torch": Torch, "np": Numpy, "numpy": Numpy, "flax": Jax, "jax": Jax}

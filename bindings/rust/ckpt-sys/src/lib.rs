@@ -95,7 +95,11 @@ pub const CKPT_C64: ckpt_dtype = 19;
 pub const CKPT_F64: ckpt_dtype = 20;
 pub const CKPT_I64: ckpt_dtype = 21;
 pub const CKPT_U64: ckpt_dtype = 22;
-pub const CKPT_DTYPE_COUNT: c_int = 23;
+/// GGUF's block-quantized types are CKPT_Q4_0 (23) ... CKPT_Q1_0 (48).
+pub const CKPT_Q4_0: ckpt_dtype = 23;
+pub const CKPT_Q8_0: ckpt_dtype = 27;
+pub const CKPT_Q1_0: ckpt_dtype = 48;
+pub const CKPT_DTYPE_COUNT: c_int = 49;
 
 pub type ckpt_format = c_int;
 pub const CKPT_FORMAT_SAFETENSORS: ckpt_format = 1;
@@ -188,7 +192,7 @@ impl<T> Reserved<T> {
     }
 }
 
-/// `ckpt_catalog_options`: initialise with `ckpt_catalog_options_init` (sets `size`).
+/// `ckpt_catalog_options`: initialise with `ckpt_catalog_options_init_sized` (sets `size`).
 #[repr(C)]
 pub struct ckpt_catalog_options {
     pub size: usize,
@@ -205,6 +209,12 @@ pub struct ckpt_writer_options {
     pub no_sync: c_int,
     pub checksums: c_int,
     pub copy_partial_views: c_int,
+    pub format: c_int,
+    pub copy_files_from: *const c_char,
+    /// GGUF output: at most this many tensors per split file (0: no limit).
+    pub split_max_tensors: u64,
+    /// Metadata adding to or replacing the source's: a JSON object text (NULL: none).
+    pub metadata_json: *const c_char,
 }
 
 /// Where a tensor's bytes lie in the caller's memory (ckpt_writer_add_tensor_shared).
@@ -273,7 +283,8 @@ extern "C" {
     pub fn ckpt_format_name(format: ckpt_format) -> *const c_char;
 
     pub fn ckpt_catalog_open(path: *const c_char, out: *mut *mut ckpt_catalog, err: *mut ckpt_error) -> ckpt_status;
-    pub fn ckpt_catalog_options_init(options: *mut ckpt_catalog_options);
+    /// Fills the first `size` bytes (the caller's `size_of`) with the defaults.
+    pub fn ckpt_catalog_options_init_sized(options: *mut ckpt_catalog_options, size: usize);
     pub fn ckpt_catalog_open_ex(
         path: *const c_char,
         options: *const ckpt_catalog_options,
@@ -316,7 +327,8 @@ extern "C" {
 
     pub fn ckpt_parse_size(text: *const c_char, bytes: *mut u64, err: *mut ckpt_error) -> ckpt_status;
 
-    pub fn ckpt_writer_options_init(options: *mut ckpt_writer_options);
+    /// Fills the first `size` bytes (the caller's `size_of`) with the defaults.
+    pub fn ckpt_writer_options_init_sized(options: *mut ckpt_writer_options, size: usize);
     pub fn ckpt_writer_create(
         path: *const c_char,
         options: *const ckpt_writer_options,
@@ -465,7 +477,8 @@ extern "C" {
         err: *mut ckpt_error,
     ) -> ckpt_status;
 
-    pub fn ckpt_load_options_init(options: *mut ckpt_load_options);
+    /// Fills the first `size` bytes (the caller's `size_of`) with the defaults.
+    pub fn ckpt_load_options_init_sized(options: *mut ckpt_load_options, size: usize);
     pub fn ckpt_load(plan: *mut ckpt_plan, options: *const ckpt_load_options, err: *mut ckpt_error) -> ckpt_status;
     pub fn ckpt_plan_stats(plan: *const ckpt_plan, stats: *mut ckpt_load_stats);
     pub fn ckpt_convert_plan(
@@ -549,6 +562,10 @@ mod layout {
             ("ckpt_writer_options.no_sync", off!(ckpt_writer_options, no_sync), true),
             ("ckpt_writer_options.checksums", off!(ckpt_writer_options, checksums), true),
             ("ckpt_writer_options.copy_partial_views", off!(ckpt_writer_options, copy_partial_views), true),
+            ("ckpt_writer_options.format", off!(ckpt_writer_options, format), true),
+            ("ckpt_writer_options.copy_files_from", off!(ckpt_writer_options, copy_files_from), true),
+            ("ckpt_writer_options.split_max_tensors", off!(ckpt_writer_options, split_max_tensors), true),
+            ("ckpt_writer_options.metadata_json", off!(ckpt_writer_options, metadata_json), true),
             ("sizeof ckpt_tensor_storage", size_of::<ckpt_tensor_storage>(), true),
             ("ckpt_tensor_storage.id", off!(ckpt_tensor_storage, id), true),
             ("ckpt_tensor_storage.nbytes", off!(ckpt_tensor_storage, nbytes), true),
