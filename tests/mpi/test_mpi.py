@@ -134,3 +134,16 @@ def test_mpi_flag_without_library_explains(tmp_path, source):
     r = subprocess.run([CKPT, "convert", "--mpi", source, tmp_path / "out"], env=env, capture_output=True, text=True)
     assert r.returncode == 1
     assert "needs libckpt_mpi" in r.stderr and "no-such-lib.so" in r.stderr
+
+
+def test_mpirun_ckpt_convert_gguf_both_ways(tmp_path, source):
+    # To GGUF with quantized blocks, and back to safetensors (blocks become
+    # f32): every rank's byte ranges land where one process writes them.
+    for dst, args, src in (("q.gguf", ["--dtype", "q8_0", "--exclude", "step"], source),
+                           ("back", [], None)):
+        src = src or tmp_path / "single-q.gguf"
+        r = subprocess.run([CKPT, "convert", src, tmp_path / f"single-{dst}", *args], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        r = mpirun(3, CKPT, "convert", src, tmp_path / f"collective-{dst}", *args)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert same_tree(tmp_path / f"single-{dst}", tmp_path / f"collective-{dst}")
