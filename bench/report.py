@@ -234,6 +234,68 @@ def gguf_chart(doc):
     plt.close(fig)
 
 
+def jax_docs():
+    return sorted((json.loads(p.read_text()) for p in RESULTS.glob("jax-*GB.json")), key=lambda d: d["bytes"])
+
+
+def jax_table(doc):
+    gb = doc["bytes"] / 1e9
+    r = doc["results"]
+    arrays = next(iter(r["rows"].values()))["array_bytes"]
+    lines = [f"**A {gb:.1f} GB Llama-shaped bf16 checkpoint onto {doc['devices']} CPU devices** ({doc['file']}; "
+             "rows: 8x1 mesh, 2-D arrays `PartitionSpec('x', None)`; rect: 4x2 mesh, `PartitionSpec('x', 'y')`; "
+             "1-D arrays replicated; own process each, median of "
+             f"{doc['runs']}; every byte of every shard checksummed; peak RSS above the process's RSS once jax "
+             f"has started, the arrays being {arrays / 2**30:.2f} GiB)", "",
+             "| mesh | contender | warm load | cold load | peak RSS above start | process peak RSS |",
+             "|---|---|---:|---:|---:|---:|"]
+    for mesh in ("rows", "rect"):
+        for k, w in r[mesh].items():
+            c = r.get(f"{mesh}_cold", {}).get(k)
+            cold = f"{c['load_median']:.2f} s" if c else "—"
+            lines.append(f"| {mesh} | {k} | {w['load_median']:.2f} s | {cold} | "
+                         f"{w['rss_over_base_bytes'] / 2**30:.2f} GiB ({w['rss_over_base_bytes'] / arrays:.2f}x) | "
+                         f"{w['peak_rss_bytes'] / 2**30:.2f} GiB |")
+    two = doc.get("two_processes", {})
+    if two:
+        lines += ["", "| two JAX processes, 4 devices each | process | bytes read | bytes its devices need | "
+                  "file | peak RSS above start |", "|---|---:|---:|---:|---:|---:|"]
+        for mesh, m in two.items():
+            for d in m["per_process"]:
+                lines.append(f"| {mesh} | {d['process']} | {d['bytes_read'] / 2**20:,.0f} MiB | "
+                             f"{d['bytes_needed'] / 2**20:,.0f} MiB | {doc['bytes'] / 2**20:,.0f} MiB | "
+                             f"{(d['rss_peak'] - d['rss_base']) / 2**30:.2f} GiB |")
+    m = doc["machine"]
+    lines += ["", f"jax {m.get('jax')}, flax {m.get('flax')}, orbax-checkpoint {m.get('orbax.checkpoint')}, "
+              f"safetensors {m.get('safetensors')}.", ""]
+    return lines
+
+
+def jax_chart(doc):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    r = doc["results"]
+    fig, axes = plt.subplots(1, 2, figsize=(14, 3.5))
+    for ax, key, title in ((axes[0], "load_median", "warm load onto 8 devices (s)"),
+                           (axes[1], "rss_over_base_bytes", "peak RSS above start (GiB)")):
+        names, values, colors = [], [], []
+        for mesh in ("rows", "rect"):
+            for n, v in r[mesh].items():
+                names.append(f"{mesh}: {n}")
+                values.append(v[key] / (2**30 if key.endswith("bytes") else 1))
+                colors.append("#2a7" if n.startswith("ckpt") else "#999")
+        ax.barh(names, values, color=colors)
+        ax.invert_yaxis()
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"jax-{round(doc['bytes'] / 1e9)}GB.png", dpi=100)
+    plt.close(fig)
+
+
 def bindings_tables(doc):
     """The Rust and Elixir bindings (bench/bindings_suite.py)."""
     lines = []
@@ -361,6 +423,8 @@ def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
     for doc in python_docs():
         if "load_file_cold" in doc["results"]:
             lines += python_table(doc)
+    for doc in jax_docs():
+        lines += jax_table(doc)
     if open_doc:
         m = open_doc["machine"]
         lines.append(f"Machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('mem_gib')} GiB, "
@@ -411,6 +475,8 @@ def main():
     for doc in python_docs():
         if "load_file_cold" in doc["results"]:
             python_chart(doc)
+    for doc in jax_docs():
+        jax_chart(doc)
     if torch_convert:
         charts(None, torch_convert, name="torch_convert")
     if load("gguf") and "cases" in load("gguf"):

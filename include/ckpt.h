@@ -38,6 +38,12 @@
  *   (quantized blocks kept as CKPT_Q4_0 ... dtypes, dequantized or
  *   quantized by casts), typed key-values (ckpt_catalog_kv), big-endian
  *   files; written as GGUFWriter writes them (ckpt_writer_options.format).
+ * - NumPy `.npy` files (every header version; Fortran order and big-endian
+ *   data read as such) and `.npz` archives (stored or DEFLATE members).
+ * - Flax msgpack files (flax.serialization; transformers'
+ *   `flax_model.msgpack` and its sharded `flax_model.msgpack.index.json`),
+ *   arrays over 1 GiB in Flax's chunked layout included; the document's
+ *   structure and non-tensor values are kept as JSON.
  *
  * Conventions
  * -----------
@@ -154,6 +160,10 @@ typedef enum ckpt_status {
     CKPT_E_GGUF_OFFSET = 77,        /* tensor data outside the file, or overlapping */
     CKPT_E_GGUF_SPLIT = 78,         /* split files that do not fit together     */
     CKPT_E_UNSUPPORTED_DTYPE = 79,  /* a dtype this operation or output format cannot take */
+
+    /* NumPy .npy/.npz files and Flax msgpack files */
+    CKPT_E_NPY_INVALID = 90,        /* a malformed .npy header                  */
+    CKPT_E_MSGPACK_INVALID = 91,    /* a malformed msgpack document, or not Flax's */
 
     /* Ranges reserved for the formats and sources being added: 70-79 GGUF,
      * 80-89 PyTorch DCP, 90-99 NumPy and Flax msgpack, 100-109 remote
@@ -302,9 +312,11 @@ typedef enum ckpt_format {
     CKPT_FORMAT_SAFETENSORS_SHARDED = 2, /* index.json + shards            */
     CKPT_FORMAT_TORCH = 3,               /* one torch.save zip file        */
     CKPT_FORMAT_TORCH_SHARDED = 4,       /* pytorch_model.bin.index.json + shards */
-    CKPT_FORMAT_GGUF = 5                 /* a .gguf file, or gguf-split parts  */
-    /* Numbers 6-9 are reserved for: 6 PyTorch distributed (DCP),
-     * 7 NumPy .npy, 8 NumPy .npz, 9 Flax msgpack. */
+    CKPT_FORMAT_GGUF = 5,                /* a .gguf file, or gguf-split parts  */
+    /* Number 6 is reserved for PyTorch distributed (DCP). */
+    CKPT_FORMAT_NPY = 7,                 /* one NumPy .npy array           */
+    CKPT_FORMAT_NPZ = 8,                 /* a NumPy .npz archive of arrays */
+    CKPT_FORMAT_FLAX_MSGPACK = 9         /* flax.serialization msgpack (flax_model.msgpack) */
 } ckpt_format;
 
 /* The format's short name ("safetensors", "safetensors-sharded", "torch",
@@ -334,8 +346,10 @@ typedef struct ckpt_tensor_info {
      * on big-endian machines); reads return little-endian data. */
     uint8_t big_endian;
     /* Non-zero when the data sits in a compressed (DEFLATE) zip record
-     * (a re-zipped torch file): reads inflate it, a view is refused, and
-     * `offset` is not a place in the file. */
+     * (a re-zipped torch file, an np.savez_compressed member) or is
+     * assembled from several chunks (a large array of a Flax msgpack
+     * file): reads inflate or gather it, a view is refused, and `offset`
+     * is not a place in the file. */
     uint8_t compressed;
 } ckpt_tensor_info;
 
@@ -350,7 +364,14 @@ typedef struct ckpt_tensor_info {
  *     (`*-00001-of-0000N.gguf`), whose other parts are opened beside it;
  *   - a directory holding `model.safetensors.index.json`, another single
  *     `*.safetensors.index.json`, `model.safetensors`, or a single
- *     `*.safetensors` file (the Hugging Face layout), tried in that order.
+ *     `*.safetensors` file (the Hugging Face layout), tried in that order;
+ *     then torch files, Flax msgpack (`flax_model.msgpack.index.json`,
+ *     `flax_model.msgpack`, a single `*.msgpack`), a single `*.npz`, a
+ *     single `*.npy`;
+ *   - a torch file, a `.npy` or `.npz` file, or a Flax `.msgpack` file,
+ *     told apart by their first bytes.  A `.npy` holds one tensor, named
+ *     after the file ("w.npy" → "w"); Flax tensors are named by their path,
+ *     keys joined by ".".
  *
  * Every validation rule of huggingface/safetensors is applied to every file,
  * plus duplicate-name detection; for an index, every tensor of the

@@ -205,7 +205,10 @@ ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tensor_decl *d, ck
     c->tensors[c->count] = (ckpt_tensor_info){
         .name = d->name, .dtype = d->dtype, .ndim = d->ndim, .shape = d->shape, .numel = numel, .nbytes = nbytes,
         .file = p0->file, .offset = p0->record_size ? p0->record + p0->offset : p0->offset, .strides = p0->strides,
-        .storage = number, .big_endian = p0->big_endian, .compressed = p0->record_size != 0,
+        .storage = number, .big_endian = p0->big_endian,
+        /* Several pieces (Flax's chunked arrays): like a compressed record,
+         * `offset` is no place in the file and nothing may map it whole. */
+        .compressed = p0->record_size != 0 || d->piece_count > 1,
     };
     c->locs[c->count] = (tensor_loc){pieces, d->piece_count};
     if (c->count + 1 > c->names_cap / 2 + c->names_cap / 4 && !grow_names(c)) return ckpt__oom(err, path, NULL);

@@ -8,7 +8,9 @@
  * (recording `removed → kept`); every file of a torch source gets
  * {"format": "pt"}; the object tree of a torch file is kept (when it says
  * something) under CKPT_TREE_METADATA_KEY, true to the plan's selection and
- * renames.  Tensors needing no conversion are copied by the kernel. */
+ * renames; a Flax msgpack source gets {"format": "flax"} and its structure
+ * under CKPT_STRUCTURE_METADATA_KEY.  Tensors needing no conversion are
+ * copied by the kernel. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +34,16 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
         char *tree = NULL;
         if (st == CKPT_OK) st = ckpt__tree_for_plan(p, ckpt_catalog_tree_json(c), &tree, err);
         if (st == CKPT_OK && tree) st = ckpt_writer_set_checkpoint_metadata(w, CKPT_TREE_METADATA_KEY, tree, err);
+        free(tree);
+    }
+    if (ckpt_catalog_format(c) == CKPT_FORMAT_FLAX_MSGPACK) {
+        /* As transformers' Flax models save safetensors; the document's
+         * structure where ckpt.save keeps one (dicts keyed "0", "1" stay
+         * dicts; step counters and hyper-parameters are kept). */
+        st = ckpt_writer_set_metadata(w, "format", "flax", err);
+        char *tree = NULL;
+        if (st == CKPT_OK) st = ckpt__tree_for_plan(p, ckpt_catalog_tree_json(c), &tree, err);
+        if (st == CKPT_OK && tree) st = ckpt_writer_set_checkpoint_metadata(w, CKPT_STRUCTURE_METADATA_KEY, tree, err);
         free(tree);
     }
     for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_metadata_count(c); i++) {

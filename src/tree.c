@@ -59,6 +59,14 @@ static bool dropped(emitter *e, size_t i) {
     return v && d->nodes[v].kind == CKPT__JSON_STRING && !kept_name(e->plan, d->nodes[v].str);
 }
 
+/* A dict key like "0": a dict, where names split at dots would give a list. */
+static bool all_digits(const char *s) {
+    if (!*s) return false;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9') return false;
+    return true;
+}
+
 static void emit_array(emitter *e, size_t i, int depth, bool tensors_to_null) {
     const ckpt__json_doc *d = e->doc;
     ckpt__buf_puts(&e->out, "[");
@@ -85,7 +93,8 @@ static void emit_dict(emitter *e, size_t i, int depth) {
         if (d->nodes[pair].kind != CKPT__JSON_ARRAY || d->nodes[pair].count != 2) continue;
         size_t key = pair + 1, value = d->nodes[key].end;
         if (dropped(e, value)) continue;
-        if (d->nodes[key].kind != CKPT__JSON_STRING && !e->module_state) e->meaningful = true;
+        if ((d->nodes[key].kind != CKPT__JSON_STRING || all_digits(d->nodes[key].str)) && !e->module_state)
+            e->meaningful = true;
         ckpt__buf_puts(&e->out, first ? "[" : ", [");
         first = false;
         emit_scalar(e, key);

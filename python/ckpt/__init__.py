@@ -7,9 +7,10 @@
     ckpt.save(model.state_dict(), "out/", max_shard_size="5GB")
     ckpt.convert("pytorch_model.bin", "model.safetensors")
 
-Drop-ins for safetensors: ckpt.torch and ckpt.numpy.  Everything reads
-.safetensors files, sharded Hugging Face directories and torch.save files
-(parsed without running any pickle code)."""
+Drop-ins for safetensors: ckpt.torch and ckpt.numpy; checkpoints straight
+onto JAX devices with shardings: ckpt.jax.  Everything reads .safetensors
+files, sharded Hugging Face directories, torch.save files (parsed without
+running any pickle code), NumPy .npy/.npz and Flax msgpack files."""
 from . import _ckpt
 from ._errors import CancelledError, Error, ExistsError, IOFailure, NoMatchError, NotFoundError, SafetensorError
 from ._api import (Checkpoint, LoadResult, Mismatch, TensorInfo, TensorSpec, cast, convert, dtype_name, load,

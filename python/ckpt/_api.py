@@ -8,7 +8,8 @@ from collections import namedtuple
 
 from . import _ckpt, _dtypes, _frameworks, _progress, _tree
 
-FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded", 5: "gguf"}
+FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded", 5: "gguf", 7: "npy", 8: "npz",
+           9: "flax-msgpack"}
 _IO = {"auto": 0, "buffered": 1, "direct": 2}
 _VIEWS_PRIVATE = 2
 _MISSING, _UNEXPECTED, _SHAPE, _DTYPE = 1, 2, 3, 4
@@ -312,6 +313,15 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     as copy-on-write views of the file instead of copies.  nested=True
     returns the checkpoint's nested structure."""
     fw = _frameworks.get(framework)
+    if fw is _frameworks.Jax and _frameworks.jax_placement(device) is not None:
+        # A jax Sharding or Device: each device gets its block, read in place.
+        if mmap or tp_rank is not None or tp_size is not None or slices:
+            raise ValueError("with a jax sharding as device, the sharding slices the tensors: "
+                             "tp_rank, tp_size, slices and mmap do not apply")
+        from . import jax as ckpt_jax
+        return ckpt_jax.load(path, _frameworks.jax_placement(device), select=select, exclude=exclude, rename=rename,
+                             dtype=dtype, transpose=transpose, layout=layout, nested=nested, threads=threads, io=io,
+                             progress=progress)
     fw.check_device(device)  # refuses, before any read, a device the framework does not honour
     catalog = _ckpt.Catalog(os.fspath(path), allowed_globals)
     rows = catalog.tensors()
@@ -557,19 +567,29 @@ def _pieces(fw, t):
 def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None, tp_dim=0,
             tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
             overwrite=False, checksums=False, no_sync=False, progress=None, extra_files=True, allowed_globals=None,
-            ignore_unmatched=False):
+            ignore_unmatched=False, format=None):  # noqa: A002
     """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
     — one file, or shards in a directory when max_shard_size is given —
     applying the same selections, renames, slices, casts and layouts as
     `ckpt convert`, streamed with bounded memory and renamed into place when
-    complete.  Shows a progress bar on a terminal (progress=False hides it;
+    complete.  `format` "gguf" (as GGUFWriter writes), "npz" (a NumPy archive np.load reads) or
+    "flax-msgpack" (a Flax msgpack file, names split at dots into nested
+    maps) writes those instead; a `dst` ending in .npz or .msgpack chooses
+    them too.  Shows a progress bar on a terminal (progress=False hides it;
     a callable(done, total) receives the progress).  A model directory's
     other files (config.json, tokenizer files, …) are copied into a sharded
     `dst` along with the weights unless extra_files=False."""
     catalog = _ckpt.Catalog(os.fspath(src), allowed_globals)
     bar = _progress.choose(progress, "convert")
+    if format is None:
+        name = os.fspath(dst)
+        format = ("npz" if name.endswith(".npz") else "flax-msgpack" if name.endswith(".msgpack")
+                  else "gguf" if name.endswith(".gguf") else "safetensors")
+    numbers = {v: k for k, v in FORMATS.items() if k in (1, 5, 8, 9)}
+    if format not in numbers:
+        raise ValueError(f"format must be one of {sorted(numbers)}, not {format!r}")
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
-              checksums=checksums, progress=bar)
+              checksums=checksums, progress=bar, format=numbers[format])
     if prefix is not None:
         kw["prefix"] = prefix
     if extra_files and max_shard_size is not None and os.path.isdir(src):

@@ -469,18 +469,19 @@ static ckpt_status run_plan_convert(void *source, const char *dst, const ckpt_wr
 
 static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress",
-                             "copy_files_from", NULL};
+                             "copy_files_from", "format", NULL};
     PyObject *dst, *prefix = NULL, *extra = NULL;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     unsigned long long shard = 0;
-    int overwrite = 0, no_sync = 0, checksums = 0;
+    int overwrite = 0, no_sync = 0, checksums = 0, format = 0;
     progress_ctx p = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&", kwlist, PyUnicode_FSConverter, &dst, &shard,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&i", kwlist, PyUnicode_FSConverter, &dst, &shard,
                                      PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable,
-                                     PyUnicode_FSConverter, &extra))
+                                     PyUnicode_FSConverter, &extra, &format))
         return NULL;
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
+    o.format = (ckpt_format)format;
     o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
     o.copy_files_from = extra ? PyBytes_AS_STRING(extra) : NULL;
     ckpt_error e;
@@ -800,6 +801,25 @@ static PyObject *Plan_items(Plan *self, PyObject *unused) {
     return list;
 }
 
+/* perm(i) → item i's axis order: output axis k is source axis perm[k]. */
+static PyObject *Plan_perm(Plan *self, PyObject *arg) {
+    if (!plan_ready(self)) return NULL;
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    const ckpt_plan_item *it = i >= 0 ? ckpt_plan_item_at(self->plan, (size_t)i) : NULL;
+    if (!it) return PyErr_Format(PyExc_IndexError, "item %zd out of range", i);
+    PyObject *t = PyTuple_New(it->ndim);
+    for (uint32_t d = 0; t && d < it->ndim; d++) {
+        PyObject *v = PyLong_FromUnsignedLong(it->perm[d]);
+        if (!v) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, d, v);
+    }
+    return t;
+}
+
 /* match(expected, flags=0) with expected = [(name, dtype or None, shape)]
  * → [(kind, name, expected_index or None, item_index or None)]. */
 static PyObject *Plan_match(Plan *self, PyObject *args) {
@@ -900,6 +920,22 @@ static PyObject *Plan_set_buffer(Plan *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* release_buffers(): the items of the current selection forget the
+ * buffers given with set_buffer (the library allocates again), and the
+ * plan lets go of them — before the selection changes, so that a plan
+ * loaded in batches holds no batch's memory after its turn. */
+static PyObject *Plan_release_buffers(Plan *self, PyObject *unused) {
+    (void)unused;
+    if (!plan_ready(self)) return NULL;
+    size_t n = ckpt_plan_count(self->plan);
+    for (size_t i = 0; i < self->buffer_count; i++) {
+        if (!self->buffers[i].obj) continue;
+        if (i < n) ckpt_plan_set_buffer(self->plan, i, NULL, 0, NULL);
+        PyBuffer_Release(&self->buffers[i]);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Plan_load(Plan *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"threads", "chunk_bytes", "io", "io_uring", "views", "progress", NULL};
     ckpt_load_options o;
@@ -970,8 +1006,11 @@ static PyMethodDef Plan_methods[] = {
     {"transpose", (PyCFunction)Plan_transpose, METH_VARARGS, "transpose(pattern or None)"},
     {"layout", (PyCFunction)Plan_layout, METH_VARARGS, "layout(pattern or None, from, to)"},
     {"items", (PyCFunction)Plan_items, METH_NOARGS, "items() -> [PlanRow(name, source, dtype, shape, nbytes, transform)]"},
+    {"perm", (PyCFunction)Plan_perm, METH_O, "perm(i) -> item i's axis order (output axis k is source axis perm[k])"},
     {"match", (PyCFunction)Plan_match, METH_VARARGS, "match(expected, flags=0) -> [(kind, name, expected, item)]"},
     {"set_buffer", (PyCFunction)Plan_set_buffer, METH_VARARGS, "set_buffer(i, writable_buffer)"},
+    {"release_buffers", (PyCFunction)Plan_release_buffers, METH_NOARGS,
+     "release_buffers(): the current items forget their set_buffer buffers"},
     {"load", (PyCFunction)(void (*)(void))Plan_load, METH_VARARGS | METH_KEYWORDS,
      "load(threads=0, chunk_bytes=0, io=0, io_uring=0, views=0, progress=None): views 1 read-only, 2 private"},
     {"data", (PyCFunction)Plan_data, METH_O, "data(i) -> Buffer, or None for a caller buffer"},

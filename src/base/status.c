@@ -67,6 +67,8 @@ static const status_entry status_table[] = {
     ENTRY(CKPT_E_GGUF_OFFSET, "GGUF tensor data outside the file or overlapping"),
     ENTRY(CKPT_E_GGUF_SPLIT, "GGUF split files do not fit together"),
     ENTRY(CKPT_E_UNSUPPORTED_DTYPE, "dtype not supported here"),
+    ENTRY(CKPT_E_NPY_INVALID, "malformed NumPy .npy header"),
+    ENTRY(CKPT_E_MSGPACK_INVALID, "malformed msgpack document, or not a Flax one"),
 };
 #undef ENTRY
 

@@ -154,5 +154,8 @@ CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_zip;   /* torch.c */
 CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_legacy;
 CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_tar;   /* refused, with advice */
 CKPT__HIDDEN extern const ckpt__format ckpt__format_gguf;        /* gguf.c */
+CKPT__HIDDEN extern const ckpt__format ckpt__format_npy;         /* npy.c */
+CKPT__HIDDEN extern const ckpt__format ckpt__format_npz;         /* npz.c */
+CKPT__HIDDEN extern const ckpt__format ckpt__format_flax_msgpack; /* msgpack.c */
 
 #endif

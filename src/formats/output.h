@@ -124,6 +124,8 @@ CKPT__HIDDEN ckpt_status ckpt__out_add_side_file(ckpt__output *o, const char *na
 /* The output formats (each in its format's file). */
 CKPT__HIDDEN extern const ckpt__output_format ckpt__output_safetensors; /* safetensors.c */
 CKPT__HIDDEN extern const ckpt__output_format ckpt__output_gguf;        /* gguf_write.c */
+CKPT__HIDDEN extern const ckpt__output_format ckpt__output_npz;         /* npz.c */
+CKPT__HIDDEN extern const ckpt__output_format ckpt__output_flax_msgpack; /* msgpack.c */
 
 /* The output format for an id (registry.c); NULL when ckpt cannot write it. */
 CKPT__HIDDEN const ckpt__output_format *ckpt__output_format_for(ckpt_format id);

@@ -14,10 +14,13 @@
 
 static const ckpt__format *const formats[] = {
     &ckpt__format_index,
+    &ckpt__format_npz, /* before torch: both are ZIP archives; an .npz holds .npy members */
     &ckpt__format_torch_zip,
     &ckpt__format_torch_legacy,
     &ckpt__format_torch_tar,
     &ckpt__format_gguf,
+    &ckpt__format_npy,
+    &ckpt__format_flax_msgpack,
     &ckpt__format_safetensors, /* last: what nothing else claims is read, and judged, as safetensors */
 };
 
@@ -40,6 +43,8 @@ static const char *const dir_names[] = {
     "pytorch_model.bin.index.json", "*.bin.index.json",
     "pytorch_model.bin",            "*.bin",
     "*.gguf",
+    "flax_model.msgpack.index.json", "flax_model.msgpack",          "*.msgpack",
+    "*.npz",                        "*.npy",
 };
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -94,7 +99,7 @@ ckpt_status ckpt__format_find_in_dir(const char *dir, char **found, ckpt_error *
                               matches, suffix);
     }
     return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
-                      "directory holds no checkpoint ckpt reads (*.safetensors, *.bin, or an index of them)");
+                      "directory holds no checkpoint ckpt reads (*.safetensors, *.bin, an index of them, *.msgpack, *.npz, *.npy)");
 }
 
 const char *ckpt_format_name(ckpt_format format) {
@@ -104,6 +109,9 @@ const char *ckpt_format_name(ckpt_format format) {
     case CKPT_FORMAT_TORCH: return "torch";
     case CKPT_FORMAT_TORCH_SHARDED: return "torch-sharded";
     case CKPT_FORMAT_GGUF: return "gguf";
+    case CKPT_FORMAT_NPY: return "npy";
+    case CKPT_FORMAT_NPZ: return "npz";
+    case CKPT_FORMAT_FLAX_MSGPACK: return "flax-msgpack";
     }
     return NULL;
 }
@@ -112,6 +120,8 @@ const char *ckpt_format_name(ckpt_format format) {
 static const ckpt__output_format *const writer_formats[] = {
     &ckpt__output_safetensors,
     &ckpt__output_gguf,
+    &ckpt__output_npz,
+    &ckpt__output_flax_msgpack,
 };
 
 const ckpt__output_format *ckpt__output_format_for(ckpt_format id) {

@@ -365,3 +365,48 @@ ckpt_status ckpt__zip_read_entry(ckpt__source *src, const ckpt__zip_entry *e, ui
     *data = buf;
     return CKPT_OK;
 }
+
+ckpt_status ckpt__zip_read_prefix(ckpt__source *src, const ckpt__zip_entry *e, uint64_t n, void *out,
+                                  ckpt_error *err) {
+    const char *path = src->name;
+    if (n > e->size)
+        return ckpt__fail(err, CKPT_E_OUT_OF_RANGE, path, e->name, (int64_t)e->header_offset,
+                          "%llu bytes asked of an entry of %llu", (unsigned long long)n, (unsigned long long)e->size);
+    if (e->method == 0 || n == 0) return ckpt__source_read(src, out, n, e->data_offset, err);
+    enum { IN = 64 << 10 };
+    unsigned char *in = ckpt__malloc(IN);
+    if (!in) return ckpt__oom(err, path, e->name);
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, -MAX_WBITS) != Z_OK) {
+        free(in);
+        return ckpt__fail(err, CKPT_E_NO_MEMORY, path, e->name, -1, "cannot start zlib");
+    }
+    ckpt_status st = CKPT_OK;
+    uint64_t fed = 0, produced = 0;
+    int r = Z_OK;
+    while (st == CKPT_OK && produced < n && r == Z_OK) {
+        if (z.avail_in == 0) {
+            uint64_t chunk = e->comp_size - fed < IN ? e->comp_size - fed : IN;
+            if (chunk == 0) break;
+            if ((st = ckpt__source_read(src, in, chunk, e->data_offset + fed, err))) break;
+            fed += chunk;
+            z.next_in = in;
+            z.avail_in = (uInt)chunk;
+        }
+        uint64_t want = n - produced;
+        z.next_out = (unsigned char *)out + produced;
+        z.avail_out = want > (1u << 30) ? (1u << 30) : (uInt)want;
+        uInt before = z.avail_out;
+        r = inflate(&z, Z_NO_FLUSH);
+        produced += before - z.avail_out;
+        if (r == Z_BUF_ERROR && z.avail_in == 0) r = Z_OK; /* needs more input */
+    }
+    if (st == CKPT_OK && produced < n)
+        st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->data_offset,
+                        "DEFLATE data is damaged: it gives %llu bytes, not the %llu asked of the %llu recorded",
+                        (unsigned long long)produced, (unsigned long long)n, (unsigned long long)e->size);
+    inflateEnd(&z);
+    free(in);
+    return st;
+}
