@@ -100,6 +100,10 @@ def tp_ckpt(path, rank, world, port, mode="broadcast"):
 
 def tp_runai(path, rank, world, port):
     os.environ["RUNAI_STREAMER_DIST"] = "1"  # the distributed streamer on a gloo (CPU) group
+    # Its read ring is a node total shared by the ranks (default 40 GB): 2 GiB
+    # keeps 4 ranks within this 24 GiB machine (it also holds two 1 GiB
+    # broadcast buffers per rank).
+    os.environ.setdefault("RUNAI_STREAMER_MEMORY_LIMIT", str(2 << 30))
     from runai_model_streamer import SafetensorsStreamer
     dist = init(rank, world, port)
     files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors")) \
