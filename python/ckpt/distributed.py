@@ -33,7 +33,7 @@ import time
 
 from . import _api, _ckpt, _dtypes, _frameworks, _progress
 
-__all__ = ["load", "save", "convert", "TorchComm"]
+__all__ = ["load", "save", "convert", "TorchComm", "NoneComm"]
 
 # Status codes (include/ckpt.h).
 _TIMEOUT, _COMM, _CANCELLED = 111, 112, 7
@@ -170,7 +170,34 @@ class TorchComm:
         return tuple(decision)
 
 
-def _comm(group, mesh):
+class NoneComm:
+    """The "none" communicator: ranks exchange nothing; each plans from the
+    headers and its rank alone (given, or from RANK/WORLD_SIZE,
+    OMPI_COMM_WORLD_*, PMI_*, SLURM_*).  Loads only: every rank parses the
+    headers and reads its slices and its replicated tensors itself."""
+
+    def __init__(self, rank=None, size=None):
+        if (rank is None) != (size is None):
+            raise ValueError("rank and size go together")
+        self.comm = _ckpt.Comm(None, -1, 0) if rank is None else _ckpt.Comm(None, int(rank), int(size))
+        self.rank, self.size = self.comm.rank, self.comm.nranks
+
+
+def _torch_initialized():
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return False
+    return dist.is_available() and dist.is_initialized()
+
+
+def _comm(group, mesh, rank=None, size=None):
+    if rank is not None or size is not None:
+        if group is not None or mesh is not None:
+            raise ValueError("rank and size are for loads without torch.distributed: not with a group or mesh")
+        return NoneComm(rank, size)
+    if group is None and mesh is None and not _torch_initialized():
+        return NoneComm()
     if mesh is not None and group is None:
         group = mesh.get_group() if mesh.ndim == 1 else None
     return TorchComm(group)
@@ -224,7 +251,8 @@ def _fit_placements(placements, ndim):
 
 
 def load(path, plan=None, *, group=None, mesh=None, placements=None, replicated="broadcast", framework="pt",
-         device="cpu", timeout=_DEFAULT_TIMEOUT, threads=0, io="auto", progress=False, return_stats=False, **rules):
+         device="cpu", timeout=_DEFAULT_TIMEOUT, threads=0, io="auto", progress=False, return_stats=False,
+         rank=None, size=None, **rules):
     """Loads this rank's part of a checkpoint; every rank of `group` (or of
     `mesh`) calls it with the same arguments.
 
@@ -244,9 +272,15 @@ def load(path, plan=None, *, group=None, mesh=None, placements=None, replicated=
     Tensors every rank loads whole are read once and broadcast
     (replicated="read": every rank reads them).  Returns {name: tensor} —
     and this rank's statistics (bytes read, needed, received, ...) with
-    return_stats=True."""
+    return_stats=True.
+
+    Without torch.distributed (not initialised, no group or mesh) the ranks
+    exchange nothing: `rank` and `size`, or RANK/WORLD_SIZE,
+    OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE or SLURM_PROCID/NTASKS, say
+    which part this process loads; each parses the headers and reads its
+    slices and the replicated tensors itself."""
     fw = _frameworks.get(framework)
-    comm = _comm(group, mesh)
+    comm = _comm(group, mesh, rank, size)
     catalog = _ckpt.open_collective(os.fspath(path), comm.comm, timeout=timeout)
     rows = catalog.tensors()
     fn = plan if callable(plan) else None

@@ -1368,6 +1368,16 @@ static int Comm_init(Comm *self, PyObject *args, PyObject *kw) {
     PyObject *impl;
     int rank, nranks;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "Oii", kwlist, &impl, &rank, &nranks)) return -1;
+    if (impl == Py_None && rank < 0) {
+        /* "none" from the environment: RANK/WORLD_SIZE, OMPI_*, PMI_*, SLURM_* */
+        ckpt_error e;
+        if (ckpt_comm_from_env(&self->comm, -1, 0, &e) != CKPT_OK) {
+            raise_ckpt(&e);
+            return -1;
+        }
+        Py_XSETREF(self->impl, Py_NewRef(impl));
+        return 0;
+    }
     if (nranks < 1 || rank < 0 || rank >= nranks) {
         PyErr_Format(PyExc_ValueError, "rank %d of %d ranks", rank, nranks);
         return -1;
@@ -1391,14 +1401,32 @@ static void Comm_dealloc(Comm *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+static PyObject *Comm_get_rank(Comm *self, void *closure) {
+    (void)closure;
+    return PyLong_FromLong(self->comm.rank);
+}
+
+static PyObject *Comm_get_nranks(Comm *self, void *closure) {
+    (void)closure;
+    return PyLong_FromLong(self->comm.nranks);
+}
+
+static PyGetSetDef Comm_getset[] = {
+    {"rank", (getter)Comm_get_rank, NULL, "this rank", NULL},
+    {"nranks", (getter)Comm_get_nranks, NULL, "the number of ranks", NULL},
+    {NULL}};
+
 static PyTypeObject CommType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt._ckpt.Comm",
+    .tp_getset = Comm_getset,
     .tp_basicsize = sizeof(Comm),
     .tp_dealloc = (destructor)Comm_dealloc,
     .tp_init = (initproc)Comm_init,
     .tp_new = PyType_GenericNew,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Comm(impl, rank, nranks): a communicator calling impl's broadcast/allgather/barrier/agree",
+    .tp_doc = "Comm(impl, rank, nranks): a communicator calling impl's broadcast/allgather/barrier/agree; "
+              "Comm(None, rank, nranks) the 'none' one (Comm(None, -1, 0): from RANK/WORLD_SIZE, OMPI_*, PMI_*, "
+              "SLURM_*)",
 };
 
 static int collective_options(ckpt_collective_options *co, double timeout, const char *replicated) {

@@ -144,3 +144,39 @@ def test_a_killed_rank_fails_the_others_within_the_timeout(tmp_path):
         assert "rank 2" in err["message"], err
         assert err["seconds"] < 8 * 2.5 + 10, err  # the 8 s timeout, once for the step and once to name the rank
     assert not (tmp_path / "killed").exists()
+
+
+def test_without_torch_distributed_each_rank_reads_its_part(tmp_path, monkeypatch):
+    # The "none" communicator: no process group; rank and size given, or
+    # from the launcher's environment. Each rank reads its slices itself.
+    import ckpt
+    import ckpt.distributed as cd
+    from huggingface_hub import save_torch_state_dict
+    assert not dist.is_initialized()
+    full = dist_workers.full_state_dict()
+    save_torch_state_dict(full, tmp_path, max_shard_size="1MB")
+    rules = {"tp_select": ["*proj.weight", "*embed_tokens*"]}
+    for n in (1, 2, 4):
+        for r in range(n):
+            sd, stats = cd.load(tmp_path, rules, rank=r, size=n, return_stats=True)
+            solo = ckpt.load(tmp_path, tp_rank=r, tp_size=n, **rules)
+            assert sorted(sd) == sorted(full)
+            for name in full:
+                assert torch.equal(sd[name], solo[name]), (n, r, name)
+            assert stats["bytes_received"] == 0 and stats["bytes_read"] >= stats["bytes_needed"] > 0
+    for env in ({"RANK": "1", "WORLD_SIZE": "2"}, {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"}):
+        for k in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                  "SLURM_PROCID", "SLURM_NTASKS"):
+            monkeypatch.delenv(k, raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        r, n = (int(v) for v in env.values())
+        sd = cd.load(tmp_path, rules)
+        want = ckpt.load(tmp_path, tp_rank=r, tp_size=n, **rules)
+        assert all(torch.equal(sd[k], want[k]) for k in want)
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ckpt.Error, match="RANK"):
+        cd.load(tmp_path, rules)
+    with pytest.raises(ValueError, match="together"):
+        cd.load(tmp_path, rules, rank=1)
