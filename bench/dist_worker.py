@@ -86,7 +86,10 @@ def tp_ckpt(path, rank, world, port, mode="broadcast"):
     base = rss_now()
     io0 = io_read_bytes()
     t0 = time.time()
-    sd, stats = cd.load(path, {"tp_select": "*", "tp_dim": 0}, replicated=mode, return_stats=True)
+    # Every 2-D weight cut on dim 0; the norms (1-D) whole on every rank:
+    # replicated, read once and broadcast.
+    rules = {"tp_select": ["*proj.weight", "*embed_tokens.weight", "lm_head.weight"], "tp_dim": 0}
+    sd, stats = cd.load(path, rules, replicated=mode, return_stats=True)
     s = checksum(sd.values())
     t1 = time.time()
     io1 = io_read_bytes()
