@@ -76,7 +76,7 @@ static ckpt_status wait_all(mpi_state *s, MPI_Request *req, int n, int *done, do
             all &= flag;
         }
         if (all) return CKPT_OK;
-        if (now() > deadline) return CKPT_E_TIMEOUT;
+        if (now() > deadline) return CKPT_E_PEER_TIMEOUT;
         pause_for(sleep_ns);
         if (sleep_ns < 1000000) sleep_ns *= 2;
     }
@@ -91,9 +91,9 @@ static ckpt_status usable(mpi_state *s, ckpt_error *err) {
 
 static ckpt_status timed_out(mpi_state *s, const char *call, uint32_t timeout_ms, ckpt_error *err) {
     s->broken = 1;
-    set_error(err, CKPT_E_TIMEOUT, "rank %d of %d: %s did not complete within %.3g s (a rank died or hangs)", s->rank,
+    set_error(err, CKPT_E_PEER_TIMEOUT, "rank %d of %d: %s did not complete within %.3g s (a rank died or hangs)", s->rank,
               s->size, call, timeout_ms / 1000.0);
-    return CKPT_E_TIMEOUT;
+    return CKPT_E_PEER_TIMEOUT;
 }
 
 static ckpt_status op_broadcast(void *user, void *data, uint64_t nbytes, int root, uint32_t timeout_ms, ckpt_error *err) {
@@ -109,7 +109,7 @@ static ckpt_status op_broadcast(void *user, void *data, uint64_t nbytes, int roo
     int rc = MPI_Ibcast(data, (int)nbytes, MPI_BYTE, root, s->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_failed(s, rc, "MPI_Ibcast", err);
     st = wait_all(s, &req, 1, NULL, deadline, "MPI_Ibcast", err);
-    return st == CKPT_E_TIMEOUT ? timed_out(s, "a broadcast", timeout_ms, err) : st;
+    return st == CKPT_E_PEER_TIMEOUT ? timed_out(s, "a broadcast", timeout_ms, err) : st;
 }
 
 static ckpt_status op_allgather(void *user, void *data, uint64_t block, uint32_t timeout_ms, ckpt_error *err) {
@@ -125,7 +125,7 @@ static ckpt_status op_allgather(void *user, void *data, uint64_t block, uint32_t
     int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, (int)block, MPI_BYTE, s->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_failed(s, rc, "MPI_Iallgather", err);
     st = wait_all(s, &req, 1, NULL, deadline, "MPI_Iallgather", err);
-    return st == CKPT_E_TIMEOUT ? timed_out(s, "an allgather", timeout_ms, err) : st;
+    return st == CKPT_E_PEER_TIMEOUT ? timed_out(s, "an allgather", timeout_ms, err) : st;
 }
 
 static ckpt_status op_barrier(void *user, uint32_t timeout_ms, ckpt_error *err) {
@@ -137,7 +137,7 @@ static ckpt_status op_barrier(void *user, uint32_t timeout_ms, ckpt_error *err) 
     int rc = MPI_Ibarrier(s->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_failed(s, rc, "MPI_Ibarrier", err);
     st = wait_all(s, &req, 1, NULL, deadline, "MPI_Ibarrier", err);
-    return st == CKPT_E_TIMEOUT ? timed_out(s, "a barrier", timeout_ms, err) : st;
+    return st == CKPT_E_PEER_TIMEOUT ? timed_out(s, "a barrier", timeout_ms, err) : st;
 }
 
 /* Votes go to rank 0 as messages, so that rank 0 knows who did not vote;
@@ -158,13 +158,13 @@ static ckpt_status op_agree(void *user, ckpt_vote *vote, uint32_t timeout_ms, ck
             return mpi_failed(s, rc, "MPI_Irecv", err);
         int done[2] = {0, 0};
         st = wait_all(s, req, 2, done, deadline, "a vote", err);
-        if (st == CKPT_E_TIMEOUT) {
+        if (st == CKPT_E_PEER_TIMEOUT) {
             s->broken = 1;
-            vote->status = CKPT_E_TIMEOUT;
+            vote->status = CKPT_E_PEER_TIMEOUT;
             vote->rank = 0;
-            set_error(err, CKPT_E_TIMEOUT, "rank %d of %d: rank 0 did not answer the vote within %.3g s", s->rank, s->size,
+            set_error(err, CKPT_E_PEER_TIMEOUT, "rank %d of %d: rank 0 did not answer the vote within %.3g s", s->rank, s->size,
                       timeout_ms / 1000.0);
-            return CKPT_E_TIMEOUT;
+            return CKPT_E_PEER_TIMEOUT;
         }
         if (st) return st;
         *vote = out;
@@ -193,7 +193,7 @@ static ckpt_status op_agree(void *user, ckpt_vote *vote, uint32_t timeout_ms, ck
     memset(&out, 0, sizeof out);
     out.status = CKPT_OK;
     out.rank = -1;
-    if (st == CKPT_E_TIMEOUT) {
+    if (st == CKPT_E_PEER_TIMEOUT) {
         int missing = -1;
         for (int r = 1; r < n && missing < 0; r++)
             if (!done[r]) missing = r;
@@ -202,7 +202,7 @@ static ckpt_status op_agree(void *user, ckpt_vote *vote, uint32_t timeout_ms, ck
                 MPI_Cancel(&req[r]);
                 MPI_Request_free(&req[r]);
             }
-        out.status = CKPT_E_TIMEOUT;
+        out.status = CKPT_E_PEER_TIMEOUT;
         out.rank = missing;
         snprintf(out.message, sizeof out.message, "rank %d did not vote within %.3g s", missing, timeout_ms / 1000.0);
     } else if (st) {
@@ -224,18 +224,18 @@ static ckpt_status op_agree(void *user, ckpt_vote *vote, uint32_t timeout_ms, ck
             free(votes), free(req), free(done);
             return mpi_failed(s, rc, "MPI_Isend", err);
         }
-    ckpt_status sent = wait_all(s, req, n, done, out.status == CKPT_E_TIMEOUT ? now() + 1.0 : deadline, "a vote", err);
-    if (sent == CKPT_E_TIMEOUT)
+    ckpt_status sent = wait_all(s, req, n, done, out.status == CKPT_E_PEER_TIMEOUT ? now() + 1.0 : deadline, "a vote", err);
+    if (sent == CKPT_E_PEER_TIMEOUT)
         for (int r = 1; r < n; r++)
             if (!done[r]) MPI_Request_free(&req[r]);
     free(votes), free(req), free(done);
     *vote = out;
-    if (out.status == CKPT_E_TIMEOUT) {
+    if (out.status == CKPT_E_PEER_TIMEOUT) {
         s->broken = 1;
-        set_error(err, CKPT_E_TIMEOUT, "rank 0 of %d: %s", n, out.message);
-        return CKPT_E_TIMEOUT;
+        set_error(err, CKPT_E_PEER_TIMEOUT, "rank 0 of %d: %s", n, out.message);
+        return CKPT_E_PEER_TIMEOUT;
     }
-    return sent == CKPT_E_TIMEOUT ? timed_out(s, "sending a vote's outcome", timeout_ms, err) : sent;
+    return sent == CKPT_E_PEER_TIMEOUT ? timed_out(s, "sending a vote's outcome", timeout_ms, err) : sent;
 }
 
 ckpt_status ckpt_mpi_comm_create(MPI_Comm mpi_comm, ckpt_comm *comm, ckpt_error *err) {

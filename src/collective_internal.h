@@ -63,7 +63,7 @@ CKPT__HIDDEN ckpt_status ckpt__coll_allgatherv(ckpt__coll *c, const void *mine, 
  * returns CKPT_OK when all voted OK.  Otherwise every rank fails: a rank
  * that failed itself returns its own error (err untouched when it is
  * local_err), the others CKPT_E_PEER_FAILED naming the lowest failing rank
- * and quoting it, or CKPT_E_TIMEOUT naming a rank that did not vote.
+ * and quoting it, or CKPT_E_PEER_TIMEOUT naming a rank that did not vote.
  */
 CKPT__HIDDEN ckpt_status ckpt__coll_agree(ckpt__coll *c, ckpt_status local, const ckpt_error *local_err,
                                           const char *what, ckpt_error *err);

@@ -414,6 +414,7 @@ static ckpt_status create_output(ckpt_shard_writer *sw, const gtensor *g, size_t
     ckpt_writer *w;
     ckpt_status st = ckpt_writer_create(sw->path, &sw->opt, &w, err);
     if (st) return st;
+    st = ckpt__writer_set_shared(w, err);
     for (size_t i = 0; st == CKPT_OK && i < sw->meta.count; i++)
         st = ckpt_writer_set_metadata(w, sw->meta.keys[i], sw->meta.values[i], err);
     for (size_t i = 0; st == CKPT_OK && i < sw->ckpt_meta.count; i++)
@@ -425,7 +426,6 @@ static ckpt_status create_output(ckpt_shard_writer *sw, const gtensor *g, size_t
         ckpt_writer_free(w);
         return st;
     }
-    ckpt__writer_set_shared(w);
     *out = w;
     return CKPT_OK;
 }
@@ -774,7 +774,10 @@ ckpt_status ckpt_convert_collective(ckpt_plan *p, const char *dst_path, const ck
     double t0 = ckpt__now();
     if (c.rank == 0) {
         cs = ckpt__convert_writer(p, dst_path, &o, &w, err);
-        if (cs == CKPT_OK) ckpt__writer_set_shared(w);
+        if (cs == CKPT_OK && (cs = ckpt__writer_set_shared(w, err))) {
+            ckpt_writer_free(w); /* its temporaries go */
+            w = NULL;
+        }
     }
     c.stats->io_seconds += ckpt__now() - t0;
     st = share_writer(&c, &w, cs, err);

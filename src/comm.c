@@ -361,7 +361,7 @@ ckpt_status ckpt__coll_agree(ckpt__coll *c, ckpt_status local, const ckpt_error 
     ckpt_status cs = c->comm->agree(c->comm->user, &vote, c->timeout_ms, &cerr);
     c->stats->collectives++;
     c->stats->comm_seconds += ckpt__now() - t0;
-    if (cs == CKPT_E_TIMEOUT) {
+    if (cs == CKPT_E_PEER_TIMEOUT) {
         c->broken = true;
         if (local) { /* this rank's own failure is the better reason */
             if (err && local_err && err != local_err) *err = *local_err;
@@ -369,10 +369,10 @@ ckpt_status ckpt__coll_agree(ckpt__coll *c, ckpt_status local, const ckpt_error 
         }
         double s = c->timeout_ms / 1000.0;
         if (vote.rank >= 0 && vote.rank != c->rank)
-            return ckpt__fail(err, CKPT_E_TIMEOUT, NULL, NULL, -1,
+            return ckpt__fail(err, CKPT_E_PEER_TIMEOUT, NULL, NULL, -1,
                               "rank %d did not reach %s within %.3g s (it died or hangs; seen from rank %d of %d)",
                               vote.rank, what, s, c->rank, c->n);
-        return ckpt__fail(err, CKPT_E_TIMEOUT, NULL, NULL, -1, "rank %d of %d: %s: %s", c->rank, c->n, what,
+        return ckpt__fail(err, CKPT_E_PEER_TIMEOUT, NULL, NULL, -1, "rank %d of %d: %s: %s", c->rank, c->n, what,
                           cerr.message[0] ? cerr.message : "the vote timed out");
     }
     if (cs) {
@@ -390,8 +390,8 @@ ckpt_status ckpt__coll_agree(ckpt__coll *c, ckpt_status local, const ckpt_error 
         return local;
     }
     vote.message[sizeof vote.message - 1] = '\0';
-    if (vote.status == CKPT_E_TIMEOUT && vote.rank >= 0)
-        return ckpt__fail(err, CKPT_E_TIMEOUT, NULL, NULL, -1,
+    if (vote.status == CKPT_E_PEER_TIMEOUT && vote.rank >= 0)
+        return ckpt__fail(err, CKPT_E_PEER_TIMEOUT, NULL, NULL, -1,
                           "rank %d did not reach %s within %.3g s (it died or hangs; seen from rank %d of %d)",
                           vote.rank, what, c->timeout_ms / 1000.0, c->rank, c->n);
     return ckpt__fail(err, CKPT_E_PEER_FAILED, NULL, NULL, -1, "rank %d failed (%s) at %s: %s", (int)vote.rank,

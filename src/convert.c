@@ -19,9 +19,11 @@
 #include "tree_internal.h"
 #include "writer_internal.h"
 
+/* A source saved by torch: its files get {"format": "pt"}, as the hub
+ * writes for a torch state dict, and its object tree is kept. */
 static bool torch_source(const ckpt_catalog *c) {
     ckpt_format f = ckpt_catalog_format(c);
-    return f == CKPT_FORMAT_TORCH || f == CKPT_FORMAT_TORCH_SHARDED;
+    return f == CKPT_FORMAT_TORCH || f == CKPT_FORMAT_TORCH_SHARDED || f == CKPT_FORMAT_DCP;
 }
 
 /* The source's metadata: {"format": "pt"} for torch sources, the source's
@@ -108,6 +110,7 @@ ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_
     ckpt_writer *w;
     ckpt_status st = ckpt_writer_create(dst_path, &o, &w, err);
     if (st) return st;
+    if (ckpt__catalog_direct(p->catalog)) ckpt__writer_drop_behind(w);
     st = copy_metadata(p, w, err);
     for (size_t k = 0; st == CKPT_OK && k < p->selected_count; k++) {
         ckpt__plan_entry *e = &p->entries[p->selected[k]];

@@ -146,8 +146,35 @@ void ckpt__plan_refresh(ckpt_plan *p) {
     p->names_dirty = true;
 }
 
+/* Keeps a select or exclude rule for names that are not tensors'. */
+static ckpt_status record_rule(ckpt_plan *p, const char *pattern, bool exclude, ckpt_error *err) {
+    if (p->rule_count == p->rule_cap) {
+        size_t cap = p->rule_cap ? p->rule_cap * 2 : 8;
+        ckpt__plan_rule *r = ckpt__arena_alloc(&p->arena, cap * sizeof *r);
+        if (!r) return ckpt__oom(err, NULL, "the plan's rules");
+        if (p->rule_count) memcpy(r, p->rules, p->rule_count * sizeof *r);
+        p->rules = r, p->rule_cap = cap;
+    }
+    const char *copy = pattern ? ckpt__arena_strndup(&p->arena, pattern, strlen(pattern)) : NULL;
+    if (pattern && !copy) return ckpt__oom(err, NULL, "the plan's rules");
+    p->rules[p->rule_count++] = (ckpt__plan_rule){copy, exclude};
+    return CKPT_OK;
+}
+
+bool ckpt__plan_selects_name(const ckpt_plan *p, const char *name) {
+    bool kept = true, selecting = false;
+    for (size_t i = 0; i < p->rule_count; i++) {
+        const ckpt__plan_rule *r = &p->rules[i];
+        if (!r->exclude && !selecting) kept = false, selecting = true;
+        if (matches(r->pattern, name)) kept = !r->exclude;
+    }
+    return kept;
+}
+
 ckpt_status ckpt_plan_select(ckpt_plan *p, const char *pattern, ckpt_error *err) {
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    ckpt_status rst = record_rule(p, pattern, false, err);
+    if (rst) return rst;
     if (!p->selecting)
         for (size_t i = 0; i < p->entry_count; i++) p->entries[i].selected = false;
     p->selecting = true;
@@ -162,6 +189,8 @@ ckpt_status ckpt_plan_select(ckpt_plan *p, const char *pattern, ckpt_error *err)
 
 ckpt_status ckpt_plan_exclude(ckpt_plan *p, const char *pattern, ckpt_error *err) {
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    ckpt_status rst = record_rule(p, pattern, true, err);
+    if (rst) return rst;
     rule_begin(p);
     size_t lo, hi;
     candidates(p, pattern, &lo, &hi);

@@ -13,6 +13,10 @@
 CKPT__HIDDEN ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const void *data, size_t n,
                                              ckpt_error *err);
 
+/* Direct mode (a catalog opened with `direct`): written data leaves the
+ * page cache once it is on disk (sync_file_range, POSIX_FADV_DONTNEED). */
+CKPT__HIDDEN void ckpt__writer_drop_behind(ckpt_writer *w);
+
 /* Tensor bytes [at, at + n) copied by the kernel from a local source (no
  * checksums). */
 CKPT__HIDDEN ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__source *src,
@@ -38,7 +42,10 @@ CKPT__HIDDEN ckpt_status ckpt__writer_join(const void *data, size_t n, bool open
 
 /* Other processes write this writer's tensors too: commit does not count
  * bytes (the processes have agreed that every byte is there). */
-CKPT__HIDDEN void ckpt__writer_set_shared(ckpt_writer *w);
+/* Other processes write tensors too (collective saves and converts).
+ * Refused, naming the format, for an output format whose finish needs
+ * data only one process sees (CRC-32s of the tensors' bytes: DCP, npz). */
+CKPT__HIDDEN ckpt_status ckpt__writer_set_shared(ckpt_writer *w, ckpt_error *err);
 
 /* Where tensor `index`'s bytes begin in its file (after begin). */
 CKPT__HIDDEN uint64_t ckpt__writer_tensor_offset(const ckpt_writer *w, size_t index);

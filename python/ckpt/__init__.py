@@ -10,9 +10,11 @@
 Drop-ins for safetensors: ckpt.torch and ckpt.numpy; checkpoints straight
 onto JAX devices with shardings: ckpt.jax.  Everything reads .safetensors
 files, sharded Hugging Face directories, torch.save files (parsed without
-running any pickle code), NumPy .npy/.npz and Flax msgpack files."""
+running any pickle code), GGUF, NumPy .npy/.npz and Flax msgpack files —
+local paths, or http://, https:// and s3:// URLs read with parallel range
+requests; direct=True reads local files around the page cache."""
 from . import _ckpt
-from ._errors import CancelledError, Error, ExistsError, IOFailure, NoMatchError, NotFoundError, SafetensorError
+from ._errors import CancelledError, Error, ExistsError, IOFailure, NoMatchError, NotFoundError, RemoteError, SafetensorError
 from ._api import (Checkpoint, LoadResult, Mismatch, TensorInfo, TensorSpec, cast, convert, dtype_name, load,
                    load_into, open, save, shapes)
 from ._tree import Call, flatten, unflatten
@@ -22,4 +24,4 @@ parse_size = _ckpt.parse_size
 
 __all__ = ["open", "shapes", "load", "load_into", "save", "convert", "cast", "flatten", "unflatten", "parse_size",
            "dtype_name", "Checkpoint", "TensorSpec", "TensorInfo", "LoadResult", "Mismatch", "Call", "Error",
-           "SafetensorError", "NotFoundError", "ExistsError", "IOFailure", "CancelledError", "NoMatchError"]
+           "SafetensorError", "NotFoundError", "ExistsError", "IOFailure", "CancelledError", "NoMatchError", "RemoteError"]

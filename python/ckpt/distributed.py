@@ -16,7 +16,7 @@ rank — and broadcast (replicated="read" makes every rank read them).
 Saves write every rank's bytes straight into the files rank 0 laid out,
 and rank 0 commits after one agreed status.  Every collective step waits at
 most `timeout` seconds: a rank that dies or hangs makes the others raise
-ckpt.Error naming it (status CKPT_E_TIMEOUT or CKPT_E_PEER_FAILED), and
+ckpt.Error naming it (status CKPT_E_PEER_TIMEOUT or CKPT_E_PEER_FAILED), and
 nothing is published.
 
 The engine is libckpt's (ckpt_load_collective, the shard writer); this

@@ -35,7 +35,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
-from . import _api, _ckpt, _dtypes, _progress, _tree
+from . import _api, _ckpt, _dtypes, _progress, _sources, _tree
 
 __all__ = ["load", "match", "init_missing", "shapes", "tree_names", "program_stats"]
 
@@ -167,7 +167,7 @@ def load(path, shardings=None, *, mesh=None, dtype=None, select=None, exclude=No
     Each process reads only the blocks of its addressable devices, each
     block once however many devices hold it."""
     resolve = _resolver(shardings, mesh)
-    catalog = _ckpt.Catalog(os.fspath(path))
+    catalog = _sources.catalog(path)  # local paths and URLs alike
     rows = catalog.tensors()
     rules = dict(rename=rename, dtype=dtype, transpose=transpose, layout=layout)
     base = _api._build_plan(catalog, rows, select=select, exclude=exclude, **rules)
@@ -289,7 +289,7 @@ def shapes(path, shardings=None, *, mesh=None, nested=True, **rules):
     `shardings` (as for load) each carries its sharding — what
     jax.jit(...).lower and Orbax restores take."""
     resolve = _resolver(shardings, mesh) if shardings is not None else None
-    catalog = _ckpt.Catalog(os.fspath(path))
+    catalog = _sources.catalog(path)  # local paths and URLs alike
     rows = catalog.tensors()
     plan = _api._build_plan(catalog, rows, **rules)
     flat = {}
@@ -332,7 +332,7 @@ def match(path, expected, *, select=None, exclude=None, rename=None, dtype=None,
     the checkpoint has and the model lacks, and Mismatch entries (shapes
     differ)."""
     leaves = _expected_leaves(expected)
-    catalog = _ckpt.Catalog(os.fspath(path))
+    catalog = _sources.catalog(path)  # local paths and URLs alike
     rows = catalog.tensors()
     plan = _api._build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype,
                             transpose=transpose, layout=layout)

@@ -324,7 +324,7 @@ int main(int argc, char **argv) {
         if (f == HANG && !culprit) {
             char want[64];
             snprintf(want, sizeof want, "rank %d did not reach", nranks - 1);
-            CHECK(st == CKPT_E_TIMEOUT && strstr(err.message, want), "wanted a timeout naming rank %d", nranks - 1);
+            CHECK(st == CKPT_E_PEER_TIMEOUT && strstr(err.message, want), "wanted a timeout naming rank %d", nranks - 1);
         }
         CHECK(!published(out), "%s was published", out);
     }

@@ -147,3 +147,19 @@ def test_mpirun_ckpt_convert_gguf_both_ways(tmp_path, source):
         r = mpirun(3, CKPT, "convert", src, tmp_path / f"collective-{dst}", *args)
         assert r.returncode == 0, r.stdout + r.stderr
         assert same_tree(tmp_path / f"single-{dst}", tmp_path / f"collective-{dst}")
+
+
+def test_mpirun_ckpt_convert_refuses_formats_with_crcs(tmp_path, source):
+    # DCP and npz record CRC-32s of each tensor's bytes: refused by name on
+    # every rank before anything is written; Flax msgpack has none and works.
+    for dst, args in (("d", ["--to", "dcp"]), ("o.npz", [])):
+        r = mpirun(2, CKPT, "convert", source, tmp_path / dst, *args)
+        assert r.returncode != 0
+        assert "records CRC-32s" in r.stderr and "write it from one process" in r.stderr, r.stderr
+        assert not (tmp_path / dst).exists()
+        assert not [p for p in tmp_path.iterdir() if ".ckpt-tmp-" in p.name]
+    r = subprocess.run([CKPT, "convert", source, tmp_path / "one.msgpack"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = mpirun(3, CKPT, "convert", source, tmp_path / "three.msgpack")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert filecmp.cmp(tmp_path / "one.msgpack", tmp_path / "three.msgpack", shallow=False)

@@ -578,8 +578,8 @@ static void test_shard_writer_failures_name_the_rank(void **state) {
     check_failure(ABORT_DECLARING, 3, 2, CKPT_E_IO, CKPT_E_PEER_FAILED, "rank 2 failed (CKPT_E_IO)");
     check_failure(ABORT_WRITING, 4, 1, CKPT_E_BAD_STATE, CKPT_E_PEER_FAILED, "rank 1 failed (CKPT_E_BAD_STATE)");
     /* A rank that never comes to the commit: the others wait the timeout. */
-    check_failure(VANISH, 3, 1, CKPT_OK, CKPT_E_TIMEOUT, "rank 1 did not reach the vote after writing the tensors");
-    check_failure(VANISH, 3, 0, CKPT_OK, CKPT_E_TIMEOUT, "rank 0 did not reach the vote after writing the tensors");
+    check_failure(VANISH, 3, 1, CKPT_OK, CKPT_E_PEER_TIMEOUT, "rank 1 did not reach the vote after writing the tensors");
+    check_failure(VANISH, 3, 0, CKPT_OK, CKPT_E_PEER_TIMEOUT, "rank 0 did not reach the vote after writing the tensors");
 }
 
 /* ---- the collective convert ------------------------------------------------------- */

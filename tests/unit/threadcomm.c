@@ -98,10 +98,10 @@ static ckpt_status step(void *user, op what, void *data, uint64_t nbytes, int ro
         pthread_mutex_unlock(&t->m);
         if (vote) vote->rank = missing;
         if (err) {
-            err->status = CKPT_E_TIMEOUT;
+            err->status = CKPT_E_PEER_TIMEOUT;
             snprintf(err->message, sizeof err->message, "threadcomm: rank %d did not arrive", missing);
         }
-        return CKPT_E_TIMEOUT;
+        return CKPT_E_PEER_TIMEOUT;
     }
     pthread_mutex_unlock(&t->m);
     return CKPT_OK;
