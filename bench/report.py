@@ -416,6 +416,57 @@ def baseline_chart(doc):
     plt.close(fig)
 
 
+def distributed_table(doc):
+    """The distributed suite (bench/distributed_suite.py): TP load on N ranks,
+    collective save, MPI simulation."""
+    lines = []
+    tp = doc.get("tp_load")
+    if tp and tp.get("results"):
+        lines += [f"**Many processes: tensor-parallel rank r of {tp['world']} (dim 0) of a "
+                  f"{tp['bytes'] / 1e9:.1f} GB bf16 checkpoint** (gloo on 127.0.0.1, one process per rank, "
+                  "slowest rank's wall time, every kept byte checksummed; median of "
+                  f"{len(next(iter(tp['results']['warm'].values()))['runs'])})", "",
+                  "| contender | cache | median | bytes read / needed per rank | peak RSS per rank |",
+                  "|---|---|---:|---:|---:|"]
+        for cache in ("warm", "cold"):
+            for k, v in tp["results"].get(cache, {}).items():
+                cells = []
+                if v.get("read_over_needed"):
+                    r = v["read_over_needed"]
+                    cells.append(f"{min(r):.4f}–{max(r):.4f}")
+                if v.get("disk_read_over_needed"):
+                    r = v["disk_read_over_needed"]
+                    cells.append(f"disk {min(r):.3f}–{max(r):.3f}")
+                ratio = "; ".join(cells) or "–"
+                rss = max(r["rss_peak"] for r in v["per_rank"]) / 2**20
+                lines.append(f"| {k} | {cache} | {v['median']:.2f} s | {ratio} | {rss:,.0f} MiB |")
+        lines.append("")
+    sv = doc.get("save")
+    if sv and sv.get("results"):
+        lines += [f"**Collective save of {sv['gb']:g} GB** (each of {sv['world']} ranks holding its "
+                  "tensor-parallel shards; output byte-identical between contenders; median of "
+                  f"{len(next(iter(sv['results'].values()))['runs'])})", "",
+                  "| contender | median | GB/s | own bytes per rank | peak RSS above own tensors |",
+                  "|---|---:|---:|---:|---:|"]
+        for k, v in sv["results"].items():
+            own = max(r["bytes_own"] for r in v["per_rank"]) / 2**20
+            above = max(0.0, max(r["rss_above_own_mib"] for r in v["per_rank"]))
+            lines.append(f"| {k} | {v['median']:.2f} s | {v['gb_per_s']:.2f} | {own:,.0f} MiB | {above:,.0f} MiB |")
+        lines.append("")
+    sim = doc.get("mpi_sim")
+    if sim and sim.get("rows"):
+        lines += [f"**MPI simulation** (`mpirun --oversubscribe -np N` on 2 cores; {sim['tensors']:,} tensors in "
+                  f"{sim['rows'][0]['files']} files; slowest rank, medians)", "",
+                  "| ranks | every rank parses | rank 0 parses + broadcast | header bytes read (each / bcast) "
+                  "| vote | 16 MiB save | files opened per rank |", "|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in sim["rows"]:
+            lines.append(f"| {r['ranks']} | {r['open_each_s'] * 1e3:.1f} ms | {r['open_bcast_s'] * 1e3:.1f} ms | "
+                         f"{r['header_bytes_read_each'] / 1e6:.1f} / {r['header_bytes_read_bcast'] / 1e6:.1f} MB | "
+                         f"{r['vote_s'] * 1e3:.2f} ms | {r['save_s'] * 1e3:.1f} ms | {r['files_open_per_rank']} |")
+        lines.append("")
+    return lines
+
+
 def dcp_table(doc):
     """The dcp suite: DCP (and its HF storage layer) into 1 GB shards."""
     gb = doc["bytes"] / 1e9
@@ -616,6 +667,8 @@ def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
         lines += sources_memlimit_table(doc)
     if load("baseline"):
         lines += baseline_table(load("baseline"))
+    if load("distributed"):
+        lines += distributed_table(load("distributed"))
     lines.append("Charts: `bench/results/*.png`; raw runs in `bench/results/*.json`.")
     return "\n".join(lines)
 

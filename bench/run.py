@@ -37,6 +37,11 @@ Suites:
   bindings       the Rust binding's ResNet-152 import and the Elixir binding's
                  1 GB tree round trip (bench/bindings_suite.py; not in the
                  default set: `make bench BENCH_ARGS=bindings`)
+  distributed    many processes: an 8 GB tensor-parallel load on 4 ranks
+                 against one process and Run:ai's distributed streamer, a
+                 4 GB collective save against one process, and a 1-32 rank
+                 MPI simulation (bench/distributed_suite.py; not in the
+                 default set: `make bench BENCH_ARGS=distributed`)
   baseline       this tree against an earlier commit's build on the same
                  files: open, load, convert, Python (bench/baseline_suite.py;
                  not in the default set: `make bench BENCH_ARGS="baseline
@@ -486,6 +491,11 @@ def suite_bindings(args):
     run_bindings_suite(args)
 
 
+def suite_distributed(args):
+    from distributed_suite import run_distributed_suite
+    run_distributed_suite(args)
+
+
 def suite_baseline(args):
     if not args.baseline:
         sys.exit("the baseline suite needs --baseline REV (a commit to compare this tree with)")
@@ -511,6 +521,9 @@ def main():
     ap.add_argument("--memlimit-gb", type=float, default=8, help="size (GB) of the memlimit suite's checkpoint")
     ap.add_argument("--memlimit-limit-gb", type=float, default=9, help="the memlimit suite's cgroup limit (GB)")
     ap.add_argument("--elixir-gb", type=float, default=1.0, help="size (GB) of the bindings suite's Elixir tree")
+    ap.add_argument("--dist-gb", type=float, default=8, help="size (GB) of the distributed suite's TP load")
+    ap.add_argument("--save-gb", type=float, default=4, help="size (GB) of the distributed suite's collective save")
+    ap.add_argument("--dist-parts", default="tp_load,save,mpi_sim", help="parts of the distributed suite to run")
     ap.add_argument("--baseline", help="the commit the baseline suite compares this tree with")
     args = ap.parse_args()
     for s in args.suites:
@@ -518,7 +531,7 @@ def main():
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
          "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
          "gguf": suite_gguf, "jax": suite_jax, "bindings": suite_bindings, "baseline": suite_baseline,
-         "http": suite_http, "memlimit": suite_memlimit, "dcp": suite_dcp}[s](args)
+         "http": suite_http, "memlimit": suite_memlimit, "dcp": suite_dcp, "distributed": suite_distributed}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

@@ -16,6 +16,16 @@ int cmd_inspect(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 
+/* `ckpt convert` on many ranks (mpi.c): the number of ranks the
+ * environment announces (mpirun, srun; 1 outside them), and the collective
+ * convert over libckpt_mpi, loaded at run time.  `copt` opens the source
+ * (allowed globals); `apply` (may be NULL) applies the command line's
+ * transforms to the plan and returns an exit code. */
+int mpi_env_ranks(void);
+int convert_mpi(const char *src, const char *dst, const ckpt_catalog_options *copt, const ckpt_writer_options *opt,
+                int show_progress,
+                int (*apply)(ckpt_plan *plan, void *user, ckpt_error *err), void *user);
+
 /* Prints "ckpt: <message> [STATUS_NAME]" on stderr; returns the exit code
  * for the status. */
 int report_error(const ckpt_error *err);

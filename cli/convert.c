@@ -49,6 +49,11 @@ static const char usage[] =
     "                         (key ckpt.xxh3_64), for ckpt verify\n"
     "  --verify               re-read what was written and check it (implies\n"
     "                         --checksums)\n"
+    "  --mpi                  split the conversion across the ranks of an MPI job\n"
+    "                         (automatic under mpirun -np N with N > 1): rank 0\n"
+    "                         reads the headers and lays the output out, each rank\n"
+    "                         converts its range of the output's bytes, rank 0\n"
+    "                         commits once all succeeded (needs libckpt_mpi)\n"
     "  --ignore-unmatched     a pattern that matches no tensor is not an error\n"
     "  --no-extra-files       when SRC is a model directory, do not copy its other\n"
     "                         files (config.json, tokenizer files, ...) into DST\n"
@@ -255,6 +260,25 @@ static int dequantize_rest(ckpt_plan *plan, ckpt_error *err) {
     return EXIT_OK;
 }
 
+typedef struct rule_list {
+    const rule *rules;
+    size_t count;
+    bool ignore_unmatched, gguf;
+} rule_list;
+
+/* The command line's plan: the transforms in order, then block types left
+ * as they are become f32 when the output is safetensors.  One process and
+ * every rank of an MPI job build it alike. */
+static int apply_rules(ckpt_plan *plan, void *user, ckpt_error *err) {
+    const rule_list *l = user;
+    if (l->ignore_unmatched) ckpt_plan_set_flags(plan, CKPT_PLAN_IGNORE_UNMATCHED);
+    for (size_t i = 0; i < l->count; i++) {
+        int rc = apply_rule(plan, &l->rules[i], err);
+        if (rc != EXIT_OK) return rc;
+    }
+    return l->gguf ? EXIT_OK : dequantize_rest(plan, err);
+}
+
 /* The command, with room for one transform and one allowed global per
  * argument. */
 static int run_convert(int argc, char **argv, rule *rules, const char **globals, source_options *so) {
@@ -265,7 +289,7 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals,
     ckpt_writer_options opt;
     ckpt_writer_options_init(&opt);
     int show_progress = -1;
-    bool verify = false;
+    bool verify = false, mpi = false;
     const char *ranks = NULL;
     size_t rule_count = 0;
     for (int i = 1; i < argc; i++) {
@@ -321,6 +345,8 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals,
                    !strcmp(a, "--layout")) {
             if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
             rules[rule_count++] = (rule){a, argv[++i]};
+        } else if (!strcmp(a, "--mpi")) {
+            mpi = true;
         } else if (!strcmp(a, "--progress") || !strcmp(a, "--no-progress")) {
             show_progress = !strcmp(a, "--progress");
         } else if (a[0] == '-' && a[1]) {
@@ -402,6 +428,12 @@ open:
     ckpt_catalog_options copt = *source_options_get(so);
     copt.allowed_globals = globals;
     copt.allowed_global_count = global_count;
+    rule_list l = {rules, rule_count, ignore_unmatched, gguf};
+    if (mpi || mpi_env_ranks() > 1) {
+        int rc = convert_mpi(src, dst, &copt, &opt, show_progress, apply_rules, &l);
+        free(kv_text);
+        return rc;
+    }
     ckpt_catalog *cat;
     if (ckpt_catalog_open_ex(src, &copt, &cat, &err) != CKPT_OK) {
         free(kv_text);
@@ -414,11 +446,8 @@ open:
         free(kv_text);
         return report_error(&err);
     }
-    if (ignore_unmatched) ckpt_plan_set_flags(plan, CKPT_PLAN_IGNORE_UNMATCHED);
     {
-        int rc = EXIT_OK;
-        for (size_t i = 0; i < rule_count && rc == EXIT_OK; i++) rc = apply_rule(plan, &rules[i], &err);
-        if (rc == EXIT_OK && !gguf) rc = dequantize_rest(plan, &err); /* safetensors has no block types */
+        int rc = apply_rules(plan, &l, &err);
         if (rc != EXIT_OK) {
             ckpt_plan_free(plan);
             ckpt_catalog_close(cat);

@@ -333,17 +333,38 @@ static ckpt_status wrap_shard_trees(ckpt_catalog *c, ckpt_error *err) {
     return CKPT_OK;
 }
 
+ckpt_status ckpt__catalog_new(const ckpt_catalog_options *options, ckpt_catalog **out, ckpt_error *err) {
+    *out = NULL;
+    ckpt_catalog *c = ckpt__calloc(1, sizeof *c);
+    if (!c) return ckpt__oom(err, NULL, NULL);
+    pthread_mutex_init(&c->map_lock, NULL);
+    c->format = CKPT_FORMAT_SAFETENSORS;
+    ckpt_status st = take_options(c, options, err);
+    if (st) {
+        ckpt_catalog_close(c);
+        return st;
+    }
+    *out = c;
+    return CKPT_OK;
+}
+
+size_t ckpt__catalog_storage_count(const ckpt_catalog *c) { return c->storage_count; }
+
+void ckpt__catalog_storage_at(const ckpt_catalog *c, size_t i, uint32_t *file, uint64_t *base, uint64_t *nbytes) {
+    *file = c->storages[i].file;
+    *base = c->storages[i].base;
+    *nbytes = c->storages[i].nbytes;
+}
+
 ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *options, ckpt_catalog **out,
                                  ckpt_error *err) {
     if (out) *out = NULL;
     if (!path || !out) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "path and out are required");
-    ckpt_catalog *c = ckpt__calloc(1, sizeof *c);
-    if (!c) return ckpt__oom(err, path, NULL);
-    pthread_mutex_init(&c->map_lock, NULL);
-    c->format = CKPT_FORMAT_SAFETENSORS;
-    ckpt_status st = take_options(c, options, err);
+    ckpt_catalog *c;
+    ckpt_status st = ckpt__catalog_new(options, &c, err);
+    if (st) return st;
     char *resolved = NULL, *clean = NULL;
-    if (st == CKPT_OK) st = take_userinfo(c, path, &clean, err);
+    st = take_userinfo(c, path, &clean, err);
     if (clean) path = clean;
     if (st == CKPT_OK && !ckpt__source_is_remote_name(path)) {
         /* A commit into this checkpoint's directory that a crash cut short

@@ -44,4 +44,15 @@ CKPT__HIDDEN ckpt__inflater *ckpt__catalog_take_inflater(ckpt_catalog *catalog, 
                                                          uint64_t record, uint64_t offset);
 CKPT__HIDDEN void ckpt__catalog_keep_inflater(ckpt_catalog *catalog, ckpt__inflater *inflater);
 
+/* ---- for the catalog's encoding (wire.c) ----------------------------------- */
+
+/* An empty catalog with these options (NULL: the defaults), filled by a
+ * decoder through the ckpt__cat_* functions of formats/format.h. */
+CKPT__HIDDEN ckpt_status ckpt__catalog_new(const ckpt_catalog_options *options, ckpt_catalog **out, ckpt_error *err);
+
+/* Storages: how many, and the i-th's file, base and size. */
+CKPT__HIDDEN size_t ckpt__catalog_storage_count(const ckpt_catalog *catalog);
+CKPT__HIDDEN void ckpt__catalog_storage_at(const ckpt_catalog *catalog, size_t i, uint32_t *file, uint64_t *base,
+                                           uint64_t *nbytes);
+
 #endif

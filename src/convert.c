@@ -85,43 +85,68 @@ static bool storage_of(const ckpt_plan *p, const ckpt__plan_entry *e, ckpt_tenso
     return true;
 }
 
-ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_writer_options *options,
-                              ckpt_progress_fn progress, void *user, ckpt_error *err) {
-    if (!p || !dst_path)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan and destination are required");
-    ckpt_status st = ckpt__plan_check(p, err);
-    if (st) return st;
+ckpt_status ckpt__convert_moves(const ckpt_plan *p, ckpt__move **out, ckpt_error *err) {
+    size_t n = p->selected_count;
+    ckpt__move *moves = ckpt__calloc(n ? n : 1, sizeof *moves);
+    if (!moves) return ckpt__oom(err, NULL, "the conversion's tensors");
+    for (size_t k = 0; k < n; k++) {
+        const ckpt__plan_entry *e = &p->entries[p->selected[k]];
+        moves[k] = (ckpt__move){.tensor = ckpt__catalog_index_of(p->catalog, e->pub.source), .start = e->start,
+                                .count = e->count, .perm = e->perm, .dtype = e->pub.dtype, .name = e->pub.name,
+                                .sink = CKPT__SINK_WRITER, .writer_index = k};
+    }
+    *out = moves;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_writer_options *options,
+                                 ckpt_writer **out, ckpt_error *err) {
+    *out = NULL;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     if (options) CKPT__TAKE_OPTIONS(&o, options);
     o.size = sizeof o;
     o.copy_partial_views = 1; /* a torch file's views are written, each whole, where the hub would refuse */
     ckpt_writer *w;
-    if ((st = ckpt_writer_create(dst_path, &o, &w, err))) return st;
+    ckpt_status st = ckpt_writer_create(dst_path, &o, &w, err);
+    if (st) return st;
     if (ckpt__catalog_direct(p->catalog)) ckpt__writer_drop_behind(w);
     st = copy_metadata(p, w, err);
-    size_t n = p->selected_count, used = 0;
-    ckpt__move *moves = ckpt__calloc(n ? n : 1, sizeof *moves);
-    if (!moves && st == CKPT_OK) st = ckpt__oom(err, dst_path, NULL);
-    for (size_t k = 0; st == CKPT_OK && k < n; k++) {
+    for (size_t k = 0; st == CKPT_OK && k < p->selected_count; k++) {
         ckpt__plan_entry *e = &p->entries[p->selected[k]];
         ckpt_tensor_storage s;
         bool shared = storage_of(p, e, &s);
-        size_t index;
         st = ckpt_writer_add_tensor_shared(w, e->pub.name, e->pub.dtype, e->pub.ndim, e->pub.shape, shared ? &s : NULL,
-                                           &index, err);
-        moves[k] = (ckpt__move){.tensor = ckpt__catalog_index_of(p->catalog, e->pub.source), .start = e->start,
-                                .count = e->count, .perm = e->perm, .dtype = e->pub.dtype, .name = e->pub.name,
-                                .sink = CKPT__SINK_WRITER, .writer_index = index};
+                                           NULL, err);
     }
     if (st == CKPT_OK) st = ckpt_writer_begin(w, err);
-    for (size_t k = 0; st == CKPT_OK && k < n; k++) /* what the writer keeps */
-        if (!ckpt_writer_tensor_kept(w, moves[k].writer_index)) moves[used++] = moves[k];
-    if (st == CKPT_OK) {
-        ckpt__engine_options eo = {.io = CKPT_IO_BUFFERED, .progress = progress, .user = user, .writer = w,
-                                   .ordered = ckpt__writer_needs_order(w)};
-        st = ckpt__engine_run(p->catalog, moves, used, &eo, NULL, err);
+    if (st) {
+        ckpt_writer_free(w);
+        return st;
     }
+    *out = w;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_writer_options *options,
+                              ckpt_progress_fn progress, void *user, ckpt_error *err) {
+    if (!p || !dst_path)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan and destination are required");
+    ckpt_status st = ckpt__plan_check(p, err);
+    if (st) return st;
+    ckpt_writer *w;
+    ckpt__move *moves;
+    if ((st = ckpt__convert_writer(p, dst_path, options, &w, err))) return st;
+    if ((st = ckpt__convert_moves(p, &moves, err))) {
+        ckpt_writer_free(w);
+        return st;
+    }
+    size_t n = p->selected_count, used = 0;
+    for (size_t k = 0; k < n; k++) /* what the writer keeps */
+        if (!ckpt_writer_tensor_kept(w, moves[k].writer_index)) moves[used++] = moves[k];
+    ckpt__engine_options eo = {.io = CKPT_IO_BUFFERED, .progress = progress, .user = user, .writer = w,
+                               .ordered = ckpt__writer_needs_order(w)};
+    st = ckpt__engine_run(p->catalog, moves, used, &eo, NULL, err);
     if (st == CKPT_OK) st = ckpt_writer_commit(w, err);
     ckpt_writer_free(w);
     free(moves);

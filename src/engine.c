@@ -491,6 +491,7 @@ static ckpt_status run_box(worker *w, job *j, uint64_t i, XXH3_state_t *hash, ck
     box_of(j, i, bstart, bcount, &origin);
     for (uint32_t a = 0; a < j->n; a++) units *= bcount[a];
     uint64_t at = origin * j->out_size, bytes = units * j->out_size;
+    if (m->sink == CKPT__SINK_WRITER) at += m->writer_at;
     if (m->sink == CKPT__SINK_MEMORY)
         return read_box(w, j, bstart, bcount, (unsigned char *)m->dst + at, j->dst_stride, err);
     if (j->kernel_copy) {

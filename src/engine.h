@@ -32,6 +32,7 @@ typedef struct ckpt__move {
     ckpt__sink sink;
     void *dst;                     /* MEMORY: the output, dense row-major, any alignment */
     size_t writer_index;           /* WRITER: the tensor's index in the writer */
+    uint64_t writer_at;            /* WRITER: where the move's output begins in that tensor's bytes (a part) */
     uint64_t digest;               /* HASH: set by the run */
 } ckpt__move;
 

@@ -117,33 +117,49 @@ static ckpt_status place_entry(ckpt_plan *p, ckpt__plan_entry *e, int views, ckp
     return CKPT_OK;
 }
 
-ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error *err) {
-    ckpt_load_options o;
-    ckpt_load_options_init(&o);
-    if (options) CKPT__TAKE_OPTIONS(&o, options);
-    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
-    ckpt_status st = ckpt__plan_check(p, err);
-    if (st) return st;
-    memset(&p->stats, 0, sizeof p->stats);
-    ckpt__plan_release(p); /* a reload starts afresh */
-
-    /* 1. a destination for every selected entry */
+ckpt_status ckpt__load_moves(ckpt_plan *p, const ckpt_load_options *o, const bool *no_view, ckpt__move **out,
+                             size_t *out_count, uint64_t *out_views, ckpt_error *err) {
+    *out = NULL, *out_count = 0, *out_views = 0;
+    ckpt_status st = CKPT_OK;
+    /* a destination for every selected entry (no_view[k]: the k-th is read
+     * into memory, never viewed — a collective load broadcasts into it) */
     size_t n = p->selected_count, moves_used = 0;
     ckpt__move *moves = ckpt__calloc(n ? n : 1, sizeof *moves);
     if (!moves) return ckpt__oom(err, NULL, "the load's tensors");
     uint64_t views = 0;
     for (size_t k = 0; st == CKPT_OK && k < n; k++) {
         bool moved = false;
-        st = place_entry(p, &p->entries[p->selected[k]], o.views, &moves[moves_used], &moved, err);
+        int v = no_view && no_view[k] ? 0 : o->views;
+        st = place_entry(p, &p->entries[p->selected[k]], v, &moves[moves_used], &moved, err);
         if (st == CKPT_OK && moved) moves_used++;
         else if (st == CKPT_OK) views++;
     }
-    /* 2. the engine moves the bytes of everything that is not a view */
-    if (st == CKPT_OK) {
-        ckpt__engine_options eo = {.threads = o.threads, .chunk_bytes = o.chunk_bytes, .io = o.io,
-                                   .io_uring = o.io_uring, .progress = o.progress, .user = o.user};
-        st = ckpt__engine_run(p->catalog, moves, moves_used, &eo, &p->stats, err);
+    if (st) {
+        free(moves);
+        ckpt__plan_release(p);
+        return st;
     }
+    *out = moves, *out_count = moves_used, *out_views = views;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error *err) {
+    ckpt_load_options taken;
+    ckpt_load_options_init(&taken);
+    if (options) CKPT__TAKE_OPTIONS(&taken, options);
+    const ckpt_load_options *o = &taken;
+    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    ckpt_status st = ckpt__plan_check(p, err);
+    if (st) return st;
+    memset(&p->stats, 0, sizeof p->stats);
+    ckpt__plan_release(p); /* a reload starts afresh */
+    ckpt__move *moves;
+    size_t moves_used;
+    uint64_t views;
+    if ((st = ckpt__load_moves(p, o, NULL, &moves, &moves_used, &views, err))) return st;
+    ckpt__engine_options eo = {.threads = o->threads, .chunk_bytes = o->chunk_bytes, .io = o->io,
+                               .io_uring = o->io_uring, .progress = o->progress, .user = o->user};
+    st = ckpt__engine_run(p->catalog, moves, moves_used, &eo, &p->stats, err);
     p->stats.views = views;
     free(moves);
     if (st != CKPT_OK) ckpt__plan_release(p);

@@ -55,4 +55,20 @@ CKPT__HIDDEN void ckpt__plan_release(ckpt_plan *plan);
 /* Checks the plan before reading: new names are unique. */
 CKPT__HIDDEN ckpt_status ckpt__plan_check(ckpt_plan *plan, ckpt_error *err);
 
+/* The moves of a load (load.c): buffers for every selected entry (the
+ * caller's, or allocated), or views where options allow and no_view[k]
+ * (for the k-th selected entry; may be NULL) does not forbid; one move per
+ * entry that is not a view, in selection order.  *moves is malloc'ed.  On
+ * failure, buffers allocated are released. */
+struct ckpt__move;
+CKPT__HIDDEN ckpt_status ckpt__load_moves(ckpt_plan *plan, const ckpt_load_options *options, const bool *no_view,
+                                          struct ckpt__move **moves, size_t *count, uint64_t *views, ckpt_error *err);
+
+/* A conversion (convert.c): one WRITER move per selected entry, in
+ * selection order, writer_index k for the k-th (malloc'ed); and the begun
+ * writer of ckpt_convert_plan, its tensors declared in that order. */
+CKPT__HIDDEN ckpt_status ckpt__convert_moves(const ckpt_plan *plan, struct ckpt__move **moves, ckpt_error *err);
+CKPT__HIDDEN ckpt_status ckpt__convert_writer(ckpt_plan *plan, const char *dst_path, const ckpt_writer_options *options,
+                                              ckpt_writer **out, ckpt_error *err);
+
 #endif

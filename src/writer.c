@@ -10,10 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 #include <zlib.h>
 
+#include "base/wire.h"
 #include "formats/gguf.h"
 #include "formats/output.h"
 #include "io/commit.h"
@@ -70,6 +72,8 @@ struct ckpt_writer {
     char **stale;          /* a replaced checkpoint's files (names in dir) */
     size_t stale_count;
     ckpt__commit *commit;
+    bool joined; /* writes into another process's writer (ckpt__writer_join): no commit */
+    bool shared; /* other processes write tensors too: commit trusts the caller's count */
     /* Direct mode: what is written leaves the page cache once on disk. */
     bool drop_behind;
     pthread_mutex_t drop_lock;
@@ -850,10 +854,13 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
     if (!w) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "writer is NULL");
     if (w->state != WRITING)
         return ckpt__fail(err, CKPT_E_BAD_STATE, w->path, NULL, -1, "commit needs a begun, uncommitted writer");
+    if (w->joined)
+        return ckpt__fail(err, CKPT_E_BAD_STATE, w->path, NULL, -1,
+                          "a joined writer is committed by the process that created it");
     w->state = FAILED;
     for (size_t i = 0; i < w->count; i++) {
         wtensor *t = &w->tensors[i];
-        if (t->written != t->pub.nbytes && !dropped(w, i))
+        if (t->written != t->pub.nbytes && !dropped(w, i) && !w->shared)
             return ckpt__fail(err, CKPT_E_BAD_STATE, w->files[t->pub.file].final_path, t->pub.name, -1,
                               "only %llu of its %llu bytes were written", (unsigned long long)t->written,
                               (unsigned long long)t->pub.nbytes);
@@ -919,4 +926,150 @@ void ckpt_writer_free(ckpt_writer *w) {
     free(w->dir);
     free(w->prefix);
     free(w);
+}
+
+/* ---- joining: other processes writing into this writer's files ------------- */
+
+#define JOIN_MAGIC "CKPTJN01"
+
+ckpt_status ckpt__writer_join_encode(const ckpt_writer *w, ckpt__buf *b, ckpt_error *err) {
+    if (w->state != WRITING || w->joined)
+        return ckpt__fail(err, CKPT_E_BAD_STATE, w->path, NULL, -1, "only a begun writer can be joined");
+    ckpt__buf_append(b, JOIN_MAGIC, 8);
+    ckpt__put_str(b, w->path);
+    ckpt__put_str(b, w->dir);
+    ckpt__put_u32(b, (uint32_t)w->file_count);
+    for (size_t f = 0; f < w->file_count; f++) {
+        ckpt__put_str(b, w->files[f].name);
+        ckpt__put_str(b, w->files[f].tmp_path);
+        ckpt__put_u64(b, w->files[f].size);
+    }
+    ckpt__put_u32(b, (uint32_t)w->count);
+    for (size_t i = 0; i < w->count; i++) {
+        const wtensor *t = &w->tensors[i];
+        ckpt__put_str(b, t->pub.name);
+        ckpt__put_u32(b, (uint32_t)t->pub.dtype);
+        ckpt__put_u64(b, t->pub.nbytes);
+        ckpt__put_u32(b, t->pub.file);
+        ckpt__put_u64(b, t->pub.offset);
+    }
+    ckpt__buf_append(b, "END!", 4);
+    return b->failed ? ckpt__oom(err, w->path, NULL) : CKPT_OK;
+}
+
+static ckpt_status join_bad(ckpt__rd *r, ckpt_error *err, const char *what) {
+    return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, (int64_t)r->at,
+                      "the writer layout received from rank 0 is malformed (%s, at byte %zu of %zu)", what, r->at, r->n);
+}
+
+static ckpt_status join_decode(ckpt_writer *w, const void *data, size_t n, ckpt_error *err) {
+    ckpt__rd r = {.p = data, .n = n};
+    bool oom = false;
+    if (!ckpt__rd_has(&r, 8) || memcmp(r.p, JOIN_MAGIC, 8)) return join_bad(&r, err, "not a writer layout");
+    r.at = 8;
+    const char *path = ckpt__get_str(&r, &w->arena, NULL, &oom);
+    const char *dir = ckpt__get_str(&r, &w->arena, NULL, &oom);
+    uint32_t files = ckpt__get_count(&r, 4 + 4 + 8);
+    if (oom) return ckpt__oom(err, NULL, "a writer layout");
+    if (r.bad || !path || !dir || !files) return join_bad(&r, err, "header");
+    if (!(w->path = ckpt__strdup(path)) || !(w->dir = ckpt__strdup(dir))) return ckpt__oom(err, path, NULL);
+    if (!(w->files = ckpt__calloc(files, sizeof *w->files))) return ckpt__oom(err, path, NULL);
+    for (uint32_t f = 0; f < files; f++, w->file_count++) {
+        wfile *file = &w->files[f];
+        file->fd = -1;
+        const char *name = ckpt__get_str(&r, &w->arena, NULL, &oom);
+        const char *tmp = ckpt__get_str(&r, &w->arena, NULL, &oom);
+        file->size = ckpt__get_u64(&r);
+        if (oom) return ckpt__oom(err, path, NULL);
+        if (r.bad || !name || !tmp || !*tmp) return join_bad(&r, err, "file");
+        ckpt_status st = name_file(w, file, name, err);
+        if (st) return st;
+        file->tmp_path = tmp;
+    }
+    uint32_t count = ckpt__get_count(&r, 4 + 4 + 8 + 4 + 8);
+    if (r.bad) return join_bad(&r, err, "tensor count");
+    if (!(w->tensors = ckpt__calloc(count ? count : 1, sizeof *w->tensors))) return ckpt__oom(err, path, NULL);
+    w->cap = count ? count : 1;
+    for (uint32_t i = 0; i < count; i++, w->count++) {
+        wtensor *t = &w->tensors[i];
+        t->pub.name = ckpt__get_str(&r, &w->arena, NULL, &oom);
+        t->pub.dtype = (ckpt_dtype)ckpt__get_u32(&r);
+        t->pub.nbytes = ckpt__get_u64(&r);
+        t->pub.file = ckpt__get_u32(&r);
+        t->pub.offset = ckpt__get_u64(&r);
+        t->kept = i;
+        if (oom) return ckpt__oom(err, path, NULL);
+        if (r.bad || !t->pub.name || !ckpt_dtype_name(t->pub.dtype)) return join_bad(&r, err, "tensor");
+        uint64_t end;
+        if (t->pub.file != CKPT__OUT_NONE &&
+            (t->pub.file >= files || !ckpt__add_u64(t->pub.offset, t->pub.nbytes, &end) || end > w->files[t->pub.file].size))
+            return ckpt__fail(err, CKPT_E_COMM_DATA, w->files[t->pub.file < files ? t->pub.file : 0].final_path,
+                              t->pub.name, (int64_t)t->pub.offset,
+                              "the writer layout received from rank 0 puts the tensor outside its file");
+    }
+    if (!ckpt__rd_has(&r, 4) || memcmp(r.p + r.at, "END!", 4) || r.at + 4 != r.n) return join_bad(&r, err, "end marker");
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__writer_join(const void *data, size_t n, bool open_files, ckpt_writer **out, ckpt_error *err) {
+    *out = NULL;
+    ckpt_writer *w = ckpt__calloc(1, sizeof *w);
+    if (!w) return ckpt__oom(err, NULL, "a joined writer");
+    ckpt_writer_options_init(&w->opt);
+    w->joined = w->shared = true;
+    w->state = FAILED;
+    ckpt_status st = join_decode(w, data, n, err);
+    for (size_t f = 0; st == CKPT_OK && open_files && f < w->file_count; f++) {
+        wfile *file = &w->files[f];
+        /* Rank 0 created it: open, never create.  A network file system
+         * may show another client's new file a moment late (NFS attribute
+         * caches): a missing file is tried again for a few seconds. */
+        for (int tries = 0; tries < 40; tries++) {
+            file->fd = ckpt__io_open(file->tmp_path, O_WRONLY | O_CLOEXEC);
+            if (file->fd >= 0 || (errno != ENOENT && errno != ESTALE)) break;
+            struct timespec pause = {0, 125000000L};
+            nanosleep(&pause, NULL);
+        }
+        if (file->fd < 0)
+            st = ckpt__fail_errno(err, errno, file->tmp_path, -1,
+                                  "cannot open the output file rank 0 created (is the output directory on a file "
+                                  "system every rank shares?)");
+    }
+    if (st) {
+        ckpt_writer_free(w);
+        return st;
+    }
+    w->state = WRITING;
+    *out = w;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__writer_set_shared(ckpt_writer *w, ckpt_error *err) {
+    if (w->needs & CKPT__OUT_CRC32)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1,
+                          "the %s output format records CRC-32s of every tensor's bytes, which a collective save or "
+                          "convert would compute in several processes: write it from one process",
+                          w->fmt->name);
+    w->shared = true;
+    return CKPT_OK;
+}
+
+uint64_t ckpt__writer_tensor_offset(const ckpt_writer *w, size_t index) { return w->tensors[index].pub.offset; }
+
+uint64_t ckpt__writer_written(const ckpt_writer *w, size_t index) {
+    return __atomic_load_n(&w->tensors[index].written, __ATOMIC_ACQUIRE);
+}
+
+ckpt_status ckpt__writer_sync_joined(ckpt_writer *w, bool sync, ckpt_error *err) {
+    ckpt_status st = CKPT_OK;
+    for (size_t f = 0; f < w->file_count; f++) {
+        wfile *file = &w->files[f];
+        if (file->fd < 0) continue;
+        if (st == CKPT_OK && sync && ckpt__io_fsync(file->fd) != 0)
+            st = ckpt__fail_errno(err, errno, file->tmp_path, -1, "fsync failed");
+        if (close(file->fd) != 0 && st == CKPT_OK) st = ckpt__fail_errno(err, errno, file->tmp_path, -1, "close failed");
+        file->fd = -1;
+    }
+    w->state = st ? FAILED : COMMITTED;
+    return st;
 }

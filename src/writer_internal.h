@@ -26,4 +26,34 @@ CKPT__HIDDEN ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64
  * hashes them as they stream). */
 CKPT__HIDDEN bool ckpt__writer_needs_order(const ckpt_writer *w);
 
+/* ---- collective writes: other processes write into this writer's files ---- */
+
+/* A begun writer's layout for other processes: its output path, its files'
+ * names, temporary paths and sizes, and each tensor's file, offset, size. */
+CKPT__HIDDEN ckpt_status ckpt__writer_join_encode(const ckpt_writer *w, ckpt__buf *out, ckpt_error *err);
+
+/* A writer over another process's begun writer, from its layout (bytes
+ * from another process: every field checked).  With `open_files` its
+ * temporaries are opened for writing (never created).  Positional writes
+ * (ckpt__writer_pwrite, pcopy) work; commit is refused; free closes the
+ * files and removes nothing. */
+CKPT__HIDDEN ckpt_status ckpt__writer_join(const void *data, size_t n, bool open_files, ckpt_writer **out,
+                                           ckpt_error *err);
+
+/* Other processes write this writer's tensors too: commit does not count
+ * bytes (the processes have agreed that every byte is there). */
+/* Other processes write tensors too (collective saves and converts).
+ * Refused, naming the format, for an output format whose finish needs
+ * data only one process sees (CRC-32s of the tensors' bytes: DCP, npz). */
+CKPT__HIDDEN ckpt_status ckpt__writer_set_shared(ckpt_writer *w, ckpt_error *err);
+
+/* Where tensor `index`'s bytes begin in its file (after begin). */
+CKPT__HIDDEN uint64_t ckpt__writer_tensor_offset(const ckpt_writer *w, size_t index);
+
+/* Bytes received so far for tensor `index` (by this process). */
+CKPT__HIDDEN uint64_t ckpt__writer_written(const ckpt_writer *w, size_t index);
+
+/* A joined writer's end: fsyncs (with `sync`) and closes its files. */
+CKPT__HIDDEN ckpt_status ckpt__writer_sync_joined(ckpt_writer *w, bool sync, ckpt_error *err);
+
 #endif

@@ -1271,6 +1271,555 @@ static PyTypeObject WriterType = {
 };
 
 /* ------------------------------------------------------------------------ */
+/* Collective operations (ckpt.distributed)                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Comm(impl, rank, nranks): a ckpt_comm whose operations call back into a
+ * Python object — ckpt.distributed's torch.distributed adapter — with the
+ * GIL taken: impl.broadcast(memoryview, root, timeout_s),
+ * impl.allgather(memoryview, block, timeout_s), impl.barrier(timeout_s),
+ * impl.agree(status, rank, message, timeout_s) -> (status, rank, message).
+ * An exception becomes the operation's failure: its `ckpt_status`
+ * attribute (CKPT_E_COMM when absent) and `rank` (the rank it blames).
+ * impl None makes a "none" communicator.  The library calls these only
+ * from the thread that entered it.
+ */
+typedef struct {
+    PyObject_HEAD
+    PyObject *impl;
+    ckpt_comm comm;
+} Comm;
+
+static PyTypeObject CommType;
+
+static void comm_error_from_exception(ckpt_error *err, ckpt_vote *vote) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    ckpt_status st = CKPT_E_COMM;
+    long rank = -1;
+    if (value && PyErr_GivenExceptionMatches(type, PyExc_KeyboardInterrupt)) st = CKPT_E_CANCELLED;
+    PyObject *a = value ? PyObject_GetAttrString(value, "ckpt_status") : NULL;
+    if (a && PyLong_Check(a)) st = (ckpt_status)PyLong_AsLong(a);
+    Py_XDECREF(a);
+    PyErr_Clear();
+    a = value ? PyObject_GetAttrString(value, "rank") : NULL;
+    if (a && PyLong_Check(a)) rank = PyLong_AsLong(a);
+    Py_XDECREF(a);
+    PyErr_Clear();
+    const char *text = NULL, *tname = type ? ((PyTypeObject *)type)->tp_name : "error";
+    PyObject *s = value ? PyObject_Str(value) : NULL;
+    if (s) text = PyUnicode_AsUTF8(s);
+    PyErr_Clear();
+    if (err) {
+        memset(err, 0, sizeof *err);
+        err->status = st;
+        err->offset = -1;
+        snprintf(err->message, sizeof err->message, "%s: %s", tname, text ? text : "(no message)");
+    }
+    if (vote) vote->rank = (int32_t)rank;
+    Py_XDECREF(s);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+/* Calls impl.<method>(*args); on an exception fills err.  Steals args. */
+static ckpt_status comm_call(Comm *c, const char *method, PyObject *args, ckpt_vote *vote, ckpt_error *err,
+                             PyObject **result) {
+    ckpt_status st = CKPT_OK;
+    PyObject *fn = args ? PyObject_GetAttrString(c->impl, method) : NULL;
+    PyObject *r = fn ? PyObject_CallObject(fn, args) : NULL;
+    Py_XDECREF(fn);
+    Py_XDECREF(args);
+    if (!r) {
+        comm_error_from_exception(err, vote);
+        st = err ? err->status : CKPT_E_COMM;
+        if (st == CKPT_OK) st = CKPT_E_COMM;
+    }
+    if (result) *result = r;
+    else Py_XDECREF(r);
+    return st;
+}
+
+static PyObject *memview(void *data, uint64_t n) {
+    return PyMemoryView_FromMemory(data ? (char *)data : empty_bytes, (Py_ssize_t)n, PyBUF_WRITE);
+}
+
+static void memview_release(PyObject *mv) {
+    if (!mv) return;
+    PyObject *r = PyObject_CallMethod(mv, "release", NULL);
+    if (!r) PyErr_Clear(); /* still exported (a tensor kept it): the memory outlives this call anyway */
+    Py_XDECREF(r);
+    Py_DECREF(mv);
+}
+
+static ckpt_status comm_broadcast(void *user, void *data, uint64_t nbytes, int root, uint32_t timeout_ms,
+                                  ckpt_error *err) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *mv = memview(data, nbytes);
+    ckpt_status st = comm_call(user, "broadcast", mv ? Py_BuildValue("(Oid)", mv, root, timeout_ms / 1000.0) : NULL,
+                               NULL, err, NULL);
+    memview_release(mv);
+    PyGILState_Release(g);
+    return st;
+}
+
+static ckpt_status comm_allgather(void *user, void *data, uint64_t block, uint32_t timeout_ms, ckpt_error *err) {
+    Comm *c = user;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *mv = memview(data, block * (uint64_t)c->comm.nranks);
+    ckpt_status st = comm_call(c, "allgather", mv ? Py_BuildValue("(OKd)", mv, (unsigned long long)block,
+                                                                  timeout_ms / 1000.0)
+                                                  : NULL,
+                               NULL, err, NULL);
+    memview_release(mv);
+    PyGILState_Release(g);
+    return st;
+}
+
+static ckpt_status comm_barrier(void *user, uint32_t timeout_ms, ckpt_error *err) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    ckpt_status st = comm_call(user, "barrier", Py_BuildValue("(d)", timeout_ms / 1000.0), NULL, err, NULL);
+    PyGILState_Release(g);
+    return st;
+}
+
+static ckpt_status comm_agree(void *user, ckpt_vote *vote, uint32_t timeout_ms, ckpt_error *err) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r = NULL;
+    vote->message[sizeof vote->message - 1] = '\0';
+    ckpt_status st = comm_call(user, "agree",
+                               Py_BuildValue("(iisd)", (int)vote->status, (int)vote->rank, vote->message,
+                                             timeout_ms / 1000.0),
+                               vote, err, &r);
+    if (st == CKPT_OK) {
+        int status, rank;
+        const char *msg;
+        if (!PyArg_ParseTuple(r, "iis", &status, &rank, &msg)) {
+            comm_error_from_exception(err, NULL);
+            st = CKPT_E_COMM;
+        } else {
+            vote->status = (ckpt_status)status;
+            vote->rank = rank;
+            snprintf(vote->message, sizeof vote->message, "%.*s", (int)sizeof vote->message - 1, msg);
+        }
+    }
+    Py_XDECREF(r);
+    PyGILState_Release(g);
+    return st;
+}
+
+static int Comm_init(Comm *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"impl", "rank", "nranks", NULL};
+    PyObject *impl;
+    int rank, nranks;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Oii", kwlist, &impl, &rank, &nranks)) return -1;
+    if (impl == Py_None && rank < 0) {
+        /* "none" from the environment: RANK/WORLD_SIZE, OMPI_*, PMI_*, SLURM_* */
+        ckpt_error e;
+        if (ckpt_comm_from_env(&self->comm, -1, 0, &e) != CKPT_OK) {
+            raise_ckpt(&e);
+            return -1;
+        }
+        Py_XSETREF(self->impl, Py_NewRef(impl));
+        return 0;
+    }
+    if (nranks < 1 || rank < 0 || rank >= nranks) {
+        PyErr_Format(PyExc_ValueError, "rank %d of %d ranks", rank, nranks);
+        return -1;
+    }
+    Py_XSETREF(self->impl, Py_NewRef(impl));
+    ckpt_comm_init(&self->comm);
+    self->comm.rank = rank;
+    self->comm.nranks = nranks;
+    if (impl != Py_None) {
+        self->comm.user = self;
+        self->comm.broadcast = comm_broadcast;
+        self->comm.allgather = comm_allgather;
+        self->comm.barrier = comm_barrier;
+        self->comm.agree = comm_agree;
+    }
+    return 0;
+}
+
+static void Comm_dealloc(Comm *self) {
+    Py_XDECREF(self->impl);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Comm_get_rank(Comm *self, void *closure) {
+    (void)closure;
+    return PyLong_FromLong(self->comm.rank);
+}
+
+static PyObject *Comm_get_nranks(Comm *self, void *closure) {
+    (void)closure;
+    return PyLong_FromLong(self->comm.nranks);
+}
+
+static PyGetSetDef Comm_getset[] = {
+    {"rank", (getter)Comm_get_rank, NULL, "this rank", NULL},
+    {"nranks", (getter)Comm_get_nranks, NULL, "the number of ranks", NULL},
+    {NULL}};
+
+static PyTypeObject CommType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt._ckpt.Comm",
+    .tp_getset = Comm_getset,
+    .tp_basicsize = sizeof(Comm),
+    .tp_dealloc = (destructor)Comm_dealloc,
+    .tp_init = (initproc)Comm_init,
+    .tp_new = PyType_GenericNew,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Comm(impl, rank, nranks): a communicator calling impl's broadcast/allgather/barrier/agree; "
+              "Comm(None, rank, nranks) the 'none' one (Comm(None, -1, 0): from RANK/WORLD_SIZE, OMPI_*, PMI_*, "
+              "SLURM_*)",
+};
+
+static int collective_options(ckpt_collective_options *co, double timeout, const char *replicated) {
+    ckpt_collective_options_init(co);
+    if (timeout < 0 || timeout > 4e6) {
+        PyErr_Format(PyExc_ValueError, "timeout %g s is not in [0, 4e6]", timeout);
+        return -1;
+    }
+    co->timeout_ms = (uint32_t)(timeout * 1000.0);
+    if (timeout > 0 && co->timeout_ms == 0) co->timeout_ms = 1;
+    if (!replicated || !strcmp(replicated, "broadcast")) co->replicated = CKPT_REPLICATED_BROADCAST;
+    else if (!strcmp(replicated, "read")) co->replicated = CKPT_REPLICATED_READ;
+    else {
+        PyErr_Format(PyExc_ValueError, "replicated must be 'broadcast' or 'read', not '%s'", replicated);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *stats_dict(const ckpt_collective_stats *s) {
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d}", "bytes_needed", (unsigned long long)s->bytes_needed,
+                         "bytes_read", (unsigned long long)s->bytes_read, "bytes_written",
+                         (unsigned long long)s->bytes_written, "bytes_received", (unsigned long long)s->bytes_received,
+                         "bytes_sent", (unsigned long long)s->bytes_sent, "replicated_bytes",
+                         (unsigned long long)s->replicated_bytes, "collectives", (unsigned long long)s->collectives,
+                         "io_seconds", s->io_seconds, "comm_seconds", s->comm_seconds);
+}
+
+/* open_collective(path, comm, timeout=0) -> Catalog: rank 0 parses, the
+ * others build theirs from its bytes. */
+static PyObject *mod_open_collective(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"path", "comm", "timeout", NULL};
+    PyObject *path_obj;
+    Comm *comm;
+    double timeout = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O!|d", kwlist, PyUnicode_FSConverter, &path_obj, &CommType, &comm,
+                                     &timeout))
+        return NULL;
+    ckpt_collective_options co;
+    if (collective_options(&co, timeout, NULL) < 0) {
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    ckpt_error e;
+    ckpt_status st;
+    ckpt_catalog *c = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_catalog_open_collective(PyBytes_AS_STRING(path_obj), NULL, &comm->comm, &co, &c, &e);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(path_obj);
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    Catalog *cat = (Catalog *)CatalogType.tp_alloc(&CatalogType, 0);
+    if (!cat) {
+        ckpt_catalog_close(c);
+        return NULL;
+    }
+    cat->catalog = c;
+    return (PyObject *)cat;
+}
+
+/* load_collective(plan, comm, threads=0, io=0, replicated="broadcast",
+ * timeout=0) -> stats: every rank's plan loaded, replicated tensors read
+ * once and broadcast. */
+static PyObject *mod_load_collective(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"plan", "comm", "threads", "io", "replicated", "timeout", "progress", NULL};
+    Plan *plan;
+    Comm *comm;
+    ckpt_load_options o;
+    ckpt_load_options_init(&o);
+    int io = 0;
+    const char *replicated = NULL;
+    double timeout = 0;
+    progress_ctx p = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|IizdO", kwlist, &PlanType, &plan, &CommType, &comm, &o.threads,
+                                     &io, &replicated, &timeout, &p.callable))
+        return NULL;
+    if (!plan_ready(plan)) return NULL;
+    ckpt_collective_options co;
+    if (collective_options(&co, timeout, replicated) < 0) return NULL;
+    o.io = (ckpt_io_mode)io;
+    o.progress = progress_trampoline, o.user = &p;
+    ckpt_collective_stats s;
+    memset(&s, 0, sizeof s);
+    ckpt_error e;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_load_collective(plan->plan, &o, &comm->comm, &co, &s, &e);
+    Py_END_ALLOW_THREADS
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    return stats_dict(&s);
+}
+
+/* convert_collective(plan, dst, comm, max_shard_size=0, prefix=None,
+ * overwrite=False, no_sync=False, timeout=0) -> stats. */
+static PyObject *mod_convert_collective(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"plan", "dst", "comm", "max_shard_size", "prefix", "overwrite", "no_sync", "timeout",
+                             "progress", NULL};
+    Plan *plan;
+    Comm *comm;
+    PyObject *dst, *prefix = NULL;
+    unsigned long long shard = 0;
+    int overwrite = 0, no_sync = 0;
+    double timeout = 0;
+    progress_ctx p = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O&O!|KO&ppdO", kwlist, &PlanType, &plan, PyUnicode_FSConverter, &dst,
+                                     &CommType, &comm, &shard, PyUnicode_FSConverter, &prefix, &overwrite, &no_sync,
+                                     &timeout, &p.callable))
+        return NULL;
+    ckpt_collective_options co;
+    if (!plan_ready(plan) || collective_options(&co, timeout, NULL) < 0) {
+        Py_DECREF(dst);
+        Py_XDECREF(prefix);
+        return NULL;
+    }
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync;
+    o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
+    ckpt_collective_stats s;
+    memset(&s, 0, sizeof s);
+    ckpt_error e;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_convert_collective(plan->plan, PyBytes_AS_STRING(dst), &o, &comm->comm, &co, progress_trampoline, &p, &s,
+                                 &e);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(dst);
+    Py_XDECREF(prefix);
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    return stats_dict(&s);
+}
+
+/* ShardWriter: ckpt_shard_writer_* for ckpt.distributed.save. */
+typedef struct {
+    PyObject_HEAD
+    ckpt_shard_writer *w;
+    Comm *comm; /* kept alive: the writer calls it */
+} ShardWriter;
+
+static int ShardWriter_init(ShardWriter *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"path", "comm", "max_shard_size", "prefix", "overwrite", "no_sync", "timeout", NULL};
+    PyObject *path, *prefix = NULL;
+    Comm *comm;
+    unsigned long long shard = 0;
+    int overwrite = 0, no_sync = 0;
+    double timeout = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O!|KO&ppd", kwlist, PyUnicode_FSConverter, &path, &CommType, &comm,
+                                     &shard, PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &timeout))
+        return -1;
+    ckpt_collective_options co;
+    int rc = collective_options(&co, timeout, NULL);
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync;
+    o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
+    ckpt_error e;
+    ckpt_shard_writer *w = NULL;
+    if (rc == 0 && ckpt_shard_writer_create(PyBytes_AS_STRING(path), &o, &comm->comm, &co, &w, &e) != CKPT_OK) {
+        raise_ckpt(&e);
+        rc = -1;
+    }
+    Py_DECREF(path);
+    Py_XDECREF(prefix);
+    if (rc < 0) return -1;
+    ckpt_shard_writer_free(self->w);
+    self->w = w;
+    Py_XSETREF(self->comm, (Comm *)Py_NewRef(comm));
+    return 0;
+}
+
+static void ShardWriter_dealloc(ShardWriter *self) {
+    ckpt_shard_writer_free(self->w);
+    Py_XDECREF(self->comm);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int shard_writer_ready(ShardWriter *self) {
+    if (self->w) return 1;
+    PyErr_SetString(PyExc_ValueError, "the shard writer is closed");
+    return 0;
+}
+
+static PyObject *ShardWriter_set_metadata(ShardWriter *self, PyObject *args) {
+    const char *k, *v;
+    int checkpoint = 0;
+    if (!shard_writer_ready(self) || !PyArg_ParseTuple(args, "ss|p", &k, &v, &checkpoint)) return NULL;
+    ckpt_error e;
+    ckpt_status st = checkpoint ? ckpt_shard_writer_set_checkpoint_metadata(self->w, k, v, &e)
+                                : ckpt_shard_writer_set_metadata(self->w, k, v, &e);
+    return st == CKPT_OK ? Py_NewRef(Py_None) : raise_ckpt(&e);
+}
+
+static int u64_list(PyObject *seq, uint64_t *out, Py_ssize_t *n, const char *what) {
+    PyObject *f = PySequence_Fast(seq, what);
+    if (!f) return -1;
+    *n = PySequence_Fast_GET_SIZE(f);
+    if (*n > CKPT_MAX_DIMS) {
+        Py_DECREF(f);
+        PyErr_Format(PyExc_ValueError, "%s has more than %d axes", what, CKPT_MAX_DIMS);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        out[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(f, i));
+        if (PyErr_Occurred()) {
+            Py_DECREF(f);
+            return -1;
+        }
+    }
+    Py_DECREF(f);
+    return 0;
+}
+
+/* add(name, dtype, shape, start, count) -> index */
+static PyObject *ShardWriter_add(ShardWriter *self, PyObject *args) {
+    const char *name, *dtype;
+    PyObject *shape_o, *start_o, *count_o;
+    if (!shard_writer_ready(self) || !PyArg_ParseTuple(args, "ssOOO", &name, &dtype, &shape_o, &start_o, &count_o))
+        return NULL;
+    uint64_t shape[CKPT_MAX_DIMS], start[CKPT_MAX_DIMS], count[CKPT_MAX_DIMS];
+    Py_ssize_t n1, n2, n3;
+    if (u64_list(shape_o, shape, &n1, "shape") < 0 || u64_list(start_o, start, &n2, "start") < 0 ||
+        u64_list(count_o, count, &n3, "count") < 0)
+        return NULL;
+    if (n1 != n2 || n1 != n3) return PyErr_Format(PyExc_ValueError, "shape, start and count differ in length");
+    ckpt_dtype d = dtype_arg(dtype);
+    if (d == CKPT_DTYPE_INVALID) return NULL;
+    size_t index;
+    ckpt_error e;
+    if (ckpt_shard_writer_add(self->w, name, d, (uint32_t)n1, shape, start, count, &index, &e) != CKPT_OK)
+        return raise_ckpt(&e);
+    return PyLong_FromSize_t(index);
+}
+
+static PyObject *ShardWriter_begin(ShardWriter *self, PyObject *unused) {
+    (void)unused;
+    if (!shard_writer_ready(self)) return NULL;
+    ckpt_error e;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_shard_writer_begin(self->w, &e);
+    Py_END_ALLOW_THREADS
+    return st == CKPT_OK ? Py_NewRef(Py_None) : raise_ckpt(&e);
+}
+
+/* write(index, at, buffer): the part's bytes [at, at + len). */
+static PyObject *ShardWriter_write(ShardWriter *self, PyObject *args) {
+    Py_ssize_t index;
+    unsigned long long at;
+    Py_buffer b;
+    if (!shard_writer_ready(self) || !PyArg_ParseTuple(args, "nKy*", &index, &at, &b)) return NULL;
+    ckpt_error e;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_shard_writer_write(self->w, (size_t)index, at, b.buf, (uint64_t)b.len, &e);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&b);
+    return st == CKPT_OK ? Py_NewRef(Py_None) : raise_ckpt(&e);
+}
+
+static PyObject *ShardWriter_commit(ShardWriter *self, PyObject *unused) {
+    (void)unused;
+    if (!shard_writer_ready(self)) return NULL;
+    ckpt_error e;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_shard_writer_commit(self->w, &e);
+    Py_END_ALLOW_THREADS
+    return st == CKPT_OK ? Py_NewRef(Py_None) : raise_ckpt(&e);
+}
+
+/* abort(message): this rank's failure, voted at the next collective step. */
+static PyObject *ShardWriter_abort(ShardWriter *self, PyObject *args) {
+    const char *message;
+    if (!shard_writer_ready(self) || !PyArg_ParseTuple(args, "s", &message)) return NULL;
+    ckpt_error reason, e;
+    memset(&reason, 0, sizeof reason);
+    reason.status = CKPT_E_CANCELLED;
+    reason.offset = -1;
+    snprintf(reason.message, sizeof reason.message, "%.*s", (int)sizeof reason.message - 1, message);
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_shard_writer_abort(self->w, &reason, &e);
+    Py_END_ALLOW_THREADS
+    (void)st; /* this rank already has its own exception to raise */
+    Py_RETURN_NONE;
+}
+
+static PyObject *ShardWriter_stats(ShardWriter *self, PyObject *unused) {
+    (void)unused;
+    if (!shard_writer_ready(self)) return NULL;
+    ckpt_collective_stats s;
+    ckpt_shard_writer_stats(self->w, &s);
+    return stats_dict(&s);
+}
+
+static PyObject *ShardWriter_close(ShardWriter *self, PyObject *unused) {
+    (void)unused;
+    ckpt_shard_writer_free(self->w);
+    self->w = NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef ShardWriter_methods[] = {
+    {"set_metadata", (PyCFunction)ShardWriter_set_metadata, METH_VARARGS,
+     "set_metadata(key, value, checkpoint=False): rank 0's entries are written"},
+    {"add", (PyCFunction)ShardWriter_add, METH_VARARGS, "add(name, dtype, shape, start, count) -> index"},
+    {"begin", (PyCFunction)ShardWriter_begin, METH_NOARGS, "begin(): collective: agree on the layout"},
+    {"write", (PyCFunction)ShardWriter_write, METH_VARARGS, "write(index, at, buffer)"},
+    {"commit", (PyCFunction)ShardWriter_commit, METH_NOARGS, "commit(): collective: one status, one commit"},
+    {"abort", (PyCFunction)ShardWriter_abort, METH_VARARGS, "abort(message): fail every rank at the next step"},
+    {"stats", (PyCFunction)ShardWriter_stats, METH_NOARGS, "stats() -> dict of this rank's work"},
+    {"close", (PyCFunction)ShardWriter_close, METH_NOARGS, "close(): free (rank 0: uncommitted temporaries go)"},
+    {NULL}};
+
+static PyTypeObject ShardWriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt._ckpt.ShardWriter",
+    .tp_basicsize = sizeof(ShardWriter),
+    .tp_dealloc = (destructor)ShardWriter_dealloc,
+    .tp_methods = ShardWriter_methods,
+    .tp_init = (initproc)ShardWriter_init,
+    .tp_new = PyType_GenericNew,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "ShardWriter(path, comm, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, timeout=0)",
+};
+
+#define COLLECTIVE_METHODS                                                                                    \
+    {"open_collective", (PyCFunction)(void (*)(void))mod_open_collective, METH_VARARGS | METH_KEYWORDS,       \
+     "open_collective(path, comm, timeout=0) -> Catalog"},                                                   \
+        {"load_collective", (PyCFunction)(void (*)(void))mod_load_collective, METH_VARARGS | METH_KEYWORDS,   \
+         "load_collective(plan, comm, threads=0, io=0, replicated='broadcast', timeout=0) -> stats"},         \
+        {"convert_collective", (PyCFunction)(void (*)(void))mod_convert_collective,                           \
+         METH_VARARGS | METH_KEYWORDS, "convert_collective(plan, dst, comm, ...) -> stats"},
+
+static int collective_init(PyObject *m) {
+    PyTypeObject *types[] = {&CommType, &ShardWriterType};
+    const char *names[] = {"Comm", "ShardWriter"};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (PyType_Ready(types[i]) < 0 || PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0) return -1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Module functions                                                         */
 /* ------------------------------------------------------------------------ */
 
@@ -1352,6 +1901,7 @@ static PyMethodDef module_methods[] = {
     {"cast", mod_cast, METH_VARARGS, "cast(from, src, to, dst, count)"},
     {"status_names", mod_status_names, METH_NOARGS, "status_names() -> {name: code}"},
     {"_register_errors", register_errors, METH_O, "internal: status name -> exception class"},
+    COLLECTIVE_METHODS
     {NULL}};
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "ckpt._ckpt",
@@ -1377,6 +1927,7 @@ PyMODINIT_FUNC PyInit__ckpt(void) {
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0) goto fail;
     if (PyModule_AddStringConstant(m, "version", ckpt_version()) < 0) goto fail;
+    if (collective_init(m) < 0) goto fail;
     return m;
 fail:
     Py_DECREF(m);

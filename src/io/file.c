@@ -265,6 +265,21 @@ void ckpt__remove_flat_dir(const char *dir) {
     rmdir(dir);
 }
 
+/* Whether process `pid` still runs (a zombie, which writes nothing more,
+ * does not: under mpirun killed ranks may stay unreaped). */
+static bool process_runs(long pid) {
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return false;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return true;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *close_paren = strrchr(buf, ')'); /* "pid (comm) S ..." */
+    return !(close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z');
+}
+
 size_t ckpt__remove_stale_temps(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return 0;
@@ -276,7 +291,7 @@ size_t ckpt__remove_stale_temps(const char *dir) {
         if (!mark) continue;
         char *end;
         long pid = strtol(mark + 10, &end, 10);
-        if (pid <= 0 || *end != '-' || (kill((pid_t)pid, 0) == 0 || errno != ESRCH)) continue;
+        if (pid <= 0 || *end != '-' || process_runs(pid)) continue;
         char *p = ckpt__path_join(dir, e->d_name);
         if (!p) continue;
         struct stat st;

@@ -79,6 +79,10 @@ pub enum Status {
     Timeout,
     BadResponse,
     UnsupportedSource,
+    PeerFailed,
+    PeerTimeout,
+    Comm,
+    CommData,
     /// A status number this binding does not name.
     Other(i32),
 }
@@ -149,6 +153,10 @@ const STATUSES: &[(Status, i32)] = &[
     (Status::Timeout, sys::CKPT_E_TIMEOUT),
     (Status::BadResponse, sys::CKPT_E_BAD_RESPONSE),
     (Status::UnsupportedSource, sys::CKPT_E_UNSUPPORTED_SOURCE),
+    (Status::PeerFailed, sys::CKPT_E_PEER_FAILED),
+    (Status::PeerTimeout, sys::CKPT_E_PEER_TIMEOUT),
+    (Status::Comm, sys::CKPT_E_COMM),
+    (Status::CommData, sys::CKPT_E_COMM_DATA),
 ];
 
 impl Status {

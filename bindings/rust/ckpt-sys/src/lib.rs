@@ -88,6 +88,10 @@ pub const CKPT_E_NETWORK: ckpt_status = 104;
 pub const CKPT_E_TIMEOUT: ckpt_status = 105;
 pub const CKPT_E_BAD_RESPONSE: ckpt_status = 106;
 pub const CKPT_E_UNSUPPORTED_SOURCE: ckpt_status = 107;
+pub const CKPT_E_PEER_FAILED: ckpt_status = 110;
+pub const CKPT_E_PEER_TIMEOUT: ckpt_status = 111;
+pub const CKPT_E_COMM: ckpt_status = 112;
+pub const CKPT_E_COMM_DATA: ckpt_status = 113;
 
 /// `ckpt_error`: caller-allocated, filled on failure.
 #[repr(C)]

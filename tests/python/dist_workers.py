@@ -1,0 +1,238 @@
+"""What each rank runs in test_distributed.py (a module of its own so that
+spawned processes can import it).  A rank writes its findings to
+<tmp>/result-<rank>.json; the test reads them."""
+import datetime
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+SPECS = [  # name, shape, dtype, how the tests cut it
+    ("model.embed_tokens.weight", (30, 16), torch.bfloat16),
+    ("model.layers.0.self_attn.q_proj.weight", (18, 16), torch.bfloat16),
+    ("model.layers.0.self_attn.o_proj.weight", (16, 18), torch.bfloat16),
+    ("model.rotary.table", (1030, 1100), torch.float32),  # 4.5 MB, whole on every rank in TP loads: read in row ranges
+    ("model.layers.0.input_layernorm.weight", (16,), torch.float32),
+    ("model.layers.0.cube", (5, 6, 7), torch.float16),
+    ("model.norm.weight", (16,), torch.float32),
+    ("model.empty", (0, 4), torch.float32),
+    ("lm_head.weight", (30, 16), torch.bfloat16),
+    ("step", (), torch.int64),
+]
+
+
+def full_state_dict():
+    g = torch.Generator().manual_seed(1234)
+    sd = {}
+    for name, shape, dtype in SPECS:
+        if dtype == torch.int64:
+            sd[name] = torch.tensor(1234567, dtype=dtype)
+        else:
+            sd[name] = torch.randn(shape, generator=g).to(dtype)
+    return sd
+
+
+def _init(rank, world, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+
+
+def _finish(tmp, rank, result):
+    with open(os.path.join(tmp, f"result-{rank}.json"), "w") as f:
+        json.dump(result, f)
+    sys.stdout.flush()
+    os._exit(0)  # no teardown: a peer may be gone
+
+
+def _check(result, cond, what):
+    if not cond:
+        result["failures"].append(what)
+
+
+def _cut(t, dim, rank, size):
+    return torch.tensor_split(t, size, dim=dim)[rank] if t.dim() > dim else t
+
+
+def run(rank, world, port, tmp, scenario):
+    result = {"failures": [], "notes": []}
+    try:
+        _init(rank, world, port)
+        if scenario == "main":
+            main(rank, world, tmp, result)
+        elif scenario == "kill":
+            kill(rank, world, tmp, result)
+    except Exception:  # noqa: BLE001 - reported to the test
+        result["failures"].append(traceback.format_exc())
+    _finish(tmp, rank, result)
+
+
+# ---------------------------------------------------------------------------
+
+
+def main(rank, world, tmp, result):
+    import ckpt
+    import ckpt.distributed as cd
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor, init_device_mesh
+
+    full = full_state_dict()
+    src = os.path.join(tmp, "model")  # written by the test, sharded
+    groups = {n: dist.new_group(list(range(n))) for n in (1, 2, 4)}  # every rank takes part in new_group
+
+    # -- loads: tensor-parallel rules, each group size ---------------------
+    for n, g in groups.items():
+        if rank >= n:
+            continue
+        for mode in ("broadcast", "read"):
+            sd, stats = cd.load(src, {"tp_select": ["*proj.weight", "*embed_tokens*"], "tp_dim": 0}, group=g,
+                                replicated=mode, timeout=60, return_stats=True)
+            solo = ckpt.load(src, tp_rank=rank, tp_size=n, tp_select=["*proj.weight", "*embed_tokens*"])
+            _check(result, sorted(sd) == sorted(full), f"n={n}: names {sorted(sd)}")
+            for name, t in sd.items():
+                want = _cut(full[name], 0, rank, n) if "proj" in name or "embed" in name else full[name]
+                _check(result, torch.equal(t, want) and torch.equal(t, solo[name]), f"n={n} {mode}: {name} differs")
+            result["notes"].append({"load": n, "mode": mode, "stats": stats})
+            if mode == "read" or n == 1:
+                _check(result, stats["bytes_received"] == 0, f"n={n} {mode}: received {stats['bytes_received']}")
+            else:
+                _check(result, stats["bytes_received"] > 0, f"n={n} broadcast: nothing received")
+
+    # -- a slice function: each rank its columns of 2-D tensors -------------
+    def columns(name, shape, r, size):
+        if len(shape) != 2:
+            return None
+        return {1: _bounds(shape[1], r, size)}
+
+    sd = cd.load(src, columns, timeout=60)
+    for name, t in sd.items():
+        want = _cut(full[name], 1, rank, world) if full[name].dim() == 2 else full[name]
+        _check(result, torch.equal(t, want), f"slice function: {name} differs")
+    sd = cd.load(src, lambda name, shape, r, size: False if name == "step" else None, timeout=60)
+    _check(result, "step" not in sd and len(sd) == len(full) - 1, "a function's False did not skip the tensor")
+
+    # -- DTensors: a 1-D mesh and a 2-D mesh --------------------------------
+    mesh = init_device_mesh("cpu", (world,))
+    for placements in ([Shard(0)], [Shard(1)], [Replicate()]):
+        sd = cd.load(src, mesh=mesh, placements=placements, timeout=60)
+        for name, t in sd.items():
+            pl = [p if not isinstance(p, Shard) or p.dim < full[name].dim() else Replicate() for p in placements]
+            want = distribute_tensor(full[name], mesh, pl)
+            _check(result, tuple(t.shape) == tuple(full[name].shape), f"DTensor {name} global shape {tuple(t.shape)}")
+            _check(result, t.placements == want.placements, f"DTensor {name} placements")
+            _check(result, torch.equal(t.to_local(), want.to_local()), f"DTensor {placements} {name} differs")
+    mesh2 = init_device_mesh("cpu", (2, 2))
+    sd = cd.load(src, mesh=mesh2, placements=[Shard(0), Shard(1)], timeout=60)
+    for name, t in sd.items():
+        pl = [p if p.dim < full[name].dim() else Replicate() for p in (Shard(0), Shard(1))]
+        want = distribute_tensor(full[name], mesh2, pl)
+        _check(result, torch.equal(t.to_local(), want.to_local()), f"2-D mesh {name} differs")
+        if name == "model.layers.0.self_attn.q_proj.weight":
+            _check(result, torch.equal(t.full_tensor(), full[name]), "full_tensor() differs")
+
+    # -- saves: N ranks of parts, then every M loads them --------------------
+    for n, g in groups.items():
+        if rank < n:
+            parts, shards = {}, {}
+            for name, t in full.items():
+                if t.dim() == 2 and "norm" not in name:
+                    dim = 1 if "o_proj" in name else 0
+                    parts[name] = _cut(t, dim, rank, n).clone()
+                    offset = [0, 0]
+                    offset[dim] = _bounds(t.shape[dim], rank, n)[0]
+                    shards[name] = (tuple(t.shape), offset)
+                else:
+                    parts[name] = t.clone()  # replicated: every rank holds it whole
+            stats = cd.save(parts, os.path.join(tmp, f"saved-{n}"), group=g, shards=shards, max_shard_size="2MB",
+                            timeout=60, return_stats=True)
+            result["notes"].append({"save": n, "stats": stats})
+        dist.barrier()
+    # DTensors of the whole mesh, tied weights included.
+    dsd = {}
+    for name, t in full.items():
+        pl = [Shard(1)] if "o_proj" in name else [Shard(0)] if t.dim() >= 1 and "norm" not in name else [Replicate()]
+        dsd[name] = distribute_tensor(t, mesh, pl)
+    dsd["lm_head.weight"] = dsd["model.embed_tokens.weight"]  # tied
+    cd.save(dsd, os.path.join(tmp, "saved-dtensor"), max_shard_size="2MB", timeout=60)
+    dist.barrier()
+    for n in (1, 2, 4):
+        for m, g in groups.items():
+            if rank >= m:
+                continue
+            sd = cd.load(os.path.join(tmp, f"saved-{n}"), {"tp_select": "*proj.weight", "tp_dim": 1}, group=g,
+                         timeout=60)
+            for name, t in sd.items():
+                want = _cut(full[name], 1, rank, m) if "proj" in name else full[name]
+                _check(result, torch.equal(t, want), f"saved by {n}, loaded by {m}: {name} differs")
+
+    # -- a rank that fails: the others fail naming it, nothing published ----
+    out = os.path.join(tmp, "failed")
+    parts = {name: t.clone() for name, t in full.items()}
+    if rank == 1:
+        parts["model.norm.weight"] = object()  # not a tensor: rank 1 raises before begin
+    try:
+        cd.save(parts, out, timeout=30)
+        _check(result, False, "a save with a failing rank succeeded")
+    except TypeError as e:
+        _check(result, rank == 1, f"rank {rank} raised TypeError: {e}")
+    except ckpt.Error as e:
+        _check(result, rank != 1 and e.status == "CKPT_E_PEER_FAILED" and "rank 1 failed" in str(e),
+               f"rank {rank}: {e.status}: {e}")
+    _check(result, not os.path.exists(out), "a failed save was published")
+    dist.barrier()
+    # The same through a convert of the whole checkpoint by all ranks.
+    cd.convert(src, os.path.join(tmp, "converted"), max_shard_size="1MB", dtype="float16", timeout=60)
+
+
+def _bounds(size, rank, n):
+    q, rem = divmod(size, n)
+    start = rank * q + min(rank, rem)
+    return start, start + q + (1 if rank < rem else 0)
+
+
+# ---------------------------------------------------------------------------
+
+
+def kill(rank, world, tmp, result):
+    """Rank 2 dies (SIGKILL) halfway through its writes; the others must fail
+    within the timeout naming it, and nothing is published."""
+    import ckpt
+    import ckpt.distributed as cd
+    from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
+
+    import ckpt._ckpt as core
+    full = full_state_dict()
+    mesh = init_device_mesh("cpu", (world,))
+    dsd = {name: distribute_tensor(t, mesh, [Shard(0)] if t.dim() else []) if t.dim() else t
+           for name, t in full.items()}
+    out = os.path.join(tmp, "killed")
+    if rank == 2:
+        real = core.ShardWriter
+        calls = {"n": 0}
+
+        class Dying:
+            """The real writer, until the third write kills the process."""
+
+            def __init__(self, *args, **kw):
+                self._w = real(*args, **kw)
+
+            def __getattr__(self, name):
+                return getattr(self._w, name)
+
+            def write(self, index, at, data):
+                calls["n"] += 1
+                if calls["n"] == 3:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return self._w.write(index, at, data)
+
+        core.ShardWriter = Dying  # ckpt.distributed looks the class up at call time
+    t0 = time.monotonic()
+    try:
+        cd.save(dsd, out, max_shard_size="2MB", timeout=8)
+        _check(result, False, "the save succeeded without rank 2")
+    except ckpt.Error as e:
+        result["error"] = {"status": e.status, "message": str(e), "seconds": time.monotonic() - t0}
+    _check(result, not os.path.exists(out), "published although rank 2 died")

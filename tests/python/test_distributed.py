@@ -1,0 +1,182 @@
+"""ckpt.distributed over torch.distributed (gloo on 127.0.0.1, processes
+spawned here): every rank's tensors equal the slices of a single-process
+load; DTensors equal distribute_tensor of the full tensors; checkpoints
+saved by N ranks are byte-identical to huggingface_hub's
+save_torch_state_dict of the consolidated state dict and load on M ranks
+(N, M in 1, 2, 4); a failing rank is named on the others; a rank killed
+mid-save makes the others fail within the timeout, and nothing is
+published."""
+import filecmp
+import json
+import multiprocessing
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dist_workers  # noqa: E402
+
+WORLD = 4
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(tmp, scenario, timeout=300):
+    """Runs dist_workers.run on WORLD processes; returns each rank's result
+    (None for a rank that wrote none) and exit codes."""
+    ctx = multiprocessing.get_context("spawn")
+    port = free_port()
+    procs = [ctx.Process(target=dist_workers.run, args=(r, WORLD, port, str(tmp), scenario)) for r in range(WORLD)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        p.join(max(1.0, deadline - time.monotonic()))
+    hung = [r for r, p in enumerate(procs) if p.is_alive()]
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    assert not hung, f"ranks {hung} hung"
+    results = []
+    for r in range(WORLD):
+        f = Path(tmp) / f"result-{r}.json"
+        results.append(json.loads(f.read_text()) if f.exists() else None)
+    return results, [p.exitcode for p in procs]
+
+
+def same_tree(a, b):
+    names = sorted(p.name for p in Path(a).iterdir())
+    assert names == sorted(p.name for p in Path(b).iterdir()), (names, sorted(p.name for p in Path(b).iterdir()))
+    for n in names:
+        assert filecmp.cmp(Path(a) / n, Path(b) / n, shallow=False), n
+
+
+@pytest.fixture(scope="module")
+def main_run(tmp_path_factory):
+    from huggingface_hub import save_torch_state_dict
+    tmp = tmp_path_factory.mktemp("dist")
+    full = dist_workers.full_state_dict()
+    (tmp / "model").mkdir()
+    save_torch_state_dict(full, tmp / "model", max_shard_size="1MB")
+    results, codes = spawn(tmp, "main")
+    return tmp, full, results, codes
+
+
+def test_every_rank_passes(main_run):
+    tmp, full, results, codes = main_run
+    for r, res in enumerate(results):
+        assert res is not None, f"rank {r} wrote no result (exit code {codes[r]})"
+        assert res["failures"] == [], f"rank {r}: " + "\n".join(res["failures"])
+
+
+def test_replicated_tensors_are_read_once(main_run):
+    tmp, full, results, codes = main_run
+    for n in (2, 4):
+        notes = [next(x for x in res["notes"] if x.get("load") == n and x["mode"] == "broadcast")["stats"]
+                 for res in results[:n]]
+        replicated = notes[0]["replicated_bytes"]
+        assert replicated > 4_000_000  # the rotary table is whole on every rank: read in row ranges
+        # Together the ranks read the replicated bytes about once, not n times.
+        total_read = sum(s["bytes_read"] for s in notes)
+        sliced = sum(t.numel() * t.element_size() for name, t in full.items() if "proj" in name or "embed" in name)
+        assert total_read < replicated * 1.05 + sliced
+        for s in notes:
+            assert s["bytes_read"] < replicated / n * 1.3 + sliced
+        read_mode = [next(x for x in res["notes"] if x.get("load") == n and x["mode"] == "read")["stats"]
+                     for res in results[:n]]
+        assert all(s["bytes_read"] >= replicated for s in read_mode)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_saved_by_n_ranks_equals_save_torch_state_dict(main_run, n):
+    from huggingface_hub import save_torch_state_dict
+    tmp, full, results, codes = main_run
+    ref = tmp / f"ref-{n}"
+    ref.mkdir()
+    save_torch_state_dict(full, ref, max_shard_size="2MB")
+    same_tree(ref, tmp / f"saved-{n}")
+
+
+def test_dtensor_save_equals_save_torch_state_dict_with_tied_weights(main_run):
+    from huggingface_hub import save_torch_state_dict
+    tmp, full, results, codes = main_run
+    tied = dict(full)
+    tied["lm_head.weight"] = tied["model.embed_tokens.weight"]
+    (tmp / "ref-tied").mkdir()
+    save_torch_state_dict(tied, tmp / "ref-tied", max_shard_size="2MB")
+    same_tree(tmp / "ref-tied", tmp / "saved-dtensor")
+    index = json.loads((tmp / "saved-dtensor" / "model.safetensors.index.json").read_text())
+    # As the hub: the first name in order is kept, the other recorded.
+    assert "model.embed_tokens.weight" not in index["weight_map"]
+    assert index["metadata"]["model.embed_tokens.weight"] == "lm_head.weight"
+
+
+def test_collective_convert_equals_convert(main_run):
+    import ckpt
+    tmp, full, results, codes = main_run
+    ckpt.convert(tmp / "model", tmp / "converted-ref", max_shard_size="1MB", dtype="float16")
+    same_tree(tmp / "converted-ref", tmp / "converted")
+
+
+def test_a_killed_rank_fails_the_others_within_the_timeout(tmp_path):
+    results, codes = spawn(tmp_path, "kill", timeout=180)
+    assert codes[2] == -9 and results[2] is None  # rank 2 was killed
+    for r in (0, 1, 3):
+        res = results[r]
+        assert res is not None, f"rank {r} wrote no result (exit code {codes[r]})"
+        assert res["failures"] == [], res["failures"]
+        err = res["error"]
+        assert err["status"] in ("CKPT_E_PEER_TIMEOUT", "CKPT_E_COMM"), err
+        assert "rank 2" in err["message"], err
+        assert err["seconds"] < 8 * 2.5 + 10, err  # the 8 s timeout, once for the step and once to name the rank
+    assert not (tmp_path / "killed").exists()
+
+
+def test_without_torch_distributed_each_rank_reads_its_part(tmp_path, monkeypatch):
+    # The "none" communicator: no process group; rank and size given, or
+    # from the launcher's environment. Each rank reads its slices itself.
+    import ckpt
+    import ckpt.distributed as cd
+    from huggingface_hub import save_torch_state_dict
+    assert not dist.is_initialized()
+    full = dist_workers.full_state_dict()
+    save_torch_state_dict(full, tmp_path, max_shard_size="1MB")
+    rules = {"tp_select": ["*proj.weight", "*embed_tokens*"]}
+    for n in (1, 2, 4):
+        for r in range(n):
+            sd, stats = cd.load(tmp_path, rules, rank=r, size=n, return_stats=True)
+            solo = ckpt.load(tmp_path, tp_rank=r, tp_size=n, **rules)
+            assert sorted(sd) == sorted(full)
+            for name in full:
+                assert torch.equal(sd[name], solo[name]), (n, r, name)
+            assert stats["bytes_received"] == 0 and stats["bytes_read"] >= stats["bytes_needed"] > 0
+    for env in ({"RANK": "1", "WORLD_SIZE": "2"}, {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"}):
+        for k in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                  "SLURM_PROCID", "SLURM_NTASKS"):
+            monkeypatch.delenv(k, raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        r, n = (int(v) for v in env.values())
+        sd = cd.load(tmp_path, rules)
+        want = ckpt.load(tmp_path, tp_rank=r, tp_size=n, **rules)
+        assert all(torch.equal(sd[k], want[k]) for k in want)
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ckpt.Error, match="RANK"):
+        cd.load(tmp_path, rules)
+    with pytest.raises(ValueError, match="together"):
+        cd.load(tmp_path, rules, rank=1)
