@@ -128,7 +128,9 @@ defmodule CkptTest do
     copy_growth = :erlang.memory(:binary) - before - zero_copy_growth
     assert view == bin and copy == bin
     assert zero_copy_growth < 1024 * 1024, "the zero-copy read allocated #{zero_copy_growth} bytes"
-    assert copy_growth >= byte_size(bin)
+    # :erlang.memory counts the whole VM, where other tests run concurrently
+    # and free binaries: a margin of 1 MiB still tells 16 MiB from none.
+    assert copy_growth >= byte_size(bin) - 1024 * 1024, "the copy allocated only #{copy_growth} bytes"
     {:ok, %{"big" => {loaded, {:u, 8}, _}}} = Ckpt.load(c)
     assert loaded == bin
   end
