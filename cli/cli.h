@@ -12,9 +12,64 @@
 /* Exit codes: 0 success, 1 bad input or I/O error, 2 usage error, 130 interrupted. */
 enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 
+/* The commands: each takes its own name as argv[0]. */
 int cmd_inspect(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
+
+/* Each command's help text (`ckpt help CMD`, `ckpt CMD --help`). */
+extern const char inspect_usage[], convert_usage[], verify_usage[], diff_usage[];
+
+/* Every format ckpt reads, for the help texts: one line each, so that a new
+ * reader adds one line here. */
+#define CLI_READ_FORMATS                                                                   \
+    "  - safetensors: a .safetensors file\n"                                               \
+    "  - sharded safetensors: a *.safetensors.index.json and its shards\n"                  \
+    "  - torch.save files (.bin, .pt, .pth): zip, legacy (before torch 1.6) and\n"          \
+    "    re-zipped (DEFLATE) archives, read without executing the pickle\n"                \
+    "  - sharded torch files: a pytorch_model.bin.index.json and its shards\n"             \
+    "  - a directory in the Hugging Face layout holding any of these\n"
+
+/* ---- options ------------------------------------------------------------ */
+
+/* One option of a command: "--name" (and "-c" when short_name is set);
+ * values as "--name VALUE", "--name=VALUE", "-c VALUE" or "-cVALUE". */
+typedef struct cli_option {
+    const char *name;
+    char short_name;
+    bool takes_value;
+    int id; /* > 0 */
+} cli_option;
+
+enum { ARG_END = -1, ARG_ERROR = -2, ARG_POSITIONAL = 0 };
+
+typedef struct args_parser {
+    const char *command;
+    const cli_option *options; /* ends with a {NULL} entry */
+    int argc, next;
+    char **argv;
+    const char *cluster; /* rest of "-qf" */
+    bool only_positional; /* after "--" */
+    char spelled[80];
+} args_parser;
+
+void args_init(args_parser *p, const char *command, const cli_option *options, int argc, char **argv);
+
+/* The next argument: an option's id (its value in *value when it takes
+ * one, its canonical spelling "--name" or "-c" in *spelled), ARG_POSITIONAL
+ * with the argument in *value, ARG_END, or ARG_ERROR once a usage error
+ * (unknown option with suggestions, missing value) has been printed. */
+int args_next(args_parser *p, const char **value, const char **spelled);
+
+/* Up to `cap` candidates close to `typed` (edit distance, as git's "did you
+ * mean"), into out; returns how many. */
+size_t suggest(const char *typed, const char *const *candidates, size_t count, const char **out, size_t cap);
+
+/* "'a'", "'a' or 'b'", "'a', 'b' or 'c'", each with `prefix`. */
+void print_suggestions(FILE *f, const char *const *found, size_t count, const char *prefix);
+
+/* ---- output ------------------------------------------------------------- */
 
 /* Prints "ckpt: <message> [STATUS_NAME]" on stderr; returns the exit code
  * for the status. */
@@ -29,14 +84,24 @@ const char *format_bytes(uint64_t bytes, char *buf, size_t cap);
 /* "22,713,728"-style count into buf. */
 const char *format_count(uint64_t n, char *buf, size_t cap);
 
+/* The success line on stderr, e.g. "ckpt: wrote 104 tensors, 86.6 MiB in
+ * 4 files to minilm/ in 0.21 s (0.43 GB/s)"; `where` may be NULL. */
+void print_summary(const char *verb, uint64_t tensors, uint64_t bytes, size_t files, const char *where,
+                   double seconds);
+
+/* Seconds on a monotonic clock. */
+double cli_now(void);
+
 /* A JSON string literal (UTF-8 kept, control characters escaped). */
 void print_json_string(FILE *out, const char *s);
 
 /* Progress display on stderr, only when stderr is a terminal. */
 typedef struct progress_bar {
-    bool enabled;
+    bool enabled, at_end, drawn;
     double start, last;
+    int width; /* columns, re-read after SIGWINCH */
     const char *label;
+    const char *final_note; /* shown once all bytes are done, e.g. "syncing…" */
 } progress_bar;
 
 /* Starts a bar: `mode` -1 shows it when stderr is a terminal, 0 never,
@@ -46,7 +111,16 @@ void progress_start(progress_bar *bar, const char *label, int mode);
 /* ckpt_progress_fn: redraws at most every 100 ms; returns non-zero after
  * SIGINT/SIGTERM so the library cancels and cleans up. */
 int progress_update(uint64_t done, uint64_t total, void *bar);
+/* Erases the bar (a summary line may take its place). */
 void progress_finish(progress_bar *bar, bool success);
+/* What the bar says between the last byte and the call's return (the
+ * commit's fsync): `word` and an ellipsis; NULL for nothing. */
+void progress_set_final_note(progress_bar *bar, const char *word);
+/* The bar's text for `width` columns: never more than width - 1. */
+void progress_line(char *out, size_t cap, int width, const char *label, uint64_t done, uint64_t total, double elapsed,
+                   const char *note);
+/* Non-zero once SIGINT or SIGTERM arrived (after progress_start). */
+bool progress_interrupted(void);
 
 
 #endif

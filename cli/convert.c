@@ -1,4 +1,4 @@
-/* convert.c — `ckpt convert SRC DST [--max-shard-size SIZE] [--force]`. */
+/* convert.c — `ckpt convert SRC DST [options]`. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,29 +7,29 @@
 
 #include "cli.h"
 
-static const char usage[] =
-    "usage: ckpt convert SRC DST [--max-shard-size SIZE] [--prefix NAME] [--force]\n"
-    "                            [--checksums] [--verify]\n"
-    "                            [--select PAT] [--exclude PAT] [--rename FROM=TO]\n"
-    "                            [--dtype [PAT=]DTYPE] [--slice [PAT=]SPEC]\n"
-    "                            [--transpose PAT] [--layout [PAT=]FROM:TO]\n"
+const char convert_usage[] =
+    "usage: ckpt convert SRC DST [options]\n"
+    "       ckpt convert SRC -o DST [options]\n"
     "\n"
-    "Re-shard, merge or transform a checkpoint, streaming tensor data from file\n"
-    "to file (memory use does not depend on the checkpoint's size).\n"
+    "Re-shard, merge, transform or convert a checkpoint to safetensors, streaming\n"
+    "tensor data from file to file (memory use does not depend on its size).\n"
     "\n"
-    "SRC   a .safetensors file, a *.safetensors.index.json, or a directory\n"
+    "SRC is any checkpoint ckpt reads:\n" CLI_READ_FORMATS
     "DST   a file name ending in .safetensors: one file (merge);\n"
     "      otherwise a directory that receives Hugging Face shards\n"
     "      <prefix>-00001-of-0000N.safetensors and <prefix>.safetensors.index.json\n"
     "      (or a single <prefix>.safetensors when everything fits in one shard)\n"
     "\n"
     "options:\n"
+    "  -o, --output DST       the destination (instead of the second argument)\n"
     "  --max-shard-size SIZE  largest shard, e.g. 5GB (default), 500MB, 2GiB or a\n"
     "                         number of bytes; units as huggingface_hub (KB, MB, GB,\n"
     "                         TB are powers of 1000) plus KiB, MiB, GiB, TiB\n"
     "  --prefix NAME          shard file prefix (default: model)\n"
-    "  --force                replace an existing checkpoint at DST (only once the\n"
+    "  -f, --force            replace an existing checkpoint at DST (only once the\n"
     "                         new one is complete)\n"
+    "  -q, --quiet            no summary line and no progress bar (errors still\n"
+    "                         go to stderr)\n"
     "  --progress / --no-progress\n"
     "                         force the progress bar on or off (default: on when\n"
     "                         stderr is a terminal)\n"
@@ -38,6 +38,8 @@ static const char usage[] =
     "                         (key ckpt.xxh3_64), for ckpt verify\n"
     "  --verify               re-read what was written and check it (implies\n"
     "                         --checksums)\n"
+    "  -h, --help             show this help\n"
+    "  Options taking a value accept --opt VALUE and --opt=VALUE.\n"
     "\n"
     "transforms (applied in the order given; PAT is a glob on the tensor's name in\n"
     "SRC, '*' matching dots too; without PAT, every tensor):\n"
@@ -56,13 +58,21 @@ static const char usage[] =
     "  --layout [PAT=]FROM:TO reorder axes by letters, e.g. OIHW:HWIO (conv kernels\n"
     "                         of torch to TensorFlow/Flax); other ranks untouched\n"
     "  With transforms, tensors sharing storage in a torch file are each written.\n"
-    "  -h, --help             show this help\n"
     "\n"
+    "On success a summary goes to stderr (tensors, bytes, files, time, GB/s).\n"
     "Output appears under its final name only when complete: an error or Ctrl-C\n"
     "leaves DST as it was.\n";
 
+enum {
+    OPT_HELP = 1, OPT_OUTPUT, OPT_FORCE, OPT_QUIET, OPT_MAX_SHARD_SIZE, OPT_PREFIX, OPT_NO_SYNC, OPT_CHECKSUMS,
+    OPT_VERIFY, OPT_PROGRESS, OPT_NO_PROGRESS,
+    /* transforms, kept in order as rules */
+    OPT_SELECT, OPT_EXCLUDE, OPT_RENAME, OPT_DTYPE, OPT_SLICE, OPT_TRANSPOSE, OPT_LAYOUT
+};
+
 typedef struct rule {
-    const char *option, *value;
+    int option;
+    const char *value;
 } rule;
 
 /* Splits "PAT=REST" at the last '=' (no '=': no pattern). */
@@ -109,20 +119,20 @@ static int apply_rule(ckpt_plan *plan, const rule *r, ckpt_error *err) {
     const char *pat, *rest = split_pattern(r->value, pattern, sizeof pattern);
     pat = pattern[0] ? pattern : NULL;
     ckpt_status st = CKPT_OK;
-    if (!strcmp(r->option, "--select")) {
+    if (r->option == OPT_SELECT) {
         st = ckpt_plan_select(plan, r->value, err);
-    } else if (!strcmp(r->option, "--exclude")) {
+    } else if (r->option == OPT_EXCLUDE) {
         st = ckpt_plan_exclude(plan, r->value, err);
-    } else if (!strcmp(r->option, "--transpose")) {
+    } else if (r->option == OPT_TRANSPOSE) {
         st = ckpt_plan_transpose(plan, r->value, err);
-    } else if (!strcmp(r->option, "--rename")) {
+    } else if (r->option == OPT_RENAME) {
         if (!pat) return usage_error("convert", "--rename needs FROM=TO, got '%s'", r->value);
         st = ckpt_plan_rename(plan, pat, rest, err);
-    } else if (!strcmp(r->option, "--dtype")) {
+    } else if (r->option == OPT_DTYPE) {
         ckpt_dtype d = parse_dtype(rest);
         if (d == CKPT_DTYPE_INVALID) return usage_error("convert", "unknown dtype '%s'", rest);
         st = ckpt_plan_cast(plan, pat, d, err);
-    } else if (!strcmp(r->option, "--layout")) {
+    } else if (r->option == OPT_LAYOUT) {
         const char *colon = strchr(rest, ':');
         char from[CKPT_MAX_DIMS + 1];
         if (!colon || (size_t)(colon - rest) > CKPT_MAX_DIMS)
@@ -149,57 +159,87 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
+/* Opens what a conversion to `dst` wrote: the file, or in a directory the
+ * index or single file named by the prefix (the directory may hold other
+ * checkpoints). */
+static ckpt_status open_output(const char *dst, const ckpt_writer_options *opt, ckpt_catalog **out, ckpt_error *err) {
+    if (!opt->max_shard_size) return ckpt_catalog_open(dst, out, err);
+    const char *prefix = opt->prefix ? opt->prefix : "model";
+    size_t cap = strlen(dst) + strlen(prefix) + 32;
+    char *path = malloc(cap);
+    if (!path) return ckpt_catalog_open(dst, out, err);
+    struct stat sb;
+    snprintf(path, cap, "%s/%s.safetensors.index.json", dst, prefix);
+    if (stat(path, &sb) != 0) snprintf(path, cap, "%s/%s.safetensors", dst, prefix);
+    ckpt_status st = ckpt_catalog_open(path, out, err);
+    free(path);
+    return st;
+}
+
 /* The command, with room for one transform per argument. */
 static int run_convert(int argc, char **argv, rule *rules) {
-    const char *src = NULL, *dst = NULL, *shard_size = NULL;
+    static const cli_option options[] = {
+        {"help", 'h', false, OPT_HELP},
+        {"output", 'o', true, OPT_OUTPUT},
+        {"force", 'f', false, OPT_FORCE},
+        {"quiet", 'q', false, OPT_QUIET},
+        {"max-shard-size", 0, true, OPT_MAX_SHARD_SIZE},
+        {"prefix", 0, true, OPT_PREFIX},
+        {"no-sync", 0, false, OPT_NO_SYNC},
+        {"checksums", 0, false, OPT_CHECKSUMS},
+        {"verify", 0, false, OPT_VERIFY},
+        {"progress", 0, false, OPT_PROGRESS},
+        {"no-progress", 0, false, OPT_NO_PROGRESS},
+        {"select", 0, true, OPT_SELECT},
+        {"exclude", 0, true, OPT_EXCLUDE},
+        {"rename", 0, true, OPT_RENAME},
+        {"dtype", 0, true, OPT_DTYPE},
+        {"slice", 0, true, OPT_SLICE},
+        {"transpose", 0, true, OPT_TRANSPOSE},
+        {"layout", 0, true, OPT_LAYOUT},
+        {NULL, 0, 0, 0},
+    };
+    const char *src = NULL, *dst = NULL, *output = NULL, *shard_size = NULL, *value;
     ckpt_writer_options opt;
     ckpt_writer_options_init(&opt);
     int show_progress = -1;
-    bool verify = false;
+    bool verify = false, quiet = false;
     size_t rule_count = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage, stdout);
-            return EXIT_OK;
-        }
-        if (!strcmp(a, "--max-shard-size") || !strcmp(a, "--prefix")) {
-            if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
-            if (!strcmp(a, "--prefix")) opt.prefix = argv[++i];
-            else shard_size = argv[++i];
-        } else if (!strncmp(a, "--max-shard-size=", 17)) {
-            shard_size = a + 17;
-        } else if (!strncmp(a, "--prefix=", 9)) {
-            opt.prefix = a + 9;
-        } else if (!strcmp(a, "--force")) {
-            opt.overwrite = 1;
-        } else if (!strcmp(a, "--no-sync")) {
-            opt.no_sync = 1;
-        } else if (!strcmp(a, "--checksums")) {
-            opt.checksums = 1;
-        } else if (!strcmp(a, "--verify")) {
-            opt.checksums = 1;
-            verify = true;
-        } else if (!strcmp(a, "--select") || !strcmp(a, "--exclude") || !strcmp(a, "--rename") ||
-                   !strcmp(a, "--dtype") || !strcmp(a, "--slice") || !strcmp(a, "--transpose") ||
-                   !strcmp(a, "--layout")) {
-            if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
-            rules[rule_count++] = (rule){a, argv[++i]};
-        } else if (!strcmp(a, "--progress") || !strcmp(a, "--no-progress")) {
-            show_progress = !strcmp(a, "--progress");
-        } else if (a[0] == '-' && a[1]) {
-            return usage_error("convert", "unknown option '%s'", a);
-        } else if (!src) {
-            src = a;
-        } else if (!dst) {
-            dst = a;
-        } else {
-            return usage_error("convert", "unexpected argument '%s'", a);
+    args_parser args;
+    args_init(&args, "convert", options, argc, argv);
+    for (int id; (id = args_next(&args, &value, NULL)) != ARG_END;) {
+        switch (id) {
+        case ARG_ERROR: return EXIT_USAGE;
+        case OPT_HELP: fputs(convert_usage, stdout); return EXIT_OK;
+        case OPT_OUTPUT:
+            if (output) return usage_error("convert", "-o/--output given twice ('%s' and '%s')", output, value);
+            output = value;
+            break;
+        case OPT_FORCE: opt.overwrite = 1; break;
+        case OPT_QUIET: quiet = true; break;
+        case OPT_MAX_SHARD_SIZE: shard_size = value; break;
+        case OPT_PREFIX: opt.prefix = value; break;
+        case OPT_NO_SYNC: opt.no_sync = 1; break;
+        case OPT_CHECKSUMS: opt.checksums = 1; break;
+        case OPT_VERIFY: opt.checksums = 1, verify = true; break;
+        case OPT_PROGRESS: show_progress = 1; break;
+        case OPT_NO_PROGRESS: show_progress = 0; break;
+        case ARG_POSITIONAL:
+            if (!src) src = value;
+            else if (!dst) dst = value;
+            else return usage_error("convert", "unexpected argument '%s'", value);
+            break;
+        default: rules[rule_count++] = (rule){id, value}; break;
         }
     }
+    if (output && dst)
+        return usage_error("convert", "DST given twice: '%s' and -o '%s'; give one of them", dst, output);
+    if (output) dst = output;
     if (!src || !dst) return usage_error("convert", "SRC and DST are required");
     if (opt.prefix && (!*opt.prefix || strchr(opt.prefix, '/')))
         return usage_error("convert", "--prefix must be a non-empty file name without '/'");
+    if (quiet && show_progress < 0) show_progress = 0;
+    double start = cli_now();
 
     ckpt_error err;
     ckpt_error_clear(&err);
@@ -233,8 +273,10 @@ static int run_convert(int argc, char **argv, rule *rules) {
     }
     progress_bar bar;
     progress_start(&bar, "converting", show_progress);
+    progress_set_final_note(&bar, opt.no_sync ? NULL : "syncing");
     ckpt_status st = plan ? ckpt_convert_plan(plan, dst, &opt, progress_update, &bar, &err)
                           : ckpt_convert(cat, dst, &opt, progress_update, &bar, &err);
+    double elapsed = cli_now() - start;
     progress_finish(&bar, st == CKPT_OK);
     ckpt_plan_free(plan);
     ckpt_catalog_close(cat);
@@ -245,17 +287,28 @@ static int run_convert(int argc, char **argv, rule *rules) {
         }
         return report_error(&err);
     }
+    if (quiet && !verify) return EXIT_OK;
+    /* What was written, as a reader sees it. */
+    ckpt_catalog *out = NULL;
+    st = open_output(dst, &opt, &out, &err);
+    if (st != CKPT_OK) return report_error(&err);
+    if (!quiet) {
+        uint64_t bytes = 0;
+        size_t n = ckpt_catalog_tensor_count(out);
+        for (size_t i = 0; i < n; i++) bytes += ckpt_catalog_tensor(out, i)->nbytes;
+        char where[4096];
+        size_t len = strlen(dst);
+        snprintf(where, sizeof where, "to %s%s", dst, opt.max_shard_size && len && dst[len - 1] != '/' ? "/" : "");
+        print_summary("wrote", n, bytes, ckpt_catalog_file_count(out), where, elapsed);
+    }
     if (verify) {
         /* Re-read the committed output from disk against its checksums. */
         size_t checked = 0;
-        if ((st = ckpt_catalog_open(dst, &cat, &err)) == CKPT_OK) {
-            st = ckpt_verify(cat, NULL, NULL, &checked, &err);
-            ckpt_catalog_close(cat);
-        }
-        if (st != CKPT_OK) return report_error(&err);
-        fprintf(stderr, "ckpt: verified %zu tensors in %s\n", checked, dst);
+        st = ckpt_verify(out, NULL, NULL, &checked, &err);
+        if (st == CKPT_OK && !quiet) fprintf(stderr, "ckpt: verified %zu tensors in %s\n", checked, dst);
     }
-    return EXIT_OK;
+    ckpt_catalog_close(out);
+    return st == CKPT_OK ? EXIT_OK : report_error(&err);
 }
 
 int cmd_convert(int argc, char **argv) {

@@ -5,18 +5,18 @@
 
 #include "cli.h"
 
-static const char usage[] =
+const char inspect_usage[] =
     "usage: ckpt inspect PATH [--json]\n"
     "\n"
     "List every tensor of a checkpoint (name, dtype, shape, size, file) with\n"
     "totals (tensors, parameters, bytes per dtype, files) and the metadata.\n"
     "Reads headers only, never tensor data.\n"
     "\n"
-    "PATH   a .safetensors file, a *.safetensors.index.json, or a directory\n"
-    "       holding either (the Hugging Face layout)\n"
+    "PATH is any checkpoint ckpt reads:\n" CLI_READ_FORMATS
     "\n"
     "options:\n"
-    "  --json      machine-readable output on stdout\n"
+    "  --json      machine-readable output on stdout (strides, storages, the\n"
+    "              whole object tree of a torch file)\n"
     "  -h, --help  show this help\n";
 
 typedef struct dtype_total {
@@ -207,17 +207,21 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
 }
 
 int cmd_inspect(int argc, char **argv) {
-    const char *path = NULL;
+    enum { OPT_HELP = 1, OPT_JSON };
+    static const cli_option options[] = {{"help", 'h', false, OPT_HELP}, {"json", 0, false, OPT_JSON}, {NULL, 0, 0, 0}};
+    const char *path = NULL, *value;
     bool json = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(usage, stdout);
+    args_parser args;
+    args_init(&args, "inspect", options, argc, argv);
+    for (int id; (id = args_next(&args, &value, NULL)) != ARG_END;) {
+        if (id == ARG_ERROR) return EXIT_USAGE;
+        if (id == OPT_HELP) {
+            fputs(inspect_usage, stdout);
             return EXIT_OK;
         }
-        if (!strcmp(argv[i], "--json")) json = true;
-        else if (argv[i][0] == '-' && argv[i][1]) return usage_error("inspect", "unknown option '%s'", argv[i]);
-        else if (path) return usage_error("inspect", "one PATH expected, got '%s' and '%s'", path, argv[i]);
-        else path = argv[i];
+        if (id == OPT_JSON) json = true;
+        else if (path) return usage_error("inspect", "one PATH expected, got '%s' and '%s'", path, value);
+        else path = value;
     }
     if (!path) return usage_error("inspect", "missing PATH");
 
