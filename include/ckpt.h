@@ -133,6 +133,10 @@ typedef enum ckpt_status {
     /* Pickles (torch.save files): nothing is ever executed */
     CKPT_E_PICKLE_INVALID = 60,     /* a malformed or truncated pickle          */
     CKPT_E_PICKLE_FORBIDDEN = 61    /* a global or operation outside the allowlist */
+
+    /* Ranges reserved for the formats and sources being added: 70-79 GGUF,
+     * 80-89 PyTorch DCP, 90-99 NumPy and Flax msgpack, 100-109 remote
+     * sources (HTTP, S3), 110-119 collective operations. */
 } ckpt_status;
 
 /* The identifier of a status as a string, e.g. "CKPT_E_DATA_HOLE";
@@ -224,7 +228,13 @@ typedef enum ckpt_format {
     CKPT_FORMAT_SAFETENSORS_SHARDED = 2, /* index.json + shards            */
     CKPT_FORMAT_TORCH = 3,               /* one torch.save zip file        */
     CKPT_FORMAT_TORCH_SHARDED = 4        /* pytorch_model.bin.index.json + shards */
+    /* Numbers 5-9 are reserved for: 5 GGUF, 6 PyTorch distributed (DCP),
+     * 7 NumPy .npy, 8 NumPy .npz, 9 Flax msgpack. */
 } ckpt_format;
+
+/* The format's short name ("safetensors", "safetensors-sharded", "torch",
+ * "torch-sharded", ...), or NULL for a number that is not a format. */
+CKPT_API const char *ckpt_format_name(ckpt_format format);
 
 #define CKPT_MAX_DIMS 64
 
@@ -274,6 +284,32 @@ typedef struct ckpt_tensor_info {
  * On success *out receives the catalog; on failure *out is NULL.
  */
 CKPT_API ckpt_status ckpt_catalog_open(const char *path, ckpt_catalog **out, ckpt_error *err);
+
+/*
+ * What ckpt_catalog_open_ex may be told.  Initialise with
+ * ckpt_catalog_options_init (which sets `size`, so that later versions of
+ * the library, whose options are longer, know which fields the caller has).
+ */
+typedef struct ckpt_catalog_options {
+    size_t size; /* sizeof(ckpt_catalog_options), set by ckpt_catalog_options_init */
+    /*
+     * Pickle globals ("module.Name") allowed beside torch's weights-only
+     * allowlist, like torch.serialization.add_safe_globals, for training
+     * checkpoints that hold numpy scalars, argparse namespaces or
+     * dataclasses.  Nothing is ever executed: an allowed global may only
+     * be a plain-data reconstructor or a class whose instances are rebuilt
+     * from their state (NEWOBJ + BUILD); it is kept in the object tree as
+     * {"__call__": "module.Name", "args": [...], "state": ...}.
+     */
+    const char *const *allowed_globals;
+    size_t allowed_global_count;
+} ckpt_catalog_options;
+
+CKPT_API void ckpt_catalog_options_init(ckpt_catalog_options *options);
+
+/* ckpt_catalog_open with options (NULL: the defaults). */
+CKPT_API ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *options, ckpt_catalog **out,
+                                          ckpt_error *err);
 
 /* Releases a catalog, its files and its mappings.  Accepts NULL.  Views and
  * infos obtained from the catalog become invalid. */

@@ -1,9 +1,11 @@
-/* catalog_internal.h — what the glue modules (writer, convert) may see of a
- * catalog beyond the public API. */
+/* catalog_internal.h — what the glue modules (engine, writer, convert,
+ * verify) may see of a catalog beyond the public API. */
 #ifndef CKPT_CATALOG_INTERNAL_H
 #define CKPT_CATALOG_INTERNAL_H
 
 #include "base/base.h"
+#include "formats/format.h"
+#include "io/source.h"
 
 /* Where storage number `storage` (ckpt_tensor_info.storage) lives: the
  * byte offset of its data in its file, and its size.  False if unknown. */
@@ -13,7 +15,18 @@ CKPT__HIDDEN bool ckpt__catalog_storage(const ckpt_catalog *catalog, uint32_t st
 /* A data file's own __metadata__ pairs. */
 CKPT__HIDDEN const ckpt__pairs *ckpt__catalog_file_meta(const ckpt_catalog *catalog, size_t file);
 
-/* The open descriptor of a catalog's i-th data file. */
-CKPT__HIDDEN int ckpt__catalog_fd(const ckpt_catalog *catalog, size_t file);
+/* The source of a catalog's i-th data file. */
+CKPT__HIDDEN ckpt__source *ckpt__catalog_source(const ckpt_catalog *catalog, size_t file);
+
+/* The index of a tensor info in its catalog, or SIZE_MAX when it is not
+ * one of the catalog's. */
+CKPT__HIDDEN size_t ckpt__catalog_index_of(const ckpt_catalog *catalog, const ckpt_tensor_info *tensor);
+
+/* Where the i-th tensor's bytes lie: *count pieces that tile it. */
+CKPT__HIDDEN const ckpt__piece *ckpt__catalog_pieces(const ckpt_catalog *catalog, size_t tensor, uint32_t *count);
+
+/* The catalog's shared read-only mapping of a data file (made on first
+ * use, released with the catalog); *base is NULL for an empty file. */
+CKPT__HIDDEN ckpt_status ckpt__catalog_map(ckpt_catalog *catalog, size_t file, const void **base, ckpt_error *err);
 
 #endif

@@ -208,8 +208,8 @@ ckpt_status ckpt_convert(const ckpt_catalog *src, const char *dst_path, const ck
         if (t->strides || t->big_endian || t->compressed)
             st = copy_transformed(src, t, w, index[i], &p, err);
         else
-            st = ckpt__writer_copy(w, index[i], ckpt__catalog_fd(src, t->file), t->offset,
-                                   ckpt_catalog_file_path(src, t->file), t->nbytes, tick, &p, err);
+            st = ckpt__writer_copy(w, index[i], ckpt__catalog_source(src, t->file), t->offset, t->nbytes, tick, &p,
+                                   err);
         p.before += t->nbytes;
     }
     if (st == CKPT_OK) st = ckpt_writer_commit(w, err);

@@ -43,7 +43,8 @@ typedef struct file_state {
 typedef struct job {
     ckpt__plan_entry *e;
     const ckpt_tensor_info *t;
-    int fd;
+    ckpt__source *src;
+    int fd;             /* the source's descriptor, or -1: reads go through the source */
     const char *path;
     file_state *file;
     unsigned in_size, out_size;
@@ -89,10 +90,6 @@ typedef struct worker {
     uint64_t bytes_needed;
 } worker;
 
-static ckpt_status oom(ckpt_error *err, const char *what) {
-    return ckpt__fail(err, CKPT_E_NO_MEMORY, NULL, NULL, -1, "out of memory for %s", what);
-}
-
 /* ---- reading runs ------------------------------------------------------------ */
 
 static ckpt_status flush(worker *w, ckpt_error *err) {
@@ -112,7 +109,7 @@ static ckpt_status queue_read(worker *w, const job *j, int fd, uint64_t off, uin
             if (st) return st;
         }
         uint64_t n = len - at < piece ? len - at : piece;
-        w->reqs[w->nreq++] = (ckpt__read_req){fd, off + at, n, n, dst + at, j->path, j->t->name};
+        w->reqs[w->nreq++] = (ckpt__read_req){j->src, fd, off + at, n, n, dst + at, j->t->name};
     }
     return CKPT_OK;
 }
@@ -427,8 +424,9 @@ static void make_job(ckpt_plan *p, ckpt__plan_entry *e, job *j, uint64_t *stride
     const ckpt_tensor_info *t = e->pub.source;
     memset(j, 0, sizeof *j);
     j->e = e, j->t = t, j->ndim = t->ndim;
-    j->fd = ckpt__catalog_fd(p->catalog, t->file);
-    j->path = ckpt_catalog_file_path(p->catalog, t->file);
+    j->src = ckpt__catalog_source(p->catalog, t->file);
+    j->fd = j->src->fd;
+    j->path = j->src->name;
     j->file = files ? &files[t->file] : NULL;
     j->in_size = ckpt_dtype_bits(t->dtype) / 8;
     j->out_size = ckpt_dtype_bits(e->pub.dtype) / 8;
@@ -513,19 +511,20 @@ static ckpt_status open_files(ckpt_plan *p, ckpt_io_mode mode, file_state **out,
     *any_direct = false;
     for (size_t i = 0; i < n; i++) {
         files[i].dfd = -1;
-        int fd = ckpt__catalog_fd(p->catalog, i);
-        uint64_t size = ckpt_catalog_file_size(p->catalog, i);
-        files[i].remote = ckpt__is_remote_fs(fd);
+        ckpt__source *src = ckpt__catalog_source(p->catalog, i);
+        int fd = src->fd;
+        uint64_t size = src->size;
+        files[i].remote = (src->caps & CKPT__SRC_REMOTE) || !(src->caps & CKPT__SRC_MAP);
         bool direct = mode == CKPT_IO_DIRECT && !files[i].remote;
         if (mode == CKPT_IO_AUTO)
-            direct = !files[i].remote && size >= (64u << 20) && ckpt__cached_fraction(fd, size, 0, size) < 0.5;
-        if (direct) files[i].dfd = ckpt__open_direct(ckpt_catalog_file_path(p->catalog, i), fd, &files[i].align);
+            direct = !files[i].remote && fd >= 0 && size >= (64u << 20) && ckpt__cached_fraction(fd, size, 0, size) < 0.5;
+        if (direct && fd >= 0) files[i].dfd = ckpt__open_direct(src->name, fd, &files[i].align);
         if (files[i].dfd >= 0 && files[i].align > BOUNCE_ALIGN) { /* more than the bounce buffers' slack */
             close(files[i].dfd);
             files[i].dfd = -1;
         }
         if (files[i].dfd >= 0) *any_direct = true;
-        else posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+        else if (fd >= 0) posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     }
     *out = files;
     return CKPT_OK;
@@ -553,8 +552,8 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     g.jobs = ckpt__calloc(n ? n : 1, sizeof *g.jobs);
     uint64_t *stride_pool = ckpt__malloc((dims ? dims : 1) * sizeof *stride_pool);
     int64_t *dst_pool = ckpt__malloc((dims ? dims : 1) * sizeof *dst_pool);
-    if (!g.jobs || !stride_pool || !dst_pool) st = oom(err, "the load's tasks");
-    if (st == CKPT_OK && open_files(p, o->io, &g.files, &any_direct) != CKPT_OK) st = oom(err, "the load's tasks");
+    if (!g.jobs || !stride_pool || !dst_pool) st = ckpt__oom(err, NULL, "the load's tasks");
+    if (st == CKPT_OK && open_files(p, o->io, &g.files, &any_direct) != CKPT_OK) st = ckpt__oom(err, NULL, "the load's tasks");
     size_t threads = o->threads ? o->threads : default_threads(any_direct);
     /* Without an explicit chunk size the ring stays within RING_BUDGET
      * however many threads run (chunks shrink to RING_MIN_CHUNK at most). */
@@ -603,7 +602,7 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     worker *workers = NULL;
     if (st == CKPT_OK) {
         workers = ckpt__calloc(threads, sizeof *workers);
-        if (!workers) st = oom(err, "the load's tasks");
+        if (!workers) st = ckpt__oom(err, NULL, "the load's tasks");
     }
     bool need_bounce = any_direct;
     for (size_t k = 0; k < g.job_count && !need_bounce; k++) need_bounce = !g.jobs[k].copy;
@@ -618,7 +617,7 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
             w->bounce_cap = g.chunk + 2 * BOUNCE_ALIGN;
             if (posix_memalign((void **)&w->bounce, BOUNCE_ALIGN, w->bounce_cap) != 0) {
                 w->bounce = NULL;
-                st = oom(err, "bounce buffer");
+                st = ckpt__oom(err, NULL, "bounce buffer");
             }
             p->stats.ring_bytes += w->bounce_cap;
         }
@@ -720,7 +719,7 @@ static ckpt_status convert_item(worker *w, ckpt_plan *p, ckpt__plan_entry *e, ck
     const ckpt_tensor_info *t = e->pub.source;
     make_job(p, e, &j, stride, dst_stride, NULL);
     if (j.copy && single_run(e))
-        return ckpt__writer_copy(wr, index, j.fd, t->offset + slice_offset(e), j.path, e->pub.nbytes, convert_tick, cp,
+        return ckpt__writer_copy(wr, index, j.src, t->offset + slice_offset(e), e->pub.nbytes, convert_tick, cp,
                                  err);
     if (!j.whole) return convert_streamed(w, &j, wr, index, slot, chunk, cp, err);
     unsigned char *all = ckpt__malloc(e->pub.nbytes ? (size_t)e->pub.nbytes : 1);
@@ -744,7 +743,7 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
     st = ckpt__copy_source_metadata(p->catalog, wr, err);
     size_t n = p->selected_count;
     size_t *index = ckpt__malloc((n ? n : 1) * sizeof *index);
-    if (!index && st == CKPT_OK) st = oom(err, "the load's tasks");
+    if (!index && st == CKPT_OK) st = ckpt__oom(err, NULL, "the load's tasks");
     for (size_t k = 0; st == CKPT_OK && k < n; k++) {
         const ckpt_plan_item *it = &p->entries[p->selected[k]].pub;
         st = ckpt_writer_add_tensor(wr, it->name, it->dtype, it->ndim, it->shape, &index[k], err);
@@ -764,7 +763,7 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
         w.bounce_cap = chunk + 2 * BOUNCE_ALIGN;
         if (posix_memalign((void **)&w.bounce, BOUNCE_ALIGN, w.bounce_cap) != 0) w.bounce = NULL;
         slot = ckpt__malloc(chunk);
-        if (!w.bounce || !slot) st = oom(err, "conversion buffers");
+        if (!w.bounce || !slot) st = ckpt__oom(err, NULL, "conversion buffers");
     }
     convert_progress cp = {progress, user, 0, ckpt_writer_total_bytes(wr)};
     if (st == CKPT_OK && progress && progress(0, cp.total, user))

@@ -8,8 +8,6 @@
 #include "plan_internal.h"
 #include "transform/cast.h"
 
-static ckpt_status oom(ckpt_error *err) { return ckpt__fail(err, CKPT_E_NO_MEMORY, NULL, NULL, -1, "out of memory"); }
-
 static bool matches(const char *pattern, const char *name) {
     return !pattern || strcmp(pattern, "*") == 0 || fnmatch(pattern, name, 0) == 0;
 }
@@ -39,14 +37,14 @@ ckpt_status ckpt_plan_create(ckpt_catalog *catalog, ckpt_plan **out, ckpt_error 
     *out = NULL;
     if (!catalog) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "catalog is required");
     ckpt_plan *p = ckpt__calloc(1, sizeof *p);
-    if (!p) return oom(err);
+    if (!p) return ckpt__oom(err, NULL, NULL);
     p->catalog = catalog;
     p->entry_count = ckpt_catalog_tensor_count(catalog);
     p->entries = ckpt__calloc(p->entry_count ? p->entry_count : 1, sizeof *p->entries);
     p->selected = ckpt__malloc((p->entry_count ? p->entry_count : 1) * sizeof *p->selected);
     if (!p->entries || !p->selected) {
         ckpt_plan_free(p);
-        return oom(err);
+        return ckpt__oom(err, NULL, NULL);
     }
     for (size_t i = 0; i < p->entry_count; i++) {
         ckpt__plan_entry *e = &p->entries[i];
@@ -55,7 +53,7 @@ ckpt_status ckpt_plan_create(ckpt_catalog *catalog, ckpt_plan **out, ckpt_error 
         uint64_t *block = ckpt__arena_alloc(&p->arena, (3 * (size_t)n + 1) * sizeof(uint64_t) + ((size_t)n + 1) * 4);
         if (!block) {
             ckpt_plan_free(p);
-            return oom(err);
+            return ckpt__oom(err, NULL, NULL);
         }
         e->shape = block, e->start = block + n, e->count = block + 2 * n;
         e->perm = (uint32_t *)(block + 3 * n + 1);
@@ -168,7 +166,7 @@ static ckpt_status rename_one(ckpt_plan *p, ckpt__plan_entry *e, const char *fro
     }
     char *copy = out.failed ? NULL : ckpt__arena_strndup(&p->arena, out.data ? out.data : "", out.len);
     free(out.data);
-    if (!copy) return oom(err);
+    if (!copy) return ckpt__oom(err, NULL, NULL);
     e->pub.name = copy;
     return CKPT_OK;
 }
@@ -391,7 +389,7 @@ static ckpt_status index_names(ckpt_plan *p, ckpt_error *err) {
     ckpt__plan_refresh(p);
     if (!p->names_dirty) return CKPT_OK;
     ckpt__name_table_free(&p->names);
-    if (!ckpt__name_table_init(&p->names, p->selected_count ? p->selected_count : 1)) return oom(err);
+    if (!ckpt__name_table_init(&p->names, p->selected_count ? p->selected_count : 1)) return ckpt__oom(err, NULL, NULL);
     const char *const *names = &p->entries[0].pub.name;
     for (size_t k = 0; k < p->selected_count; k++) {
         uint32_t existing;
@@ -487,7 +485,7 @@ ckpt_status ckpt_plan_match(ckpt_plan *p, const ckpt_expected *expected, size_t 
     if (!state || !expected_of) {
         free(state);
         free(expected_of);
-        return oom(err);
+        return ckpt__oom(err, NULL, NULL);
     }
     for (size_t k = 0; k < expected_count && st == CKPT_OK; k++) {
         const ckpt_expected *x = &expected[k];
@@ -498,7 +496,7 @@ ckpt_status ckpt_plan_match(ckpt_plan *p, const ckpt_expected *expected, size_t 
         size_t item;
         const ckpt_plan_item *it = ckpt_plan_find(p, x->name, &item);
         if (!it) {
-            if (!push_match(p, &cap, CKPT_MATCH_MISSING, x->name, k, SIZE_MAX)) st = oom(err);
+            if (!push_match(p, &cap, CKPT_MATCH_MISSING, x->name, k, SIZE_MAX)) st = ckpt__oom(err, NULL, NULL);
             continue;
         }
         expected_of[item] = k;
@@ -524,7 +522,7 @@ ckpt_status ckpt_plan_match(ckpt_plan *p, const ckpt_expected *expected, size_t 
         ckpt_mismatch kind = state[i] == 0 ? CKPT_MATCH_UNEXPECTED : state[i] == 2 ? CKPT_MATCH_SHAPE : CKPT_MATCH_DTYPE;
         const char *name = p->entries[p->selected[i]].pub.name;
         size_t x = kind == CKPT_MATCH_UNEXPECTED ? SIZE_MAX : expected_of[i];
-        if (!push_match(p, &cap, kind, name, x, i)) st = oom(err);
+        if (!push_match(p, &cap, kind, name, x, i)) st = ckpt__oom(err, NULL, NULL);
     }
     if (st == CKPT_OK && (flags & CKPT_MATCH_PRUNE)) {
         for (size_t i = 0; i < n; i++)

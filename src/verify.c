@@ -70,17 +70,17 @@ static ckpt_status verify_header(const ckpt_catalog *cat, size_t file, const cha
     ckpt__buf_puts(&placeholder, "}");
     ckpt__buf_json_string(&actual, map);
     ckpt__buf_json_string(&zeros, placeholder.data ? placeholder.data : "");
-    int fd = ckpt__catalog_fd(cat, file);
+    ckpt__source *src = ckpt__catalog_source(cat, file);
     unsigned char prefix[8];
     uint64_t n = 0;
     char *header = NULL;
     ckpt_status st = placeholder.failed || actual.failed || zeros.failed
                          ? ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory")
-                         : ckpt__pread_full(fd, prefix, 8, 0, path, err);
+                         : ckpt__source_read(src, prefix, 8, 0, err);
     if (st == CKPT_OK) {
         for (int b = 7; b >= 0; b--) n = n << 8 | prefix[b];
         header = ckpt__malloc((size_t)n + 8);
-        st = header ? ckpt__pread_full(fd, header, n + 8, 0, path, err)
+        st = header ? ckpt__source_read(src, header, n + 8, 0, err)
                     : ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
     }
     if (st == CKPT_OK) {

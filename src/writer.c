@@ -67,10 +67,6 @@ struct ckpt_writer {
     bool stage_published; /* renamed into place; a later failure takes it back */
 };
 
-static ckpt_status oom(ckpt_error *err, const char *path) {
-    return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
-}
-
 void ckpt_writer_options_init(ckpt_writer_options *o) {
     memset(o, 0, sizeof *o);
 }
@@ -93,11 +89,11 @@ static ckpt_status existing_shard_files(ckpt_writer *w, ckpt_error *err) {
         if (!ckpt__shards_is_own_file(w->prefix, e->d_name)) continue;
         char **s = ckpt__realloc(w->stale, (w->stale_count + 1) * sizeof *s);
         if (!s) {
-            st = oom(err, w->path);
+            st = ckpt__oom(err, w->path, NULL);
             break;
         }
         w->stale = s;
-        if (!(s[w->stale_count] = ckpt__path_join(w->path, e->d_name))) st = oom(err, w->path);
+        if (!(s[w->stale_count] = ckpt__path_join(w->path, e->d_name))) st = ckpt__oom(err, w->path, NULL);
         else w->stale_count++;
     }
     closedir(d);
@@ -110,14 +106,14 @@ ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *opti
     if (!path || !*path || !out)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "path and out are required");
     ckpt_writer *w = ckpt__calloc(1, sizeof *w);
-    if (!w) return oom(err, path);
+    if (!w) return ckpt__oom(err, path, NULL);
     if (options) w->opt = *options;
     w->path = ckpt__strdup(path);
     w->prefix = ckpt__strdup(w->opt.prefix && *w->opt.prefix ? w->opt.prefix : "model");
     w->opt.prefix = NULL;
     w->index.fd = -1;
     ckpt_status st = CKPT_OK;
-    if (!w->path || !w->prefix) st = oom(err, path);
+    if (!w->path || !w->prefix) st = ckpt__oom(err, path, NULL);
     else if (w->opt.max_shard_size == 0) {
         struct stat sb;
         if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
@@ -164,7 +160,7 @@ static ckpt_status add_pair(ckpt_writer *w, ckpt__pairs *pairs, const char *key,
         return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, w->path, NULL, -1, "metadata key '%s' set twice", key);
     const char *k = ckpt__arena_strndup(&w->arena, key, strlen(key));
     const char *v = ckpt__arena_strndup(&w->arena, value, strlen(value));
-    if (!k || !v || !ckpt__pairs_push(pairs, k, v)) return oom(err, w->path);
+    if (!k || !v || !ckpt__pairs_push(pairs, k, v)) return ckpt__oom(err, w->path, NULL);
     return CKPT_OK;
 }
 
@@ -212,7 +208,7 @@ ckpt_status ckpt_writer_add_tensor(ckpt_writer *w, const char *name, ckpt_dtype 
     if (w->count == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 64;
         wtensor *t = ckpt__realloc(w->tensors, cap * sizeof *t);
-        if (!t) return oom(err, w->path);
+        if (!t) return ckpt__oom(err, w->path, NULL);
         w->tensors = t;
         w->cap = cap;
     }
@@ -220,13 +216,13 @@ ckpt_status ckpt_writer_add_tensor(ckpt_writer *w, const char *name, ckpt_dtype 
     memset(t, 0, sizeof *t);
     t->name = ckpt__arena_strndup(&w->arena, name, strlen(name));
     t->shape = ckpt__arena_alloc(&w->arena, (ndim ? ndim : 1) * sizeof(uint64_t));
-    if (!t->name || !t->shape) return oom(err, w->path);
+    if (!t->name || !t->shape) return ckpt__oom(err, w->path, NULL);
     if (ndim) memcpy(t->shape, shape, ndim * sizeof(uint64_t));
     t->dtype = dtype;
     t->ndim = ndim;
     t->nbytes = nbytes;
     if (w->count + 1 > w->names_cap / 2 + w->names_cap / 4 && !rebuild_names(w, (w->count + 1) * 2))
-        return oom(err, w->path);
+        return ckpt__oom(err, w->path, NULL);
     uint32_t prev;
     if (!ckpt__name_table_insert(&w->names, &w->tensors[0].name, sizeof *w->tensors, (uint32_t)w->count, &prev))
         return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, w->path, name, -1, "tensor declared twice");
@@ -268,7 +264,7 @@ static ckpt_status locate_checksums(ckpt_writer *w, uint32_t file, const ckpt__b
                                     ckpt_error *err) {
     ckpt__buf escaped = {0};
     ckpt__buf_json_string(&escaped, placeholder);
-    if (escaped.failed) return oom(err, w->path);
+    if (escaped.failed) return ckpt__oom(err, w->path, NULL);
     const char *at = memmem(header->data, header->len, escaped.data, escaped.len);
     if (at) {
         w->files[file].checksum_at = (uint64_t)(at - header->data);
@@ -288,7 +284,7 @@ static ckpt_status patch_checksums(ckpt_writer *w, uint32_t file, ckpt_error *er
     if (map) ckpt__buf_json_string(&escaped, map);
     free(map);
     ckpt_status st = CKPT_OK;
-    if (!map || escaped.failed) st = oom(err, f->final_path);
+    if (!map || escaped.failed) st = ckpt__oom(err, f->final_path, NULL);
     else if (escaped.len != f->checksum_len)
         st = ckpt__fail(err, CKPT_E_BAD_STATE, f->final_path, NULL, -1, "checksum map changed length");
     else st = ckpt__pwrite_full(f->fd, escaped.data, escaped.len, f->checksum_at, f->tmp_path, err);
@@ -301,7 +297,7 @@ static ckpt_status layout_file(ckpt_writer *w, uint32_t file, ckpt__buf *header,
     size_t n = 0;
     for (size_t i = 0; i < w->count; i++) n += w->tensors[i].file == file;
     ckpt__st_out_tensor *out = ckpt__malloc((n ? n : 1) * sizeof *out);
-    if (!out) return oom(err, w->files[file].final_path);
+    if (!out) return ckpt__oom(err, w->files[file].final_path, NULL);
     size_t k = 0;
     for (size_t i = 0; i < w->count; i++) {
         wtensor *t = &w->tensors[i];
@@ -318,7 +314,7 @@ static ckpt_status layout_file(ckpt_writer *w, uint32_t file, ckpt__buf *header,
         /* A fixed-length stand-in: the digests replace it at commit. */
         placeholder = checksum_map(w, file);
         for (size_t i = 0; placeholder && i < meta.count; i++) ckpt__pairs_push(&own, meta.keys[i], meta.values[i]);
-        if (!placeholder || !ckpt__pairs_push(&own, CKPT_CHECKSUM_METADATA_KEY, placeholder)) st = oom(err, w->path);
+        if (!placeholder || !ckpt__pairs_push(&own, CKPT_CHECKSUM_METADATA_KEY, placeholder)) st = ckpt__oom(err, w->path, NULL);
         meta = own;
     }
     if (st == CKPT_OK) st = ckpt__st_layout(out, n, meta.keys, meta.values, meta.count, header, &data_size);
@@ -343,7 +339,7 @@ static ckpt_status plan_files(ckpt_writer *w, ckpt_error *err) {
         if (!sizes || !shard_of) {
             free(sizes);
             free(shard_of);
-            return oom(err, w->path);
+            return ckpt__oom(err, w->path, NULL);
         }
         for (size_t i = 0; i < w->count; i++) sizes[i] = w->tensors[i].nbytes;
         shards = ckpt__shards_pack(sizes, w->count, w->opt.max_shard_size, shard_of);
@@ -352,7 +348,7 @@ static ckpt_status plan_files(ckpt_writer *w, ckpt_error *err) {
         free(shard_of);
     }
     w->files = ckpt__calloc(shards, sizeof *w->files);
-    if (!w->files) return oom(err, w->path);
+    if (!w->files) return ckpt__oom(err, w->path, NULL);
     w->file_count = shards;
     for (size_t f = 0; f < shards; f++) {
         w->files[f].fd = -1;
@@ -363,17 +359,17 @@ static ckpt_status plan_files(ckpt_writer *w, ckpt_error *err) {
         } else {
             w->files[f].final_path = ckpt__strdup(w->path);
         }
-        if (!w->files[f].final_path) return oom(err, w->path);
+        if (!w->files[f].final_path) return ckpt__oom(err, w->path, NULL);
         w->files[f].existed = exists(w->files[f].final_path);
     }
     if (shards > 1) {
         size_t n = strlen(w->prefix) + sizeof ".safetensors.index.json";
         char *name = ckpt__malloc(n);
-        if (!name) return oom(err, w->path);
+        if (!name) return ckpt__oom(err, w->path, NULL);
         snprintf(name, n, "%s.safetensors.index.json", w->prefix);
         w->index.final_path = ckpt__path_join(w->path, name);
         free(name);
-        if (!w->index.final_path) return oom(err, w->path);
+        if (!w->index.final_path) return ckpt__oom(err, w->path, NULL);
         w->index.existed = exists(w->index.final_path);
     }
     return CKPT_OK;
@@ -393,7 +389,7 @@ static bool dir_is_empty(const char *path) {
 /* In staged mode a file is made under its final name inside the stage. */
 static ckpt_status stage_create(ckpt_writer *w, wfile *file, ckpt_error *err) {
     file->tmp_path = ckpt__path_join(w->stage, ckpt__path_basename(file->final_path));
-    if (!file->tmp_path) return oom(err, w->path);
+    if (!file->tmp_path) return ckpt__oom(err, w->path, NULL);
     file->fd = ckpt__io_open(file->tmp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     return file->fd < 0 ? ckpt__fail_errno(err, errno, file->tmp_path, -1, "cannot create") : CKPT_OK;
 }
@@ -401,7 +397,7 @@ static ckpt_status stage_create(ckpt_writer *w, wfile *file, ckpt_error *err) {
 /* mkdir -p: the shard directory and any missing parents. */
 static ckpt_status make_directories(const char *path, ckpt_error *err) {
     char *p = ckpt__strdup(path);
-    if (!p) return oom(err, path);
+    if (!p) return ckpt__oom(err, path, NULL);
     ckpt_status st = CKPT_OK;
     for (char *s = p + 1;; s++) {
         if (*s != '/' && *s != '\0') continue;
@@ -424,7 +420,7 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
     w->state = FAILED; /* until every step below succeeds */
     if (w->opt.max_shard_size) {
         char *parent = ckpt__path_dirname(w->path);
-        if (!parent) return oom(err, w->path);
+        if (!parent) return ckpt__oom(err, w->path, NULL);
         st = make_directories(parent, err);
         ckpt__remove_stale_temps(parent); /* what killed writers left beside it */
         free(parent);
@@ -443,10 +439,10 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
     st = plan_files(w, err);
     /* The per-file entries, then (one file only) the checkpoint's own. */
     for (size_t i = 0; st == CKPT_OK && i < w->meta.count; i++)
-        if (!ckpt__pairs_push(&w->file_meta, w->meta.keys[i], w->meta.values[i])) st = oom(err, w->path);
+        if (!ckpt__pairs_push(&w->file_meta, w->meta.keys[i], w->meta.values[i])) st = ckpt__oom(err, w->path, NULL);
     for (size_t i = 0; st == CKPT_OK && w->file_count == 1 && i < w->ckpt_meta.count; i++) {
         if (ckpt__pairs_get(&w->file_meta, w->ckpt_meta.keys[i])) continue; /* do not override per-file data */
-        if (!ckpt__pairs_push(&w->file_meta, w->ckpt_meta.keys[i], w->ckpt_meta.values[i])) st = oom(err, w->path);
+        if (!ckpt__pairs_push(&w->file_meta, w->ckpt_meta.keys[i], w->ckpt_meta.values[i])) st = ckpt__oom(err, w->path, NULL);
     }
     for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) {
         wfile *file = &w->files[f];
@@ -497,7 +493,7 @@ ckpt_status ckpt_writer_write(ckpt_writer *w, size_t index, const void *data, si
     if (st) return st;
     if (w->opt.checksums) {
         if (!t->hash && (!(t->hash = XXH3_createState()) || XXH3_64bits_reset(t->hash) == XXH_ERROR))
-            return oom(err, w->path);
+            return ckpt__oom(err, w->path, NULL);
         XXH3_64bits_update(t->hash, data, nbytes);
     }
     t->written += nbytes;
@@ -509,17 +505,18 @@ ckpt_status ckpt_writer_write(ckpt_writer *w, size_t index, const void *data, si
     return CKPT_OK;
 }
 
-/* With checksums the bytes must pass through here: a bounded buffer. */
-static ckpt_status copy_hashed(ckpt_writer *w, size_t index, int src_fd, uint64_t src_offset, const char *src_path,
-                               uint64_t n, ckpt__copy_tick tick, void *user, ckpt_error *err) {
+/* Bytes that must pass through here (to be hashed, or from a source the
+ * kernel cannot copy from): a bounded buffer. */
+static ckpt_status copy_through(ckpt_writer *w, size_t index, ckpt__source *src, uint64_t src_offset, uint64_t n,
+                                ckpt__copy_tick tick, void *user, ckpt_error *err) {
     enum { CHUNK = 8 << 20 };
     size_t cap = n < CHUNK ? (size_t)n : CHUNK;
     unsigned char *buf = ckpt__malloc(cap ? cap : 1);
-    if (!buf) return oom(err, w->path);
+    if (!buf) return ckpt__oom(err, w->path, NULL);
     ckpt_status st = CKPT_OK;
     for (uint64_t done = 0; done < n && st == CKPT_OK;) {
         size_t len = n - done < cap ? (size_t)(n - done) : cap;
-        st = ckpt__pread_full(src_fd, buf, len, src_offset + done, src_path, err);
+        st = ckpt__source_read(src, buf, len, src_offset + done, err);
         if (st == CKPT_OK) st = ckpt_writer_write(w, index, buf, len, err);
         done += len;
         if (st == CKPT_OK && tick && tick(done, user))
@@ -529,14 +526,14 @@ static ckpt_status copy_hashed(ckpt_writer *w, size_t index, int src_fd, uint64_
     return st;
 }
 
-ckpt_status ckpt__writer_copy(ckpt_writer *w, size_t index, int src_fd, uint64_t src_offset, const char *src_path,
-                              uint64_t n, ckpt__copy_tick tick, void *user, ckpt_error *err) {
+ckpt_status ckpt__writer_copy(ckpt_writer *w, size_t index, ckpt__source *src, uint64_t src_offset, uint64_t n,
+                              ckpt__copy_tick tick, void *user, ckpt_error *err) {
     ckpt_status st = check_append(w, index, n, err);
     if (st) return st;
     wtensor *t = &w->tensors[index];
     wfile *f = &w->files[t->file];
-    if (w->opt.checksums) return copy_hashed(w, index, src_fd, src_offset, src_path, n, tick, user, err);
-    st = ckpt__copy_range(src_fd, src_offset, src_path, f->fd, t->offset + t->written, f->tmp_path, n, tick, user, err);
+    if (w->opt.checksums || src->fd < 0) return copy_through(w, index, src, src_offset, n, tick, user, err);
+    st = ckpt__copy_range(src->fd, src_offset, src->name, f->fd, t->offset + t->written, f->tmp_path, n, tick, user, err);
     if (st) return st;
     t->written += n;
     return CKPT_OK;
@@ -556,11 +553,11 @@ static ckpt_status write_index(ckpt_writer *w, ckpt_error *err) {
     const char **names = ckpt__malloc((w->count + 1) * sizeof *names);
     const char **files = ckpt__malloc((w->count + 1) * sizeof *files);
     ckpt_status st = CKPT_OK;
-    if (!names || !files) st = oom(err, w->index.final_path);
+    if (!names || !files) st = ckpt__oom(err, w->index.final_path, NULL);
     /* huggingface_hub lists the weight map shard by shard, each shard's
      * tensors in declaration order: a counting sort by shard. */
     size_t *start = st == CKPT_OK ? ckpt__calloc(w->file_count + 1, sizeof *start) : NULL;
-    if (st == CKPT_OK && !start) st = oom(err, w->index.final_path);
+    if (st == CKPT_OK && !start) st = ckpt__oom(err, w->index.final_path, NULL);
     for (size_t i = 0; st == CKPT_OK && i < w->count; i++) start[w->tensors[i].file + 1]++;
     for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) start[f + 1] += start[f];
     for (size_t i = 0; st == CKPT_OK && i < w->count; i++) {
@@ -573,7 +570,7 @@ static ckpt_status write_index(ckpt_writer *w, ckpt_error *err) {
     if (st == CKPT_OK) {
         ckpt__index_render(&text, w->total, w->ckpt_meta.keys, w->ckpt_meta.values, w->ckpt_meta.count, names, files,
                            w->count);
-        if (text.failed) st = oom(err, w->index.final_path);
+        if (text.failed) st = ckpt__oom(err, w->index.final_path, NULL);
     }
     if (st == CKPT_OK) st = w->stage ? stage_create(w, &w->index, err)
                                      : ckpt__temp_create(w->index.final_path, &w->index.tmp_path, &w->index.fd, err);

@@ -5,11 +5,12 @@
 
 #include "base/base.h"
 #include "io/file.h"
+#include "io/source.h"
 
-/* Appends `n` bytes to tensor `index`, copied from (src_fd, src_offset). */
-CKPT__HIDDEN ckpt_status ckpt__writer_copy(ckpt_writer *w, size_t index, int src_fd, uint64_t src_offset,
-                                           const char *src_path, uint64_t n, ckpt__copy_tick tick,
-                                           void *user, ckpt_error *err);
+/* Appends `n` bytes to tensor `index`, copied from `src` at `src_offset`
+ * (by the kernel when the source is a local file). */
+CKPT__HIDDEN ckpt_status ckpt__writer_copy(ckpt_writer *w, size_t index, ckpt__source *src, uint64_t src_offset,
+                                           uint64_t n, ckpt__copy_tick tick, void *user, ckpt_error *err);
 
 /* What every conversion writes besides tensors: the source's metadata
  * ("format": "pt" for torch sources) and a torch source's object tree

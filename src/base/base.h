@@ -38,6 +38,15 @@ CKPT__HIDDEN ckpt_status ckpt__fail_errno(ckpt_error *err, int sys_errno, const 
                                           int64_t offset, const char *fmt, ...)
     CKPT__PRINTF(5, 6);
 
+/* Names the tensor in an error a lower layer reported without one (a
+ * source read, a mapping): sets err->tensor and inserts it in the message.
+ * Returns `status`, so callers can write `return ckpt__error_in_tensor(…)`. */
+CKPT__HIDDEN ckpt_status ckpt__error_in_tensor(ckpt_error *err, ckpt_status status, const char *tensor);
+
+/* The one out-of-memory failure: CKPT_E_NO_MEMORY naming `path` (may be
+ * NULL) and, when given, what could not be allocated. */
+CKPT__HIDDEN ckpt_status ckpt__oom(ckpt_error *err, const char *path, const char *what);
+
 /* Checked arithmetic: false on overflow. */
 static inline bool ckpt__mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
     return !__builtin_mul_overflow(a, b, out);
@@ -65,6 +74,25 @@ static inline void ckpt__swap_units(unsigned char *p, uint64_t n, unsigned unit)
             p[i + z] = t;
         }
 }
+
+/* ---- text ---------------------------------------------------------------- */
+
+/* Offset of the first byte that is not valid UTF-8 (overlong forms,
+ * surrogates and code points above U+10FFFF included), or `len` if all is
+ * valid. */
+CKPT__HIDDEN size_t ckpt__utf8_check(const unsigned char *s, size_t len);
+
+/* A growable output buffer, always NUL-terminated; `failed` is set on
+ * allocation failure and every later append is ignored. */
+typedef struct ckpt__buf {
+    char *data;
+    size_t len, cap;
+    bool failed;
+} ckpt__buf;
+
+CKPT__HIDDEN void ckpt__buf_append(ckpt__buf *b, const char *s, size_t n);
+CKPT__HIDDEN void ckpt__buf_puts(ckpt__buf *b, const char *s);
+CKPT__HIDDEN void ckpt__buf_u64(ckpt__buf *b, uint64_t v);
 
 /* ---- arena: many small allocations freed together ---------------------- */
 

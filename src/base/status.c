@@ -144,3 +144,21 @@ ckpt_status ckpt__fail_errno(ckpt_error *err, int sys_errno, const char *path, i
     }
     return status;
 }
+
+ckpt_status ckpt__oom(ckpt_error *err, const char *path, const char *what) {
+    if (what) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory for %s", what);
+    return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+}
+
+ckpt_status ckpt__error_in_tensor(ckpt_error *err, ckpt_status status, const char *tensor) {
+    if (!err || !tensor || !*tensor || err->tensor[0]) return status;
+    copy_field(err->tensor, sizeof err->tensor, tensor);
+    /* Insert "tensor '<name>': " after the "<path>: " that starts the
+     * message, as fill would have written it. */
+    char rest[sizeof err->message];
+    size_t skip = 0, plen = strlen(err->path);
+    if (plen && !strncmp(err->message, err->path, plen) && !strncmp(err->message + plen, ": ", 2)) skip = plen + 2;
+    copy_field(rest, sizeof rest, err->message + skip);
+    snprintf(err->message + skip, sizeof err->message - skip, "tensor '%s': %s", tensor, rest);
+    return status;
+}

@@ -383,68 +383,7 @@ bool ckpt__json_u64(const ckpt__json_node *node, uint64_t *value) {
     return true;
 }
 
-size_t ckpt__utf8_check(const unsigned char *s, size_t len) {
-    size_t i = 0;
-    while (i < len) {
-        unsigned char c = s[i];
-        if (c < 0x80) {
-            i++;
-            while (len - i >= 8) { /* ASCII runs eight bytes at a time */
-                uint64_t v;
-                memcpy(&v, s + i, 8);
-                if (v & HIGHS) break;
-                i += 8;
-            }
-            continue;
-        }
-        size_t need;
-        unsigned cp, min;
-        if (c >= 0xC2 && c <= 0xDF) need = 1, cp = c & 0x1F, min = 0x80;
-        else if (c >= 0xE0 && c <= 0xEF) need = 2, cp = c & 0x0F, min = 0x800;
-        else if (c >= 0xF0 && c <= 0xF4) need = 3, cp = c & 0x07, min = 0x10000;
-        else return i;
-        if (len - i <= need) return i;
-        for (size_t k = 1; k <= need; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-        i += need + 1;
-    }
-    return len;
-}
-
 /* ---- output ------------------------------------------------------------ */
-
-void ckpt__buf_append(ckpt__buf *b, const char *s, size_t n) {
-    if (b->failed) return;
-    if (b->cap - b->len < n + 1) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap - b->len < n + 1) cap *= 2;
-        char *d = ckpt__realloc(b->data, cap);
-        if (!d) {
-            b->failed = true;
-            return;
-        }
-        b->data = d;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-}
-
-void ckpt__buf_puts(ckpt__buf *b, const char *s) { ckpt__buf_append(b, s, strlen(s)); }
-
-void ckpt__buf_u64(ckpt__buf *b, uint64_t v) {
-    char tmp[24];
-    size_t n = sizeof tmp;
-    do {
-        tmp[--n] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    ckpt__buf_append(b, tmp + n, sizeof tmp - n);
-}
 
 static const char hex_lower[] = "0123456789abcdef";
 

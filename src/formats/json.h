@@ -59,24 +59,7 @@ CKPT__HIDDEN void ckpt__json_free(ckpt__json_doc *doc);
  * u64 accepts (no sign, fraction or exponent). */
 CKPT__HIDDEN bool ckpt__json_u64(const ckpt__json_node *node, uint64_t *value);
 
-/* Offset of the first byte that is not valid UTF-8 (overlong forms,
- * surrogates and code points above U+10FFFF included), or `len` if all is
- * valid. */
-CKPT__HIDDEN size_t ckpt__utf8_check(const unsigned char *s, size_t len);
-
-/* ---- output ------------------------------------------------------------ */
-
-/* A growable output buffer; `failed` is set on allocation failure and every
- * later append is ignored. */
-typedef struct ckpt__buf {
-    char *data;
-    size_t len, cap;
-    bool failed;
-} ckpt__buf;
-
-CKPT__HIDDEN void ckpt__buf_append(ckpt__buf *b, const char *s, size_t n);
-CKPT__HIDDEN void ckpt__buf_puts(ckpt__buf *b, const char *s);
-CKPT__HIDDEN void ckpt__buf_u64(ckpt__buf *b, uint64_t v);
+/* ---- output (ckpt__buf lives in base) -------------------------------- */
 
 /* A JSON string as serde_json writes it: UTF-8 kept, `"` and `\` escaped,
  * \b \t \n \f \r, other control characters as \u00XX (lower-case hex). */

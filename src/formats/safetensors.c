@@ -1,6 +1,8 @@
 /* safetensors.c — see safetensors.h. */
 #include "safetensors.h"
 
+#include "format.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -255,12 +257,13 @@ done:
     return st;
 }
 
-ckpt_status ckpt__st_read_header(int fd, uint64_t file_size, const char *path, ckpt__arena *arena,
-                                 ckpt__st_header *out, ckpt_error *err) {
+ckpt_status ckpt__st_read_header(ckpt__source *src, ckpt__arena *arena, ckpt__st_header *out, ckpt_error *err) {
+    uint64_t file_size = src->size;
+    const char *path = src->name;
     memset(out, 0, sizeof *out);
     unsigned char prefix[8];
     if (file_size < 8) return ckpt__st_check_length(file_size, 0, path, err);
-    ckpt_status st = ckpt__pread_full(fd, prefix, 8, 0, path, err);
+    ckpt_status st = ckpt__source_read(src, prefix, 8, 0, err);
     if (st) return st;
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | prefix[i];
@@ -269,7 +272,7 @@ ckpt_status ckpt__st_read_header(int fd, uint64_t file_size, const char *path, c
     /* The header text lives in the arena: names point into it. */
     char *header = ckpt__arena_alloc(arena, (size_t)n + 1);
     if (!header) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "cannot allocate the header");
-    st = ckpt__pread_full(fd, header, n, 8, path, err);
+    st = ckpt__source_read(src, header, n, 8, err);
     if (st == CKPT_OK) st = ckpt__st_parse_header(header, n, file_size, path, arena, out, err);
     return st;
 }
@@ -345,3 +348,38 @@ ckpt_status ckpt__st_layout(ckpt__st_out_tensor *tensors, size_t count, const ch
     *data_size = offset;
     return CKPT_OK;
 }
+
+/* ---- the format ---------------------------------------------------------- */
+
+static int st_probe(const unsigned char *head, size_t n, const char *name) {
+    (void)name;
+    /* The 8-byte header length, then JSON: its object after any whitespace. */
+    for (size_t i = 8; i < n; i++) {
+        if (head[i] == '{') return CKPT__PROBE_MAGIC;
+        if (head[i] != ' ' && head[i] != '\t' && head[i] != '\n' && head[i] != '\r') break;
+    }
+    /* Anything else is still judged by safetensors' rules, whose errors say
+     * precisely what is wrong with a damaged file. */
+    return CKPT__PROBE_FALLBACK;
+}
+
+static ckpt_status st_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) {
+    uint32_t file;
+    ckpt_status st = ckpt__cat_add_source(c, src, &file, err);
+    if (st) return st;
+    ckpt__st_header h;
+    if ((st = ckpt__st_read_header(src, ckpt__cat_arena(c), &h, err))) return st;
+    for (size_t i = 0; st == CKPT_OK && i < h.count; i++) {
+        const ckpt__st_tensor *s = &h.tensors[i];
+        ckpt__piece piece = {.file = file, .offset = h.data_start + s->begin};
+        ckpt__tensor_decl d = {s->name, s->dtype, s->ndim, s->shape, CKPT__OWN_STORAGE, &piece, 1};
+        st = ckpt__cat_add_tensor(c, &d, err);
+    }
+    for (size_t i = 0; st == CKPT_OK && i < h.meta_count; i++)
+        st = ckpt__cat_add_metadata(c, file, h.meta_keys[i], h.meta_values[i], err);
+    ckpt__st_header_free(&h);
+    ckpt__cat_set_format(c, CKPT_FORMAT_SAFETENSORS);
+    return st;
+}
+
+const ckpt__format ckpt__format_safetensors = {"safetensors", st_probe, st_open};

@@ -14,6 +14,7 @@
 
 #include "../base/base.h"
 #include "json.h"
+#include "../io/source.h"
 
 #define CKPT__ST_MAX_HEADER 100000000ULL
 
@@ -52,8 +53,7 @@ CKPT__HIDDEN ckpt_status ckpt__st_check_length(uint64_t file_size, uint64_t n, c
                                                ckpt_error *err);
 
 /* Reads and validates the header of an open file. */
-CKPT__HIDDEN ckpt_status ckpt__st_read_header(int fd, uint64_t file_size, const char *path,
-                                              ckpt__arena *arena, ckpt__st_header *out,
+CKPT__HIDDEN ckpt_status ckpt__st_read_header(ckpt__source *src, ckpt__arena *arena, ckpt__st_header *out,
                                               ckpt_error *err);
 
 CKPT__HIDDEN void ckpt__st_header_free(ckpt__st_header *header);

@@ -1,6 +1,9 @@
 /* shards.c — see shards.h. */
 #include "shards.h"
 
+#include "../io/file.h"
+#include "format.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,3 +227,72 @@ void ckpt__index_render(ckpt__buf *out, uint64_t total_size, const char *const *
     }
     ckpt__buf_puts(out, count ? "\n  }\n}" : "}\n}");
 }
+
+/* ---- the format: an index and its shards ---------------------------------- */
+
+static int index_probe(const unsigned char *head, size_t n, const char *name) {
+    (void)head, (void)n;
+    size_t len = strlen(name);
+    return len >= 5 && !strcmp(name + len - 5, ".json") ? CKPT__PROBE_NAME : CKPT__PROBE_NO;
+}
+
+/* Every weight_map entry must be in the shard it names; the counts then
+ * tell whether a shard holds a tensor the index does not list. */
+static ckpt_status check_weight_map(ckpt_catalog *c, const ckpt__index *idx, const char *index_path,
+                                    ckpt_error *err) {
+    for (size_t i = 0; i < idx->count; i++) {
+        const ckpt_tensor_info *t = ckpt_catalog_find(c, idx->names[i]);
+        if (!t)
+            return ckpt__fail(err, CKPT_E_INDEX_MISMATCH, index_path, idx->names[i], -1,
+                              "weight_map puts this tensor in %s, but no shard holds it", idx->files[idx->file_of[i]]);
+        if (t->file != idx->file_of[i])
+            return ckpt__fail(err, CKPT_E_INDEX_MISMATCH, index_path, idx->names[i], -1,
+                              "weight_map puts this tensor in %s, but it is in %s", idx->files[idx->file_of[i]],
+                              ckpt_catalog_file_path(c, t->file));
+    }
+    size_t count = ckpt_catalog_tensor_count(c);
+    if (idx->count == count) return CKPT_OK;
+    ckpt__name_table listed = {0};
+    if (!ckpt__name_table_init(&listed, idx->count)) return ckpt__oom(err, index_path, NULL);
+    for (size_t i = 0; i < idx->count; i++) ckpt__name_table_insert(&listed, idx->names, sizeof(char *), (uint32_t)i, NULL);
+    ckpt_status st = CKPT_OK;
+    for (size_t i = 0; st == CKPT_OK && i < count; i++) {
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(c, i);
+        if (ckpt__name_table_find(&listed, idx->names, sizeof(char *), t->name) < 0)
+            st = ckpt__fail(err, CKPT_E_INDEX_MISMATCH, ckpt_catalog_file_path(c, t->file), t->name, (int64_t)t->offset,
+                            "tensor is in this shard but not in the index %s", index_path);
+    }
+    ckpt__name_table_free(&listed);
+    return st;
+}
+
+static ckpt_status index_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) {
+    char *text = NULL;
+    ckpt_status st = ckpt__source_slurp(src, CKPT__INDEX_MAX_BYTES, CKPT_E_INDEX_INVALID, &text, err);
+    uint64_t len = src->size;
+    char *index_path = ckpt__strdup(src->name);
+    ckpt__source_close(src);
+    if (st == CKPT_OK && !index_path) st = ckpt__oom(err, NULL, NULL);
+    if (st == CKPT_OK) st = ckpt__cat_set_index_path(c, index_path, err);
+    ckpt__index idx;
+    bool parsed = false;
+    if (st == CKPT_OK) parsed = (st = ckpt__index_parse(text, (size_t)len, index_path, ckpt__cat_arena(c), &idx, err)) == CKPT_OK;
+    char *dir = st == CKPT_OK ? ckpt__path_dirname(index_path) : NULL;
+    if (st == CKPT_OK && !dir) st = ckpt__oom(err, index_path, NULL);
+    for (size_t i = 0; st == CKPT_OK && i < idx.file_count; i++) {
+        char *p = ckpt__path_join(dir, idx.files[i]);
+        st = p ? ckpt__cat_open_path(c, p, err) : ckpt__oom(err, index_path, NULL);
+        free(p);
+    }
+    free(dir);
+    if (st == CKPT_OK) st = check_weight_map(c, &idx, index_path, err);
+    if (st == CKPT_OK)
+        ckpt__cat_set_format(c, ckpt__cat_format(c) == CKPT_FORMAT_TORCH ? CKPT_FORMAT_TORCH_SHARDED
+                                                                         : CKPT_FORMAT_SAFETENSORS_SHARDED);
+    if (parsed) ckpt__index_free(&idx);
+    free(text); /* the index's strings live in it */
+    free(index_path);
+    return st;
+}
+
+const ckpt__format ckpt__format_index = {"index", index_probe, index_open};

@@ -10,6 +10,7 @@
 #include "../io/file.h"
 #include "json.h"
 #include "pickle.h"
+#include "format.h"
 #include "torch_allowed.h"
 #include "zip.h"
 
@@ -80,6 +81,8 @@ typedef struct walker {
     uint64_t visits;
     ckpt__buf json;
     ckpt__buf name; /* the current dotted path */
+    int in_module_state; /* inside a state dict's _metadata (module versions) */
+    bool plain;          /* so far only dicts with string keys, and tensors */
 } walker;
 
 static ckpt_status fail_at(walker *w, const ckpt__pk_value *v, ckpt_status st, const char *fmt, ...)
@@ -333,6 +336,12 @@ static bool key_text(const ckpt__pk_value *k, char *buf, size_t cap, const char 
 
 static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth);
 
+/* {"_metadata": …}: what torch's state_dict() attaches to its OrderedDict. */
+static bool is_module_metadata(const ckpt__pk_value *state) {
+    return state->kind == CKPT__PK_DICT && state->u.seq.count == 2 && state->u.seq.items[0]->kind == CKPT__PK_STR &&
+           !strcmp(state->u.seq.items[0]->u.s.data, "_metadata");
+}
+
 static ckpt_status walk_seq(walker *w, const ckpt__pk_value *v, int depth) {
     ckpt_status st = CKPT_OK;
     for (size_t i = 0; i < v->u.seq.count && st == CKPT_OK; i++) {
@@ -361,6 +370,7 @@ static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth) {
         return CKPT_OK;
     }
     char num[32];
+    if (v->kind != CKPT__PK_DICT && !w->in_module_state) w->plain = false;
     switch (v->kind) {
     case CKPT__PK_NONE: ckpt__buf_puts(j, "null"); return CKPT_OK;
     case CKPT__PK_BOOL: ckpt__buf_puts(j, v->u.b ? "true" : "false"); return CKPT_OK;
@@ -390,6 +400,7 @@ static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth) {
                 return fail_at(w, v->u.seq.items[i], CKPT_E_PICKLE_INVALID, "dictionary key is not a string, int or bool");
             if (i) ckpt__buf_puts(j, ", ");
             ckpt__buf_puts(j, "[");
+            if (v->u.seq.items[i]->kind != CKPT__PK_STR && !w->in_module_state) w->plain = false;
             if (v->u.seq.items[i]->kind == CKPT__PK_STR) ckpt__buf_json_string(j, part);
             else ckpt__buf_puts(j, v->u.seq.items[i]->kind == CKPT__PK_BOOL ? (v->u.seq.items[i]->u.b ? "true" : "false") : part);
             ckpt__buf_puts(j, ", ");
@@ -401,10 +412,16 @@ static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth) {
         }
         ckpt__buf_puts(j, "]");
         if (st == CKPT_OK && v->state) {
+            /* A state dict's OrderedDict carries _metadata (module versions),
+             * which a flat dict of tensors drops: it alone does not make a
+             * tree worth keeping. */
+            bool module_state = is_module_metadata(v->state);
             ckpt__buf_puts(j, ", \"__state__\": ");
             size_t saved;
             name_push(w, "__state__", &saved);
+            w->in_module_state += module_state;
             st = walk(w, v->state, depth + 1);
+            w->in_module_state -= module_state;
             name_pop(w, saved);
         }
         ckpt__buf_puts(j, "}");
@@ -435,7 +452,9 @@ static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth) {
 
 /* Walks the object tree into out->tensors, out->storages and the JSON. */
 static ckpt_status walk_root(walker *w, const ckpt__pk_value *root) {
+    w->plain = true;
     ckpt_status st = walk(w, root, 0);
+    w->out->plain = w->plain;
     if (st == CKPT_OK && (w->json.failed || w->name.failed))
         st = ckpt__fail(w->err, CKPT_E_NO_MEMORY, w->path, NULL, -1, "out of memory");
     if (st == CKPT_OK) w->out->tree_json = w->json.data;
@@ -450,11 +469,11 @@ static void place_tensors(ckpt__torch_file *out) {
         out->tensors[i].offset = out->storages[out->tensors[i].storage].offset + out->tensors[i].storage_begin;
 }
 
-ckpt_status ckpt__torch_read_zip(int fd, uint64_t file_size, const char *path, ckpt__arena *arena,
-                                 ckpt__torch_file *out, ckpt_error *err) {
+ckpt_status ckpt__torch_read_zip(ckpt__source *src, ckpt__arena *arena, ckpt__torch_file *out, ckpt_error *err) {
+    const char *path = src->name;
     memset(out, 0, sizeof *out);
     ckpt__zip zip;
-    ckpt_status st = ckpt__zip_open(fd, file_size, path, true, arena, &zip, err);
+    ckpt_status st = ckpt__zip_open(src, true, arena, &zip, err);
     if (st) return st;
     if (ckpt__zip_find_in_folder(&zip, "constants.pkl")) {
         ckpt__zip_close(&zip);
@@ -469,7 +488,7 @@ ckpt_status ckpt__torch_read_zip(int fd, uint64_t file_size, const char *path, c
     char *byteorder = NULL, *pickle = NULL;
     const ckpt__zip_entry *bo = ckpt__zip_find_in_folder(&zip, "byteorder");
     if (bo) {
-        st = ckpt__zip_read_entry(fd, bo, path, 16, &byteorder, err);
+        st = ckpt__zip_read_entry(src, bo, 16, &byteorder, err);
         if (st == CKPT_OK && strcmp(byteorder, "little") && strcmp(byteorder, "big"))
             st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, bo->name, (int64_t)bo->data_offset,
                             "byteorder record is neither 'little' nor 'big'");
@@ -482,18 +501,18 @@ ckpt_status ckpt__torch_read_zip(int fd, uint64_t file_size, const char *path, c
         const ckpt__zip_entry *e = ckpt__zip_find_in_folder(&zip, numeric[i]);
         char *text = NULL;
         if (!e) continue;
-        st = ckpt__zip_read_entry(fd, e, path, 32, &text, err);
+        st = ckpt__zip_read_entry(src, e, 32, &text, err);
         if (st == CKPT_OK && (!text[0] || strspn(text, "0123456789\n") != strlen(text)))
             st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->data_offset,
                             "record is not a decimal number");
         free(text);
     }
-    if (st == CKPT_OK) st = ckpt__zip_read_entry(fd, pkl, path, MAX_PICKLE_BYTES, &pickle, err);
+    if (st == CKPT_OK) st = ckpt__zip_read_entry(src, pkl, MAX_PICKLE_BYTES, &pickle, err);
     ckpt__pk_value *root = NULL;
     if (st == CKPT_OK) {
-        ckpt__pk_source src = {path, pkl->name, pkl->method == 0 ? pkl->data_offset : 0};
+        ckpt__pk_source pk = {path, pkl->name, pkl->method == 0 ? pkl->data_offset : 0};
         size_t used;
-        st = ckpt__pk_load((const unsigned char *)pickle, (size_t)pkl->size, &src, ckpt__torch_allowed_global, NULL,
+        st = ckpt__pk_load((const unsigned char *)pickle, (size_t)pkl->size, &pk, ckpt__torch_allowed_global, NULL,
                            arena, &root, &used, err);
     }
     if (st == CKPT_OK) {
@@ -529,8 +548,9 @@ static bool always_refuse(const char *module, const char *name, void *user) {
     return false;
 }
 
-ckpt_status ckpt__torch_read_legacy(int fd, uint64_t file_size, const char *path, ckpt__arena *arena,
-                                    ckpt__torch_file *out, ckpt_error *err) {
+ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__arena *arena, ckpt__torch_file *out, ckpt_error *err) {
+    const char *path = src->name;
+    uint64_t file_size = src->size;
     memset(out, 0, sizeof *out);
     /* The pickles come first and their length is unknown: read a prefix,
      * and read more while the pickles run past it. */
@@ -546,14 +566,14 @@ ckpt_status ckpt__torch_read_legacy(int fd, uint64_t file_size, const char *path
             return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "cannot allocate %llu bytes", (unsigned long long)have);
         }
         buf = grown;
-        st = ckpt__pread_full(fd, buf + read_so_far, have - read_so_far, read_so_far, path, err);
+        st = ckpt__source_read(src, buf + read_so_far, have - read_so_far, read_so_far, err);
         read_so_far = have;
         pos = 0;
         for (int k = 0; st == CKPT_OK && k < 5; k++) {
-            ckpt__pk_source src = {path, k == 3 ? "object pickle" : "header pickle", pos};
+            ckpt__pk_source pk = {path, k == 3 ? "object pickle" : "header pickle", pos};
             size_t used = 0;
             /* Only the object pickle may name (allowed) globals. */
-            st = ckpt__pk_load(buf + pos, (size_t)(have - pos), &src, k == 3 ? ckpt__torch_allowed_global : always_refuse,
+            st = ckpt__pk_load(buf + pos, (size_t)(have - pos), &pk, k == 3 ? ckpt__torch_allowed_global : always_refuse,
                                NULL, arena, &values[k], &used, err);
             pos += used;
         }
@@ -590,7 +610,7 @@ ckpt_status ckpt__torch_read_legacy(int fd, uint64_t file_size, const char *path
                                            : -1;
         ckpt__torch_storage *s = found >= 0 ? &out->storages[found] : NULL;
         unsigned char count_le[8];
-        if ((st = ckpt__pread_full(fd, count_le, 8, at, path, err))) break;
+        if ((st = ckpt__source_read(src, count_le, 8, at, err))) break;
         uint64_t numel = 0, nbytes;
         for (int b = 7; b >= 0; b--) numel = numel << 8 | count_le[b];
         if (out->big_endian) numel = __builtin_bswap64(numel);
@@ -629,3 +649,77 @@ void ckpt__torch_file_free(ckpt__torch_file *f) {
     free(f->tree_json);
     memset(f, 0, sizeof *f);
 }
+
+/* ---- the formats --------------------------------------------------------- */
+
+/* Adds what a reader found: storages, then tensors as pieces of them. */
+static ckpt_status add_to_catalog(ckpt_catalog *c, uint32_t file, const ckpt__torch_file *tf, ckpt_error *err) {
+    uint32_t first = 0;
+    ckpt_status st = CKPT_OK;
+    for (size_t i = 0; st == CKPT_OK && i < tf->storage_count; i++) {
+        const ckpt__torch_storage *s = &tf->storages[i];
+        uint32_t number;
+        st = ckpt__cat_add_storage(c, file, s->offset, s->nbytes, &number, err);
+        if (i == 0) first = number;
+    }
+    for (size_t i = 0; st == CKPT_OK && i < tf->count; i++) {
+        const ckpt__torch_tensor *t = &tf->tensors[i];
+        const ckpt__torch_storage *s = &tf->storages[t->storage];
+        ckpt__piece piece = {.file = file, .offset = t->offset, .strides = t->strides, .big_endian = tf->big_endian};
+        if (s->comp_size) { /* inside a DEFLATE record: offsets count inflated bytes */
+            piece.offset = t->storage_begin;
+            piece.record = s->offset;
+            piece.record_size = s->comp_size;
+        }
+        ckpt__tensor_decl d = {t->name, t->dtype, t->ndim, t->shape, first + t->storage, &piece, 1};
+        st = ckpt__cat_add_tensor(c, &d, err);
+    }
+    if (st == CKPT_OK && !tf->plain) st = ckpt__cat_add_tree(c, tf->tree_json, err);
+    ckpt__cat_set_format(c, CKPT_FORMAT_TORCH);
+    return st;
+}
+
+static ckpt_status open_torch(ckpt_catalog *c, ckpt__source *src, bool legacy, ckpt_error *err) {
+    uint32_t file;
+    ckpt_status st = ckpt__cat_add_source(c, src, &file, err);
+    if (st) return st;
+    ckpt__torch_file tf;
+    st = legacy ? ckpt__torch_read_legacy(src, ckpt__cat_arena(c), &tf, err)
+                : ckpt__torch_read_zip(src, ckpt__cat_arena(c), &tf, err);
+    if (st) return st;
+    st = add_to_catalog(c, file, &tf, err);
+    ckpt__torch_file_free(&tf);
+    return st;
+}
+
+static int zip_probe(const unsigned char *head, size_t n, const char *name) {
+    (void)name;
+    return ckpt__zip_sniff(head, n) ? CKPT__PROBE_MAGIC : CKPT__PROBE_NO;
+}
+
+static ckpt_status zip_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) { return open_torch(c, src, false, err); }
+
+static int legacy_probe(const unsigned char *head, size_t n, const char *name) {
+    (void)name;
+    return ckpt__torch_sniff_legacy(head, n) ? CKPT__PROBE_MAGIC : CKPT__PROBE_NO;
+}
+
+static ckpt_status legacy_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) { return open_torch(c, src, true, err); }
+
+static int tar_probe(const unsigned char *head, size_t n, const char *name) {
+    (void)name;
+    return ckpt__torch_sniff_tar(head, n) ? CKPT__PROBE_MAGIC : CKPT__PROBE_NO;
+}
+
+static ckpt_status tar_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) {
+    (void)c;
+    ckpt_status st = ckpt__fail(err, CKPT_E_UNKNOWN_FORMAT, src->name, NULL, 0,
+                                "this is a tar archive: the torch.save format of PyTorch before 0.4, which ckpt does not "
+                                "read; load and re-save it with a current torch");
+    ckpt__source_close(src);
+    return st;
+}
+
+const ckpt__format ckpt__format_torch_zip = {"torch", zip_probe, zip_open};
+const ckpt__format ckpt__format_torch_legacy = {"torch-legacy", legacy_probe, legacy_open};
+const ckpt__format ckpt__format_torch_tar = {"torch-tar", tar_probe, tar_open};

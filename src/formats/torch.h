@@ -13,6 +13,7 @@
 #define CKPT_FORMATS_TORCH_H
 
 #include "../base/base.h"
+#include "../io/source.h"
 
 typedef struct ckpt__torch_tensor {
     const char *name; /* dotted path in the object tree, arena */
@@ -41,14 +42,17 @@ typedef struct ckpt__torch_file {
     ckpt__torch_storage *storages; /* malloc'ed */
     bool big_endian;
     char *tree_json; /* malloc'ed: the object tree, tensors as {"__tensor__": name} */
+    /* The tree says nothing that the tensors' dotted names do not: only
+     * dicts with string keys (a state dict's module versions aside). */
+    bool plain;
 } ckpt__torch_file;
 
 /* Is `name` a global that torch's weights-only unpickler allows? */
 CKPT__HIDDEN bool ckpt__torch_allowed_global(const char *module, const char *name, void *user);
 
 /* Reads a torch.save zip archive. */
-CKPT__HIDDEN ckpt_status ckpt__torch_read_zip(int fd, uint64_t file_size, const char *path, ckpt__arena *arena,
-                                              ckpt__torch_file *out, ckpt_error *err);
+CKPT__HIDDEN ckpt_status ckpt__torch_read_zip(ckpt__source *src, ckpt__arena *arena, ckpt__torch_file *out,
+                                              ckpt_error *err);
 /* Does a file start like a legacy (pre-1.6 stream) torch.save file? */
 CKPT__HIDDEN bool ckpt__torch_sniff_legacy(const unsigned char *head, size_t n);
 
@@ -62,8 +66,8 @@ CKPT__HIDDEN bool ckpt__torch_sniff_tar(const unsigned char *head, size_t n);
  * and the sorted storage keys, then each storage as an int64 element count
  * and its bytes.
  */
-CKPT__HIDDEN ckpt_status ckpt__torch_read_legacy(int fd, uint64_t file_size, const char *path, ckpt__arena *arena,
-                                                 ckpt__torch_file *out, ckpt_error *err);
+CKPT__HIDDEN ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__arena *arena, ckpt__torch_file *out,
+                                                 ckpt_error *err);
 
 CKPT__HIDDEN void ckpt__torch_file_free(ckpt__torch_file *file);
 

@@ -39,13 +39,15 @@ typedef struct directory {
 } directory;
 
 /* Finds the end of central directory (and its ZIP64 twin) from the tail. */
-static ckpt_status find_directory(int fd, uint64_t file_size, const char *path, directory *dir, ckpt_error *err) {
+static ckpt_status find_directory(ckpt__source *src, directory *dir, ckpt_error *err) {
+    uint64_t file_size = src->size;
+    const char *path = src->name;
     if (file_size < EOCD_SIZE) return bad(err, path, NULL, 0, "file too small for a ZIP end record");
     uint64_t tail_len = file_size < EOCD_SIZE + MAX_COMMENT ? file_size : EOCD_SIZE + MAX_COMMENT;
     uint64_t tail_start = file_size - tail_len;
     unsigned char *tail = ckpt__malloc((size_t)tail_len);
     if (!tail) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
-    ckpt_status st = ckpt__pread_full(fd, tail, tail_len, tail_start, path, err);
+    ckpt_status st = ckpt__source_read(src, tail, tail_len, tail_start, err);
     int64_t at = -1;
     for (int64_t i = (int64_t)tail_len - EOCD_SIZE; st == CKPT_OK && i >= 0; i--) {
         /* The comment length must reach exactly the end of the file. */
@@ -77,7 +79,7 @@ static ckpt_status find_directory(int fd, uint64_t file_size, const char *path, 
      * torch always writes it, whether or not the sizes need it. */
     if (eocd_offset >= LOCATOR_SIZE) {
         unsigned char loc[LOCATOR_SIZE];
-        st = ckpt__pread_full(fd, loc, LOCATOR_SIZE, eocd_offset - LOCATOR_SIZE, path, err);
+        st = ckpt__source_read(src, loc, LOCATOR_SIZE, eocd_offset - LOCATOR_SIZE, err);
         if (st) return st;
         if (u32(loc) == SIG_ZIP64_LOCATOR) {
             uint64_t z = u64(loc + 8);
@@ -87,7 +89,7 @@ static ckpt_status find_directory(int fd, uint64_t file_size, const char *path, 
             if (z > eocd_offset - LOCATOR_SIZE || eocd_offset - LOCATOR_SIZE - z < ZIP64_EOCD_SIZE)
                 return bad(err, path, NULL, eocd_offset - LOCATOR_SIZE, "ZIP64 locator points outside the archive");
             unsigned char r[ZIP64_EOCD_SIZE];
-            st = ckpt__pread_full(fd, r, ZIP64_EOCD_SIZE, z, path, err);
+            st = ckpt__source_read(src, r, ZIP64_EOCD_SIZE, z, err);
             if (st) return st;
             if (u32(r) != SIG_ZIP64_EOCD) return bad(err, path, NULL, z, "ZIP64 end record signature missing");
             if (u32(r + 16) != 0 || u32(r + 20) != 0 || u64(r + 24) != u64(r + 32))
@@ -154,11 +156,12 @@ static ckpt_status check_folder(ckpt__zip *zip, const char *path, ckpt__arena *a
     return zip->folder ? CKPT_OK : ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
 }
 
-ckpt_status ckpt__zip_open(int fd, uint64_t file_size, const char *path, bool single_folder, ckpt__arena *arena,
+ckpt_status ckpt__zip_open(ckpt__source *src, bool single_folder, ckpt__arena *arena,
                            ckpt__zip *out, ckpt_error *err) {
+    const char *path = src->name;
     memset(out, 0, sizeof *out);
     directory dir = {0, 0, 0};
-    ckpt_status st = find_directory(fd, file_size, path, &dir, err);
+    ckpt_status st = find_directory(src, &dir, err);
     if (st) return st;
     unsigned char *cd = ckpt__malloc(dir.size ? (size_t)dir.size : 1);
     out->entries = ckpt__calloc(dir.entries ? (size_t)dir.entries : 1, sizeof *out->entries);
@@ -168,7 +171,7 @@ ckpt_status ckpt__zip_open(int fd, uint64_t file_size, const char *path, bool si
         return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory for %llu entries",
                           (unsigned long long)dir.entries);
     }
-    st = ckpt__pread_full(fd, cd, dir.size, dir.offset, path, err);
+    st = ckpt__source_read(src, cd, dir.size, dir.offset, err);
     size_t pos = 0;
     for (uint64_t k = 0; st == CKPT_OK && k < dir.entries; k++) {
         uint64_t at = dir.offset + pos;
@@ -238,7 +241,7 @@ ckpt_status ckpt__zip_open(int fd, uint64_t file_size, const char *path, bool si
                             (unsigned long long)e->header_offset);
             break;
         }
-        st = ckpt__pread_full(fd, local, LOCAL_SIZE, e->header_offset, path, err);
+        st = ckpt__source_read(src, local, LOCAL_SIZE, e->header_offset, err);
         if (st) break;
         if (u32(local) != SIG_LOCAL) {
             st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->header_offset, "local header signature missing");
@@ -318,8 +321,9 @@ static ckpt_status inflate_entry(const unsigned char *in, const ckpt__zip_entry 
     return st;
 }
 
-ckpt_status ckpt__zip_read_entry(int fd, const ckpt__zip_entry *e, const char *path, uint64_t limit, char **data,
+ckpt_status ckpt__zip_read_entry(ckpt__source *src, const ckpt__zip_entry *e, uint64_t limit, char **data,
                                  ckpt_error *err) {
+    const char *path = src->name;
     *data = NULL;
     if (e->size > limit)
         return ckpt__fail(err, CKPT_E_LIMIT, path, e->name, (int64_t)e->header_offset,
@@ -338,10 +342,10 @@ ckpt_status ckpt__zip_read_entry(int fd, const ckpt__zip_entry *e, const char *p
     if (!buf) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, e->name, -1, "cannot allocate %llu bytes", (unsigned long long)e->size);
     ckpt_status st;
     if (e->method == 0) {
-        st = ckpt__pread_full(fd, buf, e->size, e->data_offset, path, err);
+        st = ckpt__source_read(src, buf, e->size, e->data_offset, err);
     } else {
         unsigned char *in = ckpt__malloc(e->comp_size ? (size_t)e->comp_size : 1);
-        st = in ? ckpt__pread_full(fd, in, e->comp_size, e->data_offset, path, err)
+        st = in ? ckpt__source_read(src, in, e->comp_size, e->data_offset, err)
                 : ckpt__fail(err, CKPT_E_NO_MEMORY, path, e->name, -1, "out of memory");
         if (st == CKPT_OK) st = inflate_entry(in, e, path, buf, err);
         free(in);
@@ -362,8 +366,9 @@ ckpt_status ckpt__zip_read_entry(int fd, const ckpt__zip_entry *e, const char *p
     return CKPT_OK;
 }
 
-ckpt_status ckpt__zip_inflate_range(int fd, uint64_t data_offset, uint64_t comp_size, const char *path,
+ckpt_status ckpt__zip_inflate_range(ckpt__source *src, uint64_t data_offset, uint64_t comp_size,
                                     const char *name, uint64_t skip, void *out, uint64_t n, ckpt_error *err) {
+    const char *path = src->name;
     enum { CHUNK = 1 << 20 };
     unsigned char *in = ckpt__malloc(CHUNK), *scratch = ckpt__malloc(CHUNK);
     z_stream z;
@@ -386,7 +391,7 @@ ckpt_status ckpt__zip_inflate_range(int fd, uint64_t data_offset, uint64_t comp_
                 break;
             }
             uint64_t len = comp_size - read_at < CHUNK ? comp_size - read_at : CHUNK;
-            if ((st = ckpt__pread_full(fd, in, len, data_offset + read_at, path, err))) break;
+            if ((st = ckpt__source_read(src, in, len, data_offset + read_at, err))) break;
             read_at += len;
             z.next_in = in;
             z.avail_in = (uInt)len;

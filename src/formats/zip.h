@@ -13,6 +13,7 @@
 #define CKPT_FORMATS_ZIP_H
 
 #include "../base/base.h"
+#include "../io/source.h"
 
 typedef struct ckpt__zip_entry {
     const char *name;       /* full name, arena */
@@ -39,11 +40,11 @@ typedef struct ckpt__zip {
 CKPT__HIDDEN bool ckpt__zip_sniff(const unsigned char *head, size_t n);
 
 /*
- * Reads the directory of the archive in `fd` (`file_size` bytes).  When
+ * Reads the directory of the archive `src`.  When
  * `single_folder` is set, every entry must sit under one top folder (as
  * torch requires), which is returned in out->folder.
  */
-CKPT__HIDDEN ckpt_status ckpt__zip_open(int fd, uint64_t file_size, const char *path, bool single_folder,
+CKPT__HIDDEN ckpt_status ckpt__zip_open(ckpt__source *src, bool single_folder,
                                         ckpt__arena *arena, ckpt__zip *out, ckpt_error *err);
 CKPT__HIDDEN void ckpt__zip_close(ckpt__zip *zip);
 
@@ -60,7 +61,7 @@ CKPT__HIDDEN const ckpt__zip_entry *ckpt__zip_find_in_folder(const ckpt__zip *zi
  * refused with CKPT_E_LIMIT.  For records (data.pkl, version), not for
  * tensor data.
  */
-CKPT__HIDDEN ckpt_status ckpt__zip_read_entry(int fd, const ckpt__zip_entry *entry, const char *path, uint64_t limit,
+CKPT__HIDDEN ckpt_status ckpt__zip_read_entry(ckpt__source *src, const ckpt__zip_entry *entry, uint64_t limit,
                                               char **data, ckpt_error *err);
 
 /*
@@ -68,7 +69,7 @@ CKPT__HIDDEN ckpt_status ckpt__zip_read_entry(int fd, const ckpt__zip_entry *ent
  * `data_offset`, discarding the first `skip` output bytes and writing the
  * next `n` to `out`.  Memory: two 1 MiB buffers, whatever the sizes.
  */
-CKPT__HIDDEN ckpt_status ckpt__zip_inflate_range(int fd, uint64_t data_offset, uint64_t comp_size, const char *path,
+CKPT__HIDDEN ckpt_status ckpt__zip_inflate_range(ckpt__source *src, uint64_t data_offset, uint64_t comp_size,
                                                  const char *name, uint64_t skip, void *out, uint64_t n,
                                                  ckpt_error *err);
 

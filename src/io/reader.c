@@ -39,15 +39,23 @@ void ckpt__reader_free(ckpt__reader *r) {
     r->uring = NULL;
 }
 
-/* Reads at least req->need bytes (up to len) from `done` on, with pread. */
+/* Reads at least req->need bytes (up to len) from `done` on, with pread
+ * (or through the source when the request has no descriptor). */
 static ckpt_status finish_pread(ckpt__reader *r, const ckpt__read_req *q, uint64_t done, ckpt_error *err) {
     unsigned char *dst = q->dst;
+    if (q->fd < 0) {
+        uint64_t n = (q->need < q->len ? q->need : q->len) - done;
+        ckpt_status st = ckpt__source_read(q->src, dst + done, n, q->offset + done, err);
+        r->reads++;
+        if (st == CKPT_OK) r->bytes += n;
+        return st;
+    }
     while (done < q->len) {
         ssize_t got = ckpt__io_pread(q->fd, dst + done, (size_t)(q->len - done), (off_t)(q->offset + done));
         r->reads++;
         if (got < 0) {
             if (errno == EINTR) continue;
-            return ckpt__fail_errno(err, errno, q->path, (int64_t)(q->offset + done), "cannot read %s%s%s",
+            return ckpt__fail_errno(err, errno, q->src->name, (int64_t)(q->offset + done), "cannot read %s%s%s",
                                     q->tensor ? "tensor \"" : "", q->tensor ? q->tensor : "the file", q->tensor ? "\"" : "");
         }
         if (got == 0) break;
@@ -55,7 +63,7 @@ static ckpt_status finish_pread(ckpt__reader *r, const ckpt__read_req *q, uint64
         r->bytes += (uint64_t)got;
     }
     if (done < q->need)
-        return ckpt__fail(err, CKPT_E_TRUNCATED, q->path, q->tensor, (int64_t)(q->offset + done),
+        return ckpt__fail(err, CKPT_E_TRUNCATED, q->src->name, q->tensor, (int64_t)(q->offset + done),
                           "the file ends at byte %llu, inside data that runs to byte %llu",
                           (unsigned long long)(q->offset + done), (unsigned long long)(q->offset + q->need));
     return CKPT_OK;
@@ -79,7 +87,7 @@ static ckpt_status run_uring(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ck
         int rc = io_uring_submit_and_wait(ring, 1);
         if (rc < 0 && rc != -EINTR) {
             /* The ring broke: finish what is in flight by waiting, the rest with pread. */
-            st = ckpt__fail_errno(err, -rc, reqs[0].path, -1, "io_uring submission failed");
+            st = ckpt__fail_errno(err, -rc, reqs[0].src->name, -1, "io_uring submission failed");
         }
         struct io_uring_cqe *cqe;
         while (inflight && io_uring_peek_cqe(ring, &cqe) == 0) {
@@ -90,7 +98,7 @@ static ckpt_status run_uring(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ck
             r->reads++;
             if (st != CKPT_OK) continue;
             if (res < 0 && res != -EINTR && res != -EAGAIN) {
-                st = ckpt__fail_errno(err, -res, q->path, (int64_t)q->offset, "cannot read %s%s%s",
+                st = ckpt__fail_errno(err, -res, q->src->name, (int64_t)q->offset, "cannot read %s%s%s",
                                       q->tensor ? "tensor \"" : "", q->tensor ? q->tensor : "the file",
                                       q->tensor ? "\"" : "");
                 continue;
@@ -105,8 +113,43 @@ static ckpt_status run_uring(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ck
 }
 #endif
 
+/* Requests without a descriptor, in runs of one source: read_many where
+ * the source has it. */
+static ckpt_status run_sources(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt__read_done_fn done, void *user,
+                               ckpt_error *err) {
+    for (size_t i = 0; i < n;) {
+        ckpt__source *src = reqs[i].src;
+        size_t j = i + 1;
+        while (j < n && reqs[j].fd < 0 && reqs[j].src == src) j++;
+        ckpt_status st = CKPT_OK;
+        if (src->ops->read_many && j - i > 1) {
+            st = src->ops->read_many(src, reqs + i, j - i, err);
+            for (size_t k = i; k < j && st == CKPT_OK; k++) r->reads++, r->bytes += reqs[k].len;
+        } else {
+            for (size_t k = i; k < j && st == CKPT_OK; k++) st = finish_pread(r, &reqs[k], 0, err);
+        }
+        if (st) return st;
+        for (size_t k = i; k < j && done; k++) done(&reqs[k], user);
+        i = j;
+    }
+    return CKPT_OK;
+}
+
 ckpt_status ckpt__reader_run_each(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt__read_done_fn done,
                                   void *user, ckpt_error *err) {
+    /* Descriptor reads first (io_uring keeps them in flight together), then
+     * the others by source; a batch is one or the other in practice. */
+    size_t with_fd = 0;
+    for (size_t i = 0; i < n; i++) with_fd += reqs[i].fd >= 0;
+    if (with_fd < n) {
+        if (with_fd == 0) return run_sources(r, reqs, n, done, user, err);
+        for (size_t i = 0; i < n; i++) {
+            ckpt_status st = reqs[i].fd >= 0 ? ckpt__reader_run_each(r, &reqs[i], 1, done, user, err)
+                                             : run_sources(r, &reqs[i], 1, done, user, err);
+            if (st) return st;
+        }
+        return CKPT_OK;
+    }
 #ifdef CKPT_HAVE_URING
     if (r->uring && n > 0) return run_uring(r, reqs, n, done, user, err);
 #endif

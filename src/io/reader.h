@@ -1,7 +1,8 @@
 /*
  * reader.h — batches of positional reads, through io_uring when the kernel
  * offers it (probed at run time; a seccomp filter or an old kernel falls
- * back to pread), and the facts about files that choose how to read them:
+ * back to pread; requests without a descriptor go through their source),
+ * and the facts about files that choose how to read them:
  * O_DIRECT alignment (statx), network file systems (statfs), page-cache
  * residency (mincore).  Depends on base only.
  */
@@ -11,15 +12,7 @@
 #include <stdint.h>
 
 #include "../base/base.h"
-
-typedef struct ckpt__read_req {
-    int fd;
-    uint64_t offset, len;
-    uint64_t need;      /* bytes that must exist (< len for an O_DIRECT read rounded past the end) */
-    void *dst;
-    const char *path;   /* for errors */
-    const char *tensor;
-} ckpt__read_req;
+#include "source.h"
 
 typedef struct ckpt__reader {
     void *uring;        /* struct io_uring *, or NULL: pread */
@@ -31,8 +24,9 @@ typedef struct ckpt__reader {
 CKPT__HIDDEN void ckpt__reader_init(ckpt__reader *reader, bool want_uring);
 CKPT__HIDDEN void ckpt__reader_free(ckpt__reader *reader);
 
-/* Performs every request (in any order, concurrently with io_uring).  A
- * file ending before a request's `need` gives CKPT_E_TRUNCATED. */
+/* Performs every request (in any order, concurrently with io_uring or a
+ * source's read_many).  A file ending before a request's `need` gives
+ * CKPT_E_TRUNCATED. */
 CKPT__HIDDEN ckpt_status ckpt__reader_run(ckpt__reader *reader, ckpt__read_req *reqs, size_t n, ckpt_error *err);
 
 /* Called for each request as soon as its bytes are in, while the others

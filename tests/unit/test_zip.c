@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "formats/zip.h"
+#include "io/source.h"
 #include "helpers.h"
 #include "io/file.h"
 
@@ -128,12 +129,11 @@ static size_t finish(builder *b, int zip64) {
 }
 
 static ckpt_status open_bytes(const char *dir, const builder *b, bool folder, ckpt__arena *arena, ckpt__zip *zip,
-                              int *fd, ckpt_error *err) {
+                              ckpt__source **fd, ckpt_error *err) {
     const char *path = in_dir(dir, "a.zip");
     write_bytes(path, b->buf, b->len);
-    uint64_t size;
-    assert_int_equal(ckpt__file_open_read(path, fd, &size, err), CKPT_OK);
-    return ckpt__zip_open(*fd, size, path, folder, arena, zip, err);
+    assert_int_equal(ckpt__source_open(path, NULL, fd, err), CKPT_OK);
+    return ckpt__zip_open(*fd, folder, arena, zip, err);
 }
 
 static void test_torch_like_archive(void **state) {
@@ -148,7 +148,7 @@ static void test_torch_like_archive(void **state) {
         ckpt__arena arena = {0};
         ckpt__zip zip;
         ckpt_error err;
-        int fd;
+        ckpt__source *fd;
         assert_int_equal(open_bytes(dir, b, true, &arena, &zip, &fd, &err), CKPT_OK);
         assert_int_equal(zip.count, 3);
         assert_string_equal(zip.folder, "archive");
@@ -158,17 +158,17 @@ static void test_torch_like_archive(void **state) {
         /* The data offset accounts for the local padding field. */
         assert_memory_equal(b->buf + d->data_offset, "0123456789abcdef", 16);
         char *text;
-        assert_int_equal(ckpt__zip_read_entry(fd, ckpt__zip_find_in_folder(&zip, "version"), "a.zip", 100, &text, &err),
+        assert_int_equal(ckpt__zip_read_entry(fd, ckpt__zip_find_in_folder(&zip, "version"), 100, &text, &err),
                          CKPT_OK);
         assert_string_equal(text, "3\n");
         free(text);
-        assert_int_equal(ckpt__zip_read_entry(fd, d, "a.zip", 100, &text, &err), CKPT_OK); /* CRC 0 accepted */
+        assert_int_equal(ckpt__zip_read_entry(fd, d, 100, &text, &err), CKPT_OK); /* CRC 0 accepted */
         free(text);
-        assert_int_equal(ckpt__zip_read_entry(fd, d, "a.zip", 8, &text, &err), CKPT_E_LIMIT);
+        assert_int_equal(ckpt__zip_read_entry(fd, d, 8, &text, &err), CKPT_E_LIMIT);
         assert_null(ckpt__zip_find(&zip, "archive/missing"));
         ckpt__zip_close(&zip);
         ckpt__arena_free(&arena);
-        close(fd);
+        ckpt__source_close(fd);
         free(b);
     }
     scratch_free(dir);
@@ -213,18 +213,18 @@ static void test_corrupt_archives(void **state) {
         ckpt__zip zip;
         ckpt_error err;
         ckpt_error_clear(&err);
-        int fd;
+        ckpt__source *fd;
         ckpt_status st = open_bytes(dir, b, true, &arena, &zip, &fd, &err);
         if (st == CKPT_OK) {
             char *text = NULL;
-            st = ckpt__zip_read_entry(fd, &zip.entries[0], "a.zip", 100, &text, &err);
+            st = ckpt__zip_read_entry(fd, &zip.entries[0], 100, &text, &err);
             free(text);
             ckpt__zip_close(&zip);
         }
         if (st != cases[i].st && !(cases[i].fn == bad_crc && st == CKPT_E_CHECKSUM))
             fail_msg("%s: got %s (%s)", cases[i].label, ckpt_status_name(st), err.message);
         assert_true(err.message[0]);
-        close(fd);
+        ckpt__source_close(fd);
         ckpt__arena_free(&arena);
         free(b);
     }
@@ -235,13 +235,13 @@ static void test_corrupt_archives(void **state) {
     ckpt__arena arena = {0};
     ckpt__zip zip;
     ckpt_error err;
-    int fd;
+    ckpt__source *fd;
     assert_int_equal(open_bytes(dir, b, true, &arena, &zip, &fd, &err), CKPT_OK);
     char *text;
-    assert_int_equal(ckpt__zip_read_entry(fd, &zip.entries[0], "a.zip", 100, &text, &err), CKPT_E_CHECKSUM);
+    assert_int_equal(ckpt__zip_read_entry(fd, &zip.entries[0], 100, &text, &err), CKPT_E_CHECKSUM);
     ckpt__zip_close(&zip);
     ckpt__arena_free(&arena);
-    close(fd);
+    ckpt__source_close(fd);
     free(b);
     scratch_free(dir);
 }
@@ -264,10 +264,10 @@ static void test_lying_zip64_fields(void **state) {
         ckpt__arena arena = {0};
         ckpt__zip zip;
         ckpt_error err;
-        int fd;
+        ckpt__source *fd;
         ckpt_status st = open_bytes(dir, b, true, &arena, &zip, &fd, &err);
         if (st != CKPT_E_ZIP_INVALID) fail_msg("field %d: got %s (%s)", field, ckpt_status_name(st), err.message);
-        close(fd);
+        ckpt__source_close(fd);
         ckpt__arena_free(&arena);
         free(b);
     }
@@ -293,9 +293,9 @@ static void test_layout_rules(void **state) {
         ckpt__arena arena = {0};
         ckpt__zip zip;
         ckpt_error err;
-        int fd;
+        ckpt__source *fd;
         assert_int_equal(open_bytes(dir, b, true, &arena, &zip, &fd, &err), cases[i].st);
-        close(fd);
+        ckpt__source_close(fd);
         ckpt__arena_free(&arena);
         free(b);
     }

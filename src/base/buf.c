@@ -1,0 +1,34 @@
+/* buf.c — growable output buffers. */
+#include <string.h>
+
+#include "base.h"
+
+void ckpt__buf_append(ckpt__buf *b, const char *s, size_t n) {
+    if (b->failed) return;
+    if (b->cap - b->len < n + 1) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap - b->len < n + 1) cap *= 2;
+        char *d = ckpt__realloc(b->data, cap);
+        if (!d) {
+            b->failed = true;
+            return;
+        }
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+void ckpt__buf_puts(ckpt__buf *b, const char *s) { ckpt__buf_append(b, s, strlen(s)); }
+
+void ckpt__buf_u64(ckpt__buf *b, uint64_t v) {
+    char tmp[24];
+    size_t n = sizeof tmp;
+    do {
+        tmp[--n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    ckpt__buf_append(b, tmp + n, sizeof tmp - n);
+}

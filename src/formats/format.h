@@ -1,0 +1,146 @@
+/*
+ * format.h — the format interface: what a format reader provides, and what
+ * it may do to the catalog it fills.
+ *
+ * A format is one table of functions (ckpt__format) in its own file under
+ * src/formats/, plus one line in the registry (registry.c):
+ *
+ *   probe   how sure the format is that a file is its own, from the file's
+ *           first bytes and its name;
+ *   open    reads the file's metadata (never tensor data) into catalog
+ *           entries: names, dtypes, shapes, and for each tensor where its
+ *           bytes lie — its pieces.
+ *
+ * A piece is a box of the tensor (all of it, in the common case) whose
+ * elements lie in one file: dense row-major from `offset`, or with element
+ * strides (a torch view), byte-swapped (a big-endian file), or inside a
+ * DEFLATE record (a re-zipped torch file).  That is all the engine needs to
+ * read any slice of any tensor chunk by chunk: formats locate, the engine
+ * moves bytes (swap, gather, inflate, slice, permute, cast — src/transform/).
+ * Tensors assembled from chunks written by several processes (DCP) have
+ * several pieces that tile the tensor.
+ *
+ * Formats read through sources (src/io/source.h), never descriptors, so a
+ * format works unchanged over HTTP or from memory.
+ */
+#ifndef CKPT_FORMATS_FORMAT_H
+#define CKPT_FORMATS_FORMAT_H
+
+#include "../base/base.h"
+#include "../io/source.h"
+
+/* Where one box of a tensor lies.  Arrays live as long as the catalog
+ * (allocate them from ckpt__cat_arena). */
+typedef struct ckpt__piece {
+    uint32_t file;           /* the catalog's data file */
+    uint64_t offset;         /* byte of the piece's element 0: in the file, or in the inflated record */
+    const uint64_t *start;   /* origin in the tensor's coordinates; NULL: 0, … */
+    const uint64_t *count;   /* extent per axis; NULL: the tensor's shape */
+    const int64_t *strides;  /* element strides in the file; NULL: dense row-major over `count` */
+    uint64_t record;         /* DEFLATE: the compressed data's offset in the file */
+    uint64_t record_size;    /* DEFLATE: compressed bytes; 0 when the bytes are stored as they are */
+    uint8_t big_endian;      /* the file stores elements big-endian */
+} ckpt__piece;
+
+/* A tensor being added to a catalog. */
+typedef struct ckpt__tensor_decl {
+    const char *name;            /* UTF-8; must live as long as the catalog */
+    ckpt_dtype dtype;
+    uint32_t ndim;
+    const uint64_t *shape;       /* must live as long as the catalog */
+    /* Tensors that share bytes name the same storage (ckpt__cat_add_storage);
+     * CKPT__OWN_STORAGE gives the tensor a storage of its own. */
+    uint32_t storage;
+    const ckpt__piece *pieces;   /* copied; one piece covering the tensor in the common case */
+    uint32_t piece_count;
+} ckpt__tensor_decl;
+
+#define CKPT__OWN_STORAGE UINT32_MAX
+
+/* ---- what a format may do to the catalog it fills ------------------------ */
+
+/* The arena whose memory lives as long as the catalog. */
+CKPT__HIDDEN ckpt__arena *ckpt__cat_arena(ckpt_catalog *c);
+
+/* Adopts an opened source as the catalog's next data file (the catalog
+ * closes it); *file receives its number. */
+CKPT__HIDDEN ckpt_status ckpt__cat_add_source(ckpt_catalog *c, ckpt__source *src, uint32_t *file, ckpt_error *err);
+
+/* The source of data file `file`. */
+CKPT__HIDDEN ckpt__source *ckpt__cat_source(const ckpt_catalog *c, uint32_t file);
+
+/* Opens `path` (a data file of a multi-file checkpoint: a shard) as what its
+ * first bytes say it is, adding its tensors. */
+CKPT__HIDDEN ckpt_status ckpt__cat_open_path(ckpt_catalog *c, const char *path, ckpt_error *err);
+
+/* Opens a source for a name (the catalog's source options apply). */
+CKPT__HIDDEN ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__source **out,
+                                               ckpt_error *err);
+
+/* A storage: `nbytes` bytes of `file` from `base` (for a DEFLATE record,
+ * base is its compressed data and nbytes its inflated size), which tensors
+ * may share.  Shared storages are what hub-style deduplication looks at. */
+CKPT__HIDDEN ckpt_status ckpt__cat_add_storage(ckpt_catalog *c, uint32_t file, uint64_t base, uint64_t nbytes,
+                                               uint32_t *storage, ckpt_error *err);
+
+/* Adds a tensor.  Checks that the shape's size fits the dtype (whole
+ * bytes, no overflow); the format has checked that its pieces lie inside
+ * its files. */
+CKPT__HIDDEN ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tensor_decl *d, ckpt_error *err);
+
+/* A `__metadata__` entry of data file `file`; the strings must live as long
+ * as the catalog.  The checkpoint's map is the union of the files' maps
+ * (the first file's value wins). */
+CKPT__HIDDEN ckpt_status ckpt__cat_add_metadata(ckpt_catalog *c, uint32_t file, const char *key, const char *value,
+                                                ckpt_error *err);
+
+/* The object tree of a data file (see ckpt_catalog_tree_json), copied.
+ * Several trees (torch shards) are joined as {"__shards__": [...]}. */
+CKPT__HIDDEN ckpt_status ckpt__cat_add_tree(ckpt_catalog *c, const char *json, ckpt_error *err);
+
+/* Sets the catalog's format (the last call wins; an index sets the
+ * sharded variant after its shards). */
+CKPT__HIDDEN void ckpt__cat_set_format(ckpt_catalog *c, ckpt_format format);
+CKPT__HIDDEN ckpt_format ckpt__cat_format(const ckpt_catalog *c);
+
+/* Sets the index file's path (sharded checkpoints). */
+CKPT__HIDDEN ckpt_status ckpt__cat_set_index_path(ckpt_catalog *c, const char *path, ckpt_error *err);
+
+/* Whether a pickle global is allowed: torch's weights-only allowlist, plus
+ * what the caller allowed with ckpt_catalog_options.allowed_globals. */
+CKPT__HIDDEN bool ckpt__cat_global_allowed(const char *module, const char *name, void *catalog);
+/* Whether `module.name` is allowed only because the caller asked for it. */
+CKPT__HIDDEN bool ckpt__cat_global_extra(const ckpt_catalog *c, const char *module, const char *name);
+
+/* ---- a format ------------------------------------------------------------- */
+
+enum { CKPT__PROBE_NO = 0, CKPT__PROBE_FALLBACK = 1, CKPT__PROBE_NAME = 2, CKPT__PROBE_MAGIC = 3 };
+
+typedef struct ckpt__format {
+    const char *name;
+    /* How sure the format is that the file `name` starting with
+     * head[0, n) is its own: CKPT__PROBE_*.  The highest wins; ties go to
+     * the registry's order. */
+    int (*probe)(const unsigned char *head, size_t n, const char *name);
+    /* Reads `src` (named src->name) into the catalog.  Owns `src`: adopts
+     * it as a data file (ckpt__cat_add_source) or closes it. */
+    ckpt_status (*open)(ckpt_catalog *c, ckpt__source *src, ckpt_error *err);
+} ckpt__format;
+
+/* The registry (registry.c): every format, and the file names that stand
+ * for a checkpoint in a directory. */
+CKPT__HIDDEN const ckpt__format *ckpt__format_probe(const unsigned char *head, size_t n, const char *name);
+
+/* Finds the checkpoint in a local directory (the Hugging Face layout and
+ * each format's own names, in the registry's order of preference) into a
+ * malloc'ed path. */
+CKPT__HIDDEN ckpt_status ckpt__format_find_in_dir(const char *dir, char **found, ckpt_error *err);
+
+/* The formats, each defined in its own file. */
+CKPT__HIDDEN extern const ckpt__format ckpt__format_safetensors; /* safetensors.c */
+CKPT__HIDDEN extern const ckpt__format ckpt__format_index;       /* shards.c: *.index.json */
+CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_zip;   /* torch.c */
+CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_legacy;
+CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_tar;   /* refused, with advice */
+
+#endif

@@ -1,0 +1,95 @@
+/* registry.c — every format ckpt reads, and how a directory names its
+ * checkpoint.  A new format is its own file and one line in `formats`
+ * (plus its file names in `dir_names` if a directory can hold it). */
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../io/file.h"
+#include "format.h"
+
+static const ckpt__format *const formats[] = {
+    &ckpt__format_index,
+    &ckpt__format_torch_zip,
+    &ckpt__format_torch_legacy,
+    &ckpt__format_torch_tar,
+    &ckpt__format_safetensors, /* last: what nothing else claims is read, and judged, as safetensors */
+};
+
+const ckpt__format *ckpt__format_probe(const unsigned char *head, size_t n, const char *name) {
+    const ckpt__format *best = NULL;
+    int best_score = CKPT__PROBE_NO;
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
+        int score = formats[i]->probe(head, n, name);
+        if (score > best_score) best = formats[i], best_score = score;
+    }
+    return best;
+}
+
+/* A directory's checkpoint, in order of preference: an exact name, or
+ * "*suffix" matching exactly one file (the Hugging Face layout prefers
+ * safetensors, as transformers does). */
+static const char *const dir_names[] = {
+    "model.safetensors.index.json", "*.safetensors.index.json",
+    "model.safetensors",            "*.safetensors",
+    "pytorch_model.bin.index.json", "*.bin.index.json",
+    "pytorch_model.bin",            "*.bin",
+};
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+ckpt_status ckpt__format_find_in_dir(const char *dir, char **found, ckpt_error *err) {
+    for (size_t step = 0; step < sizeof dir_names / sizeof dir_names[0]; step++) {
+        const char *want = dir_names[step];
+        if (want[0] != '*') {
+            char *p = ckpt__path_join(dir, want);
+            struct stat st;
+            if (p && stat(p, &st) == 0 && S_ISREG(st.st_mode)) {
+                *found = p;
+                return CKPT_OK;
+            }
+            free(p);
+            if (!p) return ckpt__oom(err, dir, NULL);
+            continue;
+        }
+        const char *suffix = want + 1;
+        DIR *d = opendir(dir);
+        if (!d) return ckpt__fail_errno(err, errno, dir, -1, "cannot list directory");
+        char *match = NULL;
+        int matches = 0;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (e->d_name[0] == '.' || !ends_with(e->d_name, suffix)) continue;
+            if (!matches++) match = ckpt__strdup(e->d_name);
+        }
+        closedir(d);
+        if (matches == 1 && match) {
+            *found = ckpt__path_join(dir, match);
+            free(match);
+            return *found ? CKPT_OK : ckpt__oom(err, dir, NULL);
+        }
+        free(match);
+        if (matches > 1)
+            return ckpt__fail(err, CKPT_E_UNKNOWN_FORMAT, dir, NULL, -1,
+                              "directory holds %d '*%s' files and no model.safetensors.index.json; "
+                              "open one of them, or its index",
+                              matches, suffix);
+    }
+    return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
+                      "directory holds no checkpoint ckpt reads (*.safetensors, *.bin, or an index of them)");
+}
+
+const char *ckpt_format_name(ckpt_format format) {
+    switch (format) {
+    case CKPT_FORMAT_SAFETENSORS: return "safetensors";
+    case CKPT_FORMAT_SAFETENSORS_SHARDED: return "safetensors-sharded";
+    case CKPT_FORMAT_TORCH: return "torch";
+    case CKPT_FORMAT_TORCH_SHARDED: return "torch-sharded";
+    }
+    return NULL;
+}

@@ -1,0 +1,119 @@
+/*
+ * source.h — where a checkpoint's bytes come from.
+ *
+ * Formats and the engine read through sources, never through descriptors:
+ * a local file is one kind of source (pread, io_uring, O_DIRECT, mmap), an
+ * in-memory buffer another, and a remote object (HTTP range requests) is
+ * one more file in src/io/ with no change to formats or the engine.  A
+ * source is opened by name: ckpt__source_open picks the kind from the
+ * name's scheme (see sources.c, one line per kind).
+ *
+ * Capabilities say what else a source allows besides reads:
+ *   CKPT__SRC_FD      a local descriptor (io_uring, O_DIRECT reopen,
+ *                     copy_file_range, fadvise) in `fd`;
+ *   CKPT__SRC_MAP     memory mapping (zero-copy views);
+ *   CKPT__SRC_REMOTE  data behind a network: no views, no direct I/O, and
+ *                     reads are worth batching (read_many).
+ * Depends on base only.
+ */
+#ifndef CKPT_IO_SOURCE_H
+#define CKPT_IO_SOURCE_H
+
+#include <stdint.h>
+
+#include "../base/base.h"
+
+enum { CKPT__SRC_FD = 1u, CKPT__SRC_MAP = 2u, CKPT__SRC_REMOTE = 4u };
+
+typedef struct ckpt__source ckpt__source;
+
+/* One positional read of a batch (the engine's unit of I/O).  `fd` ≥ 0
+ * reads that descriptor (the source's own, or an O_DIRECT one opened on
+ * the same file); -1 reads through the source's operations. */
+typedef struct ckpt__read_req {
+    ckpt__source *src;
+    int fd;
+    uint64_t offset, len;
+    uint64_t need;      /* bytes that must exist (< len for an O_DIRECT read rounded past the end) */
+    void *dst;
+    const char *tensor; /* for errors */
+} ckpt__read_req;
+
+typedef struct ckpt__source_ops {
+    /* Reads exactly `n` bytes at `offset`.  A source that ends first gives
+     * CKPT_E_TRUNCATED naming the offset where its data stopped. */
+    ckpt_status (*read)(ckpt__source *src, void *dst, uint64_t n, uint64_t offset, ckpt_error *err);
+    /* Optional: performs a batch of reads of this source (in parallel for
+     * remote sources, each up to req->len and at least req->need).  NULL:
+     * one `read` after another. */
+    ckpt_status (*read_many)(ckpt__source *src, ckpt__read_req *reqs, size_t n, ckpt_error *err);
+    /* Optional: maps [0, size) read-only (shared) or copy-on-write
+     * (private, writable); NULL without CKPT__SRC_MAP.  Each call gives a
+     * mapping of its own, released with unmap. */
+    ckpt_status (*map)(ckpt__source *src, int writable, void **base, ckpt_error *err);
+    void (*unmap)(ckpt__source *src, void *base);
+    /* Releases what the kind holds (not the source struct itself). */
+    void (*close)(ckpt__source *src);
+} ckpt__source_ops;
+
+struct ckpt__source {
+    const ckpt__source_ops *ops;
+    char *name;     /* path or URL, for errors and for finding sibling files */
+    uint64_t size;
+    int fd;         /* -1 unless caps has CKPT__SRC_FD */
+    unsigned caps;
+    void *impl;     /* the kind's own state */
+};
+
+/* What opening a source may be told (filled by the catalog's options). */
+typedef struct ckpt__source_options {
+    int unused; /* room for timeouts, credentials and caches of remote kinds */
+} ckpt__source_options;
+
+/* What a name is: a regular file (or remote object), a directory, or
+ * nothing.  Remote names are objects (directories are not listed). */
+typedef enum ckpt__name_kind { CKPT__NAME_MISSING, CKPT__NAME_FILE, CKPT__NAME_DIR } ckpt__name_kind;
+
+/* One kind of source: the names it takes and how it opens them. */
+typedef struct ckpt__source_kind {
+    const char *label;
+    /* Whether this kind serves `name` (by its scheme). */
+    bool (*claims)(const char *name);
+    ckpt_status (*open)(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err);
+    /* What `name` is, without opening it. */
+    ckpt__name_kind (*stat)(const char *name);
+} ckpt__source_kind;
+
+/* Opens a source by name (a path, or a URL of a registered scheme). */
+CKPT__HIDDEN ckpt_status ckpt__source_open(const char *name, const ckpt__source_options *o, ckpt__source **out,
+                                           ckpt_error *err);
+
+/* What `name` is, asked of the kind that claims it. */
+CKPT__HIDDEN ckpt__name_kind ckpt__source_stat(const char *name);
+
+/* True when `name` is served by a remote kind (no local directory to list). */
+CKPT__HIDDEN bool ckpt__source_is_remote_name(const char *name);
+
+/* Wraps `size` bytes at `data` (which must outlive the source) as a
+ * source named `name`. */
+CKPT__HIDDEN ckpt_status ckpt__source_memory(const char *name, const void *data, uint64_t size, ckpt__source **out,
+                                             ckpt_error *err);
+
+/* Closes and frees a source; accepts NULL. */
+CKPT__HIDDEN void ckpt__source_close(ckpt__source *src);
+
+/* Reads exactly `n` bytes at `offset` (see ckpt__source_ops.read). */
+static inline ckpt_status ckpt__source_read(ckpt__source *src, void *dst, uint64_t n, uint64_t offset,
+                                            ckpt_error *err) {
+    return n ? src->ops->read(src, dst, n, offset, err) : CKPT_OK;
+}
+
+/* Reads a whole (small) source into a malloc'ed, NUL-terminated buffer;
+ * larger than `limit` bytes gives `too_large_status`. */
+CKPT__HIDDEN ckpt_status ckpt__source_slurp(ckpt__source *src, uint64_t limit, ckpt_status too_large_status,
+                                            char **data, ckpt_error *err);
+
+/* The local file kind (file_source.c): registered in sources.c. */
+CKPT__HIDDEN extern const ckpt__source_kind ckpt__file_kind;
+
+#endif

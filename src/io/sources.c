@@ -1,0 +1,89 @@
+/* sources.c — the registry of source kinds, and what every source shares.
+ * A new kind (HTTP, S3, …) is one file in src/io/ and one line below. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "source.h"
+
+/* Kinds that claim names by scheme come first; the file kind takes the
+ * rest. */
+static const ckpt__source_kind *const kinds[] = {
+    &ckpt__file_kind,
+};
+
+static const ckpt__source_kind *kind_of(const char *name) {
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (kinds[i]->claims(name)) return kinds[i];
+    return &ckpt__file_kind;
+}
+
+ckpt_status ckpt__source_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
+    *out = NULL;
+    ckpt__source_options defaults = {0};
+    return kind_of(name)->open(name, o ? o : &defaults, out, err);
+}
+
+ckpt__name_kind ckpt__source_stat(const char *name) { return kind_of(name)->stat(name); }
+
+bool ckpt__source_is_remote_name(const char *name) { return kind_of(name) != &ckpt__file_kind; }
+
+void ckpt__source_close(ckpt__source *src) {
+    if (!src) return;
+    if (src->ops && src->ops->close) src->ops->close(src);
+    free(src->name);
+    free(src);
+}
+
+ckpt_status ckpt__source_slurp(ckpt__source *src, uint64_t limit, ckpt_status too_large_status, char **data,
+                               ckpt_error *err) {
+    if (src->size > limit)
+        return ckpt__fail(err, too_large_status, src->name, NULL, -1, "file is %llu bytes, more than the %llu allowed",
+                          (unsigned long long)src->size, (unsigned long long)limit);
+    char *buf = ckpt__malloc((size_t)src->size + 1);
+    if (!buf) return ckpt__oom(err, src->name, NULL);
+    ckpt_status st = ckpt__source_read(src, buf, src->size, 0, err);
+    if (st) {
+        free(buf);
+        return st;
+    }
+    buf[src->size] = '\0';
+    *data = buf;
+    return CKPT_OK;
+}
+
+/* ---- memory: a caller's buffer ------------------------------------------- */
+
+static ckpt_status memory_read(ckpt__source *src, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
+    if (offset > src->size || n > src->size - offset)
+        return ckpt__fail(err, CKPT_E_TRUNCATED, src->name, NULL, (int64_t)(offset < src->size ? src->size : offset),
+                          "the buffer ends at byte %llu, inside data that runs to byte %llu",
+                          (unsigned long long)src->size, (unsigned long long)(offset + n));
+    memcpy(dst, (const char *)src->impl + offset, (size_t)n);
+    return CKPT_OK;
+}
+
+static ckpt_status memory_map(ckpt__source *src, int writable, void **base, ckpt_error *err) {
+    if (writable)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, src->name, NULL, -1,
+                          "an in-memory checkpoint has no copy-on-write mapping");
+    *base = src->impl;
+    return CKPT_OK;
+}
+
+static const ckpt__source_ops memory_ops = {.read = memory_read, .map = memory_map};
+
+ckpt_status ckpt__source_memory(const char *name, const void *data, uint64_t size, ckpt__source **out,
+                                ckpt_error *err) {
+    ckpt__source *src = ckpt__calloc(1, sizeof *src);
+    if (!src || !(src->name = ckpt__strdup(name))) {
+        free(src);
+        return ckpt__oom(err, name, NULL);
+    }
+    src->ops = &memory_ops;
+    src->fd = -1;
+    src->size = size;
+    src->caps = CKPT__SRC_MAP;
+    src->impl = (void *)data;
+    *out = src;
+    return CKPT_OK;
+}
