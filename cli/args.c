@@ -71,16 +71,13 @@ static int unknown_option(args_parser *p, const char *shown, const char *name) {
     return ARG_ERROR;
 }
 
-int args_next(args_parser *p, const char **value, const char **spelled) {
+int args_next(args_parser *p, const char **value) {
     *value = NULL;
-    if (spelled) *spelled = NULL;
     /* The rest of a cluster of short flags ("-qf"). */
     if (p->cluster && *p->cluster) {
         char c = *p->cluster++;
         for (const cli_option *o = p->options; o->name; o++) {
             if (o->short_name != c) continue;
-            p->spelled[0] = '-', p->spelled[1] = c, p->spelled[2] = '\0';
-            if (spelled) *spelled = p->spelled;
             if (!o->takes_value) return o->id;
             /* "-oDST" or "-o DST". */
             if (*p->cluster) *value = p->cluster;
@@ -101,7 +98,7 @@ int args_next(args_parser *p, const char **value, const char **spelled) {
     }
     if (!strcmp(a, "--")) {
         p->only_positional = true;
-        return args_next(p, value, spelled);
+        return args_next(p, value);
     }
     if (a[1] != '-') {
         /* "-force" is a long option with one dash, not "-f -o rce". */
@@ -112,14 +109,12 @@ int args_next(args_parser *p, const char **value, const char **spelled) {
                            ARG_ERROR;
         }
         p->cluster = a + 1;
-        return args_next(p, value, spelled);
+        return args_next(p, value);
     }
     const char *name = a + 2, *eq = strchr(name, '=');
     size_t len = eq ? (size_t)(eq - name) : strlen(name);
     for (const cli_option *o = p->options; o->name; o++) {
         if (strlen(o->name) != len || strncmp(o->name, name, len)) continue;
-        snprintf(p->spelled, sizeof p->spelled, "--%s", o->name);
-        if (spelled) *spelled = p->spelled;
         if (!o->takes_value) {
             if (eq) return usage_error(p->command, "option '--%s' takes no value", o->name), ARG_ERROR;
             return o->id;

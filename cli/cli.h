@@ -51,16 +51,15 @@ typedef struct args_parser {
     char **argv;
     const char *cluster; /* rest of "-qf" */
     bool only_positional; /* after "--" */
-    char spelled[80];
 } args_parser;
 
 void args_init(args_parser *p, const char *command, const cli_option *options, int argc, char **argv);
 
 /* The next argument: an option's id (its value in *value when it takes
- * one, its canonical spelling "--name" or "-c" in *spelled), ARG_POSITIONAL
- * with the argument in *value, ARG_END, or ARG_ERROR once a usage error
- * (unknown option with suggestions, missing value) has been printed. */
-int args_next(args_parser *p, const char **value, const char **spelled);
+ * one), ARG_POSITIONAL with the argument in *value, ARG_END, or ARG_ERROR
+ * once a usage error (an unknown option with suggestions, a missing value)
+ * has been printed.  "--" ends the options. */
+int args_next(args_parser *p, const char **value);
 
 /* Up to `cap` candidates close to `typed` (edit distance, as git's "did you
  * mean"), into out; returns how many. */

@@ -207,7 +207,7 @@ static int run_convert(int argc, char **argv, rule *rules) {
     size_t rule_count = 0;
     args_parser args;
     args_init(&args, "convert", options, argc, argv);
-    for (int id; (id = args_next(&args, &value, NULL)) != ARG_END;) {
+    for (int id; (id = args_next(&args, &value)) != ARG_END;) {
         switch (id) {
         case ARG_ERROR: return EXIT_USAGE;
         case OPT_HELP: fputs(convert_usage, stdout); return EXIT_OK;

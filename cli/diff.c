@@ -525,7 +525,7 @@ int cmd_diff(int argc, char **argv) {
     int show_progress = -1;
     args_parser args;
     args_init(&args, "diff", options, argc, argv);
-    for (int id; (id = args_next(&args, &value, NULL)) != ARG_END;) {
+    for (int id; (id = args_next(&args, &value)) != ARG_END;) {
         switch (id) {
         case ARG_ERROR: return EXIT_USAGE;
         case OPT_HELP: fputs(diff_usage, stdout); return EXIT_OK;

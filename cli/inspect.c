@@ -213,7 +213,7 @@ int cmd_inspect(int argc, char **argv) {
     bool json = false;
     args_parser args;
     args_init(&args, "inspect", options, argc, argv);
-    for (int id; (id = args_next(&args, &value, NULL)) != ARG_END;) {
+    for (int id; (id = args_next(&args, &value)) != ARG_END;) {
         if (id == ARG_ERROR) return EXIT_USAGE;
         if (id == OPT_HELP) {
             fputs(inspect_usage, stdout);

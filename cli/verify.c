@@ -34,7 +34,7 @@ int cmd_verify(int argc, char **argv) {
     bool quiet = false;
     args_parser args;
     args_init(&args, "verify", options, argc, argv);
-    for (int id; (id = args_next(&args, &value, NULL)) != ARG_END;) {
+    for (int id; (id = args_next(&args, &value)) != ARG_END;) {
         switch (id) {
         case ARG_ERROR: return EXIT_USAGE;
         case OPT_HELP: fputs(verify_usage, stdout); return EXIT_OK;
