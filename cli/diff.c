@@ -88,7 +88,16 @@ static bool same_shape(const ckpt_tensor_info *a, const ckpt_tensor_info *b) {
 }
 
 /* The bit pattern of element i of a little-endian buffer. */
-static uint64_t bits_at(const unsigned char *p, unsigned size, uint64_t i) {
+static inline uint64_t bits_at(const unsigned char *p, unsigned size, uint64_t i) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    switch (size) {
+    case 1: return p[i];
+    case 2: { uint16_t v; memcpy(&v, p + 2 * i, 2); return v; }
+    case 4: { uint32_t v; memcpy(&v, p + 4 * i, 4); return v; }
+    case 8: { uint64_t v; memcpy(&v, p + 8 * i, 8); return v; }
+    default: break;
+    }
+#endif
     uint64_t v = 0;
     for (unsigned k = 0; k < size; k++) v |= (uint64_t)p[i * size + k] << (8 * k);
     return v;
@@ -131,6 +140,49 @@ static ckpt_status cancelled(differ *df) {
     return CKPT_E_CANCELLED;
 }
 
+/* One chunk of elements of `size` bytes whose raw bytes differ somewhere:
+ * counts and extremes into e.  Written once per size so that loads and
+ * the ULP arithmetic have constant widths, with the running values in
+ * locals (the buffers are unsigned char, which may alias anything). */
+#define DEFINE_SCAN(size)                                                                                              \
+    static void scan_##size(const unsigned char *ra, const unsigned char *rb, const double *va, const double *vb,     \
+                            uint64_t count, uint64_t first, family fam, bool has_sign, diff_entry *e) {               \
+        uint64_t ndiffer = e->differ, nan_mismatch = e->nan_mismatch, max_ulp = e->max_ulp;                           \
+        uint64_t max_int = e->max_abs_int, at = e->at;                                                              \
+        double max_abs = e->max_abs;                                                                                 \
+        bool has_at = e->has_at;                                                                                     \
+        for (uint64_t i = 0; i < count; i++) {                                                                      \
+            uint64_t x = bits_at(ra, size, i), y = bits_at(rb, size, i);                                             \
+            if (x == y) continue;                                                                                    \
+            ndiffer++;                                                                                               \
+            if (!has_at) at = first + i, has_at = true;                                                              \
+            if (fam == FAM_FLOAT) {                                                                                  \
+                double fa = va[i], fb = vb[i];                                                                       \
+                if (isnan(fa) || isnan(fb)) {                                                                        \
+                    nan_mismatch += isnan(fa) != isnan(fb);                                                          \
+                    continue; /* two NaNs of different payloads: differ, no distance */                              \
+                }                                                                                                    \
+                double d = fabs(fa - fb);                                                                            \
+                if (d > max_abs) max_abs = d, at = first + i;                                                        \
+                uint64_t u = ulp_distance(x, y, 8 * size, has_sign);                                                 \
+                if (u > max_ulp) max_ulp = u;                                                                        \
+            } else if (fam == FAM_SIGNED) {                                                                          \
+                int64_t sa = signed_at(ra, size, i), sb = signed_at(rb, size, i);                                    \
+                uint64_t d = sa > sb ? (uint64_t)sa - (uint64_t)sb : (uint64_t)sb - (uint64_t)sa;                    \
+                if (d > max_int) max_int = d, at = first + i;                                                        \
+            } else if (fam == FAM_UNSIGNED) {                                                                        \
+                uint64_t d = x > y ? x - y : y - x;                                                                  \
+                if (d > max_int) max_int = d, at = first + i;                                                        \
+            }                                                                                                        \
+        }                                                                                                            \
+        e->differ = ndiffer, e->nan_mismatch = nan_mismatch, e->max_ulp = max_ulp, e->max_abs_int = max_int;          \
+        e->at = at, e->max_abs = max_abs, e->has_at = has_at;                                                        \
+    }
+DEFINE_SCAN(1)
+DEFINE_SCAN(2)
+DEFINE_SCAN(4)
+DEFINE_SCAN(8)
+
 /* Same dtype, same shape: raw chunks compared, decoded only where they
  * differ. */
 static ckpt_status compare_same(differ *df, diff_entry *e) {
@@ -144,7 +196,6 @@ static ckpt_status compare_same(differ *df, diff_entry *e) {
     e->elements = a->nbytes / size;
     e->has_ulp = fam == FAM_FLOAT;
     ckpt_dtype ed = elem_dtype(d);
-    unsigned bits = size * 8;
     bool has_sign = ed != CKPT_F8_E8M0;
     uint64_t step = fam == FAM_BYTES ? CHUNK_BYTES : (uint64_t)CHUNK_ELEMS * size;
     for (uint64_t off = 0; off < a->nbytes; off += step) {
@@ -157,29 +208,12 @@ static ckpt_status compare_same(differ *df, diff_entry *e) {
         if (fam == FAM_FLOAT && (st = decode_floats(ed, df->raw_a, df->val_a, count, &df->err)) == CKPT_OK)
             st = decode_floats(ed, df->raw_b, df->val_b, count, &df->err);
         if (st != CKPT_OK) return st;
-        for (uint64_t i = 0; i < count; i++) {
-            uint64_t x = bits_at(df->raw_a, size, i), y = bits_at(df->raw_b, size, i);
-            if (x == y) continue;
-            e->differ++;
-            if (!e->has_at) e->at = first + i, e->has_at = true;
-            if (fam == FAM_FLOAT) {
-                double va = df->val_a[i], vb = df->val_b[i];
-                if (isnan(va) || isnan(vb)) {
-                    if (isnan(va) != isnan(vb)) e->nan_mismatch++;
-                    continue; /* two NaNs of different payloads: differ, no distance */
-                }
-                double abs = fabs(va - vb);
-                if (abs > e->max_abs) e->max_abs = abs, e->at = first + i;
-                uint64_t u = ulp_distance(x, y, bits, has_sign);
-                if (u > e->max_ulp) e->max_ulp = u;
-            } else if (fam == FAM_SIGNED) {
-                int64_t sa = signed_at(df->raw_a, size, i), sb = signed_at(df->raw_b, size, i);
-                uint64_t abs = sa > sb ? (uint64_t)sa - (uint64_t)sb : (uint64_t)sb - (uint64_t)sa;
-                if (abs > e->max_abs_int) e->max_abs_int = abs, e->at = first + i;
-            } else if (fam == FAM_UNSIGNED) {
-                uint64_t abs = x > y ? x - y : y - x;
-                if (abs > e->max_abs_int) e->max_abs_int = abs, e->at = first + i;
-            }
+        switch (fam == FAM_BYTES ? 0 : size) {
+        case 1: scan_1(df->raw_a, df->raw_b, df->val_a, df->val_b, count, first, fam, has_sign, e); break;
+        case 2: scan_2(df->raw_a, df->raw_b, df->val_a, df->val_b, count, first, fam, has_sign, e); break;
+        case 4: scan_4(df->raw_a, df->raw_b, df->val_a, df->val_b, count, first, fam, has_sign, e); break;
+        case 8: scan_8(df->raw_a, df->raw_b, df->val_a, df->val_b, count, first, fam, has_sign, e); break;
+        default: scan_1(df->raw_a, df->raw_b, NULL, NULL, count, first, FAM_BYTES, false, e); break;
         }
         if (df->quiet) return CKPT_OK;
     }
