@@ -311,7 +311,7 @@ static void index_text(const ckpt_tensor_info *t, uint64_t at, bool components, 
 
 static void print_detail(FILE *o, const diff_entry *e) {
     char count[32], total[32], at[600], num[64];
-    const char *unit = e->fam == FAM_BYTES ? "bytes" : "values";
+    const char *unit = e->fam == FAM_BYTES ? "bytes" : e->a->dtype == CKPT_C64 ? "components" : "values";
     format_count(e->differ, count, sizeof count);
     format_count(e->elements, total, sizeof total);
     fprintf(o, "%s of %s %s differ", count, total, unit);

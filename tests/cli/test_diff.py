@@ -207,3 +207,19 @@ def test_reads_in_bounded_chunks(tmp_path):
     rc, peak_kib = map(int, out.split("\n")[0].split())
     assert rc == 1 and f"{n:,} of {n:,} values differ, max abs diff 1 at [0]" in out
     assert peak_kib < 64 * 1024, f"peak RSS {peak_kib} KiB for two 128 MiB tensors"
+
+
+def test_complex_scalars_empty_and_integer_widening(tmp_path):
+    a = {"c": np.array([[1 + 2j, 3 + 4j]], np.complex64), "b": np.array([True, False]),
+         "e": np.zeros((0, 3), np.float32), "s": np.array(3.0, np.float32)}
+    b = {"c": np.array([[1 + 2j, 3 + 4.5j]], np.complex64), "b": np.array([1, 0], np.uint8),
+         "e": np.zeros((0, 3), np.float32), "s": np.array(2.0, np.float32)}
+    pa, pb = save(tmp_path, "a.safetensors", a), save(tmp_path, "b.safetensors", b)
+    r = run("diff", pa, pb)
+    assert r.returncode == 1
+    assert "~ c  C64 [1, 2]: 1 of 4 components differ, max abs diff 0.5 at [0, 1].imag, max 1,048,576 ULP" in r.stdout
+    assert "~ s  F32 []: 1 of 1 values differ, max abs diff 1 at []" in r.stdout
+    assert "~ b  dtype BOOL -> U8 [2]: equal values" in r.stdout
+    assert r.stdout.splitlines()[-1] == "differ: 1 dtype, 2 values; 1 identical (0 B)"
+    _, d = diff_json(pa, pb)
+    assert d["c"]["at"] == [0, 1] and d["c"]["component"] == "imag" and "e" not in d
