@@ -413,6 +413,7 @@ CKPT_API ckpt_status ckpt_parse_size(const char *text, uint64_t *bytes, ckpt_err
 typedef struct ckpt_writer ckpt_writer;
 
 typedef struct ckpt_writer_options {
+    size_t size; /* sizeof(ckpt_writer_options), set by ckpt_writer_options_init */
     /*
      * 0: write one safetensors file at the writer's path.
      * Otherwise the path is a directory (created if missing) that receives
@@ -433,8 +434,13 @@ typedef struct ckpt_writer_options {
     int no_sync;
     /* Non-zero: record each tensor's XXH3-64 checksum in its file's
      * `__metadata__` under CKPT_CHECKSUM_METADATA_KEY (see ckpt_verify).
-     * Data then passes through the writer, which hashes it as it streams. */
+     * Data then passes through the writer, which hashes it as it streams,
+     * so each tensor's bytes must arrive in order. */
     int checksums;
+    /* Tensors declared on one storage (ckpt_writer_add_tensor_shared)
+     * whose overlapping areas no single tensor covers: 0 refuses them, as
+     * huggingface_hub does; non-zero writes each as a copy of its own. */
+    int copy_partial_views;
 } ckpt_writer_options;
 
 /* The `__metadata__` key of checksums: a JSON object text,
@@ -445,8 +451,8 @@ typedef struct ckpt_writer_options {
  * anywhere in the file is then found by ckpt_verify. */
 #define CKPT_CHECKSUM_METADATA_KEY "ckpt.xxh3_64"
 
-/* Fills options with the defaults: single file, prefix "model", no
- * overwrite, fsync on. */
+/* Fills options with the defaults (single file, prefix "model", no
+ * overwrite, fsync on) and their size. */
 CKPT_API void ckpt_writer_options_init(ckpt_writer_options *options);
 
 /*
@@ -488,6 +494,33 @@ CKPT_API ckpt_status ckpt_writer_add_tensor(ckpt_writer *writer, const char *nam
                                             ckpt_error *err);
 
 /*
+ * Where a tensor's bytes lie in the caller's memory, so that tensors
+ * sharing memory are saved as huggingface_hub's save_torch_state_dict
+ * saves them: on one storage, tensors whose areas overlap are written once
+ * — the first, by name, of those covering the whole storage — and the
+ * others recorded in the checkpoint's metadata as `removed → kept` (a key
+ * the caller set is kept).  Shards count each storage once, whole (a
+ * contiguous view of a larger storage counts all of it, as the hub does),
+ * and a tensor on a storage already placed joins that shard.
+ */
+typedef struct ckpt_tensor_storage {
+    uint64_t id;         /* identifies the storage (e.g. its address and device); 0: shares nothing */
+    uint64_t nbytes;     /* the storage's size in bytes */
+    uint64_t begin, end; /* the tensor's bytes in it: its first element, one past its last in row-major order */
+    int contiguous;      /* the tensor's elements are dense and row-major in the storage */
+} ckpt_tensor_storage;
+
+/* ckpt_writer_add_tensor with where the tensor lies (NULL: nowhere shared). */
+CKPT_API ckpt_status ckpt_writer_add_tensor_shared(ckpt_writer *writer, const char *name, ckpt_dtype dtype,
+                                                   uint32_t ndim, const uint64_t *shape,
+                                                   const ckpt_tensor_storage *storage, size_t *index,
+                                                   ckpt_error *err);
+
+/* After begin: NULL when tensor `index` is written, else the name of the
+ * tensor written in its place (its bytes, when sent, are dropped). */
+CKPT_API const char *ckpt_writer_tensor_kept(const ckpt_writer *writer, size_t index);
+
+/*
  * Ends declarations: computes the shard layout, the headers and the index,
  * creates the temporary files, reserves their space (so a full disk fails
  * here, before any data is written) and writes the headers.
@@ -500,7 +533,8 @@ CKPT_API size_t ckpt_writer_file_count(const ckpt_writer *writer);
 /* The final path of the i-th output file (known after begin), or NULL. */
 CKPT_API const char *ckpt_writer_file_path(const ckpt_writer *writer, size_t i);
 
-/* The output file that holds a tensor (by writer index), after begin. */
+/* The output file that holds a tensor (by writer index), after begin;
+ * SIZE_MAX for a tensor deduplicated away. */
 CKPT_API size_t ckpt_writer_tensor_file(const ckpt_writer *writer, size_t index);
 
 /* Total bytes of tensor data declared. */
@@ -775,6 +809,7 @@ typedef enum ckpt_io_mode {
 } ckpt_io_mode;
 
 typedef struct ckpt_load_options {
+    size_t size;          /* sizeof(ckpt_load_options), set by ckpt_load_options_init */
     unsigned threads;     /* 0: one per online CPU, plus up to 16 more (twice the CPUs) when
                              reading with O_DIRECT, which waits on the disk more than the CPU */
     uint64_t chunk_bytes; /* bytes per task and per bounce buffer; 0: 8 MiB, smaller when

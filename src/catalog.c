@@ -11,6 +11,7 @@
 #include "formats/format.h"
 #include "formats/torch.h"
 #include "io/file.h"
+#include "transform/inflate.h"
 
 typedef struct catalog_file {
     ckpt__source *src;
@@ -48,6 +49,11 @@ struct ckpt_catalog {
     size_t extra_global_count;
     ckpt__source_options source_options;
     pthread_mutex_t map_lock;
+    /* DEFLATE readers kept between ckpt_catalog_read calls, so that
+     * reading a compressed tensor front to back in chunks resumes where the
+     * last chunk stopped. */
+    ckpt__inflater *inflaters[4];
+    size_t inflater_next;
 };
 
 /* ---- options ------------------------------------------------------------------ */
@@ -295,6 +301,7 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     free(c->index_path);
     ckpt__name_table_free(&c->names);
     ckpt__arena_free(&c->arena);
+    for (size_t i = 0; i < sizeof c->inflaters / sizeof c->inflaters[0]; i++) ckpt__inflater_free(c->inflaters[i]);
     pthread_mutex_destroy(&c->map_lock);
     free(c);
 }
@@ -377,4 +384,31 @@ ckpt_status ckpt__catalog_map(ckpt_catalog *c, size_t file, const void **base, c
     pthread_mutex_unlock(&c->map_lock);
     *base = f->map;
     return st;
+}
+
+ckpt__inflater *ckpt__catalog_take_inflater(ckpt_catalog *c, const ckpt__source *src, uint64_t record, uint64_t offset) {
+    ckpt__inflater *best = NULL;
+    size_t at = 0;
+    pthread_mutex_lock(&c->map_lock);
+    for (size_t i = 0; i < sizeof c->inflaters / sizeof c->inflaters[0]; i++) {
+        ckpt__inflater *f = c->inflaters[i];
+        if (!ckpt__inflater_is(f, src, record) || ckpt__inflater_position(f) > offset) continue;
+        if (!best || ckpt__inflater_position(f) > ckpt__inflater_position(best)) best = f, at = i;
+    }
+    if (best) c->inflaters[at] = NULL;
+    pthread_mutex_unlock(&c->map_lock);
+    return best;
+}
+
+void ckpt__catalog_keep_inflater(ckpt_catalog *c, ckpt__inflater *f) {
+    if (!f) return;
+    ckpt__inflater *evicted = NULL;
+    pthread_mutex_lock(&c->map_lock);
+    size_t n = sizeof c->inflaters / sizeof c->inflaters[0], slot = n;
+    for (size_t i = 0; i < n && slot == n; i++)
+        if (!c->inflaters[i]) slot = i;
+    if (slot == n) slot = c->inflater_next++ % n, evicted = c->inflaters[slot];
+    c->inflaters[slot] = f;
+    pthread_mutex_unlock(&c->map_lock);
+    ckpt__inflater_free(evicted);
 }

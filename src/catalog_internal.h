@@ -29,4 +29,11 @@ CKPT__HIDDEN const ckpt__piece *ckpt__catalog_pieces(const ckpt_catalog *catalog
  * use, released with the catalog); *base is NULL for an empty file. */
 CKPT__HIDDEN ckpt_status ckpt__catalog_map(ckpt_catalog *catalog, size_t file, const void **base, ckpt_error *err);
 
+/* A DEFLATE reader of `record` kept from an earlier read, positioned at or
+ * before `offset` (NULL: none); hand it back with ckpt__catalog_keep_inflater. */
+typedef struct ckpt__inflater ckpt__inflater;
+CKPT__HIDDEN ckpt__inflater *ckpt__catalog_take_inflater(ckpt_catalog *catalog, const ckpt__source *src,
+                                                         uint64_t record, uint64_t offset);
+CKPT__HIDDEN void ckpt__catalog_keep_inflater(ckpt_catalog *catalog, ckpt__inflater *inflater);
+
 #endif

@@ -1,11 +1,689 @@
-/* engine.c — every byte that leaves a checkpoint: ckpt_catalog_read and
- * ckpt_catalog_view. */
+/* engine.c — the engine (see engine.h): every byte that leaves a checkpoint
+ * — loads, conversions, verification, ckpt_catalog_read — goes through
+ * ckpt__engine_run or read_range below; ckpt_catalog_view hands out the
+ * catalog's mapping instead of bytes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
 
-#include "catalog_internal.h"
-#include "formats/zip.h"
-#include "io/file.h"
+#include "engine.h"
+#include "io/reader.h"
+#include "transform/cast.h"
+#include "transform/inflate.h"
+#include "transform/layout.h"
+#include "transform/swap.h"
+#include "writer_internal.h"
+
+enum {
+    DEFAULT_CHUNK = 8 << 20,
+    MIN_CHUNK = 64 << 10,
+    COPY_CHUNK = 64 << 20,   /* kernel copies: no buffer, larger boxes */
+    BATCH = 256,             /* read requests gathered before submission */
+    URING_PIECE = 1 << 20,   /* large reads are split so that io_uring keeps several in flight */
+    DIRECT_MIN = 1 << 20,    /* smaller runs are read through the page cache */
+    BOUNCE_ALIGN = 4096,
+    RING_BUDGET = 48 << 20,  /* default bounce memory, all threads together */
+    RING_MIN_CHUNK = 1 << 20,
+    PROGRESS_STEP = 16 << 20,
+};
+
+/* ---- jobs: a move, as the engine runs it ------------------------------------ */
+
+typedef struct file_state {
+    int dfd; /* O_DIRECT descriptor, -1 when not used */
+    uint32_t align;
+} file_state;
+
+typedef struct job {
+    ckpt__move *m;
+    const ckpt_tensor_info *t;
+    const char *name;
+    const ckpt__piece *pieces;
+    uint32_t npieces;
+    uint32_t n;               /* axes as the engine sees them (packed sub-byte data: 1, in bytes) */
+    const uint64_t *shape;    /* the tensor's, in those axes */
+    uint64_t *start, *count;  /* the slice */
+    uint32_t *perm;           /* output axis i is source axis perm[i] */
+    uint32_t *order;          /* the axes boxes are cut along, outermost first */
+    int64_t *dst_stride;      /* per source axis: the output's stride, in output units */
+    unsigned in_size, out_size;
+    ckpt__cast_fn fn;
+    bool same_bytes;          /* output bytes are the source's (no cast) */
+    bool serial;              /* boxes in order on one worker: hashes, ordered writes, DEFLATE */
+    bool kernel_copy;         /* WRITER: the slice is one run of a local file, copied by the kernel */
+    uint64_t nbytes;          /* output bytes */
+    uint32_t split;           /* position in `order` of the axis the boxes cut */
+    uint64_t rows, per_outer, boxes, first_task, tasks;
+} job;
+
+/* The bytes of one unit (element) of a dtype, in the engine's axes. */
+static unsigned unit_bytes(ckpt_dtype d) { return ckpt_dtype_bits(d) / 8; }
+
+static bool packed(ckpt_dtype d) { return ckpt_dtype_bits(d) % 8 != 0; }
+
+/* Physical order of a piece: its axes by stride, outermost first. */
+static void piece_order(const job *j, const ckpt__piece *p, uint32_t *order) {
+    ckpt__runs r;
+    ckpt__runs_plan(&r, j->n, p->count ? p->count : j->shape, p->strides, j->count, NULL, false);
+    memcpy(order, r.axis, j->n * sizeof *order);
+}
+
+uint64_t ckpt__move_nbytes(const ckpt_catalog *c, const ckpt__move *m) {
+    const ckpt_tensor_info *t = ckpt_catalog_tensor(c, m->tensor);
+    ckpt_dtype d = m->dtype ? m->dtype : t->dtype;
+    if (!m->count) return packed(d) ? t->nbytes : t->numel * unit_bytes(d);
+    uint64_t numel = 1;
+    for (uint32_t a = 0; a < t->ndim; a++) numel *= m->count[a];
+    return numel * unit_bytes(d);
+}
+
+/* Fills a job from a move; `pool` holds its arrays.  The plan has refused
+ * what cannot be done (casts without a kernel, slices of packed data). */
+static void make_job(ckpt_catalog *c, ckpt__move *m, job *j, uint64_t *pool) {
+    const ckpt_tensor_info *t = ckpt_catalog_tensor(c, m->tensor);
+    ckpt_dtype out = m->dtype ? m->dtype : t->dtype;
+    memset(j, 0, sizeof *j);
+    j->m = m, j->t = t;
+    j->name = m->name ? m->name : t->name;
+    j->pieces = ckpt__catalog_pieces(c, m->tensor, &j->npieces);
+    uint32_t n = packed(t->dtype) ? 1 : t->ndim;
+    j->n = n;
+    uint64_t *shape = pool;
+    j->start = pool + n, j->count = pool + 2 * n;
+    j->dst_stride = (int64_t *)(pool + 3 * n);
+    j->perm = (uint32_t *)(pool + 4 * n);
+    j->order = j->perm + n;
+    if (packed(t->dtype)) {
+        /* Packed sub-byte data (F4, F6) moves whole and unchanged: as bytes. */
+        shape[0] = t->nbytes, j->start[0] = 0, j->count[0] = t->nbytes, j->perm[0] = 0;
+        j->in_size = j->out_size = 1;
+    } else {
+        for (uint32_t a = 0; a < n; a++) {
+            shape[a] = t->shape[a];
+            j->start[a] = m->start ? m->start[a] : 0;
+            j->count[a] = m->count ? m->count[a] : t->shape[a];
+            j->perm[a] = m->perm ? m->perm[a] : a;
+        }
+        j->in_size = unit_bytes(t->dtype);
+        j->out_size = unit_bytes(out);
+    }
+    j->shape = shape;
+    j->fn = ckpt__cast_kernel(packed(t->dtype) ? CKPT_U8 : t->dtype, packed(t->dtype) ? CKPT_U8 : out);
+    j->same_bytes = out == t->dtype;
+    /* The output is row-major over count[perm[i]]: each source axis's
+     * stride is that of the output axis it becomes. */
+    int64_t s = 1;
+    for (uint32_t i = n; i-- > 0;) j->dst_stride[j->perm[i]] = s, s *= (int64_t)j->count[j->perm[i]];
+    j->nbytes = (uint64_t)s * j->out_size;
+    if (n == 0) j->nbytes = j->out_size;
+    bool deflate = false;
+    for (uint32_t k = 0; k < j->npieces; k++) deflate |= j->pieces[k].record_size != 0;
+    j->serial = deflate || m->sink == CKPT__SINK_HASH;
+    /* Memory takes boxes cut along the file's order (long reads, scattered
+     * writes); a writer or a hash, along the output's (contiguous output). */
+    if (m->sink == CKPT__SINK_MEMORY && n) piece_order(j, &j->pieces[0], j->order);
+    else memcpy(j->order, j->perm, n * sizeof *j->order);
+}
+
+/* Whether the whole slice is one run of a dense, stored, little-endian
+ * piece of a local file, and the output its very bytes. */
+static bool one_file_run(const ckpt_catalog *c, const job *j) {
+    const ckpt__piece *p = &j->pieces[0];
+    if (j->npieces != 1 || !j->same_bytes || p->strides || p->record_size || p->big_endian) return false;
+    if (!(ckpt__catalog_source(c, p->file)->caps & CKPT__SRC_FD)) return false;
+    for (uint32_t i = 0; i < j->n; i++)
+        if (j->perm[i] != i) return false;
+    ckpt__runs r;
+    ckpt__runs_plan(&r, j->n, p->count ? p->count : j->shape, NULL, j->count, NULL, false);
+    return r.runs <= 1;
+}
+
+/* Cuts the slice along `order`: the outermost axes one index at a time,
+ * then rows of the axis where a chunk's worth of inner units fits. */
+static void plan_boxes(job *j, uint64_t limit_units) {
+    if (j->n == 0) {
+        j->split = 0, j->rows = 1, j->per_outer = 1, j->boxes = 1;
+        return;
+    }
+    uint64_t numel = 1;
+    for (uint32_t a = 0; a < j->n; a++) numel *= j->count[a];
+    if (numel == 0) {
+        j->boxes = 0;
+        return;
+    }
+    uint64_t inner = 1;
+    uint32_t k = j->n - 1;
+    while (k > 0 && inner * j->count[j->order[k]] <= limit_units) inner *= j->count[j->order[k--]];
+    uint64_t rows = limit_units / inner;
+    if (rows == 0) rows = 1;
+    if (rows > j->count[j->order[k]]) rows = j->count[j->order[k]];
+    uint64_t outer = 1;
+    for (uint32_t d = 0; d < k; d++) outer *= j->count[j->order[d]];
+    j->split = k, j->rows = rows, j->per_outer = (j->count[j->order[k]] + rows - 1) / rows;
+    j->boxes = outer * j->per_outer;
+}
+
+/* Box i of a job: its start and extent per source axis (absolute), and
+ * its origin in the output, in output units. */
+static void box_of(const job *j, uint64_t i, uint64_t *bstart, uint64_t *bcount, uint64_t *origin) {
+    uint64_t outer = i / j->per_outer, piece = i % j->per_outer;
+    int64_t off = 0;
+    for (uint32_t pos = j->n; pos-- > 0;) {
+        uint32_t a = j->order[pos];
+        uint64_t rel;
+        if (pos > j->split) {
+            rel = 0, bcount[a] = j->count[a];
+        } else if (pos == j->split) {
+            rel = piece * j->rows;
+            bcount[a] = j->count[a] - rel < j->rows ? j->count[a] - rel : j->rows;
+        } else {
+            rel = outer % j->count[a];
+            outer /= j->count[a];
+            bcount[a] = 1;
+        }
+        bstart[a] = j->start[a] + rel;
+        off += (int64_t)rel * j->dst_stride[a];
+    }
+    *origin = (uint64_t)off;
+}
+
+/* ---- the run ------------------------------------------------------------------ */
+
+typedef struct engine {
+    ckpt_catalog *catalog;
+    const ckpt__engine_options *o;
+    job *jobs;
+    size_t job_count;
+    uint64_t task_count;
+    file_state *files;
+    size_t chunk;
+    atomic_uint_fast64_t next_task, done_bytes, bytes_needed, bytes_read, reads;
+    atomic_int stop, used_uring;
+    uint64_t total_bytes;
+    pthread_mutex_t lock;
+    ckpt_status status;
+    ckpt_error *err;
+} engine;
+
+typedef struct worker {
+    engine *g;
+    ckpt__reader reader;
+    unsigned char *bounce; /* reads that convert land here */
+    size_t bounce_cap;
+    unsigned char *slot;   /* a box's output, for writers and hashes */
+    ckpt__read_req reqs[BATCH];
+    size_t nreq;
+    ckpt__inflater *inflater;
+    ckpt_error err;
+    pthread_t thread;
+    bool caller;           /* the calling thread: reports progress */
+    uint64_t bytes_needed, inflated_in, last_report;
+} worker;
+
+static ckpt_status flush(worker *w, ckpt_error *err) {
+    if (!w->nreq) return CKPT_OK;
+    ckpt_status st = ckpt__reader_run(&w->reader, w->reqs, w->nreq, err);
+    w->nreq = 0;
+    return st;
+}
+
+/* Queues a read, in pieces when io_uring can overlap them. */
+static ckpt_status queue_read(worker *w, const job *j, ckpt__source *src, int fd, uint64_t off, uint64_t len,
+                              unsigned char *dst, ckpt_error *err) {
+    uint64_t piece = w->reader.uring && fd >= 0 ? URING_PIECE : len;
+    if (piece == 0) piece = 1;
+    for (uint64_t at = 0; at < len; at += piece) {
+        if (w->nreq == BATCH) {
+            ckpt_status st = flush(w, err);
+            if (st) return st;
+        }
+        uint64_t n = len - at < piece ? len - at : piece;
+        w->reqs[w->nreq++] = (ckpt__read_req){src, fd, off + at, n, n, dst + at, j->name};
+    }
+    return CKPT_OK;
+}
+
+static uint64_t align_down(uint64_t v, uint64_t a) { return v / a * a; }
+static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+/* Reads [off, off + len) with O_DIRECT into an aligned part of the bounce
+ * buffer; *data is where byte `off` landed. */
+static ckpt_status direct_into_bounce(worker *w, const job *j, ckpt__source *src, const file_state *f, uint64_t off,
+                                      uint64_t len, unsigned char **data, ckpt_error *err) {
+    uint64_t a = f->align, lo = align_down(off, a), hi = align_up(off + len, a);
+    ckpt_status st = flush(w, err);
+    if (st || (st = queue_read(w, j, src, f->dfd, lo, hi - lo, w->bounce, err))) return st;
+    for (size_t i = 0; i < w->nreq; i++) { /* the file may end inside the last aligned block */
+        ckpt__read_req *q = &w->reqs[i];
+        uint64_t end = off + len;
+        q->need = q->offset >= end ? 0 : (end - q->offset < q->len ? end - q->offset : q->len);
+    }
+    if ((st = flush(w, err))) return st;
+    *data = w->bounce + (off - lo);
+    return CKPT_OK;
+}
+
+/* Where the bounce buffer's bytes of a direct read go: copied out piece by
+ * piece as each read completes, while the next are still being read. */
+typedef struct bounce_copy {
+    const unsigned char *bounce, *bounce_end;
+    unsigned char *dst; /* destination of the bounce buffer's first byte */
+} bounce_copy;
+
+static void copy_out_piece(const ckpt__read_req *q, void *user) {
+    const bounce_copy *c = user;
+    const unsigned char *s = q->dst;
+    if (s >= c->bounce && s < c->bounce_end) memcpy(c->dst + (s - c->bounce), s, (size_t)q->len);
+}
+
+/* A large run that needs no conversion, with O_DIRECT: aligned blocks go
+ * straight into the destination when it lines up with the file, else
+ * through the bounce buffer; the unaligned ends through the page cache. */
+static ckpt_status direct_copy_run(worker *w, const job *j, ckpt__source *src, const file_state *f, uint64_t off,
+                                   uint64_t len, unsigned char *dst, ckpt_error *err) {
+    uint64_t a = f->align, mid_lo = align_up(off, a), mid_hi = align_down(off + len, a);
+    ckpt_status st;
+    if (mid_hi <= mid_lo) return queue_read(w, j, src, src->fd, off, len, dst, err);
+    if ((st = queue_read(w, j, src, src->fd, off, mid_lo - off, dst, err))) return st;
+    if ((st = queue_read(w, j, src, src->fd, mid_hi, off + len - mid_hi, dst + (mid_hi - off), err))) return st;
+    unsigned char *mid = dst + (mid_lo - off);
+    if ((uintptr_t)mid % a == 0) return queue_read(w, j, src, f->dfd, mid_lo, mid_hi - mid_lo, mid, err);
+    if ((st = flush(w, err))) return st;
+    uint64_t step = align_down(w->bounce_cap, a);
+    /* Every piece of a step must be in one batch (queue_read would flush a
+     * full batch without copying it out). */
+    if (w->reader.uring && step > (uint64_t)BATCH * URING_PIECE) step = (uint64_t)BATCH * URING_PIECE;
+    for (uint64_t at = mid_lo; at < mid_hi; at += step) {
+        uint64_t n = mid_hi - at < step ? mid_hi - at : step;
+        bounce_copy c = {w->bounce, w->bounce + n, dst + (at - off)};
+        if ((st = queue_read(w, j, src, f->dfd, at, n, w->bounce, err))) return st;
+        st = ckpt__reader_run_each(&w->reader, w->reqs, w->nreq, copy_out_piece, &c, err);
+        w->nreq = 0;
+        if (st) return st;
+    }
+    return CKPT_OK;
+}
+
+/* Inflated bytes of a DEFLATE piece, through the worker's inflater (which
+ * resumes when reads go forward, as a serial job's do). */
+static ckpt_status inflate_read(worker *w, const job *j, ckpt__source *src, const ckpt__piece *p, uint64_t off,
+                                uint64_t len, unsigned char *dst, ckpt_error *err) {
+    if (!ckpt__inflater_is(w->inflater, src, p->record)) {
+        if (w->inflater) w->inflated_in += ckpt__inflater_bytes_in(w->inflater);
+        ckpt__inflater_free(w->inflater);
+        w->inflater = NULL;
+        ckpt_status st = ckpt__inflater_create(src, p->record, p->record_size, &w->inflater, err);
+        if (st) return st;
+    }
+    return ckpt__inflater_read(w->inflater, off, dst, len, j->name, err);
+}
+
+/* A box of one piece: rel/cnt in source axes relative to the piece; dst is
+ * where the box's first unit goes, dst_stride the output strides. */
+static ckpt_status read_piece(worker *w, const job *j, const ckpt__piece *p, const uint64_t *rel, const uint64_t *cnt,
+                              unsigned char *dst, const int64_t *dst_stride, ckpt_error *err) {
+    ckpt_catalog *c = w->g ? w->g->catalog : NULL;
+    ckpt__source *src = ckpt__catalog_source(c, p->file);
+    const uint64_t *pc = p->count ? p->count : j->shape;
+    bool swap = p->big_endian && !packed(j->t->dtype) && ckpt__swap_unit(j->t->dtype) > 1;
+    bool copy = j->same_bytes && !swap;
+    ckpt__runs r;
+    ckpt__runs_plan(&r, j->n, pc, p->strides, cnt, dst_stride, copy);
+    if (copy && !r.direct_ok) { /* a permuted destination: read long runs, then scatter */
+        copy = false;
+        ckpt__runs_plan(&r, j->n, pc, p->strides, cnt, dst_stride, false);
+    }
+    if (r.runs == 0) return CKPT_OK;
+    /* The file offset of the box's first unit. */
+    int64_t first = 0, dense[CKPT_MAX_DIMS];
+    const int64_t *strides = p->strides;
+    if (!strides) {
+        int64_t s = 1;
+        for (uint32_t a = j->n; a-- > 0;) dense[a] = s, s *= (int64_t)pc[a];
+        strides = dense;
+    }
+    for (uint32_t a = 0; a < j->n; a++) first += (int64_t)rel[a] * strides[a];
+    uint64_t base = p->offset + (uint64_t)first * j->in_size, run_bytes = r.run_units * j->in_size;
+    w->bytes_needed += r.runs * run_bytes;
+    const file_state *f = w->g && w->g->files ? &w->g->files[p->file] : NULL;
+    bool direct = f && f->dfd >= 0 && !p->record_size;
+    int fd = src->caps & CKPT__SRC_FD ? src->fd : -1;
+    ckpt_status st = CKPT_OK;
+    unsigned char *dense_in = w->bounce; /* where a converting box's units gather, in physical order */
+    if (!copy && direct && r.runs == 1 && run_bytes >= DIRECT_MIN) {
+        if ((st = direct_into_bounce(w, j, src, f, base, run_bytes, &dense_in, err))) return st;
+    } else {
+        uint64_t idx[CKPT_MAX_DIMS] = {0};
+        int64_t elem = 0, unit = 0;
+        for (uint64_t i = 0; i < r.runs && st == CKPT_OK; i++) {
+            ckpt__runs_next(&r, i, idx, &elem, &unit);
+            uint64_t off = base + (uint64_t)(elem * (int64_t)j->in_size);
+            unsigned char *target = copy ? dst + unit * (int64_t)j->out_size : w->bounce + i * run_bytes;
+            if (p->record_size) st = inflate_read(w, j, src, p, off, run_bytes, target, err);
+            else if (copy && direct && run_bytes >= DIRECT_MIN) st = direct_copy_run(w, j, src, f, off, run_bytes, target, err);
+            else st = queue_read(w, j, src, fd, off, run_bytes, target, err);
+        }
+        if (st == CKPT_OK) st = flush(w, err);
+        if (st) return st;
+    }
+    if (copy) return CKPT_OK;
+    if (swap) ckpt__swap_units(dense_in, r.units * j->in_size, ckpt__swap_unit(j->t->dtype));
+    ckpt__scatter(j->fn, j->in_size, j->out_size, dense_in, r.n, r.count, dst, r.dst);
+    return CKPT_OK;
+}
+
+/* A box of the slice (absolute start, extent per source axis) into dst,
+ * from every piece it overlaps. */
+static ckpt_status read_box(worker *w, const job *j, const uint64_t *bstart, const uint64_t *bcount, unsigned char *dst,
+                            const int64_t *dst_stride, ckpt_error *err) {
+    for (uint32_t k = 0; k < j->npieces; k++) {
+        const ckpt__piece *p = &j->pieces[k];
+        uint64_t rel[CKPT_MAX_DIMS], cnt[CKPT_MAX_DIMS];
+        int64_t off = 0;
+        bool empty = false;
+        for (uint32_t a = 0; a < j->n && !empty; a++) {
+            uint64_t ps = p->start ? p->start[a] : 0, pe = ps + (p->count ? p->count[a] : j->shape[a]);
+            uint64_t lo = bstart[a] > ps ? bstart[a] : ps, hi = bstart[a] + bcount[a] < pe ? bstart[a] + bcount[a] : pe;
+            if (hi <= lo) empty = true;
+            rel[a] = lo - ps, cnt[a] = hi - lo;
+            off += (int64_t)(lo - bstart[a]) * dst_stride[a];
+        }
+        if (empty) continue;
+        ckpt_status st = read_piece(w, j, p, rel, cnt, dst + off * (int64_t)j->out_size, dst_stride, err);
+        if (st) return st;
+    }
+    return CKPT_OK;
+}
+
+/* Box i of a job into its sink. */
+static ckpt_status run_box(worker *w, job *j, uint64_t i, XXH3_state_t *hash, ckpt_error *err) {
+    const ckpt__engine_options *o = w->g->o;
+    ckpt__move *m = j->m;
+    uint64_t bstart[CKPT_MAX_DIMS], bcount[CKPT_MAX_DIMS], origin, units = 1;
+    box_of(j, i, bstart, bcount, &origin);
+    for (uint32_t a = 0; a < j->n; a++) units *= bcount[a];
+    uint64_t at = origin * j->out_size, bytes = units * j->out_size;
+    if (m->sink == CKPT__SINK_MEMORY)
+        return read_box(w, j, bstart, bcount, (unsigned char *)m->dst + at, j->dst_stride, err);
+    if (j->kernel_copy) {
+        const ckpt__piece *p = &j->pieces[0];
+        int64_t dense[CKPT_MAX_DIMS], first = 0, s = 1;
+        for (uint32_t a = j->n; a-- > 0;) dense[a] = s, s *= (int64_t)j->shape[a];
+        for (uint32_t a = 0; a < j->n; a++) first += (int64_t)bstart[a] * dense[a];
+        w->bytes_needed += bytes;
+        ckpt__source *src = ckpt__catalog_source(w->g->catalog, p->file);
+        ckpt_status st = ckpt__writer_pcopy(o->writer, m->writer_index, at, src, p->offset + (uint64_t)first * j->in_size,
+                                            bytes, err);
+        if (st == CKPT_OK) ckpt__source_count(src, bytes);
+        return st;
+    }
+    /* A writer or a hash takes the box's output contiguous: dense in the
+     * slot, in output order. */
+    int64_t slot_stride[CKPT_MAX_DIMS], s = 1;
+    for (uint32_t k = j->n; k-- > 0;) slot_stride[j->perm[k]] = s, s *= (int64_t)bcount[j->perm[k]];
+    ckpt_status st = read_box(w, j, bstart, bcount, w->slot, slot_stride, err);
+    if (st) return st;
+    if (m->sink == CKPT__SINK_HASH) {
+        XXH3_64bits_update(hash, w->slot, (size_t)bytes);
+        return CKPT_OK;
+    }
+    return ckpt__writer_pwrite(o->writer, m->writer_index, at, w->slot, (size_t)bytes, err);
+}
+
+static void record_failure(engine *g, ckpt_status st, const ckpt_error *err) {
+    pthread_mutex_lock(&g->lock);
+    if (g->status == CKPT_OK) {
+        g->status = st;
+        if (g->err) *g->err = *err;
+    }
+    pthread_mutex_unlock(&g->lock);
+    atomic_store(&g->stop, 1);
+}
+
+/* Progress, from the calling thread only (callbacks may not be
+ * thread-safe). */
+static ckpt_status report(worker *w, uint64_t bytes, ckpt_error *err) {
+    engine *g = w->g;
+    uint64_t done = atomic_fetch_add(&g->done_bytes, bytes) + bytes;
+    if (!w->caller || !g->o->progress || done - w->last_report < PROGRESS_STEP) return CKPT_OK;
+    w->last_report = done;
+    if (g->o->progress(done, g->total_bytes, g->o->user))
+        return ckpt__fail(err, CKPT_E_CANCELLED, NULL, NULL, -1, "cancelled by the progress callback");
+    return CKPT_OK;
+}
+
+/* A task: one box of a parallel job, or every box of a serial one. */
+static ckpt_status run_task(worker *w, uint64_t task, ckpt_error *err) {
+    engine *g = w->g;
+    size_t lo = 0, hi = g->job_count; /* the job whose tasks hold `task` */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (g->jobs[mid].first_task <= task) lo = mid;
+        else hi = mid;
+    }
+    job *j = &g->jobs[lo];
+    ckpt_status st = CKPT_OK;
+    if (!j->serial) {
+        uint64_t i = task - j->first_task, units = 1, bstart[CKPT_MAX_DIMS], bcount[CKPT_MAX_DIMS], origin;
+        st = run_box(w, j, i, NULL, err);
+        box_of(j, i, bstart, bcount, &origin);
+        for (uint32_t a = 0; a < j->n; a++) units *= bcount[a];
+        return st ? ckpt__error_in_tensor(err, st, j->name) : report(w, units * j->out_size, err);
+    }
+    XXH3_state_t *hash = NULL;
+    if (j->m->sink == CKPT__SINK_HASH && (!(hash = XXH3_createState()) || XXH3_64bits_reset(hash) == XXH_ERROR)) {
+        XXH3_freeState(hash);
+        return ckpt__oom(err, NULL, "a hash");
+    }
+    for (uint64_t i = 0; i < j->boxes && st == CKPT_OK && !atomic_load(&g->stop); i++) {
+        uint64_t units = 1, bstart[CKPT_MAX_DIMS], bcount[CKPT_MAX_DIMS], origin;
+        box_of(j, i, bstart, bcount, &origin);
+        for (uint32_t a = 0; a < j->n; a++) units *= bcount[a];
+        st = run_box(w, j, i, hash, err);
+        if (st) st = ckpt__error_in_tensor(err, st, j->name);
+        else st = report(w, units * j->out_size, err);
+    }
+    if (hash) {
+        j->m->digest = XXH3_64bits_digest(hash);
+        XXH3_freeState(hash);
+    }
+    return st;
+}
+
+static void *work(void *arg) {
+    worker *w = arg;
+    engine *g = w->g;
+    while (!atomic_load(&g->stop)) {
+        uint64_t task = atomic_fetch_add(&g->next_task, 1);
+        if (task >= g->task_count) break;
+        ckpt_error_clear(&w->err);
+        ckpt_status st = run_task(w, task, &w->err);
+        if (st) {
+            record_failure(g, st, &w->err);
+            break;
+        }
+    }
+    if (w->inflater) w->inflated_in += ckpt__inflater_bytes_in(w->inflater);
+    atomic_fetch_add(&g->bytes_needed, w->bytes_needed);
+    atomic_fetch_add(&g->bytes_read, w->reader.bytes + w->inflated_in);
+    atomic_fetch_add(&g->reads, w->reader.reads);
+    if (w->reader.uring) atomic_store(&g->used_uring, 1);
+    return NULL;
+}
+
+/* ---- setup -------------------------------------------------------------------- */
+
+static size_t online_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (size_t)n : 1;
+}
+
+/* Direct reads spend most of their time waiting for the disk: extra
+ * threads keep it busy while others copy out of their bounce buffers
+ * (measured on a 2-vCPU VM, 8 GB cold: 2 threads 1.2 GB/s, 6 threads
+ * 1.8-2.2 GB/s).  The ring grows with them, by 16 threads at most. */
+static size_t default_threads(bool direct) {
+    size_t cpus = online_cpus();
+    return direct ? cpus + (2 * cpus < 16 ? 2 * cpus : 16) : cpus;
+}
+
+static void close_files(file_state *files, size_t n) {
+    for (size_t i = 0; files && i < n; i++)
+        if (files[i].dfd >= 0) close(files[i].dfd);
+    free(files);
+}
+
+/* Chooses, per data file, O_DIRECT or the page cache. */
+static file_state *open_files(ckpt_catalog *c, ckpt_io_mode mode, bool *any_direct) {
+    size_t n = ckpt_catalog_file_count(c);
+    file_state *files = ckpt__calloc(n ? n : 1, sizeof *files);
+    if (!files) return NULL;
+    *any_direct = false;
+    for (size_t i = 0; i < n; i++) {
+        files[i].dfd = -1;
+        ckpt__source *src = ckpt__catalog_source(c, i);
+        bool local = (src->caps & CKPT__SRC_FD) && !(src->caps & CKPT__SRC_REMOTE);
+        bool direct = local && mode == CKPT_IO_DIRECT;
+        if (local && mode == CKPT_IO_AUTO)
+            direct = src->size >= (64u << 20) && ckpt__cached_fraction(src->fd, src->size, 0, src->size) < 0.5;
+        if (direct) files[i].dfd = ckpt__open_direct(src->name, src->fd, &files[i].align);
+        if (files[i].dfd >= 0 && files[i].align > BOUNCE_ALIGN) { /* more than the bounce buffers' slack */
+            close(files[i].dfd);
+            files[i].dfd = -1;
+        }
+        if (files[i].dfd >= 0) *any_direct = true;
+        else if (src->caps & CKPT__SRC_FD) posix_fadvise(src->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    }
+    return files;
+}
+
+static void free_worker(worker *w) {
+    ckpt__reader_free(&w->reader);
+    ckpt__inflater_free(w->inflater);
+    w->inflater = NULL;
+    free(w->bounce);
+    free(w->slot);
+}
+
+static ckpt_status alloc_worker(worker *w, engine *g, bool bounce, bool slot, ckpt_error *err) {
+    ckpt__reader_init(&w->reader, g->o->io_uring >= 0);
+    if (bounce) {
+        w->bounce_cap = g->chunk + 2 * BOUNCE_ALIGN;
+        if (posix_memalign((void **)&w->bounce, BOUNCE_ALIGN, w->bounce_cap) != 0) {
+            w->bounce = NULL;
+            return ckpt__oom(err, NULL, "a bounce buffer");
+        }
+    }
+    if (slot && !(w->slot = ckpt__malloc(g->chunk))) return ckpt__oom(err, NULL, "an output buffer");
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, const ckpt__engine_options *o,
+                             ckpt_load_stats *stats, ckpt_error *err) {
+    engine g;
+    memset(&g, 0, sizeof g);
+    g.catalog = c, g.o = o, g.err = err;
+    pthread_mutex_init(&g.lock, NULL);
+    ckpt_status st = CKPT_OK;
+    size_t dims = 0;
+    for (size_t k = 0; k < count; k++) {
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(c, moves[k].tensor);
+        dims += t->ndim ? t->ndim : 1;
+    }
+    g.jobs = ckpt__calloc(count ? count : 1, sizeof *g.jobs);
+    uint64_t *pool = ckpt__malloc((dims ? dims : 1) * 5 * sizeof *pool);
+    bool any_direct = false;
+    if (!g.jobs || !pool) st = ckpt__oom(err, NULL, "the engine's tasks");
+    if (st == CKPT_OK && !(g.files = open_files(c, o->io, &any_direct))) st = ckpt__oom(err, NULL, "the engine's files");
+    size_t threads = o->threads ? o->threads : default_threads(any_direct);
+    bool need_slot = false, need_bounce = any_direct;
+    for (size_t k = 0; k < count; k++) need_slot |= moves[k].sink != CKPT__SINK_MEMORY;
+    /* Without an explicit chunk size the ring stays within RING_BUDGET
+     * however many threads run (chunks shrink to RING_MIN_CHUNK at most). */
+    g.chunk = o->chunk_bytes ? (size_t)o->chunk_bytes : DEFAULT_CHUNK;
+    size_t per_thread = need_slot ? 2 : 1;
+    if (!o->chunk_bytes && g.chunk * threads * per_thread > RING_BUDGET)
+        g.chunk = RING_BUDGET / threads / per_thread < RING_MIN_CHUNK ? RING_MIN_CHUNK
+                                                                      : RING_BUDGET / threads / per_thread / 4096 * 4096;
+    if (g.chunk < MIN_CHUNK) g.chunk = MIN_CHUNK;
+
+    size_t used = 0;
+    for (size_t k = 0; st == CKPT_OK && k < count; k++) {
+        job *j = &g.jobs[g.job_count];
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(c, moves[k].tensor);
+        make_job(c, &moves[k], j, pool + used);
+        used += 5 * (size_t)(t->ndim ? t->ndim : 1);
+        if (moves[k].sink == CKPT__SINK_WRITER) {
+            j->serial |= o->ordered;
+            j->kernel_copy = !o->ordered && one_file_run(c, j);
+        }
+        unsigned size = j->in_size > j->out_size ? j->in_size : j->out_size;
+        uint64_t limit = (j->kernel_copy ? COPY_CHUNK : g.chunk) / (size ? size : 1);
+        plan_boxes(j, limit ? limit : 1);
+        g.total_bytes += j->nbytes;
+        if (j->boxes == 0) {
+            if (moves[k].sink == CKPT__SINK_HASH) moves[k].digest = XXH3_64bits(NULL, 0);
+            continue;
+        }
+        if (!j->kernel_copy && (!j->same_bytes || moves[k].sink == CKPT__SINK_MEMORY)) need_bounce = true;
+        for (uint32_t p = 0; p < j->npieces; p++) need_bounce |= j->pieces[p].big_endian || j->pieces[p].strides;
+        j->tasks = j->serial ? 1 : j->boxes;
+        j->first_task = g.task_count;
+        g.task_count += j->tasks;
+        g.job_count++;
+    }
+
+    if (threads > g.task_count) threads = g.task_count ? (size_t)g.task_count : 1;
+    worker *workers = st == CKPT_OK ? ckpt__calloc(threads, sizeof *workers) : NULL;
+    if (st == CKPT_OK && !workers) st = ckpt__oom(err, NULL, "the engine's threads");
+    size_t started = 0;
+    for (size_t i = 0; st == CKPT_OK && i < threads; i++) {
+        workers[i].g = &g;
+        workers[i].caller = i == 0;
+        started = i + 1;
+        st = alloc_worker(&workers[i], &g, need_bounce, need_slot, err);
+    }
+    if (st == CKPT_OK && o->progress && o->progress(0, g.total_bytes, o->user))
+        st = ckpt__fail(err, CKPT_E_CANCELLED, NULL, NULL, -1, "cancelled by the progress callback");
+    size_t running = 0;
+    if (st == CKPT_OK) {
+        running = 1;
+        for (size_t i = 1; i < threads; i++) {
+            if (pthread_create(&workers[i].thread, NULL, work, &workers[i]) != 0) break;
+            running++;
+        }
+        work(&workers[0]);
+        for (size_t i = 1; i < running; i++) pthread_join(workers[i].thread, NULL);
+        st = g.status;
+        if (st == CKPT_OK && o->progress && o->progress(g.total_bytes, g.total_bytes, o->user))
+            st = ckpt__fail(err, CKPT_E_CANCELLED, NULL, NULL, -1, "cancelled by the progress callback");
+    }
+    if (stats) {
+        memset(stats, 0, sizeof *stats);
+        stats->bytes_needed = atomic_load(&g.bytes_needed);
+        stats->bytes_read = atomic_load(&g.bytes_read);
+        stats->reads = atomic_load(&g.reads);
+        stats->tasks = g.task_count;
+        stats->threads = (unsigned)running;
+        stats->direct = any_direct;
+        stats->io_uring = atomic_load(&g.used_uring);
+        for (size_t i = 0; i < started; i++) stats->ring_bytes += workers[i].bounce_cap + (workers[i].slot ? g.chunk : 0);
+    }
+    for (size_t i = 0; i < started; i++) free_worker(&workers[i]);
+    free(workers);
+    close_files(g.files, ckpt_catalog_file_count(c));
+    free(g.jobs);
+    free(pool);
+    pthread_mutex_destroy(&g.lock);
+    return st;
+}
+
+/* ---- ckpt_catalog_read and ckpt_catalog_view -------------------------------- */
 
 static ckpt_status check_tensor(const ckpt_catalog *c, const ckpt_tensor_info *t, size_t *index, ckpt_error *err) {
     *index = ckpt__catalog_index_of(c, t);
@@ -14,87 +692,81 @@ static ckpt_status check_tensor(const ckpt_catalog *c, const ckpt_tensor_info *t
     return CKPT_OK;
 }
 
-/* Where a tensor's bytes come from: the file directly, or a DEFLATE record. */
-typedef struct source {
-    ckpt__source *src;
-    const ckpt__piece *p;
-} source;
-
-/* Bytes [off, off + n) of the tensor's storage run, from element 0 on. */
-static ckpt_status fetch(const source *s, const ckpt_tensor_info *t, uint64_t off, void *dst, uint64_t n,
-                         ckpt_error *err) {
-    if (!s->p->record_size) return ckpt__source_read(s->src, dst, n, s->p->offset + off, err);
-    return ckpt__zip_inflate_range(s->src, s->p->record, s->p->record_size, t->name, s->p->offset + off, dst, n, err);
-}
-
-/* Bytes per byte-swapped unit: the element, or each half of a complex. */
-static unsigned swap_unit(ckpt_dtype d) {
-    unsigned bytes = ckpt_dtype_bits(d) / 8;
-    return d == CKPT_C64 ? 4 : bytes ? bytes : 1;
-}
-
-/* Contiguous big-endian data: read in place, swap whole units, and redo
- * the (at most two) units the range cuts. */
-static ckpt_status read_swapped(const source *src, const ckpt_tensor_info *t, uint64_t off, void *dst, uint64_t n,
-                                ckpt_error *err) {
-    unsigned unit = swap_unit(t->dtype);
-    unsigned char *out = dst;
-    ckpt_status st = fetch(src, t, off, out, n, err);
-    if (st || unit < 2 || n == 0) return st;
-    uint64_t first = off / unit * unit, end = off + n;
-    for (uint64_t u = first; u < end; u += unit) {
-        if (u >= off && u + unit <= end) {
-            ckpt__swap_units(out + (u - off), unit, unit);
-            continue;
+/* Units [first, first + count) of a tensor, in row-major order, into dst
+ * (dense): as boxes — whole inner axes from where `first` lies, a range of
+ * the next one — each within the worker's buffer. */
+static ckpt_status read_units(worker *w, job *j, uint64_t first, uint64_t count, unsigned char *dst, ckpt_error *err) {
+    uint32_t n = j->n;
+    uint64_t cap = w->bounce_cap / j->in_size;
+    while (count) {
+        uint64_t bstart[CKPT_MAX_DIMS], bcount[CKPT_MAX_DIMS], rest = first;
+        for (uint32_t a = n; a-- > 0;) bstart[a] = rest % j->shape[a], rest /= j->shape[a], bcount[a] = 1;
+        uint64_t units = 1;
+        if (n) {
+            uint32_t k = n - 1;
+            uint64_t inner = 1;
+            while (k > 0 && bstart[k] == 0 && inner * j->shape[k] <= count && inner * j->shape[k] <= cap)
+                bcount[k] = j->shape[k], inner *= j->shape[k], k--;
+            uint64_t along = count / inner, room = j->shape[k] - bstart[k];
+            if (along > room) along = room;
+            if (along * inner > cap) along = cap / inner ? cap / inner : 1;
+            bcount[k] = along;
+            units = along * inner;
         }
-        unsigned char tmp[8];
-        if ((st = fetch(src, t, u, tmp, unit, err))) return st;
-        ckpt__swap_units(tmp, unit, unit);
-        for (unsigned k = 0; k < unit; k++)
-            if (u + k >= off && u + k < end) out[u + k - off] = tmp[k];
+        int64_t box_stride[CKPT_MAX_DIMS], s = 1;
+        for (uint32_t a = n; a-- > 0;) box_stride[a] = s, s *= (int64_t)bcount[a];
+        ckpt_status st = read_box(w, j, bstart, bcount, dst, box_stride, err);
+        if (st) return st;
+        dst += units * j->out_size;
+        first += units;
+        count -= units;
     }
     return CKPT_OK;
 }
 
-/* A strided view: read the span of the storage it covers, then gather. */
-static ckpt_status read_strided(const source *src, const ckpt_tensor_info *t, uint64_t off, void *dst, uint64_t n,
-                                ckpt_error *err) {
-    if (n == 0) return CKPT_OK;
-    uint64_t item = ckpt_dtype_bits(t->dtype) / 8, span = 1;
-    for (uint32_t d = 0; d < t->ndim; d++) span += (t->shape[d] - 1) * (uint64_t)t->strides[d];
-    span *= item;
-    if (span > (1ULL << 34))
-        return ckpt__fail(err, CKPT_E_LIMIT, src->src->name, t->name, (int64_t)t->offset,
-                          "strided tensor spans %llu bytes of its storage; gathering it needs that much memory",
-                          (unsigned long long)span);
-    unsigned char *buf = ckpt__malloc((size_t)span);
-    if (!buf) return ckpt__oom(err, src->src->name, t->name);
-    ckpt_status st = fetch(src, t, 0, buf, span, err);
-    if (st == CKPT_OK) {
-        if (t->big_endian) ckpt__swap_units(buf, (size_t)span, swap_unit(t->dtype));
-        uint64_t idx[CKPT_MAX_DIMS], e = off / item, rest = e, at = 0;
-        for (uint32_t d = t->ndim; d-- > 0;) {
-            idx[d] = rest % t->shape[d];
-            rest /= t->shape[d];
-            at += idx[d] * (uint64_t)t->strides[d];
-        }
-        unsigned char *out = dst;
-        uint64_t skip = off % item, left = n;
-        while (left) {
-            uint64_t take = item - skip < left ? item - skip : left;
-            memcpy(out, buf + at * item + skip, (size_t)take);
-            out += take;
-            left -= take;
-            skip = 0;
-            for (uint32_t d = t->ndim; d-- > 0;) {
-                at += (uint64_t)t->strides[d];
-                if (++idx[d] < t->shape[d]) break;
-                at -= idx[d] * (uint64_t)t->strides[d];
-                idx[d] = 0;
-            }
-        }
-    }
-    free(buf);
+/* One unit cut by the range: read whole, `take` of its bytes from `skip`. */
+static ckpt_status read_cut_unit(worker *w, job *j, uint64_t unit_index, uint64_t skip, uint64_t take,
+                                 unsigned char *dst, ckpt_error *err) {
+    unsigned char tmp[16], *buf = j->in_size <= sizeof tmp ? tmp : ckpt__malloc(j->in_size);
+    if (!buf) return ckpt__oom(err, NULL, NULL);
+    ckpt_status st = read_units(w, j, unit_index, 1, buf, err);
+    if (st == CKPT_OK) memcpy(dst, buf + skip, (size_t)take);
+    if (buf != tmp) free(buf);
+    return st;
+}
+
+static ckpt_status read_range(ckpt_catalog *c, size_t index, uint64_t byte_offset, unsigned char *dst, uint64_t nbytes,
+                              ckpt_error *err) {
+    ckpt__move m = {.tensor = index, .sink = CKPT__SINK_MEMORY};
+    uint64_t pool[5 * CKPT_MAX_DIMS + 5];
+    job j;
+    make_job(c, &m, &j, pool);
+    /* One call, one thread: plain reads (a ring per call costs more than
+     * it gives). */
+    ckpt__engine_options o = {.io = CKPT_IO_BUFFERED, .io_uring = -1};
+    engine g;
+    memset(&g, 0, sizeof g);
+    g.catalog = c, g.o = &o;
+    g.chunk = nbytes + 2 * j.in_size < DEFAULT_CHUNK ? (size_t)(nbytes + 2 * j.in_size) : DEFAULT_CHUNK;
+    worker w;
+    memset(&w, 0, sizeof w);
+    w.g = &g;
+    ckpt_status st = alloc_worker(&w, &g, true, false, err);
+    const ckpt__piece *p0 = &j.pieces[0];
+    if (p0->record_size) /* resume a compressed tensor where an earlier read stopped */
+        w.inflater = ckpt__catalog_take_inflater(c, ckpt__catalog_source(c, p0->file), p0->record,
+                                                 p0->offset + byte_offset / j.in_size * j.in_size);
+    /* Whole units go straight to dst; the (at most two) units the range
+     * cuts are read whole into a small buffer. */
+    uint64_t unit = j.in_size, first = byte_offset / unit, head = byte_offset % unit, end = byte_offset + nbytes;
+    uint64_t mid_lo = first + (head != 0), mid_hi = end / unit;
+    if (st == CKPT_OK && head) st = read_cut_unit(&w, &j, first, head, unit - head < nbytes ? unit - head : nbytes, dst, err);
+    if (st == CKPT_OK && mid_hi > mid_lo) st = read_units(&w, &j, mid_lo, mid_hi - mid_lo, dst + (mid_lo * unit - byte_offset), err);
+    if (st == CKPT_OK && end % unit && mid_hi >= mid_lo)
+        st = read_cut_unit(&w, &j, mid_hi, 0, end % unit, dst + (mid_hi * unit - byte_offset), err);
+    ckpt__catalog_keep_inflater(c, w.inflater);
+    w.inflater = NULL;
+    free_worker(&w);
     return st;
 }
 
@@ -110,12 +782,9 @@ ckpt_status ckpt_catalog_read(const ckpt_catalog *c, const ckpt_tensor_info *t, 
                           (unsigned long long)byte_offset, (unsigned long long)byte_offset,
                           (unsigned long long)nbytes, (unsigned long long)t->nbytes);
     if (nbytes && !dst) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, t->name, -1, "no destination buffer");
-    uint32_t pieces;
-    const ckpt__piece *p = ckpt__catalog_pieces(c, index, &pieces);
-    source src = {ckpt__catalog_source(c, p->file), p};
-    if (!t->strides && !t->big_endian) st = fetch(&src, t, byte_offset, dst, nbytes, err);
-    else st = t->strides ? read_strided(&src, t, byte_offset, dst, nbytes, err)
-                         : read_swapped(&src, t, byte_offset, dst, nbytes, err);
+    if (!nbytes) return CKPT_OK;
+    /* Reads only read the catalog: its files, its mappings' lock. */
+    st = read_range((ckpt_catalog *)c, index, byte_offset, dst, nbytes, err);
     return st ? ckpt__error_in_tensor(err, st, t->name) : st;
 }
 
@@ -125,10 +794,13 @@ ckpt_status ckpt_catalog_view(ckpt_catalog *c, const ckpt_tensor_info *t, const 
     if (st) return st;
     if (!data) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, t->name, -1, "data is required");
     const char *path = ckpt_catalog_file_path(c, t->file);
-    if (t->strides || t->big_endian || t->compressed)
+    uint32_t pieces;
+    ckpt__catalog_pieces(c, index, &pieces);
+    if (t->strides || t->big_endian || t->compressed || pieces != 1)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, t->name, -1,
                           "the tensor is %s in the file: no view of it as a dense little-endian array; read it instead",
-                          t->strides ? "a strided view" : t->big_endian ? "big-endian" : "compressed");
+                          t->strides ? "a strided view" : t->big_endian ? "big-endian" : t->compressed ? "compressed"
+                                                                                         : "in several pieces");
     const void *base;
     if ((st = ckpt__catalog_map(c, t->file, &base, err))) return ckpt__error_in_tensor(err, st, t->name);
     static const char empty[1];

@@ -6,37 +6,28 @@
 #include "base/base.h"
 #include "catalog_internal.h"
 #include "formats/json.h"
+#include "engine.h"
 #include "io/file.h"
 
-enum { CHUNK = 8 << 20 };
+/* Every tensor to hash, with the digest its file records. */
+typedef struct checks {
+    ckpt__move *moves;
+    uint64_t *want;
+    size_t count, cap;
+} checks;
 
-typedef struct progress {
-    ckpt_progress_fn fn;
-    void *user;
-    uint64_t done, total;
-} progress;
-
-/* The XXH3-64 of a tensor's bytes, read in chunks. */
-static ckpt_status digest(const ckpt_catalog *cat, const ckpt_tensor_info *t, unsigned char *buf, progress *p,
-                          uint64_t *out, ckpt_error *err) {
-    XXH3_state_t *state = XXH3_createState();
-    if (!state || XXH3_64bits_reset(state) == XXH_ERROR) {
-        XXH3_freeState(state);
-        return ckpt__fail(err, CKPT_E_NO_MEMORY, NULL, t->name, -1, "out of memory");
+static bool add_check(checks *c, size_t tensor, uint64_t want) {
+    if (c->count == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        ckpt__move *m = ckpt__realloc(c->moves, cap * sizeof *m);
+        if (m) c->moves = m;
+        uint64_t *w = m ? ckpt__realloc(c->want, cap * sizeof *w) : NULL;
+        if (!w) return false;
+        c->want = w, c->cap = cap;
     }
-    ckpt_status st = CKPT_OK;
-    for (uint64_t at = 0; at < t->nbytes && st == CKPT_OK;) {
-        uint64_t len = t->nbytes - at < CHUNK ? t->nbytes - at : CHUNK;
-        st = ckpt_catalog_read(cat, t, at, buf, len, err);
-        if (st == CKPT_OK) XXH3_64bits_update(state, buf, (size_t)len);
-        at += len;
-        p->done += len;
-        if (st == CKPT_OK && p->fn && p->fn(p->done, p->total, p->user))
-            st = ckpt__fail(err, CKPT_E_CANCELLED, NULL, NULL, -1, "cancelled");
-    }
-    *out = XXH3_64bits_digest(state);
-    XXH3_freeState(state);
-    return st;
+    c->moves[c->count] = (ckpt__move){.tensor = tensor, .sink = CKPT__SINK_HASH};
+    c->want[c->count++] = want;
+    return true;
 }
 
 static bool parse_hex64(const char *s, size_t len, uint64_t *out) {
@@ -104,8 +95,7 @@ static ckpt_status verify_header(const ckpt_catalog *cat, size_t file, const cha
 }
 
 /* Checks the tensors named in one file's checksum map. */
-static ckpt_status verify_file(const ckpt_catalog *cat, size_t file, const char *map, unsigned char *buf, progress *p,
-                               size_t *checked, ckpt_error *err) {
+static ckpt_status verify_file(const ckpt_catalog *cat, size_t file, const char *map, checks *todo, ckpt_error *err) {
     const char *path = ckpt_catalog_file_path(cat, file);
     size_t len = strlen(map);
     char *text = ckpt__malloc(len + 1);
@@ -124,7 +114,7 @@ static ckpt_status verify_file(const ckpt_catalog *cat, size_t file, const char 
     size_t i = 1;
     for (uint32_t k = 0; k < doc.nodes[0].count && st == CKPT_OK; k++) {
         const ckpt__json_node *key = &doc.nodes[i], *val = &doc.nodes[key->end];
-        uint64_t want = 0, got = 0;
+        uint64_t want = 0;
         const ckpt_tensor_info *t = ckpt_catalog_find(cat, key->str);
         if (val->kind != CKPT__JSON_STRING || !parse_hex64(val->str, val->len, &want))
             st = ckpt__fail(err, CKPT_E_CHECKSUM, path, key->str, -1, "checksum is not 16 hex digits");
@@ -133,12 +123,8 @@ static ckpt_status verify_file(const ckpt_catalog *cat, size_t file, const char 
         else if (!t || t->file != file)
             st = ckpt__fail(err, CKPT_E_INDEX_MISMATCH, path, key->str, -1,
                             "the checksum map names a tensor this file does not hold");
-        else if ((st = digest(cat, t, buf, p, &got, err)) == CKPT_OK && got != want)
-            st = ckpt__fail(err, CKPT_E_CHECKSUM, path, t->name, (int64_t)t->offset,
-                            "data checksum is %016llx, the file records %016llx: the tensor's bytes changed",
-                            (unsigned long long)got, (unsigned long long)want);
-        else if (st == CKPT_OK)
-            (*checked)++;
+        else if (!add_check(todo, ckpt__catalog_index_of(cat, t), want))
+            st = ckpt__oom(err, path, NULL);
         i = val->end;
     }
     ckpt__json_free(&doc);
@@ -166,23 +152,29 @@ static ckpt_status check_key_intact(const ckpt_catalog *cat, size_t file, ckpt_e
 
 ckpt_status ckpt_verify(const ckpt_catalog *cat, ckpt_progress_fn progress_fn, void *user, size_t *checked,
                         ckpt_error *err) {
-    size_t count = 0;
     if (checked) *checked = 0;
     if (!cat) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "catalog is NULL");
-    progress p = {progress_fn, user, 0, 0};
-    for (size_t i = 0; i < ckpt_catalog_tensor_count(cat); i++) {
-        const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
-        if (ckpt_catalog_file_metadata(cat, t->file, CKPT_CHECKSUM_METADATA_KEY)) p.total += t->nbytes;
-    }
-    unsigned char *buf = ckpt__malloc(CHUNK);
-    if (!buf) return ckpt__fail(err, CKPT_E_NO_MEMORY, NULL, NULL, -1, "out of memory");
+    checks todo = {0};
     ckpt_status st = CKPT_OK;
     for (size_t f = 0; f < ckpt_catalog_file_count(cat) && st == CKPT_OK; f++) {
         const char *map = ckpt_catalog_file_metadata(cat, f, CKPT_CHECKSUM_METADATA_KEY);
-        if (map) st = verify_file(cat, f, map, buf, &p, &count, err);
+        if (map) st = verify_file(cat, f, map, &todo, err);
         else st = check_key_intact(cat, f, err);
     }
-    free(buf);
+    /* Every tensor hashed by the engine (tensors in parallel), then
+     * compared in the files' order. */
+    ckpt__engine_options o = {.io = CKPT_IO_AUTO, .progress = progress_fn, .user = user};
+    if (st == CKPT_OK) st = ckpt__engine_run((ckpt_catalog *)cat, todo.moves, todo.count, &o, NULL, err);
+    size_t count = 0;
+    for (size_t i = 0; st == CKPT_OK && i < todo.count; i++, count++) {
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, todo.moves[i].tensor);
+        if (todo.moves[i].digest != todo.want[i])
+            st = ckpt__fail(err, CKPT_E_CHECKSUM, ckpt_catalog_file_path(cat, t->file), t->name, (int64_t)t->offset,
+                            "data checksum is %016llx, the file records %016llx: the tensor's bytes changed",
+                            (unsigned long long)todo.moves[i].digest, (unsigned long long)todo.want[i]);
+    }
+    free(todo.moves);
+    free(todo.want);
     if (checked) *checked = count;
     return st;
 }

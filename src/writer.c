@@ -25,7 +25,11 @@ typedef struct wtensor {
     uint64_t written;
     XXH3_state_t *hash; /* while its bytes stream in, with checksums on */
     uint64_t digest;
+    ckpt_tensor_storage storage; /* where its bytes lie in the caller's memory (id 0: nowhere shared) */
+    size_t kept;                 /* deduplicated: the tensor written in its place; else its own index */
 } wtensor;
+
+#define REMOVED UINT32_MAX /* the file of a tensor deduplicated away */
 
 typedef struct wfile {
     char *final_path;
@@ -54,7 +58,8 @@ struct ckpt_writer {
     ckpt__pairs meta;      /* every file's __metadata__ */
     ckpt__pairs ckpt_meta; /* the checkpoint's: the single file, or the index */
     ckpt__pairs file_meta; /* what layout writes: meta, plus ckpt_meta when unsharded */
-    uint64_t total;
+    uint64_t total;       /* bytes of tensor data written */
+    uint64_t index_total; /* huggingface_hub's total_size: shared storages counted once, whole */
     size_t file_count;
     wfile *files;
     wfile index; /* sharded output with two or more shards */
@@ -68,7 +73,9 @@ struct ckpt_writer {
 };
 
 void ckpt_writer_options_init(ckpt_writer_options *o) {
+    if (!o) return;
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
 }
 
 static bool exists(const char *path) {
@@ -105,9 +112,13 @@ ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *opti
     if (out) *out = NULL;
     if (!path || !*path || !out)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "path and out are required");
+    if (options && options->size && options->size < offsetof(ckpt_writer_options, copy_partial_views))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1,
+                          "ckpt_writer_options.size is %zu: initialise the options with ckpt_writer_options_init",
+                          options->size);
     ckpt_writer *w = ckpt__calloc(1, sizeof *w);
     if (!w) return ckpt__oom(err, path, NULL);
-    if (options) w->opt = *options;
+    if (options) memcpy(&w->opt, options, options->size && options->size < sizeof *options ? options->size : sizeof *options);
     w->path = ckpt__strdup(path);
     w->prefix = ckpt__strdup(w->opt.prefix && *w->opt.prefix ? w->opt.prefix : "model");
     w->opt.prefix = NULL;
@@ -183,8 +194,9 @@ static bool rebuild_names(ckpt_writer *w, size_t want) {
     return true;
 }
 
-ckpt_status ckpt_writer_add_tensor(ckpt_writer *w, const char *name, ckpt_dtype dtype, uint32_t ndim,
-                                   const uint64_t *shape, size_t *index, ckpt_error *err) {
+ckpt_status ckpt_writer_add_tensor_shared(ckpt_writer *w, const char *name, ckpt_dtype dtype, uint32_t ndim,
+                                          const uint64_t *shape, const ckpt_tensor_storage *storage, size_t *index,
+                                          ckpt_error *err) {
     ckpt_status st = check_declaring(w, err);
     if (st) return st;
     if (!name || !*name || !valid_utf8(name) || strcmp(name, "__metadata__") == 0)
@@ -218,6 +230,14 @@ ckpt_status ckpt_writer_add_tensor(ckpt_writer *w, const char *name, ckpt_dtype 
     t->shape = ckpt__arena_alloc(&w->arena, (ndim ? ndim : 1) * sizeof(uint64_t));
     if (!t->name || !t->shape) return ckpt__oom(err, w->path, NULL);
     if (ndim) memcpy(t->shape, shape, ndim * sizeof(uint64_t));
+    if (storage && storage->id) {
+        if (storage->begin > storage->end || storage->end > storage->nbytes)
+            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, name, -1,
+                              "storage area [%llu, %llu) is not inside its %llu bytes", (unsigned long long)storage->begin,
+                              (unsigned long long)storage->end, (unsigned long long)storage->nbytes);
+        t->storage = *storage;
+    }
+    t->kept = w->count;
     t->dtype = dtype;
     t->ndim = ndim;
     t->nbytes = nbytes;
@@ -230,6 +250,129 @@ ckpt_status ckpt_writer_add_tensor(ckpt_writer *w, const char *name, ckpt_dtype 
     w->count++;
     w->total = total;
     return CKPT_OK;
+}
+
+ckpt_status ckpt_writer_add_tensor(ckpt_writer *w, const char *name, ckpt_dtype dtype, uint32_t ndim,
+                                   const uint64_t *shape, size_t *index, ckpt_error *err) {
+    return ckpt_writer_add_tensor_shared(w, name, dtype, ndim, shape, NULL, index, err);
+}
+
+/* ---- shared storages, as huggingface_hub's save_torch_state_dict ------------ */
+
+typedef struct area {
+    size_t index;
+    size_t rank; /* the first declaration of its storage */
+    uint64_t start, stop;
+    const char *name;
+} area;
+
+static int by_key(const void *a, const void *b, void *w) {
+    const wtensor *t = ((ckpt_writer *)w)->tensors;
+    size_t i = *(const size_t *)a, j = *(const size_t *)b;
+    const ckpt_tensor_storage *x = &t[i].storage, *y = &t[j].storage;
+    if (x->id != y->id) return x->id < y->id ? -1 : 1;
+    if (x->nbytes != y->nbytes) return x->nbytes < y->nbytes ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+
+static int by_area(const void *a, const void *b) {
+    const area *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    if (x->stop != y->stop) return x->stop < y->stop ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp((*(const area *const *)a)->name, (*(const area *const *)b)->name);
+}
+
+/* rank[i]: the index of the first tensor declared on i's storage (the
+ * hub keys storages by address and size), or i itself. */
+static ckpt_status storage_ranks(ckpt_writer *w, size_t *rank, bool packing, ckpt_error *err) {
+    size_t *order = ckpt__malloc((w->count ? w->count : 1) * sizeof *order), n = 0;
+    if (!order) return ckpt__oom(err, w->path, NULL);
+    for (size_t i = 0; i < w->count; i++) {
+        rank[i] = i;
+        const wtensor *t = &w->tensors[i];
+        /* Packing sees the tensors made contiguous: a view that is not has
+         * a storage of its own by then. */
+        if (t->storage.id && t->storage.nbytes && t->file != REMOVED && (!packing || t->storage.contiguous))
+            order[n++] = i;
+    }
+    qsort_r(order, n, sizeof *order, by_key, w);
+    for (size_t k = 1; k < n; k++) {
+        const ckpt_tensor_storage *a = &w->tensors[order[k]].storage, *b = &w->tensors[order[k - 1]].storage;
+        if (a->id == b->id && a->nbytes == b->nbytes) rank[order[k]] = rank[order[k - 1]];
+    }
+    free(order);
+    return CKPT_OK;
+}
+
+/* Drops tensors whose bytes another tensor holds, as
+ * _remove_duplicate_names does: on one storage, runs of overlapping areas
+ * (each starting before the previous one's end) keep the first complete
+ * tensor by name; the others are recorded as `removed → kept` in the
+ * checkpoint's metadata (unless the caller set that key). */
+static ckpt_status dedup(ckpt_writer *w, ckpt_error *err) {
+    size_t n = w->count, count = 0;
+    area *areas = ckpt__malloc((n ? n : 1) * sizeof *areas);
+    area **group = ckpt__malloc((n ? n : 1) * sizeof *group);
+    size_t *rank = ckpt__malloc((n ? n : 1) * sizeof *rank);
+    ckpt_status st = !areas || !group || !rank ? ckpt__oom(err, w->path, NULL) : storage_ranks(w, rank, false, err);
+    for (size_t i = 0; st == CKPT_OK && i < n; i++) {
+        const wtensor *t = &w->tensors[i];
+        if (!t->storage.id || !t->storage.nbytes) continue;
+        areas[count++] = (area){i, rank[i], t->storage.begin, t->storage.end, t->name};
+    }
+    if (st == CKPT_OK) qsort(areas, count, sizeof *areas, by_area);
+    for (size_t i = 0; st == CKPT_OK && i < count;) {
+        size_t j = i + 1;
+        while (j < count && areas[j].rank == areas[i].rank && areas[j].start < areas[j - 1].stop) j++;
+        if (j - i >= 2) {
+            const area *keep = NULL;
+            for (size_t k = i; k < j; k++) {
+                const wtensor *t = &w->tensors[areas[k].index];
+                bool complete = t->storage.begin == 0 && t->nbytes == t->storage.nbytes;
+                if (complete && (!keep || strcmp(areas[k].name, keep->name) < 0)) keep = &areas[k];
+            }
+            if (!keep && !w->opt.copy_partial_views) {
+                ckpt__buf names = {0};
+                for (size_t k = i; k < j; k++) {
+                    ckpt__buf_puts(&names, k > i ? ", " : "");
+                    ckpt__buf_puts(&names, areas[k].name);
+                }
+                st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, areas[i].name, -1,
+                                "tensors %s share memory and none covers the whole storage; refusing to save them "
+                                "(as huggingface_hub does: it would store more than the tensors hold; save copies, "
+                                "or see https://huggingface.co/docs/safetensors/torch_shared_tensors)",
+                                names.data ? names.data : "");
+                free(names.data);
+            }
+            size_t members = 0;
+            for (size_t k = i; keep && k < j; k++) group[members++] = &areas[k];
+            qsort(group, members, sizeof *group, by_name);
+            for (size_t k = 0; st == CKPT_OK && k < members; k++) {
+                if (group[k] == keep) continue;
+                wtensor *t = &w->tensors[group[k]->index];
+                t->file = REMOVED;
+                t->kept = keep->index;
+                w->total -= t->nbytes;
+                if (!ckpt__pairs_get(&w->ckpt_meta, t->name) && !ckpt__pairs_push(&w->ckpt_meta, t->name, keep->name))
+                    st = ckpt__oom(err, w->path, NULL);
+            }
+        }
+        i = j;
+    }
+    free(areas);
+    free(group);
+    free(rank);
+    return st;
+}
+
+const char *ckpt_writer_tensor_kept(const ckpt_writer *w, size_t index) {
+    if (!w || index >= w->count || w->tensors[index].file != REMOVED) return NULL;
+    return w->tensors[w->tensors[index].kept].name;
 }
 
 /* The checksum map of a file's tensors (declaration order), as JSON text:
@@ -331,22 +474,37 @@ static ckpt_status layout_file(ckpt_writer *w, uint32_t file, ckpt__buf *header,
     return st;
 }
 
+/* Shards as split_torch_state_dict_into_shards makes them: tensors in
+ * declaration order, each storage counted once and whole; a tensor on a
+ * storage already seen joins that tensor's shard. */
 static ckpt_status plan_files(ckpt_writer *w, ckpt_error *err) {
-    size_t shards = 1;
-    if (w->opt.max_shard_size && w->count) {
-        uint64_t *sizes = ckpt__malloc(w->count * sizeof *sizes);
-        uint32_t *shard_of = ckpt__malloc(w->count * sizeof *shard_of);
-        if (!sizes || !shard_of) {
-            free(sizes);
-            free(shard_of);
-            return ckpt__oom(err, w->path, NULL);
-        }
-        for (size_t i = 0; i < w->count; i++) sizes[i] = w->tensors[i].nbytes;
-        shards = ckpt__shards_pack(sizes, w->count, w->opt.max_shard_size, shard_of);
-        for (size_t i = 0; i < w->count; i++) w->tensors[i].file = shard_of[i];
-        free(sizes);
-        free(shard_of);
+    size_t shards = 1, n = w->count;
+    uint64_t *sizes = ckpt__malloc((n ? n : 1) * sizeof *sizes);
+    uint32_t *shard_of = ckpt__malloc((n ? n : 1) * sizeof *shard_of);
+    size_t *rank = ckpt__malloc((n ? n : 1) * sizeof *rank), *leaders = ckpt__malloc((n ? n : 1) * sizeof *leaders);
+    ckpt_status st = !sizes || !shard_of || !rank || !leaders ? ckpt__oom(err, w->path, NULL) : storage_ranks(w, rank, true, err);
+    size_t count = 0;
+    w->index_total = 0;
+    for (size_t i = 0; st == CKPT_OK && i < n; i++) {
+        const wtensor *t = &w->tensors[i];
+        if (t->file == REMOVED || rank[i] != i) continue;
+        leaders[count] = i;
+        sizes[count++] = t->storage.id && t->storage.contiguous ? t->storage.nbytes : t->nbytes;
+        w->index_total += sizes[count - 1];
     }
+    if (st == CKPT_OK && w->opt.max_shard_size && count) {
+        shards = ckpt__shards_pack(sizes, count, w->opt.max_shard_size, shard_of);
+        for (size_t k = 0; k < count; k++) w->tensors[leaders[k]].file = shard_of[k];
+    } else {
+        for (size_t k = 0; k < count; k++) w->tensors[leaders[k]].file = 0;
+    }
+    for (size_t i = 0; st == CKPT_OK && i < n; i++)
+        if (w->tensors[i].file != REMOVED && rank[i] != i) w->tensors[i].file = w->tensors[rank[i]].file;
+    free(sizes);
+    free(shard_of);
+    free(rank);
+    free(leaders);
+    if (st) return st;
     w->files = ckpt__calloc(shards, sizeof *w->files);
     if (!w->files) return ckpt__oom(err, w->path, NULL);
     w->file_count = shards;
@@ -363,10 +521,10 @@ static ckpt_status plan_files(ckpt_writer *w, ckpt_error *err) {
         w->files[f].existed = exists(w->files[f].final_path);
     }
     if (shards > 1) {
-        size_t n = strlen(w->prefix) + sizeof ".safetensors.index.json";
-        char *name = ckpt__malloc(n);
+        size_t len = strlen(w->prefix) + sizeof ".safetensors.index.json";
+        char *name = ckpt__malloc(len);
         if (!name) return ckpt__oom(err, w->path, NULL);
-        snprintf(name, n, "%s.safetensors.index.json", w->prefix);
+        snprintf(name, len, "%s.safetensors.index.json", w->prefix);
         w->index.final_path = ckpt__path_join(w->path, name);
         free(name);
         if (!w->index.final_path) return ckpt__oom(err, w->path, NULL);
@@ -436,7 +594,8 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
         if (parent) ckpt__remove_stale_temps(parent);
         free(parent);
     }
-    st = plan_files(w, err);
+    st = dedup(w, err);
+    if (st == CKPT_OK) st = plan_files(w, err);
     /* The per-file entries, then (one file only) the checkpoint's own. */
     for (size_t i = 0; st == CKPT_OK && i < w->meta.count; i++)
         if (!ckpt__pairs_push(&w->file_meta, w->meta.keys[i], w->meta.values[i])) st = ckpt__oom(err, w->path, NULL);
@@ -463,11 +622,12 @@ const char *ckpt_writer_file_path(const ckpt_writer *w, size_t i) {
     return w && i < w->file_count ? w->files[i].final_path : NULL;
 }
 size_t ckpt_writer_tensor_file(const ckpt_writer *w, size_t index) {
-    return w && index < w->count ? w->tensors[index].file : 0;
+    if (!w || index >= w->count) return 0;
+    return w->tensors[index].file == REMOVED ? SIZE_MAX : w->tensors[index].file;
 }
 uint64_t ckpt_writer_total_bytes(const ckpt_writer *w) { return w ? w->total : 0; }
 
-static ckpt_status check_append(ckpt_writer *w, size_t index, uint64_t n, ckpt_error *err) {
+static ckpt_status check_append(ckpt_writer *w, size_t index, uint64_t at, uint64_t n, ckpt_error *err) {
     if (!w) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "writer is NULL");
     if (w->state != WRITING)
         return ckpt__fail(err, CKPT_E_BAD_STATE, w->path, NULL, -1,
@@ -476,28 +636,44 @@ static ckpt_status check_append(ckpt_writer *w, size_t index, uint64_t n, ckpt_e
     if (index >= w->count)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "no tensor with writer index %zu", index);
     wtensor *t = &w->tensors[index];
-    if (n > t->nbytes - t->written)
-        return ckpt__fail(err, CKPT_E_OUT_OF_RANGE, w->files[t->file].final_path, t->name, -1,
-                          "%llu more bytes would exceed the declared %llu (already written: %llu)",
-                          (unsigned long long)n, (unsigned long long)t->nbytes, (unsigned long long)t->written);
+    if (at > t->nbytes || n > t->nbytes - at)
+        return ckpt__fail(err, CKPT_E_OUT_OF_RANGE, t->file == REMOVED ? w->path : w->files[t->file].final_path,
+                          t->name, -1, "bytes [%llu, %llu) are outside the declared %llu", (unsigned long long)at,
+                          (unsigned long long)(at + n), (unsigned long long)t->nbytes);
     return CKPT_OK;
 }
 
-ckpt_status ckpt_writer_write(ckpt_writer *w, size_t index, const void *data, size_t nbytes, ckpt_error *err) {
-    ckpt_status st = check_append(w, index, nbytes, err);
+/* Bytes for a tensor deduplicated away: accepted and dropped, so that
+ * callers may stream every tensor they declared. */
+static bool dropped(const ckpt_writer *w, size_t index) { return w->tensors[index].file == REMOVED; }
+
+/* Tensor bytes [at, at + n) from `data`, at their place in the file.
+ * Threads may write different ranges at once; with checksums a tensor's
+ * bytes must come in order (the hash streams). */
+ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const void *data, size_t nbytes,
+                                ckpt_error *err) {
+    ckpt_status st = check_append(w, index, at, nbytes, err);
     if (st) return st;
     if (nbytes && !data) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "data is NULL");
     wtensor *t = &w->tensors[index];
+    if (dropped(w, index)) {
+        __atomic_add_fetch(&t->written, nbytes, __ATOMIC_ACQ_REL);
+        return CKPT_OK;
+    }
     wfile *f = &w->files[t->file];
-    st = ckpt__pwrite_full(f->fd, data, nbytes, t->offset + t->written, f->tmp_path, err);
-    if (st) return st;
+    if (w->opt.checksums && at != __atomic_load_n(&t->written, __ATOMIC_ACQUIRE))
+        return ckpt__fail(err, CKPT_E_BAD_STATE, f->final_path, t->name, -1,
+                          "with checksums a tensor's bytes must arrive in order (byte %llu came after %llu)",
+                          (unsigned long long)at, (unsigned long long)t->written);
+    st = ckpt__pwrite_full(f->fd, data, nbytes, t->offset + at, f->tmp_path, err);
+    if (st) return ckpt__error_in_tensor(err, st, t->name);
     if (w->opt.checksums) {
         if (!t->hash && (!(t->hash = XXH3_createState()) || XXH3_64bits_reset(t->hash) == XXH_ERROR))
             return ckpt__oom(err, w->path, NULL);
         XXH3_64bits_update(t->hash, data, nbytes);
     }
-    t->written += nbytes;
-    if (t->hash && t->written == t->nbytes) {
+    uint64_t written = __atomic_add_fetch(&t->written, nbytes, __ATOMIC_ACQ_REL);
+    if (t->hash && written == t->nbytes) {
         t->digest = XXH3_64bits_digest(t->hash);
         XXH3_freeState(t->hash);
         t->hash = NULL;
@@ -505,37 +681,28 @@ ckpt_status ckpt_writer_write(ckpt_writer *w, size_t index, const void *data, si
     return CKPT_OK;
 }
 
-/* Bytes that must pass through here (to be hashed, or from a source the
- * kernel cannot copy from): a bounded buffer. */
-static ckpt_status copy_through(ckpt_writer *w, size_t index, ckpt__source *src, uint64_t src_offset, uint64_t n,
-                                ckpt__copy_tick tick, void *user, ckpt_error *err) {
-    enum { CHUNK = 8 << 20 };
-    size_t cap = n < CHUNK ? (size_t)n : CHUNK;
-    unsigned char *buf = ckpt__malloc(cap ? cap : 1);
-    if (!buf) return ckpt__oom(err, w->path, NULL);
-    ckpt_status st = CKPT_OK;
-    for (uint64_t done = 0; done < n && st == CKPT_OK;) {
-        size_t len = n - done < cap ? (size_t)(n - done) : cap;
-        st = ckpt__source_read(src, buf, len, src_offset + done, err);
-        if (st == CKPT_OK) st = ckpt_writer_write(w, index, buf, len, err);
-        done += len;
-        if (st == CKPT_OK && tick && tick(done, user))
-            st = ckpt__fail(err, CKPT_E_CANCELLED, w->path, NULL, -1, "cancelled");
-    }
-    free(buf);
-    return st;
+ckpt_status ckpt_writer_write(ckpt_writer *w, size_t index, const void *data, size_t nbytes, ckpt_error *err) {
+    if (!w || index >= w->count) return check_append(w, index, 0, nbytes, err);
+    return ckpt__writer_pwrite(w, index, w->tensors[index].written, data, nbytes, err);
 }
 
-ckpt_status ckpt__writer_copy(ckpt_writer *w, size_t index, ckpt__source *src, uint64_t src_offset, uint64_t n,
-                              ckpt__copy_tick tick, void *user, ckpt_error *err) {
-    ckpt_status st = check_append(w, index, n, err);
+/* Tensor bytes [at, at + n) copied by the kernel from a local source. */
+ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__source *src, uint64_t src_offset,
+                               uint64_t n, ckpt_error *err) {
+    ckpt_status st = check_append(w, index, at, n, err);
     if (st) return st;
     wtensor *t = &w->tensors[index];
+    if (dropped(w, index)) {
+        __atomic_add_fetch(&t->written, n, __ATOMIC_ACQ_REL);
+        return CKPT_OK;
+    }
     wfile *f = &w->files[t->file];
-    if (w->opt.checksums || src->fd < 0) return copy_through(w, index, src, src_offset, n, tick, user, err);
-    st = ckpt__copy_range(src->fd, src_offset, src->name, f->fd, t->offset + t->written, f->tmp_path, n, tick, user, err);
-    if (st) return st;
-    t->written += n;
+    if (w->opt.checksums || src->fd < 0)
+        return ckpt__fail(err, CKPT_E_BAD_STATE, f->final_path, t->name, -1,
+                          "a kernel copy needs a local source and no checksums");
+    st = ckpt__copy_range(src->fd, src_offset, src->name, f->fd, t->offset + at, f->tmp_path, n, NULL, NULL, err);
+    if (st) return ckpt__error_in_tensor(err, st, t->name);
+    __atomic_add_fetch(&t->written, n, __ATOMIC_ACQ_REL);
     return CKPT_OK;
 }
 
@@ -549,27 +716,47 @@ static ckpt_status finish_file(ckpt_writer *w, wfile *f, ckpt_error *err) {
     return CKPT_OK;
 }
 
+static int by_rank(const void *a, const void *b, void *rank) {
+    size_t i = *(const size_t *)a, j = *(const size_t *)b, ri = ((size_t *)rank)[i], rj = ((size_t *)rank)[j];
+    if (ri != rj) return ri < rj ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+
 static ckpt_status write_index(ckpt_writer *w, ckpt_error *err) {
     const char **names = ckpt__malloc((w->count + 1) * sizeof *names);
     const char **files = ckpt__malloc((w->count + 1) * sizeof *files);
     ckpt_status st = CKPT_OK;
     if (!names || !files) st = ckpt__oom(err, w->index.final_path, NULL);
-    /* huggingface_hub lists the weight map shard by shard, each shard's
-     * tensors in declaration order: a counting sort by shard. */
-    size_t *start = st == CKPT_OK ? ckpt__calloc(w->file_count + 1, sizeof *start) : NULL;
-    if (st == CKPT_OK && !start) st = ckpt__oom(err, w->index.final_path, NULL);
-    for (size_t i = 0; st == CKPT_OK && i < w->count; i++) start[w->tensors[i].file + 1]++;
-    for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) start[f + 1] += start[f];
-    for (size_t i = 0; st == CKPT_OK && i < w->count; i++) {
-        size_t at = start[w->tensors[i].file]++;
-        names[at] = w->tensors[i].name;
-        files[at] = ckpt__path_basename(w->files[w->tensors[i].file].final_path);
+    /* huggingface_hub lists the weight map shard by shard: each shard's
+     * tensors in declaration order, then the tensors that joined it for
+     * sharing a storage with one of them, storage by storage. */
+    size_t *order = st == CKPT_OK ? ckpt__malloc((w->count + 1) * sizeof *order) : NULL;
+    size_t *rank = st == CKPT_OK ? ckpt__malloc((w->count + 1) * sizeof *rank) : NULL;
+    if (st == CKPT_OK && (!order || !rank)) st = ckpt__oom(err, w->index.final_path, NULL);
+    if (st == CKPT_OK) st = storage_ranks(w, rank, true, err);
+    size_t listed = 0, followers = 0;
+    for (size_t i = 0; st == CKPT_OK && i < w->count; i++) /* by storage, then declaration: rank[i] ≤ i */
+        if (w->tensors[i].file != REMOVED && rank[i] != i) order[followers++] = i;
+    if (st == CKPT_OK) qsort_r(order, followers, sizeof *order, by_rank, rank);
+    size_t *list = st == CKPT_OK ? ckpt__malloc((w->count + 1) * sizeof *list) : NULL;
+    if (st == CKPT_OK && !list) st = ckpt__oom(err, w->index.final_path, NULL);
+    for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) {
+        for (size_t i = 0; i < w->count; i++)
+            if (w->tensors[i].file == f && rank[i] == i) list[listed++] = i;
+        for (size_t k = 0; k < followers; k++)
+            if (w->tensors[order[k]].file == f) list[listed++] = order[k];
     }
-    free(start);
+    for (size_t k = 0; st == CKPT_OK && k < listed; k++) {
+        names[k] = w->tensors[list[k]].name;
+        files[k] = ckpt__path_basename(w->files[w->tensors[list[k]].file].final_path);
+    }
+    free(list);
+    free(order);
+    free(rank);
     ckpt__buf text = {0};
     if (st == CKPT_OK) {
-        ckpt__index_render(&text, w->total, w->ckpt_meta.keys, w->ckpt_meta.values, w->ckpt_meta.count, names, files,
-                           w->count);
+        ckpt__index_render(&text, w->index_total, w->ckpt_meta.keys, w->ckpt_meta.values, w->ckpt_meta.count, names,
+                           files, listed);
         if (text.failed) st = ckpt__oom(err, w->index.final_path, NULL);
     }
     if (st == CKPT_OK) st = w->stage ? stage_create(w, &w->index, err)
@@ -602,7 +789,7 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
         return ckpt__fail(err, CKPT_E_BAD_STATE, w->path, NULL, -1, "commit needs a begun, uncommitted writer");
     for (size_t i = 0; i < w->count; i++) {
         wtensor *t = &w->tensors[i];
-        if (t->written != t->nbytes) {
+        if (t->written != t->nbytes && t->file != REMOVED) {
             w->state = FAILED;
             return ckpt__fail(err, CKPT_E_BAD_STATE, w->files[t->file].final_path, t->name, -1,
                               "only %llu of its %llu bytes were written", (unsigned long long)t->written,

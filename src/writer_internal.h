@@ -1,5 +1,5 @@
 /* writer_internal.h — what the conversions (convert.c, load.c) may do with a
- * writer beyond the public API: kernel copies, and the source's metadata. */
+ * writer beyond the public API: positional writes and kernel copies. */
 #ifndef CKPT_WRITER_INTERNAL_H
 #define CKPT_WRITER_INTERNAL_H
 
@@ -7,14 +7,15 @@
 #include "io/file.h"
 #include "io/source.h"
 
-/* Appends `n` bytes to tensor `index`, copied from `src` at `src_offset`
- * (by the kernel when the source is a local file). */
-CKPT__HIDDEN ckpt_status ckpt__writer_copy(ckpt_writer *w, size_t index, ckpt__source *src, uint64_t src_offset,
-                                           uint64_t n, ckpt__copy_tick tick, void *user, ckpt_error *err);
+/* Tensor bytes [at, at + n) at their place in the output file.  Threads
+ * may write different ranges at once; with checksums a tensor's bytes must
+ * arrive in order. */
+CKPT__HIDDEN ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const void *data, size_t n,
+                                             ckpt_error *err);
 
-/* What every conversion writes besides tensors: the source's metadata
- * ("format": "pt" for torch sources) and a torch source's object tree
- * (convert.c). */
-CKPT__HIDDEN ckpt_status ckpt__copy_source_metadata(const ckpt_catalog *src, ckpt_writer *w, ckpt_error *err);
+/* Tensor bytes [at, at + n) copied by the kernel from a local source (no
+ * checksums). */
+CKPT__HIDDEN ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__source *src,
+                                            uint64_t src_offset, uint64_t n, ckpt_error *err);
 
 #endif

@@ -29,8 +29,9 @@ class TensorInfo(ctypes.Structure):
 
 
 class WriterOptions(ctypes.Structure):
-    _fields_ = [("max_shard_size", ctypes.c_uint64), ("prefix", ctypes.c_char_p),
-                ("overwrite", ctypes.c_int), ("no_sync", ctypes.c_int), ("checksums", ctypes.c_int)]
+    _fields_ = [("size", ctypes.c_size_t), ("max_shard_size", ctypes.c_uint64), ("prefix", ctypes.c_char_p),
+                ("overwrite", ctypes.c_int), ("no_sync", ctypes.c_int), ("checksums", ctypes.c_int),
+                ("copy_partial_views", ctypes.c_int)]
 
 
 class PlanItem(ctypes.Structure):
@@ -45,7 +46,7 @@ PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, c
 
 
 class LoadOptions(ctypes.Structure):
-    _fields_ = [("threads", ctypes.c_uint), ("chunk_bytes", ctypes.c_uint64), ("io", ctypes.c_int),
+    _fields_ = [("size", ctypes.c_size_t), ("threads", ctypes.c_uint), ("chunk_bytes", ctypes.c_uint64), ("io", ctypes.c_int),
                 ("io_uring", ctypes.c_int), ("views", ctypes.c_int), ("progress", PROGRESS_FN),
                 ("user", ctypes.c_void_p)]
 

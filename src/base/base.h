@@ -63,18 +63,6 @@ CKPT__HIDDEN ckpt_status ckpt__dtype_nbytes(ckpt_dtype dtype, uint64_t numel, ui
 /* Product of a shape; false on overflow. */
 CKPT__HIDDEN bool ckpt__shape_numel(uint32_t ndim, const uint64_t *shape, uint64_t *numel);
 
-/* Reverses the bytes of each `unit`-byte element of p[0, n) (big-endian
- * data to little-endian); units of 0 or 1 byte are left as they are. */
-static inline void ckpt__swap_units(unsigned char *p, uint64_t n, unsigned unit) {
-    if (unit < 2) return;
-    for (uint64_t i = 0; i + unit <= n; i += unit)
-        for (unsigned a = 0, z = unit - 1; a < z; a++, z--) {
-            unsigned char t = p[i + a];
-            p[i + a] = p[i + z];
-            p[i + z] = t;
-        }
-}
-
 /* ---- text ---------------------------------------------------------------- */
 
 /* Offset of the first byte that is not valid UTF-8 (overlong forms,

@@ -16,7 +16,7 @@
 
 enum {
     MAX_DEPTH = 500,          /* nesting of the object tree */
-    MAX_VISITS = 50000000,    /* node visits while walking (a shared DAG can fan out) */
+    MAX_VISITS = 10000000,    /* node visits while walking (a shared DAG can fan out; real trees: ~1e5) */
 };
 #define MAX_PICKLE_BYTES (1ULL << 30) /* real pickles are megabytes at most */
 

@@ -64,13 +64,4 @@ CKPT__HIDDEN const ckpt__zip_entry *ckpt__zip_find_in_folder(const ckpt__zip *zi
 CKPT__HIDDEN ckpt_status ckpt__zip_read_entry(ckpt__source *src, const ckpt__zip_entry *entry, uint64_t limit,
                                               char **data, ckpt_error *err);
 
-/*
- * Inflates a DEFLATE record whose compressed data is `comp_size` bytes at
- * `data_offset`, discarding the first `skip` output bytes and writing the
- * next `n` to `out`.  Memory: two 1 MiB buffers, whatever the sizes.
- */
-CKPT__HIDDEN ckpt_status ckpt__zip_inflate_range(ckpt__source *src, uint64_t data_offset, uint64_t comp_size,
-                                                 const char *name, uint64_t skip, void *out, uint64_t n,
-                                                 ckpt_error *err);
-
 #endif

@@ -50,6 +50,7 @@ static ckpt_status finish_pread(ckpt__reader *r, const ckpt__read_req *q, uint64
         if (st == CKPT_OK) r->bytes += n;
         return st;
     }
+    uint64_t before = done;
     while (done < q->len) {
         ssize_t got = ckpt__io_pread(q->fd, dst + done, (size_t)(q->len - done), (off_t)(q->offset + done));
         r->reads++;
@@ -62,6 +63,7 @@ static ckpt_status finish_pread(ckpt__reader *r, const ckpt__read_req *q, uint64
         done += (uint64_t)got;
         r->bytes += (uint64_t)got;
     }
+    ckpt__source_count(q->src, done - before);
     if (done < q->need)
         return ckpt__fail(err, CKPT_E_TRUNCATED, q->src->name, q->tensor, (int64_t)(q->offset + done),
                           "the file ends at byte %llu, inside data that runs to byte %llu",
@@ -105,6 +107,7 @@ static ckpt_status run_uring(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ck
             }
             uint64_t got = res > 0 ? (uint64_t)res : 0;
             r->bytes += got;
+            ckpt__source_count(q->src, got);
             if (got < q->len && (got < q->need || res <= 0)) st = finish_pread(r, q, got, err); /* short: rare */
             if (st == CKPT_OK && done) done(q, user);
         }
@@ -124,7 +127,10 @@ static ckpt_status run_sources(ckpt__reader *r, ckpt__read_req *reqs, size_t n, 
         ckpt_status st = CKPT_OK;
         if (src->ops->read_many && j - i > 1) {
             st = src->ops->read_many(src, reqs + i, j - i, err);
-            for (size_t k = i; k < j && st == CKPT_OK; k++) r->reads++, r->bytes += reqs[k].len;
+            for (size_t k = i; k < j && st == CKPT_OK; k++) {
+                r->reads++, r->bytes += reqs[k].len;
+                ckpt__source_count(src, reqs[k].len);
+            }
         } else {
             for (size_t k = i; k < j && st == CKPT_OK; k++) st = finish_pread(r, &reqs[k], 0, err);
         }

@@ -63,7 +63,13 @@ struct ckpt__source {
     int fd;         /* -1 unless caps has CKPT__SRC_FD */
     unsigned caps;
     void *impl;     /* the kind's own state */
+    uint64_t bytes_read; /* bytes read from it so far, by every path (atomic) */
 };
+
+/* Counts bytes read from a source (whichever path read them). */
+static inline void ckpt__source_count(ckpt__source *src, uint64_t n) {
+    __atomic_add_fetch(&src->bytes_read, n, __ATOMIC_RELAXED);
+}
 
 /* What opening a source may be told (filled by the catalog's options). */
 typedef struct ckpt__source_options {
@@ -105,7 +111,10 @@ CKPT__HIDDEN void ckpt__source_close(ckpt__source *src);
 /* Reads exactly `n` bytes at `offset` (see ckpt__source_ops.read). */
 static inline ckpt_status ckpt__source_read(ckpt__source *src, void *dst, uint64_t n, uint64_t offset,
                                             ckpt_error *err) {
-    return n ? src->ops->read(src, dst, n, offset, err) : CKPT_OK;
+    if (!n) return CKPT_OK;
+    ckpt_status st = src->ops->read(src, dst, n, offset, err);
+    if (st == CKPT_OK) ckpt__source_count(src, n);
+    return st;
 }
 
 /* Reads a whole (small) source into a malloc'ed, NUL-terminated buffer;

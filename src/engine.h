@@ -1,0 +1,58 @@
+/*
+ * engine.h — the one engine every byte goes through (engine.c).
+ *
+ * A *move* is one tensor's journey: a slice of a catalog tensor (in its
+ * axes), an axis order and a dtype for the output, and a sink —
+ *   MEMORY  a dense row-major buffer (loads, ckpt_catalog_read);
+ *   WRITER  a tensor of a ckpt_writer, written at computed offsets
+ *           (conversions), by the kernel where no byte changes;
+ *   HASH    an XXH3-64 of the output bytes (verify).
+ * The engine cuts every move into boxes of at most a chunk, runs them on a
+ * pool of threads (the caller is one of them), reads each box from the
+ * tensor's pieces in runs (src/transform/layout.h) through batched reads
+ * (io_uring, O_DIRECT, or the source's own reads), straight into place
+ * when no byte changes and through one bounce buffer per thread when they
+ * do (swap, cast, permute, inflate).  Memory beyond the destinations is
+ * that ring, whatever the tensors' sizes.
+ */
+#ifndef CKPT_ENGINE_H
+#define CKPT_ENGINE_H
+
+#include "catalog_internal.h"
+
+typedef enum ckpt__sink { CKPT__SINK_MEMORY, CKPT__SINK_WRITER, CKPT__SINK_HASH } ckpt__sink;
+
+typedef struct ckpt__move {
+    size_t tensor;                 /* the catalog's index of the source tensor */
+    const uint64_t *start;         /* the slice, per source axis; NULL: the whole tensor */
+    const uint64_t *count;
+    const uint32_t *perm;          /* output axis i is source axis perm[i]; NULL: the source's order */
+    ckpt_dtype dtype;              /* the output's; CKPT_DTYPE_INVALID: the source's */
+    const char *name;              /* the output's name, for errors; NULL: the source's */
+    ckpt__sink sink;
+    void *dst;                     /* MEMORY: the output, dense row-major, any alignment */
+    size_t writer_index;           /* WRITER: the tensor's index in the writer */
+    uint64_t digest;               /* HASH: set by the run */
+} ckpt__move;
+
+typedef struct ckpt__engine_options {
+    unsigned threads;        /* 0: as ckpt_load_options.threads documents */
+    uint64_t chunk_bytes;    /* 0: the default, within the ring budget */
+    ckpt_io_mode io;
+    int io_uring;            /* -1: never */
+    ckpt_progress_fn progress;
+    void *user;
+    ckpt_writer *writer;     /* for WRITER sinks */
+    bool ordered;            /* WRITER: each tensor's bytes must arrive in order (checksums) */
+} ckpt__engine_options;
+
+/* Runs every move; the first failure stops the rest and is returned (a
+ * failed move's destination holds partial data).  `stats` may be NULL. */
+CKPT__HIDDEN ckpt_status ckpt__engine_run(ckpt_catalog *catalog, ckpt__move *moves, size_t count,
+                                          const ckpt__engine_options *options, ckpt_load_stats *stats,
+                                          ckpt_error *err);
+
+/* Output bytes of a move (its slice's elements in its dtype). */
+CKPT__HIDDEN uint64_t ckpt__move_nbytes(const ckpt_catalog *catalog, const ckpt__move *move);
+
+#endif
