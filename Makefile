@@ -19,6 +19,7 @@ DEB_PACKAGES := cmake gcc make pkg-config libcmocka-dev zlib1g-dev libxxhash-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps venv python-package build build-asan build-tsan test test-unit test-asan test-tsan test-python demo bench fuzz install clean
+.PHONY: bindings-deps test-bindings test-rust test-elixir
 
 all: build
 
@@ -70,7 +71,42 @@ test-python: build venv python-package
 	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so \
 	  $(PY) -m pytest -q tests/interop tests/cli tests/python
 
-test: test-unit test-asan test-tsan test-python
+test: test-unit test-asan test-tsan test-python test-bindings
+
+# Bindings (bindings/rust, bindings/elixir), built and tested offline with
+# the system's toolchains: cargo from PATH, else Debian's (rustc/cargo 1.63);
+# Elixir and erl_nif.h from Debian's elixir + erlang-dev.  Installed only
+# when missing; a binding whose toolchain cannot be installed is skipped
+# with a SKIP line.  CARGO=/usr/bin/cargo pins Debian's (rustc and rustdoc
+# are then taken from cargo's own directory).
+CARGO ?= cargo
+BINDINGS_ENV = CKPT_LIB_DIR=$(CURDIR)/$(BUILD) CKPT_TEST_PYTHON=$(CURDIR)/$(PY)
+ERL_NIF_H = $$(erl -noshell -eval 'io:format("~s/erts-~s/include/erl_nif.h", [code:root_dir(), erlang:system_info(version)]), halt().' 2>/dev/null)
+
+bindings-deps:
+	@want=""; command -v $(CARGO) >/dev/null 2>&1 || want="$$want cargo"; \
+	command -v mix >/dev/null 2>&1 || want="$$want elixir erlang-dev"; \
+	if command -v erl >/dev/null 2>&1 && [ ! -f "$(ERL_NIF_H)" ]; then want="$$want erlang-dev"; fi; \
+	if [ -n "$$want" ]; then \
+	  echo "installing Debian packages for the bindings:$$want"; \
+	  { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$want; } || \
+	    echo "could not install$$want"; \
+	fi
+
+test-bindings: test-rust test-elixir
+
+test-rust: build venv python-package bindings-deps
+	@if ! command -v $(CARGO) >/dev/null 2>&1; then \
+	  echo "SKIP test-rust: no cargo on PATH and Debian's cargo could not be installed"; exit 0; fi; \
+	rm -rf bindings/rust/target/tmp; export PATH="$$(dirname "$$(command -v $(CARGO))"):$$PATH"; \
+	echo "$(CARGO) test --offline (bindings/rust, $$($(CARGO) --version), $$(rustc --version))"; \
+	$(BINDINGS_ENV) $(CARGO) test --offline --manifest-path bindings/rust/Cargo.toml --workspace
+
+test-elixir: build venv python-package bindings-deps
+	@if ! command -v mix >/dev/null 2>&1 || [ ! -f "$(ERL_NIF_H)" ]; then \
+	  echo "SKIP test-elixir: Elixir (mix) or erl_nif.h missing and Debian's elixir/erlang-dev could not be installed"; exit 0; fi; \
+	cd bindings/elixir && rm -rf tmp && echo "mix test (bindings/elixir, $$(elixir --short-version 2>/dev/null))" && \
+	$(BINDINGS_ENV) MIX_ENV=test mix test
 
 demo: build venv
 	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt PY=$(PY) bash scripts/demo.sh
@@ -99,3 +135,4 @@ install: build
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) build-wheel
+	rm -rf bindings/rust/target bindings/elixir/_build bindings/elixir/priv bindings/elixir/tmp

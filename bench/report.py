@@ -170,6 +170,87 @@ def python_chart(doc):
     plt.close(fig)
 
 
+def bindings_tables(doc):
+    """The Rust and Elixir bindings (bench/bindings_suite.py)."""
+    lines = []
+    mib = 2**20
+    rust = doc.get("rust")
+    if rust:
+        lines.append(f"**Rust binding: import a torchvision-shaped ResNet-152 torch file "
+                     f"({rust['file_bytes'] / mib:,.0f} MiB, {rust['parameters'] / 1e6:.1f}M f32 parameters in "
+                     f"{rust['tensors']} tensors) into typed `Vec`s** (`bindings/rust/examples/import_resnet.rs`, "
+                     f"release, {rust.get('toolchain', 'cargo')}; own process each, every byte checksummed, median of "
+                     f"{rust['runs']}; target: peak RSS ≤ file + 64 MiB)")
+        lines.append("")
+        lines.append("| cache | contender | median | of which checksum | peak RSS | RSS above the file |")
+        lines.append("|---|---|---:|---:|---:|---:|")
+        for mode in ("warm", "cold"):
+            for k, v in rust["results"][mode].items():
+                ck = f"{v['checksum_seconds']:.2f} s" if "checksum_seconds" in v else "—"
+                lines.append(f"| {mode} | {k} | {v['median']:.2f} s | {ck} | {v['peak_rss_bytes'] / mib:,.1f} MiB | "
+                             f"{v['rss_over_file_mib']:+,.1f} MiB |")
+        lines.append("")
+    ex = doc.get("elixir")
+    if ex:
+        gb = ex["data_bytes"] / 1e9
+        lines.append(f"**Elixir binding: a {gb:.2f} GB nested parameter tree ({ex['tensors']} f32 tensors in maps, "
+                     f"lists and tuples) saved with `Ckpt.save` as {ex['max_shard_size']} shards ({ex['files']} files) "
+                     f"and loaded back with `Ckpt.load_tree`** (each phase in its own BEAM, "
+                     f"{ex.get('toolchain', 'Elixir')}; median of {ex['runs']}; `:erlang.memory(:total)` sampled every "
+                     "2 ms during the call; the loaded bytes are then all checksummed with `:erlang.crc32` and compared)")
+        lines.append("")
+        lines.append("| phase | median | + checksum of every byte | BEAM memory before → peak | peak RSS | "
+                     "RSS after: anonymous / file pages |")
+        lines.append("|---|---:|---:|---:|---:|---:|")
+        for k, v in ex["results"].items():
+            ck = f"{v['checksum_seconds']:.2f} s" if "checksum_seconds" in v else "—"
+            beam = (f"{v['beam_total_before_bytes'] / mib:,.0f} → {v['beam_total_peak_bytes'] / mib:,.0f} MiB"
+                    if "beam_total_peak_bytes" in v else "—")
+            after = (f"{v['rss_anon'] / mib:,.0f} / {v['rss_file'] / mib:,.0f} MiB" if "rss_anon" in v else "—")
+            lines.append(f"| {k} | {v['median']:.2f} s | {ck} | {beam} | {v['peak_rss_bytes'] / mib:,.0f} MiB | "
+                         f"{after} |")
+        lines.append("")
+        lines.append(f"Data: {ex['data_bytes'] / mib:,.0f} MiB. Zero-copy binaries are the file's page-cache pages "
+                     "(file RSS, shared, not BEAM memory); `copy: true` puts them in BEAM binaries.")
+        lines.append("")
+    return lines
+
+
+def bindings_chart(doc):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    parts = [k for k in ("rust", "elixir") if doc.get(k)]
+    if not parts:
+        return
+    fig, axes = plt.subplots(len(parts), 1, figsize=(9, 2.8 * len(parts)), squeeze=False)
+    for ax, part in zip(axes[:, 0], parts):
+        d = doc[part]
+        if part == "rust":
+            res = d["results"]["warm"]
+            names = list(res)
+            ax.barh(names, [res[n]["peak_rss_bytes"] / 2**20 for n in names],
+                    color=["#2a7" if "ckpt" in n else "#999" for n in names])
+            ax.axvline(d["file_bytes"] / 2**20, color="k", ls=":", label="file size")
+            ax.axvline(d["file_bytes"] / 2**20 + 64, color="r", ls="--", label="target: file + 64 MiB")
+            ax.set_xlabel("peak RSS, MiB (warm)")
+            ax.set_title("Rust: ResNet-152 torch file into typed Vecs")
+        else:
+            res = d["results"]
+            names = list(res)
+            ax.barh(names, [res[n]["median"] + res[n].get("checksum_seconds", 0) for n in names],
+                    color=["#999" if n.startswith("cp") else "#2a7" for n in names])
+            ax.set_xlabel("seconds (median; loads include the checksum of every byte)")
+            ax.set_title(f"Elixir: {d['data_bytes'] / 1e9:.2f} GB tree, save and load_tree")
+        ax.legend() if part == "rust" else None
+    fig.tight_layout()
+    fig.savefig(RESULTS / "bindings.png", dpi=110)
+    plt.close(fig)
+
+
 def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
     lines = []
     for doc in load_docs():
@@ -207,6 +288,8 @@ def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
             lines.append(f"| {k} | {v['median']:.2f} s | {v['peak_rss_bytes'] / 2**20:,.1f} MiB | "
                          f"{v['rss_over_file_mib']:+,.1f} MiB |")
         lines.append("")
+    if load("bindings"):
+        lines += bindings_tables(load("bindings"))
     lines.append("Charts: `bench/results/*.png`; raw runs in `bench/results/*.json`.")
     return "\n".join(lines)
 
@@ -222,6 +305,8 @@ def main():
             python_chart(doc)
     if torch_convert:
         charts(None, torch_convert, name="torch_convert")
+    if load("bindings"):
+        bindings_chart(load("bindings"))
     readme = ROOT / "README.md"
     text = readme.read_text()
     begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"

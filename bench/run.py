@@ -19,6 +19,9 @@ Suites:
                  ceilings, warm and cold (bench/load_suite.py)
   python         the Python package: ckpt.torch.load_file against safetensors,
                  and load_into's peak RSS (bench/python_suite.py)
+  bindings       the Rust binding's ResNet-152 import and the Elixir binding's
+                 1 GB tree round trip (bench/bindings_suite.py; not in the
+                 default set: `make bench BENCH_ARGS=bindings`)
 
 Results: bench/results/<suite>.json and .png; `bench/report.py` renders the
 README table from the JSON.
@@ -222,7 +225,7 @@ def make_big_file(gb, dtype="BF16"):
     import ctypes
     from ckptlib import Error, WriterOptions, _check, _lib, DTYPES
     opts = WriterOptions()
-    _lib.ckpt_writer_options_init(ctypes.byref(opts))
+    _lib.ckpt_writer_options_init_sized(ctypes.byref(opts), ctypes.sizeof(opts))
     opts.no_sync = 1
     w, err = ctypes.c_void_p(), Error()
     _check(_lib.ckpt_writer_create(str(path).encode(), ctypes.byref(opts), ctypes.byref(w), ctypes.byref(err)), err)
@@ -432,6 +435,11 @@ def suite_python(args):
     run_python_suite(args)
 
 
+def suite_bindings(args):
+    from bindings_suite import run_bindings_suite
+    run_bindings_suite(args)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load", "python"])
@@ -443,11 +451,13 @@ def main():
     ap.add_argument("--load-variants", default="bf16",
                     help="layouts of the load suite's file: bf16 (single file), sharded (1 GB shards), f32")
     ap.add_argument("--python-gb", type=float, default=2, help="size (GB) of the python suite's checkpoint")
+    ap.add_argument("--elixir-gb", type=float, default=1.0, help="size (GB) of the bindings suite's Elixir tree")
     args = ap.parse_args()
     for s in args.suites:
         print(f"== {s}")
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
-         "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python}[s](args)
+         "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
+         "bindings": suite_bindings}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

@@ -102,6 +102,8 @@ typedef enum ckpt_status {
     CKPT_E_NO_SPACE = 11,        /* the disk is full (ENOSPC / EDQUOT)          */
     CKPT_E_TRUNCATED = 12,       /* the file ends before the data it declares   */
     CKPT_E_LIMIT = 13,           /* a declared size or count beyond a safety limit */
+    CKPT_E_INCOMPLETE = 14,      /* a commit into the directory was interrupted and cannot be finished here */
+    CKPT_E_NO_MATCH = 15,        /* a pattern matched no tensor, or a plan selects none */
 
     /* safetensors header validation (huggingface/safetensors rules) */
     CKPT_E_HEADER_TOO_SMALL = 20,   /* file shorter than the 8-byte length      */
@@ -287,8 +289,9 @@ CKPT_API ckpt_status ckpt_catalog_open(const char *path, ckpt_catalog **out, ckp
 
 /*
  * What ckpt_catalog_open_ex may be told.  Initialise with
- * ckpt_catalog_options_init (which sets `size`, so that later versions of
- * the library, whose options are longer, know which fields the caller has).
+ * ckpt_catalog_options_init, which sets `size` to the caller's sizeof: a
+ * later library, whose options are longer, then knows which fields the
+ * caller has (every option struct of this header works so).
  */
 typedef struct ckpt_catalog_options {
     size_t size; /* sizeof(ckpt_catalog_options), set by ckpt_catalog_options_init */
@@ -305,7 +308,13 @@ typedef struct ckpt_catalog_options {
     size_t allowed_global_count;
 } ckpt_catalog_options;
 
-CKPT_API void ckpt_catalog_options_init(ckpt_catalog_options *options);
+/* Fills the first `size` bytes of options with the defaults, and `size`
+ * with `size`: the caller's sizeof, so that a library newer than the
+ * caller's header writes only the fields the caller has. */
+CKPT_API void ckpt_catalog_options_init_sized(ckpt_catalog_options *options, size_t size);
+static inline void ckpt_catalog_options_init(ckpt_catalog_options *options) {
+    ckpt_catalog_options_init_sized(options, sizeof *options);
+}
 
 /* ckpt_catalog_open with options (NULL: the defaults). */
 CKPT_API ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *options, ckpt_catalog **out,
@@ -441,6 +450,14 @@ typedef struct ckpt_writer_options {
      * whose overlapping areas no single tensor covers: 0 refuses them, as
      * huggingface_hub does; non-zero writes each as a copy of its own. */
     int copy_partial_views;
+    /* The output format; 0 is CKPT_FORMAT_SAFETENSORS (one file, or shards
+     * with max_shard_size). */
+    ckpt_format format;
+    /* A directory whose other files (config.json, tokenizer files,
+     * generation_config.json, … every regular, non-hidden file that is not
+     * a checkpoint's) are copied into the output, committed with it; NULL:
+     * none. */
+    const char *copy_files_from;
 } ckpt_writer_options;
 
 /* The `__metadata__` key of checksums: a JSON object text,
@@ -453,7 +470,13 @@ typedef struct ckpt_writer_options {
 
 /* Fills options with the defaults (single file, prefix "model", no
  * overwrite, fsync on) and their size. */
-CKPT_API void ckpt_writer_options_init(ckpt_writer_options *options);
+/* Fills the first `size` bytes of options with the defaults, and `size`
+ * with `size`: the caller's sizeof, so that a library newer than the
+ * caller's header writes only the fields the caller has. */
+CKPT_API void ckpt_writer_options_init_sized(ckpt_writer_options *options, size_t size);
+static inline void ckpt_writer_options_init(ckpt_writer_options *options) {
+    ckpt_writer_options_init_sized(options, sizeof *options);
+}
 
 /*
  * Creates a writer for `path` (see ckpt_writer_options).  Nothing is written
@@ -822,7 +845,13 @@ typedef struct ckpt_load_options {
     void *user;
 } ckpt_load_options;
 
-CKPT_API void ckpt_load_options_init(ckpt_load_options *options);
+/* Fills the first `size` bytes of options with the defaults, and `size`
+ * with `size`: the caller's sizeof, so that a library newer than the
+ * caller's header writes only the fields the caller has. */
+CKPT_API void ckpt_load_options_init_sized(ckpt_load_options *options, size_t size);
+static inline void ckpt_load_options_init(ckpt_load_options *options) {
+    ckpt_load_options_init_sized(options, sizeof *options);
+}
 
 /*
  * Loads every selected tensor of the plan into its destination.  Threads

@@ -10,6 +10,7 @@
 #include "catalog_internal.h"
 #include "formats/format.h"
 #include "formats/torch.h"
+#include "io/commit.h"
 #include "io/file.h"
 #include "transform/inflate.h"
 
@@ -58,20 +59,25 @@ struct ckpt_catalog {
 
 /* ---- options ------------------------------------------------------------------ */
 
-void ckpt_catalog_options_init(ckpt_catalog_options *o) {
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->size = sizeof *o;
+void ckpt_catalog_options_init_sized(ckpt_catalog_options *o, size_t size) {
+    if (!o || size < sizeof o->size) return;
+    ckpt_catalog_options d;
+    memset(&d, 0, sizeof d);
+    /* A caller with a longer struct (a newer header) gets zeros in what
+     * this library does not know. */
+    memset(o, 0, size);
+    memcpy(o, &d, size < sizeof d ? size : sizeof d);
+    o->size = size;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
-static ckpt_status take_options(ckpt_catalog *c, const ckpt_catalog_options *o, ckpt_error *err) {
-    if (!o) return CKPT_OK;
-    if (o->size < offsetof(ckpt_catalog_options, allowed_global_count) + sizeof o->allowed_global_count)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
-                          "ckpt_catalog_options.size is %zu: initialise the options with ckpt_catalog_options_init",
-                          o->size);
+static ckpt_status take_options(ckpt_catalog *c, const ckpt_catalog_options *options, ckpt_error *err) {
+    if (!options) return CKPT_OK;
+    ckpt_catalog_options taken;
+    ckpt_catalog_options_init(&taken);
+    CKPT__TAKE_OPTIONS(&taken, options);
+    const ckpt_catalog_options *o = &taken;
     if (o->allowed_global_count && !o->allowed_globals)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "allowed_globals is NULL");
     c->extra_globals = o->allowed_global_count
@@ -216,6 +222,11 @@ ckpt_status ckpt__cat_add_metadata(ckpt_catalog *c, uint32_t file, const char *k
     return ckpt__pairs_push(&c->meta, key, value) ? CKPT_OK : ckpt__oom(err, c->files[file].src->name, NULL);
 }
 
+ckpt_status ckpt__cat_add_checkpoint_metadata(ckpt_catalog *c, const char *key, const char *value, ckpt_error *err) {
+    if (ckpt__pairs_get(&c->meta, key)) return CKPT_OK;
+    return ckpt__pairs_push(&c->meta, key, value) ? CKPT_OK : ckpt__oom(err, c->index_path, NULL);
+}
+
 ckpt_status ckpt__cat_add_tree(ckpt_catalog *c, const char *json, ckpt_error *err) {
     ckpt__buf_puts(&c->tree, c->trees++ ? ", " : "");
     ckpt__buf_puts(&c->tree, json);
@@ -263,6 +274,14 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
     c->format = CKPT_FORMAT_SAFETENSORS;
     ckpt_status st = take_options(c, options, err);
     char *resolved = NULL;
+    if (st == CKPT_OK && !ckpt__source_is_remote_name(path)) {
+        /* A commit into this checkpoint's directory that a crash cut short
+         * is finished first (or refused, naming what to do). */
+        bool recovered;
+        char *dir = ckpt__source_stat(path) == CKPT__NAME_DIR ? ckpt__strdup(path) : ckpt__path_dirname(path);
+        st = dir ? ckpt__commit_recover(dir, &recovered, err) : ckpt__oom(err, path, NULL);
+        free(dir);
+    }
     if (st == CKPT_OK) {
         switch (ckpt__source_stat(path)) {
         case CKPT__NAME_MISSING: st = ckpt__fail_errno(err, ENOENT, path, -1, "cannot open"); break;

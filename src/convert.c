@@ -79,7 +79,7 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
     if (st) return st;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
-    if (options) memcpy(&o, options, options->size && options->size < sizeof o ? options->size : sizeof o);
+    if (options) CKPT__TAKE_OPTIONS(&o, options);
     o.size = sizeof o;
     o.copy_partial_views = 1; /* a torch file's views are written, each whole, where the hub would refuse */
     ckpt_writer *w;
@@ -104,7 +104,7 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
         if (!ckpt_writer_tensor_kept(w, moves[k].writer_index)) moves[used++] = moves[k];
     if (st == CKPT_OK) {
         ckpt__engine_options eo = {.io = CKPT_IO_BUFFERED, .progress = progress, .user = user, .writer = w,
-                                   .ordered = o.checksums != 0};
+                                   .ordered = ckpt__writer_needs_order(w)};
         st = ckpt__engine_run(p->catalog, moves, used, &eo, NULL, err);
     }
     if (st == CKPT_OK) st = ckpt_writer_commit(w, err);

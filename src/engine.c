@@ -630,8 +630,9 @@ ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, c
             if (moves[k].sink == CKPT__SINK_HASH) moves[k].digest = XXH3_64bits(NULL, 0);
             continue;
         }
-        if (!j->kernel_copy && (!j->same_bytes || moves[k].sink == CKPT__SINK_MEMORY)) need_bounce = true;
-        for (uint32_t p = 0; p < j->npieces; p++) need_bounce |= j->pieces[p].big_endian || j->pieces[p].strides;
+        /* Any box may need to convert or scatter (a permuted output, a
+         * swapped or strided piece): all but kernel copies get a bounce. */
+        if (!j->kernel_copy) need_bounce = true;
         j->tasks = j->serial ? 1 : j->boxes;
         j->first_task = g.task_count;
         g.task_count += j->tasks;

@@ -7,11 +7,16 @@
 #include "engine.h"
 #include "plan_internal.h"
 
-void ckpt_load_options_init(ckpt_load_options *o) {
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->size = sizeof *o;
-    o->io = CKPT_IO_AUTO;
+void ckpt_load_options_init_sized(ckpt_load_options *o, size_t size) {
+    if (!o || size < sizeof o->size) return;
+    ckpt_load_options d;
+    memset(&d, 0, sizeof d);
+    d.io = CKPT_IO_AUTO;
+    /* A caller with a longer struct (a newer header) gets zeros in what
+     * this library does not know. */
+    memset(o, 0, size);
+    memcpy(o, &d, size < sizeof d ? size : sizeof d);
+    o->size = size;
 }
 
 static void *alloc_buffer(uint64_t nbytes) {
@@ -64,13 +69,11 @@ static ckpt_status try_view(ckpt_plan *p, ckpt__plan_entry *e, bool *viewed, ckp
 }
 
 ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error *err) {
-    ckpt_load_options defaults;
-    ckpt_load_options_init(&defaults);
-    const ckpt_load_options *o = options ? options : &defaults;
+    ckpt_load_options taken;
+    ckpt_load_options_init(&taken);
+    if (options) CKPT__TAKE_OPTIONS(&taken, options);
+    const ckpt_load_options *o = &taken;
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
-    if (o->size && o->size < sizeof(ckpt_load_options) - sizeof(void *))
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
-                          "ckpt_load_options.size is %zu: initialise the options with ckpt_load_options_init", o->size);
     ckpt_status st = ckpt__plan_check(p, err);
     if (st) return st;
     memset(&p->stats, 0, sizeof p->stats);
@@ -88,6 +91,12 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
         if (viewed) {
             views++;
             continue;
+        }
+        if (e->buffer && e->capacity < e->pub.nbytes) { /* a rule after set_buffer grew the tensor (a cast) */
+            st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, ckpt_catalog_file_path(p->catalog, t->file), e->pub.name, -1,
+                            "buffer of %llu bytes for a tensor of %llu bytes", (unsigned long long)e->capacity,
+                            (unsigned long long)e->pub.nbytes);
+            break;
         }
         if (e->buffer) {
             e->pub.data = e->buffer;

@@ -18,4 +18,8 @@ CKPT__HIDDEN ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint6
 CKPT__HIDDEN ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__source *src,
                                             uint64_t src_offset, uint64_t n, ckpt_error *err);
 
+/* Whether each tensor's bytes must arrive in order (the output format
+ * hashes them as they stream). */
+CKPT__HIDDEN bool ckpt__writer_needs_order(const ckpt_writer *w);
+
 #endif

@@ -31,7 +31,7 @@ class TensorInfo(ctypes.Structure):
 class WriterOptions(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("max_shard_size", ctypes.c_uint64), ("prefix", ctypes.c_char_p),
                 ("overwrite", ctypes.c_int), ("no_sync", ctypes.c_int), ("checksums", ctypes.c_int),
-                ("copy_partial_views", ctypes.c_int)]
+                ("copy_partial_views", ctypes.c_int), ("format", ctypes.c_int), ("copy_files_from", ctypes.c_char_p)]
 
 
 class PlanItem(ctypes.Structure):
@@ -92,7 +92,7 @@ _lib.ckpt_catalog_tree_json.argtypes = [_P]
 _lib.ckpt_catalog_tree_json.restype = ctypes.c_char_p
 _lib.ckpt_catalog_view.argtypes = [_P, ctypes.POINTER(TensorInfo), ctypes.POINTER(_P), ctypes.POINTER(Error)]
 _lib.ckpt_parse_size.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(Error)]
-_lib.ckpt_writer_options_init.argtypes = [ctypes.POINTER(WriterOptions)]
+_lib.ckpt_writer_options_init_sized.argtypes = [ctypes.POINTER(WriterOptions), ctypes.c_size_t]
 _lib.ckpt_writer_create.argtypes = [ctypes.c_char_p, ctypes.POINTER(WriterOptions), ctypes.POINTER(_P),
                                     ctypes.POINTER(Error)]
 _lib.ckpt_writer_set_metadata.argtypes = [_P, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(Error)]
@@ -137,7 +137,7 @@ _lib.ckpt_plan_take.restype = _P
 _lib.ckpt_free.argtypes = [_P]
 _lib.ckpt_plan_match.argtypes = [_P, ctypes.POINTER(Expected), ctypes.c_size_t, ctypes.c_uint,
                                  ctypes.POINTER(ctypes.POINTER(MatchEntry)), ctypes.POINTER(ctypes.c_size_t), _E]
-_lib.ckpt_load_options_init.argtypes = [ctypes.POINTER(LoadOptions)]
+_lib.ckpt_load_options_init_sized.argtypes = [ctypes.POINTER(LoadOptions), ctypes.c_size_t]
 _lib.ckpt_load.argtypes = [_P, ctypes.POINTER(LoadOptions), _E]
 _lib.ckpt_plan_stats.argtypes = [_P, ctypes.POINTER(LoadStats)]
 _lib.ckpt_convert_plan.argtypes = [_P, ctypes.c_char_p, ctypes.POINTER(WriterOptions), _P, _P, _E]
@@ -235,7 +235,7 @@ def write(path, tensors, metadata=None, max_shard_size=0, overwrite=False, prefi
     """Writes [(name, dtype_name, shape, bytes)] in the given (declaration)
     order; returns {tensor: file name}."""
     opts = WriterOptions()
-    _lib.ckpt_writer_options_init(ctypes.byref(opts))
+    _lib.ckpt_writer_options_init_sized(ctypes.byref(opts), ctypes.sizeof(opts))
     opts.max_shard_size = max_shard_size
     opts.overwrite = int(overwrite)
     opts.no_sync = 1
@@ -356,7 +356,7 @@ class Plan:
 
     def load(self, threads=0, chunk_bytes=0, io="auto", io_uring=True, views=False, progress=None):
         opts = LoadOptions()
-        _lib.ckpt_load_options_init(ctypes.byref(opts))
+        _lib.ckpt_load_options_init_sized(ctypes.byref(opts), ctypes.sizeof(opts))
         opts.threads, opts.chunk_bytes, opts.io = threads, chunk_bytes, IO_MODES[io]
         opts.io_uring = 0 if io_uring else -1
         opts.views = int(views)
@@ -396,7 +396,7 @@ class Plan:
 
     def convert(self, dst, max_shard_size=0, overwrite=False):
         opts = WriterOptions()
-        _lib.ckpt_writer_options_init(ctypes.byref(opts))
+        _lib.ckpt_writer_options_init_sized(ctypes.byref(opts), ctypes.sizeof(opts))
         opts.max_shard_size, opts.overwrite, opts.no_sync = max_shard_size, int(overwrite), 1
         err = Error()
         _check(_lib.ckpt_convert_plan(self._h, str(dst).encode(), ctypes.byref(opts), None, None, ctypes.byref(err)),

@@ -1163,7 +1163,7 @@ static PyObject *mod_cast(PyObject *self, PyObject *args) {
 static PyObject *mod_status_names(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
     PyObject *d = PyDict_New();
-    for (int code = 0; d && code < 100; code++) {
+    for (int code = 0; d && code < 200; code++) {
         const char *name = ckpt_status_name((ckpt_status)code);
         if (!strcmp(name, "CKPT_E_UNKNOWN_STATUS")) continue;
         PyObject *v = PyLong_FromLong(code);

@@ -47,6 +47,12 @@ CKPT__HIDDEN ckpt_status ckpt__error_in_tensor(ckpt_error *err, ckpt_status stat
  * NULL) and, when given, what could not be allocated. */
 CKPT__HIDDEN ckpt_status ckpt__oom(ckpt_error *err, const char *path, const char *what);
 
+/* Takes a caller's options struct into `dst` (holding the defaults): the
+ * caller's `size` first bytes — a caller built against an older header has
+ * a shorter struct; size 0 (not initialised) is taken as this version's. */
+#define CKPT__TAKE_OPTIONS(dst, src)                                                                  \
+    memcpy((dst), (src), (src)->size && (src)->size < sizeof *(dst) ? (src)->size : sizeof *(dst))
+
 /* Checked arithmetic: false on overflow. */
 static inline bool ckpt__mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
     return !__builtin_mul_overflow(a, b, out);

@@ -94,6 +94,12 @@ CKPT__HIDDEN ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tenso
 CKPT__HIDDEN ckpt_status ckpt__cat_add_metadata(ckpt_catalog *c, uint32_t file, const char *key, const char *value,
                                                 ckpt_error *err);
 
+/* An entry of the checkpoint's own metadata (an index's), not of any one
+ * file; the strings must live as long as the catalog.  The first value of
+ * a key wins. */
+CKPT__HIDDEN ckpt_status ckpt__cat_add_checkpoint_metadata(ckpt_catalog *c, const char *key, const char *value,
+                                                           ckpt_error *err);
+
 /* The object tree of a data file (see ckpt_catalog_tree_json), copied.
  * Several trees (torch shards) are joined as {"__shards__": [...]}. */
 CKPT__HIDDEN ckpt_status ckpt__cat_add_tree(ckpt_catalog *c, const char *json, ckpt_error *err);

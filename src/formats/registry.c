@@ -9,6 +9,7 @@
 
 #include "../io/file.h"
 #include "format.h"
+#include "output.h"
 
 static const ckpt__format *const formats[] = {
     &ckpt__format_index,
@@ -91,5 +92,16 @@ const char *ckpt_format_name(ckpt_format format) {
     case CKPT_FORMAT_TORCH: return "torch";
     case CKPT_FORMAT_TORCH_SHARDED: return "torch-sharded";
     }
+    return NULL;
+}
+
+/* The formats ckpt writes. */
+static const ckpt__output_format *const writer_formats[] = {
+    &ckpt__output_safetensors,
+};
+
+const ckpt__output_format *ckpt__output_format_for(ckpt_format id) {
+    for (size_t i = 0; i < sizeof writer_formats / sizeof writer_formats[0]; i++)
+        if (writer_formats[i]->id == id) return writer_formats[i];
     return NULL;
 }

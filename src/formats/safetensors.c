@@ -2,6 +2,11 @@
 #include "safetensors.h"
 
 #include "format.h"
+#include "output.h"
+#include "shards.h"
+
+#include <stdio.h>
+#include <xxhash.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -383,3 +388,230 @@ static ckpt_status st_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) 
 }
 
 const ckpt__format ckpt__format_safetensors = {"safetensors", st_probe, st_open};
+
+/* ---- the output format: one file, or Hugging Face shards and an index ---- */
+
+typedef struct st_file {
+    uint64_t checksum_at;   /* where the escaped checksum map sits in the header (0: none) */
+    size_t checksum_len;
+    uint64_t header_digest; /* XXH3-64 of the header with the placeholder map */
+} st_file;
+
+typedef struct st_state {
+    st_file *files;
+    uint64_t index_total; /* huggingface_hub's total_size: shared storages counted once, whole */
+} st_state;
+
+static st_state *state_of(ckpt__output *o) { return *ckpt__out_format_state(o); }
+
+static bool st_directory(const ckpt_writer_options *o) { return o->max_shard_size != 0; }
+
+static unsigned st_needs(const ckpt_writer_options *o) { return o->checksums ? CKPT__OUT_XXH3 : 0; }
+
+static bool st_owns(const char *prefix, const char *name) { return ckpt__shards_is_own_file(prefix, name); }
+
+/* Shards as split_torch_state_dict_into_shards makes them: tensors in
+ * declaration order, each storage counted once and whole; a tensor on a
+ * storage already seen joins that tensor's shard. */
+static ckpt_status st_plan(ckpt__output *o, ckpt_error *err) {
+    const ckpt_writer_options *opt = ckpt__out_options(o);
+    size_t n = ckpt__out_count(o), count = 0, shards = 1;
+    st_state *s = ckpt__arena_alloc(ckpt__out_arena(o), sizeof *s);
+    uint64_t *sizes = ckpt__malloc((n ? n : 1) * sizeof *sizes);
+    uint32_t *shard_of = ckpt__malloc((n ? n : 1) * sizeof *shard_of);
+    size_t *rank = ckpt__malloc((n ? n : 1) * sizeof *rank), *leaders = ckpt__malloc((n ? n : 1) * sizeof *leaders);
+    ckpt_status st = !s || !sizes || !shard_of || !rank || !leaders ? ckpt__oom(err, ckpt__out_path(o), NULL)
+                                                                    : ckpt__out_storage_ranks(o, rank, true, err);
+    if (s) memset(s, 0, sizeof *s), *ckpt__out_format_state(o) = s;
+    for (size_t i = 0; st == CKPT_OK && i < n; i++) {
+        const ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
+        if (t->file == CKPT__OUT_NONE || rank[i] != i) continue;
+        leaders[count] = i;
+        sizes[count++] = t->storage->id && t->storage->contiguous ? t->storage->nbytes : t->nbytes;
+        s->index_total += sizes[count - 1];
+    }
+    if (st == CKPT_OK && opt->max_shard_size && count) shards = ckpt__shards_pack(sizes, count, opt->max_shard_size, shard_of);
+    for (size_t k = 0; st == CKPT_OK && k < count; k++)
+        ckpt__out_tensor_at(o, leaders[k])->file = opt->max_shard_size ? shard_of[k] : 0;
+    for (size_t i = 0; st == CKPT_OK && i < n; i++) {
+        ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
+        if (t->file != CKPT__OUT_NONE && rank[i] != i) t->file = ckpt__out_tensor_at(o, rank[i])->file;
+    }
+    char **names = st == CKPT_OK ? ckpt__calloc(shards, sizeof *names) : NULL;
+    if (st == CKPT_OK && !names) st = ckpt__oom(err, ckpt__out_path(o), NULL);
+    for (size_t f = 0; st == CKPT_OK && f < shards; f++) {
+        names[f] = opt->max_shard_size ? ckpt__shard_file_name(ckpt__out_prefix(o), f, shards)
+                                       : ckpt__strdup(ckpt__path_basename(ckpt__out_path(o)));
+        if (!names[f]) st = ckpt__oom(err, ckpt__out_path(o), NULL);
+    }
+    if (st == CKPT_OK) st = ckpt__out_set_files(o, shards, (const char *const *)names, err);
+    if (st == CKPT_OK && !(s->files = ckpt__arena_alloc(ckpt__out_arena(o), shards * sizeof *s->files)))
+        st = ckpt__oom(err, ckpt__out_path(o), NULL);
+    if (st == CKPT_OK) memset(s->files, 0, shards * sizeof *s->files);
+    for (size_t f = 0; names && f < shards; f++) free(names[f]);
+    free(names);
+    free(sizes);
+    free(shard_of);
+    free(rank);
+    free(leaders);
+    return st;
+}
+
+/* The checksum map of a file's tensors (declaration order), as JSON text:
+ * with digests, or zeros as a placeholder of the same length.  malloc'ed;
+ * NULL when out of memory. */
+static char *checksum_map(ckpt__output *o, uint32_t file, bool placeholder) {
+    ckpt__buf b = {0};
+    /* "__metadata__" (never a tensor name) holds the header's own digest. */
+    char hex[40];
+    snprintf(hex, sizeof hex, "{\"__metadata__\":\"%016llx\"",
+             (unsigned long long)(placeholder ? 0 : state_of(o)->files[file].header_digest));
+    ckpt__buf_puts(&b, hex);
+    for (size_t i = 0; i < ckpt__out_count(o); i++) {
+        const ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
+        if (t->file != file) continue;
+        ckpt__buf_puts(&b, ",");
+        ckpt__buf_json_string(&b, t->name);
+        snprintf(hex, sizeof hex, ":\"%016llx\"", (unsigned long long)(placeholder ? 0 : t->xxh3));
+        ckpt__buf_puts(&b, hex);
+    }
+    ckpt__buf_puts(&b, "}");
+    if (b.failed) {
+        free(b.data);
+        return NULL;
+    }
+    return b.data;
+}
+
+/* Finds where the placeholder map landed in the rendered header. */
+static ckpt_status locate_checksums(ckpt__output *o, uint32_t file, const ckpt__buf *header, const char *placeholder,
+                                    ckpt_error *err) {
+    ckpt__buf escaped = {0};
+    ckpt__buf_json_string(&escaped, placeholder);
+    if (escaped.failed) return ckpt__oom(err, ckpt__out_path(o), NULL);
+    const char *at = memmem(header->data, header->len, escaped.data, escaped.len);
+    st_file *f = &state_of(o)->files[file];
+    if (at) {
+        f->checksum_at = (uint64_t)(at - header->data);
+        f->checksum_len = escaped.len;
+        f->header_digest = XXH3_64bits(header->data, header->len);
+    }
+    free(escaped.data);
+    return at ? CKPT_OK : ckpt__fail(err, CKPT_E_BAD_STATE, ckpt__out_file_path(o, file), NULL, -1,
+                                     "checksum placeholder not found in the header");
+}
+
+/* A file's header: its tensors laid out as safetensors' writer does, its
+ * metadata (the checkpoint's own as well when it is the only file). */
+static ckpt_status st_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, ckpt_error *err) {
+    size_t n = 0, total = ckpt__out_count(o);
+    for (size_t i = 0; i < total; i++) n += ckpt__out_tensor_at(o, i)->file == file;
+    ckpt__st_out_tensor *out = ckpt__malloc((n ? n : 1) * sizeof *out);
+    if (!out) return ckpt__oom(err, ckpt__out_file_path(o, file), NULL);
+    size_t k = 0;
+    for (size_t i = 0; i < total; i++) {
+        const ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
+        if (t->file == file)
+            out[k++] = (ckpt__st_out_tensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape,
+                                             .nbytes = t->nbytes, .id = i};
+    }
+    /* The per-file entries, then (one file only) the checkpoint's own,
+     * never overriding a per-file entry; then the checksum placeholder. */
+    const ckpt__pairs *fm = ckpt__out_file_metadata(o), *cm = ckpt__out_checkpoint_metadata(o);
+    ckpt__pairs meta = {0};
+    ckpt_status st = CKPT_OK;
+    for (size_t i = 0; st == CKPT_OK && i < fm->count; i++)
+        if (!ckpt__pairs_push(&meta, fm->keys[i], fm->values[i])) st = ckpt__oom(err, NULL, NULL);
+    for (size_t i = 0; st == CKPT_OK && ckpt__out_file_count(o) == 1 && i < cm->count; i++)
+        if (!ckpt__pairs_get(&meta, cm->keys[i]) && !ckpt__pairs_push(&meta, cm->keys[i], cm->values[i]))
+            st = ckpt__oom(err, NULL, NULL);
+    char *placeholder = NULL;
+    if (st == CKPT_OK && ckpt__out_options(o)->checksums) {
+        placeholder = checksum_map(o, file, true); /* a fixed-length stand-in: the digests replace it at commit */
+        if (!placeholder || !ckpt__pairs_push(&meta, CKPT_CHECKSUM_METADATA_KEY, placeholder)) st = ckpt__oom(err, NULL, NULL);
+    }
+    uint64_t data_size = 0;
+    if (st == CKPT_OK && ckpt__st_layout(out, n, meta.keys, meta.values, meta.count, head, &data_size) != CKPT_OK)
+        st = ckpt__oom(err, ckpt__out_file_path(o, file), "the header");
+    if (st == CKPT_OK && placeholder) st = locate_checksums(o, file, head, placeholder, err);
+    if (st == CKPT_OK) {
+        for (size_t i = 0; i < n; i++) ckpt__out_tensor_at(o, out[i].id)->offset = head->len + out[i].begin;
+        ckpt__out_set_file_size(o, file, head->len + data_size);
+    }
+    free(placeholder);
+    ckpt__pairs_free(&meta);
+    free(out);
+    return st;
+}
+
+static int by_rank(const void *a, const void *b, void *rank) {
+    size_t i = *(const size_t *)a, j = *(const size_t *)b, ri = ((size_t *)rank)[i], rj = ((size_t *)rank)[j];
+    if (ri != rj) return ri < rj ? -1 : 1;
+    return i < j ? -1 : i > j;
+}
+
+/* The index, as huggingface_hub writes it: the weight map shard by shard,
+ * each shard's tensors in declaration order, then the tensors that joined
+ * it for sharing a storage with one of them, storage by storage. */
+static ckpt_status write_index(ckpt__output *o, ckpt_error *err) {
+    size_t n = ckpt__out_count(o), listed = 0, followers = 0;
+    const char **names = ckpt__malloc((n + 1) * sizeof *names), **files = ckpt__malloc((n + 1) * sizeof *files);
+    size_t *rank = ckpt__malloc((n + 1) * sizeof *rank), *order = ckpt__malloc((n + 1) * sizeof *order),
+           *list = ckpt__malloc((n + 1) * sizeof *list);
+    ckpt_status st = !names || !files || !rank || !order || !list ? ckpt__oom(err, ckpt__out_path(o), NULL)
+                                                                  : ckpt__out_storage_ranks(o, rank, true, err);
+    for (size_t i = 0; st == CKPT_OK && i < n; i++) /* rank[i] ≤ i */
+        if (ckpt__out_tensor_at(o, i)->file != CKPT__OUT_NONE && rank[i] != i) order[followers++] = i;
+    if (st == CKPT_OK) qsort_r(order, followers, sizeof *order, by_rank, rank);
+    for (size_t f = 0; st == CKPT_OK && f < ckpt__out_file_count(o); f++) {
+        for (size_t i = 0; i < n; i++)
+            if (ckpt__out_tensor_at(o, i)->file == f && rank[i] == i) list[listed++] = i;
+        for (size_t k = 0; k < followers; k++)
+            if (ckpt__out_tensor_at(o, order[k])->file == f) list[listed++] = order[k];
+    }
+    for (size_t k = 0; st == CKPT_OK && k < listed; k++) {
+        const ckpt__out_tensor *t = ckpt__out_tensor_at(o, list[k]);
+        names[k] = t->name;
+        files[k] = ckpt__path_basename(ckpt__out_file_path(o, t->file));
+    }
+    ckpt__buf text = {0};
+    if (st == CKPT_OK) {
+        const ckpt__pairs *cm = ckpt__out_checkpoint_metadata(o);
+        ckpt__index_render(&text, state_of(o)->index_total, cm->keys, cm->values, cm->count, names, files, listed);
+        if (text.failed) st = ckpt__oom(err, ckpt__out_path(o), NULL);
+    }
+    char name[512];
+    if (st == CKPT_OK && (size_t)snprintf(name, sizeof name, "%s.safetensors.index.json", ckpt__out_prefix(o)) >= sizeof name)
+        st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, ckpt__out_path(o), NULL, -1, "prefix too long");
+    if (st == CKPT_OK) st = ckpt__out_add_side_file(o, name, text.data, text.len, err);
+    free(text.data);
+    free(names);
+    free(files);
+    free(rank);
+    free(order);
+    free(list);
+    return st;
+}
+
+static ckpt_status st_finish(ckpt__output *o, ckpt_error *err) {
+    ckpt_status st = CKPT_OK;
+    for (uint32_t f = 0; st == CKPT_OK && ckpt__out_options(o)->checksums && f < ckpt__out_file_count(o); f++) {
+        /* The real checksum map over the placeholder (same length). */
+        st_file *sf = &state_of(o)->files[f];
+        char *map = checksum_map(o, f, false);
+        ckpt__buf escaped = {0};
+        if (map) ckpt__buf_json_string(&escaped, map);
+        free(map);
+        if (!map || escaped.failed) st = ckpt__oom(err, ckpt__out_file_path(o, f), NULL);
+        else if (escaped.len != sf->checksum_len)
+            st = ckpt__fail(err, CKPT_E_BAD_STATE, ckpt__out_file_path(o, f), NULL, -1, "checksum map changed length");
+        else st = ckpt__out_patch(o, f, sf->checksum_at, escaped.data, escaped.len, err);
+        free(escaped.data);
+    }
+    if (st == CKPT_OK && ckpt__out_file_count(o) > 1) st = write_index(o, err);
+    return st;
+}
+
+const ckpt__output_format ckpt__output_safetensors = {
+    "safetensors", CKPT_FORMAT_SAFETENSORS, st_directory, st_plan, st_layout, st_finish, st_owns, st_needs,
+};

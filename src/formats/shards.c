@@ -136,6 +136,22 @@ ckpt_status ckpt__index_parse(char *text, size_t len, const char *path, ckpt__ar
                 st = ckpt__fail(err, CKPT_E_INDEX_INVALID, path, NULL, (int64_t)doc.nodes[v].offset,
                                 "\"metadata\" must be an object");
                 goto done;
+            } else if (strcmp(doc.nodes[i].str, "metadata") == 0 && doc.nodes[v].kind == CKPT__JSON_OBJECT) {
+                /* The checkpoint's own string entries (total_size, a number,
+                 * is the index's bookkeeping). */
+                out->meta_keys = ckpt__arena_alloc(arena, (doc.nodes[v].count + 1) * sizeof(char *));
+                out->meta_values = ckpt__arena_alloc(arena, (doc.nodes[v].count + 1) * sizeof(char *));
+                if (!out->meta_keys || !out->meta_values) {
+                    st = ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+                    goto done;
+                }
+                size_t m = v + 1;
+                for (uint32_t e = 0; e < doc.nodes[v].count; e++) {
+                    const ckpt__json_node *key = &doc.nodes[m], *val = &doc.nodes[key->end];
+                    if (val->kind == CKPT__JSON_STRING)
+                        out->meta_keys[out->meta_count] = key->str, out->meta_values[out->meta_count++] = val->str;
+                    m = val->end;
+                }
             }
             i = doc.nodes[v].end;
         }
@@ -277,6 +293,10 @@ static ckpt_status index_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *er
     ckpt__index idx;
     bool parsed = false;
     if (st == CKPT_OK) parsed = (st = ckpt__index_parse(text, (size_t)len, index_path, ckpt__cat_arena(c), &idx, err)) == CKPT_OK;
+    /* The checkpoint's metadata (ckpt.save's structure, the hub's
+     * removed → kept …) before any shard's. */
+    for (size_t i = 0; st == CKPT_OK && i < idx.meta_count; i++)
+        st = ckpt__cat_add_checkpoint_metadata(c, idx.meta_keys[i], idx.meta_values[i], err);
     char *dir = st == CKPT_OK ? ckpt__path_dirname(index_path) : NULL;
     if (st == CKPT_OK && !dir) st = ckpt__oom(err, index_path, NULL);
     for (size_t i = 0; st == CKPT_OK && i < idx.file_count; i++) {

@@ -299,3 +299,19 @@ ckpt_status ckpt__fsync_parent(const char *path, ckpt_error *err) {
     free(dir);
     return st;
 }
+
+char *ckpt__path_normalize(const char *path) {
+    size_t n = strlen(path);
+    char *out = ckpt__malloc(n + 2);
+    if (!out) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (path[i] == '/' && k && out[k - 1] == '/') continue; /* "a//b" */
+        out[k++] = path[i];
+    }
+    while (k > 1 && out[k - 1] == '/') k--; /* "out/" names "out"; "/" stays */
+    /* A trailing "/." (or ".") names the directory itself. */
+    while (k > 2 && out[k - 1] == '.' && out[k - 2] == '/') k -= 2;
+    out[k] = '\0';
+    return out;
+}

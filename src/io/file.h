@@ -77,6 +77,10 @@ CKPT__HIDDEN ckpt_status ckpt__reserve(int fd, uint64_t size, const char *path, 
 /* fsyncs the directory holding `path` (so a rename in it is durable). */
 CKPT__HIDDEN ckpt_status ckpt__fsync_parent(const char *path, ckpt_error *err);
 
+/* `path` with repeated and trailing slashes removed ("out//x/" → "out/x";
+ * "/" stays), as a malloc'ed string. */
+CKPT__HIDDEN char *ckpt__path_normalize(const char *path);
+
 /* Joins a directory and a file name into a malloc'ed path ("dir/name"). */
 CKPT__HIDDEN char *ckpt__path_join(const char *dir, const char *name);
 

@@ -72,3 +72,54 @@ def test_kill_9_never_leaves_a_damaged_output(source, sharded):
         shutil.rmtree(dst) if sharded else dst.unlink()
     print(f"{'sharded' if sharded else 'single'}: {outcomes}")
     assert outcomes["absent"] > 0  # some kills did land mid-conversion
+
+
+def tree_files(d):
+    return {n: (d / n).read_bytes() for n in sorted(os.listdir(d)) if not n.startswith(".")}
+
+
+def test_kill_9_while_replacing_a_checkpoint_beside_other_files(tmp_path):
+    """--force over an old checkpoint in a directory that holds other files
+    (config.json): whatever moment the kill hits, the next open finds the
+    old checkpoint complete or the new one, never a mix."""
+    def arrays(value):
+        return {f"layer.{i:02d}.w": np.full((512, 1024), value + i, dtype=np.float32) for i in range(8)}  # 16 MiB
+    old_src, new_src = tmp_path / "old.safetensors", tmp_path / "new.safetensors"
+    safetensors.numpy.save_file(arrays(0), str(old_src))
+    safetensors.numpy.save_file(arrays(100), str(new_src))
+    shard = ["--max-shard-size", "3MB", "--no-sync"]
+    refs = {}
+    for name, src in (("old", old_src), ("new", new_src)):
+        subprocess.run([BIN_PATH, "convert", str(src), str(tmp_path / f"ref-{name}"), *shard], check=True)
+        refs[name] = tree_files(tmp_path / f"ref-{name}")
+    assert refs["old"].keys() == refs["new"].keys()  # same names: the new files replace the old ones in place
+    dst = tmp_path / "model"
+    config = b'{"model_type": "test"}'
+    t0 = time.monotonic()
+    subprocess.run([BIN_PATH, "convert", str(new_src), str(tmp_path / "timing"), *shard], check=True)
+    duration = time.monotonic() - t0
+    rng = random.Random(11)
+    outcomes = {"old": 0, "new": 0}
+    for trial in range(TRIALS):
+        if dst.exists():
+            shutil.rmtree(dst)
+        shutil.copytree(tmp_path / "ref-old", dst)
+        (dst / "config.json").write_bytes(config)
+        p = subprocess.Popen([BIN_PATH, "convert", str(new_src), str(dst), "--force", *shard], stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0, duration * 1.3))
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        # Any ckpt open finishes a decided commit (or leaves the old one).
+        r = subprocess.run([BIN_PATH, "inspect", str(dst)], capture_output=True, text=True)
+        assert r.returncode == 0, (trial, r.stderr)
+        files = tree_files(dst)
+        assert files.pop("config.json") == config
+        state = [k for k, ref in refs.items() if files == ref]
+        assert state, f"trial {trial}: a mix of old and new files: {sorted(files)}"
+        outcomes[state[0]] += 1
+        # The next conversion cleans what the killed one left.
+        subprocess.run([BIN_PATH, "convert", str(new_src), str(dst), "--force", *shard], check=True)
+        assert tree_files(dst) == {**refs["new"], "config.json": config}
+        assert not [n for n in os.listdir(dst) if n.startswith(".")], os.listdir(dst)
+    print(outcomes)
+    assert outcomes["old"] > 0 and outcomes["new"] > 0

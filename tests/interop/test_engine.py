@@ -120,3 +120,27 @@ def test_a_rule_that_changes_nothing_changes_nothing(tmp_path, limit):
         assert sorted(cat.names()) == ["h.0.b", "h.0.w", "lm_head.weight"]
         # The hub keeps the first complete name by sort order; the other is recorded.
         assert cat.metadata()["wte.weight"] == "lm_head.weight"
+
+
+def test_convert_permutes_without_a_cast(tmp_path):
+    """Bytes that need no conversion but land permuted go through the
+    bounce ring (found by the Elixir binding's tests)."""
+    import safetensors.numpy
+    w = np.arange(12 * 40, dtype=np.float32).reshape(12, 40)
+    safetensors.numpy.save_file({"w": w, "v": np.arange(5, dtype=np.int64)}, str(tmp_path / "x.safetensors"))
+    for shard in ([], ["--max-shard-size", "1KB"]):
+        out = tmp_path / ("t" if shard else "t.safetensors")
+        convert(tmp_path / "x.safetensors", out, "--transpose", "*", *shard)
+        with Catalog(out) as cat:
+            assert cat.read("w") == np.ascontiguousarray(w.T).tobytes()
+
+
+def test_a_buffer_set_before_a_cast_that_grows_the_tensor_is_refused(tmp_path):
+    import safetensors.numpy
+    safetensors.numpy.save_file({"w": np.ones(16, dtype=np.float16)}, str(tmp_path / "h.safetensors"))
+    with Catalog(tmp_path / "h.safetensors") as cat, Plan(cat) as plan:
+        plan.set_buffer(0, np.zeros(32, dtype=np.uint8))  # room for 16 f16
+        plan.cast("F32")                    # now 64 bytes
+        with pytest.raises(Exception) as e:
+            plan.load()
+        assert "buffer of 32 bytes" in e.value.message and e.value.tensor == "w"

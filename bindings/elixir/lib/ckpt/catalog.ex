@@ -1,0 +1,18 @@
+defmodule Ckpt.Catalog do
+  @moduledoc """
+  An opened checkpoint (`Ckpt.open/1`): `format` (`:safetensors`,
+  `:safetensors_sharded`, `:torch`, `:torch_sharded`), its data `files` as
+  `{path, size}`, the `index_path` of a sharded one, the number of tensors
+  (`count`) and a torch file's object tree (`tree_json`).  `ref` is the
+  libckpt catalog, closed by the garbage collector once neither this struct
+  nor any zero-copy binary of it is referenced.
+  """
+  defstruct [:ref, :path, :format, :files, :index_path, :tree_json, :count]
+
+  @type t :: %__MODULE__{}
+
+  defimpl Inspect do
+    def inspect(c, _opts),
+      do: "#Ckpt.Catalog<#{c.path} #{c.format}, #{c.count} tensors in #{length(c.files)} file(s)>"
+  end
+end

@@ -1,0 +1,95 @@
+defmodule Ckpt.Writer do
+  @moduledoc """
+  libckpt's streaming safetensors writer, for data that does not sit in
+  memory at once (e.g. converting a model shard by shard):
+
+      {:ok, w} = Ckpt.Writer.create("out/", max_shard_size: "5GB")
+      {:ok, i} = Ckpt.Writer.add(w, "embed.weight", {:bf, 16}, {32000, 4096})
+      {:ok, files} = Ckpt.Writer.begin(w)      # layout, headers, space reserved
+      :ok = Ckpt.Writer.write(w, i, chunk)      # a tensor's bytes in order, any chunk size
+      {:ok, files} = Ckpt.Writer.commit(w)      # fsync, rename into place, index last
+
+  Nothing appears under a final name before `commit/1`; `abort/1` (or the
+  garbage collector, for a writer no longer referenced) removes the
+  temporaries.  Calls on one writer from several processes are serialised.
+  """
+  alias Ckpt.{Error, NIF, Types}
+
+  defstruct [:ref, :path, :prefix]
+  @type t :: %__MODULE__{}
+
+  @doc """
+  A writer for `path`: one file when `max_shard_size` is 0 or `nil`
+  (default), else a directory of shards of at most that many bytes
+  (`"5GB"` or an integer).  Options: `prefix:` (`"model"`), `overwrite:`
+  (false), `no_sync:`, `checksums:`.
+  """
+  def create(path, opts \\ []) do
+    opts =
+      Keyword.validate!(opts, max_shard_size: nil, prefix: "model", overwrite: false, no_sync: false, checksums: false)
+
+    path = IO.chardata_to_string(path)
+
+    with {:ok, limit} <- limit(opts[:max_shard_size]),
+         {:ok, ref} <- Error.wrap(NIF.writer_create(path, options(opts, limit))) do
+      {:ok, %__MODULE__{ref: ref, path: path, prefix: opts[:prefix]}}
+    end
+  end
+
+  defp limit(nil), do: {:ok, 0}
+  defp limit(n) when is_integer(n) and n >= 0, do: {:ok, n}
+  defp limit(text) when is_binary(text), do: Ckpt.parse_size(text)
+
+  @doc false
+  def options(opts, limit),
+    do: {limit, opts[:prefix], opts[:overwrite] == true, opts[:no_sync] == true, opts[:checksums] == true}
+
+  @doc """
+  A `__metadata__` entry of every file; with `checkpoint: true`, of the
+  checkpoint instead (the file's, or the index's when sharded).
+  """
+  def set_metadata(%__MODULE__{ref: ref}, key, value, opts \\ []) when is_binary(key) and is_binary(value) do
+    Error.wrap(NIF.writer_set_metadata(ref, key, value, Keyword.get(opts, :checkpoint, false)))
+  end
+
+  @doc "Declares a tensor (type: see `Ckpt.Types`; shape a tuple); returns its index."
+  def add(%__MODULE__{ref: ref}, name, type, shape) when is_binary(name) do
+    dtype = Types.to_dtype(type) || raise ArgumentError, "unknown type #{inspect(type)}"
+    shape = if is_tuple(shape), do: Tuple.to_list(shape), else: shape
+    Error.wrap(NIF.writer_add(ref, name, dtype, shape))
+  end
+
+  @doc "Ends declarations; returns the final paths of the data files."
+  def begin(%__MODULE__{ref: ref}), do: Error.wrap(NIF.writer_begin(ref))
+
+  @doc "Appends the next bytes of tensor `index` (a binary, or iodata written piece by piece)."
+  def write(%__MODULE__{ref: ref}, index, data) when is_binary(data) do
+    # Pieces of at most 64 MiB (sub-binaries, no copy) keep each dirty call short.
+    piece = 64 * 1024 * 1024
+    write_pieces(ref, index, data, 0, byte_size(data), piece)
+  end
+
+  def write(%__MODULE__{} = w, index, iodata) when is_list(iodata) do
+    Enum.reduce_while(List.flatten(iodata), :ok, fn part, :ok ->
+      case write(w, index, if(is_integer(part), do: <<part>>, else: part)) do
+        :ok -> {:cont, :ok}
+        error -> {:halt, error}
+      end
+    end)
+  end
+
+  defp write_pieces(ref, index, data, at, size, piece) when at < size or size == 0 do
+    n = min(piece, size - at)
+
+    case Error.wrap(NIF.writer_write(ref, index, binary_part(data, at, n))) do
+      :ok when at + n < size -> write_pieces(ref, index, data, at + n, size, piece)
+      other -> other
+    end
+  end
+
+  @doc "Checks every tensor is complete, fsyncs and renames into place (index last)."
+  def commit(%__MODULE__{ref: ref}), do: Error.wrap(NIF.writer_commit(ref))
+
+  @doc "Drops an uncommitted writer now, removing its temporaries (no-op after commit)."
+  def abort(%__MODULE__{ref: ref}), do: NIF.writer_abort(ref)
+end

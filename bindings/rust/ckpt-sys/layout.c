@@ -1,0 +1,56 @@
+/* layout.c — what the C compiler says about the structs that src/lib.rs
+ * declares: sizes and field offsets, in the order of LAYOUT in src/lib.rs's
+ * test.  Compiled by build.rs against the real ckpt.h. */
+#include <stddef.h>
+
+#include "ckpt.h"
+
+#define F(type, field) offsetof(type, field)
+
+static const size_t layout[] = {
+    sizeof(ckpt_error), F(ckpt_error, status), F(ckpt_error, sys_errno), F(ckpt_error, offset),
+    F(ckpt_error, path), F(ckpt_error, tensor), F(ckpt_error, message),
+
+    F(ckpt_tensor_info, name), F(ckpt_tensor_info, dtype), F(ckpt_tensor_info, ndim), F(ckpt_tensor_info, shape),
+    F(ckpt_tensor_info, numel), F(ckpt_tensor_info, nbytes), F(ckpt_tensor_info, file), F(ckpt_tensor_info, offset),
+    F(ckpt_tensor_info, strides), F(ckpt_tensor_info, storage), F(ckpt_tensor_info, big_endian),
+    F(ckpt_tensor_info, compressed),
+
+    F(ckpt_plan_item, name), F(ckpt_plan_item, source), F(ckpt_plan_item, dtype), F(ckpt_plan_item, ndim),
+    F(ckpt_plan_item, shape), F(ckpt_plan_item, numel), F(ckpt_plan_item, nbytes), F(ckpt_plan_item, slice_start),
+    F(ckpt_plan_item, slice_count), F(ckpt_plan_item, perm), F(ckpt_plan_item, data), F(ckpt_plan_item, is_view),
+    F(ckpt_plan_item, transform),
+
+    sizeof(ckpt_catalog_options), F(ckpt_catalog_options, size), F(ckpt_catalog_options, allowed_globals),
+    F(ckpt_catalog_options, allowed_global_count),
+
+    sizeof(ckpt_writer_options), F(ckpt_writer_options, size), F(ckpt_writer_options, max_shard_size), F(ckpt_writer_options, prefix),
+    F(ckpt_writer_options, overwrite), F(ckpt_writer_options, no_sync), F(ckpt_writer_options, checksums),
+    F(ckpt_writer_options, copy_partial_views),
+
+    sizeof(ckpt_tensor_storage), F(ckpt_tensor_storage, id), F(ckpt_tensor_storage, nbytes),
+    F(ckpt_tensor_storage, begin), F(ckpt_tensor_storage, end), F(ckpt_tensor_storage, contiguous),
+
+    sizeof(ckpt_load_options), F(ckpt_load_options, size), F(ckpt_load_options, threads), F(ckpt_load_options, chunk_bytes),
+    F(ckpt_load_options, io), F(ckpt_load_options, io_uring), F(ckpt_load_options, views),
+    F(ckpt_load_options, progress), F(ckpt_load_options, user),
+
+    sizeof(ckpt_load_stats), F(ckpt_load_stats, bytes_needed), F(ckpt_load_stats, bytes_read),
+    F(ckpt_load_stats, reads), F(ckpt_load_stats, tasks), F(ckpt_load_stats, threads),
+    F(ckpt_load_stats, ring_bytes), F(ckpt_load_stats, direct), F(ckpt_load_stats, io_uring),
+    F(ckpt_load_stats, views),
+
+    sizeof(ckpt_expected), F(ckpt_expected, name), F(ckpt_expected, dtype), F(ckpt_expected, ndim),
+    F(ckpt_expected, shape),
+
+    F(ckpt_match_entry, kind), F(ckpt_match_entry, name), F(ckpt_match_entry, expected), F(ckpt_match_entry, item),
+
+    sizeof(ckpt_status), sizeof(ckpt_dtype), sizeof(ckpt_format), sizeof(ckpt_io_mode),
+    CKPT_DTYPE_COUNT, CKPT_MAX_DIMS,
+};
+
+size_t ckpt_sys_layout_count(void);
+size_t ckpt_sys_layout(size_t i);
+
+size_t ckpt_sys_layout_count(void) { return sizeof layout / sizeof *layout; }
+size_t ckpt_sys_layout(size_t i) { return i < sizeof layout / sizeof *layout ? layout[i] : (size_t)-1; }

@@ -1,0 +1,122 @@
+/*
+ * output.h — the output-format interface: what a format provides to be
+ * written, and what it may do with the writer that writes it.
+ *
+ * The writer (src/writer.c) is format-neutral: it takes declarations
+ * (names, dtypes, shapes, shared storages), deduplicates as the hub does,
+ * receives tensor bytes at computed offsets from any thread, and commits
+ * atomically (a staged directory, or a journal when replacing files in a
+ * directory that holds others).  An output format is one table
+ * (ckpt__output_format) in its format's file plus one line in the output
+ * registry (writer_formats in src/formats/registry.c):
+ *
+ *   directory  whether the output is a directory of files (or one file);
+ *   plan       which file each tensor goes to, and the files' names;
+ *   layout     a file's leading bytes (its header) and each of its
+ *              tensors' offsets — everything is known before any data;
+ *   finish     after the data: patches computed from it (checksums,
+ *              CRC-32s) and side files written last (an index, a
+ *              `.metadata`);
+ *   owns       which file names in a directory belong to a checkpoint of
+ *              this format (replaced ones are cleaned up after a commit).
+ */
+#ifndef CKPT_FORMATS_OUTPUT_H
+#define CKPT_FORMATS_OUTPUT_H
+
+#include "../base/base.h"
+
+typedef struct ckpt__output ckpt__output; /* the writer, as an output format sees it */
+
+/* A declared tensor.  A tensor deduplicated away has file CKPT__OUT_NONE. */
+typedef struct ckpt__out_tensor {
+    const char *name;
+    ckpt_dtype dtype;
+    uint32_t ndim;
+    const uint64_t *shape;
+    uint64_t nbytes;
+    const ckpt_tensor_storage *storage; /* id 0: shares nothing */
+    uint32_t file;   /* set by plan */
+    uint64_t offset; /* set by layout: the byte of its data in its file */
+    uint64_t xxh3;   /* after the data, with CKPT__OUT_XXH3: the XXH3-64 of its bytes */
+    uint32_t crc32;  /* after the data, with CKPT__OUT_CRC32: their CRC-32 */
+} ckpt__out_tensor;
+
+#define CKPT__OUT_NONE UINT32_MAX
+
+enum {
+    CKPT__OUT_XXH3 = 1u,  /* the writer hashes each tensor's bytes (in order) */
+    CKPT__OUT_CRC32 = 2u, /* the writer computes each tensor's CRC-32 (in order) */
+};
+
+typedef struct ckpt__output_format {
+    const char *name;
+    ckpt_format id;
+    /* Whether the output is a directory of files, for these options. */
+    bool (*directory)(const ckpt_writer_options *options);
+    /* Sets every kept tensor's file (ckpt__out_tensor.file) and the files'
+     * names (ckpt__out_set_files). */
+    ckpt_status (*plan)(ckpt__output *o, ckpt_error *err);
+    /* File f's leading bytes into `head` (written at offset 0), each of its
+     * tensors' offsets, and its size (ckpt__out_set_file_size). */
+    ckpt_status (*layout)(ckpt__output *o, uint32_t file, ckpt__buf *head, ckpt_error *err);
+    /* After every tensor's bytes: patches and side files.  May be NULL. */
+    ckpt_status (*finish)(ckpt__output *o, ckpt_error *err);
+    /* Whether `name` (a file name in the output directory) is a file a
+     * checkpoint of this format with this prefix would use. */
+    bool (*owns)(const char *prefix, const char *name);
+    /* What the writer computes as data streams (CKPT__OUT_*), for these
+     * options. */
+    unsigned (*needs)(const ckpt_writer_options *options);
+} ckpt__output_format;
+
+/* ---- what an output format may ask of the writer --------------------------- */
+
+CKPT__HIDDEN const ckpt_writer_options *ckpt__out_options(const ckpt__output *o);
+/* The file name prefix ("model" by default), for directory outputs. */
+CKPT__HIDDEN const char *ckpt__out_prefix(const ckpt__output *o);
+/* The output's path as the caller gave it (normalised). */
+CKPT__HIDDEN const char *ckpt__out_path(const ckpt__output *o);
+/* An arena that lives as long as the writer. */
+CKPT__HIDDEN ckpt__arena *ckpt__out_arena(ckpt__output *o);
+/* A slot for the format's own state between plan, layout and finish
+ * (allocate it from the arena). */
+CKPT__HIDDEN void **ckpt__out_format_state(ckpt__output *o);
+
+/* Declared tensors, in declaration order. */
+CKPT__HIDDEN size_t ckpt__out_count(const ckpt__output *o);
+CKPT__HIDDEN ckpt__out_tensor *ckpt__out_tensor_at(ckpt__output *o, size_t i);
+
+/* Metadata every file carries (file-level), and the checkpoint's own
+ * (placed by the format: the single file's, or an index's). */
+CKPT__HIDDEN const ckpt__pairs *ckpt__out_file_metadata(const ckpt__output *o);
+CKPT__HIDDEN const ckpt__pairs *ckpt__out_checkpoint_metadata(const ckpt__output *o);
+
+/* rank[i]: the first tensor declared on i's storage, or i; with
+ * `contiguous_only`, views that are not contiguous count as storages of
+ * their own (as they are once made contiguous). */
+CKPT__HIDDEN ckpt_status ckpt__out_storage_ranks(const ckpt__output *o, size_t *rank, bool contiguous_only,
+                                                 ckpt_error *err);
+
+/* Sets the output files: `count` names, relative to the output directory
+ * (a directory output's path, else the directory holding the path). */
+CKPT__HIDDEN ckpt_status ckpt__out_set_files(ckpt__output *o, size_t count, const char *const *names, ckpt_error *err);
+CKPT__HIDDEN size_t ckpt__out_file_count(const ckpt__output *o);
+/* The final path of file f. */
+CKPT__HIDDEN const char *ckpt__out_file_path(const ckpt__output *o, uint32_t f);
+CKPT__HIDDEN void ckpt__out_set_file_size(ckpt__output *o, uint32_t f, uint64_t size);
+
+/* finish: writes `n` bytes at `offset` of file f (over its reserved
+ * space). */
+CKPT__HIDDEN ckpt_status ckpt__out_patch(ckpt__output *o, uint32_t f, uint64_t offset, const void *data, size_t n,
+                                         ckpt_error *err);
+/* finish: a side file (an index), published after the data files. */
+CKPT__HIDDEN ckpt_status ckpt__out_add_side_file(ckpt__output *o, const char *name, const void *data, size_t n,
+                                                 ckpt_error *err);
+
+/* The output formats (each in its format's file). */
+CKPT__HIDDEN extern const ckpt__output_format ckpt__output_safetensors; /* safetensors.c */
+
+/* The output format for an id (registry.c); NULL when ckpt cannot write it. */
+CKPT__HIDDEN const ckpt__output_format *ckpt__output_format_for(ckpt_format id);
+
+#endif
