@@ -215,7 +215,8 @@ def make(d):
     sh = {f"model.layers.{i}.weight": torch.randn(64, 64, generator=g).bfloat16() for i in range(6)}
     (d / "sharded").mkdir(exist_ok=True)
     save_torch_state_dict(sh, str(d / "sharded"), max_shard_size="20KB", metadata={"origin": "hub"})
-    record("sharded", "safetensors-sharded", sh, {"format": "pt"})
+    # The catalog's metadata: the index's own ("origin") and the shards' ("format").
+    record("sharded", "safetensors-sharded", sh, {"origin": "hub", "format": "pt"})
 
     rn = resnet_state_dict([1, 1, 2, 1], [8, 16, 16, 32], 10, seed=3)
     torch.save(rn, d / "resnet.pt")

@@ -148,8 +148,15 @@ ckpt_status ckpt__index_parse(char *text, size_t len, const char *path, ckpt__ar
                 size_t m = v + 1;
                 for (uint32_t e = 0; e < doc.nodes[v].count; e++) {
                     const ckpt__json_node *key = &doc.nodes[m], *val = &doc.nodes[key->end];
-                    if (val->kind == CKPT__JSON_STRING)
-                        out->meta_keys[out->meta_count] = key->str, out->meta_values[out->meta_count++] = val->str;
+                    if (val->kind == CKPT__JSON_STRING) { /* copied: they outlive the index's text */
+                        const char *mk = ckpt__arena_strndup(arena, key->str, key->len);
+                        const char *mv = ckpt__arena_strndup(arena, val->str, val->len);
+                        if (!mk || !mv) {
+                            st = ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+                            goto done;
+                        }
+                        out->meta_keys[out->meta_count] = mk, out->meta_values[out->meta_count++] = mv;
+                    }
                     m = val->end;
                 }
             }

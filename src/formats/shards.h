@@ -40,7 +40,7 @@ typedef struct ckpt__index {
     uint32_t *file_of;    /* malloc'ed; index into files */
     size_t file_count;
     const char **files;   /* malloc'ed array of arena strings */
-    size_t meta_count;    /* the "metadata" object's string entries (inside the text) */
+    size_t meta_count;    /* the "metadata" object's string entries (in the arena) */
     const char **meta_keys, **meta_values; /* arena arrays */
 } ckpt__index;
 

@@ -115,9 +115,9 @@ impl Catalog {
         let globals: Vec<std::ffi::CString> =
             options.allowed_globals.iter().map(|g| cstring(g, "allowed global")).collect::<Result<_>>()?;
         let ptrs: Vec<*const c_char> = globals.iter().map(|g| g.as_ptr()).collect();
-        // SAFETY: zeroed storage for ckpt_catalog_options_init to fill.
+        // SAFETY: zeroed storage for ckpt_catalog_options_init_sized to fill.
         let mut o = Box::new(unsafe { sys::Reserved::<sys::ckpt_catalog_options>::zeroed() });
-        unsafe { sys::ckpt_catalog_options_init(&mut o.value) };
+        unsafe { sys::ckpt_catalog_options_init_sized(&mut o.value, std::mem::size_of::<sys::ckpt_catalog_options>()) };
         o.value.allowed_globals = if ptrs.is_empty() { ptr::null() } else { ptrs.as_ptr() };
         o.value.allowed_global_count = ptrs.len();
         let err = RawError::new();

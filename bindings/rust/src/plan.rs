@@ -264,9 +264,9 @@ impl<'c, 'b> Plan<'c, 'b> {
     /// [`load`](Self::load) with a callback `(done, total) -> keep going`
     /// run on the calling thread; returning false cancels.
     pub fn load_with_progress<F: FnMut(u64, u64) -> bool>(&mut self, options: &LoadOptions, progress: F) -> Result<LoadStats> {
-        // SAFETY: zeroed storage for ckpt_load_options_init to fill.
+        // SAFETY: zeroed storage for ckpt_load_options_init_sized to fill.
         let mut o = unsafe { sys::Reserved::<sys::ckpt_load_options>::zeroed() };
-        unsafe { sys::ckpt_load_options_init(&mut o.value) };
+        unsafe { sys::ckpt_load_options_init_sized(&mut o.value, std::mem::size_of::<sys::ckpt_load_options>()) };
         o.value.threads = options.threads;
         o.value.chunk_bytes = options.chunk_bytes;
         o.value.io = match options.io {

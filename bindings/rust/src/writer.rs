@@ -54,9 +54,9 @@ impl WriterOptions {
             Some(p) => Some(cstring(p, "prefix")?),
             None => None,
         };
-        // SAFETY: zeroed storage for ckpt_writer_options_init to fill.
+        // SAFETY: zeroed storage for ckpt_writer_options_init_sized to fill.
         let mut value = Box::new(unsafe { sys::Reserved::<sys::ckpt_writer_options>::zeroed() });
-        unsafe { sys::ckpt_writer_options_init(&mut value.value) };
+        unsafe { sys::ckpt_writer_options_init_sized(&mut value.value, std::mem::size_of::<sys::ckpt_writer_options>()) };
         if let Some(m) = self.max_shard_size {
             if m == 0 {
                 return Err(Error::argument(None, "max_shard_size must be positive (None writes one file)".into()));

@@ -188,7 +188,7 @@ impl<T> Reserved<T> {
     }
 }
 
-/// `ckpt_catalog_options`: initialise with `ckpt_catalog_options_init` (sets `size`).
+/// `ckpt_catalog_options`: initialise with `ckpt_catalog_options_init_sized` (sets `size`).
 #[repr(C)]
 pub struct ckpt_catalog_options {
     pub size: usize,
@@ -205,6 +205,8 @@ pub struct ckpt_writer_options {
     pub no_sync: c_int,
     pub checksums: c_int,
     pub copy_partial_views: c_int,
+    pub format: c_int,
+    pub copy_files_from: *const c_char,
 }
 
 /// Where a tensor's bytes lie in the caller's memory (ckpt_writer_add_tensor_shared).
@@ -273,7 +275,8 @@ extern "C" {
     pub fn ckpt_format_name(format: ckpt_format) -> *const c_char;
 
     pub fn ckpt_catalog_open(path: *const c_char, out: *mut *mut ckpt_catalog, err: *mut ckpt_error) -> ckpt_status;
-    pub fn ckpt_catalog_options_init(options: *mut ckpt_catalog_options);
+    /// Fills the first `size` bytes (the caller's `size_of`) with the defaults.
+    pub fn ckpt_catalog_options_init_sized(options: *mut ckpt_catalog_options, size: usize);
     pub fn ckpt_catalog_open_ex(
         path: *const c_char,
         options: *const ckpt_catalog_options,
@@ -316,7 +319,8 @@ extern "C" {
 
     pub fn ckpt_parse_size(text: *const c_char, bytes: *mut u64, err: *mut ckpt_error) -> ckpt_status;
 
-    pub fn ckpt_writer_options_init(options: *mut ckpt_writer_options);
+    /// Fills the first `size` bytes (the caller's `size_of`) with the defaults.
+    pub fn ckpt_writer_options_init_sized(options: *mut ckpt_writer_options, size: usize);
     pub fn ckpt_writer_create(
         path: *const c_char,
         options: *const ckpt_writer_options,
@@ -465,7 +469,8 @@ extern "C" {
         err: *mut ckpt_error,
     ) -> ckpt_status;
 
-    pub fn ckpt_load_options_init(options: *mut ckpt_load_options);
+    /// Fills the first `size` bytes (the caller's `size_of`) with the defaults.
+    pub fn ckpt_load_options_init_sized(options: *mut ckpt_load_options, size: usize);
     pub fn ckpt_load(plan: *mut ckpt_plan, options: *const ckpt_load_options, err: *mut ckpt_error) -> ckpt_status;
     pub fn ckpt_plan_stats(plan: *const ckpt_plan, stats: *mut ckpt_load_stats);
     pub fn ckpt_convert_plan(
@@ -549,6 +554,8 @@ mod layout {
             ("ckpt_writer_options.no_sync", off!(ckpt_writer_options, no_sync), true),
             ("ckpt_writer_options.checksums", off!(ckpt_writer_options, checksums), true),
             ("ckpt_writer_options.copy_partial_views", off!(ckpt_writer_options, copy_partial_views), true),
+            ("ckpt_writer_options.format", off!(ckpt_writer_options, format), true),
+            ("ckpt_writer_options.copy_files_from", off!(ckpt_writer_options, copy_files_from), true),
             ("sizeof ckpt_tensor_storage", size_of::<ckpt_tensor_storage>(), true),
             ("ckpt_tensor_storage.id", off!(ckpt_tensor_storage, id), true),
             ("ckpt_tensor_storage.nbytes", off!(ckpt_tensor_storage, nbytes), true),
