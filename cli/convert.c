@@ -38,6 +38,13 @@ const char convert_usage[] =
     "                         (key ckpt.xxh3_64), for ckpt verify\n"
     "  --verify               re-read what was written and check it (implies\n"
     "                         --checksums)\n"
+    "  --ignore-unmatched     a pattern that matches no tensor is not an error\n"
+    "  --no-extra-files       when SRC is a model directory, do not copy its other\n"
+    "                         files (config.json, tokenizer files, ...) into DST\n"
+    "  --allow-global MODULE.NAME\n"
+    "                         allow this pickle global (repeatable), as torch's\n"
+    "                         add_safe_globals: numpy scalars and dtypes,\n"
+    "                         argparse.Namespace, dataclasses; nothing is executed\n"
     "  -h, --help             show this help\n"
     "  Options taking a value accept --opt VALUE and --opt=VALUE.\n"
     "\n"
@@ -57,7 +64,8 @@ const char convert_usage[] =
     "                         so that loaders need not on every load\n"
     "  --layout [PAT=]FROM:TO reorder axes by letters, e.g. OIHW:HWIO (conv kernels\n"
     "                         of torch to TensorFlow/Flax); other ranks untouched\n"
-    "  With transforms, tensors sharing storage in a torch file are each written.\n"
+    "  A pattern that matches no tensor is an error (see --ignore-unmatched); one\n"
+    "  that names a single tensor the rule cannot apply to is an error too.\n"
     "\n"
     "On success a summary goes to stderr (tensors, bytes, files, time, GB/s).\n"
     "Output appears under its final name only when complete: an error or Ctrl-C\n"
@@ -65,7 +73,7 @@ const char convert_usage[] =
 
 enum {
     OPT_HELP = 1, OPT_OUTPUT, OPT_FORCE, OPT_QUIET, OPT_MAX_SHARD_SIZE, OPT_PREFIX, OPT_NO_SYNC, OPT_CHECKSUMS,
-    OPT_VERIFY, OPT_PROGRESS, OPT_NO_PROGRESS,
+    OPT_VERIFY, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_IGNORE_UNMATCHED, OPT_NO_EXTRA_FILES, OPT_ALLOW_GLOBAL,
     /* transforms, kept in order as rules */
     OPT_SELECT, OPT_EXCLUDE, OPT_RENAME, OPT_DTYPE, OPT_SLICE, OPT_TRANSPOSE, OPT_LAYOUT
 };
@@ -151,7 +159,21 @@ static int apply_rule(ckpt_plan *plan, const rule *r, ckpt_error *err) {
         int d = sign * (int)dim;
         st = *e == '/' ? ckpt_plan_split(plan, pat, d, a, b, err) : ckpt_plan_slice(plan, pat, d, a, b, err);
     }
-    return st == CKPT_OK ? EXIT_OK : report_error(err);
+    if (st != CKPT_OK) return report_error(err);
+    /* A broad pattern leaves what it cannot apply to as it is: say so. */
+    size_t matched, skipped;
+    ckpt_plan_last_rule(plan, &matched, &skipped);
+    if (skipped) {
+        static const char *const names[] = {[OPT_DTYPE] = "--dtype", [OPT_SLICE] = "--slice",
+                                            [OPT_TRANSPOSE] = "--transpose", [OPT_LAYOUT] = "--layout"};
+        const char *name = r->option < (int)(sizeof names / sizeof *names) ? names[r->option] : NULL;
+        fprintf(stderr, "ckpt: %s %s: %zu of the %zu matching tensors left as they are (%s)\n",
+                name ? name : "rule", r->value, skipped, matched,
+                r->option == OPT_DTYPE   ? "not of a dtype it casts"
+                : r->option == OPT_SLICE ? "no such dimension"
+                                         : "another number of dimensions");
+    }
+    return EXIT_OK;
 }
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -176,8 +198,9 @@ static ckpt_status open_output(const char *dst, const ckpt_writer_options *opt, 
     return st;
 }
 
-/* The command, with room for one transform per argument. */
-static int run_convert(int argc, char **argv, rule *rules) {
+/* The command, with room for one transform and one allowed global per
+ * argument. */
+static int run_convert(int argc, char **argv, rule *rules, const char **globals) {
     static const cli_option options[] = {
         {"help", 'h', false, OPT_HELP},
         {"output", 'o', true, OPT_OUTPUT},
@@ -188,6 +211,9 @@ static int run_convert(int argc, char **argv, rule *rules) {
         {"no-sync", 0, false, OPT_NO_SYNC},
         {"checksums", 0, false, OPT_CHECKSUMS},
         {"verify", 0, false, OPT_VERIFY},
+        {"ignore-unmatched", 0, false, OPT_IGNORE_UNMATCHED},
+        {"no-extra-files", 0, false, OPT_NO_EXTRA_FILES},
+        {"allow-global", 0, true, OPT_ALLOW_GLOBAL},
         {"progress", 0, false, OPT_PROGRESS},
         {"no-progress", 0, false, OPT_NO_PROGRESS},
         {"select", 0, true, OPT_SELECT},
@@ -203,8 +229,8 @@ static int run_convert(int argc, char **argv, rule *rules) {
     ckpt_writer_options opt;
     ckpt_writer_options_init(&opt);
     int show_progress = -1;
-    bool verify = false, quiet = false;
-    size_t rule_count = 0;
+    bool verify = false, quiet = false, extra_files = true, ignore_unmatched = false;
+    size_t rule_count = 0, global_count = 0;
     args_parser args;
     args_init(&args, "convert", options, argc, argv);
     for (int id; (id = args_next(&args, &value)) != ARG_END;) {
@@ -222,6 +248,9 @@ static int run_convert(int argc, char **argv, rule *rules) {
         case OPT_NO_SYNC: opt.no_sync = 1; break;
         case OPT_CHECKSUMS: opt.checksums = 1; break;
         case OPT_VERIFY: opt.checksums = 1, verify = true; break;
+        case OPT_IGNORE_UNMATCHED: ignore_unmatched = true; break;
+        case OPT_NO_EXTRA_FILES: extra_files = false; break;
+        case OPT_ALLOW_GLOBAL: globals[global_count++] = value; break;
         case OPT_PROGRESS: show_progress = 1; break;
         case OPT_NO_PROGRESS: show_progress = 0; break;
         case ARG_POSITIONAL:
@@ -254,28 +283,35 @@ static int run_convert(int argc, char **argv, rule *rules) {
     if (shard_size && ends_with(dst, ".safetensors") && !dst_is_dir)
         return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", dst);
 
+    /* A model directory's other files (config.json, tokenizer files, …)
+     * go along into a directory of shards, so that the output loads on its
+     * own. */
+    if (extra_files && opt.max_shard_size && stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) opt.copy_files_from = src;
+    ckpt_catalog_options copt;
+    ckpt_catalog_options_init(&copt);
+    copt.allowed_globals = globals;
+    copt.allowed_global_count = global_count;
     ckpt_catalog *cat;
-    if (ckpt_catalog_open(src, &cat, &err) != CKPT_OK) return report_error(&err);
+    if (ckpt_catalog_open_ex(src, &copt, &cat, &err) != CKPT_OK) return report_error(&err);
+    /* A conversion is a plan: the identity, or the rules in order. */
     ckpt_plan *plan = NULL;
-    if (rule_count) {
-        if (ckpt_plan_create(cat, &plan, &err) != CKPT_OK) {
+    if (ckpt_plan_create(cat, &plan, &err) != CKPT_OK) {
+        ckpt_catalog_close(cat);
+        return report_error(&err);
+    }
+    if (ignore_unmatched) ckpt_plan_set_flags(plan, CKPT_PLAN_IGNORE_UNMATCHED);
+    for (size_t i = 0; i < rule_count; i++) {
+        int rc = apply_rule(plan, &rules[i], &err);
+        if (rc != EXIT_OK) {
+            ckpt_plan_free(plan);
             ckpt_catalog_close(cat);
-            return report_error(&err);
-        }
-        for (size_t i = 0; i < rule_count; i++) {
-            int rc = apply_rule(plan, &rules[i], &err);
-            if (rc != EXIT_OK) {
-                ckpt_plan_free(plan);
-                ckpt_catalog_close(cat);
-                return rc;
-            }
+            return rc;
         }
     }
     progress_bar bar;
     progress_start(&bar, "converting", show_progress);
     progress_set_final_note(&bar, opt.no_sync ? NULL : "syncing");
-    ckpt_status st = plan ? ckpt_convert_plan(plan, dst, &opt, progress_update, &bar, &err)
-                          : ckpt_convert(cat, dst, &opt, progress_update, &bar, &err);
+    ckpt_status st = ckpt_convert_plan(plan, dst, &opt, progress_update, &bar, &err);
     double elapsed = cli_now() - start;
     progress_finish(&bar, st == CKPT_OK);
     ckpt_plan_free(plan);
@@ -313,11 +349,11 @@ static int run_convert(int argc, char **argv, rule *rules) {
 
 int cmd_convert(int argc, char **argv) {
     rule *rules = calloc((size_t)argc, sizeof *rules);
-    if (!rules) {
-        fputs("ckpt: out of memory\n", stderr);
-        return EXIT_ERROR;
-    }
-    int rc = run_convert(argc, argv, rules);
+    const char **globals = calloc((size_t)argc, sizeof *globals);
+    int rc = EXIT_ERROR;
+    if (!rules || !globals) fputs("ckpt: out of memory\n", stderr);
+    else rc = run_convert(argc, argv, rules, globals);
     free(rules);
+    free(globals);
     return rc;
 }

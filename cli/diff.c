@@ -23,6 +23,9 @@ const char diff_usage[] =
     "options:\n"
     "  --json                 machine-readable report on stdout\n"
     "  -q, --quiet            print nothing; stop at the first difference\n"
+    "  --allow-global MODULE.NAME\n"
+    "                         allow this pickle global in torch files (repeatable),\n"
+    "                         as torch's add_safe_globals; nothing is executed\n"
     "  --progress / --no-progress\n"
     "                         force the progress bar on or off (default: on when\n"
     "                         stderr is a terminal)\n"
@@ -549,14 +552,21 @@ static int run(differ *df, bool json) {
     return rc;
 }
 
-int cmd_diff(int argc, char **argv) {
-    enum { OPT_HELP = 1, OPT_JSON, OPT_QUIET, OPT_PROGRESS, OPT_NO_PROGRESS };
-    static const cli_option options[] = {{"help", 'h', false, OPT_HELP},         {"json", 0, false, OPT_JSON},
-                                         {"quiet", 'q', false, OPT_QUIET},       {"progress", 0, false, OPT_PROGRESS},
-                                         {"no-progress", 0, false, OPT_NO_PROGRESS}, {NULL, 0, 0, 0}};
+/* Parses the arguments and compares, with room for one allowed global per
+ * argument. */
+static int parse_and_run(int argc, char **argv, const char **globals) {
+    enum { OPT_HELP = 1, OPT_JSON, OPT_QUIET, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_ALLOW_GLOBAL };
+    static const cli_option options[] = {{"help", 'h', false, OPT_HELP},
+                                         {"json", 0, false, OPT_JSON},
+                                         {"quiet", 'q', false, OPT_QUIET},
+                                         {"progress", 0, false, OPT_PROGRESS},
+                                         {"no-progress", 0, false, OPT_NO_PROGRESS},
+                                         {"allow-global", 0, true, OPT_ALLOW_GLOBAL},
+                                         {NULL, 0, 0, 0}};
     const char *paths[2] = {NULL, NULL}, *value;
     bool json = false, quiet = false;
     int show_progress = -1;
+    size_t global_count = 0;
     args_parser args;
     args_init(&args, "diff", options, argc, argv);
     for (int id; (id = args_next(&args, &value)) != ARG_END;) {
@@ -567,6 +577,7 @@ int cmd_diff(int argc, char **argv) {
         case OPT_QUIET: quiet = true; break;
         case OPT_PROGRESS: show_progress = 1; break;
         case OPT_NO_PROGRESS: show_progress = 0; break;
+        case OPT_ALLOW_GLOBAL: globals[global_count++] = value; break;
         default:
             if (paths[1]) return usage_error("diff", "two checkpoints expected, got a third: '%s'", value);
             paths[paths[0] ? 1 : 0] = value;
@@ -577,8 +588,13 @@ int cmd_diff(int argc, char **argv) {
 
     differ df = {.path_a = paths[0], .path_b = paths[1], .quiet = quiet};
     ckpt_error_clear(&df.err);
+    ckpt_catalog_options copt;
+    ckpt_catalog_options_init(&copt);
+    copt.allowed_globals = globals;
+    copt.allowed_global_count = global_count;
     int rc = EXIT_ERROR;
-    if (ckpt_catalog_open(paths[0], &df.a, &df.err) != CKPT_OK || ckpt_catalog_open(paths[1], &df.b, &df.err) != CKPT_OK) {
+    if (ckpt_catalog_open_ex(paths[0], &copt, &df.a, &df.err) != CKPT_OK ||
+        ckpt_catalog_open_ex(paths[1], &copt, &df.b, &df.err) != CKPT_OK) {
         rc = report_error(&df.err);
         goto out;
     }
@@ -599,5 +615,16 @@ out:
     free(df.val_b);
     ckpt_catalog_close(df.a);
     ckpt_catalog_close(df.b);
+    return rc;
+}
+
+int cmd_diff(int argc, char **argv) {
+    const char **globals = calloc((size_t)argc, sizeof *globals);
+    if (!globals) {
+        fputs("ckpt: out of memory\n", stderr);
+        return EXIT_ERROR;
+    }
+    int rc = parse_and_run(argc, argv, globals);
+    free(globals);
     return rc;
 }

@@ -8,7 +8,10 @@ int report_error(const ckpt_error *err) {
     /* The library's sentence is the caller's own language; the CLI's part
      * is how to go on. */
     fprintf(stderr, "ckpt: %s%s [%s]\n", err->message[0] ? err->message : ckpt_status_message(err->status),
-            err->status == CKPT_E_EXISTS ? "; use --force (-f) to replace it" : "", ckpt_status_name(err->status));
+            err->status == CKPT_E_EXISTS     ? "; use --force (-f) to replace it"
+            : err->status == CKPT_E_NO_MATCH ? " (--ignore-unmatched allows it)"
+                                             : "",
+            ckpt_status_name(err->status));
     if (err->status == CKPT_E_CANCELLED) return EXIT_INTERRUPTED;
     if (err->status == CKPT_E_INVALID_ARGUMENT || err->status == CKPT_E_BAD_SIZE) return EXIT_USAGE;
     return EXIT_ERROR;

@@ -399,6 +399,33 @@ CKPT_API ckpt_status ckpt_catalog_read(const ckpt_catalog *catalog, const ckpt_t
 CKPT_API ckpt_status ckpt_catalog_view(ckpt_catalog *catalog, const ckpt_tensor_info *tensor,
                                        const void **data, ckpt_error *err);
 
+/*
+ * A private, copy-on-write mapping of a catalog's data file `file`:
+ * writable memory holding the file, whose writes never reach the file —
+ * what a framework can own as tensors, as safetensors' load_file hands
+ * out.  It outlives the catalog.  Tensors stored as they are read (dense,
+ * little-endian, uncompressed) lie at their info's `offset`.
+ * With CKPT_MAP_PREFETCH, a background thread reads the file into the page
+ * cache at full queue depth (one readahead window per call), so that first
+ * touches find their pages: only when the file fits in half of the
+ * machine's available memory and is not cached already.  Files on network
+ * file systems and remote sources cannot be mapped
+ * (CKPT_E_INVALID_ARGUMENT): read them.
+ */
+typedef struct ckpt_mapping ckpt_mapping;
+
+#define CKPT_MAP_PREFETCH 1u
+
+CKPT_API ckpt_status ckpt_catalog_map_file(ckpt_catalog *catalog, size_t file, unsigned flags, ckpt_mapping **out,
+                                           ckpt_error *err);
+CKPT_API void *ckpt_mapping_data(const ckpt_mapping *mapping);
+CKPT_API uint64_t ckpt_mapping_size(const ckpt_mapping *mapping);
+/* Whether a prefetch was started (the file was large enough, not cached,
+ * and fit in half of the available memory). */
+CKPT_API int ckpt_mapping_prefetching(const ckpt_mapping *mapping);
+/* Unmaps.  Accepts NULL. */
+CKPT_API void ckpt_mapping_free(ckpt_mapping *mapping);
+
 /* ------------------------------------------------------------------------ */
 /* Sizes                                                                    */
 /* ------------------------------------------------------------------------ */
@@ -676,6 +703,25 @@ CKPT_API ckpt_status ckpt_plan_create(ckpt_catalog *catalog, ckpt_plan **out, ck
  * taken with ckpt_plan_take).  Accepts NULL. */
 CKPT_API void ckpt_plan_free(ckpt_plan *plan);
 
+/*
+ * Every rule below reports a pattern that matches no tensor (NULL and "*"
+ * aside) with CKPT_E_NO_MATCH naming it, as git reports a pathspec that
+ * matched no file, and loading or converting a plan that selects nothing
+ * fails the same way — unless the plan ignores unmatched patterns.  A rule
+ * whose pattern names one tensor (no unescaped `*`, `?` or `[`; a
+ * backslash makes the next character literal, so any name can be given
+ * exactly) fails on a tensor it cannot apply to; a broad pattern leaves
+ * such tensors as they are and counts them (ckpt_plan_last_rule).
+ */
+#define CKPT_PLAN_IGNORE_UNMATCHED 1u
+
+/* Sets CKPT_PLAN_* flags. */
+CKPT_API void ckpt_plan_set_flags(ckpt_plan *plan, unsigned flags);
+
+/* The last rule's tensors: those its pattern matched, and those of them it
+ * left as they are (another rank, not a float, no such axis). */
+CKPT_API void ckpt_plan_last_rule(const ckpt_plan *plan, size_t *matched, size_t *skipped);
+
 /* Keeps only tensors matching `pattern`: the first call replaces "every
  * tensor" by the matches, later calls add their matches. */
 CKPT_API ckpt_status ckpt_plan_select(ckpt_plan *plan, const char *pattern, ckpt_error *err);
@@ -728,8 +774,9 @@ CKPT_API ckpt_status ckpt_plan_permute(ckpt_plan *plan, const char *pattern, uin
                                        ckpt_error *err);
 
 /* Transposes the matching tensors that have exactly two axes (dense
- * kernels, (out, in) ↔ (in, out)); others are left as they are.  Packed
- * sub-byte tensors (F4, F6) are refused here and in the other permutations. */
+ * kernels, (out, in) ↔ (in, out)); others are left as they are (and
+ * counted), or refused when the pattern names them.  Packed sub-byte
+ * tensors (F4, F6) are refused here and in the other permutations. */
 CKPT_API ckpt_status ckpt_plan_transpose(ckpt_plan *plan, const char *pattern, ckpt_error *err);
 
 /*
@@ -756,7 +803,7 @@ typedef struct ckpt_plan_item {
     /* After ckpt_load: the tensor's data (dense, row-major) — the caller's
      * buffer, a buffer the library allocated, or a read-only view. */
     void *data;
-    uint8_t is_view;   /* data points into a read-only mapping of the file */
+    uint8_t is_view;   /* data points into a mapping of the file: 1 read-only, 2 private (writable) */
     uint8_t transform; /* non-zero when loading converts bytes (cast, axis order, byte order) */
 } ckpt_plan_item;
 
@@ -839,8 +886,12 @@ typedef struct ckpt_load_options {
                              many threads would take the ring past 48 MiB (1 MiB at least) */
     ckpt_io_mode io;
     int io_uring;         /* 0: use io_uring when the kernel offers it; -1: never      */
-    int views;            /* non-zero: tensors needing no transform and no buffer become
-                             zero-copy views of the file (not on network file systems) */
+    /* Tensors needing no transform and no buffer become zero-copy views of
+     * the file (not on network file systems): CKPT_VIEWS_SHARED, read-only
+     * views of the catalog's mapping; CKPT_VIEWS_PRIVATE, writable,
+     * copy-on-write views of private mappings with prefetch (see
+     * ckpt_catalog_map_file), which live as long as the plan; 0: none. */
+    int views;
     ckpt_progress_fn progress; /* bytes loaded so far; non-zero cancels (may be NULL)   */
     void *user;
 } ckpt_load_options;
@@ -848,6 +899,9 @@ typedef struct ckpt_load_options {
 /* Fills the first `size` bytes of options with the defaults, and `size`
  * with `size`: the caller's sizeof, so that a library newer than the
  * caller's header writes only the fields the caller has. */
+#define CKPT_VIEWS_SHARED 1
+#define CKPT_VIEWS_PRIVATE 2
+
 CKPT_API void ckpt_load_options_init_sized(ckpt_load_options *options, size_t size);
 static inline void ckpt_load_options_init(ckpt_load_options *options) {
     ckpt_load_options_init_sized(options, sizeof *options);

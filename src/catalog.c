@@ -12,6 +12,7 @@
 #include "formats/torch.h"
 #include "io/commit.h"
 #include "io/file.h"
+#include "io/mapping.h"
 #include "transform/inflate.h"
 
 typedef struct catalog_file {
@@ -431,3 +432,17 @@ void ckpt__catalog_keep_inflater(ckpt_catalog *c, ckpt__inflater *f) {
     pthread_mutex_unlock(&c->map_lock);
     ckpt__inflater_free(evicted);
 }
+
+/* ---- private mappings (io/mapping.c) ------------------------------------------ */
+
+ckpt_status ckpt_catalog_map_file(ckpt_catalog *c, size_t file, unsigned flags, ckpt_mapping **out, ckpt_error *err) {
+    if (out) *out = NULL;
+    if (!c || !out || file >= c->file_count)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "a catalog, one of its files and out are required");
+    return ckpt__mapping_create(c->files[file].src, (flags & CKPT_MAP_PREFETCH) != 0, out, err);
+}
+
+void *ckpt_mapping_data(const ckpt_mapping *m) { return m ? ckpt__mapping_data(m) : NULL; }
+uint64_t ckpt_mapping_size(const ckpt_mapping *m) { return m ? ckpt__mapping_size(m) : 0; }
+int ckpt_mapping_prefetching(const ckpt_mapping *m) { return m && ckpt__mapping_prefetching(m); }
+void ckpt_mapping_free(ckpt_mapping *m) { ckpt__mapping_release(m); }

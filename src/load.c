@@ -48,9 +48,11 @@ static uint64_t slice_offset(const ckpt__plan_entry *e) {
     return off * (ckpt_dtype_bits(t->dtype) / 8);
 }
 
-/* A view of the entry's bytes in the file's shared mapping, when the bytes
- * are the tensor as loaded and the file can be mapped; false otherwise. */
-static ckpt_status try_view(ckpt_plan *p, ckpt__plan_entry *e, bool *viewed, ckpt_error *err) {
+/* A view of the entry's bytes in a mapping of its file — the catalog's
+ * shared one, or the plan's private (copy-on-write, prefetched) one — when
+ * the bytes are the tensor as loaded and the file can be mapped; else
+ * *viewed stays false. */
+static ckpt_status try_view(ckpt_plan *p, ckpt__plan_entry *e, int views, bool *viewed, ckpt_error *err) {
     const ckpt_tensor_info *t = e->pub.source;
     size_t index = ckpt__catalog_index_of(p->catalog, t);
     uint32_t pieces;
@@ -60,10 +62,22 @@ static ckpt_status try_view(ckpt_plan *p, ckpt__plan_entry *e, bool *viewed, ckp
     if (e->pub.transform || pieces != 1 || !single_run(e) || !(src->caps & CKPT__SRC_MAP) || (src->caps & CKPT__SRC_REMOTE))
         return CKPT_OK;
     const void *view;
-    ckpt_status st = ckpt_catalog_view(p->catalog, t, &view, err);
-    if (st) return st;
+    if (views == CKPT_VIEWS_PRIVATE) {
+        size_t files = ckpt_catalog_file_count(p->catalog);
+        if (!p->maps && !(p->maps = ckpt__calloc(files ? files : 1, sizeof *p->maps)))
+            return ckpt__oom(err, src->name, NULL);
+        ckpt_status st = CKPT_OK;
+        if (!p->maps[t->file]) st = ckpt_catalog_map_file(p->catalog, t->file, CKPT_MAP_PREFETCH, &p->maps[t->file], err);
+        if (st) return ckpt__error_in_tensor(err, st, t->name);
+        static const char empty[1];
+        unsigned char *base = ckpt_mapping_data(p->maps[t->file]);
+        view = base ? (const void *)(base + t->offset) : (const void *)empty;
+    } else {
+        ckpt_status st = ckpt_catalog_view(p->catalog, t, &view, err);
+        if (st) return st;
+    }
     e->pub.data = (unsigned char *)view + slice_offset(e);
-    e->pub.is_view = 1;
+    e->pub.is_view = (uint8_t)(views == CKPT_VIEWS_PRIVATE ? 2 : 1);
     *viewed = true;
     return CKPT_OK;
 }
@@ -87,7 +101,7 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
         ckpt__plan_entry *e = &p->entries[p->selected[k]];
         const ckpt_tensor_info *t = e->pub.source;
         bool viewed = false;
-        if (!e->buffer && o->views && (st = try_view(p, e, &viewed, err))) break;
+        if (!e->buffer && o->views && (st = try_view(p, e, o->views, &viewed, err))) break;
         if (viewed) {
             views++;
             continue;

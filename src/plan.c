@@ -12,6 +12,37 @@ static bool matches(const char *pattern, const char *name) {
     return !pattern || strcmp(pattern, "*") == 0 || fnmatch(pattern, name, 0) == 0;
 }
 
+/* A pattern without an unescaped `*`, `?` or `[` names one tensor: a rule
+ * naming an unsuitable tensor so is an error, where a broad pattern skips
+ * it (and counts it). */
+static bool explicit_pattern(const char *pattern) {
+    if (!pattern) return false;
+    for (const char *c = pattern; *c; c++) {
+        if (*c == '\\' && c[1]) c++;
+        else if (*c == '*' || *c == '?' || *c == '[') return false;
+    }
+    return true;
+}
+
+static void rule_begin(ckpt_plan *p) { p->rule_matched = p->rule_skipped = 0; }
+
+/* A pattern that matched no tensor is an error naming it, unless the plan
+ * ignores unmatched patterns (every tensor, NULL or "*", never is). */
+static ckpt_status rule_end(ckpt_plan *p, const char *rule, const char *pattern, ckpt_error *err) {
+    if (p->rule_matched || !pattern || !strcmp(pattern, "*") || (p->flags & CKPT_PLAN_IGNORE_UNMATCHED)) return CKPT_OK;
+    return ckpt__fail(err, CKPT_E_NO_MATCH, ckpt_catalog_file_path(p->catalog, 0), NULL, -1,
+                      "%s pattern '%s' matched no tensor", rule, pattern);
+}
+
+void ckpt_plan_set_flags(ckpt_plan *p, unsigned flags) {
+    if (p) p->flags = flags;
+}
+
+void ckpt_plan_last_rule(const ckpt_plan *p, size_t *matched, size_t *skipped) {
+    if (matched) *matched = p ? p->rule_matched : 0;
+    if (skipped) *skipped = p ? p->rule_skipped : 0;
+}
+
 static const char *source_path(const ckpt_plan *p, const ckpt__plan_entry *e) {
     return ckpt_catalog_file_path(p->catalog, e->pub.source->file);
 }
@@ -76,6 +107,9 @@ void ckpt__plan_release(ckpt_plan *p) {
         e->pub.data = NULL;
         e->pub.is_view = 0;
     }
+    for (size_t f = 0; p->maps && f < ckpt_catalog_file_count(p->catalog); f++) ckpt_mapping_free(p->maps[f]);
+    free(p->maps);
+    p->maps = NULL;
 }
 
 void ckpt_plan_free(ckpt_plan *p) {
@@ -104,18 +138,20 @@ ckpt_status ckpt_plan_select(ckpt_plan *p, const char *pattern, ckpt_error *err)
     if (!p->selecting)
         for (size_t i = 0; i < p->entry_count; i++) p->entries[i].selected = false;
     p->selecting = true;
+    rule_begin(p);
     for (size_t i = 0; i < p->entry_count; i++)
-        if (matches(pattern, p->entries[i].pub.source->name)) p->entries[i].selected = true;
+        if (matches(pattern, p->entries[i].pub.source->name)) p->entries[i].selected = true, p->rule_matched++;
     p->selection_dirty = true;
-    return CKPT_OK;
+    return rule_end(p, "select", pattern, err);
 }
 
 ckpt_status ckpt_plan_exclude(ckpt_plan *p, const char *pattern, ckpt_error *err) {
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    rule_begin(p);
     for (size_t i = 0; i < p->entry_count; i++)
-        if (matches(pattern, p->entries[i].pub.source->name)) p->entries[i].selected = false;
+        if (matches(pattern, p->entries[i].pub.source->name)) p->entries[i].selected = false, p->rule_matched++;
     p->selection_dirty = true;
-    return CKPT_OK;
+    return rule_end(p, "exclude", pattern, err);
 }
 
 /* ---- renames ---------------------------------------------------------------- */
@@ -141,12 +177,17 @@ static bool glob_capture(const char *pat, const char *s, const char **cap, size_
 }
 
 static ckpt_status rename_one(ckpt_plan *p, ckpt__plan_entry *e, const char *from, const char *to, ckpt_error *err) {
+    size_t before = p->rule_matched;
+    p->rule_matched++; /* taken back below when the name does not match */
     const char *name = e->pub.name;
     ckpt__buf out = {0};
     if (strchr(from, '*')) {
         const char *cap[MAX_CAPTURES];
         size_t len[MAX_CAPTURES];
-        if (!glob_capture(from, name, cap, len, 0)) return CKPT_OK;
+        if (!glob_capture(from, name, cap, len, 0)) {
+            p->rule_matched = before;
+            return CKPT_OK;
+        }
         int k = 0;
         for (const char *c = to; *c; c++) {
             if (*c == '*' && k < MAX_CAPTURES) {
@@ -159,8 +200,10 @@ static ckpt_status rename_one(ckpt_plan *p, ckpt__plan_entry *e, const char *fro
     } else {
         size_t n = strlen(from);
         bool prefix = n && from[n - 1] == '.';
-        if (strncmp(name, from, n) != 0) return CKPT_OK;
-        if (!prefix && name[n] != '\0' && name[n] != '.') return CKPT_OK;
+        if (strncmp(name, from, n) != 0 || (!prefix && name[n] != '\0' && name[n] != '.')) {
+            p->rule_matched = before;
+            return CKPT_OK;
+        }
         ckpt__buf_puts(&out, to);
         ckpt__buf_puts(&out, name + n);
     }
@@ -182,13 +225,14 @@ ckpt_status ckpt_plan_rename(ckpt_plan *p, const char *from, const char *to, ckp
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
                           "rename \"%s\" -> \"%s\": the new name uses %zu '*' but the pattern captures %zu (at most %d)",
                           from, to, stars_to, stars_from, MAX_CAPTURES);
+    rule_begin(p);
     for (size_t i = 0; i < p->entry_count; i++) {
         if (!p->entries[i].selected) continue;
         ckpt_status st = rename_one(p, &p->entries[i], from, to, err);
         if (st) return st;
     }
     p->names_dirty = true;
-    return CKPT_OK;
+    return rule_end(p, "rename", from, err);
 }
 
 /* ---- casts -------------------------------------------------------------------- */
@@ -213,18 +257,27 @@ ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, 
     if (!is_float(dtype) && !is_integer(dtype))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "cannot cast to %s: not a float or integer dtype",
                           ckpt_dtype_name(dtype) ? ckpt_dtype_name(dtype) : "an invalid dtype");
+    rule_begin(p);
     for (size_t i = 0; i < p->entry_count; i++) {
         ckpt__plan_entry *e = &p->entries[i];
         if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
+        p->rule_matched++;
         ckpt_dtype from = e->pub.source->dtype;
-        if (is_float(dtype) ? !is_float(from) : !(is_integer(from) || from == CKPT_BOOL)) continue;
+        if (is_float(dtype) ? !is_float(from) : !(is_integer(from) || from == CKPT_BOOL)) {
+            if (explicit_pattern(pattern))
+                return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                                  "cannot cast a %s tensor to %s: %s", ckpt_dtype_name(from), ckpt_dtype_name(dtype),
+                                  is_float(dtype) ? "float casts apply to float tensors" : "integers only widen");
+            p->rule_skipped++;
+            continue;
+        }
         if (!ckpt__cast_kernel(from, dtype))
             return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
                               "cannot cast %s to %s (integers only widen)", ckpt_dtype_name(from), ckpt_dtype_name(dtype));
         e->pub.dtype = dtype;
         update(e);
     }
-    return CKPT_OK;
+    return rule_end(p, "cast", pattern, err);
 }
 
 /* Packed sub-byte tensors (F4, F6) can only be loaded whole: their
@@ -238,16 +291,27 @@ static ckpt_status refuse_packed(ckpt_plan *p, ckpt__plan_entry *e, const char *
 
 /* ---- slices --------------------------------------------------------------------- */
 
-static ckpt_status slice_dim(ckpt_plan *p, ckpt__plan_entry *e, int dim, uint32_t *d, ckpt_error *err) {
+/* The axis `dim` names in e's source; a tensor without it (or packed
+ * sub-byte data) is refused when the pattern names it, skipped (*skip)
+ * when the pattern is broad. */
+static ckpt_status slice_dim(ckpt_plan *p, ckpt__plan_entry *e, const char *pattern, int dim, uint32_t *d, bool *skip,
+                             ckpt_error *err) {
     int64_t n = e->pub.source->ndim;
     int64_t k = dim < 0 ? n + dim : dim;
-    ckpt_status st = refuse_packed(p, e, "slice", err);
-    if (st) return st;
-    if (k < 0 || k >= n)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
-                          "cannot slice dimension %d of a tensor with %lld dimensions", dim, (long long)n);
-    *d = (uint32_t)k;
-    return CKPT_OK;
+    bool packed = ckpt_dtype_bits(e->pub.source->dtype) % 8 != 0;
+    *skip = false;
+    if (!packed && k >= 0 && k < n) {
+        *d = (uint32_t)k;
+        return CKPT_OK;
+    }
+    if (!explicit_pattern(pattern)) {
+        *skip = true;
+        p->rule_skipped++;
+        return CKPT_OK;
+    }
+    if (packed) return refuse_packed(p, e, "slice", err);
+    return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                      "cannot slice dimension %d of a tensor with %lld dimensions", dim, (long long)n);
 }
 
 static ckpt_status apply_range(ckpt_plan *p, ckpt__plan_entry *e, uint32_t d, uint64_t start, uint64_t stop,
@@ -264,15 +328,18 @@ static ckpt_status apply_range(ckpt_plan *p, ckpt__plan_entry *e, uint32_t d, ui
 
 ckpt_status ckpt_plan_slice(ckpt_plan *p, const char *pattern, int dim, uint64_t start, uint64_t stop, ckpt_error *err) {
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    rule_begin(p);
     for (size_t i = 0; i < p->entry_count; i++) {
         ckpt__plan_entry *e = &p->entries[i];
         if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
+        p->rule_matched++;
         uint32_t d = 0;
-        ckpt_status st = slice_dim(p, e, dim, &d, err);
-        if (!st) st = apply_range(p, e, d, start, stop, err);
+        bool skip;
+        ckpt_status st = slice_dim(p, e, pattern, dim, &d, &skip, err);
+        if (!st && !skip) st = apply_range(p, e, d, start, stop, err);
         if (st) return st;
     }
-    return CKPT_OK;
+    return rule_end(p, "slice", pattern, err);
 }
 
 ckpt_status ckpt_plan_split(ckpt_plan *p, const char *pattern, int dim, uint64_t rank, uint64_t parts, ckpt_error *err) {
@@ -280,19 +347,23 @@ ckpt_status ckpt_plan_split(ckpt_plan *p, const char *pattern, int dim, uint64_t
     if (parts == 0 || rank >= parts)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "rank %llu of %llu parts: need rank < parts",
                           (unsigned long long)rank, (unsigned long long)parts);
+    rule_begin(p);
     for (size_t i = 0; i < p->entry_count; i++) {
         ckpt__plan_entry *e = &p->entries[i];
         if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
+        p->rule_matched++;
         uint32_t d = 0;
-        ckpt_status st = slice_dim(p, e, dim, &d, err);
+        bool skip;
+        ckpt_status st = slice_dim(p, e, pattern, dim, &d, &skip, err);
         if (st) return st;
+        if (skip) continue;
         /* numpy.array_split: the first size % parts parts get one more. */
         uint64_t size = e->count[d], base = size / parts, extra = size % parts;
         uint64_t start = rank * base + (rank < extra ? rank : extra);
         uint64_t len = base + (rank < extra ? 1 : 0);
         if ((st = apply_range(p, e, d, start, start + len, err))) return st;
     }
-    return CKPT_OK;
+    return rule_end(p, "split", pattern, err);
 }
 
 /* ---- axis orders ------------------------------------------------------------------ */
@@ -319,38 +390,40 @@ static ckpt_status check_perm(uint32_t ndim, const uint32_t *perm, ckpt_error *e
     return CKPT_OK;
 }
 
-ckpt_status ckpt_plan_permute(ckpt_plan *p, const char *pattern, uint32_t ndim, const uint32_t *perm, ckpt_error *err) {
-    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
-    ckpt_status st = check_perm(ndim, perm, err);
-    if (st) return st;
+/* Permutes the selected tensors matching `pattern` that have `ndim` axes;
+ * one with another rank is refused when the pattern names it, skipped
+ * (and counted) when the pattern is broad. */
+static ckpt_status permute_matching(ckpt_plan *p, const char *rule, const char *pattern, uint32_t ndim,
+                                    const uint32_t *perm, ckpt_error *err) {
+    rule_begin(p);
     for (size_t i = 0; i < p->entry_count; i++) {
         ckpt__plan_entry *e = &p->entries[i];
         if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
-        if (e->pub.ndim != ndim)
-            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
-                              "a permutation of %u axes for a tensor with %u", ndim, e->pub.ndim);
-        if ((st = refuse_packed(p, e, "permute", err))) return st;
-        permute_entry(e, perm);
-    }
-    return CKPT_OK;
-}
-
-static ckpt_status permute_matching_rank(ckpt_plan *p, const char *pattern, uint32_t ndim, const uint32_t *perm,
-                                         ckpt_error *err) {
-    for (size_t i = 0; i < p->entry_count; i++) {
-        ckpt__plan_entry *e = &p->entries[i];
-        if (!e->selected || e->pub.ndim != ndim || !matches(pattern, e->pub.source->name)) continue;
+        p->rule_matched++;
+        if (e->pub.ndim != ndim) {
+            if (explicit_pattern(pattern))
+                return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                                  "%s needs %u axes and the tensor has %u", rule, ndim, e->pub.ndim);
+            p->rule_skipped++;
+            continue;
+        }
         ckpt_status st = refuse_packed(p, e, "permute", err);
         if (st) return st;
         permute_entry(e, perm);
     }
-    return CKPT_OK;
+    return rule_end(p, rule, pattern, err);
+}
+
+ckpt_status ckpt_plan_permute(ckpt_plan *p, const char *pattern, uint32_t ndim, const uint32_t *perm, ckpt_error *err) {
+    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    ckpt_status st = check_perm(ndim, perm, err);
+    return st ? st : permute_matching(p, "permute", pattern, ndim, perm, err);
 }
 
 ckpt_status ckpt_plan_transpose(ckpt_plan *p, const char *pattern, ckpt_error *err) {
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
     static const uint32_t swap[2] = {1, 0};
-    return permute_matching_rank(p, pattern, 2, swap, err);
+    return permute_matching(p, "transpose", pattern, 2, swap, err);
 }
 
 ckpt_status ckpt_plan_layout(ckpt_plan *p, const char *pattern, const char *from, const char *to, ckpt_error *err) {
@@ -367,7 +440,7 @@ ckpt_status ckpt_plan_layout(ckpt_plan *p, const char *pattern, const char *from
     if (!ok)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
                           "layouts \"%s\" and \"%s\" must hold the same distinct letters", from, to);
-    return permute_matching_rank(p, pattern, (uint32_t)n, perm, err);
+    return permute_matching(p, "layout", pattern, (uint32_t)n, perm, err);
 }
 
 /* ---- items ------------------------------------------------------------------------ */
@@ -405,7 +478,13 @@ static ckpt_status index_names(ckpt_plan *p, ckpt_error *err) {
     return CKPT_OK;
 }
 
-ckpt_status ckpt__plan_check(ckpt_plan *p, ckpt_error *err) { return index_names(p, err); }
+ckpt_status ckpt__plan_check(ckpt_plan *p, ckpt_error *err) {
+    ckpt__plan_refresh(p);
+    if (!p->selected_count && p->entry_count && !(p->flags & CKPT_PLAN_IGNORE_UNMATCHED))
+        return ckpt__fail(err, CKPT_E_NO_MATCH, ckpt_catalog_file_path(p->catalog, 0), NULL, -1,
+                          "the plan selects none of the checkpoint's %zu tensors", p->entry_count);
+    return index_names(p, err);
+}
 
 /* Position of entry `entry` in the selection (binary search). */
 static size_t selected_position(const ckpt_plan *p, size_t entry) {

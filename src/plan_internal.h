@@ -20,6 +20,8 @@ struct ckpt_plan {
     ckpt__plan_entry *entries; /* one per catalog tensor */
     size_t entry_count;
     bool selecting;            /* a select call replaced "everything" */
+    unsigned flags;            /* CKPT_PLAN_* */
+    size_t rule_matched, rule_skipped; /* the last rule's accounting */
     size_t *selected;          /* indexes of selected entries, in order */
     size_t selected_count;
     bool selection_dirty;
@@ -28,6 +30,7 @@ struct ckpt_plan {
     ckpt_match_entry *matches;
     size_t match_count;
     ckpt_load_stats stats;
+    struct ckpt_mapping **maps; /* private views' mappings, per data file (CKPT_VIEWS_PRIVATE) */
 };
 
 /* Refreshes the selection list (after select/exclude/prune). */

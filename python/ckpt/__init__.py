@@ -11,7 +11,7 @@ Drop-ins for safetensors: ckpt.torch and ckpt.numpy.  Everything reads
 .safetensors files, sharded Hugging Face directories and torch.save files
 (parsed without running any pickle code)."""
 from . import _ckpt
-from ._errors import CancelledError, Error, ExistsError, IOFailure, NotFoundError, SafetensorError
+from ._errors import CancelledError, Error, ExistsError, IOFailure, NoMatchError, NotFoundError, SafetensorError
 from ._api import (Checkpoint, LoadResult, Mismatch, TensorInfo, TensorSpec, cast, convert, dtype_name, load,
                    load_into, open, save, shapes)
 from ._tree import Call, flatten, unflatten
@@ -21,4 +21,4 @@ parse_size = _ckpt.parse_size
 
 __all__ = ["open", "shapes", "load", "load_into", "save", "convert", "cast", "flatten", "unflatten", "parse_size",
            "dtype_name", "Checkpoint", "TensorSpec", "TensorInfo", "LoadResult", "Mismatch", "Call", "Error",
-           "SafetensorError", "NotFoundError", "ExistsError", "IOFailure", "CancelledError"]
+           "SafetensorError", "NotFoundError", "ExistsError", "IOFailure", "CancelledError", "NoMatchError"]

@@ -6,10 +6,10 @@ import re
 from collections import namedtuple
 
 from . import _ckpt, _dtypes, _frameworks, _progress, _tree
-from ._safe import _available_memory
 
 FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded"}
 _IO = {"auto": 0, "buffered": 1, "direct": 2}
+_VIEWS_PRIVATE = 2
 _MISSING, _UNEXPECTED, _SHAPE, _DTYPE = 1, 2, 3, 4
 _MATCH_CAST = 1
 
@@ -51,6 +51,12 @@ def _ckpt_known(name):
         return False
 
 
+def _literal(name):
+    """A plan pattern that matches exactly `name` (the plan's globs take a
+    backslash before `*`, `?`, `[` and `\\` as the character itself)."""
+    return re.sub(r"([*?\[\\])", r"\\\1", name)
+
+
 def _listify(x):
     if x is None:
         return []
@@ -65,9 +71,9 @@ class Checkpoint:
     files) the object tree, read without the data.  Use as a context manager
     or call close()."""
 
-    def __init__(self, path):
+    def __init__(self, path, allowed_globals=None):
         self.path = os.fspath(path)
-        self._catalog = _ckpt.Catalog(self.path)
+        self._catalog = _ckpt.Catalog(self.path, allowed_globals)
         info = self._catalog.info()
         self.format = FORMATS.get(info["format"], str(info["format"]))
         self.index_path = info["index_path"]
@@ -158,10 +164,14 @@ class Checkpoint:
         return f"<ckpt.Checkpoint {self.path!r} {self.format}, {len(self)} tensors, {self.nbytes / 1e9:.2f} GB>"
 
 
-def open(path):  # noqa: A001 - the natural name, as in safetensors' safe_open
+def open(path, *, allowed_globals=None):  # noqa: A001 - the natural name, as in safetensors' safe_open
     """Opens a checkpoint's catalog (.safetensors, sharded directory or
-    index, torch.save file) without reading tensor data."""
-    return Checkpoint(path)
+    index, torch.save file) without reading tensor data.
+    allowed_globals: pickle globals ("module.Name") to allow beside torch's
+    weights-only allowlist, as torch.serialization.add_safe_globals does —
+    plain-data reconstructors only (numpy scalars and dtypes,
+    argparse.Namespace, dataclasses); nothing is ever executed."""
+    return Checkpoint(path, allowed_globals)
 
 
 def shapes(path, *, nested=True):
@@ -202,8 +212,10 @@ def _glob_re(pattern):
 
 
 def _build_plan(catalog, rows, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
-                tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None):
+                tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, ignore_unmatched=False):
     plan = _ckpt.Plan(catalog)
+    if ignore_unmatched:
+        plan.set_flags(1)
     for p in _listify(select):
         plan.select(p)
     for p in _listify(exclude):
@@ -228,7 +240,7 @@ def _build_plan(catalog, rows, *, select=None, exclude=None, rename=None, dtype=
                 continue
             if wanted is not None and not any(w.fullmatch(name) for w in wanted):
                 continue
-            plan.split(name, tp_dim, tp_rank, tp_size)
+            plan.split(_literal(name), tp_dim, tp_rank, tp_size)
     if dtype is not None:
         if isinstance(dtype, dict):
             for pattern, d in dtype.items():
@@ -254,7 +266,7 @@ def _io(io):
 
 def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
          tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, device="cpu", nested=False, mmap=False,
-         threads=0, io="auto", progress=None):
+         threads=0, io="auto", progress=None, allowed_globals=None, ignore_unmatched=False):
     """Loads a checkpoint (or the part of it a device needs) into a dict of
     tensors, with the parallel engine: memory beyond the tensors is a small
     bounce ring, whatever the checkpoint's size.
@@ -269,31 +281,22 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     as copy-on-write views of the file instead of copies.  nested=True
     returns the checkpoint's nested structure."""
     fw = _frameworks.get(framework)
-    catalog = _ckpt.Catalog(os.fspath(path))
+    fw.check_device(device)  # refuses, before any read, a device the framework does not honour
+    catalog = _ckpt.Catalog(os.fspath(path), allowed_globals)
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank,
                        tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
-                       layout=layout)
-    out = {}
-    order = [item[0] for item in plan.items()]
-    if mmap:
-        paths, sizes = zip(*catalog.files())
-        maps = {}
-        for name, src, dt, shape, nbytes, transform in plan.items():
-            r = rows[src]
-            bits = _ckpt.dtype_bits(dt)
-            whole = nbytes == r[3] and nbytes  # sliced tensors go through the engine
-            if transform or not r[7] or not whole or (bits >= 8 and r[5] % (bits // 8)) or "*" in r[0] or "?" in r[0]:
-                continue
-            if r[4] not in maps:
-                maps[r[4]] = _ckpt.Map(paths[r[4]], prefetch=sizes[r[4]] <= _available_memory() // 2)
-            out[name] = fw.from_buffer(maps[r[4]], dt, shape, r[5], name)
-            plan.exclude(r[0])
+                       layout=layout, ignore_unmatched=ignore_unmatched)
     items = plan.items()
-    bar = _progress.choose(progress, "load")
-    plan.load(threads=threads, io=_io(io), progress=bar)
-    for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
-        out[name] = fw.from_buffer(plan.data(i), dt, shape, 0, name)
+    order = [item.name for item in items]
+    # mmap=True: what needs no conversion comes as copy-on-write views of
+    # the library's private, prefetched mappings (whole tensors and
+    # contiguous row ranges); the rest through the engine.
+    plan.load(threads=threads, io=_io(io), views=_VIEWS_PRIVATE if mmap else 0,
+              progress=_progress.choose(progress, "load"))
+    out = {}
+    for i, item in enumerate(items):
+        out[item.name] = fw.from_buffer(plan.data(i), item.dtype, item.shape, 0, item.name)
     out = {k: fw.to_device(out[k], device) for k in order}
     if nested:
         info = catalog.info()
@@ -335,7 +338,7 @@ def _is_module(x):
 
 def load_into(target, path, strict=True, *, select=None, exclude=None, rename=None, tp_rank=None, tp_size=None,
               tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, threads=0, io="auto",
-              progress=None):
+              progress=None, allowed_globals=None, ignore_unmatched=False):
     """Loads a checkpoint into the existing tensors of `target` — a
     torch.nn.Module, a state dict, or a (nested) dict of numpy arrays — in
     place: bytes go straight from the file into each tensor's memory, so no
@@ -346,11 +349,11 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
     load_state_dict; with strict=True any of them raises RuntimeError
     (nothing is written then)."""
     fw, flat = _target_tensors(target)
-    catalog = _ckpt.Catalog(os.fspath(path))
+    catalog = _ckpt.Catalog(os.fspath(path), allowed_globals)
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, tp_rank=tp_rank,
                        tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
-                       layout=layout)
+                       layout=layout, ignore_unmatched=ignore_unmatched)
     expected = []
     for name, t in flat.items():
         dt, shape, _ = fw.describe(t)
@@ -389,7 +392,7 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
                       f"checkpoint, the shape in current model is {tuple(m.expected.shape)}.")
         raise RuntimeError(error)
     for source in drop:
-        plan.exclude(source)
+        plan.exclude(_literal(source))
     items = plan.items()
     direct = []
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
@@ -422,17 +425,40 @@ def _parse_size(size):
     return _ckpt.parse_size(str(size))
 
 
-def save(tensors, directory, max_shard_size="5GB", metadata=None, *, prefix="model", overwrite=True,
+def _storage(fw, t, ids):
+    """Where a torch tensor lies in its storage, as huggingface_hub's
+    _find_shared_tensors sees it: (id, storage bytes, begin, end, contiguous),
+    or None for tensors that share nothing (numpy arrays, meta tensors)."""
+    if fw is not _frameworks.Torch or t.device.type == "meta":
+        return None
+    storage = t.untyped_storage()
+    ptr, size = storage.data_ptr(), storage.nbytes()
+    if not ptr or not size:
+        return None
+    begin = t.data_ptr() - ptr
+    end = begin
+    if t.nelement():  # one past the last element in row-major order (the hub's _end_ptr)
+        end = t.view(-1)[-1].data_ptr() + t.element_size() - ptr if t.is_contiguous() else \
+            begin + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+    key = ids.setdefault((str(t.device), ptr, size), len(ids) + 1)
+    return (key, size, begin, end, t.is_contiguous())
+
+
+def save(tensors, directory, max_shard_size="5GB", metadata=None, *, prefix="model", overwrite=False,
          checksums=False, progress=None, no_sync=False):
     """Saves tensors as a Hugging Face sharded checkpoint in `directory`
     (shards of at most max_shard_size bytes plus
     <prefix>.safetensors.index.json, or <prefix>.safetensors when everything
     fits), streaming each tensor from its own memory — nothing is
     concatenated, a non-contiguous or GPU tensor is copied a few rows at a
-    time.  Atomic: the old checkpoint stays until every new file is
-    complete.  `tensors` may be a module, a state dict or a nested tree
-    (its structure is recorded and restored by load(..., nested=True)).
-    Returns the paths written."""
+    time.  The files, the index and the metadata are what
+    huggingface_hub's save_torch_state_dict writes, byte for byte: tensors
+    that share memory (tied weights) are written once and recorded as
+    `removed → kept`, and views that no tensor covers are refused as the hub
+    refuses them.  Atomic: an existing checkpoint is replaced only with
+    overwrite=True, and only once every new file is complete.  `tensors` may
+    be a module, a state dict or a nested tree (its structure is recorded
+    and restored by load(..., nested=True)).  Returns the paths written."""
     if _is_module(tensors):
         tensors = tensors.state_dict()
     flat, structure = _tree.flatten(tensors, with_structure=True)
@@ -443,14 +469,14 @@ def save(tensors, directory, max_shard_size="5GB", metadata=None, *, prefix="mod
                      no_sync=no_sync, checksums=checksums)
     try:
         fws = set()
-        entries = []
+        entries, ids = [], {}
         for name, t in flat.items():
             fw = _frameworks.of(t)
             if fw is None:
                 raise TypeError(f"{name!r} is a {type(t).__name__}: ckpt.save takes torch tensors and numpy arrays")
             fws.add(fw)
             dt, shape, nbytes = fw.describe(t)
-            entries.append((w.add(name, dt, shape), fw, t, nbytes))
+            entries.append((w.add(name, dt, shape, _storage(fw, t, ids)), fw, t, nbytes))
         if _frameworks.Torch in fws:
             w.set_metadata("format", "pt")
         for k, v in (metadata or {}).items():
@@ -461,7 +487,8 @@ def save(tensors, directory, max_shard_size="5GB", metadata=None, *, prefix="mod
             w.set_metadata(_tree.STRUCTURE_KEY, structure, True)
         files = w.begin()
         if len(files) > 1:
-            files.append(os.path.join(os.fspath(directory), f"{prefix}.safetensors.index.json"))
+            files.append(os.path.join(os.path.normpath(os.fspath(directory)), f"{prefix}.safetensors.index.json"))
+        entries = [e for e in entries if w.kept(e[0]) is None]  # tensors written in another's place are not sent
         total = sum(e[3] for e in entries)
         bar = _progress.choose(progress, "save")
         done = 0
@@ -498,23 +525,28 @@ def _pieces(fw, t):
 
 def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None, tp_dim=0,
             tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
-            overwrite=False, checksums=False, no_sync=False, progress=None):
+            overwrite=False, checksums=False, no_sync=False, progress=None, extra_files=True, allowed_globals=None,
+            ignore_unmatched=False):
     """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
     — one file, or shards in a directory when max_shard_size is given —
     applying the same selections, renames, slices, casts and layouts as
     `ckpt convert`, streamed with bounded memory and renamed into place when
     complete.  Shows a progress bar on a terminal (progress=False hides it;
-    a callable(done, total) receives the progress)."""
-    catalog = _ckpt.Catalog(os.fspath(src))
+    a callable(done, total) receives the progress).  A model directory's
+    other files (config.json, tokenizer files, …) are copied into a sharded
+    `dst` along with the weights unless extra_files=False."""
+    catalog = _ckpt.Catalog(os.fspath(src), allowed_globals)
     bar = _progress.choose(progress, "convert")
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
               checksums=checksums, progress=bar)
     if prefix is not None:
         kw["prefix"] = prefix
+    if extra_files and max_shard_size is not None and os.path.isdir(src):
+        kw["copy_files_from"] = os.fspath(src)
     rules = dict(select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank, tp_size=tp_size,
                  tp_select=tp_select, slices=slices, transpose=transpose, layout=layout)
     if any(v is not None for v in rules.values()):
-        plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, **rules)
+        plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
         plan.convert(os.fspath(dst), **kw)
     else:
         catalog.convert(os.fspath(dst), **kw)

@@ -8,6 +8,19 @@ from . import _ckpt
 Error = _ckpt.Error
 
 
+def _error_str(self):
+    """The library's whole sentence, with the status name: also for the
+    subclasses that derive from OSError, whose own str() would show
+    "[Errno None] None"."""
+    message = self.args[0] if self.args else ""
+    status = getattr(self, "status", None)
+    hint = getattr(type(self), "_hint", "")
+    return f"{message}{hint} [{status}]" if status else f"{message}{hint}"
+
+
+Error.__str__ = _error_str
+
+
 class SafetensorError(Error):
     """A file that is not a valid checkpoint (the name safetensors uses)."""
 
@@ -18,6 +31,7 @@ class NotFoundError(Error, FileNotFoundError):
 
 class ExistsError(Error, FileExistsError):
     """The destination exists and overwrite was not allowed."""
+    _hint = "; pass overwrite=True to replace it"
 
 
 class IOFailure(Error, OSError):
@@ -28,11 +42,17 @@ class CancelledError(Error):
     """A progress callback (or Ctrl-C) stopped the operation."""
 
 
+class NoMatchError(Error, ValueError):
+    """A pattern matched no tensor, or a plan selects none."""
+
+
 
 def _register():
     classes = {}
     for name, code in _ckpt.status_names().items():
-        if 20 <= code < 70 and name != "CKPT_E_CHECKSUM":
+        # File format errors: the safetensors range, and the ranges of the
+        # other formats (GGUF, DCP, NumPy and msgpack).
+        if 20 <= code < 100 and name != "CKPT_E_CHECKSUM":
             classes[name] = SafetensorError
     classes.update({
         "CKPT_E_NOT_FOUND": NotFoundError,
@@ -43,6 +63,7 @@ def _register():
         "CKPT_E_TRUNCATED": SafetensorError,
         "CKPT_E_UNKNOWN_FORMAT": SafetensorError,
         "CKPT_E_LIMIT": SafetensorError,
+        "CKPT_E_NO_MATCH": NoMatchError,
     })
     _ckpt._register_errors(classes)
 

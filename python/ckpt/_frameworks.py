@@ -84,6 +84,10 @@ class Torch:
         return t.contiguous()
 
     @staticmethod
+    def check_device(device):
+        pass  # torch takes any device it knows, and says so when it does not
+
+    @staticmethod
     def to_device(t, device):
         if device is None or device == "cpu" or str(device) == "cpu":
             return t
@@ -160,7 +164,14 @@ class Numpy:
         return a
 
     @staticmethod
+    def check_device(device):
+        if device is not None and str(device) != "cpu":
+            raise ValueError(f"numpy arrays live on the host: device={device!r} is not honoured (use framework=\"pt\" "
+                             "for torch devices, or ckpt.jax for JAX devices and shardings)")
+
+    @staticmethod
     def to_device(a, device):
+        Numpy.check_device(device)
         return a
 
     @staticmethod
@@ -178,9 +189,19 @@ class Jax(Numpy):
     name = "flax"
 
     @staticmethod
+    def check_device(device):
+        import jax
+        if device is not None and str(device) != "cpu" and not isinstance(device, jax.Device):
+            raise ValueError(f"device={device!r} is not honoured by framework=\"flax\": give a jax.Device, or load "
+                             "with ckpt.jax, whose shardings place each device's block")
+
+    @staticmethod
     def to_device(a, device):
-        import jax.numpy as jnp
-        return jnp.asarray(a)
+        import jax
+        Jax.check_device(device)
+        if isinstance(device, jax.Device):
+            return jax.device_put(a, device)
+        return jax.numpy.asarray(a)
 
 
 FRAMEWORKS = {"pt": Torch, "torch": Torch, "np": Numpy, "numpy": Numpy, "flax": Jax, "jax": Jax}

@@ -64,7 +64,7 @@ class safe_open:
     def _map(self, file, prefetch=False):
         m = self._maps.get(file)
         if m is None:
-            m = self._maps[file] = _ckpt.Map(self._paths[file], prefetch=prefetch)
+            m = self._maps[file] = _ckpt.Map(self._catalog, file, prefetch=prefetch)
         return m
 
     def _zero_copy(self, info):
@@ -95,26 +95,12 @@ class safe_open:
 
     def _prefetch(self):
         """Starts reading every file the loop will touch (load_file reads
-        all), unless it would not fit in the memory available."""
+        all): the library's mapping prefetches what fits in half of the
+        available memory and is not cached yet."""
         if self._backend != "mmap":
             return
-        files = {info.file for info in self._infos.values() if self._zero_copy(info)}
-        budget = _available_memory() // 2
-        for file, (path, size) in enumerate(self._catalog.files()):
-            if file in files and size <= budget:
-                self._map(file, prefetch=True)
-                budget -= size
-
-
-def _available_memory():
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+        for file in sorted({info.file for info in self._infos.values() if self._zero_copy(info)}):
+            self._map(file, prefetch=True)
 
 
 class _Slice:

@@ -13,18 +13,53 @@
 #include <Python.h>
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "ckpt.h"
 
 static PyObject *Error;          /* ckpt.Error, the base of every ckpt exception */
+static PyTypeObject *TensorRowType; /* named rows of Catalog.tensors() */
+static PyTypeObject *PlanRowType;   /* named rows of Plan.items() */
+
+static PyStructSequence_Field tensor_row_fields[] = {
+    {"name", "the tensor's name"},
+    {"dtype", "its safetensors dtype name"},
+    {"shape", "a tuple"},
+    {"nbytes", "bytes of data"},
+    {"file", "the index of its data file"},
+    {"offset", "byte offset of its data in the file"},
+    {"storage", "tensors sharing bytes share this number"},
+    {"direct", "the bytes in the file are the tensor as loaded (a view can show them)"},
+    {NULL, NULL}};
+static PyStructSequence_Desc tensor_row_desc = {"ckpt._ckpt.TensorRow", "One tensor of a catalog.", tensor_row_fields, 8};
+
+static PyStructSequence_Field plan_row_fields[] = {
+    {"name", "the name after renames"},
+    {"source", "the catalog index of the source tensor"},
+    {"dtype", "the dtype after casts"},
+    {"shape", "the shape after slices and permutations"},
+    {"nbytes", "bytes it loads into"},
+    {"transform", "loading converts its bytes (cast, axis order, byte order, gather)"},
+    {NULL, NULL}};
+static PyStructSequence_Desc plan_row_desc = {"ckpt._ckpt.PlanRow", "One tensor of a plan.", plan_row_fields, 6};
+
+/* A struct sequence from `n` new references (stolen, NULL-checked). */
+static PyObject *make_row(PyTypeObject *type, PyObject **items, Py_ssize_t n) {
+    PyObject *row = PyStructSequence_New(type);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!items[i] || !row) {
+            for (Py_ssize_t k = i; k < n; k++) Py_XDECREF(items[k]);
+            Py_XDECREF(row);
+            return NULL;
+        }
+        PyStructSequence_SET_ITEM(row, i, items[i]);
+    }
+    return row;
+}
 static PyObject *error_classes;  /* status name → subclass, registered by the package */
 
 /* ------------------------------------------------------------------------ */
@@ -139,136 +174,6 @@ static PyObject *buffer_new(PyObject *owner, void *data, uint64_t size, int read
 }
 
 /* ------------------------------------------------------------------------ */
-/* Map: a private, copy-on-write mapping of a whole file                     */
-/* ------------------------------------------------------------------------ */
-
-/* Tensors handed to frameworks as if freshly allocated must be writable;
- * writes to a private mapping copy the page and never reach the file. */
-typedef struct {
-    PyObject_HEAD
-    void *base;
-    size_t size;
-} Map;
-
-static void start_prefetch(int fd, void *base, size_t size);
-
-static int Map_init(Map *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"path", "prefetch", NULL};
-    PyObject *path_obj;
-    int prefetch = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|p", kwlist, PyUnicode_FSConverter, &path_obj, &prefetch))
-        return -1;
-    const char *path = PyBytes_AS_STRING(path_obj);
-    int fd, saved = 0;
-    struct stat st;
-    void *base = MAP_FAILED;
-    Py_BEGIN_ALLOW_THREADS
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0)
-        base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-    saved = errno;
-    Py_END_ALLOW_THREADS
-    if (fd < 0 || (base == MAP_FAILED && st.st_size > 0)) {
-        if (fd >= 0) close(fd);
-        errno = saved;
-        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path_obj);
-        Py_DECREF(path_obj);
-        return -1;
-    }
-    Py_DECREF(path_obj);
-    if (self->base) munmap(self->base, self->size);
-    self->base = st.st_size > 0 ? base : NULL;
-    self->size = (size_t)st.st_size;
-    if (prefetch && self->base) start_prefetch(fd, self->base, self->size); /* takes the descriptor */
-    else close(fd);
-    return 0;
-}
-
-static void Map_dealloc(Map *self) {
-    if (self->base) munmap(self->base, self->size);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int Map_getbuffer(Map *self, Py_buffer *view, int flags) {
-    return PyBuffer_FillInfo(view, (PyObject *)self, self->base ? self->base : empty_bytes, (Py_ssize_t)self->size,
-                             0, flags);
-}
-
-/* Whether 64 pages spread over the range are all in the page cache: then
- * a warm file costs no walk over its pages. */
-static int range_cached(void *start, size_t len, size_t page) {
-    unsigned char vec;
-    for (int i = 0; i < 64; i++) {
-        uintptr_t p = ((uintptr_t)start + (uint64_t)len / 64 * (uint64_t)i) & ~(uintptr_t)(page - 1);
-        if (mincore((void *)p, page, &vec) != 0 || !(vec & 1)) return 0;
-    }
-    return 1;
-}
-
-typedef struct {
-    int fd;
-    uint64_t offset, end;
-} prefetch_job;
-
-/* The kernel reads at most one readahead window (a few MiB) per
- * WILLNEED call: one call per window submits the whole range, which the
- * disk then serves at full queue depth.  Calls block once the device queue
- * is full, so they run on a thread of their own, with a descriptor of its
- * own (the mapping and the Python objects may go away meanwhile). */
-static void *prefetch_worker(void *arg) {
-    prefetch_job *job = arg;
-    const uint64_t step = 8u << 20;
-    for (uint64_t at = job->offset; at < job->end; at += step)
-        if (posix_fadvise(job->fd, (off_t)at, (off_t)(job->end - at < step ? job->end - at : step),
-                          POSIX_FADV_WILLNEED) != 0)
-            break;
-    close(job->fd);
-    free(job);
-    return NULL;
-}
-
-/* Starts reading a whole file into the page cache in the background, so
- * that its pages are there when first touched (Map(path, prefetch=True)):
- * a cold load_file then reads the disk at full queue depth instead of one
- * readahead window per fault.  Nothing to do when the file is cached.
- * Owns `fd`; without a thread, loading still works, through page faults. */
-static void start_prefetch(int fd, void *base, size_t size) {
-    long page = sysconf(_SC_PAGESIZE);
-    prefetch_job *job = NULL;
-    int rc = range_cached(base, size, (size_t)page) ? -1 : 0;
-    if (rc == 0 && !(job = malloc(sizeof *job))) rc = -1;
-    pthread_attr_t attr;
-    pthread_t tid;
-    if (rc == 0 && (rc = pthread_attr_init(&attr)) == 0) {
-        *job = (prefetch_job){fd, 0, size};
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        rc = pthread_create(&tid, &attr, prefetch_worker, job);
-        pthread_attr_destroy(&attr);
-    }
-    if (rc != 0) {
-        close(fd);
-        free(job);
-    }
-}
-
-static Py_ssize_t Map_len(Map *self) { return (Py_ssize_t)self->size; }
-static PyBufferProcs Map_as_buffer = {(getbufferproc)Map_getbuffer, NULL};
-static PySequenceMethods Map_as_sequence = {.sq_length = (lenfunc)Map_len};
-
-static PyTypeObject MapType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt._ckpt.Map",
-    .tp_basicsize = sizeof(Map),
-    .tp_dealloc = (destructor)Map_dealloc,
-    .tp_as_buffer = &Map_as_buffer,
-    .tp_as_sequence = &Map_as_sequence,
-    .tp_init = (initproc)Map_init,
-    .tp_new = PyType_GenericNew,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Map(path, prefetch=False): a private copy-on-write mapping of a whole file (writes never reach "
-              "the file); prefetch starts reading it into the page cache in the background.",
-};
-
-/* ------------------------------------------------------------------------ */
 /* Progress: Python callables and Ctrl-C                                    */
 /* ------------------------------------------------------------------------ */
 
@@ -318,16 +223,37 @@ static void catalog_unuse(Catalog *c) {
 }
 
 static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"path", NULL};
-    PyObject *path_obj;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&", kwlist, PyUnicode_FSConverter, &path_obj)) return -1;
+    static char *kwlist[] = {"path", "allowed_globals", NULL};
+    PyObject *path_obj, *globals = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O", kwlist, PyUnicode_FSConverter, &path_obj, &globals)) return -1;
+    ckpt_catalog_options o;
+    ckpt_catalog_options_init(&o);
+    PyObject *fast = NULL;
+    const char **names = NULL;
+    if (globals && globals != Py_None) {
+        fast = PySequence_Fast(globals, "allowed_globals must be a sequence of 'module.Name' strings");
+        Py_ssize_t n = fast ? PySequence_Fast_GET_SIZE(fast) : 0;
+        names = fast ? PyMem_Calloc((size_t)n + 1, sizeof *names) : NULL;
+        for (Py_ssize_t i = 0; names && i < n; i++)
+            if (!(names[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(fast, i)))) PyMem_Free(names), names = NULL;
+        if (!names) {
+            if (!PyErr_Occurred()) PyErr_NoMemory();
+            Py_XDECREF(fast);
+            Py_DECREF(path_obj);
+            return -1;
+        }
+        o.allowed_globals = names;
+        o.allowed_global_count = (size_t)n;
+    }
     ckpt_error e;
     ckpt_status st;
     ckpt_catalog *c = NULL;
     Py_BEGIN_ALLOW_THREADS
-    st = ckpt_catalog_open(PyBytes_AS_STRING(path_obj), &c, &e);
+    st = ckpt_catalog_open_ex(PyBytes_AS_STRING(path_obj), &o, &c, &e);
     Py_END_ALLOW_THREADS
     Py_DECREF(path_obj);
+    PyMem_Free(names);
+    Py_XDECREF(fast);
     if (st != CKPT_OK) {
         raise_ckpt(&e);
         return -1;
@@ -362,30 +288,62 @@ static PyObject *shape_tuple(uint32_t ndim, const uint64_t *shape) {
     return t;
 }
 
-/* tensors() → [(name, dtype, shape, nbytes, file, offset, storage, direct)]
- * in catalog order; `direct` is true when the bytes on disk are the tensor
- * as loaded (dense, little-endian, uncompressed), i.e. it can be a view. */
+static PyObject *tensor_row(const ckpt_tensor_info *t) {
+    PyObject *items[8] = {
+        PyUnicode_FromString(t->name), PyUnicode_FromString(ckpt_dtype_name(t->dtype)), shape_tuple(t->ndim, t->shape),
+        PyLong_FromUnsignedLongLong(t->nbytes), PyLong_FromUnsignedLong(t->file), PyLong_FromUnsignedLongLong(t->offset),
+        PyLong_FromUnsignedLong(t->storage), PyBool_FromLong(!t->strides && !t->big_endian && !t->compressed)};
+    return make_row(TensorRowType, items, 8);
+}
+
+/* tensors() → [TensorRow(name, dtype, shape, nbytes, file, offset, storage,
+ * direct)] in catalog order; `direct` is true when the bytes on disk are
+ * the tensor as loaded (dense, little-endian, uncompressed). */
 static PyObject *Catalog_tensors(Catalog *self, PyObject *unused) {
     (void)unused;
     if (!catalog_ready(self)) return NULL;
     size_t n = ckpt_catalog_tensor_count(self->catalog);
     PyObject *list = PyList_New((Py_ssize_t)n);
-    if (!list) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        const ckpt_tensor_info *t = ckpt_catalog_tensor(self->catalog, i);
-        PyObject *shape = shape_tuple(t->ndim, t->shape);
-        PyObject *item = shape ? Py_BuildValue("(ssNKIKIO)", t->name, ckpt_dtype_name(t->dtype), shape,
-                                               (unsigned long long)t->nbytes, (unsigned)t->file,
-                                               (unsigned long long)t->offset, (unsigned)t->storage,
-                                               (!t->strides && !t->big_endian && !t->compressed) ? Py_True : Py_False)
-                               : NULL;
-        if (!item) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *row = tensor_row(ckpt_catalog_tensor(self->catalog, i));
+        if (!row) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, (Py_ssize_t)i, row);
     }
     return list;
+}
+
+/* names() → [name], without building rows. */
+static PyObject *Catalog_names(Catalog *self, PyObject *unused) {
+    (void)unused;
+    if (!catalog_ready(self)) return NULL;
+    size_t n = ckpt_catalog_tensor_count(self->catalog);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *name = PyUnicode_FromString(ckpt_catalog_tensor(self->catalog, i)->name);
+        if (!name) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, (Py_ssize_t)i, name);
+    }
+    return list;
+}
+
+/* find(name) → the tensor's index, or None (a hash lookup in C). */
+static PyObject *Catalog_find(Catalog *self, PyObject *arg) {
+    if (!catalog_ready(self)) return NULL;
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name) return NULL;
+    const ckpt_tensor_info *t = ckpt_catalog_find(self->catalog, name);
+    if (!t) Py_RETURN_NONE;
+    return PyLong_FromSsize_t(t - ckpt_catalog_tensor(self->catalog, 0));
+}
+
+/* row(i) → one TensorRow. */
+static PyObject *Catalog_row(Catalog *self, PyObject *arg) {
+    if (!catalog_ready(self)) return NULL;
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    const ckpt_tensor_info *t = i >= 0 ? ckpt_catalog_tensor(self->catalog, (size_t)i) : NULL;
+    if (!t) return PyErr_Format(PyExc_IndexError, "tensor index %zd out of range", i);
+    return tensor_row(t);
 }
 
 static PyObject *Catalog_metadata(Catalog *self, PyObject *unused) {
@@ -510,18 +468,21 @@ static ckpt_status run_plan_convert(void *source, const char *dst, const ckpt_wr
 }
 
 static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress", NULL};
-    PyObject *dst, *prefix = NULL;
+    static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress",
+                             "copy_files_from", NULL};
+    PyObject *dst, *prefix = NULL, *extra = NULL;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     unsigned long long shard = 0;
     int overwrite = 0, no_sync = 0, checksums = 0;
     progress_ctx p = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppO", kwlist, PyUnicode_FSConverter, &dst, &shard,
-                                     PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&", kwlist, PyUnicode_FSConverter, &dst, &shard,
+                                     PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable,
+                                     PyUnicode_FSConverter, &extra))
         return NULL;
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
     o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
+    o.copy_files_from = extra ? PyBytes_AS_STRING(extra) : NULL;
     ckpt_error e;
     ckpt_status st;
     Py_BEGIN_ALLOW_THREADS
@@ -529,6 +490,7 @@ static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyOb
     Py_END_ALLOW_THREADS
     Py_DECREF(dst);
     Py_XDECREF(prefix);
+    Py_XDECREF(extra);
     if (st != CKPT_OK) return raise_ckpt(&e);
     Py_RETURN_NONE;
 }
@@ -552,7 +514,10 @@ static PyObject *Catalog_close(Catalog *self, PyObject *unused) {
 
 static PyMethodDef Catalog_methods[] = {
     {"tensors", (PyCFunction)Catalog_tensors, METH_NOARGS,
-     "tensors() -> [(name, dtype, shape, nbytes, file, offset, storage, direct)]"},
+     "tensors() -> [TensorRow(name, dtype, shape, nbytes, file, offset, storage, direct)]"},
+    {"names", (PyCFunction)Catalog_names, METH_NOARGS, "names() -> [name], in catalog order"},
+    {"find", (PyCFunction)Catalog_find, METH_O, "find(name) -> index or None"},
+    {"row", (PyCFunction)Catalog_row, METH_O, "row(i) -> TensorRow"},
     {"metadata", (PyCFunction)Catalog_metadata, METH_NOARGS, "metadata() -> dict of str"},
     {"files", (PyCFunction)Catalog_files, METH_NOARGS, "files() -> [(path, size)]"},
     {"info", (PyCFunction)Catalog_info, METH_NOARGS, "info() -> {format, tree_json, index_path}"},
@@ -575,6 +540,82 @@ static PyTypeObject CatalogType = {
     .tp_new = PyType_GenericNew,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Catalog(path): what a checkpoint holds, without its data.",
+};
+
+/* ------------------------------------------------------------------------ */
+/* Map: the library's private, copy-on-write mapping of a data file         */
+/* ------------------------------------------------------------------------ */
+
+/* Tensors handed to frameworks as if freshly allocated must be writable;
+ * writes to a private mapping copy the page and never reach the file.  The
+ * mapping (and its prefetch) is the library's: ckpt_catalog_map_file. */
+typedef struct {
+    PyObject_HEAD
+    ckpt_mapping *mapping;
+} Map;
+
+static int Map_init(Map *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"catalog", "file", "prefetch", NULL};
+    Catalog *c;
+    Py_ssize_t file;
+    int prefetch = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!n|p", kwlist, &CatalogType, &c, &file, &prefetch)) return -1;
+    if (!catalog_ready(c)) return -1;
+    ckpt_error e;
+    ckpt_status st;
+    ckpt_mapping *m = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    st = file < 0 ? CKPT_E_INVALID_ARGUMENT
+                  : ckpt_catalog_map_file(c->catalog, (size_t)file, prefetch ? CKPT_MAP_PREFETCH : 0, &m, &e);
+    Py_END_ALLOW_THREADS
+    if (file < 0) {
+        PyErr_SetString(PyExc_IndexError, "file index out of range");
+        return -1;
+    }
+    if (st != CKPT_OK) {
+        raise_ckpt(&e);
+        return -1;
+    }
+    ckpt_mapping_free(self->mapping);
+    self->mapping = m;
+    return 0;
+}
+
+static void Map_dealloc(Map *self) {
+    ckpt_mapping_free(self->mapping);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Map_getbuffer(Map *self, Py_buffer *view, int flags) {
+    void *data = ckpt_mapping_data(self->mapping);
+    return PyBuffer_FillInfo(view, (PyObject *)self, data ? data : empty_bytes,
+                             (Py_ssize_t)ckpt_mapping_size(self->mapping), 0, flags);
+}
+
+static Py_ssize_t Map_len(Map *self) { return (Py_ssize_t)ckpt_mapping_size(self->mapping); }
+
+static PyObject *Map_prefetching(Map *self, void *unused) {
+    (void)unused;
+    return PyBool_FromLong(ckpt_mapping_prefetching(self->mapping));
+}
+
+static PyGetSetDef Map_getset[] = {
+    {"prefetching", (getter)Map_prefetching, NULL, "whether a background prefetch was started", NULL}, {NULL}};
+static PyBufferProcs Map_as_buffer = {(getbufferproc)Map_getbuffer, NULL};
+static PySequenceMethods Map_as_sequence = {.sq_length = (lenfunc)Map_len};
+
+static PyTypeObject MapType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt._ckpt.Map",
+    .tp_basicsize = sizeof(Map),
+    .tp_dealloc = (destructor)Map_dealloc,
+    .tp_as_buffer = &Map_as_buffer,
+    .tp_as_sequence = &Map_as_sequence,
+    .tp_getset = Map_getset,
+    .tp_init = (initproc)Map_init,
+    .tp_new = PyType_GenericNew,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Map(catalog, file, prefetch=False): a private copy-on-write mapping of a catalog's data file (writes "
+              "never reach the file); prefetch reads it into the page cache in the background.",
 };
 
 /* ------------------------------------------------------------------------ */
@@ -642,6 +683,23 @@ static ckpt_dtype dtype_arg(const char *name) {
     ckpt_dtype d = ckpt_dtype_from_name(name);
     if (d == CKPT_DTYPE_INVALID) PyErr_Format(PyExc_ValueError, "unknown dtype '%s'", name);
     return d;
+}
+
+static PyObject *Plan_set_flags(Plan *self, PyObject *arg) {
+    if (!plan_ready(self)) return NULL;
+    unsigned long flags = PyLong_AsUnsignedLong(arg);
+    if (PyErr_Occurred()) return NULL;
+    ckpt_plan_set_flags(self->plan, (unsigned)flags);
+    Py_RETURN_NONE;
+}
+
+/* last_rule() → (matched, skipped) of the last rule. */
+static PyObject *Plan_last_rule(Plan *self, PyObject *unused) {
+    (void)unused;
+    if (!plan_ready(self)) return NULL;
+    size_t matched, skipped;
+    ckpt_plan_last_rule(self->plan, &matched, &skipped);
+    return Py_BuildValue("(nn)", (Py_ssize_t)matched, (Py_ssize_t)skipped);
 }
 
 static PyObject *Plan_select(Plan *self, PyObject *args) {
@@ -723,7 +781,7 @@ static PyObject *Plan_layout(Plan *self, PyObject *args) {
     PLAN_CALL(ckpt_plan_layout(self->plan, pattern, from, to, &e));
 }
 
-/* items() → [(name, source_index, dtype, shape, nbytes, transform)] */
+/* items() → [PlanRow(name, source, dtype, shape, nbytes, transform)] */
 static PyObject *Plan_items(Plan *self, PyObject *unused) {
     (void)unused;
     if (!plan_ready(self)) return NULL;
@@ -732,16 +790,12 @@ static PyObject *Plan_items(Plan *self, PyObject *unused) {
     PyObject *list = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; list && i < n; i++) {
         const ckpt_plan_item *it = ckpt_plan_item_at(self->plan, i);
-        PyObject *shape = shape_tuple(it->ndim, it->shape);
-        PyObject *item = shape ? Py_BuildValue("(snsNKO)", it->name, (Py_ssize_t)(it->source - first),
-                                               ckpt_dtype_name(it->dtype), shape, (unsigned long long)it->nbytes,
-                                               it->transform ? Py_True : Py_False)
-                               : NULL;
-        if (!item) {
-            Py_CLEAR(list);
-            break;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        PyObject *items[6] = {PyUnicode_FromString(it->name), PyLong_FromSsize_t(it->source - first),
+                              PyUnicode_FromString(ckpt_dtype_name(it->dtype)), shape_tuple(it->ndim, it->shape),
+                              PyLong_FromUnsignedLongLong(it->nbytes), PyBool_FromLong(it->transform)};
+        PyObject *row = make_row(PlanRowType, items, 6);
+        if (!row) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, (Py_ssize_t)i, row);
     }
     return list;
 }
@@ -854,7 +908,7 @@ static PyObject *Plan_load(Plan *self, PyObject *args, PyObject *kw) {
     unsigned long long chunk = 0;
     progress_ctx p = {NULL};
     if (!plan_ready(self)) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IKiipO", kwlist, &o.threads, &chunk, &io, &uring, &views,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IKiiiO", kwlist, &o.threads, &chunk, &io, &uring, &views,
                                      &p.callable))
         return NULL;
     o.chunk_bytes = chunk, o.io = (ckpt_io_mode)io, o.io_uring = uring, o.views = views;
@@ -877,7 +931,8 @@ static PyObject *Plan_data(Plan *self, PyObject *arg) {
     if (i == -1 && PyErr_Occurred()) return NULL;
     const ckpt_plan_item *it = i >= 0 ? ckpt_plan_item_at(self->plan, (size_t)i) : NULL;
     if (!it) return PyErr_Format(PyExc_IndexError, "item %zd out of range", i);
-    if (it->is_view) return buffer_new((PyObject *)self, it->data, it->nbytes, 1, NULL);
+    if (it->is_view) /* private (copy-on-write) views are writable; the plan keeps their mappings */
+        return buffer_new((PyObject *)self, it->data, it->nbytes, it->is_view != CKPT_VIEWS_PRIVATE, NULL);
     void *owned = ckpt_plan_take(self->plan, (size_t)i);
     if (owned) return buffer_new(NULL, owned, it->nbytes, 0, ckpt_free);
     if (it->nbytes == 0 && !((size_t)i < self->buffer_count && self->buffers[i].obj))
@@ -903,6 +958,8 @@ static PyObject *Plan_convert(Plan *self, PyObject *args, PyObject *kw) {
 }
 
 static PyMethodDef Plan_methods[] = {
+    {"set_flags", (PyCFunction)Plan_set_flags, METH_O, "set_flags(flags): 1 ignores patterns that match nothing"},
+    {"last_rule", (PyCFunction)Plan_last_rule, METH_NOARGS, "last_rule() -> (matched, skipped)"},
     {"select", (PyCFunction)Plan_select, METH_VARARGS, "select(pattern)"},
     {"exclude", (PyCFunction)Plan_exclude, METH_VARARGS, "exclude(pattern)"},
     {"rename", (PyCFunction)Plan_rename, METH_VARARGS, "rename(from, to)"},
@@ -912,11 +969,11 @@ static PyMethodDef Plan_methods[] = {
     {"permute", (PyCFunction)Plan_permute, METH_VARARGS, "permute(pattern or None, perm)"},
     {"transpose", (PyCFunction)Plan_transpose, METH_VARARGS, "transpose(pattern or None)"},
     {"layout", (PyCFunction)Plan_layout, METH_VARARGS, "layout(pattern or None, from, to)"},
-    {"items", (PyCFunction)Plan_items, METH_NOARGS, "items() -> [(name, source_index, dtype, shape, nbytes, transform)]"},
+    {"items", (PyCFunction)Plan_items, METH_NOARGS, "items() -> [PlanRow(name, source, dtype, shape, nbytes, transform)]"},
     {"match", (PyCFunction)Plan_match, METH_VARARGS, "match(expected, flags=0) -> [(kind, name, expected, item)]"},
     {"set_buffer", (PyCFunction)Plan_set_buffer, METH_VARARGS, "set_buffer(i, writable_buffer)"},
     {"load", (PyCFunction)(void (*)(void))Plan_load, METH_VARARGS | METH_KEYWORDS,
-     "load(threads=0, chunk_bytes=0, io=0, io_uring=0, views=False, progress=None)"},
+     "load(threads=0, chunk_bytes=0, io=0, io_uring=0, views=0, progress=None): views 1 read-only, 2 private"},
     {"data", (PyCFunction)Plan_data, METH_O, "data(i) -> Buffer, or None for a caller buffer"},
     {"stats", (PyCFunction)Plan_stats, METH_NOARGS, "stats() -> dict of the last load"},
     {"convert", (PyCFunction)(void (*)(void))Plan_convert, METH_VARARGS | METH_KEYWORDS,
@@ -991,12 +1048,21 @@ static PyObject *Writer_set_metadata(Writer *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* add(name, dtype, shape, storage=None) with storage = (id, nbytes, begin,
+ * end, contiguous): where the tensor lies in memory, for deduplication. */
 static PyObject *Writer_add(Writer *self, PyObject *args) {
     const char *name, *dtype;
-    PyObject *shape;
-    if (!writer_ready(self) || !PyArg_ParseTuple(args, "ssO", &name, &dtype, &shape)) return NULL;
+    PyObject *shape, *storage = Py_None;
+    if (!writer_ready(self) || !PyArg_ParseTuple(args, "ssO|O", &name, &dtype, &shape, &storage)) return NULL;
     ckpt_dtype d = dtype_arg(dtype);
     if (d == CKPT_DTYPE_INVALID) return NULL;
+    ckpt_tensor_storage where = {0};
+    if (storage != Py_None) {
+        unsigned long long id, nbytes, begin, end;
+        int contiguous;
+        if (!PyArg_ParseTuple(storage, "KKKKp", &id, &nbytes, &begin, &end, &contiguous)) return NULL;
+        where = (ckpt_tensor_storage){id, nbytes, begin, end, contiguous};
+    }
     PyObject *fast = PySequence_Fast(shape, "shape must be a sequence of ints");
     if (!fast) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
@@ -1015,9 +1081,21 @@ static PyObject *Writer_add(Writer *self, PyObject *args) {
     Py_DECREF(fast);
     size_t index;
     ckpt_error e;
-    if (ckpt_writer_add_tensor(self->writer, name, d, (uint32_t)n, dims, &index, &e) != CKPT_OK)
+    if (ckpt_writer_add_tensor_shared(self->writer, name, d, (uint32_t)n, dims, storage == Py_None ? NULL : &where,
+                                      &index, &e) != CKPT_OK)
         return raise_ckpt(&e);
     return PyLong_FromSize_t(index);
+}
+
+/* kept(index) → None when the tensor is written, else the name written in
+ * its place (after begin). */
+static PyObject *Writer_kept(Writer *self, PyObject *arg) {
+    if (!writer_ready(self)) return NULL;
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    const char *kept = i >= 0 ? ckpt_writer_tensor_kept(self->writer, (size_t)i) : NULL;
+    if (!kept) Py_RETURN_NONE;
+    return PyUnicode_FromString(kept);
 }
 
 static PyObject *Writer_begin(Writer *self, PyObject *unused) {
@@ -1085,7 +1163,9 @@ static PyObject *Writer_abort(Writer *self, PyObject *unused) {
 static PyMethodDef Writer_methods[] = {
     {"set_metadata", (PyCFunction)Writer_set_metadata, METH_VARARGS,
      "set_metadata(key, value, checkpoint=False): a file (or checkpoint-level) metadata entry"},
-    {"add", (PyCFunction)Writer_add, METH_VARARGS, "add(name, dtype, shape) -> index"},
+    {"add", (PyCFunction)Writer_add, METH_VARARGS,
+     "add(name, dtype, shape, storage=None) -> index; storage = (id, nbytes, begin, end, contiguous)"},
+    {"kept", (PyCFunction)Writer_kept, METH_O, "kept(index) -> None, or the name written in its place"},
     {"begin", (PyCFunction)Writer_begin, METH_NOARGS, "begin() -> final paths of the output files"},
     {"write", (PyCFunction)Writer_write, METH_VARARGS, "write(index, data): the next bytes of a tensor"},
     {"commit", (PyCFunction)Writer_commit, METH_NOARGS, "commit(): fsync and rename into place"},
@@ -1191,6 +1271,11 @@ PyMODINIT_FUNC PyInit__ckpt(void) {
         if (PyType_Ready(types[i]) < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
+    if (!(TensorRowType = PyStructSequence_NewType(&tensor_row_desc)) ||
+        !(PlanRowType = PyStructSequence_NewType(&plan_row_desc)) ||
+        PyModule_AddObjectRef(m, "TensorRow", (PyObject *)TensorRowType) < 0 ||
+        PyModule_AddObjectRef(m, "PlanRow", (PyObject *)PlanRowType) < 0)
+        goto fail;
     Error = PyErr_NewExceptionWithDoc("ckpt.Error",
                                       "A ckpt failure.  Attributes: status (e.g. 'CKPT_E_TRUNCATED'), code, "
                                       "path, tensor, offset (None where they do not apply), errno.",

@@ -206,16 +206,24 @@ def test_save_sharded_read_by_hub_and_safetensors(tmp_path):
     shard = sorted(f for f in os.listdir(tmp_path / "out") if f.endswith(".safetensors"))[0]
     with __import__("safetensors").safe_open(tmp_path / "out" / shard, "pt") as f:
         assert f.metadata() == {"format": "pt"}
-    # Reload through ckpt and re-save over it: old shards vanish, atomically replaced.
-    ckpt.save({"only": torch.ones(3)}, tmp_path / "out")
+    # An existing checkpoint is kept unless the caller says otherwise, with
+    # the library's whole sentence in the exception's text.
+    with pytest.raises(ckpt.ExistsError) as e:
+        ckpt.save({"only": torch.ones(3)}, tmp_path / "out")
+    text = str(e.value)
+    assert "already holds a checkpoint" in text and "overwrite=True" in text and "[CKPT_E_EXISTS]" in text
+    assert "Errno" not in text and str(tmp_path / "out") in text
+    # Re-saved over it: old shards vanish, atomically replaced.
+    ckpt.save({"only": torch.ones(3)}, tmp_path / "out", overwrite=True)
     assert sorted(os.listdir(tmp_path / "out")) == ["model.safetensors"]
 
 
 def test_save_streams_strided_and_rejects_non_tensors(tmp_path):
     big = torch.arange(300 * 200, dtype=torch.float32).reshape(300, 200)
-    ckpt.save({"t": big.t(), "s": big[::3], "a": np.arange(10)[::2]}, tmp_path / "o", max_shard_size=None)
+    other = big.clone()
+    ckpt.save({"t": big.t(), "s": other[::3], "a": np.arange(10)[::2]}, tmp_path / "o", max_shard_size=None)
     got = st_torch.load_file(tmp_path / "o" / "model.safetensors")
-    assert torch.equal(got["t"], big.t()) and torch.equal(got["s"], big[::3])
+    assert torch.equal(got["t"], big.t()) and torch.equal(got["s"], other[::3])
     assert torch.equal(got["a"], torch.arange(10)[::2])
     with pytest.raises(TypeError, match="'x'"):
         ckpt.save({"x": object()}, tmp_path / "bad")
@@ -243,7 +251,7 @@ def test_save_failure_leaves_previous_checkpoint(tmp_path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        ckpt.save({"a": torch.zeros(4), "b": torch.zeros(4)}, tmp_path / "o", progress=boom)
+        ckpt.save({"a": torch.zeros(4), "b": torch.zeros(4)}, tmp_path / "o", progress=boom, overwrite=True)
     assert os.listdir(tmp_path / "o") == ["model.safetensors"]
     assert (tmp_path / "o" / "model.safetensors").read_bytes() == before
 

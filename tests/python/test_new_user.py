@@ -1,0 +1,153 @@
+"""What a new user hits (issue "What a new user hits"): saves equal to the
+hub's with tied weights, output paths as people type them, the model
+directory's other files, error text, and options that are not honoured."""
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+import ckpt
+import ckpt.torch
+from ckptlib import BIN_PATH
+
+
+def gpt2_like():
+    """A tiny GPT-2-shaped state dict whose output head is tied to the token
+    embedding, as transformers ties them."""
+    torch.manual_seed(0)
+    wte = torch.nn.Parameter(torch.randn(64, 16))
+    sd = {"transformer.wte.weight": wte, "transformer.wpe.weight": torch.randn(32, 16)}
+    for i in range(3):
+        sd[f"transformer.h.{i}.attn.c_attn.weight"] = torch.randn(16, 48)
+        sd[f"transformer.h.{i}.mlp.c_fc.weight"] = torch.randn(16, 64)
+    sd["lm_head.weight"] = wte
+    return sd
+
+
+def tree(d):
+    return {n: (d / n).read_bytes() for n in sorted(os.listdir(d))}
+
+
+@pytest.mark.parametrize("limit", ["5GB", "8KB"])
+def test_save_writes_what_the_hub_writes_with_tied_weights(tmp_path, limit):
+    from huggingface_hub import save_torch_state_dict
+    sd = gpt2_like()
+    (tmp_path / "hub").mkdir()
+    save_torch_state_dict(dict(sd), str(tmp_path / "hub"), max_shard_size=limit, metadata={"origin": "test"})
+    ckpt.save(sd, tmp_path / "ours", max_shard_size=limit, metadata={"origin": "test"})
+    ours, hub = tree(tmp_path / "ours"), tree(tmp_path / "hub")
+    assert ours.keys() == hub.keys()
+    if limit == "8KB":  # shards carry {"format": "pt"} alone, and the index is ordered: byte for byte
+        assert ours == hub
+    else:  # safetensors orders several metadata entries by a per-process hash: equal as maps
+        from safetensors import safe_open
+        with safe_open(tmp_path / "ours" / "model.safetensors", "pt") as a, \
+                safe_open(tmp_path / "hub" / "model.safetensors", "pt") as b:
+            assert a.metadata() == b.metadata() and sorted(a.keys()) == sorted(b.keys())
+            assert all(torch.equal(a.get_tensor(k), b.get_tensor(k)) for k in b.keys())
+    with ckpt.open(tmp_path / "ours") as c:
+        assert len(c) == len(sd) - 1 and c.metadata["transformer.wte.weight"] == "lm_head.weight"
+
+
+def test_save_refuses_views_the_hub_refuses(tmp_path):
+    from huggingface_hub import save_torch_state_dict
+    base = torch.arange(100.0)
+    sd = {"a": base[:60], "b": base[40:]}  # overlapping, neither covers the storage
+    with pytest.raises(RuntimeError, match="None is covering the entire storage"):
+        save_torch_state_dict(sd, str(tmp_path / "hub"))
+    with pytest.raises(ckpt.Error) as e:
+        ckpt.save(sd, tmp_path / "ours")
+    assert "none covers the whole storage" in str(e.value) and e.value.tensor in ("a", "b")
+    assert not (tmp_path / "ours").exists() or not os.listdir(tmp_path / "ours")
+
+
+@pytest.mark.parametrize("spelling", ["out", "out/", "out//", "./out/", "empty/", "link/"])
+def test_output_paths_as_people_type_them(tmp_path, spelling, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "target").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    sd = {f"w{i}": torch.full((40, 40), float(i)) for i in range(4)}
+    src = tmp_path / "src.safetensors"
+    ckpt.torch.save_file(sd, src)
+    where = {"empty/": tmp_path / "empty", "link/": tmp_path / "target"}.get(spelling, tmp_path / "out")
+    # ckpt.save, ckpt.convert and the CLI, each into a fresh place.
+    for how in ("save", "convert", "cli"):
+        if how == "save":
+            ckpt.save(sd, spelling, max_shard_size="10KB")
+        elif how == "convert":
+            ckpt.convert(src, spelling, max_shard_size="10KB", overwrite=True, progress=False)
+        else:
+            r = subprocess.run([BIN_PATH, "convert", str(src), spelling, "--max-shard-size", "10KB", "--force"],
+                               capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+        names = sorted(os.listdir(where))
+        assert "model.safetensors.index.json" in names and not [n for n in names if n.startswith(".")], names
+        got = ckpt.load(where)
+        assert all(torch.equal(got[k], v) for k, v in sd.items())
+        assert (tmp_path / "link").is_symlink()
+        for n in names:
+            os.unlink(where / n)
+    assert not [n for n in os.listdir(tmp_path) if ".ckpt-tmp-" in n]
+
+
+def test_convert_of_a_model_directory_brings_its_other_files(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    ckpt.save(gpt2_like(), model)
+    files = {"config.json": b'{"model_type": "gpt2"}', "tokenizer.json": b"{}", "generation_config.json": b"{}",
+             "merges.txt": b"a b\n"}
+    for n, b in files.items():
+        (model / n).write_bytes(b)
+    ckpt.convert(model, tmp_path / "out", max_shard_size="8KB", progress=False)
+    out = tree(tmp_path / "out")
+    assert all(out[n] == b for n, b in files.items())
+    ckpt.convert(model, tmp_path / "bare", max_shard_size="8KB", extra_files=False, progress=False)
+    assert not set(files) & set(os.listdir(tmp_path / "bare"))
+    r = subprocess.run([BIN_PATH, "convert", str(model), str(tmp_path / "cli"), "--max-shard-size", "8KB"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert all(tree(tmp_path / "cli")[n] == b for n, b in files.items())
+
+
+def test_every_error_carries_its_sentence(tmp_path):
+    (tmp_path / "x.safetensors").write_bytes(b"\x01\x00\x00\x00\x00\x00\x00\x00{")
+    for call, cls in ((lambda: ckpt.open(tmp_path / "missing.safetensors"), ckpt.NotFoundError),
+                      (lambda: ckpt.open(tmp_path / "x.safetensors"), ckpt.SafetensorError)):
+        with pytest.raises(cls) as e:
+            call()
+        text = str(e.value)
+        assert e.value.status in text and "None" not in text and str(tmp_path) in text, text
+
+
+def test_a_device_the_framework_does_not_honour_is_refused(tmp_path):
+    ckpt.torch.save_file({"w": torch.ones(3)}, tmp_path / "w.safetensors")
+    for fw in ("numpy", "flax"):
+        with pytest.raises(ValueError, match="not honoured"):
+            ckpt.load(tmp_path / "w.safetensors", framework=fw, device="cuda:0")
+    assert np.array_equal(ckpt.load(tmp_path / "w.safetensors", framework="numpy")["w"], np.ones(3, np.float32))
+
+
+def test_rows_are_named(tmp_path):
+    ckpt.torch.save_file({"w": torch.ones(2, 3)}, tmp_path / "w.safetensors")
+    from ckpt import _ckpt
+    c = _ckpt.Catalog(str(tmp_path / "w.safetensors"))
+    row = c.tensors()[0]
+    assert (row.name, row.dtype, row.shape, row.nbytes) == ("w", "F32", (2, 3), 24) and row[0] == "w"
+    assert c.names() == ["w"] and c.find("w") == 0 and c.find("nope") is None
+    p = _ckpt.Plan(c)
+    assert p.items()[0].name == "w" and p.items()[0].transform is False
+
+
+def test_load_mmap_gives_writable_private_views(tmp_path):
+    w = torch.arange(12.0).reshape(3, 4)
+    ckpt.torch.save_file({"w": w, "v": torch.ones(5)}, tmp_path / "w.safetensors")
+    before = (tmp_path / "w.safetensors").read_bytes()
+    got = ckpt.load(tmp_path / "w.safetensors", mmap=True, tp_rank=1, tp_size=3, tp_select="w")
+    assert torch.equal(got["w"], w[1:2])   # a row range: still a view of the file
+    got["w"] += 1                          # writes never reach the file
+    assert (tmp_path / "w.safetensors").read_bytes() == before
+    assert json.loads(json.dumps({"ok": True}))
