@@ -119,7 +119,7 @@ bench: build venv
 # time; new inputs go to build-fuzz/corpus/<target>, crashes to
 # build-fuzz/crashes/<target>/ (add them to tests/fuzz/corpus/<target>/ once fixed).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := safetensors index zip pickle torch roundtrip
+FUZZ_TARGETS := safetensors index zip pickle torch roundtrip gguf
 fuzz:
 	@command -v clang >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq clang libclang-rt-14-dev; }
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_FUZZ=ON -DCKPT_BUILD_TESTS=OFF >/dev/null

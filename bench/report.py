@@ -170,6 +170,70 @@ def python_chart(doc):
     plt.close(fig)
 
 
+GGUF_CASES = {
+    "to-gguf-bf16": "bf16 safetensors → GGUF BF16, {split} splits",
+    "to-gguf-q8_0": "bf16 safetensors → GGUF Q8_0 (matrices), {split} splits",
+    "q8_0-to-bf16": "GGUF Q8_0 → bf16 safetensors",
+}
+
+
+def _median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def gguf_table(doc):
+    """bench/gguf_bench.py: ckpt against gguf-py (and cp) per conversion."""
+    gb = doc["source_bytes"] / 1e9
+    lines = [f"**GGUF conversions of a {gb:.1f} GB Llama-shaped bf16 checkpoint** (bench/gguf_bench.py, gguf "
+             f"{doc.get('gguf', '?')}; each contender in its own process, peak RSS from GNU time; outputs checked "
+             "equal between ckpt and gguf-py)", "",
+             "| conversion | cache | contender | median | runs | vs cp | peak RSS | same output |",
+             "|---|---|---|---:|---:|---:|---:|---|"]
+    for case, res in doc["cases"].items():
+        title = GGUF_CASES.get(case, case).format(split=doc.get("split", "?"))
+        for mode in ("warm", "cold"):
+            cp = [r["seconds"] for r in res["runs"].get("cp", []) if r["mode"] == mode]
+            for name, runs in res["runs"].items():
+                xs = [r["seconds"] for r in runs if r["mode"] == mode]
+                if not xs:
+                    continue
+                rss = res.get("peak_rss_gnu_time", {}).get(name) or max(r["peak_rss"] for r in runs if r["mode"] == mode)
+                ratio = f"{_median(cp) / _median(xs):.2f}×" if cp and name != "cp" else ""
+                lines.append(f"| {title} | {mode} | {name} | {_median(xs):.2f} s | {len(xs)} | {ratio} | "
+                             f"{rss / 2**20:,.0f} MiB | {'yes' if res['identical_outputs'] else 'NO'} |")
+                title = ""
+    lines.append("")
+    lines.append("vs cp: cp's time over the contender's (1.00× = as fast as copying the bytes)."
+                 + (f" {doc['note']}" if doc.get("note") else ""))
+    lines.append("")
+    return lines
+
+
+def gguf_chart(doc):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(len(doc["cases"]), 1, figsize=(8, 2.2 * len(doc["cases"])))
+    for ax, (case, res) in zip(axes, doc["cases"].items()):
+        names, vals = [], []
+        for name, runs in res["runs"].items():
+            for mode in ("warm", "cold"):
+                xs = [r["seconds"] for r in runs if r["mode"] == mode]
+                if xs:
+                    names.append(f"{name} ({mode})")
+                    vals.append(_median(xs))
+        ax.barh(names, vals, color=["#2a7" if n.startswith("ckpt") else "#999" for n in names])
+        ax.set_title(GGUF_CASES.get(case, case).format(split=doc.get("split", "?")), fontsize=9)
+        ax.set_xlabel("seconds (median)")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "gguf.png", dpi=110)
+    plt.close(fig)
+
+
 def bindings_tables(doc):
     """The Rust and Elixir bindings (bench/bindings_suite.py)."""
     lines = []
@@ -251,6 +315,45 @@ def bindings_chart(doc):
     plt.close(fig)
 
 
+def baseline_table(doc):
+    lines = [f"**This tree against a baseline build, same files, alternating in one run** ({doc['this']} vs "
+             f"{doc['baseline']}; median of {doc['runs']}; ratios below 1 are faster or smaller now)", "",
+             "| case | before | after | after / before | peak RSS before | after | after / before |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, row in doc["results"].items():
+        b, a = row[doc["baseline"]], row[doc["this"]]
+
+        def t(x):
+            return f"{x['median'] * 1e3:.1f} ms" if x["median"] < 1 else f"{x['median']:.2f} s"
+
+        def m(x):
+            return f"{x['peak_rss_bytes'] / 2**20:,.0f} MiB" if x["peak_rss_bytes"] else "–"
+        rss_ratio = f"{row['rss_after_over_before']:.2f}" if "rss_after_over_before" in row else "–"
+        lines.append(f"| {name} | {t(b)} | {t(a)} | {row['time_after_over_before']:.2f} | {m(b)} | {m(a)} | "
+                     f"{rss_ratio} |")
+    lines.append("")
+    return lines
+
+
+def baseline_chart(doc):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    names = list(doc["results"])
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(names) + 1.2))
+    ratios = [doc["results"][n]["time_after_over_before"] for n in names]
+    ax.barh(names, ratios, color=["#2a7" if r <= 1.02 else "#c44" for r in ratios])
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xlabel(f"time after / before (median; {doc['this']} vs {doc['baseline']})")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "baseline.png", dpi=110)
+    plt.close(fig)
+
+
 def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
     lines = []
     for doc in load_docs():
@@ -288,8 +391,13 @@ def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
             lines.append(f"| {k} | {v['median']:.2f} s | {v['peak_rss_bytes'] / 2**20:,.1f} MiB | "
                          f"{v['rss_over_file_mib']:+,.1f} MiB |")
         lines.append("")
+    gguf_doc = load("gguf")
+    if gguf_doc and "cases" in gguf_doc:
+        lines += gguf_table(gguf_doc)
     if load("bindings"):
         lines += bindings_tables(load("bindings"))
+    if load("baseline"):
+        lines += baseline_table(load("baseline"))
     lines.append("Charts: `bench/results/*.png`; raw runs in `bench/results/*.json`.")
     return "\n".join(lines)
 
@@ -305,8 +413,12 @@ def main():
             python_chart(doc)
     if torch_convert:
         charts(None, torch_convert, name="torch_convert")
+    if load("gguf") and "cases" in load("gguf"):
+        gguf_chart(load("gguf"))
     if load("bindings"):
         bindings_chart(load("bindings"))
+    if load("baseline"):
+        baseline_chart(load("baseline"))
     readme = ROOT / "README.md"
     text = readme.read_text()
     begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"

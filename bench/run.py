@@ -19,9 +19,17 @@ Suites:
                  ceilings, warm and cold (bench/load_suite.py)
   python         the Python package: ckpt.torch.load_file against safetensors,
                  and load_into's peak RSS (bench/python_suite.py)
+  gguf           GGUF conversions against gguf-py (bench/gguf_bench.py): bf16
+                 safetensors to GGUF BF16 and Q8_0 in 1 GB splits, Q8_0 GGUF
+                 to bf16 safetensors; then bench/verify_real_gguf.py on a real
+                 llama.cpp Q4_K_M model from PyPI
   bindings       the Rust binding's ResNet-152 import and the Elixir binding's
                  1 GB tree round trip (bench/bindings_suite.py; not in the
                  default set: `make bench BENCH_ARGS=bindings`)
+  baseline       this tree against an earlier commit's build on the same
+                 files: open, load, convert, Python (bench/baseline_suite.py;
+                 not in the default set: `make bench BENCH_ARGS="baseline
+                 --baseline REV"`)
 
 Results: bench/results/<suite>.json and .png; `bench/report.py` renders the
 README table from the JSON.
@@ -435,14 +443,28 @@ def suite_python(args):
     run_python_suite(args)
 
 
+def suite_gguf(args):
+    here = ROOT / "bench"
+    subprocess.run([sys.executable, str(here / "gguf_bench.py"), "--gb", str(args.gb), "--runs", str(args.runs),
+                    "--peer-runs", "1"], check=True)
+    subprocess.run([sys.executable, str(here / "verify_real_gguf.py")], check=True)
+
+
 def suite_bindings(args):
     from bindings_suite import run_bindings_suite
     run_bindings_suite(args)
 
 
+def suite_baseline(args):
+    if not args.baseline:
+        sys.exit("the baseline suite needs --baseline REV (a commit to compare this tree with)")
+    from baseline_suite import run_baseline_suite
+    run_baseline_suite(args)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load", "python"])
+    ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load", "python", "gguf"])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--gb", type=float, default=4.0, help="size of the convert source")
     ap.add_argument("--tensors", type=int, default=30000)
@@ -452,12 +474,13 @@ def main():
                     help="layouts of the load suite's file: bf16 (single file), sharded (1 GB shards), f32")
     ap.add_argument("--python-gb", type=float, default=2, help="size (GB) of the python suite's checkpoint")
     ap.add_argument("--elixir-gb", type=float, default=1.0, help="size (GB) of the bindings suite's Elixir tree")
+    ap.add_argument("--baseline", help="the commit the baseline suite compares this tree with")
     args = ap.parse_args()
     for s in args.suites:
         print(f"== {s}")
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
          "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
-         "bindings": suite_bindings}[s](args)
+         "gguf": suite_gguf, "bindings": suite_bindings, "baseline": suite_baseline}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

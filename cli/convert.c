@@ -1,4 +1,5 @@
 /* convert.c — `ckpt convert SRC DST [options]`. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@ const char convert_usage[] =
     "tensor data from file to file (memory use does not depend on its size).\n"
     "\n"
     "SRC is any checkpoint ckpt reads:\n" CLI_READ_FORMATS
-    "DST   a file name ending in .safetensors: one file (merge);\n"
+    "DST   a file name ending in .safetensors: one file (merge); in .gguf: GGUF;\n"
     "      otherwise a directory that receives Hugging Face shards\n"
     "      <prefix>-00001-of-0000N.safetensors and <prefix>.safetensors.index.json\n"
     "      (or a single <prefix>.safetensors when everything fits in one shard)\n"
@@ -67,6 +68,21 @@ const char convert_usage[] =
     "  A pattern that matches no tensor is an error (see --ignore-unmatched); one\n"
     "  that names a single tensor the rule cannot apply to is an error too.\n"
     "\n"
+    "GGUF:\n"
+    "  --to gguf|safetensors  the output format (default: by DST's extension)\n"
+    "  --dtype q8_0 / q4_0    quantize float matrices (2 or more axes, rows of whole\n"
+    "                         32-element blocks; vectors stay as they are), bit-exact\n"
+    "                         with gguf.quants; --dtype bf16/f16/f32 dequantizes\n"
+    "                         GGUF block types (quantized tensors written as\n"
+    "                         safetensors are dequantized to f32 unless --dtype says)\n"
+    "  --gguf-kv FILE.json    key-values to add or replace: {key: value}, a string,\n"
+    "                         a number, a bool, a list, or a typed value such as\n"
+    "                         {\"gguf_type\": \"u32\", \"value\": 4096}\n"
+    "  --split-max-size SIZE  split as gguf-split does: 500M, 2G (powers of 1000),\n"
+    "                         or any --max-shard-size form\n"
+    "  --split-max-tensors N  at most N tensors per split file\n"
+    "  Splits are DST-00001-of-0000N.gguf beside DST; SRC a first part merges.\n"
+    "\n"
     "On success a summary goes to stderr (tensors, bytes, files, time, GB/s).\n"
     "Output appears under its final name only when complete: an error or Ctrl-C\n"
     "leaves DST as it was.\n";
@@ -74,6 +90,7 @@ const char convert_usage[] =
 enum {
     OPT_HELP = 1, OPT_OUTPUT, OPT_FORCE, OPT_QUIET, OPT_MAX_SHARD_SIZE, OPT_PREFIX, OPT_NO_SYNC, OPT_CHECKSUMS,
     OPT_VERIFY, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_IGNORE_UNMATCHED, OPT_NO_EXTRA_FILES, OPT_ALLOW_GLOBAL,
+    OPT_TO, OPT_GGUF_KV, OPT_SPLIT_MAX_SIZE, OPT_SPLIT_MAX_TENSORS,
     /* transforms, kept in order as rules */
     OPT_SELECT, OPT_EXCLUDE, OPT_RENAME, OPT_DTYPE, OPT_SLICE, OPT_TRANSPOSE, OPT_LAYOUT
 };
@@ -108,6 +125,8 @@ static ckpt_dtype parse_dtype(const char *text) {
     };
     for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++)
         if (!strcasecmp(text, aliases[i].alias)) return aliases[i].dtype;
+    for (int d = 1; d < CKPT_DTYPE_COUNT; d++) /* ggml's block types: q8_0, Q4_K, ... */
+        if (ckpt_dtype_is_block((ckpt_dtype)d) && !strcasecmp(text, ckpt_dtype_name((ckpt_dtype)d))) return (ckpt_dtype)d;
     return ckpt_dtype_from_name(text);
 }
 
@@ -181,22 +200,108 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
+/* A whole file into a malloc'ed string, or NULL (errno set). */
+static char *read_text_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t n = fread(buf + len, 1, cap - len - 1, f);
+        len += n;
+        if (len + 1 < cap) break;
+        char *bigger = realloc(buf, cap *= 2);
+        if (!bigger) free(buf);
+        buf = bigger;
+    }
+    fclose(f);
+    if (buf) buf[len] = '\0';
+    return buf;
+}
+
+/* gguf-split's sizes ("500M", "2G": powers of 1000), or ckpt_parse_size's. */
+static ckpt_status parse_split_size(const char *text, uint64_t *bytes, ckpt_error *err) {
+    size_t n = strlen(text);
+    if (n > 1 && n < 60 && (text[n - 1] == 'M' || text[n - 1] == 'G') && text[n - 2] >= '0' && text[n - 2] <= '9') {
+        char with_b[64];
+        snprintf(with_b, sizeof with_b, "%sB", text);
+        return ckpt_parse_size(with_b, bytes, err);
+    }
+    return ckpt_parse_size(text, bytes, err);
+}
+
+/* Glob-escapes a tensor name so that a pattern matches it alone. */
+static void escape_name(const char *name, char *out, size_t cap) {
+    size_t k = 0;
+    for (; *name && k + 2 < cap; name++) {
+        if (strchr("*?[]\\", *name)) out[k++] = '\\';
+        out[k++] = *name;
+    }
+    out[k] = '\0';
+}
+
+/* safetensors has no block types: quantized tensors the rules left as they
+ * are become f32 (lossless). */
+static int dequantize_rest(ckpt_plan *plan, ckpt_error *err) {
+    char pattern[8192];
+    for (size_t i = 0; i < ckpt_plan_count(plan); i++) {
+        const ckpt_plan_item *it = ckpt_plan_item_at(plan, i);
+        if (!ckpt_dtype_is_block(it->dtype)) continue;
+        escape_name(it->source->name, pattern, sizeof pattern);
+        if (ckpt_plan_cast(plan, pattern, CKPT_F32, err) != CKPT_OK) return report_error(err);
+    }
+    return EXIT_OK;
+}
+
 /* Opens what a conversion to `dst` wrote: the file, or in a directory the
  * index or single file named by the prefix (the directory may hold other
- * checkpoints). */
+ * checkpoints), or the first part of GGUF splits. */
 static ckpt_status open_output(const char *dst, const ckpt_writer_options *opt, ckpt_catalog **out, ckpt_error *err) {
+    struct stat sb;
+    if (opt->format == CKPT_FORMAT_GGUF) {
+        /* Split: "<stem>-00001-of-0000N.gguf" beside DST; else DST itself. */
+        if ((opt->max_shard_size || opt->split_max_tensors) && stat(dst, &sb) != 0) {
+            size_t len = strlen(dst) - (ends_with(dst, ".gguf") ? 5 : 0);
+            const char *slash = strrchr(dst, '/');
+            size_t dir_len = slash ? (size_t)(slash - dst) : 0;
+            const char *stem = slash ? slash + 1 : dst;
+            size_t stem_len = len - (size_t)(stem - dst);
+            char *dir = strndup(slash ? dst : ".", slash ? (dir_len ? dir_len : 1) : 1);
+            DIR *d = dir ? opendir(dir) : NULL;
+            char *found = NULL;
+            for (struct dirent *e; d && (e = readdir(d));) {
+                if (strncmp(e->d_name, stem, stem_len) || strncmp(e->d_name + stem_len, "-00001-of-", 10) ||
+                    !ends_with(e->d_name, ".gguf"))
+                    continue;
+                free(found);
+                size_t cap = strlen(dir) + strlen(e->d_name) + 2;
+                if ((found = malloc(cap))) snprintf(found, cap, "%s/%s", dir, e->d_name);
+            }
+            if (d) closedir(d);
+            free(dir);
+            if (found) {
+                ckpt_status st = ckpt_catalog_open(found, out, err);
+                free(found);
+                return st;
+            }
+        }
+        return ckpt_catalog_open(dst, out, err);
+    }
     if (!opt->max_shard_size) return ckpt_catalog_open(dst, out, err);
     const char *prefix = opt->prefix ? opt->prefix : "model";
     size_t cap = strlen(dst) + strlen(prefix) + 32;
     char *path = malloc(cap);
     if (!path) return ckpt_catalog_open(dst, out, err);
-    struct stat sb;
     snprintf(path, cap, "%s/%s.safetensors.index.json", dst, prefix);
     if (stat(path, &sb) != 0) snprintf(path, cap, "%s/%s.safetensors", dst, prefix);
     ckpt_status st = ckpt_catalog_open(path, out, err);
     free(path);
     return st;
 }
+
+static int convert_to(const char *src, const char *dst, const ckpt_writer_options *o, const char **globals,
+                      size_t global_count, const rule *rules, size_t rule_count, bool ignore_unmatched, bool gguf,
+                      bool verify, bool quiet, int show_progress, double start, ckpt_error *e);
 
 /* The command, with room for one transform and one allowed global per
  * argument. */
@@ -214,6 +319,10 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
         {"ignore-unmatched", 0, false, OPT_IGNORE_UNMATCHED},
         {"no-extra-files", 0, false, OPT_NO_EXTRA_FILES},
         {"allow-global", 0, true, OPT_ALLOW_GLOBAL},
+        {"to", 0, true, OPT_TO},
+        {"gguf-kv", 0, true, OPT_GGUF_KV},
+        {"split-max-size", 0, true, OPT_SPLIT_MAX_SIZE},
+        {"split-max-tensors", 0, true, OPT_SPLIT_MAX_TENSORS},
         {"progress", 0, false, OPT_PROGRESS},
         {"no-progress", 0, false, OPT_NO_PROGRESS},
         {"select", 0, true, OPT_SELECT},
@@ -225,7 +334,8 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
         {"layout", 0, true, OPT_LAYOUT},
         {NULL, 0, 0, 0},
     };
-    const char *src = NULL, *dst = NULL, *output = NULL, *shard_size = NULL, *value;
+    const char *src = NULL, *dst = NULL, *output = NULL, *shard_size = NULL, *value, *to = NULL, *kv_file = NULL,
+               *split_size = NULL, *split_tensors = NULL;
     ckpt_writer_options opt;
     ckpt_writer_options_init(&opt);
     int show_progress = -1;
@@ -251,6 +361,10 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
         case OPT_IGNORE_UNMATCHED: ignore_unmatched = true; break;
         case OPT_NO_EXTRA_FILES: extra_files = false; break;
         case OPT_ALLOW_GLOBAL: globals[global_count++] = value; break;
+        case OPT_TO: to = value; break;
+        case OPT_GGUF_KV: kv_file = value; break;
+        case OPT_SPLIT_MAX_SIZE: split_size = value; break;
+        case OPT_SPLIT_MAX_TENSORS: split_tensors = value; break;
         case OPT_PROGRESS: show_progress = 1; break;
         case OPT_NO_PROGRESS: show_progress = 0; break;
         case ARG_POSITIONAL:
@@ -272,21 +386,56 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
 
     ckpt_error err;
     ckpt_error_clear(&err);
-    if (shard_size) {
-        if (ckpt_parse_size(shard_size, &opt.max_shard_size, &err) != CKPT_OK)
-            return usage_error("convert", "%s", err.message);
-    }
+    if (to && strcasecmp(to, "gguf") && strcasecmp(to, "safetensors"))
+        return usage_error("convert", "--to takes gguf or safetensors, not '%s'", to);
+    bool gguf = to ? !strcasecmp(to, "gguf") : ends_with(dst, ".gguf");
     struct stat sb;
-    bool dst_is_dir = stat(dst, &sb) == 0 && S_ISDIR(sb.st_mode);
-    if (!shard_size && (dst_is_dir || !ends_with(dst, ".safetensors")))
-        opt.max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
-    if (shard_size && ends_with(dst, ".safetensors") && !dst_is_dir)
-        return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", dst);
+    if (gguf) {
+        opt.format = CKPT_FORMAT_GGUF;
+        if (shard_size) return usage_error("convert", "GGUF output splits with --split-max-size, not --max-shard-size");
+        if (split_size && parse_split_size(split_size, &opt.max_shard_size, &err) != CKPT_OK)
+            return usage_error("convert", "%s", err.message);
+        if (split_tensors) {
+            const char *e;
+            if (!parse_u64(split_tensors, &e, &opt.split_max_tensors) || *e || !opt.split_max_tensors)
+                return usage_error("convert", "--split-max-tensors needs a positive number, got '%s'", split_tensors);
+        }
+    } else {
+        if (to) opt.format = CKPT_FORMAT_SAFETENSORS;
+        if (split_size || split_tensors)
+            return usage_error("convert", "--split-max-size and --split-max-tensors are for GGUF output (DST *.gguf)");
+        if (shard_size && ckpt_parse_size(shard_size, &opt.max_shard_size, &err) != CKPT_OK)
+            return usage_error("convert", "%s", err.message);
+        bool dst_is_dir = stat(dst, &sb) == 0 && S_ISDIR(sb.st_mode);
+        if (!shard_size && (dst_is_dir || !ends_with(dst, ".safetensors")))
+            opt.max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
+        if (shard_size && ends_with(dst, ".safetensors") && !dst_is_dir)
+            return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", dst);
+        /* A model directory's other files (config.json, tokenizer files, …)
+         * go along into a directory of shards, so that the output loads on
+         * its own. */
+        if (extra_files && opt.max_shard_size && stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) opt.copy_files_from = src;
+    }
+    char *kv_text = NULL;
+    if (kv_file) {
+        if (!(kv_text = read_text_file(kv_file))) {
+            fprintf(stderr, "ckpt: %s: %s\n", kv_file, strerror(errno));
+            return EXIT_ERROR;
+        }
+        opt.metadata_json = kv_text;
+    }
+    int rc = convert_to(src, dst, &opt, globals, global_count, rules, rule_count, ignore_unmatched, gguf, verify,
+                        quiet, show_progress, start, &err);
+    free(kv_text);
+    return rc;
+}
 
-    /* A model directory's other files (config.json, tokenizer files, …)
-     * go along into a directory of shards, so that the output loads on its
-     * own. */
-    if (extra_files && opt.max_shard_size && stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) opt.copy_files_from = src;
+/* Opens SRC, applies the rules, converts, then reports. */
+static int convert_to(const char *src, const char *dst, const ckpt_writer_options *o, const char **globals,
+                      size_t global_count, const rule *rules, size_t rule_count, bool ignore_unmatched, bool gguf,
+                      bool verify, bool quiet, int show_progress, double start, ckpt_error *e) {
+    ckpt_writer_options opt = *o;
+    ckpt_error err = *e;
     ckpt_catalog_options copt;
     ckpt_catalog_options_init(&copt);
     copt.allowed_globals = globals;
@@ -300,13 +449,13 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
         return report_error(&err);
     }
     if (ignore_unmatched) ckpt_plan_set_flags(plan, CKPT_PLAN_IGNORE_UNMATCHED);
-    for (size_t i = 0; i < rule_count; i++) {
-        int rc = apply_rule(plan, &rules[i], &err);
-        if (rc != EXIT_OK) {
-            ckpt_plan_free(plan);
-            ckpt_catalog_close(cat);
-            return rc;
-        }
+    int rc = EXIT_OK;
+    for (size_t i = 0; i < rule_count && rc == EXIT_OK; i++) rc = apply_rule(plan, &rules[i], &err);
+    if (rc == EXIT_OK && !gguf) rc = dequantize_rest(plan, &err); /* safetensors has no block types */
+    if (rc != EXIT_OK) {
+        ckpt_plan_free(plan);
+        ckpt_catalog_close(cat);
+        return rc;
     }
     progress_bar bar;
     progress_start(&bar, "converting", show_progress);
@@ -334,7 +483,8 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
         for (size_t i = 0; i < n; i++) bytes += ckpt_catalog_tensor(out, i)->nbytes;
         char where[4096];
         size_t len = strlen(dst);
-        snprintf(where, sizeof where, "to %s%s", dst, opt.max_shard_size && len && dst[len - 1] != '/' ? "/" : "");
+        snprintf(where, sizeof where, "to %s%s", dst,
+                 !gguf && opt.max_shard_size && len && dst[len - 1] != '/' ? "/" : "");
         print_summary("wrote", n, bytes, ckpt_catalog_file_count(out), where, elapsed);
     }
     if (verify) {

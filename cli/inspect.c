@@ -55,6 +55,7 @@ static const char *format_name(ckpt_format f) {
     case CKPT_FORMAT_SAFETENSORS_SHARDED: return "safetensors (sharded)";
     case CKPT_FORMAT_TORCH: return "torch.save";
     case CKPT_FORMAT_TORCH_SHARDED: return "torch.save (sharded)";
+    case CKPT_FORMAT_GGUF: return "GGUF";
     default: return "safetensors";
     }
 }
@@ -64,6 +65,7 @@ static const char *format_key(ckpt_format f) {
     case CKPT_FORMAT_SAFETENSORS_SHARDED: return "safetensors-sharded";
     case CKPT_FORMAT_TORCH: return "torch";
     case CKPT_FORMAT_TORCH_SHARDED: return "torch-sharded";
+    case CKPT_FORMAT_GGUF: return "gguf";
     default: return "safetensors";
     }
 }
@@ -91,7 +93,18 @@ static void print_json(const ckpt_catalog *cat, const char *path, const dtype_to
         fputs(": ", o);
         print_json_string(o, v);
     }
-    fputs("},\n  \"tensors\": [", o);
+    fputs("},\n", o);
+    if (ckpt_catalog_kv_count(cat)) { /* GGUF: every key-value, typed */
+        fputs("  \"gguf\": {", o);
+        for (size_t i = 0; i < ckpt_catalog_kv_count(cat); i++) {
+            const ckpt_kv *kv = ckpt_catalog_kv(cat, i);
+            fputs(i ? ",\n    " : "\n    ", o);
+            print_json_string(o, kv->key);
+            fprintf(o, ": %s", kv->json);
+        }
+        fputs("\n  },\n", o);
+    }
+    fputs("  \"tensors\": [", o);
     uint64_t params = 0, bytes = 0;
     for (size_t i = 0; i < n; i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
@@ -197,7 +210,25 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
         printf("Object tree (non-tensor values; tensors as {\"__tensor__\": name}):\n  %.*s%s\n", (int)(len < SHOWN ? len : SHOWN),
                tree, len > SHOWN ? " … (ckpt inspect --json for all of it)" : "");
     }
-    size_t m = ckpt_catalog_metadata_count(cat);
+    size_t m = ckpt_catalog_metadata_count(cat), kvs = ckpt_catalog_kv_count(cat);
+    if (kvs) { /* GGUF: typed key-values; long arrays (the tokenizer's) summarised */
+        printf("Key-values:\n");
+        for (size_t i = 0; i < kvs; i++) {
+            const ckpt_kv *kv = ckpt_catalog_kv(cat, i);
+            if (kv->type == CKPT_KV_ARRAY && (kv->count > 8 || strlen(kv->json) > 200))
+                printf("  %s: array of %" PRIu64 " %s\n", kv->key, kv->count, ckpt_kv_type_name(kv->element_type));
+            else if (kv->type == CKPT_KV_STRING && kv->string_len > 200)
+                printf("  %s: string of %" PRIu64 " bytes: %.80s…\n", kv->key, kv->string_len, kv->string);
+            else if (kv->type == CKPT_KV_STRING)
+                printf("  %s: %s\n", kv->key, kv->string);
+            else {
+                const char *v = strstr(kv->json, "\"value\": ") + 9; /* the typed JSON's value, without its '}' */
+                printf("  %s (%s%s%s): %.*s\n", kv->key, ckpt_kv_type_name(kv->type), kv->type == CKPT_KV_ARRAY ? " of " : "",
+                       kv->type == CKPT_KV_ARRAY ? ckpt_kv_type_name(kv->element_type) : "", (int)strlen(v) - 1, v);
+            }
+        }
+        return;
+    }
     printf("Metadata:%s\n", m ? "" : " (none)");
     for (size_t i = 0; i < m; i++) {
         const char *k, *v;

@@ -33,6 +33,11 @@
  *   and `pytorch_model.bin.index.json` shards.  The pickle is read with
  *   torch's weights-only allowlist; the non-tensor values are kept as JSON
  *   (ckpt_catalog_tree_json).
+ * - GGUF (llama.cpp's format) in both directions, checked against gguf-py:
+ *   `.gguf` files and gguf-split parts (open the first), every tensor type
+ *   (quantized blocks kept as CKPT_Q4_0 ... dtypes, dequantized or
+ *   quantized by casts), typed key-values (ckpt_catalog_kv), big-endian
+ *   files; written as GGUFWriter writes them (ckpt_writer_options.format).
  *
  * Conventions
  * -----------
@@ -134,7 +139,21 @@ typedef enum ckpt_status {
 
     /* Pickles (torch.save files): nothing is ever executed */
     CKPT_E_PICKLE_INVALID = 60,     /* a malformed or truncated pickle          */
-    CKPT_E_PICKLE_FORBIDDEN = 61    /* a global or operation outside the allowlist */
+    CKPT_E_PICKLE_FORBIDDEN = 61,   /* a global or operation outside the allowlist */
+
+    /* GGUF (ggml's docs/gguf.md, checked against the gguf package) */
+    CKPT_E_GGUF_VERSION = 70,       /* a GGUF version other than 2 and 3        */
+    CKPT_E_GGUF_LENGTH = 71,        /* a string length past the end of the file, or not UTF-8 */
+    CKPT_E_GGUF_COUNT = 72,         /* a tensor, key-value or array count the file cannot hold */
+    CKPT_E_GGUF_KV_TYPE = 73,       /* an unknown value type, arrays nested too deep, a
+                                       known key of the wrong type            */
+    CKPT_E_GGUF_TENSOR_TYPE = 74,   /* an unknown ggml tensor type              */
+    CKPT_E_GGUF_DIMS = 75,          /* too many dimensions, or rows that are not whole blocks */
+    CKPT_E_GGUF_ALIGNMENT = 76,     /* general.alignment not a power of two, or an offset
+                                       not a multiple of it                   */
+    CKPT_E_GGUF_OFFSET = 77,        /* tensor data outside the file, or overlapping */
+    CKPT_E_GGUF_SPLIT = 78,         /* split files that do not fit together     */
+    CKPT_E_UNSUPPORTED_DTYPE = 79   /* a dtype this operation or output format cannot take */
 
     /* Ranges reserved for the formats and sources being added: 70-79 GGUF,
      * 80-89 PyTorch DCP, 90-99 NumPy and Flax msgpack, 100-109 remote
@@ -202,10 +221,40 @@ typedef enum ckpt_dtype {
     CKPT_C64 = 19,        /* complex64: two float32                        */
     CKPT_F64 = 20,
     CKPT_I64 = 21,
-    CKPT_U64 = 22
+    CKPT_U64 = 22,
+    /* ggml's block-quantized types (GGUF).  Elements come in blocks along
+     * the innermost axis: a row is a whole number of blocks, and each block
+     * of ckpt_dtype_block_elems() elements takes ckpt_dtype_block_bytes()
+     * bytes.  ckpt_dtype_bits() is 0 for them. */
+    CKPT_Q4_0 = 23,
+    CKPT_Q4_1 = 24,
+    CKPT_Q5_0 = 25,
+    CKPT_Q5_1 = 26,
+    CKPT_Q8_0 = 27,
+    CKPT_Q8_1 = 28,
+    CKPT_Q2_K = 29,
+    CKPT_Q3_K = 30,
+    CKPT_Q4_K = 31,
+    CKPT_Q5_K = 32,
+    CKPT_Q6_K = 33,
+    CKPT_Q8_K = 34,
+    CKPT_IQ2_XXS = 35,
+    CKPT_IQ2_XS = 36,
+    CKPT_IQ3_XXS = 37,
+    CKPT_IQ1_S = 38,
+    CKPT_IQ4_NL = 39,
+    CKPT_IQ3_S = 40,
+    CKPT_IQ2_S = 41,
+    CKPT_IQ4_XS = 42,
+    CKPT_IQ1_M = 43,
+    CKPT_TQ1_0 = 44,
+    CKPT_TQ2_0 = 45,
+    CKPT_MXFP4 = 46,
+    CKPT_NVFP4 = 47,
+    CKPT_Q1_0 = 48
 } ckpt_dtype;
 
-#define CKPT_DTYPE_COUNT 23
+#define CKPT_DTYPE_COUNT 49
 
 /* The safetensors name of a dtype ("BF16", "F8_E4M3", ...); NULL if invalid. */
 CKPT_API const char *ckpt_dtype_name(ckpt_dtype dtype);
@@ -219,6 +268,23 @@ CKPT_API ckpt_dtype ckpt_dtype_from_name(const char *name);
  * whole number. */
 CKPT_API unsigned ckpt_dtype_bits(ckpt_dtype dtype);
 
+/* Non-zero for ggml's block-quantized dtypes (CKPT_Q4_0 ... CKPT_Q1_0). */
+CKPT_API int ckpt_dtype_is_block(ckpt_dtype dtype);
+
+/* Elements per unit and bytes per unit: a block's (Q4_0: 32 elements in 18
+ * bytes) for block dtypes, 1 and the element's size for byte-sized dtypes,
+ * 2 and 1 for F4, 4 and 3 for F6; 0 if invalid.  A tensor of a block dtype
+ * has an innermost dimension that is a multiple of the block's elements. */
+CKPT_API uint32_t ckpt_dtype_block_elems(ckpt_dtype dtype);
+CKPT_API uint32_t ckpt_dtype_block_bytes(ckpt_dtype dtype);
+
+/* ggml's type number (GGMLQuantizationType: F32 0, F16 1, Q4_0 2, ...,
+ * BF16 30) of a dtype, or -1 when GGUF has no such type (U8, BOOL, F8...). */
+CKPT_API int ckpt_dtype_ggml_type(ckpt_dtype dtype);
+
+/* The dtype of a ggml type number, or CKPT_DTYPE_INVALID. */
+CKPT_API ckpt_dtype ckpt_dtype_from_ggml_type(uint32_t ggml_type);
+
 /* ------------------------------------------------------------------------ */
 /* Catalog: what a checkpoint holds, without its data                       */
 /* ------------------------------------------------------------------------ */
@@ -229,8 +295,9 @@ typedef enum ckpt_format {
     CKPT_FORMAT_SAFETENSORS = 1,         /* one .safetensors file          */
     CKPT_FORMAT_SAFETENSORS_SHARDED = 2, /* index.json + shards            */
     CKPT_FORMAT_TORCH = 3,               /* one torch.save zip file        */
-    CKPT_FORMAT_TORCH_SHARDED = 4        /* pytorch_model.bin.index.json + shards */
-    /* Numbers 5-9 are reserved for: 5 GGUF, 6 PyTorch distributed (DCP),
+    CKPT_FORMAT_TORCH_SHARDED = 4,       /* pytorch_model.bin.index.json + shards */
+    CKPT_FORMAT_GGUF = 5                 /* a .gguf file, or gguf-split parts  */
+    /* Numbers 6-9 are reserved for: 6 PyTorch distributed (DCP),
      * 7 NumPy .npy, 8 NumPy .npz, 9 Flax msgpack. */
 } ckpt_format;
 
@@ -273,6 +340,8 @@ typedef struct ckpt_tensor_info {
  *   - a `.safetensors` file;
  *   - a `*.safetensors.index.json` index, whose shards are opened from the
  *     index's directory;
+ *   - a `.gguf` file, or the first of gguf-split's parts
+ *     (`*-00001-of-0000N.gguf`), whose other parts are opened beside it;
  *   - a directory holding `model.safetensors.index.json`, another single
  *     `*.safetensors.index.json`, `model.safetensors`, or a single
  *     `*.safetensors` file (the Hugging Face layout), tried in that order.
@@ -377,6 +446,74 @@ CKPT_API ckpt_status ckpt_catalog_metadata_entry(const ckpt_catalog *catalog, si
 /* The metadata value for `key`, or NULL. */
 CKPT_API const char *ckpt_catalog_metadata_get(const ckpt_catalog *catalog, const char *key);
 
+/* ---- GGUF key-value pairs ------------------------------------------------ */
+
+/* A GGUF value's type; the numbers are GGUF's own. */
+typedef enum ckpt_kv_type {
+    CKPT_KV_U8 = 0,
+    CKPT_KV_I8 = 1,
+    CKPT_KV_U16 = 2,
+    CKPT_KV_I16 = 3,
+    CKPT_KV_U32 = 4,
+    CKPT_KV_I32 = 5,
+    CKPT_KV_F32 = 6,
+    CKPT_KV_BOOL = 7,
+    CKPT_KV_STRING = 8,
+    CKPT_KV_ARRAY = 9,
+    CKPT_KV_U64 = 10,
+    CKPT_KV_I64 = 11,
+    CKPT_KV_F64 = 12
+} ckpt_kv_type;
+
+/* The JSON member naming a typed value's GGUF type (see ckpt_kv.json). */
+#define CKPT_GGUF_TYPE_KEY "gguf_type"
+
+/*
+ * One key-value pair of a GGUF file, in file order.  Pointers live as long
+ * as the catalog.
+ *   scalars  `i`, `u` and `f` hold the value as a signed, unsigned and
+ *            floating number (a bool is 0 or 1);
+ *   strings  `string` (NUL-terminated; `string_len` bytes, which may hold a
+ *            NUL) — every string KV is also in the catalog's metadata map;
+ *   arrays   `element_type` and `count`; arrays of numbers or bools have
+ *            their `count` elements packed little-endian at `data`.
+ * Every value is also given as typed JSON text, which is what the metadata
+ * map holds for values that are not strings, what `ckpt inspect --json`
+ * prints, and what a writer of GGUF files turns back into the same value:
+ *   {"gguf_type": "u32", "value": 5}
+ *   {"gguf_type": "array", "element": "string", "value": ["a", "b"]}
+ *   {"gguf_type": "array", "element": "array", "value": [{"gguf_type": ...}, ...]}
+ * Floats print with enough digits to read back exactly; NaN and the
+ * infinities are the strings "nan", "inf", "-inf".
+ */
+typedef struct ckpt_kv {
+    const char *key;
+    ckpt_kv_type type;
+    ckpt_kv_type element_type; /* arrays only */
+    uint64_t count;            /* array elements; 1 for a scalar or string */
+    int64_t i;
+    uint64_t u;
+    double f;
+    const char *string;
+    uint64_t string_len;
+    const void *data;
+    const char *json;
+} ckpt_kv;
+
+/* Number of key-value pairs (0 for formats other than GGUF; a split GGUF
+ * gives those of its first part, which holds them all). */
+CKPT_API size_t ckpt_catalog_kv_count(const ckpt_catalog *catalog);
+
+/* The i-th pair, or NULL when out of range. */
+CKPT_API const ckpt_kv *ckpt_catalog_kv(const ckpt_catalog *catalog, size_t i);
+
+/* The pair with this key, or NULL. */
+CKPT_API const ckpt_kv *ckpt_catalog_kv_find(const ckpt_catalog *catalog, const char *key);
+
+/* "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string",
+ * "array", "u64", "i64", "f64"; NULL for another number. */
+CKPT_API const char *ckpt_kv_type_name(ckpt_kv_type type);
+
 /*
  * Copies `nbytes` bytes of a tensor's data, starting `byte_offset` bytes into
  * the tensor, into `dst` (any alignment), with large pread calls.  Safe to
@@ -477,14 +614,38 @@ typedef struct ckpt_writer_options {
      * whose overlapping areas no single tensor covers: 0 refuses them, as
      * huggingface_hub does; non-zero writes each as a copy of its own. */
     int copy_partial_views;
-    /* The output format; 0 is CKPT_FORMAT_SAFETENSORS (one file, or shards
-     * with max_shard_size). */
+    /*
+     * The output format; 0 is CKPT_FORMAT_SAFETENSORS (one file, or shards
+     * with max_shard_size), or CKPT_FORMAT_GGUF when the path ends in
+     * ".gguf".  GGUF output is laid out byte for byte as gguf-py's
+     * GGUFWriter lays it out (general.architecture first, then the other
+     * metadata in the order it was set; tensors in declaration order, each
+     * padded to general.alignment, 32 by default).  Metadata values that
+     * are typed JSON (see ckpt_kv) become typed key-values, other values
+     * strings.  With max_shard_size or split_max_tensors, GGUF output is
+     * split as gguf-split splits it, into "<stem>-00001-of-0000N.gguf"
+     * files beside the path (a tensor starts a new file when the padded
+     * data would pass max_shard_size, or after split_max_tensors tensors);
+     * the first file holds every key-value, each file split.no,
+     * split.count and split.tensors.count.  When everything fits one file,
+     * it is the path itself, without split keys.
+     */
     ckpt_format format;
     /* A directory whose other files (config.json, tokenizer files,
      * generation_config.json, … every regular, non-hidden file that is not
      * a checkpoint's) are copied into the output, committed with it; NULL:
      * none. */
     const char *copy_files_from;
+    uint64_t split_max_tensors;
+    /*
+     * Metadata that adds to or replaces the source's in ckpt_convert and
+     * ckpt_convert_plan: a JSON object text {key: value}.  A string is a
+     * string; a typed value {"gguf_type": ...} is that GGUF value; other
+     * JSON values are typed as gguf-py types them (an integer i32, or i64
+     * when it does not fit; a number f32; a bool bool; a list an array).
+     * A key already present keeps its place.  NULL: none.
+     */
+    const char *metadata_json;
 } ckpt_writer_options;
 
 /* The `__metadata__` key of checksums: a JSON object text,
@@ -657,12 +818,18 @@ CKPT_API ckpt_status ckpt_verify(const ckpt_catalog *catalog, ckpt_progress_fn p
 /*
  * Non-zero when ckpt converts `from` to `to`: between any two of F64, F32,
  * F16, BF16 and the five float8 formats; integers to wider integers of the
- * same signedness, unsigned (and BOOL) to wider signed; any dtype to itself.
+ * same signedness, unsigned (and BOOL) to wider signed; any dtype to itself;
+ * GGUF block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K, TQ1_0, TQ2_0 and
+ * MXFP4 to F32, F16 and BF16 (dequantization, bit-exact with gguf-py's
+ * gguf.quants), and F32, F16, BF16, F64 to Q8_0 and Q4_0 (quantization,
+ * likewise).  Other block types are refused by name.
  */
 CKPT_API int ckpt_can_cast(ckpt_dtype from, ckpt_dtype to);
 
 /*
- * Converts `count` elements, bit for bit as torch's Tensor.to() on CPU for
+ * Converts `count` elements (for GGUF block types, a whole number of blocks,
+ * as gguf.quants converts them; see ckpt_can_cast), bit for bit as torch's
+ * Tensor.to() on CPU for
  * every value that is not a NaN: floats go through float32 (as torch does,
  * so float64 → bfloat16 rounds twice), round to nearest even; float8_e4m3fn
  * saturates to ±448 (infinities included), float8_e5m2 overflows to
@@ -744,6 +911,12 @@ CKPT_API ckpt_status ckpt_plan_rename(ckpt_plan *plan, const char *from, const c
  * float dtype; other tensors are left as they are) — or, when `dtype` is an
  * integer type, widens matching integer tensors.  Fails with
  * CKPT_E_INVALID_ARGUMENT naming a tensor that cannot be cast.
+ * GGUF block types: a float `dtype` dequantizes matching block tensors
+ * (CKPT_E_UNSUPPORTED_DTYPE names a type ckpt does not dequantize);
+ * CKPT_Q8_0 or CKPT_Q4_0 quantizes matching float tensors of two or more
+ * axes whose rows are whole blocks (vectors stay, as convert_hf_to_gguf
+ * keeps them).  Slices of a block tensor's last axis keep whole blocks and
+ * permutations keep its last axis in place (else CKPT_E_INVALID_ARGUMENT).
  */
 CKPT_API ckpt_status ckpt_plan_cast(ckpt_plan *plan, const char *pattern, ckpt_dtype dtype, ckpt_error *err);
 

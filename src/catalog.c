@@ -51,6 +51,8 @@ struct ckpt_catalog {
     size_t extra_global_count;
     ckpt__source_options source_options;
     pthread_mutex_t map_lock;
+    ckpt_kv *kvs;           /* GGUF key-values (strings in the arena) */
+    size_t kv_count, kv_cap;
     /* DEFLATE readers kept between ckpt_catalog_read calls, so that
      * reading a compressed tensor front to back in chunks resumes where the
      * last chunk stopped. */
@@ -106,8 +108,9 @@ bool ckpt__cat_global_extra(const ckpt_catalog *c, const char *module, const cha
     return bsearch(&key, c->extra_globals, c->extra_global_count, sizeof *c->extra_globals, cmp_str) != NULL;
 }
 
-bool ckpt__cat_global_allowed(const char *module, const char *name, void *catalog) {
-    return ckpt__torch_allowed_global(module, name, NULL) || ckpt__cat_global_extra(catalog, module, name);
+ckpt__pk_allowed ckpt__cat_global_allowed(const char *module, const char *name, void *catalog) {
+    if (ckpt__torch_allowed_global(module, name)) return CKPT__PK_ALLOW;
+    return ckpt__cat_global_extra(catalog, module, name) ? CKPT__PK_ALLOW_STATE : CKPT__PK_DENY;
 }
 
 /* ---- what formats fill (formats/format.h) ------------------------------------- */
@@ -223,6 +226,26 @@ ckpt_status ckpt__cat_add_metadata(ckpt_catalog *c, uint32_t file, const char *k
     return ckpt__pairs_push(&c->meta, key, value) ? CKPT_OK : ckpt__oom(err, c->files[file].src->name, NULL);
 }
 
+ckpt_status ckpt__cat_add_kv(ckpt_catalog *c, const ckpt_kv *kv, ckpt_error *err) {
+    if (c->kv_count == c->kv_cap) {
+        size_t cap = c->kv_cap ? c->kv_cap * 2 : 32;
+        ckpt_kv *k = ckpt__realloc(c->kvs, cap * sizeof *k);
+        if (!k) return ckpt__oom(err, NULL, "the key-values");
+        c->kvs = k;
+        c->kv_cap = cap;
+    }
+    c->kvs[c->kv_count++] = *kv;
+    return CKPT_OK;
+}
+
+size_t ckpt_catalog_kv_count(const ckpt_catalog *c) { return c ? c->kv_count : 0; }
+const ckpt_kv *ckpt_catalog_kv(const ckpt_catalog *c, size_t i) { return c && i < c->kv_count ? &c->kvs[i] : NULL; }
+const ckpt_kv *ckpt_catalog_kv_find(const ckpt_catalog *c, const char *key) {
+    for (size_t i = 0; c && key && i < c->kv_count; i++)
+        if (strcmp(c->kvs[i].key, key) == 0) return &c->kvs[i];
+    return NULL;
+}
+
 ckpt_status ckpt__cat_add_checkpoint_metadata(ckpt_catalog *c, const char *key, const char *value, ckpt_error *err) {
     if (ckpt__pairs_get(&c->meta, key)) return CKPT_OK;
     return ckpt__pairs_push(&c->meta, key, value) ? CKPT_OK : ckpt__oom(err, c->index_path, NULL);
@@ -319,6 +342,7 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     free(c->tree.data);
     free(c->storages);
     free(c->index_path);
+    free(c->kvs);
     ckpt__name_table_free(&c->names);
     ckpt__arena_free(&c->arena);
     for (size_t i = 0; i < sizeof c->inflaters / sizeof c->inflaters[0]; i++) ckpt__inflater_free(c->inflaters[i]);

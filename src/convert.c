@@ -52,7 +52,7 @@ static bool storage_of(const ckpt_plan *p, const ckpt__plan_entry *e, ckpt_tenso
     for (uint32_t d = 0; d < t->ndim; d++)
         if (e->count[d] != t->shape[d] || e->perm[d] != d) return false;
     unsigned in = ckpt_dtype_bits(t->dtype), out = ckpt_dtype_bits(e->pub.dtype);
-    if (in % 8 || out % 8) return false;
+    if (in % 8 || out % 8 || !in || !out) return false; /* packed or block types: never shared */
     uint64_t begin = t->offset - base, end = begin;
     if (t->numel) {
         uint64_t last = 0; /* the row-major last element, as the hub's _end_ptr */

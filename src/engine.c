@@ -57,6 +57,8 @@ typedef struct job {
     bool serial;              /* boxes in order on one worker: hashes, ordered writes, DEFLATE */
     bool kernel_copy;         /* WRITER: the slice is one run of a local file, copied by the kernel */
     uint64_t nbytes;          /* output bytes */
+    uint32_t block;           /* elements per unit of the innermost axis: a GGUF block type's (either
+                                 side of the cast), else 1; the axes above are then in units */
     uint32_t split;           /* position in `order` of the axis the boxes cut */
     uint64_t rows, per_outer, boxes, first_task, tasks;
 } job;
@@ -66,20 +68,37 @@ static unsigned unit_bytes(ckpt_dtype d) { return ckpt_dtype_bits(d) / 8; }
 
 static bool packed(ckpt_dtype d) { return ckpt_dtype_bits(d) % 8 != 0; }
 
+/* Bytes of `numel` elements of a dtype (block types: whole blocks). */
+static uint64_t dtype_bytes(ckpt_dtype d, uint64_t numel) {
+    if (ckpt_dtype_is_block(d)) return numel / ckpt_dtype_block_elems(d) * ckpt_dtype_block_bytes(d);
+    return numel * unit_bytes(d);
+}
+
+/* A piece's extent in the job's units (block types: the innermost axis in
+ * blocks).  Formats give block-type tensors whole pieces (GGUF). */
+static const uint64_t *piece_count(const job *j, const ckpt__piece *p, uint64_t *buf) {
+    if (!p->count) return j->shape;
+    if (j->block == 1) return p->count;
+    memcpy(buf, p->count, j->n * sizeof *buf);
+    buf[j->n - 1] /= j->block;
+    return buf;
+}
+
 /* Physical order of a piece: its axes by stride, outermost first. */
 static void piece_order(const job *j, const ckpt__piece *p, uint32_t *order) {
     ckpt__runs r;
-    ckpt__runs_plan(&r, j->n, p->count ? p->count : j->shape, p->strides, j->count, NULL, false);
+    uint64_t buf[CKPT_MAX_DIMS];
+    ckpt__runs_plan(&r, j->n, piece_count(j, p, buf), p->strides, j->count, NULL, false);
     memcpy(order, r.axis, j->n * sizeof *order);
 }
 
 uint64_t ckpt__move_nbytes(const ckpt_catalog *c, const ckpt__move *m) {
     const ckpt_tensor_info *t = ckpt_catalog_tensor(c, m->tensor);
     ckpt_dtype d = m->dtype ? m->dtype : t->dtype;
-    if (!m->count) return packed(d) ? t->nbytes : t->numel * unit_bytes(d);
+    if (!m->count) return packed(d) ? t->nbytes : dtype_bytes(d, t->numel);
     uint64_t numel = 1;
     for (uint32_t a = 0; a < t->ndim; a++) numel *= m->count[a];
-    return numel * unit_bytes(d);
+    return dtype_bytes(d, numel);
 }
 
 /* Fills a job from a move; `pool` holds its arrays.  The plan has refused
@@ -112,6 +131,17 @@ static void make_job(ckpt_catalog *c, ckpt__move *m, job *j, uint64_t *pool) {
         j->in_size = unit_bytes(t->dtype);
         j->out_size = unit_bytes(out);
     }
+    j->block = 1;
+    ckpt_dtype b = ckpt_dtype_is_block(t->dtype) ? t->dtype : ckpt_dtype_is_block(out) ? out : CKPT_DTYPE_INVALID;
+    if (b && n) {
+        /* GGUF block types: the innermost axis in blocks (the plan keeps
+         * it innermost and its slices whole blocks); a unit converts a
+         * block of elements, and the kernels count blocks. */
+        j->block = ckpt_dtype_block_elems(b);
+        shape[n - 1] /= j->block, j->start[n - 1] /= j->block, j->count[n - 1] /= j->block;
+        j->in_size = ckpt_dtype_is_block(t->dtype) ? ckpt_dtype_block_bytes(t->dtype) : j->block * unit_bytes(t->dtype);
+        j->out_size = ckpt_dtype_is_block(out) ? ckpt_dtype_block_bytes(out) : j->block * unit_bytes(out);
+    }
     j->shape = shape;
     j->fn = ckpt__cast_kernel(packed(t->dtype) ? CKPT_U8 : t->dtype, packed(t->dtype) ? CKPT_U8 : out);
     j->same_bytes = out == t->dtype;
@@ -139,7 +169,8 @@ static bool one_file_run(const ckpt_catalog *c, const job *j) {
     for (uint32_t i = 0; i < j->n; i++)
         if (j->perm[i] != i) return false;
     ckpt__runs r;
-    ckpt__runs_plan(&r, j->n, p->count ? p->count : j->shape, NULL, j->count, NULL, false);
+    uint64_t buf[CKPT_MAX_DIMS];
+    ckpt__runs_plan(&r, j->n, piece_count(j, p, buf), NULL, j->count, NULL, false);
     return r.runs <= 1;
 }
 
@@ -329,8 +360,9 @@ static ckpt_status read_piece(worker *w, const job *j, const ckpt__piece *p, con
                               unsigned char *dst, const int64_t *dst_stride, ckpt_error *err) {
     ckpt_catalog *c = w->g ? w->g->catalog : NULL;
     ckpt__source *src = ckpt__catalog_source(c, p->file);
-    const uint64_t *pc = p->count ? p->count : j->shape;
-    bool swap = p->big_endian && !packed(j->t->dtype) && ckpt__swap_unit(j->t->dtype) > 1;
+    uint64_t pc_buf[CKPT_MAX_DIMS];
+    const uint64_t *pc = piece_count(j, p, pc_buf);
+    bool swap = p->big_endian && !packed(j->t->dtype) && (j->block > 1 || ckpt__swap_unit(j->t->dtype) > 1);
     bool copy = j->same_bytes && !swap;
     ckpt__runs r;
     ckpt__runs_plan(&r, j->n, pc, p->strides, cnt, dst_stride, copy);
@@ -372,7 +404,7 @@ static ckpt_status read_piece(worker *w, const job *j, const ckpt__piece *p, con
         if (st) return st;
     }
     if (copy) return CKPT_OK;
-    if (swap) ckpt__swap_units(dense_in, r.units * j->in_size, ckpt__swap_unit(j->t->dtype));
+    if (swap) ckpt__swap_dtype(j->t->dtype, dense_in, r.units * j->in_size);
     ckpt__scatter(j->fn, j->in_size, j->out_size, dense_in, r.n, r.count, dst, r.dst);
     return CKPT_OK;
 }
@@ -387,7 +419,8 @@ static ckpt_status read_box(worker *w, const job *j, const uint64_t *bstart, con
         int64_t off = 0;
         bool empty = false;
         for (uint32_t a = 0; a < j->n && !empty; a++) {
-            uint64_t ps = p->start ? p->start[a] : 0, pe = ps + (p->count ? p->count[a] : j->shape[a]);
+            uint64_t div = a == j->n - 1 ? j->block : 1; /* block types: the innermost axis in blocks */
+            uint64_t ps = p->start ? p->start[a] / div : 0, pe = ps + (p->count ? p->count[a] / div : j->shape[a]);
             uint64_t lo = bstart[a] > ps ? bstart[a] : ps, hi = bstart[a] + bcount[a] < pe ? bstart[a] + bcount[a] : pe;
             if (hi <= lo) empty = true;
             rel[a] = lo - ps, cnt[a] = hi - lo;

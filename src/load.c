@@ -43,9 +43,13 @@ static bool single_run(const ckpt__plan_entry *e) {
 
 static uint64_t slice_offset(const ckpt__plan_entry *e) {
     const ckpt_tensor_info *t = e->pub.source;
-    uint64_t off = 0, s = 1;
-    for (uint32_t d = t->ndim; d-- > 0;) off += e->start[d] * s, s *= t->shape[d];
-    return off * (ckpt_dtype_bits(t->dtype) / 8);
+    /* In units: elements, or blocks along the innermost axis of a block type. */
+    uint64_t off = 0, s = 1, block = ckpt_dtype_block_elems(t->dtype);
+    for (uint32_t d = t->ndim; d-- > 0;) {
+        uint64_t div = d == t->ndim - 1 ? block : 1;
+        off += e->start[d] / div * s, s *= t->shape[d] / div;
+    }
+    return off * ckpt_dtype_block_bytes(t->dtype);
 }
 
 /* A view of the entry's bytes in a mapping of its file — the catalog's
@@ -82,53 +86,62 @@ static ckpt_status try_view(ckpt_plan *p, ckpt__plan_entry *e, int views, bool *
     return CKPT_OK;
 }
 
+/* Where one entry's bytes go: the caller's buffer, a view (nothing to
+ * move: *move_out stays unset) or a buffer the library allocates. */
+static ckpt_status place_entry(ckpt_plan *p, ckpt__plan_entry *e, int views, ckpt__move *move_out, bool *moved,
+                               ckpt_error *err) {
+    const ckpt_tensor_info *t = e->pub.source;
+    const char *path = ckpt_catalog_file_path(p->catalog, t->file);
+    bool viewed = false;
+    *moved = false;
+    ckpt_status st = CKPT_OK;
+    if (!e->buffer && views && (st = try_view(p, e, views, &viewed, err))) return st;
+    if (viewed) return CKPT_OK;
+    if (e->buffer && e->capacity < e->pub.nbytes) /* a rule after set_buffer grew the tensor (a cast) */
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, e->pub.name, -1,
+                          "buffer of %llu bytes for a tensor of %llu bytes", (unsigned long long)e->capacity,
+                          (unsigned long long)e->pub.nbytes);
+    if (e->buffer) {
+        e->pub.data = e->buffer;
+    } else if ((e->owned = alloc_buffer(e->pub.nbytes))) {
+        e->pub.data = e->owned;
+    } else {
+        return ckpt__fail(err, CKPT_E_NO_MEMORY, path, e->pub.name, -1, "cannot allocate %llu bytes",
+                          (unsigned long long)e->pub.nbytes);
+    }
+    *move_out = (ckpt__move){
+        .tensor = ckpt__catalog_index_of(p->catalog, t), .start = e->start, .count = e->count, .perm = e->perm,
+        .dtype = e->pub.dtype, .name = e->pub.name, .sink = CKPT__SINK_MEMORY, .dst = e->pub.data,
+    };
+    *moved = true;
+    return CKPT_OK;
+}
+
 ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error *err) {
-    ckpt_load_options taken;
-    ckpt_load_options_init(&taken);
-    if (options) CKPT__TAKE_OPTIONS(&taken, options);
-    const ckpt_load_options *o = &taken;
+    ckpt_load_options o;
+    ckpt_load_options_init(&o);
+    if (options) CKPT__TAKE_OPTIONS(&o, options);
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
     ckpt_status st = ckpt__plan_check(p, err);
     if (st) return st;
     memset(&p->stats, 0, sizeof p->stats);
     ckpt__plan_release(p); /* a reload starts afresh */
 
+    /* 1. a destination for every selected entry */
     size_t n = p->selected_count, moves_used = 0;
     ckpt__move *moves = ckpt__calloc(n ? n : 1, sizeof *moves);
     if (!moves) return ckpt__oom(err, NULL, "the load's tensors");
     uint64_t views = 0;
     for (size_t k = 0; st == CKPT_OK && k < n; k++) {
-        ckpt__plan_entry *e = &p->entries[p->selected[k]];
-        const ckpt_tensor_info *t = e->pub.source;
-        bool viewed = false;
-        if (!e->buffer && o->views && (st = try_view(p, e, o->views, &viewed, err))) break;
-        if (viewed) {
-            views++;
-            continue;
-        }
-        if (e->buffer && e->capacity < e->pub.nbytes) { /* a rule after set_buffer grew the tensor (a cast) */
-            st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, ckpt_catalog_file_path(p->catalog, t->file), e->pub.name, -1,
-                            "buffer of %llu bytes for a tensor of %llu bytes", (unsigned long long)e->capacity,
-                            (unsigned long long)e->pub.nbytes);
-            break;
-        }
-        if (e->buffer) {
-            e->pub.data = e->buffer;
-        } else if (!(e->owned = alloc_buffer(e->pub.nbytes))) {
-            st = ckpt__fail(err, CKPT_E_NO_MEMORY, ckpt_catalog_file_path(p->catalog, t->file), e->pub.name, -1,
-                            "cannot allocate %llu bytes", (unsigned long long)e->pub.nbytes);
-            break;
-        } else {
-            e->pub.data = e->owned;
-        }
-        moves[moves_used++] = (ckpt__move){
-            .tensor = ckpt__catalog_index_of(p->catalog, t), .start = e->start, .count = e->count, .perm = e->perm,
-            .dtype = e->pub.dtype, .name = e->pub.name, .sink = CKPT__SINK_MEMORY, .dst = e->pub.data,
-        };
+        bool moved = false;
+        st = place_entry(p, &p->entries[p->selected[k]], o.views, &moves[moves_used], &moved, err);
+        if (st == CKPT_OK && moved) moves_used++;
+        else if (st == CKPT_OK) views++;
     }
+    /* 2. the engine moves the bytes of everything that is not a view */
     if (st == CKPT_OK) {
-        ckpt__engine_options eo = {.threads = o->threads, .chunk_bytes = o->chunk_bytes, .io = o->io,
-                                   .io_uring = o->io_uring, .progress = o->progress, .user = o->user};
+        ckpt__engine_options eo = {.threads = o.threads, .chunk_bytes = o.chunk_bytes, .io = o.io,
+                                   .io_uring = o.io_uring, .progress = o.progress, .user = o.user};
         st = ckpt__engine_run(p->catalog, moves, moves_used, &eo, &p->stats, err);
     }
     p->stats.views = views;

@@ -252,9 +252,24 @@ static bool is_integer(ckpt_dtype d) {
            d == CKPT_I64 || d == CKPT_U64;
 }
 
+/* A cast to a block type (quantization) takes float tensors of two or
+ * more axes whose rows are whole blocks, as convert_hf_to_gguf quantizes
+ * matrices and keeps vectors; a cast to a float dtype dequantizes block
+ * types.  True when the entry takes part. */
+static bool block_cast_applies(const ckpt__plan_entry *e, ckpt_dtype to) {
+    ckpt_dtype from = e->pub.source->dtype;
+    if (ckpt_dtype_is_block(to))
+        return is_float(from) && e->pub.ndim >= 2 && e->perm[e->pub.ndim - 1] == e->pub.ndim - 1 &&
+               e->count[e->pub.ndim - 1] % ckpt_dtype_block_elems(to) == 0;
+    return ckpt_dtype_is_block(from) && is_float(to);
+}
+
 ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, ckpt_error *err) {
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
-    if (!is_float(dtype) && !is_integer(dtype))
+    if (ckpt_dtype_is_block(dtype) && !ckpt__cast_kernel(CKPT_F32, dtype))
+        return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, NULL, NULL, -1, "ckpt quantizes to Q8_0 and Q4_0, not to %s",
+                          ckpt_dtype_name(dtype));
+    if (!is_float(dtype) && !is_integer(dtype) && !ckpt_dtype_is_block(dtype))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "cannot cast to %s: not a float or integer dtype",
                           ckpt_dtype_name(dtype) ? ckpt_dtype_name(dtype) : "an invalid dtype");
     rule_begin(p);
@@ -263,6 +278,26 @@ ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, 
         if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
         p->rule_matched++;
         ckpt_dtype from = e->pub.source->dtype;
+        if (ckpt_dtype_is_block(from) || ckpt_dtype_is_block(dtype)) { /* GGUF block types */
+            if (from == dtype) continue;
+            if (!block_cast_applies(e, dtype)) {
+                if (explicit_pattern(pattern))
+                    return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                                      "cannot cast a %s tensor to %s: %s", ckpt_dtype_name(from), ckpt_dtype_name(dtype),
+                                      ckpt_dtype_is_block(dtype)
+                                          ? "quantization takes float tensors of 2 or more axes in whole blocks"
+                                          : "a block type dequantizes to a float dtype");
+                p->rule_skipped++;
+                continue;
+            }
+            if (!ckpt__cast_kernel(from, dtype))
+                return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, source_path(p, e), e->pub.source->name, -1,
+                                  "ckpt does not dequantize %s (it dequantizes Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
+                                  "Q2_K-Q6_K, TQ1_0, TQ2_0 and MXFP4)", ckpt_dtype_name(from));
+            e->pub.dtype = dtype;
+            update(e);
+            continue;
+        }
         if (is_float(dtype) ? !is_float(from) : !(is_integer(from) || from == CKPT_BOOL)) {
             if (explicit_pattern(pattern))
                 return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
@@ -316,6 +351,15 @@ static ckpt_status slice_dim(ckpt_plan *p, ckpt__plan_entry *e, const char *patt
 
 static ckpt_status apply_range(ckpt_plan *p, ckpt__plan_entry *e, uint32_t d, uint64_t start, uint64_t stop,
                                ckpt_error *err) {
+    ckpt_dtype b = ckpt_dtype_is_block(e->pub.source->dtype) ? e->pub.source->dtype
+                   : ckpt_dtype_is_block(e->pub.dtype)       ? e->pub.dtype
+                                                             : CKPT_DTYPE_INVALID;
+    if (b && d == e->pub.source->ndim - 1 && start <= stop && stop <= e->count[d] &&
+        ((e->start[d] + start) % ckpt_dtype_block_elems(b) || (stop - start) % ckpt_dtype_block_elems(b)))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                          "slice [%llu, %llu) of the last dimension of a %s tensor: it must keep whole blocks of %u",
+                          (unsigned long long)start, (unsigned long long)stop, ckpt_dtype_name(b),
+                          ckpt_dtype_block_elems(b));
     if (start > stop || stop > e->count[d])
         return ckpt__fail(err, CKPT_E_OUT_OF_RANGE, source_path(p, e), e->pub.source->name, -1,
                           "slice [%llu, %llu) of dimension %u is outside its %llu elements", (unsigned long long)start,
@@ -393,6 +437,16 @@ static ckpt_status check_perm(uint32_t ndim, const uint32_t *perm, ckpt_error *e
 /* Permutes the selected tensors matching `pattern` that have `ndim` axes;
  * one with another rank is refused when the pattern names it, skipped
  * (and counted) when the pattern is broad. */
+/* GGUF block types are rows of blocks: the innermost axis stays. */
+static ckpt_status refuse_block_permute(ckpt_plan *p, ckpt__plan_entry *e, const uint32_t *perm, ckpt_error *err) {
+    ckpt_dtype b = ckpt_dtype_is_block(e->pub.source->dtype) ? e->pub.source->dtype : e->pub.dtype;
+    uint32_t n = e->pub.ndim;
+    if (!ckpt_dtype_is_block(b) || n == 0 || e->perm[perm[n - 1]] == n - 1) return CKPT_OK;
+    return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                      "cannot move the last axis of a %s tensor: its elements are stored in blocks along it "
+                      "(load it, then transpose)", ckpt_dtype_name(b));
+}
+
 static ckpt_status permute_matching(ckpt_plan *p, const char *rule, const char *pattern, uint32_t ndim,
                                     const uint32_t *perm, ckpt_error *err) {
     rule_begin(p);
@@ -408,6 +462,7 @@ static ckpt_status permute_matching(ckpt_plan *p, const char *rule, const char *
             continue;
         }
         ckpt_status st = refuse_packed(p, e, "permute", err);
+        if (!st) st = refuse_block_permute(p, e, perm, err);
         if (st) return st;
         permute_entry(e, perm);
     }
@@ -586,7 +641,9 @@ ckpt_status ckpt_plan_match(ckpt_plan *p, const ckpt_expected *expected, size_t 
         }
         if (x->dtype != CKPT_DTYPE_INVALID && x->dtype != it->dtype) {
             ckpt__plan_entry *e = &p->entries[p->selected[item]];
-            if ((flags & CKPT_MATCH_CAST) && is_float(x->dtype) && is_float(e->pub.source->dtype)) {
+            ckpt_dtype from = e->pub.source->dtype;
+            bool castable = is_float(from) || (ckpt_dtype_is_block(from) && ckpt__cast_kernel(from, x->dtype));
+            if ((flags & CKPT_MATCH_CAST) && is_float(x->dtype) && castable) {
                 e->pub.dtype = x->dtype;
                 update(e);
             } else {

@@ -12,6 +12,7 @@
 #include <xxhash.h>
 #include <zlib.h>
 
+#include "formats/gguf.h"
 #include "formats/output.h"
 #include "io/commit.h"
 #include "writer_internal.h"
@@ -134,8 +135,15 @@ ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *opti
     if (options) CKPT__TAKE_OPTIONS(&w->opt, options);
     w->opt.size = sizeof w->opt;
     ckpt_status st = CKPT_OK;
-    w->fmt = ckpt__output_format_for(w->opt.format ? w->opt.format : CKPT_FORMAT_SAFETENSORS);
-    if (!w->fmt)
+    size_t plen = strlen(path);
+    bool gguf_name = plen > 5 && strcmp(path + plen - 5, ".gguf") == 0; /* 0: safetensors, or GGUF by the name */
+    w->fmt = ckpt__output_format_for(w->opt.format ? w->opt.format : gguf_name ? CKPT_FORMAT_GGUF : CKPT_FORMAT_SAFETENSORS);
+    if (w->opt.metadata_json && !(w->opt.metadata_json = ckpt__arena_strndup(&w->arena, w->opt.metadata_json,
+                                                                              strlen(w->opt.metadata_json))))
+        st = ckpt__oom(err, path, NULL);
+    else if (w->opt.split_max_tensors && w->fmt && w->fmt->id != CKPT_FORMAT_GGUF)
+        st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "split_max_tensors is for GGUF output");
+    if (st == CKPT_OK && !w->fmt)
         st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "ckpt cannot write the format %s",
                         ckpt_format_name(w->opt.format) ? ckpt_format_name(w->opt.format) : "(unknown)");
     if (st == CKPT_OK) {
@@ -236,6 +244,10 @@ ckpt_status ckpt_writer_add_tensor_shared(ckpt_writer *w, const char *name, ckpt
                           ckpt_dtype_name(dtype), ckpt_status_message(st));
     if (!ckpt__add_u64(w->total, nbytes, &total))
         return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, w->path, name, -1, "total size overflows 64 bits");
+    if (w->fmt->accepts && (st = w->fmt->accepts(w->path, name, dtype, ndim, shape, err))) return st;
+    if (!ckpt__block_rows_ok(dtype, ndim, shape))
+        return ckpt__fail(err, CKPT_E_GGUF_DIMS, w->path, name, -1, "rows of a %s tensor must be whole blocks of %u",
+                          ckpt_dtype_name(dtype), ckpt_dtype_block_elems(dtype));
     if (storage && storage->id && (storage->begin > storage->end || storage->end > storage->nbytes))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, name, -1,
                           "storage area [%llu, %llu) is not inside its %llu bytes", (unsigned long long)storage->begin,
@@ -493,12 +505,48 @@ static ckpt_status copy_extras(ckpt_writer *w, ckpt_error *err) {
     return st;
 }
 
+/* ---- metadata_json: entries that add to or replace the source's ---------------- */
+
+static ckpt_status override_pair(ckpt_writer *w, const char *key, const char *value, ckpt_error *err) {
+    const char *v = ckpt__arena_strndup(&w->arena, value, strlen(value));
+    if (!v) return ckpt__oom(err, w->path, NULL);
+    for (int pass = 0; pass < 2; pass++) { /* in place: a file's entry, or the checkpoint's */
+        ckpt__pairs *p = pass ? &w->ckpt_meta : &w->meta;
+        for (size_t i = 0; i < p->count; i++)
+            if (!strcmp(p->keys[i], key)) {
+                p->values[i] = v;
+                return CKPT_OK;
+            }
+    }
+    const char *k = ckpt__arena_strndup(&w->arena, key, strlen(key));
+    if (!k || !ckpt__pairs_push(&w->meta, k, v)) return ckpt__oom(err, w->path, NULL);
+    return CKPT_OK;
+}
+
+static ckpt_status apply_metadata_json(ckpt_writer *w, ckpt_error *err) {
+    if (!w->opt.metadata_json) return CKPT_OK;
+    char **keys, **values, why[512] = "";
+    size_t n;
+    ckpt_status st = ckpt__gguf_metadata_pairs(w->opt.metadata_json, &keys, &values, &n, why, sizeof why);
+    if (st == CKPT_E_NO_MEMORY) return ckpt__oom(err, w->path, NULL);
+    if (st) return ckpt__fail(err, st, w->path, NULL, -1, "metadata to add: %s", why);
+    for (size_t i = 0; i < n; i++) {
+        if (st == CKPT_OK) st = override_pair(w, keys[i], values[i], err);
+        free(keys[i]);
+        free(values[i]);
+    }
+    free(keys);
+    free(values);
+    return st;
+}
+
 ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
     ckpt_status st = check_declaring(w, err);
     if (st) return st;
     w->state = FAILED; /* until every step below succeeds */
     for (size_t i = 0; i < w->count; i++) w->tensors[i].pub.storage = &w->tensors[i].storage; /* no more reallocs */
-    if ((st = dedup(w, err)) || (st = w->fmt->plan(O(w), err))) return st;
+    if ((st = apply_metadata_json(w, err))) return st;
+    if ((w->fmt->dedup && (st = dedup(w, err))) || (st = w->fmt->plan(O(w), err))) return st;
     bool single = !w->directory && w->file_count == 1;
     if ((st = ckpt__commit_begin(w->dir, w->directory, single && !w->opt.copy_files_from, &w->commit, err))) return st;
     for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) {

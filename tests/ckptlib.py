@@ -11,7 +11,11 @@ BIN_PATH = os.environ.get("CKPT_BIN", str(ROOT / "build" / "ckpt"))
 
 DTYPES = ["INVALID", "BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0",
           "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "C64", "F64",
-          "I64", "U64"]
+          "I64", "U64",
+          # ggml's block types (GGUF)
+          "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K",
+          "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "IQ1_M", "TQ1_0", "TQ2_0",
+          "MXFP4", "NVFP4", "Q1_0"]
 
 
 class Error(ctypes.Structure):
@@ -31,7 +35,8 @@ class TensorInfo(ctypes.Structure):
 class WriterOptions(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("max_shard_size", ctypes.c_uint64), ("prefix", ctypes.c_char_p),
                 ("overwrite", ctypes.c_int), ("no_sync", ctypes.c_int), ("checksums", ctypes.c_int),
-                ("copy_partial_views", ctypes.c_int), ("format", ctypes.c_int), ("copy_files_from", ctypes.c_char_p)]
+                ("copy_partial_views", ctypes.c_int), ("format", ctypes.c_int), ("copy_files_from", ctypes.c_char_p),
+                ("split_max_tensors", ctypes.c_uint64), ("metadata_json", ctypes.c_char_p)]
 
 
 class PlanItem(ctypes.Structure):
@@ -68,6 +73,8 @@ class MatchEntry(ctypes.Structure):
 
 
 _lib = ctypes.CDLL(LIB_PATH)
+_lib.ckpt_dtype_block_elems.restype = ctypes.c_uint32
+_lib.ckpt_dtype_block_bytes.restype = ctypes.c_uint32
 _P = ctypes.c_void_p
 _lib.ckpt_status_name.restype = ctypes.c_char_p
 _lib.ckpt_catalog_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(_P), ctypes.POINTER(Error)]
@@ -269,15 +276,15 @@ def can_cast(src, dst):
 
 
 def cast(src, data, dst, count):
-    """Converts `count` elements of dtype `src` held in `data` (bytes) to `dst`."""
-    size = {8: 1, 16: 2, 32: 4, 64: 8}
-    bits = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "U64": 64, "I32": 32, "U32": 32, "I16": 16,
-            "U16": 16}.get(dst, 8)
-    out = ctypes.create_string_buffer(max(count * size[bits], 1))
+    """Converts `count` elements of dtype `src` held in `data` (bytes) to `dst`
+    (block types: a whole number of blocks)."""
+    d = DTYPES.index(dst)
+    out_len = count // _lib.ckpt_dtype_block_elems(d) * _lib.ckpt_dtype_block_bytes(d)
+    out = ctypes.create_string_buffer(max(out_len, 1))
     src_buf = ctypes.create_string_buffer(bytes(data), max(len(data), 1))
     err = Error()
-    _check(_lib.ckpt_cast(DTYPES.index(src), src_buf, DTYPES.index(dst), out, count, ctypes.byref(err)), err)
-    return out.raw[:count * size[bits]]
+    _check(_lib.ckpt_cast(DTYPES.index(src), src_buf, d, out, count, ctypes.byref(err)), err)
+    return out.raw[:out_len]
 
 
 class Plan:

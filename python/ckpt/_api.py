@@ -1,13 +1,14 @@
 """ckpt's own Python API: catalogs, shape trees, the load engine (slices,
 casts, renames, in-place loading) and streaming sharded saves."""
 import math
+import json
 import os
 import re
 from collections import namedtuple
 
 from . import _ckpt, _dtypes, _frameworks, _progress, _tree
 
-FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded"}
+FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded", 5: "gguf"}
 _IO = {"auto": 0, "buffered": 1, "direct": 2}
 _VIEWS_PRIVATE = 2
 _MISSING, _UNEXPECTED, _SHAPE, _DTYPE = 1, 2, 3, 4
@@ -118,6 +119,25 @@ class Checkpoint:
         """The __metadata__ map (the union of the shards' maps)."""
         return self._catalog.metadata()
 
+    @property
+    def kv(self):
+        """A GGUF file's key-values, {key: value} in file order (strings,
+        numbers, bools, lists; nested lists for arrays of arrays); each
+        value's GGUF type is in the metadata map's typed JSON
+        ({"gguf_type": "u32", "value": 5}).  Empty for other formats."""
+        if self.format != "gguf":
+            return {}
+        out = {}
+        for k, v in self.metadata.items():
+            if v.startswith("{") and '"gguf_type"' in v:
+                try:
+                    out[k] = _gguf_value(json.loads(v))
+                    continue
+                except ValueError:
+                    pass
+            out[k] = v
+        return out
+
     def tree(self, leaf=None):
         """The checkpoint's nested structure with leaf(name) (default: a
         TensorSpec) for each tensor: a torch file's object tree (optimizer
@@ -162,6 +182,17 @@ class Checkpoint:
 
     def __repr__(self):
         return f"<ckpt.Checkpoint {self.path!r} {self.format}, {len(self)} tensors, {self.nbytes / 1e9:.2f} GB>"
+
+
+def _gguf_value(typed):
+    value = typed["value"]
+    if typed.get("gguf_type") == "array" and typed.get("element") == "array":
+        return [_gguf_value(v) for v in value]
+    if typed.get("gguf_type") in ("f32", "f64") and isinstance(value, str):
+        return float(value)
+    if typed.get("element") in ("f32", "f64"):
+        return [float(v) for v in value]
+    return value
 
 
 def open(path, *, allowed_globals=None):  # noqa: A001 - the natural name, as in safetensors' safe_open

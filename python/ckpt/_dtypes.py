@@ -25,12 +25,32 @@ ML_DTYPES = {
 
 PACKED = {"F4": 2}  # elements per byte of dtypes torch stores packed
 
+# ggml's block types (GGUF): (elements, bytes) per block along the last axis.
+# Loaded without a float dtype, such a tensor is its raw blocks: uint8 with
+# the last axis in bytes, as gguf-py's GGUFReader gives it.
+BLOCKS = {
+    "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24), "Q8_0": (32, 34), "Q8_1": (32, 40),
+    "Q2_K": (256, 84), "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210),
+    "Q8_K": (256, 292), "IQ2_XXS": (256, 66), "IQ2_XS": (256, 74), "IQ3_XXS": (256, 98), "IQ1_S": (256, 50),
+    "IQ4_NL": (32, 18), "IQ3_S": (256, 110), "IQ2_S": (256, 82), "IQ4_XS": (256, 136), "IQ1_M": (256, 56),
+    "TQ1_0": (256, 54), "TQ2_0": (256, 66), "MXFP4": (32, 17), "NVFP4": (64, 36), "Q1_0": (128, 18),
+}
+
+
+def block_storage_shape(name, shape):
+    """The shape of a block-type tensor's raw bytes (last axis in bytes)."""
+    elems, size = BLOCKS[name]
+    shape = tuple(shape)
+    return shape[:-1] + (shape[-1] // elems * size,) if shape else shape
+
 _torch_cache = {}
 _numpy_cache = {}
 
 
 def torch_dtype(name, tensor=None):
     import torch
+    if name in BLOCKS:
+        return torch.uint8
     dt = _torch_cache.get(name)
     if dt is None:
         attr = TORCH.get(name)
@@ -59,6 +79,8 @@ def numpy_dtype(name, tensor=None):
     dt = _numpy_cache.get(name)
     if dt is not None:
         return dt
+    if name in BLOCKS:
+        return np.dtype(np.uint8)
     if name in NUMPY:
         dt = np.dtype(NUMPY[name]).newbyteorder("<")
     elif name in ML_DTYPES:

@@ -54,6 +54,8 @@ def _register():
         # other formats (GGUF, DCP, NumPy and msgpack).
         if 20 <= code < 100 and name != "CKPT_E_CHECKSUM":
             classes[name] = SafetensorError
+        if 70 <= code < 79:  # a malformed GGUF file (79: a dtype an operation cannot take)
+            classes[name] = SafetensorError
     classes.update({
         "CKPT_E_NOT_FOUND": NotFoundError,
         "CKPT_E_EXISTS": ExistsError,

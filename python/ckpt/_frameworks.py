@@ -37,6 +37,8 @@ class Torch:
 
     @staticmethod
     def storage_shape(dtype, shape):
+        if dtype in _dtypes.BLOCKS:
+            return _dtypes.block_storage_shape(dtype, shape)
         per = _dtypes.PACKED.get(dtype)
         shape = tuple(shape)
         if per and shape:
@@ -116,6 +118,7 @@ class Numpy:
     def from_buffer(buf, dtype, shape, offset=0, tensor=None):
         import numpy as np
         dt = _dtypes.numpy_dtype(dtype, tensor)
+        shape = Numpy.storage_shape(dtype, shape)
         count = _numel(shape)
         if count == 0:
             return np.empty(shape, dtype=dt)
@@ -123,12 +126,14 @@ class Numpy:
 
     @staticmethod
     def storage_shape(dtype, shape):
+        if dtype in _dtypes.BLOCKS:
+            return _dtypes.block_storage_shape(dtype, shape)
         return tuple(shape)
 
     @staticmethod
     def empty(dtype, shape, tensor=None):
         import numpy as np
-        return np.empty(tuple(shape), dtype=_dtypes.numpy_dtype(dtype, tensor))
+        return np.empty(Numpy.storage_shape(dtype, shape), dtype=_dtypes.numpy_dtype(dtype, tensor))
 
     @staticmethod
     def describe(a):

@@ -13,8 +13,10 @@ from collections import namedtuple
 
 STRUCTURE_KEY = "ckpt.tree"
 
-Call = namedtuple("Call", "name args")
-Call.__doc__ = "An allowed object of a torch file that is neither a container nor a tensor (e.g. an OrderedDict subclass)."
+Call = namedtuple("Call", "name args state", defaults=(None,))
+Call.__doc__ = ("An allowed object of a torch file that is neither a container nor a tensor (an OrderedDict "
+                "subclass, or a global allowed with allowed_globals such as argparse.Namespace): the global's "
+                "name, its arguments and the state it was rebuilt from (its attributes), never instantiated.")
 
 
 def _default_is_tensor(x):
@@ -86,7 +88,7 @@ def decode(structure, leaf):
         if "__float__" in x:
             return float(x["__float__"])
         if "__call__" in x:
-            return Call(x["__call__"], [build(v) for v in x.get("args", [])])
+            return Call(x["__call__"], [build(v) for v in x.get("args", [])], build(x["state"]) if "state" in x else None)
         if "__shards__" in x:
             return [build(v) for v in x["__shards__"]]
         return {k: build(v) for k, v in x.items()}

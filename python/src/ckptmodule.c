@@ -1223,8 +1223,13 @@ static PyObject *mod_cast(PyObject *self, PyObject *args) {
     ckpt_dtype f = dtype_arg(from), t = f ? dtype_arg(to) : CKPT_DTYPE_INVALID;
     PyObject *result = NULL;
     if (f && t) {
-        unsigned fb = ckpt_dtype_bits(f), tb = ckpt_dtype_bits(t);
-        if ((unsigned long long)src.len * 8 < count * fb || (unsigned long long)dst.len * 8 < count * tb)
+        /* Bytes of `count` elements: bits for element types, whole blocks for
+         * ggml's block types (GGUF). */
+        unsigned long long need_src = ckpt_dtype_is_block(f) ? count / ckpt_dtype_block_elems(f) * ckpt_dtype_block_bytes(f)
+                                                              : (count * ckpt_dtype_bits(f) + 7) / 8;
+        unsigned long long need_dst = ckpt_dtype_is_block(t) ? count / ckpt_dtype_block_elems(t) * ckpt_dtype_block_bytes(t)
+                                                              : (count * ckpt_dtype_bits(t) + 7) / 8;
+        if ((unsigned long long)src.len < need_src || (unsigned long long)dst.len < need_dst)
             PyErr_SetString(PyExc_ValueError, "buffers are smaller than count elements");
         else {
             ckpt_error e;

@@ -66,6 +66,10 @@ static inline bool ckpt__add_u64(uint64_t a, uint64_t b, uint64_t *out) {
  * number of bytes; does not fill an error. */
 CKPT__HIDDEN ckpt_status ckpt__dtype_nbytes(ckpt_dtype dtype, uint64_t numel, uint64_t *nbytes);
 
+/* False when `dtype` is a block type and the innermost dimension of the
+ * shape is not a whole number of its blocks (or there is none). */
+CKPT__HIDDEN bool ckpt__block_rows_ok(ckpt_dtype dtype, uint32_t ndim, const uint64_t *shape);
+
 /* Product of a shape; false on overflow. */
 CKPT__HIDDEN bool ckpt__shape_numel(uint32_t ndim, const uint64_t *shape, uint64_t *numel);
 

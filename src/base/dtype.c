@@ -5,34 +5,63 @@
 
 typedef struct dtype_entry {
     const char *name;
-    unsigned bits;
+    unsigned bits;       /* per element; 0 for block types */
+    uint32_t unit_elems; /* elements per unit (a block for block types) */
+    uint32_t unit_bytes; /* bytes per unit */
+    int ggml;            /* ggml type number, -1 when GGUF has none */
 } dtype_entry;
 
 /* Indexed by ckpt_dtype; the order is safetensors' Dtype enum order. */
 static const dtype_entry dtype_table[CKPT_DTYPE_COUNT] = {
     [CKPT_DTYPE_INVALID] = {NULL, 0},
-    [CKPT_BOOL] = {"BOOL", 8},
-    [CKPT_F4] = {"F4", 4},
-    [CKPT_F6_E2M3] = {"F6_E2M3", 6},
-    [CKPT_F6_E3M2] = {"F6_E3M2", 6},
-    [CKPT_U8] = {"U8", 8},
-    [CKPT_I8] = {"I8", 8},
-    [CKPT_F8_E5M2] = {"F8_E5M2", 8},
-    [CKPT_F8_E4M3] = {"F8_E4M3", 8},
-    [CKPT_F8_E8M0] = {"F8_E8M0", 8},
-    [CKPT_F8_E4M3FNUZ] = {"F8_E4M3FNUZ", 8},
-    [CKPT_F8_E5M2FNUZ] = {"F8_E5M2FNUZ", 8},
-    [CKPT_I16] = {"I16", 16},
-    [CKPT_U16] = {"U16", 16},
-    [CKPT_F16] = {"F16", 16},
-    [CKPT_BF16] = {"BF16", 16},
-    [CKPT_I32] = {"I32", 32},
-    [CKPT_U32] = {"U32", 32},
-    [CKPT_F32] = {"F32", 32},
-    [CKPT_C64] = {"C64", 64},
-    [CKPT_F64] = {"F64", 64},
-    [CKPT_I64] = {"I64", 64},
-    [CKPT_U64] = {"U64", 64},
+    [CKPT_BOOL] = {"BOOL", 8, 1, 1, -1},
+    [CKPT_F4] = {"F4", 4, 2, 1, -1},
+    [CKPT_F6_E2M3] = {"F6_E2M3", 6, 4, 3, -1},
+    [CKPT_F6_E3M2] = {"F6_E3M2", 6, 4, 3, -1},
+    [CKPT_U8] = {"U8", 8, 1, 1, -1},
+    [CKPT_I8] = {"I8", 8, 1, 1, 24},
+    [CKPT_F8_E5M2] = {"F8_E5M2", 8, 1, 1, -1},
+    [CKPT_F8_E4M3] = {"F8_E4M3", 8, 1, 1, -1},
+    [CKPT_F8_E8M0] = {"F8_E8M0", 8, 1, 1, -1},
+    [CKPT_F8_E4M3FNUZ] = {"F8_E4M3FNUZ", 8, 1, 1, -1},
+    [CKPT_F8_E5M2FNUZ] = {"F8_E5M2FNUZ", 8, 1, 1, -1},
+    [CKPT_I16] = {"I16", 16, 1, 2, 25},
+    [CKPT_U16] = {"U16", 16, 1, 2, -1},
+    [CKPT_F16] = {"F16", 16, 1, 2, 1},
+    [CKPT_BF16] = {"BF16", 16, 1, 2, 30},
+    [CKPT_I32] = {"I32", 32, 1, 4, 26},
+    [CKPT_U32] = {"U32", 32, 1, 4, -1},
+    [CKPT_F32] = {"F32", 32, 1, 4, 0},
+    [CKPT_C64] = {"C64", 64, 1, 8, -1},
+    [CKPT_F64] = {"F64", 64, 1, 8, 28},
+    [CKPT_I64] = {"I64", 64, 1, 8, 27},
+    [CKPT_U64] = {"U64", 64, 1, 8, -1},
+    [CKPT_Q4_0] = {"Q4_0", 0, 32, 18, 2},
+    [CKPT_Q4_1] = {"Q4_1", 0, 32, 20, 3},
+    [CKPT_Q5_0] = {"Q5_0", 0, 32, 22, 6},
+    [CKPT_Q5_1] = {"Q5_1", 0, 32, 24, 7},
+    [CKPT_Q8_0] = {"Q8_0", 0, 32, 34, 8},
+    [CKPT_Q8_1] = {"Q8_1", 0, 32, 40, 9},
+    [CKPT_Q2_K] = {"Q2_K", 0, 256, 84, 10},
+    [CKPT_Q3_K] = {"Q3_K", 0, 256, 110, 11},
+    [CKPT_Q4_K] = {"Q4_K", 0, 256, 144, 12},
+    [CKPT_Q5_K] = {"Q5_K", 0, 256, 176, 13},
+    [CKPT_Q6_K] = {"Q6_K", 0, 256, 210, 14},
+    [CKPT_Q8_K] = {"Q8_K", 0, 256, 292, 15},
+    [CKPT_IQ2_XXS] = {"IQ2_XXS", 0, 256, 66, 16},
+    [CKPT_IQ2_XS] = {"IQ2_XS", 0, 256, 74, 17},
+    [CKPT_IQ3_XXS] = {"IQ3_XXS", 0, 256, 98, 18},
+    [CKPT_IQ1_S] = {"IQ1_S", 0, 256, 50, 19},
+    [CKPT_IQ4_NL] = {"IQ4_NL", 0, 32, 18, 20},
+    [CKPT_IQ3_S] = {"IQ3_S", 0, 256, 110, 21},
+    [CKPT_IQ2_S] = {"IQ2_S", 0, 256, 82, 22},
+    [CKPT_IQ4_XS] = {"IQ4_XS", 0, 256, 136, 23},
+    [CKPT_IQ1_M] = {"IQ1_M", 0, 256, 56, 29},
+    [CKPT_TQ1_0] = {"TQ1_0", 0, 256, 54, 34},
+    [CKPT_TQ2_0] = {"TQ2_0", 0, 256, 66, 35},
+    [CKPT_MXFP4] = {"MXFP4", 0, 32, 17, 39},
+    [CKPT_NVFP4] = {"NVFP4", 0, 64, 36, 40},
+    [CKPT_Q1_0] = {"Q1_0", 0, 128, 18, 41},
 };
 
 static bool valid(ckpt_dtype d) { return d > CKPT_DTYPE_INVALID && d < CKPT_DTYPE_COUNT; }
@@ -40,6 +69,22 @@ static bool valid(ckpt_dtype d) { return d > CKPT_DTYPE_INVALID && d < CKPT_DTYP
 const char *ckpt_dtype_name(ckpt_dtype dtype) { return valid(dtype) ? dtype_table[dtype].name : NULL; }
 
 unsigned ckpt_dtype_bits(ckpt_dtype dtype) { return valid(dtype) ? dtype_table[dtype].bits : 0; }
+
+int ckpt_dtype_is_block(ckpt_dtype dtype) { return valid(dtype) && dtype_table[dtype].bits == 0; }
+uint32_t ckpt_dtype_block_elems(ckpt_dtype dtype) { return valid(dtype) ? dtype_table[dtype].unit_elems : 0; }
+uint32_t ckpt_dtype_block_bytes(ckpt_dtype dtype) { return valid(dtype) ? dtype_table[dtype].unit_bytes : 0; }
+int ckpt_dtype_ggml_type(ckpt_dtype dtype) { return valid(dtype) ? dtype_table[dtype].ggml : -1; }
+
+ckpt_dtype ckpt_dtype_from_ggml_type(uint32_t ggml_type) {
+    for (int d = 1; d < CKPT_DTYPE_COUNT; d++)
+        if (dtype_table[d].ggml >= 0 && (uint32_t)dtype_table[d].ggml == ggml_type) return (ckpt_dtype)d;
+    return CKPT_DTYPE_INVALID;
+}
+
+bool ckpt__block_rows_ok(ckpt_dtype dtype, uint32_t ndim, const uint64_t *shape) {
+    if (!ckpt_dtype_is_block(dtype)) return true;
+    return ndim > 0 && shape[ndim - 1] % dtype_table[dtype].unit_elems == 0;
+}
 
 ckpt_dtype ckpt_dtype_from_name(const char *name) {
     if (!name) return CKPT_DTYPE_INVALID;
@@ -59,6 +104,12 @@ bool ckpt__shape_numel(uint32_t ndim, const uint64_t *shape, uint64_t *numel) {
 ckpt_status ckpt__dtype_nbytes(ckpt_dtype dtype, uint64_t numel, uint64_t *nbytes) {
     uint64_t bits;
     if (!valid(dtype)) return CKPT_E_UNKNOWN_DTYPE;
+    if (dtype_table[dtype].bits == 0) { /* whole blocks */
+        uint32_t elems = dtype_table[dtype].unit_elems;
+        if (numel % elems) return CKPT_E_GGUF_DIMS;
+        if (!ckpt__mul_u64(numel / elems, dtype_table[dtype].unit_bytes, nbytes)) return CKPT_E_SHAPE_OVERFLOW;
+        return CKPT_OK;
+    }
     if (!ckpt__mul_u64(numel, dtype_table[dtype].bits, &bits)) return CKPT_E_SHAPE_OVERFLOW;
     if (bits % 8) return CKPT_E_PARTIAL_BYTE;
     *nbytes = bits / 8;

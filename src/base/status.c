@@ -53,6 +53,16 @@ static const status_entry status_table[] = {
     ENTRY(CKPT_E_CHECKSUM, "checksum mismatch"),
     ENTRY(CKPT_E_PICKLE_INVALID, "malformed pickle"),
     ENTRY(CKPT_E_PICKLE_FORBIDDEN, "pickle asks for something outside the allowlist"),
+    ENTRY(CKPT_E_GGUF_VERSION, "unsupported GGUF version"),
+    ENTRY(CKPT_E_GGUF_LENGTH, "GGUF string length past the end of the file, or not UTF-8"),
+    ENTRY(CKPT_E_GGUF_COUNT, "GGUF count larger than the file can hold"),
+    ENTRY(CKPT_E_GGUF_KV_TYPE, "invalid GGUF value type"),
+    ENTRY(CKPT_E_GGUF_TENSOR_TYPE, "unknown ggml tensor type"),
+    ENTRY(CKPT_E_GGUF_DIMS, "invalid GGUF tensor dimensions"),
+    ENTRY(CKPT_E_GGUF_ALIGNMENT, "invalid GGUF alignment"),
+    ENTRY(CKPT_E_GGUF_OFFSET, "GGUF tensor data outside the file or overlapping"),
+    ENTRY(CKPT_E_GGUF_SPLIT, "GGUF split files do not fit together"),
+    ENTRY(CKPT_E_UNSUPPORTED_DTYPE, "dtype not supported here"),
 };
 #undef ENTRY
 

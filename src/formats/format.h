@@ -28,6 +28,7 @@
 
 #include "../base/base.h"
 #include "../io/source.h"
+#include "pickle.h"
 
 /* Where one box of a tensor lies.  Arrays live as long as the catalog
  * (allocate them from ckpt__cat_arena). */
@@ -94,6 +95,9 @@ CKPT__HIDDEN ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tenso
 CKPT__HIDDEN ckpt_status ckpt__cat_add_metadata(ckpt_catalog *c, uint32_t file, const char *key, const char *value,
                                                 ckpt_error *err);
 
+/* A GGUF key-value pair, copied (its strings and data must live as long
+ * as the catalog). */
+CKPT__HIDDEN ckpt_status ckpt__cat_add_kv(ckpt_catalog *c, const ckpt_kv *kv, ckpt_error *err);
 /* An entry of the checkpoint's own metadata (an index's), not of any one
  * file; the strings must live as long as the catalog.  The first value of
  * a key wins. */
@@ -112,9 +116,10 @@ CKPT__HIDDEN ckpt_format ckpt__cat_format(const ckpt_catalog *c);
 /* Sets the index file's path (sharded checkpoints). */
 CKPT__HIDDEN ckpt_status ckpt__cat_set_index_path(ckpt_catalog *c, const char *path, ckpt_error *err);
 
-/* Whether a pickle global is allowed: torch's weights-only allowlist, plus
- * what the caller allowed with ckpt_catalog_options.allowed_globals. */
-CKPT__HIDDEN bool ckpt__cat_global_allowed(const char *module, const char *name, void *catalog);
+/* Whether a pickle global is allowed: torch's weights-only allowlist
+ * (CKPT__PK_ALLOW), or what the caller allowed with
+ * ckpt_catalog_options.allowed_globals (CKPT__PK_ALLOW_STATE). */
+CKPT__HIDDEN ckpt__pk_allowed ckpt__cat_global_allowed(const char *module, const char *name, void *catalog);
 /* Whether `module.name` is allowed only because the caller asked for it. */
 CKPT__HIDDEN bool ckpt__cat_global_extra(const ckpt_catalog *c, const char *module, const char *name);
 
@@ -148,5 +153,6 @@ CKPT__HIDDEN extern const ckpt__format ckpt__format_index;       /* shards.c: *.
 CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_zip;   /* torch.c */
 CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_legacy;
 CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_tar;   /* refused, with advice */
+CKPT__HIDDEN extern const ckpt__format ckpt__format_gguf;        /* gguf.c */
 
 #endif

@@ -67,6 +67,14 @@ typedef struct ckpt__output_format {
     /* What the writer computes as data streams (CKPT__OUT_*), for these
      * options. */
     unsigned (*needs)(const ckpt_writer_options *options);
+    /* Whether tensors on one storage are written once (the hub's
+     * deduplication, `removed → kept` in the metadata); false: every
+     * tensor is written as its own bytes (GGUF shares nothing). */
+    bool dedup;
+    /* Refuses a tensor the format cannot hold (a dtype it has no name for,
+     * too many axes), naming it; NULL: every tensor. */
+    ckpt_status (*accepts)(const char *path, const char *name, ckpt_dtype dtype, uint32_t ndim, const uint64_t *shape,
+                           ckpt_error *err);
 } ckpt__output_format;
 
 /* ---- what an output format may ask of the writer --------------------------- */
@@ -115,6 +123,7 @@ CKPT__HIDDEN ckpt_status ckpt__out_add_side_file(ckpt__output *o, const char *na
 
 /* The output formats (each in its format's file). */
 CKPT__HIDDEN extern const ckpt__output_format ckpt__output_safetensors; /* safetensors.c */
+CKPT__HIDDEN extern const ckpt__output_format ckpt__output_gguf;        /* gguf_write.c */
 
 /* The output format for an id (registry.c); NULL when ckpt cannot write it. */
 CKPT__HIDDEN const ckpt__output_format *ckpt__output_format_for(ckpt_format id);

@@ -184,10 +184,16 @@ static ckpt_status global(vm *m, const char *module, size_t mlen, const char *na
      * weights-only unpickler map them (protocol 2 writes them). */
     if (!strcmp(mod, "__builtin__")) mod = "builtins";
     else if (!strcmp(mod, "copy_reg")) mod = "copyreg";
-    if (!m->allow || !m->allow(mod, nm, m->user))
-        return fail(m, CKPT_E_PICKLE_FORBIDDEN, "global '%s.%s' is not allowed (nothing was executed)", mod, nm);
+    ckpt__pk_allowed allowed = m->allow ? m->allow(mod, nm, m->user) : CKPT__PK_DENY;
+    if (allowed == CKPT__PK_DENY)
+        return fail(m, CKPT_E_PICKLE_FORBIDDEN,
+                    "global '%s.%s' is not allowed (nothing was executed); if it only rebuilds plain data (a numpy "
+                    "scalar, an argparse.Namespace, a dataclass), allow it with --allow-global %s.%s (Python: "
+                    "allowed_globals=[\"%s.%s\"]; C: ckpt_catalog_options.allowed_globals)",
+                    mod, nm, mod, nm, mod, nm);
     v->u.global.module = mod; /* arena or a literal: both outlive the tree */
     v->u.global.name = nm;
+    v->u.global.state_only = allowed == CKPT__PK_ALLOW_STATE;
     return push(m, v);
 }
 
@@ -206,6 +212,60 @@ bool ckpt__pk_is_global(const ckpt__pk_value *v, const char *module, const char 
     return v && v->kind == CKPT__PK_GLOBAL && !strcmp(v->u.global.module, module) && !strcmp(v->u.global.name, name);
 }
 
+/* Reconstructors that build plain data from plain data, callable with
+ * REDUCE when a caller allows them. */
+static bool plain_data(const ckpt__pk_value *g) {
+    static const char *const names[][2] = {
+        {"numpy.core.multiarray", "scalar"}, {"numpy._core.multiarray", "scalar"}, {"numpy", "dtype"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (ckpt__pk_is_global(g, names[i][0], names[i][1])) return true;
+    return false;
+}
+
+/* numpy's scalar(dtype, bytes) for the common dtypes: the number itself
+ * (NULL otherwise: it stays a call in the tree). */
+static ckpt__pk_value *numpy_scalar(vm *m, const ckpt__pk_value *f, ckpt__pk_value **a, size_t n) {
+    if (strcmp(f->u.global.name, "scalar") || n != 2 || a[1]->kind != CKPT__PK_BYTES) return NULL;
+    const ckpt__pk_value *dt = a[0];
+    /* numpy.dtype(("f8", False, True)) with BUILD state (3, "<", …) */
+    if (dt->kind != CKPT__PK_CALL || !ckpt__pk_is_global(dt->u.call.callable, "numpy", "dtype") ||
+        dt->u.call.args->u.seq.count < 1 || dt->u.call.args->u.seq.items[0]->kind != CKPT__PK_STR)
+        return NULL;
+    const char *code = dt->u.call.args->u.seq.items[0]->u.s.data;
+    bool big = dt->state && dt->state->kind == CKPT__PK_TUPLE && dt->state->u.seq.count > 1 &&
+               dt->state->u.seq.items[1]->kind == CKPT__PK_STR && !strcmp(dt->state->u.seq.items[1]->u.s.data, ">");
+    const unsigned char *b = (const unsigned char *)a[1]->u.s.data;
+    size_t len = a[1]->u.s.len;
+    unsigned char le[8] = {0};
+    if (len > 8 || len == 0) return NULL;
+    for (size_t i = 0; i < len; i++) le[i] = big ? b[len - 1 - i] : b[i];
+    uint64_t u = 0;
+    for (size_t i = len; i-- > 0;) u = u << 8 | le[i];
+    ckpt__pk_value *v = NULL;
+    char kind = code[0];
+    unsigned width = (unsigned)(code[1] - '0');
+    if (!code[1] || code[2] || width != len) return NULL;
+    if (kind == 'f' && (len == 4 || len == 8)) {
+        v = new_value(m, CKPT__PK_FLOAT);
+        if (v && len == 8) memcpy(&v->u.f, &u, 8);
+        if (v && len == 4) {
+            float single;
+            uint32_t w = (uint32_t)u;
+            memcpy(&single, &w, 4);
+            v->u.f = single;
+        }
+    } else if (kind == 'i' || kind == 'u') {
+        if (kind == 'u' && len == 8 && (u >> 63)) return NULL; /* beyond int64: keep the call */
+        v = new_value(m, CKPT__PK_INT);
+        if (v) v->u.i = kind == 'i' && len < 8 && (u >> (8 * len - 1)) ? (int64_t)(u | (~0ULL << (8 * len))) : (int64_t)u;
+    } else if (kind == 'b' && len == 1) {
+        v = new_value(m, CKPT__PK_BOOL);
+        if (v) v->u.b = u != 0;
+    }
+    return v;
+}
+
 /* REDUCE and NEWOBJ on an allowed global: understood container
  * constructors become containers, the rest a CALL node. */
 static ckpt_status apply(vm *m, ckpt__pk_value *callable, ckpt__pk_value *args, ckpt__pk_value *kwargs, bool newobj) {
@@ -218,6 +278,16 @@ static ckpt_status apply(vm *m, ckpt__pk_value *callable, ckpt__pk_value *args, 
     size_t n = args->u.seq.count;
     ckpt__pk_value **a = args->u.seq.items;
     ckpt__pk_value *v = NULL;
+    if (callable->u.global.state_only && !newobj) {
+        /* A caller's allowed global only rebuilds objects from their state
+         * (NEWOBJ, then BUILD), or is a plain-data reconstructor. */
+        if (!plain_data(callable))
+            return fail(m, CKPT_E_PICKLE_FORBIDDEN,
+                        "REDUCE of the allowed global %s.%s calls it with arguments; an allowed global only rebuilds "
+                        "an object from its state (nothing was executed)",
+                        callable->u.global.module, callable->u.global.name);
+        if ((v = numpy_scalar(m, callable, a, n))) return push(m, v);
+    }
     if (!kwargs && ckpt__pk_is_global(callable, "collections", "OrderedDict") && n == 0) {
         v = new_value(m, CKPT__PK_DICT);
     } else if (!kwargs && (ckpt__pk_is_global(callable, "builtins", "set") ||
@@ -289,193 +359,276 @@ static ckpt_status op_appends(vm *m, size_t first, size_t count, ckpt__pk_kind w
     return st;
 }
 
+/* Opcodes by their names in CPython's pickletools. */
+enum opcode {
+    OP_MARK = '(', OP_STOP = '.', OP_POP = '0', OP_POP_MARK = '1', OP_DUP = '2', OP_NONE = 'N',
+    OP_BININT = 'J', OP_BININT1 = 'K', OP_BININT2 = 'M', OP_BINFLOAT = 'G',
+    OP_BINUNICODE = 'X', OP_BINBYTES = 'B', OP_SHORT_BINBYTES = 'C', OP_BINSTRING = 'T', OP_SHORT_BINSTRING = 'U',
+    OP_EMPTY_TUPLE = ')', OP_EMPTY_LIST = ']', OP_EMPTY_DICT = '}', OP_TUPLE = 't', OP_LIST = 'l', OP_DICT = 'd',
+    OP_APPEND = 'a', OP_APPENDS = 'e', OP_SETITEM = 's', OP_SETITEMS = 'u',
+    OP_BINPUT = 'q', OP_LONG_BINPUT = 'r', OP_BINGET = 'h', OP_LONG_BINGET = 'j',
+    OP_GLOBAL = 'c', OP_REDUCE = 'R', OP_BUILD = 'b', OP_BINPERSID = 'Q', OP_INST = 'i', OP_OBJ = 'o',
+    /* protocol 2 */
+    OP_PROTO = 0x80, OP_NEWOBJ = 0x81, OP_EXT1 = 0x82, OP_EXT2 = 0x83, OP_EXT4 = 0x84,
+    OP_TUPLE1 = 0x85, OP_TUPLE2 = 0x86, OP_TUPLE3 = 0x87, OP_NEWTRUE = 0x88, OP_NEWFALSE = 0x89,
+    OP_LONG1 = 0x8a, OP_LONG4 = 0x8b,
+    /* protocol 3 and 4 */
+    OP_SHORT_BINUNICODE = 0x8c, OP_BINUNICODE8 = 0x8d, OP_BINBYTES8 = 0x8e, OP_EMPTY_SET = 0x8f,
+    OP_ADDITEMS = 0x90, OP_FROZENSET = 0x91, OP_NEWOBJ_EX = 0x92, OP_STACK_GLOBAL = 0x93, OP_MEMOIZE = 0x94,
+    OP_FRAME = 0x95,
+    /* protocol 5 */
+    OP_BYTEARRAY8 = 0x96, OP_NEXT_BUFFER = 0x97, OP_READONLY_BUFFER = 0x98,
+};
+
+/* A little-endian unsigned argument of `width` bytes. */
+static ckpt_status read_uint(vm *m, size_t width, uint64_t *out) {
+    ckpt_status st = need(m, width);
+    if (st) return st;
+    *out = le(m->p + m->pos, (int)width);
+    m->pos += width;
+    return CKPT_OK;
+}
+
+static ckpt_status op_proto(vm *m) {
+    uint64_t version = 0;
+    ckpt_status st = read_uint(m, 1, &version);
+    if (st == CKPT_OK && version > 5) return fail(m, CKPT_E_PICKLE_INVALID, "unknown protocol %u", (unsigned)version);
+    return st;
+}
+
+/* FRAME: a length prefix; the framed opcodes follow inline. */
+static ckpt_status op_frame(vm *m) {
+    uint64_t n = 0;
+    ckpt_status st = read_uint(m, 8, &n);
+    if (st == CKPT_OK && n > m->len - m->pos)
+        return fail(m, CKPT_E_PICKLE_INVALID, "frame of %llu bytes runs past the end", (unsigned long long)n);
+    return st;
+}
+
+static ckpt_status op_mark(vm *m) {
+    if (m->nmarks == m->marks_cap) {
+        if (m->marks_cap >= MAX_MARKS) return fail(m, CKPT_E_LIMIT, "more than %d nested MARKs", MAX_MARKS);
+        size_t cap = m->marks_cap ? m->marks_cap * 2 : 16;
+        size_t *mk = ckpt__realloc(m->marks, cap * sizeof *mk);
+        if (!mk) return oom(m);
+        m->marks = mk;
+        m->marks_cap = cap;
+    }
+    m->marks[m->nmarks++] = m->depth;
+    return CKPT_OK;
+}
+
+static ckpt_status op_bool(vm *m, bool b) {
+    ckpt__pk_value *v = new_value(m, CKPT__PK_BOOL);
+    if (v) v->u.b = b;
+    return push(m, v);
+}
+
+/* BININT (signed 4 bytes), BININT1 and BININT2 (unsigned). */
+static ckpt_status op_binint(vm *m, size_t width, bool is_signed) {
+    uint64_t u = 0;
+    ckpt_status st = read_uint(m, width, &u);
+    if (st) return st;
+    ckpt__pk_value *v = new_value(m, CKPT__PK_INT);
+    if (v) v->u.i = is_signed ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
+    return push(m, v);
+}
+
+/* LONG1 and LONG4: a two's-complement integer of n little-endian bytes;
+ * beyond 8 bytes it is kept as its bytes. */
+static ckpt_status op_long(vm *m, size_t width) {
+    uint64_t n = 0;
+    ckpt_status st = read_uint(m, width, &n);
+    if (st || (st = need(m, n))) return st;
+    if (n > 8) return string_value(m, CKPT__PK_BIGINT, n);
+    uint64_t u = le(m->p + m->pos, (int)n);
+    if (n && n < 8 && (m->p[m->pos + n - 1] & 0x80)) u |= ~0ULL << (8 * n); /* sign-extend */
+    m->pos += n;
+    ckpt__pk_value *v = new_value(m, CKPT__PK_INT);
+    if (v) v->u.i = (int64_t)u;
+    return push(m, v);
+}
+
+/* BINFLOAT: a big-endian double. */
+static ckpt_status op_binfloat(vm *m) {
+    ckpt_status st = need(m, 8);
+    if (st) return st;
+    uint64_t bits = 0;
+    for (int i = 0; i < 8; i++) bits = bits << 8 | m->p[m->pos + i];
+    m->pos += 8;
+    ckpt__pk_value *v = new_value(m, CKPT__PK_FLOAT);
+    if (v) memcpy(&v->u.f, &bits, 8);
+    return push(m, v);
+}
+
+/* Length-prefixed strings and bytes.  Python 2 str (BINSTRING) is text
+ * when it is valid UTF-8, bytes otherwise. */
+static ckpt_status op_counted(vm *m, size_t width, ckpt__pk_kind kind, bool py2_str) {
+    uint64_t n = 0;
+    ckpt_status st = read_uint(m, width, &n);
+    if (st) return st;
+    if (n > m->len - m->pos)
+        return fail(m, CKPT_E_PICKLE_INVALID, "string of %llu bytes runs past the end", (unsigned long long)n);
+    if (py2_str) kind = ckpt__utf8_check(m->p + m->pos, (size_t)n) == n ? CKPT__PK_STR : CKPT__PK_BYTES;
+    return string_value(m, kind, (size_t)n);
+}
+
+static ckpt_status op_empty(vm *m, ckpt__pk_kind kind) { return push(m, new_value(m, kind)); }
+
+/* TUPLE1..3: the top `count` values. */
+static ckpt_status op_tuple_n(vm *m, size_t count) {
+    if (m->depth - frame_base(m) < count) return fail(m, CKPT_E_PICKLE_INVALID, "stack underflow");
+    m->depth -= count;
+    ckpt__pk_value *v = NULL;
+    ckpt_status st = make_seq(m, CKPT__PK_TUPLE, stack_at(m, m->depth), count, &v);
+    return st ? st : push(m, v);
+}
+
+/* TUPLE, LIST, FROZENSET and DICT: what lies above the last MARK. */
+static ckpt_status op_from_mark(vm *m, ckpt__pk_kind kind) {
+    size_t first = 0, count = 0;
+    ckpt__pk_value *v = NULL;
+    ckpt_status st = pop_mark(m, &first, &count);
+    if (st) return st;
+    if (kind == CKPT__PK_DICT && count % 2) return fail(m, CKPT_E_PICKLE_INVALID, "DICT with an odd number of values");
+    if ((st = make_seq(m, kind, stack_at(m, first), count, &v))) return st;
+    return push(m, v);
+}
+
+static ckpt_status op_append(vm *m) {
+    ckpt__pk_value *item = NULL, *list = NULL;
+    ckpt_status st;
+    if ((st = pop(m, &item)) || (st = top(m, &list))) return st;
+    if (list->kind != CKPT__PK_LIST) return fail(m, CKPT_E_PICKLE_INVALID, "APPEND on something that is not a list");
+    return seq_add(m, list, item);
+}
+
+static ckpt_status op_setitem(vm *m) {
+    if (m->depth - frame_base(m) < 3) return fail(m, CKPT_E_PICKLE_INVALID, "stack underflow");
+    m->depth -= 2;
+    return op_setitems(m, m->depth, 2);
+}
+
+/* APPENDS, ADDITEMS and SETITEMS: what lies above the last MARK goes into
+ * the container below it. */
+static ckpt_status op_many(vm *m, unsigned char op) {
+    size_t first = 0, count = 0;
+    ckpt_status st = pop_mark(m, &first, &count);
+    if (st) return st;
+    if (op == OP_SETITEMS) return op_setitems(m, first, count);
+    return op_appends(m, first, count, op == OP_APPENDS ? CKPT__PK_LIST : CKPT__PK_SET);
+}
+
+static ckpt_status op_memo(vm *m, size_t width, bool put) {
+    uint64_t n = 0;
+    ckpt_status st = read_uint(m, width, &n);
+    if (st) return st;
+    return put ? memo_put(m, n) : memo_get(m, n);
+}
+
+static ckpt_status op_stack_global(vm *m) {
+    ckpt__pk_value *module = NULL, *name = NULL;
+    ckpt_status st;
+    if ((st = pop(m, &name)) || (st = pop(m, &module))) return st;
+    if (module->kind != CKPT__PK_STR || name->kind != CKPT__PK_STR)
+        return fail(m, CKPT_E_PICKLE_INVALID, "STACK_GLOBAL needs two strings");
+    return global(m, module->u.s.data, module->u.s.len, name->u.s.data, name->u.s.len);
+}
+
+/* REDUCE, NEWOBJ (callable, args) and NEWOBJ_EX (callable, args, kwargs). */
+static ckpt_status op_call(vm *m, unsigned char op) {
+    ckpt__pk_value *callable = NULL, *args = NULL, *kwargs = NULL;
+    ckpt_status st;
+    if (op == OP_NEWOBJ_EX && (st = pop(m, &kwargs))) return st;
+    if ((st = pop(m, &args)) || (st = pop(m, &callable))) return st;
+    if (kwargs && kwargs->kind != CKPT__PK_DICT)
+        return fail(m, CKPT_E_PICKLE_INVALID, "NEWOBJ_EX keyword arguments are not a dict");
+    return apply(m, callable, args, kwargs, op != OP_REDUCE);
+}
+
+static ckpt_status op_binpersid(vm *m) {
+    ckpt__pk_value *pid = NULL;
+    ckpt_status st = pop(m, &pid);
+    if (st) return st;
+    ckpt__pk_value *v = new_value(m, CKPT__PK_PERSID);
+    if (v) v->u.pid = pid;
+    return push(m, v);
+}
+
+/* One opcode. */
 static ckpt_status step(vm *m, bool *stop) {
     m->op_pos = m->pos;
     ckpt_status st = need(m, 1);
     if (st) return st;
     unsigned char op = m->p[m->pos++];
-    ckpt__pk_value *v = NULL, *w = NULL, *x = NULL;
+    ckpt__pk_value *v = NULL;
     size_t first = 0, count = 0;
-    uint64_t n;
-    switch (op) {
-    case 0x80: /* PROTO */
-        if ((st = need(m, 1))) return st;
-        if (m->p[m->pos] > 5) return fail(m, CKPT_E_PICKLE_INVALID, "unknown protocol %u", m->p[m->pos]);
-        m->pos++;
-        return CKPT_OK;
-    case 0x95: /* FRAME: a length prefix; the bytes follow inline */
-        if ((st = need(m, 8))) return st;
-        n = le(m->p + m->pos, 8);
-        m->pos += 8;
-        if (n > m->len - m->pos) return fail(m, CKPT_E_PICKLE_INVALID, "frame of %llu bytes runs past the end", (unsigned long long)n);
-        return CKPT_OK;
-    case '.': /* STOP */
-        *stop = true;
-        return CKPT_OK;
-    case '(': /* MARK */
-        if (m->nmarks == m->marks_cap) {
-            if (m->marks_cap >= MAX_MARKS) return fail(m, CKPT_E_LIMIT, "more than %d nested MARKs", MAX_MARKS);
-            size_t cap = m->marks_cap ? m->marks_cap * 2 : 16;
-            size_t *mk = ckpt__realloc(m->marks, cap * sizeof *mk);
-            if (!mk) return oom(m);
-            m->marks = mk;
-            m->marks_cap = cap;
-        }
-        m->marks[m->nmarks++] = m->depth;
-        return CKPT_OK;
-    case '0': /* POP */
+    switch ((enum opcode)op) {
+    case OP_PROTO: return op_proto(m);
+    case OP_FRAME: return op_frame(m);
+    case OP_STOP: *stop = true; return CKPT_OK;
+    case OP_MARK: return op_mark(m);
+    case OP_POP:
         if (m->depth == frame_base(m) && m->nmarks) return pop_mark(m, &first, &count);
         return pop(m, &v);
-    case '1': /* POP_MARK */
-        return pop_mark(m, &first, &count);
-    case '2': /* DUP */
-        if ((st = top(m, &v))) return st;
-        return push(m, v);
-    case 'N': return push(m, new_value(m, CKPT__PK_NONE));
-    case 0x88: /* NEWTRUE */
-    case 0x89: /* NEWFALSE */
-        v = new_value(m, CKPT__PK_BOOL);
-        if (v) v->u.b = op == 0x88;
-        return push(m, v);
-    case 'J': /* BININT */
-    case 'K': /* BININT1 */
-    case 'M': /* BININT2 */
-        count = op == 'J' ? 4 : op == 'K' ? 1 : 2;
-        if ((st = need(m, count))) return st;
-        v = new_value(m, CKPT__PK_INT);
-        if (v) v->u.i = op == 'J' ? (int64_t)(int32_t)(uint32_t)le(m->p + m->pos, 4) : (int64_t)le(m->p + m->pos, (int)count);
-        m->pos += count;
-        return push(m, v);
-    case 0x8a: /* LONG1 */
-    case 0x8b: /* LONG4 */
-        if ((st = need(m, op == 0x8a ? 1 : 4))) return st;
-        n = le(m->p + m->pos, op == 0x8a ? 1 : 4);
-        m->pos += op == 0x8a ? 1 : 4;
-        if ((st = need(m, n))) return st;
-        if (n <= 8) {
-            uint64_t u = le(m->p + m->pos, (int)n);
-            if (n && n < 8 && (m->p[m->pos + n - 1] & 0x80)) u |= ~0ULL << (8 * n); /* sign-extend */
-            v = new_value(m, CKPT__PK_INT);
-            if (v) v->u.i = (int64_t)u;
-            m->pos += n;
-            return push(m, v);
-        }
-        return string_value(m, CKPT__PK_BIGINT, n);
-    case 'G': /* BINFLOAT: big-endian double */
-        if ((st = need(m, 8))) return st;
-        v = new_value(m, CKPT__PK_FLOAT);
-        if (v) {
-            uint64_t bits = 0;
-            for (int i = 0; i < 8; i++) bits = bits << 8 | m->p[m->pos + i];
-            memcpy(&v->u.f, &bits, 8);
-        }
-        m->pos += 8;
-        return push(m, v);
-    case 'X': /* BINUNICODE */
-    case 0x8c: /* SHORT_BINUNICODE */
-    case 0x8d: /* BINUNICODE8 */
-    case 'B': /* BINBYTES */
-    case 'C': /* SHORT_BINBYTES */
-    case 0x8e: /* BINBYTES8 */
-    case 0x96: /* BYTEARRAY8 */
-    case 'T': /* BINSTRING (python 2 str) */
-    case 'U': /* SHORT_BINSTRING */
-        count = (op == 0x8c || op == 'C' || op == 'U') ? 1 : (op == 0x8d || op == 0x8e || op == 0x96) ? 8 : 4;
-        if ((st = need(m, count))) return st;
-        n = le(m->p + m->pos, (int)count);
-        m->pos += count;
-        if (n > m->len - m->pos) return fail(m, CKPT_E_PICKLE_INVALID, "string of %llu bytes runs past the end", (unsigned long long)n);
-        return string_value(m, (op == 'X' || op == 0x8c || op == 0x8d) ? CKPT__PK_STR
-                               : (op == 'T' || op == 'U')            ? (ckpt__utf8_check(m->p + m->pos, (size_t)n) == n
-                                                                            ? CKPT__PK_STR : CKPT__PK_BYTES)
-                                                                      : CKPT__PK_BYTES,
-                            (size_t)n);
-    case ')': return push(m, new_value(m, CKPT__PK_TUPLE));
-    case ']': return push(m, new_value(m, CKPT__PK_LIST));
-    case '}': return push(m, new_value(m, CKPT__PK_DICT));
-    case 0x8f: return push(m, new_value(m, CKPT__PK_SET)); /* EMPTY_SET */
-    case 0x85: /* TUPLE1 */
-    case 0x86: /* TUPLE2 */
-    case 0x87: /* TUPLE3 */
-        count = (size_t)(op - 0x84);
-        if (m->depth - frame_base(m) < count) return fail(m, CKPT_E_PICKLE_INVALID, "stack underflow");
-        m->depth -= count;
-        if ((st = make_seq(m, CKPT__PK_TUPLE, stack_at(m, m->depth), count, &v))) return st;
-        return push(m, v);
-    case 't': /* TUPLE */
-    case 'l': /* LIST */
-    case 0x91: /* FROZENSET */
-        if ((st = pop_mark(m, &first, &count))) return st;
-        if ((st = make_seq(m, op == 't' ? CKPT__PK_TUPLE : op == 'l' ? CKPT__PK_LIST : CKPT__PK_SET, stack_at(m, first),
-                           count, &v)))
-            return st;
-        return push(m, v);
-    case 'd': /* DICT */
-        if ((st = pop_mark(m, &first, &count))) return st;
-        if (count % 2) return fail(m, CKPT_E_PICKLE_INVALID, "DICT with an odd number of values");
-        if ((st = make_seq(m, CKPT__PK_DICT, stack_at(m, first), count, &v))) return st;
-        return push(m, v);
-    case 'a': /* APPEND */
-        if ((st = pop(m, &v)) || (st = top(m, &w))) return st;
-        if (w->kind != CKPT__PK_LIST) return fail(m, CKPT_E_PICKLE_INVALID, "APPEND on something that is not a list");
-        return seq_add(m, w, v);
-    case 'e': /* APPENDS */
-    case 0x90: /* ADDITEMS */
-        if ((st = pop_mark(m, &first, &count))) return st;
-        return op_appends(m, first, count, op == 'e' ? CKPT__PK_LIST : CKPT__PK_SET);
-    case 's': /* SETITEM */
-        if (m->depth - frame_base(m) < 3) return fail(m, CKPT_E_PICKLE_INVALID, "stack underflow");
-        m->depth -= 2;
-        return op_setitems(m, m->depth, 2);
-    case 'u': /* SETITEMS */
-        if ((st = pop_mark(m, &first, &count))) return st;
-        return op_setitems(m, first, count);
-    case 'q': /* BINPUT */
-    case 'r': /* LONG_BINPUT */
-    case 'h': /* BINGET */
-    case 'j': /* LONG_BINGET */
-        count = (op == 'q' || op == 'h') ? 1 : 4;
-        if ((st = need(m, count))) return st;
-        n = le(m->p + m->pos, (int)count);
-        m->pos += count;
-        return (op == 'q' || op == 'r') ? memo_put(m, n) : memo_get(m, n);
-    case 0x94: /* MEMOIZE */
-        return memo_put(m, m->memo_next);
-    case 'c': /* GLOBAL */
-        return text_global(m);
-    case 0x93: /* STACK_GLOBAL */
-        if ((st = pop(m, &w)) || (st = pop(m, &v))) return st;
-        if (v->kind != CKPT__PK_STR || w->kind != CKPT__PK_STR)
-            return fail(m, CKPT_E_PICKLE_INVALID, "STACK_GLOBAL needs two strings");
-        return global(m, v->u.s.data, v->u.s.len, w->u.s.data, w->u.s.len);
-    case 'R': /* REDUCE */
-        if ((st = pop(m, &w)) || (st = pop(m, &v))) return st;
-        return apply(m, v, w, NULL, false);
-    case 0x81: /* NEWOBJ */
-        if ((st = pop(m, &w)) || (st = pop(m, &v))) return st;
-        return apply(m, v, w, NULL, true);
-    case 0x92: /* NEWOBJ_EX */
-        if ((st = pop(m, &x)) || (st = pop(m, &w)) || (st = pop(m, &v))) return st;
-        if (x->kind != CKPT__PK_DICT) return fail(m, CKPT_E_PICKLE_INVALID, "NEWOBJ_EX keyword arguments are not a dict");
-        return apply(m, v, w, x, true);
-    case 'b': /* BUILD */
-        return op_build(m);
-    case 'Q': /* BINPERSID */
-        if ((st = pop(m, &w))) return st;
-        v = new_value(m, CKPT__PK_PERSID);
-        if (v) v->u.pid = w;
-        return push(m, v);
-    case 'i': return fail(m, CKPT_E_PICKLE_FORBIDDEN, "INST opcode (instantiates a class by name) is never allowed");
-    case 'o': return fail(m, CKPT_E_PICKLE_FORBIDDEN, "OBJ opcode (instantiates a class) is never allowed");
-    case 0x82:
-    case 0x83:
-    case 0x84: return fail(m, CKPT_E_PICKLE_FORBIDDEN, "EXT opcodes (the copyreg extension registry) are not allowed");
-    case 0x97:
-    case 0x98: return fail(m, CKPT_E_PICKLE_FORBIDDEN, "out-of-band buffers (protocol 5) are not supported");
-    default:
-        return fail(m, CKPT_E_PICKLE_INVALID, "unsupported opcode 0x%02x%s", op,
-                    (op >= 0x20 && op < 0x7F) ? " (a protocol 0/1 text opcode)" : "");
+    case OP_POP_MARK: return pop_mark(m, &first, &count);
+    case OP_DUP: return (st = top(m, &v)) ? st : push(m, v);
+    case OP_NONE: return op_empty(m, CKPT__PK_NONE);
+    case OP_NEWTRUE: return op_bool(m, true);
+    case OP_NEWFALSE: return op_bool(m, false);
+    case OP_BININT: return op_binint(m, 4, true);
+    case OP_BININT1: return op_binint(m, 1, false);
+    case OP_BININT2: return op_binint(m, 2, false);
+    case OP_LONG1: return op_long(m, 1);
+    case OP_LONG4: return op_long(m, 4);
+    case OP_BINFLOAT: return op_binfloat(m);
+    case OP_SHORT_BINUNICODE: return op_counted(m, 1, CKPT__PK_STR, false);
+    case OP_BINUNICODE: return op_counted(m, 4, CKPT__PK_STR, false);
+    case OP_BINUNICODE8: return op_counted(m, 8, CKPT__PK_STR, false);
+    case OP_SHORT_BINBYTES: return op_counted(m, 1, CKPT__PK_BYTES, false);
+    case OP_BINBYTES: return op_counted(m, 4, CKPT__PK_BYTES, false);
+    case OP_BINBYTES8:
+    case OP_BYTEARRAY8: return op_counted(m, 8, CKPT__PK_BYTES, false);
+    case OP_SHORT_BINSTRING: return op_counted(m, 1, CKPT__PK_BYTES, true);
+    case OP_BINSTRING: return op_counted(m, 4, CKPT__PK_BYTES, true);
+    case OP_EMPTY_TUPLE: return op_empty(m, CKPT__PK_TUPLE);
+    case OP_EMPTY_LIST: return op_empty(m, CKPT__PK_LIST);
+    case OP_EMPTY_DICT: return op_empty(m, CKPT__PK_DICT);
+    case OP_EMPTY_SET: return op_empty(m, CKPT__PK_SET);
+    case OP_TUPLE1: return op_tuple_n(m, 1);
+    case OP_TUPLE2: return op_tuple_n(m, 2);
+    case OP_TUPLE3: return op_tuple_n(m, 3);
+    case OP_TUPLE: return op_from_mark(m, CKPT__PK_TUPLE);
+    case OP_LIST: return op_from_mark(m, CKPT__PK_LIST);
+    case OP_FROZENSET: return op_from_mark(m, CKPT__PK_SET);
+    case OP_DICT: return op_from_mark(m, CKPT__PK_DICT);
+    case OP_APPEND: return op_append(m);
+    case OP_SETITEM: return op_setitem(m);
+    case OP_APPENDS:
+    case OP_ADDITEMS:
+    case OP_SETITEMS: return op_many(m, op);
+    case OP_BINPUT: return op_memo(m, 1, true);
+    case OP_LONG_BINPUT: return op_memo(m, 4, true);
+    case OP_BINGET: return op_memo(m, 1, false);
+    case OP_LONG_BINGET: return op_memo(m, 4, false);
+    case OP_MEMOIZE: return memo_put(m, m->memo_next);
+    case OP_GLOBAL: return text_global(m);
+    case OP_STACK_GLOBAL: return op_stack_global(m);
+    case OP_REDUCE:
+    case OP_NEWOBJ:
+    case OP_NEWOBJ_EX: return op_call(m, op);
+    case OP_BUILD: return op_build(m);
+    case OP_BINPERSID: return op_binpersid(m);
+    case OP_INST: return fail(m, CKPT_E_PICKLE_FORBIDDEN, "INST opcode (instantiates a class by name) is never allowed");
+    case OP_OBJ: return fail(m, CKPT_E_PICKLE_FORBIDDEN, "OBJ opcode (instantiates a class) is never allowed");
+    case OP_EXT1:
+    case OP_EXT2:
+    case OP_EXT4: return fail(m, CKPT_E_PICKLE_FORBIDDEN, "EXT opcodes (the copyreg extension registry) are not allowed");
+    case OP_NEXT_BUFFER:
+    case OP_READONLY_BUFFER: return fail(m, CKPT_E_PICKLE_FORBIDDEN, "out-of-band buffers (protocol 5) are not supported");
     }
+    return fail(m, CKPT_E_PICKLE_INVALID, "unsupported opcode 0x%02x%s", op,
+                (op >= 0x20 && op < 0x7F) ? " (a protocol 0/1 text opcode)" : "");
 }
 
 ckpt_status ckpt__pk_load(const unsigned char *data, size_t len, const ckpt__pk_source *src, ckpt__pk_allow_fn allow,

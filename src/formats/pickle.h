@@ -57,6 +57,7 @@ struct ckpt__pk_value {
         } seq; /* TUPLE, LIST, SET, DICT */
         struct {
             const char *module, *name;
+            bool state_only; /* CKPT__PK_ALLOW_STATE */
         } global;
         struct {
             ckpt__pk_value *callable; /* a GLOBAL */
@@ -68,7 +69,14 @@ struct ckpt__pk_value {
     ckpt__pk_value *state; /* BUILD's argument, else NULL */
 };
 
-typedef bool (*ckpt__pk_allow_fn)(const char *module, const char *name, void *user);
+/* What an allowlist says of a global: refused; allowed (torch's own list:
+ * REDUCE and NEWOBJ apply to it); or allowed to rebuild objects only —
+ * NEWOBJ of it as a class, then BUILD with its state, or REDUCE if it is
+ * one of the plain-data reconstructors (numpy scalars and dtypes) — what a
+ * caller's extra allowed globals get. */
+typedef enum ckpt__pk_allowed { CKPT__PK_DENY = 0, CKPT__PK_ALLOW = 1, CKPT__PK_ALLOW_STATE = 2 } ckpt__pk_allowed;
+
+typedef ckpt__pk_allowed (*ckpt__pk_allow_fn)(const char *module, const char *name, void *user);
 
 typedef struct ckpt__pk_source {
     const char *path;     /* for errors: the file */

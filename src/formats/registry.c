@@ -9,6 +9,7 @@
 
 #include "../io/file.h"
 #include "format.h"
+#include "gguf.h"
 #include "output.h"
 
 static const ckpt__format *const formats[] = {
@@ -16,6 +17,7 @@ static const ckpt__format *const formats[] = {
     &ckpt__format_torch_zip,
     &ckpt__format_torch_legacy,
     &ckpt__format_torch_tar,
+    &ckpt__format_gguf,
     &ckpt__format_safetensors, /* last: what nothing else claims is read, and judged, as safetensors */
 };
 
@@ -37,6 +39,7 @@ static const char *const dir_names[] = {
     "model.safetensors",            "*.safetensors",
     "pytorch_model.bin.index.json", "*.bin.index.json",
     "pytorch_model.bin",            "*.bin",
+    "*.gguf",
 };
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -61,14 +64,23 @@ ckpt_status ckpt__format_find_in_dir(const char *dir, char **found, ckpt_error *
         const char *suffix = want + 1;
         DIR *d = opendir(dir);
         if (!d) return ckpt__fail_errno(err, errno, dir, -1, "cannot list directory");
-        char *match = NULL;
-        int matches = 0;
+        char *match = NULL, *first_part = NULL;
+        int matches = 0, first_parts = 0;
         struct dirent *e;
         while ((e = readdir(d))) {
             if (e->d_name[0] == '.' || !ends_with(e->d_name, suffix)) continue;
             if (!matches++) match = ckpt__strdup(e->d_name);
+            /* gguf-split parts: the first one stands for them all */
+            if (strcmp(suffix, ".gguf") == 0 && ckpt__gguf_is_split_name(e->d_name) &&
+                strstr(e->d_name + strlen(e->d_name) - 20, "-00001-of-") && !first_parts++)
+                first_part = ckpt__strdup(e->d_name);
         }
         closedir(d);
+        if (matches > 1 && first_parts == 1 && first_part) {
+            free(match);
+            match = first_part, matches = 1, first_part = NULL;
+        }
+        free(first_part);
         if (matches == 1 && match) {
             *found = ckpt__path_join(dir, match);
             free(match);
@@ -91,6 +103,7 @@ const char *ckpt_format_name(ckpt_format format) {
     case CKPT_FORMAT_SAFETENSORS_SHARDED: return "safetensors-sharded";
     case CKPT_FORMAT_TORCH: return "torch";
     case CKPT_FORMAT_TORCH_SHARDED: return "torch-sharded";
+    case CKPT_FORMAT_GGUF: return "gguf";
     }
     return NULL;
 }
@@ -98,6 +111,7 @@ const char *ckpt_format_name(ckpt_format format) {
 /* The formats ckpt writes. */
 static const ckpt__output_format *const writer_formats[] = {
     &ckpt__output_safetensors,
+    &ckpt__output_gguf,
 };
 
 const ckpt__output_format *ckpt__output_format_for(ckpt_format id) {

@@ -102,6 +102,7 @@ static ckpt_status parse_tensor(const ctx *c, const ckpt__json_doc *doc, size_t 
         return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name,
                           (int64_t)(c->base + dtype->offset), "dtype must be a string");
     t->dtype = ckpt_dtype_from_name(dtype->str);
+    if (ckpt_dtype_is_block(t->dtype)) t->dtype = CKPT_DTYPE_INVALID; /* ggml's names are not safetensors' */
     if (t->dtype == CKPT_DTYPE_INVALID)
         return ckpt__fail(c->err, CKPT_E_UNKNOWN_DTYPE, c->path, t->name,
                           (int64_t)(c->base + dtype->offset), "unknown dtype '%s'", dtype->str);
@@ -612,6 +613,16 @@ static ckpt_status st_finish(ckpt__output *o, ckpt_error *err) {
     return st;
 }
 
+/* safetensors has no name for GGUF's block types. */
+static ckpt_status st_accepts(const char *path, const char *name, ckpt_dtype dtype, uint32_t ndim,
+                              const uint64_t *shape, ckpt_error *err) {
+    (void)ndim, (void)shape;
+    if (!ckpt_dtype_is_block(dtype)) return CKPT_OK;
+    return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, path, name, -1,
+                      "safetensors has no %s type: dequantize it (a float dtype) or write GGUF", ckpt_dtype_name(dtype));
+}
+
 const ckpt__output_format ckpt__output_safetensors = {
     "safetensors", CKPT_FORMAT_SAFETENSORS, st_directory, st_plan, st_layout, st_finish, st_owns, st_needs,
+    true, st_accepts,
 };

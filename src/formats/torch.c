@@ -22,13 +22,17 @@ enum {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
-bool ckpt__torch_allowed_global(const char *module, const char *name, void *user) {
-    (void)user;
+bool ckpt__torch_allowed_global(const char *module, const char *name) {
     char full[512];
     if ((size_t)snprintf(full, sizeof full, "%s.%s", module, name) >= sizeof full) return false;
     const char *key = full;
     return bsearch(&key, torch_allowed, sizeof torch_allowed / sizeof torch_allowed[0], sizeof torch_allowed[0],
                    cmp_str) != NULL;
+}
+
+ckpt__pk_allowed ckpt__torch_allow(const char *module, const char *name, void *user) {
+    (void)user;
+    return ckpt__torch_allowed_global(module, name) ? CKPT__PK_ALLOW : CKPT__PK_DENY;
 }
 
 /* ---- dtypes ------------------------------------------------------------- */
@@ -307,7 +311,11 @@ static void json_float(ckpt__buf *b, double f) {
     if (isnan(f)) ckpt__buf_puts(b, "{\"__float__\": \"nan\"}");
     else if (isinf(f)) ckpt__buf_puts(b, f > 0 ? "{\"__float__\": \"inf\"}" : "{\"__float__\": \"-inf\"}");
     else {
-        snprintf(tmp, sizeof tmp, "%.17g", f);
+        /* the shortest digits that read back as the same double (0.1, not 0.10000000000000001) */
+        for (int digits = 15; digits <= 17; digits++) {
+            snprintf(tmp, sizeof tmp, "%.*g", digits, f);
+            if (strtod(tmp, NULL) == f) break;
+        }
         if (!strpbrk(tmp, ".eE")) strcat(tmp, ".0");
         ckpt__buf_puts(b, tmp);
     }
@@ -441,7 +449,15 @@ static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth) {
         ckpt__buf_puts(j, v->u.call.callable->u.global.name);
         ckpt__buf_puts(j, "\", \"args\": [");
         st = walk_seq(w, v->u.call.args, depth);
-        ckpt__buf_puts(j, "]}");
+        ckpt__buf_puts(j, "]");
+        if (st == CKPT_OK && v->state) { /* what BUILD set: an object's attributes */
+            ckpt__buf_puts(j, ", \"state\": ");
+            size_t saved;
+            name_push(w, "__state__", &saved);
+            st = walk(w, v->state, depth + 1);
+            name_pop(w, saved);
+        }
+        ckpt__buf_puts(j, "}");
         return st;
     case CKPT__PK_PERSID:
         return fail_at(w, v, CKPT_E_PICKLE_INVALID, "a storage outside any tensor");
@@ -469,7 +485,8 @@ static void place_tensors(ckpt__torch_file *out) {
         out->tensors[i].offset = out->storages[out->tensors[i].storage].offset + out->tensors[i].storage_begin;
 }
 
-ckpt_status ckpt__torch_read_zip(ckpt__source *src, ckpt__arena *arena, ckpt__torch_file *out, ckpt_error *err) {
+ckpt_status ckpt__torch_read_zip(ckpt__source *src, ckpt__pk_allow_fn allow, void *allow_user, ckpt__arena *arena,
+                                 ckpt__torch_file *out, ckpt_error *err) {
     const char *path = src->name;
     memset(out, 0, sizeof *out);
     ckpt__zip zip;
@@ -512,7 +529,7 @@ ckpt_status ckpt__torch_read_zip(ckpt__source *src, ckpt__arena *arena, ckpt__to
     if (st == CKPT_OK) {
         ckpt__pk_source pk = {path, pkl->name, pkl->method == 0 ? pkl->data_offset : 0};
         size_t used;
-        st = ckpt__pk_load((const unsigned char *)pickle, (size_t)pkl->size, &pk, ckpt__torch_allowed_global, NULL,
+        st = ckpt__pk_load((const unsigned char *)pickle, (size_t)pkl->size, &pk, allow ? allow : ckpt__torch_allow, allow_user,
                            arena, &root, &used, err);
     }
     if (st == CKPT_OK) {
@@ -543,12 +560,13 @@ bool ckpt__torch_sniff_legacy(const unsigned char *head, size_t n) {
     return n >= i + 12 && head[i] == 0x8a && head[i + 1] == 10 && !memcmp(head + i + 2, legacy_magic, 10);
 }
 
-static bool always_refuse(const char *module, const char *name, void *user) {
+static ckpt__pk_allowed always_refuse(const char *module, const char *name, void *user) {
     (void)module, (void)name, (void)user;
-    return false;
+    return CKPT__PK_DENY;
 }
 
-ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__arena *arena, ckpt__torch_file *out, ckpt_error *err) {
+ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__pk_allow_fn allow, void *allow_user, ckpt__arena *arena,
+                                    ckpt__torch_file *out, ckpt_error *err) {
     const char *path = src->name;
     uint64_t file_size = src->size;
     memset(out, 0, sizeof *out);
@@ -573,8 +591,8 @@ ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__arena *arena, ckpt_
             ckpt__pk_source pk = {path, k == 3 ? "object pickle" : "header pickle", pos};
             size_t used = 0;
             /* Only the object pickle may name (allowed) globals. */
-            st = ckpt__pk_load(buf + pos, (size_t)(have - pos), &pk, k == 3 ? ckpt__torch_allowed_global : always_refuse,
-                               NULL, arena, &values[k], &used, err);
+            st = ckpt__pk_load(buf + pos, (size_t)(have - pos), &pk, k == 3 ? (allow ? allow : ckpt__torch_allow) : always_refuse,
+                               allow_user, arena, &values[k], &used, err);
             pos += used;
         }
         if (st != CKPT_E_PICKLE_INVALID || have == file_size || have >= MAX_PICKLE_BYTES) break;
@@ -684,8 +702,8 @@ static ckpt_status open_torch(ckpt_catalog *c, ckpt__source *src, bool legacy, c
     ckpt_status st = ckpt__cat_add_source(c, src, &file, err);
     if (st) return st;
     ckpt__torch_file tf;
-    st = legacy ? ckpt__torch_read_legacy(src, ckpt__cat_arena(c), &tf, err)
-                : ckpt__torch_read_zip(src, ckpt__cat_arena(c), &tf, err);
+    st = legacy ? ckpt__torch_read_legacy(src, ckpt__cat_global_allowed, c, ckpt__cat_arena(c), &tf, err)
+                : ckpt__torch_read_zip(src, ckpt__cat_global_allowed, c, ckpt__cat_arena(c), &tf, err);
     if (st) return st;
     st = add_to_catalog(c, file, &tf, err);
     ckpt__torch_file_free(&tf);

@@ -14,6 +14,7 @@
 
 #include "../base/base.h"
 #include "../io/source.h"
+#include "pickle.h"
 
 typedef struct ckpt__torch_tensor {
     const char *name; /* dotted path in the object tree, arena */
@@ -48,11 +49,14 @@ typedef struct ckpt__torch_file {
 } ckpt__torch_file;
 
 /* Is `name` a global that torch's weights-only unpickler allows? */
-CKPT__HIDDEN bool ckpt__torch_allowed_global(const char *module, const char *name, void *user);
+CKPT__HIDDEN bool ckpt__torch_allowed_global(const char *module, const char *name);
+/* The same, as the unpickler's judge (user unused). */
+CKPT__HIDDEN ckpt__pk_allowed ckpt__torch_allow(const char *module, const char *name, void *user);
 
 /* Reads a torch.save zip archive. */
-CKPT__HIDDEN ckpt_status ckpt__torch_read_zip(ckpt__source *src, ckpt__arena *arena, ckpt__torch_file *out,
-                                              ckpt_error *err);
+/* `allow` (NULL: torch's allowlist) judges the pickle's globals. */
+CKPT__HIDDEN ckpt_status ckpt__torch_read_zip(ckpt__source *src, ckpt__pk_allow_fn allow, void *allow_user,
+                                              ckpt__arena *arena, ckpt__torch_file *out, ckpt_error *err);
 /* Does a file start like a legacy (pre-1.6 stream) torch.save file? */
 CKPT__HIDDEN bool ckpt__torch_sniff_legacy(const unsigned char *head, size_t n);
 
@@ -66,8 +70,8 @@ CKPT__HIDDEN bool ckpt__torch_sniff_tar(const unsigned char *head, size_t n);
  * and the sorted storage keys, then each storage as an int64 element count
  * and its bytes.
  */
-CKPT__HIDDEN ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__arena *arena, ckpt__torch_file *out,
-                                                 ckpt_error *err);
+CKPT__HIDDEN ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__pk_allow_fn allow, void *allow_user,
+                                                 ckpt__arena *arena, ckpt__torch_file *out, ckpt_error *err);
 
 CKPT__HIDDEN void ckpt__torch_file_free(ckpt__torch_file *file);
 

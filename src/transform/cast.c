@@ -288,6 +288,7 @@ static void fill_scalar(ckpt__cast_fn (*t)[CKPT_DTYPE_COUNT]) {
 static void build_table(void) {
     int level = cpu_level();
     fill_scalar(table);
+    ckpt__quant_fill(table);
     for (int l = 1; l <= level; l++)
         for (int a = 1; a < CKPT_DTYPE_COUNT; a++)
             for (int b = 1; b < CKPT_DTYPE_COUNT; b++) {

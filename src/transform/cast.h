@@ -38,6 +38,11 @@ CKPT__HIDDEN uint16_t ckpt__f32_to_f16(float f);
 CKPT__HIDDEN float ckpt__bf16_to_f32(uint16_t b);
 CKPT__HIDDEN uint16_t ckpt__f32_to_bf16(float f);
 
+/* quant.c: fills the pairs of ggml's block types (dequantization to F32,
+ * F16, BF16; quantization to Q8_0 and Q4_0; each block type to itself).
+ * Their kernels count blocks, not elements. */
+CKPT__HIDDEN void ckpt__quant_fill(ckpt__cast_fn (*table)[CKPT_DTYPE_COUNT]);
+
 /* Kernels of cast_x86.c for a SIMD level, 1 AVX2 (+F16C) or 2 AVX-512
  * (NULL where none): */
 CKPT__HIDDEN ckpt__cast_fn ckpt__cast_simd_kernel(int level, ckpt_dtype from, ckpt_dtype to);

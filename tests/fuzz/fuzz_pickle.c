@@ -9,7 +9,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ckpt__pk_value *root;
     size_t used;
     ckpt_error err;
-    (void)ckpt__pk_load(data, size, &src, ckpt__torch_allowed_global, NULL, &arena, &root, &used, &err);
+    (void)ckpt__pk_load(data, size, &src, ckpt__torch_allow, NULL, &arena, &root, &used, &err);
     ckpt__arena_free(&arena);
     return 0;
 }

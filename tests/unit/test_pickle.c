@@ -6,20 +6,26 @@
 #include "helpers.h"
 #include "pickle_cases.h"
 
-static bool allow(const char *module, const char *name, void *user) {
-    (void)user;
+static ckpt__pk_allowed allow(const char *module, const char *name, void *user) {
     static const char *const ok[][2] = {{"collections", "OrderedDict"}, {"builtins", "set"}, {"torch", "Size"},
                                         {"_codecs", "encode"},          {"builtins", "bytearray"},
                                         {"builtins", "frozenset"}};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
-        if (!strcmp(module, ok[i][0]) && !strcmp(name, ok[i][1])) return true;
-    return false;
+        if (!strcmp(module, ok[i][0]) && !strcmp(name, ok[i][1])) return CKPT__PK_ALLOW;
+    /* What a caller's allowed_globals gives: rebuilding from state only. */
+    if (user && !strcmp(module, "os") && !strcmp(name, "system")) return CKPT__PK_ALLOW_STATE;
+    return CKPT__PK_DENY;
+}
+
+static ckpt_status load_as(const char *data, size_t len, void *user, ckpt__arena *arena, ckpt__pk_value **out,
+                           ckpt_error *err) {
+    ckpt__pk_source src = {"m.pt", "archive/data.pkl", 100};
+    size_t used;
+    return ckpt__pk_load((const unsigned char *)data, len, &src, allow, user, arena, out, &used, err);
 }
 
 static ckpt_status load(const char *data, size_t len, ckpt__arena *arena, ckpt__pk_value **out, ckpt_error *err) {
-    ckpt__pk_source src = {"m.pt", "archive/data.pkl", 100};
-    size_t used;
-    return ckpt__pk_load((const unsigned char *)data, len, &src, allow, NULL, arena, out, &used, err);
+    return load_as(data, len, NULL, arena, out, err);
 }
 
 static const ckpt__pk_value *get(const ckpt__pk_value *dict, const char *key) {
@@ -104,6 +110,15 @@ static void test_hostile_pickles(void **state) {
     ckpt_error err;
     assert_int_equal(load(hostile_cases[0].data, hostile_cases[0].len, &arena, &v, &err), CKPT_E_PICKLE_FORBIDDEN);
     assert_non_null(strstr(err.message, "'os.system' is not allowed"));
+    assert_non_null(strstr(err.message, "allowed_globals"));
+    ckpt__arena_free(&arena);
+    /* Allowing a global lets it rebuild objects from their state, never
+     * calls it: REDUCE of an allowed os.system is still refused. */
+    int caller = 1;
+    static const char reduce_os_system[] = "\x80\x02" "cos\nsystem\n" "X\x05\x00\x00\x00touch" "\x85R.";
+    assert_int_equal(load_as(reduce_os_system, sizeof reduce_os_system - 1, &caller, &arena, &v, &err),
+                     CKPT_E_PICKLE_FORBIDDEN);
+    assert_non_null(strstr(err.message, "calls it with arguments"));
     ckpt__arena_free(&arena);
 }
 

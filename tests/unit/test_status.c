@@ -30,6 +30,8 @@ static void test_numbers_are_stable(void **state) {
     assert_int_equal(CKPT_E_INDEX_MISMATCH, 41);
     assert_int_equal(CKPT_E_ZIP_INVALID, 50);
     assert_int_equal(CKPT_E_CHECKSUM, 52);
+    assert_int_equal(CKPT_E_GGUF_VERSION, 70);
+    assert_int_equal(CKPT_E_UNSUPPORTED_DTYPE, 79);
 }
 
 static void test_fail_fills_every_field(void **state) {

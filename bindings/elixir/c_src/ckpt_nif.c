@@ -242,6 +242,7 @@ static const char *format_name(ckpt_format f) {
     case CKPT_FORMAT_SAFETENSORS_SHARDED: return "safetensors_sharded";
     case CKPT_FORMAT_TORCH: return "torch";
     case CKPT_FORMAT_TORCH_SHARDED: return "torch_sharded";
+    case CKPT_FORMAT_GGUF: return "gguf";
     }
     return "unknown";
 }

@@ -95,7 +95,11 @@ pub const CKPT_C64: ckpt_dtype = 19;
 pub const CKPT_F64: ckpt_dtype = 20;
 pub const CKPT_I64: ckpt_dtype = 21;
 pub const CKPT_U64: ckpt_dtype = 22;
-pub const CKPT_DTYPE_COUNT: c_int = 23;
+/// GGUF's block-quantized types are CKPT_Q4_0 (23) ... CKPT_Q1_0 (48).
+pub const CKPT_Q4_0: ckpt_dtype = 23;
+pub const CKPT_Q8_0: ckpt_dtype = 27;
+pub const CKPT_Q1_0: ckpt_dtype = 48;
+pub const CKPT_DTYPE_COUNT: c_int = 49;
 
 pub type ckpt_format = c_int;
 pub const CKPT_FORMAT_SAFETENSORS: ckpt_format = 1;
@@ -207,6 +211,10 @@ pub struct ckpt_writer_options {
     pub copy_partial_views: c_int,
     pub format: c_int,
     pub copy_files_from: *const c_char,
+    /// GGUF output: at most this many tensors per split file (0: no limit).
+    pub split_max_tensors: u64,
+    /// Metadata adding to or replacing the source's: a JSON object text (NULL: none).
+    pub metadata_json: *const c_char,
 }
 
 /// Where a tensor's bytes lie in the caller's memory (ckpt_writer_add_tensor_shared).
@@ -556,6 +564,8 @@ mod layout {
             ("ckpt_writer_options.copy_partial_views", off!(ckpt_writer_options, copy_partial_views), true),
             ("ckpt_writer_options.format", off!(ckpt_writer_options, format), true),
             ("ckpt_writer_options.copy_files_from", off!(ckpt_writer_options, copy_files_from), true),
+            ("ckpt_writer_options.split_max_tensors", off!(ckpt_writer_options, split_max_tensors), true),
+            ("ckpt_writer_options.metadata_json", off!(ckpt_writer_options, metadata_json), true),
             ("sizeof ckpt_tensor_storage", size_of::<ckpt_tensor_storage>(), true),
             ("ckpt_tensor_storage.id", off!(ckpt_tensor_storage, id), true),
             ("ckpt_tensor_storage.nbytes", off!(ckpt_tensor_storage, nbytes), true),

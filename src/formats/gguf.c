@@ -1,0 +1,688 @@
+/* gguf.c — reading GGUF files and gguf-split parts (see gguf.h). */
+#include "gguf.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io/file.h"
+#include "../transform/swap.h"
+#include "format.h"
+#include "json.h"
+
+static const char *const type_names[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32",
+                                         "bool", "string", "array", "u64", "i64", "f64"};
+enum { T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STRING, T_ARRAY, T_U64, T_I64, T_F64, T_COUNT };
+
+const char *ckpt__gguf_type_name(uint32_t type) { return type < T_COUNT ? type_names[type] : NULL; }
+const char *ckpt_kv_type_name(ckpt_kv_type type) { return ckpt__gguf_type_name((uint32_t)type); }
+
+/* Bytes of a fixed-size value type; 0 for strings and arrays. */
+static unsigned fixed_size(uint32_t t) {
+    static const unsigned sizes[T_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    return t < T_COUNT ? sizes[t] : 0;
+}
+
+void ckpt__gguf_json_string(ckpt__buf *b, const char *s, size_t len) {
+    static const char hex[] = "0123456789abcdef";
+    ckpt__buf_append(b, "\"", 1);
+    size_t run = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        ckpt__buf_append(b, s + run, i - run);
+        run = i + 1;
+        char e[7] = {'\\', 0};
+        switch (c) {
+        case '"': e[1] = '"'; break;
+        case '\\': e[1] = '\\'; break;
+        case '\n': e[1] = 'n'; break;
+        case '\r': e[1] = 'r'; break;
+        case '\t': e[1] = 't'; break;
+        case '\b': e[1] = 'b'; break;
+        case '\f': e[1] = 'f'; break;
+        default: e[1] = 'u', e[2] = '0', e[3] = '0', e[4] = hex[c >> 4], e[5] = hex[c & 15];
+        }
+        ckpt__buf_append(b, e, strlen(e));
+    }
+    ckpt__buf_append(b, s + run, len - run);
+    ckpt__buf_append(b, "\"", 1);
+}
+
+/* ---- a buffered cursor over the source ------------------------------------ */
+
+typedef struct cursor {
+    ckpt__source *src;
+    const char *path;
+    uint64_t pos, size;
+    unsigned char *buf;
+    uint64_t buf_at;
+    size_t buf_len, cap;
+    bool swap; /* a big-endian file */
+    ckpt_error *err;
+} cursor;
+
+enum { CURSOR_CHUNK = 1 << 20 };
+
+static ckpt_status truncated(cursor *c, uint64_t need, const char *what) {
+    return ckpt__fail(c->err, CKPT_E_TRUNCATED, c->path, NULL, (int64_t)c->pos,
+                      "file ends after %llu bytes, inside %s (%llu more bytes needed)", (unsigned long long)c->size,
+                      what, (unsigned long long)(c->pos + need - c->size));
+}
+
+/* Copies the next n bytes into dst and advances. */
+static ckpt_status take(cursor *c, void *dst, uint64_t n, const char *what) {
+    if (n > c->size - c->pos) return truncated(c, n, what);
+    unsigned char *out = dst;
+    while (n) {
+        if (c->pos >= c->buf_at && c->pos < c->buf_at + c->buf_len) {
+            size_t off = (size_t)(c->pos - c->buf_at), k = c->buf_len - off;
+            if (k > n) k = (size_t)n;
+            memcpy(out, c->buf + off, k);
+            out += k, n -= k, c->pos += k;
+            continue;
+        }
+        if (n >= c->cap) { /* large: straight into place */
+            ckpt_status st = ckpt__source_read(c->src, out, n, c->pos, c->err);
+            if (st) return st;
+            c->pos += n;
+            return CKPT_OK;
+        }
+        uint64_t left = c->size - c->pos;
+        size_t fill = left < c->cap ? (size_t)left : c->cap;
+        ckpt_status st = ckpt__source_read(c->src, c->buf, fill, c->pos, c->err);
+        if (st) return st;
+        c->buf_at = c->pos, c->buf_len = fill;
+    }
+    return CKPT_OK;
+}
+
+static void fix_order(const cursor *c, void *p, unsigned size) {
+    if (c->swap) ckpt__swap_units(p, size, size);
+}
+
+static ckpt_status rd32(cursor *c, uint32_t *v, const char *what) {
+    unsigned char b[4];
+    ckpt_status st = take(c, b, 4, what);
+    if (st) return st;
+    fix_order(c, b, 4);
+    memcpy(v, b, 4);
+    return CKPT_OK;
+}
+
+static ckpt_status rd64(cursor *c, uint64_t *v, const char *what) {
+    unsigned char b[8];
+    ckpt_status st = take(c, b, 8, what);
+    if (st) return st;
+    fix_order(c, b, 8);
+    memcpy(v, b, 8);
+    return CKPT_OK;
+}
+
+/* A string: u64 length + bytes, UTF-8, into the arena. */
+static ckpt_status rd_string(cursor *c, ckpt__arena *arena, const char *what, const char **out, uint64_t *len) {
+    uint64_t at = c->pos, n;
+    ckpt_status st = rd64(c, &n, what);
+    if (st) return st;
+    if (n > c->size - c->pos)
+        return ckpt__fail(c->err, CKPT_E_GGUF_LENGTH, c->path, NULL, (int64_t)at,
+                          "%s has length %llu but only %llu bytes of the file follow", what, (unsigned long long)n,
+                          (unsigned long long)(c->size - c->pos));
+    char *s = ckpt__arena_alloc(arena, (size_t)n + 1);
+    if (!s) return ckpt__oom(c->err, c->path, what);
+    if ((st = take(c, s, n, what))) return st;
+    s[n] = '\0';
+    size_t bad = ckpt__utf8_check((const unsigned char *)s, (size_t)n);
+    if (bad != n)
+        return ckpt__fail(c->err, CKPT_E_GGUF_LENGTH, c->path, NULL, (int64_t)(at + 8 + bad),
+                          "%s is not valid UTF-8 (byte 0x%02x)", what, (unsigned char)s[bad]);
+    *out = s;
+    if (len) *len = n;
+    return CKPT_OK;
+}
+
+/* ---- values ----------------------------------------------------------------- */
+
+static void json_number(ckpt__buf *b, uint32_t type, const unsigned char *p) {
+    char tmp[40];
+    switch (type) {
+    case T_U8: snprintf(tmp, sizeof tmp, "%u", (unsigned)p[0]); break;
+    case T_I8: snprintf(tmp, sizeof tmp, "%d", (int)(int8_t)p[0]); break;
+    case T_BOOL: snprintf(tmp, sizeof tmp, "%s", p[0] ? "true" : "false"); break;
+    case T_U16: { uint16_t v; memcpy(&v, p, 2); snprintf(tmp, sizeof tmp, "%u", (unsigned)v); break; }
+    case T_I16: { int16_t v; memcpy(&v, p, 2); snprintf(tmp, sizeof tmp, "%d", (int)v); break; }
+    case T_U32: { uint32_t v; memcpy(&v, p, 4); snprintf(tmp, sizeof tmp, "%lu", (unsigned long)v); break; }
+    case T_I32: { int32_t v; memcpy(&v, p, 4); snprintf(tmp, sizeof tmp, "%ld", (long)v); break; }
+    case T_U64: { uint64_t v; memcpy(&v, p, 8); snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v); break; }
+    case T_I64: { int64_t v; memcpy(&v, p, 8); snprintf(tmp, sizeof tmp, "%lld", (long long)v); break; }
+    case T_F32:
+    case T_F64: {
+        double d;
+        if (type == T_F32) { float f; memcpy(&f, p, 4); d = f; }
+        else memcpy(&d, p, 8);
+        if (isnan(d)) snprintf(tmp, sizeof tmp, "\"nan\"");
+        else if (isinf(d)) snprintf(tmp, sizeof tmp, d > 0 ? "\"inf\"" : "\"-inf\"");
+        else snprintf(tmp, sizeof tmp, type == T_F32 ? "%.9g" : "%.17g", d);
+        break;
+    }
+    default: tmp[0] = '\0';
+    }
+    ckpt__buf_puts(b, tmp);
+}
+
+static void scalar_numbers(ckpt_kv *kv, uint32_t type, const unsigned char *p) {
+    switch (type) {
+    case T_U8: case T_BOOL: kv->u = p[0], kv->i = p[0], kv->f = p[0]; break;
+    case T_I8: kv->i = (int8_t)p[0], kv->u = (uint64_t)kv->i, kv->f = (double)kv->i; break;
+    case T_U16: { uint16_t v; memcpy(&v, p, 2); kv->u = v, kv->i = v, kv->f = v; break; }
+    case T_I16: { int16_t v; memcpy(&v, p, 2); kv->i = v, kv->u = (uint64_t)kv->i, kv->f = v; break; }
+    case T_U32: { uint32_t v; memcpy(&v, p, 4); kv->u = v, kv->i = v, kv->f = v; break; }
+    case T_I32: { int32_t v; memcpy(&v, p, 4); kv->i = v, kv->u = (uint64_t)kv->i, kv->f = v; break; }
+    case T_U64: { uint64_t v; memcpy(&v, p, 8); kv->u = v, kv->i = (int64_t)v, kv->f = (double)v; break; }
+    case T_I64: { int64_t v; memcpy(&v, p, 8); kv->i = v, kv->u = (uint64_t)v, kv->f = (double)v; break; }
+    case T_F32: { float v; memcpy(&v, p, 4); kv->f = v, kv->i = (int64_t)0, kv->u = 0; break; }
+    case T_F64: { double v; memcpy(&v, p, 8); kv->f = v, kv->i = 0, kv->u = 0; break; }
+    }
+}
+
+typedef struct value_ctx {
+    cursor *c;
+    ckpt__arena *arena;
+    const char *key;
+} value_ctx;
+
+/* Smallest bytes an element of this type takes in the file. */
+static unsigned min_size(uint32_t t) { return t == T_STRING ? 8 : t == T_ARRAY ? 12 : fixed_size(t); }
+
+/* Reads a value of `type`, appending its typed JSON to `json`; for the top
+ * level (kv != NULL) fills the public fields. */
+static ckpt_status read_value(value_ctx *v, uint32_t type, unsigned depth, ckpt__buf *json, ckpt_kv *kv) {
+    cursor *c = v->c;
+    ckpt_status st;
+    uint64_t at = c->pos;
+    ckpt__buf_puts(json, "{\"" CKPT_GGUF_TYPE_KEY "\": \"");
+    ckpt__buf_puts(json, type_names[type]);
+    ckpt__buf_puts(json, "\", ");
+    if (type == T_STRING) {
+        const char *s;
+        uint64_t len;
+        if ((st = rd_string(c, v->arena, "a string value", &s, &len))) return st;
+        ckpt__buf_puts(json, "\"value\": ");
+        ckpt__gguf_json_string(json, s, (size_t)len);
+        if (kv) kv->string = s, kv->string_len = len, kv->count = 1;
+    } else if (type != T_ARRAY) {
+        unsigned char p[8];
+        unsigned size = fixed_size(type);
+        if ((st = take(c, p, size, "a value"))) return st;
+        fix_order(c, p, size);
+        ckpt__buf_puts(json, "\"value\": ");
+        json_number(json, type, p);
+        if (kv) scalar_numbers(kv, type, p), kv->count = 1;
+    } else {
+        uint32_t et;
+        uint64_t count;
+        if ((st = rd32(c, &et, "an array's element type"))) return st;
+        if (et >= T_COUNT)
+            return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, (int64_t)at,
+                              "key '%s': array elements of unknown type %u", v->key, et);
+        if (et == T_ARRAY && depth + 1 >= CKPT__GGUF_MAX_NESTING)
+            return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, (int64_t)at,
+                              "key '%s': arrays nested more than %d deep", v->key, CKPT__GGUF_MAX_NESTING);
+        uint64_t count_at = c->pos;
+        if ((st = rd64(c, &count, "an array's length"))) return st;
+        if (count > (c->size - c->pos) / min_size(et))
+            return ckpt__fail(c->err, CKPT_E_GGUF_COUNT, c->path, NULL, (int64_t)count_at,
+                              "key '%s': array of %llu %s elements cannot fit in the %llu bytes left in the file",
+                              v->key, (unsigned long long)count, type_names[et],
+                              (unsigned long long)(c->size - c->pos));
+        ckpt__buf_puts(json, "\"element\": \"");
+        ckpt__buf_puts(json, type_names[et]);
+        ckpt__buf_puts(json, "\", \"value\": [");
+        unsigned size = fixed_size(et);
+        unsigned char *data = NULL;
+        if (kv && size) {
+            data = ckpt__arena_alloc(v->arena, count ? (size_t)(count * size) : 1);
+            if (!data) return ckpt__oom(c->err, c->path, v->key);
+        }
+        for (uint64_t k = 0; k < count; k++) {
+            if (k) ckpt__buf_puts(json, ", ");
+            if (size) {
+                unsigned char p[8];
+                if ((st = take(c, p, size, "an array element"))) return st;
+                fix_order(c, p, size);
+                json_number(json, et, p);
+                if (data) memcpy(data + k * size, p, size);
+            } else if (et == T_STRING) {
+                const char *s;
+                uint64_t len;
+                if ((st = rd_string(c, v->arena, "a string in an array", &s, &len))) return st;
+                ckpt__gguf_json_string(json, s, (size_t)len);
+            } else {
+                if ((st = read_value(v, T_ARRAY, depth + 1, json, NULL))) return st;
+            }
+            if (json->failed) return ckpt__oom(c->err, c->path, v->key);
+        }
+        ckpt__buf_puts(json, "]");
+        if (kv) kv->element_type = (ckpt_kv_type)et, kv->count = count, kv->data = data;
+    }
+    ckpt__buf_puts(json, "}");
+    return json->failed ? ckpt__oom(c->err, c->path, v->key) : CKPT_OK;
+}
+
+/* ---- a file's header ---------------------------------------------------------- */
+
+typedef struct tinfo {
+    const char *name;
+    ckpt_dtype dtype;
+    uint32_t ndim;
+    uint64_t *shape; /* arena, outermost first */
+    uint64_t offset; /* relative to the data */
+    uint64_t nbytes;
+    uint64_t info_at; /* where its info starts in the file */
+} tinfo;
+
+typedef struct header {
+    ckpt_kv *kvs;
+    size_t kv_count;
+    tinfo *tensors;
+    size_t count;
+    uint64_t data_start;
+    uint32_t alignment;
+    bool big_endian;
+    /* split keys (-1 when absent) */
+    int64_t split_no, split_count, split_tensors;
+} header;
+
+static void header_free(header *h) {
+    free(h->kvs);
+    free(h->tensors);
+    memset(h, 0, sizeof *h);
+}
+
+static const ckpt_kv *find_kv(const header *h, const char *key) {
+    for (size_t i = 0; i < h->kv_count; i++)
+        if (strcmp(h->kvs[i].key, key) == 0) return &h->kvs[i];
+    return NULL;
+}
+
+static int by_offset(const void *a, const void *b) {
+    const tinfo *x = *(tinfo *const *)a, *y = *(tinfo *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Each byte-swapped unit of a block type in a big-endian file, as
+ * gguf-py's gguf_convert_endian swaps them (other block types it refuses). */
+static bool swappable_block(ckpt_dtype d) {
+    return d == CKPT_Q4_0 || d == CKPT_Q8_0 || d == CKPT_Q4_K || d == CKPT_Q6_K || d == CKPT_MXFP4 || d == CKPT_NVFP4;
+}
+
+static ckpt_status read_header(ckpt__source *src, ckpt__arena *arena, header *h, ckpt_error *err) {
+    memset(h, 0, sizeof *h);
+    h->split_no = h->split_count = h->split_tensors = -1;
+    cursor c = {.src = src, .path = src->name, .size = src->size, .err = err};
+    c.cap = CURSOR_CHUNK;
+    c.buf = ckpt__malloc(c.cap);
+    if (!c.buf) return ckpt__oom(err, src->name, "the header buffer");
+    ckpt_status st;
+    unsigned char magic[4];
+    uint32_t version;
+    uint64_t n_tensors = 0, n_kv = 0;
+    if ((st = take(&c, magic, 4, "the magic"))) goto done;
+    if (memcmp(magic, "GGUF", 4) != 0) {
+        st = ckpt__fail(err, CKPT_E_UNKNOWN_FORMAT, c.path, NULL, 0, "does not start with the GGUF magic");
+        goto done;
+    }
+    if ((st = rd32(&c, &version, "the version"))) goto done;
+    if ((version & 0xFFFF) == 0) { /* written big-endian */
+        c.swap = h->big_endian = true;
+        ckpt__swap_units((unsigned char *)&version, 4, 4);
+    }
+    if (version != 2 && version != 3) {
+        st = ckpt__fail(err, CKPT_E_GGUF_VERSION, c.path, NULL, 4,
+                        version == 1 ? "GGUF version 1 is not supported (versions 2 and 3 are)"
+                                     : "GGUF version %lu is not supported (versions 2 and 3 are)",
+                        (unsigned long)version);
+        goto done;
+    }
+    if ((st = rd64(&c, &n_tensors, "the tensor count")) || (st = rd64(&c, &n_kv, "the key-value count"))) goto done;
+    /* A tensor info takes 24 bytes at least, a key-value 13. */
+    if (n_kv > (c.size - c.pos) / 13) {
+        st = ckpt__fail(err, CKPT_E_GGUF_COUNT, c.path, NULL, 16, "%llu key-values cannot fit in a %llu-byte file",
+                        (unsigned long long)n_kv, (unsigned long long)c.size);
+        goto done;
+    }
+    if (n_tensors > (c.size - c.pos) / 24) {
+        st = ckpt__fail(err, CKPT_E_GGUF_COUNT, c.path, NULL, 8, "%llu tensors cannot fit in a %llu-byte file",
+                        (unsigned long long)n_tensors, (unsigned long long)c.size);
+        goto done;
+    }
+    h->kvs = ckpt__calloc(n_kv ? (size_t)n_kv : 1, sizeof *h->kvs);
+    h->tensors = ckpt__calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *h->tensors);
+    if (!h->kvs || !h->tensors) {
+        st = ckpt__oom(err, c.path, "the header");
+        goto done;
+    }
+    for (uint64_t i = 0; i < n_kv; i++) {
+        uint64_t at = c.pos;
+        ckpt_kv *kv = &h->kvs[h->kv_count];
+        uint64_t klen;
+        uint32_t type;
+        if ((st = rd_string(&c, arena, "a key", &kv->key, &klen))) goto done;
+        if (klen == 0) {
+            st = ckpt__fail(err, CKPT_E_GGUF_LENGTH, c.path, NULL, (int64_t)at, "key-value %llu has an empty key",
+                            (unsigned long long)i);
+            goto done;
+        }
+        if (find_kv(h, kv->key)) {
+            st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, c.path, NULL, (int64_t)at, "key '%s' appears twice", kv->key);
+            goto done;
+        }
+        uint64_t type_at = c.pos;
+        if ((st = rd32(&c, &type, "a value type"))) goto done;
+        if (type >= T_COUNT) {
+            st = ckpt__fail(err, CKPT_E_GGUF_KV_TYPE, c.path, NULL, (int64_t)type_at,
+                            "key '%s' has unknown value type %lu", kv->key, (unsigned long)type);
+            goto done;
+        }
+        kv->type = (ckpt_kv_type)type;
+        ckpt__buf json = {0};
+        value_ctx v = {&c, arena, kv->key};
+        st = read_value(&v, type, 0, &json, kv);
+        if (st == CKPT_OK && !(kv->json = ckpt__arena_strndup(arena, json.data, json.len))) st = ckpt__oom(err, c.path, kv->key);
+        free(json.data);
+        if (st) goto done;
+        h->kv_count++;
+    }
+    /* Keys whose type the readers insist on. */
+    h->alignment = CKPT__GGUF_DEFAULT_ALIGNMENT;
+    const ckpt_kv *a = find_kv(h, "general.alignment");
+    if (a) {
+        if (a->type != CKPT_KV_U32) {
+            st = ckpt__fail(err, CKPT_E_GGUF_KV_TYPE, c.path, NULL, -1, "general.alignment is a %s, not a u32",
+                            type_names[a->type]);
+            goto done;
+        }
+        if (a->u == 0 || (a->u & (a->u - 1)) != 0) {
+            st = ckpt__fail(err, CKPT_E_GGUF_ALIGNMENT, c.path, NULL, -1,
+                            "general.alignment %llu is not a non-zero power of two", (unsigned long long)a->u);
+            goto done;
+        }
+        h->alignment = (uint32_t)a->u;
+    }
+    static const struct { const char *key; uint32_t type; } split_keys[] = {
+        {"split.no", T_U16}, {"split.count", T_U16}, {"split.tensors.count", T_I32}};
+    int64_t *split_values[] = {&h->split_no, &h->split_count, &h->split_tensors};
+    for (int k = 0; k < 3; k++) {
+        const ckpt_kv *s = find_kv(h, split_keys[k].key);
+        if (!s) continue;
+        if ((uint32_t)s->type != split_keys[k].type) {
+            st = ckpt__fail(err, CKPT_E_GGUF_KV_TYPE, c.path, NULL, -1, "%s is a %s, not a %s (as gguf-split writes it)",
+                            split_keys[k].key, type_names[s->type], type_names[split_keys[k].type]);
+            goto done;
+        }
+        *split_values[k] = s->i;
+    }
+    for (uint64_t i = 0; i < n_tensors; i++) {
+        tinfo *t = &h->tensors[h->count];
+        t->info_at = c.pos;
+        uint32_t ndim, type;
+        if ((st = rd_string(&c, arena, "a tensor name", &t->name, NULL))) goto done;
+        uint64_t dims_at = c.pos;
+        if ((st = rd32(&c, &ndim, "a tensor's dimension count"))) goto done;
+        if (ndim > CKPT__GGUF_MAX_DIMS) {
+            st = ckpt__fail(err, CKPT_E_GGUF_DIMS, c.path, t->name, (int64_t)dims_at,
+                            "%lu dimensions, more than ggml's %d", (unsigned long)ndim, CKPT__GGUF_MAX_DIMS);
+            goto done;
+        }
+        t->ndim = ndim;
+        t->shape = ckpt__arena_alloc(arena, (ndim ? ndim : 1) * sizeof(uint64_t));
+        if (!t->shape) {
+            st = ckpt__oom(err, c.path, t->name);
+            goto done;
+        }
+        for (uint32_t d = 0; d < ndim; d++) {
+            uint64_t ne;
+            if ((st = rd64(&c, &ne, "a tensor dimension"))) goto done;
+            if (ne > (uint64_t)INT64_MAX) {
+                st = ckpt__fail(err, CKPT_E_GGUF_DIMS, c.path, t->name, (int64_t)(c.pos - 8),
+                                "dimension %lu is %llu, more than ggml's int64", (unsigned long)d, (unsigned long long)ne);
+                goto done;
+            }
+            t->shape[ndim - 1 - d] = ne; /* ggml lists the innermost first */
+        }
+        uint64_t type_at = c.pos;
+        if ((st = rd32(&c, &type, "a tensor's type"))) goto done;
+        t->dtype = ckpt_dtype_from_ggml_type(type);
+        if (t->dtype == CKPT_DTYPE_INVALID) {
+            st = ckpt__fail(err, CKPT_E_GGUF_TENSOR_TYPE, c.path, t->name, (int64_t)type_at, "unknown ggml type %lu",
+                            (unsigned long)type);
+            goto done;
+        }
+        if ((st = rd64(&c, &t->offset, "a tensor's offset"))) goto done;
+        uint64_t numel;
+        if (!ckpt__shape_numel(t->ndim, t->shape, &numel)) {
+            st = ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, c.path, t->name, (int64_t)dims_at, "product of the shape overflows");
+            goto done;
+        }
+        if (ckpt_dtype_is_block(t->dtype) && !ckpt__block_rows_ok(t->dtype, t->ndim, t->shape)) {
+            st = ckpt__fail(err, CKPT_E_GGUF_DIMS, c.path, t->name, (int64_t)dims_at,
+                            "rows of %llu elements are not whole %s blocks of %u",
+                            (unsigned long long)(t->ndim ? t->shape[t->ndim - 1] : 1), ckpt_dtype_name(t->dtype),
+                            ckpt_dtype_block_elems(t->dtype));
+            goto done;
+        }
+        if ((st = ckpt__dtype_nbytes(t->dtype, numel, &t->nbytes))) {
+            st = ckpt__fail(err, st, c.path, t->name, (int64_t)dims_at, "%llu elements of %s: %s",
+                            (unsigned long long)numel, ckpt_dtype_name(t->dtype), ckpt_status_message(st));
+            goto done;
+        }
+        if (h->big_endian && ckpt_dtype_is_block(t->dtype) && !swappable_block(t->dtype)) {
+            st = ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, c.path, t->name, (int64_t)type_at,
+                            "a big-endian %s tensor: gguf-py's byte order converter defines big-endian blocks only "
+                            "for Q4_0, Q8_0, Q4_K, Q6_K, MXFP4 and NVFP4", ckpt_dtype_name(t->dtype));
+            goto done;
+        }
+        for (size_t k = 0; k < h->count; k++)
+            if (strcmp(h->tensors[k].name, t->name) == 0) {
+                st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, c.path, t->name, (int64_t)t->info_at,
+                                "tensor name appears twice (first at byte %llu)",
+                                (unsigned long long)h->tensors[k].info_at);
+                goto done;
+            }
+        h->count++;
+    }
+    /* The data starts at the next multiple of the alignment. */
+    uint64_t start = c.pos + (h->alignment - c.pos % h->alignment) % h->alignment;
+    h->data_start = start;
+    if (h->count && start > c.size) {
+        st = ckpt__fail(err, CKPT_E_TRUNCATED, c.path, NULL, (int64_t)c.size,
+                        "file ends before its data section, which starts at byte %llu", (unsigned long long)start);
+        goto done;
+    }
+    uint64_t data_size = c.size > start ? c.size - start : 0;
+    tinfo **order = ckpt__malloc((h->count ? h->count : 1) * sizeof *order);
+    if (!order) {
+        st = ckpt__oom(err, c.path, NULL);
+        goto done;
+    }
+    for (size_t i = 0; i < h->count; i++) order[i] = &h->tensors[i];
+    for (size_t i = 0; i < h->count && st == CKPT_OK; i++) {
+        tinfo *t = order[i];
+        int64_t at = (int64_t)t->info_at;
+        if (t->offset % h->alignment)
+            st = ckpt__fail(err, CKPT_E_GGUF_ALIGNMENT, c.path, t->name, at,
+                            "data offset %llu is not a multiple of the alignment %lu", (unsigned long long)t->offset,
+                            (unsigned long)h->alignment);
+        else if (t->offset > data_size)
+            st = ckpt__fail(err, CKPT_E_GGUF_OFFSET, c.path, t->name, at,
+                            "data offset %llu is past the end of the %llu-byte data section",
+                            (unsigned long long)t->offset, (unsigned long long)data_size);
+        else if (t->nbytes > data_size - t->offset)
+            st = ckpt__fail(err, CKPT_E_TRUNCATED, c.path, t->name, (int64_t)c.size,
+                            "file ends %llu bytes before the end of this tensor's data",
+                            (unsigned long long)(t->nbytes - (data_size - t->offset)));
+    }
+    if (st == CKPT_OK && h->count) {
+        qsort(order, h->count, sizeof *order, by_offset);
+        for (size_t i = 1; i < h->count && st == CKPT_OK; i++) {
+            const tinfo *p = order[i - 1], *t = order[i];
+            if (t->nbytes && p->offset + p->nbytes > t->offset)
+                st = ckpt__fail(err, CKPT_E_GGUF_OFFSET, c.path, t->name, (int64_t)(start + t->offset),
+                                "data [%llu, %llu) overlaps '%s', which ends at %llu", (unsigned long long)t->offset,
+                                (unsigned long long)(t->offset + t->nbytes), p->name,
+                                (unsigned long long)(p->offset + p->nbytes));
+        }
+    }
+    free(order);
+done:
+    free(c.buf);
+    if (st) header_free(h);
+    return st;
+}
+
+/* ---- the format ---------------------------------------------------------------- */
+
+static ckpt_status add_tensors(ckpt_catalog *c, uint32_t file, const header *h, ckpt_error *err) {
+    for (size_t i = 0; i < h->count; i++) {
+        const tinfo *t = &h->tensors[i];
+        ckpt__piece piece = {.file = file, .offset = h->data_start + t->offset};
+        piece.big_endian = h->big_endian && (ckpt_dtype_is_block(t->dtype) || ckpt_dtype_bits(t->dtype) > 8);
+        ckpt__tensor_decl d = {.name = t->name, .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape,
+                               .storage = CKPT__OWN_STORAGE, .pieces = &piece, .piece_count = 1};
+        ckpt_status st = ckpt__cat_add_tensor(c, &d, err);
+        if (st) return st;
+    }
+    return CKPT_OK;
+}
+
+/* The prefix of a first part "<prefix>-00001-of-NNNNN.gguf", or false. */
+static bool split_prefix(const char *path, int64_t count, char **prefix) {
+    char tail[64];
+    snprintf(tail, sizeof tail, "-00001-of-%05lld.gguf", (long long)count);
+    size_t n = strlen(path), k = strlen(tail);
+    if (n <= k || strcmp(path + n - k, tail) != 0) return false;
+    *prefix = ckpt__strndup(path, n - k);
+    return *prefix != NULL;
+}
+
+static ckpt_status gguf_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) {
+    header h;
+    ckpt__arena *arena = ckpt__cat_arena(c);
+    ckpt_status st = read_header(src, arena, &h, err);
+    if (st) {
+        ckpt__source_close(src);
+        return st;
+    }
+    char *path = ckpt__strdup(src->name);
+    uint32_t file;
+    if (!path) {
+        header_free(&h);
+        ckpt__source_close(src);
+        return ckpt__oom(err, NULL, NULL);
+    }
+    if ((st = ckpt__cat_add_source(c, src, &file, err))) goto done;
+    ckpt__cat_set_format(c, CKPT_FORMAT_GGUF);
+    for (size_t i = 0; i < h.kv_count && st == CKPT_OK; i++) {
+        const ckpt_kv *kv = &h.kvs[i];
+        st = ckpt__cat_add_kv(c, kv, err);
+        if (st == CKPT_OK) st = ckpt__cat_add_metadata(c, file, kv->key, kv->type == CKPT_KV_STRING ? kv->string : kv->json, err);
+    }
+    if (st) goto done;
+    if (h.split_count > 1 || (h.split_no > 0)) {
+        char *prefix = NULL;
+        if (h.split_no != 0)
+            st = ckpt__fail(err, CKPT_E_GGUF_SPLIT, path, NULL, -1,
+                            "is part %lld of a split GGUF: open its first part (-00001-of-%05lld.gguf)",
+                            (long long)h.split_no + 1, (long long)h.split_count);
+        else if (!split_prefix(path, h.split_count, &prefix))
+            st = ckpt__fail(err, CKPT_E_GGUF_SPLIT, path, NULL, -1,
+                            "split.count is %lld but the file is not named like a first part (-00001-of-%05lld.gguf), "
+                            "so its other parts cannot be found",
+                            (long long)h.split_count, (long long)h.split_count);
+        uint64_t total = h.count;
+        if (st == CKPT_OK) st = add_tensors(c, file, &h, err);
+        for (int64_t part = 1; st == CKPT_OK && part < h.split_count; part++) {
+            char name[96];
+            snprintf(name, sizeof name, "-%05lld-of-%05lld.gguf", (long long)part + 1, (long long)h.split_count);
+            char *part_path = ckpt__malloc(strlen(prefix) + strlen(name) + 1);
+            if (!part_path) {
+                st = ckpt__oom(err, path, NULL);
+                break;
+            }
+            strcpy(part_path, prefix);
+            strcat(part_path, name);
+            ckpt__source *ps;
+            header ph;
+            st = ckpt__cat_open_source(c, part_path, &ps, err);
+            if (st == CKPT_OK) {
+                st = read_header(ps, arena, &ph, err);
+                if (st) ckpt__source_close(ps);
+            }
+            if (st == CKPT_OK) {
+                if (ph.split_no != part || ph.split_count != h.split_count)
+                    st = ckpt__fail(err, CKPT_E_GGUF_SPLIT, part_path, NULL, -1,
+                                    "split.no is %lld and split.count %lld; part %lld of %lld expected",
+                                    (long long)ph.split_no, (long long)ph.split_count, (long long)part,
+                                    (long long)h.split_count);
+                uint32_t pf = 0;
+                if (st == CKPT_OK) st = ckpt__cat_add_source(c, ps, &pf, err);
+                else ckpt__source_close(ps);
+                if (st == CKPT_OK) st = add_tensors(c, pf, &ph, err);
+                total += ph.count;
+                header_free(&ph);
+            }
+            free(part_path);
+        }
+        if (st == CKPT_OK && h.split_tensors >= 0 && total != (uint64_t)h.split_tensors)
+            st = ckpt__fail(err, CKPT_E_GGUF_SPLIT, path, NULL, -1,
+                            "split.tensors.count is %lld but the %lld parts hold %llu tensors", (long long)h.split_tensors,
+                            (long long)h.split_count, (unsigned long long)total);
+        free(prefix);
+    } else {
+        st = add_tensors(c, file, &h, err);
+    }
+done:
+    free(path);
+    header_free(&h);
+    return st;
+}
+
+static int gguf_probe(const unsigned char *head, size_t n, const char *name) {
+    if (n >= 4 && memcmp(head, "GGUF", 4) == 0) return CKPT__PROBE_MAGIC;
+    size_t k = strlen(name);
+    return k > 5 && strcmp(name + k - 5, ".gguf") == 0 ? CKPT__PROBE_NAME : CKPT__PROBE_NO;
+}
+
+const ckpt__format ckpt__format_gguf = {"gguf", gguf_probe, gguf_open};
+
+/* ---- names of split parts ---------------------------------------------------- */
+
+char *ckpt__gguf_split_path(const char *path, size_t index, size_t count) {
+    size_t n = strlen(path);
+    if (n > 5 && strcmp(path + n - 5, ".gguf") == 0) n -= 5;
+    char tail[64];
+    snprintf(tail, sizeof tail, "-%05zu-of-%05zu.gguf", index + 1, count);
+    char *out = ckpt__malloc(n + strlen(tail) + 1);
+    if (!out) return NULL;
+    memcpy(out, path, n);
+    strcpy(out + n, tail);
+    return out;
+}
+
+bool ckpt__gguf_is_split_name(const char *name) {
+    size_t n = strlen(name);
+    const char *t = name + n;
+    if (n < 20 || strcmp(t - 5, ".gguf") != 0) return false;
+    t -= 20; /* "-NNNNN-of-NNNNN.gguf" */
+    for (int i = 0; i < 20; i++) {
+        char ch = t[i];
+        bool digit = ch >= '0' && ch <= '9';
+        if ((i >= 1 && i <= 5) || (i >= 10 && i <= 14)) {
+            if (!digit) return false;
+        } else if (i < 10 && ch != "-NNNNN-of-"[i]) {
+            return false;
+        }
+    }
+    return true;
+}

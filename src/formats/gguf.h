@@ -1,0 +1,84 @@
+/*
+ * gguf.h — GGUF, the format of ggml and llama.cpp (ggml's docs/gguf.md; the
+ * `gguf` package on PyPI is the reference ckpt is tested against).
+ *
+ *   "GGUF"  u32 version (2 or 3)  u64 tensor_count  u64 kv_count
+ *   kv_count × { string key, u32 type, value }
+ *   tensor_count × { string name, u32 n_dims, n_dims × u64 (innermost
+ *                    first), u32 ggml type, u64 offset (from the data) }
+ *   padding to general.alignment (32), then the data: each tensor at its
+ *   offset, padded to the alignment.
+ *   string = u64 length + bytes; array = u32 element type + u64 count +
+ *   elements (arrays may hold arrays).  A file written on a big-endian
+ *   machine stores every number big-endian (its version then reads as
+ *   0x03000000 little-endian).
+ *
+ * Reading is the format table in gguf.c; writing is ckpt__gguf_layout
+ * (header bytes and tensor offsets, as gguf-py's GGUFWriter lays them out),
+ * which the writer calls for GGUF output.
+ */
+#ifndef CKPT_FORMATS_GGUF_H
+#define CKPT_FORMATS_GGUF_H
+
+#include "../base/base.h"
+
+#define CKPT__GGUF_MAX_DIMS 4            /* ggml's GGML_MAX_DIMS */
+#define CKPT__GGUF_DEFAULT_ALIGNMENT 32
+#define CKPT__GGUF_MAX_NESTING 16        /* arrays of arrays, this deep at most */
+
+/* "u8" ... "f64" for a GGUF value type number; NULL for another. */
+CKPT__HIDDEN const char *ckpt__gguf_type_name(uint32_t type);
+
+/* Appends a string as a JSON string (UTF-8 kept; NUL and control bytes
+ * escaped); `len` bytes, which may hold NULs. */
+CKPT__HIDDEN void ckpt__gguf_json_string(ckpt__buf *b, const char *s, size_t len);
+
+/*
+ * Appends the binary key-value pair for a metadata entry: `value` is a
+ * typed JSON value ({"gguf_type": ...}, see ckpt_kv) when `typed` says so
+ * (it starts with '{' and parses as one), else a string.  On a malformed
+ * typed value returns CKPT_E_GGUF_KV_TYPE with a reason in `why`.
+ */
+CKPT__HIDDEN ckpt_status ckpt__gguf_encode_kv(ckpt__buf *out, const char *key, const char *value, char *why,
+                                              size_t why_len);
+
+/* True when `value` is typed JSON ({"gguf_type": ...}); *type then receives
+ * its type number and, for a u32, *u32 its value (general.alignment). */
+CKPT__HIDDEN bool ckpt__gguf_typed_value(const char *value, uint32_t *type, uint64_t *u32);
+
+/*
+ * The entries of a metadata_json object (writer options) as what a writer
+ * stores: a string as itself, typed JSON as itself, other values typed as
+ * gguf-py types them.  Arrays and strings are malloc'ed (free each).
+ */
+CKPT__HIDDEN ckpt_status ckpt__gguf_metadata_pairs(const char *json_text, char ***keys, char ***values, size_t *count,
+                                                   char *why, size_t why_len);
+
+/* One tensor of an output file. */
+typedef struct ckpt__gguf_out_tensor {
+    const char *name;
+    ckpt_dtype dtype;
+    uint32_t ndim;
+    const uint64_t *shape; /* outermost first */
+    uint64_t nbytes;
+    uint64_t offset;       /* out: byte offset in the file */
+} ckpt__gguf_out_tensor;
+
+/*
+ * Renders a GGUF file's header, as GGUFWriter writes it: the key-values in
+ * the given order (the caller puts general.architecture first), the tensor
+ * infos in the given order, padding to `alignment`; fills each tensor's
+ * absolute offset and *file_size (every tensor padded to the alignment).
+ */
+CKPT__HIDDEN ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const char *const *values, size_t kv_count,
+                                           ckpt__gguf_out_tensor *tensors, size_t count, uint32_t alignment,
+                                           ckpt__buf *header, uint64_t *file_size, ckpt_error *err);
+
+/* "stem-00002-of-00005.gguf" beside `path` (whose ".gguf" is dropped);
+ * malloc'ed. */
+CKPT__HIDDEN char *ckpt__gguf_split_path(const char *path, size_t index, size_t count);
+
+/* Whether `name` (a base name) looks like a part "-NNNNN-of-NNNNN.gguf". */
+CKPT__HIDDEN bool ckpt__gguf_is_split_name(const char *name);
+
+#endif

@@ -1,0 +1,577 @@
+/* gguf_write.c — GGUF output: key-values from typed JSON, and the header
+ * layout of gguf-py's GGUFWriter (see gguf.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../io/file.h"
+#include "gguf.h"
+#include "json.h"
+#include "output.h"
+
+enum { T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STRING, T_ARRAY, T_U64, T_I64, T_F64, T_COUNT };
+
+static int type_from_name(const char *s) {
+    for (uint32_t t = 0; t < T_COUNT; t++)
+        if (strcmp(ckpt__gguf_type_name(t), s) == 0) return (int)t;
+    return -1;
+}
+
+static void put(ckpt__buf *b, const void *p, size_t n) { ckpt__buf_append(b, p, n); }
+static void put32(ckpt__buf *b, uint32_t v) { put(b, &v, 4); }
+static void put64(ckpt__buf *b, uint64_t v) { put(b, &v, 8); }
+static void put_str(ckpt__buf *b, const char *s, size_t n) {
+    put64(b, n);
+    put(b, s, n);
+}
+
+typedef struct enc {
+    const ckpt__json_doc *doc;
+    char *why;
+    size_t why_len;
+} enc;
+
+static bool fail(enc *e, const char *fmt, const char *arg) {
+    snprintf(e->why, e->why_len, fmt, arg);
+    return false;
+}
+
+/* The member `key` of object node `obj`, or 0. */
+static size_t member(const ckpt__json_doc *doc, size_t obj, const char *key) {
+    size_t i = obj + 1;
+    for (uint32_t k = 0; k < doc->nodes[obj].count; k++) {
+        size_t v = doc->nodes[i].end;
+        if (strcmp(doc->nodes[i].str, key) == 0) return v;
+        i = doc->nodes[v].end;
+    }
+    return 0;
+}
+
+/* Numbers' text is not NUL-terminated: `len` bytes. */
+static bool is_integer_text(const ckpt__json_node *n) {
+    return n->kind == CKPT__JSON_NUMBER && !memchr(n->str, '.', n->len) && !memchr(n->str, 'e', n->len) &&
+           !memchr(n->str, 'E', n->len);
+}
+
+/* Encodes one value of a fixed-size or string type from a plain JSON node. */
+static bool encode_scalar(enc *e, ckpt__buf *out, uint32_t type, const ckpt__json_node *n) {
+    if (type == T_STRING) {
+        if (n->kind != CKPT__JSON_STRING) return fail(e, "a %s value must be a JSON string", "string");
+        put_str(out, n->str, n->len);
+        return true;
+    }
+    if (type == T_BOOL) {
+        if (n->kind != CKPT__JSON_TRUE && n->kind != CKPT__JSON_FALSE) return fail(e, "a %s value must be true or false", "bool");
+        unsigned char v = n->kind == CKPT__JSON_TRUE;
+        put(out, &v, 1);
+        return true;
+    }
+    if (type == T_F32 || type == T_F64) {
+        double d;
+        if (n->kind == CKPT__JSON_STRING && strcmp(n->str, "nan") == 0) d = NAN;
+        else if (n->kind == CKPT__JSON_STRING && strcmp(n->str, "inf") == 0) d = INFINITY;
+        else if (n->kind == CKPT__JSON_STRING && strcmp(n->str, "-inf") == 0) d = -INFINITY;
+        else if (n->kind == CKPT__JSON_NUMBER) d = strtod(n->str, NULL);
+        else return fail(e, "a %s value must be a number (or \"nan\", \"inf\", \"-inf\")", ckpt__gguf_type_name(type));
+        if (type == T_F32) {
+            float f = (float)d;
+            put(out, &f, 4);
+        } else {
+            put(out, &d, 8);
+        }
+        return true;
+    }
+    if (!is_integer_text(n)) return fail(e, "a %s value must be an integer", ckpt__gguf_type_name(type));
+    bool neg = n->str[0] == '-';
+    errno = 0;
+    char *end;
+    long long sv = 0;
+    unsigned long long uv = 0;
+    if (neg) sv = strtoll(n->str, &end, 10);
+    else uv = strtoull(n->str, &end, 10);
+    if (errno) return fail(e, "integer %s out of range", n->str);
+    static const struct { long long lo; unsigned long long hi; unsigned size; } range[T_COUNT] = {
+        [T_U8] = {0, 255, 1}, [T_I8] = {-128, 127, 1}, [T_U16] = {0, 65535, 2}, [T_I16] = {-32768, 32767, 2},
+        [T_U32] = {0, 4294967295ULL, 4}, [T_I32] = {-2147483648LL, 2147483647, 4},
+        [T_U64] = {0, 18446744073709551615ULL, 8}, [T_I64] = {INT64_MIN, INT64_MAX, 8}};
+    if (neg ? sv < range[type].lo : uv > range[type].hi)
+        return fail(e, "integer %s does not fit the type", n->str);
+    uint64_t bits = neg ? (uint64_t)sv : (uint64_t)uv;
+    put(out, &bits, range[type].size); /* little-endian: the low bytes */
+    return true;
+}
+
+/* A typed object {"gguf_type": t, ["element": et,] "value": v} at node i:
+ * its type number, then its payload. */
+static bool encode_typed(enc *e, ckpt__buf *out, size_t i, unsigned depth, bool with_type) {
+    const ckpt__json_doc *doc = e->doc;
+    if (doc->nodes[i].kind != CKPT__JSON_OBJECT) return fail(e, "%s", "an array of arrays holds typed objects");
+    size_t t = member(doc, i, CKPT_GGUF_TYPE_KEY), v = member(doc, i, "value");
+    if (!t || doc->nodes[t].kind != CKPT__JSON_STRING) return fail(e, "%s", "missing \"" CKPT_GGUF_TYPE_KEY "\"");
+    int type = type_from_name(doc->nodes[t].str);
+    if (type < 0) return fail(e, "unknown GGUF type \"%s\"", doc->nodes[t].str);
+    if (!v) return fail(e, "%s", "missing \"value\"");
+    if (with_type) put32(out, (uint32_t)type);
+    if (type != T_ARRAY) return encode_scalar(e, out, (uint32_t)type, &doc->nodes[v]);
+    size_t el = member(doc, i, "element");
+    if (!el || doc->nodes[el].kind != CKPT__JSON_STRING) return fail(e, "%s", "an array needs \"element\"");
+    int et = type_from_name(doc->nodes[el].str);
+    if (et < 0) return fail(e, "unknown GGUF type \"%s\"", doc->nodes[el].str);
+    if (et == T_ARRAY && depth + 1 >= CKPT__GGUF_MAX_NESTING) return fail(e, "%s", "arrays nested too deep");
+    if (doc->nodes[v].kind != CKPT__JSON_ARRAY) return fail(e, "%s", "an array's \"value\" must be a JSON array");
+    put32(out, (uint32_t)et);
+    put64(out, doc->nodes[v].count);
+    size_t k = v + 1;
+    for (uint32_t n = 0; n < doc->nodes[v].count; n++) {
+        bool ok = et == T_ARRAY ? encode_typed(e, out, k, depth + 1, false) : encode_scalar(e, out, (uint32_t)et, &doc->nodes[k]);
+        if (!ok) return false;
+        k = doc->nodes[k].end;
+    }
+    return true;
+}
+
+static bool parse_typed(const char *value, ckpt__json_doc *doc, char **text) {
+    if (value[0] != '{' || !strstr(value, "\"" CKPT_GGUF_TYPE_KEY "\"")) return false;
+    size_t n = strlen(value), at;
+    const char *why;
+    *text = ckpt__malloc(n + 1);
+    if (!*text) return false;
+    memcpy(*text, value, n + 1);
+    if (ckpt__json_parse(*text, n, doc, &at, &why) != CKPT_OK) {
+        free(*text);
+        return false;
+    }
+    if (doc->nodes[0].kind != CKPT__JSON_OBJECT || !member(doc, 0, CKPT_GGUF_TYPE_KEY)) {
+        ckpt__json_free(doc);
+        free(*text);
+        return false;
+    }
+    return true;
+}
+
+bool ckpt__gguf_typed_value(const char *value, uint32_t *type, uint64_t *u32) {
+    ckpt__json_doc doc;
+    char *text;
+    if (!parse_typed(value, &doc, &text)) return false;
+    size_t t = member(&doc, 0, CKPT_GGUF_TYPE_KEY), v = member(&doc, 0, "value");
+    int ty = doc.nodes[t].kind == CKPT__JSON_STRING ? type_from_name(doc.nodes[t].str) : -1;
+    *type = ty < 0 ? UINT32_MAX : (uint32_t)ty;
+    if (u32) *u32 = 0;
+    if (u32 && ty == T_U32 && v && is_integer_text(&doc.nodes[v]) && doc.nodes[v].str[0] != '-')
+        *u32 = strtoull(doc.nodes[v].str, NULL, 10);
+    ckpt__json_free(&doc);
+    free(text);
+    return true;
+}
+
+ckpt_status ckpt__gguf_encode_kv(ckpt__buf *out, const char *key, const char *value, char *why, size_t why_len) {
+    put_str(out, key, strlen(key));
+    ckpt__json_doc doc;
+    char *text;
+    if (!parse_typed(value, &doc, &text)) {
+        put32(out, T_STRING);
+        put_str(out, value, strlen(value));
+        return out->failed ? CKPT_E_NO_MEMORY : CKPT_OK;
+    }
+    enc e = {&doc, why, why_len};
+    bool ok = encode_typed(&e, out, 0, 0, true);
+    ckpt__json_free(&doc);
+    free(text);
+    if (!ok) return CKPT_E_GGUF_KV_TYPE;
+    return out->failed ? CKPT_E_NO_MEMORY : CKPT_OK;
+}
+
+/* ---- metadata_json values: typed as gguf-py types Python values ------------------- */
+
+static void node_json(const ckpt__json_doc *doc, size_t i, ckpt__buf *b) {
+    const ckpt__json_node *n = &doc->nodes[i];
+    switch (n->kind) {
+    case CKPT__JSON_NULL: ckpt__buf_puts(b, "null"); break;
+    case CKPT__JSON_TRUE: ckpt__buf_puts(b, "true"); break;
+    case CKPT__JSON_FALSE: ckpt__buf_puts(b, "false"); break;
+    case CKPT__JSON_NUMBER: ckpt__buf_append(b, n->str, n->len); break;
+    case CKPT__JSON_STRING: ckpt__gguf_json_string(b, n->str, n->len); break;
+    case CKPT__JSON_ARRAY:
+    case CKPT__JSON_OBJECT: {
+        ckpt__buf_puts(b, n->kind == CKPT__JSON_ARRAY ? "[" : "{");
+        size_t k = i + 1;
+        for (uint32_t m = 0; m < n->count; m++) {
+            if (m) ckpt__buf_puts(b, ", ");
+            if (n->kind == CKPT__JSON_OBJECT) {
+                ckpt__gguf_json_string(b, doc->nodes[k].str, doc->nodes[k].len);
+                ckpt__buf_puts(b, ": ");
+                k = doc->nodes[k].end;
+            }
+            node_json(doc, k, b);
+            k = doc->nodes[k].end;
+        }
+        ckpt__buf_puts(b, n->kind == CKPT__JSON_ARRAY ? "]" : "}");
+        break;
+    }
+    }
+}
+
+/* gguf-py's GGUFValueType.get_type for a plain JSON value. */
+static const char *infer_type(const ckpt__json_node *n) {
+    switch (n->kind) {
+    case CKPT__JSON_STRING: return "string";
+    case CKPT__JSON_TRUE: case CKPT__JSON_FALSE: return "bool";
+    case CKPT__JSON_ARRAY: return "array";
+    case CKPT__JSON_NUMBER:
+        if (!is_integer_text(n)) return "f32";
+        errno = 0;
+        long long v = strtoll(n->str, NULL, 10);
+        if (errno) return n->str[0] == '-' ? "i64" : "u64";
+        return v >= INT32_MIN && v <= INT32_MAX ? "i32" : "i64";
+    default: return NULL;
+    }
+}
+
+/* A plain value typed: {"gguf_type": ..., "value": ...}. */
+static bool typed_from_plain(const ckpt__json_doc *doc, size_t i, unsigned depth, ckpt__buf *b, char *why, size_t why_len) {
+    const ckpt__json_node *n = &doc->nodes[i];
+    if (n->kind == CKPT__JSON_OBJECT) {
+        if (!member(doc, i, CKPT_GGUF_TYPE_KEY)) {
+            snprintf(why, why_len, "an object value must be typed ({\"%s\": ...})", CKPT_GGUF_TYPE_KEY);
+            return false;
+        }
+        node_json(doc, i, b);
+        return true;
+    }
+    const char *type = infer_type(n);
+    if (!type) {
+        snprintf(why, why_len, "null has no GGUF type");
+        return false;
+    }
+    if (depth >= CKPT__GGUF_MAX_NESTING) {
+        snprintf(why, why_len, "arrays nested too deep");
+        return false;
+    }
+    ckpt__buf_puts(b, "{\"" CKPT_GGUF_TYPE_KEY "\": \"");
+    ckpt__buf_puts(b, type);
+    ckpt__buf_puts(b, "\", ");
+    if (n->kind != CKPT__JSON_ARRAY) {
+        ckpt__buf_puts(b, "\"value\": ");
+        node_json(doc, i, b);
+    } else {
+        if (n->count == 0) {
+            snprintf(why, why_len, "an empty list has no element type (give a typed value)");
+            return false;
+        }
+        const char *et = infer_type(&doc->nodes[i + 1]);
+        if (!et) {
+            snprintf(why, why_len, "null has no GGUF type");
+            return false;
+        }
+        ckpt__buf_puts(b, "\"element\": \"");
+        ckpt__buf_puts(b, et);
+        ckpt__buf_puts(b, "\", \"value\": [");
+        size_t k = i + 1;
+        for (uint32_t m = 0; m < n->count; m++) {
+            if (m) ckpt__buf_puts(b, ", ");
+            const char *t = infer_type(&doc->nodes[k]);
+            if (!t || (strcmp(t, et) != 0 && !(strchr("iuf", t[0]) && strchr("iuf", et[0])))) {
+                snprintf(why, why_len, "list elements of different types");
+                return false;
+            }
+            if (strcmp(et, "array") == 0) {
+                if (!typed_from_plain(doc, k, depth + 1, b, why, why_len)) return false;
+            } else {
+                node_json(doc, k, b);
+            }
+            k = doc->nodes[k].end;
+        }
+        ckpt__buf_puts(b, "]");
+    }
+    ckpt__buf_puts(b, "}");
+    return true;
+}
+
+ckpt_status ckpt__gguf_metadata_pairs(const char *json_text, char ***keys, char ***values, size_t *count, char *why,
+                                      size_t why_len) {
+    *keys = *values = NULL;
+    *count = 0;
+    size_t len = strlen(json_text);
+    char *text = ckpt__malloc(len + 1);
+    if (!text) return CKPT_E_NO_MEMORY;
+    memcpy(text, json_text, len + 1);
+    ckpt__json_doc doc;
+    size_t at;
+    const char *reason;
+    ckpt_status st = ckpt__json_parse(text, len, &doc, &at, &reason);
+    if (st) {
+        snprintf(why, why_len, "not JSON at byte %zu: %s", at, reason);
+        free(text);
+        return st == CKPT_E_NO_MEMORY ? st : CKPT_E_INVALID_ARGUMENT;
+    }
+    if (doc.nodes[0].kind != CKPT__JSON_OBJECT) {
+        snprintf(why, why_len, "not a JSON object {key: value}");
+        st = CKPT_E_INVALID_ARGUMENT;
+    }
+    size_t n = st ? 0 : doc.nodes[0].count;
+    char **k = ckpt__calloc(n ? n : 1, sizeof *k), **v = ckpt__calloc(n ? n : 1, sizeof *v);
+    if (!k || !v) st = CKPT_E_NO_MEMORY;
+    size_t i = 1;
+    for (size_t m = 0; st == CKPT_OK && m < n; m++) {
+        const ckpt__json_node *key = &doc.nodes[i];
+        size_t vi = key->end;
+        ckpt__buf b = {0};
+        if (doc.nodes[vi].kind == CKPT__JSON_STRING) ckpt__buf_append(&b, doc.nodes[vi].str, doc.nodes[vi].len);
+        else if (!typed_from_plain(&doc, vi, 0, &b, why, why_len)) st = CKPT_E_GGUF_KV_TYPE;
+        if (st == CKPT_OK && !b.data) b.data = ckpt__strdup("");
+        if (st == CKPT_OK && (b.failed || !b.data || !(k[m] = ckpt__strdup(key->str)))) st = CKPT_E_NO_MEMORY;
+        if (st) {
+            free(b.data);
+            if (st == CKPT_E_GGUF_KV_TYPE) {
+                char tmp[256];
+                snprintf(tmp, sizeof tmp, "%s", why);
+                snprintf(why, why_len, "key '%s': %s", key->str, tmp);
+            }
+            break;
+        }
+        v[m] = b.data;
+        *count = m + 1;
+        i = doc.nodes[vi].end;
+    }
+    ckpt__json_free(&doc);
+    free(text);
+    if (st) {
+        for (size_t m = 0; k && v && m < n; m++) free(k[m]), free(v[m]);
+        free(k);
+        free(v);
+        *count = 0;
+        return st;
+    }
+    *keys = k, *values = v;
+    return CKPT_OK;
+}
+
+/* ---- the header ----------------------------------------------------------------------- */
+
+ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const char *const *values, size_t kv_count,
+                              ckpt__gguf_out_tensor *tensors, size_t count, uint32_t alignment, ckpt__buf *header,
+                              uint64_t *file_size, ckpt_error *err) {
+    ckpt__buf *b = header;
+    put(b, "GGUF", 4);
+    put32(b, 3);
+    put64(b, count);
+    put64(b, kv_count);
+    for (size_t i = 0; i < kv_count; i++) {
+        char why[256] = "";
+        ckpt_status st = ckpt__gguf_encode_kv(b, keys[i], values[i], why, sizeof why);
+        if (st == CKPT_E_NO_MEMORY) return ckpt__oom(err, path, "the GGUF header");
+        if (st) return ckpt__fail(err, st, NULL, NULL, -1, "metadata '%s': %s", keys[i], why);
+    }
+    uint64_t rel = 0;
+    for (size_t i = 0; i < count; i++) {
+        ckpt__gguf_out_tensor *t = &tensors[i];
+        int ggml = ckpt_dtype_ggml_type(t->dtype);
+        if (ggml < 0)
+            return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, path, t->name, -1,
+                              "GGUF has no %s type: cast it (F32, F16, BF16, F64, I8-I64 or a block type such as Q8_0)",
+                              ckpt_dtype_name(t->dtype));
+        if (t->ndim > CKPT__GGUF_MAX_DIMS)
+            return ckpt__fail(err, CKPT_E_GGUF_DIMS, path, t->name, -1, "%u dimensions, more than GGUF's %d", t->ndim,
+                              CKPT__GGUF_MAX_DIMS);
+        put_str(b, t->name, strlen(t->name));
+        put32(b, t->ndim);
+        for (uint32_t d = 0; d < t->ndim; d++) put64(b, t->shape[t->ndim - 1 - d]);
+        put32(b, (uint32_t)ggml);
+        put64(b, rel);
+        t->offset = rel;
+        uint64_t padded = t->nbytes + (alignment - t->nbytes % alignment) % alignment;
+        if (!ckpt__add_u64(rel, padded, &rel)) return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, path, t->name, -1, "file size overflows");
+    }
+    static const char zeros[256];
+    size_t pad = (alignment - b->len % alignment) % alignment;
+    while (pad) {
+        size_t k = pad < sizeof zeros ? pad : sizeof zeros;
+        put(b, zeros, k);
+        pad -= k;
+    }
+    if (b->failed) return ckpt__oom(err, path, "the GGUF header");
+    for (size_t i = 0; i < count; i++) tensors[i].offset += b->len;
+    *file_size = b->len + rel;
+    return CKPT_OK;
+}
+
+/* ---- the output format (formats/output.h) ------------------------------------------- */
+
+typedef struct gguf_state {
+    uint32_t alignment;  /* the first file's: general.alignment */
+    const char **keys;   /* the first file's key-values, general.architecture first */
+    const char **values;
+    size_t kv_count;
+} gguf_state;
+
+static bool is_split_key(const char *k) {
+    return !strcmp(k, "split.no") || !strcmp(k, "split.count") || !strcmp(k, "split.tensors.count");
+}
+
+static bool gguf_directory(const ckpt_writer_options *o) {
+    (void)o;
+    return false; /* one file, or split parts beside it */
+}
+
+static bool gguf_owns(const char *prefix, const char *name) {
+    (void)prefix;
+    return ckpt__gguf_is_split_name(name);
+}
+
+static unsigned gguf_needs(const ckpt_writer_options *o) {
+    (void)o;
+    return 0;
+}
+
+static ckpt_status gguf_accepts(const char *path, const char *name, ckpt_dtype dtype, uint32_t ndim,
+                                const uint64_t *shape, ckpt_error *err) {
+    (void)shape;
+    if (ckpt_dtype_ggml_type(dtype) < 0)
+        return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, path, name, -1,
+                          "GGUF has no %s type: cast it to F32, F16, BF16, F64, I8-I64 or a block type such as Q8_0",
+                          ckpt_dtype_name(dtype));
+    if (ndim > CKPT__GGUF_MAX_DIMS)
+        return ckpt__fail(err, CKPT_E_GGUF_DIMS, path, name, -1, "%u dimensions, more than GGUF's %d", ndim,
+                          CKPT__GGUF_MAX_DIMS);
+    return CKPT_OK;
+}
+
+/* The key-values of the first file: every metadata entry (the files', then
+ * the checkpoint's), general.architecture first as GGUFWriter puts it,
+ * split keys dropped (each file gets its own). */
+static ckpt_status gather_kvs(ckpt__output *o, gguf_state *s, ckpt_error *err) {
+    const ckpt__pairs *fm = ckpt__out_file_metadata(o), *cm = ckpt__out_checkpoint_metadata(o);
+    size_t cap = fm->count + cm->count + 1;
+    s->keys = ckpt__arena_alloc(ckpt__out_arena(o), cap * sizeof *s->keys);
+    s->values = ckpt__arena_alloc(ckpt__out_arena(o), cap * sizeof *s->values);
+    if (!s->keys || !s->values) return ckpt__oom(err, ckpt__out_path(o), NULL);
+    const char *arch = ckpt__pairs_get(fm, "general.architecture");
+    if (!arch) arch = ckpt__pairs_get(cm, "general.architecture");
+    if (arch) s->keys[s->kv_count] = "general.architecture", s->values[s->kv_count++] = arch;
+    for (int pass = 0; pass < 2; pass++) {
+        const ckpt__pairs *p = pass ? cm : fm;
+        for (size_t i = 0; i < p->count; i++) {
+            const char *k = p->keys[i];
+            bool seen = !strcmp(k, "general.architecture") || is_split_key(k);
+            for (size_t j = 0; !seen && j < s->kv_count; j++) seen = !strcmp(s->keys[j], k);
+            if (!seen) s->keys[s->kv_count] = k, s->values[s->kv_count++] = p->values[i];
+        }
+    }
+    s->alignment = CKPT__GGUF_DEFAULT_ALIGNMENT;
+    for (size_t i = 0; i < s->kv_count; i++) {
+        if (strcmp(s->keys[i], "general.alignment") != 0) continue;
+        uint32_t type;
+        uint64_t v;
+        if (!ckpt__gguf_typed_value(s->values[i], &type, &v) || type != T_U32)
+            return ckpt__fail(err, CKPT_E_GGUF_KV_TYPE, ckpt__out_path(o), NULL, -1,
+                              "general.alignment must be a u32 ({\"gguf_type\": \"u32\", \"value\": 32}), not %s",
+                              s->values[i]);
+        if (v == 0 || (v & (v - 1)) || v > (1u << 30))
+            return ckpt__fail(err, CKPT_E_GGUF_ALIGNMENT, ckpt__out_path(o), NULL, -1,
+                              "general.alignment %llu is not a power of two", (unsigned long long)v);
+        s->alignment = (uint32_t)v;
+    }
+    return CKPT_OK;
+}
+
+/* gguf-split's packing: a tensor starts a new file when the padded data
+ * would pass max_shard_size, or after split_max_tensors tensors; every
+ * file gets one tensor at least. */
+static ckpt_status gguf_plan(ckpt__output *o, ckpt_error *err) {
+    const ckpt_writer_options *opt = ckpt__out_options(o);
+    const char *path = ckpt__out_path(o);
+    if (opt->checksums)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1,
+                          "GGUF output has no place for checksums (they are a safetensors __metadata__ entry)");
+    gguf_state *s = ckpt__arena_alloc(ckpt__out_arena(o), sizeof *s);
+    if (!s) return ckpt__oom(err, path, NULL);
+    memset(s, 0, sizeof *s);
+    *ckpt__out_format_state(o) = s;
+    ckpt_status st = gather_kvs(o, s, err);
+    if (st) return st;
+    size_t files = 1, in_file = 0, n = ckpt__out_count(o);
+    uint64_t size = 0;
+    for (size_t i = 0; i < n; i++) {
+        ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
+        uint64_t padded = t->nbytes + (s->alignment - t->nbytes % s->alignment) % s->alignment;
+        bool by_size = opt->max_shard_size && size + padded > opt->max_shard_size;
+        bool by_count = opt->split_max_tensors && in_file >= opt->split_max_tensors;
+        if (in_file && (by_size || by_count)) files++, in_file = 0, size = 0;
+        t->file = (uint32_t)(files - 1);
+        in_file++;
+        size += padded;
+    }
+    if (files > 99999) return ckpt__fail(err, CKPT_E_LIMIT, path, NULL, -1, "more than 99999 split files");
+    char **names = ckpt__calloc(files, sizeof *names);
+    if (!names) return ckpt__oom(err, path, NULL);
+    for (size_t f = 0; st == CKPT_OK && f < files; f++) {
+        char *full = files == 1 ? ckpt__strdup(path) : ckpt__gguf_split_path(path, f, files);
+        names[f] = full ? ckpt__strdup(ckpt__path_basename(full)) : NULL;
+        if (!names[f]) st = ckpt__oom(err, path, NULL);
+        else if (files > 1 && !opt->overwrite && lstat(full, &(struct stat){0}) == 0)
+            st = ckpt__fail(err, CKPT_E_EXISTS, full, NULL, -1, "already exists (use overwrite / --force to replace it)");
+        free(full);
+    }
+    if (st == CKPT_OK) st = ckpt__out_set_files(o, files, (const char *const *)names, err);
+    for (size_t f = 0; f < files; f++) free(names[f]);
+    free(names);
+    return st;
+}
+
+/* A file's header, as GGUFWriter writes it: the first file's key-values,
+ * then the split keys; the file's tensors in declaration order.  Parts
+ * after the first have no general.alignment, so readers (ggml, gguf-py)
+ * take them at the default 32: so does the layout (GGUFWriter pads them
+ * with the first file's alignment, which its own reader then misreads). */
+static ckpt_status gguf_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, ckpt_error *err) {
+    gguf_state *s = *ckpt__out_format_state(o);
+    size_t total = ckpt__out_count(o), files = ckpt__out_file_count(o), n = 0, kv = 0;
+    for (size_t i = 0; i < total; i++) n += ckpt__out_tensor_at(o, i)->file == file;
+    ckpt__gguf_out_tensor *out = ckpt__malloc((n ? n : 1) * sizeof *out);
+    size_t *ids = ckpt__malloc((n ? n : 1) * sizeof *ids);
+    const char **keys = ckpt__malloc((s->kv_count + 3) * sizeof *keys);
+    const char **values = ckpt__malloc((s->kv_count + 3) * sizeof *values);
+    const char *path = ckpt__out_file_path(o, file);
+    ckpt_status st = CKPT_OK;
+    if (!out || !ids || !keys || !values) st = ckpt__oom(err, path, NULL);
+    for (size_t i = 0; st == CKPT_OK && file == 0 && i < s->kv_count; i++) keys[kv] = s->keys[i], values[kv++] = s->values[i];
+    char split[3][64];
+    if (st == CKPT_OK && files > 1) {
+        size_t count = 0;
+        for (size_t i = 0; i < total; i++) count += ckpt__out_tensor_at(o, i)->file != CKPT__OUT_NONE;
+        snprintf(split[0], sizeof split[0], "{\"gguf_type\": \"u16\", \"value\": %u}", file);
+        snprintf(split[1], sizeof split[1], "{\"gguf_type\": \"u16\", \"value\": %zu}", files);
+        snprintf(split[2], sizeof split[2], "{\"gguf_type\": \"i32\", \"value\": %zu}", count);
+        static const char *const split_keys[3] = {"split.no", "split.count", "split.tensors.count"};
+        for (int k = 0; k < 3; k++) keys[kv] = split_keys[k], values[kv++] = split[k];
+    }
+    size_t k = 0;
+    for (size_t i = 0; st == CKPT_OK && i < total; i++) {
+        const ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
+        if (t->file != file) continue;
+        ids[k] = i;
+        out[k++] = (ckpt__gguf_out_tensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape,
+                                           .nbytes = t->nbytes};
+    }
+    uint64_t size = 0;
+    if (st == CKPT_OK)
+        st = ckpt__gguf_layout(path, keys, values, kv, out, n, file == 0 ? s->alignment : CKPT__GGUF_DEFAULT_ALIGNMENT,
+                               head, &size, err);
+    if (st == CKPT_OK) {
+        for (size_t i = 0; i < n; i++) ckpt__out_tensor_at(o, ids[i])->offset = out[i].offset;
+        ckpt__out_set_file_size(o, file, size);
+    }
+    free(out);
+    free(ids);
+    free(keys);
+    free(values);
+    return st;
+}
+
+const ckpt__output_format ckpt__output_gguf = {
+    "gguf", CKPT_FORMAT_GGUF, gguf_directory, gguf_plan, gguf_layout, NULL, gguf_owns, gguf_needs,
+    false, gguf_accepts,
+};

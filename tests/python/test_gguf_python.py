@@ -1,0 +1,77 @@
+"""The Python package on GGUF files written by gguf-py: ckpt.open (typed
+key-values), ckpt.load (raw blocks, or dequantized bit-exact with
+gguf.quants when a float dtype is asked for), ckpt.load_into a torch
+module, and the safetensors drop-in."""
+import gguf
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+
+import ckpt
+import ckpt.torch
+
+
+@pytest.fixture
+def model(tmp_path):
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 64)).astype(np.float32)
+    b = rng.standard_normal((8,)).astype(np.float32)
+    path = tmp_path / "m.gguf"
+    wr = gguf.GGUFWriter(str(path), "llama")
+    wr.add_uint32("llama.block_count", 1)
+    wr.add_array("tokenizer.ggml.tokens", ["<s>", "a"])
+    wr.add_key_value("nested", [[1, 2], [3]], gguf.GGUFValueType.ARRAY)
+    wr.add_tensor("lin.weight", gguf.quants.quantize(w, Q.Q8_0), raw_dtype=Q.Q8_0)
+    wr.add_tensor("lin.bias", b)
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    return path, w, b
+
+
+def test_open_gives_shapes_types_and_kvs(model):
+    path, w, b = model
+    with ckpt.open(path) as c:
+        assert c.format == "gguf"
+        assert c.tensors["lin.weight"].dtype == "Q8_0" and list(c.tensors["lin.weight"].shape) == [8, 64]
+        assert c.kv == {"general.architecture": "llama", "llama.block_count": 1,
+                        "tokenizer.ggml.tokens": ["<s>", "a"], "nested": [[1, 2], [3]]}
+
+
+def test_load_raw_blocks_or_dequantized(model):
+    path, w, b = model
+    raw = ckpt.load(path, "numpy")
+    q = gguf.GGUFReader(str(path)).tensors[0].data
+    assert raw["lin.weight"].dtype == np.uint8 and np.array_equal(raw["lin.weight"], q)
+    want = gguf.quants.dequantize(q, Q.Q8_0)
+    f32 = ckpt.load(path, "numpy", dtype="float32")
+    assert np.array_equal(f32["lin.weight"].view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(f32["lin.bias"], b)
+    bf = ckpt.load(path, dtype=torch.bfloat16)
+    assert bf["lin.weight"].dtype == torch.bfloat16
+    assert torch.equal(bf["lin.weight"].view(torch.int16), torch.from_numpy(want).bfloat16().view(torch.int16))
+
+
+def test_load_into_module_and_dropin(model):
+    path, w, b = model
+    model = torch.nn.Module()
+    model.lin = torch.nn.Linear(64, 8)
+    lin = model.lin
+    ckpt.load_into(model, path)
+    want = gguf.quants.dequantize(gguf.GGUFReader(str(path)).tensors[0].data, Q.Q8_0)
+    assert torch.equal(lin.weight.detach(), torch.from_numpy(want))
+    assert torch.equal(lin.bias.detach(), torch.from_numpy(b))
+    sd = ckpt.torch.load_file(path)
+    assert sd["lin.weight"].dtype == torch.uint8 and sd["lin.weight"].shape == (8, 2 * 34)
+
+
+def test_mmap_views_and_numpy_dropin(model):
+    path, w, b = model
+    import ckpt.numpy
+    q = gguf.GGUFReader(str(path)).tensors[0].data
+    views = ckpt.load(path, "numpy", mmap=True)
+    assert np.array_equal(views["lin.weight"], q) and np.array_equal(views["lin.bias"], b)
+    sd = ckpt.numpy.load_file(path)
+    assert np.array_equal(sd["lin.weight"], q) and sd["lin.weight"].dtype == np.uint8
