@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "../src/formats/json.h" /* the dry run's listing */
 
 const char convert_usage[] =
     "usage: ckpt convert SRC DST [options]\n"
@@ -46,6 +47,10 @@ const char convert_usage[] =
     "                         allow this pickle global (repeatable), as torch's\n"
     "                         add_safe_globals: numpy scalars and dtypes,\n"
     "                         argparse.Namespace, dataclasses; nothing is executed\n"
+    "  -n, --dry-run          write nothing: list the tensors (names, dtypes, shapes\n"
+    "                         after every rule) and the files the conversion would\n"
+    "                         write, with the same checks\n"
+    "  --json                 with --dry-run: that listing as JSON on stdout\n"
     "  -h, --help             show this help\n"
     "  Options taking a value accept --opt VALUE and --opt=VALUE.\n"
     "\n"
@@ -90,6 +95,7 @@ const char convert_usage[] =
 enum {
     OPT_HELP = 1, OPT_OUTPUT, OPT_FORCE, OPT_QUIET, OPT_MAX_SHARD_SIZE, OPT_PREFIX, OPT_NO_SYNC, OPT_CHECKSUMS,
     OPT_VERIFY, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_IGNORE_UNMATCHED, OPT_NO_EXTRA_FILES, OPT_ALLOW_GLOBAL,
+    OPT_DRY_RUN, OPT_JSON,
     OPT_TO, OPT_GGUF_KV, OPT_SPLIT_MAX_SIZE, OPT_SPLIT_MAX_TENSORS,
     /* transforms, kept in order as rules */
     OPT_SELECT, OPT_EXCLUDE, OPT_RENAME, OPT_DTYPE, OPT_SLICE, OPT_TRANSPOSE, OPT_LAYOUT
@@ -299,13 +305,39 @@ static ckpt_status open_output(const char *dst, const ckpt_writer_options *opt, 
     return st;
 }
 
-static int convert_to(const char *src, const char *dst, const ckpt_writer_options *o, const char **globals,
-                      size_t global_count, const rule *rules, size_t rule_count, bool ignore_unmatched, bool gguf,
-                      bool verify, bool quiet, int show_progress, double start, ckpt_error *e);
+/* The library's dry-run listing (ckpt_convert_plan_preview's JSON) is read
+ * with the library's own JSON reader. */
+static size_t json_member(const ckpt__json_doc *d, size_t obj, const char *key) {
+    size_t k = obj + 1;
+    for (uint32_t m = 0; d->nodes[obj].kind == CKPT__JSON_OBJECT && m < d->nodes[obj].count; m++) {
+        if (!strcmp(d->nodes[k].str, key)) return d->nodes[k].end;
+        k = d->nodes[d->nodes[k].end].end;
+    }
+    return 0; /* node 0 is the object itself: never a member */
+}
 
-/* The command, with room for one transform and one allowed global per
- * argument. */
-static int run_convert(int argc, char **argv, rule *rules, const char **globals) {
+static void json_shape(const ckpt__json_doc *d, size_t arr, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (size_t k = arr + 1, i = 0; arr && k < d->nodes[arr].end && n < cap; k = d->nodes[k].end, i++)
+        n += (size_t)snprintf(buf + n, cap - n, i ? ", %.*s" : "%.*s", (int)d->nodes[k].len, d->nodes[k].str);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+/* What the command line asks for. */
+typedef struct convert_args {
+    const char *src, *dst, *shard_size, *to, *kv_file, *split_size, *split_tensors;
+    ckpt_writer_options opt;
+    rule *rules;
+    size_t rule_count;
+    const char **globals;
+    size_t global_count;
+    int show_progress; /* -1: on a terminal */
+    bool verify, quiet, extra_files, ignore_unmatched, gguf, dry_run, json, help;
+    char *kv_text; /* --gguf-kv's file */
+} convert_args;
+
+/* Step 1: the options, by the table. */
+static int parse_args(int argc, char **argv, convert_args *a) {
     static const cli_option options[] = {
         {"help", 'h', false, OPT_HELP},
         {"output", 'o', true, OPT_OUTPUT},
@@ -319,6 +351,8 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
         {"ignore-unmatched", 0, false, OPT_IGNORE_UNMATCHED},
         {"no-extra-files", 0, false, OPT_NO_EXTRA_FILES},
         {"allow-global", 0, true, OPT_ALLOW_GLOBAL},
+        {"dry-run", 'n', false, OPT_DRY_RUN},
+        {"json", 0, false, OPT_JSON},
         {"to", 0, true, OPT_TO},
         {"gguf-kv", 0, true, OPT_GGUF_KV},
         {"split-max-size", 0, true, OPT_SPLIT_MAX_SIZE},
@@ -334,176 +368,284 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
         {"layout", 0, true, OPT_LAYOUT},
         {NULL, 0, 0, 0},
     };
-    const char *src = NULL, *dst = NULL, *output = NULL, *shard_size = NULL, *value, *to = NULL, *kv_file = NULL,
-               *split_size = NULL, *split_tensors = NULL;
-    ckpt_writer_options opt;
-    ckpt_writer_options_init(&opt);
-    int show_progress = -1;
-    bool verify = false, quiet = false, extra_files = true, ignore_unmatched = false;
-    size_t rule_count = 0, global_count = 0;
+    const char *output = NULL, *value;
     args_parser args;
     args_init(&args, "convert", options, argc, argv);
     for (int id; (id = args_next(&args, &value)) != ARG_END;) {
         switch (id) {
         case ARG_ERROR: return EXIT_USAGE;
-        case OPT_HELP: fputs(convert_usage, stdout); return EXIT_OK;
+        case OPT_HELP: a->help = true; return EXIT_OK;
         case OPT_OUTPUT:
             if (output) return usage_error("convert", "-o/--output given twice ('%s' and '%s')", output, value);
             output = value;
             break;
-        case OPT_FORCE: opt.overwrite = 1; break;
-        case OPT_QUIET: quiet = true; break;
-        case OPT_MAX_SHARD_SIZE: shard_size = value; break;
-        case OPT_PREFIX: opt.prefix = value; break;
-        case OPT_NO_SYNC: opt.no_sync = 1; break;
-        case OPT_CHECKSUMS: opt.checksums = 1; break;
-        case OPT_VERIFY: opt.checksums = 1, verify = true; break;
-        case OPT_IGNORE_UNMATCHED: ignore_unmatched = true; break;
-        case OPT_NO_EXTRA_FILES: extra_files = false; break;
-        case OPT_ALLOW_GLOBAL: globals[global_count++] = value; break;
-        case OPT_TO: to = value; break;
-        case OPT_GGUF_KV: kv_file = value; break;
-        case OPT_SPLIT_MAX_SIZE: split_size = value; break;
-        case OPT_SPLIT_MAX_TENSORS: split_tensors = value; break;
-        case OPT_PROGRESS: show_progress = 1; break;
-        case OPT_NO_PROGRESS: show_progress = 0; break;
+        case OPT_FORCE: a->opt.overwrite = 1; break;
+        case OPT_QUIET: a->quiet = true; break;
+        case OPT_MAX_SHARD_SIZE: a->shard_size = value; break;
+        case OPT_PREFIX: a->opt.prefix = value; break;
+        case OPT_NO_SYNC: a->opt.no_sync = 1; break;
+        case OPT_CHECKSUMS: a->opt.checksums = 1; break;
+        case OPT_VERIFY: a->opt.checksums = 1, a->verify = true; break;
+        case OPT_IGNORE_UNMATCHED: a->ignore_unmatched = true; break;
+        case OPT_NO_EXTRA_FILES: a->extra_files = false; break;
+        case OPT_ALLOW_GLOBAL: a->globals[a->global_count++] = value; break;
+        case OPT_DRY_RUN: a->dry_run = true; break;
+        case OPT_JSON: a->json = true; break;
+        case OPT_TO: a->to = value; break;
+        case OPT_GGUF_KV: a->kv_file = value; break;
+        case OPT_SPLIT_MAX_SIZE: a->split_size = value; break;
+        case OPT_SPLIT_MAX_TENSORS: a->split_tensors = value; break;
+        case OPT_PROGRESS: a->show_progress = 1; break;
+        case OPT_NO_PROGRESS: a->show_progress = 0; break;
         case ARG_POSITIONAL:
-            if (!src) src = value;
-            else if (!dst) dst = value;
+            if (!a->src) a->src = value;
+            else if (!a->dst) a->dst = value;
             else return usage_error("convert", "unexpected argument '%s'", value);
             break;
-        default: rules[rule_count++] = (rule){id, value}; break;
+        default: a->rules[a->rule_count++] = (rule){id, value}; break;
         }
     }
-    if (output && dst)
-        return usage_error("convert", "DST given twice: '%s' and -o '%s'; give one of them", dst, output);
-    if (output) dst = output;
-    if (!src || !dst) return usage_error("convert", "SRC and DST are required");
-    if (opt.prefix && (!*opt.prefix || strchr(opt.prefix, '/')))
+    if (output && a->dst)
+        return usage_error("convert", "DST given twice: '%s' and -o '%s'; give one of them", a->dst, output);
+    if (output) a->dst = output;
+    if (!a->src || !a->dst) return usage_error("convert", "SRC and DST are required");
+    if (a->opt.prefix && (!*a->opt.prefix || strchr(a->opt.prefix, '/')))
         return usage_error("convert", "--prefix must be a non-empty file name without '/'");
-    if (quiet && show_progress < 0) show_progress = 0;
-    double start = cli_now();
+    if (a->json && !a->dry_run) return usage_error("convert", "--json lists a dry run: give --dry-run too");
+    if (a->dry_run && a->verify) return usage_error("convert", "--verify needs data written; a dry run writes none");
+    if (a->quiet && a->show_progress < 0) a->show_progress = 0;
+    return EXIT_OK;
+}
 
+/* Step 2: the output's format, shards or splits, and what goes along. */
+static int choose_output(convert_args *a) {
     ckpt_error err;
     ckpt_error_clear(&err);
-    if (to && strcasecmp(to, "gguf") && strcasecmp(to, "safetensors"))
-        return usage_error("convert", "--to takes gguf or safetensors, not '%s'", to);
-    bool gguf = to ? !strcasecmp(to, "gguf") : ends_with(dst, ".gguf");
+    ckpt_writer_options *opt = &a->opt;
+    if (a->to && strcasecmp(a->to, "gguf") && strcasecmp(a->to, "safetensors"))
+        return usage_error("convert", "--to takes gguf or safetensors, not '%s'", a->to);
+    a->gguf = a->to ? !strcasecmp(a->to, "gguf") : ends_with(a->dst, ".gguf");
     struct stat sb;
-    if (gguf) {
-        opt.format = CKPT_FORMAT_GGUF;
-        if (shard_size) return usage_error("convert", "GGUF output splits with --split-max-size, not --max-shard-size");
-        if (split_size && parse_split_size(split_size, &opt.max_shard_size, &err) != CKPT_OK)
+    if (a->gguf) {
+        opt->format = CKPT_FORMAT_GGUF;
+        if (a->shard_size) return usage_error("convert", "GGUF output splits with --split-max-size, not --max-shard-size");
+        if (a->split_size && parse_split_size(a->split_size, &opt->max_shard_size, &err) != CKPT_OK)
             return usage_error("convert", "%s", err.message);
-        if (split_tensors) {
+        if (a->split_tensors) {
             const char *e;
-            if (!parse_u64(split_tensors, &e, &opt.split_max_tensors) || *e || !opt.split_max_tensors)
-                return usage_error("convert", "--split-max-tensors needs a positive number, got '%s'", split_tensors);
+            if (!parse_u64(a->split_tensors, &e, &opt->split_max_tensors) || *e || !opt->split_max_tensors)
+                return usage_error("convert", "--split-max-tensors needs a positive number, got '%s'", a->split_tensors);
         }
     } else {
-        if (to) opt.format = CKPT_FORMAT_SAFETENSORS;
-        if (split_size || split_tensors)
+        if (a->to) opt->format = CKPT_FORMAT_SAFETENSORS;
+        if (a->split_size || a->split_tensors)
             return usage_error("convert", "--split-max-size and --split-max-tensors are for GGUF output (DST *.gguf)");
-        if (shard_size && ckpt_parse_size(shard_size, &opt.max_shard_size, &err) != CKPT_OK)
+        if (a->shard_size && ckpt_parse_size(a->shard_size, &opt->max_shard_size, &err) != CKPT_OK)
             return usage_error("convert", "%s", err.message);
-        bool dst_is_dir = stat(dst, &sb) == 0 && S_ISDIR(sb.st_mode);
-        if (!shard_size && (dst_is_dir || !ends_with(dst, ".safetensors")))
-            opt.max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
-        if (shard_size && ends_with(dst, ".safetensors") && !dst_is_dir)
-            return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", dst);
+        bool dst_is_dir = stat(a->dst, &sb) == 0 && S_ISDIR(sb.st_mode);
+        if (!a->shard_size && (dst_is_dir || !ends_with(a->dst, ".safetensors")))
+            opt->max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
+        if (a->shard_size && ends_with(a->dst, ".safetensors") && !dst_is_dir)
+            return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", a->dst);
         /* A model directory's other files (config.json, tokenizer files, …)
          * go along into a directory of shards, so that the output loads on
          * its own. */
-        if (extra_files && opt.max_shard_size && stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) opt.copy_files_from = src;
+        if (a->extra_files && opt->max_shard_size && stat(a->src, &sb) == 0 && S_ISDIR(sb.st_mode))
+            opt->copy_files_from = a->src;
     }
-    char *kv_text = NULL;
-    if (kv_file) {
-        if (!(kv_text = read_text_file(kv_file))) {
-            fprintf(stderr, "ckpt: %s: %s\n", kv_file, strerror(errno));
+    if (a->kv_file) {
+        if (!(a->kv_text = read_text_file(a->kv_file))) {
+            fprintf(stderr, "ckpt: %s: %s\n", a->kv_file, strerror(errno));
             return EXIT_ERROR;
         }
-        opt.metadata_json = kv_text;
+        opt->metadata_json = a->kv_text;
     }
-    int rc = convert_to(src, dst, &opt, globals, global_count, rules, rule_count, ignore_unmatched, gguf, verify,
-                        quiet, show_progress, start, &err);
-    free(kv_text);
+    return EXIT_OK;
+}
+
+/* Step 3: SRC opened, and the plan: the identity, or the rules in order. */
+static int build_plan(const convert_args *a, ckpt_catalog **cat, ckpt_plan **plan) {
+    ckpt_error err;
+    ckpt_error_clear(&err);
+    ckpt_catalog_options copt;
+    ckpt_catalog_options_init(&copt);
+    copt.allowed_globals = a->globals;
+    copt.allowed_global_count = a->global_count;
+    *plan = NULL;
+    if (ckpt_catalog_open_ex(a->src, &copt, cat, &err) != CKPT_OK) return report_error(&err);
+    if (ckpt_plan_create(*cat, plan, &err) != CKPT_OK) {
+        ckpt_catalog_close(*cat);
+        return report_error(&err);
+    }
+    if (a->ignore_unmatched) ckpt_plan_set_flags(*plan, CKPT_PLAN_IGNORE_UNMATCHED);
+    int rc = EXIT_OK;
+    for (size_t i = 0; i < a->rule_count && rc == EXIT_OK; i++) rc = apply_rule(*plan, &a->rules[i], &err);
+    if (rc == EXIT_OK && !a->gguf) rc = dequantize_rest(*plan, &err); /* safetensors has no block types */
+    if (rc != EXIT_OK) {
+        ckpt_plan_free(*plan);
+        ckpt_catalog_close(*cat);
+    }
     return rc;
 }
 
-/* Opens SRC, applies the rules, converts, then reports. */
-static int convert_to(const char *src, const char *dst, const ckpt_writer_options *o, const char **globals,
-                      size_t global_count, const rule *rules, size_t rule_count, bool ignore_unmatched, bool gguf,
-                      bool verify, bool quiet, int show_progress, double start, ckpt_error *e) {
-    ckpt_writer_options opt = *o;
-    ckpt_error err = *e;
-    ckpt_catalog_options copt;
-    ckpt_catalog_options_init(&copt);
-    copt.allowed_globals = globals;
-    copt.allowed_global_count = global_count;
-    ckpt_catalog *cat;
-    if (ckpt_catalog_open_ex(src, &copt, &cat, &err) != CKPT_OK) return report_error(&err);
-    /* A conversion is a plan: the identity, or the rules in order. */
-    ckpt_plan *plan = NULL;
-    if (ckpt_plan_create(cat, &plan, &err) != CKPT_OK) {
-        ckpt_catalog_close(cat);
-        return report_error(&err);
+/* Step 4, the dry run: what would be written, on stdout. */
+static int print_preview(const convert_args *a, const char *json) {
+    if (a->json) {
+        fputs(json, stdout);
+        return EXIT_OK;
     }
-    if (ignore_unmatched) ckpt_plan_set_flags(plan, CKPT_PLAN_IGNORE_UNMATCHED);
-    int rc = EXIT_OK;
-    for (size_t i = 0; i < rule_count && rc == EXIT_OK; i++) rc = apply_rule(plan, &rules[i], &err);
-    if (rc == EXIT_OK && !gguf) rc = dequantize_rest(plan, &err); /* safetensors has no block types */
-    if (rc != EXIT_OK) {
-        ckpt_plan_free(plan);
-        ckpt_catalog_close(cat);
-        return rc;
+    size_t len = strlen(json), at;
+    const char *why;
+    char *text = strdup(json);
+    ckpt__json_doc doc;
+    if (!text || ckpt__json_parse(text, len, &doc, &at, &why) != CKPT_OK || doc.nodes[0].kind != CKPT__JSON_OBJECT) {
+        free(text);
+        fputs(json, stdout); /* cannot happen: the library's own JSON */
+        return EXIT_OK;
     }
+    const ckpt__json_node *n = doc.nodes;
+    size_t files = json_member(&doc, 0, "files"), tensors = json_member(&doc, 0, "tensors");
+    /* The tensors, as they would be written. */
+    int wname = 4, wshape = 5;
+    char shape[512], size[32], count[32], count2[32];
+    for (size_t t = tensors + 1; t < n[tensors].end; t = n[t].end) {
+        int w = (int)strlen(n[json_member(&doc, t, "name")].str);
+        json_shape(&doc, json_member(&doc, t, "shape"), shape, sizeof shape);
+        if (w > wname) wname = w;
+        if ((int)strlen(shape) > wshape) wshape = (int)strlen(shape);
+    }
+    if (wname > 60) wname = 60;
+    printf("%-*s  %-11s  %-*s  %10s  %s\n", wname, "NAME", "DTYPE", wshape, "SHAPE", "SIZE", "FILE");
+    uint64_t aliases = 0, params = 0, bytes = 0, written = 0;
+    for (size_t t = tensors + 1; t < n[tensors].end; t = n[t].end) {
+        const char *name = n[json_member(&doc, t, "name")].str, *source = n[json_member(&doc, t, "source")].str;
+        size_t file = json_member(&doc, t, "file"), same = json_member(&doc, t, "same_as");
+        uint64_t nbytes = 0;
+        ckpt__json_u64(&n[json_member(&doc, t, "nbytes")], &nbytes);
+        json_shape(&doc, json_member(&doc, t, "shape"), shape, sizeof shape);
+        printf("%-*s  %-11s  %-*s  %10s  ", wname, name, n[json_member(&doc, t, "dtype")].str, wshape, shape,
+               format_bytes(nbytes, size, sizeof size));
+        if (n[file].kind == CKPT__JSON_STRING) printf("%s", n[file].str);
+        else printf("(written once, as %s)", same ? n[same].str : "?"), aliases++;
+        if (strcmp(name, source)) printf("  (from %s)", source);
+        putchar('\n');
+    }
+    size_t totals = json_member(&doc, 0, "totals");
+    ckpt__json_u64(&n[json_member(&doc, totals, "parameters")], &params);
+    ckpt__json_u64(&n[json_member(&doc, totals, "bytes")], &bytes);
+    ckpt__json_u64(&n[json_member(&doc, totals, "written")], &written);
+    size_t nfiles = n[files].count;
+    printf("\nWould write %s (%s): %s tensor%s", a->dst, n[json_member(&doc, 0, "format")].str,
+           format_count(written, count, sizeof count), written == 1 ? "" : "s");
+    if (aliases) printf(" (and %s written once for several names)", format_count(aliases, count2, sizeof count2));
+    printf(", %s parameters, %s in %zu file%s:\n", format_count(params, count2, sizeof count2),
+           format_bytes(bytes, size, sizeof size), nfiles, nfiles == 1 ? "" : "s");
+    for (size_t f = files + 1; f < n[files].end; f = n[f].end) {
+        uint64_t fsize = 0, ft = 0;
+        ckpt__json_u64(&n[json_member(&doc, f, "size")], &fsize);
+        ckpt__json_u64(&n[json_member(&doc, f, "tensors")], &ft);
+        printf("  %s  %s, %s tensor%s\n", n[json_member(&doc, f, "path")].str, format_bytes(fsize, size, sizeof size),
+               format_count(ft, count, sizeof count), ft == 1 ? "" : "s");
+    }
+    static const char *const lists[][2] = {{"side_files", "index"}, {"copied_files", "copied from SRC"},
+                                           {"replaces", "replaced: an existing checkpoint's"}};
+    /* Side files lie beside the data files. */
+    const char *first = n[files].count ? n[json_member(&doc, files + 1, "path")].str : "";
+    const char *slash = strrchr(first, '/');
+    int dir_len = slash ? (int)(slash - first) + 1 : 0;
+    for (size_t l = 0; l < sizeof lists / sizeof *lists; l++) {
+        size_t list = json_member(&doc, 0, lists[l][0]);
+        for (size_t k = list + 1; list && k < n[list].end; k = n[k].end)
+            printf("  %.*s%s  (%s)\n", dir_len, first, n[k].str, lists[l][1]);
+    }
+    printf("Dry run: nothing written.\n");
+    ckpt__json_free(&doc);
+    free(text);
+    return EXIT_OK;
+}
+
+/* Step 4: the conversion, with its progress bar. */
+static int run_plan(const convert_args *a, ckpt_plan *plan, double start, double *elapsed) {
+    ckpt_error err;
+    ckpt_error_clear(&err);
     progress_bar bar;
-    progress_start(&bar, "converting", show_progress);
-    progress_set_final_note(&bar, opt.no_sync ? NULL : "syncing");
-    ckpt_status st = ckpt_convert_plan(plan, dst, &opt, progress_update, &bar, &err);
-    double elapsed = cli_now() - start;
+    progress_start(&bar, "converting", a->show_progress);
+    progress_set_final_note(&bar, a->opt.no_sync ? NULL : "syncing");
+    ckpt_status st = ckpt_convert_plan(plan, a->dst, &a->opt, progress_update, &bar, &err);
+    *elapsed = cli_now() - start;
     progress_finish(&bar, st == CKPT_OK);
-    ckpt_plan_free(plan);
-    ckpt_catalog_close(cat);
-    if (st != CKPT_OK) {
-        if (st == CKPT_E_CANCELLED) {
-            fprintf(stderr, "ckpt: interrupted; %s left as it was\n", dst);
-            return EXIT_INTERRUPTED;
-        }
-        return report_error(&err);
+    if (st == CKPT_E_CANCELLED) {
+        fprintf(stderr, "ckpt: interrupted; %s left as it was\n", a->dst);
+        return EXIT_INTERRUPTED;
     }
-    if (quiet && !verify) return EXIT_OK;
+    return st == CKPT_OK ? EXIT_OK : report_error(&err);
+}
+
+/* Step 5: the summary line, and --verify. */
+static int report(const convert_args *a, double elapsed) {
+    if (a->quiet && !a->verify) return EXIT_OK;
+    ckpt_error err;
+    ckpt_error_clear(&err);
     /* What was written, as a reader sees it. */
     ckpt_catalog *out = NULL;
-    st = open_output(dst, &opt, &out, &err);
+    ckpt_status st = open_output(a->dst, &a->opt, &out, &err);
     if (st != CKPT_OK) return report_error(&err);
-    if (!quiet) {
+    if (!a->quiet) {
         uint64_t bytes = 0;
         size_t n = ckpt_catalog_tensor_count(out);
         for (size_t i = 0; i < n; i++) bytes += ckpt_catalog_tensor(out, i)->nbytes;
         char where[4096];
-        size_t len = strlen(dst);
-        snprintf(where, sizeof where, "to %s%s", dst,
-                 !gguf && opt.max_shard_size && len && dst[len - 1] != '/' ? "/" : "");
+        size_t len = strlen(a->dst);
+        snprintf(where, sizeof where, "to %s%s", a->dst,
+                 !a->gguf && a->opt.max_shard_size && len && a->dst[len - 1] != '/' ? "/" : "");
         print_summary("wrote", n, bytes, ckpt_catalog_file_count(out), where, elapsed);
     }
-    if (verify) {
+    if (a->verify) {
         /* Re-read the committed output from disk against its checksums. */
         size_t checked = 0;
         st = ckpt_verify(out, NULL, NULL, &checked, &err);
-        if (st == CKPT_OK && !quiet) fprintf(stderr, "ckpt: verified %zu tensors in %s\n", checked, dst);
+        if (st == CKPT_OK && !a->quiet) fprintf(stderr, "ckpt: verified %zu tensors in %s\n", checked, a->dst);
     }
     ckpt_catalog_close(out);
     return st == CKPT_OK ? EXIT_OK : report_error(&err);
 }
 
+static int run_convert(convert_args *a, int argc, char **argv) {
+    int rc = parse_args(argc, argv, a);
+    if (rc != EXIT_OK || a->help) {
+        if (a->help) fputs(convert_usage, stdout);
+        return rc;
+    }
+    double start = cli_now(), elapsed = 0;
+    if ((rc = choose_output(a)) != EXIT_OK) return rc;
+    ckpt_catalog *cat;
+    ckpt_plan *plan;
+    if ((rc = build_plan(a, &cat, &plan)) != EXIT_OK) return rc;
+    if (a->dry_run) {
+        ckpt_error err;
+        ckpt_error_clear(&err);
+        char *json = NULL;
+        rc = ckpt_convert_plan_preview(plan, a->dst, &a->opt, &json, &err) == CKPT_OK ? print_preview(a, json)
+                                                                                      : report_error(&err);
+        ckpt_free(json);
+    } else {
+        rc = run_plan(a, plan, start, &elapsed);
+    }
+    ckpt_plan_free(plan);
+    ckpt_catalog_close(cat);
+    return rc == EXIT_OK && !a->dry_run ? report(a, elapsed) : rc;
+}
+
 int cmd_convert(int argc, char **argv) {
-    rule *rules = calloc((size_t)argc, sizeof *rules);
-    const char **globals = calloc((size_t)argc, sizeof *globals);
+    convert_args a = {.show_progress = -1, .extra_files = true};
+    ckpt_writer_options_init(&a.opt);
+    a.rules = calloc((size_t)argc, sizeof *a.rules); /* room for one rule and one global per argument */
+    a.globals = calloc((size_t)argc, sizeof *a.globals);
     int rc = EXIT_ERROR;
-    if (!rules || !globals) fputs("ckpt: out of memory\n", stderr);
-    else rc = run_convert(argc, argv, rules, globals);
-    free(rules);
-    free(globals);
+    if (!a.rules || !a.globals) fputs("ckpt: out of memory\n", stderr);
+    else rc = run_convert(&a, argc, argv);
+    free(a.rules);
+    free(a.globals);
+    free(a.kv_text);
     return rc;
 }

@@ -35,6 +35,7 @@ struct ckpt_catalog {
     ckpt_format format;
     ckpt__arena arena;
     char *index_path;
+    bool index_counts_parameters;
     size_t file_count, file_cap;
     catalog_file *files;
     size_t count, cap;
@@ -119,6 +120,9 @@ ckpt__arena *ckpt__cat_arena(ckpt_catalog *c) { return &c->arena; }
 void ckpt__cat_set_format(ckpt_catalog *c, ckpt_format format) { c->format = format; }
 ckpt_format ckpt__cat_format(const ckpt_catalog *c) { return c->format; }
 ckpt__source *ckpt__cat_source(const ckpt_catalog *c, uint32_t file) { return c->files[file].src; }
+
+void ckpt__cat_set_index_counts_parameters(ckpt_catalog *c) { c->index_counts_parameters = true; }
+bool ckpt__cat_index_counts_parameters(const ckpt_catalog *c) { return c && c->index_counts_parameters; }
 
 ckpt_status ckpt__cat_set_index_path(ckpt_catalog *c, const char *path, ckpt_error *err) {
     free(c->index_path);

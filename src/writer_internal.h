@@ -22,4 +22,10 @@ CKPT__HIDDEN ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64
  * hashes them as they stream). */
 CKPT__HIDDEN bool ckpt__writer_needs_order(const ckpt_writer *w);
 
+/* A begun dry run (ckpt_writer_options.dry_run), as the JSON object that
+ * ckpt_convert_plan_preview documents, appended to `out`; sources[i] (may be
+ * NULL) names writer tensor i's source. */
+CKPT__HIDDEN ckpt_status ckpt__writer_describe(const ckpt_writer *w, const char *const *sources, ckpt__buf *out,
+                                               ckpt_error *err);
+
 #endif

@@ -557,7 +557,7 @@ def _pieces(fw, t):
 def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None, tp_dim=0,
             tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
             overwrite=False, checksums=False, no_sync=False, progress=None, extra_files=True, allowed_globals=None,
-            ignore_unmatched=False):
+            ignore_unmatched=False, dry_run=False):
     """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
     — one file, or shards in a directory when max_shard_size is given —
     applying the same selections, renames, slices, casts and layouts as
@@ -565,7 +565,14 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     complete.  Shows a progress bar on a terminal (progress=False hides it;
     a callable(done, total) receives the progress).  A model directory's
     other files (config.json, tokenizer files, …) are copied into a sharded
-    `dst` along with the weights unless extra_files=False."""
+    `dst` along with the weights unless extra_files=False.
+
+    dry_run=True writes nothing and returns what the conversion would
+    write, after every rule and with the same checks, as a dict:
+    {"path", "format", "directory", "files": [{"name", "path", "size",
+    "tensors"}], "side_files", "copied_files", "replaces", "tensors":
+    [{"name", "source", "dtype", "shape", "nbytes", "file", ("same_as")}],
+    "totals": {"tensors", "written", "parameters", "bytes"}}."""
     catalog = _ckpt.Catalog(os.fspath(src), allowed_globals)
     bar = _progress.choose(progress, "convert")
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
@@ -576,6 +583,10 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
         kw["copy_files_from"] = os.fspath(src)
     rules = dict(select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank, tp_size=tp_size,
                  tp_select=tp_select, slices=slices, transpose=transpose, layout=layout)
+    if dry_run:
+        kw["progress"] = None
+        plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
+        return json.loads(plan.convert(os.fspath(dst), dry_run=True, **kw))
     if any(v is not None for v in rules.values()):
         plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
         plan.convert(os.fspath(dst), **kw)

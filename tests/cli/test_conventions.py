@@ -2,6 +2,7 @@
 flags and --opt=value, the summary line, the formats list, and a progress
 bar that fits the terminal (run under a pseudo-terminal)."""
 import fcntl
+import json
 import os
 import re
 import select
@@ -368,3 +369,56 @@ def test_no_bar_when_stderr_is_not_a_terminal(big, tmp_path):
     assert r.returncode == 0 and "\r" not in r.stderr
     r = run("diff", big, big)
     assert r.returncode == 0 and r.stderr == ""
+
+
+# ---- --dry-run -------------------------------------------------------------
+
+
+def test_dry_run_lists_what_convert_would_write(model, tmp_path):
+    out = tmp_path / "out"
+    rules = ["--max-shard-size", "20KB", "--exclude", "bias", "--rename", "layers.=l.", "--dtype", "layers.1.*=bf16"]
+    r = run("convert", model, out, "--dry-run", *rules)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "DTYPE", "SHAPE", "SIZE", "FILE"]
+    # After every rule: new names, new dtypes, the excluded tensor gone.
+    row = next(line for line in lines if line.startswith("l.1.weight "))
+    assert row.split()[1:4] == ["BF16", "[64,", "64]"] and "(from layers.1.weight)" in row
+    assert not any(line.startswith("bias") for line in lines)
+    assert "Would write" in r.stdout and "model.safetensors.index.json  (index)" in r.stdout
+    assert lines[-1] == "Dry run: nothing written."
+    # -n and --json: the same plan as data; then the real conversion
+    # writes exactly those files, sizes and tensors.
+    j = run("convert", model, "-o", out, "-n", "--json", *rules)
+    assert j.returncode == 0, j.stderr
+    listing = json.loads(j.stdout)
+    assert not out.exists()
+    assert run("convert", model, out, "-q", *rules).returncode == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [f["name"] for f in listing["files"]] + listing["side_files"])
+    for f in listing["files"]:
+        assert (out / f["name"]).stat().st_size == f["size"], f
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    assert index["weight_map"] == {t["name"]: t["file"] for t in listing["tensors"]}
+    with Catalog(out) as cat:
+        written = {n: (cat.info(n)["dtype"], cat.info(n)["shape"]) for n in cat.names()}
+    assert written == {t["name"]: (t["dtype"], t["shape"]) for t in listing["tensors"]}
+    assert listing["totals"]["parameters"] == 6 * 64 * 64
+    # The same checks as the conversion: the checkpoint is there now.
+    again = run("convert", model, out, "--dry-run", *rules)
+    assert again.returncode == 1 and "--force" in again.stderr and again.stdout == ""
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.iterdir()}
+    forced = json.loads(run("convert", model, out, "-n", "-f", "--json", *rules).stdout)
+    assert sorted(forced["replaces"]) == sorted(p.name for p in out.iterdir())
+    assert before == {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.iterdir()}
+
+
+def test_dry_run_usage(model, tmp_path):
+    r = run("convert", model, tmp_path / "o", "--json")
+    assert r.returncode == 2 and "--dry-run" in r.stderr
+    r = run("convert", model, tmp_path / "o", "--dry-run", "--verify")
+    assert r.returncode == 2 and not (tmp_path / "o").exists()
+    r = run("convert", model, tmp_path / "o", "--dry-run", "--select", "nomatch*")
+    assert r.returncode == 1 and "nomatch*" in r.stderr and not (tmp_path / "o").exists()
+    assert "--dry-run" in run("convert", "--help").stdout
