@@ -38,7 +38,14 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
     for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_metadata_count(c); i++) {
         const char *k, *v;
         ckpt_catalog_metadata_entry(c, i, &k, &v);
-        st = ckpt_writer_set_metadata(w, k, v, err);
+        /* An index's own entries (the hub's `removed → kept`, a caller's
+         * metadata) stay the checkpoint's: in the new index, or in the
+         * single file; a data file's go into every file. */
+        bool in_a_file = false;
+        for (size_t f = 0; !in_a_file && f < ckpt_catalog_file_count(c); f++)
+            in_a_file = ckpt__pairs_get(ckpt__catalog_file_meta(c, f), k) != NULL;
+        st = in_a_file || !ckpt_catalog_index_path(c) ? ckpt_writer_set_metadata(w, k, v, err)
+                                                      : ckpt_writer_set_checkpoint_metadata(w, k, v, err);
     }
     return st;
 }

@@ -90,6 +90,13 @@ def test_total_parameters_kept_from_a_transformers_index(tmp_path):
     assert run("convert", src, tmp_path / "plain", "--max-shard-size", "8KB").returncode == 0
     plain = json.loads((tmp_path / "plain" / "model.safetensors.index.json").read_text())
     assert "total_parameters" not in plain["metadata"] and plain["weight_map"] == hub_index["weight_map"]
+    # The index's own entries (the hub's `removed → kept`) stay in the
+    # index, as the hub put them; the shards carry {"format": "pt"} alone.
+    assert plain["metadata"] == hub_index["metadata"] == {"total_size": hub_index["metadata"]["total_size"],
+                                                          "transformer.wte.weight": "lm_head.weight"}
+    for shard in set(plain["weight_map"].values()):
+        with Catalog(tmp_path / "plain" / shard) as c:
+            assert c.metadata() == {"format": "pt"}, shard
     real = unique_numel(sd)
     transformers_index(src, "model.safetensors.index.json", real)
     r = run("convert", src, tmp_path / "out", "--max-shard-size", "8KB")
