@@ -97,7 +97,7 @@ static ckpt_status take_options(ckpt_catalog *c, const ckpt_catalog_options *opt
         if (!(c->extra_globals[i] = ckpt__arena_strndup(&c->arena, g, strlen(g)))) return ckpt__oom(err, NULL, NULL);
     }
     c->extra_global_count = o->allowed_global_count;
-    qsort(c->extra_globals, c->extra_global_count, sizeof *c->extra_globals, cmp_str);
+    if (c->extra_global_count > 1) qsort(c->extra_globals, c->extra_global_count, sizeof *c->extra_globals, cmp_str);
     return CKPT_OK;
 }
 
