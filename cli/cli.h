@@ -29,6 +29,11 @@ extern const char inspect_usage[], convert_usage[], verify_usage[], diff_usage[]
     "  - torch.save files (.bin, .pt, .pth): zip, legacy (before torch 1.6) and\n"          \
     "    re-zipped (DEFLATE) archives, read without executing the pickle\n"                \
     "  - sharded torch files: a pytorch_model.bin.index.json and its shards\n"             \
+    "  - GGUF: a .gguf file, or the first of gguf-split's *-00001-of-0000N.gguf\n"         \
+    "  - NumPy: a .npy file, or a .npz archive (stored or compressed)\n"                   \
+    "  - Flax msgpack: a flax_model.msgpack (flax.serialization), or its index\n"           \
+    "  - torch.distributed.checkpoint: a directory with .metadata and *.distcp\n"          \
+    "  - any of these at an http://, https:// or s3:// URL\n"                               \
     "  - a directory in the Hugging Face layout holding any of these\n"
 
 /* ---- options ------------------------------------------------------------ */
@@ -121,5 +126,66 @@ void progress_line(char *out, size_t cap, int width, const char *label, uint64_t
 /* Non-zero once SIGINT or SIGTERM arrived (after progress_start). */
 bool progress_interrupted(void);
 
+/* ---- JSON text from the library (json.c) --------------------------------- */
+
+enum { JSON_NULL, JSON_FALSE, JSON_TRUE, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT };
+
+/* Nodes in document order: an array's elements and an object's alternating
+ * keys and values follow it; `end` is the index past a node's subtree. */
+typedef struct json_node {
+    int kind;
+    uint32_t count; /* elements, or members */
+    uint32_t end;
+    char *str;      /* a string, decoded; a number's text (NUL-terminated, in the text) */
+    size_t len;
+} json_node;
+
+/* Parses `text` in place into *nodes (malloc'ed); the node count, or 0 when
+ * it is not JSON. */
+size_t json_parse(char *text, json_node **nodes);
+/* The value of member `key` of object node `obj`, or 0. */
+size_t json_member(const json_node *nodes, size_t obj, const char *key);
+/* A non-negative integer number. */
+bool json_u64(const json_node *node, uint64_t *out);
+
+/* ---- the options every command that opens a checkpoint shares (sources.c) ---- */
+
+typedef struct source_options {
+    ckpt_catalog_options catalog;
+    char *token; /* read from --bearer-token-file */
+} source_options;
+
+/* The help text of those options. */
+extern const char source_options_help[];
+
+/* Defaults ($CKPT_CACHE_DIR). */
+void source_options_init(source_options *s);
+
+/* Their entries in a command's option table: CLI_SOURCE_OPTIONS before the
+ * table's {NULL} end; an id from OPT_SOURCE_FIRST on goes to source_option. */
+enum {
+    OPT_SOURCE_FIRST = 900,
+    OPT_DIRECT = OPT_SOURCE_FIRST, OPT_CACHE_DIR, OPT_BEARER_TOKEN_FILE, OPT_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_RETRIES,
+    OPT_CONNECTIONS
+};
+#define CLI_SOURCE_OPTIONS                                                                                       \
+    {"direct", 0, false, OPT_DIRECT}, {"cache-dir", 0, true, OPT_CACHE_DIR},                                     \
+        {"bearer-token-file", 0, true, OPT_BEARER_TOKEN_FILE}, {"timeout", 0, true, OPT_TIMEOUT},              \
+        {"connect-timeout", 0, true, OPT_CONNECT_TIMEOUT}, {"retries", 0, true, OPT_RETRIES},                    \
+        {"connections", 0, true, OPT_CONNECTIONS}
+
+/* Takes source option `id` (≥ OPT_SOURCE_FIRST) with its value: EXIT_OK,
+ * or EXIT_USAGE after printing a usage error. */
+int source_option(const char *command, int id, const char *value, source_options *s);
+
+/* The catalog options to open with ($CKPT_BEARER_TOKEN when no file). */
+const ckpt_catalog_options *source_options_get(source_options *s);
+
+/* Wipes and frees the token. */
+void source_options_free(source_options *s);
+
+/* `name` as it may be printed: a URL without its password and query
+ * string (which may hold credentials); in `buf` when changed. */
+const char *display_name(const char *name, char *buf, size_t cap);
 
 #endif

@@ -7,17 +7,20 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "../src/formats/json.h" /* the dry run's listing */
 
 const char convert_usage[] =
     "usage: ckpt convert SRC DST [options]\n"
     "       ckpt convert SRC -o DST [options]\n"
     "\n"
-    "Re-shard, merge, transform or convert a checkpoint to safetensors, streaming\n"
-    "tensor data from file to file (memory use does not depend on its size).\n"
+    "Re-shard, merge, transform or convert a checkpoint, streaming tensor data\n"
+    "from file to file (memory use does not depend on its size).\n"
     "\n"
     "SRC is any checkpoint ckpt reads:\n" CLI_READ_FORMATS
-    "DST   a file name ending in .safetensors: one file (merge); in .gguf: GGUF;\n"
+    "DST   a file name ending in .safetensors: one file (merge); in .npz: a\n"
+    "      NumPy archive (np.load reads it); in .msgpack: a Flax msgpack file\n"
+    "      (flax.serialization.msgpack_restore reads it, names split at dots);\n"
+    "      in .gguf (or --to gguf): GGUF as GGUFWriter writes it; with --to dcp:\n"
+    "      a torch.distributed.checkpoint directory;\n"
     "      otherwise a directory that receives Hugging Face shards\n"
     "      <prefix>-00001-of-0000N.safetensors and <prefix>.safetensors.index.json\n"
     "      (or a single <prefix>.safetensors when everything fits in one shard)\n"
@@ -47,6 +50,15 @@ const char convert_usage[] =
     "                         allow this pickle global (repeatable), as torch's\n"
     "                         add_safe_globals: numpy scalars and dtypes,\n"
     "                         argparse.Namespace, dataclasses; nothing is executed\n"
+    "  --to FORMAT            safetensors, gguf (see GGUF below) or dcp (default: by\n"
+    "                         DST's extension, else safetensors); dcp: DST becomes a\n"
+    "                         torch.distributed.checkpoint directory that\n"
+    "                         torch.distributed.checkpoint.load reads on any number\n"
+    "                         of ranks\n"
+    "  --dcp-ranks N          with --to dcp: cut each tensor of at least N rows along\n"
+    "                         its first axis into N chunks, as DTensor Shard(0) does,\n"
+    "                         one __<rank>_0.distcp file per rank (default 1); smaller\n"
+    "                         tensors and non-tensor values are written once\n"
     "  -n, --dry-run          write nothing: list the tensors (names, dtypes, shapes\n"
     "                         after every rule) and the files the conversion would\n"
     "                         write, with the same checks\n"
@@ -74,7 +86,6 @@ const char convert_usage[] =
     "  that names a single tensor the rule cannot apply to is an error too.\n"
     "\n"
     "GGUF:\n"
-    "  --to gguf|safetensors  the output format (default: by DST's extension)\n"
     "  --dtype q8_0 / q4_0    quantize float matrices (2 or more axes, rows of whole\n"
     "                         32-element blocks; vectors stay as they are), bit-exact\n"
     "                         with gguf.quants; --dtype bf16/f16/f32 dequantizes\n"
@@ -96,7 +107,7 @@ enum {
     OPT_HELP = 1, OPT_OUTPUT, OPT_FORCE, OPT_QUIET, OPT_MAX_SHARD_SIZE, OPT_PREFIX, OPT_NO_SYNC, OPT_CHECKSUMS,
     OPT_VERIFY, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_IGNORE_UNMATCHED, OPT_NO_EXTRA_FILES, OPT_ALLOW_GLOBAL,
     OPT_DRY_RUN, OPT_JSON,
-    OPT_TO, OPT_GGUF_KV, OPT_SPLIT_MAX_SIZE, OPT_SPLIT_MAX_TENSORS,
+    OPT_TO, OPT_DCP_RANKS, OPT_GGUF_KV, OPT_SPLIT_MAX_SIZE, OPT_SPLIT_MAX_TENSORS,
     /* transforms, kept in order as rules */
     OPT_SELECT, OPT_EXCLUDE, OPT_RENAME, OPT_DTYPE, OPT_SLICE, OPT_TRANSPOSE, OPT_LAYOUT
 };
@@ -262,7 +273,8 @@ static int dequantize_rest(ckpt_plan *plan, ckpt_error *err) {
 /* Opens what a conversion to `dst` wrote: the file, or in a directory the
  * index or single file named by the prefix (the directory may hold other
  * checkpoints), or the first part of GGUF splits. */
-static ckpt_status open_output(const char *dst, const ckpt_writer_options *opt, ckpt_catalog **out, ckpt_error *err) {
+static ckpt_status open_output(const char *dst, const ckpt_writer_options *opt, const ckpt_catalog_options *copt,
+                               ckpt_catalog **out, ckpt_error *err) {
     struct stat sb;
     if (opt->format == CKPT_FORMAT_GGUF) {
         /* Split: "<stem>-00001-of-0000N.gguf" beside DST; else DST itself. */
@@ -286,53 +298,44 @@ static ckpt_status open_output(const char *dst, const ckpt_writer_options *opt, 
             if (d) closedir(d);
             free(dir);
             if (found) {
-                ckpt_status st = ckpt_catalog_open(found, out, err);
+                ckpt_status st = ckpt_catalog_open_ex(found, copt, out, err);
                 free(found);
                 return st;
             }
         }
-        return ckpt_catalog_open(dst, out, err);
+        return ckpt_catalog_open_ex(dst, copt, out, err);
     }
-    if (!opt->max_shard_size) return ckpt_catalog_open(dst, out, err);
+    if (!opt->max_shard_size) return ckpt_catalog_open_ex(dst, copt, out, err);
     const char *prefix = opt->prefix ? opt->prefix : "model";
     size_t cap = strlen(dst) + strlen(prefix) + 32;
     char *path = malloc(cap);
-    if (!path) return ckpt_catalog_open(dst, out, err);
+    if (!path) return ckpt_catalog_open_ex(dst, copt, out, err);
     snprintf(path, cap, "%s/%s.safetensors.index.json", dst, prefix);
     if (stat(path, &sb) != 0) snprintf(path, cap, "%s/%s.safetensors", dst, prefix);
-    ckpt_status st = ckpt_catalog_open(path, out, err);
+    ckpt_status st = ckpt_catalog_open_ex(path, copt, out, err);
     free(path);
     return st;
 }
 
-/* The library's dry-run listing (ckpt_convert_plan_preview's JSON) is read
- * with the library's own JSON reader. */
-static size_t json_member(const ckpt__json_doc *d, size_t obj, const char *key) {
-    size_t k = obj + 1;
-    for (uint32_t m = 0; d->nodes[obj].kind == CKPT__JSON_OBJECT && m < d->nodes[obj].count; m++) {
-        if (!strcmp(d->nodes[k].str, key)) return d->nodes[k].end;
-        k = d->nodes[d->nodes[k].end].end;
-    }
-    return 0; /* node 0 is the object itself: never a member */
-}
-
-static void json_shape(const ckpt__json_doc *d, size_t arr, char *buf, size_t cap) {
-    size_t n = (size_t)snprintf(buf, cap, "[");
-    for (size_t k = arr + 1, i = 0; arr && k < d->nodes[arr].end && n < cap; k = d->nodes[k].end, i++)
-        n += (size_t)snprintf(buf + n, cap - n, i ? ", %.*s" : "%.*s", (int)d->nodes[k].len, d->nodes[k].str);
-    if (n < cap) snprintf(buf + n, cap - n, "]");
+/* "[2, 3]" from a JSON array of numbers. */
+static void json_shape(const json_node *n, size_t arr, char *buf, size_t cap) {
+    size_t len = (size_t)snprintf(buf, cap, "[");
+    for (size_t k = arr + 1, i = 0; arr && k < n[arr].end && len < cap; k = n[k].end, i++)
+        len += (size_t)snprintf(buf + len, cap - len, i ? ", %s" : "%s", n[k].str);
+    if (len < cap) snprintf(buf + len, cap - len, "]");
 }
 
 /* What the command line asks for. */
 typedef struct convert_args {
-    const char *src, *dst, *shard_size, *to, *kv_file, *split_size, *split_tensors;
+    const char *src, *dst, *shard_size, *to, *kv_file, *split_size, *split_tensors, *ranks;
     ckpt_writer_options opt;
     rule *rules;
     size_t rule_count;
     const char **globals;
     size_t global_count;
     int show_progress; /* -1: on a terminal */
-    bool verify, quiet, extra_files, ignore_unmatched, gguf, dry_run, json, help;
+    bool verify, quiet, extra_files, ignore_unmatched, gguf, dcp, dry_run, json, help;
+    source_options *so; /* where SRC's bytes come from */
     char *kv_text; /* --gguf-kv's file */
 } convert_args;
 
@@ -354,6 +357,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         {"dry-run", 'n', false, OPT_DRY_RUN},
         {"json", 0, false, OPT_JSON},
         {"to", 0, true, OPT_TO},
+        {"dcp-ranks", 0, true, OPT_DCP_RANKS},
         {"gguf-kv", 0, true, OPT_GGUF_KV},
         {"split-max-size", 0, true, OPT_SPLIT_MAX_SIZE},
         {"split-max-tensors", 0, true, OPT_SPLIT_MAX_TENSORS},
@@ -366,6 +370,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         {"slice", 0, true, OPT_SLICE},
         {"transpose", 0, true, OPT_TRANSPOSE},
         {"layout", 0, true, OPT_LAYOUT},
+        CLI_SOURCE_OPTIONS,
         {NULL, 0, 0, 0},
     };
     const char *output = NULL, *value;
@@ -392,6 +397,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         case OPT_DRY_RUN: a->dry_run = true; break;
         case OPT_JSON: a->json = true; break;
         case OPT_TO: a->to = value; break;
+        case OPT_DCP_RANKS: a->ranks = value; break;
         case OPT_GGUF_KV: a->kv_file = value; break;
         case OPT_SPLIT_MAX_SIZE: a->split_size = value; break;
         case OPT_SPLIT_MAX_TENSORS: a->split_tensors = value; break;
@@ -402,7 +408,13 @@ static int parse_args(int argc, char **argv, convert_args *a) {
             else if (!a->dst) a->dst = value;
             else return usage_error("convert", "unexpected argument '%s'", value);
             break;
-        default: a->rules[a->rule_count++] = (rule){id, value}; break;
+        default:
+            if (id >= OPT_SOURCE_FIRST) {
+                if (source_option("convert", id, value, a->so) != EXIT_OK) return EXIT_USAGE;
+            } else {
+                a->rules[a->rule_count++] = (rule){id, value};
+            }
+            break;
         }
     }
     if (output && a->dst)
@@ -422,11 +434,25 @@ static int choose_output(convert_args *a) {
     ckpt_error err;
     ckpt_error_clear(&err);
     ckpt_writer_options *opt = &a->opt;
-    if (a->to && strcasecmp(a->to, "gguf") && strcasecmp(a->to, "safetensors"))
-        return usage_error("convert", "--to takes gguf or safetensors, not '%s'", a->to);
+    if (a->to && strcasecmp(a->to, "safetensors") && strcasecmp(a->to, "gguf") && strcasecmp(a->to, "dcp"))
+        return usage_error("convert", "--to takes safetensors, gguf or dcp, not '%s'", a->to);
+    a->dcp = a->to && !strcasecmp(a->to, "dcp");
+    if (a->ranks && !a->dcp) return usage_error("convert", "--dcp-ranks goes with --to dcp");
     a->gguf = a->to ? !strcasecmp(a->to, "gguf") : ends_with(a->dst, ".gguf");
     struct stat sb;
-    if (a->gguf) {
+    if (a->dcp) {
+        const char *end;
+        uint64_t n = 1;
+        if (a->ranks && (!parse_u64(a->ranks, &end, &n) || *end || n == 0 || n > 65536))
+            return usage_error("convert", "--dcp-ranks needs a number of ranks from 1 to 65536, got '%s'", a->ranks);
+        if (a->shard_size || opt->prefix || opt->checksums)
+            return usage_error("convert", "--to dcp writes one file per rank: no --max-shard-size, --prefix, "
+                                          "--checksums or --verify");
+        if (a->split_size || a->split_tensors)
+            return usage_error("convert", "--split-max-size and --split-max-tensors are for GGUF output (DST *.gguf)");
+        opt->format = CKPT_FORMAT_DCP;
+        opt->dcp_ranks = (uint32_t)n;
+    } else if (a->gguf) {
         opt->format = CKPT_FORMAT_GGUF;
         if (a->shard_size) return usage_error("convert", "GGUF output splits with --split-max-size, not --max-shard-size");
         if (a->split_size && parse_split_size(a->split_size, &opt->max_shard_size, &err) != CKPT_OK)
@@ -443,9 +469,12 @@ static int choose_output(convert_args *a) {
         if (a->shard_size && ckpt_parse_size(a->shard_size, &opt->max_shard_size, &err) != CKPT_OK)
             return usage_error("convert", "%s", err.message);
         bool dst_is_dir = stat(a->dst, &sb) == 0 && S_ISDIR(sb.st_mode);
-        if (!a->shard_size && (dst_is_dir || !ends_with(a->dst, ".safetensors")))
-            opt->max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
-        if (a->shard_size && ends_with(a->dst, ".safetensors") && !dst_is_dir)
+        /* DST ending in .npz or .msgpack: one NumPy archive or Flax msgpack file. */
+        if (!dst_is_dir && ends_with(a->dst, ".npz")) opt->format = CKPT_FORMAT_NPZ;
+        if (!dst_is_dir && ends_with(a->dst, ".msgpack")) opt->format = CKPT_FORMAT_FLAX_MSGPACK;
+        bool one_file = !dst_is_dir && (ends_with(a->dst, ".safetensors") || opt->format);
+        if (!a->shard_size && !one_file) opt->max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
+        if (a->shard_size && one_file)
             return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", a->dst);
         /* A model directory's other files (config.json, tokenizer files, …)
          * go along into a directory of shards, so that the output loads on
@@ -467,8 +496,7 @@ static int choose_output(convert_args *a) {
 static int build_plan(const convert_args *a, ckpt_catalog **cat, ckpt_plan **plan) {
     ckpt_error err;
     ckpt_error_clear(&err);
-    ckpt_catalog_options copt;
-    ckpt_catalog_options_init(&copt);
+    ckpt_catalog_options copt = *source_options_get(a->so);
     copt.allowed_globals = a->globals;
     copt.allowed_global_count = a->global_count;
     *plan = NULL;
@@ -488,78 +516,77 @@ static int build_plan(const convert_args *a, ckpt_catalog **cat, ckpt_plan **pla
     return rc;
 }
 
-/* Step 4, the dry run: what would be written, on stdout. */
+/* Step 4, the dry run: what would be written, on stdout (the library's
+ * listing, read with json.c). */
 static int print_preview(const convert_args *a, const char *json) {
     if (a->json) {
         fputs(json, stdout);
         return EXIT_OK;
     }
-    size_t len = strlen(json), at;
-    const char *why;
     char *text = strdup(json);
-    ckpt__json_doc doc;
-    if (!text || ckpt__json_parse(text, len, &doc, &at, &why) != CKPT_OK || doc.nodes[0].kind != CKPT__JSON_OBJECT) {
+    json_node *n = NULL;
+    if (!text || !json_parse(text, &n) || n[0].kind != JSON_OBJECT) {
         free(text);
+        free(n);
         fputs(json, stdout); /* cannot happen: the library's own JSON */
         return EXIT_OK;
     }
-    const ckpt__json_node *n = doc.nodes;
-    size_t files = json_member(&doc, 0, "files"), tensors = json_member(&doc, 0, "tensors");
+    size_t files = json_member(n, 0, "files"), tensors = json_member(n, 0, "tensors");
     /* The tensors, as they would be written. */
     int wname = 4, wshape = 5;
     char shape[512], size[32], count[32], count2[32];
-    for (size_t t = tensors + 1; t < n[tensors].end; t = n[t].end) {
-        int w = (int)strlen(n[json_member(&doc, t, "name")].str);
-        json_shape(&doc, json_member(&doc, t, "shape"), shape, sizeof shape);
+    for (size_t t = tensors + 1; tensors && t < n[tensors].end; t = n[t].end) {
+        int w = (int)strlen(n[json_member(n, t, "name")].str);
+        json_shape(n, json_member(n, t, "shape"), shape, sizeof shape);
         if (w > wname) wname = w;
         if ((int)strlen(shape) > wshape) wshape = (int)strlen(shape);
     }
     if (wname > 60) wname = 60;
     printf("%-*s  %-11s  %-*s  %10s  %s\n", wname, "NAME", "DTYPE", wshape, "SHAPE", "SIZE", "FILE");
     uint64_t aliases = 0, params = 0, bytes = 0, written = 0;
-    for (size_t t = tensors + 1; t < n[tensors].end; t = n[t].end) {
-        const char *name = n[json_member(&doc, t, "name")].str, *source = n[json_member(&doc, t, "source")].str;
-        size_t file = json_member(&doc, t, "file"), same = json_member(&doc, t, "same_as");
+    for (size_t t = tensors + 1; tensors && t < n[tensors].end; t = n[t].end) {
+        const char *name = n[json_member(n, t, "name")].str, *source = n[json_member(n, t, "source")].str;
+        size_t file = json_member(n, t, "file"), same = json_member(n, t, "same_as");
         uint64_t nbytes = 0;
-        ckpt__json_u64(&n[json_member(&doc, t, "nbytes")], &nbytes);
-        json_shape(&doc, json_member(&doc, t, "shape"), shape, sizeof shape);
-        printf("%-*s  %-11s  %-*s  %10s  ", wname, name, n[json_member(&doc, t, "dtype")].str, wshape, shape,
+        json_u64(&n[json_member(n, t, "nbytes")], &nbytes);
+        json_shape(n, json_member(n, t, "shape"), shape, sizeof shape);
+        printf("%-*s  %-11s  %-*s  %10s  ", wname, name, n[json_member(n, t, "dtype")].str, wshape, shape,
                format_bytes(nbytes, size, sizeof size));
-        if (n[file].kind == CKPT__JSON_STRING) printf("%s", n[file].str);
+        if (n[file].kind == JSON_STRING) printf("%s", n[file].str);
         else printf("(written once, as %s)", same ? n[same].str : "?"), aliases++;
         if (strcmp(name, source)) printf("  (from %s)", source);
         putchar('\n');
     }
-    size_t totals = json_member(&doc, 0, "totals");
-    ckpt__json_u64(&n[json_member(&doc, totals, "parameters")], &params);
-    ckpt__json_u64(&n[json_member(&doc, totals, "bytes")], &bytes);
-    ckpt__json_u64(&n[json_member(&doc, totals, "written")], &written);
-    size_t nfiles = n[files].count;
-    printf("\nWould write %s (%s): %s tensor%s", a->dst, n[json_member(&doc, 0, "format")].str,
+    size_t totals = json_member(n, 0, "totals");
+    json_u64(&n[json_member(n, totals, "parameters")], &params);
+    json_u64(&n[json_member(n, totals, "bytes")], &bytes);
+    json_u64(&n[json_member(n, totals, "written")], &written);
+    size_t nfiles = files ? n[files].count : 0;
+    printf("\nWould write %s (%s): %s tensor%s", a->dst, n[json_member(n, 0, "format")].str,
            format_count(written, count, sizeof count), written == 1 ? "" : "s");
     if (aliases) printf(" (and %s written once for several names)", format_count(aliases, count2, sizeof count2));
     printf(", %s parameters, %s in %zu file%s:\n", format_count(params, count2, sizeof count2),
            format_bytes(bytes, size, sizeof size), nfiles, nfiles == 1 ? "" : "s");
-    for (size_t f = files + 1; f < n[files].end; f = n[f].end) {
+    for (size_t f = files + 1; files && f < n[files].end; f = n[f].end) {
         uint64_t fsize = 0, ft = 0;
-        ckpt__json_u64(&n[json_member(&doc, f, "size")], &fsize);
-        ckpt__json_u64(&n[json_member(&doc, f, "tensors")], &ft);
-        printf("  %s  %s, %s tensor%s\n", n[json_member(&doc, f, "path")].str, format_bytes(fsize, size, sizeof size),
+        json_u64(&n[json_member(n, f, "size")], &fsize);
+        json_u64(&n[json_member(n, f, "tensors")], &ft);
+        printf("  %s  %s, %s tensor%s\n", n[json_member(n, f, "path")].str, format_bytes(fsize, size, sizeof size),
                format_count(ft, count, sizeof count), ft == 1 ? "" : "s");
     }
     static const char *const lists[][2] = {{"side_files", "index"}, {"copied_files", "copied from SRC"},
                                            {"replaces", "replaced: an existing checkpoint's"}};
     /* Side files lie beside the data files. */
-    const char *first = n[files].count ? n[json_member(&doc, files + 1, "path")].str : "";
+    const char *first = nfiles ? n[json_member(n, files + 1, "path")].str : "";
     const char *slash = strrchr(first, '/');
     int dir_len = slash ? (int)(slash - first) + 1 : 0;
     for (size_t l = 0; l < sizeof lists / sizeof *lists; l++) {
-        size_t list = json_member(&doc, 0, lists[l][0]);
+        size_t list = json_member(n, 0, lists[l][0]);
         for (size_t k = list + 1; list && k < n[list].end; k = n[k].end)
             printf("  %.*s%s  (%s)\n", dir_len, first, n[k].str, lists[l][1]);
     }
     printf("Dry run: nothing written.\n");
-    ckpt__json_free(&doc);
+    free(n);
     free(text);
     return EXIT_OK;
 }
@@ -588,7 +615,10 @@ static int report(const convert_args *a, double elapsed) {
     ckpt_error_clear(&err);
     /* What was written, as a reader sees it. */
     ckpt_catalog *out = NULL;
-    ckpt_status st = open_output(a->dst, &a->opt, &out, &err);
+    ckpt_catalog_options local; /* the output is local: read as the source was (--direct) */
+    ckpt_catalog_options_init(&local);
+    local.direct = a->so->catalog.direct;
+    ckpt_status st = open_output(a->dst, &a->opt, &local, &out, &err);
     if (st != CKPT_OK) return report_error(&err);
     if (!a->quiet) {
         uint64_t bytes = 0;
@@ -613,7 +643,7 @@ static int report(const convert_args *a, double elapsed) {
 static int run_convert(convert_args *a, int argc, char **argv) {
     int rc = parse_args(argc, argv, a);
     if (rc != EXIT_OK || a->help) {
-        if (a->help) fputs(convert_usage, stdout);
+        if (a->help) fputs(convert_usage, stdout), fputs(source_options_help, stdout);
         return rc;
     }
     double start = cli_now(), elapsed = 0;
@@ -637,7 +667,9 @@ static int run_convert(convert_args *a, int argc, char **argv) {
 }
 
 int cmd_convert(int argc, char **argv) {
-    convert_args a = {.show_progress = -1, .extra_files = true};
+    source_options so;
+    source_options_init(&so);
+    convert_args a = {.show_progress = -1, .extra_files = true, .so = &so};
     ckpt_writer_options_init(&a.opt);
     a.rules = calloc((size_t)argc, sizeof *a.rules); /* room for one rule and one global per argument */
     a.globals = calloc((size_t)argc, sizeof *a.globals);
@@ -647,5 +679,6 @@ int cmd_convert(int argc, char **argv) {
     free(a.rules);
     free(a.globals);
     free(a.kv_text);
+    source_options_free(&so);
     return rc;
 }

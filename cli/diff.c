@@ -8,7 +8,7 @@
 #include "cli.h"
 
 const char diff_usage[] =
-    "usage: ckpt diff A B [--json] [-q]\n"
+    "usage: ckpt diff A B [--json] [-q] [--direct] [remote options]\n"
     "\n"
     "Compare the tensors of two checkpoints, of any formats ckpt reads: names\n"
     "only in A or only in B, dtype and shape changes, and tensors whose values\n"
@@ -554,7 +554,7 @@ static int run(differ *df, bool json) {
 
 /* Parses the arguments and compares, with room for one allowed global per
  * argument. */
-static int parse_and_run(int argc, char **argv, const char **globals) {
+static int parse_and_run(int argc, char **argv, const char **globals, source_options *so) {
     enum { OPT_HELP = 1, OPT_JSON, OPT_QUIET, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_ALLOW_GLOBAL };
     static const cli_option options[] = {{"help", 'h', false, OPT_HELP},
                                          {"json", 0, false, OPT_JSON},
@@ -562,6 +562,7 @@ static int parse_and_run(int argc, char **argv, const char **globals) {
                                          {"progress", 0, false, OPT_PROGRESS},
                                          {"no-progress", 0, false, OPT_NO_PROGRESS},
                                          {"allow-global", 0, true, OPT_ALLOW_GLOBAL},
+                                         CLI_SOURCE_OPTIONS,
                                          {NULL, 0, 0, 0}};
     const char *paths[2] = {NULL, NULL}, *value;
     bool json = false, quiet = false;
@@ -572,13 +573,20 @@ static int parse_and_run(int argc, char **argv, const char **globals) {
     for (int id; (id = args_next(&args, &value)) != ARG_END;) {
         switch (id) {
         case ARG_ERROR: return EXIT_USAGE;
-        case OPT_HELP: fputs(diff_usage, stdout); return EXIT_OK;
+        case OPT_HELP:
+            fputs(diff_usage, stdout);
+            fputs(source_options_help, stdout);
+            return EXIT_OK;
         case OPT_JSON: json = true; break;
         case OPT_QUIET: quiet = true; break;
         case OPT_PROGRESS: show_progress = 1; break;
         case OPT_NO_PROGRESS: show_progress = 0; break;
         case OPT_ALLOW_GLOBAL: globals[global_count++] = value; break;
         default:
+            if (id >= OPT_SOURCE_FIRST) {
+                if (source_option("diff", id, value, so) != EXIT_OK) return EXIT_USAGE;
+                break;
+            }
             if (paths[1]) return usage_error("diff", "two checkpoints expected, got a third: '%s'", value);
             paths[paths[0] ? 1 : 0] = value;
         }
@@ -586,10 +594,11 @@ static int parse_and_run(int argc, char **argv, const char **globals) {
     if (!paths[1]) return usage_error("diff", paths[0] ? "missing B" : "missing A and B");
     if (quiet && show_progress < 0) show_progress = 0;
 
-    differ df = {.path_a = paths[0], .path_b = paths[1], .quiet = quiet};
+    char shown_a[4096], shown_b[4096];
+    differ df = {.path_a = display_name(paths[0], shown_a, sizeof shown_a),
+                 .path_b = display_name(paths[1], shown_b, sizeof shown_b), .quiet = quiet};
     ckpt_error_clear(&df.err);
-    ckpt_catalog_options copt;
-    ckpt_catalog_options_init(&copt);
+    ckpt_catalog_options copt = *source_options_get(so);
     copt.allowed_globals = globals;
     copt.allowed_global_count = global_count;
     int rc = EXIT_ERROR;
@@ -624,7 +633,10 @@ int cmd_diff(int argc, char **argv) {
         fputs("ckpt: out of memory\n", stderr);
         return EXIT_ERROR;
     }
-    int rc = parse_and_run(argc, argv, globals);
+    source_options so;
+    source_options_init(&so);
+    int rc = parse_and_run(argc, argv, globals, &so);
+    source_options_free(&so);
     free(globals);
     return rc;
 }

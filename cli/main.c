@@ -83,7 +83,9 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[2], "help") || !strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"))
             return print_help(stdout, usage);
         const struct command *c = find_command(argv[2]);
-        return c ? print_help(stdout, c->usage) : unknown_command(argv[2]);
+        if (!c) return unknown_command(argv[2]);
+        fputs(c->usage, stdout); /* as `ckpt CMD --help` prints it */
+        return print_help(stdout, source_options_help);
     }
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
         printf("ckpt %s\n", ckpt_version());

@@ -4,7 +4,7 @@
 #include "cli.h"
 
 const char verify_usage[] =
-    "usage: ckpt verify PATH [-q] [--progress | --no-progress]\n"
+    "usage: ckpt verify PATH [-q] [--progress | --no-progress] [--direct] [remote options]\n"
     "\n"
     "Check a checkpoint: its structure (every offset and size, index and\n"
     "shards, each tensor present exactly once, every file complete) and the\n"
@@ -22,12 +22,13 @@ const char verify_usage[] =
     "\n"
     "Exit status: 0 intact, 1 damaged or unreadable, 2 usage error.\n";
 
-int cmd_verify(int argc, char **argv) {
+static int run_verify(int argc, char **argv, source_options *so) {
     enum { OPT_HELP = 1, OPT_QUIET, OPT_PROGRESS, OPT_NO_PROGRESS };
     static const cli_option options[] = {{"help", 'h', false, OPT_HELP},
                                          {"quiet", 'q', false, OPT_QUIET},
                                          {"progress", 0, false, OPT_PROGRESS},
                                          {"no-progress", 0, false, OPT_NO_PROGRESS},
+                                         CLI_SOURCE_OPTIONS,
                                          {NULL, 0, 0, 0}};
     const char *path = NULL, *value;
     int show_progress = -1;
@@ -37,11 +38,18 @@ int cmd_verify(int argc, char **argv) {
     for (int id; (id = args_next(&args, &value)) != ARG_END;) {
         switch (id) {
         case ARG_ERROR: return EXIT_USAGE;
-        case OPT_HELP: fputs(verify_usage, stdout); return EXIT_OK;
+        case OPT_HELP:
+            fputs(verify_usage, stdout);
+            fputs(source_options_help, stdout);
+            return EXIT_OK;
         case OPT_QUIET: quiet = true; break;
         case OPT_PROGRESS: show_progress = 1; break;
         case OPT_NO_PROGRESS: show_progress = 0; break;
         default:
+            if (id >= OPT_SOURCE_FIRST) {
+                if (source_option("verify", id, value, so) != EXIT_OK) return EXIT_USAGE;
+                break;
+            }
             if (path) return usage_error("verify", "one PATH expected, got '%s' and '%s'", path, value);
             path = value;
         }
@@ -52,7 +60,9 @@ int cmd_verify(int argc, char **argv) {
     ckpt_error err;
     ckpt_error_clear(&err);
     ckpt_catalog *cat;
-    if (ckpt_catalog_open(path, &cat, &err) != CKPT_OK) return report_error(&err);
+    if (ckpt_catalog_open_ex(path, source_options_get(so), &cat, &err) != CKPT_OK) return report_error(&err);
+    char shown[4096];
+    path = display_name(path, shown, sizeof shown);
     progress_bar bar;
     progress_start(&bar, "verifying", show_progress);
     size_t checked = 0;
@@ -73,4 +83,12 @@ int cmd_verify(int argc, char **argv) {
            files == 1 ? "" : "s", checked, checked == 1 ? "" : "s",
            checked < n ? (checked ? " (the other tensors have none)" : " (none recorded: convert with --checksums)") : "");
     return EXIT_OK;
+}
+
+int cmd_verify(int argc, char **argv) {
+    source_options so;
+    source_options_init(&so);
+    int rc = run_verify(argc, argv, &so);
+    source_options_free(&so);
+    return rc;
 }

@@ -236,7 +236,8 @@ def test_summary_line_after_verify(model, tmp_path):
 
 def test_help_lists_every_format_ckpt_reads():
     needles = [".safetensors file", "*.safetensors.index.json", "torch.save", "legacy", "re-zipped",
-               "pytorch_model.bin.index.json", "directory in the Hugging Face layout"]
+               "pytorch_model.bin.index.json", ".gguf", ".npy", ".npz", "msgpack", "torch.distributed.checkpoint",
+               "https://", "directory in the Hugging Face layout"]
     blocks = []
     for command in ("inspect", "convert", "diff", "verify"):
         text = run(command, "--help").stdout

@@ -106,6 +106,7 @@ pub const CKPT_FORMAT_SAFETENSORS: ckpt_format = 1;
 pub const CKPT_FORMAT_SAFETENSORS_SHARDED: ckpt_format = 2;
 pub const CKPT_FORMAT_TORCH: ckpt_format = 3;
 pub const CKPT_FORMAT_TORCH_SHARDED: ckpt_format = 4;
+pub const CKPT_FORMAT_DCP: ckpt_format = 6;
 
 pub const CKPT_MAX_DIMS: u32 = 64;
 pub const CKPT_DEFAULT_MAX_SHARD_SIZE: u64 = 5_000_000_000;
@@ -215,6 +216,7 @@ pub struct ckpt_writer_options {
     pub split_max_tensors: u64,
     /// Metadata adding to or replacing the source's: a JSON object text (NULL: none).
     pub metadata_json: *const c_char,
+    pub dcp_ranks: u32,
     /// Non-zero: plan and check only; nothing is written (ckpt_convert_plan_preview).
     pub dry_run: c_int,
     /// Non-zero: an index records "total_parameters" as transformers' save_pretrained does.
@@ -570,6 +572,7 @@ mod layout {
             ("ckpt_writer_options.copy_files_from", off!(ckpt_writer_options, copy_files_from), true),
             ("ckpt_writer_options.split_max_tensors", off!(ckpt_writer_options, split_max_tensors), true),
             ("ckpt_writer_options.metadata_json", off!(ckpt_writer_options, metadata_json), true),
+            ("ckpt_writer_options.dcp_ranks", off!(ckpt_writer_options, dcp_ranks), true),
             ("ckpt_writer_options.dry_run", off!(ckpt_writer_options, dry_run), true),
             ("ckpt_writer_options.total_parameters", off!(ckpt_writer_options, total_parameters), true),
             ("sizeof ckpt_tensor_storage", size_of::<ckpt_tensor_storage>(), true),
