@@ -28,13 +28,17 @@ static size_t new_node(reader *r, int kind) {
     return r->count++;
 }
 
+/* Four hex digits, or -1 (stopping at the first other character, the
+ * text's NUL included). */
 static int hex4(const char *s) {
     int v = 0;
     for (int i = 0; i < 4; i++) {
         char c = s[i];
-        v = v * 16 + (c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1000);
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
     }
-    return v < 0 ? -1 : v;
+    return v;
 }
 
 static char *put_utf8(char *o, unsigned cp) {
