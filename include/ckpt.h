@@ -394,6 +394,13 @@ typedef struct ckpt_tensor_info {
  *     told apart by their first bytes.  A `.npy` holds one tensor, named
  *     after the file ("w.npy" → "w"); Flax tensors are named by their path,
  *     keys joined by ".".
+ *   - a torch index (`pytorch_model.bin.index.json`), whose shards are
+ *     torch files;
+ *   - a torch.distributed.checkpoint (DCP) directory: `.metadata` and the
+ *     ranks' `*.distcp` files, or the per-rank safetensors files of DCP's
+ *     Hugging Face storage layer;
+ *   - any of these at an `http://`, `https://` or `s3://` URL (see
+ *     ckpt_catalog_open_ex for the source options).
  *
  * Every validation rule of huggingface/safetensors is applied to every file,
  * plus duplicate-name detection; for an index, every tensor of the
