@@ -439,3 +439,31 @@ def test_dry_run_names_with_escapes(tmp_path):
         assert any(line.startswith(n + " ") for line in out.splitlines()), n
     listing = json.loads(run("convert", tmp_path / "m.safetensors", tmp_path / "o.safetensors", "-n", "--json").stdout)
     assert sorted(t["name"] for t in listing["tensors"]) == sorted(names)
+
+
+@pytest.mark.parametrize("dst,args,files", [
+    ("out", ["--max-shard-size", "40KB", "--checksums"], 3),
+    ("out.gguf", ["--split-max-size", "40KB"], 3),
+    ("out.npz", [], 1),
+    ("out.msgpack", [], 1),
+    ("out", ["--to", "dcp", "--dcp-ranks", "3"], 3),
+], ids=["shards-checksums", "gguf-splits", "npz", "msgpack", "dcp"])
+def test_dry_run_predicts_every_output_format(model, tmp_path, dst, args, files):
+    """Each output format's dry run names exactly the files the conversion
+    then writes, with their sizes."""
+    work = tmp_path / "work"
+    work.mkdir()
+    listing = json.loads(run("convert", model, dst, "-n", "--json", *args, cwd=work).stdout)
+    assert sorted(os.listdir(work)) == []
+    r = run("convert", model, dst, "-q", *args, cwd=work)
+    assert r.returncode == 0, r.stderr
+    predicted = {os.path.normpath(f["path"]): f["size"] for f in listing["files"]}
+    base = os.path.dirname(next(iter(predicted)))
+    predicted.update({os.path.join(base, n): None for n in listing["side_files"]})
+    written = {os.path.normpath(os.path.relpath(os.path.join(d, n), work))
+               for d, _, names in os.walk(work) for n in names}
+    assert written == set(predicted), (written, predicted)
+    for path, size in predicted.items():
+        if size is not None:
+            assert (work / path).stat().st_size == size, path
+    assert listing["totals"]["tensors"] == 7 and len(listing["files"]) == files
