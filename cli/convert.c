@@ -33,8 +33,8 @@ const char convert_usage[] =
     "  --prefix NAME          shard file prefix (default: model)\n"
     "  -f, --force            replace an existing checkpoint at DST (only once the\n"
     "                         new one is complete)\n"
-    "  -q, --quiet            no summary line and no progress bar (errors still\n"
-    "                         go to stderr)\n"
+    "  -q, --quiet            no summary line, no progress bar, no notes on what a\n"
+    "                         broad rule left as it is (errors still go to stderr)\n"
     "  --progress / --no-progress\n"
     "                         force the progress bar on or off (default: on when\n"
     "                         stderr is a terminal)\n"
@@ -157,8 +157,9 @@ static bool parse_u64(const char *s, const char **end, uint64_t *out) {
     return true;
 }
 
-/* Applies one transform option to the plan; a usage problem gives 2. */
-static int apply_rule(ckpt_plan *plan, const rule *r, ckpt_error *err) {
+/* Applies one transform option to the plan; a usage problem gives 2.
+ * Unless quiet, says how many tensors a broad pattern left as they are. */
+static int apply_rule(ckpt_plan *plan, const rule *r, bool quiet, ckpt_error *err) {
     char pattern[4096];
     const char *pat, *rest = split_pattern(r->value, pattern, sizeof pattern);
     pat = pattern[0] ? pattern : NULL;
@@ -199,7 +200,7 @@ static int apply_rule(ckpt_plan *plan, const rule *r, ckpt_error *err) {
     /* A broad pattern leaves what it cannot apply to as it is: say so. */
     size_t matched, skipped;
     ckpt_plan_last_rule(plan, &matched, &skipped);
-    if (skipped) {
+    if (skipped && !quiet) {
         static const char *const names[] = {[OPT_DTYPE] = "--dtype", [OPT_SLICE] = "--slice",
                                             [OPT_TRANSPOSE] = "--transpose", [OPT_LAYOUT] = "--layout"};
         const char *name = r->option < (int)(sizeof names / sizeof *names) ? names[r->option] : NULL;
@@ -507,7 +508,7 @@ static int build_plan(const convert_args *a, ckpt_catalog **cat, ckpt_plan **pla
     }
     if (a->ignore_unmatched) ckpt_plan_set_flags(*plan, CKPT_PLAN_IGNORE_UNMATCHED);
     int rc = EXIT_OK;
-    for (size_t i = 0; i < a->rule_count && rc == EXIT_OK; i++) rc = apply_rule(*plan, &a->rules[i], &err);
+    for (size_t i = 0; i < a->rule_count && rc == EXIT_OK; i++) rc = apply_rule(*plan, &a->rules[i], a->quiet, &err);
     if (rc == EXIT_OK && !a->gguf) rc = dequantize_rest(*plan, &err); /* safetensors has no block types */
     if (rc != EXIT_OK) {
         ckpt_plan_free(*plan);
