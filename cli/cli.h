@@ -12,9 +12,68 @@
 /* Exit codes: 0 success, 1 bad input or I/O error, 2 usage error, 130 interrupted. */
 enum { EXIT_OK = 0, EXIT_ERROR = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 
+/* The commands: each takes its own name as argv[0]. */
 int cmd_inspect(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
+
+/* Each command's help text (`ckpt help CMD`, `ckpt CMD --help`). */
+extern const char inspect_usage[], convert_usage[], verify_usage[], diff_usage[];
+
+/* Every format ckpt reads, for the help texts: one line each, so that a new
+ * reader adds one line here. */
+#define CLI_READ_FORMATS                                                                   \
+    "  - safetensors: a .safetensors file\n"                                               \
+    "  - sharded safetensors: a *.safetensors.index.json and its shards\n"                  \
+    "  - torch.save files (.bin, .pt, .pth): zip, legacy (before torch 1.6) and\n"          \
+    "    re-zipped (DEFLATE) archives, read without executing the pickle\n"                \
+    "  - sharded torch files: a pytorch_model.bin.index.json and its shards\n"             \
+    "  - GGUF: a .gguf file, or the first of gguf-split's *-00001-of-0000N.gguf\n"         \
+    "  - NumPy: a .npy file, or a .npz archive (stored or compressed)\n"                   \
+    "  - Flax msgpack: a flax_model.msgpack (flax.serialization), or its index\n"           \
+    "  - torch.distributed.checkpoint: a directory with .metadata and *.distcp\n"          \
+    "  - any of these at an http://, https:// or s3:// URL\n"                               \
+    "  - a directory in the Hugging Face layout holding any of these\n"
+
+/* ---- options ------------------------------------------------------------ */
+
+/* One option of a command: "--name" (and "-c" when short_name is set);
+ * values as "--name VALUE", "--name=VALUE", "-c VALUE" or "-cVALUE". */
+typedef struct cli_option {
+    const char *name;
+    char short_name;
+    bool takes_value;
+    int id; /* > 0 */
+} cli_option;
+
+enum { ARG_END = -1, ARG_ERROR = -2, ARG_POSITIONAL = 0 };
+
+typedef struct args_parser {
+    const char *command;
+    const cli_option *options; /* ends with a {NULL} entry */
+    int argc, next;
+    char **argv;
+    const char *cluster; /* rest of "-qf" */
+    bool only_positional; /* after "--" */
+} args_parser;
+
+void args_init(args_parser *p, const char *command, const cli_option *options, int argc, char **argv);
+
+/* The next argument: an option's id (its value in *value when it takes
+ * one), ARG_POSITIONAL with the argument in *value, ARG_END, or ARG_ERROR
+ * once a usage error (an unknown option with suggestions, a missing value)
+ * has been printed.  "--" ends the options. */
+int args_next(args_parser *p, const char **value);
+
+/* Up to `cap` candidates close to `typed` (edit distance, as git's "did you
+ * mean"), into out; returns how many. */
+size_t suggest(const char *typed, const char *const *candidates, size_t count, const char **out, size_t cap);
+
+/* "'a'", "'a' or 'b'", "'a', 'b' or 'c'", each with `prefix`. */
+void print_suggestions(FILE *f, const char *const *found, size_t count, const char *prefix);
+
+/* ---- output ------------------------------------------------------------- */
 
 /* `ckpt convert` on many ranks (mpi.c): the number of ranks the
  * environment announces (mpirun, srun; 1 outside them), and the collective
@@ -39,14 +98,24 @@ const char *format_bytes(uint64_t bytes, char *buf, size_t cap);
 /* "22,713,728"-style count into buf. */
 const char *format_count(uint64_t n, char *buf, size_t cap);
 
+/* The success line on stderr, e.g. "ckpt: wrote 104 tensors, 86.6 MiB in
+ * 4 files to minilm/ in 0.21 s (0.43 GB/s)"; `where` may be NULL. */
+void print_summary(const char *verb, uint64_t tensors, uint64_t bytes, size_t files, const char *where,
+                   double seconds);
+
+/* Seconds on a monotonic clock. */
+double cli_now(void);
+
 /* A JSON string literal (UTF-8 kept, control characters escaped). */
 void print_json_string(FILE *out, const char *s);
 
 /* Progress display on stderr, only when stderr is a terminal. */
 typedef struct progress_bar {
-    bool enabled;
+    bool enabled, at_end, drawn;
     double start, last;
+    int width; /* columns, re-read after SIGWINCH */
     const char *label;
+    const char *final_note; /* shown once all bytes are done, e.g. "syncing…" */
 } progress_bar;
 
 /* Starts a bar: `mode` -1 shows it when stderr is a terminal, 0 never,
@@ -56,7 +125,38 @@ void progress_start(progress_bar *bar, const char *label, int mode);
 /* ckpt_progress_fn: redraws at most every 100 ms; returns non-zero after
  * SIGINT/SIGTERM so the library cancels and cleans up. */
 int progress_update(uint64_t done, uint64_t total, void *bar);
+/* Erases the bar (a summary line may take its place). */
 void progress_finish(progress_bar *bar, bool success);
+/* What the bar says between the last byte and the call's return (the
+ * commit's fsync): `word` and an ellipsis; NULL for nothing. */
+void progress_set_final_note(progress_bar *bar, const char *word);
+/* The bar's text for `width` columns: never more than width - 1. */
+void progress_line(char *out, size_t cap, int width, const char *label, uint64_t done, uint64_t total, double elapsed,
+                   const char *note);
+/* Non-zero once SIGINT or SIGTERM arrived (after progress_start). */
+bool progress_interrupted(void);
+
+/* ---- JSON text from the library (json.c) --------------------------------- */
+
+enum { JSON_NULL, JSON_FALSE, JSON_TRUE, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT };
+
+/* Nodes in document order: an array's elements and an object's alternating
+ * keys and values follow it; `end` is the index past a node's subtree. */
+typedef struct json_node {
+    int kind;
+    uint32_t count; /* elements, or members */
+    uint32_t end;
+    char *str;      /* a string, decoded; a number's text (NUL-terminated, in the text) */
+    size_t len;
+} json_node;
+
+/* Parses `text` in place into *nodes (malloc'ed); the node count, or 0 when
+ * it is not JSON. */
+size_t json_parse(char *text, json_node **nodes);
+/* The value of member `key` of object node `obj`, or 0. */
+size_t json_member(const json_node *nodes, size_t obj, const char *key);
+/* A non-negative integer number. */
+bool json_u64(const json_node *node, uint64_t *out);
 
 /* ---- the options every command that opens a checkpoint shares (sources.c) ---- */
 
@@ -71,10 +171,22 @@ extern const char source_options_help[];
 /* Defaults ($CKPT_CACHE_DIR). */
 void source_options_init(source_options *s);
 
-/* If argv[*i] is one of those options (--direct, --cache-dir, …), takes it
- * (and its value, advancing *i) and returns 1; 0 if it is not one; -1
- * after printing a usage error. */
-int source_option(const char *command, int argc, char **argv, int *i, source_options *s);
+/* Their entries in a command's option table: CLI_SOURCE_OPTIONS before the
+ * table's {NULL} end; an id from OPT_SOURCE_FIRST on goes to source_option. */
+enum {
+    OPT_SOURCE_FIRST = 900,
+    OPT_DIRECT = OPT_SOURCE_FIRST, OPT_CACHE_DIR, OPT_BEARER_TOKEN_FILE, OPT_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_RETRIES,
+    OPT_CONNECTIONS
+};
+#define CLI_SOURCE_OPTIONS                                                                                       \
+    {"direct", 0, false, OPT_DIRECT}, {"cache-dir", 0, true, OPT_CACHE_DIR},                                     \
+        {"bearer-token-file", 0, true, OPT_BEARER_TOKEN_FILE}, {"timeout", 0, true, OPT_TIMEOUT},              \
+        {"connect-timeout", 0, true, OPT_CONNECT_TIMEOUT}, {"retries", 0, true, OPT_RETRIES},                    \
+        {"connections", 0, true, OPT_CONNECTIONS}
+
+/* Takes source option `id` (≥ OPT_SOURCE_FIRST) with its value: EXIT_OK,
+ * or EXIT_USAGE after printing a usage error. */
+int source_option(const char *command, int id, const char *value, source_options *s);
 
 /* The catalog options to open with ($CKPT_BEARER_TOKEN when no file). */
 const ckpt_catalog_options *source_options_get(source_options *s);

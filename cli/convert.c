@@ -1,4 +1,5 @@
-/* convert.c — `ckpt convert SRC DST [--max-shard-size SIZE] [--force]`. */
+/* convert.c — `ckpt convert SRC DST [options]`. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,24 +8,14 @@
 
 #include "cli.h"
 
-static const char usage[] =
-    "usage: ckpt convert SRC DST [--max-shard-size SIZE] [--prefix NAME] [--force]\n"
-    "                            [--checksums] [--verify]\n"
-    "                            [--select PAT] [--exclude PAT] [--rename FROM=TO]\n"
-    "                            [--dtype [PAT=]DTYPE] [--slice [PAT=]SPEC]\n"
-    "                            [--transpose PAT] [--layout [PAT=]FROM:TO]\n"
-    "                            [--to safetensors|gguf|dcp] [--dcp-ranks N]\n"
-    "                            [--gguf-kv FILE.json]\n"
-    "                            [--split-max-size SIZE] [--split-max-tensors N]\n"
-    "                            [--direct] [remote options]\n"
+const char convert_usage[] =
+    "usage: ckpt convert SRC DST [options]\n"
+    "       ckpt convert SRC -o DST [options]\n"
     "\n"
-    "Re-shard, merge or transform a checkpoint, streaming tensor data from file\n"
-    "to file (memory use does not depend on the checkpoint's size).\n"
+    "Re-shard, merge, transform or convert a checkpoint, streaming tensor data\n"
+    "from file to file (memory use does not depend on its size).\n"
     "\n"
-    "SRC   a .safetensors file, a *.safetensors.index.json, a torch.save file, a\n"
-    "      GGUF, .npy, .npz or Flax .msgpack file, a torch.distributed.checkpoint\n"
-    "      (DCP) directory, or a directory holding one (or their http://,\n"
-    "      https:// or s3:// URLs)\n"
+    "SRC is any checkpoint ckpt reads:\n" CLI_READ_FORMATS
     "DST   a file name ending in .safetensors: one file (merge); in .npz: a\n"
     "      NumPy archive (np.load reads it); in .msgpack: a Flax msgpack file\n"
     "      (flax.serialization.msgpack_restore reads it, names split at dots);\n"
@@ -35,12 +26,15 @@ static const char usage[] =
     "      (or a single <prefix>.safetensors when everything fits in one shard)\n"
     "\n"
     "options:\n"
+    "  -o, --output DST       the destination (instead of the second argument)\n"
     "  --max-shard-size SIZE  largest shard, e.g. 5GB (default), 500MB, 2GiB or a\n"
     "                         number of bytes; units as huggingface_hub (KB, MB, GB,\n"
     "                         TB are powers of 1000) plus KiB, MiB, GiB, TiB\n"
     "  --prefix NAME          shard file prefix (default: model)\n"
-    "  --force                replace an existing checkpoint at DST (only once the\n"
+    "  -f, --force            replace an existing checkpoint at DST (only once the\n"
     "                         new one is complete)\n"
+    "  -q, --quiet            no summary line, no progress bar, no notes on what a\n"
+    "                         broad rule left as it is (errors still go to stderr)\n"
     "  --progress / --no-progress\n"
     "                         force the progress bar on or off (default: on when\n"
     "                         stderr is a terminal)\n"
@@ -70,6 +64,12 @@ static const char usage[] =
     "                         its first axis into N chunks, as DTensor Shard(0) does,\n"
     "                         one __<rank>_0.distcp file per rank (default 1); smaller\n"
     "                         tensors and non-tensor values are written once\n"
+    "  -n, --dry-run          write nothing: list the tensors (names, dtypes, shapes\n"
+    "                         after every rule) and the files the conversion would\n"
+    "                         write, with the same checks\n"
+    "  --json                 with --dry-run: that listing as JSON on stdout\n"
+    "  -h, --help             show this help\n"
+    "  Options taking a value accept --opt VALUE and --opt=VALUE.\n"
     "\n"
     "transforms (applied in the order given; PAT is a glob on the tensor's name in\n"
     "SRC, '*' matching dots too; without PAT, every tensor):\n"
@@ -103,13 +103,23 @@ static const char usage[] =
     "                         or any --max-shard-size form\n"
     "  --split-max-tensors N  at most N tensors per split file\n"
     "  Splits are DST-00001-of-0000N.gguf beside DST; SRC a first part merges.\n"
-    "  -h, --help             show this help\n"
     "\n"
+    "On success a summary goes to stderr (tensors, bytes, files, time, GB/s).\n"
     "Output appears under its final name only when complete: an error or Ctrl-C\n"
     "leaves DST as it was.\n";
 
+enum {
+    OPT_HELP = 1, OPT_OUTPUT, OPT_FORCE, OPT_QUIET, OPT_MAX_SHARD_SIZE, OPT_PREFIX, OPT_NO_SYNC, OPT_CHECKSUMS,
+    OPT_VERIFY, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_IGNORE_UNMATCHED, OPT_NO_EXTRA_FILES, OPT_ALLOW_GLOBAL,
+    OPT_DRY_RUN, OPT_JSON, OPT_MPI,
+    OPT_TO, OPT_DCP_RANKS, OPT_GGUF_KV, OPT_SPLIT_MAX_SIZE, OPT_SPLIT_MAX_TENSORS,
+    /* transforms, kept in order as rules */
+    OPT_SELECT, OPT_EXCLUDE, OPT_RENAME, OPT_DTYPE, OPT_SLICE, OPT_TRANSPOSE, OPT_LAYOUT
+};
+
 typedef struct rule {
-    const char *option, *value;
+    int option;
+    const char *value;
 } rule;
 
 /* Splits "PAT=REST" at the last '=' (no '=': no pattern). */
@@ -152,26 +162,27 @@ static bool parse_u64(const char *s, const char **end, uint64_t *out) {
     return true;
 }
 
-/* Applies one transform option to the plan; a usage problem gives 2. */
-static int apply_rule(ckpt_plan *plan, const rule *r, ckpt_error *err) {
+/* Applies one transform option to the plan; a usage problem gives 2.
+ * Unless quiet, says how many tensors a broad pattern left as they are. */
+static int apply_rule(ckpt_plan *plan, const rule *r, bool quiet, ckpt_error *err) {
     char pattern[4096];
     const char *pat, *rest = split_pattern(r->value, pattern, sizeof pattern);
     pat = pattern[0] ? pattern : NULL;
     ckpt_status st = CKPT_OK;
-    if (!strcmp(r->option, "--select")) {
+    if (r->option == OPT_SELECT) {
         st = ckpt_plan_select(plan, r->value, err);
-    } else if (!strcmp(r->option, "--exclude")) {
+    } else if (r->option == OPT_EXCLUDE) {
         st = ckpt_plan_exclude(plan, r->value, err);
-    } else if (!strcmp(r->option, "--transpose")) {
+    } else if (r->option == OPT_TRANSPOSE) {
         st = ckpt_plan_transpose(plan, r->value, err);
-    } else if (!strcmp(r->option, "--rename")) {
+    } else if (r->option == OPT_RENAME) {
         if (!pat) return usage_error("convert", "--rename needs FROM=TO, got '%s'", r->value);
         st = ckpt_plan_rename(plan, pat, rest, err);
-    } else if (!strcmp(r->option, "--dtype")) {
+    } else if (r->option == OPT_DTYPE) {
         ckpt_dtype d = parse_dtype(rest);
         if (d == CKPT_DTYPE_INVALID) return usage_error("convert", "unknown dtype '%s'", rest);
         st = ckpt_plan_cast(plan, pat, d, err);
-    } else if (!strcmp(r->option, "--layout")) {
+    } else if (r->option == OPT_LAYOUT) {
         const char *colon = strchr(rest, ':');
         char from[CKPT_MAX_DIMS + 1];
         if (!colon || (size_t)(colon - rest) > CKPT_MAX_DIMS)
@@ -194,11 +205,16 @@ static int apply_rule(ckpt_plan *plan, const rule *r, ckpt_error *err) {
     /* A broad pattern leaves what it cannot apply to as it is: say so. */
     size_t matched, skipped;
     ckpt_plan_last_rule(plan, &matched, &skipped);
-    if (skipped)
-        fprintf(stderr, "ckpt: %s %s: %zu of the %zu matching tensors left as they are (%s)\n", r->option, r->value,
-                skipped, matched,
-                !strcmp(r->option, "--dtype") ? "not of a dtype it casts"
-                : (!strcmp(r->option, "--slice") ? "no such dimension" : "another number of dimensions"));
+    if (skipped && !quiet) {
+        static const char *const names[] = {[OPT_DTYPE] = "--dtype", [OPT_SLICE] = "--slice",
+                                            [OPT_TRANSPOSE] = "--transpose", [OPT_LAYOUT] = "--layout"};
+        const char *name = r->option < (int)(sizeof names / sizeof *names) ? names[r->option] : NULL;
+        fprintf(stderr, "ckpt: %s %s: %zu of the %zu matching tensors left as they are (%s)\n",
+                name ? name : "rule", r->value, skipped, matched,
+                r->option == OPT_DTYPE   ? "not of a dtype it casts"
+                : r->option == OPT_SLICE ? "no such dimension"
+                                         : "another number of dimensions");
+    }
     return EXIT_OK;
 }
 
@@ -260,241 +276,437 @@ static int dequantize_rest(ckpt_plan *plan, ckpt_error *err) {
     return EXIT_OK;
 }
 
-typedef struct rule_list {
-    const rule *rules;
-    size_t count;
-    bool ignore_unmatched, gguf;
-} rule_list;
-
-/* The command line's plan: the transforms in order, then block types left
- * as they are become f32 when the output is safetensors.  One process and
- * every rank of an MPI job build it alike. */
-static int apply_rules(ckpt_plan *plan, void *user, ckpt_error *err) {
-    const rule_list *l = user;
-    if (l->ignore_unmatched) ckpt_plan_set_flags(plan, CKPT_PLAN_IGNORE_UNMATCHED);
-    for (size_t i = 0; i < l->count; i++) {
-        int rc = apply_rule(plan, &l->rules[i], err);
-        if (rc != EXIT_OK) return rc;
+/* Opens what a conversion to `dst` wrote: the file, or in a directory the
+ * index or single file named by the prefix (the directory may hold other
+ * checkpoints), or the first part of GGUF splits. */
+static ckpt_status open_output(const char *dst, const ckpt_writer_options *opt, const ckpt_catalog_options *copt,
+                               ckpt_catalog **out, ckpt_error *err) {
+    struct stat sb;
+    if (opt->format == CKPT_FORMAT_GGUF) {
+        /* Split: "<stem>-00001-of-0000N.gguf" beside DST; else DST itself. */
+        if ((opt->max_shard_size || opt->split_max_tensors) && stat(dst, &sb) != 0) {
+            size_t len = strlen(dst) - (ends_with(dst, ".gguf") ? 5 : 0);
+            const char *slash = strrchr(dst, '/');
+            size_t dir_len = slash ? (size_t)(slash - dst) : 0;
+            const char *stem = slash ? slash + 1 : dst;
+            size_t stem_len = len - (size_t)(stem - dst);
+            char *dir = strndup(slash ? dst : ".", slash ? (dir_len ? dir_len : 1) : 1);
+            DIR *d = dir ? opendir(dir) : NULL;
+            char *found = NULL;
+            for (struct dirent *e; d && (e = readdir(d));) {
+                if (strncmp(e->d_name, stem, stem_len) || strncmp(e->d_name + stem_len, "-00001-of-", 10) ||
+                    !ends_with(e->d_name, ".gguf"))
+                    continue;
+                free(found);
+                size_t cap = strlen(dir) + strlen(e->d_name) + 2;
+                if ((found = malloc(cap))) snprintf(found, cap, "%s/%s", dir, e->d_name);
+            }
+            if (d) closedir(d);
+            free(dir);
+            if (found) {
+                ckpt_status st = ckpt_catalog_open_ex(found, copt, out, err);
+                free(found);
+                return st;
+            }
+        }
+        return ckpt_catalog_open_ex(dst, copt, out, err);
     }
-    return l->gguf ? EXIT_OK : dequantize_rest(plan, err);
+    if (!opt->max_shard_size) return ckpt_catalog_open_ex(dst, copt, out, err);
+    const char *prefix = opt->prefix ? opt->prefix : "model";
+    size_t cap = strlen(dst) + strlen(prefix) + 32;
+    char *path = malloc(cap);
+    if (!path) return ckpt_catalog_open_ex(dst, copt, out, err);
+    snprintf(path, cap, "%s/%s.safetensors.index.json", dst, prefix);
+    if (stat(path, &sb) != 0) snprintf(path, cap, "%s/%s.safetensors", dst, prefix);
+    ckpt_status st = ckpt_catalog_open_ex(path, copt, out, err);
+    free(path);
+    return st;
 }
 
-/* The command, with room for one transform and one allowed global per
- * argument. */
-static int run_convert(int argc, char **argv, rule *rules, const char **globals, source_options *so) {
-    const char *src = NULL, *dst = NULL, *shard_size = NULL, *to = NULL, *kv_file = NULL, *split_size = NULL,
-               *split_tensors = NULL;
-    bool extra_files = true, ignore_unmatched = false;
-    size_t global_count = 0;
+/* "[2, 3]" from a JSON array of numbers. */
+static void json_shape(const json_node *n, size_t arr, char *buf, size_t cap) {
+    size_t len = (size_t)snprintf(buf, cap, "[");
+    for (size_t k = arr + 1, i = 0; arr && k < n[arr].end && len < cap; k = n[k].end, i++)
+        len += (size_t)snprintf(buf + len, cap - len, i ? ", %s" : "%s", n[k].str);
+    if (len < cap) snprintf(buf + len, cap - len, "]");
+}
+
+/* What the command line asks for. */
+typedef struct convert_args {
+    const char *src, *dst, *shard_size, *to, *kv_file, *split_size, *split_tensors, *ranks;
     ckpt_writer_options opt;
-    ckpt_writer_options_init(&opt);
-    int show_progress = -1;
-    bool verify = false, mpi = false;
-    const char *ranks = NULL;
-    size_t rule_count = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage, stdout);
-            fputs(source_options_help, stdout);
-            return EXIT_OK;
-        }
-        int taken = source_option("convert", argc, argv, &i, so);
-        if (taken < 0) return EXIT_USAGE;
-        if (taken) continue;
-        if (!strcmp(a, "--max-shard-size") || !strcmp(a, "--prefix")) {
-            if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
-            if (!strcmp(a, "--prefix")) opt.prefix = argv[++i];
-            else shard_size = argv[++i];
-        } else if (!strncmp(a, "--max-shard-size=", 17)) {
-            shard_size = a + 17;
-        } else if (!strncmp(a, "--prefix=", 9)) {
-            opt.prefix = a + 9;
-        } else if (!strcmp(a, "--to") || !strcmp(a, "--gguf-kv") || !strcmp(a, "--split-max-size") ||
-                   !strcmp(a, "--split-max-tensors") || !strcmp(a, "--dcp-ranks")) {
-            if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
-            const char *v = argv[++i];
-            if (!strcmp(a, "--to")) to = v;
-            else if (!strcmp(a, "--gguf-kv")) kv_file = v;
-            else if (!strcmp(a, "--split-max-size")) split_size = v;
-            else if (!strcmp(a, "--dcp-ranks")) ranks = v;
-            else split_tensors = v;
-        } else if (!strncmp(a, "--to=", 5)) {
-            to = a + 5;
-        } else if (!strncmp(a, "--dcp-ranks=", 12)) {
-            ranks = a + 12;
-        } else if (!strcmp(a, "--force")) {
-            opt.overwrite = 1;
-        } else if (!strcmp(a, "--no-sync")) {
-            opt.no_sync = 1;
-        } else if (!strcmp(a, "--ignore-unmatched")) {
-            ignore_unmatched = true;
-        } else if (!strcmp(a, "--no-extra-files")) {
-            extra_files = false;
-        } else if (!strcmp(a, "--allow-global") || !strncmp(a, "--allow-global=", 15)) {
-            if (a[14] == '=') globals[global_count++] = a + 15;
-            else if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
-            else globals[global_count++] = argv[++i];
-        } else if (!strcmp(a, "--checksums")) {
-            opt.checksums = 1;
-        } else if (!strcmp(a, "--verify")) {
-            opt.checksums = 1;
-            verify = true;
-        } else if (!strcmp(a, "--select") || !strcmp(a, "--exclude") || !strcmp(a, "--rename") ||
-                   !strcmp(a, "--dtype") || !strcmp(a, "--slice") || !strcmp(a, "--transpose") ||
-                   !strcmp(a, "--layout")) {
-            if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
-            rules[rule_count++] = (rule){a, argv[++i]};
-        } else if (!strcmp(a, "--mpi")) {
-            mpi = true;
-        } else if (!strcmp(a, "--progress") || !strcmp(a, "--no-progress")) {
-            show_progress = !strcmp(a, "--progress");
-        } else if (a[0] == '-' && a[1]) {
-            return usage_error("convert", "unknown option '%s'", a);
-        } else if (!src) {
-            src = a;
-        } else if (!dst) {
-            dst = a;
-        } else {
-            return usage_error("convert", "unexpected argument '%s'", a);
+    rule *rules;
+    size_t rule_count;
+    const char **globals;
+    size_t global_count;
+    int show_progress; /* -1: on a terminal */
+    bool verify, quiet, extra_files, ignore_unmatched, gguf, dcp, dry_run, json, help, mpi;
+    source_options *so; /* where SRC's bytes come from */
+    char *kv_text; /* --gguf-kv's file */
+} convert_args;
+
+/* Step 1: the options, by the table. */
+static int parse_args(int argc, char **argv, convert_args *a) {
+    static const cli_option options[] = {
+        {"help", 'h', false, OPT_HELP},
+        {"output", 'o', true, OPT_OUTPUT},
+        {"force", 'f', false, OPT_FORCE},
+        {"quiet", 'q', false, OPT_QUIET},
+        {"max-shard-size", 0, true, OPT_MAX_SHARD_SIZE},
+        {"prefix", 0, true, OPT_PREFIX},
+        {"no-sync", 0, false, OPT_NO_SYNC},
+        {"checksums", 0, false, OPT_CHECKSUMS},
+        {"verify", 0, false, OPT_VERIFY},
+        {"ignore-unmatched", 0, false, OPT_IGNORE_UNMATCHED},
+        {"no-extra-files", 0, false, OPT_NO_EXTRA_FILES},
+        {"allow-global", 0, true, OPT_ALLOW_GLOBAL},
+        {"dry-run", 'n', false, OPT_DRY_RUN},
+        {"mpi", 0, false, OPT_MPI},
+        {"json", 0, false, OPT_JSON},
+        {"to", 0, true, OPT_TO},
+        {"dcp-ranks", 0, true, OPT_DCP_RANKS},
+        {"gguf-kv", 0, true, OPT_GGUF_KV},
+        {"split-max-size", 0, true, OPT_SPLIT_MAX_SIZE},
+        {"split-max-tensors", 0, true, OPT_SPLIT_MAX_TENSORS},
+        {"progress", 0, false, OPT_PROGRESS},
+        {"no-progress", 0, false, OPT_NO_PROGRESS},
+        {"select", 0, true, OPT_SELECT},
+        {"exclude", 0, true, OPT_EXCLUDE},
+        {"rename", 0, true, OPT_RENAME},
+        {"dtype", 0, true, OPT_DTYPE},
+        {"slice", 0, true, OPT_SLICE},
+        {"transpose", 0, true, OPT_TRANSPOSE},
+        {"layout", 0, true, OPT_LAYOUT},
+        CLI_SOURCE_OPTIONS,
+        {NULL, 0, 0, 0},
+    };
+    const char *output = NULL, *value;
+    args_parser args;
+    args_init(&args, "convert", options, argc, argv);
+    for (int id; (id = args_next(&args, &value)) != ARG_END;) {
+        switch (id) {
+        case ARG_ERROR: return EXIT_USAGE;
+        case OPT_HELP: a->help = true; return EXIT_OK;
+        case OPT_OUTPUT:
+            if (output) return usage_error("convert", "-o/--output given twice ('%s' and '%s')", output, value);
+            output = value;
+            break;
+        case OPT_FORCE: a->opt.overwrite = 1; break;
+        case OPT_QUIET: a->quiet = true; break;
+        case OPT_MAX_SHARD_SIZE: a->shard_size = value; break;
+        case OPT_PREFIX: a->opt.prefix = value; break;
+        case OPT_NO_SYNC: a->opt.no_sync = 1; break;
+        case OPT_CHECKSUMS: a->opt.checksums = 1; break;
+        case OPT_VERIFY: a->opt.checksums = 1, a->verify = true; break;
+        case OPT_IGNORE_UNMATCHED: a->ignore_unmatched = true; break;
+        case OPT_NO_EXTRA_FILES: a->extra_files = false; break;
+        case OPT_ALLOW_GLOBAL: a->globals[a->global_count++] = value; break;
+        case OPT_DRY_RUN: a->dry_run = true; break;
+        case OPT_MPI: a->mpi = true; break;
+        case OPT_JSON: a->json = true; break;
+        case OPT_TO: a->to = value; break;
+        case OPT_DCP_RANKS: a->ranks = value; break;
+        case OPT_GGUF_KV: a->kv_file = value; break;
+        case OPT_SPLIT_MAX_SIZE: a->split_size = value; break;
+        case OPT_SPLIT_MAX_TENSORS: a->split_tensors = value; break;
+        case OPT_PROGRESS: a->show_progress = 1; break;
+        case OPT_NO_PROGRESS: a->show_progress = 0; break;
+        case ARG_POSITIONAL:
+            if (!a->src) a->src = value;
+            else if (!a->dst) a->dst = value;
+            else return usage_error("convert", "unexpected argument '%s'", value);
+            break;
+        default:
+            if (id >= OPT_SOURCE_FIRST) {
+                if (source_option("convert", id, value, a->so) != EXIT_OK) return EXIT_USAGE;
+            } else {
+                a->rules[a->rule_count++] = (rule){id, value};
+            }
+            break;
         }
     }
-    if (!src || !dst) return usage_error("convert", "SRC and DST are required");
-    if (opt.prefix && (!*opt.prefix || strchr(opt.prefix, '/')))
+    if (output && a->dst)
+        return usage_error("convert", "DST given twice: '%s' and -o '%s'; give one of them", a->dst, output);
+    if (output) a->dst = output;
+    if (!a->src || !a->dst) return usage_error("convert", "SRC and DST are required");
+    if (a->opt.prefix && (!*a->opt.prefix || strchr(a->opt.prefix, '/')))
         return usage_error("convert", "--prefix must be a non-empty file name without '/'");
+    if (a->json && !a->dry_run) return usage_error("convert", "--json lists a dry run: give --dry-run too");
+    if (a->dry_run && a->verify) return usage_error("convert", "--verify needs data written; a dry run writes none");
+    if (a->dry_run && a->mpi) return usage_error("convert", "a dry run plans in one process: leave out --mpi");
+    if (a->quiet && a->show_progress < 0) a->show_progress = 0;
+    return EXIT_OK;
+}
 
-    if (to && strcasecmp(to, "safetensors") && strcasecmp(to, "gguf") && strcasecmp(to, "dcp"))
-        return usage_error("convert", "--to takes safetensors, gguf or dcp, not '%s'", to);
-    bool dcp = to && !strcasecmp(to, "dcp");
-    if (ranks && !dcp) return usage_error("convert", "--dcp-ranks goes with --to dcp");
-    if (dcp) {
-        const char *end;
-        uint64_t n = 1;
-        if (ranks && (!parse_u64(ranks, &end, &n) || *end || n == 0 || n > 65536))
-            return usage_error("convert", "--dcp-ranks needs a number of ranks from 1 to 65536, got '%s'", ranks);
-        if (shard_size || opt.prefix || opt.checksums)
-            return usage_error("convert", "--to dcp writes one file per rank: no --max-shard-size, --prefix, "
-                                          "--checksums or --verify");
-        opt.format = CKPT_FORMAT_DCP;
-        opt.dcp_ranks = (uint32_t)n;
-    }
-
+/* Step 2: the output's format, shards or splits, and what goes along. */
+static int choose_output(convert_args *a) {
     ckpt_error err;
     ckpt_error_clear(&err);
-    bool gguf = to ? !strcasecmp(to, "gguf") : ends_with(dst, ".gguf");
-    char *kv_text = NULL;
+    ckpt_writer_options *opt = &a->opt;
+    if (a->to && strcasecmp(a->to, "safetensors") && strcasecmp(a->to, "gguf") && strcasecmp(a->to, "dcp"))
+        return usage_error("convert", "--to takes safetensors, gguf or dcp, not '%s'", a->to);
+    a->dcp = a->to && !strcasecmp(a->to, "dcp");
+    if (a->ranks && !a->dcp) return usage_error("convert", "--dcp-ranks goes with --to dcp");
+    a->gguf = a->to ? !strcasecmp(a->to, "gguf") : ends_with(a->dst, ".gguf");
     struct stat sb;
-    if (gguf) {
-        opt.format = CKPT_FORMAT_GGUF;
-        if (shard_size) return usage_error("convert", "GGUF output splits with --split-max-size, not --max-shard-size");
-        if (split_size && parse_split_size(split_size, &opt.max_shard_size, &err) != CKPT_OK)
+    if (a->dcp) {
+        const char *end;
+        uint64_t n = 1;
+        if (a->ranks && (!parse_u64(a->ranks, &end, &n) || *end || n == 0 || n > 65536))
+            return usage_error("convert", "--dcp-ranks needs a number of ranks from 1 to 65536, got '%s'", a->ranks);
+        if (a->shard_size || opt->prefix || opt->checksums)
+            return usage_error("convert", "--to dcp writes one file per rank: no --max-shard-size, --prefix, "
+                                          "--checksums or --verify");
+        if (a->split_size || a->split_tensors)
+            return usage_error("convert", "--split-max-size and --split-max-tensors are for GGUF output (DST *.gguf)");
+        opt->format = CKPT_FORMAT_DCP;
+        opt->dcp_ranks = (uint32_t)n;
+    } else if (a->gguf) {
+        opt->format = CKPT_FORMAT_GGUF;
+        if (a->shard_size) return usage_error("convert", "GGUF output splits with --split-max-size, not --max-shard-size");
+        if (a->split_size && parse_split_size(a->split_size, &opt->max_shard_size, &err) != CKPT_OK)
             return usage_error("convert", "%s", err.message);
-        if (split_tensors) {
+        if (a->split_tensors) {
             const char *e;
-            if (!parse_u64(split_tensors, &e, &opt.split_max_tensors) || *e || !opt.split_max_tensors)
-                return usage_error("convert", "--split-max-tensors needs a positive number, got '%s'", split_tensors);
+            if (!parse_u64(a->split_tensors, &e, &opt->split_max_tensors) || *e || !opt->split_max_tensors)
+                return usage_error("convert", "--split-max-tensors needs a positive number, got '%s'", a->split_tensors);
         }
     } else {
-        if (to && !dcp) opt.format = CKPT_FORMAT_SAFETENSORS;
-        if (split_size || split_tensors)
+        if (a->to) opt->format = CKPT_FORMAT_SAFETENSORS;
+        if (a->split_size || a->split_tensors)
             return usage_error("convert", "--split-max-size and --split-max-tensors are for GGUF output (DST *.gguf)");
+        if (a->shard_size && ckpt_parse_size(a->shard_size, &opt->max_shard_size, &err) != CKPT_OK)
+            return usage_error("convert", "%s", err.message);
+        bool dst_is_dir = stat(a->dst, &sb) == 0 && S_ISDIR(sb.st_mode);
+        /* DST ending in .npz or .msgpack: one NumPy archive or Flax msgpack file. */
+        if (!dst_is_dir && ends_with(a->dst, ".npz")) opt->format = CKPT_FORMAT_NPZ;
+        if (!dst_is_dir && ends_with(a->dst, ".msgpack")) opt->format = CKPT_FORMAT_FLAX_MSGPACK;
+        bool one_file = !dst_is_dir && (ends_with(a->dst, ".safetensors") || opt->format);
+        if (!a->shard_size && !one_file) opt->max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
+        if (a->shard_size && one_file)
+            return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", a->dst);
+        /* A model directory's other files (config.json, tokenizer files, …)
+         * go along into a directory of shards, so that the output loads on
+         * its own. */
+        if (a->extra_files && opt->max_shard_size && stat(a->src, &sb) == 0 && S_ISDIR(sb.st_mode))
+            opt->copy_files_from = a->src;
     }
-    if (kv_file) {
-        if (!(kv_text = read_text_file(kv_file))) {
-            fprintf(stderr, "ckpt: %s: %s\n", kv_file, strerror(errno));
+    if (a->kv_file) {
+        if (!(a->kv_text = read_text_file(a->kv_file))) {
+            fprintf(stderr, "ckpt: %s: %s\n", a->kv_file, strerror(errno));
             return EXIT_ERROR;
         }
-        opt.metadata_json = kv_text;
-    }
-    if (gguf || dcp) goto open; /* no safetensors sharding */
-    if (shard_size) {
-        if (ckpt_parse_size(shard_size, &opt.max_shard_size, &err) != CKPT_OK)
-            return usage_error("convert", "%s", err.message);
-    }
-    bool dst_is_dir = stat(dst, &sb) == 0 && S_ISDIR(sb.st_mode);
-    /* DST ending in .npz or .msgpack: one NumPy archive or Flax msgpack file. */
-    if (!dst_is_dir && ends_with(dst, ".npz")) opt.format = CKPT_FORMAT_NPZ;
-    if (!dst_is_dir && ends_with(dst, ".msgpack")) opt.format = CKPT_FORMAT_FLAX_MSGPACK;
-    bool one_file = !dst_is_dir && (ends_with(dst, ".safetensors") || opt.format);
-    if (!shard_size && !one_file) opt.max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
-    if (shard_size && one_file)
-        return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", dst);
-open:
-
-    /* A model directory's other files (config.json, tokenizer files, …)
-     * go along into a directory of shards, so that the output loads on its
-     * own. */
-    if (extra_files && !gguf && opt.max_shard_size && stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) opt.copy_files_from = src;
-    ckpt_catalog_options copt = *source_options_get(so);
-    copt.allowed_globals = globals;
-    copt.allowed_global_count = global_count;
-    rule_list l = {rules, rule_count, ignore_unmatched, gguf};
-    if (mpi || mpi_env_ranks() > 1) {
-        int rc = convert_mpi(src, dst, &copt, &opt, show_progress, apply_rules, &l);
-        free(kv_text);
-        return rc;
-    }
-    ckpt_catalog *cat;
-    if (ckpt_catalog_open_ex(src, &copt, &cat, &err) != CKPT_OK) {
-        free(kv_text);
-        return report_error(&err);
-    }
-    /* A conversion is a plan: the identity, or the rules in order. */
-    ckpt_plan *plan = NULL;
-    if (ckpt_plan_create(cat, &plan, &err) != CKPT_OK) {
-        ckpt_catalog_close(cat);
-        free(kv_text);
-        return report_error(&err);
-    }
-    {
-        int rc = apply_rules(plan, &l, &err);
-        if (rc != EXIT_OK) {
-            ckpt_plan_free(plan);
-            ckpt_catalog_close(cat);
-            free(kv_text);
-            return rc;
-        }
-    }
-    progress_bar bar;
-    progress_start(&bar, "converting", show_progress);
-    ckpt_status st = ckpt_convert_plan(plan, dst, &opt, progress_update, &bar, &err);
-    progress_finish(&bar, st == CKPT_OK);
-    ckpt_plan_free(plan);
-    ckpt_catalog_close(cat);
-    free(kv_text);
-    if (st != CKPT_OK) {
-        if (st == CKPT_E_CANCELLED) {
-            fprintf(stderr, "ckpt: interrupted; %s left as it was\n", dst);
-            return EXIT_INTERRUPTED;
-        }
-        return report_error(&err);
-    }
-    if (verify) {
-        /* Re-read the committed output from disk against its checksums. */
-        size_t checked = 0;
-        ckpt_catalog_options local;
-        ckpt_catalog_options_init(&local);
-        local.direct = so->catalog.direct;
-        if ((st = ckpt_catalog_open_ex(dst, &local, &cat, &err)) == CKPT_OK) {
-            st = ckpt_verify(cat, NULL, NULL, &checked, &err);
-            ckpt_catalog_close(cat);
-        }
-        if (st != CKPT_OK) return report_error(&err);
-        fprintf(stderr, "ckpt: verified %zu tensors in %s\n", checked, dst);
+        opt->metadata_json = a->kv_text;
     }
     return EXIT_OK;
 }
 
+/* The command line's rules on a plan, in order, then block types left as
+ * they are become f32 when the output is safetensors.  One process and
+ * every rank of an MPI job build the plan alike. */
+static int apply_rules(ckpt_plan *plan, void *user, ckpt_error *err) {
+    const convert_args *a = user;
+    if (a->ignore_unmatched) ckpt_plan_set_flags(plan, CKPT_PLAN_IGNORE_UNMATCHED);
+    int rc = EXIT_OK;
+    for (size_t i = 0; i < a->rule_count && rc == EXIT_OK; i++) rc = apply_rule(plan, &a->rules[i], a->quiet, err);
+    if (rc == EXIT_OK && !a->gguf) rc = dequantize_rest(plan, err); /* safetensors has no block types */
+    return rc;
+}
+
+/* How SRC is opened: the source options and the allowed globals. */
+static ckpt_catalog_options source_catalog_options(const convert_args *a) {
+    ckpt_catalog_options copt = *source_options_get(a->so);
+    copt.allowed_globals = a->globals;
+    copt.allowed_global_count = a->global_count;
+    return copt;
+}
+
+/* Step 3: SRC opened, and the plan: the identity, or the rules in order. */
+static int build_plan(const convert_args *a, ckpt_catalog **cat, ckpt_plan **plan) {
+    ckpt_error err;
+    ckpt_error_clear(&err);
+    ckpt_catalog_options copt = source_catalog_options(a);
+    *plan = NULL;
+    if (ckpt_catalog_open_ex(a->src, &copt, cat, &err) != CKPT_OK) return report_error(&err);
+    if (ckpt_plan_create(*cat, plan, &err) != CKPT_OK) {
+        ckpt_catalog_close(*cat);
+        return report_error(&err);
+    }
+    int rc = apply_rules(*plan, (void *)a, &err);
+    if (rc != EXIT_OK) {
+        ckpt_plan_free(*plan);
+        ckpt_catalog_close(*cat);
+    }
+    return rc;
+}
+
+/* Step 4, the dry run: what would be written, on stdout (the library's
+ * listing, read with json.c). */
+static int print_preview(const convert_args *a, const char *json) {
+    if (a->json) {
+        fputs(json, stdout);
+        return EXIT_OK;
+    }
+    char *text = strdup(json);
+    json_node *n = NULL;
+    if (!text || !json_parse(text, &n) || n[0].kind != JSON_OBJECT) {
+        free(text);
+        free(n);
+        fputs(json, stdout); /* cannot happen: the library's own JSON */
+        return EXIT_OK;
+    }
+    size_t files = json_member(n, 0, "files"), tensors = json_member(n, 0, "tensors");
+    /* The tensors, as they would be written. */
+    int wname = 4, wshape = 5;
+    char shape[512], size[32], count[32], count2[32];
+    for (size_t t = tensors + 1; tensors && t < n[tensors].end; t = n[t].end) {
+        int w = (int)strlen(n[json_member(n, t, "name")].str);
+        json_shape(n, json_member(n, t, "shape"), shape, sizeof shape);
+        if (w > wname) wname = w;
+        if ((int)strlen(shape) > wshape) wshape = (int)strlen(shape);
+    }
+    if (wname > 60) wname = 60;
+    printf("%-*s  %-11s  %-*s  %10s  %s\n", wname, "NAME", "DTYPE", wshape, "SHAPE", "SIZE", "FILE");
+    uint64_t aliases = 0, params = 0, bytes = 0, written = 0;
+    for (size_t t = tensors + 1; tensors && t < n[tensors].end; t = n[t].end) {
+        const char *name = n[json_member(n, t, "name")].str, *source = n[json_member(n, t, "source")].str;
+        size_t file = json_member(n, t, "file"), same = json_member(n, t, "same_as");
+        uint64_t nbytes = 0;
+        json_u64(&n[json_member(n, t, "nbytes")], &nbytes);
+        json_shape(n, json_member(n, t, "shape"), shape, sizeof shape);
+        printf("%-*s  %-11s  %-*s  %10s  ", wname, name, n[json_member(n, t, "dtype")].str, wshape, shape,
+               format_bytes(nbytes, size, sizeof size));
+        if (n[file].kind == JSON_STRING) printf("%s", n[file].str);
+        else printf("(written once, as %s)", same ? n[same].str : "?"), aliases++;
+        if (strcmp(name, source)) printf("  (from %s)", source);
+        putchar('\n');
+    }
+    size_t totals = json_member(n, 0, "totals");
+    json_u64(&n[json_member(n, totals, "parameters")], &params);
+    json_u64(&n[json_member(n, totals, "bytes")], &bytes);
+    json_u64(&n[json_member(n, totals, "written")], &written);
+    size_t nfiles = files ? n[files].count : 0;
+    printf("\nWould write %s (%s): %s tensor%s", a->dst, n[json_member(n, 0, "format")].str,
+           format_count(written, count, sizeof count), written == 1 ? "" : "s");
+    if (aliases) printf(" (and %s written once for several names)", format_count(aliases, count2, sizeof count2));
+    printf(", %s parameters, %s in %zu file%s:\n", format_count(params, count2, sizeof count2),
+           format_bytes(bytes, size, sizeof size), nfiles, nfiles == 1 ? "" : "s");
+    for (size_t f = files + 1; files && f < n[files].end; f = n[f].end) {
+        uint64_t fsize = 0, ft = 0;
+        json_u64(&n[json_member(n, f, "size")], &fsize);
+        json_u64(&n[json_member(n, f, "tensors")], &ft);
+        printf("  %s  %s, %s tensor%s\n", n[json_member(n, f, "path")].str, format_bytes(fsize, size, sizeof size),
+               format_count(ft, count, sizeof count), ft == 1 ? "" : "s");
+    }
+    static const char *const lists[][2] = {{"side_files", "index"}, {"copied_files", "copied from SRC"},
+                                           {"replaces", "replaced: an existing checkpoint's"}};
+    /* Side files lie beside the data files. */
+    const char *first = nfiles ? n[json_member(n, files + 1, "path")].str : "";
+    const char *slash = strrchr(first, '/');
+    int dir_len = slash ? (int)(slash - first) + 1 : 0;
+    for (size_t l = 0; l < sizeof lists / sizeof *lists; l++) {
+        size_t list = json_member(n, 0, lists[l][0]);
+        for (size_t k = list + 1; list && k < n[list].end; k = n[k].end)
+            printf("  %.*s%s  (%s)\n", dir_len, first, n[k].str, lists[l][1]);
+    }
+    printf("Dry run: nothing written.\n");
+    free(n);
+    free(text);
+    return EXIT_OK;
+}
+
+/* Step 4: the conversion, with its progress bar. */
+static int run_plan(const convert_args *a, ckpt_plan *plan, double start, double *elapsed) {
+    ckpt_error err;
+    ckpt_error_clear(&err);
+    progress_bar bar;
+    progress_start(&bar, "converting", a->show_progress);
+    progress_set_final_note(&bar, a->opt.no_sync ? NULL : "syncing");
+    ckpt_status st = ckpt_convert_plan(plan, a->dst, &a->opt, progress_update, &bar, &err);
+    *elapsed = cli_now() - start;
+    progress_finish(&bar, st == CKPT_OK);
+    if (st == CKPT_E_CANCELLED) {
+        fprintf(stderr, "ckpt: interrupted; %s left as it was\n", a->dst);
+        return EXIT_INTERRUPTED;
+    }
+    return st == CKPT_OK ? EXIT_OK : report_error(&err);
+}
+
+/* Step 5: the summary line, and --verify. */
+static int report(const convert_args *a, double elapsed) {
+    if (a->quiet && !a->verify) return EXIT_OK;
+    ckpt_error err;
+    ckpt_error_clear(&err);
+    /* What was written, as a reader sees it. */
+    ckpt_catalog *out = NULL;
+    ckpt_catalog_options local; /* the output is local: read as the source was (--direct) */
+    ckpt_catalog_options_init(&local);
+    local.direct = a->so->catalog.direct;
+    ckpt_status st = open_output(a->dst, &a->opt, &local, &out, &err);
+    if (st != CKPT_OK) return report_error(&err);
+    if (!a->quiet) {
+        uint64_t bytes = 0;
+        size_t n = ckpt_catalog_tensor_count(out);
+        for (size_t i = 0; i < n; i++) bytes += ckpt_catalog_tensor(out, i)->nbytes;
+        char where[4096];
+        size_t len = strlen(a->dst);
+        snprintf(where, sizeof where, "to %s%s", a->dst,
+                 !a->gguf && a->opt.max_shard_size && len && a->dst[len - 1] != '/' ? "/" : "");
+        print_summary("wrote", n, bytes, ckpt_catalog_file_count(out), where, elapsed);
+    }
+    if (a->verify) {
+        /* Re-read the committed output from disk against its checksums. */
+        size_t checked = 0;
+        st = ckpt_verify(out, NULL, NULL, &checked, &err);
+        if (st == CKPT_OK && !a->quiet) fprintf(stderr, "ckpt: verified %zu tensors in %s\n", checked, a->dst);
+    }
+    ckpt_catalog_close(out);
+    return st == CKPT_OK ? EXIT_OK : report_error(&err);
+}
+
+static int run_convert(convert_args *a, int argc, char **argv) {
+    int rc = parse_args(argc, argv, a);
+    if (rc != EXIT_OK || a->help) {
+        if (a->help) fputs(convert_usage, stdout), fputs(source_options_help, stdout);
+        return rc;
+    }
+    double start = cli_now(), elapsed = 0;
+    if ((rc = choose_output(a)) != EXIT_OK) return rc;
+    if (a->mpi || (!a->dry_run && mpi_env_ranks() > 1)) { /* many ranks: cli/mpi.c */
+        ckpt_catalog_options copt = source_catalog_options(a);
+        return convert_mpi(a->src, a->dst, &copt, &a->opt, a->show_progress, apply_rules, a);
+    }
+    ckpt_catalog *cat;
+    ckpt_plan *plan;
+    if ((rc = build_plan(a, &cat, &plan)) != EXIT_OK) return rc;
+    if (a->dry_run) {
+        ckpt_error err;
+        ckpt_error_clear(&err);
+        char *json = NULL;
+        rc = ckpt_convert_plan_preview(plan, a->dst, &a->opt, &json, &err) == CKPT_OK ? print_preview(a, json)
+                                                                                      : report_error(&err);
+        ckpt_free(json);
+    } else {
+        rc = run_plan(a, plan, start, &elapsed);
+    }
+    ckpt_plan_free(plan);
+    ckpt_catalog_close(cat);
+    return rc == EXIT_OK && !a->dry_run ? report(a, elapsed) : rc;
+}
+
 int cmd_convert(int argc, char **argv) {
-    rule *rules = calloc((size_t)argc, sizeof *rules);
-    const char **globals = calloc((size_t)argc, sizeof *globals);
     source_options so;
     source_options_init(&so);
+    convert_args a = {.show_progress = -1, .extra_files = true, .so = &so};
+    ckpt_writer_options_init(&a.opt);
+    a.rules = calloc((size_t)argc, sizeof *a.rules); /* room for one rule and one global per argument */
+    a.globals = calloc((size_t)argc, sizeof *a.globals);
     int rc = EXIT_ERROR;
-    if (!rules || !globals) fputs("ckpt: out of memory\n", stderr);
-    else rc = run_convert(argc, argv, rules, globals, &so);
+    if (!a.rules || !a.globals) fputs("ckpt: out of memory\n", stderr);
+    else rc = run_convert(&a, argc, argv);
+    free(a.rules);
+    free(a.globals);
+    free(a.kv_text);
     source_options_free(&so);
-    free(rules);
-    free(globals);
     return rc;
 }

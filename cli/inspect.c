@@ -5,20 +5,22 @@
 
 #include "cli.h"
 
-static const char usage[] =
+const char inspect_usage[] =
     "usage: ckpt inspect PATH [--json] [--direct] [remote options]\n"
     "\n"
     "List every tensor of a checkpoint (name, dtype, shape, size, file) with\n"
     "totals (tensors, parameters, bytes per dtype, files) and the metadata.\n"
+    "Tensors sharing bytes (tied weights, views of one torch storage) are\n"
+    "counted once in the totals, which say how many are such aliases.\n"
     "Reads headers only, never tensor data.\n"
     "\n"
-    "PATH   a .safetensors file, a *.safetensors.index.json, or a directory\n"
-    "       holding either (the Hugging Face layout); a torch.save file; a\n"
-    "       torch.distributed.checkpoint directory (tensors saved in chunks by\n"
-    "       several ranks show the ranks: the full list is in --json)\n"
+    "PATH is any checkpoint ckpt reads:\n" CLI_READ_FORMATS
+    "(a torch.distributed.checkpoint whose tensors were saved in chunks by several\n"
+    "ranks shows the ranks; the full list is in --json)\n"
     "\n"
     "options:\n"
-    "  --json      machine-readable output on stdout\n"
+    "  --json      machine-readable output on stdout (strides, storages, the\n"
+    "              whole object tree of a torch file)\n"
     "  -h, --help  show this help\n";
 
 typedef struct dtype_total {
@@ -78,6 +80,62 @@ static const char *format_key(ckpt_format f) {
     }
 }
 
+/* ---- aliases: tensors whose bytes another tensor already holds ---------- */
+
+typedef struct extent {
+    uint32_t storage;
+    uint64_t begin, end; /* bytes in the file: element 0 to one past the last element */
+    size_t index;
+} extent;
+
+static int by_extent(const void *a, const void *b) {
+    const extent *x = a, *y = b;
+    if (x->storage != y->storage) return x->storage < y->storage ? -1 : 1;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end > y->end ? -1 : 1; /* the widest first */
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* alias[i]: the tensor whose bytes tensor i's overlap (tied weights, views
+ * of one torch storage), counted in its place; NULL when tensor i counts.
+ * On one storage, tensors are taken by where they start (the widest first,
+ * then in file order); one that starts before the bytes taken so far end is
+ * an alias.  NULL when out of memory (then nothing is an alias). */
+static const ckpt_tensor_info **find_aliases(const ckpt_catalog *cat, size_t *aliases) {
+    size_t n = ckpt_catalog_tensor_count(cat), count = 0;
+    const ckpt_tensor_info **alias = calloc(n ? n : 1, sizeof *alias);
+    extent *e = malloc((n ? n : 1) * sizeof *e);
+    *aliases = 0;
+    if (!alias || !e) {
+        free(alias);
+        free(e);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
+        if (!t->numel) continue; /* holds no bytes */
+        uint64_t span = t->nbytes;
+        if (t->strides) { /* to one past the last element, in element units */
+            uint64_t last = 0, elem = t->nbytes / t->numel;
+            for (uint32_t d = 0; d < t->ndim; d++) last += (t->shape[d] - 1) * (uint64_t)(t->strides[d] > 0 ? t->strides[d] : 0);
+            span = (last + 1) * elem;
+        }
+        e[count++] = (extent){t->storage, t->offset, t->offset + span, i};
+    }
+    qsort(e, count, sizeof *e, by_extent);
+    for (size_t k = 0, owner = 0; k < count; k++) {
+        if (k && e[k].storage == e[owner].storage && e[k].begin < e[owner].end) {
+            alias[e[k].index] = ckpt_catalog_tensor(cat, e[owner].index);
+            ++*aliases;
+            if (e[k].end > e[owner].end) e[owner].end = e[k].end;
+        } else {
+            owner = k;
+        }
+    }
+    free(e);
+    return alias;
+}
+
 /* The rank that wrote a DCP file: "__<rank>_<n>.distcp", or
  * "shard-<rank + 1>-model-…" of the Hugging Face storage layer; -1. */
 static long file_rank(const ckpt_catalog *cat, uint32_t file) {
@@ -131,7 +189,8 @@ static void print_chunks_json(FILE *o, const ckpt_catalog *cat, const ckpt_tenso
     fputs("]", o);
 }
 
-static void print_json(const ckpt_catalog *cat, const char *path, const dtype_total *totals) {
+static void print_json(const ckpt_catalog *cat, const char *path, const dtype_total *totals,
+                       const ckpt_tensor_info *const *alias, size_t aliases) {
     size_t n = ckpt_catalog_tensor_count(cat);
     FILE *o = stdout;
     fputs("{\n  \"path\": ", o);
@@ -181,14 +240,19 @@ static void print_json(const ckpt_catalog *cat, const char *path, const dtype_to
             fputs("]", o);
         }
         if (t->big_endian) fputs(", \"big_endian\": true", o);
+        if (alias && alias[i]) {
+            fputs(", \"alias_of\": ", o);
+            print_json_string(o, alias[i]->name);
+        }
         if (ckpt_catalog_format(cat) == CKPT_FORMAT_DCP) print_chunks_json(o, cat, t);
         fputs("}", o);
+        if (alias && alias[i]) continue; /* its bytes are counted once */
         params += t->numel;
         bytes += t->nbytes;
     }
-    fprintf(o, "%s],\n  \"totals\": {\"tensors\": %zu, \"parameters\": %" PRIu64 ", \"bytes\": %" PRIu64
-               ", \"files\": %zu, \"by_dtype\": {",
-            n ? "\n  " : "", n, params, bytes, ckpt_catalog_file_count(cat));
+    fprintf(o, "%s],\n  \"totals\": {\"tensors\": %zu, \"aliases\": %zu, \"parameters\": %" PRIu64
+               ", \"bytes\": %" PRIu64 ", \"files\": %zu, \"by_dtype\": {",
+            n ? "\n  " : "", n, aliases, params, bytes, ckpt_catalog_file_count(cat));
     bool first = true;
     for (int d = CKPT_DTYPE_COUNT - 1; d > 0; d--) {
         if (!totals[d].tensors) continue;
@@ -219,7 +283,8 @@ static const ckpt_tensor_info **first_on_storage(const ckpt_catalog *cat) {
     return first;
 }
 
-static void print_table(const ckpt_catalog *cat, const char *path, const dtype_total *totals) {
+static void print_table(const ckpt_catalog *cat, const char *path, const dtype_total *totals,
+                        const ckpt_tensor_info *const *alias, size_t aliases) {
     size_t n = ckpt_catalog_tensor_count(cat), files = ckpt_catalog_file_count(cat);
     int wname = 4, wshape = 5;
     char shape[512], size[32], where[96];
@@ -245,13 +310,17 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
         if (first && first[t->storage] != t) printf("  (shares storage with %s)", first[t->storage]->name);
         else if (t->strides) printf("  (strided view)");
         putchar('\n');
+        if (alias && alias[i]) continue; /* its bytes are counted once */
         params += t->numel;
         bytes += t->nbytes;
     }
-    char count[32], count2[32];
+    char count[32], count2[32], note[64] = "";
     free(first);
-    printf("\nTotals: %s tensor%s, %s parameters, %s (%s bytes) in %zu file%s\n", format_count(n, count, sizeof count),
-           n == 1 ? "" : "s", format_count(params, count2, sizeof count2), format_bytes(bytes, size, sizeof size),
+    if (aliases)
+        snprintf(note, sizeof note, " (%s alias%s: shared bytes counted once)", format_count(aliases, count, sizeof count),
+                 aliases == 1 ? "" : "es");
+    printf("\nTotals: %s tensor%s%s, %s parameters, %s (%s bytes) in %zu file%s\n", format_count(n, count, sizeof count),
+           n == 1 ? "" : "s", note, format_count(params, count2, sizeof count2), format_bytes(bytes, size, sizeof size),
            format_count(bytes, shape, sizeof shape), files, files == 1 ? "" : "s");
     for (int d = CKPT_DTYPE_COUNT - 1; d > 0; d--) {
         if (!totals[d].tensors) continue;
@@ -300,21 +369,29 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
 }
 
 static int run_inspect(int argc, char **argv, source_options *so) {
-    const char *path = NULL;
+    enum { OPT_HELP = 1, OPT_JSON };
+    static const cli_option options[] = {
+        {"help", 'h', false, OPT_HELP}, {"json", 0, false, OPT_JSON}, CLI_SOURCE_OPTIONS, {NULL, 0, 0, 0}};
+    const char *path = NULL, *value;
     bool json = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(usage, stdout);
+    args_parser args;
+    args_init(&args, "inspect", options, argc, argv);
+    for (int id; (id = args_next(&args, &value)) != ARG_END;) {
+        if (id == ARG_ERROR) return EXIT_USAGE;
+        if (id == OPT_HELP) {
+            fputs(inspect_usage, stdout);
             fputs(source_options_help, stdout);
             return EXIT_OK;
         }
-        int taken = source_option("inspect", argc, argv, &i, so);
-        if (taken < 0) return EXIT_USAGE;
-        if (taken) continue;
-        if (!strcmp(argv[i], "--json")) json = true;
-        else if (argv[i][0] == '-' && argv[i][1]) return usage_error("inspect", "unknown option '%s'", argv[i]);
-        else if (path) return usage_error("inspect", "one PATH expected, got '%s' and '%s'", path, argv[i]);
-        else path = argv[i];
+        if (id >= OPT_SOURCE_FIRST) {
+            if (source_option("inspect", id, value, so) != EXIT_OK) return EXIT_USAGE;
+        } else if (id == OPT_JSON) {
+            json = true;
+        } else if (path) {
+            return usage_error("inspect", "one PATH expected, got '%s' and '%s'", path, value);
+        } else {
+            path = value;
+        }
     }
     if (!path) return usage_error("inspect", "missing PATH");
 
@@ -325,14 +402,18 @@ static int run_inspect(int argc, char **argv, source_options *so) {
     char shown[4096];
     path = display_name(path, shown, sizeof shown);
     dtype_total totals[CKPT_DTYPE_COUNT] = {0};
+    size_t aliases;
+    const ckpt_tensor_info **alias = find_aliases(cat, &aliases);
     for (size_t i = 0; i < ckpt_catalog_tensor_count(cat); i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
         totals[t->dtype].tensors++;
+        if (alias && alias[i]) continue;
         totals[t->dtype].params += t->numel;
         totals[t->dtype].bytes += t->nbytes;
     }
-    if (json) print_json(cat, path, totals);
-    else print_table(cat, path, totals);
+    if (json) print_json(cat, path, totals, alias, aliases);
+    else print_table(cat, path, totals, alias, aliases);
+    free(alias);
     ckpt_catalog_close(cat);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "ckpt: cannot write the output\n");

@@ -6,19 +6,66 @@
 static const char usage[] =
     "usage: ckpt <command> [options]\n"
     "\n"
-    "Read, inspect, convert and verify model checkpoints (safetensors and PyTorch)\n"
-    "with memory that does not grow with the model.\n"
+    "Read, inspect, convert, compare and verify model checkpoints (safetensors and\n"
+    "PyTorch) with memory that does not grow with the model.\n"
     "\n"
     "commands:\n"
     "  inspect PATH           list tensors, shapes, sizes, shards and metadata\n"
-    "  convert SRC DST        re-shard, merge or convert a checkpoint, streaming\n"
+    "  convert SRC DST        re-shard, merge, transform or convert, streaming\n"
+    "  diff A B               compare the tensors of two checkpoints\n"
     "  verify PATH            check structure and recorded checksums\n"
+    "  help [COMMAND]         show this help, or a command's\n"
     "\n"
     "options:\n"
-    "  -h, --help             show this help (or a command's: ckpt CMD --help)\n"
-    "  --version              print the version\n"
+    "  -h, --help             show this help (a command's: ckpt help CMD, ckpt CMD -h)\n"
+    "  -V, --version          print the version\n"
     "\n"
-    "Exit status: 0 success, 1 bad input or I/O error, 2 usage error.\n";
+    "Every command reads:\n" CLI_READ_FORMATS
+    "\n"
+    "Exit status: 0 success, 1 bad input or I/O error (diff: the checkpoints\n"
+    "differ), 2 usage error, 130 interrupted.\n";
+
+static const struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *usage;
+} commands[] = {
+    {"inspect", cmd_inspect, inspect_usage},
+    {"convert", cmd_convert, convert_usage},
+    {"diff", cmd_diff, diff_usage},
+    {"verify", cmd_verify, verify_usage},
+};
+enum { COMMAND_COUNT = sizeof commands / sizeof *commands };
+
+static const struct command *find_command(const char *name) {
+    for (size_t i = 0; i < COMMAND_COUNT; i++)
+        if (!strcmp(commands[i].name, name)) return &commands[i];
+    return NULL;
+}
+
+/* "ckpt: unknown command 'inpsect'" and, when one is close, "did you mean
+ * 'inspect'?" (as git does), else where the list is. */
+static int unknown_command(const char *name) {
+    const char *names[COMMAND_COUNT + 1], *found[3];
+    for (size_t i = 0; i < COMMAND_COUNT; i++) names[i] = commands[i].name;
+    names[COMMAND_COUNT] = "help";
+    size_t n = suggest(name, names, COMMAND_COUNT + 1, found, 3);
+    fprintf(stderr, "ckpt: unknown command '%s'\n", name);
+    if (n) {
+        fputs("did you mean ", stderr);
+        print_suggestions(stderr, found, n, "");
+        fputs("?\n", stderr);
+    } else {
+        fputs("Try 'ckpt help' for the list of commands.\n", stderr);
+    }
+    return EXIT_USAGE;
+}
+
+static int print_help(FILE *f, const char *text) {
+    fputs(text, f);
+    if (fflush(f) != 0 || ferror(f)) return EXIT_ERROR;
+    return EXIT_OK;
+}
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -26,17 +73,38 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
-        fputs(usage, stdout);
-        return EXIT_OK;
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) return print_help(stdout, usage);
+    if (!strcmp(cmd, "help")) {
+        if (argc == 2) return print_help(stdout, usage);
+        if (argc > 3) {
+            fprintf(stderr, "ckpt help: one COMMAND expected, got '%s' and '%s'\nTry 'ckpt help'.\n", argv[2], argv[3]);
+            return EXIT_USAGE;
+        }
+        if (!strcmp(argv[2], "help") || !strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"))
+            return print_help(stdout, usage);
+        const struct command *c = find_command(argv[2]);
+        if (!c) return unknown_command(argv[2]);
+        fputs(c->usage, stdout); /* as `ckpt CMD --help` prints it */
+        return print_help(stdout, source_options_help);
     }
-    if (!strcmp(cmd, "--version")) {
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
         printf("ckpt %s\n", ckpt_version());
         return EXIT_OK;
     }
-    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
-    if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
-    if (!strcmp(cmd, "verify")) return cmd_verify(argc - 1, argv + 1);
-    fprintf(stderr, "ckpt: unknown command '%s'\n\n%s", cmd, usage);
-    return EXIT_USAGE;
+    const struct command *c = find_command(cmd);
+    if (c) return c->run(argc - 1, argv + 1);
+    if (cmd[0] == '-' && cmd[1]) {
+        static const char *const options[] = {"--help", "--version"};
+        const char *found[2];
+        size_t n = cmd[1] == '-' ? suggest(cmd, options, 2, found, 2) : 0;
+        fprintf(stderr, "ckpt: unknown option '%s'", cmd);
+        if (n) {
+            fputs(" (did you mean ", stderr);
+            print_suggestions(stderr, found, n, "");
+            fputs("?)", stderr);
+        }
+        fputs("\nTry 'ckpt --help'.\n", stderr);
+        return EXIT_USAGE;
+    }
+    return unknown_command(cmd);
 }

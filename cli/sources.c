@@ -65,49 +65,36 @@ void source_options_init(source_options *s) {
     if (dir && *dir) s->catalog.cache_dir = dir;
 }
 
-int source_option(const char *command, int argc, char **argv, int *i, source_options *s) {
-    const char *a = argv[*i], *value = NULL;
-    static const char *const with_value[] = {"--cache-dir", "--bearer-token-file", "--timeout", "--connect-timeout",
-                                             "--retries", "--connections"};
-    if (!strcmp(a, "--direct")) {
-        s->catalog.direct = 1;
-        return 1;
-    }
-    const char *name = NULL;
-    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) {
-        size_t n = strlen(with_value[k]);
-        if (!strncmp(a, with_value[k], n) && (a[n] == '\0' || a[n] == '=')) {
-            name = with_value[k];
-            if (a[n] == '=') value = a + n + 1;
-            else if (*i + 1 < argc) value = argv[++*i];
-            else return usage_error(command, "%s needs a value", name), -1;
-            break;
-        }
-    }
-    if (!name) return 0;
+int source_option(const char *command, int id, const char *value, source_options *s) {
     uint64_t v;
-    if (!strcmp(name, "--cache-dir")) {
-        s->catalog.cache_dir = value;
-    } else if (!strcmp(name, "--bearer-token-file")) {
+    switch (id) {
+    case OPT_DIRECT: s->catalog.direct = 1; break;
+    case OPT_CACHE_DIR: s->catalog.cache_dir = value; break;
+    case OPT_BEARER_TOKEN_FILE:
         free(s->token);
         s->token = read_token(value);
-        if (!s->token) return usage_error(command, "cannot read the token file '%s': %s", value, strerror(errno)), -1;
+        if (!s->token) return usage_error(command, "cannot read the token file '%s': %s", value, strerror(errno));
         s->catalog.bearer_token = s->token;
-    } else if (!strcmp(name, "--timeout")) {
+        break;
+    case OPT_TIMEOUT:
         if (!parse_seconds(value, &s->catalog.read_timeout_ms))
-            return usage_error(command, "--timeout needs a number of seconds, got '%s'", value), -1;
-    } else if (!strcmp(name, "--connect-timeout")) {
+            return usage_error(command, "--timeout needs a number of seconds, got '%s'", value);
+        break;
+    case OPT_CONNECT_TIMEOUT:
         if (!parse_seconds(value, &s->catalog.connect_timeout_ms))
-            return usage_error(command, "--connect-timeout needs a number of seconds, got '%s'", value), -1;
-    } else if (!strcmp(name, "--retries")) {
-        if (!parse_uint(value, 100, &v)) return usage_error(command, "--retries needs 0 to 100, got '%s'", value), -1;
+            return usage_error(command, "--connect-timeout needs a number of seconds, got '%s'", value);
+        break;
+    case OPT_RETRIES:
+        if (!parse_uint(value, 100, &v)) return usage_error(command, "--retries needs 0 to 100, got '%s'", value);
         s->catalog.retries = (uint32_t)v;
-    } else {
+        break;
+    default: /* OPT_CONNECTIONS */
         if (!parse_uint(value, 256, &v) || !v)
-            return usage_error(command, "--connections needs 1 to 256, got '%s'", value), -1;
+            return usage_error(command, "--connections needs 1 to 256, got '%s'", value);
         s->catalog.max_connections = (uint32_t)v;
+        break;
     }
-    return 1;
+    return EXIT_OK;
 }
 
 const ckpt_catalog_options *source_options_get(source_options *s) {

@@ -398,6 +398,13 @@ typedef struct ckpt_tensor_info {
  *     told apart by their first bytes.  A `.npy` holds one tensor, named
  *     after the file ("w.npy" → "w"); Flax tensors are named by their path,
  *     keys joined by ".".
+ *   - a torch index (`pytorch_model.bin.index.json`), whose shards are
+ *     torch files;
+ *   - a torch.distributed.checkpoint (DCP) directory: `.metadata` and the
+ *     ranks' `*.distcp` files, or the per-rank safetensors files of DCP's
+ *     Hugging Face storage layer;
+ *   - any of these at an `http://`, `https://` or `s3://` URL (see
+ *     ckpt_catalog_open_ex for the source options).
  *
  * Every validation rule of huggingface/safetensors is applied to every file,
  * plus duplicate-name detection; for an index, every tensor of the
@@ -793,6 +800,26 @@ typedef struct ckpt_writer_options {
      * tree are written once, by rank 0.
      */
     uint32_t dcp_ranks;
+    /*
+     * Non-zero: a dry run.  Nothing is created, copied or replaced:
+     * ckpt_writer_begin plans the files and their layout (file count, paths,
+     * ckpt_writer_tensor_file, ckpt_writer_tensor_kept tell what they would
+     * be), data is refused, and ckpt_writer_commit publishes nothing (it
+     * names the side files, such as an index, that would be written).  The
+     * checks on the destination (an existing checkpoint without overwrite)
+     * apply as in a real run.  See ckpt_convert_plan_preview.
+     */
+    int dry_run;
+    /*
+     * Non-zero: an index (sharded safetensors output) records
+     * "total_parameters" in its "metadata", as transformers' save_pretrained
+     * does: the elements of the tensors written, each storage's bytes
+     * counted once (tensors deduplicated away are not counted).
+     * huggingface_hub's save_torch_state_dict does not write it (0, the
+     * default, is byte-identical to it).  ckpt_convert and
+     * ckpt_convert_plan set it when the source's index has it.
+     */
+    int total_parameters;
 } ckpt_writer_options;
 
 /* The `__metadata__` key of checksums: a JSON object text,
@@ -1518,6 +1545,31 @@ CKPT_API ckpt_status ckpt_save_collective(const char *path, const ckpt_shard *sh
                                           const ckpt_writer_options *options, const ckpt_comm *comm,
                                           const ckpt_collective_options *coll, ckpt_collective_stats *stats,
                                           ckpt_error *err);
+/*
+ * A dry run of ckpt_convert_plan: what it would write, after every rule,
+ * without writing, copying or replacing anything (options->dry_run is
+ * implied).  It fails as the conversion would before its first byte of
+ * data (an existing checkpoint without overwrite, a dtype the output format
+ * cannot hold, views the hub refuses).  *json (release it with ckpt_free)
+ * is a JSON object:
+ *
+ *   {"path": DST, "format": the output format's name ("safetensors", "gguf", …),
+ *    "directory": bool,
+ *    "files": [{"name": N, "path": P, "size": BYTES, "tensors": COUNT}, …],
+ *    "side_files": [NAME, …],   (an index, written after the data files)
+ *    "copied_files": [NAME, …], (options->copy_files_from's files)
+ *    "replaces": [NAME, …],     (an existing checkpoint's files, with overwrite)
+ *    "tensors": [{"name": N, "source": SOURCE_NAME, "dtype": D, "shape": [...],
+ *                 "nbytes": BYTES, "file": NAME | null, "same_as": NAME}, …],
+ *    "totals": {"tensors": T, "written": W, "parameters": P, "bytes": B}}
+ *
+ * Tensors are in the plan's order; a tensor written once for several
+ * names (tied weights) has "file": null and "same_as" the name written; one
+ * cut across files (DCP's ranks) has "parts": [{"file", "begin", "nbytes"}]
+ * (its bytes [begin, begin + nbytes) in each) and "file" its first part's.
+ */
+CKPT_API ckpt_status ckpt_convert_plan_preview(ckpt_plan *plan, const char *dst_path,
+                                               const ckpt_writer_options *options, char **json, ckpt_error *err);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,7 @@ struct ckpt_catalog {
     ckpt_format format;
     ckpt__arena arena;
     char *index_path;
+    bool index_counts_parameters;
     size_t file_count, file_cap;
     catalog_file *files;
     size_t count, cap;
@@ -118,7 +119,7 @@ static ckpt_status take_options(ckpt_catalog *c, const ckpt_catalog_options *opt
         if (!(c->extra_globals[i] = ckpt__arena_strndup(&c->arena, g, strlen(g)))) return ckpt__oom(err, NULL, NULL);
     }
     c->extra_global_count = o->allowed_global_count;
-    qsort(c->extra_globals, c->extra_global_count, sizeof *c->extra_globals, cmp_str);
+    if (c->extra_global_count > 1) qsort(c->extra_globals, c->extra_global_count, sizeof *c->extra_globals, cmp_str);
     return take_source_options(c, o, err);
 }
 
@@ -165,6 +166,9 @@ ckpt__arena *ckpt__cat_arena(ckpt_catalog *c) { return &c->arena; }
 void ckpt__cat_set_format(ckpt_catalog *c, ckpt_format format) { c->format = format; }
 ckpt_format ckpt__cat_format(const ckpt_catalog *c) { return c->format; }
 ckpt__source *ckpt__cat_source(const ckpt_catalog *c, uint32_t file) { return c->files[file].src; }
+
+void ckpt__cat_set_index_counts_parameters(ckpt_catalog *c) { c->index_counts_parameters = true; }
+bool ckpt__cat_index_counts_parameters(const ckpt_catalog *c) { return c && c->index_counts_parameters; }
 
 ckpt_status ckpt__cat_set_index_path(ckpt_catalog *c, const char *path, ckpt_error *err) {
     free(c->index_path);

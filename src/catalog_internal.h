@@ -12,6 +12,9 @@
 CKPT__HIDDEN bool ckpt__catalog_storage(const ckpt_catalog *catalog, uint32_t storage, uint64_t *base,
                                         uint64_t *nbytes);
 
+/* Whether the catalog's index counts parameters (ckpt__cat_set_index_counts_parameters). */
+CKPT__HIDDEN bool ckpt__cat_index_counts_parameters(const ckpt_catalog *catalog);
+
 /* A data file's own __metadata__ pairs. */
 CKPT__HIDDEN const ckpt__pairs *ckpt__catalog_file_meta(const ckpt_catalog *catalog, size_t file);
 

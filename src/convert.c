@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "catalog_internal.h"
 #include "engine.h"
 #include "plan_internal.h"
 #include "tree_internal.h"
@@ -51,7 +52,14 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
     for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_metadata_count(c); i++) {
         const char *k, *v;
         ckpt_catalog_metadata_entry(c, i, &k, &v);
-        st = ckpt_writer_set_metadata(w, k, v, err);
+        /* An index's own entries (the hub's `removed → kept`, a caller's
+         * metadata) stay the checkpoint's: in the new index, or in the
+         * single file; a data file's go into every file. */
+        bool in_a_file = false;
+        for (size_t f = 0; !in_a_file && f < ckpt_catalog_file_count(c); f++)
+            in_a_file = ckpt__pairs_get(ckpt__catalog_file_meta(c, f), k) != NULL;
+        st = in_a_file || !ckpt_catalog_index_path(c) ? ckpt_writer_set_metadata(w, k, v, err)
+                                                      : ckpt_writer_set_checkpoint_metadata(w, k, v, err);
     }
     return st;
 }
@@ -107,6 +115,9 @@ ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_
     if (options) CKPT__TAKE_OPTIONS(&o, options);
     o.size = sizeof o;
     o.copy_partial_views = 1; /* a torch file's views are written, each whole, where the hub would refuse */
+    /* An index that counted parameters (transformers' save_pretrained)
+     * gets an index that counts them. */
+    if (ckpt__cat_index_counts_parameters(p->catalog)) o.total_parameters = 1;
     ckpt_writer *w;
     ckpt_status st = ckpt_writer_create(dst_path, &o, &w, err);
     if (st) return st;
@@ -128,15 +139,23 @@ ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_
     return CKPT_OK;
 }
 
-ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_writer_options *options,
-                              ckpt_progress_fn progress, void *user, ckpt_error *err) {
+/* Creates the writer for a plan's output (a dry run's with `dry_run`),
+ * declares every selected tensor and begins: *moves_out holds the moves of
+ * the tensors the writer keeps (*used_out of them). */
+static ckpt_status declare(ckpt_plan *p, const char *dst_path, const ckpt_writer_options *options, bool dry_run,
+                           ckpt_writer **w_out, ckpt__move **moves_out, size_t *used_out, ckpt_error *err) {
+    *w_out = NULL, *moves_out = NULL, *used_out = 0;
     if (!p || !dst_path)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan and destination are required");
     ckpt_status st = ckpt__plan_check(p, err);
     if (st) return st;
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    if (options) CKPT__TAKE_OPTIONS(&o, options);
+    if (dry_run) o.dry_run = 1;
     ckpt_writer *w;
     ckpt__move *moves;
-    if ((st = ckpt__convert_writer(p, dst_path, options, &w, err))) return st;
+    if ((st = ckpt__convert_writer(p, dst_path, &o, &w, err))) return st;
     if ((st = ckpt__convert_moves(p, &moves, err))) {
         ckpt_writer_free(w);
         return st;
@@ -144,6 +163,26 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
     size_t n = p->selected_count, used = 0;
     for (size_t k = 0; k < n; k++) /* what the writer keeps */
         if (!ckpt_writer_tensor_kept(w, moves[k].writer_index)) moves[used++] = moves[k];
+    *w_out = w, *moves_out = moves, *used_out = used;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_writer_options *options,
+                              ckpt_progress_fn progress, void *user, ckpt_error *err) {
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    if (options) CKPT__TAKE_OPTIONS(&o, options);
+    ckpt_writer *w;
+    ckpt__move *moves;
+    size_t used;
+    ckpt_status st = declare(p, dst_path, options, false, &w, &moves, &used, err);
+    if (st) return st;
+    if (o.dry_run) { /* checked and planned; nothing to write */
+        st = ckpt_writer_commit(w, err);
+        ckpt_writer_free(w);
+        free(moves);
+        return st;
+    }
     ckpt__engine_options eo = {.io = CKPT_IO_BUFFERED, .progress = progress, .user = user, .writer = w,
                                .ordered = ckpt__writer_needs_order(w)};
     st = ckpt__engine_run(p->catalog, moves, used, &eo, NULL, err);
@@ -151,6 +190,33 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
     ckpt_writer_free(w);
     free(moves);
     return st;
+}
+
+ckpt_status ckpt_convert_plan_preview(ckpt_plan *p, const char *dst_path, const ckpt_writer_options *options,
+                                      char **json, ckpt_error *err) {
+    if (!json) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, dst_path, NULL, -1, "json is required");
+    *json = NULL;
+    ckpt_writer *w;
+    ckpt__move *moves;
+    size_t used;
+    ckpt_status st = declare(p, dst_path, options, true, &w, &moves, &used, err);
+    if (st) return st;
+    free(moves);
+    st = ckpt_writer_commit(w, err); /* a dry run's: names the index */
+    size_t n = p->selected_count;
+    const char **sources = ckpt__calloc(n ? n : 1, sizeof *sources);
+    if (st == CKPT_OK && !sources) st = ckpt__oom(err, dst_path, NULL);
+    for (size_t k = 0; st == CKPT_OK && k < n; k++) sources[k] = p->entries[p->selected[k]].pub.source->name;
+    ckpt__buf out = {0};
+    if (st == CKPT_OK) st = ckpt__writer_describe(w, sources, &out, err);
+    free(sources);
+    ckpt_writer_free(w);
+    if (st) {
+        free(out.data);
+        return st;
+    }
+    *json = out.data;
+    return CKPT_OK;
 }
 
 ckpt_status ckpt_convert(const ckpt_catalog *src, const char *dst_path, const ckpt_writer_options *options,

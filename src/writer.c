@@ -17,6 +17,7 @@
 
 #include "base/wire.h"
 #include "formats/gguf.h"
+#include "formats/json.h"
 #include "formats/output.h"
 #include "io/commit.h"
 #include "writer_internal.h"
@@ -179,7 +180,8 @@ ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *opti
         st = w->prefix ? normalise(w, path, err) : ckpt__oom(err, path, NULL);
     }
     bool recovered;
-    if (st == CKPT_OK) st = ckpt__commit_recover(w->dir, &recovered, err);
+    /* A dry run changes nothing, not even an interrupted commit's leftovers. */
+    if (st == CKPT_OK && !w->opt.dry_run) st = ckpt__commit_recover(w->dir, &recovered, err);
     struct stat sb;
     if (st == CKPT_OK && !w->directory) {
         if (stat(w->path, &sb) == 0 && S_ISDIR(sb.st_mode))
@@ -450,6 +452,7 @@ ckpt_status ckpt__out_set_files(ckpt__output *o, size_t count, const char *const
 
 ckpt_status ckpt__out_patch(ckpt__output *o, uint32_t f, uint64_t offset, const void *data, size_t n, ckpt_error *err) {
     ckpt_writer *w = W(o);
+    if (w->opt.dry_run) return CKPT_OK;
     return ckpt__pwrite_full(w->files[f].fd, data, n, offset, w->files[f].tmp_path, err);
 }
 
@@ -462,6 +465,8 @@ ckpt_status ckpt__out_add_side_file(ckpt__output *o, const char *name, const voi
     memset(f, 0, sizeof *f);
     ckpt_status st = name_file(w, f, name, err);
     w->side_count++;
+    f->size = n;
+    if (w->opt.dry_run) return st; /* named, not written */
     if (st == CKPT_OK) st = ckpt__commit_create(w->commit, name, &f->fd, &f->tmp_path, err);
     if (st == CKPT_OK) st = ckpt__pwrite_full(f->fd, data, n, 0, f->tmp_path, err);
     f->size = n;
@@ -503,7 +508,12 @@ static ckpt_status copy_extras(ckpt_writer *w, ckpt_error *err) {
         char *src_path = ckpt__path_join(from, e->d_name);
         struct stat sb;
         if (!src_path) st = ckpt__oom(err, from, NULL);
-        else if (stat(src_path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        else if (w->opt.dry_run && stat(src_path, &sb) == 0 && S_ISREG(sb.st_mode)) { /* named, not copied */
+            char **x = ckpt__realloc(w->extras, (w->extra_count + 1) * sizeof *x);
+            if (!x) st = ckpt__oom(err, from, NULL);
+            else if (!(w->extras = x, x[w->extra_count] = ckpt__strdup(e->d_name))) st = ckpt__oom(err, from, NULL);
+            else w->extra_count++;
+        } else if (stat(src_path, &sb) == 0 && S_ISREG(sb.st_mode)) {
             char **x = ckpt__realloc(w->extras, (w->extra_count + 1) * sizeof *x);
             int in = -1, out = -1;
             const char *tmp;
@@ -568,12 +578,18 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
     if ((st = apply_metadata_json(w, err))) return st;
     if ((w->fmt->dedup && (st = dedup(w, err))) || (st = w->fmt->plan(O(w), err))) return st;
     bool single = !w->directory && w->file_count == 1;
-    if ((st = ckpt__commit_begin(w->dir, w->directory, single && !w->opt.copy_files_from, &w->commit, err))) return st;
+    if (!w->opt.dry_run &&
+        (st = ckpt__commit_begin(w->dir, w->directory, single && !w->opt.copy_files_from, &w->commit, err)))
+        return st;
     for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) {
         wfile *file = &w->files[f];
         ckpt__buf head = {0};
         st = w->fmt->layout(O(w), (uint32_t)f, &head, err);
         if (st == CKPT_OK && head.failed) st = ckpt__oom(err, w->path, NULL);
+        if (w->opt.dry_run) { /* the layout only */
+            free(head.data);
+            continue;
+        }
         if (st == CKPT_OK) st = ckpt__commit_create(w->commit, file->name, &file->fd, &file->tmp_path, err);
         /* Reserved now, so that a full disk fails before any data. */
         if (st == CKPT_OK) st = ckpt__reserve(file->fd, file->size, file->tmp_path, err);
@@ -605,6 +621,7 @@ static ckpt_status check_append(ckpt_writer *w, size_t index, uint64_t at, uint6
                                                 : "the writer is committed or has failed");
     if (index >= w->count)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "no tensor with writer index %zu", index);
+    if (w->opt.dry_run) return ckpt__fail(err, CKPT_E_BAD_STATE, w->path, NULL, -1, "a dry run writes no data");
     wtensor *t = &w->tensors[index];
     if (at > t->pub.nbytes || n > t->pub.nbytes - at)
         return ckpt__fail(err, CKPT_E_OUT_OF_RANGE,
@@ -831,6 +848,116 @@ static ckpt_status join_crcs(ckpt_writer *w, wtensor *t, ckpt_error *err) {
     return CKPT_OK;
 }
 
+/* ---- a dry run's account ------------------------------------------------------ */
+
+static const char *side_name(const ckpt_writer *w, size_t i) { return w->sides[i].name; }
+static const char *extra_name(const ckpt_writer *w, size_t i) { return w->extras[i]; }
+static const char *stale_name(const ckpt_writer *w, size_t i) { return w->stale[i]; }
+
+static void json_names(ckpt__buf *b, const char *key, const ckpt_writer *w, size_t n,
+                       const char *(*name)(const ckpt_writer *, size_t)) {
+    ckpt__buf_puts(b, ",\n  \"");
+    ckpt__buf_puts(b, key);
+    ckpt__buf_puts(b, "\": [");
+    for (size_t i = 0; i < n; i++) {
+        if (i) ckpt__buf_puts(b, ", ");
+        ckpt__buf_json_string(b, name(w, i));
+    }
+    ckpt__buf_puts(b, "]");
+}
+
+ckpt_status ckpt__writer_describe(const ckpt_writer *w, const char *const *sources, ckpt__buf *b, ckpt_error *err) {
+    if (!w || (w->state != WRITING && w->state != COMMITTED))
+        return ckpt__fail(err, CKPT_E_BAD_STATE, w ? w->path : NULL, NULL, -1, "describe needs a begun writer");
+    uint64_t params = 0, written = 0;
+    size_t *per_file = ckpt__calloc(w->file_count ? w->file_count : 1, sizeof *per_file);
+    if (!per_file) return ckpt__oom(err, w->path, NULL);
+    for (size_t i = 0; i < w->count; i++) {
+        const wtensor *t = &w->tensors[i];
+        uint64_t numel = 0;
+        if (t->pub.file == CKPT__OUT_NONE) continue;
+        written++;
+        /* A tensor cut in parts (DCP's ranks) counts in each of their files. */
+        for (uint32_t k = 0; k < (t->pub.part_count ? t->pub.part_count : 1); k++) {
+            uint32_t f = t->pub.part_count ? t->pub.parts[k].file : t->pub.file;
+            if (!k || f != t->pub.parts[k - 1].file) per_file[f]++;
+        }
+        ckpt__shape_numel(t->pub.ndim, t->pub.shape, &numel); /* checked when declared */
+        params += numel;
+    }
+    ckpt__buf_puts(b, "{\n  \"path\": ");
+    ckpt__buf_json_string(b, w->path);
+    ckpt__buf_puts(b, ",\n  \"format\": ");
+    ckpt__buf_json_string(b, w->fmt->name);
+    ckpt__buf_puts(b, w->directory ? ",\n  \"directory\": true" : ",\n  \"directory\": false");
+    ckpt__buf_puts(b, ",\n  \"files\": [");
+    for (size_t f = 0; f < w->file_count; f++) {
+        ckpt__buf_puts(b, f ? ",\n    {\"name\": " : "\n    {\"name\": ");
+        ckpt__buf_json_string(b, w->files[f].name);
+        ckpt__buf_puts(b, ", \"path\": ");
+        ckpt__buf_json_string(b, w->files[f].final_path);
+        ckpt__buf_puts(b, ", \"size\": ");
+        ckpt__buf_u64(b, w->files[f].size);
+        ckpt__buf_puts(b, ", \"tensors\": ");
+        ckpt__buf_u64(b, per_file[f]);
+        ckpt__buf_puts(b, "}");
+    }
+    ckpt__buf_puts(b, w->file_count ? "\n  ]" : "]");
+    free(per_file);
+    json_names(b, "side_files", w, w->side_count, side_name);
+    json_names(b, "copied_files", w, w->extra_count, extra_name);
+    json_names(b, "replaces", w, w->stale_count, stale_name);
+    ckpt__buf_puts(b, ",\n  \"tensors\": [");
+    for (size_t i = 0; i < w->count; i++) {
+        const wtensor *t = &w->tensors[i];
+        ckpt__buf_puts(b, i ? ",\n    {\"name\": " : "\n    {\"name\": ");
+        ckpt__buf_json_string(b, t->pub.name);
+        ckpt__buf_puts(b, ", \"source\": ");
+        ckpt__buf_json_string(b, sources && sources[i] ? sources[i] : t->pub.name);
+        ckpt__buf_puts(b, ", \"dtype\": ");
+        ckpt__buf_json_string(b, ckpt_dtype_name(t->pub.dtype));
+        ckpt__buf_puts(b, ", \"shape\": [");
+        for (uint32_t d = 0; d < t->pub.ndim; d++) {
+            if (d) ckpt__buf_puts(b, ", ");
+            ckpt__buf_u64(b, t->pub.shape[d]);
+        }
+        ckpt__buf_puts(b, "], \"nbytes\": ");
+        ckpt__buf_u64(b, t->pub.nbytes);
+        ckpt__buf_puts(b, ", \"file\": ");
+        if (t->pub.file == CKPT__OUT_NONE) {
+            ckpt__buf_puts(b, "null, \"same_as\": ");
+            ckpt__buf_json_string(b, w->tensors[t->kept].pub.name);
+        } else {
+            ckpt__buf_json_string(b, w->files[t->pub.file].name);
+        }
+        if (t->pub.part_count > 1) { /* cut across files: each part's */
+            ckpt__buf_puts(b, ", \"parts\": [");
+            for (uint32_t k = 0; k < t->pub.part_count; k++) {
+                const ckpt__out_part *part = &t->pub.parts[k];
+                ckpt__buf_puts(b, k ? ", {\"file\": " : "{\"file\": ");
+                ckpt__buf_json_string(b, w->files[part->file].name);
+                ckpt__buf_puts(b, ", \"begin\": ");
+                ckpt__buf_u64(b, part->begin);
+                ckpt__buf_puts(b, ", \"nbytes\": ");
+                ckpt__buf_u64(b, part->nbytes);
+                ckpt__buf_puts(b, "}");
+            }
+            ckpt__buf_puts(b, "]");
+        }
+        ckpt__buf_puts(b, "}");
+    }
+    ckpt__buf_puts(b, w->count ? "\n  ],\n  \"totals\": {\"tensors\": " : "],\n  \"totals\": {\"tensors\": ");
+    ckpt__buf_u64(b, w->count);
+    ckpt__buf_puts(b, ", \"written\": ");
+    ckpt__buf_u64(b, written);
+    ckpt__buf_puts(b, ", \"parameters\": ");
+    ckpt__buf_u64(b, params);
+    ckpt__buf_puts(b, ", \"bytes\": ");
+    ckpt__buf_u64(b, w->total);
+    ckpt__buf_puts(b, "}\n}\n");
+    return b->failed ? ckpt__oom(err, w->path, NULL) : CKPT_OK;
+}
+
 /* ---- committing --------------------------------------------------------------- */
 
 static ckpt_status finish_file(ckpt_writer *w, wfile *f, ckpt_error *err) {
@@ -858,6 +985,11 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
         return ckpt__fail(err, CKPT_E_BAD_STATE, w->path, NULL, -1,
                           "a joined writer is committed by the process that created it");
     w->state = FAILED;
+    if (w->opt.dry_run) { /* names the side files; publishes nothing */
+        ckpt_status st = w->fmt->finish ? w->fmt->finish(O(w), err) : CKPT_OK;
+        if (st == CKPT_OK) w->state = COMMITTED;
+        return st;
+    }
     for (size_t i = 0; i < w->count; i++) {
         wtensor *t = &w->tensors[i];
         if (t->written != t->pub.nbytes && !dropped(w, i) && !w->shared)

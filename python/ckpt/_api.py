@@ -588,7 +588,8 @@ def _pieces(fw, t):
 def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None, tp_dim=0,
             tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
             overwrite=False, checksums=False, no_sync=False, progress=None, extra_files=True, allowed_globals=None,
-            ignore_unmatched=False, format=None, dcp_ranks=1, direct=False, **source):  # noqa: A002
+            ignore_unmatched=False, format=None, dcp_ranks=1, direct=False, dry_run=False,
+            **source):  # noqa: A002
     """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
     — one file, or shards in a directory when max_shard_size is given —
     applying the same selections, renames, slices, casts and layouts as
@@ -607,7 +608,14 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     files (config.json, tokenizer files, …) are copied into a sharded `dst`
     along with the weights unless extra_files=False.  `src` may be a URL;
     direct=True reads it with O_DIRECT and drops the output from the page
-    cache as it reaches the disk."""
+    cache as it reaches the disk.
+
+    dry_run=True writes nothing and returns what the conversion would
+    write, after every rule and with the same checks, as a dict:
+    {"path", "format", "directory", "files": [{"name", "path", "size",
+    "tensors"}], "side_files", "copied_files", "replaces", "tensors":
+    [{"name", "source", "dtype", "shape", "nbytes", "file", ("same_as")}],
+    "totals": {"tensors", "written", "parameters", "bytes"}}."""
     if format == "dcp" and (max_shard_size is not None or prefix is not None or checksums or int(dcp_ranks) < 1):
         raise ValueError("format='dcp' writes one file per rank (dcp_ranks >= 1): no max_shard_size, prefix or checksums")
     catalog = _sources.catalog(src, direct, allowed_globals, **source)
@@ -628,6 +636,10 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
         kw["copy_files_from"] = os.fspath(src)
     rules = dict(select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank, tp_size=tp_size,
                  tp_select=tp_select, slices=slices, transpose=transpose, layout=layout)
+    if dry_run:
+        kw["progress"] = None
+        plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
+        return json.loads(plan.convert(os.fspath(dst), dry_run=True, **kw))
     if any(v is not None for v in rules.values()):
         plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
         plan.convert(os.fspath(dst), **kw)

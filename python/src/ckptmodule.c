@@ -511,19 +511,21 @@ static ckpt_status run_plan_convert(void *source, const char *dst, const ckpt_wr
     return ckpt_convert_plan(source, dst, o, fn, user, err);
 }
 
+/* With dry_run (plans only): nothing is written; returns
+ * ckpt_convert_plan_preview's JSON text. */
 static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress",
-                             "copy_files_from", "format", "dcp_ranks", NULL};
+                             "copy_files_from", "format", "dcp_ranks", "dry_run", NULL};
     PyObject *dst, *prefix = NULL, *extra = NULL;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     unsigned long long shard = 0;
     unsigned int dcp_ranks = 0; /* with format CKPT_FORMAT_DCP: the ranks that appear to have saved it */
-    int overwrite = 0, no_sync = 0, checksums = 0, format = 0;
+    int overwrite = 0, no_sync = 0, checksums = 0, format = 0, dry_run = 0;
     progress_ctx p = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&iI", kwlist, PyUnicode_FSConverter, &dst, &shard,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&iIp", kwlist, PyUnicode_FSConverter, &dst, &shard,
                                      PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable,
-                                     PyUnicode_FSConverter, &extra, &format, &dcp_ranks))
+                                     PyUnicode_FSConverter, &extra, &format, &dcp_ranks, &dry_run))
         return NULL;
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
     o.format = (ckpt_format)format;
@@ -532,14 +534,26 @@ static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyOb
     o.copy_files_from = extra ? PyBytes_AS_STRING(extra) : NULL;
     ckpt_error e;
     ckpt_status st;
+    char *json = NULL;
+    if (dry_run && run != run_plan_convert) {
+        Py_DECREF(dst);
+        Py_XDECREF(prefix);
+        Py_XDECREF(extra);
+        PyErr_SetString(PyExc_TypeError, "dry_run is for Plan.convert");
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
-    st = run(source, PyBytes_AS_STRING(dst), &o, progress_trampoline, &p, &e);
+    st = dry_run ? ckpt_convert_plan_preview(source, PyBytes_AS_STRING(dst), &o, &json, &e)
+                 : run(source, PyBytes_AS_STRING(dst), &o, progress_trampoline, &p, &e);
     Py_END_ALLOW_THREADS
     Py_DECREF(dst);
     Py_XDECREF(prefix);
     Py_XDECREF(extra);
     if (st != CKPT_OK) return raise_ckpt(&e);
-    Py_RETURN_NONE;
+    if (!dry_run) Py_RETURN_NONE;
+    PyObject *text = PyUnicode_FromString(json);
+    ckpt_free(json);
+    return text;
 }
 
 static PyObject *Catalog_convert(Catalog *self, PyObject *args, PyObject *kw) {
@@ -1063,8 +1077,9 @@ static PyMethodDef Plan_methods[] = {
     {"data", (PyCFunction)Plan_data, METH_O, "data(i) -> Buffer, or None for a caller buffer"},
     {"stats", (PyCFunction)Plan_stats, METH_NOARGS, "stats() -> dict of the last load"},
     {"convert", (PyCFunction)(void (*)(void))Plan_convert, METH_VARARGS | METH_KEYWORDS,
-     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None, "
-     "copy_files_from=None, dcp_ranks=0)"},
+     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None,\n"
+     "        copy_files_from=None, format=0, dcp_ranks=0, dry_run=False): with dry_run, writes nothing and returns\n"
+     "        what it would write (JSON text, see ckpt_convert_plan_preview)"},
     {NULL}};
 
 static PyTypeObject PlanType = {

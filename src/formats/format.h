@@ -115,6 +115,9 @@ CKPT__HIDDEN ckpt_format ckpt__cat_format(const ckpt_catalog *c);
 
 /* Sets the index file's path (sharded checkpoints). */
 CKPT__HIDDEN ckpt_status ckpt__cat_set_index_path(ckpt_catalog *c, const char *path, ckpt_error *err);
+/* The index counts parameters ("total_parameters" in its metadata, as
+ * transformers' save_pretrained writes it): a conversion's index will too. */
+CKPT__HIDDEN void ckpt__cat_set_index_counts_parameters(ckpt_catalog *c);
 
 /* Whether a pickle global is allowed: torch's weights-only allowlist
  * (CKPT__PK_ALLOW), or what the caller allowed with

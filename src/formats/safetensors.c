@@ -578,7 +578,15 @@ static ckpt_status write_index(ckpt__output *o, ckpt_error *err) {
     ckpt__buf text = {0};
     if (st == CKPT_OK) {
         const ckpt__pairs *cm = ckpt__out_checkpoint_metadata(o);
-        ckpt__index_render(&text, state_of(o)->index_total, cm->keys, cm->values, cm->count, names, files, listed);
+        /* transformers' save_pretrained counts parameters, each storage once
+         * (what is written), when asked. */
+        uint64_t params = 0, numel;
+        for (size_t i = 0; i < n; i++) {
+            const ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
+            if (t->file != CKPT__OUT_NONE && ckpt__shape_numel(t->ndim, t->shape, &numel)) params += numel;
+        }
+        ckpt__index_render(&text, ckpt__out_options(o)->total_parameters ? &params : NULL, state_of(o)->index_total,
+                           cm->keys, cm->values, cm->count, names, files, listed);
         if (text.failed) st = ckpt__oom(err, ckpt__out_path(o), NULL);
     }
     char name[512];

@@ -148,6 +148,8 @@ ckpt_status ckpt__index_parse(char *text, size_t len, const char *path, ckpt__ar
                 size_t m = v + 1;
                 for (uint32_t e = 0; e < doc.nodes[v].count; e++) {
                     const ckpt__json_node *key = &doc.nodes[m], *val = &doc.nodes[key->end];
+                    if (val->kind == CKPT__JSON_NUMBER && !strcmp(key->str, "total_parameters"))
+                        out->total_parameters = true;
                     if (val->kind == CKPT__JSON_STRING) { /* copied: they outlive the index's text */
                         const char *mk = ckpt__arena_strndup(arena, key->str, key->len);
                         const char *mv = ckpt__arena_strndup(arena, val->str, val->len);
@@ -229,13 +231,21 @@ void ckpt__index_free(ckpt__index *index) {
     index->count = index->file_count = 0;
 }
 
-void ckpt__index_render(ckpt__buf *out, uint64_t total_size, const char *const *meta_keys,
+void ckpt__index_render(ckpt__buf *out, const uint64_t *total_parameters, uint64_t total_size,
+                        const char *const *meta_keys,
                         const char *const *meta_values, size_t meta_count, const char *const *names,
                         const char *const *files, size_t count) {
-    ckpt__buf_puts(out, "{\n  \"metadata\": {\n    \"total_size\": ");
+    ckpt__buf_puts(out, "{\n  \"metadata\": {\n    ");
+    if (total_parameters) {
+        ckpt__buf_puts(out, "\"total_parameters\": ");
+        ckpt__buf_u64(out, *total_parameters);
+        ckpt__buf_puts(out, ",\n    ");
+    }
+    ckpt__buf_puts(out, "\"total_size\": ");
     ckpt__buf_u64(out, total_size);
     for (size_t i = 0; i < meta_count; i++) {
-        if (!strcmp(meta_keys[i], "total_size")) continue;
+        if (!strcmp(meta_keys[i], "total_size") || (total_parameters && !strcmp(meta_keys[i], "total_parameters")))
+            continue;
         ckpt__buf_puts(out, ",\n    ");
         ckpt__buf_json_string_ascii(out, meta_keys[i]);
         ckpt__buf_puts(out, ": ");
@@ -304,6 +314,7 @@ static ckpt_status index_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *er
      * removed → kept …) before any shard's. */
     for (size_t i = 0; st == CKPT_OK && i < idx.meta_count; i++)
         st = ckpt__cat_add_checkpoint_metadata(c, idx.meta_keys[i], idx.meta_values[i], err);
+    if (st == CKPT_OK && idx.total_parameters) ckpt__cat_set_index_counts_parameters(c);
     char *dir = st == CKPT_OK ? ckpt__path_dirname(index_path) : NULL;
     if (st == CKPT_OK && !dir) st = ckpt__oom(err, index_path, NULL);
     for (size_t i = 0; st == CKPT_OK && i < idx.file_count; i++) {

@@ -42,6 +42,7 @@ typedef struct ckpt__index {
     const char **files;   /* malloc'ed array of arena strings */
     size_t meta_count;    /* the "metadata" object's string entries (in the arena) */
     const char **meta_keys, **meta_values; /* arena arrays */
+    bool total_parameters; /* the metadata counts parameters (transformers' save_pretrained) */
 } ckpt__index;
 
 /*
@@ -57,9 +58,12 @@ CKPT__HIDDEN void ckpt__index_free(ckpt__index *index);
 /*
  * Renders an index as huggingface_hub writes it (json.dump with indent=2,
  * ensure_ascii): {"metadata": {"total_size": N, <meta…>}, "weight_map": {...}}
- * with the weight map in the given order.
+ * with the weight map in the given order; with total_parameters (not NULL)
+ * {"total_parameters": P, "total_size": N, …} as transformers' save_pretrained
+ * writes it.
  */
-CKPT__HIDDEN void ckpt__index_render(ckpt__buf *out, uint64_t total_size, const char *const *meta_keys,
+CKPT__HIDDEN void ckpt__index_render(ckpt__buf *out, const uint64_t *total_parameters, uint64_t total_size,
+                                     const char *const *meta_keys,
                                      const char *const *meta_values, size_t meta_count, const char *const *names,
                                      const char *const *files, size_t count);
 

@@ -83,10 +83,77 @@ static void test_cancel_leaves_nothing(void **state) {
     scratch_free(dir);
 }
 
+/* A dry run lists what a conversion would write, after the plan's rules,
+ * and writes nothing; the real conversion then writes exactly those files. */
+static void test_preview_writes_nothing(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    write_safetensors(in_dir(dir, "src.safetensors"),
+                      "{" T("a", "F32", "[2]", 0, 8) "," T("b", "U8", "[8]", 8, 16) "," T("c", "U8", "[4]", 16, 20) "}",
+                      20);
+    ckpt_catalog *cat;
+    ckpt_plan *plan;
+    ckpt_error err;
+    assert_int_equal(ckpt_catalog_open(in_dir(dir, "src.safetensors"), &cat, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_create(cat, &plan, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_exclude(plan, "c", &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_rename(plan, "a", "x.a", &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_cast(plan, "a", CKPT_F16, &err), CKPT_OK);
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.max_shard_size = 8;
+    char *json = NULL;
+    assert_int_equal(ckpt_convert_plan_preview(plan, in_dir(dir, "out/"), &o, &json, &err), CKPT_OK);
+    assert_non_null(json);
+    assert_int_equal(dir_entries(dir), 1); /* neither "out" nor a stage */
+    assert_non_null(strstr(json, "\"tensors\": [\n    {\"name\": \"x.a\", \"source\": \"a\", \"dtype\": \"F16\", "
+                                 "\"shape\": [2], \"nbytes\": 4, \"file\": \"model-00001-of-00002.safetensors\"},\n"
+                                 "    {\"name\": \"b\", \"source\": \"b\", \"dtype\": \"U8\", \"shape\": [8], "
+                                 "\"nbytes\": 8, \"file\": \"model-00002-of-00002.safetensors\"}\n  ]"));
+    assert_non_null(strstr(json, "\"side_files\": [\"model.safetensors.index.json\"]"));
+    assert_non_null(strstr(json, "\"totals\": {\"tensors\": 2, \"written\": 2, \"parameters\": 10, \"bytes\": 12}"));
+    assert_null(strstr(json, "\"c\""));
+    ckpt_free(json);
+    /* The same options through ckpt_convert_plan with dry_run: checked, nothing written. */
+    o.dry_run = 1;
+    assert_int_equal(ckpt_convert_plan(plan, in_dir(dir, "out"), &o, NULL, NULL, &err), CKPT_OK);
+    assert_int_equal(dir_entries(dir), 1);
+    /* The real conversion writes the files the preview named. */
+    o.dry_run = 0;
+    assert_int_equal(ckpt_convert_plan(plan, in_dir(dir, "out"), &o, NULL, NULL, &err), CKPT_OK);
+    assert_int_equal(dir_entries(in_dir(dir, "out")), 3);
+    assert_true(file_exists(in_dir(in_dir(dir, "out"), "model-00002-of-00002.safetensors")));
+    /* A dry run fails as the conversion would: the checkpoint is there now. */
+    assert_int_equal(ckpt_convert_plan_preview(plan, in_dir(dir, "out"), &o, &json, &err), CKPT_E_EXISTS);
+    assert_null(json);
+    o.overwrite = 1;
+    assert_int_equal(ckpt_convert_plan_preview(plan, in_dir(dir, "out"), &o, &json, &err), CKPT_OK);
+    assert_non_null(strstr(json, "\"replaces\": [\"model"));
+    ckpt_free(json);
+    /* A dry-run writer refuses data. */
+    ckpt_writer *w;
+    o.dry_run = 1;
+    o.max_shard_size = 0;
+    uint64_t shape[1] = {4};
+    size_t index;
+    assert_int_equal(ckpt_writer_create(in_dir(dir, "w.safetensors"), &o, &w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "t", CKPT_U8, 1, shape, &index, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_file_count(w), 1);
+    assert_int_equal(ckpt_writer_write(w, index, "abcd", 4, &err), CKPT_E_BAD_STATE);
+    assert_int_equal(ckpt_writer_commit(w, &err), CKPT_OK);
+    ckpt_writer_free(w);
+    assert_false(file_exists(in_dir(dir, "w.safetensors")));
+    ckpt_plan_free(plan);
+    ckpt_catalog_close(cat);
+    scratch_free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_is_byte_identical),
         cmocka_unit_test(test_cancel_leaves_nothing),
+        cmocka_unit_test(test_preview_writes_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -103,7 +103,7 @@ static void test_index_render(void **state) {
     const char *names[] = {"a", "\xc3\xa9"};
     const char *files[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
     ckpt__buf b = {0};
-    ckpt__index_render(&b, 42, NULL, NULL, 0, names, files, 2);
+    ckpt__index_render(&b, NULL, 42, NULL, NULL, 0, names, files, 2);
     /* Python: json.dump({...}, f, indent=2) */
     assert_string_equal(b.data,
                         "{\n  \"metadata\": {\n    \"total_size\": 42\n  },\n  \"weight_map\": {\n"
@@ -112,8 +112,16 @@ static void test_index_render(void **state) {
     /* Extra metadata follows total_size, as {**split.metadata, **metadata}. */
     b.len = 0;
     const char *k[] = {"tied"}, *v[] = {"emb"};
-    ckpt__index_render(&b, 1, k, v, 1, names, files, 1);
+    ckpt__index_render(&b, NULL, 1, k, v, 1, names, files, 1);
     assert_non_null(strstr(b.data, "\"total_size\": 1,\n    \"tied\": \"emb\"\n  },"));
+    /* transformers' save_pretrained: json.dumps(..., indent=2, sort_keys=True)
+     * puts total_parameters first; a source's own entry is not repeated. */
+    b.len = 0;
+    uint64_t params = 124439808;
+    const char *k2[] = {"total_parameters", "tied"}, *v2[] = {"7", "emb"};
+    ckpt__index_render(&b, &params, 1, k2, v2, 2, names, files, 1);
+    assert_non_null(strstr(b.data, "{\n  \"metadata\": {\n    \"total_parameters\": 124439808,\n    \"total_size\": 1,\n"
+                                   "    \"tied\": \"emb\"\n  },"));
     free(b.data);
 }
 

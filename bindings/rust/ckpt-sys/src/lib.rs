@@ -254,6 +254,10 @@ pub struct ckpt_writer_options {
     /// Metadata adding to or replacing the source's: a JSON object text (NULL: none).
     pub metadata_json: *const c_char,
     pub dcp_ranks: u32,
+    /// Non-zero: plan and check only; nothing is written (ckpt_convert_plan_preview).
+    pub dry_run: c_int,
+    /// Non-zero: an index records "total_parameters" as transformers' save_pretrained does.
+    pub total_parameters: c_int,
 }
 
 /// Where a tensor's bytes lie in the caller's memory (ckpt_writer_add_tensor_shared).
@@ -606,6 +610,8 @@ mod layout {
             ("ckpt_writer_options.split_max_tensors", off!(ckpt_writer_options, split_max_tensors), true),
             ("ckpt_writer_options.metadata_json", off!(ckpt_writer_options, metadata_json), true),
             ("ckpt_writer_options.dcp_ranks", off!(ckpt_writer_options, dcp_ranks), true),
+            ("ckpt_writer_options.dry_run", off!(ckpt_writer_options, dry_run), true),
+            ("ckpt_writer_options.total_parameters", off!(ckpt_writer_options, total_parameters), true),
             ("sizeof ckpt_tensor_storage", size_of::<ckpt_tensor_storage>(), true),
             ("ckpt_tensor_storage.id", off!(ckpt_tensor_storage, id), true),
             ("ckpt_tensor_storage.nbytes", off!(ckpt_tensor_storage, nbytes), true),

@@ -1,0 +1,642 @@
+/* diff.c — `ckpt diff A B [--json] [-q]`: what differs between two
+ * checkpoints, tensor by tensor, reading both in bounded chunks. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+const char diff_usage[] =
+    "usage: ckpt diff A B [--json] [-q] [--direct] [remote options]\n"
+    "\n"
+    "Compare the tensors of two checkpoints, of any formats ckpt reads: names\n"
+    "only in A or only in B, dtype and shape changes, and tensors whose values\n"
+    "differ, with how many elements differ, the largest absolute difference and\n"
+    "where it is, and for floats the largest difference in ULPs (units in the\n"
+    "last place).  Tensors with the same shape and float dtypes that differ\n"
+    "(f32 against bf16) are compared by value.  Data is read in chunks of a few\n"
+    "MiB, never a whole tensor; metadata and the object tree are not compared.\n"
+    "\n"
+    "A and B are any checkpoints ckpt reads:\n" CLI_READ_FORMATS
+    "\n"
+    "options:\n"
+    "  --json                 machine-readable report on stdout\n"
+    "  -q, --quiet            print nothing; stop at the first difference\n"
+    "  --allow-global MODULE.NAME\n"
+    "                         allow this pickle global in torch files (repeatable),\n"
+    "                         as torch's add_safe_globals; nothing is executed\n"
+    "  --progress / --no-progress\n"
+    "                         force the progress bar on or off (default: on when\n"
+    "                         stderr is a terminal)\n"
+    "  -h, --help             show this help\n"
+    "\n"
+    "Exit status: 0 identical, 1 different (or an unreadable input, with an\n"
+    "error on stderr), 2 usage error, 130 interrupted.\n";
+
+/* Elements per chunk: 8 MiB of the widest dtype, and of each float64 copy. */
+enum { CHUNK_ELEMS = 1 << 20, CHUNK_BYTES = 8 << 20 };
+
+typedef enum kind { ONLY_A, ONLY_B, SHAPE, DTYPE, VALUES } kind;
+
+/* How two tensors' elements compare. */
+typedef enum family { FAM_BYTES, FAM_FLOAT, FAM_SIGNED, FAM_UNSIGNED } family;
+
+typedef struct diff_entry {
+    kind kind;
+    const ckpt_tensor_info *a, *b; /* a or b NULL for ONLY_B / ONLY_A */
+    bool compared;                 /* values were read */
+    family fam;
+    uint64_t elements, differ;     /* elements (bytes for FAM_BYTES) compared, and how many differ */
+    uint64_t nan_mismatch;         /* a NaN on one side only */
+    double max_abs;                /* FAM_FLOAT: the largest |a - b| (NaN pairs aside) */
+    uint64_t max_abs_int;          /* integers: the largest |a - b| */
+    uint64_t max_ulp;              /* same float dtype on both sides */
+    bool has_ulp;
+    uint64_t at;                   /* element (byte) of the largest difference, else of the first */
+    bool has_at;
+} diff_entry;
+
+typedef struct differ {
+    ckpt_catalog *a, *b;
+    const char *path_a, *path_b;
+    unsigned char *raw_a, *raw_b;
+    double *val_a, *val_b;
+    progress_bar bar;
+    uint64_t done, total;
+    bool quiet;
+    ckpt_error err;
+} differ;
+
+static bool is_float(ckpt_dtype d) {
+    switch (d) {
+    case CKPT_F16: case CKPT_BF16: case CKPT_F32: case CKPT_F64: case CKPT_C64: case CKPT_F8_E5M2:
+    case CKPT_F8_E4M3: case CKPT_F8_E8M0: case CKPT_F8_E4M3FNUZ: case CKPT_F8_E5M2FNUZ: return true;
+    default: return false;
+    }
+}
+
+static bool is_signed_int(ckpt_dtype d) { return d == CKPT_I8 || d == CKPT_I16 || d == CKPT_I32 || d == CKPT_I64; }
+static bool is_unsigned_int(ckpt_dtype d) { return d == CKPT_U8 || d == CKPT_U16 || d == CKPT_U32 || d == CKPT_U64; }
+
+/* Bytes of one compared element: a float component of C64 is an element. */
+static unsigned elem_bytes(ckpt_dtype d) { return d == CKPT_C64 ? 4 : ckpt_dtype_bits(d) / 8; }
+static ckpt_dtype elem_dtype(ckpt_dtype d) { return d == CKPT_C64 ? CKPT_F32 : d; }
+
+static bool same_shape(const ckpt_tensor_info *a, const ckpt_tensor_info *b) {
+    if (a->ndim != b->ndim) return false;
+    for (uint32_t d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+/* The bit pattern of element i of a little-endian buffer. */
+static inline uint64_t bits_at(const unsigned char *p, unsigned size, uint64_t i) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    switch (size) {
+    case 1: return p[i];
+    case 2: { uint16_t v; memcpy(&v, p + 2 * i, 2); return v; }
+    case 4: { uint32_t v; memcpy(&v, p + 4 * i, 4); return v; }
+    case 8: { uint64_t v; memcpy(&v, p + 8 * i, 8); return v; }
+    default: break;
+    }
+#endif
+    uint64_t v = 0;
+    for (unsigned k = 0; k < size; k++) v |= (uint64_t)p[i * size + k] << (8 * k);
+    return v;
+}
+
+/* The distance in representable values between two non-NaN floats of one
+ * dtype, from their bit patterns (sign-magnitude ordering, so that -0 and
+ * +0 are 0 apart and the smallest negative and positive subnormals 2). */
+static uint64_t ulp_distance(uint64_t x, uint64_t y, unsigned bits, bool has_sign) {
+    if (!has_sign) return x > y ? x - y : y - x;
+    uint64_t sign = 1ULL << (bits - 1), mask = sign - 1;
+    uint64_t mx = x & mask, my = y & mask;
+    if ((x & sign) == (y & sign)) return mx > my ? mx - my : my - mx;
+    return mx + my;
+}
+
+static int64_t signed_at(const unsigned char *p, unsigned size, uint64_t i) {
+    uint64_t v = bits_at(p, size, i);
+    if (size < 8 && (v >> (8 * size - 1)) & 1) v |= ~0ULL << (8 * size);
+    return (int64_t)v;
+}
+
+/* Decodes `count` float elements of dtype d into doubles. */
+static ckpt_status decode_floats(ckpt_dtype d, const unsigned char *raw, double *out, uint64_t count, ckpt_error *err) {
+    if (d == CKPT_F64) {
+        memcpy(out, raw, count * 8);
+        return CKPT_OK;
+    }
+    return ckpt_cast(d, raw, CKPT_F64, out, count, err);
+}
+
+static int tick(differ *df, uint64_t bytes) {
+    df->done += bytes;
+    return progress_update(df->done, df->total, &df->bar);
+}
+
+static ckpt_status cancelled(differ *df) {
+    df->err.status = CKPT_E_CANCELLED;
+    snprintf(df->err.message, sizeof df->err.message, "interrupted");
+    return CKPT_E_CANCELLED;
+}
+
+/* One chunk of elements of `size` bytes whose raw bytes differ somewhere:
+ * counts and extremes into e.  Written once per size so that loads and
+ * the ULP arithmetic have constant widths, with the running values in
+ * locals (the buffers are unsigned char, which may alias anything). */
+#define DEFINE_SCAN(size)                                                                                              \
+    static void scan_##size(const unsigned char *ra, const unsigned char *rb, const double *va, const double *vb,     \
+                            uint64_t count, uint64_t first, family fam, bool has_sign, diff_entry *e) {               \
+        uint64_t ndiffer = e->differ, nan_mismatch = e->nan_mismatch, max_ulp = e->max_ulp;                           \
+        uint64_t max_int = e->max_abs_int, at = e->at;                                                              \
+        double max_abs = e->max_abs;                                                                                 \
+        bool has_at = e->has_at;                                                                                     \
+        for (uint64_t i = 0; i < count; i++) {                                                                      \
+            uint64_t x = bits_at(ra, size, i), y = bits_at(rb, size, i);                                             \
+            if (x == y) continue;                                                                                    \
+            ndiffer++;                                                                                               \
+            if (!has_at) at = first + i, has_at = true;                                                              \
+            if (fam == FAM_FLOAT) {                                                                                  \
+                double fa = va[i], fb = vb[i];                                                                       \
+                if (isnan(fa) || isnan(fb)) {                                                                        \
+                    nan_mismatch += isnan(fa) != isnan(fb);                                                          \
+                    continue; /* two NaNs of different payloads: differ, no distance */                              \
+                }                                                                                                    \
+                double d = fabs(fa - fb);                                                                            \
+                if (d > max_abs) max_abs = d, at = first + i;                                                        \
+                uint64_t u = ulp_distance(x, y, 8 * size, has_sign);                                                 \
+                if (u > max_ulp) max_ulp = u;                                                                        \
+            } else if (fam == FAM_SIGNED) {                                                                          \
+                int64_t sa = signed_at(ra, size, i), sb = signed_at(rb, size, i);                                    \
+                uint64_t d = sa > sb ? (uint64_t)sa - (uint64_t)sb : (uint64_t)sb - (uint64_t)sa;                    \
+                if (d > max_int) max_int = d, at = first + i;                                                        \
+            } else if (fam == FAM_UNSIGNED) {                                                                        \
+                uint64_t d = x > y ? x - y : y - x;                                                                  \
+                if (d > max_int) max_int = d, at = first + i;                                                        \
+            }                                                                                                        \
+        }                                                                                                            \
+        e->differ = ndiffer, e->nan_mismatch = nan_mismatch, e->max_ulp = max_ulp, e->max_abs_int = max_int;          \
+        e->at = at, e->max_abs = max_abs, e->has_at = has_at;                                                        \
+    }
+DEFINE_SCAN(1)
+DEFINE_SCAN(2)
+DEFINE_SCAN(4)
+DEFINE_SCAN(8)
+
+/* Same dtype, same shape: raw chunks compared, decoded only where they
+ * differ. */
+static ckpt_status compare_same(differ *df, diff_entry *e) {
+    const ckpt_tensor_info *a = e->a, *b = e->b;
+    ckpt_dtype d = a->dtype;
+    unsigned size = elem_bytes(d);
+    family fam = is_float(d) ? FAM_FLOAT : is_signed_int(d) ? FAM_SIGNED : is_unsigned_int(d) ? FAM_UNSIGNED : FAM_BYTES;
+    if (!size) fam = FAM_BYTES; /* F4, F6: packed */
+    if (fam == FAM_BYTES) size = 1;
+    e->fam = fam;
+    e->elements = a->nbytes / size;
+    e->has_ulp = fam == FAM_FLOAT;
+    ckpt_dtype ed = elem_dtype(d);
+    bool has_sign = ed != CKPT_F8_E8M0;
+    uint64_t step = fam == FAM_BYTES ? CHUNK_BYTES : (uint64_t)CHUNK_ELEMS * size;
+    for (uint64_t off = 0; off < a->nbytes; off += step) {
+        uint64_t len = a->nbytes - off < step ? a->nbytes - off : step, count = len / size, first = off / size;
+        ckpt_status st = ckpt_catalog_read(df->a, a, off, df->raw_a, len, &df->err);
+        if (st == CKPT_OK) st = ckpt_catalog_read(df->b, b, off, df->raw_b, len, &df->err);
+        if (st != CKPT_OK) return st;
+        if (tick(df, 2 * len)) return cancelled(df);
+        if (!memcmp(df->raw_a, df->raw_b, (size_t)len)) continue;
+        if (fam == FAM_FLOAT && (st = decode_floats(ed, df->raw_a, df->val_a, count, &df->err)) == CKPT_OK)
+            st = decode_floats(ed, df->raw_b, df->val_b, count, &df->err);
+        if (st != CKPT_OK) return st;
+        switch (fam == FAM_BYTES ? 0 : size) {
+        case 1: scan_1(df->raw_a, df->raw_b, df->val_a, df->val_b, count, first, fam, has_sign, e); break;
+        case 2: scan_2(df->raw_a, df->raw_b, df->val_a, df->val_b, count, first, fam, has_sign, e); break;
+        case 4: scan_4(df->raw_a, df->raw_b, df->val_a, df->val_b, count, first, fam, has_sign, e); break;
+        case 8: scan_8(df->raw_a, df->raw_b, df->val_a, df->val_b, count, first, fam, has_sign, e); break;
+        default: scan_1(df->raw_a, df->raw_b, NULL, NULL, count, first, FAM_BYTES, false, e); break;
+        }
+        if (df->quiet) return CKPT_OK;
+    }
+    return CKPT_OK;
+}
+
+/* Same shape, two float dtypes (or two integer ones): values compared as
+ * float64 (as 64-bit integers), chunk by chunk. */
+static ckpt_status compare_values(differ *df, diff_entry *e) {
+    const ckpt_tensor_info *a = e->a, *b = e->b;
+    bool floats = is_float(a->dtype);
+    unsigned sa = elem_bytes(a->dtype), sb = elem_bytes(b->dtype);
+    ckpt_dtype da = elem_dtype(a->dtype), db = elem_dtype(b->dtype);
+    e->fam = floats ? FAM_FLOAT : FAM_SIGNED;
+    e->elements = a->nbytes / sa;
+    for (uint64_t first = 0; first < e->elements; first += CHUNK_ELEMS) {
+        uint64_t count = e->elements - first < CHUNK_ELEMS ? e->elements - first : CHUNK_ELEMS;
+        ckpt_status st = ckpt_catalog_read(df->a, a, first * sa, df->raw_a, count * sa, &df->err);
+        if (st == CKPT_OK) st = ckpt_catalog_read(df->b, b, first * sb, df->raw_b, count * sb, &df->err);
+        if (st != CKPT_OK) return st;
+        if (tick(df, count * (sa + sb))) return cancelled(df);
+        if (floats) {
+            if ((st = decode_floats(da, df->raw_a, df->val_a, count, &df->err)) != CKPT_OK ||
+                (st = decode_floats(db, df->raw_b, df->val_b, count, &df->err)) != CKPT_OK)
+                return st;
+            for (uint64_t i = 0; i < count; i++) {
+                double va = df->val_a[i], vb = df->val_b[i];
+                if (isnan(va) && isnan(vb)) continue;
+                if (va == vb && signbit(va) == signbit(vb)) continue;
+                e->differ++;
+                if (!e->has_at) e->at = first + i, e->has_at = true;
+                if (isnan(va) || isnan(vb)) {
+                    e->nan_mismatch++;
+                    continue;
+                }
+                double abs = fabs(va - vb);
+                if (abs > e->max_abs) e->max_abs = abs, e->at = first + i;
+            }
+        } else {
+            /* Integers: BOOL and unsigned values are non-negative; a U64
+             * above INT64_MAX cannot equal a signed value. */
+            for (uint64_t i = 0; i < count; i++) {
+                uint64_t ua = bits_at(df->raw_a, sa, i), ub = bits_at(df->raw_b, sb, i);
+                bool neg_a = is_signed_int(da) && (ua >> (8 * sa - 1)) & 1, neg_b = is_signed_int(db) && (ub >> (8 * sb - 1)) & 1;
+                if (neg_a) ua = (uint64_t)signed_at(df->raw_a, sa, i);
+                if (neg_b) ub = (uint64_t)signed_at(df->raw_b, sb, i);
+                if (ua == ub && neg_a == neg_b) continue;
+                e->differ++;
+                if (!e->has_at) e->at = first + i, e->has_at = true;
+                uint64_t abs;
+                if (neg_a == neg_b) abs = ua > ub ? ua - ub : ub - ua;
+                else abs = neg_a ? ub - ua : ua - ub; /* |neg| + pos, as unsigned wraps exactly */
+                if (abs > e->max_abs_int) e->max_abs_int = abs, e->at = first + i;
+            }
+        }
+        if (df->quiet && e->differ) return CKPT_OK;
+    }
+    return CKPT_OK;
+}
+
+static bool comparable_values(ckpt_dtype a, ckpt_dtype b) {
+    if (a == CKPT_C64 || b == CKPT_C64) return false;
+    if (is_float(a) && is_float(b)) return true;
+    bool ia = is_signed_int(a) || is_unsigned_int(a) || a == CKPT_BOOL, ib = is_signed_int(b) || is_unsigned_int(b) || b == CKPT_BOOL;
+    return ia && ib;
+}
+
+/* ---- output ------------------------------------------------------------- */
+
+static const char *kind_key(kind k) {
+    static const char *const keys[] = {"only_in_a", "only_in_b", "shape", "dtype", "values"};
+    return keys[k];
+}
+
+static void shape_text(const ckpt_tensor_info *t, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (uint32_t d = 0; d < t->ndim && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, d ? ", %" PRIu64 : "%" PRIu64, t->shape[d]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+/* Element `at` of a tensor as "[i, j, k]" (row-major). */
+static void index_text(const ckpt_tensor_info *t, uint64_t at, bool components, char *buf, size_t cap) {
+    uint64_t idx[CKPT_MAX_DIMS], rest = components ? at / 2 : at;
+    for (uint32_t d = t->ndim; d-- > 0;) {
+        idx[d] = t->shape[d] ? rest % t->shape[d] : 0;
+        rest = t->shape[d] ? rest / t->shape[d] : 0;
+    }
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (uint32_t d = 0; d < t->ndim && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, d ? ", %" PRIu64 : "%" PRIu64, idx[d]);
+    if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "]");
+    if (components && n < cap) snprintf(buf + n, cap - n, "%s", at % 2 ? ".imag" : ".real");
+}
+
+static void print_detail(FILE *o, const diff_entry *e) {
+    char count[32], total[32], at[600], num[64];
+    const char *unit = e->fam == FAM_BYTES ? "bytes" : e->a->dtype == CKPT_C64 ? "components" : "values";
+    format_count(e->differ, count, sizeof count);
+    format_count(e->elements, total, sizeof total);
+    fprintf(o, "%s of %s %s differ", count, total, unit);
+    if (e->fam == FAM_BYTES) {
+        fprintf(o, ", first at byte %" PRIu64, e->at);
+        return;
+    }
+    index_text(e->a, e->at, e->a->dtype == CKPT_C64 && e->a->dtype == e->b->dtype, at, sizeof at);
+    if (e->fam == FAM_FLOAT) {
+        if (e->nan_mismatch < e->differ) fprintf(o, ", max abs diff %.6g at %s", e->max_abs, at);
+        if (e->has_ulp && e->nan_mismatch < e->differ) fprintf(o, ", max %s ULP", format_count(e->max_ulp, num, sizeof num));
+        if (e->nan_mismatch) fprintf(o, ", %s NaN on one side only", format_count(e->nan_mismatch, num, sizeof num));
+        if (e->nan_mismatch == e->differ && e->nan_mismatch) fprintf(o, ", first at %s", at);
+    } else {
+        fprintf(o, ", max abs diff %s at %s", format_count(e->max_abs_int, num, sizeof num), at);
+    }
+}
+
+static int name_columns(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+static void print_text(const differ *df, const diff_entry *list, size_t count, const size_t counts[5], size_t identical,
+                       uint64_t identical_bytes) {
+    FILE *o = stdout;
+    char sa[600], sb[600], size[32];
+    int w = 0;
+    for (size_t i = 0; i < count; i++) {
+        const ckpt_tensor_info *t = list[i].a ? list[i].a : list[i].b;
+        int c = name_columns(t->name);
+        if (c > w) w = c;
+    }
+    if (w > 50) w = 50;
+    if (count) {
+        fprintf(o, "--- A: %s (%zu tensors)\n", df->path_a, ckpt_catalog_tensor_count(df->a));
+        fprintf(o, "+++ B: %s (%zu tensors)\n", df->path_b, ckpt_catalog_tensor_count(df->b));
+    }
+    for (size_t i = 0; i < count; i++) {
+        const diff_entry *e = &list[i];
+        const ckpt_tensor_info *t = e->a ? e->a : e->b;
+        static const char marks[] = {'-', '+', '~', '~', '~'};
+        fprintf(o, "%c %s", marks[e->kind], t->name);
+        for (int c = name_columns(t->name); c < w; c++) fputc(' ', o);
+        fputs("  ", o);
+        switch (e->kind) {
+        case ONLY_A:
+        case ONLY_B:
+            shape_text(t, sa, sizeof sa);
+            fprintf(o, "%s %s  only in %s", ckpt_dtype_name(t->dtype), sa, e->kind == ONLY_A ? "A" : "B");
+            break;
+        case SHAPE:
+            shape_text(e->a, sa, sizeof sa);
+            shape_text(e->b, sb, sizeof sb);
+            if (e->a->dtype != e->b->dtype)
+                fprintf(o, "dtype %s -> %s, ", ckpt_dtype_name(e->a->dtype), ckpt_dtype_name(e->b->dtype));
+            fprintf(o, "shape %s -> %s", sa, sb);
+            break;
+        case DTYPE:
+            shape_text(e->a, sa, sizeof sa);
+            fprintf(o, "dtype %s -> %s %s", ckpt_dtype_name(e->a->dtype), ckpt_dtype_name(e->b->dtype), sa);
+            if (e->compared && e->differ) {
+                fputs(": ", o);
+                print_detail(o, e);
+            } else if (e->compared) {
+                fputs(": equal values", o);
+            }
+            break;
+        case VALUES:
+            shape_text(e->a, sa, sizeof sa);
+            fprintf(o, "%s %s: ", ckpt_dtype_name(e->a->dtype), sa);
+            print_detail(o, e);
+            break;
+        }
+        fputc('\n', o);
+    }
+    format_bytes(identical_bytes, size, sizeof size);
+    if (!count) {
+        fprintf(o, "identical: %zu tensor%s, %s\n", identical, identical == 1 ? "" : "s", size);
+        return;
+    }
+    static const char *const words[] = {"only in A", "only in B", "shape", "dtype", "values"};
+    fputs("differ:", o);
+    bool first = true;
+    for (int k = 0; k < 5; k++) {
+        if (!counts[k]) continue;
+        fprintf(o, "%s %zu %s", first ? "" : ",", counts[k], words[k]);
+        first = false;
+    }
+    fprintf(o, "; %zu identical (%s)\n", identical, size);
+}
+
+static void json_shape(FILE *o, const ckpt_tensor_info *t) {
+    fputc('[', o);
+    for (uint32_t d = 0; d < t->ndim; d++) fprintf(o, d ? ", %" PRIu64 : "%" PRIu64, t->shape[d]);
+    fputc(']', o);
+}
+
+static void json_double(FILE *o, double v) {
+    if (isinf(v)) fputs("\"inf\"", o);
+    else fprintf(o, "%.17g", v);
+}
+
+static void print_json(const differ *df, const diff_entry *list, size_t count, const size_t counts[5], size_t identical) {
+    FILE *o = stdout;
+    fputs("{\n  \"a\": ", o);
+    print_json_string(o, df->path_a);
+    fputs(",\n  \"b\": ", o);
+    print_json_string(o, df->path_b);
+    fprintf(o, ",\n  \"identical\": %s,\n  \"tensors_a\": %zu,\n  \"tensors_b\": %zu,\n  \"identical_tensors\": %zu,\n",
+            count ? "false" : "true", ckpt_catalog_tensor_count(df->a), ckpt_catalog_tensor_count(df->b), identical);
+    fputs("  \"counts\": {", o);
+    for (int k = 0; k < 5; k++) fprintf(o, "%s\"%s\": %zu", k ? ", " : "", kind_key((kind)k), counts[k]);
+    fputs("},\n  \"differences\": [", o);
+    for (size_t i = 0; i < count; i++) {
+        const diff_entry *e = &list[i];
+        const ckpt_tensor_info *t = e->a ? e->a : e->b;
+        fputs(i ? ",\n    {\"name\": " : "\n    {\"name\": ", o);
+        print_json_string(o, t->name);
+        fprintf(o, ", \"kind\": \"%s\"", kind_key(e->kind));
+        if (e->a) {
+            fprintf(o, ", \"a\": {\"dtype\": \"%s\", \"shape\": ", ckpt_dtype_name(e->a->dtype));
+            json_shape(o, e->a);
+            fputc('}', o);
+        }
+        if (e->b) {
+            fprintf(o, ", \"b\": {\"dtype\": \"%s\", \"shape\": ", ckpt_dtype_name(e->b->dtype));
+            json_shape(o, e->b);
+            fputc('}', o);
+        }
+        if (e->compared) {
+            fprintf(o, ", \"compared\": \"%s\", \"elements\": %" PRIu64 ", \"differ\": %" PRIu64,
+                    e->fam == FAM_BYTES ? "bytes" : "values", e->elements, e->differ);
+            if (e->fam == FAM_FLOAT) {
+                fputs(", \"max_abs_diff\": ", o);
+                if (e->nan_mismatch < e->differ) json_double(o, e->max_abs);
+                else fputs("null", o);
+                fprintf(o, ", \"nan_mismatch\": %" PRIu64, e->nan_mismatch);
+                if (e->has_ulp) fprintf(o, ", \"max_ulp_diff\": %" PRIu64, e->max_ulp);
+            } else if (e->fam != FAM_BYTES) {
+                fprintf(o, ", \"max_abs_diff\": %" PRIu64, e->max_abs_int);
+            }
+            if (e->has_at) {
+                if (e->fam == FAM_BYTES) {
+                    fprintf(o, ", \"at_byte\": %" PRIu64, e->at);
+                } else {
+                    bool comp = e->a->dtype == CKPT_C64 && e->b->dtype == CKPT_C64;
+                    uint64_t rest = comp ? e->at / 2 : e->at, idx[CKPT_MAX_DIMS];
+                    for (uint32_t d = e->a->ndim; d-- > 0;) {
+                        idx[d] = e->a->shape[d] ? rest % e->a->shape[d] : 0;
+                        rest = e->a->shape[d] ? rest / e->a->shape[d] : 0;
+                    }
+                    fputs(", \"at\": [", o);
+                    for (uint32_t d = 0; d < e->a->ndim; d++) fprintf(o, d ? ", %" PRIu64 : "%" PRIu64, idx[d]);
+                    fputc(']', o);
+                    if (comp) fprintf(o, ", \"component\": \"%s\"", e->at % 2 ? "imag" : "real");
+                }
+            }
+        }
+        fputc('}', o);
+    }
+    fprintf(o, "%s]\n}\n", count ? "\n  " : "");
+}
+
+/* ---- the command -------------------------------------------------------- */
+
+static int run(differ *df, bool json) {
+    size_t na = ckpt_catalog_tensor_count(df->a), nb = ckpt_catalog_tensor_count(df->b);
+    diff_entry *list = calloc(na + nb + 1, sizeof *list);
+    if (!list) {
+        fputs("ckpt: out of memory\n", stderr);
+        return EXIT_ERROR;
+    }
+    size_t count = 0, counts[5] = {0}, identical = 0;
+    uint64_t identical_bytes = 0;
+    /* What will be read, for the progress bar. */
+    for (size_t i = 0; i < na; i++) {
+        const ckpt_tensor_info *a = ckpt_catalog_tensor(df->a, i), *b = ckpt_catalog_find(df->b, a->name);
+        if (b && same_shape(a, b) && (a->dtype == b->dtype || comparable_values(a->dtype, b->dtype)))
+            df->total += a->nbytes + b->nbytes;
+    }
+    progress_update(0, df->total, &df->bar);
+    ckpt_status st = CKPT_OK;
+    for (size_t i = 0; i < na && st == CKPT_OK; i++) {
+        const ckpt_tensor_info *a = ckpt_catalog_tensor(df->a, i), *b = ckpt_catalog_find(df->b, a->name);
+        diff_entry e = {.a = a, .b = b};
+        if (!b) {
+            e.kind = ONLY_A;
+        } else if (!same_shape(a, b)) {
+            e.kind = SHAPE;
+        } else if (a->dtype != b->dtype) {
+            e.kind = DTYPE;
+            if (comparable_values(a->dtype, b->dtype)) {
+                e.compared = true;
+                st = compare_values(df, &e);
+            }
+        } else {
+            e.kind = VALUES;
+            e.compared = true;
+            st = compare_same(df, &e);
+            if (st == CKPT_OK && !e.differ) {
+                identical++;
+                identical_bytes += a->nbytes;
+                continue;
+            }
+        }
+        if (st != CKPT_OK) break;
+        list[count++] = e;
+        counts[e.kind]++;
+        if (df->quiet) break;
+    }
+    for (size_t i = 0; i < nb && st == CKPT_OK && !(df->quiet && count); i++) {
+        const ckpt_tensor_info *b = ckpt_catalog_tensor(df->b, i);
+        if (ckpt_catalog_find(df->a, b->name)) continue;
+        list[count++] = (diff_entry){.kind = ONLY_B, .b = b};
+        counts[ONLY_B]++;
+    }
+    progress_finish(&df->bar, st == CKPT_OK);
+    int rc;
+    if (st != CKPT_OK) {
+        rc = report_error(&df->err);
+    } else {
+        if (!df->quiet) {
+            if (json) print_json(df, list, count, counts, identical);
+            else print_text(df, list, count, counts, identical, identical_bytes);
+        }
+        rc = count ? EXIT_ERROR : EXIT_OK;
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+            fputs("ckpt: cannot write the output\n", stderr);
+            rc = EXIT_ERROR;
+        }
+    }
+    free(list);
+    return rc;
+}
+
+/* Parses the arguments and compares, with room for one allowed global per
+ * argument. */
+static int parse_and_run(int argc, char **argv, const char **globals, source_options *so) {
+    enum { OPT_HELP = 1, OPT_JSON, OPT_QUIET, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_ALLOW_GLOBAL };
+    static const cli_option options[] = {{"help", 'h', false, OPT_HELP},
+                                         {"json", 0, false, OPT_JSON},
+                                         {"quiet", 'q', false, OPT_QUIET},
+                                         {"progress", 0, false, OPT_PROGRESS},
+                                         {"no-progress", 0, false, OPT_NO_PROGRESS},
+                                         {"allow-global", 0, true, OPT_ALLOW_GLOBAL},
+                                         CLI_SOURCE_OPTIONS,
+                                         {NULL, 0, 0, 0}};
+    const char *paths[2] = {NULL, NULL}, *value;
+    bool json = false, quiet = false;
+    int show_progress = -1;
+    size_t global_count = 0;
+    args_parser args;
+    args_init(&args, "diff", options, argc, argv);
+    for (int id; (id = args_next(&args, &value)) != ARG_END;) {
+        switch (id) {
+        case ARG_ERROR: return EXIT_USAGE;
+        case OPT_HELP:
+            fputs(diff_usage, stdout);
+            fputs(source_options_help, stdout);
+            return EXIT_OK;
+        case OPT_JSON: json = true; break;
+        case OPT_QUIET: quiet = true; break;
+        case OPT_PROGRESS: show_progress = 1; break;
+        case OPT_NO_PROGRESS: show_progress = 0; break;
+        case OPT_ALLOW_GLOBAL: globals[global_count++] = value; break;
+        default:
+            if (id >= OPT_SOURCE_FIRST) {
+                if (source_option("diff", id, value, so) != EXIT_OK) return EXIT_USAGE;
+                break;
+            }
+            if (paths[1]) return usage_error("diff", "two checkpoints expected, got a third: '%s'", value);
+            paths[paths[0] ? 1 : 0] = value;
+        }
+    }
+    if (!paths[1]) return usage_error("diff", paths[0] ? "missing B" : "missing A and B");
+    if (quiet && show_progress < 0) show_progress = 0;
+
+    char shown_a[4096], shown_b[4096];
+    differ df = {.path_a = display_name(paths[0], shown_a, sizeof shown_a),
+                 .path_b = display_name(paths[1], shown_b, sizeof shown_b), .quiet = quiet};
+    ckpt_error_clear(&df.err);
+    ckpt_catalog_options copt = *source_options_get(so);
+    copt.allowed_globals = globals;
+    copt.allowed_global_count = global_count;
+    int rc = EXIT_ERROR;
+    if (ckpt_catalog_open_ex(paths[0], &copt, &df.a, &df.err) != CKPT_OK ||
+        ckpt_catalog_open_ex(paths[1], &copt, &df.b, &df.err) != CKPT_OK) {
+        rc = report_error(&df.err);
+        goto out;
+    }
+    df.raw_a = malloc(CHUNK_BYTES);
+    df.raw_b = malloc(CHUNK_BYTES);
+    df.val_a = malloc(CHUNK_ELEMS * sizeof(double));
+    df.val_b = malloc(CHUNK_ELEMS * sizeof(double));
+    if (!df.raw_a || !df.raw_b || !df.val_a || !df.val_b) {
+        fputs("ckpt: out of memory\n", stderr);
+        goto out;
+    }
+    progress_start(&df.bar, "comparing", show_progress);
+    rc = run(&df, json);
+out:
+    free(df.raw_a);
+    free(df.raw_b);
+    free(df.val_a);
+    free(df.val_b);
+    ckpt_catalog_close(df.a);
+    ckpt_catalog_close(df.b);
+    return rc;
+}
+
+int cmd_diff(int argc, char **argv) {
+    const char **globals = calloc((size_t)argc, sizeof *globals);
+    if (!globals) {
+        fputs("ckpt: out of memory\n", stderr);
+        return EXIT_ERROR;
+    }
+    source_options so;
+    source_options_init(&so);
+    int rc = parse_and_run(argc, argv, globals, &so);
+    source_options_free(&so);
+    free(globals);
+    return rc;
+}

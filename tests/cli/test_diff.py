@@ -1,0 +1,225 @@
+"""`ckpt diff A B`: names only on one side, dtype and shape changes, and
+values that differ (count, max abs difference, max ULP difference), across
+formats, reading in bounded chunks."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import safetensors.numpy
+import safetensors.torch
+import torch
+from ckptlib import BIN_PATH
+
+
+def run(*args, **kw):
+    return subprocess.run([BIN_PATH, *map(str, args)], capture_output=True, text=True, **kw)
+
+
+def diff_json(a, b):
+    r = run("diff", "--json", a, b)
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["identical"] == (r.returncode == 0)
+    return doc, {d["name"]: d for d in doc["differences"]}
+
+
+@pytest.fixture
+def weights():
+    rng = np.random.default_rng(1)
+    w = {f"layers.{i}.weight": rng.standard_normal((64, 48)).astype(np.float32) for i in range(4)}
+    w["embed"] = rng.standard_normal((100, 16)).astype(np.float32)
+    w["position_ids"] = np.arange(512, dtype=np.int64)[None]
+    return w
+
+
+def save(tmp_path, name, arrays):
+    path = tmp_path / name
+    safetensors.numpy.save_file(arrays, str(path))
+    return path
+
+
+def test_identical_files(tmp_path, weights):
+    a, b = save(tmp_path, "a.safetensors", weights), save(tmp_path, "b.safetensors", dict(reversed(weights.items())))
+    r = run("diff", a, b)
+    assert r.returncode == 0 and r.stderr == ""
+    assert r.stdout == f"identical: 6 tensors, {(4 * 64 * 48 * 4 + 1600 * 4 + 4096) / 1024:.1f} KiB\n"
+    doc, _ = diff_json(a, b)
+    assert doc["identical_tensors"] == 6 and doc["differences"] == []
+    r = run("diff", "-q", a, b)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
+
+
+def test_one_changed_element(tmp_path, weights):
+    a = save(tmp_path, "a.safetensors", weights)
+    changed = dict(weights)
+    w = changed["layers.2.weight"] = weights["layers.2.weight"].copy()
+    w[5, 7] += 0.25
+    b = save(tmp_path, "b.safetensors", changed)
+    r = run("diff", a, b)
+    assert r.returncode == 1 and r.stderr == ""
+    line = [l for l in r.stdout.splitlines() if "layers.2.weight" in l]
+    assert len(line) == 1 and line[0].startswith("~ layers.2.weight")
+    ulp = abs(int(weights["layers.2.weight"][5:6, 7].view(np.int32)[0]) - int(w[5:6, 7].view(np.int32)[0]))
+    assert "F32 [64, 48]: 1 of 3,072 values differ" in line[0]
+    assert f"max abs diff {abs(float(w[5, 7]) - float(weights['layers.2.weight'][5, 7])):.6g} at [5, 7]" in line[0]
+    assert f"max {ulp:,} ULP" in line[0]
+    assert r.stdout.splitlines()[-1] == "differ: 1 values; 5 identical (" + r.stdout.split("(")[-1].rstrip("\n")
+    doc, d = diff_json(a, b)
+    e = d["layers.2.weight"]
+    assert list(d) == ["layers.2.weight"] and e["kind"] == "values"
+    assert e["differ"] == 1 and e["elements"] == 64 * 48 and e["at"] == [5, 7] and e["max_ulp_diff"] == ulp
+    assert e["max_abs_diff"] == abs(float(w[5, 7]) - float(weights["layers.2.weight"][5, 7]))
+    r = run("diff", "-q", a, b)
+    assert r.returncode == 1 and r.stdout == "" and r.stderr == ""
+
+
+def test_renamed_and_missing_tensors(tmp_path, weights):
+    a = save(tmp_path, "a.safetensors", weights)
+    other = dict(weights)
+    other["layers.0.w"] = other.pop("layers.0.weight")
+    del other["embed"]
+    b = save(tmp_path, "b.safetensors", other)
+    r = run("diff", a, b)
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"--- A: {a} (6 tensors)" and lines[1] == f"+++ B: {b} (5 tensors)"
+    assert any(l.startswith("- layers.0.weight") and l.endswith("F32 [64, 48]  only in A") for l in lines)
+    assert any(l.startswith("- embed") and "only in A" in l for l in lines)
+    assert any(l.startswith("+ layers.0.w ") and l.endswith("only in B") for l in lines)
+    assert lines[-1].startswith("differ: 2 only in A, 1 only in B; 4 identical")
+    doc, d = diff_json(a, b)
+    assert d["layers.0.weight"]["kind"] == "only_in_a" and d["embed"]["kind"] == "only_in_a"
+    assert d["layers.0.w"]["kind"] == "only_in_b" and "a" not in d["layers.0.w"]
+    assert doc["counts"] == {"only_in_a": 2, "only_in_b": 1, "shape": 0, "dtype": 0, "values": 0}
+
+
+def test_dtype_and_shape_changes(tmp_path, weights):
+    tensors = {k: torch.from_numpy(v) for k, v in weights.items()}
+    a = tmp_path / "a.safetensors"
+    safetensors.torch.save_file(tensors, str(a))
+    changed = dict(tensors)
+    changed["layers.0.weight"] = tensors["layers.0.weight"].to(torch.bfloat16)
+    changed["layers.1.weight"] = tensors["layers.1.weight"][:, :32].contiguous()
+    changed["position_ids"] = tensors["position_ids"].to(torch.int32)
+    b = tmp_path / "b.safetensors"
+    safetensors.torch.save_file(changed, str(b))
+    r = run("diff", a, b)
+    assert r.returncode == 1
+    out = r.stdout
+    assert "~ layers.1.weight" in out and "shape [64, 48] -> [64, 32]" in out
+    assert "dtype I64 -> I32 [1, 512]: equal values" in out
+    doc, d = diff_json(a, b)
+    e = d["layers.0.weight"]
+    assert e["kind"] == "dtype" and e["a"]["dtype"] == "F32" and e["b"]["dtype"] == "BF16"
+    exact = (tensors["layers.0.weight"].double() - changed["layers.0.weight"].double()).abs()
+    assert e["max_abs_diff"] == exact.max().item()
+    assert e["differ"] == int((exact != 0).sum())
+    assert divmod(int(exact.argmax()), 48) == tuple(e["at"])
+    assert d["position_ids"]["differ"] == 0
+    assert d["layers.1.weight"]["kind"] == "shape" and "differ" not in d["layers.1.weight"]
+    assert doc["counts"]["dtype"] == 2 and doc["counts"]["shape"] == 1 and doc["identical_tensors"] == 3
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2,
+                                   torch.float32, torch.float64])
+def test_ulp_difference_of_one_bit(tmp_path, dtype):
+    x = (torch.arange(1, 65, dtype=torch.float32) / 7).to(dtype).reshape(8, 8)
+    y = x.clone()
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+    y.view(bits)[3, 4] += 1  # the next representable value
+    y.view(bits)[6, 1] += 3
+    safetensors.torch.save_file({"x": x}, str(tmp_path / "a.safetensors"))
+    safetensors.torch.save_file({"x": y}, str(tmp_path / "b.safetensors"))
+    _, d = diff_json(tmp_path / "a.safetensors", tmp_path / "b.safetensors")
+    e = d["x"]
+    assert e["differ"] == 2 and e["max_ulp_diff"] == 3
+    diffs = (x.double() - y.double()).abs()
+    assert e["max_abs_diff"] == diffs.max().item() and e["at"] == list(divmod(int(diffs.argmax()), 8))
+
+
+def test_nan_and_signed_zero_and_integers(tmp_path):
+    a = {"f": np.array([1.0, np.nan, 0.0, 2.0], np.float32), "i": np.array([5, -7, 3], np.int16),
+         "u": np.array([0, 255, 9], np.uint8), "b": np.array([True, False, True])}
+    b = {"f": np.array([np.nan, np.nan, -0.0, 2.0], np.float32), "i": np.array([5, 9, 3], np.int16),
+         "u": np.array([255, 255, 9], np.uint8), "b": np.array([True, True, True])}
+    _, d = diff_json(save(tmp_path, "a.safetensors", a), save(tmp_path, "b.safetensors", b))
+    f = d["f"]
+    assert f["differ"] == 2 and f["nan_mismatch"] == 1 and f["max_abs_diff"] == 0.0 and f["max_ulp_diff"] == 0
+    assert d["i"]["differ"] == 1 and d["i"]["max_abs_diff"] == 16 and d["i"]["at"] == [1]
+    assert d["u"]["max_abs_diff"] == 255 and d["u"]["at"] == [0]
+    assert d["b"]["compared"] == "bytes" and d["b"]["differ"] == 1 and d["b"]["at_byte"] == 1
+
+
+def test_safetensors_against_torch_bin_of_the_same_weights(tmp_path, weights):
+    st = save(tmp_path, "model.safetensors", weights)
+    tensors = {k: torch.from_numpy(v.copy()) for k, v in weights.items()}
+    torch.save(tensors, tmp_path / "pytorch_model.bin")
+    r = run("diff", st, tmp_path / "pytorch_model.bin")
+    assert r.returncode == 0 and r.stdout.startswith("identical: 6 tensors"), r.stdout + r.stderr
+    # A transposed view, the legacy format and shards read the same.
+    views = dict(tensors)
+    views["embed"] = tensors["embed"].t().contiguous().t()  # strided in the file
+    assert not views["embed"].is_contiguous()
+    torch.save(views, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    assert run("diff", st, tmp_path / "legacy.pt").returncode == 0
+    from huggingface_hub import save_torch_state_dict
+    (tmp_path / "sharded").mkdir()
+    save_torch_state_dict(tensors, str(tmp_path / "sharded"), max_shard_size="40KB", safe_serialization=False)
+    r = run("diff", tmp_path / "sharded", st)
+    assert r.returncode == 0, r.stdout + r.stderr
+    tensors["embed"][99, 15] = 0.5
+    torch.save(tensors, tmp_path / "changed.bin")
+    r = run("diff", st, tmp_path / "changed.bin")
+    assert r.returncode == 1 and "~ embed" in r.stdout and "at [99, 15]" in r.stdout
+
+
+def test_unreadable_inputs_and_usage(tmp_path, weights):
+    a = save(tmp_path, "a.safetensors", weights)
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(a.read_bytes()[:-9])
+    r = run("diff", a, bad)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "bad.safetensors" in r.stderr and "[CKPT_E_TRUNCATED]" in r.stderr
+    r = run("diff", tmp_path / "nope", a)
+    assert r.returncode == 1 and "nope" in r.stderr and "[CKPT_E_NOT_FOUND]" in r.stderr
+    for args, needle in ((["diff"], "missing A and B"), (["diff", a], "missing B"), (["diff", a, a, a], "third"),
+                         (["diff", a, a, "--bogus"], "unknown option")):
+        r = run(*args)
+        assert r.returncode == 2 and needle in r.stderr, args
+        assert "Try 'ckpt diff --help'." in r.stderr
+
+
+def test_reads_in_bounded_chunks(tmp_path):
+    # Two 128 MiB tensors that differ everywhere: every chunk is read and
+    # decoded, yet memory stays at the chunk buffers.
+    n = 32 << 20
+    x = (np.arange(n) % 1000).astype(np.float32)
+    save(tmp_path, "a.safetensors", {"x": x})
+    x += 1
+    save(tmp_path, "b.safetensors", {"x": x})
+    del x
+    probe = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(r.stdout)")
+    out = subprocess.run([sys.executable, "-c", probe, BIN_PATH, "diff", tmp_path / "a.safetensors",
+                          tmp_path / "b.safetensors"], capture_output=True, text=True, check=True).stdout
+    rc, peak_kib = map(int, out.split("\n")[0].split())
+    assert rc == 1 and f"{n:,} of {n:,} values differ, max abs diff 1 at [0]" in out
+    assert peak_kib < 64 * 1024, f"peak RSS {peak_kib} KiB for two 128 MiB tensors"
+
+
+def test_complex_scalars_empty_and_integer_widening(tmp_path):
+    a = {"c": np.array([[1 + 2j, 3 + 4j]], np.complex64), "b": np.array([True, False]),
+         "e": np.zeros((0, 3), np.float32), "s": np.array(3.0, np.float32)}
+    b = {"c": np.array([[1 + 2j, 3 + 4.5j]], np.complex64), "b": np.array([1, 0], np.uint8),
+         "e": np.zeros((0, 3), np.float32), "s": np.array(2.0, np.float32)}
+    pa, pb = save(tmp_path, "a.safetensors", a), save(tmp_path, "b.safetensors", b)
+    r = run("diff", pa, pb)
+    assert r.returncode == 1
+    assert "~ c  C64 [1, 2]: 1 of 4 components differ, max abs diff 0.5 at [0, 1].imag, max 1,048,576 ULP" in r.stdout
+    assert "~ s  F32 []: 1 of 1 values differ, max abs diff 1 at []" in r.stdout
+    assert "~ b  dtype BOOL -> U8 [2]: equal values" in r.stdout
+    assert r.stdout.splitlines()[-1] == "differ: 1 dtype, 2 values; 1 identical (0 B)"
+    _, d = diff_json(pa, pb)
+    assert d["c"]["at"] == [0, 1] and d["c"]["component"] == "imag" and "e" not in d
