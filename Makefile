@@ -69,7 +69,7 @@ python-package: venv
 
 test-python: build venv python-package
 	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so \
-	  $(PY) -m pytest -q tests/interop tests/cli tests/python tests/sources
+	  $(PY) -m pytest -q tests/interop tests/cli tests/python tests/sources tests/readme
 
 test: test-unit test-asan test-tsan test-python test-bindings
 
