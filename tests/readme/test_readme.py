@@ -36,6 +36,7 @@ a file or directory of the repository.
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -324,12 +325,14 @@ ERROR_LINE = re.compile(r"^ckpt: .*\[(CKPT_E_\w+)\]$")
 
 
 def run_console(block, wd, env):
+    state = shlex.quote(str(wd.parent / "shell-state.sh"))
     for cmd, expected in transcript(block.text):
         first = cmd.split()[0]
         for skip in ("make test", "make demo", "make bench", "pip install"):
             assert not cmd.startswith(skip), f"{block.id}: {cmd!r} must not run inside the tests; mark the block skip"
         cwd = ROOT if first == "make" else wd
-        r = run(["bash", "-c", cmd], cwd, env)
+        # one shell session: what a command exports, the next ones see
+        r = run(["bash", "-c", f'[ -f {state} ] && . {state}\n{cmd}\nrc=$?; export -p > {state}; exit $rc'], cwd, env)
         want_error = [ERROR_LINE.match(l.strip()) for l in expected]
         want_error = [m for m in want_error if m]
         where = f"README.md:{block.line}: $ {cmd}\n--- exit {r.returncode}, output:\n{r.stdout}"
