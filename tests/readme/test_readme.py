@@ -239,6 +239,8 @@ def env_for(workspace, home):
     env["HOME"] = str(home)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.pop("CKPT_CACHE_DIR", None)
+    for k in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"):  # a user's fresh shell, not make test's
+        env.pop(k, None)
     return env
 
 
@@ -319,6 +321,20 @@ def matches(expected, actual):
         else:
             return False
     return True
+
+
+def test_output_comparison():
+    """The comparison the transcripts rely on can fail."""
+    assert matches(["a", "...", "c"], ["a", "b", "b2", "c"])
+    assert matches(["a", "...", "c"], ["a", "c"])
+    assert not matches(["a", "...", "c"], ["a", "b"])
+    assert not matches(["a", "b"], ["a", "b", "extra"])
+    assert not matches(["a", "b"], ["a", "c"])
+    assert matches(["x  (...) y"], ["x (any text) y"])
+    assert not matches(["x (...) y"], ["x (any text) z"])
+    assert not matches(["a", "b", "..."], ["b", "a"])
+    assert matches(["...", "b", "...", "d", "..."], ["a", "b", "c", "d", "e"])
+    assert not matches(["...", "d", "...", "b", "..."], ["a", "b", "c", "d", "e"])
 
 
 ERROR_LINE = re.compile(r"^ckpt: .*\[(CKPT_E_\w+)\]$")
@@ -419,15 +435,32 @@ x = jnp.ones((2, 8))
 EPILOGUE_JAX = """
 assert len(jax.devices()) == 8
 assert params["dense"]["kernel"].dtype == jnp.bfloat16 and params["dense"]["kernel"].sharding.spec == P("x", "y")
-assert not report.missing_keys or report.missing_keys == ["head.bias", "head.kernel"] or True
+assert sorted(report.missing_keys) == ["params.head.bias", "params.head.kernel"], report
 assert set(variables["params"]) == {"dense", "head"}
 """
+
+
+# Checks after a block that leaves results behind, keyed by a line of it.
+EPILOGUES = {
+    'state = load_file("pytorch_model.bin")': """
+from test_readme import VIT
+assert sorted(state) == sorted(VIT), sorted(state)
+""",
+    "ckpt.load_into(model, \"model/\"": """
+assert not missing and not unexpected and not mismatched, (missing, unexpected, mismatched)
+q = sd["layers.0.self_attn.q_proj.weight"]
+assert q.shape == (2, 16) and q.dtype == torch.bfloat16, (q.shape, q.dtype)
+assert torch.equal(model.lm_head.weight.detach(), ckpt.load("model/")["lm_head.weight"])
+assert ckpt.unflatten(flat, structure)["params"]["layers"][1][0].shape == (1,)
+assert ckpt.load("out-bf16/")["encoder.layer.0.attention.self.query.weight"].dtype == torch.bfloat16
+""",
+}
 
 
 def python_source(block):
     if "ckpt.jax" in block.text:
         return PRELUDE_JAX + block.text + EPILOGUE_JAX
-    return PRELUDE_TORCH + block.text
+    return PRELUDE_TORCH + block.text + "".join(e for k, e in EPILOGUES.items() if k in block.text)
 
 
 def run_python(block, wd, env):
