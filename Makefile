@@ -80,9 +80,9 @@ test-asan: build-asan
 python-package: venv
 	$(PY) -m pip install -q --no-build-isolation --no-deps .
 
-test-python: build venv python-package
+test-python: build venv python-package bindings-deps
 	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so \
-	  $(PY) -m pytest -q tests/interop tests/cli tests/python tests/sources
+	  $(PY) -m pytest -q tests/interop tests/cli tests/python tests/sources tests/readme
 
 test: test-unit test-asan test-tsan test-python test-bindings test-mpi
 

@@ -382,29 +382,47 @@ typedef struct ckpt_tensor_info {
 /*
  * Opens a checkpoint and reads its metadata (never its tensor data).
  *
- * `path` may be
- *   - a `.safetensors` file;
- *   - a `*.safetensors.index.json` index, whose shards are opened from the
- *     index's directory;
- *   - a `.gguf` file, or the first of gguf-split's parts
+ * `path` names a file, a directory or a URL; a file's format is told by
+ * its first bytes and, where they say little, its name.  Every format ckpt
+ * reads (src/formats/registry.c):
+ *   - safetensors: a `.safetensors` file, or a `*.safetensors.index.json`
+ *     index (Hugging Face shards, opened from the index's directory);
+ *   - PyTorch torch.save files, without executing their pickles: the zip
+ *     format (`pytorch_model.bin`, `*.pt`, `*.pth`, re-zipped DEFLATE
+ *     archives too), the legacy pre-1.6 stream format, and sharded
+ *     `pytorch_model.bin.index.json` (any `*.json` index with a
+ *     "weight_map": its shards may be in any format here).  The tar format
+ *     of PyTorch before 0.4 is recognised and refused
+ *     (CKPT_E_UNKNOWN_FORMAT, saying so);
+ *   - GGUF: a `.gguf` file, or the first of gguf-split's parts
  *     (`*-00001-of-0000N.gguf`), whose other parts are opened beside it;
- *   - a directory holding `model.safetensors.index.json`, another single
- *     `*.safetensors.index.json`, `model.safetensors`, or a single
- *     `*.safetensors` file (the Hugging Face layout), tried in that order;
- *     then torch files, Flax msgpack (`flax_model.msgpack.index.json`,
- *     `flax_model.msgpack`, a single `*.msgpack`), a single `*.npz`, a
- *     single `*.npy`;
- *   - a torch file, a `.npy` or `.npz` file, or a Flax `.msgpack` file,
- *     told apart by their first bytes.  A `.npy` holds one tensor, named
- *     after the file ("w.npy" → "w"); Flax tensors are named by their path,
- *     keys joined by ".".
- *   - a torch index (`pytorch_model.bin.index.json`), whose shards are
- *     torch files;
- *   - a torch.distributed.checkpoint (DCP) directory: `.metadata` and the
- *     ranks' `*.distcp` files, or the per-rank safetensors files of DCP's
- *     Hugging Face storage layer;
- *   - any of these at an `http://`, `https://` or `s3://` URL (see
- *     ckpt_catalog_open_ex for the source options).
+ *   - torch.distributed.checkpoint (DCP): its directory, or its `.metadata`
+ *     file, whose `__<rank>_<n>.distcp` files are opened beside it (one
+ *     `.distcp` file alone is refused: it means nothing without
+ *     `.metadata`); and the per-rank safetensors files of DCP's Hugging Face
+ *     storage layer (DCP_SHARDING_INFO in their metadata): opening one, or
+ *     their directory, opens every `*.safetensors` file beside it;
+ *   - NumPy: a `.npy` file (one tensor, named after the file: "w.npy" →
+ *     "w") or a `.npz` archive (stored or DEFLATE members, named after
+ *     them);
+ *   - Flax msgpack (flax.serialization.to_bytes; transformers'
+ *     `flax_model.msgpack`) and its sharded `flax_model.msgpack.index.json`;
+ *     tensors are named by their path, keys joined by ".";
+ *   - a directory holding one of them, tried in this order: `.metadata`
+ *     (DCP), `model.safetensors.index.json`, another single
+ *     `*.safetensors.index.json`, `model.safetensors`, DCP's Hugging Face
+ *     layer (`shard-00001-model-*.safetensors`), a single `*.safetensors`,
+ *     `pytorch_model.bin.index.json`, a single `*.bin.index.json`,
+ *     `pytorch_model.bin`, a single `*.bin`, a single `*.gguf` (or
+ *     gguf-split parts), `flax_model.msgpack.index.json`,
+ *     `flax_model.msgpack`, a single `*.msgpack`, a single `*.npz`, a
+ *     single `*.npy`; several files of one kind and no index is
+ *     CKPT_E_UNKNOWN_FORMAT;
+ *   - `http://`, `https://` and `s3://` URLs of any of these files (an
+ *     index's shards are fetched relative to its URL), or ending in '/' for
+ *     a remote "directory", where only the exact names above are tried (a
+ *     URL cannot be listed); see ckpt_catalog_options.  A build without
+ *     libcurl refuses URLs with CKPT_E_UNSUPPORTED_SOURCE.
  *
  * Every validation rule of huggingface/safetensors is applied to every file,
  * plus duplicate-name detection; for an index, every tensor of the

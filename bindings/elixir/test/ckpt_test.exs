@@ -229,6 +229,10 @@ defmodule CkptTest do
     {:ok, [f]} = Ckpt.save(dotted, Path.join(tmp, "dotted.safetensors"), metadata: %{"step" => "7"})
     assert Ckpt.metadata(f)["step"] == "7" and Map.has_key?(Ckpt.metadata(f), "ckpt.tree")
     assert Ckpt.load_tree!(f) == dotted
+    # as many tensors as top-level keys, but nested, beside a plain value
+    nested = %{"enc" => %{"w" => t, "step" => 1000}}
+    {:ok, [f]} = Ckpt.save(nested, Path.join(tmp, "nested.safetensors"))
+    assert Ckpt.load_tree!(f) == nested
   end
 
   defmodule Param do

@@ -37,10 +37,14 @@ defmodule Ckpt.Tree do
     {entries, Ckpt.JSON.encode(structure), plain?(tree, entries)}
   end
 
+  # Every key names a tensor of its own (a nested map holding one tensor
+  # beside plain values has as many entries as keys, and is not plain).
   defp plain?(tree, entries) when is_map(tree) and not is_struct(tree) do
     keys = Map.keys(tree)
+    names = MapSet.new(entries, &elem(&1, 0))
 
-    length(entries) == map_size(tree) and Enum.all?(keys, &(is_binary(&1) and not String.contains?(&1, "."))) and
+    length(entries) == map_size(tree) and
+      Enum.all?(keys, &(is_binary(&1) and not String.contains?(&1, ".") and MapSet.member?(names, &1))) and
       not index_keys?(keys)
   end
 
