@@ -10,8 +10,10 @@ huggingface_hub, flax).  By language:
 - `console` / `sh`: `$ ` lines are commands (`\\` continues them), run with
   bash, `ckpt` being the build's tool and `python` the venv's; the lines
   after a command are its expected output (stdout and stderr), compared
-  with runs of spaces collapsed, `...` standing for any lines, as doctest's
-  ELLIPSIS.  A command whose shown output is a `ckpt: ... [CKPT_E_...]` line
+  with runs of spaces collapsed and a summary's time and speed ignored,
+  `...` standing for any lines, as doctest's
+  ELLIPSIS.  A command whose comment says `exit status N` must exit with N.
+  A command whose shown output is a `ckpt: ... [CKPT_E_...]` line
   must fail with that line; any other must succeed.  `make` commands run in
   the repository's root, as a user types them there; the others in the
   block's directory.  A block of bare lines (no `$ `) runs each line.
@@ -273,8 +275,12 @@ def transcript(text):
     return out
 
 
+# What depends on the machine: a summary line's time and speed.
+TIMING = re.compile(r"in [0-9.]+ (?:ms|s) \([0-9.]+ [KMG]?B/s\)")
+
+
 def norm(line):
-    return " ".join(line.split())
+    return TIMING.sub("in <time>", " ".join(line.split()))
 
 
 def line_matches(exp, act):
@@ -338,6 +344,7 @@ def test_output_comparison():
 
 
 ERROR_LINE = re.compile(r"^ckpt: .*\[(CKPT_E_\w+)\]$")
+EXIT_COMMENT = re.compile(r"#.*\bexit status (\d+)")
 
 
 def run_console(block, wd, env):
@@ -352,11 +359,12 @@ def run_console(block, wd, env):
         want_error = [ERROR_LINE.match(l.strip()) for l in expected]
         want_error = [m for m in want_error if m]
         where = f"README.md:{block.line}: $ {cmd}\n--- exit {r.returncode}, output:\n{r.stdout}"
+        stated = EXIT_COMMENT.search(cmd)  # `# exit status N`: a status the README states
         if want_error:
             assert r.returncode == 1, where
             assert f"[{want_error[0].group(1)}]" in r.stdout, where
         else:
-            assert r.returncode == 0, where
+            assert r.returncode == (int(stated.group(1)) if stated else 0), where
         if not expected:
             continue
         actual = r.stdout.split("\n")
