@@ -245,7 +245,9 @@ defmodule Ckpt do
   Options: `max_shard_size:` (default `"5GB"`; `"500MB"`, `"2GiB"` or
   bytes), `prefix:` (`"model"`), `metadata:` (a map of strings, in the
   file or the index as huggingface_hub places it), `overwrite:` (default
-  true: replaced once the new files are complete), `checksums:` (record
+  false: an existing checkpoint at `path` is an `:exists` error; true
+  replaces it once the new files are complete, as Python's `ckpt.save` and
+  the CLI's `--force` do), `checksums:` (record
   XXH3-64s for `verify/1`), `no_sync:`, and `leaf:` (a function turning
   structs such as `Nx.Tensor` into `{binary, type, shape}`).
   """
@@ -256,7 +258,7 @@ defmodule Ckpt do
         max_shard_size: "5GB",
         prefix: "model",
         metadata: %{},
-        overwrite: true,
+        overwrite: false,
         checksums: false,
         no_sync: false,
         leaf: nil

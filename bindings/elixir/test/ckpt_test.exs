@@ -295,8 +295,10 @@ defmodule CkptTest do
 
     {:ok, _} = Ckpt.save(%{"a" => leaf("F32", {1}, 1)}, Path.join(tmp, "x.safetensors"))
 
-    assert {:error, %Ckpt.Error{status: :exists}} =
-             Ckpt.save(%{"a" => leaf("F32", {1}, 1)}, Path.join(tmp, "x.safetensors"), overwrite: false)
+    # Safe by default, as ckpt.save and the CLI: replacing takes overwrite: true.
+    assert {:error, %Ckpt.Error{status: :exists}} = Ckpt.save(%{"a" => leaf("F32", {1}, 1)}, Path.join(tmp, "x.safetensors"))
+    {:ok, _} = Ckpt.save(%{"a" => leaf("F32", {2}, 1)}, Path.join(tmp, "x.safetensors"), overwrite: true)
+    assert [%{shape: {2}}] = Ckpt.tensors(Ckpt.open!(Path.join(tmp, "x.safetensors")))
 
     assert {:error, %Ckpt.Error{status: :bad_size}} = Ckpt.save(tree(), Path.join(tmp, "y"), max_shard_size: "lots")
   end
