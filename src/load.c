@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "io/mapping.h"
 #include "plan_internal.h"
 
 void ckpt_load_options_init_sized(ckpt_load_options *o, size_t size) {
@@ -67,11 +68,16 @@ static ckpt_status try_view(ckpt_plan *p, ckpt__plan_entry *e, int views, bool *
         return CKPT_OK;
     const void *view;
     if (views == CKPT_VIEWS_PRIVATE) {
+        /* Private views are what frameworks own as tensors: their elements
+         * must be aligned (safetensors and torch files always are). */
+        unsigned unit = ckpt_dtype_bits(t->dtype) / 8;
+        if (unit > 1 && (t->offset + slice_offset(e)) % unit) return CKPT_OK;
         size_t files = ckpt_catalog_file_count(p->catalog);
         if (!p->maps && !(p->maps = ckpt__calloc(files ? files : 1, sizeof *p->maps)))
             return ckpt__oom(err, src->name, NULL);
         ckpt_status st = CKPT_OK;
-        if (!p->maps[t->file]) st = ckpt_catalog_map_file(p->catalog, t->file, CKPT_MAP_PREFETCH, &p->maps[t->file], err);
+        /* Prefetched below: only the viewed bytes (prefetch_views). */
+        if (!p->maps[t->file]) st = ckpt_catalog_map_file(p->catalog, t->file, 0, &p->maps[t->file], err);
         if (st) return ckpt__error_in_tensor(err, st, t->name);
         static const char empty[1];
         unsigned char *base = ckpt_mapping_data(p->maps[t->file]);
@@ -84,6 +90,27 @@ static ckpt_status try_view(ckpt_plan *p, ckpt__plan_entry *e, int views, bool *
     e->pub.is_view = (uint8_t)(views == CKPT_VIEWS_PRIVATE ? 2 : 1);
     *viewed = true;
     return CKPT_OK;
+}
+
+/* Prefetches, per file, the bytes that private views show (only those:
+ * a rank's rows of each tensor are all it reads), in the background. */
+static void prefetch_views(ckpt_plan *p) {
+    size_t files = ckpt_catalog_file_count(p->catalog), n = p->selected_count;
+    if (!p->maps) return;
+    ckpt__range *ranges = ckpt__malloc((n ? n : 1) * sizeof *ranges);
+    if (!ranges) return; /* views still work, through page faults */
+    for (size_t f = 0; f < files; f++) {
+        if (!p->maps[f]) continue;
+        const unsigned char *base = ckpt_mapping_data(p->maps[f]);
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            const ckpt__plan_entry *e = &p->entries[p->selected[i]];
+            if (e->pub.is_view == CKPT_VIEWS_PRIVATE && e->pub.source->file == f && base && e->pub.nbytes)
+                ranges[k++] = (ckpt__range){(uint64_t)((const unsigned char *)e->pub.data - base), e->pub.nbytes};
+        }
+        ckpt__mapping_prefetch(p->maps[f], ckpt__catalog_source(p->catalog, f), ranges, k);
+    }
+    free(ranges);
 }
 
 /* Where one entry's bytes go: the caller's buffer, a view (nothing to
@@ -117,6 +144,19 @@ static ckpt_status place_entry(ckpt_plan *p, ckpt__plan_entry *e, int views, ckp
     return CKPT_OK;
 }
 
+/* Progress counts views as loaded: the caller sees the bytes of every
+ * tensor, whether the engine moves them or a view shows them. */
+typedef struct view_progress {
+    ckpt_progress_fn fn;
+    void *user;
+    uint64_t view_bytes;
+} view_progress;
+
+static int progress_with_views(uint64_t done, uint64_t total, void *user) {
+    const view_progress *v = user;
+    return v->fn(done + v->view_bytes, total + v->view_bytes, v->user);
+}
+
 ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error *err) {
     ckpt_load_options o;
     ckpt_load_options_init(&o);
@@ -131,17 +171,21 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     size_t n = p->selected_count, moves_used = 0;
     ckpt__move *moves = ckpt__calloc(n ? n : 1, sizeof *moves);
     if (!moves) return ckpt__oom(err, NULL, "the load's tensors");
-    uint64_t views = 0;
+    uint64_t views = 0, view_bytes = 0;
     for (size_t k = 0; st == CKPT_OK && k < n; k++) {
         bool moved = false;
+        const ckpt__plan_entry *e = &p->entries[p->selected[k]];
         st = place_entry(p, &p->entries[p->selected[k]], o.views, &moves[moves_used], &moved, err);
         if (st == CKPT_OK && moved) moves_used++;
-        else if (st == CKPT_OK) views++;
+        else if (st == CKPT_OK) views++, view_bytes += e->pub.nbytes;
     }
+    if (st == CKPT_OK) prefetch_views(p);
     /* 2. the engine moves the bytes of everything that is not a view */
     if (st == CKPT_OK) {
+        view_progress vp = {o.progress, o.user, view_bytes};
         ckpt__engine_options eo = {.threads = o.threads, .chunk_bytes = o.chunk_bytes, .io = o.io,
                                    .io_uring = o.io_uring, .progress = o.progress, .user = o.user};
+        if (o.progress && view_bytes) eo.progress = progress_with_views, eo.user = &vp;
         st = ckpt__engine_run(p->catalog, moves, moves_used, &eo, &p->stats, err);
     }
     p->stats.views = views;
