@@ -71,6 +71,22 @@ def resident_bytes(path):
     return int(out.stdout.split()[0]) if out.returncode == 0 and out.stdout.split() else None
 
 
+def block_stat_path(path):
+    """/sys/class/block/<dev>/stat of the device holding path, or None."""
+    out = subprocess.run(["df", "--output=source", str(path)], capture_output=True, text=True).stdout.split()
+    dev = os.path.basename(out[-1]) if out else ""
+    p = f"/sys/class/block/{dev}/stat"
+    return p if dev and os.path.exists(p) else None
+
+
+def sectors_read(stat_path):
+    """Bytes read from the device so far (field 3: 512-byte sectors)."""
+    if not stat_path:
+        return None
+    with open(stat_path) as f:
+        return int(f.read().split()[2]) * 512
+
+
 def run_peer(cmd, env):
     rss_file = RESULTS / ".rss.tmp"
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -86,6 +102,7 @@ def run_peer(cmd, env):
 def group(name, contenders, path, runs, modes, needed=None):
     """contenders: {label: (mode, env)}; returns {mode: {label: stats}}."""
     out = {}
+    stat_path = block_stat_path(path)
     for temp in modes:
         res = {label: {"seconds": [], "load_seconds": [], "rss": [], "read": []} for label in contenders}
         for rnd in range(runs + (1 if temp == "warm" else 0)):
@@ -95,7 +112,13 @@ def group(name, contenders, path, runs, modes, needed=None):
                 else:
                     subprocess.run(["sync"])
                 script = INTO_PEERS if mode.startswith("into_") else PEERS
+                dev0 = sectors_read(stat_path)
                 doc, rss = run_peer(script + [mode, str(path)], env)
+                # Bytes read: the file's pages in the page cache after a cold
+                # run (reads through the cache and mappings); O_DIRECT reads
+                # bypass it, so the device's bytes read during the run are kept
+                # too (they include the Python modules the process loads).
+                dev = sectors_read(stat_path) - dev0 if dev0 is not None else None
                 read = resident_bytes(path) if temp == "cold" else None
                 if temp == "warm" and rnd == 0:
                     continue  # the warm-up round fills the page cache
@@ -108,10 +131,14 @@ def group(name, contenders, path, runs, modes, needed=None):
                 r["bytes"], r["checksum"] = doc["bytes"], doc["checksum"]
                 if read is not None:
                     r["read"].append(read)
+                    if dev is not None:
+                        r.setdefault("device_read", []).append(dev)
                 extra = f", read {read / 2**20:,.0f} MiB" if read is not None else ""
+                if read is not None and dev is not None:
+                    extra += f" (device: {dev / 2**20:,.0f} MiB)"
                 if "rss_peak" in doc:
                     extra += f", {(doc['rss_peak'] - doc['rss_module']) / 2**20:,.1f} MiB over the module"
-                print(f"  {name} {temp} {label}: {doc['seconds']:.3f} s (dict in {doc['load_seconds']:.3f} s)"
+                print(f"  {name} {temp} {label}: {doc['seconds']:.3f} s (dict in {doc.get('load_seconds', 0):.3f} s)"
                       f"{extra}, peak {rss / 2**20:,.0f} MiB", flush=True)
         for label, r in res.items():
             s = sorted(r["seconds"])
@@ -119,6 +146,8 @@ def group(name, contenders, path, runs, modes, needed=None):
                      load_median=sorted(r["load_seconds"])[len(s) // 2])
             if r.get("rss_over_module"):
                 r["rss_over_module_max_bytes"] = max(r["rss_over_module"])
+            if r.get("device_read"):
+                r["device_read_median_bytes"] = sorted(r["device_read"])[len(r["device_read"]) // 2]
             if r["read"]:
                 r["read_max_bytes"] = max(r["read"])
                 if needed:
@@ -215,11 +244,27 @@ def run_perf_suite(args):
     nbytes = path.stat().st_size
     rev = args.baseline or "main"
     sha, pylib = build_baseline(rev)
-    this, before = env_with(None), env_with(pylib)
+    # This tree's package too, installed apart (a `make test` reinstalling
+    # the venv's during the run cannot disturb it).
+    here = DATA / "perf-this"
+    shutil.rmtree(here, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                    str(here), str(ROOT)], check=True)
+    this, before = env_with(here), env_with(pylib)
+    head = git("rev-parse", "--short=10", "HEAD") + (" + changes" if git("status", "--porcelain",
+                                                                       "--untracked-files=no") else "")
     main = f"{rev} {sha}"
     speeds_before = machine_speeds(nbytes)
     results, ratios = {}, {}
     groups = args.perf_groups.split(",")
+
+    def checkpoint():
+        save("perf", {"suite": "perf", "bytes": nbytes, "file": path.name, "runs": args.runs, "baseline": main,
+                      "this_tree": head, "machine": machine_facts(),
+                      "machine_speeds": {"before": speeds_before, "after": speeds_after}, "results": results,
+                      "ratios": ratios})
+
+    speeds_after = None
 
     def ratio(key, num, den):
         ratios[key] = num / den
@@ -235,6 +280,7 @@ def run_perf_suite(args):
             for who in ("this tree", main):
                 ratio(f"load {t}: ckpt.load ({who}) vs load_file", g[t]["safetensors load_file"]["median"],
                       g[t][f"ckpt.load ({who})"]["median"])
+    checkpoint()
     if "f32" in groups:
         g = results["f32"] = group("f32", {
             "ckpt.load(dtype=float32) (this tree)": ("ckpt_f32", this),
@@ -244,6 +290,7 @@ def run_perf_suite(args):
             for who in ("this tree", main):
                 ratio(f"f32 {t}: ckpt.load(dtype=float32) ({who}) vs load_file + .to(float32)",
                       g[t]["load_file + .to(float32)"]["median"], g[t][f"ckpt.load(dtype=float32) ({who})"]["median"])
+    checkpoint()
     for dim in (0, 1):
         key = f"tp{dim}"
         if key not in groups:
@@ -266,6 +313,7 @@ def run_perf_suite(args):
                 g["cold"][f"ckpt.load tp 0/4 dim {dim} ({who})"]["read_over_needed"]
         ratios[f"tp dim {dim} cold: bytes read / needed, get_slice"] = \
             g["cold"][f"safe_open get_slice dim {dim}"]["read_over_needed"]
+    checkpoint()
     if "into" in groups:
         g = results["into"] = group("into", {
             "ckpt.load_into(module) (this tree)": ("into_ckpt", this),
@@ -275,6 +323,7 @@ def run_perf_suite(args):
         for t in ("warm", "cold"):
             ratios[f"into {t}: ckpt.load_into (this tree) MiB over the module"] = \
                 g[t]["ckpt.load_into(module) (this tree)"]["rss_over_module_max_bytes"] / 2**20
+    checkpoint()
     if "open" in groups:
         g = results["open"] = open_group(args.tensors, args.runs, {"this tree": this, main: before})
         for who in ("this tree", main):
@@ -285,6 +334,4 @@ def run_perf_suite(args):
                   g["in_process"]["index + safe_open + get_slice shape/dtype"]["median"],
                   g["in_process"][f"ckpt.open + tensors ({who})"]["median"])
     speeds_after = machine_speeds(nbytes)
-    save("perf", {"suite": "perf", "bytes": nbytes, "file": path.name, "runs": args.runs, "baseline": main,
-                  "machine": machine_facts(), "machine_speeds": {"before": speeds_before, "after": speeds_after},
-                  "results": results, "ratios": ratios})
+    checkpoint()

@@ -435,7 +435,9 @@ def perf_table(doc):
     lines = [f"**The Python calls users make, on a {doc['bytes'] / 1e9:.1f} GB Llama-shaped bf16 file** "
              f"({doc['file']}; bench/perf_suite.py: this tree against `{base}` and safetensors; own process each, "
              f"alternating, median of {runs}; every byte returned is checksummed; cold = `drop_caches` before "
-             "each run; bytes read = the file's pages in the page cache after a cold run)", "",
+             "each run; bytes read in a cold run: the file's pages in the page cache after it — reads through the cache "
+             "and mappings — and, in brackets, the device's bytes read during it, which include O_DIRECT reads and "
+             "the Python modules the process loads)", "",
              "| group | contender | warm | cold | cold: bytes read | peak RSS |", "|---|---|---:|---:|---:|---:|"]
     for name, g in doc["results"].items():
         if name == "open":
@@ -444,7 +446,9 @@ def perf_table(doc):
             w, c = g["warm"][label], g.get("cold", {}).get(label, {})
             read = f"{c['read_max_bytes'] / 2**20:,.0f} MiB" if c.get("read_max_bytes") else ""
             if c.get("read_over_needed"):
-                read += f" ({c['read_over_needed']:.2f}× needed)"
+                read += f", {c['read_over_needed']:.2f}× needed"
+            if c.get("device_read_median_bytes") is not None:
+                read += f" ({c['device_read_median_bytes'] / 2**20:,.0f} MiB)"
             rss = max(w["peak_rss_bytes"], c.get("peak_rss_bytes", 0))
             extra = ""
             if w.get("rss_over_module_max_bytes") is not None:
@@ -478,7 +482,8 @@ def perf_table(doc):
     fmt = lambda s: (f"memcpy {s['memcpy']['gb_per_s']:.1f} GB/s, first touch of fresh memory "
                      f"{s['firsttouch']['gb_per_s']:.2f} GB/s, with 2 MiB alignment and MADV_HUGEPAGE "
                      f"{s['firsttouch_huge']['gb_per_s']:.2f} GB/s")
-    lines.append(f"Machine, same run: before it {fmt(sp['before'])}; after it {fmt(sp['after'])}. "
+    after = f"; after it {fmt(sp['after'])}" if sp.get("after") else " (the run stopped before the end)"
+    lines.append(f"Machine, same run: before it {fmt(sp['before'])}{after}. This tree: {doc.get('this_tree', '?')}. "
                  "Bold: target met. Ratios are the peer's median time over ckpt's.")
     lines.append("")
     return lines
