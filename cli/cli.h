@@ -48,5 +48,32 @@ void progress_start(progress_bar *bar, const char *label, int mode);
 int progress_update(uint64_t done, uint64_t total, void *bar);
 void progress_finish(progress_bar *bar, bool success);
 
+/* ---- the options every command that opens a checkpoint shares (sources.c) ---- */
+
+typedef struct source_options {
+    ckpt_catalog_options catalog;
+    char *token; /* read from --bearer-token-file */
+} source_options;
+
+/* The help text of those options. */
+extern const char source_options_help[];
+
+/* Defaults ($CKPT_CACHE_DIR). */
+void source_options_init(source_options *s);
+
+/* If argv[*i] is one of those options (--direct, --cache-dir, …), takes it
+ * (and its value, advancing *i) and returns 1; 0 if it is not one; -1
+ * after printing a usage error. */
+int source_option(const char *command, int argc, char **argv, int *i, source_options *s);
+
+/* The catalog options to open with ($CKPT_BEARER_TOKEN when no file). */
+const ckpt_catalog_options *source_options_get(source_options *s);
+
+/* Wipes and frees the token. */
+void source_options_free(source_options *s);
+
+/* `name` as it may be printed: a URL without its password and query
+ * string (which may hold credentials); in `buf` when changed. */
+const char *display_name(const char *name, char *buf, size_t cap);
 
 #endif

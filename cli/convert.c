@@ -13,14 +13,23 @@ static const char usage[] =
     "                            [--select PAT] [--exclude PAT] [--rename FROM=TO]\n"
     "                            [--dtype [PAT=]DTYPE] [--slice [PAT=]SPEC]\n"
     "                            [--transpose PAT] [--layout [PAT=]FROM:TO]\n"
-    "                            [--to gguf|safetensors] [--gguf-kv FILE.json]\n"
+    "                            [--to safetensors|gguf|dcp] [--dcp-ranks N]\n"
+    "                            [--gguf-kv FILE.json]\n"
     "                            [--split-max-size SIZE] [--split-max-tensors N]\n"
+    "                            [--direct] [remote options]\n"
     "\n"
     "Re-shard, merge or transform a checkpoint, streaming tensor data from file\n"
     "to file (memory use does not depend on the checkpoint's size).\n"
     "\n"
-    "SRC   a .safetensors file, a *.safetensors.index.json, or a directory\n"
-    "DST   a file name ending in .safetensors: one file (merge);\n"
+    "SRC   a .safetensors file, a *.safetensors.index.json, a torch.save file, a\n"
+    "      GGUF, .npy, .npz or Flax .msgpack file, a torch.distributed.checkpoint\n"
+    "      (DCP) directory, or a directory holding one (or their http://,\n"
+    "      https:// or s3:// URLs)\n"
+    "DST   a file name ending in .safetensors: one file (merge); in .npz: a\n"
+    "      NumPy archive (np.load reads it); in .msgpack: a Flax msgpack file\n"
+    "      (flax.serialization.msgpack_restore reads it, names split at dots);\n"
+    "      in .gguf (or --to gguf): GGUF as GGUFWriter writes it; with --to dcp:\n"
+    "      a torch.distributed.checkpoint directory;\n"
     "      otherwise a directory that receives Hugging Face shards\n"
     "      <prefix>-00001-of-0000N.safetensors and <prefix>.safetensors.index.json\n"
     "      (or a single <prefix>.safetensors when everything fits in one shard)\n"
@@ -47,6 +56,15 @@ static const char usage[] =
     "                         allow this pickle global (repeatable), as torch's\n"
     "                         add_safe_globals: numpy scalars and dtypes,\n"
     "                         argparse.Namespace, dataclasses; nothing is executed\n"
+    "  --to FORMAT            safetensors, gguf (see GGUF below) or dcp (default: by\n"
+    "                         DST's extension, else safetensors); dcp: DST becomes a\n"
+    "                         torch.distributed.checkpoint directory that\n"
+    "                         torch.distributed.checkpoint.load reads on any number\n"
+    "                         of ranks\n"
+    "  --dcp-ranks N          with --to dcp: cut each tensor of at least N rows along\n"
+    "                         its first axis into N chunks, as DTensor Shard(0) does,\n"
+    "                         one __<rank>_0.distcp file per rank (default 1); smaller\n"
+    "                         tensors and non-tensor values are written once\n"
     "\n"
     "transforms (applied in the order given; PAT is a glob on the tensor's name in\n"
     "SRC, '*' matching dots too; without PAT, every tensor):\n"
@@ -68,7 +86,6 @@ static const char usage[] =
     "  that names a single tensor the rule cannot apply to is an error too.\n"
     "\n"
     "GGUF:\n"
-    "  --to gguf|safetensors  the output format (default: by DST's extension)\n"
     "  --dtype q8_0 / q4_0    quantize float matrices (2 or more axes, rows of whole\n"
     "                         32-element blocks; vectors stay as they are), bit-exact\n"
     "                         with gguf.quants; --dtype bf16/f16/f32 dequantizes\n"
@@ -240,7 +257,7 @@ static int dequantize_rest(ckpt_plan *plan, ckpt_error *err) {
 
 /* The command, with room for one transform and one allowed global per
  * argument. */
-static int run_convert(int argc, char **argv, rule *rules, const char **globals) {
+static int run_convert(int argc, char **argv, rule *rules, const char **globals, source_options *so) {
     const char *src = NULL, *dst = NULL, *shard_size = NULL, *to = NULL, *kv_file = NULL, *split_size = NULL,
                *split_tensors = NULL;
     bool extra_files = true, ignore_unmatched = false;
@@ -249,13 +266,18 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
     ckpt_writer_options_init(&opt);
     int show_progress = -1;
     bool verify = false;
+    const char *ranks = NULL;
     size_t rule_count = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(usage, stdout);
+            fputs(source_options_help, stdout);
             return EXIT_OK;
         }
+        int taken = source_option("convert", argc, argv, &i, so);
+        if (taken < 0) return EXIT_USAGE;
+        if (taken) continue;
         if (!strcmp(a, "--max-shard-size") || !strcmp(a, "--prefix")) {
             if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
             if (!strcmp(a, "--prefix")) opt.prefix = argv[++i];
@@ -265,13 +287,18 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
         } else if (!strncmp(a, "--prefix=", 9)) {
             opt.prefix = a + 9;
         } else if (!strcmp(a, "--to") || !strcmp(a, "--gguf-kv") || !strcmp(a, "--split-max-size") ||
-                   !strcmp(a, "--split-max-tensors")) {
+                   !strcmp(a, "--split-max-tensors") || !strcmp(a, "--dcp-ranks")) {
             if (i + 1 >= argc) return usage_error("convert", "%s needs a value", a);
             const char *v = argv[++i];
             if (!strcmp(a, "--to")) to = v;
             else if (!strcmp(a, "--gguf-kv")) kv_file = v;
             else if (!strcmp(a, "--split-max-size")) split_size = v;
+            else if (!strcmp(a, "--dcp-ranks")) ranks = v;
             else split_tensors = v;
+        } else if (!strncmp(a, "--to=", 5)) {
+            to = a + 5;
+        } else if (!strncmp(a, "--dcp-ranks=", 12)) {
+            ranks = a + 12;
         } else if (!strcmp(a, "--force")) {
             opt.overwrite = 1;
         } else if (!strcmp(a, "--no-sync")) {
@@ -310,10 +337,24 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
     if (opt.prefix && (!*opt.prefix || strchr(opt.prefix, '/')))
         return usage_error("convert", "--prefix must be a non-empty file name without '/'");
 
+    if (to && strcasecmp(to, "safetensors") && strcasecmp(to, "gguf") && strcasecmp(to, "dcp"))
+        return usage_error("convert", "--to takes safetensors, gguf or dcp, not '%s'", to);
+    bool dcp = to && !strcasecmp(to, "dcp");
+    if (ranks && !dcp) return usage_error("convert", "--dcp-ranks goes with --to dcp");
+    if (dcp) {
+        const char *end;
+        uint64_t n = 1;
+        if (ranks && (!parse_u64(ranks, &end, &n) || *end || n == 0 || n > 65536))
+            return usage_error("convert", "--dcp-ranks needs a number of ranks from 1 to 65536, got '%s'", ranks);
+        if (shard_size || opt.prefix || opt.checksums)
+            return usage_error("convert", "--to dcp writes one file per rank: no --max-shard-size, --prefix, "
+                                          "--checksums or --verify");
+        opt.format = CKPT_FORMAT_DCP;
+        opt.dcp_ranks = (uint32_t)n;
+    }
+
     ckpt_error err;
     ckpt_error_clear(&err);
-    if (to && strcasecmp(to, "gguf") && strcasecmp(to, "safetensors"))
-        return usage_error("convert", "--to takes gguf or safetensors, not '%s'", to);
     bool gguf = to ? !strcasecmp(to, "gguf") : ends_with(dst, ".gguf");
     char *kv_text = NULL;
     struct stat sb;
@@ -328,7 +369,7 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
                 return usage_error("convert", "--split-max-tensors needs a positive number, got '%s'", split_tensors);
         }
     } else {
-        if (to) opt.format = CKPT_FORMAT_SAFETENSORS;
+        if (to && !dcp) opt.format = CKPT_FORMAT_SAFETENSORS;
         if (split_size || split_tensors)
             return usage_error("convert", "--split-max-size and --split-max-tensors are for GGUF output (DST *.gguf)");
     }
@@ -339,15 +380,18 @@ static int run_convert(int argc, char **argv, rule *rules, const char **globals)
         }
         opt.metadata_json = kv_text;
     }
-    if (gguf) goto open; /* no safetensors sharding */
+    if (gguf || dcp) goto open; /* no safetensors sharding */
     if (shard_size) {
         if (ckpt_parse_size(shard_size, &opt.max_shard_size, &err) != CKPT_OK)
             return usage_error("convert", "%s", err.message);
     }
     bool dst_is_dir = stat(dst, &sb) == 0 && S_ISDIR(sb.st_mode);
-    if (!shard_size && (dst_is_dir || !ends_with(dst, ".safetensors")))
-        opt.max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
-    if (shard_size && ends_with(dst, ".safetensors") && !dst_is_dir)
+    /* DST ending in .npz or .msgpack: one NumPy archive or Flax msgpack file. */
+    if (!dst_is_dir && ends_with(dst, ".npz")) opt.format = CKPT_FORMAT_NPZ;
+    if (!dst_is_dir && ends_with(dst, ".msgpack")) opt.format = CKPT_FORMAT_FLAX_MSGPACK;
+    bool one_file = !dst_is_dir && (ends_with(dst, ".safetensors") || opt.format);
+    if (!shard_size && !one_file) opt.max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
+    if (shard_size && one_file)
         return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", dst);
 open:
 
@@ -355,8 +399,7 @@ open:
      * go along into a directory of shards, so that the output loads on its
      * own. */
     if (extra_files && !gguf && opt.max_shard_size && stat(src, &sb) == 0 && S_ISDIR(sb.st_mode)) opt.copy_files_from = src;
-    ckpt_catalog_options copt;
-    ckpt_catalog_options_init(&copt);
+    ckpt_catalog_options copt = *source_options_get(so);
     copt.allowed_globals = globals;
     copt.allowed_global_count = global_count;
     ckpt_catalog *cat;
@@ -400,7 +443,10 @@ open:
     if (verify) {
         /* Re-read the committed output from disk against its checksums. */
         size_t checked = 0;
-        if ((st = ckpt_catalog_open(dst, &cat, &err)) == CKPT_OK) {
+        ckpt_catalog_options local;
+        ckpt_catalog_options_init(&local);
+        local.direct = so->catalog.direct;
+        if ((st = ckpt_catalog_open_ex(dst, &local, &cat, &err)) == CKPT_OK) {
             st = ckpt_verify(cat, NULL, NULL, &checked, &err);
             ckpt_catalog_close(cat);
         }
@@ -413,9 +459,12 @@ open:
 int cmd_convert(int argc, char **argv) {
     rule *rules = calloc((size_t)argc, sizeof *rules);
     const char **globals = calloc((size_t)argc, sizeof *globals);
+    source_options so;
+    source_options_init(&so);
     int rc = EXIT_ERROR;
     if (!rules || !globals) fputs("ckpt: out of memory\n", stderr);
-    else rc = run_convert(argc, argv, rules, globals);
+    else rc = run_convert(argc, argv, rules, globals, &so);
+    source_options_free(&so);
     free(rules);
     free(globals);
     return rc;

@@ -6,14 +6,16 @@
 #include "cli.h"
 
 static const char usage[] =
-    "usage: ckpt inspect PATH [--json]\n"
+    "usage: ckpt inspect PATH [--json] [--direct] [remote options]\n"
     "\n"
     "List every tensor of a checkpoint (name, dtype, shape, size, file) with\n"
     "totals (tensors, parameters, bytes per dtype, files) and the metadata.\n"
     "Reads headers only, never tensor data.\n"
     "\n"
     "PATH   a .safetensors file, a *.safetensors.index.json, or a directory\n"
-    "       holding either (the Hugging Face layout)\n"
+    "       holding either (the Hugging Face layout); a torch.save file; a\n"
+    "       torch.distributed.checkpoint directory (tensors saved in chunks by\n"
+    "       several ranks show the ranks: the full list is in --json)\n"
     "\n"
     "options:\n"
     "  --json      machine-readable output on stdout\n"
@@ -56,6 +58,10 @@ static const char *format_name(ckpt_format f) {
     case CKPT_FORMAT_TORCH: return "torch.save";
     case CKPT_FORMAT_TORCH_SHARDED: return "torch.save (sharded)";
     case CKPT_FORMAT_GGUF: return "GGUF";
+    case CKPT_FORMAT_NPY: return "NumPy .npy";
+    case CKPT_FORMAT_NPZ: return "NumPy .npz";
+    case CKPT_FORMAT_FLAX_MSGPACK: return "Flax msgpack";
+    case CKPT_FORMAT_DCP: return "torch.distributed.checkpoint";
     default: return "safetensors";
     }
 }
@@ -66,8 +72,63 @@ static const char *format_key(ckpt_format f) {
     case CKPT_FORMAT_TORCH: return "torch";
     case CKPT_FORMAT_TORCH_SHARDED: return "torch-sharded";
     case CKPT_FORMAT_GGUF: return "gguf";
+    case CKPT_FORMAT_NPY: case CKPT_FORMAT_NPZ: case CKPT_FORMAT_FLAX_MSGPACK: return ckpt_format_name(f);
+    case CKPT_FORMAT_DCP: return "dcp";
     default: return "safetensors";
     }
+}
+
+/* The rank that wrote a DCP file: "__<rank>_<n>.distcp", or
+ * "shard-<rank + 1>-model-…" of the Hugging Face storage layer; -1. */
+static long file_rank(const ckpt_catalog *cat, uint32_t file) {
+    const char *name = base_name(ckpt_catalog_file_path(cat, file));
+    char *end;
+    if (!strncmp(name, "__", 2)) {
+        long r = strtol(name + 2, &end, 10);
+        return end != name + 2 && *end == '_' ? r : -1;
+    }
+    if (!strncmp(name, "shard-", 6)) {
+        long r = strtol(name + 6, &end, 10);
+        return end != name + 6 && r > 0 && !strncmp(end, "-model-", 7) ? r - 1 : -1;
+    }
+    return -1;
+}
+
+/* "4 chunks, ranks 0-3" for a tensor stored in several chunks, else the
+ * file's name. */
+static const char *where_text(const ckpt_catalog *cat, const ckpt_tensor_info *t, char *buf, size_t cap) {
+    size_t n = ckpt_catalog_chunk_count(cat, t);
+    if (n <= 1) return base_name(ckpt_catalog_file_path(cat, t->file));
+    long lo = -1, hi = -1;
+    bool ranks = true;
+    for (size_t k = 0; k < n; k++) {
+        ckpt_chunk_info c;
+        long r = ckpt_catalog_chunk(cat, t, k, &c, NULL) == CKPT_OK ? file_rank(cat, c.file) : -1;
+        if (r < 0) ranks = false;
+        if (lo < 0 || r < lo) lo = r;
+        if (r > hi) hi = r;
+    }
+    if (!ranks) snprintf(buf, cap, "%zu chunks", n);
+    else if (lo == hi) snprintf(buf, cap, "%zu chunks, rank %ld", n, lo);
+    else snprintf(buf, cap, "%zu chunks, ranks %ld-%ld", n, lo, hi);
+    return buf;
+}
+
+static void print_chunks_json(FILE *o, const ckpt_catalog *cat, const ckpt_tensor_info *t) {
+    fputs(", \"chunks\": [", o);
+    for (size_t k = 0; k < ckpt_catalog_chunk_count(cat, t); k++) {
+        ckpt_chunk_info c;
+        if (ckpt_catalog_chunk(cat, t, k, &c, NULL) != CKPT_OK) break;
+        fprintf(o, "%s{\"file\": %u, ", k ? ", " : "", c.file);
+        long r = file_rank(cat, c.file);
+        if (r >= 0) fprintf(o, "\"rank\": %ld, ", r);
+        fputs("\"offsets\": [", o);
+        for (uint32_t d = 0; d < t->ndim; d++) fprintf(o, d ? ", %" PRIu64 : "%" PRIu64, c.start[d]);
+        fputs("], \"sizes\": [", o);
+        for (uint32_t d = 0; d < t->ndim; d++) fprintf(o, d ? ", %" PRIu64 : "%" PRIu64, c.count[d]);
+        fprintf(o, "], \"offset\": %" PRIu64 "}", c.offset);
+    }
+    fputs("]", o);
 }
 
 static void print_json(const ckpt_catalog *cat, const char *path, const dtype_total *totals) {
@@ -120,6 +181,7 @@ static void print_json(const ckpt_catalog *cat, const char *path, const dtype_to
             fputs("]", o);
         }
         if (t->big_endian) fputs(", \"big_endian\": true", o);
+        if (ckpt_catalog_format(cat) == CKPT_FORMAT_DCP) print_chunks_json(o, cat, t);
         fputs("}", o);
         params += t->numel;
         bytes += t->nbytes;
@@ -160,7 +222,7 @@ static const ckpt_tensor_info **first_on_storage(const ckpt_catalog *cat) {
 static void print_table(const ckpt_catalog *cat, const char *path, const dtype_total *totals) {
     size_t n = ckpt_catalog_tensor_count(cat), files = ckpt_catalog_file_count(cat);
     int wname = 4, wshape = 5;
-    char shape[512], size[32];
+    char shape[512], size[32], where[96];
     for (size_t i = 0; i < n; i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
         int len = columns(t->name);
@@ -179,7 +241,7 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
         shape_text(t, shape, sizeof shape);
         print_padded(t->name, wname);
         printf("  %-11s  %-*s  %10s  %s", ckpt_dtype_name(t->dtype), wshape, shape,
-               format_bytes(t->nbytes, size, sizeof size), base_name(ckpt_catalog_file_path(cat, t->file)));
+               format_bytes(t->nbytes, size, sizeof size), where_text(cat, t, where, sizeof where));
         if (first && first[t->storage] != t) printf("  (shares storage with %s)", first[t->storage]->name);
         else if (t->strides) printf("  (strided view)");
         putchar('\n');
@@ -237,14 +299,18 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
     }
 }
 
-int cmd_inspect(int argc, char **argv) {
+static int run_inspect(int argc, char **argv, source_options *so) {
     const char *path = NULL;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(usage, stdout);
+            fputs(source_options_help, stdout);
             return EXIT_OK;
         }
+        int taken = source_option("inspect", argc, argv, &i, so);
+        if (taken < 0) return EXIT_USAGE;
+        if (taken) continue;
         if (!strcmp(argv[i], "--json")) json = true;
         else if (argv[i][0] == '-' && argv[i][1]) return usage_error("inspect", "unknown option '%s'", argv[i]);
         else if (path) return usage_error("inspect", "one PATH expected, got '%s' and '%s'", path, argv[i]);
@@ -255,7 +321,9 @@ int cmd_inspect(int argc, char **argv) {
     ckpt_error err;
     ckpt_error_clear(&err);
     ckpt_catalog *cat;
-    if (ckpt_catalog_open(path, &cat, &err) != CKPT_OK) return report_error(&err);
+    if (ckpt_catalog_open_ex(path, source_options_get(so), &cat, &err) != CKPT_OK) return report_error(&err);
+    char shown[4096];
+    path = display_name(path, shown, sizeof shown);
     dtype_total totals[CKPT_DTYPE_COUNT] = {0};
     for (size_t i = 0; i < ckpt_catalog_tensor_count(cat); i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
@@ -271,4 +339,12 @@ int cmd_inspect(int argc, char **argv) {
         return EXIT_ERROR;
     }
     return EXIT_OK;
+}
+
+int cmd_inspect(int argc, char **argv) {
+    source_options so;
+    source_options_init(&so);
+    int rc = run_inspect(argc, argv, &so);
+    source_options_free(&so);
+    return rc;
 }

@@ -28,6 +28,13 @@
  * - Hugging Face sharded safetensors: `model-00001-of-00003.safetensors` files
  *   with `model.safetensors.index.json`, packed exactly as
  *   huggingface_hub's split_torch_state_dict_into_shards packs them.
+ * - PyTorch distributed checkpoints (torch.distributed.checkpoint, "DCP"):
+ *   a directory with `.metadata` and the ranks' `__<rank>_<n>.distcp`
+ *   files, read without torch and without executing its pickles; each
+ *   tensor is assembled from the chunks the ranks wrote.  Also the
+ *   per-rank safetensors files of DCP's Hugging Face storage layer
+ *   (DCP_SHARDING_INFO).  Non-tensor entries (step counters, optimizer
+ *   hyper-parameters) are kept in the object tree.
  * - PyTorch torch.save files, read only and without executing anything:
  *   the zip format, the legacy stream format, re-zipped (DEFLATE) archives
  *   and `pytorch_model.bin.index.json` shards.  The pickle is read with
@@ -38,6 +45,12 @@
  *   (quantized blocks kept as CKPT_Q4_0 ... dtypes, dequantized or
  *   quantized by casts), typed key-values (ckpt_catalog_kv), big-endian
  *   files; written as GGUFWriter writes them (ckpt_writer_options.format).
+ * - NumPy `.npy` files (every header version; Fortran order and big-endian
+ *   data read as such) and `.npz` archives (stored or DEFLATE members).
+ * - Flax msgpack files (flax.serialization; transformers'
+ *   `flax_model.msgpack` and its sharded `flax_model.msgpack.index.json`),
+ *   arrays over 1 GiB in Flax's chunked layout included; the document's
+ *   structure and non-tensor values are kept as JSON.
  *
  * Conventions
  * -----------
@@ -153,11 +166,33 @@ typedef enum ckpt_status {
                                        not a multiple of it                   */
     CKPT_E_GGUF_OFFSET = 77,        /* tensor data outside the file, or overlapping */
     CKPT_E_GGUF_SPLIT = 78,         /* split files that do not fit together     */
-    CKPT_E_UNSUPPORTED_DTYPE = 79   /* a dtype this operation or output format cannot take */
+    CKPT_E_UNSUPPORTED_DTYPE = 79,  /* a dtype this operation or output format cannot take */
 
-    /* Ranges reserved for the formats and sources being added: 70-79 GGUF,
-     * 80-89 PyTorch DCP, 90-99 NumPy and Flax msgpack, 100-109 remote
-     * sources (HTTP, S3), 110-119 collective operations. */
+    /* PyTorch distributed checkpoints (DCP) */
+    CKPT_E_DCP_METADATA = 80,       /* .metadata is not what torch.distributed.checkpoint writes */
+    CKPT_E_DCP_CHUNK_HOLE = 81,     /* chunks leave elements of a tensor uncovered */
+    CKPT_E_DCP_CHUNK_OVERLAP = 82,  /* two chunks claim the same elements      */
+    CKPT_E_DCP_CHUNK_BOUNDS = 83,   /* a chunk reaches outside its tensor      */
+    CKPT_E_DCP_CHUNK_MISMATCH = 84, /* a chunk's stored data differs from its declared sizes or dtype */
+    CKPT_E_DCP_PATH = 85,           /* a storage path leaves the checkpoint directory */
+    CKPT_E_DCP_UNSUPPORTED = 86,    /* a storage transform or layout ckpt does not read (named) */
+
+    /* NumPy .npy/.npz files and Flax msgpack files */
+    CKPT_E_NPY_INVALID = 90,        /* a malformed .npy header                  */
+    CKPT_E_MSGPACK_INVALID = 91,    /* a malformed msgpack document, or not Flax's */
+
+    /* Remote sources (http://, https://, s3://).  Their errors name the URL
+     * (never its credentials), the HTTP status and the byte range. */
+    CKPT_E_HTTP_STATUS = 100,       /* the server answered with an HTTP error status */
+    CKPT_E_HTTP_AUTH = 101,         /* the server refused the credentials (401, 403) */
+    CKPT_E_REMOTE_CHANGED = 102,    /* the remote file changed while it was read (ETag, Last-Modified, size) */
+    CKPT_E_NO_RANGES = 103,         /* the server ignores byte-range requests     */
+    CKPT_E_NETWORK = 104,           /* a connection failed or broke, after retries */
+    CKPT_E_TIMEOUT = 105,           /* a transfer timed out, after retries        */
+    CKPT_E_BAD_RESPONSE = 106,      /* a response contradicts its request (range, length, body) */
+    CKPT_E_UNSUPPORTED_SOURCE = 107 /* this build cannot read that kind of URL (no libcurl) */
+
+    /* Range reserved for collective operations: 110-119. */
 } ckpt_status;
 
 /* The identifier of a status as a string, e.g. "CKPT_E_DATA_HOLE";
@@ -296,9 +331,14 @@ typedef enum ckpt_format {
     CKPT_FORMAT_SAFETENSORS_SHARDED = 2, /* index.json + shards            */
     CKPT_FORMAT_TORCH = 3,               /* one torch.save zip file        */
     CKPT_FORMAT_TORCH_SHARDED = 4,       /* pytorch_model.bin.index.json + shards */
-    CKPT_FORMAT_GGUF = 5                 /* a .gguf file, or gguf-split parts  */
-    /* Numbers 6-9 are reserved for: 6 PyTorch distributed (DCP),
-     * 7 NumPy .npy, 8 NumPy .npz, 9 Flax msgpack. */
+    CKPT_FORMAT_GGUF = 5,                /* a .gguf file, or gguf-split parts  */
+    /* A torch.distributed.checkpoint directory: .metadata and the ranks'
+     * __<rank>_<n>.distcp files, or the per-rank safetensors files of its
+     * Hugging Face storage layer (DCP_SHARDING_INFO). */
+    CKPT_FORMAT_DCP = 6,
+    CKPT_FORMAT_NPY = 7,                 /* one NumPy .npy array           */
+    CKPT_FORMAT_NPZ = 8,                 /* a NumPy .npz archive of arrays */
+    CKPT_FORMAT_FLAX_MSGPACK = 9         /* flax.serialization msgpack (flax_model.msgpack) */
 } ckpt_format;
 
 /* The format's short name ("safetensors", "safetensors-sharded", "torch",
@@ -328,8 +368,10 @@ typedef struct ckpt_tensor_info {
      * on big-endian machines); reads return little-endian data. */
     uint8_t big_endian;
     /* Non-zero when the data sits in a compressed (DEFLATE) zip record
-     * (a re-zipped torch file): reads inflate it, a view is refused, and
-     * `offset` is not a place in the file. */
+     * (a re-zipped torch file, an np.savez_compressed member) or is
+     * assembled from several chunks (a large array of a Flax msgpack
+     * file): reads inflate or gather it, a view is refused, and `offset`
+     * is not a place in the file. */
     uint8_t compressed;
 } ckpt_tensor_info;
 
@@ -344,7 +386,14 @@ typedef struct ckpt_tensor_info {
  *     (`*-00001-of-0000N.gguf`), whose other parts are opened beside it;
  *   - a directory holding `model.safetensors.index.json`, another single
  *     `*.safetensors.index.json`, `model.safetensors`, or a single
- *     `*.safetensors` file (the Hugging Face layout), tried in that order.
+ *     `*.safetensors` file (the Hugging Face layout), tried in that order;
+ *     then torch files, Flax msgpack (`flax_model.msgpack.index.json`,
+ *     `flax_model.msgpack`, a single `*.msgpack`), a single `*.npz`, a
+ *     single `*.npy`;
+ *   - a torch file, a `.npy` or `.npz` file, or a Flax `.msgpack` file,
+ *     told apart by their first bytes.  A `.npy` holds one tensor, named
+ *     after the file ("w.npy" → "w"); Flax tensors are named by their path,
+ *     keys joined by ".".
  *
  * Every validation rule of huggingface/safetensors is applied to every file,
  * plus duplicate-name detection; for an index, every tensor of the
@@ -375,6 +424,61 @@ typedef struct ckpt_catalog_options {
      */
     const char *const *allowed_globals;
     size_t allowed_global_count;
+
+    /* ---- remote files: http://, https:// and s3:// names ---------------
+     * A URL opens like a path: a single file, an index whose shards lie
+     * beside it (resolved relative to the index's URL), a torch.save file,
+     * or — ending in '/' — a "directory" in which the names a local
+     * directory is searched for are tried one by one (nothing is listed).
+     * Opening reads headers only, with ranged GETs (one for a safetensors
+     * file whose header fits in 256 KiB, two otherwise).  Loads and reads
+     * send parallel range requests (adjacent ranges merged), writing the
+     * bytes straight into their destinations; every response is checked
+     * against the request (status, Content-Range, length) and against the
+     * file as it was opened (ETag, Last-Modified, size: sent as If-Range,
+     * or If-Match to S3), so that a file replaced mid-load fails with
+     * CKPT_E_REMOTE_CHANGED instead of mixing versions.
+     * Credentials: `bearer_token` below; else, for huggingface.co and
+     * hf.co, $HF_TOKEN; ~/.netrc; a user:password in the URL (kept out of
+     * every name and error, and sent to that host only).  s3:// names use
+     * $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY, $AWS_SESSION_TOKEN (no
+     * keys: anonymous requests), $AWS_REGION (or $AWS_DEFAULT_REGION,
+     * default us-east-1) and $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL for
+     * S3-compatible stores (path-style requests), signed with SigV4.
+     * libcurl honours $https_proxy, $http_proxy and $no_proxy; servers'
+     * certificates are checked against the system's, or those of the file
+     * $CURL_CA_BUNDLE names. */
+    uint32_t connect_timeout_ms; /* to establish a connection; 0: 30 s                        */
+    uint32_t read_timeout_ms;    /* a transfer that receives nothing for this long fails (and is
+                                    retried); counted in whole seconds; 0: 60 s                */
+    /* Attempts after the first for a request that failed in a way worth
+     * retrying (HTTP 408, 429, 5xx, a connection refused or reset, a short
+     * body, a timeout), each resuming at the last byte received, after
+     * 0.2 s doubling up to 10 s (or the server's Retry-After, up to 60 s).
+     * ckpt_catalog_options_init sets 5; 0 never retries. */
+    uint32_t retries;
+    uint32_t max_connections;    /* parallel range requests per file; 0: 16                     */
+    const char *bearer_token;    /* sent as "Authorization: Bearer …" to the URL's host (never to
+                                    a host a redirect leads to); NULL: see above              */
+    /* A directory for verified copies of remote files, named by a hash of
+     * the URL, its ETag (or Last-Modified) and size: a file read whole
+     * (by a load or a convert) is written there as it arrives and renamed
+     * into place once complete; a later open of the same version reads
+     * the local copy (after one request to check the version).  NULL: no
+     * cache. */
+    const char *cache_dir;
+
+    /* ---- local files ------------------------------------------------------
+     * Non-zero: read local files with O_DIRECT, around the page cache —
+     * for machines where it hurts (network mounts, unified memory,
+     * containers whose page cache counts against a memory limit).  Loads
+     * use CKPT_IO_DIRECT whatever ckpt_load_options.io says (and drop the
+     * few pages small reads bring in); converts read with O_DIRECT and
+     * write through the cache but drop what they wrote once it is on disk
+     * (sync_file_range, POSIX_FADV_DONTNEED); no views (mappings) are
+     * made.  File systems without O_DIRECT are read normally, and their
+     * pages dropped after use. */
+    int direct;
 } ckpt_catalog_options;
 
 /* Fills the first `size` bytes of options with the defaults, and `size`
@@ -515,6 +619,30 @@ CKPT_API const ckpt_kv *ckpt_catalog_kv_find(const ckpt_catalog *catalog, const 
 CKPT_API const char *ckpt_kv_type_name(ckpt_kv_type type);
 
 /*
+ * Where a tensor's data lies, chunk by chunk.  Most tensors are stored
+ * whole: one chunk covering the tensor.  A tensor of a distributed
+ * checkpoint (CKPT_FORMAT_DCP) is stored as boxes, each written by one
+ * rank into its own file; the chunks tile the tensor (checked on open).
+ */
+typedef struct ckpt_chunk_info {
+    uint32_t file;         /* its data file (ckpt_catalog_file_path)          */
+    const uint64_t *start; /* ndim: the box's first element in the tensor     */
+    const uint64_t *count; /* ndim: the box's extent along each axis          */
+    uint64_t offset;       /* byte of the box's first element in the file (as
+                              ckpt_tensor_info.offset: no place in the file
+                              when the data is compressed) */
+} ckpt_chunk_info;
+
+/* Number of chunks a tensor is stored in (0 for a tensor that is not the
+ * catalog's). */
+CKPT_API size_t ckpt_catalog_chunk_count(const ckpt_catalog *catalog, const ckpt_tensor_info *tensor);
+
+/* The i-th chunk of a tensor (pointers live as long as the catalog);
+ * CKPT_E_OUT_OF_RANGE past the last. */
+CKPT_API ckpt_status ckpt_catalog_chunk(const ckpt_catalog *catalog, const ckpt_tensor_info *tensor, size_t i,
+                                        ckpt_chunk_info *chunk, ckpt_error *err);
+
+/*
  * Copies `nbytes` bytes of a tensor's data, starting `byte_offset` bytes into
  * the tensor, into `dst` (any alignment), with large pread calls.  Safe to
  * call from many threads at once.  Fails with CKPT_E_OUT_OF_RANGE when the
@@ -628,7 +756,13 @@ typedef struct ckpt_writer_options {
      * data would pass max_shard_size, or after split_max_tensors tensors);
      * the first file holds every key-value, each file split.no,
      * split.count and split.tensors.count.  When everything fits one file,
-     * it is the path itself, without split keys.
+     * it is the path itself, without split keys.  CKPT_FORMAT_DCP: a
+     * torch.distributed.checkpoint directory at the path, which
+     * torch.distributed.checkpoint.load reads on any number of ranks (no
+     * string metadata, no checksums; a torch file's object tree is kept
+     * as DCP objects).  CKPT_FORMAT_NPZ, CKPT_FORMAT_FLAX_MSGPACK (also
+     * chosen by the suffixes .npz and .msgpack): as np.savez and
+     * flax.serialization.to_bytes write them.
      */
     ckpt_format format;
     /* A directory whose other files (config.json, tokenizer files,
@@ -646,6 +780,15 @@ typedef struct ckpt_writer_options {
      * A key already present keeps its place.  NULL: none.
      */
     const char *metadata_json;
+    /*
+     * CKPT_FORMAT_DCP: the number of ranks that appear to have saved it
+     * (0 means 1), each with its own `__<rank>_0.distcp` file.  A tensor
+     * with at least that many rows is cut along its first axis as
+     * DTensor's Shard(0) cuts it (ceil(rows / ranks) rows each); smaller
+     * tensors, scalars and the non-tensor values of a torch file's object
+     * tree are written once, by rank 0.
+     */
+    uint32_t dcp_ranks;
 } ckpt_writer_options;
 
 /* The `__metadata__` key of checksums: a JSON object text,

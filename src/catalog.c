@@ -3,6 +3,7 @@
  * tensors and where their bytes lie (pieces), storages, metadata, trees.
  * Reading tensor data is the engine's job (engine.c). */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "formats/torch.h"
 #include "io/commit.h"
 #include "io/file.h"
+#include "io/http.h"
 #include "io/mapping.h"
 #include "transform/inflate.h"
 
@@ -66,6 +68,7 @@ void ckpt_catalog_options_init_sized(ckpt_catalog_options *o, size_t size) {
     if (!o || size < sizeof o->size) return;
     ckpt_catalog_options d;
     memset(&d, 0, sizeof d);
+    d.retries = CKPT__DEFAULT_RETRIES;
     /* A caller with a longer struct (a newer header) gets zeros in what
      * this library does not know. */
     memset(o, 0, size);
@@ -75,7 +78,26 @@ void ckpt_catalog_options_init_sized(ckpt_catalog_options *o, size_t size) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
+static const char *arena_copy(ckpt_catalog *c, const char *s) {
+    return s ? ckpt__arena_strndup(&c->arena, s, strlen(s)) : NULL;
+}
+
+/* The options of the sources (remote files, direct I/O); fields the
+ * caller's (older) header lacks have their defaults. */
+static ckpt_status take_source_options(ckpt_catalog *c, const ckpt_catalog_options *o, ckpt_error *err) {
+    ckpt__source_options *so = &c->source_options;
+    so->connect_timeout_ms = o->connect_timeout_ms;
+    so->read_timeout_ms = o->read_timeout_ms;
+    so->retries = o->retries;
+    so->max_connections = o->max_connections;
+    so->direct = o->direct != 0;
+    if (o->bearer_token && !(so->bearer_token = arena_copy(c, o->bearer_token))) return ckpt__oom(err, NULL, NULL);
+    if (o->cache_dir && !(so->cache_dir = arena_copy(c, o->cache_dir))) return ckpt__oom(err, NULL, NULL);
+    return CKPT_OK;
+}
+
 static ckpt_status take_options(ckpt_catalog *c, const ckpt_catalog_options *options, ckpt_error *err) {
+    c->source_options = (ckpt__source_options)CKPT__SOURCE_OPTIONS_DEFAULT;
     if (!options) return CKPT_OK;
     ckpt_catalog_options taken;
     ckpt_catalog_options_init(&taken);
@@ -97,6 +119,30 @@ static ckpt_status take_options(ckpt_catalog *c, const ckpt_catalog_options *opt
     }
     c->extra_global_count = o->allowed_global_count;
     qsort(c->extra_globals, c->extra_global_count, sizeof *c->extra_globals, cmp_str);
+    return take_source_options(c, o, err);
+}
+
+/* A URL's "user:password@" leaves the name (which errors and listings
+ * show) for the source options, which send it to that host only — to the
+ * index and to its shards. */
+static ckpt_status take_userinfo(ckpt_catalog *c, const char *path, char **clean, ckpt_error *err) {
+    *clean = NULL;
+    if (!ckpt__source_is_remote_name(path)) return CKPT_OK;
+    char *userinfo, *url;
+    if (!ckpt__url_take_userinfo(path, &url, &userinfo)) return ckpt__oom(err, NULL, NULL);
+    ckpt__url_parts u;
+    if (userinfo && ckpt__url_split(url, &u)) {
+        c->source_options.userinfo = arena_copy(c, userinfo);
+        c->source_options.userinfo_host = ckpt__arena_strndup(&c->arena, u.host, u.host_len);
+    }
+    bool failed = userinfo && (!c->source_options.userinfo || !c->source_options.userinfo_host);
+    if (userinfo) memset(userinfo, 0, strlen(userinfo));
+    free(userinfo);
+    if (failed) {
+        free(url);
+        return ckpt__oom(err, NULL, NULL);
+    }
+    *clean = url;
     return CKPT_OK;
 }
 
@@ -205,7 +251,10 @@ ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tensor_decl *d, ck
     c->tensors[c->count] = (ckpt_tensor_info){
         .name = d->name, .dtype = d->dtype, .ndim = d->ndim, .shape = d->shape, .numel = numel, .nbytes = nbytes,
         .file = p0->file, .offset = p0->record_size ? p0->record + p0->offset : p0->offset, .strides = p0->strides,
-        .storage = number, .big_endian = p0->big_endian, .compressed = p0->record_size != 0,
+        .storage = number, .big_endian = p0->big_endian,
+        /* Several pieces (Flax's chunked arrays): like a compressed record,
+         * `offset` is no place in the file and nothing may map it whole. */
+        .compressed = p0->record_size != 0 || d->piece_count > 1,
     };
     c->locs[c->count] = (tensor_loc){pieces, d->piece_count};
     if (c->count + 1 > c->names_cap / 2 + c->names_cap / 4 && !grow_names(c)) return ckpt__oom(err, path, NULL);
@@ -297,24 +346,31 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
     pthread_mutex_init(&c->map_lock, NULL);
     c->format = CKPT_FORMAT_SAFETENSORS;
     ckpt_status st = take_options(c, options, err);
-    char *resolved = NULL;
+    char *resolved = NULL, *clean = NULL;
+    if (st == CKPT_OK) st = take_userinfo(c, path, &clean, err);
+    if (clean) path = clean;
     if (st == CKPT_OK && !ckpt__source_is_remote_name(path)) {
         /* A commit into this checkpoint's directory that a crash cut short
          * is finished first (or refused, naming what to do). */
         bool recovered;
-        char *dir = ckpt__source_stat(path) == CKPT__NAME_DIR ? ckpt__strdup(path) : ckpt__path_dirname(path);
+        char *dir = ckpt__source_stat(path, &c->source_options) == CKPT__NAME_DIR ? ckpt__strdup(path)
+                                                                                   : ckpt__path_dirname(path);
         st = dir ? ckpt__commit_recover(dir, &recovered, err) : ckpt__oom(err, path, NULL);
         free(dir);
     }
-    if (st == CKPT_OK) {
-        switch (ckpt__source_stat(path)) {
+    /* A remote file is not asked about first (its open says if it is
+     * missing): one request fewer.  A remote "directory" ends in '/'. */
+    bool remote_file = ckpt__source_is_remote_name(path) && path[0] && path[strlen(path) - 1] != '/';
+    if (st == CKPT_OK && !remote_file) {
+        switch (ckpt__source_stat(path, &c->source_options)) {
         case CKPT__NAME_MISSING: st = ckpt__fail_errno(err, ENOENT, path, -1, "cannot open"); break;
-        case CKPT__NAME_DIR: st = ckpt__format_find_in_dir(path, &resolved, err); break;
+        case CKPT__NAME_DIR: st = ckpt__format_find_in_dir(path, &c->source_options, &resolved, err); break;
         case CKPT__NAME_FILE: break;
         }
     }
     if (st == CKPT_OK) st = ckpt__cat_open_path(c, resolved ? resolved : path, err);
     free(resolved);
+    free(clean);
     if (st == CKPT_OK && c->trees > 1) st = wrap_shard_trees(c, err);
     if (st) {
         ckpt_catalog_close(c);
@@ -392,6 +448,31 @@ const char *ckpt_catalog_metadata_get(const ckpt_catalog *c, const char *key) {
     return c && key ? ckpt__pairs_get(&c->meta, key) : NULL;
 }
 
+/* ---- chunks --------------------------------------------------------------------- */
+
+size_t ckpt_catalog_chunk_count(const ckpt_catalog *c, const ckpt_tensor_info *t) {
+    size_t i = ckpt__catalog_index_of(c, t);
+    return i == SIZE_MAX ? 0 : c->locs[i].count;
+}
+
+ckpt_status ckpt_catalog_chunk(const ckpt_catalog *c, const ckpt_tensor_info *t, size_t k, ckpt_chunk_info *out,
+                               ckpt_error *err) {
+    static const uint64_t origin[CKPT_MAX_DIMS];
+    size_t i = ckpt__catalog_index_of(c, t);
+    if (i == SIZE_MAX || !out)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
+                          "the tensor info does not belong to this catalog, or no output was given");
+    if (k >= c->locs[i].count)
+        return ckpt__fail(err, CKPT_E_OUT_OF_RANGE, NULL, t->name, -1, "chunk %zu of a tensor stored in %u", k,
+                          c->locs[i].count);
+    const ckpt__piece *p = &c->locs[i].pieces[k];
+    out->file = p->file;
+    out->start = p->start ? p->start : origin;
+    out->count = p->count ? p->count : t->shape;
+    out->offset = p->record_size ? p->record + p->offset : p->offset;
+    return CKPT_OK;
+}
+
 /* ---- what the glue sees (catalog_internal.h) ---------------------------------- */
 
 bool ckpt__catalog_storage(const ckpt_catalog *c, uint32_t number, uint64_t *base, uint64_t *nbytes) {
@@ -428,6 +509,14 @@ ckpt_status ckpt__catalog_map(ckpt_catalog *c, size_t file, const void **base, c
     pthread_mutex_unlock(&c->map_lock);
     *base = f->map;
     return st;
+}
+
+bool ckpt__catalog_direct(const ckpt_catalog *c) { return c->source_options.direct; }
+
+void ckpt__catalog_drop_cache(const ckpt_catalog *c) {
+    if (!c->source_options.direct) return;
+    for (size_t i = 0; i < c->file_count; i++)
+        if (c->files[i].src->fd >= 0) posix_fadvise(c->files[i].src->fd, 0, 0, POSIX_FADV_DONTNEED);
 }
 
 ckpt__inflater *ckpt__catalog_take_inflater(ckpt_catalog *c, const ckpt__source *src, uint64_t record, uint64_t offset) {

@@ -29,6 +29,14 @@ CKPT__HIDDEN const ckpt__piece *ckpt__catalog_pieces(const ckpt_catalog *catalog
  * use, released with the catalog); *base is NULL for an empty file. */
 CKPT__HIDDEN ckpt_status ckpt__catalog_map(ckpt_catalog *catalog, size_t file, const void **base, ckpt_error *err);
 
+/* Whether the catalog was opened in direct mode (its local files read
+ * around the page cache: ckpt_catalog_options.direct). */
+CKPT__HIDDEN bool ckpt__catalog_direct(const ckpt_catalog *catalog);
+
+/* Direct mode: drops from the page cache what reads of the catalog's
+ * local files brought in (the few that could not be direct). */
+CKPT__HIDDEN void ckpt__catalog_drop_cache(const ckpt_catalog *catalog);
+
 /* A DEFLATE reader of `record` kept from an earlier read, positioned at or
  * before `offset` (NULL: none); hand it back with ckpt__catalog_keep_inflater. */
 typedef struct ckpt__inflater ckpt__inflater;

@@ -8,7 +8,9 @@
  * (recording `removed → kept`); every file of a torch source gets
  * {"format": "pt"}; the object tree of a torch file is kept (when it says
  * something) under CKPT_TREE_METADATA_KEY, true to the plan's selection and
- * renames.  Tensors needing no conversion are copied by the kernel. */
+ * renames; a Flax msgpack source gets {"format": "flax"} and its structure
+ * under CKPT_STRUCTURE_METADATA_KEY.  Tensors needing no conversion are
+ * copied by the kernel. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,9 +19,11 @@
 #include "tree_internal.h"
 #include "writer_internal.h"
 
+/* A source saved by torch: its files get {"format": "pt"}, as the hub
+ * writes for a torch state dict, and its object tree is kept. */
 static bool torch_source(const ckpt_catalog *c) {
     ckpt_format f = ckpt_catalog_format(c);
-    return f == CKPT_FORMAT_TORCH || f == CKPT_FORMAT_TORCH_SHARDED;
+    return f == CKPT_FORMAT_TORCH || f == CKPT_FORMAT_TORCH_SHARDED || f == CKPT_FORMAT_DCP;
 }
 
 /* The source's metadata: {"format": "pt"} for torch sources, the source's
@@ -32,6 +36,16 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
         char *tree = NULL;
         if (st == CKPT_OK) st = ckpt__tree_for_plan(p, ckpt_catalog_tree_json(c), &tree, err);
         if (st == CKPT_OK && tree) st = ckpt_writer_set_checkpoint_metadata(w, CKPT_TREE_METADATA_KEY, tree, err);
+        free(tree);
+    }
+    if (ckpt_catalog_format(c) == CKPT_FORMAT_FLAX_MSGPACK) {
+        /* As transformers' Flax models save safetensors; the document's
+         * structure where ckpt.save keeps one (dicts keyed "0", "1" stay
+         * dicts; step counters and hyper-parameters are kept). */
+        st = ckpt_writer_set_metadata(w, "format", "flax", err);
+        char *tree = NULL;
+        if (st == CKPT_OK) st = ckpt__tree_for_plan(p, ckpt_catalog_tree_json(c), &tree, err);
+        if (st == CKPT_OK && tree) st = ckpt_writer_set_checkpoint_metadata(w, CKPT_STRUCTURE_METADATA_KEY, tree, err);
         free(tree);
     }
     for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_metadata_count(c); i++) {
@@ -84,6 +98,7 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
     o.copy_partial_views = 1; /* a torch file's views are written, each whole, where the hub would refuse */
     ckpt_writer *w;
     if ((st = ckpt_writer_create(dst_path, &o, &w, err))) return st;
+    if (ckpt__catalog_direct(p->catalog)) ckpt__writer_drop_behind(w);
     st = copy_metadata(p, w, err);
     size_t n = p->selected_count, used = 0;
     ckpt__move *moves = ckpt__calloc(n ? n : 1, sizeof *moves);

@@ -22,7 +22,7 @@
 enum {
     DEFAULT_CHUNK = 8 << 20,
     MIN_CHUNK = 64 << 10,
-    COPY_CHUNK = 64 << 20,   /* kernel copies: no buffer, larger boxes */
+    COPY_CHUNK = 64 << 20,   /* kernel copies, and remote reads straight into memory: no buffer, larger boxes */
     BATCH = 256,             /* read requests gathered before submission */
     URING_PIECE = 1 << 20,   /* large reads are split so that io_uring keeps several in flight */
     DIRECT_MIN = 1 << 20,    /* smaller runs are read through the page cache */
@@ -56,6 +56,7 @@ typedef struct job {
     bool same_bytes;          /* output bytes are the source's (no cast) */
     bool serial;              /* boxes in order on one worker: hashes, ordered writes, DEFLATE */
     bool kernel_copy;         /* WRITER: the slice is one run of a local file, copied by the kernel */
+    bool box_copy;            /* WRITER, several pieces: a box inside one piece's run is copied by the kernel */
     uint64_t nbytes;          /* output bytes */
     uint32_t block;           /* elements per unit of the innermost axis: a GGUF block type's (either
                                  side of the cast), else 1; the axes above are then in units */
@@ -161,17 +162,66 @@ static void make_job(ckpt_catalog *c, ckpt__move *m, job *j, uint64_t *pool) {
 }
 
 /* Whether the whole slice is one run of a dense, stored, little-endian
- * piece of a local file, and the output its very bytes. */
+ * piece of a local file, and the output its very bytes.  Not in direct
+ * mode: the kernel's copy goes through the page cache. */
 static bool one_file_run(const ckpt_catalog *c, const job *j) {
     const ckpt__piece *p = &j->pieces[0];
     if (j->npieces != 1 || !j->same_bytes || p->strides || p->record_size || p->big_endian) return false;
-    if (!(ckpt__catalog_source(c, p->file)->caps & CKPT__SRC_FD)) return false;
+    unsigned caps = ckpt__catalog_source(c, p->file)->caps;
+    if (!(caps & CKPT__SRC_FD) || (caps & CKPT__SRC_DIRECT)) return false;
     for (uint32_t i = 0; i < j->n; i++)
         if (j->perm[i] != i) return false;
     ckpt__runs r;
     uint64_t buf[CKPT_MAX_DIMS];
     ckpt__runs_plan(&r, j->n, piece_count(j, p, buf), NULL, j->count, NULL, false);
     return r.runs <= 1;
+}
+
+/* Whether every box of a move into memory is read straight into place
+ * from remote sources (no bounce): a remote read is one batch of range
+ * requests that the source sends in parallel, so larger boxes keep more
+ * of them in flight — and cost no memory. */
+static bool remote_straight(const ckpt_catalog *c, const job *j) {
+    if (j->m->sink != CKPT__SINK_MEMORY || !j->same_bytes) return false;
+    for (uint32_t i = 0; i < j->n; i++)
+        if (j->perm[i] != i) return false;
+    for (uint32_t k = 0; k < j->npieces; k++) {
+        const ckpt__piece *p = &j->pieces[k];
+        const ckpt__source *src = ckpt__catalog_source(c, p->file);
+        if (p->strides || p->record_size || p->big_endian || src->fd >= 0 || !(src->caps & CKPT__SRC_REMOTE))
+            return false;
+    }
+    return true;
+}
+
+/* The piece that holds a whole box as one dense, stored, little-endian
+ * run of a local file, and the run's offset; NULL when there is none
+ * (pieces tile the tensor, so at most one can hold the box). */
+static const ckpt__piece *box_run(ckpt_catalog *c, const job *j, const uint64_t *bstart, const uint64_t *bcount,
+                                  uint64_t *offset) {
+    for (uint32_t k = 0; k < j->npieces; k++) {
+        const ckpt__piece *p = &j->pieces[k];
+        const uint64_t *pc = p->count ? p->count : j->shape;
+        bool inside = true;
+        for (uint32_t a = 0; a < j->n && inside; a++) {
+            uint64_t ps = p->start ? p->start[a] : 0;
+            inside = bstart[a] >= ps && bstart[a] + bcount[a] <= ps + pc[a];
+        }
+        if (!inside) continue;
+        if (p->strides || p->record_size || p->big_endian || !(ckpt__catalog_source(c, p->file)->caps & CKPT__SRC_FD))
+            return NULL;
+        ckpt__runs r;
+        ckpt__runs_plan(&r, j->n, pc, NULL, bcount, NULL, false);
+        if (r.runs > 1) return NULL;
+        int64_t first = 0, s = 1;
+        for (uint32_t a = j->n; a-- > 0;) {
+            first += (int64_t)(bstart[a] - (p->start ? p->start[a] : 0)) * s;
+            s *= (int64_t)pc[a];
+        }
+        *offset = p->offset + (uint64_t)first * j->in_size;
+        return p;
+    }
+    return NULL;
 }
 
 /* Cuts the slice along `order`: the outermost axes one index at a time,
@@ -455,6 +505,15 @@ static ckpt_status run_box(worker *w, job *j, uint64_t i, XXH3_state_t *hash, ck
         if (st == CKPT_OK) ckpt__source_count(src, bytes);
         return st;
     }
+    uint64_t run_at;
+    const ckpt__piece *run = j->box_copy ? box_run(w->g->catalog, j, bstart, bcount, &run_at) : NULL;
+    if (run) { /* a row block of one chunk (DCP): the kernel copies it */
+        w->bytes_needed += bytes;
+        ckpt__source *src = ckpt__catalog_source(w->g->catalog, run->file);
+        ckpt_status st = ckpt__writer_pcopy(o->writer, m->writer_index, at, src, run_at, bytes, err);
+        if (st == CKPT_OK) ckpt__source_count(src, bytes);
+        return st;
+    }
     /* A writer or a hash takes the box's output contiguous: dense in the
      * slot, in output order. */
     int64_t slot_stride[CKPT_MAX_DIMS], s = 1;
@@ -581,7 +640,9 @@ static file_state *open_files(ckpt_catalog *c, ckpt_io_mode mode, bool *any_dire
         files[i].dfd = -1;
         ckpt__source *src = ckpt__catalog_source(c, i);
         bool local = (src->caps & CKPT__SRC_FD) && !(src->caps & CKPT__SRC_REMOTE);
-        bool direct = local && mode == CKPT_IO_DIRECT;
+        /* A source opened in direct mode is read with O_DIRECT whatever the
+         * mode (on a network file system too: it was asked for). */
+        bool direct = (local && mode == CKPT_IO_DIRECT) || ((src->caps & CKPT__SRC_FD) && (src->caps & CKPT__SRC_DIRECT));
         if (local && mode == CKPT_IO_AUTO)
             direct = src->size >= (64u << 20) && ckpt__cached_fraction(src->fd, src->size, 0, src->size) < 0.5;
         if (direct) files[i].dfd = ckpt__open_direct(src->name, src->fd, &files[i].align);
@@ -654,9 +715,14 @@ ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, c
         if (moves[k].sink == CKPT__SINK_WRITER) {
             j->serial |= o->ordered;
             j->kernel_copy = !o->ordered && one_file_run(c, j);
+            bool identity = true;
+            for (uint32_t a = 0; a < j->n; a++) identity &= j->perm[a] == a;
+            j->box_copy = !o->ordered && !j->kernel_copy && j->npieces > 1 && j->same_bytes && identity &&
+                          !packed(t->dtype);
         }
         unsigned size = j->in_size > j->out_size ? j->in_size : j->out_size;
-        uint64_t limit = (j->kernel_copy ? COPY_CHUNK : g.chunk) / (size ? size : 1);
+        bool large = j->kernel_copy || (remote_straight(c, j) && g.chunk < COPY_CHUNK);
+        uint64_t limit = (large ? COPY_CHUNK : g.chunk) / (size ? size : 1);
         plan_boxes(j, limit ? limit : 1);
         g.total_bytes += j->nbytes;
         if (j->boxes == 0) {
@@ -711,6 +777,7 @@ ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, c
     for (size_t i = 0; i < started; i++) free_worker(&workers[i]);
     free(workers);
     close_files(g.files, ckpt_catalog_file_count(c));
+    ckpt__catalog_drop_cache(c); /* direct mode: what small reads brought into the page cache */
     free(g.jobs);
     free(pool);
     pthread_mutex_destroy(&g.lock);

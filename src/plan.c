@@ -4,12 +4,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "catalog_internal.h"
 #include "formats/json.h"
 #include "plan_internal.h"
 #include "transform/cast.h"
 
 static bool matches(const char *pattern, const char *name) {
     return !pattern || strcmp(pattern, "*") == 0 || fnmatch(pattern, name, 0) == 0;
+}
+
+/* The entries a pattern may match: the one tensor it names when it has no
+ * glob character (found through the catalog's hash table, so that rules by
+ * name cost O(1) however many tensors there are), else all of them. */
+static void candidates(const ckpt_plan *p, const char *pattern, size_t *lo, size_t *hi) {
+    *lo = 0, *hi = p->entry_count;
+    if (!pattern || strpbrk(pattern, "*?[\\")) return;
+    const ckpt_tensor_info *t = ckpt_catalog_find(p->catalog, pattern);
+    size_t i = t ? ckpt__catalog_index_of(p->catalog, t) : SIZE_MAX;
+    if (i >= p->entry_count) *lo = *hi = 0;
+    else *lo = i, *hi = i + 1;
 }
 
 /* A pattern without an unescaped `*`, `?` or `[` names one tensor: a rule
@@ -133,13 +146,42 @@ void ckpt__plan_refresh(ckpt_plan *p) {
     p->names_dirty = true;
 }
 
+/* Keeps a select or exclude rule for names that are not tensors'. */
+static ckpt_status record_rule(ckpt_plan *p, const char *pattern, bool exclude, ckpt_error *err) {
+    if (p->rule_count == p->rule_cap) {
+        size_t cap = p->rule_cap ? p->rule_cap * 2 : 8;
+        ckpt__plan_rule *r = ckpt__arena_alloc(&p->arena, cap * sizeof *r);
+        if (!r) return ckpt__oom(err, NULL, "the plan's rules");
+        if (p->rule_count) memcpy(r, p->rules, p->rule_count * sizeof *r);
+        p->rules = r, p->rule_cap = cap;
+    }
+    const char *copy = pattern ? ckpt__arena_strndup(&p->arena, pattern, strlen(pattern)) : NULL;
+    if (pattern && !copy) return ckpt__oom(err, NULL, "the plan's rules");
+    p->rules[p->rule_count++] = (ckpt__plan_rule){copy, exclude};
+    return CKPT_OK;
+}
+
+bool ckpt__plan_selects_name(const ckpt_plan *p, const char *name) {
+    bool kept = true, selecting = false;
+    for (size_t i = 0; i < p->rule_count; i++) {
+        const ckpt__plan_rule *r = &p->rules[i];
+        if (!r->exclude && !selecting) kept = false, selecting = true;
+        if (matches(r->pattern, name)) kept = !r->exclude;
+    }
+    return kept;
+}
+
 ckpt_status ckpt_plan_select(ckpt_plan *p, const char *pattern, ckpt_error *err) {
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    ckpt_status rst = record_rule(p, pattern, false, err);
+    if (rst) return rst;
     if (!p->selecting)
         for (size_t i = 0; i < p->entry_count; i++) p->entries[i].selected = false;
     p->selecting = true;
     rule_begin(p);
-    for (size_t i = 0; i < p->entry_count; i++)
+    size_t lo, hi;
+    candidates(p, pattern, &lo, &hi);
+    for (size_t i = lo; i < hi; i++)
         if (matches(pattern, p->entries[i].pub.source->name)) p->entries[i].selected = true, p->rule_matched++;
     p->selection_dirty = true;
     return rule_end(p, "select", pattern, err);
@@ -147,8 +189,12 @@ ckpt_status ckpt_plan_select(ckpt_plan *p, const char *pattern, ckpt_error *err)
 
 ckpt_status ckpt_plan_exclude(ckpt_plan *p, const char *pattern, ckpt_error *err) {
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    ckpt_status rst = record_rule(p, pattern, true, err);
+    if (rst) return rst;
     rule_begin(p);
-    for (size_t i = 0; i < p->entry_count; i++)
+    size_t lo, hi;
+    candidates(p, pattern, &lo, &hi);
+    for (size_t i = lo; i < hi; i++)
         if (matches(pattern, p->entries[i].pub.source->name)) p->entries[i].selected = false, p->rule_matched++;
     p->selection_dirty = true;
     return rule_end(p, "exclude", pattern, err);
@@ -273,7 +319,9 @@ ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, 
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "cannot cast to %s: not a float or integer dtype",
                           ckpt_dtype_name(dtype) ? ckpt_dtype_name(dtype) : "an invalid dtype");
     rule_begin(p);
-    for (size_t i = 0; i < p->entry_count; i++) {
+    size_t lo, hi;
+    candidates(p, pattern, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) {
         ckpt__plan_entry *e = &p->entries[i];
         if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
         p->rule_matched++;
@@ -373,7 +421,9 @@ static ckpt_status apply_range(ckpt_plan *p, ckpt__plan_entry *e, uint32_t d, ui
 ckpt_status ckpt_plan_slice(ckpt_plan *p, const char *pattern, int dim, uint64_t start, uint64_t stop, ckpt_error *err) {
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
     rule_begin(p);
-    for (size_t i = 0; i < p->entry_count; i++) {
+    size_t lo, hi;
+    candidates(p, pattern, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) {
         ckpt__plan_entry *e = &p->entries[i];
         if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
         p->rule_matched++;
@@ -392,7 +442,9 @@ ckpt_status ckpt_plan_split(ckpt_plan *p, const char *pattern, int dim, uint64_t
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "rank %llu of %llu parts: need rank < parts",
                           (unsigned long long)rank, (unsigned long long)parts);
     rule_begin(p);
-    for (size_t i = 0; i < p->entry_count; i++) {
+    size_t lo, hi;
+    candidates(p, pattern, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) {
         ckpt__plan_entry *e = &p->entries[i];
         if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
         p->rule_matched++;
@@ -450,7 +502,9 @@ static ckpt_status refuse_block_permute(ckpt_plan *p, ckpt__plan_entry *e, const
 static ckpt_status permute_matching(ckpt_plan *p, const char *rule, const char *pattern, uint32_t ndim,
                                     const uint32_t *perm, ckpt_error *err) {
     rule_begin(p);
-    for (size_t i = 0; i < p->entry_count; i++) {
+    size_t lo, hi;
+    candidates(p, pattern, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) {
         ckpt__plan_entry *e = &p->entries[i];
         if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
         p->rule_matched++;

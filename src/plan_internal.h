@@ -20,6 +20,8 @@ struct ckpt_plan {
     ckpt__plan_entry *entries; /* one per catalog tensor */
     size_t entry_count;
     bool selecting;            /* a select call replaced "everything" */
+    struct ckpt__plan_rule *rules; /* select and exclude patterns in order (arena), for names that are not tensors */
+    size_t rule_count, rule_cap;
     unsigned flags;            /* CKPT_PLAN_* */
     size_t rule_matched, rule_skipped; /* the last rule's accounting */
     size_t *selected;          /* indexes of selected entries, in order */
@@ -32,6 +34,17 @@ struct ckpt_plan {
     ckpt_load_stats stats;
     struct ckpt_mapping **maps; /* private views' mappings, per data file (CKPT_VIEWS_PRIVATE) */
 };
+
+/* A select or exclude rule as given (pattern NULL: every name). */
+typedef struct ckpt__plan_rule {
+    const char *pattern;
+    bool exclude;
+} ckpt__plan_rule;
+
+/* Whether the plan's select and exclude rules, applied in order as they
+ * are to tensors, keep `name` (the dotted path of a value of the object
+ * tree that is not a tensor). */
+CKPT__HIDDEN bool ckpt__plan_selects_name(const ckpt_plan *plan, const char *name);
 
 /* Refreshes the selection list (after select/exclude/prune). */
 CKPT__HIDDEN void ckpt__plan_refresh(ckpt_plan *plan);

@@ -1,7 +1,14 @@
 /* tree.c — a torch file's object tree, as a conversion records it: only
  * when it says something that the tensors' names do not (values that are
  * not tensors, tuples, lists, sets, keys that are not strings), with the
- * tensors the plan dropped taken out and the ones it renamed renamed. */
+ * tensors the plan dropped taken out and the ones it renamed renamed.
+ * Under select and exclude rules, a dict entry whose tensors the plan all
+ * dropped goes with them (an optimizer's hyper-parameters with its state),
+ * and an entry that holds no tensor stays when the rules, applied to its
+ * dotted name as to a tensor's, keep it: `--select 'model.*'` exports the
+ * model (as the hub would save the model's state dict alone) and drops a
+ * step counter beside it, `--exclude 'optim.*'` keeps that counter. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +23,21 @@ typedef struct emitter {
     ckpt__buf out;
     bool meaningful;
     int module_state; /* inside a state dict's _metadata (module versions) */
+    ckpt__buf path;   /* the dotted name of the value being emitted (as the torch reader names tensors) */
 } emitter;
+
+/* Appends a name part to the path; returns the length to go back to. */
+static size_t path_push(emitter *e, const char *part, size_t n) {
+    size_t saved = e->path.len;
+    if (saved) ckpt__buf_append(&e->path, ".", 1);
+    ckpt__buf_append(&e->path, part, n);
+    return saved;
+}
+
+static void path_pop(emitter *e, size_t saved) {
+    e->path.len = saved;
+    if (e->path.data) e->path.data[saved] = '\0';
+}
 
 /* The value of member `key` of object node i, or 0. */
 static size_t member(const ckpt__json_doc *d, size_t i, const char *key) {
@@ -59,14 +80,53 @@ static bool dropped(emitter *e, size_t i) {
     return v && d->nodes[v].kind == CKPT__JSON_STRING && !kept_name(e->plan, d->nodes[v].str);
 }
 
+/* A dict key like "0": a dict, where names split at dots would give a list. */
+static bool all_digits(const char *s) {
+    if (!*s) return false;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9') return false;
+    return true;
+}
+
+/* Counts the tensors under node i, and those of them the plan keeps. */
+static void count_tensors(emitter *e, size_t i, int depth, size_t *all, size_t *kept) {
+    const ckpt__json_doc *d = e->doc;
+    const ckpt__json_node *n = &d->nodes[i];
+    if (depth > 256) return;
+    if (n->kind == CKPT__JSON_OBJECT) {
+        size_t v = member(d, i, "__tensor__");
+        if (v && d->nodes[v].kind == CKPT__JSON_STRING) {
+            ++*all;
+            *kept += kept_name(e->plan, d->nodes[v].str) != NULL;
+            return;
+        }
+    }
+    if (n->kind != CKPT__JSON_OBJECT && n->kind != CKPT__JSON_ARRAY) return;
+    for (size_t k = i + 1; k < n->end; k = d->nodes[k].end) count_tensors(e, k, depth + 1, all, kept);
+}
+
+/* Whether the plan leaves out a dict entry's value as a whole (see the top):
+ * tensors, all dropped; or no tensor, and a name the select and exclude
+ * rules do not keep. */
+static bool left_out(emitter *e, size_t value) {
+    const ckpt_plan *p = e->plan;
+    if (!p->rule_count) return false;
+    size_t all = 0, kept = 0;
+    count_tensors(e, value, 0, &all, &kept);
+    return all ? kept == 0 : !ckpt__plan_selects_name(p, e->path.data ? e->path.data : "");
+}
+
 static void emit_array(emitter *e, size_t i, int depth, bool tensors_to_null) {
     const ckpt__json_doc *d = e->doc;
     ckpt__buf_puts(&e->out, "[");
     size_t k = i + 1;
     for (uint32_t m = 0; m < d->nodes[i].count; m++) {
         if (m) ckpt__buf_puts(&e->out, ", ");
+        char index[24];
+        size_t saved = path_push(e, index, (size_t)snprintf(index, sizeof index, "%u", m));
         if (tensors_to_null && dropped(e, k)) ckpt__buf_puts(&e->out, "null");
         else emit(e, k, depth + 1);
+        path_pop(e, saved);
         k = d->nodes[k].end;
     }
     ckpt__buf_puts(&e->out, "]");
@@ -84,14 +144,21 @@ static void emit_dict(emitter *e, size_t i, int depth) {
         k = d->nodes[k].end;
         if (d->nodes[pair].kind != CKPT__JSON_ARRAY || d->nodes[pair].count != 2) continue;
         size_t key = pair + 1, value = d->nodes[key].end;
-        if (dropped(e, value)) continue;
-        if (d->nodes[key].kind != CKPT__JSON_STRING && !e->module_state) e->meaningful = true;
-        ckpt__buf_puts(&e->out, first ? "[" : ", [");
-        first = false;
-        emit_scalar(e, key);
-        ckpt__buf_puts(&e->out, ", ");
-        emit(e, value, depth + 1);
-        ckpt__buf_puts(&e->out, "]");
+        const ckpt__json_node *kn = &d->nodes[key];
+        /* the key as the torch reader names it: a string, an int's digits, True/False */
+        const char *part = kn->kind == CKPT__JSON_TRUE ? "True" : kn->kind == CKPT__JSON_FALSE ? "False" : kn->str;
+        size_t saved = path_push(e, part ? part : "", part == kn->str ? kn->len : part ? strlen(part) : 0);
+        bool skip = dropped(e, value) || (!e->module_state && left_out(e, value));
+        if (!skip) {
+            if ((kn->kind != CKPT__JSON_STRING || all_digits(kn->str)) && !e->module_state) e->meaningful = true;
+            ckpt__buf_puts(&e->out, first ? "[" : ", [");
+            first = false;
+            emit_scalar(e, key);
+            ckpt__buf_puts(&e->out, ", ");
+            emit(e, value, depth + 1);
+            ckpt__buf_puts(&e->out, "]");
+        }
+        path_pop(e, saved);
     }
     ckpt__buf_puts(&e->out, "]");
     if (state) {
@@ -102,7 +169,9 @@ static void emit_dict(emitter *e, size_t i, int depth) {
                       d->nodes[meta + 2].kind == CKPT__JSON_STRING && !strcmp(d->nodes[meta + 2].str, "_metadata");
         ckpt__buf_puts(&e->out, ", \"__state__\": ");
         e->module_state += module;
+        size_t saved = path_push(e, "__state__", 9);
         emit(e, state, depth + 1);
+        path_pop(e, saved);
         e->module_state -= module;
     }
     ckpt__buf_puts(&e->out, "}");
@@ -168,6 +237,7 @@ ckpt_status ckpt__tree_for_plan(const ckpt_plan *p, const char *tree_json, char 
     emitter e = {.plan = p, .doc = &doc};
     emit(&e, 0, 0);
     ckpt__json_free(&doc);
+    free(e.path.data);
     free(text);
     if (e.out.failed) {
         free(e.out.data);

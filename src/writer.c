@@ -4,7 +4,9 @@
  * computed offsets from any thread, then an atomic commit (io/commit.c). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,8 +25,16 @@ typedef struct wtensor {
     size_t kept;                 /* deduplicated: the tensor written in its place; else its own index */
     uint64_t written;            /* bytes received (atomic) */
     XXH3_state_t *hash;          /* while its bytes stream in, when the format needs it */
-    uLong crc;
+    struct segment *segments;    /* CRC-32 of each range received (under the writer's lock) */
+    size_t segment_count, segment_cap;
 } wtensor;
+
+/* A range of a tensor's bytes and its CRC-32: bytes come from any thread,
+ * in any order; commit joins the CRCs (crc32_combine) in byte order. */
+typedef struct segment {
+    uint64_t at, n;
+    uint32_t crc;
+} segment;
 
 typedef struct wfile {
     char *name; /* relative to the output directory */
@@ -60,6 +70,16 @@ struct ckpt_writer {
     char **stale;          /* a replaced checkpoint's files (names in dir) */
     size_t stale_count;
     ckpt__commit *commit;
+    /* Direct mode: what is written leaves the page cache once on disk. */
+    bool drop_behind;
+    pthread_mutex_t drop_lock;
+    struct dropped_range {
+        int fd;
+        uint64_t off, n;
+    } drops[64]; /* written ranges whose write-back has started, oldest first (a ring) */
+    size_t drop_first, drop_count;
+    uint64_t drop_bytes; /* bytes in the ring */
+    pthread_mutex_t lock; /* tensors' CRC segments */
 };
 
 #define W(o) ((ckpt_writer *)(o))
@@ -131,6 +151,7 @@ ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *opti
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "path and out are required");
     ckpt_writer *w = ckpt__calloc(1, sizeof *w);
     if (!w) return ckpt__oom(err, path, NULL);
+    pthread_mutex_init(&w->lock, NULL);
     ckpt_writer_options_init(&w->opt);
     if (options) CKPT__TAKE_OPTIONS(&w->opt, options);
     w->opt.size = sizeof w->opt;
@@ -598,6 +619,101 @@ static ckpt_status check_append(ckpt_writer *w, size_t index, uint64_t at, uint6
  * callers may stream every tensor they declared. */
 static bool dropped(const ckpt_writer *w, size_t index) { return w->tensors[index].pub.file == CKPT__OUT_NONE; }
 
+/* Direct mode: every written range starts its write-back at once and
+ * joins a queue; once DROP_WINDOW bytes wait in it, the oldest ranges —
+ * whose write-back has had time to finish — are waited for and dropped
+ * from the page cache.  The cache holds about DROP_WINDOW of output, and
+ * writing rarely waits. */
+enum { DROP_WINDOW = 32 << 20 };
+
+void ckpt__writer_drop_behind(ckpt_writer *w) {
+    if (w->drop_behind) return;
+    pthread_mutex_init(&w->drop_lock, NULL);
+    w->drop_behind = true;
+}
+
+static void drop_range(int fd, uint64_t off, uint64_t n) {
+    sync_file_range(fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    posix_fadvise(fd, (off_t)off, (off_t)n, POSIX_FADV_DONTNEED);
+}
+
+static void wrote(ckpt_writer *w, const wfile *f, uint64_t off, uint64_t n) {
+    if (!w->drop_behind || !n) return;
+    sync_file_range(f->fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WRITE);
+    size_t cap = sizeof w->drops / sizeof w->drops[0];
+    pthread_mutex_lock(&w->drop_lock);
+    if (w->drop_count == cap) { /* full: make room (rare: ranges are large) */
+        struct dropped_range r = w->drops[w->drop_first];
+        w->drop_first = (w->drop_first + 1) % cap, w->drop_count--, w->drop_bytes -= r.n;
+        pthread_mutex_unlock(&w->drop_lock);
+        drop_range(r.fd, r.off, r.n);
+        pthread_mutex_lock(&w->drop_lock);
+    }
+    if (w->drop_count < cap) {
+        w->drops[(w->drop_first + w->drop_count++) % cap] = (struct dropped_range){f->fd, off, n};
+        w->drop_bytes += n;
+    }
+    while (w->drop_bytes > DROP_WINDOW && w->drop_count) {
+        struct dropped_range r = w->drops[w->drop_first];
+        w->drop_first = (w->drop_first + 1) % cap, w->drop_count--, w->drop_bytes -= r.n;
+        pthread_mutex_unlock(&w->drop_lock);
+        drop_range(r.fd, r.off, r.n);
+        pthread_mutex_lock(&w->drop_lock);
+    }
+    pthread_mutex_unlock(&w->drop_lock);
+}
+
+/* Before a file's descriptor closes: the queue forgets it, and what is
+ * left of it leaves the page cache. */
+static void drop_file(ckpt_writer *w, int fd) {
+    if (!w->drop_behind || fd < 0) return;
+    size_t cap = sizeof w->drops / sizeof w->drops[0], kept = 0;
+    pthread_mutex_lock(&w->drop_lock);
+    for (size_t i = 0; i < w->drop_count; i++) {
+        struct dropped_range r = w->drops[(w->drop_first + i) % cap];
+        if (r.fd == fd) w->drop_bytes -= r.n;
+        else w->drops[(w->drop_first + kept++) % cap] = r;
+    }
+    w->drop_count = kept;
+    pthread_mutex_unlock(&w->drop_lock);
+    sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+}
+
+static ckpt_status add_segment(ckpt_writer *w, wtensor *t, uint64_t at, const void *data, size_t n, ckpt_error *err) {
+    uint32_t crc = (uint32_t)crc32_z(0, data, n);
+    ckpt_status st = CKPT_OK;
+    pthread_mutex_lock(&w->lock);
+    if (t->segment_count == t->segment_cap) {
+        size_t cap = t->segment_cap ? t->segment_cap * 2 : 8;
+        segment *g = ckpt__realloc(t->segments, cap * sizeof *g);
+        if (!g) st = ckpt__oom(err, w->path, t->pub.name);
+        else t->segments = g, t->segment_cap = cap;
+    }
+    if (st == CKPT_OK) t->segments[t->segment_count++] = (segment){at, n, crc};
+    pthread_mutex_unlock(&w->lock);
+    return st;
+}
+
+/* The file and offset of the tensor's byte `at`, and how many bytes from
+ * there stay in that place (a part's end, or the tensor's). */
+static void place_of(const ckpt_writer *w, const wtensor *t, uint64_t at, uint32_t *file, uint64_t *offset,
+                     uint64_t *room) {
+    if (!t->pub.part_count) {
+        *file = t->pub.file, *offset = t->pub.offset + at, *room = t->pub.nbytes - at;
+        return;
+    }
+    size_t lo = 0, hi = t->pub.part_count; /* the last part that begins at or before `at` */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (t->pub.parts[mid].begin <= at) lo = mid;
+        else hi = mid;
+    }
+    const ckpt__out_part *p = &t->pub.parts[lo];
+    (void)w;
+    *file = p->file, *offset = p->offset + (at - p->begin), *room = p->begin + p->nbytes - at;
+}
+
 ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const void *data, size_t nbytes,
                                 ckpt_error *err) {
     ckpt_status st = check_append(w, index, at, nbytes, err);
@@ -608,19 +724,28 @@ ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const
         __atomic_add_fetch(&t->written, nbytes, __ATOMIC_ACQ_REL);
         return CKPT_OK;
     }
-    wfile *f = &w->files[t->pub.file];
-    if (w->needs && at != __atomic_load_n(&t->written, __ATOMIC_ACQUIRE))
-        return ckpt__fail(err, CKPT_E_BAD_STATE, f->final_path, t->pub.name, -1,
+    if ((w->needs & CKPT__OUT_XXH3) && at != __atomic_load_n(&t->written, __ATOMIC_ACQUIRE))
+        return ckpt__fail(err, CKPT_E_BAD_STATE, w->files[t->pub.file].final_path, t->pub.name, -1,
                           "with checksums a tensor's bytes must arrive in order (byte %llu came after %llu)",
                           (unsigned long long)at, (unsigned long long)t->written);
-    st = ckpt__pwrite_full(f->fd, data, nbytes, t->pub.offset + at, f->tmp_path, err);
-    if (st) return ckpt__error_in_tensor(err, st, t->pub.name);
+    const unsigned char *src = data;
+    for (uint64_t done = 0; done < nbytes;) {
+        uint32_t fi;
+        uint64_t off, room;
+        place_of(w, t, at + done, &fi, &off, &room);
+        uint64_t n = nbytes - done < room ? nbytes - done : room;
+        wfile *f = &w->files[fi];
+        st = ckpt__pwrite_full(f->fd, src + done, n, off, f->tmp_path, err);
+        if (st) return ckpt__error_in_tensor(err, st, t->pub.name);
+        if ((w->needs & CKPT__OUT_CRC32) && (st = add_segment(w, t, at + done, src + done, (size_t)n, err))) return st;
+        wrote(w, f, off, n);
+        done += n;
+    }
     if (w->needs & CKPT__OUT_XXH3) {
         if (!t->hash && (!(t->hash = XXH3_createState()) || XXH3_64bits_reset(t->hash) == XXH_ERROR))
             return ckpt__oom(err, w->path, NULL);
         XXH3_64bits_update(t->hash, data, nbytes);
     }
-    if (w->needs & CKPT__OUT_CRC32) t->crc = crc32_z(t->crc, data, nbytes);
     __atomic_add_fetch(&t->written, nbytes, __ATOMIC_ACQ_REL);
     return CKPT_OK;
 }
@@ -628,6 +753,25 @@ ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const
 ckpt_status ckpt_writer_write(ckpt_writer *w, size_t index, const void *data, size_t nbytes, ckpt_error *err) {
     if (!w || index >= w->count) return check_append(w, index, 0, nbytes, err);
     return ckpt__writer_pwrite(w, index, w->tensors[index].written, data, nbytes, err);
+}
+
+/* Bytes the CRC-32 needs to see, or a source the kernel cannot copy from:
+ * through a bounded buffer. */
+static ckpt_status copy_through(ckpt_writer *w, size_t index, uint64_t at, ckpt__source *src, uint64_t src_offset,
+                                uint64_t n, ckpt_error *err) {
+    enum { CHUNK = 8 << 20 };
+    size_t cap = n < CHUNK ? (size_t)n : CHUNK;
+    unsigned char *buf = ckpt__malloc(cap ? cap : 1);
+    if (!buf) return ckpt__oom(err, w->path, NULL);
+    ckpt_status st = CKPT_OK;
+    for (uint64_t done = 0; done < n && st == CKPT_OK;) {
+        size_t len = n - done < cap ? (size_t)(n - done) : cap;
+        st = ckpt__source_read(src, buf, len, src_offset + done, err);
+        if (st == CKPT_OK) st = ckpt__writer_pwrite(w, index, at + done, buf, len, err);
+        done += len;
+    }
+    free(buf);
+    return st;
 }
 
 ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__source *src, uint64_t src_offset,
@@ -639,17 +783,54 @@ ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__
         __atomic_add_fetch(&t->written, n, __ATOMIC_ACQ_REL);
         return CKPT_OK;
     }
-    wfile *f = &w->files[t->pub.file];
-    if (w->needs || src->fd < 0)
-        return ckpt__fail(err, CKPT_E_BAD_STATE, f->final_path, t->pub.name, -1,
-                          "a kernel copy needs a local source and no checksums");
-    st = ckpt__copy_range(src->fd, src_offset, src->name, f->fd, t->pub.offset + at, f->tmp_path, n, NULL, NULL, err);
-    if (st) return ckpt__error_in_tensor(err, st, t->pub.name);
+    if (w->needs & CKPT__OUT_XXH3)
+        return ckpt__fail(err, CKPT_E_BAD_STATE, w->files[t->pub.file].final_path, t->pub.name, -1,
+                          "a kernel copy cannot feed the checksums");
+    if ((w->needs & CKPT__OUT_CRC32) || src->fd < 0) return copy_through(w, index, at, src, src_offset, n, err);
+    for (uint64_t done = 0; done < n;) {
+        uint32_t fi;
+        uint64_t off, room;
+        place_of(w, t, at + done, &fi, &off, &room);
+        uint64_t len = n - done < room ? n - done : room;
+        wfile *f = &w->files[fi];
+        st = ckpt__copy_range(src->fd, src_offset + done, src->name, f->fd, off, f->tmp_path, len, NULL, NULL, err);
+        if (st) return ckpt__error_in_tensor(err, st, t->pub.name);
+        wrote(w, f, off, len);
+        done += len;
+    }
     __atomic_add_fetch(&t->written, n, __ATOMIC_ACQ_REL);
     return CKPT_OK;
 }
 
-bool ckpt__writer_needs_order(const ckpt_writer *w) { return w && w->needs != 0; }
+bool ckpt__writer_needs_order(const ckpt_writer *w) { return w && (w->needs & CKPT__OUT_XXH3); }
+
+static int by_at(const void *a, const void *b) {
+    uint64_t x = ((const segment *)a)->at, y = ((const segment *)b)->at;
+    return x < y ? -1 : x > y;
+}
+
+/* A tensor's CRC-32 (each part's, when it has parts) from its segments,
+ * which must tile its bytes exactly. */
+static ckpt_status join_crcs(ckpt_writer *w, wtensor *t, ckpt_error *err) {
+    if (t->segment_count) qsort(t->segments, t->segment_count, sizeof *t->segments, by_at);
+    uint32_t parts = t->pub.part_count ? t->pub.part_count : 1;
+    size_t k = 0;
+    uint64_t at = 0;
+    for (uint32_t p = 0; p < parts; p++) {
+        uint64_t end = t->pub.part_count ? t->pub.parts[p].begin + t->pub.parts[p].nbytes : t->pub.nbytes;
+        uLong crc = crc32_z(0, Z_NULL, 0);
+        for (; k < t->segment_count && t->segments[k].at == at && at + t->segments[k].n <= end; k++) {
+            crc = crc32_combine64(crc, t->segments[k].crc, (z_off64_t)t->segments[k].n);
+            at += t->segments[k].n;
+        }
+        if (at != end)
+            return ckpt__fail(err, CKPT_E_BAD_STATE, w->path, t->pub.name, -1,
+                              "its bytes from %llu arrived twice, or overlapping", (unsigned long long)at);
+        if (t->pub.part_count) t->pub.parts[p].crc32 = (uint32_t)crc;
+        else t->pub.crc32 = (uint32_t)crc;
+    }
+    return CKPT_OK;
+}
 
 /* ---- committing --------------------------------------------------------------- */
 
@@ -657,6 +838,7 @@ static ckpt_status finish_file(ckpt_writer *w, wfile *f, ckpt_error *err) {
     if (ckpt__io_ftruncate(f->fd, (off_t)f->size) != 0)
         return ckpt__fail_errno(err, errno, f->tmp_path, -1, "cannot set the file size");
     if (!w->opt.no_sync && ckpt__io_fsync(f->fd) != 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "fsync failed");
+    drop_file(w, f->fd);
     int fd = f->fd;
     f->fd = -1;
     if (close(fd) != 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "close failed");
@@ -681,9 +863,11 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
                               "only %llu of its %llu bytes were written", (unsigned long long)t->written,
                               (unsigned long long)t->pub.nbytes);
         t->pub.xxh3 = t->hash ? XXH3_64bits_digest(t->hash) : XXH3_64bits(NULL, 0);
-        t->pub.crc32 = (uint32_t)t->crc;
     }
-    ckpt_status st = w->fmt->finish ? w->fmt->finish(O(w), err) : CKPT_OK;
+    ckpt_status st = CKPT_OK;
+    for (size_t i = 0; st == CKPT_OK && (w->needs & CKPT__OUT_CRC32) && i < w->count; i++)
+        if (!dropped(w, i)) st = join_crcs(w, &w->tensors[i], err);
+    if (st == CKPT_OK && w->fmt->finish) st = w->fmt->finish(O(w), err);
     for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) st = finish_file(w, &w->files[f], err);
     for (size_t f = 0; st == CKPT_OK && f < w->side_count; f++) st = finish_file(w, &w->sides[f], err);
     /* Data files, the files copied along, then side files (an index) last;
@@ -708,6 +892,7 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
 
 void ckpt_writer_free(ckpt_writer *w) {
     if (!w) return;
+    if (w->drop_behind) pthread_mutex_destroy(&w->drop_lock);
     for (size_t f = 0; f < w->file_count; f++) {
         if (w->files[f].fd >= 0) close(w->files[f].fd);
         free(w->files[f].name);
@@ -719,7 +904,11 @@ void ckpt_writer_free(ckpt_writer *w) {
         free(w->sides[f].final_path);
     }
     ckpt__commit_free(w->commit); /* an unpublished commit removes its temporaries */
-    for (size_t i = 0; i < w->count; i++) XXH3_freeState(w->tensors[i].hash);
+    for (size_t i = 0; i < w->count; i++) {
+        XXH3_freeState(w->tensors[i].hash);
+        free(w->tensors[i].segments);
+    }
+    pthread_mutex_destroy(&w->lock);
     for (size_t i = 0; i < w->stale_count; i++) free(w->stale[i]);
     for (size_t i = 0; i < w->extra_count; i++) free(w->extras[i]);
     free(w->extras);

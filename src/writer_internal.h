@@ -13,6 +13,10 @@
 CKPT__HIDDEN ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const void *data, size_t n,
                                              ckpt_error *err);
 
+/* Direct mode (a catalog opened with `direct`): written data leaves the
+ * page cache once it is on disk (sync_file_range, POSIX_FADV_DONTNEED). */
+CKPT__HIDDEN void ckpt__writer_drop_behind(ckpt_writer *w);
+
 /* Tensor bytes [at, at + n) copied by the kernel from a local source (no
  * checksums). */
 CKPT__HIDDEN ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__source *src,

@@ -7,11 +7,14 @@
     ckpt.save(model.state_dict(), "out/", max_shard_size="5GB")
     ckpt.convert("pytorch_model.bin", "model.safetensors")
 
-Drop-ins for safetensors: ckpt.torch and ckpt.numpy.  Everything reads
-.safetensors files, sharded Hugging Face directories and torch.save files
-(parsed without running any pickle code)."""
+Drop-ins for safetensors: ckpt.torch and ckpt.numpy; checkpoints straight
+onto JAX devices with shardings: ckpt.jax.  Everything reads .safetensors
+files, sharded Hugging Face directories, torch.save files (parsed without
+running any pickle code), GGUF, NumPy .npy/.npz and Flax msgpack files —
+local paths, or http://, https:// and s3:// URLs read with parallel range
+requests; direct=True reads local files around the page cache."""
 from . import _ckpt
-from ._errors import CancelledError, Error, ExistsError, IOFailure, NoMatchError, NotFoundError, SafetensorError
+from ._errors import CancelledError, Error, ExistsError, IOFailure, NoMatchError, NotFoundError, RemoteError, SafetensorError
 from ._api import (Checkpoint, LoadResult, Mismatch, TensorInfo, TensorSpec, cast, convert, dtype_name, load,
                    load_into, open, save, shapes)
 from ._tree import Call, flatten, unflatten
@@ -21,4 +24,4 @@ parse_size = _ckpt.parse_size
 
 __all__ = ["open", "shapes", "load", "load_into", "save", "convert", "cast", "flatten", "unflatten", "parse_size",
            "dtype_name", "Checkpoint", "TensorSpec", "TensorInfo", "LoadResult", "Mismatch", "Call", "Error",
-           "SafetensorError", "NotFoundError", "ExistsError", "IOFailure", "CancelledError", "NoMatchError"]
+           "SafetensorError", "NotFoundError", "ExistsError", "IOFailure", "CancelledError", "NoMatchError", "RemoteError"]

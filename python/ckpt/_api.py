@@ -6,9 +6,10 @@ import os
 import re
 from collections import namedtuple
 
-from . import _ckpt, _dtypes, _frameworks, _progress, _tree
+from . import _ckpt, _dtypes, _frameworks, _progress, _sources, _tree
 
-FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded", 5: "gguf"}
+FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded", 5: "gguf", 6: "dcp", 7: "npy",
+           8: "npz", 9: "flax-msgpack"}
 _IO = {"auto": 0, "buffered": 1, "direct": 2}
 _VIEWS_PRIVATE = 2
 _MISSING, _UNEXPECTED, _SHAPE, _DTYPE = 1, 2, 3, 4
@@ -70,11 +71,12 @@ def _listify(x):
 class Checkpoint:
     """A checkpoint's catalog: names, shapes, dtypes, metadata and (torch
     files) the object tree, read without the data.  Use as a context manager
-    or call close()."""
+    or call close().  `path` may be an http://, https:// or s3:// URL; see
+    the source options of ckpt.open."""
 
-    def __init__(self, path, allowed_globals=None):
-        self.path = os.fspath(path)
-        self._catalog = _ckpt.Catalog(self.path, allowed_globals)
+    def __init__(self, path, allowed_globals=None, *, direct=False, **source):
+        self.path = _sources.name(path)
+        self._catalog = _sources.catalog(self.path, direct, allowed_globals, **source)
         info = self._catalog.info()
         self.format = FORMATS.get(info["format"], str(info["format"]))
         self.index_path = info["index_path"]
@@ -181,7 +183,8 @@ class Checkpoint:
         return self._catalog.verify(progress=_progress.choose(progress, "verify"))
 
     def __repr__(self):
-        return f"<ckpt.Checkpoint {self.path!r} {self.format}, {len(self)} tensors, {self.nbytes / 1e9:.2f} GB>"
+        return (f"<ckpt.Checkpoint {_sources.shown(self.path)!r} {self.format}, {len(self)} tensors, "
+                f"{self.nbytes / 1e9:.2f} GB>")
 
 
 def _gguf_value(typed):
@@ -195,22 +198,29 @@ def _gguf_value(typed):
     return value
 
 
-def open(path, *, allowed_globals=None):  # noqa: A001 - the natural name, as in safetensors' safe_open
+def open(path, *, allowed_globals=None, direct=False, **source):  # noqa: A001 - as safetensors' safe_open
     """Opens a checkpoint's catalog (.safetensors, sharded directory or
-    index, torch.save file) without reading tensor data.
+    index, torch.save file — or their http://, https:// or s3:// URLs)
+    without reading tensor data.
     allowed_globals: pickle globals ("module.Name") to allow beside torch's
     weights-only allowlist, as torch.serialization.add_safe_globals does —
     plain-data reconstructors only (numpy scalars and dtypes,
-    argparse.Namespace, dataclasses); nothing is ever executed."""
-    return Checkpoint(path, allowed_globals)
+    argparse.Namespace, dataclasses); nothing is ever executed.
+
+    Source options (every function that opens a checkpoint takes them):
+    direct=True reads local files with O_DIRECT, around the page cache (no
+    mappings; converts also drop what they write); for remote files,
+    cache_dir (verified local copies), bearer_token, timeout and
+    connect_timeout (seconds), retries and max_connections."""
+    return Checkpoint(path, allowed_globals, direct=direct, **source)
 
 
-def shapes(path, *, nested=True):
+def shapes(path, *, nested=True, **source):
     """The tree of shapes and dtypes of a checkpoint, reading no data — to
     build a model skeleton (as with Flax's eval_shape).  Leaves are
     jax.ShapeDtypeStruct when jax is installed (and knows the dtype), else
     TensorSpec(shape, dtype).  nested=False gives {name: leaf}."""
-    with Checkpoint(path) as c:
+    with Checkpoint(path, **source) as c:
         leaf = _jax_leaf(c) or c.spec
         if nested:
             return c.tree(leaf)
@@ -288,16 +298,20 @@ def _build_plan(catalog, rows, *, select=None, exclude=None, rename=None, dtype=
     return plan
 
 
-def _io(io):
+def _io(io, direct=False):
     try:
-        return _IO[io]
+        mode = _IO[io]
     except KeyError:
         raise ValueError(f"io must be one of {sorted(_IO)}, not {io!r}") from None
+    if direct and io == "buffered":
+        raise ValueError("direct=True reads around the page cache; io='buffered' reads through it")
+    return _IO["direct"] if direct else mode
 
 
 def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
          tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, device="cpu", nested=False, copy=False,
-         mmap=None, threads=0, io="auto", progress=None, allowed_globals=None, ignore_unmatched=False):
+         mmap=None, threads=0, io="auto", progress=None, allowed_globals=None, ignore_unmatched=False, direct=False,
+         **source):
     """Loads a checkpoint (or the part of it a device needs) into a dict of
     tensors, with the parallel engine: memory beyond the tensors is a small
     bounce ring, whatever the checkpoint's size.
@@ -309,21 +323,34 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     slices: {glob: (dim, start, stop)} keeps a range of one axis;
     transpose: globs of 2-D tensors to transpose; layout: "OIHW:HWIO" or
     {glob: "OIHW:HWIO"}.  nested=True returns the checkpoint's nested
-    structure.
+    structure.  `path` may be a URL; direct=True and the other source
+    options are those of ckpt.open.
 
     Tensors whose bytes need no conversion (whole tensors, and slices that
     are one contiguous range of rows) come back, as from safetensors'
     load_file, as writable copy-on-write views of the file (writes never
     reach it) on local file systems, prefetched in the background (only
     the bytes shown); copy=True gives every tensor memory of its own
-    instead.  The others (casts, layouts, slices of inner axes) are read by
-    the engine into new memory.  mmap=True is the default; mmap=False is
-    copy=True."""
+    instead, as do URLs and direct=True.  The others (casts, layouts,
+    slices of inner axes) are read by the engine into new memory.
+    mmap=True asks for the views explicitly; mmap=False is copy=True."""
     if mmap is not None and not mmap:
         copy = True
     fw = _frameworks.get(framework)
+    if fw is _frameworks.Jax and _frameworks.jax_placement(device) is not None:
+        # A jax Sharding or Device: each device gets its block, read in place.
+        if mmap or tp_rank is not None or tp_size is not None or slices:
+            raise ValueError("with a jax sharding as device, the sharding slices the tensors: "
+                             "tp_rank, tp_size, slices and mmap do not apply")
+        from . import jax as ckpt_jax
+        return ckpt_jax.load(path, _frameworks.jax_placement(device), select=select, exclude=exclude, rename=rename,
+                             dtype=dtype, transpose=transpose, layout=layout, nested=nested, threads=threads, io=io,
+                             progress=progress)
     fw.check_device(device)  # refuses, before any read, a device the framework does not honour
-    catalog = _ckpt.Catalog(os.fspath(path), allowed_globals)
+    if mmap and direct:
+        raise ValueError("mmap=True maps the file into the page cache; direct=True never goes through it")
+    io_mode = _io(io, direct)
+    catalog = _sources.catalog(path, direct, allowed_globals, **source)
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank,
                        tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
@@ -332,8 +359,9 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     order = [item.name for item in items]
     # What needs no conversion comes as copy-on-write views of the
     # library's private, prefetched mappings (whole tensors and contiguous
-    # row ranges); the rest, or everything with copy=True, through the engine.
-    plan.load(threads=threads, io=_io(io), views=0 if copy else _VIEWS_PRIVATE,
+    # row ranges); the rest, or everything with copy=True or direct=True,
+    # through the engine (remote sources are never mapped).
+    plan.load(threads=threads, io=io_mode, views=0 if copy or direct else _VIEWS_PRIVATE,
               progress=_progress.choose(progress, "load"))
     out = {}
     for i, item in enumerate(items):
@@ -379,7 +407,7 @@ def _is_module(x):
 
 def load_into(target, path, strict=True, *, select=None, exclude=None, rename=None, tp_rank=None, tp_size=None,
               tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, threads=0, io="auto",
-              progress=None, allowed_globals=None, ignore_unmatched=False):
+              progress=None, allowed_globals=None, ignore_unmatched=False, direct=False, **source):
     """Loads a checkpoint into the existing tensors of `target` — a
     torch.nn.Module, a state dict, or a (nested) dict of numpy arrays — in
     place: bytes go straight from the file into each tensor's memory, so no
@@ -388,9 +416,13 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
 
     Returns LoadResult(missing_keys, unexpected_keys, mismatched_keys), like
     load_state_dict; with strict=True any of them raises RuntimeError
-    (nothing is written then)."""
+    (nothing is written then).  `path` may be a URL; with direct=True the
+    file is read around the page cache (O_DIRECT), so the model's memory
+    is all the load adds — under a container's memory limit, or on a
+    unified-memory machine, nothing is held twice."""
     fw, flat = _target_tensors(target)
-    catalog = _ckpt.Catalog(os.fspath(path), allowed_globals)
+    io_mode = _io(io, direct)
+    catalog = _sources.catalog(path, direct, allowed_globals, **source)
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, tp_rank=tp_rank,
                        tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
@@ -443,7 +475,7 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
             direct.append(True)
         else:
             direct.append(False)
-    plan.load(threads=threads, io=_io(io), progress=_progress.choose(progress, "load"))
+    plan.load(threads=threads, io=io_mode, progress=_progress.choose(progress, "load"))
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
         if not direct[i]:
             tmp = fw.from_buffer(plan.data(i), dt, shape, 0, name)
@@ -567,22 +599,43 @@ def _pieces(fw, t):
 def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None, tp_dim=0,
             tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
             overwrite=False, checksums=False, no_sync=False, progress=None, extra_files=True, allowed_globals=None,
-            ignore_unmatched=False):
+            ignore_unmatched=False, format=None, dcp_ranks=1, direct=False, **source):  # noqa: A002
     """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
     — one file, or shards in a directory when max_shard_size is given —
     applying the same selections, renames, slices, casts and layouts as
     `ckpt convert`, streamed with bounded memory and renamed into place when
-    complete.  Shows a progress bar on a terminal (progress=False hides it;
-    a callable(done, total) receives the progress).  A model directory's
-    other files (config.json, tokenizer files, …) are copied into a sharded
-    `dst` along with the weights unless extra_files=False."""
-    catalog = _ckpt.Catalog(os.fspath(src), allowed_globals)
+    complete.
+
+    `format` writes another format instead: "gguf" (as GGUFWriter writes
+    it), "npz" (a NumPy archive np.load reads), "flax-msgpack" (a Flax
+    msgpack file, names split at dots into nested maps), or "dcp" (a
+    torch.distributed.checkpoint directory, as if saved by `dcp_ranks`
+    ranks: tensors cut along their first axis, as Shard(0) cuts them); a
+    `dst` ending in .gguf, .npz or .msgpack chooses the format too.
+
+    Shows a progress bar on a terminal (progress=False hides it; a
+    callable(done, total) receives the progress).  A model directory's other
+    files (config.json, tokenizer files, …) are copied into a sharded `dst`
+    along with the weights unless extra_files=False.  `src` may be a URL;
+    direct=True reads it with O_DIRECT and drops the output from the page
+    cache as it reaches the disk."""
+    if format == "dcp" and (max_shard_size is not None or prefix is not None or checksums or int(dcp_ranks) < 1):
+        raise ValueError("format='dcp' writes one file per rank (dcp_ranks >= 1): no max_shard_size, prefix or checksums")
+    catalog = _sources.catalog(src, direct, allowed_globals, **source)
     bar = _progress.choose(progress, "convert")
+    if format is None:
+        name = os.fspath(dst)
+        format = ("npz" if name.endswith(".npz") else "flax-msgpack" if name.endswith(".msgpack")
+                  else "gguf" if name.endswith(".gguf") else "safetensors")
+    numbers = {v: k for k, v in FORMATS.items() if k in (1, 5, 6, 8, 9)}
+    if format not in numbers:
+        raise ValueError(f"format must be one of {sorted(numbers)}, not {format!r}")
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
-              checksums=checksums, progress=bar)
+              checksums=checksums, progress=bar, format=numbers[format],
+              dcp_ranks=int(dcp_ranks) if format == "dcp" else 0)
     if prefix is not None:
         kw["prefix"] = prefix
-    if extra_files and max_shard_size is not None and os.path.isdir(src):
+    if extra_files and max_shard_size is not None and not _sources.is_remote(src) and os.path.isdir(src):
         kw["copy_files_from"] = os.fspath(src)
     rules = dict(select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank, tp_size=tp_size,
                  tp_select=tp_select, slices=slices, transpose=transpose, layout=layout)

@@ -42,6 +42,13 @@ class CancelledError(Error):
     """A progress callback (or Ctrl-C) stopped the operation."""
 
 
+class RemoteError(Error, OSError):
+    """A remote file (http://, https://, s3://) could not be read: an HTTP
+    error status, refused credentials, a file changed while read, a server
+    without byte ranges, a network failure or timeout after retries, or an
+    answer that contradicts the request."""
+
+
 class NoMatchError(Error, ValueError):
     """A pattern matched no tensor, or a plan selects none."""
 
@@ -54,8 +61,6 @@ def _register():
         # other formats (GGUF, DCP, NumPy and msgpack).
         if 20 <= code < 100 and name != "CKPT_E_CHECKSUM":
             classes[name] = SafetensorError
-        if 70 <= code < 79:  # a malformed GGUF file (79: a dtype an operation cannot take)
-            classes[name] = SafetensorError
     classes.update({
         "CKPT_E_NOT_FOUND": NotFoundError,
         "CKPT_E_EXISTS": ExistsError,
@@ -67,6 +72,9 @@ def _register():
         "CKPT_E_LIMIT": SafetensorError,
         "CKPT_E_NO_MATCH": NoMatchError,
     })
+    for name, code in _ckpt.status_names().items():
+        if 100 <= code < 110:
+            classes[name] = RemoteError
     _ckpt._register_errors(classes)
 
 

@@ -209,6 +209,20 @@ class Jax(Numpy):
         return jax.numpy.asarray(a)
 
 
+def jax_placement(device):
+    """A jax.sharding.Sharding for `device` when it is a jax Sharding or
+    Device (ckpt.load routes those to ckpt.jax.load), else None."""
+    mod = type(device).__module__
+    if device is None or not (mod.startswith("jax") or mod.startswith("jaxlib")):
+        return None
+    import jax
+    if isinstance(device, jax.sharding.Sharding):
+        return device
+    if isinstance(device, jax.Device):
+        return jax.sharding.SingleDeviceSharding(device)
+    return None
+
+
 FRAMEWORKS = {"pt": Torch, "torch": Torch, "np": Numpy, "numpy": Numpy, "flax": Jax, "jax": Jax}
 
 

@@ -4,7 +4,7 @@ reads (safetensors, sharded directories, torch files)."""
 import os
 import tempfile
 
-from . import _ckpt, _frameworks
+from . import _ckpt, _frameworks, _sources
 from ._errors import SafetensorError
 
 
@@ -20,18 +20,25 @@ class safe_open:
     """Opens a checkpoint lazily and returns tensors as asked, as
     safetensors.safe_open does.  `framework` is "pt", "numpy" (or "np") or
     "flax"; tensors read as they are stored are zero-copy, copy-on-write
-    views of the file (writes never reach it)."""
+    views of the file (writes never reach it).  `filename` may be an
+    http://, https:// or s3:// URL (read with range requests, never
+    mapped); direct=True reads local files around the page cache (no
+    mapping either); the other source options are those of ckpt.open."""
 
-    def __init__(self, filename, framework, device="cpu", *, backend="mmap"):
+    def __init__(self, filename, framework, device="cpu", *, backend="mmap", direct=False, **source):
         self._fw = _frameworks.get(framework)
         if backend not in ("mmap", "pread"):
             raise ValueError(f"backend must be \"mmap\" or \"pread\", not {backend!r}")
         self._backend = backend
         self._device = device
-        self._catalog = _ckpt.Catalog(os.fspath(filename))
+        self._direct = direct
+        self._catalog = _sources.catalog(filename, direct, **source)
         self._infos = {}  # built as tensors are asked for
         self._maps = {}
         self._paths = [p for p, _ in self._catalog.files()]
+        # Remote files (and their cached copies, named by URL) and direct
+        # mode are never mapped.
+        self._mappable = [not direct and not _sources.is_remote(p) for p in self._paths]
 
     def __enter__(self):
         return self
@@ -80,7 +87,7 @@ class safe_open:
         return m
 
     def _zero_copy(self, info):
-        if not info.direct or self._backend != "mmap":
+        if not info.direct or self._backend != "mmap" or not self._mappable[info.file]:
             return False
         bits = _ckpt.dtype_bits(info.dtype)
         return bits < 8 or info.offset % (bits // 8) == 0
@@ -103,7 +110,20 @@ class safe_open:
         return _Slice(self, self._info(name))
 
     def get_tensors(self):
+        if not all(self._mappable):
+            return self._load_all()
         return {info.name: self._fw.to_device(self._full(info), self._device) for info in self._all_infos()}
+
+    def _load_all(self):
+        """Every tensor through the engine: parallel range requests for a
+        remote file, O_DIRECT in direct mode — not one read per tensor."""
+        plan = _ckpt.Plan(self._catalog)
+        items = plan.items()
+        plan.load(io=2 if self._direct else 0)
+        fw = self._fw
+        out = {item.name: fw.from_buffer(plan.data(i), item.dtype, item.shape, 0, item.name)
+               for i, item in enumerate(items)}
+        return {name: fw.to_device(out[name], self._device) for name in self._catalog.names()}
 
     def _prefetch(self):
         """Starts reading every file the loop will touch (load_file reads
@@ -112,6 +132,8 @@ class safe_open:
         if self._backend != "mmap":
             return
         for file in sorted({info.file for info in self._all_infos() if self._zero_copy(info)}):
+            if not self._mappable[file]:
+                continue
             self._map(file, prefetch=True)
 
 
@@ -214,7 +236,7 @@ def _scratch_dir():
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
 
 
-def load_file(framework, filename, device="cpu", backend="mmap"):
-    with safe_open(filename, framework, device=device, backend=backend) as f:
+def load_file(framework, filename, device="cpu", backend="mmap", **source):
+    with safe_open(filename, framework, device=device, backend=backend, **source) as f:
         f._prefetch()
         return f.get_tensors()

@@ -88,12 +88,29 @@ def decode(structure, leaf):
         if "__float__" in x:
             return float(x["__float__"])
         if "__call__" in x:
+            if x["__call__"] == "builtins.complex" and len(x.get("args", [])) == 2:
+                return complex(*(build(v) for v in x["args"]))
             return Call(x["__call__"], [build(v) for v in x.get("args", [])], build(x["state"]) if "state" in x else None)
         if "__shards__" in x:
-            return [build(v) for v in x["__shards__"]]
+            shards = [build(v) for v in x["__shards__"]]
+            if shards and all(isinstance(v, dict) for v in shards):
+                return _merge(shards)  # one nested dict split across files (transformers' Flax shards)
+            return shards
         return {k: build(v) for k, v in x.items()}
 
     return build(structure)
+
+
+def _merge(dicts):
+    """Nested dicts split across shards, merged into one."""
+    out = {}
+    for d in dicts:
+        for k, v in d.items():
+            if isinstance(v, dict) and isinstance(out.get(k), dict):
+                out[k] = _merge([out[k], v])
+            else:
+                out.setdefault(k, v)
+    return out
 
 
 def unflatten(flat, structure=None, *, sep="."):

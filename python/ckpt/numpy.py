@@ -17,13 +17,15 @@ from ._frameworks import Numpy as _Numpy
 __all__ = ["safe_open", "load_file", "save_file", "load", "save", "SafetensorError"]
 
 
-def safe_open(filename, framework="numpy", device="cpu", *, backend="mmap"):
-    return _safe.safe_open(filename, framework, device, backend=backend)
+def safe_open(filename, framework="numpy", device="cpu", *, backend="mmap", **source):
+    return _safe.safe_open(filename, framework, device, backend=backend, **source)
 
 
-def load_file(filename: Union[str, os.PathLike], *, backend: str = "mmap") -> Dict[str, np.ndarray]:
-    """Loads a checkpoint into a dict of arrays (safetensors.numpy.load_file)."""
-    return _safe.load_file("numpy", filename, "cpu", backend)
+def load_file(filename: Union[str, os.PathLike], *, backend: str = "mmap", **source) -> Dict[str, np.ndarray]:
+    """Loads a checkpoint into a dict of arrays (safetensors.numpy.load_file).
+    `filename` may be a URL; direct=True and the other source options are
+    those of ckpt.open."""
+    return _safe.load_file("numpy", filename, "cpu", backend, **source)
 
 
 def load(data: bytes) -> Dict[str, np.ndarray]:

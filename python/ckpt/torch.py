@@ -18,14 +18,16 @@ from ._frameworks import Torch as _Torch
 __all__ = ["safe_open", "load_file", "save_file", "load", "save", "save_model", "load_model", "SafetensorError"]
 
 
-def safe_open(filename, framework="pt", device="cpu", *, backend="mmap"):
-    return _safe.safe_open(filename, framework, device, backend=backend)
+def safe_open(filename, framework="pt", device="cpu", *, backend="mmap", **source):
+    return _safe.safe_open(filename, framework, device, backend=backend, **source)
 
 
 def load_file(filename: Union[str, os.PathLike], device: Union[str, int] = "cpu", *,
-              backend: str = "mmap") -> Dict[str, torch.Tensor]:
-    """Loads a checkpoint into a dict of tensors (safetensors.torch.load_file)."""
-    return _safe.load_file("pt", filename, device, backend)
+              backend: str = "mmap", **source) -> Dict[str, torch.Tensor]:
+    """Loads a checkpoint into a dict of tensors (safetensors.torch.load_file).
+    `filename` may be an http://, https:// or s3:// URL; direct=True and
+    the other source options are those of ckpt.open."""
+    return _safe.load_file("pt", filename, device, backend, **source)
 
 
 def load(data: bytes) -> Dict[str, torch.Tensor]:
@@ -66,10 +68,10 @@ def save_model(model: torch.nn.Module, filename: Union[str, os.PathLike],
 
 
 def load_model(model: torch.nn.Module, filename: Union[str, os.PathLike], strict: bool = True,
-               device: Union[str, int] = "cpu", *, backend: str = "mmap"):
+               device: Union[str, int] = "cpu", *, backend: str = "mmap", **source):
     """Loads into a module through load_state_dict, accounting for shared
     tensors as safetensors.torch.load_model does; returns (missing, unexpected)."""
-    state_dict = load_file(filename, device=device, backend=backend)
+    state_dict = load_file(filename, device=device, backend=backend, **source)
     to_removes = _remove_duplicate_names(model.state_dict(), preferred_names=state_dict.keys())
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     missing = set(missing)

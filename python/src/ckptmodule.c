@@ -222,15 +222,52 @@ static void catalog_unuse(Catalog *c) {
     }
 }
 
+/* Seconds (a number, or None) as milliseconds; -1 on a bad value. */
+static int seconds_ms(PyObject *v, const char *name, uint32_t *ms) {
+    if (v == Py_None) return 0;
+    double s = PyFloat_AsDouble(v);
+    if (s == -1.0 && PyErr_Occurred()) return -1;
+    if (!(s > 0) || s > 86400.0) {
+        PyErr_Format(PyExc_ValueError, "%s must be a number of seconds in (0, 86400]", name);
+        return -1;
+    }
+    *ms = (uint32_t)(s * 1000 + 0.5);
+    if (!*ms) *ms = 1;
+    return 0;
+}
+
+/* Catalog(path, *, direct=False, cache_dir=None, bearer_token=None,
+ * timeout=None, connect_timeout=None, retries=None, max_connections=None):
+ * the options of ckpt_catalog_options (remote files, direct I/O). */
 static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"path", "allowed_globals", NULL};
-    PyObject *path_obj, *globals = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O", kwlist, PyUnicode_FSConverter, &path_obj, &globals)) return -1;
+    static char *kwlist[] = {"path", "allowed_globals", "direct", "cache_dir", "bearer_token", "timeout",
+                             "connect_timeout", "retries", "max_connections", NULL};
+    PyObject *path_obj, *globals = NULL, *cache_obj = NULL, *timeout = Py_None, *connect_timeout = Py_None,
+                        *retries = Py_None;
+    int direct = 0;
+    const char *token = NULL;
+    unsigned int connections = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$pO&zOOOI", kwlist, PyUnicode_FSConverter, &path_obj, &globals,
+                                     &direct, PyUnicode_FSConverter, &cache_obj, &token, &timeout, &connect_timeout,
+                                     &retries, &connections))
+        return -1;
     ckpt_catalog_options o;
     ckpt_catalog_options_init(&o);
+    o.direct = direct;
+    o.bearer_token = token;
+    o.max_connections = connections;
+    if (cache_obj && cache_obj != Py_None) o.cache_dir = PyBytes_AS_STRING(cache_obj);
+    int bad = seconds_ms(timeout, "timeout", &o.read_timeout_ms) ||
+              seconds_ms(connect_timeout, "connect_timeout", &o.connect_timeout_ms);
+    if (!bad && retries != Py_None) {
+        long r = PyLong_AsLong(retries);
+        if (r == -1 && PyErr_Occurred()) bad = 1;
+        else if (r < 0 || r > 100) PyErr_SetString(PyExc_ValueError, "retries must be in [0, 100]"), bad = 1;
+        else o.retries = (uint32_t)r;
+    }
     PyObject *fast = NULL;
     const char **names = NULL;
-    if (globals && globals != Py_None) {
+    if (!bad && globals && globals != Py_None) {
         fast = PySequence_Fast(globals, "allowed_globals must be a sequence of 'module.Name' strings");
         Py_ssize_t n = fast ? PySequence_Fast_GET_SIZE(fast) : 0;
         names = fast ? PyMem_Calloc((size_t)n + 1, sizeof *names) : NULL;
@@ -238,12 +275,17 @@ static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
             if (!(names[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(fast, i)))) PyMem_Free(names), names = NULL;
         if (!names) {
             if (!PyErr_Occurred()) PyErr_NoMemory();
-            Py_XDECREF(fast);
-            Py_DECREF(path_obj);
-            return -1;
+            bad = 1;
+        } else {
+            o.allowed_globals = names;
+            o.allowed_global_count = (size_t)n;
         }
-        o.allowed_globals = names;
-        o.allowed_global_count = (size_t)n;
+    }
+    if (bad) {
+        Py_XDECREF(fast);
+        Py_DECREF(path_obj);
+        Py_XDECREF(cache_obj);
+        return -1;
     }
     ckpt_error e;
     ckpt_status st;
@@ -252,6 +294,7 @@ static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
     st = ckpt_catalog_open_ex(PyBytes_AS_STRING(path_obj), &o, &c, &e);
     Py_END_ALLOW_THREADS
     Py_DECREF(path_obj);
+    Py_XDECREF(cache_obj);
     PyMem_Free(names);
     Py_XDECREF(fast);
     if (st != CKPT_OK) {
@@ -297,11 +340,12 @@ static PyObject *dtype_str(ckpt_dtype d) {
     return Py_NewRef(cache[i]);
 }
 
-static PyObject *tensor_row(const ckpt_tensor_info *t) {
+static PyObject *tensor_row(const ckpt_catalog *c, const ckpt_tensor_info *t) {
     PyObject *items[8] = {
         PyUnicode_FromString(t->name), dtype_str(t->dtype), shape_tuple(t->ndim, t->shape),
         PyLong_FromUnsignedLongLong(t->nbytes), PyLong_FromUnsignedLong(t->file), PyLong_FromUnsignedLongLong(t->offset),
-        PyLong_FromUnsignedLong(t->storage), PyBool_FromLong(!t->strides && !t->big_endian && !t->compressed)};
+        PyLong_FromUnsignedLong(t->storage),
+        PyBool_FromLong(!t->strides && !t->big_endian && !t->compressed && ckpt_catalog_chunk_count(c, t) == 1)};
     return make_row(TensorRowType, items, 8);
 }
 
@@ -323,7 +367,7 @@ static Py_ssize_t Rows_len(Rows *self) { return self->count; }
 static PyObject *Rows_item(Rows *self, Py_ssize_t i) {
     if (i < 0 || i >= self->count) return PyErr_Format(PyExc_IndexError, "tensor index %zd out of range", i);
     if (!catalog_ready(self->catalog)) return NULL;
-    return tensor_row(ckpt_catalog_tensor(self->catalog->catalog, (size_t)i));
+    return tensor_row(self->catalog->catalog, ckpt_catalog_tensor(self->catalog->catalog, (size_t)i));
 }
 
 static PySequenceMethods Rows_as_sequence = {.sq_length = (lenfunc)Rows_len, .sq_item = (ssizeargfunc)Rows_item};
@@ -418,7 +462,7 @@ static PyObject *Catalog_row(Catalog *self, PyObject *arg) {
     if (i == -1 && PyErr_Occurred()) return NULL;
     const ckpt_tensor_info *t = i >= 0 ? ckpt_catalog_tensor(self->catalog, (size_t)i) : NULL;
     if (!t) return PyErr_Format(PyExc_IndexError, "tensor index %zd out of range", i);
-    return tensor_row(t);
+    return tensor_row(self->catalog, t);
 }
 
 static PyObject *Catalog_metadata(Catalog *self, PyObject *unused) {
@@ -544,18 +588,21 @@ static ckpt_status run_plan_convert(void *source, const char *dst, const ckpt_wr
 
 static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress",
-                             "copy_files_from", NULL};
+                             "copy_files_from", "format", "dcp_ranks", NULL};
     PyObject *dst, *prefix = NULL, *extra = NULL;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     unsigned long long shard = 0;
-    int overwrite = 0, no_sync = 0, checksums = 0;
+    unsigned int dcp_ranks = 0; /* with format CKPT_FORMAT_DCP: the ranks that appear to have saved it */
+    int overwrite = 0, no_sync = 0, checksums = 0, format = 0;
     progress_ctx p = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&", kwlist, PyUnicode_FSConverter, &dst, &shard,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&iI", kwlist, PyUnicode_FSConverter, &dst, &shard,
                                      PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable,
-                                     PyUnicode_FSConverter, &extra))
+                                     PyUnicode_FSConverter, &extra, &format, &dcp_ranks))
         return NULL;
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
+    o.format = (ckpt_format)format;
+    o.dcp_ranks = dcp_ranks;
     o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
     o.copy_files_from = extra ? PyBytes_AS_STRING(extra) : NULL;
     ckpt_error e;
@@ -604,7 +651,8 @@ static PyMethodDef Catalog_methods[] = {
     {"verify", (PyCFunction)(void (*)(void))Catalog_verify, METH_VARARGS | METH_KEYWORDS,
      "verify(progress=None) -> number of tensors whose checksum matched"},
     {"convert", (PyCFunction)(void (*)(void))Catalog_convert, METH_VARARGS | METH_KEYWORDS,
-     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None)"},
+     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None, "
+     "copy_files_from=None, dcp_ranks=0)"},
     {"close", (PyCFunction)Catalog_close, METH_NOARGS, "close(): release files (once no view refers to them)"},
     {NULL}};
 
@@ -877,6 +925,25 @@ static PyObject *Plan_items(Plan *self, PyObject *unused) {
     return list;
 }
 
+/* perm(i) → item i's axis order: output axis k is source axis perm[k]. */
+static PyObject *Plan_perm(Plan *self, PyObject *arg) {
+    if (!plan_ready(self)) return NULL;
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    const ckpt_plan_item *it = i >= 0 ? ckpt_plan_item_at(self->plan, (size_t)i) : NULL;
+    if (!it) return PyErr_Format(PyExc_IndexError, "item %zd out of range", i);
+    PyObject *t = PyTuple_New(it->ndim);
+    for (uint32_t d = 0; t && d < it->ndim; d++) {
+        PyObject *v = PyLong_FromUnsignedLong(it->perm[d]);
+        if (!v) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, d, v);
+    }
+    return t;
+}
+
 /* match(expected, flags=0) with expected = [(name, dtype or None, shape)]
  * → [(kind, name, expected_index or None, item_index or None)]. */
 static PyObject *Plan_match(Plan *self, PyObject *args) {
@@ -977,6 +1044,22 @@ static PyObject *Plan_set_buffer(Plan *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* release_buffers(): the items of the current selection forget the
+ * buffers given with set_buffer (the library allocates again), and the
+ * plan lets go of them — before the selection changes, so that a plan
+ * loaded in batches holds no batch's memory after its turn. */
+static PyObject *Plan_release_buffers(Plan *self, PyObject *unused) {
+    (void)unused;
+    if (!plan_ready(self)) return NULL;
+    size_t n = ckpt_plan_count(self->plan);
+    for (size_t i = 0; i < self->buffer_count; i++) {
+        if (!self->buffers[i].obj) continue;
+        if (i < n) ckpt_plan_set_buffer(self->plan, i, NULL, 0, NULL);
+        PyBuffer_Release(&self->buffers[i]);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Plan_load(Plan *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"threads", "chunk_bytes", "io", "io_uring", "views", "progress", NULL};
     ckpt_load_options o;
@@ -1047,14 +1130,18 @@ static PyMethodDef Plan_methods[] = {
     {"transpose", (PyCFunction)Plan_transpose, METH_VARARGS, "transpose(pattern or None)"},
     {"layout", (PyCFunction)Plan_layout, METH_VARARGS, "layout(pattern or None, from, to)"},
     {"items", (PyCFunction)Plan_items, METH_NOARGS, "items() -> [PlanRow(name, source, dtype, shape, nbytes, transform)]"},
+    {"perm", (PyCFunction)Plan_perm, METH_O, "perm(i) -> item i's axis order (output axis k is source axis perm[k])"},
     {"match", (PyCFunction)Plan_match, METH_VARARGS, "match(expected, flags=0) -> [(kind, name, expected, item)]"},
     {"set_buffer", (PyCFunction)Plan_set_buffer, METH_VARARGS, "set_buffer(i, writable_buffer)"},
+    {"release_buffers", (PyCFunction)Plan_release_buffers, METH_NOARGS,
+     "release_buffers(): the current items forget their set_buffer buffers"},
     {"load", (PyCFunction)(void (*)(void))Plan_load, METH_VARARGS | METH_KEYWORDS,
      "load(threads=0, chunk_bytes=0, io=0, io_uring=0, views=0, progress=None): views 1 read-only, 2 private"},
     {"data", (PyCFunction)Plan_data, METH_O, "data(i) -> Buffer, or None for a caller buffer"},
     {"stats", (PyCFunction)Plan_stats, METH_NOARGS, "stats() -> dict of the last load"},
     {"convert", (PyCFunction)(void (*)(void))Plan_convert, METH_VARARGS | METH_KEYWORDS,
-     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None)"},
+     "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None, "
+     "copy_files_from=None, dcp_ranks=0)"},
     {NULL}};
 
 static PyTypeObject PlanType = {

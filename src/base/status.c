@@ -63,6 +63,23 @@ static const status_entry status_table[] = {
     ENTRY(CKPT_E_GGUF_OFFSET, "GGUF tensor data outside the file or overlapping"),
     ENTRY(CKPT_E_GGUF_SPLIT, "GGUF split files do not fit together"),
     ENTRY(CKPT_E_UNSUPPORTED_DTYPE, "dtype not supported here"),
+    ENTRY(CKPT_E_NPY_INVALID, "malformed NumPy .npy header"),
+    ENTRY(CKPT_E_MSGPACK_INVALID, "malformed msgpack document, or not a Flax one"),
+    ENTRY(CKPT_E_HTTP_STATUS, "the server answered with an HTTP error status"),
+    ENTRY(CKPT_E_HTTP_AUTH, "the server refused the credentials"),
+    ENTRY(CKPT_E_REMOTE_CHANGED, "the remote file changed while it was read"),
+    ENTRY(CKPT_E_NO_RANGES, "the server does not answer byte-range requests"),
+    ENTRY(CKPT_E_NETWORK, "network transfer failed"),
+    ENTRY(CKPT_E_TIMEOUT, "network transfer timed out"),
+    ENTRY(CKPT_E_BAD_RESPONSE, "the server's response contradicts the request"),
+    ENTRY(CKPT_E_UNSUPPORTED_SOURCE, "this build cannot read that kind of source"),
+    ENTRY(CKPT_E_DCP_METADATA, "DCP .metadata has an invalid structure"),
+    ENTRY(CKPT_E_DCP_CHUNK_HOLE, "DCP chunks leave elements of a tensor uncovered"),
+    ENTRY(CKPT_E_DCP_CHUNK_OVERLAP, "two DCP chunks claim the same elements"),
+    ENTRY(CKPT_E_DCP_CHUNK_BOUNDS, "a DCP chunk reaches outside its tensor"),
+    ENTRY(CKPT_E_DCP_CHUNK_MISMATCH, "a DCP chunk's stored data differs from its declared sizes or dtype"),
+    ENTRY(CKPT_E_DCP_PATH, "a DCP storage path leaves the checkpoint directory"),
+    ENTRY(CKPT_E_DCP_UNSUPPORTED, "DCP storage transform or layout not supported"),
 };
 #undef ENTRY
 

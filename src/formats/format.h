@@ -142,10 +142,12 @@ typedef struct ckpt__format {
  * for a checkpoint in a directory. */
 CKPT__HIDDEN const ckpt__format *ckpt__format_probe(const unsigned char *head, size_t n, const char *name);
 
-/* Finds the checkpoint in a local directory (the Hugging Face layout and
- * each format's own names, in the registry's order of preference) into a
- * malloc'ed path. */
-CKPT__HIDDEN ckpt_status ckpt__format_find_in_dir(const char *dir, char **found, ckpt_error *err);
+/* Finds the checkpoint in a directory (the Hugging Face layout and each
+ * format's own names, in the registry's order of preference) into a
+ * malloc'ed path; in a remote one (a URL ending in '/'), only the exact
+ * names are tried, asked of the server with the options `o`. */
+CKPT__HIDDEN ckpt_status ckpt__format_find_in_dir(const char *dir, const ckpt__source_options *o, char **found,
+                                                   ckpt_error *err);
 
 /* The formats, each defined in its own file. */
 CKPT__HIDDEN extern const ckpt__format ckpt__format_safetensors; /* safetensors.c */
@@ -154,5 +156,8 @@ CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_zip;   /* torch.c */
 CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_legacy;
 CKPT__HIDDEN extern const ckpt__format ckpt__format_torch_tar;   /* refused, with advice */
 CKPT__HIDDEN extern const ckpt__format ckpt__format_gguf;        /* gguf.c */
+CKPT__HIDDEN extern const ckpt__format ckpt__format_npy;         /* npy.c */
+CKPT__HIDDEN extern const ckpt__format ckpt__format_npz;         /* npz.c */
+CKPT__HIDDEN extern const ckpt__format ckpt__format_flax_msgpack; /* msgpack.c */
 
 #endif

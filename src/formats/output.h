@@ -27,6 +27,14 @@
 
 typedef struct ckpt__output ckpt__output; /* the writer, as an output format sees it */
 
+/* A byte range of a tensor that a format places on its own (see parts). */
+typedef struct ckpt__out_part {
+    uint64_t begin, nbytes; /* the tensor's bytes [begin, begin + nbytes) */
+    uint32_t file;
+    uint64_t offset;        /* where they go in that file */
+    uint32_t crc32;         /* after the data, with CKPT__OUT_CRC32 */
+} ckpt__out_part;
+
 /* A declared tensor.  A tensor deduplicated away has file CKPT__OUT_NONE. */
 typedef struct ckpt__out_tensor {
     const char *name;
@@ -39,13 +47,19 @@ typedef struct ckpt__out_tensor {
     uint64_t offset; /* set by layout: the byte of its data in its file */
     uint64_t xxh3;   /* after the data, with CKPT__OUT_XXH3: the XXH3-64 of its bytes */
     uint32_t crc32;  /* after the data, with CKPT__OUT_CRC32: their CRC-32 */
+    /* A tensor the format cuts into byte ranges of several files (DCP's
+     * ranks): set by plan (arena memory), the parts tiling the tensor's
+     * bytes in order; `file` is then part 0's, `offset` unused.  Bytes are
+     * routed to their part as they arrive. */
+    ckpt__out_part *parts;
+    uint32_t part_count;
 } ckpt__out_tensor;
 
 #define CKPT__OUT_NONE UINT32_MAX
 
 enum {
     CKPT__OUT_XXH3 = 1u,  /* the writer hashes each tensor's bytes (in order) */
-    CKPT__OUT_CRC32 = 2u, /* the writer computes each tensor's CRC-32 (in order) */
+    CKPT__OUT_CRC32 = 2u, /* the writer computes each tensor's (each part's) CRC-32, from bytes in any order */
 };
 
 typedef struct ckpt__output_format {
@@ -124,6 +138,9 @@ CKPT__HIDDEN ckpt_status ckpt__out_add_side_file(ckpt__output *o, const char *na
 /* The output formats (each in its format's file). */
 CKPT__HIDDEN extern const ckpt__output_format ckpt__output_safetensors; /* safetensors.c */
 CKPT__HIDDEN extern const ckpt__output_format ckpt__output_gguf;        /* gguf_write.c */
+CKPT__HIDDEN extern const ckpt__output_format ckpt__output_npz;         /* npz.c */
+CKPT__HIDDEN extern const ckpt__output_format ckpt__output_flax_msgpack; /* msgpack.c */
+CKPT__HIDDEN extern const ckpt__output_format ckpt__output_dcp;         /* dcp_output.c */
 
 /* The output format for an id (registry.c); NULL when ckpt cannot write it. */
 CKPT__HIDDEN const ckpt__output_format *ckpt__output_format_for(ckpt_format id);

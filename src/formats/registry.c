@@ -3,21 +3,29 @@
  * (plus its file names in `dir_names` if a directory can hold it). */
 #include <dirent.h>
 #include <errno.h>
+#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "../io/file.h"
+#include "dcp.h"
 #include "format.h"
 #include "gguf.h"
 #include "output.h"
 
 static const ckpt__format *const formats[] = {
+    &ckpt__format_distcp, /* before the torch zip its first item looks like */
     &ckpt__format_index,
+    &ckpt__format_npz, /* before torch: both are ZIP archives; an .npz holds .npy members */
     &ckpt__format_torch_zip,
     &ckpt__format_torch_legacy,
     &ckpt__format_torch_tar,
     &ckpt__format_gguf,
+    &ckpt__format_npy,
+    &ckpt__format_flax_msgpack,
+    &ckpt__format_dcp,
+    &ckpt__format_dcp_hf, /* before safetensors: a safetensors file whose header says it is a DCP shard */
     &ckpt__format_safetensors, /* last: what nothing else claims is read, and judged, as safetensors */
 };
 
@@ -31,15 +39,21 @@ const ckpt__format *ckpt__format_probe(const unsigned char *head, size_t n, cons
     return best;
 }
 
-/* A directory's checkpoint, in order of preference: an exact name, or
+/* A directory's checkpoint, in order of preference: an exact name,
  * "*suffix" matching exactly one file (the Hugging Face layout prefers
- * safetensors, as transformers does). */
+ * safetensors, as transformers does), or "@glob" matching one or more
+ * files, the first in name order standing for the set. */
 static const char *const dir_names[] = {
+    ".metadata", /* torch.distributed.checkpoint */
     "model.safetensors.index.json", "*.safetensors.index.json",
-    "model.safetensors",            "*.safetensors",
+    "model.safetensors",
+    "@shard-[0-9][0-9][0-9][0-9][0-9]-model-*.safetensors", /* DCP's Hugging Face storage layer, one file per rank */
+    "*.safetensors",
     "pytorch_model.bin.index.json", "*.bin.index.json",
     "pytorch_model.bin",            "*.bin",
     "*.gguf",
+    "flax_model.msgpack.index.json", "flax_model.msgpack",          "*.msgpack",
+    "*.npz",                        "*.npy",
 };
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -47,13 +61,16 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-ckpt_status ckpt__format_find_in_dir(const char *dir, char **found, ckpt_error *err) {
+ckpt_status ckpt__format_find_in_dir(const char *dir, const ckpt__source_options *o, char **found, ckpt_error *err) {
+    /* A remote "directory" (a URL ending in '/') cannot be listed: only
+     * the exact names are tried, each with one request. */
+    bool remote = ckpt__source_is_remote_name(dir);
     for (size_t step = 0; step < sizeof dir_names / sizeof dir_names[0]; step++) {
         const char *want = dir_names[step];
-        if (want[0] != '*') {
+        if (want[0] != '*' && want[0] != '@') {
             char *p = ckpt__path_join(dir, want);
             struct stat st;
-            if (p && stat(p, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (p && (remote ? ckpt__source_stat(p, o) == CKPT__NAME_FILE : stat(p, &st) == 0 && S_ISREG(st.st_mode))) {
                 *found = p;
                 return CKPT_OK;
             }
@@ -61,17 +78,23 @@ ckpt_status ckpt__format_find_in_dir(const char *dir, char **found, ckpt_error *
             if (!p) return ckpt__oom(err, dir, NULL);
             continue;
         }
+        if (remote) continue;
         const char *suffix = want + 1;
+        bool glob = want[0] == '@';
         DIR *d = opendir(dir);
         if (!d) return ckpt__fail_errno(err, errno, dir, -1, "cannot list directory");
         char *match = NULL, *first_part = NULL;
         int matches = 0, first_parts = 0;
         struct dirent *e;
         while ((e = readdir(d))) {
-            if (e->d_name[0] == '.' || !ends_with(e->d_name, suffix)) continue;
-            if (!matches++) match = ckpt__strdup(e->d_name);
+            if (e->d_name[0] == '.' || (glob ? fnmatch(suffix, e->d_name, 0) != 0 : !ends_with(e->d_name, suffix)))
+                continue;
+            if (!matches++ || (glob && match && strcmp(e->d_name, match) < 0)) {
+                free(match);
+                match = ckpt__strdup(e->d_name);
+            }
             /* gguf-split parts: the first one stands for them all */
-            if (strcmp(suffix, ".gguf") == 0 && ckpt__gguf_is_split_name(e->d_name) &&
+            if (!glob && strcmp(suffix, ".gguf") == 0 && ckpt__gguf_is_split_name(e->d_name) &&
                 strstr(e->d_name + strlen(e->d_name) - 20, "-00001-of-") && !first_parts++)
                 first_part = ckpt__strdup(e->d_name);
         }
@@ -81,7 +104,7 @@ ckpt_status ckpt__format_find_in_dir(const char *dir, char **found, ckpt_error *
             match = first_part, matches = 1, first_part = NULL;
         }
         free(first_part);
-        if (matches == 1 && match) {
+        if ((matches == 1 || (glob && matches)) && match) {
             *found = ckpt__path_join(dir, match);
             free(match);
             return *found ? CKPT_OK : ckpt__oom(err, dir, NULL);
@@ -93,8 +116,13 @@ ckpt_status ckpt__format_find_in_dir(const char *dir, char **found, ckpt_error *
                               "open one of them, or its index",
                               matches, suffix);
     }
+    if (remote)
+        return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
+                          "no model.safetensors.index.json, model.safetensors, pytorch_model.bin.index.json or "
+                          "pytorch_model.bin under this URL (remote directories cannot be listed: name the file)");
     return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
-                      "directory holds no checkpoint ckpt reads (*.safetensors, *.bin, or an index of them)");
+                      "directory holds no checkpoint ckpt reads (*.safetensors, *.bin, an index of them, *.gguf, "
+                      "*.msgpack, *.npz, *.npy, or a torch.distributed.checkpoint .metadata)");
 }
 
 const char *ckpt_format_name(ckpt_format format) {
@@ -104,6 +132,10 @@ const char *ckpt_format_name(ckpt_format format) {
     case CKPT_FORMAT_TORCH: return "torch";
     case CKPT_FORMAT_TORCH_SHARDED: return "torch-sharded";
     case CKPT_FORMAT_GGUF: return "gguf";
+    case CKPT_FORMAT_NPY: return "npy";
+    case CKPT_FORMAT_NPZ: return "npz";
+    case CKPT_FORMAT_FLAX_MSGPACK: return "flax-msgpack";
+    case CKPT_FORMAT_DCP: return "dcp";
     }
     return NULL;
 }
@@ -112,6 +144,9 @@ const char *ckpt_format_name(ckpt_format format) {
 static const ckpt__output_format *const writer_formats[] = {
     &ckpt__output_safetensors,
     &ckpt__output_gguf,
+    &ckpt__output_npz,
+    &ckpt__output_flax_msgpack,
+    &ckpt__output_dcp,
 };
 
 const ckpt__output_format *ckpt__output_format_for(ckpt_format id) {

@@ -312,8 +312,18 @@ static ckpt_status index_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *er
         free(p);
     }
     free(dir);
+    /* transformers names Flax shards' tensors by their path joined with
+     * "/" (flax_shard_checkpoint); ckpt joins with ".". */
+    bool flax = st == CKPT_OK && ckpt__cat_format(c) == CKPT_FORMAT_FLAX_MSGPACK;
+    for (size_t i = 0; flax && st == CKPT_OK && i < idx.count; i++) {
+        char *name = ckpt__arena_strndup(ckpt__cat_arena(c), idx.names[i], strlen(idx.names[i]));
+        if (!name) st = ckpt__oom(err, index_path, NULL);
+        for (char *q = name; q && *q; q++)
+            if (*q == '/') *q = '.';
+        idx.names[i] = name;
+    }
     if (st == CKPT_OK) st = check_weight_map(c, &idx, index_path, err);
-    if (st == CKPT_OK)
+    if (st == CKPT_OK && !flax)
         ckpt__cat_set_format(c, ckpt__cat_format(c) == CKPT_FORMAT_TORCH ? CKPT_FORMAT_TORCH_SHARDED
                                                                          : CKPT_FORMAT_SAFETENSORS_SHARDED);
     if (parsed) ckpt__index_free(&idx);

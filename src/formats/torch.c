@@ -487,7 +487,15 @@ static void place_tensors(ckpt__torch_file *out) {
 
 ckpt_status ckpt__torch_read_zip(ckpt__source *src, ckpt__pk_allow_fn allow, void *allow_user, ckpt__arena *arena,
                                  ckpt__torch_file *out, ckpt_error *err) {
+    ckpt__torch_options o = {NULL, allow, allow_user};
+    return ckpt__torch_read_zip_ex(src, arena, &o, out, err);
+}
+
+ckpt_status ckpt__torch_read_zip_ex(ckpt__source *src, ckpt__arena *arena, const ckpt__torch_options *o,
+                                    ckpt__torch_file *out, ckpt_error *err) {
     const char *path = src->name;
+    ckpt__pk_allow_fn allow = o && o->allow ? o->allow : ckpt__torch_allow;
+    void *allow_user = o && o->allow ? o->allow_user : NULL;
     memset(out, 0, sizeof *out);
     ckpt__zip zip;
     ckpt_status st = ckpt__zip_open(src, true, arena, &zip, err);
@@ -529,12 +537,13 @@ ckpt_status ckpt__torch_read_zip(ckpt__source *src, ckpt__pk_allow_fn allow, voi
     if (st == CKPT_OK) {
         ckpt__pk_source pk = {path, pkl->name, pkl->method == 0 ? pkl->data_offset : 0};
         size_t used;
-        st = ckpt__pk_load((const unsigned char *)pickle, (size_t)pkl->size, &pk, allow ? allow : ckpt__torch_allow, allow_user,
-                           arena, &root, &used, err);
+        st = ckpt__pk_load((const unsigned char *)pickle, (size_t)pkl->size, &pk, allow, allow_user, arena, &root,
+                           &used, err);
     }
     if (st == CKPT_OK) {
         walker w = {.path = path, .entry = pkl->name, .pickle_offset = pkl->data_offset, .zip = &zip,
                     .arena = arena, .err = err, .out = out};
+        if (o && o->name_prefix) ckpt__buf_puts(&w.name, o->name_prefix);
         st = walk_root(&w, root);
         ckpt__name_table_free(&w.storage_keys);
     }

@@ -57,6 +57,19 @@ CKPT__HIDDEN ckpt__pk_allowed ckpt__torch_allow(const char *module, const char *
 /* `allow` (NULL: torch's allowlist) judges the pickle's globals. */
 CKPT__HIDDEN ckpt_status ckpt__torch_read_zip(ckpt__source *src, ckpt__pk_allow_fn allow, void *allow_user,
                                               ckpt__arena *arena, ckpt__torch_file *out, ckpt_error *err);
+/* How an archive embedded in another checkpoint (a DCP item) is read. */
+typedef struct ckpt__torch_options {
+    /* Tensors are named "<prefix>.<path>", a tensor at the root "<prefix>". */
+    const char *name_prefix;
+    /* The pickle's allowlist; NULL: torch's weights-only allowlist. */
+    ckpt__pk_allow_fn allow;
+    void *allow_user;
+} ckpt__torch_options;
+
+/* ckpt__torch_read_zip with options (NULL: the defaults). */
+CKPT__HIDDEN ckpt_status ckpt__torch_read_zip_ex(ckpt__source *src, ckpt__arena *arena, const ckpt__torch_options *o,
+                                                 ckpt__torch_file *out, ckpt_error *err);
+
 /* Does a file start like a legacy (pre-1.6 stream) torch.save file? */
 CKPT__HIDDEN bool ckpt__torch_sniff_legacy(const unsigned char *head, size_t n);
 

@@ -43,22 +43,32 @@ static ckpt_status find_directory(ckpt__source *src, directory *dir, ckpt_error 
     uint64_t file_size = src->size;
     const char *path = src->name;
     if (file_size < EOCD_SIZE) return bad(err, path, NULL, 0, "file too small for a ZIP end record");
-    uint64_t tail_len = file_size < EOCD_SIZE + MAX_COMMENT ? file_size : EOCD_SIZE + MAX_COMMENT;
-    uint64_t tail_start = file_size - tail_len;
-    unsigned char *tail = ckpt__malloc((size_t)tail_len);
-    if (!tail) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
-    ckpt_status st = ckpt__source_read(src, tail, tail_len, tail_start, err);
+    /* The record closest to the end wins; most archives (torch's, and each
+     * of the thousands of items of a DCP checkpoint) have no comment, so a
+     * short tail is read first and the longest one only if it must be. */
+    uint64_t full = file_size < EOCD_SIZE + MAX_COMMENT ? file_size : EOCD_SIZE + MAX_COMMENT;
+    uint64_t tail_len = 0, tail_start = 0;
+    unsigned char *tail = NULL;
+    ckpt_status st = CKPT_OK;
     int64_t at = -1;
-    for (int64_t i = (int64_t)tail_len - EOCD_SIZE; st == CKPT_OK && i >= 0; i--) {
-        /* The comment length must reach exactly the end of the file. */
-        if (u32(tail + i) == SIG_EOCD && (uint64_t)i + EOCD_SIZE + u16(tail + i + 20) == tail_len) {
-            at = i;
-            break;
-        }
-    }
-    if (st) {
+    for (uint64_t want = full < 4096 ? full : 4096; at < 0 && want > tail_len; want = full) {
         free(tail);
-        return st;
+        tail_len = want;
+        tail_start = file_size - tail_len;
+        tail = ckpt__malloc((size_t)tail_len);
+        if (!tail) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+        st = ckpt__source_read(src, tail, tail_len, tail_start, err);
+        for (int64_t i = (int64_t)tail_len - EOCD_SIZE; st == CKPT_OK && i >= 0; i--) {
+            /* The comment length must reach exactly the end of the file. */
+            if (u32(tail + i) == SIG_EOCD && (uint64_t)i + EOCD_SIZE + u16(tail + i + 20) == tail_len) {
+                at = i;
+                break;
+            }
+        }
+        if (st) {
+            free(tail);
+            return st;
+        }
     }
     if (at < 0) {
         free(tail);
@@ -156,6 +166,46 @@ static ckpt_status check_folder(ckpt__zip *zip, const char *path, ckpt__arena *a
     return zip->folder ? CKPT_OK : ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
 }
 
+/* Local headers read ahead, in one batch: over HTTP a torch file's
+ * hundreds of 30-byte headers would otherwise cost a round trip each.
+ * Only the offsets of well-formed central entries are asked for, and a
+ * failure here only means they are read one by one below (which reports
+ * whatever is wrong, as without this). */
+typedef struct prefetched {
+    uint64_t *offsets; /* sorted as the entries come */
+    unsigned char (*headers)[LOCAL_SIZE];
+    size_t count;
+} prefetched;
+
+static void prefetch_locals(ckpt__source *src, const unsigned char *cd, const directory *dir, prefetched *pf) {
+    memset(pf, 0, sizeof *pf);
+    if (!(src->caps & CKPT__SRC_REMOTE) || !src->ops->read_many || dir->entries < 2) return;
+    size_t n = 0, pos = 0;
+    pf->offsets = ckpt__malloc((size_t)dir->entries * sizeof *pf->offsets);
+    pf->headers = ckpt__malloc((size_t)dir->entries * sizeof *pf->headers);
+    ckpt__read_req *reqs = ckpt__malloc((size_t)dir->entries * sizeof *reqs);
+    for (uint64_t k = 0; pf->offsets && pf->headers && reqs && k < dir->entries; k++) {
+        if (dir->size - pos < CENTRAL_SIZE || u32(cd + pos) != SIG_CENTRAL) break;
+        const unsigned char *h = cd + pos;
+        size_t name_len = u16(h + 28), extra_len = u16(h + 30), comment_len = u16(h + 32);
+        if (dir->size - pos - CENTRAL_SIZE < name_len + extra_len + comment_len) break;
+        ckpt__zip_entry e = {0};
+        uint32_t comp32 = u32(h + 20), size32 = u32(h + 24), offset32 = u32(h + 42);
+        e.header_offset = offset32;
+        if (!apply_zip64_extra(h + CENTRAL_SIZE + name_len, extra_len, &e, size32, comp32, offset32)) break;
+        if (e.header_offset > dir->offset || dir->offset - e.header_offset < LOCAL_SIZE) break;
+        pf->offsets[n] = e.header_offset;
+        reqs[n] = (ckpt__read_req){src, -1, e.header_offset, LOCAL_SIZE, LOCAL_SIZE, pf->headers[n], NULL};
+        n++;
+        pos += CENTRAL_SIZE + name_len + extra_len + comment_len;
+    }
+    if (n && reqs && src->ops->read_many(src, reqs, n, NULL) == CKPT_OK) {
+        pf->count = n;
+        for (size_t i = 0; i < n; i++) ckpt__source_count(src, LOCAL_SIZE);
+    }
+    free(reqs);
+}
+
 ckpt_status ckpt__zip_open(ckpt__source *src, bool single_folder, ckpt__arena *arena,
                            ckpt__zip *out, ckpt_error *err) {
     const char *path = src->name;
@@ -172,6 +222,8 @@ ckpt_status ckpt__zip_open(ckpt__source *src, bool single_folder, ckpt__arena *a
                           (unsigned long long)dir.entries);
     }
     st = ckpt__source_read(src, cd, dir.size, dir.offset, err);
+    prefetched pf = {0};
+    if (st == CKPT_OK) prefetch_locals(src, cd, &dir, &pf);
     size_t pos = 0;
     for (uint64_t k = 0; st == CKPT_OK && k < dir.entries; k++) {
         uint64_t at = dir.offset + pos;
@@ -241,8 +293,8 @@ ckpt_status ckpt__zip_open(ckpt__source *src, bool single_folder, ckpt__arena *a
                             (unsigned long long)e->header_offset);
             break;
         }
-        st = ckpt__source_read(src, local, LOCAL_SIZE, e->header_offset, err);
-        if (st) break;
+        if (k < pf.count && pf.offsets[k] == e->header_offset) memcpy(local, pf.headers[k], LOCAL_SIZE);
+        else if ((st = ckpt__source_read(src, local, LOCAL_SIZE, e->header_offset, err))) break;
         if (u32(local) != SIG_LOCAL) {
             st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->header_offset, "local header signature missing");
             break;
@@ -262,6 +314,8 @@ ckpt_status ckpt__zip_open(ckpt__source *src, bool single_folder, ckpt__arena *a
         }
     }
     free(cd);
+    free(pf.offsets);
+    free(pf.headers);
     if (st == CKPT_OK && single_folder) st = check_folder(out, path, arena, err);
     if (st) ckpt__zip_close(out);
     return st;
@@ -364,4 +418,49 @@ ckpt_status ckpt__zip_read_entry(ckpt__source *src, const ckpt__zip_entry *e, ui
     buf[e->size] = '\0';
     *data = buf;
     return CKPT_OK;
+}
+
+ckpt_status ckpt__zip_read_prefix(ckpt__source *src, const ckpt__zip_entry *e, uint64_t n, void *out,
+                                  ckpt_error *err) {
+    const char *path = src->name;
+    if (n > e->size)
+        return ckpt__fail(err, CKPT_E_OUT_OF_RANGE, path, e->name, (int64_t)e->header_offset,
+                          "%llu bytes asked of an entry of %llu", (unsigned long long)n, (unsigned long long)e->size);
+    if (e->method == 0 || n == 0) return ckpt__source_read(src, out, n, e->data_offset, err);
+    enum { IN = 64 << 10 };
+    unsigned char *in = ckpt__malloc(IN);
+    if (!in) return ckpt__oom(err, path, e->name);
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, -MAX_WBITS) != Z_OK) {
+        free(in);
+        return ckpt__fail(err, CKPT_E_NO_MEMORY, path, e->name, -1, "cannot start zlib");
+    }
+    ckpt_status st = CKPT_OK;
+    uint64_t fed = 0, produced = 0;
+    int r = Z_OK;
+    while (st == CKPT_OK && produced < n && r == Z_OK) {
+        if (z.avail_in == 0) {
+            uint64_t chunk = e->comp_size - fed < IN ? e->comp_size - fed : IN;
+            if (chunk == 0) break;
+            if ((st = ckpt__source_read(src, in, chunk, e->data_offset + fed, err))) break;
+            fed += chunk;
+            z.next_in = in;
+            z.avail_in = (uInt)chunk;
+        }
+        uint64_t want = n - produced;
+        z.next_out = (unsigned char *)out + produced;
+        z.avail_out = want > (1u << 30) ? (1u << 30) : (uInt)want;
+        uInt before = z.avail_out;
+        r = inflate(&z, Z_NO_FLUSH);
+        produced += before - z.avail_out;
+        if (r == Z_BUF_ERROR && z.avail_in == 0) r = Z_OK; /* needs more input */
+    }
+    if (st == CKPT_OK && produced < n)
+        st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->data_offset,
+                        "DEFLATE data is damaged: it gives %llu bytes, not the %llu asked of the %llu recorded",
+                        (unsigned long long)produced, (unsigned long long)n, (unsigned long long)e->size);
+    inflateEnd(&z);
+    free(in);
+    return st;
 }

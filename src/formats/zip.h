@@ -64,4 +64,10 @@ CKPT__HIDDEN const ckpt__zip_entry *ckpt__zip_find_in_folder(const ckpt__zip *zi
 CKPT__HIDDEN ckpt_status ckpt__zip_read_entry(ckpt__source *src, const ckpt__zip_entry *entry, uint64_t limit,
                                               char **data, ckpt_error *err);
 
+/* The first `n` bytes (at most the entry's size) of an entry's data,
+ * inflated when it is DEFLATE (reading only as much as they need), without
+ * a CRC check: a member's header (an .npz's .npy headers). */
+CKPT__HIDDEN ckpt_status ckpt__zip_read_prefix(ckpt__source *src, const ckpt__zip_entry *entry, uint64_t n, void *out,
+                                               ckpt_error *err);
+
 #endif

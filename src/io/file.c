@@ -172,6 +172,16 @@ const char *ckpt__path_basename(const char *path) {
 }
 
 char *ckpt__path_dirname(const char *path) {
+    /* In a URL the query and fragment are not part of the path. */
+    const char *scheme = strstr(path, "://");
+    if (scheme && !memchr(path, '/', (size_t)(scheme - path))) {
+        size_t end = (size_t)(scheme + 3 - path) + strcspn(scheme + 3, "?#");
+        const char *slash = NULL;
+        for (size_t i = (size_t)(scheme + 3 - path); i < end; i++)
+            if (path[i] == '/') slash = path + i;
+        if (slash) return ckpt__strndup(path, (size_t)(slash - path));
+        return ckpt__strndup(path, end);
+    }
     const char *slash = strrchr(path, '/');
     if (!slash) return ckpt__strdup(".");
     if (slash == path) return ckpt__strdup("/");

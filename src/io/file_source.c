@@ -1,6 +1,7 @@
 /* file_source.c — the local file kind of source: pread, mmap, and the
  * descriptor that io_uring, O_DIRECT and copy_file_range use. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -14,6 +15,85 @@
 static ckpt_status file_read(ckpt__source *src, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
     return ckpt__pread_full(src->fd, dst, n, offset, src->name, err);
 }
+
+/* ---- direct mode: reads around the page cache ---------------------------- */
+
+typedef struct direct_file {
+    int dfd;        /* O_DIRECT descriptor, or -1 where the file system refuses it */
+    uint32_t align; /* offset, length and memory alignment it needs */
+} direct_file;
+
+enum { DIRECT_STEP = 8 << 20 };
+
+/* Reads the aligned blocks holding [offset, offset + n) into an aligned
+ * buffer, a step at a time, and copies the asked bytes out. */
+static ckpt_status direct_read(ckpt__source *src, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
+    const direct_file *f = src->impl;
+    if (f->dfd < 0) {
+        /* No O_DIRECT here: read, then drop what the read cached. */
+        ckpt_status st = ckpt__pread_full(src->fd, dst, n, offset, src->name, err);
+        posix_fadvise(src->fd, (off_t)offset, (off_t)n, POSIX_FADV_DONTNEED);
+        return st;
+    }
+    uint64_t a = f->align;
+    if ((uintptr_t)dst % a == 0 && offset % a == 0 && n % a == 0) {
+        /* Aligned: straight into the caller's memory. */
+        unsigned char *p = dst;
+        uint64_t got = 0;
+        while (got < n) {
+            ssize_t r = ckpt__io_pread(f->dfd, p + got, (size_t)(n - got > (1u << 30) ? (1u << 30) : n - got),
+                                       (off_t)(offset + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) return ckpt__fail_errno(err, errno, src->name, (int64_t)(offset + got), "read (O_DIRECT) failed");
+            if (r == 0)
+                return ckpt__fail(err, CKPT_E_TRUNCATED, src->name, NULL, (int64_t)(offset + got),
+                                  "file ends %llu bytes early", (unsigned long long)(n - got));
+            got += (uint64_t)r;
+        }
+        return CKPT_OK;
+    }
+    uint64_t step = n < DIRECT_STEP ? n : DIRECT_STEP;
+    unsigned char *buf = NULL;
+    if (posix_memalign((void **)&buf, a, (size_t)(step + 2 * a)) != 0) return ckpt__oom(err, src->name, NULL);
+    ckpt_status st = CKPT_OK;
+    for (uint64_t done = 0; done < n && st == CKPT_OK;) {
+        uint64_t at = offset + done, len = n - done < step ? n - done : step;
+        uint64_t lo = at / a * a, hi = (at + len + a - 1) / a * a, got = 0;
+        while (got < at + len - lo) {
+            ssize_t r = ckpt__io_pread(f->dfd, buf + got, (size_t)(hi - lo - got), (off_t)(lo + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) {
+                st = ckpt__fail_errno(err, errno, src->name, (int64_t)(lo + got), "read (O_DIRECT) failed");
+                break;
+            }
+            if (r == 0) {
+                st = ckpt__fail(err, CKPT_E_TRUNCATED, src->name, NULL, (int64_t)(lo + got),
+                                "file ends %llu bytes early", (unsigned long long)(at + len - lo - got));
+                break;
+            }
+            got += (uint64_t)r;
+            if (got % a) break; /* a short read ends at the end of the file */
+        }
+        if (st == CKPT_OK && got < at + len - lo)
+            st = ckpt__fail(err, CKPT_E_TRUNCATED, src->name, NULL, (int64_t)(lo + got), "file ends %llu bytes early",
+                            (unsigned long long)(at + len - lo - got));
+        if (st == CKPT_OK) memcpy((unsigned char *)dst + done, buf + (at - lo), (size_t)len);
+        done += len;
+    }
+    free(buf);
+    return st;
+}
+
+static void direct_close(ckpt__source *src) {
+    direct_file *f = src->impl;
+    if (f && f->dfd >= 0) close(f->dfd);
+    free(f);
+    src->impl = NULL;
+    if (src->fd >= 0) close(src->fd);
+    src->fd = -1;
+}
+
+static const ckpt__source_ops direct_ops = {.read = direct_read, .close = direct_close};
 
 static ckpt_status file_map(ckpt__source *src, int writable, void **base, ckpt_error *err) {
     /* A file cut short since it was opened would make the mapping fault
@@ -52,7 +132,6 @@ static bool file_claims(const char *name) {
 }
 
 static ckpt_status file_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
-    (void)o;
     ckpt__source *src = ckpt__calloc(1, sizeof *src);
     if (!src) return ckpt__oom(err, name, NULL);
     src->ops = &file_ops;
@@ -65,12 +144,27 @@ static ckpt_status file_open(const char *name, const ckpt__source_options *o, ck
     }
     /* Network file systems are read, never mapped: a server-side
      * truncation would fault a mapping. */
-    src->caps = CKPT__SRC_FD | (ckpt__is_remote_fs(src->fd) ? CKPT__SRC_REMOTE : CKPT__SRC_MAP);
+    bool remote = ckpt__is_remote_fs(src->fd);
+    src->caps = CKPT__SRC_FD | (remote ? CKPT__SRC_REMOTE : CKPT__SRC_MAP);
+    if (o->direct) {
+        /* Direct mode: no mappings (they fill the page cache), reads with
+         * O_DIRECT where the file system takes it. */
+        direct_file *f = ckpt__malloc(sizeof *f);
+        if (!f) {
+            ckpt__source_close(src);
+            return ckpt__oom(err, name, NULL);
+        }
+        f->dfd = ckpt__open_direct(name, src->fd, &f->align);
+        src->impl = f;
+        src->ops = &direct_ops;
+        src->caps = CKPT__SRC_FD | CKPT__SRC_DIRECT | (remote ? CKPT__SRC_REMOTE : 0);
+    }
     *out = src;
     return CKPT_OK;
 }
 
-static ckpt__name_kind file_stat(const char *name) {
+static ckpt__name_kind file_stat(const char *name, const ckpt__source_options *o) {
+    (void)o;
     struct stat sb;
     if (stat(name, &sb) != 0) return CKPT__NAME_MISSING;
     return S_ISDIR(sb.st_mode) ? CKPT__NAME_DIR : CKPT__NAME_FILE;

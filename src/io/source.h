@@ -13,7 +13,10 @@
  *                     copy_file_range, fadvise) in `fd`;
  *   CKPT__SRC_MAP     memory mapping (zero-copy views);
  *   CKPT__SRC_REMOTE  data behind a network: no views, no direct I/O, and
- *                     reads are worth batching (read_many).
+ *                     reads are worth batching (read_many);
+ *   CKPT__SRC_DIRECT  opened in direct mode (ckpt__source_options.direct):
+ *                     reads bypass the page cache (O_DIRECT), and so
+ *                     must the engine's and the writer's.
  * Depends on base only.
  */
 #ifndef CKPT_IO_SOURCE_H
@@ -23,7 +26,7 @@
 
 #include "../base/base.h"
 
-enum { CKPT__SRC_FD = 1u, CKPT__SRC_MAP = 2u, CKPT__SRC_REMOTE = 4u };
+enum { CKPT__SRC_FD = 1u, CKPT__SRC_MAP = 2u, CKPT__SRC_REMOTE = 4u, CKPT__SRC_DIRECT = 8u };
 
 typedef struct ckpt__source ckpt__source;
 
@@ -71,10 +74,24 @@ static inline void ckpt__source_count(ckpt__source *src, uint64_t n) {
     __atomic_add_fetch(&src->bytes_read, n, __ATOMIC_RELAXED);
 }
 
-/* What opening a source may be told (filled by the catalog's options). */
+/* What opening a source may be told (filled by the catalog's options,
+ * ckpt_catalog_options in ckpt.h, which documents each).  Zero means the
+ * default for every field but `retries`; CKPT__SOURCE_OPTIONS_DEFAULT is
+ * the whole default. */
 typedef struct ckpt__source_options {
-    int unused; /* room for timeouts, credentials and caches of remote kinds */
+    uint32_t connect_timeout_ms; /* remote: to establish a connection              */
+    uint32_t read_timeout_ms;    /* remote: a transfer receiving nothing this long fails */
+    uint32_t retries;            /* remote: attempts after the first               */
+    uint32_t max_connections;    /* remote: parallel requests per file             */
+    const char *bearer_token;    /* remote: "Authorization: Bearer", or NULL       */
+    const char *userinfo;        /* remote: "user:password" taken out of the opened URL */
+    const char *userinfo_host;   /* the host `userinfo` belongs to                 */
+    const char *cache_dir;       /* remote: where verified copies are kept, or NULL */
+    bool direct;                 /* local: O_DIRECT reads, nothing in the page cache */
 } ckpt__source_options;
+
+#define CKPT__DEFAULT_RETRIES 5u
+#define CKPT__SOURCE_OPTIONS_DEFAULT {.retries = CKPT__DEFAULT_RETRIES}
 
 /* What a name is: a regular file (or remote object), a directory, or
  * nothing.  Remote names are objects (directories are not listed). */
@@ -86,16 +103,17 @@ typedef struct ckpt__source_kind {
     /* Whether this kind serves `name` (by its scheme). */
     bool (*claims)(const char *name);
     ckpt_status (*open)(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err);
-    /* What `name` is, without opening it. */
-    ckpt__name_kind (*stat)(const char *name);
+    /* What `name` is, without opening it (a remote kind may ask its
+     * server, with the options' credentials and timeouts). */
+    ckpt__name_kind (*stat)(const char *name, const ckpt__source_options *o);
 } ckpt__source_kind;
 
 /* Opens a source by name (a path, or a URL of a registered scheme). */
 CKPT__HIDDEN ckpt_status ckpt__source_open(const char *name, const ckpt__source_options *o, ckpt__source **out,
                                            ckpt_error *err);
 
-/* What `name` is, asked of the kind that claims it. */
-CKPT__HIDDEN ckpt__name_kind ckpt__source_stat(const char *name);
+/* What `name` is, asked of the kind that claims it (`o` may be NULL). */
+CKPT__HIDDEN ckpt__name_kind ckpt__source_stat(const char *name, const ckpt__source_options *o);
 
 /* True when `name` is served by a remote kind (no local directory to list). */
 CKPT__HIDDEN bool ckpt__source_is_remote_name(const char *name);
@@ -121,6 +139,16 @@ static inline ckpt_status ckpt__source_read(ckpt__source *src, void *dst, uint64
  * larger than `limit` bytes gives `too_large_status`. */
 CKPT__HIDDEN ckpt_status ckpt__source_slurp(ckpt__source *src, uint64_t limit, ckpt_status too_large_status,
                                             char **data, ckpt_error *err);
+
+/* A source of the `length` bytes of `base` from `offset` (window_source.c):
+ * an archive embedded in a file, read in its own coordinates.  `base`
+ * must outlive the window, which has no descriptor and no mapping.  Fails
+ * with CKPT_E_TRUNCATED when the range runs past the end of `base`. */
+CKPT__HIDDEN ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset, uint64_t length,
+                                             ckpt__source **out, ckpt_error *err);
+
+/* Where a window starts in its base (0 for any other source). */
+CKPT__HIDDEN uint64_t ckpt__source_window_offset(const ckpt__source *src);
 
 /* The local file kind (file_source.c): registered in sources.c. */
 CKPT__HIDDEN extern const ckpt__source_kind ckpt__file_kind;

@@ -3,11 +3,42 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "http.h"
 #include "source.h"
+
+#ifndef CKPT_HAVE_CURL
+/* Built without libcurl: remote names are still recognised, and refused
+ * with a clear error rather than looked for on the disk. */
+static bool remote_claims(const char *name) {
+    return !strncmp(name, "http://", 7) || !strncmp(name, "https://", 8) || !strncmp(name, "s3://", 5);
+}
+static ckpt_status remote_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
+    (void)o;
+    *out = NULL;
+    char *shown = ckpt__url_redact(name);
+    ckpt_status st = ckpt__fail(err, CKPT_E_UNSUPPORTED_SOURCE, shown ? shown : "(remote)", NULL, -1,
+                                "this libckpt was built without libcurl: it reads local files only "
+                                "(rebuild with libcurl4-openssl-dev installed for http://, https:// and s3://)");
+    free(shown);
+    return st;
+}
+static ckpt__name_kind remote_stat(const char *name, const ckpt__source_options *o) {
+    (void)o;
+    size_t n = strlen(name);
+    return n && name[n - 1] == '/' ? CKPT__NAME_DIR : CKPT__NAME_FILE; /* open says why not */
+}
+static const ckpt__source_kind no_remote_kind = {"remote (unavailable)", remote_claims, remote_open, remote_stat};
+#endif
 
 /* Kinds that claim names by scheme come first; the file kind takes the
  * rest. */
 static const ckpt__source_kind *const kinds[] = {
+#ifdef CKPT_HAVE_CURL
+    &ckpt__http_kind,
+    &ckpt__s3_kind,
+#else
+    &no_remote_kind,
+#endif
     &ckpt__file_kind,
 };
 
@@ -19,11 +50,14 @@ static const ckpt__source_kind *kind_of(const char *name) {
 
 ckpt_status ckpt__source_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
     *out = NULL;
-    ckpt__source_options defaults = {0};
+    ckpt__source_options defaults = CKPT__SOURCE_OPTIONS_DEFAULT;
     return kind_of(name)->open(name, o ? o : &defaults, out, err);
 }
 
-ckpt__name_kind ckpt__source_stat(const char *name) { return kind_of(name)->stat(name); }
+ckpt__name_kind ckpt__source_stat(const char *name, const ckpt__source_options *o) {
+    ckpt__source_options defaults = CKPT__SOURCE_OPTIONS_DEFAULT;
+    return kind_of(name)->stat(name, o ? o : &defaults);
+}
 
 bool ckpt__source_is_remote_name(const char *name) { return kind_of(name) != &ckpt__file_kind; }
 

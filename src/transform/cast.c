@@ -7,6 +7,9 @@
  * only NaN and have no negative zero, float8_e8m0fnu rounds exponents up
  * from the guard bit. */
 #include <pthread.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -239,11 +242,20 @@ COPY_FN(8)
 static ckpt__cast_fn table[CKPT_DTYPE_COUNT][CKPT_DTYPE_COUNT];
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/* F16C (CPUID leaf 1, ECX bit 29): clang before 15 has no "f16c" for
+ * __builtin_cpu_supports. */
+static bool has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+}
+#endif
+
 static int cpu_level(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     int level = 0;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) level = 1;
+    if (__builtin_cpu_supports("avx2") && has_f16c()) level = 1;
     if (level && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
         level = 2;

@@ -11,7 +11,8 @@ import pytest
 from ckptlib import BIN_PATH
 
 HOSTILE = Path(__file__).resolve().parent.parent / "hostile"
-MANIFEST = json.loads((HOSTILE / "manifest.json").read_text())
+# manifest.json (files), and each format's own manifest_*.json (DCP: directories)
+MANIFEST = {k: v for m in sorted(HOSTILE.glob("manifest*.json")) for k, v in json.loads(m.read_text()).items()}
 MARKER = Path("/tmp/ckpt-hostile-pwned")
 LIMITS = ["prlimit", f"--as={1 << 30}", "--cpu=20", "timeout", "20"]
 

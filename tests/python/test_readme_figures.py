@@ -14,6 +14,8 @@ import report  # noqa: E402
 
 README = (ROOT / "README.md").read_text()
 MEASURED = re.compile(r"\d[\d,]*(?:\.\d+)?\s?(?:ms|MiB|GiB|GB/s|×)")
+# Sizes in the prose that are parameters or format facts, not measurements.
+NOT_MEASURED = ["arrays over 1 GiB", "8 MiB or\n  more each"]
 
 
 def prose(text):
@@ -22,6 +24,8 @@ def prose(text):
     text = text.split("<!-- bench:begin -->")[0] + text.split("<!-- bench:end -->")[1]
     text = re.sub(r"```.*?```", "", text, flags=re.S)
     text = re.sub(r"`[^`\n]*`", "", text)
+    for fact in NOT_MEASURED:
+        text = text.replace(fact, "")
     return report.FIG.sub("", text)
 
 

@@ -32,6 +32,13 @@ static void test_numbers_are_stable(void **state) {
     assert_int_equal(CKPT_E_CHECKSUM, 52);
     assert_int_equal(CKPT_E_GGUF_VERSION, 70);
     assert_int_equal(CKPT_E_UNSUPPORTED_DTYPE, 79);
+    assert_int_equal(CKPT_E_NPY_INVALID, 90);
+    assert_int_equal(CKPT_E_MSGPACK_INVALID, 91);
+    assert_int_equal(CKPT_FORMAT_NPY, 7);
+    assert_int_equal(CKPT_FORMAT_NPZ, 8);
+    assert_int_equal(CKPT_FORMAT_FLAX_MSGPACK, 9);
+    assert_int_equal(CKPT_E_DCP_METADATA, 80);
+    assert_int_equal(CKPT_E_DCP_UNSUPPORTED, 86);
 }
 
 static void test_fail_fills_every_field(void **state) {

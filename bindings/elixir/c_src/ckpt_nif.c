@@ -243,6 +243,10 @@ static const char *format_name(ckpt_format f) {
     case CKPT_FORMAT_TORCH: return "torch";
     case CKPT_FORMAT_TORCH_SHARDED: return "torch_sharded";
     case CKPT_FORMAT_GGUF: return "gguf";
+    case CKPT_FORMAT_NPY: return "npy";
+    case CKPT_FORMAT_NPZ: return "npz";
+    case CKPT_FORMAT_FLAX_MSGPACK: return "flax_msgpack";
+    case CKPT_FORMAT_DCP: return "dcp";
     }
     return "unknown";
 }

@@ -1,7 +1,8 @@
 defmodule Ckpt.Catalog do
   @moduledoc """
   An opened checkpoint (`Ckpt.open/1`): `format` (`:safetensors`,
-  `:safetensors_sharded`, `:torch`, `:torch_sharded`), its data `files` as
+  `:safetensors_sharded`, `:torch`, `:torch_sharded`, `:npy`, `:npz`,
+  `:flax_msgpack`), its data `files` as
   `{path, size}`, the `index_path` of a sharded one, the number of tensors
   (`count`) and a torch file's object tree (`tree_json`).  `ref` is the
   libckpt catalog, closed by the garbage collector once neither this struct

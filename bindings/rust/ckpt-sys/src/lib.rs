@@ -106,6 +106,7 @@ pub const CKPT_FORMAT_SAFETENSORS: ckpt_format = 1;
 pub const CKPT_FORMAT_SAFETENSORS_SHARDED: ckpt_format = 2;
 pub const CKPT_FORMAT_TORCH: ckpt_format = 3;
 pub const CKPT_FORMAT_TORCH_SHARDED: ckpt_format = 4;
+pub const CKPT_FORMAT_DCP: ckpt_format = 6;
 
 pub const CKPT_MAX_DIMS: u32 = 64;
 pub const CKPT_DEFAULT_MAX_SHARD_SIZE: u64 = 5_000_000_000;
@@ -215,6 +216,7 @@ pub struct ckpt_writer_options {
     pub split_max_tensors: u64,
     /// Metadata adding to or replacing the source's: a JSON object text (NULL: none).
     pub metadata_json: *const c_char,
+    pub dcp_ranks: u32,
 }
 
 /// Where a tensor's bytes lie in the caller's memory (ckpt_writer_add_tensor_shared).
@@ -566,6 +568,7 @@ mod layout {
             ("ckpt_writer_options.copy_files_from", off!(ckpt_writer_options, copy_files_from), true),
             ("ckpt_writer_options.split_max_tensors", off!(ckpt_writer_options, split_max_tensors), true),
             ("ckpt_writer_options.metadata_json", off!(ckpt_writer_options, metadata_json), true),
+            ("ckpt_writer_options.dcp_ranks", off!(ckpt_writer_options, dcp_ranks), true),
             ("sizeof ckpt_tensor_storage", size_of::<ckpt_tensor_storage>(), true),
             ("ckpt_tensor_storage.id", off!(ckpt_tensor_storage, id), true),
             ("ckpt_tensor_storage.nbytes", off!(ckpt_tensor_storage, nbytes), true),

@@ -1,0 +1,74 @@
+"""Where a checkpoint's bytes come from: local paths, or http://, https://
+and s3:// URLs, and how local files are read (direct=True: O_DIRECT,
+around the page cache).
+
+Every function that opens a checkpoint takes, as keyword arguments:
+
+    direct=False        read local files with O_DIRECT: nothing goes
+                        through the page cache (loads, converts — which
+                        also drop what they write — and headers); no mmap
+    cache_dir=None      keep verified copies of remote files there (named
+                        by URL, ETag and size; a later open reads them
+                        locally after one request to check the version)
+    bearer_token=None   sent as "Authorization: Bearer" to the URL's host
+                        (default: $HF_TOKEN for huggingface.co and hf.co)
+    timeout=None        seconds without a byte before a transfer fails and
+                        is retried (60)
+    connect_timeout=None  seconds to establish a connection (30)
+    retries=None        retries of a failed request, each resuming at the
+                        last byte received (5)
+    max_connections=None  parallel range requests per file (16)
+
+s3:// names use $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY,
+$AWS_SESSION_TOKEN, $AWS_REGION and $AWS_ENDPOINT_URL (S3-compatible
+stores)."""
+import os
+
+from . import _ckpt
+
+OPTIONS = ("cache_dir", "bearer_token", "timeout", "connect_timeout", "retries", "max_connections")
+_SCHEMES = ("http://", "https://", "s3://")
+
+
+def is_remote(path):
+    """True for an http://, https:// or s3:// name."""
+    return isinstance(path, str) and path.startswith(_SCHEMES)
+
+
+def name(path):
+    """A path or URL as the library takes it (URLs stay strings)."""
+    if isinstance(path, str) and is_remote(path):
+        return path
+    return os.fspath(path)
+
+
+def check(options):
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument{'s' if len(unknown) > 1 else ''} "
+                        f"{', '.join(repr(u) for u in unknown)}")
+
+
+def catalog(path, direct=False, allowed_globals=None, **options):
+    """Opens a _ckpt.Catalog with the source options."""
+    check(options)
+    kw = {k: v for k, v in options.items() if v is not None}
+    if "cache_dir" in kw:
+        kw["cache_dir"] = os.fspath(kw["cache_dir"])
+    if direct:
+        kw["direct"] = True
+    return _ckpt.Catalog(name(path), allowed_globals, **kw)
+
+
+def shown(path):
+    """A path or URL as it may be printed (no password, no query string)."""
+    s = str(path)
+    if not is_remote(s):
+        return s
+    scheme, _, rest = s.partition("://")
+    host, slash, tail = rest.partition("/")
+    if "@" in host:
+        user, _, host = host.rpartition("@")
+        host = (user.split(":", 1)[0] + (":REDACTED" if ":" in user else "")) + "@" + host
+    tail, q, _ = tail.partition("?")
+    return f"{scheme}://{host}{slash}{tail}{'?REDACTED' if q else ''}"

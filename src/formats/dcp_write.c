@@ -1,0 +1,724 @@
+/* dcp_write.c — the bytes of a torch.distributed.checkpoint directory (see
+ * dcp.h): the .metadata pickle, the torch.save archive around each chunk,
+ * and the pickles of objects.  Only rendering: where the bytes go is the
+ * output format's business (dcp_output.c). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "dcp.h"
+#include "json.h"
+
+/* ---- a minimal, deterministic pickler ------------------------------------------ */
+
+static void put(ckpt__buf *b, const void *p, size_t n) { ckpt__buf_append(b, (const char *)p, n); }
+static void op(ckpt__buf *b, unsigned char c) { put(b, &c, 1); }
+
+static void le(ckpt__buf *b, uint64_t v, int n) {
+    unsigned char x[8];
+    for (int i = 0; i < n; i++) x[i] = (unsigned char)(v >> (8 * i));
+    put(b, x, (size_t)n);
+}
+
+/* An int as CPython's pickler writes it: BININT1, BININT2, BININT, else
+ * LONG1 with the fewest two's-complement bytes. */
+static void pk_int(ckpt__buf *b, int64_t v) {
+    if (v >= 0 && v < 256) {
+        op(b, 'K');
+        le(b, (uint64_t)v, 1);
+    } else if (v >= 0 && v < 65536) {
+        op(b, 'M');
+        le(b, (uint64_t)v, 2);
+    } else if (v >= INT32_MIN && v <= INT32_MAX) {
+        op(b, 'J');
+        le(b, (uint64_t)(uint32_t)(int32_t)v, 4);
+    } else {
+        int n = 1; /* the fewest bytes that hold v in two's complement, as CPython */
+        while (n < 8 && (v < -(INT64_C(1) << (8 * n - 1)) || v >= (INT64_C(1) << (8 * n - 1)))) n++;
+        op(b, 0x8a);
+        le(b, (uint64_t)n, 1);
+        le(b, (uint64_t)v, n);
+    }
+}
+
+static void pk_str(ckpt__buf *b, const char *s, size_t n) {
+    op(b, 'X'); /* BINUNICODE, as protocol 2 writes every str */
+    le(b, n, 4);
+    put(b, s, n);
+}
+
+static void pk_text_global(ckpt__buf *b, const char *module, const char *name) {
+    op(b, 'c');
+    ckpt__buf_puts(b, module);
+    op(b, '\n');
+    ckpt__buf_puts(b, name);
+    op(b, '\n');
+}
+
+/* A tuple of unsigned ints. */
+static void pk_dims(ckpt__buf *b, const uint64_t *v, uint32_t n) {
+    if (n == 0) {
+        op(b, ')');
+        return;
+    }
+    if (n > 3) op(b, '(');
+    for (uint32_t i = 0; i < n; i++) pk_int(b, (int64_t)v[i]);
+    op(b, n == 1 ? 0x85 : n == 2 ? 0x86 : n == 3 ? 0x87 : 't');
+}
+
+/* ---- dtypes ----------------------------------------------------------------------- */
+
+typedef struct torch_type {
+    ckpt_dtype dtype;
+    const char *name;    /* torch.<name> */
+    const char *storage; /* legacy storage class (_rebuild_tensor_v2), or NULL: v3 with UntypedStorage */
+} torch_type;
+
+static const torch_type torch_types[] = {
+    {CKPT_F32, "float32", "FloatStorage"},       {CKPT_F64, "float64", "DoubleStorage"},
+    {CKPT_F16, "float16", "HalfStorage"},        {CKPT_BF16, "bfloat16", "BFloat16Storage"},
+    {CKPT_I64, "int64", "LongStorage"},          {CKPT_I32, "int32", "IntStorage"},
+    {CKPT_I16, "int16", "ShortStorage"},         {CKPT_I8, "int8", "CharStorage"},
+    {CKPT_U8, "uint8", "ByteStorage"},           {CKPT_BOOL, "bool", "BoolStorage"},
+    {CKPT_C64, "complex64", "ComplexFloatStorage"}, {CKPT_U16, "uint16", NULL},
+    {CKPT_U32, "uint32", NULL},                  {CKPT_U64, "uint64", NULL},
+    {CKPT_F8_E5M2, "float8_e5m2", NULL},         {CKPT_F8_E4M3, "float8_e4m3fn", NULL},
+    {CKPT_F8_E8M0, "float8_e8m0fnu", NULL},      {CKPT_F8_E4M3FNUZ, "float8_e4m3fnuz", NULL},
+    {CKPT_F8_E5M2FNUZ, "float8_e5m2fnuz", NULL},
+};
+
+static const torch_type *torch_type_of(ckpt_dtype d) {
+    for (size_t i = 0; i < sizeof torch_types / sizeof torch_types[0]; i++)
+        if (torch_types[i].dtype == d) return &torch_types[i];
+    return NULL;
+}
+
+const char *ckpt__dcp_torch_dtype(ckpt_dtype dtype) {
+    const torch_type *t = torch_type_of(dtype);
+    return t ? t->name : NULL;
+}
+
+/* ---- torch.save archives ------------------------------------------------------------ */
+
+enum { ALIGN = 64 };
+#define ZIP64_LIMIT 0xFFFFFFFFULL
+
+typedef struct record {
+    const char *name;
+    const void *data; /* NULL: the streamed data record */
+    uint64_t size;
+    uint32_t crc;
+    uint64_t local; /* local header offset */
+} record;
+
+static uint32_t crc_of(const void *p, size_t n) { return ckpt__dcp_crc32(0, p, n); }
+
+uint32_t ckpt__dcp_crc32(uint32_t crc, const void *p, size_t n) {
+    return (uint32_t)crc32_z(crc, (const Bytef *)p, (z_size_t)n);
+}
+
+/* A local header (torch's: version 0, flags 0x0808 — sizes in a data
+ * descriptor, UTF-8 names — no time), with the "FB" padding field that
+ * puts the data on a 64-byte boundary of the archive. */
+static void local_header(ckpt__buf *b, uint64_t base, record *r) {
+    bool big = r->size >= ZIP64_LIMIT;
+    r->local = base + b->len;
+    size_t name_len = strlen(r->name);
+    uint64_t start = r->local + 30 + name_len + 4 + (big ? 20 : 0);
+    size_t pad = (size_t)((ALIGN - start % ALIGN) % ALIGN);
+    le(b, 0x04034b50, 4);
+    le(b, 0, 2);      /* version needed */
+    le(b, 0x0808, 2); /* flags */
+    le(b, 0, 2);      /* stored */
+    le(b, 0, 4);      /* time, date */
+    le(b, 0, 4);      /* crc: in the descriptor */
+    le(b, big ? 0xFFFFFFFFu : 0, 4);
+    le(b, big ? 0xFFFFFFFFu : 0, 4);
+    le(b, name_len, 2);
+    le(b, (big ? 20 : 0) + 4 + pad, 2);
+    put(b, r->name, name_len);
+    if (big) { /* ZIP64 extended information: sizes in the descriptor */
+        le(b, 1, 2);
+        le(b, 16, 2);
+        le(b, 0, 8);
+        le(b, 0, 8);
+    }
+    put(b, "FB", 2);
+    le(b, pad, 2);
+    for (size_t i = 0; i < pad; i++) op(b, 'Z');
+}
+
+static void descriptor(ckpt__buf *b, const record *r) {
+    le(b, 0x08074b50, 4);
+    le(b, r->crc, 4);
+    int n = r->size >= ZIP64_LIMIT ? 8 : 4;
+    le(b, r->size, n);
+    le(b, r->size, n);
+}
+
+static void central(ckpt__buf *b, const record *r) {
+    bool big = r->size >= ZIP64_LIMIT, far = r->local >= ZIP64_LIMIT;
+    size_t name_len = strlen(r->name);
+    le(b, 0x02014b50, 4);
+    le(b, big || far ? 45 : 0, 2); /* version made by */
+    le(b, big || far ? 45 : 0, 2); /* version needed */
+    le(b, 0x0808, 2);
+    le(b, 0, 2);
+    le(b, 0, 4);
+    le(b, r->crc, 4);
+    le(b, big ? 0xFFFFFFFFu : r->size, 4);
+    le(b, big ? 0xFFFFFFFFu : r->size, 4);
+    le(b, name_len, 2);
+    le(b, big || far ? 4 + (big ? 16 : 0) + (far ? 8 : 0) : 0, 2);
+    le(b, 0, 2); /* comment */
+    le(b, 0, 2); /* disk */
+    le(b, 0, 2); /* internal attributes */
+    le(b, 0, 4); /* external attributes */
+    le(b, far ? 0xFFFFFFFFu : r->local, 4);
+    put(b, r->name, name_len);
+    if (big || far) {
+        le(b, 1, 2);
+        le(b, (big ? 16 : 0) + (far ? 8 : 0), 2);
+        if (big) le(b, r->size, 8), le(b, r->size, 8);
+        if (far) le(b, r->local, 8);
+    }
+}
+
+/* The archive: data.pkl, .format_version, .storage_alignment, byteorder,
+ * [data/0,] version, .data/serialization_id — torch.save's records, in its
+ * order.  `head` receives the bytes before data/0's data (the whole
+ * archive without one), `tail` those after it, which hold its CRC. */
+static void render_archive(const ckpt__buf *pickle, bool with_data, uint64_t data_size, uint32_t data_crc,
+                           uint64_t id, ckpt__buf *head, ckpt__buf *tail, uint64_t *total) {
+    char serial[41];
+    for (int i = 39; i >= 0; i--, id /= 10) serial[i] = (char)('0' + id % 10);
+    serial[40] = '\0';
+    record recs[7] = {
+        {"archive/data.pkl", pickle->data ? pickle->data : "", pickle->len, 0, 0},
+        {"archive/.format_version", "1", 1, 0, 0},
+        {"archive/.storage_alignment", "64", 2, 0, 0},
+        {"archive/byteorder", "little", 6, 0, 0},
+        {"archive/data/0", NULL, data_size, data_crc, 0},
+        {"archive/version", "3\n", 2, 0, 0},
+        {"archive/.data/serialization_id", serial, 40, 0, 0},
+    };
+    size_t n = 0;
+    record *order[7];
+    for (size_t i = 0; i < 7; i++)
+        if (recs[i].data || with_data) order[n++] = &recs[i];
+    ckpt__buf *b = head;
+    uint64_t base = 0; /* archive offset of b's first byte */
+    for (size_t i = 0; i < n; i++) {
+        record *r = order[i];
+        local_header(b, base, r);
+        if (r->data) {
+            r->crc = crc_of(r->data, (size_t)r->size);
+            put(b, r->data, (size_t)r->size);
+        } else { /* the data: streamed by the writer; the rest follows it */
+            base += b->len + r->size;
+            b = tail;
+        }
+        descriptor(b, r);
+    }
+    uint64_t cd_at = base + b->len;
+    for (size_t i = 0; i < n; i++) central(b, order[i]);
+    uint64_t cd_size = base + b->len - cd_at, z64 = base + b->len;
+    le(b, 0x06064b50, 4); /* ZIP64 end of central directory, as torch always writes */
+    le(b, 44, 8);
+    le(b, 0x031e, 2);
+    le(b, 45, 2);
+    le(b, 0, 4);
+    le(b, 0, 4);
+    le(b, n, 8);
+    le(b, n, 8);
+    le(b, cd_size, 8);
+    le(b, cd_at, 8);
+    le(b, 0x07064b50, 4); /* its locator */
+    le(b, 0, 4);
+    le(b, z64, 8);
+    le(b, 1, 4);
+    le(b, 0x06054b50, 4); /* end of central directory */
+    le(b, 0, 4);
+    le(b, n, 2);
+    le(b, n, 2);
+    le(b, cd_size >= ZIP64_LIMIT ? 0xFFFFFFFFu : cd_size, 4);
+    le(b, cd_at >= ZIP64_LIMIT ? 0xFFFFFFFFu : cd_at, 4);
+    le(b, 0, 2);
+    *total = base + b->len;
+}
+
+/* torch.save(tensor)'s pickle: _rebuild_tensor_v2(persistent storage, 0,
+ * size, stride, False, OrderedDict()), or _rebuild_tensor_v3 with an
+ * untyped storage and the dtype for dtypes without a legacy storage. */
+static ckpt_status tensor_pickle(ckpt__buf *b, ckpt_dtype dtype, uint32_t ndim, const uint64_t *sizes,
+                                 uint64_t nbytes) {
+    const torch_type *t = torch_type_of(dtype);
+    if (!t) return CKPT_E_UNKNOWN_DTYPE;
+    uint64_t strides[CKPT_MAX_DIMS], s = 1, numel = 1;
+    for (uint32_t d = ndim; d-- > 0;) {
+        strides[d] = s;
+        s *= sizes[d] ? sizes[d] : 1; /* torch's contiguous strides count empty axes as 1 */
+        numel *= sizes[d];
+    }
+    op(b, 0x80);
+    op(b, 2);
+    pk_text_global(b, "torch._utils", t->storage ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3");
+    op(b, '(');
+    op(b, '(');
+    pk_str(b, "storage", 7);
+    pk_text_global(b, t->storage ? "torch" : "torch.storage", t->storage ? t->storage : "UntypedStorage");
+    pk_str(b, "0", 1);
+    pk_str(b, "cpu", 3);
+    pk_int(b, (int64_t)(t->storage ? numel : nbytes));
+    op(b, 't');
+    op(b, 'Q');
+    pk_int(b, 0);
+    pk_dims(b, sizes, ndim);
+    pk_dims(b, strides, ndim);
+    op(b, 0x89);
+    pk_text_global(b, "collections", "OrderedDict");
+    op(b, ')');
+    op(b, 'R');
+    if (!t->storage) pk_text_global(b, "torch", t->name);
+    op(b, 't');
+    op(b, 'R');
+    op(b, '.');
+    return b->failed ? CKPT_E_NO_MEMORY : CKPT_OK;
+}
+
+ckpt_status ckpt__dcp_chunk_archive(ckpt__dcp_archive *a, ckpt_dtype dtype, uint32_t ndim, const uint64_t *sizes,
+                                    uint64_t nbytes, uint64_t id) {
+    memset(a, 0, sizeof *a);
+    ckpt__buf pickle = {0}, tail = {0};
+    ckpt_status st = tensor_pickle(&pickle, dtype, ndim, sizes, nbytes);
+    if (st == CKPT_OK) {
+        render_archive(&pickle, true, nbytes, 0, id, &a->head, &tail, &a->size);
+        if (a->head.failed || tail.failed) st = CKPT_E_NO_MEMORY;
+    }
+    a->pickle = pickle;
+    a->nbytes = nbytes;
+    a->id = id;
+    a->has_data = true;
+    free(tail.data);
+    if (st) ckpt__dcp_archive_free(a);
+    return st;
+}
+
+ckpt_status ckpt__dcp_archive_tail(const ckpt__dcp_archive *a, uint32_t crc, ckpt__buf *tail) {
+    ckpt__buf head = {0};
+    uint64_t total;
+    render_archive(&a->pickle, a->has_data, a->nbytes, crc, a->id, &head, tail, &total);
+    bool failed = head.failed || tail->failed;
+    free(head.data);
+    return failed ? CKPT_E_NO_MEMORY : CKPT_OK;
+}
+
+void ckpt__dcp_archive_free(ckpt__dcp_archive *a) {
+    free(a->head.data);
+    free(a->pickle.data);
+    memset(a, 0, sizeof *a);
+}
+
+/* ---- objects: the tree's JSON back to a pickle ----------------------------------------- */
+
+typedef struct obj_writer {
+    const ckpt__json_doc *doc;
+    ckpt__buf *b;
+    const char *fqn;
+    ckpt_error *err;
+    int depth;
+} obj_writer;
+
+static ckpt_status refuse(obj_writer *w, const char *what) {
+    return ckpt__fail(w->err, CKPT_E_DCP_UNSUPPORTED, NULL, w->fqn, -1,
+                      "the object holds %s, which ckpt cannot write into a DCP checkpoint", what);
+}
+
+static bool hex_bytes(const char *hex, size_t n, ckpt__buf *out) {
+    if (n % 2) return false;
+    for (size_t i = 0; i < n; i += 2) {
+        int v = 0;
+        for (int k = 0; k < 2; k++) {
+            char c = hex[i + k];
+            int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            if (d < 0) return false;
+            v = v * 16 + d;
+        }
+        op(out, (unsigned char)v);
+    }
+    return true;
+}
+
+static ckpt_status obj_value(obj_writer *w, uint32_t i);
+
+static ckpt_status obj_items(obj_writer *w, uint32_t array, unsigned char close) {
+    const ckpt__json_node *a = &w->doc->nodes[array];
+    op(w->b, '(');
+    ckpt_status st = CKPT_OK;
+    for (uint32_t k = 0, c = array + 1; k < a->count && st == CKPT_OK; k++, c = w->doc->nodes[c].end)
+        st = obj_value(w, c);
+    op(w->b, close);
+    return st;
+}
+
+/* The member `key` of object node i, or 0. */
+static uint32_t member(const ckpt__json_doc *doc, uint32_t i, const char *key) {
+    const ckpt__json_node *o = &doc->nodes[i];
+    for (uint32_t k = 0, c = i + 1; k < o->count; k++, c = doc->nodes[c + 1].end)
+        if (!strcmp(doc->nodes[c].str, key)) return c + 1;
+    return 0;
+}
+
+static ckpt_status obj_value(obj_writer *w, uint32_t i) {
+    const ckpt__json_node *n = &w->doc->nodes[i];
+    ckpt__buf *b = w->b;
+    if (++w->depth > 200) return refuse(w, "values nested deeper than 200");
+    ckpt_status st = CKPT_OK;
+    switch (n->kind) {
+    case CKPT__JSON_NULL: op(b, 'N'); break;
+    case CKPT__JSON_TRUE: op(b, 0x88); break;
+    case CKPT__JSON_FALSE: op(b, 0x89); break;
+    case CKPT__JSON_STRING: pk_str(b, n->str, n->len); break;
+    case CKPT__JSON_NUMBER: {
+        char text[64]; /* the raw text is not NUL-terminated */
+        if (n->len >= sizeof text) return refuse(w, "a number of more than 63 characters");
+        memcpy(text, n->str, n->len);
+        text[n->len] = '\0';
+        if (!strpbrk(text, ".eE")) {
+            char *end;
+            errno = 0;
+            long long v = strtoll(text, &end, 10);
+            if (errno || *end) return refuse(w, "an integer outside 64 bits");
+            pk_int(b, v);
+        } else {
+            double f = strtod(text, NULL);
+            uint64_t bits;
+            memcpy(&bits, &f, 8);
+            op(b, 'G');
+            for (int k = 7; k >= 0; k--) op(b, (unsigned char)(bits >> (8 * k)));
+        }
+        break;
+    }
+    case CKPT__JSON_ARRAY:
+        op(b, ']');
+        if (n->count) {
+            op(b, '(');
+            for (uint32_t k = 0, c = i + 1; k < n->count && st == CKPT_OK; k++, c = w->doc->nodes[c].end)
+                st = obj_value(w, c);
+            op(b, 'e');
+        }
+        break;
+    case CKPT__JSON_OBJECT: {
+        uint32_t v;
+        if ((v = member(w->doc, i, "__tuple__")) && w->doc->nodes[v].kind == CKPT__JSON_ARRAY) {
+            st = obj_items(w, v, 't');
+        } else if ((v = member(w->doc, i, "__set__")) && w->doc->nodes[v].kind == CKPT__JSON_ARRAY) {
+            pk_text_global(b, "builtins", "set");
+            op(b, ']');
+            if (w->doc->nodes[v].count) st = obj_items(w, v, 'e');
+            op(b, 0x85);
+            op(b, 'R');
+        } else if ((v = member(w->doc, i, "__dict__")) && w->doc->nodes[v].kind == CKPT__JSON_ARRAY) {
+            op(b, '}');
+            const ckpt__json_node *items = &w->doc->nodes[v];
+            if (items->count) op(b, '(');
+            for (uint32_t k = 0, c = v + 1; k < items->count && st == CKPT_OK; k++, c = w->doc->nodes[c].end) {
+                const ckpt__json_node *pair = &w->doc->nodes[c];
+                if (pair->kind != CKPT__JSON_ARRAY || pair->count != 2) return refuse(w, "a malformed dict");
+                st = obj_value(w, c + 1);
+                if (st == CKPT_OK) st = obj_value(w, w->doc->nodes[c + 1].end);
+            }
+            if (items->count) op(b, 'u');
+        } else if ((v = member(w->doc, i, "__bytes__")) && w->doc->nodes[v].kind == CKPT__JSON_STRING) {
+            /* Protocol 2 pickles bytes as _codecs.encode(latin-1 text, "latin1"). */
+            ckpt__buf raw = {0}, text = {0};
+            if (!hex_bytes(w->doc->nodes[v].str, w->doc->nodes[v].len, &raw)) st = refuse(w, "malformed bytes");
+            for (size_t k = 0; st == CKPT_OK && k < raw.len; k++) {
+                unsigned char c = (unsigned char)raw.data[k];
+                if (c < 0x80) op(&text, c);
+                else op(&text, (unsigned char)(0xC0 | c >> 6)), op(&text, (unsigned char)(0x80 | (c & 0x3F)));
+            }
+            if (st == CKPT_OK) {
+                pk_text_global(b, "_codecs", "encode");
+                pk_str(b, text.data ? text.data : "", text.len);
+                pk_str(b, "latin1", 6);
+                op(b, 0x86);
+                op(b, 'R');
+            }
+            free(raw.data);
+            free(text.data);
+        } else if ((v = member(w->doc, i, "__float__")) && w->doc->nodes[v].kind == CKPT__JSON_STRING) {
+            const char *s = w->doc->nodes[v].str;
+            double f = !strcmp(s, "inf") ? INFINITY : !strcmp(s, "-inf") ? -INFINITY : NAN;
+            uint64_t bits;
+            memcpy(&bits, &f, 8);
+            op(b, 'G');
+            for (int k = 7; k >= 0; k--) op(b, (unsigned char)(bits >> (8 * k)));
+        } else if ((v = member(w->doc, i, "__int_le__")) && w->doc->nodes[v].kind == CKPT__JSON_STRING) {
+            ckpt__buf raw = {0};
+            if (!hex_bytes(w->doc->nodes[v].str, w->doc->nodes[v].len, &raw) || raw.len > 0xFFFFFFFFu) {
+                st = refuse(w, "a malformed integer");
+            } else {
+                op(b, 0x8b); /* LONG4 */
+                le(b, raw.len, 4);
+                put(b, raw.data ? raw.data : "", raw.len);
+            }
+            free(raw.data);
+        } else if (member(w->doc, i, "__tensor__")) {
+            st = refuse(w, "a tensor inside a tuple or other object (DCP keeps tensors only at dict and list entries)");
+        } else if ((v = member(w->doc, i, "__call__")) || (v = member(w->doc, i, "__global__"))) {
+            char what[300];
+            snprintf(what, sizeof what, "an object of %s", w->doc->nodes[v].kind == CKPT__JSON_STRING ? w->doc->nodes[v].str : "a class");
+            st = refuse(w, what);
+        } else {
+            st = refuse(w, "a value of unknown kind");
+        }
+        break;
+    }
+    default: st = refuse(w, "a value of unknown kind");
+    }
+    w->depth--;
+    return st;
+}
+
+ckpt_status ckpt__dcp_object_archive(ckpt__dcp_archive *a, const ckpt__json_doc *doc, uint32_t node, const char *fqn,
+                                     uint64_t id, ckpt_error *err) {
+    memset(a, 0, sizeof *a);
+    ckpt__buf pickle = {0}, tail = {0};
+    op(&pickle, 0x80);
+    op(&pickle, 2);
+    obj_writer w = {doc, &pickle, fqn, err, 0};
+    ckpt_status st = obj_value(&w, node);
+    op(&pickle, '.');
+    if (st == CKPT_OK && pickle.failed) st = ckpt__oom(err, NULL, fqn);
+    if (st == CKPT_OK) {
+        a->pickle = pickle;
+        pickle.data = NULL;
+        a->id = id;
+        render_archive(&a->pickle, false, 0, 0, id, &a->head, &tail, &a->size);
+        if (a->head.failed || tail.failed) st = ckpt__oom(err, NULL, fqn);
+        if (st == CKPT_OK && tail.len) { /* no data record: the whole archive is the head */
+            ckpt__buf_append(&a->head, tail.data, tail.len);
+            if (a->head.failed) st = ckpt__oom(err, NULL, fqn);
+        }
+    }
+    free(pickle.data);
+    free(tail.data);
+    if (st) ckpt__dcp_archive_free(a);
+    return st;
+}
+
+/* ---- .metadata --------------------------------------------------------------------------- */
+
+/* Protocol 4: globals by STACK_GLOBAL, each memoized once. */
+typedef struct meta_pickler {
+    ckpt__buf *b;
+    const char *memo_names[16];
+    size_t memo_count;
+} meta_pickler;
+
+static void pk_short_str(ckpt__buf *b, const char *s) {
+    size_t n = strlen(s);
+    if (n < 256) {
+        op(b, 0x8c);
+        le(b, n, 1);
+    } else {
+        op(b, 'X');
+        le(b, n, 4);
+    }
+    put(b, s, n);
+}
+
+static void pk_global4(meta_pickler *p, const char *module, const char *name) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", module, name);
+    for (size_t i = 0; i < p->memo_count; i++)
+        if (!strcmp(p->memo_names[i], key)) {
+            op(p->b, 'j'); /* LONG_BINGET */
+            le(p->b, i, 4);
+            return;
+        }
+    pk_short_str(p->b, module);
+    pk_short_str(p->b, name);
+    op(p->b, 0x93);
+    if (p->memo_count < sizeof p->memo_names / sizeof p->memo_names[0]) {
+        /* Names are literals or live as long as the pickler's caller. */
+        static const char *const known[] = {
+            "torch.distributed.checkpoint.metadata.Metadata",
+            "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
+            "torch.distributed.checkpoint.metadata.BytesStorageMetadata",
+            "torch.distributed.checkpoint.metadata.ChunkStorageMetadata",
+            "torch.distributed.checkpoint.metadata.TensorProperties",
+            "torch.distributed.checkpoint.metadata.MetadataIndex",
+            "torch.distributed.checkpoint.metadata.StorageMeta",
+            "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",
+            "torch.distributed.checkpoint.filesystem._StorageInfo",
+            "torch.serialization._get_layout",
+            "torch.Size",
+        };
+        for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+            if (!strcmp(known[i], key)) {
+                op(p->b, 0x94); /* MEMOIZE */
+                p->memo_names[p->memo_count++] = known[i];
+                break;
+            }
+    }
+}
+
+static const char MD[] = "torch.distributed.checkpoint.metadata";
+
+/* cls.__new__(cls), the dict state follows (the caller closes it with
+ * SETITEMS and BUILD). */
+static void pk_new(meta_pickler *p, const char *module, const char *cls) {
+    pk_global4(p, module, cls);
+    op(p->b, ')');
+    op(p->b, 0x81);
+}
+
+static void pk_size(meta_pickler *p, const uint64_t *v, uint32_t n) {
+    pk_global4(p, "torch", "Size");
+    pk_dims(p->b, v, n);
+    op(p->b, 0x85);
+    op(p->b, 'R');
+}
+
+static void pk_tuple_path(ckpt__buf *b, const ckpt__dcp_path_part *parts, uint32_t n) {
+    if (n > 3 || n == 0) op(b, n ? '(' : ')');
+    if (!n) return;
+    for (uint32_t i = 0; i < n; i++) {
+        if (parts[i].key) pk_short_str(b, parts[i].key);
+        else pk_int(b, (int64_t)parts[i].index);
+    }
+    op(b, n == 1 ? 0x85 : n == 2 ? 0x86 : n == 3 ? 0x87 : 't');
+}
+
+ckpt_status ckpt__dcp_render_metadata(const ckpt__dcp_item_meta *items, size_t count, ckpt__buf *out) {
+    meta_pickler p = {.b = out};
+    ckpt__buf *b = out;
+    op(b, 0x80);
+    op(b, 4);
+    pk_new(&p, MD, "Metadata");
+    op(b, '}');
+    op(b, '(');
+    pk_short_str(b, "state_dict_metadata");
+    op(b, '}');
+    for (size_t i = 0; i < count; i++) {
+        const ckpt__dcp_item_meta *it = &items[i];
+        if (i % 1000 == 0) op(b, '(');
+        pk_short_str(b, it->fqn);
+        if (it->chunk_count == 0) { /* an object */
+            pk_new(&p, MD, "BytesStorageMetadata");
+        } else {
+            pk_new(&p, MD, "TensorStorageMetadata");
+            op(b, '}');
+            op(b, '(');
+            pk_short_str(b, "properties");
+            pk_new(&p, MD, "TensorProperties");
+            op(b, '(');
+            pk_global4(&p, "torch", ckpt__dcp_torch_dtype(it->dtype));
+            pk_global4(&p, "torch.serialization", "_get_layout");
+            pk_short_str(b, "torch.strided");
+            op(b, 0x85);
+            op(b, 'R');
+            op(b, 0x89);
+            pk_global4(&p, MD, "_MEM_FORMAT_ENCODING");
+            pk_int(b, 0);
+            op(b, 0x85);
+            op(b, 'R');
+            op(b, 0x89);
+            op(b, 't');
+            op(b, 'b');
+            pk_short_str(b, "size");
+            pk_size(&p, it->shape, it->ndim);
+            pk_short_str(b, "chunks");
+            op(b, ']');
+            op(b, '(');
+            for (uint32_t k = 0; k < it->chunk_count; k++) {
+                pk_new(&p, MD, "ChunkStorageMetadata");
+                op(b, '}');
+                op(b, '(');
+                pk_short_str(b, "offsets");
+                pk_size(&p, it->chunks[k].offsets, it->ndim);
+                pk_short_str(b, "sizes");
+                pk_size(&p, it->chunks[k].sizes, it->ndim);
+                op(b, 'u');
+                op(b, 'b');
+            }
+            op(b, 'e');
+            op(b, 'u');
+            op(b, 'b');
+        }
+        if (i % 1000 == 999 || i + 1 == count) op(b, 'u');
+    }
+    pk_short_str(b, "planner_data");
+    op(b, '}');
+    for (size_t i = 0; i < count; i++) {
+        if (i % 1000 == 0) op(b, '(');
+        pk_short_str(b, items[i].fqn);
+        pk_tuple_path(b, items[i].path, items[i].path_len);
+        if (i % 1000 == 999 || i + 1 == count) op(b, 'u');
+    }
+    pk_short_str(b, "storage_data");
+    op(b, '}');
+    size_t entry = 0;
+    for (size_t i = 0; i < count; i++) {
+        const ckpt__dcp_item_meta *it = &items[i];
+        uint32_t n = it->chunk_count ? it->chunk_count : 1;
+        for (uint32_t k = 0; k < n; k++, entry++) {
+            const ckpt__dcp_stored *s = it->chunk_count ? &it->chunks[k].stored : &it->object;
+            if (entry % 1000 == 0) op(b, '(');
+            pk_new(&p, MD, "MetadataIndex");
+            op(b, '}');
+            op(b, '(');
+            pk_short_str(b, "fqn");
+            pk_short_str(b, it->fqn);
+            pk_short_str(b, "index");
+            if (it->chunk_count) pk_int(b, k);
+            else op(b, 'N');
+            if (it->chunk_count) {
+                pk_short_str(b, "offset");
+                pk_size(&p, it->chunks[k].offsets, it->ndim);
+            }
+            op(b, 'u');
+            op(b, 'b');
+            pk_new(&p, "torch.distributed.checkpoint.filesystem", "_StorageInfo");
+            op(b, '}');
+            op(b, '(');
+            pk_short_str(b, "relative_path");
+            pk_short_str(b, s->relative_path);
+            pk_short_str(b, "offset");
+            pk_int(b, (int64_t)s->offset);
+            pk_short_str(b, "length");
+            pk_int(b, (int64_t)s->length);
+            op(b, 'u');
+            op(b, 'b');
+            if (entry % 1000 == 999) op(b, 'u');
+        }
+    }
+    if (entry % 1000) op(b, 'u');
+    /* StorageMeta without an id or a path: the same checkpoint renders to
+     * the same bytes wherever it is written. */
+    pk_short_str(b, "storage_meta");
+    pk_new(&p, MD, "StorageMeta");
+    op(b, '}');
+    op(b, '(');
+    pk_short_str(b, "checkpoint_id");
+    op(b, 'N');
+    pk_short_str(b, "save_id");
+    op(b, 'N');
+    pk_short_str(b, "load_id");
+    op(b, 'N');
+    pk_short_str(b, "modules");
+    op(b, ']');
+    op(b, 'u');
+    op(b, 'b');
+    pk_short_str(b, "version");
+    pk_short_str(b, "1.0.0");
+    op(b, 'u');
+    op(b, 'b');
+    op(b, '.');
+    return b->failed ? CKPT_E_NO_MEMORY : CKPT_OK;
+}

@@ -1,0 +1,1100 @@
+/*
+ * msgpack.c — Flax's msgpack checkpoints (flax.serialization.to_bytes /
+ * msgpack_serialize; transformers' flax_model.msgpack), read without a
+ * msgpack library and without reading tensor data.
+ *
+ * The file is one msgpack value (https://github.com/msgpack/msgpack/blob/
+ * master/spec.md), in practice a map of maps whose leaves are extension
+ * values of Flax's types (flax/serialization.py, _MsgpackExtType):
+ *
+ *   ext 1  ndarray       payload = msgpack (shape, dtype.name, bytes):
+ *                        an array of ints, a str (or bin), and a bin of the
+ *                        row-major, little-endian data (arr.tobytes('C'))
+ *   ext 2  complex       payload = msgpack (real, imag)
+ *   ext 3  numpy scalar  payload as ext 1, shape ()
+ *
+ * Arrays over 2**30 bytes are written as a map
+ *   {'__msgpack_chunked_array__': True, 'shape': {'0': d0, ...},
+ *    'chunks': {'0': ndarray, '1': ndarray, ...}}
+ * whose chunks are consecutive ranges of the flattened array; each becomes
+ * a few pieces (boxes) of one tensor.  Lists and tuples of a state dict
+ * arrive as maps with keys '0', '1', ...; raw msgpack arrays are kept too.
+ *
+ * Tensors are named by their path, keys joined by "." (ints in decimal),
+ * as transformers flattens Flax params.  The document's structure, and its
+ * non-tensor values (step counters, hyper-parameters), go into the object
+ * tree (ckpt_catalog_tree_json), so dicts keyed "0", "1" stay dicts.
+ *
+ * Every length is checked against the bytes left in the file (or in the
+ * enclosing extension), nesting and the number of values are bounded, and
+ * strings must be UTF-8.
+ *
+ * Written (the output format at the bottom) as transformers saves Flax
+ * params, to_bytes(unflatten_dict(tensors, sep=".")): names split at dots
+ * into nested maps (in the order names first appear), each tensor an
+ * ndarray extension encoded as msgpack-python encodes Flax's tuple.  All
+ * of it is known before the data; finish writes what lies between
+ * tensors.  A tensor of 4 GiB or more (beyond msgpack's bin32) is refused:
+ * Flax's chunked layout would split its bytes.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../io/file.h"
+#include "format.h"
+#include "numpy.h"
+#include "output.h"
+
+enum {
+    MAX_DEPTH = 256,             /* nesting of maps and arrays */
+    MAX_NODES = 4000000,         /* values in a document */
+    MAX_STRING = 1 << 20,        /* a key or a string value */
+    MAX_BIN = 1 << 20,           /* a bin value outside an ndarray (kept in the tree) */
+    WINDOW = 64 << 10,
+};
+
+enum { EXT_NDARRAY = 1, EXT_COMPLEX = 2, EXT_SCALAR = 3 };
+
+typedef enum kind { N_NIL, N_BOOL, N_INT, N_UINT, N_FLOAT, N_STR, N_BIN, N_ARRAY, N_MAP, N_NDARRAY, N_COMPLEX } kind;
+
+typedef struct node node;
+struct node {
+    uint8_t kind;
+    bool scalar; /* N_NDARRAY from ext 3 (a numpy scalar) */
+    uint64_t at; /* offset of its first byte */
+    union {
+        bool b;
+        int64_t i;
+        uint64_t u;
+        double f;
+        struct {
+            const char *data; /* arena, NUL-terminated */
+            uint32_t len;
+        } s;
+        struct {
+            node **items; /* a map: key, value, key, value … */
+            uint32_t count;
+        } seq;
+        struct {
+            ckpt_dtype dtype;
+            uint32_t ndim;
+            uint64_t *shape;
+            uint64_t numel, nbytes, data; /* data: offset in the file */
+        } arr;
+        struct {
+            double re, im;
+        } c;
+    } u;
+};
+
+typedef struct mp {
+    ckpt__source *src;
+    const char *path;
+    ckpt__arena *arena;
+    ckpt_error *err;
+    uint64_t size;
+    unsigned char *win;
+    uint64_t win_at;
+    size_t win_len;
+    uint64_t pos;
+    uint64_t nodes;
+    node **stack;
+    size_t stack_len, stack_cap;
+} mp;
+
+static ckpt_status fail(mp *m, ckpt_status st, uint64_t at, const char *fmt, ...) CKPT__PRINTF(4, 5);
+static ckpt_status fail(mp *m, ckpt_status st, uint64_t at, const char *fmt, ...) {
+    char detail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    return ckpt__fail(m->err, st, m->path, NULL, (int64_t)at, "%s", detail);
+}
+
+/* ---- reading ------------------------------------------------------------------ */
+
+/* Makes bytes [pos, pos + n) (n ≤ WINDOW) available at *p, within `limit`. */
+static ckpt_status need(mp *m, size_t n, uint64_t limit, const unsigned char **p) {
+    if (limit < m->pos || n > limit - m->pos)
+        return fail(m, limit == m->size ? CKPT_E_TRUNCATED : CKPT_E_MSGPACK_INVALID, m->pos,
+                    limit == m->size ? "the file ends inside a msgpack value (%zu more bytes needed)"
+                                     : "a msgpack value runs past the end of its enclosing extension (%zu bytes)",
+                    n);
+    if (m->pos < m->win_at || m->pos + n > m->win_at + m->win_len) {
+        uint64_t left = m->size - m->pos;
+        size_t want = left < WINDOW ? (size_t)left : WINDOW;
+        ckpt_status st = ckpt__source_read(m->src, m->win, want, m->pos, m->err);
+        if (st) return st;
+        m->win_at = m->pos;
+        m->win_len = want;
+    }
+    *p = m->win + (m->pos - m->win_at);
+    return CKPT_OK;
+}
+
+static uint64_t be(const unsigned char *p, unsigned n) {
+    uint64_t v = 0;
+    for (unsigned i = 0; i < n; i++) v = v << 8 | p[i];
+    return v;
+}
+
+/* An unsigned big-endian field of n bytes. */
+static ckpt_status field(mp *m, unsigned n, uint64_t limit, uint64_t *v) {
+    const unsigned char *p = NULL;
+    ckpt_status st = need(m, n, limit, &p);
+    if (st) return st;
+    *v = be(p, n);
+    m->pos += n;
+    return CKPT_OK;
+}
+
+/* `len` bytes into arena memory (NUL-terminated). */
+static ckpt_status bytes(mp *m, uint64_t len, uint64_t limit, char **out) {
+    if (limit < m->pos || len > limit - m->pos)
+        return fail(m, limit == m->size ? CKPT_E_TRUNCATED : CKPT_E_MSGPACK_INVALID, m->pos,
+                    "%llu bytes of a string or bin run past the end of %s", (unsigned long long)len,
+                    limit == m->size ? "the file" : "their enclosing extension");
+    char *s = ckpt__arena_alloc(m->arena, (size_t)len + 1);
+    if (!s) return ckpt__oom(m->err, m->path, NULL);
+    if (len <= WINDOW) {
+        const unsigned char *p = NULL;
+        ckpt_status st = need(m, (size_t)len, limit, &p);
+        if (st) return st;
+        if (len) memcpy(s, p, (size_t)len);
+    } else {
+        ckpt_status st = ckpt__source_read(m->src, s, len, m->pos, m->err);
+        if (st) return st;
+    }
+    s[len] = '\0';
+    m->pos += len;
+    *out = s;
+    return CKPT_OK;
+}
+
+static node *new_node(mp *m, kind k, uint64_t at) {
+    if (m->nodes >= MAX_NODES) return NULL;
+    node *n = ckpt__arena_alloc(m->arena, sizeof *n);
+    if (!n) return NULL;
+    memset(n, 0, sizeof *n);
+    n->kind = (uint8_t)k;
+    n->at = at;
+    m->nodes++;
+    return n;
+}
+
+static ckpt_status node_fail(mp *m, uint64_t at) {
+    if (m->nodes >= MAX_NODES)
+        return fail(m, CKPT_E_LIMIT, at, "the document holds more than %d msgpack values", MAX_NODES);
+    return ckpt__oom(m->err, m->path, NULL);
+}
+
+static ckpt_status push(mp *m, node *n) {
+    if (m->stack_len == m->stack_cap) {
+        size_t cap = m->stack_cap ? m->stack_cap * 2 : 256;
+        node **s = ckpt__realloc(m->stack, cap * sizeof *s);
+        if (!s) return ckpt__oom(m->err, m->path, NULL);
+        m->stack = s;
+        m->stack_cap = cap;
+    }
+    m->stack[m->stack_len++] = n;
+    return CKPT_OK;
+}
+
+static ckpt_status parse(mp *m, uint64_t limit, int depth, node **out);
+
+/* A string header's length, or false when `b` starts no string. */
+static bool str_len(mp *m, unsigned char b, uint64_t limit, uint64_t *len, ckpt_status *st) {
+    *st = CKPT_OK;
+    if (b >= 0xa0 && b <= 0xbf) *len = b & 0x1f;
+    else if (b == 0xd9) *st = field(m, 1, limit, len);
+    else if (b == 0xda) *st = field(m, 2, limit, len);
+    else if (b == 0xdb) *st = field(m, 4, limit, len);
+    else return false;
+    return true;
+}
+
+static bool bin_len(mp *m, unsigned char b, uint64_t limit, uint64_t *len, ckpt_status *st) {
+    *st = CKPT_OK;
+    if (b == 0xc4) *st = field(m, 1, limit, len);
+    else if (b == 0xc5) *st = field(m, 2, limit, len);
+    else if (b == 0xc6) *st = field(m, 4, limit, len);
+    else return false;
+    return true;
+}
+
+/* Flax's ndarray payload (shape, dtype name, data) within [pos, end). */
+static ckpt_status ndarray(mp *m, uint64_t end, node *n) {
+    uint64_t at = m->pos, count, len;
+    const unsigned char *p = NULL;
+    ckpt_status st = need(m, 1, end, &p);
+    if (st) return st;
+    unsigned char b = *p;
+    m->pos++;
+    if (b >= 0x90 && b <= 0x9f) count = b & 0x0f;
+    else if (b == 0xdc) st = field(m, 2, end, &count);
+    else if (b == 0xdd) st = field(m, 4, end, &count);
+    else return fail(m, CKPT_E_MSGPACK_INVALID, at, "ndarray payload is not an array (shape, dtype, data)");
+    if (st) return st;
+    if (count != 3) return fail(m, CKPT_E_MSGPACK_INVALID, at, "ndarray payload has %llu items, not 3", (unsigned long long)count);
+    /* shape: an array of non-negative ints */
+    uint64_t shape_at = m->pos, ndim;
+    if ((st = need(m, 1, end, &p))) return st;
+    b = *p;
+    m->pos++;
+    if (b >= 0x90 && b <= 0x9f) ndim = b & 0x0f;
+    else if (b == 0xdc) st = field(m, 2, end, &ndim);
+    else if (b == 0xdd) st = field(m, 4, end, &ndim);
+    else return fail(m, CKPT_E_MSGPACK_INVALID, shape_at, "ndarray shape is not an array of integers");
+    if (st) return st;
+    if (ndim > CKPT_MAX_DIMS)
+        return fail(m, CKPT_E_LIMIT, shape_at, "ndarray has %llu dimensions (at most %d)", (unsigned long long)ndim,
+                    CKPT_MAX_DIMS);
+    uint64_t *shape = ckpt__arena_alloc(m->arena, (ndim ? (size_t)ndim : 1) * sizeof *shape);
+    if (!shape) return ckpt__oom(m->err, m->path, NULL);
+    for (uint64_t d = 0; d < ndim; d++) {
+        uint64_t dim_at = m->pos, v;
+        if ((st = need(m, 1, end, &p))) return st;
+        b = *p;
+        m->pos++;
+        if (b <= 0x7f) v = b;
+        else if (b >= 0xcc && b <= 0xcf) st = field(m, 1u << (b - 0xcc), end, &v);
+        else if (b >= 0xd0 && b <= 0xd3) {
+            unsigned w = 1u << (b - 0xd0);
+            if ((st = field(m, w, end, &v))) return st;
+            if (w < 8 && (v >> (8 * w - 1)) & 1) v = UINT64_MAX; /* negative */
+            if (w == 8 && (int64_t)v < 0) v = UINT64_MAX;
+            if (v == UINT64_MAX) return fail(m, CKPT_E_MSGPACK_INVALID, dim_at, "ndarray shape has a negative size");
+        } else {
+            return fail(m, CKPT_E_MSGPACK_INVALID, dim_at, "ndarray shape holds something other than integers");
+        }
+        if (st) return st;
+        shape[d] = v;
+    }
+    /* dtype name: str or bin (Flax reads it raw) */
+    uint64_t dtype_at = m->pos;
+    if ((st = need(m, 1, end, &p))) return st;
+    b = *p;
+    m->pos++;
+    bool is_str = str_len(m, b, end, &len, &st);
+    if (st) return st;
+    if (!is_str && !bin_len(m, b, end, &len, &st))
+        return fail(m, CKPT_E_MSGPACK_INVALID, dtype_at, "ndarray dtype is not a string");
+    if (st) return st;
+    if (len > 64) return fail(m, CKPT_E_MSGPACK_INVALID, dtype_at, "ndarray dtype name of %llu bytes", (unsigned long long)len);
+    char *name;
+    if ((st = bytes(m, len, end, &name))) return st;
+    if (strlen(name) != len) return fail(m, CKPT_E_MSGPACK_INVALID, dtype_at, "ndarray dtype name holds a NUL byte");
+    bool big;
+    const char *why;
+    ckpt_dtype dtype = ckpt__numpy_dtype(name, &big, &why);
+    if (dtype == CKPT_DTYPE_INVALID)
+        return fail(m, CKPT_E_UNKNOWN_DTYPE, dtype_at, "ndarray dtype '%s': %s", name, why);
+    /* data: bin (or str, which Flax would read the same) */
+    uint64_t data_at = m->pos;
+    if ((st = need(m, 1, end, &p))) return st;
+    b = *p;
+    m->pos++;
+    bool is_bin = bin_len(m, b, end, &len, &st);
+    if (st) return st;
+    if (!is_bin && !str_len(m, b, end, &len, &st))
+        return fail(m, CKPT_E_MSGPACK_INVALID, data_at, "ndarray data is not a bin");
+    if (st) return st;
+    uint64_t numel, nbytes;
+    if (!ckpt__shape_numel((uint32_t)ndim, shape, &numel) || ckpt__dtype_nbytes(dtype, numel, &nbytes))
+        return fail(m, CKPT_E_SHAPE_OVERFLOW, shape_at, "ndarray shape's byte count overflows");
+    if (len != nbytes)
+        return fail(m, CKPT_E_SIZE_MISMATCH, data_at, "ndarray of %llu elements of %s needs %llu bytes; its data holds %llu",
+                    (unsigned long long)numel, name, (unsigned long long)nbytes, (unsigned long long)len);
+    if (len > end - m->pos)
+        return fail(m, end == m->size ? CKPT_E_TRUNCATED : CKPT_E_MSGPACK_INVALID, data_at,
+                    "ndarray data of %llu bytes runs past the end of %s", (unsigned long long)len,
+                    end == m->size ? "the file" : "its extension");
+    n->kind = N_NDARRAY;
+    n->u.arr.dtype = dtype;
+    n->u.arr.ndim = (uint32_t)ndim;
+    n->u.arr.shape = shape;
+    n->u.arr.numel = numel;
+    n->u.arr.nbytes = nbytes;
+    n->u.arr.data = m->pos;
+    m->pos += len;
+    if (m->pos != end)
+        return fail(m, CKPT_E_MSGPACK_INVALID, m->pos, "%llu bytes after the ndarray payload inside its extension",
+                    (unsigned long long)(end - m->pos));
+    return CKPT_OK;
+}
+
+static ckpt_status ext(mp *m, uint64_t at, uint64_t len, uint64_t limit, int depth, node **out) {
+    uint64_t type;
+    ckpt_status st = field(m, 1, limit, &type);
+    if (st) return st;
+    if (len > limit - m->pos)
+        return fail(m, limit == m->size ? CKPT_E_TRUNCATED : CKPT_E_MSGPACK_INVALID, at,
+                    "extension of %llu bytes runs past the end of %s", (unsigned long long)len,
+                    limit == m->size ? "the file" : "its enclosing extension");
+    uint64_t end = m->pos + len;
+    node *n = new_node(m, N_NDARRAY, at);
+    if (!n) return node_fail(m, at);
+    *out = n;
+    switch ((int8_t)type) {
+    case EXT_NDARRAY:
+    case EXT_SCALAR:
+        n->scalar = (int8_t)type == EXT_SCALAR;
+        if ((st = ndarray(m, end, n))) return st;
+        if (n->scalar && n->u.arr.ndim)
+            return fail(m, CKPT_E_MSGPACK_INVALID, at, "numpy scalar extension with a shape of %u dimensions",
+                        n->u.arr.ndim);
+        return CKPT_OK;
+    case EXT_COMPLEX: {
+        node *pair;
+        if ((st = parse(m, end, depth + 1, &pair))) return st;
+        if (pair->kind != N_ARRAY || pair->u.seq.count != 2 || m->pos != end)
+            return fail(m, CKPT_E_MSGPACK_INVALID, at, "complex extension is not a (real, imag) pair");
+        double v[2];
+        for (int k = 0; k < 2; k++) {
+            const node *x = pair->u.seq.items[k];
+            if (x->kind == N_FLOAT) v[k] = x->u.f;
+            else if (x->kind == N_INT) v[k] = (double)x->u.i;
+            else if (x->kind == N_UINT) v[k] = (double)x->u.u;
+            else return fail(m, CKPT_E_MSGPACK_INVALID, x->at, "complex extension part is not a number");
+        }
+        n->kind = N_COMPLEX;
+        n->u.c.re = v[0];
+        n->u.c.im = v[1];
+        return CKPT_OK;
+    }
+    }
+    return fail(m, CKPT_E_MSGPACK_INVALID, at,
+                "msgpack extension type %d is not one of Flax's (1 ndarray, 2 complex, 3 numpy scalar)", (int8_t)type);
+}
+
+/* A map's or array's items, parsed onto the stack and then moved to the arena. */
+static ckpt_status items(mp *m, node *n, uint64_t count, uint64_t per, uint64_t limit, int depth) {
+    if (depth >= MAX_DEPTH) return fail(m, CKPT_E_LIMIT, n->at, "msgpack values nested deeper than %d", MAX_DEPTH);
+    if (count > (limit - m->pos) / per)
+        return fail(m, limit == m->size ? CKPT_E_TRUNCATED : CKPT_E_MSGPACK_INVALID, n->at,
+                    "%s of %llu entries cannot fit in the %llu bytes left", n->kind == N_MAP ? "map" : "array",
+                    (unsigned long long)count, (unsigned long long)(limit - m->pos));
+    size_t base = m->stack_len;
+    uint64_t total = count * per; /* ≤ the bytes left */
+    for (uint64_t k = 0; k < total; k++) {
+        node *child;
+        ckpt_status st = parse(m, limit, depth + 1, &child);
+        if (st == CKPT_OK) st = push(m, child);
+        if (st) return st;
+    }
+    n->u.seq.count = (uint32_t)count;
+    n->u.seq.items = ckpt__arena_alloc(m->arena, (total ? (size_t)total : 1) * sizeof *n->u.seq.items);
+    if (!n->u.seq.items) return ckpt__oom(m->err, m->path, NULL);
+    if (total) memcpy(n->u.seq.items, m->stack + base, (size_t)total * sizeof *n->u.seq.items);
+    m->stack_len = base;
+    return CKPT_OK;
+}
+
+static ckpt_status parse(mp *m, uint64_t limit, int depth, node **out) {
+    uint64_t at = m->pos, v = 0;
+    const unsigned char *p = NULL;
+    ckpt_status st = need(m, 1, limit, &p);
+    if (st) return st;
+    unsigned char b = *p;
+    m->pos++;
+    node *n = new_node(m, N_NIL, at);
+    if (!n) return node_fail(m, at);
+    *out = n;
+    if (b <= 0x7f) {
+        n->kind = N_UINT, n->u.u = b;
+    } else if (b >= 0xe0) {
+        n->kind = N_INT, n->u.i = (int8_t)b;
+    } else if (b >= 0x80 && b <= 0x8f) {
+        n->kind = N_MAP;
+        return items(m, n, b & 0x0f, 2, limit, depth);
+    } else if (b >= 0x90 && b <= 0x9f) {
+        n->kind = N_ARRAY;
+        return items(m, n, b & 0x0f, 1, limit, depth);
+    } else if ((b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb)) {
+        str_len(m, b, limit, &v, &st);
+        if (st) return st;
+        if (v > MAX_STRING) return fail(m, CKPT_E_LIMIT, at, "string of %llu bytes (at most %d)", (unsigned long long)v, MAX_STRING);
+        char *s;
+        if ((st = bytes(m, v, limit, &s))) return st;
+        size_t bad = ckpt__utf8_check((const unsigned char *)s, (size_t)v);
+        if (bad != v) return fail(m, CKPT_E_MSGPACK_INVALID, at, "string is not UTF-8 (byte %zu)", bad);
+        n->kind = N_STR, n->u.s.data = s, n->u.s.len = (uint32_t)v;
+    } else {
+        switch (b) {
+        case 0xc0: n->kind = N_NIL; break;
+        case 0xc2: n->kind = N_BOOL, n->u.b = false; break;
+        case 0xc3: n->kind = N_BOOL, n->u.b = true; break;
+        case 0xc4: case 0xc5: case 0xc6: {
+            bin_len(m, b, limit, &v, &st);
+            if (st) return st;
+            if (v > MAX_BIN)
+                return fail(m, CKPT_E_LIMIT, at, "bin value of %llu bytes outside an ndarray (at most %d)",
+                            (unsigned long long)v, MAX_BIN);
+            char *s;
+            if ((st = bytes(m, v, limit, &s))) return st;
+            n->kind = N_BIN, n->u.s.data = s, n->u.s.len = (uint32_t)v;
+            break;
+        }
+        case 0xc7: case 0xc8: case 0xc9:
+            if ((st = field(m, 1u << (b - 0xc7), limit, &v))) return st;
+            return ext(m, at, v, limit, depth, out);
+        case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
+            return ext(m, at, 1u << (b - 0xd4), limit, depth, out);
+        case 0xca: {
+            if ((st = field(m, 4, limit, &v))) return st;
+            uint32_t w = (uint32_t)v;
+            float f;
+            memcpy(&f, &w, 4);
+            n->kind = N_FLOAT, n->u.f = f;
+            break;
+        }
+        case 0xcb:
+            if ((st = field(m, 8, limit, &v))) return st;
+            memcpy(&n->u.f, &v, 8);
+            n->kind = N_FLOAT;
+            break;
+        case 0xcc: case 0xcd: case 0xce: case 0xcf:
+            if ((st = field(m, 1u << (b - 0xcc), limit, &v))) return st;
+            n->kind = N_UINT, n->u.u = v;
+            break;
+        case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
+            unsigned w = 1u << (b - 0xd0);
+            if ((st = field(m, w, limit, &v))) return st;
+            if (w < 8 && (v >> (8 * w - 1)) & 1) v |= ~0ULL << (8 * w); /* sign-extend */
+            n->kind = N_INT, n->u.i = (int64_t)v;
+            break;
+        }
+        case 0xdc: case 0xdd:
+            if ((st = field(m, b == 0xdc ? 2 : 4, limit, &v))) return st;
+            n->kind = N_ARRAY;
+            return items(m, n, v, 1, limit, depth);
+        case 0xde: case 0xdf:
+            if ((st = field(m, b == 0xde ? 2 : 4, limit, &v))) return st;
+            n->kind = N_MAP;
+            return items(m, n, v, 2, limit, depth);
+        default:
+            return fail(m, CKPT_E_MSGPACK_INVALID, at, "byte 0x%02x starts no msgpack value", b);
+        }
+    }
+    return CKPT_OK;
+}
+
+/* ---- the walk: tensors and the object tree --------------------------------------- */
+
+typedef struct walker {
+    mp *m;
+    ckpt_catalog *c;
+    uint32_t file;
+    ckpt__buf json, name;
+    unsigned parts; /* components in name */
+    ckpt__piece *pieces;
+    size_t piece_cap;
+} walker;
+
+static void json_str(ckpt__buf *b, const char *s, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    ckpt__buf_append(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            ckpt__buf_append(b, e, 2);
+        } else if (c < 0x20) {
+            char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            ckpt__buf_append(b, e, 6);
+        } else {
+            ckpt__buf_append(b, (const char *)&c, 1);
+        }
+    }
+    ckpt__buf_append(b, "\"", 1);
+}
+
+static void json_float(ckpt__buf *b, double f) {
+    char tmp[64];
+    if (isnan(f)) ckpt__buf_puts(b, "{\"__float__\": \"nan\"}");
+    else if (isinf(f)) ckpt__buf_puts(b, f > 0 ? "{\"__float__\": \"inf\"}" : "{\"__float__\": \"-inf\"}");
+    else {
+        for (int digits = 15; digits <= 17; digits++) { /* the shortest that reads back, as Python's repr */
+            snprintf(tmp, sizeof tmp, "%.*g", digits, f);
+            if (strtod(tmp, NULL) == f) break;
+        }
+        if (!strpbrk(tmp, ".eEn")) strcat(tmp, ".0");
+        ckpt__buf_puts(b, tmp);
+    }
+}
+
+static void json_int(ckpt__buf *b, const node *n) {
+    char tmp[32];
+    if (n->kind == N_UINT) snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)n->u.u);
+    else snprintf(tmp, sizeof tmp, "%lld", (long long)n->u.i);
+    ckpt__buf_puts(b, tmp);
+}
+
+static size_t name_push(walker *w, const char *part, size_t n) {
+    size_t saved = w->name.len;
+    if (w->parts++) ckpt__buf_append(&w->name, ".", 1);
+    ckpt__buf_append(&w->name, part, n);
+    ckpt__buf_append(&w->name, "", 0);
+    return saved;
+}
+
+static void name_pop(walker *w, size_t saved) {
+    w->parts--;
+    w->name.len = saved;
+    if (w->name.data) w->name.data[saved] = '\0';
+}
+
+/* The value of string key `key` in a map, or NULL. */
+static const node *lookup(const node *map, const char *key) {
+    for (uint32_t i = 0; i < map->u.seq.count; i++) {
+        const node *k = map->u.seq.items[2 * i];
+        if (k->kind == N_STR && !strcmp(k->u.s.data, key)) return map->u.seq.items[2 * i + 1];
+    }
+    return NULL;
+}
+
+/* A map {'0': v0, '1': v1, …} (Flax's tuples) as an array of its values. */
+static ckpt_status as_tuple(walker *w, const node *map, const char *what, const node **vals, uint64_t max,
+                            uint64_t *count) {
+    mp *m = w->m;
+    if (!map || map->kind != N_MAP)
+        return fail(m, CKPT_E_MSGPACK_INVALID, map ? map->at : 0, "chunked array's '%s' is not a map", what);
+    if (map->u.seq.count > max)
+        return fail(m, CKPT_E_LIMIT, map->at, "chunked array's '%s' has %u entries (at most %llu)", what,
+                    map->u.seq.count, (unsigned long long)max);
+    for (uint32_t i = 0; i < map->u.seq.count; i++) vals[i] = NULL;
+    for (uint32_t i = 0; i < map->u.seq.count; i++) {
+        const node *k = map->u.seq.items[2 * i];
+        char *end = NULL;
+        unsigned long long idx = k->kind == N_STR && k->u.s.len && k->u.s.len < 20 && k->u.s.data[0] >= '0' &&
+                                         k->u.s.data[0] <= '9' && (k->u.s.len == 1 || k->u.s.data[0] != '0')
+                                     ? strtoull(k->u.s.data, &end, 10)
+                                     : ULLONG_MAX;
+        if (!end || *end || idx >= map->u.seq.count || vals[idx])
+            return fail(m, CKPT_E_MSGPACK_INVALID, k->at, "chunked array's '%s' keys are not '0' … '%u'", what,
+                        map->u.seq.count - 1);
+        vals[idx] = map->u.seq.items[2 * i + 1];
+    }
+    *count = map->u.seq.count;
+    return CKPT_OK;
+}
+
+typedef struct boxes {
+    walker *w;
+    uint32_t ndim;
+    const uint64_t *shape;
+    uint64_t *inner; /* elements per index of each axis */
+    unsigned item;
+    size_t count;
+} boxes;
+
+static ckpt_status emit_box(boxes *bx, const uint64_t *origin, uint32_t d, uint64_t first, uint64_t n,
+                            uint64_t offset) {
+    walker *w = bx->w;
+    uint64_t *start = ckpt__arena_alloc(ckpt__cat_arena(w->c), 2 * (size_t)bx->ndim * sizeof *start);
+    if (!start) return ckpt__oom(w->m->err, w->m->path, w->name.data);
+    uint64_t *count = start + bx->ndim;
+    for (uint32_t k = 0; k < bx->ndim; k++) {
+        if (k < d) start[k] = origin[k], count[k] = 1;
+        else if (k == d) start[k] = first, count[k] = n;
+        else start[k] = 0, count[k] = bx->shape[k];
+    }
+    if (bx->count == w->piece_cap) {
+        size_t cap = w->piece_cap ? w->piece_cap * 2 : 16;
+        ckpt__piece *grown = ckpt__realloc(w->pieces, cap * sizeof *grown);
+        if (!grown) return ckpt__oom(w->m->err, w->m->path, w->name.data);
+        w->pieces = grown;
+        w->piece_cap = cap;
+    }
+    w->pieces[bx->count++] = (ckpt__piece){.file = w->file, .offset = offset, .start = start, .count = count};
+    return CKPT_OK;
+}
+
+/* Elements [a, b) of the row-major sub-array of axes d… at `origin` (axes
+ * before d fixed), whose data starts at byte `offset` of the file, as at
+ * most 2 (ndim − d) − 1 boxes. */
+static ckpt_status linear(boxes *bx, uint64_t *origin, uint32_t d, uint64_t a, uint64_t b, uint64_t offset) {
+    if (a == b) return CKPT_OK;
+    uint64_t r = bx->inner[d];
+    if (d == bx->ndim - 1) return emit_box(bx, origin, d, a, b - a, offset);
+    ckpt_status st;
+    if (a % r) { /* the head: the rest of row a / r */
+        uint64_t row = a / r, stop = (row + 1) * r < b ? (row + 1) * r : b;
+        origin[d] = row;
+        if ((st = linear(bx, origin, d + 1, a - row * r, stop - row * r, offset))) return st;
+        offset += (stop - a) * bx->item;
+        a = stop;
+        if (a == b) return CKPT_OK;
+    }
+    if (b / r > a / r) { /* whole rows */
+        if ((st = emit_box(bx, origin, d, a / r, b / r - a / r, offset))) return st;
+        offset += (b / r * r - a) * bx->item;
+        a = b / r * r;
+    }
+    if (a < b) { /* the tail: the start of row a / r */
+        origin[d] = a / r;
+        return linear(bx, origin, d + 1, 0, b - a, offset);
+    }
+    return CKPT_OK;
+}
+
+static ckpt_status add_tensor(walker *w, const char *name, ckpt_dtype dtype, uint32_t ndim, uint64_t *shape,
+                              size_t pieces) {
+    ckpt__tensor_decl d = {name, dtype, ndim, shape, CKPT__OWN_STORAGE, w->pieces, (uint32_t)pieces};
+    return ckpt__cat_add_tensor(w->c, &d, w->m->err);
+}
+
+static const char *tensor_name(walker *w) {
+    return ckpt__arena_strndup(ckpt__cat_arena(w->c), w->name.data ? w->name.data : "", w->name.len);
+}
+
+static ckpt_status emit_tensor_ref(walker *w, const char *name) {
+    ckpt__buf_puts(&w->json, "{\"__tensor__\": ");
+    json_str(&w->json, name, strlen(name));
+    ckpt__buf_puts(&w->json, "}");
+    return CKPT_OK;
+}
+
+static ckpt_status chunked(walker *w, const node *map) {
+    mp *m = w->m;
+    const char *name = tensor_name(w);
+    if (!name) return ckpt__oom(m->err, m->path, NULL);
+    const node *dims[CKPT_MAX_DIMS];
+    uint64_t ndim, nchunks;
+    ckpt_status st = as_tuple(w, lookup(map, "shape"), "shape", dims, CKPT_MAX_DIMS, &ndim);
+    if (st) return ckpt__error_in_tensor(m->err, st, name);
+    const node *chunks_map = lookup(map, "chunks");
+    if (!chunks_map || chunks_map->kind != N_MAP)
+        return ckpt__error_in_tensor(m->err, fail(m, CKPT_E_MSGPACK_INVALID, map->at, "chunked array has no 'chunks' map"), name);
+    const node **chunks = ckpt__malloc((chunks_map->u.seq.count ? chunks_map->u.seq.count : 1) * sizeof *chunks);
+    if (!chunks) return ckpt__oom(m->err, m->path, name);
+    st = as_tuple(w, chunks_map, "chunks", chunks, UINT32_MAX, &nchunks);
+    uint64_t *shape = ckpt__arena_alloc(ckpt__cat_arena(w->c), (ndim ? (size_t)ndim : 1) * 2 * sizeof *shape);
+    if (st == CKPT_OK && !shape) st = ckpt__oom(m->err, m->path, name);
+    for (uint64_t d = 0; st == CKPT_OK && d < ndim; d++) {
+        if (dims[d]->kind == N_UINT) shape[d] = dims[d]->u.u;
+        else if (dims[d]->kind == N_INT && dims[d]->u.i >= 0) shape[d] = (uint64_t)dims[d]->u.i;
+        else st = fail(m, CKPT_E_MSGPACK_INVALID, dims[d]->at, "chunked array's shape holds something other than a size");
+    }
+    uint64_t numel = 0, total = 0;
+    if (st == CKPT_OK && !ckpt__shape_numel((uint32_t)ndim, shape, &numel))
+        st = fail(m, CKPT_E_SHAPE_OVERFLOW, map->at, "chunked array's shape overflows");
+    ckpt_dtype dtype = CKPT_DTYPE_INVALID;
+    for (uint64_t k = 0; st == CKPT_OK && k < nchunks; k++) {
+        const node *c = chunks[k];
+        if (c->kind != N_NDARRAY || c->scalar)
+            st = fail(m, CKPT_E_MSGPACK_INVALID, c->at, "chunk %llu of a chunked array is not an ndarray", (unsigned long long)k);
+        else if (k && c->u.arr.dtype != dtype)
+            st = fail(m, CKPT_E_MSGPACK_INVALID, c->at, "chunk %llu is %s, chunk 0 %s", (unsigned long long)k,
+                      ckpt_dtype_name(c->u.arr.dtype), ckpt_dtype_name(dtype));
+        else if (!ckpt__add_u64(total, c->u.arr.numel, &total) || total > numel)
+            st = fail(m, CKPT_E_SIZE_MISMATCH, c->at, "chunks hold more elements than the shape's %llu",
+                      (unsigned long long)numel);
+        dtype = c->u.arr.dtype;
+    }
+    if (st == CKPT_OK && (total != numel || !nchunks))
+        st = fail(m, CKPT_E_SIZE_MISMATCH, map->at, "chunks hold %llu elements; the shape needs %llu",
+                  (unsigned long long)total, (unsigned long long)numel);
+    if (st == CKPT_OK && ckpt_dtype_bits(dtype) % 8)
+        st = fail(m, CKPT_E_UNKNOWN_DTYPE, map->at, "chunked array of a packed dtype");
+    size_t pieces = 0;
+    if (st == CKPT_OK && (numel == 0 || ndim == 0)) { /* no chunking to undo: one piece, whole */
+        w->pieces[0] = (ckpt__piece){.file = w->file, .offset = chunks[0]->u.arr.data};
+        pieces = 1;
+    } else if (st == CKPT_OK) {
+        uint64_t *inner = shape + ndim, origin[CKPT_MAX_DIMS] = {0}, s = 1;
+        for (uint64_t d = ndim; d-- > 0;) inner[d] = s, s *= shape[d];
+        boxes bx = {w, (uint32_t)ndim, shape, inner, ckpt_dtype_bits(dtype) / 8, 0};
+        uint64_t first = 0;
+        for (uint64_t k = 0; st == CKPT_OK && k < nchunks; k++) {
+            uint64_t n = chunks[k]->u.arr.numel;
+            st = linear(&bx, origin, 0, first, first + n, chunks[k]->u.arr.data);
+            first += n;
+        }
+        pieces = bx.count;
+    }
+    free(chunks);
+    if (st == CKPT_OK) st = add_tensor(w, name, dtype, (uint32_t)ndim, shape, pieces);
+    if (st == CKPT_OK) st = emit_tensor_ref(w, name);
+    return st ? ckpt__error_in_tensor(m->err, st, name) : st;
+}
+
+static ckpt_status walk(walker *w, const node *n, int depth);
+
+static ckpt_status walk_map(walker *w, const node *n, int depth) {
+    mp *m = w->m;
+    if (lookup(n, "__msgpack_chunked_array__")) return chunked(w, n);
+    ckpt__buf_puts(&w->json, "{\"__dict__\": [");
+    for (uint32_t i = 0; i < n->u.seq.count; i++) {
+        const node *k = n->u.seq.items[2 * i], *v = n->u.seq.items[2 * i + 1];
+        char num[32];
+        const char *part;
+        size_t len;
+        ckpt__buf_puts(&w->json, i ? ", [" : "[");
+        if (k->kind == N_STR) {
+            if (strlen(k->u.s.data) != k->u.s.len)
+                return fail(m, CKPT_E_MSGPACK_INVALID, k->at, "map key holds a NUL byte");
+            part = k->u.s.data, len = k->u.s.len;
+            json_str(&w->json, part, len);
+        } else if (k->kind == N_INT || k->kind == N_UINT) {
+            json_int(&w->json, k);
+            if (k->kind == N_UINT) snprintf(num, sizeof num, "%llu", (unsigned long long)k->u.u);
+            else snprintf(num, sizeof num, "%lld", (long long)k->u.i);
+            part = num, len = strlen(num);
+        } else {
+            return fail(m, CKPT_E_MSGPACK_INVALID, k->at, "map key is not a string or an integer");
+        }
+        ckpt__buf_puts(&w->json, ", ");
+        size_t saved = name_push(w, part, len);
+        ckpt_status st = walk(w, v, depth + 1);
+        name_pop(w, saved);
+        if (st) return st;
+        ckpt__buf_puts(&w->json, "]");
+    }
+    ckpt__buf_puts(&w->json, "]}");
+    return CKPT_OK;
+}
+
+static ckpt_status walk(walker *w, const node *n, int depth) {
+    mp *m = w->m;
+    ckpt__buf *j = &w->json;
+    switch ((kind)n->kind) {
+    case N_NIL: ckpt__buf_puts(j, "null"); return CKPT_OK;
+    case N_BOOL: ckpt__buf_puts(j, n->u.b ? "true" : "false"); return CKPT_OK;
+    case N_INT: case N_UINT: json_int(j, n); return CKPT_OK;
+    case N_FLOAT: json_float(j, n->u.f); return CKPT_OK;
+    case N_STR: json_str(j, n->u.s.data, n->u.s.len); return CKPT_OK;
+    case N_BIN: {
+        static const char hex[] = "0123456789abcdef";
+        ckpt__buf_puts(j, "{\"__bytes__\": \"");
+        for (uint32_t i = 0; i < n->u.s.len; i++) {
+            unsigned char c = (unsigned char)n->u.s.data[i];
+            char h[2] = {hex[c >> 4], hex[c & 15]};
+            ckpt__buf_append(j, h, 2);
+        }
+        ckpt__buf_puts(j, "\"}");
+        return CKPT_OK;
+    }
+    case N_COMPLEX:
+        ckpt__buf_puts(j, "{\"__call__\": \"builtins.complex\", \"args\": [");
+        json_float(j, n->u.c.re);
+        ckpt__buf_puts(j, ", ");
+        json_float(j, n->u.c.im);
+        ckpt__buf_puts(j, "]}");
+        return CKPT_OK;
+    case N_ARRAY:
+        ckpt__buf_puts(j, "[");
+        for (uint32_t i = 0; i < n->u.seq.count; i++) {
+            char num[16];
+            snprintf(num, sizeof num, "%u", i);
+            if (i) ckpt__buf_puts(j, ", ");
+            size_t saved = name_push(w, num, strlen(num));
+            ckpt_status st = walk(w, n->u.seq.items[i], depth + 1);
+            name_pop(w, saved);
+            if (st) return st;
+        }
+        ckpt__buf_puts(j, "]");
+        return CKPT_OK;
+    case N_MAP: return walk_map(w, n, depth);
+    case N_NDARRAY: {
+        const char *name = tensor_name(w);
+        if (!name) return ckpt__oom(m->err, m->path, NULL);
+        w->pieces[0] = (ckpt__piece){.file = w->file, .offset = n->u.arr.data};
+        ckpt_status st = add_tensor(w, name, n->u.arr.dtype, n->u.arr.ndim, n->u.arr.shape, 1);
+        if (st) return st;
+        return emit_tensor_ref(w, name);
+    }
+    }
+    return fail(m, CKPT_E_MSGPACK_INVALID, n->at, "unexpected value");
+}
+
+/* ---- the format ------------------------------------------------------------------- */
+
+/* A msgpack map whose first key is a short string: what Flax writes.  A
+ * safetensors file starts with its header's length, whose second to
+ * eighth bytes are small (mostly zero), never a string's letters. */
+static int msgpack_probe(const unsigned char *head, size_t n, const char *name) {
+    size_t len = name ? strlen(name) : 0;
+    if (len >= 8 && !strcmp(name + len - 8, ".msgpack")) return CKPT__PROBE_NAME;
+    if (n < 4 || !((head[0] >= 0x81 && head[0] <= 0x8f) || head[0] == 0xde || head[0] == 0xdf)) return CKPT__PROBE_NO;
+    size_t i = head[0] == 0xde ? 3 : head[0] == 0xdf ? 5 : 1, k;
+    if (i >= n) return CKPT__PROBE_NO;
+    if (head[i] >= 0xa1 && head[i] <= 0xbf) k = head[i] & 0x1f, i++;
+    else if (head[i] == 0xd9 && i + 1 < n) k = head[i + 1], i += 2;
+    else return CKPT__PROBE_NO;
+    if (k == 0 || i + k >= n) return CKPT__PROBE_NO;
+    for (size_t a = i; a < i + k; a++)
+        if (head[a] < 0x20 || head[a] == 0x7f) return CKPT__PROBE_NO;
+    unsigned char v = head[i + k]; /* the first value: a map, an ext, or a chunked array's True */
+    bool value = (v >= 0x80 && v <= 0x8f) || v == 0xde || v == 0xdf || (v >= 0xc7 && v <= 0xc9) ||
+                 (v >= 0xd4 && v <= 0xd8) || v == 0xc3 || (v >= 0x90 && v <= 0x9f) || v == 0xdc || v == 0xdd;
+    return value ? CKPT__PROBE_NAME : CKPT__PROBE_NO;
+}
+
+static ckpt_status msgpack_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) {
+    uint32_t file;
+    ckpt_status st = ckpt__cat_add_source(c, src, &file, err);
+    if (st) return st;
+    mp m = {.src = src, .path = src->name, .arena = ckpt__cat_arena(c), .err = err, .size = src->size};
+    m.win = ckpt__malloc(WINDOW);
+    if (!m.win) return ckpt__oom(err, src->name, NULL);
+    node *root = NULL;
+    st = parse(&m, m.size, 0, &root);
+    if (st == CKPT_OK && m.pos != m.size)
+        st = fail(&m, CKPT_E_TRAILING_BYTES, m.pos, "%llu bytes after the msgpack document",
+                  (unsigned long long)(m.size - m.pos));
+    free(m.stack);
+    free(m.win);
+    walker w = {.m = &m, .c = c, .file = file};
+    if (st == CKPT_OK) {
+        w.pieces = ckpt__malloc(16 * sizeof *w.pieces);
+        w.piece_cap = w.pieces ? 16 : 0;
+        if (!w.pieces) st = ckpt__oom(err, src->name, NULL);
+    }
+    if (st == CKPT_OK) st = walk(&w, root, 0);
+    if (st == CKPT_OK && (w.json.failed || w.name.failed)) st = ckpt__oom(err, src->name, "the object tree");
+    if (st == CKPT_OK) st = ckpt__cat_add_tree(c, w.json.data, err);
+    free(w.json.data);
+    free(w.name.data);
+    free(w.pieces);
+    ckpt__cat_set_format(c, CKPT_FORMAT_FLAX_MSGPACK);
+    return st;
+}
+
+const ckpt__format ckpt__format_flax_msgpack = {"flax-msgpack", msgpack_probe, msgpack_open};
+
+/* ---- writing ----------------------------------------------------------------------- */
+
+typedef struct mp_tree mp_tree;
+struct mp_tree {
+    const char *key; /* arena, not NUL-terminated */
+    size_t key_len;
+    size_t tensor;   /* SIZE_MAX for a map */
+    mp_tree **kids;
+    size_t count, cap;
+};
+
+typedef struct mp_gap { /* bytes between tensors, written at finish */
+    uint64_t at;
+    size_t from, len; /* in the state's bytes */
+} mp_gap;
+
+typedef struct mp_out {
+    mp_tree root;
+    ckpt__buf bytes; /* every byte that is not tensor data, gap after gap */
+    mp_gap *gaps;
+    size_t gap_count, gap_cap;
+    uint64_t at;     /* file size so far */
+} mp_out;
+
+static bool mp_directory(const ckpt_writer_options *o) {
+    (void)o;
+    return false;
+}
+
+static bool mp_owns(const char *prefix, const char *name) {
+    (void)prefix, (void)name;
+    return false;
+}
+
+static mp_tree *child(ckpt__arena *a, mp_tree *t, const char *key, size_t len, bool *made) {
+    for (size_t i = 0; i < t->count; i++)
+        if (t->kids[i]->key_len == len && !memcmp(t->kids[i]->key, key, len)) return *made = false, t->kids[i];
+    if (t->count == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 4;
+        mp_tree **k = ckpt__arena_alloc(a, cap * sizeof *k);
+        if (!k) return NULL;
+        if (t->count) memcpy(k, t->kids, t->count * sizeof *k);
+        t->kids = k, t->cap = cap;
+    }
+    mp_tree *c = ckpt__arena_alloc(a, sizeof *c);
+    if (!c) return NULL;
+    *c = (mp_tree){.key = key, .key_len = len, .tensor = SIZE_MAX};
+    t->kids[t->count++] = c;
+    *made = true;
+    return c;
+}
+
+static ckpt_status mp_plan(ckpt__output *o, ckpt_error *err) {
+    const ckpt_writer_options *opt = ckpt__out_options(o);
+    const char *path = ckpt__out_path(o);
+    if (opt->max_shard_size)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "a Flax msgpack file is one file: no shards");
+    if (opt->checksums)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1,
+                          "a Flax msgpack file has no metadata to record checksums in");
+    ckpt__arena *a = ckpt__out_arena(o);
+    mp_out *s = ckpt__arena_alloc(a, sizeof *s);
+    if (!s) return ckpt__oom(err, path, NULL);
+    memset(s, 0, sizeof *s);
+    s->root.tensor = SIZE_MAX;
+    *ckpt__out_format_state(o) = s;
+    for (size_t i = 0; i < ckpt__out_count(o); i++) {
+        ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
+        if (t->file == CKPT__OUT_NONE) continue;
+        t->file = 0;
+        if (!ckpt__numpy_name(t->dtype))
+            return ckpt__fail(err, CKPT_E_UNKNOWN_DTYPE, path, t->name, -1, "%s (packed) has no NumPy dtype for Flax",
+                              ckpt_dtype_name(t->dtype));
+        if (t->nbytes > 0xFFFFFFFFu)
+            return ckpt__fail(err, CKPT_E_LIMIT, path, t->name, -1,
+                              "%llu bytes: msgpack holds at most 4 GiB in one value (Flax would write the tensor in "
+                              "chunks, whose bytes are not contiguous); write safetensors instead",
+                              (unsigned long long)t->nbytes);
+        mp_tree *at = &s->root;
+        for (const char *p = t->name;;) {
+            const char *dot = strchr(p, '.');
+            size_t len = dot ? (size_t)(dot - p) : strlen(p);
+            bool made;
+            if (at->tensor != SIZE_MAX)
+                return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, t->name, -1,
+                                  "nests under the tensor '%s': names split at dots make a tensor and a map of it",
+                                  ckpt__out_tensor_at(o, at->tensor)->name);
+            if (!(at = child(a, at, p, len, &made))) return ckpt__oom(err, path, NULL);
+            if (!dot) {
+                if (!made)
+                    return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, t->name, -1,
+                                      "is both a tensor and a map of tensors once names are split at dots");
+                at->tensor = i;
+                break;
+            }
+            p = dot + 1;
+        }
+    }
+    const char *base = ckpt__path_basename(path);
+    return ckpt__out_set_files(o, 1, &base, err);
+}
+
+/* msgpack-python's encodings: the shortest that holds the value. */
+static void put_be(ckpt__buf *b, uint64_t v, int n) {
+    unsigned char t[8];
+    for (int i = 0; i < n; i++) t[i] = (unsigned char)(v >> (8 * (n - 1 - i)));
+    ckpt__buf_append(b, (const char *)t, (size_t)n);
+}
+static void put_byte(ckpt__buf *b, unsigned v) {
+    char c = (char)v;
+    ckpt__buf_append(b, &c, 1);
+}
+static void put_uint(ckpt__buf *b, uint64_t v) {
+    if (v < 128) put_byte(b, (unsigned)v);
+    else if (v < 256) put_byte(b, 0xcc), put_be(b, v, 1);
+    else if (v < 65536) put_byte(b, 0xcd), put_be(b, v, 2);
+    else if (v <= 0xFFFFFFFFu) put_byte(b, 0xce), put_be(b, v, 4);
+    else put_byte(b, 0xcf), put_be(b, v, 8);
+}
+static void put_str(ckpt__buf *b, const char *s, size_t n) {
+    if (n < 32) put_byte(b, 0xa0 | (unsigned)n);
+    else if (n < 256) put_byte(b, 0xd9), put_be(b, n, 1);
+    else if (n < 65536) put_byte(b, 0xda), put_be(b, n, 2);
+    else put_byte(b, 0xdb), put_be(b, n, 4);
+    ckpt__buf_append(b, s, n);
+}
+static void put_map(ckpt__buf *b, size_t n) {
+    if (n < 16) put_byte(b, 0x80 | (unsigned)n);
+    else if (n < 65536) put_byte(b, 0xde), put_be(b, n, 2);
+    else put_byte(b, 0xdf), put_be(b, n, 4);
+}
+static void put_array(ckpt__buf *b, size_t n) {
+    if (n < 16) put_byte(b, 0x90 | (unsigned)n);
+    else if (n < 65536) put_byte(b, 0xdc), put_be(b, n, 2);
+    else put_byte(b, 0xdd), put_be(b, n, 4);
+}
+static void put_bin_header(ckpt__buf *b, uint64_t n) {
+    if (n < 256) put_byte(b, 0xc4), put_be(b, n, 1);
+    else if (n < 65536) put_byte(b, 0xc5), put_be(b, n, 2);
+    else put_byte(b, 0xc6), put_be(b, n, 4);
+}
+
+/* The bytes since the last gap (or tensor) become a gap ending at s->at. */
+static bool close_gap(mp_out *s, size_t from) {
+    if (s->gap_count == s->gap_cap) {
+        size_t cap = s->gap_cap ? s->gap_cap * 2 : 64;
+        mp_gap *g = ckpt__realloc(s->gaps, cap * sizeof *g);
+        if (!g) return false;
+        s->gaps = g, s->gap_cap = cap;
+    }
+    s->gaps[s->gap_count++] = (mp_gap){s->at - (s->bytes.len - from), from, s->bytes.len - from};
+    return true;
+}
+
+static ckpt_status emit(ckpt__output *o, mp_out *s, const mp_tree *t, size_t *from, ckpt_error *err) {
+    ckpt__buf *b = &s->bytes;
+    size_t before = b->len;
+    put_map(b, t->count);
+    s->at += b->len - before;
+    for (size_t i = 0; i < t->count; i++) {
+        const mp_tree *c = t->kids[i];
+        before = b->len;
+        put_str(b, c->key, c->key_len);
+        s->at += b->len - before;
+        if (c->tensor == SIZE_MAX) {
+            ckpt_status st = emit(o, s, c, from, err);
+            if (st) return st;
+            continue;
+        }
+        ckpt__out_tensor *x = ckpt__out_tensor_at(o, c->tensor);
+        const char *dtype = ckpt__numpy_name(x->dtype);
+        ckpt__buf payload = {0}; /* (shape, dtype.name, data) up to the data */
+        put_array(&payload, 3);
+        put_array(&payload, x->ndim);
+        for (uint32_t d = 0; d < x->ndim; d++) put_uint(&payload, x->shape[d]);
+        put_str(&payload, dtype, strlen(dtype));
+        put_bin_header(&payload, x->nbytes);
+        uint64_t len = payload.len + x->nbytes;
+        before = b->len;
+        if (len == 1 || len == 2 || len == 4 || len == 8 || len == 16)
+            put_byte(b, 0xd4 + (unsigned)__builtin_ctzll(len));
+        else if (len < 256) put_byte(b, 0xc7), put_be(b, len, 1);
+        else if (len < 65536) put_byte(b, 0xc8), put_be(b, len, 2);
+        else put_byte(b, 0xc9), put_be(b, len, 4);
+        put_byte(b, EXT_NDARRAY);
+        ckpt__buf_append(b, payload.data, payload.len);
+        bool failed = payload.failed;
+        free(payload.data);
+        if (failed || b->failed) return ckpt__oom(err, ckpt__out_path(o), NULL);
+        s->at += b->len - before;
+        if (!close_gap(s, *from)) return ckpt__oom(err, ckpt__out_path(o), NULL);
+        *from = b->len;
+        x->offset = s->at;
+        s->at += x->nbytes;
+    }
+    return b->failed ? ckpt__oom(err, ckpt__out_path(o), NULL) : CKPT_OK;
+}
+
+static ckpt_status mp_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, ckpt_error *err) {
+    (void)file;
+    mp_out *s = *ckpt__out_format_state(o);
+    size_t from = 0;
+    ckpt_status st = emit(o, s, &s->root, &from, err);
+    if (st == CKPT_OK && s->bytes.len > from && !close_gap(s, from)) st = ckpt__oom(err, ckpt__out_path(o), NULL);
+    if (st == CKPT_OK && s->gap_count) /* the leading bytes: the first gap */
+        ckpt__buf_append(head, s->bytes.data + s->gaps[0].from, s->gaps[0].len);
+    if (st == CKPT_OK && head->failed) st = ckpt__oom(err, ckpt__out_path(o), NULL);
+    if (st == CKPT_OK) ckpt__out_set_file_size(o, 0, s->at);
+    if (st) { /* finish will not run */
+        free(s->bytes.data), free(s->gaps);
+        s->bytes.data = NULL, s->gaps = NULL;
+    }
+    return st;
+}
+
+static ckpt_status mp_finish(ckpt__output *o, ckpt_error *err) {
+    mp_out *s = *ckpt__out_format_state(o);
+    ckpt_status st = CKPT_OK;
+    for (size_t g = 1; st == CKPT_OK && g < s->gap_count; g++)
+        st = ckpt__out_patch(o, 0, s->gaps[g].at, s->bytes.data + s->gaps[g].from, s->gaps[g].len, err);
+    free(s->bytes.data);
+    free(s->gaps);
+    s->bytes.data = NULL, s->gaps = NULL;
+    return st;
+}
+
+const ckpt__output_format ckpt__output_flax_msgpack = {
+    "flax-msgpack", CKPT_FORMAT_FLAX_MSGPACK, mp_directory, mp_plan, mp_layout, mp_finish, mp_owns, NULL,
+    false, ckpt__numpy_accepts, /* to_bytes writes every leaf, tied ones too */
+};

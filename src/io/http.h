@@ -1,0 +1,112 @@
+/*
+ * http.h — what the remote kinds of source share: the HTTP(S) machinery of
+ * http_source.c (range requests through libcurl, retries, parallel batches,
+ * the local cache), which the S3 kind (s3_source.c) drives with SigV4
+ * credentials, and the parsers of untrusted response text (http_parse.c,
+ * no libcurl: fuzzed by tests/fuzz/fuzz_http.c).
+ * Depends on base and source.h only.
+ */
+#ifndef CKPT_IO_HTTP_H
+#define CKPT_IO_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/base.h"
+#include "source.h"
+
+/* ---- parsing (http_parse.c) ---------------------------------------------- */
+
+/* A parsed Content-Range value: "bytes FIRST-LAST/TOTAL", the same with
+ * '*' for TOTAL (total unknown), or '*' for FIRST-LAST (an unsatisfiable
+ * range, the answer to 416). */
+typedef struct ckpt__content_range {
+    bool has_range; /* FIRST-LAST present (false for "*") */
+    bool has_total; /* TOTAL present (false for "*") */
+    uint64_t first, last, total;
+} ckpt__content_range;
+
+/* Parses a Content-Range value (without the header name); false when it
+ * is malformed, a number overflows, last < first or last ≥ total. */
+CKPT__HIDDEN bool ckpt__parse_content_range(const char *value, size_t len, ckpt__content_range *out);
+
+/* Splits a raw header line "Name: value\r\n" (as libcurl hands it);
+ * false for a status line or a line without a colon.  The value has its
+ * surrounding blanks and the line end removed. */
+CKPT__HIDDEN bool ckpt__split_header(const char *line, size_t len, const char **name, size_t *name_len,
+                                     const char **value, size_t *value_len);
+
+/* Case-insensitive comparison of a header name with `want`. */
+CKPT__HIDDEN bool ckpt__header_is(const char *name, size_t name_len, const char *want);
+
+/* Seconds of a Retry-After value given in seconds (an HTTP date gives
+ * false), capped at `cap`. */
+CKPT__HIDDEN bool ckpt__parse_retry_after(const char *value, size_t len, unsigned cap, unsigned *seconds);
+
+/* The text of the first <tag>…</tag> element of an XML error body (S3's
+ * <Code> and <Message>), copied into out (truncated, NUL-terminated, with
+ * control characters replaced); false when absent. */
+CKPT__HIDDEN bool ckpt__xml_element(const char *body, size_t len, const char *tag, char *out, size_t cap);
+
+/* The parts of an http(s) URL: [scheme://][userinfo@]host[:port][/path][?query][#fragment]. */
+typedef struct ckpt__url_parts {
+    const char *scheme, *userinfo, *host, *path, *query;
+    size_t scheme_len, userinfo_len, host_len, path_len, query_len; /* host includes the port */
+} ckpt__url_parts;
+
+/* Splits a URL (pointers into it); false without "scheme://" or a host. */
+CKPT__HIDDEN bool ckpt__url_split(const char *url, ckpt__url_parts *out);
+
+/*
+ * The URL as errors and listings may show it (malloc'ed): without the
+ * userinfo's password, and with the values of query parameters that carry
+ * credentials (signatures, tokens, keys: X-Amz-Signature, X-Amz-Credential,
+ * X-Amz-Security-Token, Signature, sig, token, access_token, …) replaced
+ * by "REDACTED".  NULL when out of memory.
+ */
+CKPT__HIDDEN char *ckpt__url_redact(const char *url);
+
+/* The URL without its userinfo (malloc'ed); *userinfo receives a malloc'ed
+ * copy of "user:password" (percent-decoded) or NULL when there is none.
+ * False when out of memory. */
+CKPT__HIDDEN bool ckpt__url_take_userinfo(const char *url, char **clean, char **userinfo);
+
+/* Appends `s` to `b` percent-encoding what may not appear in a URL (blanks,
+ * controls, non-ASCII, and `extra` characters); '%' is kept, so names that
+ * are already encoded stay as they are. */
+CKPT__HIDDEN void ckpt__url_encode_into(ckpt__buf *b, const char *s, size_t len, const char *extra);
+
+/* ---- remote sources (http_source.c) --------------------------------------- */
+
+/* How a remote kind authenticates its requests. */
+typedef struct ckpt__remote_auth {
+    const char *bearer;        /* "Authorization: Bearer …" (never sent to a host a redirect leads to) */
+    const char *userpwd;       /* "user:password" for basic auth, or "KEY_ID:SECRET" with sigv4 */
+    const char *sigv4;         /* libcurl's CURLOPT_AWS_SIGV4 ("aws:amz:REGION:s3"), or NULL */
+    const char *session_token; /* x-amz-security-token, signed with the request */
+    bool s3;                   /* S3 semantics: If-Match, no redirects, XML error bodies */
+} ckpt__remote_auth;
+
+/*
+ * Opens a remote object: `display` is the name errors and listings show
+ * (the source's name, also used to find sibling files), `url` the
+ * http(s) URL requested.  One ranged GET learns the size, the validators
+ * (ETag, Last-Modified) and the first bytes, which later reads of them
+ * reuse; with a cache directory, a cached copy of this exact version
+ * opens instead as a local file.
+ */
+CKPT__HIDDEN ckpt_status ckpt__remote_open(const char *display, const char *url, const ckpt__remote_auth *auth,
+                                           const ckpt__source_options *o, ckpt__source **out, ckpt_error *err);
+
+/* What a remote name is, by a HEAD request: an object (2xx), missing
+ * (404/410), or — for a name ending in '/' — a directory, without a
+ * request. */
+CKPT__HIDDEN ckpt__name_kind ckpt__remote_stat(const char *url, const ckpt__remote_auth *auth,
+                                               const ckpt__source_options *o);
+
+/* The HTTP(S) kind (http:// and https:// names). */
+CKPT__HIDDEN extern const ckpt__source_kind ckpt__http_kind;
+/* The S3 kind (s3://bucket/key names, s3_source.c). */
+CKPT__HIDDEN extern const ckpt__source_kind ckpt__s3_kind;
+
+#endif

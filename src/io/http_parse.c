@@ -1,0 +1,252 @@
+/* http_parse.c — the text a server sends (headers, Content-Range, S3 error
+ * bodies) and URLs, parsed without trusting any of it.  No libcurl: built
+ * in every configuration, and fuzzed (tests/fuzz/fuzz_http.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "http.h"
+
+static bool is_blank(char c) { return c == ' ' || c == '\t'; }
+static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+static char lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c; }
+
+/* Digits at s[*i..len) as a u64; false when there are none or they overflow. */
+static bool parse_u64(const char *s, size_t len, size_t *i, uint64_t *out) {
+    size_t start = *i;
+    uint64_t v = 0;
+    while (*i < len && is_digit(s[*i])) {
+        if (!ckpt__mul_u64(v, 10, &v) || !ckpt__add_u64(v, (uint64_t)(s[*i] - '0'), &v)) return false;
+        (*i)++;
+    }
+    *out = v;
+    return *i > start;
+}
+
+bool ckpt__parse_content_range(const char *s, size_t len, ckpt__content_range *out) {
+    memset(out, 0, sizeof *out);
+    size_t i = 0;
+    while (i < len && is_blank(s[i])) i++;
+    static const char unit[] = "bytes";
+    if (len - i < sizeof unit - 1) return false;
+    for (size_t k = 0; k < sizeof unit - 1; k++)
+        if (lower(s[i + k]) != unit[k]) return false;
+    i += sizeof unit - 1;
+    if (i >= len || !is_blank(s[i])) return false;
+    while (i < len && is_blank(s[i])) i++;
+    if (i < len && s[i] == '*') {
+        i++;
+    } else {
+        if (!parse_u64(s, len, &i, &out->first) || i >= len || s[i] != '-') return false;
+        i++;
+        if (!parse_u64(s, len, &i, &out->last) || out->last < out->first) return false;
+        out->has_range = true;
+    }
+    if (i >= len || s[i] != '/') return false;
+    i++;
+    if (i < len && s[i] == '*') {
+        i++;
+        if (!out->has_range) return false; /* "*" over "*" says nothing */
+    } else {
+        if (!parse_u64(s, len, &i, &out->total)) return false;
+        out->has_total = true;
+        if (out->has_range && out->last >= out->total) return false;
+    }
+    while (i < len && is_blank(s[i])) i++;
+    return i == len;
+}
+
+bool ckpt__split_header(const char *line, size_t len, const char **name, size_t *name_len, const char **value,
+                        size_t *value_len) {
+    while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
+    const char *colon = memchr(line, ':', len);
+    if (!colon || colon == line) return false;
+    size_t n = (size_t)(colon - line);
+    for (size_t k = 0; k < n; k++)
+        if (is_blank(line[k]) || (unsigned char)line[k] < 0x21) return false; /* a status line, or junk */
+    const char *v = colon + 1, *end = line + len;
+    while (v < end && is_blank(*v)) v++;
+    while (end > v && is_blank(end[-1])) end--;
+    *name = line;
+    *name_len = n;
+    *value = v;
+    *value_len = (size_t)(end - v);
+    return true;
+}
+
+bool ckpt__header_is(const char *name, size_t name_len, const char *want) {
+    size_t n = strlen(want);
+    if (name_len != n) return false;
+    for (size_t k = 0; k < n; k++)
+        if (lower(name[k]) != lower(want[k])) return false;
+    return true;
+}
+
+bool ckpt__parse_retry_after(const char *value, size_t len, unsigned cap, unsigned *seconds) {
+    size_t i = 0;
+    uint64_t v;
+    if (!parse_u64(value, len, &i, &v)) {
+        /* Only a run of digits too long for a u64 is a number; anything
+         * else (an HTTP date) is not understood. */
+        while (i < len && is_digit(value[i])) i++;
+        if (i == 0 || i != len) return false;
+        *seconds = cap;
+        return true;
+    }
+    if (i != len) return false;
+    *seconds = v > cap ? cap : (unsigned)v;
+    return true;
+}
+
+bool ckpt__xml_element(const char *body, size_t len, const char *tag, char *out, size_t cap) {
+    if (!cap) return false;
+    out[0] = '\0';
+    size_t t = strlen(tag);
+    for (size_t i = 0; i + t + 2 <= len; i++) {
+        if (body[i] != '<' || memcmp(body + i + 1, tag, t) != 0 || body[i + 1 + t] != '>') continue;
+        size_t start = i + t + 2, end = start;
+        while (end < len && body[end] != '<') end++;
+        size_t n = 0;
+        for (size_t k = start; k < end && n + 1 < cap; k++)
+            out[n++] = (unsigned char)body[k] < 0x20 || body[k] == 0x7f ? ' ' : body[k];
+        out[n] = '\0';
+        return true;
+    }
+    return false;
+}
+
+bool ckpt__url_split(const char *url, ckpt__url_parts *out) {
+    memset(out, 0, sizeof *out);
+    const char *sep = strstr(url, "://");
+    if (!sep || sep == url) return false;
+    out->scheme = url;
+    out->scheme_len = (size_t)(sep - url);
+    const char *a = sep + 3;
+    size_t auth_len = strcspn(a, "/?#");
+    const char *at = NULL;
+    for (size_t k = 0; k < auth_len; k++)
+        if (a[k] == '@') at = a + k; /* the last '@' ends the userinfo */
+    if (at) {
+        out->userinfo = a;
+        out->userinfo_len = (size_t)(at - a);
+        out->host = at + 1;
+        out->host_len = auth_len - out->userinfo_len - 1;
+    } else {
+        out->host = a;
+        out->host_len = auth_len;
+    }
+    if (!out->host_len) return false;
+    const char *p = a + auth_len;
+    out->path = p;
+    out->path_len = strcspn(p, "?#");
+    if (p[out->path_len] == '?') {
+        out->query = p + out->path_len + 1;
+        out->query_len = strcspn(out->query, "#");
+    }
+    return true;
+}
+
+/* Query parameters whose values are credentials (compared without case). */
+static bool secret_param(const char *name, size_t len) {
+    static const char *const names[] = {
+        "x-amz-signature", "x-amz-credential", "x-amz-security-token", "signature", "sig", "token",
+        "access_token", "x-goog-signature", "x-goog-credential", "key", "api_key", "apikey", "password",
+        "secret", "auth", "authorization", "policy", "se", "sv", "sp",
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (ckpt__header_is(name, len, names[i])) return true;
+    return false;
+}
+
+char *ckpt__url_redact(const char *url) {
+    ckpt__url_parts u;
+    if (!ckpt__url_split(url, &u)) return ckpt__strdup(url);
+    ckpt__buf b = {0};
+    ckpt__buf_append(&b, url, u.scheme_len + 3);
+    if (u.userinfo) {
+        const char *colon = memchr(u.userinfo, ':', u.userinfo_len);
+        size_t user = colon ? (size_t)(colon - u.userinfo) : u.userinfo_len;
+        ckpt__buf_append(&b, u.userinfo, user);
+        ckpt__buf_puts(&b, colon ? ":REDACTED@" : "@");
+    }
+    ckpt__buf_append(&b, u.host, u.host_len);
+    ckpt__buf_append(&b, u.path, u.path_len);
+    if (u.query) {
+        ckpt__buf_puts(&b, "?");
+        const char *q = u.query, *end = u.query + u.query_len;
+        while (q < end) {
+            const char *amp = memchr(q, '&', (size_t)(end - q));
+            const char *stop = amp ? amp : end;
+            const char *eq = memchr(q, '=', (size_t)(stop - q));
+            if (eq && secret_param(q, (size_t)(eq - q))) {
+                ckpt__buf_append(&b, q, (size_t)(eq - q) + 1);
+                ckpt__buf_puts(&b, "REDACTED");
+            } else {
+                ckpt__buf_append(&b, q, (size_t)(stop - q));
+            }
+            if (amp) ckpt__buf_puts(&b, "&");
+            q = amp ? amp + 1 : end;
+        }
+    }
+    const char *frag = u.query ? u.query + u.query_len : u.path + u.path_len;
+    ckpt__buf_puts(&b, frag); /* "#fragment" or nothing */
+    if (b.failed) {
+        free(b.data);
+        return NULL;
+    }
+    return b.data ? b.data : ckpt__strdup("");
+}
+
+static int hex_value(char c) {
+    if (is_digit(c)) return c - '0';
+    c = lower(c);
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+bool ckpt__url_take_userinfo(const char *url, char **clean, char **userinfo) {
+    *clean = NULL;
+    *userinfo = NULL;
+    ckpt__url_parts u;
+    if (!ckpt__url_split(url, &u) || !u.userinfo) {
+        *clean = ckpt__strdup(url);
+        return *clean != NULL;
+    }
+    size_t head = (size_t)(u.userinfo - url), tail = strlen(u.host);
+    char *c = ckpt__malloc(head + tail + 1);
+    char *info = ckpt__malloc(u.userinfo_len + 1);
+    if (!c || !info) {
+        free(c);
+        free(info);
+        return false;
+    }
+    memcpy(c, url, head);
+    memcpy(c + head, u.host, tail + 1);
+    size_t n = 0;
+    for (size_t k = 0; k < u.userinfo_len; k++) {
+        int hi, lo;
+        if (u.userinfo[k] == '%' && k + 2 < u.userinfo_len && (hi = hex_value(u.userinfo[k + 1])) >= 0 &&
+            (lo = hex_value(u.userinfo[k + 2])) >= 0) {
+            info[n++] = (char)(hi * 16 + lo);
+            k += 2;
+        } else {
+            info[n++] = u.userinfo[k];
+        }
+    }
+    info[n] = '\0';
+    *clean = c;
+    *userinfo = info;
+    return true;
+}
+
+void ckpt__url_encode_into(ckpt__buf *b, const char *s, size_t len, const char *extra) {
+    static const char hex[] = "0123456789ABCDEF";
+    for (size_t k = 0; k < len; k++) {
+        unsigned char c = (unsigned char)s[k];
+        bool plain = c > 0x20 && c < 0x7f && !strchr("\"<>\\^`{|}", c) && !(extra && strchr(extra, c));
+        if (plain) {
+            ckpt__buf_append(b, (const char *)&c, 1);
+        } else {
+            char e[3] = {'%', hex[c >> 4], hex[c & 15]};
+            ckpt__buf_append(b, e, 3);
+        }
+    }
+}

@@ -1,0 +1,1394 @@
+/*
+ * http_source.c — remote files over HTTP(S), through libcurl: the http://
+ * and https:// kind of source, and the machinery the s3:// kind drives.
+ *
+ * Opening sends one ranged GET for the first HEAD_BYTES: its answer gives
+ * the size (Content-Range), the validators (ETag, Last-Modified) and the
+ * bytes a format reads first (a safetensors header), which later reads of
+ * them reuse.  Reads are batches: the requested ranges, sorted, are merged
+ * where they touch (or nearly: holes up to GAP_BYTES are read and dropped),
+ * cut into parts that share the connections, and sent in parallel through
+ * a curl multi handle; each response's bytes go straight into the
+ * destinations of its range.
+ *
+ * Every response is judged against its request — status, Content-Range,
+ * length, no more bytes than asked for — and against the file as opened:
+ * the validators are sent (If-Range, or If-Match to S3) and compared, so
+ * that a file replaced mid-load fails instead of mixing versions.  What can
+ * pass (5xx, 408, 429, refused or reset connections, short bodies,
+ * timeouts) is retried with backoff, resuming at the last byte received.
+ *
+ * Connections: each batch borrows a context (a multi handle and its easy
+ * handles, whose connections stay open between batches) from the source's
+ * pool; the transfers of all batches of a source together stay within
+ * max_connections (a batch always gets one, so every caller progresses).
+ * DNS and TLS sessions are shared across the pool (connections are not:
+ * libcurl cannot share them between threads).
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "file.h"
+#include "http.h"
+
+enum {
+    HEAD_BYTES = 256 << 10,    /* read at open: most safetensors headers fit */
+    MIN_PART = 8 << 20,        /* parts of a batch: not smaller than this (object stores: 8-16 MB ranges)… */
+    MAX_PART = 64 << 20,       /* …nor larger than this */
+    GAP_BYTES = 64 << 10,      /* holes read and dropped to merge two ranges */
+    MAX_HEADER_BYTES = 256 << 10, /* of one response: more is hostile */
+    ERROR_BODY = 4096,         /* kept of an error response (S3's XML) */
+    MAX_ERROR_BODY = 1 << 20,  /* drained of one before giving up on it */
+    DEFAULT_CONNECT_MS = 30000,
+    DEFAULT_READ_MS = 60000,
+    DEFAULT_CONNECTIONS = 16,
+    MAX_CONNECTIONS = 256,
+    BACKOFF_FIRST_MS = 200,
+    BACKOFF_MAX_MS = 10000,
+    RETRY_AFTER_CAP_S = 60,
+    RECV_BUFFER = 256 << 10,
+};
+
+/* ---- the source's state ------------------------------------------------------ */
+
+typedef struct span {
+    uint64_t lo, hi;
+} span;
+
+typedef struct context context;
+
+typedef struct remote {
+    char *url;       /* what is requested */
+    const char *shown; /* the source's name, for errors */
+    /* Credentials (owned copies; wiped when freed). */
+    char *bearer, *userpwd, *sigv4;
+    char *ca_bundle; /* $CURL_CA_BUNDLE: certificates to verify servers with, instead of the system's */
+    bool s3;
+    struct curl_slist *headers; /* validators and signed S3 headers, for every data request */
+    long connect_ms, read_s;
+    unsigned retries, max_conn;
+    uint64_t size;
+    char *etag, *last_modified;
+    pthread_mutex_t lock;
+    context **idle; /* contexts not in use */
+    size_t idle_count, idle_cap;
+    unsigned active; /* transfers in flight, every batch together */
+    CURLSH *share;
+    pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+    /* The first bytes, from the open (freed when the data reads start,
+     * unless they are the whole file). */
+    unsigned char *head;
+    uint64_t head_len;
+    bool head_whole;
+    /* The cache copy being written, and what of it is in.  The descriptor
+     * stays open until the source closes (reads may still be writing to
+     * it when it completes or breaks). */
+    atomic_int cache_state;
+    int cache_fd;
+    char *cache_tmp, *cache_final;
+    span *spans;
+    size_t span_count, span_cap;
+} remote;
+
+enum { CACHE_NONE, CACHE_WRITING, CACHE_DONE, CACHE_BROKEN };
+
+struct context {
+    CURLM *multi;
+    CURL **easy; /* idle easy handles of this context */
+    size_t easy_count, easy_cap;
+};
+
+/* ---- time -------------------------------------------------------------------- */
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- libcurl, once per process ------------------------------------------------ */
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_result = CURLE_FAILED_INIT;
+
+static void init_curl(void) { curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+static ckpt_status need_curl(const char *shown, ckpt_error *err) {
+    pthread_once(&curl_once, init_curl);
+    if (curl_init_result != CURLE_OK)
+        return ckpt__fail(err, CKPT_E_NETWORK, shown, NULL, -1, "libcurl could not start: %s",
+                          curl_easy_strerror(curl_init_result));
+    return CKPT_OK;
+}
+
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *user) {
+    (void)h, (void)access;
+    remote *r = user;
+    if ((unsigned)data < CURL_LOCK_DATA_LAST) pthread_mutex_lock(&r->share_locks[data]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *user) {
+    (void)h;
+    remote *r = user;
+    if ((unsigned)data < CURL_LOCK_DATA_LAST) pthread_mutex_unlock(&r->share_locks[data]);
+}
+
+/* ---- one transfer ------------------------------------------------------------- */
+
+/* Where the bytes of a merged range go: pieces in file order, each to its
+ * destination (NULL: a hole, dropped). */
+typedef struct piece {
+    uint64_t off, len;
+    unsigned char *dst;
+    const char *tensor;
+} piece;
+
+typedef enum xfer_mode { X_DATA, X_OPEN, X_HEAD } xfer_mode;
+
+/* What went wrong with an attempt, as judged here (beyond libcurl's code). */
+typedef enum verdict {
+    V_NONE,
+    V_CHANGED,      /* validators or size differ from the open's */
+    V_NO_RANGES,    /* a whole file for a range request */
+    V_BAD_RANGE,    /* Content-Range or length not what was asked */
+    V_TOO_MUCH,     /* more bytes than asked for */
+    V_HEADERS,      /* headers too large */
+    V_ENCODED,      /* a Content-Encoding was applied */
+} verdict;
+
+typedef struct xfer {
+    remote *r;
+    xfer_mode mode;
+    CURL *easy;
+    const piece *pieces;
+    size_t piece_count, cur;
+    uint64_t begin, end, pos; /* the part [begin, end); next byte expected at pos */
+    uint64_t attempt_from;    /* pos when this attempt started */
+    unsigned attempts;
+    int64_t not_before;       /* earliest start of the next attempt (ms) */
+    bool running, done;
+    /* The current response. */
+    long status;
+    bool checked, error_status;
+    verdict verdict;
+    char verdict_text[256];
+    size_t header_bytes;
+    char content_range[160];
+    bool has_content_range;
+    char etag[256], last_modified[128], region[64], encoding[64];
+    bool has_etag, has_last_modified;
+    unsigned retry_after;
+    bool has_retry_after;
+    uint64_t content_length;
+    bool has_content_length, bad_content_length;
+    char body[ERROR_BODY];
+    size_t body_len, body_seen;
+    char curl_error[CURL_ERROR_SIZE];
+    /* X_OPEN: the first bytes (into r->head) and what the answer said. */
+    uint64_t open_total;
+    bool open_whole, open_empty;
+} xfer;
+
+static void reset_response(xfer *x) {
+    x->status = 0;
+    x->checked = x->error_status = false;
+    x->verdict = V_NONE;
+    x->verdict_text[0] = '\0';
+    x->header_bytes = 0;
+    x->has_content_range = x->has_etag = x->has_last_modified = x->has_retry_after = false;
+    x->has_content_length = x->bad_content_length = false;
+    x->etag[0] = x->last_modified[0] = x->region[0] = x->encoding[0] = '\0';
+    x->body_len = x->body_seen = 0;
+    x->curl_error[0] = '\0';
+    x->open_whole = x->open_empty = false;
+}
+
+static void set_verdict(xfer *x, verdict v, const char *fmt, ...) CKPT__PRINTF(3, 4);
+static void set_verdict(xfer *x, verdict v, const char *fmt, ...) {
+    if (x->verdict != V_NONE) return;
+    x->verdict = v;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->verdict_text, sizeof x->verdict_text, fmt, ap);
+    va_end(ap);
+}
+
+static void copy_value(char *out, size_t cap, const char *v, size_t n) {
+    if (n >= cap) n = cap - 1;
+    memcpy(out, v, n);
+    out[n] = '\0';
+}
+
+static size_t on_header(char *line, size_t size, size_t nmemb, void *user) {
+    xfer *x = user;
+    size_t n = size * nmemb;
+    if (n >= 5 && !memcmp(line, "HTTP/", 5)) { /* a new response (after a redirect or a 100) */
+        size_t keep = x->header_bytes;
+        reset_response(x);
+        x->header_bytes = keep;
+    }
+    x->header_bytes += n;
+    if (x->header_bytes > MAX_HEADER_BYTES) {
+        set_verdict(x, V_HEADERS, "the response headers run past %u bytes", (unsigned)MAX_HEADER_BYTES);
+        return 0;
+    }
+    const char *name, *value;
+    size_t nl, vl;
+    if (!ckpt__split_header(line, n, &name, &nl, &value, &vl)) return n;
+    if (ckpt__header_is(name, nl, "Content-Range")) {
+        copy_value(x->content_range, sizeof x->content_range, value, vl);
+        x->has_content_range = vl < sizeof x->content_range;
+        if (!x->has_content_range) set_verdict(x, V_BAD_RANGE, "its Content-Range header is %zu bytes long", vl);
+    } else if (ckpt__header_is(name, nl, "ETag")) {
+        copy_value(x->etag, sizeof x->etag, value, vl);
+        x->has_etag = true;
+    } else if (ckpt__header_is(name, nl, "Last-Modified")) {
+        copy_value(x->last_modified, sizeof x->last_modified, value, vl);
+        x->has_last_modified = true;
+    } else if (ckpt__header_is(name, nl, "Retry-After")) {
+        x->has_retry_after = ckpt__parse_retry_after(value, vl, RETRY_AFTER_CAP_S, &x->retry_after);
+    } else if (ckpt__header_is(name, nl, "Content-Length")) {
+        uint64_t v = 0;
+        bool ok = vl > 0 && vl <= 20;
+        for (size_t k = 0; ok && k < vl; k++)
+            ok = value[k] >= '0' && value[k] <= '9' && ckpt__mul_u64(v, 10, &v) && ckpt__add_u64(v, (uint64_t)(value[k] - '0'), &v);
+        x->has_content_length = ok;
+        x->bad_content_length = !ok;
+        x->content_length = v;
+    } else if (ckpt__header_is(name, nl, "Content-Encoding")) {
+        copy_value(x->encoding, sizeof x->encoding, value, vl);
+    } else if (ckpt__header_is(name, nl, "x-amz-bucket-region")) {
+        copy_value(x->region, sizeof x->region, value, vl);
+    }
+    return n;
+}
+
+/* Whether the validators of this response differ from the open's. */
+static bool changed(const xfer *x) {
+    const remote *r = x->r;
+    if (r->etag && x->has_etag && strcmp(r->etag, x->etag) != 0) return true;
+    if (r->last_modified && x->has_last_modified && strcmp(r->last_modified, x->last_modified) != 0) return true;
+    return false;
+}
+
+/* Judges the response's status and headers, once, before its body. */
+static bool check_response(xfer *x) {
+    x->checked = true;
+    long code = 0;
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
+    x->status = code;
+    if (code < 200 || code >= 300) {
+        x->error_status = true;
+        return true; /* the body is an explanation, kept (a little of it) */
+    }
+    if (x->encoding[0] && strcmp(x->encoding, "identity") != 0) {
+        set_verdict(x, V_ENCODED, "the server applied Content-Encoding \"%s\" to a byte range", x->encoding);
+        return false;
+    }
+    if (x->mode == X_HEAD) return true;
+    if (x->bad_content_length) {
+        set_verdict(x, V_BAD_RANGE, "its Content-Length is not a number");
+        return false;
+    }
+    ckpt__content_range cr;
+    bool has_cr = x->has_content_range && ckpt__parse_content_range(x->content_range, strlen(x->content_range), &cr);
+    if (x->has_content_range && !has_cr) {
+        set_verdict(x, V_BAD_RANGE, "its Content-Range \"%s\" is malformed", x->content_range);
+        return false;
+    }
+    if (x->mode == X_OPEN) {
+        if (code == 206) {
+            if (!has_cr || !cr.has_range || !cr.has_total) {
+                set_verdict(x, V_BAD_RANGE, "a partial answer (206) without a Content-Range giving the size");
+                return false;
+            }
+            uint64_t want_last = (cr.total < HEAD_BYTES ? cr.total : HEAD_BYTES) - 1;
+            if (cr.first != 0 || cr.last != want_last) {
+                set_verdict(x, V_BAD_RANGE, "it sent bytes %llu-%llu of %llu for a request of bytes 0-%u",
+                            (unsigned long long)cr.first, (unsigned long long)cr.last, (unsigned long long)cr.total,
+                            (unsigned)HEAD_BYTES - 1);
+                return false;
+            }
+            if (x->has_content_length && x->content_length != cr.last + 1) {
+                set_verdict(x, V_BAD_RANGE, "its Content-Length %llu does not match its Content-Range \"%s\"",
+                            (unsigned long long)x->content_length, x->content_range);
+                return false;
+            }
+            x->open_total = cr.total;
+            x->end = cr.last + 1;
+            return true;
+        }
+        if (code == 200) { /* the whole file: fine if it is small, refused below otherwise */
+            curl_off_t length = -1;
+            curl_easy_getinfo(x->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+            if (length > HEAD_BYTES) {
+                set_verdict(x, V_NO_RANGES,
+                            "it answered a range request with the whole file (HTTP 200, %lld bytes): "
+                            "the server does not serve byte ranges, which ckpt needs for files over %u bytes",
+                            (long long)length, (unsigned)HEAD_BYTES);
+                return false;
+            }
+            x->open_whole = true;
+            x->end = HEAD_BYTES; /* at most; a longer body is refused as it comes */
+            return true;
+        }
+        set_verdict(x, V_BAD_RANGE, "unexpected status %ld", code);
+        return false;
+    }
+    const remote *r = x->r;
+    if (code == 206) {
+        if (changed(x)) {
+            set_verdict(x, V_CHANGED, "its ETag/Last-Modified (%s%s%s) differ from the ones at open (%s%s%s)", x->etag,
+                        x->has_etag && x->has_last_modified ? ", " : "", x->last_modified, r->etag ? r->etag : "",
+                        r->etag && r->last_modified ? ", " : "", r->last_modified ? r->last_modified : "");
+            return false;
+        }
+        if (!has_cr || !cr.has_range) {
+            set_verdict(x, V_BAD_RANGE, "a partial answer (206) without a usable Content-Range");
+            return false;
+        }
+        if (cr.has_total && cr.total != r->size) {
+            set_verdict(x, V_CHANGED, "it now gives the file's size as %llu bytes, not %llu",
+                        (unsigned long long)cr.total, (unsigned long long)r->size);
+            return false;
+        }
+        if (cr.first != x->pos || cr.last != x->end - 1) {
+            set_verdict(x, V_BAD_RANGE, "it sent bytes %llu-%llu (Content-Range \"%s\") for a request of bytes %llu-%llu",
+                        (unsigned long long)cr.first, (unsigned long long)cr.last, x->content_range,
+                        (unsigned long long)x->pos, (unsigned long long)(x->end - 1));
+            return false;
+        }
+        if (x->has_content_length && x->content_length != x->end - x->pos) {
+            set_verdict(x, V_BAD_RANGE, "its Content-Length %llu is not the %llu bytes of its Content-Range",
+                        (unsigned long long)x->content_length, (unsigned long long)(x->end - x->pos));
+            return false;
+        }
+        return true;
+    }
+    if (code == 200) {
+        if (changed(x)) {
+            set_verdict(x, V_CHANGED, "it answered with the whole file (HTTP 200) under new validators (%s%s%s)",
+                        x->etag, x->has_etag && x->has_last_modified ? ", " : "", x->last_modified);
+            return false;
+        }
+        curl_off_t length = -1;
+        curl_easy_getinfo(x->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+        if (x->pos == 0 && x->end == r->size && (length < 0 || (uint64_t)length == r->size)) return true;
+        set_verdict(x, V_NO_RANGES, "it answered a range request with the whole file (HTTP 200): the server "
+                                    "ignores byte ranges");
+        return false;
+    }
+    set_verdict(x, V_BAD_RANGE, "unexpected status %ld for a range request", code);
+    return false;
+}
+
+/* Records that [lo, hi) of the cache copy is written; commits the copy
+ * (fsync, rename) once every byte is.  Called under r->lock. */
+static void cache_cover(remote *r, uint64_t lo, uint64_t hi);
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *user) {
+    xfer *x = user;
+    size_t n = size * nmemb;
+    if (!x->checked && !check_response(x)) return 0;
+    if (x->error_status) {
+        size_t keep = ERROR_BODY - 1 - x->body_len;
+        if (keep > n) keep = n;
+        memcpy(x->body + x->body_len, data, keep);
+        x->body_len += keep;
+        x->body[x->body_len] = '\0';
+        x->body_seen += n;
+        return x->body_seen > MAX_ERROR_BODY ? 0 : n;
+    }
+    if (x->mode == X_HEAD) return n;
+    if (n > x->end - x->pos) {
+        if (x->open_whole)
+            set_verdict(x, V_NO_RANGES, "it answered a range request with the whole file (HTTP 200), of more than "
+                                        "%u bytes: the server does not serve byte ranges, which ckpt needs",
+                        (unsigned)HEAD_BYTES);
+        else
+            set_verdict(x, V_TOO_MUCH, "it sent more than the %llu bytes asked for",
+                        (unsigned long long)(x->end - x->attempt_from));
+        return 0;
+    }
+    remote *r = x->r;
+    if (x->mode == X_OPEN) {
+        memcpy(r->head + x->pos, data, n);
+        x->pos += n;
+        return n;
+    }
+    /* Scatter into the pieces, from the cursor on. */
+    uint64_t at = x->pos;
+    const unsigned char *p = (const unsigned char *)data;
+    size_t left = n;
+    while (left) {
+        const piece *pc = &x->pieces[x->cur];
+        uint64_t in = at - pc->off, take = pc->len - in;
+        if (take > left) take = left;
+        if (pc->dst) memcpy(pc->dst + in, p, (size_t)take);
+        p += take, left -= (size_t)take, at += take;
+        if (at == pc->off + pc->len && x->cur + 1 < x->piece_count) x->cur++;
+    }
+    if (atomic_load(&r->cache_state) == CACHE_WRITING) {
+        const unsigned char *q = (const unsigned char *)data;
+        for (size_t w = 0; w < n;) {
+            ssize_t k = pwrite(r->cache_fd, q + w, n - w, (off_t)(x->pos + w));
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) { /* the cache stops; the read goes on */
+                atomic_store(&r->cache_state, CACHE_BROKEN);
+                break;
+            }
+            w += (size_t)k;
+        }
+    }
+    x->pos += n;
+    return n;
+}
+
+/* ---- contexts (multi handle + easy handles) --------------------------------------- */
+
+static context *borrow_context(remote *r) {
+    pthread_mutex_lock(&r->lock);
+    context *c = r->idle_count ? r->idle[--r->idle_count] : NULL;
+    pthread_mutex_unlock(&r->lock);
+    if (c) return c;
+    c = ckpt__calloc(1, sizeof *c);
+    if (!c) return NULL;
+    if (!(c->multi = curl_multi_init())) {
+        free(c);
+        return NULL;
+    }
+    curl_multi_setopt(c->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)r->max_conn);
+    curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, (long)r->max_conn);
+    return c;
+}
+
+static void free_context(context *c) {
+    if (!c) return;
+    for (size_t i = 0; i < c->easy_count; i++) curl_easy_cleanup(c->easy[i]);
+    free(c->easy);
+    if (c->multi) curl_multi_cleanup(c->multi);
+    free(c);
+}
+
+static void return_context(remote *r, context *c) {
+    if (!c) return;
+    pthread_mutex_lock(&r->lock);
+    if (r->idle_count == r->idle_cap) {
+        size_t cap = r->idle_cap ? r->idle_cap * 2 : 4;
+        context **idle = ckpt__realloc(r->idle, cap * sizeof *idle);
+        if (idle) r->idle = idle, r->idle_cap = cap;
+    }
+    bool kept = r->idle_count < r->idle_cap;
+    if (kept) r->idle[r->idle_count++] = c;
+    pthread_mutex_unlock(&r->lock);
+    if (!kept) free_context(c);
+}
+
+/* An easy handle with everything but the range set. */
+static CURL *easy_for(remote *r, context *c) {
+    if (c->easy_count) return c->easy[--c->easy_count];
+    CURL *e = curl_easy_init();
+    if (!e) return NULL;
+    curl_easy_setopt(e, CURLOPT_URL, r->url);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, r->connect_ms);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, r->read_s);
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, (long)RECV_BUFFER);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_USERAGENT, "ckpt/" CKPT_VERSION_STRING);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+    curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    if (!r->s3) {
+        curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+        curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
+        curl_easy_setopt(e, CURLOPT_NETRC, (long)CURL_NETRC_OPTIONAL);
+    }
+    if (r->share) curl_easy_setopt(e, CURLOPT_SHARE, r->share);
+    if (r->ca_bundle) curl_easy_setopt(e, CURLOPT_CAINFO, r->ca_bundle);
+    if (r->sigv4) {
+        curl_easy_setopt(e, CURLOPT_AWS_SIGV4, r->sigv4);
+        curl_easy_setopt(e, CURLOPT_USERPWD, r->userpwd);
+    } else if (r->bearer) {
+        curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
+        curl_easy_setopt(e, CURLOPT_XOAUTH2_BEARER, r->bearer);
+    } else if (r->userpwd) {
+        curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        curl_easy_setopt(e, CURLOPT_USERPWD, r->userpwd);
+    }
+    return e;
+}
+
+static void easy_back(context *c, CURL *e) {
+    if (c->easy_count == c->easy_cap) {
+        size_t cap = c->easy_cap ? c->easy_cap * 2 : 8;
+        CURL **easy = ckpt__realloc(c->easy, cap * sizeof *easy);
+        if (!easy) {
+            curl_easy_cleanup(e);
+            return;
+        }
+        c->easy = easy, c->easy_cap = cap;
+    }
+    c->easy[c->easy_count++] = e;
+}
+
+/* ---- running a batch of transfers ------------------------------------------------- */
+
+static bool take_slot(remote *r, size_t running) {
+    pthread_mutex_lock(&r->lock);
+    bool ok = r->active < r->max_conn || running == 0;
+    if (ok) r->active++;
+    pthread_mutex_unlock(&r->lock);
+    return ok;
+}
+
+static bool slot_free(remote *r) {
+    pthread_mutex_lock(&r->lock);
+    bool free_now = r->active < r->max_conn;
+    pthread_mutex_unlock(&r->lock);
+    return free_now;
+}
+
+static void give_slot(remote *r) {
+    pthread_mutex_lock(&r->lock);
+    r->active--;
+    pthread_mutex_unlock(&r->lock);
+}
+
+static ckpt_status start(remote *r, context *c, xfer *x, ckpt_error *err) {
+    CURL *e = easy_for(r, c);
+    if (!e) return ckpt__oom(err, r->shown, NULL);
+    x->easy = e;
+    reset_response(x);
+    x->attempt_from = x->pos;
+    x->attempts++;
+    char range[64];
+    curl_easy_setopt(e, CURLOPT_PRIVATE, x);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->curl_error);
+    curl_easy_setopt(e, CURLOPT_NOBODY, x->mode == X_HEAD ? 1L : 0L);
+    if (x->mode == X_HEAD) {
+        curl_easy_setopt(e, CURLOPT_RANGE, NULL);
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->s3 ? r->headers : NULL);
+    } else {
+        snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)x->pos, (unsigned long long)(x->end - 1));
+        curl_easy_setopt(e, CURLOPT_RANGE, range);
+        /* The open's request has no validators yet (S3's signed headers
+         * are in the list from the start). */
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
+    }
+    if (curl_multi_add_handle(c->multi, e) != CURLM_OK) {
+        easy_back(c, e);
+        x->easy = NULL;
+        return ckpt__oom(err, r->shown, NULL);
+    }
+    x->running = true;
+    return CKPT_OK;
+}
+
+typedef enum outcome { O_DONE, O_RETRY, O_FAIL } outcome;
+
+static bool retryable_code(CURLcode rc) {
+    switch (rc) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_AGAIN:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static const char *reason(long status) {
+    switch (status) {
+    case 400: return " (Bad Request)";
+    case 401: return " (Unauthorized)";
+    case 403: return " (Forbidden)";
+    case 404: return " (Not Found)";
+    case 405: return " (Method Not Allowed)";
+    case 408: return " (Request Timeout)";
+    case 410: return " (Gone)";
+    case 412: return " (Precondition Failed)";
+    case 416: return " (Range Not Satisfiable)";
+    case 429: return " (Too Many Requests)";
+    case 500: return " (Internal Server Error)";
+    case 502: return " (Bad Gateway)";
+    case 503: return " (Service Unavailable)";
+    case 504: return " (Gateway Timeout)";
+    default: return "";
+    }
+}
+
+/* "bytes A-B" of the attempt, for messages. */
+static void range_text(const xfer *x, char *out, size_t cap) {
+    if (x->mode == X_HEAD) snprintf(out, cap, "a HEAD request");
+    else if (x->mode == X_OPEN) snprintf(out, cap, "bytes 0-%u (the first request)", (unsigned)HEAD_BYTES - 1);
+    else snprintf(out, cap, "bytes %llu-%llu", (unsigned long long)x->attempt_from, (unsigned long long)(x->end - 1));
+}
+
+/* The tensor whose bytes an offset belongs to, if any. */
+static const char *tensor_at(const xfer *x, uint64_t at) {
+    for (size_t i = 0; i < x->piece_count; i++)
+        if (at >= x->pieces[i].off && at < x->pieces[i].off + x->pieces[i].len && x->pieces[i].dst)
+            return x->pieces[i].tensor;
+    return NULL;
+}
+
+static ckpt_status fail_xfer(const xfer *x, ckpt_error *err, ckpt_status st, const char *fmt, ...) CKPT__PRINTF(4, 5);
+static ckpt_status fail_xfer(const xfer *x, ckpt_error *err, ckpt_status st, const char *fmt, ...) {
+    char what[1024], range[96];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    range_text(x, range, sizeof range);
+    return ckpt__fail(err, st, x->r->shown, tensor_at(x, x->pos), x->mode == X_HEAD ? -1 : (int64_t)x->pos,
+                      "%s, for %s%s", what, range,
+                      x->attempts > 1 ? (x->attempts == 2 ? ", after 1 retry" : ", after retries") : "");
+}
+
+/* An error status: what it means, and whether to try again. */
+static outcome judge_status(xfer *x, ckpt_status *st, ckpt_error *err) {
+    remote *r = x->r;
+    long s = x->status;
+    ckpt__content_range cr;
+    bool has_cr = x->has_content_range && ckpt__parse_content_range(x->content_range, strlen(x->content_range), &cr);
+    if (x->mode == X_OPEN && s == 416 && has_cr && !cr.has_range && cr.has_total && cr.total == 0) {
+        x->open_empty = true; /* "bytes * /0": an empty file has no byte 0 */
+        x->pos = 0;
+        return O_DONE;
+    }
+    char detail[700] = "";
+    if (r->s3) {
+        char code[128], message[400];
+        bool has_code = ckpt__xml_element(x->body, x->body_len, "Code", code, sizeof code);
+        bool has_message = ckpt__xml_element(x->body, x->body_len, "Message", message, sizeof message);
+        if (has_code || has_message)
+            snprintf(detail, sizeof detail, ": %s%s%s", has_code ? code : "", has_code && has_message ? ": " : "",
+                     has_message ? message : "");
+        if (x->region[0]) {
+            size_t l = strlen(detail);
+            snprintf(detail + l, sizeof detail - l, " (the bucket is in region %s: set AWS_REGION=%s)", x->region,
+                     x->region);
+        }
+    }
+    if (s == 408 || s == 429 || (s >= 500 && s < 600)) {
+        if (x->attempts <= r->retries) return O_RETRY;
+        *st = fail_xfer(x, err, CKPT_E_HTTP_STATUS, "HTTP %ld%s%s", s, reason(s), detail);
+        return O_FAIL;
+    }
+    if (s == 404 || s == 410) {
+        *st = fail_xfer(x, err, CKPT_E_NOT_FOUND, "HTTP %ld%s: no such file on the server%s", s, reason(s), detail);
+    } else if (s == 401 || s == 403) {
+        *st = fail_xfer(x, err, CKPT_E_HTTP_AUTH, "HTTP %ld%s: the server refused %s%s", s, reason(s),
+                        r->bearer || r->userpwd ? "the credentials" : "access without credentials", detail);
+    } else if (s == 412) {
+        *st = fail_xfer(x, err, CKPT_E_REMOTE_CHANGED,
+                        "HTTP 412 (Precondition Failed): the file changed on the server since it was opened%s", detail);
+    } else if (s == 416) {
+        if (has_cr && cr.has_total && cr.total != r->size && x->mode == X_DATA)
+            *st = fail_xfer(x, err, CKPT_E_REMOTE_CHANGED,
+                            "HTTP 416 (Range Not Satisfiable): the file is now %llu bytes, not %llu as when opened",
+                            (unsigned long long)cr.total, (unsigned long long)r->size);
+        else
+            *st = fail_xfer(x, err, CKPT_E_BAD_RESPONSE, "HTTP 416 (Range Not Satisfiable) for a range inside the "
+                                                         "file's %llu bytes%s", (unsigned long long)r->size, detail);
+    } else if (s >= 300 && s < 400) {
+        *st = fail_xfer(x, err, CKPT_E_HTTP_STATUS, "HTTP %ld (a redirect%s)%s", s,
+                        r->s3 ? ", which S3 requests do not follow" : " too many, or without a Location", detail);
+    } else {
+        *st = fail_xfer(x, err, CKPT_E_HTTP_STATUS, "HTTP %ld%s%s", s, reason(s), detail);
+    }
+    return O_FAIL;
+}
+
+static outcome judge(xfer *x, CURLcode rc, ckpt_status *st, ckpt_error *err) {
+    remote *r = x->r;
+    switch (x->verdict) {
+    case V_NONE:
+        break;
+    case V_CHANGED:
+        *st = fail_xfer(x, err, CKPT_E_REMOTE_CHANGED, "the file changed on the server since it was opened: %s",
+                        x->verdict_text);
+        return O_FAIL;
+    case V_NO_RANGES:
+        *st = fail_xfer(x, err, CKPT_E_NO_RANGES, "%s", x->verdict_text);
+        return O_FAIL;
+    default:
+        *st = fail_xfer(x, err, CKPT_E_BAD_RESPONSE, "the server's answer does not fit the request: %s",
+                        x->verdict_text);
+        return O_FAIL;
+    }
+    if (x->error_status) return judge_status(x, st, err);
+    if (rc != CURLE_OK) {
+        if (rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT) {
+            *st = fail_xfer(x, err, CKPT_E_NETWORK, "%s", x->curl_error[0] ? x->curl_error : curl_easy_strerror(rc));
+            return O_FAIL;
+        }
+        if (retryable_code(rc) && x->attempts <= r->retries) return O_RETRY;
+        bool timeout = rc == CURLE_OPERATION_TIMEDOUT;
+        *st = fail_xfer(x, err, timeout ? CKPT_E_TIMEOUT : CKPT_E_NETWORK, "%s%s",
+                        x->curl_error[0] ? x->curl_error : curl_easy_strerror(rc),
+                        timeout ? " (see the connect and read timeouts)" : "");
+        return O_FAIL;
+    }
+    if (x->mode == X_DATA && x->pos < x->end) {
+        /* The body ended early without libcurl noticing (no length given). */
+        if (x->attempts <= r->retries) return O_RETRY;
+        *st = fail_xfer(x, err, CKPT_E_NETWORK, "the body ended after %llu of %llu bytes",
+                        (unsigned long long)(x->pos - x->attempt_from), (unsigned long long)(x->end - x->attempt_from));
+        return O_FAIL;
+    }
+    return O_DONE;
+}
+
+static int64_t backoff_ms(const xfer *x) {
+    if (x->has_retry_after) return (int64_t)x->retry_after * 1000;
+    int64_t ms = BACKOFF_FIRST_MS;
+    for (unsigned i = 1; i < x->attempts && ms < BACKOFF_MAX_MS; i++) ms *= 2;
+    if (ms > BACKOFF_MAX_MS) ms = BACKOFF_MAX_MS;
+    /* Jitter, so that parts failing together do not come back together. */
+    return ms / 2 + (int64_t)((uintptr_t)x * 2654435761u % (uint64_t)(ms / 2 + 1));
+}
+
+/* Runs every transfer to its end (retrying what may be retried); on a
+ * failure, stops the others and reports the first. */
+static ckpt_status run_batch(remote *r, xfer *xs, size_t n, ckpt_error *err) {
+    context *c = borrow_context(r);
+    if (!c) return ckpt__oom(err, r->shown, NULL);
+    ckpt_status st = CKPT_OK;
+    size_t finished = 0, running = 0;
+    while (finished < n && st == CKPT_OK) {
+        int64_t now = now_ms();
+        for (size_t i = 0; i < n && st == CKPT_OK; i++) {
+            xfer *x = &xs[i];
+            if (x->done || x->running || x->not_before > now) continue;
+            if (!take_slot(r, running)) break;
+            st = start(r, c, x, err);
+            if (st) give_slot(r);
+            else running++;
+        }
+        if (st) break;
+        int still = 0;
+        curl_multi_perform(c->multi, &still);
+        CURLMsg *m;
+        int left;
+        while ((m = curl_multi_info_read(c->multi, &left))) {
+            if (m->msg != CURLMSG_DONE) continue;
+            xfer *x = NULL;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+            CURLcode rc = m->data.result;
+            /* A response without a body is judged here, while its handle is. */
+            if (rc == CURLE_OK && !x->checked && !x->error_status) check_response(x);
+            curl_multi_remove_handle(c->multi, x->easy);
+            easy_back(c, x->easy);
+            x->easy = NULL;
+            x->running = false;
+            running--;
+            give_slot(r);
+            if (x->mode == X_DATA && atomic_load(&r->cache_state) == CACHE_WRITING && x->pos > x->attempt_from) {
+                pthread_mutex_lock(&r->lock);
+                cache_cover(r, x->attempt_from, x->pos);
+                pthread_mutex_unlock(&r->lock);
+            }
+            if (st != CKPT_OK) continue;
+            ckpt_status xst = CKPT_OK;
+            switch (judge(x, rc, &xst, err)) {
+            case O_DONE:
+                x->done = true;
+                finished++;
+                break;
+            case O_RETRY:
+                x->not_before = now_ms() + backoff_ms(x);
+                if (x->mode == X_OPEN) x->pos = 0, x->end = HEAD_BYTES; /* the first request starts over */
+                break;
+            case O_FAIL:
+                st = xst;
+                break;
+            }
+        }
+        if (st || finished == n) break;
+        /* Until a transfer has news, or a retry is due. */
+        int64_t wait = 1000;
+        now = now_ms();
+        for (size_t i = 0; i < n; i++)
+            if (!xs[i].done && !xs[i].running && xs[i].not_before - now < wait) wait = xs[i].not_before - now;
+        if (wait <= 0 && (!running || slot_free(r))) continue;
+        if (wait <= 0) wait = 10; /* waiting for a connection of another batch to free up */
+        if (running) curl_multi_poll(c->multi, NULL, 0, (int)wait, NULL);
+        else {
+            struct timespec ts = {(time_t)(wait / 1000), (long)(wait % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    /* Stop what still runs (after a failure). */
+    for (size_t i = 0; i < n; i++) {
+        xfer *x = &xs[i];
+        if (!x->running) continue;
+        curl_multi_remove_handle(c->multi, x->easy);
+        easy_back(c, x->easy);
+        x->easy = NULL;
+        x->running = false;
+        give_slot(r);
+    }
+    return_context(r, c);
+    return st;
+}
+
+/* ---- the cache ------------------------------------------------------------------ */
+
+/* At close: the copy stays only if complete. */
+static void cache_free(remote *r) {
+    if (r->cache_fd >= 0) close(r->cache_fd);
+    r->cache_fd = -1;
+    if (r->cache_tmp && atomic_load(&r->cache_state) != CACHE_DONE) unlink(r->cache_tmp);
+    free(r->cache_tmp);
+    free(r->cache_final);
+    free(r->spans);
+    r->cache_tmp = r->cache_final = NULL;
+    r->spans = NULL;
+}
+
+static void cache_cover(remote *r, uint64_t lo, uint64_t hi) {
+    if (atomic_load(&r->cache_state) != CACHE_WRITING || lo >= hi) return;
+    /* Insert, merging with neighbours (the spans stay sorted and apart). */
+    size_t i = 0;
+    while (i < r->span_count && r->spans[i].hi < lo) i++;
+    size_t j = i;
+    while (j < r->span_count && r->spans[j].lo <= hi) {
+        if (r->spans[j].lo < lo) lo = r->spans[j].lo;
+        if (r->spans[j].hi > hi) hi = r->spans[j].hi;
+        j++;
+    }
+    if (i == j) {
+        if (r->span_count == r->span_cap) {
+            size_t cap = r->span_cap ? r->span_cap * 2 : 16;
+            span *s = ckpt__realloc(r->spans, cap * sizeof *s);
+            if (!s) {
+                atomic_store(&r->cache_state, CACHE_BROKEN);
+                return;
+            }
+            r->spans = s, r->span_cap = cap;
+        }
+        memmove(&r->spans[i + 1], &r->spans[i], (r->span_count - i) * sizeof *r->spans);
+        r->span_count++;
+    } else if (j - i > 1) {
+        memmove(&r->spans[i + 1], &r->spans[j], (r->span_count - j) * sizeof *r->spans);
+        r->span_count -= j - i - 1;
+    }
+    r->spans[i] = (span){lo, hi};
+    if (r->span_count == 1 && r->spans[0].lo == 0 && r->spans[0].hi == r->size) {
+        /* Complete: durable under its final name, or not at all. */
+        if (fsync(r->cache_fd) == 0 && rename(r->cache_tmp, r->cache_final) == 0) {
+            atomic_store(&r->cache_state, CACHE_DONE);
+            ckpt__fsync_parent(r->cache_final, NULL);
+        } else {
+            atomic_store(&r->cache_state, CACHE_BROKEN);
+        }
+    }
+}
+
+/* "<dir>/<32 hex digits>-<file name>": the hash covers the URL, the
+ * validators and the size, so a new version gets a new name. */
+static char *cache_path(const remote *r, const char *dir) {
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) return NULL;
+    XXH3_128bits_reset(h);
+    char sizes[32];
+    snprintf(sizes, sizeof sizes, "%llu", (unsigned long long)r->size);
+    const char *parts[] = {r->url, r->etag ? r->etag : "", r->last_modified ? r->last_modified : "", sizes};
+    for (size_t i = 0; i < 4; i++) XXH3_128bits_update(h, parts[i], strlen(parts[i]) + 1);
+    XXH128_hash_t d = XXH3_128bits_digest(h);
+    XXH3_freeState(h);
+    /* A readable tail: the URL's last path segment, in safe characters. */
+    char tail[96];
+    size_t t = 0;
+    ckpt__url_parts u;
+    if (ckpt__url_split(r->url, &u) && u.path_len) {
+        const char *seg = u.path, *end = u.path + u.path_len;
+        for (const char *p = u.path; p < end; p++)
+            if (*p == '/') seg = p + 1;
+        for (const char *p = seg; p < end && t + 1 < sizeof tail; p++) {
+            char ch = *p;
+            bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+                      ch == '-' || ch == '_';
+            tail[t++] = ok ? ch : '_';
+        }
+    }
+    tail[t] = '\0';
+    char name[160];
+    snprintf(name, sizeof name, "%016llx%016llx%s%s", (unsigned long long)d.high64, (unsigned long long)d.low64,
+             t ? "-" : "", tail);
+    return ckpt__path_join(dir, name);
+}
+
+/* ---- the source operations -------------------------------------------------------- */
+
+static void remote_free(remote *r) {
+    if (!r) return;
+    cache_free(r);
+    for (size_t i = 0; i < r->idle_count; i++) free_context(r->idle[i]);
+    free(r->idle);
+    if (r->share) curl_share_cleanup(r->share);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_destroy(&r->share_locks[i]);
+    pthread_mutex_destroy(&r->lock);
+    curl_slist_free_all(r->headers);
+    char *secrets[] = {r->bearer, r->userpwd};
+    for (size_t i = 0; i < 2; i++)
+        if (secrets[i]) memset(secrets[i], 0, strlen(secrets[i]));
+    free(r->bearer);
+    free(r->userpwd);
+    free(r->sigv4);
+    free(r->ca_bundle);
+    free(r->url);
+    free(r->etag);
+    free(r->last_modified);
+    free(r->head);
+    free(r);
+}
+
+static void remote_close(ckpt__source *src) {
+    remote_free(src->impl);
+    src->impl = NULL;
+}
+
+/* One read request of a batch, as sorted. */
+typedef struct want {
+    uint64_t off, len;
+    unsigned char *dst;
+    const char *tensor;
+} want;
+
+static int by_offset(const void *a, const void *b) {
+    const want *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Copies what of [off, off + len) the open's first bytes hold; returns how
+ * many bytes from `off` on were served. */
+static uint64_t from_head(remote *r, unsigned char *dst, uint64_t off, uint64_t len) {
+    pthread_mutex_lock(&r->lock);
+    uint64_t n = 0;
+    if (r->head && off < r->head_len) {
+        n = r->head_len - off < len ? r->head_len - off : len;
+        memcpy(dst, r->head + off, (size_t)n);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
+static ckpt_status remote_batch(ckpt__source *src, want *w, size_t n, ckpt_error *err) {
+    remote *r = src->impl;
+    ckpt_status st = CKPT_OK;
+    /* Bytes the first request brought, and requests past the end. */
+    size_t m = 0;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        want q = w[i];
+        if (q.off > r->size || q.len > r->size - q.off)
+            return ckpt__fail(err, CKPT_E_TRUNCATED, src->name, q.tensor, (int64_t)(q.off < r->size ? r->size : q.off),
+                              "the file ends at byte %llu, inside data that runs to byte %llu",
+                              (unsigned long long)r->size, (unsigned long long)(q.off + q.len));
+        uint64_t done = from_head(r, q.dst, q.off, q.len);
+        q.off += done, q.dst += done, q.len -= done;
+        if (q.len) w[m++] = q, total += q.len;
+    }
+    if (!m) return CKPT_OK;
+    pthread_mutex_lock(&r->lock);
+    if (r->head && !r->head_whole) { /* the data phase: the first bytes are not needed any more */
+        free(r->head);
+        r->head = NULL;
+        r->head_len = 0;
+    }
+    pthread_mutex_unlock(&r->lock);
+    qsort(w, m, sizeof *w, by_offset);
+    /* Merged ranges, as pieces (destinations and dropped holes). */
+    piece *pieces = ckpt__malloc(2 * m * sizeof *pieces);
+    size_t *range_first = ckpt__malloc((m + 1) * sizeof *range_first);
+    if (!pieces || !range_first) {
+        free(pieces);
+        free(range_first);
+        return ckpt__oom(err, src->name, NULL);
+    }
+    size_t np = 0, ranges = 0;
+    for (size_t i = 0; i < m; i++) {
+        bool join = np && w[i].off >= pieces[np - 1].off + pieces[np - 1].len &&
+                    w[i].off - (pieces[np - 1].off + pieces[np - 1].len) <= GAP_BYTES;
+        if (join && w[i].off > pieces[np - 1].off + pieces[np - 1].len) {
+            uint64_t end = pieces[np - 1].off + pieces[np - 1].len;
+            pieces[np++] = (piece){end, w[i].off - end, NULL, NULL};
+        }
+        if (!join) range_first[ranges++] = np;
+        pieces[np++] = (piece){w[i].off, w[i].len, w[i].dst, w[i].tensor};
+    }
+    range_first[ranges] = np;
+    /* Parts: each merged range cut so that the connections share the work. */
+    uint64_t part = total / r->max_conn;
+    if (part < MIN_PART) part = MIN_PART;
+    if (part > MAX_PART) part = MAX_PART;
+    size_t nx = 0;
+    for (size_t k = 0; k < ranges; k++) {
+        uint64_t lo = pieces[range_first[k]].off, hi = pieces[range_first[k + 1] - 1].off + pieces[range_first[k + 1] - 1].len;
+        nx += (size_t)((hi - lo + part - 1) / part);
+    }
+    xfer *xs = ckpt__calloc(nx, sizeof *xs);
+    if (!xs) st = ckpt__oom(err, src->name, NULL);
+    size_t ix = 0;
+    for (size_t k = 0; st == CKPT_OK && k < ranges; k++) {
+        size_t first = range_first[k], count = range_first[k + 1] - first;
+        uint64_t lo = pieces[first].off, hi = pieces[first + count - 1].off + pieces[first + count - 1].len;
+        for (uint64_t at = lo; at < hi; at += part) {
+            xfer *x = &xs[ix++];
+            x->r = r;
+            x->mode = X_DATA;
+            x->pieces = pieces + first;
+            x->piece_count = count;
+            x->begin = x->pos = at;
+            x->end = hi - at < part ? hi : at + part;
+            while (x->cur + 1 < count && x->pieces[x->cur].off + x->pieces[x->cur].len <= at) x->cur++;
+        }
+    }
+    if (st == CKPT_OK) st = run_batch(r, xs, nx, err);
+    free(xs);
+    free(pieces);
+    free(range_first);
+    return st;
+}
+
+static ckpt_status remote_read(ckpt__source *src, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
+    want w = {offset, n, dst, NULL};
+    return remote_batch(src, &w, 1, err);
+}
+
+static ckpt_status remote_read_many(ckpt__source *src, ckpt__read_req *reqs, size_t n, ckpt_error *err) {
+    want stack[64], *w = n <= 64 ? stack : ckpt__malloc(n * sizeof *w);
+    if (!w) return ckpt__oom(err, src->name, NULL);
+    for (size_t i = 0; i < n; i++) {
+        /* A remote file is read to `need` (its size is known: no O_DIRECT rounding). */
+        uint64_t len = reqs[i].need < reqs[i].len ? reqs[i].need : reqs[i].len;
+        w[i] = (want){reqs[i].offset, len, reqs[i].dst, reqs[i].tensor};
+    }
+    ckpt_status st = remote_batch(src, w, n, err);
+    if (w != stack) free(w);
+    return st;
+}
+
+static const ckpt__source_ops remote_ops = {.read = remote_read, .read_many = remote_read_many, .close = remote_close};
+
+/* ---- opening -------------------------------------------------------------------------- */
+
+static char *dup_or_null(const char *s, bool *failed) {
+    if (!s) return NULL;
+    char *d = ckpt__strdup(s);
+    if (!d) *failed = true;
+    return d;
+}
+
+static ckpt_status remote_new(const char *shown, const char *url, const ckpt__remote_auth *auth,
+                              const ckpt__source_options *o, remote **out, ckpt_error *err) {
+    ckpt_status st = need_curl(shown, err);
+    if (st) return st;
+    remote *r = ckpt__calloc(1, sizeof *r);
+    if (!r) return ckpt__oom(err, shown, NULL);
+    r->cache_fd = -1;
+    pthread_mutex_init(&r->lock, NULL);
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_init(&r->share_locks[i], NULL);
+    bool failed = false;
+    r->shown = shown;
+    r->url = dup_or_null(url, &failed);
+    r->bearer = dup_or_null(auth->bearer, &failed);
+    r->userpwd = dup_or_null(auth->userpwd, &failed);
+    r->sigv4 = dup_or_null(auth->sigv4, &failed);
+    const char *ca = getenv("CURL_CA_BUNDLE");
+    r->ca_bundle = dup_or_null(ca && *ca ? ca : NULL, &failed);
+    r->s3 = auth->s3;
+    r->connect_ms = o->connect_timeout_ms ? (long)o->connect_timeout_ms : DEFAULT_CONNECT_MS;
+    r->read_s = (long)(((o->read_timeout_ms ? o->read_timeout_ms : DEFAULT_READ_MS) + 999) / 1000);
+    r->retries = o->retries;
+    r->max_conn = o->max_connections ? o->max_connections : DEFAULT_CONNECTIONS;
+    if (r->max_conn > MAX_CONNECTIONS) r->max_conn = MAX_CONNECTIONS;
+    if (!failed && (r->share = curl_share_init())) {
+        curl_share_setopt(r->share, CURLSHOPT_LOCKFUNC, share_lock);
+        curl_share_setopt(r->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+        curl_share_setopt(r->share, CURLSHOPT_USERDATA, r);
+        curl_share_setopt(r->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+        curl_share_setopt(r->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+    }
+    if (auth->s3) {
+        /* Signed with the request: the payload hash of a GET (empty) and the session token. */
+        struct curl_slist *h = curl_slist_append(NULL, "x-amz-content-sha256: "
+                                                       "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        if (h) r->headers = h;
+        else failed = true;
+        if (!failed && auth->session_token) {
+            ckpt__buf b = {0};
+            ckpt__buf_puts(&b, "x-amz-security-token: ");
+            ckpt__buf_puts(&b, auth->session_token);
+            struct curl_slist *t = b.failed ? NULL : curl_slist_append(r->headers, b.data);
+            if (b.data) memset(b.data, 0, b.len), free(b.data);
+            if (t) r->headers = t;
+            else failed = true;
+        }
+    }
+    if (failed || !r->share) {
+        remote_free(r);
+        return ckpt__oom(err, shown, NULL);
+    }
+    *out = r;
+    return CKPT_OK;
+}
+
+/* After the open: the validators go with every data request. */
+static bool add_validators(remote *r) {
+    char line[400];
+    const char *v = NULL, *name = r->s3 ? "If-Match" : "If-Range";
+    /* If-Range takes a strong ETag or a date; S3 answers If-Match. */
+    if (r->etag && (r->s3 || strncmp(r->etag, "W/", 2) != 0)) v = r->etag;
+    else if (!r->s3 && r->last_modified) v = r->last_modified;
+    if (!v) return true;
+    if ((size_t)snprintf(line, sizeof line, "%s: %s", name, v) >= sizeof line) return true;
+    struct curl_slist *h = curl_slist_append(r->headers, line);
+    if (!h) return false;
+    r->headers = h;
+    return true;
+}
+
+/* Opens the cached copy of this version, if there is one; else starts
+ * writing one (errors here only mean no cache). */
+static ckpt_status use_cache(remote *r, ckpt__source *src, const ckpt__source_options *o, ckpt__source **local) {
+    *local = NULL;
+    if (!o->cache_dir || (!r->etag && !r->last_modified)) return CKPT_OK;
+    char *path = cache_path(r, o->cache_dir);
+    if (!path) return CKPT_E_NO_MEMORY;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size == r->size) {
+        ckpt__source_options lo = *o;
+        lo.cache_dir = NULL;
+        ckpt__source *f = NULL;
+        ckpt_status st = ckpt__file_kind.open(path, &lo, &f, NULL);
+        free(path);
+        if (st) return CKPT_OK; /* unreadable: read remotely */
+        char *name = ckpt__strdup(src->name);
+        if (!name) {
+            ckpt__source_close(f);
+            return CKPT_E_NO_MEMORY;
+        }
+        free(f->name);
+        f->name = name; /* shown as the URL, and its siblings are URLs */
+        *local = f;
+        return CKPT_OK;
+    }
+    mkdir(o->cache_dir, 0777);
+    ckpt__remove_stale_temps(o->cache_dir);
+    char *tmp;
+    int fd;
+    if (ckpt__temp_create(path, &tmp, &fd, NULL) != CKPT_OK) {
+        free(path);
+        return CKPT_OK;
+    }
+    if (ftruncate(fd, (off_t)r->size) != 0) {
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        free(path);
+        return CKPT_OK;
+    }
+    r->cache_fd = fd;
+    r->cache_tmp = tmp;
+    r->cache_final = path;
+    atomic_store(&r->cache_state, CACHE_WRITING);
+    bool ok = true;
+    for (uint64_t w = 0; ok && w < r->head_len;) {
+        ssize_t k = pwrite(fd, r->head + w, (size_t)(r->head_len - w), (off_t)w);
+        if (k < 0 && errno == EINTR) continue;
+        ok = k > 0;
+        if (ok) w += (uint64_t)k;
+    }
+    pthread_mutex_lock(&r->lock);
+    if (ok) cache_cover(r, 0, r->head_len);
+    else atomic_store(&r->cache_state, CACHE_BROKEN);
+    pthread_mutex_unlock(&r->lock);
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__remote_open(const char *display, const char *url, const ckpt__remote_auth *auth,
+                              const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
+    *out = NULL;
+    ckpt__source *src = ckpt__calloc(1, sizeof *src);
+    if (!src || !(src->name = ckpt__strdup(display))) {
+        free(src);
+        return ckpt__oom(err, display, NULL);
+    }
+    src->fd = -1;
+    src->ops = &remote_ops;
+    src->caps = CKPT__SRC_REMOTE;
+    remote *r = NULL;
+    ckpt_status st = remote_new(src->name, url, auth, o, &r, err);
+    if (st) {
+        ckpt__source_close(src);
+        return st;
+    }
+    src->impl = r;
+    if (!(r->head = ckpt__malloc(HEAD_BYTES))) {
+        ckpt__source_close(src);
+        return ckpt__oom(err, display, NULL);
+    }
+    xfer x;
+    memset(&x, 0, sizeof x);
+    x.r = r;
+    x.mode = X_OPEN;
+    x.end = HEAD_BYTES;
+    /* The first request: the size, the validators and the first bytes. */
+    st = run_batch(r, &x, 1, err);
+    if (st == CKPT_OK) {
+        if (x.open_whole || x.open_empty) {
+            r->size = x.pos;
+            r->head_whole = true;
+        } else {
+            r->size = x.open_total;
+            if (x.pos != x.end) st = ckpt__fail(err, CKPT_E_BAD_RESPONSE, display, NULL, (int64_t)x.pos,
+                                                "the first answer ended after %llu of %llu bytes",
+                                                (unsigned long long)x.pos, (unsigned long long)x.end);
+        }
+        r->head_len = x.pos;
+        bool failed = false;
+        if (x.has_etag) r->etag = dup_or_null(x.etag, &failed);
+        if (x.has_last_modified) r->last_modified = dup_or_null(x.last_modified, &failed);
+        if (st == CKPT_OK && (failed || !add_validators(r))) st = ckpt__oom(err, display, NULL);
+    }
+    if (st) {
+        ckpt__source_close(src);
+        return st;
+    }
+    src->size = r->size;
+    ckpt__source *local = NULL;
+    if (use_cache(r, src, o, &local) == CKPT_OK && local) {
+        ckpt__source_close(src);
+        *out = local;
+        return CKPT_OK;
+    }
+    *out = src;
+    return CKPT_OK;
+}
+
+ckpt__name_kind ckpt__remote_stat(const char *url, const ckpt__remote_auth *auth, const ckpt__source_options *o) {
+    size_t n = strlen(url);
+    if (n && url[n - 1] == '/') return CKPT__NAME_DIR;
+    remote *r = NULL;
+    if (remote_new(url, url, auth, o, &r, NULL) != CKPT_OK) return CKPT__NAME_MISSING;
+    xfer x;
+    memset(&x, 0, sizeof x);
+    x.r = r;
+    x.mode = X_HEAD;
+    ckpt_status st = run_batch(r, &x, 1, NULL);
+    remote_free(r);
+    return st == CKPT_OK ? CKPT__NAME_FILE : CKPT__NAME_MISSING;
+}
+
+/* ---- the http(s):// kind ------------------------------------------------------------------ */
+
+static bool http_claims(const char *name) { return !strncmp(name, "http://", 7) || !strncmp(name, "https://", 8); }
+
+/* $HF_TOKEN goes to the Hugging Face hosts only. */
+static bool hugging_face_host(const char *host, size_t len) {
+    const char *colon = memchr(host, ':', len);
+    if (colon) len = (size_t)(colon - host);
+    static const char *const hosts[] = {"huggingface.co", "hf.co"};
+    for (size_t i = 0; i < 2; i++) {
+        size_t h = strlen(hosts[i]);
+        if (len == h && !strncmp(host, hosts[i], h)) return true;
+        if (len > h && host[len - h - 1] == '.' && !strncmp(host + len - h, hosts[i], h)) return true;
+    }
+    return false;
+}
+
+/* The credentials of a name, and the URL to request (encoded). */
+static ckpt_status http_prepare(const char *name, const char *shown, const ckpt__source_options *o, char **url,
+                                ckpt__remote_auth *auth, char **userinfo_copy, ckpt_error *err) {
+    memset(auth, 0, sizeof *auth);
+    *url = NULL;
+    *userinfo_copy = NULL;
+    char *clean, *userinfo;
+    if (!ckpt__url_take_userinfo(name, &clean, &userinfo)) return ckpt__oom(err, shown, NULL);
+    ckpt__url_parts u;
+    if (!ckpt__url_split(clean, &u)) {
+        free(clean);
+        free(userinfo);
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, shown, NULL, -1, "not a URL with a host");
+    }
+    if (userinfo) {
+        *userinfo_copy = userinfo;
+        auth->userpwd = userinfo;
+    } else if (o->userinfo && o->userinfo_host && strlen(o->userinfo_host) == u.host_len &&
+               !strncmp(o->userinfo_host, u.host, u.host_len)) {
+        auth->userpwd = o->userinfo;
+    }
+    if (o->bearer_token) auth->bearer = o->bearer_token;
+    else if (hugging_face_host(u.host, u.host_len) && getenv("HF_TOKEN") && *getenv("HF_TOKEN"))
+        auth->bearer = getenv("HF_TOKEN");
+    ckpt__buf b = {0};
+    ckpt__url_encode_into(&b, clean, strlen(clean), NULL);
+    free(clean);
+    if (b.failed) {
+        free(b.data);
+        return ckpt__oom(err, shown, NULL);
+    }
+    *url = b.data;
+    return CKPT_OK;
+}
+
+static ckpt_status http_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
+    *out = NULL;
+    char *shown = ckpt__url_redact(name);
+    if (!shown) return ckpt__oom(err, NULL, NULL);
+    char *url, *userinfo;
+    ckpt__remote_auth auth;
+    ckpt_status st = http_prepare(name, shown, o, &url, &auth, &userinfo, err);
+    if (st == CKPT_OK) st = ckpt__remote_open(shown, url, &auth, o, out, err);
+    if (userinfo) memset(userinfo, 0, strlen(userinfo));
+    free(userinfo);
+    free(url);
+    free(shown);
+    return st;
+}
+
+static ckpt__name_kind http_stat(const char *name, const ckpt__source_options *o) {
+    char *url, *userinfo;
+    ckpt__remote_auth auth;
+    /* Not a URL: "a file", so that opening it says why. */
+    if (http_prepare(name, name, o, &url, &auth, &userinfo, NULL) != CKPT_OK) return CKPT__NAME_FILE;
+    ckpt__name_kind k = ckpt__remote_stat(url, &auth, o);
+    if (userinfo) memset(userinfo, 0, strlen(userinfo));
+    free(userinfo);
+    free(url);
+    return k;
+}
+
+const ckpt__source_kind ckpt__http_kind = {"http", http_claims, http_open, http_stat};

@@ -1,0 +1,60 @@
+/* window_source.c — a source restricted to a byte range of another source:
+ * a file embedded in a file (the torch.save archive of one item of a DCP
+ * .distcp file) read with the ordinary format code.  Offsets are relative
+ * to the window; reads outside it end, as a file would, with
+ * CKPT_E_TRUNCATED.  The window borrows its base: no descriptor (the
+ * engine must not pread the base at window offsets) and no mapping. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "source.h"
+
+typedef struct window {
+    ckpt__source *base;
+    uint64_t offset;
+} window;
+
+static ckpt_status window_read(ckpt__source *src, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
+    const window *w = src->impl;
+    if (offset > src->size || n > src->size - offset)
+        return ckpt__fail(err, CKPT_E_TRUNCATED, src->name, NULL, (int64_t)(w->offset + (offset < src->size ? src->size : offset)),
+                          "the item at bytes [%llu, %llu) ends before data that runs to byte %llu",
+                          (unsigned long long)w->offset, (unsigned long long)(w->offset + src->size),
+                          (unsigned long long)(w->offset + offset + n));
+    return ckpt__source_read(w->base, dst, n, w->offset + offset, err);
+}
+
+static void window_close(ckpt__source *src) { free(src->impl); }
+
+static const ckpt__source_ops window_ops = {.read = window_read, .close = window_close};
+
+ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset, uint64_t length, ckpt__source **out,
+                                ckpt_error *err) {
+    *out = NULL;
+    uint64_t end;
+    if (!ckpt__add_u64(offset, length, &end) || end > base->size)
+        return ckpt__fail(err, CKPT_E_TRUNCATED, base->name, NULL, (int64_t)(offset < base->size ? base->size : offset),
+                          "an item at bytes [%llu, %llu + %llu) runs past the end of the file (%llu bytes)",
+                          (unsigned long long)offset, (unsigned long long)offset, (unsigned long long)length,
+                          (unsigned long long)base->size);
+    ckpt__source *src = ckpt__calloc(1, sizeof *src);
+    window *w = ckpt__calloc(1, sizeof *w);
+    if (!src || !w || !(src->name = ckpt__strdup(base->name))) {
+        free(src);
+        free(w);
+        return ckpt__oom(err, base->name, NULL);
+    }
+    w->base = base;
+    w->offset = offset;
+    src->ops = &window_ops;
+    src->impl = w;
+    src->size = length;
+    src->fd = -1;
+    src->caps = base->caps & CKPT__SRC_REMOTE;
+    *out = src;
+    return CKPT_OK;
+}
+
+uint64_t ckpt__source_window_offset(const ckpt__source *src) {
+    return src->ops == &window_ops ? ((const window *)src->impl)->offset : 0;
+}

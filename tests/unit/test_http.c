@@ -1,0 +1,420 @@
+/* Remote sources: the parsers of what servers send and of URLs, and —
+ * where libcurl is built in — the HTTP kind against a small server of the
+ * test's own on loopback (so that the sanitizers see every path: batches
+ * that merge, split and overlap, retries that resume, lies, the cache). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "io/file.h"
+#include "io/http.h"
+
+/* ---- parsers -------------------------------------------------------------- */
+
+static bool cr(const char *s, ckpt__content_range *out) { return ckpt__parse_content_range(s, strlen(s), out); }
+
+static void test_content_range(void **state) {
+    (void)state;
+    ckpt__content_range r;
+    assert_true(cr("bytes 0-99/1000", &r));
+    assert_true(r.has_range && r.has_total && r.first == 0 && r.last == 99 && r.total == 1000);
+    assert_true(cr("  Bytes 5-5/6 ", &r));
+    assert_true(r.first == 5 && r.last == 5 && r.total == 6);
+    assert_true(cr("bytes */0", &r));
+    assert_true(!r.has_range && r.has_total && r.total == 0);
+    assert_true(cr("bytes 10-19/*", &r));
+    assert_true(r.has_range && !r.has_total);
+    assert_true(cr("bytes 0-0/9223372036854775808", &r)); /* 2^63 is a number; what it means is judged above */
+    assert_int_equal(r.total, 1ULL << 63);
+    const char *bad[] = {"", "bytes", "bytes ", "bytes 1-0/10", "bytes 0-10/10", "bytes */*", "bytes 0-1",
+                         "bytes -1-5/10", "bits 0-1/2", "bytes 0-99/1000x", "bytes 0-18446744073709551616/5",
+                         "bytes 18446744073709551615-18446744073709551615/18446744073709551616", "bytes0-1/2",
+                         "bytes 0 -1/2", "bytes 0-1 /2"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) assert_false(cr(bad[i], &r));
+}
+
+static void test_headers_and_retry_after(void **state) {
+    (void)state;
+    const char *n, *v;
+    size_t nl, vl;
+    const char line[] = "Content-Range:  bytes 0-1/2 \r\n";
+    assert_true(ckpt__split_header(line, sizeof line - 1, &n, &nl, &v, &vl));
+    assert_true(ckpt__header_is(n, nl, "content-range"));
+    assert_int_equal(vl, 11);
+    assert_memory_equal(v, "bytes 0-1/2", 11);
+    assert_false(ckpt__split_header("HTTP/1.1 206 Partial\r\n", 22, &n, &nl, &v, &vl));
+    assert_false(ckpt__split_header(": x\r\n", 5, &n, &nl, &v, &vl));
+    assert_false(ckpt__split_header("\r\n", 2, &n, &nl, &v, &vl));
+    unsigned s;
+    assert_true(ckpt__parse_retry_after("7", 1, 60, &s) && s == 7);
+    assert_true(ckpt__parse_retry_after("99999999999999999999999", 23, 60, &s) && s == 60);
+    assert_false(ckpt__parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", 29, 60, &s));
+    assert_false(ckpt__parse_retry_after("", 0, 60, &s));
+    char out[16];
+    const char xml[] = "<Error><Code>NoSuchKey</Code><Message>The key\x01 is gone, and more text</Message></Error>";
+    assert_true(ckpt__xml_element(xml, sizeof xml - 1, "Code", out, sizeof out));
+    assert_string_equal(out, "NoSuchKey");
+    assert_true(ckpt__xml_element(xml, sizeof xml - 1, "Message", out, sizeof out));
+    assert_string_equal(out, "The key  is gon"); /* truncated to fit */
+    assert_false(ckpt__xml_element(xml, sizeof xml - 1, "Region", out, sizeof out));
+    assert_false(ckpt__xml_element("<Code", 5, "Code", out, sizeof out));
+}
+
+static void test_urls(void **state) {
+    (void)state;
+    ckpt__url_parts u;
+    assert_true(ckpt__url_split("https://u:p@h.example:8443/a/b.safetensors?x=1#f", &u));
+    assert_int_equal(u.userinfo_len, 3);
+    assert_memory_equal(u.host, "h.example:8443", u.host_len);
+    assert_memory_equal(u.path, "/a/b.safetensors", u.path_len);
+    assert_memory_equal(u.query, "x=1", u.query_len);
+    assert_false(ckpt__url_split("https://", &u));
+    assert_false(ckpt__url_split("/local/path", &u));
+    char *r = ckpt__url_redact("https://alice:pw@h/x?X-Amz-Signature=abc&keep=1&token=zz#frag");
+    assert_string_equal(r, "https://alice:REDACTED@h/x?X-Amz-Signature=REDACTED&keep=1&token=REDACTED#frag");
+    free(r);
+    r = ckpt__url_redact("http://h/plain");
+    assert_string_equal(r, "http://h/plain");
+    free(r);
+    char *clean, *info;
+    assert_true(ckpt__url_take_userinfo("http://a%40b:p%3Aw%zz@h:1/x", &clean, &info));
+    assert_string_equal(clean, "http://h:1/x");
+    assert_string_equal(info, "a@b:p:w%zz");
+    free(clean);
+    free(info);
+    assert_true(ckpt__url_take_userinfo("http://h/x", &clean, &info));
+    assert_null(info);
+    free(clean);
+    ckpt__buf b = {0};
+    ckpt__url_encode_into(&b, "a b%20\xc3\xa9\"", 9, "+");
+    ckpt__buf_puts(&b, "|");
+    ckpt__url_encode_into(&b, "x+y", 3, "+");
+    assert_string_equal(b.data, "a%20b%20%C3%A9%22|x%2By");
+    free(b.data);
+    /* A URL's directory ignores its query. */
+    char *d = ckpt__path_dirname("https://h/a/b/index.json?sig=1/2");
+    assert_string_equal(d, "https://h/a/b");
+    free(d);
+}
+
+#ifdef CKPT_HAVE_CURL
+
+/* ---- a server of the test's own ----------------------------------------------- */
+
+enum { FILE_SIZE = (3 << 20) + 12345 };
+
+typedef struct server {
+    int listener, port;
+    pthread_t thread;
+    unsigned char *data;
+    atomic_int requests, drops_left, fails_left, lie, stop;
+    atomic_long bytes_sent;
+} server;
+
+static unsigned char pattern(uint64_t i) { return (unsigned char)(i * 131 + (i >> 11)); }
+
+static void send_all(int fd, const void *p, size_t n) {
+    const char *c = p;
+    while (n) {
+        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+        if (w <= 0) return;
+        c += w, n -= (size_t)w;
+    }
+}
+
+/* One connection: keep-alive requests until the client closes. */
+static void serve(server *s, int fd) {
+    char req[8192];
+    size_t have = 0;
+    for (;;) {
+        char *end;
+        while (!(end = memmem(req, have, "\r\n\r\n", 4))) {
+            if (have == sizeof req) return;
+            ssize_t r = recv(fd, req + have, sizeof req - have, 0);
+            if (r <= 0) return;
+            have += (size_t)r;
+        }
+        size_t len = (size_t)(end + 4 - req);
+        char head[8192];
+        memcpy(head, req, len);
+        head[len] = '\0';
+        memmove(req, req + len, have - len);
+        have -= len;
+        atomic_fetch_add(&s->requests, 1);
+        bool is_head = !strncmp(head, "HEAD ", 5);
+        unsigned long long a = 0, z = FILE_SIZE - 1;
+        char *range = strcasestr(head, "\r\nRange: bytes=");
+        bool ranged = range && sscanf(range + 15, "%llu-%llu", &a, &z) == 2;
+        char out[512];
+        if (strstr(head, " /missing ")) {
+            int n = snprintf(out, sizeof out, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+            send_all(fd, out, (size_t)n);
+            continue;
+        }
+        if (!is_head && atomic_load(&s->fails_left) > 0) {
+            atomic_fetch_sub(&s->fails_left, 1);
+            int n = snprintf(out, sizeof out, "HTTP/1.1 503 Busy\r\nContent-Length: 4\r\n\r\nbusy");
+            send_all(fd, out, (size_t)n);
+            continue;
+        }
+        if (z >= FILE_SIZE) z = FILE_SIZE - 1;
+        unsigned long long shift = ranged && atomic_load(&s->lie) ? 1 : 0;
+        int n = ranged ? snprintf(out, sizeof out,
+                                  "HTTP/1.1 206 Partial Content\r\nETag: \"v1\"\r\nContent-Length: %llu\r\n"
+                                  "Content-Range: bytes %llu-%llu/%d\r\n\r\n",
+                                  z - a + 1, a + shift, z + shift, FILE_SIZE)
+                         : snprintf(out, sizeof out, "HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nContent-Length: %d\r\n\r\n",
+                                    FILE_SIZE);
+        send_all(fd, out, (size_t)n);
+        if (is_head) continue;
+        size_t body = ranged ? (size_t)(z - a + 1) : FILE_SIZE;
+        const unsigned char *from = s->data + (ranged ? a : 0);
+        if (ranged && a > 0 && atomic_load(&s->drops_left) > 0) {
+            atomic_fetch_sub(&s->drops_left, 1);
+            send_all(fd, from, body / 3);
+            atomic_fetch_add(&s->bytes_sent, (long)(body / 3));
+            return; /* the connection drops mid-body */
+        }
+        send_all(fd, from, body);
+        atomic_fetch_add(&s->bytes_sent, (long)body);
+    }
+}
+
+static void *conn_main(void *arg) {
+    void **a = arg;
+    serve(a[0], (int)(intptr_t)a[1]);
+    close((int)(intptr_t)a[1]);
+    free(arg);
+    return NULL;
+}
+
+static void *server_main(void *arg) {
+    server *s = arg;
+    while (!atomic_load(&s->stop)) {
+        int fd = accept(s->listener, NULL, NULL);
+        if (fd < 0) continue;
+        if (atomic_load(&s->stop)) {
+            close(fd);
+            break;
+        }
+        void **a = malloc(2 * sizeof *a);
+        a[0] = s, a[1] = (void *)(intptr_t)fd;
+        pthread_t t;
+        pthread_create(&t, NULL, conn_main, a);
+        pthread_detach(t);
+    }
+    return NULL;
+}
+
+static server *server_start(void) {
+    server *s = calloc(1, sizeof *s);
+    s->data = malloc(FILE_SIZE);
+    for (uint64_t i = 0; i < FILE_SIZE; i++) s->data[i] = pattern(i);
+    s->listener = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(s->listener, (struct sockaddr *)&addr, sizeof addr), 0);
+    socklen_t l = sizeof addr;
+    getsockname(s->listener, (struct sockaddr *)&addr, &l);
+    s->port = ntohs(addr.sin_port);
+    listen(s->listener, 64);
+    pthread_create(&s->thread, NULL, server_main, s);
+    return s;
+}
+
+static void server_stop(server *s) {
+    atomic_store(&s->stop, 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0); /* wake accept() */
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)s->port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    connect(fd, (struct sockaddr *)&addr, sizeof addr);
+    close(fd);
+    pthread_join(s->thread, NULL);
+    close(s->listener);
+    usleep(100000); /* connection threads see their clients close */
+    free(s->data);
+    free(s);
+}
+
+static const char *url_of(server *s, const char *path) {
+    static char buf[128];
+    snprintf(buf, sizeof buf, "http://127.0.0.1:%d/%s", s->port, path);
+    return buf;
+}
+
+static ckpt__source *open_remote(server *s, const ckpt__source_options *o) {
+    ckpt__source *src = NULL;
+    ckpt_error err;
+    assert_int_equal(ckpt__source_open(url_of(s, "file.bin"), o, &src, &err), CKPT_OK);
+    assert_int_equal(src->size, FILE_SIZE);
+    return src;
+}
+
+static void check_pattern(const unsigned char *p, uint64_t off, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++)
+        if (p[i] != pattern(off + i)) fail_msg("byte %llu differs", (unsigned long long)(off + i));
+}
+
+/* ---- the HTTP kind ------------------------------------------------------------------ */
+
+static void test_batches(void **state) {
+    (void)state;
+    server *s = server_start();
+    ckpt__source_options o = CKPT__SOURCE_OPTIONS_DEFAULT;
+    o.max_connections = 4;
+    ckpt__source *src = open_remote(s, &o);
+    assert_true(src->caps & CKPT__SRC_REMOTE);
+    assert_int_equal(atomic_load(&s->requests), 1);
+    /* Requests out of order, adjacent, overlapping, with small and large
+     * holes, one inside the open's first bytes, one at the very end. */
+    static const uint64_t spans[][2] = {{1000, 10},      {500000, 2 << 20}, {300000, 100000},
+                                        {400000, 50000}, {460000, 40000},   {FILE_SIZE - 7, 7},
+                                        {400100, 1000},  {2900000, 1},      {0, 0}};
+    enum { N = sizeof spans / sizeof *spans };
+    ckpt__read_req reqs[N];
+    unsigned char *bufs[N];
+    for (size_t i = 0; i < N; i++) {
+        bufs[i] = malloc(spans[i][1] ? spans[i][1] : 1);
+        reqs[i] = (ckpt__read_req){src, -1, spans[i][0], spans[i][1], spans[i][1], bufs[i], "t"};
+    }
+    ckpt_error err;
+    assert_int_equal(src->ops->read_many(src, reqs, N, &err), CKPT_OK);
+    for (size_t i = 0; i < N; i++) {
+        check_pattern(bufs[i], spans[i][0], spans[i][1]);
+        free(bufs[i]);
+    }
+    /* Past the end: truncated, naming where the file ends. */
+    unsigned char b[16];
+    assert_int_equal(ckpt__source_read(src, b, 16, FILE_SIZE - 8, &err), CKPT_E_TRUNCATED);
+    assert_int_equal(err.offset, FILE_SIZE);
+    ckpt__source_close(src);
+    server_stop(s);
+}
+
+typedef struct reader_arg {
+    ckpt__source *src;
+    unsigned seed;
+    int failures;
+} reader_arg;
+
+static void *reader_main(void *arg) {
+    reader_arg *a = arg;
+    unsigned char *buf = malloc(1 << 20);
+    for (int k = 0; k < 20; k++) {
+        a->seed = a->seed * 1103515245u + 12345u;
+        uint64_t off = (a->seed >> 4) % (FILE_SIZE - (1 << 20)), n = 1 + (a->seed >> 8) % (1 << 20);
+        ckpt_error err;
+        if (ckpt__source_read(a->src, buf, n, off, &err) != CKPT_OK) a->failures++;
+        else check_pattern(buf, off, n);
+    }
+    free(buf);
+    return NULL;
+}
+
+static void test_threads_share_a_source(void **state) {
+    (void)state;
+    server *s = server_start();
+    ckpt__source_options o = CKPT__SOURCE_OPTIONS_DEFAULT;
+    o.max_connections = 3;
+    ckpt__source *src = open_remote(s, &o);
+    pthread_t t[4];
+    reader_arg a[4];
+    for (int i = 0; i < 4; i++) {
+        a[i] = (reader_arg){src, (unsigned)i * 7919u + 1, 0};
+        pthread_create(&t[i], NULL, reader_main, &a[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(a[i].failures, 0);
+    }
+    ckpt__source_close(src);
+    server_stop(s);
+}
+
+static void test_retries_resume(void **state) {
+    (void)state;
+    server *s = server_start();
+    ckpt__source_options o = CKPT__SOURCE_OPTIONS_DEFAULT;
+    o.max_connections = 1;
+    ckpt__source *src = open_remote(s, &o);
+    unsigned char *buf = malloc(FILE_SIZE);
+    ckpt_error err;
+    atomic_store(&s->drops_left, 1);
+    atomic_store(&s->fails_left, 1);
+    atomic_store(&s->bytes_sent, 0);
+    assert_int_equal(ckpt__source_read(src, buf, FILE_SIZE - 300000, 300000, &err), CKPT_OK);
+    check_pattern(buf, 300000, FILE_SIZE - 300000);
+    /* Resumed, not restarted: a dropped third is not sent twice. */
+    assert_true(atomic_load(&s->bytes_sent) < (long)(FILE_SIZE - 300000) * 11 / 10);
+    ckpt__source_close(src);
+    /* Without retries, the first failure is the answer. */
+    o.retries = 0;
+    src = open_remote(s, &o);
+    atomic_store(&s->fails_left, 1);
+    assert_int_equal(ckpt__source_read(src, buf, 1 << 20, 1 << 20, &err), CKPT_E_HTTP_STATUS);
+    assert_non_null(strstr(err.message, "HTTP 503"));
+    assert_non_null(strstr(err.message, "bytes 1048576-2097151"));
+    assert_non_null(strstr(err.path, "/file.bin"));
+    /* A lying Content-Range: refused at once. */
+    atomic_store(&s->lie, 1);
+    assert_int_equal(ckpt__source_read(src, buf, 4096, 1 << 21, &err), CKPT_E_BAD_RESPONSE);
+    assert_non_null(strstr(err.message, "for a request of bytes 2097152-2101247"));
+    ckpt__source_close(src);
+    free(buf);
+    server_stop(s);
+}
+
+static void test_missing_stat_and_cache(void **state) {
+    (void)state;
+    server *s = server_start();
+    ckpt__source *src = NULL;
+    ckpt_error err;
+    assert_int_equal(ckpt__source_open(url_of(s, "missing"), NULL, &src, &err), CKPT_E_NOT_FOUND);
+    assert_null(src);
+    assert_int_equal(ckpt__source_stat(url_of(s, "file.bin"), NULL), CKPT__NAME_FILE);
+    assert_int_equal(ckpt__source_stat(url_of(s, "missing"), NULL), CKPT__NAME_MISSING);
+    assert_int_equal(ckpt__source_stat(url_of(s, "dir/"), NULL), CKPT__NAME_DIR);
+    /* The cache: a whole read fills it; the next open reads it locally. */
+    char *dir = scratch_dir();
+    ckpt__source_options o = CKPT__SOURCE_OPTIONS_DEFAULT;
+    o.cache_dir = dir;
+    src = open_remote(s, &o);
+    unsigned char *buf = malloc(FILE_SIZE);
+    assert_int_equal(ckpt__source_read(src, buf, FILE_SIZE, 0, &err), CKPT_OK);
+    ckpt__source_close(src);
+    assert_int_equal(dir_entries(dir), 1);
+    int before = atomic_load(&s->requests);
+    src = open_remote(s, &o);
+    assert_true(src->caps & CKPT__SRC_FD);
+    assert_string_equal(src->name, url_of(s, "file.bin"));
+    memset(buf, 0, FILE_SIZE);
+    assert_int_equal(ckpt__source_read(src, buf, FILE_SIZE, 0, &err), CKPT_OK);
+    check_pattern(buf, 0, FILE_SIZE);
+    assert_int_equal(atomic_load(&s->requests), before + 1);
+    ckpt__source_close(src);
+    free(buf);
+    scratch_free(dir);
+    server_stop(s);
+}
+
+#endif
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_content_range),
+        cmocka_unit_test(test_headers_and_retry_after),
+        cmocka_unit_test(test_urls),
+#ifdef CKPT_HAVE_CURL
+        cmocka_unit_test(test_batches),
+        cmocka_unit_test(test_threads_share_a_source),
+        cmocka_unit_test(test_retries_resume),
+        cmocka_unit_test(test_missing_stat_and_cache),
+#endif
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
