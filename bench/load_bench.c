@@ -5,7 +5,7 @@
  *
  *   ckpt_load_bench load PATH THREADS PRETOUCH IO CAST   IO: auto|buffered|direct, CAST: none|BF16|F32|...
  *   ckpt_load_bench pread PATH THREADS DIRECT             every data file, in 8 MiB reads, into one pre-touched buffer
- *   ckpt_load_bench memcpy BYTES | firsttouch BYTES | cast FROM TO COUNT
+ *   ckpt_load_bench memcpy BYTES | firsttouch BYTES | firsttouch_huge BYTES | cast FROM TO COUNT
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -146,9 +147,27 @@ static int ceiling_pread(const char *path, unsigned threads, int direct) {
 int main(int argc, char **argv) {
     if (argc >= 7 && !strcmp(argv[1], "load")) return load(argv[2], (unsigned)atoi(argv[3]), atoi(argv[4]), argv[5], argv[6]);
     if (argc >= 5 && !strcmp(argv[1], "pread")) return ceiling_pread(argv[2], (unsigned)atoi(argv[3]), atoi(argv[4]));
-    if (argc >= 3 && (!strcmp(argv[1], "memcpy") || !strcmp(argv[1], "firsttouch"))) {
+    if (argc >= 3 && (!strcmp(argv[1], "memcpy") || !strcmp(argv[1], "firsttouch") ||
+                      !strcmp(argv[1], "firsttouch_huge") || !strcmp(argv[1], "firsttouch_populate"))) {
         uint64_t n = strtoull(argv[2], NULL, 10);
-        unsigned char *a = malloc(n), *b = malloc(n);
+        unsigned char *a = malloc(n), *b = NULL;
+        if (!strcmp(argv[1], "firsttouch_populate")) { /* populated by the kernel at mmap, timed */
+            double p0 = now();
+            b = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+            if (b == MAP_FAILED) return 1;
+            memset(b, 1, n);
+            double p1 = now();
+            printf("{\"seconds\": %.6f, \"bytes\": %llu, \"checksum\": %llu}\n", p1 - p0, (unsigned long long)n,
+                   (unsigned long long)checksum(b, 64));
+            return 0;
+        }
+        if (!strcmp(argv[1], "firsttouch_huge")) { /* 2 MiB-aligned with MADV_HUGEPAGE */
+            if (posix_memalign((void **)&b, 2u << 20, n)) b = NULL;
+            else madvise(b, n, MADV_HUGEPAGE);
+        } else {
+            b = malloc(n);
+        }
+        if (!a || !b) return 1;
         memset(a, 3, n);
         double t0 = now();
         if (!strcmp(argv[1], "memcpy")) {

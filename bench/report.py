@@ -2,6 +2,7 @@
 """Renders bench/results/*.json as PNG charts and as the table between the
 `<!-- bench:begin -->` and `<!-- bench:end -->` markers of README.md."""
 import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -669,8 +670,225 @@ def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
         lines += baseline_table(load("baseline"))
     if load("distributed"):
         lines += distributed_table(load("distributed"))
+    if load("perf"):
+        lines += perf_table(load("perf"))
     lines.append("Charts: `bench/results/*.png`; raw runs in `bench/results/*.json`.")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------ perf suite
+
+PERF_TARGETS = [  # (ratio key in perf.json, target, what)
+    ("load warm: ckpt.load (this tree) vs load_file", 0.9, "`ckpt.load(path)` warm vs `load_file`"),
+    ("load cold: ckpt.load (this tree) vs load_file", 1.3, "`ckpt.load(path)` cold vs `load_file`"),
+    ("f32 warm: ckpt.load(dtype=float32) (this tree) vs load_file + .to(float32)", 1.5,
+     "`ckpt.load(path, dtype=\"float32\")` warm vs `load_file` + `.to(float32)`"),
+    ("f32 cold: ckpt.load(dtype=float32) (this tree) vs load_file + .to(float32)", 1.5,
+     "`ckpt.load(path, dtype=\"float32\")` cold vs `load_file` + `.to(float32)`"),
+    ("tp dim 0 warm: ckpt.load (this tree) vs get_slice", 1.0, "rank 0 of 4, dim 0, warm vs `get_slice`"),
+    ("tp dim 0 cold: ckpt.load (this tree) vs get_slice", 1.5, "rank 0 of 4, dim 0, cold vs `get_slice`"),
+    ("tp dim 0 cold: bytes read / needed, ckpt (this tree)", -1.05, "rank 0 of 4, dim 0, cold: bytes read / needed"),
+    ("tp dim 1 cold: ckpt.load (this tree) vs get_slice", 1.3, "rank 0 of 4, dim 1, cold vs `get_slice`"),
+    ("open whole process: ckpt (this tree) vs index + safe_open + keys()", 1.3,
+     "`ckpt.open` + `keys()`, whole Python process, vs index + `safe_open` + `keys()`"),
+    ("open in process with shapes and dtypes: ckpt (this tree) vs safe_open", 2.0,
+     "`ckpt.open` with shapes and dtypes, in process, vs `safe_open` + `get_slice`"),
+]
+
+
+def _fmt_s(x):
+    return f"{x * 1e3:.0f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def perf_table(doc):
+    base = doc["baseline"]
+    runs = doc["runs"]
+    lines = [f"**The Python calls users make, on a {doc['bytes'] / 1e9:.1f} GB Llama-shaped bf16 file** "
+             f"({doc['file']}; bench/perf_suite.py: this tree against `{base}` and safetensors; own process each, "
+             f"alternating, median of {runs}; every byte returned is checksummed; cold = `drop_caches` before "
+             "each run; bytes read in a cold run: the file's pages in the page cache after it — reads through the cache "
+             "and mappings — and, in brackets, the device's bytes read during it, which include O_DIRECT reads and "
+             "the Python modules the process loads)", "",
+             "| group | contender | warm | cold | cold: bytes read | peak RSS |", "|---|---|---:|---:|---:|---:|"]
+    for name, g in doc["results"].items():
+        if name == "open":
+            continue
+        for label in g["warm"]:
+            w, c = g["warm"][label], g.get("cold", {}).get(label, {})
+            read = f"{c['read_max_bytes'] / 2**20:,.0f} MiB" if c.get("read_max_bytes") else ""
+            if c.get("read") and c.get("read_max_bytes", 0) < 16 << 20:
+                read = "O_DIRECT: not in the cache"  # the device column has it
+            elif c.get("read_over_needed"):
+                read += f", {c['read_over_needed']:.2f}× needed"
+            if c.get("device_read_median_bytes") is not None:
+                read += f" ({c['device_read_median_bytes'] / 2**20:,.0f} MiB)"
+            rss = max(w["peak_rss_bytes"], c.get("peak_rss_bytes", 0))
+            extra = ""
+            if w.get("rss_over_module_max_bytes") is not None:
+                extra = (f" ({w['rss_over_module_max_bytes'] / 2**20:,.1f} / "
+                         f"{c.get('rss_over_module_max_bytes', 0) / 2**20:,.1f} MiB above the module, warm / cold)")
+            lines.append(f"| {name} | {label} | {_fmt_s(w['median'])} | {_fmt_s(c['median']) if c else ''} | "
+                         f"{read} | {rss / 2**30:.2f} GiB{extra} |")
+    lines.append("")
+    if "open" in doc["results"]:
+        o = doc["results"]["open"]
+        lines += ["| open 30,000 tensors in 8 shards | median | min–max |", "|---|---:|---:|"]
+        for where, title in (("process", "whole Python process"), ("in_process", "in process")):
+            for label, v in o[where].items():
+                lines.append(f"| {title}: {label} | {v['median'] * 1e3:.1f} ms | "
+                             f"{v['min'] * 1e3:.1f}–{v['max'] * 1e3:.1f} ms |")
+        lines.append("")
+    r = doc["ratios"]
+    lines += [f"| measure (issue 13) | target | this tree | {base} |", "|---|---:|---:|---:|"]
+    for key, target, what in PERF_TARGETS:
+        if key not in r:
+            continue
+        before = r.get(key.replace("(this tree)", f"({base})"))
+        if target < 0 and before is not None and before < 0.05:
+            before = None  # O_DIRECT reads leave nothing in the cache to count
+        if target < 0:
+            t, ok = f"≤ {-target:.2f}×", r[key] <= -target
+        else:
+            t, ok = f"≥ {target:.1f}×", r[key] >= target
+        lines.append(f"| {what} | {t} | {'**' if ok else ''}{r[key]:.2f}×{'**' if ok else ''} | "
+                     f"{'—' if before is None else f'{before:.2f}×'} |")
+    lines.append("")
+    sp = doc["machine_speeds"]
+    fmt = lambda s: (f"memcpy {s['memcpy']['gb_per_s']:.1f} GB/s, first touch of fresh memory "
+                     f"{s['firsttouch']['gb_per_s']:.2f} GB/s, with 2 MiB alignment and MADV_HUGEPAGE "
+                     f"{s['firsttouch_huge']['gb_per_s']:.2f} GB/s")
+    after = f"; after it {fmt(sp['after'])}" if sp.get("after") else " (the run stopped before the end)"
+    lines.append(f"Machine, same run: before it {fmt(sp['before'])}{after}. This tree: {doc.get('this_tree', '?')}. "
+                 "Bold: target met. Ratios are the peer's median time over ckpt's.")
+    lines.append("")
+    return lines
+
+
+def perf_chart(doc):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    groups = [g for g in doc["results"] if g != "open"]
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, 1.6 + 1.3 * len(groups)), squeeze=False)
+    for ax, name in zip(axes[:, 0], groups):
+        g = doc["results"][name]
+        labels = list(g["warm"])
+        y = range(len(labels))
+        ax.barh([i + 0.2 for i in y], [g["warm"][k]["median"] for k in labels], height=0.4, label="warm",
+                color="#2a7")
+        if "cold" in g:
+            ax.barh([i - 0.2 for i in y], [g["cold"][k]["median"] for k in labels], height=0.4, label="cold",
+                    color="#27a")
+        ax.set_yticks(list(y))
+        ax.set_yticklabels(labels, fontsize=7)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("seconds (median), lower is better", fontsize=8)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "perf.png", dpi=110)
+    plt.close(fig)
+
+
+# ------------------------------------------------ figures in README prose
+# Every measured figure in the README's prose sits between
+# `<!-- fig:NAME -->` and `<!-- /fig -->` and is rendered here from the JSON
+# (tests/python/test_readme_figures.py checks both, and that no measured
+# figure stands outside them).
+
+def _mib(b):
+    return b / 2**20
+
+
+def figures():
+    """{name: text} for the README's fig markers; KeyError/TypeError when a
+    result the text needs is missing."""
+    out = {}
+    conv = load("convert")
+    peak = max(v["peak_rss_bytes"] for m in ("warm", "cold") for k, v in conv["results"][m].items()
+               if k.startswith("ckpt convert"))
+    out["convert-peak"] = (f"converting a {conv['bytes'] / 1e9:.0f} GB checkpoint into {conv['max_shard_size']} "
+                           f"shards peaks at {_mib(peak):.1f} MiB of memory")
+    tr = load("torch_read")["results"]
+    out["torch-read"] = (f"A ResNet-152-shaped file reads into buffers with "
+                         f"{tr['ckpt (owned buffers, checksum)']['rss_over_file_mib']:.1f} MiB of overhead, while "
+                         f"`torch.load` adds {tr['torch.load(weights_only=True) + checksum']['rss_over_file_mib']:.0f}"
+                         " MiB")
+    op = load("open")
+    line = (f"30,000 tensors in 8 shards open in {op['results']['ckpt']['median'] * 1e3:.0f} ms from C, "
+            f"{op['ratio_peer_over_ckpt']:.1f}× as fast as safetensors' own `safe_open` over the same shards")
+    perf = load("perf")
+    if perf and "open" in perf["results"]:
+        o, base = perf["results"]["open"], perf["baseline"]
+        ip = o["in_process"]["ckpt.open + tensors (this tree)"]["median"]
+        pr = perf["ratios"]
+        line += (f"; from Python, `ckpt.open` with every shape and dtype takes {ip * 1e3:.0f} ms "
+                 f"({pr['open in process with shapes and dtypes: ckpt (this tree) vs safe_open']:.1f}× safetensors), "
+                 f"and a whole process that opens and lists the names "
+                 f"{pr['open whole process: ckpt (this tree) vs index + safe_open + keys()']:.1f}× as fast")
+    out["open"] = line
+    py = load("python-2GB")
+    out["load-file-cold"] = (f"{py['ratios']['cold: ckpt.torch.load_file / safetensors.torch.load_file (load + checksum)']:.1f}"
+                             "× safetensors' speed in the latest run")
+    into = py["ratios"]
+    text = (f"{into['load_into RSS over module (MiB)']:.1f} MiB measured warm for 2 GB of parameters, against "
+            f"{into['load_state_dict(load_file) RSS over module (MiB)'] / 1024:.0f} GiB for "
+            "`load_state_dict(load_file(...))`")
+    if perf and "into" in perf["results"]:
+        cold = perf["results"]["into"]["cold"]["ckpt.load_into(module) (this tree)"]["rss_over_module_max_bytes"]
+        text += f"; cold, up to the O_DIRECT ring: {_mib(cold):.1f} MiB"
+    out["load-into"] = text
+    rust = load("bindings")["rust"]["results"]
+    vecs = "Rust ckpt: Plan::load_vecs into typed Vecs"
+    out["rust"] = (f"at about {rust['warm'][vecs]['rss_over_file_mib']:.0f} MiB above the file's size "
+                   f"({rust['cold'][vecs]['rss_over_file_mib']:.0f} MiB cold, the engine's O_DIRECT bounce ring), "
+                   f"where `torch.load` adds {rust['warm']['torch.load(weights_only=True)']['rss_over_file_mib']:.0f}"
+                   " MiB")
+    if perf:
+        out["when-to-use"] = when_to_use(perf)
+    return out
+
+
+def when_to_use(perf):
+    g, r = perf["results"], perf["ratios"]
+
+    def t(group, label, mode):
+        return _fmt_s(g[group][mode][label]["median"])
+    rows = ["| call | gives | use it when | measured (2 GB bf16, warm / cold) |", "|---|---|---|---|"]
+    if "load" in g:
+        rows.append("| `ckpt.torch.load_file(path)` | safetensors' `load_file`, for every format | replacing "
+                    "`safetensors.torch.load_file` as is | see the Python package table below |")
+        rows.append(f"| `ckpt.load(path)` | copy-on-write views where no conversion is needed, new memory "
+                    f"for casts and layouts | a dict of tensors, whole or as a tensor-parallel rank | "
+                    f"{t('load', 'ckpt.load (this tree)', 'warm')} / {t('load', 'ckpt.load (this tree)', 'cold')}; "
+                    f"`load_file` {t('load', 'safetensors load_file', 'warm')} / "
+                    f"{t('load', 'safetensors load_file', 'cold')} |")
+    if "into" in g:
+        lbl = "ckpt.load_into(module) (this tree)"
+        rows.append(f"| `ckpt.load_into(module, path)` | the bytes in the module's own parameters | the model "
+                    f"exists already: no second copy in memory | {t('into', lbl, 'warm')} / {t('into', lbl, 'cold')}, "
+                    f"{_mib(g['into']['warm'][lbl]['rss_over_module_max_bytes']):.1f} / "
+                    f"{_mib(g['into']['cold'][lbl]['rss_over_module_max_bytes']):.1f} MiB above the module |")
+    rows.append("| `ckpt.load(path, copy=True)` | memory of its own for every tensor | the file may change or "
+                "vanish while the tensors live, or a network file system |" +
+                (f" {t('load', 'ckpt.load(copy=True) (this tree)', 'warm')} / "
+                 f"{t('load', 'ckpt.load(copy=True) (this tree)', 'cold')} |" if "load" in g else " |"))
+    return "\n".join(rows)
+
+
+FIG = re.compile(r"<!-- fig:([a-z0-9-]+) -->(.*?)<!-- /fig -->", re.S)
+
+
+def render_figures(text, figs):
+    """The README with every fig marker's content rendered from figs."""
+    def sub(m):
+        if m.group(1) not in figs:
+            raise KeyError(f"README figure {m.group(1)!r} has no result in bench/results")
+        body = figs[m.group(1)]
+        return f"<!-- fig:{m.group(1)} -->{chr(10) + body + chr(10) if chr(10) in body else body}<!-- /fig -->"
+    return FIG.sub(sub, text)
 
 
 def main():
@@ -695,8 +913,11 @@ def main():
         bindings_chart(load("bindings"))
     if load("baseline"):
         baseline_chart(load("baseline"))
+    if load("perf"):
+        perf_chart(load("perf"))
     readme = ROOT / "README.md"
     text = readme.read_text()
+    text = render_figures(text, figures())
     begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
     if begin in text and end in text:
         head, rest = text.split(begin, 1)

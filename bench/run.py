@@ -47,6 +47,11 @@ Suites:
                  not in the default set: `make bench BENCH_ARGS="baseline
                  --baseline REV"`)
 
+  perf           the Python calls users make (ckpt.load whole, as float32, as
+                 a tensor-parallel rank; ckpt.open from Python) against
+                 safetensors and against --baseline REV (default main)
+                 (bench/perf_suite.py; not in the default set)
+
 Results: bench/results/<suite>.json and .png; `bench/report.py` renders the
 README table from the JSON.
 """
@@ -503,6 +508,11 @@ def suite_baseline(args):
     run_baseline_suite(args)
 
 
+def suite_perf(args):
+    from perf_suite import run_perf_suite
+    run_perf_suite(args)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("suites", nargs="*", default=["open", "convert", "torch_read", "torch_convert", "load", "python",
@@ -524,6 +534,8 @@ def main():
     ap.add_argument("--dist-gb", type=float, default=8, help="size (GB) of the distributed suite's TP load")
     ap.add_argument("--save-gb", type=float, default=4, help="size (GB) of the distributed suite's collective save")
     ap.add_argument("--dist-parts", default="tp_load,save,mpi_sim", help="parts of the distributed suite to run")
+    ap.add_argument("--perf-gb", type=float, default=2, help="size (GB) of the perf suite's checkpoint")
+    ap.add_argument("--perf-groups", default="load,f32,tp0,tp1,into,open", help="groups of the perf suite")
     ap.add_argument("--baseline", help="the commit the baseline suite compares this tree with")
     args = ap.parse_args()
     for s in args.suites:
@@ -531,7 +543,8 @@ def main():
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
          "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
          "gguf": suite_gguf, "jax": suite_jax, "bindings": suite_bindings, "baseline": suite_baseline,
-         "http": suite_http, "memlimit": suite_memlimit, "dcp": suite_dcp, "distributed": suite_distributed}[s](args)
+         "http": suite_http, "memlimit": suite_memlimit, "dcp": suite_dcp, "distributed": suite_distributed,
+         "perf": suite_perf}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

@@ -1257,7 +1257,8 @@ typedef struct ckpt_load_options {
      * copy-on-write views of private mappings with prefetch (see
      * ckpt_catalog_map_file), which live as long as the plan; 0: none. */
     int views;
-    ckpt_progress_fn progress; /* bytes loaded so far; non-zero cancels (may be NULL)   */
+    ckpt_progress_fn progress; /* bytes loaded so far (views count as loaded); non-zero
+                                * cancels (may be NULL)                                  */
     void *user;
 } ckpt_load_options;
 

@@ -316,7 +316,7 @@ ckpt_status ckpt_load_collective(ckpt_plan *p, const ckpt_load_options *options,
         return st;
     }
     local = assign(&c, p, rep, &shares, &m, &mine);
-    if (local == CKPT_OK) local = ckpt__load_moves(p, &o, rep, &moves, &moves_used, &views, &mine);
+    if (local == CKPT_OK) local = ckpt__load_moves(p, &o, rep, &moves, &moves_used, &views, NULL, &mine);
     if (local == CKPT_OK) {
         /* The moves of replicated entries become this rank's share of them. */
         size_t used = 0, si = 0;

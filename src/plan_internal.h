@@ -62,7 +62,8 @@ CKPT__HIDDEN ckpt_status ckpt__plan_check(ckpt_plan *plan, ckpt_error *err);
  * failure, buffers allocated are released. */
 struct ckpt__move;
 CKPT__HIDDEN ckpt_status ckpt__load_moves(ckpt_plan *plan, const ckpt_load_options *options, const bool *no_view,
-                                          struct ckpt__move **moves, size_t *count, uint64_t *views, ckpt_error *err);
+                                          struct ckpt__move **moves, size_t *count, uint64_t *views,
+                                          uint64_t *view_bytes, ckpt_error *err);
 
 /* A conversion (convert.c): one WRITER move per selected entry, in
  * selection order, writer_index k for the k-th (malloc'ed); and the begun

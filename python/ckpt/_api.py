@@ -81,8 +81,8 @@ class Checkpoint:
         self.format = FORMATS.get(info["format"], str(info["format"]))
         self.index_path = info["index_path"]
         self._tree_json = info["tree_json"]
+        # Rows are built when asked for: opening builds none, keys() only names.
         self._rows = self._catalog.tensors()
-        self._index = {row[0]: i for i, row in enumerate(self._rows)}
         self.files = [p for p, _ in self._catalog.files()]
 
     def __enter__(self):
@@ -101,20 +101,20 @@ class Checkpoint:
         return iter(self.keys())
 
     def __contains__(self, name):
-        return name in self._index
+        return isinstance(name, str) and self._catalog.find(name) is not None
 
     def keys(self):
         """Tensor names in file order."""
-        return [row[0] for row in self._rows]
+        return self._catalog.names()
 
     @property
     def tensors(self):
         """{name: TensorInfo(name, dtype, shape, nbytes, file, offset)}."""
-        return {r[0]: TensorInfo(r[0], r[1], r[2], r[3], self.files[r[4]], r[5]) for r in self._rows}
+        return self._catalog.infos(TensorInfo, self.files)
 
     @property
     def nbytes(self):
-        return sum(r[3] for r in self._rows)
+        return sum(r.nbytes for r in self._rows)
 
     @property
     def metadata(self):
@@ -156,7 +156,7 @@ class Checkpoint:
         return TensorSpec(r[2], r[1])
 
     def _row(self, name):
-        i = self._index.get(name)
+        i = self._catalog.find(name) if isinstance(name, str) else None
         if i is None:
             raise KeyError(f"{self.path} does not contain tensor {name!r}")
         return i
@@ -309,8 +309,9 @@ def _io(io, direct=False):
 
 
 def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
-         tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, device="cpu", nested=False, mmap=False,
-         threads=0, io="auto", progress=None, allowed_globals=None, ignore_unmatched=False, direct=False, **source):
+         tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, device="cpu", nested=False, copy=False,
+         mmap=None, threads=0, io="auto", progress=None, allowed_globals=None, ignore_unmatched=False, direct=False,
+         **source):
     """Loads a checkpoint (or the part of it a device needs) into a dict of
     tensors, with the parallel engine: memory beyond the tensors is a small
     bounce ring, whatever the checkpoint's size.
@@ -321,11 +322,20 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     tp_dim of each tensor that has that axis (of those matching tp_select);
     slices: {glob: (dim, start, stop)} keeps a range of one axis;
     transpose: globs of 2-D tensors to transpose; layout: "OIHW:HWIO" or
-    {glob: "OIHW:HWIO"}.  mmap=True gives tensors that need no conversion
-    as copy-on-write views of the file instead of copies (local files
-    only).  nested=True returns the checkpoint's nested structure.  `path`
-    may be a URL; direct=True and the other source options are those of
-    ckpt.open."""
+    {glob: "OIHW:HWIO"}.  nested=True returns the checkpoint's nested
+    structure.  `path` may be a URL; direct=True and the other source
+    options are those of ckpt.open.
+
+    Tensors whose bytes need no conversion (whole tensors, and slices that
+    are one contiguous range of rows) come back, as from safetensors'
+    load_file, as writable copy-on-write views of the file (writes never
+    reach it) on local file systems, prefetched in the background (only
+    the bytes shown); copy=True gives every tensor memory of its own
+    instead, as do URLs and direct=True.  The others (casts, layouts,
+    slices of inner axes) are read by the engine into new memory.
+    mmap=True asks for the views explicitly; mmap=False is copy=True."""
+    if mmap is not None and not mmap:
+        copy = True
     fw = _frameworks.get(framework)
     if fw is _frameworks.Jax and _frameworks.jax_placement(device) is not None:
         # A jax Sharding or Device: each device gets its block, read in place.
@@ -347,10 +357,11 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
                        layout=layout, ignore_unmatched=ignore_unmatched)
     items = plan.items()
     order = [item.name for item in items]
-    # mmap=True: what needs no conversion comes as copy-on-write views of
-    # the library's private, prefetched mappings (whole tensors and
-    # contiguous row ranges); the rest through the engine.
-    plan.load(threads=threads, io=io_mode, views=_VIEWS_PRIVATE if mmap else 0,
+    # What needs no conversion comes as copy-on-write views of the
+    # library's private, prefetched mappings (whole tensors and contiguous
+    # row ranges); the rest, or everything with copy=True or direct=True,
+    # through the engine (remote sources are never mapped).
+    plan.load(threads=threads, io=io_mode, views=0 if copy or direct else _VIEWS_PRIVATE,
               progress=_progress.choose(progress, "load"))
     out = {}
     for i, item in enumerate(items):

@@ -33,9 +33,7 @@ class safe_open:
         self._device = device
         self._direct = direct
         self._catalog = _sources.catalog(filename, direct, **source)
-        self._infos = {}
-        for i, row in enumerate(self._catalog.tensors()):
-            self._infos[row[0]] = _Info(i, row)
+        self._infos = {}  # built as tensors are asked for
         self._maps = {}
         self._paths = [p for p, _ in self._catalog.files()]
         # Remote files (and their cached copies, named by URL) and direct
@@ -53,10 +51,10 @@ class safe_open:
         self._catalog.close()
 
     def keys(self):
-        return sorted(self._infos)
+        return sorted(self._catalog.names())
 
     def offset_keys(self):
-        return list(self._infos)
+        return self._catalog.names()
 
     def metadata(self):
         m = self._catalog.metadata()
@@ -65,7 +63,21 @@ class safe_open:
     def _info(self, name):
         info = self._infos.get(name)
         if info is None:
-            raise SafetensorError(f"File does not contain tensor {name}")
+            i = self._catalog.find(name) if isinstance(name, str) else None
+            if i is None:
+                raise SafetensorError(f"File does not contain tensor {name}")
+            info = self._infos[name] = _Info(i, self._catalog.row(i))
+        return info
+
+    def _all_infos(self):
+        rows = self._catalog.tensors()
+        return [self._info_at(i, rows) for i in range(len(rows))]
+
+    def _info_at(self, i, rows):
+        row = rows[i]
+        info = self._infos.get(row.name)
+        if info is None:
+            info = self._infos[row.name] = _Info(i, row)
         return info
 
     def _map(self, file, prefetch=False):
@@ -100,7 +112,7 @@ class safe_open:
     def get_tensors(self):
         if not all(self._mappable):
             return self._load_all()
-        return {name: self.get_tensor(name) for name in self._infos}
+        return {info.name: self._fw.to_device(self._full(info), self._device) for info in self._all_infos()}
 
     def _load_all(self):
         """Every tensor through the engine: parallel range requests for a
@@ -111,7 +123,7 @@ class safe_open:
         fw = self._fw
         out = {item.name: fw.from_buffer(plan.data(i), item.dtype, item.shape, 0, item.name)
                for i, item in enumerate(items)}
-        return {name: fw.to_device(out[name], self._device) for name in self._infos}
+        return {name: fw.to_device(out[name], self._device) for name in self._catalog.names()}
 
     def _prefetch(self):
         """Starts reading every file the loop will touch (load_file reads
@@ -119,7 +131,7 @@ class safe_open:
         available memory and is not cached yet."""
         if self._backend != "mmap":
             return
-        for file in sorted({info.file for info in self._infos.values() if self._zero_copy(info)}):
+        for file in sorted({info.file for info in self._all_infos() if self._zero_copy(info)}):
             if not self._mappable[file]:
                 continue
             self._map(file, prefetch=True)
@@ -150,7 +162,16 @@ class _Slice:
             if isinstance(k, slice) and k.step is not None and k.step <= 0:
                 raise ValueError("slice step cannot be zero" if k.step == 0 else "step must be greater than zero")
         full = self._owner._full(self._info)
-        part = self._owner._fw.clone(full[key])
+        part, fw = full[key], self._owner._fw
+        if self._owner._zero_copy(self._info):
+            # A contiguous part (rows, or rows of whole inner axes) is a view
+            # of the file's copy-on-write mapping, which reads only its
+            # pages; another part is copied into a contiguous tensor, as
+            # safetensors gives.
+            if not fw.is_contiguous(part):
+                part = fw.contiguous(part)
+        else:
+            part = fw.clone(part)  # keep only the part, not the whole tensor read for it
         return self._owner._fw.to_device(part, self._owner._device)
 
 

@@ -331,29 +331,104 @@ static PyObject *shape_tuple(uint32_t ndim, const uint64_t *shape) {
     return t;
 }
 
+/* The dtype's name as a str, one object per dtype (rows share it). */
+static PyObject *dtype_str(ckpt_dtype d) {
+    static PyObject *cache[256];
+    unsigned i = (unsigned)d;
+    if (i >= sizeof cache / sizeof *cache) return PyUnicode_FromString(ckpt_dtype_name(d));
+    if (!cache[i] && !(cache[i] = PyUnicode_InternFromString(ckpt_dtype_name(d)))) return NULL;
+    return Py_NewRef(cache[i]);
+}
+
 static PyObject *tensor_row(const ckpt_catalog *c, const ckpt_tensor_info *t) {
     PyObject *items[8] = {
-        PyUnicode_FromString(t->name), PyUnicode_FromString(ckpt_dtype_name(t->dtype)), shape_tuple(t->ndim, t->shape),
+        PyUnicode_FromString(t->name), dtype_str(t->dtype), shape_tuple(t->ndim, t->shape),
         PyLong_FromUnsignedLongLong(t->nbytes), PyLong_FromUnsignedLong(t->file), PyLong_FromUnsignedLongLong(t->offset),
         PyLong_FromUnsignedLong(t->storage),
         PyBool_FromLong(!t->strides && !t->big_endian && !t->compressed && ckpt_catalog_chunk_count(c, t) == 1)};
     return make_row(TensorRowType, items, 8);
 }
 
-/* tensors() → [TensorRow(name, dtype, shape, nbytes, file, offset, storage,
- * direct)] in catalog order; `direct` is true when the bytes on disk are
- * the tensor as loaded (dense, little-endian, uncompressed). */
+/* Rows: the catalog's tensors as a sequence of TensorRow, each built when
+ * it is asked for (opening 30,000 tensors builds none). */
+typedef struct {
+    PyObject_HEAD
+    Catalog *catalog;
+    Py_ssize_t count;
+} Rows;
+
+static void Rows_dealloc(Rows *self) {
+    Py_XDECREF(self->catalog);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t Rows_len(Rows *self) { return self->count; }
+
+static PyObject *Rows_item(Rows *self, Py_ssize_t i) {
+    if (i < 0 || i >= self->count) return PyErr_Format(PyExc_IndexError, "tensor index %zd out of range", i);
+    if (!catalog_ready(self->catalog)) return NULL;
+    return tensor_row(self->catalog->catalog, ckpt_catalog_tensor(self->catalog->catalog, (size_t)i));
+}
+
+static PySequenceMethods Rows_as_sequence = {.sq_length = (lenfunc)Rows_len, .sq_item = (ssizeargfunc)Rows_item};
+
+static PyTypeObject RowsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt._ckpt.Rows",
+    .tp_basicsize = sizeof(Rows),
+    .tp_dealloc = (destructor)Rows_dealloc,
+    .tp_as_sequence = &Rows_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_SEQUENCE,
+    .tp_doc = "The tensors of a catalog, as TensorRow built on access.",
+};
+
+/* tensors() → a sequence of TensorRow(name, dtype, shape, nbytes, file,
+ * offset, storage, direct) in catalog order, built lazily; `direct` is true
+ * when the bytes on disk are the tensor as loaded (dense, little-endian,
+ * uncompressed). */
 static PyObject *Catalog_tensors(Catalog *self, PyObject *unused) {
     (void)unused;
     if (!catalog_ready(self)) return NULL;
+    Rows *rows = PyObject_New(Rows, &RowsType);
+    if (!rows) return NULL;
+    rows->catalog = (Catalog *)Py_NewRef(self);
+    rows->count = (Py_ssize_t)ckpt_catalog_tensor_count(self->catalog);
+    return (PyObject *)rows;
+}
+
+/* infos(cls, files) → {name: cls(name, dtype, shape, nbytes, files[file],
+ * offset)}: every tensor as an instance of a 6-field namedtuple class
+ * (ckpt.TensorInfo), filled here without a Python call per tensor. */
+static PyObject *Catalog_infos(Catalog *self, PyObject *args) {
+    PyTypeObject *cls;
+    PyObject *files;
+    if (!catalog_ready(self) || !PyArg_ParseTuple(args, "O!O!", &PyType_Type, &cls, &PyList_Type, &files)) return NULL;
+    if (!PyType_IsSubtype(cls, &PyTuple_Type) || cls->tp_basicsize != PyTuple_Type.tp_basicsize)
+        return PyErr_Format(PyExc_TypeError, "infos needs a namedtuple class");
     size_t n = ckpt_catalog_tensor_count(self->catalog);
-    PyObject *list = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; list && i < n; i++) {
-        PyObject *row = tensor_row(self->catalog, ckpt_catalog_tensor(self->catalog, i));
-        if (!row) Py_CLEAR(list);
-        else PyList_SET_ITEM(list, (Py_ssize_t)i, row);
+    PyObject *d = PyDict_New();
+    for (size_t i = 0; d && i < n; i++) {
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(self->catalog, i);
+        if ((Py_ssize_t)t->file >= PyList_GET_SIZE(files)) {
+            PyErr_SetString(PyExc_IndexError, "files is shorter than the catalog's");
+            Py_CLEAR(d);
+            break;
+        }
+        PyObject *name = PyUnicode_FromString(t->name);
+        PyObject *row = name ? cls->tp_alloc(cls, 6) : NULL;
+        PyObject *items[6] = {name ? Py_NewRef(name) : NULL, dtype_str(t->dtype), shape_tuple(t->ndim, t->shape),
+                              PyLong_FromUnsignedLongLong(t->nbytes), Py_NewRef(PyList_GET_ITEM(files, t->file)),
+                              PyLong_FromUnsignedLongLong(t->offset)};
+        int ok = row != NULL;
+        for (int k = 0; k < 6; k++) {
+            if (!items[k]) ok = 0;
+            if (ok) PyTuple_SET_ITEM(row, k, items[k]);
+            else Py_XDECREF(items[k]);
+        }
+        if (!ok || PyDict_SetItem(d, name, row) < 0) Py_CLEAR(d);
+        Py_XDECREF(row);
+        Py_XDECREF(name);
     }
-    return list;
+    return d;
 }
 
 /* names() → [name], without building rows. */
@@ -577,6 +652,8 @@ static PyMethodDef Catalog_methods[] = {
     {"tensors", (PyCFunction)Catalog_tensors, METH_NOARGS,
      "tensors() -> [TensorRow(name, dtype, shape, nbytes, file, offset, storage, direct)]"},
     {"names", (PyCFunction)Catalog_names, METH_NOARGS, "names() -> [name], in catalog order"},
+    {"infos", (PyCFunction)Catalog_infos, METH_VARARGS, "infos(cls, files) -> {name: cls(name, dtype, shape, "
+                                                          "nbytes, files[file], offset)}"},
     {"find", (PyCFunction)Catalog_find, METH_O, "find(name) -> index or None"},
     {"row", (PyCFunction)Catalog_row, METH_O, "row(i) -> TensorRow"},
     {"metadata", (PyCFunction)Catalog_metadata, METH_NOARGS, "metadata() -> dict of str"},
@@ -1923,7 +2000,7 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "ckpt._ckpt",
                                         "The C core of ckpt (see the ckpt package).", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__ckpt(void) {
-    PyTypeObject *types[] = {&BufferType, &MapType, &CatalogType, &PlanType, &WriterType};
+    PyTypeObject *types[] = {&BufferType, &MapType, &CatalogType, &PlanType, &WriterType, &RowsType};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (PyType_Ready(types[i]) < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);
@@ -1938,7 +2015,7 @@ PyMODINIT_FUNC PyInit__ckpt(void) {
                                       "path, tensor, offset (None where they do not apply), errno.",
                                       NULL, NULL);
     if (!Error || PyModule_AddObjectRef(m, "Error", Error) < 0) goto fail;
-    const char *names[] = {"Buffer", "Map", "Catalog", "Plan", "Writer"};
+    const char *names[] = {"Buffer", "Map", "Catalog", "Plan", "Writer", "Rows"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0) goto fail;
     if (PyModule_AddStringConstant(m, "version", ckpt_version()) < 0) goto fail;

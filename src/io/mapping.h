@@ -23,6 +23,18 @@ typedef struct ckpt_mapping ckpt__mapping; /* public as ckpt_mapping */
 CKPT__HIDDEN ckpt_status ckpt__mapping_create(ckpt__source *src, bool prefetch, ckpt__mapping **out, ckpt_error *err);
 CKPT__HIDDEN void *ckpt__mapping_data(const ckpt__mapping *m);
 CKPT__HIDDEN uint64_t ckpt__mapping_size(const ckpt__mapping *m);
+/* A byte range of a file. */
+typedef struct ckpt__range {
+    uint64_t offset, len;
+} ckpt__range;
+
+/* Prefetches only these ranges of the mapping's file (`src`, the source it
+ * was made from), as create's prefetch does the whole file: in the
+ * background, when they fit in half of MemAvailable and are not cached
+ * already.  Sorts and merges `ranges` in place.  Returns whether a thread
+ * was started. */
+CKPT__HIDDEN bool ckpt__mapping_prefetch(ckpt__mapping *m, ckpt__source *src, ckpt__range *ranges, size_t n);
+
 /* Whether a prefetch thread was started. */
 CKPT__HIDDEN bool ckpt__mapping_prefetching(const ckpt__mapping *m);
 /* Mappings are shared: retain adds an owner, release drops one (the last
