@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import sys
 
-from run import DATA, RESULTS, ROOT, drop_caches, machine_facts, make_big_file, make_many_tensors, run_measured, save
+from run import DATA, OPEN_CKPT, RESULTS, ROOT, drop_caches, machine_facts, make_big_file, make_many_tensors, run_measured, save
 from load_suite import run_json
 
 PEERS = ROOT / "bench" / "peers.py"
@@ -74,19 +74,6 @@ def env_for(build):
     return env
 
 
-OPEN = r"""
-import json, sys, time
-sys.path.insert(0, sys.argv[3])
-from ckptlib import Catalog, _lib
-d = sys.argv[1]; runs = int(sys.argv[2]); out = []
-for _ in range(runs):
-    t0 = time.perf_counter()
-    c = Catalog(d)
-    n = _lib.ckpt_catalog_tensor_count(c._h)
-    c.close()
-    out.append(time.perf_counter() - t0)
-print(json.dumps(out[2:]))
-"""
 
 
 def cases(args):
@@ -97,9 +84,9 @@ def cases(args):
     scratch = DATA / "out-baseline"
 
     def open_case(b):
-        r = subprocess.run([sys.executable, "-c", OPEN, str(many), "12", str(b["tests"])], env=env_for(b),
+        r = subprocess.run([sys.executable, "-c", OPEN_CKPT, str(many), "12", str(b["tests"])], env=env_for(b),
                            capture_output=True, text=True, check=True)
-        times = json.loads(r.stdout)
+        times = json.loads(r.stdout)[2:]  # the first two opens warm the caches
         return sorted(times)[len(times) // 2], None
 
     def c_load(pretouch):

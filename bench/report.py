@@ -14,12 +14,20 @@ def load(name):
     return json.loads(p.read_text()) if p.exists() else None
 
 
-def charts(open_doc, convert_doc, name="convert"):
+def pyplot():
+    """matplotlib's pyplot without a display, or None when it is missing."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def charts(open_doc, convert_doc, name="convert"):
+    plt = pyplot()
+    if plt is None:
         print("matplotlib missing: no charts")
         return
     if open_doc:
@@ -80,11 +88,8 @@ def load_docs():
 
 
 def load_chart(doc):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(1, 2, figsize=(13, 0.32 * len(doc["results"]["warm"]) + 1.5), sharey=True)
     for ax, mode in zip(axes, ("warm", "cold")):
@@ -146,11 +151,8 @@ def python_table(doc):
 
 
 def python_chart(doc):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     r = doc["results"]
     fig, axes = plt.subplots(1, 3, figsize=(15, 3))
@@ -212,11 +214,8 @@ def gguf_table(doc):
 
 
 def gguf_chart(doc):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     fig, axes = plt.subplots(len(doc["cases"]), 1, figsize=(8, 2.2 * len(doc["cases"])))
     for ax, (case, res) in zip(axes, doc["cases"].items()):
@@ -273,11 +272,8 @@ def jax_table(doc):
 
 
 def jax_chart(doc):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     r = doc["results"]
     fig, axes = plt.subplots(1, 2, figsize=(14, 3.5))
@@ -344,11 +340,8 @@ def bindings_tables(doc):
 
 
 def bindings_chart(doc):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     parts = [k for k in ("rust", "elixir") if doc.get(k)]
     if not parts:
@@ -399,11 +392,8 @@ def baseline_table(doc):
 
 
 def baseline_chart(doc):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     names = list(doc["results"])
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(names) + 1.2))
@@ -491,11 +481,8 @@ def dcp_table(doc):
 
 
 def dcp_chart(doc):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     import textwrap
     fig, axes = plt.subplots(1, 2, figsize=(14, 3.8))
@@ -583,11 +570,8 @@ def sources_memlimit_table(doc):
 
 
 def sources_charts():
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     for doc in sources_docs("http"):
         fig, axes = plt.subplots(2, 1, figsize=(9, 5.5))
@@ -765,11 +749,8 @@ def perf_table(doc):
 
 
 def perf_chart(doc):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     groups = [g for g in doc["results"] if g != "open"]
     fig, axes = plt.subplots(len(groups), 1, figsize=(9, 1.6 + 1.3 * len(groups)), squeeze=False)

@@ -602,7 +602,8 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
             ignore_unmatched=False, format=None, dcp_ranks=1, direct=False, dry_run=False,
             **source):  # noqa: A002
     """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
-    — one file, or shards in a directory when max_shard_size is given —
+    — one file, or shards in a directory when max_shard_size is given or
+    `dst` is a directory (ends with "/" or exists as one: 5GB shards) —
     applying the same selections, renames, slices, casts and layouts as
     `ckpt convert`, streamed with bounded memory and renamed into place when
     complete.
@@ -638,6 +639,9 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     numbers = {v: k for k, v in FORMATS.items() if k in (1, 5, 6, 8, 9)}
     if format not in numbers:
         raise ValueError(f"format must be one of {sorted(numbers)}, not {format!r}")
+    name = os.fspath(dst)
+    if max_shard_size is None and format == "safetensors" and (name.endswith("/") or os.path.isdir(name)):
+        max_shard_size = "5GB"  # a directory gets shards, as `ckpt convert` gives it (the hub's default size)
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
               checksums=checksums, progress=bar, format=numbers[format],
               dcp_ranks=int(dcp_ranks) if format == "dcp" else 0)

@@ -224,7 +224,8 @@ def _slices_from(spec, shape, name):
         if isinstance(s, slice):
             start, stop, step = s.indices(shape[d])
             if step != 1:
-                raise ValueError(f"{name}: slices with steps are not supported")
+                raise ValueError(f"{name}: a rank's part is one range per axis, and a slice with step {step} is not a "
+                                 "range: give the range, then index the loaded tensor")
         else:
             start, stop = s
         if (start, stop) != (0, shape[d]):

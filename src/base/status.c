@@ -66,7 +66,7 @@ static const status_entry status_table[] = {
     ENTRY(CKPT_E_GGUF_ALIGNMENT, "invalid GGUF alignment"),
     ENTRY(CKPT_E_GGUF_OFFSET, "GGUF tensor data outside the file or overlapping"),
     ENTRY(CKPT_E_GGUF_SPLIT, "GGUF split files do not fit together"),
-    ENTRY(CKPT_E_UNSUPPORTED_DTYPE, "dtype not supported here"),
+    ENTRY(CKPT_E_UNSUPPORTED_DTYPE, "a dtype this operation or output format cannot take"),
     ENTRY(CKPT_E_NPY_INVALID, "malformed NumPy .npy header"),
     ENTRY(CKPT_E_MSGPACK_INVALID, "malformed msgpack document, or not a Flax one"),
     ENTRY(CKPT_E_HTTP_STATUS, "the server answered with an HTTP error status"),

@@ -938,9 +938,6 @@ static ckpt_status mp_plan(ckpt__output *o, ckpt_error *err) {
         ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
         if (t->file == CKPT__OUT_NONE) continue;
         t->file = 0;
-        if (!ckpt__numpy_name(t->dtype))
-            return ckpt__fail(err, CKPT_E_UNKNOWN_DTYPE, path, t->name, -1, "%s (packed) has no NumPy dtype for Flax",
-                              ckpt_dtype_name(t->dtype));
         if (t->nbytes > 0xFFFFFFFFu)
             return ckpt__fail(err, CKPT_E_LIMIT, path, t->name, -1,
                               "%llu bytes: msgpack holds at most 4 GiB in one value (Flax would write the tensor in "

@@ -176,10 +176,7 @@ static ckpt_status npz_plan(ckpt__output *o, ckpt_error *err) {
             return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, t->name, -1, "name too long for a ZIP member");
         ckpt__buf h = {0};
         ckpt_status st = ckpt__npy_header_write(&h, t->dtype, t->ndim, t->shape);
-        if (st == CKPT_E_UNKNOWN_DTYPE)
-            st = ckpt__fail(err, st, path, t->name, -1, "%s (packed) has no NumPy dtype", ckpt_dtype_name(t->dtype));
-        else if (st)
-            st = ckpt__oom(err, path, t->name);
+        if (st) st = ckpt__oom(err, path, t->name); /* dtypes without a NumPy name were refused as declared */
         npz_member *m = &s->members[s->count++];
         char *name = st ? NULL : ckpt__arena_alloc(arena, len + 5);
         unsigned char *hdr = st ? NULL : ckpt__arena_alloc(arena, h.len ? h.len : 1);

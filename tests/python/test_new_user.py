@@ -151,3 +151,18 @@ def test_load_mmap_gives_writable_private_views(tmp_path):
     got["w"] += 1                          # writes never reach the file
     assert (tmp_path / "w.safetensors").read_bytes() == before
     assert json.loads(json.dumps({"ok": True}))
+
+
+def test_convert_into_a_directory_writes_shards_as_the_cli_does(tmp_path):
+    """`ckpt.convert(src, "out/")` writes shards into out/, as `ckpt convert
+    src out/` does; a second call refuses to replace them without
+    overwrite=True, naming the option."""
+    src = tmp_path / "m.safetensors"
+    ckpt.torch.save_file({"a": torch.ones(4), "b": torch.zeros(2, 3)}, src)
+    out = str(tmp_path / "out") + "/"
+    ckpt.convert(src, out, progress=False)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["model.safetensors"]
+    assert set(ckpt.load(out)) == {"a", "b"}
+    with pytest.raises(ckpt.ExistsError, match="overwrite=True"):
+        ckpt.convert(src, out, progress=False)
+    ckpt.convert(src, out, progress=False, overwrite=True)
