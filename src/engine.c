@@ -26,6 +26,8 @@ enum {
     BATCH = 256,             /* read requests gathered before submission */
     URING_PIECE = 1 << 20,   /* large reads are split so that io_uring keeps several in flight */
     DIRECT_MIN = 1 << 20,    /* smaller runs are read through the page cache */
+    MERGE_RUN = 256 << 10,   /* runs below this, separated by at most MERGE_GAP, are read as one span */
+    MERGE_GAP = 64 << 10,    /* (about what the kernel's readahead would have read between them) */
     BOUNCE_ALIGN = 4096,
     RING_BUDGET = 48 << 20,  /* default bounce memory, all threads together */
     RING_MIN_CHUNK = 1 << 20,
@@ -404,6 +406,47 @@ static ckpt_status inflate_read(worker *w, const job *j, ckpt__source *src, cons
     return ckpt__inflater_read(w->inflater, off, dst, len, j->name, err);
 }
 
+/* Short runs that copy straight into the destination (the columns of a
+ * row-major tensor a dim-1 slice takes): a read per run costs a request
+ * each — a syscall, an HTTP range — for a few KiB.  Runs close together in
+ * the file are read as one span into the bounce buffer instead and gathered
+ * from there.  Spans go through the page cache, never O_DIRECT: the pages
+ * between runs hold other ranks' or devices' columns, which other jobs read
+ * from there rather than from the disk again. */
+static ckpt_status read_runs_merged(worker *w, const job *j, ckpt__source *src, int fd, const ckpt__runs *r,
+                                   uint64_t base, uint64_t run_bytes, unsigned char *dst, ckpt_error *err) {
+    uint64_t idx[CKPT_MAX_DIMS] = {0};
+    int64_t elem = 0, unit = 0;
+    ckpt_status st = CKPT_OK;
+    for (uint64_t i = 0; i < r->runs && st == CKPT_OK;) {
+        /* The group starts at run i (idx, elem, unit are its position). */
+        uint64_t g_idx[CKPT_MAX_DIMS], first = i;
+        memcpy(g_idx, idx, sizeof idx);
+        int64_t g_elem = elem, g_unit = unit;
+        uint64_t lo = base + (uint64_t)(elem * (int64_t)j->in_size), hi = lo + run_bytes;
+        for (i++; i < r->runs; i++) {
+            ckpt__runs_next(r, i, idx, &elem, &unit);
+            uint64_t off = base + (uint64_t)(elem * (int64_t)j->in_size);
+            if (off < hi || off - hi > MERGE_GAP || off + run_bytes - lo > w->bounce_cap) break;
+            hi = off + run_bytes;
+        }
+        if (i - first == 1) { /* alone: straight into the destination, batched with the next */
+            st = queue_read(w, j, src, fd, lo, run_bytes, dst + g_unit * (int64_t)j->out_size, err);
+            continue;
+        }
+        if ((st = flush(w, err)) || (st = queue_read(w, j, src, fd, lo, hi - lo, w->bounce, err)) ||
+            (st = flush(w, err)))
+            break;
+        for (uint64_t k = first; k < i; k++) {
+            ckpt__runs_next(r, k - first ? k : 0, g_idx, &g_elem, &g_unit);
+            uint64_t off = base + (uint64_t)(g_elem * (int64_t)j->in_size);
+            memcpy(dst + g_unit * (int64_t)j->out_size, w->bounce + (off - lo), (size_t)run_bytes);
+        }
+    }
+    if (st == CKPT_OK) st = flush(w, err);
+    return st;
+}
+
 /* A box of one piece: rel/cnt in source axes relative to the piece; dst is
  * where the box's first unit goes, dst_stride the output strides. */
 static ckpt_status read_piece(worker *w, const job *j, const ckpt__piece *p, const uint64_t *rel, const uint64_t *cnt,
@@ -439,6 +482,9 @@ static ckpt_status read_piece(worker *w, const job *j, const ckpt__piece *p, con
     unsigned char *dense_in = w->bounce; /* where a converting box's units gather, in physical order */
     if (!copy && direct && r.runs == 1 && run_bytes >= DIRECT_MIN) {
         if ((st = direct_into_bounce(w, j, src, f, base, run_bytes, &dense_in, err))) return st;
+    } else if (copy && r.runs > 1 && run_bytes < MERGE_RUN && !p->record_size && w->bounce &&
+               w->bounce_cap >= 4 * run_bytes) {
+        return read_runs_merged(w, j, src, fd, &r, base, run_bytes, dst, err);
     } else {
         uint64_t idx[CKPT_MAX_DIMS] = {0};
         int64_t elem = 0, unit = 0;

@@ -105,9 +105,12 @@ def test_uneven_split_and_dim1_reads(st_file, tensors):
         data, _, stats = load(st_file, lambda p: (p.select("layers.1.big"), p.split(-1, rank, 5)), threads=2,
                               io="buffered")
         assert data["layers.1.big"] == as_bytes(torch.tensor_split(big, 5, 1)[rank])
-        # one read per row: dim-1 slices read only what they need
         assert stats["bytes_needed"] == big.shape[0] * torch.tensor_split(big, 5, 1)[rank].shape[1] * 4
-        assert stats["bytes_read"] == stats["bytes_needed"]
+        # 825-byte runs in 4 KiB rows: read as spans of rows (every page
+        # holds some of the slice anyway), not one read per row, and never
+        # more than the rows' span
+        assert stats["bytes_read"] <= big.numel() * 4
+        assert stats["reads"] < big.shape[0] // 10, stats
     data, _, stats = load(st_file, lambda p: (p.select("layers.1.big"), p.split(0, 1, 7)), io="buffered")
     assert data["layers.1.big"] == as_bytes(torch.tensor_split(big, 7, 0)[1])
     assert stats["bytes_read"] <= 1.05 * stats["bytes_needed"]
