@@ -412,9 +412,13 @@ static ckpt_status inflate_read(worker *w, const job *j, ckpt__source *src, cons
  * the file are read as one span into the bounce buffer instead and gathered
  * from there.  Spans go through the page cache, never O_DIRECT: the pages
  * between runs hold other ranks' or devices' columns, which other jobs read
- * from there rather than from the disk again. */
-static ckpt_status read_runs_merged(worker *w, const job *j, ckpt__source *src, int fd, const ckpt__runs *r,
-                                   uint64_t base, uint64_t run_bytes, unsigned char *dst, ckpt_error *err) {
+ * from there rather than from the disk again.  From a file already in the
+ * page cache (read without O_DIRECT), a syscall costs less than copying a
+ * long gap twice: only gaps up to a run long are bridged there. */
+static ckpt_status read_runs_merged(worker *w, const job *j, ckpt__source *src, int fd, bool cached,
+                                   const ckpt__runs *r, uint64_t base, uint64_t run_bytes, unsigned char *dst,
+                                   ckpt_error *err) {
+    uint64_t max_gap = cached && run_bytes < MERGE_GAP ? run_bytes : MERGE_GAP;
     uint64_t idx[CKPT_MAX_DIMS] = {0};
     int64_t elem = 0, unit = 0;
     ckpt_status st = CKPT_OK;
@@ -427,7 +431,7 @@ static ckpt_status read_runs_merged(worker *w, const job *j, ckpt__source *src, 
         for (i++; i < r->runs; i++) {
             ckpt__runs_next(r, i, idx, &elem, &unit);
             uint64_t off = base + (uint64_t)(elem * (int64_t)j->in_size);
-            if (off < hi || off - hi > MERGE_GAP || off + run_bytes - lo > w->bounce_cap) break;
+            if (off < hi || off - hi > max_gap || off + run_bytes - lo > w->bounce_cap) break;
             hi = off + run_bytes;
         }
         if (i - first == 1) { /* alone: straight into the destination, batched with the next */
@@ -484,7 +488,7 @@ static ckpt_status read_piece(worker *w, const job *j, const ckpt__piece *p, con
         if ((st = direct_into_bounce(w, j, src, f, base, run_bytes, &dense_in, err))) return st;
     } else if (copy && r.runs > 1 && run_bytes < MERGE_RUN && !p->record_size && w->bounce &&
                w->bounce_cap >= 4 * run_bytes) {
-        return read_runs_merged(w, j, src, fd, &r, base, run_bytes, dst, err);
+        return read_runs_merged(w, j, src, fd, fd >= 0 && !direct, &r, base, run_bytes, dst, err);
     } else {
         uint64_t idx[CKPT_MAX_DIMS] = {0};
         int64_t elem = 0, unit = 0;
