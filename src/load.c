@@ -3,7 +3,6 @@
  * engine (engine.c). */
 #include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -150,102 +149,84 @@ static ckpt_status place_entry(ckpt_plan *p, ckpt__plan_entry *e, int views, ckp
 }
 
 /* Prefaulting fresh destinations.  The first touch of new memory costs
- * more than the copy into it (here 0.7-1.4 GB/s against 14 GB/s for
- * memcpy, bench/perf_suite.py: page faults trap out of the VM one 4 KiB
- * page at a time); MADV_POPULATE_WRITE faults a whole range in one call,
- * about twice as fast (MAP_POPULATE: 2 GiB in 1.05-1.1 s against 1.5-2.5 s
- * touched).  One thread does it over the buffers in the order the engine
- * fills them, while the engine reads: cold casts gain (bf16 to f32, 2 GB:
- * median 3.6 s against 4.6 s without, 5 alternating rounds), warm loads
- * neither gain nor lose (the two cores are busy either way).  Pages the
- * engine reaches first it faults itself; the madvise leaves contents
- * alone.  MADV_HUGEPAGE made first touch slower here (direct compaction
- * with defrag=madvise: 0.4-0.6 GB/s against 0.7-1.0), so it is not used. */
+ * more than the copy into it (here 0.6-1.5 GB/s for one thread against
+ * 10-14 GB/s for memcpy, bench/perf_suite.py: page faults trap out of the
+ * VM).  MADV_POPULATE_WRITE faults a whole range in one call, and threads
+ * fault in parallel: 4 GiB in 1.1-1.9 s on two threads against 3.6-5.3 s
+ * on one.  Faulting while the engine writes into the same buffers was the
+ * slowest of all (the faults contend): bf16 to f32, 2 GB (ckpt_load_bench
+ * load PATH 0 0 auto F32), warm 3.2-3.9 s with one prefault thread beside
+ * the engine against 1.8-2.3 s with every core prefaulting first, cold
+ * 2.4-3.4 s against 2.1-2.3 s.  So every core faults the destinations in
+ * first, then the engine reads.  The madvise
+ * leaves contents alone; a kernel before 5.14 (EINVAL) leaves the faults
+ * to the engine's writes.  MADV_HUGEPAGE made first touch slower here
+ * (direct compaction with defrag=madvise), so it is not used. */
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
-#define PREFAULT_MIN (4u << 20)  /* below this, not worth a thread */
-#define PREFAULT_STEP (2u << 20) /* per madvise: the engine can overtake between calls */
+#define PREFAULT_MIN (4u << 20)  /* below this, not worth threads */
+#define PREFAULT_STEP (2u << 20) /* per madvise */
 
 typedef struct prefault_range {
     uintptr_t start, end; /* page-aligned, inside a buffer */
 } prefault_range;
 
-typedef struct prefault_worker_arg {
+typedef struct prefault_worker {
     const prefault_range *ranges;
     size_t count;
     uint64_t lo, hi; /* this worker's share of the ranges' bytes, laid end to end */
-    atomic_bool *stop;
     pthread_t thread;
     bool started;
-} prefault_worker_arg;
+} prefault_worker;
 
 enum { PREFAULT_WORKERS_MAX = 8 };
 
-typedef struct prefault {
-    atomic_bool stop;
-    size_t count, workers;
-    prefault_range *ranges;
-    prefault_worker_arg w[PREFAULT_WORKERS_MAX];
-} prefault;
-
-static void *prefault_worker(void *arg) {
-    prefault_worker_arg *a = arg;
+static void *prefault_work(void *arg) {
+    prefault_worker *a = arg;
     uint64_t before = 0;
     for (size_t i = 0; i < a->count && before < a->hi; before += a->ranges[i].end - a->ranges[i].start, i++) {
         uint64_t len = a->ranges[i].end - a->ranges[i].start;
         uint64_t from = a->lo > before ? a->lo - before : 0, to = a->hi - before < len ? a->hi - before : len;
         for (uint64_t at = from; at < to; at += PREFAULT_STEP) {
-            if (atomic_load_explicit(a->stop, memory_order_relaxed)) return NULL;
             size_t n = to - at < PREFAULT_STEP ? (size_t)(to - at) : PREFAULT_STEP;
             if (madvise((void *)(a->ranges[i].start + at), n, MADV_POPULATE_WRITE) != 0 &&
                 (errno == EINVAL || errno == ENOSYS))
-                return NULL; /* a kernel before 5.14: the engine's writes fault the pages */
+                return NULL;
         }
     }
     return NULL;
 }
 
-/* Starts `workers` prefault threads over the moves' library-allocated
- * buffers, each over its share of the bytes. */
-static void prefault_start(prefault *pf, ckpt_plan *p, size_t workers) {
-    long page = sysconf(_SC_PAGESIZE);
+/* Faults in the plan's library-allocated buffers on one thread per core
+ * (this one included), each over its share of the bytes. */
+static void prefault(ckpt_plan *p) {
+    long page = sysconf(_SC_PAGESIZE), cpus = sysconf(_SC_NPROCESSORS_ONLN);
     size_t n = p->selected_count, k = 0;
+    size_t workers = cpus < 1 ? 1 : cpus > PREFAULT_WORKERS_MAX ? PREFAULT_WORKERS_MAX : (size_t)cpus;
     uint64_t total = 0;
-    atomic_init(&pf->stop, false);
-    pf->workers = 0;
-    pf->count = 0;
-    if (workers > PREFAULT_WORKERS_MAX) workers = PREFAULT_WORKERS_MAX;
-    if (!workers || page <= 0 || !(pf->ranges = ckpt__malloc((n ? n : 1) * sizeof *pf->ranges))) {
-        pf->ranges = NULL;
-        return;
-    }
+    prefault_range *ranges = page > 0 ? ckpt__malloc((n ? n : 1) * sizeof *ranges) : NULL;
+    if (!ranges) return; /* the engine's writes fault the pages */
     for (size_t i = 0; i < n; i++) {
         const ckpt__plan_entry *e = &p->entries[p->selected[i]];
         if (!e->owned || e->pub.nbytes < 2 * (uint64_t)page) continue;
         uintptr_t a = ((uintptr_t)e->owned + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
         uintptr_t b = ((uintptr_t)e->owned + (uintptr_t)e->pub.nbytes) & ~(uintptr_t)(page - 1);
-        if (b > a) pf->ranges[k++] = (prefault_range){a, b}, total += b - a;
+        if (b > a) ranges[k++] = (prefault_range){a, b}, total += b - a;
     }
-    pf->count = k;
-    if (total < PREFAULT_MIN) return;
-    for (size_t i = 0; i < workers; i++) {
-        prefault_worker_arg *w = &pf->w[i];
-        *w = (prefault_worker_arg){pf->ranges, k, total / workers * i, i + 1 == workers ? total : total / workers * (i + 1),
-                                   &pf->stop};
-        w->started = pthread_create(&w->thread, NULL, prefault_worker, w) == 0;
-        pf->workers = i + 1;
+    if (total >= PREFAULT_MIN) {
+        prefault_worker w[PREFAULT_WORKERS_MAX];
+        uint64_t share = total / workers / (uint64_t)page * (uint64_t)page; /* madvise takes page-aligned starts */
+        for (size_t i = 0; i < workers; i++) {
+            w[i] = (prefault_worker){ranges, k, share * i, i + 1 == workers ? total : share * (i + 1)};
+            w[i].started = pthread_create(&w[i].thread, NULL, prefault_work, &w[i]) == 0;
+        }
+        for (size_t i = 0; i < workers; i++) {
+            if (w[i].started) pthread_join(w[i].thread, NULL);
+            else prefault_work(&w[i]); /* a share no thread could take */
+        }
     }
-}
-
-/* Waits for the prefault threads; `stop` asks them to quit first. */
-static void prefault_join(prefault *pf, bool stop) {
-    if (stop) atomic_store(&pf->stop, true);
-    for (size_t i = 0; i < pf->workers; i++)
-        if (pf->w[i].started) pthread_join(pf->w[i].thread, NULL);
-    pf->workers = 0;
-    free(pf->ranges);
-    pf->ranges = NULL;
+    free(ranges);
 }
 
 /* Progress counts views as loaded: the caller sees the bytes of every
@@ -306,16 +287,14 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     uint64_t views, view_bytes;
     if ((st = ckpt__load_moves(p, o, NULL, &moves, &moves_used, &views, &view_bytes, err))) return st;
     prefetch_views(p);
-    /* 2. the engine moves the bytes of everything that is not a view,
-     * while a thread faults in the fresh destinations ahead of it */
+    /* 2. the fresh destinations are faulted in, then the engine moves the
+     * bytes of everything that is not a view */
     view_progress vp = {o->progress, o->user, view_bytes};
     ckpt__engine_options eo = {.threads = o->threads, .chunk_bytes = o->chunk_bytes, .io = o->io,
                                .io_uring = o->io_uring, .progress = o->progress, .user = o->user};
     if (o->progress && view_bytes) eo.progress = progress_with_views, eo.user = &vp;
-    prefault pf;
-    prefault_start(&pf, p, 1);
+    prefault(p);
     st = ckpt__engine_run(p->catalog, moves, moves_used, &eo, &p->stats, err);
-    prefault_join(&pf, true); /* before any buffer is released */
     p->stats.views = views;
     free(moves);
     if (st != CKPT_OK) ckpt__plan_release(p);
