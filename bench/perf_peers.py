@@ -8,6 +8,10 @@ MODE: ckpt_load | ckpt_load_copy | st_load_file            whole file
       | ckpt_f32 | st_f32                                   bf16 file as float32
       | ckpt_tp0 | st_tp0                                   rank 0 of 4 along dim 0
       | ckpt_tp1 | st_tp1                                   rank 0 of 4 along dim 1
+      | ckpt_into_touched                                   ckpt.load_into tensors allocated and
+                                                            touched before the clock starts
+      | runai                                               Run:ai's SafetensorsStreamer, each
+                                                            tensor checksummed as it streams in
 The ckpt modes run whichever ckpt package is first on sys.path (this tree's,
 or an earlier build's through PYTHONPATH)."""
 import json
@@ -29,10 +33,23 @@ def part(shape, dim):
     return start, start + q + (1 if RANK < r else 0)
 
 
+def touched_tensors(path):
+    import ckpt
+    from ckpt._dtypes import torch_dtype
+    with ckpt.open(path) as c:
+        return {k: torch.empty(i.shape, dtype=torch_dtype(i.dtype)).zero_() for k, i in c.tensors.items()}
+
+
 def run(mode, path):
     import ckpt
+    if mode == "runai":
+        return run_runai(path)
+    if mode == "ckpt_into_touched":
+        sd = touched_tensors(path)
     t0 = time.perf_counter()
-    if mode == "ckpt_load":
+    if mode == "ckpt_into_touched":
+        ckpt.load_into(sd, path, progress=False)
+    elif mode == "ckpt_load":
         sd = ckpt.load(path, progress=False)
     elif mode == "ckpt_load_copy":
         sd = ckpt.load(path, copy=True, progress=False)
@@ -69,6 +86,22 @@ def run(mode, path):
     seconds = time.perf_counter() - t0
     print(json.dumps({"seconds": seconds, "load_seconds": loaded - t0, "bytes": nbytes, "checksum": total,
                       "ckpt": getattr(ckpt, "__file__", "")}))
+
+
+def run_runai(path):
+    """Run:ai streams tensors into its own reused buffer: each is
+    checksummed as it arrives (overlapping the checksum with the reads,
+    which the other modes cannot do)."""
+    from runai_model_streamer import SafetensorsStreamer
+    t0 = time.perf_counter()
+    total, nbytes = 0, 0
+    with SafetensorsStreamer() as streamer:
+        streamer.stream_files([path])
+        for _, t in streamer.get_tensors():
+            s, n = checksum(t)
+            total, nbytes = (total + s) % (1 << 64), nbytes + n
+    seconds = time.perf_counter() - t0
+    print(json.dumps({"seconds": seconds, "load_seconds": seconds, "bytes": nbytes, "checksum": total, "ckpt": ""}))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,10 @@ group must agree):
   tp1    the same along dim 1
   into   ckpt.load_into(module) against module.load_state_dict(load_file):
          time and peak RSS above the module's own
+  big    cold only, a single file of --perf-big-gb GB (default 8):
+         ckpt.load_into tensors allocated and touched beforehand, against
+         Run:ai's SafetensorsStreamer (which checksums each tensor as it
+         streams in, overlapping what the others do after loading)
   open   ckpt.open of 30,000 tensors in 8 shards: a whole Python process
          (open + keys) against index + safe_open + keys(), and in process
          with every shape and dtype
@@ -255,14 +259,14 @@ def run_perf_suite(args):
                                                                        "--untracked-files=no") else "")
     main = f"{rev} {sha}"
     speeds_before = machine_speeds(nbytes)
-    results, ratios = {}, {}
+    results, ratios, big_file = {}, {}, {}
     groups = args.perf_groups.split(",")
 
     def checkpoint():
         save("perf", {"suite": "perf", "bytes": nbytes, "file": path.name, "runs": args.runs, "baseline": main,
                       "this_tree": head, "machine": machine_facts(),
                       "machine_speeds": {"before": speeds_before, "after": speeds_after}, "results": results,
-                      "ratios": ratios})
+                      "ratios": ratios, **big_file})
 
     speeds_after = None
 
@@ -323,6 +327,17 @@ def run_perf_suite(args):
         for t in ("warm", "cold"):
             ratios[f"into {t}: ckpt.load_into (this tree) MiB over the module"] = \
                 g[t]["ckpt.load_into(module) (this tree)"]["rss_over_module_max_bytes"] / 2**20
+    checkpoint()
+    if "big" in groups:
+        big = make_big_file(args.perf_big_gb)
+        g = results["big"] = group("big", {
+            "ckpt.load_into(touched tensors) (this tree)": ("ckpt_into_touched", this),
+            f"ckpt.load_into(touched tensors) ({main})": ("ckpt_into_touched", before),
+            "Run:ai SafetensorsStreamer": ("runai", this)}, big, args.runs, ("cold",))
+        big_file.update(big_file=big.name, big_bytes=big.stat().st_size)
+        for who in ("this tree", main):
+            ratio(f"big cold: ckpt.load_into ({who}) vs Run:ai", g["cold"]["Run:ai SafetensorsStreamer"]["median"],
+                  g["cold"][f"ckpt.load_into(touched tensors) ({who})"]["median"])
     checkpoint()
     if "open" in groups:
         g = results["open"] = open_group(args.tensors, args.runs, {"this tree": this, main: before})

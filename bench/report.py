@@ -673,6 +673,8 @@ PERF_TARGETS = [  # (ratio key in perf.json, target, what)
     ("tp dim 0 cold: ckpt.load (this tree) vs get_slice", 1.5, "rank 0 of 4, dim 0, cold vs `get_slice`"),
     ("tp dim 0 cold: bytes read / needed, ckpt (this tree)", -1.05, "rank 0 of 4, dim 0, cold: bytes read / needed"),
     ("tp dim 1 cold: ckpt.load (this tree) vs get_slice", 1.3, "rank 0 of 4, dim 1, cold vs `get_slice`"),
+    ("big cold: ckpt.load_into (this tree) vs Run:ai", 1.0,
+     "cold single 8 GB file into touched tensors vs Run:ai's streamer"),
     ("open whole process: ckpt (this tree) vs index + safe_open + keys()", 1.3,
      "`ckpt.open` + `keys()`, whole Python process, vs index + `safe_open` + `keys()`"),
     ("open in process with shapes and dtypes: ckpt (this tree) vs safe_open", 2.0,
@@ -697,8 +699,10 @@ def perf_table(doc):
     for name, g in doc["results"].items():
         if name == "open":
             continue
-        for label in g["warm"]:
-            w, c = g["warm"][label], g.get("cold", {}).get(label, {})
+        if name == "big":
+            name = f"big ({doc.get('big_bytes', 0) / 1e9:.1f} GB file)"
+        for label in g.get("warm") or g["cold"]:
+            w, c = g.get("warm", {}).get(label, {}), g.get("cold", {}).get(label, {})
             read = f"{c['read_max_bytes'] / 2**20:,.0f} MiB" if c.get("read_max_bytes") else ""
             if c.get("read") and c.get("read_max_bytes", 0) < 16 << 20:
                 read = "O_DIRECT: not in the cache"  # the device column has it
@@ -706,12 +710,12 @@ def perf_table(doc):
                 read += f", {c['read_over_needed']:.2f}× needed"
             if c.get("device_read_median_bytes") is not None:
                 read += f" ({c['device_read_median_bytes'] / 2**20:,.0f} MiB)"
-            rss = max(w["peak_rss_bytes"], c.get("peak_rss_bytes", 0))
+            rss = max(w.get("peak_rss_bytes", 0), c.get("peak_rss_bytes", 0))
             extra = ""
             if w.get("rss_over_module_max_bytes") is not None:
                 extra = (f" ({w['rss_over_module_max_bytes'] / 2**20:,.1f} / "
                          f"{c.get('rss_over_module_max_bytes', 0) / 2**20:,.1f} MiB above the module, warm / cold)")
-            lines.append(f"| {name} | {label} | {_fmt_s(w['median'])} | {_fmt_s(c['median']) if c else ''} | "
+            lines.append(f"| {name} | {label} | {_fmt_s(w['median']) if w else ''} | {_fmt_s(c['median']) if c else ''} | "
                          f"{read} | {rss / 2**30:.2f} GiB{extra} |")
     lines.append("")
     if "open" in doc["results"]:
@@ -756,10 +760,11 @@ def perf_chart(doc):
     fig, axes = plt.subplots(len(groups), 1, figsize=(9, 1.6 + 1.3 * len(groups)), squeeze=False)
     for ax, name in zip(axes[:, 0], groups):
         g = doc["results"][name]
-        labels = list(g["warm"])
+        labels = list(g.get("warm") or g["cold"])
         y = range(len(labels))
-        ax.barh([i + 0.2 for i in y], [g["warm"][k]["median"] for k in labels], height=0.4, label="warm",
-                color="#2a7")
+        if "warm" in g:
+            ax.barh([i + 0.2 for i in y], [g["warm"][k]["median"] for k in labels], height=0.4, label="warm",
+                    color="#2a7")
         if "cold" in g:
             ax.barh([i - 0.2 for i in y], [g["cold"][k]["median"] for k in labels], height=0.4, label="cold",
                     color="#27a")

@@ -535,7 +535,8 @@ def main():
     ap.add_argument("--save-gb", type=float, default=4, help="size (GB) of the distributed suite's collective save")
     ap.add_argument("--dist-parts", default="tp_load,save,mpi_sim", help="parts of the distributed suite to run")
     ap.add_argument("--perf-gb", type=float, default=2, help="size (GB) of the perf suite's checkpoint")
-    ap.add_argument("--perf-groups", default="load,f32,tp0,tp1,into,open", help="groups of the perf suite")
+    ap.add_argument("--perf-groups", default="load,f32,tp0,tp1,into,big,open", help="groups of the perf suite")
+    ap.add_argument("--perf-big-gb", type=int, default=8, help="size (GB) of the perf suite's single big file")
     ap.add_argument("--baseline", help="the commit the baseline suite compares this tree with")
     args = ap.parse_args()
     for s in args.suites:
