@@ -238,3 +238,16 @@ def test_source_options_checked():
     # Nothing listens on port 1: refused, retried, then a clear error.
     r = run("inspect", "http://127.0.0.1:1/x.safetensors", "--retries", "1")
     assert r.returncode == 1 and "127.0.0.1:1/x.safetensors" in r.stderr and "[CKPT_E_NETWORK]" in r.stderr
+
+
+def test_column_slices_fetch_spans(nginx, served):
+    """A dim-1 rank takes a short run of every row: over HTTP, runs close
+    together are fetched as spans — a few range requests, not one per row."""
+    root, sd = served
+    url = nginx.url("model.safetensors")
+    nginx.clear_log()
+    got = ckpt.load(url, select="head.weight", tp_rank=1, tp_size=4, tp_dim=1)
+    assert torch.equal(got["head.weight"], sd["head.weight"].tensor_split(4, dim=1)[1])
+    rows = [r for r in nginx.log() if r[3] != "bytes=0-262143"]
+    # 2000 rows of 384 bytes, 96 of them this rank's
+    assert 0 < len(rows) <= 4, rows
