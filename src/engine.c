@@ -413,8 +413,9 @@ static ckpt_status inflate_read(worker *w, const job *j, ckpt__source *src, cons
  * from there.  Spans go through the page cache, never O_DIRECT: the pages
  * between runs hold other ranks' or devices' columns, which other jobs read
  * from there rather than from the disk again.  From a file already in the
- * page cache (read without O_DIRECT), a syscall costs less than copying a
- * long gap twice: only gaps up to a run long are bridged there. */
+ * page cache (read without O_DIRECT), bridging long gaps measured no faster
+ * (a rank of 4 along dim 1 of a 2 GB file: 0.31-0.36 s either way) and
+ * copies every gap: only gaps up to a run long are bridged there. */
 static ckpt_status read_runs_merged(worker *w, const job *j, ckpt__source *src, int fd, bool cached,
                                    const ckpt__runs *r, uint64_t base, uint64_t run_bytes, unsigned char *dst,
                                    ckpt_error *err) {
