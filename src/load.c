@@ -3,9 +3,11 @@
  * engine (engine.c). */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine.h"
@@ -158,15 +160,17 @@ static ckpt_status place_entry(ckpt_plan *p, ckpt__plan_entry *e, int views, ckp
  * load PATH 0 0 auto F32), warm 3.2-3.9 s with one prefault thread beside
  * the engine against 1.8-2.3 s with every core prefaulting first, cold
  * 2.4-3.4 s against 2.1-2.3 s.  So every core faults the destinations in
- * first, then the engine reads.  The madvise
- * leaves contents alone; a kernel before 5.14 (EINVAL) leaves the faults
- * to the engine's writes.  MADV_HUGEPAGE made first touch slower here
- * (direct compaction with defrag=madvise), so it is not used. */
+ * first, then the engine reads.  The madvise leaves contents alone; a
+ * kernel before 5.14 (EINVAL) leaves the faults to the engine's writes.
+ * MADV_HUGEPAGE was as often slower as faster here (4 GiB on two threads:
+ * 0.27-2.5 s against 0.85-2.3 s without, with free memory more or less
+ * fragmented), so it is not used. */
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
 #define PREFAULT_MIN (4u << 20)  /* below this, not worth threads */
 #define PREFAULT_STEP (2u << 20) /* per madvise */
+#define PREFAULT_POLL_MS 50       /* the caller's progress callback (a cancel) every 50 ms meanwhile */
 
 typedef struct prefault_range {
     uintptr_t start, end; /* page-aligned, inside a buffer */
@@ -176,6 +180,8 @@ typedef struct prefault_worker {
     const prefault_range *ranges;
     size_t count;
     uint64_t lo, hi; /* this worker's share of the ranges' bytes, laid end to end */
+    atomic_bool *stop;
+    atomic_size_t *finished;
     pthread_t thread;
     bool started;
 } prefault_worker;
@@ -188,45 +194,61 @@ static void *prefault_work(void *arg) {
     for (size_t i = 0; i < a->count && before < a->hi; before += a->ranges[i].end - a->ranges[i].start, i++) {
         uint64_t len = a->ranges[i].end - a->ranges[i].start;
         uint64_t from = a->lo > before ? a->lo - before : 0, to = a->hi - before < len ? a->hi - before : len;
-        for (uint64_t at = from; at < to; at += PREFAULT_STEP) {
+        for (uint64_t at = from; at < to && !atomic_load_explicit(a->stop, memory_order_relaxed); at += PREFAULT_STEP) {
             size_t n = to - at < PREFAULT_STEP ? (size_t)(to - at) : PREFAULT_STEP;
             if (madvise((void *)(a->ranges[i].start + at), n, MADV_POPULATE_WRITE) != 0 &&
                 (errno == EINVAL || errno == ENOSYS))
-                return NULL;
+                goto done;
         }
     }
+done:
+    atomic_fetch_add(a->finished, 1);
     return NULL;
 }
 
-/* Faults in the plan's library-allocated buffers on one thread per core
- * (this one included), each over its share of the bytes. */
-static void prefault(ckpt_plan *p) {
+/* Faults in the plan's library-allocated buffers on one thread per core,
+ * each over its share of the bytes, while the caller's thread calls
+ * progress(0, total) every 50 ms: a non-zero answer stops them
+ * (CKPT_E_CANCELLED), so that a large load stays cancellable. */
+static ckpt_status prefault(ckpt_plan *p, ckpt_progress_fn progress, uint64_t total, void *user, ckpt_error *err) {
     long page = sysconf(_SC_PAGESIZE), cpus = sysconf(_SC_NPROCESSORS_ONLN);
     size_t n = p->selected_count, k = 0;
     size_t workers = cpus < 1 ? 1 : cpus > PREFAULT_WORKERS_MAX ? PREFAULT_WORKERS_MAX : (size_t)cpus;
-    uint64_t total = 0;
+    uint64_t bytes = 0;
+    atomic_bool stop;
+    atomic_size_t finished;
+    atomic_init(&stop, false);
+    atomic_init(&finished, 0);
     prefault_range *ranges = page > 0 ? ckpt__malloc((n ? n : 1) * sizeof *ranges) : NULL;
-    if (!ranges) return; /* the engine's writes fault the pages */
+    if (!ranges) return CKPT_OK; /* the engine's writes fault the pages */
     for (size_t i = 0; i < n; i++) {
         const ckpt__plan_entry *e = &p->entries[p->selected[i]];
         if (!e->owned || e->pub.nbytes < 2 * (uint64_t)page) continue;
         uintptr_t a = ((uintptr_t)e->owned + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1);
         uintptr_t b = ((uintptr_t)e->owned + (uintptr_t)e->pub.nbytes) & ~(uintptr_t)(page - 1);
-        if (b > a) ranges[k++] = (prefault_range){a, b}, total += b - a;
+        if (b > a) ranges[k++] = (prefault_range){a, b}, bytes += b - a;
     }
-    if (total >= PREFAULT_MIN) {
+    if (bytes >= PREFAULT_MIN) {
         prefault_worker w[PREFAULT_WORKERS_MAX];
-        uint64_t share = total / workers / (uint64_t)page * (uint64_t)page; /* madvise takes page-aligned starts */
+        uint64_t share = bytes / workers / (uint64_t)page * (uint64_t)page; /* madvise takes page-aligned starts */
         for (size_t i = 0; i < workers; i++) {
-            w[i] = (prefault_worker){ranges, k, share * i, i + 1 == workers ? total : share * (i + 1)};
+            w[i] = (prefault_worker){ranges, k, share * i, i + 1 == workers ? bytes : share * (i + 1), &stop, &finished};
             w[i].started = pthread_create(&w[i].thread, NULL, prefault_work, &w[i]) == 0;
         }
-        for (size_t i = 0; i < workers; i++) {
-            if (w[i].started) pthread_join(w[i].thread, NULL);
-            else prefault_work(&w[i]); /* a share no thread could take */
+        for (size_t i = 0; i < workers; i++) /* a share no thread could take */
+            if (!w[i].started) prefault_work(&w[i]);
+        for (unsigned naps = 1; atomic_load(&finished) < workers; naps++) { /* 1 ms naps: a short wait ends soon */
+            struct timespec nap = {0, 1000000};
+            nanosleep(&nap, NULL);
+            if (progress && naps % PREFAULT_POLL_MS == 0 && !atomic_load(&stop) && progress(0, total, user))
+                atomic_store(&stop, true);
         }
+        for (size_t i = 0; i < workers; i++)
+            if (w[i].started) pthread_join(w[i].thread, NULL);
     }
     free(ranges);
+    if (atomic_load(&stop)) return ckpt__fail(err, CKPT_E_CANCELLED, NULL, NULL, -1, "cancelled by the progress callback");
+    return CKPT_OK;
 }
 
 /* Progress counts views as loaded: the caller sees the bytes of every
@@ -293,8 +315,10 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     ckpt__engine_options eo = {.threads = o->threads, .chunk_bytes = o->chunk_bytes, .io = o->io,
                                .io_uring = o->io_uring, .progress = o->progress, .user = o->user};
     if (o->progress && view_bytes) eo.progress = progress_with_views, eo.user = &vp;
-    prefault(p);
-    st = ckpt__engine_run(p->catalog, moves, moves_used, &eo, &p->stats, err);
+    uint64_t total = 0;
+    for (size_t i = 0; i < moves_used; i++) total += ckpt__move_nbytes(p->catalog, &moves[i]);
+    st = prefault(p, eo.progress, total, eo.user, err);
+    if (st == CKPT_OK) st = ckpt__engine_run(p->catalog, moves, moves_used, &eo, &p->stats, err);
     p->stats.views = views;
     free(moves);
     if (st != CKPT_OK) ckpt__plan_release(p);

@@ -142,7 +142,7 @@ typedef struct {
 static int record_progress(uint64_t done, uint64_t total, void *user) {
     seen_progress *s = user;
     s->done = done, s->total = total, s->calls++;
-    return s->cancel && done > 0;
+    return s->cancel == 2 || (s->cancel && done > 0);
 }
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -201,6 +201,14 @@ static void test_prefault_and_view_progress(void **state) {
         o.user = &sp;
         assert_int_equal(ckpt_load(plan, &o, &err), CKPT_E_CANCELLED);
         assert_null(ckpt_plan_item_at(plan, 0)->data);
+        /* cancelled at the first call, while the destination is faulted in
+         * or as the engine starts: nothing is read */
+        sp = (seen_progress){.cancel = 2};
+        assert_int_equal(ckpt_load(plan, &o, &err), CKPT_E_CANCELLED);
+        assert_null(ckpt_plan_item_at(plan, 0)->data);
+        ckpt_load_stats cs;
+        ckpt_plan_stats(plan, &cs);
+        assert_int_equal(cs.bytes_read, 0);
         sp = (seen_progress){0};
         assert_int_equal(ckpt_load(plan, &o, &err), CKPT_OK);
         assert_int_equal(sp.done, (uint64_t)BR * BC * 8);
