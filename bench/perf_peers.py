@@ -10,6 +10,8 @@ MODE: ckpt_load | ckpt_load_copy | st_load_file            whole file
       | ckpt_tp1 | st_tp1                                   rank 0 of 4 along dim 1
       | ckpt_into_touched                                   ckpt.load_into tensors allocated and
                                                             touched before the clock starts
+      | ckpt_into_touched_overlap                           the same, each tensor checksummed by
+                                                            on_loaded as soon as it is in place
       | runai                                               Run:ai's SafetensorsStreamer, each
                                                             tensor checksummed as it streams in
 The ckpt modes run whichever ckpt package is first on sys.path (this tree's,
@@ -44,8 +46,10 @@ def run(mode, path):
     import ckpt
     if mode == "runai":
         return run_runai(path)
-    if mode == "ckpt_into_touched":
+    if mode in ("ckpt_into_touched", "ckpt_into_touched_overlap"):
         sd = touched_tensors(path)
+    if mode == "ckpt_into_touched_overlap":
+        return run_overlap(sd, path)
     t0 = time.perf_counter()
     if mode == "ckpt_into_touched":
         ckpt.load_into(sd, path, progress=False)
@@ -85,6 +89,23 @@ def run(mode, path):
         total, nbytes = (total + s) % (1 << 64), nbytes + n
     seconds = time.perf_counter() - t0
     print(json.dumps({"seconds": seconds, "load_seconds": loaded - t0, "bytes": nbytes, "checksum": total,
+                      "ckpt": getattr(ckpt, "__file__", "")}))
+
+
+def run_overlap(sd, path):
+    """ckpt.load_into with each tensor checksummed as soon as it is in place
+    (on_loaded), overlapping the use with the reads as Run:ai's does."""
+    import ckpt
+    acc = [0, 0]
+
+    def on_loaded(name, t):
+        s, n = checksum(t)
+        acc[0], acc[1] = (acc[0] + s) % (1 << 64), acc[1] + n
+
+    t0 = time.perf_counter()
+    ckpt.load_into(sd, path, progress=False, on_loaded=on_loaded)
+    seconds = time.perf_counter() - t0
+    print(json.dumps({"seconds": seconds, "load_seconds": seconds, "bytes": acc[1], "checksum": acc[0],
                       "ckpt": getattr(ckpt, "__file__", "")}))
 
 

@@ -1260,6 +1260,15 @@ typedef struct ckpt_load_options {
     ckpt_progress_fn progress; /* bytes loaded so far (views count as loaded); non-zero
                                 * cancels (may be NULL)                                  */
     void *user;
+    /* Called once per plan item as soon as all its bytes are in place (a
+     * view: before any read), with the item's index, from the thread that
+     * finished it: several threads may call at once, in no particular
+     * order.  Lets a caller use each tensor (hash it, copy it to a device)
+     * while the others are still being read.  Non-zero cancels.  The data
+     * stays valid until the plan is released, or until ckpt_load fails
+     * (library buffers are released then).  May be NULL. */
+    int (*item_done)(size_t item, void *user);
+    void *item_done_user;
 } ckpt_load_options;
 
 /* Fills the first `size` bytes of options with the defaults, and `size`

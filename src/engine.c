@@ -64,6 +64,7 @@ typedef struct job {
                                  side of the cast), else 1; the axes above are then in units */
     uint32_t split;           /* position in `order` of the axis the boxes cut */
     uint64_t rows, per_outer, boxes, first_task, tasks;
+    atomic_uint_fast64_t tasks_left; /* for move_done */
 } job;
 
 /* The bytes of one unit (element) of a dtype, in the engine's axes. */
@@ -280,6 +281,7 @@ static void box_of(const job *j, uint64_t i, uint64_t *bstart, uint64_t *bcount,
 typedef struct engine {
     ckpt_catalog *catalog;
     const ckpt__engine_options *o;
+    ckpt__move *moves;
     job *jobs;
     size_t job_count;
     uint64_t task_count;
@@ -602,15 +604,20 @@ static ckpt_status report(worker *w, uint64_t bytes, ckpt_error *err) {
 }
 
 /* A task: one box of a parallel job, or every box of a serial one. */
-static ckpt_status run_task(worker *w, uint64_t task, ckpt_error *err) {
-    engine *g = w->g;
-    size_t lo = 0, hi = g->job_count; /* the job whose tasks hold `task` */
+/* The job whose tasks hold `task`. */
+static job *job_of(engine *g, uint64_t task) {
+    size_t lo = 0, hi = g->job_count;
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
         if (g->jobs[mid].first_task <= task) lo = mid;
         else hi = mid;
     }
-    job *j = &g->jobs[lo];
+    return &g->jobs[lo];
+}
+
+static ckpt_status run_task(worker *w, uint64_t task, ckpt_error *err) {
+    engine *g = w->g;
+    job *j = job_of(g, task);
     ckpt_status st = CKPT_OK;
     if (!j->serial) {
         uint64_t i = task - j->first_task, units = 1, bstart[CKPT_MAX_DIMS], bcount[CKPT_MAX_DIMS], origin;
@@ -639,6 +646,14 @@ static ckpt_status run_task(worker *w, uint64_t task, ckpt_error *err) {
     return st;
 }
 
+/* A task finished: the move is done when it was its job's last. */
+static ckpt_status task_done(engine *g, job *j, ckpt_error *err) {
+    if (!g->o->move_done || atomic_fetch_sub(&j->tasks_left, 1) != 1) return CKPT_OK;
+    if (g->o->move_done((size_t)(j->m - g->moves), g->o->done_user))
+        return ckpt__fail(err, CKPT_E_CANCELLED, NULL, j->name, -1, "cancelled by the item_done callback");
+    return CKPT_OK;
+}
+
 static void *work(void *arg) {
     worker *w = arg;
     engine *g = w->g;
@@ -647,6 +662,7 @@ static void *work(void *arg) {
         if (task >= g->task_count) break;
         ckpt_error_clear(&w->err);
         ckpt_status st = run_task(w, task, &w->err);
+        if (st == CKPT_OK) st = task_done(g, job_of(g, task), &w->err);
         if (st) {
             record_failure(g, st, &w->err);
             break;
@@ -733,7 +749,7 @@ ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, c
                              ckpt_load_stats *stats, ckpt_error *err) {
     engine g;
     memset(&g, 0, sizeof g);
-    g.catalog = c, g.o = o, g.err = err;
+    g.catalog = c, g.o = o, g.err = err, g.moves = moves;
     pthread_mutex_init(&g.lock, NULL);
     ckpt_status st = CKPT_OK;
     size_t dims = 0;
@@ -779,12 +795,15 @@ ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, c
         g.total_bytes += j->nbytes;
         if (j->boxes == 0) {
             if (moves[k].sink == CKPT__SINK_HASH) moves[k].digest = XXH3_64bits(NULL, 0);
+            if (o->move_done && o->move_done(k, o->done_user))
+                st = ckpt__fail(err, CKPT_E_CANCELLED, NULL, j->name, -1, "cancelled by the item_done callback");
             continue;
         }
         /* Any box may need to convert or scatter (a permuted output, a
          * swapped or strided piece): all but kernel copies get a bounce. */
         if (!j->kernel_copy) need_bounce = true;
         j->tasks = j->serial ? 1 : j->boxes;
+        atomic_init(&j->tasks_left, j->tasks);
         j->first_task = g.task_count;
         g.task_count += j->tasks;
         g.job_count++;

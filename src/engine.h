@@ -45,6 +45,8 @@ typedef struct ckpt__engine_options {
     void *user;
     ckpt_writer *writer;     /* for WRITER sinks */
     bool ordered;            /* WRITER: each tensor's bytes must arrive in order (checksums) */
+    int (*move_done)(size_t move, void *user); /* a move's bytes all in place; non-zero cancels */
+    void *done_user;
 } ckpt__engine_options;
 
 /* Runs every move; the first failure stops the rest and is returned (a

@@ -293,6 +293,18 @@ ckpt_status ckpt__load_moves(ckpt_plan *p, const ckpt_load_options *o, const boo
     return CKPT_OK;
 }
 
+/* item_done for the engine's moves: move m is the m-th item not viewed. */
+typedef struct items_done {
+    int (*fn)(size_t item, void *user);
+    void *user;
+    size_t *item_of_move;
+} items_done;
+
+static int move_done(size_t move, void *user) {
+    const items_done *d = user;
+    return d->fn(d->item_of_move[move], d->user);
+}
+
 ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error *err) {
     ckpt_load_options taken;
     ckpt_load_options_init(&taken);
@@ -317,9 +329,22 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     if (o->progress && view_bytes) eo.progress = progress_with_views, eo.user = &vp;
     uint64_t total = 0;
     for (size_t i = 0; i < moves_used; i++) total += ckpt__move_nbytes(p->catalog, &moves[i]);
-    st = prefault(p, eo.progress, total, eo.user, err);
+    items_done done = {o->item_done, o->item_done_user, NULL};
+    if (o->item_done) { /* views are in place already; moved items as the engine finishes them */
+        if (!(done.item_of_move = ckpt__malloc((moves_used ? moves_used : 1) * sizeof *done.item_of_move)))
+            st = ckpt__oom(err, NULL, "the load's items");
+        for (size_t k = 0, m = 0; st == CKPT_OK && k < p->selected_count; k++) {
+            if (!p->entries[p->selected[k]].pub.is_view) done.item_of_move[m++] = k;
+            else if (o->item_done(k, o->item_done_user))
+                st = ckpt__fail(err, CKPT_E_CANCELLED, NULL, p->entries[p->selected[k]].pub.name, -1,
+                                "cancelled by the item_done callback");
+        }
+        eo.move_done = move_done, eo.done_user = &done;
+    }
+    if (st == CKPT_OK) st = prefault(p, eo.progress, total, eo.user, err);
     if (st == CKPT_OK) st = ckpt__engine_run(p->catalog, moves, moves_used, &eo, &p->stats, err);
     p->stats.views = views;
+    free(done.item_of_move);
     free(moves);
     if (st != CKPT_OK) ckpt__plan_release(p);
     return st;

@@ -407,7 +407,8 @@ def _is_module(x):
 
 def load_into(target, path, strict=True, *, select=None, exclude=None, rename=None, tp_rank=None, tp_size=None,
               tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, threads=0, io="auto",
-              progress=None, allowed_globals=None, ignore_unmatched=False, direct=False, **source):
+              progress=None, allowed_globals=None, ignore_unmatched=False, direct=False, on_loaded=None,
+              **source):
     """Loads a checkpoint into the existing tensors of `target` — a
     torch.nn.Module, a state dict, or a (nested) dict of numpy arrays — in
     place: bytes go straight from the file into each tensor's memory, so no
@@ -419,7 +420,14 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
     (nothing is written then).  `path` may be a URL; with direct=True the
     file is read around the page cache (O_DIRECT), so the model's memory
     is all the load adds — under a container's memory limit, or on a
-    unified-memory machine, nothing is held twice."""
+    unified-memory machine, nothing is held twice.
+
+    on_loaded(name, tensor), if given, is called for each tensor as soon as
+    its bytes are in place, while the others are still being read — from
+    the loading threads, one call at a time (it holds the GIL), in no
+    particular order — to use each one (copy it to a device, hash it)
+    without waiting for the whole load.  An exception it raises stops the
+    load and is raised here."""
     fw, flat = _target_tensors(target)
     io_mode = _io(io, direct)
     catalog = _sources.catalog(path, direct, allowed_globals, **source)
@@ -475,12 +483,19 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
             direct.append(True)
         else:
             direct.append(False)
-    plan.load(threads=threads, io=io_mode, progress=_progress.choose(progress, "load"))
+    done = None
+    if on_loaded is not None:
+        def done(i):  # items read in place are the caller's tensors already; the others come after the copy
+            if direct[i]:
+                on_loaded(items[i][0], flat[items[i][0]])
+    plan.load(threads=threads, io=io_mode, progress=_progress.choose(progress, "load"), item_done=done)
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
         if not direct[i]:
             tmp = fw.from_buffer(plan.data(i), dt, shape, 0, name)
             fw.copy_into(flat[name], tmp)
             del tmp
+            if on_loaded is not None:
+                on_loaded(name, flat[name])
     return LoadResult(missing, unexpected, mismatched)
 
 

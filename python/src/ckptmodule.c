@@ -1084,24 +1084,55 @@ static PyObject *Plan_release_buffers(Plan *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* item_done(i) from the engine's threads: each takes the GIL for the call;
+ * the first exception is kept (a worker's thread state is not the
+ * caller's) and cancels the load, to be raised by the caller. */
+typedef struct {
+    PyObject *callable;
+    PyObject *type, *value, *traceback;
+} item_done_ctx;
+
+static int item_done_trampoline(size_t item, void *user) {
+    item_done_ctx *d = user;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int stop = 0;
+    PyObject *r = PyObject_CallFunction(d->callable, "n", (Py_ssize_t)item);
+    if (!r) {
+        stop = 1;
+        if (!d->type) PyErr_Fetch(&d->type, &d->value, &d->traceback);
+        else PyErr_Clear();
+    } else {
+        if (r != Py_None && PyObject_IsTrue(r)) stop = 1;
+        Py_DECREF(r);
+    }
+    PyGILState_Release(g);
+    return stop;
+}
+
 static PyObject *Plan_load(Plan *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"threads", "chunk_bytes", "io", "io_uring", "views", "progress", NULL};
+    static char *kwlist[] = {"threads", "chunk_bytes", "io", "io_uring", "views", "progress", "item_done", NULL};
     ckpt_load_options o;
     ckpt_load_options_init(&o);
     int io = 0, uring = 0, views = 0;
     unsigned long long chunk = 0;
     progress_ctx p = {NULL};
+    item_done_ctx d = {NULL, NULL, NULL, NULL};
     if (!plan_ready(self)) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IKiiiO", kwlist, &o.threads, &chunk, &io, &uring, &views,
-                                     &p.callable))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IKiiiOO", kwlist, &o.threads, &chunk, &io, &uring, &views,
+                                     &p.callable, &d.callable))
         return NULL;
     o.chunk_bytes = chunk, o.io = (ckpt_io_mode)io, o.io_uring = uring, o.views = views;
     o.progress = progress_trampoline, o.user = &p;
+    if (d.callable && d.callable != Py_None) o.item_done = item_done_trampoline, o.item_done_user = &d;
     ckpt_error e;
     ckpt_status st;
     Py_BEGIN_ALLOW_THREADS
     st = ckpt_load(self->plan, &o, &e);
     Py_END_ALLOW_THREADS
+    if (d.type) { /* the callback's own exception, not the cancellation it caused */
+        PyErr_Restore(d.type, d.value, d.traceback);
+        return NULL;
+    }
     if (st != CKPT_OK) return raise_ckpt(&e);
     Py_RETURN_NONE;
 }

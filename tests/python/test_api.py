@@ -157,6 +157,36 @@ def test_load_into_module_matches_load_state_dict(tmp_path):
             assert a.data_ptr() == ptrs[k], "loaded in place"
 
 
+def test_load_into_on_loaded_sees_each_tensor_complete(tmp_path):
+    """on_loaded(name, tensor) comes once per tensor, with its bytes all in
+    place, while the others are still read (several engine threads, small
+    chunks); a tensor the framework converts (int32 into int64) comes after
+    its copy; an exception stops the load and is raised as it was."""
+    g = torch.Generator().manual_seed(3)
+    sd = {f"w{i}": torch.randn(256, 64 + i, generator=g) for i in range(12)}
+    sd["ids"] = torch.arange(1000, dtype=torch.int32)
+    st_torch.save_file(sd, tmp_path / "m.safetensors")
+    target = {k: torch.zeros_like(v) for k, v in sd.items()}
+    target["ids"] = torch.zeros(1000, dtype=torch.int64)
+    seen, threads = {}, set()
+
+    def on_loaded(name, t):
+        assert t is target[name]
+        seen[name] = seen.get(name, 0) + 1
+        threads.add(threading.get_ident())
+        assert torch.equal(t, sd[name].to(t.dtype)), name  # complete when announced
+
+    ckpt.load_into(target, tmp_path / "m.safetensors", on_loaded=on_loaded, threads=3, progress=False)
+    assert seen == {k: 1 for k in sd}
+    assert all(torch.equal(target[k], sd[k].to(target[k].dtype)) for k in sd)
+
+    def stop(name, t):
+        raise KeyError(f"enough at {name}")
+
+    with pytest.raises(KeyError, match="enough at"):
+        ckpt.load_into(target, tmp_path / "m.safetensors", on_loaded=stop, progress=False)
+
+
 def test_load_into_reports_and_strict(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
     sd = {"0.weight": torch.randn(3, 4), "0.bias": torch.randn(3), "1.weight": torch.randn(5, 3),

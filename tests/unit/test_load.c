@@ -156,6 +156,24 @@ static int record_progress(uint64_t done, uint64_t total, void *user) {
 #define SANITIZED 0
 #endif
 
+/* item_done: called once per item, with its bytes all in place. */
+typedef struct {
+    ckpt_plan *plan;
+    int calls, complete;
+} seen_items;
+
+static int record_item(size_t item, void *user) {
+    seen_items *s = user;
+    const ckpt_plan_item *it = ckpt_plan_item_at(s->plan, item);
+    const double *d = it->data;
+    bool ok = item == 0;
+    for (size_t r = 0; ok && r < BR; r++)
+        for (size_t c = 0; ok && c < BC; c++) ok = d[r * BC + c] == (double)value(r, c);
+    s->calls++;
+    s->complete += ok;
+    return 0;
+}
+
 static bool populate_works(void) { /* MADV_POPULATE_WRITE: Linux 5.14 */
     long page = sysconf(_SC_PAGESIZE);
     void *p = mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -213,6 +231,13 @@ static void test_prefault_and_view_progress(void **state) {
         assert_int_equal(ckpt_load(plan, &o, &err), CKPT_OK);
         assert_int_equal(sp.done, (uint64_t)BR * BC * 8);
         assert_int_equal(sp.total, (uint64_t)BR * BC * 8);
+        /* item_done sees the item once, complete, however many threads */
+        seen_items si = {plan, 0, 0};
+        o.item_done = record_item, o.item_done_user = &si, o.chunk_bytes = 64 << 10;
+        assert_int_equal(ckpt_load(plan, &o, &err), CKPT_OK);
+        assert_int_equal(si.calls, 1);
+        assert_int_equal(si.complete, 1);
+        o.item_done = NULL, o.chunk_bytes = 0;
         const double *d = ckpt_plan_item_at(plan, 0)->data;
         for (size_t r = 0; r < BR; r++)
             for (size_t c = 0; c < BC; c++) assert_true(d[r * BC + c] == (double)value(r, c));
