@@ -1266,7 +1266,9 @@ typedef struct ckpt_load_options {
      * order.  Lets a caller use each tensor (hash it, copy it to a device)
      * while the others are still being read.  Non-zero cancels.  The data
      * stays valid until the plan is released, or until ckpt_load fails
-     * (library buffers are released then).  May be NULL. */
+     * (library buffers are released then).  ckpt_load_collective, when the
+     * ranks broadcast replicated bytes, hands every item over once the
+     * broadcast is done.  May be NULL. */
     int (*item_done)(size_t item, void *user);
     void *item_done_user;
 } ckpt_load_options;

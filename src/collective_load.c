@@ -364,6 +364,11 @@ ckpt_status ckpt_load_collective(ckpt_plan *p, const ckpt_load_options *options,
     for (size_t i = 0; i < m; i++) c.stats->replicated_bytes += shares[i].nbytes;
     st = ckpt__coll_agree(&c, local, &mine, "reading the checkpoint", err);
     if (st == CKPT_OK) st = broadcast_shares(&c, p, shares, m, err);
+    /* Items are whole only once the shares are exchanged: all handed over now. */
+    for (size_t k = 0; st == CKPT_OK && o.item_done && k < p->selected_count; k++)
+        if (o.item_done(k, o.item_done_user))
+            st = ckpt__fail(err, CKPT_E_CANCELLED, NULL, p->entries[p->selected[k]].pub.name, -1,
+                            "cancelled by the item_done callback");
     free(moves);
     free(shares);
     free(rep);

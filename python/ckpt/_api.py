@@ -428,6 +428,8 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
     particular order — to use each one (copy it to a device, hash it)
     without waiting for the whole load.  An exception it raises stops the
     load and is raised here."""
+    if on_loaded is not None and not callable(on_loaded):
+        raise TypeError(f"on_loaded must be a function of (name, tensor), not {type(on_loaded).__name__}")
     fw, flat = _target_tensors(target)
     io_mode = _io(io, direct)
     catalog = _sources.catalog(path, direct, allowed_globals, **source)

@@ -185,6 +185,8 @@ def test_load_into_on_loaded_sees_each_tensor_complete(tmp_path):
 
     with pytest.raises(KeyError, match="enough at"):
         ckpt.load_into(target, tmp_path / "m.safetensors", on_loaded=stop, progress=False)
+    with pytest.raises(TypeError, match="on_loaded must be a function"):
+        ckpt.load_into(target, tmp_path / "m.safetensors", on_loaded="print")
 
 
 def test_load_into_reports_and_strict(tmp_path):

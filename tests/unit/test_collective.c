@@ -6,6 +6,7 @@
  * naming the rank and nothing published. */
 #include <dirent.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "base/wire.h"
@@ -264,7 +265,20 @@ typedef struct load_job {
     int mismatches[THREADCOMM_MAX];
     ckpt_collective_stats stats[THREADCOMM_MAX];
     uint64_t replicated_read[THREADCOMM_MAX];
+    atomic_uint_fast64_t done_calls[THREADCOMM_MAX], done_index_sum[THREADCOMM_MAX]; /* item_done */
 } load_job;
+
+typedef struct {
+    load_job *job;
+    int rank;
+} done_ctx;
+
+static int count_done(size_t item, void *user) {
+    done_ctx *d = user;
+    atomic_fetch_add(&d->job->done_calls[d->rank], 1);
+    atomic_fetch_add(&d->job->done_index_sum[d->rank], item);
+    return 0;
+}
 
 /* The plan of rank r of n: q/o projections split (dim 0 / dim 1), the
  * cube's middle axis sliced, the rest whole. */
@@ -295,7 +309,15 @@ static void load_rank(int r, void *user) {
     ckpt_load_options_init(&lo);
     lo.threads = 2;
     lo.io = CKPT_IO_BUFFERED;
+    done_ctx dc = {j, r};
+    lo.item_done = count_done, lo.item_done_user = &dc;
     if (st == CKPT_OK) st = ckpt_load_collective(p, &lo, &j->comms[r], &co, &j->stats[r], &err);
+    /* every item handed over once, whichever path the load took */
+    uint64_t items = st == CKPT_OK ? ckpt_plan_count(p) : 0;
+    if (st == CKPT_OK && (atomic_load(&j->done_calls[r]) != items ||
+                          atomic_load(&j->done_index_sum[r]) != items * (items - 1) / 2))
+        j->mismatches[r]++;
+    lo.item_done = NULL;
     j->st[r] = st;
     if (st) snprintf(j->msg[r], sizeof j->msg[r], "%s", err.message);
     /* The same plan loaded alone. */
