@@ -615,9 +615,8 @@ static job *job_of(engine *g, uint64_t task) {
     return &g->jobs[lo];
 }
 
-static ckpt_status run_task(worker *w, uint64_t task, ckpt_error *err) {
+static ckpt_status run_task(worker *w, job *j, uint64_t task, ckpt_error *err) {
     engine *g = w->g;
-    job *j = job_of(g, task);
     ckpt_status st = CKPT_OK;
     if (!j->serial) {
         uint64_t i = task - j->first_task, units = 1, bstart[CKPT_MAX_DIMS], bcount[CKPT_MAX_DIMS], origin;
@@ -661,8 +660,9 @@ static void *work(void *arg) {
         uint64_t task = atomic_fetch_add(&g->next_task, 1);
         if (task >= g->task_count) break;
         ckpt_error_clear(&w->err);
-        ckpt_status st = run_task(w, task, &w->err);
-        if (st == CKPT_OK) st = task_done(g, job_of(g, task), &w->err);
+        job *j = job_of(g, task);
+        ckpt_status st = run_task(w, j, task, &w->err);
+        if (st == CKPT_OK) st = task_done(g, j, &w->err);
         if (st) {
             record_failure(g, st, &w->err);
             break;
