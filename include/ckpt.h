@@ -1248,7 +1248,9 @@ typedef struct ckpt_load_options {
     unsigned threads;     /* 0: one per online CPU, plus up to 16 more (twice the CPUs) when
                              reading with O_DIRECT, which waits on the disk more than the CPU */
     uint64_t chunk_bytes; /* bytes per task and per bounce buffer; 0: 8 MiB, smaller when
-                             many threads would take the ring past 48 MiB (1 MiB at least) */
+                             many threads would take the ring past 48 MiB (1 MiB at least).
+                             Plain copies of O_DIRECT files into memory stream through
+                             the buffer in 1 MiB slots, in tasks of 4 chunks */
     ckpt_io_mode io;
     int io_uring;         /* 0: use io_uring when the kernel offers it; -1: never      */
     /* Tensors needing no transform and no buffer become zero-copy views of

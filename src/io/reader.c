@@ -64,10 +64,16 @@ static ckpt_status finish_pread(ckpt__reader *r, const ckpt__read_req *q, uint64
         r->bytes += (uint64_t)got;
     }
     ckpt__source_count(q->src, done - before);
-    if (done < q->need)
-        return ckpt__fail(err, CKPT_E_TRUNCATED, q->src->name, q->tensor, (int64_t)(q->offset + done),
-                          "the file ends at byte %llu, inside data that runs to byte %llu",
-                          (unsigned long long)(q->offset + done), (unsigned long long)(q->offset + q->need));
+    if (done < q->need) {
+        /* Cut short after it was opened: name where it ends now (a read
+         * past the end sees only that it is not there). */
+        struct stat sb;
+        uint64_t end = q->offset + done;
+        if (fstat(q->fd, &sb) == 0 && (uint64_t)sb.st_size < end) end = (uint64_t)sb.st_size;
+        return ckpt__fail(err, CKPT_E_TRUNCATED, q->src->name, q->tensor, (int64_t)end,
+                          "the file ends at byte %llu, inside data that runs to byte %llu", (unsigned long long)end,
+                          (unsigned long long)(q->offset + q->need));
+    }
     return CKPT_OK;
 }
 
@@ -115,6 +121,79 @@ static ckpt_status run_uring(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ck
     return st;
 }
 #endif
+
+#ifdef CKPT_HAVE_URING
+static ckpt_status stream_uring(ckpt__reader *r, ckpt__source *src, int fd, uint64_t offset, uint64_t len,
+                                unsigned char *buf, size_t slots, uint64_t piece, const char *tensor,
+                                ckpt__piece_fn done, void *user, ckpt_error *err) {
+    struct io_uring *ring = r->uring;
+    ckpt__read_req reqs[QUEUE_DEPTH];
+    size_t free_slot[QUEUE_DEPTH], nfree = 0, inflight = 0;
+    for (size_t i = slots; i-- > 0;) free_slot[nfree++] = i;
+    ckpt_status st = CKPT_OK;
+    uint64_t next = 0;
+    while ((st == CKPT_OK && next < len) || inflight) {
+        while (st == CKPT_OK && next < len && nfree) {
+            struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+            if (!sqe) break;
+            size_t s = free_slot[--nfree];
+            uint64_t n = len - next < piece ? len - next : piece;
+            reqs[s] = (ckpt__read_req){src, fd, offset + next, n, n, buf + s * piece, tensor};
+            io_uring_prep_read(sqe, fd, reqs[s].dst, (unsigned)n, reqs[s].offset);
+            io_uring_sqe_set_data(sqe, &reqs[s]);
+            next += n, inflight++;
+        }
+        /* After a failure nothing more is submitted: only wait for what is
+         * in flight (its buffers are the caller's). */
+        struct io_uring_cqe *cqe;
+        int rc = st == CKPT_OK ? io_uring_submit_and_wait(ring, 1) : io_uring_wait_cqe(ring, &cqe);
+        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && st == CKPT_OK)
+            st = ckpt__fail_errno(err, -rc, src->name, (int64_t)(offset + next), "io_uring submission failed");
+        else if (rc < 0 && rc != -EINTR && rc != -EAGAIN)
+            break; /* the ring itself broke while draining: nothing more can arrive */
+        while (inflight && io_uring_peek_cqe(ring, &cqe) == 0) {
+            ckpt__read_req *q = io_uring_cqe_get_data(cqe);
+            int res = cqe->res;
+            io_uring_cqe_seen(ring, cqe);
+            inflight--, r->reads++;
+            free_slot[nfree++] = (size_t)(q - reqs);
+            if (st != CKPT_OK) continue;
+            if (res < 0 && res != -EINTR && res != -EAGAIN) {
+                st = ckpt__fail_errno(err, -res, src->name, (int64_t)q->offset, "cannot read %s%s%s",
+                                      tensor ? "tensor \"" : "", tensor ? tensor : "the file", tensor ? "\"" : "");
+                continue;
+            }
+            uint64_t got = res > 0 ? (uint64_t)res : 0;
+            r->bytes += got;
+            ckpt__source_count(src, got);
+            if (got < q->len) st = finish_pread(r, q, got, err); /* short: rare */
+            if (st == CKPT_OK) done(q->offset, q->dst, q->len, user);
+        }
+    }
+    return st;
+}
+#endif
+
+ckpt_status ckpt__reader_stream(ckpt__reader *r, ckpt__source *src, int fd, uint64_t offset, uint64_t len,
+                                unsigned char *buf, size_t slots, uint64_t piece, const char *tensor,
+                                ckpt__piece_fn done, void *user, ckpt_error *err) {
+    if (slots == 0 || piece == 0 || len == 0) return CKPT_OK;
+#ifdef CKPT_HAVE_URING
+    if (r->uring && fd >= 0)
+        return stream_uring(r, src, fd, offset, len, buf, slots < QUEUE_DEPTH ? slots : QUEUE_DEPTH, piece, tensor,
+                            done, user, err);
+#endif
+    /* pread: one read fills every slot. */
+    uint64_t step = slots * piece;
+    for (uint64_t at = 0; at < len; at += step) {
+        uint64_t n = len - at < step ? len - at : step;
+        ckpt__read_req q = {src, fd, offset + at, n, n, buf, tensor};
+        ckpt_status st = finish_pread(r, &q, 0, err);
+        if (st) return st;
+        done(offset + at, buf, n, user);
+    }
+    return CKPT_OK;
+}
 
 /* Requests without a descriptor, in runs of one source: read_many where
  * the source has it. */

@@ -38,6 +38,21 @@ typedef void (*ckpt__read_done_fn)(const ckpt__read_req *req, void *user);
 CKPT__HIDDEN ckpt_status ckpt__reader_run_each(ckpt__reader *reader, ckpt__read_req *reqs, size_t n,
                                                ckpt__read_done_fn done, void *user, ckpt_error *err);
 
+/* Called for each piece of a stream as it lands: `data` holds the `n`
+ * bytes at file offset `at`, until the call returns (its buffer slot is
+ * then reused for a later piece). */
+typedef void (*ckpt__piece_fn)(uint64_t at, const unsigned char *data, uint64_t n, void *user);
+
+/* Reads [offset, offset + len) of `fd` in pieces of `piece` bytes through
+ * `slots` slots of `buf` (slots * piece bytes, aligned as the descriptor
+ * needs), handing each piece to done() as it lands and reading the next
+ * into its slot at once: with io_uring every slot stays in flight until
+ * the last pieces, where a batch would drain before refilling.  Errors
+ * name src and tensor; every read in flight has finished on return. */
+CKPT__HIDDEN ckpt_status ckpt__reader_stream(ckpt__reader *reader, ckpt__source *src, int fd, uint64_t offset,
+                                             uint64_t len, unsigned char *buf, size_t slots, uint64_t piece,
+                                             const char *tensor, ckpt__piece_fn done, void *user, ckpt_error *err);
+
 /* Opens `path` again with O_DIRECT if the file system allows it and it is
  * still the file behind `fd`; returns -1 otherwise.  *align receives the
  * offset/length/memory alignment direct reads need. */
