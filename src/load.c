@@ -164,7 +164,12 @@ static ckpt_status place_entry(ckpt_plan *p, ckpt__plan_entry *e, int views, ckp
  * kernel before 5.14 (EINVAL) leaves the faults to the engine's writes.
  * MADV_HUGEPAGE was as often slower as faster here (4 GiB on two threads:
  * 0.27-2.5 s against 0.85-2.3 s without, with free memory more or less
- * fragmented), so it is not used. */
+ * fragmented).  Tried again with 2 MiB-aligned buffers, asked for only
+ * when /proc/buddyinfo showed free 2 MiB blocks for every byte with a
+ * quarter to spare: a bare 4 GiB mapping faulted in faster (median 1.1 s
+ * against 1.7 s), but ckpt.load(dtype="float32") of a 2 GB bf16 file was
+ * slower in six rounds out of six, alternating (prefault 1.5-2.7 s
+ * against 1.0-1.5 s).  So it is not used. */
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
