@@ -6,6 +6,9 @@
  *   ckpt_load_bench load PATH THREADS PRETOUCH IO CAST   IO: auto|buffered|direct, CAST: none|BF16|F32|...
  *   ckpt_load_bench pread PATH THREADS DIRECT             every data file, in 8 MiB reads, into one pre-touched buffer
  *   ckpt_load_bench memcpy BYTES | firsttouch BYTES | firsttouch_huge BYTES | cast FROM TO COUNT
+ *   ckpt_load_bench prefault BYTES    fresh memory faulted in as ckpt_load does its own buffers: one
+ *                                     thread per core, MADV_POPULATE_WRITE (the floor of any load
+ *                                     into new memory)
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -86,6 +89,45 @@ static int load(const char *path, unsigned threads, int pretouch, const char *io
     return 0;
 }
 
+/* ---- prefault floor ------------------------------------------------------------------ */
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+typedef struct share {
+    unsigned char *p;
+    size_t n;
+    pthread_t t;
+} share;
+
+static void *populate(void *arg) {
+    share *s = arg;
+    if (madvise(s->p, s->n, MADV_POPULATE_WRITE) != 0) memset(s->p, 1, s->n); /* an older kernel: touch */
+    return NULL;
+}
+
+static int prefault_floor(uint64_t n) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN), page = sysconf(_SC_PAGESIZE);
+    if (cpus < 1) cpus = 1;
+    if (cpus > 64) cpus = 64;
+    unsigned char *b;
+    if (posix_memalign((void **)&b, (size_t)page, n)) return 1;
+    share s[64];
+    size_t per = n / (size_t)cpus / (size_t)page * (size_t)page;
+    double t0 = now();
+    for (long i = 0; i < cpus; i++) {
+        s[i].p = b + per * (size_t)i;
+        s[i].n = i + 1 == cpus ? n - per * (size_t)i : per;
+        pthread_create(&s[i].t, NULL, populate, &s[i]);
+    }
+    for (long i = 0; i < cpus; i++) pthread_join(s[i].t, NULL);
+    double t1 = now();
+    printf("{\"seconds\": %.6f, \"bytes\": %llu, \"threads\": %ld}\n", t1 - t0, (unsigned long long)n, cpus);
+    free(b);
+    return 0;
+}
+
 /* ---- pread ceiling ---------------------------------------------------------------------- */
 
 typedef struct span { int fd; uint64_t size; unsigned char *dst; } span;
@@ -147,6 +189,7 @@ static int ceiling_pread(const char *path, unsigned threads, int direct) {
 int main(int argc, char **argv) {
     if (argc >= 7 && !strcmp(argv[1], "load")) return load(argv[2], (unsigned)atoi(argv[3]), atoi(argv[4]), argv[5], argv[6]);
     if (argc >= 5 && !strcmp(argv[1], "pread")) return ceiling_pread(argv[2], (unsigned)atoi(argv[3]), atoi(argv[4]));
+    if (argc >= 3 && !strcmp(argv[1], "prefault")) return prefault_floor(strtoull(argv[2], NULL, 10));
     if (argc >= 3 && (!strcmp(argv[1], "memcpy") || !strcmp(argv[1], "firsttouch") ||
                       !strcmp(argv[1], "firsttouch_huge") || !strcmp(argv[1], "firsttouch_populate"))) {
         uint64_t n = strtoull(argv[2], NULL, 10);
