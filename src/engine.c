@@ -617,7 +617,6 @@ static ckpt_status report(worker *w, uint64_t bytes, ckpt_error *err) {
     return CKPT_OK;
 }
 
-/* A task: one box of a parallel job, or every box of a serial one. */
 /* The job whose tasks hold `task`. */
 static job *job_of(engine *g, uint64_t task) {
     size_t lo = 0, hi = g->job_count;
@@ -629,6 +628,7 @@ static job *job_of(engine *g, uint64_t task) {
     return &g->jobs[lo];
 }
 
+/* A task: one box of a parallel job, or every box of a serial one. */
 static ckpt_status run_task(worker *w, job *j, uint64_t task, ckpt_error *err) {
     engine *g = w->g;
     ckpt_status st = CKPT_OK;

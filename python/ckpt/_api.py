@@ -76,7 +76,7 @@ class Checkpoint:
 
     def __init__(self, path, allowed_globals=None, *, direct=False, **source):
         self.path = _sources.name(path)
-        self._catalog = _sources.catalog(self.path, direct, allowed_globals, **source)
+        self._catalog = _sources.catalog(self.path, direct, allowed_globals, open, **source)
         info = self._catalog.info()
         self.format = FORMATS.get(info["format"], str(info["format"]))
         self.index_path = info["index_path"]
@@ -350,7 +350,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     if mmap and direct:
         raise ValueError("mmap=True maps the file into the page cache; direct=True never goes through it")
     io_mode = _io(io, direct)
-    catalog = _sources.catalog(path, direct, allowed_globals, **source)
+    catalog = _sources.catalog(path, direct, allowed_globals, load, **source)
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank,
                        tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
@@ -432,7 +432,7 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
         raise TypeError(f"on_loaded must be a function of (name, tensor), not {type(on_loaded).__name__}")
     fw, flat = _target_tensors(target)
     io_mode = _io(io, direct)
-    catalog = _sources.catalog(path, direct, allowed_globals, **source)
+    catalog = _sources.catalog(path, direct, allowed_globals, load_into, **source)
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, tp_rank=tp_rank,
                        tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
@@ -647,7 +647,7 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     "totals": {"tensors", "written", "parameters", "bytes"}}."""
     if format == "dcp" and (max_shard_size is not None or prefix is not None or checksums or int(dcp_ranks) < 1):
         raise ValueError("format='dcp' writes one file per rank (dcp_ranks >= 1): no max_shard_size, prefix or checksums")
-    catalog = _sources.catalog(src, direct, allowed_globals, **source)
+    catalog = _sources.catalog(src, direct, allowed_globals, convert, **source)
     bar = _progress.choose(progress, "convert")
     if format is None:
         name = os.fspath(dst)

@@ -32,7 +32,7 @@ class safe_open:
         self._backend = backend
         self._device = device
         self._direct = direct
-        self._catalog = _sources.catalog(filename, direct, **source)
+        self._catalog = _sources.catalog(filename, direct, None, type(self).__init__, **source)
         self._infos = {}  # built as tensors are asked for
         self._maps = {}
         self._paths = [p for p, _ in self._catalog.files()]

@@ -22,6 +22,8 @@ Every function that opens a checkpoint takes, as keyword arguments:
 s3:// names use $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY,
 $AWS_SESSION_TOKEN, $AWS_REGION and $AWS_ENDPOINT_URL (S3-compatible
 stores)."""
+import difflib
+import inspect
 import os
 
 from . import _ckpt
@@ -42,16 +44,27 @@ def name(path):
     return os.fspath(path)
 
 
-def check(options):
+def check(options, caller=None):
+    """Refuses keywords that are neither source options nor the caller's
+    own, naming the closest of those (a typo: on_load= for on_loaded=)."""
     unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise TypeError(f"unexpected keyword argument{'s' if len(unknown) > 1 else ''} "
-                        f"{', '.join(repr(u) for u in unknown)}")
+    if not unknown:
+        return
+    known = list(OPTIONS)
+    if caller is not None:
+        known += [n for n, p in inspect.signature(caller).parameters.items()
+                  if n != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+    named = []
+    for u in unknown:
+        close = difflib.get_close_matches(u, known, n=1)
+        named.append(f"{u!r} (did you mean {close[0]!r}?)" if close else repr(u))
+    raise TypeError(f"unexpected keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(named)}")
 
 
-def catalog(path, direct=False, allowed_globals=None, **options):
-    """Opens a _ckpt.Catalog with the source options."""
-    check(options)
+def catalog(path, direct=False, allowed_globals=None, _caller=None, **options):
+    """Opens a _ckpt.Catalog with the source options (`_caller`: the public
+    function they were given to, for its keywords in a typo's hint)."""
+    check(options, _caller)
     kw = {k: v for k, v in options.items() if v is not None}
     if "cache_dir" in kw:
         kw["cache_dir"] = os.fspath(kw["cache_dir"])

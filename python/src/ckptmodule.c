@@ -433,7 +433,7 @@ static PyObject *Catalog_infos(Catalog *self, PyObject *args) {
             if (ok) PyTuple_SET_ITEM(row, k, items[k]);
             else Py_XDECREF(items[k]);
         }
-        if (ok) PyObject_GC_UnTrack(row); /* see untracked_row */
+        if (ok) untracked_row(row);
         if (!ok || PyDict_SetItem(d, name, row) < 0) Py_CLEAR(d);
         Py_XDECREF(row);
         Py_XDECREF(name);

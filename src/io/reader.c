@@ -78,12 +78,49 @@ static ckpt_status finish_pread(ckpt__reader *r, const ckpt__read_req *q, uint64
 }
 
 #ifdef CKPT_HAVE_URING
+/* Submits what is queued and waits for a completion; after a failure (*st
+ * set) nothing more is submitted, it only waits for what is in flight (the
+ * buffers are the caller's).  False when the ring broke while draining:
+ * nothing more can arrive. */
+static bool uring_wait(struct io_uring *ring, const char *name, int64_t at, ckpt_status *st, ckpt_error *err) {
+    struct io_uring_cqe *cqe;
+    int rc = *st == CKPT_OK ? io_uring_submit_and_wait(ring, 1) : io_uring_wait_cqe(ring, &cqe);
+    if (rc >= 0 || rc == -EINTR || rc == -EAGAIN) return true;
+    if (*st != CKPT_OK) return false;
+    *st = ckpt__fail_errno(err, -rc, name, at, "io_uring submission failed");
+    return true;
+}
+
+/* A completion already in, if any: its request, and the read's result. */
+static ckpt__read_req *uring_next(struct io_uring *ring, int *res) {
+    struct io_uring_cqe *cqe;
+    if (io_uring_peek_cqe(ring, &cqe) != 0) return NULL;
+    ckpt__read_req *q = io_uring_cqe_get_data(cqe);
+    *res = cqe->res;
+    io_uring_cqe_seen(ring, cqe);
+    return q;
+}
+
+/* A completed read: counted, and finished with pread when it came back
+ * short. */
+static ckpt_status uring_complete(ckpt__reader *r, ckpt__read_req *q, int res, ckpt_error *err) {
+    r->reads++;
+    if (res < 0 && res != -EINTR && res != -EAGAIN)
+        return ckpt__fail_errno(err, -res, q->src->name, (int64_t)q->offset, "cannot read %s%s%s",
+                                q->tensor ? "tensor \"" : "", q->tensor ? q->tensor : "the file", q->tensor ? "\"" : "");
+    uint64_t got = res > 0 ? (uint64_t)res : 0;
+    r->bytes += got;
+    ckpt__source_count(q->src, got);
+    if (got < q->len && (got < q->need || res <= 0)) return finish_pread(r, q, got, err); /* short: rare */
+    return CKPT_OK;
+}
+
 static ckpt_status run_uring(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt__read_done_fn done, void *user,
                              ckpt_error *err) {
     struct io_uring *ring = r->uring;
     ckpt_status st = CKPT_OK;
     size_t next = 0, inflight = 0;
-    while ((next < n || inflight) && (st == CKPT_OK || inflight)) {
+    while ((st == CKPT_OK && next < n) || inflight) {
         while (st == CKPT_OK && next < n && inflight < QUEUE_DEPTH) {
             struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
             if (!sqe) break;
@@ -92,37 +129,21 @@ static ckpt_status run_uring(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ck
             io_uring_sqe_set_data(sqe, q);
             next++, inflight++;
         }
-        int rc = io_uring_submit_and_wait(ring, 1);
-        if (rc < 0 && rc != -EINTR) {
-            /* The ring broke: finish what is in flight by waiting, the rest with pread. */
-            st = ckpt__fail_errno(err, -rc, reqs[0].src->name, -1, "io_uring submission failed");
-        }
-        struct io_uring_cqe *cqe;
-        while (inflight && io_uring_peek_cqe(ring, &cqe) == 0) {
-            ckpt__read_req *q = io_uring_cqe_get_data(cqe);
-            int res = cqe->res;
-            io_uring_cqe_seen(ring, cqe);
+        if (!uring_wait(ring, reqs[0].src->name, -1, &st, err)) break;
+        ckpt__read_req *q;
+        int res;
+        while (inflight && (q = uring_next(ring, &res))) {
             inflight--;
-            r->reads++;
             if (st != CKPT_OK) continue;
-            if (res < 0 && res != -EINTR && res != -EAGAIN) {
-                st = ckpt__fail_errno(err, -res, q->src->name, (int64_t)q->offset, "cannot read %s%s%s",
-                                      q->tensor ? "tensor \"" : "", q->tensor ? q->tensor : "the file",
-                                      q->tensor ? "\"" : "");
-                continue;
-            }
-            uint64_t got = res > 0 ? (uint64_t)res : 0;
-            r->bytes += got;
-            ckpt__source_count(q->src, got);
-            if (got < q->len && (got < q->need || res <= 0)) st = finish_pread(r, q, got, err); /* short: rare */
+            st = uring_complete(r, q, res, err);
             if (st == CKPT_OK && done) done(q, user);
         }
     }
     return st;
 }
-#endif
 
-#ifdef CKPT_HAVE_URING
+/* ckpt__reader_stream with io_uring: a slot is refilled as soon as its
+ * piece has been handed to done(). */
 static ckpt_status stream_uring(ckpt__reader *r, ckpt__source *src, int fd, uint64_t offset, uint64_t len,
                                 unsigned char *buf, size_t slots, uint64_t piece, const char *tensor,
                                 ckpt__piece_fn done, void *user, ckpt_error *err) {
@@ -143,30 +164,14 @@ static ckpt_status stream_uring(ckpt__reader *r, ckpt__source *src, int fd, uint
             io_uring_sqe_set_data(sqe, &reqs[s]);
             next += n, inflight++;
         }
-        /* After a failure nothing more is submitted: only wait for what is
-         * in flight (its buffers are the caller's). */
-        struct io_uring_cqe *cqe;
-        int rc = st == CKPT_OK ? io_uring_submit_and_wait(ring, 1) : io_uring_wait_cqe(ring, &cqe);
-        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && st == CKPT_OK)
-            st = ckpt__fail_errno(err, -rc, src->name, (int64_t)(offset + next), "io_uring submission failed");
-        else if (rc < 0 && rc != -EINTR && rc != -EAGAIN)
-            break; /* the ring itself broke while draining: nothing more can arrive */
-        while (inflight && io_uring_peek_cqe(ring, &cqe) == 0) {
-            ckpt__read_req *q = io_uring_cqe_get_data(cqe);
-            int res = cqe->res;
-            io_uring_cqe_seen(ring, cqe);
-            inflight--, r->reads++;
+        if (!uring_wait(ring, src->name, (int64_t)(offset + next), &st, err)) break;
+        ckpt__read_req *q;
+        int res;
+        while (inflight && (q = uring_next(ring, &res))) {
+            inflight--;
             free_slot[nfree++] = (size_t)(q - reqs);
             if (st != CKPT_OK) continue;
-            if (res < 0 && res != -EINTR && res != -EAGAIN) {
-                st = ckpt__fail_errno(err, -res, src->name, (int64_t)q->offset, "cannot read %s%s%s",
-                                      tensor ? "tensor \"" : "", tensor ? tensor : "the file", tensor ? "\"" : "");
-                continue;
-            }
-            uint64_t got = res > 0 ? (uint64_t)res : 0;
-            r->bytes += got;
-            ckpt__source_count(src, got);
-            if (got < q->len) st = finish_pread(r, q, got, err); /* short: rare */
+            st = uring_complete(r, q, res, err);
             if (st == CKPT_OK) done(q->offset, q->dst, q->len, user);
         }
     }

@@ -13,6 +13,7 @@ import safetensors.torch as st_torch
 import torch
 
 import ckpt
+import ckpt.torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "interop"))
 from torch_models import tiny_transformer  # noqa: E402
@@ -187,6 +188,25 @@ def test_load_into_on_loaded_sees_each_tensor_complete(tmp_path):
         ckpt.load_into(target, tmp_path / "m.safetensors", on_loaded=stop, progress=False)
     with pytest.raises(TypeError, match="on_loaded must be a function"):
         ckpt.load_into(target, tmp_path / "m.safetensors", on_loaded="print")
+
+
+def test_a_mistyped_keyword_names_the_one_meant(tmp_path):
+    """A keyword that is neither the function's own nor a source option is
+    refused before anything is read, naming the closest of those."""
+    path = tmp_path / "m.safetensors"
+    st_torch.save_file({"w": torch.ones(3)}, path)
+    target = {"w": torch.zeros(3)}
+    with pytest.raises(TypeError, match=r"'on_load' \(did you mean 'on_loaded'\?\)"):
+        ckpt.load_into(target, path, on_load=print)
+    assert torch.equal(target["w"], torch.zeros(3))
+    with pytest.raises(TypeError, match=r"'dtyp' \(did you mean 'dtype'\?\)"):
+        ckpt.load(path, dtyp="float32")
+    with pytest.raises(TypeError, match=r"'time_out' \(did you mean 'timeout'\?\)"):
+        ckpt.open(path, time_out=5)
+    with pytest.raises(TypeError, match=r"'backnd' \(did you mean 'backend'\?\)"):
+        ckpt.torch.safe_open(path, "pt", backnd="pread")
+    with pytest.raises(TypeError, match=r"^unexpected keyword arguments 'frobnicate', 'select_' \(did you mean 'select'\?\)$"):
+        ckpt.load(path, frobnicate=1, select_=["w"])
 
 
 def test_load_into_reports_and_strict(tmp_path):
