@@ -122,6 +122,9 @@ typedef enum ckpt_status {
     CKPT_E_LIMIT = 13,           /* a declared size or count beyond a safety limit */
     CKPT_E_INCOMPLETE = 14,      /* a commit into the directory was interrupted and cannot be finished here */
     CKPT_E_NO_MATCH = 15,        /* a pattern matched no tensor, or a plan selects none */
+    CKPT_E_UNSAFE_PATH = 16,     /* a name in a checkpoint leads out of its directory (a symlink,
+                                    "..", an absolute name) or is not a regular file (a FIFO, a device) */
+    CKPT_E_LOCKED = 17,          /* another process is writing the destination (the error names it) */
 
     /* safetensors header validation (huggingface/safetensors rules) */
     CKPT_E_HEADER_TOO_SMALL = 20,   /* file shorter than the 8-byte length      */

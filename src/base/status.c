@@ -30,6 +30,8 @@ static const status_entry status_table[] = {
     ENTRY(CKPT_E_LIMIT, "declared size beyond a safety limit"),
     ENTRY(CKPT_E_INCOMPLETE, "an interrupted commit that cannot be finished here"),
     ENTRY(CKPT_E_NO_MATCH, "a pattern matched no tensor"),
+    ENTRY(CKPT_E_UNSAFE_PATH, "a name leads out of the checkpoint's directory, or is not a regular file"),
+    ENTRY(CKPT_E_LOCKED, "another process is writing the destination"),
     ENTRY(CKPT_E_HEADER_TOO_SMALL, "file too small for a safetensors header"),
     ENTRY(CKPT_E_HEADER_TOO_LARGE, "safetensors header larger than 100,000,000 bytes"),
     ENTRY(CKPT_E_HEADER_PAST_END, "safetensors header length runs past the end of the file"),
