@@ -187,6 +187,16 @@ def make_module(shapes):
     return root
 
 
+def llama_dir(path):
+    """A tiny Llama as transformers' save_pretrained writes it (tied head)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(4)
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(path)
+
+
 FIXTURES = {"tiny"}
 
 
@@ -209,6 +219,7 @@ def workspace(tmp_path_factory):
         (d / sharded).mkdir()
         save_torch_state_dict(tiny, str(d / sharded), max_shard_size="2KB")
     torch.save(tensors(VIT, 1), d / "pytorch_model.bin")
+    llama_dir(d / "llama")
     torch.save({"model": tiny, "optimizer": {"lr": 1e-3, "step": 7}, "epoch": 3}, d / "train.pt")
     torch.save(tensors(RESNET, 2), d / "resnet152.pth")
     rng = np.random.default_rng(3)
@@ -461,6 +472,14 @@ assert q.shape == (2, 16) and q.dtype == torch.bfloat16, (q.shape, q.dtype)
 assert torch.equal(model.lm_head.weight.detach(), ckpt.load("model/")["lm_head.weight"])
 assert ckpt.unflatten(flat, structure)["params"]["layers"][1][0].shape == (1,)
 assert ckpt.load("out-bf16/")["encoder.layer.0.attention.self.query.weight"].dtype == torch.bfloat16
+""",
+    'ckpt.load_into(model, "llama/", assign=True)': """
+from transformers import AutoModelForCausalLM
+assert not any(t.is_meta for t in model.state_dict().values())
+assert model.lm_head.weight is model.model.embed_tokens.weight and not model.model.rotary_emb.inv_freq.is_meta
+ids = torch.arange(8)[None]
+with torch.no_grad():
+    assert torch.equal(model(ids).logits, AutoModelForCausalLM.from_pretrained("llama/")(ids).logits)
 """,
 }
 
