@@ -74,7 +74,8 @@ class Checkpoint:
     or call close().  `path` may be an http://, https:// or s3:// URL; see
     the source options of ckpt.open."""
 
-    def __init__(self, path, allowed_globals=None, *, direct=False, **source):
+    def __init__(self, path, allowed_globals=None, *, framework="numpy", direct=False, **source):
+        self.framework = _frameworks.get(framework).name  # refused here, not at the first read
         self.path = _sources.name(path)
         self._catalog = _sources.catalog(self.path, direct, allowed_globals, open, **source)
         info = self._catalog.info()
@@ -168,11 +169,28 @@ class Checkpoint:
         r = self._rows[i]
         return _frameworks.Numpy.from_buffer(self._catalog.view(i), r[1], r[2], 0, name)
 
-    def get(self, name, framework="numpy"):
-        """One tensor, copied into new memory (any stored layout)."""
+    def __getitem__(self, name):
+        """c[name]: one tensor, as get(name) gives it; KeyError when absent."""
+        return self._read(self._row(name), self.framework)
+
+    def get(self, name, default=None, *, framework=None):
+        """One tensor, copied into new memory (any stored layout), as a
+        tensor of `framework` (default: the one given to ckpt.open, numpy
+        unless told); `default` when the checkpoint has no such tensor, as
+        dict.get.  A framework's name as the second argument ("pt") is the
+        older form of framework=, and keeps its meaning (KeyError when
+        absent)."""
+        if framework is None and isinstance(default, str) and default.lower() in _frameworks.FRAMEWORKS:
+            return self._read(self._row(name), default)
+        i = self._catalog.find(name) if isinstance(name, str) else None
+        if i is None:
+            return default
+        return self._read(i, framework or self.framework)
+
+    def _read(self, i, framework):
         fw = _frameworks.get(framework)
-        i = self._row(name)
         r = self._rows[i]
+        name = r[0]
         out = fw.empty(r[1], r[2], name)
         if r[3]:
             self._catalog.read(i, fw.raw(out, writable=True))
@@ -198,10 +216,12 @@ def _gguf_value(typed):
     return value
 
 
-def open(path, *, allowed_globals=None, direct=False, **source):  # noqa: A001 - as safetensors' safe_open
+def open(path, *, framework="numpy", allowed_globals=None, direct=False, **source):  # noqa: A001 - as safe_open
     """Opens a checkpoint's catalog (.safetensors, sharded directory or
     index, torch.save file — or their http://, https:// or s3:// URLs)
-    without reading tensor data.
+    without reading tensor data.  c[name] and c.get(name) read one tensor
+    as a tensor of `framework` ("numpy", "pt" or "flax"), as safetensors'
+    safe_open(path, framework).get_tensor(name) does.
     allowed_globals: pickle globals ("module.Name") to allow beside torch's
     weights-only allowlist, as torch.serialization.add_safe_globals does —
     plain-data reconstructors only (numpy scalars and dtypes,
@@ -212,7 +232,7 @@ def open(path, *, allowed_globals=None, direct=False, **source):  # noqa: A001 -
     mappings; converts also drop what they write); for remote files,
     cache_dir (verified local copies), bearer_token, timeout and
     connect_timeout (seconds), retries and max_connections."""
-    return Checkpoint(path, allowed_globals, direct=direct, **source)
+    return Checkpoint(path, allowed_globals, framework=framework, direct=direct, **source)
 
 
 def shapes(path, *, nested=True, **source):
@@ -810,6 +830,8 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     direct=True reads it with O_DIRECT and drops the output from the page
     cache as it reaches the disk.
 
+    Returns the paths written (as save does): the output files, then the
+    side files (an index, DCP's .metadata) and the copied files.
     dry_run=True writes nothing and returns what the conversion would
     write, after every rule and with the same checks, as a dict:
     {"path", "format", "directory", "files": [{"name", "path", "size",
@@ -839,15 +861,23 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
         kw["copy_files_from"] = os.fspath(src)
     rules = dict(select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank, tp_size=tp_size,
                  tp_select=tp_select, slices=slices, transpose=transpose, layout=layout)
+    plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
+    # The library's own preview names what the conversion writes (its
+    # destination rules, shards, side files), with the same checks.
+    preview = json.loads(plan.convert(os.fspath(dst), dry_run=True, **{**kw, "progress": None}))
     if dry_run:
-        kw["progress"] = None
-        plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
-        return json.loads(plan.convert(os.fspath(dst), dry_run=True, **kw))
-    if any(v is not None for v in rules.values()):
-        plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
-        plan.convert(os.fspath(dst), **kw)
-    else:
-        catalog.convert(os.fspath(dst), **kw)
+        return preview
+    plan.convert(os.fspath(dst), **kw)
+    return _written(preview)
+
+
+def _written(preview):
+    """The paths a conversion wrote, from its preview: the output files,
+    then its side files (an index, DCP's .metadata) and the files copied
+    beside them."""
+    files = [os.path.normpath(f["path"]) for f in preview["files"]]
+    where = preview["path"] if preview["directory"] else os.path.dirname(preview["path"])
+    return files + [os.path.join(where, n) for n in preview["side_files"] + preview["copied_files"]]
 
 
 def cast(array, dtype):

@@ -428,7 +428,7 @@ def check_paths(block):
 # ---- Python --------------------------------------------------------------------------------
 
 PRELUDE_TORCH = f"""
-import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
+import os, sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
 import numpy as np, torch
 from test_readme import make_module, TINY
 rank = 0
@@ -472,6 +472,8 @@ assert q.shape == (2, 16) and q.dtype == torch.bfloat16, (q.shape, q.dtype)
 assert torch.equal(model.lm_head.weight.detach(), ckpt.load("model/")["lm_head.weight"])
 assert ckpt.unflatten(flat, structure)["params"]["layers"][1][0].shape == (1,)
 assert ckpt.load("out-bf16/")["encoder.layer.0.attention.self.query.weight"].dtype == torch.bfloat16
+assert written and all(os.path.isfile(p) for p in written) and written[0].startswith("out-bf16"), written
+assert isinstance(ids, torch.Tensor) and ids.dtype == torch.int64 and head is None
 """,
     'ckpt.load_into(model, "llama/", assign=True)': """
 from transformers import AutoModelForCausalLM
