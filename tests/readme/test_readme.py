@@ -453,6 +453,7 @@ x = jnp.ones((2, 8))
 
 EPILOGUE_JAX = """
 assert len(jax.devices()) == 8
+assert rows["dense"]["bias"].sharding.spec == P("x") and rows["dense"]["kernel"].sharding.spec == P("x", None)
 assert params["dense"]["kernel"].dtype == jnp.bfloat16 and params["dense"]["kernel"].sharding.spec == P("x", "y")
 assert sorted(report.missing_keys) == ["params.head.bias", "params.head.kernel"], report
 assert set(variables["params"]) == {"dense", "head"}
