@@ -184,12 +184,12 @@ static void round_trip(const char *path) {
     assert_int_equal(ckpt_catalog_open(path, &a, &err), CKPT_OK);
     ckpt__buf buf = {0};
     assert_int_equal(ckpt__catalog_encode(a, &buf, &err), CKPT_OK);
-    assert_int_equal(ckpt__catalog_decode(buf.data, buf.len, NULL, NULL, NULL, &b, &err), CKPT_OK);
+    assert_int_equal(ckpt__catalog_decode(buf.data, buf.len, path, NULL, NULL, NULL, &b, &err), CKPT_OK);
     assert_same_catalog(a, b);
     /* Every cut of the bytes is refused as malformed, never a crash. */
     for (size_t n = 0; n < buf.len; n += 1 + n / 64) {
         ckpt_catalog *c = NULL;
-        ckpt_status st = ckpt__catalog_decode(buf.data, n, NULL, NULL, NULL, &c, &err);
+        ckpt_status st = ckpt__catalog_decode(buf.data, n, path, NULL, NULL, NULL, &c, &err);
         assert_int_equal(st, CKPT_E_COMM_DATA);
         assert_null(c);
     }
@@ -228,7 +228,7 @@ static void test_catalog_decode_checks_files(void **state) {
     FILE *f = fopen(path, "ab");
     fputc(0, f);
     fclose(f);
-    assert_int_equal(ckpt__catalog_decode(buf.data, buf.len, NULL, NULL, NULL, &b, &err), CKPT_E_COMM_DATA);
+    assert_int_equal(ckpt__catalog_decode(buf.data, buf.len, path, NULL, NULL, NULL, &b, &err), CKPT_E_COMM_DATA);
     assert_non_null(strstr(err.message, "do not see the same files"));
     assert_null(b);
     /* A piece past the end of its file: the first tensor's offset, moved. */
@@ -245,7 +245,7 @@ static void test_catalog_decode_checks_files(void **state) {
     assert_non_null(at);
     at += strlen(name) + 4 + 4 + 2 * 8 + 4 + 4 + 4;
     at[7] = 0x7f; /* offset += 2^62 */
-    assert_int_equal(ckpt__catalog_decode(bad, buf.len, NULL, NULL, NULL, &b, &err), CKPT_E_COMM_DATA);
+    assert_int_equal(ckpt__catalog_decode(bad, buf.len, path, NULL, NULL, NULL, &b, &err), CKPT_E_COMM_DATA);
     assert_non_null(strstr(err.message, "outside its file"));
     free(bad);
     free(buf.data);
