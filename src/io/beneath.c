@@ -24,6 +24,7 @@ struct ckpt__beneath {
     int fd;             /* the directory (O_PATH) */
     char *path;         /* as named */
     int blobs;          /* Hugging Face cache: the repo folder's blobs/ (O_PATH), or -1 */
+    int store;          /* ... and the cache-wide store of shared blobs, <cache>/blobs/, or -1 */
     unsigned hub_depth; /* Hugging Face cache: levels from the repo folder down to the directory */
 };
 
@@ -142,10 +143,6 @@ static int resolve_walk(int base, const char *rel, int flags, bool links) {
                 e = errno;
                 break;
             }
-        } else if (!links) {
-            result = ckpt__io_openat(walk_here(&w), name, flags | O_NOFOLLOW | O_CLOEXEC);
-            e = errno;
-            break;
         }
         /* A symbolic link, or (last) a file to open. */
         char target[PATH_MAX];
@@ -282,17 +279,74 @@ static int hub_blobs(int fd, const char *dir, unsigned *levels) {
     return blobs;
 }
 
+/* The cache-wide store of shared blobs beside the repo folder whose blobs/
+ * is `blobs` — <cache>/blobs/, which huggingface_hub marks with a file
+ * .huggingface-shared-blobs — or -1. */
+static int hub_store(int blobs) {
+    int store = ckpt__io_openat(blobs, "../../blobs", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    struct stat sb;
+    if (store >= 0 && (fstatat(store, ".huggingface-shared-blobs", &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+                       !S_ISREG(sb.st_mode))) {
+        close(store);
+        store = -1;
+    }
+    return store;
+}
+
+/* The target of the link `file` in `dir`, NUL-terminated, in `target`
+ * (PATH_MAX bytes); -1 with errno (EINVAL: not a link). */
+static ssize_t read_link(int dir, const char *file, char *target) {
+    ssize_t len = ckpt__io_readlinkat(dir, file, target, PATH_MAX - 1);
+    if (len >= 0) target[len] = '\0';
+    return len;
+}
+
+/* What follows "../" × `ups` + `dir` + "/" in the link target `t`, or NULL. */
+static const char *link_into(const char *t, unsigned ups, const char *dir) {
+    for (unsigned i = 0; i < ups; i++, t += 3)
+        if (strncmp(t, "../", 3)) return NULL;
+    size_t n = strlen(dir);
+    return strncmp(t, dir, n) || t[n] != '/' ? NULL : t + n + 1;
+}
+
+/* A file name of one component (not "." or ".."). */
+static bool plain_name(const char *s) {
+    size_t n = strlen(s);
+    return n && !strchr(s, '/') && !is_dots(s, n, 1) && !is_dots(s, n, 2);
+}
+
+/* A repo blob that huggingface_hub moved into the shared store: a link to
+ * exactly ../../blobs/<xx>/<hash> (64 hex digits, xx its first two), opened
+ * in the store without following anything further.  Like open_at. */
+static int open_in_store(const ckpt__beneath *b, const char *blob, struct stat *st) {
+    char target[PATH_MAX];
+    if (b->store < 0 || read_link(b->blobs, blob, target) < 0) {
+        errno = EXDEV;
+        return -1;
+    }
+    const char *hash = link_into(target, 2, "blobs");
+    bool shared = hash && strlen(hash) == 67 && hash[2] == '/' && !strncmp(hash, hash + 3, 2) &&
+                  strspn(hash + 3, "0123456789abcdef") == 64;
+    if (!shared) {
+        errno = EXDEV;
+        return -1;
+    }
+    int fd = open_at(b->store, hash, false, st);
+    if (fd == -1 && errno == ELOOP) errno = EXDEV;
+    return fd;
+}
+
 /*
- * `rel` through the Hub cache's one kind of link: a file of the snapshot
- * that is a symbolic link to exactly "../" × depth + "blobs/<name>", the
- * repo folder's blobs/ (huggingface_hub's _create_symlink makes them
- * relative, so), opened in blobs/ without following anything further.
- * The directories on the way must be real ones beneath the directory.
- * Like open_at; EXDEV when `rel` is no such link.
+ * `rel` through the Hub cache's links: a file of the snapshot that is a
+ * symbolic link to exactly "../" × depth + "blobs/<name>", the repo
+ * folder's blobs/ (huggingface_hub's _create_symlink makes them relative,
+ * so), opened in blobs/ — or, where the hub moved that blob into its
+ * shared store, there — without following anything further.  The
+ * directories on the way must be real ones beneath the directory.  Like
+ * open_at; EXDEV when `rel` is no such link.
  */
 static int open_in_blobs(const ckpt__beneath *b, const char *rel, struct stat *st) {
     const char *slash = strrchr(rel, '/');
-    const char *file = slash ? slash + 1 : rel;
     char *parent = slash ? ckpt__strndup(rel, (size_t)(slash - rel)) : ckpt__strdup(".");
     if (!parent) {
         errno = ENOMEM;
@@ -309,24 +363,16 @@ static int open_in_blobs(const ckpt__beneath *b, const char *rel, struct stat *s
         return -1;
     }
     char target[PATH_MAX];
-    ssize_t len = ckpt__io_readlinkat(dir, file, target, sizeof target - 1);
+    ssize_t len = read_link(dir, slash ? slash + 1 : rel, target);
     int e = errno;
     close(dir);
-    if (len < 0) {
-        errno = e == EINVAL ? EXDEV : e;
+    const char *blob = len < 0 ? NULL : link_into(target, levels, "blobs");
+    if (!blob || !plain_name(blob)) {
+        errno = len < 0 && e != EINVAL ? e : EXDEV;
         return -1;
     }
-    target[len] = '\0';
-    const char *t = target;
-    for (unsigned i = 0; i < levels && !strncmp(t, "../", 3); i++) t += 3;
-    bool blob = t == target + 3 * levels && !strncmp(t, "blobs/", 6) && t[6] && !strchr(t + 6, '/') &&
-                !is_dots(t + 6, strlen(t + 6), 1) && !is_dots(t + 6, strlen(t + 6), 2);
-    if (!blob) {
-        errno = EXDEV;
-        return -1;
-    }
-    int fd = open_at(b->blobs, t + 6, false, st);
-    if (fd == -1 && errno == ELOOP) errno = EXDEV; /* a link in blobs/: the hub makes none */
+    int fd = open_at(b->blobs, blob, false, st);
+    if (fd == -1 && errno == ELOOP) fd = open_in_store(b, blob, st);
     return fd;
 }
 
@@ -339,7 +385,7 @@ ckpt_status ckpt__beneath_open_root(const char *dir, ckpt__beneath **out, ckpt_e
         free(b);
         return ckpt__oom(err, dir, NULL);
     }
-    b->blobs = -1;
+    b->blobs = b->store = -1;
     b->fd = ckpt__io_open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (b->fd < 0) {
         ckpt_status st = ckpt__fail_errno(err, errno, dir, -1, "cannot open the checkpoint's directory");
@@ -347,6 +393,7 @@ ckpt_status ckpt__beneath_open_root(const char *dir, ckpt__beneath **out, ckpt_e
         return st;
     }
     b->blobs = hub_blobs(b->fd, dir, &b->hub_depth);
+    if (b->blobs >= 0) b->store = hub_store(b->blobs);
     *out = b;
     return CKPT_OK;
 }
@@ -355,6 +402,7 @@ void ckpt__beneath_close(ckpt__beneath *b) {
     if (!b) return;
     if (b->fd >= 0) close(b->fd);
     if (b->blobs >= 0) close(b->blobs);
+    if (b->store >= 0) close(b->store);
     free(b->path);
     free(b);
 }
@@ -402,14 +450,13 @@ static ckpt_status refuse_outside(const ckpt__beneath *b, const char *name, cons
     int dir = parent ? resolve(b->fd, parent, O_PATH | O_DIRECTORY, true) : -1;
     free(parent);
     char target[PATH_MAX];
-    ssize_t len = dir >= 0 ? ckpt__io_readlinkat(dir, slash ? slash + 1 : rel, target, sizeof target - 1) : -1;
+    ssize_t len = dir >= 0 ? read_link(dir, slash ? slash + 1 : rel, target) : -1;
     if (dir >= 0) close(dir);
     const char *hub = b->blobs >= 0 ? " (in a Hugging Face cache snapshot only links to the repo's blobs/ are followed)"
                                     : "";
     if (len < 0)
         return ckpt__fail(err, CKPT_E_UNSAFE_PATH, name, NULL, -1,
                           "leads out of the checkpoint's directory %s through a symbolic link%s", b->path, hub);
-    target[len] = '\0';
     return ckpt__fail(err, CKPT_E_UNSAFE_PATH, name, NULL, -1,
                       "is a symbolic link to '%s', which leads out of the checkpoint's directory %s%s", target, b->path,
                       hub);
