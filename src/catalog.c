@@ -54,9 +54,9 @@ struct ckpt_catalog {
     const char **extra_globals; /* sorted "module.name", arena */
     size_t extra_global_count;
     ckpt__source_options source_options;
-    /* A local checkpoint's directory (the one the user named, or the one
-     * holding the file they named), which every other file is opened
-     * beneath, and that file (followed as named). */
+    /* While it is opened: a local checkpoint's directory (the one the user
+     * named, or the one holding the file they named), which every other
+     * file is opened beneath, and that file (followed as named). */
     ckpt__beneath *root;
     char *named;
     pthread_mutex_t map_lock;
@@ -218,6 +218,11 @@ ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__sourc
 }
 
 const ckpt__beneath *ckpt__cat_root(const ckpt_catalog *c) { return c->root; }
+
+void ckpt__catalog_opened(ckpt_catalog *c) {
+    ckpt__beneath_close(c->root);
+    c->root = NULL;
+}
 
 ckpt_status ckpt__catalog_set_root(ckpt_catalog *c, const char *path, bool is_dir, ckpt_error *err) {
     char *dir = is_dir ? ckpt__strdup(path) : ckpt__path_dirname(path);
@@ -427,6 +432,7 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
         }
     }
     if (st == CKPT_OK) st = ckpt__cat_open_path(c, resolved ? resolved : path, err);
+    ckpt__catalog_opened(c);
     free(resolved);
     free(clean);
     if (st == CKPT_OK && c->trees > 1) st = wrap_shard_trees(c, err);

@@ -59,6 +59,10 @@ CKPT__HIDDEN ckpt_status ckpt__catalog_new(const ckpt_catalog_options *options, 
 CKPT__HIDDEN ckpt_status ckpt__catalog_set_root(ckpt_catalog *catalog, const char *path, bool is_dir,
                                                 ckpt_error *err);
 
+/* Every file is open: the directory is let go (a catalog holds only its
+ * files' descriptors). */
+CKPT__HIDDEN void ckpt__catalog_opened(ckpt_catalog *catalog);
+
 /* Storages: how many, and the i-th's file, base and size. */
 CKPT__HIDDEN size_t ckpt__catalog_storage_count(const ckpt_catalog *catalog);
 CKPT__HIDDEN void ckpt__catalog_storage_at(const ckpt_catalog *catalog, size_t i, uint32_t *file, uint64_t *base,

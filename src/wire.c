@@ -362,6 +362,7 @@ ckpt_status ckpt__catalog_decode(const void *data, size_t n, const char *path, c
     }
     d.arena = ckpt__cat_arena(d.c);
     st = decode(&d, opener ? opener : open_by_path, opener ? opener_user : d.c, err);
+    ckpt__catalog_opened(d.c);
     free(d.file_sizes);
     if (st) {
         ckpt_catalog_close(d.c);

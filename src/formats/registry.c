@@ -95,10 +95,10 @@ ckpt_status ckpt__format_find_in_dir(const char *dir, const ckpt__source_options
      * listed once, through the descriptor its files are opened beneath: an
      * exact name counts whatever it is (a symbolic link, a FIFO: opening
      * it says whether it may be read). */
-    bool remote = ckpt__source_is_remote_name(dir);
+    bool remote = ckpt__source_is_remote_name(dir), listed = false;
     char **names = NULL, *match = NULL;
     size_t count = 0;
-    ckpt_status st = remote ? CKPT_OK : ckpt__beneath_list(root, dir, &names, &count, err);
+    ckpt_status st = CKPT_OK;
     for (size_t step = 0; st == CKPT_OK && !match && step < sizeof dir_names / sizeof dir_names[0]; step++) {
         const char *want = dir_names[step];
         if (want[0] != '*' && want[0] != '@') {
@@ -106,7 +106,11 @@ ckpt_status ckpt__format_find_in_dir(const char *dir, const ckpt__source_options
             if (!p) st = ckpt__oom(err, dir, NULL);
             else if (remote ? ckpt__source_stat(p, o) == CKPT__NAME_FILE : ckpt__beneath_has(root, want)) match = p;
             else free(p);
-        } else if (!remote && (st = match_listed(dir, names, count, want, &match, err)) == CKPT_OK && match) {
+            continue;
+        }
+        if (!remote && !listed) /* listed once, when a pattern needs it (an exact name needs no read permission) */
+            listed = (st = ckpt__beneath_list(root, dir, &names, &count, err)) == CKPT_OK;
+        if (listed && (st = match_listed(dir, names, count, want, &match, err)) == CKPT_OK && match) {
             char *p = ckpt__path_join(dir, match);
             free(match);
             match = p;
