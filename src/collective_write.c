@@ -792,7 +792,8 @@ ckpt_status ckpt_convert_collective(ckpt_plan *p, const char *dst_path, const ck
     if (local == CKPT_OK) {
         ckpt_load_stats ls;
         memset(&ls, 0, sizeof ls);
-        ckpt__engine_options eo = {.io = CKPT_IO_BUFFERED, .progress = progress, .user = user, .writer = w};
+        ckpt__engine_options eo = {.io = CKPT_IO_BUFFERED, .progress = progress, .user = user, .writer = w,
+                                   .check_crc = !o.skip_crc_check};
         t0 = ckpt__now();
         local = ckpt__engine_run(p->catalog, moves, used, &eo, &ls, &mine);
         c.stats->io_seconds += ckpt__now() - t0;

@@ -178,9 +178,16 @@ class Checkpoint:
             self._catalog.read(i, fw.raw(out, writable=True))
         return fw.to_device(out, None)
 
-    def verify(self, progress=None):
-        """Checks every recorded checksum; returns how many tensors matched."""
-        return self._catalog.verify(progress=_progress.choose(progress, "verify"))
+    def verify(self, progress=None, report=False):
+        """Checks every checksum the files record, reading every byte one
+        covers: ckpt's XXH3-64 digests (convert(checksums=True)) and the
+        CRC-32 of every ZIP member (torch.save files, .npz archives).  Raises
+        ckpt.Error (CKPT_E_CHECKSUM) on a mismatch.  Returns how many
+        tensors' XXH3-64 matched; with report=True, a dict of what was
+        checked: {"tensor_digests", "header_digests", "zip_crc32", "bytes",
+        "tensors"} (all 0 when the files record no checksum, as GGUF and
+        plain safetensors files do)."""
+        return self._catalog.verify(progress=_progress.choose(progress, "verify"), report=report)
 
     def __repr__(self):
         return (f"<ckpt.Checkpoint {_sources.shown(self.path)!r} {self.format}, {len(self)} tensors, "
@@ -311,7 +318,7 @@ def _io(io, direct=False):
 def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
          tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, device="cpu", nested=False, copy=False,
          mmap=None, threads=0, io="auto", progress=None, allowed_globals=None, ignore_unmatched=False, direct=False,
-         **source):
+         check_crc=True, **source):
     """Loads a checkpoint (or the part of it a device needs) into a dict of
     tensors, with the parallel engine: memory beyond the tensors is a small
     bounce ring, whatever the checkpoint's size.
@@ -333,7 +340,16 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     the bytes shown); copy=True gives every tensor memory of its own
     instead, as do URLs and direct=True.  The others (casts, layouts,
     slices of inner axes) are read by the engine into new memory.
-    mmap=True asks for the views explicitly; mmap=False is copy=True."""
+    mmap=True asks for the views explicitly; mmap=False is copy=True.
+
+    check_crc (default True): the CRC-32 of every ZIP member (torch.save
+    .bin/.pt files, .npz archives) whose bytes the engine reads whole is
+    checked as they stream — a mismatch raises ckpt.Error
+    (CKPT_E_CHECKSUM) naming the file, the member and the tensor.  Views
+    cannot be checked (no byte is read): to check a torch file's tensors
+    that would come as views, pass copy=True, or use
+    ckpt.open(path).verify().  Slices, and storages with bytes no tensor
+    shows, go unchecked; check_crc=False checks nothing."""
     if mmap is not None and not mmap:
         copy = True
     fw = _frameworks.get(framework)
@@ -362,7 +378,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     # row ranges); the rest, or everything with copy=True or direct=True,
     # through the engine (remote sources are never mapped).
     plan.load(threads=threads, io=io_mode, views=0 if copy or direct else _VIEWS_PRIVATE,
-              progress=_progress.choose(progress, "load"))
+              progress=_progress.choose(progress, "load"), check_crc=check_crc)
     out = {}
     for i, item in enumerate(items):
         out[item.name] = fw.from_buffer(plan.data(i), item.dtype, item.shape, 0, item.name)
@@ -408,7 +424,7 @@ def _is_module(x):
 def load_into(target, path, strict=True, *, select=None, exclude=None, rename=None, tp_rank=None, tp_size=None,
               tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, threads=0, io="auto",
               progress=None, allowed_globals=None, ignore_unmatched=False, direct=False, on_loaded=None,
-              **source):
+              check_crc=True, **source):
     """Loads a checkpoint into the existing tensors of `target` — a
     torch.nn.Module, a state dict, or a (nested) dict of numpy arrays — in
     place: bytes go straight from the file into each tensor's memory, so no
@@ -427,7 +443,14 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
     the loading threads, one call at a time (it holds the GIL), in no
     particular order — to use each one (copy it to a device, hash it)
     without waiting for the whole load.  An exception it raises stops the
-    load and is raised here."""
+    load and is raised here.
+
+    check_crc (default True) checks the CRC-32 of every ZIP member (torch
+    .bin/.pt, .npz) read whole, as ckpt.load does: a mismatch raises
+    ckpt.Error (CKPT_E_CHECKSUM), the target then holding partial data.  A
+    torch storage shared by several tensors is checked once the last of
+    them is in place, before its on_loaded call (the others' came
+    already)."""
     if on_loaded is not None and not callable(on_loaded):
         raise TypeError(f"on_loaded must be a function of (name, tensor), not {type(on_loaded).__name__}")
     fw, flat = _target_tensors(target)
@@ -490,7 +513,8 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
         def done(i):  # items read in place are the caller's tensors already; the others come after the copy
             if direct[i]:
                 on_loaded(items[i][0], flat[items[i][0]])
-    plan.load(threads=threads, io=io_mode, progress=_progress.choose(progress, "load"), item_done=done)
+    plan.load(threads=threads, io=io_mode, progress=_progress.choose(progress, "load"), item_done=done,
+              check_crc=check_crc)
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
         if not direct[i]:
             tmp = fw.from_buffer(plan.data(i), dt, shape, 0, name)
@@ -616,7 +640,7 @@ def _pieces(fw, t):
 def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None, tp_dim=0,
             tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
             overwrite=False, checksums=False, no_sync=False, progress=None, extra_files=True, allowed_globals=None,
-            ignore_unmatched=False, format=None, dcp_ranks=1, direct=False, dry_run=False,
+            ignore_unmatched=False, format=None, dcp_ranks=1, direct=False, dry_run=False, check_crc=True,
             **source):  # noqa: A002
     """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
     — one file, or shards in a directory when max_shard_size is given or
@@ -638,6 +662,10 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     along with the weights unless extra_files=False.  `src` may be a URL;
     direct=True reads it with O_DIRECT and drops the output from the page
     cache as it reaches the disk.
+
+    check_crc (default True): the CRC-32 of every ZIP member of the source
+    (torch .bin/.pt, .npz) read whole is checked as it streams; a mismatch
+    raises ckpt.Error (CKPT_E_CHECKSUM) and nothing is written.
 
     dry_run=True writes nothing and returns what the conversion would
     write, after every rule and with the same checks, as a dict:
@@ -661,7 +689,7 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
         max_shard_size = "5GB"  # a directory gets shards, as `ckpt convert` gives it (the hub's default size)
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
               checksums=checksums, progress=bar, format=numbers[format],
-              dcp_ranks=int(dcp_ranks) if format == "dcp" else 0)
+              dcp_ranks=int(dcp_ranks) if format == "dcp" else 0, check_crc=check_crc)
     if prefix is not None:
         kw["prefix"] = prefix
     if extra_files and max_shard_size is not None and not _sources.is_remote(src) and os.path.isdir(src):
