@@ -15,6 +15,7 @@
 #include "engine.h"
 #include "io/reader.h"
 #include "transform/cast.h"
+#include "transform/crc32.h"
 #include "transform/inflate.h"
 #include "transform/layout.h"
 #include "transform/swap.h"
@@ -491,7 +492,7 @@ static void note_runs(worker *w, const job *j, const ckpt__runs *r, uint64_t bas
             cur.len = 0;
         }
         if (!cur.len) cur = (crc_segment){at, 0, 0};
-        cur.crc = (uint32_t)crc32_z(cur.crc, data, (z_size_t)run_bytes);
+        cur.crc = ckpt__crc32(cur.crc, data, (size_t)run_bytes);
         cur.len += run_bytes;
     }
     if (cur.len) track_add(w->g, j->track, &cur);
@@ -810,7 +811,7 @@ static ckpt_status run_member_task(worker *w, job *j, uint64_t task, ckpt_error 
     int fd = src->caps & CKPT__SRC_FD ? src->fd : -1;
     w->bytes_needed += len;
     if ((st = queue_read(w, j, src, fd, r->offset + at, len, w->bounce, err)) || (st = flush(w, err))) return st;
-    crc_segment seg = {at, len, (uint32_t)crc32_z(0L, w->bounce, (z_size_t)len)};
+    crc_segment seg = {at, len, ckpt__crc32(0, w->bounce, (size_t)len)};
     track_add(g, j->track, &seg);
     return report(w, len, err);
 }

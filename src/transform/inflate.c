@@ -6,6 +6,8 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "crc32.h"
+
 enum { IN_CHUNK = 1 << 20 };
 
 struct ckpt__inflater {
@@ -84,7 +86,7 @@ static ckpt_status step(ckpt__inflater *f, unsigned char *out, uint64_t room, ui
     else if (r != Z_OK && r != Z_BUF_ERROR)
         return ckpt__fail(err, CKPT_E_ZIP_INVALID, f->src->name, tensor, (int64_t)f->record,
                           "DEFLATE data is damaged after %llu inflated bytes", (unsigned long long)f->position);
-    f->crc = (uint32_t)crc32_z(f->crc, out, (z_size_t)*made);
+    f->crc = ckpt__crc32(f->crc, out, (size_t)*made);
     f->position += *made;
     return CKPT_OK;
 }

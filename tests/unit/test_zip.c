@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "formats/zip.h"
+#include "transform/crc32.h"
 #include "io/source.h"
 #include "helpers.h"
 #include "io/file.h"
@@ -419,6 +420,24 @@ static void test_crcs_checked_by_loads_and_verify(void **state) {
     scratch_free(dir);
 }
 
+/* The folded CRC-32s (each SIMD level the CPU has) are zlib's, for every
+ * length, alignment and start. */
+static void test_crc32_matches_zlib(void **state) {
+    (void)state;
+    enum { N = 1 << 18 };
+    unsigned char *b = malloc(N + 64);
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < N + 64; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, b[i] = (unsigned char)x;
+    for (int t = 0; t < 20000; t++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t off = x % 64, len = t < 2000 ? (size_t)t % 300 : (size_t)(x >> 8) % (t < 10000 ? 4096 : N);
+        uint32_t init = t % 3 ? (uint32_t)(x >> 32) : 0, want = (uint32_t)crc32_z(init, b + off, len);
+        for (int level = 1; level <= 3; level++) assert_int_equal(ckpt__crc32_at(level, init, b + off, len), want);
+        assert_int_equal(ckpt__crc32(init, b + off, len), want);
+    }
+    free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_torch_like_archive),
@@ -426,6 +445,7 @@ int main(void) {
         cmocka_unit_test(test_lying_zip64_fields),
         cmocka_unit_test(test_layout_rules),
         cmocka_unit_test(test_crcs_checked_by_loads_and_verify),
+        cmocka_unit_test(test_crc32_matches_zlib),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
