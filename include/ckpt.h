@@ -679,6 +679,10 @@ CKPT_API ckpt_status ckpt_catalog_chunk(const ckpt_catalog *catalog, const ckpt_
  * the tensor, into `dst` (any alignment), with large pread calls.  Safe to
  * call from many threads at once.  Fails with CKPT_E_OUT_OF_RANGE when the
  * range is outside the tensor, CKPT_E_TRUNCATED when the file became shorter.
+ * A read of the whole tensor (byte_offset 0, nbytes its size) checks the
+ * CRC-32 of the ZIP member it lies in when the tensor covers the member, as
+ * ckpt_load does (CKPT_E_CHECKSUM on a mismatch); reads of parts check
+ * nothing (ckpt_verify checks every member).
  */
 CKPT_API ckpt_status ckpt_catalog_read(const ckpt_catalog *catalog, const ckpt_tensor_info *tensor,
                                        uint64_t byte_offset, void *dst, uint64_t nbytes,

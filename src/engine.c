@@ -1213,6 +1213,11 @@ static ckpt_status read_range(ckpt_catalog *c, size_t index, uint64_t byte_offse
     w.g = &g;
     ckpt_status st = alloc_worker(&w, &g, true, false, err);
     const ckpt__piece *p0 = &j.pieces[0];
+    /* A read of the whole tensor checks its ZIP member, as a load does. */
+    uint32_t file = 0, crc = byte_offset == 0 && nbytes == j.t->nbytes ? whole_member(&j) : 0;
+    const ckpt__recorded_crc *r = crc ? ckpt__catalog_crc(c, crc - 1, &file) : NULL;
+    crc_track track = {.r = r, .number = crc - 1, .file = file, .tensor = j.name};
+    if (r && !r->deflate) j.track = &track, pthread_mutex_init(&g.lock, NULL);
     if (p0->record_size) /* resume a compressed tensor where an earlier read stopped */
         w.inflater = ckpt__catalog_take_inflater(c, ckpt__catalog_source(c, p0->file), p0->record,
                                                  p0->offset + byte_offset / j.in_size * j.in_size);
@@ -1224,6 +1229,10 @@ static ckpt_status read_range(ckpt_catalog *c, size_t index, uint64_t byte_offse
     if (st == CKPT_OK && mid_hi > mid_lo) st = read_units(&w, &j, mid_lo, mid_hi - mid_lo, dst + (mid_lo * unit - byte_offset), err);
     if (st == CKPT_OK && end % unit && mid_hi >= mid_lo)
         st = read_cut_unit(&w, &j, mid_hi, 0, end % unit, dst + (mid_hi * unit - byte_offset), err);
+    if (st == CKPT_OK && j.track) st = check_track(&g, &track, err);
+    if (st == CKPT_OK && r && r->deflate) st = ckpt__inflater_check(w.inflater, r->size, r->crc32, r->name, j.name, err);
+    if (j.track) pthread_mutex_destroy(&g.lock);
+    free(track.segs);
     ckpt__catalog_keep_inflater(c, w.inflater);
     w.inflater = NULL;
     free_worker(&w);

@@ -184,9 +184,14 @@ def test_a_changed_byte_is_refused_everywhere(tmp_path, kind):
     assert out.exists()
     out.unlink()
 
-    with ckpt.open(path) as c, pytest.raises(ckpt.Error) as e:
-        c.verify(progress=False)
-    assert_names(e.value, path, member, tensor)
+    with ckpt.open(path) as c:
+        with pytest.raises(ckpt.Error) as e:
+            c.verify(progress=False)
+        assert_names(e.value, path, member, tensor)
+        with pytest.raises(ckpt.Error) as e:
+            c.get("w")  # a read of the whole tensor (ckpt_catalog_read)
+        assert_names(e.value, path, member, tensor)
+        assert np.array_equal(np.asarray(c.get("b")), np.asarray(intact["b"]))
 
     if CKPT_BIN:
         for args in (["verify", path], ["convert", path, out]):

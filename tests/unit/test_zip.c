@@ -382,6 +382,15 @@ static void test_crcs_checked_by_loads_and_verify(void **state) {
                 assert_int_equal(load_w(path, 1, threads, &err), CKPT_OK);
             }
             assert_int_equal(verify(path, &r, &err), damaged ? CKPT_E_CHECKSUM : CKPT_OK);
+            /* ckpt_catalog_read of the whole tensor checks it; of a part, not. */
+            ckpt_catalog *cat;
+            assert_int_equal(ckpt_catalog_open(path, &cat, &err), CKPT_OK);
+            const ckpt_tensor_info *w = ckpt_catalog_find(cat, "w");
+            void *bytes = malloc(w->nbytes);
+            assert_int_equal(ckpt_catalog_read(cat, w, 0, bytes, w->nbytes, &err), damaged ? CKPT_E_CHECKSUM : CKPT_OK);
+            assert_int_equal(ckpt_catalog_read(cat, w, 0, bytes, w->nbytes - 1, &err), CKPT_OK);
+            free(bytes);
+            ckpt_catalog_close(cat);
             if (!damaged) {
                 assert_int_equal(r.zip_crc32, 2);
                 assert_int_equal(r.tensors, 1);
@@ -390,7 +399,6 @@ static void test_crcs_checked_by_loads_and_verify(void **state) {
                 assert_string_equal(err.tensor, "w");
             }
             /* A converted copy is refused alike, and nothing is left. */
-            ckpt_catalog *cat;
             assert_int_equal(ckpt_catalog_open(path, &cat, &err), CKPT_OK);
             const char *out = in_dir(dir, "out.safetensors");
             assert_int_equal(ckpt_convert(cat, out, NULL, NULL, NULL, &err), damaged ? CKPT_E_CHECKSUM : CKPT_OK);
