@@ -267,9 +267,11 @@ ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tensor_decl *d, ck
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, d->name, -1, "tensor without data or with too many axes");
     uint64_t numel, nbytes;
     ckpt_status st;
-    if (!ckpt__shape_numel(d->ndim, d->shape, &numel))
-        return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, path, d->name, (int64_t)p0->offset, "product of the shape overflows");
-    if ((st = ckpt__dtype_nbytes(d->dtype, numel, &nbytes)))
+    if ((st = ckpt__tensor_size(d->dtype, d->ndim, d->shape, &numel, &nbytes)) == CKPT_E_SHAPE_OVERFLOW)
+        return ckpt__fail(err, st, path, d->name, (int64_t)p0->offset,
+                          "the shape's nonzero axes hold more than 2^63-1 elements or bytes of %s (safetensors, numpy "
+                          "and torch refuse it)", ckpt_dtype_name(d->dtype) ? ckpt_dtype_name(d->dtype) : "its dtype");
+    if (st)
         return ckpt__fail(err, st, path, d->name, (int64_t)p0->offset, "%llu elements of %s: %s",
                           (unsigned long long)numel, ckpt_dtype_name(d->dtype), ckpt_status_message(st));
     if (c->count == c->cap) {

@@ -126,8 +126,8 @@ uint64_t ckpt__move_nbytes(const ckpt_catalog *c, const ckpt__move *m) {
     const ckpt_tensor_info *t = ckpt_catalog_tensor(c, m->tensor);
     ckpt_dtype d = m->dtype ? m->dtype : t->dtype;
     if (!m->count) return packed(d) ? t->nbytes : dtype_bytes(d, t->numel);
-    uint64_t numel = 1;
-    for (uint32_t a = 0; a < t->ndim; a++) numel *= m->count[a];
+    uint64_t numel;
+    ckpt__shape_numel(t->ndim, m->count, &numel); /* a slice of a checked shape: within bounds */
     return dtype_bytes(d, numel);
 }
 
@@ -176,7 +176,12 @@ static void make_job(ckpt_catalog *c, ckpt__move *m, job *j, uint64_t *pool) {
     j->fn = ckpt__cast_kernel(packed(t->dtype) ? CKPT_U8 : t->dtype, packed(t->dtype) ? CKPT_U8 : out);
     j->same_bytes = out == t->dtype;
     /* The output is row-major over count[perm[i]]: each source axis's
-     * stride is that of the output axis it becomes. */
+     * stride is that of the output axis it becomes.  No product of extents
+     * here or below (strides, offsets, box sizes) overflows an int64: every
+     * tensor's nonzero axes hold at most 2^63-1 elements and bytes in its
+     * dtype and in the one it is cast to (ckpt__tensor_size, checked where
+     * shapes come in: formats, the writer, casts), and a slice's extents
+     * lie within its tensor's. */
     int64_t s = 1;
     for (uint32_t i = n; i-- > 0;) j->dst_stride[j->perm[i]] = s, s *= (int64_t)j->count[j->perm[i]];
     j->nbytes = (uint64_t)s * j->out_size;
@@ -280,8 +285,8 @@ static void plan_boxes(job *j, uint64_t limit_units) {
         j->split = 0, j->rows = 1, j->per_outer = 1, j->boxes = 1;
         return;
     }
-    uint64_t numel = 1;
-    for (uint32_t a = 0; a < j->n; a++) numel *= j->count[a];
+    uint64_t numel;
+    ckpt__shape_numel(j->n, j->count, &numel); /* a slice of a checked shape: within bounds */
     if (numel == 0) {
         j->boxes = 0;
         return;
