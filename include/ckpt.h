@@ -696,6 +696,19 @@ CKPT_API ckpt_status ckpt_catalog_read(const ckpt_catalog *catalog, const ckpt_t
  * size.  Only for tensors stored as they are read — dense, little-endian,
  * uncompressed — else CKPT_E_INVALID_ARGUMENT: use ckpt_catalog_read, which
  * converts.
+ *
+ * Views and a file that changes.  A view (this one, a private mapping of
+ * ckpt_catalog_map_file, ckpt_load's options->views) is the file itself,
+ * not a copy: if the file is truncated while a view of it lives (another
+ * process rewriting it in place, a download replaced by a shorter one),
+ * touching a byte of the view past the file's new end raises SIGBUS, which
+ * kills the process unless it handles the signal — as with every mapping
+ * of a file (safetensors' load_file, numpy's mmap_mode, torch.load's
+ * mmap=True).  A file rewritten in place changes what the view shows (a
+ * private mapping keeps only the pages written to).  Memory that no change
+ * of the file can reach is a read: ckpt_catalog_read, ckpt_load without
+ * views (Python: ckpt.load(copy=True)).  Replacing a file by rename, as
+ * every writer of ckpt does, leaves existing views on the old file, intact.
  */
 CKPT_API ckpt_status ckpt_catalog_view(ckpt_catalog *catalog, const ckpt_tensor_info *tensor,
                                        const void **data, ckpt_error *err);
@@ -711,7 +724,8 @@ CKPT_API ckpt_status ckpt_catalog_view(ckpt_catalog *catalog, const ckpt_tensor_
  * touches find their pages: only when the file fits in half of the
  * machine's available memory and is not cached already.  Files on network
  * file systems and remote sources cannot be mapped
- * (CKPT_E_INVALID_ARGUMENT): read them.
+ * (CKPT_E_INVALID_ARGUMENT): read them.  A file truncated while mapped
+ * raises SIGBUS where its vanished pages are touched: see ckpt_catalog_view.
  */
 typedef struct ckpt_mapping ckpt_mapping;
 
@@ -1300,7 +1314,9 @@ typedef struct ckpt_load_options {
      * copy-on-write views of private mappings with prefetch (see
      * ckpt_catalog_map_file), which live as long as the plan; 0: none.
      * Views read nothing, so their ZIP CRC-32s are not checked (see
-     * skip_crc_check). */
+     * skip_crc_check); a view of a file truncated meanwhile raises SIGBUS
+     * where it is touched (see ckpt_catalog_view): 0 reads every tensor
+     * into memory of its own. */
     int views;
     ckpt_progress_fn progress; /* bytes loaded so far (views count as loaded); non-zero
                                 * cancels (may be NULL)                                  */

@@ -163,7 +163,10 @@ class Checkpoint:
 
     def view(self, name):
         """A read-only, zero-copy numpy array on the file's mapping (only for
-        tensors stored as loaded: dense, little-endian, uncompressed)."""
+        tensors stored as loaded: dense, little-endian, uncompressed).  If
+        the file is truncated while the array lives, touching its vanished
+        pages kills the process with SIGBUS; get() (or ckpt.load(copy=True))
+        gives memory of its own, out of reach of the file."""
         i = self._row(name)
         r = self._rows[i]
         return _frameworks.Numpy.from_buffer(self._catalog.view(i), r[1], r[2], 0, name)
@@ -343,6 +346,14 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     instead, as do URLs and direct=True.  The others (casts, layouts,
     slices of inner axes) are read by the engine into new memory.
     mmap=True asks for the views explicitly; mmap=False is copy=True.
+
+    A view is the file itself: if the file is truncated while the view is
+    alive (another process rewriting it in place, a download replaced by a
+    shorter one), touching its vanished pages kills this process with
+    SIGBUS — as with safetensors' load_file and numpy's and torch's mmap.
+    copy=True reads every tensor into memory of its own, which no later
+    change of the file can reach.  (A file replaced by rename, as ckpt's
+    writers replace files, leaves the views on the old one, intact.)
 
     check_crc (default True): the CRC-32 of every ZIP member (torch.save
     .bin/.pt files, .npz archives) whose bytes the engine reads whole is
