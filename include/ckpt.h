@@ -1343,8 +1343,9 @@ typedef struct ckpt_load_options {
      * the .npy header of an .npz member, read at open) they cover it.  So a
      * torch storage shared by several tensors is checked when the last of
      * them is in place, before that one's item_done (the others' fired
-     * already); a storage with bytes no tensor shows, slices, and
-     * collective loads' shares go unchecked.  A DEFLATE member read whole is
+     * already); a storage with bytes no tensor shows, slices, tensors
+     * assembled from several members (a DCP tensor several ranks saved),
+     * and collective loads' shares go unchecked.  A DEFLATE member read whole is
      * inflated to its end, and its declared size checked too.  Views
      * (options->views) cannot be checked: no byte passes through the
      * library (ckpt_verify checks every member).  A mismatch fails with
