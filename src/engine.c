@@ -460,16 +460,23 @@ static ckpt_status inflate_read(worker *w, const job *j, ckpt__source *src, cons
 
 /* ---- CRC-32s of members (see engine.h) ------------------------------------------ */
 
-/* A member read in more scattered segments than this is not followed. */
-static uint64_t max_segments(const ckpt__recorded_crc *r) { return 1024 + r->size / 4096; }
+/* A member read in more scattered segments than this is not followed: runs
+ * under 1 KiB on average (a narrow tensor transposed in many boxes, a
+ * storage shown through a column); 24 bytes a segment, at most 2.3% of
+ * the member. */
+static uint64_t max_segments(const ckpt__recorded_crc *r) { return 1024 + r->size / 1024; }
 
 static void track_add(engine *g, crc_track *t, const crc_segment *seg) {
     pthread_mutex_lock(&g->lock);
+    if (!t->dropped && t->count >= max_segments(t->r)) { /* too scattered: the member goes unchecked */
+        t->dropped = true;
+        free(t->segs);
+        t->segs = NULL, t->count = t->cap = 0;
+    }
     if (!t->dropped && t->count == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 4;
-        crc_segment *grown = NULL;
-        if (t->count >= max_segments(t->r)) t->dropped = true; /* too scattered: the member goes unchecked */
-        else if ((grown = ckpt__realloc(t->segs, cap * sizeof *grown))) t->segs = grown, t->cap = cap;
+        crc_segment *grown = ckpt__realloc(t->segs, cap * sizeof *grown);
+        if (grown) t->segs = grown, t->cap = cap;
         else t->oom = t->dropped = true;
     }
     if (!t->dropped) t->segs[t->count++] = *seg;

@@ -71,7 +71,8 @@ typedef struct ckpt__engine_options {
  *     checked when the last of them is in place — before that one's
  *     move_done — if together they cover it; bytes of a member that no
  *     tensor read whole covers (a storage's elements no saved view shows)
- *     leave it unchecked.  The kernel copies no checked bytes: they pass
+ *     leave it unchecked, as does one read in runs under 1 KiB on average
+ *     (max_segments).  The kernel copies no checked bytes: they pass
  *     through memory.
  *   DEFLATE members: the inflater keeps the CRC-32 of everything it
  *     inflated; at the end of the move it inflates the rest of the member

@@ -306,6 +306,19 @@ def test_a_storage_shared_by_several_tensors_is_checked_once_all_are_read(tmp_pa
     assert len({"head", "tail", "tied"} & set(seen)) < 3
 
 
+def test_a_transposed_conversion_checks_the_storage_it_reads_in_scattered_runs(tmp_path):
+    # 64 MiB of f32 written transposed: each 8 MiB box of the output takes
+    # 2 KiB from every row of the storage, 32768 runs in all.
+    w = torch.arange(4096 * 4096, dtype=torch.float32).reshape(4096, 4096)
+    path = tmp_path / "big.bin"
+    torch.save({"w": w}, path)
+    member = next(i.filename for i in zipfile.ZipFile(path).infolist() if "/data/" in i.filename)
+    flip_stored(path, member, 40_000_000)
+    with pytest.raises(ckpt.Error) as e:
+        ckpt.convert(path, tmp_path / "t.safetensors", transpose="w", progress=False)
+    assert e.value.status == "CKPT_E_CHECKSUM" and f"ZIP member '{member}'" in str(e.value)
+
+
 def test_views_are_not_checked_as_documented(tmp_path):
     path, member, tensor, at = make_torch(tmp_path, False)
     flip_stored(path, member, at)
