@@ -43,6 +43,9 @@ const char convert_usage[] =
     "                         (key ckpt.xxh3_64), for ckpt verify\n"
     "  --verify               re-read what was written and check it (implies\n"
     "                         --checksums)\n"
+    "  --no-check-crc         do not check the source's ZIP CRC-32s (torch.save\n"
+    "                         files, .npz): by default each member read whole is\n"
+    "                         checked as it streams, and a mismatch writes nothing\n"
     "  --mpi                  split the conversion across the ranks of an MPI job\n"
     "                         (automatic under mpirun -np N with N > 1): rank 0\n"
     "                         reads the headers and lays the output out, each rank\n"
@@ -111,7 +114,7 @@ const char convert_usage[] =
 enum {
     OPT_HELP = 1, OPT_OUTPUT, OPT_FORCE, OPT_QUIET, OPT_MAX_SHARD_SIZE, OPT_PREFIX, OPT_NO_SYNC, OPT_CHECKSUMS,
     OPT_VERIFY, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_IGNORE_UNMATCHED, OPT_NO_EXTRA_FILES, OPT_ALLOW_GLOBAL,
-    OPT_DRY_RUN, OPT_JSON, OPT_MPI,
+    OPT_DRY_RUN, OPT_JSON, OPT_MPI, OPT_NO_CHECK_CRC,
     OPT_TO, OPT_DCP_RANKS, OPT_GGUF_KV, OPT_SPLIT_MAX_SIZE, OPT_SPLIT_MAX_TENSORS,
     /* transforms, kept in order as rules */
     OPT_SELECT, OPT_EXCLUDE, OPT_RENAME, OPT_DTYPE, OPT_SLICE, OPT_TRANSPOSE, OPT_LAYOUT
@@ -357,6 +360,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         {"no-sync", 0, false, OPT_NO_SYNC},
         {"checksums", 0, false, OPT_CHECKSUMS},
         {"verify", 0, false, OPT_VERIFY},
+        {"no-check-crc", 0, false, OPT_NO_CHECK_CRC},
         {"ignore-unmatched", 0, false, OPT_IGNORE_UNMATCHED},
         {"no-extra-files", 0, false, OPT_NO_EXTRA_FILES},
         {"allow-global", 0, true, OPT_ALLOW_GLOBAL},
@@ -398,6 +402,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         case OPT_NO_SYNC: a->opt.no_sync = 1; break;
         case OPT_CHECKSUMS: a->opt.checksums = 1; break;
         case OPT_VERIFY: a->opt.checksums = 1, a->verify = true; break;
+        case OPT_NO_CHECK_CRC: a->opt.skip_crc_check = 1; break;
         case OPT_IGNORE_UNMATCHED: a->ignore_unmatched = true; break;
         case OPT_NO_EXTRA_FILES: a->extra_files = false; break;
         case OPT_ALLOW_GLOBAL: a->globals[a->global_count++] = value; break;

@@ -702,6 +702,10 @@ CKPT_API ckpt_status ckpt_catalog_chunk(const ckpt_catalog *catalog, const ckpt_
  * the tensor, into `dst` (any alignment), with large pread calls.  Safe to
  * call from many threads at once.  Fails with CKPT_E_OUT_OF_RANGE when the
  * range is outside the tensor, CKPT_E_TRUNCATED when the file became shorter.
+ * A read of the whole tensor (byte_offset 0, nbytes its size) checks the
+ * CRC-32 of the ZIP member it lies in when the tensor covers the member, as
+ * ckpt_load does (CKPT_E_CHECKSUM on a mismatch); reads of parts check
+ * nothing (ckpt_verify checks every member).
  */
 CKPT_API ckpt_status ckpt_catalog_read(const ckpt_catalog *catalog, const ckpt_tensor_info *tensor,
                                        uint64_t byte_offset, void *dst, uint64_t nbytes,
@@ -715,6 +719,19 @@ CKPT_API ckpt_status ckpt_catalog_read(const ckpt_catalog *catalog, const ckpt_t
  * size.  Only for tensors stored as they are read — dense, little-endian,
  * uncompressed — else CKPT_E_INVALID_ARGUMENT: use ckpt_catalog_read, which
  * converts.
+ *
+ * Views and a file that changes.  A view (this one, a private mapping of
+ * ckpt_catalog_map_file, ckpt_load's options->views) is the file itself,
+ * not a copy: if the file is truncated while a view of it lives (another
+ * process rewriting it in place, a download replaced by a shorter one),
+ * touching a byte of the view past the file's new end raises SIGBUS, which
+ * kills the process unless it handles the signal — as with every mapping
+ * of a file (safetensors' load_file, numpy's mmap_mode, torch.load's
+ * mmap=True).  A file rewritten in place changes what the view shows (a
+ * private mapping keeps only the pages written to).  Memory that no change
+ * of the file can reach is a read: ckpt_catalog_read, ckpt_load without
+ * views (Python: ckpt.load(copy=True)).  Replacing a file by rename, as
+ * every writer of ckpt does, leaves existing views on the old file, intact.
  */
 CKPT_API ckpt_status ckpt_catalog_view(ckpt_catalog *catalog, const ckpt_tensor_info *tensor,
                                        const void **data, ckpt_error *err);
@@ -730,7 +747,8 @@ CKPT_API ckpt_status ckpt_catalog_view(ckpt_catalog *catalog, const ckpt_tensor_
  * touches find their pages: only when the file fits in half of the
  * machine's available memory and is not cached already.  Files on network
  * file systems and remote sources cannot be mapped
- * (CKPT_E_INVALID_ARGUMENT): read them.
+ * (CKPT_E_INVALID_ARGUMENT): read them.  A file truncated while mapped
+ * raises SIGBUS where its vanished pages are touched: see ckpt_catalog_view.
  */
 typedef struct ckpt_mapping ckpt_mapping;
 
@@ -864,6 +882,16 @@ typedef struct ckpt_writer_options {
      * ckpt_convert_plan set it when the source's index has it.
      */
     int total_parameters;
+    /*
+     * ckpt_convert and ckpt_convert_plan: non-zero does not check the
+     * source's ZIP CRC-32s.  By default a conversion checks the CRC-32 of
+     * every member of a torch.save file, a DCP file's torch.save items or
+     * an .npz archive whose bytes it reads whole, as a load does (see
+     * ckpt_load_options.skip_crc_check): those bytes then pass through
+     * memory instead of being copied by the kernel.  A mismatch fails
+     * before anything is published.
+     */
+    int skip_crc_check;
 } ckpt_writer_options;
 
 /* The `__metadata__` key of checksums: a JSON object text,
@@ -1019,15 +1047,39 @@ CKPT_API ckpt_status ckpt_convert(const ckpt_catalog *source, const char *dst_pa
 /*
  * Checks a checkpoint.  Opening already checked its structure (every offset
  * and size, index ↔ shards, each tensor present exactly once, every file
- * complete); this reads every tensor that has a recorded checksum
- * (CKPT_CHECKSUM_METADATA_KEY) and compares.  A mismatch fails with
- * CKPT_E_CHECKSUM naming the tensor and its file; a checksum map naming a
- * tensor its file does not hold fails with CKPT_E_INDEX_MISMATCH.
- * *checked (optional) receives the number of tensors whose checksum
- * matched.  `progress` may be NULL.
+ * complete); this reads every byte that a checksum the files record covers
+ * and compares:
+ *   - ckpt's own XXH3-64 digests (CKPT_CHECKSUM_METADATA_KEY, written by
+ *     ckpt_convert with options->checksums): each tensor's, and the header's;
+ *   - the CRC-32 of every ZIP member: every record of a torch.save file
+ *     (storages, data.pkl, …) and of the torch.save items in DCP files,
+ *     every member of an .npz archive — inflating DEFLATE members, whose
+ *     declared size must be what their stream gives.
+ * A mismatch fails with CKPT_E_CHECKSUM naming the file, the tensor and
+ * (ZIP) the member; a DEFLATE stream that contradicts its member's size,
+ * with CKPT_E_ZIP_INVALID; a checksum map naming a tensor its file does not
+ * hold, with CKPT_E_INDEX_MISMATCH.  GGUF, plain safetensors and DCP files
+ * written with safetensors serialization record none: nothing to compare.
+ * *checked (optional) receives the number of tensors whose XXH3-64 matched.
+ * `progress` may be NULL.
  */
 CKPT_API ckpt_status ckpt_verify(const ckpt_catalog *catalog, ckpt_progress_fn progress, void *user, size_t *checked,
                                  ckpt_error *err);
+
+/* What ckpt_verify_ex checked. */
+typedef struct ckpt_verify_report {
+    size_t size;            /* sizeof(ckpt_verify_report), set by the caller */
+    size_t tensor_digests;  /* tensors whose XXH3-64 matched (ckpt_verify's *checked) */
+    size_t header_digests;  /* files whose header XXH3-64 matched */
+    size_t zip_crc32;       /* ZIP members whose CRC-32 (and DEFLATE size) matched */
+    uint64_t bytes;         /* bytes those checksums cover, all read */
+    size_t tensors;         /* tensors whose bytes they cover */
+} ckpt_verify_report;
+
+/* ckpt_verify, saying what it checked: `report` (may be NULL) is filled up
+ * to its `size`, zeros when nothing was recorded. */
+CKPT_API ckpt_status ckpt_verify_ex(const ckpt_catalog *catalog, ckpt_progress_fn progress, void *user,
+                                    ckpt_verify_report *report, ckpt_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Casts                                                                    */
@@ -1283,7 +1335,11 @@ typedef struct ckpt_load_options {
      * the file (not on network file systems): CKPT_VIEWS_SHARED, read-only
      * views of the catalog's mapping; CKPT_VIEWS_PRIVATE, writable,
      * copy-on-write views of private mappings with prefetch (see
-     * ckpt_catalog_map_file), which live as long as the plan; 0: none. */
+     * ckpt_catalog_map_file), which live as long as the plan; 0: none.
+     * Views read nothing, so their ZIP CRC-32s are not checked (see
+     * skip_crc_check); a view of a file truncated meanwhile raises SIGBUS
+     * where it is touched (see ckpt_catalog_view): 0 reads every tensor
+     * into memory of its own. */
     int views;
     ckpt_progress_fn progress; /* bytes loaded so far (views count as loaded); non-zero
                                 * cancels (may be NULL)                                  */
@@ -1299,6 +1355,27 @@ typedef struct ckpt_load_options {
      * broadcast is done.  May be NULL. */
     int (*item_done)(size_t item, void *user);
     void *item_done_user;
+    /*
+     * Non-zero: do not check the CRC-32s of ZIP members (torch.save files,
+     * the torch.save items of DCP files, .npz archives).  By default a load
+     * checks the CRC-32 of every member whose bytes it reads whole, as they
+     * stream (zlib's crc32 beside the copy): each tensor read whole (no
+     * slice) into memory — a library buffer or the caller's — adds the
+     * CRC-32s of the bytes it read, and once every tensor of the plan that
+     * lies in a member is in place, the member is checked if together (with
+     * the .npy header of an .npz member, read at open) they cover it.  So a
+     * torch storage shared by several tensors is checked when the last of
+     * them is in place, before that one's item_done (the others' fired
+     * already); a storage with bytes no tensor shows, slices, tensors
+     * assembled from several members (a DCP tensor several ranks saved),
+     * and collective loads' shares go unchecked.  A DEFLATE member read whole is
+     * inflated to its end, and its declared size checked too.  Views
+     * (options->views) cannot be checked: no byte passes through the
+     * library (ckpt_verify checks every member).  A mismatch fails with
+     * CKPT_E_CHECKSUM naming the file, the member and the tensor; a declared
+     * size the DEFLATE stream contradicts, with CKPT_E_ZIP_INVALID.
+     */
+    int skip_crc_check;
 } ckpt_load_options;
 
 /* Fills the first `size` bytes of options with the defaults, and `size`

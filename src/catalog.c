@@ -34,6 +34,11 @@ typedef struct storage {
     uint64_t base, nbytes;
 } storage;
 
+typedef struct recorded_crc {
+    uint32_t file;
+    ckpt__recorded_crc crc;
+} recorded_crc;
+
 struct ckpt_catalog {
     ckpt_format format;
     ckpt__arena arena;
@@ -49,6 +54,8 @@ struct ckpt_catalog {
     ckpt__pairs meta;
     size_t storage_count, storage_cap;
     storage *storages;
+    size_t crc_count, crc_cap;
+    recorded_crc *crcs;     /* what the files record: ZIP members' CRC-32s */
     ckpt__buf tree;         /* object trees as JSON */
     size_t trees;
     const char **extra_globals; /* sorted "module.name", arena */
@@ -249,6 +256,39 @@ ckpt_status ckpt__cat_add_storage(ckpt_catalog *c, uint32_t file, uint64_t base,
     return CKPT_OK;
 }
 
+ckpt_status ckpt__cat_add_crc(ckpt_catalog *c, uint32_t file, const ckpt__recorded_crc *crc, uint32_t *index,
+                              ckpt_error *err) {
+    if (c->crc_count == UINT32_MAX - 1)
+        return ckpt__fail(err, CKPT_E_LIMIT, c->files[file].src->name, crc->name, (int64_t)crc->offset,
+                          "more recorded checksums than ckpt counts");
+    if (c->crc_count == c->crc_cap) {
+        size_t cap = c->crc_cap ? c->crc_cap * 2 : 64;
+        recorded_crc *r = ckpt__realloc(c->crcs, cap * sizeof *r);
+        if (!r) return ckpt__oom(err, c->files[file].src->name, NULL);
+        c->crcs = r;
+        c->crc_cap = cap;
+    }
+    c->crcs[c->crc_count] = (recorded_crc){file, *crc};
+    if (index) *index = (uint32_t)c->crc_count;
+    c->crc_count++;
+    return CKPT_OK;
+}
+
+size_t ckpt__catalog_crc_count(const ckpt_catalog *c) { return c->crc_count; }
+
+const ckpt__recorded_crc *ckpt__catalog_crc(const ckpt_catalog *c, size_t i, uint32_t *file) {
+    if (i >= c->crc_count) return NULL;
+    if (file) *file = c->crcs[i].file;
+    return &c->crcs[i].crc;
+}
+
+const char *ckpt__catalog_crc_tensor(const ckpt_catalog *c, size_t i) {
+    for (size_t t = 0; t < c->count; t++)
+        for (uint32_t k = 0; k < c->locs[t].count; k++)
+            if (c->locs[t].pieces[k].crc == i + 1) return c->tensors[t].name;
+    return NULL;
+}
+
 static bool grow_names(ckpt_catalog *c) {
     size_t want = c->names_cap ? c->names_cap * 2 : 256;
     if (!ckpt__name_table_grow(&c->names, want)) return false;
@@ -263,9 +303,11 @@ ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tensor_decl *d, ck
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, d->name, -1, "tensor without data or with too many axes");
     uint64_t numel, nbytes;
     ckpt_status st;
-    if (!ckpt__shape_numel(d->ndim, d->shape, &numel))
-        return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, path, d->name, (int64_t)p0->offset, "product of the shape overflows");
-    if ((st = ckpt__dtype_nbytes(d->dtype, numel, &nbytes)))
+    if ((st = ckpt__tensor_size(d->dtype, d->ndim, d->shape, &numel, &nbytes)) == CKPT_E_SHAPE_OVERFLOW)
+        return ckpt__fail(err, st, path, d->name, (int64_t)p0->offset,
+                          "the shape's nonzero axes hold more than 2^63-1 elements or bytes of %s (safetensors, numpy "
+                          "and torch refuse it)", ckpt_dtype_name(d->dtype) ? ckpt_dtype_name(d->dtype) : "its dtype");
+    if (st)
         return ckpt__fail(err, st, path, d->name, (int64_t)p0->offset, "%llu elements of %s: %s",
                           (unsigned long long)numel, ckpt_dtype_name(d->dtype), ckpt_status_message(st));
     if (c->count == c->cap) {
@@ -461,6 +503,7 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     ckpt__pairs_free(&c->meta);
     free(c->tree.data);
     free(c->storages);
+    free(c->crcs);
     free(c->index_path);
     free(c->kvs);
     ckpt__beneath_close(c->root);

@@ -12,6 +12,13 @@
 CKPT__HIDDEN bool ckpt__catalog_storage(const ckpt_catalog *catalog, uint32_t storage, uint64_t *base,
                                         uint64_t *nbytes);
 
+/* The CRC-32s the catalog's files record (ckpt__cat_add_crc): how many,
+ * and the i-th (NULL past the end) with its data file. */
+CKPT__HIDDEN size_t ckpt__catalog_crc_count(const ckpt_catalog *catalog);
+CKPT__HIDDEN const ckpt__recorded_crc *ckpt__catalog_crc(const ckpt_catalog *catalog, size_t i, uint32_t *file);
+/* A tensor whose bytes lie in recorded CRC-32 i, for messages; NULL: none. */
+CKPT__HIDDEN const char *ckpt__catalog_crc_tensor(const ckpt_catalog *catalog, size_t i);
+
 /* Whether the catalog's index counts parameters (ckpt__cat_set_index_counts_parameters). */
 CKPT__HIDDEN bool ckpt__cat_index_counts_parameters(const ckpt_catalog *catalog);
 

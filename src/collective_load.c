@@ -355,7 +355,8 @@ ckpt_status ckpt_load_collective(ckpt_plan *p, const ckpt_load_options *options,
     }
     if (local == CKPT_OK) {
         ckpt__engine_options eo = {.threads = o.threads, .chunk_bytes = o.chunk_bytes, .io = o.io,
-                                   .io_uring = o.io_uring, .progress = o.progress, .user = o.user};
+                                   .io_uring = o.io_uring, .progress = o.progress, .user = o.user,
+                                   .check_crc = !o.skip_crc_check};
         local = ckpt__engine_run(p->catalog, moves, moves_used, &eo, &p->stats, &mine);
         p->stats.views = views;
     }

@@ -184,7 +184,7 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
         return st;
     }
     ckpt__engine_options eo = {.io = CKPT_IO_BUFFERED, .progress = progress, .user = user, .writer = w,
-                               .ordered = ckpt__writer_needs_order(w)};
+                               .ordered = ckpt__writer_needs_order(w), .check_crc = !o.skip_crc_check};
     st = ckpt__engine_run(p->catalog, moves, used, &eo, NULL, err);
     if (st == CKPT_OK) st = ckpt_writer_commit(w, err);
     ckpt_writer_free(w);

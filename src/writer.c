@@ -260,9 +260,11 @@ ckpt_status ckpt_writer_add_tensor_shared(ckpt_writer *w, const char *name, ckpt
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, name, -1, "shape must have at most %d dimensions",
                           CKPT_MAX_DIMS);
     uint64_t numel, nbytes, total;
-    if (!ckpt__shape_numel(ndim, shape, &numel))
-        return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, w->path, name, -1, "product of the shape overflows 64 bits");
-    if ((st = ckpt__dtype_nbytes(dtype, numel, &nbytes)))
+    if ((st = ckpt__tensor_size(dtype, ndim, shape, &numel, &nbytes)) == CKPT_E_SHAPE_OVERFLOW)
+        return ckpt__fail(err, st, w->path, name, -1,
+                          "the shape's nonzero axes hold more than 2^63-1 elements or bytes of %s (safetensors, numpy "
+                          "and torch refuse it)", ckpt_dtype_name(dtype));
+    if (st)
         return ckpt__fail(err, st, w->path, name, -1, "%llu elements of %s: %s", (unsigned long long)numel,
                           ckpt_dtype_name(dtype), ckpt_status_message(st));
     if (!ckpt__add_u64(w->total, nbytes, &total))

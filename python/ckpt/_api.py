@@ -164,7 +164,10 @@ class Checkpoint:
 
     def view(self, name):
         """A read-only, zero-copy numpy array on the file's mapping (only for
-        tensors stored as loaded: dense, little-endian, uncompressed)."""
+        tensors stored as loaded: dense, little-endian, uncompressed).  If
+        the file is truncated while the array lives, touching its vanished
+        pages kills the process with SIGBUS; get() (or ckpt.load(copy=True))
+        gives memory of its own, out of reach of the file."""
         i = self._row(name)
         r = self._rows[i]
         return _frameworks.Numpy.from_buffer(self._catalog.view(i), r[1], r[2], 0, name)
@@ -179,7 +182,9 @@ class Checkpoint:
         unless told); `default` when the checkpoint has no such tensor, as
         dict.get.  A framework's name as the second argument ("pt") is the
         older form of framework=, and keeps its meaning (KeyError when
-        absent)."""
+        absent).  The CRC-32 of the ZIP member the tensor fills (a torch
+        storage of its own, an .npz array) is checked, as ckpt.load checks
+        it."""
         if framework is None and isinstance(default, str) and default.lower() in _frameworks.FRAMEWORKS:
             return self._read(self._row(name), default)
         i = self._catalog.find(name) if isinstance(name, str) else None
@@ -196,9 +201,16 @@ class Checkpoint:
             self._catalog.read(i, fw.raw(out, writable=True))
         return fw.to_device(out, None)
 
-    def verify(self, progress=None):
-        """Checks every recorded checksum; returns how many tensors matched."""
-        return self._catalog.verify(progress=_progress.choose(progress, "verify"))
+    def verify(self, progress=None, report=False):
+        """Checks every checksum the files record, reading every byte one
+        covers: ckpt's XXH3-64 digests (convert(checksums=True)) and the
+        CRC-32 of every ZIP member (torch.save files, .npz archives).  Raises
+        ckpt.Error (CKPT_E_CHECKSUM) on a mismatch.  Returns how many
+        tensors' XXH3-64 matched; with report=True, a dict of what was
+        checked: {"tensor_digests", "header_digests", "zip_crc32", "bytes",
+        "tensors"} (all 0 when the files record no checksum, as GGUF and
+        plain safetensors files do)."""
+        return self._catalog.verify(progress=_progress.choose(progress, "verify"), report=report)
 
     def __repr__(self):
         return (f"<ckpt.Checkpoint {_sources.shown(self.path)!r} {self.format}, {len(self)} tensors, "
@@ -331,7 +343,7 @@ def _io(io, direct=False):
 def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
          tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, device="cpu", nested=False, copy=False,
          mmap=None, threads=0, io="auto", progress=None, allowed_globals=None, ignore_unmatched=False, direct=False,
-         **source):
+         check_crc=True, **source):
     """Loads a checkpoint (or the part of it a device needs) into a dict of
     tensors, with the parallel engine: memory beyond the tensors is a small
     bounce ring, whatever the checkpoint's size.
@@ -353,7 +365,24 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     the bytes shown); copy=True gives every tensor memory of its own
     instead, as do URLs and direct=True.  The others (casts, layouts,
     slices of inner axes) are read by the engine into new memory.
-    mmap=True asks for the views explicitly; mmap=False is copy=True."""
+    mmap=True asks for the views explicitly; mmap=False is copy=True.
+
+    A view is the file itself: if the file is truncated while the view is
+    alive (another process rewriting it in place, a download replaced by a
+    shorter one), touching its vanished pages kills this process with
+    SIGBUS — as with safetensors' load_file and numpy's and torch's mmap.
+    copy=True reads every tensor into memory of its own, which no later
+    change of the file can reach.  (A file replaced by rename, as ckpt's
+    writers replace files, leaves the views on the old one, intact.)
+
+    check_crc (default True): the CRC-32 of every ZIP member (torch.save
+    .bin/.pt files, .npz archives) whose bytes the engine reads whole is
+    checked as they stream — a mismatch raises ckpt.Error
+    (CKPT_E_CHECKSUM) naming the file, the member and the tensor.  Views
+    cannot be checked (no byte is read): to check a torch file's tensors
+    that would come as views, pass copy=True, or use
+    ckpt.open(path).verify().  Slices, and storages with bytes no tensor
+    shows, go unchecked; check_crc=False checks nothing."""
     if mmap is not None and not mmap:
         copy = True
     fw = _frameworks.get(framework)
@@ -382,7 +411,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     # row ranges); the rest, or everything with copy=True or direct=True,
     # through the engine (remote sources are never mapped).
     plan.load(threads=threads, io=io_mode, views=0 if copy or direct else _VIEWS_PRIVATE,
-              progress=_progress.choose(progress, "load"))
+              progress=_progress.choose(progress, "load"), check_crc=check_crc)
     out = {}
     for i, item in enumerate(items):
         out[item.name] = fw.from_buffer(plan.data(i), item.dtype, item.shape, 0, item.name)
@@ -525,7 +554,7 @@ def _strict_error(target, missing, unexpected, mismatched, meta_left=(), loaded=
 def load_into(target, path, strict=True, *, assign=False, device=None, dtype=None, copy=False, select=None,
               exclude=None, rename=None, tp_rank=None, tp_size=None, tp_dim=0, tp_select=None, slices=None,
               transpose=None, layout=None, threads=0, io="auto", progress=None, allowed_globals=None,
-              ignore_unmatched=False, direct=False, on_loaded=None, **source):
+              ignore_unmatched=False, direct=False, on_loaded=None, check_crc=True, **source):
     """Loads a checkpoint into the existing tensors of `target` — a
     torch.nn.Module, a state dict, or a (nested) dict of numpy arrays — in
     place: bytes go straight from the file into each tensor's memory, so no
@@ -563,7 +592,14 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
     particular order — to use each one (copy it to a device, hash it)
     without waiting for the whole load.  An exception it raises stops the
     load and is raised here.  With assign=True it is called once the load
-    is done, with each new tensor as the module now holds it."""
+    is done, with each new tensor as the module now holds it.
+
+    check_crc (default True) checks the CRC-32 of every ZIP member (torch
+    .bin/.pt, .npz) read whole, as ckpt.load does: a mismatch raises
+    ckpt.Error (CKPT_E_CHECKSUM), the target then holding partial data.  A
+    torch storage shared by several tensors is checked once the last of
+    them is in place, before its on_loaded call (the others' came
+    already)."""
     if on_loaded is not None and not callable(on_loaded):
         raise TypeError(f"on_loaded must be a function of (name, tensor), not {type(on_loaded).__name__}")
     if assign and not _is_module(target):
@@ -625,9 +661,10 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
         plan.exclude(_literal(source_name))
     items = plan.items()  # none left: strict=False's report says why
     if items and not assign:
-        _load_in_place(fw, flat, plan, items, recast, threads, io_mode, progress, on_loaded)
+        _load_in_place(fw, flat, plan, items, recast, threads, io_mode, progress, on_loaded, check_crc)
     elif items:
-        _load_assigned(target, flat, plan, items, device, copy or direct, threads, io_mode, progress, on_loaded)
+        _load_assigned(target, flat, plan, items, device, copy or direct, threads, io_mode, progress, on_loaded,
+                       check_crc)
     if assign:
         left = _compute_non_persistent(target, meta_buffers, device or "cpu")
         if strict and left:
@@ -636,7 +673,7 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
     return LoadResult(missing, unexpected, mismatched)
 
 
-def _load_in_place(fw, flat, plan, items, recast, threads, io_mode, progress, on_loaded):
+def _load_in_place(fw, flat, plan, items, recast, threads, io_mode, progress, on_loaded, check_crc):
     """The engine writes straight into each target tensor's memory (those
     on the host, contiguous, of a dtype it casts to); the others are loaded
     into new memory and copied in by the framework."""
@@ -653,7 +690,8 @@ def _load_in_place(fw, flat, plan, items, recast, threads, io_mode, progress, on
         def done(i):  # items read in place are the caller's tensors already; the others come after the copy
             if direct[i]:
                 on_loaded(items[i][0], flat[items[i][0]])
-    plan.load(threads=threads, io=io_mode, progress=_progress.choose(progress, "load"), item_done=done)
+    plan.load(threads=threads, io=io_mode, progress=_progress.choose(progress, "load"), item_done=done,
+              check_crc=check_crc)
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
         if not direct[i]:
             tmp = fw.from_buffer(plan.data(i), dt, shape, 0, name)
@@ -663,7 +701,7 @@ def _load_in_place(fw, flat, plan, items, recast, threads, io_mode, progress, on
                 on_loaded(name, flat[name])
 
 
-def _load_assigned(module, flat, plan, items, device, copy, threads, io_mode, progress, on_loaded):
+def _load_assigned(module, flat, plan, items, device, copy, threads, io_mode, progress, on_loaded, check_crc):
     """Loads the plan's tensors as ckpt.load does (views where the bytes
     allow) and puts each in the module in place of the tensor it names —
     and of every name tied to it."""
@@ -672,7 +710,7 @@ def _load_assigned(module, flat, plan, items, device, copy, threads, io_mode, pr
     for name, t in flat.items():
         names_of.setdefault(id(t), []).append(name)
     plan.load(threads=threads, io=io_mode, views=0 if copy else _VIEWS_PRIVATE,
-              progress=_progress.choose(progress, "load"))
+              progress=_progress.choose(progress, "load"), check_crc=check_crc)
     fw = _frameworks.Torch
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
         old = flat[name]
@@ -807,7 +845,7 @@ def _pieces(fw, t):
 def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None, tp_dim=0,
             tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
             overwrite=False, checksums=False, no_sync=False, progress=None, extra_files=True, allowed_globals=None,
-            ignore_unmatched=False, format=None, dcp_ranks=1, direct=False, dry_run=False,
+            ignore_unmatched=False, format=None, dcp_ranks=1, direct=False, dry_run=False, check_crc=True,
             **source):  # noqa: A002
     """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
     — one file, or shards in a directory when max_shard_size is given or
@@ -832,6 +870,11 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
 
     Returns the paths written (as save does): the output files, then the
     side files (an index, DCP's .metadata) and the copied files.
+
+    check_crc (default True): the CRC-32 of every ZIP member of the source
+    (torch .bin/.pt, .npz) read whole is checked as it streams; a mismatch
+    raises ckpt.Error (CKPT_E_CHECKSUM) and nothing is written.
+
     dry_run=True writes nothing and returns what the conversion would
     write, after every rule and with the same checks, as a dict:
     {"path", "format", "directory", "files": [{"name", "path", "size",
@@ -854,7 +897,7 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
         max_shard_size = "5GB"  # a directory gets shards, as `ckpt convert` gives it (the hub's default size)
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
               checksums=checksums, progress=bar, format=numbers[format],
-              dcp_ranks=int(dcp_ranks) if format == "dcp" else 0)
+              dcp_ranks=int(dcp_ranks) if format == "dcp" else 0, check_crc=check_crc)
     if prefix is not None:
         kw["prefix"] = prefix
     if extra_files and max_shard_size is not None and not _sources.is_remote(src) and os.path.isdir(src):

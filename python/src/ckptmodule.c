@@ -573,24 +573,31 @@ static PyObject *Catalog_view(Catalog *self, PyObject *arg) {
     return buffer_new((PyObject *)self, (void *)data, t->nbytes, 1, NULL);
 }
 
+/* verify(progress=None, report=False) → the tensors whose XXH3-64 matched,
+ * or with report, what ckpt_verify_ex checked as a dict. */
 static PyObject *Catalog_verify(Catalog *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"progress", NULL};
+    static char *kwlist[] = {"progress", "report", NULL};
     progress_ctx p = {NULL};
+    int want_report = 0;
     if (!catalog_ready(self)) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &p.callable)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Op", kwlist, &p.callable, &want_report)) return NULL;
     ckpt_error e;
     ckpt_status st;
-    size_t checked = 0;
+    ckpt_verify_report r = {.size = sizeof r};
     Py_BEGIN_ALLOW_THREADS
-    st = ckpt_verify(self->catalog, progress_trampoline, &p, &checked, &e);
+    st = ckpt_verify_ex(self->catalog, progress_trampoline, &p, &r, &e);
     Py_END_ALLOW_THREADS
     if (st != CKPT_OK) return raise_ckpt(&e);
-    return PyLong_FromSize_t(checked);
+    if (!want_report) return PyLong_FromSize_t(r.tensor_digests);
+    return Py_BuildValue("{s:n,s:n,s:n,s:K,s:n}", "tensor_digests", (Py_ssize_t)r.tensor_digests, "header_digests",
+                         (Py_ssize_t)r.header_digests, "zip_crc32", (Py_ssize_t)r.zip_crc32, "bytes",
+                         (unsigned long long)r.bytes, "tensors", (Py_ssize_t)r.tensors);
 }
 
 /* convert(dst, max_shard_size=0, prefix=None, overwrite=False,
- * no_sync=False, checksums=False, progress=None), shared by Catalog (plain
- * copy) and Plan (with its rules): `run` is the library call. */
+ * no_sync=False, checksums=False, progress=None, …, check_crc=True), shared
+ * by Catalog (plain copy) and Plan (with its rules): `run` is the library
+ * call. */
 typedef ckpt_status (*convert_fn)(void *source, const char *dst, const ckpt_writer_options *o, ckpt_progress_fn fn,
                                   void *user, ckpt_error *err);
 
@@ -608,18 +615,19 @@ static ckpt_status run_plan_convert(void *source, const char *dst, const ckpt_wr
  * ckpt_convert_plan_preview's JSON text. */
 static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress",
-                             "copy_files_from", "format", "dcp_ranks", "dry_run", NULL};
+                             "copy_files_from", "format", "dcp_ranks", "dry_run", "check_crc", NULL};
     PyObject *dst, *prefix = NULL, *extra = NULL;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     unsigned long long shard = 0;
     unsigned int dcp_ranks = 0; /* with format CKPT_FORMAT_DCP: the ranks that appear to have saved it */
-    int overwrite = 0, no_sync = 0, checksums = 0, format = 0, dry_run = 0;
+    int overwrite = 0, no_sync = 0, checksums = 0, format = 0, dry_run = 0, check_crc = 1;
     progress_ctx p = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&iIp", kwlist, PyUnicode_FSConverter, &dst, &shard,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&iIpp", kwlist, PyUnicode_FSConverter, &dst, &shard,
                                      PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable,
-                                     PyUnicode_FSConverter, &extra, &format, &dcp_ranks, &dry_run))
+                                     PyUnicode_FSConverter, &extra, &format, &dcp_ranks, &dry_run, &check_crc))
         return NULL;
+    o.skip_crc_check = !check_crc;
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
     o.format = (ckpt_format)format;
     o.dcp_ranks = dcp_ranks;
@@ -681,10 +689,11 @@ static PyMethodDef Catalog_methods[] = {
      "read(index, out, byte_offset=0): copy a tensor's bytes into a writable buffer"},
     {"view", (PyCFunction)Catalog_view, METH_O, "view(index) -> read-only Buffer on the file's mapping"},
     {"verify", (PyCFunction)(void (*)(void))Catalog_verify, METH_VARARGS | METH_KEYWORDS,
-     "verify(progress=None) -> number of tensors whose checksum matched"},
+     "verify(progress=None, report=False) -> number of tensors whose XXH3-64 matched; with report, a dict of\n"
+     "        what was checked: tensor_digests, header_digests, zip_crc32, bytes, tensors"},
     {"convert", (PyCFunction)(void (*)(void))Catalog_convert, METH_VARARGS | METH_KEYWORDS,
      "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None, "
-     "copy_files_from=None, dcp_ranks=0)"},
+     "copy_files_from=None, format=0, dcp_ranks=0, check_crc=True)"},
     {"close", (PyCFunction)Catalog_close, METH_NOARGS, "close(): release files (once no view refers to them)"},
     {NULL}};
 
@@ -1118,18 +1127,20 @@ static int item_done_trampoline(size_t item, void *user) {
 }
 
 static PyObject *Plan_load(Plan *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"threads", "chunk_bytes", "io", "io_uring", "views", "progress", "item_done", NULL};
+    static char *kwlist[] = {"threads", "chunk_bytes", "io", "io_uring", "views", "progress", "item_done", "check_crc",
+                             NULL};
     ckpt_load_options o;
     ckpt_load_options_init(&o);
-    int io = 0, uring = 0, views = 0;
+    int io = 0, uring = 0, views = 0, check_crc = 1;
     unsigned long long chunk = 0;
     progress_ctx p = {NULL};
     item_done_ctx d = {NULL, NULL, NULL, NULL};
     if (!plan_ready(self)) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IKiiiOO", kwlist, &o.threads, &chunk, &io, &uring, &views,
-                                     &p.callable, &d.callable))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IKiiiOOp", kwlist, &o.threads, &chunk, &io, &uring, &views,
+                                     &p.callable, &d.callable, &check_crc))
         return NULL;
     o.chunk_bytes = chunk, o.io = (ckpt_io_mode)io, o.io_uring = uring, o.views = views;
+    o.skip_crc_check = !check_crc;
     o.progress = progress_trampoline, o.user = &p;
     if (d.callable && d.callable != Py_None) o.item_done = item_done_trampoline, o.item_done_user = &d;
     ckpt_error e;
@@ -1199,13 +1210,14 @@ static PyMethodDef Plan_methods[] = {
     {"release_buffers", (PyCFunction)Plan_release_buffers, METH_NOARGS,
      "release_buffers(): the current items forget their set_buffer buffers"},
     {"load", (PyCFunction)(void (*)(void))Plan_load, METH_VARARGS | METH_KEYWORDS,
-     "load(threads=0, chunk_bytes=0, io=0, io_uring=0, views=0, progress=None): views 1 read-only, 2 private"},
+     "load(threads=0, chunk_bytes=0, io=0, io_uring=0, views=0, progress=None, item_done=None, check_crc=True):\n"
+     "        views 1 read-only, 2 private; check_crc checks ZIP members read whole"},
     {"data", (PyCFunction)Plan_data, METH_O, "data(i) -> Buffer, or None for a caller buffer"},
     {"stats", (PyCFunction)Plan_stats, METH_NOARGS, "stats() -> dict of the last load"},
     {"convert", (PyCFunction)(void (*)(void))Plan_convert, METH_VARARGS | METH_KEYWORDS,
      "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None,\n"
-     "        copy_files_from=None, format=0, dcp_ranks=0, dry_run=False): with dry_run, writes nothing and returns\n"
-     "        what it would write (JSON text, see ckpt_convert_plan_preview)"},
+     "        copy_files_from=None, format=0, dcp_ranks=0, dry_run=False, check_crc=True): with dry_run, writes\n"
+     "        nothing and returns what it would write (JSON text, see ckpt_convert_plan_preview)"},
     {NULL}};
 
 static PyTypeObject PlanType = {

@@ -662,10 +662,16 @@ static ckpt_status add_tensor(reader *r, const tensor_meta *t) {
         }
         uint64_t volume = 1;
         for (uint32_t d = 0; d < t->ndim; d++) volume *= ch->sizes[d];
+        uint32_t first_crc;
+        if ((st = ckpt__torch_add_crcs(r->c, f->number, &tf, it->offset, &first_crc, r->err))) {
+            ckpt__torch_file_free(&tf);
+            break;
+        }
         if (volume) {
             const ckpt__torch_storage *s = &tf.storages[x->storage];
             ckpt__piece *p = &pieces[count++];
             p->file = f->number;
+            p->crc = s->crc ? first_crc + s->crc : 0;
             p->start = ch->offsets;
             p->count = ch->sizes;
             p->strides = x->strides;
@@ -708,7 +714,8 @@ static ckpt_status add_bytes(reader *r, const char *fqn, const item *it, const c
     st = ckpt__torch_read_zip_ex(win, r->arena, &o, &tf, r->err);
     ckpt__source_close(win);
     if (st) return in_item(r, st, it, fqn, "the object");
-    uint32_t first = 0;
+    uint32_t first = 0, first_crc;
+    st = ckpt__torch_add_crcs(r->c, f->number, &tf, it->offset, &first_crc, r->err);
     for (size_t i = 0; st == CKPT_OK && i < tf.storage_count; i++) {
         const ckpt__torch_storage *s = &tf.storages[i];
         uint32_t number;
@@ -719,7 +726,7 @@ static ckpt_status add_bytes(reader *r, const char *fqn, const item *it, const c
         const ckpt__torch_tensor *t = &tf.tensors[i];
         const ckpt__torch_storage *s = &tf.storages[t->storage];
         ckpt__piece p = {.file = f->number, .offset = it->offset + t->offset, .strides = t->strides,
-                         .big_endian = tf.big_endian};
+                         .big_endian = tf.big_endian, .crc = s->crc ? first_crc + s->crc : 0};
         if (s->comp_size) {
             p.offset = t->storage_begin;
             p.record = it->offset + s->offset;

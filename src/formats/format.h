@@ -42,7 +42,28 @@ typedef struct ckpt__piece {
     uint64_t record;         /* DEFLATE: the compressed data's offset in the file */
     uint64_t record_size;    /* DEFLATE: compressed bytes; 0 when the bytes are stored as they are */
     uint8_t big_endian;      /* the file stores elements big-endian */
+    uint32_t crc;            /* the piece lies in the bytes of recorded CRC-32 crc - 1 (ckpt__cat_add_crc); 0: none */
 } ckpt__piece;
+
+/*
+ * A CRC-32 a file records over a run of its bytes: a ZIP member's (torch.save
+ * archives and the items of DCP files that hold them, .npz archives).  The
+ * format declares each one at open (ckpt__cat_add_crc); ckpt_verify checks
+ * every one, and loads and conversions check those whose bytes they read
+ * whole (engine.c).
+ */
+typedef struct ckpt__recorded_crc {
+    const char *name;       /* what it covers, for messages: the member's name (must live as long as the catalog) */
+    uint64_t offset;        /* the covered bytes in the file, as they are stored (a DEFLATE stream when deflate) */
+    uint64_t stored_size;   /* bytes at offset */
+    uint64_t size;          /* bytes covered (inflated) */
+    uint32_t crc32;
+    bool deflate;
+    /* Leading bytes the format read at open (an .npy header) and their
+     * CRC-32: a load that reads the rest need not read them again. */
+    uint64_t head;
+    uint32_t head_crc32;
+} ckpt__recorded_crc;
 
 /* A tensor being added to a catalog. */
 typedef struct ckpt__tensor_decl {
@@ -92,6 +113,11 @@ CKPT__HIDDEN const ckpt__beneath *ckpt__cat_root(const ckpt_catalog *c);
  * may share.  Shared storages are what hub-style deduplication looks at. */
 CKPT__HIDDEN ckpt_status ckpt__cat_add_storage(ckpt_catalog *c, uint32_t file, uint64_t base, uint64_t nbytes,
                                                uint32_t *storage, ckpt_error *err);
+
+/* Declares a CRC-32 that data file `file` records; *index (may be NULL)
+ * receives its number, for ckpt__piece.crc (number + 1). */
+CKPT__HIDDEN ckpt_status ckpt__cat_add_crc(ckpt_catalog *c, uint32_t file, const ckpt__recorded_crc *crc,
+                                           uint32_t *index, ckpt_error *err);
 
 /* Adds a tensor.  Checks that the shape's size fits the dtype (whole
  * bytes, no overflow); the format has checked that its pieces lie inside
