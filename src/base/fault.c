@@ -93,6 +93,23 @@ int ckpt__io_rename(const char *from, const char *to) {
     ckpt__fault_mode m = hit_io(0);
     return m ? fail_errno(m) : rename(from, to);
 }
+
+int ckpt__io_openat(int dirfd, const char *path, int flags, ...) {
+    mode_t mode = 0;
+    if (flags & O_CREAT) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = (mode_t)va_arg(ap, int);
+        va_end(ap);
+    }
+    ckpt__fault_mode m = hit_io(0);
+    return m ? fail_errno(m) : openat(dirfd, path, flags, mode);
+}
+
+int ckpt__io_renameat(int from_dir, const char *from, int to_dir, const char *to) {
+    ckpt__fault_mode m = hit_io(0);
+    return m ? fail_errno(m) : renameat(from_dir, from, to_dir, to);
+}
 #else
 /* Ordinary builds: fault.h maps the wrappers to libc; nothing to compile. */
 typedef int ckpt__fault_unused;

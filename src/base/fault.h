@@ -30,6 +30,8 @@
 #define ckpt__io_fsync fsync
 #define ckpt__io_ftruncate ftruncate
 #define ckpt__io_rename rename
+#define ckpt__io_openat openat
+#define ckpt__io_renameat renameat
 
 #else
 
@@ -45,6 +47,8 @@ ssize_t ckpt__io_copy_file_range(int in, loff_t *in_off, int out, loff_t *out_of
 int ckpt__io_fsync(int fd);
 int ckpt__io_ftruncate(int fd, off_t size);
 int ckpt__io_rename(const char *from, const char *to);
+int ckpt__io_openat(int dirfd, const char *path, int flags, ...);
+int ckpt__io_renameat(int from_dir, const char *from, int to_dir, const char *to);
 
 /* What the N-th call of a kind does. */
 typedef enum ckpt__fault_mode {
