@@ -579,7 +579,7 @@ CKPT_API ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_o
  * X-Amz-Credential, X-Amz-Security-Token, Signature, sig, token,
  * access_token, key, …); a path comes back unchanged.  The library shows
  * names only so (ckpt_catalog_file_path, ckpt_error.path and .message),
- * and so do ckpt's CLI and Python package.  Writes at most `cap` bytes to
+ * and so do ckpt's CLI, its Python package and its Elixir binding.  Writes at most `cap` bytes to
  * `out` (NUL-terminated, cut short to fit; `out` may be NULL when `cap` is
  * 0) and returns the length of the whole redacted name, as snprintf does.
  */
