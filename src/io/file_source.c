@@ -131,14 +131,7 @@ static bool file_claims(const char *name) {
     return true; /* what no other kind claims is a path */
 }
 
-static ckpt_status file_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
-    int fd;
-    uint64_t size;
-    ckpt_status st = ckpt__file_open_read(name, &fd, &size, err);
-    return st ? st : ckpt__file_source_adopt(fd, size, name, o, out, err);
-}
-
-ckpt_status ckpt__file_source_adopt(int fd, uint64_t size, const char *name, const ckpt__source_options *o,
+ckpt_status ckpt__file_source_adopt(const char *name, int fd, uint64_t size, const ckpt__source_options *o,
                                     ckpt__source **out, ckpt_error *err) {
     *out = NULL;
     ckpt__source *src = ckpt__calloc(1, sizeof *src);
@@ -169,6 +162,13 @@ ckpt_status ckpt__file_source_adopt(int fd, uint64_t size, const char *name, con
     }
     *out = src;
     return CKPT_OK;
+}
+
+static ckpt_status file_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
+    int fd;
+    uint64_t size;
+    ckpt_status st = ckpt__file_open_read(name, &fd, &size, err);
+    return st ? st : ckpt__file_source_adopt(name, fd, size, o, out, err);
 }
 
 static ckpt__name_kind file_stat(const char *name, const ckpt__source_options *o) {

@@ -241,7 +241,7 @@ ckpt__source *ckpt__cache_open(const char *dir, const ckpt__cache_key *k, const 
     ckpt__source_options lo = *o;
     lo.cache_dir = NULL;
     ckpt__source *src = NULL;
-    if (ckpt__file_source_adopt(fd, k->size, shown, &lo, &src, NULL) != CKPT_OK) return NULL;
+    if (ckpt__file_source_adopt(shown, fd, k->size, &lo, &src, NULL) != CKPT_OK) return NULL;
     return src;
 }
 
