@@ -349,6 +349,12 @@ typedef struct convert_args {
 } convert_args;
 
 /* Step 1: the options, by the table. */
+/* A third positional argument (a URL in it shown without credentials). */
+static int unexpected_argument(const char *value) {
+    char shown[4096];
+    return usage_error("convert", "unexpected argument '%s'", display_name(value, shown, sizeof shown));
+}
+
 static int parse_args(int argc, char **argv, convert_args *a) {
     static const cli_option options[] = {
         {"help", 'h', false, OPT_HELP},
@@ -419,7 +425,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         case ARG_POSITIONAL:
             if (!a->src) a->src = value;
             else if (!a->dst) a->dst = value;
-            else return usage_error("convert", "unexpected argument '%s'", value);
+            else return unexpected_argument(value);
             break;
         default:
             if (id >= OPT_SOURCE_FIRST) {
@@ -430,8 +436,11 @@ static int parse_args(int argc, char **argv, convert_args *a) {
             break;
         }
     }
-    if (output && a->dst)
-        return usage_error("convert", "DST given twice: '%s' and -o '%s'; give one of them", a->dst, output);
+    if (output && a->dst) {
+        char d[4096], o[4096];
+        return usage_error("convert", "DST given twice: '%s' and -o '%s'; give one of them",
+                           display_name(a->dst, d, sizeof d), display_name(output, o, sizeof o));
+    }
     if (output) a->dst = output;
     if (!a->src || !a->dst) return usage_error("convert", "SRC and DST are required");
     if (a->opt.prefix && (!*a->opt.prefix || strchr(a->opt.prefix, '/')))

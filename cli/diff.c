@@ -581,7 +581,9 @@ static int parse_and_run(int argc, char **argv, const char **globals, source_opt
                 if (source_option("diff", id, value, so) != EXIT_OK) return EXIT_USAGE;
                 break;
             }
-            if (paths[1]) return usage_error("diff", "two checkpoints expected, got a third: '%s'", value);
+            char c[4096];
+            if (paths[1])
+                return usage_error("diff", "two checkpoints expected, got a third: '%s'", display_name(value, c, sizeof c));
             paths[paths[0] ? 1 : 0] = value;
         }
     }

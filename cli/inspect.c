@@ -376,7 +376,9 @@ static int run_inspect(int argc, char **argv, source_options *so) {
         } else if (id == OPT_JSON) {
             json = true;
         } else if (path) {
-            return usage_error("inspect", "one PATH expected, got '%s' and '%s'", path, value);
+            char a[4096], b[4096];
+            return usage_error("inspect", "one PATH expected, got '%s' and '%s'", display_name(path, a, sizeof a),
+                               display_name(value, b, sizeof b));
         } else {
             path = value;
         }

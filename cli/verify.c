@@ -76,7 +76,10 @@ static int run_verify(int argc, char **argv, source_options *so) {
                 if (source_option("verify", id, value, so) != EXIT_OK) return EXIT_USAGE;
                 break;
             }
-            if (path) return usage_error("verify", "one PATH expected, got '%s' and '%s'", path, value);
+            char a[4096], b[4096];
+            if (path)
+                return usage_error("verify", "one PATH expected, got '%s' and '%s'", display_name(path, a, sizeof a),
+                                   display_name(value, b, sizeof b));
             path = value;
         }
     }

@@ -494,8 +494,9 @@ typedef struct ckpt_catalog_options {
      * or If-Match to S3), so that a file replaced mid-load fails with
      * CKPT_E_REMOTE_CHANGED instead of mixing versions.
      * Credentials: `bearer_token` below; else, for huggingface.co and
-     * hf.co, $HF_TOKEN; ~/.netrc; a user:password in the URL (kept out of
-     * every name and error, and sent to that host only).  s3:// names use
+     * hf.co, $HF_TOKEN; ~/.netrc; a user part in the URL, "user:password@"
+     * or a bare "TOKEN@" (sent to that host only, and kept out of every name,
+     * error and cache file name: see ckpt_redact_name).  s3:// names use
      * $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY, $AWS_SESSION_TOKEN (no
      * keys: anonymous requests), $AWS_REGION (or $AWS_DEFAULT_REGION,
      * default us-east-1) and $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL for
@@ -510,7 +511,8 @@ typedef struct ckpt_catalog_options {
      * retrying (HTTP 408, 429, 5xx, a connection refused or reset, a short
      * body, a timeout), each resuming at the last byte received, after
      * 0.2 s doubling up to 10 s (or the server's Retry-After, up to 60 s).
-     * ckpt_catalog_options_init sets 5; 0 never retries. */
+     * ckpt_catalog_options_init sets 5; 0 never retries.  However many,
+     * they stop at retry_deadline_ms (below). */
     uint32_t retries;
     uint32_t max_connections;    /* parallel range requests per file; 0: 16                     */
     const char *bearer_token;    /* sent as "Authorization: Bearer …" to the URL's host (never to
@@ -519,8 +521,25 @@ typedef struct ckpt_catalog_options {
      * the URL, its ETag (or Last-Modified) and size: a file read whole
      * (by a load or a convert) is written there as it arrives and renamed
      * into place once complete; a later open of the same version reads
-     * the local copy (after one request to check the version).  NULL: no
-     * cache. */
+     * the local copy (after one request to check the version).  A file the
+     * first answer brings whole (256 KiB or less) is not copied: that
+     * request brings it anyway.  NULL: no cache.
+     * The directory (and any parent it lacks) is created 0700 and every
+     * file in it 0600, whatever the umask allows beyond that: copies may
+     * come from behind credentials.  An existing directory is used as it is
+     * (its mode is the user's choice; its new files are still 0600) if this
+     * user owns it; one owned by another user is not used at all.
+     * A copy is trusted only when it is a regular file of this user with
+     * one link, of the size the server gives, unchanged since ckpt
+     * renamed it into place (inode, size, modification and change times
+     * recorded beside it, in "<hash>.stamp"), and — when the server gives
+     * the file's SHA-256 (the Hugging Face Hub's X-Linked-Etag, or an ETag
+     * of 64 hex digits) — with that SHA-256 (checked before the copy is
+     * renamed into place, and again if the record does not match).
+     * Anything else (a symlink, a FIFO, a hard link, another user's file, a
+     * copy cut short or altered) is never opened for reading through, nor
+     * written through: the file is read remotely and its new copy replaces
+     * the name (a temporary, then rename). */
     const char *cache_dir;
 
     /* ---- local files ------------------------------------------------------
@@ -534,6 +553,33 @@ typedef struct ckpt_catalog_options {
      * made.  File systems without O_DIRECT are read normally, and their
      * pages dropped after use. */
     int direct;
+
+    /* ---- remote files: how slow is too slow -------------------------------
+     * read_timeout_ms fails a transfer that receives nothing; a server
+     * that trickles a few bytes a second passes it forever.  So an attempt
+     * that receives fewer than min_speed_bytes per second, averaged over
+     * each min_speed_time_ms from its answer's first header line, fails
+     * with CKPT_E_TIMEOUT (naming the URL and the byte reached) and is
+     * retried like any timeout.  ckpt_catalog_options_init sets 1024 bytes
+     * per second over 30 s: a link that slow needs 12 days for a 1 GB
+     * shard, so no honest download is cut (a mobile link at its worst
+     * still moves tens of KiB/s, and a pause of up to 30 s is averaged
+     * away), while a stalled or hostile server is dropped within half a
+     * minute.  0 turns the minimum off. */
+    uint32_t min_speed_bytes;
+    uint32_t min_speed_time_ms; /* 0: 30 s */
+    /* Retries, bounded in time.  A request (a byte range, all its attempts
+     * and the waits between them) that has gone retry_deadline_ms without
+     * an attempt that received bytes at min_speed_bytes or faster is not
+     * retried again: its next failure is final.  So a server that sends
+     * nothing, or too little, holds a request at most retry_deadline_ms
+     * plus one attempt (connect_timeout_ms, then the longer of
+     * read_timeout_ms and min_speed_time_ms), however many `retries` are
+     * allowed; with the defaults, a little over 6 minutes.  An attempt
+     * that keeps up the minimum speed is never cut by it (a slow but
+     * honest link finishes).  ckpt_catalog_options_init sets 300 s; 0:
+     * retries are bounded by their number only. */
+    uint32_t retry_deadline_ms;
 } ckpt_catalog_options;
 
 /* Fills the first `size` bytes of options with the defaults, and `size`
@@ -547,6 +593,20 @@ static inline void ckpt_catalog_options_init(ckpt_catalog_options *options) {
 /* ckpt_catalog_open with options (NULL: the defaults). */
 CKPT_API ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *options, ckpt_catalog **out,
                                           ckpt_error *err);
+
+/*
+ * A checkpoint name as it may be shown — printed, logged, kept in an error:
+ * an http(s):// or s3:// URL loses its whole user part ("user:password@"
+ * and a bare token such as "ghp_…@" both become "REDACTED@") and the
+ * values of query parameters that carry credentials (X-Amz-Signature,
+ * X-Amz-Credential, X-Amz-Security-Token, Signature, sig, token,
+ * access_token, key, …); a path comes back unchanged.  The library shows
+ * names only so (ckpt_catalog_file_path, ckpt_error.path and .message),
+ * and so do ckpt's CLI, its Python package and its Elixir binding.  Writes at most `cap` bytes to
+ * `out` (NUL-terminated, cut short to fit; `out` may be NULL when `cap` is
+ * 0) and returns the length of the whole redacted name, as snprintf does.
+ */
+CKPT_API size_t ckpt_redact_name(const char *name, char *out, size_t cap);
 
 /* Releases a catalog, its files and its mappings.  Accepts NULL.  Views and
  * infos obtained from the catalog become invalid. */

@@ -83,6 +83,8 @@ void ckpt_catalog_options_init_sized(ckpt_catalog_options *o, size_t size) {
     ckpt_catalog_options d;
     memset(&d, 0, sizeof d);
     d.retries = CKPT__DEFAULT_RETRIES;
+    d.min_speed_bytes = CKPT__DEFAULT_MIN_SPEED;
+    d.retry_deadline_ms = CKPT__DEFAULT_RETRY_DEADLINE_MS;
     /* A caller with a longer struct (a newer header) gets zeros in what
      * this library does not know. */
     memset(o, 0, size);
@@ -104,6 +106,9 @@ static ckpt_status take_source_options(ckpt_catalog *c, const ckpt_catalog_optio
     so->read_timeout_ms = o->read_timeout_ms;
     so->retries = o->retries;
     so->max_connections = o->max_connections;
+    so->min_speed_bytes = o->min_speed_bytes;
+    so->min_speed_time_ms = o->min_speed_time_ms;
+    so->retry_deadline_ms = o->retry_deadline_ms;
     so->direct = o->direct != 0;
     if (o->bearer_token && !(so->bearer_token = arena_copy(c, o->bearer_token))) return ckpt__oom(err, NULL, NULL);
     if (o->cache_dir && !(so->cache_dir = arena_copy(c, o->cache_dir))) return ckpt__oom(err, NULL, NULL);

@@ -72,12 +72,15 @@ class Checkpoint:
     """A checkpoint's catalog: names, shapes, dtypes, metadata and (torch
     files) the object tree, read without the data.  Use as a context manager
     or call close().  `path` may be an http://, https:// or s3:// URL; see
-    the source options of ckpt.open."""
+    the source options of ckpt.open.  The `path` attribute (and repr, and
+    errors) show a URL without its credentials (ckpt_redact_name)."""
 
     def __init__(self, path, allowed_globals=None, *, framework="numpy", direct=False, **source):
         self.framework = _frameworks.get(framework).name  # refused here, not at the first read
-        self.path = _sources.name(path)
-        self._catalog = _sources.catalog(self.path, direct, allowed_globals, open, **source)
+        name = _sources.name(path)
+        # What is shown of the name: a URL's credentials stay in the catalog.
+        self.path = _sources.shown(name) if _sources.is_remote(name) else name
+        self._catalog = _sources.catalog(name, direct, allowed_globals, open, **source)
         info = self._catalog.info()
         self.format = FORMATS.get(info["format"], str(info["format"]))
         self.index_path = info["index_path"]
@@ -213,7 +216,7 @@ class Checkpoint:
         return self._catalog.verify(progress=_progress.choose(progress, "verify"), report=report)
 
     def __repr__(self):
-        return (f"<ckpt.Checkpoint {_sources.shown(self.path)!r} {self.format}, {len(self)} tensors, "
+        return (f"<ckpt.Checkpoint {self.path!r} {self.format}, {len(self)} tensors, "
                 f"{self.nbytes / 1e9:.2f} GB>")
 
 

@@ -230,34 +230,58 @@ static void catalog_unuse(Catalog *c) {
     }
 }
 
-/* Seconds (a number, or None) as milliseconds; -1 on a bad value. */
-static int seconds_ms(PyObject *v, const char *name, uint32_t *ms) {
+/* Seconds (a number, or None: left as it is) as milliseconds, more than 0
+ * (or 0 itself, when `zero_ok`); -1 on a bad value. */
+static int seconds_ms(PyObject *v, const char *name, int zero_ok, uint32_t *ms) {
     if (v == Py_None) return 0;
     double s = PyFloat_AsDouble(v);
     if (s == -1.0 && PyErr_Occurred()) return -1;
-    if (!(s > 0) || s > 86400.0) {
-        PyErr_Format(PyExc_ValueError, "%s must be a number of seconds in (0, 86400]", name);
+    if (!(s > 0 || (zero_ok && s == 0)) || s > 86400.0) {
+        PyErr_Format(PyExc_ValueError, "%s must be a number of seconds in %s0, 86400]", name, zero_ok ? "[" : "(");
         return -1;
     }
     *ms = (uint32_t)(s * 1000 + 0.5);
-    if (!*ms) *ms = 1;
+    if (!*ms && s > 0) *ms = 1;
+    return 0;
+}
+
+/* A count (an int, or None: left as it is) in [0, max]; -1 on a bad value. */
+static int count_in(PyObject *v, const char *name, unsigned long max, uint32_t *out) {
+    if (v == Py_None) return 0;
+    unsigned long n = PyLong_AsUnsignedLong(v);
+    if (n == (unsigned long)-1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s must be in [0, %lu]", name, max);
+        }
+        return -1;
+    }
+    if (n > max) {
+        PyErr_Format(PyExc_ValueError, "%s must be in [0, %lu]", name, max);
+        return -1;
+    }
+    *out = (uint32_t)n;
     return 0;
 }
 
 /* Catalog(path, *, direct=False, cache_dir=None, bearer_token=None,
- * timeout=None, connect_timeout=None, retries=None, max_connections=None):
- * the options of ckpt_catalog_options (remote files, direct I/O). */
+ * timeout=None, connect_timeout=None, retries=None, max_connections=None,
+ * min_speed=None, min_speed_time=None, retry_deadline=None): the options of
+ * ckpt_catalog_options (remote files, direct I/O); None keeps a default. */
 static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"path", "allowed_globals", "direct", "cache_dir", "bearer_token", "timeout",
-                             "connect_timeout", "retries", "max_connections", NULL};
+                             "connect_timeout", "retries", "max_connections", "min_speed", "min_speed_time",
+                             "retry_deadline", NULL};
     PyObject *path_obj, *globals = NULL, *cache_obj = NULL, *timeout = Py_None, *connect_timeout = Py_None,
-                        *retries = Py_None;
+                        *retries = Py_None, *min_speed = Py_None, *min_speed_time = Py_None,
+                        *retry_deadline = Py_None;
     int direct = 0;
     const char *token = NULL;
     unsigned int connections = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$pO&zOOOI", kwlist, PyUnicode_FSConverter, &path_obj, &globals,
-                                     &direct, PyUnicode_FSConverter, &cache_obj, &token, &timeout, &connect_timeout,
-                                     &retries, &connections))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$pO&zOOOIOOO", kwlist, PyUnicode_FSConverter, &path_obj,
+                                     &globals, &direct, PyUnicode_FSConverter, &cache_obj, &token, &timeout,
+                                     &connect_timeout, &retries, &connections, &min_speed, &min_speed_time,
+                                     &retry_deadline))
         return -1;
     ckpt_catalog_options o;
     ckpt_catalog_options_init(&o);
@@ -265,14 +289,12 @@ static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
     o.bearer_token = token;
     o.max_connections = connections;
     if (cache_obj && cache_obj != Py_None) o.cache_dir = PyBytes_AS_STRING(cache_obj);
-    int bad = seconds_ms(timeout, "timeout", &o.read_timeout_ms) ||
-              seconds_ms(connect_timeout, "connect_timeout", &o.connect_timeout_ms);
-    if (!bad && retries != Py_None) {
-        long r = PyLong_AsLong(retries);
-        if (r == -1 && PyErr_Occurred()) bad = 1;
-        else if (r < 0 || r > 100) PyErr_SetString(PyExc_ValueError, "retries must be in [0, 100]"), bad = 1;
-        else o.retries = (uint32_t)r;
-    }
+    int bad = seconds_ms(timeout, "timeout", 0, &o.read_timeout_ms) ||
+              seconds_ms(connect_timeout, "connect_timeout", 0, &o.connect_timeout_ms) ||
+              seconds_ms(min_speed_time, "min_speed_time", 0, &o.min_speed_time_ms) ||
+              seconds_ms(retry_deadline, "retry_deadline", 1, &o.retry_deadline_ms) ||
+              count_in(retries, "retries", 100, &o.retries) ||
+              count_in(min_speed, "min_speed", UINT32_MAX, &o.min_speed_bytes);
     PyObject *fast = NULL;
     const char **names = NULL;
     if (!bad && globals && globals != Py_None) {
@@ -2034,6 +2056,25 @@ static PyObject *mod_cast(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* redact_name(name): ckpt_redact_name, the one redaction of names. */
+static PyObject *mod_redact_name(PyObject *self, PyObject *name) {
+    (void)self;
+    PyObject *bytes;
+    if (!PyUnicode_FSConverter(name, &bytes)) return NULL;
+    const char *s = PyBytes_AS_STRING(bytes);
+    size_t n = ckpt_redact_name(s, NULL, 0);
+    char *out = PyMem_Malloc(n + 1);
+    PyObject *r = NULL;
+    if (!out) PyErr_NoMemory();
+    else {
+        ckpt_redact_name(s, out, n + 1);
+        r = PyUnicode_DecodeFSDefaultAndSize(out, (Py_ssize_t)n);
+        PyMem_Free(out);
+    }
+    Py_DECREF(bytes);
+    return r;
+}
+
 static PyObject *mod_status_names(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
     PyObject *d = PyDict_New();
@@ -2053,6 +2094,7 @@ static PyMethodDef module_methods[] = {
     {"can_cast", mod_can_cast, METH_VARARGS, "can_cast(from, to) -> bool"},
     {"cast", mod_cast, METH_VARARGS, "cast(from, src, to, dst, count)"},
     {"status_names", mod_status_names, METH_NOARGS, "status_names() -> {name: code}"},
+    {"redact_name", mod_redact_name, METH_O, "redact_name(name) -> the name as it may be shown (ckpt_redact_name)"},
     {"_register_errors", register_errors, METH_O, "internal: status name -> exception class"},
     COLLECTIVE_METHODS
     {NULL}};

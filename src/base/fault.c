@@ -90,6 +90,7 @@ int ckpt__io_rename(const char *from, const char *to) {
     ckpt__fault_mode m = hit_io(0);
     return m ? fail_errno(m) : rename(from, to);
 }
+
 int ckpt__io_openat(int dirfd, const char *path, int flags, ...) {
     va_list ap;
     va_start(ap, flags);
@@ -107,6 +108,11 @@ int ckpt__io_openat2(int dirfd, const char *path, const struct open_how *how, si
 ssize_t ckpt__io_readlinkat(int dirfd, const char *path, char *buf, size_t size) {
     ckpt__fault_mode m = hit_io(0);
     return m ? fail_errno(m) : readlinkat(dirfd, path, buf, size);
+}
+
+int ckpt__io_renameat(int from_dir, const char *from, int to_dir, const char *to) {
+    ckpt__fault_mode m = hit_io(0);
+    return m ? fail_errno(m) : renameat(from_dir, from, to_dir, to);
 }
 #else
 /* Ordinary builds: fault.h maps the wrappers to libc; nothing to compile. */

@@ -52,6 +52,7 @@ struct open_how {
 static inline int ckpt__io_openat2(int dirfd, const char *path, const struct open_how *how, size_t size) {
     return (int)syscall(SYS_openat2, dirfd, path, how, size);
 }
+#define ckpt__io_renameat renameat
 
 #else
 
@@ -70,6 +71,7 @@ int ckpt__io_rename(const char *from, const char *to);
 int ckpt__io_openat(int dirfd, const char *path, int flags, ...);
 int ckpt__io_openat2(int dirfd, const char *path, const struct open_how *how, size_t size);
 ssize_t ckpt__io_readlinkat(int dirfd, const char *path, char *buf, size_t size);
+int ckpt__io_renameat(int from_dir, const char *from, int to_dir, const char *to);
 
 /* What the N-th call of a kind does. */
 typedef enum ckpt__fault_mode {
