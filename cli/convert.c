@@ -99,6 +99,10 @@ const char convert_usage[] =
     "  --gguf-kv FILE.json    key-values to add or replace: {key: value}, a string,\n"
     "                         a number, a bool, a list, or a typed value such as\n"
     "                         {\"gguf_type\": \"u32\", \"value\": 4096}\n"
+    "  --source-metadata      also write SRC's metadata as string key-values (a\n"
+    "                         safetensors __metadata__, a torch file's format: pt);\n"
+    "                         without it a GGUF gets only a GGUF SRC's key-values\n"
+    "                         and --gguf-kv's\n"
     "  --split-max-size SIZE  split as gguf-split does: 500M, 2G (powers of 1000),\n"
     "                         or any --max-shard-size form\n"
     "  --split-max-tensors N  at most N tensors per split file\n"
@@ -112,7 +116,7 @@ enum {
     OPT_HELP = 1, OPT_OUTPUT, OPT_FORCE, OPT_QUIET, OPT_MAX_SHARD_SIZE, OPT_PREFIX, OPT_NO_SYNC, OPT_CHECKSUMS,
     OPT_VERIFY, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_IGNORE_UNMATCHED, OPT_NO_EXTRA_FILES, OPT_ALLOW_GLOBAL,
     OPT_DRY_RUN, OPT_JSON, OPT_MPI,
-    OPT_TO, OPT_DCP_RANKS, OPT_GGUF_KV, OPT_SPLIT_MAX_SIZE, OPT_SPLIT_MAX_TENSORS,
+    OPT_TO, OPT_DCP_RANKS, OPT_GGUF_KV, OPT_SOURCE_METADATA, OPT_SPLIT_MAX_SIZE, OPT_SPLIT_MAX_TENSORS,
     /* transforms, kept in order as rules */
     OPT_SELECT, OPT_EXCLUDE, OPT_RENAME, OPT_DTYPE, OPT_SLICE, OPT_TRANSPOSE, OPT_LAYOUT
 };
@@ -366,6 +370,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         {"to", 0, true, OPT_TO},
         {"dcp-ranks", 0, true, OPT_DCP_RANKS},
         {"gguf-kv", 0, true, OPT_GGUF_KV},
+        {"source-metadata", 0, false, OPT_SOURCE_METADATA},
         {"split-max-size", 0, true, OPT_SPLIT_MAX_SIZE},
         {"split-max-tensors", 0, true, OPT_SPLIT_MAX_TENSORS},
         {"progress", 0, false, OPT_PROGRESS},
@@ -407,6 +412,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         case OPT_TO: a->to = value; break;
         case OPT_DCP_RANKS: a->ranks = value; break;
         case OPT_GGUF_KV: a->kv_file = value; break;
+        case OPT_SOURCE_METADATA: a->opt.source_metadata = 1; break;
         case OPT_SPLIT_MAX_SIZE: a->split_size = value; break;
         case OPT_SPLIT_MAX_TENSORS: a->split_tensors = value; break;
         case OPT_PROGRESS: a->show_progress = 1; break;
@@ -448,6 +454,9 @@ static int choose_output(convert_args *a) {
     a->dcp = a->to && !strcasecmp(a->to, "dcp");
     if (a->ranks && !a->dcp) return usage_error("convert", "--dcp-ranks goes with --to dcp");
     a->gguf = a->to ? !strcasecmp(a->to, "gguf") : ends_with(a->dst, ".gguf");
+    if (opt->source_metadata && !a->gguf)
+        return usage_error("convert", "--source-metadata is for GGUF output (DST *.gguf); other formats always "
+                                      "carry SRC's metadata");
     struct stat sb;
     if (a->dcp) {
         const char *end;

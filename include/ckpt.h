@@ -864,6 +864,16 @@ typedef struct ckpt_writer_options {
      * ckpt_convert_plan set it when the source's index has it.
      */
     int total_parameters;
+    /*
+     * ckpt_convert and ckpt_convert_plan into GGUF: non-zero carries the
+     * source's metadata into the output as key-values (string values) — a
+     * safetensors `__metadata__` ({"format": "pt"}, `removed → kept`, a
+     * caller's entries), a torch file's {"format": "pt"} and object tree.
+     * 0 (the default): a GGUF output holds only GGUF key-values: a GGUF
+     * source's own, and metadata_json's.  Other output formats always carry
+     * the source's metadata.
+     */
+    int source_metadata;
 } ckpt_writer_options;
 
 /* The `__metadata__` key of checksums: a JSON object text,

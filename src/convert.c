@@ -67,10 +67,13 @@ static int by_hub_order(const void *a, const void *b) {
 }
 
 /* The source's metadata: {"format": "pt"} for torch sources, the source's
- * own map, and a torch file's object tree as the plan leaves it. */
+ * own map, and a torch file's object tree as the plan leaves it; none into
+ * an output format that takes only its own (GGUF from safetensors) unless
+ * the caller asks (writer option source_metadata). */
 static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error *err) {
     const ckpt_catalog *c = p->catalog;
     ckpt_status st = CKPT_OK;
+    if (!ckpt__writer_takes_metadata_of(w, ckpt_catalog_format(c))) return CKPT_OK; /* foreign to GGUF, unasked */
     if (torch_source(c)) {
         st = ckpt_writer_set_metadata(w, "format", "pt", err);
         char *tree = NULL;

@@ -826,6 +826,10 @@ ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__
 
 bool ckpt__writer_needs_order(const ckpt_writer *w) { return w && (w->needs & CKPT__OUT_XXH3); }
 
+bool ckpt__writer_takes_metadata_of(const ckpt_writer *w, ckpt_format source) {
+    return !w->fmt->own_metadata_only || source == w->fmt->id || w->opt.source_metadata;
+}
+
 static int by_at(const void *a, const void *b) {
     uint64_t x = ((const segment *)a)->at, y = ((const segment *)b)->at;
     return x < y ? -1 : x > y;

@@ -22,6 +22,10 @@ CKPT__HIDDEN void ckpt__writer_drop_behind(ckpt_writer *w);
 CKPT__HIDDEN ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__source *src,
                                             uint64_t src_offset, uint64_t n, ckpt_error *err);
 
+/* Whether a conversion from a source of this format carries its metadata
+ * into the output (ckpt_writer_options.source_metadata). */
+CKPT__HIDDEN bool ckpt__writer_takes_metadata_of(const ckpt_writer *w, ckpt_format source);
+
 /* Whether each tensor's bytes must arrive in order (the output format
  * hashes them as they stream). */
 CKPT__HIDDEN bool ckpt__writer_needs_order(const ckpt_writer *w);
