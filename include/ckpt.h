@@ -823,7 +823,10 @@ typedef struct ckpt_writer_options {
     /* A directory whose other files (config.json, tokenizer files,
      * generation_config.json, … every regular, non-hidden file that is not
      * a checkpoint's) are copied into the output, committed with it; NULL:
-     * none. */
+     * none.  In ckpt_convert_plan, when the plan's casts leave every float
+     * tensor of one dtype, config.json's "dtype" (or "torch_dtype") gets
+     * that dtype's torch name, every other byte kept; with float tensors of
+     * several dtypes left, it is copied as it is. */
     const char *copy_files_from;
     uint64_t split_max_tensors;
     /*

@@ -17,6 +17,7 @@
 #include "catalog_internal.h"
 #include "engine.h"
 #include "formats/shards.h"
+#include "formats/torch.h"
 #include "plan_internal.h"
 #include "tree_internal.h"
 #include "writer_internal.h"
@@ -167,6 +168,10 @@ ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_
     ckpt_status st = ckpt_writer_create(dst_path, &o, &w, err);
     if (st) return st;
     if (ckpt__catalog_direct(p->catalog)) ckpt__writer_drop_behind(w);
+    /* A model directory's config.json says the dtype the casts gave every
+     * float tensor; with several float dtypes left, it stays as it was. */
+    const char *config_dtype = ckpt__torch_dtype_name(ckpt__plan_one_float_dtype(p));
+    if (o.copy_files_from && config_dtype) ckpt__writer_set_config_dtype(w, config_dtype);
     st = copy_metadata(p, w, err);
     for (size_t k = 0; st == CKPT_OK && k < p->selected_count; k++) {
         ckpt__plan_entry *e = &p->entries[p->selected[k]];

@@ -829,7 +829,9 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     Shows a progress bar on a terminal (progress=False hides it; a
     callable(done, total) receives the progress).  A model directory's other
     files (config.json, tokenizer files, …) are copied into a sharded `dst`
-    along with the weights unless extra_files=False.  `src` may be a URL;
+    along with the weights unless extra_files=False; config.json's dtype
+    becomes the one `dtype` gave every float tensor (left as it is when
+    float tensors of several dtypes remain).  `src` may be a URL;
     direct=True reads it with O_DIRECT and drops the output from the page
     cache as it reaches the disk.
 

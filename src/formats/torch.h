@@ -88,4 +88,8 @@ CKPT__HIDDEN ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__pk_all
 
 CKPT__HIDDEN void ckpt__torch_file_free(ckpt__torch_file *file);
 
+/* torch's name of a dtype ("bfloat16", "float8_e4m3fn"), as str(torch.dtype)
+ * without "torch."; NULL when torch has none. */
+CKPT__HIDDEN const char *ckpt__torch_dtype_name(ckpt_dtype dtype);
+
 #endif

@@ -211,6 +211,66 @@ def test_convert_of_a_model_directory_brings_its_other_files(tmp_path):
     assert all(tree(tmp_path / "cli")[n] == b for n, b in files.items())
 
 
+def load_pretrained(path):
+    """from_pretrained as a user calls it (the dtype the config says), and
+    the warnings it gave (Python's and transformers' logger's)."""
+    import logging
+    import warnings
+    import transformers
+    records = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = transformers.AutoModelForCausalLM.from_pretrained(path)
+    finally:
+        logger.removeHandler(handler)
+    return model, [str(w.message) for w in caught] + [r.getMessage() for r in records]
+
+
+def test_cast_conversion_updates_the_config_dtype(tmp_path):
+    """`ckpt convert model_dir out --dtype bf16` and ckpt.convert(dtype=...)
+    change only the dtype of the copied config.json: from_pretrained then
+    loads bfloat16 weights as bfloat16, without a warning.  A conversion
+    that leaves float tensors of several dtypes keeps the config as it
+    was; an older config's "torch_dtype" is changed as "dtype" is."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True)
+    model = transformers.LlamaForCausalLM(cfg)
+    model.save_pretrained(tmp_path / "model")
+    config = (tmp_path / "model" / "config.json").read_text()
+    assert '"dtype": "float32"' in config
+    subprocess.run([BIN_PATH, "convert", str(tmp_path / "model"), str(tmp_path / "cli"), "--dtype", "bf16"],
+                   check=True, capture_output=True)
+    ckpt.convert(tmp_path / "model", str(tmp_path / "py") + "/", dtype="bf16", progress=False)
+    want = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
+    for out in ("cli", "py"):
+        assert (tmp_path / out / "config.json").read_text() == config.replace('"dtype": "float32"',
+                                                                              '"dtype": "bfloat16"')
+        loaded, warned = load_pretrained(tmp_path / out)
+        assert not warned and loaded.dtype == torch.bfloat16
+        assert all(torch.equal(v, want[k]) for k, v in loaded.state_dict().items())
+        assert (tmp_path / out / "generation_config.json").read_bytes() == \
+            (tmp_path / "model" / "generation_config.json").read_bytes()
+    # several float dtypes left: the config stays as it was
+    ckpt.convert(tmp_path / "model", str(tmp_path / "mixed") + "/", dtype={"*": "bf16", "*norm*": "f32"},
+                 progress=False)
+    with ckpt.open(tmp_path / "mixed") as c:
+        assert {t.dtype for t in c.tensors.values()} == {"F32", "BF16"}
+    assert (tmp_path / "mixed" / "config.json").read_text() == config
+    # transformers 4's key
+    (tmp_path / "model" / "config.json").write_text(config.replace('"dtype"', '"torch_dtype"'))
+    subprocess.run([BIN_PATH, "convert", str(tmp_path / "model"), str(tmp_path / "old"), "--dtype", "f16"],
+                   check=True, capture_output=True)
+    assert (tmp_path / "old" / "config.json").read_text() == config.replace('"dtype": "float32"',
+                                                                            '"torch_dtype": "float16"')
+
+
 def test_every_error_carries_its_sentence(tmp_path):
     (tmp_path / "x.safetensors").write_bytes(b"\x01\x00\x00\x00\x00\x00\x00\x00{")
     for call, cls in ((lambda: ckpt.open(tmp_path / "missing.safetensors"), ckpt.NotFoundError),
