@@ -82,7 +82,10 @@ const char convert_usage[] =
     "                         glob whose '*' fill the '*' of TO\n"
     "  --dtype [PAT=]DTYPE    cast float tensors (bf16, f16, f32, f64, f8_e4m3,\n"
     "                         f8_e5m2, ... or safetensors names), bit-exact with\n"
-    "                         torch's .to(); integer DTYPEs widen integer tensors\n"
+    "                         torch's .to(); integer DTYPEs widen integer tensors;\n"
+    "                         a model directory's config.json, copied along, gets\n"
+    "                         the new dtype when every float tensor ends up of that\n"
+    "                         one dtype (with several, it is copied as it is)\n"
     "  --slice [PAT=]DIM:RANK/PARTS   keep part RANK of PARTS along DIM (uneven\n"
     "                         splits as torch.tensor_split); DIM may be negative\n"
     "  --slice [PAT=]DIM:START:STOP   keep elements [START, STOP) of DIM\n"
@@ -102,6 +105,10 @@ const char convert_usage[] =
     "  --gguf-kv FILE.json    key-values to add or replace: {key: value}, a string,\n"
     "                         a number, a bool, a list, or a typed value such as\n"
     "                         {\"gguf_type\": \"u32\", \"value\": 4096}\n"
+    "  --source-metadata      also write SRC's metadata as string key-values (a\n"
+    "                         safetensors __metadata__, a torch file's format: pt);\n"
+    "                         without it a GGUF gets only a GGUF SRC's key-values\n"
+    "                         and --gguf-kv's\n"
     "  --split-max-size SIZE  split as gguf-split does: 500M, 2G (powers of 1000),\n"
     "                         or any --max-shard-size form\n"
     "  --split-max-tensors N  at most N tensors per split file\n"
@@ -115,7 +122,7 @@ enum {
     OPT_HELP = 1, OPT_OUTPUT, OPT_FORCE, OPT_QUIET, OPT_MAX_SHARD_SIZE, OPT_PREFIX, OPT_NO_SYNC, OPT_CHECKSUMS,
     OPT_VERIFY, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_IGNORE_UNMATCHED, OPT_NO_EXTRA_FILES, OPT_ALLOW_GLOBAL,
     OPT_DRY_RUN, OPT_JSON, OPT_MPI, OPT_NO_CHECK_CRC,
-    OPT_TO, OPT_DCP_RANKS, OPT_GGUF_KV, OPT_SPLIT_MAX_SIZE, OPT_SPLIT_MAX_TENSORS,
+    OPT_TO, OPT_DCP_RANKS, OPT_GGUF_KV, OPT_SOURCE_METADATA, OPT_SPLIT_MAX_SIZE, OPT_SPLIT_MAX_TENSORS,
     /* transforms, kept in order as rules */
     OPT_SELECT, OPT_EXCLUDE, OPT_RENAME, OPT_DTYPE, OPT_SLICE, OPT_TRANSPOSE, OPT_LAYOUT
 };
@@ -376,6 +383,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         {"to", 0, true, OPT_TO},
         {"dcp-ranks", 0, true, OPT_DCP_RANKS},
         {"gguf-kv", 0, true, OPT_GGUF_KV},
+        {"source-metadata", 0, false, OPT_SOURCE_METADATA},
         {"split-max-size", 0, true, OPT_SPLIT_MAX_SIZE},
         {"split-max-tensors", 0, true, OPT_SPLIT_MAX_TENSORS},
         {"progress", 0, false, OPT_PROGRESS},
@@ -418,6 +426,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         case OPT_TO: a->to = value; break;
         case OPT_DCP_RANKS: a->ranks = value; break;
         case OPT_GGUF_KV: a->kv_file = value; break;
+        case OPT_SOURCE_METADATA: a->opt.source_metadata = 1; break;
         case OPT_SPLIT_MAX_SIZE: a->split_size = value; break;
         case OPT_SPLIT_MAX_TENSORS: a->split_tensors = value; break;
         case OPT_PROGRESS: a->show_progress = 1; break;
@@ -462,6 +471,9 @@ static int choose_output(convert_args *a) {
     a->dcp = a->to && !strcasecmp(a->to, "dcp");
     if (a->ranks && !a->dcp) return usage_error("convert", "--dcp-ranks goes with --to dcp");
     a->gguf = a->to ? !strcasecmp(a->to, "gguf") : ends_with(a->dst, ".gguf");
+    if (opt->source_metadata && !a->gguf)
+        return usage_error("convert", "--source-metadata is for GGUF output (DST *.gguf); other formats always "
+                                      "carry SRC's metadata");
     struct stat sb;
     if (a->dcp) {
         const char *end;

@@ -901,7 +901,10 @@ typedef struct ckpt_writer_options {
     /* A directory whose other files (config.json, tokenizer files,
      * generation_config.json, … every regular, non-hidden file that is not
      * a checkpoint's) are copied into the output, committed with it; NULL:
-     * none. */
+     * none.  In ckpt_convert_plan, when the plan's casts leave every float
+     * tensor of one dtype, config.json's "dtype" (or "torch_dtype") gets
+     * that dtype's torch name, every other byte kept; with float tensors of
+     * several dtypes left, it is copied as it is. */
     const char *copy_files_from;
     uint64_t split_max_tensors;
     /*
@@ -952,6 +955,16 @@ typedef struct ckpt_writer_options {
      * before anything is published.
      */
     int skip_crc_check;
+    /*
+     * ckpt_convert and ckpt_convert_plan into GGUF: non-zero carries the
+     * source's metadata into the output as key-values (string values) — a
+     * safetensors `__metadata__` ({"format": "pt"}, `removed → kept`, a
+     * caller's entries), a torch file's {"format": "pt"} and object tree.
+     * 0 (the default): a GGUF output holds only GGUF key-values: a GGUF
+     * source's own, and metadata_json's.  Other output formats always carry
+     * the source's metadata.
+     */
+    int source_metadata;
 } ckpt_writer_options;
 
 /* The `__metadata__` key of checksums: a JSON object text,

@@ -294,6 +294,19 @@ static bool is_float(ckpt_dtype d) {
     }
 }
 
+ckpt_dtype ckpt__plan_one_float_dtype(const ckpt_plan *p) {
+    ckpt_dtype one = CKPT_DTYPE_INVALID;
+    bool cast = false;
+    for (size_t k = 0; k < p->selected_count; k++) {
+        const ckpt__plan_entry *e = &p->entries[p->selected[k]];
+        if (!is_float(e->pub.dtype)) continue;
+        if (one != CKPT_DTYPE_INVALID && e->pub.dtype != one) return CKPT_DTYPE_INVALID;
+        one = e->pub.dtype;
+        cast |= e->pub.dtype != e->pub.source->dtype;
+    }
+    return cast ? one : CKPT_DTYPE_INVALID;
+}
+
 static bool is_integer(ckpt_dtype d) {
     return d == CKPT_I8 || d == CKPT_U8 || d == CKPT_I16 || d == CKPT_U16 || d == CKPT_I32 || d == CKPT_U32 ||
            d == CKPT_I64 || d == CKPT_U64;

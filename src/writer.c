@@ -17,6 +17,7 @@
 
 #include "base/wire.h"
 #include "formats/gguf.h"
+#include "formats/hf_config.h"
 #include "formats/json.h"
 #include "formats/output.h"
 #include "io/beneath.h"
@@ -71,6 +72,7 @@ struct ckpt_writer {
     size_t file_count, side_count, extra_count;
     wfile *files, *sides;
     char **extras;         /* copy_files_from: names copied along */
+    const char *config_dtype; /* their config.json's dtype becomes this (a torch name); NULL: copied as is */
     char **stale;          /* a replaced checkpoint's files (names in dir) */
     size_t stale_count;
     ckpt__commit *commit;
@@ -508,6 +510,24 @@ static ckpt_status add_extra(ckpt_writer *w, const char *name, ckpt_error *err) 
     return CKPT_OK;
 }
 
+/* A model directory's config.json with the dtype the weights now have
+ * (ckpt__writer_set_config_dtype); as it is when it names none. */
+static ckpt_status copy_config(const ckpt_writer *w, int in, const char *src_path, uint64_t size, int out,
+                               const char *tmp, ckpt_error *err) {
+    if (size > CKPT__HF_CONFIG_MAX_BYTES) return ckpt__copy_range(in, 0, src_path, out, 0, tmp, size, NULL, NULL, err);
+    char *text = ckpt__malloc(size ? size : 1);
+    ckpt__buf edited = {0};
+    ckpt_status st = text ? ckpt__pread_full(in, text, size, 0, src_path, err) : ckpt__oom(err, src_path, NULL);
+    bool changed = st == CKPT_OK && ckpt__hf_config_set_dtype(text, size, w->config_dtype, &edited);
+    if (changed && edited.failed) st = ckpt__oom(err, src_path, NULL);
+    else if (st == CKPT_OK)
+        st = changed ? ckpt__pwrite_full(out, edited.data, edited.len, 0, tmp, err)
+                     : ckpt__pwrite_full(out, text, size, 0, tmp, err);
+    free(edited.data);
+    free(text);
+    return st;
+}
+
 /* Copies the other files of the source's directory (config.json,
  * tokenizer files, …) along, as part of the commit.  They are the
  * checkpoint's files like its tensors' and are opened beneath its
@@ -530,7 +550,9 @@ static ckpt_status copy_extras(ckpt_writer *w, ckpt_error *err) {
         if (st == CKPT_OK && in >= 0) st = add_extra(w, names[i], err);
         if (st == CKPT_OK && in >= 0 && !w->opt.dry_run) { /* a dry run names it, no more */
             st = ckpt__commit_create(w->commit, names[i], &out, &tmp, err);
-            if (st == CKPT_OK) st = ckpt__copy_range(in, 0, src_path, out, 0, tmp, size, NULL, NULL, err);
+            if (st == CKPT_OK) st = w->config_dtype && !strcmp(names[i], CKPT__HF_CONFIG_NAME)
+                                        ? copy_config(w, in, src_path, size, out, tmp, err)
+                                        : ckpt__copy_range(in, 0, src_path, out, 0, tmp, size, NULL, NULL, err);
             if (st == CKPT_OK && !w->opt.no_sync && ckpt__io_fsync(out) != 0)
                 st = ckpt__fail_errno(err, errno, tmp, -1, "fsync failed");
             if (out >= 0 && close(out) != 0 && st == CKPT_OK) st = ckpt__fail_errno(err, errno, tmp, -1, "close failed");
@@ -827,6 +849,12 @@ ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__
 }
 
 bool ckpt__writer_needs_order(const ckpt_writer *w) { return w && (w->needs & CKPT__OUT_XXH3); }
+
+void ckpt__writer_set_config_dtype(ckpt_writer *w, const char *dtype) { w->config_dtype = dtype; }
+
+bool ckpt__writer_takes_metadata_of(const ckpt_writer *w, ckpt_format source) {
+    return !w->fmt->own_metadata_only || source == w->fmt->id || w->opt.source_metadata;
+}
 
 static int by_at(const void *a, const void *b) {
     uint64_t x = ((const segment *)a)->at, y = ((const segment *)b)->at;

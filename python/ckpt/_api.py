@@ -849,6 +849,7 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
             tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
             overwrite=False, checksums=False, no_sync=False, progress=None, extra_files=True, allowed_globals=None,
             ignore_unmatched=False, format=None, dcp_ranks=1, direct=False, dry_run=False, check_crc=True,
+            source_metadata=False,
             **source):  # noqa: A002
     """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
     — one file, or shards in a directory when max_shard_size is given or
@@ -862,12 +863,17 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     msgpack file, names split at dots into nested maps), or "dcp" (a
     torch.distributed.checkpoint directory, as if saved by `dcp_ranks`
     ranks: tensors cut along their first axis, as Shard(0) cuts them); a
-    `dst` ending in .gguf, .npz or .msgpack chooses the format too.
+    `dst` ending in .gguf, .npz or .msgpack chooses the format too.  A GGUF
+    gets a GGUF source's key-values; the metadata of other sources (a
+    safetensors `__metadata__`, a torch file's {"format": "pt"}) only with
+    source_metadata=True, as string key-values.
 
     Shows a progress bar on a terminal (progress=False hides it; a
     callable(done, total) receives the progress).  A model directory's other
     files (config.json, tokenizer files, …) are copied into a sharded `dst`
-    along with the weights unless extra_files=False.  `src` may be a URL;
+    along with the weights unless extra_files=False; config.json's dtype
+    becomes the one `dtype` gave every float tensor (left as it is when
+    float tensors of several dtypes remain).  `src` may be a URL;
     direct=True reads it with O_DIRECT and drops the output from the page
     cache as it reaches the disk.
 
@@ -895,12 +901,15 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     numbers = {v: k for k, v in FORMATS.items() if k in (1, 5, 6, 8, 9)}
     if format not in numbers:
         raise ValueError(f"format must be one of {sorted(numbers)}, not {format!r}")
+    if source_metadata and format != "gguf":
+        raise ValueError("source_metadata is for GGUF output: other formats always carry the source's metadata")
     name = os.fspath(dst)
     if max_shard_size is None and format == "safetensors" and (name.endswith("/") or os.path.isdir(name)):
         max_shard_size = "5GB"  # a directory gets shards, as `ckpt convert` gives it (the hub's default size)
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
               checksums=checksums, progress=bar, format=numbers[format],
-              dcp_ranks=int(dcp_ranks) if format == "dcp" else 0, check_crc=check_crc)
+              dcp_ranks=int(dcp_ranks) if format == "dcp" else 0, check_crc=check_crc,
+              source_metadata=bool(source_metadata))
     if prefix is not None:
         kw["prefix"] = prefix
     if extra_files and max_shard_size is not None and not _sources.is_remote(src) and os.path.isdir(src):

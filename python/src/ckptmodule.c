@@ -637,20 +637,23 @@ static ckpt_status run_plan_convert(void *source, const char *dst, const ckpt_wr
  * ckpt_convert_plan_preview's JSON text. */
 static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress",
-                             "copy_files_from", "format", "dcp_ranks", "dry_run", "check_crc", NULL};
+                             "copy_files_from", "format", "dcp_ranks", "dry_run", "check_crc",
+                             "source_metadata", NULL};
     PyObject *dst, *prefix = NULL, *extra = NULL;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     unsigned long long shard = 0;
     unsigned int dcp_ranks = 0; /* with format CKPT_FORMAT_DCP: the ranks that appear to have saved it */
-    int overwrite = 0, no_sync = 0, checksums = 0, format = 0, dry_run = 0, check_crc = 1;
+    int overwrite = 0, no_sync = 0, checksums = 0, format = 0, dry_run = 0, check_crc = 1, source_metadata = 0;
     progress_ctx p = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&iIpp", kwlist, PyUnicode_FSConverter, &dst, &shard,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&iIppp", kwlist, PyUnicode_FSConverter, &dst, &shard,
                                      PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable,
-                                     PyUnicode_FSConverter, &extra, &format, &dcp_ranks, &dry_run, &check_crc))
+                                     PyUnicode_FSConverter, &extra, &format, &dcp_ranks, &dry_run, &check_crc,
+                                     &source_metadata))
         return NULL;
     o.skip_crc_check = !check_crc;
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
+    o.source_metadata = source_metadata;
     o.format = (ckpt_format)format;
     o.dcp_ranks = dcp_ranks;
     o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
@@ -715,7 +718,7 @@ static PyMethodDef Catalog_methods[] = {
      "        what was checked: tensor_digests, header_digests, zip_crc32, bytes, tensors"},
     {"convert", (PyCFunction)(void (*)(void))Catalog_convert, METH_VARARGS | METH_KEYWORDS,
      "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None, "
-     "copy_files_from=None, format=0, dcp_ranks=0, check_crc=True)"},
+     "copy_files_from=None, format=0, dcp_ranks=0, check_crc=True, source_metadata=False)"},
     {"close", (PyCFunction)Catalog_close, METH_NOARGS, "close(): release files (once no view refers to them)"},
     {NULL}};
 
@@ -1238,8 +1241,8 @@ static PyMethodDef Plan_methods[] = {
     {"stats", (PyCFunction)Plan_stats, METH_NOARGS, "stats() -> dict of the last load"},
     {"convert", (PyCFunction)(void (*)(void))Plan_convert, METH_VARARGS | METH_KEYWORDS,
      "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None,\n"
-     "        copy_files_from=None, format=0, dcp_ranks=0, dry_run=False, check_crc=True): with dry_run, writes\n"
-     "        nothing and returns what it would write (JSON text, see ckpt_convert_plan_preview)"},
+     "        copy_files_from=None, format=0, dcp_ranks=0, dry_run=False, check_crc=True, source_metadata=False):\n"
+     "        with dry_run, writes nothing and returns what it would write (JSON text, see ckpt_convert_plan_preview)"},
     {NULL}};
 
 static PyTypeObject PlanType = {

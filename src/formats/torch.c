@@ -67,6 +67,12 @@ static ckpt_dtype lookup(const dtype_name *table, size_t n, const char *name) {
     return CKPT_DTYPE_INVALID;
 }
 
+const char *ckpt__torch_dtype_name(ckpt_dtype dtype) {
+    for (size_t i = 0; i < sizeof torch_dtypes / sizeof torch_dtypes[0]; i++)
+        if (torch_dtypes[i].dtype == dtype) return torch_dtypes[i].name;
+    return NULL;
+}
+
 /* Bytes per torch element (float4_e2m1fn_x2 packs two values in one). */
 static unsigned item_bytes(ckpt_dtype d) { return d == CKPT_F4 ? 1 : ckpt_dtype_bits(d) / 8; }
 
