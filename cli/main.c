@@ -34,6 +34,7 @@ static const struct command {
     {"convert", cmd_convert, convert_usage},
     {"diff", cmd_diff, diff_usage},
     {"verify", cmd_verify, verify_usage},
+    {"recover", cmd_recover, recover_usage},
 };
 enum { COMMAND_COUNT = sizeof commands / sizeof *commands };
 

@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdio.h>
+#include <sys/file.h>
 
 /* Test-only state: this file is compiled into fault-injection builds alone. */
 static ckpt__fault_mode armed;
@@ -47,15 +49,11 @@ char *ckpt__strdup(const char *s) { return hit_alloc() ? NULL : strdup(s); }
 char *ckpt__strndup(const char *s, size_t n) { return hit_alloc() ? NULL : strndup(s, n); }
 
 int ckpt__io_open(const char *path, int flags, ...) {
-    mode_t mode = 0;
-    if (flags & O_CREAT) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
-    ckpt__fault_mode m = hit_io(0);
-    return m ? fail_errno(m) : open(path, flags, mode);
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = flags & O_CREAT ? (mode_t)va_arg(ap, int) : 0;
+    va_end(ap);
+    return ckpt__io_openat(AT_FDCWD, path, flags, mode);
 }
 
 ssize_t ckpt__io_pread(int fd, void *buf, size_t n, off_t offset) {
@@ -92,6 +90,30 @@ int ckpt__io_ftruncate(int fd, off_t size) {
 int ckpt__io_rename(const char *from, const char *to) {
     ckpt__fault_mode m = hit_io(0);
     return m ? fail_errno(m) : rename(from, to);
+}
+
+int ckpt__io_openat(int dirfd, const char *name, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = flags & O_CREAT ? (mode_t)va_arg(ap, int) : 0;
+    va_end(ap);
+    ckpt__fault_mode m = hit_io(0);
+    return m ? fail_errno(m) : openat(dirfd, name, flags, mode);
+}
+
+int ckpt__io_unlinkat(int dirfd, const char *name, int flags) {
+    ckpt__fault_mode m = hit_io(0);
+    return m ? fail_errno(m) : unlinkat(dirfd, name, flags);
+}
+
+int ckpt__io_renameat2(int from_dir, const char *from, int to_dir, const char *to, unsigned flags) {
+    ckpt__fault_mode m = hit_io(0);
+    return m ? fail_errno(m) : renameat2(from_dir, from, to_dir, to, flags);
+}
+
+int ckpt__io_flock(int fd, int op) {
+    ckpt__fault_mode m = hit_io(0);
+    return m ? fail_errno(m) : flock(fd, op);
 }
 #else
 /* Ordinary builds: fault.h maps the wrappers to libc; nothing to compile. */

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #ifndef CKPT_FAULT_INJECTION
@@ -30,6 +31,10 @@
 #define ckpt__io_fsync fsync
 #define ckpt__io_ftruncate ftruncate
 #define ckpt__io_rename rename
+#define ckpt__io_openat openat
+#define ckpt__io_unlinkat unlinkat
+#define ckpt__io_renameat2 renameat2
+#define ckpt__io_flock flock
 
 #else
 
@@ -45,6 +50,10 @@ ssize_t ckpt__io_copy_file_range(int in, loff_t *in_off, int out, loff_t *out_of
 int ckpt__io_fsync(int fd);
 int ckpt__io_ftruncate(int fd, off_t size);
 int ckpt__io_rename(const char *from, const char *to);
+int ckpt__io_openat(int dirfd, const char *name, int flags, ...);
+int ckpt__io_unlinkat(int dirfd, const char *name, int flags);
+int ckpt__io_renameat2(int from_dir, const char *from, int to_dir, const char *to, unsigned flags);
+int ckpt__io_flock(int fd, int op);
 
 /* What the N-th call of a kind does. */
 typedef enum ckpt__fault_mode {

@@ -145,4 +145,12 @@ CKPT__HIDDEN extern const ckpt__output_format ckpt__output_dcp;         /* dcp_o
 /* The output format for an id (registry.c); NULL when ckpt cannot write it. */
 CKPT__HIDDEN const ckpt__output_format *ckpt__output_format_for(ckpt_format id);
 
+/* Whether `name` (a plain file name) is a file some output format owns
+ * under some prefix: its `owns`, asked for every prefix of the name.  The
+ * one rule for what a commit's journal may name, and so what recovering an
+ * interrupted commit may remove or publish (io/commit.h): the files a
+ * replacement (`--force`) may remove are those its format owns, and a
+ * journal found on disk does not say which format and prefix wrote it. */
+CKPT__HIDDEN bool ckpt__output_owns_any(const char *name);
+
 #endif
