@@ -34,16 +34,21 @@ void note_unfinished_commit(const char *path) {
     ckpt_error_clear(&err);
     int found = 0;
     ckpt_status st = ckpt_commit_recover(path, CKPT_RECOVER_CHECK, &found, &err);
-    if (st == CKPT_E_INCOMPLETE) fprintf(stderr, "ckpt: warning: %s\n", err.message);
+    if (st == CKPT_E_INCOMPLETE)
+        fprintf(stderr, "ckpt: warning: %s\n", err.message);
     else if (st == CKPT_OK && found)
-        fprintf(stderr, "ckpt: warning: the directory of %s holds an unfinished commit of other files: finish it with "
-                        "`ckpt recover`\n", path);
+        fprintf(stderr,
+                "ckpt: warning: the directory of %s holds an unfinished commit of other files: finish it with "
+                "`ckpt recover`\n",
+                path);
 }
 
 int cmd_recover(int argc, char **argv) {
     enum { OPT_HELP = 1, OPT_CHECK, OPT_QUIET };
-    static const cli_option options[] = {
-        {"help", 'h', false, OPT_HELP}, {"check", 0, false, OPT_CHECK}, {"quiet", 'q', false, OPT_QUIET}, {NULL, 0, 0, 0}};
+    static const cli_option options[] = {{"help", 'h', false, OPT_HELP},
+                                         {"check", 0, false, OPT_CHECK},
+                                         {"quiet", 'q', false, OPT_QUIET},
+                                         {NULL, 0, 0, 0}};
     const char *dir = NULL, *value;
     bool check = false, quiet = false;
     args_parser args;

@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fnmatch.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -157,16 +156,7 @@ const ckpt__output_format *ckpt__output_format_for(ckpt_format id) {
 }
 
 bool ckpt__output_owns_any(const char *name) {
-    /* A prefix is never empty (the writer's default is "model") and, like
-     * the name, a plain file name: one longer than NAME_MAX owns nothing. */
-    size_t n = strlen(name);
-    char prefix[NAME_MAX + 1];
-    if (n > NAME_MAX) return false;
-    for (size_t k = 1; k <= n; k++) {
-        memcpy(prefix, name, k);
-        prefix[k] = '\0';
-        for (size_t i = 0; i < sizeof writer_formats / sizeof writer_formats[0]; i++)
-            if (writer_formats[i]->owns(prefix, name)) return true;
-    }
+    for (size_t i = 0; i < sizeof writer_formats / sizeof writer_formats[0]; i++)
+        if (writer_formats[i]->owns(NULL, name)) return true;
     return false;
 }

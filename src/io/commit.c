@@ -21,19 +21,21 @@ typedef struct created {
 
 struct ckpt__commit {
     char *dir;
-    int dir_fd;        /* JOURNAL: the directory (the destination lock's, or its own: own_dir_fd) */
+    int dir_fd; /* JOURNAL: the directory (the destination lock's, or its own: own_dir_fd) */
     bool own_dir_fd;
-    char *stage;       /* the staging directory (STAGED_BESIDE, JOURNAL) */
-    int stage_fd;      /* open on it; STAGED_BESIDE: locked, as it becomes the directory */
+    char *stage;  /* the staging directory (STAGED_BESIDE, JOURNAL) */
+    int stage_fd; /* open on it; STAGED_BESIDE: locked, as it becomes the directory */
     mode mode;
-    bool dir_existed;  /* STAGED_BESIDE: an empty directory was there */
+    bool dir_existed; /* STAGED_BESIDE: an empty directory was there */
     bool published;
     ckpt__name_rule journaled; /* the names a journal may carry */
     created *files;
     size_t count, cap;
 };
 
-static char *join(const char *a, const char *b) { return ckpt__path_join(a, b); }
+static char *join(const char *a, const char *b) {
+    return ckpt__path_join(a, b);
+}
 
 /* True when `path` is missing or an empty directory. */
 static bool missing_or_empty(const char *path) {
@@ -41,7 +43,8 @@ static bool missing_or_empty(const char *path) {
     if (!d) return errno == ENOENT;
     struct dirent *e;
     bool empty = true;
-    while (empty && (e = readdir(d))) empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    while (empty && (e = readdir(d)))
+        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
     closedir(d);
     return empty;
 }
@@ -159,11 +162,23 @@ ckpt_status ckpt__commit_create(ckpt__commit *c, const char *name, int *fd, cons
 
 /* ---- finishing a decided commit ------------------------------------------------ */
 
-/* Whether `name` is in `list`. */
-static bool listed(const char *const *list, size_t n, const char *name) {
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(list[i], name)) return true;
-    return false;
+static int compare_names(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* `list` sorted, for `listed` (a journal may hold many names: no quadratic
+ * lookups); NULL when out of memory. */
+static const char **sorted_names(const char *const *list, size_t n) {
+    const char **s = ckpt__malloc((n ? n : 1) * sizeof *s);
+    if (!s) return NULL;
+    if (n) memcpy(s, list, n * sizeof *s);
+    qsort(s, n, sizeof *s, compare_names);
+    return s;
+}
+
+/* Whether `name` is in `sorted` (from sorted_names). */
+static bool listed(const char *const *sorted, size_t n, const char *name) {
+    return n && bsearch(&name, sorted, n, sizeof *sorted, compare_names);
 }
 
 /* Whether `name` is still in the stage (not yet published). */
@@ -181,15 +196,16 @@ static bool staged(int stage_fd, const char *name) {
  * new file, and a file already moved is skipped.  Every call is relative to
  * the two descriptors: nothing outside the directory is ever named.
  */
-static ckpt_status finish(int dir_fd, const char *dir, const char *stage_name, int stage_fd,
-                          const char *const *remove, size_t nremove, const char *const *publish, size_t npublish,
-                          bool no_sync, ckpt_error *err) {
-    ckpt_status st = CKPT_OK;
+static ckpt_status finish(int dir_fd, const char *dir, const char *stage_name, int stage_fd, const char *const *remove,
+                          size_t nremove, const char *const *publish, size_t npublish, bool no_sync, ckpt_error *err) {
+    const char **published = sorted_names(publish, npublish);
+    ckpt_status st = published ? CKPT_OK : ckpt__oom(err, dir, NULL);
     for (size_t i = 0; st == CKPT_OK && i < nremove; i++) {
-        if (listed(publish, npublish, remove[i]) && !staged(stage_fd, remove[i])) continue;
+        if (!staged(stage_fd, remove[i]) && listed(published, npublish, remove[i])) continue;
         if (ckpt__io_unlinkat(dir_fd, remove[i], 0) != 0 && errno != ENOENT)
             st = ckpt__fail_errno(err, errno, dir, -1, "cannot remove %s", remove[i]);
     }
+    free(published);
     for (size_t i = 0; st == CKPT_OK && stage_fd >= 0 && i < npublish; i++)
         if (ckpt__io_renameat2(stage_fd, publish[i], dir_fd, publish[i], 0) != 0 && errno != ENOENT)
             st = ckpt__fail_errno(err, errno, dir, -1, "cannot rename %s/%s into place", stage_name, publish[i]);
@@ -225,9 +241,11 @@ static ckpt_status write_journal(ckpt__commit *c, const char *const *order, size
                              journaled_names(c, order, count, p));
     char *final = join(c->dir, CKPT__JOURNAL), *tmp = NULL;
     int fd = -1;
-    ckpt_status st = !r || !p || b.failed || !final ? ckpt__oom(err, c->dir, NULL) : ckpt__temp_create(final, &tmp, &fd, err);
+    ckpt_status st =
+        !r || !p || b.failed || !final ? ckpt__oom(err, c->dir, NULL) : ckpt__temp_create(final, &tmp, &fd, err);
     if (st == CKPT_OK) st = ckpt__pwrite_full(fd, b.data, b.len, 0, tmp, err);
-    if (st == CKPT_OK && !no_sync && ckpt__io_fsync(fd) != 0) st = ckpt__fail_errno(err, errno, tmp, -1, "fsync failed");
+    if (st == CKPT_OK && !no_sync && ckpt__io_fsync(fd) != 0)
+        st = ckpt__fail_errno(err, errno, tmp, -1, "fsync failed");
     if (fd >= 0) close(fd);
     /* The rename decides the commit. */
     if (st == CKPT_OK && ckpt__io_rename(tmp, final) != 0)
@@ -260,13 +278,15 @@ ckpt_status ckpt__commit_publish(ckpt__commit *c, const char *const *order, size
     if (c->mode == SINGLE) {
         for (size_t i = 0; st == CKPT_OK && i < c->count; i++) {
             char *final = join(c->dir, c->files[i].name);
-            if (!final) st = ckpt__oom(err, c->dir, NULL);
+            if (!final)
+                st = ckpt__oom(err, c->dir, NULL);
             else if (ckpt__io_rename(c->files[i].tmp_path, final) != 0)
                 st = ckpt__fail_errno(err, errno, final, -1, "cannot rename %s into place", c->files[i].tmp_path);
             free(final);
         }
         if (st == CKPT_OK && !no_sync) st = sync_dir(c->dir, err);
-        if (st == CKPT_OK) c->published = true;
+        if (st == CKPT_OK)
+            c->published = true;
         else /* not durable, or not all there: take back the names it created */
             for (size_t i = 0; i < c->count; i++) {
                 char *final = c->files[i].existed ? NULL : join(c->dir, c->files[i].name);
@@ -346,11 +366,16 @@ static ckpt_status read_journal(int dir_fd, found_journal *f, uint64_t *len, ckp
     if (fd < 0) return ckpt__fail_errno(err, errno, f->path, -1, "cannot open");
     struct stat sb;
     ckpt_status st = CKPT_OK;
-    if (fstat(fd, &sb) != 0) st = ckpt__fail_errno(err, errno, f->path, -1, "cannot stat");
-    else if (!S_ISREG(sb.st_mode)) st = ckpt__journal_refuse(err, f->path, 0, "it is not a regular file", NULL);
-    else if ((uint64_t)sb.st_size > CKPT__JOURNAL_MAX) st = ckpt__journal_refuse(err, f->path, CKPT__JOURNAL_MAX, "it is too large", NULL);
-    else if (!(f->bytes = ckpt__malloc((size_t)sb.st_size + 1))) st = ckpt__oom(err, f->path, NULL);
-    else st = ckpt__pread_full(fd, f->bytes, (uint64_t)sb.st_size, 0, f->path, err);
+    if (fstat(fd, &sb) != 0)
+        st = ckpt__fail_errno(err, errno, f->path, -1, "cannot stat");
+    else if (!S_ISREG(sb.st_mode))
+        st = ckpt__journal_refuse(err, f->path, 0, "it is not a regular file", NULL);
+    else if ((uint64_t)sb.st_size > CKPT__JOURNAL_MAX)
+        st = ckpt__journal_refuse(err, f->path, CKPT__JOURNAL_MAX, "it is too large", NULL);
+    else if (!(f->bytes = ckpt__malloc((size_t)sb.st_size + 1)))
+        st = ckpt__oom(err, f->path, NULL);
+    else
+        st = ckpt__pread_full(fd, f->bytes, (uint64_t)sb.st_size, 0, f->path, err);
     *len = (uint64_t)sb.st_size;
     close(fd);
     return st;
@@ -365,17 +390,21 @@ static ckpt_status check_on_disk(int dir_fd, found_journal *f, ckpt_error *err) 
     const ckpt__journal *j = &f->j;
     f->stage_fd = ckpt__io_openat(dir_fd, j->stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (f->stage_fd < 0 && (errno == ELOOP || errno == ENOTDIR))
-        return ckpt__journal_refuse(err, f->path, j->stage_at, "its stage is not a directory (a symbolic link or a file)", j->stage);
+        return ckpt__journal_refuse(err, f->path, j->stage_at,
+                                    "its stage is not a directory (a symbolic link or a file)", j->stage);
     if (f->stage_fd < 0 && errno != ENOENT) return ckpt__fail_errno(err, errno, f->path, -1, "cannot open its stage");
     struct stat sb;
     for (size_t i = 0; i < j->publish_count; i++) {
-        if (f->stage_fd >= 0 && fstatat(f->stage_fd, j->publish[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
-            !S_ISREG(sb.st_mode))
+        /* One already moved (gone from the stage) is not moved again. */
+        if (f->stage_fd < 0 || fstatat(f->stage_fd, j->publish[i], &sb, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (!S_ISREG(sb.st_mode))
             return ckpt__journal_refuse(err, f->path, j->publish_at[i],
-                            "a file to publish is not a regular file in its stage (a symbolic link, FIFO, device or "
-                            "directory)", j->publish[i]);
+                                        "a file to publish is not a regular file in its stage (a symbolic link, "
+                                        "FIFO, device or directory)",
+                                        j->publish[i]);
         if (fstatat(dir_fd, j->publish[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode))
-            return ckpt__journal_refuse(err, f->path, j->publish_at[i], "a file to publish would replace a directory", j->publish[i]);
+            return ckpt__journal_refuse(err, f->path, j->publish_at[i], "a file to publish would replace a directory",
+                                        j->publish[i]);
     }
     for (size_t i = 0; i < j->remove_count; i++)
         if (fstatat(dir_fd, j->remove[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode))
@@ -421,8 +450,8 @@ ckpt_status ckpt__commit_recover_at(int dir_fd, const char *dir, ckpt__name_rule
     if (st == CKPT_OK && present) {
         *found = true;
         if (!check_only)
-            st = finish(dir_fd, dir, f.j.stage, f.stage_fd, f.j.remove, f.j.remove_count, f.j.publish, f.j.publish_count,
-                        false, err);
+            st = finish(dir_fd, dir, f.j.stage, f.stage_fd, f.j.remove, f.j.remove_count, f.j.publish,
+                        f.j.publish_count, false, err);
     }
     found_free(&f);
     return st;
@@ -440,15 +469,21 @@ ckpt_status ckpt__commit_recover(const char *dir, ckpt__name_rule owned, ckpt__r
         return CKPT_OK;
     }
     if (how != CKPT__RECOVER_CHECK) st = ckpt__lock_fd(fd, dir, err);
-    if (st == CKPT_E_LOCKED && how == CKPT__RECOVER_UNLESS_BUSY) st = CKPT_OK; /* its live writer finishes it */
-    else if (st == CKPT_OK) st = ckpt__commit_recover_at(fd, dir, owned, how == CKPT__RECOVER_CHECK, found, err);
+    if (st == CKPT_E_LOCKED && how == CKPT__RECOVER_UNLESS_BUSY)
+        st = CKPT_OK; /* its live writer finishes it */
+    else if (st == CKPT_OK)
+        st = ckpt__commit_recover_at(fd, dir, owned, how == CKPT__RECOVER_CHECK, found, err);
     close(fd); /* and with it the lock */
     return st;
 }
 
 /* Whether the journal names `file` (removes or publishes it). */
 static bool journal_names(const ckpt__journal *j, const char *file) {
-    return listed(j->remove, j->remove_count, file) || listed(j->publish, j->publish_count, file);
+    for (size_t i = 0; i < j->remove_count; i++)
+        if (!strcmp(j->remove[i], file)) return true;
+    for (size_t i = 0; i < j->publish_count; i++)
+        if (!strcmp(j->publish[i], file)) return true;
+    return false;
 }
 
 ckpt_status ckpt__commit_check_read(const char *dir, const char *file, ckpt__name_rule owned, ckpt_error *err) {

@@ -46,8 +46,10 @@ void ckpt__journal_free(ckpt__journal *j) {
 static void shown(const char *name, char *out, size_t cap) {
     size_t k = 0;
     for (const unsigned char *s = (const unsigned char *)name; *s && k + 5 < cap && k < 160; s++) {
-        if (*s < 0x20 || *s == 0x7f) k += (size_t)snprintf(out + k, cap - k, "\\x%02x", *s);
-        else out[k++] = (char)*s;
+        if (*s < 0x20 || *s == 0x7f)
+            k += (size_t)snprintf(out + k, cap - k, "\\x%02x", *s);
+        else
+            out[k++] = (char)*s;
     }
     out[k] = '\0';
 }
@@ -67,15 +69,18 @@ ckpt_status ckpt__journal_parse(const char *bytes, size_t len, ckpt__name_rule o
     uint64_t at;
     if (!next_field(&f, &s, &at) || strcmp(s, MAGIC))
         return ckpt__journal_refuse(err, path, at, "it does not start with \"ckpt-commit-1\"", NULL);
-    if (!next_field(&f, &s, &at) || strcmp(s, "stage")) return ckpt__journal_refuse(err, path, at, "no \"stage\" field", NULL);
-    if (!next_field(&f, &s, &at)) return ckpt__journal_refuse(err, path, at, "the stage's name is missing or unterminated", NULL);
+    if (!next_field(&f, &s, &at) || strcmp(s, "stage"))
+        return ckpt__journal_refuse(err, path, at, "no \"stage\" field", NULL);
+    if (!next_field(&f, &s, &at))
+        return ckpt__journal_refuse(err, path, at, "the stage's name is missing or unterminated", NULL);
     if (!ckpt__temp_dir_name_is(s, CKPT__STAGE_BASE))
-        return ckpt__journal_refuse(err, path, at, "the stage is not named as ckpt names a commit's staging directory", s);
+        return ckpt__journal_refuse(err, path, at, "the stage is not named as ckpt names a commit's staging directory",
+                                    s);
     out->stage = s;
     out->stage_at = at;
-    /* Each entry is two fields: at most (len / 4) of them ("remove" NUL x NUL
-     * is 9 bytes at least), allocated once. */
-    size_t cap = len / 4 + 1;
+    /* Each entry is two fields, 9 bytes at least ("remove" NUL x NUL):
+     * arrays for what the bytes can hold, allocated once. */
+    size_t cap = len / 9 < CKPT__JOURNAL_MAX_ENTRIES ? len / 9 + 1 : CKPT__JOURNAL_MAX_ENTRIES;
     out->remove = ckpt__malloc(cap * sizeof *out->remove);
     out->publish = ckpt__malloc(cap * sizeof *out->publish);
     out->remove_at = ckpt__malloc(cap * sizeof *out->remove_at);
@@ -96,17 +101,26 @@ ckpt_status ckpt__journal_parse(const char *bytes, size_t len, ckpt__name_rule o
         if (!strcmp(kind, "end")) {
             ended = true;
         } else if (!is_remove && !is_publish) {
-            st = ckpt__journal_refuse(err, path, at, "a field that is none of \"remove\", \"publish\" or \"end\"", NULL);
+            st =
+                ckpt__journal_refuse(err, path, at, "a field that is none of \"remove\", \"publish\" or \"end\"", NULL);
+        } else if (out->remove_count + out->publish_count == cap) {
+            st =
+                ckpt__journal_refuse(err, path, at, "more entries than ckpt writes (or than its bytes can hold)", NULL);
         } else if (is_remove && out->publish_count) {
-            st = ckpt__journal_refuse(err, path, at, "a \"remove\" after a \"publish\" (ckpt writes removals first)", NULL);
+            st = ckpt__journal_refuse(err, path, at, "a \"remove\" after a \"publish\" (ckpt writes removals first)",
+                                      NULL);
         } else if (!next_field(&f, &s, &at)) {
             st = ckpt__journal_refuse(err, path, at, "an entry without its name", NULL);
         } else if (!plain_name(s)) {
-            st = ckpt__journal_refuse(err, path, at, "a name that is not a plain file name in the directory (empty, \".\", \"..\", "
-                                       "with a '/', or too long)", s);
+            st = ckpt__journal_refuse(err, path, at,
+                                      "a name that is not a plain file name in the directory (empty, \".\", \"..\", "
+                                      "with a '/', or too long)",
+                                      s);
         } else if (!owned(s)) {
-            st = ckpt__journal_refuse(err, path, at, "a name no checkpoint format ckpt writes owns (recovery touches only "
-                                       "checkpoint files)", s);
+            st = ckpt__journal_refuse(err, path, at,
+                                      "a name no checkpoint format ckpt writes owns (recovery touches only "
+                                      "checkpoint files)",
+                                      s);
         } else if (is_remove) {
             out->remove_at[out->remove_count] = at;
             out->remove[out->remove_count++] = s;
@@ -120,14 +134,18 @@ ckpt_status ckpt__journal_parse(const char *bytes, size_t len, ckpt__name_rule o
     return st;
 }
 
-static void field(ckpt__buf *b, const char *s) { ckpt__buf_append(b, s, strlen(s) + 1); }
+static void field(ckpt__buf *b, const char *s) {
+    ckpt__buf_append(b, s, strlen(s) + 1);
+}
 
 void ckpt__journal_encode(ckpt__buf *b, const char *stage, const char *const *remove, size_t remove_count,
                           const char *const *publish, size_t publish_count) {
     field(b, MAGIC);
     field(b, "stage");
     field(b, stage);
-    for (size_t i = 0; i < remove_count; i++) field(b, "remove"), field(b, remove[i]);
-    for (size_t i = 0; i < publish_count; i++) field(b, "publish"), field(b, publish[i]);
+    for (size_t i = 0; i < remove_count; i++)
+        field(b, "remove"), field(b, remove[i]);
+    for (size_t i = 0; i < publish_count; i++)
+        field(b, "publish"), field(b, publish[i]);
     field(b, "end");
 }

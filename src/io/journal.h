@@ -21,9 +21,12 @@
  * temporary directory naming then gives "..commit.ckpt-tmp-<pid>-d<n>"). */
 #define CKPT__STAGE_BASE ".commit"
 
-/* Journals larger than this are not ckpt's (one name is at most NAME_MAX
- * bytes; a checkpoint of 30,000 files stays far below). */
+/* Journals larger than this, or with more entries, are not ckpt's (one
+ * entry per file of a checkpoint, a name at most NAME_MAX bytes; the Hub
+ * holds at most 100,000 files per repository).  The bounds also bound the
+ * work a planted journal costs a read: one fstatat or two per entry. */
 #define CKPT__JOURNAL_MAX (16u << 20)
+#define CKPT__JOURNAL_MAX_ENTRIES 100000u
 
 /* Which names a journal may remove or publish: true for a name an output
  * format owns (formats/output.h: ckpt__output_owns_any).  Passed in by the
@@ -31,9 +34,9 @@
 typedef bool (*ckpt__name_rule)(const char *name);
 
 typedef struct ckpt__journal {
-    const char *stage; /* the staging directory's name (points into the parsed bytes) */
-    uint64_t stage_at; /* byte offset of its field */
-    const char **remove, **publish; /* names, in order (into the bytes) */
+    const char *stage;                /* the staging directory's name (points into the parsed bytes) */
+    uint64_t stage_at;                /* byte offset of its field */
+    const char **remove, **publish;   /* names, in order (into the bytes) */
     uint64_t *remove_at, *publish_at; /* byte offsets of their fields */
     size_t remove_count, publish_count;
 } ckpt__journal;
@@ -47,7 +50,8 @@ typedef struct ckpt__journal {
  *   - STAGE is exactly the name ckpt gives a commit's staging directory:
  *     "..commit.ckpt-tmp-<pid>-d<n>" (ckpt__temp_dir_name_is);
  *   - each NAME is a plain name — not empty, not "." or "..", no '/', at
- *     most NAME_MAX bytes — that `owned` accepts.
+ *     most NAME_MAX bytes — that `owned` accepts;
+ *   - at most CKPT__JOURNAL_MAX_ENTRIES entries.
  * On success *out holds the fields (free with ckpt__journal_free).  A
  * broken rule gives CKPT_E_INCOMPLETE naming `path` (for messages only),
  * with err->offset the byte offset of the field at fault and the rule in

@@ -124,9 +124,10 @@ static ckpt_status take_lock_file(int parent_fd, const char *name, const char *w
         struct stat st;
         ckpt_status s = CKPT_OK;
         if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode))
-            s = ckpt__fail(err, CKPT_E_UNSAFE_PATH, what, NULL, -1,
-                           "the lock file %s is not a regular file: remove it", name);
-        else s = ckpt__lock_fd(f, what, err);
+            s = ckpt__fail(err, CKPT_E_UNSAFE_PATH, what, NULL, -1, "the lock file %s is not a regular file: remove it",
+                           name);
+        else
+            s = ckpt__lock_fd(f, what, err);
         if (s == CKPT_E_LOCKED && !ckpt__lock_holder(f)) {
             s = locked(err, what, pid_in_file(f)); /* no /proc/locks here: the pid its holder wrote */
         } else if (s && created) {
@@ -174,7 +175,9 @@ void ckpt__lock_release(ckpt__lock *l) {
     free(l);
 }
 
-int ckpt__lock_dir_fd(const ckpt__lock *l) { return l ? l->dir_fd : -1; }
+int ckpt__lock_dir_fd(const ckpt__lock *l) {
+    return l ? l->dir_fd : -1;
+}
 
 /* An existing destination directory: locked itself.  A lock file beside it
  * still held is a writer that made the directory and is finishing; one no

@@ -43,8 +43,8 @@ static void refused_at(const char *bytes, size_t len, int64_t offset, const char
     ckpt_error_clear(&err);
     ckpt_status st = ckpt__journal_parse(bytes, len, ckpt__output_owns_any, "J", &j, &err);
     if (st != CKPT_E_INCOMPLETE) fail_msg("%s: parsed (%d)", why, st);
-    if (err.offset != offset) fail_msg("%s: refused at byte %lld, not %lld: %s", why, (long long)err.offset,
-                                       (long long)offset, err.message);
+    if (err.offset != offset)
+        fail_msg("%s: refused at byte %lld, not %lld: %s", why, (long long)err.offset, (long long)offset, err.message);
     assert_non_null(strstr(err.message, "not a journal ckpt wrote"));
     assert_null(j.remove);
 }
@@ -89,19 +89,40 @@ static void test_parse_refuses_each_rule(void **state) {
     b = J("ckpt-commit-1", "stage");
     refused_at(b, journal_len, 20, "no stage name");
     /* The stage: only the exact name ckpt gives a commit's stage. */
-    static const char *const stages[] = {"..", ".", "", "/tmp", "../x", "x", ".commit.ckpt-tmp-1-d0",
-                                         "..commit.ckpt-tmp-0-d1", "..commit.ckpt-tmp-012-d1",
-                                         "..commit.ckpt-tmp-12-d", "..commit.ckpt-tmp-12-d01", "..commit.ckpt-tmp-12-d1x",
-                                         "..commit.ckpt-tmp-12-1", "..commit.ckpt-tmp--1-d1", ".model.ckpt-tmp-12-d1",
-                                         "..commit.ckpt-tmp-99999999999-d1", "..commit.ckpt-tmp-12-d1/.."};
+    static const char *const stages[] = {"..",
+                                         ".",
+                                         "",
+                                         "/tmp",
+                                         "../x",
+                                         "x",
+                                         ".commit.ckpt-tmp-1-d0",
+                                         "..commit.ckpt-tmp-0-d1",
+                                         "..commit.ckpt-tmp-012-d1",
+                                         "..commit.ckpt-tmp-12-d",
+                                         "..commit.ckpt-tmp-12-d01",
+                                         "..commit.ckpt-tmp-12-d1x",
+                                         "..commit.ckpt-tmp-12-1",
+                                         "..commit.ckpt-tmp--1-d1",
+                                         ".model.ckpt-tmp-12-d1",
+                                         "..commit.ckpt-tmp-99999999999-d1",
+                                         "..commit.ckpt-tmp-12-d1/.."};
     for (size_t i = 0; i < sizeof stages / sizeof *stages; i++) {
         b = J("ckpt-commit-1", "stage", stages[i], "end");
         refused_at(b, journal_len, 20, stages[i]);
     }
     /* Names: plain, and owned by an output format. */
-    static const char *const names[] = {"notes.txt", "config.json", "", ".", "..", "/etc/model.safetensors",
-                                        "../model.safetensors", "a/model.safetensors", "model.safetensors/",
-                                        ".ckpt-commit.json", STAGE, "model.safetensors.bak"};
+    static const char *const names[] = {"notes.txt",
+                                        "config.json",
+                                        "",
+                                        ".",
+                                        "..",
+                                        "/etc/model.safetensors",
+                                        "../model.safetensors",
+                                        "a/model.safetensors",
+                                        "model.safetensors/",
+                                        ".ckpt-commit.json",
+                                        STAGE,
+                                        "model.safetensors.bak"};
     const size_t name_at = 20 + sizeof STAGE + 7; /* after "remove" */
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         b = J("ckpt-commit-1", "stage", STAGE, "remove", names[i], "end");
@@ -129,6 +150,22 @@ static void test_parse_refuses_each_rule(void **state) {
     refused_at(b, journal_len - 1, (int64_t)entry_at, "an end without its NUL");
     b = J("ckpt-commit-1", "stage", STAGE, "end", "publish", "model.safetensors");
     refused_at(b, journal_len, (int64_t)entry_at + 4, "fields after end");
+    /* More entries than ckpt writes: refused at the first one too many. */
+    const char head[] = "ckpt-commit-1\0stage\0" STAGE "\0", entry[] = "publish\0x.distcp\0";
+    size_t many = CKPT__JOURNAL_MAX_ENTRIES + 1, n = sizeof head - 1 + many * (sizeof entry - 1) + 4;
+    char *big = malloc(n), *at = big;
+    memcpy(at, head, sizeof head - 1), at += sizeof head - 1;
+    for (size_t i = 0; i < many; i++) memcpy(at, entry, sizeof entry - 1), at += sizeof entry - 1;
+    memcpy(at, "end", 4);
+    refused_at(big, n, (int64_t)(entry_at + CKPT__JOURNAL_MAX_ENTRIES * (sizeof entry - 1)), "too many entries");
+    /* As many as ckpt writes at most: a journal. */
+    memcpy(at - (sizeof entry - 1), "end", 4);
+    ckpt__journal j;
+    ckpt_error err;
+    assert_int_equal(ckpt__journal_parse(big, n - (sizeof entry - 1), ckpt__output_owns_any, "J", &j, &err), CKPT_OK);
+    assert_int_equal(j.publish_count, CKPT__JOURNAL_MAX_ENTRIES);
+    ckpt__journal_free(&j);
+    free(big);
     /* A name with a NUL inside: its second half is a field of its own. */
     static const char nul_in_name[] = "ckpt-commit-1\0stage\0" STAGE "\0remove\0model\0.safetensors\0end";
     refused_at(nul_in_name, sizeof nul_in_name, (int64_t)name_at, "a NUL inside a name");
@@ -169,7 +206,9 @@ static void sandbox_make(sandbox *s) {
     write_safetensors(in_dir(s->dir, "model.safetensors"), "{}", 0);
 }
 
-static void plant(const sandbox *s, const char *bytes, size_t n) { write_bytes(in_dir(s->dir, CKPT__JOURNAL), bytes, n); }
+static void plant(const sandbox *s, const char *bytes, size_t n) {
+    write_bytes(in_dir(s->dir, CKPT__JOURNAL), bytes, n);
+}
 
 /* Every way in: recovery (lock, check), a writer's recovery, a read's
  * check.  Recovery refuses at `offset`; nothing anywhere changes. */
@@ -182,7 +221,8 @@ static void refused_on_disk(sandbox *s, int64_t offset, const char *why) {
         ckpt_status st = ckpt__commit_recover(s->dir, ckpt__output_owns_any, (ckpt__recover_mode)how, &found, &err);
         if (st != CKPT_E_INCOMPLETE) fail_msg("%s: recovery (%d) gave %d: %s", why, how, st, err.message);
         if (offset >= 0 && err.offset != offset)
-            fail_msg("%s: refused at byte %lld, not %lld: %s", why, (long long)err.offset, (long long)offset, err.message);
+            fail_msg("%s: refused at byte %lld, not %lld: %s", why, (long long)err.offset, (long long)offset,
+                     err.message);
         assert_non_null(strstr(err.message, "left alone"));
         assert_non_null(strstr(err.message, CKPT__JOURNAL));
     }
@@ -244,6 +284,7 @@ static void test_recover_refuses_what_is_not_ckpts(void **state) {
     assert_int_equal(rmdir(entry), 0);
     /* Replacing or removing a directory. */
     write_bytes(entry, "new", 3);
+    write_bytes(in_dir(s.stage, "x.safetensors"), "new", 3);
     assert_int_equal(mkdir(in_dir(s.dir, "x.safetensors"), 0777), 0);
     b = J("ckpt-commit-1", "stage", STAGE, "publish", "x.safetensors", "end");
     plant(&s, b, journal_len);
@@ -276,9 +317,9 @@ static void test_recover_finishes_a_genuine_commit(void **state) {
     assert_int_equal(mkdir(s.stage, 0777), 0);
     write_bytes(in_dir(s.stage, "model-00001-of-00001.safetensors"), "new shard", 9);
     write_bytes(in_dir(s.stage, "model.safetensors.index.json"), "new index", 9);
-    const char *b = J("ckpt-commit-1", "stage", STAGE, "remove", "model.safetensors.index.json", "remove",
-                      "model.safetensors", "publish", "model-00001-of-00001.safetensors", "publish",
-                      "model.safetensors.index.json", "end");
+    const char *b =
+        J("ckpt-commit-1", "stage", STAGE, "remove", "model.safetensors.index.json", "remove", "model.safetensors",
+          "publish", "model-00001-of-00001.safetensors", "publish", "model.safetensors.index.json", "end");
     plant(&s, b, journal_len);
     unsigned long long outside = tree_hash(s.outside);
     ckpt_error err;
