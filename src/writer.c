@@ -160,7 +160,8 @@ static ckpt_status lock_and_recover(ckpt_writer *w, ckpt_error *err) {
     ckpt_status st = ckpt__lock_destination(w->path, w->directory, &w->dest_lock, err);
     int dir_fd = ckpt__lock_dir_fd(w->dest_lock);
     bool found;
-    if (st == CKPT_OK && dir_fd >= 0) st = ckpt__commit_recover_at(dir_fd, w->dir, ckpt__output_owns_any, false, &found, err);
+    if (st == CKPT_OK && dir_fd >= 0)
+        st = ckpt__commit_recover_at(dir_fd, w->dir, ckpt__output_owns_any, false, &found, err);
     else if (st == CKPT_OK && !w->directory)
         st = ckpt__commit_recover(w->dir, ckpt__output_owns_any, CKPT__RECOVER_UNLESS_BUSY, &found, err);
     return st;

@@ -4,8 +4,6 @@
 
 #include <errno.h>
 #include <stdarg.h>
-#include <stdio.h>
-#include <sys/file.h>
 
 /* Test-only state: this file is compiled into fault-injection builds alone. */
 static ckpt__fault_mode armed;

@@ -501,11 +501,12 @@ ckpt_status ckpt__commit_check_read(const char *dir, const char *file, ckpt__nam
                             "open it once that process is done",
                             pid);
         else
-            st = ckpt__fail(err, CKPT_E_INCOMPLETE, dir, NULL, -1,
-                            "a commit into this directory was interrupted (%s is there): finish it with `ckpt "
-                            "recover %s` (Python: ckpt.recover(), C: ckpt_commit_recover()) or by writing into the "
-                            "directory again; reading it never changes it",
-                            CKPT__JOURNAL, dir);
+            st = ckpt__fail(
+                err, CKPT_E_INCOMPLETE, dir, NULL, -1,
+                "a commit into this directory was interrupted (%s is there): finish it with `ckpt recover %s`, "
+                "ckpt.recover('%s') in Python or ckpt_commit_recover() in C, or by writing into the "
+                "directory again; a read never changes it",
+                CKPT__JOURNAL, dir, dir);
     } else {
         st = CKPT_OK; /* none, or not ckpt's: a read ignores it (inspect and verify say so) */
     }

@@ -1,6 +1,6 @@
 """kill -9 at random moments of ckpt convert: the destination is absent or
 complete (byte-identical to an uninterrupted run), and the next run cleans
-the temporaries the killed one left."""
+the temporaries and the lock file the killed one left."""
 import filecmp
 import os
 import random
@@ -18,7 +18,8 @@ TRIALS = 50
 
 
 def leftovers(dirpath):
-    return sorted(n for n in os.listdir(dirpath) if ".ckpt-tmp-" in n)
+    """Temporaries, and lock files (a killed writer's is removed by the next)."""
+    return sorted(n for n in os.listdir(dirpath) if ".ckpt-tmp-" in n or n.endswith(".ckpt-lock"))
 
 
 def same_tree(a, b):
