@@ -891,7 +891,7 @@ static inline void ckpt_writer_options_init(ckpt_writer_options *options) {
  * still to be made, or a single file, is locked through a lock file beside
  * it, ".<name>.ckpt-lock", which holds the writer's pid and is removed with
  * the lock (a writer killed meanwhile leaves it: the next writer of that
- * destination removes it).  Then, under the lock, a commit a crash cut
+ * destination, or into the directory holding it, removes it).  Then, under the lock, a commit a crash cut
  * short in the directory the files go to is finished as
  * ckpt_commit_recover does (a journal that is not provably ckpt's fails
  * the create with CKPT_E_INCOMPLETE, and is left alone).  A dry run

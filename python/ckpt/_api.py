@@ -565,7 +565,9 @@ def save(tensors, directory, max_shard_size="5GB", metadata=None, *, prefix="mod
     that share memory (tied weights) are written once and recorded as
     `removed → kept`, and views that no tensor covers are refused as the hub
     refuses them.  Atomic: an existing checkpoint is replaced only with
-    overwrite=True, and only once every new file is complete.  `tensors` may
+    overwrite=True, and only once every new file is complete.  The directory
+    is locked while it is written: a second writer of it, in any process,
+    raises ckpt.Error (CKPT_E_LOCKED) naming the first one's pid.  `tensors` may
     be a module, a state dict or a nested tree (its structure is recorded
     and restored by load(..., nested=True)).  Returns the paths written."""
     if _is_module(tensors):

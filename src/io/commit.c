@@ -98,7 +98,10 @@ ckpt_status ckpt__commit_begin(const char *dir, bool whole_dir, bool single, int
     if (whole_dir) {
         char *parent = ckpt__path_dirname(dir);
         st = parent ? ckpt__make_directories(parent, err) : ckpt__oom(err, dir, NULL);
-        if (st == CKPT_OK) ckpt__remove_stale_temps(parent); /* what killed writers left beside it */
+        if (st == CKPT_OK) { /* what killed writers left beside it */
+            ckpt__remove_stale_temps(parent);
+            ckpt__lock_remove_stale(parent);
+        }
         free(parent);
         if (st == CKPT_OK && missing_or_empty(dir)) {
             struct stat sb;
@@ -117,7 +120,10 @@ ckpt_status ckpt__commit_begin(const char *dir, bool whole_dir, bool single, int
         c->mode = single ? SINGLE : JOURNAL;
         if (c->mode == JOURNAL) st = take_journal_dir(c, err);
     }
-    if (st == CKPT_OK && c->mode != STAGED_BESIDE) ckpt__remove_stale_temps(dir);
+    if (st == CKPT_OK && c->mode != STAGED_BESIDE) {
+        ckpt__remove_stale_temps(dir);
+        ckpt__lock_remove_stale(dir);
+    }
     if (st == CKPT_OK && c->mode == JOURNAL) {
         char *base = join(dir, CKPT__STAGE_BASE);
         st = base ? ckpt__temp_dir_create(base, &c->stage, err) : ckpt__oom(err, dir, NULL);

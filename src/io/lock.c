@@ -1,6 +1,7 @@
 /* lock.c — see lock.h. */
 #include "lock.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -253,4 +254,26 @@ ckpt_status ckpt__lock_destination(const char *path, bool directory, ckpt__lock 
     }
     *out = l;
     return CKPT_OK;
+}
+
+void ckpt__lock_remove_stale(const char *dir) {
+    int fd = ckpt__io_open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    int list_fd = dup(fd);
+    DIR *d = list_fd >= 0 ? fdopendir(list_fd) : NULL;
+    if (list_fd >= 0 && !d) close(list_fd);
+    static const char suffix[] = ".ckpt-lock";
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (e->d_name[0] != '.' || n <= sizeof suffix || strcmp(e->d_name + n - (sizeof suffix - 1), suffix)) continue;
+        ckpt_error ignored;
+        int lock_fd;
+        if (take_lock_file(fd, e->d_name, e->d_name, false, &lock_fd, &ignored) == CKPT_OK && lock_fd >= 0) {
+            unlinkat(fd, e->d_name, 0); /* while locked: see drop_lock_file */
+            close(lock_fd);
+        }
+    }
+    if (d) closedir(d);
+    close(fd);
 }

@@ -25,7 +25,8 @@
  *     The file itself cannot be locked: it is replaced by a rename.
  * A lock file holds its writer's pid (for systems without /proc/locks) and
  * is removed when the lock is released; only a writer killed while holding
- * it leaves it, and the next writer of that destination removes it.
+ * it leaves it, and the next writer of that destination, or into the
+ * directory holding it, removes it (ckpt__lock_remove_stale).
  * Depends on base and io/file.
  */
 #ifndef CKPT_IO_LOCK_H
@@ -50,6 +51,13 @@ CKPT__HIDDEN void ckpt__lock_release(ckpt__lock *l);
 /* Locks the file or directory open at `fd` (named `what` in messages),
  * exclusively, without waiting: CKPT_E_LOCKED naming the holder. */
 CKPT__HIDDEN ckpt_status ckpt__lock_fd(int fd, const char *what, ckpt_error *err);
+
+/* Removes, in directory `dir`, the lock files (".<name>.ckpt-lock") that no
+ * process holds: those of writers killed while holding them.  Each is
+ * locked first and removed while locked (a writer that opened it meanwhile
+ * then finds it no longer named, and takes a new one); a symlink or another
+ * kind of file with such a name is left alone.  Best effort. */
+CKPT__HIDDEN void ckpt__lock_remove_stale(const char *dir);
 
 /* The pid of a process holding a flock(2) lock on what `fd` is open on, from
  * /proc/locks; 0 when none is seen. */

@@ -402,6 +402,19 @@ static void test_destination_locked(void **state) {
     assert_int_equal(ckpt_writer_create(dir, &o, &a, &err), CKPT_OK);
     assert_false(file_exists(in_dir(root, ".out.ckpt-lock")));
     ckpt_writer_free(a);
+    /* Stale lock files of other destinations: removed by a writer into
+     * their directory; one a live writer holds stays. */
+    write_bytes(in_dir(root, ".gone.ckpt-lock"), "999999\n", 7);
+    write_bytes(in_dir(root, ".held.ckpt-lock"), "", 0);
+    fd = open(in_dir(root, ".held.ckpt-lock"), O_RDONLY);
+    assert_int_equal(flock(fd, LOCK_EX), 0);
+    assert_int_equal(ckpt_writer_create(dir, &o, &a, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(a, &err), CKPT_OK); /* where a writer cleans up what killed ones left */
+    ckpt_writer_free(a);
+    assert_false(file_exists(in_dir(root, ".gone.ckpt-lock")));
+    assert_true(file_exists(in_dir(root, ".held.ckpt-lock")));
+    close(fd);
+    assert_int_equal(unlink(in_dir(root, ".held.ckpt-lock")), 0);
     /* A single file: the lock file beside it, removed after. */
     o.max_shard_size = 0;
     const char *file = strdup(in_dir(dir, "m.safetensors"));
