@@ -114,9 +114,9 @@ def test_kill_9_while_replacing_a_checkpoint_beside_other_files(tmp_path):
         # A read never finishes a decided commit: it refuses, naming the fix,
         # and changes nothing; `ckpt recover` finishes it (or there is none
         # and the old checkpoint is whole).
+        decided, before = (dst / ".ckpt-commit.json").exists(), tree_files(dst)
         r = subprocess.run([BIN_PATH, "inspect", str(dst)], capture_output=True, text=True)
-        if (dst / ".ckpt-commit.json").exists():
-            before = tree_files(dst)
+        if decided:
             assert r.returncode == 1 and "[CKPT_E_INCOMPLETE]" in r.stderr and f"ckpt recover {dst}" in r.stderr
             assert tree_files(dst) == before and (dst / ".ckpt-commit.json").exists()
             outcomes["journal"] += 1
