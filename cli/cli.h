@@ -112,6 +112,25 @@ void print_summary(const char *verb, uint64_t tensors, uint64_t bytes, size_t fi
 /* Seconds on a monotonic clock. */
 double cli_now(void);
 
+/*
+ * `s` — a name from a checkpoint (a tensor's, a file's, a metadata key or
+ * value), a path, or an error message quoting them — as human output
+ * shows it: control characters escaped as \n, \r, \t, \x1b…, C1 controls
+ * as \u009b…, and a byte that is not UTF-8 as \xff, so that a name can
+ * neither break the output's lines nor drive the terminal.  Returns `s`
+ * itself when nothing needs escaping, else a buffer valid until the eighth
+ * call after this one.  --json output escapes the JSON way instead
+ * (print_json_string).
+ */
+const char *printable(const char *s);
+
+/* Display columns of a UTF-8 string (one per code point: good enough for
+ * aligning names, which are mostly ASCII). */
+int text_columns(const char *s);
+
+/* Prints a name as printable shows it, left-aligned in `width` columns. */
+void print_padded(FILE *out, const char *name, int width);
+
 /* A JSON string literal (UTF-8 kept, control characters escaped). */
 void print_json_string(FILE *out, const char *s);
 

@@ -210,7 +210,7 @@ static int apply_rule(ckpt_plan *plan, const rule *r, bool quiet, ckpt_error *er
                                             [OPT_TRANSPOSE] = "--transpose", [OPT_LAYOUT] = "--layout"};
         const char *name = r->option < (int)(sizeof names / sizeof *names) ? names[r->option] : NULL;
         fprintf(stderr, "ckpt: %s %s: %zu of the %zu matching tensors left as they are (%s)\n",
-                name ? name : "rule", r->value, skipped, matched,
+                name ? name : "rule", printable(r->value), skipped, matched,
                 r->option == OPT_DTYPE   ? "not of a dtype it casts"
                 : r->option == OPT_SLICE ? "no such dimension"
                                          : "another number of dimensions");
@@ -560,7 +560,7 @@ static int print_preview(const convert_args *a, const char *json) {
     int wname = 4, wshape = 5;
     char shape[512], size[32], count[32], count2[32];
     for (size_t t = tensors + 1; tensors && t < n[tensors].end; t = n[t].end) {
-        int w = (int)strlen(n[json_member(n, t, "name")].str);
+        int w = text_columns(printable(n[json_member(n, t, "name")].str));
         json_shape(n, json_member(n, t, "shape"), shape, sizeof shape);
         if (w > wname) wname = w;
         if ((int)strlen(shape) > wshape) wshape = (int)strlen(shape);
@@ -574,11 +574,12 @@ static int print_preview(const convert_args *a, const char *json) {
         uint64_t nbytes = 0;
         json_u64(&n[json_member(n, t, "nbytes")], &nbytes);
         json_shape(n, json_member(n, t, "shape"), shape, sizeof shape);
-        printf("%-*s  %-11s  %-*s  %10s  ", wname, name, n[json_member(n, t, "dtype")].str, wshape, shape,
+        print_padded(stdout, name, wname);
+        printf("  %-11s  %-*s  %10s  ", n[json_member(n, t, "dtype")].str, wshape, shape,
                format_bytes(nbytes, size, sizeof size));
-        if (n[file].kind == JSON_STRING) printf("%s", n[file].str);
-        else printf("(written once, as %s)", same ? n[same].str : "?"), aliases++;
-        if (strcmp(name, source)) printf("  (from %s)", source);
+        if (n[file].kind == JSON_STRING) printf("%s", printable(n[file].str));
+        else printf("(written once, as %s)", same ? printable(n[same].str) : "?"), aliases++;
+        if (strcmp(name, source)) printf("  (from %s)", printable(source));
         putchar('\n');
     }
     size_t totals = json_member(n, 0, "totals");
@@ -586,7 +587,7 @@ static int print_preview(const convert_args *a, const char *json) {
     json_u64(&n[json_member(n, totals, "bytes")], &bytes);
     json_u64(&n[json_member(n, totals, "written")], &written);
     size_t nfiles = files ? n[files].count : 0;
-    printf("\nWould write %s (%s): %s tensor%s", a->dst, n[json_member(n, 0, "format")].str,
+    printf("\nWould write %s (%s): %s tensor%s", printable(a->dst), n[json_member(n, 0, "format")].str,
            format_count(written, count, sizeof count), written == 1 ? "" : "s");
     if (aliases) printf(" (and %s written once for several names)", format_count(aliases, count2, sizeof count2));
     printf(", %s parameters, %s in %zu file%s:\n", format_count(params, count2, sizeof count2),
@@ -595,7 +596,7 @@ static int print_preview(const convert_args *a, const char *json) {
         uint64_t fsize = 0, ft = 0;
         json_u64(&n[json_member(n, f, "size")], &fsize);
         json_u64(&n[json_member(n, f, "tensors")], &ft);
-        printf("  %s  %s, %s tensor%s\n", n[json_member(n, f, "path")].str, format_bytes(fsize, size, sizeof size),
+        printf("  %s  %s, %s tensor%s\n", printable(n[json_member(n, f, "path")].str), format_bytes(fsize, size, sizeof size),
                format_count(ft, count, sizeof count), ft == 1 ? "" : "s");
     }
     static const char *const lists[][2] = {{"side_files", "index"}, {"copied_files", "copied from SRC"},
@@ -603,11 +604,12 @@ static int print_preview(const convert_args *a, const char *json) {
     /* Side files lie beside the data files. */
     const char *first = nfiles ? n[json_member(n, files + 1, "path")].str : "";
     const char *slash = strrchr(first, '/');
-    int dir_len = slash ? (int)(slash - first) + 1 : 0;
+    char first_dir[4096];
+    snprintf(first_dir, sizeof first_dir, "%.*s", slash ? (int)(slash - first) + 1 : 0, first);
     for (size_t l = 0; l < sizeof lists / sizeof *lists; l++) {
         size_t list = json_member(n, 0, lists[l][0]);
         for (size_t k = list + 1; list && k < n[list].end; k = n[k].end)
-            printf("  %.*s%s  (%s)\n", dir_len, first, n[k].str, lists[l][1]);
+            printf("  %s%s  (%s)\n", printable(first_dir), printable(n[k].str), lists[l][1]);
     }
     printf("Dry run: nothing written.\n");
     free(n);
@@ -626,7 +628,7 @@ static int run_plan(const convert_args *a, ckpt_plan *plan, double start, double
     *elapsed = cli_now() - start;
     progress_finish(&bar, st == CKPT_OK);
     if (st == CKPT_E_CANCELLED) {
-        fprintf(stderr, "ckpt: interrupted; %s left as it was\n", a->dst);
+        fprintf(stderr, "ckpt: interrupted; %s left as it was\n", printable(a->dst));
         return EXIT_INTERRUPTED;
     }
     return st == CKPT_OK ? EXIT_OK : report_error(&err);
@@ -650,7 +652,7 @@ static int report(const convert_args *a, double elapsed) {
         for (size_t i = 0; i < n; i++) bytes += ckpt_catalog_tensor(out, i)->nbytes;
         char where[4096];
         size_t len = strlen(a->dst);
-        snprintf(where, sizeof where, "to %s%s", a->dst,
+        snprintf(where, sizeof where, "to %s%s", printable(a->dst),
                  !a->gguf && a->opt.max_shard_size && len && a->dst[len - 1] != '/' ? "/" : "");
         print_summary("wrote", n, bytes, ckpt_catalog_file_count(out), where, elapsed);
     }
@@ -658,7 +660,7 @@ static int report(const convert_args *a, double elapsed) {
         /* Re-read the committed output from disk against its checksums. */
         size_t checked = 0;
         st = ckpt_verify(out, NULL, NULL, &checked, &err);
-        if (st == CKPT_OK && !a->quiet) fprintf(stderr, "ckpt: verified %zu tensors in %s\n", checked, a->dst);
+        if (st == CKPT_OK && !a->quiet) fprintf(stderr, "ckpt: verified %zu tensors in %s\n", checked, printable(a->dst));
     }
     ckpt_catalog_close(out);
     return st == CKPT_OK ? EXIT_OK : report_error(&err);

@@ -35,12 +35,12 @@ void note_unfinished_commit(const char *path) {
     int found = 0;
     ckpt_status st = ckpt_commit_recover(path, CKPT_RECOVER_CHECK, &found, &err);
     if (st == CKPT_E_INCOMPLETE)
-        fprintf(stderr, "ckpt: warning: %s\n", err.message);
+        fprintf(stderr, "ckpt: warning: %s\n", printable(err.message));
     else if (st == CKPT_OK && found)
         fprintf(stderr,
                 "ckpt: warning: the directory of %s holds an unfinished commit of other files: finish it with "
                 "`ckpt recover`\n",
-                path);
+                printable(path));
 }
 
 int cmd_recover(int argc, char **argv) {
@@ -70,7 +70,7 @@ int cmd_recover(int argc, char **argv) {
     int found = 0;
     if (ckpt_commit_recover(dir, check ? CKPT_RECOVER_CHECK : 0, &found, &err) != CKPT_OK) return report_error(&err);
     if (!quiet)
-        printf("%s: %s\n", dir,
+        printf("%s: %s\n", printable(dir),
                !found  ? "no interrupted commit"
                : check ? "an interrupted commit that `ckpt recover` can finish"
                        : "finished the interrupted commit");

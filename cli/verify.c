@@ -80,7 +80,7 @@ static int run_verify(int argc, char **argv, source_options *so) {
     if (st != CKPT_OK) return report_error(&err);
     if (quiet) return EXIT_OK;
     print_summary("verified", checked, bytes, files, NULL, cli_now() - start);
-    printf("%s: OK: %zu tensors in %zu file%s, structure valid; %zu checksum%s verified%s\n", path, n, files,
+    printf("%s: OK: %zu tensors in %zu file%s, structure valid; %zu checksum%s verified%s\n", printable(path), n, files,
            files == 1 ? "" : "s", checked, checked == 1 ? "" : "s",
            checked < n ? (checked ? " (the other tensors have none)" : " (none recorded: convert with --checksums)") : "");
     return EXIT_OK;

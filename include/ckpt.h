@@ -430,7 +430,30 @@ typedef struct ckpt_tensor_info {
  * Every validation rule of huggingface/safetensors is applied to every file,
  * plus duplicate-name detection; for an index, every tensor of the
  * weight_map must be in its shard and every tensor of a shard in the
- * weight_map.  Shard file names may not be absolute or contain "..".
+ * weight_map.  Shard file names may not be absolute or contain ".."
+ * (CKPT_E_INDEX_INVALID; a DCP relative_path: CKPT_E_DCP_PATH).
+ *
+ * Files inside a checkpoint directory (docs/SECURITY.md).  `path` itself is
+ * followed as given: it may be, or pass through, a symbolic link.  Every
+ * other local file — an index's shards, gguf-split's later parts, DCP's
+ * .distcp files and .metadata, the files of DCP's Hugging Face layer, the
+ * file a directory resolves to — is opened relative to the checkpoint's
+ * directory (`path`, or the directory holding it), never by a path string:
+ *   - a symbolic link inside the directory is followed; one that leads out
+ *     of it (an absolute target, or ".." above it) is refused with
+ *     CKPT_E_UNSAFE_PATH naming the file and the link's target
+ *     (openat2 with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS on Linux ≥ 5.6,
+ *     else the same rule walked component by component with O_NOFOLLOW);
+ *   - a FIFO, socket, device node or directory in place of a file is
+ *     refused with CKPT_E_UNSAFE_PATH at once, without being opened;
+ *   - hard links are regular files and are read;
+ *   - the Hugging Face cache: when the directory is (in) a snapshot,
+ *     `<cache>/models--org--name/snapshots/<rev>/`, whose files are links
+ *     to `../../blobs/<hash>`, links to exactly the repo folder's blobs/
+ *     are followed there (and from a blob huggingface_hub moved into the
+ *     cache's shared store, `<cache>/blobs/<xx>/<hash>`, to that file), no
+ *     other link out.
+ * CKPT_NO_OPENAT2=1 in the environment forces the component walk (tests).
  *
  * Tensors are listed shard by shard, in the order of their data in the file.
  * On success *out receives the catalog; on failure *out is NULL.

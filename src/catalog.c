@@ -12,6 +12,7 @@
 #include "formats/format.h"
 #include "formats/output.h"
 #include "formats/torch.h"
+#include "io/beneath.h"
 #include "io/commit.h"
 #include "io/file.h"
 #include "io/http.h"
@@ -54,6 +55,11 @@ struct ckpt_catalog {
     const char **extra_globals; /* sorted "module.name", arena */
     size_t extra_global_count;
     ckpt__source_options source_options;
+    /* While it is opened: a local checkpoint's directory (the one the user
+     * named, or the one holding the file they named), which every other
+     * file is opened beneath, and that file (followed as named). */
+    ckpt__beneath *root;
+    char *named;
     pthread_mutex_t map_lock;
     ckpt_kv *kvs;           /* GGUF key-values (strings in the arena) */
     size_t kv_count, kv_cap;
@@ -197,7 +203,37 @@ ckpt_status ckpt__cat_add_source(ckpt_catalog *c, ckpt__source *src, uint32_t *f
 }
 
 ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__source **out, ckpt_error *err) {
-    return ckpt__source_open(name, &c->source_options, out, err);
+    *out = NULL;
+    /* The file the user named is theirs to name (a symbolic link
+     * included); any other local file is one the checkpoint names or a
+     * listing found, and never leads out of its directory. */
+    if (ckpt__source_is_remote_name(name) || (c->named && !strcmp(name, c->named)))
+        return ckpt__source_open(name, &c->source_options, out, err);
+    if (!c->root)
+        return ckpt__fail(err, CKPT_E_UNSAFE_PATH, name, NULL, -1,
+                          "names a local file, but the checkpoint has no local directory to find it in");
+    int fd;
+    uint64_t size;
+    ckpt_status st = ckpt__beneath_open(c->root, name, false, &fd, &size, err);
+    return st ? st : ckpt__file_source_adopt(name, fd, size, &c->source_options, out, err);
+}
+
+const ckpt__beneath *ckpt__cat_root(const ckpt_catalog *c) { return c->root; }
+
+void ckpt__catalog_opened(ckpt_catalog *c) {
+    ckpt__beneath_close(c->root);
+    c->root = NULL;
+}
+
+ckpt_status ckpt__catalog_set_root(ckpt_catalog *c, const char *path, bool is_dir, ckpt_error *err) {
+    char *dir = is_dir ? ckpt__strdup(path) : ckpt__path_dirname(path);
+    if (!dir || (!is_dir && !(c->named = ckpt__strdup(path)))) {
+        free(dir);
+        return ckpt__oom(err, path, NULL);
+    }
+    ckpt_status st = ckpt__beneath_open_root(dir, &c->root, err);
+    free(dir);
+    return st;
 }
 
 ckpt_status ckpt__cat_add_storage(ckpt_catalog *c, uint32_t file, uint64_t base, uint64_t nbytes, uint32_t *number,
@@ -382,15 +418,22 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
     }
     /* A remote file is not asked about first (its open says if it is
      * missing): one request fewer.  A remote "directory" ends in '/'. */
-    bool remote_file = ckpt__source_is_remote_name(path) && path[0] && path[strlen(path) - 1] != '/';
+    bool remote_name = ckpt__source_is_remote_name(path);
+    bool remote_file = remote_name && path[0] && path[strlen(path) - 1] != '/';
     if (st == CKPT_OK && !remote_file) {
         switch (ckpt__source_stat(path, &c->source_options)) {
         case CKPT__NAME_MISSING: st = ckpt__fail_errno(err, ENOENT, path, -1, "cannot open"); break;
-        case CKPT__NAME_DIR: st = ckpt__format_find_in_dir(path, &c->source_options, &resolved, err); break;
-        case CKPT__NAME_FILE: break;
+        case CKPT__NAME_DIR:
+            if (!remote_name) st = ckpt__catalog_set_root(c, path, true, err);
+            if (st == CKPT_OK) st = ckpt__format_find_in_dir(path, &c->source_options, c->root, &resolved, err);
+            break;
+        case CKPT__NAME_FILE:
+            if (!remote_name) st = ckpt__catalog_set_root(c, path, false, err);
+            break;
         }
     }
     if (st == CKPT_OK) st = ckpt__cat_open_path(c, resolved ? resolved : path, err);
+    ckpt__catalog_opened(c);
     free(resolved);
     free(clean);
     if (st == CKPT_OK && c->trees > 1) st = wrap_shard_trees(c, err);
@@ -421,6 +464,8 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     free(c->storages);
     free(c->index_path);
     free(c->kvs);
+    ckpt__beneath_close(c->root);
+    free(c->named);
     ckpt__name_table_free(&c->names);
     ckpt__arena_free(&c->arena);
     for (size_t i = 0; i < sizeof c->inflaters / sizeof c->inflaters[0]; i++) ckpt__inflater_free(c->inflaters[i]);

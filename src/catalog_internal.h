@@ -53,6 +53,16 @@ CKPT__HIDDEN void ckpt__catalog_keep_inflater(ckpt_catalog *catalog, ckpt__infla
  * decoder through the ckpt__cat_* functions of formats/format.h. */
 CKPT__HIDDEN ckpt_status ckpt__catalog_new(const ckpt_catalog_options *options, ckpt_catalog **out, ckpt_error *err);
 
+/* Where the catalog's local files are: `path` is what the user named — a
+ * directory (`is_dir`), or a file, which is then opened as named while
+ * every other file is opened beneath its directory (io/beneath.h). */
+CKPT__HIDDEN ckpt_status ckpt__catalog_set_root(ckpt_catalog *catalog, const char *path, bool is_dir,
+                                                ckpt_error *err);
+
+/* Every file is open: the directory is let go (a catalog holds only its
+ * files' descriptors). */
+CKPT__HIDDEN void ckpt__catalog_opened(ckpt_catalog *catalog);
+
 /* Storages: how many, and the i-th's file, base and size. */
 CKPT__HIDDEN size_t ckpt__catalog_storage_count(const ckpt_catalog *catalog);
 CKPT__HIDDEN void ckpt__catalog_storage_at(const ckpt_catalog *catalog, size_t i, uint32_t *file, uint64_t *base,

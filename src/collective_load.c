@@ -39,7 +39,7 @@ ckpt_status ckpt_catalog_open_collective(const char *path, const ckpt_catalog_op
     if (c.rank == 0 && st) local = err ? *err : local;
     st = ckpt__coll_bcast_message(&c, 0, st, &local, &data, &n, CATALOG_LIMIT, "the catalog's broadcast", err);
     if (st == CKPT_OK && c.rank != 0) {
-        st = ckpt__catalog_decode(data, (size_t)n, options, NULL, NULL, &cat, err);
+        st = ckpt__catalog_decode(data, (size_t)n, path, options, NULL, NULL, &cat, err);
         free(data);
         ckpt_error mine;
         if (err) mine = *err;

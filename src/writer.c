@@ -19,6 +19,7 @@
 #include "formats/gguf.h"
 #include "formats/json.h"
 #include "formats/output.h"
+#include "io/beneath.h"
 #include "io/commit.h"
 #include "io/lock.h"
 #include "writer_internal.h"
@@ -512,43 +513,48 @@ static bool output_name(const ckpt_writer *w, const char *name) {
     return w->fmt->owns(w->prefix, name);
 }
 
+/* Names an extra file (copied along, or in a dry run only named). */
+static ckpt_status add_extra(ckpt_writer *w, const char *name, ckpt_error *err) {
+    char **x = ckpt__realloc(w->extras, (w->extra_count + 1) * sizeof *x);
+    if (!x) return ckpt__oom(err, w->path, NULL);
+    w->extras = x;
+    if (!(x[w->extra_count] = ckpt__strdup(name))) return ckpt__oom(err, w->path, NULL);
+    w->extra_count++;
+    return CKPT_OK;
+}
+
 /* Copies the other files of the source's directory (config.json,
- * tokenizer files, …) along, as part of the commit. */
+ * tokenizer files, …) along, as part of the commit.  They are the
+ * checkpoint's files like its tensors' and are opened beneath its
+ * directory: a link leading out of it, or a FIFO, is refused rather than
+ * copied (subdirectories are left). */
 static ckpt_status copy_extras(ckpt_writer *w, ckpt_error *err) {
     const char *from = w->opt.copy_files_from;
-    DIR *d = opendir(from);
-    if (!d) return ckpt__fail_errno(err, errno, from, -1, "cannot list the directory of files to copy");
-    ckpt_status st = CKPT_OK;
-    struct dirent *e;
-    while (st == CKPT_OK && (e = readdir(d))) {
-        if (e->d_name[0] == '.' || checkpoint_file(e->d_name) || output_name(w, e->d_name)) continue;
-        char *src_path = ckpt__path_join(from, e->d_name);
-        struct stat sb;
-        if (!src_path) st = ckpt__oom(err, from, NULL);
-        else if (w->opt.dry_run && stat(src_path, &sb) == 0 && S_ISREG(sb.st_mode)) { /* named, not copied */
-            char **x = ckpt__realloc(w->extras, (w->extra_count + 1) * sizeof *x);
-            if (!x) st = ckpt__oom(err, from, NULL);
-            else if (!(w->extras = x, x[w->extra_count] = ckpt__strdup(e->d_name))) st = ckpt__oom(err, from, NULL);
-            else w->extra_count++;
-        } else if (stat(src_path, &sb) == 0 && S_ISREG(sb.st_mode)) {
-            char **x = ckpt__realloc(w->extras, (w->extra_count + 1) * sizeof *x);
-            int in = -1, out = -1;
-            const char *tmp;
-            uint64_t size = 0;
-            if (!x) st = ckpt__oom(err, from, NULL);
-            else if (!(w->extras = x, x[w->extra_count] = ckpt__strdup(e->d_name))) st = ckpt__oom(err, from, NULL);
-            else w->extra_count++;
-            if (st == CKPT_OK) st = ckpt__file_open_read(src_path, &in, &size, err);
-            if (st == CKPT_OK) st = ckpt__commit_create(w->commit, e->d_name, &out, &tmp, err);
+    ckpt__beneath *root = NULL;
+    char **names = NULL;
+    size_t count = 0;
+    ckpt_status st = ckpt__beneath_open_root(from, &root, err);
+    if (st == CKPT_OK) st = ckpt__beneath_list(root, from, &names, &count, err);
+    for (size_t i = 0; st == CKPT_OK && i < count; i++) {
+        if (checkpoint_file(names[i]) || output_name(w, names[i])) continue;
+        char *src_path = ckpt__path_join(from, names[i]);
+        int in = -1, out = -1;
+        const char *tmp;
+        uint64_t size = 0;
+        st = src_path ? ckpt__beneath_open(root, src_path, true, &in, &size, err) : ckpt__oom(err, from, NULL);
+        if (st == CKPT_OK && in >= 0) st = add_extra(w, names[i], err);
+        if (st == CKPT_OK && in >= 0 && !w->opt.dry_run) { /* a dry run names it, no more */
+            st = ckpt__commit_create(w->commit, names[i], &out, &tmp, err);
             if (st == CKPT_OK) st = ckpt__copy_range(in, 0, src_path, out, 0, tmp, size, NULL, NULL, err);
             if (st == CKPT_OK && !w->opt.no_sync && ckpt__io_fsync(out) != 0)
                 st = ckpt__fail_errno(err, errno, tmp, -1, "fsync failed");
-            if (in >= 0) close(in);
             if (out >= 0 && close(out) != 0 && st == CKPT_OK) st = ckpt__fail_errno(err, errno, tmp, -1, "close failed");
         }
+        if (in >= 0) close(in);
         free(src_path);
     }
-    closedir(d);
+    ckpt__beneath_free_names(names, count);
+    ckpt__beneath_close(root);
     return st;
 }
 

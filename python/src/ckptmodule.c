@@ -66,9 +66,17 @@ static PyObject *error_classes;  /* status name → subclass, registered by the 
 /* Errors                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* The class registered for "STATUS:errno" (CKPT_E_IO:13, EACCES: a
+ * PermissionError), else for the status, else ckpt.Error. */
 static PyObject *error_class_for(const ckpt_error *e) {
     if (error_classes) {
-        PyObject *cls = PyDict_GetItemString(error_classes, ckpt_status_name(e->status));
+        PyObject *cls = NULL;
+        if (e->sys_errno) {
+            char key[96];
+            snprintf(key, sizeof key, "%s:%d", ckpt_status_name(e->status), e->sys_errno);
+            cls = PyDict_GetItemString(error_classes, key);
+        }
+        if (!cls) cls = PyDict_GetItemString(error_classes, ckpt_status_name(e->status));
         if (cls) return cls;
     }
     return Error;

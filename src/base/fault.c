@@ -90,13 +90,23 @@ int ckpt__io_rename(const char *from, const char *to) {
     return m ? fail_errno(m) : rename(from, to);
 }
 
-int ckpt__io_openat(int dirfd, const char *name, int flags, ...) {
+int ckpt__io_openat(int dirfd, const char *path, int flags, ...) {
     va_list ap;
     va_start(ap, flags);
     mode_t mode = flags & O_CREAT ? (mode_t)va_arg(ap, int) : 0;
     va_end(ap);
     ckpt__fault_mode m = hit_io(0);
-    return m ? fail_errno(m) : openat(dirfd, name, flags, mode);
+    return m ? fail_errno(m) : openat(dirfd, path, flags, mode);
+}
+
+int ckpt__io_openat2(int dirfd, const char *path, const struct open_how *how, size_t size) {
+    ckpt__fault_mode m = hit_io(0);
+    return m ? fail_errno(m) : (int)syscall(SYS_openat2, dirfd, path, how, size);
+}
+
+ssize_t ckpt__io_readlinkat(int dirfd, const char *path, char *buf, size_t size) {
+    ckpt__fault_mode m = hit_io(0);
+    return m ? fail_errno(m) : readlinkat(dirfd, path, buf, size);
 }
 
 int ckpt__io_unlinkat(int dirfd, const char *name, int flags) {

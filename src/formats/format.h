@@ -27,6 +27,7 @@
 #define CKPT_FORMATS_FORMAT_H
 
 #include "../base/base.h"
+#include "../io/beneath.h"
 #include "../io/source.h"
 #include "pickle.h"
 
@@ -74,9 +75,17 @@ CKPT__HIDDEN ckpt__source *ckpt__cat_source(const ckpt_catalog *c, uint32_t file
  * first bytes say it is, adding its tensors. */
 CKPT__HIDDEN ckpt_status ckpt__cat_open_path(ckpt_catalog *c, const char *path, ckpt_error *err);
 
-/* Opens a source for a name (the catalog's source options apply). */
+/* Opens a source for a name (the catalog's source options apply): a URL,
+ * the file the user named as named, and any other local file — one the
+ * checkpoint names, or one a listing found — beneath the checkpoint's
+ * directory (io/beneath.h: CKPT_E_UNSAFE_PATH for a name that leads out of
+ * it, or for what is not a regular file). */
 CKPT__HIDDEN ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__source **out,
                                                ckpt_error *err);
+
+/* The local checkpoint's directory (for listings: ckpt__beneath_list), or
+ * NULL for a remote one. */
+CKPT__HIDDEN const ckpt__beneath *ckpt__cat_root(const ckpt_catalog *c);
 
 /* A storage: `nbytes` bytes of `file` from `base` (for a DEFLATE record,
  * base is its compressed data and nbytes its inflated size), which tensors
@@ -147,10 +156,11 @@ CKPT__HIDDEN const ckpt__format *ckpt__format_probe(const unsigned char *head, s
 
 /* Finds the checkpoint in a directory (the Hugging Face layout and each
  * format's own names, in the registry's order of preference) into a
- * malloc'ed path; in a remote one (a URL ending in '/'), only the exact
- * names are tried, asked of the server with the options `o`. */
-CKPT__HIDDEN ckpt_status ckpt__format_find_in_dir(const char *dir, const ckpt__source_options *o, char **found,
-                                                   ckpt_error *err);
+ * malloc'ed path; a local one is listed through `root` (the directory,
+ * held open); in a remote one (a URL ending in '/'), only the exact names
+ * are tried, asked of the server with the options `o`. */
+CKPT__HIDDEN ckpt_status ckpt__format_find_in_dir(const char *dir, const ckpt__source_options *o,
+                                                   const ckpt__beneath *root, char **found, ckpt_error *err);
 
 /* The formats, each defined in its own file. */
 CKPT__HIDDEN extern const ckpt__format ckpt__format_safetensors; /* safetensors.c */

@@ -150,6 +150,12 @@ CKPT__HIDDEN ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset
 /* Where a window starts in its base (0 for any other source). */
 CKPT__HIDDEN uint64_t ckpt__source_window_offset(const ckpt__source *src);
 
+/* A local file source over `fd` (a regular file of `size` bytes, opened
+ * for reading), named `name`: what a file opened beneath a checkpoint's
+ * directory (beneath.h) becomes.  Takes `fd` (closed on failure too). */
+CKPT__HIDDEN ckpt_status ckpt__file_source_adopt(const char *name, int fd, uint64_t size, const ckpt__source_options *o,
+                                                 ckpt__source **out, ckpt_error *err);
+
 /* The local file kind (file_source.c): registered in sources.c. */
 CKPT__HIDDEN extern const ckpt__source_kind ckpt__file_kind;
 
