@@ -1,9 +1,10 @@
 """Hostile checkpoint directories (issue 26; the corpus: tests/hostile/dirs.py)
 through every command that reads or writes: `ckpt inspect` (and --json),
-`verify`, `diff`, `convert` from the directory (to a file, and to a
-directory, which copies the model's other files along), `convert` into it
-with --force, `recover`, and Python's ckpt.open (+ tree() and a tensor),
-ckpt.load, ckpt.load_into, ckpt.convert, ckpt.save(overwrite=True) and
+`verify`, `diff`, `convert` from the directory (to a file, to a directory,
+which copies the model's other files along, and --dry-run), `convert` into
+it with --force (and --dry-run), `recover`, and Python's ckpt.open (+ tree()
+and a tensor), ckpt.load, ckpt.load_into (a dict of numpy arrays),
+ckpt.convert from it and into it, ckpt.save(overwrite=True) and
 ckpt.recover.  Each runs in its own process on its own fresh copy of the
 case, under a time limit (a FIFO must not hang) and a memory limit.
 
@@ -36,22 +37,28 @@ from ckptlib import BIN_PATH
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "hostile"))
 import dirs  # noqa: E402
-from dirs import CASES, ESC, JOURNAL, Either, Ok, Refused  # noqa: E402
+from dirs import CASES, JOURNAL, Either, Ok, Refused  # noqa: E402
 
 HANG_S = 20
-CLI_LIMITS = ["prlimit", f"--as={1 << 30}", "--cpu=20", "timeout", str(HANG_S)]
-PY_LIMITS = ["prlimit", f"--as={3 << 30}", "--cpu=20", "timeout", str(HANG_S)]
+# Address space of one command (CKPT_HOSTILE_AS=0: none, for a CKPT_BIN built with ASan, whose shadow needs
+# terabytes of it); Python's gets 3x (the interpreter, numpy).
+AS = int(os.environ.get("CKPT_HOSTILE_AS", 1 << 30))
+CLI_LIMITS = ["prlimit", *([f"--as={AS}"] if AS else []), "--cpu=20", "timeout", str(HANG_S)]
+PY_LIMITS = ["prlimit", *([f"--as={3 * AS}"] if AS else []), "--cpu=20", "timeout", str(HANG_S)]
 
-READS = ["inspect", "inspect-json", "verify", "diff", "convert-from", "convert-to-dir",
+READS = ["inspect", "inspect-json", "verify", "diff", "convert-from", "convert-to-dir", "convert-dry-run",
          "py-open", "py-load", "py-load-into", "py-convert"]
-WRITES = ["convert-into", "py-save"]
+WRITES = ["convert-into", "py-save", "py-convert-into"]
 RECOVERS = ["recover", "py-recover"]
+# `convert --dry-run` into the directory: it writes nothing, whatever it finds there (what it says of a
+# directory holding a journal the contract leaves open)
+DRY_INTO = "convert-into-dry-run"
 
 # What main (13f8481) does not pass: case -> {op, or group of ops (reads, writes, recover): the fix it waits
 # for}.  journal: recovery and reads (CONTRACT.md, "Commit journals and reading"); beneath: files inside a
 # checkpoint directory ("Files inside a checkpoint directory") and escaped names in human output ("Output of
-# names", done on the beneath branch); writer: a refused write into a directory where a directory stands at one of its file
-# names leaves the directory half replaced, with a journal (no fix assigned when this was written).
+# names", done on the beneath branch); writer: a refused write into a directory where a directory stands at one
+# of its file names leaves the directory half replaced, with a journal (no fix assigned when this was written).
 _JOURNAL_ALL = {"reads": "journal", "writes": "journal", "recover": "journal"}
 _JOURNAL_READS = {"reads": "journal", "recover": "journal"}  # main refuses these journals' writes already
 NEEDS_FIX = {
@@ -67,29 +74,31 @@ NEEDS_FIX = {
         "dcp-distcp-symlink-out", "dcp-metadata-symlink-out", "hf-cache-snapshot-escape", "hf-cache-blob-escape",
         "shard-fifo", "shard-socket", "shard-chardev", "index-fifo", "single-file-fifo", "torch-file-fifo",
         "gguf-part-fifo", "dcp-distcp-fifo")},
-    "extra-file-symlink-out": {"convert-to-dir": "beneath"},
+    "extra-file-symlink-out": {"convert-to-dir": "beneath", "convert-dry-run": "beneath"},
     "shard-dir": {"reads": "beneath", "writes": "writer"},
     "gguf-part-dir": {"reads": "beneath", "convert-into": "writer"},
     "dcp-distcp-dir": {"reads": "beneath", "convert-into": "writer"},
-    "names-control": {"inspect": "beneath", "diff": "beneath"},
+    "names-control": {"inspect": "beneath", "diff": "beneath", "convert-dry-run": "beneath"},
     "names-control-missing-shard": {op: "beneath" for op in (
-        "inspect", "inspect-json", "verify", "diff", "convert-from", "convert-to-dir")},
+        "inspect", "inspect-json", "verify", "diff", "convert-from", "convert-to-dir", "convert-dry-run")},
 }
 
 
 def ops_of(case):
-    return READS + WRITES + (RECOVERS if case.recover is not None else [])
+    return READS + WRITES + [DRY_INTO] + (RECOVERS if case.recover is not None else [])
 
 
 def expected(case, op):
     if op in case.ops:
         return case.ops[op]
+    if op == DRY_INTO:
+        return Either()
     return case.reads if op in READS else case.writes if op in WRITES else case.recover
 
 
 def needs_fix(case, op):
     fixes = NEEDS_FIX.get(case.name, {})
-    group = "reads" if op in READS else "writes" if op in WRITES else "recover"
+    group = "reads" if op in READS else "writes" if op in WRITES else "recover" if op in RECOVERS else op
     return fixes.get(op, fixes.get(group))
 
 
@@ -135,6 +144,9 @@ def run():
     if op == "py-save":
         ckpt.save(safetensors.numpy.load_file(a["ref2"]), a["dir"], max_shard_size=600, overwrite=True)
         return None
+    if op == "py-convert-into":
+        ckpt.convert(a["ref2"], a["dir"], max_shard_size=600, overwrite=True, progress=False)
+        return None
     if op == "py-recover":
         ckpt.recover(a["dir"])
         return None
@@ -167,7 +179,9 @@ def command(case, op, built, peers):
         "diff": ["diff", path, str(peers.ref), "--no-progress"],
         "convert-from": ["convert", path, str(out / "out.safetensors"), "-q", "--no-progress"],
         "convert-to-dir": ["convert", path, str(out / "outdir"), "-q", "--no-progress"],
+        "convert-dry-run": ["convert", path, str(out / "outdir"), "--dry-run"],
         "convert-into": ["convert", str(peers.ref2), *into, "--force", "-q", "--no-progress"],
+        DRY_INTO: ["convert", str(peers.ref2), *into, "--force", "--dry-run"],
         "recover": ["recover", d],
     }[op]
 
@@ -187,7 +201,7 @@ def run_one(case, op, peers, work):
     res = {"rc": rc, "stdout": stdout, "stderr": stderr, "elapsed": elapsed, "built": built,
            "outside0": outside0, "outside1": dirs.snapshot(built.root, exclude=built.inside),
            "inside0": inside0, "inside1": dirs.snapshot(built.inside) if built.inside.is_dir() else {}}
-    if rc == 0 and (op in RECOVERS or op == "convert-into" or (op == "py-save" and case.kind == "hf")):
+    if rc == 0 and (op in RECOVERS or op == "convert-into" or (op in WRITES and case.kind == "hf")):
         # what the write (or the finished commit) left reads back as ref2 (py-save writes safetensors: where
         # the directory held another format, that one is still what a reader picks)
         written = built.dir / dirs.PART1 if op == "convert-into" and case.kind == "gguf" else built.dir
@@ -308,7 +322,7 @@ def test_hostile_dir(results, peers, name, op):
     assert not outside, f"{op} on {name} changed files outside the checkpoint:\n" + "\n".join(outside) + "\n" + shown
     inside = changes(r["inside0"], r["inside1"])
     refused = r["rc"] != 0
-    if op in READS or refused:
+    if op in READS or op == DRY_INTO or refused:
         assert not inside, f"{op} on {name} changed the checkpoint:\n" + "\n".join(inside) + "\n" + shown
     else:
         user = [line for line in inside if any(repr(u) in line for u in r["built"].user_files)]
