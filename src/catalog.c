@@ -36,6 +36,7 @@ typedef struct storage {
 struct ckpt_catalog {
     ckpt_format format;
     ckpt__arena arena;
+    ckpt__budget budget; /* what the formats' metadata may cost: the arena's */
     char *index_path;
     bool index_counts_parameters;
     size_t file_count, file_cap;
@@ -163,6 +164,7 @@ ckpt__pk_allowed ckpt__cat_global_allowed(const char *module, const char *name, 
 /* ---- what formats fill (formats/format.h) ------------------------------------- */
 
 ckpt__arena *ckpt__cat_arena(ckpt_catalog *c) { return &c->arena; }
+ckpt__budget *ckpt__cat_budget(ckpt_catalog *c) { return &c->budget; }
 void ckpt__cat_set_format(ckpt_catalog *c, ckpt_format format) { c->format = format; }
 ckpt_format ckpt__cat_format(const ckpt_catalog *c) { return c->format; }
 ckpt__source *ckpt__cat_source(const ckpt_catalog *c, uint32_t file) { return c->files[file].src; }
@@ -196,7 +198,9 @@ ckpt_status ckpt__cat_add_source(ckpt_catalog *c, ckpt__source *src, uint32_t *f
 }
 
 ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__source **out, ckpt_error *err) {
-    return ckpt__source_open(name, &c->source_options, out, err);
+    ckpt_status st = ckpt__source_open(name, &c->source_options, out, err);
+    if (st == CKPT_OK) ckpt__budget_add_input(&c->budget, (*out)->size); /* its metadata may cost a multiple of it */
+    return st;
 }
 
 ckpt_status ckpt__cat_add_storage(ckpt_catalog *c, uint32_t file, uint64_t base, uint64_t nbytes, uint32_t *number,
@@ -306,6 +310,20 @@ ckpt_status ckpt__cat_add_tree(ckpt_catalog *c, const char *json, ckpt_error *er
     return c->tree.failed ? ckpt__oom(err, NULL, "the object tree") : CKPT_OK;
 }
 
+ckpt_status ckpt__cat_adopt_tree(ckpt_catalog *c, char *json, ckpt_error *err) {
+    if (!json) return ckpt__oom(err, NULL, "the object tree");
+    if (c->trees) {
+        ckpt_status st = ckpt__cat_add_tree(c, json, err);
+        free(json);
+        return st;
+    }
+    free(c->tree.data);
+    size_t len = strlen(json);
+    c->tree = (ckpt__buf){json, len, len + 1, false};
+    c->trees = 1;
+    return CKPT_OK;
+}
+
 ckpt_status ckpt__cat_open_path(ckpt_catalog *c, const char *path, ckpt_error *err) {
     ckpt__source *src;
     ckpt_status st = ckpt__cat_open_source(c, path, &src, err);
@@ -343,6 +361,7 @@ ckpt_status ckpt__catalog_new(const ckpt_catalog_options *options, ckpt_catalog 
     if (!c) return ckpt__oom(err, NULL, NULL);
     pthread_mutex_init(&c->map_lock, NULL);
     c->format = CKPT_FORMAT_SAFETENSORS;
+    c->arena.budget = &c->budget;
     ckpt_status st = take_options(c, options, err);
     if (st) {
         ckpt_catalog_close(c);

@@ -60,8 +60,12 @@ typedef struct ckpt__tensor_decl {
 
 /* ---- what a format may do to the catalog it fills ------------------------ */
 
-/* The arena whose memory lives as long as the catalog. */
+/* The arena whose memory lives as long as the catalog.  Its budget
+ * (arena->budget, ckpt__cat_budget) bounds what the metadata of the files
+ * the catalog opened may cost: a parser charges what it allocates for what
+ * it reads (base.h, ckpt__budget_charge). */
 CKPT__HIDDEN ckpt__arena *ckpt__cat_arena(ckpt_catalog *c);
+CKPT__HIDDEN ckpt__budget *ckpt__cat_budget(ckpt_catalog *c);
 
 /* Adopts an opened source as the catalog's next data file (the catalog
  * closes it); *file receives its number. */
@@ -74,7 +78,8 @@ CKPT__HIDDEN ckpt__source *ckpt__cat_source(const ckpt_catalog *c, uint32_t file
  * first bytes say it is, adding its tensors. */
 CKPT__HIDDEN ckpt_status ckpt__cat_open_path(ckpt_catalog *c, const char *path, ckpt_error *err);
 
-/* Opens a source for a name (the catalog's source options apply). */
+/* Opens a source for a name (the catalog's source options apply); its
+ * size adds to the catalog's metadata budget. */
 CKPT__HIDDEN ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__source **out,
                                                ckpt_error *err);
 
@@ -107,6 +112,9 @@ CKPT__HIDDEN ckpt_status ckpt__cat_add_checkpoint_metadata(ckpt_catalog *c, cons
 /* The object tree of a data file (see ckpt_catalog_tree_json), copied.
  * Several trees (torch shards) are joined as {"__shards__": [...]}. */
 CKPT__HIDDEN ckpt_status ckpt__cat_add_tree(ckpt_catalog *c, const char *json, ckpt_error *err);
+/* The same, taking a malloc'ed tree over (freed even on failure): the
+ * first tree is kept as it is, not copied. */
+CKPT__HIDDEN ckpt_status ckpt__cat_adopt_tree(ckpt_catalog *c, char *json, ckpt_error *err);
 
 /* Sets the catalog's format (the last call wins; an index sets the
  * sharded variant after its shards). */

@@ -186,32 +186,53 @@ ckpt_status ckpt__gguf_encode_kv(ckpt__buf *out, const char *key, const char *va
 
 /* ---- metadata_json values: typed as gguf-py types Python values ------------------- */
 
+/* An array or object being written: its node, its next child, how many
+ * are done. */
+typedef struct open_json {
+    size_t node, next;
+    uint32_t done;
+} open_json;
+
+/* Node i as JSON text; the arrays and objects being written wait on a heap
+ * stack (a failure sets b->failed). */
 static void node_json(const ckpt__json_doc *doc, size_t i, ckpt__buf *b) {
-    const ckpt__json_node *n = &doc->nodes[i];
-    switch (n->kind) {
-    case CKPT__JSON_NULL: ckpt__buf_puts(b, "null"); break;
-    case CKPT__JSON_TRUE: ckpt__buf_puts(b, "true"); break;
-    case CKPT__JSON_FALSE: ckpt__buf_puts(b, "false"); break;
-    case CKPT__JSON_NUMBER: ckpt__buf_append(b, n->str, n->len); break;
-    case CKPT__JSON_STRING: ckpt__gguf_json_string(b, n->str, n->len); break;
-    case CKPT__JSON_ARRAY:
-    case CKPT__JSON_OBJECT: {
-        ckpt__buf_puts(b, n->kind == CKPT__JSON_ARRAY ? "[" : "{");
-        size_t k = i + 1;
-        for (uint32_t m = 0; m < n->count; m++) {
-            if (m) ckpt__buf_puts(b, ", ");
-            if (n->kind == CKPT__JSON_OBJECT) {
-                ckpt__gguf_json_string(b, doc->nodes[k].str, doc->nodes[k].len);
-                ckpt__buf_puts(b, ": ");
-                k = doc->nodes[k].end;
-            }
-            node_json(doc, k, b);
-            k = doc->nodes[k].end;
+    ckpt__stack open = CKPT__STACK(open_json);
+    for (bool more = true; more && !b->failed;) {
+        const ckpt__json_node *n = &doc->nodes[i];
+        switch (n->kind) {
+        case CKPT__JSON_NULL: ckpt__buf_puts(b, "null"); break;
+        case CKPT__JSON_TRUE: ckpt__buf_puts(b, "true"); break;
+        case CKPT__JSON_FALSE: ckpt__buf_puts(b, "false"); break;
+        case CKPT__JSON_NUMBER: ckpt__buf_append(b, n->str, n->len); break;
+        case CKPT__JSON_STRING: ckpt__gguf_json_string(b, n->str, n->len); break;
+        default: {
+            open_json *o = ckpt__stack_push(&open);
+            if (!o) b->failed = true;
+            else *o = (open_json){i, i + 1, 0};
+            ckpt__buf_puts(b, n->kind == CKPT__JSON_ARRAY ? "[" : "{");
         }
-        ckpt__buf_puts(b, n->kind == CKPT__JSON_ARRAY ? "]" : "}");
-        break;
+        }
+        /* The next value to write, closing what is complete. */
+        for (more = false; !more && open.len;) {
+            open_json *o = ckpt__stack_top(&open);
+            const ckpt__json_node *c = &doc->nodes[o->node];
+            if (o->done == c->count) {
+                ckpt__buf_puts(b, c->kind == CKPT__JSON_ARRAY ? "]" : "}");
+                ckpt__stack_pop(&open);
+                continue;
+            }
+            if (o->done++) ckpt__buf_puts(b, ", ");
+            if (c->kind == CKPT__JSON_OBJECT) {
+                ckpt__gguf_json_string(b, doc->nodes[o->next].str, doc->nodes[o->next].len);
+                ckpt__buf_puts(b, ": ");
+                o->next = doc->nodes[o->next].end;
+            }
+            i = o->next;
+            o->next = doc->nodes[i].end;
+            more = true;
+        }
     }
-    }
+    ckpt__stack_free(&open);
 }
 
 /* gguf-py's GGUFValueType.get_type for a plain JSON value. */

@@ -84,6 +84,7 @@ typedef struct walker {
     ckpt__name_table storage_keys; /* over out->storages[].key, sized storage_cap */
     uint64_t visits;
     ckpt__buf json;
+    size_t json_charged; /* its capacity charged to the arena's budget */
     ckpt__buf name; /* the current dotted path */
     int in_module_state; /* inside a state dict's _metadata (module versions) */
     bool plain;          /* so far only dicts with string keys, and tensors */
@@ -229,6 +230,11 @@ static ckpt_status rebuild(walker *w, const ckpt__pk_value *call, int version) {
     if (dtype == CKPT_F4 && !dense)
         return fail_at(w, call, CKPT_E_INVALID_ARGUMENT, "non-contiguous float4_e2m1fn_x2 tensors are not supported");
 
+    /* Its name (a long key reached many times through the memo repeats
+     * in every name under it), shape and entry. */
+    st = ckpt__budget_charge(w->arena->budget, w->name.len + 1 + 2 * ndim * sizeof(uint64_t) + 2 * sizeof(ckpt__torch_tensor),
+                             w->err, w->path, (int64_t)(w->pickle_offset + call->offset));
+    if (st) return st;
     if (w->out->count == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 64;
         ckpt__torch_tensor *tt = ckpt__realloc(w->out->tensors, cap * sizeof *tt);
@@ -342,33 +348,44 @@ static bool key_text(const ckpt__pk_value *k, char *buf, size_t cap, const char 
     return true;
 }
 
-static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth);
-
 /* {"_metadata": …}: what torch's state_dict() attaches to its OrderedDict. */
 static bool is_module_metadata(const ckpt__pk_value *state) {
     return state->kind == CKPT__PK_DICT && state->u.seq.count == 2 && state->u.seq.items[0]->kind == CKPT__PK_STR &&
            !strcmp(state->u.seq.items[0]->u.s.data, "_metadata");
 }
 
-static ckpt_status walk_seq(walker *w, const ckpt__pk_value *v, int depth) {
-    ckpt_status st = CKPT_OK;
-    for (size_t i = 0; i < v->u.seq.count && st == CKPT_OK; i++) {
-        char part[32];
-        snprintf(part, sizeof part, "%zu", i);
-        size_t saved;
-        name_push(w, part, &saved);
-        if (i) ckpt__buf_puts(&w->json, ", ");
-        st = walk(w, v->u.seq.items[i], depth + 1);
-        name_pop(w, saved);
-    }
-    return st;
+/* The walk keeps the containers it is inside on a heap stack (a thread's
+ * C stack may be 64 KiB; the tree nests up to MAX_DEPTH): one frame per
+ * open list, tuple, set, dict or call, saying what is being walked. */
+typedef enum part { P_ITEMS, P_PAIRS, P_ARGS, P_STATE } part;
+
+typedef struct frame {
+    const ckpt__pk_value *v;
+    size_t next;       /* the next item (of v, or of a call's args) */
+    size_t saved;      /* the name's length before the current child's component */
+    uint8_t part;      /* what the children being walked are */
+    bool in_child;     /* a child was entered: its end comes first */
+    bool module_state; /* this frame's state raised in_module_state */
+} frame;
+
+static ckpt_status charge_json(walker *w, const ckpt__pk_value *v) {
+    return ckpt__budget_charge_buf(w->arena->budget, &w->json, &w->json_charged, w->err, w->path,
+                                   (int64_t)(w->pickle_offset + v->offset));
 }
 
-static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth) {
-    if (depth > MAX_DEPTH) return fail_at(w, v, CKPT_E_LIMIT, "object tree nested deeper than %d (or cyclic)", MAX_DEPTH);
+/* Enters child `c` of the top frame, whose name component is `component`:
+ * a leaf is written whole, a container opened (a frame pushed). */
+static ckpt_status enter(walker *w, ckpt__stack *frames, const ckpt__pk_value *c, const char *component);
+
+/* Writes v whole when it is a leaf (a tensor, a scalar); otherwise writes
+ * its opening and pushes its frame. */
+static ckpt_status visit(walker *w, ckpt__stack *frames, const ckpt__pk_value *v) {
+    if (frames->len > MAX_DEPTH)
+        return fail_at(w, v, CKPT_E_LIMIT, "object tree nested deeper than %d (or cyclic)", MAX_DEPTH);
     if (++w->visits > MAX_VISITS) return fail_at(w, v, CKPT_E_LIMIT, "object tree too large when expanded");
     bool is_tensor;
     ckpt_status st = tensor(w, v, 0, &is_tensor);
+    if (st == CKPT_OK) st = charge_json(w, v);
     if (st) return st;
     ckpt__buf *j = &w->json;
     if (is_tensor) {
@@ -379,6 +396,7 @@ static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth) {
     }
     char num[32];
     if (v->kind != CKPT__PK_DICT && !w->in_module_state) w->plain = false;
+    uint8_t first = P_ITEMS;
     switch (v->kind) {
     case CKPT__PK_NONE: ckpt__buf_puts(j, "null"); return CKPT_OK;
     case CKPT__PK_BOOL: ckpt__buf_puts(j, v->u.b ? "true" : "false"); return CKPT_OK;
@@ -387,54 +405,6 @@ static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth) {
     case CKPT__PK_STR: ckpt__buf_json_string(j, v->u.s.data); return CKPT_OK;
     case CKPT__PK_BYTES: json_bytes(j, "__bytes__", (const unsigned char *)v->u.s.data, v->u.s.len); return CKPT_OK;
     case CKPT__PK_BIGINT: json_bytes(j, "__int_le__", (const unsigned char *)v->u.s.data, v->u.s.len); return CKPT_OK;
-    case CKPT__PK_LIST:
-        ckpt__buf_puts(j, "[");
-        st = walk_seq(w, v, depth);
-        ckpt__buf_puts(j, "]");
-        return st;
-    case CKPT__PK_TUPLE:
-    case CKPT__PK_SET:
-        ckpt__buf_puts(j, v->kind == CKPT__PK_TUPLE ? "{\"__tuple__\": [" : "{\"__set__\": [");
-        st = walk_seq(w, v, depth);
-        ckpt__buf_puts(j, "]}");
-        return st;
-    case CKPT__PK_DICT: {
-        /* {"__dict__": [[key, value], …]} keeps non-string keys and order. */
-        ckpt__buf_puts(j, "{\"__dict__\": [");
-        for (size_t i = 0; i + 1 < v->u.seq.count && st == CKPT_OK; i += 2) {
-            const char *part;
-            char buf[32];
-            if (!key_text(v->u.seq.items[i], buf, sizeof buf, &part))
-                return fail_at(w, v->u.seq.items[i], CKPT_E_PICKLE_INVALID, "dictionary key is not a string, int or bool");
-            if (i) ckpt__buf_puts(j, ", ");
-            ckpt__buf_puts(j, "[");
-            if (v->u.seq.items[i]->kind != CKPT__PK_STR && !w->in_module_state) w->plain = false;
-            if (v->u.seq.items[i]->kind == CKPT__PK_STR) ckpt__buf_json_string(j, part);
-            else ckpt__buf_puts(j, v->u.seq.items[i]->kind == CKPT__PK_BOOL ? (v->u.seq.items[i]->u.b ? "true" : "false") : part);
-            ckpt__buf_puts(j, ", ");
-            size_t saved;
-            name_push(w, part, &saved);
-            st = walk(w, v->u.seq.items[i + 1], depth + 1);
-            name_pop(w, saved);
-            ckpt__buf_puts(j, "]");
-        }
-        ckpt__buf_puts(j, "]");
-        if (st == CKPT_OK && v->state) {
-            /* A state dict's OrderedDict carries _metadata (module versions),
-             * which a flat dict of tensors drops: it alone does not make a
-             * tree worth keeping. */
-            bool module_state = is_module_metadata(v->state);
-            ckpt__buf_puts(j, ", \"__state__\": ");
-            size_t saved;
-            name_push(w, "__state__", &saved);
-            w->in_module_state += module_state;
-            st = walk(w, v->state, depth + 1);
-            w->in_module_state -= module_state;
-            name_pop(w, saved);
-        }
-        ckpt__buf_puts(j, "}");
-        return st;
-    }
     case CKPT__PK_GLOBAL:
         ckpt__buf_puts(j, "{\"__global__\": \"");
         ckpt__buf_puts(j, v->u.global.module);
@@ -442,34 +412,103 @@ static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth) {
         ckpt__buf_puts(j, v->u.global.name);
         ckpt__buf_puts(j, "\"}");
         return CKPT_OK;
+    case CKPT__PK_PERSID: return fail_at(w, v, CKPT_E_PICKLE_INVALID, "a storage outside any tensor");
+    case CKPT__PK_LIST: ckpt__buf_puts(j, "["); break;
+    case CKPT__PK_TUPLE: ckpt__buf_puts(j, "{\"__tuple__\": ["); break;
+    case CKPT__PK_SET: ckpt__buf_puts(j, "{\"__set__\": ["); break;
+    /* {"__dict__": [[key, value], …]} keeps non-string keys and order. */
+    case CKPT__PK_DICT: ckpt__buf_puts(j, "{\"__dict__\": ["), first = P_PAIRS; break;
     case CKPT__PK_CALL:
         ckpt__buf_puts(j, "{\"__call__\": \"");
         ckpt__buf_puts(j, v->u.call.callable->u.global.module);
         ckpt__buf_puts(j, ".");
         ckpt__buf_puts(j, v->u.call.callable->u.global.name);
         ckpt__buf_puts(j, "\", \"args\": [");
-        st = walk_seq(w, v->u.call.args, depth);
-        ckpt__buf_puts(j, "]");
-        if (st == CKPT_OK && v->state) { /* what BUILD set: an object's attributes */
-            ckpt__buf_puts(j, ", \"state\": ");
-            size_t saved;
-            name_push(w, "__state__", &saved);
-            st = walk(w, v->state, depth + 1);
-            name_pop(w, saved);
-        }
-        ckpt__buf_puts(j, "}");
-        return st;
-    case CKPT__PK_PERSID:
-        return fail_at(w, v, CKPT_E_PICKLE_INVALID, "a storage outside any tensor");
-    default:
-        return fail_at(w, v, CKPT_E_PICKLE_INVALID, "unexpected value");
+        first = P_ARGS;
+        break;
+    default: return fail_at(w, v, CKPT_E_PICKLE_INVALID, "unexpected value");
     }
+    frame *f = ckpt__stack_push(frames);
+    if (!f) return fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory");
+    f->v = v;
+    f->part = first;
+    return CKPT_OK;
+}
+
+static ckpt_status enter(walker *w, ckpt__stack *frames, const ckpt__pk_value *c, const char *component) {
+    frame *f = ckpt__stack_top(frames);
+    name_push(w, component, &f->saved);
+    f->in_child = true;
+    return visit(w, frames, c);
+}
+
+/* After a child: its name component goes, a dict entry closes. */
+static void leave(walker *w, frame *f) {
+    f->in_child = false;
+    name_pop(w, f->saved);
+    if (f->part == P_PAIRS) ckpt__buf_puts(&w->json, "]");
+    if (f->part == P_STATE) w->in_module_state -= f->module_state;
+}
+
+/* The next dict entry: [key, value]. */
+static ckpt_status next_pair(walker *w, ckpt__stack *frames, frame *f) {
+    const ckpt__pk_value *v = f->v, *key = v->u.seq.items[f->next], *value = v->u.seq.items[f->next + 1];
+    const char *component;
+    char buf[32];
+    if (!key_text(key, buf, sizeof buf, &component))
+        return fail_at(w, key, CKPT_E_PICKLE_INVALID, "dictionary key is not a string, int or bool");
+    ckpt__buf *j = &w->json;
+    if (f->next) ckpt__buf_puts(j, ", ");
+    ckpt__buf_puts(j, "[");
+    if (key->kind != CKPT__PK_STR && !w->in_module_state) w->plain = false;
+    if (key->kind == CKPT__PK_STR) ckpt__buf_json_string(j, component);
+    else ckpt__buf_puts(j, key->kind == CKPT__PK_BOOL ? (key->u.b ? "true" : "false") : component);
+    ckpt__buf_puts(j, ", ");
+    f->next += 2;
+    return enter(w, frames, value, component);
+}
+
+/* A dict's or a call's state, after its items: "__state__" in the names. */
+static ckpt_status next_state(walker *w, ckpt__stack *frames, frame *f) {
+    const ckpt__pk_value *state = f->v->state;
+    /* A state dict's OrderedDict carries _metadata (module versions),
+     * which a flat dict of tensors drops: it alone does not make a tree
+     * worth keeping. */
+    f->module_state = f->v->kind == CKPT__PK_DICT && is_module_metadata(state);
+    w->in_module_state += f->module_state;
+    ckpt__buf_puts(&w->json, f->v->kind == CKPT__PK_DICT ? ", \"__state__\": " : ", \"state\": ");
+    f->part = P_STATE;
+    return enter(w, frames, state, "__state__");
+}
+
+/* One step of the top frame: the end of the child it entered, then its
+ * next child, or its closing (the frame popped). */
+static ckpt_status step(walker *w, ckpt__stack *frames) {
+    frame *f = ckpt__stack_top(frames);
+    if (f->in_child) leave(w, f);
+    const ckpt__pk_value *v = f->v, *items = f->part == P_ARGS ? v->u.call.args : v;
+    ckpt__buf *j = &w->json;
+    if (f->part == P_PAIRS && f->next + 1 < v->u.seq.count) return next_pair(w, frames, f);
+    if ((f->part == P_ITEMS || f->part == P_ARGS) && f->next < items->u.seq.count) {
+        char component[32];
+        snprintf(component, sizeof component, "%zu", f->next);
+        if (f->next) ckpt__buf_puts(j, ", ");
+        return enter(w, frames, items->u.seq.items[f->next++], component);
+    }
+    if (f->part != P_STATE) ckpt__buf_puts(j, "]");
+    if ((f->part == P_PAIRS || f->part == P_ARGS) && v->state) return next_state(w, frames, f);
+    ckpt__buf_puts(j, v->kind == CKPT__PK_LIST ? "" : "}");
+    ckpt__stack_pop(frames);
+    return CKPT_OK;
 }
 
 /* Walks the object tree into out->tensors, out->storages and the JSON. */
 static ckpt_status walk_root(walker *w, const ckpt__pk_value *root) {
     w->plain = true;
-    ckpt_status st = walk(w, root, 0);
+    ckpt__stack frames = CKPT__STACK(frame);
+    ckpt_status st = visit(w, &frames, root);
+    while (st == CKPT_OK && frames.len) st = step(w, &frames);
+    ckpt__stack_free(&frames);
     w->out->plain = w->plain;
     if (st == CKPT_OK && (w->json.failed || w->name.failed))
         st = ckpt__fail(w->err, CKPT_E_NO_MEMORY, w->path, NULL, -1, "out of memory");
