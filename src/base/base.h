@@ -174,11 +174,16 @@ CKPT__HIDDEN void ckpt__budget_release(ckpt__budget *budget, uint64_t bytes);
 CKPT__HIDDEN ckpt_status ckpt__budget_charge_buf(ckpt__budget *budget, const ckpt__buf *buf, size_t *charged,
                                                  ckpt_error *err, const char *path, int64_t offset);
 
-/* ---- ordered string pairs (metadata maps; a handful of entries) --------- */
+/* ---- ordered string pairs (metadata maps) -------------------------------- */
 
+typedef struct ckpt__name_table ckpt__name_table;
 typedef struct ckpt__pairs {
     size_t count, cap;
     const char **keys, **values; /* the strings are the caller's */
+    /* Beyond a handful of pairs, a hash of the keys (a file may declare a
+     * million: looking each up among the others took hours). */
+    struct ckpt__name_table *index;
+    size_t index_cap;
 } ckpt__pairs;
 
 /* Appends a pair; false when out of memory. */
@@ -189,13 +194,13 @@ CKPT__HIDDEN void ckpt__pairs_free(ckpt__pairs *pairs);
 
 /* ---- string → index hash table (open addressing) ----------------------- */
 
-typedef struct ckpt__name_table {
+struct ckpt__name_table {
     /* (32 bits of the name's hash) << 32 | (index + 1); 0 = empty.  The
      * hash is compared before the names, so a probe past another name
      * costs no visit to the caller's array. */
     uint64_t *slots;
     size_t mask;
-} ckpt__name_table;
+};
 
 /* Hash of a NUL-terminated string (FNV-1a 64). */
 CKPT__HIDDEN uint64_t ckpt__hash_str(const char *s);

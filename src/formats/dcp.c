@@ -148,6 +148,12 @@ static ckpt_status fail(reader *r, ckpt_status st, const char *tensor, const ckp
 
 static ckpt_status oom(reader *r) { return ckpt__oom(r->err, r->path, NULL); }
 
+/* Charges what is made for value v (shared values are read once per
+ * reference) to the metadata budget. */
+static ckpt_status charge(reader *r, uint64_t bytes, const ckpt__pk_value *v) {
+    return ckpt__budget_charge(r->arena->budget, bytes, r->err, r->path, v ? (int64_t)v->offset : -1);
+}
+
 /* ---- pass 1: every value made the way torch makes it --------------------------- */
 
 static bool is_dataclass(const ckpt__pk_value *g) {
@@ -305,10 +311,11 @@ static ckpt_status dims(reader *r, const ckpt__pk_value *v, const char *what, co
     if (!v || (v->kind != CKPT__PK_TUPLE && v->kind != CKPT__PK_LIST))
         return fail(r, CKPT_E_DCP_METADATA, tensor, v, "%s is not a torch.Size", what);
     if (v->u.seq.count > CKPT_MAX_DIMS)
-        return fail(r, CKPT_E_DCP_METADATA, tensor, v, "%s has %zu axes, more than %d", what, v->u.seq.count,
+        return fail(r, CKPT_E_DCP_METADATA, tensor, v, "%s has %zu axes, more than %d", what, (size_t)v->u.seq.count,
                     CKPT_MAX_DIMS);
-    uint64_t *d = ckpt__arena_alloc(r->arena, (v->u.seq.count ? v->u.seq.count : 1) * sizeof *d);
-    if (!d) return oom(r);
+    ckpt_status st = charge(r, (v->u.seq.count ? v->u.seq.count : 1) * sizeof(uint64_t), v);
+    uint64_t *d = st ? NULL : ckpt__arena_alloc(r->arena, (v->u.seq.count ? v->u.seq.count : 1) * sizeof *d);
+    if (!d) return st ? st : oom(r);
     for (size_t i = 0; i < v->u.seq.count; i++) {
         const ckpt__pk_value *x = v->u.seq.items[i];
         if (x->kind != CKPT__PK_INT || x->u.i < 0)
@@ -358,6 +365,8 @@ static ckpt_status read_storage_data(reader *r, const ckpt__pk_value *sd) {
     if (!sd || sd->kind != CKPT__PK_DICT)
         return fail(r, CKPT_E_DCP_METADATA, NULL, sd, "storage_data is not a dict of MetadataIndex → _StorageInfo");
     size_t n = sd->u.seq.count / 2;
+    ckpt_status charged = charge(r, n * (sizeof *r->items + sizeof(uint64_t)), sd);
+    if (charged) return charged;
     r->items = ckpt__calloc(n ? n : 1, sizeof *r->items);
     if (!r->items || !ckpt__name_table_init(&r->item_keys, n ? n : 1)) return oom(r);
     for (size_t i = 0; i < n; i++) {
@@ -603,6 +612,8 @@ static ckpt_status read_tensor_meta(reader *r, tensor_meta *t, const ckpt__pk_va
     if (!chunks->u.seq.count)
         return fail(r, CKPT_E_DCP_CHUNK_HOLE, t->fqn, chunks, "the tensor has no chunks");
     t->chunk_count = chunks->u.seq.count;
+    if ((st = charge(r, t->chunk_count * (sizeof *t->chunks + sizeof *t->chunk_items + sizeof(ckpt__piece)), chunks)))
+        return st;
     t->chunks = ckpt__calloc(t->chunk_count, sizeof *t->chunks);
     t->chunk_items = ckpt__calloc(t->chunk_count, sizeof *t->chunk_items);
     if (!t->chunks || !t->chunk_items) return oom(r);
@@ -1028,8 +1039,11 @@ static ckpt_status add_tree(reader *r, entry *e, size_t n) {
         if (!r->leaves_json[i]) st = oom(r);
     }
     ckpt__buf b = {0};
+    size_t rendered = 0;
     if (st == CKPT_OK) st = render(r, &b);
-    if (st == CKPT_OK) st = b.failed ? oom(r) : ckpt__cat_add_tree(r->c, b.data, r->err);
+    if (st == CKPT_OK) st = ckpt__budget_charge_buf(r->arena->budget, &b, &rendered, r->err, r->path, -1);
+    if (st == CKPT_OK && b.failed) st = oom(r);
+    if (st == CKPT_OK) return ckpt__cat_adopt_tree(r->c, b.data, r->err);
     free(b.data);
     return st;
 }
@@ -1038,6 +1052,8 @@ static ckpt_status read_entries(reader *r, const ckpt__pk_value *sdm, entry **ou
     if (!sdm || sdm->kind != CKPT__PK_DICT)
         return fail(r, CKPT_E_DCP_METADATA, NULL, sdm, "state_dict_metadata is not a dict");
     size_t n = sdm->u.seq.count / 2;
+    ckpt_status charged = charge(r, n * (sizeof(entry) + 2 * sizeof(char *) + sizeof(tnode)), sdm);
+    if (charged) return charged;
     entry *e = ckpt__calloc(n ? n : 1, sizeof *e);
     const char **names = ckpt__calloc(n ? n : 1, sizeof *names);
     ckpt__name_table seen = {0};
@@ -1086,6 +1102,17 @@ static ckpt_status dcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
     r.path = ckpt__arena_strndup(r.arena, src->name, strlen(src->name));
     r.dir = ckpt__path_dirname(src->name);
     ckpt_status st = r.path && r.dir ? ckpt__cat_set_index_path(c, src->name, err) : ckpt__oom(err, src->name, NULL);
+    /* The checkpoint is the directory: the data files .metadata names
+     * count as input to the budget before its pickle (a value takes 40
+     * bytes; torch's .metadata spends 4 or 5 bytes a value) is read.  A
+     * remote directory cannot be listed: there only .metadata counts. */
+    if (st == CKPT_OK && !ckpt__source_is_remote_name(src->name)) {
+        uint64_t dir_bytes = ckpt__dir_file_bytes(r.dir);
+        ckpt__budget_add_input(r.arena->budget, dir_bytes > len ? dir_bytes - len : 0);
+    }
+    /* .metadata is read whole: it counts against the metadata budget */
+    uint64_t buf_bytes = len <= MAX_METADATA_BYTES ? len : 0;
+    if (st == CKPT_OK) st = ckpt__budget_charge(r.arena->budget, buf_bytes, err, src->name, 0);
     if (st == CKPT_OK) st = ckpt__source_slurp(src, MAX_METADATA_BYTES, CKPT_E_LIMIT, &buf, err);
     ckpt__source_close(src);
     ckpt__pk_value *root = NULL;
@@ -1142,6 +1169,7 @@ static ckpt_status dcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
     ckpt__name_table_free(&r.item_keys);
     free(r.dir);
     free(buf);
+    ckpt__budget_release(r.arena->budget, buf_bytes);
     return st;
 }
 

@@ -571,6 +571,10 @@ ckpt_status ckpt__torch_read_zip_ex(ckpt__source *src, ckpt__arena *arena, const
                             "record is not a decimal number");
         free(text);
     }
+    /* The pickle is read whole, and its values are in the arena until the
+     * catalog closes: both count against the metadata budget. */
+    uint64_t pickle_bytes = pkl->size <= MAX_PICKLE_BYTES ? pkl->size : 0;
+    if (st == CKPT_OK) st = ckpt__budget_charge(arena->budget, pickle_bytes, err, path, (int64_t)pkl->data_offset);
     if (st == CKPT_OK) st = ckpt__zip_read_entry(src, pkl, MAX_PICKLE_BYTES, &pickle, err);
     ckpt__pk_value *root = NULL;
     if (st == CKPT_OK) {
@@ -588,6 +592,7 @@ ckpt_status ckpt__torch_read_zip_ex(ckpt__source *src, ckpt__arena *arena, const
     }
     if (st == CKPT_OK) place_tensors(out);
     free(pickle);
+    ckpt__budget_release(arena->budget, pickle_bytes);
     free(byteorder);
     ckpt__zip_close(&zip);
     if (st) ckpt__torch_file_free(out);
@@ -625,12 +630,16 @@ ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__pk_allow_fn allow, 
     ckpt_status st;
     ckpt__pk_value *values[5];
     size_t pos;
+    uint64_t charged = 0; /* the buffer's bytes, charged to the metadata budget */
     for (;;) {
-        unsigned char *grown = ckpt__realloc(buf, have ? (size_t)have : 1);
+        st = ckpt__budget_charge(arena->budget, have - charged, err, path, (int64_t)charged);
+        unsigned char *grown = st ? NULL : ckpt__realloc(buf, have ? (size_t)have : 1);
         if (!grown) {
             free(buf);
-            return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "cannot allocate %llu bytes", (unsigned long long)have);
+            ckpt__budget_release(arena->budget, charged);
+            return st ? st : ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "cannot allocate %llu bytes", (unsigned long long)have);
         }
+        charged = have;
         buf = grown;
         st = ckpt__source_read(src, buf + read_so_far, have - read_so_far, read_so_far, err);
         read_so_far = have;
@@ -647,6 +656,7 @@ ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__pk_allow_fn allow, 
         have = have * 2 < file_size ? have * 2 : file_size; /* maybe cut short: read more */
     }
     free(buf);
+    ckpt__budget_release(arena->budget, charged);
     if (st) return st;
     const ckpt__pk_value *magic = values[0], *version = values[1], *info = values[2], *keys = values[4];
     if (magic->kind != CKPT__PK_BIGINT || magic->u.s.len != 10 || memcmp(magic->u.s.data, legacy_magic, 10))
@@ -719,7 +729,7 @@ void ckpt__torch_file_free(ckpt__torch_file *f) {
 /* ---- the formats --------------------------------------------------------- */
 
 /* Adds what a reader found: storages, then tensors as pieces of them. */
-static ckpt_status add_to_catalog(ckpt_catalog *c, uint32_t file, const ckpt__torch_file *tf, ckpt_error *err) {
+static ckpt_status add_to_catalog(ckpt_catalog *c, uint32_t file, ckpt__torch_file *tf, ckpt_error *err) {
     uint32_t first = 0;
     ckpt_status st = CKPT_OK;
     for (size_t i = 0; st == CKPT_OK && i < tf->storage_count; i++) {
@@ -740,7 +750,10 @@ static ckpt_status add_to_catalog(ckpt_catalog *c, uint32_t file, const ckpt__to
         ckpt__tensor_decl d = {t->name, t->dtype, t->ndim, t->shape, first + t->storage, &piece, 1};
         st = ckpt__cat_add_tensor(c, &d, err);
     }
-    if (st == CKPT_OK && !tf->plain) st = ckpt__cat_add_tree(c, tf->tree_json, err);
+    if (st == CKPT_OK && !tf->plain) { /* the catalog takes the tree over */
+        st = ckpt__cat_adopt_tree(c, tf->tree_json, err);
+        tf->tree_json = NULL;
+    }
     ckpt__cat_set_format(c, CKPT_FORMAT_TORCH);
     return st;
 }

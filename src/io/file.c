@@ -340,3 +340,18 @@ char *ckpt__path_normalize(const char *path) {
     out[k] = '\0';
     return out;
 }
+
+uint64_t ckpt__dir_file_bytes(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    uint64_t total = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        struct stat st; /* the entry itself: a symlink is not followed, and counts as nothing */
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            !ckpt__add_u64(total, (uint64_t)st.st_size, &total))
+            total = UINT64_MAX;
+    }
+    closedir(d);
+    return total;
+}

@@ -70,6 +70,11 @@ CKPT__HIDDEN size_t ckpt__remove_stale_temps(const char *dir);
 /* Removes a directory and the files in it (one level: what a writer made). */
 CKPT__HIDDEN void ckpt__remove_flat_dir(const char *dir);
 
+/* The bytes of the regular files directly in a local directory (symlinks
+ * and other entries count as nothing; 0 when it cannot be read): the size
+ * of a checkpoint directory, for the metadata budget. */
+CKPT__HIDDEN uint64_t ckpt__dir_file_bytes(const char *dir);
+
 /* Reserves `size` bytes for a file so that a full disk fails now rather
  * than mid-write; a file system without the feature is not an error. */
 CKPT__HIDDEN ckpt_status ckpt__reserve(int fd, uint64_t size, const char *path, ckpt_error *err);
