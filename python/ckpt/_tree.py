@@ -33,31 +33,6 @@ def _default_is_tensor(x):
         mod.startswith("numpy") and type(x).__name__ == "ndarray") or mod.startswith(("jax", "jaxlib"))
 
 
-def _fold(root, plan):
-    """Builds a value bottom-up from `root` without recursion: plan(x) gives
-    (value, None) for a leaf, or (None, (children, assemble)) for a node
-    whose children are planned in turn (depth first, in order) and whose
-    value is assemble([their values])."""
-    value, node = plan(root)
-    if node is None:
-        return value
-    stack = [(node[0], node[1], [])]
-    while True:
-        children, assemble, done = stack[-1]
-        if len(done) < len(children):
-            value, node = plan(children[len(done)])
-            if node is None:
-                done.append(value)
-            else:
-                stack.append((node[0], node[1], []))
-            continue
-        value = assemble(done)
-        stack.pop()
-        if not stack:
-            return value
-        stack[-1][2].append(value)
-
-
 def flatten(tree, *, sep=".", with_structure=False, is_tensor=None):
     """Flattens nested dicts, lists and tuples of tensors into {name: tensor}.
 
@@ -66,116 +41,192 @@ def flatten(tree, *, sep=".", with_structure=False, is_tensor=None):
     non-tensor leaves (numbers, strings, None)."""
     is_tensor = is_tensor or _default_is_tensor
     flat = {}
-
-    def plan(item):
-        x, prefix = item
-        if is_tensor(x):
-            if prefix in flat:
-                raise ValueError(f"two entries flatten to the name {prefix!r}")
-            flat[prefix] = x
-            return {"__tensor__": prefix}, None
-        join = (lambda k: f"{prefix}{sep}{k}") if prefix else (lambda k: str(k))
-        if isinstance(x, dict):
-            keys = list(x)
-            for k in keys:
-                if not isinstance(k, (str, int)) or isinstance(k, bool):
-                    raise TypeError(f"dict key {k!r} at {prefix or '<root>'!r}: only str and int keys have names")
-            return None, ([(x[k], join(k)) for k in keys],
-                          lambda values: {"__dict__": [[k, v] for k, v in zip(keys, values)]})
-        if isinstance(x, tuple) and not hasattr(x, "_fields"):
-            return None, ([(v, join(i)) for i, v in enumerate(x)], lambda values: {"__tuple__": values})
-        if isinstance(x, list):
-            return None, ([(v, join(i)) for i, v in enumerate(x)], list)
-        if x is None or isinstance(x, (bool, int, str)):
-            return x, None
-        if isinstance(x, float):
-            return (x if math.isfinite(x) else {"__float__": "nan" if x != x else ("inf" if x > 0 else "-inf")}), None
-        raise TypeError(f"{type(x).__name__} at {prefix or '<root>'!r} is neither a tensor nor a container")
-
-    structure = _fold((tree, ""), plan)
+    # Containers are gone through depth first, the ones being gone through
+    # on a list of frames: (items still to read as (value, name), where a
+    # value's structure goes, how the values' structures make the
+    # container's, the values' structures so far).
+    result = []
+    stack = [(iter(((tree, ""),)), result.append, None, None)]
+    deepest = 1
+    while True:
+        items, put, finish, got = stack[-1]
+        for x, prefix in items:
+            if is_tensor(x):
+                if prefix in flat:
+                    raise ValueError(f"two entries flatten to the name {prefix!r}")
+                flat[prefix] = x
+                put({"__tensor__": prefix})
+                continue
+            head = prefix + sep if prefix else ""
+            sub = []
+            if isinstance(x, dict):
+                keys = list(x)
+                for k in keys:
+                    if not isinstance(k, (str, int)) or isinstance(k, bool):
+                        raise TypeError(f"dict key {k!r} at {prefix or '<root>'!r}: only str and int keys have names")
+                stack.append((iter([(x[k], f"{head}{k}") for k in keys]), sub.append,
+                              lambda values, keys=keys: {"__dict__": [[k, v] for k, v in zip(keys, values)]}, sub))
+            elif isinstance(x, tuple) and not hasattr(x, "_fields"):
+                stack.append((iter([(v, f"{head}{i}") for i, v in enumerate(x)]), sub.append,
+                              lambda values: {"__tuple__": values}, sub))
+            elif isinstance(x, list):
+                stack.append((iter([(v, f"{head}{i}") for i, v in enumerate(x)]), sub.append, None, sub))
+            elif x is None or isinstance(x, (bool, int, str)):
+                put(x)
+                continue
+            elif isinstance(x, float):
+                put(x if math.isfinite(x) else {"__float__": "nan" if x != x else ("inf" if x > 0 else "-inf")})
+                continue
+            else:
+                raise TypeError(f"{type(x).__name__} at {prefix or '<root>'!r} is neither a tensor nor a container")
+            deepest = max(deepest, len(stack))
+            break
+        else:  # the frame's items are done: its container goes to the frame below
+            stack.pop()
+            if not stack:
+                break
+            stack[-1][1](got if finish is None else finish(got))
     if with_structure:
-        return flat, _dumps(structure)
+        return flat, _dumps(result[0], deepest)
     return flat
 
 
-def _dumps(structure):
-    """The structure as compact JSON; json.dumps recurses on the C stack,
-    so a deep structure is written level by level instead."""
-    try:
-        if _depth(structure) < 64:
-            return json.dumps(structure, separators=(",", ":"))
-    except TypeError:
-        pass
-    out = []
-
-    def plan(x):
-        if isinstance(x, list):
-            return None, (x, lambda parts: "[" + ",".join(parts) + "]")
-        if isinstance(x, dict):
-            keys = list(x)
-            return None, ([x[k] for k in keys],
-                          lambda parts: "{" + ",".join(json.dumps(k) + ":" + p for k, p in zip(keys, parts)) + "}")
-        return json.dumps(x), None
-
-    out.append(_fold(structure, plan))
-    return out[0]
-
-
-def _depth(x):
-    """The nesting depth of lists and dicts in x, without recursion."""
-    deepest, stack = 0, [(x, 1)]
-    while stack:
-        x, d = stack.pop()
-        if isinstance(x, (list, dict)):
-            deepest = max(deepest, d)
-            stack.extend((v, d + 1) for v in (x if isinstance(x, list) else x.values()))
-    return deepest
+def _dumps(structure, depth):
+    """The structure as compact JSON.  json.dumps takes C stack for each
+    level: a deep structure is written level by level instead."""
+    if depth <= 20:
+        return json.dumps(structure, separators=(",", ":"))
+    result = []
+    stack = [(iter((structure,)), result.append, None, None)]
+    while True:
+        items, put, finish, got = stack[-1]
+        for x in items:
+            sub = []
+            if isinstance(x, list):
+                stack.append((iter(x), sub.append, lambda parts: "[" + ",".join(parts) + "]", sub))
+            elif isinstance(x, dict):
+                keys = list(x)
+                stack.append((iter([x[k] for k in keys]), sub.append,
+                              lambda parts, keys=keys: "{" + ",".join(json.dumps(k) + ":" + p
+                                                                     for k, p in zip(keys, parts)) + "}", sub))
+            else:
+                put(json.dumps(x))
+                continue
+            break
+        else:
+            stack.pop()
+            if not stack:
+                return result[0]
+            stack[-1][1](finish(got))
 
 
-def _decoding(leaf):
-    """The plan (see _fold) that rebuilds a tree from its structure JSON."""
-
-    def plan(x):
-        if isinstance(x, list):
-            return None, (x, list)
-        if not isinstance(x, dict):
-            return x, None
-        if "__tensor__" in x:
-            return leaf(x["__tensor__"]), None
-        if "__dict__" in x:
-            keys = [tuple(k) if isinstance(k, list) else k for k, _ in x["__dict__"]]
-            return None, ([v for _, v in x["__dict__"]], lambda values: dict(zip(keys, values)))
-        if "__tuple__" in x:
-            return None, (x["__tuple__"], tuple)
-        if "__set__" in x:
-            return None, (x["__set__"], set)
-        if "__bytes__" in x:
-            return bytes.fromhex(x["__bytes__"]), None
-        if "__float__" in x:
-            return float(x["__float__"]), None
-        if "__call__" in x:
-            name, args = x["__call__"], x.get("args", [])
-            if name == "builtins.complex" and len(args) == 2:
-                return None, (args, lambda values: complex(*values))
-            if "state" not in x:
-                return None, (args, lambda values: Call(name, values, None))
-            return None, (args + [x["state"]], lambda values: Call(name, values[:-1], values[-1]))
-        if "__shards__" in x:
-            def shards(values):
-                if values and all(isinstance(v, dict) for v in values):
-                    return _merge(values)  # one nested dict split across files (transformers' Flax shards)
-                return values
-            return None, (x["__shards__"], shards)
-        keys = list(x)
-        return None, ([x[k] for k in keys], lambda values: dict(zip(keys, values)))
-
-    return plan
+def _decode(root, leaf):
+    """The tree a structure (parsed JSON) describes, calling leaf(name) for
+    each tensor: containers are built depth first, the ones being built on
+    a list of frames (items still to read, where a value goes, how the
+    values make the container), never by recursion."""
+    result = []
+    stack = [(iter((root,)), result.append, None, None)]
+    while True:
+        items, put, finish, got = stack[-1]
+        for x in items:
+            if type(x) is list:
+                sub = []
+                stack.append((iter(x), sub.append, None, sub))
+                break
+            if type(x) is not dict:
+                put(x)
+                continue
+            if "__tensor__" in x:
+                put(leaf(x["__tensor__"]))
+                continue
+            if "__bytes__" in x:
+                put(bytes.fromhex(x["__bytes__"]))
+                continue
+            if "__float__" in x:
+                put(float(x["__float__"]))
+                continue
+            sub = []
+            if "__dict__" in x:
+                keys = [tuple(k) if type(k) is list else k for k, _ in x["__dict__"]]
+                stack.append((iter([v for _, v in x["__dict__"]]), sub.append,
+                              lambda values, keys=keys: dict(zip(keys, values)), sub))
+            elif "__tuple__" in x:
+                stack.append((iter(x["__tuple__"]), sub.append, tuple, sub))
+            elif "__set__" in x:
+                stack.append((iter(x["__set__"]), sub.append, set, sub))
+            elif "__call__" in x:
+                name, args = x["__call__"], x.get("args", [])
+                if name == "builtins.complex" and len(args) == 2:
+                    finish = lambda values: complex(*values)  # noqa: E731
+                elif "state" not in x:
+                    finish = lambda values, name=name: Call(name, values, None)  # noqa: E731
+                else:
+                    args = args + [x["state"]]
+                    finish = lambda values, name=name: Call(name, values[:-1], values[-1])  # noqa: E731
+                stack.append((iter(args), sub.append, finish, sub))
+            elif "__shards__" in x:
+                # one nested dict split across files (transformers' Flax shards)
+                stack.append((iter(x["__shards__"]), sub.append,
+                              lambda values: _merge(values) if values and all(type(v) is dict for v in values)
+                              else values, sub))
+            else:
+                keys = list(x)
+                stack.append((iter(list(x.values())), sub.append,
+                              lambda values, keys=keys: dict(zip(keys, values)), sub))
+            break
+        else:  # the frame's items are done: its container goes to the frame below
+            stack.pop()
+            if not stack:
+                return result[0]
+            stack[-1][1](got if finish is None else finish(got))
 
 
 def loads(text):
     """The library's JSON (an object tree, a typed key-value) as Python
     objects, however deep."""
-    return _ckpt.json_loads(text)
+    return _ckpt.json_loads(text)[0]
+
+
+# Levels built by recursion, which is quicker, before frames take over: a
+# Python call takes C stack (before Python 3.11, or through a C function),
+# of which a thread may have 64 KiB.  Trees of state dicts and optimizer
+# states nest a handful of levels.
+RECURSION = 8
+
+
+def _build(x, leaf, depth):
+    """_decode, by recursion for the first RECURSION levels."""
+    if type(x) is list:
+        return [_build(v, leaf, depth + 1) for v in x] if depth < RECURSION else _decode(x, leaf)
+    if type(x) is not dict:
+        return x
+    if "__tensor__" in x:
+        return leaf(x["__tensor__"])
+    if depth >= RECURSION:
+        return _decode(x, leaf)
+    depth += 1
+    if "__dict__" in x:
+        return {(tuple(k) if type(k) is list else k): _build(v, leaf, depth) for k, v in x["__dict__"]}
+    if "__tuple__" in x:
+        return tuple([_build(v, leaf, depth) for v in x["__tuple__"]])
+    if "__set__" in x:
+        return set([_build(v, leaf, depth) for v in x["__set__"]])
+    if "__bytes__" in x:
+        return bytes.fromhex(x["__bytes__"])
+    if "__float__" in x:
+        return float(x["__float__"])
+    if "__call__" in x:
+        args = [_build(v, leaf, depth) for v in x.get("args", [])]
+        if x["__call__"] == "builtins.complex" and len(args) == 2:
+            return complex(*args)
+        return Call(x["__call__"], args, _build(x["state"], leaf, depth) if "state" in x else None)
+    if "__shards__" in x:
+        shards = [_build(v, leaf, depth) for v in x["__shards__"]]
+        if shards and all(type(v) is dict for v in shards):
+            return _merge(shards)  # one nested dict split across files (transformers' Flax shards)
+        return shards
+    return {k: _build(v, leaf, depth) for k, v in x.items()}
 
 
 def decode(structure, leaf):
@@ -183,7 +234,7 @@ def decode(structure, leaf):
     leaf(name) for each tensor."""
     if isinstance(structure, str):
         structure = loads(structure)
-    return _fold(structure, _decoding(leaf))
+    return _build(structure, leaf, 0)
 
 
 def _merge(dicts):
@@ -235,10 +286,19 @@ def unflatten(flat, structure=None, *, sep="."):
             return [node[str(i)] for i in range(len(node))]
         return node
 
-    def plan(node):
-        if not isinstance(node, dict):
-            return node, None
-        keys = list(node)
-        return None, ([node[k] for k in keys], lambda values: as_list(dict(zip(keys, values))))
-
-    return _fold(root, plan)
+    # Levels whose keys are 0…n-1 become lists, deepest first; the dicts
+    # being gone through are on a list of frames (items still to read, the
+    # new dict, its key in the one below).
+    stack = [(iter(root.items()), {}, None)]
+    while True:
+        items, new, key = stack[-1]
+        for k, v in items:
+            if type(v) is dict:
+                stack.append((iter(v.items()), {}, k))
+                break
+            new[k] = v
+        else:
+            stack.pop()
+            if not stack:
+                return as_list(new)
+            stack[-1][1][key] = as_list(new)

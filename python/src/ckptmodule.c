@@ -2030,8 +2030,9 @@ static PyObject *mod_status_names(PyObject *self, PyObject *unused) {
 /* ---- JSON from the library (object trees, typed key-values) ------------------ */
 
 /*
- * json_loads(text): the JSON the library hands out (ckpt_catalog_tree_json,
- * GGUF key-values) as Python objects.  CPython's json module recurses on
+ * json_loads(text) -> (value, depth): the JSON the library hands out
+ * (ckpt_catalog_tree_json, GGUF key-values) as Python objects, and how
+ * deep its arrays and objects nest.  CPython's json module recurses on
  * the C stack for each level of nesting: a tree 500 levels deep (which the
  * library accepts) overflows a thread with a 64 KiB stack (musl's default
  * is 128 KiB).  This reader keeps the open containers on the heap.
@@ -2148,8 +2149,9 @@ typedef struct json_open {
 
 typedef struct json_stack {
     json_open *open;
-    Py_ssize_t depth, cap;
+    Py_ssize_t depth, cap, deepest;
     PyObject *doc;
+    PyObject *keys; /* each object key once ("__dict__", "__tensor__" …), as the json module keeps them */
 } json_stack;
 
 /* Puts a value where it belongs (stealing it): into the innermost open
@@ -2178,6 +2180,7 @@ static int json_push(json_stack *k, int dict) {
         return -1;
     }
     k->open[k->depth++] = (json_open){c, NULL};
+    if (k->depth > k->deepest) k->deepest = k->depth;
     return 0;
 }
 
@@ -2202,7 +2205,10 @@ static int json_between(json_reader *r, const char *start, json_stack *k, int *d
         if (size) r->s++, json_space(r);
         if (!dict) return 0;
         if (r->s >= r->end || *r->s != '"') return json_error(r, start, "expected a key"), -1;
-        if (!(o->key = json_string(r, start))) return -1;
+        PyObject *key = json_string(r, start), *same = key ? PyDict_SetDefault(k->keys, key, key) : NULL;
+        Py_XDECREF(key);
+        if (!same) return -1;
+        o->key = Py_NewRef(same);
         json_space(r);
         if (r->s >= r->end || *r->s++ != ':') return json_error(r, start, "expected ':'"), -1;
         return 0;
@@ -2215,8 +2221,8 @@ static PyObject *mod_json_loads(PyObject *self, PyObject *arg) {
     const char *start = PyUnicode_Check(arg) ? PyUnicode_AsUTF8AndSize(arg, &len) : NULL;
     if (!start) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "json_loads needs a str");
     json_reader r = {start, start + len, NULL, 0};
-    json_stack k = {NULL, 0, 0, NULL};
-    int rc = 0, done = 0;
+    json_stack k = {NULL, 0, 0, 0, NULL, PyDict_New()};
+    int rc = k.keys ? 0 : -1, done = 0;
     while (!rc && !done) {
         json_space(&r);
         if (r.s >= r.end) rc = (json_error(&r, start, "unexpected end"), -1);
@@ -2228,8 +2234,13 @@ static PyObject *mod_json_loads(PyObject *self, PyObject *arg) {
     for (Py_ssize_t i = 0; i < k.depth; i++) Py_DECREF(k.open[i].container), Py_XDECREF(k.open[i].key);
     PyMem_Free(k.open);
     PyMem_Free(r.scratch);
-    if (rc) Py_CLEAR(k.doc);
-    return k.doc;
+    Py_XDECREF(k.keys);
+    if (rc) {
+        Py_CLEAR(k.doc);
+        return NULL;
+    }
+    PyObject *out = Py_BuildValue("(Nn)", k.doc, k.deepest);
+    return out;
 }
 
 static PyMethodDef module_methods[] = {
@@ -2239,7 +2250,7 @@ static PyMethodDef module_methods[] = {
     {"cast", mod_cast, METH_VARARGS, "cast(from, src, to, dst, count)"},
     {"status_names", mod_status_names, METH_NOARGS, "status_names() -> {name: code}"},
     {"json_loads", mod_json_loads, METH_O,
-     "json_loads(text) -> object: the library's JSON (object trees) without recursion on the C stack"},
+     "json_loads(text) -> (value, depth): the library's JSON (object trees) without recursion on the C stack"},
     {"_register_errors", register_errors, METH_O, "internal: status name -> exception class"},
     COLLECTIVE_METHODS
     {NULL}};

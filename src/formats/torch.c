@@ -572,8 +572,11 @@ ckpt_status ckpt__torch_read_zip_ex(ckpt__source *src, ckpt__arena *arena, const
         free(text);
     }
     /* The pickle is read whole, and its values are in the arena until the
-     * catalog closes: both count against the metadata budget. */
-    uint64_t pickle_bytes = pkl->size <= MAX_PICKLE_BYTES ? pkl->size : 0;
+     * catalog closes: both count against the metadata budget.  (A size
+     * over the limit, or beyond what DEFLATE expands to, 1032:1, is refused
+     * by the read before it allocates anything: not charged.) */
+    bool plausible = pkl->size <= MAX_PICKLE_BYTES && (pkl->method != 8 || pkl->size / 1032 <= pkl->comp_size + 1);
+    uint64_t pickle_bytes = plausible ? pkl->size : 0;
     if (st == CKPT_OK) st = ckpt__budget_charge(arena->budget, pickle_bytes, err, path, (int64_t)pkl->data_offset);
     if (st == CKPT_OK) st = ckpt__zip_read_entry(src, pkl, MAX_PICKLE_BYTES, &pickle, err);
     ckpt__pk_value *root = NULL;
