@@ -224,6 +224,13 @@ static bool grow_names(ckpt_catalog *c) {
     return true;
 }
 
+uint64_t ckpt__cat_tensor_cost(uint32_t piece_count) {
+    /* its info, its place, its pieces, its slots in the name table (kept
+     * at most three quarters full, doubled) */
+    return sizeof(ckpt_tensor_info) + sizeof(tensor_loc) + (uint64_t)piece_count * sizeof(ckpt__piece) +
+           4 * sizeof(uint64_t);
+}
+
 ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tensor_decl *d, ckpt_error *err) {
     const ckpt__piece *p0 = &d->pieces[0];
     const char *path = c->files[p0->file].src->name;

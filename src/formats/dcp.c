@@ -1052,7 +1052,7 @@ static ckpt_status read_entries(reader *r, const ckpt__pk_value *sdm, entry **ou
     if (!sdm || sdm->kind != CKPT__PK_DICT)
         return fail(r, CKPT_E_DCP_METADATA, NULL, sdm, "state_dict_metadata is not a dict");
     size_t n = sdm->u.seq.count / 2;
-    ckpt_status charged = charge(r, n * (sizeof(entry) + 2 * sizeof(char *) + sizeof(tnode)), sdm);
+    ckpt_status charged = charge(r, n * (sizeof(entry) + 2 * sizeof(char *) + sizeof(tnode) + ckpt__cat_tensor_cost(0)), sdm);
     if (charged) return charged;
     entry *e = ckpt__calloc(n ? n : 1, sizeof *e);
     const char **names = ckpt__calloc(n ? n : 1, sizeof *names);

@@ -91,8 +91,11 @@ CKPT__HIDDEN ckpt_status ckpt__cat_add_storage(ckpt_catalog *c, uint32_t file, u
 
 /* Adds a tensor.  Checks that the shape's size fits the dtype (whole
  * bytes, no overflow); the format has checked that its pieces lie inside
- * its files. */
+ * its files, and charged ckpt__cat_tensor_cost to the budget (with the
+ * byte of the metadata that declares the tensor). */
 CKPT__HIDDEN ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tensor_decl *d, ckpt_error *err);
+/* The bytes the catalog keeps for a tensor of `piece_count` pieces. */
+CKPT__HIDDEN uint64_t ckpt__cat_tensor_cost(uint32_t piece_count);
 
 /* A `__metadata__` entry of data file `file`; the strings must live as long
  * as the catalog.  The checkpoint's map is the union of the files' maps

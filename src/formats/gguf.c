@@ -419,7 +419,8 @@ static ckpt_status read_header(ckpt__source *src, ckpt__arena *arena, header *h,
     }
     /* The tables, counted before they are made (13 bytes can declare a
      * key-value of ~100 bytes here, 24 a tensor of ~60). */
-    if ((st = ckpt__budget_charge(arena->budget, n_kv * (sizeof *h->kvs + 8) + n_tensors * sizeof *h->tensors, err,
+    if ((st = ckpt__budget_charge(arena->budget,
+                                  n_kv * (sizeof *h->kvs + 8) + n_tensors * (sizeof *h->tensors + ckpt__cat_tensor_cost(1)), err,
                                   c.path, 8)))
         goto done;
     h->kvs = ckpt__calloc(n_kv ? (size_t)n_kv : 1, sizeof *h->kvs);

@@ -814,7 +814,7 @@ static ckpt_status chunked(walker *w, const node *map) {
 
 /* Its name (a long key repeats in every name under it) and entry. */
 static ckpt_status charge_tensor(walker *w, const node *n) {
-    return ckpt__budget_charge(w->m->budget, w->name.len + 1 + 2 * sizeof(ckpt_tensor_info), w->m->err, w->m->path,
+    return ckpt__budget_charge(w->m->budget, w->name.len + 1 + ckpt__cat_tensor_cost(1), w->m->err, w->m->path,
                                (int64_t)node_at(n));
 }
 

@@ -222,6 +222,13 @@ ckpt_status ckpt__st_parse_header(char *header, uint64_t n, uint64_t file_size, 
         ckpt__json_free(&doc);
         return ckpt__fail(err, CKPT_E_HEADER_SCHEMA, path, NULL, at_root, "header must be a JSON object");
     }
+    /* each member may be a tensor: its entry here and in the catalog */
+    st = ckpt__budget_charge(arena->budget, (uint64_t)root->count * (sizeof *out->tensors + ckpt__cat_tensor_cost(1)), err,
+                             path, (int64_t)(8 + root->offset));
+    if (st) {
+        ckpt__json_free(&doc);
+        return st;
+    }
     out->tensors = ckpt__malloc((root->count ? root->count : 1) * sizeof *out->tensors);
     ckpt__name_table names = {0};
     if (!out->tensors || !ckpt__name_table_init(&names, root->count)) {

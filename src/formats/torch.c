@@ -232,7 +232,8 @@ static ckpt_status rebuild(walker *w, const ckpt__pk_value *call, int version) {
 
     /* Its name (a long key reached many times through the memo repeats
      * in every name under it), shape and entry. */
-    st = ckpt__budget_charge(w->arena->budget, w->name.len + 1 + 2 * ndim * sizeof(uint64_t) + 2 * sizeof(ckpt__torch_tensor),
+    st = ckpt__budget_charge(w->arena->budget,
+                             w->name.len + 1 + 2 * ndim * sizeof(uint64_t) + sizeof(ckpt__torch_tensor) + ckpt__cat_tensor_cost(1),
                              w->err, w->path, (int64_t)(w->pickle_offset + call->offset));
     if (st) return st;
     if (w->out->count == w->cap) {

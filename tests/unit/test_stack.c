@@ -10,6 +10,7 @@
 
 #include "catalog_internal.h"
 #include "formats/dcp.h"
+#include "formats/gguf.h"
 #include "formats/json.h"
 #include "helpers.h"
 #include "io/source.h"
@@ -411,11 +412,41 @@ static const char *typed_metadata(const char *dir, const char *name, int depth) 
     return save(dir, name, &b);
 }
 
+/* A metadata_json's values typed as gguf-py types them, then encoded as
+ * a GGUF file's key-values (what a writer does, without the file). */
+static ckpt_status encode_metadata(const char *path, ckpt_error *err) {
+    size_t n;
+    char **keys, **values, why[256] = "";
+    ckpt_status st = ckpt__gguf_metadata_pairs(input(path, &n), &keys, &values, &n, why, sizeof why);
+    if (st) n = 0, keys = values = NULL;
+    ckpt__buf out = {0};
+    for (size_t i = 0; st == CKPT_OK && i < n; i++) st = ckpt__gguf_encode_kv(&out, keys[i], values[i], why, sizeof why);
+    for (size_t i = 0; i < n; i++) free(keys[i]), free(values[i]);
+    free(keys), free(values);
+    free(out.data);
+    if (st) snprintf(err->message, sizeof err->message, "%s", why);
+    return st;
+}
+
+/* metadata_json of a plain list `depth` deep: typed, then encoded. */
+static const char *plain_lists(const char *dir, const char *name, int depth) {
+    bytes b = {0};
+    put_text(&b, "{\"general.architecture\": \"llama\", \"k\": ");
+    put_repeat(&b, "[", depth);
+    put_text(&b, "1");
+    put_repeat(&b, "]", depth);
+    put_text(&b, "}");
+    put_byte(&b, 0);
+    return save(dir, name, &b);
+}
+
 static void test_gguf(void **state) {
     const char *dir = *state;
     /* arrays of arrays nest 16 deep at most */
     check_flat(open_gguf, nested_gguf(dir, "a2.gguf", 2), nested_gguf(dir, "a16.gguf", 16));
     check_flat(write_gguf_file, typed_metadata(dir, "m4.json", 4), typed_metadata(dir, "m128.json", 128));
+    /* a list of lists typed as arrays of arrays, 16 deep at most */
+    check_flat(encode_metadata, plain_lists(dir, "l2.json", 2), plain_lists(dir, "l16.json", 16));
 }
 
 /* ---- DCP: .metadata, its trie, and the writer's traversal and object pickles ------------ */
