@@ -265,41 +265,45 @@ static ckpt_status rebuild(walker *w, const ckpt__pk_value *call, int version) {
     return CKPT_OK;
 }
 
-/* Tensor calls: the rebuild functions, and the wrappers around them. */
-static ckpt_status tensor(walker *w, const ckpt__pk_value *v, int depth, bool *is_tensor) {
+/* Tensor calls: the rebuild functions, and the wrappers around them (at
+ * most 8, unwrapped in a loop). */
+static ckpt_status tensor(walker *w, const ckpt__pk_value *v, bool *is_tensor) {
     *is_tensor = false;
-    if (v->kind != CKPT__PK_CALL) return CKPT_OK;
-    const ckpt__pk_value *f = v->u.call.callable, *args = v->u.call.args;
-    if (depth > 8) return fail_at(w, v, CKPT_E_LIMIT, "tensor wrappers nested too deep");
-    if (!strcmp(f->u.global.module, "torch._utils")) {
-        const char *fn = f->u.global.name;
-        int version = !strcmp(fn, "_rebuild_tensor_v2") ? 2 : !strcmp(fn, "_rebuild_tensor_v3") ? 3
-                    : !strcmp(fn, "_rebuild_tensor")    ? 1 : 0;
-        if (version) {
-            *is_tensor = true;
-            return rebuild(w, v, version);
+    ckpt__pk_value inner;                   /* _rebuild_from_type_v2's func(*args), as a call */
+    const ckpt__pk_value *parameter = NULL; /* the parameter whose data v is */
+    for (int depth = 0; v->kind == CKPT__PK_CALL; depth++) {
+        const ckpt__pk_value *f = v->u.call.callable, *args = v->u.call.args;
+        if (depth > 8) return fail_at(w, v, CKPT_E_LIMIT, "tensor wrappers nested too deep");
+        if (!strcmp(f->u.global.module, "torch._utils")) {
+            const char *fn = f->u.global.name;
+            int version = !strcmp(fn, "_rebuild_tensor_v2") ? 2 : !strcmp(fn, "_rebuild_tensor_v3") ? 3
+                        : !strcmp(fn, "_rebuild_tensor")    ? 1 : 0;
+            if (version) {
+                *is_tensor = true;
+                return rebuild(w, v, version);
+            }
+            if (!strcmp(fn, "_rebuild_parameter") || !strcmp(fn, "_rebuild_parameter_with_state")) {
+                if (!args->u.seq.count) return fail_at(w, v, CKPT_E_PICKLE_INVALID, "parameter without data");
+                parameter = v;
+                v = args->u.seq.items[0];
+                continue;
+            }
+            if (!strncmp(fn, "_rebuild_", 9))
+                return fail_at(w, v, CKPT_E_UNKNOWN_DTYPE, "torch._utils.%s (quantized, sparse, nested or device tensors) "
+                               "has no safetensors representation", fn);
         }
-        if (!strcmp(fn, "_rebuild_parameter") || !strcmp(fn, "_rebuild_parameter_with_state")) {
-            if (!args->u.seq.count) return fail_at(w, v, CKPT_E_PICKLE_INVALID, "parameter without data");
-            ckpt_status st = tensor(w, args->u.seq.items[0], depth + 1, is_tensor);
-            if (st == CKPT_OK && !*is_tensor) return fail_at(w, v, CKPT_E_PICKLE_INVALID, "parameter data is not a tensor");
-            return st;
-        }
-        if (!strncmp(fn, "_rebuild_", 9))
-            return fail_at(w, v, CKPT_E_UNKNOWN_DTYPE, "torch._utils.%s (quantized, sparse, nested or device tensors) "
-                           "has no safetensors representation", fn);
-    }
-    if (ckpt__pk_is_global(f, "torch._tensor", "_rebuild_from_type_v2")) {
+        if (!ckpt__pk_is_global(f, "torch._tensor", "_rebuild_from_type_v2")) break;
         /* (func, new_type, args, state): the tensor is func(*args). */
         if (args->u.seq.count < 3 || args->u.seq.items[0]->kind != CKPT__PK_GLOBAL ||
             args->u.seq.items[2]->kind != CKPT__PK_TUPLE)
             return fail_at(w, v, CKPT_E_PICKLE_INVALID, "malformed _rebuild_from_type_v2");
-        ckpt__pk_value inner = {.kind = CKPT__PK_CALL, .offset = v->offset};
-        inner.u.call.callable = args->u.seq.items[0];
-        inner.u.call.args = args->u.seq.items[2];
-        return tensor(w, &inner, depth + 1, is_tensor);
+        ckpt__pk_value call = {.kind = CKPT__PK_CALL, .offset = v->offset};
+        call.u.call.callable = args->u.seq.items[0];
+        call.u.call.args = args->u.seq.items[2];
+        inner = call;
+        v = &inner;
     }
-    return CKPT_OK;
+    return parameter ? fail_at(w, parameter, CKPT_E_PICKLE_INVALID, "parameter data is not a tensor") : CKPT_OK;
 }
 
 static void name_push(walker *w, const char *part, size_t *saved) {
@@ -385,7 +389,7 @@ static ckpt_status visit(walker *w, ckpt__stack *frames, const ckpt__pk_value *v
         return fail_at(w, v, CKPT_E_LIMIT, "object tree nested deeper than %d (or cyclic)", MAX_DEPTH);
     if (++w->visits > MAX_VISITS) return fail_at(w, v, CKPT_E_LIMIT, "object tree too large when expanded");
     bool is_tensor;
-    ckpt_status st = tensor(w, v, 0, &is_tensor);
+    ckpt_status st = tensor(w, v, &is_tensor);
     if (st == CKPT_OK) st = charge_json(w, v);
     if (st) return st;
     ckpt__buf *j = &w->json;
