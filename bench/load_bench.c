@@ -3,7 +3,8 @@
  * checksum over every loaded byte (so that nothing wins by not reading).
  * Prints one JSON object.
  *
- *   ckpt_load_bench load PATH THREADS PRETOUCH IO CAST   IO: auto|buffered|direct, CAST: none|BF16|F32|...
+ *   ckpt_load_bench load PATH THREADS PRETOUCH IO CAST [CRC]   IO: auto|buffered|direct, CAST: none|BF16|F32|...,
+ *                                     CRC: crc (default: ZIP CRC-32s checked) | nocrc (skip_crc_check)
  *   ckpt_load_bench pread PATH THREADS DIRECT             every data file, in 8 MiB reads, into one pre-touched buffer
  *   ckpt_load_bench memcpy BYTES | firsttouch BYTES | firsttouch_huge BYTES | cast FROM TO COUNT
  *   ckpt_load_bench prefault BYTES    fresh memory faulted in as ckpt_load does its own buffers: one
@@ -47,7 +48,7 @@ static void die(const ckpt_error *e) {
     exit(1);
 }
 
-static int load(const char *path, unsigned threads, int pretouch, const char *io, const char *cast) {
+static int load(const char *path, unsigned threads, int pretouch, const char *io, const char *cast, int crc) {
     ckpt_error err;
     ckpt_catalog *cat;
     ckpt_plan *plan;
@@ -65,6 +66,7 @@ static int load(const char *path, unsigned threads, int pretouch, const char *io
     ckpt_load_options o;
     ckpt_load_options_init(&o);
     o.threads = threads;
+    o.skip_crc_check = !crc;
     o.io = !strcmp(io, "direct") ? CKPT_IO_DIRECT : !strcmp(io, "buffered") ? CKPT_IO_BUFFERED : CKPT_IO_AUTO;
     double t0 = now();
     if (ckpt_load(plan, &o, &err)) die(&err);
@@ -187,7 +189,8 @@ static int ceiling_pread(const char *path, unsigned threads, int direct) {
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 7 && !strcmp(argv[1], "load")) return load(argv[2], (unsigned)atoi(argv[3]), atoi(argv[4]), argv[5], argv[6]);
+    if (argc >= 7 && !strcmp(argv[1], "load"))
+        return load(argv[2], (unsigned)atoi(argv[3]), atoi(argv[4]), argv[5], argv[6], argc < 8 || strcmp(argv[7], "nocrc"));
     if (argc >= 5 && !strcmp(argv[1], "pread")) return ceiling_pread(argv[2], (unsigned)atoi(argv[3]), atoi(argv[4]));
     if (argc >= 3 && !strcmp(argv[1], "prefault")) return prefault_floor(strtoull(argv[2], NULL, 10));
     if (argc >= 3 && (!strcmp(argv[1], "memcpy") || !strcmp(argv[1], "firsttouch") ||

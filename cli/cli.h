@@ -106,6 +106,25 @@ void print_summary(const char *verb, uint64_t tensors, uint64_t bytes, size_t fi
 /* Seconds on a monotonic clock. */
 double cli_now(void);
 
+/*
+ * `s` — a name from a checkpoint (a tensor's, a file's, a metadata key or
+ * value), a path, or an error message quoting them — as human output
+ * shows it: control characters escaped as \n, \r, \t, \x1b…, C1 controls
+ * as \u009b…, and a byte that is not UTF-8 as \xff, so that a name can
+ * neither break the output's lines nor drive the terminal.  Returns `s`
+ * itself when nothing needs escaping, else a buffer valid until the eighth
+ * call after this one.  --json output escapes the JSON way instead
+ * (print_json_string).
+ */
+const char *printable(const char *s);
+
+/* Display columns of a UTF-8 string (one per code point: good enough for
+ * aligning names, which are mostly ASCII). */
+int text_columns(const char *s);
+
+/* Prints a name as printable shows it, left-aligned in `width` columns. */
+void print_padded(FILE *out, const char *name, int width);
+
 /* A JSON string literal (UTF-8 kept, control characters escaped). */
 void print_json_string(FILE *out, const char *s);
 
@@ -176,13 +195,14 @@ void source_options_init(source_options *s);
 enum {
     OPT_SOURCE_FIRST = 900,
     OPT_DIRECT = OPT_SOURCE_FIRST, OPT_CACHE_DIR, OPT_BEARER_TOKEN_FILE, OPT_TIMEOUT, OPT_CONNECT_TIMEOUT, OPT_RETRIES,
-    OPT_CONNECTIONS
+    OPT_CONNECTIONS, OPT_MIN_SPEED, OPT_MIN_SPEED_TIME, OPT_RETRY_DEADLINE
 };
 #define CLI_SOURCE_OPTIONS                                                                                       \
     {"direct", 0, false, OPT_DIRECT}, {"cache-dir", 0, true, OPT_CACHE_DIR},                                     \
         {"bearer-token-file", 0, true, OPT_BEARER_TOKEN_FILE}, {"timeout", 0, true, OPT_TIMEOUT},              \
         {"connect-timeout", 0, true, OPT_CONNECT_TIMEOUT}, {"retries", 0, true, OPT_RETRIES},                    \
-        {"connections", 0, true, OPT_CONNECTIONS}
+        {"connections", 0, true, OPT_CONNECTIONS}, {"min-speed", 0, true, OPT_MIN_SPEED},                      \
+        {"min-speed-time", 0, true, OPT_MIN_SPEED_TIME}, {"retry-deadline", 0, true, OPT_RETRY_DEADLINE}
 
 /* Takes source option `id` (≥ OPT_SOURCE_FIRST) with its value: EXIT_OK,
  * or EXIT_USAGE after printing a usage error. */
@@ -194,8 +214,8 @@ const ckpt_catalog_options *source_options_get(source_options *s);
 /* Wipes and frees the token. */
 void source_options_free(source_options *s);
 
-/* `name` as it may be printed: a URL without its password and query
- * string (which may hold credentials); in `buf` when changed. */
+/* `name` as it may be printed (ckpt_redact_name: a URL without its user
+ * part and the query values that carry credentials), in `buf`. */
 const char *display_name(const char *name, char *buf, size_t cap);
 
 #endif

@@ -43,6 +43,9 @@ const char convert_usage[] =
     "                         (key ckpt.xxh3_64), for ckpt verify\n"
     "  --verify               re-read what was written and check it (implies\n"
     "                         --checksums)\n"
+    "  --no-check-crc         do not check the source's ZIP CRC-32s (torch.save\n"
+    "                         files, .npz): by default each member read whole is\n"
+    "                         checked as it streams, and a mismatch writes nothing\n"
     "  --mpi                  split the conversion across the ranks of an MPI job\n"
     "                         (automatic under mpirun -np N with N > 1): rank 0\n"
     "                         reads the headers and lays the output out, each rank\n"
@@ -79,7 +82,10 @@ const char convert_usage[] =
     "                         glob whose '*' fill the '*' of TO\n"
     "  --dtype [PAT=]DTYPE    cast float tensors (bf16, f16, f32, f64, f8_e4m3,\n"
     "                         f8_e5m2, ... or safetensors names), bit-exact with\n"
-    "                         torch's .to(); integer DTYPEs widen integer tensors\n"
+    "                         torch's .to(); integer DTYPEs widen integer tensors;\n"
+    "                         a model directory's config.json, copied along, gets\n"
+    "                         the new dtype when every float tensor ends up of that\n"
+    "                         one dtype (with several, it is copied as it is)\n"
     "  --slice [PAT=]DIM:RANK/PARTS   keep part RANK of PARTS along DIM (uneven\n"
     "                         splits as torch.tensor_split); DIM may be negative\n"
     "  --slice [PAT=]DIM:START:STOP   keep elements [START, STOP) of DIM\n"
@@ -99,6 +105,10 @@ const char convert_usage[] =
     "  --gguf-kv FILE.json    key-values to add or replace: {key: value}, a string,\n"
     "                         a number, a bool, a list, or a typed value such as\n"
     "                         {\"gguf_type\": \"u32\", \"value\": 4096}\n"
+    "  --source-metadata      also write SRC's metadata as string key-values (a\n"
+    "                         safetensors __metadata__, a torch file's format: pt);\n"
+    "                         without it a GGUF gets only a GGUF SRC's key-values\n"
+    "                         and --gguf-kv's\n"
     "  --split-max-size SIZE  split as gguf-split does: 500M, 2G (powers of 1000),\n"
     "                         or any --max-shard-size form\n"
     "  --split-max-tensors N  at most N tensors per split file\n"
@@ -111,8 +121,8 @@ const char convert_usage[] =
 enum {
     OPT_HELP = 1, OPT_OUTPUT, OPT_FORCE, OPT_QUIET, OPT_MAX_SHARD_SIZE, OPT_PREFIX, OPT_NO_SYNC, OPT_CHECKSUMS,
     OPT_VERIFY, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_IGNORE_UNMATCHED, OPT_NO_EXTRA_FILES, OPT_ALLOW_GLOBAL,
-    OPT_DRY_RUN, OPT_JSON, OPT_MPI,
-    OPT_TO, OPT_DCP_RANKS, OPT_GGUF_KV, OPT_SPLIT_MAX_SIZE, OPT_SPLIT_MAX_TENSORS,
+    OPT_DRY_RUN, OPT_JSON, OPT_MPI, OPT_NO_CHECK_CRC,
+    OPT_TO, OPT_DCP_RANKS, OPT_GGUF_KV, OPT_SOURCE_METADATA, OPT_SPLIT_MAX_SIZE, OPT_SPLIT_MAX_TENSORS,
     /* transforms, kept in order as rules */
     OPT_SELECT, OPT_EXCLUDE, OPT_RENAME, OPT_DTYPE, OPT_SLICE, OPT_TRANSPOSE, OPT_LAYOUT
 };
@@ -210,7 +220,7 @@ static int apply_rule(ckpt_plan *plan, const rule *r, bool quiet, ckpt_error *er
                                             [OPT_TRANSPOSE] = "--transpose", [OPT_LAYOUT] = "--layout"};
         const char *name = r->option < (int)(sizeof names / sizeof *names) ? names[r->option] : NULL;
         fprintf(stderr, "ckpt: %s %s: %zu of the %zu matching tensors left as they are (%s)\n",
-                name ? name : "rule", r->value, skipped, matched,
+                name ? name : "rule", printable(r->value), skipped, matched,
                 r->option == OPT_DTYPE   ? "not of a dtype it casts"
                 : r->option == OPT_SLICE ? "no such dimension"
                                          : "another number of dimensions");
@@ -346,6 +356,12 @@ typedef struct convert_args {
 } convert_args;
 
 /* Step 1: the options, by the table. */
+/* A third positional argument (a URL in it shown without credentials). */
+static int unexpected_argument(const char *value) {
+    char shown[4096];
+    return usage_error("convert", "unexpected argument '%s'", display_name(value, shown, sizeof shown));
+}
+
 static int parse_args(int argc, char **argv, convert_args *a) {
     static const cli_option options[] = {
         {"help", 'h', false, OPT_HELP},
@@ -357,6 +373,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         {"no-sync", 0, false, OPT_NO_SYNC},
         {"checksums", 0, false, OPT_CHECKSUMS},
         {"verify", 0, false, OPT_VERIFY},
+        {"no-check-crc", 0, false, OPT_NO_CHECK_CRC},
         {"ignore-unmatched", 0, false, OPT_IGNORE_UNMATCHED},
         {"no-extra-files", 0, false, OPT_NO_EXTRA_FILES},
         {"allow-global", 0, true, OPT_ALLOW_GLOBAL},
@@ -366,6 +383,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         {"to", 0, true, OPT_TO},
         {"dcp-ranks", 0, true, OPT_DCP_RANKS},
         {"gguf-kv", 0, true, OPT_GGUF_KV},
+        {"source-metadata", 0, false, OPT_SOURCE_METADATA},
         {"split-max-size", 0, true, OPT_SPLIT_MAX_SIZE},
         {"split-max-tensors", 0, true, OPT_SPLIT_MAX_TENSORS},
         {"progress", 0, false, OPT_PROGRESS},
@@ -398,6 +416,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         case OPT_NO_SYNC: a->opt.no_sync = 1; break;
         case OPT_CHECKSUMS: a->opt.checksums = 1; break;
         case OPT_VERIFY: a->opt.checksums = 1, a->verify = true; break;
+        case OPT_NO_CHECK_CRC: a->opt.skip_crc_check = 1; break;
         case OPT_IGNORE_UNMATCHED: a->ignore_unmatched = true; break;
         case OPT_NO_EXTRA_FILES: a->extra_files = false; break;
         case OPT_ALLOW_GLOBAL: a->globals[a->global_count++] = value; break;
@@ -407,6 +426,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         case OPT_TO: a->to = value; break;
         case OPT_DCP_RANKS: a->ranks = value; break;
         case OPT_GGUF_KV: a->kv_file = value; break;
+        case OPT_SOURCE_METADATA: a->opt.source_metadata = 1; break;
         case OPT_SPLIT_MAX_SIZE: a->split_size = value; break;
         case OPT_SPLIT_MAX_TENSORS: a->split_tensors = value; break;
         case OPT_PROGRESS: a->show_progress = 1; break;
@@ -414,7 +434,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         case ARG_POSITIONAL:
             if (!a->src) a->src = value;
             else if (!a->dst) a->dst = value;
-            else return usage_error("convert", "unexpected argument '%s'", value);
+            else return unexpected_argument(value);
             break;
         default:
             if (id >= OPT_SOURCE_FIRST) {
@@ -425,8 +445,11 @@ static int parse_args(int argc, char **argv, convert_args *a) {
             break;
         }
     }
-    if (output && a->dst)
-        return usage_error("convert", "DST given twice: '%s' and -o '%s'; give one of them", a->dst, output);
+    if (output && a->dst) {
+        char d[4096], o[4096];
+        return usage_error("convert", "DST given twice: '%s' and -o '%s'; give one of them",
+                           display_name(a->dst, d, sizeof d), display_name(output, o, sizeof o));
+    }
     if (output) a->dst = output;
     if (!a->src || !a->dst) return usage_error("convert", "SRC and DST are required");
     if (a->opt.prefix && (!*a->opt.prefix || strchr(a->opt.prefix, '/')))
@@ -448,6 +471,9 @@ static int choose_output(convert_args *a) {
     a->dcp = a->to && !strcasecmp(a->to, "dcp");
     if (a->ranks && !a->dcp) return usage_error("convert", "--dcp-ranks goes with --to dcp");
     a->gguf = a->to ? !strcasecmp(a->to, "gguf") : ends_with(a->dst, ".gguf");
+    if (opt->source_metadata && !a->gguf)
+        return usage_error("convert", "--source-metadata is for GGUF output (DST *.gguf); other formats always "
+                                      "carry SRC's metadata");
     struct stat sb;
     if (a->dcp) {
         const char *end;
@@ -560,7 +586,7 @@ static int print_preview(const convert_args *a, const char *json) {
     int wname = 4, wshape = 5;
     char shape[512], size[32], count[32], count2[32];
     for (size_t t = tensors + 1; tensors && t < n[tensors].end; t = n[t].end) {
-        int w = (int)strlen(n[json_member(n, t, "name")].str);
+        int w = text_columns(printable(n[json_member(n, t, "name")].str));
         json_shape(n, json_member(n, t, "shape"), shape, sizeof shape);
         if (w > wname) wname = w;
         if ((int)strlen(shape) > wshape) wshape = (int)strlen(shape);
@@ -574,11 +600,12 @@ static int print_preview(const convert_args *a, const char *json) {
         uint64_t nbytes = 0;
         json_u64(&n[json_member(n, t, "nbytes")], &nbytes);
         json_shape(n, json_member(n, t, "shape"), shape, sizeof shape);
-        printf("%-*s  %-11s  %-*s  %10s  ", wname, name, n[json_member(n, t, "dtype")].str, wshape, shape,
+        print_padded(stdout, name, wname);
+        printf("  %-11s  %-*s  %10s  ", n[json_member(n, t, "dtype")].str, wshape, shape,
                format_bytes(nbytes, size, sizeof size));
-        if (n[file].kind == JSON_STRING) printf("%s", n[file].str);
-        else printf("(written once, as %s)", same ? n[same].str : "?"), aliases++;
-        if (strcmp(name, source)) printf("  (from %s)", source);
+        if (n[file].kind == JSON_STRING) printf("%s", printable(n[file].str));
+        else printf("(written once, as %s)", same ? printable(n[same].str) : "?"), aliases++;
+        if (strcmp(name, source)) printf("  (from %s)", printable(source));
         putchar('\n');
     }
     size_t totals = json_member(n, 0, "totals");
@@ -586,7 +613,7 @@ static int print_preview(const convert_args *a, const char *json) {
     json_u64(&n[json_member(n, totals, "bytes")], &bytes);
     json_u64(&n[json_member(n, totals, "written")], &written);
     size_t nfiles = files ? n[files].count : 0;
-    printf("\nWould write %s (%s): %s tensor%s", a->dst, n[json_member(n, 0, "format")].str,
+    printf("\nWould write %s (%s): %s tensor%s", printable(a->dst), n[json_member(n, 0, "format")].str,
            format_count(written, count, sizeof count), written == 1 ? "" : "s");
     if (aliases) printf(" (and %s written once for several names)", format_count(aliases, count2, sizeof count2));
     printf(", %s parameters, %s in %zu file%s:\n", format_count(params, count2, sizeof count2),
@@ -595,7 +622,7 @@ static int print_preview(const convert_args *a, const char *json) {
         uint64_t fsize = 0, ft = 0;
         json_u64(&n[json_member(n, f, "size")], &fsize);
         json_u64(&n[json_member(n, f, "tensors")], &ft);
-        printf("  %s  %s, %s tensor%s\n", n[json_member(n, f, "path")].str, format_bytes(fsize, size, sizeof size),
+        printf("  %s  %s, %s tensor%s\n", printable(n[json_member(n, f, "path")].str), format_bytes(fsize, size, sizeof size),
                format_count(ft, count, sizeof count), ft == 1 ? "" : "s");
     }
     static const char *const lists[][2] = {{"side_files", "index"}, {"copied_files", "copied from SRC"},
@@ -603,11 +630,12 @@ static int print_preview(const convert_args *a, const char *json) {
     /* Side files lie beside the data files. */
     const char *first = nfiles ? n[json_member(n, files + 1, "path")].str : "";
     const char *slash = strrchr(first, '/');
-    int dir_len = slash ? (int)(slash - first) + 1 : 0;
+    char first_dir[4096];
+    snprintf(first_dir, sizeof first_dir, "%.*s", slash ? (int)(slash - first) + 1 : 0, first);
     for (size_t l = 0; l < sizeof lists / sizeof *lists; l++) {
         size_t list = json_member(n, 0, lists[l][0]);
         for (size_t k = list + 1; list && k < n[list].end; k = n[k].end)
-            printf("  %.*s%s  (%s)\n", dir_len, first, n[k].str, lists[l][1]);
+            printf("  %s%s  (%s)\n", printable(first_dir), printable(n[k].str), lists[l][1]);
     }
     printf("Dry run: nothing written.\n");
     free(n);
@@ -626,7 +654,7 @@ static int run_plan(const convert_args *a, ckpt_plan *plan, double start, double
     *elapsed = cli_now() - start;
     progress_finish(&bar, st == CKPT_OK);
     if (st == CKPT_E_CANCELLED) {
-        fprintf(stderr, "ckpt: interrupted; %s left as it was\n", a->dst);
+        fprintf(stderr, "ckpt: interrupted; %s left as it was\n", printable(a->dst));
         return EXIT_INTERRUPTED;
     }
     return st == CKPT_OK ? EXIT_OK : report_error(&err);
@@ -650,7 +678,7 @@ static int report(const convert_args *a, double elapsed) {
         for (size_t i = 0; i < n; i++) bytes += ckpt_catalog_tensor(out, i)->nbytes;
         char where[4096];
         size_t len = strlen(a->dst);
-        snprintf(where, sizeof where, "to %s%s", a->dst,
+        snprintf(where, sizeof where, "to %s%s", printable(a->dst),
                  !a->gguf && a->opt.max_shard_size && len && a->dst[len - 1] != '/' ? "/" : "");
         print_summary("wrote", n, bytes, ckpt_catalog_file_count(out), where, elapsed);
     }
@@ -658,7 +686,7 @@ static int report(const convert_args *a, double elapsed) {
         /* Re-read the committed output from disk against its checksums. */
         size_t checked = 0;
         st = ckpt_verify(out, NULL, NULL, &checked, &err);
-        if (st == CKPT_OK && !a->quiet) fprintf(stderr, "ckpt: verified %zu tensors in %s\n", checked, a->dst);
+        if (st == CKPT_OK && !a->quiet) fprintf(stderr, "ckpt: verified %zu tensors in %s\n", checked, printable(a->dst));
     }
     ckpt_catalog_close(out);
     return st == CKPT_OK ? EXIT_OK : report_error(&err);

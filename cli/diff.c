@@ -333,12 +333,6 @@ static void print_detail(FILE *o, const diff_entry *e) {
     }
 }
 
-static int name_columns(const char *s) {
-    int n = 0;
-    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
-    return n;
-}
-
 static void print_text(const differ *df, const diff_entry *list, size_t count, const size_t counts[5], size_t identical,
                        uint64_t identical_bytes) {
     FILE *o = stdout;
@@ -346,20 +340,20 @@ static void print_text(const differ *df, const diff_entry *list, size_t count, c
     int w = 0;
     for (size_t i = 0; i < count; i++) {
         const ckpt_tensor_info *t = list[i].a ? list[i].a : list[i].b;
-        int c = name_columns(t->name);
+        int c = text_columns(printable(t->name));
         if (c > w) w = c;
     }
     if (w > 50) w = 50;
     if (count) {
-        fprintf(o, "--- A: %s (%zu tensors)\n", df->path_a, ckpt_catalog_tensor_count(df->a));
-        fprintf(o, "+++ B: %s (%zu tensors)\n", df->path_b, ckpt_catalog_tensor_count(df->b));
+        fprintf(o, "--- A: %s (%zu tensors)\n", printable(df->path_a), ckpt_catalog_tensor_count(df->a));
+        fprintf(o, "+++ B: %s (%zu tensors)\n", printable(df->path_b), ckpt_catalog_tensor_count(df->b));
     }
     for (size_t i = 0; i < count; i++) {
         const diff_entry *e = &list[i];
         const ckpt_tensor_info *t = e->a ? e->a : e->b;
         static const char marks[] = {'-', '+', '~', '~', '~'};
-        fprintf(o, "%c %s", marks[e->kind], t->name);
-        for (int c = name_columns(t->name); c < w; c++) fputc(' ', o);
+        fprintf(o, "%c ", marks[e->kind]);
+        print_padded(o, t->name, w);
         fputs("  ", o);
         switch (e->kind) {
         case ONLY_A:
@@ -587,7 +581,9 @@ static int parse_and_run(int argc, char **argv, const char **globals, source_opt
                 if (source_option("diff", id, value, so) != EXIT_OK) return EXIT_USAGE;
                 break;
             }
-            if (paths[1]) return usage_error("diff", "two checkpoints expected, got a third: '%s'", value);
+            char c[4096];
+            if (paths[1])
+                return usage_error("diff", "two checkpoints expected, got a third: '%s'", display_name(value, c, sizeof c));
             paths[paths[0] ? 1 : 0] = value;
         }
     }

@@ -35,20 +35,6 @@ static void shape_text(const ckpt_tensor_info *t, char *buf, size_t cap) {
     if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
-/* Display columns of a UTF-8 string (one per code point: good enough for
- * aligning names, which are mostly ASCII). */
-static int columns(const char *s) {
-    int n = 0;
-    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
-    return n;
-}
-
-/* Prints s left-aligned in `width` columns. */
-static void print_padded(const char *s, int width) {
-    fputs(s, stdout);
-    for (int n = columns(s); n < width; n++) putchar(' ');
-}
-
 static const char *base_name(const char *path) {
     const char *s = strrchr(path, '/');
     return s ? s + 1 : path;
@@ -156,7 +142,7 @@ static long file_rank(const ckpt_catalog *cat, uint32_t file) {
  * file's name. */
 static const char *where_text(const ckpt_catalog *cat, const ckpt_tensor_info *t, char *buf, size_t cap) {
     size_t n = ckpt_catalog_chunk_count(cat, t);
-    if (n <= 1) return base_name(ckpt_catalog_file_path(cat, t->file));
+    if (n <= 1) return printable(base_name(ckpt_catalog_file_path(cat, t->file)));
     long lo = -1, hi = -1;
     bool ranks = true;
     for (size_t k = 0; k < n; k++) {
@@ -290,24 +276,24 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
     char shape[512], size[32], where[96];
     for (size_t i = 0; i < n; i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
-        int len = columns(t->name);
+        int len = text_columns(printable(t->name));
         if (len > wname) wname = len;
         shape_text(t, shape, sizeof shape);
         len = (int)strlen(shape);
         if (len > wshape) wshape = len;
     }
     if (wname > 60) wname = 60;
-    printf("%s: %s, %zu file%s\n\n", path, format_name(ckpt_catalog_format(cat)), files, files == 1 ? "" : "s");
+    printf("%s: %s, %zu file%s\n\n", printable(path), format_name(ckpt_catalog_format(cat)), files, files == 1 ? "" : "s");
     printf("%-*s  %-11s  %-*s  %10s  %s\n", wname, "NAME", "DTYPE", wshape, "SHAPE", "SIZE", "FILE");
     uint64_t params = 0, bytes = 0;
     const ckpt_tensor_info **first = first_on_storage(cat);
     for (size_t i = 0; i < n; i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
         shape_text(t, shape, sizeof shape);
-        print_padded(t->name, wname);
+        print_padded(stdout, t->name, wname);
         printf("  %-11s  %-*s  %10s  %s", ckpt_dtype_name(t->dtype), wshape, shape,
                format_bytes(t->nbytes, size, sizeof size), where_text(cat, t, where, sizeof where));
-        if (first && first[t->storage] != t) printf("  (shares storage with %s)", first[t->storage]->name);
+        if (first && first[t->storage] != t) printf("  (shares storage with %s)", printable(first[t->storage]->name));
         else if (t->strides) printf("  (strided view)");
         putchar('\n');
         if (alias && alias[i]) continue; /* its bytes are counted once */
@@ -330,10 +316,11 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
     }
     printf("Files:\n");
     for (size_t f = 0; f < files; f++)
-        printf("  %s  %s\n", ckpt_catalog_file_path(cat, f),
+        printf("  %s  %s\n", printable(ckpt_catalog_file_path(cat, f)),
                format_bytes(ckpt_catalog_file_size(cat, f), size, sizeof size));
-    if (ckpt_catalog_index_path(cat)) printf("Index: %s\n", ckpt_catalog_index_path(cat));
+    if (ckpt_catalog_index_path(cat)) printf("Index: %s\n", printable(ckpt_catalog_index_path(cat)));
     const char *tree = ckpt_catalog_tree_json(cat);
+    if (tree) tree = printable(tree);
     if (tree) {
         /* The whole object tree is in --json; here, its beginning. */
         enum { SHOWN = 1500 };
@@ -347,14 +334,15 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
         for (size_t i = 0; i < kvs; i++) {
             const ckpt_kv *kv = ckpt_catalog_kv(cat, i);
             if (kv->type == CKPT_KV_ARRAY && (kv->count > 8 || strlen(kv->json) > 200))
-                printf("  %s: array of %" PRIu64 " %s\n", kv->key, kv->count, ckpt_kv_type_name(kv->element_type));
+                printf("  %s: array of %" PRIu64 " %s\n", printable(kv->key), kv->count, ckpt_kv_type_name(kv->element_type));
             else if (kv->type == CKPT_KV_STRING && kv->string_len > 200)
-                printf("  %s: string of %" PRIu64 " bytes: %.80s…\n", kv->key, kv->string_len, kv->string);
+                printf("  %s: string of %" PRIu64 " bytes: %.80s…\n", printable(kv->key), kv->string_len,
+                       printable(kv->string));
             else if (kv->type == CKPT_KV_STRING)
-                printf("  %s: %s\n", kv->key, kv->string);
+                printf("  %s: %s\n", printable(kv->key), printable(kv->string));
             else {
                 const char *v = strstr(kv->json, "\"value\": ") + 9; /* the typed JSON's value, without its '}' */
-                printf("  %s (%s%s%s): %.*s\n", kv->key, ckpt_kv_type_name(kv->type), kv->type == CKPT_KV_ARRAY ? " of " : "",
+                printf("  %s (%s%s%s): %.*s\n", printable(kv->key), ckpt_kv_type_name(kv->type), kv->type == CKPT_KV_ARRAY ? " of " : "",
                        kv->type == CKPT_KV_ARRAY ? ckpt_kv_type_name(kv->element_type) : "", (int)strlen(v) - 1, v);
             }
         }
@@ -364,7 +352,7 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
     for (size_t i = 0; i < m; i++) {
         const char *k, *v;
         ckpt_catalog_metadata_entry(cat, i, &k, &v);
-        printf("  %s: %s\n", k, v);
+        printf("  %s: %s\n", printable(k), printable(v));
     }
 }
 
@@ -388,7 +376,9 @@ static int run_inspect(int argc, char **argv, source_options *so) {
         } else if (id == OPT_JSON) {
             json = true;
         } else if (path) {
-            return usage_error("inspect", "one PATH expected, got '%s' and '%s'", path, value);
+            char a[4096], b[4096];
+            return usage_error("inspect", "one PATH expected, got '%s' and '%s'", display_name(path, a, sizeof a),
+                               display_name(value, b, sizeof b));
         } else {
             path = value;
         }

@@ -55,7 +55,7 @@ static void *load_library(char *tried, size_t cap) {
  * failed because another did stays quiet unless it is rank 0. */
 static int report(const ckpt_comm *comm, const ckpt_error *err) {
     if (err->status == CKPT_E_PEER_FAILED && comm->rank != 0) return EXIT_ERROR;
-    fprintf(stderr, "ckpt: rank %d of %d: %s [%s]\n", comm->rank, comm->nranks, err->message,
+    fprintf(stderr, "ckpt: rank %d of %d: %s [%s]\n", comm->rank, comm->nranks, printable(err->message),
             ckpt_status_name(err->status));
     return EXIT_ERROR;
 }
@@ -82,7 +82,7 @@ int convert_mpi(const char *src, const char *dst, const ckpt_catalog_options *co
     ckpt_error err;
     ckpt_error_clear(&err);
     if (world(&comm, &err) != CKPT_OK) {
-        fprintf(stderr, "ckpt: %s [%s]\n", err.message, ckpt_status_name(err.status));
+        fprintf(stderr, "ckpt: %s [%s]\n", printable(err.message), ckpt_status_name(err.status));
         return EXIT_ERROR;
     }
     int rc = EXIT_OK;

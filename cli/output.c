@@ -1,13 +1,14 @@
 /* output.c — error lines, sizes and JSON strings for the CLI. */
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 
 int report_error(const ckpt_error *err) {
     /* The library's sentence is the caller's own language; the CLI's part
-     * is how to go on. */
-    fprintf(stderr, "ckpt: %s%s [%s]\n", err->message[0] ? err->message : ckpt_status_message(err->status),
+     * is how to go on.  It quotes names from the checkpoint: printable. */
+    fprintf(stderr, "ckpt: %s%s [%s]\n", err->message[0] ? printable(err->message) : ckpt_status_message(err->status),
             err->status == CKPT_E_EXISTS     ? "; use --force (-f) to replace it"
             : err->status == CKPT_E_NO_MATCH ? " (--ignore-unmatched allows it)"
                                              : "",
@@ -47,6 +48,79 @@ const char *format_count(uint64_t n, char *buf, size_t cap) {
     }
     buf[o] = '\0';
     return buf;
+}
+
+/* How many bytes of UTF-8 start at p (left bytes there): 1 to 4, or 0 when
+ * they are no well-formed character. */
+static size_t utf8_length(const unsigned char *p, size_t left) {
+    size_t n = p[0] < 0x80 ? 1 : p[0] >= 0xC2 && p[0] <= 0xDF ? 2 : p[0] >= 0xE0 && p[0] <= 0xEF ? 3
+                             : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4 : 0;
+    if (!n || n > left) return 0;
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    /* no overlong forms, no surrogates, nothing past U+10FFFF */
+    if ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] > 0x9F) || (p[0] == 0xF0 && p[1] < 0x90) ||
+        (p[0] == 0xF4 && p[1] > 0x8F))
+        return 0;
+    return n;
+}
+
+/* The escape of the character at p (`len` bytes, 0: a byte that is not
+ * UTF-8) into out, or 0 when it is shown as it is. */
+static int escape_of(const unsigned char *p, size_t len, char out[8]) {
+    if (len == 0) return snprintf(out, 8, "\\x%02x", p[0]);
+    if (len == 2 && p[0] == 0xC2 && p[1] < 0xA0) return snprintf(out, 8, "\\u%04x", p[1]); /* C1 controls */
+    if (len > 1 || (p[0] >= 0x20 && p[0] != 0x7F)) return 0;
+    switch (p[0]) {
+    case '\n': return snprintf(out, 8, "\\n");
+    case '\r': return snprintf(out, 8, "\\r");
+    case '\t': return snprintf(out, 8, "\\t");
+    default: return snprintf(out, 8, "\\x%02x", p[0]);
+    }
+}
+
+const char *printable(const char *s) {
+    /* A few results live at once (several in one printf). */
+    static char *ring[8];
+    static unsigned next;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), need = 0;
+    bool plain = true;
+    char esc[8];
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_length(p + i, n - i);
+        int e = escape_of(p + i, len, esc);
+        plain = plain && !e;
+        need += e ? (size_t)e : len;
+        i += len ? len : 1;
+    }
+    if (plain) return s;
+    char *out = malloc(need + 1);
+    if (!out) return "(a name, not shown: out of memory)";
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_length(p + i, n - i);
+        int e = escape_of(p + i, len, esc);
+        memcpy(out + o, e ? esc : (const char *)p + i, e ? (size_t)e : len);
+        o += e ? (size_t)e : len;
+        i += len ? len : 1;
+    }
+    out[o] = '\0';
+    free(ring[next % 8]);
+    ring[next++ % 8] = out;
+    return out;
+}
+
+int text_columns(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+void print_padded(FILE *out, const char *name, int width) {
+    name = printable(name);
+    fputs(name, out);
+    for (int n = text_columns(name); n < width; n++) fputc(' ', out);
 }
 
 void print_json_string(FILE *out, const char *s) {

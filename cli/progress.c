@@ -73,12 +73,6 @@ void progress_start(progress_bar *bar, const char *label, int mode) {
     bar->drawn = false;
 }
 
-static int text_columns(const char *s) {
-    int n = 0;
-    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
-    return n;
-}
-
 /* Parts of the line, in display order; the lower `keep`, the sooner a part
  * is dropped when the terminal is narrow. */
 enum { P_LABEL, P_BAR, P_PCT, P_SIZES, P_RATE, P_NOTE, P_COUNT };
@@ -91,7 +85,7 @@ void progress_line(char *out, size_t cap, int width, const char *label, uint64_t
     if (frac > 1) frac = 1;
     double rate = elapsed > 0 ? (double)done / elapsed : 0;
     char text[P_COUNT][96], a[32], b[32];
-    snprintf(text[P_LABEL], sizeof text[0], "%s", label);
+    snprintf(text[P_LABEL], sizeof text[0], "%s", printable(label));
     text[P_BAR][0] = '\0';
     snprintf(text[P_PCT], sizeof text[0], "%3d%%", (int)(frac * 100));
     snprintf(text[P_SIZES], sizeof text[0], "%s / %s", format_bytes(done, a, sizeof a), format_bytes(total, b, sizeof b));

@@ -20,6 +20,11 @@ const char source_options_help[] =
     "  --timeout SECONDS      fail a transfer that receives nothing this long (60)\n"
     "  --connect-timeout SECONDS  to establish a connection (30)\n"
     "  --retries N            retries of a failed request, resuming (5)\n"
+    "  --retry-deadline SECONDS  no more retries once a request has gone this long\n"
+    "                         without progress (300; 0: --retries alone)\n"
+    "  --min-speed BYTES      fail (and retry) a transfer slower than BYTES per\n"
+    "                         second, such as 1KiB (1KiB; 0: no minimum)…\n"
+    "  --min-speed-time SECONDS  …over each window this long (30)\n"
     "  --connections N        parallel range requests per file (16)\n"
     "  s3:// uses $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY, $AWS_SESSION_TOKEN,\n"
     "  $AWS_REGION and $AWS_ENDPOINT_URL (S3-compatible stores)\n";
@@ -34,13 +39,14 @@ static bool parse_uint(const char *s, uint64_t max, uint64_t *out) {
     return true;
 }
 
-static bool parse_seconds(const char *s, uint32_t *ms) {
+/* Seconds, more than 0 (or 0 itself, when `zero_ok`), up to a day. */
+static bool parse_seconds(const char *s, bool zero_ok, uint32_t *ms) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || *end || end == s || !(v > 0) || v > 86400.0) return false;
+    if (errno || *end || end == s || !(v > 0 || (zero_ok && v == 0)) || v > 86400.0) return false;
     *ms = (uint32_t)(v * 1000 + 0.5);
-    if (!*ms) *ms = 1;
+    if (!*ms && v > 0) *ms = 1;
     return true;
 }
 
@@ -77,13 +83,28 @@ int source_option(const char *command, int id, const char *value, source_options
         s->catalog.bearer_token = s->token;
         break;
     case OPT_TIMEOUT:
-        if (!parse_seconds(value, &s->catalog.read_timeout_ms))
+        if (!parse_seconds(value, false, &s->catalog.read_timeout_ms))
             return usage_error(command, "--timeout needs a number of seconds, got '%s'", value);
         break;
     case OPT_CONNECT_TIMEOUT:
-        if (!parse_seconds(value, &s->catalog.connect_timeout_ms))
+        if (!parse_seconds(value, false, &s->catalog.connect_timeout_ms))
             return usage_error(command, "--connect-timeout needs a number of seconds, got '%s'", value);
         break;
+    case OPT_MIN_SPEED_TIME:
+        if (!parse_seconds(value, false, &s->catalog.min_speed_time_ms))
+            return usage_error(command, "--min-speed-time needs a number of seconds, got '%s'", value);
+        break;
+    case OPT_RETRY_DEADLINE:
+        if (!parse_seconds(value, true, &s->catalog.retry_deadline_ms))
+            return usage_error(command, "--retry-deadline needs a number of seconds (0: none), got '%s'", value);
+        break;
+    case OPT_MIN_SPEED: {
+        ckpt_error err;
+        if (ckpt_parse_size(value, &v, &err) != CKPT_OK || v > UINT32_MAX)
+            return usage_error(command, "--min-speed needs bytes per second such as 1KiB (0: none), got '%s'", value);
+        s->catalog.min_speed_bytes = (uint32_t)v;
+        break;
+    }
     case OPT_RETRIES:
         if (!parse_uint(value, 100, &v)) return usage_error(command, "--retries needs 0 to 100, got '%s'", value);
         s->catalog.retries = (uint32_t)v;
@@ -114,23 +135,6 @@ void source_options_free(source_options *s) {
 }
 
 const char *display_name(const char *name, char *buf, size_t cap) {
-    const char *scheme = strstr(name, "://");
-    if (!scheme || cap < 16) return name;
-    const char *host = scheme + 3, *end = host + strcspn(host, "/?#"), *at = NULL;
-    for (const char *p = host; p < end; p++)
-        if (*p == '@') at = p;
-    const char *query = strchr(name, '?');
-    if (!at && !query) return name;
-    size_t n = 0;
-    /* scheme://[user:REDACTED@]host/path[?REDACTED] */
-    n += (size_t)snprintf(buf + n, cap - n, "%.*s", (int)(host - name), name);
-    if (at && n < cap) {
-        const char *colon = memchr(host, ':', (size_t)(at - host));
-        n += (size_t)snprintf(buf + n, cap - n, "%.*s%s@", (int)((colon ? colon : at) - host), host,
-                              colon ? ":REDACTED" : "");
-    }
-    const char *rest = at ? at + 1 : host;
-    if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "%.*s", (int)(query ? query - rest : (long)strlen(rest)), rest);
-    if (query && n < cap) snprintf(buf + n, cap - n, "?REDACTED");
+    ckpt_redact_name(name, buf, cap);
     return buf;
 }

@@ -432,7 +432,30 @@ typedef struct ckpt_tensor_info {
  * Every validation rule of huggingface/safetensors is applied to every file,
  * plus duplicate-name detection; for an index, every tensor of the
  * weight_map must be in its shard and every tensor of a shard in the
- * weight_map.  Shard file names may not be absolute or contain "..".
+ * weight_map.  Shard file names may not be absolute or contain ".."
+ * (CKPT_E_INDEX_INVALID; a DCP relative_path: CKPT_E_DCP_PATH).
+ *
+ * Files inside a checkpoint directory (docs/SECURITY.md).  `path` itself is
+ * followed as given: it may be, or pass through, a symbolic link.  Every
+ * other local file — an index's shards, gguf-split's later parts, DCP's
+ * .distcp files and .metadata, the files of DCP's Hugging Face layer, the
+ * file a directory resolves to — is opened relative to the checkpoint's
+ * directory (`path`, or the directory holding it), never by a path string:
+ *   - a symbolic link inside the directory is followed; one that leads out
+ *     of it (an absolute target, or ".." above it) is refused with
+ *     CKPT_E_UNSAFE_PATH naming the file and the link's target
+ *     (openat2 with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS on Linux ≥ 5.6,
+ *     else the same rule walked component by component with O_NOFOLLOW);
+ *   - a FIFO, socket, device node or directory in place of a file is
+ *     refused with CKPT_E_UNSAFE_PATH at once, without being opened;
+ *   - hard links are regular files and are read;
+ *   - the Hugging Face cache: when the directory is (in) a snapshot,
+ *     `<cache>/models--org--name/snapshots/<rev>/`, whose files are links
+ *     to `../../blobs/<hash>`, links to exactly the repo folder's blobs/
+ *     are followed there (and from a blob huggingface_hub moved into the
+ *     cache's shared store, `<cache>/blobs/<xx>/<hash>`, to that file), no
+ *     other link out.
+ * CKPT_NO_OPENAT2=1 in the environment forces the component walk (tests).
  *
  * Opening is safe on a thread with a small stack (64 KiB): nesting in the
  * files (object trees, msgpack, JSON, GGUF arrays, DCP metadata) is followed
@@ -484,8 +507,9 @@ typedef struct ckpt_catalog_options {
      * or If-Match to S3), so that a file replaced mid-load fails with
      * CKPT_E_REMOTE_CHANGED instead of mixing versions.
      * Credentials: `bearer_token` below; else, for huggingface.co and
-     * hf.co, $HF_TOKEN; ~/.netrc; a user:password in the URL (kept out of
-     * every name and error, and sent to that host only).  s3:// names use
+     * hf.co, $HF_TOKEN; ~/.netrc; a user part in the URL, "user:password@"
+     * or a bare "TOKEN@" (sent to that host only, and kept out of every name,
+     * error and cache file name: see ckpt_redact_name).  s3:// names use
      * $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY, $AWS_SESSION_TOKEN (no
      * keys: anonymous requests), $AWS_REGION (or $AWS_DEFAULT_REGION,
      * default us-east-1) and $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL for
@@ -500,7 +524,8 @@ typedef struct ckpt_catalog_options {
      * retrying (HTTP 408, 429, 5xx, a connection refused or reset, a short
      * body, a timeout), each resuming at the last byte received, after
      * 0.2 s doubling up to 10 s (or the server's Retry-After, up to 60 s).
-     * ckpt_catalog_options_init sets 5; 0 never retries. */
+     * ckpt_catalog_options_init sets 5; 0 never retries.  However many,
+     * they stop at retry_deadline_ms (below). */
     uint32_t retries;
     uint32_t max_connections;    /* parallel range requests per file; 0: 16                     */
     const char *bearer_token;    /* sent as "Authorization: Bearer …" to the URL's host (never to
@@ -509,8 +534,25 @@ typedef struct ckpt_catalog_options {
      * the URL, its ETag (or Last-Modified) and size: a file read whole
      * (by a load or a convert) is written there as it arrives and renamed
      * into place once complete; a later open of the same version reads
-     * the local copy (after one request to check the version).  NULL: no
-     * cache. */
+     * the local copy (after one request to check the version).  A file the
+     * first answer brings whole (256 KiB or less) is not copied: that
+     * request brings it anyway.  NULL: no cache.
+     * The directory (and any parent it lacks) is created 0700 and every
+     * file in it 0600, whatever the umask allows beyond that: copies may
+     * come from behind credentials.  An existing directory is used as it is
+     * (its mode is the user's choice; its new files are still 0600) if this
+     * user owns it; one owned by another user is not used at all.
+     * A copy is trusted only when it is a regular file of this user with
+     * one link, of the size the server gives, unchanged since ckpt
+     * renamed it into place (inode, size, modification and change times
+     * recorded beside it, in "<hash>.stamp"), and — when the server gives
+     * the file's SHA-256 (the Hugging Face Hub's X-Linked-Etag, or an ETag
+     * of 64 hex digits) — with that SHA-256 (checked before the copy is
+     * renamed into place, and again if the record does not match).
+     * Anything else (a symlink, a FIFO, a hard link, another user's file, a
+     * copy cut short or altered) is never opened for reading through, nor
+     * written through: the file is read remotely and its new copy replaces
+     * the name (a temporary, then rename). */
     const char *cache_dir;
 
     /* ---- local files ------------------------------------------------------
@@ -524,6 +566,33 @@ typedef struct ckpt_catalog_options {
      * made.  File systems without O_DIRECT are read normally, and their
      * pages dropped after use. */
     int direct;
+
+    /* ---- remote files: how slow is too slow -------------------------------
+     * read_timeout_ms fails a transfer that receives nothing; a server
+     * that trickles a few bytes a second passes it forever.  So an attempt
+     * that receives fewer than min_speed_bytes per second, averaged over
+     * each min_speed_time_ms from its answer's first header line, fails
+     * with CKPT_E_TIMEOUT (naming the URL and the byte reached) and is
+     * retried like any timeout.  ckpt_catalog_options_init sets 1024 bytes
+     * per second over 30 s: a link that slow needs 12 days for a 1 GB
+     * shard, so no honest download is cut (a mobile link at its worst
+     * still moves tens of KiB/s, and a pause of up to 30 s is averaged
+     * away), while a stalled or hostile server is dropped within half a
+     * minute.  0 turns the minimum off. */
+    uint32_t min_speed_bytes;
+    uint32_t min_speed_time_ms; /* 0: 30 s */
+    /* Retries, bounded in time.  A request (a byte range, all its attempts
+     * and the waits between them) that has gone retry_deadline_ms without
+     * an attempt that received bytes at min_speed_bytes or faster is not
+     * retried again: its next failure is final.  So a server that sends
+     * nothing, or too little, holds a request at most retry_deadline_ms
+     * plus one attempt (connect_timeout_ms, then the longer of
+     * read_timeout_ms and min_speed_time_ms), however many `retries` are
+     * allowed; with the defaults, a little over 6 minutes.  An attempt
+     * that keeps up the minimum speed is never cut by it (a slow but
+     * honest link finishes).  ckpt_catalog_options_init sets 300 s; 0:
+     * retries are bounded by their number only. */
+    uint32_t retry_deadline_ms;
 } ckpt_catalog_options;
 
 /* Fills the first `size` bytes of options with the defaults, and `size`
@@ -537,6 +606,20 @@ static inline void ckpt_catalog_options_init(ckpt_catalog_options *options) {
 /* ckpt_catalog_open with options (NULL: the defaults). */
 CKPT_API ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *options, ckpt_catalog **out,
                                           ckpt_error *err);
+
+/*
+ * A checkpoint name as it may be shown — printed, logged, kept in an error:
+ * an http(s):// or s3:// URL loses its whole user part ("user:password@"
+ * and a bare token such as "ghp_…@" both become "REDACTED@") and the
+ * values of query parameters that carry credentials (X-Amz-Signature,
+ * X-Amz-Credential, X-Amz-Security-Token, Signature, sig, token,
+ * access_token, key, …); a path comes back unchanged.  The library shows
+ * names only so (ckpt_catalog_file_path, ckpt_error.path and .message),
+ * and so do ckpt's CLI, its Python package and its Elixir binding.  Writes at most `cap` bytes to
+ * `out` (NUL-terminated, cut short to fit; `out` may be NULL when `cap` is
+ * 0) and returns the length of the whole redacted name, as snprintf does.
+ */
+CKPT_API size_t ckpt_redact_name(const char *name, char *out, size_t cap);
 
 /* Releases a catalog, its files and its mappings.  Accepts NULL.  Views and
  * infos obtained from the catalog become invalid. */
@@ -692,6 +775,10 @@ CKPT_API ckpt_status ckpt_catalog_chunk(const ckpt_catalog *catalog, const ckpt_
  * the tensor, into `dst` (any alignment), with large pread calls.  Safe to
  * call from many threads at once.  Fails with CKPT_E_OUT_OF_RANGE when the
  * range is outside the tensor, CKPT_E_TRUNCATED when the file became shorter.
+ * A read of the whole tensor (byte_offset 0, nbytes its size) checks the
+ * CRC-32 of the ZIP member it lies in when the tensor covers the member, as
+ * ckpt_load does (CKPT_E_CHECKSUM on a mismatch); reads of parts check
+ * nothing (ckpt_verify checks every member).
  */
 CKPT_API ckpt_status ckpt_catalog_read(const ckpt_catalog *catalog, const ckpt_tensor_info *tensor,
                                        uint64_t byte_offset, void *dst, uint64_t nbytes,
@@ -705,6 +792,19 @@ CKPT_API ckpt_status ckpt_catalog_read(const ckpt_catalog *catalog, const ckpt_t
  * size.  Only for tensors stored as they are read — dense, little-endian,
  * uncompressed — else CKPT_E_INVALID_ARGUMENT: use ckpt_catalog_read, which
  * converts.
+ *
+ * Views and a file that changes.  A view (this one, a private mapping of
+ * ckpt_catalog_map_file, ckpt_load's options->views) is the file itself,
+ * not a copy: if the file is truncated while a view of it lives (another
+ * process rewriting it in place, a download replaced by a shorter one),
+ * touching a byte of the view past the file's new end raises SIGBUS, which
+ * kills the process unless it handles the signal — as with every mapping
+ * of a file (safetensors' load_file, numpy's mmap_mode, torch.load's
+ * mmap=True).  A file rewritten in place changes what the view shows (a
+ * private mapping keeps only the pages written to).  Memory that no change
+ * of the file can reach is a read: ckpt_catalog_read, ckpt_load without
+ * views (Python: ckpt.load(copy=True)).  Replacing a file by rename, as
+ * every writer of ckpt does, leaves existing views on the old file, intact.
  */
 CKPT_API ckpt_status ckpt_catalog_view(ckpt_catalog *catalog, const ckpt_tensor_info *tensor,
                                        const void **data, ckpt_error *err);
@@ -720,7 +820,8 @@ CKPT_API ckpt_status ckpt_catalog_view(ckpt_catalog *catalog, const ckpt_tensor_
  * touches find their pages: only when the file fits in half of the
  * machine's available memory and is not cached already.  Files on network
  * file systems and remote sources cannot be mapped
- * (CKPT_E_INVALID_ARGUMENT): read them.
+ * (CKPT_E_INVALID_ARGUMENT): read them.  A file truncated while mapped
+ * raises SIGBUS where its vanished pages are touched: see ckpt_catalog_view.
  */
 typedef struct ckpt_mapping ckpt_mapping;
 
@@ -813,7 +914,10 @@ typedef struct ckpt_writer_options {
     /* A directory whose other files (config.json, tokenizer files,
      * generation_config.json, … every regular, non-hidden file that is not
      * a checkpoint's) are copied into the output, committed with it; NULL:
-     * none. */
+     * none.  In ckpt_convert_plan, when the plan's casts leave every float
+     * tensor of one dtype, config.json's "dtype" (or "torch_dtype") gets
+     * that dtype's torch name, every other byte kept; with float tensors of
+     * several dtypes left, it is copied as it is. */
     const char *copy_files_from;
     uint64_t split_max_tensors;
     /*
@@ -854,6 +958,26 @@ typedef struct ckpt_writer_options {
      * ckpt_convert_plan set it when the source's index has it.
      */
     int total_parameters;
+    /*
+     * ckpt_convert and ckpt_convert_plan: non-zero does not check the
+     * source's ZIP CRC-32s.  By default a conversion checks the CRC-32 of
+     * every member of a torch.save file, a DCP file's torch.save items or
+     * an .npz archive whose bytes it reads whole, as a load does (see
+     * ckpt_load_options.skip_crc_check): those bytes then pass through
+     * memory instead of being copied by the kernel.  A mismatch fails
+     * before anything is published.
+     */
+    int skip_crc_check;
+    /*
+     * ckpt_convert and ckpt_convert_plan into GGUF: non-zero carries the
+     * source's metadata into the output as key-values (string values) — a
+     * safetensors `__metadata__` ({"format": "pt"}, `removed → kept`, a
+     * caller's entries), a torch file's {"format": "pt"} and object tree.
+     * 0 (the default): a GGUF output holds only GGUF key-values: a GGUF
+     * source's own, and metadata_json's.  Other output formats always carry
+     * the source's metadata.
+     */
+    int source_metadata;
 } ckpt_writer_options;
 
 /* The `__metadata__` key of checksums: a JSON object text,
@@ -1009,15 +1133,39 @@ CKPT_API ckpt_status ckpt_convert(const ckpt_catalog *source, const char *dst_pa
 /*
  * Checks a checkpoint.  Opening already checked its structure (every offset
  * and size, index ↔ shards, each tensor present exactly once, every file
- * complete); this reads every tensor that has a recorded checksum
- * (CKPT_CHECKSUM_METADATA_KEY) and compares.  A mismatch fails with
- * CKPT_E_CHECKSUM naming the tensor and its file; a checksum map naming a
- * tensor its file does not hold fails with CKPT_E_INDEX_MISMATCH.
- * *checked (optional) receives the number of tensors whose checksum
- * matched.  `progress` may be NULL.
+ * complete); this reads every byte that a checksum the files record covers
+ * and compares:
+ *   - ckpt's own XXH3-64 digests (CKPT_CHECKSUM_METADATA_KEY, written by
+ *     ckpt_convert with options->checksums): each tensor's, and the header's;
+ *   - the CRC-32 of every ZIP member: every record of a torch.save file
+ *     (storages, data.pkl, …) and of the torch.save items in DCP files,
+ *     every member of an .npz archive — inflating DEFLATE members, whose
+ *     declared size must be what their stream gives.
+ * A mismatch fails with CKPT_E_CHECKSUM naming the file, the tensor and
+ * (ZIP) the member; a DEFLATE stream that contradicts its member's size,
+ * with CKPT_E_ZIP_INVALID; a checksum map naming a tensor its file does not
+ * hold, with CKPT_E_INDEX_MISMATCH.  GGUF, plain safetensors and DCP files
+ * written with safetensors serialization record none: nothing to compare.
+ * *checked (optional) receives the number of tensors whose XXH3-64 matched.
+ * `progress` may be NULL.
  */
 CKPT_API ckpt_status ckpt_verify(const ckpt_catalog *catalog, ckpt_progress_fn progress, void *user, size_t *checked,
                                  ckpt_error *err);
+
+/* What ckpt_verify_ex checked. */
+typedef struct ckpt_verify_report {
+    size_t size;            /* sizeof(ckpt_verify_report), set by the caller */
+    size_t tensor_digests;  /* tensors whose XXH3-64 matched (ckpt_verify's *checked) */
+    size_t header_digests;  /* files whose header XXH3-64 matched */
+    size_t zip_crc32;       /* ZIP members whose CRC-32 (and DEFLATE size) matched */
+    uint64_t bytes;         /* bytes those checksums cover, all read */
+    size_t tensors;         /* tensors whose bytes they cover */
+} ckpt_verify_report;
+
+/* ckpt_verify, saying what it checked: `report` (may be NULL) is filled up
+ * to its `size`, zeros when nothing was recorded. */
+CKPT_API ckpt_status ckpt_verify_ex(const ckpt_catalog *catalog, ckpt_progress_fn progress, void *user,
+                                    ckpt_verify_report *report, ckpt_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Casts                                                                    */
@@ -1273,7 +1421,11 @@ typedef struct ckpt_load_options {
      * the file (not on network file systems): CKPT_VIEWS_SHARED, read-only
      * views of the catalog's mapping; CKPT_VIEWS_PRIVATE, writable,
      * copy-on-write views of private mappings with prefetch (see
-     * ckpt_catalog_map_file), which live as long as the plan; 0: none. */
+     * ckpt_catalog_map_file), which live as long as the plan; 0: none.
+     * Views read nothing, so their ZIP CRC-32s are not checked (see
+     * skip_crc_check); a view of a file truncated meanwhile raises SIGBUS
+     * where it is touched (see ckpt_catalog_view): 0 reads every tensor
+     * into memory of its own. */
     int views;
     ckpt_progress_fn progress; /* bytes loaded so far (views count as loaded); non-zero
                                 * cancels (may be NULL)                                  */
@@ -1289,6 +1441,27 @@ typedef struct ckpt_load_options {
      * broadcast is done.  May be NULL. */
     int (*item_done)(size_t item, void *user);
     void *item_done_user;
+    /*
+     * Non-zero: do not check the CRC-32s of ZIP members (torch.save files,
+     * the torch.save items of DCP files, .npz archives).  By default a load
+     * checks the CRC-32 of every member whose bytes it reads whole, as they
+     * stream (zlib's crc32 beside the copy): each tensor read whole (no
+     * slice) into memory — a library buffer or the caller's — adds the
+     * CRC-32s of the bytes it read, and once every tensor of the plan that
+     * lies in a member is in place, the member is checked if together (with
+     * the .npy header of an .npz member, read at open) they cover it.  So a
+     * torch storage shared by several tensors is checked when the last of
+     * them is in place, before that one's item_done (the others' fired
+     * already); a storage with bytes no tensor shows, slices, tensors
+     * assembled from several members (a DCP tensor several ranks saved),
+     * and collective loads' shares go unchecked.  A DEFLATE member read whole is
+     * inflated to its end, and its declared size checked too.  Views
+     * (options->views) cannot be checked: no byte passes through the
+     * library (ckpt_verify checks every member).  A mismatch fails with
+     * CKPT_E_CHECKSUM naming the file, the member and the tensor; a declared
+     * size the DEFLATE stream contradicts, with CKPT_E_ZIP_INVALID.
+     */
+    int skip_crc_check;
 } ckpt_load_options;
 
 /* Fills the first `size` bytes of options with the defaults, and `size`

@@ -11,6 +11,7 @@
 #include "catalog_internal.h"
 #include "formats/format.h"
 #include "formats/torch.h"
+#include "io/beneath.h"
 #include "io/commit.h"
 #include "io/file.h"
 #include "io/http.h"
@@ -33,6 +34,11 @@ typedef struct storage {
     uint64_t base, nbytes;
 } storage;
 
+typedef struct recorded_crc {
+    uint32_t file;
+    ckpt__recorded_crc crc;
+} recorded_crc;
+
 struct ckpt_catalog {
     ckpt_format format;
     ckpt__arena arena;
@@ -49,11 +55,18 @@ struct ckpt_catalog {
     ckpt__pairs meta;
     size_t storage_count, storage_cap;
     storage *storages;
+    size_t crc_count, crc_cap;
+    recorded_crc *crcs;     /* what the files record: ZIP members' CRC-32s */
     ckpt__buf tree;         /* object trees as JSON */
     size_t trees;
     const char **extra_globals; /* sorted "module.name", arena */
     size_t extra_global_count;
     ckpt__source_options source_options;
+    /* While it is opened: a local checkpoint's directory (the one the user
+     * named, or the one holding the file they named), which every other
+     * file is opened beneath, and that file (followed as named). */
+    ckpt__beneath *root;
+    char *named;
     pthread_mutex_t map_lock;
     ckpt_kv *kvs;           /* GGUF key-values (strings in the arena) */
     size_t kv_count, kv_cap;
@@ -71,6 +84,8 @@ void ckpt_catalog_options_init_sized(ckpt_catalog_options *o, size_t size) {
     ckpt_catalog_options d;
     memset(&d, 0, sizeof d);
     d.retries = CKPT__DEFAULT_RETRIES;
+    d.min_speed_bytes = CKPT__DEFAULT_MIN_SPEED;
+    d.retry_deadline_ms = CKPT__DEFAULT_RETRY_DEADLINE_MS;
     /* A caller with a longer struct (a newer header) gets zeros in what
      * this library does not know. */
     memset(o, 0, size);
@@ -92,6 +107,9 @@ static ckpt_status take_source_options(ckpt_catalog *c, const ckpt_catalog_optio
     so->read_timeout_ms = o->read_timeout_ms;
     so->retries = o->retries;
     so->max_connections = o->max_connections;
+    so->min_speed_bytes = o->min_speed_bytes;
+    so->min_speed_time_ms = o->min_speed_time_ms;
+    so->retry_deadline_ms = o->retry_deadline_ms;
     so->direct = o->direct != 0;
     if (o->bearer_token && !(so->bearer_token = arena_copy(c, o->bearer_token))) return ckpt__oom(err, NULL, NULL);
     if (o->cache_dir && !(so->cache_dir = arena_copy(c, o->cache_dir))) return ckpt__oom(err, NULL, NULL);
@@ -197,9 +215,43 @@ ckpt_status ckpt__cat_add_source(ckpt_catalog *c, ckpt__source *src, uint32_t *f
     return CKPT_OK;
 }
 
+/* The file the user named is theirs to name (a symbolic link included);
+ * any other local file is one the checkpoint names or a listing found,
+ * and never leads out of its directory. */
+static ckpt_status open_source(ckpt_catalog *c, const char *name, ckpt__source **out, ckpt_error *err) {
+    *out = NULL;
+    if (ckpt__source_is_remote_name(name) || (c->named && !strcmp(name, c->named)))
+        return ckpt__source_open(name, &c->source_options, out, err);
+    if (!c->root)
+        return ckpt__fail(err, CKPT_E_UNSAFE_PATH, name, NULL, -1,
+                          "names a local file, but the checkpoint has no local directory to find it in");
+    int fd;
+    uint64_t size;
+    ckpt_status st = ckpt__beneath_open(c->root, name, false, &fd, &size, err);
+    return st ? st : ckpt__file_source_adopt(name, fd, size, &c->source_options, out, err);
+}
+
 ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__source **out, ckpt_error *err) {
-    ckpt_status st = ckpt__source_open(name, &c->source_options, out, err);
+    ckpt_status st = open_source(c, name, out, err);
     if (st == CKPT_OK) ckpt__budget_add_input(&c->budget, (*out)->size); /* its metadata may cost a multiple of it */
+    return st;
+}
+
+const ckpt__beneath *ckpt__cat_root(const ckpt_catalog *c) { return c->root; }
+
+void ckpt__catalog_opened(ckpt_catalog *c) {
+    ckpt__beneath_close(c->root);
+    c->root = NULL;
+}
+
+ckpt_status ckpt__catalog_set_root(ckpt_catalog *c, const char *path, bool is_dir, ckpt_error *err) {
+    char *dir = is_dir ? ckpt__strdup(path) : ckpt__path_dirname(path);
+    if (!dir || (!is_dir && !(c->named = ckpt__strdup(path)))) {
+        free(dir);
+        return ckpt__oom(err, path, NULL);
+    }
+    ckpt_status st = ckpt__beneath_open_root(dir, &c->root, err);
+    free(dir);
     return st;
 }
 
@@ -215,6 +267,39 @@ ckpt_status ckpt__cat_add_storage(ckpt_catalog *c, uint32_t file, uint64_t base,
     c->storages[c->storage_count] = (storage){file, base, nbytes};
     *number = (uint32_t)c->storage_count++;
     return CKPT_OK;
+}
+
+ckpt_status ckpt__cat_add_crc(ckpt_catalog *c, uint32_t file, const ckpt__recorded_crc *crc, uint32_t *index,
+                              ckpt_error *err) {
+    if (c->crc_count == UINT32_MAX - 1)
+        return ckpt__fail(err, CKPT_E_LIMIT, c->files[file].src->name, crc->name, (int64_t)crc->offset,
+                          "more recorded checksums than ckpt counts");
+    if (c->crc_count == c->crc_cap) {
+        size_t cap = c->crc_cap ? c->crc_cap * 2 : 64;
+        recorded_crc *r = ckpt__realloc(c->crcs, cap * sizeof *r);
+        if (!r) return ckpt__oom(err, c->files[file].src->name, NULL);
+        c->crcs = r;
+        c->crc_cap = cap;
+    }
+    c->crcs[c->crc_count] = (recorded_crc){file, *crc};
+    if (index) *index = (uint32_t)c->crc_count;
+    c->crc_count++;
+    return CKPT_OK;
+}
+
+size_t ckpt__catalog_crc_count(const ckpt_catalog *c) { return c->crc_count; }
+
+const ckpt__recorded_crc *ckpt__catalog_crc(const ckpt_catalog *c, size_t i, uint32_t *file) {
+    if (i >= c->crc_count) return NULL;
+    if (file) *file = c->crcs[i].file;
+    return &c->crcs[i].crc;
+}
+
+const char *ckpt__catalog_crc_tensor(const ckpt_catalog *c, size_t i) {
+    for (size_t t = 0; t < c->count; t++)
+        for (uint32_t k = 0; k < c->locs[t].count; k++)
+            if (c->locs[t].pieces[k].crc == i + 1) return c->tensors[t].name;
+    return NULL;
 }
 
 static bool grow_names(ckpt_catalog *c) {
@@ -238,9 +323,11 @@ ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tensor_decl *d, ck
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, d->name, -1, "tensor without data or with too many axes");
     uint64_t numel, nbytes;
     ckpt_status st;
-    if (!ckpt__shape_numel(d->ndim, d->shape, &numel))
-        return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, path, d->name, (int64_t)p0->offset, "product of the shape overflows");
-    if ((st = ckpt__dtype_nbytes(d->dtype, numel, &nbytes)))
+    if ((st = ckpt__tensor_size(d->dtype, d->ndim, d->shape, &numel, &nbytes)) == CKPT_E_SHAPE_OVERFLOW)
+        return ckpt__fail(err, st, path, d->name, (int64_t)p0->offset,
+                          "the shape's nonzero axes hold more than 2^63-1 elements or bytes of %s (safetensors, numpy "
+                          "and torch refuse it)", ckpt_dtype_name(d->dtype) ? ckpt_dtype_name(d->dtype) : "its dtype");
+    if (st)
         return ckpt__fail(err, st, path, d->name, (int64_t)p0->offset, "%llu elements of %s: %s",
                           (unsigned long long)numel, ckpt_dtype_name(d->dtype), ckpt_status_message(st));
     if (c->count == c->cap) {
@@ -407,15 +494,22 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
     }
     /* A remote file is not asked about first (its open says if it is
      * missing): one request fewer.  A remote "directory" ends in '/'. */
-    bool remote_file = ckpt__source_is_remote_name(path) && path[0] && path[strlen(path) - 1] != '/';
+    bool remote_name = ckpt__source_is_remote_name(path);
+    bool remote_file = remote_name && path[0] && path[strlen(path) - 1] != '/';
     if (st == CKPT_OK && !remote_file) {
         switch (ckpt__source_stat(path, &c->source_options)) {
         case CKPT__NAME_MISSING: st = ckpt__fail_errno(err, ENOENT, path, -1, "cannot open"); break;
-        case CKPT__NAME_DIR: st = ckpt__format_find_in_dir(path, &c->source_options, &resolved, err); break;
-        case CKPT__NAME_FILE: break;
+        case CKPT__NAME_DIR:
+            if (!remote_name) st = ckpt__catalog_set_root(c, path, true, err);
+            if (st == CKPT_OK) st = ckpt__format_find_in_dir(path, &c->source_options, c->root, &resolved, err);
+            break;
+        case CKPT__NAME_FILE:
+            if (!remote_name) st = ckpt__catalog_set_root(c, path, false, err);
+            break;
         }
     }
     if (st == CKPT_OK) st = ckpt__cat_open_path(c, resolved ? resolved : path, err);
+    ckpt__catalog_opened(c);
     free(resolved);
     free(clean);
     if (st == CKPT_OK && c->trees > 1) st = wrap_shard_trees(c, err);
@@ -444,8 +538,11 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     ckpt__pairs_free(&c->meta);
     free(c->tree.data);
     free(c->storages);
+    free(c->crcs);
     free(c->index_path);
     free(c->kvs);
+    ckpt__beneath_close(c->root);
+    free(c->named);
     ckpt__name_table_free(&c->names);
     ckpt__arena_free(&c->arena);
     for (size_t i = 0; i < sizeof c->inflaters / sizeof c->inflaters[0]; i++) ckpt__inflater_free(c->inflaters[i]);

@@ -12,6 +12,13 @@
 CKPT__HIDDEN bool ckpt__catalog_storage(const ckpt_catalog *catalog, uint32_t storage, uint64_t *base,
                                         uint64_t *nbytes);
 
+/* The CRC-32s the catalog's files record (ckpt__cat_add_crc): how many,
+ * and the i-th (NULL past the end) with its data file. */
+CKPT__HIDDEN size_t ckpt__catalog_crc_count(const ckpt_catalog *catalog);
+CKPT__HIDDEN const ckpt__recorded_crc *ckpt__catalog_crc(const ckpt_catalog *catalog, size_t i, uint32_t *file);
+/* A tensor whose bytes lie in recorded CRC-32 i, for messages; NULL: none. */
+CKPT__HIDDEN const char *ckpt__catalog_crc_tensor(const ckpt_catalog *catalog, size_t i);
+
 /* Whether the catalog's index counts parameters (ckpt__cat_set_index_counts_parameters). */
 CKPT__HIDDEN bool ckpt__cat_index_counts_parameters(const ckpt_catalog *catalog);
 
@@ -52,6 +59,16 @@ CKPT__HIDDEN void ckpt__catalog_keep_inflater(ckpt_catalog *catalog, ckpt__infla
 /* An empty catalog with these options (NULL: the defaults), filled by a
  * decoder through the ckpt__cat_* functions of formats/format.h. */
 CKPT__HIDDEN ckpt_status ckpt__catalog_new(const ckpt_catalog_options *options, ckpt_catalog **out, ckpt_error *err);
+
+/* Where the catalog's local files are: `path` is what the user named — a
+ * directory (`is_dir`), or a file, which is then opened as named while
+ * every other file is opened beneath its directory (io/beneath.h). */
+CKPT__HIDDEN ckpt_status ckpt__catalog_set_root(ckpt_catalog *catalog, const char *path, bool is_dir,
+                                                ckpt_error *err);
+
+/* Every file is open: the directory is let go (a catalog holds only its
+ * files' descriptors). */
+CKPT__HIDDEN void ckpt__catalog_opened(ckpt_catalog *catalog);
 
 /* Storages: how many, and the i-th's file, base and size. */
 CKPT__HIDDEN size_t ckpt__catalog_storage_count(const ckpt_catalog *catalog);

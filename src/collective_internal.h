@@ -81,8 +81,11 @@ CKPT__HIDDEN ckpt_status ckpt__catalog_encode(const ckpt_catalog *catalog, ckpt_
 
 /* A catalog from ckpt__catalog_encode's bytes, every field checked (pieces
  * inside their files, boxes inside their tensors); data files are opened
- * with `opener` (NULL: by path, the size checked). */
-CKPT__HIDDEN ckpt_status ckpt__catalog_decode(const void *data, size_t n, const ckpt_catalog_options *options,
+ * with `opener` (NULL: by path, the size checked — as ckpt_catalog_open
+ * would: `path`, what this rank was asked to open, as named, any other
+ * local file beneath its directory; a NULL `path` opens no local file). */
+CKPT__HIDDEN ckpt_status ckpt__catalog_decode(const void *data, size_t n, const char *path,
+                                              const ckpt_catalog_options *options,
                                               ckpt__wire_opener opener, void *opener_user, ckpt_catalog **out,
                                               ckpt_error *err);
 

@@ -39,7 +39,7 @@ ckpt_status ckpt_catalog_open_collective(const char *path, const ckpt_catalog_op
     if (c.rank == 0 && st) local = err ? *err : local;
     st = ckpt__coll_bcast_message(&c, 0, st, &local, &data, &n, CATALOG_LIMIT, "the catalog's broadcast", err);
     if (st == CKPT_OK && c.rank != 0) {
-        st = ckpt__catalog_decode(data, (size_t)n, options, NULL, NULL, &cat, err);
+        st = ckpt__catalog_decode(data, (size_t)n, path, options, NULL, NULL, &cat, err);
         free(data);
         ckpt_error mine;
         if (err) mine = *err;
@@ -355,7 +355,8 @@ ckpt_status ckpt_load_collective(ckpt_plan *p, const ckpt_load_options *options,
     }
     if (local == CKPT_OK) {
         ckpt__engine_options eo = {.threads = o.threads, .chunk_bytes = o.chunk_bytes, .io = o.io,
-                                   .io_uring = o.io_uring, .progress = o.progress, .user = o.user};
+                                   .io_uring = o.io_uring, .progress = o.progress, .user = o.user,
+                                   .check_crc = !o.skip_crc_check};
         local = ckpt__engine_run(p->catalog, moves, moves_used, &eo, &p->stats, &mine);
         p->stats.views = views;
     }

@@ -194,8 +194,7 @@ ckpt_status ckpt_shard_writer_add(ckpt_shard_writer *sw, const char *name, ckpt_
             return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, sw->path, name, -1, "the part's size overflows");
     }
     uint64_t nbytes, gnumel;
-    if (!ckpt__shape_numel(ndim, shape, &gnumel) || ckpt__dtype_nbytes(dtype, gnumel, &x) ||
-        (st = ckpt__dtype_nbytes(dtype, numel, &nbytes)))
+    if (ckpt__tensor_size(dtype, ndim, shape, &gnumel, &x) || (st = ckpt__dtype_nbytes(dtype, numel, &nbytes)))
         return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, sw->path, name, -1, "the tensor's size overflows or is not whole bytes");
     if (sw->count == sw->cap) {
         size_t cap = sw->cap ? sw->cap * 2 : 64;
@@ -310,7 +309,7 @@ static ckpt_status agree_tensors(ckpt_shard_writer *sw, const unsigned char *all
             const ckpt__wire_part *p = &parts[i];
             uint64_t numel, nb, x;
             bool packed = ckpt_dtype_bits(p->dtype) % 8 != 0;
-            if (!ckpt__shape_numel(p->ndim, p->shape, &numel) || ckpt__dtype_nbytes(p->dtype, numel, &nb)) {
+            if (ckpt__tensor_size(p->dtype, p->ndim, p->shape, &numel, &nb)) {
                 st = ckpt__fail(err, CKPT_E_COMM_DATA, sw->path, p->name, -1, "rank %d declares a tensor whose size overflows", r);
                 break;
             }
@@ -792,7 +791,8 @@ ckpt_status ckpt_convert_collective(ckpt_plan *p, const char *dst_path, const ck
     if (local == CKPT_OK) {
         ckpt_load_stats ls;
         memset(&ls, 0, sizeof ls);
-        ckpt__engine_options eo = {.io = CKPT_IO_BUFFERED, .progress = progress, .user = user, .writer = w};
+        ckpt__engine_options eo = {.io = CKPT_IO_BUFFERED, .progress = progress, .user = user, .writer = w,
+                                   .check_crc = !o.skip_crc_check};
         t0 = ckpt__now();
         local = ckpt__engine_run(p->catalog, moves, used, &eo, &ls, &mine);
         c.stats->io_seconds += ckpt__now() - t0;

@@ -16,6 +16,8 @@
 
 #include "catalog_internal.h"
 #include "engine.h"
+#include "formats/shards.h"
+#include "formats/torch.h"
 #include "plan_internal.h"
 #include "tree_internal.h"
 #include "writer_internal.h"
@@ -27,11 +29,52 @@ static bool torch_source(const ckpt_catalog *c) {
     return f == CKPT_FORMAT_TORCH || f == CKPT_FORMAT_TORCH_SHARDED || f == CKPT_FORMAT_DCP;
 }
 
+/* One safetensors file, without an index. */
+static bool lone_safetensors(const ckpt_catalog *c) {
+    return !ckpt_catalog_index_path(c) && ckpt_catalog_format(c) == CKPT_FORMAT_SAFETENSORS;
+}
+
+/* Whether a source's metadata entry is the checkpoint's own (the new
+ * index's when the output is sharded, the file's when it is one file) rather
+ * than every file's.  An index's own entries are (the hub's `removed →
+ * kept`, a caller's metadata), a shard's are not.  A lone safetensors file
+ * holds what save_torch_state_dict puts in an index when it shards: all but
+ * the per-file keys ("format"), so re-sharding it gives the hub's index. */
+static bool checkpoint_entry(const ckpt_catalog *c, const char *key) {
+    if (ckpt_catalog_index_path(c)) {
+        for (size_t f = 0; f < ckpt_catalog_file_count(c); f++)
+            if (ckpt__pairs_get(ckpt__catalog_file_meta(c, f), key)) return false;
+        return true;
+    }
+    return lone_safetensors(c) && !ckpt__shards_file_key(key);
+}
+
+/* A source's metadata entry, and the tensor it names when it is a lone
+ * file's `removed → kept` (SIZE_MAX otherwise). */
+typedef struct meta_entry {
+    const char *key, *value;
+    size_t at, kept;
+} meta_entry;
+
+/* The order save_torch_state_dict gives the entries: the caller's first,
+ * then `removed → kept` storage by storage, each storage's removed names
+ * sorted.  A lone file has lost that order (safetensors writes its
+ * `__metadata__` in a per-process hash order); an index keeps it. */
+static int by_hub_order(const void *a, const void *b) {
+    const meta_entry *x = a, *y = b;
+    if (x->kept != y->kept) return x->kept == SIZE_MAX ? -1 : y->kept == SIZE_MAX ? 1 : x->kept < y->kept ? -1 : 1;
+    if (x->kept != SIZE_MAX) return strcmp(x->key, y->key);
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
 /* The source's metadata: {"format": "pt"} for torch sources, the source's
- * own map, and a torch file's object tree as the plan leaves it. */
+ * own map, and a torch file's object tree as the plan leaves it; none into
+ * an output format that takes only its own (GGUF from safetensors) unless
+ * the caller asks (writer option source_metadata). */
 static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error *err) {
     const ckpt_catalog *c = p->catalog;
     ckpt_status st = CKPT_OK;
+    if (!ckpt__writer_takes_metadata_of(w, ckpt_catalog_format(c))) return CKPT_OK; /* foreign to GGUF, unasked */
     if (torch_source(c)) {
         st = ckpt_writer_set_metadata(w, "format", "pt", err);
         char *tree = NULL;
@@ -49,18 +92,21 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
         if (st == CKPT_OK && tree) st = ckpt_writer_set_checkpoint_metadata(w, CKPT_STRUCTURE_METADATA_KEY, tree, err);
         free(tree);
     }
-    for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_metadata_count(c); i++) {
-        const char *k, *v;
-        ckpt_catalog_metadata_entry(c, i, &k, &v);
-        /* An index's own entries (the hub's `removed → kept`, a caller's
-         * metadata) stay the checkpoint's: in the new index, or in the
-         * single file; a data file's go into every file. */
-        bool in_a_file = false;
-        for (size_t f = 0; !in_a_file && f < ckpt_catalog_file_count(c); f++)
-            in_a_file = ckpt__pairs_get(ckpt__catalog_file_meta(c, f), k) != NULL;
-        st = in_a_file || !ckpt_catalog_index_path(c) ? ckpt_writer_set_metadata(w, k, v, err)
-                                                      : ckpt_writer_set_checkpoint_metadata(w, k, v, err);
+    size_t n = ckpt_catalog_metadata_count(c);
+    meta_entry *order = st == CKPT_OK ? ckpt__malloc((n ? n : 1) * sizeof *order) : NULL;
+    if (st == CKPT_OK && !order) st = ckpt__oom(err, NULL, "the source's metadata");
+    for (size_t i = 0; st == CKPT_OK && i < n; i++) {
+        order[i] = (meta_entry){.at = i, .kept = SIZE_MAX};
+        ckpt_catalog_metadata_entry(c, i, &order[i].key, &order[i].value);
+        const ckpt_tensor_info *kept = ckpt_catalog_find(c, order[i].value);
+        if (lone_safetensors(c) && kept && !ckpt_catalog_find(c, order[i].key))
+            order[i].kept = ckpt__catalog_index_of(c, kept);
     }
+    if (st == CKPT_OK) qsort(order, n, sizeof *order, by_hub_order);
+    for (size_t i = 0; st == CKPT_OK && i < n; i++)
+        st = checkpoint_entry(c, order[i].key) ? ckpt_writer_set_checkpoint_metadata(w, order[i].key, order[i].value, err)
+                                               : ckpt_writer_set_metadata(w, order[i].key, order[i].value, err);
+    free(order);
     return st;
 }
 
@@ -122,6 +168,10 @@ ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_
     ckpt_status st = ckpt_writer_create(dst_path, &o, &w, err);
     if (st) return st;
     if (ckpt__catalog_direct(p->catalog)) ckpt__writer_drop_behind(w);
+    /* A model directory's config.json says the dtype the casts gave every
+     * float tensor; with several float dtypes left, it stays as it was. */
+    const char *config_dtype = ckpt__torch_dtype_name(ckpt__plan_one_float_dtype(p));
+    if (o.copy_files_from && config_dtype) ckpt__writer_set_config_dtype(w, config_dtype);
     st = copy_metadata(p, w, err);
     for (size_t k = 0; st == CKPT_OK && k < p->selected_count; k++) {
         ckpt__plan_entry *e = &p->entries[p->selected[k]];
@@ -184,7 +234,7 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
         return st;
     }
     ckpt__engine_options eo = {.io = CKPT_IO_BUFFERED, .progress = progress, .user = user, .writer = w,
-                               .ordered = ckpt__writer_needs_order(w)};
+                               .ordered = ckpt__writer_needs_order(w), .check_crc = !o.skip_crc_check};
     st = ckpt__engine_run(p->catalog, moves, used, &eo, NULL, err);
     if (st == CKPT_OK) st = ckpt_writer_commit(w, err);
     ckpt_writer_free(w);

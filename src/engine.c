@@ -10,10 +10,12 @@
 #include <string.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <zlib.h>
 
 #include "engine.h"
 #include "io/reader.h"
 #include "transform/cast.h"
+#include "transform/crc32.h"
 #include "transform/inflate.h"
 #include "transform/layout.h"
 #include "transform/swap.h"
@@ -42,8 +44,28 @@ typedef struct file_state {
     uint32_t align;
 } file_state;
 
+/* Bytes of a checked member that a run read, and their CRC-32. */
+typedef struct crc_segment {
+    uint64_t at, len; /* in the member's bytes */
+    uint32_t crc;
+} crc_segment;
+
+/* A stored member whose bytes the run checks (see engine.h): the segments
+ * read so far, and the tasks still to add theirs. */
+typedef struct crc_track {
+    const ckpt__recorded_crc *r;
+    uint32_t number;           /* the catalog's */
+    uint32_t file;
+    const char *tensor;        /* one read from it, for messages; NULL: found when needed */
+    crc_segment *segs;
+    size_t count, cap;
+    bool dropped;              /* read in too many scattered pieces to follow: not checked */
+    bool oom;                  /* no memory to follow it: the run fails */
+    atomic_uint_fast64_t tasks_left;
+} crc_track;
+
 typedef struct job {
-    ckpt__move *m;
+    ckpt__move *m;             /* NULL for a member job (ckpt_verify's): it reads `member` whole */
     const ckpt_tensor_info *t;
     const char *name;
     const ckpt__piece *pieces;
@@ -66,6 +88,9 @@ typedef struct job {
     uint32_t split;           /* position in `order` of the axis the boxes cut */
     uint64_t rows, per_outer, boxes, first_task, tasks;
     atomic_uint_fast64_t tasks_left; /* for move_done */
+    uint32_t crc;             /* the recorded CRC-32 the job checks (the catalog's number + 1); 0: none */
+    crc_track *track;         /* stored: where the boxes' segments go */
+    const ckpt__recorded_crc *member; /* a member job's */
 } job;
 
 /* The bytes of one unit (element) of a dtype, in the engine's axes. */
@@ -101,8 +126,8 @@ uint64_t ckpt__move_nbytes(const ckpt_catalog *c, const ckpt__move *m) {
     const ckpt_tensor_info *t = ckpt_catalog_tensor(c, m->tensor);
     ckpt_dtype d = m->dtype ? m->dtype : t->dtype;
     if (!m->count) return packed(d) ? t->nbytes : dtype_bytes(d, t->numel);
-    uint64_t numel = 1;
-    for (uint32_t a = 0; a < t->ndim; a++) numel *= m->count[a];
+    uint64_t numel;
+    ckpt__shape_numel(t->ndim, m->count, &numel); /* a slice of a checked shape: within bounds */
     return dtype_bytes(d, numel);
 }
 
@@ -151,7 +176,12 @@ static void make_job(ckpt_catalog *c, ckpt__move *m, job *j, uint64_t *pool) {
     j->fn = ckpt__cast_kernel(packed(t->dtype) ? CKPT_U8 : t->dtype, packed(t->dtype) ? CKPT_U8 : out);
     j->same_bytes = out == t->dtype;
     /* The output is row-major over count[perm[i]]: each source axis's
-     * stride is that of the output axis it becomes. */
+     * stride is that of the output axis it becomes.  No product of extents
+     * here or below (strides, offsets, box sizes) overflows an int64: every
+     * tensor's nonzero axes hold at most 2^63-1 elements and bytes in its
+     * dtype and in the one it is cast to (ckpt__tensor_size, checked where
+     * shapes come in: formats, the writer, casts), and a slice's extents
+     * lie within its tensor's. */
     int64_t s = 1;
     for (uint32_t i = n; i-- > 0;) j->dst_stride[j->perm[i]] = s, s *= (int64_t)j->count[j->perm[i]];
     j->nbytes = (uint64_t)s * j->out_size;
@@ -255,8 +285,8 @@ static void plan_boxes(job *j, uint64_t limit_units) {
         j->split = 0, j->rows = 1, j->per_outer = 1, j->boxes = 1;
         return;
     }
-    uint64_t numel = 1;
-    for (uint32_t a = 0; a < j->n; a++) numel *= j->count[a];
+    uint64_t numel;
+    ckpt__shape_numel(j->n, j->count, &numel); /* a slice of a checked shape: within bounds */
     if (numel == 0) {
         j->boxes = 0;
         return;
@@ -314,6 +344,8 @@ typedef struct engine {
     pthread_mutex_t lock;
     ckpt_status status;
     ckpt_error *err;
+    crc_track *tracks;
+    size_t track_count;
 } engine;
 
 typedef struct worker {
@@ -408,18 +440,161 @@ static ckpt_status direct_copy_run(worker *w, const job *j, ckpt__source *src, c
                                copy_out_piece, &c, err);
 }
 
-/* Inflated bytes of a DEFLATE piece, through the worker's inflater (which
- * resumes when reads go forward, as a serial job's do). */
+/* The worker's inflater, on the DEFLATE record at `record` of src (kept
+ * when it already reads it: it resumes when reads go forward, as a serial
+ * job's do). */
+static ckpt_status inflater_for(worker *w, ckpt__source *src, uint64_t record, uint64_t record_size, ckpt_error *err) {
+    if (ckpt__inflater_is(w->inflater, src, record)) return CKPT_OK;
+    if (w->inflater) w->inflated_in += ckpt__inflater_bytes_in(w->inflater);
+    ckpt__inflater_free(w->inflater);
+    w->inflater = NULL;
+    return ckpt__inflater_create(src, record, record_size, &w->inflater, err);
+}
+
+/* Inflated bytes of a DEFLATE piece, through the worker's inflater. */
 static ckpt_status inflate_read(worker *w, const job *j, ckpt__source *src, const ckpt__piece *p, uint64_t off,
                                 uint64_t len, unsigned char *dst, ckpt_error *err) {
-    if (!ckpt__inflater_is(w->inflater, src, p->record)) {
-        if (w->inflater) w->inflated_in += ckpt__inflater_bytes_in(w->inflater);
-        ckpt__inflater_free(w->inflater);
-        w->inflater = NULL;
-        ckpt_status st = ckpt__inflater_create(src, p->record, p->record_size, &w->inflater, err);
-        if (st) return st;
+    ckpt_status st = inflater_for(w, src, p->record, p->record_size, err);
+    return st ? st : ckpt__inflater_read(w->inflater, off, dst, len, j->name, err);
+}
+
+/* ---- CRC-32s of members (see engine.h) ------------------------------------------ */
+
+/* A member read in more scattered segments than this is not followed: runs
+ * under 1 KiB on average (a narrow tensor transposed in many boxes, a
+ * storage shown through a column); 24 bytes a segment, at most 2.3% of
+ * the member. */
+static uint64_t max_segments(const ckpt__recorded_crc *r) { return 1024 + r->size / 1024; }
+
+static void track_add(engine *g, crc_track *t, const crc_segment *seg) {
+    pthread_mutex_lock(&g->lock);
+    if (!t->dropped && t->count >= max_segments(t->r)) { /* too scattered: the member goes unchecked */
+        t->dropped = true;
+        free(t->segs);
+        t->segs = NULL, t->count = t->cap = 0;
     }
-    return ckpt__inflater_read(w->inflater, off, dst, len, j->name, err);
+    if (!t->dropped && t->count == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 4;
+        crc_segment *grown = ckpt__realloc(t->segs, cap * sizeof *grown);
+        if (grown) t->segs = grown, t->cap = cap;
+        else t->oom = t->dropped = true;
+    }
+    if (!t->dropped) t->segs[t->count++] = *seg;
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* The CRC-32s of the runs a box of a checked job read: run i lies at file
+ * offset base + its element offset, its bytes in the destination (copied)
+ * or at dense_in + i * run_bytes (read to convert).  Runs that follow each
+ * other in the file make one segment. */
+static void note_runs(worker *w, const job *j, const ckpt__runs *r, uint64_t base, uint64_t run_bytes,
+                      const unsigned char *copied, const unsigned char *dense_in) {
+    const ckpt__recorded_crc *m = j->track->r;
+    uint64_t idx[CKPT_MAX_DIMS] = {0};
+    int64_t elem = 0, unit = 0;
+    crc_segment cur = {0, 0, 0};
+    for (uint64_t i = 0; i < r->runs; i++) {
+        ckpt__runs_next(r, i, idx, &elem, &unit);
+        uint64_t off = base + (uint64_t)(elem * (int64_t)j->in_size);
+        const unsigned char *data = copied ? copied + unit * (int64_t)j->out_size : dense_in + i * run_bytes;
+        if (off < m->offset || off - m->offset > m->size || m->size - (off - m->offset) < run_bytes) continue;
+        uint64_t at = off - m->offset;
+        if (cur.len && at != cur.at + cur.len) {
+            track_add(w->g, j->track, &cur);
+            cur.len = 0;
+        }
+        if (!cur.len) cur = (crc_segment){at, 0, 0};
+        cur.crc = ckpt__crc32(cur.crc, data, (size_t)run_bytes);
+        cur.len += run_bytes;
+    }
+    if (cur.len) track_add(w->g, j->track, &cur);
+}
+
+static int cmp_segment(const void *a, const void *b) {
+    const crc_segment *x = a, *y = b;
+    return x->at < y->at ? -1 : x->at > y->at ? 1 : x->len < y->len ? -1 : x->len > y->len;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static size_t point_of(const uint64_t *points, size_t n, uint64_t v) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (points[mid] < v) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && points[lo] == v ? lo : SIZE_MAX;
+}
+
+/* The CRC-32 of the member's bytes [0, size) from the segments, chained in
+ * offset order from its start or from the end of its head (segments may
+ * repeat or overlap, as tied tensors' do: any chain to the end gives it);
+ * false when no chain covers the member. */
+static bool chain_segments(crc_track *t, uint32_t *crc_out, bool *oom) {
+    const ckpt__recorded_crc *r = t->r;
+    *oom = false;
+    if (r->head == r->size) {
+        *crc_out = r->head_crc32;
+        return true;
+    }
+    qsort(t->segs, t->count, sizeof *t->segs, cmp_segment);
+    size_t n = 0;
+    uint64_t *points = ckpt__malloc((2 * t->count + 2) * sizeof *points);
+    uint32_t *crc = ckpt__malloc((2 * t->count + 2) * sizeof *crc);
+    bool *reached = ckpt__calloc(2 * t->count + 2, sizeof *reached);
+    bool covered = false;
+    if (!points || !crc || !reached) {
+        *oom = true;
+    } else {
+        points[n++] = 0;
+        points[n++] = r->head;
+        for (size_t i = 0; i < t->count; i++) points[n++] = t->segs[i].at, points[n++] = t->segs[i].at + t->segs[i].len;
+        qsort(points, n, sizeof *points, cmp_u64);
+        size_t u = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!u || points[i] != points[u - 1]) points[u++] = points[i];
+        n = u;
+        size_t h = point_of(points, n, r->head);
+        reached[0] = true, crc[0] = 0; /* the CRC-32 of no bytes */
+        reached[h] = true, crc[h] = r->head ? r->head_crc32 : 0;
+        /* In start order: every segment ending where one starts was seen. */
+        for (size_t i = 0; i < t->count; i++) {
+            const crc_segment *g = &t->segs[i];
+            size_t a = point_of(points, n, g->at), b = point_of(points, n, g->at + g->len);
+            if (!reached[a] || reached[b]) continue;
+            reached[b] = true;
+            crc[b] = (uint32_t)crc32_combine64(crc[a], g->crc, (z_off64_t)g->len);
+        }
+        size_t end = point_of(points, n, r->size);
+        covered = end != SIZE_MAX && reached[end];
+        if (covered) *crc_out = crc[end];
+    }
+    free(points);
+    free(crc);
+    free(reached);
+    return covered;
+}
+
+static ckpt_status crc_mismatch(const engine *g, const ckpt__recorded_crc *r, uint32_t file, uint32_t number,
+                                const char *tensor, uint32_t got, ckpt_error *err) {
+    if (!tensor) tensor = ckpt__catalog_crc_tensor(g->catalog, number);
+    return ckpt__fail(err, CKPT_E_CHECKSUM, ckpt_catalog_file_path(g->catalog, file), tensor, (int64_t)r->offset,
+                      "ZIP member '%s' has CRC-32 %08x; the archive records %08x: its bytes changed", r->name, got,
+                      r->crc32);
+}
+
+/* Every task that reads the member is done: its CRC-32, when the segments
+ * cover it. */
+static ckpt_status check_track(engine *g, crc_track *t, ckpt_error *err) {
+    uint32_t got = 0;
+    bool oom = t->oom, covered = !t->dropped && chain_segments(t, &got, &oom);
+    if (oom) return ckpt__oom(err, ckpt_catalog_file_path(g->catalog, t->file), t->r->name);
+    if (!covered || got == t->r->crc32) return CKPT_OK;
+    return crc_mismatch(g, t->r, t->file, t->number, t->tensor, got, err);
 }
 
 /* Short runs that copy straight into the destination (the columns of a
@@ -505,7 +680,7 @@ static ckpt_status read_piece(worker *w, const job *j, const ckpt__piece *p, con
         if ((st = direct_into_bounce(w, j, src, f, base, run_bytes, &dense_in, err))) return st;
     } else if (copy && r.runs > 1 && run_bytes < MERGE_RUN && !p->record_size && w->bounce &&
                w->bounce_cap >= 4 * run_bytes) {
-        return read_runs_merged(w, j, src, fd, fd >= 0 && !direct, &r, base, run_bytes, dst, err);
+        if ((st = read_runs_merged(w, j, src, fd, fd >= 0 && !direct, &r, base, run_bytes, dst, err))) return st;
     } else {
         uint64_t idx[CKPT_MAX_DIMS] = {0};
         int64_t elem = 0, unit = 0;
@@ -520,6 +695,7 @@ static ckpt_status read_piece(worker *w, const job *j, const ckpt__piece *p, con
         if (st == CKPT_OK) st = flush(w, err);
         if (st) return st;
     }
+    if (j->track) note_runs(w, j, &r, base, run_bytes, copy ? dst : NULL, dense_in);
     if (copy) return CKPT_OK;
     if (swap) ckpt__swap_dtype(j->t->dtype, dense_in, r.units * j->in_size);
     ckpt__scatter(j->fn, j->in_size, j->out_size, dense_in, r.n, r.count, dst, r.dst);
@@ -628,10 +804,35 @@ static job *job_of(engine *g, uint64_t task) {
     return &g->jobs[lo];
 }
 
+/* A task of a member job: a chunk of a stored member (its CRC-32 a
+ * segment), or the whole of a DEFLATE one. */
+static ckpt_status run_member_task(worker *w, job *j, uint64_t task, ckpt_error *err) {
+    engine *g = w->g;
+    const ckpt__recorded_crc *r = j->member;
+    uint32_t number = j->crc - 1, file;
+    ckpt__catalog_crc(g->catalog, number, &file);
+    ckpt__source *src = ckpt__catalog_source(g->catalog, file);
+    ckpt_status st;
+    if (r->deflate) {
+        st = inflater_for(w, src, r->offset, r->stored_size, err);
+        if (st == CKPT_OK) st = ckpt__inflater_check(w->inflater, r->size, r->crc32, r->name, NULL, err);
+        if (st) return ckpt__error_in_tensor(err, st, ckpt__catalog_crc_tensor(g->catalog, number));
+        return report(w, r->size, err);
+    }
+    uint64_t at = (task - j->first_task) * g->chunk, len = r->size - at < g->chunk ? r->size - at : g->chunk;
+    int fd = src->caps & CKPT__SRC_FD ? src->fd : -1;
+    w->bytes_needed += len;
+    if ((st = queue_read(w, j, src, fd, r->offset + at, len, w->bounce, err)) || (st = flush(w, err))) return st;
+    crc_segment seg = {at, len, ckpt__crc32(0, w->bounce, (size_t)len)};
+    track_add(g, j->track, &seg);
+    return report(w, len, err);
+}
+
 /* A task: one box of a parallel job, or every box of a serial one. */
 static ckpt_status run_task(worker *w, job *j, uint64_t task, ckpt_error *err) {
     engine *g = w->g;
     ckpt_status st = CKPT_OK;
+    if (j->member) return run_member_task(w, j, task, err);
     if (!j->serial) {
         uint64_t i = task - j->first_task, units = 1, bstart[CKPT_MAX_DIMS], bcount[CKPT_MAX_DIMS], origin;
         st = run_box(w, j, i, NULL, err);
@@ -656,12 +857,24 @@ static ckpt_status run_task(worker *w, job *j, uint64_t task, ckpt_error *err) {
         j->m->digest = XXH3_64bits_digest(hash);
         XXH3_freeState(hash);
     }
+    if (st == CKPT_OK && j->crc && !j->track && !atomic_load(&g->stop)) { /* a DEFLATE member, read whole */
+        uint32_t file;
+        const ckpt__recorded_crc *r = ckpt__catalog_crc(g->catalog, j->crc - 1, &file);
+        ckpt__source *src = ckpt__catalog_source(g->catalog, file);
+        st = inflater_for(w, src, r->offset, r->stored_size, err);
+        if (st == CKPT_OK) st = ckpt__inflater_check(w->inflater, r->size, r->crc32, r->name, j->name, err);
+    }
     return st;
 }
 
-/* A task finished: the move is done when it was its job's last. */
+/* A task finished: its member is checked when it was the last to read
+ * it, and the move is done when it was its job's last. */
 static ckpt_status task_done(engine *g, job *j, ckpt_error *err) {
-    if (!g->o->move_done || atomic_fetch_sub(&j->tasks_left, 1) != 1) return CKPT_OK;
+    if (j->track && atomic_fetch_sub(&j->track->tasks_left, 1) == 1) {
+        ckpt_status st = check_track(g, j->track, err);
+        if (st) return st;
+    }
+    if (!j->m || !g->o->move_done || atomic_fetch_sub(&j->tasks_left, 1) != 1) return CKPT_OK;
     if (g->o->move_done((size_t)(j->m - g->moves), g->o->done_user))
         return ckpt__fail(err, CKPT_E_CANCELLED, NULL, j->name, -1, "cancelled by the item_done callback");
     return CKPT_OK;
@@ -738,6 +951,72 @@ static file_state *open_files(ckpt_catalog *c, ckpt_io_mode mode, bool *any_dire
     return files;
 }
 
+/* The recorded CRC-32 (number + 1) a job checks: that of the member its
+ * one piece lies in, when the move reads the whole tensor. */
+static uint32_t whole_member(const job *j) {
+    if (j->npieces != 1 || !j->pieces[0].crc) return 0;
+    for (uint32_t a = 0; a < j->n; a++)
+        if (j->start[a] != 0 || j->count[a] != j->shape[a]) return 0;
+    return j->pieces[0].crc;
+}
+
+/* ckpt_verify's members, each a job of its own: a stored one in chunks
+ * (parallel tasks), a DEFLATE one in one task. */
+static ckpt_status add_member_jobs(engine *g, ckpt_error *err) {
+    for (size_t i = 0; i < g->o->member_count; i++) {
+        uint32_t file, number = g->o->members[i];
+        const ckpt__recorded_crc *r = ckpt__catalog_crc(g->catalog, number, &file);
+        if (!r) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "no recorded checksum %u", number);
+        job *j = &g->jobs[g->job_count++];
+        memset(j, 0, sizeof *j);
+        j->member = r, j->crc = number + 1, j->name = r->name;
+        j->boxes = r->deflate ? 1 : (r->size + g->chunk - 1) / g->chunk;
+        j->tasks = j->boxes ? j->boxes : 1; /* an empty stored member: one task that reads nothing */
+        j->first_task = g->task_count;
+        atomic_init(&j->tasks_left, j->tasks);
+        g->task_count += j->tasks;
+        g->total_bytes += r->size;
+    }
+    return CKPT_OK;
+}
+
+static int cmp_job_crc(const void *a, const void *b) {
+    const job *x = *(job *const *)a, *y = *(job *const *)b;
+    return x->crc < y->crc ? -1 : x->crc > y->crc;
+}
+
+/* One track per stored member that jobs check, waiting for all their tasks. */
+static ckpt_status make_tracks(engine *g, ckpt_error *err) {
+    size_t n = 0;
+    for (size_t i = 0; i < g->job_count; i++) n += g->jobs[i].crc && !ckpt__catalog_crc(g->catalog, g->jobs[i].crc - 1, NULL)->deflate;
+    if (!n) return CKPT_OK;
+    job **by_crc = ckpt__malloc(n * sizeof *by_crc);
+    g->tracks = ckpt__calloc(n, sizeof *g->tracks);
+    if (!by_crc || !g->tracks) {
+        free(by_crc);
+        return ckpt__oom(err, NULL, "the checksums' tracks");
+    }
+    n = 0;
+    for (size_t i = 0; i < g->job_count; i++)
+        if (g->jobs[i].crc && !ckpt__catalog_crc(g->catalog, g->jobs[i].crc - 1, NULL)->deflate) by_crc[n++] = &g->jobs[i];
+    qsort(by_crc, n, sizeof *by_crc, cmp_job_crc);
+    for (size_t i = 0; i < n; i++) {
+        job *j = by_crc[i];
+        crc_track *t = i && by_crc[i - 1]->crc == j->crc ? &g->tracks[g->track_count - 1] : NULL;
+        if (!t) {
+            t = &g->tracks[g->track_count++];
+            t->number = j->crc - 1;
+            t->r = ckpt__catalog_crc(g->catalog, t->number, &t->file);
+            t->tensor = j->m ? j->name : NULL;
+            atomic_init(&t->tasks_left, 0);
+        }
+        atomic_fetch_add(&t->tasks_left, j->tasks);
+        j->track = t;
+    }
+    free(by_crc);
+    return CKPT_OK;
+}
+
 static void free_worker(worker *w) {
     ckpt__reader_free(&w->reader);
     ckpt__inflater_free(w->inflater);
@@ -771,7 +1050,7 @@ ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, c
         const ckpt_tensor_info *t = ckpt_catalog_tensor(c, moves[k].tensor);
         dims += t->ndim ? t->ndim : 1;
     }
-    g.jobs = ckpt__calloc(count ? count : 1, sizeof *g.jobs);
+    g.jobs = ckpt__calloc(count + o->member_count ? count + o->member_count : 1, sizeof *g.jobs);
     uint64_t *pool = ckpt__malloc((dims ? dims : 1) * 5 * sizeof *pool);
     bool any_direct = false;
     if (!g.jobs || !pool) st = ckpt__oom(err, NULL, "the engine's tasks");
@@ -794,9 +1073,10 @@ ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, c
         const ckpt_tensor_info *t = ckpt_catalog_tensor(c, moves[k].tensor);
         make_job(c, &moves[k], j, pool + used);
         used += 5 * (size_t)(t->ndim ? t->ndim : 1);
+        if (o->check_crc && moves[k].sink != CKPT__SINK_HASH) j->crc = whole_member(j);
         if (moves[k].sink == CKPT__SINK_WRITER) {
             j->serial |= o->ordered;
-            j->kernel_copy = !o->ordered && one_file_run(c, j);
+            j->kernel_copy = !o->ordered && !j->crc && one_file_run(c, j);
             bool identity = true;
             for (uint32_t a = 0; a < j->n; a++) identity &= j->perm[a] == a;
             j->box_copy = !o->ordered && !j->kernel_copy && j->npieces > 1 && j->same_bytes && identity &&
@@ -823,6 +1103,9 @@ ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, c
         g.task_count += j->tasks;
         g.job_count++;
     }
+    if (st == CKPT_OK) st = add_member_jobs(&g, err);
+    if (st == CKPT_OK) st = make_tracks(&g, err);
+    if (o->member_count) need_bounce = true;
 
     if (threads > g.task_count) threads = g.task_count ? (size_t)g.task_count : 1;
     worker *workers = st == CKPT_OK ? ckpt__calloc(threads, sizeof *workers) : NULL;
@@ -862,6 +1145,8 @@ ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, c
     }
     for (size_t i = 0; i < started; i++) free_worker(&workers[i]);
     free(workers);
+    for (size_t i = 0; i < g.track_count; i++) free(g.tracks[i].segs);
+    free(g.tracks);
     close_files(g.files, ckpt_catalog_file_count(c));
     ckpt__catalog_drop_cache(c); /* direct mode: what small reads brought into the page cache */
     free(g.jobs);
@@ -940,6 +1225,11 @@ static ckpt_status read_range(ckpt_catalog *c, size_t index, uint64_t byte_offse
     w.g = &g;
     ckpt_status st = alloc_worker(&w, &g, true, false, err);
     const ckpt__piece *p0 = &j.pieces[0];
+    /* A read of the whole tensor checks its ZIP member, as a load does. */
+    uint32_t file = 0, crc = byte_offset == 0 && nbytes == j.t->nbytes ? whole_member(&j) : 0;
+    const ckpt__recorded_crc *r = crc ? ckpt__catalog_crc(c, crc - 1, &file) : NULL;
+    crc_track track = {.r = r, .number = crc - 1, .file = file, .tensor = j.name};
+    if (r && !r->deflate) j.track = &track, pthread_mutex_init(&g.lock, NULL);
     if (p0->record_size) /* resume a compressed tensor where an earlier read stopped */
         w.inflater = ckpt__catalog_take_inflater(c, ckpt__catalog_source(c, p0->file), p0->record,
                                                  p0->offset + byte_offset / j.in_size * j.in_size);
@@ -951,6 +1241,10 @@ static ckpt_status read_range(ckpt_catalog *c, size_t index, uint64_t byte_offse
     if (st == CKPT_OK && mid_hi > mid_lo) st = read_units(&w, &j, mid_lo, mid_hi - mid_lo, dst + (mid_lo * unit - byte_offset), err);
     if (st == CKPT_OK && end % unit && mid_hi >= mid_lo)
         st = read_cut_unit(&w, &j, mid_hi, 0, end % unit, dst + (mid_hi * unit - byte_offset), err);
+    if (st == CKPT_OK && j.track) st = check_track(&g, &track, err);
+    if (st == CKPT_OK && r && r->deflate) st = ckpt__inflater_check(w.inflater, r->size, r->crc32, r->name, j.name, err);
+    if (j.track) pthread_mutex_destroy(&g.lock);
+    free(track.segs);
     ckpt__catalog_keep_inflater(c, w.inflater);
     w.inflater = NULL;
     free_worker(&w);

@@ -47,7 +47,41 @@ typedef struct ckpt__engine_options {
     bool ordered;            /* WRITER: each tensor's bytes must arrive in order (checksums) */
     int (*move_done)(size_t move, void *user); /* a move's bytes all in place; non-zero cancels */
     void *done_user;
+    /* Check the CRC-32s of the ZIP members whose bytes the moves read whole
+     * (see "CRC-32s" below). */
+    bool check_crc;
+    /* Recorded CRC-32s (the catalog's numbers) to read whole and check
+     * besides the moves: ckpt_verify's. */
+    const uint32_t *members;
+    size_t member_count;
 } ckpt__engine_options;
+
+/*
+ * CRC-32s.  A ZIP member (a torch storage, an .npz array) records the
+ * CRC-32 of its bytes; formats declare them (ckpt__cat_add_crc) and link
+ * the pieces that lie in them (ckpt__piece.crc).  With check_crc, a move
+ * that reads a whole tensor (no slice) into memory or a writer checks its
+ * member as the bytes stream:
+ *   stored members: each box's bytes, as they land, give CRC-32s of
+ *     segments of the member; once every task of every move on the member
+ *     is done, the segments are chained in offset order (crc32_combine)
+ *     from the member's head (the bytes the format read at open, an .npy
+ *     header): when they cover the member, its CRC-32 is compared.  So a
+ *     member shared by several tensors (a torch storage and its views) is
+ *     checked when the last of them is in place — before that one's
+ *     move_done — if together they cover it; bytes of a member that no
+ *     tensor read whole covers (a storage's elements no saved view shows)
+ *     leave it unchecked, as does one read in runs under 1 KiB on average
+ *     (max_segments).  The kernel copies no checked bytes: they pass
+ *     through memory.
+ *   DEFLATE members: the inflater keeps the CRC-32 of everything it
+ *     inflated; at the end of the move it inflates the rest of the member
+ *     and checks its declared size and CRC-32.
+ * A mismatch fails the run with CKPT_E_CHECKSUM naming the file, the
+ * member and the tensor; a declared size the DEFLATE stream contradicts,
+ * CKPT_E_ZIP_INVALID.  `members` reads members whole for ckpt_verify, in
+ * chunks whose CRC-32s are chained the same way.
+ */
 
 /* Runs every move; the first failure stops the rest and is returned (a
  * failed move's destination holds partial data).  `stats` may be NULL. */

@@ -330,7 +330,8 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
      * bytes of everything that is not a view */
     view_progress vp = {o->progress, o->user, view_bytes};
     ckpt__engine_options eo = {.threads = o->threads, .chunk_bytes = o->chunk_bytes, .io = o->io,
-                               .io_uring = o->io_uring, .progress = o->progress, .user = o->user};
+                               .io_uring = o->io_uring, .progress = o->progress, .user = o->user,
+                               .check_crc = !o->skip_crc_check};
     if (o->progress && view_bytes) eo.progress = progress_with_views, eo.user = &vp;
     uint64_t total = 0;
     for (size_t i = 0; i < moves_used; i++) total += ckpt__move_nbytes(p->catalog, &moves[i]);

@@ -71,7 +71,8 @@ static void update(ckpt__plan_entry *e) {
         permuted |= e->perm[i] != i;
     }
     e->pub.numel = numel;
-    /* A slice of the catalog's tensor: cannot overflow what opening checked. */
+    /* A slice of the catalog's tensor in a dtype that cast_to checked:
+     * cannot overflow. */
     ckpt__dtype_nbytes(e->pub.dtype, numel, &e->pub.nbytes);
     e->pub.transform = permuted || e->pub.dtype != t->dtype || t->big_endian || t->strides || t->compressed;
 }
@@ -293,6 +294,19 @@ static bool is_float(ckpt_dtype d) {
     }
 }
 
+ckpt_dtype ckpt__plan_one_float_dtype(const ckpt_plan *p) {
+    ckpt_dtype one = CKPT_DTYPE_INVALID;
+    bool cast = false;
+    for (size_t k = 0; k < p->selected_count; k++) {
+        const ckpt__plan_entry *e = &p->entries[p->selected[k]];
+        if (!is_float(e->pub.dtype)) continue;
+        if (one != CKPT_DTYPE_INVALID && e->pub.dtype != one) return CKPT_DTYPE_INVALID;
+        one = e->pub.dtype;
+        cast |= e->pub.dtype != e->pub.source->dtype;
+    }
+    return cast ? one : CKPT_DTYPE_INVALID;
+}
+
 static bool is_integer(ckpt_dtype d) {
     return d == CKPT_I8 || d == CKPT_U8 || d == CKPT_I16 || d == CKPT_U16 || d == CKPT_I32 || d == CKPT_U32 ||
            d == CKPT_I64 || d == CKPT_U64;
@@ -308,6 +322,19 @@ static bool block_cast_applies(const ckpt__plan_entry *e, ckpt_dtype to) {
         return is_float(from) && e->pub.ndim >= 2 && e->perm[e->pub.ndim - 1] == e->pub.ndim - 1 &&
                e->count[e->pub.ndim - 1] % ckpt_dtype_block_elems(to) == 0;
     return ckpt_dtype_is_block(from) && is_float(to);
+}
+
+/* An entry cast to `dtype`, unless its bytes would then pass what
+ * ckpt__tensor_size allows (F8 → F64 multiplies them by 8). */
+static ckpt_status cast_to(ckpt_plan *p, ckpt__plan_entry *e, ckpt_dtype dtype, ckpt_error *err) {
+    uint64_t numel, nbytes;
+    const ckpt_tensor_info *t = e->pub.source;
+    if (ckpt__tensor_size(dtype, t->ndim, t->shape, &numel, &nbytes) == CKPT_E_SHAPE_OVERFLOW)
+        return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, source_path(p, e), t->name, -1,
+                          "cast to %s, its nonzero axes would hold more than 2^63-1 bytes", ckpt_dtype_name(dtype));
+    e->pub.dtype = dtype;
+    update(e);
+    return CKPT_OK;
 }
 
 ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, ckpt_error *err) {
@@ -342,8 +369,8 @@ ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, 
                 return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, source_path(p, e), e->pub.source->name, -1,
                                   "ckpt does not dequantize %s (it dequantizes Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
                                   "Q2_K-Q6_K, TQ1_0, TQ2_0 and MXFP4)", ckpt_dtype_name(from));
-            e->pub.dtype = dtype;
-            update(e);
+            ckpt_status st = cast_to(p, e, dtype, err);
+            if (st) return st;
             continue;
         }
         if (is_float(dtype) ? !is_float(from) : !(is_integer(from) || from == CKPT_BOOL)) {
@@ -357,8 +384,8 @@ ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, 
         if (!ckpt__cast_kernel(from, dtype))
             return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
                               "cannot cast %s to %s (integers only widen)", ckpt_dtype_name(from), ckpt_dtype_name(dtype));
-        e->pub.dtype = dtype;
-        update(e);
+        ckpt_status st = cast_to(p, e, dtype, err);
+        if (st) return st;
     }
     return rule_end(p, "cast", pattern, err);
 }
@@ -698,8 +725,7 @@ ckpt_status ckpt_plan_match(ckpt_plan *p, const ckpt_expected *expected, size_t 
             ckpt_dtype from = e->pub.source->dtype;
             bool castable = is_float(from) || (ckpt_dtype_is_block(from) && ckpt__cast_kernel(from, x->dtype));
             if ((flags & CKPT_MATCH_CAST) && is_float(x->dtype) && castable) {
-                e->pub.dtype = x->dtype;
-                update(e);
+                if ((st = cast_to(p, e, x->dtype, err))) break;
             } else {
                 state[item] = 3;
                 continue;

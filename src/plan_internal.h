@@ -49,6 +49,11 @@ CKPT__HIDDEN bool ckpt__plan_selects_name(const ckpt_plan *plan, const char *nam
 /* Refreshes the selection list (after select/exclude/prune). */
 CKPT__HIDDEN void ckpt__plan_refresh(ckpt_plan *plan);
 
+/* The float dtype of every selected float tensor when the plan's casts
+ * changed some and left them all of one dtype; CKPT_DTYPE_INVALID when no
+ * float tensor is cast, or the float tensors end up of several dtypes. */
+CKPT__HIDDEN ckpt_dtype ckpt__plan_one_float_dtype(const ckpt_plan *plan);
+
 /* Forgets what a load gave: frees library buffers, clears data pointers. */
 CKPT__HIDDEN void ckpt__plan_release(ckpt_plan *plan);
 

@@ -1,4 +1,6 @@
-/* verify.c — ckpt_verify: recorded per-tensor checksums, re-read. */
+/* verify.c — ckpt_verify: every checksum the files record, re-read: ckpt's
+ * XXH3-64 digests (tensors and headers, here) and what the formats declared
+ * (ZIP members' CRC-32s, ckpt__cat_add_crc), read whole by the engine. */
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -14,6 +16,7 @@ typedef struct checks {
     ckpt__move *moves;
     uint64_t *want;
     size_t count, cap;
+    size_t headers; /* header digests matched */
 } checks;
 
 static bool add_check(checks *c, size_t tensor, uint64_t want) {
@@ -118,8 +121,8 @@ static ckpt_status verify_file(const ckpt_catalog *cat, size_t file, const char 
         const ckpt_tensor_info *t = ckpt_catalog_find(cat, key->str);
         if (val->kind != CKPT__JSON_STRING || !parse_hex64(val->str, val->len, &want))
             st = ckpt__fail(err, CKPT_E_CHECKSUM, path, key->str, -1, "checksum is not 16 hex digits");
-        else if (!strcmp(key->str, "__metadata__"))
-            st = verify_header(cat, file, map, &doc, want, err);
+        else if (!strcmp(key->str, "__metadata__") && (st = verify_header(cat, file, map, &doc, want, err)) == CKPT_OK)
+            todo->headers++;
         else if (!t || t->file != file)
             st = ckpt__fail(err, CKPT_E_INDEX_MISMATCH, path, key->str, -1,
                             "the checksum map names a tensor this file does not hold");
@@ -150,9 +153,34 @@ static ckpt_status check_key_intact(const ckpt_catalog *cat, size_t file, ckpt_e
     return CKPT_OK;
 }
 
+/* Tensors whose bytes lie in members with a recorded CRC-32. */
+static size_t tensors_in_members(const ckpt_catalog *cat) {
+    size_t n = 0;
+    for (size_t i = 0; i < ckpt_catalog_tensor_count(cat); i++) {
+        uint32_t count;
+        const ckpt__piece *p = ckpt__catalog_pieces(cat, i, &count);
+        bool in = count > 0;
+        for (uint32_t k = 0; k < count; k++) in &= p[k].crc != 0;
+        n += in;
+    }
+    return n;
+}
+
 ckpt_status ckpt_verify(const ckpt_catalog *cat, ckpt_progress_fn progress_fn, void *user, size_t *checked,
                         ckpt_error *err) {
-    if (checked) *checked = 0;
+    ckpt_verify_report r = {.size = sizeof r};
+    ckpt_status st = ckpt_verify_ex(cat, progress_fn, user, &r, err);
+    if (checked) *checked = r.tensor_digests;
+    return st;
+}
+
+ckpt_status ckpt_verify_ex(const ckpt_catalog *cat, ckpt_progress_fn progress_fn, void *user,
+                           ckpt_verify_report *report, ckpt_error *err) {
+    ckpt_verify_report r;
+    memset(&r, 0, sizeof r);
+    if (report && report->size < sizeof report->size)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "report->size is not set");
+    if (report) memset((char *)report + sizeof report->size, 0, report->size - sizeof report->size);
     if (!cat) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "catalog is NULL");
     checks todo = {0};
     ckpt_status st = CKPT_OK;
@@ -161,10 +189,21 @@ ckpt_status ckpt_verify(const ckpt_catalog *cat, ckpt_progress_fn progress_fn, v
         if (map) st = verify_file(cat, f, map, &todo, err);
         else st = check_key_intact(cat, f, err);
     }
-    /* Every tensor hashed by the engine (tensors in parallel), then
-     * compared in the files' order. */
-    ckpt__engine_options o = {.io = CKPT_IO_AUTO, .progress = progress_fn, .user = user};
+    /* The members whose CRC-32s the files record, each read whole. */
+    size_t members = ckpt__catalog_crc_count(cat);
+    uint32_t *numbers = ckpt__malloc((members ? members : 1) * sizeof *numbers);
+    if (st == CKPT_OK && !numbers) st = ckpt__oom(err, NULL, "the recorded checksums");
+    for (size_t i = 0; st == CKPT_OK && i < members; i++) {
+        numbers[i] = (uint32_t)i;
+        r.bytes += ckpt__catalog_crc(cat, i, NULL)->size;
+    }
+    /* Every tensor hashed and every member checked by the engine (in
+     * parallel); the digests then compared in the files' order. */
+    ckpt__engine_options o = {.io = CKPT_IO_AUTO, .progress = progress_fn, .user = user, .members = numbers,
+                              .member_count = members};
     if (st == CKPT_OK) st = ckpt__engine_run((ckpt_catalog *)cat, todo.moves, todo.count, &o, NULL, err);
+    free(numbers);
+    if (st == CKPT_OK) r.zip_crc32 = members, r.header_digests = todo.headers;
     size_t count = 0;
     for (size_t i = 0; st == CKPT_OK && i < todo.count; i++, count++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, todo.moves[i].tensor);
@@ -173,8 +212,15 @@ ckpt_status ckpt_verify(const ckpt_catalog *cat, ckpt_progress_fn progress_fn, v
                             "data checksum is %016llx, the file records %016llx: the tensor's bytes changed",
                             (unsigned long long)todo.moves[i].digest, (unsigned long long)todo.want[i]);
     }
+    for (size_t i = 0; i < count; i++) r.bytes += ckpt_catalog_tensor(cat, todo.moves[i].tensor)->nbytes;
+    if (st == CKPT_OK) r.tensors = count + tensors_in_members(cat);
     free(todo.moves);
     free(todo.want);
-    if (checked) *checked = count;
+    r.tensor_digests = count;
+    if (report) {
+        size_t size = report->size < sizeof r ? report->size : sizeof r;
+        r.size = report->size;
+        memcpy(report, &r, size);
+    }
     return st;
 }

@@ -344,7 +344,7 @@ static ckpt_status decode(decoder *d, ckpt__wire_opener opener, void *opener_use
     return st;
 }
 
-ckpt_status ckpt__catalog_decode(const void *data, size_t n, const ckpt_catalog_options *options,
+ckpt_status ckpt__catalog_decode(const void *data, size_t n, const char *path, const ckpt_catalog_options *options,
                                  ckpt__wire_opener opener, void *opener_user, ckpt_catalog **out, ckpt_error *err) {
     *out = NULL;
     decoder d;
@@ -352,8 +352,17 @@ ckpt_status ckpt__catalog_decode(const void *data, size_t n, const ckpt_catalog_
     d.r = (ckpt__rd){.p = data, .n = n};
     ckpt_status st = ckpt__catalog_new(options, &d.c, err);
     if (st) return st;
+    /* The files rank 0 names are opened as rank 0 opened them: the path
+     * this rank was given as named, every other one beneath its directory. */
+    if (path && !ckpt__source_is_remote_name(path))
+        st = ckpt__catalog_set_root(d.c, path, ckpt__source_stat(path, NULL) == CKPT__NAME_DIR, err);
+    if (st) {
+        ckpt_catalog_close(d.c);
+        return st;
+    }
     d.arena = ckpt__cat_arena(d.c);
     st = decode(&d, opener ? opener : open_by_path, opener ? opener_user : d.c, err);
+    ckpt__catalog_opened(d.c);
     free(d.file_sizes);
     if (st) {
         ckpt_catalog_close(d.c);

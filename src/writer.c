@@ -17,8 +17,10 @@
 
 #include "base/wire.h"
 #include "formats/gguf.h"
+#include "formats/hf_config.h"
 #include "formats/json.h"
 #include "formats/output.h"
+#include "io/beneath.h"
 #include "io/commit.h"
 #include "writer_internal.h"
 
@@ -70,6 +72,7 @@ struct ckpt_writer {
     size_t file_count, side_count, extra_count;
     wfile *files, *sides;
     char **extras;         /* copy_files_from: names copied along */
+    const char *config_dtype; /* their config.json's dtype becomes this (a torch name); NULL: copied as is */
     char **stale;          /* a replaced checkpoint's files (names in dir) */
     size_t stale_count;
     ckpt__commit *commit;
@@ -259,9 +262,11 @@ ckpt_status ckpt_writer_add_tensor_shared(ckpt_writer *w, const char *name, ckpt
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, name, -1, "shape must have at most %d dimensions",
                           CKPT_MAX_DIMS);
     uint64_t numel, nbytes, total;
-    if (!ckpt__shape_numel(ndim, shape, &numel))
-        return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, w->path, name, -1, "product of the shape overflows 64 bits");
-    if ((st = ckpt__dtype_nbytes(dtype, numel, &nbytes)))
+    if ((st = ckpt__tensor_size(dtype, ndim, shape, &numel, &nbytes)) == CKPT_E_SHAPE_OVERFLOW)
+        return ckpt__fail(err, st, w->path, name, -1,
+                          "the shape's nonzero axes hold more than 2^63-1 elements or bytes of %s (safetensors, numpy "
+                          "and torch refuse it)", ckpt_dtype_name(dtype));
+    if (st)
         return ckpt__fail(err, st, w->path, name, -1, "%llu elements of %s: %s", (unsigned long long)numel,
                           ckpt_dtype_name(dtype), ckpt_status_message(st));
     if (!ckpt__add_u64(w->total, nbytes, &total))
@@ -495,43 +500,68 @@ static bool output_name(const ckpt_writer *w, const char *name) {
     return w->fmt->owns(w->prefix, name);
 }
 
+/* Names an extra file (copied along, or in a dry run only named). */
+static ckpt_status add_extra(ckpt_writer *w, const char *name, ckpt_error *err) {
+    char **x = ckpt__realloc(w->extras, (w->extra_count + 1) * sizeof *x);
+    if (!x) return ckpt__oom(err, w->path, NULL);
+    w->extras = x;
+    if (!(x[w->extra_count] = ckpt__strdup(name))) return ckpt__oom(err, w->path, NULL);
+    w->extra_count++;
+    return CKPT_OK;
+}
+
+/* A model directory's config.json with the dtype the weights now have
+ * (ckpt__writer_set_config_dtype); as it is when it names none. */
+static ckpt_status copy_config(const ckpt_writer *w, int in, const char *src_path, uint64_t size, int out,
+                               const char *tmp, ckpt_error *err) {
+    if (size > CKPT__HF_CONFIG_MAX_BYTES) return ckpt__copy_range(in, 0, src_path, out, 0, tmp, size, NULL, NULL, err);
+    char *text = ckpt__malloc(size ? size : 1);
+    ckpt__buf edited = {0};
+    ckpt_status st = text ? ckpt__pread_full(in, text, size, 0, src_path, err) : ckpt__oom(err, src_path, NULL);
+    bool changed = st == CKPT_OK && ckpt__hf_config_set_dtype(text, size, w->config_dtype, &edited);
+    if (changed && edited.failed) st = ckpt__oom(err, src_path, NULL);
+    else if (st == CKPT_OK)
+        st = changed ? ckpt__pwrite_full(out, edited.data, edited.len, 0, tmp, err)
+                     : ckpt__pwrite_full(out, text, size, 0, tmp, err);
+    free(edited.data);
+    free(text);
+    return st;
+}
+
 /* Copies the other files of the source's directory (config.json,
- * tokenizer files, …) along, as part of the commit. */
+ * tokenizer files, …) along, as part of the commit.  They are the
+ * checkpoint's files like its tensors' and are opened beneath its
+ * directory: a link leading out of it, or a FIFO, is refused rather than
+ * copied (subdirectories are left). */
 static ckpt_status copy_extras(ckpt_writer *w, ckpt_error *err) {
     const char *from = w->opt.copy_files_from;
-    DIR *d = opendir(from);
-    if (!d) return ckpt__fail_errno(err, errno, from, -1, "cannot list the directory of files to copy");
-    ckpt_status st = CKPT_OK;
-    struct dirent *e;
-    while (st == CKPT_OK && (e = readdir(d))) {
-        if (e->d_name[0] == '.' || checkpoint_file(e->d_name) || output_name(w, e->d_name)) continue;
-        char *src_path = ckpt__path_join(from, e->d_name);
-        struct stat sb;
-        if (!src_path) st = ckpt__oom(err, from, NULL);
-        else if (w->opt.dry_run && stat(src_path, &sb) == 0 && S_ISREG(sb.st_mode)) { /* named, not copied */
-            char **x = ckpt__realloc(w->extras, (w->extra_count + 1) * sizeof *x);
-            if (!x) st = ckpt__oom(err, from, NULL);
-            else if (!(w->extras = x, x[w->extra_count] = ckpt__strdup(e->d_name))) st = ckpt__oom(err, from, NULL);
-            else w->extra_count++;
-        } else if (stat(src_path, &sb) == 0 && S_ISREG(sb.st_mode)) {
-            char **x = ckpt__realloc(w->extras, (w->extra_count + 1) * sizeof *x);
-            int in = -1, out = -1;
-            const char *tmp;
-            uint64_t size = 0;
-            if (!x) st = ckpt__oom(err, from, NULL);
-            else if (!(w->extras = x, x[w->extra_count] = ckpt__strdup(e->d_name))) st = ckpt__oom(err, from, NULL);
-            else w->extra_count++;
-            if (st == CKPT_OK) st = ckpt__file_open_read(src_path, &in, &size, err);
-            if (st == CKPT_OK) st = ckpt__commit_create(w->commit, e->d_name, &out, &tmp, err);
-            if (st == CKPT_OK) st = ckpt__copy_range(in, 0, src_path, out, 0, tmp, size, NULL, NULL, err);
+    ckpt__beneath *root = NULL;
+    char **names = NULL;
+    size_t count = 0;
+    ckpt_status st = ckpt__beneath_open_root(from, &root, err);
+    if (st == CKPT_OK) st = ckpt__beneath_list(root, from, &names, &count, err);
+    for (size_t i = 0; st == CKPT_OK && i < count; i++) {
+        if (checkpoint_file(names[i]) || output_name(w, names[i])) continue;
+        char *src_path = ckpt__path_join(from, names[i]);
+        int in = -1, out = -1;
+        const char *tmp;
+        uint64_t size = 0;
+        st = src_path ? ckpt__beneath_open(root, src_path, true, &in, &size, err) : ckpt__oom(err, from, NULL);
+        if (st == CKPT_OK && in >= 0) st = add_extra(w, names[i], err);
+        if (st == CKPT_OK && in >= 0 && !w->opt.dry_run) { /* a dry run names it, no more */
+            st = ckpt__commit_create(w->commit, names[i], &out, &tmp, err);
+            if (st == CKPT_OK) st = w->config_dtype && !strcmp(names[i], CKPT__HF_CONFIG_NAME)
+                                        ? copy_config(w, in, src_path, size, out, tmp, err)
+                                        : ckpt__copy_range(in, 0, src_path, out, 0, tmp, size, NULL, NULL, err);
             if (st == CKPT_OK && !w->opt.no_sync && ckpt__io_fsync(out) != 0)
                 st = ckpt__fail_errno(err, errno, tmp, -1, "fsync failed");
-            if (in >= 0) close(in);
             if (out >= 0 && close(out) != 0 && st == CKPT_OK) st = ckpt__fail_errno(err, errno, tmp, -1, "close failed");
         }
+        if (in >= 0) close(in);
         free(src_path);
     }
-    closedir(d);
+    ckpt__beneath_free_names(names, count);
+    ckpt__beneath_close(root);
     return st;
 }
 
@@ -819,6 +849,12 @@ ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__
 }
 
 bool ckpt__writer_needs_order(const ckpt_writer *w) { return w && (w->needs & CKPT__OUT_XXH3); }
+
+void ckpt__writer_set_config_dtype(ckpt_writer *w, const char *dtype) { w->config_dtype = dtype; }
+
+bool ckpt__writer_takes_metadata_of(const ckpt_writer *w, ckpt_format source) {
+    return !w->fmt->own_metadata_only || source == w->fmt->id || w->opt.source_metadata;
+}
 
 static int by_at(const void *a, const void *b) {
     uint64_t x = ((const segment *)a)->at, y = ((const segment *)b)->at;

@@ -22,6 +22,15 @@ CKPT__HIDDEN void ckpt__writer_drop_behind(ckpt_writer *w);
 CKPT__HIDDEN ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__source *src,
                                             uint64_t src_offset, uint64_t n, ckpt_error *err);
 
+/* The dtype (a torch name: "bfloat16") that config.json, copied along
+ * (copy_files_from), gets: a conversion cast every float tensor to it.
+ * `dtype` must outlive the writer; before ckpt_writer_begin. */
+CKPT__HIDDEN void ckpt__writer_set_config_dtype(ckpt_writer *w, const char *dtype);
+
+/* Whether a conversion from a source of this format carries its metadata
+ * into the output (ckpt_writer_options.source_metadata). */
+CKPT__HIDDEN bool ckpt__writer_takes_metadata_of(const ckpt_writer *w, ckpt_format source);
+
 /* Whether each tensor's bytes must arrive in order (the output format
  * hashes them as they stream). */
 CKPT__HIDDEN bool ckpt__writer_needs_order(const ckpt_writer *w);

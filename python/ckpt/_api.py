@@ -72,11 +72,15 @@ class Checkpoint:
     """A checkpoint's catalog: names, shapes, dtypes, metadata and (torch
     files) the object tree, read without the data.  Use as a context manager
     or call close().  `path` may be an http://, https:// or s3:// URL; see
-    the source options of ckpt.open."""
+    the source options of ckpt.open.  The `path` attribute (and repr, and
+    errors) show a URL without its credentials (ckpt_redact_name)."""
 
-    def __init__(self, path, allowed_globals=None, *, direct=False, **source):
-        self.path = _sources.name(path)
-        self._catalog = _sources.catalog(self.path, direct, allowed_globals, open, **source)
+    def __init__(self, path, allowed_globals=None, *, framework="numpy", direct=False, **source):
+        self.framework = _frameworks.get(framework).name  # refused here, not at the first read
+        name = _sources.name(path)
+        # What is shown of the name: a URL's credentials stay in the catalog.
+        self.path = _sources.shown(name) if _sources.is_remote(name) else name
+        self._catalog = _sources.catalog(name, direct, allowed_globals, open, **source)
         info = self._catalog.info()
         self.format = FORMATS.get(info["format"], str(info["format"]))
         self.index_path = info["index_path"]
@@ -163,27 +167,56 @@ class Checkpoint:
 
     def view(self, name):
         """A read-only, zero-copy numpy array on the file's mapping (only for
-        tensors stored as loaded: dense, little-endian, uncompressed)."""
+        tensors stored as loaded: dense, little-endian, uncompressed).  If
+        the file is truncated while the array lives, touching its vanished
+        pages kills the process with SIGBUS; get() (or ckpt.load(copy=True))
+        gives memory of its own, out of reach of the file."""
         i = self._row(name)
         r = self._rows[i]
         return _frameworks.Numpy.from_buffer(self._catalog.view(i), r[1], r[2], 0, name)
 
-    def get(self, name, framework="numpy"):
-        """One tensor, copied into new memory (any stored layout)."""
+    def __getitem__(self, name):
+        """c[name]: one tensor, as get(name) gives it; KeyError when absent."""
+        return self._read(self._row(name), self.framework)
+
+    def get(self, name, default=None, *, framework=None):
+        """One tensor, copied into new memory (any stored layout), as a
+        tensor of `framework` (default: the one given to ckpt.open, numpy
+        unless told); `default` when the checkpoint has no such tensor, as
+        dict.get.  A framework's name as the second argument ("pt") is the
+        older form of framework=, and keeps its meaning (KeyError when
+        absent).  The CRC-32 of the ZIP member the tensor fills (a torch
+        storage of its own, an .npz array) is checked, as ckpt.load checks
+        it."""
+        if framework is None and isinstance(default, str) and default.lower() in _frameworks.FRAMEWORKS:
+            return self._read(self._row(name), default)
+        i = self._catalog.find(name) if isinstance(name, str) else None
+        if i is None:
+            return default
+        return self._read(i, framework or self.framework)
+
+    def _read(self, i, framework):
         fw = _frameworks.get(framework)
-        i = self._row(name)
         r = self._rows[i]
+        name = r[0]
         out = fw.empty(r[1], r[2], name)
         if r[3]:
             self._catalog.read(i, fw.raw(out, writable=True))
         return fw.to_device(out, None)
 
-    def verify(self, progress=None):
-        """Checks every recorded checksum; returns how many tensors matched."""
-        return self._catalog.verify(progress=_progress.choose(progress, "verify"))
+    def verify(self, progress=None, report=False):
+        """Checks every checksum the files record, reading every byte one
+        covers: ckpt's XXH3-64 digests (convert(checksums=True)) and the
+        CRC-32 of every ZIP member (torch.save files, .npz archives).  Raises
+        ckpt.Error (CKPT_E_CHECKSUM) on a mismatch.  Returns how many
+        tensors' XXH3-64 matched; with report=True, a dict of what was
+        checked: {"tensor_digests", "header_digests", "zip_crc32", "bytes",
+        "tensors"} (all 0 when the files record no checksum, as GGUF and
+        plain safetensors files do)."""
+        return self._catalog.verify(progress=_progress.choose(progress, "verify"), report=report)
 
     def __repr__(self):
-        return (f"<ckpt.Checkpoint {_sources.shown(self.path)!r} {self.format}, {len(self)} tensors, "
+        return (f"<ckpt.Checkpoint {self.path!r} {self.format}, {len(self)} tensors, "
                 f"{self.nbytes / 1e9:.2f} GB>")
 
 
@@ -198,10 +231,12 @@ def _gguf_value(typed):
     return value
 
 
-def open(path, *, allowed_globals=None, direct=False, **source):  # noqa: A001 - as safetensors' safe_open
+def open(path, *, framework="numpy", allowed_globals=None, direct=False, **source):  # noqa: A001 - as safe_open
     """Opens a checkpoint's catalog (.safetensors, sharded directory or
     index, torch.save file — or their http://, https:// or s3:// URLs)
-    without reading tensor data.
+    without reading tensor data.  c[name] and c.get(name) read one tensor
+    as a tensor of `framework` ("numpy", "pt" or "flax"), as safetensors'
+    safe_open(path, framework).get_tensor(name) does.
     allowed_globals: pickle globals ("module.Name") to allow beside torch's
     weights-only allowlist, as torch.serialization.add_safe_globals does —
     plain-data reconstructors only (numpy scalars and dtypes,
@@ -212,7 +247,7 @@ def open(path, *, allowed_globals=None, direct=False, **source):  # noqa: A001 -
     mappings; converts also drop what they write); for remote files,
     cache_dir (verified local copies), bearer_token, timeout and
     connect_timeout (seconds), retries and max_connections."""
-    return Checkpoint(path, allowed_globals, direct=direct, **source)
+    return Checkpoint(path, allowed_globals, framework=framework, direct=direct, **source)
 
 
 def shapes(path, *, nested=True, **source):
@@ -311,7 +346,7 @@ def _io(io, direct=False):
 def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
          tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, device="cpu", nested=False, copy=False,
          mmap=None, threads=0, io="auto", progress=None, allowed_globals=None, ignore_unmatched=False, direct=False,
-         **source):
+         check_crc=True, **source):
     """Loads a checkpoint (or the part of it a device needs) into a dict of
     tensors, with the parallel engine: memory beyond the tensors is a small
     bounce ring, whatever the checkpoint's size.
@@ -333,7 +368,24 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     the bytes shown); copy=True gives every tensor memory of its own
     instead, as do URLs and direct=True.  The others (casts, layouts,
     slices of inner axes) are read by the engine into new memory.
-    mmap=True asks for the views explicitly; mmap=False is copy=True."""
+    mmap=True asks for the views explicitly; mmap=False is copy=True.
+
+    A view is the file itself: if the file is truncated while the view is
+    alive (another process rewriting it in place, a download replaced by a
+    shorter one), touching its vanished pages kills this process with
+    SIGBUS — as with safetensors' load_file and numpy's and torch's mmap.
+    copy=True reads every tensor into memory of its own, which no later
+    change of the file can reach.  (A file replaced by rename, as ckpt's
+    writers replace files, leaves the views on the old one, intact.)
+
+    check_crc (default True): the CRC-32 of every ZIP member (torch.save
+    .bin/.pt files, .npz archives) whose bytes the engine reads whole is
+    checked as they stream — a mismatch raises ckpt.Error
+    (CKPT_E_CHECKSUM) naming the file, the member and the tensor.  Views
+    cannot be checked (no byte is read): to check a torch file's tensors
+    that would come as views, pass copy=True, or use
+    ckpt.open(path).verify().  Slices, and storages with bytes no tensor
+    shows, go unchecked; check_crc=False checks nothing."""
     if mmap is not None and not mmap:
         copy = True
     fw = _frameworks.get(framework)
@@ -362,7 +414,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     # row ranges); the rest, or everything with copy=True or direct=True,
     # through the engine (remote sources are never mapped).
     plan.load(threads=threads, io=io_mode, views=0 if copy or direct else _VIEWS_PRIVATE,
-              progress=_progress.choose(progress, "load"))
+              progress=_progress.choose(progress, "load"), check_crc=check_crc)
     out = {}
     for i, item in enumerate(items):
         out[item.name] = fw.from_buffer(plan.data(i), item.dtype, item.shape, 0, item.name)
@@ -374,12 +426,13 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     return out
 
 
-def _target_tensors(target):
+def _target_tensors(target, keep_vars=False):
     """(framework, {name: tensor}) of a module, a state dict or a nested
-    dict of arrays."""
+    dict of arrays; keep_vars=True gives a module's own Parameters and
+    buffers (tied names share one object), as state_dict(keep_vars=True)."""
     mod = type(target).__module__
     if hasattr(target, "state_dict") and mod.startswith("torch") or _is_module(target):
-        return _frameworks.Torch, target.state_dict()
+        return _frameworks.Torch, target.state_dict(keep_vars=keep_vars)
     flat = _tree.flatten(target)
     fws = {_frameworks.of(t) for t in flat.values()}
     if len(fws) != 1 or None in fws:
@@ -389,12 +442,13 @@ def _target_tensors(target):
 
 
 def _address(fw, t):
-    """(data address, nbytes) of a tensor, or None for an empty one."""
+    """(data address, nbytes) of a tensor, or None for an empty one or one
+    without memory (meta)."""
     _, _, nbytes = fw.describe(t)
     if not nbytes:
         return None
     ptr = t.data_ptr() if fw is _frameworks.Torch else t.__array_interface__["data"][0]
-    return ptr, nbytes
+    return (ptr, nbytes) if ptr else None
 
 
 def _is_module(x):
@@ -405,15 +459,128 @@ def _is_module(x):
     return isinstance(x, torch.nn.Module)
 
 
-def load_into(target, path, strict=True, *, select=None, exclude=None, rename=None, tp_rank=None, tp_size=None,
-              tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, threads=0, io="auto",
-              progress=None, allowed_globals=None, ignore_unmatched=False, direct=False, on_loaded=None,
-              **source):
+def _on_meta(fw, t):
+    return fw is _frameworks.Torch and t.device.type == "meta"
+
+
+def _names_shown(names, limit=8):
+    shown = ", ".join(f'"{n}"' for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _meta_non_persistent(module):
+    """[(name, owner module, attribute)] of the non-persistent buffers on
+    the meta device (rotary inv_freq, position_ids, …): no checkpoint holds
+    them, since state_dict() leaves them out."""
+    out = []
+    for prefix, mod in module.named_modules():
+        for attr in sorted(mod._non_persistent_buffers_set):
+            buf = mod._buffers.get(attr)
+            if buf is not None and buf.device.type == "meta":
+                out.append((f"{prefix}.{attr}" if prefix else attr, mod, attr))
+    return out
+
+
+def _initializer(module, name):
+    """The `_init_weights` of the module nearest above `name` that has one
+    (a transformers PreTrainedModel: it computes a submodule's tensors from
+    the model's config), or None."""
+    parts = name.split(".")[:-1]
+    for depth in range(len(parts), -1, -1):
+        owner = module.get_submodule(".".join(parts[:depth]))
+        init = getattr(owner, "_init_weights", None)
+        if callable(init):
+            return init
+    return None
+
+
+def _compute_non_persistent(module, buffers, device):
+    """Materialises the meta non-persistent buffers on `device` and has the
+    model compute them, as transformers' from_pretrained does: its
+    `_init_weights(owner)` for each module owning some (the owner's other
+    tensors, which the checkpoint gave, are hidden behind meta stand-ins
+    meanwhile, so that nothing loaded is re-initialised).  A buffer the
+    initializer did not write goes back to meta; returns their names."""
+    import torch
+    left = []
+    owners = {}
+    for name, owner, attr in buffers:
+        owners.setdefault(id(owner), (owner, name, []))[2].append((name, attr))
+    for owner, first, attrs in owners.values():
+        init = _initializer(module, first)
+        if init is None:
+            left += [n for n, _ in attrs]
+            continue
+        meta = {a: owner._buffers[a] for _, a in attrs}
+        fresh = {a: torch.empty_like(meta[a], device=device) for a in meta}
+        versions = {a: t._version for a, t in fresh.items()}
+        hidden = {}
+        for table in (owner._parameters, owner._buffers):
+            for a, t in table.items():
+                if t is not None and a not in meta:
+                    hidden[(id(table), a)] = (table, t)
+                    stand_in = torch.empty_like(t, device="meta")
+                    table[a] = torch.nn.Parameter(stand_in, t.requires_grad) if isinstance(t, torch.nn.Parameter) \
+                        else stand_in
+        owner._buffers.update(fresh)
+        try:
+            with torch.no_grad():
+                init(owner)
+        finally:
+            for (_, a), (table, t) in hidden.items():
+                table[a] = t
+        for name, a in attrs:
+            now = owner._buffers.get(a)
+            if now is fresh[a] and now._version == versions[a]:  # neither written nor replaced
+                owner._buffers[a] = meta[a]
+                left.append(name)
+    return left
+
+
+def _strict_error(target, missing, unexpected, mismatched, meta_left=(), loaded=False):
+    error = f"Error(s) in loading state_dict for {type(target).__name__}:"
+    if missing:
+        error += "\n\tMissing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + "."
+    if unexpected:
+        error += "\n\tUnexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + "."
+    for m in mismatched:
+        error += (f"\n\tsize mismatch for {m.name}: copying a param with shape {tuple(m.found.shape)} from "
+                  f"checkpoint, the shape in current model is {tuple(m.expected.shape)}.")
+    if meta_left:
+        error += ("\n\tNon-persistent buffer(s) on the meta device, which no checkpoint holds and the model does "
+                  "not compute (no _init_weights writes them): " + _names_shown(list(meta_left)) +
+                  ". Create them outside torch.device('meta'), or pass strict=False to leave them there" +
+                  (" (the checkpoint's tensors are loaded)." if loaded else "."))
+    return RuntimeError(error)
+
+
+def load_into(target, path, strict=True, *, assign=False, device=None, dtype=None, copy=False, select=None,
+              exclude=None, rename=None, tp_rank=None, tp_size=None, tp_dim=0, tp_select=None, slices=None,
+              transpose=None, layout=None, threads=0, io="auto", progress=None, allowed_globals=None,
+              ignore_unmatched=False, direct=False, on_loaded=None, check_crc=True, **source):
     """Loads a checkpoint into the existing tensors of `target` — a
     torch.nn.Module, a state dict, or a (nested) dict of numpy arrays — in
     place: bytes go straight from the file into each tensor's memory, so no
     second copy of the model is ever held.  Float tensors are cast to the
-    target's dtype on the way.
+    target's dtype on the way.  A target tensor on the meta device has no
+    memory to load into: it is an error, naming it, unless assign=True.
+
+    assign=True (a module only), as load_state_dict(assign=True): the
+    module's parameters and buffers are replaced by the checkpoint's
+    tensors — for a model built on the meta device (`with
+    torch.device("meta"): model = Model(config)`), which then takes no
+    memory but the checkpoint's.  The new tensors are views of the file
+    where the bytes allow (as ckpt.load gives them; copy=True, direct=True
+    and URLs give memory of their own), on `device` (default "cpu"), of the
+    checkpoint's dtype or `dtype` (one dtype for every float tensor, or
+    {glob: dtype}, cast by the engine).  Each parameter stays a Parameter of
+    its class with its requires_grad; tied parameters stay one Parameter
+    (a tied name the checkpoint lacks is not missing, one it repeats is not
+    read twice).  Non-persistent buffers (rotary inv_freq, position_ids)
+    are in no checkpoint: those left on meta are computed by the model when
+    it knows how — a transformers model's _init_weights, as from_pretrained
+    does — else they make strict=True fail (with strict=False they stay
+    on meta and are named in missing_keys).
 
     Returns LoadResult(missing_keys, unexpected_keys, mismatched_keys), like
     load_state_dict; with strict=True any of them raises RuntimeError
@@ -427,22 +594,36 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
     the loading threads, one call at a time (it holds the GIL), in no
     particular order — to use each one (copy it to a device, hash it)
     without waiting for the whole load.  An exception it raises stops the
-    load and is raised here."""
+    load and is raised here.  With assign=True it is called once the load
+    is done, with each new tensor as the module now holds it.
+
+    check_crc (default True) checks the CRC-32 of every ZIP member (torch
+    .bin/.pt, .npz) read whole, as ckpt.load does: a mismatch raises
+    ckpt.Error (CKPT_E_CHECKSUM), the target then holding partial data.  A
+    torch storage shared by several tensors is checked once the last of
+    them is in place, before its on_loaded call (the others' came
+    already)."""
     if on_loaded is not None and not callable(on_loaded):
         raise TypeError(f"on_loaded must be a function of (name, tensor), not {type(on_loaded).__name__}")
-    fw, flat = _target_tensors(target)
+    if assign and not _is_module(target):
+        raise TypeError(f"assign=True replaces the parameters and buffers of a torch.nn.Module, not of a "
+                        f"{type(target).__name__} (ckpt.load returns new tensors)")
+    if not assign and (device is not None or dtype is not None or copy):
+        raise ValueError("device=, dtype= and copy= go with assign=True: loaded in place, each tensor keeps its "
+                         "own device, dtype and memory")
+    fw, flat = _target_tensors(target, keep_vars=assign)
     io_mode = _io(io, direct)
     catalog = _sources.catalog(path, direct, allowed_globals, load_into, **source)
     rows = catalog.tensors()
-    plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, tp_rank=tp_rank,
-                       tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
-                       layout=layout, ignore_unmatched=ignore_unmatched)
+    plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype if assign else None,
+                       tp_rank=tp_rank, tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices,
+                       transpose=transpose, layout=layout, ignore_unmatched=ignore_unmatched)
     expected = []
     for name, t in flat.items():
         dt, shape, _ = fw.describe(t)
-        expected.append((name, dt, shape))
+        expected.append((name, None if assign else dt, shape))  # assigned tensors keep the checkpoint's dtype
     before = plan.items()
-    report = plan.match(expected, _MATCH_CAST)
+    report = plan.match(expected, 0 if assign else _MATCH_CAST)
     missing, unexpected, mismatched, drop, recast = [], [], [], [], set()
     for kind, name, e, item in report:
         if kind == _MISSING:
@@ -456,27 +637,49 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
             drop.append(rows[before[item][1]][0])
         elif kind == _DTYPE:
             recast.add(name)  # not castable by ckpt (e.g. int32 → int64): the framework converts
+    # Tied weights (an output head sharing the embedding's memory) are saved
+    # once: a name that aliases a loaded tensor is not missing.  Assigned,
+    # one of them is read and the module's one Parameter replaced.
+    alias = (lambda t: id(t)) if assign else (lambda t: _address(fw, t))
+    mismatched_names = {m.name for m in mismatched}
+    present = [it[0] for it in before if it[0] in flat and it[0] not in mismatched_names]
+    on_meta = [] if assign else [n for n in present if _on_meta(fw, flat[n])]
+    if on_meta:
+        raise ValueError(f"{len(on_meta)} target tensors are on the meta device, with no memory to load into: "
+                         f"{_names_shown(on_meta)}; pass assign=True to replace them with the checkpoint's")
     if missing:
-        # Tied weights (an output head sharing the embedding's memory) are
-        # saved once; the names that alias a loaded tensor are not missing.
-        mismatched_names = {m.name for m in mismatched}
-        loaded = {_address(fw, flat[it[0]]) for it in before if it[0] in flat and it[0] not in mismatched_names}
+        loaded = {alias(flat[n]) for n in present}
         loaded.discard(None)
-        missing = [n for n in missing if _address(fw, flat[n]) not in loaded]
-    if strict and (missing or unexpected or mismatched):
-        kind = type(target).__name__
-        error = f"Error(s) in loading state_dict for {kind}:"
-        if missing:
-            error += "\n\tMissing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + "."
-        if unexpected:
-            error += "\n\tUnexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + "."
-        for m in mismatched:
-            error += (f"\n\tsize mismatch for {m.name}: copying a param with shape {tuple(m.found.shape)} from "
-                      f"checkpoint, the shape in current model is {tuple(m.expected.shape)}.")
-        raise RuntimeError(error)
-    for source in drop:
-        plan.exclude(_literal(source))
-    items = plan.items()
+        missing = [n for n in missing if alias(flat[n]) not in loaded]
+    if assign:
+        first = {}
+        for it in before:
+            if it[0] in present and first.setdefault(alias(flat[it[0]]), it[0]) != it[0]:
+                drop.append(rows[it[1]][0])  # a tied name the checkpoint repeats: read once
+    meta_buffers = _meta_non_persistent(target) if assign else []
+    uncomputed = [n for n, owner, _ in meta_buffers if _initializer(target, n) is None]
+    if strict and (missing or unexpected or mismatched or uncomputed):
+        raise _strict_error(target, missing, unexpected, mismatched, uncomputed)
+    for source_name in drop:
+        plan.exclude(_literal(source_name))
+    items = plan.items()  # none left: strict=False's report says why
+    if items and not assign:
+        _load_in_place(fw, flat, plan, items, recast, threads, io_mode, progress, on_loaded, check_crc)
+    elif items:
+        _load_assigned(target, flat, plan, items, device, copy or direct, threads, io_mode, progress, on_loaded,
+                       check_crc)
+    if assign:
+        left = _compute_non_persistent(target, meta_buffers, device or "cpu")
+        if strict and left:
+            raise _strict_error(target, [], [], [], left, loaded=True)
+        missing += left
+    return LoadResult(missing, unexpected, mismatched)
+
+
+def _load_in_place(fw, flat, plan, items, recast, threads, io_mode, progress, on_loaded, check_crc):
+    """The engine writes straight into each target tensor's memory (those
+    on the host, contiguous, of a dtype it casts to); the others are loaded
+    into new memory and copied in by the framework."""
     direct = []
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
         t = flat[name]
@@ -490,7 +693,8 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
         def done(i):  # items read in place are the caller's tensors already; the others come after the copy
             if direct[i]:
                 on_loaded(items[i][0], flat[items[i][0]])
-    plan.load(threads=threads, io=io_mode, progress=_progress.choose(progress, "load"), item_done=done)
+    plan.load(threads=threads, io=io_mode, progress=_progress.choose(progress, "load"), item_done=done,
+              check_crc=check_crc)
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
         if not direct[i]:
             tmp = fw.from_buffer(plan.data(i), dt, shape, 0, name)
@@ -498,7 +702,35 @@ def load_into(target, path, strict=True, *, select=None, exclude=None, rename=No
             del tmp
             if on_loaded is not None:
                 on_loaded(name, flat[name])
-    return LoadResult(missing, unexpected, mismatched)
+
+
+def _load_assigned(module, flat, plan, items, device, copy, threads, io_mode, progress, on_loaded, check_crc):
+    """Loads the plan's tensors as ckpt.load does (views where the bytes
+    allow) and puts each in the module in place of the tensor it names —
+    and of every name tied to it."""
+    import torch
+    names_of = {}
+    for name, t in flat.items():
+        names_of.setdefault(id(t), []).append(name)
+    plan.load(threads=threads, io=io_mode, views=0 if copy else _VIEWS_PRIVATE,
+              progress=_progress.choose(progress, "load"), check_crc=check_crc)
+    fw = _frameworks.Torch
+    for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
+        old = flat[name]
+        new = fw.to_device(fw.from_buffer(plan.data(i), dt, shape, 0, name), device)
+        if isinstance(old, torch.nn.Parameter):
+            try:
+                new = type(old)(new, requires_grad=old.requires_grad)
+            except Exception as e:
+                if hasattr(e, "add_note"):
+                    e.add_note(f"(ckpt.load_into(assign=True): making {name!r} a {type(old).__name__})")
+                raise
+            new.__dict__.update(old.__dict__)  # attributes set on the parameter (sharding flags, …)
+        for alias in names_of[id(old)]:
+            prefix, _, attr = alias.rpartition(".")
+            setattr(module.get_submodule(prefix), attr, new)
+        if on_loaded is not None:
+            on_loaded(name, new)
 
 
 # ---------------------------------------------------------------------------
@@ -616,7 +848,8 @@ def _pieces(fw, t):
 def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None, tp_dim=0,
             tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
             overwrite=False, checksums=False, no_sync=False, progress=None, extra_files=True, allowed_globals=None,
-            ignore_unmatched=False, format=None, dcp_ranks=1, direct=False, dry_run=False,
+            ignore_unmatched=False, format=None, dcp_ranks=1, direct=False, dry_run=False, check_crc=True,
+            source_metadata=False,
             **source):  # noqa: A002
     """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
     — one file, or shards in a directory when max_shard_size is given or
@@ -630,14 +863,26 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     msgpack file, names split at dots into nested maps), or "dcp" (a
     torch.distributed.checkpoint directory, as if saved by `dcp_ranks`
     ranks: tensors cut along their first axis, as Shard(0) cuts them); a
-    `dst` ending in .gguf, .npz or .msgpack chooses the format too.
+    `dst` ending in .gguf, .npz or .msgpack chooses the format too.  A GGUF
+    gets a GGUF source's key-values; the metadata of other sources (a
+    safetensors `__metadata__`, a torch file's {"format": "pt"}) only with
+    source_metadata=True, as string key-values.
 
     Shows a progress bar on a terminal (progress=False hides it; a
     callable(done, total) receives the progress).  A model directory's other
     files (config.json, tokenizer files, …) are copied into a sharded `dst`
-    along with the weights unless extra_files=False.  `src` may be a URL;
+    along with the weights unless extra_files=False; config.json's dtype
+    becomes the one `dtype` gave every float tensor (left as it is when
+    float tensors of several dtypes remain).  `src` may be a URL;
     direct=True reads it with O_DIRECT and drops the output from the page
     cache as it reaches the disk.
+
+    Returns the paths written (as save does): the output files, then the
+    side files (an index, DCP's .metadata) and the copied files.
+
+    check_crc (default True): the CRC-32 of every ZIP member of the source
+    (torch .bin/.pt, .npz) read whole is checked as it streams; a mismatch
+    raises ckpt.Error (CKPT_E_CHECKSUM) and nothing is written.
 
     dry_run=True writes nothing and returns what the conversion would
     write, after every rule and with the same checks, as a dict:
@@ -656,27 +901,38 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     numbers = {v: k for k, v in FORMATS.items() if k in (1, 5, 6, 8, 9)}
     if format not in numbers:
         raise ValueError(f"format must be one of {sorted(numbers)}, not {format!r}")
+    if source_metadata and format != "gguf":
+        raise ValueError("source_metadata is for GGUF output: other formats always carry the source's metadata")
     name = os.fspath(dst)
     if max_shard_size is None and format == "safetensors" and (name.endswith("/") or os.path.isdir(name)):
         max_shard_size = "5GB"  # a directory gets shards, as `ckpt convert` gives it (the hub's default size)
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
               checksums=checksums, progress=bar, format=numbers[format],
-              dcp_ranks=int(dcp_ranks) if format == "dcp" else 0)
+              dcp_ranks=int(dcp_ranks) if format == "dcp" else 0, check_crc=check_crc,
+              source_metadata=bool(source_metadata))
     if prefix is not None:
         kw["prefix"] = prefix
     if extra_files and max_shard_size is not None and not _sources.is_remote(src) and os.path.isdir(src):
         kw["copy_files_from"] = os.fspath(src)
     rules = dict(select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank, tp_size=tp_size,
                  tp_select=tp_select, slices=slices, transpose=transpose, layout=layout)
+    plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
+    # The library's own preview names what the conversion writes (its
+    # destination rules, shards, side files), with the same checks.
+    preview = json.loads(plan.convert(os.fspath(dst), dry_run=True, **{**kw, "progress": None}))
     if dry_run:
-        kw["progress"] = None
-        plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
-        return json.loads(plan.convert(os.fspath(dst), dry_run=True, **kw))
-    if any(v is not None for v in rules.values()):
-        plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
-        plan.convert(os.fspath(dst), **kw)
-    else:
-        catalog.convert(os.fspath(dst), **kw)
+        return preview
+    plan.convert(os.fspath(dst), **kw)
+    return _written(preview)
+
+
+def _written(preview):
+    """The paths a conversion wrote, from its preview: the output files,
+    then its side files (an index, DCP's .metadata) and the files copied
+    beside them."""
+    files = [os.path.normpath(f["path"]) for f in preview["files"]]
+    where = preview["path"] if preview["directory"] else os.path.dirname(preview["path"])
+    return files + [os.path.join(where, n) for n in preview["side_files"] + preview["copied_files"]]
 
 
 def cast(array, dtype):

@@ -1,8 +1,10 @@
 """ckpt's exceptions.  Every failure of the C library becomes a subclass of
 `ckpt.Error` carrying `status`, `code`, `path`, `tensor` and `offset`; those
 that mean the same thing as a built-in error also derive from it
-(FileNotFoundError, FileExistsError, OSError), so existing handlers keep
-working."""
+(FileNotFoundError, FileExistsError, PermissionError, OSError), so existing
+handlers keep working."""
+import errno
+
 from . import _ckpt
 
 Error = _ckpt.Error
@@ -36,6 +38,11 @@ class ExistsError(Error, FileExistsError):
 
 class IOFailure(Error, OSError):
     """A system call failed, or the disk is full."""
+
+
+class AccessError(IOFailure, PermissionError):
+    """A file or directory the process may not read or write (EACCES,
+    EPERM); `errno` says which."""
 
 
 class CancelledError(Error):
@@ -75,6 +82,8 @@ def _register():
     for name, code in _ckpt.status_names().items():
         if 100 <= code < 110:
             classes[name] = RemoteError
+    for code in (errno.EACCES, errno.EPERM):  # a status with its errno: "CKPT_E_IO:13"
+        classes[f"CKPT_E_IO:{code}"] = AccessError
     _ckpt._register_errors(classes)
 
 

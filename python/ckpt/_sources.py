@@ -9,11 +9,22 @@ Every function that opens a checkpoint takes, as keyword arguments:
                         also drop what they write — and headers); no mmap
     cache_dir=None      keep verified copies of remote files there (named
                         by URL, ETag and size; a later open reads them
-                        locally after one request to check the version)
+                        locally after one request to check the version);
+                        created 0700, its files 0600; a copy is used only
+                        if it is this user's regular file, unchanged since
+                        written and, where the server gives a SHA-256, of
+                        that SHA-256 (see ckpt_catalog_options.cache_dir)
     bearer_token=None   sent as "Authorization: Bearer" to the URL's host
                         (default: $HF_TOKEN for huggingface.co and hf.co)
     timeout=None        seconds without a byte before a transfer fails and
                         is retried (60)
+    min_speed=None      bytes per second a transfer must keep up, averaged
+                        over min_speed_time, or it fails (CKPT_E_TIMEOUT)
+                        and is retried (1024; 0: no minimum)
+    min_speed_time=None  seconds of that window (30)
+    retry_deadline=None  seconds a request may go without progress before
+                        its next failure is final, however many retries are
+                        left (300; 0: retries alone bound it)
     connect_timeout=None  seconds to establish a connection (30)
     retries=None        retries of a failed request, each resuming at the
                         last byte received (5)
@@ -28,7 +39,8 @@ import os
 
 from . import _ckpt
 
-OPTIONS = ("cache_dir", "bearer_token", "timeout", "connect_timeout", "retries", "max_connections")
+OPTIONS = ("cache_dir", "bearer_token", "timeout", "connect_timeout", "retries", "max_connections", "min_speed",
+           "min_speed_time", "retry_deadline")
 _SCHEMES = ("http://", "https://", "s3://")
 
 
@@ -74,14 +86,7 @@ def catalog(path, direct=False, allowed_globals=None, _caller=None, **options):
 
 
 def shown(path):
-    """A path or URL as it may be printed (no password, no query string)."""
-    s = str(path)
-    if not is_remote(s):
-        return s
-    scheme, _, rest = s.partition("://")
-    host, slash, tail = rest.partition("/")
-    if "@" in host:
-        user, _, host = host.rpartition("@")
-        host = (user.split(":", 1)[0] + (":REDACTED" if ":" in user else "")) + "@" + host
-    tail, q, _ = tail.partition("?")
-    return f"{scheme}://{host}{slash}{tail}{'?REDACTED' if q else ''}"
+    """A path or URL as it may be printed: the library's one redaction
+    (ckpt_redact_name: no user part, no credentials in the query)."""
+    s = path if isinstance(path, str) else os.fsdecode(os.fspath(path))
+    return _ckpt.redact_name(s) if is_remote(s) else s

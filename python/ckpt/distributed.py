@@ -413,7 +413,7 @@ def _write_part(w, index, fw, t):
 
 
 def save(state_dict, out_dir, group=None, *, shards=None, max_shard_size="5GB", metadata=None, prefix="model",
-         overwrite=True, timeout=_DEFAULT_TIMEOUT, no_sync=False, return_stats=False):
+         overwrite=False, timeout=_DEFAULT_TIMEOUT, no_sync=False, return_stats=False):
     """Saves a state dict that many ranks hold in parts as one Hugging Face
     checkpoint — the files, headers and index that huggingface_hub's
     save_torch_state_dict writes for the whole state dict — every rank
@@ -426,8 +426,10 @@ def save(state_dict, out_dir, group=None, *, shards=None, max_shard_size="5GB", 
     blocks must tile it.  Tensors tied to each other are saved once, the
     others recorded in the metadata as huggingface_hub does.  Metadata is
     rank 0's.  Nothing appears under `out_dir` until every rank has written
-    all its bytes; then rank 0 commits.  Returns the statistics of this
-    rank with return_stats=True."""
+    all its bytes; then rank 0 commits.  An existing checkpoint is replaced
+    only with overwrite=True, as by every other save (else nothing is
+    written: rank 0 raises ExistsError, the others an error naming it).  Returns the statistics of
+    this rank with return_stats=True."""
     if _api._is_module(state_dict):
         state_dict = state_dict.state_dict()
     if not isinstance(state_dict, dict) or not all(isinstance(k, str) for k in state_dict):

@@ -6,6 +6,7 @@
     mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("x", "y"))
     params = ckpt.jax.load("flax_model.msgpack",
                            lambda name, shape: NamedSharding(mesh, P("x", None) if len(shape) == 2 else P()))
+    params = ckpt.jax.load("flax_model.msgpack", {"body": NamedSharding(mesh, P("x"))})  # a prefix tree
     report = ckpt.jax.match("flax_model.msgpack", jax.eval_shape(model.init, rng, x)["params"])
     variables, report = ckpt.jax.init_missing(model.init, {"params": params}, rng, x, shardings=...)
 
@@ -78,27 +79,82 @@ def _is_spec_leaf(x):
 
 
 def _resolver(shardings, mesh):
-    """name, shape → Sharding (or None: the default device)."""
-    def wrap(s, name):
+    """name, shape → Sharding (or None: the default device), fitted to the
+    array's rank (_fit).  A pytree of shardings is a prefix of the
+    checkpoint's tree, as JAX takes it: a leaf applies to its whole subtree
+    (the resolver's `entries` then name the leaves, for _check_prefix)."""
+    def wrap(s, name, shape):
         if isinstance(s, PartitionSpec):
             if mesh is None:
                 raise ValueError(f"a PartitionSpec for {name!r} needs mesh=")
-            return NamedSharding(mesh, s)
+            s = NamedSharding(mesh, s)
         if s is not None and not isinstance(s, Sharding):
             raise TypeError(f"the sharding for {name!r} is a {type(s).__name__}, not a jax.sharding.Sharding")
-        return s
+        return _fit(s, len(shape))
 
     if shardings is None or isinstance(shardings, (Sharding, PartitionSpec)):
-        return lambda name, shape: wrap(shardings, name)
+        return lambda name, shape: wrap(shardings, name, shape)
     if callable(shardings) and not isinstance(shardings, dict):
-        return lambda name, shape: wrap(shardings(name, tuple(shape)), name)
+        return lambda name, shape: wrap(shardings(name, tuple(shape)), name, shape)
     table = tree_names(shardings, is_leaf=_is_spec_leaf)
+    for key in table:
+        above = _covering(table, key, below=True)
+        if above is not None:
+            raise ValueError(f"the shardings tree is not a prefix tree: {above!r} is a leaf (it applies to its whole "
+                             f"subtree) and {key!r} lies below it")
 
     def look(name, shape):
-        if name not in table:
-            raise KeyError(f"the shardings tree has no entry for tensor {name!r}")
-        return wrap(table[name], name)
+        key = _covering(table, name)
+        if key is None:
+            raise KeyError(f"the shardings tree has no entry for tensor {name!r}, nor for a subtree holding it")
+        return wrap(table[key], name, shape)
+    look.entries = table
     return look
+
+
+def _covering(table, name, below=False):
+    """The entry of `table` that is `name` or the nearest path above it
+    (with below=True, only a path strictly above it), or None."""
+    key = name
+    if below:
+        key = key.rpartition(".")[0] if "." in key else None
+    while key is not None:
+        if key in table:
+            return key
+        key = key.rpartition(".")[0] if "." in key else None
+    return None
+
+
+def _check_prefix(resolve, names):
+    """Every leaf of a shardings tree names a tensor or a subtree of them
+    (`names`: the checkpoint's, after renames, before any selection): a
+    tree that is not a prefix of the checkpoint's is an error, as in JAX."""
+    entries = getattr(resolve, "entries", None)
+    if not entries:
+        return
+    used = {_covering(entries, n) for n in names}
+    stray = [k for k in entries if k not in used]
+    if stray:
+        shown = ", ".join(repr(k) for k in stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
+        raise ValueError(f"the shardings tree is not a prefix of the checkpoint's tree: {shown} name no tensor "
+                         f"and no subtree of tensors (the checkpoint's {len(names)} names: {names[:3]}…)")
+
+
+def _names(catalog, rows, rules):
+    """The checkpoint's tensor names after `rules` (renames …)."""
+    return [it[0] for it in _api._build_plan(catalog, rows, **rules).items()]
+
+
+def _fit(sharding, ndim):
+    """The sharding fitted to an array of `ndim` axes: a PartitionSpec with
+    entries for axes the array lacks (one P("x", None) for every tensor,
+    vectors and scalars included) loses them — the array is replicated over
+    those mesh axes, as ckpt.distributed makes a Shard of an axis a tensor
+    lacks a Replicate — so that jax.device_put takes the same sharding."""
+    if isinstance(sharding, NamedSharding) and len(sharding.spec) > ndim:
+        spec = sharding.spec
+        return sharding.update(spec=spec.update(partitions=tuple(spec)[:ndim]))
+    return sharding
 
 
 def _default_sharding():
@@ -155,8 +211,16 @@ def load(path, shardings=None, *, mesh=None, dtype=None, select=None, exclude=No
     shardings: one jax.sharding.Sharding for every array; a function
     (name, shape) → Sharding; or a pytree (nested dicts as ckpt.shapes
     gives, or a flat {name: ...}) of Shardings — or of PartitionSpecs with
-    mesh= — matching the checkpoint's names after renames.  None (or a None
-    entry): the first local device.
+    mesh= — over the checkpoint's names after renames.  As in JAX, the
+    pytree may be a prefix of the checkpoint's tree: a leaf ({"body":
+    {"dense1": sharding}}) applies to every array of its subtree
+    ("body.dense1.kernel", "body.dense1.bias"); a leaf naming no tensor and
+    no subtree is an error.  None (or a None entry): the first local device.
+    Each array's sharding is fitted to its rank: a PartitionSpec's entries
+    for axes the array lacks are dropped (one P("x", None) for every array
+    gives vectors P("x") and scalars P()), as ckpt.distributed makes a Shard
+    of an axis a tensor lacks a Replicate — so jax.device_put takes the
+    sharding each array comes with.
 
     dtype: one dtype for every float tensor or {glob: dtype}, cast by the
     engine; select / exclude / rename / transpose / layout: as ckpt.load.
@@ -172,6 +236,7 @@ def load(path, shardings=None, *, mesh=None, dtype=None, select=None, exclude=No
     rules = dict(rename=rename, dtype=dtype, transpose=transpose, layout=layout)
     base = _api._build_plan(catalog, rows, select=select, exclude=exclude, **rules)
     items = base.items()
+    _check_prefix(resolve, _names(catalog, rows, rules) if select or exclude else [it[0] for it in items])
     perms = [base.perm(i) for i in range(len(items))]
     del base
 
@@ -292,6 +357,9 @@ def shapes(path, shardings=None, *, mesh=None, nested=True, **rules):
     catalog = _sources.catalog(path)  # local paths and URLs alike
     rows = catalog.tensors()
     plan = _api._build_plan(catalog, rows, **rules)
+    if resolve:
+        unselected = {k: v for k, v in rules.items() if k not in ("select", "exclude")}
+        _check_prefix(resolve, _names(catalog, rows, unselected))
     flat = {}
     for name, src, dt, shape, nbytes, transform in plan.items():
         sharding = resolve(name, shape) if resolve else None

@@ -24,7 +24,10 @@ def safe_open(filename, framework="numpy", device="cpu", *, backend="mmap", **so
 def load_file(filename: Union[str, os.PathLike], *, backend: str = "mmap", **source) -> Dict[str, np.ndarray]:
     """Loads a checkpoint into a dict of arrays (safetensors.numpy.load_file).
     `filename` may be a URL; direct=True and the other source options are
-    those of ckpt.open."""
+    those of ckpt.open.  With backend="mmap" (the default) arrays stored as
+    loaded are copy-on-write views of the file: truncating the file while
+    they live makes touching them raise SIGBUS, as with safetensors;
+    backend="pread" copies every byte."""
     return _safe.load_file("numpy", filename, "cpu", backend, **source)
 
 

@@ -66,9 +66,17 @@ static PyObject *error_classes;  /* status name → subclass, registered by the 
 /* Errors                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* The class registered for "STATUS:errno" (CKPT_E_IO:13, EACCES: a
+ * PermissionError), else for the status, else ckpt.Error. */
 static PyObject *error_class_for(const ckpt_error *e) {
     if (error_classes) {
-        PyObject *cls = PyDict_GetItemString(error_classes, ckpt_status_name(e->status));
+        PyObject *cls = NULL;
+        if (e->sys_errno) {
+            char key[96];
+            snprintf(key, sizeof key, "%s:%d", ckpt_status_name(e->status), e->sys_errno);
+            cls = PyDict_GetItemString(error_classes, key);
+        }
+        if (!cls) cls = PyDict_GetItemString(error_classes, ckpt_status_name(e->status));
         if (cls) return cls;
     }
     return Error;
@@ -222,34 +230,58 @@ static void catalog_unuse(Catalog *c) {
     }
 }
 
-/* Seconds (a number, or None) as milliseconds; -1 on a bad value. */
-static int seconds_ms(PyObject *v, const char *name, uint32_t *ms) {
+/* Seconds (a number, or None: left as it is) as milliseconds, more than 0
+ * (or 0 itself, when `zero_ok`); -1 on a bad value. */
+static int seconds_ms(PyObject *v, const char *name, int zero_ok, uint32_t *ms) {
     if (v == Py_None) return 0;
     double s = PyFloat_AsDouble(v);
     if (s == -1.0 && PyErr_Occurred()) return -1;
-    if (!(s > 0) || s > 86400.0) {
-        PyErr_Format(PyExc_ValueError, "%s must be a number of seconds in (0, 86400]", name);
+    if (!(s > 0 || (zero_ok && s == 0)) || s > 86400.0) {
+        PyErr_Format(PyExc_ValueError, "%s must be a number of seconds in %s0, 86400]", name, zero_ok ? "[" : "(");
         return -1;
     }
     *ms = (uint32_t)(s * 1000 + 0.5);
-    if (!*ms) *ms = 1;
+    if (!*ms && s > 0) *ms = 1;
+    return 0;
+}
+
+/* A count (an int, or None: left as it is) in [0, max]; -1 on a bad value. */
+static int count_in(PyObject *v, const char *name, unsigned long max, uint32_t *out) {
+    if (v == Py_None) return 0;
+    unsigned long n = PyLong_AsUnsignedLong(v);
+    if (n == (unsigned long)-1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s must be in [0, %lu]", name, max);
+        }
+        return -1;
+    }
+    if (n > max) {
+        PyErr_Format(PyExc_ValueError, "%s must be in [0, %lu]", name, max);
+        return -1;
+    }
+    *out = (uint32_t)n;
     return 0;
 }
 
 /* Catalog(path, *, direct=False, cache_dir=None, bearer_token=None,
- * timeout=None, connect_timeout=None, retries=None, max_connections=None):
- * the options of ckpt_catalog_options (remote files, direct I/O). */
+ * timeout=None, connect_timeout=None, retries=None, max_connections=None,
+ * min_speed=None, min_speed_time=None, retry_deadline=None): the options of
+ * ckpt_catalog_options (remote files, direct I/O); None keeps a default. */
 static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"path", "allowed_globals", "direct", "cache_dir", "bearer_token", "timeout",
-                             "connect_timeout", "retries", "max_connections", NULL};
+                             "connect_timeout", "retries", "max_connections", "min_speed", "min_speed_time",
+                             "retry_deadline", NULL};
     PyObject *path_obj, *globals = NULL, *cache_obj = NULL, *timeout = Py_None, *connect_timeout = Py_None,
-                        *retries = Py_None;
+                        *retries = Py_None, *min_speed = Py_None, *min_speed_time = Py_None,
+                        *retry_deadline = Py_None;
     int direct = 0;
     const char *token = NULL;
     unsigned int connections = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$pO&zOOOI", kwlist, PyUnicode_FSConverter, &path_obj, &globals,
-                                     &direct, PyUnicode_FSConverter, &cache_obj, &token, &timeout, &connect_timeout,
-                                     &retries, &connections))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$pO&zOOOIOOO", kwlist, PyUnicode_FSConverter, &path_obj,
+                                     &globals, &direct, PyUnicode_FSConverter, &cache_obj, &token, &timeout,
+                                     &connect_timeout, &retries, &connections, &min_speed, &min_speed_time,
+                                     &retry_deadline))
         return -1;
     ckpt_catalog_options o;
     ckpt_catalog_options_init(&o);
@@ -257,14 +289,12 @@ static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
     o.bearer_token = token;
     o.max_connections = connections;
     if (cache_obj && cache_obj != Py_None) o.cache_dir = PyBytes_AS_STRING(cache_obj);
-    int bad = seconds_ms(timeout, "timeout", &o.read_timeout_ms) ||
-              seconds_ms(connect_timeout, "connect_timeout", &o.connect_timeout_ms);
-    if (!bad && retries != Py_None) {
-        long r = PyLong_AsLong(retries);
-        if (r == -1 && PyErr_Occurred()) bad = 1;
-        else if (r < 0 || r > 100) PyErr_SetString(PyExc_ValueError, "retries must be in [0, 100]"), bad = 1;
-        else o.retries = (uint32_t)r;
-    }
+    int bad = seconds_ms(timeout, "timeout", 0, &o.read_timeout_ms) ||
+              seconds_ms(connect_timeout, "connect_timeout", 0, &o.connect_timeout_ms) ||
+              seconds_ms(min_speed_time, "min_speed_time", 0, &o.min_speed_time_ms) ||
+              seconds_ms(retry_deadline, "retry_deadline", 1, &o.retry_deadline_ms) ||
+              count_in(retries, "retries", 100, &o.retries) ||
+              count_in(min_speed, "min_speed", UINT32_MAX, &o.min_speed_bytes);
     PyObject *fast = NULL;
     const char **names = NULL;
     if (!bad && globals && globals != Py_None) {
@@ -565,24 +595,31 @@ static PyObject *Catalog_view(Catalog *self, PyObject *arg) {
     return buffer_new((PyObject *)self, (void *)data, t->nbytes, 1, NULL);
 }
 
+/* verify(progress=None, report=False) → the tensors whose XXH3-64 matched,
+ * or with report, what ckpt_verify_ex checked as a dict. */
 static PyObject *Catalog_verify(Catalog *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"progress", NULL};
+    static char *kwlist[] = {"progress", "report", NULL};
     progress_ctx p = {NULL};
+    int want_report = 0;
     if (!catalog_ready(self)) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &p.callable)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Op", kwlist, &p.callable, &want_report)) return NULL;
     ckpt_error e;
     ckpt_status st;
-    size_t checked = 0;
+    ckpt_verify_report r = {.size = sizeof r};
     Py_BEGIN_ALLOW_THREADS
-    st = ckpt_verify(self->catalog, progress_trampoline, &p, &checked, &e);
+    st = ckpt_verify_ex(self->catalog, progress_trampoline, &p, &r, &e);
     Py_END_ALLOW_THREADS
     if (st != CKPT_OK) return raise_ckpt(&e);
-    return PyLong_FromSize_t(checked);
+    if (!want_report) return PyLong_FromSize_t(r.tensor_digests);
+    return Py_BuildValue("{s:n,s:n,s:n,s:K,s:n}", "tensor_digests", (Py_ssize_t)r.tensor_digests, "header_digests",
+                         (Py_ssize_t)r.header_digests, "zip_crc32", (Py_ssize_t)r.zip_crc32, "bytes",
+                         (unsigned long long)r.bytes, "tensors", (Py_ssize_t)r.tensors);
 }
 
 /* convert(dst, max_shard_size=0, prefix=None, overwrite=False,
- * no_sync=False, checksums=False, progress=None), shared by Catalog (plain
- * copy) and Plan (with its rules): `run` is the library call. */
+ * no_sync=False, checksums=False, progress=None, …, check_crc=True), shared
+ * by Catalog (plain copy) and Plan (with its rules): `run` is the library
+ * call. */
 typedef ckpt_status (*convert_fn)(void *source, const char *dst, const ckpt_writer_options *o, ckpt_progress_fn fn,
                                   void *user, ckpt_error *err);
 
@@ -600,19 +637,23 @@ static ckpt_status run_plan_convert(void *source, const char *dst, const ckpt_wr
  * ckpt_convert_plan_preview's JSON text. */
 static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress",
-                             "copy_files_from", "format", "dcp_ranks", "dry_run", NULL};
+                             "copy_files_from", "format", "dcp_ranks", "dry_run", "check_crc",
+                             "source_metadata", NULL};
     PyObject *dst, *prefix = NULL, *extra = NULL;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     unsigned long long shard = 0;
     unsigned int dcp_ranks = 0; /* with format CKPT_FORMAT_DCP: the ranks that appear to have saved it */
-    int overwrite = 0, no_sync = 0, checksums = 0, format = 0, dry_run = 0;
+    int overwrite = 0, no_sync = 0, checksums = 0, format = 0, dry_run = 0, check_crc = 1, source_metadata = 0;
     progress_ctx p = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&iIp", kwlist, PyUnicode_FSConverter, &dst, &shard,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&iIppp", kwlist, PyUnicode_FSConverter, &dst, &shard,
                                      PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable,
-                                     PyUnicode_FSConverter, &extra, &format, &dcp_ranks, &dry_run))
+                                     PyUnicode_FSConverter, &extra, &format, &dcp_ranks, &dry_run, &check_crc,
+                                     &source_metadata))
         return NULL;
+    o.skip_crc_check = !check_crc;
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
+    o.source_metadata = source_metadata;
     o.format = (ckpt_format)format;
     o.dcp_ranks = dcp_ranks;
     o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
@@ -673,10 +714,11 @@ static PyMethodDef Catalog_methods[] = {
      "read(index, out, byte_offset=0): copy a tensor's bytes into a writable buffer"},
     {"view", (PyCFunction)Catalog_view, METH_O, "view(index) -> read-only Buffer on the file's mapping"},
     {"verify", (PyCFunction)(void (*)(void))Catalog_verify, METH_VARARGS | METH_KEYWORDS,
-     "verify(progress=None) -> number of tensors whose checksum matched"},
+     "verify(progress=None, report=False) -> number of tensors whose XXH3-64 matched; with report, a dict of\n"
+     "        what was checked: tensor_digests, header_digests, zip_crc32, bytes, tensors"},
     {"convert", (PyCFunction)(void (*)(void))Catalog_convert, METH_VARARGS | METH_KEYWORDS,
      "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None, "
-     "copy_files_from=None, dcp_ranks=0)"},
+     "copy_files_from=None, format=0, dcp_ranks=0, check_crc=True, source_metadata=False)"},
     {"close", (PyCFunction)Catalog_close, METH_NOARGS, "close(): release files (once no view refers to them)"},
     {NULL}};
 
@@ -1110,18 +1152,20 @@ static int item_done_trampoline(size_t item, void *user) {
 }
 
 static PyObject *Plan_load(Plan *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"threads", "chunk_bytes", "io", "io_uring", "views", "progress", "item_done", NULL};
+    static char *kwlist[] = {"threads", "chunk_bytes", "io", "io_uring", "views", "progress", "item_done", "check_crc",
+                             NULL};
     ckpt_load_options o;
     ckpt_load_options_init(&o);
-    int io = 0, uring = 0, views = 0;
+    int io = 0, uring = 0, views = 0, check_crc = 1;
     unsigned long long chunk = 0;
     progress_ctx p = {NULL};
     item_done_ctx d = {NULL, NULL, NULL, NULL};
     if (!plan_ready(self)) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IKiiiOO", kwlist, &o.threads, &chunk, &io, &uring, &views,
-                                     &p.callable, &d.callable))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IKiiiOOp", kwlist, &o.threads, &chunk, &io, &uring, &views,
+                                     &p.callable, &d.callable, &check_crc))
         return NULL;
     o.chunk_bytes = chunk, o.io = (ckpt_io_mode)io, o.io_uring = uring, o.views = views;
+    o.skip_crc_check = !check_crc;
     o.progress = progress_trampoline, o.user = &p;
     if (d.callable && d.callable != Py_None) o.item_done = item_done_trampoline, o.item_done_user = &d;
     ckpt_error e;
@@ -1191,13 +1235,14 @@ static PyMethodDef Plan_methods[] = {
     {"release_buffers", (PyCFunction)Plan_release_buffers, METH_NOARGS,
      "release_buffers(): the current items forget their set_buffer buffers"},
     {"load", (PyCFunction)(void (*)(void))Plan_load, METH_VARARGS | METH_KEYWORDS,
-     "load(threads=0, chunk_bytes=0, io=0, io_uring=0, views=0, progress=None): views 1 read-only, 2 private"},
+     "load(threads=0, chunk_bytes=0, io=0, io_uring=0, views=0, progress=None, item_done=None, check_crc=True):\n"
+     "        views 1 read-only, 2 private; check_crc checks ZIP members read whole"},
     {"data", (PyCFunction)Plan_data, METH_O, "data(i) -> Buffer, or None for a caller buffer"},
     {"stats", (PyCFunction)Plan_stats, METH_NOARGS, "stats() -> dict of the last load"},
     {"convert", (PyCFunction)(void (*)(void))Plan_convert, METH_VARARGS | METH_KEYWORDS,
      "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None,\n"
-     "        copy_files_from=None, format=0, dcp_ranks=0, dry_run=False): with dry_run, writes nothing and returns\n"
-     "        what it would write (JSON text, see ckpt_convert_plan_preview)"},
+     "        copy_files_from=None, format=0, dcp_ranks=0, dry_run=False, check_crc=True, source_metadata=False):\n"
+     "        with dry_run, writes nothing and returns what it would write (JSON text, see ckpt_convert_plan_preview)"},
     {NULL}};
 
 static PyTypeObject PlanType = {
@@ -2014,6 +2059,25 @@ static PyObject *mod_cast(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* redact_name(name): ckpt_redact_name, the one redaction of names. */
+static PyObject *mod_redact_name(PyObject *self, PyObject *name) {
+    (void)self;
+    PyObject *bytes;
+    if (!PyUnicode_FSConverter(name, &bytes)) return NULL;
+    const char *s = PyBytes_AS_STRING(bytes);
+    size_t n = ckpt_redact_name(s, NULL, 0);
+    char *out = PyMem_Malloc(n + 1);
+    PyObject *r = NULL;
+    if (!out) PyErr_NoMemory();
+    else {
+        ckpt_redact_name(s, out, n + 1);
+        r = PyUnicode_DecodeFSDefaultAndSize(out, (Py_ssize_t)n);
+        PyMem_Free(out);
+    }
+    Py_DECREF(bytes);
+    return r;
+}
+
 static PyObject *mod_status_names(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
     PyObject *d = PyDict_New();
@@ -2251,6 +2315,7 @@ static PyMethodDef module_methods[] = {
     {"status_names", mod_status_names, METH_NOARGS, "status_names() -> {name: code}"},
     {"json_loads", mod_json_loads, METH_O,
      "json_loads(text) -> (value, depth): the library's JSON (object trees) without recursion on the C stack"},
+    {"redact_name", mod_redact_name, METH_O, "redact_name(name) -> the name as it may be shown (ckpt_redact_name)"},
     {"_register_errors", register_errors, METH_O, "internal: status name -> exception class"},
     COLLECTIVE_METHODS
     {NULL}};

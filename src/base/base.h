@@ -62,16 +62,36 @@ static inline bool ckpt__add_u64(uint64_t a, uint64_t b, uint64_t *out) {
 }
 
 /* Size in bytes of `numel` elements of `dtype`.  Returns CKPT_E_SHAPE_OVERFLOW
- * when the bit count overflows and CKPT_E_PARTIAL_BYTE when it is not a whole
- * number of bytes; does not fill an error. */
+ * past 2^64 bytes, CKPT_E_PARTIAL_BYTE when it is not a whole number of
+ * bytes, CKPT_E_GGUF_DIMS of blocks; does not fill an error.  A tensor's
+ * size is ckpt__tensor_size's. */
 CKPT__HIDDEN ckpt_status ckpt__dtype_nbytes(ckpt_dtype dtype, uint64_t numel, uint64_t *nbytes);
 
 /* False when `dtype` is a block type and the innermost dimension of the
  * shape is not a whole number of its blocks (or there is none). */
 CKPT__HIDDEN bool ckpt__block_rows_ok(ckpt_dtype dtype, uint32_t ndim, const uint64_t *shape);
 
-/* Product of a shape; false on overflow. */
+/* Product of a shape (0 when an axis is 0); false when the product of its
+ * nonzero axes passes INT64_MAX, as in ckpt__tensor_size. */
 CKPT__HIDDEN bool ckpt__shape_numel(uint32_t ndim, const uint64_t *shape, uint64_t *numel);
+
+/*
+ * The one check of a tensor's size — every format's tensors
+ * (ckpt__cat_add_tensor), the writer's, a plan's casts, a rank's decoded
+ * catalog: its elements and its bytes in `dtype`.  CKPT_E_SHAPE_OVERFLOW
+ * when the product of its nonzero axes passes INT64_MAX, in elements or in
+ * bytes, whatever other axis is 0: safetensors refuses a header where any
+ * partial product of the shape overflows (its Rust validation multiplies
+ * the axes in order with checked_mul), and numpy and torch refuse an array
+ * whose nonzero axes' product in bytes passes int64 ("array is too big"),
+ * so ckpt neither reads nor writes one.  Then no product of any of the
+ * axes, of a slice of them, or of strides over them, overflows an int64:
+ * the engine's strides and offsets rely on it.  CKPT_E_UNKNOWN_DTYPE,
+ * CKPT_E_PARTIAL_BYTE and CKPT_E_GGUF_DIMS as ckpt__dtype_nbytes.  Does not
+ * fill an error.
+ */
+CKPT__HIDDEN ckpt_status ckpt__tensor_size(ckpt_dtype dtype, uint32_t ndim, const uint64_t *shape, uint64_t *numel,
+                                           uint64_t *nbytes);
 
 /* ---- text ---------------------------------------------------------------- */
 

@@ -93,25 +93,58 @@ ckpt_dtype ckpt_dtype_from_name(const char *name) {
     return CKPT_DTYPE_INVALID;
 }
 
-bool ckpt__shape_numel(uint32_t ndim, const uint64_t *shape, uint64_t *numel) {
+/* Bytes of `numel` elements of a dtype, rounded up (whole blocks; packed
+ * elements by eights of them, so that no bit count overflows); false past
+ * 2^64.  *partial: they end inside a byte or a block. */
+static bool bytes_of(const dtype_entry *d, uint64_t numel, uint64_t *bytes, bool *partial) {
+    uint64_t whole, rest;
+    if (d->bits == 0) {
+        *partial = numel % d->unit_elems != 0;
+        return ckpt__mul_u64(numel / d->unit_elems + *partial, d->unit_bytes, bytes);
+    }
+    rest = numel % 8 * d->bits; /* the bits of the last, incomplete eight */
+    *partial = rest % 8 != 0;
+    return ckpt__mul_u64(numel / 8, d->bits, &whole) && ckpt__add_u64(whole, rest / 8 + *partial, bytes);
+}
+
+/* The product of the nonzero axes (what an axis of 0 must not hide);
+ * false past INT64_MAX. */
+static bool nonzero_product(uint32_t ndim, const uint64_t *shape, uint64_t *span, bool *empty) {
     uint64_t n = 1;
-    for (uint32_t i = 0; i < ndim; i++)
-        if (!ckpt__mul_u64(n, shape[i], &n)) return false;
-    *numel = n;
+    *empty = false;
+    for (uint32_t i = 0; i < ndim; i++) {
+        if (shape[i] == 0) *empty = true;
+        else if (!ckpt__mul_u64(n, shape[i], &n) || n > (uint64_t)INT64_MAX) return false;
+    }
+    *span = n;
     return true;
 }
 
-ckpt_status ckpt__dtype_nbytes(ckpt_dtype dtype, uint64_t numel, uint64_t *nbytes) {
-    uint64_t bits;
+bool ckpt__shape_numel(uint32_t ndim, const uint64_t *shape, uint64_t *numel) {
+    uint64_t span;
+    bool empty;
+    if (!nonzero_product(ndim, shape, &span, &empty)) return false;
+    *numel = empty ? 0 : span;
+    return true;
+}
+
+ckpt_status ckpt__tensor_size(ckpt_dtype dtype, uint32_t ndim, const uint64_t *shape, uint64_t *numel,
+                              uint64_t *nbytes) {
+    uint64_t span, bytes;
+    bool empty, partial;
     if (!valid(dtype)) return CKPT_E_UNKNOWN_DTYPE;
-    if (dtype_table[dtype].bits == 0) { /* whole blocks */
-        uint32_t elems = dtype_table[dtype].unit_elems;
-        if (numel % elems) return CKPT_E_GGUF_DIMS;
-        if (!ckpt__mul_u64(numel / elems, dtype_table[dtype].unit_bytes, nbytes)) return CKPT_E_SHAPE_OVERFLOW;
-        return CKPT_OK;
-    }
-    if (!ckpt__mul_u64(numel, dtype_table[dtype].bits, &bits)) return CKPT_E_SHAPE_OVERFLOW;
-    if (bits % 8) return CKPT_E_PARTIAL_BYTE;
-    *nbytes = bits / 8;
+    if (!nonzero_product(ndim, shape, &span, &empty)) return CKPT_E_SHAPE_OVERFLOW;
+    /* The nonzero axes' bytes, rounded up. */
+    if (!bytes_of(&dtype_table[dtype], span, &bytes, &partial) || bytes > (uint64_t)INT64_MAX)
+        return CKPT_E_SHAPE_OVERFLOW;
+    *numel = empty ? 0 : span;
+    return ckpt__dtype_nbytes(dtype, *numel, nbytes);
+}
+
+ckpt_status ckpt__dtype_nbytes(ckpt_dtype dtype, uint64_t numel, uint64_t *nbytes) {
+    bool partial;
+    if (!valid(dtype)) return CKPT_E_UNKNOWN_DTYPE;
+    if (!bytes_of(&dtype_table[dtype], numel, nbytes, &partial)) return CKPT_E_SHAPE_OVERFLOW;
+    if (partial) return dtype_table[dtype].bits ? CKPT_E_PARTIAL_BYTE : CKPT_E_GGUF_DIMS;
     return CKPT_OK;
 }

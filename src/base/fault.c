@@ -47,13 +47,10 @@ char *ckpt__strdup(const char *s) { return hit_alloc() ? NULL : strdup(s); }
 char *ckpt__strndup(const char *s, size_t n) { return hit_alloc() ? NULL : strndup(s, n); }
 
 int ckpt__io_open(const char *path, int flags, ...) {
-    mode_t mode = 0;
-    if (flags & O_CREAT) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = flags & O_CREAT ? (mode_t)va_arg(ap, int) : 0; /* O_CREAT's mode */
+    va_end(ap);
     ckpt__fault_mode m = hit_io(0);
     return m ? fail_errno(m) : open(path, flags, mode);
 }
@@ -92,6 +89,30 @@ int ckpt__io_ftruncate(int fd, off_t size) {
 int ckpt__io_rename(const char *from, const char *to) {
     ckpt__fault_mode m = hit_io(0);
     return m ? fail_errno(m) : rename(from, to);
+}
+
+int ckpt__io_openat(int dirfd, const char *path, int flags, ...) {
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = flags & O_CREAT ? (mode_t)va_arg(ap, int) : 0;
+    va_end(ap);
+    ckpt__fault_mode m = hit_io(0);
+    return m ? fail_errno(m) : openat(dirfd, path, flags, mode);
+}
+
+int ckpt__io_openat2(int dirfd, const char *path, const struct open_how *how, size_t size) {
+    ckpt__fault_mode m = hit_io(0);
+    return m ? fail_errno(m) : (int)syscall(SYS_openat2, dirfd, path, how, size);
+}
+
+ssize_t ckpt__io_readlinkat(int dirfd, const char *path, char *buf, size_t size) {
+    ckpt__fault_mode m = hit_io(0);
+    return m ? fail_errno(m) : readlinkat(dirfd, path, buf, size);
+}
+
+int ckpt__io_renameat(int from_dir, const char *from, int to_dir, const char *to) {
+    ckpt__fault_mode m = hit_io(0);
+    return m ? fail_errno(m) : renameat(from_dir, from, to_dir, to);
 }
 #else
 /* Ordinary builds: fault.h maps the wrappers to libc; nothing to compile. */

@@ -11,10 +11,27 @@
 #define CKPT_BASE_FAULT_H
 
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+/* openat2 (Linux 5.6): glibc has no wrapper, older headers no struct. */
+#if defined(__has_include) && __has_include(<linux/openat2.h>)
+#include <linux/openat2.h>
+#else
+struct open_how {
+    uint64_t flags, mode, resolve;
+};
+#define RESOLVE_NO_MAGICLINKS 0x02
+#define RESOLVE_NO_SYMLINKS 0x04
+#define RESOLVE_BENEATH 0x08
+#endif
+#ifndef SYS_openat2
+#define SYS_openat2 437 /* the same number on every architecture */
+#endif
 
 #ifndef CKPT_FAULT_INJECTION
 
@@ -30,6 +47,12 @@
 #define ckpt__io_fsync fsync
 #define ckpt__io_ftruncate ftruncate
 #define ckpt__io_rename rename
+#define ckpt__io_openat openat
+#define ckpt__io_readlinkat readlinkat
+static inline int ckpt__io_openat2(int dirfd, const char *path, const struct open_how *how, size_t size) {
+    return (int)syscall(SYS_openat2, dirfd, path, how, size);
+}
+#define ckpt__io_renameat renameat
 
 #else
 
@@ -45,6 +68,10 @@ ssize_t ckpt__io_copy_file_range(int in, loff_t *in_off, int out, loff_t *out_of
 int ckpt__io_fsync(int fd);
 int ckpt__io_ftruncate(int fd, off_t size);
 int ckpt__io_rename(const char *from, const char *to);
+int ckpt__io_openat(int dirfd, const char *path, int flags, ...);
+int ckpt__io_openat2(int dirfd, const char *path, const struct open_how *how, size_t size);
+ssize_t ckpt__io_readlinkat(int dirfd, const char *path, char *buf, size_t size);
+int ckpt__io_renameat(int from_dir, const char *from, int to_dir, const char *to);
 
 /* What the N-th call of a kind does. */
 typedef enum ckpt__fault_mode {

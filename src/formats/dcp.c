@@ -702,10 +702,16 @@ static ckpt_status add_tensor(reader *r, const tensor_meta *t) {
         }
         uint64_t volume = 1;
         for (uint32_t d = 0; d < t->ndim; d++) volume *= ch->sizes[d];
+        uint32_t first_crc;
+        if ((st = ckpt__torch_add_crcs(r->c, f->number, &tf, it->offset, &first_crc, r->err))) {
+            ckpt__torch_file_free(&tf);
+            break;
+        }
         if (volume) {
             const ckpt__torch_storage *s = &tf.storages[x->storage];
             ckpt__piece *p = &pieces[count++];
             p->file = f->number;
+            p->crc = s->crc ? first_crc + s->crc : 0;
             p->start = ch->offsets;
             p->count = ch->sizes;
             p->strides = x->strides;
@@ -748,7 +754,8 @@ static ckpt_status add_bytes(reader *r, const char *fqn, const item *it, const c
     st = ckpt__torch_read_zip_ex(win, r->arena, &o, &tf, r->err);
     ckpt__source_close(win);
     if (st) return in_item(r, st, it, fqn, "the object");
-    uint32_t first = 0;
+    uint32_t first = 0, first_crc;
+    st = ckpt__torch_add_crcs(r->c, f->number, &tf, it->offset, &first_crc, r->err);
     for (size_t i = 0; st == CKPT_OK && i < tf.storage_count; i++) {
         const ckpt__torch_storage *s = &tf.storages[i];
         uint32_t number;
@@ -759,7 +766,7 @@ static ckpt_status add_bytes(reader *r, const char *fqn, const item *it, const c
         const ckpt__torch_tensor *t = &tf.tensors[i];
         const ckpt__torch_storage *s = &tf.storages[t->storage];
         ckpt__piece p = {.file = f->number, .offset = it->offset + t->offset, .strides = t->strides,
-                         .big_endian = tf.big_endian};
+                         .big_endian = tf.big_endian, .crc = s->crc ? first_crc + s->crc : 0};
         if (s->comp_size) {
             p.offset = t->storage_begin;
             p.record = it->offset + s->offset;
@@ -1102,14 +1109,11 @@ static ckpt_status dcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
     r.path = ckpt__arena_strndup(r.arena, src->name, strlen(src->name));
     r.dir = ckpt__path_dirname(src->name);
     ckpt_status st = r.path && r.dir ? ckpt__cat_set_index_path(c, src->name, err) : ckpt__oom(err, src->name, NULL);
-    /* The checkpoint is the directory: the data files .metadata names
-     * count as input to the budget before its pickle (a value takes 40
-     * bytes; torch's .metadata spends 4 or 5 bytes a value) is read.  A
-     * remote directory cannot be listed: there only .metadata counts. */
-    if (st == CKPT_OK && !ckpt__source_is_remote_name(src->name)) {
-        uint64_t dir_bytes = ckpt__dir_file_bytes(r.dir);
-        ckpt__budget_add_input(r.arena->budget, dir_bytes > len ? dir_bytes - len : 0);
-    }
+    /* The checkpoint is the directory: its data files count as input to
+     * the budget before the pickle of .metadata (a value takes 40 bytes;
+     * torch's .metadata spends 4 or 5 bytes a value) is read.  A remote
+     * directory cannot be listed: there only .metadata counts. */
+    if (st == CKPT_OK && ckpt__cat_root(c)) ckpt__budget_add_input(r.arena->budget, ckpt__beneath_file_bytes(ckpt__cat_root(c)));
     /* .metadata is read whole: it counts against the metadata budget */
     uint64_t buf_bytes = len <= MAX_METADATA_BYTES ? len : 0;
     if (st == CKPT_OK) st = ckpt__budget_charge(r.arena->budget, buf_bytes, err, src->name, 0);

@@ -5,11 +5,8 @@
  * `*.safetensors` file of its directory (as torch's HuggingFaceStorageReader
  * and consolidate_safetensors_files do); each tensor's size is the largest
  * offset + size per axis, and its chunks must tile it.  See dcp.h. */
-#include <dirent.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "../io/file.h"
 #include "dcp.h"
@@ -34,7 +31,6 @@ typedef struct group {
     size_t first, count; /* into the sorted chunks */
 } group;
 
-static int by_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 static int chunk_order(const void *a, const void *b) {
     const chunk *x = a, *y = b;
@@ -48,40 +44,23 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
-/* The *.safetensors files of a directory, sorted, malloc'ed. */
-static ckpt_status list_files(const char *dir, char ***out, size_t *count, ckpt_error *err) {
-    DIR *d = opendir(dir);
-    if (!d) return ckpt__fail_errno(err, errno, dir, -1, "cannot list the directory of DCP safetensors shards");
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    ckpt_status st = CKPT_OK;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.' || !ends_with(e->d_name, ".safetensors")) continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            char **grown = ckpt__realloc(names, cap * sizeof *grown);
-            if (!grown) {
-                st = ckpt__oom(err, dir, NULL);
-                break;
-            }
-            names = grown;
-        }
-        if (!(names[n] = ckpt__strdup(e->d_name))) {
-            st = ckpt__oom(err, dir, NULL);
-            break;
-        }
-        n++;
+/* The *.safetensors files of the checkpoint's directory `dir`, sorted,
+ * malloc'ed: listed through the catalog's descriptor of it. */
+static ckpt_status list_files(ckpt_catalog *c, const char *dir, char ***out, size_t *count, ckpt_error *err) {
+    const ckpt__beneath *root = ckpt__cat_root(c);
+    if (!root)
+        return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
+                          "cannot list the directory of DCP safetensors shards (a remote directory cannot be listed)");
+    char **names;
+    size_t n, kept = 0;
+    ckpt_status st = ckpt__beneath_list(root, dir, &names, &n, err);
+    if (st) return st;
+    for (size_t i = 0; i < n; i++) {
+        if (ends_with(names[i], ".safetensors")) names[kept++] = names[i];
+        else free(names[i]);
     }
-    closedir(d);
-    if (st) {
-        for (size_t i = 0; i < n; i++) free(names[i]);
-        free(names);
-        return st;
-    }
-    if (n) qsort(names, n, sizeof *names, by_name);
     *out = names;
-    *count = n;
+    *count = kept;
     return CKPT_OK;
 }
 
@@ -259,7 +238,7 @@ static ckpt_status hf_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) 
     char *dir = ckpt__path_dirname(src->name);
     char **names = NULL;
     size_t count = 0;
-    ckpt_status st = dir ? list_files(dir, &names, &count, err) : ckpt__oom(err, src->name, NULL);
+    ckpt_status st = dir ? list_files(c, dir, &names, &count, err) : ckpt__oom(err, src->name, NULL);
     const char *own = ckpt__path_basename(src->name);
     bool adopted = false;
     for (size_t i = 0; st == CKPT_OK && i < count; i++) {
@@ -284,8 +263,7 @@ static ckpt_status hf_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) 
     }
     if (st == CKPT_OK) st = add_tensors(&r);
     ckpt__cat_set_format(c, CKPT_FORMAT_DCP);
-    for (size_t i = 0; i < count; i++) free(names[i]);
-    free(names);
+    ckpt__beneath_free_names(names, count);
     free(dir);
     free(r.chunks);
     return st;

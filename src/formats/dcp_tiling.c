@@ -51,11 +51,11 @@ static bool boxes_meet(const ckpt__dcp_chunk *a, const ckpt__dcp_chunk *b, uint3
 ckpt_status ckpt__dcp_check_tiling(const char *path, const char *tensor, uint32_t ndim, const uint64_t *shape,
                                    const ckpt__dcp_chunk *chunks, size_t count, ckpt_error *err) {
     char a[160], b[160], s[160];
-    uint64_t numel = 1;
-    for (uint32_t d = 0; d < ndim; d++)
-        if (!ckpt__mul_u64(numel, shape[d], &numel))
-            return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, path, tensor, -1, "product of the size %s overflows",
-                              ckpt__dcp_dims(s, sizeof s, shape, ndim));
+    uint64_t numel;
+    if (!ckpt__shape_numel(ndim, shape, &numel))
+        return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, path, tensor, -1,
+                          "the size %s holds more than 2^63-1 elements in its nonzero axes",
+                          ckpt__dcp_dims(s, sizeof s, shape, ndim));
     size_t *order = ckpt__malloc((count ? count : 1) * sizeof *order);
     if (!order) return ckpt__oom(err, path, tensor);
     size_t m = 0;

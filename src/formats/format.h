@@ -27,6 +27,7 @@
 #define CKPT_FORMATS_FORMAT_H
 
 #include "../base/base.h"
+#include "../io/beneath.h"
 #include "../io/source.h"
 #include "pickle.h"
 
@@ -41,7 +42,28 @@ typedef struct ckpt__piece {
     uint64_t record;         /* DEFLATE: the compressed data's offset in the file */
     uint64_t record_size;    /* DEFLATE: compressed bytes; 0 when the bytes are stored as they are */
     uint8_t big_endian;      /* the file stores elements big-endian */
+    uint32_t crc;            /* the piece lies in the bytes of recorded CRC-32 crc - 1 (ckpt__cat_add_crc); 0: none */
 } ckpt__piece;
+
+/*
+ * A CRC-32 a file records over a run of its bytes: a ZIP member's (torch.save
+ * archives and the items of DCP files that hold them, .npz archives).  The
+ * format declares each one at open (ckpt__cat_add_crc); ckpt_verify checks
+ * every one, and loads and conversions check those whose bytes they read
+ * whole (engine.c).
+ */
+typedef struct ckpt__recorded_crc {
+    const char *name;       /* what it covers, for messages: the member's name (must live as long as the catalog) */
+    uint64_t offset;        /* the covered bytes in the file, as they are stored (a DEFLATE stream when deflate) */
+    uint64_t stored_size;   /* bytes at offset */
+    uint64_t size;          /* bytes covered (inflated) */
+    uint32_t crc32;
+    bool deflate;
+    /* Leading bytes the format read at open (an .npy header) and their
+     * CRC-32: a load that reads the rest need not read them again. */
+    uint64_t head;
+    uint32_t head_crc32;
+} ckpt__recorded_crc;
 
 /* A tensor being added to a catalog. */
 typedef struct ckpt__tensor_decl {
@@ -78,16 +100,29 @@ CKPT__HIDDEN ckpt__source *ckpt__cat_source(const ckpt_catalog *c, uint32_t file
  * first bytes say it is, adding its tensors. */
 CKPT__HIDDEN ckpt_status ckpt__cat_open_path(ckpt_catalog *c, const char *path, ckpt_error *err);
 
-/* Opens a source for a name (the catalog's source options apply); its
- * size adds to the catalog's metadata budget. */
+/* Opens a source for a name (the catalog's source options apply): a URL,
+ * the file the user named as named, and any other local file — one the
+ * checkpoint names, or one a listing found — beneath the checkpoint's
+ * directory (io/beneath.h: CKPT_E_UNSAFE_PATH for a name that leads out of
+ * it, or for what is not a regular file).  Its size adds to the catalog's
+ * metadata budget. */
 CKPT__HIDDEN ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__source **out,
                                                ckpt_error *err);
+
+/* The local checkpoint's directory (for listings: ckpt__beneath_list), or
+ * NULL for a remote one. */
+CKPT__HIDDEN const ckpt__beneath *ckpt__cat_root(const ckpt_catalog *c);
 
 /* A storage: `nbytes` bytes of `file` from `base` (for a DEFLATE record,
  * base is its compressed data and nbytes its inflated size), which tensors
  * may share.  Shared storages are what hub-style deduplication looks at. */
 CKPT__HIDDEN ckpt_status ckpt__cat_add_storage(ckpt_catalog *c, uint32_t file, uint64_t base, uint64_t nbytes,
                                                uint32_t *storage, ckpt_error *err);
+
+/* Declares a CRC-32 that data file `file` records; *index (may be NULL)
+ * receives its number, for ckpt__piece.crc (number + 1). */
+CKPT__HIDDEN ckpt_status ckpt__cat_add_crc(ckpt_catalog *c, uint32_t file, const ckpt__recorded_crc *crc,
+                                           uint32_t *index, ckpt_error *err);
 
 /* Adds a tensor.  Checks that the shape's size fits the dtype (whole
  * bytes, no overflow); the format has checked that its pieces lie inside
@@ -158,10 +193,11 @@ CKPT__HIDDEN const ckpt__format *ckpt__format_probe(const unsigned char *head, s
 
 /* Finds the checkpoint in a directory (the Hugging Face layout and each
  * format's own names, in the registry's order of preference) into a
- * malloc'ed path; in a remote one (a URL ending in '/'), only the exact
- * names are tried, asked of the server with the options `o`. */
-CKPT__HIDDEN ckpt_status ckpt__format_find_in_dir(const char *dir, const ckpt__source_options *o, char **found,
-                                                   ckpt_error *err);
+ * malloc'ed path; a local one is listed through `root` (the directory,
+ * held open); in a remote one (a URL ending in '/'), only the exact names
+ * are tried, asked of the server with the options `o`. */
+CKPT__HIDDEN ckpt_status ckpt__format_find_in_dir(const char *dir, const ckpt__source_options *o,
+                                                   const ckpt__beneath *root, char **found, ckpt_error *err);
 
 /* The formats, each defined in its own file. */
 CKPT__HIDDEN extern const ckpt__format ckpt__format_safetensors; /* safetensors.c */

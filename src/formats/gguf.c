@@ -543,7 +543,7 @@ static ckpt_status read_header(ckpt__source *src, ckpt__arena *arena, header *h,
                             ckpt_dtype_block_elems(t->dtype));
             goto done;
         }
-        if ((st = ckpt__dtype_nbytes(t->dtype, numel, &t->nbytes))) {
+        if ((st = ckpt__tensor_size(t->dtype, t->ndim, t->shape, &numel, &t->nbytes))) {
             st = ckpt__fail(err, st, c.path, t->name, (int64_t)dims_at, "%llu elements of %s: %s",
                             (unsigned long long)numel, ckpt_dtype_name(t->dtype), ckpt_status_message(st));
             goto done;

@@ -665,5 +665,5 @@ static ckpt_status gguf_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, 
 
 const ckpt__output_format ckpt__output_gguf = {
     "gguf", CKPT_FORMAT_GGUF, gguf_directory, gguf_plan, gguf_layout, NULL, gguf_owns, gguf_needs,
-    false, gguf_accepts,
+    false, gguf_accepts, true,
 };

@@ -324,7 +324,7 @@ static ckpt_status ndarray(mp *m, uint64_t end, mp_array *n) {
         return fail(m, CKPT_E_MSGPACK_INVALID, data_at, "ndarray data is not a bin");
     if (st) return st;
     uint64_t numel, nbytes;
-    if (!ckpt__shape_numel((uint32_t)ndim, shape, &numel) || ckpt__dtype_nbytes(dtype, numel, &nbytes))
+    if (ckpt__tensor_size(dtype, (uint32_t)ndim, shape, &numel, &nbytes))
         return fail(m, CKPT_E_SHAPE_OVERFLOW, shape_at, "ndarray shape's byte count overflows");
     if (len != nbytes)
         return fail(m, CKPT_E_SIZE_MISMATCH, data_at, "ndarray of %llu elements of %s needs %llu bytes; its data holds %llu",

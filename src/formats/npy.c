@@ -391,8 +391,7 @@ ckpt_status ckpt__npy_parse(const unsigned char *buf, size_t n, const char *path
     if (out->dtype == CKPT_DTYPE_INVALID)
         return ckpt__fail(err, CKPT_E_UNKNOWN_DTYPE, path, tensor, base >= 0 ? base + (int64_t)start : -1,
                           ".npy dtype '%s': %s", descr, why);
-    if (!ckpt__shape_numel(ndim, shape, &out->numel) || ckpt__dtype_nbytes(out->dtype, out->numel, &out->nbytes) ||
-        out->numel > (uint64_t)INT64_MAX)
+    if (ckpt__tensor_size(out->dtype, ndim, shape, &out->numel, &out->nbytes))
         return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, path, tensor, base >= 0 ? base + (int64_t)start : -1,
                           ".npy shape's byte count overflows");
     out->ndim = ndim;

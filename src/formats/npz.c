@@ -2,7 +2,10 @@
  * "<key>.npy" members, each a .npy file (see numpy.h).  Stored members are
  * read in place; DEFLATE members through their record, like re-zipped
  * torch files.  Members whose name does not end in ".npy" are not arrays
- * (np.load gives their bytes) and are left out of the catalog.
+ * (np.load gives their bytes) and are left out of the catalog; every
+ * member's CRC-32 is declared (an array's with its .npy header's CRC-32 as
+ * its head, so that a load reading the data checks the member, as np.load
+ * does).
  *
  * Written (the output format at the bottom) as np.savez writes: stored
  * members with ZIP64 fields (force_zip64), each a .npy whose header numpy's
@@ -36,8 +39,10 @@ static int npz_probe(const unsigned char *head, size_t n, const char *name) {
     return ends_with((const char *)head + 30, len, ".npy") ? CKPT__PROBE_MAGIC : CKPT__PROBE_NO;
 }
 
+/* An array member: its tensor, and the CRC-32 it records (`crc`, NULL:
+ * none), whose head is the .npy header read here. */
 static ckpt_status add_member(ckpt_catalog *c, ckpt__source *src, uint32_t file, const ckpt__zip_entry *e,
-                              ckpt_error *err) {
+                              ckpt__recorded_crc *crc, ckpt_error *err) {
     ckpt__arena *arena = ckpt__cat_arena(c);
     const char *path = src->name;
     size_t len = strlen(e->name);
@@ -62,6 +67,10 @@ static ckpt_status add_member(ckpt_catalog *c, ckpt__source *src, uint32_t file,
     st = ckpt__zip_read_prefix(src, e, data_offset, buf, err);
     if (st) st = ckpt__error_in_tensor(err, st, name);
     else st = ckpt__npy_parse(buf, (size_t)data_offset, path, name, base, arena, &h, err);
+    if (st == CKPT_OK && crc) {
+        crc->head = data_offset;
+        crc->head_crc32 = (uint32_t)crc32_z(crc32_z(0L, Z_NULL, 0), buf, (z_size_t)data_offset);
+    }
     free(buf);
     if (st) return st;
     if (h.nbytes > e->size - h.data_offset)
@@ -81,6 +90,9 @@ static ckpt_status add_member(ckpt_catalog *c, ckpt__source *src, uint32_t file,
         memcpy(s, strides, h.ndim * sizeof *s);
         piece.strides = s;
     }
+    uint32_t index;
+    if (crc && (st = ckpt__cat_add_crc(c, file, crc, &index, err))) return st;
+    if (crc) piece.crc = index + 1;
     ckpt__tensor_decl d = {name, h.dtype, h.ndim, h.shape, CKPT__OWN_STORAGE, &piece, 1};
     return ckpt__cat_add_tensor(c, &d, err);
 }
@@ -94,8 +106,10 @@ static ckpt_status npz_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
     for (size_t i = 0; st == CKPT_OK && i < zip.count; i++) {
         const ckpt__zip_entry *e = &zip.entries[i];
         size_t len = strlen(e->name);
-        if (len <= 4 || !ends_with(e->name, len, ".npy")) continue; /* not an array: np.load gives bytes */
-        st = add_member(c, src, file, e, err);
+        ckpt__recorded_crc crc;
+        bool recorded = ckpt__zip_recorded_crc(e, &crc);
+        if (len > 4 && ends_with(e->name, len, ".npy")) st = add_member(c, src, file, e, recorded ? &crc : NULL, err);
+        else if (recorded) st = ckpt__cat_add_crc(c, file, &crc, NULL, err); /* not an array: np.load gives bytes */
     }
     ckpt__zip_close(&zip);
     ckpt__cat_set_format(c, CKPT_FORMAT_NPZ);

@@ -89,6 +89,11 @@ typedef struct ckpt__output_format {
      * too many axes), naming it; NULL: every tensor. */
     ckpt_status (*accepts)(const char *path, const char *name, ckpt_dtype dtype, uint32_t ndim, const uint64_t *shape,
                            ckpt_error *err);
+    /* Whether a conversion carries a source's metadata into this format
+     * only from a source of the same format (GGUF's typed key-values), or
+     * when the caller asks (ckpt_writer_options.source_metadata); false:
+     * from any source. */
+    bool own_metadata_only;
 } ckpt__output_format;
 
 /* ---- what an output format may ask of the writer --------------------------- */

@@ -1,12 +1,9 @@
 /* registry.c — every format ckpt reads, and how a directory names its
  * checkpoint.  A new format is its own file and one line in `formats`
  * (plus its file names in `dir_names` if a directory can hold it). */
-#include <dirent.h>
-#include <errno.h>
 #include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "../io/file.h"
 #include "dcp.h"
@@ -61,60 +58,69 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-ckpt_status ckpt__format_find_in_dir(const char *dir, const ckpt__source_options *o, char **found, ckpt_error *err) {
+/* The one file of `names` matching dir_names' "*suffix" (or, with `glob`,
+ * "@glob": the first of those matching) into *match (malloc'ed); NULL when
+ * none does.  gguf-split parts: the first one stands for them all.  More
+ * than one match is CKPT_E_UNKNOWN_FORMAT. */
+static ckpt_status match_listed(const char *dir, char *const *names, size_t count, const char *want, char **match,
+                                ckpt_error *err) {
+    const char *suffix = want + 1;
+    bool glob = want[0] == '@';
+    const char *one = NULL, *first_part = NULL;
+    int matches = 0, first_parts = 0;
+    for (size_t i = 0; i < count; i++) { /* names are sorted: a glob's first match is the set's */
+        const char *name = names[i];
+        if (glob ? fnmatch(suffix, name, 0) != 0 : !ends_with(name, suffix)) continue;
+        if (!matches++) one = name;
+        if (!glob && strcmp(suffix, ".gguf") == 0 && ckpt__gguf_is_split_name(name) &&
+            strstr(name + strlen(name) - 20, "-00001-of-") && !first_parts++)
+            first_part = name;
+    }
+    if (matches > 1 && first_parts == 1) one = first_part, matches = 1;
+    *match = NULL;
+    if (matches > 1 && !glob)
+        return ckpt__fail(err, CKPT_E_UNKNOWN_FORMAT, dir, NULL, -1,
+                          "directory holds %d '*%s' files and no model.safetensors.index.json; "
+                          "open one of them, or its index",
+                          matches, suffix);
+    if (matches && !(*match = ckpt__strdup(one))) return ckpt__oom(err, dir, NULL);
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__format_find_in_dir(const char *dir, const ckpt__source_options *o, const ckpt__beneath *root,
+                                     char **found, ckpt_error *err) {
+    *found = NULL;
     /* A remote "directory" (a URL ending in '/') cannot be listed: only
-     * the exact names are tried, each with one request. */
-    bool remote = ckpt__source_is_remote_name(dir);
-    for (size_t step = 0; step < sizeof dir_names / sizeof dir_names[0]; step++) {
+     * the exact names are tried, each with one request.  A local one is
+     * listed once, through the descriptor its files are opened beneath: an
+     * exact name counts whatever it is (a symbolic link, a FIFO: opening
+     * it says whether it may be read). */
+    bool remote = ckpt__source_is_remote_name(dir), listed = false;
+    char **names = NULL, *match = NULL;
+    size_t count = 0;
+    ckpt_status st = CKPT_OK;
+    for (size_t step = 0; st == CKPT_OK && !match && step < sizeof dir_names / sizeof dir_names[0]; step++) {
         const char *want = dir_names[step];
         if (want[0] != '*' && want[0] != '@') {
             char *p = ckpt__path_join(dir, want);
-            struct stat st;
-            if (p && (remote ? ckpt__source_stat(p, o) == CKPT__NAME_FILE : stat(p, &st) == 0 && S_ISREG(st.st_mode))) {
-                *found = p;
-                return CKPT_OK;
-            }
-            free(p);
-            if (!p) return ckpt__oom(err, dir, NULL);
+            if (!p) st = ckpt__oom(err, dir, NULL);
+            else if (remote ? ckpt__source_stat(p, o) == CKPT__NAME_FILE : ckpt__beneath_has(root, want)) match = p;
+            else free(p);
             continue;
         }
-        if (remote) continue;
-        const char *suffix = want + 1;
-        bool glob = want[0] == '@';
-        DIR *d = opendir(dir);
-        if (!d) return ckpt__fail_errno(err, errno, dir, -1, "cannot list directory");
-        char *match = NULL, *first_part = NULL;
-        int matches = 0, first_parts = 0;
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (e->d_name[0] == '.' || (glob ? fnmatch(suffix, e->d_name, 0) != 0 : !ends_with(e->d_name, suffix)))
-                continue;
-            if (!matches++ || (glob && match && strcmp(e->d_name, match) < 0)) {
-                free(match);
-                match = ckpt__strdup(e->d_name);
-            }
-            /* gguf-split parts: the first one stands for them all */
-            if (!glob && strcmp(suffix, ".gguf") == 0 && ckpt__gguf_is_split_name(e->d_name) &&
-                strstr(e->d_name + strlen(e->d_name) - 20, "-00001-of-") && !first_parts++)
-                first_part = ckpt__strdup(e->d_name);
-        }
-        closedir(d);
-        if (matches > 1 && first_parts == 1 && first_part) {
+        if (!remote && !listed) /* listed once, when a pattern needs it (an exact name needs no read permission) */
+            listed = (st = ckpt__beneath_list(root, dir, &names, &count, err)) == CKPT_OK;
+        if (listed && (st = match_listed(dir, names, count, want, &match, err)) == CKPT_OK && match) {
+            char *p = ckpt__path_join(dir, match);
             free(match);
-            match = first_part, matches = 1, first_part = NULL;
+            match = p;
+            if (!p) st = ckpt__oom(err, dir, NULL);
         }
-        free(first_part);
-        if ((matches == 1 || (glob && matches)) && match) {
-            *found = ckpt__path_join(dir, match);
-            free(match);
-            return *found ? CKPT_OK : ckpt__oom(err, dir, NULL);
-        }
-        free(match);
-        if (matches > 1)
-            return ckpt__fail(err, CKPT_E_UNKNOWN_FORMAT, dir, NULL, -1,
-                              "directory holds %d '*%s' files and no model.safetensors.index.json; "
-                              "open one of them, or its index",
-                              matches, suffix);
+    }
+    ckpt__beneath_free_names(names, count);
+    if (st || match) {
+        *found = match;
+        return st;
     }
     if (remote)
         return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,

@@ -167,11 +167,12 @@ static ckpt_status validate_layout(const ctx *c, ckpt__st_header *h, uint64_t fi
         cursor = t->end;
         if (!ckpt__shape_numel(t->ndim, t->shape, &t->numel))
             return ckpt__fail(c->err, CKPT_E_SHAPE_OVERFLOW, c->path, t->name, at,
-                              "product of the shape overflows 64 bits");
-        ckpt_status st = ckpt__dtype_nbytes(t->dtype, t->numel, &t->nbytes);
+                              "the shape's nonzero axes hold more than 2^63-1 elements (safetensors refuses it)");
+        ckpt_status st = ckpt__tensor_size(t->dtype, t->ndim, t->shape, &t->numel, &t->nbytes);
         if (st == CKPT_E_SHAPE_OVERFLOW)
-            return ckpt__fail(c->err, st, c->path, t->name, at, "size in bits of %llu %s elements overflows",
-                              (unsigned long long)t->numel, ckpt_dtype_name(t->dtype));
+            return ckpt__fail(c->err, st, c->path, t->name, at,
+                              "the shape's nonzero axes hold more than 2^63-1 bytes of %s (safetensors refuses it)",
+                              ckpt_dtype_name(t->dtype));
         if (st == CKPT_E_PARTIAL_BYTE)
             return ckpt__fail(c->err, st, c->path, t->name, at,
                               "%llu elements of %s are not a whole number of bytes",
@@ -350,9 +351,9 @@ ckpt_status ckpt__st_layout(ckpt__st_out_tensor *tensors, size_t count, const ch
     }
     ckpt__buf_append(&json, "}", 1);
     while (!json.failed && json.len % 8) ckpt__buf_append(&json, " ", 1); /* a failed buffer stops growing */
-    if (json.failed) {
+    if (json.failed || json.len > CKPT__ST_MAX_HEADER) {
         free(json.data);
-        return CKPT_E_NO_MEMORY;
+        return json.failed ? CKPT_E_NO_MEMORY : CKPT_E_LIMIT;
     }
     unsigned char prefix[8];
     for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)((uint64_t)json.len >> (8 * i));
@@ -541,8 +542,17 @@ static ckpt_status st_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, ck
         if (!placeholder || !ckpt__pairs_push(&meta, CKPT_CHECKSUM_METADATA_KEY, placeholder)) st = ckpt__oom(err, NULL, NULL);
     }
     uint64_t data_size = 0;
-    if (st == CKPT_OK && ckpt__st_layout(out, n, meta.keys, meta.values, meta.count, head, &data_size) != CKPT_OK)
-        st = ckpt__oom(err, ckpt__out_file_path(o, file), "the header");
+    const char *path = ckpt__out_file_path(o, file);
+    if (st == CKPT_OK && (st = ckpt__st_layout(out, n, meta.keys, meta.values, meta.count, head, &data_size))) {
+        if (st == CKPT_E_LIMIT)
+            st = ckpt__fail(err, st, path, NULL, -1, "the header would pass safetensors' limit of %llu bytes, which "
+                            "safetensors refuses (write shards: fewer tensors per file)",
+                            (unsigned long long)CKPT__ST_MAX_HEADER);
+        else if (st == CKPT_E_SHAPE_OVERFLOW)
+            st = ckpt__fail(err, st, path, NULL, -1, "the file's tensors hold more than 2^64 bytes");
+        else
+            st = ckpt__oom(err, path, "the header");
+    }
     if (st == CKPT_OK && placeholder) st = locate_checksums(o, file, head, placeholder, err);
     if (st == CKPT_OK) {
         for (size_t i = 0; i < n; i++) ckpt__out_tensor_at(o, out[i].id)->offset = head->len + out[i].begin;

@@ -71,6 +71,10 @@ bool ckpt__shards_is_own_file(const char *prefix, const char *name) {
     return *name == '\0' || strcmp(name, ".index.json") == 0;
 }
 
+bool ckpt__shards_file_key(const char *key) {
+    return !strcmp(key, "format") || !strcmp(key, CKPT_CHECKSUM_METADATA_KEY);
+}
+
 static bool safe_relative(const char *name) {
     if (!*name || name[0] == '/') return false;
     for (const char *s = name; *s;) {

@@ -32,6 +32,13 @@ CKPT__HIDDEN char *ckpt__shard_file_name(const char *prefix, size_t index, size_
  * would use: <prefix>(-NNNNN-of-NNNNN)?.safetensors(.index.json)? */
 CKPT__HIDDEN bool ckpt__shards_is_own_file(const char *prefix, const char *name);
 
+/* Whether a `__metadata__` key belongs to each file of a checkpoint rather
+ * than to the checkpoint: "format", which save_torch_state_dict writes into
+ * every shard, and ckpt's checksums of the file's own bytes.  The other
+ * entries of a lone file (the caller's metadata, `removed → kept`) are
+ * what the hub puts in the index when it shards. */
+CKPT__HIDDEN bool ckpt__shards_file_key(const char *key);
+
 /* A parsed index: the weight map in file order, and its distinct shard file
  * names in order of first appearance. */
 typedef struct ckpt__index {

@@ -67,6 +67,12 @@ static ckpt_dtype lookup(const dtype_name *table, size_t n, const char *name) {
     return CKPT_DTYPE_INVALID;
 }
 
+const char *ckpt__torch_dtype_name(ckpt_dtype dtype) {
+    for (size_t i = 0; i < sizeof torch_dtypes / sizeof torch_dtypes[0]; i++)
+        if (torch_dtypes[i].dtype == dtype) return torch_dtypes[i].name;
+    return NULL;
+}
+
 /* Bytes per torch element (float4_e2m1fn_x2 packs two values in one). */
 static unsigned item_bytes(ckpt_dtype d) { return d == CKPT_F4 ? 1 : ckpt_dtype_bits(d) / 8; }
 
@@ -82,6 +88,7 @@ typedef struct walker {
     ckpt__torch_file *out;
     size_t cap, storage_cap;
     ckpt__name_table storage_keys; /* over out->storages[].key, sized storage_cap */
+    const uint32_t *crc_of_entry;  /* per zip entry: its index in out->crcs plus 1, 0 for none */
     uint64_t visits;
     ckpt__buf json;
     size_t json_charged; /* its capacity charged to the arena's budget */
@@ -146,6 +153,7 @@ static ckpt_status storage_of(walker *w, const ckpt__pk_value *pid, ckpt_dtype *
     if (n == 6 && a[5]->kind != CKPT__PK_NONE)
         return fail_at(w, pid, CKPT_E_INVALID_ARGUMENT, "legacy storage views (view_metadata) are not supported");
     uint64_t need, offset = 0, comp_size = 0;
+    uint32_t crc = 0;
     if (!ckpt__mul_u64((uint64_t)a[4]->u.i, item_bytes(*typed), &need))
         return fail_at(w, pid, CKPT_E_SHAPE_OVERFLOW, "storage '%s' size overflows", key);
     if (w->zip) {
@@ -159,6 +167,7 @@ static ckpt_status storage_of(walker *w, const ckpt__pk_value *pid, ckpt_dtype *
                            key, (long long)a[4]->u.i, (unsigned long long)e->size);
         offset = e->data_offset;
         comp_size = e->method == 8 ? e->comp_size : 0;
+        crc = w->crc_of_entry[e - w->zip->entries];
     }
     if (w->out->storage_count == w->storage_cap) {
         size_t cap = w->storage_cap ? w->storage_cap * 2 : 16;
@@ -173,7 +182,7 @@ static ckpt_status storage_of(walker *w, const ckpt__pk_value *pid, ckpt_dtype *
         for (size_t i = 0; i < w->out->storage_count; i++)
             ckpt__name_table_insert(&w->storage_keys, &s[0].key, sizeof *s, (uint32_t)i, NULL);
     }
-    w->out->storages[w->out->storage_count] = (ckpt__torch_storage){key, offset, need, *typed, comp_size};
+    w->out->storages[w->out->storage_count] = (ckpt__torch_storage){key, offset, need, *typed, comp_size, crc};
     *index = (uint32_t)w->out->storage_count++;
     ckpt__name_table_insert(&w->storage_keys, &w->out->storages[0].key, sizeof *w->out->storages, *index, NULL);
     return CKPT_OK;
@@ -529,6 +538,19 @@ static void place_tensors(ckpt__torch_file *out) {
         out->tensors[i].offset = out->storages[out->tensors[i].storage].offset + out->tensors[i].storage_begin;
 }
 
+/* The CRC-32s the archive records, into out->crcs; *crc_of_entry[i] is
+ * entry i's index there plus 1 (0: it records none). */
+static ckpt_status recorded_crcs(const ckpt__zip *zip, const char *path, ckpt__torch_file *out,
+                                 uint32_t **crc_of_entry, ckpt_error *err) {
+    out->crcs = ckpt__malloc(zip->count * sizeof *out->crcs);
+    *crc_of_entry = ckpt__calloc(zip->count, sizeof **crc_of_entry);
+    if (!out->crcs || !*crc_of_entry) return ckpt__oom(err, path, "the archive's checksums");
+    for (size_t i = 0; i < zip->count; i++)
+        if (ckpt__zip_recorded_crc(&zip->entries[i], &out->crcs[out->crc_count]))
+            (*crc_of_entry)[i] = (uint32_t)++out->crc_count;
+    return CKPT_OK;
+}
+
 ckpt_status ckpt__torch_read_zip(ckpt__source *src, ckpt__pk_allow_fn allow, void *allow_user, ckpt__arena *arena,
                                  ckpt__torch_file *out, ckpt_error *err) {
     ckpt__torch_options o = {NULL, allow, allow_user};
@@ -591,14 +613,17 @@ ckpt_status ckpt__torch_read_zip_ex(ckpt__source *src, ckpt__arena *arena, const
         st = ckpt__pk_load((const unsigned char *)pickle, (size_t)pkl->size, &pk, allow, allow_user, arena, &root,
                            &used, err);
     }
+    uint32_t *crc_of_entry = NULL;
+    if (st == CKPT_OK) st = recorded_crcs(&zip, path, out, &crc_of_entry, err);
     if (st == CKPT_OK) {
         walker w = {.path = path, .entry = pkl->name, .pickle_offset = pkl->data_offset, .zip = &zip,
-                    .arena = arena, .err = err, .out = out};
+                    .crc_of_entry = crc_of_entry, .arena = arena, .err = err, .out = out};
         if (o && o->name_prefix) ckpt__buf_puts(&w.name, o->name_prefix);
         st = walk_root(&w, root);
         ckpt__name_table_free(&w.storage_keys);
     }
     if (st == CKPT_OK) place_tensors(out);
+    free(crc_of_entry);
     free(pickle);
     ckpt__budget_release(arena->budget, pickle_bytes);
     free(byteorder);
@@ -731,15 +756,31 @@ void ckpt__torch_file_free(ckpt__torch_file *f) {
     free(f->tensors);
     free(f->storages);
     free(f->tree_json);
+    free(f->crcs);
     memset(f, 0, sizeof *f);
 }
 
 /* ---- the formats --------------------------------------------------------- */
 
-/* Adds what a reader found: storages, then tensors as pieces of them. */
-static ckpt_status add_to_catalog(ckpt_catalog *c, uint32_t file, ckpt__torch_file *tf, ckpt_error *err) {
-    uint32_t first = 0;
+ckpt_status ckpt__torch_add_crcs(ckpt_catalog *c, uint32_t file, const ckpt__torch_file *tf, uint64_t at,
+                                 uint32_t *first, ckpt_error *err) {
     ckpt_status st = CKPT_OK;
+    *first = 0;
+    for (size_t i = 0; st == CKPT_OK && i < tf->crc_count; i++) {
+        ckpt__recorded_crc r = tf->crcs[i];
+        uint32_t index;
+        r.offset += at;
+        st = ckpt__cat_add_crc(c, file, &r, &index, err);
+        if (i == 0) *first = index;
+    }
+    return st;
+}
+
+/* Adds what a reader found: recorded CRC-32s, storages, then tensors as
+ * pieces of them. */
+static ckpt_status add_to_catalog(ckpt_catalog *c, uint32_t file, ckpt__torch_file *tf, ckpt_error *err) {
+    uint32_t first = 0, first_crc = 0;
+    ckpt_status st = ckpt__torch_add_crcs(c, file, tf, 0, &first_crc, err);
     for (size_t i = 0; st == CKPT_OK && i < tf->storage_count; i++) {
         const ckpt__torch_storage *s = &tf->storages[i];
         uint32_t number;
@@ -749,7 +790,8 @@ static ckpt_status add_to_catalog(ckpt_catalog *c, uint32_t file, ckpt__torch_fi
     for (size_t i = 0; st == CKPT_OK && i < tf->count; i++) {
         const ckpt__torch_tensor *t = &tf->tensors[i];
         const ckpt__torch_storage *s = &tf->storages[t->storage];
-        ckpt__piece piece = {.file = file, .offset = t->offset, .strides = t->strides, .big_endian = tf->big_endian};
+        ckpt__piece piece = {.file = file, .offset = t->offset, .strides = t->strides, .big_endian = tf->big_endian,
+                             .crc = s->crc ? first_crc + s->crc : 0};
         if (s->comp_size) { /* inside a DEFLATE record: offsets count inflated bytes */
             piece.offset = t->storage_begin;
             piece.record = s->offset;

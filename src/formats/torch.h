@@ -14,6 +14,7 @@
 
 #include "../base/base.h"
 #include "../io/source.h"
+#include "format.h"
 #include "pickle.h"
 
 typedef struct ckpt__torch_tensor {
@@ -34,6 +35,7 @@ typedef struct ckpt__torch_storage {
     uint64_t nbytes;
     ckpt_dtype dtype;
     uint64_t comp_size; /* non-zero: the record is DEFLATE-compressed, this many bytes */
+    uint32_t crc;       /* its record's CRC-32: index into crcs, plus 1; 0: none recorded */
 } ckpt__torch_storage;
 
 typedef struct ckpt__torch_file {
@@ -46,6 +48,10 @@ typedef struct ckpt__torch_file {
     /* The tree says nothing that the tensors' dotted names do not: only
      * dicts with string keys (a state dict's module versions aside). */
     bool plain;
+    /* The archive's recorded CRC-32s (every record's that has one; offsets
+     * in the archive's source), for ckpt__cat_add_crc; malloc'ed. */
+    size_t crc_count;
+    ckpt__recorded_crc *crcs;
 } ckpt__torch_file;
 
 /* Is `name` a global that torch's weights-only unpickler allows? */
@@ -87,5 +93,15 @@ CKPT__HIDDEN ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__pk_all
                                                  ckpt__arena *arena, ckpt__torch_file *out, ckpt_error *err);
 
 CKPT__HIDDEN void ckpt__torch_file_free(ckpt__torch_file *file);
+
+/* Declares the archive's recorded CRC-32s to the catalog (data file
+ * `file`, the archive starting at byte `at` of it); a storage's crc k is
+ * then the catalog's number *first + k (as ckpt__piece.crc). */
+CKPT__HIDDEN ckpt_status ckpt__torch_add_crcs(ckpt_catalog *c, uint32_t file, const ckpt__torch_file *tf, uint64_t at,
+                                              uint32_t *first, ckpt_error *err);
+
+/* torch's name of a dtype ("bfloat16", "float8_e4m3fn"), as str(torch.dtype)
+ * without "torch."; NULL when torch has none. */
+CKPT__HIDDEN const char *ckpt__torch_dtype_name(ckpt_dtype dtype);
 
 #endif

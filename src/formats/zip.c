@@ -346,6 +346,12 @@ const ckpt__zip_entry *ckpt__zip_find_in_folder(const ckpt__zip *zip, const char
     return e;
 }
 
+bool ckpt__zip_recorded_crc(const ckpt__zip_entry *e, ckpt__recorded_crc *out) {
+    *out = (ckpt__recorded_crc){.name = e->name, .offset = e->data_offset, .stored_size = e->comp_size,
+                                .size = e->size, .crc32 = e->crc32, .deflate = e->method == 8};
+    return e->crc32 != 0 || e->size == 0;
+}
+
 static ckpt_status inflate_entry(const unsigned char *in, const ckpt__zip_entry *e, const char *path, char *out,
                                  ckpt_error *err) {
     z_stream z;

@@ -7,13 +7,16 @@
  * offset from its local header (whose extra field — torch's alignment
  * padding — differs from the central one).  Stored entries are read in
  * place; DEFLATE entries (re-zipped files) through zlib.  Encrypted,
- * multi-disk and otherwise compressed archives are refused.
+ * multi-disk and otherwise compressed archives are refused.  Each entry's
+ * CRC-32 is declared to the catalog (ckpt__zip_recorded_crc): ckpt_verify
+ * checks them all, loads those they read whole (engine.h).
  */
 #ifndef CKPT_FORMATS_ZIP_H
 #define CKPT_FORMATS_ZIP_H
 
 #include "../base/base.h"
 #include "../io/source.h"
+#include "format.h"
 
 typedef struct ckpt__zip_entry {
     const char *name;       /* full name, arena */
@@ -63,6 +66,12 @@ CKPT__HIDDEN const ckpt__zip_entry *ckpt__zip_find_in_folder(const ckpt__zip *zi
  */
 CKPT__HIDDEN ckpt_status ckpt__zip_read_entry(ckpt__source *src, const ckpt__zip_entry *entry, uint64_t limit,
                                               char **data, ckpt_error *err);
+
+/* What an entry's CRC-32 covers, for the catalog (ckpt__cat_add_crc):
+ * false when the entry records none — torch.save with compute_crc32 off
+ * writes 0, which is then no checksum (a non-empty entry whose CRC-32 is 0
+ * goes unchecked; the chance of that is 2^-32). */
+CKPT__HIDDEN bool ckpt__zip_recorded_crc(const ckpt__zip_entry *entry, ckpt__recorded_crc *out);
 
 /* The first `n` bytes (at most the entry's size) of an entry's data,
  * inflated when it is DEFLATE (reading only as much as they need), without

@@ -18,7 +18,8 @@ enum { MAX_IO = 1 << 30 };
 enum { COPY_CHUNK = 8 << 20, COPY_TICK = 64 << 20 };
 
 ckpt_status ckpt__file_open_read(const char *path, int *fd, uint64_t *size, ckpt_error *err) {
-    int f = ckpt__io_open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO is refused below rather than waited on. */
+    int f = ckpt__io_open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (f < 0) return ckpt__fail_errno(err, errno, path, -1, "cannot open for reading");
     struct stat st;
     if (fstat(f, &st) != 0) {
@@ -30,9 +31,15 @@ ckpt_status ckpt__file_open_read(const char *path, int *fd, uint64_t *size, ckpt
         close(f);
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "not a regular file");
     }
+    ckpt__fd_blocking(f);
     *fd = f;
     *size = (uint64_t)st.st_size;
     return CKPT_OK;
+}
+
+void ckpt__fd_blocking(int fd) {
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0 && (flags & O_NONBLOCK)) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
 }
 
 ckpt_status ckpt__pread_full(int fd, void *buf, uint64_t n, uint64_t offset, const char *path,
@@ -339,19 +346,4 @@ char *ckpt__path_normalize(const char *path) {
     while (k > 2 && out[k - 1] == '.' && out[k - 2] == '/') k -= 2;
     out[k] = '\0';
     return out;
-}
-
-uint64_t ckpt__dir_file_bytes(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    uint64_t total = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        struct stat st; /* the entry itself: a symlink is not followed, and counts as nothing */
-        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-            !ckpt__add_u64(total, (uint64_t)st.st_size, &total))
-            total = UINT64_MAX;
-    }
-    closedir(d);
-    return total;
 }

@@ -13,9 +13,16 @@
 #include "../base/base.h"
 
 /* Opens `path` read-only (O_CLOEXEC) and returns its descriptor and size.
- * A directory or a special file is refused with CKPT_E_INVALID_ARGUMENT. */
+ * A directory or a special file is refused with CKPT_E_INVALID_ARGUMENT
+ * (a FIFO without waiting for a writer).  `path` is followed as given:
+ * files a checkpoint names are opened with ckpt__beneath_open instead. */
 CKPT__HIDDEN ckpt_status ckpt__file_open_read(const char *path, int *fd, uint64_t *size,
                                               ckpt_error *err);
+
+/* Clears O_NONBLOCK from a regular file's descriptor once it is open (the
+ * flag only kept a FIFO from blocking the open): io_uring would otherwise
+ * answer EAGAIN for data not in the page cache. */
+CKPT__HIDDEN void ckpt__fd_blocking(int fd);
 
 /* Reads exactly `n` bytes at `offset`.  End of file first gives
  * CKPT_E_TRUNCATED naming the offset where data stopped. */
@@ -69,11 +76,6 @@ CKPT__HIDDEN size_t ckpt__remove_stale_temps(const char *dir);
 
 /* Removes a directory and the files in it (one level: what a writer made). */
 CKPT__HIDDEN void ckpt__remove_flat_dir(const char *dir);
-
-/* The bytes of the regular files directly in a local directory (symlinks
- * and other entries count as nothing; 0 when it cannot be read): the size
- * of a checkpoint directory, for the metadata budget. */
-CKPT__HIDDEN uint64_t ckpt__dir_file_bytes(const char *dir);
 
 /* Reserves `size` bytes for a file so that a full disk fails now rather
  * than mid-write; a file system without the feature is not an error. */

@@ -131,17 +131,18 @@ static bool file_claims(const char *name) {
     return true; /* what no other kind claims is a path */
 }
 
-static ckpt_status file_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
+ckpt_status ckpt__file_source_adopt(const char *name, int fd, uint64_t size, const ckpt__source_options *o,
+                                    ckpt__source **out, ckpt_error *err) {
+    *out = NULL;
     ckpt__source *src = ckpt__calloc(1, sizeof *src);
-    if (!src) return ckpt__oom(err, name, NULL);
-    src->ops = &file_ops;
-    src->fd = -1;
-    src->name = ckpt__strdup(name);
-    ckpt_status st = src->name ? ckpt__file_open_read(name, &src->fd, &src->size, err) : ckpt__oom(err, name, NULL);
-    if (st) {
-        ckpt__source_close(src);
-        return st;
+    if (!src || !(src->name = ckpt__strdup(name))) {
+        free(src);
+        close(fd);
+        return ckpt__oom(err, name, NULL);
     }
+    src->ops = &file_ops;
+    src->fd = fd;
+    src->size = size;
     /* Network file systems are read, never mapped: a server-side
      * truncation would fault a mapping. */
     bool remote = ckpt__is_remote_fs(src->fd);
@@ -161,6 +162,13 @@ static ckpt_status file_open(const char *name, const ckpt__source_options *o, ck
     }
     *out = src;
     return CKPT_OK;
+}
+
+static ckpt_status file_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
+    int fd;
+    uint64_t size;
+    ckpt_status st = ckpt__file_open_read(name, &fd, &size, err);
+    return st ? st : ckpt__file_source_adopt(name, fd, size, o, out, err);
 }
 
 static ckpt__name_kind file_stat(const char *name, const ckpt__source_options *o) {

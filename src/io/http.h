@@ -43,6 +43,12 @@ CKPT__HIDDEN bool ckpt__header_is(const char *name, size_t name_len, const char 
  * false), capped at `cap`. */
 CKPT__HIDDEN bool ckpt__parse_retry_after(const char *value, size_t len, unsigned cap, unsigned *seconds);
 
+/* The SHA-256 an ETag value states, as the Hugging Face Hub's X-Linked-Etag
+ * (and ETag) of an LFS file do: after an optional W/ and the quotes, exactly
+ * 64 lower-case hex digits, copied to `out` with a NUL; false for any other
+ * ETag (a server's own version tag says nothing about the bytes). */
+CKPT__HIDDEN bool ckpt__etag_sha256(const char *etag, size_t len, char out[65]);
+
 /* The text of the first <tag>…</tag> element of an XML error body (S3's
  * <Code> and <Message>), copied into out (truncated, NUL-terminated, with
  * control characters replaced); false when absent. */
@@ -58,11 +64,13 @@ typedef struct ckpt__url_parts {
 CKPT__HIDDEN bool ckpt__url_split(const char *url, ckpt__url_parts *out);
 
 /*
- * The URL as errors and listings may show it (malloc'ed): without the
- * userinfo's password, and with the values of query parameters that carry
- * credentials (signatures, tokens, keys: X-Amz-Signature, X-Amz-Credential,
- * X-Amz-Security-Token, Signature, sig, token, access_token, …) replaced
- * by "REDACTED".  NULL when out of memory.
+ * The URL as errors and listings may show it (malloc'ed): its whole user
+ * part ("user:password@", "TOKEN@") replaced by "REDACTED@", and the values
+ * of query parameters that carry credentials (signatures, tokens, keys:
+ * X-Amz-Signature, X-Amz-Credential, X-Amz-Security-Token, Signature, sig,
+ * token, access_token, …) by "REDACTED".  Anything that is not a URL comes
+ * back as it is.  NULL when out of memory.  The one redaction of names:
+ * ckpt_redact_name (ckpt.h) gives it to the CLI, Python and the bindings.
  */
 CKPT__HIDDEN char *ckpt__url_redact(const char *url);
 
@@ -103,6 +111,40 @@ CKPT__HIDDEN ckpt_status ckpt__remote_open(const char *display, const char *url,
  * request. */
 CKPT__HIDDEN ckpt__name_kind ckpt__remote_stat(const char *url, const ckpt__remote_auth *auth,
                                                const ckpt__source_options *o);
+
+/* ---- the cache (http_cache.c) ---------------------------------------------- */
+
+/* One version of a remote file: what names its copy and what checks it. */
+typedef struct ckpt__cache_key {
+    const char *url;                         /* as requested: no user part */
+    const char *etag, *last_modified, *linked_etag; /* validators given, or NULL */
+    uint64_t size;
+    const char *sha256;                      /* the bytes' SHA-256 the server gave (64 hex), or NULL */
+} ckpt__cache_key;
+
+/* The copy of this version in `dir` as a local file source shown as
+ * `shown`, if one can be trusted (see http_cache.c); NULL when there is
+ * none, or none to trust (a planted or altered file is left alone). */
+CKPT__HIDDEN ckpt__source *ckpt__cache_open(const char *dir, const ckpt__cache_key *k, const char *shown,
+                                            const ckpt__source_options *o);
+
+/* A copy being written: a 0600 temporary of the file's size in `dir`
+ * (created 0700 if missing).  NULL when none can be written (a directory
+ * of another user, no space, …), which only means no cache. */
+typedef struct ckpt__cache_copy ckpt__cache_copy;
+CKPT__HIDDEN ckpt__cache_copy *ckpt__cache_begin(const char *dir, const ckpt__cache_key *k);
+
+/* Writes bytes of the file at their offset (threads may write disjoint
+ * ranges at once); false when the copy is broken or already committed. */
+CKPT__HIDDEN bool ckpt__cache_write(ckpt__cache_copy *c, const void *data, size_t n, uint64_t offset);
+
+/* Every byte is in: synced, checked against the server's SHA-256 if it
+ * gave one, renamed into place and stamped; false when not (the copy is
+ * then dropped). */
+CKPT__HIDDEN bool ckpt__cache_commit(ckpt__cache_copy *c);
+
+/* Closes a copy; one never committed is removed.  Accepts NULL. */
+CKPT__HIDDEN void ckpt__cache_end(ckpt__cache_copy *c);
 
 /* The HTTP(S) kind (http:// and https:// names). */
 CKPT__HIDDEN extern const ckpt__source_kind ckpt__http_kind;

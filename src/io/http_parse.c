@@ -97,6 +97,19 @@ bool ckpt__parse_retry_after(const char *value, size_t len, unsigned cap, unsign
     return true;
 }
 
+bool ckpt__etag_sha256(const char *etag, size_t len, char out[65]) {
+    /* huggingface_hub's reading: W/ and the quotes dropped, then exactly
+     * 64 lower-case hex digits. */
+    if (len >= 2 && etag[0] == 'W' && etag[1] == '/') etag += 2, len -= 2;
+    if (len >= 2 && etag[0] == '"' && etag[len - 1] == '"') etag++, len -= 2;
+    if (len != 64) return false;
+    for (size_t k = 0; k < 64; k++)
+        if (!is_digit(etag[k]) && !(etag[k] >= 'a' && etag[k] <= 'f')) return false;
+    memcpy(out, etag, 64);
+    out[64] = '\0';
+    return true;
+}
+
 bool ckpt__xml_element(const char *body, size_t len, const char *tag, char *out, size_t cap) {
     if (!cap) return false;
     out[0] = '\0';
@@ -114,10 +127,21 @@ bool ckpt__xml_element(const char *body, size_t len, const char *tag, char *out,
     return false;
 }
 
+/* RFC 3986's scheme: a letter, then letters, digits, '+', '-' or '.' (so
+ * that a local path holding "://" after a '/' is not taken for a URL). */
+static bool is_scheme(const char *s, size_t n) {
+    if (!n || !((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z'))) return false;
+    for (size_t k = 1; k < n; k++) {
+        char c = lower(s[k]);
+        if (!((c >= 'a' && c <= 'z') || is_digit(c) || c == '+' || c == '-' || c == '.')) return false;
+    }
+    return true;
+}
+
 bool ckpt__url_split(const char *url, ckpt__url_parts *out) {
     memset(out, 0, sizeof *out);
     const char *sep = strstr(url, "://");
-    if (!sep || sep == url) return false;
+    if (!sep || !is_scheme(url, (size_t)(sep - url))) return false;
     out->scheme = url;
     out->scheme_len = (size_t)(sep - url);
     const char *a = sep + 3;
@@ -162,12 +186,9 @@ char *ckpt__url_redact(const char *url) {
     if (!ckpt__url_split(url, &u)) return ckpt__strdup(url);
     ckpt__buf b = {0};
     ckpt__buf_append(&b, url, u.scheme_len + 3);
-    if (u.userinfo) {
-        const char *colon = memchr(u.userinfo, ':', u.userinfo_len);
-        size_t user = colon ? (size_t)(colon - u.userinfo) : u.userinfo_len;
-        ckpt__buf_append(&b, u.userinfo, user);
-        ckpt__buf_puts(&b, colon ? ":REDACTED@" : "@");
-    }
+    /* The whole user part: "user:password", and a bare token ("ghp_…@",
+     * which libcurl sends as a user name) alike. */
+    if (u.userinfo) ckpt__buf_puts(&b, "REDACTED@");
     ckpt__buf_append(&b, u.host, u.host_len);
     ckpt__buf_append(&b, u.path, u.path_len);
     if (u.query) {
@@ -194,6 +215,20 @@ char *ckpt__url_redact(const char *url) {
         return NULL;
     }
     return b.data ? b.data : ckpt__strdup("");
+}
+
+size_t ckpt_redact_name(const char *name, char *out, size_t cap) {
+    char *r = ckpt__url_redact(name ? name : "");
+    /* Out of memory: nothing of the name, rather than all of it. */
+    const char *shown = r ? r : "(a name not shown: out of memory)";
+    size_t n = strlen(shown);
+    if (out && cap) {
+        size_t k = n < cap ? n : cap - 1;
+        memcpy(out, shown, k);
+        out[k] = '\0';
+    }
+    free(r);
+    return n;
 }
 
 static int hex_value(char c) {

@@ -17,6 +17,10 @@
  * that a file replaced mid-load fails instead of mixing versions.  What can
  * pass (5xx, 408, 429, refused or reset connections, short bodies,
  * timeouts) is retried with backoff, resuming at the last byte received.
+ * A server may also be too slow: an attempt that receives less than the
+ * minimum speed over a window fails like a timeout, and a request that has
+ * gone the retry deadline without progress stops retrying, so that no
+ * server, however it trickles, holds a read longer than that.
  *
  * Connections: each batch borrows a context (a multi handle and its easy
  * handles, whose connections stay open between batches) from the source's
@@ -24,6 +28,11 @@
  * max_connections (a batch always gets one, so every caller progresses).
  * DNS and TLS sessions are shared across the pool (connections are not:
  * libcurl cannot share them between threads).
+ *
+ * With a cache directory, an open whose version has a trusted copy there
+ * reads that instead; otherwise the first read past the open's bytes
+ * starts a copy, filled as the reads arrive and committed once every byte
+ * is in (http_cache.c says what trusted means).
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -34,10 +43,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "file.h"
 #include "http.h"
@@ -52,6 +59,7 @@ enum {
     MAX_ERROR_BODY = 1 << 20,  /* drained of one before giving up on it */
     DEFAULT_CONNECT_MS = 30000,
     DEFAULT_READ_MS = 60000,
+    DEFAULT_MIN_SPEED_MS = 30000,
     DEFAULT_CONNECTIONS = 16,
     MAX_CONNECTIONS = 256,
     BACKOFF_FIRST_MS = 200,
@@ -78,8 +86,12 @@ typedef struct remote {
     struct curl_slist *headers; /* validators and signed S3 headers, for every data request */
     long connect_ms, read_s;
     unsigned retries, max_conn;
+    uint64_t min_speed;        /* bytes per second an attempt must keep up (0: no minimum)… */
+    int64_t min_speed_ms;      /* …over each window this long */
+    int64_t retry_deadline_ms; /* no retry after this long without progress (0: no limit) */
     uint64_t size;
-    char *etag, *last_modified;
+    char *etag, *last_modified, *linked_etag;
+    char sha256[65];           /* the file's SHA-256 as the server states it, or "" */
     pthread_mutex_t lock;
     context **idle; /* contexts not in use */
     size_t idle_count, idle_cap;
@@ -91,17 +103,19 @@ typedef struct remote {
     unsigned char *head;
     uint64_t head_len;
     bool head_whole;
-    /* The cache copy being written, and what of it is in.  The descriptor
-     * stays open until the source closes (reads may still be writing to
-     * it when it completes or breaks). */
+    /* The cache: its directory, and the copy being written with what of it
+     * is in.  The copy stays open until the source closes (reads may still
+     * be writing to it when it completes or breaks). */
+    char *cache_dir;
     atomic_int cache_state;
-    int cache_fd;
-    char *cache_tmp, *cache_final;
+    ckpt__cache_copy *copy;
     span *spans;
     size_t span_count, span_cap;
 } remote;
 
-enum { CACHE_NONE, CACHE_WRITING, CACHE_DONE, CACHE_BROKEN };
+/* NONE: no cache; WANTED: a copy starts at the first read past the open's
+ * bytes; WRITING → COMMITTING (the last byte is in) → DONE, or BROKEN. */
+enum { CACHE_NONE, CACHE_WANTED, CACHE_WRITING, CACHE_COMMITTING, CACHE_DONE, CACHE_BROKEN };
 
 struct context {
     CURLM *multi;
@@ -165,6 +179,7 @@ typedef enum verdict {
     V_TOO_MUCH,     /* more bytes than asked for */
     V_HEADERS,      /* headers too large */
     V_ENCODED,      /* a Content-Encoding was applied */
+    V_SLOW,         /* below the minimum speed over a window */
 } verdict;
 
 typedef struct xfer {
@@ -177,6 +192,14 @@ typedef struct xfer {
     uint64_t attempt_from;    /* pos when this attempt started */
     unsigned attempts;
     int64_t not_before;       /* earliest start of the next attempt (ms) */
+    int64_t attempt_at;       /* when this attempt started (ms) */
+    int64_t progress_at;      /* when the request started, or an attempt last kept the minimum speed */
+    bool deadline_passed;     /* no retry: the retry deadline is past */
+    /* The minimum speed's window: from when, and pos then (armed by the
+     * answer's first header line). */
+    bool window_armed;
+    int64_t window_at;
+    uint64_t window_pos;
     bool running, done;
     /* The current response. */
     long status;
@@ -188,6 +211,8 @@ typedef struct xfer {
     bool has_content_range;
     char etag[256], last_modified[128], region[64], encoding[64];
     bool has_etag, has_last_modified;
+    char linked_etag[256]; /* X-Linked-Etag, of any answer of the attempt (the Hub sends it with its redirect) */
+    bool has_linked_etag;
     unsigned retry_after;
     bool has_retry_after;
     uint64_t content_length;
@@ -200,6 +225,8 @@ typedef struct xfer {
     bool open_whole, open_empty;
 } xfer;
 
+/* A new answer (of a new attempt, or after a redirect or a 100): what an
+ * earlier one said is forgotten, but for X-Linked-Etag (see start). */
 static void reset_response(xfer *x) {
     x->status = 0;
     x->checked = x->error_status = false;
@@ -233,6 +260,11 @@ static void copy_value(char *out, size_t cap, const char *v, size_t n) {
 static size_t on_header(char *line, size_t size, size_t nmemb, void *user) {
     xfer *x = user;
     size_t n = size * nmemb;
+    if (!x->window_armed) { /* the answer begins: its speed is measured from here */
+        x->window_armed = true;
+        x->window_at = now_ms();
+        x->window_pos = x->pos;
+    }
     if (n >= 5 && !memcmp(line, "HTTP/", 5)) { /* a new response (after a redirect or a 100) */
         size_t keep = x->header_bytes;
         reset_response(x);
@@ -270,8 +302,32 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *user) {
         copy_value(x->encoding, sizeof x->encoding, value, vl);
     } else if (ckpt__header_is(name, nl, "x-amz-bucket-region")) {
         copy_value(x->region, sizeof x->region, value, vl);
+    } else if (ckpt__header_is(name, nl, "X-Linked-Etag")) {
+        copy_value(x->linked_etag, sizeof x->linked_etag, value, vl);
+        x->has_linked_etag = true;
     }
     return n;
+}
+
+/* libcurl's progress callback (every received chunk, and about once a
+ * second while nothing comes): fails the attempt when the bytes of the
+ * window that just ended fall short of the minimum speed. */
+static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    xfer *x = user;
+    const remote *r = x->r;
+    if (!r->min_speed || !x->window_armed) return 0;
+    int64_t now = now_ms(), elapsed = now - x->window_at;
+    if (elapsed < r->min_speed_ms) return 0;
+    uint64_t got = x->pos - x->window_pos, need = r->min_speed * (uint64_t)elapsed / 1000;
+    if (got < need) {
+        set_verdict(x, V_SLOW, "the server sent %llu bytes in %.1f s: slower than the minimum speed of %llu bytes/s",
+                    (unsigned long long)got, (double)elapsed / 1000, (unsigned long long)r->min_speed);
+        return 1;
+    }
+    x->window_at = now;
+    x->window_pos = x->pos;
+    return 0;
 }
 
 /* Whether the validators of this response differ from the open's. */
@@ -393,9 +449,10 @@ static bool check_response(xfer *x) {
     return false;
 }
 
-/* Records that [lo, hi) of the cache copy is written; commits the copy
- * (fsync, rename) once every byte is.  Called under r->lock. */
-static void cache_cover(remote *r, uint64_t lo, uint64_t hi);
+/* Records that [lo, hi) of the cache copy is written; true when that was
+ * its last missing byte (the state is then COMMITTING, and the caller
+ * commits).  Called under r->lock. */
+static bool cache_cover(remote *r, uint64_t lo, uint64_t hi);
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *user) {
     xfer *x = user;
@@ -439,18 +496,8 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user) {
         p += take, left -= (size_t)take, at += take;
         if (at == pc->off + pc->len && x->cur + 1 < x->piece_count) x->cur++;
     }
-    if (atomic_load(&r->cache_state) == CACHE_WRITING) {
-        const unsigned char *q = (const unsigned char *)data;
-        for (size_t w = 0; w < n;) {
-            ssize_t k = pwrite(r->cache_fd, q + w, n - w, (off_t)(x->pos + w));
-            if (k < 0 && errno == EINTR) continue;
-            if (k <= 0) { /* the cache stops; the read goes on */
-                atomic_store(&r->cache_state, CACHE_BROKEN);
-                break;
-            }
-            w += (size_t)k;
-        }
-    }
+    if (atomic_load(&r->cache_state) == CACHE_WRITING && !ckpt__cache_write(r->copy, data, n, x->pos))
+        atomic_store(&r->cache_state, CACHE_BROKEN); /* the cache stops; the read goes on */
     x->pos += n;
     return n;
 }
@@ -505,8 +552,10 @@ static CURL *easy_for(remote *r, context *c) {
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, r->connect_ms);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L); /* nothing at all: the read timeout */
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, r->read_s);
+    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L); /* too little: the minimum speed (on_progress) */
+    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(e, CURLOPT_BUFFERSIZE, (long)RECV_BUFFER);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
@@ -579,12 +628,17 @@ static ckpt_status start(remote *r, context *c, xfer *x, ckpt_error *err) {
     if (!e) return ckpt__oom(err, r->shown, NULL);
     x->easy = e;
     reset_response(x);
+    x->has_linked_etag = false;
     x->attempt_from = x->pos;
+    x->attempt_at = now_ms();
+    if (!x->attempts) x->progress_at = x->attempt_at;
+    x->window_armed = false;
     x->attempts++;
     char range[64];
     curl_easy_setopt(e, CURLOPT_PRIVATE, x);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(e, CURLOPT_XFERINFODATA, x);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->curl_error);
     curl_easy_setopt(e, CURLOPT_NOBODY, x->mode == X_HEAD ? 1L : 0L);
     if (x->mode == X_HEAD) {
@@ -663,15 +717,32 @@ static const char *tensor_at(const xfer *x, uint64_t at) {
 
 static ckpt_status fail_xfer(const xfer *x, ckpt_error *err, ckpt_status st, const char *fmt, ...) CKPT__PRINTF(4, 5);
 static ckpt_status fail_xfer(const xfer *x, ckpt_error *err, ckpt_status st, const char *fmt, ...) {
-    char what[1024], range[96];
+    char what[1024], range[96], deadline[160] = "";
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     range_text(x, range, sizeof range);
+    if (x->deadline_passed)
+        snprintf(deadline, sizeof deadline, "; no more: %.0f s without progress passes the retry deadline (%.0f s)",
+                 (double)(now_ms() - x->progress_at) / 1000, (double)x->r->retry_deadline_ms / 1000);
     return ckpt__fail(err, st, x->r->shown, tensor_at(x, x->pos), x->mode == X_HEAD ? -1 : (int64_t)x->pos,
-                      "%s, for %s%s", what, range,
-                      x->attempts > 1 ? (x->attempts == 2 ? ", after 1 retry" : ", after retries") : "");
+                      "%s, for %s%s%s", what, range,
+                      x->attempts > 1 ? (x->attempts == 2 ? ", after 1 retry" : ", after retries") : "", deadline);
+}
+
+static int64_t backoff_ms(const xfer *x);
+
+/* Whether a failed attempt may be tried again: retries left, and the retry
+ * deadline not passed by the time the next attempt would start. */
+static bool may_retry(xfer *x) {
+    const remote *r = x->r;
+    if (x->attempts > r->retries) return false;
+    if (r->retry_deadline_ms && now_ms() + backoff_ms(x) - x->progress_at > r->retry_deadline_ms) {
+        x->deadline_passed = true;
+        return false;
+    }
+    return true;
 }
 
 /* An error status: what it means, and whether to try again. */
@@ -700,7 +771,7 @@ static outcome judge_status(xfer *x, ckpt_status *st, ckpt_error *err) {
         }
     }
     if (s == 408 || s == 429 || (s >= 500 && s < 600)) {
-        if (x->attempts <= r->retries) return O_RETRY;
+        if (may_retry(x)) return O_RETRY;
         *st = fail_xfer(x, err, CKPT_E_HTTP_STATUS, "HTTP %ld%s%s", s, reason(s), detail);
         return O_FAIL;
     }
@@ -730,7 +801,6 @@ static outcome judge_status(xfer *x, ckpt_status *st, ckpt_error *err) {
 }
 
 static outcome judge(xfer *x, CURLcode rc, ckpt_status *st, ckpt_error *err) {
-    remote *r = x->r;
     switch (x->verdict) {
     case V_NONE:
         break;
@@ -740,6 +810,10 @@ static outcome judge(xfer *x, CURLcode rc, ckpt_status *st, ckpt_error *err) {
         return O_FAIL;
     case V_NO_RANGES:
         *st = fail_xfer(x, err, CKPT_E_NO_RANGES, "%s", x->verdict_text);
+        return O_FAIL;
+    case V_SLOW:
+        if (may_retry(x)) return O_RETRY;
+        *st = fail_xfer(x, err, CKPT_E_TIMEOUT, "%s", x->verdict_text);
         return O_FAIL;
     default:
         *st = fail_xfer(x, err, CKPT_E_BAD_RESPONSE, "the server's answer does not fit the request: %s",
@@ -752,7 +826,7 @@ static outcome judge(xfer *x, CURLcode rc, ckpt_status *st, ckpt_error *err) {
             *st = fail_xfer(x, err, CKPT_E_NETWORK, "%s", x->curl_error[0] ? x->curl_error : curl_easy_strerror(rc));
             return O_FAIL;
         }
-        if (retryable_code(rc) && x->attempts <= r->retries) return O_RETRY;
+        if (retryable_code(rc) && may_retry(x)) return O_RETRY;
         bool timeout = rc == CURLE_OPERATION_TIMEDOUT;
         *st = fail_xfer(x, err, timeout ? CKPT_E_TIMEOUT : CKPT_E_NETWORK, "%s%s",
                         x->curl_error[0] ? x->curl_error : curl_easy_strerror(rc),
@@ -761,7 +835,7 @@ static outcome judge(xfer *x, CURLcode rc, ckpt_status *st, ckpt_error *err) {
     }
     if (x->mode == X_DATA && x->pos < x->end) {
         /* The body ended early without libcurl noticing (no length given). */
-        if (x->attempts <= r->retries) return O_RETRY;
+        if (may_retry(x)) return O_RETRY;
         *st = fail_xfer(x, err, CKPT_E_NETWORK, "the body ended after %llu of %llu bytes",
                         (unsigned long long)(x->pos - x->attempt_from), (unsigned long long)(x->end - x->attempt_from));
         return O_FAIL;
@@ -769,6 +843,7 @@ static outcome judge(xfer *x, CURLcode rc, ckpt_status *st, ckpt_error *err) {
     return O_DONE;
 }
 
+/* The wait before the next attempt. */
 static int64_t backoff_ms(const xfer *x) {
     if (x->has_retry_after) return (int64_t)x->retry_after * 1000;
     int64_t ms = BACKOFF_FIRST_MS;
@@ -777,6 +852,17 @@ static int64_t backoff_ms(const xfer *x) {
     /* Jitter, so that parts failing together do not come back together. */
     return ms / 2 + (int64_t)((uintptr_t)x * 2654435761u % (uint64_t)(ms / 2 + 1));
 }
+
+/* After an attempt: one that received its bytes at the minimum speed or
+ * faster (any bytes, without a minimum) restarts the retry deadline. */
+static void note_progress(xfer *x) {
+    const remote *r = x->r;
+    int64_t now = now_ms(), took = now - x->attempt_at;
+    uint64_t got = x->pos - x->attempt_from;
+    if (got && got * 1000 >= r->min_speed * (uint64_t)(took > 0 ? took : 0)) x->progress_at = now;
+}
+
+static void cache_commit(remote *r);
 
 /* Runs every transfer to its end (retrying what may be retried); on a
  * failure, stops the others and reports the first. */
@@ -815,9 +901,11 @@ static ckpt_status run_batch(remote *r, xfer *xs, size_t n, ckpt_error *err) {
             give_slot(r);
             if (x->mode == X_DATA && atomic_load(&r->cache_state) == CACHE_WRITING && x->pos > x->attempt_from) {
                 pthread_mutex_lock(&r->lock);
-                cache_cover(r, x->attempt_from, x->pos);
+                bool last = cache_cover(r, x->attempt_from, x->pos);
                 pthread_mutex_unlock(&r->lock);
+                if (last) cache_commit(r);
             }
+            note_progress(x);
             if (st != CKPT_OK) continue;
             ckpt_status xst = CKPT_OK;
             switch (judge(x, rc, &xst, err)) {
@@ -864,20 +952,37 @@ static ckpt_status run_batch(remote *r, xfer *xs, size_t n, ckpt_error *err) {
 
 /* ---- the cache ------------------------------------------------------------------ */
 
-/* At close: the copy stays only if complete. */
+static ckpt__cache_key cache_key(const remote *r) {
+    return (ckpt__cache_key){r->url, r->etag, r->last_modified, r->linked_etag, r->size, r->sha256[0] ? r->sha256 : NULL};
+}
+
+/* The first read past the open's bytes: a copy starts, with those bytes.
+ * Called under r->lock, before they are freed. */
+static void cache_start(remote *r) {
+    ckpt__cache_key k = cache_key(r);
+    r->copy = ckpt__cache_begin(r->cache_dir, &k);
+    bool ok = r->copy && ckpt__cache_write(r->copy, r->head, (size_t)r->head_len, 0);
+    atomic_store(&r->cache_state, ok ? CACHE_WRITING : CACHE_BROKEN);
+    /* Not the last byte: the read that starts the copy needs one the head lacks. */
+    if (ok) (void)cache_cover(r, 0, r->head_len);
+}
+
+static void cache_commit(remote *r) {
+    atomic_store(&r->cache_state, ckpt__cache_commit(r->copy) ? CACHE_DONE : CACHE_BROKEN);
+}
+
+/* At close: the copy stays only if committed. */
 static void cache_free(remote *r) {
-    if (r->cache_fd >= 0) close(r->cache_fd);
-    r->cache_fd = -1;
-    if (r->cache_tmp && atomic_load(&r->cache_state) != CACHE_DONE) unlink(r->cache_tmp);
-    free(r->cache_tmp);
-    free(r->cache_final);
+    ckpt__cache_end(r->copy);
+    r->copy = NULL;
+    free(r->cache_dir);
     free(r->spans);
-    r->cache_tmp = r->cache_final = NULL;
+    r->cache_dir = NULL;
     r->spans = NULL;
 }
 
-static void cache_cover(remote *r, uint64_t lo, uint64_t hi) {
-    if (atomic_load(&r->cache_state) != CACHE_WRITING || lo >= hi) return;
+static bool cache_cover(remote *r, uint64_t lo, uint64_t hi) {
+    if (atomic_load(&r->cache_state) != CACHE_WRITING || lo >= hi) return false;
     /* Insert, merging with neighbours (the spans stay sorted and apart). */
     size_t i = 0;
     while (i < r->span_count && r->spans[i].hi < lo) i++;
@@ -893,7 +998,7 @@ static void cache_cover(remote *r, uint64_t lo, uint64_t hi) {
             span *s = ckpt__realloc(r->spans, cap * sizeof *s);
             if (!s) {
                 atomic_store(&r->cache_state, CACHE_BROKEN);
-                return;
+                return false;
             }
             r->spans = s, r->span_cap = cap;
         }
@@ -904,49 +1009,9 @@ static void cache_cover(remote *r, uint64_t lo, uint64_t hi) {
         r->span_count -= j - i - 1;
     }
     r->spans[i] = (span){lo, hi};
-    if (r->span_count == 1 && r->spans[0].lo == 0 && r->spans[0].hi == r->size) {
-        /* Complete: durable under its final name, or not at all. */
-        if (fsync(r->cache_fd) == 0 && rename(r->cache_tmp, r->cache_final) == 0) {
-            atomic_store(&r->cache_state, CACHE_DONE);
-            ckpt__fsync_parent(r->cache_final, NULL);
-        } else {
-            atomic_store(&r->cache_state, CACHE_BROKEN);
-        }
-    }
-}
-
-/* "<dir>/<32 hex digits>-<file name>": the hash covers the URL, the
- * validators and the size, so a new version gets a new name. */
-static char *cache_path(const remote *r, const char *dir) {
-    XXH3_state_t *h = XXH3_createState();
-    if (!h) return NULL;
-    XXH3_128bits_reset(h);
-    char sizes[32];
-    snprintf(sizes, sizeof sizes, "%llu", (unsigned long long)r->size);
-    const char *parts[] = {r->url, r->etag ? r->etag : "", r->last_modified ? r->last_modified : "", sizes};
-    for (size_t i = 0; i < 4; i++) XXH3_128bits_update(h, parts[i], strlen(parts[i]) + 1);
-    XXH128_hash_t d = XXH3_128bits_digest(h);
-    XXH3_freeState(h);
-    /* A readable tail: the URL's last path segment, in safe characters. */
-    char tail[96];
-    size_t t = 0;
-    ckpt__url_parts u;
-    if (ckpt__url_split(r->url, &u) && u.path_len) {
-        const char *seg = u.path, *end = u.path + u.path_len;
-        for (const char *p = u.path; p < end; p++)
-            if (*p == '/') seg = p + 1;
-        for (const char *p = seg; p < end && t + 1 < sizeof tail; p++) {
-            char ch = *p;
-            bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
-                      ch == '-' || ch == '_';
-            tail[t++] = ok ? ch : '_';
-        }
-    }
-    tail[t] = '\0';
-    char name[160];
-    snprintf(name, sizeof name, "%016llx%016llx%s%s", (unsigned long long)d.high64, (unsigned long long)d.low64,
-             t ? "-" : "", tail);
-    return ckpt__path_join(dir, name);
+    if (r->span_count != 1 || r->spans[0].lo != 0 || r->spans[0].hi != r->size) return false;
+    atomic_store(&r->cache_state, CACHE_COMMITTING);
+    return true;
 }
 
 /* ---- the source operations -------------------------------------------------------- */
@@ -970,6 +1035,7 @@ static void remote_free(remote *r) {
     free(r->url);
     free(r->etag);
     free(r->last_modified);
+    free(r->linked_etag);
     free(r->head);
     free(r);
 }
@@ -1022,6 +1088,7 @@ static ckpt_status remote_batch(ckpt__source *src, want *w, size_t n, ckpt_error
     }
     if (!m) return CKPT_OK;
     pthread_mutex_lock(&r->lock);
+    if (atomic_load(&r->cache_state) == CACHE_WANTED) cache_start(r);
     if (r->head && !r->head_whole) { /* the data phase: the first bytes are not needed any more */
         free(r->head);
         r->head = NULL;
@@ -1117,7 +1184,6 @@ static ckpt_status remote_new(const char *shown, const char *url, const ckpt__re
     if (st) return st;
     remote *r = ckpt__calloc(1, sizeof *r);
     if (!r) return ckpt__oom(err, shown, NULL);
-    r->cache_fd = -1;
     pthread_mutex_init(&r->lock, NULL);
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_init(&r->share_locks[i], NULL);
     bool failed = false;
@@ -1131,6 +1197,9 @@ static ckpt_status remote_new(const char *shown, const char *url, const ckpt__re
     r->s3 = auth->s3;
     r->connect_ms = o->connect_timeout_ms ? (long)o->connect_timeout_ms : DEFAULT_CONNECT_MS;
     r->read_s = (long)(((o->read_timeout_ms ? o->read_timeout_ms : DEFAULT_READ_MS) + 999) / 1000);
+    r->min_speed = o->min_speed_bytes;
+    r->min_speed_ms = o->min_speed_time_ms ? o->min_speed_time_ms : DEFAULT_MIN_SPEED_MS;
+    r->retry_deadline_ms = o->retry_deadline_ms;
     r->retries = o->retries;
     r->max_conn = o->max_connections ? o->max_connections : DEFAULT_CONNECTIONS;
     if (r->max_conn > MAX_CONNECTIONS) r->max_conn = MAX_CONNECTIONS;
@@ -1180,62 +1249,19 @@ static bool add_validators(remote *r) {
     return true;
 }
 
-/* Opens the cached copy of this version, if there is one; else starts
- * writing one (errors here only mean no cache). */
-static ckpt_status use_cache(remote *r, ckpt__source *src, const ckpt__source_options *o, ckpt__source **local) {
+/* The trusted copy of this version in the cache, if there is one; else
+ * a copy is wanted, started by the first read the open's bytes cannot
+ * serve (a file they hold whole is not copied: its version check brings it
+ * anyway).  False when out of memory. */
+static bool use_cache(remote *r, ckpt__source *src, const ckpt__source_options *o, ckpt__source **local) {
     *local = NULL;
-    if (!o->cache_dir || (!r->etag && !r->last_modified)) return CKPT_OK;
-    char *path = cache_path(r, o->cache_dir);
-    if (!path) return CKPT_E_NO_MEMORY;
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size == r->size) {
-        ckpt__source_options lo = *o;
-        lo.cache_dir = NULL;
-        ckpt__source *f = NULL;
-        ckpt_status st = ckpt__file_kind.open(path, &lo, &f, NULL);
-        free(path);
-        if (st) return CKPT_OK; /* unreadable: read remotely */
-        char *name = ckpt__strdup(src->name);
-        if (!name) {
-            ckpt__source_close(f);
-            return CKPT_E_NO_MEMORY;
-        }
-        free(f->name);
-        f->name = name; /* shown as the URL, and its siblings are URLs */
-        *local = f;
-        return CKPT_OK;
-    }
-    mkdir(o->cache_dir, 0777);
-    ckpt__remove_stale_temps(o->cache_dir);
-    char *tmp;
-    int fd;
-    if (ckpt__temp_create(path, &tmp, &fd, NULL) != CKPT_OK) {
-        free(path);
-        return CKPT_OK;
-    }
-    if (ftruncate(fd, (off_t)r->size) != 0) {
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        free(path);
-        return CKPT_OK;
-    }
-    r->cache_fd = fd;
-    r->cache_tmp = tmp;
-    r->cache_final = path;
-    atomic_store(&r->cache_state, CACHE_WRITING);
-    bool ok = true;
-    for (uint64_t w = 0; ok && w < r->head_len;) {
-        ssize_t k = pwrite(fd, r->head + w, (size_t)(r->head_len - w), (off_t)w);
-        if (k < 0 && errno == EINTR) continue;
-        ok = k > 0;
-        if (ok) w += (uint64_t)k;
-    }
-    pthread_mutex_lock(&r->lock);
-    if (ok) cache_cover(r, 0, r->head_len);
-    else atomic_store(&r->cache_state, CACHE_BROKEN);
-    pthread_mutex_unlock(&r->lock);
-    return CKPT_OK;
+    if (!o->cache_dir || (!r->etag && !r->last_modified && !r->linked_etag) || r->head_len == r->size) return true;
+    ckpt__cache_key k = cache_key(r);
+    *local = ckpt__cache_open(o->cache_dir, &k, src->name, o);
+    if (*local) return true;
+    if (!(r->cache_dir = ckpt__strdup(o->cache_dir))) return false;
+    atomic_store(&r->cache_state, CACHE_WANTED);
+    return true;
 }
 
 ckpt_status ckpt__remote_open(const char *display, const char *url, const ckpt__remote_auth *auth,
@@ -1281,6 +1307,11 @@ ckpt_status ckpt__remote_open(const char *display, const char *url, const ckpt__
         bool failed = false;
         if (x.has_etag) r->etag = dup_or_null(x.etag, &failed);
         if (x.has_last_modified) r->last_modified = dup_or_null(x.last_modified, &failed);
+        if (x.has_linked_etag) r->linked_etag = dup_or_null(x.linked_etag, &failed);
+        /* The Hub states an LFS file's SHA-256: X-Linked-Etag, else the ETag,
+         * read as huggingface_hub reads them. */
+        const char *tag = x.has_linked_etag ? x.linked_etag : x.has_etag ? x.etag : NULL;
+        if (tag) ckpt__etag_sha256(tag, strlen(tag), r->sha256);
         if (st == CKPT_OK && (failed || !add_validators(r))) st = ckpt__oom(err, display, NULL);
     }
     if (st) {
@@ -1289,7 +1320,11 @@ ckpt_status ckpt__remote_open(const char *display, const char *url, const ckpt__
     }
     src->size = r->size;
     ckpt__source *local = NULL;
-    if (use_cache(r, src, o, &local) == CKPT_OK && local) {
+    if (!use_cache(r, src, o, &local)) {
+        ckpt__source_close(src);
+        return ckpt__oom(err, display, NULL);
+    }
+    if (local) {
         ckpt__source_close(src);
         *out = local;
         return CKPT_OK;

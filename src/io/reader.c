@@ -8,6 +8,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "reader.h"
 
 #ifdef CKPT_HAVE_URING
@@ -256,13 +257,16 @@ ckpt_status ckpt__reader_run(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ck
 }
 
 int ckpt__open_direct(const char *path, int fd, uint32_t *align) {
-    int dfd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    /* By name again: O_NONBLOCK so that a FIFO put in its place meanwhile
+     * cannot block (the inode check below refuses anything else). */
+    int dfd = open(path, O_RDONLY | O_DIRECT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (dfd < 0) return -1;
     struct stat a, b;
     if (fstat(fd, &a) != 0 || fstat(dfd, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
         close(dfd);
         return -1;
     }
+    ckpt__fd_blocking(dfd);
     uint32_t need = 4096;
 #ifdef STATX_DIOALIGN
     struct statx sx;

@@ -76,13 +76,17 @@ static inline void ckpt__source_count(ckpt__source *src, uint64_t n) {
 
 /* What opening a source may be told (filled by the catalog's options,
  * ckpt_catalog_options in ckpt.h, which documents each).  Zero means the
- * default for every field but `retries`; CKPT__SOURCE_OPTIONS_DEFAULT is
- * the whole default. */
+ * default for every field but `retries`, `min_speed_bytes` and
+ * `retry_deadline_ms` (where it means none); CKPT__SOURCE_OPTIONS_DEFAULT
+ * is the whole default. */
 typedef struct ckpt__source_options {
     uint32_t connect_timeout_ms; /* remote: to establish a connection              */
     uint32_t read_timeout_ms;    /* remote: a transfer receiving nothing this long fails */
     uint32_t retries;            /* remote: attempts after the first               */
     uint32_t max_connections;    /* remote: parallel requests per file             */
+    uint32_t min_speed_bytes;    /* remote: an attempt slower than this (bytes/s)… */
+    uint32_t min_speed_time_ms;  /* …over each such window fails (0 bytes/s: never) */
+    uint32_t retry_deadline_ms;  /* remote: no retry after this long without progress (0: none) */
     const char *bearer_token;    /* remote: "Authorization: Bearer", or NULL       */
     const char *userinfo;        /* remote: "user:password" taken out of the opened URL */
     const char *userinfo_host;   /* the host `userinfo` belongs to                 */
@@ -91,7 +95,11 @@ typedef struct ckpt__source_options {
 } ckpt__source_options;
 
 #define CKPT__DEFAULT_RETRIES 5u
-#define CKPT__SOURCE_OPTIONS_DEFAULT {.retries = CKPT__DEFAULT_RETRIES}
+#define CKPT__DEFAULT_MIN_SPEED 1024u               /* bytes per second, over 30 s */
+#define CKPT__DEFAULT_RETRY_DEADLINE_MS 300000u     /* 5 minutes */
+#define CKPT__SOURCE_OPTIONS_DEFAULT                                                                  \
+    {.retries = CKPT__DEFAULT_RETRIES, .min_speed_bytes = CKPT__DEFAULT_MIN_SPEED,                     \
+     .retry_deadline_ms = CKPT__DEFAULT_RETRY_DEADLINE_MS}
 
 /* What a name is: a regular file (or remote object), a directory, or
  * nothing.  Remote names are objects (directories are not listed). */
@@ -149,6 +157,12 @@ CKPT__HIDDEN ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset
 
 /* Where a window starts in its base (0 for any other source). */
 CKPT__HIDDEN uint64_t ckpt__source_window_offset(const ckpt__source *src);
+
+/* A local file source over `fd` (a regular file of `size` bytes, opened
+ * for reading), named `name`: what a file opened beneath a checkpoint's
+ * directory (beneath.h) becomes.  Takes `fd` (closed on failure too). */
+CKPT__HIDDEN ckpt_status ckpt__file_source_adopt(const char *name, int fd, uint64_t size, const ckpt__source_options *o,
+                                                 ckpt__source **out, ckpt_error *err);
 
 /* The local file kind (file_source.c): registered in sources.c. */
 CKPT__HIDDEN extern const ckpt__source_kind ckpt__file_kind;

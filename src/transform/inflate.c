@@ -1,9 +1,12 @@
 /* inflate.c — see inflate.h. */
 #include "inflate.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
+
+#include "crc32.h"
 
 enum { IN_CHUNK = 1 << 20 };
 
@@ -16,6 +19,7 @@ struct ckpt__inflater {
     uint64_t read_at;    /* compressed bytes fed so far */
     uint64_t position;   /* inflated bytes produced so far */
     uint64_t bytes_in;   /* compressed bytes read over the inflater's life */
+    uint32_t crc;        /* CRC-32 of the position bytes produced */
     unsigned char *in;
 };
 
@@ -45,9 +49,45 @@ static ckpt_status restart(ckpt__inflater *f, const char *tensor, ckpt_error *er
     f->live = false;
     f->ended = false;
     f->read_at = f->position = 0;
+    f->crc = 0;
     if (inflateInit2(&f->z, -MAX_WBITS) != Z_OK) return ckpt__oom(err, f->src->name, "zlib");
     f->live = true;
     (void)tensor;
+    return CKPT_OK;
+}
+
+/* Feeds zlib the next compressed bytes when it has none; false when the
+ * record has no more (*st: CKPT_OK) or a read failed. */
+static bool feed(ckpt__inflater *f, const char *tensor, ckpt_status *st, ckpt_error *err) {
+    *st = CKPT_OK;
+    if (f->z.avail_in) return true;
+    if (f->read_at == f->record_size) return false;
+    uint64_t len = f->record_size - f->read_at < IN_CHUNK ? f->record_size - f->read_at : IN_CHUNK;
+    if ((*st = ckpt__source_read(f->src, f->in, len, f->record + f->read_at, err))) {
+        *st = ckpt__error_in_tensor(err, *st, tensor);
+        return false;
+    }
+    f->read_at += len;
+    f->bytes_in += len;
+    f->z.next_in = f->in;
+    f->z.avail_in = (uInt)len;
+    return true;
+}
+
+/* One inflate call into out[0, room): *made bytes (added to the CRC). */
+static ckpt_status step(ckpt__inflater *f, unsigned char *out, uint64_t room, uint64_t *made, const char *tensor,
+                        ckpt_error *err) {
+    if (room > (1u << 30)) room = 1u << 30; /* zlib counts in uInt */
+    f->z.next_out = out;
+    f->z.avail_out = (uInt)room;
+    int r = inflate(&f->z, Z_NO_FLUSH);
+    *made = room - f->z.avail_out;
+    if (r == Z_STREAM_END) f->ended = true;
+    else if (r != Z_OK && r != Z_BUF_ERROR)
+        return ckpt__fail(err, CKPT_E_ZIP_INVALID, f->src->name, tensor, (int64_t)f->record,
+                          "DEFLATE data is damaged after %llu inflated bytes", (unsigned long long)f->position);
+    f->crc = ckpt__crc32(f->crc, out, (size_t)*made);
+    f->position += *made;
     return CKPT_OK;
 }
 
@@ -59,30 +99,14 @@ static ckpt_status produce(ckpt__inflater *f, unsigned char *dst, uint64_t n, co
             return ckpt__fail(err, CKPT_E_ZIP_INVALID, f->src->name, tensor, (int64_t)f->record,
                               "DEFLATE stream ends after %llu bytes, before the data it should hold",
                               (unsigned long long)f->position);
-        if (f->z.avail_in == 0) {
-            if (f->read_at == f->record_size)
-                return ckpt__fail(err, CKPT_E_ZIP_INVALID, f->src->name, tensor, (int64_t)f->record,
-                                  "DEFLATE data ends after %llu bytes, before the data it should hold",
-                                  (unsigned long long)f->position);
-            uint64_t len = f->record_size - f->read_at < IN_CHUNK ? f->record_size - f->read_at : IN_CHUNK;
-            ckpt_status st = ckpt__source_read(f->src, f->in, len, f->record + f->read_at, err);
-            if (st) return ckpt__error_in_tensor(err, st, tensor);
-            f->read_at += len;
-            f->bytes_in += len;
-            f->z.next_in = f->in;
-            f->z.avail_in = (uInt)len;
-        }
-        uint64_t room = dst ? n : (n < sizeof sink ? n : sizeof sink);
-        if (room > (1u << 30)) room = 1u << 30; /* zlib counts in uInt */
-        f->z.next_out = dst ? dst : sink;
-        f->z.avail_out = (uInt)room;
-        int r = inflate(&f->z, Z_NO_FLUSH);
-        uint64_t made = room - f->z.avail_out;
-        if (r == Z_STREAM_END) f->ended = true;
-        else if (r != Z_OK && r != Z_BUF_ERROR)
-            return ckpt__fail(err, CKPT_E_ZIP_INVALID, f->src->name, tensor, (int64_t)f->record,
-                              "DEFLATE data is damaged after %llu inflated bytes", (unsigned long long)f->position);
-        f->position += made;
+        ckpt_status st;
+        if (!feed(f, tensor, &st, err))
+            return st ? st : ckpt__fail(err, CKPT_E_ZIP_INVALID, f->src->name, tensor, (int64_t)f->record,
+                                        "DEFLATE data ends after %llu bytes, before the data it should hold",
+                                        (unsigned long long)f->position);
+        uint64_t made;
+        if ((st = step(f, dst ? dst : sink, dst ? n : (n < sizeof sink ? n : sizeof sink), &made, tensor, err)))
+            return st;
         n -= made;
         if (dst) dst += made;
     }
@@ -95,6 +119,42 @@ ckpt_status ckpt__inflater_read(ckpt__inflater *f, uint64_t offset, void *dst, u
     if (!f->live || offset < f->position) st = restart(f, tensor, err);
     if (st == CKPT_OK && offset > f->position) st = produce(f, NULL, offset - f->position, tensor, err);
     if (st == CKPT_OK) st = produce(f, dst, n, tensor, err);
+    return st;
+}
+
+ckpt_status ckpt__inflater_check(ckpt__inflater *f, uint64_t size, uint32_t crc32, const char *member,
+                                 const char *tensor, ckpt_error *err) {
+    const char *path = f->src->name;
+    ckpt_status st = CKPT_OK;
+    if (!f->live || f->position > size) st = restart(f, tensor, err);
+    if (st == CKPT_OK && size > f->position && (st = produce(f, NULL, size - f->position, tensor, err))) {
+        if (st != CKPT_E_ZIP_INVALID) return st;
+        char why[sizeof err->message];
+        snprintf(why, sizeof why, "%s", err->message);
+        return ckpt__fail(err, st, path, tensor, (int64_t)f->record, "ZIP member '%s' declares %llu bytes: %s", member,
+                          (unsigned long long)size, why);
+    }
+    /* The stream must end right there: one more byte is a size that lies. */
+    while (st == CKPT_OK && !f->ended) {
+        unsigned char extra;
+        uint64_t made = 0;
+        if (!feed(f, tensor, &st, err)) {
+            if (st == CKPT_OK)
+                st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, tensor, (int64_t)f->record,
+                                "ZIP member '%s': its DEFLATE stream is cut short after the %llu bytes it declares",
+                                member, (unsigned long long)size);
+            break;
+        }
+        if ((st = step(f, &extra, 1, &made, tensor, err))) break;
+        if (made)
+            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, tensor, (int64_t)f->record,
+                            "ZIP member '%s' declares %llu bytes; its DEFLATE stream holds more", member,
+                            (unsigned long long)size);
+    }
+    if (st == CKPT_OK && f->crc != crc32)
+        st = ckpt__fail(err, CKPT_E_CHECKSUM, path, tensor, (int64_t)f->record,
+                        "ZIP member '%s' has CRC-32 %08x; the archive records %08x: its bytes changed", member, f->crc,
+                        crc32);
     return st;
 }
 

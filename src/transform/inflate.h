@@ -31,6 +31,17 @@ CKPT__HIDDEN uint64_t ckpt__inflater_position(const ckpt__inflater *f);
 CKPT__HIDDEN ckpt_status ckpt__inflater_read(ckpt__inflater *f, uint64_t offset, void *dst, uint64_t n,
                                              const char *tensor, ckpt_error *err);
 
+/*
+ * Inflates the record to its end (from where the inflater is, or from its
+ * start) and checks it against its ZIP member: exactly `size` bytes before
+ * the DEFLATE stream ends (else CKPT_E_ZIP_INVALID), whose CRC-32 is `crc32`
+ * (else CKPT_E_CHECKSUM).  The inflater keeps the CRC-32 of every byte it
+ * produced since its record's start, so bytes already read are not read
+ * again.  Errors name the member and `tensor`.
+ */
+CKPT__HIDDEN ckpt_status ckpt__inflater_check(ckpt__inflater *f, uint64_t size, uint32_t crc32, const char *member,
+                                              const char *tensor, ckpt_error *err);
+
 /* Compressed bytes read from the source so far (the cost of the reads). */
 CKPT__HIDDEN uint64_t ckpt__inflater_bytes_in(const ckpt__inflater *f);
 

@@ -427,8 +427,9 @@ def test_dry_run_usage(model, tmp_path):
 
 def test_dry_run_names_with_escapes(tmp_path):
     """The listing is JSON from the library, read by the CLI's own reader:
-    quotes, backslashes, control characters and non-ASCII names come
-    through as they are."""
+    quotes, backslashes and non-ASCII names come through as they are, control
+    characters escaped as every human output shows them ("\\x01"); --json
+    keeps them exact."""
     names = ['a"b', "c\\d", "e\u00e9\u4e2d", "f\x01g", "h\U0001F600"]
     safetensors.numpy.save_file({n: np.zeros(2, np.float32) for n in names}, str(tmp_path / "m.safetensors"))
     r = subprocess.run([BIN_PATH, "convert", str(tmp_path / "m.safetensors"), str(tmp_path / "o.safetensors"), "-n"],
@@ -436,7 +437,8 @@ def test_dry_run_names_with_escapes(tmp_path):
     assert r.returncode == 0, r.stderr
     out = r.stdout.decode()
     for n in names:
-        assert any(line.startswith(n + " ") for line in out.splitlines()), n
+        shown = n.replace("\x01", "\\x01")
+        assert any(line.startswith(shown + " ") for line in out.splitlines()), shown
     listing = json.loads(run("convert", tmp_path / "m.safetensors", tmp_path / "o.safetensors", "-n", "--json").stdout)
     assert sorted(t["name"] for t in listing["tensors"]) == sorted(names)
 

@@ -1,6 +1,6 @@
 /* Fuzz target: what remote servers send (Content-Range, header lines,
- * Retry-After, S3's XML error bodies) and the URLs ckpt is given (split,
- * redacted, credentials taken out, encoded).  The first byte picks the
+ * ETags stating a SHA-256, Retry-After, S3's XML error bodies) and the URLs
+ * ckpt is given (split, redacted, credentials taken out, encoded).  The first byte picks the
  * parser; the rest is its text. */
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +34,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (name < text || name + nl > text + n || value < text || value + vl > text + n) abort();
             (void)ckpt__header_is(name, nl, "Content-Range");
         }
+        char sha[65];
+        if (ckpt__etag_sha256(text, n, sha) && strspn(sha, "0123456789abcdef") != 64) abort();
         break;
     }
     case 2: {
@@ -48,6 +50,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     case 4: {
         char *r = ckpt__url_redact(z);
+        char shown[32];
+        /* The public form: the same text, its whole length, cut to fit. */
+        if (r && (ckpt_redact_name(z, shown, sizeof shown) != strlen(r) || strncmp(shown, r, sizeof shown - 1)))
+            abort();
         free(r);
         char *clean, *info;
         if (ckpt__url_take_userinfo(z, &clean, &info)) {

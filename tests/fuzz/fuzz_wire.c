@@ -38,7 +38,7 @@ static void catalog(const uint8_t *data, size_t size) {
     files f = {{0}, 0};
     ckpt_catalog *c;
     ckpt_error err;
-    if (ckpt__catalog_decode(data, size, NULL, open_memory, &f, &c, &err) == CKPT_OK) {
+    if (ckpt__catalog_decode(data, size, NULL, NULL, open_memory, &f, &c, &err) == CKPT_OK) {
         for (size_t i = 0; i < ckpt_catalog_tensor_count(c); i++) {
             const ckpt_tensor_info *t = ckpt_catalog_tensor(c, i);
             if (t->nbytes <= (4u << 20)) {

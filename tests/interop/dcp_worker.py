@@ -106,10 +106,10 @@ def zeros_like(sd, mesh=None):
     return {int: 0, float: 0.0, str: "", bool: False}.get(type(sd), None) if not isinstance(sd, (list, tuple)) else type(sd)()
 
 
-def run(rank, world, out, port, ckpt_bin):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+def run(rank, world, out, ckpt_bin):
+    # A file store, not a TCP port: a port picked free can be taken by another
+    # process before gloo binds it (seen as SIGABRT under a loaded machine).
+    dist.init_process_group("gloo", init_method="file://" + out.rstrip("/") + ".gloo-store", rank=rank, world_size=world)
     groups = {1: dist.new_group([0]), 2: dist.new_group([0, 1]), 4: dist.group.WORLD}
     meshes = {n: DeviceMesh.from_group(groups[n], "cpu") if rank < n else None for n in (1, 2)}
     meshes[4] = init_device_mesh("cpu", (4,))
@@ -206,5 +206,5 @@ def run(rank, world, out, port, ckpt_bin):
 
 
 if __name__ == "__main__":
-    out, port, ckpt_bin = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    mp.spawn(run, args=(4, out, port, ckpt_bin), nprocs=4)
+    out, ckpt_bin = sys.argv[1], sys.argv[2]
+    mp.spawn(run, args=(4, out, ckpt_bin), nprocs=4)

@@ -9,7 +9,6 @@ save_torch_state_dict; DCP written by ckpt loads with dcp.load on 1, 2 and
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,16 +26,10 @@ HOSTILE = HERE.parent / "hostile"
 MARKER = Path("/tmp/ckpt-hostile-pwned")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def made(tmp_path_factory):
     out = tmp_path_factory.mktemp("dcp")
-    r = subprocess.run([sys.executable, str(HERE / "dcp_worker.py"), str(out), str(free_port()), BIN_PATH],
+    r = subprocess.run([sys.executable, str(HERE / "dcp_worker.py"), str(out), BIN_PATH],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-4000:]
     return out

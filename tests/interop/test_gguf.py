@@ -285,7 +285,7 @@ def test_safetensors_to_gguf_and_back(tmp_path):
     kv.write_text(json.dumps({"llama.block_count": {"gguf_type": "u32", "value": 1}, "general.name": "tiny",
                               "llama.rope.freq_base": 10000.0, "tokenizer.ggml.tokens": ["a", "b"]}))
     g = tmp_path / "m.gguf"
-    ckpt("convert", src, g, "--gguf-kv", kv)
+    ckpt("convert", src, g, "--gguf-kv", kv, "--source-metadata")
     # the same as GGUFWriter given the same key-values and tensors
     ref = tmp_path / "ref.gguf"
     write_gguf(ref, [("format", "pt", V.STRING, None), ("llama.block_count", 1, V.UINT32, None),
@@ -300,8 +300,13 @@ def test_safetensors_to_gguf_and_back(tmp_path):
     for k in sd:
         assert got[k].dtype == sd[k].dtype and np.array_equal(got[k], sd[k])
     g2 = tmp_path / "again.gguf"
-    ckpt("convert", back, g2)
+    ckpt("convert", back, g2, "--source-metadata")  # the key-values went into back's metadata
     assert g2.read_bytes() == g.read_bytes()
+    # without --source-metadata, --gguf-kv's key-values alone
+    bare = tmp_path / "bare.gguf"
+    ckpt("convert", src, bare, "--gguf-kv", kv)
+    assert [k for k in gguf.GGUFReader(str(bare)).fields if not k.startswith("GGUF.")] == \
+        ["llama.block_count", "general.name", "llama.rope.freq_base", "tokenizer.ggml.tokens"]
     del torch
 
 
@@ -477,7 +482,9 @@ def test_torch_file_to_gguf(tmp_path):
     for name, t in sd.items():
         assert list(reversed([int(d) for d in got[name].shape])) == list(t.shape)
         assert np.array(got[name].data).tobytes() == t.numpy().tobytes()
-    assert r.fields["format"].contents() == "pt"
+    assert not [k for k in r.fields if not k.startswith("GGUF.")]  # no {"format": "pt"}, no object tree
+    ckpt("convert", src, out, "--source-metadata", "--force")
+    assert gguf.GGUFReader(str(out)).fields["format"].contents() == "pt"
 
 
 def test_version_2_files(tmp_path):

@@ -158,6 +158,14 @@ def main(rank, world, tmp, result):
     dsd["lm_head.weight"] = dsd["model.embed_tokens.weight"]  # tied
     cd.save(dsd, os.path.join(tmp, "saved-dtensor"), max_shard_size="2MB", timeout=60)
     dist.barrier()
+    # As every other save, it replaces an existing checkpoint only when told.
+    try:
+        cd.save({name: t.clone() for name, t in full.items()}, os.path.join(tmp, "saved-1"), max_shard_size="2MB",
+                timeout=60)
+        _check(result, False, "a save replaced an existing checkpoint without overwrite=True")
+    except ckpt.Error as e:
+        result["exists"] = [type(e).__name__, isinstance(e, FileExistsError), e.status, str(e)]
+    dist.barrier()
     for n in (1, 2, 4):
         for m, g in groups.items():
             if rank >= m:

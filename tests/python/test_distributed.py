@@ -125,6 +125,17 @@ def test_dtensor_save_equals_save_torch_state_dict_with_tied_weights(main_run):
     assert index["metadata"]["model.embed_tokens.weight"] == "lm_head.weight"
 
 
+def test_save_replaces_a_checkpoint_only_with_overwrite(main_run):
+    """As every other save: rank 0 raises ExistsError with the hint, the
+    others fail naming it; the checkpoint is left as it was (it still
+    equals the hub's, above)."""
+    tmp, full, results, codes = main_run
+    kind, is_exists, status, message = results[0]["exists"]
+    assert (kind, is_exists, status) == ("ExistsError", True, "CKPT_E_EXISTS") and "overwrite=True" in message
+    for r in results[1:]:
+        assert r["exists"][2] == "CKPT_E_PEER_FAILED" and "rank 0 failed (CKPT_E_EXISTS)" in r["exists"][3]
+
+
 def test_collective_convert_equals_convert(main_run):
     import ckpt
     tmp, full, results, codes = main_run

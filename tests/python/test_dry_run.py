@@ -34,8 +34,10 @@ def test_dry_run_returns_the_listing_and_writes_nothing(tmp_path):
     assert listing["totals"] == {"tensors": 4, "written": 3, "parameters": 64 * 16 + 2 * 16 * 48,
                                  "bytes": 2 * (64 * 16 + 2 * 16 * 48)}
     # The conversion then writes exactly that.
-    assert ckpt.convert(src, tmp_path / "out", **rules) is None
+    wrote = ckpt.convert(src, tmp_path / "out", **rules)
     out = tmp_path / "out"
+    assert wrote == [str(out / n) for n in [f["name"] for f in listing["files"]] + listing["side_files"] +
+                     listing["copied_files"]]
     assert sorted(os.listdir(out)) == sorted([f["name"] for f in listing["files"]] + listing["side_files"] +
                                              listing["copied_files"])
     assert all((out / f["name"]).stat().st_size == f["size"] for f in listing["files"])

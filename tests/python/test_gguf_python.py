@@ -75,3 +75,33 @@ def test_mmap_views_and_numpy_dropin(model):
     assert np.array_equal(views["lin.weight"], q) and np.array_equal(views["lin.bias"], b)
     sd = ckpt.numpy.load_file(path)
     assert np.array_equal(sd["lin.weight"], q) and sd["lin.weight"].dtype == np.uint8
+
+
+def test_gguf_output_carries_source_metadata_only_when_asked(tmp_path, model):
+    """A safetensors source's __metadata__ ({"format": "pt"}, a caller's
+    entries) is not GGUF's: ckpt.convert and `ckpt convert` write it as
+    key-values only with source_metadata=True / --source-metadata.  A GGUF
+    source's key-values always go along."""
+    import subprocess
+    from ckptlib import BIN_PATH
+    src = tmp_path / "m.safetensors"
+    ckpt.torch.save_file({"w": torch.ones(2, 32)}, src, metadata={"format": "pt", "origin": "test"})
+
+    def kvs(path):
+        return {k: f.contents() for k, f in gguf.GGUFReader(str(path)).fields.items() if not k.startswith("GGUF.")}
+
+    ckpt.convert(src, tmp_path / "py.gguf", progress=False)
+    subprocess.run([BIN_PATH, "convert", str(src), str(tmp_path / "cli.gguf")], check=True, capture_output=True)
+    assert kvs(tmp_path / "py.gguf") == {} and kvs(tmp_path / "cli.gguf") == {}
+    ckpt.convert(src, tmp_path / "py.gguf", progress=False, overwrite=True, source_metadata=True)
+    subprocess.run([BIN_PATH, "convert", str(src), str(tmp_path / "cli.gguf"), "--force", "--source-metadata"],
+                   check=True, capture_output=True)
+    assert kvs(tmp_path / "py.gguf") == kvs(tmp_path / "cli.gguf") == {"format": "pt", "origin": "test"}
+    with pytest.raises(ValueError, match="GGUF"):
+        ckpt.convert(src, tmp_path / "x.safetensors", source_metadata=True)
+    r = subprocess.run([BIN_PATH, "convert", str(src), str(tmp_path / "x.safetensors"), "--source-metadata"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "GGUF" in r.stderr
+    path, _, _ = model  # GGUF to GGUF: its key-values stay
+    ckpt.convert(path, tmp_path / "again.gguf", progress=False)
+    assert kvs(tmp_path / "again.gguf") == kvs(path)

@@ -178,6 +178,61 @@ def test_sharding_forms(tmp_path):
     assert sds["a"]["w"].shape == (8, 8) and sds["a"]["w"].sharding == row
 
 
+def test_sharding_prefix_trees(tmp_path):
+    """A pytree of shardings may be a prefix of the checkpoint's tree, as
+    JAX takes it: a leaf applies to its whole subtree; a leaf naming no
+    tensor nor subtree, or one below another leaf, is an error."""
+    rng = np.random.default_rng(7)
+    flat = {"body.dense1.kernel": rng.standard_normal((8, 16)).astype(np.float32),
+            "body.dense1.bias": rng.standard_normal(16).astype(np.float32),
+            "body.dense2.kernel": rng.standard_normal((16, 8)).astype(np.float32),
+            "head.kernel": rng.standard_normal((8, 4)).astype(np.float32)}
+    path = tmp_path / "m.safetensors"
+    safetensors.numpy.save_file(flat, path)
+    mesh = mesh_of((4, 2))
+    rows, cols = NamedSharding(mesh, P("x", None)), NamedSharding(mesh, P(None, "y"))
+    want = {"body.dense1.kernel": rows, "body.dense1.bias": NamedSharding(mesh, P("x")),
+            "body.dense2.kernel": cols, "head.kernel": NamedSharding(mesh, P())}
+    for tree in ({"body": {"dense1": rows, "dense2": cols}, "head": P()},
+                 {"body.dense1": rows, "body.dense2": cols, "head": {"kernel": P()}}):
+        out = ckpt.jax.tree_names(ckpt.jax.load(path, tree, mesh=mesh))
+        assert sorted(out) == sorted(flat)
+        for name, sharding in want.items():
+            same_placement(out[name], jax.device_put(flat[name], sharding))
+        sds = ckpt.jax.tree_names(ckpt.jax.shapes(path, tree, mesh=mesh))
+        assert {n: v.sharding for n, v in sds.items()} == want
+    # A selection loads part of what the tree covers.
+    out = ckpt.jax.load(path, {"body": rows, "head": rows}, select="head.*", nested=False)
+    assert list(out) == ["head.kernel"] and out["head.kernel"].sharding == rows
+    with pytest.raises(ValueError, match=r"not a prefix of the checkpoint's tree: 'body.dense9'"):
+        ckpt.jax.load(path, {"body": {"dense1": rows, "dense9": rows}, "head": rows})
+    with pytest.raises(ValueError, match=r"not a prefix of the checkpoint's tree: 'tail'"):
+        ckpt.jax.shapes(path, {"body": rows, "head": rows, "tail": rows})
+    with pytest.raises(ValueError, match=r"'body' is a leaf .* 'body.dense1.kernel' lies below it"):
+        ckpt.jax.load(path, {"body": rows, "body.dense1.kernel": cols, "head": rows})
+    with pytest.raises(KeyError, match="'head.kernel'"):
+        ckpt.jax.load(path, {"body": rows})
+
+
+def test_one_spec_is_fitted_to_each_rank(tmp_path):
+    """One NamedSharding(mesh, P("x", None)) for every tensor: vectors come
+    back P("x") and scalars P(), shardings jax.device_put itself takes."""
+    ref = arrays(np.float32)
+    path = tmp_path / "m.safetensors"
+    safetensors.numpy.save_file(ref, path)
+    mesh = mesh_of((8, 1))
+    one = NamedSharding(mesh, P("x", None))
+    out = ckpt.jax.load(path, one, nested=False)
+    specs = {name: out[name].sharding.spec for name in ref}
+    assert specs == {"w": P("x", None), "v": P("x", None), "b": P("x"), "c": P("x", None), "s": P()}
+    for name, a in ref.items():
+        same_placement(out[name], jax.device_put(a, out[name].sharding))
+    with pytest.raises(ValueError, match="incompatible with its sharding"):
+        jax.device_put(ref["b"], one)  # what the vector would have come with
+    sds = ckpt.jax.shapes(path, one, nested=False)
+    assert {name: v.sharding.spec for name, v in sds.items()} == specs
+
+
 def test_ckpt_load_with_a_sharding_routes_here(tmp_path):
     a = np.arange(64, dtype=np.float32).reshape(8, 8)
     path = tmp_path / "m.safetensors"

@@ -27,29 +27,127 @@ def gpt2_like():
     return sd
 
 
+def llama_tied():
+    """A tiny transformers LlamaForCausalLM whose lm_head is tied to the
+    embedding (tie_word_embeddings=True), as its state_dict gives it."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True)
+    return transformers.LlamaForCausalLM(cfg).state_dict()
+
+
+def aliases():
+    """Several names for one tensor, before and after the one kept, and a
+    second storage shared by two names and a view inside it."""
+    torch.manual_seed(0)
+    w, u = torch.randn(16, 16), torch.randn(40)
+    return {"z.w": w, "b.alias": w, "x": torch.randn(30, 8), "a.alias": w, "u2": u, "m": w, "u1": u,
+            "v0": u[:10], "y": torch.randn(20, 20)}
+
+
+STATE_DICTS = {"gpt2": gpt2_like, "llama-tied": llama_tied, "aliases": aliases}
+
+
 def tree(d):
     return {n: (d / n).read_bytes() for n in sorted(os.listdir(d))}
 
 
-@pytest.mark.parametrize("limit", ["5GB", "8KB"])
-def test_save_writes_what_the_hub_writes_with_tied_weights(tmp_path, limit):
-    from huggingface_hub import save_torch_state_dict
-    sd = gpt2_like()
-    (tmp_path / "hub").mkdir()
-    save_torch_state_dict(dict(sd), str(tmp_path / "hub"), max_shard_size=limit, metadata={"origin": "test"})
-    ckpt.save(sd, tmp_path / "ours", max_shard_size=limit, metadata={"origin": "test"})
-    ours, hub = tree(tmp_path / "ours"), tree(tmp_path / "hub")
+def header(data):
+    n = int.from_bytes(data[:8], "little")
+    return n, json.loads(data[8:8 + n]), data[8 + n:]
+
+
+def assert_same_checkpoint(ours, hub):
+    """Byte for byte, but for the order of a lone file's `__metadata__`:
+    safetensors writes several entries in a per-process hash order, so that
+    two runs of the hub differ there (its size, the tensors' entries and
+    their bytes do not)."""
     assert ours.keys() == hub.keys()
-    if limit == "8KB":  # shards carry {"format": "pt"} alone, and the index is ordered: byte for byte
-        assert ours == hub
-    else:  # safetensors orders several metadata entries by a per-process hash: equal as maps
-        from safetensors import safe_open
-        with safe_open(tmp_path / "ours" / "model.safetensors", "pt") as a, \
-                safe_open(tmp_path / "hub" / "model.safetensors", "pt") as b:
-            assert a.metadata() == b.metadata() and sorted(a.keys()) == sorted(b.keys())
-            assert all(torch.equal(a.get_tensor(k), b.get_tensor(k)) for k in b.keys())
+    for name in hub:
+        if ours[name] == hub[name]:
+            continue
+        assert name.endswith(".safetensors") and len(hub) == 1, name
+        (n, a, data_a), (m, b, data_b) = header(ours[name]), header(hub[name])
+        assert n == m and data_a == data_b and a == b
+        assert list(a) == list(b)  # tensors in the same order
+
+
+@pytest.mark.parametrize("make", STATE_DICTS, ids=list(STATE_DICTS))
+@pytest.mark.parametrize("limit", ["5GB", "2KB", "8KB"])
+@pytest.mark.parametrize("metadata", [None, {"origin": "test"}])
+def test_save_writes_what_the_hub_writes_with_tied_weights(tmp_path, limit, make, metadata):
+    """Files and index as save_torch_state_dict writes them: each `removed →
+    kept` in the lone file's metadata, or in the index's (after total_size
+    and the caller's entries) when sharded, the shards with {"format": "pt"}."""
+    from huggingface_hub import save_torch_state_dict
+    sd = STATE_DICTS[make]()
+    (tmp_path / "hub").mkdir()
+    save_torch_state_dict(dict(sd), str(tmp_path / "hub"), max_shard_size=limit, metadata=dict(metadata or {}))
+    ckpt.save(sd, tmp_path / "ours", max_shard_size=limit, metadata=metadata)
+    assert_same_checkpoint(tree(tmp_path / "ours"), tree(tmp_path / "hub"))
     with ckpt.open(tmp_path / "ours") as c:
-        assert len(c) == len(sd) - 1 and c.metadata["transformer.wte.weight"] == "lm_head.weight"
+        hub_index = tmp_path / "hub" / "model.safetensors.index.json"
+        if hub_index.exists():
+            removed = {k: v for k, v in json.loads(hub_index.read_text())["metadata"].items() if k in sd}
+        else:
+            from safetensors import safe_open
+            with safe_open(tmp_path / "hub" / "model.safetensors", "pt") as f:
+                removed = {k: v for k, v in f.metadata().items() if k in sd}
+        assert removed and len(c) == len(sd) - len(removed)
+        assert {k: c.metadata[k] for k in removed} == removed
+
+
+@pytest.mark.parametrize("make", STATE_DICTS, ids=list(STATE_DICTS))
+@pytest.mark.parametrize("limit", ["5GB", "2KB"])
+def test_convert_of_a_tied_torch_file_writes_what_the_hub_writes(tmp_path, make, limit):
+    """A torch.save of a tied state dict, converted by the CLI and by
+    ckpt.convert, gives save_torch_state_dict's files and index."""
+    from huggingface_hub import save_torch_state_dict
+    sd = STATE_DICTS[make]()
+    (tmp_path / "hub").mkdir()
+    save_torch_state_dict(dict(sd), str(tmp_path / "hub"), max_shard_size=limit)
+    torch.save(sd, tmp_path / "sd.bin")
+    subprocess.run([BIN_PATH, "convert", str(tmp_path / "sd.bin"), str(tmp_path / "cli"), "--max-shard-size", limit],
+                   check=True, capture_output=True)
+    ckpt.convert(tmp_path / "sd.bin", str(tmp_path / "py") + "/", max_shard_size=limit, progress=False)
+    hub = tree(tmp_path / "hub")
+    assert_same_checkpoint(tree(tmp_path / "cli"), hub)
+    assert_same_checkpoint(tree(tmp_path / "py"), hub)
+
+
+@pytest.mark.parametrize("make", STATE_DICTS, ids=list(STATE_DICTS))
+def test_resharding_a_tied_file_writes_the_hubs_index(tmp_path, make):
+    """A lone file of save_torch_state_dict holds `removed → kept` in its
+    metadata (there is no index); converted into shards, they go into the
+    index, ordered as the hub orders them, and the shards carry
+    {"format": "pt"} alone: what save_torch_state_dict writes for the same
+    state dict in the file's order.  And back into one file."""
+    from huggingface_hub import save_torch_state_dict
+    from safetensors import safe_open
+    sd = STATE_DICTS[make]()
+    for d in ("lone", "hub"):
+        (tmp_path / d).mkdir()
+    save_torch_state_dict(dict(sd), str(tmp_path / "lone"))
+    with safe_open(tmp_path / "lone" / "model.safetensors", "pt") as f:
+        removed, order = f.metadata(), list(f.keys())
+    in_file_order = {}  # the file's tensors in its order, each followed by the names removed for it
+    for name in order:
+        in_file_order[name] = sd[name]
+        in_file_order.update({r: sd[r] for r in sorted(removed) if removed[r] == name})
+    save_torch_state_dict(in_file_order, str(tmp_path / "hub"), max_shard_size="2KB")
+    subprocess.run([BIN_PATH, "convert", str(tmp_path / "lone" / "model.safetensors"), str(tmp_path / "cli"),
+                    "--max-shard-size", "2KB"], check=True, capture_output=True)
+    ckpt.convert(tmp_path / "lone" / "model.safetensors", str(tmp_path / "py") + "/", max_shard_size="2KB",
+                 progress=False)
+    hub = tree(tmp_path / "hub")
+    assert len(hub) > 2
+    assert tree(tmp_path / "cli") == hub
+    assert tree(tmp_path / "py") == hub
+    subprocess.run([BIN_PATH, "convert", str(tmp_path / "cli"), str(tmp_path / "back.safetensors")], check=True,
+                   capture_output=True)
+    assert_same_checkpoint({"model.safetensors": (tmp_path / "back.safetensors").read_bytes()},
+                           tree(tmp_path / "lone"))
 
 
 def test_save_refuses_views_the_hub_refuses(tmp_path):
@@ -111,6 +209,66 @@ def test_convert_of_a_model_directory_brings_its_other_files(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert all(tree(tmp_path / "cli")[n] == b for n, b in files.items())
+
+
+def load_pretrained(path):
+    """from_pretrained as a user calls it (the dtype the config says), and
+    the warnings it gave (Python's and transformers' logger's)."""
+    import logging
+    import warnings
+    import transformers
+    records = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = transformers.AutoModelForCausalLM.from_pretrained(path)
+    finally:
+        logger.removeHandler(handler)
+    return model, [str(w.message) for w in caught] + [r.getMessage() for r in records]
+
+
+def test_cast_conversion_updates_the_config_dtype(tmp_path):
+    """`ckpt convert model_dir out --dtype bf16` and ckpt.convert(dtype=...)
+    change only the dtype of the copied config.json: from_pretrained then
+    loads bfloat16 weights as bfloat16, without a warning.  A conversion
+    that leaves float tensors of several dtypes keeps the config as it
+    was; an older config's "torch_dtype" is changed as "dtype" is."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True)
+    model = transformers.LlamaForCausalLM(cfg)
+    model.save_pretrained(tmp_path / "model")
+    config = (tmp_path / "model" / "config.json").read_text()
+    assert '"dtype": "float32"' in config
+    subprocess.run([BIN_PATH, "convert", str(tmp_path / "model"), str(tmp_path / "cli"), "--dtype", "bf16"],
+                   check=True, capture_output=True)
+    ckpt.convert(tmp_path / "model", str(tmp_path / "py") + "/", dtype="bf16", progress=False)
+    want = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
+    for out in ("cli", "py"):
+        assert (tmp_path / out / "config.json").read_text() == config.replace('"dtype": "float32"',
+                                                                              '"dtype": "bfloat16"')
+        loaded, warned = load_pretrained(tmp_path / out)
+        assert not warned and loaded.dtype == torch.bfloat16
+        assert all(torch.equal(v, want[k]) for k, v in loaded.state_dict().items())
+        assert (tmp_path / out / "generation_config.json").read_bytes() == \
+            (tmp_path / "model" / "generation_config.json").read_bytes()
+    # several float dtypes left: the config stays as it was
+    ckpt.convert(tmp_path / "model", str(tmp_path / "mixed") + "/", dtype={"*": "bf16", "*norm*": "f32"},
+                 progress=False)
+    with ckpt.open(tmp_path / "mixed") as c:
+        assert {t.dtype for t in c.tensors.values()} == {"F32", "BF16"}
+    assert (tmp_path / "mixed" / "config.json").read_text() == config
+    # transformers 4's key
+    (tmp_path / "model" / "config.json").write_text(config.replace('"dtype"', '"torch_dtype"'))
+    subprocess.run([BIN_PATH, "convert", str(tmp_path / "model"), str(tmp_path / "old"), "--dtype", "f16"],
+                   check=True, capture_output=True)
+    assert (tmp_path / "old" / "config.json").read_text() == config.replace('"dtype": "float32"',
+                                                                            '"torch_dtype": "float16"')
 
 
 def test_every_error_carries_its_sentence(tmp_path):

@@ -187,6 +187,16 @@ def make_module(shapes):
     return root
 
 
+def llama_dir(path):
+    """A tiny Llama as transformers' save_pretrained writes it (tied head)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(4)
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(path)
+
+
 FIXTURES = {"tiny"}
 
 
@@ -209,6 +219,7 @@ def workspace(tmp_path_factory):
         (d / sharded).mkdir()
         save_torch_state_dict(tiny, str(d / sharded), max_shard_size="2KB")
     torch.save(tensors(VIT, 1), d / "pytorch_model.bin")
+    llama_dir(d / "llama")
     torch.save({"model": tiny, "optimizer": {"lr": 1e-3, "step": 7}, "epoch": 3}, d / "train.pt")
     torch.save(tensors(RESNET, 2), d / "resnet152.pth")
     rng = np.random.default_rng(3)
@@ -417,7 +428,7 @@ def check_paths(block):
 # ---- Python --------------------------------------------------------------------------------
 
 PRELUDE_TORCH = f"""
-import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
+import os, sys; sys.path.insert(0, {str(Path(__file__).parent)!r})
 import numpy as np, torch
 from test_readme import make_module, TINY
 rank = 0
@@ -442,6 +453,7 @@ x = jnp.ones((2, 8))
 
 EPILOGUE_JAX = """
 assert len(jax.devices()) == 8
+assert rows["dense"]["bias"].sharding.spec == P("x") and rows["dense"]["kernel"].sharding.spec == P("x", None)
 assert params["dense"]["kernel"].dtype == jnp.bfloat16 and params["dense"]["kernel"].sharding.spec == P("x", "y")
 assert sorted(report.missing_keys) == ["params.head.bias", "params.head.kernel"], report
 assert set(variables["params"]) == {"dense", "head"}
@@ -461,6 +473,16 @@ assert q.shape == (2, 16) and q.dtype == torch.bfloat16, (q.shape, q.dtype)
 assert torch.equal(model.lm_head.weight.detach(), ckpt.load("model/")["lm_head.weight"])
 assert ckpt.unflatten(flat, structure)["params"]["layers"][1][0].shape == (1,)
 assert ckpt.load("out-bf16/")["encoder.layer.0.attention.self.query.weight"].dtype == torch.bfloat16
+assert written and all(os.path.isfile(p) for p in written) and written[0].startswith("out-bf16"), written
+assert isinstance(ids, torch.Tensor) and ids.dtype == torch.int64 and head is None
+""",
+    'ckpt.load_into(model, "llama/", assign=True)': """
+from transformers import AutoModelForCausalLM
+assert not any(t.is_meta for t in model.state_dict().values())
+assert model.lm_head.weight is model.model.embed_tokens.weight and not model.model.rotary_emb.inv_freq.is_meta
+ids = torch.arange(8)[None]
+with torch.no_grad():
+    assert torch.equal(model(ids).logits, AutoModelForCausalLM.from_pretrained("llama/")(ids).logits)
 """,
 }
 

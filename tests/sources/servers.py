@@ -6,8 +6,12 @@ stopped by the tests:
 - FaultServer: a small threaded HTTP server of our own that serves byte
   ranges and misbehaves on request (drops connections, answers 500,
   ignores Range, stalls, changes the file, lies);
+- Trickle: an asyncio server that answers with the headers of a byte
+  range, then sends its body at a few bytes a second (slow enough to fail
+  any minimum speed, fast enough that a read timeout never fires);
 - Moto: moto's S3 server (moto_server), for s3:// names.
 """
+import asyncio
 import contextlib
 import hashlib
 import http.server
@@ -148,6 +152,8 @@ class Behaviour:
     length_override announce this Content-Length
     endless         after the headers of a 206, send bytes forever
     no_validators   send neither ETag nor Last-Modified
+    linked_etag     send X-Linked-Etag: "<the SHA-256 of the bytes>", as the
+                    Hugging Face Hub does for LFS files (a string: that value)
     """
 
     def __init__(self):
@@ -165,6 +171,7 @@ class Behaviour:
         self.length_override = None
         self.endless = False
         self.no_validators = False
+        self.linked_etag = None
 
 
 class FaultServer:
@@ -259,6 +266,9 @@ class FaultServer:
         if not b.no_validators:
             h.send_header("ETag", etag)
             h.send_header("Last-Modified", modified)
+        if b.linked_etag:
+            linked = hashlib.sha256(data).hexdigest() if b.linked_etag is True else b.linked_etag
+            h.send_header("X-Linked-Etag", f'"{linked}"')
         h.send_header("Accept-Ranges", "bytes")
         if status == 206:
             total = b.total_override if b.total_override is not None else len(data)
@@ -300,6 +310,71 @@ class FaultServer:
     def close(self):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# ---------------------------------------------------------------------------
+# A server that trickles
+
+class Trickle:
+    """Answers every GET for a file of `size` bytes with a 206 and its
+    headers at once, then the body at `rate` bytes a second until the
+    client hangs up.  .url(name) is a file's URL; .requests counts GETs."""
+
+    def __init__(self, size=1 << 20, rate=4):
+        self.size, self.rate, self.requests = size, rate, 0
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def start():
+            self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+            self.port = self.server.sockets[0].getsockname()[1]
+            ready.set()
+
+        self.thread = threading.Thread(target=self._run, args=(start(),), daemon=True)
+        self.thread.start()
+        ready.wait(10)
+
+    def _run(self, start):
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(start)
+        self.loop.run_forever()
+
+    async def _serve(self, reader, writer):
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+            self.requests += 1
+            first, last = 0, self.size - 1
+            for line in head.split("\r\n"):
+                if line.lower().startswith("range: bytes="):
+                    a, _, z = line.split("=", 1)[1].partition("-")
+                    first, last = int(a), min(int(z) if z else last, self.size - 1)
+            writer.write((f"HTTP/1.1 206 Partial Content\r\nETag: \"trickle\"\r\n"
+                          f"Content-Range: bytes {first}-{last}/{self.size}\r\n"
+                          f"Content-Length: {last - first + 1}\r\n\r\n").encode())
+            for _ in range(last - first + 1):
+                writer.write(b"\0")
+                await writer.drain()
+                await asyncio.sleep(1 / self.rate)
+        writer.close()
+
+    def url(self, name):
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def close(self):
+        async def stop():
+            self.server.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
 
     def __enter__(self):
         return self

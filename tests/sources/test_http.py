@@ -184,8 +184,9 @@ def test_cache_second_open_reads_locally(nginx, served, tmp_path):
     assert [p for p in cache.iterdir()] == []
     # A whole load writes the copy as it reads.
     assert same_dict(ckpt.load(url, cache_dir=cache), expected)
-    files = list(cache.iterdir())
-    assert len(files) == 1 and re.fullmatch(r"[0-9a-f]{32}-model\.safetensors", files[0].name)
+    files = sorted(cache.iterdir())  # the copy, and its stamp
+    assert len(files) == 2 and re.fullmatch(r"[0-9a-f]{32}-model\.safetensors", files[0].name)
+    assert files[1].name == files[0].name[:32] + ".stamp"
     assert files[0].read_bytes() == (root / "model.safetensors").read_bytes()
     # The second open: one request (the version check), then local reads.
     nginx.clear_log()

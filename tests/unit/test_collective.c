@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/wire.h"
 #include "catalog_internal.h"
@@ -184,12 +186,12 @@ static void round_trip(const char *path) {
     assert_int_equal(ckpt_catalog_open(path, &a, &err), CKPT_OK);
     ckpt__buf buf = {0};
     assert_int_equal(ckpt__catalog_encode(a, &buf, &err), CKPT_OK);
-    assert_int_equal(ckpt__catalog_decode(buf.data, buf.len, NULL, NULL, NULL, &b, &err), CKPT_OK);
+    assert_int_equal(ckpt__catalog_decode(buf.data, buf.len, path, NULL, NULL, NULL, &b, &err), CKPT_OK);
     assert_same_catalog(a, b);
     /* Every cut of the bytes is refused as malformed, never a crash. */
     for (size_t n = 0; n < buf.len; n += 1 + n / 64) {
         ckpt_catalog *c = NULL;
-        ckpt_status st = ckpt__catalog_decode(buf.data, n, NULL, NULL, NULL, &c, &err);
+        ckpt_status st = ckpt__catalog_decode(buf.data, n, path, NULL, NULL, NULL, &c, &err);
         assert_int_equal(st, CKPT_E_COMM_DATA);
         assert_null(c);
     }
@@ -228,7 +230,7 @@ static void test_catalog_decode_checks_files(void **state) {
     FILE *f = fopen(path, "ab");
     fputc(0, f);
     fclose(f);
-    assert_int_equal(ckpt__catalog_decode(buf.data, buf.len, NULL, NULL, NULL, &b, &err), CKPT_E_COMM_DATA);
+    assert_int_equal(ckpt__catalog_decode(buf.data, buf.len, path, NULL, NULL, NULL, &b, &err), CKPT_E_COMM_DATA);
     assert_non_null(strstr(err.message, "do not see the same files"));
     assert_null(b);
     /* A piece past the end of its file: the first tensor's offset, moved. */
@@ -245,7 +247,7 @@ static void test_catalog_decode_checks_files(void **state) {
     assert_non_null(at);
     at += strlen(name) + 4 + 4 + 2 * 8 + 4 + 4 + 4;
     at[7] = 0x7f; /* offset += 2^62 */
-    assert_int_equal(ckpt__catalog_decode(bad, buf.len, NULL, NULL, NULL, &b, &err), CKPT_E_COMM_DATA);
+    assert_int_equal(ckpt__catalog_decode(bad, buf.len, path, NULL, NULL, NULL, &b, &err), CKPT_E_COMM_DATA);
     assert_non_null(strstr(err.message, "outside its file"));
     free(bad);
     free(buf.data);
@@ -272,6 +274,40 @@ typedef struct {
     load_job *job;
     int rank;
 } done_ctx;
+
+/* The other ranks open the files rank 0 names as ckpt_catalog_open would:
+ * beneath the directory they were given, so that a shard that is a link
+ * out of it there, or a name outside it, is refused. */
+static void test_catalog_decode_opens_files_beneath(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    char *sharded = strdup(in_dir(dir, "sharded"));
+    write_reference(sharded, 4000);
+    ckpt_catalog *a, *b = NULL;
+    ckpt_error err;
+    assert_int_equal(ckpt_catalog_open(sharded, &a, &err), CKPT_OK);
+    ckpt__buf buf = {0};
+    assert_int_equal(ckpt__catalog_encode(a, &buf, &err), CKPT_OK);
+    char *shard = strdup(ckpt_catalog_file_path(a, 1));
+    ckpt_catalog_close(a);
+    /* Given another directory, or none: rank 0's names are not inside it. */
+    char *elsewhere = strdup(in_dir(dir, "elsewhere"));
+    assert_int_equal(mkdir(elsewhere, 0755), 0);
+    assert_int_equal(ckpt__catalog_decode(buf.data, buf.len, elsewhere, NULL, NULL, NULL, &b, &err), CKPT_E_UNSAFE_PATH);
+    assert_non_null(strstr(err.message, "is not inside the checkpoint's directory"));
+    assert_int_equal(ckpt__catalog_decode(buf.data, buf.len, NULL, NULL, NULL, NULL, &b, &err), CKPT_E_UNSAFE_PATH);
+    /* A shard that is, on this rank, a link out of the directory. */
+    assert_int_equal(rename(shard, in_dir(dir, "moved.safetensors")), 0);
+    assert_int_equal(symlink("../moved.safetensors", shard), 0);
+    assert_int_equal(ckpt__catalog_decode(buf.data, buf.len, sharded, NULL, NULL, NULL, &b, &err), CKPT_E_UNSAFE_PATH);
+    assert_string_equal(err.path, shard);
+    assert_null(b);
+    free(buf.data);
+    free(shard);
+    free(elsewhere);
+    free(sharded);
+    scratch_free(dir);
+}
 
 static int count_done(size_t item, void *user) {
     done_ctx *d = user;
@@ -835,6 +871,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_catalog_encoding_round_trip),
         cmocka_unit_test(test_catalog_decode_checks_files),
+        cmocka_unit_test(test_catalog_decode_opens_files_beneath),
         cmocka_unit_test(test_load_collective_equals_single_loads),
         cmocka_unit_test(test_open_collective_failure_reaches_every_rank),
         cmocka_unit_test(test_shard_writer_equals_single_writer),

@@ -41,7 +41,11 @@ static void test_bits_and_sizes(void **state) {
     assert_int_equal(ckpt__dtype_nbytes(CKPT_F6_E2M3, 4, &n), CKPT_OK);
     assert_int_equal(n, 3);
     assert_int_equal(ckpt__dtype_nbytes(CKPT_F6_E2M3, 5, &n), CKPT_E_PARTIAL_BYTE);
-    assert_int_equal(ckpt__dtype_nbytes(CKPT_F64, UINT64_MAX / 8, &n), CKPT_E_SHAPE_OVERFLOW);
+    assert_int_equal(ckpt__dtype_nbytes(CKPT_F64, UINT64_MAX / 8 + 1, &n), CKPT_E_SHAPE_OVERFLOW); /* 2^64 bytes */
+    assert_int_equal(ckpt__dtype_nbytes(CKPT_F64, UINT64_MAX / 8, &n), CKPT_OK); /* 2^64 - 8: its bits would not fit */
+    assert_int_equal(n, UINT64_MAX / 8 * 8);
+    assert_int_equal(ckpt__dtype_nbytes(CKPT_F4, UINT64_MAX - 1, &n), CKPT_OK);
+    assert_int_equal(n, UINT64_MAX / 2);
     assert_int_equal(ckpt__dtype_nbytes(CKPT_DTYPE_INVALID, 1, &n), CKPT_E_UNKNOWN_DTYPE);
 }
 
@@ -82,6 +86,36 @@ static void test_shape_numel(void **state) {
     assert_true(ckpt__shape_numel(3, shape, &n));
     assert_int_equal(n, 0);
     assert_false(ckpt__shape_numel(2, big, &n));
+    /* An axis of 0 does not hide the others' overflow (what numpy, torch and
+     * safetensors refuse): the nonzero axes must stay within 2^63 - 1. */
+    uint64_t hidden[3] = {0, INT64_MAX, INT64_MAX}, last[3] = {INT64_MAX, INT64_MAX, 0}, edge[2] = {0, INT64_MAX};
+    uint64_t past[2] = {0, (uint64_t)INT64_MAX + 1};
+    assert_false(ckpt__shape_numel(3, hidden, &n));
+    assert_false(ckpt__shape_numel(3, last, &n));
+    assert_true(ckpt__shape_numel(2, edge, &n));
+    assert_int_equal(n, 0);
+    assert_false(ckpt__shape_numel(2, past, &n));
+}
+
+/* ckpt__tensor_size: elements and bytes of the nonzero axes within
+ * 2^63 - 1, as numpy allows (`arr.size * arr.dtype.itemsize`). */
+static void test_tensor_size(void **state) {
+    (void)state;
+    uint64_t n, b;
+    uint64_t f32_max[2] = {0, (1ULL << 61) - 1}, f32_past[2] = {(1ULL << 61), 0}, u8_max[2] = {0, INT64_MAX};
+    uint64_t full[2] = {3, 5}, hidden[3] = {0, 1ULL << 62, 4}, packed[2] = {0, (uint64_t)INT64_MAX + 1};
+    assert_int_equal(ckpt__tensor_size(CKPT_F32, 2, f32_max, &n, &b), CKPT_OK);
+    assert_true(n == 0 && b == 0);
+    assert_int_equal(ckpt__tensor_size(CKPT_F32, 2, f32_past, &n, &b), CKPT_E_SHAPE_OVERFLOW);
+    assert_int_equal(ckpt__tensor_size(CKPT_F64, 2, f32_max, &n, &b), CKPT_E_SHAPE_OVERFLOW);
+    assert_int_equal(ckpt__tensor_size(CKPT_U8, 2, u8_max, &n, &b), CKPT_OK);
+    assert_int_equal(ckpt__tensor_size(CKPT_U16, 2, u8_max, &n, &b), CKPT_E_SHAPE_OVERFLOW);
+    assert_int_equal(ckpt__tensor_size(CKPT_F32, 3, hidden, &n, &b), CKPT_E_SHAPE_OVERFLOW);
+    assert_int_equal(ckpt__tensor_size(CKPT_F4, 2, packed, &n, &b), CKPT_E_SHAPE_OVERFLOW); /* elements */
+    assert_int_equal(ckpt__tensor_size(CKPT_BF16, 2, full, &n, &b), CKPT_OK);
+    assert_true(n == 15 && b == 30);
+    assert_int_equal(ckpt__tensor_size(CKPT_F4, 2, full, &n, &b), CKPT_E_PARTIAL_BYTE);
+    assert_int_equal(ckpt__tensor_size(CKPT_DTYPE_INVALID, 2, full, &n, &b), CKPT_E_UNKNOWN_DTYPE);
 }
 
 int main(void) {
@@ -89,6 +123,7 @@ int main(void) {
         cmocka_unit_test(test_names_round_trip),
         cmocka_unit_test(test_bits_and_sizes),
         cmocka_unit_test(test_shape_numel),
+        cmocka_unit_test(test_tensor_size),
         cmocka_unit_test(test_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,6 +2,7 @@
  * key-values, block tensors, splits), dequantization through plans, and
  * the reader's refusals — under the sanitizers.  gguf-py's own files and
  * byte identity are in tests/interop/test_gguf.py. */
+#include <stdio.h>
 #include <string.h>
 
 #include "base/base.h"
@@ -199,9 +200,57 @@ static void test_refusals(void **state) {
     scratch_free(dir);
 }
 
+/* A safetensors source's metadata ({"format": "pt"}, a caller's entry) is
+ * foreign to GGUF: a conversion writes it as key-values only with
+ * source_metadata; metadata_json's entries always, a GGUF source's always. */
+static void convert_to_gguf(const char *src, const char *dst, int source_metadata, const char *metadata_json) {
+    ckpt_catalog *c;
+    ckpt_error err;
+    assert_int_equal(ckpt_catalog_open(src, &c, &err), CKPT_OK);
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.no_sync = 1, o.overwrite = 1, o.format = CKPT_FORMAT_GGUF;
+    o.source_metadata = source_metadata, o.metadata_json = metadata_json;
+    assert_int_equal(ckpt_convert(c, dst, &o, NULL, NULL, &err), CKPT_OK);
+    ckpt_catalog_close(c);
+}
+
+static void test_source_metadata(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    char src[4096], dst[4096], again[4096];
+    snprintf(src, sizeof src, "%s", in_dir(dir, "m.safetensors"));
+    snprintf(dst, sizeof dst, "%s", in_dir(dir, "m.gguf"));
+    snprintf(again, sizeof again, "%s", in_dir(dir, "again.gguf"));
+    write_safetensors(src,
+                      "{\"__metadata__\":{\"format\":\"pt\",\"origin\":\"test\"},"
+                      "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+                      8);
+    ckpt_catalog *c;
+    ckpt_error err;
+    convert_to_gguf(src, dst, 0, "{\"general.name\": \"tiny\"}");
+    assert_int_equal(ckpt_catalog_open(dst, &c, &err), CKPT_OK);
+    assert_int_equal(ckpt_catalog_kv_count(c), 1);
+    assert_string_equal(ckpt_catalog_kv(c, 0)->key, "general.name");
+    ckpt_catalog_close(c);
+    convert_to_gguf(dst, again, 0, NULL); /* a GGUF source keeps its own */
+    assert_int_equal(ckpt_catalog_open(again, &c, &err), CKPT_OK);
+    assert_int_equal(ckpt_catalog_kv_count(c), 1);
+    assert_string_equal(ckpt_catalog_kv_find(c, "general.name")->string, "tiny");
+    ckpt_catalog_close(c);
+    convert_to_gguf(src, dst, 1, NULL);
+    assert_int_equal(ckpt_catalog_open(dst, &c, &err), CKPT_OK);
+    assert_int_equal(ckpt_catalog_kv_count(c), 2);
+    assert_string_equal(ckpt_catalog_kv_find(c, "format")->string, "pt");
+    assert_string_equal(ckpt_catalog_kv_find(c, "origin")->string, "test");
+    ckpt_catalog_close(c);
+    scratch_free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_then_read),
+        cmocka_unit_test(test_source_metadata),
         cmocka_unit_test(test_splits),
         cmocka_unit_test(test_refusals),
     };

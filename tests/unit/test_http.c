@@ -3,17 +3,88 @@
  * test's own on loopback (so that the sanitizers see every path: batches
  * that merge, split and overlap, retries that resume, lies, the cache). */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "base/sha256.h"
 #include "helpers.h"
 #include "io/file.h"
 #include "io/http.h"
+
+/* ---- SHA-256 and the digests servers state ------------------------------------------ */
+
+static void sha_hex(const void *data, size_t n, char hex[65]) {
+    ckpt__sha256 s;
+    ckpt__sha256_init(&s);
+    ckpt__sha256_update(&s, data, n);
+    unsigned char d[32];
+    ckpt__sha256_final(&s, d);
+    ckpt__sha256_hex(d, hex);
+}
+
+static void test_sha256(void **state) {
+    (void)state;
+    char hex[65];
+    /* FIPS 180-4's examples. */
+    sha_hex("", 0, hex);
+    assert_string_equal(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    sha_hex("abc", 3, hex);
+    assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    sha_hex(two, strlen(two), hex);
+    assert_string_equal(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    /* A million 'a', fed in uneven pieces (the block buffer's every path). */
+    char *a = malloc(1000000);
+    memset(a, 'a', 1000000);
+    ckpt__sha256 s;
+    ckpt__sha256_init(&s);
+    for (size_t at = 0, step = 1; at < 1000000; at += step, step = step * 3 % 997 + 1)
+        ckpt__sha256_update(&s, a + at, at + step > 1000000 ? 1000000 - at : step);
+    unsigned char d[32];
+    ckpt__sha256_final(&s, d);
+    ckpt__sha256_hex(d, hex);
+    assert_string_equal(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    free(a);
+    /* Lengths around the padding's edge (55, 56, 63, 64 bytes). */
+    static const char *const edges[][2] = {
+        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+         "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318"},
+        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+         "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a"},
+        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+         "7d3e74a05d7db15bce4ad9ec0658ea98e3f06eeecf16b4c6fff2da457ddc2f34"},
+        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+         "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb"},
+    };
+    for (size_t i = 0; i < sizeof edges / sizeof *edges; i++) {
+        sha_hex(edges[i][0], strlen(edges[i][0]), hex);
+        assert_string_equal(hex, edges[i][1]);
+    }
+}
+
+static void test_etag_sha256(void **state) {
+    (void)state;
+    const char *sha = "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318";
+    char q[80], out[65];
+    snprintf(q, sizeof q, "\"%s\"", sha);
+    assert_true(ckpt__etag_sha256(q, strlen(q), out));
+    assert_string_equal(out, sha);
+    snprintf(q, sizeof q, "W/\"%s\"", sha);
+    assert_true(ckpt__etag_sha256(q, strlen(q), out));
+    assert_true(ckpt__etag_sha256(sha, 64, out));
+    /* A server's own version tags say nothing of the bytes. */
+    const char *not[] = {"\"v1\"", "\"5f1b-64a8c1f0\"", "\"9F4390F8D30C2DD92EC9F095B65E2B9AE9B0A925A5258E241C9F1E910F734318\"",
+                         "\"9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f73431\"", ""};
+    for (size_t i = 0; i < sizeof not / sizeof *not; i++) assert_false(ckpt__etag_sha256(not[i], strlen(not[i]), out));
+}
 
 /* ---- parsers -------------------------------------------------------------- */
 
@@ -77,11 +148,31 @@ static void test_urls(void **state) {
     assert_false(ckpt__url_split("https://", &u));
     assert_false(ckpt__url_split("/local/path", &u));
     char *r = ckpt__url_redact("https://alice:pw@h/x?X-Amz-Signature=abc&keep=1&token=zz#frag");
-    assert_string_equal(r, "https://alice:REDACTED@h/x?X-Amz-Signature=REDACTED&keep=1&token=REDACTED#frag");
+    assert_string_equal(r, "https://REDACTED@h/x?X-Amz-Signature=REDACTED&keep=1&token=REDACTED#frag");
     free(r);
     r = ckpt__url_redact("http://h/plain");
     assert_string_equal(r, "http://h/plain");
     free(r);
+    /* The whole user part, a bare token included (libcurl sends it as a user
+     * name), and one with an '@' of its own. */
+    static const char *const tokens[][2] = {
+        {"http://ghp_TOKEN@h:8/a/b.safetensors", "http://REDACTED@h:8/a/b.safetensors"},
+        {"https://user:ghp_TOKEN@h/x", "https://REDACTED@h/x"},
+        {"https://a@b:ghp_TOKEN@h/x@y", "https://REDACTED@h/x@y"},
+        {"s3://bucket/key@x", "s3://bucket/key@x"},
+        {"dir/a://ghp_TOKEN@b/c", "dir/a://ghp_TOKEN@b/c"}, /* a path: "dir/a" is no scheme */
+        {"/local/model.safetensors", "/local/model.safetensors"},
+    };
+    for (size_t i = 0; i < sizeof tokens / sizeof *tokens; i++) {
+        char out[128];
+        assert_int_equal(ckpt_redact_name(tokens[i][0], out, sizeof out), strlen(tokens[i][1]));
+        assert_string_equal(out, tokens[i][1]);
+    }
+    /* snprintf's contract: the whole length, the text cut to fit. */
+    char small[8];
+    assert_int_equal(ckpt_redact_name("http://ghp_TOKEN@h/x", small, sizeof small), 19);
+    assert_string_equal(small, "http://");
+    assert_int_equal(ckpt_redact_name("http://ghp_TOKEN@h/x", NULL, 0), 19);
     char *clean, *info;
     assert_true(ckpt__url_take_userinfo("http://a%40b:p%3Aw%zz@h:1/x", &clean, &info));
     assert_string_equal(clean, "http://h:1/x");
@@ -114,7 +205,9 @@ typedef struct server {
     pthread_t thread;
     unsigned char *data;
     atomic_int requests, drops_left, fails_left, lie, stop;
+    atomic_int trickle; /* bodies at 4 bytes a second */
     atomic_long bytes_sent;
+    char linked_etag[80]; /* sent as X-Linked-Etag when set (before the server starts) */
 } server;
 
 static unsigned char pattern(uint64_t i) { return (unsigned char)(i * 131 + (i >> 11)); }
@@ -165,16 +258,25 @@ static void serve(server *s, int fd) {
         }
         if (z >= FILE_SIZE) z = FILE_SIZE - 1;
         unsigned long long shift = ranged && atomic_load(&s->lie) ? 1 : 0;
+        char linked[128] = "";
+        if (s->linked_etag[0]) snprintf(linked, sizeof linked, "X-Linked-Etag: %s\r\n", s->linked_etag);
         int n = ranged ? snprintf(out, sizeof out,
-                                  "HTTP/1.1 206 Partial Content\r\nETag: \"v1\"\r\nContent-Length: %llu\r\n"
+                                  "HTTP/1.1 206 Partial Content\r\nETag: \"v1\"\r\n%sContent-Length: %llu\r\n"
                                   "Content-Range: bytes %llu-%llu/%d\r\n\r\n",
-                                  z - a + 1, a + shift, z + shift, FILE_SIZE)
-                         : snprintf(out, sizeof out, "HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nContent-Length: %d\r\n\r\n",
-                                    FILE_SIZE);
+                                  linked, z - a + 1, a + shift, z + shift, FILE_SIZE)
+                         : snprintf(out, sizeof out, "HTTP/1.1 200 OK\r\nETag: \"v1\"\r\n%sContent-Length: %d\r\n\r\n",
+                                    linked, FILE_SIZE);
         send_all(fd, out, (size_t)n);
         if (is_head) continue;
         size_t body = ranged ? (size_t)(z - a + 1) : FILE_SIZE;
         const unsigned char *from = s->data + (ranged ? a : 0);
+        if (atomic_load(&s->trickle)) { /* honest bytes, 4 a second, until the client gives up */
+            for (size_t k = 0; k < body && !atomic_load(&s->stop); k += 1) {
+                if (send(fd, from + k, 1, MSG_NOSIGNAL) != 1) return;
+                usleep(250000);
+            }
+            continue;
+        }
         if (ranged && a > 0 && atomic_load(&s->drops_left) > 0) {
             atomic_fetch_sub(&s->drops_left, 1);
             send_all(fd, from, body / 3);
@@ -236,7 +338,7 @@ static void server_stop(server *s) {
     close(fd);
     pthread_join(s->thread, NULL);
     close(s->listener);
-    usleep(100000); /* connection threads see their clients close */
+    usleep(atomic_load(&s->trickle) ? 400000 : 100000); /* connection threads see their clients close */
     free(s->data);
     free(s);
 }
@@ -387,7 +489,7 @@ static void test_missing_stat_and_cache(void **state) {
     unsigned char *buf = malloc(FILE_SIZE);
     assert_int_equal(ckpt__source_read(src, buf, FILE_SIZE, 0, &err), CKPT_OK);
     ckpt__source_close(src);
-    assert_int_equal(dir_entries(dir), 1);
+    assert_int_equal(dir_entries(dir), 2); /* the copy and its stamp */
     int before = atomic_load(&s->requests);
     src = open_remote(s, &o);
     assert_true(src->caps & CKPT__SRC_FD);
@@ -402,10 +504,245 @@ static void test_missing_stat_and_cache(void **state) {
     server_stop(s);
 }
 
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* A server trickling 4 bytes a second passes the read timeout (bytes do
+ * come) but not the minimum speed; and retries stop at the retry deadline,
+ * however many are allowed. */
+static void test_minimum_speed(void **state) {
+    (void)state;
+    server *s = server_start();
+    ckpt__source_options o = CKPT__SOURCE_OPTIONS_DEFAULT;
+    o.max_connections = 1;
+    o.read_timeout_ms = 5000;
+    o.min_speed_time_ms = 1000;
+    o.retries = 100;
+    o.retry_deadline_ms = 2500;
+    ckpt__source *src = open_remote(s, &o);
+    atomic_store(&s->trickle, 1);
+    unsigned char *buf = malloc(1 << 20);
+    ckpt_error err;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(ckpt__source_read(src, buf, 1 << 20, 1 << 20, &err), CKPT_E_TIMEOUT);
+    double took = seconds_since(&t0);
+    /* The deadline, plus one attempt's window (and scheduling). */
+    assert_true(took >= 2.0 && took < 6.0);
+    assert_non_null(strstr(err.path, "/file.bin"));
+    assert_non_null(strstr(err.message, "slower than the minimum speed of 1024 bytes/s"));
+    assert_non_null(strstr(err.message, "retry deadline"));
+    /* The byte reached: past the start, since each retry resumed. */
+    assert_true(err.offset > (1 << 20) && err.offset < (1 << 20) + 64);
+    /* Without a deadline, the retries bound it: 2 attempts of a window each. */
+    o.retry_deadline_ms = 0;
+    o.retries = 1;
+    ckpt__source_close(src);
+    atomic_store(&s->trickle, 0);
+    src = open_remote(s, &o);
+    atomic_store(&s->trickle, 1);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(ckpt__source_read(src, buf, 4096, 1 << 21, &err), CKPT_E_TIMEOUT);
+    took = seconds_since(&t0);
+    assert_true(took >= 2.0 && took < 5.0);
+    assert_non_null(strstr(err.message, "after 1 retry"));
+    ckpt__source_close(src);
+    free(buf);
+    server_stop(s);
+}
+
+/* ---- the cache ------------------------------------------------------------------------ */
+
+/* Reads the whole file through a fresh source: true when it came from the
+ * cache (a local descriptor), false when from the server; the bytes are
+ * right either way. */
+static bool load_whole(server *s, const ckpt__source_options *o) {
+    ckpt__source *src = open_remote(s, o);
+    bool cached = (src->caps & CKPT__SRC_FD) != 0;
+    unsigned char *buf = malloc(FILE_SIZE);
+    ckpt_error err;
+    assert_int_equal(ckpt__source_read(src, buf, FILE_SIZE, 0, &err), CKPT_OK);
+    check_pattern(buf, 0, FILE_SIZE);
+    free(buf);
+    ckpt__source_close(src);
+    return cached;
+}
+
+/* The one copy in `dir` ("<hash>-file.bin"), and its stamp. */
+static void cache_names(const char *dir, char copy[4096], char stamp[4096]) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    copy[0] = stamp[0] = '\0';
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n > 9 && !strcmp(e->d_name + n - 9, "-file.bin")) snprintf(copy, 4096, "%s/%s", dir, e->d_name);
+        if (n > 6 && !strcmp(e->d_name + n - 6, ".stamp")) snprintf(stamp, 4096, "%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    assert_true(copy[0] && stamp[0]);
+}
+
+static mode_t mode_of(const char *path) {
+    struct stat sb;
+    assert_int_equal(lstat(path, &sb), 0);
+    return sb.st_mode;
+}
+
+static void test_cache_permissions(void **state) {
+    (void)state;
+    server *s = server_start();
+    char *root = scratch_dir();
+    char dir[4096], copy[4096], stamp[4096];
+    snprintf(dir, sizeof dir, "%s/new/cache", root);
+    ckpt__source_options o = CKPT__SOURCE_OPTIONS_DEFAULT;
+    o.cache_dir = dir;
+    mode_t old = umask(0); /* whatever the umask would allow */
+    assert_false(load_whole(s, &o));
+    cache_names(dir, copy, stamp);
+    assert_int_equal(mode_of(dir) & 07777, 0700);
+    assert_int_equal(mode_of(in_dir(root, "new")) & 07777, 0700); /* a parent it made */
+    assert_int_equal(mode_of(copy) & 07777, 0600);
+    assert_int_equal(mode_of(stamp) & 07777, 0600);
+    assert_true(load_whole(s, &o));
+    /* An existing, wider directory is the user's choice: kept, its new files 0600. */
+    snprintf(dir, sizeof dir, "%s/wide", root);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    assert_false(load_whole(s, &o));
+    cache_names(dir, copy, stamp);
+    assert_int_equal(mode_of(dir) & 07777, 0755);
+    assert_int_equal(mode_of(copy) & 07777, 0600);
+    umask(old);
+    /* A directory of another user is not used at all (root can make one). */
+    if (geteuid() == 0) {
+        snprintf(dir, sizeof dir, "%s/theirs", root);
+        assert_int_equal(mkdir(dir, 0777), 0);
+        assert_int_equal(chown(dir, 65534, 65534), 0);
+        assert_false(load_whole(s, &o));
+        assert_false(load_whole(s, &o));
+        assert_int_equal(dir_entries(dir), 0);
+    }
+    scratch_free(root);
+    server_stop(s);
+}
+
+/* A copy that is not what ckpt wrote is not used, nothing is written
+ * through it, and its replacement is. */
+static void test_cache_trust(void **state) {
+    (void)state;
+    server *s = server_start();
+    char *root = scratch_dir();
+    char dir[4096], copy[4096], stamp[4096];
+    snprintf(dir, sizeof dir, "%s/cache", root);
+    ckpt__source_options o = CKPT__SOURCE_OPTIONS_DEFAULT;
+    o.cache_dir = dir;
+    assert_false(load_whole(s, &o));
+    assert_true(load_whole(s, &o));
+    cache_names(dir, copy, stamp);
+    /* A sentinel outside, of the copy's very size. */
+    const char *sentinel = in_dir(root, "sentinel");
+    unsigned char *other = calloc(1, FILE_SIZE);
+    write_bytes(sentinel, other, FILE_SIZE);
+    for (int tamper = 0; tamper < 8; tamper++) {
+        switch (tamper) {
+        case 0: assert_int_equal(truncate(copy, FILE_SIZE - 1), 0); break; /* cut short */
+        case 7: /* cut short, then zeros up to the size a size check wants */
+            assert_int_equal(truncate(copy, FILE_SIZE / 2), 0);
+            assert_int_equal(truncate(copy, FILE_SIZE), 0);
+            break;
+        case 1: {                                                           /* one byte changed in place */
+            FILE *f = fopen(copy, "r+b");
+            fseek(f, FILE_SIZE / 2, SEEK_SET);
+            fputc(~pattern(FILE_SIZE / 2) & 0xff, f);
+            fclose(f);
+            break;
+        }
+        case 2: /* a symlink to a file outside */
+            assert_int_equal(unlink(copy), 0);
+            assert_int_equal(symlink(sentinel, copy), 0);
+            break;
+        case 3: /* a FIFO: opening it for reading would block */
+            assert_int_equal(unlink(copy), 0);
+            assert_int_equal(mkfifo(copy, 0600), 0);
+            break;
+        case 4: /* a hard link to a file outside */
+            assert_int_equal(unlink(copy), 0);
+            assert_int_equal(link(sentinel, copy), 0);
+            break;
+        case 5: /* the stamp lost (and no SHA-256 from this server to check against) */
+            assert_int_equal(unlink(stamp), 0);
+            break;
+        case 6: /* another user's file */
+            if (geteuid() != 0) continue;
+            assert_int_equal(chown(copy, 65534, 65534), 0);
+            break;
+        }
+        assert_false(load_whole(s, &o)); /* read from the server… */
+        assert_true(S_ISREG(mode_of(copy)));
+        assert_true(load_whole(s, &o)); /* …and copied again */
+        size_t n;
+        char *back = read_all(sentinel, &n);
+        assert_int_equal(n, FILE_SIZE);
+        assert_memory_equal(back, other, FILE_SIZE);
+        free(back);
+        cache_names(dir, copy, stamp);
+    }
+    free(other);
+    scratch_free(root);
+    server_stop(s);
+}
+
+/* A server that states the SHA-256 (the Hub's X-Linked-Etag): a copy that
+ * lost its stamp is checked against it; a server that states a wrong one
+ * gets no copy. */
+static void test_cache_digest(void **state) {
+    (void)state;
+    server *s = server_start();
+    char hex[65];
+    sha_hex(s->data, FILE_SIZE, hex);
+    snprintf(s->linked_etag, sizeof s->linked_etag, "\"%s\"", hex);
+    char *root = scratch_dir();
+    char dir[4096], copy[4096], stamp[4096];
+    snprintf(dir, sizeof dir, "%s/cache", root);
+    ckpt__source_options o = CKPT__SOURCE_OPTIONS_DEFAULT;
+    o.cache_dir = dir;
+    assert_false(load_whole(s, &o));
+    cache_names(dir, copy, stamp);
+    size_t n;
+    char *text = read_all(stamp, &n);
+    assert_non_null(strstr(text, hex));
+    free(text);
+    /* Stamp lost, bytes intact: the SHA-256 vouches for them, and a new stamp is written. */
+    assert_int_equal(unlink(stamp), 0);
+    assert_true(load_whole(s, &o));
+    assert_true(file_exists(stamp));
+    /* Stamp lost, a byte changed: not used. */
+    assert_int_equal(unlink(stamp), 0);
+    FILE *f = fopen(copy, "r+b");
+    fputc(~pattern(0) & 0xff, f);
+    fclose(f);
+    assert_false(load_whole(s, &o));
+    assert_true(load_whole(s, &o));
+    scratch_free(root);
+    /* A server whose bytes are not what it states: nothing is kept. */
+    root = scratch_dir();
+    snprintf(dir, sizeof dir, "%s/cache", root);
+    s->linked_etag[1] = s->linked_etag[1] == '0' ? '1' : '0';
+    assert_false(load_whole(s, &o));
+    assert_false(load_whole(s, &o));
+    assert_int_equal(dir_entries(dir), 0);
+    scratch_free(root);
+    server_stop(s);
+}
+
 #endif
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sha256),
+        cmocka_unit_test(test_etag_sha256),
         cmocka_unit_test(test_content_range),
         cmocka_unit_test(test_headers_and_retry_after),
         cmocka_unit_test(test_urls),
@@ -414,6 +751,10 @@ int main(void) {
         cmocka_unit_test(test_threads_share_a_source),
         cmocka_unit_test(test_retries_resume),
         cmocka_unit_test(test_missing_stat_and_cache),
+        cmocka_unit_test(test_minimum_speed),
+        cmocka_unit_test(test_cache_permissions),
+        cmocka_unit_test(test_cache_trust),
+        cmocka_unit_test(test_cache_digest),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

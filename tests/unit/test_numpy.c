@@ -346,11 +346,69 @@ static void test_write_npz(void **state) {
     scratch_free(dir);
 }
 
+/* Shapes whose nonzero axes pass 2^63-1 elements or bytes (what numpy,
+ * torch and safetensors refuse): refused at open, at declaration and by a
+ * cast, however an axis of 0 makes their product 0 — the engine once
+ * overflowed on them (UBSan: engine.c's `s *= count`) and wrote a file
+ * safetensors refused.  The largest allowed one opens, loads and converts. */
+static void test_shape_overflow(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    unsigned char buf[4096];
+    char dict[256];
+    ckpt_catalog *cat;
+    ckpt_error err;
+    const char *path = in_dir(dir, "x.npy");
+    static const char *const refused[] = {
+        "(0, 9223372036854775807, 9223372036854775807)", "(9223372036854775807, 9223372036854775807, 0)",
+        "(9223372036854775807, 0, 9223372036854775807)", "(0, 4611686018427387904, 4)",
+        "(0, 2305843009213693952)", /* 2^61 float32: 2^63 bytes */
+        "(2305843009213693952, 0)", "(0, 18446744073709551615)",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }", refused[i]);
+        write_bytes(path, buf, make_npy(buf, 1, dict, NULL, 0));
+        assert_int_equal(ckpt_catalog_open(path, &cat, &err), CKPT_E_SHAPE_OVERFLOW);
+    }
+    const uint64_t shapes[][3] = {{0, INT64_MAX, INT64_MAX}, {INT64_MAX, INT64_MAX, 0}, {0, 1ull << 62, 4}};
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.no_sync = 1;
+    ckpt_writer *w;
+    assert_int_equal(ckpt_writer_create(in_dir(dir, "w.safetensors"), &o, &w, &err), CKPT_OK);
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(ckpt_writer_add_tensor(w, "t", CKPT_F32, 3, shapes[i], NULL, &err), CKPT_E_SHAPE_OVERFLOW);
+    ckpt_writer_free(w);
+
+    /* 2^61 - 1 float32s in the nonzero axes: 2^63 - 4 bytes, allowed. */
+    write_bytes(path, buf,
+                make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 2305843009213693951), }", NULL, 0));
+    assert_int_equal(ckpt_catalog_open(path, &cat, &err), CKPT_OK);
+    const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, 0);
+    assert_int_equal(t->numel, 0);
+    assert_int_equal(t->nbytes, 0);
+    ckpt_plan *plan;
+    assert_int_equal(ckpt_plan_create(cat, &plan, &err), CKPT_OK);
+    assert_int_equal(ckpt_load(plan, NULL, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_cast(plan, "x", CKPT_F64, &err), CKPT_E_SHAPE_OVERFLOW); /* 2^64 - 8 bytes */
+    ckpt_plan_free(plan);
+    const char *out = in_dir(dir, "x.safetensors");
+    assert_int_equal(ckpt_convert(cat, out, &o, NULL, NULL, &err), CKPT_OK);
+    ckpt_catalog_close(cat);
+    assert_int_equal(ckpt_catalog_open(out, &cat, &err), CKPT_OK);
+    t = ckpt_catalog_tensor(cat, 0);
+    assert_int_equal(t->ndim, 2);
+    assert_int_equal(t->shape[1], (1ull << 61) - 1);
+    ckpt_catalog_close(cat);
+    scratch_free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_headers),         cmocka_unit_test(test_preamble),
         cmocka_unit_test(test_dtype_names),     cmocka_unit_test(test_files),
         cmocka_unit_test(test_fortran_strides), cmocka_unit_test(test_write_npz),
+        cmocka_unit_test(test_shape_overflow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

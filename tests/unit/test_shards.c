@@ -1,6 +1,8 @@
 /* Shard packing, names and index files (huggingface_hub's rules). */
+#include <stdlib.h>
 #include <string.h>
 
+#include "formats/hf_config.h"
 #include "formats/shards.h"
 #include "helpers.h"
 
@@ -125,6 +127,30 @@ static void test_index_render(void **state) {
     free(b.data);
 }
 
+/* config.json's dtype: each float dtype value of a "dtype" or
+ * "torch_dtype" member, at any depth, replaced; every other byte kept. */
+static void test_config_dtype(void **state) {
+    (void)state;
+    const char *text = "{\n  \"dtype\":   \"float32\",\n  \"x\": [{\"torch_dtype\": \"bfloat16\"}, \"dtype\"],\n"
+                       "  \"quantization_config\": {\"dtype\": \"int8\", \"bnb_4bit_compute_dtype\": \"float32\"},\n"
+                       "  \"text_config\": {\"hidden_size\": 1.50e1, \"dtype\": \"float16\"},\n"
+                       "  \"name\": \"dtype\", \"auto\": {\"dtype\": \"auto\"}, \"esc\": {\"dtype\": \"floa\\u0074\"}\n}";
+    ckpt__buf out = {0};
+    assert_true(ckpt__hf_config_set_dtype(text, strlen(text), "bfloat16", &out));
+    ckpt__buf_append(&out, "", 1);
+    assert_string_equal(out.data,
+                        "{\n  \"dtype\":   \"bfloat16\",\n  \"x\": [{\"torch_dtype\": \"bfloat16\"}, \"dtype\"],\n"
+                        "  \"quantization_config\": {\"dtype\": \"int8\", \"bnb_4bit_compute_dtype\": \"float32\"},\n"
+                        "  \"text_config\": {\"hidden_size\": 1.50e1, \"dtype\": \"bfloat16\"},\n"
+                        "  \"name\": \"dtype\", \"auto\": {\"dtype\": \"auto\"}, \"esc\": {\"dtype\": \"floa\\u0074\"}\n}");
+    free(out.data);
+    out = (ckpt__buf){0};
+    const char *none = "{\"model_type\": \"gpt2\"}", *bad = "{\"dtype\": \"float32\",}";
+    assert_false(ckpt__hf_config_set_dtype(none, strlen(none), "bfloat16", &out));
+    assert_false(ckpt__hf_config_set_dtype(bad, strlen(bad), "bfloat16", &out));
+    assert_int_equal(out.len, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pack_docstring_example),
@@ -132,6 +158,7 @@ int main(void) {
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_index_parse),
         cmocka_unit_test(test_index_render),
+        cmocka_unit_test(test_config_dtype),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

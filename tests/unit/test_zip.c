@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "formats/zip.h"
+#include "transform/crc32.h"
 #include "io/source.h"
 #include "helpers.h"
 #include "io/file.h"
@@ -12,7 +13,7 @@
 /* ---- a small archive builder ------------------------------------------- */
 
 typedef struct builder {
-    unsigned char buf[1 << 16];
+    unsigned char buf[1 << 21];
     size_t len;
     unsigned char cd[1 << 14];
     size_t cd_len;
@@ -33,7 +34,7 @@ typedef struct entry_opts {
 } entry_opts;
 
 static void add(builder *b, const char *name, const void *data, size_t n, entry_opts o) {
-    unsigned char comp[4096];
+    unsigned char *comp = malloc(n + n / 8 + 1024);
     size_t comp_len = n;
     const void *stored = data;
     if (o.deflate) {
@@ -43,9 +44,9 @@ static void add(builder *b, const char *name, const void *data, size_t n, entry_
         z.next_in = (unsigned char *)data;
         z.avail_in = (uInt)n;
         z.next_out = comp;
-        z.avail_out = sizeof comp;
+        z.avail_out = (uInt)(n + n / 8 + 1024);
         deflate(&z, Z_FINISH);
-        comp_len = sizeof comp - z.avail_out;
+        comp_len = n + n / 8 + 1024 - z.avail_out;
         deflateEnd(&z);
         stored = comp;
     }
@@ -68,6 +69,7 @@ static void add(builder *b, const char *name, const void *data, size_t n, entry_
     }
     memcpy(b->buf + b->len, stored, comp_len);
     b->len += comp_len;
+    free(comp);
 
     unsigned char *c = b->cd + b->cd_len;
     memset(c, 0, 46);
@@ -305,12 +307,153 @@ static void test_layout_rules(void **state) {
     scratch_free(dir);
 }
 
+/* ---- CRC-32s checked by loads, conversions and verify -------------------- */
+
+enum { ROWS = 300, COLS = 250 }; /* 300 KB of float32: several 64 KiB boxes */
+
+/* An .npz array member: a NumPy 1.0 .npy of float32 [ROWS, COLS], i / 3. */
+static size_t npy_member(unsigned char *out) {
+    char dict[128];
+    int n = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }", ROWS, COLS);
+    size_t header = 10 + (size_t)n + 1, padded = (header + 63) / 64 * 64;
+    memcpy(out, "\x93NUMPY\x01\x00", 8);
+    put16(out + 8, (unsigned)(padded - 10));
+    memcpy(out + 10, dict, (size_t)n);
+    memset(out + 10 + n, ' ', padded - header);
+    out[padded - 1] = '\n';
+    for (size_t i = 0; i < ROWS * COLS; i++) {
+        float v = (float)i / 3;
+        memcpy(out + padded + 4 * i, &v, 4);
+    }
+    return padded + 4 * (size_t)ROWS * COLS;
+}
+
+/* Loads "w" of the .npz at `path` whole in 64 KiB boxes; `skip` turns the check off. */
+static ckpt_status load_w(const char *path, int skip, unsigned threads, ckpt_error *err) {
+    ckpt_catalog *cat;
+    ckpt_status st = ckpt_catalog_open(path, &cat, err);
+    if (st) return st;
+    ckpt_plan *plan;
+    assert_int_equal(ckpt_plan_create(cat, &plan, err), CKPT_OK);
+    ckpt_load_options o;
+    ckpt_load_options_init(&o);
+    o.chunk_bytes = 64 << 10, o.threads = threads, o.skip_crc_check = skip;
+    st = ckpt_load(plan, &o, err);
+    ckpt_plan_free(plan);
+    ckpt_catalog_close(cat);
+    return st;
+}
+
+static ckpt_status verify(const char *path, ckpt_verify_report *r, ckpt_error *err) {
+    ckpt_catalog *cat;
+    ckpt_status st = ckpt_catalog_open(path, &cat, err);
+    if (st) return st;
+    r->size = sizeof *r;
+    st = ckpt_verify_ex(cat, NULL, NULL, r, err);
+    ckpt_catalog_close(cat);
+    return st;
+}
+
+static void test_crcs_checked_by_loads_and_verify(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *path = in_dir(dir, "a.npz");
+    unsigned char *npy = malloc(1 << 20);
+    size_t n = npy_member(npy);
+    uint32_t good = (uint32_t)crc32(0, npy, (uInt)n);
+    for (int deflate = 0; deflate < 2; deflate++) {
+        for (int damaged = 0; damaged < 2; damaged++) {
+            builder *b = calloc(1, sizeof *b);
+            if (damaged) npy[n - 5000] ^= 0x40; /* the recorded CRC-32 is still the good one */
+            add(b, "w.npy", npy, n, (entry_opts){.deflate = deflate, .crc = good});
+            add(b, "notes.txt", "hello", 5, (entry_opts){.deflate = deflate});
+            finish(b, 0);
+            write_bytes(path, b->buf, b->len);
+            if (damaged) npy[n - 5000] ^= 0x40;
+            ckpt_error err;
+            ckpt_verify_report r;
+            for (unsigned threads = 1; threads <= 4; threads *= 4) {
+                ckpt_status st = load_w(path, 0, threads, &err);
+                assert_int_equal(st, damaged ? CKPT_E_CHECKSUM : CKPT_OK);
+                if (damaged) {
+                    assert_string_equal(err.tensor, "w");
+                    assert_non_null(strstr(err.message, "ZIP member 'w.npy' has CRC-32"));
+                }
+                assert_int_equal(load_w(path, 1, threads, &err), CKPT_OK);
+            }
+            assert_int_equal(verify(path, &r, &err), damaged ? CKPT_E_CHECKSUM : CKPT_OK);
+            /* ckpt_catalog_read of the whole tensor checks it; of a part, not. */
+            ckpt_catalog *cat;
+            assert_int_equal(ckpt_catalog_open(path, &cat, &err), CKPT_OK);
+            const ckpt_tensor_info *w = ckpt_catalog_find(cat, "w");
+            void *bytes = malloc(w->nbytes);
+            assert_int_equal(ckpt_catalog_read(cat, w, 0, bytes, w->nbytes, &err), damaged ? CKPT_E_CHECKSUM : CKPT_OK);
+            assert_int_equal(ckpt_catalog_read(cat, w, 0, bytes, w->nbytes - 1, &err), CKPT_OK);
+            free(bytes);
+            ckpt_catalog_close(cat);
+            if (!damaged) {
+                assert_int_equal(r.zip_crc32, 2);
+                assert_int_equal(r.tensors, 1);
+                assert_int_equal(r.bytes, n + 5);
+            } else {
+                assert_string_equal(err.tensor, "w");
+            }
+            /* A converted copy is refused alike, and nothing is left. */
+            assert_int_equal(ckpt_catalog_open(path, &cat, &err), CKPT_OK);
+            const char *out = in_dir(dir, "out.safetensors");
+            assert_int_equal(ckpt_convert(cat, out, NULL, NULL, NULL, &err), damaged ? CKPT_E_CHECKSUM : CKPT_OK);
+            assert_int_equal(access(out, F_OK) == 0, !damaged);
+            unlink(out);
+            ckpt_catalog_close(cat);
+            free(b);
+        }
+        /* A DEFLATE member declaring 8 bytes more than its stream gives;
+         * a stored one whose declared size is its real size, its CRC-32 a lie. */
+        builder *b = calloc(1, sizeof *b);
+        add(b, "w.npy", npy, n, (entry_opts){.deflate = deflate});
+        size_t cd = finish(b, 0);
+        if (deflate) put32(b->buf + cd + 24, (uint32_t)n + 8);
+        else put32(b->buf + cd + 16, good ^ 1);
+        write_bytes(path, b->buf, b->len);
+        ckpt_error err;
+        ckpt_verify_report r;
+        ckpt_status want = deflate ? CKPT_E_ZIP_INVALID : CKPT_E_CHECKSUM;
+        assert_int_equal(load_w(path, 0, 2, &err), want);
+        assert_non_null(strstr(err.message, "ZIP member 'w.npy'"));
+        assert_int_equal(verify(path, &r, &err), want);
+        assert_non_null(strstr(err.message, "ZIP member 'w.npy'"));
+        free(b);
+    }
+    free(npy);
+    scratch_free(dir);
+}
+
+/* The folded CRC-32s (each SIMD level the CPU has) are zlib's, for every
+ * length, alignment and start. */
+static void test_crc32_matches_zlib(void **state) {
+    (void)state;
+    enum { N = 1 << 18 };
+    unsigned char *b = malloc(N + 64);
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < N + 64; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, b[i] = (unsigned char)x;
+    for (int t = 0; t < 20000; t++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t off = x % 64, len = t < 2000 ? (size_t)t % 300 : (size_t)(x >> 8) % (t < 10000 ? 4096 : N);
+        uint32_t init = t % 3 ? (uint32_t)(x >> 32) : 0, want = (uint32_t)crc32_z(init, b + off, len);
+        for (int level = 1; level <= 3; level++) assert_int_equal(ckpt__crc32_at(level, init, b + off, len), want);
+        assert_int_equal(ckpt__crc32(init, b + off, len), want);
+    }
+    free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_torch_like_archive),
         cmocka_unit_test(test_corrupt_archives),
         cmocka_unit_test(test_lying_zip64_fields),
         cmocka_unit_test(test_layout_rules),
+        cmocka_unit_test(test_crcs_checked_by_loads_and_verify),
+        cmocka_unit_test(test_crc32_matches_zlib),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -721,6 +721,20 @@ static ERL_NIF_TERM nif_dtype_bits(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
     return enif_make_uint(env, ckpt_dtype_bits(get_dtype(env, argv[0])));
 }
 
+/* redact_name(name) → the name as it may be shown (ckpt_redact_name: a URL
+ * without its user part or the query values that carry credentials) */
+static ERL_NIF_TERM nif_redact_name(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+    (void)argc;
+    char *name;
+    if (!cstring(env, argv[0], &name)) return enif_make_badarg(env);
+    ERL_NIF_TERM t;
+    size_t n = ckpt_redact_name(name, NULL, 0);
+    unsigned char *p = enif_make_new_binary(env, n + 1, &t); /* room for the NUL, cut below */
+    ckpt_redact_name(name, (char *)p, n + 1);
+    enif_free(name);
+    return enif_make_sub_binary(env, t, 0, n);
+}
+
 static ERL_NIF_TERM nif_version(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
     (void)argc, (void)argv;
     return string(env, ckpt_version());
@@ -750,6 +764,7 @@ static ErlNifFunc functions[] = {
     {"parse_size", 1, nif_parse_size, 0},
     {"dtype_bits", 1, nif_dtype_bits, 0},
     {"version", 0, nif_version, 0},
+    {"redact_name", 1, nif_redact_name, 0},
 };
 
 ERL_NIF_INIT(Elixir.Ckpt.NIF, functions, load, NULL, upgrade, NULL)

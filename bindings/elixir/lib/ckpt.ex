@@ -51,8 +51,11 @@ defmodule Ckpt do
     with {:ok, ref} <- Error.wrap(NIF.open(path)) do
       {format, files, index, tree, count} = NIF.info(ref)
 
+      # The name as shown: a URL's credentials stay in the library's catalog.
+      shown = NIF.redact_name(path)
+
       {:ok,
-       %Catalog{ref: ref, path: path, format: format, files: files, index_path: index, tree_json: tree, count: count}}
+       %Catalog{ref: ref, path: shown, format: format, files: files, index_path: index, tree_json: tree, count: count}}
     end
   end
 

@@ -416,4 +416,50 @@ defmodule CkptTest do
     assert {:error, %Ckpt.Error{status: :header_schema, message: m}} = Ckpt.load_tree(flat)
     assert m =~ "do not nest"
   end
+
+  test "a URL's user part never shows: only libckpt's redaction of it" do
+    data = File.read!(path("dtypes.safetensors"))
+    {:ok, listen} = :gen_tcp.listen(0, [:binary, active: false, reuseaddr: true, ip: {127, 0, 0, 1}])
+    {:ok, port} = :inet.port(listen)
+    spawn_link(fn -> serve_file(listen, data) end)
+
+    for user <- ["ghp_S3cr3tT0k3n", "alice:ghp_S3cr3tT0k3n"] do
+      {:ok, c} = Ckpt.open("http://#{user}@127.0.0.1:#{port}/m.safetensors")
+      assert c.path == "http://REDACTED@127.0.0.1:#{port}/m.safetensors"
+      refute inspect(c) =~ "S3cr3t"
+      assert Ckpt.read!(c, "scalar", copy: true) == <<2.5::float-32-little>>
+    end
+
+    assert Ckpt.NIF.redact_name("https://u:S3cr3t@h/x?token=S3cr3t&v=1") == "https://REDACTED@h/x?token=REDACTED&v=1"
+    assert Ckpt.NIF.redact_name("/a/b.safetensors") == "/a/b.safetensors"
+    :gen_tcp.close(listen)
+  end
+
+  # One small file for every request, whole, as a 206 (one request per connection).
+  defp serve_file(listen, data) do
+    with {:ok, s} <- :gen_tcp.accept(listen) do
+      read_request(s, "")
+      n = byte_size(data)
+
+      :gen_tcp.send(
+        s,
+        "HTTP/1.1 206 Partial Content\r\nETag: \"e\"\r\nContent-Range: bytes 0-#{n - 1}/#{n}\r\n" <>
+          "Content-Length: #{n}\r\nConnection: close\r\n\r\n" <> data
+      )
+
+      :gen_tcp.close(s)
+      serve_file(listen, data)
+    end
+  end
+
+  defp read_request(s, got) do
+    if String.contains?(got, "\r\n\r\n") do
+      got
+    else
+      case :gen_tcp.recv(s, 0, 5000) do
+        {:ok, more} -> read_request(s, got <> more)
+        _ -> got
+      end
+    end
+  end
 end

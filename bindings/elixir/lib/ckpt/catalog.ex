@@ -4,7 +4,9 @@ defmodule Ckpt.Catalog do
   `:safetensors_sharded`, `:torch`, `:torch_sharded`, `:npy`, `:npz`,
   `:flax_msgpack`), its data `files` as
   `{path, size}`, the `index_path` of a sharded one, the number of tensors
-  (`count`) and a torch file's object tree (`tree_json`).  `ref` is the
+  (`count`) and a torch file's object tree (`tree_json`).  `path` is the name
+  opened as it may be shown: a URL without its user part (`REDACTED@`) or
+  the query values that carry credentials (libckpt's `ckpt_redact_name`).  `ref` is the
   libckpt catalog, closed by the garbage collector once neither this struct
   nor any zero-copy binary of it is referenced.
   """

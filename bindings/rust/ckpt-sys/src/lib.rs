@@ -260,6 +260,10 @@ pub struct ckpt_writer_options {
     pub dry_run: c_int,
     /// Non-zero: an index records "total_parameters" as transformers' save_pretrained does.
     pub total_parameters: c_int,
+    /// Non-zero: a conversion does not check the source's ZIP CRC-32s.
+    pub skip_crc_check: c_int,
+    /// Non-zero: a conversion into GGUF carries a non-GGUF source's metadata as key-values.
+    pub source_metadata: c_int,
 }
 
 /// Where a tensor's bytes lie in the caller's memory (ckpt_writer_add_tensor_shared).
@@ -614,6 +618,8 @@ mod layout {
             ("ckpt_writer_options.dcp_ranks", off!(ckpt_writer_options, dcp_ranks), true),
             ("ckpt_writer_options.dry_run", off!(ckpt_writer_options, dry_run), true),
             ("ckpt_writer_options.total_parameters", off!(ckpt_writer_options, total_parameters), true),
+            ("ckpt_writer_options.skip_crc_check", off!(ckpt_writer_options, skip_crc_check), true),
+            ("ckpt_writer_options.source_metadata", off!(ckpt_writer_options, source_metadata), true),
             ("sizeof ckpt_tensor_storage", size_of::<ckpt_tensor_storage>(), true),
             ("ckpt_tensor_storage.id", off!(ckpt_tensor_storage, id), true),
             ("ckpt_tensor_storage.nbytes", off!(ckpt_tensor_storage, nbytes), true),
