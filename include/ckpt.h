@@ -119,7 +119,9 @@ typedef enum ckpt_status {
     CKPT_E_BAD_SIZE = 10,        /* a size string such as "5GB" that cannot be parsed */
     CKPT_E_NO_SPACE = 11,        /* the disk is full (ENOSPC / EDQUOT)          */
     CKPT_E_TRUNCATED = 12,       /* the file ends before the data it declares   */
-    CKPT_E_LIMIT = 13,           /* a declared size or count beyond a safety limit */
+    CKPT_E_LIMIT = 13,           /* a declared size or count beyond a safety limit; or metadata
+                                    that would take more memory than 8 times the input plus
+                                    64 MiB (an amplification: the error names the byte) */
     CKPT_E_INCOMPLETE = 14,      /* a commit into the directory was interrupted and cannot be finished here */
     CKPT_E_NO_MATCH = 15,        /* a pattern matched no tensor, or a plan selects none */
     CKPT_E_UNSAFE_PATH = 16,     /* a name in a checkpoint leads out of its directory (a symlink,
@@ -454,6 +456,17 @@ typedef struct ckpt_tensor_info {
  *     cache's shared store, `<cache>/blobs/<xx>/<hash>`, to that file), no
  *     other link out.
  * CKPT_NO_OPENAT2=1 in the environment forces the component walk (tests).
+ *
+ * Opening is safe on a thread with a small stack (64 KiB): nesting in the
+ * files (object trees, msgpack, JSON, GGUF arrays, DCP metadata) is followed
+ * on the heap, never by recursion; the depth limits (500 for a torch object
+ * tree, 256 for msgpack, 128 for JSON, 64 for DCP .metadata, 16 for GGUF
+ * arrays) are refused with CKPT_E_LIMIT.  What the files' metadata takes in
+ * memory (values, strings, object trees) is bounded by 8 times the bytes of
+ * the files opened plus 64 MiB (a DCP directory's data files count before
+ * its .metadata is read; a remote one's cannot be listed); beyond it the
+ * open fails with CKPT_E_LIMIT naming the file and the byte offset where
+ * the bound was crossed.
  *
  * Tensors are listed shard by shard, in the order of their data in the file.
  * On success *out receives the catalog; on failure *out is NULL.

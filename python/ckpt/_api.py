@@ -137,7 +137,7 @@ class Checkpoint:
         for k, v in self.metadata.items():
             if v.startswith("{") and '"gguf_type"' in v:
                 try:
-                    out[k] = _gguf_value(json.loads(v))
+                    out[k] = _gguf_value(_tree.loads(v))
                     continue
                 except ValueError:
                     pass
