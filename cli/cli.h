@@ -98,7 +98,7 @@ int report_error(const ckpt_error *err);
 /* Prints "ckpt <command>: <message>" and a hint on stderr; returns 2. */
 int usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* "1.5 GiB"-style size into buf. */
+/* "1.5 GiB"-style size into buf (ckpt_format_size). */
 const char *format_bytes(uint64_t bytes, char *buf, size_t cap);
 
 /* "22,713,728"-style count into buf. */
@@ -155,9 +155,6 @@ void progress_finish(progress_bar *bar, bool success);
 /* What the bar says between the last byte and the call's return (the
  * commit's fsync): `word` and an ellipsis; NULL for nothing. */
 void progress_set_final_note(progress_bar *bar, const char *word);
-/* The bar's text for `width` columns: never more than width - 1. */
-void progress_line(char *out, size_t cap, int width, const char *label, uint64_t done, uint64_t total, double elapsed,
-                   const char *note);
 /* Non-zero once SIGINT or SIGTERM arrived (after progress_start). */
 bool progress_interrupted(void);
 

@@ -28,15 +28,7 @@ int usage_error(const char *command, const char *fmt, ...) {
     return EXIT_USAGE;
 }
 
-const char *format_bytes(uint64_t bytes, char *buf, size_t cap) {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024 && u < 5) v /= 1024, u++;
-    if (u == 0) snprintf(buf, cap, "%llu B", (unsigned long long)bytes);
-    else snprintf(buf, cap, "%.1f %s", v, units[u]);
-    return buf;
-}
+const char *format_bytes(uint64_t bytes, char *buf, size_t cap) { return ckpt_format_size(bytes, buf, cap); }
 
 const char *format_count(uint64_t n, char *buf, size_t cap) {
     char digits[32];

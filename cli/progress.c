@@ -1,5 +1,5 @@
-/* progress.c — a one-line progress bar (bytes, rate, ETA) that fits the
- * terminal, and Ctrl-C. */
+/* progress.c — the progress bar on stderr (the library's line:
+ * ckpt_progress_line, so that Python's bar is the same), and Ctrl-C. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,95 +73,14 @@ void progress_start(progress_bar *bar, const char *label, int mode) {
     bar->drawn = false;
 }
 
-/* Parts of the line, in display order; the lower `keep`, the sooner a part
- * is dropped when the terminal is narrow. */
-enum { P_LABEL, P_BAR, P_PCT, P_SIZES, P_RATE, P_NOTE, P_COUNT };
-static const int keep[P_COUNT] = {[P_LABEL] = 7, [P_BAR] = 4, [P_PCT] = 6, [P_SIZES] = 3, [P_RATE] = 2, [P_NOTE] = 5};
-enum { BAR_MIN = 10, BAR_MAX = 40 };
-
-void progress_line(char *out, size_t cap, int width, const char *label, uint64_t done, uint64_t total, double elapsed,
-                   const char *note) {
-    double frac = total ? (double)done / (double)total : 1.0;
-    if (frac > 1) frac = 1;
-    double rate = elapsed > 0 ? (double)done / elapsed : 0;
-    char text[P_COUNT][96], a[32], b[32];
-    snprintf(text[P_LABEL], sizeof text[0], "%s", printable(label));
-    text[P_BAR][0] = '\0';
-    snprintf(text[P_PCT], sizeof text[0], "%3d%%", (int)(frac * 100));
-    snprintf(text[P_SIZES], sizeof text[0], "%s / %s", format_bytes(done, a, sizeof a), format_bytes(total, b, sizeof b));
-    snprintf(text[P_RATE], sizeof text[0], "%s/s", format_bytes((uint64_t)rate, a, sizeof a));
-    if (note) {
-        snprintf(text[P_NOTE], sizeof text[0], "%s", note);
-    } else if (rate > 0 && done < total) {
-        uint64_t eta = (uint64_t)((double)(total - done) / rate);
-        if (eta >= 3600)
-            snprintf(text[P_NOTE], sizeof text[0], "ETA %u:%02u:%02u", (unsigned)(eta / 3600), (unsigned)(eta / 60 % 60),
-                     (unsigned)(eta % 60));
-        else snprintf(text[P_NOTE], sizeof text[0], "ETA %u:%02u", (unsigned)(eta / 60), (unsigned)(eta % 60));
-    } else {
-        snprintf(text[P_NOTE], sizeof text[0], done < total ? "ETA -:--" : "ETA 0:00");
-    }
-    if (note) text[P_RATE][0] = '\0'; /* the rate of a finished copy says nothing while syncing */
-    bool on[P_COUNT];
-    int used = 0, shown = 0;
-    for (int i = 0; i < P_COUNT; i++) on[i] = i == P_BAR || text[i][0];
-    /* Columns: the parts, one space between them (two before sizes and
-     * rate), the bar at BAR_MIN; the last column is never written, so the
-     * cursor never wraps. */
-    int limit = width - 1;
-    for (;;) {
-        used = 0, shown = 0;
-        for (int i = 0; i < P_COUNT; i++) {
-            if (!on[i]) continue;
-            used += (shown ? (i == P_SIZES || i == P_RATE || i == P_NOTE ? 2 : 1) : 0) +
-                    (i == P_BAR ? BAR_MIN + 2 : text_columns(text[i]));
-            shown++;
-        }
-        if (used <= limit) break;
-        int drop = -1;
-        for (int i = 0; i < P_COUNT; i++)
-            if (on[i] && i != P_LABEL && (drop < 0 || keep[i] < keep[drop])) drop = i;
-        if (drop < 0) break; /* the label alone: truncated below */
-        on[drop] = false;
-    }
-    if (on[P_BAR]) {
-        int cells = BAR_MIN + (limit - used);
-        if (cells > BAR_MAX) cells = BAR_MAX;
-        int filled = (int)(frac * cells);
-        text[P_BAR][0] = '[';
-        for (int i = 0; i < cells; i++) text[P_BAR][1 + i] = i < filled ? '#' : '.';
-        text[P_BAR][1 + cells] = ']';
-        text[P_BAR][2 + cells] = '\0';
-    }
-    size_t n = 0;
-    int cols = 0;
-    out[0] = '\0';
-    shown = 0;
-    for (int i = 0; i < P_COUNT && n + 1 < cap; i++) {
-        if (!on[i]) continue;
-        const char *sep = !shown ? "" : (i == P_SIZES || i == P_RATE || i == P_NOTE) ? "  " : " ";
-        shown++;
-        for (const char *s = sep; *s && n + 1 < cap && cols < limit; s++) out[n++] = *s, cols++;
-        /* Whole code points, and never past the limit. */
-        for (const unsigned char *s = (const unsigned char *)text[i]; *s && n + 1 < cap;) {
-            size_t len = *s < 0x80 ? 1 : (*s >> 5) == 6 ? 2 : (*s >> 4) == 14 ? 3 : 4;
-            if (cols >= limit || n + len >= cap) break;
-            for (size_t k = 0; k < len && s[k]; k++) out[n++] = (char)s[k];
-            s += len;
-            cols++;
-        }
-    }
-    out[n] = '\0';
-}
-
 static void draw(progress_bar *bar, uint64_t done, uint64_t total, double t) {
     if (resized || !bar->width) {
         resized = 0;
         bar->width = terminal_width();
     }
     char line[1024];
-    progress_line(line, sizeof line, bar->width, bar->label, done, total, t - bar->start,
-                  bar->at_end && bar->final_note ? bar->final_note : NULL);
+    ckpt_progress_line(line, sizeof line, (unsigned)bar->width, bar->label, done, total, t - bar->start,
+                       bar->at_end && bar->final_note ? bar->final_note : NULL);
     fprintf(stderr, "\r%s\033[K", line);
     fflush(stderr);
     bar->last = t;

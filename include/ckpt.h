@@ -901,6 +901,38 @@ CKPT_API ckpt_status ckpt_parse_size(const char *text, uint64_t *bytes, ckpt_err
 /* huggingface_hub's default max_shard_size, "5GB". */
 #define CKPT_DEFAULT_MAX_SHARD_SIZE 5000000000ULL
 
+/*
+ * A byte count for people: "999 B", "1.5 KiB", "86.6 MiB" — binary units
+ * with one decimal, never more than three digits before the point (a value
+ * that would show as 1000.0 of a unit shows as 1.0 of the next: "999.9
+ * KiB", then "1.0 MiB").  Writes at most `cap` bytes into `out` (10 always
+ * suffice) and returns `out`.  The command-line tool writes every size so.
+ */
+CKPT_API char *ckpt_format_size(uint64_t bytes, char *out, size_t cap);
+
+/*
+ * One line of a progress display, as ckpt's command-line tool and the
+ * Python package draw it on a terminal (so that the two cannot differ):
+ *
+ *   converting [###############.........]  62%    1.2 GiB / 2.0 GiB  310.5 MiB/s  ETA 0:03
+ *
+ * `label`, a bar, the percentage of `total` bytes `done`, the sizes
+ * (ckpt_format_size), the rate over `elapsed` seconds, and the time left
+ * ("ETA 0:03", "ETA 12:34", "ETA 1h02m"; "ETA -:--" until a rate is
+ * known) — or `note` in its place when not
+ * NULL (e.g. "syncing…" once every byte is written, the rate then left
+ * out).  Every part keeps its width as its numbers grow, so redrawing
+ * moves nothing; the bar takes what the others leave of `width - 1`
+ * columns (10 to 40 cells).  On a narrow terminal parts are dropped — the
+ * rate first, then the sizes, the bar, the ETA, the percentage — and the
+ * label truncated: the line never reaches column `width`, so the cursor
+ * never wraps.  Writes at most `cap` bytes (NUL included) into `out` and
+ * returns the line's length in bytes (a UTF-8 label or note may take
+ * several bytes per column).  Draw it as "\r" + line + "\033[K".
+ */
+CKPT_API size_t ckpt_progress_line(char *out, size_t cap, unsigned width, const char *label, uint64_t done,
+                                   uint64_t total, double elapsed, const char *note);
+
 /* ------------------------------------------------------------------------ */
 /* Writer: streaming safetensors output, single or sharded                  */
 /* ------------------------------------------------------------------------ */

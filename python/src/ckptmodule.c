@@ -2052,6 +2052,29 @@ static PyObject *mod_parse_size(PyObject *self, PyObject *arg) {
     return PyLong_FromUnsignedLongLong(bytes);
 }
 
+/* format_size(n) → "86.6 MiB" (ckpt_format_size). */
+static PyObject *mod_format_size(PyObject *self, PyObject *arg) {
+    (void)self;
+    unsigned long long n = PyLong_AsUnsignedLongLong(arg);
+    if (n == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    char buf[32];
+    return PyUnicode_FromString(ckpt_format_size(n, buf, sizeof buf));
+}
+
+/* progress_line(width, label, done, total, elapsed, note=None) → the
+ * library's progress line (ckpt_progress_line), as the CLI draws it. */
+static PyObject *mod_progress_line(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned int width;
+    const char *label, *note = NULL;
+    unsigned long long done, total;
+    double elapsed;
+    if (!PyArg_ParseTuple(args, "IsKKd|z", &width, &label, &done, &total, &elapsed, &note)) return NULL;
+    char line[1024];
+    size_t n = ckpt_progress_line(line, sizeof line, width, label, done, total, elapsed, note);
+    return PyUnicode_DecodeUTF8(line, (Py_ssize_t)n, "replace");
+}
+
 static PyObject *mod_dtype_bits(PyObject *self, PyObject *arg) {
     (void)self;
     const char *name = PyUnicode_AsUTF8(arg);
@@ -2368,6 +2391,9 @@ static PyObject *mod_commit_recover(PyObject *self, PyObject *args, PyObject *kw
 
 static PyMethodDef module_methods[] = {
     {"parse_size", mod_parse_size, METH_O, "parse_size(text) -> bytes (\"5GB\", \"512MiB\", 1000)"},
+    {"format_size", mod_format_size, METH_O, "format_size(n) -> \"86.6 MiB\""},
+    {"progress_line", mod_progress_line, METH_VARARGS,
+     "progress_line(width, label, done, total, elapsed, note=None) -> the progress line the CLI draws"},
     {"dtype_bits", mod_dtype_bits, METH_O, "dtype_bits(name) -> bits per element"},
     {"can_cast", mod_can_cast, METH_VARARGS, "can_cast(from, to) -> bool"},
     {"cast", mod_cast, METH_VARARGS, "cast(from, src, to, dst, count)"},
