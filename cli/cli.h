@@ -128,8 +128,12 @@ const char *printable(const char *s);
  * aligning names, which are mostly ASCII). */
 int text_columns(const char *s);
 
-/* Prints a name as printable shows it, left-aligned in `width` columns. */
+/* Prints a name as printable shows it, left-aligned in `width` columns; a
+ * longer one loses its middle to an ellipsis. */
 void print_padded(FILE *out, const char *name, int width);
+
+/* "…" where the locale is UTF-8, "..." elsewhere. */
+const char *ellipsis(void);
 
 /* A JSON string literal (UTF-8 kept, control characters escaped). */
 void print_json_string(FILE *out, const char *s);

@@ -109,10 +109,39 @@ int text_columns(const char *s) {
     return n;
 }
 
+/* "…" where the locale is UTF-8, "..." elsewhere. */
+const char *ellipsis(void) {
+    const char *vars[] = {"LC_ALL", "LC_CTYPE", "LANG"};
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return strstr(v, "UTF-8") || strstr(v, "utf8") || strstr(v, "UTF8") || strstr(v, "utf-8") ? "…" : "...";
+    }
+    return "...";
+}
+
+/* s after its first `count` code points. */
+static const char *skip_columns(const char *s, int count) {
+    for (; *s && count > 0; count--)
+        for (s++; ((unsigned char)*s & 0xC0) == 0x80; s++) {}
+    return s;
+}
+
 void print_padded(FILE *out, const char *name, int width) {
     name = printable(name);
-    fputs(name, out);
-    for (int n = text_columns(name); n < width; n++) fputc(' ', out);
+    int columns = text_columns(name);
+    if (columns <= width) {
+        fputs(name, out);
+        for (; columns < width; columns++) fputc(' ', out);
+        return;
+    }
+    /* Too long for its column: its beginning and its end (".weight"),
+     * with an ellipsis between them.  --json keeps every name whole. */
+    const char *dots = ellipsis();
+    int room = width - text_columns(dots), head = room > 0 ? room / 2 : 0;
+    const char *tail = skip_columns(name, columns - (room > 0 ? room - head : 0));
+    fwrite(name, 1, (size_t)(skip_columns(name, head) - name), out);
+    fputs(dots, out);
+    fputs(tail, out);
 }
 
 void print_json_string(FILE *out, const char *s) {

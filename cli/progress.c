@@ -21,12 +21,22 @@ static void on_resize(int sig) {
     resized = 1;
 }
 
+/* Catches `sig` unless it was ignored when ckpt started: a command run in
+ * the background by a non-interactive shell (`ckpt convert … &`) inherits
+ * SIGINT ignored, and a Ctrl-C meant for the shell's foreground job must
+ * not stop it (as POSIX asks of utilities, and as well-behaved tools do). */
+static void catch_unless_ignored(int sig, const struct sigaction *sa) {
+    struct sigaction old;
+    if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN) return;
+    sigaction(sig, sa, NULL);
+}
+
 static void signals_install(bool winch) {
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    catch_unless_ignored(SIGINT, &sa);
+    catch_unless_ignored(SIGTERM, &sa);
     if (winch) {
         struct sigaction sw = {0};
         sw.sa_handler = on_resize;
@@ -49,16 +59,6 @@ static int terminal_width(void) {
     const char *env = getenv("COLUMNS");
     int cols = env ? atoi(env) : 0;
     return cols > 0 && cols < 10000 ? cols : 80;
-}
-
-/* "…" where the locale is UTF-8, "..." elsewhere. */
-static const char *ellipsis(void) {
-    const char *vars[] = {"LC_ALL", "LC_CTYPE", "LANG"};
-    for (int i = 0; i < 3; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) return strstr(v, "UTF-8") || strstr(v, "utf8") || strstr(v, "UTF8") || strstr(v, "utf-8") ? "…" : "...";
-    }
-    return "...";
 }
 
 void progress_start(progress_bar *bar, const char *label, int mode) {
