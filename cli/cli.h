@@ -27,20 +27,16 @@ extern const char inspect_usage[], convert_usage[], verify_usage[], diff_usage[]
  * that is not ckpt's, left alone, or a commit of other files). */
 void note_unfinished_commit(const char *path);
 
-/* Every format ckpt reads, for the help texts: one line each, so that a new
- * reader adds one line here. */
-#define CLI_READ_FORMATS                                                                   \
-    "  - safetensors: a .safetensors file\n"                                               \
-    "  - sharded safetensors: a *.safetensors.index.json and its shards\n"                  \
-    "  - torch.save files (.bin, .pt, .pth): zip, legacy (before torch 1.6) and\n"          \
-    "    re-zipped (DEFLATE) archives, read without executing the pickle\n"                \
-    "  - sharded torch files: a pytorch_model.bin.index.json and its shards\n"             \
-    "  - GGUF: a .gguf file, or the first of gguf-split's *-00001-of-0000N.gguf\n"         \
-    "  - NumPy: a .npy file, or a .npz archive (stored or compressed)\n"                   \
-    "  - Flax msgpack: a flax_model.msgpack (flax.serialization), or its index\n"           \
-    "  - torch.distributed.checkpoint: a directory with .metadata and *.distcp\n"          \
-    "  - any of these at an http://, https:// or s3:// URL\n"                               \
-    "  - a directory in the Hugging Face layout holding any of these\n"
+/* Where a help text lists the formats ckpt reads, and the formats ckpt
+ * convert writes: print_usage puts the library's lists there
+ * (ckpt_format_at, ckpt_format_description), so that the tool never
+ * keeps a second list. */
+#define CLI_READ_FORMATS "@read-formats@\n"
+#define CLI_WRITE_FORMATS "@write-formats@\n"
+
+/* Prints a help text with its format lists filled in; EXIT_OK, or
+ * EXIT_ERROR when the output cannot be written. */
+int print_usage(FILE *f, const char *text);
 
 /* ---- options ------------------------------------------------------------ */
 

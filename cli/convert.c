@@ -696,7 +696,7 @@ static int report(const convert_args *a, double elapsed) {
 static int run_convert(convert_args *a, int argc, char **argv) {
     int rc = parse_args(argc, argv, a);
     if (rc != EXIT_OK || a->help) {
-        if (a->help) fputs(convert_usage, stdout), fputs(source_options_help, stdout);
+        if (a->help) print_usage(stdout, convert_usage), fputs(source_options_help, stdout);
         return rc;
     }
     double start = cli_now(), elapsed = 0;

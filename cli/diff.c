@@ -568,7 +568,7 @@ static int parse_and_run(int argc, char **argv, const char **globals, source_opt
         switch (id) {
         case ARG_ERROR: return EXIT_USAGE;
         case OPT_HELP:
-            fputs(diff_usage, stdout);
+            print_usage(stdout, diff_usage);
             fputs(source_options_help, stdout);
             return EXIT_OK;
         case OPT_JSON: json = true; break;

@@ -367,7 +367,7 @@ static int run_inspect(int argc, char **argv, source_options *so) {
     for (int id; (id = args_next(&args, &value)) != ARG_END;) {
         if (id == ARG_ERROR) return EXIT_USAGE;
         if (id == OPT_HELP) {
-            fputs(inspect_usage, stdout);
+            print_usage(stdout, inspect_usage);
             fputs(source_options_help, stdout);
             return EXIT_OK;
         }

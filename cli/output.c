@@ -177,3 +177,52 @@ void print_summary(const char *verb, uint64_t tensors, uint64_t bytes, size_t fi
             size, files, files == 1 ? "" : "s", where ? " " : "", where ? where : "", seconds < 10 ? 2 : 1, seconds,
             rate);
 }
+
+/* `text` as help prints it: wrapped at 80 columns, the first line after
+ * `first`, the others after `indent`. */
+static void print_wrapped(FILE *f, const char *first, const char *indent, const char *text) {
+    enum { WIDTH = 80 };
+    int col = fprintf(f, "%s", first);
+    while (*text) {
+        size_t word = strcspn(text, " ");
+        if (col > (int)strlen(indent) && col + 1 + (int)word > WIDTH) col = fprintf(f, "\n%s", indent) - 1;
+        else if (col > (int)strlen(first)) col += fprintf(f, " ");
+        col += (int)fwrite(text, 1, word, f);
+        text += word;
+        while (*text == ' ') text++;
+    }
+    fputc('\n', f);
+}
+
+/* "  - safetensors: a .safetensors file" and so on, then the sources. */
+static void print_read_formats(FILE *f) {
+    for (size_t i = 0; ckpt_format_at(i); i++) print_wrapped(f, "  - ", "    ", ckpt_format_description(ckpt_format_at(i)));
+    fputs("  - any of these at an http://, https:// or s3:// URL\n"
+          "  - a directory in the Hugging Face layout holding any of these\n", f);
+}
+
+/* The titles of the formats ckpt writes, on one wrapped line. */
+static void print_write_formats(FILE *f) {
+    char line[1024];
+    size_t n = 0;
+    for (size_t i = 0; ckpt_format_at(i) && n < sizeof line; i++) {
+        ckpt_format id = ckpt_format_at(i);
+        if (!ckpt_format_writable(id)) continue;
+        const char *d = ckpt_format_description(id);
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s%.*s", n ? ", " : "", (int)strcspn(d, ":"), d);
+    }
+    print_wrapped(f, "  ", "  ", line);
+}
+
+int print_usage(FILE *f, const char *text) {
+    for (;;) {
+        const char *reads = strstr(text, CLI_READ_FORMATS), *writes = strstr(text, CLI_WRITE_FORMATS);
+        const char *mark = reads && (!writes || reads < writes) ? reads : writes;
+        if (!mark) break;
+        fwrite(text, 1, (size_t)(mark - text), f);
+        if (mark == reads) print_read_formats(f), text = mark + strlen(CLI_READ_FORMATS);
+        else print_write_formats(f), text = mark + strlen(CLI_WRITE_FORMATS);
+    }
+    fputs(text, f);
+    return fflush(f) != 0 || ferror(f) ? EXIT_ERROR : EXIT_OK;
+}

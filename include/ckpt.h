@@ -354,6 +354,22 @@ typedef enum ckpt_format {
  * "torch-sharded", ...), or NULL for a number that is not a format. */
 CKPT_API const char *ckpt_format_name(ckpt_format format);
 
+/* The formats ckpt reads, for help texts and errors: the i-th (i from 0,
+ * in the order help texts list them), or 0 past the last.  The list comes
+ * from the library's registry of readers: a program that lists formats
+ * through it lists a new one without a change. */
+CKPT_API ckpt_format ckpt_format_at(size_t i);
+
+/* A line for people about a format: what it is and which files, e.g.
+ * "GGUF: a .gguf file, or the first of gguf-split's *-00001-of-0000N.gguf";
+ * NULL for a number that is not a format. */
+CKPT_API const char *ckpt_format_description(ckpt_format format);
+
+/* Non-zero when ckpt also writes the format (ckpt_writer_options.format,
+ * `ckpt convert`); sharded safetensors are written as safetensors with a
+ * max_shard_size. */
+CKPT_API int ckpt_format_writable(ckpt_format format);
+
 #define CKPT_MAX_DIMS 64
 
 /* One tensor of a catalog.  All pointers live as long as the catalog. */
@@ -428,6 +444,14 @@ typedef struct ckpt_tensor_info {
  *     a remote "directory", where only the exact names above are tried (a
  *     URL cannot be listed); see ckpt_catalog_options.  A build without
  *     libcurl refuses URLs with CKPT_E_UNSUPPORTED_SOURCE.
+ *
+ * A file that no reader takes and that cannot be a damaged safetensors file
+ * (text, HTML, JSON that is no index, a ZIP archive that is not torch's,
+ * gzip-compressed data, binary data whose first 8 bytes are no header
+ * length…) fails with CKPT_E_UNKNOWN_FORMAT: "not a checkpoint ckpt reads
+ * (it looks like HTML, a web page); ckpt reads safetensors, …" — for a URL
+ * that answered with a web page, with its directory form (a trailing '/')
+ * to try.  See ckpt_detect_format and docs/FORMATS.md.
  *
  * Every validation rule of huggingface/safetensors is applied to every file,
  * plus duplicate-name detection; for an index, every tensor of the
@@ -650,6 +674,22 @@ CKPT_API void ckpt_catalog_options_init_sized(ckpt_catalog_options *options, siz
 static inline void ckpt_catalog_options_init(ckpt_catalog_options *options) {
     ckpt_catalog_options_init_sized(options, sizeof *options);
 }
+
+/*
+ * Which format ckpt_catalog_open reads the file `path` as (a local file or
+ * a URL, not a directory), from its first bytes and its name alone: a
+ * torch.save file damaged further on is still CKPT_FORMAT_TORCH, so that a
+ * front end can name the family of an error (Python's TorchError, GGUFError
+ * …).  An index of shards gives the shards' usual format (by its name:
+ * *.safetensors.index.json, *.msgpack.index.json, else torch).  A file
+ * that is no checkpoint ckpt reads fails with CKPT_E_UNKNOWN_FORMAT saying
+ * what it looks like (text, HTML, JSON, a ZIP archive that is not torch's,
+ * gzip-compressed data, …) and which formats ckpt reads — the error
+ * ckpt_catalog_open gives for it.  Reads at most 512 bytes; `options` may
+ * be NULL.
+ */
+CKPT_API ckpt_status ckpt_detect_format(const char *path, const ckpt_catalog_options *options, ckpt_format *format,
+                                        ckpt_error *err);
 
 /* ckpt_catalog_open with options (NULL: the defaults). */
 CKPT_API ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *options, ckpt_catalog **out,
