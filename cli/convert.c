@@ -212,18 +212,20 @@ static int apply_rule(ckpt_plan *plan, const rule *r, bool quiet, ckpt_error *er
         st = *e == '/' ? ckpt_plan_split(plan, pat, d, a, b, err) : ckpt_plan_slice(plan, pat, d, a, b, err);
     }
     if (st != CKPT_OK) return report_error(err);
-    /* A broad pattern leaves what it cannot apply to as it is: say so. */
+    /* A broad pattern leaves what it cannot apply to as it is: say so,
+     * and why (the library's reasons). */
     size_t matched, skipped;
     ckpt_plan_last_rule(plan, &matched, &skipped);
     if (skipped && !quiet) {
         static const char *const names[] = {[OPT_DTYPE] = "--dtype", [OPT_SLICE] = "--slice",
                                             [OPT_TRANSPOSE] = "--transpose", [OPT_LAYOUT] = "--layout"};
         const char *name = r->option < (int)(sizeof names / sizeof *names) ? names[r->option] : NULL;
-        fprintf(stderr, "ckpt: %s %s: %zu of the %zu matching tensors left as they are (%s)\n",
-                name ? name : "rule", printable(r->value), skipped, matched,
-                r->option == OPT_DTYPE   ? "not of a dtype it casts"
-                : r->option == OPT_SLICE ? "no such dimension"
-                                         : "another number of dimensions");
+        fprintf(stderr, "ckpt: %s %s: %zu of the %zu matching tensors left as they are:", name ? name : "rule",
+                printable(r->value), skipped, matched);
+        const char *why, *example;
+        for (size_t g = 0, n; (n = ckpt_plan_last_rule_skipped(plan, g, &why, &example)); g++)
+            fprintf(stderr, "%s %zu %s, e.g. %s", g ? ";" : "", n, why, printable(example));
+        fputc('\n', stderr);
     }
     return EXIT_OK;
 }

@@ -1434,6 +1434,19 @@ CKPT_API void ckpt_plan_set_flags(ckpt_plan *plan, unsigned flags);
  * left as they are (another rank, not a float, no such axis). */
 CKPT_API void ckpt_plan_last_rule(const ckpt_plan *plan, size_t *matched, size_t *skipped);
 
+/*
+ * Why the last rule left tensors as they are, by reason: group `i` (from 0)
+ * holds the returned number of tensors (0 past the last group); *reason
+ * receives a phrase that follows that number — "with fewer than 2 axes
+ * (quantization keeps vectors as they are, as convert_hf_to_gguf does)",
+ * "with a dtype that is not a float", "without that dimension", "with
+ * another number of axes", … — and *example the first such tensor's name
+ * (in the checkpoint); either pointer may be NULL.  Strings live as long
+ * as the plan.
+ */
+CKPT_API size_t ckpt_plan_last_rule_skipped(const ckpt_plan *plan, size_t i, const char **reason,
+                                            const char **example);
+
 /* Keeps only tensors matching `pattern`: the first call replaces "every
  * tensor" by the matches, later calls add their matches. */
 CKPT_API ckpt_status ckpt_plan_select(ckpt_plan *plan, const char *pattern, ckpt_error *err);
