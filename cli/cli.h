@@ -158,6 +158,12 @@ void progress_set_final_note(progress_bar *bar, const char *word);
 /* Non-zero once SIGINT or SIGTERM arrived (after progress_start). */
 bool progress_interrupted(void);
 
+/* The object tree (ckpt_catalog_tree_json) as an indented outline, two
+ * spaces per level: containers to `depth` levels (0: all), `width`
+ * entries of each (0: all; "… N more" for the rest), at most `max_lines`
+ * lines (0: no limit) — outline.c. */
+void print_tree_outline(FILE *out, const ckpt_catalog *cat, const char *json, int depth, int width, long max_lines);
+
 /* ---- JSON text from the library (json.c) --------------------------------- */
 
 enum { JSON_NULL, JSON_FALSE, JSON_TRUE, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT };
