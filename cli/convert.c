@@ -343,6 +343,30 @@ static void json_shape(const json_node *n, size_t arr, char *buf, size_t cap) {
     if (len < cap) snprintf(buf + len, cap - len, "]");
 }
 
+/* Where the preview's tensor t would be written: its file, or, cut into
+ * chunks for several ranks (--to dcp --dcp-ranks N), "4 chunks, ranks
+ * 0-3" — as ckpt inspect says of the written checkpoint. */
+static const char *preview_where(const json_node *n, size_t t, char *buf, size_t cap) {
+    size_t parts = json_member(n, t, "parts"), file = json_member(n, t, "file");
+    if (!parts || n[parts].kind != JSON_ARRAY || n[parts].count < 2)
+        return n[file].kind == JSON_STRING ? printable(n[file].str) : NULL;
+    long lo = -1, hi = -1;
+    bool ranks = true;
+    for (size_t k = parts + 1; k < n[parts].end; k = n[k].end) {
+        size_t f = json_member(n, k, "file");
+        const char *name = f && n[f].kind == JSON_STRING ? n[f].str : "";
+        char *end;
+        long r = strncmp(name, "__", 2) ? -1 : strtol(name + 2, &end, 10); /* __<rank>_<n>.distcp */
+        if (r < 0 || end == name + 2 || *end != '_') ranks = false, r = 0;
+        if (lo < 0 || r < lo) lo = r;
+        if (r > hi) hi = r;
+    }
+    if (!ranks) snprintf(buf, cap, "%u chunks", n[parts].count);
+    else if (lo == hi) snprintf(buf, cap, "%u chunks, rank %ld", n[parts].count, lo);
+    else snprintf(buf, cap, "%u chunks, ranks %ld-%ld", n[parts].count, lo, hi);
+    return buf;
+}
+
 /* What the command line asks for. */
 typedef struct convert_args {
     const char *src, *dst, *shard_size, *to, *kv_file, *split_size, *split_tensors, *ranks;
@@ -599,14 +623,16 @@ static int print_preview(const convert_args *a, const char *json) {
     uint64_t aliases = 0, params = 0, bytes = 0, written = 0;
     for (size_t t = tensors + 1; tensors && t < n[tensors].end; t = n[t].end) {
         const char *name = n[json_member(n, t, "name")].str, *source = n[json_member(n, t, "source")].str;
-        size_t file = json_member(n, t, "file"), same = json_member(n, t, "same_as");
+        size_t same = json_member(n, t, "same_as");
         uint64_t nbytes = 0;
         json_u64(&n[json_member(n, t, "nbytes")], &nbytes);
         json_shape(n, json_member(n, t, "shape"), shape, sizeof shape);
         print_padded(stdout, name, wname);
         printf("  %-11s  %-*s  %10s  ", n[json_member(n, t, "dtype")].str, wshape, shape,
                format_bytes(nbytes, size, sizeof size));
-        if (n[file].kind == JSON_STRING) printf("%s", printable(n[file].str));
+        char buf[96];
+        const char *where = preview_where(n, t, buf, sizeof buf);
+        if (where) printf("%s", where);
         else printf("(written once, as %s)", same ? printable(n[same].str) : "?"), aliases++;
         if (strcmp(name, source)) printf("  (from %s)", printable(source));
         putchar('\n');
