@@ -435,7 +435,8 @@ static ckpt_status choose_format(ckpt__source *src, const char *path, const ckpt
     if (st) return st;
     int score;
     *f = ckpt__format_probe(head, n, ckpt__path_basename(path), &score);
-    return score <= CKPT__PROBE_FALLBACK ? ckpt__format_check_unclaimed(head, n, src->size, path, err) : CKPT_OK;
+    /* The source's name is the one shown (a URL's credentials redacted). */
+    return score <= CKPT__PROBE_FALLBACK ? ckpt__format_check_unclaimed(head, n, src->size, src->name, err) : CKPT_OK;
 }
 
 ckpt_status ckpt__cat_open_path(ckpt_catalog *c, const char *path, ckpt_error *err) {
