@@ -212,18 +212,20 @@ static int apply_rule(ckpt_plan *plan, const rule *r, bool quiet, ckpt_error *er
         st = *e == '/' ? ckpt_plan_split(plan, pat, d, a, b, err) : ckpt_plan_slice(plan, pat, d, a, b, err);
     }
     if (st != CKPT_OK) return report_error(err);
-    /* A broad pattern leaves what it cannot apply to as it is: say so. */
+    /* A broad pattern leaves what it cannot apply to as it is: say so,
+     * and why (the library's reasons). */
     size_t matched, skipped;
     ckpt_plan_last_rule(plan, &matched, &skipped);
     if (skipped && !quiet) {
         static const char *const names[] = {[OPT_DTYPE] = "--dtype", [OPT_SLICE] = "--slice",
                                             [OPT_TRANSPOSE] = "--transpose", [OPT_LAYOUT] = "--layout"};
         const char *name = r->option < (int)(sizeof names / sizeof *names) ? names[r->option] : NULL;
-        fprintf(stderr, "ckpt: %s %s: %zu of the %zu matching tensors left as they are (%s)\n",
-                name ? name : "rule", printable(r->value), skipped, matched,
-                r->option == OPT_DTYPE   ? "not of a dtype it casts"
-                : r->option == OPT_SLICE ? "no such dimension"
-                                         : "another number of dimensions");
+        fprintf(stderr, "ckpt: %s %s: %zu of the %zu matching tensors left as they are:", name ? name : "rule",
+                printable(r->value), skipped, matched);
+        const char *why, *example;
+        for (size_t g = 0, n; (n = ckpt_plan_last_rule_skipped(plan, g, &why, &example)); g++)
+            fprintf(stderr, "%s %zu %s, e.g. %s", g ? ";" : "", n, why, printable(example));
+        fputc('\n', stderr);
     }
     return EXIT_OK;
 }
@@ -339,6 +341,30 @@ static void json_shape(const json_node *n, size_t arr, char *buf, size_t cap) {
     for (size_t k = arr + 1, i = 0; arr && k < n[arr].end && len < cap; k = n[k].end, i++)
         len += (size_t)snprintf(buf + len, cap - len, i ? ", %s" : "%s", n[k].str);
     if (len < cap) snprintf(buf + len, cap - len, "]");
+}
+
+/* Where the preview's tensor t would be written: its file, or, cut into
+ * chunks for several ranks (--to dcp --dcp-ranks N), "4 chunks, ranks
+ * 0-3" — as ckpt inspect says of the written checkpoint. */
+static const char *preview_where(const json_node *n, size_t t, char *buf, size_t cap) {
+    size_t parts = json_member(n, t, "parts"), file = json_member(n, t, "file");
+    if (!parts || n[parts].kind != JSON_ARRAY || n[parts].count < 2)
+        return n[file].kind == JSON_STRING ? printable(n[file].str) : NULL;
+    long lo = -1, hi = -1;
+    bool ranks = true;
+    for (size_t k = parts + 1; k < n[parts].end; k = n[k].end) {
+        size_t f = json_member(n, k, "file");
+        const char *name = f && n[f].kind == JSON_STRING ? n[f].str : "";
+        char *end;
+        long r = strncmp(name, "__", 2) ? -1 : strtol(name + 2, &end, 10); /* __<rank>_<n>.distcp */
+        if (r < 0 || end == name + 2 || *end != '_') ranks = false, r = 0;
+        if (lo < 0 || r < lo) lo = r;
+        if (r > hi) hi = r;
+    }
+    if (!ranks) snprintf(buf, cap, "%u chunks", n[parts].count);
+    else if (lo == hi) snprintf(buf, cap, "%u chunks, rank %ld", n[parts].count, lo);
+    else snprintf(buf, cap, "%u chunks, ranks %ld-%ld", n[parts].count, lo, hi);
+    return buf;
 }
 
 /* What the command line asks for. */
@@ -597,14 +623,16 @@ static int print_preview(const convert_args *a, const char *json) {
     uint64_t aliases = 0, params = 0, bytes = 0, written = 0;
     for (size_t t = tensors + 1; tensors && t < n[tensors].end; t = n[t].end) {
         const char *name = n[json_member(n, t, "name")].str, *source = n[json_member(n, t, "source")].str;
-        size_t file = json_member(n, t, "file"), same = json_member(n, t, "same_as");
+        size_t same = json_member(n, t, "same_as");
         uint64_t nbytes = 0;
         json_u64(&n[json_member(n, t, "nbytes")], &nbytes);
         json_shape(n, json_member(n, t, "shape"), shape, sizeof shape);
         print_padded(stdout, name, wname);
         printf("  %-11s  %-*s  %10s  ", n[json_member(n, t, "dtype")].str, wshape, shape,
                format_bytes(nbytes, size, sizeof size));
-        if (n[file].kind == JSON_STRING) printf("%s", printable(n[file].str));
+        char buf[96];
+        const char *where = preview_where(n, t, buf, sizeof buf);
+        if (where) printf("%s", where);
         else printf("(written once, as %s)", same ? printable(n[same].str) : "?"), aliases++;
         if (strcmp(name, source)) printf("  (from %s)", printable(source));
         putchar('\n');
@@ -696,7 +724,7 @@ static int report(const convert_args *a, double elapsed) {
 static int run_convert(convert_args *a, int argc, char **argv) {
     int rc = parse_args(argc, argv, a);
     if (rc != EXIT_OK || a->help) {
-        if (a->help) fputs(convert_usage, stdout), fputs(source_options_help, stdout);
+        if (a->help) print_usage(stdout, convert_usage), fputs(source_options_help, stdout);
         return rc;
     }
     double start = cli_now(), elapsed = 0;

@@ -354,6 +354,22 @@ typedef enum ckpt_format {
  * "torch-sharded", ...), or NULL for a number that is not a format. */
 CKPT_API const char *ckpt_format_name(ckpt_format format);
 
+/* The formats ckpt reads, for help texts and errors: the i-th (i from 0,
+ * in the order help texts list them), or 0 past the last.  The list comes
+ * from the library's registry of readers: a program that lists formats
+ * through it lists a new one without a change. */
+CKPT_API ckpt_format ckpt_format_at(size_t i);
+
+/* A line for people about a format: what it is and which files, e.g.
+ * "GGUF: a .gguf file, or the first of gguf-split's *-00001-of-0000N.gguf";
+ * NULL for a number that is not a format. */
+CKPT_API const char *ckpt_format_description(ckpt_format format);
+
+/* Non-zero when ckpt also writes the format (ckpt_writer_options.format,
+ * `ckpt convert`); sharded safetensors are written as safetensors with a
+ * max_shard_size. */
+CKPT_API int ckpt_format_writable(ckpt_format format);
+
 #define CKPT_MAX_DIMS 64
 
 /* One tensor of a catalog.  All pointers live as long as the catalog. */
@@ -428,6 +444,14 @@ typedef struct ckpt_tensor_info {
  *     a remote "directory", where only the exact names above are tried (a
  *     URL cannot be listed); see ckpt_catalog_options.  A build without
  *     libcurl refuses URLs with CKPT_E_UNSUPPORTED_SOURCE.
+ *
+ * A file that no reader takes and that cannot be a damaged safetensors file
+ * (text, HTML, JSON that is no index, a ZIP archive that is not torch's,
+ * gzip-compressed data, binary data whose first 8 bytes are no header
+ * length…) fails with CKPT_E_UNKNOWN_FORMAT: "not a checkpoint ckpt reads
+ * (it looks like HTML, a web page); ckpt reads safetensors, …" — for a URL
+ * that answered with a web page, with its directory form (a trailing '/')
+ * to try.  See ckpt_detect_format and docs/FORMATS.md.
  *
  * Every validation rule of huggingface/safetensors is applied to every file,
  * plus duplicate-name detection; for an index, every tensor of the
@@ -650,6 +674,22 @@ CKPT_API void ckpt_catalog_options_init_sized(ckpt_catalog_options *options, siz
 static inline void ckpt_catalog_options_init(ckpt_catalog_options *options) {
     ckpt_catalog_options_init_sized(options, sizeof *options);
 }
+
+/*
+ * Which format ckpt_catalog_open reads the file `path` as (a local file or
+ * a URL, not a directory), from its first bytes and its name alone: a
+ * torch.save file damaged further on is still CKPT_FORMAT_TORCH, so that a
+ * front end can name the family of an error (Python's TorchError, GGUFError
+ * …).  An index of shards gives the shards' usual format (by its name:
+ * *.safetensors.index.json, *.msgpack.index.json, else torch).  A file
+ * that is no checkpoint ckpt reads fails with CKPT_E_UNKNOWN_FORMAT saying
+ * what it looks like (text, HTML, JSON, a ZIP archive that is not torch's,
+ * gzip-compressed data, …) and which formats ckpt reads — the error
+ * ckpt_catalog_open gives for it.  Reads at most 512 bytes; `options` may
+ * be NULL.
+ */
+CKPT_API ckpt_status ckpt_detect_format(const char *path, const ckpt_catalog_options *options, ckpt_format *format,
+                                        ckpt_error *err);
 
 /* ckpt_catalog_open with options (NULL: the defaults). */
 CKPT_API ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *options, ckpt_catalog **out,
@@ -900,6 +940,38 @@ CKPT_API ckpt_status ckpt_parse_size(const char *text, uint64_t *bytes, ckpt_err
 
 /* huggingface_hub's default max_shard_size, "5GB". */
 #define CKPT_DEFAULT_MAX_SHARD_SIZE 5000000000ULL
+
+/*
+ * A byte count for people: "999 B", "1.5 KiB", "86.6 MiB" — binary units
+ * with one decimal, never more than three digits before the point (a value
+ * that would show as 1000.0 of a unit shows as 1.0 of the next: "999.9
+ * KiB", then "1.0 MiB").  Writes at most `cap` bytes into `out` (10 always
+ * suffice) and returns `out`.  The command-line tool writes every size so.
+ */
+CKPT_API char *ckpt_format_size(uint64_t bytes, char *out, size_t cap);
+
+/*
+ * One line of a progress display, as ckpt's command-line tool and the
+ * Python package draw it on a terminal (so that the two cannot differ):
+ *
+ *   converting [###############.........]  62%    1.2 GiB / 2.0 GiB  310.5 MiB/s  ETA 0:03
+ *
+ * `label`, a bar, the percentage of `total` bytes `done`, the sizes
+ * (ckpt_format_size), the rate over `elapsed` seconds, and the time left
+ * ("ETA 0:03", "ETA 12:34", "ETA 1h02m"; "ETA -:--" until a rate is
+ * known) — or `note` in its place when not
+ * NULL (e.g. "syncing…" once every byte is written, the rate then left
+ * out).  Every part keeps its width as its numbers grow, so redrawing
+ * moves nothing; the bar takes what the others leave of `width - 1`
+ * columns (10 to 40 cells).  On a narrow terminal parts are dropped — the
+ * rate first, then the sizes, the bar, the ETA, the percentage — and the
+ * label truncated: the line never reaches column `width`, so the cursor
+ * never wraps.  Writes at most `cap` bytes (NUL included) into `out` and
+ * returns the line's length in bytes (a UTF-8 label or note may take
+ * several bytes per column).  Draw it as "\r" + line + "\033[K".
+ */
+CKPT_API size_t ckpt_progress_line(char *out, size_t cap, unsigned width, const char *label, uint64_t done,
+                                   uint64_t total, double elapsed, const char *note);
 
 /* ------------------------------------------------------------------------ */
 /* Writer: streaming safetensors output, single or sharded                  */
@@ -1361,6 +1433,19 @@ CKPT_API void ckpt_plan_set_flags(ckpt_plan *plan, unsigned flags);
 /* The last rule's tensors: those its pattern matched, and those of them it
  * left as they are (another rank, not a float, no such axis). */
 CKPT_API void ckpt_plan_last_rule(const ckpt_plan *plan, size_t *matched, size_t *skipped);
+
+/*
+ * Why the last rule left tensors as they are, by reason: group `i` (from 0)
+ * holds the returned number of tensors (0 past the last group); *reason
+ * receives a phrase that follows that number — "with fewer than 2 axes
+ * (quantization keeps vectors as they are, as convert_hf_to_gguf does)",
+ * "with a dtype that is not a float", "without that dimension", "with
+ * another number of axes", … — and *example the first such tensor's name
+ * (in the checkpoint); either pointer may be NULL.  Strings live as long
+ * as the plan.
+ */
+CKPT_API size_t ckpt_plan_last_rule_skipped(const ckpt_plan *plan, size_t i, const char **reason,
+                                            const char **example);
 
 /* Keeps only tensors matching `pattern`: the first call replaces "every
  * tensor" by the matches, later calls add their matches. */

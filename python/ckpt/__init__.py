@@ -15,8 +15,8 @@ running any pickle code), GGUF, NumPy .npy/.npz and Flax msgpack files —
 local paths, or http://, https:// and s3:// URLs read with parallel range
 requests; direct=True reads local files around the page cache."""
 from . import _ckpt
-from ._errors import (AccessError, CancelledError, Error, ExistsError, IOFailure, NoMatchError, NotFoundError,
-                      RemoteError, SafetensorError)
+from ._errors import (AccessError, CancelledError, DCPError, Error, ExistsError, FormatError, GGUFError, IOFailure,
+                      MsgpackError, NoMatchError, NotFoundError, NumpyError, RemoteError, SafetensorError, TorchError)
 from ._api import (Checkpoint, LoadResult, Mismatch, TensorInfo, TensorSpec, cast, convert, dtype_name, load,
                    load_into, open, recover, save, shapes)
 from ._tree import Call, flatten, unflatten
@@ -26,5 +26,6 @@ parse_size = _ckpt.parse_size
 
 __all__ = ["open", "shapes", "load", "load_into", "save", "convert", "recover", "cast", "flatten", "unflatten",
            "parse_size", "dtype_name", "Checkpoint", "TensorSpec", "TensorInfo", "LoadResult", "Mismatch", "Call", "Error",
-           "SafetensorError", "NotFoundError", "ExistsError", "IOFailure", "AccessError", "CancelledError", "NoMatchError",
+           "FormatError", "SafetensorError", "TorchError", "GGUFError", "NumpyError", "DCPError", "MsgpackError",
+           "NotFoundError", "ExistsError", "IOFailure", "AccessError", "CancelledError", "NoMatchError",
            "RemoteError"]

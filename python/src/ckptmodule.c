@@ -66,8 +66,38 @@ static PyObject *error_classes;  /* status name → subclass, registered by the 
 /* Errors                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* A file's format errors (the statuses of the formats' ranges, and
+ * truncations, limits and unknown formats) are raised as the class of the
+ * format the file was read as: "format:torch", "format:gguf", …
+ * (ckpt_detect_format on the file the error names; "format:none" for no
+ * checkpoint at all).  NULL when the status is another kind, or the file
+ * cannot be read again (the status's class then applies). */
+static PyObject *format_class_for(const ckpt_error *e) {
+    int format_status = (e->status >= 20 && e->status < 100 && e->status != CKPT_E_CHECKSUM) ||
+                         e->status == CKPT_E_TRUNCATED || e->status == CKPT_E_LIMIT ||
+                         e->status == CKPT_E_UNKNOWN_FORMAT;
+    if (!format_status || !e->path[0]) return NULL;
+    ckpt_format f;
+    ckpt_error probe;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_detect_format(e->path, NULL, &f, &probe);
+    Py_END_ALLOW_THREADS
+    /* No checkpoint at all; one named .safetensors is a bad safetensors
+     * file to whoever named it so (`except SafetensorError` catches it, as
+     * with the safetensors package). */
+    size_t len = strlen(e->path);
+    int named_safetensors = len >= 12 && !strcmp(e->path + len - 12, ".safetensors");
+    char key[64];
+    if (st == CKPT_OK) snprintf(key, sizeof key, "format:%s", ckpt_format_name(f));
+    else if (st == CKPT_E_UNKNOWN_FORMAT) snprintf(key, sizeof key, named_safetensors ? "format:safetensors" : "format:none");
+    else return NULL;
+    return PyDict_GetItemString(error_classes, key);
+}
+
 /* The class registered for "STATUS:errno" (CKPT_E_IO:13, EACCES: a
- * PermissionError), else for the status, else ckpt.Error. */
+ * PermissionError), else for the format of the file a format error names,
+ * else for the status, else ckpt.Error. */
 static PyObject *error_class_for(const ckpt_error *e) {
     if (error_classes) {
         PyObject *cls = NULL;
@@ -76,6 +106,7 @@ static PyObject *error_class_for(const ckpt_error *e) {
             snprintf(key, sizeof key, "%s:%d", ckpt_status_name(e->status), e->sys_errno);
             cls = PyDict_GetItemString(error_classes, key);
         }
+        if (!cls) cls = format_class_for(e);
         if (!cls) cls = PyDict_GetItemString(error_classes, ckpt_status_name(e->status));
         if (cls) return cls;
     }
@@ -2052,6 +2083,29 @@ static PyObject *mod_parse_size(PyObject *self, PyObject *arg) {
     return PyLong_FromUnsignedLongLong(bytes);
 }
 
+/* format_size(n) → "86.6 MiB" (ckpt_format_size). */
+static PyObject *mod_format_size(PyObject *self, PyObject *arg) {
+    (void)self;
+    unsigned long long n = PyLong_AsUnsignedLongLong(arg);
+    if (n == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    char buf[32];
+    return PyUnicode_FromString(ckpt_format_size(n, buf, sizeof buf));
+}
+
+/* progress_line(width, label, done, total, elapsed, note=None) → the
+ * library's progress line (ckpt_progress_line), as the CLI draws it. */
+static PyObject *mod_progress_line(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned int width;
+    const char *label, *note = NULL;
+    unsigned long long done, total;
+    double elapsed;
+    if (!PyArg_ParseTuple(args, "IsKKd|z", &width, &label, &done, &total, &elapsed, &note)) return NULL;
+    char line[1024];
+    size_t n = ckpt_progress_line(line, sizeof line, width, label, done, total, elapsed, note);
+    return PyUnicode_DecodeUTF8(line, (Py_ssize_t)n, "replace");
+}
+
 static PyObject *mod_dtype_bits(PyObject *self, PyObject *arg) {
     (void)self;
     const char *name = PyUnicode_AsUTF8(arg);
@@ -2368,6 +2422,9 @@ static PyObject *mod_commit_recover(PyObject *self, PyObject *args, PyObject *kw
 
 static PyMethodDef module_methods[] = {
     {"parse_size", mod_parse_size, METH_O, "parse_size(text) -> bytes (\"5GB\", \"512MiB\", 1000)"},
+    {"format_size", mod_format_size, METH_O, "format_size(n) -> \"86.6 MiB\""},
+    {"progress_line", mod_progress_line, METH_VARARGS,
+     "progress_line(width, label, done, total, elapsed, note=None) -> the progress line the CLI draws"},
     {"dtype_bits", mod_dtype_bits, METH_O, "dtype_bits(name) -> bits per element"},
     {"can_cast", mod_can_cast, METH_VARARGS, "can_cast(from, to) -> bool"},
     {"cast", mod_cast, METH_VARARGS, "cast(from, src, to, dst, count)"},

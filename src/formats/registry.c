@@ -4,6 +4,7 @@
 #include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "../io/file.h"
 #include "dcp.h"
@@ -26,14 +27,179 @@ static const ckpt__format *const formats[] = {
     &ckpt__format_safetensors, /* last: what nothing else claims is read, and judged, as safetensors */
 };
 
-const ckpt__format *ckpt__format_probe(const unsigned char *head, size_t n, const char *name) {
+/* What people are told about each format ckpt reads, in the order help
+ * texts list them: its title (errors list the titles), the line
+ * ckpt_format_description gives ("title: which files"), and the output
+ * format that writes it (writer_formats below say whether one does). */
+static const struct format_text {
+    ckpt_format id;
+    const char *title, *line;
+    ckpt_format written_as;
+} format_texts[] = {
+#define FORMAT(id, title, files, written_as) {id, title, title ": " files, written_as}
+    FORMAT(CKPT_FORMAT_SAFETENSORS, "safetensors", "a .safetensors file", CKPT_FORMAT_SAFETENSORS),
+    FORMAT(CKPT_FORMAT_SAFETENSORS_SHARDED, "sharded safetensors", "a *.safetensors.index.json and its shards",
+           CKPT_FORMAT_SAFETENSORS),
+    FORMAT(CKPT_FORMAT_TORCH, "torch.save files (.bin, .pt, .pth)",
+           "zip, legacy (before torch 1.6) and re-zipped (DEFLATE) archives, read without executing the pickle",
+           CKPT_FORMAT_TORCH),
+    FORMAT(CKPT_FORMAT_TORCH_SHARDED, "sharded torch files", "a pytorch_model.bin.index.json and its shards",
+           CKPT_FORMAT_TORCH_SHARDED),
+    FORMAT(CKPT_FORMAT_GGUF, "GGUF", "a .gguf file, or the first of gguf-split's *-00001-of-0000N.gguf",
+           CKPT_FORMAT_GGUF),
+    FORMAT(CKPT_FORMAT_NPY, "NumPy .npy", "a .npy file, one array", CKPT_FORMAT_NPY),
+    FORMAT(CKPT_FORMAT_NPZ, "NumPy .npz", "a .npz archive of arrays (stored or compressed)", CKPT_FORMAT_NPZ),
+    FORMAT(CKPT_FORMAT_FLAX_MSGPACK, "Flax msgpack", "a flax_model.msgpack (flax.serialization), or its index",
+           CKPT_FORMAT_FLAX_MSGPACK),
+    FORMAT(CKPT_FORMAT_DCP, "torch.distributed.checkpoint", "a directory with .metadata and *.distcp",
+           CKPT_FORMAT_DCP),
+#undef FORMAT
+};
+enum { FORMAT_TEXTS = sizeof format_texts / sizeof format_texts[0] };
+
+static const struct format_text *format_text(ckpt_format f) {
+    for (size_t i = 0; i < FORMAT_TEXTS; i++)
+        if (format_texts[i].id == f) return &format_texts[i];
+    return NULL;
+}
+
+ckpt_format ckpt_format_at(size_t i) { return i < FORMAT_TEXTS ? format_texts[i].id : (ckpt_format)0; }
+
+const char *ckpt_format_description(ckpt_format f) {
+    const struct format_text *t = format_text(f);
+    return t ? t->line : NULL;
+}
+
+int ckpt_format_writable(ckpt_format f) {
+    const struct format_text *t = format_text(f);
+    return t && ckpt__output_format_for(t->written_as) != NULL;
+}
+
+const ckpt__format *ckpt__format_probe(const unsigned char *head, size_t n, const char *name, int *score) {
     const ckpt__format *best = NULL;
     int best_score = CKPT__PROBE_NO;
     for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++) {
-        int score = formats[i]->probe(head, n, name);
-        if (score > best_score) best = formats[i], best_score = score;
+        int s = formats[i]->probe(head, n, name);
+        if (s > best_score) best = formats[i], best_score = s;
     }
+    if (score) *score = best_score;
     return best;
+}
+
+ckpt_format ckpt__format_id(const ckpt__format *f, const char *path) {
+    static const struct { const ckpt__format *format; ckpt_format id; } ids[] = {
+        {&ckpt__format_distcp, CKPT_FORMAT_DCP},       {&ckpt__format_dcp, CKPT_FORMAT_DCP},
+        {&ckpt__format_dcp_hf, CKPT_FORMAT_DCP},       {&ckpt__format_npz, CKPT_FORMAT_NPZ},
+        {&ckpt__format_torch_zip, CKPT_FORMAT_TORCH},  {&ckpt__format_torch_legacy, CKPT_FORMAT_TORCH},
+        {&ckpt__format_torch_tar, CKPT_FORMAT_TORCH},  {&ckpt__format_gguf, CKPT_FORMAT_GGUF},
+        {&ckpt__format_npy, CKPT_FORMAT_NPY},          {&ckpt__format_flax_msgpack, CKPT_FORMAT_FLAX_MSGPACK},
+        {&ckpt__format_safetensors, CKPT_FORMAT_SAFETENSORS},
+    };
+    if (f == &ckpt__format_index) /* the shards' format, as their index is usually named */
+        return strstr(path, ".msgpack.index.") ? CKPT_FORMAT_FLAX_MSGPACK
+               : strstr(path, ".safetensors.index.") ? CKPT_FORMAT_SAFETENSORS_SHARDED
+                                                      : CKPT_FORMAT_TORCH_SHARDED;
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+        if (ids[i].format == f) return ids[i].id;
+    return (ckpt_format)0;
+}
+
+/* ---- files that no format claims ------------------------------------------ */
+
+static bool starts_with(const unsigned char *head, size_t n, const char *magic, size_t len) {
+    return n >= len && memcmp(head, magic, len) == 0;
+}
+
+/* Text: UTF-8 without control characters other than whitespace (a last
+ * character cut by the end of `head` aside). */
+static bool is_text(const unsigned char *head, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if ((head[i] < 0x20 && (!head[i] || !strchr("\t\n\v\f\r\033", head[i]))) || head[i] == 0x7F) return false;
+    return n && ckpt__utf8_check(head, n) + 4 > n;
+}
+
+/* Text after a byte-order mark and white space starts with `word`, in any case. */
+static bool text_starts_with(const unsigned char *head, size_t n, const char *word) {
+    size_t i = starts_with(head, n, "\xEF\xBB\xBF", 3) ? 3 : 0;
+    while (i < n && head[i] && strchr(" \t\r\n", head[i])) i++;
+    return n - i >= strlen(word) && strncasecmp((const char *)head + i, word, strlen(word)) == 0;
+}
+
+/*
+ * What a file that no format claims looks like ("text", "HTML, a web
+ * page", "gzip-compressed data: …", …), for an error that says so instead of
+ * judging it as a damaged safetensors file; NULL when it may be one (its
+ * first 8 bytes a plausible header length, or its name .safetensors),
+ * which safetensors' rules then judge, naming what is wrong.
+ */
+static const char *looks_like(const unsigned char *head, size_t n, uint64_t size, const char *name) {
+    static const struct { const char *magic; size_t len; const char *what; } magics[] = {
+        {"\x1F\x8B", 2, "gzip-compressed data: decompress it first"},
+        {"BZh", 3, "bzip2-compressed data: decompress it first"},
+        {"\xFD" "7zXZ\0", 6, "xz-compressed data: decompress it first"},
+        {"\x28\xB5\x2F\xFD", 4, "zstd-compressed data: decompress it first"},
+        {"7z\xBC\xAF\x27\x1C", 6, "a 7-Zip archive"},
+        {"PK\3\4", 4, "a ZIP archive that is neither torch's nor NumPy's"},
+        {"\x89HDF\r\n\x1A\n", 8, "HDF5, as Keras and TensorFlow save .h5 weights, which ckpt does not read"},
+        {"\x7F" "ELF", 4, "an ELF executable or shared library"},
+        {"%PDF", 4, "a PDF document"},
+        {"\x89PNG", 4, "a PNG image"},
+        {"\xFF\xD8\xFF", 3, "a JPEG image"},
+    };
+    if (n < 8) return NULL; /* "shorter than the 8-byte length" says it (safetensors' own error) */
+    for (size_t i = 0; i < sizeof magics / sizeof magics[0]; i++)
+        if (starts_with(head, n, magics[i].magic, magics[i].len)) return magics[i].what;
+    if (n >= 8 && memcmp(head + 4, "TFL3", 4) == 0) return "a TensorFlow Lite model";
+    if (is_text(head, n)) {
+        if (text_starts_with(head, n, "version https://git-lfs"))
+            return "a Git LFS pointer, not the file it stands for: git lfs pull fetches it";
+        static const char *const html[] = {"<!doctype html", "<html", "<head", "<body", "<!--", "<title", "<meta"};
+        for (size_t i = 0; i < sizeof html / sizeof html[0]; i++)
+            if (text_starts_with(head, n, html[i])) return "HTML, a web page";
+        if (text_starts_with(head, n, "<?xml")) return "XML";
+        if (text_starts_with(head, n, "{") || text_starts_with(head, n, "[")) return "JSON that is no index of shards";
+        return "text";
+    }
+    /* Binary: safetensors starts with its header's length, which is small
+     * (below 2^48 even for a corrupted but real header). */
+    uint64_t len = 0;
+    for (size_t i = 0; i < 8 && i < n; i++) len |= (uint64_t)head[i] << (8 * i);
+    size_t name_len = strlen(name);
+    if (n < 8 || len < (1ULL << 48) || len <= size ||
+        (name_len >= 12 && strcmp(name + name_len - 12, ".safetensors") == 0))
+        return NULL;
+    return "binary data of no format ckpt knows";
+}
+
+/* "safetensors, torch.save files (.bin, .pt, .pth), GGUF, …" into b. */
+static void list_titles(ckpt__buf *b) {
+    size_t count = 0, shown = 0;
+    for (size_t i = 0; i < FORMAT_TEXTS; i++) count += !strstr(format_texts[i].title, "sharded");
+    for (size_t i = 0; i < FORMAT_TEXTS; i++) {
+        if (strstr(format_texts[i].title, "sharded")) continue; /* indexes are named once, below */
+        ckpt__buf_puts(b, shown++ ? (shown == count ? " and " : ", ") : "");
+        ckpt__buf_puts(b, format_texts[i].title);
+    }
+    ckpt__buf_puts(b, ", or an index of shards of them");
+}
+
+ckpt_status ckpt__format_check_unclaimed(const unsigned char *head, size_t n, uint64_t size, const char *path,
+                                         ckpt_error *err) {
+    const char *what = looks_like(head, n, size, ckpt__path_basename(path));
+    if (!what) return CKPT_OK;
+    ckpt__buf b = {0};
+    ckpt__buf_puts(&b, "ckpt reads ");
+    list_titles(&b);
+    size_t len = strlen(path);
+    /* A server's page for a directory (a listing, a repository's page):
+     * the directory itself is named with a trailing '/'. */
+    bool page = ckpt__source_is_remote_name(path) && len && path[len - 1] != '/' && strncmp(what, "HTML", 4) == 0;
+    ckpt_status st = ckpt__fail(err, CKPT_E_UNKNOWN_FORMAT, path, NULL, -1,
+                                "not a checkpoint ckpt reads (it looks like %s)%s%s%s; %s", what,
+                                page ? "; if this URL is a directory, name it with a trailing '/': " : "",
+                                page ? path : "", page ? "/" : "", b.failed ? "" : b.data);
+    free(b.data);
+    return st;
 }
 
 /* A directory's checkpoint, in order of preference: an exact name,
