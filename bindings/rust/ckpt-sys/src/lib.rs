@@ -330,6 +330,8 @@ extern "C" {
     pub fn ckpt_dtype_bits(dtype: ckpt_dtype) -> c_uint;
 
     pub fn ckpt_format_name(format: ckpt_format) -> *const c_char;
+    pub fn ckpt_format_from_name(name: *const c_char) -> ckpt_format;
+    pub fn ckpt_format_for_path(path: *const c_char) -> ckpt_format;
 
     pub fn ckpt_catalog_open(path: *const c_char, out: *mut *mut ckpt_catalog, err: *mut ckpt_error) -> ckpt_status;
     /// Fills the first `size` bytes (the caller's `size_of`) with the defaults.
@@ -429,7 +431,17 @@ extern "C" {
         err: *mut ckpt_error,
     ) -> ckpt_status;
     pub fn ckpt_writer_commit(writer: *mut ckpt_writer, err: *mut ckpt_error) -> ckpt_status;
+    pub fn ckpt_writer_published_count(writer: *const ckpt_writer) -> usize;
+    pub fn ckpt_writer_published_path(writer: *const ckpt_writer, i: usize) -> *const c_char;
     pub fn ckpt_writer_free(writer: *mut ckpt_writer);
+    /// The destination rule: the format and shape (file or directory) written at `path`.
+    pub fn ckpt_destination_resolve(
+        path: *const c_char,
+        options: *const ckpt_writer_options,
+        format: *mut ckpt_format,
+        directory: *mut c_int,
+        err: *mut ckpt_error,
+    ) -> ckpt_status;
 
     pub fn ckpt_convert(
         source: *const ckpt_catalog,
