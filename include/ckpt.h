@@ -1030,6 +1030,15 @@ typedef struct ckpt_writer_options {
      * the source's metadata.
      */
     int source_metadata;
+    /*
+     * Non-zero: the path is the one file written, in `format` (safetensors
+     * when 0), whatever its name — the destination rule's suffixes and
+     * directories do not apply, as safetensors' save_file and torch.save
+     * take any file name (the Python drop-ins ckpt.torch.save_file and
+     * ckpt.numpy.save_file set it).  A path ending in '/' or naming a
+     * directory is refused, and so is max_shard_size.
+     */
+    int exact_file;
 } ckpt_writer_options;
 
 /* The `__metadata__` key of checksums: a JSON object text,
@@ -1076,7 +1085,8 @@ static inline void ckpt_writer_options_init(ckpt_writer_options *options) {
  *      one file, asked for by options->format, writes a file of that name.
  * Refusals are CKPT_E_INVALID_ARGUMENT naming the path and listing what
  * ckpt writes.  The parents of a file or a directory are created when
- * missing (not by a dry run).
+ * missing (not by a dry run).  options->exact_file sets the rule aside: the
+ * path is then one file of options->format, whatever its name.
  *
  * *format receives the format written and *directory 1 for a directory,
  * 0 for a file (or its parts); either may be NULL.  `options` may be NULL.

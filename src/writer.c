@@ -199,10 +199,10 @@ static ckpt_status choose_destination(ckpt_writer *w, const char *path, ckpt_err
     if (!(w->prefix = ckpt__strdup(w->directory ? (given ? given : "model") : name))) return ckpt__oom(err, path, NULL);
     if (!w->directory) w->prefix[stem] = '\0';
     w->opt.prefix = NULL;
-    if (w->opt.max_shard_size && !(w->fmt->layouts & CKPT__LAYOUT_PARTS))
+    if (w->opt.max_shard_size && (!(w->fmt->layouts & CKPT__LAYOUT_PARTS) || w->opt.exact_file))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1,
                           "%s output is %s: it takes no maximum shard size", w->fmt->name,
-                          w->directory ? "a directory of its own layout" : "one file");
+                          w->directory ? "a directory of its own layout" : "one file here");
     if (w->opt.split_max_tensors && w->fmt->id != CKPT_FORMAT_GGUF)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "split_max_tensors is for GGUF output");
     /* A directory of shards: the hub's default shard size. */

@@ -1266,16 +1266,17 @@ typedef struct {
 } Writer;
 
 static int Writer_init(Writer *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"path", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", NULL};
+    static char *kwlist[] = {"path", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "exact_file", NULL};
     PyObject *path, *prefix = NULL;
     unsigned long long shard = 0;
-    int overwrite = 0, no_sync = 0, checksums = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&ppp", kwlist, PyUnicode_FSConverter, &path, &shard,
-                                     PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums))
+    int overwrite = 0, no_sync = 0, checksums = 0, exact_file = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppp", kwlist, PyUnicode_FSConverter, &path, &shard,
+                                     PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &exact_file))
         return -1;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
+    o.exact_file = exact_file;
     o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
     ckpt_error e;
     ckpt_writer *w;
@@ -1454,7 +1455,8 @@ static PyTypeObject WriterType = {
     .tp_init = (initproc)Writer_init,
     .tp_new = PyType_GenericNew,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Writer(path, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False)",
+    .tp_doc = "Writer(path, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, "
+              "exact_file=False)",
 };
 
 /* ------------------------------------------------------------------------ */

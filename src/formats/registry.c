@@ -283,6 +283,22 @@ static ckpt_status directory_destination(const char *path, const ckpt__output_fo
     return CKPT_OK;
 }
 
+/* exact_file: the one file at `path`, of the asked format, whatever its
+ * name (its stem: the name without that format's suffix, if it has one). */
+static ckpt_status exact_file(const char *path, const char *name, const ckpt__output_format *asked,
+                              ckpt__destination *d, ckpt_error *err) {
+    const ckpt__output_format *f = asked ? asked : &ckpt__output_safetensors;
+    if (names_directory(path))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "names a directory; give a file name");
+    if (!(f->layouts & CKPT__LAYOUT_FILE))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "%s output is a directory, not one file",
+                          f->name);
+    size_t suffix_len = 0;
+    const ckpt__output_format *named = format_by_suffix(name, &suffix_len);
+    *d = (ckpt__destination){.fmt = f, .suffix_len = named == f ? suffix_len : 0};
+    return CKPT_OK;
+}
+
 ckpt_status ckpt__output_destination(const char *path, const ckpt_writer_options *o, ckpt__destination *d,
                                      ckpt_error *err) {
     memset(d, 0, sizeof *d);
@@ -294,9 +310,10 @@ ckpt_status ckpt__output_destination(const char *path, const ckpt_writer_options
                  ckpt_format_name(o->format) ? ckpt_format_name(o->format) : "(unknown)");
         return refuse(err, path, why);
     }
-    if (names_directory(path)) return directory_destination(path, asked, d, err);
     const char *name = ckpt__path_basename(path);
     size_t suffix_len = 0;
+    if (o && o->exact_file) return exact_file(path, name, asked, d, err);
+    if (names_directory(path)) return directory_destination(path, asked, d, err);
     const ckpt__output_format *named = format_by_suffix(name, &suffix_len);
     const char *foreign = named ? NULL : foreign_suffix(name);
     char why[512];

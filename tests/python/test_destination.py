@@ -26,6 +26,8 @@ import safetensors.torch as st_torch
 import torch
 
 import ckpt
+import ckpt.numpy
+import ckpt.torch
 
 ROOT = Path(__file__).resolve().parents[2]
 CKPT = os.environ.get("CKPT_BIN", str(ROOT / "build" / "ckpt"))
@@ -116,6 +118,21 @@ def test_file_name_with_max_shard_size_gives_its_parts_as_the_hub(tmp_path):
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(out)) == sorted(names)
     assert f"to {out / names[0]} … {names[3]}" in r.stderr
+
+
+@pytest.mark.parametrize("name", ["model.bin", "weights", "x.pt", "out.h5"])
+def test_safetensors_drop_ins_write_any_name_as_safetensors_does(tmp_path, name):
+    """save_file's contract is safetensors': this file, in safetensors,
+    whatever its name — the destination rule is set aside (exact_file)."""
+    import safetensors.numpy
+    sd = {"a": torch.randn(3, 2), "b": torch.arange(4)}
+    ckpt.torch.save_file(sd, tmp_path / name)
+    st_torch.save_file(sd, tmp_path / "ref")
+    assert (tmp_path / name).read_bytes() == (tmp_path / "ref").read_bytes()
+    arrays = {"a": np.ones(3, np.float32)}
+    ckpt.numpy.save_file(arrays, tmp_path / ("np-" + name))
+    safetensors.numpy.save_file(arrays, tmp_path / "np-ref")
+    assert (tmp_path / ("np-" + name)).read_bytes() == (tmp_path / "np-ref").read_bytes()
 
 
 # ---- torch.save files -------------------------------------------------------------

@@ -70,6 +70,48 @@ static void test_names(void **state) {
     assert_int_equal(ckpt_format_from_name(NULL), 0);
 }
 
+/* exact_file (safetensors' save_file, torch.save): the path is one file of
+ * the asked format whatever its name. */
+static void test_exact_file(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.exact_file = 1;
+    ckpt_format format;
+    int directory;
+    ckpt_error err;
+    const char *names[] = {"model.bin", "noext", "x.h5", "y.pt"};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(ckpt_destination_resolve(in_dir(dir, names[i]), &o, &format, &directory, &err), CKPT_OK);
+        assert_int_equal(format, CKPT_FORMAT_SAFETENSORS);
+        assert_int_equal(directory, 0);
+    }
+    o.format = CKPT_FORMAT_TORCH;
+    assert_int_equal(ckpt_destination_resolve(in_dir(dir, "a.safetensors"), &o, &format, &directory, &err), CKPT_OK);
+    assert_int_equal(format, CKPT_FORMAT_TORCH);
+    assert_int_equal(ckpt_destination_resolve(in_dir(dir, "out/"), &o, &format, &directory, &err),
+                     CKPT_E_INVALID_ARGUMENT);
+    o.format = CKPT_FORMAT_DCP;
+    assert_int_equal(ckpt_destination_resolve(in_dir(dir, "d"), &o, &format, &directory, &err), CKPT_E_INVALID_ARGUMENT);
+    /* Written as safetensors under its name. */
+    o.format = 0, o.no_sync = 1;
+    ckpt_writer *w;
+    assert_int_equal(ckpt_writer_create(in_dir(dir, "model.bin"), &o, &w, &err), CKPT_OK);
+    size_t i;
+    uint64_t n = 2;
+    assert_int_equal(ckpt_writer_add_tensor(w, "a", CKPT_U8, 1, &n, &i, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_write(w, i, "xy", 2, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_commit(w, &err), CKPT_OK);
+    ckpt_writer_free(w);
+    ckpt_catalog *c;
+    assert_int_equal(ckpt_catalog_open(in_dir(dir, "model.bin"), &c, &err), CKPT_OK);
+    assert_int_equal(ckpt_catalog_format(c), CKPT_FORMAT_SAFETENSORS);
+    ckpt_catalog_close(c);
+    scratch_free(dir);
+}
+
 static ckpt_writer *writer(const char *path, uint64_t max_shard, ckpt_error *err) {
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
@@ -319,7 +361,7 @@ static void test_messages_name_real_files(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rule_table),     cmocka_unit_test(test_names),
+        cmocka_unit_test(test_rule_table),     cmocka_unit_test(test_names), cmocka_unit_test(test_exact_file),
         cmocka_unit_test(test_file_parents_made), cmocka_unit_test(test_file_parts),
         cmocka_unit_test(test_directory),      cmocka_unit_test(test_npy),
         cmocka_unit_test(test_torch),          cmocka_unit_test(test_serialization_id),

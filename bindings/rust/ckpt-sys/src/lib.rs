@@ -264,6 +264,8 @@ pub struct ckpt_writer_options {
     pub skip_crc_check: c_int,
     /// Non-zero: a conversion into GGUF carries a non-GGUF source's metadata as key-values.
     pub source_metadata: c_int,
+    /// Non-zero: the path is the one file written, whatever its name (no destination rule).
+    pub exact_file: c_int,
 }
 
 /// Where a tensor's bytes lie in the caller's memory (ckpt_writer_add_tensor_shared).
@@ -632,6 +634,7 @@ mod layout {
             ("ckpt_writer_options.total_parameters", off!(ckpt_writer_options, total_parameters), true),
             ("ckpt_writer_options.skip_crc_check", off!(ckpt_writer_options, skip_crc_check), true),
             ("ckpt_writer_options.source_metadata", off!(ckpt_writer_options, source_metadata), true),
+            ("ckpt_writer_options.exact_file", off!(ckpt_writer_options, exact_file), true),
             ("sizeof ckpt_tensor_storage", size_of::<ckpt_tensor_storage>(), true),
             ("ckpt_tensor_storage.id", off!(ckpt_tensor_storage, id), true),
             ("ckpt_tensor_storage.nbytes", off!(ckpt_tensor_storage, nbytes), true),
