@@ -10,7 +10,6 @@ typedef struct reader {
     char *p;
     json_node *nodes;
     size_t count, cap;
-    int depth;
 } reader;
 
 static void skip_space(reader *r) {
@@ -87,46 +86,12 @@ static bool read_string(reader *r, size_t node) {
     return true;
 }
 
-static bool read_value(reader *r);
-
-/* An array or object at r->p (after its bracket). */
-static bool read_container(reader *r, size_t node, char close, bool object) {
-    skip_space(r);
-    if (*r->p == close) {
-        r->p++;
-        return true;
-    }
-    for (;;) {
-        skip_space(r);
-        if (object) {
-            if (*r->p != '"') return false;
-            r->p++;
-            size_t key = new_node(r, JSON_STRING);
-            if (key == SIZE_MAX || !read_string(r, key)) return false;
-            r->nodes[key].end = (uint32_t)r->count;
-            skip_space(r);
-            if (*r->p++ != ':') return false;
-        }
-        if (!read_value(r)) return false;
-        r->nodes[node].count++;
-        skip_space(r);
-        char c = *r->p++;
-        if (c == close) return true;
-        if (c != ',') return false;
-    }
-}
-
-static bool read_value(reader *r) {
-    skip_space(r);
+/* A scalar at r->p. */
+static bool read_scalar(reader *r) {
     char c = *r->p;
     size_t node;
     bool ok = true;
-    if (c == '{' || c == '[') {
-        if (++r->depth > 64 || (node = new_node(r, c == '{' ? JSON_OBJECT : JSON_ARRAY)) == SIZE_MAX) return false;
-        r->p++;
-        ok = read_container(r, node, c == '{' ? '}' : ']', c == '{');
-        r->depth--;
-    } else if (c == '"') {
+    if (c == '"') {
         if ((node = new_node(r, JSON_STRING)) == SIZE_MAX) return false;
         r->p++;
         ok = read_string(r, node);
@@ -143,6 +108,70 @@ static bool read_value(reader *r) {
         return false;
     }
     if (ok) r->nodes[node].end = (uint32_t)r->count;
+    return ok;
+}
+
+/* An object member's key and ':' (its value follows). */
+static bool read_key(reader *r) {
+    skip_space(r);
+    if (*r->p != '"') return false;
+    r->p++;
+    size_t key = new_node(r, JSON_STRING);
+    if (key == SIZE_MAX || !read_string(r, key)) return false;
+    r->nodes[key].end = (uint32_t)r->count;
+    skip_space(r);
+    return *r->p++ == ':';
+}
+
+/* The arrays and objects the reader is inside: their nodes (at most 64,
+ * on the heap: the reader never recurses). */
+typedef struct open_nodes {
+    size_t node[64];
+    int depth;
+} open_nodes;
+
+/* After a value: ',' and the next member, or closing brackets. *more: a
+ * value follows. */
+static bool after_value(reader *r, open_nodes *o, bool *more) {
+    for (*more = false; o->depth; o->depth--) {
+        json_node *n = &r->nodes[o->node[o->depth - 1]];
+        n->count++;
+        skip_space(r);
+        char c = *r->p++;
+        if (c == ',') return *more = true, n->kind != JSON_OBJECT || read_key(r);
+        if (c != (n->kind == JSON_OBJECT ? '}' : ']')) return false;
+        n->end = (uint32_t)r->count;
+    }
+    return true;
+}
+
+static bool read_value(reader *r) {
+    open_nodes *o = calloc(1, sizeof *o);
+    bool ok = o != NULL, more = true;
+    while (ok && more) {
+        skip_space(r);
+        char c = *r->p;
+        if (c != '{' && c != '[') {
+            ok = read_scalar(r) && after_value(r, o, &more);
+            continue;
+        }
+        size_t node;
+        if (o->depth == 64 || (node = new_node(r, c == '{' ? JSON_OBJECT : JSON_ARRAY)) == SIZE_MAX) {
+            ok = false;
+            break;
+        }
+        r->p++;
+        skip_space(r);
+        if (*r->p == (c == '{' ? '}' : ']')) { /* empty */
+            r->p++;
+            r->nodes[node].end = (uint32_t)r->count;
+            ok = after_value(r, o, &more);
+            continue;
+        }
+        o->node[o->depth++] = node;
+        ok = c != '{' || read_key(r);
+    }
+    free(o);
     return ok;
 }
 

@@ -43,6 +43,7 @@ typedef struct recorded_crc {
 struct ckpt_catalog {
     ckpt_format format;
     ckpt__arena arena;
+    ckpt__budget budget; /* what the formats' metadata may cost: the arena's */
     char *index_path;
     bool index_counts_parameters;
     size_t file_count, file_cap;
@@ -62,6 +63,7 @@ struct ckpt_catalog {
     const char **extra_globals; /* sorted "module.name", arena */
     size_t extra_global_count;
     ckpt__source_options source_options;
+    ckpt__download_meter meter; /* the whole downloads of its files, for download_progress */
     /* While it is opened: a local checkpoint's directory (the one the user
      * named, or the one holding the file they named), which every other
      * file is opened beneath, and that file (followed as named). */
@@ -113,6 +115,11 @@ static ckpt_status take_source_options(ckpt_catalog *c, const ckpt_catalog_optio
     so->direct = o->direct != 0;
     if (o->bearer_token && !(so->bearer_token = arena_copy(c, o->bearer_token))) return ckpt__oom(err, NULL, NULL);
     if (o->cache_dir && !(so->cache_dir = arena_copy(c, o->cache_dir))) return ckpt__oom(err, NULL, NULL);
+    if (o->download_progress) {
+        c->meter.fn = o->download_progress;
+        c->meter.user = o->download_progress_user;
+        so->meter = &c->meter;
+    }
     return CKPT_OK;
 }
 
@@ -182,6 +189,7 @@ ckpt__pk_allowed ckpt__cat_global_allowed(const char *module, const char *name, 
 /* ---- what formats fill (formats/format.h) ------------------------------------- */
 
 ckpt__arena *ckpt__cat_arena(ckpt_catalog *c) { return &c->arena; }
+ckpt__budget *ckpt__cat_budget(ckpt_catalog *c) { return &c->budget; }
 void ckpt__cat_set_format(ckpt_catalog *c, ckpt_format format) { c->format = format; }
 ckpt_format ckpt__cat_format(const ckpt_catalog *c) { return c->format; }
 ckpt__source *ckpt__cat_source(const ckpt_catalog *c, uint32_t file) { return c->files[file].src; }
@@ -214,11 +222,11 @@ ckpt_status ckpt__cat_add_source(ckpt_catalog *c, ckpt__source *src, uint32_t *f
     return CKPT_OK;
 }
 
-ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__source **out, ckpt_error *err) {
+/* The file the user named is theirs to name (a symbolic link included);
+ * any other local file is one the checkpoint names or a listing found,
+ * and never leads out of its directory. */
+static ckpt_status open_source(ckpt_catalog *c, const char *name, ckpt__source **out, ckpt_error *err) {
     *out = NULL;
-    /* The file the user named is theirs to name (a symbolic link
-     * included); any other local file is one the checkpoint names or a
-     * listing found, and never leads out of its directory. */
     if (ckpt__source_is_remote_name(name) || (c->named && !strcmp(name, c->named)))
         return ckpt__source_open(name, &c->source_options, out, err);
     if (!c->root)
@@ -228,6 +236,12 @@ ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__sourc
     uint64_t size;
     ckpt_status st = ckpt__beneath_open(c->root, name, false, &fd, &size, err);
     return st ? st : ckpt__file_source_adopt(name, fd, size, &c->source_options, out, err);
+}
+
+ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__source **out, ckpt_error *err) {
+    ckpt_status st = open_source(c, name, out, err);
+    if (st == CKPT_OK) ckpt__budget_add_input(&c->budget, (*out)->size); /* its metadata may cost a multiple of it */
+    return st;
 }
 
 const ckpt__beneath *ckpt__cat_root(const ckpt_catalog *c) { return c->root; }
@@ -300,6 +314,13 @@ static bool grow_names(ckpt_catalog *c) {
     if (!ckpt__name_table_grow(&c->names, want)) return false;
     c->names_cap = want;
     return true;
+}
+
+uint64_t ckpt__cat_tensor_cost(uint32_t piece_count) {
+    /* its info, its place, its pieces, its slots in the name table (kept
+     * at most three quarters full, doubled) */
+    return sizeof(ckpt_tensor_info) + sizeof(tensor_loc) + (uint64_t)piece_count * sizeof(ckpt__piece) +
+           4 * sizeof(uint64_t);
 }
 
 ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tensor_decl *d, ckpt_error *err) {
@@ -390,6 +411,20 @@ ckpt_status ckpt__cat_add_tree(ckpt_catalog *c, const char *json, ckpt_error *er
     return c->tree.failed ? ckpt__oom(err, NULL, "the object tree") : CKPT_OK;
 }
 
+ckpt_status ckpt__cat_adopt_tree(ckpt_catalog *c, char *json, ckpt_error *err) {
+    if (!json) return ckpt__oom(err, NULL, "the object tree");
+    if (c->trees) {
+        ckpt_status st = ckpt__cat_add_tree(c, json, err);
+        free(json);
+        return st;
+    }
+    free(c->tree.data);
+    size_t len = strlen(json);
+    c->tree = (ckpt__buf){json, len, len + 1, false};
+    c->trees = 1;
+    return CKPT_OK;
+}
+
 ckpt_status ckpt__cat_open_path(ckpt_catalog *c, const char *path, ckpt_error *err) {
     ckpt__source *src;
     ckpt_status st = ckpt__cat_open_source(c, path, &src, err);
@@ -426,7 +461,9 @@ ckpt_status ckpt__catalog_new(const ckpt_catalog_options *options, ckpt_catalog 
     ckpt_catalog *c = ckpt__calloc(1, sizeof *c);
     if (!c) return ckpt__oom(err, NULL, NULL);
     pthread_mutex_init(&c->map_lock, NULL);
+    pthread_mutex_init(&c->meter.lock, NULL);
     c->format = CKPT_FORMAT_SAFETENSORS;
+    c->arena.budget = &c->budget;
     ckpt_status st = take_options(c, options, err);
     if (st) {
         ckpt_catalog_close(c);
@@ -518,6 +555,7 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     ckpt__arena_free(&c->arena);
     for (size_t i = 0; i < sizeof c->inflaters / sizeof c->inflaters[0]; i++) ckpt__inflater_free(c->inflaters[i]);
     pthread_mutex_destroy(&c->map_lock);
+    pthread_mutex_destroy(&c->meter.lock);
     free(c);
 }
 

@@ -58,7 +58,23 @@ static const char *kept_name(const ckpt_plan *p, const char *name) {
     return p->entries[i].selected ? p->entries[i].pub.name : NULL;
 }
 
-static void emit(emitter *e, size_t i, int depth);
+/* The emitter keeps the containers it is inside on a heap stack, never
+ * recursing (threads may have 64 KiB stacks): one frame per open array,
+ * dict or other object, saying which children are being written. */
+typedef enum epart { E_ELEMENTS, E_MEMBERS, E_PAIRS, E_STATE } epart;
+
+typedef struct eframe {
+    size_t node;     /* the array, the object, or a dict's "__dict__" array */
+    size_t dict;     /* E_PAIRS, E_STATE: the dict's object */
+    size_t next;     /* the node of the next child */
+    uint32_t done;   /* children gone through */
+    size_t saved;    /* the path's length before the current child's part */
+    uint8_t part;
+    bool in_child;   /* a child was entered: its end comes first */
+    bool pathed;     /* ... with a path part of its own */
+    bool written;    /* E_PAIRS: an entry was written */
+    bool module;     /* E_STATE: this state is a state dict's _metadata */
+} eframe;
 
 /* The raw text of node i (scalars), as it was in the document. */
 static void emit_scalar(emitter *e, size_t i) {
@@ -88,21 +104,20 @@ static bool all_digits(const char *s) {
     return true;
 }
 
-/* Counts the tensors under node i, and those of them the plan keeps. */
-static void count_tensors(emitter *e, size_t i, int depth, size_t *all, size_t *kept) {
+/* Counts the tensors under node i, and those of them the plan keeps: the
+ * nodes of its subtree in document order, a tensor's own skipped. */
+static void count_tensors(emitter *e, size_t i, size_t *all, size_t *kept) {
     const ckpt__json_doc *d = e->doc;
-    const ckpt__json_node *n = &d->nodes[i];
-    if (depth > 256) return;
-    if (n->kind == CKPT__JSON_OBJECT) {
-        size_t v = member(d, i, "__tensor__");
-        if (v && d->nodes[v].kind == CKPT__JSON_STRING) {
-            ++*all;
-            *kept += kept_name(e->plan, d->nodes[v].str) != NULL;
-            return;
+    for (size_t k = i; k < d->nodes[i].end;) {
+        size_t v = d->nodes[k].kind == CKPT__JSON_OBJECT ? member(d, k, "__tensor__") : 0;
+        if (!v || d->nodes[v].kind != CKPT__JSON_STRING) {
+            k++;
+            continue;
         }
+        ++*all;
+        *kept += kept_name(e->plan, d->nodes[v].str) != NULL;
+        k = d->nodes[k].end;
     }
-    if (n->kind != CKPT__JSON_OBJECT && n->kind != CKPT__JSON_ARRAY) return;
-    for (size_t k = i + 1; k < n->end; k = d->nodes[k].end) count_tensors(e, k, depth + 1, all, kept);
 }
 
 /* Whether the plan leaves out a dict entry's value as a whole (see the top):
@@ -112,36 +127,75 @@ static bool left_out(emitter *e, size_t value) {
     const ckpt_plan *p = e->plan;
     if (!p->rule_count) return false;
     size_t all = 0, kept = 0;
-    count_tensors(e, value, 0, &all, &kept);
+    count_tensors(e, value, &all, &kept);
     return all ? kept == 0 : !ckpt__plan_selects_name(p, e->path.data ? e->path.data : "");
 }
 
-static void emit_array(emitter *e, size_t i, int depth, bool tensors_to_null) {
-    const ckpt__json_doc *d = e->doc;
-    ckpt__buf_puts(&e->out, "[");
-    size_t k = i + 1;
-    for (uint32_t m = 0; m < d->nodes[i].count; m++) {
-        if (m) ckpt__buf_puts(&e->out, ", ");
-        char index[24];
-        size_t saved = path_push(e, index, (size_t)snprintf(index, sizeof index, "%u", m));
-        if (tensors_to_null && dropped(e, k)) ckpt__buf_puts(&e->out, "null");
-        else emit(e, k, depth + 1);
-        path_pop(e, saved);
-        k = d->nodes[k].end;
-    }
-    ckpt__buf_puts(&e->out, "]");
+static bool push_frame(emitter *e, ckpt__stack *frames, epart part, size_t node, size_t dict) {
+    eframe *f = ckpt__stack_push(frames);
+    if (!f) return e->out.failed = true, false;
+    *f = (eframe){.node = node, .dict = dict, .next = node + 1, .part = (uint8_t)part};
+    return true;
 }
 
-/* {"__dict__": [[key, value], …], "__state__": …} without dropped tensors. */
-static void emit_dict(emitter *e, size_t i, int depth) {
+/* Writes node i: a leaf whole, a container's opening (its frame pushed). */
+static void open_node(emitter *e, ckpt__stack *frames, size_t i) {
     const ckpt__json_doc *d = e->doc;
-    size_t items = member(d, i, "__dict__"), state = member(d, i, "__state__");
-    ckpt__buf_puts(&e->out, "{\"__dict__\": [");
-    bool first = true;
-    size_t k = items + 1;
-    for (uint32_t m = 0; d->nodes[items].kind == CKPT__JSON_ARRAY && m < d->nodes[items].count; m++) {
-        size_t pair = k;
-        k = d->nodes[k].end;
+    const ckpt__json_node *n = &d->nodes[i];
+    size_t v;
+    if (n->kind == CKPT__JSON_OBJECT && (v = member(d, i, "__tensor__")) && d->nodes[v].kind == CKPT__JSON_STRING) {
+        const char *name = kept_name(e->plan, d->nodes[v].str);
+        ckpt__buf_puts(&e->out, "{\"__tensor__\": ");
+        ckpt__buf_json_string(&e->out, name ? name : d->nodes[v].str);
+        ckpt__buf_puts(&e->out, "}");
+        return;
+    }
+    if (n->kind == CKPT__JSON_OBJECT && (v = member(d, i, "__dict__"))) {
+        /* {"__dict__": [[key, value], …], "__state__": …} without dropped tensors. */
+        ckpt__buf_puts(&e->out, "{\"__dict__\": [");
+        push_frame(e, frames, E_PAIRS, v, i);
+        return;
+    }
+    if (!e->module_state) e->meaningful = true;
+    if (n->kind == CKPT__JSON_ARRAY) {
+        ckpt__buf_puts(&e->out, "[");
+        push_frame(e, frames, E_ELEMENTS, i, 0);
+    } else if (n->kind == CKPT__JSON_OBJECT) {
+        /* Tuples, sets, calls, shards, special scalars: members as they
+         * are, their arrays filtered. */
+        ckpt__buf_puts(&e->out, "{");
+        push_frame(e, frames, E_MEMBERS, i, 0);
+    } else {
+        emit_scalar(e, i);
+    }
+}
+
+/* Enters child `i` of frame f, under path part [part, part + n) when
+ * `part` is not NULL. */
+static void enter(emitter *e, ckpt__stack *frames, eframe *f, size_t i, const char *part, size_t n) {
+    f->in_child = true;
+    f->pathed = part != NULL;
+    if (part) f->saved = path_push(e, part, n);
+    if (part && f->part == E_ELEMENTS && dropped(e, i)) ckpt__buf_puts(&e->out, "null");
+    else open_node(e, frames, i);
+}
+
+/* After a child: its path part goes, a dict entry closes. */
+static void leave(emitter *e, eframe *f) {
+    f->in_child = false;
+    if (f->pathed) path_pop(e, f->saved);
+    if (f->part == E_PAIRS) ckpt__buf_puts(&e->out, "]");
+    if (f->part == E_STATE) e->module_state -= f->module;
+}
+
+/* The next dict entry the plan keeps, or the dict's state, or its end. */
+static void next_pair(emitter *e, ckpt__stack *frames, eframe *f) {
+    const ckpt__json_doc *d = e->doc;
+    uint32_t count = d->nodes[f->node].kind == CKPT__JSON_ARRAY ? d->nodes[f->node].count : 0;
+    while (f->done < count) {
+        size_t pair = f->next;
+        f->next = d->nodes[pair].end;
+        f->done++;
         if (d->nodes[pair].kind != CKPT__JSON_ARRAY || d->nodes[pair].count != 2) continue;
         size_t key = pair + 1, value = d->nodes[key].end;
         const ckpt__json_node *kn = &d->nodes[key];
@@ -149,70 +203,71 @@ static void emit_dict(emitter *e, size_t i, int depth) {
         const char *part = kn->kind == CKPT__JSON_TRUE ? "True" : kn->kind == CKPT__JSON_FALSE ? "False" : kn->str;
         size_t saved = path_push(e, part ? part : "", part == kn->str ? kn->len : part ? strlen(part) : 0);
         bool skip = dropped(e, value) || (!e->module_state && left_out(e, value));
-        if (!skip) {
-            if ((kn->kind != CKPT__JSON_STRING || all_digits(kn->str)) && !e->module_state) e->meaningful = true;
-            ckpt__buf_puts(&e->out, first ? "[" : ", [");
-            first = false;
-            emit_scalar(e, key);
-            ckpt__buf_puts(&e->out, ", ");
-            emit(e, value, depth + 1);
-            ckpt__buf_puts(&e->out, "]");
-        }
         path_pop(e, saved);
+        if (skip) continue;
+        if ((kn->kind != CKPT__JSON_STRING || all_digits(kn->str)) && !e->module_state) e->meaningful = true;
+        ckpt__buf_puts(&e->out, f->written ? ", [" : "[");
+        f->written = true;
+        emit_scalar(e, key);
+        ckpt__buf_puts(&e->out, ", ");
+        enter(e, frames, f, value, part ? part : "", part == kn->str ? kn->len : part ? strlen(part) : 0);
+        return;
     }
     ckpt__buf_puts(&e->out, "]");
-    if (state) {
-        /* A state dict's OrderedDict carries _metadata (module versions),
-         * which a flat dict of tensors drops: it alone says nothing. */
-        size_t meta = d->nodes[state].kind == CKPT__JSON_OBJECT ? member(d, state, "__dict__") : 0;
-        bool module = meta && d->nodes[meta].count == 1 && d->nodes[meta + 1].count == 2 &&
-                      d->nodes[meta + 2].kind == CKPT__JSON_STRING && !strcmp(d->nodes[meta + 2].str, "_metadata");
-        ckpt__buf_puts(&e->out, ", \"__state__\": ");
-        e->module_state += module;
-        size_t saved = path_push(e, "__state__", 9);
-        emit(e, state, depth + 1);
-        path_pop(e, saved);
-        e->module_state -= module;
+    size_t state = member(d, f->dict, "__state__");
+    if (!state) {
+        ckpt__buf_puts(&e->out, "}");
+        ckpt__stack_pop(frames);
+        return;
     }
-    ckpt__buf_puts(&e->out, "}");
+    /* A state dict's OrderedDict carries _metadata (module versions),
+     * which a flat dict of tensors drops: it alone says nothing. */
+    size_t meta = d->nodes[state].kind == CKPT__JSON_OBJECT ? member(d, state, "__dict__") : 0;
+    f->module = meta && d->nodes[meta].count == 1 && d->nodes[meta + 1].count == 2 &&
+                d->nodes[meta + 2].kind == CKPT__JSON_STRING && !strcmp(d->nodes[meta + 2].str, "_metadata");
+    ckpt__buf_puts(&e->out, ", \"__state__\": ");
+    e->module_state += f->module;
+    f->part = E_STATE;
+    enter(e, frames, f, state, "__state__", 9);
 }
 
-static void emit(emitter *e, size_t i, int depth) {
+/* One step of the top frame: the end of the child it entered, then its
+ * next child, or its closing (the frame popped). */
+static void step(emitter *e, ckpt__stack *frames) {
     const ckpt__json_doc *d = e->doc;
-    const ckpt__json_node *n = &d->nodes[i];
-    if (n->kind != CKPT__JSON_OBJECT) {
-        if (!e->module_state) e->meaningful = true;
-        if (n->kind == CKPT__JSON_ARRAY) emit_array(e, i, depth, true);
-        else emit_scalar(e, i);
-        return;
-    }
-    size_t v;
-    if ((v = member(d, i, "__tensor__")) && d->nodes[v].kind == CKPT__JSON_STRING) {
-        const char *name = kept_name(e->plan, d->nodes[v].str);
-        ckpt__buf_puts(&e->out, "{\"__tensor__\": ");
-        ckpt__buf_json_string(&e->out, name ? name : d->nodes[v].str);
+    eframe *f = ckpt__stack_top(frames);
+    if (f->in_child) leave(e, f);
+    const ckpt__json_node *n = &d->nodes[f->node];
+    if (f->part == E_PAIRS) {
+        next_pair(e, frames, f);
+    } else if (f->part == E_STATE) {
         ckpt__buf_puts(&e->out, "}");
-        return;
-    }
-    if (member(d, i, "__dict__")) {
-        emit_dict(e, i, depth);
-        return;
-    }
-    if (!e->module_state) e->meaningful = true;
-    /* Tuples, sets, calls, shards, special scalars: members as they are,
-     * their arrays filtered. */
-    ckpt__buf_puts(&e->out, "{");
-    size_t k = i + 1;
-    for (uint32_t m = 0; m < n->count; m++) {
-        size_t key = k, value = d->nodes[key].end;
-        k = d->nodes[value].end;
-        if (m) ckpt__buf_puts(&e->out, ", ");
+        ckpt__stack_pop(frames);
+    } else if (f->done == n->count) {
+        ckpt__buf_puts(&e->out, f->part == E_ELEMENTS ? "]" : "}");
+        ckpt__stack_pop(frames);
+    } else if (f->part == E_ELEMENTS) {
+        char index[24];
+        size_t i = f->next, len = (size_t)snprintf(index, sizeof index, "%u", f->done);
+        if (f->done++) ckpt__buf_puts(&e->out, ", ");
+        f->next = d->nodes[i].end;
+        enter(e, frames, f, i, index, len);
+    } else { /* E_MEMBERS: "key": value, an array's tensors filtered */
+        size_t key = f->next, value = d->nodes[key].end;
+        f->next = d->nodes[value].end;
+        if (f->done++) ckpt__buf_puts(&e->out, ", ");
         ckpt__buf_json_string(&e->out, d->nodes[key].str);
         ckpt__buf_puts(&e->out, ": ");
-        if (d->nodes[value].kind == CKPT__JSON_ARRAY) emit_array(e, value, depth, true);
-        else emit(e, value, depth + 1);
+        enter(e, frames, f, value, NULL, 0);
     }
-    ckpt__buf_puts(&e->out, "}");
+}
+
+/* Writes the tree from node 0. */
+static void emit(emitter *e) {
+    ckpt__stack frames = CKPT__STACK(eframe);
+    open_node(e, &frames, 0);
+    while (frames.len && !e->out.failed) step(e, &frames);
+    ckpt__stack_free(&frames);
 }
 
 ckpt_status ckpt__tree_for_plan(const ckpt_plan *p, const char *tree_json, char **out, ckpt_error *err) {
@@ -235,7 +290,7 @@ ckpt_status ckpt__tree_for_plan(const ckpt_plan *p, const char *tree_json, char 
         return *out ? CKPT_OK : ckpt__oom(err, NULL, "the object tree");
     }
     emitter e = {.plan = p, .doc = &doc};
-    emit(&e, 0, 0);
+    emit(&e);
     ckpt__json_free(&doc);
     free(e.path.data);
     free(text);

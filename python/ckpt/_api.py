@@ -138,7 +138,7 @@ class Checkpoint:
         for k, v in self.metadata.items():
             if v.startswith("{") and '"gguf_type"' in v:
                 try:
-                    out[k] = _gguf_value(json.loads(v))
+                    out[k] = _gguf_value(_tree.loads(v))
                     continue
                 except ValueError:
                     pass
@@ -422,7 +422,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     if mmap and direct:
         raise ValueError("mmap=True maps the file into the page cache; direct=True never goes through it")
     io_mode = _io(io, direct)
-    catalog = _sources.catalog(path, direct, allowed_globals, load, **source)
+    catalog = _sources.catalog(path, direct, allowed_globals, load, **_sources.follow_progress(progress, source))
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank,
                        tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
@@ -633,7 +633,7 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
                          "own device, dtype and memory")
     fw, flat = _target_tensors(target, keep_vars=assign)
     io_mode = _io(io, direct)
-    catalog = _sources.catalog(path, direct, allowed_globals, load_into, **source)
+    catalog = _sources.catalog(path, direct, allowed_globals, load_into, **_sources.follow_progress(progress, source))
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype if assign else None,
                        tp_rank=tp_rank, tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices,
@@ -945,7 +945,7 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
 
     dry_run=True writes nothing and returns what the conversion would
     write, after every rule and with the same checks, as a dict:
-    {"path", "format", "directory", "files": [{"name", "path", "size",
+    {"path", "format", "directory", "open", "files": [{"name", "path", "size",
     "tensors"}], "side_files", "copied_files", "replaces", "tensors":
     [{"name", "source", "dtype", "shape", "nbytes", "file", ("same_as")}],
     "totals": {"tensors", "written", "parameters", "bytes"}}."""
@@ -955,7 +955,7 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
         raise ValueError("format='dcp' writes one file per rank (dcp_ranks >= 1): no max_shard_size, prefix or checksums")
     if source_metadata and out.format != "gguf":
         raise ValueError("source_metadata is for GGUF output: other formats always carry the source's metadata")
-    catalog = _sources.catalog(src, direct, allowed_globals, convert, **source)
+    catalog = _sources.catalog(src, direct, allowed_globals, convert, **_sources.follow_progress(progress, source))
     bar = _progress.choose(progress, "convert")
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
               checksums=checksums, progress=bar, format=number,

@@ -6,10 +6,18 @@ levels are tuples, lists or dicts, int or str keys, and non-tensor leaves —
 is kept as JSON in the schema of ckpt_catalog_tree_json ({"__dict__":
 [[key, value], …]}, {"__tuple__": […]}, lists as lists, each tensor as
 {"__tensor__": name}), so torch files' object trees and saved structures
-decode the same way."""
+decode the same way.
+
+Trees may nest as deep as the library allows (500 levels): every walk here
+keeps its levels in a list rather than recursing, so neither Python's
+recursion limit nor a thread's small C stack (threading.stack_size(64 KiB))
+stops it; the library's JSON is read by _ckpt.json_loads, which does not
+recurse on the C stack as the json module does."""
 import json
 import math
 from collections import namedtuple
+
+from . import _ckpt
 
 STRUCTURE_KEY = "ckpt.tree"
 
@@ -33,83 +41,223 @@ def flatten(tree, *, sep=".", with_structure=False, is_tensor=None):
     non-tensor leaves (numbers, strings, None)."""
     is_tensor = is_tensor or _default_is_tensor
     flat = {}
-
-    def walk(x, prefix):
-        if is_tensor(x):
-            if prefix in flat:
-                raise ValueError(f"two entries flatten to the name {prefix!r}")
-            flat[prefix] = x
-            return {"__tensor__": prefix}
-        join = (lambda k: f"{prefix}{sep}{k}") if prefix else (lambda k: str(k))
-        if isinstance(x, dict):
-            items = []
-            for k, v in x.items():
-                if not isinstance(k, (str, int)) or isinstance(k, bool):
-                    raise TypeError(f"dict key {k!r} at {prefix or '<root>'!r}: only str and int keys have names")
-                items.append([k, walk(v, join(k))])
-            return {"__dict__": items}
-        if isinstance(x, tuple) and not hasattr(x, "_fields"):
-            return {"__tuple__": [walk(v, join(i)) for i, v in enumerate(x)]}
-        if isinstance(x, list):
-            return [walk(v, join(i)) for i, v in enumerate(x)]
-        if x is None or isinstance(x, (bool, int, str)):
-            return x
-        if isinstance(x, float):
-            return x if math.isfinite(x) else {"__float__": "nan" if x != x else ("inf" if x > 0 else "-inf")}
-        raise TypeError(f"{type(x).__name__} at {prefix or '<root>'!r} is neither a tensor nor a container")
-
-    structure = walk(tree, "")
+    # Containers are gone through depth first, the ones being gone through
+    # on a list of frames: (items still to read as (value, name), where a
+    # value's structure goes, how the values' structures make the
+    # container's, the values' structures so far).
+    result = []
+    stack = [(iter(((tree, ""),)), result.append, None, None)]
+    deepest = 1
+    while True:
+        items, put, finish, got = stack[-1]
+        for x, prefix in items:
+            if is_tensor(x):
+                if prefix in flat:
+                    raise ValueError(f"two entries flatten to the name {prefix!r}")
+                flat[prefix] = x
+                put({"__tensor__": prefix})
+                continue
+            head = prefix + sep if prefix else ""
+            sub = []
+            if isinstance(x, dict):
+                keys = list(x)
+                for k in keys:
+                    if not isinstance(k, (str, int)) or isinstance(k, bool):
+                        raise TypeError(f"dict key {k!r} at {prefix or '<root>'!r}: only str and int keys have names")
+                stack.append((iter([(x[k], f"{head}{k}") for k in keys]), sub.append,
+                              lambda values, keys=keys: {"__dict__": [[k, v] for k, v in zip(keys, values)]}, sub))
+            elif isinstance(x, tuple) and not hasattr(x, "_fields"):
+                stack.append((iter([(v, f"{head}{i}") for i, v in enumerate(x)]), sub.append,
+                              lambda values: {"__tuple__": values}, sub))
+            elif isinstance(x, list):
+                stack.append((iter([(v, f"{head}{i}") for i, v in enumerate(x)]), sub.append, None, sub))
+            elif x is None or isinstance(x, (bool, int, str)):
+                put(x)
+                continue
+            elif isinstance(x, float):
+                put(x if math.isfinite(x) else {"__float__": "nan" if x != x else ("inf" if x > 0 else "-inf")})
+                continue
+            else:
+                raise TypeError(f"{type(x).__name__} at {prefix or '<root>'!r} is neither a tensor nor a container")
+            deepest = max(deepest, len(stack))
+            break
+        else:  # the frame's items are done: its container goes to the frame below
+            stack.pop()
+            if not stack:
+                break
+            stack[-1][1](got if finish is None else finish(got))
     if with_structure:
-        return flat, json.dumps(structure, separators=(",", ":"))
+        return flat, _dumps(result[0], deepest)
     return flat
+
+
+def _dumps(structure, depth):
+    """The structure as compact JSON.  json.dumps takes C stack for each
+    level: a deep structure is written level by level instead."""
+    if depth <= 20:
+        return json.dumps(structure, separators=(",", ":"))
+    result = []
+    stack = [(iter((structure,)), result.append, None, None)]
+    while True:
+        items, put, finish, got = stack[-1]
+        for x in items:
+            sub = []
+            if isinstance(x, list):
+                stack.append((iter(x), sub.append, lambda parts: "[" + ",".join(parts) + "]", sub))
+            elif isinstance(x, dict):
+                keys = list(x)
+                stack.append((iter([x[k] for k in keys]), sub.append,
+                              lambda parts, keys=keys: "{" + ",".join(json.dumps(k) + ":" + p
+                                                                     for k, p in zip(keys, parts)) + "}", sub))
+            else:
+                put(json.dumps(x))
+                continue
+            break
+        else:
+            stack.pop()
+            if not stack:
+                return result[0]
+            stack[-1][1](finish(got))
+
+
+def _decode(root, leaf):
+    """The tree a structure (parsed JSON) describes, calling leaf(name) for
+    each tensor: containers are built depth first, the ones being built on
+    a list of frames (items still to read, where a value goes, how the
+    values make the container), never by recursion."""
+    result = []
+    stack = [(iter((root,)), result.append, None, None)]
+    while True:
+        items, put, finish, got = stack[-1]
+        for x in items:
+            if type(x) is list:
+                sub = []
+                stack.append((iter(x), sub.append, None, sub))
+                break
+            if type(x) is not dict:
+                put(x)
+                continue
+            if "__tensor__" in x:
+                put(leaf(x["__tensor__"]))
+                continue
+            if "__bytes__" in x:
+                put(bytes.fromhex(x["__bytes__"]))
+                continue
+            if "__float__" in x:
+                put(float(x["__float__"]))
+                continue
+            sub = []
+            if "__dict__" in x:
+                keys = [tuple(k) if type(k) is list else k for k, _ in x["__dict__"]]
+                stack.append((iter([v for _, v in x["__dict__"]]), sub.append,
+                              lambda values, keys=keys: dict(zip(keys, values)), sub))
+            elif "__tuple__" in x:
+                stack.append((iter(x["__tuple__"]), sub.append, tuple, sub))
+            elif "__set__" in x:
+                stack.append((iter(x["__set__"]), sub.append, set, sub))
+            elif "__call__" in x:
+                name, args = x["__call__"], x.get("args", [])
+                if name == "builtins.complex" and len(args) == 2:
+                    finish = lambda values: complex(*values)  # noqa: E731
+                elif "state" not in x:
+                    finish = lambda values, name=name: Call(name, values, None)  # noqa: E731
+                else:
+                    args = args + [x["state"]]
+                    finish = lambda values, name=name: Call(name, values[:-1], values[-1])  # noqa: E731
+                stack.append((iter(args), sub.append, finish, sub))
+            elif "__shards__" in x:
+                # one nested dict split across files (transformers' Flax shards)
+                stack.append((iter(x["__shards__"]), sub.append,
+                              lambda values: _merge(values) if values and all(type(v) is dict for v in values)
+                              else values, sub))
+            else:
+                keys = list(x)
+                stack.append((iter(list(x.values())), sub.append,
+                              lambda values, keys=keys: dict(zip(keys, values)), sub))
+            break
+        else:  # the frame's items are done: its container goes to the frame below
+            stack.pop()
+            if not stack:
+                return result[0]
+            stack[-1][1](got if finish is None else finish(got))
+
+
+def loads(text):
+    """The library's JSON (an object tree, a typed key-value) as Python
+    objects, however deep."""
+    return _ckpt.json_loads(text)[0]
+
+
+# Levels built by recursion, which is quicker, before frames take over: a
+# Python call takes C stack (before Python 3.11, or through a C function),
+# of which a thread may have 64 KiB.  Trees of state dicts and optimizer
+# states nest a handful of levels.
+RECURSION = 8
+
+
+def _build(x, leaf, depth):
+    """_decode, by recursion for the first RECURSION levels."""
+    if type(x) is list:
+        return [_build(v, leaf, depth + 1) for v in x] if depth < RECURSION else _decode(x, leaf)
+    if type(x) is not dict:
+        return x
+    if "__tensor__" in x:
+        return leaf(x["__tensor__"])
+    if depth >= RECURSION:
+        return _decode(x, leaf)
+    depth += 1
+    if "__dict__" in x:
+        return {(tuple(k) if type(k) is list else k): _build(v, leaf, depth) for k, v in x["__dict__"]}
+    if "__tuple__" in x:
+        return tuple([_build(v, leaf, depth) for v in x["__tuple__"]])
+    if "__set__" in x:
+        return set([_build(v, leaf, depth) for v in x["__set__"]])
+    if "__bytes__" in x:
+        return bytes.fromhex(x["__bytes__"])
+    if "__float__" in x:
+        return float(x["__float__"])
+    if "__call__" in x:
+        args = [_build(v, leaf, depth) for v in x.get("args", [])]
+        if x["__call__"] == "builtins.complex" and len(args) == 2:
+            return complex(*args)
+        return Call(x["__call__"], args, _build(x["state"], leaf, depth) if "state" in x else None)
+    if "__shards__" in x:
+        shards = [_build(v, leaf, depth) for v in x["__shards__"]]
+        if shards and all(type(v) is dict for v in shards):
+            return _merge(shards)  # one nested dict split across files (transformers' Flax shards)
+        return shards
+    return {k: _build(v, leaf, depth) for k, v in x.items()}
 
 
 def decode(structure, leaf):
     """Rebuilds a tree from structure JSON (text or parsed), calling
     leaf(name) for each tensor."""
     if isinstance(structure, str):
-        structure = json.loads(structure)
-
-    def build(x):
-        if isinstance(x, list):
-            return [build(v) for v in x]
-        if not isinstance(x, dict):
-            return x
-        if "__tensor__" in x:
-            return leaf(x["__tensor__"])
-        if "__dict__" in x:
-            return {(tuple(k) if isinstance(k, list) else k): build(v) for k, v in x["__dict__"]}
-        if "__tuple__" in x:
-            return tuple(build(v) for v in x["__tuple__"])
-        if "__set__" in x:
-            return set(build(v) for v in x["__set__"])
-        if "__bytes__" in x:
-            return bytes.fromhex(x["__bytes__"])
-        if "__float__" in x:
-            return float(x["__float__"])
-        if "__call__" in x:
-            if x["__call__"] == "builtins.complex" and len(x.get("args", [])) == 2:
-                return complex(*(build(v) for v in x["args"]))
-            return Call(x["__call__"], [build(v) for v in x.get("args", [])], build(x["state"]) if "state" in x else None)
-        if "__shards__" in x:
-            shards = [build(v) for v in x["__shards__"]]
-            if shards and all(isinstance(v, dict) for v in shards):
-                return _merge(shards)  # one nested dict split across files (transformers' Flax shards)
-            return shards
-        return {k: build(v) for k, v in x.items()}
-
-    return build(structure)
+        structure = loads(structure)
+    return _build(structure, leaf, 0)
 
 
 def _merge(dicts):
-    """Nested dicts split across shards, merged into one."""
+    """Nested dicts split across shards, merged into one: a key's first
+    value wins, and dicts under one key merge (level by level, without
+    recursion)."""
     out = {}
-    for d in dicts:
-        for k, v in d.items():
-            if isinstance(v, dict) and isinstance(out.get(k), dict):
-                out[k] = _merge([out[k], v])
-            else:
-                out.setdefault(k, v)
+    stack = [(out, dicts)]
+    while stack:
+        target, sources = stack.pop()
+        groups = {}  # key -> the dicts under it, when its first value is one
+        for d in sources:
+            for k, v in d.items():
+                if k not in target:
+                    target[k] = v
+                    if isinstance(v, dict):
+                        groups[k] = [v]
+                elif k in groups and isinstance(v, dict):
+                    groups[k].append(v)
+        for k, group in groups.items():
+            if len(group) > 1:
+                target[k] = {}
+                stack.append((target[k], group))
     return out
 
 
@@ -133,12 +281,24 @@ def unflatten(flat, structure=None, *, sep="."):
             raise ValueError(f"{name!r} is both a tensor and a container")
         node[parts[-1]] = value
 
-    def lists(node):
-        if not isinstance(node, dict):
-            return node
-        node = {k: lists(v) for k, v in node.items()}
+    def as_list(node):
         if node and all(k.isdigit() and k == str(int(k)) for k in node) and sorted(int(k) for k in node) == list(range(len(node))):
             return [node[str(i)] for i in range(len(node))]
         return node
 
-    return lists(root)
+    # Levels whose keys are 0…n-1 become lists, deepest first; the dicts
+    # being gone through are on a list of frames (items still to read, the
+    # new dict, its key in the one below).
+    stack = [(iter(root.items()), {}, None)]
+    while True:
+        items, new, key = stack[-1]
+        for k, v in items:
+            if type(v) is dict:
+                stack.append((iter(v.items()), {}, k))
+                break
+            new[k] = v
+        else:
+            stack.pop()
+            if not stack:
+                return as_list(new)
+            stack[-1][1][key] = as_list(new)

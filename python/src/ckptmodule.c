@@ -219,6 +219,7 @@ struct Catalog {
     ckpt_catalog *catalog;
     Py_ssize_t users;  /* views and plans that point into the catalog */
     int closing;       /* close() was called while users remained */
+    PyObject *download_progress; /* callable(done, total) for whole downloads, or NULL */
 };
 
 static void catalog_use(Catalog *c) { c->users++; }
@@ -264,27 +265,66 @@ static int count_in(PyObject *v, const char *name, unsigned long max, uint32_t *
     return 0;
 }
 
+/* download_progress(done, total) from whichever thread reads (an engine
+ * thread during a load): takes the GIL.  Ctrl-C (seen on the main thread,
+ * which is then the caller's: its exception is raised when the library
+ * returns) or a true result stops the downloads; so does an exception of
+ * the callable, reported as unraisable (this thread may not be the
+ * caller's, whose call then fails with CancelledError). */
+static int download_trampoline(uint64_t done, uint64_t total, void *user) {
+    Catalog *self = user;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int stop = 0;
+    if (PyErr_CheckSignals() < 0) stop = 1;
+    else if (self->download_progress) {
+        PyObject *r = PyObject_CallFunction(self->download_progress, "KK", (unsigned long long)done,
+                                            (unsigned long long)total);
+        if (!r) {
+            PyErr_WriteUnraisable(self->download_progress);
+            stop = 1;
+        } else {
+            if (r != Py_None && PyObject_IsTrue(r)) stop = 1;
+            Py_DECREF(r);
+        }
+    }
+    PyGILState_Release(g);
+    return stop;
+}
+
 /* Catalog(path, *, direct=False, cache_dir=None, bearer_token=None,
  * timeout=None, connect_timeout=None, retries=None, max_connections=None,
- * min_speed=None, min_speed_time=None, retry_deadline=None): the options of
- * ckpt_catalog_options (remote files, direct I/O); None keeps a default. */
+ * min_speed=None, min_speed_time=None, retry_deadline=None,
+ * download_progress=None): the options of ckpt_catalog_options (remote
+ * files, direct I/O); None keeps a default. */
 static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"path", "allowed_globals", "direct", "cache_dir", "bearer_token", "timeout",
                              "connect_timeout", "retries", "max_connections", "min_speed", "min_speed_time",
-                             "retry_deadline", NULL};
+                             "retry_deadline", "download_progress", NULL};
     PyObject *path_obj, *globals = NULL, *cache_obj = NULL, *timeout = Py_None, *connect_timeout = Py_None,
                         *retries = Py_None, *min_speed = Py_None, *min_speed_time = Py_None,
-                        *retry_deadline = Py_None;
+                        *retry_deadline = Py_None, *download = Py_None;
     int direct = 0;
     const char *token = NULL;
     unsigned int connections = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$pO&zOOOIOOO", kwlist, PyUnicode_FSConverter, &path_obj,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$pO&zOOOIOOOO", kwlist, PyUnicode_FSConverter, &path_obj,
                                      &globals, &direct, PyUnicode_FSConverter, &cache_obj, &token, &timeout,
                                      &connect_timeout, &retries, &connections, &min_speed, &min_speed_time,
-                                     &retry_deadline))
+                                     &retry_deadline, &download))
         return -1;
+    if (download != Py_None && !PyCallable_Check(download)) {
+        Py_DECREF(path_obj);
+        Py_XDECREF(cache_obj);
+        PyErr_SetString(PyExc_TypeError, "download_progress must be a callable(done, total) or None");
+        return -1;
+    }
+    /* The callable lives as long as the catalog (a download may come with
+     * any read); the trampoline also watches Ctrl-C without one. */
+    Py_XINCREF(download == Py_None ? NULL : download);
+    Py_XSETREF(self->download_progress, download == Py_None ? NULL : download);
     ckpt_catalog_options o;
     ckpt_catalog_options_init(&o);
+    o.download_progress = download_trampoline;
+    o.download_progress_user = self;
     o.direct = direct;
     o.bearer_token = token;
     o.max_connections = connections;
@@ -338,6 +378,7 @@ static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
 
 static void Catalog_dealloc(Catalog *self) {
     ckpt_catalog_close(self->catalog);
+    Py_CLEAR(self->download_progress);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -2149,6 +2190,222 @@ static PyObject *mod_status_names(PyObject *self, PyObject *unused) {
     return d;
 }
 
+/* ---- JSON from the library (object trees, typed key-values) ------------------ */
+
+/*
+ * json_loads(text) -> (value, depth): the JSON the library hands out
+ * (ckpt_catalog_tree_json, GGUF key-values) as Python objects, and how
+ * deep its arrays and objects nest.  CPython's json module recurses on
+ * the C stack for each level of nesting: a tree 500 levels deep (which the
+ * library accepts) overflows a thread with a 64 KiB stack (musl's default
+ * is 128 KiB).  This reader keeps the open containers on the heap.
+ */
+
+typedef struct json_reader {
+    const char *s, *end;
+    char *scratch; /* a string's decoded bytes */
+    size_t scratch_cap;
+} json_reader;
+
+static PyObject *json_error(const json_reader *r, const char *start, const char *why) {
+    PyErr_Format(PyExc_ValueError, "invalid JSON at byte %zd: %s", (Py_ssize_t)(r->s - start), why);
+    return NULL;
+}
+
+static void json_space(json_reader *r) {
+    while (r->s < r->end && (*r->s == ' ' || *r->s == '\n' || *r->s == '\r' || *r->s == '\t')) r->s++;
+}
+
+static int json_hex4(const char *p, unsigned *out) {
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return 0;
+        v = v * 16 + (unsigned)d;
+    }
+    *out = v;
+    return 1;
+}
+
+/* The string at r->s (its opening quote), decoded. */
+static PyObject *json_string(json_reader *r, const char *start) {
+    const char *p = ++r->s;
+    size_t need = 0;
+    while (p < r->end && *p != '"') p += *p == '\\' ? 2 : 1, need++;
+    if (p >= r->end) return json_error(r, start, "unterminated string");
+    if (need * 4 + 1 > r->scratch_cap) {
+        char *grown = PyMem_Realloc(r->scratch, need * 4 + 1);
+        if (!grown) return PyErr_NoMemory();
+        r->scratch = grown, r->scratch_cap = need * 4 + 1;
+    }
+    char *o = r->scratch;
+    while (*r->s != '"') {
+        char c = *r->s++;
+        if (c != '\\') {
+            *o++ = c;
+            continue;
+        }
+        c = *r->s++;
+        const char *simple = strchr("\"\\/bfnrt", c);
+        if (c && simple) {
+            *o++ = "\"\\/\b\f\n\r\t"[simple - "\"\\/bfnrt"];
+            continue;
+        }
+        unsigned cp, lo;
+        if (c != 'u' || r->end - r->s < 4 || !json_hex4(r->s, &cp)) return json_error(r, start, "invalid escape");
+        r->s += 4;
+        if (cp >= 0xD800 && cp < 0xDC00 && r->end - r->s >= 6 && r->s[0] == '\\' && r->s[1] == 'u' &&
+            json_hex4(r->s + 2, &lo) && lo >= 0xDC00 && lo < 0xE000) {
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            r->s += 6;
+        }
+        if (cp < 0x80) *o++ = (char)cp;
+        else if (cp < 0x800) *o++ = (char)(0xC0 | cp >> 6), *o++ = (char)(0x80 | (cp & 0x3F));
+        else if (cp < 0x10000)
+            *o++ = (char)(0xE0 | cp >> 12), *o++ = (char)(0x80 | (cp >> 6 & 0x3F)), *o++ = (char)(0x80 | (cp & 0x3F));
+        else
+            *o++ = (char)(0xF0 | cp >> 18), *o++ = (char)(0x80 | (cp >> 12 & 0x3F)),
+            *o++ = (char)(0x80 | (cp >> 6 & 0x3F)), *o++ = (char)(0x80 | (cp & 0x3F));
+    }
+    r->s++;
+    /* surrogatepass: a lone surrogate escape comes back as it was written */
+    return PyUnicode_DecodeUTF8(r->scratch, o - r->scratch, "surrogatepass");
+}
+
+/* A number, true, false or null at r->s. */
+static PyObject *json_literal(json_reader *r, const char *start) {
+    static const struct { const char *text; size_t len; } words[] = {{"true", 4}, {"false", 5}, {"null", 4}};
+    for (int i = 0; i < 3; i++)
+        if ((size_t)(r->end - r->s) >= words[i].len && !memcmp(r->s, words[i].text, words[i].len)) {
+            r->s += words[i].len;
+            return Py_NewRef(i == 0 ? Py_True : i == 1 ? Py_False : Py_None);
+        }
+    const char *p = r->s;
+    int real = 0;
+    while (p < r->end && *p && strchr("+-.0123456789eE", *p)) real |= *p == '.' || *p == 'e' || *p == 'E', p++;
+    if (p == r->s || p - r->s > 400) return json_error(r, start, "unexpected character");
+    char text[401], *stop = NULL;
+    memcpy(text, r->s, (size_t)(p - r->s));
+    text[p - r->s] = '\0';
+    PyObject *v;
+    if (real) {
+        double d = PyOS_string_to_double(text, &stop, NULL);
+        v = PyErr_Occurred() ? NULL : PyFloat_FromDouble(d);
+    } else {
+        v = PyLong_FromString(text, &stop, 10);
+    }
+    if (v && *stop) Py_CLEAR(v);
+    if (!v) {
+        PyErr_Clear();
+        return json_error(r, start, "invalid number");
+    }
+    r->s = p;
+    return v;
+}
+
+/* The containers being read, innermost last: the list, or the dict and
+ * the key of its next value. */
+typedef struct json_open {
+    PyObject *container, *key;
+} json_open;
+
+typedef struct json_stack {
+    json_open *open;
+    Py_ssize_t depth, cap, deepest;
+    PyObject *doc;
+    PyObject *keys; /* each object key once ("__dict__", "__tensor__" …), as the json module keeps them */
+} json_stack;
+
+/* Puts a value where it belongs (stealing it): into the innermost open
+ * container, or as the document. */
+static int json_place(json_stack *k, PyObject *v) {
+    if (!v) return -1;
+    if (!k->depth) return k->doc = v, 0;
+    json_open *o = &k->open[k->depth - 1];
+    int rc = o->key ? PyDict_SetItem(o->container, o->key, v) : PyList_Append(o->container, v);
+    Py_CLEAR(o->key);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* A new list or dict, placed and opened. */
+static int json_push(json_stack *k, int dict) {
+    if (k->depth == k->cap) {
+        Py_ssize_t cap = k->cap ? 2 * k->cap : 64;
+        json_open *grown = PyMem_Realloc(k->open, (size_t)cap * sizeof *grown);
+        if (!grown) return PyErr_NoMemory(), -1;
+        k->open = grown, k->cap = cap;
+    }
+    PyObject *c = dict ? PyDict_New() : PyList_New(0);
+    if (!c || json_place(k, Py_NewRef(c)) < 0) {
+        Py_XDECREF(c);
+        return -1;
+    }
+    k->open[k->depth++] = (json_open){c, NULL};
+    if (k->depth > k->deepest) k->deepest = k->depth;
+    return 0;
+}
+
+/* After a value or an opening bracket: closing brackets, then ',' (or,
+ * first in a container, nothing) and an object's next key and ':'.
+ * *done: the document is complete. */
+static int json_between(json_reader *r, const char *start, json_stack *k, int *done) {
+    for (;;) {
+        json_space(r);
+        if (!k->depth) return *done = 1, 0;
+        json_open *o = &k->open[k->depth - 1];
+        int dict = PyDict_Check(o->container);
+        Py_ssize_t size = dict ? PyDict_GET_SIZE(o->container) : PyList_GET_SIZE(o->container);
+        if (r->s < r->end && *r->s == (dict ? '}' : ']')) {
+            r->s++;
+            Py_DECREF(o->container);
+            k->depth--;
+            continue;
+        }
+        if (size && (r->s >= r->end || *r->s != ','))
+            return json_error(r, start, "expected ',' or a closing bracket"), -1;
+        if (size) r->s++, json_space(r);
+        if (!dict) return 0;
+        if (r->s >= r->end || *r->s != '"') return json_error(r, start, "expected a key"), -1;
+        PyObject *key = json_string(r, start), *same = key ? PyDict_SetDefault(k->keys, key, key) : NULL;
+        Py_XDECREF(key);
+        if (!same) return -1;
+        o->key = Py_NewRef(same);
+        json_space(r);
+        if (r->s >= r->end || *r->s++ != ':') return json_error(r, start, "expected ':'"), -1;
+        return 0;
+    }
+}
+
+static PyObject *mod_json_loads(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_ssize_t len;
+    const char *start = PyUnicode_Check(arg) ? PyUnicode_AsUTF8AndSize(arg, &len) : NULL;
+    if (!start) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "json_loads needs a str");
+    json_reader r = {start, start + len, NULL, 0};
+    json_stack k = {NULL, 0, 0, 0, NULL, PyDict_New()};
+    int rc = k.keys ? 0 : -1, done = 0;
+    while (!rc && !done) {
+        json_space(&r);
+        if (r.s >= r.end) rc = (json_error(&r, start, "unexpected end"), -1);
+        else if (*r.s == '{' || *r.s == '[') rc = json_push(&k, *r.s++ == '{');
+        else rc = json_place(&k, *r.s == '"' ? json_string(&r, start) : json_literal(&r, start));
+        if (!rc) rc = json_between(&r, start, &k, &done);
+    }
+    if (!rc && r.s != r.end) rc = (json_error(&r, start, "trailing characters"), -1);
+    for (Py_ssize_t i = 0; i < k.depth; i++) Py_DECREF(k.open[i].container), Py_XDECREF(k.open[i].key);
+    PyMem_Free(k.open);
+    PyMem_Free(r.scratch);
+    Py_XDECREF(k.keys);
+    if (rc) {
+        Py_CLEAR(k.doc);
+        return NULL;
+    }
+    PyObject *out = Py_BuildValue("(Nn)", k.doc, k.deepest);
+    return out;
+}
+
 static PyObject *mod_commit_recover(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
     static char *kwlist[] = {"dir", "check", NULL};
@@ -2178,6 +2435,8 @@ static PyMethodDef module_methods[] = {
     {"can_cast", mod_can_cast, METH_VARARGS, "can_cast(from, to) -> bool"},
     {"cast", mod_cast, METH_VARARGS, "cast(from, src, to, dst, count)"},
     {"status_names", mod_status_names, METH_NOARGS, "status_names() -> {name: code}"},
+    {"json_loads", mod_json_loads, METH_O,
+     "json_loads(text) -> (value, depth): the library's JSON (object trees) without recursion on the C stack"},
     {"redact_name", mod_redact_name, METH_O, "redact_name(name) -> the name as it may be shown (ckpt_redact_name)"},
     {"commit_recover", (PyCFunction)(void (*)(void))mod_commit_recover, METH_VARARGS | METH_KEYWORDS,
      "commit_recover(dir, check=False) -> bool: ckpt_commit_recover (True: a journal was there)"},

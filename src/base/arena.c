@@ -39,7 +39,25 @@ char *ckpt__arena_strndup(ckpt__arena *arena, const char *s, size_t len) {
     return p;
 }
 
+struct ckpt__arena_adopted {
+    ckpt__arena_adopted *next;
+    void *block;
+};
+
+bool ckpt__arena_adopt(ckpt__arena *arena, void *block) {
+    ckpt__arena_adopted *a = ckpt__arena_alloc(arena, sizeof *a);
+    if (!a) {
+        free(block);
+        return false;
+    }
+    *a = (ckpt__arena_adopted){arena->adopted, block};
+    arena->adopted = a;
+    return true;
+}
+
 void ckpt__arena_free(ckpt__arena *arena) {
+    for (ckpt__arena_adopted *a = arena->adopted; a; a = a->next) free(a->block);
+    arena->adopted = NULL;
     ckpt__arena_block *b = arena->head;
     while (b) {
         ckpt__arena_block *next = b->next;

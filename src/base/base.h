@@ -115,23 +115,95 @@ CKPT__HIDDEN void ckpt__buf_u64(ckpt__buf *b, uint64_t v);
 /* ---- arena: many small allocations freed together ---------------------- */
 
 typedef struct ckpt__arena_block ckpt__arena_block;
+typedef struct ckpt__budget ckpt__budget;
+typedef struct ckpt__arena_adopted ckpt__arena_adopted;
 typedef struct ckpt__arena {
     ckpt__arena_block *head;
     size_t used; /* bytes used in head */
     size_t cap;  /* capacity of head   */
+    ckpt__arena_adopted *adopted; /* malloc'ed blocks freed with the arena */
+    /* The metadata budget (below) that parsers filling this arena charge:
+     * a catalog's, or NULL. */
+    ckpt__budget *budget;
 } ckpt__arena;
 
 /* Returns 8-byte aligned memory, or NULL when out of memory. */
 CKPT__HIDDEN void *ckpt__arena_alloc(ckpt__arena *arena, size_t size);
 /* Copies `len` bytes and a terminating NUL. */
 CKPT__HIDDEN char *ckpt__arena_strndup(ckpt__arena *arena, const char *s, size_t len);
+/* Takes a malloc'ed block over, freed with the arena (text built in a
+ * ckpt__buf stays where it is, not copied).  False when out of memory: the
+ * block is then freed. */
+CKPT__HIDDEN bool ckpt__arena_adopt(ckpt__arena *arena, void *block);
 CKPT__HIDDEN void ckpt__arena_free(ckpt__arena *arena);
 
-/* ---- ordered string pairs (metadata maps; a handful of entries) --------- */
+/* ---- explicit stacks ------------------------------------------------------ */
 
+/*
+ * A growable stack of fixed-size frames on the heap.  Walks of trees whose
+ * shape the input decides (parsers, object trees) keep their frames here
+ * rather than on the C stack, whose depth a caller's thread may limit to
+ * 64 KiB: no recursion on input depth.  Initialise with CKPT__STACK(type).
+ */
+typedef struct ckpt__stack {
+    unsigned char *data;
+    size_t len, cap, size; /* frames in use, frames allocated, bytes per frame */
+} ckpt__stack;
+
+#define CKPT__STACK(type) ((ckpt__stack){.size = sizeof(type)})
+
+/* A new zeroed top frame, or NULL when out of memory.  Frames may move:
+ * a pointer to a frame holds only until the next push. */
+CKPT__HIDDEN void *ckpt__stack_push(ckpt__stack *stack);
+static inline void *ckpt__stack_top(const ckpt__stack *stack) {
+    return stack->len ? stack->data + (stack->len - 1) * stack->size : NULL;
+}
+static inline void ckpt__stack_pop(ckpt__stack *stack) { stack->len--; }
+CKPT__HIDDEN void ckpt__stack_free(ckpt__stack *stack);
+
+/* ---- the metadata budget ---------------------------------------------------- */
+
+/*
+ * What the metadata of an input may cost in memory: CKPT__BUDGET_FACTOR
+ * times the bytes of the input plus CKPT__BUDGET_BASE.  Parsers charge what
+ * they allocate for what they read (values, nodes, strings, the object
+ * tree's text) and release what they free; a charge beyond the bound is
+ * refused with CKPT_E_LIMIT naming the file and the byte where it was
+ * crossed.  A catalog holds one (ckpt__cat_budget) that every source it
+ * opens adds to; a NULL budget bounds nothing.
+ */
+#define CKPT__BUDGET_FACTOR 8
+#define CKPT__BUDGET_BASE (64ULL << 20)
+
+struct ckpt__budget {
+    uint64_t input; /* bytes of input: the bound is FACTOR × input + BASE */
+    uint64_t used;  /* bytes charged and not released */
+};
+
+CKPT__HIDDEN void ckpt__budget_add_input(ckpt__budget *budget, uint64_t bytes);
+/* Charges `bytes` allocated for what `path` holds at byte `offset`. */
+CKPT__HIDDEN ckpt_status ckpt__budget_charge(ckpt__budget *budget, uint64_t bytes, ckpt_error *err, const char *path,
+                                             int64_t offset);
+CKPT__HIDDEN void ckpt__budget_release(ckpt__budget *budget, uint64_t bytes);
+
+/*
+ * Charges a buffer's growth since the last call (*charged: the capacity
+ * charged so far, 0 at first), so that text built from the input (an
+ * object tree, a value's JSON) counts at the capacity it holds.
+ */
+CKPT__HIDDEN ckpt_status ckpt__budget_charge_buf(ckpt__budget *budget, const ckpt__buf *buf, size_t *charged,
+                                                 ckpt_error *err, const char *path, int64_t offset);
+
+/* ---- ordered string pairs (metadata maps) -------------------------------- */
+
+typedef struct ckpt__name_table ckpt__name_table;
 typedef struct ckpt__pairs {
     size_t count, cap;
     const char **keys, **values; /* the strings are the caller's */
+    /* Beyond a handful of pairs, a hash of the keys (a file may declare a
+     * million: looking each up among the others took hours). */
+    struct ckpt__name_table *index;
+    size_t index_cap;
 } ckpt__pairs;
 
 /* Appends a pair; false when out of memory. */
@@ -142,13 +214,13 @@ CKPT__HIDDEN void ckpt__pairs_free(ckpt__pairs *pairs);
 
 /* ---- string → index hash table (open addressing) ----------------------- */
 
-typedef struct ckpt__name_table {
+struct ckpt__name_table {
     /* (32 bits of the name's hash) << 32 | (index + 1); 0 = empty.  The
      * hash is compared before the names, so a probe past another name
      * costs no visit to the caller's array. */
     uint64_t *slots;
     size_t mask;
-} ckpt__name_table;
+};
 
 /* Hash of a NUL-terminated string (FNV-1a 64). */
 CKPT__HIDDEN uint64_t ckpt__hash_str(const char *s);

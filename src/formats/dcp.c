@@ -148,6 +148,12 @@ static ckpt_status fail(reader *r, ckpt_status st, const char *tensor, const ckp
 
 static ckpt_status oom(reader *r) { return ckpt__oom(r->err, r->path, NULL); }
 
+/* Charges what is made for value v (shared values are read once per
+ * reference) to the metadata budget. */
+static ckpt_status charge(reader *r, uint64_t bytes, const ckpt__pk_value *v) {
+    return ckpt__budget_charge(r->arena->budget, bytes, r->err, r->path, v ? (int64_t)v->offset : -1);
+}
+
 /* ---- pass 1: every value made the way torch makes it --------------------------- */
 
 static bool is_dataclass(const ckpt__pk_value *g) {
@@ -161,17 +167,9 @@ static bool scalars_of(const ckpt__pk_value *args, uint8_t kind) {
     return true;
 }
 
-static ckpt_status check_value(reader *r, const ckpt__pk_value *v, int depth);
-
-static ckpt_status check_items(reader *r, const ckpt__pk_value *v, int depth) {
-    for (size_t i = 0; i < v->u.seq.count; i++) {
-        ckpt_status st = check_value(r, v->u.seq.items[i], depth + 1);
-        if (st) return st;
-    }
-    return CKPT_OK;
-}
-
-static ckpt_status check_call(reader *r, const ckpt__pk_value *v, int depth) {
+/* A call as torch makes it; *items: a dataclass's state, whose items are
+ * checked next. */
+static ckpt_status check_call(reader *r, const ckpt__pk_value *v, const ckpt__pk_value **items) {
     const ckpt__pk_value *g = v->u.call.callable, *args = v->u.call.args;
     const char *mod = g->u.global.module, *name = g->u.global.name;
     size_t n = args->u.seq.count;
@@ -198,7 +196,8 @@ static ckpt_status check_call(reader *r, const ckpt__pk_value *v, int depth) {
             return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, s, "state of %s.%s is not a plain %s", mod, name,
                         props ? "tuple or dict" : "dict");
         }
-        return check_items(r, s, depth);
+        *items = s;
+        return CKPT_OK;
     }
     if (v->state)
         return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, v->state, "BUILD on the result of %s.%s", mod, name);
@@ -224,7 +223,10 @@ static ckpt_status check_call(reader *r, const ckpt__pk_value *v, int depth) {
     return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, v, "%s.%s is called in a way torch never writes", mod, name);
 }
 
-static ckpt_status check_value(reader *r, const ckpt__pk_value *v, int depth) {
+/* One value at `depth`; *items: the container whose items are checked
+ * next (one level deeper), or NULL. */
+static ckpt_status check_value(reader *r, const ckpt__pk_value *v, int depth, const ckpt__pk_value **items) {
+    *items = NULL;
     if (depth > MAX_DEPTH)
         return fail(r, CKPT_E_LIMIT, NULL, v, ".metadata is nested deeper than %d (or cyclic)", MAX_DEPTH);
     if (++r->visits > r->budget)
@@ -239,19 +241,52 @@ static ckpt_status check_value(reader *r, const ckpt__pk_value *v, int depth) {
     case CKPT__PK_BYTES: return CKPT_OK;
     case CKPT__PK_TUPLE:
     case CKPT__PK_LIST:
-    case CKPT__PK_SET: return check_items(r, v, depth);
+    case CKPT__PK_SET: *items = v; return CKPT_OK;
     case CKPT__PK_DICT:
         if (v->state) return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, v->state, "BUILD on a dict");
-        return check_items(r, v, depth);
+        *items = v;
+        return CKPT_OK;
     case CKPT__PK_GLOBAL:
         /* Only dtypes appear as values (TensorProperties.dtype). */
         if (!strcmp(v->u.global.module, "torch") && find_dtype(v->u.global.name)) return CKPT_OK;
         return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, v, "%s.%s appears as a value", v->u.global.module,
                     v->u.global.name);
-    case CKPT__PK_CALL: return check_call(r, v, depth);
+    case CKPT__PK_CALL: return check_call(r, v, items);
     case CKPT__PK_PERSID: return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, v, "a persistent id in .metadata");
     default: return fail(r, CKPT_E_PICKLE_INVALID, NULL, v, "unexpected value");
     }
+}
+
+/* Containers whose items are being checked, on a heap stack. */
+typedef struct pending_items {
+    const ckpt__pk_value *seq;
+    size_t next;
+    int depth; /* of the items */
+} pending_items;
+
+/* Every value of .metadata, depth first, each as torch makes it. */
+static ckpt_status check_tree(reader *r, const ckpt__pk_value *root) {
+    ckpt__stack pending = CKPT__STACK(pending_items);
+    const ckpt__pk_value *items;
+    int depth = 0;
+    ckpt_status st = check_value(r, root, depth, &items);
+    for (;;) {
+        pending_items *p;
+        if (st == CKPT_OK && items) {
+            if (!(p = ckpt__stack_push(&pending))) st = oom(r);
+            else *p = (pending_items){items, 0, depth + 1};
+        }
+        if (st || !(p = ckpt__stack_top(&pending))) break;
+        if (p->next == p->seq->u.seq.count) {
+            ckpt__stack_pop(&pending);
+            items = NULL;
+            continue;
+        }
+        depth = p->depth;
+        st = check_value(r, p->seq->u.seq.items[p->next++], depth, &items);
+    }
+    ckpt__stack_free(&pending);
+    return st;
 }
 
 /* ---- pass 2: the schema ----------------------------------------------------------- */
@@ -276,10 +311,11 @@ static ckpt_status dims(reader *r, const ckpt__pk_value *v, const char *what, co
     if (!v || (v->kind != CKPT__PK_TUPLE && v->kind != CKPT__PK_LIST))
         return fail(r, CKPT_E_DCP_METADATA, tensor, v, "%s is not a torch.Size", what);
     if (v->u.seq.count > CKPT_MAX_DIMS)
-        return fail(r, CKPT_E_DCP_METADATA, tensor, v, "%s has %zu axes, more than %d", what, v->u.seq.count,
+        return fail(r, CKPT_E_DCP_METADATA, tensor, v, "%s has %zu axes, more than %d", what, (size_t)v->u.seq.count,
                     CKPT_MAX_DIMS);
-    uint64_t *d = ckpt__arena_alloc(r->arena, (v->u.seq.count ? v->u.seq.count : 1) * sizeof *d);
-    if (!d) return oom(r);
+    ckpt_status st = charge(r, (v->u.seq.count ? v->u.seq.count : 1) * sizeof(uint64_t), v);
+    uint64_t *d = st ? NULL : ckpt__arena_alloc(r->arena, (v->u.seq.count ? v->u.seq.count : 1) * sizeof *d);
+    if (!d) return st ? st : oom(r);
     for (size_t i = 0; i < v->u.seq.count; i++) {
         const ckpt__pk_value *x = v->u.seq.items[i];
         if (x->kind != CKPT__PK_INT || x->u.i < 0)
@@ -329,6 +365,8 @@ static ckpt_status read_storage_data(reader *r, const ckpt__pk_value *sd) {
     if (!sd || sd->kind != CKPT__PK_DICT)
         return fail(r, CKPT_E_DCP_METADATA, NULL, sd, "storage_data is not a dict of MetadataIndex → _StorageInfo");
     size_t n = sd->u.seq.count / 2;
+    ckpt_status charged = charge(r, n * (sizeof *r->items + sizeof(uint64_t)), sd);
+    if (charged) return charged;
     r->items = ckpt__calloc(n ? n : 1, sizeof *r->items);
     if (!r->items || !ckpt__name_table_init(&r->item_keys, n ? n : 1)) return oom(r);
     for (size_t i = 0; i < n; i++) {
@@ -574,6 +612,8 @@ static ckpt_status read_tensor_meta(reader *r, tensor_meta *t, const ckpt__pk_va
     if (!chunks->u.seq.count)
         return fail(r, CKPT_E_DCP_CHUNK_HOLE, t->fqn, chunks, "the tensor has no chunks");
     t->chunk_count = chunks->u.seq.count;
+    if ((st = charge(r, t->chunk_count * (sizeof *t->chunks + sizeof *t->chunk_items + sizeof(ckpt__piece)), chunks)))
+        return st;
     t->chunks = ckpt__calloc(t->chunk_count, sizeof *t->chunks);
     t->chunk_items = ckpt__calloc(t->chunk_count, sizeof *t->chunk_items);
     if (!t->chunks || !t->chunk_items) return oom(r);
@@ -824,51 +864,85 @@ static const tnode **children(const tnode *n) {
     return kids;
 }
 
-/* The entries in the order of the nested state dict they rebuild (the
- * order dcp_to_torch_save gives: torch's unflatten_state_dict). */
-static ckpt_status leaf_order(reader *r, const tnode *n, size_t *order, size_t *k) {
-    if (n->kind == T_LEAF) {
-        order[(*k)++] = n->entry;
-        return CKPT_OK;
-    }
+/* A node of the trie being gone through: its children and the next. */
+typedef struct open_tnode {
+    const tnode *n;
+    const tnode **kids; /* malloc'ed */
+    size_t next;
+    uint64_t index; /* a list's: the next index to write */
+} open_tnode;
+
+/* Pushes n's frame (its children in order). */
+static ckpt_status open_trie_node(reader *r, ckpt__stack *open, const tnode *n) {
     const tnode **kids = children(n);
-    if (!kids) return oom(r);
-    ckpt_status st = CKPT_OK;
-    for (size_t i = 0; i < n->children && st == CKPT_OK; i++) st = leaf_order(r, kids[i], order, k);
-    free(kids);
+    open_tnode *o = kids ? ckpt__stack_push(open) : NULL;
+    if (!o) {
+        free(kids);
+        return oom(r);
+    }
+    *o = (open_tnode){n, kids, 0, 0};
+    return CKPT_OK;
+}
+
+static void close_trie(ckpt__stack *open) {
+    for (size_t i = 0; i < open->len; i++) free(((open_tnode *)(void *)open->data)[i].kids);
+    ckpt__stack_free(open);
+}
+
+/* The entries in the order of the nested state dict they rebuild (the
+ * order dcp_to_torch_save gives: torch's unflatten_state_dict): the trie's
+ * leaves depth first, the nodes being gone through on a heap stack. */
+static ckpt_status leaf_order(reader *r, size_t *order, size_t *k) {
+    ckpt__stack open = CKPT__STACK(open_tnode);
+    ckpt_status st = open_trie_node(r, &open, &r->root);
+    while (st == CKPT_OK && open.len) {
+        open_tnode *o = ckpt__stack_top(&open);
+        if (o->next == o->n->children) {
+            free(o->kids);
+            ckpt__stack_pop(&open);
+            continue;
+        }
+        const tnode *c = o->kids[o->next++];
+        if (c->kind == T_LEAF) order[(*k)++] = c->entry;
+        else st = open_trie_node(r, &open, c);
+    }
+    close_trie(&open);
     return st;
 }
 
-static ckpt_status render(reader *r, ckpt__buf *b, const tnode *n) {
-    if (n->kind == T_LEAF) {
-        ckpt__buf_puts(b, r->leaves_json[n->entry]);
-        return CKPT_OK;
-    }
-    if (n->kind != T_DICT && n->kind != T_LIST) {
-        ckpt__buf_puts(b, "null");
-        return CKPT_OK;
-    }
-    const tnode **kids = children(n);
-    if (!kids) return oom(r);
-    ckpt_status st = CKPT_OK;
-    ckpt__buf_puts(b, n->kind == T_DICT ? "{\"__dict__\": [" : "[");
-    uint64_t next = 0;
-    for (size_t i = 0; i < n->children && st == CKPT_OK; i++) {
-        if (n->kind == T_DICT) {
-            ckpt__buf_puts(b, i ? ", [" : "[");
-            ckpt__buf_json_string(b, kids[i]->key);
-            ckpt__buf_puts(b, ", ");
-            st = render(r, b, kids[i]);
-            ckpt__buf_puts(b, "]");
+/* The trie as an object tree: dicts as {"__dict__": [[key, value], …]},
+ * lists with null where no entry is, leaves as their JSON. */
+static ckpt_status render(reader *r, ckpt__buf *b) {
+    ckpt__stack open = CKPT__STACK(open_tnode);
+    ckpt__buf_puts(b, "{\"__dict__\": [");
+    ckpt_status st = open_trie_node(r, &open, &r->root);
+    while (st == CKPT_OK && open.len) {
+        open_tnode *o = ckpt__stack_top(&open);
+        bool dict = o->n->kind == T_DICT;
+        if (o->next && dict) ckpt__buf_puts(b, "]"); /* the entry before */
+        if (o->next == o->n->children) {
+            ckpt__buf_puts(b, dict ? "]}" : "]");
+            free(o->kids);
+            ckpt__stack_pop(&open);
             continue;
         }
-        for (; next < kids[i]->index; next++) ckpt__buf_puts(b, next ? ", null" : "null");
-        if (next) ckpt__buf_puts(b, ", ");
-        st = render(r, b, kids[i]);
-        next++;
+        const tnode *c = o->kids[o->next++];
+        if (dict) {
+            ckpt__buf_puts(b, o->next > 1 ? ", [" : "[");
+            ckpt__buf_json_string(b, c->key);
+            ckpt__buf_puts(b, ", ");
+        } else {
+            for (; o->index < c->index; o->index++) ckpt__buf_puts(b, o->index ? ", null" : "null");
+            if (o->index++) ckpt__buf_puts(b, ", ");
+        }
+        if (c->kind == T_LEAF) ckpt__buf_puts(b, r->leaves_json[c->entry]);
+        else if (c->kind != T_DICT && c->kind != T_LIST) ckpt__buf_puts(b, "null");
+        else {
+            ckpt__buf_puts(b, c->kind == T_DICT ? "{\"__dict__\": [" : "[");
+            st = open_trie_node(r, &open, c);
+        }
     }
-    ckpt__buf_puts(b, n->kind == T_DICT ? "]}" : "]");
-    free(kids);
+    close_trie(&open);
     return st;
 }
 
@@ -972,8 +1046,11 @@ static ckpt_status add_tree(reader *r, entry *e, size_t n) {
         if (!r->leaves_json[i]) st = oom(r);
     }
     ckpt__buf b = {0};
-    if (st == CKPT_OK) st = render(r, &b, &r->root);
-    if (st == CKPT_OK) st = b.failed ? oom(r) : ckpt__cat_add_tree(r->c, b.data, r->err);
+    size_t rendered = 0;
+    if (st == CKPT_OK) st = render(r, &b);
+    if (st == CKPT_OK) st = ckpt__budget_charge_buf(r->arena->budget, &b, &rendered, r->err, r->path, -1);
+    if (st == CKPT_OK && b.failed) st = oom(r);
+    if (st == CKPT_OK) return ckpt__cat_adopt_tree(r->c, b.data, r->err);
     free(b.data);
     return st;
 }
@@ -982,6 +1059,8 @@ static ckpt_status read_entries(reader *r, const ckpt__pk_value *sdm, entry **ou
     if (!sdm || sdm->kind != CKPT__PK_DICT)
         return fail(r, CKPT_E_DCP_METADATA, NULL, sdm, "state_dict_metadata is not a dict");
     size_t n = sdm->u.seq.count / 2;
+    ckpt_status charged = charge(r, n * (sizeof(entry) + 2 * sizeof(char *) + sizeof(tnode) + ckpt__cat_tensor_cost(0)), sdm);
+    if (charged) return charged;
     entry *e = ckpt__calloc(n ? n : 1, sizeof *e);
     const char **names = ckpt__calloc(n ? n : 1, sizeof *names);
     ckpt__name_table seen = {0};
@@ -1030,6 +1109,14 @@ static ckpt_status dcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
     r.path = ckpt__arena_strndup(r.arena, src->name, strlen(src->name));
     r.dir = ckpt__path_dirname(src->name);
     ckpt_status st = r.path && r.dir ? ckpt__cat_set_index_path(c, src->name, err) : ckpt__oom(err, src->name, NULL);
+    /* The checkpoint is the directory: its data files count as input to
+     * the budget before the pickle of .metadata (a value takes 40 bytes;
+     * torch's .metadata spends 4 or 5 bytes a value) is read.  A remote
+     * directory cannot be listed: there only .metadata counts. */
+    if (st == CKPT_OK && ckpt__cat_root(c)) ckpt__budget_add_input(r.arena->budget, ckpt__beneath_file_bytes(ckpt__cat_root(c)));
+    /* .metadata is read whole: it counts against the metadata budget */
+    uint64_t buf_bytes = len <= MAX_METADATA_BYTES ? len : 0;
+    if (st == CKPT_OK) st = ckpt__budget_charge(r.arena->budget, buf_bytes, err, src->name, 0);
     if (st == CKPT_OK) st = ckpt__source_slurp(src, MAX_METADATA_BYTES, CKPT_E_LIMIT, &buf, err);
     ckpt__source_close(src);
     ckpt__pk_value *root = NULL;
@@ -1039,7 +1126,7 @@ static ckpt_status dcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
         st = ckpt__pk_load((const unsigned char *)buf, (size_t)len, &pk, dcp_allowed, NULL, r.arena, &root, &used, err);
     }
     r.budget = 4 * len + 1024;
-    if (st == CKPT_OK) st = check_value(&r, root, 0);
+    if (st == CKPT_OK) st = check_tree(&r, root);
     if (st == CKPT_OK && !is_obj(root, META, "Metadata"))
         st = fail(&r, CKPT_E_DCP_METADATA, NULL, root, "the pickle is not a torch.distributed.checkpoint Metadata");
     const ckpt__pk_value *state = st == CKPT_OK ? root->state : NULL;
@@ -1064,7 +1151,7 @@ static ckpt_status dcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
     size_t *order = st == CKPT_OK ? ckpt__malloc((n ? n : 1) * sizeof *order) : NULL, placed = 0;
     if (st == CKPT_OK && !order) st = oom(&r);
     if (st == CKPT_OK) st = build_trie(&r, e, n, parts);
-    if (st == CKPT_OK) st = leaf_order(&r, &r.root, order, &placed);
+    if (st == CKPT_OK) st = leaf_order(&r, order, &placed);
     for (size_t k = 0; k < placed && st == CKPT_OK; k++) {
         entry *x = &e[order[k]];
         st = x->bytes ? add_bytes(&r, x->fqn, x->object, &x->leaf) : add_tensor(&r, &x->t);
@@ -1086,6 +1173,7 @@ static ckpt_status dcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
     ckpt__name_table_free(&r.item_keys);
     free(r.dir);
     free(buf);
+    ckpt__budget_release(r.arena->budget, buf_bytes);
     return st;
 }
 

@@ -97,9 +97,10 @@ static ckpt_status read_file(hf_reader *r, ckpt__source *src, uint32_t file) {
         memcpy(text, info, len + 1);
         size_t at;
         const char *why;
-        if (ckpt__json_parse(text, len, &doc, &at, &why) != CKPT_OK)
-            st = ckpt__fail(r->err, CKPT_E_DCP_METADATA, path, NULL, 8, "%s is not JSON (%s at its byte %zu)",
-                            SHARDING_KEY, why ? why : "invalid", at);
+        ckpt_status parsed = ckpt__json_parse_in(text, len, r->arena->budget, &doc, &at, &why);
+        if (parsed != CKPT_OK)
+            st = ckpt__fail(r->err, parsed == CKPT_E_LIMIT ? parsed : CKPT_E_DCP_METADATA, path, NULL, 8,
+                            "%s is not JSON (%s at its byte %zu)", SHARDING_KEY, why ? why : "invalid", at);
         else if (doc.nodes[0].kind != CKPT__JSON_OBJECT)
             st = ckpt__fail(r->err, CKPT_E_DCP_METADATA, path, NULL, 8, "%s is not a JSON object", SHARDING_KEY);
     }

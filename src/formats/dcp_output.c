@@ -122,14 +122,15 @@ static bool is_tensor(const ckpt__json_doc *d, uint32_t i) {
 
 /* torch/distributed/checkpoint/_traverse.py: a mapping is never terminal;
  * a list is, unless it holds a tensor or a non-terminal mapping or list;
- * anything else (tuples included) is. */
-static bool is_terminal(const ckpt__json_doc *d, uint32_t i, int depth) {
+ * anything else (tuples included) is.  So a list is not terminal when a
+ * mapping or a tensor lies under it through lists only: its subtree is
+ * scanned in document order, skipping what is under anything else. */
+static bool is_terminal(const ckpt__json_doc *d, uint32_t i) {
     if (is_mapping(d, i)) return false;
-    const ckpt__json_node *n = &d->nodes[i];
-    if (n->kind != CKPT__JSON_ARRAY || depth > 200) return true;
-    for (uint32_t k = 0, c = i + 1; k < n->count; k++, c = d->nodes[c].end) {
-        if ((is_mapping(d, c) || d->nodes[c].kind == CKPT__JSON_ARRAY) && !is_terminal(d, c, depth + 1)) return false;
-        if (is_tensor(d, c)) return false;
+    if (d->nodes[i].kind != CKPT__JSON_ARRAY) return true;
+    for (uint32_t c = i + 1; c < d->nodes[i].end;) {
+        if (is_mapping(d, c) || is_tensor(d, c)) return false;
+        c = d->nodes[c].kind == CKPT__JSON_ARRAY ? c + 1 : d->nodes[c].end;
     }
     return true;
 }
@@ -201,40 +202,69 @@ static ckpt_status visit(walk *k, uint32_t node) {
     return add_order(k, true, s->object_count - 1);
 }
 
-static ckpt_status traverse(walk *k, uint32_t node) {
+/* A dict (its "__dict__" array of pairs) or a list being gone through. */
+typedef struct open_level {
+    uint32_t node, next, done;
+    bool dict;
+    bool in_child; /* a child was entered, under a path part of its own */
+} open_level;
+
+/* Node `node` at the current path: a dict's or a non-terminal list's
+ * children are gone through (a level pushed), anything else visited. */
+static ckpt_status enter_node(walk *k, ckpt__stack *open, uint32_t node) {
     const ckpt__json_doc *d = k->doc;
     if (k->depth >= MAX_PATH_PARTS)
         return ckpt__fail(k->err, CKPT_E_LIMIT, ckpt__out_path(k->o), NULL, -1, "the object tree is nested too deep");
-    ckpt_status st = CKPT_OK;
     uint32_t items = member(d, node, "__dict__");
-    if (items && d->nodes[items].kind == CKPT__JSON_ARRAY) {
-        const ckpt__json_node *a = &d->nodes[items];
-        for (uint32_t i = 0, c = items + 1; i < a->count && st == CKPT_OK; i++, c = d->nodes[c].end) {
-            if (d->nodes[c].kind != CKPT__JSON_ARRAY || d->nodes[c].count != 2)
-                return ckpt__fail(k->err, CKPT_E_INVALID_ARGUMENT, ckpt__out_path(k->o), NULL, -1, "malformed object tree");
-            const ckpt__json_node *key = &d->nodes[c + 1];
-            /* str(key): a string as it is, a number as written, a bool as Python spells it. */
-            const char *text = key->kind == CKPT__JSON_STRING || key->kind == CKPT__JSON_NUMBER ? key->str
-                             : key->kind == CKPT__JSON_TRUE ? "True" : key->kind == CKPT__JSON_FALSE ? "False" : NULL;
-            if (!text)
-                return ckpt__fail(k->err, CKPT_E_DCP_UNSUPPORTED, ckpt__out_path(k->o), NULL, -1,
-                                  "a dict key that DCP cannot name");
-            bool literal = key->kind == CKPT__JSON_TRUE || key->kind == CKPT__JSON_FALSE;
-            char *copy = ckpt__arena_strndup(ckpt__out_arena(k->o), text, literal ? strlen(text) : key->len);
-            if (!copy) return ckpt__oom(k->err, ckpt__out_path(k->o), NULL);
-            k->parts[k->depth++] = (ckpt__dcp_path_part){copy, 0};
-            st = traverse(k, d->nodes[c + 1].end);
-            k->depth--;
-        }
-        return st;
+    bool dict = items && d->nodes[items].kind == CKPT__JSON_ARRAY;
+    if (!dict && is_terminal(d, node)) return visit(k, node);
+    open_level *l = ckpt__stack_push(open);
+    if (!l) return ckpt__oom(k->err, ckpt__out_path(k->o), NULL);
+    uint32_t at = dict ? items : node; /* a list that holds tensors or dicts */
+    *l = (open_level){at, at + 1, 0, dict, false};
+    return CKPT_OK;
+}
+
+/* The next child of level l, under its path part (a dict's key as str()
+ * spells it, a list's index). */
+static ckpt_status next_child(walk *k, ckpt__stack *open, open_level *l) {
+    const ckpt__json_doc *d = k->doc;
+    uint32_t c = l->next;
+    l->next = d->nodes[c].end;
+    l->done++;
+    if (!l->dict) {
+        k->parts[k->depth++] = (ckpt__dcp_path_part){NULL, l->done - 1};
+        l->in_child = true;
+        return enter_node(k, open, c);
     }
-    if (is_terminal(d, node, 0)) return visit(k, node);
-    const ckpt__json_node *a = &d->nodes[node]; /* a list that holds tensors or dicts */
-    for (uint32_t i = 0, c = node + 1; i < a->count && st == CKPT_OK; i++, c = d->nodes[c].end) {
-        k->parts[k->depth++] = (ckpt__dcp_path_part){NULL, i};
-        st = traverse(k, c);
-        k->depth--;
+    if (d->nodes[c].kind != CKPT__JSON_ARRAY || d->nodes[c].count != 2)
+        return ckpt__fail(k->err, CKPT_E_INVALID_ARGUMENT, ckpt__out_path(k->o), NULL, -1, "malformed object tree");
+    const ckpt__json_node *key = &d->nodes[c + 1];
+    /* str(key): a string as it is, a number as written, a bool as Python spells it. */
+    const char *text = key->kind == CKPT__JSON_STRING || key->kind == CKPT__JSON_NUMBER ? key->str
+                     : key->kind == CKPT__JSON_TRUE ? "True" : key->kind == CKPT__JSON_FALSE ? "False" : NULL;
+    if (!text)
+        return ckpt__fail(k->err, CKPT_E_DCP_UNSUPPORTED, ckpt__out_path(k->o), NULL, -1, "a dict key that DCP cannot name");
+    bool literal = key->kind == CKPT__JSON_TRUE || key->kind == CKPT__JSON_FALSE;
+    char *copy = ckpt__arena_strndup(ckpt__out_arena(k->o), text, literal ? strlen(text) : key->len);
+    if (!copy) return ckpt__oom(k->err, ckpt__out_path(k->o), NULL);
+    k->parts[k->depth++] = (ckpt__dcp_path_part){copy, 0};
+    l->in_child = true;
+    return enter_node(k, open, key->end);
+}
+
+/* The tree's dicts and lists depth first, the levels being gone through on
+ * a heap stack (the path in k->parts). */
+static ckpt_status traverse(walk *k) {
+    ckpt__stack open = CKPT__STACK(open_level);
+    ckpt_status st = enter_node(k, &open, 0);
+    while (st == CKPT_OK && open.len) {
+        open_level *l = ckpt__stack_top(&open);
+        if (l->in_child) k->depth--, l->in_child = false;
+        if (l->done == k->doc->nodes[l->node].count) ckpt__stack_pop(&open);
+        else st = next_child(k, &open, l);
     }
+    ckpt__stack_free(&open);
     return st;
 }
 
@@ -262,7 +292,7 @@ static ckpt_status flatten_tree(ckpt__output *o, dcp_state *s, const char *tree,
     }
     if (st == CKPT_OK) {
         walk k = {.o = o, .s = s, .doc = &doc, .names = &table, .tensor_names = names, .err = err};
-        st = traverse(&k, 0);
+        st = traverse(&k);
     }
     ckpt__json_free(&doc);
     ckpt__name_table_free(&table);

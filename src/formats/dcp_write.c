@@ -150,7 +150,6 @@ typedef struct obj_writer {
     ckpt__buf *b;
     const char *fqn;
     ckpt_error *err;
-    int depth;
 } obj_writer;
 
 static ckpt_status refuse(obj_writer *w, const char *what) {
@@ -173,18 +172,6 @@ static bool hex_bytes(const char *hex, size_t n, ckpt__buf *out) {
     return true;
 }
 
-static ckpt_status obj_value(obj_writer *w, uint32_t i);
-
-static ckpt_status obj_items(obj_writer *w, uint32_t array, unsigned char close) {
-    const ckpt__json_node *a = &w->doc->nodes[array];
-    op(w->b, '(');
-    ckpt_status st = CKPT_OK;
-    for (uint32_t k = 0, c = array + 1; k < a->count && st == CKPT_OK; k++, c = w->doc->nodes[c].end)
-        st = obj_value(w, c);
-    op(w->b, close);
-    return st;
-}
-
 /* The member `key` of object node i, or 0. */
 static uint32_t member(const ckpt__json_doc *doc, uint32_t i, const char *key) {
     const ckpt__json_node *o = &doc->nodes[i];
@@ -193,16 +180,34 @@ static uint32_t member(const ckpt__json_doc *doc, uint32_t i, const char *key) {
     return 0;
 }
 
-static ckpt_status obj_value(obj_writer *w, uint32_t i) {
+/* A container being written: the JSON array whose children are written
+ * in turn (a dict's: [key, value] pairs, each written as its key then its
+ * value), and the opcodes that close it. */
+typedef struct open_value {
+    uint32_t node, next, done;
+    bool pairs;
+    const char *close; /* NUL-terminated opcodes */
+} open_value;
+
+static ckpt_status push_open(obj_writer *w, ckpt__stack *open, uint32_t node, bool pairs, const char *close) {
+    open_value *o = ckpt__stack_push(open);
+    if (!o) return ckpt__oom(w->err, NULL, w->fqn);
+    *o = (open_value){node, node + 1, 0, pairs, close};
+    return CKPT_OK;
+}
+
+/* Scalars and the leaves of an object written whole (bytes, special
+ * floats, big integers); anything else refused. */
+static ckpt_status obj_leaf(obj_writer *w, uint32_t i) {
     const ckpt__json_node *n = &w->doc->nodes[i];
     ckpt__buf *b = w->b;
-    if (++w->depth > 200) return refuse(w, "values nested deeper than 200");
     ckpt_status st = CKPT_OK;
+    uint32_t v;
     switch (n->kind) {
-    case CKPT__JSON_NULL: op(b, 'N'); break;
-    case CKPT__JSON_TRUE: op(b, 0x88); break;
-    case CKPT__JSON_FALSE: op(b, 0x89); break;
-    case CKPT__JSON_STRING: pk_str(b, n->str, n->len); break;
+    case CKPT__JSON_NULL: op(b, 'N'); return CKPT_OK;
+    case CKPT__JSON_TRUE: op(b, 0x88); return CKPT_OK;
+    case CKPT__JSON_FALSE: op(b, 0x89); return CKPT_OK;
+    case CKPT__JSON_STRING: pk_str(b, n->str, n->len); return CKPT_OK;
     case CKPT__JSON_NUMBER: {
         char text[64]; /* the raw text is not NUL-terminated */
         if (n->len >= sizeof text) return refuse(w, "a number of more than 63 characters");
@@ -211,9 +216,9 @@ static ckpt_status obj_value(obj_writer *w, uint32_t i) {
         if (!strpbrk(text, ".eE")) {
             char *end;
             errno = 0;
-            long long v = strtoll(text, &end, 10);
+            long long x = strtoll(text, &end, 10);
             if (errno || *end) return refuse(w, "an integer outside 64 bits");
-            pk_int(b, v);
+            pk_int(b, x);
         } else {
             double f = strtod(text, NULL);
             uint64_t bits;
@@ -221,87 +226,120 @@ static ckpt_status obj_value(obj_writer *w, uint32_t i) {
             op(b, 'G');
             for (int k = 7; k >= 0; k--) op(b, (unsigned char)(bits >> (8 * k)));
         }
-        break;
+        return CKPT_OK;
     }
-    case CKPT__JSON_ARRAY:
-        op(b, ']');
-        if (n->count) {
-            op(b, '(');
-            for (uint32_t k = 0, c = i + 1; k < n->count && st == CKPT_OK; k++, c = w->doc->nodes[c].end)
-                st = obj_value(w, c);
-            op(b, 'e');
+    case CKPT__JSON_OBJECT: break;
+    default: return refuse(w, "a value of unknown kind");
+    }
+    if ((v = member(w->doc, i, "__bytes__")) && w->doc->nodes[v].kind == CKPT__JSON_STRING) {
+        /* Protocol 2 pickles bytes as _codecs.encode(latin-1 text, "latin1"). */
+        ckpt__buf raw = {0}, text = {0};
+        if (!hex_bytes(w->doc->nodes[v].str, w->doc->nodes[v].len, &raw)) st = refuse(w, "malformed bytes");
+        for (size_t k = 0; st == CKPT_OK && k < raw.len; k++) {
+            unsigned char c = (unsigned char)raw.data[k];
+            if (c < 0x80) op(&text, c);
+            else op(&text, (unsigned char)(0xC0 | c >> 6)), op(&text, (unsigned char)(0x80 | (c & 0x3F)));
         }
-        break;
-    case CKPT__JSON_OBJECT: {
-        uint32_t v;
-        if ((v = member(w->doc, i, "__tuple__")) && w->doc->nodes[v].kind == CKPT__JSON_ARRAY) {
-            st = obj_items(w, v, 't');
-        } else if ((v = member(w->doc, i, "__set__")) && w->doc->nodes[v].kind == CKPT__JSON_ARRAY) {
-            pk_text_global(b, "builtins", "set");
-            op(b, ']');
-            if (w->doc->nodes[v].count) st = obj_items(w, v, 'e');
-            op(b, 0x85);
+        if (st == CKPT_OK) {
+            pk_text_global(b, "_codecs", "encode");
+            pk_str(b, text.data ? text.data : "", text.len);
+            pk_str(b, "latin1", 6);
+            op(b, 0x86);
             op(b, 'R');
-        } else if ((v = member(w->doc, i, "__dict__")) && w->doc->nodes[v].kind == CKPT__JSON_ARRAY) {
-            op(b, '}');
-            const ckpt__json_node *items = &w->doc->nodes[v];
-            if (items->count) op(b, '(');
-            for (uint32_t k = 0, c = v + 1; k < items->count && st == CKPT_OK; k++, c = w->doc->nodes[c].end) {
-                const ckpt__json_node *pair = &w->doc->nodes[c];
-                if (pair->kind != CKPT__JSON_ARRAY || pair->count != 2) return refuse(w, "a malformed dict");
-                st = obj_value(w, c + 1);
-                if (st == CKPT_OK) st = obj_value(w, w->doc->nodes[c + 1].end);
-            }
-            if (items->count) op(b, 'u');
-        } else if ((v = member(w->doc, i, "__bytes__")) && w->doc->nodes[v].kind == CKPT__JSON_STRING) {
-            /* Protocol 2 pickles bytes as _codecs.encode(latin-1 text, "latin1"). */
-            ckpt__buf raw = {0}, text = {0};
-            if (!hex_bytes(w->doc->nodes[v].str, w->doc->nodes[v].len, &raw)) st = refuse(w, "malformed bytes");
-            for (size_t k = 0; st == CKPT_OK && k < raw.len; k++) {
-                unsigned char c = (unsigned char)raw.data[k];
-                if (c < 0x80) op(&text, c);
-                else op(&text, (unsigned char)(0xC0 | c >> 6)), op(&text, (unsigned char)(0x80 | (c & 0x3F)));
-            }
-            if (st == CKPT_OK) {
-                pk_text_global(b, "_codecs", "encode");
-                pk_str(b, text.data ? text.data : "", text.len);
-                pk_str(b, "latin1", 6);
-                op(b, 0x86);
-                op(b, 'R');
-            }
-            free(raw.data);
-            free(text.data);
-        } else if ((v = member(w->doc, i, "__float__")) && w->doc->nodes[v].kind == CKPT__JSON_STRING) {
-            const char *s = w->doc->nodes[v].str;
-            double f = !strcmp(s, "inf") ? INFINITY : !strcmp(s, "-inf") ? -INFINITY : NAN;
-            uint64_t bits;
-            memcpy(&bits, &f, 8);
-            op(b, 'G');
-            for (int k = 7; k >= 0; k--) op(b, (unsigned char)(bits >> (8 * k)));
-        } else if ((v = member(w->doc, i, "__int_le__")) && w->doc->nodes[v].kind == CKPT__JSON_STRING) {
-            ckpt__buf raw = {0};
-            if (!hex_bytes(w->doc->nodes[v].str, w->doc->nodes[v].len, &raw) || raw.len > 0xFFFFFFFFu) {
-                st = refuse(w, "a malformed integer");
-            } else {
-                op(b, 0x8b); /* LONG4 */
-                le(b, raw.len, 4);
-                put(b, raw.data ? raw.data : "", raw.len);
-            }
-            free(raw.data);
-        } else if (member(w->doc, i, "__tensor__")) {
-            st = refuse(w, "a tensor inside a tuple or other object (DCP keeps tensors only at dict and list entries)");
-        } else if ((v = member(w->doc, i, "__call__")) || (v = member(w->doc, i, "__global__"))) {
-            char what[300];
-            snprintf(what, sizeof what, "an object of %s", w->doc->nodes[v].kind == CKPT__JSON_STRING ? w->doc->nodes[v].str : "a class");
-            st = refuse(w, what);
-        } else {
-            st = refuse(w, "a value of unknown kind");
         }
-        break;
+        free(raw.data);
+        free(text.data);
+    } else if ((v = member(w->doc, i, "__float__")) && w->doc->nodes[v].kind == CKPT__JSON_STRING) {
+        const char *s = w->doc->nodes[v].str;
+        double f = !strcmp(s, "inf") ? INFINITY : !strcmp(s, "-inf") ? -INFINITY : NAN;
+        uint64_t bits;
+        memcpy(&bits, &f, 8);
+        op(b, 'G');
+        for (int k = 7; k >= 0; k--) op(b, (unsigned char)(bits >> (8 * k)));
+    } else if ((v = member(w->doc, i, "__int_le__")) && w->doc->nodes[v].kind == CKPT__JSON_STRING) {
+        ckpt__buf raw = {0};
+        if (!hex_bytes(w->doc->nodes[v].str, w->doc->nodes[v].len, &raw) || raw.len > 0xFFFFFFFFu) {
+            st = refuse(w, "a malformed integer");
+        } else {
+            op(b, 0x8b); /* LONG4 */
+            le(b, raw.len, 4);
+            put(b, raw.data ? raw.data : "", raw.len);
+        }
+        free(raw.data);
+    } else if (member(w->doc, i, "__tensor__")) {
+        st = refuse(w, "a tensor inside a tuple or other object (DCP keeps tensors only at dict and list entries)");
+    } else if ((v = member(w->doc, i, "__call__")) || (v = member(w->doc, i, "__global__"))) {
+        char what[300];
+        snprintf(what, sizeof what, "an object of %s", w->doc->nodes[v].kind == CKPT__JSON_STRING ? w->doc->nodes[v].str : "a class");
+        st = refuse(w, what);
+    } else {
+        st = refuse(w, "a value of unknown kind");
     }
-    default: st = refuse(w, "a value of unknown kind");
+    return st;
+}
+
+/* Node i: a container's opening opcodes (its children follow, see
+ * obj_value), anything else whole. */
+static ckpt_status obj_open(obj_writer *w, ckpt__stack *open, uint32_t i) {
+    const ckpt__json_doc *d = w->doc;
+    const ckpt__json_node *n = &d->nodes[i];
+    ckpt__buf *b = w->b;
+    if (open->len >= 200) return refuse(w, "values nested deeper than 200");
+    uint32_t v = 0;
+    if (n->kind == CKPT__JSON_ARRAY) {
+        op(b, ']');
+        if (n->count) op(b, '(');
+        return push_open(w, open, i, false, n->count ? "e" : "");
     }
-    w->depth--;
+    if (n->kind != CKPT__JSON_OBJECT) return obj_leaf(w, i);
+    if ((v = member(d, i, "__tuple__")) && d->nodes[v].kind == CKPT__JSON_ARRAY) {
+        op(b, '(');
+        return push_open(w, open, v, false, "t");
+    }
+    if ((v = member(d, i, "__set__")) && d->nodes[v].kind == CKPT__JSON_ARRAY) {
+        pk_text_global(b, "builtins", "set");
+        op(b, ']');
+        if (d->nodes[v].count) op(b, '(');
+        return push_open(w, open, v, false, d->nodes[v].count ? "e\x85R" : "\x85R");
+    }
+    if ((v = member(d, i, "__dict__")) && d->nodes[v].kind == CKPT__JSON_ARRAY) {
+        op(b, '}');
+        if (d->nodes[v].count) op(b, '(');
+        return push_open(w, open, v, true, d->nodes[v].count ? "u" : "");
+    }
+    return obj_leaf(w, i);
+}
+
+/* Node i as pickle opcodes; the containers being written wait on a heap
+ * stack. */
+static ckpt_status obj_value(obj_writer *w, uint32_t i) {
+    const ckpt__json_doc *d = w->doc;
+    ckpt__stack open = CKPT__STACK(open_value);
+    ckpt_status st = obj_open(w, &open, i);
+    while (st == CKPT_OK && open.len) {
+        open_value *o = ckpt__stack_top(&open);
+        const ckpt__json_node *a = &d->nodes[o->node];
+        if (o->done == a->count) {
+            for (const char *c = o->close; *c; c++) op(w->b, (unsigned char)*c);
+            ckpt__stack_pop(&open);
+            continue;
+        }
+        uint32_t c = o->next;
+        if (!o->pairs) {
+            o->next = d->nodes[c].end;
+            o->done++;
+            st = obj_open(w, &open, c);
+            continue;
+        }
+        if (d->nodes[c].kind != CKPT__JSON_ARRAY || d->nodes[c].count != 2) {
+            st = refuse(w, "a malformed dict");
+            break;
+        }
+        o->next = d->nodes[c].end;
+        o->done++;
+        st = push_open(w, &open, c, false, ""); /* the pair: its key, then its value */
+    }
+    ckpt__stack_free(&open);
     return st;
 }
 
@@ -311,7 +349,7 @@ ckpt_status ckpt__dcp_object_archive(ckpt__dcp_archive *a, const ckpt__json_doc 
     ckpt__buf pickle = {0}, tail = {0};
     op(&pickle, 0x80);
     op(&pickle, 2);
-    obj_writer w = {doc, &pickle, fqn, err, 0};
+    obj_writer w = {doc, &pickle, fqn, err};
     ckpt_status st = obj_value(&w, node);
     op(&pickle, '.');
     if (st == CKPT_OK && pickle.failed) st = ckpt__oom(err, NULL, fqn);

@@ -82,8 +82,12 @@ typedef struct ckpt__tensor_decl {
 
 /* ---- what a format may do to the catalog it fills ------------------------ */
 
-/* The arena whose memory lives as long as the catalog. */
+/* The arena whose memory lives as long as the catalog.  Its budget
+ * (arena->budget, ckpt__cat_budget) bounds what the metadata of the files
+ * the catalog opened may cost: a parser charges what it allocates for what
+ * it reads (base.h, ckpt__budget_charge). */
 CKPT__HIDDEN ckpt__arena *ckpt__cat_arena(ckpt_catalog *c);
+CKPT__HIDDEN ckpt__budget *ckpt__cat_budget(ckpt_catalog *c);
 
 /* Adopts an opened source as the catalog's next data file (the catalog
  * closes it); *file receives its number. */
@@ -100,7 +104,8 @@ CKPT__HIDDEN ckpt_status ckpt__cat_open_path(ckpt_catalog *c, const char *path, 
  * the file the user named as named, and any other local file — one the
  * checkpoint names, or one a listing found — beneath the checkpoint's
  * directory (io/beneath.h: CKPT_E_UNSAFE_PATH for a name that leads out of
- * it, or for what is not a regular file). */
+ * it, or for what is not a regular file).  Its size adds to the catalog's
+ * metadata budget. */
 CKPT__HIDDEN ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__source **out,
                                                ckpt_error *err);
 
@@ -121,8 +126,11 @@ CKPT__HIDDEN ckpt_status ckpt__cat_add_crc(ckpt_catalog *c, uint32_t file, const
 
 /* Adds a tensor.  Checks that the shape's size fits the dtype (whole
  * bytes, no overflow); the format has checked that its pieces lie inside
- * its files. */
+ * its files, and charged ckpt__cat_tensor_cost to the budget (with the
+ * byte of the metadata that declares the tensor). */
 CKPT__HIDDEN ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tensor_decl *d, ckpt_error *err);
+/* The bytes the catalog keeps for a tensor of `piece_count` pieces. */
+CKPT__HIDDEN uint64_t ckpt__cat_tensor_cost(uint32_t piece_count);
 
 /* A `__metadata__` entry of data file `file`; the strings must live as long
  * as the catalog.  The checkpoint's map is the union of the files' maps
@@ -142,6 +150,9 @@ CKPT__HIDDEN ckpt_status ckpt__cat_add_checkpoint_metadata(ckpt_catalog *c, cons
 /* The object tree of a data file (see ckpt_catalog_tree_json), copied.
  * Several trees (torch shards) are joined as {"__shards__": [...]}. */
 CKPT__HIDDEN ckpt_status ckpt__cat_add_tree(ckpt_catalog *c, const char *json, ckpt_error *err);
+/* The same, taking a malloc'ed tree over (freed even on failure): the
+ * first tree is kept as it is, not copied. */
+CKPT__HIDDEN ckpt_status ckpt__cat_adopt_tree(ckpt_catalog *c, char *json, ckpt_error *err);
 
 /* Sets the catalog's format (the last call wins; an index sets the
  * sharded variant after its shards). */

@@ -61,6 +61,8 @@ typedef struct cursor {
     size_t buf_len, cap;
     bool swap; /* a big-endian file */
     ckpt_error *err;
+    char *scratch; /* a string inside an array, until its JSON is written */
+    size_t scratch_cap;
 } cursor;
 
 enum { CURSOR_CHUNK = 1 << 20 };
@@ -120,7 +122,21 @@ static ckpt_status rd64(cursor *c, uint64_t *v, const char *what) {
     return CKPT_OK;
 }
 
-/* A string: u64 length + bytes, UTF-8, into the arena. */
+/* Room for a string of n bytes: arena memory, or (no arena) the cursor's
+ * scratch, which the next string reuses. */
+static char *string_room(cursor *c, ckpt__arena *arena, uint64_t n) {
+    if (arena) return ckpt__arena_alloc(arena, (size_t)n + 1);
+    if (n + 1 > c->scratch_cap) {
+        char *s = ckpt__realloc(c->scratch, (size_t)n + 1);
+        if (!s) return NULL;
+        c->scratch = s;
+        c->scratch_cap = (size_t)n + 1;
+    }
+    return c->scratch;
+}
+
+/* A string: u64 length + bytes, UTF-8, into the arena (NULL: the
+ * cursor's scratch). */
 static ckpt_status rd_string(cursor *c, ckpt__arena *arena, const char *what, const char **out, uint64_t *len) {
     uint64_t at = c->pos, n;
     ckpt_status st = rd64(c, &n, what);
@@ -129,7 +145,7 @@ static ckpt_status rd_string(cursor *c, ckpt__arena *arena, const char *what, co
         return ckpt__fail(c->err, CKPT_E_GGUF_LENGTH, c->path, NULL, (int64_t)at,
                           "%s has length %llu but only %llu bytes of the file follow", what, (unsigned long long)n,
                           (unsigned long long)(c->size - c->pos));
-    char *s = ckpt__arena_alloc(arena, (size_t)n + 1);
+    char *s = string_room(c, arena, n);
     if (!s) return ckpt__oom(c->err, c->path, what);
     if ((st = take(c, s, n, what))) return st;
     s[n] = '\0';
@@ -190,81 +206,124 @@ typedef struct value_ctx {
     cursor *c;
     ckpt__arena *arena;
     const char *key;
+    ckpt__buf json;      /* the value's typed JSON */
+    size_t json_charged; /* its capacity charged to the arena's budget */
 } value_ctx;
 
 /* Smallest bytes an element of this type takes in the file. */
 static unsigned min_size(uint32_t t) { return t == T_STRING ? 8 : t == T_ARRAY ? 12 : fixed_size(t); }
 
-/* Reads a value of `type`, appending its typed JSON to `json`; for the top
- * level (kv != NULL) fills the public fields. */
-static ckpt_status read_value(value_ctx *v, uint32_t type, unsigned depth, ckpt__buf *json, ckpt_kv *kv) {
+/* The head of an array `depth` arrays deep (element type, count, checked)
+ * and its typed JSON up to the elements. */
+static ckpt_status array_head(value_ctx *v, size_t depth, uint32_t *et, uint64_t *count) {
     cursor *c = v->c;
-    ckpt_status st;
     uint64_t at = c->pos;
+    ckpt_status st;
+    if ((st = rd32(c, et, "an array's element type"))) return st;
+    if (*et >= T_COUNT)
+        return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, (int64_t)at,
+                          "key '%s': array elements of unknown type %u", v->key, *et);
+    if (*et == T_ARRAY && depth + 1 >= CKPT__GGUF_MAX_NESTING)
+        return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, (int64_t)at,
+                          "key '%s': arrays nested more than %d deep", v->key, CKPT__GGUF_MAX_NESTING);
+    uint64_t count_at = c->pos;
+    if ((st = rd64(c, count, "an array's length"))) return st;
+    if (*count > (c->size - c->pos) / min_size(*et))
+        return ckpt__fail(c->err, CKPT_E_GGUF_COUNT, c->path, NULL, (int64_t)count_at,
+                          "key '%s': array of %llu %s elements cannot fit in the %llu bytes left in the file",
+                          v->key, (unsigned long long)*count, type_names[*et], (unsigned long long)(c->size - c->pos));
+    ckpt__buf_puts(&v->json, "{\"" CKPT_GGUF_TYPE_KEY "\": \"array\", \"element\": \"");
+    ckpt__buf_puts(&v->json, type_names[*et]);
+    ckpt__buf_puts(&v->json, "\", \"value\": [");
+    return CKPT_OK;
+}
+
+/* An array being read: its element type, length and elements read. */
+typedef struct open_array {
+    uint32_t et;
+    uint64_t count, done;
+} open_array;
+
+/* An array's elements, into its JSON (and the top array's fixed-size
+ * elements into `data`); arrays of arrays are followed on a heap stack. */
+static ckpt_status read_elements(value_ctx *v, uint32_t et, uint64_t count, unsigned char *data) {
+    cursor *c = v->c;
+    ckpt__buf *json = &v->json;
+    ckpt__stack open = CKPT__STACK(open_array);
+    open_array *a = ckpt__stack_push(&open);
+    ckpt_status st = a ? CKPT_OK : ckpt__oom(c->err, c->path, v->key);
+    if (a) *a = (open_array){et, count, 0};
+    while (st == CKPT_OK && (a = ckpt__stack_top(&open))) {
+        if (a->done == a->count) {
+            ckpt__buf_puts(json, "]}");
+            ckpt__stack_pop(&open);
+            continue;
+        }
+        if (a->done) ckpt__buf_puts(json, ", ");
+        uint64_t k = a->done++;
+        unsigned size = fixed_size(a->et);
+        if (size) {
+            unsigned char p[8];
+            if ((st = take(c, p, size, "an array element"))) break;
+            fix_order(c, p, size);
+            json_number(json, a->et, p);
+            if (data && open.len == 1) memcpy(data + k * size, p, size);
+        } else if (a->et == T_STRING) {
+            const char *s;
+            uint64_t len;
+            if ((st = rd_string(c, NULL, "a string in an array", &s, &len))) break;
+            ckpt__gguf_json_string(json, s, (size_t)len);
+        } else {
+            uint32_t inner;
+            uint64_t n;
+            if ((st = array_head(v, open.len, &inner, &n))) break;
+            if (!(a = ckpt__stack_push(&open))) st = ckpt__oom(c->err, c->path, v->key);
+            else *a = (open_array){inner, n, 0};
+        }
+        if (st == CKPT_OK)
+            st = ckpt__budget_charge_buf(v->arena->budget, json, &v->json_charged, c->err, c->path, (int64_t)c->pos);
+        if (st == CKPT_OK && json->failed) st = ckpt__oom(c->err, c->path, v->key);
+    }
+    ckpt__stack_free(&open);
+    return st;
+}
+
+/* Reads a key's value of `type`, its typed JSON into v->json, and fills
+ * the public fields. */
+static ckpt_status read_value(value_ctx *v, uint32_t type, ckpt_kv *kv) {
+    cursor *c = v->c;
+    ckpt__buf *json = &v->json;
+    ckpt_status st;
+    if (type == T_ARRAY) {
+        uint32_t et;
+        uint64_t count;
+        if ((st = array_head(v, 0, &et, &count))) return st;
+        unsigned size = fixed_size(et);
+        unsigned char *data = NULL;
+        if (size) {
+            data = ckpt__arena_alloc(v->arena, count ? (size_t)(count * size) : 1);
+            if (!data) return ckpt__oom(c->err, c->path, v->key);
+        }
+        if ((st = read_elements(v, et, count, data))) return st;
+        kv->element_type = (ckpt_kv_type)et, kv->count = count, kv->data = data;
+        return json->failed ? ckpt__oom(c->err, c->path, v->key) : CKPT_OK;
+    }
     ckpt__buf_puts(json, "{\"" CKPT_GGUF_TYPE_KEY "\": \"");
     ckpt__buf_puts(json, type_names[type]);
-    ckpt__buf_puts(json, "\", ");
+    ckpt__buf_puts(json, "\", \"value\": ");
     if (type == T_STRING) {
         const char *s;
         uint64_t len;
         if ((st = rd_string(c, v->arena, "a string value", &s, &len))) return st;
-        ckpt__buf_puts(json, "\"value\": ");
         ckpt__gguf_json_string(json, s, (size_t)len);
-        if (kv) kv->string = s, kv->string_len = len, kv->count = 1;
-    } else if (type != T_ARRAY) {
+        kv->string = s, kv->string_len = len, kv->count = 1;
+    } else {
         unsigned char p[8];
         unsigned size = fixed_size(type);
         if ((st = take(c, p, size, "a value"))) return st;
         fix_order(c, p, size);
-        ckpt__buf_puts(json, "\"value\": ");
         json_number(json, type, p);
-        if (kv) scalar_numbers(kv, type, p), kv->count = 1;
-    } else {
-        uint32_t et;
-        uint64_t count;
-        if ((st = rd32(c, &et, "an array's element type"))) return st;
-        if (et >= T_COUNT)
-            return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, (int64_t)at,
-                              "key '%s': array elements of unknown type %u", v->key, et);
-        if (et == T_ARRAY && depth + 1 >= CKPT__GGUF_MAX_NESTING)
-            return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, (int64_t)at,
-                              "key '%s': arrays nested more than %d deep", v->key, CKPT__GGUF_MAX_NESTING);
-        uint64_t count_at = c->pos;
-        if ((st = rd64(c, &count, "an array's length"))) return st;
-        if (count > (c->size - c->pos) / min_size(et))
-            return ckpt__fail(c->err, CKPT_E_GGUF_COUNT, c->path, NULL, (int64_t)count_at,
-                              "key '%s': array of %llu %s elements cannot fit in the %llu bytes left in the file",
-                              v->key, (unsigned long long)count, type_names[et],
-                              (unsigned long long)(c->size - c->pos));
-        ckpt__buf_puts(json, "\"element\": \"");
-        ckpt__buf_puts(json, type_names[et]);
-        ckpt__buf_puts(json, "\", \"value\": [");
-        unsigned size = fixed_size(et);
-        unsigned char *data = NULL;
-        if (kv && size) {
-            data = ckpt__arena_alloc(v->arena, count ? (size_t)(count * size) : 1);
-            if (!data) return ckpt__oom(c->err, c->path, v->key);
-        }
-        for (uint64_t k = 0; k < count; k++) {
-            if (k) ckpt__buf_puts(json, ", ");
-            if (size) {
-                unsigned char p[8];
-                if ((st = take(c, p, size, "an array element"))) return st;
-                fix_order(c, p, size);
-                json_number(json, et, p);
-                if (data) memcpy(data + k * size, p, size);
-            } else if (et == T_STRING) {
-                const char *s;
-                uint64_t len;
-                if ((st = rd_string(c, v->arena, "a string in an array", &s, &len))) return st;
-                ckpt__gguf_json_string(json, s, (size_t)len);
-            } else {
-                if ((st = read_value(v, T_ARRAY, depth + 1, json, NULL))) return st;
-            }
-            if (json->failed) return ckpt__oom(c->err, c->path, v->key);
-        }
-        ckpt__buf_puts(json, "]");
-        if (kv) kv->element_type = (ckpt_kv_type)et, kv->count = count, kv->data = data;
+        scalar_numbers(kv, type, p), kv->count = 1;
     }
     ckpt__buf_puts(json, "}");
     return json->failed ? ckpt__oom(c->err, c->path, v->key) : CKPT_OK;
@@ -324,6 +383,7 @@ static ckpt_status read_header(ckpt__source *src, ckpt__arena *arena, header *h,
     c.cap = CURSOR_CHUNK;
     c.buf = ckpt__malloc(c.cap);
     if (!c.buf) return ckpt__oom(err, src->name, "the header buffer");
+    ckpt__name_table keys = {0}; /* over h->kvs[].key */
     ckpt_status st;
     unsigned char magic[4];
     uint32_t version;
@@ -357,9 +417,15 @@ static ckpt_status read_header(ckpt__source *src, ckpt__arena *arena, header *h,
                         (unsigned long long)n_tensors, (unsigned long long)c.size);
         goto done;
     }
+    /* The tables, counted before they are made (13 bytes can declare a
+     * key-value of ~100 bytes here, 24 a tensor of ~60). */
+    if ((st = ckpt__budget_charge(arena->budget,
+                                  n_kv * (sizeof *h->kvs + 8) + n_tensors * (sizeof *h->tensors + ckpt__cat_tensor_cost(1)), err,
+                                  c.path, 8)))
+        goto done;
     h->kvs = ckpt__calloc(n_kv ? (size_t)n_kv : 1, sizeof *h->kvs);
     h->tensors = ckpt__calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *h->tensors);
-    if (!h->kvs || !h->tensors) {
+    if (!h->kvs || !h->tensors || !ckpt__name_table_init(&keys, n_kv ? (size_t)n_kv : 1)) {
         st = ckpt__oom(err, c.path, "the header");
         goto done;
     }
@@ -374,7 +440,8 @@ static ckpt_status read_header(ckpt__source *src, ckpt__arena *arena, header *h,
                             (unsigned long long)i);
             goto done;
         }
-        if (find_kv(h, kv->key)) {
+        /* a hash of the keys: a million of them are checked in a blink, not hours */
+        if (!ckpt__name_table_insert(&keys, &h->kvs[0].key, sizeof *h->kvs, (uint32_t)h->kv_count, NULL)) {
             st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, c.path, NULL, (int64_t)at, "key '%s' appears twice", kv->key);
             goto done;
         }
@@ -386,11 +453,15 @@ static ckpt_status read_header(ckpt__source *src, ckpt__arena *arena, header *h,
             goto done;
         }
         kv->type = (ckpt_kv_type)type;
-        ckpt__buf json = {0};
         value_ctx v = {&c, arena, kv->key};
-        st = read_value(&v, type, 0, &json, kv);
-        if (st == CKPT_OK && !(kv->json = ckpt__arena_strndup(arena, json.data, json.len))) st = ckpt__oom(err, c.path, kv->key);
-        free(json.data);
+        st = read_value(&v, type, kv);
+        if (st == CKPT_OK) st = ckpt__budget_charge_buf(arena->budget, &v.json, &v.json_charged, err, c.path, (int64_t)c.pos);
+        /* The JSON stays where it was built, trimmed to its length. */
+        char *fit = st == CKPT_OK ? ckpt__realloc(v.json.data, v.json.len + 1) : NULL;
+        if (fit) v.json.data = NULL;
+        if (st == CKPT_OK && (!fit || !ckpt__arena_adopt(arena, fit))) st = ckpt__oom(err, c.path, kv->key);
+        kv->json = fit;
+        free(v.json.data);
         if (st) goto done;
         h->kv_count++;
     }
@@ -537,6 +608,8 @@ static ckpt_status read_header(ckpt__source *src, ckpt__arena *arena, header *h,
     free(order);
 done:
     free(c.buf);
+    free(c.scratch);
+    ckpt__name_table_free(&keys);
     if (st) header_free(h);
     return st;
 }

@@ -103,10 +103,21 @@ static bool encode_scalar(enc *e, ckpt__buf *out, uint32_t type, const ckpt__jso
     return true;
 }
 
-/* A typed object {"gguf_type": t, ["element": et,] "value": v} at node i:
- * its type number, then its payload. */
-static bool encode_typed(enc *e, ckpt__buf *out, size_t i, unsigned depth, bool with_type) {
+/* The elements of an array being encoded: the next one's node, how many
+ * are left, their type. */
+typedef struct open_elements {
+    size_t next;
+    uint32_t left;
+    int et;
+} open_elements;
+
+/* A typed object {"gguf_type": t, ["element": et,] "value": v} at node i,
+ * `depth` arrays deep: its type number (with_type), then a scalar's
+ * payload, or an array's element type and count (its elements follow:
+ * *open receives them). */
+static bool encode_head(enc *e, ckpt__buf *out, size_t i, size_t depth, bool with_type, open_elements *open) {
     const ckpt__json_doc *doc = e->doc;
+    open->left = 0;
     if (doc->nodes[i].kind != CKPT__JSON_OBJECT) return fail(e, "%s", "an array of arrays holds typed objects");
     size_t t = member(doc, i, CKPT_GGUF_TYPE_KEY), v = member(doc, i, "value");
     if (!t || doc->nodes[t].kind != CKPT__JSON_STRING) return fail(e, "%s", "missing \"" CKPT_GGUF_TYPE_KEY "\"");
@@ -123,13 +134,38 @@ static bool encode_typed(enc *e, ckpt__buf *out, size_t i, unsigned depth, bool 
     if (doc->nodes[v].kind != CKPT__JSON_ARRAY) return fail(e, "%s", "an array's \"value\" must be a JSON array");
     put32(out, (uint32_t)et);
     put64(out, doc->nodes[v].count);
-    size_t k = v + 1;
-    for (uint32_t n = 0; n < doc->nodes[v].count; n++) {
-        bool ok = et == T_ARRAY ? encode_typed(e, out, k, depth + 1, false) : encode_scalar(e, out, (uint32_t)et, &doc->nodes[k]);
-        if (!ok) return false;
-        k = doc->nodes[k].end;
-    }
+    *open = (open_elements){v + 1, doc->nodes[v].count, et};
     return true;
+}
+
+/* A typed object at node i: its type number, then its payload; arrays of
+ * arrays are followed on a heap stack. */
+static bool encode_typed(enc *e, ckpt__buf *out, size_t i) {
+    ckpt__stack open = CKPT__STACK(open_elements);
+    open_elements first;
+    bool ok = encode_head(e, out, i, 0, true, &first);
+    open_elements *top = ok && first.left ? ckpt__stack_push(&open) : NULL;
+    if (top) *top = first;
+    else if (ok && first.left) ok = fail(e, "%s", "out of memory");
+    while (ok && (top = ckpt__stack_top(&open))) {
+        if (!top->left) {
+            ckpt__stack_pop(&open);
+            continue;
+        }
+        size_t k = top->next;
+        top->next = e->doc->nodes[k].end;
+        top->left--;
+        if (top->et != T_ARRAY) {
+            ok = encode_scalar(e, out, (uint32_t)top->et, &e->doc->nodes[k]);
+            continue;
+        }
+        open_elements inner;
+        if (!(ok = encode_head(e, out, k, open.len, false, &inner)) || !inner.left) continue;
+        if (!(top = ckpt__stack_push(&open))) ok = fail(e, "%s", "out of memory");
+        else *top = inner;
+    }
+    ckpt__stack_free(&open);
+    return ok;
 }
 
 static bool parse_typed(const char *value, ckpt__json_doc *doc, char **text) {
@@ -176,7 +212,7 @@ ckpt_status ckpt__gguf_encode_kv(ckpt__buf *out, const char *key, const char *va
         return out->failed ? CKPT_E_NO_MEMORY : CKPT_OK;
     }
     enc e = {&doc, why, why_len};
-    bool ok = encode_typed(&e, out, 0, 0, true);
+    bool ok = encode_typed(&e, out, 0);
     ckpt__json_free(&doc);
     free(text);
     if (!ok) return CKPT_E_GGUF_KV_TYPE;
@@ -185,32 +221,53 @@ ckpt_status ckpt__gguf_encode_kv(ckpt__buf *out, const char *key, const char *va
 
 /* ---- metadata_json values: typed as gguf-py types Python values ------------------- */
 
+/* An array or object being written: its node, its next child, how many
+ * are done. */
+typedef struct open_json {
+    size_t node, next;
+    uint32_t done;
+} open_json;
+
+/* Node i as JSON text; the arrays and objects being written wait on a heap
+ * stack (a failure sets b->failed). */
 static void node_json(const ckpt__json_doc *doc, size_t i, ckpt__buf *b) {
-    const ckpt__json_node *n = &doc->nodes[i];
-    switch (n->kind) {
-    case CKPT__JSON_NULL: ckpt__buf_puts(b, "null"); break;
-    case CKPT__JSON_TRUE: ckpt__buf_puts(b, "true"); break;
-    case CKPT__JSON_FALSE: ckpt__buf_puts(b, "false"); break;
-    case CKPT__JSON_NUMBER: ckpt__buf_append(b, n->str, n->len); break;
-    case CKPT__JSON_STRING: ckpt__gguf_json_string(b, n->str, n->len); break;
-    case CKPT__JSON_ARRAY:
-    case CKPT__JSON_OBJECT: {
-        ckpt__buf_puts(b, n->kind == CKPT__JSON_ARRAY ? "[" : "{");
-        size_t k = i + 1;
-        for (uint32_t m = 0; m < n->count; m++) {
-            if (m) ckpt__buf_puts(b, ", ");
-            if (n->kind == CKPT__JSON_OBJECT) {
-                ckpt__gguf_json_string(b, doc->nodes[k].str, doc->nodes[k].len);
-                ckpt__buf_puts(b, ": ");
-                k = doc->nodes[k].end;
-            }
-            node_json(doc, k, b);
-            k = doc->nodes[k].end;
+    ckpt__stack open = CKPT__STACK(open_json);
+    for (bool more = true; more && !b->failed;) {
+        const ckpt__json_node *n = &doc->nodes[i];
+        switch (n->kind) {
+        case CKPT__JSON_NULL: ckpt__buf_puts(b, "null"); break;
+        case CKPT__JSON_TRUE: ckpt__buf_puts(b, "true"); break;
+        case CKPT__JSON_FALSE: ckpt__buf_puts(b, "false"); break;
+        case CKPT__JSON_NUMBER: ckpt__buf_append(b, n->str, n->len); break;
+        case CKPT__JSON_STRING: ckpt__gguf_json_string(b, n->str, n->len); break;
+        default: {
+            open_json *o = ckpt__stack_push(&open);
+            if (!o) b->failed = true;
+            else *o = (open_json){i, i + 1, 0};
+            ckpt__buf_puts(b, n->kind == CKPT__JSON_ARRAY ? "[" : "{");
         }
-        ckpt__buf_puts(b, n->kind == CKPT__JSON_ARRAY ? "]" : "}");
-        break;
+        }
+        /* The next value to write, closing what is complete. */
+        for (more = false; !more && open.len;) {
+            open_json *o = ckpt__stack_top(&open);
+            const ckpt__json_node *c = &doc->nodes[o->node];
+            if (o->done == c->count) {
+                ckpt__buf_puts(b, c->kind == CKPT__JSON_ARRAY ? "]" : "}");
+                ckpt__stack_pop(&open);
+                continue;
+            }
+            if (o->done++) ckpt__buf_puts(b, ", ");
+            if (c->kind == CKPT__JSON_OBJECT) {
+                ckpt__gguf_json_string(b, doc->nodes[o->next].str, doc->nodes[o->next].len);
+                ckpt__buf_puts(b, ": ");
+                o->next = doc->nodes[o->next].end;
+            }
+            i = o->next;
+            o->next = doc->nodes[i].end;
+            more = true;
+        }
     }
-    }
+    ckpt__stack_free(&open);
 }
 
 /* gguf-py's GGUFValueType.get_type for a plain JSON value. */
@@ -229,9 +286,20 @@ static const char *infer_type(const ckpt__json_node *n) {
     }
 }
 
-/* A plain value typed: {"gguf_type": ..., "value": ...}. */
-static bool typed_from_plain(const ckpt__json_doc *doc, size_t i, unsigned depth, ckpt__buf *b, char *why, size_t why_len) {
+/* A list being typed: the next element's node, how many are left, their
+ * type. */
+typedef struct open_list {
+    size_t next;
+    uint32_t left, done;
+    const char *et;
+} open_list;
+
+/* A plain value at node i, `depth` lists deep, typed: {"gguf_type": ...,
+ * "value": ...} whole; a list, up to its elements (*list receives them). */
+static bool typed_head(const ckpt__json_doc *doc, size_t i, size_t depth, ckpt__buf *b, char *why, size_t why_len,
+                       open_list *list) {
     const ckpt__json_node *n = &doc->nodes[i];
+    list->left = 0;
     if (n->kind == CKPT__JSON_OBJECT) {
         if (!member(doc, i, CKPT_GGUF_TYPE_KEY)) {
             snprintf(why, why_len, "an object value must be typed ({\"%s\": ...})", CKPT_GGUF_TYPE_KEY);
@@ -255,38 +323,62 @@ static bool typed_from_plain(const ckpt__json_doc *doc, size_t i, unsigned depth
     if (n->kind != CKPT__JSON_ARRAY) {
         ckpt__buf_puts(b, "\"value\": ");
         node_json(doc, i, b);
-    } else {
-        if (n->count == 0) {
-            snprintf(why, why_len, "an empty list has no element type (give a typed value)");
-            return false;
-        }
-        const char *et = infer_type(&doc->nodes[i + 1]);
-        if (!et) {
-            snprintf(why, why_len, "null has no GGUF type");
-            return false;
-        }
-        ckpt__buf_puts(b, "\"element\": \"");
-        ckpt__buf_puts(b, et);
-        ckpt__buf_puts(b, "\", \"value\": [");
-        size_t k = i + 1;
-        for (uint32_t m = 0; m < n->count; m++) {
-            if (m) ckpt__buf_puts(b, ", ");
-            const char *t = infer_type(&doc->nodes[k]);
-            if (!t || (strcmp(t, et) != 0 && !(strchr("iuf", t[0]) && strchr("iuf", et[0])))) {
-                snprintf(why, why_len, "list elements of different types");
-                return false;
-            }
-            if (strcmp(et, "array") == 0) {
-                if (!typed_from_plain(doc, k, depth + 1, b, why, why_len)) return false;
-            } else {
-                node_json(doc, k, b);
-            }
-            k = doc->nodes[k].end;
-        }
-        ckpt__buf_puts(b, "]");
+        ckpt__buf_puts(b, "}");
+        return true;
     }
-    ckpt__buf_puts(b, "}");
+    if (n->count == 0) {
+        snprintf(why, why_len, "an empty list has no element type (give a typed value)");
+        return false;
+    }
+    const char *et = infer_type(&doc->nodes[i + 1]);
+    if (!et) {
+        snprintf(why, why_len, "null has no GGUF type");
+        return false;
+    }
+    ckpt__buf_puts(b, "\"element\": \"");
+    ckpt__buf_puts(b, et);
+    ckpt__buf_puts(b, "\", \"value\": [");
+    *list = (open_list){i + 1, n->count, 0, et};
     return true;
+}
+
+/* A plain value typed: {"gguf_type": ..., "value": ...}; lists of lists
+ * are followed on a heap stack. */
+static bool typed_from_plain(const ckpt__json_doc *doc, size_t i, ckpt__buf *b, char *why, size_t why_len) {
+    ckpt__stack open = CKPT__STACK(open_list);
+    open_list first;
+    bool ok = typed_head(doc, i, 0, b, why, why_len, &first);
+    open_list *top = ok && first.left ? ckpt__stack_push(&open) : NULL;
+    if (top) *top = first;
+    else if (ok && first.left) b->failed = true;
+    while (ok && !b->failed && (top = ckpt__stack_top(&open))) {
+        if (!top->left) {
+            ckpt__buf_puts(b, "]}");
+            ckpt__stack_pop(&open);
+            continue;
+        }
+        size_t k = top->next;
+        const char *et = top->et;
+        top->next = doc->nodes[k].end;
+        top->left--;
+        if (top->done++) ckpt__buf_puts(b, ", ");
+        const char *t = infer_type(&doc->nodes[k]);
+        if (!t || (strcmp(t, et) != 0 && !(strchr("iuf", t[0]) && strchr("iuf", et[0])))) {
+            snprintf(why, why_len, "list elements of different types");
+            ok = false;
+            break;
+        }
+        if (strcmp(et, "array") != 0) {
+            node_json(doc, k, b);
+            continue;
+        }
+        open_list inner;
+        if (!(ok = typed_head(doc, k, open.len, b, why, why_len, &inner)) || !inner.left) continue;
+        if (!(top = ckpt__stack_push(&open))) b->failed = true;
+        else *top = inner;
+    }
+    ckpt__stack_free(&open);
+    return ok;
 }
 
 ckpt_status ckpt__gguf_metadata_pairs(const char *json_text, char ***keys, char ***values, size_t *count, char *why,
@@ -319,7 +411,7 @@ ckpt_status ckpt__gguf_metadata_pairs(const char *json_text, char ***keys, char 
         size_t vi = key->end;
         ckpt__buf b = {0};
         if (doc.nodes[vi].kind == CKPT__JSON_STRING) ckpt__buf_append(&b, doc.nodes[vi].str, doc.nodes[vi].len);
-        else if (!typed_from_plain(&doc, vi, 0, &b, why, why_len)) st = CKPT_E_GGUF_KV_TYPE;
+        else if (!typed_from_plain(&doc, vi, &b, why, why_len)) st = CKPT_E_GGUF_KV_TYPE;
         if (st == CKPT_OK && !b.data) b.data = ckpt__strdup("");
         if (st == CKPT_OK && (b.failed || !b.data || !(k[m] = ckpt__strdup(key->str)))) st = CKPT_E_NO_MEMORY;
         if (st) {

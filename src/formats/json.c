@@ -11,8 +11,10 @@ typedef struct parser {
     size_t len, pos;
     ckpt__json_node *nodes;
     size_t count, cap;
+    ckpt__budget *budget;
+    size_t charged; /* bytes of nodes charged to the budget */
     const char *why;
-    bool oom;
+    ckpt_status failure; /* beyond "not JSON": out of memory, over the budget */
 } parser;
 
 static void skip_ws(parser *p) {
@@ -23,25 +25,34 @@ static void skip_ws(parser *p) {
     }
 }
 
-static int64_t new_node(parser *p, ckpt__json_kind kind) {
-    if (p->count == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        if (cap > UINT32_MAX) {
-            p->why = "too many values";
-            return -1;
-        }
-        ckpt__json_node *n = ckpt__realloc(p->nodes, cap * sizeof *n);
-        if (!n) {
-            p->oom = true;
-            return -1;
-        }
-        p->nodes = n;
-        p->cap = cap;
+static bool grow_nodes(parser *p) {
+    size_t cap = p->cap ? p->cap * 2 : 64;
+    if (cap > UINT32_MAX) {
+        p->why = "too many values";
+        return false;
     }
+    if (ckpt__budget_charge(p->budget, (cap - p->cap) * sizeof *p->nodes, NULL, NULL, -1)) {
+        p->why = "its values would take more memory than the bound on metadata (8 times the input plus 64 MiB)";
+        p->failure = CKPT_E_LIMIT;
+        return false;
+    }
+    p->charged += (cap - p->cap) * sizeof *p->nodes;
+    ckpt__json_node *n = ckpt__realloc(p->nodes, cap * sizeof *n);
+    if (!n) {
+        p->failure = CKPT_E_NO_MEMORY;
+        return false;
+    }
+    p->nodes = n;
+    p->cap = cap;
+    return true;
+}
+
+static int64_t new_node(parser *p, ckpt__json_kind kind) {
+    if (p->count == p->cap && !grow_nodes(p)) return -1;
     ckpt__json_node *n = &p->nodes[p->count];
     memset(n, 0, sizeof *n);
-    n->kind = (uint8_t)kind;
-    n->offset = p->pos;
+    n->kind = kind;
+    n->offset = (uint32_t)p->pos;
     return (int64_t)p->count++;
 }
 
@@ -108,7 +119,7 @@ static bool parse_string(parser *p, ckpt__json_node *node) {
     unsigned char first = (unsigned char)p->s[p->pos];
     if (first == '"') {
         node->str = p->s + start;
-        node->len = p->pos - start;
+        node->len = (uint32_t)(p->pos - start);
         p->s[p->pos++] = '\0';
         return true;
     }
@@ -126,7 +137,7 @@ static bool parse_string(parser *p, ckpt__json_node *node) {
             out[n] = '\0';
             p->pos++;
             node->str = p->s + start;
-            node->len = n - start;
+            node->len = (uint32_t)(n - start);
             return true;
         }
         if (c < 0x20) {
@@ -231,7 +242,7 @@ static bool parse_number(parser *p, ckpt__json_node *node) {
         while (p->pos < p->len && is_digit(p->s[p->pos])) p->pos++;
     }
     node->str = p->s + start;
-    node->len = p->pos - start;
+    node->len = (uint32_t)(p->pos - start);
     return true;
 }
 
@@ -245,71 +256,8 @@ static bool literal(parser *p, const char *word) {
     return true;
 }
 
-static bool parse_value(parser *p, int depth);
-
-static bool parse_container(parser *p, int depth, bool object) {
-    int64_t self = new_node(p, object ? CKPT__JSON_OBJECT : CKPT__JSON_ARRAY);
-    if (self < 0) return false;
-    if (depth >= MAX_DEPTH) {
-        p->why = "nesting deeper than 128";
-        return false;
-    }
-    char close = object ? '}' : ']';
-    uint32_t count = 0;
-    p->pos++;
-    skip_ws(p);
-    if (p->pos < p->len && p->s[p->pos] == close) {
-        p->pos++;
-    } else {
-        for (;;) {
-            skip_ws(p);
-            if (object) {
-                if (p->pos >= p->len || p->s[p->pos] != '"') {
-                    p->why = "expected a string key";
-                    return false;
-                }
-                int64_t key = new_node(p, CKPT__JSON_STRING);
-                if (key < 0 || !parse_string(p, &p->nodes[key])) return false;
-                p->nodes[key].end = (uint32_t)p->count;
-                skip_ws(p);
-                if (p->pos >= p->len || p->s[p->pos] != ':') {
-                    p->why = "expected ':'";
-                    return false;
-                }
-                p->pos++;
-            }
-            if (!parse_value(p, depth + 1)) return false;
-            if (count == UINT32_MAX) {
-                p->why = "too many members";
-                return false;
-            }
-            count++;
-            skip_ws(p);
-            if (p->pos < p->len && p->s[p->pos] == ',') {
-                p->pos++;
-                continue;
-            }
-            if (p->pos < p->len && p->s[p->pos] == close) {
-                p->pos++;
-                break;
-            }
-            p->why = object ? "expected ',' or '}'" : "expected ',' or ']'";
-            return false;
-        }
-    }
-    p->nodes[self].count = count;
-    p->nodes[self].end = (uint32_t)p->count;
-    return true;
-}
-
-static bool parse_value(parser *p, int depth) {
-    skip_ws(p);
-    if (p->pos >= p->len) {
-        p->why = "unexpected end of input";
-        return false;
-    }
-    char c = p->s[p->pos];
-    if (c == '{' || c == '[') return parse_container(p, depth, c == '{');
+/* A scalar value at p->pos (not a container). */
+static bool parse_scalar(parser *p, char c) {
     int64_t idx;
     bool ok;
     switch (c) {
@@ -341,10 +289,120 @@ static bool parse_value(parser *p, int depth) {
     return ok;
 }
 
-ckpt_status ckpt__json_parse(char *text, size_t len, ckpt__json_doc *doc, size_t *error_offset,
-                             const char **why) {
-    parser p = {.s = text, .len = len};
-    bool ok = parse_value(&p, 0);
+/* An open array or object: its node and members so far. */
+typedef struct open_container {
+    uint32_t node;
+    uint32_t count;
+    bool object;
+} open_container;
+
+/* An object's key and its ':' (before each member's value). */
+static bool parse_key(parser *p) {
+    skip_ws(p);
+    if (p->pos >= p->len || p->s[p->pos] != '"') {
+        p->why = "expected a string key";
+        return false;
+    }
+    int64_t key = new_node(p, CKPT__JSON_STRING);
+    if (key < 0 || !parse_string(p, &p->nodes[key])) return false;
+    p->nodes[key].end = (uint32_t)p->count;
+    skip_ws(p);
+    if (p->pos >= p->len || p->s[p->pos] != ':') {
+        p->why = "expected ':'";
+        return false;
+    }
+    p->pos++;
+    return true;
+}
+
+/* After a value inside the innermost open container: ',' and the next
+ * member's key, or the closing bracket, which completes the container (and
+ * so a value of the one around it).  *more: a value follows. */
+static bool after_value(parser *p, ckpt__stack *open, bool *more) {
+    for (;;) {
+        open_container *top = ckpt__stack_top(open);
+        if (!top) {
+            *more = false;
+            return true;
+        }
+        if (top->count == (1u << 29) - 1) {
+            p->why = "too many members";
+            return false;
+        }
+        top->count++;
+        skip_ws(p);
+        if (p->pos < p->len && p->s[p->pos] == ',') {
+            p->pos++;
+            *more = true;
+            return !top->object || parse_key(p);
+        }
+        if (p->pos < p->len && p->s[p->pos] == (top->object ? '}' : ']')) {
+            p->pos++;
+            p->nodes[top->node].count = top->count;
+            p->nodes[top->node].end = (uint32_t)p->count;
+            ckpt__stack_pop(open);
+            continue;
+        }
+        p->why = top->object ? "expected ',' or '}'" : "expected ',' or ']'";
+        return false;
+    }
+}
+
+/* The document: each value in turn, the containers it is inside on a heap
+ * stack (at most MAX_DEPTH of them). */
+static bool parse_document(parser *p) {
+    ckpt__stack open = CKPT__STACK(open_container);
+    bool ok = true, more = true;
+    while (ok && more) {
+        skip_ws(p);
+        if (p->pos >= p->len) {
+            p->why = "unexpected end of input";
+            ok = false;
+            break;
+        }
+        char c = p->s[p->pos];
+        if (c != '{' && c != '[') {
+            ok = parse_scalar(p, c) && after_value(p, &open, &more);
+            continue;
+        }
+        bool object = c == '{';
+        int64_t self = new_node(p, object ? CKPT__JSON_OBJECT : CKPT__JSON_ARRAY);
+        if (self < 0) {
+            ok = false;
+            break;
+        }
+        if (open.len >= MAX_DEPTH) {
+            p->why = "nesting deeper than 128";
+            ok = false;
+            break;
+        }
+        p->pos++;
+        skip_ws(p);
+        if (p->pos < p->len && p->s[p->pos] == (object ? '}' : ']')) { /* empty */
+            p->pos++;
+            p->nodes[self].end = (uint32_t)p->count;
+            ok = after_value(p, &open, &more);
+            continue;
+        }
+        open_container *top = ckpt__stack_push(&open);
+        if (!top) {
+            p->failure = CKPT_E_NO_MEMORY;
+            ok = false;
+            break;
+        }
+        *top = (open_container){(uint32_t)self, 0, object};
+        ok = !object || parse_key(p);
+    }
+    ckpt__stack_free(&open);
+    return ok;
+}
+
+ckpt_status ckpt__json_parse_in(char *text, size_t len, ckpt__budget *budget, ckpt__json_doc *doc,
+                                size_t *error_offset, const char **why) {
+    parser p = {.s = text, .len = len, .budget = budget};
+    bool ok = len <= UINT32_MAX;
+    if (!ok) p.why = "longer than 4 GiB";
+    if (ok) ok = parse_document(&p);
     if (ok) {
         skip_ws(&p);
         if (p.pos != p.len) {
@@ -354,21 +412,27 @@ ckpt_status ckpt__json_parse(char *text, size_t len, ckpt__json_doc *doc, size_t
     }
     if (!ok) {
         free(p.nodes);
-        doc->nodes = NULL;
-        doc->count = 0;
+        ckpt__budget_release(budget, p.charged);
+        memset(doc, 0, sizeof *doc);
         *error_offset = p.pos;
-        *why = p.oom ? "out of memory" : p.why;
-        return p.oom ? CKPT_E_NO_MEMORY : CKPT_E_INVALID_ARGUMENT;
+        *why = p.failure == CKPT_E_NO_MEMORY ? "out of memory" : p.why;
+        return p.failure ? p.failure : CKPT_E_INVALID_ARGUMENT;
     }
     doc->nodes = p.nodes;
     doc->count = p.count;
+    doc->budget = budget;
+    doc->charged = p.charged;
     return CKPT_OK;
+}
+
+ckpt_status ckpt__json_parse(char *text, size_t len, ckpt__json_doc *doc, size_t *error_offset, const char **why) {
+    return ckpt__json_parse_in(text, len, NULL, doc, error_offset, why);
 }
 
 void ckpt__json_free(ckpt__json_doc *doc) {
     free(doc->nodes);
-    doc->nodes = NULL;
-    doc->count = 0;
+    ckpt__budget_release(doc->budget, doc->charged);
+    memset(doc, 0, sizeof *doc);
 }
 
 bool ckpt__json_u64(const ckpt__json_node *node, uint64_t *value) {

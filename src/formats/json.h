@@ -29,30 +29,39 @@ typedef enum ckpt__json_kind {
  * Nodes are stored in document order.  An array's elements, and an object's
  * alternating keys and values, follow it directly; `end` is the index just
  * past a node's subtree, so the next sibling of node i is node[i].end.
+ * 24 bytes a node: a document of 2 bytes a value ("0,") costs 12 times its
+ * size, which a caller with a budget charges (ckpt__json_parse_in).
  */
 typedef struct ckpt__json_node {
-    uint8_t kind;
-    uint32_t count;  /* elements of an array, members of an object */
+    const char *str;     /* string: decoded, NUL-terminated, inside the text; number: raw text */
+    uint32_t kind : 3;   /* ckpt__json_kind */
+    uint32_t count : 29; /* elements of an array, members of an object */
     uint32_t end;
-    uint64_t offset; /* byte offset of the value in the text */
-    const char *str; /* string: decoded, NUL-terminated, inside the text; number: raw text */
-    size_t len;      /* bytes in str */
+    uint32_t offset;     /* byte offset of the value in the text */
+    uint32_t len;        /* bytes in str */
 } ckpt__json_node;
 
 typedef struct ckpt__json_doc {
     ckpt__json_node *nodes; /* malloc'ed */
     size_t count;
+    ckpt__budget *budget;   /* what the nodes were charged to (ckpt__json_parse_in) */
+    size_t charged;
 } ckpt__json_doc;
 
 /*
- * Parses `len` bytes in place: strings are decoded inside `text` and
- * NUL-terminated there (no copies), so `text` is modified and must outlive
- * the node strings.  On failure returns CKPT_E_INVALID_ARGUMENT (not JSON)
- * or CKPT_E_NO_MEMORY, with *error_offset the byte where parsing failed and
- * `why` a short reason; `text` is then unspecified.
+ * Parses `len` bytes (at most 4 GiB) in place: strings are decoded inside
+ * `text` and NUL-terminated there (no copies), so `text` is modified and
+ * must outlive the node strings.  On failure returns CKPT_E_INVALID_ARGUMENT
+ * (not JSON) or CKPT_E_NO_MEMORY, with *error_offset the byte where parsing
+ * failed and `why` a short reason; `text` is then unspecified.  Nesting is
+ * followed on the heap, never by recursion.
  */
 CKPT__HIDDEN ckpt_status ckpt__json_parse(char *text, size_t len, ckpt__json_doc *doc, size_t *error_offset,
                                           const char **why);
+/* The same, charging the nodes to `budget` (released by ckpt__json_free):
+ * CKPT_E_LIMIT when they would take more than it allows. */
+CKPT__HIDDEN ckpt_status ckpt__json_parse_in(char *text, size_t len, ckpt__budget *budget, ckpt__json_doc *doc,
+                                             size_t *error_offset, const char **why);
 CKPT__HIDDEN void ckpt__json_free(ckpt__json_doc *doc);
 
 /* A number that is a non-negative integer fitting in 64 bits, as serde's

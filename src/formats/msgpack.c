@@ -61,49 +61,68 @@ enum { EXT_NDARRAY = 1, EXT_COMPLEX = 2, EXT_SCALAR = 3 };
 
 typedef enum kind { N_NIL, N_BOOL, N_INT, N_UINT, N_FLOAT, N_STR, N_BIN, N_ARRAY, N_MAP, N_NDARRAY, N_COMPLEX } kind;
 
-typedef struct node node;
-struct node {
+/* A string or bin value (scratch memory, NUL-terminated). */
+typedef struct mp_string {
+    uint32_t len;
+    char data[];
+} mp_string;
+
+/* An ndarray extension's payload (scratch memory; the shape lives with the
+ * catalog, which keeps it for the tensor). */
+typedef struct mp_array {
+    ckpt_dtype dtype;
+    uint32_t ndim;
+    uint64_t *shape;
+    uint64_t numel, nbytes, data; /* data: offset in the file */
+} mp_array;
+
+/*
+ * The document is parsed into one array of 16-byte nodes in document
+ * order: an array's items, or a map's keys and values, follow it, and the
+ * next value after a container is `seq.size` nodes on.  A nil or a small
+ * int costs one node, neither pointers nor a copy (4 MB of nils took 305
+ * MB as a tree of 56-byte nodes and item pointers).
+ */
+typedef struct node {
     uint8_t kind;
-    bool scalar; /* N_NDARRAY from ext 3 (a numpy scalar) */
-    uint64_t at; /* offset of its first byte */
+    bool scalar;    /* N_NDARRAY from ext 3 (a numpy scalar) */
+    uint16_t at_hi; /* offset of its first byte: at_hi << 32 | at_lo */
+    uint32_t at_lo;
     union {
         bool b;
         int64_t i;
         uint64_t u;
         double f;
+        const mp_string *s;
         struct {
-            const char *data; /* arena, NUL-terminated */
-            uint32_t len;
-        } s;
-        struct {
-            node **items; /* a map: key, value, key, value … */
-            uint32_t count;
+            uint32_t count; /* items of an array, entries of a map (key, value) */
+            uint32_t size;  /* nodes of the value, itself included */
         } seq;
-        struct {
-            ckpt_dtype dtype;
-            uint32_t ndim;
-            uint64_t *shape;
-            uint64_t numel, nbytes, data; /* data: offset in the file */
-        } arr;
-        struct {
-            double re, im;
-        } c;
+        const mp_array *arr;
+        const double *c; /* real, imaginary */
     } u;
-};
+} node;
+
+static uint64_t node_at(const node *n) { return (uint64_t)n->at_hi << 32 | n->at_lo; }
+static bool is_seq(const node *n) { return n->kind == N_ARRAY || n->kind == N_MAP; }
+/* The value after n's (its next sibling). */
+static const node *skip(const node *n) { return n + (is_seq(n) ? n->u.seq.size : 1); }
 
 typedef struct mp {
     ckpt__source *src;
     const char *path;
-    ckpt__arena *arena;
+    ckpt__arena *arena;   /* the catalog's: tensor shapes */
+    ckpt__arena scratch;  /* strings and payloads, until the walk is over */
+    ckpt__budget *budget; /* the catalog's */
     ckpt_error *err;
     uint64_t size;
     unsigned char *win;
     uint64_t win_at;
     size_t win_len;
     uint64_t pos;
-    uint64_t nodes;
-    node **stack;
-    size_t stack_len, stack_cap;
+    node *nodes;
+    size_t count, cap;
+    uint64_t charged; /* bytes of nodes and scratch charged to the budget */
 } mp;
 
 static ckpt_status fail(mp *m, ckpt_status st, uint64_t at, const char *fmt, ...) CKPT__PRINTF(4, 5);
@@ -153,59 +172,57 @@ static ckpt_status field(mp *m, unsigned n, uint64_t limit, uint64_t *v) {
     return CKPT_OK;
 }
 
-/* `len` bytes into arena memory (NUL-terminated). */
-static ckpt_status bytes(mp *m, uint64_t len, uint64_t limit, char **out) {
+static ckpt_status charge(mp *m, uint64_t bytes, uint64_t at) {
+    ckpt_status st = ckpt__budget_charge(m->budget, bytes, m->err, m->path, (int64_t)at);
+    if (st == CKPT_OK) m->charged += bytes;
+    return st;
+}
+
+/* `len` bytes into scratch memory (NUL-terminated). */
+static ckpt_status bytes(mp *m, uint64_t len, uint64_t limit, mp_string **out) {
     if (limit < m->pos || len > limit - m->pos)
         return fail(m, limit == m->size ? CKPT_E_TRUNCATED : CKPT_E_MSGPACK_INVALID, m->pos,
                     "%llu bytes of a string or bin run past the end of %s", (unsigned long long)len,
                     limit == m->size ? "the file" : "their enclosing extension");
-    char *s = ckpt__arena_alloc(m->arena, (size_t)len + 1);
+    ckpt_status st = charge(m, sizeof(mp_string) + len + 1, m->pos);
+    if (st) return st;
+    mp_string *s = ckpt__arena_alloc(&m->scratch, sizeof *s + (size_t)len + 1);
     if (!s) return ckpt__oom(m->err, m->path, NULL);
     if (len <= WINDOW) {
         const unsigned char *p = NULL;
-        ckpt_status st = need(m, (size_t)len, limit, &p);
-        if (st) return st;
-        if (len) memcpy(s, p, (size_t)len);
-    } else {
-        ckpt_status st = ckpt__source_read(m->src, s, len, m->pos, m->err);
-        if (st) return st;
+        if ((st = need(m, (size_t)len, limit, &p))) return st;
+        if (len) memcpy(s->data, p, (size_t)len);
+    } else if ((st = ckpt__source_read(m->src, s->data, len, m->pos, m->err))) {
+        return st;
     }
-    s[len] = '\0';
+    s->data[len] = '\0';
+    s->len = (uint32_t)len;
     m->pos += len;
     *out = s;
     return CKPT_OK;
 }
 
-static node *new_node(mp *m, kind k, uint64_t at) {
-    if (m->nodes >= MAX_NODES) return NULL;
-    node *n = ckpt__arena_alloc(m->arena, sizeof *n);
-    if (!n) return NULL;
+/* A new node at the end of the array (its index in *i). */
+static ckpt_status new_node(mp *m, kind k, uint64_t at, uint32_t *i) {
+    if (m->count >= MAX_NODES)
+        return fail(m, CKPT_E_LIMIT, at, "the document holds more than %d msgpack values", MAX_NODES);
+    if (m->count == m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 1024;
+        ckpt_status st = charge(m, (cap - m->cap) * sizeof *m->nodes, at);
+        if (st) return st;
+        node *n = ckpt__realloc(m->nodes, cap * sizeof *n);
+        if (!n) return ckpt__oom(m->err, m->path, NULL);
+        m->nodes = n;
+        m->cap = cap;
+    }
+    node *n = &m->nodes[m->count];
     memset(n, 0, sizeof *n);
     n->kind = (uint8_t)k;
-    n->at = at;
-    m->nodes++;
-    return n;
-}
-
-static ckpt_status node_fail(mp *m, uint64_t at) {
-    if (m->nodes >= MAX_NODES)
-        return fail(m, CKPT_E_LIMIT, at, "the document holds more than %d msgpack values", MAX_NODES);
-    return ckpt__oom(m->err, m->path, NULL);
-}
-
-static ckpt_status push(mp *m, node *n) {
-    if (m->stack_len == m->stack_cap) {
-        size_t cap = m->stack_cap ? m->stack_cap * 2 : 256;
-        node **s = ckpt__realloc(m->stack, cap * sizeof *s);
-        if (!s) return ckpt__oom(m->err, m->path, NULL);
-        m->stack = s;
-        m->stack_cap = cap;
-    }
-    m->stack[m->stack_len++] = n;
+    n->at_hi = (uint16_t)(at >> 32);
+    n->at_lo = (uint32_t)at;
+    *i = (uint32_t)m->count++;
     return CKPT_OK;
 }
-
-static ckpt_status parse(mp *m, uint64_t limit, int depth, node **out);
 
 /* A string header's length, or false when `b` starts no string. */
 static bool str_len(mp *m, unsigned char b, uint64_t limit, uint64_t *len, ckpt_status *st) {
@@ -228,7 +245,7 @@ static bool bin_len(mp *m, unsigned char b, uint64_t limit, uint64_t *len, ckpt_
 }
 
 /* Flax's ndarray payload (shape, dtype name, data) within [pos, end). */
-static ckpt_status ndarray(mp *m, uint64_t end, node *n) {
+static ckpt_status ndarray(mp *m, uint64_t end, mp_array *n) {
     uint64_t at = m->pos, count, len;
     const unsigned char *p = NULL;
     ckpt_status st = need(m, 1, end, &p);
@@ -256,6 +273,7 @@ static ckpt_status ndarray(mp *m, uint64_t end, node *n) {
                     CKPT_MAX_DIMS);
     uint64_t *shape = ckpt__arena_alloc(m->arena, (ndim ? (size_t)ndim : 1) * sizeof *shape);
     if (!shape) return ckpt__oom(m->err, m->path, NULL);
+    if ((st = charge(m, (ndim ? ndim : 1) * sizeof *shape, shape_at))) return st;
     for (uint64_t d = 0; d < ndim; d++) {
         uint64_t dim_at = m->pos, v;
         if ((st = need(m, 1, end, &p))) return st;
@@ -286,8 +304,9 @@ static ckpt_status ndarray(mp *m, uint64_t end, node *n) {
         return fail(m, CKPT_E_MSGPACK_INVALID, dtype_at, "ndarray dtype is not a string");
     if (st) return st;
     if (len > 64) return fail(m, CKPT_E_MSGPACK_INVALID, dtype_at, "ndarray dtype name of %llu bytes", (unsigned long long)len);
-    char *name;
-    if ((st = bytes(m, len, end, &name))) return st;
+    mp_string *dtype_name;
+    if ((st = bytes(m, len, end, &dtype_name))) return st;
+    const char *name = dtype_name->data;
     if (strlen(name) != len) return fail(m, CKPT_E_MSGPACK_INVALID, dtype_at, "ndarray dtype name holds a NUL byte");
     bool big;
     const char *why;
@@ -314,13 +333,7 @@ static ckpt_status ndarray(mp *m, uint64_t end, node *n) {
         return fail(m, end == m->size ? CKPT_E_TRUNCATED : CKPT_E_MSGPACK_INVALID, data_at,
                     "ndarray data of %llu bytes runs past the end of %s", (unsigned long long)len,
                     end == m->size ? "the file" : "its extension");
-    n->kind = N_NDARRAY;
-    n->u.arr.dtype = dtype;
-    n->u.arr.ndim = (uint32_t)ndim;
-    n->u.arr.shape = shape;
-    n->u.arr.numel = numel;
-    n->u.arr.nbytes = nbytes;
-    n->u.arr.data = m->pos;
+    *n = (mp_array){dtype, (uint32_t)ndim, shape, numel, nbytes, m->pos};
     m->pos += len;
     if (m->pos != end)
         return fail(m, CKPT_E_MSGPACK_INVALID, m->pos, "%llu bytes after the ndarray payload inside its extension",
@@ -328,123 +341,129 @@ static ckpt_status ndarray(mp *m, uint64_t end, node *n) {
     return CKPT_OK;
 }
 
-static ckpt_status ext(mp *m, uint64_t at, uint64_t len, uint64_t limit, int depth, node **out) {
-    uint64_t type;
-    ckpt_status st = field(m, 1, limit, &type);
+/* A number inside a complex extension: float, int or uint. */
+static ckpt_status complex_part(mp *m, uint64_t end, double *out) {
+    uint64_t at = m->pos, v;
+    const unsigned char *p = NULL;
+    ckpt_status st = need(m, 1, end, &p);
     if (st) return st;
-    if (len > limit - m->pos)
-        return fail(m, limit == m->size ? CKPT_E_TRUNCATED : CKPT_E_MSGPACK_INVALID, at,
-                    "extension of %llu bytes runs past the end of %s", (unsigned long long)len,
-                    limit == m->size ? "the file" : "its enclosing extension");
+    unsigned char b = *p;
+    m->pos++;
+    if (b <= 0x7f) *out = b;
+    else if (b >= 0xe0) *out = (int8_t)b;
+    else if (b == 0xca || b == 0xcb) {
+        if ((st = field(m, b == 0xca ? 4 : 8, end, &v))) return st;
+        float f;
+        uint32_t w = (uint32_t)v;
+        if (b == 0xca) memcpy(&f, &w, 4), *out = f;
+        else memcpy(out, &v, 8);
+    } else if (b >= 0xcc && b <= 0xcf) {
+        if ((st = field(m, 1u << (b - 0xcc), end, &v))) return st;
+        *out = (double)v;
+    } else if (b >= 0xd0 && b <= 0xd3) {
+        unsigned w = 1u << (b - 0xd0);
+        if ((st = field(m, w, end, &v))) return st;
+        if (w < 8 && (v >> (8 * w - 1)) & 1) v |= ~0ULL << (8 * w); /* sign-extend */
+        *out = (double)(int64_t)v;
+    } else {
+        return fail(m, CKPT_E_MSGPACK_INVALID, at, "complex extension part is not a number");
+    }
+    return CKPT_OK;
+}
+
+/* Flax's complex payload: the array (real, imag) filling [pos, end). */
+static ckpt_status complex_value(mp *m, uint64_t at, uint64_t end, node *n) {
+    const unsigned char *p = NULL;
+    ckpt_status st = need(m, 1, end, &p);
+    if (st) return st;
+    uint64_t count = 0;
+    unsigned char b = *p;
+    m->pos++;
+    if (b >= 0x90 && b <= 0x9f) count = b & 0x0f;
+    else if (b == 0xdc || b == 0xdd) st = field(m, b == 0xdc ? 2 : 4, end, &count);
+    if (st) return st;
+    double *c = count == 2 ? ckpt__arena_alloc(&m->scratch, 2 * sizeof *c) : NULL;
+    if (count == 2 && !c) return ckpt__oom(m->err, m->path, NULL);
+    for (int k = 0; count == 2 && k < 2; k++)
+        if ((st = complex_part(m, end, &c[k]))) return st;
+    if (count != 2 || m->pos != end) return fail(m, CKPT_E_MSGPACK_INVALID, at, "complex extension is not a (real, imag) pair");
+    n->kind = N_COMPLEX;
+    n->u.c = c;
+    return charge(m, 2 * sizeof *c, at);
+}
+
+/* An extension of `len` bytes (its type byte next): one of Flax's. */
+static ckpt_status ext(mp *m, uint64_t at, uint64_t len, node *n) {
+    uint64_t type;
+    ckpt_status st = field(m, 1, m->size, &type);
+    if (st) return st;
+    if (len > m->size - m->pos)
+        return fail(m, CKPT_E_TRUNCATED, at, "extension of %llu bytes runs past the end of the file", (unsigned long long)len);
     uint64_t end = m->pos + len;
-    node *n = new_node(m, N_NDARRAY, at);
-    if (!n) return node_fail(m, at);
-    *out = n;
     switch ((int8_t)type) {
     case EXT_NDARRAY:
-    case EXT_SCALAR:
+    case EXT_SCALAR: {
+        mp_array *a = ckpt__arena_alloc(&m->scratch, sizeof *a);
+        if (!a) return ckpt__oom(m->err, m->path, NULL);
+        if ((st = charge(m, sizeof *a, at)) || (st = ndarray(m, end, a))) return st;
+        n->kind = N_NDARRAY;
         n->scalar = (int8_t)type == EXT_SCALAR;
-        if ((st = ndarray(m, end, n))) return st;
-        if (n->scalar && n->u.arr.ndim)
-            return fail(m, CKPT_E_MSGPACK_INVALID, at, "numpy scalar extension with a shape of %u dimensions",
-                        n->u.arr.ndim);
-        return CKPT_OK;
-    case EXT_COMPLEX: {
-        node *pair;
-        if ((st = parse(m, end, depth + 1, &pair))) return st;
-        if (pair->kind != N_ARRAY || pair->u.seq.count != 2 || m->pos != end)
-            return fail(m, CKPT_E_MSGPACK_INVALID, at, "complex extension is not a (real, imag) pair");
-        double v[2];
-        for (int k = 0; k < 2; k++) {
-            const node *x = pair->u.seq.items[k];
-            if (x->kind == N_FLOAT) v[k] = x->u.f;
-            else if (x->kind == N_INT) v[k] = (double)x->u.i;
-            else if (x->kind == N_UINT) v[k] = (double)x->u.u;
-            else return fail(m, CKPT_E_MSGPACK_INVALID, x->at, "complex extension part is not a number");
-        }
-        n->kind = N_COMPLEX;
-        n->u.c.re = v[0];
-        n->u.c.im = v[1];
+        n->u.arr = a;
+        if (n->scalar && a->ndim)
+            return fail(m, CKPT_E_MSGPACK_INVALID, at, "numpy scalar extension with a shape of %u dimensions", a->ndim);
         return CKPT_OK;
     }
+    case EXT_COMPLEX: return complex_value(m, at, end, n);
     }
     return fail(m, CKPT_E_MSGPACK_INVALID, at,
                 "msgpack extension type %d is not one of Flax's (1 ndarray, 2 complex, 3 numpy scalar)", (int8_t)type);
 }
 
-/* A map's or array's items, parsed onto the stack and then moved to the arena. */
-static ckpt_status items(mp *m, node *n, uint64_t count, uint64_t per, uint64_t limit, int depth) {
-    if (depth >= MAX_DEPTH) return fail(m, CKPT_E_LIMIT, n->at, "msgpack values nested deeper than %d", MAX_DEPTH);
-    if (count > (limit - m->pos) / per)
-        return fail(m, limit == m->size ? CKPT_E_TRUNCATED : CKPT_E_MSGPACK_INVALID, n->at,
-                    "%s of %llu entries cannot fit in the %llu bytes left", n->kind == N_MAP ? "map" : "array",
-                    (unsigned long long)count, (unsigned long long)(limit - m->pos));
-    size_t base = m->stack_len;
-    uint64_t total = count * per; /* ≤ the bytes left */
-    for (uint64_t k = 0; k < total; k++) {
-        node *child;
-        ckpt_status st = parse(m, limit, depth + 1, &child);
-        if (st == CKPT_OK) st = push(m, child);
-        if (st) return st;
-    }
-    n->u.seq.count = (uint32_t)count;
-    n->u.seq.items = ckpt__arena_alloc(m->arena, (total ? (size_t)total : 1) * sizeof *n->u.seq.items);
-    if (!n->u.seq.items) return ckpt__oom(m->err, m->path, NULL);
-    if (total) memcpy(n->u.seq.items, m->stack + base, (size_t)total * sizeof *n->u.seq.items);
-    m->stack_len = base;
-    return CKPT_OK;
-}
-
-static ckpt_status parse(mp *m, uint64_t limit, int depth, node **out) {
-    uint64_t at = m->pos, v = 0;
+/* The head of the value at m->pos, into node i: a scalar whole; a map or
+ * an array, its number of values still to read into *items. */
+static ckpt_status value_head(mp *m, uint32_t i, uint64_t *items) {
+    node *n = &m->nodes[i];
+    uint64_t at = node_at(n), v = 0, limit = m->size;
     const unsigned char *p = NULL;
     ckpt_status st = need(m, 1, limit, &p);
     if (st) return st;
     unsigned char b = *p;
     m->pos++;
-    node *n = new_node(m, N_NIL, at);
-    if (!n) return node_fail(m, at);
-    *out = n;
+    *items = 0;
     if (b <= 0x7f) {
         n->kind = N_UINT, n->u.u = b;
     } else if (b >= 0xe0) {
         n->kind = N_INT, n->u.i = (int8_t)b;
-    } else if (b >= 0x80 && b <= 0x8f) {
-        n->kind = N_MAP;
-        return items(m, n, b & 0x0f, 2, limit, depth);
-    } else if (b >= 0x90 && b <= 0x9f) {
-        n->kind = N_ARRAY;
-        return items(m, n, b & 0x0f, 1, limit, depth);
-    } else if ((b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb)) {
-        str_len(m, b, limit, &v, &st);
+    } else if (b <= 0x8f || b == 0xde || b == 0xdf) {
+        if (b >= 0xde && (st = field(m, b == 0xde ? 2 : 4, limit, &v))) return st;
+        n->kind = N_MAP, n->u.seq.count = (uint32_t)(b >= 0xde ? v : b & 0x0f), *items = 2 * (uint64_t)n->u.seq.count;
+    } else if (b <= 0x9f || b == 0xdc || b == 0xdd) {
+        if (b >= 0xdc && (st = field(m, b == 0xdc ? 2 : 4, limit, &v))) return st;
+        n->kind = N_ARRAY, n->u.seq.count = (uint32_t)(b >= 0xdc ? v : b & 0x0f), *items = n->u.seq.count;
+    } else if ((b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb) || (b >= 0xc4 && b <= 0xc6)) {
+        bool text = !bin_len(m, b, limit, &v, &st);
+        if (text) str_len(m, b, limit, &v, &st);
         if (st) return st;
-        if (v > MAX_STRING) return fail(m, CKPT_E_LIMIT, at, "string of %llu bytes (at most %d)", (unsigned long long)v, MAX_STRING);
-        char *s;
+        if (v > (text ? MAX_STRING : MAX_BIN))
+            return text ? fail(m, CKPT_E_LIMIT, at, "string of %llu bytes (at most %d)", (unsigned long long)v, MAX_STRING)
+                        : fail(m, CKPT_E_LIMIT, at, "bin value of %llu bytes outside an ndarray (at most %d)",
+                               (unsigned long long)v, MAX_BIN);
+        mp_string *s;
         if ((st = bytes(m, v, limit, &s))) return st;
-        size_t bad = ckpt__utf8_check((const unsigned char *)s, (size_t)v);
+        size_t bad = text ? ckpt__utf8_check((const unsigned char *)s->data, (size_t)v) : v;
         if (bad != v) return fail(m, CKPT_E_MSGPACK_INVALID, at, "string is not UTF-8 (byte %zu)", bad);
-        n->kind = N_STR, n->u.s.data = s, n->u.s.len = (uint32_t)v;
+        n = &m->nodes[i];
+        n->kind = text ? N_STR : N_BIN, n->u.s = s;
     } else {
         switch (b) {
         case 0xc0: n->kind = N_NIL; break;
         case 0xc2: n->kind = N_BOOL, n->u.b = false; break;
         case 0xc3: n->kind = N_BOOL, n->u.b = true; break;
-        case 0xc4: case 0xc5: case 0xc6: {
-            bin_len(m, b, limit, &v, &st);
-            if (st) return st;
-            if (v > MAX_BIN)
-                return fail(m, CKPT_E_LIMIT, at, "bin value of %llu bytes outside an ndarray (at most %d)",
-                            (unsigned long long)v, MAX_BIN);
-            char *s;
-            if ((st = bytes(m, v, limit, &s))) return st;
-            n->kind = N_BIN, n->u.s.data = s, n->u.s.len = (uint32_t)v;
-            break;
-        }
         case 0xc7: case 0xc8: case 0xc9:
             if ((st = field(m, 1u << (b - 0xc7), limit, &v))) return st;
-            return ext(m, at, v, limit, depth, out);
+            return ext(m, at, v, n);
         case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
-            return ext(m, at, 1u << (b - 0xd4), limit, depth, out);
+            return ext(m, at, 1u << (b - 0xd4), n);
         case 0xca: {
             if ((st = field(m, 4, limit, &v))) return st;
             uint32_t w = (uint32_t)v;
@@ -469,19 +488,57 @@ static ckpt_status parse(mp *m, uint64_t limit, int depth, node **out) {
             n->kind = N_INT, n->u.i = (int64_t)v;
             break;
         }
-        case 0xdc: case 0xdd:
-            if ((st = field(m, b == 0xdc ? 2 : 4, limit, &v))) return st;
-            n->kind = N_ARRAY;
-            return items(m, n, v, 1, limit, depth);
-        case 0xde: case 0xdf:
-            if ((st = field(m, b == 0xde ? 2 : 4, limit, &v))) return st;
-            n->kind = N_MAP;
-            return items(m, n, v, 2, limit, depth);
         default:
             return fail(m, CKPT_E_MSGPACK_INVALID, at, "byte 0x%02x starts no msgpack value", b);
         }
     }
     return CKPT_OK;
+}
+
+/* A map or array being read: its node and the values still to come. */
+typedef struct open_seq {
+    uint32_t node;
+    uint64_t left;
+} open_seq;
+
+/* The document, value after value; the maps and arrays being read are on
+ * a heap stack (at most MAX_DEPTH), never the C stack. */
+static ckpt_status parse(mp *m) {
+    ckpt__stack open = CKPT__STACK(open_seq);
+    ckpt_status st = CKPT_OK;
+    do {
+        uint32_t i = 0;
+        uint64_t items = 0;
+        if ((st = new_node(m, N_NIL, m->pos, &i)) || (st = value_head(m, i, &items))) break;
+        node *n = &m->nodes[i];
+        if (is_seq(n)) {
+            if (open.len >= MAX_DEPTH) {
+                st = fail(m, CKPT_E_LIMIT, node_at(n), "msgpack values nested deeper than %d", MAX_DEPTH);
+                break;
+            }
+            if (items > m->size - m->pos) { /* each value takes a byte at least */
+                st = fail(m, CKPT_E_TRUNCATED, node_at(n), "%s of %llu entries cannot fit in the %llu bytes left",
+                          n->kind == N_MAP ? "map" : "array", (unsigned long long)n->u.seq.count,
+                          (unsigned long long)(m->size - m->pos));
+                break;
+            }
+            n->u.seq.size = 1;
+            open_seq *o = items ? ckpt__stack_push(&open) : NULL;
+            if (items && !o) {
+                st = ckpt__oom(m->err, m->path, NULL);
+                break;
+            }
+            if (o) {
+                *o = (open_seq){i, items};
+                continue;
+            }
+        }
+        /* A value is complete: so is every container it was the last of. */
+        for (open_seq *o; (o = ckpt__stack_top(&open)) && --o->left == 0; ckpt__stack_pop(&open))
+            m->nodes[o->node].u.seq.size = (uint32_t)(m->count - o->node);
+    } while (open.len);
+    ckpt__stack_free(&open);
+    return st;
 }
 
 /* ---- the walk: tensors and the object tree --------------------------------------- */
@@ -491,6 +548,7 @@ typedef struct walker {
     ckpt_catalog *c;
     uint32_t file;
     ckpt__buf json, name;
+    size_t json_charged; /* the tree's capacity charged to the budget */
     unsigned parts; /* components in name */
     ckpt__piece *pieces;
     size_t piece_cap;
@@ -551,10 +609,9 @@ static void name_pop(walker *w, size_t saved) {
 
 /* The value of string key `key` in a map, or NULL. */
 static const node *lookup(const node *map, const char *key) {
-    for (uint32_t i = 0; i < map->u.seq.count; i++) {
-        const node *k = map->u.seq.items[2 * i];
-        if (k->kind == N_STR && !strcmp(k->u.s.data, key)) return map->u.seq.items[2 * i + 1];
-    }
+    const node *k = map + 1;
+    for (uint32_t i = 0; i < map->u.seq.count; i++, k = skip(skip(k)))
+        if (k->kind == N_STR && !strcmp(k->u.s->data, key)) return skip(k);
     return NULL;
 }
 
@@ -563,22 +620,23 @@ static ckpt_status as_tuple(walker *w, const node *map, const char *what, const 
                             uint64_t *count) {
     mp *m = w->m;
     if (!map || map->kind != N_MAP)
-        return fail(m, CKPT_E_MSGPACK_INVALID, map ? map->at : 0, "chunked array's '%s' is not a map", what);
+        return fail(m, CKPT_E_MSGPACK_INVALID, map ? node_at(map) : 0, "chunked array's '%s' is not a map", what);
     if (map->u.seq.count > max)
-        return fail(m, CKPT_E_LIMIT, map->at, "chunked array's '%s' has %u entries (at most %llu)", what,
+        return fail(m, CKPT_E_LIMIT, node_at(map), "chunked array's '%s' has %u entries (at most %llu)", what,
                     map->u.seq.count, (unsigned long long)max);
     for (uint32_t i = 0; i < map->u.seq.count; i++) vals[i] = NULL;
-    for (uint32_t i = 0; i < map->u.seq.count; i++) {
-        const node *k = map->u.seq.items[2 * i];
+    const node *k = map + 1;
+    for (uint32_t i = 0; i < map->u.seq.count; i++, k = skip(skip(k))) {
         char *end = NULL;
-        unsigned long long idx = k->kind == N_STR && k->u.s.len && k->u.s.len < 20 && k->u.s.data[0] >= '0' &&
-                                         k->u.s.data[0] <= '9' && (k->u.s.len == 1 || k->u.s.data[0] != '0')
-                                     ? strtoull(k->u.s.data, &end, 10)
+        const char *text = k->kind == N_STR ? k->u.s->data : NULL;
+        uint32_t len = text ? k->u.s->len : 0;
+        unsigned long long idx = text && len && len < 20 && text[0] >= '0' && text[0] <= '9' && (len == 1 || text[0] != '0')
+                                     ? strtoull(text, &end, 10)
                                      : ULLONG_MAX;
         if (!end || *end || idx >= map->u.seq.count || vals[idx])
-            return fail(m, CKPT_E_MSGPACK_INVALID, k->at, "chunked array's '%s' keys are not '0' … '%u'", what,
+            return fail(m, CKPT_E_MSGPACK_INVALID, node_at(k), "chunked array's '%s' keys are not '0' … '%u'", what,
                         map->u.seq.count - 1);
-        vals[idx] = map->u.seq.items[2 * i + 1];
+        vals[idx] = skip(k);
     }
     *count = map->u.seq.count;
     return CKPT_OK;
@@ -615,32 +673,62 @@ static ckpt_status emit_box(boxes *bx, const uint64_t *origin, uint32_t d, uint6
     return CKPT_OK;
 }
 
-/* Elements [a, b) of the row-major sub-array of axes d… at `origin` (axes
- * before d fixed), whose data starts at byte `offset` of the file, as at
- * most 2 (ndim − d) − 1 boxes. */
-static ckpt_status linear(boxes *bx, uint64_t *origin, uint32_t d, uint64_t a, uint64_t b, uint64_t offset) {
-    if (a == b) return CKPT_OK;
-    uint64_t r = bx->inner[d];
-    if (d == bx->ndim - 1) return emit_box(bx, origin, d, a, b - a, offset);
-    ckpt_status st;
-    if (a % r) { /* the head: the rest of row a / r */
-        uint64_t row = a / r, stop = (row + 1) * r < b ? (row + 1) * r : b;
-        origin[d] = row;
-        if ((st = linear(bx, origin, d + 1, a - row * r, stop - row * r, offset))) return st;
-        offset += (stop - a) * bx->item;
-        a = stop;
-        if (a == b) return CKPT_OK;
+/* A part of a chunk still to be cut into boxes: elements [a, b) of the
+ * row-major sub-array of axes d… whose data starts at byte `offset`, its
+ * axis d − 1 at index `row` (NO_ROW: as it is); or (emit) rows [a, a + b)
+ * of axis d, one box. */
+typedef struct span {
+    uint32_t d;
+    bool emit;
+    uint64_t a, b, offset, row;
+} span;
+#define NO_ROW UINT64_MAX
+
+/* Elements [a, b) of the chunk whose data starts at byte `offset`, as at
+ * most 2 ndim − 1 boxes: a range is the rest of its first row (cut at the
+ * next axis), whole rows, and the start of its last row (cut at the next
+ * axis).  The parts wait on a heap stack, last part first. */
+static ckpt_status linear(boxes *bx, uint64_t *origin, uint64_t a, uint64_t b, uint64_t offset) {
+    ckpt__stack todo = CKPT__STACK(span);
+    span *first = ckpt__stack_push(&todo);
+    if (!first) return ckpt__oom(bx->w->m->err, bx->w->m->path, NULL);
+    *first = (span){0, false, a, b, offset, NO_ROW};
+    ckpt_status st = CKPT_OK;
+    while (st == CKPT_OK && todo.len) {
+        span t = *(span *)ckpt__stack_top(&todo);
+        ckpt__stack_pop(&todo);
+        if (t.row != NO_ROW) origin[t.d - 1] = t.row;
+        if (t.emit || (t.a < t.b && t.d == bx->ndim - 1)) {
+            st = emit_box(bx, origin, t.d, t.a, t.emit ? t.b : t.b - t.a, t.offset);
+            continue;
+        }
+        uint64_t r = bx->inner[t.d];
+        span parts[3];
+        int n = 0;
+        a = t.a, b = t.b, offset = t.offset;
+        if (a < b && a % r) { /* the head: the rest of row a / r */
+            uint64_t row = a / r, stop = (row + 1) * r < b ? (row + 1) * r : b;
+            parts[n++] = (span){t.d + 1, false, a - row * r, stop - row * r, offset, row};
+            offset += (stop - a) * bx->item;
+            a = stop;
+        }
+        if (a < b && b / r > a / r) { /* whole rows */
+            parts[n++] = (span){t.d, true, a / r, b / r - a / r, offset, NO_ROW};
+            offset += (b / r * r - a) * bx->item;
+            a = b / r * r;
+        }
+        if (a < b) parts[n++] = (span){t.d + 1, false, 0, b - a, offset, a / r}; /* the tail: the start of row a / r */
+        while (n > 0) {
+            span *p = ckpt__stack_push(&todo);
+            if (!p) {
+                st = ckpt__oom(bx->w->m->err, bx->w->m->path, NULL);
+                break;
+            }
+            *p = parts[--n];
+        }
     }
-    if (b / r > a / r) { /* whole rows */
-        if ((st = emit_box(bx, origin, d, a / r, b / r - a / r, offset))) return st;
-        offset += (b / r * r - a) * bx->item;
-        a = b / r * r;
-    }
-    if (a < b) { /* the tail: the start of row a / r */
-        origin[d] = a / r;
-        return linear(bx, origin, d + 1, 0, b - a, offset);
-    }
-    return CKPT_OK;
+    ckpt__stack_free(&todo);
+    return st;
 }
 
 static ckpt_status add_tensor(walker *w, const char *name, ckpt_dtype dtype, uint32_t ndim, uint64_t *shape,
@@ -670,7 +758,7 @@ static ckpt_status chunked(walker *w, const node *map) {
     if (st) return ckpt__error_in_tensor(m->err, st, name);
     const node *chunks_map = lookup(map, "chunks");
     if (!chunks_map || chunks_map->kind != N_MAP)
-        return ckpt__error_in_tensor(m->err, fail(m, CKPT_E_MSGPACK_INVALID, map->at, "chunked array has no 'chunks' map"), name);
+        return ckpt__error_in_tensor(m->err, fail(m, CKPT_E_MSGPACK_INVALID, node_at(map), "chunked array has no 'chunks' map"), name);
     const node **chunks = ckpt__malloc((chunks_map->u.seq.count ? chunks_map->u.seq.count : 1) * sizeof *chunks);
     if (!chunks) return ckpt__oom(m->err, m->path, name);
     st = as_tuple(w, chunks_map, "chunks", chunks, UINT32_MAX, &nchunks);
@@ -679,32 +767,32 @@ static ckpt_status chunked(walker *w, const node *map) {
     for (uint64_t d = 0; st == CKPT_OK && d < ndim; d++) {
         if (dims[d]->kind == N_UINT) shape[d] = dims[d]->u.u;
         else if (dims[d]->kind == N_INT && dims[d]->u.i >= 0) shape[d] = (uint64_t)dims[d]->u.i;
-        else st = fail(m, CKPT_E_MSGPACK_INVALID, dims[d]->at, "chunked array's shape holds something other than a size");
+        else st = fail(m, CKPT_E_MSGPACK_INVALID, node_at(dims[d]), "chunked array's shape holds something other than a size");
     }
     uint64_t numel = 0, total = 0;
     if (st == CKPT_OK && !ckpt__shape_numel((uint32_t)ndim, shape, &numel))
-        st = fail(m, CKPT_E_SHAPE_OVERFLOW, map->at, "chunked array's shape overflows");
+        st = fail(m, CKPT_E_SHAPE_OVERFLOW, node_at(map), "chunked array's shape overflows");
     ckpt_dtype dtype = CKPT_DTYPE_INVALID;
     for (uint64_t k = 0; st == CKPT_OK && k < nchunks; k++) {
         const node *c = chunks[k];
         if (c->kind != N_NDARRAY || c->scalar)
-            st = fail(m, CKPT_E_MSGPACK_INVALID, c->at, "chunk %llu of a chunked array is not an ndarray", (unsigned long long)k);
-        else if (k && c->u.arr.dtype != dtype)
-            st = fail(m, CKPT_E_MSGPACK_INVALID, c->at, "chunk %llu is %s, chunk 0 %s", (unsigned long long)k,
-                      ckpt_dtype_name(c->u.arr.dtype), ckpt_dtype_name(dtype));
-        else if (!ckpt__add_u64(total, c->u.arr.numel, &total) || total > numel)
-            st = fail(m, CKPT_E_SIZE_MISMATCH, c->at, "chunks hold more elements than the shape's %llu",
+            st = fail(m, CKPT_E_MSGPACK_INVALID, node_at(c), "chunk %llu of a chunked array is not an ndarray", (unsigned long long)k);
+        else if (k && c->u.arr->dtype != dtype)
+            st = fail(m, CKPT_E_MSGPACK_INVALID, node_at(c), "chunk %llu is %s, chunk 0 %s", (unsigned long long)k,
+                      ckpt_dtype_name(c->u.arr->dtype), ckpt_dtype_name(dtype));
+        else if (!ckpt__add_u64(total, c->u.arr->numel, &total) || total > numel)
+            st = fail(m, CKPT_E_SIZE_MISMATCH, node_at(c), "chunks hold more elements than the shape's %llu",
                       (unsigned long long)numel);
-        dtype = c->u.arr.dtype;
+        dtype = c->u.arr->dtype;
     }
     if (st == CKPT_OK && (total != numel || !nchunks))
-        st = fail(m, CKPT_E_SIZE_MISMATCH, map->at, "chunks hold %llu elements; the shape needs %llu",
+        st = fail(m, CKPT_E_SIZE_MISMATCH, node_at(map), "chunks hold %llu elements; the shape needs %llu",
                   (unsigned long long)total, (unsigned long long)numel);
     if (st == CKPT_OK && ckpt_dtype_bits(dtype) % 8)
-        st = fail(m, CKPT_E_UNKNOWN_DTYPE, map->at, "chunked array of a packed dtype");
+        st = fail(m, CKPT_E_UNKNOWN_DTYPE, node_at(map), "chunked array of a packed dtype");
     size_t pieces = 0;
     if (st == CKPT_OK && (numel == 0 || ndim == 0)) { /* no chunking to undo: one piece, whole */
-        w->pieces[0] = (ckpt__piece){.file = w->file, .offset = chunks[0]->u.arr.data};
+        w->pieces[0] = (ckpt__piece){.file = w->file, .offset = chunks[0]->u.arr->data};
         pieces = 1;
     } else if (st == CKPT_OK) {
         uint64_t *inner = shape + ndim, origin[CKPT_MAX_DIMS] = {0}, s = 1;
@@ -712,8 +800,8 @@ static ckpt_status chunked(walker *w, const node *map) {
         boxes bx = {w, (uint32_t)ndim, shape, inner, ckpt_dtype_bits(dtype) / 8, 0};
         uint64_t first = 0;
         for (uint64_t k = 0; st == CKPT_OK && k < nchunks; k++) {
-            uint64_t n = chunks[k]->u.arr.numel;
-            st = linear(&bx, origin, 0, first, first + n, chunks[k]->u.arr.data);
+            uint64_t n = chunks[k]->u.arr->numel;
+            st = linear(&bx, origin, first, first + n, chunks[k]->u.arr->data);
             first += n;
         }
         pieces = bx.count;
@@ -724,56 +812,40 @@ static ckpt_status chunked(walker *w, const node *map) {
     return st ? ckpt__error_in_tensor(m->err, st, name) : st;
 }
 
-static ckpt_status walk(walker *w, const node *n, int depth);
-
-static ckpt_status walk_map(walker *w, const node *n, int depth) {
-    mp *m = w->m;
-    if (lookup(n, "__msgpack_chunked_array__")) return chunked(w, n);
-    ckpt__buf_puts(&w->json, "{\"__dict__\": [");
-    for (uint32_t i = 0; i < n->u.seq.count; i++) {
-        const node *k = n->u.seq.items[2 * i], *v = n->u.seq.items[2 * i + 1];
-        char num[32];
-        const char *part;
-        size_t len;
-        ckpt__buf_puts(&w->json, i ? ", [" : "[");
-        if (k->kind == N_STR) {
-            if (strlen(k->u.s.data) != k->u.s.len)
-                return fail(m, CKPT_E_MSGPACK_INVALID, k->at, "map key holds a NUL byte");
-            part = k->u.s.data, len = k->u.s.len;
-            json_str(&w->json, part, len);
-        } else if (k->kind == N_INT || k->kind == N_UINT) {
-            json_int(&w->json, k);
-            if (k->kind == N_UINT) snprintf(num, sizeof num, "%llu", (unsigned long long)k->u.u);
-            else snprintf(num, sizeof num, "%lld", (long long)k->u.i);
-            part = num, len = strlen(num);
-        } else {
-            return fail(m, CKPT_E_MSGPACK_INVALID, k->at, "map key is not a string or an integer");
-        }
-        ckpt__buf_puts(&w->json, ", ");
-        size_t saved = name_push(w, part, len);
-        ckpt_status st = walk(w, v, depth + 1);
-        name_pop(w, saved);
-        if (st) return st;
-        ckpt__buf_puts(&w->json, "]");
-    }
-    ckpt__buf_puts(&w->json, "]}");
-    return CKPT_OK;
+/* Its name (a long key repeats in every name under it) and entry. */
+static ckpt_status charge_tensor(walker *w, const node *n) {
+    return ckpt__budget_charge(w->m->budget, w->name.len + 1 + ckpt__cat_tensor_cost(1), w->m->err, w->m->path,
+                               (int64_t)node_at(n));
 }
 
-static ckpt_status walk(walker *w, const node *n, int depth) {
+/* The walk keeps the maps and arrays it is inside on a heap stack, never
+ * recursing: one frame per open container. */
+typedef struct wframe {
+    const node *n;
+    const node *next; /* the next item, or the next entry's key */
+    uint32_t done;    /* items or entries gone through */
+    size_t saved;     /* the name's length before the current child's component */
+    bool in_child;
+} wframe;
+
+/* Writes n whole when it is a leaf (a tensor, a scalar, a chunked array);
+ * otherwise its opening, and pushes its frame. */
+static ckpt_status visit(walker *w, ckpt__stack *frames, const node *n) {
     mp *m = w->m;
     ckpt__buf *j = &w->json;
+    ckpt_status st = ckpt__budget_charge_buf(m->budget, j, &w->json_charged, m->err, m->path, (int64_t)node_at(n));
+    if (st) return st;
     switch ((kind)n->kind) {
     case N_NIL: ckpt__buf_puts(j, "null"); return CKPT_OK;
     case N_BOOL: ckpt__buf_puts(j, n->u.b ? "true" : "false"); return CKPT_OK;
     case N_INT: case N_UINT: json_int(j, n); return CKPT_OK;
     case N_FLOAT: json_float(j, n->u.f); return CKPT_OK;
-    case N_STR: json_str(j, n->u.s.data, n->u.s.len); return CKPT_OK;
+    case N_STR: json_str(j, n->u.s->data, n->u.s->len); return CKPT_OK;
     case N_BIN: {
         static const char hex[] = "0123456789abcdef";
         ckpt__buf_puts(j, "{\"__bytes__\": \"");
-        for (uint32_t i = 0; i < n->u.s.len; i++) {
-            unsigned char c = (unsigned char)n->u.s.data[i];
+        for (uint32_t i = 0; i < n->u.s->len; i++) {
+            unsigned char c = (unsigned char)n->u.s->data[i];
             char h[2] = {hex[c >> 4], hex[c & 15]};
             ckpt__buf_append(j, h, 2);
         }
@@ -782,35 +854,94 @@ static ckpt_status walk(walker *w, const node *n, int depth) {
     }
     case N_COMPLEX:
         ckpt__buf_puts(j, "{\"__call__\": \"builtins.complex\", \"args\": [");
-        json_float(j, n->u.c.re);
+        json_float(j, n->u.c[0]);
         ckpt__buf_puts(j, ", ");
-        json_float(j, n->u.c.im);
+        json_float(j, n->u.c[1]);
         ckpt__buf_puts(j, "]}");
         return CKPT_OK;
-    case N_ARRAY:
-        ckpt__buf_puts(j, "[");
-        for (uint32_t i = 0; i < n->u.seq.count; i++) {
-            char num[16];
-            snprintf(num, sizeof num, "%u", i);
-            if (i) ckpt__buf_puts(j, ", ");
-            size_t saved = name_push(w, num, strlen(num));
-            ckpt_status st = walk(w, n->u.seq.items[i], depth + 1);
-            name_pop(w, saved);
-            if (st) return st;
-        }
-        ckpt__buf_puts(j, "]");
-        return CKPT_OK;
-    case N_MAP: return walk_map(w, n, depth);
     case N_NDARRAY: {
         const char *name = tensor_name(w);
         if (!name) return ckpt__oom(m->err, m->path, NULL);
-        w->pieces[0] = (ckpt__piece){.file = w->file, .offset = n->u.arr.data};
-        ckpt_status st = add_tensor(w, name, n->u.arr.dtype, n->u.arr.ndim, n->u.arr.shape, 1);
-        if (st) return st;
+        w->pieces[0] = (ckpt__piece){.file = w->file, .offset = n->u.arr->data};
+        if ((st = charge_tensor(w, n)) || (st = add_tensor(w, name, n->u.arr->dtype, n->u.arr->ndim, n->u.arr->shape, 1)))
+            return st;
         return emit_tensor_ref(w, name);
     }
+    case N_MAP:
+        if (lookup(n, "__msgpack_chunked_array__")) return (st = charge_tensor(w, n)) ? st : chunked(w, n);
+        ckpt__buf_puts(j, "{\"__dict__\": [");
+        break;
+    case N_ARRAY: ckpt__buf_puts(j, "["); break;
+    default: return fail(m, CKPT_E_MSGPACK_INVALID, node_at(n), "unexpected value");
     }
-    return fail(m, CKPT_E_MSGPACK_INVALID, n->at, "unexpected value");
+    wframe *f = ckpt__stack_push(frames);
+    if (!f) return ckpt__oom(m->err, m->path, NULL);
+    *f = (wframe){.n = n, .next = n + 1};
+    return CKPT_OK;
+}
+
+/* The next entry of a map: [key, value], the value under the key's name. */
+static ckpt_status next_entry(walker *w, ckpt__stack *frames, wframe *f) {
+    mp *m = w->m;
+    const node *k = f->next, *v = skip(k);
+    char num[32];
+    const char *part;
+    size_t len;
+    ckpt__buf_puts(&w->json, f->done ? ", [" : "[");
+    if (k->kind == N_STR) {
+        if (strlen(k->u.s->data) != k->u.s->len) return fail(m, CKPT_E_MSGPACK_INVALID, node_at(k), "map key holds a NUL byte");
+        part = k->u.s->data, len = k->u.s->len;
+        json_str(&w->json, part, len);
+    } else if (k->kind == N_INT || k->kind == N_UINT) {
+        json_int(&w->json, k);
+        if (k->kind == N_UINT) snprintf(num, sizeof num, "%llu", (unsigned long long)k->u.u);
+        else snprintf(num, sizeof num, "%lld", (long long)k->u.i);
+        part = num, len = strlen(num);
+    } else {
+        return fail(m, CKPT_E_MSGPACK_INVALID, node_at(k), "map key is not a string or an integer");
+    }
+    ckpt__buf_puts(&w->json, ", ");
+    f->next = skip(v);
+    f->done++;
+    f->in_child = true;
+    f->saved = name_push(w, part, len);
+    return visit(w, frames, v);
+}
+
+/* One step of the top frame: the end of the child it entered, then its
+ * next child, or its closing (the frame popped). */
+static ckpt_status step(walker *w, ckpt__stack *frames) {
+    wframe *f = ckpt__stack_top(frames);
+    bool map = f->n->kind == N_MAP;
+    if (f->in_child) {
+        f->in_child = false;
+        name_pop(w, f->saved);
+        if (map) ckpt__buf_puts(&w->json, "]");
+    }
+    if (f->done == f->n->u.seq.count) {
+        ckpt__buf_puts(&w->json, map ? "]}" : "]");
+        ckpt__stack_pop(frames);
+        return CKPT_OK;
+    }
+    if (map) return next_entry(w, frames, f);
+    char num[16];
+    snprintf(num, sizeof num, "%u", f->done);
+    if (f->done) ckpt__buf_puts(&w->json, ", ");
+    const node *item = f->next;
+    f->next = skip(item);
+    f->done++;
+    f->in_child = true;
+    f->saved = name_push(w, num, strlen(num));
+    return visit(w, frames, item);
+}
+
+/* Tensors into the catalog, everything into the object tree. */
+static ckpt_status walk(walker *w, const node *root) {
+    ckpt__stack frames = CKPT__STACK(wframe);
+    ckpt_status st = visit(w, &frames, root);
+    while (st == CKPT_OK && frames.len) st = step(w, &frames);
+    ckpt__stack_free(&frames);
+    return st;
 }
 
 /* ---- the format ------------------------------------------------------------------- */
@@ -840,15 +971,16 @@ static ckpt_status msgpack_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *
     uint32_t file;
     ckpt_status st = ckpt__cat_add_source(c, src, &file, err);
     if (st) return st;
-    mp m = {.src = src, .path = src->name, .arena = ckpt__cat_arena(c), .err = err, .size = src->size};
+    mp m = {.src = src, .path = src->name, .arena = ckpt__cat_arena(c), .budget = ckpt__cat_budget(c), .err = err,
+            .size = src->size};
+    if (m.size >> 48) /* node offsets hold 48 bits */
+        return fail(&m, CKPT_E_LIMIT, 0, "a msgpack file of %llu bytes (at most 256 TiB)", (unsigned long long)m.size);
     m.win = ckpt__malloc(WINDOW);
     if (!m.win) return ckpt__oom(err, src->name, NULL);
-    node *root = NULL;
-    st = parse(&m, m.size, 0, &root);
+    st = parse(&m);
     if (st == CKPT_OK && m.pos != m.size)
         st = fail(&m, CKPT_E_TRAILING_BYTES, m.pos, "%llu bytes after the msgpack document",
                   (unsigned long long)(m.size - m.pos));
-    free(m.stack);
     free(m.win);
     walker w = {.m = &m, .c = c, .file = file};
     if (st == CKPT_OK) {
@@ -856,10 +988,14 @@ static ckpt_status msgpack_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *
         w.piece_cap = w.pieces ? 16 : 0;
         if (!w.pieces) st = ckpt__oom(err, src->name, NULL);
     }
-    if (st == CKPT_OK) st = walk(&w, root, 0);
+    if (st == CKPT_OK) st = walk(&w, &m.nodes[0]);
     if (st == CKPT_OK && (w.json.failed || w.name.failed)) st = ckpt__oom(err, src->name, "the object tree");
-    if (st == CKPT_OK) st = ckpt__cat_add_tree(c, w.json.data, err);
-    free(w.json.data);
+    /* The nodes and scratch go; the tree stays, with the catalog. */
+    free(m.nodes);
+    ckpt__arena_free(&m.scratch);
+    ckpt__budget_release(m.budget, m.charged);
+    if (st == CKPT_OK) st = ckpt__cat_adopt_tree(c, w.json.data, err);
+    else free(w.json.data);
     free(w.name.data);
     free(w.pieces);
     ckpt__cat_set_format(c, CKPT_FORMAT_FLAX_MSGPACK);
@@ -1007,55 +1143,81 @@ static bool close_gap(mp_out *s, size_t from) {
     return true;
 }
 
-static ckpt_status emit(ckpt__output *o, mp_out *s, const mp_tree *t, size_t *from, ckpt_error *err) {
+/* A tensor's ndarray extension, up to its data (which follows it). */
+static ckpt_status emit_tensor(ckpt__output *o, mp_out *s, size_t tensor, size_t *from, ckpt_error *err) {
     ckpt__buf *b = &s->bytes;
+    ckpt__out_tensor *x = ckpt__out_tensor_at(o, tensor);
+    const char *dtype = ckpt__numpy_name(x->dtype);
+    ckpt__buf payload = {0}; /* (shape, dtype.name, data) up to the data */
+    put_array(&payload, 3);
+    put_array(&payload, x->ndim);
+    for (uint32_t d = 0; d < x->ndim; d++) put_uint(&payload, x->shape[d]);
+    put_str(&payload, dtype, strlen(dtype));
+    put_bin_header(&payload, x->nbytes);
+    uint64_t len = payload.len + x->nbytes;
     size_t before = b->len;
-    put_map(b, t->count);
+    if (len == 1 || len == 2 || len == 4 || len == 8 || len == 16)
+        put_byte(b, 0xd4 + (unsigned)__builtin_ctzll(len));
+    else if (len < 256) put_byte(b, 0xc7), put_be(b, len, 1);
+    else if (len < 65536) put_byte(b, 0xc8), put_be(b, len, 2);
+    else put_byte(b, 0xc9), put_be(b, len, 4);
+    put_byte(b, EXT_NDARRAY);
+    ckpt__buf_append(b, payload.data, payload.len);
+    bool failed = payload.failed;
+    free(payload.data);
+    if (failed || b->failed) return ckpt__oom(err, ckpt__out_path(o), NULL);
     s->at += b->len - before;
-    for (size_t i = 0; i < t->count; i++) {
-        const mp_tree *c = t->kids[i];
-        before = b->len;
-        put_str(b, c->key, c->key_len);
-        s->at += b->len - before;
-        if (c->tensor == SIZE_MAX) {
-            ckpt_status st = emit(o, s, c, from, err);
-            if (st) return st;
+    if (!close_gap(s, *from)) return ckpt__oom(err, ckpt__out_path(o), NULL);
+    *from = b->len;
+    x->offset = s->at;
+    s->at += x->nbytes;
+    return CKPT_OK;
+}
+
+/* A map being written: its node and the next of its children. */
+typedef struct open_map {
+    const mp_tree *t;
+    size_t next;
+} open_map;
+
+static ckpt_status begin_map(ckpt__output *o, mp_out *s, ckpt__stack *open, const mp_tree *t, ckpt_error *err) {
+    size_t before = s->bytes.len;
+    put_map(&s->bytes, t->count);
+    s->at += s->bytes.len - before;
+    open_map *m = ckpt__stack_push(open);
+    if (!m) return ckpt__oom(err, ckpt__out_path(o), NULL);
+    *m = (open_map){t, 0};
+    return CKPT_OK;
+}
+
+/* The nested maps, depth first; the maps being written wait on a heap
+ * stack (names split at dots nest as deep as they have dots). */
+static ckpt_status emit(ckpt__output *o, mp_out *s, size_t *from, ckpt_error *err) {
+    ckpt__buf *b = &s->bytes;
+    ckpt__stack open = CKPT__STACK(open_map);
+    ckpt_status st = begin_map(o, s, &open, &s->root, err);
+    while (st == CKPT_OK && open.len) {
+        open_map *m = ckpt__stack_top(&open);
+        if (m->next == m->t->count) {
+            ckpt__stack_pop(&open);
             continue;
         }
-        ckpt__out_tensor *x = ckpt__out_tensor_at(o, c->tensor);
-        const char *dtype = ckpt__numpy_name(x->dtype);
-        ckpt__buf payload = {0}; /* (shape, dtype.name, data) up to the data */
-        put_array(&payload, 3);
-        put_array(&payload, x->ndim);
-        for (uint32_t d = 0; d < x->ndim; d++) put_uint(&payload, x->shape[d]);
-        put_str(&payload, dtype, strlen(dtype));
-        put_bin_header(&payload, x->nbytes);
-        uint64_t len = payload.len + x->nbytes;
-        before = b->len;
-        if (len == 1 || len == 2 || len == 4 || len == 8 || len == 16)
-            put_byte(b, 0xd4 + (unsigned)__builtin_ctzll(len));
-        else if (len < 256) put_byte(b, 0xc7), put_be(b, len, 1);
-        else if (len < 65536) put_byte(b, 0xc8), put_be(b, len, 2);
-        else put_byte(b, 0xc9), put_be(b, len, 4);
-        put_byte(b, EXT_NDARRAY);
-        ckpt__buf_append(b, payload.data, payload.len);
-        bool failed = payload.failed;
-        free(payload.data);
-        if (failed || b->failed) return ckpt__oom(err, ckpt__out_path(o), NULL);
+        const mp_tree *c = m->t->kids[m->next++];
+        size_t before = b->len;
+        put_str(b, c->key, c->key_len);
         s->at += b->len - before;
-        if (!close_gap(s, *from)) return ckpt__oom(err, ckpt__out_path(o), NULL);
-        *from = b->len;
-        x->offset = s->at;
-        s->at += x->nbytes;
+        st = c->tensor == SIZE_MAX ? begin_map(o, s, &open, c, err) : emit_tensor(o, s, c->tensor, from, err);
     }
-    return b->failed ? ckpt__oom(err, ckpt__out_path(o), NULL) : CKPT_OK;
+    ckpt__stack_free(&open);
+    if (st == CKPT_OK && b->failed) st = ckpt__oom(err, ckpt__out_path(o), NULL);
+    return st;
 }
 
 static ckpt_status mp_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, ckpt_error *err) {
     (void)file;
     mp_out *s = *ckpt__out_format_state(o);
     size_t from = 0;
-    ckpt_status st = emit(o, s, &s->root, &from, err);
+    ckpt_status st = emit(o, s, &from, err);
     if (st == CKPT_OK && s->bytes.len > from && !close_gap(s, from)) st = ckpt__oom(err, ckpt__out_path(o), NULL);
     if (st == CKPT_OK && s->gap_count) /* the leading bytes: the first gap */
         ckpt__buf_append(head, s->bytes.data + s->gaps[0].from, s->gaps[0].len);

@@ -25,6 +25,7 @@ typedef struct vm {
     size_t nmarks, marks_cap;
     ckpt__pk_value **memo;
     size_t memo_cap, memo_next;
+    bool over; /* a charge was refused: the metadata budget is spent */
 } vm;
 
 static ckpt_status fail(vm *m, ckpt_status st, const char *fmt, ...) CKPT__PRINTF(3, 4);
@@ -41,22 +42,43 @@ static ckpt_status fail(vm *m, ckpt_status st, const char *fmt, ...) {
 
 static ckpt_status oom(vm *m) { return fail(m, CKPT_E_NO_MEMORY, "out of memory"); }
 
+/* Charges what the current opcode allocates to the arena's budget (a
+ * one-byte opcode makes a 48-byte value: a pickle of Nones costs 56 times
+ * its size).  A refusal is recorded in m->err, and the allocation that
+ * follows is not made: `over` keeps the status. */
+static bool charge(vm *m, uint64_t bytes) {
+    if (m->over) return false;
+    ckpt_status st = ckpt__budget_charge(m->arena->budget, bytes, NULL, NULL, -1);
+    if (st == CKPT_OK) return true;
+    m->over = true;
+    return false;
+}
+
+/* The failure after a value or array could not be had: over the budget,
+ * or out of memory. */
+static ckpt_status no_room(vm *m) {
+    if (!m->over) return oom(m);
+    return fail(m, CKPT_E_LIMIT,
+                "its values would take more memory than the bound on metadata (%d times the input plus %llu MiB)",
+                CKPT__BUDGET_FACTOR, (unsigned long long)(CKPT__BUDGET_BASE >> 20));
+}
+
 static ckpt__pk_value *new_value(vm *m, ckpt__pk_kind kind) {
-    ckpt__pk_value *v = ckpt__arena_alloc(m->arena, sizeof *v);
+    ckpt__pk_value *v = charge(m, sizeof *v) ? ckpt__arena_alloc(m->arena, sizeof *v) : NULL;
     if (!v) return NULL;
     memset(v, 0, sizeof *v);
     v->kind = (uint8_t)kind;
-    v->offset = m->op_pos;
+    v->offset = (uint32_t)m->op_pos;
     return v;
 }
 
 static ckpt_status push(vm *m, ckpt__pk_value *v) {
-    if (!v) return oom(m);
+    if (!v) return no_room(m);
     if (m->depth == m->stack_cap) {
         if (m->stack_cap >= MAX_STACK) return fail(m, CKPT_E_LIMIT, "stack deeper than %d", MAX_STACK);
         size_t cap = m->stack_cap ? m->stack_cap * 2 : 64;
-        ckpt__pk_value **s = ckpt__realloc(m->stack, cap * sizeof *s);
-        if (!s) return oom(m);
+        ckpt__pk_value **s = charge(m, (cap - m->stack_cap) * sizeof *s) ? ckpt__realloc(m->stack, cap * sizeof *s) : NULL;
+        if (!s) return no_room(m);
         m->stack = s;
         m->stack_cap = cap;
     }
@@ -106,27 +128,39 @@ static uint64_t le(const unsigned char *p, int n) {
     return v;
 }
 
-static ckpt_status seq_add(vm *m, ckpt__pk_value *seq, ckpt__pk_value *item) {
-    if (seq->u.seq.count == seq->u.seq.cap) {
-        size_t cap = seq->u.seq.cap ? seq->u.seq.cap * 2 : 4;
-        ckpt__pk_value **items = ckpt__arena_alloc(m->arena, cap * sizeof *items);
-        if (!items) return oom(m);
-        if (seq->u.seq.count) memcpy(items, seq->u.seq.items, seq->u.seq.count * sizeof *items);
-        seq->u.seq.items = items;
-        seq->u.seq.cap = cap;
-    }
-    seq->u.seq.items[seq->u.seq.count++] = item;
+/* Room for `n` more items (the arena keeps outgrown arrays: a container
+ * made whole is allocated once, exactly). */
+static ckpt_status seq_reserve(vm *m, ckpt__pk_value *seq, size_t n) {
+    size_t count = seq->u.seq.count;
+    if (seq->u.seq.cap - count >= n) return CKPT_OK;
+    if (n > UINT32_MAX - count) return fail(m, CKPT_E_LIMIT, "a container of more than %u items", UINT32_MAX);
+    size_t cap = count + n;
+    if (count && cap < 2 * (size_t)seq->u.seq.cap) cap = 2 * (size_t)seq->u.seq.cap; /* grown one by one: doubling */
+    if (cap > UINT32_MAX) cap = UINT32_MAX;
+    ckpt__pk_value **items = charge(m, cap * sizeof *items) ? ckpt__arena_alloc(m->arena, cap * sizeof *items) : NULL;
+    if (!items) return no_room(m);
+    if (count) memcpy(items, seq->u.seq.items, count * sizeof *items);
+    seq->u.seq.items = items;
+    seq->u.seq.cap = (uint32_t)cap;
     return CKPT_OK;
 }
+
+static ckpt_status seq_add_all(vm *m, ckpt__pk_value *seq, ckpt__pk_value *const *items, size_t n) {
+    ckpt_status st = seq_reserve(m, seq, n);
+    if (st) return st;
+    if (n) memcpy(seq->u.seq.items + seq->u.seq.count, items, n * sizeof *items);
+    seq->u.seq.count += (uint32_t)n;
+    return CKPT_OK;
+}
+
+static ckpt_status seq_add(vm *m, ckpt__pk_value *seq, ckpt__pk_value *item) { return seq_add_all(m, seq, &item, 1); }
 
 static ckpt_status make_seq(vm *m, ckpt__pk_kind kind, ckpt__pk_value *const *items, size_t n, ckpt__pk_value **out) {
     *out = NULL;
     ckpt__pk_value *v = new_value(m, kind);
-    if (!v) return oom(m);
-    for (size_t i = 0; i < n; i++) {
-        ckpt_status st = seq_add(m, v, items[i]);
-        if (st) return st;
-    }
+    if (!v) return no_room(m);
+    ckpt_status st = seq_add_all(m, v, items, n);
+    if (st) return st;
     *out = v;
     return CKPT_OK;
 }
@@ -138,8 +172,8 @@ static ckpt_status string_value(vm *m, ckpt__pk_kind kind, size_t n) {
     if (kind == CKPT__PK_STR && ckpt__utf8_check((const unsigned char *)s, n) != n)
         return fail(m, CKPT_E_PICKLE_INVALID, "string is not valid UTF-8");
     ckpt__pk_value *v = new_value(m, kind);
-    char *copy = v ? ckpt__arena_strndup(m->arena, s, n) : NULL;
-    if (!copy) return oom(m);
+    char *copy = v && charge(m, n + 1) ? ckpt__arena_strndup(m->arena, s, n) : NULL;
+    if (!copy) return no_room(m);
     v->u.s.data = copy;
     v->u.s.len = n;
     m->pos += n;
@@ -157,8 +191,8 @@ static ckpt_status memo_put(vm *m, uint64_t index) {
     if (index >= m->memo_cap) {
         size_t cap = m->memo_cap ? m->memo_cap : 64;
         while (cap <= index) cap *= 2;
-        ckpt__pk_value **memo = ckpt__realloc(m->memo, cap * sizeof *memo);
-        if (!memo) return oom(m);
+        ckpt__pk_value **memo = charge(m, (cap - m->memo_cap) * sizeof *memo) ? ckpt__realloc(m->memo, cap * sizeof *memo) : NULL;
+        if (!memo) return no_room(m);
         memset(memo + m->memo_cap, 0, (cap - m->memo_cap) * sizeof *memo);
         m->memo = memo;
         m->memo_cap = cap;
@@ -176,7 +210,7 @@ static ckpt_status memo_get(vm *m, uint64_t index) {
 
 static ckpt_status global(vm *m, const char *module, size_t mlen, const char *name, size_t nlen) {
     ckpt__pk_value *v = new_value(m, CKPT__PK_GLOBAL);
-    if (!v) return oom(m);
+    if (!v || !charge(m, mlen + nlen + 2)) return no_room(m);
     char *mod = ckpt__arena_strndup(m->arena, module, mlen), *nm = ckpt__arena_strndup(m->arena, name, nlen);
     if (!mod || !nm) return oom(m);
     if (strlen(mod) != mlen || strlen(nm) != nlen) return fail(m, CKPT_E_PICKLE_INVALID, "global name contains a NUL");
@@ -301,8 +335,8 @@ static ckpt_status apply(vm *m, ckpt__pk_value *callable, ckpt__pk_value *args, 
                a[1]->kind == CKPT__PK_STR && !strcmp(a[1]->u.s.data, "latin1")) {
         /* How protocol 2 pickles bytes: code points below 256, one byte each. */
         const unsigned char *s = (const unsigned char *)a[0]->u.s.data;
-        unsigned char *out = ckpt__arena_alloc(m->arena, a[0]->u.s.len + 1);
-        if (!out) return oom(m);
+        unsigned char *out = charge(m, a[0]->u.s.len + 1) ? ckpt__arena_alloc(m->arena, a[0]->u.s.len + 1) : NULL;
+        if (!out) return no_room(m);
         size_t k = 0;
         for (size_t i = 0; i < a[0]->u.s.len; i++) {
             if (s[i] < 0x80) out[k++] = s[i];
@@ -344,8 +378,7 @@ static ckpt_status op_setitems(vm *m, size_t first, size_t count) {
     if (st) return st;
     if (dict->kind != CKPT__PK_DICT) return fail(m, CKPT_E_PICKLE_INVALID, "SETITEM on something that is not a dict");
     if (count % 2) return fail(m, CKPT_E_PICKLE_INVALID, "SETITEMS with an odd number of values");
-    for (size_t i = 0; i < count && st == CKPT_OK; i++) st = seq_add(m, dict, m->stack[first + i]);
-    return st;
+    return seq_add_all(m, dict, stack_at(m, first), count);
 }
 
 static ckpt_status op_appends(vm *m, size_t first, size_t count, ckpt__pk_kind want) {
@@ -355,8 +388,7 @@ static ckpt_status op_appends(vm *m, size_t first, size_t count, ckpt__pk_kind w
     if (seq->kind != want)
         return fail(m, CKPT_E_PICKLE_INVALID, "%s on something that is not a %s", want == CKPT__PK_SET ? "ADDITEMS" : "APPEND",
                     want == CKPT__PK_SET ? "set" : "list");
-    for (size_t i = 0; i < count && st == CKPT_OK; i++) st = seq_add(m, seq, m->stack[first + i]);
-    return st;
+    return seq_add_all(m, seq, stack_at(m, first), count);
 }
 
 /* Opcodes by their names in CPython's pickletools. */
@@ -409,8 +441,8 @@ static ckpt_status op_mark(vm *m) {
     if (m->nmarks == m->marks_cap) {
         if (m->marks_cap >= MAX_MARKS) return fail(m, CKPT_E_LIMIT, "more than %d nested MARKs", MAX_MARKS);
         size_t cap = m->marks_cap ? m->marks_cap * 2 : 16;
-        size_t *mk = ckpt__realloc(m->marks, cap * sizeof *mk);
-        if (!mk) return oom(m);
+        size_t *mk = charge(m, (cap - m->marks_cap) * sizeof *mk) ? ckpt__realloc(m->marks, cap * sizeof *mk) : NULL;
+        if (!mk) return no_room(m);
         m->marks = mk;
         m->marks_cap = cap;
     }
@@ -653,5 +685,8 @@ ckpt_status ckpt__pk_load(const unsigned char *data, size_t len, const ckpt__pk_
     free(m.stack);
     free(m.marks);
     free(m.memo);
+    /* the values stay (in the arena); the stack, marks and memo go */
+    ckpt__budget_release(arena->budget, m.stack_cap * sizeof *m.stack + m.marks_cap * sizeof *m.marks +
+                                            m.memo_cap * sizeof *m.memo);
     return st;
 }

@@ -39,10 +39,12 @@ typedef enum ckpt__pk_kind {
 } ckpt__pk_kind;
 
 typedef struct ckpt__pk_value ckpt__pk_value;
+/* 40 bytes: a pickle makes one for most opcodes (a .metadata of 16 MB
+ * holds 3.5 million). */
 struct ckpt__pk_value {
     uint8_t kind;
     bool newobj;     /* CALL: made by NEWOBJ(_EX) rather than REDUCE */
-    uint64_t offset; /* byte of the opcode that made it, in the pickle */
+    uint32_t offset; /* byte of the opcode that made it, in the pickle (pickles are read below 4 GiB) */
     union {
         bool b;
         int64_t i;
@@ -53,7 +55,7 @@ struct ckpt__pk_value {
         } s; /* STR, BYTES, BIGINT */
         struct {
             ckpt__pk_value **items;
-            size_t count, cap;
+            uint32_t count, cap;
         } seq; /* TUPLE, LIST, SET, DICT */
         struct {
             const char *module, *name;

@@ -212,8 +212,9 @@ ckpt_status ckpt__st_parse_header(char *header, uint64_t n, uint64_t file_size, 
     ckpt__json_doc doc;
     size_t at;
     const char *why;
-    ckpt_status st = ckpt__json_parse(header, (size_t)n, &doc, &at, &why);
+    ckpt_status st = ckpt__json_parse_in(header, (size_t)n, arena->budget, &doc, &at, &why);
     if (st == CKPT_E_NO_MEMORY) return ckpt__fail(err, st, path, NULL, -1, "out of memory parsing the header");
+    if (st == CKPT_E_LIMIT) return ckpt__fail(err, st, path, NULL, (int64_t)(8 + at), "header: %s", why);
     if (st) return ckpt__fail(err, CKPT_E_HEADER_NOT_JSON, path, NULL, (int64_t)(8 + at), "header is not JSON: %s", why);
 
     const ckpt__json_node *root = &doc.nodes[0];
@@ -221,6 +222,13 @@ ckpt_status ckpt__st_parse_header(char *header, uint64_t n, uint64_t file_size, 
         int64_t at_root = (int64_t)(8 + root->offset);
         ckpt__json_free(&doc);
         return ckpt__fail(err, CKPT_E_HEADER_SCHEMA, path, NULL, at_root, "header must be a JSON object");
+    }
+    /* each member may be a tensor: its entry here and in the catalog */
+    st = ckpt__budget_charge(arena->budget, (uint64_t)root->count * (sizeof *out->tensors + ckpt__cat_tensor_cost(1)), err,
+                             path, (int64_t)(8 + root->offset));
+    if (st) {
+        ckpt__json_free(&doc);
+        return st;
     }
     out->tensors = ckpt__malloc((root->count ? root->count : 1) * sizeof *out->tensors);
     ckpt__name_table names = {0};
@@ -277,6 +285,7 @@ ckpt_status ckpt__st_read_header(ckpt__source *src, ckpt__arena *arena, ckpt__st
     st = ckpt__st_check_length(file_size, n, path, err);
     if (st) return st;
     /* The header text lives in the arena: names point into it. */
+    if ((st = ckpt__budget_charge(arena->budget, n + 1, err, path, 8))) return st;
     char *header = ckpt__arena_alloc(arena, (size_t)n + 1);
     if (!header) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "cannot allocate the header");
     st = ckpt__source_read(src, header, n, 8, err);

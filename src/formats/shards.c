@@ -124,8 +124,9 @@ ckpt_status ckpt__index_parse(char *text, size_t len, const char *path, ckpt__ar
     ckpt__json_doc doc;
     size_t at;
     const char *why;
-    ckpt_status st = ckpt__json_parse(text, len, &doc, &at, &why);
+    ckpt_status st = ckpt__json_parse_in(text, len, arena->budget, &doc, &at, &why);
     if (st == CKPT_E_NO_MEMORY) return ckpt__fail(err, st, path, NULL, -1, "out of memory");
+    if (st == CKPT_E_LIMIT) return ckpt__fail(err, st, path, NULL, (int64_t)at, "index: %s", why);
     if (st) return ckpt__fail(err, CKPT_E_INDEX_INVALID, path, NULL, (int64_t)at, "index is not JSON: %s", why);
 
     const ckpt__json_node *root = &doc.nodes[0], *map = NULL;

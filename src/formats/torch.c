@@ -91,6 +91,7 @@ typedef struct walker {
     const uint32_t *crc_of_entry;  /* per zip entry: its index in out->crcs plus 1, 0 for none */
     uint64_t visits;
     ckpt__buf json;
+    size_t json_charged; /* its capacity charged to the arena's budget */
     ckpt__buf name; /* the current dotted path */
     int in_module_state; /* inside a state dict's _metadata (module versions) */
     bool plain;          /* so far only dicts with string keys, and tensors */
@@ -238,6 +239,12 @@ static ckpt_status rebuild(walker *w, const ckpt__pk_value *call, int version) {
     if (dtype == CKPT_F4 && !dense)
         return fail_at(w, call, CKPT_E_INVALID_ARGUMENT, "non-contiguous float4_e2m1fn_x2 tensors are not supported");
 
+    /* Its name (a long key reached many times through the memo repeats
+     * in every name under it), shape and entry. */
+    st = ckpt__budget_charge(w->arena->budget,
+                             w->name.len + 1 + 2 * ndim * sizeof(uint64_t) + sizeof(ckpt__torch_tensor) + ckpt__cat_tensor_cost(1),
+                             w->err, w->path, (int64_t)(w->pickle_offset + call->offset));
+    if (st) return st;
     if (w->out->count == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 64;
         ckpt__torch_tensor *tt = ckpt__realloc(w->out->tensors, cap * sizeof *tt);
@@ -267,41 +274,45 @@ static ckpt_status rebuild(walker *w, const ckpt__pk_value *call, int version) {
     return CKPT_OK;
 }
 
-/* Tensor calls: the rebuild functions, and the wrappers around them. */
-static ckpt_status tensor(walker *w, const ckpt__pk_value *v, int depth, bool *is_tensor) {
+/* Tensor calls: the rebuild functions, and the wrappers around them (at
+ * most 8, unwrapped in a loop). */
+static ckpt_status tensor(walker *w, const ckpt__pk_value *v, bool *is_tensor) {
     *is_tensor = false;
-    if (v->kind != CKPT__PK_CALL) return CKPT_OK;
-    const ckpt__pk_value *f = v->u.call.callable, *args = v->u.call.args;
-    if (depth > 8) return fail_at(w, v, CKPT_E_LIMIT, "tensor wrappers nested too deep");
-    if (!strcmp(f->u.global.module, "torch._utils")) {
-        const char *fn = f->u.global.name;
-        int version = !strcmp(fn, "_rebuild_tensor_v2") ? 2 : !strcmp(fn, "_rebuild_tensor_v3") ? 3
-                    : !strcmp(fn, "_rebuild_tensor")    ? 1 : 0;
-        if (version) {
-            *is_tensor = true;
-            return rebuild(w, v, version);
+    ckpt__pk_value inner;                   /* _rebuild_from_type_v2's func(*args), as a call */
+    const ckpt__pk_value *parameter = NULL; /* the parameter whose data v is */
+    for (int depth = 0; v->kind == CKPT__PK_CALL; depth++) {
+        const ckpt__pk_value *f = v->u.call.callable, *args = v->u.call.args;
+        if (depth > 8) return fail_at(w, v, CKPT_E_LIMIT, "tensor wrappers nested too deep");
+        if (!strcmp(f->u.global.module, "torch._utils")) {
+            const char *fn = f->u.global.name;
+            int version = !strcmp(fn, "_rebuild_tensor_v2") ? 2 : !strcmp(fn, "_rebuild_tensor_v3") ? 3
+                        : !strcmp(fn, "_rebuild_tensor")    ? 1 : 0;
+            if (version) {
+                *is_tensor = true;
+                return rebuild(w, v, version);
+            }
+            if (!strcmp(fn, "_rebuild_parameter") || !strcmp(fn, "_rebuild_parameter_with_state")) {
+                if (!args->u.seq.count) return fail_at(w, v, CKPT_E_PICKLE_INVALID, "parameter without data");
+                parameter = v;
+                v = args->u.seq.items[0];
+                continue;
+            }
+            if (!strncmp(fn, "_rebuild_", 9))
+                return fail_at(w, v, CKPT_E_UNKNOWN_DTYPE, "torch._utils.%s (quantized, sparse, nested or device tensors) "
+                               "has no safetensors representation", fn);
         }
-        if (!strcmp(fn, "_rebuild_parameter") || !strcmp(fn, "_rebuild_parameter_with_state")) {
-            if (!args->u.seq.count) return fail_at(w, v, CKPT_E_PICKLE_INVALID, "parameter without data");
-            ckpt_status st = tensor(w, args->u.seq.items[0], depth + 1, is_tensor);
-            if (st == CKPT_OK && !*is_tensor) return fail_at(w, v, CKPT_E_PICKLE_INVALID, "parameter data is not a tensor");
-            return st;
-        }
-        if (!strncmp(fn, "_rebuild_", 9))
-            return fail_at(w, v, CKPT_E_UNKNOWN_DTYPE, "torch._utils.%s (quantized, sparse, nested or device tensors) "
-                           "has no safetensors representation", fn);
-    }
-    if (ckpt__pk_is_global(f, "torch._tensor", "_rebuild_from_type_v2")) {
+        if (!ckpt__pk_is_global(f, "torch._tensor", "_rebuild_from_type_v2")) break;
         /* (func, new_type, args, state): the tensor is func(*args). */
         if (args->u.seq.count < 3 || args->u.seq.items[0]->kind != CKPT__PK_GLOBAL ||
             args->u.seq.items[2]->kind != CKPT__PK_TUPLE)
             return fail_at(w, v, CKPT_E_PICKLE_INVALID, "malformed _rebuild_from_type_v2");
-        ckpt__pk_value inner = {.kind = CKPT__PK_CALL, .offset = v->offset};
-        inner.u.call.callable = args->u.seq.items[0];
-        inner.u.call.args = args->u.seq.items[2];
-        return tensor(w, &inner, depth + 1, is_tensor);
+        ckpt__pk_value call = {.kind = CKPT__PK_CALL, .offset = v->offset};
+        call.u.call.callable = args->u.seq.items[0];
+        call.u.call.args = args->u.seq.items[2];
+        inner = call;
+        v = &inner;
     }
-    return CKPT_OK;
+    return parameter ? fail_at(w, parameter, CKPT_E_PICKLE_INVALID, "parameter data is not a tensor") : CKPT_OK;
 }
 
 static void name_push(walker *w, const char *part, size_t *saved) {
@@ -351,33 +362,44 @@ static bool key_text(const ckpt__pk_value *k, char *buf, size_t cap, const char 
     return true;
 }
 
-static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth);
-
 /* {"_metadata": …}: what torch's state_dict() attaches to its OrderedDict. */
 static bool is_module_metadata(const ckpt__pk_value *state) {
     return state->kind == CKPT__PK_DICT && state->u.seq.count == 2 && state->u.seq.items[0]->kind == CKPT__PK_STR &&
            !strcmp(state->u.seq.items[0]->u.s.data, "_metadata");
 }
 
-static ckpt_status walk_seq(walker *w, const ckpt__pk_value *v, int depth) {
-    ckpt_status st = CKPT_OK;
-    for (size_t i = 0; i < v->u.seq.count && st == CKPT_OK; i++) {
-        char part[32];
-        snprintf(part, sizeof part, "%zu", i);
-        size_t saved;
-        name_push(w, part, &saved);
-        if (i) ckpt__buf_puts(&w->json, ", ");
-        st = walk(w, v->u.seq.items[i], depth + 1);
-        name_pop(w, saved);
-    }
-    return st;
+/* The walk keeps the containers it is inside on a heap stack (a thread's
+ * C stack may be 64 KiB; the tree nests up to MAX_DEPTH): one frame per
+ * open list, tuple, set, dict or call, saying what is being walked. */
+typedef enum part { P_ITEMS, P_PAIRS, P_ARGS, P_STATE } part;
+
+typedef struct frame {
+    const ckpt__pk_value *v;
+    size_t next;       /* the next item (of v, or of a call's args) */
+    size_t saved;      /* the name's length before the current child's component */
+    uint8_t part;      /* what the children being walked are */
+    bool in_child;     /* a child was entered: its end comes first */
+    bool module_state; /* this frame's state raised in_module_state */
+} frame;
+
+static ckpt_status charge_json(walker *w, const ckpt__pk_value *v) {
+    return ckpt__budget_charge_buf(w->arena->budget, &w->json, &w->json_charged, w->err, w->path,
+                                   (int64_t)(w->pickle_offset + v->offset));
 }
 
-static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth) {
-    if (depth > MAX_DEPTH) return fail_at(w, v, CKPT_E_LIMIT, "object tree nested deeper than %d (or cyclic)", MAX_DEPTH);
+/* Enters child `c` of the top frame, whose name component is `component`:
+ * a leaf is written whole, a container opened (a frame pushed). */
+static ckpt_status enter(walker *w, ckpt__stack *frames, const ckpt__pk_value *c, const char *component);
+
+/* Writes v whole when it is a leaf (a tensor, a scalar); otherwise writes
+ * its opening and pushes its frame. */
+static ckpt_status visit(walker *w, ckpt__stack *frames, const ckpt__pk_value *v) {
+    if (frames->len > MAX_DEPTH)
+        return fail_at(w, v, CKPT_E_LIMIT, "object tree nested deeper than %d (or cyclic)", MAX_DEPTH);
     if (++w->visits > MAX_VISITS) return fail_at(w, v, CKPT_E_LIMIT, "object tree too large when expanded");
     bool is_tensor;
-    ckpt_status st = tensor(w, v, 0, &is_tensor);
+    ckpt_status st = tensor(w, v, &is_tensor);
+    if (st == CKPT_OK) st = charge_json(w, v);
     if (st) return st;
     ckpt__buf *j = &w->json;
     if (is_tensor) {
@@ -388,6 +410,7 @@ static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth) {
     }
     char num[32];
     if (v->kind != CKPT__PK_DICT && !w->in_module_state) w->plain = false;
+    uint8_t first = P_ITEMS;
     switch (v->kind) {
     case CKPT__PK_NONE: ckpt__buf_puts(j, "null"); return CKPT_OK;
     case CKPT__PK_BOOL: ckpt__buf_puts(j, v->u.b ? "true" : "false"); return CKPT_OK;
@@ -396,54 +419,6 @@ static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth) {
     case CKPT__PK_STR: ckpt__buf_json_string(j, v->u.s.data); return CKPT_OK;
     case CKPT__PK_BYTES: json_bytes(j, "__bytes__", (const unsigned char *)v->u.s.data, v->u.s.len); return CKPT_OK;
     case CKPT__PK_BIGINT: json_bytes(j, "__int_le__", (const unsigned char *)v->u.s.data, v->u.s.len); return CKPT_OK;
-    case CKPT__PK_LIST:
-        ckpt__buf_puts(j, "[");
-        st = walk_seq(w, v, depth);
-        ckpt__buf_puts(j, "]");
-        return st;
-    case CKPT__PK_TUPLE:
-    case CKPT__PK_SET:
-        ckpt__buf_puts(j, v->kind == CKPT__PK_TUPLE ? "{\"__tuple__\": [" : "{\"__set__\": [");
-        st = walk_seq(w, v, depth);
-        ckpt__buf_puts(j, "]}");
-        return st;
-    case CKPT__PK_DICT: {
-        /* {"__dict__": [[key, value], …]} keeps non-string keys and order. */
-        ckpt__buf_puts(j, "{\"__dict__\": [");
-        for (size_t i = 0; i + 1 < v->u.seq.count && st == CKPT_OK; i += 2) {
-            const char *part;
-            char buf[32];
-            if (!key_text(v->u.seq.items[i], buf, sizeof buf, &part))
-                return fail_at(w, v->u.seq.items[i], CKPT_E_PICKLE_INVALID, "dictionary key is not a string, int or bool");
-            if (i) ckpt__buf_puts(j, ", ");
-            ckpt__buf_puts(j, "[");
-            if (v->u.seq.items[i]->kind != CKPT__PK_STR && !w->in_module_state) w->plain = false;
-            if (v->u.seq.items[i]->kind == CKPT__PK_STR) ckpt__buf_json_string(j, part);
-            else ckpt__buf_puts(j, v->u.seq.items[i]->kind == CKPT__PK_BOOL ? (v->u.seq.items[i]->u.b ? "true" : "false") : part);
-            ckpt__buf_puts(j, ", ");
-            size_t saved;
-            name_push(w, part, &saved);
-            st = walk(w, v->u.seq.items[i + 1], depth + 1);
-            name_pop(w, saved);
-            ckpt__buf_puts(j, "]");
-        }
-        ckpt__buf_puts(j, "]");
-        if (st == CKPT_OK && v->state) {
-            /* A state dict's OrderedDict carries _metadata (module versions),
-             * which a flat dict of tensors drops: it alone does not make a
-             * tree worth keeping. */
-            bool module_state = is_module_metadata(v->state);
-            ckpt__buf_puts(j, ", \"__state__\": ");
-            size_t saved;
-            name_push(w, "__state__", &saved);
-            w->in_module_state += module_state;
-            st = walk(w, v->state, depth + 1);
-            w->in_module_state -= module_state;
-            name_pop(w, saved);
-        }
-        ckpt__buf_puts(j, "}");
-        return st;
-    }
     case CKPT__PK_GLOBAL:
         ckpt__buf_puts(j, "{\"__global__\": \"");
         ckpt__buf_puts(j, v->u.global.module);
@@ -451,34 +426,103 @@ static ckpt_status walk(walker *w, const ckpt__pk_value *v, int depth) {
         ckpt__buf_puts(j, v->u.global.name);
         ckpt__buf_puts(j, "\"}");
         return CKPT_OK;
+    case CKPT__PK_PERSID: return fail_at(w, v, CKPT_E_PICKLE_INVALID, "a storage outside any tensor");
+    case CKPT__PK_LIST: ckpt__buf_puts(j, "["); break;
+    case CKPT__PK_TUPLE: ckpt__buf_puts(j, "{\"__tuple__\": ["); break;
+    case CKPT__PK_SET: ckpt__buf_puts(j, "{\"__set__\": ["); break;
+    /* {"__dict__": [[key, value], …]} keeps non-string keys and order. */
+    case CKPT__PK_DICT: ckpt__buf_puts(j, "{\"__dict__\": ["), first = P_PAIRS; break;
     case CKPT__PK_CALL:
         ckpt__buf_puts(j, "{\"__call__\": \"");
         ckpt__buf_puts(j, v->u.call.callable->u.global.module);
         ckpt__buf_puts(j, ".");
         ckpt__buf_puts(j, v->u.call.callable->u.global.name);
         ckpt__buf_puts(j, "\", \"args\": [");
-        st = walk_seq(w, v->u.call.args, depth);
-        ckpt__buf_puts(j, "]");
-        if (st == CKPT_OK && v->state) { /* what BUILD set: an object's attributes */
-            ckpt__buf_puts(j, ", \"state\": ");
-            size_t saved;
-            name_push(w, "__state__", &saved);
-            st = walk(w, v->state, depth + 1);
-            name_pop(w, saved);
-        }
-        ckpt__buf_puts(j, "}");
-        return st;
-    case CKPT__PK_PERSID:
-        return fail_at(w, v, CKPT_E_PICKLE_INVALID, "a storage outside any tensor");
-    default:
-        return fail_at(w, v, CKPT_E_PICKLE_INVALID, "unexpected value");
+        first = P_ARGS;
+        break;
+    default: return fail_at(w, v, CKPT_E_PICKLE_INVALID, "unexpected value");
     }
+    frame *f = ckpt__stack_push(frames);
+    if (!f) return fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory");
+    f->v = v;
+    f->part = first;
+    return CKPT_OK;
+}
+
+static ckpt_status enter(walker *w, ckpt__stack *frames, const ckpt__pk_value *c, const char *component) {
+    frame *f = ckpt__stack_top(frames);
+    name_push(w, component, &f->saved);
+    f->in_child = true;
+    return visit(w, frames, c);
+}
+
+/* After a child: its name component goes, a dict entry closes. */
+static void leave(walker *w, frame *f) {
+    f->in_child = false;
+    name_pop(w, f->saved);
+    if (f->part == P_PAIRS) ckpt__buf_puts(&w->json, "]");
+    if (f->part == P_STATE) w->in_module_state -= f->module_state;
+}
+
+/* The next dict entry: [key, value]. */
+static ckpt_status next_pair(walker *w, ckpt__stack *frames, frame *f) {
+    const ckpt__pk_value *v = f->v, *key = v->u.seq.items[f->next], *value = v->u.seq.items[f->next + 1];
+    const char *component;
+    char buf[32];
+    if (!key_text(key, buf, sizeof buf, &component))
+        return fail_at(w, key, CKPT_E_PICKLE_INVALID, "dictionary key is not a string, int or bool");
+    ckpt__buf *j = &w->json;
+    if (f->next) ckpt__buf_puts(j, ", ");
+    ckpt__buf_puts(j, "[");
+    if (key->kind != CKPT__PK_STR && !w->in_module_state) w->plain = false;
+    if (key->kind == CKPT__PK_STR) ckpt__buf_json_string(j, component);
+    else ckpt__buf_puts(j, key->kind == CKPT__PK_BOOL ? (key->u.b ? "true" : "false") : component);
+    ckpt__buf_puts(j, ", ");
+    f->next += 2;
+    return enter(w, frames, value, component);
+}
+
+/* A dict's or a call's state, after its items: "__state__" in the names. */
+static ckpt_status next_state(walker *w, ckpt__stack *frames, frame *f) {
+    const ckpt__pk_value *state = f->v->state;
+    /* A state dict's OrderedDict carries _metadata (module versions),
+     * which a flat dict of tensors drops: it alone does not make a tree
+     * worth keeping. */
+    f->module_state = f->v->kind == CKPT__PK_DICT && is_module_metadata(state);
+    w->in_module_state += f->module_state;
+    ckpt__buf_puts(&w->json, f->v->kind == CKPT__PK_DICT ? ", \"__state__\": " : ", \"state\": ");
+    f->part = P_STATE;
+    return enter(w, frames, state, "__state__");
+}
+
+/* One step of the top frame: the end of the child it entered, then its
+ * next child, or its closing (the frame popped). */
+static ckpt_status step(walker *w, ckpt__stack *frames) {
+    frame *f = ckpt__stack_top(frames);
+    if (f->in_child) leave(w, f);
+    const ckpt__pk_value *v = f->v, *items = f->part == P_ARGS ? v->u.call.args : v;
+    ckpt__buf *j = &w->json;
+    if (f->part == P_PAIRS && f->next + 1 < v->u.seq.count) return next_pair(w, frames, f);
+    if ((f->part == P_ITEMS || f->part == P_ARGS) && f->next < items->u.seq.count) {
+        char component[32];
+        snprintf(component, sizeof component, "%zu", f->next);
+        if (f->next) ckpt__buf_puts(j, ", ");
+        return enter(w, frames, items->u.seq.items[f->next++], component);
+    }
+    if (f->part != P_STATE) ckpt__buf_puts(j, "]");
+    if ((f->part == P_PAIRS || f->part == P_ARGS) && v->state) return next_state(w, frames, f);
+    ckpt__buf_puts(j, v->kind == CKPT__PK_LIST ? "" : "}");
+    ckpt__stack_pop(frames);
+    return CKPT_OK;
 }
 
 /* Walks the object tree into out->tensors, out->storages and the JSON. */
 static ckpt_status walk_root(walker *w, const ckpt__pk_value *root) {
     w->plain = true;
-    ckpt_status st = walk(w, root, 0);
+    ckpt__stack frames = CKPT__STACK(frame);
+    ckpt_status st = visit(w, &frames, root);
+    while (st == CKPT_OK && frames.len) st = step(w, &frames);
+    ckpt__stack_free(&frames);
     w->out->plain = w->plain;
     if (st == CKPT_OK && (w->json.failed || w->name.failed))
         st = ckpt__fail(w->err, CKPT_E_NO_MEMORY, w->path, NULL, -1, "out of memory");
@@ -554,6 +598,13 @@ ckpt_status ckpt__torch_read_zip_ex(ckpt__source *src, ckpt__arena *arena, const
                             "record is not a decimal number");
         free(text);
     }
+    /* The pickle is read whole, and its values are in the arena until the
+     * catalog closes: both count against the metadata budget.  (A size
+     * over the limit, or beyond what DEFLATE expands to, 1032:1, is refused
+     * by the read before it allocates anything: not charged.) */
+    bool plausible = pkl->size <= MAX_PICKLE_BYTES && (pkl->method != 8 || pkl->size / 1032 <= pkl->comp_size + 1);
+    uint64_t pickle_bytes = plausible ? pkl->size : 0;
+    if (st == CKPT_OK) st = ckpt__budget_charge(arena->budget, pickle_bytes, err, path, (int64_t)pkl->data_offset);
     if (st == CKPT_OK) st = ckpt__zip_read_entry(src, pkl, MAX_PICKLE_BYTES, &pickle, err);
     ckpt__pk_value *root = NULL;
     if (st == CKPT_OK) {
@@ -574,6 +625,7 @@ ckpt_status ckpt__torch_read_zip_ex(ckpt__source *src, ckpt__arena *arena, const
     if (st == CKPT_OK) place_tensors(out);
     free(crc_of_entry);
     free(pickle);
+    ckpt__budget_release(arena->budget, pickle_bytes);
     free(byteorder);
     ckpt__zip_close(&zip);
     if (st) ckpt__torch_file_free(out);
@@ -611,12 +663,16 @@ ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__pk_allow_fn allow, 
     ckpt_status st;
     ckpt__pk_value *values[5];
     size_t pos;
+    uint64_t charged = 0; /* the buffer's bytes, charged to the metadata budget */
     for (;;) {
-        unsigned char *grown = ckpt__realloc(buf, have ? (size_t)have : 1);
+        st = ckpt__budget_charge(arena->budget, have - charged, err, path, (int64_t)charged);
+        unsigned char *grown = st ? NULL : ckpt__realloc(buf, have ? (size_t)have : 1);
         if (!grown) {
             free(buf);
-            return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "cannot allocate %llu bytes", (unsigned long long)have);
+            ckpt__budget_release(arena->budget, charged);
+            return st ? st : ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "cannot allocate %llu bytes", (unsigned long long)have);
         }
+        charged = have;
         buf = grown;
         st = ckpt__source_read(src, buf + read_so_far, have - read_so_far, read_so_far, err);
         read_so_far = have;
@@ -633,6 +689,7 @@ ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__pk_allow_fn allow, 
         have = have * 2 < file_size ? have * 2 : file_size; /* maybe cut short: read more */
     }
     free(buf);
+    ckpt__budget_release(arena->budget, charged);
     if (st) return st;
     const ckpt__pk_value *magic = values[0], *version = values[1], *info = values[2], *keys = values[4];
     if (magic->kind != CKPT__PK_BIGINT || magic->u.s.len != 10 || memcmp(magic->u.s.data, legacy_magic, 10))
@@ -721,7 +778,7 @@ ckpt_status ckpt__torch_add_crcs(ckpt_catalog *c, uint32_t file, const ckpt__tor
 
 /* Adds what a reader found: recorded CRC-32s, storages, then tensors as
  * pieces of them. */
-static ckpt_status add_to_catalog(ckpt_catalog *c, uint32_t file, const ckpt__torch_file *tf, ckpt_error *err) {
+static ckpt_status add_to_catalog(ckpt_catalog *c, uint32_t file, ckpt__torch_file *tf, ckpt_error *err) {
     uint32_t first = 0, first_crc = 0;
     ckpt_status st = ckpt__torch_add_crcs(c, file, tf, 0, &first_crc, err);
     for (size_t i = 0; st == CKPT_OK && i < tf->storage_count; i++) {
@@ -743,7 +800,10 @@ static ckpt_status add_to_catalog(ckpt_catalog *c, uint32_t file, const ckpt__to
         ckpt__tensor_decl d = {t->name, t->dtype, t->ndim, t->shape, first + t->storage, &piece, 1};
         st = ckpt__cat_add_tensor(c, &d, err);
     }
-    if (st == CKPT_OK && !tf->plain) st = ckpt__cat_add_tree(c, tf->tree_json, err);
+    if (st == CKPT_OK && !tf->plain) { /* the catalog takes the tree over */
+        st = ckpt__cat_adopt_tree(c, tf->tree_json, err);
+        tf->tree_json = NULL;
+    }
     ckpt__cat_set_format(c, CKPT_FORMAT_TORCH);
     return st;
 }

@@ -534,3 +534,19 @@ bool ckpt__beneath_has(const ckpt__beneath *b, const char *file) {
     struct stat sb;
     return !strchr(file, '/') && fstatat(b->fd, file, &sb, AT_SYMLINK_NOFOLLOW) == 0;
 }
+
+uint64_t ckpt__beneath_file_bytes(const ckpt__beneath *b) {
+    char **names;
+    size_t n;
+    ckpt_error ignored;
+    if (ckpt__beneath_list(b, b->path, &names, &n, &ignored)) return 0;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct stat st; /* the entry itself, never through a link */
+        if (fstatat(b->fd, names[i], &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+            !ckpt__add_u64(total, (uint64_t)st.st_size, &total))
+            total = UINT64_MAX;
+    }
+    ckpt__beneath_free_names(names, n);
+    return total;
+}

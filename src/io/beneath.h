@@ -67,6 +67,11 @@ CKPT__HIDDEN ckpt_status ckpt__beneath_list(const ckpt__beneath *b, const char *
  * — a symbolic link or a FIFO too: opening it says whether it is usable. */
 CKPT__HIDDEN bool ckpt__beneath_has(const ckpt__beneath *b, const char *file);
 
+/* The bytes of the regular files directly in the directory whose names do
+ * not start with '.' (links and other entries count as nothing; 0 when it
+ * cannot be listed): a checkpoint directory's size, for the metadata
+ * budget. */
+CKPT__HIDDEN uint64_t ckpt__beneath_file_bytes(const ckpt__beneath *b);
 /* Frees what ckpt__beneath_list returned. */
 CKPT__HIDDEN void ckpt__beneath_free_names(char **names, size_t count);
 

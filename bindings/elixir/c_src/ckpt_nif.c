@@ -180,49 +180,15 @@ static int get_catalog(ErlNifEnv *env, ERL_NIF_TERM t, catalog_res **out) {
 
 /* ---- catalogs --------------------------------------------------------- */
 
-/* Opening walks a torch file's object tree recursively (up to libckpt's
- * nesting limit), which needs more stack than a dirty scheduler's (320 KiB
- * by default, less with +sssdio): it runs on a thread of its own with an
- * ordinary 8 MiB stack. */
-typedef struct {
-    const char *path;
-    ckpt_catalog *catalog;
-    ckpt_error *err;
-    ckpt_status status;
-} open_job;
-
-static void *open_thread(void *arg) {
-    open_job *j = arg;
-    j->status = ckpt_catalog_open(j->path, &j->catalog, j->err);
-    return NULL;
-}
-
-static ckpt_status open_catalog(const char *path, ckpt_catalog **out, ckpt_error *e) {
-    open_job job = {path, NULL, e, CKPT_OK};
-    ErlNifThreadOpts *opts = enif_thread_opts_create("ckpt_open");
-    ErlNifTid tid;
-    if (opts) opts->suggested_stack_size = 1024; /* kilowords: 8 MiB */
-    if (!opts || enif_thread_create("ckpt_open", &tid, open_thread, &job, opts) != 0) {
-        if (opts) enif_thread_opts_destroy(opts);
-        ckpt_error_clear(e);
-        e->status = CKPT_E_NO_MEMORY;
-        snprintf(e->path, sizeof e->path, "%s", path);
-        snprintf(e->message, sizeof e->message, "%s: cannot start a thread to open it", path);
-        return CKPT_E_NO_MEMORY;
-    }
-    enif_thread_opts_destroy(opts);
-    enif_thread_join(tid, NULL);
-    *out = job.catalog;
-    return job.status;
-}
-
 static ERL_NIF_TERM nif_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
     (void)argc;
     char *path;
     if (!cstring(env, argv[0], &path)) return enif_make_badarg(env);
     ckpt_error e;
     ckpt_catalog *c;
-    ckpt_status st = open_catalog(path, &c, &e);
+    /* on the dirty scheduler itself: libckpt's parsers keep nesting on the
+     * heap, not on the scheduler's (small) stack */
+    ckpt_status st = ckpt_catalog_open(path, &c, &e);
     enif_free(path);
     if (st) return error_term(env, st, &e);
     catalog_res *r = enif_alloc_resource(CATALOG_RT, sizeof *r);

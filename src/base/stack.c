@@ -1,0 +1,24 @@
+/* stack.c — explicit stacks, the frames of walks that must not recurse on
+ * input depth (see base.h). */
+#include <string.h>
+
+#include "base.h"
+
+void *ckpt__stack_push(ckpt__stack *s) {
+    if (s->len == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        unsigned char *d = ckpt__realloc(s->data, cap * s->size);
+        if (!d) return NULL;
+        s->data = d;
+        s->cap = cap;
+    }
+    unsigned char *frame = s->data + s->len++ * s->size;
+    memset(frame, 0, s->size);
+    return frame;
+}
+
+void ckpt__stack_free(ckpt__stack *s) {
+    free(s->data);
+    s->data = NULL;
+    s->len = s->cap = 0;
+}

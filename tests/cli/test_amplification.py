@@ -1,0 +1,151 @@
+"""Metadata amplification (issue 26, section 5): a small file must not make
+`ckpt inspect` take memory out of proportion to it.  The library charges
+what its parsers allocate for what they read to one budget per catalog,
+8 times the input plus 64 MiB (src/base/budget.c), and refuses beyond it
+with CKPT_E_LIMIT naming the file and the byte.  Each input here amplified
+before: 4 MB of msgpack nils took 305 MB, a pickle of 4 M Nones 309 MB, a
+16 MB safetensors header of zeros some 350 MB; a 12 MB GGUF of a million
+empty arrays 115 MB.  Peak RSS is measured by /usr/bin/time around the CLI,
+less what inspecting a tiny file takes."""
+import os
+import shutil
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+from ckptlib import BIN_PATH
+
+MiB = 1 << 20
+FACTOR, BASE = 8, 64 * MiB
+# What the library does not charge to its budget (the CLI's output, the
+# catalog's own tables, allocator slack), beyond the tiny file's process.
+UNCHARGED = 8 * MiB
+TIME = shutil.which("time") or "/usr/bin/time"
+
+pytestmark = pytest.mark.skipif(not os.path.exists(TIME), reason="needs GNU time (the Makefile installs it)")
+
+LEGACY_MAGIC = bytes([0x6C, 0xFC, 0x9C, 0x46, 0xF9, 0x20, 0x6A, 0xA8, 0x50, 0x19])
+
+
+def peak_rss(path, tmp_path):
+    """(exit status, stderr, peak RSS in bytes) of `ckpt inspect path`."""
+    out = tmp_path / "rss.txt"
+    proc = subprocess.run([TIME, "-f", "%M", "-o", str(out), BIN_PATH, "inspect", str(path)],
+                          capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stderr, int(out.read_text().split()[-1]) * 1024
+
+
+def tiny_safetensors(d):
+    header = b'{"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'
+    path = d / "tiny.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\x07")
+    return path
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    """What inspecting a tiny file takes: the process itself."""
+    d = tmp_path_factory.mktemp("amp")
+    rc, err, rss = peak_rss(tiny_safetensors(d), d)
+    assert rc == 0, err
+    return rss
+
+
+def msgpack_nils(d):
+    n = 4_000_000  # the document's limit on values: an array and its nils
+    path = d / "nils.msgpack"
+    path.write_bytes(b"\xdd" + struct.pack(">I", n - 1) + b"\xc0" * (n - 1))
+    return path
+
+
+def gguf_empty_arrays(d):
+    m = 1_000_000
+    path = d / "arrays.gguf"
+    with open(path, "wb") as f:
+        f.write(b"GGUF" + struct.pack("<IQQ", 3, 0, 1))  # version, tensors, key-values
+        f.write(struct.pack("<Q", 1) + b"k" + struct.pack("<I", 9))  # "k": an array
+        f.write(struct.pack("<IQ", 9, m))  # of a million arrays
+        f.write(struct.pack("<IQ", 0, 0) * m)  # each of no u8
+    return path
+
+
+def pickle_nones(d):
+    """A legacy torch.save file whose object is a list of 4 M Nones."""
+    n = 4_000_000
+    path = d / "nones.pt"
+    with open(path, "wb") as f:
+        f.write(b"\x80\x02\x8a\x0a" + LEGACY_MAGIC + b".")
+        f.write(b"\x80\x02M" + struct.pack("<H", 1001) + b".")
+        f.write(b"\x80\x02}.")
+        f.write(b"\x80\x02(" + b"N" * n + b"l.")
+        f.write(b"\x80\x02].")
+    return path
+
+
+def json_zeros(d):
+    """A safetensors header (16 MB) of an array of zeros."""
+    body = b'{"x":[' + b",".join([b"0"] * (8 * MiB)) + b"]}"
+    path = d / "zeros.safetensors"
+    path.write_bytes(struct.pack("<Q", len(body)) + body)
+    return path
+
+
+@pytest.mark.parametrize("make, accepted", [
+    (msgpack_nils, {0, 1}),      # 16-byte nodes and its tree: at the bound, refused
+    (gguf_empty_arrays, {0}),    # 52 bytes of typed JSON for each 12-byte array: within it
+    (pickle_nones, {1}),         # a 48-byte value for each 1-byte opcode: refused
+    (json_zeros, {1}),           # refused (24-byte nodes for 2 bytes) or not a tensor
+])
+def test_metadata_memory_is_bounded(tmp_path, baseline, make, accepted):
+    path = make(tmp_path)
+    size = path.stat().st_size
+    rc, err, rss = peak_rss(path, tmp_path)
+    assert rc in accepted, err
+    if rc:
+        assert "[CKPT_E_LIMIT]" in err or "[CKPT_E_HEADER_SCHEMA]" in err, err
+        assert str(path.name) in err and "at byte" in err, err
+    used = rss - baseline
+    print(f"{path.name}: {size} bytes, {used / MiB:.1f} MiB beyond a tiny file's ({err.strip()[:160]})")
+    assert used <= FACTOR * size + BASE + UNCHARGED, f"{used / MiB:.1f} MiB for {size / MiB:.1f} MiB of input"
+
+
+def test_gguf_value_json_is_not_copied(tmp_path, baseline):
+    """A GGUF value's typed JSON stays where it was built (it was copied
+    into the catalog, 115 MB for 12 MB): under 6 times the input."""
+    path = gguf_empty_arrays(tmp_path)
+    rc, err, rss = peak_rss(path, tmp_path)
+    assert rc == 0, err
+    assert rss - baseline <= 6 * path.stat().st_size
+
+
+def test_large_legitimate_metadata_is_accepted(tmp_path, baseline):
+    """A DCP checkpoint of 50,000 tensors (16 MB of .metadata), and the
+    tests' real GGUF vocabulary: read, within the bound."""
+    import safetensors.numpy
+
+    src = tmp_path / "many.safetensors"
+    safetensors.numpy.save_file({f"layer{i}.w": np.full((2,), i, np.float32) for i in range(50_000)}, str(src))
+    dcp = tmp_path / "many.dcp"
+    proc = subprocess.run([BIN_PATH, "convert", str(src), str(dcp), "--to", "dcp"], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    vocab = os.path.join(os.path.dirname(__file__), "..", "fixtures", "ggml-vocab-llama-spm.gguf")
+    for path in (dcp, vocab):
+        rc, err, rss = peak_rss(path, tmp_path)
+        assert rc == 0, err
+        size = sum(e.stat().st_size for e in os.scandir(path)) if os.path.isdir(path) else os.path.getsize(path)
+        assert rss - baseline <= FACTOR * size + BASE + UNCHARGED
+
+
+def test_many_keys_are_read_in_linear_time(tmp_path):
+    """A GGUF of 100,000 keys (1.9 MB): each key was looked up among the
+    others, twice (70 s); a million would have taken hours."""
+    path = tmp_path / "keys.gguf"
+    with open(path, "wb") as f:
+        f.write(b"GGUF" + struct.pack("<IQQ", 3, 0, 100_000))
+        for i in range(100_000):
+            key = b"k%d" % i
+            f.write(struct.pack("<Q", len(key)) + key + struct.pack("<I", 0) + b"\x01")  # a u8
+    proc = subprocess.run([BIN_PATH, "inspect", str(path)], capture_output=True, text=True, timeout=20)
+    assert proc.returncode == 0, proc.stderr
