@@ -1,10 +1,15 @@
 /* registry.c — every format ckpt reads, and how a directory names its
- * checkpoint.  A new format is its own file and one line in `formats`
- * (plus its file names in `dir_names` if a directory can hold it). */
+ * checkpoint; every format ckpt writes, and the destination rule that
+ * picks one from a path.  A new format is its own file and one line in
+ * `formats` (plus its file names in `dir_names` if a directory can hold
+ * it); a new output format one line in `writer_formats` (its suffixes and
+ * layouts are declared in its own file). */
 #include <fnmatch.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "../io/file.h"
 #include "dcp.h"
@@ -312,23 +317,214 @@ const char *ckpt_format_name(ckpt_format format) {
     return NULL;
 }
 
-/* The formats ckpt writes. */
+/* The formats ckpt writes, in the order the messages list them. */
 static const ckpt__output_format *const writer_formats[] = {
     &ckpt__output_safetensors,
     &ckpt__output_gguf,
+    &ckpt__output_torch,
+    &ckpt__output_npy,
     &ckpt__output_npz,
     &ckpt__output_flax_msgpack,
     &ckpt__output_dcp,
 };
+#define WRITER_COUNT (sizeof writer_formats / sizeof writer_formats[0])
 
 const ckpt__output_format *ckpt__output_format_for(ckpt_format id) {
-    for (size_t i = 0; i < sizeof writer_formats / sizeof writer_formats[0]; i++)
+    for (size_t i = 0; i < WRITER_COUNT; i++)
         if (writer_formats[i]->id == id) return writer_formats[i];
     return NULL;
 }
 
 bool ckpt__output_owns_any(const char *name) {
-    for (size_t i = 0; i < sizeof writer_formats / sizeof writer_formats[0]; i++)
+    for (size_t i = 0; i < WRITER_COUNT; i++)
         if (writer_formats[i]->owns(NULL, name)) return true;
     return false;
+}
+
+bool ckpt__out_owns_none(const char *prefix, const char *name) {
+    (void)prefix, (void)name;
+    return false;
+}
+
+unsigned ckpt__out_needs_crc32(const ckpt_writer_options *options) {
+    (void)options;
+    return CKPT__OUT_CRC32;
+}
+
+/* ---- destinations ------------------------------------------------------------ */
+
+/* Names of checkpoints that no output format writes under that name:
+ * indexes (written with their shards, into a directory), DCP's parts, and
+ * other frameworks' files.  A destination with one of them is refused; a
+ * model directory's file with one is not copied along. */
+static const char *const foreign_suffixes[] = {
+    ".safetensors.index.json", ".bin.index.json", ".msgpack.index.json", ".distcp", ".ckpt", ".h5", ".hdf5",
+    ".keras", ".onnx", ".pdparams", ".ot", ".tflite", ".pb",
+};
+
+static bool ends_with_nocase(const char *s, size_t n, const char *suffix) {
+    size_t k = strlen(suffix);
+    return n > k && strcasecmp(s + n - k, suffix) == 0;
+}
+
+/* The output format one of whose suffixes ends `name` (a file name), and
+ * that suffix's length; NULL when none does. */
+static const ckpt__output_format *format_by_suffix(const char *name, size_t *suffix_len) {
+    size_t n = strlen(name);
+    for (size_t i = 0; i < WRITER_COUNT; i++)
+        for (const char *const *s = writer_formats[i]->suffixes; s && *s; s++)
+            if (ends_with_nocase(name, n, *s)) {
+                *suffix_len = strlen(*s);
+                return writer_formats[i];
+            }
+    return NULL;
+}
+
+static const char *foreign_suffix(const char *name) {
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof foreign_suffixes / sizeof foreign_suffixes[0]; i++)
+        if (ends_with_nocase(name, n, foreign_suffixes[i])) return foreign_suffixes[i];
+    return NULL;
+}
+
+bool ckpt__checkpoint_file_name(const char *name) {
+    size_t ignored;
+    return format_by_suffix(name, &ignored) || foreign_suffix(name) || !strcmp(name, ".metadata");
+}
+
+/* What ckpt writes, for messages: ".safetensors (safetensors), .gguf
+ * (gguf), .pt/.pth/.bin (torch), …, or a directory (a name ending in '/':
+ * safetensors, dcp)". */
+static void writable_list(ckpt__buf *b) {
+    for (size_t i = 0, listed = 0; i < WRITER_COUNT; i++) {
+        const ckpt__output_format *f = writer_formats[i];
+        if (!f->suffixes || !f->suffixes[0]) continue;
+        ckpt__buf_puts(b, listed++ ? ", " : "");
+        for (const char *const *s = f->suffixes; *s; s++) {
+            if (s != f->suffixes) ckpt__buf_puts(b, "/");
+            ckpt__buf_puts(b, *s);
+        }
+        ckpt__buf_puts(b, " (");
+        ckpt__buf_puts(b, f->name);
+        ckpt__buf_puts(b, ")");
+    }
+    ckpt__buf_puts(b, ", or a directory (a name ending in '/':");
+    for (size_t i = 0, listed = 0; i < WRITER_COUNT; i++)
+        if (writer_formats[i]->layouts & CKPT__LAYOUT_DIR) {
+            ckpt__buf_puts(b, listed++ ? ", " : " ");
+            ckpt__buf_puts(b, writer_formats[i]->name);
+        }
+    ckpt__buf_puts(b, ")");
+}
+
+/* CKPT_E_INVALID_ARGUMENT naming `path`: `why`, then what ckpt writes. */
+static ckpt_status refuse(ckpt_error *err, const char *path, const char *why) {
+    ckpt__buf b = {0};
+    writable_list(&b);
+    ckpt_status st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "%s; ckpt writes %s", why,
+                                b.failed || !b.data ? "" : b.data);
+    free(b.data);
+    return st;
+}
+
+static bool names_directory(const char *path) {
+    size_t n = strlen(path);
+    struct stat sb;
+    return path[n - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
+}
+
+/* Rule 1: a directory of the asked format, else safetensors. */
+static ckpt_status directory_destination(const char *path, const ckpt__output_format *asked, ckpt__destination *d,
+                                         ckpt_error *err) {
+    const ckpt__output_format *f = asked ? asked : &ckpt__output_safetensors;
+    if (!(f->layouts & CKPT__LAYOUT_DIR)) {
+        char why[512];
+        snprintf(why, sizeof why, "names a directory, and %s output is one file%s: name the file (e.g. %s%smodel%s)",
+                 f->name, f->layouts & CKPT__LAYOUT_PARTS ? " (or its split parts)" : "", path,
+                 path[strlen(path) - 1] == '/' ? "" : "/", f->suffixes && f->suffixes[0] ? f->suffixes[0] : "");
+        return refuse(err, path, why);
+    }
+    *d = (ckpt__destination){.fmt = f, .directory = true};
+    return CKPT_OK;
+}
+
+/* exact_file: the one file at `path`, of the asked format, whatever its
+ * name (its stem: the name without that format's suffix, if it has one). */
+static ckpt_status exact_file(const char *path, const char *name, const ckpt__output_format *asked,
+                              ckpt__destination *d, ckpt_error *err) {
+    const ckpt__output_format *f = asked ? asked : &ckpt__output_safetensors;
+    if (names_directory(path))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "names a directory; give a file name");
+    if (!(f->layouts & CKPT__LAYOUT_FILE))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "%s output is a directory, not one file",
+                          f->name);
+    size_t suffix_len = 0;
+    const ckpt__output_format *named = format_by_suffix(name, &suffix_len);
+    *d = (ckpt__destination){.fmt = f, .suffix_len = named == f ? suffix_len : 0};
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__output_destination(const char *path, const ckpt_writer_options *o, ckpt__destination *d,
+                                     ckpt_error *err) {
+    memset(d, 0, sizeof *d);
+    if (!path || !*path) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "a destination path is required");
+    const ckpt__output_format *asked = o && o->format ? ckpt__output_format_for(o->format) : NULL;
+    if (o && o->format && !asked) {
+        char why[128];
+        snprintf(why, sizeof why, "ckpt cannot write the format %s",
+                 ckpt_format_name(o->format) ? ckpt_format_name(o->format) : "(unknown)");
+        return refuse(err, path, why);
+    }
+    const char *name = ckpt__path_basename(path);
+    size_t suffix_len = 0;
+    if (o && o->exact_file) return exact_file(path, name, asked, d, err);
+    if (names_directory(path)) return directory_destination(path, asked, d, err);
+    const ckpt__output_format *named = format_by_suffix(name, &suffix_len);
+    const char *foreign = named ? NULL : foreign_suffix(name);
+    char why[512];
+    if (named && asked && named != asked) {
+        snprintf(why, sizeof why, "names a %s file (%s), not %s output: give a name ending in %s, or a directory",
+                 named->name, name + strlen(name) - suffix_len, asked->name,
+                 asked->suffixes && asked->suffixes[0] ? asked->suffixes[0] : "'/'");
+        return refuse(err, path, why);
+    }
+    if (named) {
+        *d = (ckpt__destination){.fmt = named, .suffix_len = suffix_len};
+        return CKPT_OK;
+    }
+    if (foreign) {
+        snprintf(why, sizeof why, "ckpt cannot write '%s' files", foreign);
+        return refuse(err, path, why);
+    }
+    /* Rule 4: no checkpoint suffix. */
+    const ckpt__output_format *f = asked ? asked : &ckpt__output_safetensors;
+    if (f->layouts & CKPT__LAYOUT_DIR) return directory_destination(path, f, d, err);
+    *d = (ckpt__destination){.fmt = f};
+    return CKPT_OK;
+}
+
+/* ---- the public face of formats and destinations ---------------------------- */
+
+ckpt_format ckpt_format_for_path(const char *path) {
+    size_t suffix_len;
+    const ckpt__output_format *f = path ? format_by_suffix(ckpt__path_basename(path), &suffix_len) : NULL;
+    return f ? f->id : (ckpt_format)0;
+}
+
+ckpt_format ckpt_format_from_name(const char *name) {
+    for (int id = 1; name && ckpt_format_name((ckpt_format)id); id++)
+        if (!strcasecmp(name, ckpt_format_name((ckpt_format)id))) return (ckpt_format)id;
+    return (ckpt_format)0;
+}
+
+ckpt_status ckpt_destination_resolve(const char *path, const ckpt_writer_options *options, ckpt_format *format,
+                                     int *directory, ckpt_error *err) {
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    if (options) CKPT__TAKE_OPTIONS(&o, options);
+    ckpt__destination d;
+    ckpt_status st = ckpt__output_destination(path, &o, &d, err);
+    if (format) *format = st ? (ckpt_format)0 : d.fmt->id;
+    if (directory) *directory = st ? 0 : d.directory;
+    return st;
 }
