@@ -156,8 +156,11 @@ def test_interrupt_leaves_destination_as_it_was(tmp_path):
     outcomes = set()
     for delay in (0.005, 0.02, 0.05, 0.2):
         out = tmp_path / f"out-{delay}"
+        # SIGINT as a foreground job has it, whatever the tests inherited
+        # (ckpt leaves an inherited ignored SIGINT ignored).
         p = subprocess.Popen([BIN_PATH, "convert", str(src), str(out), "--max-shard-size", "100MB"],
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         time.sleep(delay)
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=60)

@@ -367,7 +367,9 @@ class SlowRanges(http.server.BaseHTTPRequestHandler):
 def convert_interrupted(url, out, ignore):
     SlowRanges.data_asked.clear()
     SlowRanges.release.clear()
-    pre = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore else None
+    # Each case sets SIGINT itself: the tests may run with it ignored (make
+    # test started by `… &` from a script), and the child inherits that.
+    pre = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN if ignore else signal.SIG_DFL)  # noqa: E731
     p = subprocess.Popen([BIN_PATH, "convert", url, str(out), "--no-progress"], stderr=subprocess.PIPE, text=True,
                          preexec_fn=pre)
     try:
