@@ -137,10 +137,11 @@ bench: build venv
 	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so $(PY) bench/run.py $(BENCH_ARGS)
 
 # libFuzzer campaign: every target for FUZZ_SECONDS (default 60), two at a
-# time; new inputs go to build-fuzz/corpus/<target>, crashes to
+# time, with tests/fuzz/<target>.dict where there is one; new inputs go to
+# build-fuzz/corpus/<target>, crashes to
 # build-fuzz/crashes/<target>/ (add them to tests/fuzz/corpus/<target>/ once fixed).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := safetensors index zip pickle torch roundtrip gguf npy npz msgpack http dcp wire
+FUZZ_TARGETS := safetensors index zip pickle torch roundtrip gguf npy npz msgpack http dcp wire journal
 fuzz:
 	@command -v clang >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq clang libclang-rt-14-dev; }
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_FUZZ=ON -DCKPT_BUILD_TESTS=OFF >/dev/null
@@ -148,6 +149,7 @@ fuzz:
 	@for t in $(FUZZ_TARGETS); do mkdir -p build-fuzz/corpus/$$t build-fuzz/crashes/$$t; done
 	printf '%s\n' $(FUZZ_TARGETS) | xargs -P 2 -I{} sh -c 'build-fuzz/tests/fuzz/fuzz_{} -max_total_time=$(FUZZ_SECONDS) \
 	  -rss_limit_mb=2048 -timeout=10 -artifact_prefix=build-fuzz/crashes/{}/ -print_final_stats=1 \
+	  $$([ -f tests/fuzz/{}.dict ] && echo -dict=tests/fuzz/{}.dict) \
 	  build-fuzz/corpus/{} tests/fuzz/corpus/{} > build-fuzz/fuzz-{}.log 2>&1; \
 	  echo "{}: $$(grep -E "stat::number_of_executed_units" build-fuzz/fuzz-{}.log | tr -s " ") crashes: $$(ls build-fuzz/crashes/{} | wc -l)"'
 

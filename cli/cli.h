@@ -17,9 +17,15 @@ int cmd_inspect(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
+int cmd_recover(int argc, char **argv);
 
 /* Each command's help text (`ckpt help CMD`, `ckpt CMD --help`). */
-extern const char inspect_usage[], convert_usage[], verify_usage[], diff_usage[];
+extern const char inspect_usage[], convert_usage[], verify_usage[], diff_usage[], recover_usage[];
+
+/* For inspect and verify, after `path` opened: one warning line on stderr
+ * when its directory holds a commit journal the open did not stop at (one
+ * that is not ckpt's, left alone, or a commit of other files). */
+void note_unfinished_commit(const char *path);
 
 /* Every format ckpt reads, for the help texts: one line each, so that a new
  * reader adds one line here. */

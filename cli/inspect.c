@@ -389,6 +389,7 @@ static int run_inspect(int argc, char **argv, source_options *so) {
     ckpt_error_clear(&err);
     ckpt_catalog *cat;
     if (ckpt_catalog_open_ex(path, source_options_get(so), &cat, &err) != CKPT_OK) return report_error(&err);
+    note_unfinished_commit(path);
     char shown[4096];
     path = display_name(path, shown, sizeof shown);
     dtype_total totals[CKPT_DTYPE_COUNT] = {0};

@@ -14,6 +14,7 @@ static const char usage[] =
     "  convert SRC DST        re-shard, merge, transform or convert, streaming\n"
     "  diff A B               compare the tensors of two checkpoints\n"
     "  verify PATH            check structure and recorded checksums\n"
+    "  recover DIR            finish a commit into DIR that a crash cut short\n"
     "  help [COMMAND]         show this help, or a command's\n"
     "\n"
     "options:\n"
@@ -29,11 +30,13 @@ static const struct command {
     const char *name;
     int (*run)(int argc, char **argv);
     const char *usage;
+    bool opens; /* takes the options of opening a checkpoint (remote ones among them) */
 } commands[] = {
-    {"inspect", cmd_inspect, inspect_usage},
-    {"convert", cmd_convert, convert_usage},
-    {"diff", cmd_diff, diff_usage},
-    {"verify", cmd_verify, verify_usage},
+    {"inspect", cmd_inspect, inspect_usage, true},
+    {"convert", cmd_convert, convert_usage, true},
+    {"diff", cmd_diff, diff_usage, true},
+    {"verify", cmd_verify, verify_usage, true},
+    {"recover", cmd_recover, recover_usage, false},
 };
 enum { COMMAND_COUNT = sizeof commands / sizeof *commands };
 
@@ -85,7 +88,7 @@ int main(int argc, char **argv) {
         const struct command *c = find_command(argv[2]);
         if (!c) return unknown_command(argv[2]);
         fputs(c->usage, stdout); /* as `ckpt CMD --help` prints it */
-        return print_help(stdout, source_options_help);
+        return print_help(stdout, c->opens ? source_options_help : "");
     }
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
         printf("ckpt %s\n", ckpt_version());

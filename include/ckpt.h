@@ -457,6 +457,24 @@ typedef struct ckpt_tensor_info {
  *
  * Tensors are listed shard by shard, in the order of their data in the file.
  * On success *out receives the catalog; on failure *out is NULL.
+ *
+ * An open never writes: it never creates, changes, renames or removes
+ * anything, anywhere — not even to finish a commit a crash cut short.
+ * When the checkpoint's directory holds the journal of such a commit
+ * (`.ckpt-commit.json`, see ckpt_commit_recover) that recovery would
+ * execute, and it concerns what is opened (any such journal, for a
+ * directory; one naming the file, for a file), the open fails with
+ * CKPT_E_INCOMPLETE naming the directory and the fix: ckpt_commit_recover
+ * (`ckpt recover DIR`, Python's ckpt.recover), or any write into the
+ * directory; while a live writer holds the directory, it names that
+ * process instead.  A journal that is not provably ckpt's (planted or
+ * damaged) is ignored.  Why reads leave recovery to writers and to an
+ * explicit call: a live writer may be between its journal and its last
+ * rename (a reader finishing "its" commit would race with it); a reader
+ * may be on a read-only mount or in a shared directory it may not write;
+ * and a directory from elsewhere may carry a journal made to damage files
+ * (SQLite, likewise, replays a hot journal only when it is provably its
+ * own).
  */
 CKPT_API ckpt_status ckpt_catalog_open(const char *path, ckpt_catalog **out, ckpt_error *err);
 
@@ -989,6 +1007,19 @@ static inline void ckpt_writer_options_init(ckpt_writer_options *options) {
  * Creates a writer for `path` (see ckpt_writer_options).  Nothing is written
  * yet.  Fails with CKPT_E_EXISTS if a checkpoint is already there and
  * options->overwrite is 0.  `options` may be NULL for the defaults.
+ *
+ * The writer locks its destination until ckpt_writer_free (flock(2):
+ * released by the kernel if the process dies): a second writer of the same
+ * destination, in any process, fails at once with CKPT_E_LOCKED naming the
+ * first one's pid.  An existing directory is locked itself; a directory
+ * still to be made, or a single file, is locked through a lock file beside
+ * it, ".<name>.ckpt-lock", which holds the writer's pid and is removed with
+ * the lock (a writer killed meanwhile leaves it: the next writer of that
+ * destination, or into the directory holding it, removes it).  Then, under the lock, a commit a crash cut
+ * short in the directory the files go to is finished as
+ * ckpt_commit_recover does (a journal that is not provably ckpt's fails
+ * the create with CKPT_E_INCOMPLETE, and is left alone).  A dry run
+ * (options->dry_run) locks and changes nothing.
  */
 CKPT_API ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *options,
                                         ckpt_writer **out, ckpt_error *err);
@@ -1090,6 +1121,62 @@ CKPT_API ckpt_status ckpt_writer_commit(ckpt_writer *writer, ckpt_error *err);
 /* Releases a writer.  If it was not committed, its temporary files are
  * removed and the destination is left as it was.  Accepts NULL. */
 CKPT_API void ckpt_writer_free(ckpt_writer *writer);
+
+/* ---- interrupted commits ------------------------------------------------ */
+
+/* ckpt_commit_recover's flags. */
+enum {
+    CKPT_RECOVER_CHECK = 1 /* check the journal and report; change nothing and take no lock */
+};
+
+/*
+ * Finishes a commit into directory `dir` that a crash cut short.
+ *
+ * A writer that replaces files in a directory holding others (an old
+ * checkpoint, config.json, …) stages the new files in a directory inside it
+ * and, once they are all durable, decides the commit by writing a journal,
+ * `dir/.ckpt-commit.json`, listing the old files to remove and the new ones
+ * to publish.  A crash after that leaves the journal, and the commit is
+ * finished by this call, by `ckpt recover DIR`, by Python's
+ * ckpt.recover(dir), or by the next writer into the directory.  Opening
+ * the checkpoint (ckpt_catalog_open) never does it, and fails with
+ * CKPT_E_INCOMPLETE until it is done.
+ *
+ * What it validates.  A directory may come from elsewhere with a journal
+ * planted in it, so a journal is executed only when it is provably one ckpt
+ * wrote, every rule holding:
+ *   - its bytes follow the journal's grammar exactly, nothing after;
+ *   - its staging directory is named exactly as ckpt names a commit's
+ *     stage ("..commit.ckpt-tmp-<pid>-d<n>") and is a real directory
+ *     directly inside `dir`, opened relative to `dir` with O_NOFOLLOW —
+ *     never a symlink, "." or "..";
+ *   - every name to remove or publish is a plain name (not empty, not "."
+ *     or "..", no '/', at most NAME_MAX bytes) that some output format of
+ *     ckpt owns (a safetensors file or index, a DCP `.metadata` or
+ *     `*.distcp`, a gguf-split part: what a replacement with overwrite may
+ *     remove) — never a user's file such as notes.txt or config.json;
+ *   - every file to publish still in the stage is a regular file there
+ *     (not a symlink, FIFO, device or directory), and nothing to remove or
+ *     replace is a directory.
+ * What it does.  Under an exclusive lock on `dir`: removes the old files,
+ * renames the new ones out of the stage, removes the stage and the journal,
+ * and fsyncs `dir` — every call relative to `dir`'s descriptor (unlinkat,
+ * renameat), so nothing outside `dir` is ever named.  Finishing is
+ * idempotent: a crash during it is finished by the next call.
+ * What it refuses.  A journal breaking any rule fails with
+ * CKPT_E_INCOMPLETE naming the journal, the rule and the byte offset of the
+ * field at fault (err->offset), and nothing of it is done; if no ckpt
+ * commit was interrupted there, the file came with the directory and may be
+ * deleted.  A directory a live writer holds fails with CKPT_E_LOCKED naming
+ * its pid.  A failed system call gives its status (CKPT_E_IO, …).
+ *
+ * `dir` names the directory; a file's path stands for the directory holding
+ * it.  With CKPT_RECOVER_CHECK the journal is validated and nothing changes
+ * (no lock either).  *found (may be NULL) is set to 1 when `dir` held a
+ * journal that was finished (with CKPT_RECOVER_CHECK: that would be), and
+ * to 0 when it held none, which is success.
+ */
+CKPT_API ckpt_status ckpt_commit_recover(const char *dir, unsigned flags, int *found, ckpt_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Conversion                                                               */

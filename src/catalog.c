@@ -10,6 +10,7 @@
 
 #include "catalog_internal.h"
 #include "formats/format.h"
+#include "formats/output.h"
 #include "formats/torch.h"
 #include "io/beneath.h"
 #include "io/commit.h"
@@ -454,12 +455,12 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
     st = take_userinfo(c, path, &clean, err);
     if (clean) path = clean;
     if (st == CKPT_OK && !ckpt__source_is_remote_name(path)) {
-        /* A commit into this checkpoint's directory that a crash cut short
-         * is finished first (or refused, naming what to do). */
-        bool recovered;
-        char *dir = ckpt__source_stat(path, &c->source_options) == CKPT__NAME_DIR ? ckpt__strdup(path)
-                                                                                   : ckpt__path_dirname(path);
-        st = dir ? ckpt__commit_recover(dir, &recovered, err) : ckpt__oom(err, path, NULL);
+        /* A read never writes: a commit into this checkpoint's directory
+         * that a crash cut short is refused, naming the fix (io/commit.h). */
+        bool is_dir = ckpt__source_stat(path, &c->source_options) == CKPT__NAME_DIR;
+        char *dir = is_dir ? ckpt__strdup(path) : ckpt__path_dirname(path);
+        st = dir ? ckpt__commit_check_read(dir, is_dir ? NULL : ckpt__path_basename(path), ckpt__output_owns_any, err)
+                 : ckpt__oom(err, path, NULL);
         free(dir);
     }
     /* A remote file is not asked about first (its open says if it is

@@ -22,6 +22,7 @@
 #include "formats/output.h"
 #include "io/beneath.h"
 #include "io/commit.h"
+#include "io/lock.h"
 #include "writer_internal.h"
 
 typedef struct wtensor {
@@ -76,6 +77,7 @@ struct ckpt_writer {
     char **stale;          /* a replaced checkpoint's files (names in dir) */
     size_t stale_count;
     ckpt__commit *commit;
+    ckpt__lock *dest_lock; /* held from create to free (none for a dry run or a joined writer) */
     bool joined; /* writes into another process's writer (ckpt__writer_join): no commit */
     bool shared; /* other processes write tensors too: commit trusts the caller's count */
     /* Direct mode: what is written leaves the page cache once on disk. */
@@ -152,6 +154,22 @@ static ckpt_status normalise(ckpt_writer *w, const char *path, ckpt_error *err) 
     return w->dir ? CKPT_OK : ckpt__oom(err, path, NULL);
 }
 
+/* Locks the destination for the whole write and commit (a second writer
+ * fails at once with CKPT_E_LOCKED naming this one), then finishes a
+ * commit a crash cut short in the directory the files go to: the
+ * destination's own, under its lock; a file's directory unless a live
+ * writer of that directory holds it (its commit is its own to finish). */
+static ckpt_status lock_and_recover(ckpt_writer *w, ckpt_error *err) {
+    ckpt_status st = ckpt__lock_destination(w->path, w->directory, &w->dest_lock, err);
+    int dir_fd = ckpt__lock_dir_fd(w->dest_lock);
+    bool found;
+    if (st == CKPT_OK && dir_fd >= 0)
+        st = ckpt__commit_recover_at(dir_fd, w->dir, ckpt__output_owns_any, false, &found, err);
+    else if (st == CKPT_OK && !w->directory)
+        st = ckpt__commit_recover(w->dir, ckpt__output_owns_any, CKPT__RECOVER_UNLESS_BUSY, &found, err);
+    return st;
+}
+
 ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *options, ckpt_writer **out,
                                ckpt_error *err) {
     if (out) *out = NULL;
@@ -182,9 +200,8 @@ ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *opti
         w->opt.prefix = NULL;
         st = w->prefix ? normalise(w, path, err) : ckpt__oom(err, path, NULL);
     }
-    bool recovered;
     /* A dry run changes nothing, not even an interrupted commit's leftovers. */
-    if (st == CKPT_OK && !w->opt.dry_run) st = ckpt__commit_recover(w->dir, &recovered, err);
+    if (st == CKPT_OK && !w->opt.dry_run) st = lock_and_recover(w, err);
     struct stat sb;
     if (st == CKPT_OK && !w->directory) {
         if (stat(w->path, &sb) == 0 && S_ISDIR(sb.st_mode))
@@ -609,7 +626,8 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
     if ((w->fmt->dedup && (st = dedup(w, err))) || (st = w->fmt->plan(O(w), err))) return st;
     bool single = !w->directory && w->file_count == 1;
     if (!w->opt.dry_run &&
-        (st = ckpt__commit_begin(w->dir, w->directory, single && !w->opt.copy_files_from, &w->commit, err)))
+        (st = ckpt__commit_begin(w->dir, w->directory, single && !w->opt.copy_files_from,
+                                 ckpt__lock_dir_fd(w->dest_lock), ckpt__output_owns_any, &w->commit, err)))
         return st;
     for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) {
         wfile *file = &w->files[f];
@@ -1074,6 +1092,7 @@ void ckpt_writer_free(ckpt_writer *w) {
         free(w->sides[f].final_path);
     }
     ckpt__commit_free(w->commit); /* an unpublished commit removes its temporaries */
+    ckpt__lock_release(w->dest_lock);
     for (size_t i = 0; i < w->count; i++) {
         XXH3_freeState(w->tensors[i].hash);
         free(w->tensors[i].segments);

@@ -6,6 +6,7 @@
     ckpt.load_into(model, "model/")             # in place, no second copy
     ckpt.save(model.state_dict(), "out/", max_shard_size="5GB")
     ckpt.convert("pytorch_model.bin", "model.safetensors")
+    ckpt.recover("out/")                        # finish a commit a crash cut short
 
 Drop-ins for safetensors: ckpt.torch and ckpt.numpy; checkpoints straight
 onto JAX devices with shardings: ckpt.jax.  Everything reads .safetensors
@@ -17,13 +18,13 @@ from . import _ckpt
 from ._errors import (AccessError, CancelledError, Error, ExistsError, IOFailure, NoMatchError, NotFoundError,
                       RemoteError, SafetensorError)
 from ._api import (Checkpoint, LoadResult, Mismatch, TensorInfo, TensorSpec, cast, convert, dtype_name, load,
-                   load_into, open, save, shapes)
+                   load_into, open, recover, save, shapes)
 from ._tree import Call, flatten, unflatten
 
 __version__ = _ckpt.version
 parse_size = _ckpt.parse_size
 
-__all__ = ["open", "shapes", "load", "load_into", "save", "convert", "cast", "flatten", "unflatten", "parse_size",
-           "dtype_name", "Checkpoint", "TensorSpec", "TensorInfo", "LoadResult", "Mismatch", "Call", "Error",
+__all__ = ["open", "shapes", "load", "load_into", "save", "convert", "recover", "cast", "flatten", "unflatten",
+           "parse_size", "dtype_name", "Checkpoint", "TensorSpec", "TensorInfo", "LoadResult", "Mismatch", "Call", "Error",
            "SafetensorError", "NotFoundError", "ExistsError", "IOFailure", "AccessError", "CancelledError", "NoMatchError",
            "RemoteError"]

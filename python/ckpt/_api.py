@@ -262,6 +262,25 @@ def shapes(path, *, nested=True, **source):
         return {name: leaf(name) for name in c.keys()}
 
 
+def recover(dir, *, check=False):  # noqa: A002 - the C API's name
+    """Finishes a commit into directory `dir` that a crash cut short (a
+    writer killed after deciding it, leaving dir/.ckpt-commit.json), as
+    `ckpt recover DIR` does; returns True when there was one, False when
+    there was nothing to finish.  Opening the checkpoint never does it
+    (reads never change a directory): ckpt.open and ckpt.load raise
+    ckpt.Error (status CKPT_E_INCOMPLETE) until this, or the next write into
+    the directory, finishes it.
+
+    The journal is executed only when it is provably one ckpt wrote: its
+    stage is a real directory inside `dir` named as ckpt names stages, and
+    it removes or publishes only checkpoint files (names an output format
+    owns), never through a symlink.  Anything else raises ckpt.Error
+    (CKPT_E_INCOMPLETE, naming the journal, the rule and the byte offset)
+    and is left alone; a directory a live writer holds raises CKPT_E_LOCKED
+    naming its pid.  check=True only checks: nothing changes."""
+    return _ckpt.commit_recover(os.fspath(dir), check=check)
+
+
 def _jax_leaf(c):
     try:
         import jax
@@ -778,7 +797,9 @@ def save(tensors, directory, max_shard_size="5GB", metadata=None, *, prefix="mod
     that share memory (tied weights) are written once and recorded as
     `removed → kept`, and views that no tensor covers are refused as the hub
     refuses them.  Atomic: an existing checkpoint is replaced only with
-    overwrite=True, and only once every new file is complete.  `tensors` may
+    overwrite=True, and only once every new file is complete.  The directory
+    is locked while it is written: a second writer of it, in any process,
+    raises ckpt.Error (CKPT_E_LOCKED) naming the first one's pid.  `tensors` may
     be a module, a state dict or a nested tree (its structure is recorded
     and restored by load(..., nested=True)).  Returns the paths written."""
     if _is_module(tensors):

@@ -2091,6 +2091,24 @@ static PyObject *mod_status_names(PyObject *self, PyObject *unused) {
     return d;
 }
 
+static PyObject *mod_commit_recover(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"dir", "check", NULL};
+    PyObject *dir = NULL;
+    int check = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|p", kwlist, PyUnicode_FSConverter, &dir, &check)) return NULL;
+    ckpt_error err;
+    ckpt_error_clear(&err);
+    int found = 0;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_commit_recover(PyBytes_AS_STRING(dir), check ? CKPT_RECOVER_CHECK : 0, &found, &err);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(dir);
+    if (st != CKPT_OK) return raise_ckpt(&err);
+    return PyBool_FromLong(found);
+}
+
 static PyMethodDef module_methods[] = {
     {"parse_size", mod_parse_size, METH_O, "parse_size(text) -> bytes (\"5GB\", \"512MiB\", 1000)"},
     {"dtype_bits", mod_dtype_bits, METH_O, "dtype_bits(name) -> bits per element"},
@@ -2098,6 +2116,8 @@ static PyMethodDef module_methods[] = {
     {"cast", mod_cast, METH_VARARGS, "cast(from, src, to, dst, count)"},
     {"status_names", mod_status_names, METH_NOARGS, "status_names() -> {name: code}"},
     {"redact_name", mod_redact_name, METH_O, "redact_name(name) -> the name as it may be shown (ckpt_redact_name)"},
+    {"commit_recover", (PyCFunction)(void (*)(void))mod_commit_recover, METH_VARARGS | METH_KEYWORDS,
+     "commit_recover(dir, check=False) -> bool: ckpt_commit_recover (True: a journal was there)"},
     {"_register_errors", register_errors, METH_O, "internal: status name -> exception class"},
     COLLECTIVE_METHODS
     {NULL}};

@@ -49,10 +49,9 @@ char *ckpt__strndup(const char *s, size_t n) { return hit_alloc() ? NULL : strnd
 int ckpt__io_open(const char *path, int flags, ...) {
     va_list ap;
     va_start(ap, flags);
-    mode_t mode = flags & O_CREAT ? (mode_t)va_arg(ap, int) : 0; /* O_CREAT's mode */
+    mode_t mode = flags & O_CREAT ? (mode_t)va_arg(ap, int) : 0;
     va_end(ap);
-    ckpt__fault_mode m = hit_io(0);
-    return m ? fail_errno(m) : open(path, flags, mode);
+    return ckpt__io_openat(AT_FDCWD, path, flags, mode);
 }
 
 ssize_t ckpt__io_pread(int fd, void *buf, size_t n, off_t offset) {
@@ -110,9 +109,19 @@ ssize_t ckpt__io_readlinkat(int dirfd, const char *path, char *buf, size_t size)
     return m ? fail_errno(m) : readlinkat(dirfd, path, buf, size);
 }
 
-int ckpt__io_renameat(int from_dir, const char *from, int to_dir, const char *to) {
+int ckpt__io_unlinkat(int dirfd, const char *name, int flags) {
     ckpt__fault_mode m = hit_io(0);
-    return m ? fail_errno(m) : renameat(from_dir, from, to_dir, to);
+    return m ? fail_errno(m) : unlinkat(dirfd, name, flags);
+}
+
+int ckpt__io_renameat2(int from_dir, const char *from, int to_dir, const char *to, unsigned flags) {
+    ckpt__fault_mode m = hit_io(0);
+    return m ? fail_errno(m) : renameat2(from_dir, from, to_dir, to, flags);
+}
+
+int ckpt__io_flock(int fd, int op) {
+    ckpt__fault_mode m = hit_io(0);
+    return m ? fail_errno(m) : flock(fd, op);
 }
 #else
 /* Ordinary builds: fault.h maps the wrappers to libc; nothing to compile. */

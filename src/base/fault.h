@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -49,10 +50,12 @@ struct open_how {
 #define ckpt__io_rename rename
 #define ckpt__io_openat openat
 #define ckpt__io_readlinkat readlinkat
+#define ckpt__io_unlinkat unlinkat
+#define ckpt__io_renameat2 renameat2
+#define ckpt__io_flock flock
 static inline int ckpt__io_openat2(int dirfd, const char *path, const struct open_how *how, size_t size) {
     return (int)syscall(SYS_openat2, dirfd, path, how, size);
 }
-#define ckpt__io_renameat renameat
 
 #else
 
@@ -71,7 +74,9 @@ int ckpt__io_rename(const char *from, const char *to);
 int ckpt__io_openat(int dirfd, const char *path, int flags, ...);
 int ckpt__io_openat2(int dirfd, const char *path, const struct open_how *how, size_t size);
 ssize_t ckpt__io_readlinkat(int dirfd, const char *path, char *buf, size_t size);
-int ckpt__io_renameat(int from_dir, const char *from, int to_dir, const char *to);
+int ckpt__io_unlinkat(int dirfd, const char *name, int flags);
+int ckpt__io_renameat2(int from_dir, const char *from, int to_dir, const char *to, unsigned flags);
+int ckpt__io_flock(int fd, int op);
 
 /* What the N-th call of a kind does. */
 typedef enum ckpt__fault_mode {

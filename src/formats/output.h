@@ -76,7 +76,8 @@ typedef struct ckpt__output_format {
     /* After every tensor's bytes: patches and side files.  May be NULL. */
     ckpt_status (*finish)(ckpt__output *o, ckpt_error *err);
     /* Whether `name` (a file name in the output directory) is a file a
-     * checkpoint of this format with this prefix would use. */
+     * checkpoint of this format with this prefix would use; prefix NULL:
+     * with any prefix (ckpt__output_owns_any). */
     bool (*owns)(const char *prefix, const char *name);
     /* What the writer computes as data streams (CKPT__OUT_*), for these
      * options. */
@@ -149,5 +150,13 @@ CKPT__HIDDEN extern const ckpt__output_format ckpt__output_dcp;         /* dcp_o
 
 /* The output format for an id (registry.c); NULL when ckpt cannot write it. */
 CKPT__HIDDEN const ckpt__output_format *ckpt__output_format_for(ckpt_format id);
+
+/* Whether `name` (a plain file name) is a file some output format owns
+ * under some prefix: its `owns` with a NULL prefix.  The one rule for what
+ * a commit's journal may name, and so what recovering an interrupted commit
+ * may remove or publish (io/commit.h): the files a replacement (`--force`)
+ * may remove are those its format owns, and a journal found on disk does
+ * not say which format and prefix wrote it.  Linear in the name's length. */
+CKPT__HIDDEN bool ckpt__output_owns_any(const char *name);
 
 #endif

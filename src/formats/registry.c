@@ -160,3 +160,9 @@ const ckpt__output_format *ckpt__output_format_for(ckpt_format id) {
         if (writer_formats[i]->id == id) return writer_formats[i];
     return NULL;
 }
+
+bool ckpt__output_owns_any(const char *name) {
+    for (size_t i = 0; i < sizeof writer_formats / sizeof writer_formats[0]; i++)
+        if (writer_formats[i]->owns(NULL, name)) return true;
+    return false;
+}

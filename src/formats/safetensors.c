@@ -410,7 +410,14 @@ static bool st_directory(const ckpt_writer_options *o) { return o->max_shard_siz
 
 static unsigned st_needs(const ckpt_writer_options *o) { return o->checksums ? CKPT__OUT_XXH3 : 0; }
 
-static bool st_owns(const char *prefix, const char *name) { return ckpt__shards_is_own_file(prefix, name); }
+static bool st_owns(const char *prefix, const char *name) {
+    if (prefix) return ckpt__shards_is_own_file(prefix, name);
+    /* Any prefix: "<prefix>[-NNNNN-of-NNNNN].safetensors[.index.json]", the
+     * prefix not empty (a shard's number then reads as part of it). */
+    size_t n = strlen(name);
+    return (n > 12 && !strcmp(name + n - 12, ".safetensors")) ||
+           (n > 23 && !strcmp(name + n - 23, ".safetensors.index.json"));
+}
 
 /* Shards as split_torch_state_dict_into_shards makes them: tensors in
  * declaration order, each storage counted once and whole; a tensor on a

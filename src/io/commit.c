@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "file.h"
+#include "lock.h"
 
 typedef enum mode { SINGLE, STAGED_BESIDE, JOURNAL } mode;
 
@@ -20,38 +21,20 @@ typedef struct created {
 
 struct ckpt__commit {
     char *dir;
-    char *stage;       /* the staging directory (STAGED_BESIDE, JOURNAL) */
+    int dir_fd; /* JOURNAL: the directory (the destination lock's, or its own: own_dir_fd) */
+    bool own_dir_fd;
+    char *stage;  /* the staging directory (STAGED_BESIDE, JOURNAL) */
+    int stage_fd; /* open on it; STAGED_BESIDE: locked, as it becomes the directory */
     mode mode;
-    bool dir_existed;  /* STAGED_BESIDE: an empty directory was there */
+    bool dir_existed; /* STAGED_BESIDE: an empty directory was there */
     bool published;
+    ckpt__name_rule journaled; /* the names a journal may carry */
     created *files;
     size_t count, cap;
 };
 
-/* The journal: NUL-separated fields, so any file name fits.
- *   "ckpt-commit-1" "stage" NAME ("remove" NAME)* ("publish" NAME)* "end" */
-static const char MAGIC[] = "ckpt-commit-1";
-
-static char *join(const char *a, const char *b) { return ckpt__path_join(a, b); }
-
-/* mkdir -p. */
-static ckpt_status make_directories(const char *path, ckpt_error *err) {
-    char *p = ckpt__strdup(path);
-    if (!p) return ckpt__oom(err, path, NULL);
-    ckpt_status st = CKPT_OK;
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0') continue;
-        char saved = *s;
-        *s = '\0';
-        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-            st = ckpt__fail_errno(err, errno, p, -1, "cannot create the output directory");
-            break;
-        }
-        *s = saved;
-        if (!saved) break;
-    }
-    free(p);
-    return st;
+static char *join(const char *a, const char *b) {
+    return ckpt__path_join(a, b);
 }
 
 /* True when `path` is missing or an empty directory. */
@@ -60,53 +43,92 @@ static bool missing_or_empty(const char *path) {
     if (!d) return errno == ENOENT;
     struct dirent *e;
     bool empty = true;
-    while (empty && (e = readdir(d))) empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    while (empty && (e = readdir(d)))
+        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
     closedir(d);
     return empty;
 }
 
+static ckpt_status sync_fd(int fd, const char *what, ckpt_error *err) {
+    if (ckpt__io_fsync(fd) != 0 && errno != EINVAL && errno != EROFS)
+        return ckpt__fail_errno(err, errno, what, -1, "cannot sync directory");
+    return CKPT_OK;
+}
+
 static ckpt_status sync_dir(const char *dir, ckpt_error *err) {
     int fd = ckpt__io_open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    ckpt_status st = CKPT_OK;
-    if (fd < 0 || (ckpt__io_fsync(fd) != 0 && errno != EINVAL && errno != EROFS))
-        st = ckpt__fail_errno(err, errno, dir, -1, "cannot sync directory");
-    if (fd >= 0) close(fd);
+    if (fd < 0) return ckpt__fail_errno(err, errno, dir, -1, "cannot sync directory");
+    ckpt_status st = sync_fd(fd, dir, err);
+    close(fd);
     return st;
 }
 
-ckpt_status ckpt__commit_begin(const char *dir, bool whole_dir, bool single, ckpt__commit **out, ckpt_error *err) {
+/* Opens the staging directory just made at c->stage (never through a
+ * symlink), locked when it is to become the destination itself. */
+static ckpt_status open_stage(ckpt__commit *c, bool lock, ckpt_error *err) {
+    c->stage_fd = ckpt__io_open(c->stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (c->stage_fd < 0) return ckpt__fail_errno(err, errno, c->stage, -1, "cannot open the staging directory");
+    return lock ? ckpt__lock_fd(c->stage_fd, c->dir, err) : CKPT_OK;
+}
+
+/* Files beside others in `dir`, published through its journal: the
+ * directory is opened and locked for the whole commit (the journal is
+ * shared by every writer into it), and a commit a dead writer left there
+ * is finished first. */
+static ckpt_status take_journal_dir(ckpt__commit *c, ckpt_error *err) {
+    c->dir_fd = ckpt__io_open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (c->dir_fd < 0) return ckpt__fail_errno(err, errno, c->dir, -1, "cannot open the output's directory");
+    c->own_dir_fd = true;
+    ckpt_status st = ckpt__lock_fd(c->dir_fd, c->dir, err);
+    bool found;
+    return st ? st : ckpt__commit_recover_at(c->dir_fd, c->dir, c->journaled, false, &found, err);
+}
+
+ckpt_status ckpt__commit_begin(const char *dir, bool whole_dir, bool single, int dir_fd, ckpt__name_rule journaled,
+                               ckpt__commit **out, ckpt_error *err) {
     *out = NULL;
     ckpt__commit *c = ckpt__calloc(1, sizeof *c);
     if (!c || !(c->dir = ckpt__strdup(dir))) {
         free(c);
         return ckpt__oom(err, dir, NULL);
     }
+    c->dir_fd = c->stage_fd = -1;
+    c->journaled = journaled;
     ckpt_status st = CKPT_OK;
-    bool recovered;
     if (whole_dir) {
         char *parent = ckpt__path_dirname(dir);
-        st = parent ? make_directories(parent, err) : ckpt__oom(err, dir, NULL);
-        if (st == CKPT_OK) ckpt__remove_stale_temps(parent); /* what killed writers left beside it */
+        st = parent ? ckpt__make_directories(parent, err) : ckpt__oom(err, dir, NULL);
+        if (st == CKPT_OK) { /* what killed writers left beside it */
+            ckpt__remove_stale_temps(parent);
+            ckpt__lock_remove_stale(parent);
+        }
         free(parent);
-        if (st == CKPT_OK) st = ckpt__commit_recover(dir, &recovered, err);
         if (st == CKPT_OK && missing_or_empty(dir)) {
             struct stat sb;
             c->mode = STAGED_BESIDE;
             c->dir_existed = stat(dir, &sb) == 0;
             st = ckpt__temp_dir_create(dir, &c->stage, err);
+            if (st == CKPT_OK) st = open_stage(c, true, err);
+        } else if (st == CKPT_OK && dir_fd < 0) {
+            st = ckpt__fail(err, CKPT_E_EXISTS, dir, NULL, -1, "appeared while this writer was starting: left alone");
         } else if (st == CKPT_OK) {
             c->mode = JOURNAL;
+            c->dir_fd = dir_fd; /* the destination's lock holds it (and any interrupted commit is finished) */
         }
     } else {
         /* Files beside others: their directory must exist (as for cp). */
-        st = ckpt__commit_recover(dir, &recovered, err);
         c->mode = single ? SINGLE : JOURNAL;
+        if (c->mode == JOURNAL) st = take_journal_dir(c, err);
     }
-    if (st == CKPT_OK && c->mode != STAGED_BESIDE) ckpt__remove_stale_temps(dir);
+    if (st == CKPT_OK && c->mode != STAGED_BESIDE) {
+        ckpt__remove_stale_temps(dir);
+        ckpt__lock_remove_stale(dir);
+    }
     if (st == CKPT_OK && c->mode == JOURNAL) {
-        char *base = join(dir, ".commit");
+        char *base = join(dir, CKPT__STAGE_BASE);
         st = base ? ckpt__temp_dir_create(base, &c->stage, err) : ckpt__oom(err, dir, NULL);
         free(base);
+        if (st == CKPT_OK) st = open_stage(c, false, err);
     }
     if (st) {
         ckpt__commit_free(c);
@@ -137,82 +159,123 @@ ckpt_status ckpt__commit_create(ckpt__commit *c, const char *name, int *fd, cons
         if (st) return st;
     } else {
         if (!(f->tmp_path = join(c->stage, name))) return ckpt__oom(err, c->dir, NULL);
-        *fd = ckpt__io_open(f->tmp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        *fd = ckpt__io_openat(c->stage_fd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
         if (*fd < 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "cannot create");
     }
     *tmp_path = f->tmp_path;
     return CKPT_OK;
 }
 
-/* ---- the journal -------------------------------------------------------------- */
+/* ---- finishing a decided commit ------------------------------------------------ */
 
-static void field(ckpt__buf *b, const char *s) { ckpt__buf_append(b, s, strlen(s) + 1); }
+static int compare_names(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
 
-/* Removals, then the new files in order (renamed out of the stage; one
- * already moved is skipped), then the stage and the journal.  Idempotent. */
-static ckpt_status apply(const char *dir, const char *stage_name, const char *const *remove, size_t nremove,
-                         const char *const *publish, size_t npublish, bool no_sync, ckpt_error *err) {
-    char *stage = join(dir, stage_name), *journal = join(dir, CKPT__JOURNAL);
-    ckpt_status st = stage && journal ? CKPT_OK : ckpt__oom(err, dir, NULL);
+/* `list` sorted, for `listed` (a journal may hold many names: no quadratic
+ * lookups); NULL when out of memory. */
+static const char **sorted_names(const char *const *list, size_t n) {
+    const char **s = ckpt__malloc((n ? n : 1) * sizeof *s);
+    if (!s) return NULL;
+    if (n) memcpy(s, list, n * sizeof *s);
+    qsort(s, n, sizeof *s, compare_names);
+    return s;
+}
+
+/* Whether `name` is in `sorted` (from sorted_names). */
+static bool listed(const char *const *sorted, size_t n, const char *name) {
+    return n && bsearch(&name, sorted, n, sizeof *sorted, compare_names);
+}
+
+/* Whether `name` is still in the stage (not yet published). */
+static bool staged(int stage_fd, const char *name) {
+    struct stat sb;
+    return stage_fd >= 0 && fstatat(stage_fd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+/*
+ * Finishes a decided commit of the directory open at `dir_fd` (`dir` in
+ * messages): removals, then the new files in order, renamed out of the
+ * stage `stage_name` (open at `stage_fd`, or -1 when it is gone: every file
+ * already moved), then the stage and the journal.  Idempotent: an old file
+ * whose new namesake is published already (its staged copy gone) is that
+ * new file, and a file already moved is skipped.  Every call is relative to
+ * the two descriptors: nothing outside the directory is ever named.
+ */
+static ckpt_status finish(int dir_fd, const char *dir, const char *stage_name, int stage_fd, const char *const *remove,
+                          size_t nremove, const char *const *publish, size_t npublish, bool no_sync, ckpt_error *err) {
+    const char **published = sorted_names(publish, npublish);
+    ckpt_status st = published ? CKPT_OK : ckpt__oom(err, dir, NULL);
     for (size_t i = 0; st == CKPT_OK && i < nremove; i++) {
-        /* An old file whose new namesake is published already (its staged
-         * copy gone) is that new file: a second pass leaves it. */
-        bool published = false;
-        for (size_t k = 0; k < npublish && !published; k++) {
-            if (strcmp(publish[k], remove[i])) continue;
-            char *staged = join(stage, publish[k]);
-            struct stat sb;
-            published = staged && stat(staged, &sb) != 0;
-            free(staged);
-        }
-        char *p = published ? NULL : join(dir, remove[i]);
-        if (!published && !p) st = ckpt__oom(err, dir, NULL);
-        else if (p && unlink(p) != 0 && errno != ENOENT) st = ckpt__fail_errno(err, errno, p, -1, "cannot remove");
-        free(p);
+        if (!staged(stage_fd, remove[i]) && listed(published, npublish, remove[i])) continue;
+        if (ckpt__io_unlinkat(dir_fd, remove[i], 0) != 0 && errno != ENOENT)
+            st = ckpt__fail_errno(err, errno, dir, -1, "cannot remove %s", remove[i]);
     }
-    for (size_t i = 0; st == CKPT_OK && i < npublish; i++) {
-        char *from = join(stage, publish[i]), *to = join(dir, publish[i]);
-        if (!from || !to) st = ckpt__oom(err, dir, NULL);
-        else if (ckpt__io_rename(from, to) != 0 && errno != ENOENT)
-            st = ckpt__fail_errno(err, errno, to, -1, "cannot rename %s into place", from);
-        free(from);
-        free(to);
-    }
-    if (st == CKPT_OK && !no_sync) st = sync_dir(dir, err);
+    free(published);
+    for (size_t i = 0; st == CKPT_OK && stage_fd >= 0 && i < npublish; i++)
+        if (ckpt__io_renameat2(stage_fd, publish[i], dir_fd, publish[i], 0) != 0 && errno != ENOENT)
+            st = ckpt__fail_errno(err, errno, dir, -1, "cannot rename %s/%s into place", stage_name, publish[i]);
+    if (st == CKPT_OK && !no_sync) st = sync_fd(dir_fd, dir, err);
     if (st == CKPT_OK) {
-        ckpt__remove_flat_dir(stage);
-        if (unlink(journal) != 0 && errno != ENOENT) st = ckpt__fail_errno(err, errno, journal, -1, "cannot remove");
+        ckpt__remove_flat_dirat(dir_fd, stage_name);
+        if (ckpt__io_unlinkat(dir_fd, CKPT__JOURNAL, 0) != 0 && errno != ENOENT)
+            st = ckpt__fail_errno(err, errno, dir, -1, "cannot remove %s", CKPT__JOURNAL);
     }
-    if (st == CKPT_OK && !no_sync) st = sync_dir(dir, err);
-    free(stage);
-    free(journal);
+    if (st == CKPT_OK && !no_sync) st = sync_fd(dir_fd, dir, err);
     return st;
+}
+
+/* The journal lists only the names recovery may act on (c->journaled):
+ * a name no output format owns (a file copied along such as config.json,
+ * the one file a caller named) is published or removed by this process
+ * after the decision, never by a recovery, which cannot tell it from a
+ * user's file.  A crash after the decision leaves such a file's old
+ * version (or none). */
+static size_t journaled_names(const ckpt__commit *c, const char *const *names, size_t n, const char **out) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (c->journaled(names[i])) out[k++] = names[i];
+    return k;
 }
 
 static ckpt_status write_journal(ckpt__commit *c, const char *const *order, size_t count, const char *const *remove,
                                  size_t remove_count, bool no_sync, ckpt_error *err) {
+    const char **r = ckpt__malloc((remove_count + 1) * sizeof *r), **p = ckpt__malloc((count + 1) * sizeof *p);
     ckpt__buf b = {0};
-    field(&b, MAGIC);
-    field(&b, "stage");
-    field(&b, ckpt__path_basename(c->stage));
-    for (size_t i = 0; i < remove_count; i++) field(&b, "remove"), field(&b, remove[i]);
-    for (size_t i = 0; i < count; i++) field(&b, "publish"), field(&b, order[i]);
-    field(&b, "end");
+    if (r && p)
+        ckpt__journal_encode(&b, ckpt__path_basename(c->stage), r, journaled_names(c, remove, remove_count, r), p,
+                             journaled_names(c, order, count, p));
     char *final = join(c->dir, CKPT__JOURNAL), *tmp = NULL;
     int fd = -1;
-    ckpt_status st = b.failed || !final ? ckpt__oom(err, c->dir, NULL) : ckpt__temp_create(final, &tmp, &fd, err);
+    ckpt_status st =
+        !r || !p || b.failed || !final ? ckpt__oom(err, c->dir, NULL) : ckpt__temp_create(final, &tmp, &fd, err);
     if (st == CKPT_OK) st = ckpt__pwrite_full(fd, b.data, b.len, 0, tmp, err);
-    if (st == CKPT_OK && !no_sync && ckpt__io_fsync(fd) != 0) st = ckpt__fail_errno(err, errno, tmp, -1, "fsync failed");
+    if (st == CKPT_OK && !no_sync && ckpt__io_fsync(fd) != 0)
+        st = ckpt__fail_errno(err, errno, tmp, -1, "fsync failed");
     if (fd >= 0) close(fd);
     /* The rename decides the commit. */
     if (st == CKPT_OK && ckpt__io_rename(tmp, final) != 0)
         st = ckpt__fail_errno(err, errno, final, -1, "cannot rename %s into place", tmp);
     if (st != CKPT_OK && tmp) unlink(tmp);
-    if (st == CKPT_OK && !no_sync) st = sync_dir(c->dir, err);
+    if (st == CKPT_OK && !no_sync) st = sync_fd(c->dir_fd, c->dir, err);
     free(tmp);
     free(final);
     free(b.data);
+    free(r);
+    free(p);
     return st;
+}
+
+/* Publishes a staging directory built beside the destination with one
+ * rename.  Over an empty directory that was there, rename replaces it;
+ * where nothing was, RENAME_NOREPLACE makes sure nothing appeared
+ * meanwhile (file systems without it: a plain rename, which still never
+ * replaces a directory that holds files). */
+static int rename_stage(const ckpt__commit *c) {
+    if (c->dir_existed) return ckpt__io_rename(c->stage, c->dir);
+    int r = ckpt__io_renameat2(AT_FDCWD, c->stage, AT_FDCWD, c->dir, RENAME_NOREPLACE);
+    if (r != 0 && errno == EINVAL) r = ckpt__io_rename(c->stage, c->dir);
+    return r;
 }
 
 ckpt_status ckpt__commit_publish(ckpt__commit *c, const char *const *order, size_t count, const char *const *remove,
@@ -221,13 +284,15 @@ ckpt_status ckpt__commit_publish(ckpt__commit *c, const char *const *order, size
     if (c->mode == SINGLE) {
         for (size_t i = 0; st == CKPT_OK && i < c->count; i++) {
             char *final = join(c->dir, c->files[i].name);
-            if (!final) st = ckpt__oom(err, c->dir, NULL);
+            if (!final)
+                st = ckpt__oom(err, c->dir, NULL);
             else if (ckpt__io_rename(c->files[i].tmp_path, final) != 0)
                 st = ckpt__fail_errno(err, errno, final, -1, "cannot rename %s into place", c->files[i].tmp_path);
             free(final);
         }
         if (st == CKPT_OK && !no_sync) st = sync_dir(c->dir, err);
-        if (st == CKPT_OK) c->published = true;
+        if (st == CKPT_OK)
+            c->published = true;
         else /* not durable, or not all there: take back the names it created */
             for (size_t i = 0; i < c->count; i++) {
                 char *final = c->files[i].existed ? NULL : join(c->dir, c->files[i].name);
@@ -237,11 +302,10 @@ ckpt_status ckpt__commit_publish(ckpt__commit *c, const char *const *order, size
             }
         return st;
     }
-    if (!no_sync) st = sync_dir(c->stage, err);
+    if (!no_sync) st = sync_fd(c->stage_fd, c->stage, err);
     if (st == CKPT_OK && c->mode == STAGED_BESIDE) {
-        /* One rename publishes every file at once (over an empty directory,
-         * which rename replaces). */
-        if (ckpt__io_rename(c->stage, c->dir) != 0)
+        /* One rename publishes every file at once. */
+        if (rename_stage(c) != 0)
             return ckpt__fail_errno(err, errno, c->dir, -1, "cannot rename %s into place", c->stage);
         c->published = true;
         char *parent = ckpt__path_dirname(c->dir);
@@ -259,7 +323,8 @@ ckpt_status ckpt__commit_publish(ckpt__commit *c, const char *const *order, size
     if (st == CKPT_OK) st = write_journal(c, order, count, remove, remove_count, no_sync, err);
     if (st) return st;
     c->published = true; /* decided: what follows, recovery would finish */
-    return apply(c->dir, ckpt__path_basename(c->stage), remove, remove_count, order, count, no_sync, err);
+    return finish(c->dir_fd, c->dir, ckpt__path_basename(c->stage), c->stage_fd, remove, remove_count, order, count,
+                  no_sync, err);
 }
 
 void ckpt__commit_free(ckpt__commit *c) {
@@ -274,65 +339,184 @@ void ckpt__commit_free(ckpt__commit *c) {
         free(c->files[i].name);
         free(c->files[i].tmp_path);
     }
+    if (c->stage_fd >= 0) close(c->stage_fd);
+    if (c->own_dir_fd) close(c->dir_fd);
     free(c->files);
     free(c->stage);
     free(c->dir);
     free(c);
 }
 
-ckpt_status ckpt__commit_recover(const char *dir, bool *recovered, ckpt_error *err) {
-    *recovered = false;
-    char *journal = join(dir, CKPT__JOURNAL);
-    if (!journal) return ckpt__oom(err, dir, NULL);
-    char *text = NULL;
-    uint64_t len = 0;
-    ckpt_error ignored;
+/* ---- journals found on disk ------------------------------------------------------ */
+
+/* A journal read from a directory and checked against it. */
+typedef struct found_journal {
+    char *path;  /* DIR/.ckpt-commit.json, for messages */
+    char *bytes; /* what it holds (ckpt__journal points into it) */
+    ckpt__journal j;
+    int stage_fd; /* its stage, open; -1 when gone */
+} found_journal;
+
+static void found_free(found_journal *f) {
+    if (f->stage_fd >= 0) close(f->stage_fd);
+    ckpt__journal_free(&f->j);
+    free(f->bytes);
+    free(f->path);
+}
+
+/* Reads the journal of the directory open at `dir_fd`: never through a
+ * symlink, never blocking on a FIFO, never more than CKPT__JOURNAL_MAX. */
+static ckpt_status read_journal(int dir_fd, found_journal *f, uint64_t *len, ckpt_error *err) {
+    int fd = ckpt__io_openat(dir_fd, CKPT__JOURNAL, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ELOOP) return ckpt__journal_refuse(err, f->path, 0, "it is a symbolic link", NULL);
+    if (fd < 0) return ckpt__fail_errno(err, errno, f->path, -1, "cannot open");
     struct stat sb;
-    if (stat(journal, &sb) != 0) {
-        free(journal);
+    ckpt_status st = CKPT_OK;
+    if (fstat(fd, &sb) != 0)
+        st = ckpt__fail_errno(err, errno, f->path, -1, "cannot stat");
+    else if (!S_ISREG(sb.st_mode))
+        st = ckpt__journal_refuse(err, f->path, 0, "it is not a regular file", NULL);
+    else if ((uint64_t)sb.st_size > CKPT__JOURNAL_MAX)
+        st = ckpt__journal_refuse(err, f->path, CKPT__JOURNAL_MAX, "it is too large", NULL);
+    else if (!(f->bytes = ckpt__malloc((size_t)sb.st_size + 1)))
+        st = ckpt__oom(err, f->path, NULL);
+    else
+        st = ckpt__pread_full(fd, f->bytes, (uint64_t)sb.st_size, 0, f->path, err);
+    *len = (uint64_t)sb.st_size;
+    close(fd);
+    return st;
+}
+
+/* The rules a journal's names cannot show alone, checked on the directory
+ * (relative to its descriptor, never following a symlink): the stage is a
+ * real directory directly inside it (or gone: every file moved already),
+ * each file to publish still in it is a regular file, and nothing to
+ * replace or remove is a directory. */
+static ckpt_status check_on_disk(int dir_fd, found_journal *f, ckpt_error *err) {
+    const ckpt__journal *j = &f->j;
+    f->stage_fd = ckpt__io_openat(dir_fd, j->stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (f->stage_fd < 0 && (errno == ELOOP || errno == ENOTDIR))
+        return ckpt__journal_refuse(err, f->path, j->stage_at,
+                                    "its stage is not a directory (a symbolic link or a file)", j->stage);
+    if (f->stage_fd < 0 && errno != ENOENT) return ckpt__fail_errno(err, errno, f->path, -1, "cannot open its stage");
+    struct stat sb;
+    for (size_t i = 0; i < j->publish_count; i++) {
+        /* One already moved (gone from the stage) is not moved again. */
+        if (f->stage_fd < 0 || fstatat(f->stage_fd, j->publish[i], &sb, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (!S_ISREG(sb.st_mode))
+            return ckpt__journal_refuse(err, f->path, j->publish_at[i],
+                                        "a file to publish is not a regular file in its stage (a symbolic link, "
+                                        "FIFO, device or directory)",
+                                        j->publish[i]);
+        if (fstatat(dir_fd, j->publish[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode))
+            return ckpt__journal_refuse(err, f->path, j->publish_at[i], "a file to publish would replace a directory",
+                                        j->publish[i]);
+    }
+    for (size_t i = 0; i < j->remove_count; i++)
+        if (fstatat(dir_fd, j->remove[i], &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode))
+            return ckpt__journal_refuse(err, f->path, j->remove_at[i], "a file to remove is a directory", j->remove[i]);
+    return CKPT_OK;
+}
+
+/* Finds, reads and checks the journal of the directory open at `dir_fd`:
+ * *present false when there is none; CKPT_E_INCOMPLETE naming the rule
+ * when there is one that is not provably ckpt's. */
+static ckpt_status load_journal(int dir_fd, const char *dir, ckpt__name_rule owned, found_journal *f, bool *present,
+                                ckpt_error *err) {
+    memset(f, 0, sizeof *f);
+    f->stage_fd = -1;
+    *present = false;
+    if (!(f->path = join(dir, CKPT__JOURNAL))) return ckpt__oom(err, dir, NULL);
+    struct stat sb;
+    if (fstatat(dir_fd, CKPT__JOURNAL, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) return CKPT_OK;
+        return ckpt__fail_errno(err, errno, f->path, -1, "cannot stat");
+    }
+    *present = true;
+    uint64_t len = 0;
+    ckpt_status st = read_journal(dir_fd, f, &len, err);
+    if (st == CKPT_OK) st = ckpt__journal_parse(f->bytes, (size_t)len, owned, f->path, &f->j, err);
+    if (st == CKPT_OK) st = check_on_disk(dir_fd, f, err);
+    return st;
+}
+
+ckpt_status ckpt__commit_recover_at(int dir_fd, const char *dir, ckpt__name_rule owned, bool check_only, bool *found,
+                                    ckpt_error *err) {
+    *found = false;
+    found_journal f;
+    bool present;
+    ckpt_status st = load_journal(dir_fd, dir, owned, &f, &present, err);
+    if (st == CKPT_E_INCOMPLETE && err) { /* not provably ckpt's: nothing of it is executed */
+        size_t n = strlen(err->message);
+        snprintf(err->message + n, sizeof err->message - n,
+                 "; left alone: unless a ckpt commit into %s was interrupted, this file came with the directory "
+                 "(delete it to write here)",
+                 dir);
+    }
+    if (st == CKPT_OK && present) {
+        *found = true;
+        if (!check_only)
+            st = finish(dir_fd, dir, f.j.stage, f.stage_fd, f.j.remove, f.j.remove_count, f.j.publish,
+                        f.j.publish_count, false, err);
+    }
+    found_free(&f);
+    return st;
+}
+
+ckpt_status ckpt__commit_recover(const char *dir, ckpt__name_rule owned, ckpt__recover_mode how, bool *found,
+                                 ckpt_error *err) {
+    *found = false;
+    int fd = ckpt__io_open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return ckpt__fail_errno(err, errno, dir, -1, "cannot open the directory");
+    ckpt_status st = CKPT_OK;
+    struct stat sb;
+    if (how == CKPT__RECOVER_UNLESS_BUSY && fstatat(fd, CKPT__JOURNAL, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+        close(fd); /* no journal: nothing to lock */
         return CKPT_OK;
     }
-    ckpt_status st = ckpt__read_small_file(journal, 1u << 24, CKPT_E_INCOMPLETE, &text, &len, &ignored);
-    size_t nf = 0;
-    for (size_t at = 0; st == CKPT_OK && at < len; at++) nf += text[at] == '\0';
-    const char **fields = st == CKPT_OK ? ckpt__malloc((nf + 1) * sizeof *fields) : NULL;
-    if (st == CKPT_OK && !fields) st = ckpt__oom(err, journal, NULL);
-    nf = 0;
-    for (size_t at = 0; fields && at < len;) {
-        fields[nf++] = text + at;
-        at += strlen(text + at) + 1;
-    }
-    /* magic, "stage", name, ("remove"|"publish", name)*, "end" */
-    bool ok = st == CKPT_OK && nf >= 4 && !strcmp(fields[0], MAGIC) && !strcmp(fields[1], "stage") &&
-              !strcmp(fields[nf - 1], "end") && (nf - 4) % 2 == 0 && !strchr(fields[2], '/');
-    const char **remove = ok ? ckpt__malloc(nf * sizeof *remove) : NULL, **publish = ok ? ckpt__malloc(nf * sizeof *publish) : NULL;
-    size_t nr = 0, np = 0;
-    for (size_t i = 3; ok && i + 1 < nf; i += 2) {
-        const char *what = fields[i], *name = fields[i + 1];
-        ok = !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..");
-        if (ok && !strcmp(what, "remove")) remove[nr++] = name;
-        else if (ok && !strcmp(what, "publish")) publish[np++] = name;
-        else ok = false;
-    }
-    if (!ok)
-        st = ckpt__fail(err, CKPT_E_INCOMPLETE, journal, NULL, -1,
-                        "a commit into %s was interrupted and its journal is damaged: move the checkpoint's files "
-                        "out and convert again",
-                        dir);
-    else {
-        ckpt_error inner;
-        st = apply(dir, fields[2], remove, nr, publish, np, false, &inner);
-        if (st)
+    if (how != CKPT__RECOVER_CHECK) st = ckpt__lock_fd(fd, dir, err);
+    if (st == CKPT_E_LOCKED && how == CKPT__RECOVER_UNLESS_BUSY)
+        st = CKPT_OK; /* its live writer finishes it */
+    else if (st == CKPT_OK)
+        st = ckpt__commit_recover_at(fd, dir, owned, how == CKPT__RECOVER_CHECK, found, err);
+    close(fd); /* and with it the lock */
+    return st;
+}
+
+/* Whether the journal names `file` (removes or publishes it). */
+static bool journal_names(const ckpt__journal *j, const char *file) {
+    for (size_t i = 0; i < j->remove_count; i++)
+        if (!strcmp(j->remove[i], file)) return true;
+    for (size_t i = 0; i < j->publish_count; i++)
+        if (!strcmp(j->publish[i], file)) return true;
+    return false;
+}
+
+ckpt_status ckpt__commit_check_read(const char *dir, const char *file, ckpt__name_rule owned, ckpt_error *err) {
+    int fd = ckpt__io_open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return CKPT_OK; /* the open proper says what is wrong */
+    found_journal f;
+    bool present;
+    ckpt_error ignored;
+    ckpt_status st = load_journal(fd, dir, owned, &f, &present, &ignored);
+    if (st == CKPT_OK && present && (!file || journal_names(&f.j, file))) {
+        long pid = ckpt__lock_holder(fd);
+        if (pid)
             st = ckpt__fail(err, CKPT_E_INCOMPLETE, dir, NULL, -1,
-                            "a commit into this directory was interrupted, and finishing it failed (%s): run any ckpt "
-                            "command on it where it can be written (ckpt inspect %s)",
-                            inner.message, dir);
-        else *recovered = true;
+                            "is being written by another process (pid %ld), which is publishing a new checkpoint: "
+                            "open it once that process is done",
+                            pid);
+        else
+            st = ckpt__fail(
+                err, CKPT_E_INCOMPLETE, dir, NULL, -1,
+                "a commit into this directory was interrupted (%s is there): finish it with `ckpt recover %s`, "
+                "ckpt.recover('%s') in Python or ckpt_commit_recover() in C, or by writing into the "
+                "directory again; a read never changes it",
+                CKPT__JOURNAL, dir, dir);
+    } else {
+        st = CKPT_OK; /* none, or not ckpt's: a read ignores it (inspect and verify say so) */
     }
-    free(remove);
-    free(publish);
-    free(fields);
-    free(text);
-    free(journal);
+    found_free(&f);
+    close(fd);
     return st;
 }

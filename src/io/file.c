@@ -228,7 +228,30 @@ ckpt_status ckpt__temp_create(const char *final_path, char **tmp_path, int *fd, 
     return ckpt__fail(err, CKPT_E_IO, final_path, NULL, -1, "cannot create a temporary file name");
 }
 
+ckpt_status ckpt__make_directories(const char *path, ckpt_error *err) {
+    char *p = ckpt__strdup(path);
+    if (!p) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+    ckpt_status st = CKPT_OK;
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0') continue;
+        char saved = *s;
+        *s = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            st = ckpt__fail_errno(err, errno, p, -1, "cannot create the output directory");
+            break;
+        }
+        *s = saved;
+        if (!saved) break;
+    }
+    free(p);
+    return st;
+}
+
 static atomic_uint dir_counter;
+
+/* The marks of every temporary's name: ".<base>" TEMP_MARK "<pid>-<n>" for
+ * a file, ".<base>" TEMP_MARK "<pid>-d<n>" for a directory. */
+#define TEMP_MARK ".ckpt-tmp-"
 
 ckpt_status ckpt__temp_dir_create(const char *final_path, char **tmp_path, ckpt_error *err) {
     char *dir = ckpt__path_dirname(final_path);
@@ -237,7 +260,7 @@ ckpt_status ckpt__temp_dir_create(const char *final_path, char **tmp_path, ckpt_
     ckpt_status st = CKPT_OK;
     for (int attempt = 0; attempt < 100; attempt++) {
         char name[PATH_MAX];
-        if ((size_t)snprintf(name, sizeof name, ".%s.ckpt-tmp-%ld-d%u", base, (long)getpid(),
+        if ((size_t)snprintf(name, sizeof name, ".%s" TEMP_MARK "%ld-d%u", base, (long)getpid(),
                              atomic_fetch_add(&dir_counter, 1)) >= sizeof name)
             break;
         char *p = ckpt__path_join(dir, name);
@@ -259,17 +282,50 @@ ckpt_status ckpt__temp_dir_create(const char *final_path, char **tmp_path, ckpt_
     return ckpt__fail(err, CKPT_E_IO, final_path, NULL, -1, "cannot create a temporary directory name");
 }
 
-void ckpt__remove_flat_dir(const char *dir) {
-    DIR *d = opendir(dir);
+/* A decimal number as printf's %ld or %u writes it (no sign, no leading
+ * zero, at most 10 digits) at *s, which moves past it; false when none. */
+static bool printed_number(const char **s, unsigned long long *value) {
+    const char *p = *s;
+    size_t n = 0;
+    unsigned long long v = 0;
+    while (p[n] >= '0' && p[n] <= '9' && n < 11) v = v * 10 + (unsigned long long)(p[n++] - '0');
+    if (n == 0 || n > 10 || (n > 1 && p[0] == '0')) return false;
+    *s = p + n;
+    *value = v;
+    return true;
+}
+
+bool ckpt__temp_dir_name_is(const char *name, const char *base) {
+    size_t b = strlen(base), m = strlen(TEMP_MARK);
+    if (name[0] != '.' || strncmp(name + 1, base, b) || strncmp(name + 1 + b, TEMP_MARK, m)) return false;
+    const char *s = name + 1 + b + m;
+    unsigned long long pid, n;
+    if (!printed_number(&s, &pid) || pid == 0 || pid > LONG_MAX || s[0] != '-' || s[1] != 'd') return false;
+    s += 2;
+    return printed_number(&s, &n) && n <= UINT_MAX && *s == '\0';
+}
+
+void ckpt__remove_flat_dirat(int dirfd, const char *name) {
+    /* Cleanup is best effort and never fails an operation: the raw calls,
+     * outside the fault shim, as for every cleanup path. */
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (fd >= 0 && !d) close(fd);
     struct dirent *e;
     while (d && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char *p = ckpt__path_join(dir, e->d_name);
-        if (p) unlink(p);
-        free(p);
+        unlinkat(fd, e->d_name, 0); /* the name itself (a symlink: never its target); a directory stays */
     }
     if (d) closedir(d);
-    rmdir(dir);
+    unlinkat(dirfd, name, AT_REMOVEDIR); /* fails, leaving it, when something stayed in it */
+}
+
+void ckpt__remove_flat_dir(const char *dir) {
+    char *parent = ckpt__path_dirname(dir);
+    int fd = parent ? open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (fd >= 0) ckpt__remove_flat_dirat(fd, ckpt__path_basename(dir));
+    if (fd >= 0) close(fd);
+    free(parent);
 }
 
 /* Whether process `pid` still runs (a zombie, which writes nothing more,
@@ -287,29 +343,39 @@ static bool process_runs(long pid) {
     return !(close_paren && close_paren[1] == ' ' && close_paren[2] == 'Z');
 }
 
+/* The pid in a temporary's name ".<name>.ckpt-tmp-<pid>-…", or 0. */
+static long temp_owner(const char *name) {
+    const char *mark = name[0] == '.' ? strstr(name, TEMP_MARK) : NULL;
+    if (!mark) return 0;
+    const char *s = mark + strlen(TEMP_MARK);
+    unsigned long long pid;
+    if (!printed_number(&s, &pid) || pid == 0 || pid > LONG_MAX || *s != '-') return 0;
+    return (long)pid;
+}
+
 size_t ckpt__remove_stale_temps(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
+    /* Everything relative to the directory's descriptor, never following a
+     * symlink: a name that looks like a temporary is removed as a name (a
+     * symlink itself, never its target), and a temporary directory loses
+     * only the entries directly in it (ckpt__remove_flat_dirat). */
+    int fd = ckpt__io_open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int list_fd = dup(fd);
+    DIR *d = list_fd >= 0 ? fdopendir(list_fd) : NULL;
+    if (list_fd >= 0 && !d) close(list_fd);
     size_t removed = 0;
     struct dirent *e;
-    while ((e = readdir(d))) {
-        /* ".<name>.ckpt-tmp-<pid>-<n>" whose pid is gone */
-        const char *mark = e->d_name[0] == '.' ? strstr(e->d_name, ".ckpt-tmp-") : NULL;
-        if (!mark) continue;
-        char *end;
-        long pid = strtol(mark + 10, &end, 10);
-        if (pid <= 0 || *end != '-' || process_runs(pid)) continue;
-        char *p = ckpt__path_join(dir, e->d_name);
-        if (!p) continue;
+    while (d && (e = readdir(d))) {
+        long pid = temp_owner(e->d_name);
+        if (!pid || process_runs(pid)) continue;
         struct stat st;
-        if (lstat(p, &st) == 0) {
-            if (S_ISDIR(st.st_mode)) ckpt__remove_flat_dir(p);
-            else unlink(p);
-            removed++;
-        }
-        free(p);
+        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (S_ISDIR(st.st_mode)) ckpt__remove_flat_dirat(fd, e->d_name);
+        else unlinkat(fd, e->d_name, 0);
+        removed++;
     }
-    closedir(d);
+    if (d) closedir(d);
+    close(fd);
     return removed;
 }
 

@@ -70,11 +70,29 @@ CKPT__HIDDEN ckpt_status ckpt__temp_dir_create(const char *final_path, char **tm
 /*
  * Removes, in directory `dir`, the temporaries (files and directories named
  * ".<name>.ckpt-tmp-<pid>-<n>") left by ckpt processes that no longer run —
- * a writer killed before it could clean up.  Returns how many it removed.
+ * a writer killed before it could clean up.  Works relative to the
+ * directory's descriptor and never follows a symlink (a symlink with such
+ * a name is removed as a name; a temporary directory is emptied one level
+ * by ckpt__remove_flat_dirat).  Returns how many it removed.
  */
 CKPT__HIDDEN size_t ckpt__remove_stale_temps(const char *dir);
 
-/* Removes a directory and the files in it (one level: what a writer made). */
+/* Creates directory `path` and its missing parents (mkdir -p). */
+CKPT__HIDDEN ckpt_status ckpt__make_directories(const char *path, ckpt_error *err);
+
+/* Whether `name` is exactly a temporary directory's name that
+ * ckpt__temp_dir_create makes for a final path whose file name is `base`:
+ * ".<base>.ckpt-tmp-<pid>-d<n>", the numbers as printf writes them. */
+CKPT__HIDDEN bool ckpt__temp_dir_name_is(const char *name, const char *base);
+
+/* Removes directory `name` inside the directory open at `dirfd` with the
+ * entries directly in it (one level: what a writer made), never following
+ * a symlink: `name` itself is opened O_NOFOLLOW, an entry is unlinked as a
+ * name (a symlink, never its target), and a subdirectory in it stays (and
+ * so does `name`).  Best effort: errors are ignored. */
+CKPT__HIDDEN void ckpt__remove_flat_dirat(int dirfd, const char *name);
+
+/* ckpt__remove_flat_dirat on a path (its parent opened as given). */
 CKPT__HIDDEN void ckpt__remove_flat_dir(const char *dir);
 
 /* Reserves `size` bytes for a file so that a full disk fails now rather

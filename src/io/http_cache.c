@@ -175,7 +175,7 @@ static void write_stamp(int dirfd, const char *entry, const struct stat *sb, con
     if (fd < 0) return;
     bool ok = write_all(fd, text, strlen(text), 0);
     close(fd);
-    if (!ok || ckpt__io_renameat(dirfd, tmp, dirfd, name) != 0) unlinkat(dirfd, tmp, 0);
+    if (!ok || ckpt__io_renameat2(dirfd, tmp, dirfd, name, 0) != 0) unlinkat(dirfd, tmp, 0);
 }
 
 /* Whether the stamp of `entry` describes the open copy exactly (with the
@@ -277,7 +277,7 @@ bool ckpt__cache_commit(ckpt__cache_copy *c) {
      * has the name a later open trusts. */
     if (ckpt__io_fsync(c->fd) != 0) return false;
     if (c->sha256[0] && !hashes_to(c->fd, c->size, c->sha256)) return false;
-    if (ckpt__io_renameat(c->dirfd, c->tmp, c->dirfd, c->final) != 0) return false;
+    if (ckpt__io_renameat2(c->dirfd, c->tmp, c->dirfd, c->final, 0) != 0) return false;
     atomic_store(&c->committed, true);
     ckpt__io_fsync(c->dirfd);
     struct stat sb;

@@ -17,7 +17,7 @@ import pytest
 import safetensors.numpy
 from ckptlib import BIN_PATH, Catalog
 
-COMMANDS = ["inspect", "convert", "diff", "verify"]
+COMMANDS = ["inspect", "convert", "diff", "verify", "recover"]
 
 
 def run(*args, **kw):

@@ -1,6 +1,6 @@
 """kill -9 at random moments of ckpt convert: the destination is absent or
 complete (byte-identical to an uninterrupted run), and the next run cleans
-the temporaries the killed one left."""
+the temporaries and the lock file the killed one left."""
 import filecmp
 import os
 import random
@@ -18,7 +18,8 @@ TRIALS = 50
 
 
 def leftovers(dirpath):
-    return sorted(n for n in os.listdir(dirpath) if ".ckpt-tmp-" in n)
+    """Temporaries, and lock files (a killed writer's is removed by the next)."""
+    return sorted(n for n in os.listdir(dirpath) if ".ckpt-tmp-" in n or n.endswith(".ckpt-lock"))
 
 
 def same_tree(a, b):
@@ -80,8 +81,9 @@ def tree_files(d):
 
 def test_kill_9_while_replacing_a_checkpoint_beside_other_files(tmp_path):
     """--force over an old checkpoint in a directory that holds other files
-    (config.json): whatever moment the kill hits, the next open finds the
-    old checkpoint complete or the new one, never a mix."""
+    (config.json): whatever moment the kill hits, the directory holds the
+    old checkpoint complete or the new one (once `ckpt recover` finished a
+    decided commit, which reads refuse until then), never a mix."""
     def arrays(value):
         return {f"layer.{i:02d}.w": np.full((512, 1024), value + i, dtype=np.float32) for i in range(8)}  # 16 MiB
     old_src, new_src = tmp_path / "old.safetensors", tmp_path / "new.safetensors"
@@ -99,7 +101,7 @@ def test_kill_9_while_replacing_a_checkpoint_beside_other_files(tmp_path):
     subprocess.run([BIN_PATH, "convert", str(new_src), str(tmp_path / "timing"), *shard], check=True)
     duration = time.monotonic() - t0
     rng = random.Random(11)
-    outcomes = {"old": 0, "new": 0}
+    outcomes = {"old": 0, "new": 0, "journal": 0}
     for trial in range(TRIALS):
         if dst.exists():
             shutil.rmtree(dst)
@@ -109,8 +111,18 @@ def test_kill_9_while_replacing_a_checkpoint_beside_other_files(tmp_path):
         time.sleep(rng.uniform(0, duration * 1.3))
         p.send_signal(signal.SIGKILL)
         p.wait()
-        # Any ckpt open finishes a decided commit (or leaves the old one).
+        # A read never finishes a decided commit: it refuses, naming the fix,
+        # and changes nothing; `ckpt recover` finishes it (or there is none
+        # and the old checkpoint is whole).
+        decided, before = (dst / ".ckpt-commit.json").exists(), tree_files(dst)
         r = subprocess.run([BIN_PATH, "inspect", str(dst)], capture_output=True, text=True)
+        if decided:
+            assert r.returncode == 1 and "[CKPT_E_INCOMPLETE]" in r.stderr and f"ckpt recover {dst}" in r.stderr
+            assert tree_files(dst) == before and (dst / ".ckpt-commit.json").exists()
+            outcomes["journal"] += 1
+            r = subprocess.run([BIN_PATH, "recover", str(dst)], capture_output=True, text=True)
+            assert r.returncode == 0, (trial, r.stderr)
+            r = subprocess.run([BIN_PATH, "inspect", str(dst)], capture_output=True, text=True)
         assert r.returncode == 0, (trial, r.stderr)
         files = tree_files(dst)
         assert files.pop("config.json") == config

@@ -77,7 +77,8 @@ static void test_incomplete_commit_leaves_nothing(void **state) {
     ckpt_error err;
     assert_int_equal(ckpt_writer_add_tensor(w, "t", CKPT_U8, 1, shape, NULL, &err), CKPT_OK);
     assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
-    assert_int_equal(dir_entries(dir), 1); /* the temporary */
+    assert_int_equal(dir_entries(dir), 2); /* the temporary, and the lock file while the writer lives */
+    assert_true(file_exists(in_dir(dir, ".out.safetensors.ckpt-lock")));
     assert_int_equal(ckpt_writer_write(w, 0, "ab", 2, &err), CKPT_OK);
     assert_int_equal(ckpt_writer_commit(w, &err), CKPT_E_BAD_STATE);
     assert_string_equal(err.tensor, "t");
@@ -177,10 +178,9 @@ static void test_misuse(void **state) {
     assert_int_equal(ckpt_writer_add_tensor(w, "big", CKPT_U8, 2, big, NULL, &err), CKPT_E_SHAPE_OVERFLOW);
     assert_int_equal(ckpt_writer_add_tensor(w, "bad\xff", CKPT_U8, 0, NULL, NULL, &err), CKPT_E_INVALID_ARGUMENT);
     ckpt_writer_free(w);
-    /* Parent directory missing: begin fails, nothing left. */
-    w = make(in_dir(dir, "missing/x.safetensors"), 0, 0);
-    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_E_NOT_FOUND);
-    ckpt_writer_free(w);
+    /* Parent directory missing: create fails (nothing to lock), nothing left. */
+    assert_int_equal(create(in_dir(dir, "missing/x.safetensors"), 0, 0, &w, &err), CKPT_E_NOT_FOUND);
+    assert_null(w);
     assert_int_equal(dir_entries(dir), 0);
     scratch_free(dir);
 }
