@@ -38,38 +38,42 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # ----------------------------------------------------------- code paths
-# git pathspecs; ":(exclude)..." leaves out what a group never runs.
+# Each constant is a list of groups of git pathspecs; a group's
+# ":(exclude)..." leaves out, from that group only, what its files' suites
+# never run.  A measurement's code is the union of its groups' files.
 
-BUILD = ["CMakeLists.txt", "include/ckpt.h"]
-CORE = ["src/base/", "src/io/", ":(exclude)src/io/http_source.c", ":(exclude)src/io/http_parse.c",
-        ":(exclude)src/io/http.h", ":(exclude)src/io/s3_source.c",
-        "src/catalog.c", "src/catalog_internal.h", "src/tree.c", "src/tree_internal.h", "src/plan.c",
-        "src/plan_internal.h", "src/engine.c", "src/engine.h", "src/formats/registry.c", "src/formats/format.h",
-        "src/transform/cast.c", "src/transform/cast_x86.c", "src/transform/cast.h", "src/transform/layout.c",
-        "src/transform/layout.h", "src/transform/swap.h"]
-REMOTE = ["src/io/http_source.c", "src/io/http_parse.c", "src/io/http.h", "src/io/s3_source.c"]
-SAFETENSORS = ["src/formats/safetensors.c", "src/formats/safetensors.h", "src/formats/shards.c",
-               "src/formats/shards.h", "src/formats/json.c", "src/formats/json.h"]
-TORCH = ["src/formats/torch.c", "src/formats/torch.h", "src/formats/torch_allowed.h", "src/formats/zip.c",
-         "src/formats/zip.h", "src/formats/pickle.c", "src/formats/pickle.h", "src/transform/crc32.c",
-         "src/transform/crc32.h", "src/transform/inflate.c", "src/transform/inflate.h"]
-GGUF = ["src/formats/gguf.c", "src/formats/gguf.h", "src/formats/gguf_write.c", "src/transform/quant.c"]
-DCP = ["src/formats/dcp.c", "src/formats/dcp.h", "src/formats/dcp_hf.c", "src/formats/dcp_output.c",
-       "src/formats/dcp_tiling.c", "src/formats/dcp_write.c"]
-FLAX = ["src/formats/msgpack.c"]
-LOAD = ["src/load.c"]
-WRITE = ["src/convert.c", "src/writer.c", "src/writer_internal.h", "src/formats/output.h"]
-COLLECTIVE = ["src/comm.c", "src/wire.c", "src/collective_load.c", "src/collective_write.c",
-              "src/collective_internal.h", "mpi/", "python/ckpt/distributed.py"]
-CLI = ["cli/", ":(exclude)cli/diff.c", ":(exclude)cli/inspect.c", ":(exclude)cli/verify.c", ":(exclude)cli/mpi.c"]
-PYTHON = ["pyproject.toml", "python/src/", "python/ckpt/", ":(exclude)python/ckpt/jax.py",
-          ":(exclude)python/ckpt/distributed.py"]
+BUILD = [["CMakeLists.txt", "include/ckpt.h"]]
+# src/io/ but the remote sources (REMOTE) and what only writes run (WRITE).
+CORE = [["src/base/", "src/io/", ":(exclude)src/io/http*", ":(exclude)src/io/s3_source.c",
+         ":(exclude)src/io/commit.*", ":(exclude)src/io/journal.*", ":(exclude)src/io/lock.*",
+         "src/catalog.c", "src/catalog_internal.h", "src/tree.c", "src/tree_internal.h", "src/plan.c",
+         "src/plan_internal.h", "src/engine.c", "src/engine.h", "src/formats/registry.c", "src/formats/format.h",
+         "src/transform/cast.c", "src/transform/cast_x86.c", "src/transform/cast.h", "src/transform/layout.c",
+         "src/transform/layout.h", "src/transform/swap.h"]]
+REMOTE = [["src/io/http*", "src/io/s3_source.c"]]
+SAFETENSORS = [["src/formats/safetensors.c", "src/formats/safetensors.h", "src/formats/shards.c",
+                "src/formats/shards.h", "src/formats/json.c", "src/formats/json.h"]]
+TORCH = [["src/formats/torch.c", "src/formats/torch.h", "src/formats/torch_allowed.h", "src/formats/zip.c",
+          "src/formats/zip.h", "src/formats/pickle.c", "src/formats/pickle.h", "src/transform/crc32.c",
+          "src/transform/crc32.h", "src/transform/inflate.c", "src/transform/inflate.h"]]
+GGUF = [["src/formats/gguf.c", "src/formats/gguf.h", "src/formats/gguf_write.c", "src/transform/quant.c"]]
+DCP = [["src/formats/dcp.c", "src/formats/dcp.h", "src/formats/dcp_hf.c", "src/formats/dcp_output.c",
+        "src/formats/dcp_tiling.c", "src/formats/dcp_write.c"]]
+FLAX = [["src/formats/msgpack.c"]]
+LOAD = [["src/load.c"]]
+WRITE = [["src/convert.c", "src/writer.c", "src/writer_internal.h", "src/formats/output.h", "src/io/commit.*",
+          "src/io/journal.*", "src/io/lock.*"]]
+COLLECTIVE = [["src/comm.c", "src/wire.c", "src/collective_load.c", "src/collective_write.c",
+               "src/collective_internal.h", "mpi/", "python/ckpt/distributed.py"]]
+CLI = [["cli/", ":(exclude)cli/diff.c", ":(exclude)cli/inspect.c", ":(exclude)cli/verify.c", ":(exclude)cli/mpi.c"]]
+PYTHON = [["pyproject.toml", "python/src/", "python/ckpt/", ":(exclude)python/ckpt/jax.py",
+           ":(exclude)python/ckpt/distributed.py"]]
 
 
 class Measurement:
     def __init__(self, results, code, rerun):
         self.results = results  # names under bench/results/ (without .json); fnmatch patterns
-        self.code = code        # git pathspecs of the code its figures describe
+        self.code = code        # groups of git pathspecs: the code its figures describe
         self.rerun = rerun      # BENCH_ARGS of `make bench` that rerun it
 
     def writes(self, result):
@@ -77,36 +81,36 @@ class Measurement:
 
 
 MEASUREMENTS = {
-    "open": Measurement(["open"], BUILD + CORE + SAFETENSORS + ["tests/ckptlib.py"], "open"),
+    "open": Measurement(["open"], BUILD + CORE + SAFETENSORS + [["tests/ckptlib.py"]], "open"),
     "convert": Measurement(["convert"], BUILD + CORE + SAFETENSORS + WRITE + CLI, "convert"),
-    "torch_read": Measurement(["torch_read"], BUILD + CORE + TORCH + LOAD + ["bench/read_all.c"], "torch_read"),
+    "torch_read": Measurement(["torch_read"], BUILD + CORE + TORCH + LOAD + [["bench/read_all.c"]], "torch_read"),
     "torch_convert": Measurement(["torch_convert"], BUILD + CORE + TORCH + SAFETENSORS + WRITE + CLI,
                                  "torch_convert"),
-    "crc": Measurement(["crc"], BUILD + CORE + TORCH + SAFETENSORS + LOAD + WRITE + CLI + ["bench/load_bench.c"],
+    "crc": Measurement(["crc"], BUILD + CORE + TORCH + SAFETENSORS + LOAD + WRITE + CLI + [["bench/load_bench.c"]],
                        "crc --runs 5"),
     "load 2 GB": Measurement(["load-2GB"], BUILD + CORE + SAFETENSORS + TORCH + LOAD +
-                             ["bench/load_bench.c", "bench/peers.py"], "load --load-gb 2"),
+                             [["bench/load_bench.c", "bench/peers.py"]], "load --load-gb 2"),
     "load 8 GB": Measurement(["load-8GB", "load-8GB-*"], BUILD + CORE + SAFETENSORS + LOAD +
-                             ["bench/load_bench.c", "bench/peers.py"],
+                             [["bench/load_bench.c", "bench/peers.py"]],
                              "load --load-gb 8 --load-variants bf16,sharded,f32"),
-    "python": Measurement(["python-*GB"], BUILD + CORE + SAFETENSORS + LOAD + PYTHON + ["bench/peers.py"],
+    "python": Measurement(["python-*GB"], BUILD + CORE + SAFETENSORS + LOAD + PYTHON + [["bench/peers.py"]],
                           "python"),
     "perf": Measurement(["perf"], BUILD + CORE + SAFETENSORS + LOAD + PYTHON +
-                        ["bench/perf_peers.py", "bench/peers.py", "bench/load_bench.c"], "perf --runs 5"),
+                        [["bench/perf_peers.py", "bench/peers.py", "bench/load_bench.c"]], "perf --runs 5"),
     "jax": Measurement(["jax-*GB"], BUILD + CORE + SAFETENSORS + FLAX + LOAD + PYTHON +
-                       ["python/ckpt/jax.py", "bench/jax_peers.py"], "jax"),
+                       [["python/ckpt/jax.py", "bench/jax_peers.py"]], "jax"),
     "gguf": Measurement(["gguf"], BUILD + CORE + SAFETENSORS + GGUF + WRITE + CLI, "gguf"),
     "dcp": Measurement(["dcp"], BUILD + CORE + DCP + TORCH + SAFETENSORS + WRITE + CLI, "dcp"),
     "http": Measurement(["sources-http-*GB"], BUILD + CORE + REMOTE + SAFETENSORS + LOAD + PYTHON +
-                        ["bench/load_bench.c", "bench/peers.py"], "http"),
+                        [["bench/load_bench.c", "bench/peers.py"]], "http"),
     "memlimit": Measurement(["sources-memlimit-*GB"], BUILD + CORE + SAFETENSORS + LOAD + WRITE + CLI + PYTHON,
                             "memlimit --memlimit-gb 4 --memlimit-limit-gb 5"),
     "bindings": Measurement(["bindings"], BUILD + CORE + SAFETENSORS + TORCH + LOAD + WRITE +
-                            ["bindings/rust/", ":(exclude)bindings/rust/tests/", "bindings/elixir/lib/",
-                             "bindings/elixir/c_src/", "bindings/elixir/mix.exs", "bench/bindings_elixir.exs"],
+                            [["bindings/rust/", ":(exclude)bindings/rust/tests/", "bindings/elixir/lib/",
+                              "bindings/elixir/c_src/", "bindings/elixir/mix.exs", "bench/bindings_elixir.exs"]],
                             "bindings"),
     "distributed": Measurement(["distributed"], BUILD + CORE + SAFETENSORS + LOAD + WRITE + COLLECTIVE + PYTHON +
-                               ["bench/dist_worker.py", "bench/mpi_sim.c"],
+                               [["bench/dist_worker.py", "bench/mpi_sim.c"]],
                                "distributed --dist-gb 4 --save-gb 4 --runs 2"),
     "baseline": Measurement(["baseline"], BUILD + CORE + SAFETENSORS + LOAD + WRITE + CLI + PYTHON,
                             "baseline --baseline REV"),
@@ -148,19 +152,39 @@ def _git(*args, root=ROOT, input=None):
     return r.stdout if r.returncode == 0 else None
 
 
-def code_digest(pathspecs, root=ROOT):
-    """sha256 over the git blob ids of the files the pathspecs name, as they
-    are in the working tree (tracked and untracked, not ignored); None
-    outside a git checkout."""
-    listed = _git("ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *pathspecs, root=root)
-    if listed is None:
+def files(groups, root=ROOT):
+    """The files the groups of pathspecs name in the working tree (tracked,
+    and untracked but not ignored); None outside a git checkout."""
+    out = set()
+    for group in groups:
+        listed = _git("ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *group, root=root)
+        if listed is None:
+            return None
+        out.update(f for f in listed.split("\0") if f and (Path(root) / f).is_file())
+    return sorted(out)
+
+
+def code_digest(groups, root=ROOT):
+    """sha256 over the git blob ids of those files as they are in the working
+    tree; None outside a git checkout."""
+    names = files(groups, root)
+    if names is None:
         return None
-    files = sorted({f for f in listed.split("\0") if f and (Path(root) / f).is_file()})
-    blobs = _git("hash-object", "--stdin-paths", root=root, input="\n".join(files) + "\n") if files else ""
+    blobs = _git("hash-object", "--stdin-paths", root=root, input="\n".join(names) + "\n") if names else ""
     if blobs is None:
         return None
-    lines = [f"{f} {b}" for f, b in zip(files, blobs.split())]
+    lines = [f"{f} {b}" for f, b in zip(names, blobs.split())]
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def _each(groups, *args, root=ROOT):
+    """The lines of `git *args -- group` over every group, without repeats."""
+    out = []
+    for group in groups:
+        for line in (_git(*args, "--", *group, root=root) or "").splitlines():
+            if line not in out:
+                out.append(line)
+    return out
 
 
 def machine():
@@ -181,9 +205,8 @@ def provenance(result, **extra):
     name = measurement_of(result)
     m = MEASUREMENTS[name]
     head = (_git("rev-parse", "HEAD") or "").strip() or None
-    dirty = _git("status", "--porcelain", "--untracked-files=all", "--", *m.code)
-    return {"measurement": name, "result": result, "commit": head,
-            "dirty": sorted(line[3:] for line in (dirty or "").splitlines()),
+    dirty = _each(m.code, "status", "--porcelain", "--untracked-files=all")
+    return {"measurement": name, "result": result, "commit": head, "dirty": sorted(line[3:] for line in dirty),
             "code": code_digest(m.code), "code_paths": m.code,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "machine": machine(), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), **extra}
@@ -208,14 +231,15 @@ def freshness(doc, root=ROOT):
 def changes_since(prov, root=ROOT):
     """Which of the measured files changed since the result, and in which
     commits where history allows."""
-    paths = MEASUREMENTS[prov["measurement"]].code
+    groups = MEASUREMENTS[prov["measurement"]].code
     commit = prov.get("commit")
     if commit and _git("cat-file", "-e", f"{commit}^{{commit}}", root=root) is not None:
-        files = (_git("diff", "--name-only", commit, "--", *paths, root=root) or "").split()
-        log = (_git("log", "--format=%h %s", f"{commit}..HEAD", "--", *paths, root=root) or "").splitlines()
+        changed = sorted(_each(groups, "diff", "--name-only", commit, root=root))
+        log = _each(groups, "log", "--format=%h %s", f"{commit}..HEAD", root=root)
         commits = "; ".join(line[:90] for line in log[:5]) + (f"; and {len(log) - 5} more" if len(log) > 5 else "")
         dirty = f" (measured with uncommitted changes to {', '.join(prov['dirty'])})" if prov.get("dirty") else ""
-        return (f"measured at {commit[:10]}{dirty}; changed since: {', '.join(files[:8]) or 'its files'}"
-                + (f" ({len(files) - 8} more)" if len(files) > 8 else "") + (f"; commits: {commits}" if log else ""))
+        changed += _each(groups, "ls-files", "--others", "--exclude-standard", root=root)  # new, uncommitted
+        return (f"measured at {commit[:10]}{dirty}; changed since: {', '.join(changed[:8]) or 'its files'}"
+                + (f" ({len(changed) - 8} more)" if len(changed) > 8 else "") + (f"; commits: {commits}" if log else ""))
     return (f"measured at {(commit or '?')[:10]}, which this clone's history does not hold (shallow?): "
             f"the code it measured differs from this tree's")

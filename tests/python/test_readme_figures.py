@@ -214,7 +214,7 @@ def repo(tmp_path, monkeypatch):
     git(r, "add", ".")
     git(r, "commit", "-qm", "one")
     monkeypatch.setattr(suites, "MEASUREMENTS",
-                        {"t": suites.Measurement(["t"], ["src/", ":(exclude)src/other.c"], "t")})
+                        {"t": suites.Measurement(["t"], [["src/", ":(exclude)src/other.c"]], "t")})
     return r
 
 
@@ -245,6 +245,15 @@ def test_a_result_older_than_its_code_is_stale(repo):
     assert suites.freshness(doc, repo)[0] == "fresh"
     (repo / "src" / "new.c").write_text("int n;\n")
     assert suites.freshness(doc, repo)[0] == "stale"
+
+
+def test_a_group_excludes_only_from_itself(repo, monkeypatch):
+    monkeypatch.setitem(suites.MEASUREMENTS, "t", suites.Measurement(
+        ["t"], [["src/", ":(exclude)src/other.c"], ["src/other.c"]], "t"))
+    doc = result_of(repo)
+    (repo / "src" / "other.c").write_text("int other2;\n")
+    state, why = suites.freshness(doc, repo)
+    assert state == "stale" and "src/other.c" in why
 
 
 def test_freshness_in_a_shallow_clone(repo, tmp_path):
