@@ -188,13 +188,22 @@ bool json_u64(const json_node *node, uint64_t *out);
 typedef struct source_options {
     ckpt_catalog_options catalog;
     char *token; /* read from --bearer-token-file */
+    /* The bar of whole downloads (a server without byte ranges): shown as
+     * progress_start's `mode` says, while one runs. */
+    int download_bar_mode;
+    bool download_bar_on;
+    progress_bar download_bar;
 } source_options;
 
 /* The help text of those options. */
 extern const char source_options_help[];
 
-/* Defaults ($CKPT_CACHE_DIR). */
+/* Defaults ($CKPT_CACHE_DIR; a download bar on a terminal). */
 void source_options_init(source_options *s);
+
+/* Whether whole downloads show a bar: progress_start's `mode` (the
+ * command's --progress / --no-progress / --quiet). */
+void source_options_progress(source_options *s, int mode);
 
 /* Their entries in a command's option table: CLI_SOURCE_OPTIONS before the
  * table's {NULL} end; an id from OPT_SOURCE_FIRST on goes to source_option. */

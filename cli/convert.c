@@ -458,6 +458,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
     if (a->dry_run && a->verify) return usage_error("convert", "--verify needs data written; a dry run writes none");
     if (a->dry_run && a->mpi) return usage_error("convert", "a dry run plans in one process: leave out --mpi");
     if (a->quiet && a->show_progress < 0) a->show_progress = 0;
+    source_options_progress(a->so, a->show_progress);
     return EXIT_OK;
 }
 

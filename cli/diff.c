@@ -589,6 +589,7 @@ static int parse_and_run(int argc, char **argv, const char **globals, source_opt
     }
     if (!paths[1]) return usage_error("diff", paths[0] ? "missing B" : "missing A and B");
     if (quiet && show_progress < 0) show_progress = 0;
+    source_options_progress(so, show_progress);
 
     char shown_a[4096], shown_b[4096];
     differ df = {.path_a = display_name(paths[0], shown_a, sizeof shown_a),

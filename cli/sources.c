@@ -14,7 +14,9 @@ const char source_options_help[] =
     "  --direct               read local files with O_DIRECT, around the page cache\n"
     "                         (converts also drop what they write from it)\n"
     "  --cache-dir DIR        keep verified copies of remote files in DIR (also\n"
-    "                         $CKPT_CACHE_DIR); a later run reads them locally\n"
+    "                         $CKPT_CACHE_DIR); a later run reads them locally.\n"
+    "                         A server that serves no byte ranges needs one: its\n"
+    "                         files are downloaded whole into DIR, then read there\n"
     "  --bearer-token-file F  send the token in F as 'Authorization: Bearer'\n"
     "                         (also $CKPT_BEARER_TOKEN; $HF_TOKEN for huggingface.co)\n"
     "  --timeout SECONDS      fail a transfer that receives nothing this long (60)\n"
@@ -67,6 +69,7 @@ static char *read_token(const char *path) {
 void source_options_init(source_options *s) {
     memset(s, 0, sizeof *s);
     ckpt_catalog_options_init(&s->catalog);
+    s->download_bar_mode = -1;
     const char *dir = getenv("CKPT_CACHE_DIR");
     if (dir && *dir) s->catalog.cache_dir = dir;
 }
@@ -118,7 +121,29 @@ int source_option(const char *command, int id, const char *value, source_options
     return EXIT_OK;
 }
 
+void source_options_progress(source_options *s, int mode) { s->download_bar_mode = mode; }
+
+/* ckpt_catalog_options.download_progress: a bar while a server without
+ * byte ranges sends a whole file into the cache (erased when every
+ * download begun is done, so that what the command prints next starts on
+ * a clean line); Ctrl-C stops the download. */
+static int download_update(uint64_t done, uint64_t total, void *user) {
+    source_options *s = user;
+    if (!s->download_bar_on) {
+        progress_start(&s->download_bar, "downloading", s->download_bar_mode);
+        s->download_bar_on = true;
+    }
+    int stop = progress_update(done, total, &s->download_bar);
+    if (done >= total) {
+        progress_finish(&s->download_bar, true);
+        s->download_bar_on = false;
+    }
+    return stop;
+}
+
 const ckpt_catalog_options *source_options_get(source_options *s) {
+    s->catalog.download_progress = download_update;
+    s->catalog.download_progress_user = s;
     if (!s->catalog.bearer_token) {
         const char *t = getenv("CKPT_BEARER_TOKEN");
         if (t && *t) s->catalog.bearer_token = t;

@@ -85,6 +85,7 @@ static int run_verify(int argc, char **argv, source_options *so) {
     }
     if (!path) return usage_error("verify", "missing PATH");
     if (quiet && show_progress < 0) show_progress = 0;
+    source_options_progress(so, show_progress);
     double start = cli_now();
     ckpt_error err;
     ckpt_error_clear(&err);

@@ -504,7 +504,8 @@ typedef struct ckpt_catalog_options {
      * or — ending in '/' — a "directory" in which the names a local
      * directory is searched for are tried one by one (nothing is listed).
      * Opening reads headers only, with ranged GETs (one for a safetensors
-     * file whose header fits in 256 KiB, two otherwise).  Loads and reads
+     * file whose header fits in 256 KiB, two otherwise; a server that
+     * serves no ranges: see download_progress below).  Loads and reads
      * send parallel range requests (adjacent ranges merged), writing the
      * bytes straight into their destinations; every response is checked
      * against the request (status, Content-Range, length) and against the
@@ -598,6 +599,35 @@ typedef struct ckpt_catalog_options {
      * honest link finishes).  ckpt_catalog_options_init sets 300 s; 0:
      * retries are bounded by their number only. */
     uint32_t retry_deadline_ms;
+
+    /* ---- remote files: servers without byte ranges ------------------------
+     * A server that answers a range request with the whole file (HTTP 200:
+     * `python -m http.server`, many mirrors) cannot serve a file over
+     * 256 KiB in parts.  Without cache_dir, opening such a file fails with
+     * CKPT_E_NO_RANGES, naming the URL and how to give a cache directory.
+     * With cache_dir, the open keeps the first 256 KiB of that answer (a
+     * safetensors header: listing the tensors reads no more) and the first
+     * read past them downloads the file whole, once, into the cache
+     * directory by the rules of any copy there: streamed to a 0600
+     * temporary created with O_EXCL (never held in memory), its size
+     * checked against the server's Content-Length, its SHA-256 where the
+     * server states one, then renamed into place (without an ETag or
+     * Last-Modified to name its version, it stays a temporary, removed when
+     * the catalog closes); every read then comes from it.  A download that
+     * fails or is cut leaves nothing under the copy's name.  The download
+     * keeps the minimum speed and the retry deadline above; a retry
+     * resumes where the server answers it with a range, and starts over
+     * where it sends the whole file again.  Each file of a checkpoint (an
+     * index's shards) falls back on its own.
+     * download_progress, when not NULL, hears these downloads: the bytes
+     * received so far and the sum of the sizes of the catalog's downloads
+     * begun (a download that starts over takes its bytes back), at a
+     * download's start and end and about every 100 ms between, one call at
+     * a time but from whichever thread reads (an engine thread during a
+     * load or a convert).  Non-zero stops every download of the catalog
+     * (CKPT_E_CANCELLED). */
+    int (*download_progress)(uint64_t done, uint64_t total, void *user);
+    void *download_progress_user;
 } ckpt_catalog_options;
 
 /* Fills the first `size` bytes of options with the defaults, and `size`

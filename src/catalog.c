@@ -62,6 +62,7 @@ struct ckpt_catalog {
     const char **extra_globals; /* sorted "module.name", arena */
     size_t extra_global_count;
     ckpt__source_options source_options;
+    ckpt__download_meter meter; /* the whole downloads of its files, for download_progress */
     /* While it is opened: a local checkpoint's directory (the one the user
      * named, or the one holding the file they named), which every other
      * file is opened beneath, and that file (followed as named). */
@@ -113,6 +114,11 @@ static ckpt_status take_source_options(ckpt_catalog *c, const ckpt_catalog_optio
     so->direct = o->direct != 0;
     if (o->bearer_token && !(so->bearer_token = arena_copy(c, o->bearer_token))) return ckpt__oom(err, NULL, NULL);
     if (o->cache_dir && !(so->cache_dir = arena_copy(c, o->cache_dir))) return ckpt__oom(err, NULL, NULL);
+    if (o->download_progress) {
+        c->meter.fn = o->download_progress;
+        c->meter.user = o->download_progress_user;
+        so->meter = &c->meter;
+    }
     return CKPT_OK;
 }
 
@@ -426,6 +432,7 @@ ckpt_status ckpt__catalog_new(const ckpt_catalog_options *options, ckpt_catalog 
     ckpt_catalog *c = ckpt__calloc(1, sizeof *c);
     if (!c) return ckpt__oom(err, NULL, NULL);
     pthread_mutex_init(&c->map_lock, NULL);
+    pthread_mutex_init(&c->meter.lock, NULL);
     c->format = CKPT_FORMAT_SAFETENSORS;
     ckpt_status st = take_options(c, options, err);
     if (st) {
@@ -518,6 +525,7 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     ckpt__arena_free(&c->arena);
     for (size_t i = 0; i < sizeof c->inflaters / sizeof c->inflaters[0]; i++) ckpt__inflater_free(c->inflaters[i]);
     pthread_mutex_destroy(&c->map_lock);
+    pthread_mutex_destroy(&c->meter.lock);
     free(c);
 }
 

@@ -421,7 +421,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     if mmap and direct:
         raise ValueError("mmap=True maps the file into the page cache; direct=True never goes through it")
     io_mode = _io(io, direct)
-    catalog = _sources.catalog(path, direct, allowed_globals, load, **source)
+    catalog = _sources.catalog(path, direct, allowed_globals, load, **_sources.follow_progress(progress, source))
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank,
                        tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
@@ -632,7 +632,7 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
                          "own device, dtype and memory")
     fw, flat = _target_tensors(target, keep_vars=assign)
     io_mode = _io(io, direct)
-    catalog = _sources.catalog(path, direct, allowed_globals, load_into, **source)
+    catalog = _sources.catalog(path, direct, allowed_globals, load_into, **_sources.follow_progress(progress, source))
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype if assign else None,
                        tp_rank=tp_rank, tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices,
@@ -913,7 +913,7 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     "totals": {"tensors", "written", "parameters", "bytes"}}."""
     if format == "dcp" and (max_shard_size is not None or prefix is not None or checksums or int(dcp_ranks) < 1):
         raise ValueError("format='dcp' writes one file per rank (dcp_ranks >= 1): no max_shard_size, prefix or checksums")
-    catalog = _sources.catalog(src, direct, allowed_globals, convert, **source)
+    catalog = _sources.catalog(src, direct, allowed_globals, convert, **_sources.follow_progress(progress, source))
     bar = _progress.choose(progress, "convert")
     if format is None:
         name = os.fspath(dst)

@@ -29,6 +29,15 @@ Every function that opens a checkpoint takes, as keyword arguments:
     retries=None        retries of a failed request, each resuming at the
                         last byte received (5)
     max_connections=None  parallel range requests per file (16)
+    download_progress=None  a server that serves no byte ranges
+                        (`python -m http.server`, many mirrors) is refused
+                        for files over 256 KiB unless cache_dir is given:
+                        then each such file is downloaded whole into it,
+                        once, and read there.  This hears those downloads:
+                        None shows a bar on a terminal, True always, False
+                        never; a callable(done, total) gets the bytes (a
+                        true result, or an exception, stops them:
+                        CancelledError)
 
 s3:// names use $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY,
 $AWS_SESSION_TOKEN, $AWS_REGION and $AWS_ENDPOINT_URL (S3-compatible
@@ -37,10 +46,10 @@ import difflib
 import inspect
 import os
 
-from . import _ckpt
+from . import _ckpt, _progress
 
 OPTIONS = ("cache_dir", "bearer_token", "timeout", "connect_timeout", "retries", "max_connections", "min_speed",
-           "min_speed_time", "retry_deadline")
+           "min_speed_time", "retry_deadline", "download_progress")
 _SCHEMES = ("http://", "https://", "s3://")
 
 
@@ -80,9 +89,18 @@ def catalog(path, direct=False, allowed_globals=None, _caller=None, **options):
     kw = {k: v for k, v in options.items() if v is not None}
     if "cache_dir" in kw:
         kw["cache_dir"] = os.fspath(kw["cache_dir"])
+    kw["download_progress"] = _progress.choose(options.get("download_progress"), "download")
     if direct:
         kw["direct"] = True
     return _ckpt.Catalog(name(path), allowed_globals, **kw)
+
+
+def follow_progress(progress, options):
+    """A function's progress=True/False goes for its downloads too, unless
+    download_progress= says otherwise."""
+    if isinstance(progress, bool):
+        options.setdefault("download_progress", progress)
+    return options
 
 
 def shown(path):

@@ -219,6 +219,7 @@ struct Catalog {
     ckpt_catalog *catalog;
     Py_ssize_t users;  /* views and plans that point into the catalog */
     int closing;       /* close() was called while users remained */
+    PyObject *download_progress; /* callable(done, total) for whole downloads, or NULL */
 };
 
 static void catalog_use(Catalog *c) { c->users++; }
@@ -264,27 +265,66 @@ static int count_in(PyObject *v, const char *name, unsigned long max, uint32_t *
     return 0;
 }
 
+/* download_progress(done, total) from whichever thread reads (an engine
+ * thread during a load): takes the GIL.  Ctrl-C (seen on the main thread,
+ * which is then the caller's: its exception is raised when the library
+ * returns) or a true result stops the downloads; so does an exception of
+ * the callable, reported as unraisable (this thread may not be the
+ * caller's, whose call then fails with CancelledError). */
+static int download_trampoline(uint64_t done, uint64_t total, void *user) {
+    Catalog *self = user;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int stop = 0;
+    if (PyErr_CheckSignals() < 0) stop = 1;
+    else if (self->download_progress) {
+        PyObject *r = PyObject_CallFunction(self->download_progress, "KK", (unsigned long long)done,
+                                            (unsigned long long)total);
+        if (!r) {
+            PyErr_WriteUnraisable(self->download_progress);
+            stop = 1;
+        } else {
+            if (r != Py_None && PyObject_IsTrue(r)) stop = 1;
+            Py_DECREF(r);
+        }
+    }
+    PyGILState_Release(g);
+    return stop;
+}
+
 /* Catalog(path, *, direct=False, cache_dir=None, bearer_token=None,
  * timeout=None, connect_timeout=None, retries=None, max_connections=None,
- * min_speed=None, min_speed_time=None, retry_deadline=None): the options of
- * ckpt_catalog_options (remote files, direct I/O); None keeps a default. */
+ * min_speed=None, min_speed_time=None, retry_deadline=None,
+ * download_progress=None): the options of ckpt_catalog_options (remote
+ * files, direct I/O); None keeps a default. */
 static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"path", "allowed_globals", "direct", "cache_dir", "bearer_token", "timeout",
                              "connect_timeout", "retries", "max_connections", "min_speed", "min_speed_time",
-                             "retry_deadline", NULL};
+                             "retry_deadline", "download_progress", NULL};
     PyObject *path_obj, *globals = NULL, *cache_obj = NULL, *timeout = Py_None, *connect_timeout = Py_None,
                         *retries = Py_None, *min_speed = Py_None, *min_speed_time = Py_None,
-                        *retry_deadline = Py_None;
+                        *retry_deadline = Py_None, *download = Py_None;
     int direct = 0;
     const char *token = NULL;
     unsigned int connections = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$pO&zOOOIOOO", kwlist, PyUnicode_FSConverter, &path_obj,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$pO&zOOOIOOOO", kwlist, PyUnicode_FSConverter, &path_obj,
                                      &globals, &direct, PyUnicode_FSConverter, &cache_obj, &token, &timeout,
                                      &connect_timeout, &retries, &connections, &min_speed, &min_speed_time,
-                                     &retry_deadline))
+                                     &retry_deadline, &download))
         return -1;
+    if (download != Py_None && !PyCallable_Check(download)) {
+        Py_DECREF(path_obj);
+        Py_XDECREF(cache_obj);
+        PyErr_SetString(PyExc_TypeError, "download_progress must be a callable(done, total) or None");
+        return -1;
+    }
+    /* The callable lives as long as the catalog (a download may come with
+     * any read); the trampoline also watches Ctrl-C without one. */
+    Py_XINCREF(download == Py_None ? NULL : download);
+    Py_XSETREF(self->download_progress, download == Py_None ? NULL : download);
     ckpt_catalog_options o;
     ckpt_catalog_options_init(&o);
+    o.download_progress = download_trampoline;
+    o.download_progress_user = self;
     o.direct = direct;
     o.bearer_token = token;
     o.max_connections = connections;
@@ -338,6 +378,7 @@ static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
 
 static void Catalog_dealloc(Catalog *self) {
     ckpt_catalog_close(self->catalog);
+    Py_CLEAR(self->download_progress);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

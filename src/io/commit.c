@@ -266,6 +266,24 @@ static ckpt_status write_journal(ckpt__commit *c, const char *const *order, size
     return st;
 }
 
+/* Refuses, before the decision, a directory standing at one of the names
+ * the commit publishes or removes: rename cannot put a file over it, and
+ * unlink cannot take it away, so a commit decided anyway would stop half
+ * done, with the old checkpoint partly removed.  Nothing has changed yet. */
+static ckpt_status refuse_directories(const ckpt__commit *c, const char *const *order, size_t count,
+                                      const char *const *remove, size_t remove_count, ckpt_error *err) {
+    for (size_t i = 0; i < count + remove_count; i++) {
+        const char *name = i < count ? order[i] : remove[i - count];
+        struct stat sb;
+        if (fstatat(c->dir_fd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(sb.st_mode))
+            return ckpt__fail(err, CKPT_E_EXISTS, c->dir, NULL, -1,
+                              "%s in it is a directory, which the new checkpoint's file of that name cannot replace; "
+                              "nothing was changed (move the directory away and write again)",
+                              name);
+    }
+    return CKPT_OK;
+}
+
 /* Publishes a staging directory built beside the destination with one
  * rename.  Over an empty directory that was there, rename replaces it;
  * where nothing was, RENAME_NOREPLACE makes sure nothing appeared
@@ -320,6 +338,7 @@ ckpt_status ckpt__commit_publish(ckpt__commit *c, const char *const *order, size
         }
         return st;
     }
+    if (st == CKPT_OK) st = refuse_directories(c, order, count, remove, remove_count, err);
     if (st == CKPT_OK) st = write_journal(c, order, count, remove, remove_count, no_sync, err);
     if (st) return st;
     c->published = true; /* decided: what follows, recovery would finish */

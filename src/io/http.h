@@ -139,9 +139,15 @@ CKPT__HIDDEN ckpt__cache_copy *ckpt__cache_begin(const char *dir, const ckpt__ca
 CKPT__HIDDEN bool ckpt__cache_write(ckpt__cache_copy *c, const void *data, size_t n, uint64_t offset);
 
 /* Every byte is in: synced, checked against the server's SHA-256 if it
- * gave one, renamed into place and stamped; false when not (the copy is
- * then dropped). */
-CKPT__HIDDEN bool ckpt__cache_commit(ckpt__cache_copy *c);
+ * gave one, renamed into place and stamped; else why not (CKPT_E_CHECKSUM:
+ * the bytes are not what the server states; `err` may be NULL), and the
+ * copy stays a temporary, removed by ckpt__cache_end. */
+CKPT__HIDDEN ckpt_status ckpt__cache_commit(ckpt__cache_copy *c, const char *shown, ckpt_error *err);
+
+/* Reads bytes of a copy (committed or not: a download read from its
+ * temporary), naming `shown` in errors. */
+CKPT__HIDDEN ckpt_status ckpt__cache_read(ckpt__cache_copy *c, void *dst, uint64_t n, uint64_t offset,
+                                          const char *shown, ckpt_error *err);
 
 /* Closes a copy; one never committed is removed.  Accepts NULL. */
 CKPT__HIDDEN void ckpt__cache_end(ckpt__cache_copy *c);

@@ -272,17 +272,27 @@ bool ckpt__cache_write(ckpt__cache_copy *c, const void *data, size_t n, uint64_t
     return !atomic_load(&c->committed) && write_all(c->fd, data, n, offset);
 }
 
-bool ckpt__cache_commit(ckpt__cache_copy *c) {
+ckpt_status ckpt__cache_commit(ckpt__cache_copy *c, const char *shown, ckpt_error *err) {
     /* Durable and, when the server stated its SHA-256, proven, before it
      * has the name a later open trusts. */
-    if (ckpt__io_fsync(c->fd) != 0) return false;
-    if (c->sha256[0] && !hashes_to(c->fd, c->size, c->sha256)) return false;
-    if (ckpt__io_renameat2(c->dirfd, c->tmp, c->dirfd, c->final, 0) != 0) return false;
+    if (ckpt__io_fsync(c->fd) != 0)
+        return ckpt__fail_errno(err, errno, shown, -1, "cannot sync its copy in the cache directory");
+    if (c->sha256[0] && !hashes_to(c->fd, c->size, c->sha256))
+        return ckpt__fail(err, CKPT_E_CHECKSUM, shown, NULL, -1,
+                          "the %llu bytes the server sent do not hash to the SHA-256 it states (%s): no copy is kept",
+                          (unsigned long long)c->size, c->sha256);
+    if (ckpt__io_renameat2(c->dirfd, c->tmp, c->dirfd, c->final, 0) != 0)
+        return ckpt__fail_errno(err, errno, shown, -1, "cannot rename its copy into place in the cache directory");
     atomic_store(&c->committed, true);
     ckpt__io_fsync(c->dirfd);
     struct stat sb;
     if (fstat(c->fd, &sb) == 0) write_stamp(c->dirfd, c->final, &sb, c->sha256);
-    return true;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__cache_read(ckpt__cache_copy *c, void *dst, uint64_t n, uint64_t offset, const char *shown,
+                             ckpt_error *err) {
+    return ckpt__pread_full(c->fd, dst, n, offset, shown, err);
 }
 
 void ckpt__cache_end(ckpt__cache_copy *c) {

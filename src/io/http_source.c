@@ -33,6 +33,20 @@
  * reads that instead; otherwise the first read past the open's bytes
  * starts a copy, filled as the reads arrive and committed once every byte
  * is in (http_cache.c says what trusted means).
+ *
+ * A server that serves no byte ranges answers the open's ranged GET with
+ * the whole file (HTTP 200: `python -m http.server`, many mirrors).  A
+ * file it brings whole in HEAD_BYTES needs no more; a larger one cannot be
+ * read in parts.  With a cache directory, the open keeps the answer's
+ * first HEAD_BYTES (a safetensors header: `inspect` needs no more) and
+ * hangs up; the first read past them downloads the file whole, once, as
+ * one more transfer of the same machinery (minimum speed, retry deadline,
+ * retries that resume where a retry's answer is a range and restart from
+ * the first byte where it is the whole file again), streamed to a
+ * temporary in the cache directory (never held in memory), checked (the
+ * size against the open's Content-Length, the SHA-256 where the server
+ * states one) and renamed into place; every read then comes from it.
+ * Without a cache directory the open fails, saying how to give one.
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -48,6 +62,11 @@
 
 #include "file.h"
 #include "http.h"
+
+/* What a refusal for want of byte ranges tells to do. */
+#define GIVE_A_CACHE                                                                                          \
+    "give a cache directory to download it whole once and read it there: --cache-dir DIR (ckpt), "          \
+    "cache_dir=DIR (Python), ckpt_catalog_options.cache_dir (C)"
 
 enum {
     HEAD_BYTES = 256 << 10,    /* read at open: most safetensors headers fit */
@@ -111,6 +130,13 @@ typedef struct remote {
     ckpt__cache_copy *copy;
     span *spans;
     size_t span_count, span_cap;
+    /* A server without byte ranges: the whole download (may_download: a
+     * cache directory allows one; no_ranges: this file needs one), done
+     * once under whole_lock, and its copy once it is complete. */
+    bool may_download, no_ranges;
+    pthread_mutex_t whole_lock;
+    _Atomic(ckpt__cache_copy *) whole;
+    ckpt__download_meter *meter; /* hears the whole download, or NULL */
 } remote;
 
 /* NONE: no cache; WANTED: a copy starts at the first read past the open's
@@ -168,7 +194,8 @@ typedef struct piece {
     const char *tensor;
 } piece;
 
-typedef enum xfer_mode { X_DATA, X_OPEN, X_HEAD } xfer_mode;
+/* X_WHOLE: the whole file into a cache copy, from a server without ranges. */
+typedef enum xfer_mode { X_DATA, X_OPEN, X_HEAD, X_WHOLE } xfer_mode;
 
 /* What went wrong with an attempt, as judged here (beyond libcurl's code). */
 typedef enum verdict {
@@ -180,6 +207,8 @@ typedef enum verdict {
     V_HEADERS,      /* headers too large */
     V_ENCODED,      /* a Content-Encoding was applied */
     V_SLOW,         /* below the minimum speed over a window */
+    V_CACHE_WRITE,  /* the whole download's copy could not be written */
+    V_CANCELLED,    /* the download progress callback asked to stop */
 } verdict;
 
 typedef struct xfer {
@@ -205,7 +234,7 @@ typedef struct xfer {
     long status;
     bool checked, error_status;
     verdict verdict;
-    char verdict_text[256];
+    char verdict_text[512];
     size_t header_bytes;
     char content_range[160];
     bool has_content_range;
@@ -220,9 +249,16 @@ typedef struct xfer {
     char body[ERROR_BODY];
     size_t body_len, body_seen;
     char curl_error[CURL_ERROR_SIZE];
-    /* X_OPEN: the first bytes (into r->head) and what the answer said. */
+    /* X_OPEN: the first bytes (into r->head) and what the answer said;
+     * open_no_ranges: the whole file of open_total bytes is coming, and
+     * open_cut: its first HEAD_BYTES are in, the rest refused on purpose. */
     uint64_t open_total;
-    bool open_whole, open_empty;
+    bool open_whole, open_empty, open_no_ranges, open_cut;
+    /* X_WHOLE: the copy the bytes go to, errno of a write that failed, and
+     * pos as last told to the download meter. */
+    ckpt__cache_copy *copy;
+    int write_errno;
+    uint64_t reported;
 } xfer;
 
 /* A new answer (of a new attempt, or after a redirect or a 100): what an
@@ -238,7 +274,7 @@ static void reset_response(xfer *x) {
     x->etag[0] = x->last_modified[0] = x->region[0] = x->encoding[0] = '\0';
     x->body_len = x->body_seen = 0;
     x->curl_error[0] = '\0';
-    x->open_whole = x->open_empty = false;
+    x->open_whole = x->open_empty = x->open_no_ranges = x->open_cut = false;
 }
 
 static void set_verdict(xfer *x, verdict v, const char *fmt, ...) CKPT__PRINTF(3, 4);
@@ -309,6 +345,15 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *user) {
     return n;
 }
 
+/* Tells the download meter what the whole download received since it was
+ * last told (a restart takes bytes back); false once its callback asked
+ * to stop. */
+static bool report_download(xfer *x, bool force) {
+    int64_t delta = (int64_t)x->pos - (int64_t)x->reported;
+    x->reported = x->pos;
+    return ckpt__download_report(x->r->meter, delta, force);
+}
+
 /* libcurl's progress callback (every received chunk, and about once a
  * second while nothing comes): fails the attempt when the bytes of the
  * window that just ended fall short of the minimum speed. */
@@ -316,6 +361,10 @@ static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_of
     (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
     xfer *x = user;
     const remote *r = x->r;
+    if (x->mode == X_WHOLE && !report_download(x, false)) {
+        set_verdict(x, V_CANCELLED, "the download progress callback asked to stop");
+        return 1;
+    }
     if (!r->min_speed || !x->window_armed) return 0;
     int64_t now = now_ms(), elapsed = now - x->window_at;
     if (elapsed < r->min_speed_ms) return 0;
@@ -335,6 +384,41 @@ static bool changed(const xfer *x) {
     const remote *r = x->r;
     if (r->etag && x->has_etag && strcmp(r->etag, x->etag) != 0) return true;
     if (r->last_modified && x->has_last_modified && strcmp(r->last_modified, x->last_modified) != 0) return true;
+    return false;
+}
+
+/* Refuses an answer whose validators differ from the open's; false. */
+static bool refuse_changed(xfer *x) {
+    const remote *r = x->r;
+    set_verdict(x, V_CHANGED, "its ETag/Last-Modified (%s%s%s) differ from the ones at open (%s%s%s)", x->etag,
+                x->has_etag && x->has_last_modified ? ", " : "", x->last_modified, r->etag ? r->etag : "",
+                r->etag && r->last_modified ? ", " : "", r->last_modified ? r->last_modified : "");
+    return false;
+}
+
+/* A whole download's answer: the file from its first byte (HTTP 200: the
+ * first attempt, or a retry the server answers whole again — the copy
+ * restarts), or from where the last attempt stopped (206, to a retry's
+ * range).  Its size and validators must be the open's. */
+static bool check_whole(xfer *x, long code, const ckpt__content_range *cr) {
+    const remote *r = x->r;
+    if (changed(x)) return refuse_changed(x);
+    if (code == 200) {
+        if (x->has_content_length && x->content_length != r->size) {
+            set_verdict(x, V_CHANGED, "it now gives the file's size as %llu bytes, not %llu",
+                        (unsigned long long)x->content_length, (unsigned long long)r->size);
+            return false;
+        }
+        x->pos = x->attempt_from = x->window_pos = 0; /* from the first byte again */
+        return true;
+    }
+    if (code == 206 && x->pos && cr && cr->has_range && cr->first == x->pos && cr->last == r->size - 1 &&
+        (!cr->has_total || cr->total == r->size) &&
+        (!x->has_content_length || x->content_length == r->size - x->pos))
+        return true;
+    set_verdict(x, V_BAD_RANGE, "status %ld%s%s for a download of the whole file from byte %llu", code,
+                x->has_content_range ? ", Content-Range " : "", x->has_content_range ? x->content_range : "",
+                (unsigned long long)x->pos);
     return false;
 }
 
@@ -385,31 +469,29 @@ static bool check_response(xfer *x) {
             x->end = cr.last + 1;
             return true;
         }
-        if (code == 200) { /* the whole file: fine if it is small, refused below otherwise */
+        if (code == 200) { /* the whole file: fine if it is small, downloaded whole or refused otherwise */
             curl_off_t length = -1;
             curl_easy_getinfo(x->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
-            if (length > HEAD_BYTES) {
+            if (length > HEAD_BYTES && !x->r->may_download) {
                 set_verdict(x, V_NO_RANGES,
-                            "it answered a range request with the whole file (HTTP 200, %lld bytes): "
-                            "the server does not serve byte ranges, which ckpt needs for files over %u bytes",
-                            (long long)length, (unsigned)HEAD_BYTES);
+                            "the server does not serve byte ranges (it answered a range request with the whole "
+                            "file: HTTP 200, %lld bytes), which ckpt needs to read a file over %u KiB in parts; "
+                            "%s", (long long)length, (unsigned)HEAD_BYTES >> 10, GIVE_A_CACHE);
                 return false;
             }
-            x->open_whole = true;
-            x->end = HEAD_BYTES; /* at most; a longer body is refused as it comes */
+            x->open_no_ranges = length > HEAD_BYTES;
+            x->open_whole = !x->open_no_ranges;
+            x->open_total = length > 0 ? (uint64_t)length : 0;
+            x->end = HEAD_BYTES; /* at most; a longer body is cut (no_ranges) or refused as it comes */
             return true;
         }
         set_verdict(x, V_BAD_RANGE, "unexpected status %ld", code);
         return false;
     }
+    if (x->mode == X_WHOLE) return check_whole(x, code, has_cr ? &cr : NULL);
     const remote *r = x->r;
     if (code == 206) {
-        if (changed(x)) {
-            set_verdict(x, V_CHANGED, "its ETag/Last-Modified (%s%s%s) differ from the ones at open (%s%s%s)", x->etag,
-                        x->has_etag && x->has_last_modified ? ", " : "", x->last_modified, r->etag ? r->etag : "",
-                        r->etag && r->last_modified ? ", " : "", r->last_modified ? r->last_modified : "");
-            return false;
-        }
+        if (changed(x)) return refuse_changed(x);
         if (!has_cr || !cr.has_range) {
             set_verdict(x, V_BAD_RANGE, "a partial answer (206) without a usable Content-Range");
             return false;
@@ -468,19 +550,35 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user) {
         return x->body_seen > MAX_ERROR_BODY ? 0 : n;
     }
     if (x->mode == X_HEAD) return n;
+    remote *r = x->r;
+    if (x->open_no_ranges && n >= x->end - x->pos) { /* the first bytes are in: the rest waits for a read */
+        memcpy(r->head + x->pos, data, (size_t)(x->end - x->pos));
+        x->pos = x->end;
+        x->open_cut = true;
+        return 0;
+    }
     if (n > x->end - x->pos) {
         if (x->open_whole)
-            set_verdict(x, V_NO_RANGES, "it answered a range request with the whole file (HTTP 200), of more than "
-                                        "%u bytes: the server does not serve byte ranges, which ckpt needs",
-                        (unsigned)HEAD_BYTES);
+            set_verdict(x, V_NO_RANGES, "the server does not serve byte ranges (it answered a range request with "
+                                        "the whole file, HTTP 200, of more than %u KiB%s); %s",
+                        (unsigned)HEAD_BYTES >> 10, r->may_download ? " and without a Content-Length" : "",
+                        r->may_download ? "ckpt cannot download a file of unknown size" : GIVE_A_CACHE);
         else
             set_verdict(x, V_TOO_MUCH, "it sent more than the %llu bytes asked for",
                         (unsigned long long)(x->end - x->attempt_from));
         return 0;
     }
-    remote *r = x->r;
     if (x->mode == X_OPEN) {
         memcpy(r->head + x->pos, data, n);
+        x->pos += n;
+        return n;
+    }
+    if (x->mode == X_WHOLE) {
+        if (!ckpt__cache_write(x->copy, data, n, x->pos)) {
+            x->write_errno = errno;
+            set_verdict(x, V_CACHE_WRITE, "cannot write the download into the cache directory: %s", strerror(errno));
+            return 0;
+        }
         x->pos += n;
         return n;
     }
@@ -644,6 +742,9 @@ static ckpt_status start(remote *r, context *c, xfer *x, ckpt_error *err) {
     if (x->mode == X_HEAD) {
         curl_easy_setopt(e, CURLOPT_RANGE, NULL);
         curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->s3 ? r->headers : NULL);
+    } else if (x->mode == X_WHOLE && !x->pos) { /* the whole file: no range to ignore */
+        curl_easy_setopt(e, CURLOPT_RANGE, NULL);
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
     } else {
         snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)x->pos, (unsigned long long)(x->end - 1));
         curl_easy_setopt(e, CURLOPT_RANGE, range);
@@ -704,6 +805,9 @@ static const char *reason(long status) {
 static void range_text(const xfer *x, char *out, size_t cap) {
     if (x->mode == X_HEAD) snprintf(out, cap, "a HEAD request");
     else if (x->mode == X_OPEN) snprintf(out, cap, "bytes 0-%u (the first request)", (unsigned)HEAD_BYTES - 1);
+    else if (x->mode == X_WHOLE)
+        snprintf(out, cap, "the whole file (%llu bytes, from byte %llu)", (unsigned long long)x->end,
+                 (unsigned long long)x->attempt_from);
     else snprintf(out, cap, "bytes %llu-%llu", (unsigned long long)x->attempt_from, (unsigned long long)(x->end - 1));
 }
 
@@ -815,11 +919,20 @@ static outcome judge(xfer *x, CURLcode rc, ckpt_status *st, ckpt_error *err) {
         if (may_retry(x)) return O_RETRY;
         *st = fail_xfer(x, err, CKPT_E_TIMEOUT, "%s", x->verdict_text);
         return O_FAIL;
+    case V_CACHE_WRITE:
+        *st = fail_xfer(x, err, x->write_errno == ENOSPC || x->write_errno == EDQUOT ? CKPT_E_NO_SPACE : CKPT_E_IO,
+                        "%s", x->verdict_text);
+        if (err) err->sys_errno = x->write_errno;
+        return O_FAIL;
+    case V_CANCELLED:
+        *st = fail_xfer(x, err, CKPT_E_CANCELLED, "%s", x->verdict_text);
+        return O_FAIL;
     default:
         *st = fail_xfer(x, err, CKPT_E_BAD_RESPONSE, "the server's answer does not fit the request: %s",
                         x->verdict_text);
         return O_FAIL;
     }
+    if (x->open_cut) return O_DONE; /* hung up on purpose, the first bytes in */
     if (x->error_status) return judge_status(x, st, err);
     if (rc != CURLE_OK) {
         if (rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT) {
@@ -833,7 +946,7 @@ static outcome judge(xfer *x, CURLcode rc, ckpt_status *st, ckpt_error *err) {
                         timeout ? " (see the connect and read timeouts)" : "");
         return O_FAIL;
     }
-    if (x->mode == X_DATA && x->pos < x->end) {
+    if ((x->mode == X_DATA || x->mode == X_WHOLE) && x->pos < x->end) {
         /* The body ended early without libcurl noticing (no length given). */
         if (may_retry(x)) return O_RETRY;
         *st = fail_xfer(x, err, CKPT_E_NETWORK, "the body ended after %llu of %llu bytes",
@@ -968,7 +1081,7 @@ static void cache_start(remote *r) {
 }
 
 static void cache_commit(remote *r) {
-    atomic_store(&r->cache_state, ckpt__cache_commit(r->copy) ? CACHE_DONE : CACHE_BROKEN);
+    atomic_store(&r->cache_state, ckpt__cache_commit(r->copy, r->shown, NULL) == CKPT_OK ? CACHE_DONE : CACHE_BROKEN);
 }
 
 /* At close: the copy stays only if committed. */
@@ -1019,6 +1132,8 @@ static bool cache_cover(remote *r, uint64_t lo, uint64_t hi) {
 static void remote_free(remote *r) {
     if (!r) return;
     cache_free(r);
+    ckpt__cache_end(atomic_load(&r->whole));
+    pthread_mutex_destroy(&r->whole_lock);
     for (size_t i = 0; i < r->idle_count; i++) free_context(r->idle[i]);
     free(r->idle);
     if (r->share) curl_share_cleanup(r->share);
@@ -1070,6 +1185,72 @@ static uint64_t from_head(remote *r, unsigned char *dst, uint64_t off, uint64_t 
     return n;
 }
 
+/* ---- a server without byte ranges: one whole download --------------------------------- */
+
+/* Whether the server gave validators: what names a version in the cache. */
+static bool versioned(const remote *r) { return r->etag || r->last_modified || r->linked_etag; }
+
+/* Downloads the file whole into a new copy in the cache directory: a
+ * 0600 temporary, filled as the bytes arrive (retries resume or restart
+ * it), then checked and renamed into place — if the server gave
+ * validators; without them no later open could tell this version, and the
+ * copy stays a temporary, removed when the source closes. */
+static ckpt_status fetch_whole(remote *r, ckpt__cache_copy **out, ckpt_error *err) {
+    ckpt__cache_key k = cache_key(r);
+    ckpt__cache_copy *c = ckpt__cache_begin(r->cache_dir, &k);
+    if (!c)
+        return ckpt__fail(err, CKPT_E_NO_RANGES, r->shown, NULL, -1,
+                          "the server does not serve byte ranges, and the cache directory %s cannot take the whole "
+                          "file (%llu bytes) to read it there: it cannot be created or written, or another user "
+                          "owns it", r->cache_dir, (unsigned long long)r->size);
+    xfer x;
+    memset(&x, 0, sizeof x);
+    x.r = r;
+    x.mode = X_WHOLE;
+    x.end = r->size;
+    x.copy = c;
+    ckpt__download_begin(r->meter, r->size); /* a stop it asks for comes with the first progress */
+    ckpt_status st = run_batch(r, &x, 1, err);
+    if (st == CKPT_OK && versioned(r)) st = ckpt__cache_commit(c, r->shown, err);
+    if (st == CKPT_OK) report_download(&x, true);
+    ckpt__download_end(r->meter, st != CKPT_OK, x.reported, r->size);
+    if (st) {
+        ckpt__cache_end(c); /* the temporary goes: nothing under the copy's name */
+        return st;
+    }
+    *out = c;
+    return CKPT_OK;
+}
+
+/* The whole download, once: concurrent readers wait for it. */
+static ckpt_status download_whole(remote *r, ckpt_error *err) {
+    if (atomic_load_explicit(&r->whole, memory_order_acquire)) return CKPT_OK;
+    pthread_mutex_lock(&r->whole_lock);
+    ckpt_status st = CKPT_OK;
+    ckpt__cache_copy *c = NULL;
+    if (!atomic_load_explicit(&r->whole, memory_order_relaxed) && (st = fetch_whole(r, &c, err)) == CKPT_OK) {
+        atomic_store_explicit(&r->whole, c, memory_order_release);
+        pthread_mutex_lock(&r->lock); /* every byte is local now */
+        free(r->head);
+        r->head = NULL;
+        r->head_len = 0;
+        pthread_mutex_unlock(&r->lock);
+    }
+    pthread_mutex_unlock(&r->whole_lock);
+    return st;
+}
+
+/* Reads (past the open's first bytes) from the whole download. */
+static ckpt_status read_whole(remote *r, const want *w, size_t n, ckpt_error *err) {
+    ckpt_status st = download_whole(r, err);
+    if (st) return ckpt__error_in_tensor(err, st, w[0].tensor);
+    ckpt__cache_copy *c = atomic_load_explicit(&r->whole, memory_order_acquire);
+    for (size_t i = 0; i < n; i++)
+        if ((st = ckpt__cache_read(c, w[i].dst, w[i].len, w[i].off, r->shown, err)) != CKPT_OK)
+            return ckpt__error_in_tensor(err, st, w[i].tensor);
+    return CKPT_OK;
+}
+
 static ckpt_status remote_batch(ckpt__source *src, want *w, size_t n, ckpt_error *err) {
     remote *r = src->impl;
     ckpt_status st = CKPT_OK;
@@ -1087,6 +1268,7 @@ static ckpt_status remote_batch(ckpt__source *src, want *w, size_t n, ckpt_error
         if (q.len) w[m++] = q, total += q.len;
     }
     if (!m) return CKPT_OK;
+    if (r->no_ranges) return read_whole(r, w, m, err);
     pthread_mutex_lock(&r->lock);
     if (atomic_load(&r->cache_state) == CACHE_WANTED) cache_start(r);
     if (r->head && !r->head_whole) { /* the data phase: the first bytes are not needed any more */
@@ -1185,7 +1367,10 @@ static ckpt_status remote_new(const char *shown, const char *url, const ckpt__re
     remote *r = ckpt__calloc(1, sizeof *r);
     if (!r) return ckpt__oom(err, shown, NULL);
     pthread_mutex_init(&r->lock, NULL);
+    pthread_mutex_init(&r->whole_lock, NULL);
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_init(&r->share_locks[i], NULL);
+    r->may_download = o->cache_dir != NULL;
+    r->meter = o->meter;
     bool failed = false;
     r->shown = shown;
     r->url = dup_or_null(url, &failed);
@@ -1255,12 +1440,16 @@ static bool add_validators(remote *r) {
  * anyway).  False when out of memory. */
 static bool use_cache(remote *r, ckpt__source *src, const ckpt__source_options *o, ckpt__source **local) {
     *local = NULL;
-    if (!o->cache_dir || (!r->etag && !r->last_modified && !r->linked_etag) || r->head_len == r->size) return true;
-    ckpt__cache_key k = cache_key(r);
-    *local = ckpt__cache_open(o->cache_dir, &k, src->name, o);
-    if (*local) return true;
+    if (!o->cache_dir || (!versioned(r) && !r->no_ranges) || r->head_len == r->size) return true;
+    if (versioned(r)) {
+        ckpt__cache_key k = cache_key(r);
+        *local = ckpt__cache_open(o->cache_dir, &k, src->name, o);
+        if (*local) return true;
+    }
     if (!(r->cache_dir = ckpt__strdup(o->cache_dir))) return false;
-    atomic_store(&r->cache_state, CACHE_WANTED);
+    /* Without ranges the copy is the whole download (read_whole), not one
+     * filled by the reads. */
+    if (!r->no_ranges) atomic_store(&r->cache_state, CACHE_WANTED);
     return true;
 }
 
@@ -1298,6 +1487,7 @@ ckpt_status ckpt__remote_open(const char *display, const char *url, const ckpt__
             r->size = x.pos;
             r->head_whole = true;
         } else {
+            r->no_ranges = x.open_no_ranges; /* read whole at the first read past these bytes */
             r->size = x.open_total;
             if (x.pos != x.end) st = ckpt__fail(err, CKPT_E_BAD_RESPONSE, display, NULL, (int64_t)x.pos,
                                                 "the first answer ended after %llu of %llu bytes",

@@ -22,6 +22,7 @@
 #ifndef CKPT_IO_SOURCE_H
 #define CKPT_IO_SOURCE_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "../base/base.h"
@@ -74,6 +75,33 @@ static inline void ckpt__source_count(ckpt__source *src, uint64_t n) {
     __atomic_add_fetch(&src->bytes_read, n, __ATOMIC_RELAXED);
 }
 
+/* Progress of the whole downloads of one catalog's files (a server that
+ * serves no byte ranges: http_source.c): every source the catalog opens
+ * adds to it, and the caller's callback (ckpt_catalog_options.
+ * download_progress) hears the sums, one call at a time (a download that
+ * restarts from its first byte takes its bytes back from `done`). */
+typedef struct ckpt__download_meter {
+    int (*fn)(uint64_t done, uint64_t total, void *user);
+    void *user;
+    pthread_mutex_t lock;
+    uint64_t done, total; /* bytes received, and the sizes of the downloads begun */
+    int64_t last_ms;      /* of the last call */
+    unsigned running;     /* downloads under way */
+    bool cancelled;       /* the callback asked to stop: every download under way stops */
+} ckpt__download_meter;
+
+/* The meter's functions accept NULL (no meter).  A download begins: its
+ * size joins `total` and the callback hears it (a stop asked while none
+ * ran is forgotten); false when the callback asks to stop. */
+CKPT__HIDDEN bool ckpt__download_begin(ckpt__download_meter *m, uint64_t size);
+/* Bytes arrived (or, negative, a restart took them back): the callback
+ * hears of it when `force` or 100 ms after its last call.  False once it
+ * asked to stop. */
+CKPT__HIDDEN bool ckpt__download_report(ckpt__download_meter *m, int64_t done, bool force);
+/* A download ended; one that failed takes its `received` bytes and its
+ * `size` back out of the sums. */
+CKPT__HIDDEN void ckpt__download_end(ckpt__download_meter *m, bool failed, uint64_t received, uint64_t size);
+
 /* What opening a source may be told (filled by the catalog's options,
  * ckpt_catalog_options in ckpt.h, which documents each).  Zero means the
  * default for every field but `retries`, `min_speed_bytes` and
@@ -91,6 +119,7 @@ typedef struct ckpt__source_options {
     const char *userinfo;        /* remote: "user:password" taken out of the opened URL */
     const char *userinfo_host;   /* the host `userinfo` belongs to                 */
     const char *cache_dir;       /* remote: where verified copies are kept, or NULL */
+    ckpt__download_meter *meter; /* remote: hears whole downloads (NULL: nobody) */
     bool direct;                 /* local: O_DIRECT reads, nothing in the page cache */
 } ckpt__source_options;
 

@@ -2,6 +2,7 @@
  * A new kind (HTTP, S3, …) is one file in src/io/ and one line below. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "http.h"
 #include "source.h"
@@ -83,6 +84,52 @@ ckpt_status ckpt__source_slurp(ckpt__source *src, uint64_t limit, ckpt_status to
     buf[src->size] = '\0';
     *data = buf;
     return CKPT_OK;
+}
+
+/* ---- the progress of whole downloads ------------------------------------- */
+
+enum { METER_STEP_MS = 100 };
+
+static int64_t meter_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Calls the callback (under the lock: never twice at once). */
+static void meter_call(ckpt__download_meter *m, int64_t now) {
+    m->last_ms = now;
+    if (!m->cancelled && m->fn && m->fn(m->done, m->total, m->user)) m->cancelled = true;
+}
+
+bool ckpt__download_begin(ckpt__download_meter *m, uint64_t size) {
+    if (!m) return true;
+    pthread_mutex_lock(&m->lock);
+    if (!m->running++) m->cancelled = false;
+    m->total += size;
+    meter_call(m, meter_now_ms());
+    bool go_on = !m->cancelled;
+    pthread_mutex_unlock(&m->lock);
+    return go_on;
+}
+
+bool ckpt__download_report(ckpt__download_meter *m, int64_t done, bool force) {
+    if (!m) return true;
+    int64_t now = meter_now_ms();
+    pthread_mutex_lock(&m->lock);
+    m->done = (uint64_t)((int64_t)m->done + done);
+    if (force || now - m->last_ms >= METER_STEP_MS) meter_call(m, now);
+    bool go_on = !m->cancelled;
+    pthread_mutex_unlock(&m->lock);
+    return go_on;
+}
+
+void ckpt__download_end(ckpt__download_meter *m, bool failed, uint64_t received, uint64_t size) {
+    if (!m) return;
+    pthread_mutex_lock(&m->lock);
+    m->running--;
+    if (failed) m->done -= received, m->total -= size;
+    pthread_mutex_unlock(&m->lock);
 }
 
 /* ---- memory: a caller's buffer ------------------------------------------- */

@@ -6,6 +6,8 @@ stopped by the tests:
 - FaultServer: a small threaded HTTP server of our own that serves byte
   ranges and misbehaves on request (drops connections, answers 500,
   ignores Range, stalls, changes the file, lies);
+- PythonHttpServer: `python -m http.server`, which serves no byte ranges
+  (every GET gets the whole file);
 - Trickle: an asyncio server that answers with the headers of a byte
   range, then sends its body at a few bytes a second (slow enough to fail
   any minimum speed, fast enough that a read timeout never fires);
@@ -154,6 +156,12 @@ class Behaviour:
     no_validators   send neither ETag nor Last-Modified
     linked_etag     send X-Linked-Etag: "<the SHA-256 of the bytes>", as the
                     Hugging Face Hub does for LFS files (a string: that value)
+    drop_downloads  with drop_after: close the connection after that many
+                    body bytes for the first `drop_downloads` GETs other
+                    than ckpt's first request of a file (Range OPEN_RANGE):
+                    with ignore_range, the whole downloads
+    resume_ranges   with ignore_range, still answer a Range that starts past
+                    byte 0 (a retry resuming a download) with a 206
     """
 
     def __init__(self):
@@ -172,6 +180,21 @@ class Behaviour:
         self.endless = False
         self.no_validators = False
         self.linked_etag = None
+        self.drop_downloads = 0
+        self.resume_ranges = False
+
+
+class _QuietServer(http.server.ThreadingHTTPServer):
+    """A client hanging up (ckpt, once it has what it asked for) is no
+    error worth a traceback."""
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+# What ckpt asks first of a file: its first 256 KiB.
+OPEN_RANGE = "bytes=0-262143"
 
 
 class FaultServer:
@@ -199,7 +222,7 @@ class FaultServer:
             def do_GET(self):
                 owner._serve(self, head=False)
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -226,6 +249,9 @@ class FaultServer:
             drop = not head and b.drop_after is not None and b.drop_times > 0 and rng
             if drop:
                 b.drop_times -= 1
+            elif not head and b.drop_after is not None and b.drop_downloads > 0 and rng != OPEN_RANGE:
+                drop = True
+                b.drop_downloads -= 1
 
         def record(status):
             with self.lock:
@@ -248,7 +274,8 @@ class FaultServer:
         etag = '"' + hashlib.sha1(data).hexdigest()[:16] + f'-{version}"'
         modified = "Mon, 02 Jan 2023 03:04:0%d GMT" % version
         start, end, status = 0, len(data), 200
-        if rng and not b.ignore_range and (if_range is None or if_range in (etag, modified)):
+        resumed = rng and b.resume_ranges and not rng.startswith("bytes=0-")
+        if rng and (not b.ignore_range or resumed) and (if_range is None or if_range in (etag, modified)):
             spec = rng.split("=", 1)[1]
             a, _, z = spec.partition("-")
             start = int(a)
@@ -310,6 +337,46 @@ class FaultServer:
     def close(self):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# ---------------------------------------------------------------------------
+# python -m http.server
+
+class PythonHttpServer:
+    """`python -m http.server` serving `root` on 127.0.0.1, on a port it
+    binds itself (0: no race for a free port), read back from the line it
+    prints.  It serves no byte ranges: a GET with a Range header gets the
+    whole file (200).  .url(name) is a file's URL; .gets(path) counts the
+    GETs of a path in its log."""
+
+    def __init__(self, root, workdir):
+        self.log_path = Path(workdir) / "http.server.log"
+        self.proc = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1",
+                                      "--directory", str(root), "0"],
+                                     stdout=subprocess.PIPE, stderr=open(self.log_path, "wb"), text=True)
+        line = self.proc.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N (http://…/) ..."
+        words = line.split()
+        if "port" not in words:
+            stop(self.proc)
+            raise RuntimeError(f"python -m http.server did not start: {line!r}")
+        self.port = int(words[words.index("port") + 1])
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def url(self, name):
+        return f"{self.base}/{name}"
+
+    def gets(self, path):
+        return self.log_path.read_text().count(f'"GET /{path} ')
+
+    def close(self):
+        stop(self.proc)
+        self.proc.stdout.close()
 
     def __enter__(self):
         return self

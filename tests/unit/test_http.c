@@ -206,6 +206,10 @@ typedef struct server {
     unsigned char *data;
     atomic_int requests, drops_left, fails_left, lie, stop;
     atomic_int trickle; /* bodies at 4 bytes a second */
+    /* A server without byte ranges: every GET gets the whole file (200);
+     * the first whole_drops_left downloads (GETs other than the open's
+     * bytes=0-262143) drop after a third of the file. */
+    atomic_int no_ranges, whole_drops_left;
     atomic_long bytes_sent;
     char linked_etag[80]; /* sent as X-Linked-Etag when set (before the server starts) */
 } server;
@@ -244,6 +248,8 @@ static void serve(server *s, int fd) {
         unsigned long long a = 0, z = FILE_SIZE - 1;
         char *range = strcasestr(head, "\r\nRange: bytes=");
         bool ranged = range && sscanf(range + 15, "%llu-%llu", &a, &z) == 2;
+        bool open_request = ranged && a == 0 && z == (256 << 10) - 1;
+        if (atomic_load(&s->no_ranges)) ranged = false, a = 0, z = FILE_SIZE - 1;
         char out[512];
         if (strstr(head, " /missing ")) {
             int n = snprintf(out, sizeof out, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
@@ -276,6 +282,12 @@ static void serve(server *s, int fd) {
                 usleep(250000);
             }
             continue;
+        }
+        if (!ranged && !open_request && atomic_load(&s->whole_drops_left) > 0) {
+            atomic_fetch_sub(&s->whole_drops_left, 1);
+            send_all(fd, from, body / 3);
+            atomic_fetch_add(&s->bytes_sent, (long)(body / 3));
+            return;
         }
         if (ranged && a > 0 && atomic_load(&s->drops_left) > 0) {
             atomic_fetch_sub(&s->drops_left, 1);
@@ -737,6 +749,108 @@ static void test_cache_digest(void **state) {
     server_stop(s);
 }
 
+/* ---- a server without byte ranges --------------------------------------------------- */
+
+typedef struct meter_log {
+    atomic_int calls;
+    atomic_ullong done, total;
+} meter_log;
+
+static int note_meter(uint64_t done, uint64_t total, void *user) {
+    meter_log *l = user;
+    atomic_fetch_add(&l->calls, 1);
+    atomic_store(&l->done, done);
+    atomic_store(&l->total, total);
+    return 0;
+}
+
+typedef struct part_reader {
+    ckpt__source *src;
+    uint64_t off, len;
+    ckpt_status st;
+} part_reader;
+
+static void *read_part(void *arg) {
+    part_reader *p = arg;
+    unsigned char *buf = malloc(p->len);
+    ckpt_error err;
+    p->st = ckpt__source_read(p->src, buf, p->len, p->off, &err);
+    if (p->st == CKPT_OK) check_pattern(buf, p->off, p->len);
+    free(buf);
+    return NULL;
+}
+
+/* Refused without a cache directory (saying how to give one); with one,
+ * the open reads only the first bytes, and the first read past them —
+ * from several threads at once — downloads the file once, whole, into
+ * the cache, from which every read then comes; a cut download starts over,
+ * and one that keeps failing leaves nothing. */
+static void test_no_ranges(void **state) {
+    (void)state;
+    server *s = server_start();
+    atomic_store(&s->no_ranges, 1);
+    ckpt__source_options o = CKPT__SOURCE_OPTIONS_DEFAULT;
+    ckpt__source *src = NULL;
+    ckpt_error err;
+    assert_int_equal(ckpt__source_open(url_of(s, "file.bin"), &o, &src, &err), CKPT_E_NO_RANGES);
+    assert_non_null(strstr(err.message, "--cache-dir"));
+    assert_non_null(strstr(err.message, "cache_dir="));
+    assert_non_null(strstr(err.path, "/file.bin"));
+    char *dir = scratch_dir();
+    meter_log log = {0};
+    ckpt__download_meter meter = {.fn = note_meter, .user = &log};
+    pthread_mutex_init(&meter.lock, NULL);
+    o.cache_dir = dir;
+    o.meter = &meter;
+    o.max_connections = 2;
+    src = open_remote(s, &o);
+    unsigned char head[1000];
+    assert_int_equal(ckpt__source_read(src, head, sizeof head, 5000, &err), CKPT_OK);
+    check_pattern(head, 5000, sizeof head);
+    assert_int_equal(atomic_load(&s->requests), 2);
+    assert_int_equal(dir_entries(dir), 0); /* nothing yet: the open's bytes served it */
+    /* The first download is cut after a third: the retry starts over. */
+    atomic_store(&s->whole_drops_left, 1);
+    part_reader parts[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        parts[i] = (part_reader){src, (uint64_t)i * (FILE_SIZE / 4), FILE_SIZE / 4, CKPT_E_IO};
+        pthread_create(&t[i], NULL, read_part, &parts[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(parts[i].st, CKPT_OK);
+    }
+    assert_int_equal(atomic_load(&s->requests), 4); /* the open, the cut download, its restart */
+    assert_int_equal(atomic_load(&log.done), FILE_SIZE);
+    assert_int_equal(atomic_load(&log.total), FILE_SIZE);
+    assert_true(atomic_load(&log.calls) >= 2);
+    assert_int_equal(dir_entries(dir), 2); /* the copy and its stamp */
+    char copy[4096], stamp[4096];
+    cache_names(dir, copy, stamp);
+    ckpt__source_close(src);
+    /* The next open reads the copy: one request. */
+    assert_true(load_whole(s, &o));
+    assert_int_equal(atomic_load(&s->requests), 5);
+    /* A download that keeps failing: an error, and no copy under its name. */
+    scratch_free(dir);
+    dir = scratch_dir();
+    o.cache_dir = dir;
+    o.retries = 1;
+    src = open_remote(s, &o);
+    atomic_store(&s->whole_drops_left, 2);
+    unsigned char *buf = malloc(FILE_SIZE);
+    assert_int_equal(ckpt__source_read(src, buf, FILE_SIZE, 0, &err), CKPT_E_NETWORK);
+    assert_non_null(strstr(err.message, "the whole file"));
+    assert_non_null(strstr(err.message, "after 1 retry"));
+    assert_int_equal(dir_entries(dir), 0);
+    ckpt__source_close(src);
+    free(buf);
+    pthread_mutex_destroy(&meter.lock);
+    scratch_free(dir);
+    server_stop(s);
+}
+
 #endif
 
 int main(void) {
@@ -755,6 +869,7 @@ int main(void) {
         cmocka_unit_test(test_cache_permissions),
         cmocka_unit_test(test_cache_trust),
         cmocka_unit_test(test_cache_digest),
+        cmocka_unit_test(test_no_ranges),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
