@@ -7,8 +7,8 @@ the code they measured:
 - every result rendered is fresh — the digest of the code its suite names
   (bench/suites.py) is the one recorded when it ran — or listed as knowingly
   stale (PENDING_RERUN), and then shown as stale where it is used;
-- no two rendered results hold the same measure of ckpt: a newer run of it
-  would contradict the older figure.
+- no rendered result holds a measure of ckpt that a newer result holds too:
+  the newer run would contradict the older figure (one suite per measure).
 
 The digest is of the working tree's files, so it needs no git history: a
 shallow clone checks freshness as a full one does.  Outside a git checkout
@@ -97,16 +97,16 @@ def freshness_problems(results, pending, root=ROOT):
     return problems, unknown
 
 
-def measures(doc, where=()):
-    """(measure key, where) of every measure of ckpt a result holds."""
+def measures(doc):
+    """The key of every measure of ckpt a result holds (bench/run.py measure())."""
     if isinstance(doc, dict):
         if "measure" in doc:
-            yield doc["measure"], "/".join(where)
-        for k, v in doc.items():
-            yield from measures(v, where + (str(k),))
+            yield doc["measure"]
+        for v in doc.values():
+            yield from measures(v)
     elif isinstance(doc, list):
-        for i, v in enumerate(doc):
-            yield from measures(v, where + (str(i),))
+        for v in doc:
+            yield from measures(v)
 
 
 def contradictions(results, rendered):
@@ -115,7 +115,7 @@ def contradictions(results, rendered):
     One suite per measure."""
     owners = {}
     for name, doc in results.items():
-        for key, where in measures(doc):
+        for key in measures(doc):
             owners.setdefault(key, set()).add((doc["provenance"]["date"], name))
     problems = []
     for key, held in sorted(owners.items()):
