@@ -26,6 +26,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+import suites  # noqa: E402
+
 CKPT = os.environ.get("CKPT_BIN", str(ROOT / "build" / "ckpt"))
 PY = sys.executable
 
@@ -179,9 +182,11 @@ def main():
                 clean([o])
                 print(f"{case:14s} {name:8s} peak RSS {rss[name] / 2**20:,.1f} MiB", flush=True)
             doc["cases"][case]["peak_rss_gnu_time"] = rss
+        doc["provenance_peak_rss"] = suites.provenance("gguf")  # the RSS column's run
         out.write_text(json.dumps(doc, indent=1))
         return
-    results = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+    results = {"provenance": suites.provenance("gguf", cold="fadvise"),
+               "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
                "command": " ".join(sys.argv), "gguf": __import__("gguf").__version__ if False else _gguf_version(),
                "source_bytes": src.stat().st_size, "q8_bytes": q8.stat().st_size, "split": args.split, "cases": {}}
     for case, contenders in cases.items():

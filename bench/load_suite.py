@@ -9,7 +9,8 @@ import subprocess
 import sys
 import time
 
-from run import BIN_PATH, DATA, RESULTS, ROOT, drop_caches, machine_facts, make_big_file, make_torch_file, save
+from run import (BIN_PATH, DATA, RESULTS, ROOT, drop_caches, machine_facts, make_big_file, make_torch_file, measure,
+                 save)
 
 LOAD_BENCH = str(ROOT / "build" / "ckpt_load_bench")
 PEERS = [sys.executable, str(ROOT / "bench" / "peers.py")]
@@ -153,6 +154,10 @@ def run_load_suite(args):
                     med = sorted(r["seconds"])[len(r["seconds"]) // 2]
                     r.update(median=med, min=min(r["seconds"]), max=max(r["seconds"]),
                              gb_per_s=r["bytes"] / med / 1e9, peak_rss_bytes=max(r["rss"]))
+                if label.startswith("ckpt"):
+                    cmd, paths = contenders[label]
+                    call = " ".join(["ckpt_load_bench", cmd[1], *cmd[3:]])  # the arguments but the file
+                    r["measure"] = measure(call, paths[0], mode)
             results[mode] = res
         doc = {"bytes": nbytes, "file": bf16.name, "variant": variant, "runs": args.runs, "machine": machine_facts(),
                "machine_speeds": machine, "results": results, "ratios": ratios(results, machine, nbytes)}

@@ -36,7 +36,8 @@ import subprocess
 import sys
 import time
 
-from run import DATA, RESULTS, ROOT, drop_caches, machine_facts, make_big_file, make_many_tensors, run_measured, save
+from run import (DATA, RESULTS, ROOT, drop_caches, machine_facts, make_big_file, make_many_tensors, measure,
+                 run_measured, save)
 from load_suite import LOAD_BENCH, run_json
 
 PEERS = [sys.executable, str(ROOT / "bench" / "perf_peers.py")]
@@ -157,6 +158,9 @@ def group(name, contenders, path, runs, modes, needed=None):
                 r["read_max_bytes"] = max(r["read"])
                 if needed:
                     r["read_over_needed"] = max(r["read"]) / needed
+            if label.endswith("(this tree)"):
+                r["measure"] = measure(f"{'peers' if contenders[label][0].startswith('into_') else 'perf_peers'}.py "
+                                       f"{contenders[label][0]}", path, temp)
         sums = {r["checksum"] for r in res.values()}
         if len(sums) != 1:
             raise RuntimeError(f"{name} {temp}: contenders disagree on the data: {sums}")
@@ -219,6 +223,8 @@ def open_group(n, runs, envs):
     for label, t in times.items():
         s = sorted(t)
         res["process"][label] = {"median": s[len(s) // 2], "min": s[0], "max": s[-1], "runs": t}
+        if label.endswith("(this tree)"):
+            res["process"][label]["measure"] = measure("python: import ckpt, ckpt.open + keys()", d, "warm")
         print(f"  open process {label}: {s[len(s) // 2] * 1e3:.1f} ms")
     inproc = {f"ckpt.open + tensors ({who})": ("ckpt", env) for who, env in envs.items()}
     inproc["index + safe_open + get_slice shape/dtype"] = ("st", envs["this tree"])
@@ -228,6 +234,8 @@ def open_group(n, runs, envs):
         assert doc["tensors"] == n, doc
         t = sorted(doc["seconds"][2:])
         res["in_process"][label] = {"median": t[len(t) // 2], "min": t[0], "max": t[-1], "runs": doc["seconds"][2:]}
+        if label.endswith("(this tree)"):
+            res["in_process"][label]["measure"] = measure("ckpt.open + shapes and dtypes, in process", d, "warm")
         print(f"  open in process {label}: {t[len(t) // 2] * 1e3:.1f} ms")
     return res
 

@@ -3,19 +3,18 @@ safetensors on the same 2 GB Llama-shaped bf16 file, in one run.
 
   load_file  ckpt.torch.load_file vs safetensors.torch.load_file, warm and
              cold, each followed by a checksum of every byte (so a lazy
-             mapping cannot win by not reading); also ckpt.load (the engine,
-             copying) and ckpt.load(mmap=True).  The time until the dict is
+             mapping cannot win by not reading).  The time until the dict is
              returned is reported apart.
-  load_into  peak RSS and time of ckpt.load_into(module) against
-             module.load_state_dict(safetensors.torch.load_file(...)), into
-             a module whose parameters (2 GB) are already allocated and
-             touched: RSS above the module's own is what loading costs.
+
+ckpt.load (views, copies, casts, slices) and ckpt.load_into are the perf
+suite's (bench/perf_suite.py): one suite per measure, so that two runs
+never give the README two figures for one call.
 
 Writes bench/results/python-<GB>GB.json (and .png)."""
 import subprocess
 import sys
 
-from run import ROOT, drop_caches, machine_facts, make_big_file, save
+from run import ROOT, drop_caches, machine_facts, make_big_file, measure, save
 from load_suite import run_json
 
 PEERS = [sys.executable, str(ROOT / "bench" / "peers.py")]
@@ -23,12 +22,6 @@ PEERS = [sys.executable, str(ROOT / "bench" / "peers.py")]
 LOAD_FILE = {
     "ckpt.torch.load_file": "ckpt_load_file",
     "safetensors.torch.load_file": "st_load_file",
-    "ckpt.load (engine, copies)": "ckpt_load",
-    "ckpt.load(mmap=True)": "ckpt_load_mmap",
-}
-INTO = {
-    "ckpt.load_into(module)": "into_ckpt",
-    "module.load_state_dict(safetensors load_file)": "into_st_load_state_dict",
 }
 
 
@@ -42,8 +35,7 @@ def run_python_suite(args):
     path = make_big_file(gb)
     nbytes = path.stat().st_size
     results = {}
-    for group, table, cold in (("load_file", LOAD_FILE, False), ("load_file_cold", LOAD_FILE, True),
-                               ("load_into", INTO, False)):
+    for group, table, cold in (("load_file", LOAD_FILE, False), ("load_file_cold", LOAD_FILE, True)):
         res = {label: {"seconds": [], "load_seconds": [], "rss": [], "rss_module": [], "rss_peak": []} for label in table}
         for rnd in range(args.runs + (0 if cold else 1)):  # warm: round 0 fills the page cache
             for label, mode in table.items():
@@ -77,11 +69,13 @@ def run_python_suite(args):
                 r["load_median"] = median(r["load_seconds"])
             if r["rss_peak"]:
                 r["rss_over_module_bytes"] = max(p - m for p, m in zip(r["rss_peak"], r["rss_module"]))
+            if label.startswith("ckpt"):
+                r["measure"] = measure(f"{label}(path) + checksum", path, "cold" if cold else "warm")
         sums = {r["checksum"] for r in res.values()}
         if len(sums) != 1:
             raise RuntimeError(f"{group}: contenders disagree on the data: {sums}")
         results[group] = res
-    lf, li, lc = results["load_file"], results["load_into"], results["load_file_cold"]
+    lf, lc = results["load_file"], results["load_file_cold"]
     ratios = {
         "cold: ckpt.torch.load_file / safetensors.torch.load_file (load + checksum)":
             lc["safetensors.torch.load_file"]["median"] / lc["ckpt.torch.load_file"]["median"],
@@ -89,9 +83,6 @@ def run_python_suite(args):
             lf["safetensors.torch.load_file"]["median"] / lf["ckpt.torch.load_file"]["median"],
         "ckpt.torch.load_file / safetensors.torch.load_file (until the dict is returned)":
             lf["safetensors.torch.load_file"]["load_median"] / lf["ckpt.torch.load_file"]["load_median"],
-        "load_into RSS over module (MiB)": li["ckpt.load_into(module)"]["rss_over_module_bytes"] / 2**20,
-        "load_state_dict(load_file) RSS over module (MiB)":
-            li["module.load_state_dict(safetensors load_file)"]["rss_over_module_bytes"] / 2**20,
     }
     for k, v in ratios.items():
         print(f"  {k}: {v:.2f}")

@@ -1,17 +1,69 @@
 #!/usr/bin/env python3
-"""Renders bench/results/*.json as PNG charts and as the table between the
-`<!-- bench:begin -->` and `<!-- bench:end -->` markers of README.md."""
+"""Renders bench/results/*.json as PNG charts, as the tables between the
+`<!-- bench:begin -->` and `<!-- bench:end -->` markers of README.md, and as
+the figures between `<!-- fig:NAME -->` and `<!-- /fig -->` in README.md and
+docs/*.md.  Under each table, the line `measured()` renders says when and at
+which commit its result was measured and how to rerun it; a result listed in
+bench/suites.py's PENDING_RERUN is marked stale wherever it is shown."""
 import json
 import re
 from pathlib import Path
 
+import suites
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+# The results read since it was last cleared: what the README and docs render
+# (tests/python/test_readme_figures.py checks that each is fresh).
+USED = set()
+
+
+def read(path):
+    USED.add(path.stem)
+    return json.loads(path.read_text())
 
 
 def load(name):
     p = RESULTS / f"{name}.json"
-    return json.loads(p.read_text()) if p.exists() else None
+    return read(p) if p.exists() else None
+
+
+def measured(doc):
+    """The line under a table: the commit and date its result was measured
+    at, and how to rerun it; stale, with why, if it is knowingly not rerun."""
+    prov = doc["provenance"]
+    name = prov["measurement"]
+    rerun = f'`make bench BENCH_ARGS="{suites.MEASUREMENTS[name].rerun}"`'
+    if prov.get("code"):
+        dirty = " with uncommitted changes" if prov.get("dirty") else ""
+        at = f"Measured at `{prov['commit'][:10]}`{dirty} on {prov['date'][:10]}"
+    else:
+        at = (f"Recorded in `{prov['recorded_in'][:10]}` on {prov['date'][:10]}"
+              + (f" (measured at `{prov['commit'][:10]}`)" if prov.get("commit") else "")
+              + ", before results named the code they measured")
+    line = f"*{at}; rerun: {rerun}.*"
+    if name in suites.PENDING_RERUN:
+        line = (f"**Stale: the code these figures describe has changed since they were measured, and they were not "
+                f"rerun** ({suites.PENDING_RERUN[name]}). {line}")
+    return [line, ""]
+
+
+def stale_note(results):
+    """What a figure in prose says of itself when a result it comes from is
+    knowingly stale (bench/suites.py PENDING_RERUN); "" otherwise."""
+    pending = sorted({suites.measurement_of(r) for r in results} & set(suites.PENDING_RERUN))
+    if not pending:
+        return ""
+    return f" [stale: measured before later changes to its code; the {', '.join(pending)} suite not rerun]"
+
+
+def cold_how(doc):
+    """How the result's cold runs emptied the cache."""
+    if doc["provenance"].get("cold") == "fadvise":
+        return "the file's pages dropped (`POSIX_FADV_DONTNEED`) before each run"
+    return "`drop_caches` before each run"
 
 
 def pyplot():
@@ -62,7 +114,8 @@ def convert_table(doc, what):
     lines = []
     gb = doc["bytes"] / 1e9
     lines.append(f"**Convert a {gb:.1f} GB Llama-shaped bf16 {what} into {doc['max_shard_size']} safetensors shards** "
-                 "(each contender in its own process, after `sync`; peak RSS from GNU time)")
+                 f"(each contender in its own process, after `sync`, alternating, median of "
+                 f"{len(doc['results']['warm']['cp']['runs'])}; cold = {cold_how(doc)}; peak RSS from GNU time)")
     lines.append("")
     lines.append("| cache | contender | median | GB/s | min–max | peak RSS |")
     lines.append("|---|---|---:|---:|---:|---:|")
@@ -78,12 +131,12 @@ def convert_table(doc, what):
         lines.append(f"- {mode}: ckpt convert runs at **{r['ckpt_vs_cp (no fsync)']:.0%}** of `cp`'s speed "
                      f"(neither syncing) and **{r['ckpt_vs_cp (fsync)']:.0%}** of `cp && sync` (both durable).")
     lines.append("")
-    return lines
+    return lines + measured(doc)
 
 
 def load_docs():
     order = {"bf16": 0, "sharded": 1, "f32": 2}
-    docs = (json.loads(p.read_text()) for p in RESULTS.glob("load-*GB*.json"))
+    docs = (read(p) for p in RESULTS.glob("load-*GB*.json"))
     return sorted(docs, key=lambda d: (round(d["bytes"] / 1e9), order.get(d.get("variant", "bf16"), 3)))
 
 
@@ -114,7 +167,7 @@ def load_table(doc):
     what = {"sharded": ", in 1 GB shards", "f32": ", float32"}.get(doc.get("variant", "bf16"), "")
     lines = [f"**Load a {gb:.1f} GB Llama-shaped checkpoint{what} to CPU memory** ({doc['file']}, bf16 unless noted; "
              "every contender checksums every byte it loaded; own process each; median of "
-             f"{doc['runs']}; cold = `drop_caches` before each run)", "",
+             f"{doc['runs']}; cold = {cold_how(doc)})", "",
              "| contender | warm GB/s | warm peak RSS | cold GB/s | cold peak RSS |", "|---|---:|---:|---:|---:|"]
     for k, w in doc["results"]["warm"].items():
         c = doc["results"]["cold"].get(k, {})
@@ -125,29 +178,27 @@ def load_table(doc):
               f"{ms['first_touch']['gb_per_s']:.2f} GB/s; cast kernels (output bytes) bf16→f32 "
               f"{ms['cast_bf16_to_f32']['gb_per_s']:.1f}, f32→bf16 {ms['cast_f32_to_bf16']['gb_per_s']:.1f}, "
               f"f16→f32 {ms['cast_f16_to_f32']['gb_per_s']:.1f}, f32→f16 {ms['cast_f32_to_f16']['gb_per_s']:.1f} GB/s.", ""]
-    return lines
+    return lines + measured(doc)
 
 
 def python_docs():
-    return sorted((json.loads(p.read_text()) for p in RESULTS.glob("python-*GB.json")), key=lambda d: d["bytes"])
+    return sorted((read(p) for p in RESULTS.glob("python-*GB.json")), key=lambda d: d["bytes"])
 
 
 def python_table(doc):
     gb = doc["bytes"] / 1e9
     r = doc["results"]
-    lines = [f"**The Python package on a {gb:.1f} GB Llama-shaped bf16 file** ({doc['file']}; own process each, "
-             f"median of {doc['runs']}; every byte checksummed after the load)", "",
+    lines = [f"**`ckpt.torch.load_file` against `safetensors.torch.load_file` on a {gb:.1f} GB Llama-shaped bf16 file** "
+             f"({doc['file']}; own process each, alternating, median of {doc['runs']}; every byte checksummed after "
+             f"the load; cold = {cold_how(doc)}; `ckpt.load` and `load_into` are in the perf suite's table below)", "",
              "| contender | warm: dict returned | warm: load + checksum | cold: load + checksum | peak RSS |",
              "|---|---:|---:|---:|---:|"]
     for k, w in r["load_file"].items():
         c = r["load_file_cold"].get(k, {})
         lines.append(f"| {k} | {w['load_median'] * 1e3:.1f} ms | {w['median'] * 1e3:.0f} ms ({w['gb_per_s']:.1f} GB/s) | "
                      f"{c['median']:.2f} s ({c['gb_per_s']:.2f} GB/s) | {w['peak_rss_bytes'] / 2**30:.2f} GiB |")
-    lines += ["", "| load into a module of 2 GB parameters (warm) | time | peak RSS above the module |", "|---|---:|---:|"]
-    for k, v in r["load_into"].items():
-        lines.append(f"| {k} | {v['median']:.2f} s | {v['rss_over_module_bytes'] / 2**20:,.1f} MiB |")
     lines.append("")
-    return lines
+    return lines + measured(doc)
 
 
 def python_chart(doc):
@@ -155,7 +206,7 @@ def python_chart(doc):
     if plt is None:
         return
     r = doc["results"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 2.4))
     for ax, group, title in ((axes[0], "load_file", "warm load + checksum (s)"),
                              (axes[1], "load_file_cold", "cold load + checksum (s)")):
         names = list(r[group])
@@ -163,11 +214,6 @@ def python_chart(doc):
                 color=["#2a7" if n.startswith("ckpt") else "#999" for n in names])
         ax.invert_yaxis()
         ax.set_title(title)
-    names = list(r["load_into"])
-    axes[2].barh(names, [r["load_into"][n]["rss_over_module_bytes"] / 2**20 for n in names],
-                 color=["#2a7" if n.startswith("ckpt") else "#999" for n in names])
-    axes[2].invert_yaxis()
-    axes[2].set_title("load into a module: peak RSS above it (MiB)")
     fig.tight_layout()
     fig.savefig(RESULTS / f"python-{round(doc['bytes'] / 1e9)}GB.png", dpi=100)
     plt.close(fig)
@@ -210,7 +256,7 @@ def gguf_table(doc):
     lines.append("vs cp: cp's time over the contender's (1.00× = as fast as copying the bytes)."
                  + (f" {doc['note']}" if doc.get("note") else ""))
     lines.append("")
-    return lines
+    return lines + measured(doc)
 
 
 def gguf_chart(doc):
@@ -235,7 +281,7 @@ def gguf_chart(doc):
 
 
 def jax_docs():
-    return sorted((json.loads(p.read_text()) for p in RESULTS.glob("jax-*GB.json")), key=lambda d: d["bytes"])
+    return sorted((read(p) for p in RESULTS.glob("jax-*GB.json")), key=lambda d: d["bytes"])
 
 
 def jax_table(doc):
@@ -268,7 +314,7 @@ def jax_table(doc):
     m = doc["machine"]
     lines += ["", f"jax {m.get('jax')}, flax {m.get('flax')}, orbax-checkpoint {m.get('orbax.checkpoint')}, "
               f"safetensors {m.get('safetensors')}.", ""]
-    return lines
+    return lines + measured(doc)
 
 
 def jax_chart(doc):
@@ -336,7 +382,7 @@ def bindings_tables(doc):
         lines.append(f"Data: {ex['data_bytes'] / mib:,.0f} MiB. Zero-copy binaries are the file's page-cache pages "
                      "(file RSS, shared, not BEAM memory); `copy: true` puts them in BEAM binaries.")
         lines.append("")
-    return lines
+    return lines + measured(doc)
 
 
 def bindings_chart(doc):
@@ -371,26 +417,6 @@ def bindings_chart(doc):
     plt.close(fig)
 
 
-def baseline_table(doc):
-    lines = [f"**This tree against a baseline build, same files, alternating in one run** ({doc['this']} vs "
-             f"{doc['baseline']}; median of {doc['runs']}; ratios below 1 are faster or smaller now)", "",
-             "| case | before | after | after / before | peak RSS before | after | after / before |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for name, row in doc["results"].items():
-        b, a = row[doc["baseline"]], row[doc["this"]]
-
-        def t(x):
-            return f"{x['median'] * 1e3:.1f} ms" if x["median"] < 1 else f"{x['median']:.2f} s"
-
-        def m(x):
-            return f"{x['peak_rss_bytes'] / 2**20:,.0f} MiB" if x["peak_rss_bytes"] else "–"
-        rss_ratio = f"{row['rss_after_over_before']:.2f}" if "rss_after_over_before" in row else "–"
-        lines.append(f"| {name} | {t(b)} | {t(a)} | {row['time_after_over_before']:.2f} | {m(b)} | {m(a)} | "
-                     f"{rss_ratio} |")
-    lines.append("")
-    return lines
-
-
 def baseline_chart(doc):
     plt = pyplot()
     if plt is None:
@@ -417,8 +443,8 @@ def distributed_table(doc):
                   f"{tp['bytes'] / 1e9:.1f} GB bf16 checkpoint** (gloo on 127.0.0.1, one process per rank, "
                   "slowest rank's wall time, every kept byte checksummed; median of "
                   f"{len(next(iter(tp['results']['warm'].values()))['runs'])})", "",
-                  "| contender | cache | median | bytes read / needed per rank | peak RSS per rank |",
-                  "|---|---|---:|---:|---:|"]
+                  "| contender | cache | median | bytes read / needed per rank | received per rank | peak RSS per rank |",
+                  "|---|---|---:|---:|---:|---:|"]
         for cache in ("warm", "cold"):
             for k, v in tp["results"].get(cache, {}).items():
                 cells = []
@@ -430,7 +456,9 @@ def distributed_table(doc):
                     cells.append(f"disk {min(r):.3f}–{max(r):.3f}")
                 ratio = "; ".join(cells) or "–"
                 rss = max(r["rss_peak"] for r in v["per_rank"]) / 2**20
-                lines.append(f"| {k} | {cache} | {v['median']:.2f} s | {ratio} | {rss:,.0f} MiB |")
+                got = [r["bytes_received"] for r in v["per_rank"] if r.get("bytes_received") is not None]
+                received = f"{max(got) / 2**20:,.2f} MiB" if got else "–"
+                lines.append(f"| {k} | {cache} | {v['median']:.2f} s | {ratio} | {received} | {rss:,.0f} MiB |")
         lines.append("")
     sv = doc.get("save")
     if sv and sv.get("results"):
@@ -477,7 +505,7 @@ def dcp_table(doc):
                   f"{h['ckpt_vs_cp (no fsync)']:.0%} of `cp -r`, {h['ckpt_vs_consolidate']:.1f}x torch's "
                   "consolidate_safetensors_files.",
               f"- Checked: {doc.get('checked', '')}; HF layer: {doc.get('hf_layer_checked', '')}.", ""]
-    return lines
+    return lines + measured(doc)
 
 
 def dcp_chart(doc):
@@ -504,7 +532,7 @@ def dcp_chart(doc):
 # ---- the sources suites (bench/sources_suite.py) ----
 
 def sources_docs(kind):
-    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob(f"sources-{kind}-*GB.json"))]
+    return [read(p) for p in sorted(RESULTS.glob(f"sources-{kind}-*GB.json"))]
 
 
 def _pct(x):
@@ -516,7 +544,7 @@ def sources_http_table(doc):
     lines = [f"**A {gb:.1f} GB safetensors file over loopback HTTP and S3** ({doc['source']}; every loader "
              "checksums every byte; curl only counts them; own process each, alternating; median of "
              f"{len(next(v for v in doc['results']['warm'].values() if 'runs' in v)['runs'])}; "
-             "cold = `drop_caches` before each run, so the server reads the disk)", "",
+             f"cold = {cold_how(doc)}, so the server reads the disk)", "",
              "| contender | warm GB/s | cold GB/s | peak RSS |", "|---|---:|---:|---:|"]
     warm, cold = doc["results"]["warm"], doc["results"]["cold"]
     for k, v in warm.items():
@@ -545,13 +573,13 @@ def sources_http_table(doc):
                      f" — ckpt {mw['ratios'].get('ckpt_s3_over_runai') or float('nan'):.1f}× Run:ai's speed.")
     lines.append(f"- Servers: {doc['servers']['http']}; s3://: {doc['servers']['s3']}.")
     lines.append("")
-    return lines
+    return lines + measured(doc)
 
 
 def sources_memlimit_table(doc):
     gb, lim = doc["bytes"] / 1e9, doc["limit_bytes"] / 1e9
     lines = [f"**Load and convert a {gb:.1f} GB checkpoint inside a {lim:.0f} GB memory cgroup** ({doc['cgroup']}; "
-             "cold, `drop_caches` before each run; the loads fill a model whose parameters are already allocated "
+             f"cold, {cold_how(doc)}; the loads fill a model whose parameters are already allocated "
              "and touched, then checksum them; median of "
              f"{len(next(iter(doc['results'].values()))['runs'])})", "",
              "| contender | outcome | median | GB/s | of its ceiling | cgroup peak |",
@@ -566,7 +594,7 @@ def sources_memlimit_table(doc):
                  "checkpoint on the same disk) with the `dd` copy; a contender whose cgroup peak is the limit "
                  "had the kernel reclaim its page cache as it went; OOM kills would show as the outcome.")
     lines.append("")
-    return lines
+    return lines + measured(doc)
 
 
 def sources_charts():
@@ -600,45 +628,67 @@ def sources_charts():
         plt.close(fig)
 
 
-def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
+def open_table(doc):
+    m = doc["machine"]
+    return [f"Machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('mem_gib')} GiB, "
+            f"{m.get('data_fs', '?')}; {m.get('ckpt')}, safetensors {m.get('safetensors')}, "
+            f"huggingface_hub {m.get('huggingface_hub')}, torch {m.get('torch')}.", "",
+            f"**Open a sharded checkpoint of {doc['tensors']:,} tensors** (metadata only, warm, "
+            f"median of {len(doc['results']['ckpt']['runs'])}; target < {doc['target_ms']} ms)", "",
+            "| contender | median | min–max |", "|---|---:|---:|",
+            *(f"| {k} | {v['median'] * 1e3:.1f} ms | {v['min'] * 1e3:.1f}–{v['max'] * 1e3:.1f} ms |"
+              for k, v in doc["results"].items()), ""] + measured(doc)
+
+
+def torch_read_table(doc):
+    lines = [f"**Read every tensor of a {doc['bytes'] / 1e6:.0f} MB ResNet-152-shaped torch file into owned "
+             "buffers** (warm, all bytes checksummed, alternating, median of "
+             f"{len(next(iter(doc['results'].values()))['runs'])})", "",
+             "| contender | median | peak RSS | RSS above the data |", "|---|---:|---:|---:|"]
+    for k, v in doc["results"].items():
+        lines.append(f"| {k} | {v['median']:.2f} s | {v['peak_rss_bytes'] / 2**20:,.1f} MiB | "
+                     f"{v['rss_over_file_mib']:+,.1f} MiB |")
+    return lines + [""] + measured(doc)
+
+
+def crc_table(doc):
+    """The crc suite (bench/crc_suite.py): ZIP CRC-32s checked or not."""
+    la = doc["load_average"]
+    lines = [f"**What checking ZIP CRC-32s costs: a {doc['bytes'] / 1e9:.2f} GB Llama-style bf16 torch `.bin`, warm, "
+             f"loaded and converted whole with the check on and off** (bench/crc_suite.py; each run in its own "
+             f"process, checked and not alternating, median of {doc['runs']}; load average {la['min']:.0f}–"
+             f"{la['max']:.0f} during the run)", "",
+             "| case | checked | not checked | cost |", "|---|---:|---:|---:|"]
+    for what, r in doc["results"].items():
+        lines.append(f"| {what} | {_span(r['crc'])} | {_span(r['nocrc'])} | {r['cost']:+.0%} |")
+    sp = doc["machine_speeds"]
+    lines += ["", f"zlib {sp['zlib']}'s crc32, which ckpt replaces with a PCLMULQDQ fold on x86, runs at "
+              f"{sp['zlib_crc32_gb_per_s']:.2f} GB/s here; memcpy at {sp['memcpy_gb_per_s']:.1f} GB/s.", ""]
+    return lines + measured(doc)
+
+
+def table():
+    """The README's benchmark section, between its bench markers."""
     lines = []
     for doc in load_docs():
         lines += load_table(doc)
     for doc in python_docs():
         if "load_file_cold" in doc["results"]:
             lines += python_table(doc)
+    if load("perf"):
+        lines += perf_table(load("perf"))
     for doc in jax_docs():
         lines += jax_table(doc)
-    if open_doc:
-        m = open_doc["machine"]
-        lines.append(f"Machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('mem_gib')} GiB, "
-                     f"{m.get('data_fs', '?')}; {m.get('ckpt')}, safetensors {m.get('safetensors')}, "
-                     f"huggingface_hub {m.get('huggingface_hub')}, torch {m.get('torch')}.")
-        lines.append("")
-        lines.append(f"**Open a sharded checkpoint of {open_doc['tensors']:,} tensors** (metadata only, warm, "
-                     f"median of {len(open_doc['results']['ckpt']['runs'])}; target < {open_doc['target_ms']} ms)")
-        lines.append("")
-        lines.append("| contender | median | min–max |")
-        lines.append("|---|---:|---:|")
-        for k, v in open_doc["results"].items():
-            lines.append(f"| {k} | {v['median'] * 1e3:.1f} ms | {v['min'] * 1e3:.1f}–{v['max'] * 1e3:.1f} ms |")
-        lines.append("")
-    if convert_doc:
-        lines += convert_table(convert_doc, "safetensors file")
-    if torch_convert:
-        lines += convert_table(torch_convert, "torch.save file (`.bin`)")
-    if torch_read:
-        mb = torch_read["bytes"] / 1e6
-        lines.append(f"**Read every tensor of a {mb:.0f} MB ResNet-152-shaped torch file into owned buffers** "
-                     "(warm, all bytes checksummed, median of "
-                     f"{len(next(iter(torch_read['results'].values()))['runs'])})")
-        lines.append("")
-        lines.append("| contender | median | peak RSS | RSS above the data |")
-        lines.append("|---|---:|---:|---:|")
-        for k, v in torch_read["results"].items():
-            lines.append(f"| {k} | {v['median']:.2f} s | {v['peak_rss_bytes'] / 2**20:,.1f} MiB | "
-                         f"{v['rss_over_file_mib']:+,.1f} MiB |")
-        lines.append("")
+    if load("open"):
+        lines += open_table(load("open"))
+    if load("convert"):
+        lines += convert_table(load("convert"), "safetensors file")
+    if load("torch_convert"):
+        lines += convert_table(load("torch_convert"), "torch.save file (`.bin`)")
+    if load("torch_read"):
+        lines += torch_read_table(load("torch_read"))
+    if load("crc"):
+        lines += crc_table(load("crc"))
     gguf_doc = load("gguf")
     if gguf_doc and "cases" in gguf_doc:
         lines += gguf_table(gguf_doc)
@@ -650,12 +700,9 @@ def table(open_doc, convert_doc, torch_read=None, torch_convert=None):
         lines += sources_http_table(doc)
     for doc in sources_docs("memlimit"):
         lines += sources_memlimit_table(doc)
-    if load("baseline"):
-        lines += baseline_table(load("baseline"))
-    if load("distributed"):
-        lines += distributed_table(load("distributed"))
-    if load("perf"):
-        lines += perf_table(load("perf"))
+    lines.append("Many processes (tensor-parallel loads, collective saves, the MPI simulation): "
+                 "[docs/DISTRIBUTED.md](docs/DISTRIBUTED.md#measured).")
+    lines.append("")
     lines.append("Charts: `bench/results/*.png`; raw runs in `bench/results/*.json`.")
     return "\n".join(lines)
 
@@ -693,8 +740,8 @@ def perf_table(doc):
     runs = doc["runs"]
     lines = [f"**The Python calls users make, on a {doc['bytes'] / 1e9:.1f} GB Llama-shaped bf16 file** "
              f"({doc['file']}; bench/perf_suite.py: this tree against `{base}` and safetensors; own process each, "
-             f"alternating, median of {runs}; every byte returned is checksummed; cold = `drop_caches` before "
-             "each run; bytes read in a cold run: the file's pages in the page cache after it — reads through the cache "
+             f"alternating, median of {runs}; every byte returned is checksummed; cold = {cold_how(doc)}; "
+             "bytes read in a cold run: the file's pages in the page cache after it — reads through the cache "
              "and mappings — and, in brackets, the device's bytes read during it, which include O_DIRECT reads and "
              "the Python modules the process loads)", "",
              "| group | contender | warm | cold | cold: bytes read | peak RSS |", "|---|---|---:|---:|---:|---:|"]
@@ -751,7 +798,7 @@ def perf_table(doc):
     lines.append(f"Machine, same run: before it {fmt(sp['before'])}{after}. This tree: {doc.get('this_tree', '?')}. "
                  "Bold: target met. Ratios are the peer's median time over ckpt's.")
     lines.append("")
-    return lines
+    return lines + measured(doc)
 
 
 def perf_chart(doc):
@@ -780,71 +827,184 @@ def perf_chart(doc):
     plt.close(fig)
 
 
-# ------------------------------------------------ figures in README prose
-# Every measured figure in the README's prose sits between
+# ------------------------------------------- figures in README and docs prose
+# Every measured figure in the prose of README.md and docs/*.md sits between
 # `<!-- fig:NAME -->` and `<!-- /fig -->` and is rendered here from the JSON
 # (tests/python/test_readme_figures.py checks both, and that no measured
-# figure stands outside them).
+# figure stands outside them).  FIGURES: {name: (results it reads, render)}.
+
+FIGURES = {}
+
+
+def figure(name, *results):
+    """Registers render(*docs) as figure `name`, from bench/results/<results>.json."""
+    def register(render):
+        FIGURES[name] = (results, render)
+        return render
+    return register
+
 
 def _mib(b):
     return b / 2**20
 
 
-def figures():
-    """{name: text} for the README's fig markers; KeyError/TypeError when a
-    result the text needs is missing."""
-    out = {}
-    conv = load("convert")
+@figure("convert-peak", "convert")
+def _convert_peak(conv):
     peak = max(v["peak_rss_bytes"] for m in ("warm", "cold") for k, v in conv["results"][m].items()
                if k.startswith("ckpt convert"))
-    out["convert-peak"] = (f"converting a {conv['bytes'] / 1e9:.0f} GB checkpoint into {conv['max_shard_size']} "
-                           f"shards peaks at {_mib(peak):.1f} MiB of memory")
-    tr = load("torch_read")["results"]
-    out["torch-read"] = (f"A ResNet-152-shaped file reads into buffers with "
-                         f"{tr['ckpt (owned buffers, checksum)']['rss_over_file_mib']:.1f} MiB of overhead, while "
-                         f"`torch.load` adds {tr['torch.load(weights_only=True) + checksum']['rss_over_file_mib']:.0f}"
-                         " MiB")
-    op = load("open")
-    line = (f"30,000 tensors in 8 shards open in {op['results']['ckpt']['median'] * 1e3:.0f} ms from C, "
+    return (f"converting a {conv['bytes'] / 1e9:.0f} GB checkpoint into {conv['max_shard_size']} shards peaks at "
+            f"{_mib(peak):.1f} MiB of memory")
+
+
+@figure("torch-read", "torch_read")
+def _torch_read(tr):
+    tr = tr["results"]
+    return (f"A ResNet-152-shaped file reads into buffers with "
+            f"{tr['ckpt (owned buffers, checksum)']['rss_over_file_mib']:.1f} MiB of overhead, while `torch.load` adds "
+            f"{tr['torch.load(weights_only=True) + checksum']['rss_over_file_mib']:.0f} MiB")
+
+
+@figure("open", "open")
+def _open(op):
+    return (f"30,000 tensors in 8 shards open in {op['results']['ckpt']['median'] * 1e3:.0f} ms from C, "
             f"{op['ratio_peer_over_ckpt']:.1f}× as fast as safetensors' own `safe_open` over the same shards")
-    perf = load("perf")
-    if perf and "open" in perf["results"]:
-        o, base = perf["results"]["open"], perf["baseline"]
-        ip = o["in_process"]["ckpt.open + tensors (this tree)"]["median"]
-        pr = perf["ratios"]
-        line += (f"; from Python, `ckpt.open` with every shape and dtype takes {ip * 1e3:.0f} ms "
-                 f"({pr['open in process with shapes and dtypes: ckpt (this tree) vs safe_open']:.1f}× safetensors), "
-                 f"and a whole process that opens and lists the names "
-                 f"{pr['open whole process: ckpt (this tree) vs index + safe_open + keys()']:.1f}× as fast")
-    out["open"] = line
-    py = load("python-2GB")
-    out["load-file-cold"] = (f"{py['ratios']['cold: ckpt.torch.load_file / safetensors.torch.load_file (load + checksum)']:.1f}"
-                             "× safetensors' speed in the latest run")
-    into = py["ratios"]
-    text = (f"{into['load_into RSS over module (MiB)']:.1f} MiB measured warm for 2 GB of parameters, against "
-            f"{into['load_state_dict(load_file) RSS over module (MiB)'] / 1024:.0f} GiB for "
-            "`load_state_dict(load_file(...))`")
-    if perf and "into" in perf["results"]:
-        cold = perf["results"]["into"]["cold"]["ckpt.load_into(module) (this tree)"]["rss_over_module_max_bytes"]
-        text += f"; cold, up to the O_DIRECT ring: {_mib(cold):.1f} MiB"
-    out["load-into"] = text
-    rust = load("bindings")["rust"]["results"]
+
+
+@figure("open-python", "perf")
+def _open_python(perf):
+    o, pr = perf["results"]["open"], perf["ratios"]
+    ip = o["in_process"]["ckpt.open + tensors (this tree)"]["median"]
+    return (f"from Python, `ckpt.open` with every shape and dtype takes {ip * 1e3:.0f} ms "
+            f"({pr['open in process with shapes and dtypes: ckpt (this tree) vs safe_open']:.1f}× safetensors), "
+            f"and a whole process that opens and lists the names "
+            f"{pr['open whole process: ckpt (this tree) vs index + safe_open + keys()']:.1f}× as fast")
+
+
+@figure("load-file-cold", "python-2GB")
+def _load_file_cold(py):
+    r = py["ratios"]["cold: ckpt.torch.load_file / safetensors.torch.load_file (load + checksum)"]
+    return f"{r:.1f}× safetensors' speed in the latest run"
+
+
+@figure("load-into", "perf")
+def _load_into(perf):
+    into = perf["results"]["into"]
+    ours, theirs = into["warm"]["ckpt.load_into(module) (this tree)"], into["warm"]["module.load_state_dict(load_file)"]
+    cold = into["cold"]["ckpt.load_into(module) (this tree)"]
+    return (f"{_mib(ours['rss_over_module_max_bytes']):.1f} MiB measured warm for "
+            f"{perf['bytes'] / 1e9:.0f} GB of parameters, against {theirs['rss_over_module_max_bytes'] / 2**30:.0f} "
+            f"GiB for `load_state_dict(load_file(...))`; cold, up to the O_DIRECT ring: "
+            f"{_mib(cold['rss_over_module_max_bytes']):.1f} MiB")
+
+
+@figure("rust", "bindings")
+def _rust(doc):
+    rust = doc["rust"]["results"]
     vecs = "Rust ckpt: Plan::load_vecs into typed Vecs"
-    out["rust"] = (f"at about {rust['warm'][vecs]['rss_over_file_mib']:.0f} MiB above the file's size "
-                   f"({rust['cold'][vecs]['rss_over_file_mib']:.0f} MiB cold, the engine's O_DIRECT bounce ring), "
-                   f"where `torch.load` adds {rust['warm']['torch.load(weights_only=True)']['rss_over_file_mib']:.0f}"
-                   " MiB")
-    if perf:
-        out["when-to-use"] = when_to_use(perf)
-    return out
+    return (f"at about {rust['warm'][vecs]['rss_over_file_mib']:.0f} MiB above the file's size "
+            f"({rust['cold'][vecs]['rss_over_file_mib']:.0f} MiB cold, the engine's O_DIRECT bounce ring), "
+            f"where `torch.load` adds {rust['warm']['torch.load(weights_only=True)']['rss_over_file_mib']:.0f} MiB")
 
 
+def _overlap(r):
+    """Whether the checked and unchecked runs' min–max spreads overlap."""
+    return r["crc"]["min_s"] <= r["nocrc"]["max_s"] and r["nocrc"]["min_s"] <= r["crc"]["max_s"]
+
+
+@figure("crc", "crc")
+def _crc(doc):
+    r = doc["results"]
+    both = [k for k, v in r.items() if _overlap(v)]
+    spreads = ("their min–max spreads overlap" if len(both) == len(r) else
+               f"min–max spreads overlapping in {', '.join(both) or 'no case'}")
+    return (f"checking changed a warm load of a {doc['bytes'] / 1e9:.2f} GB torch `.bin` by "
+            f"{r['pre-touched caller buffers']['cost']:+.0%} into pre-touched buffers and "
+            f"{r['fresh library buffers']['cost']:+.0%} into fresh ones, and its conversion by "
+            f"{r['ckpt convert']['cost']:+.0%} (medians of {doc['runs']} alternating rounds on a shared machine; "
+            f"{spreads})")
+
+
+def _span(r):
+    return f"{r['median_s']:.3f} s [{r['min_s']:.3f}–{r['max_s']:.3f}]"
+
+
+@figure("crc-cost", "crc")
+def _crc_cost(doc):
+    r, sp = doc["results"], doc["machine_speeds"]
+    la = doc["load_average"]
+    return (f"zlib {sp['zlib']}'s table-driven crc32 runs at {sp['zlib_crc32_gb_per_s']:.2f} GB/s here, against "
+            f"memcpy's {sp['memcpy_gb_per_s']:.1f} GB/s. Cost (`make bench BENCH_ARGS=\"crc --runs {doc['runs']}\"`: "
+            f"a {doc['bytes'] / 1e9:.2f} GB Llama-style bf16 torch `.bin`, warm, whole, checked and not in "
+            f"{doc['runs']} alternating rounds; {doc['machine']['cpus']} CPUs shared with other jobs, load average "
+            f"{la['min']:.0f}–{la['max']:.0f}): into pre-touched caller buffers "
+            f"{_span(r['pre-touched caller buffers']['crc'])} checked against "
+            f"{_span(r['pre-touched caller buffers']['nocrc'])} ({r['pre-touched caller buffers']['cost']:+.0%}); "
+            f"into fresh library buffers {_span(r['fresh library buffers']['crc'])} against "
+            f"{_span(r['fresh library buffers']['nocrc'])} ({r['fresh library buffers']['cost']:+.0%}); "
+            f"`ckpt convert` to safetensors, which then reads through memory instead of copy_file_range, "
+            f"{_span(r['ckpt convert']['crc'])} against {_span(r['ckpt convert']['nocrc'])} "
+            f"({r['ckpt convert']['cost']:+.0%})")
+
+
+@figure("casts", "load-2GB")
+def _casts(doc):
+    ms = doc["machine_speeds"]
+    return (f"bf16→f32 {ms['cast_bf16_to_f32']['gb_per_s']:.0f} GB/s, f32→bf16 {ms['cast_f32_to_bf16']['gb_per_s']:.0f} "
+            f"GB/s, f16→f32 {ms['cast_f16_to_f32']['gb_per_s']:.0f} GB/s, f32→f16 "
+            f"{ms['cast_f32_to_f16']['gb_per_s']:.0f} GB/s (output bytes), against memcpy's "
+            f"{ms['memcpy']['gb_per_s']:.0f} GB/s in the same run")
+
+
+@figure("distributed-headers", "distributed")
+def _distributed_headers(doc):
+    top = doc["mpi_sim"]["rows"][-1]
+    return (f"at {top['ranks']} ranks below, {top['header_bytes_read_each'] / 1e6:.1f} MB of header reads instead of "
+            f"{top['header_bytes_read_bcast'] / 1e6:.1f} MB")
+
+
+@figure("distributed-open", "distributed")
+def _distributed_open(doc):
+    top = doc["mpi_sim"]["rows"][-1]
+    return (f"at {top['ranks']} ranks on this machine's {doc['machine']['cpus']} cores, opening a "
+            f"{top['tensors']:,}-tensor, {top['files']}-file checkpoint took {top['open_each_s']:.2f} s when every "
+            f"rank parsed it and {top['open_bcast_s']:.2f} s when rank 0 parsed and broadcast")
+
+
+@figure("distributed-vote", "distributed")
+def _distributed_vote(doc):
+    rows = doc["mpi_sim"]["rows"]
+    two = next(r for r in rows if r["ranks"] == 2)
+    return f"{rows[-1]['vote_s'] * 1e3:.2f} ms at {rows[-1]['ranks']} ranks ({two['vote_s'] * 1e3:.2f} ms at 2)"
+
+
+@figure("distributed-received", "distributed")
+def _distributed_received(doc):
+    v = doc["tp_load"]["results"]["warm"]["ckpt.distributed.load, 4 ranks"]["per_rank"]
+    return f"{_mib(max(r['bytes_received'] for r in v)):.2f} MiB per rank received"
+
+
+@figure("distributed-save-rss", "distributed")
+def _distributed_save_rss(doc):
+    v = doc["save"]["results"]["ckpt.distributed.save, 4 ranks"]["per_rank"]
+    return f"{max(r['rss_above_own_mib'] for r in v):.0f} MiB"
+
+
+@figure("distributed-tables", "distributed")
+def _distributed_tables(doc):
+    m = doc["machine"]
+    machine = [f"Machine: {m.get('cpu', '?')}, {m.get('cpus')} CPUs, {m.get('mem_gib')} GiB, {m.get('data_fs', '?')}; "
+               f"torch {m.get('torch')}.", ""]
+    return "\n".join(distributed_table(doc) + machine + measured(doc)).strip()
+
+
+@figure("when-to-use", "perf")
 def when_to_use(perf):
-    g, r = perf["results"], perf["ratios"]
+    g = perf["results"]
 
     def t(group, label, mode):
         return _fmt_s(g[group][mode][label]["median"])
-    rows = ["| call | gives | use it when | measured (2 GB bf16, warm / cold) |", "|---|---|---|---|"]
+    rows = [f"| call | gives | use it when | measured ({perf['bytes'] / 1e9:.0f} GB bf16, warm / cold) |",
+            "|---|---|---|---|"]
     if "load" in g:
         rows.append("| `ckpt.torch.load_file(path)` | safetensors' `load_file`, for every format | replacing "
                     "`safetensors.torch.load_file` as is | see the Python package table below |")
@@ -863,25 +1023,51 @@ def when_to_use(perf):
                 "vanish while the tensors live, or a network file system |" +
                 (f" {t('load', 'ckpt.load(copy=True) (this tree)', 'warm')} / "
                  f"{t('load', 'ckpt.load(copy=True) (this tree)', 'cold')} |" if "load" in g else " |"))
-    return "\n".join(rows)
+    return "\n".join(rows + [""] + measured(perf)).strip()
+
+
+def figures():
+    """{name: text} for the fig markers of README.md and docs/*.md; KeyError
+    or TypeError when a result a text needs is missing.  A figure from a
+    result knowingly stale (bench/suites.py PENDING_RERUN) says so: a table
+    in the line measured() renders under it, a phrase in its stale_note()."""
+    out = {}
+    for name, (results, render) in FIGURES.items():
+        text = render(*(load(r) for r in results))
+        out[name] = text if "\n" in text else text + stale_note(results)
+    return out
 
 
 FIG = re.compile(r"<!-- fig:([a-z0-9-]+) -->(.*?)<!-- /fig -->", re.S)
 
 
 def render_figures(text, figs):
-    """The README with every fig marker's content rendered from figs."""
+    """The text with every fig marker's content rendered from figs."""
     def sub(m):
         if m.group(1) not in figs:
-            raise KeyError(f"README figure {m.group(1)!r} has no result in bench/results")
+            raise KeyError(f"figure {m.group(1)!r} has no result in bench/results")
         body = figs[m.group(1)]
         return f"<!-- fig:{m.group(1)} -->{chr(10) + body + chr(10) if chr(10) in body else body}<!-- /fig -->"
     return FIG.sub(sub, text)
 
 
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+def render(path):
+    """The text of README.md or a docs page as this report renders it: its
+    figures, and (README.md) the tables between the bench markers."""
+    text = render_figures(path.read_text(), figures())
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+    return text
+
+
 def main():
     open_doc, convert_doc = load("open"), load("convert")
-    torch_read, torch_convert = load("torch_read"), load("torch_convert")
+    torch_convert = load("torch_convert")
     charts(open_doc, convert_doc)
     for doc in load_docs():
         load_chart(doc)
@@ -903,15 +1089,11 @@ def main():
         baseline_chart(load("baseline"))
     if load("perf"):
         perf_chart(load("perf"))
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    text = render_figures(text, figures())
-    begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        readme.write_text(f"{head}{begin}\n{table(open_doc, convert_doc, torch_read, torch_convert)}\n{end}{tail}")
-        print("README table updated")
+    for path in DOCS:
+        text = render(path)
+        if text != path.read_text():
+            path.write_text(text)
+            print(f"{path.relative_to(ROOT)} updated")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,10 @@ Suites:
                  4 GB collective save against one process, and a 1-32 rank
                  MPI simulation (bench/distributed_suite.py; not in the
                  default set: `make bench BENCH_ARGS=distributed`)
+  crc            what checking ZIP CRC-32s costs: a 2 GB torch .bin loaded and
+                 converted with the check on and off, alternating; zlib's crc32
+                 against memcpy (bench/crc_suite.py; not in the default set:
+                 `make bench BENCH_ARGS="crc --runs 5"`)
   baseline       this tree against an earlier commit's build on the same
                  files: open, load, convert, Python (bench/baseline_suite.py;
                  not in the default set: `make bench BENCH_ARGS="baseline
@@ -52,8 +56,10 @@ Suites:
                  safetensors and against --baseline REV (default main)
                  (bench/perf_suite.py; not in the default set)
 
-Results: bench/results/<suite>.json and .png; `bench/report.py` renders the
-README table from the JSON.
+Results: bench/results/<suite>.json and .png, each with its provenance (the
+commit, the digest of the code it measured — bench/suites.py —, the date, the
+machine, the command); `bench/report.py` renders the README's tables and
+figures from the JSON.
 """
 import argparse
 import json
@@ -70,6 +76,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from ckptlib import BIN_PATH, write  # noqa: E402
 
+import suites  # noqa: E402
+
 DATA = Path(os.environ.get("CKPT_BENCH_DATA", ROOT / "bench" / "data"))
 RESULTS = ROOT / "bench" / "results"
 
@@ -77,15 +85,7 @@ RESULTS = ROOT / "bench" / "results"
 # ---------------------------------------------------------------- helpers
 
 def machine_facts():
-    facts = {"python": platform.python_version(), "kernel": platform.release(), "cpus": os.cpu_count()}
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                facts["cpu"] = line.split(":", 1)[1].strip()
-                break
-        facts["mem_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    except (OSError, ValueError):
-        pass
+    facts = {"python": platform.python_version(), **suites.machine()}
     fs = subprocess.run(["df", "-T", str(DATA)], capture_output=True, text=True).stdout.splitlines()
     if len(fs) > 1:
         facts["data_fs"] = fs[1].split()[1]
@@ -98,10 +98,20 @@ def machine_facts():
     return facts
 
 
+def cold_method():
+    """How cold runs empty the cache: "drop_caches" (the whole page cache, as
+    root; else per file) or "fadvise" (only the files' pages, for a machine
+    shared with other work): `--cold`, recorded in each result's provenance."""
+    return os.environ.get("CKPT_BENCH_COLD", "drop_caches")
+
+
 def drop_caches(paths):
-    """Cold cache: drop the page cache (root), else fadvise DONTNEED per file."""
+    """Cold cache: drop the page cache (root, unless --cold fadvise), else
+    fadvise DONTNEED per file."""
     subprocess.run(["sync"])
     try:
+        if cold_method() != "drop_caches":
+            raise PermissionError("--cold fadvise")
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("3\n")
         return "drop_caches"
@@ -139,9 +149,19 @@ def summary(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": values}
 
 
+def measure(call, data, cache):
+    """The key of one of ckpt's measures (bench/suites.py): what was called,
+    on which file, warm or cold.  Two results holding the same key measure
+    the same thing: the figure test lets the README show only the newer."""
+    return f"{call} | {Path(str(data)).name} | {cache}"
+
+
 def save(name, doc):
+    """Writes bench/results/<name>.json with its provenance (bench/suites.py):
+    the commit, the digest of the code it measured, date, machine, command."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
+    doc = {"provenance": suites.provenance(name, cold=cold_method()), **{k: v for k, v in doc.items() if k != "provenance"}}
     path.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {path}")
 
@@ -200,6 +220,7 @@ def suite_open(args):
         cmd = [sys.executable, "-c", code, str(path), str(runs + 2), str(ROOT / "tests")]
         times = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)[2:]
         results[label] = summary(times)
+    results["ckpt"]["measure"] = measure("open + tensor count (C, tests/ckptlib.py)", path, "warm")
     ck = results["ckpt"]["median"]
     doc = {"suite": "open", "tensors": n, "shards": 8, "machine": machine_facts(), "results": results,
            "ratio_peer_over_ckpt": results["safetensors safe_open + json index"]["median"] / ck,
@@ -324,6 +345,8 @@ def run_convert_suite(name, src, contenders, args, slow=()):
             s = summary(r["seconds"])
             s["gb_per_s"] = size / s["median"] / 1e9
             s["peak_rss_bytes"] = max(r["rss"])
+            if label.startswith("ckpt"):
+                s["measure"] = measure(f"{label} --max-shard-size 1GB", src, mode)
             doc["results"][mode][label] = s
         res = doc["results"][mode]
         doc["results"][mode]["ratios"] = {
@@ -449,6 +472,8 @@ def suite_torch_read(args):
         s = summary(r["seconds"])
         s["peak_rss_bytes"] = max(r["rss"])
         s["rss_over_file_mib"] = (max(r["rss"]) - size) / 2**20
+        if label.startswith("ckpt"):
+            s["measure"] = measure("ckpt_read_all", src, "warm")
         doc["results"][label] = s
     save("torch_read", doc)
     return doc
@@ -508,6 +533,11 @@ def suite_baseline(args):
     run_baseline_suite(args)
 
 
+def suite_crc(args):
+    from crc_suite import run_crc_suite
+    run_crc_suite(args)
+
+
 def suite_perf(args):
     from perf_suite import run_perf_suite
     run_perf_suite(args)
@@ -538,14 +568,17 @@ def main():
     ap.add_argument("--perf-groups", default="load,f32,tp0,tp1,into,big,open", help="groups of the perf suite")
     ap.add_argument("--perf-big-gb", type=int, default=8, help="size (GB) of the perf suite's single big file")
     ap.add_argument("--baseline", help="the commit the baseline suite compares this tree with")
+    ap.add_argument("--cold", choices=("drop_caches", "fadvise"), default=cold_method(),
+                    help="how cold runs empty the cache: the whole page cache (as root), or only the files' pages")
     args = ap.parse_args()
+    os.environ["CKPT_BENCH_COLD"] = args.cold
     for s in args.suites:
         print(f"== {s}")
         {"open": suite_open, "convert": suite_convert, "torch_read": suite_torch_read,
          "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
          "gguf": suite_gguf, "jax": suite_jax, "bindings": suite_bindings, "baseline": suite_baseline,
          "http": suite_http, "memlimit": suite_memlimit, "dcp": suite_dcp, "distributed": suite_distributed,
-         "perf": suite_perf}[s](args)
+         "perf": suite_perf, "crc": suite_crc}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 
