@@ -19,7 +19,7 @@ const char verify_usage[] =
     "many tensors in how many files), then the checksums (\"the CRC-32 of 39 ZIP\n"
     "members\", \"the XXH3-64 of 5 tensors and 1 header\"), the tensors they\n"
     "cover and the bytes re-read, or that the format records none.  stderr\n"
-    "carries only the progress bar (on a terminal) and errors.\n"
+    "carries only the progress bar (on a terminal), warnings and errors.\n"
     "\n"
     "PATH is any checkpoint ckpt reads:\n" CLI_READ_FORMATS
     "\n"
