@@ -100,6 +100,9 @@ const char *format_bytes(uint64_t bytes, char *buf, size_t cap);
 /* "22,713,728"-style count into buf. */
 const char *format_count(uint64_t n, char *buf, size_t cap);
 
+/* "in 0.21 s (0.43 GB/s)": the time, and the rate when bytes moved. */
+const char *format_elapsed(uint64_t bytes, double seconds, char *buf, size_t cap);
+
 /* The success line on stderr, e.g. "ckpt: wrote 104 tensors, 86.6 MiB in
  * 4 files to minilm/ in 0.21 s (0.43 GB/s)"; `where` may be NULL. */
 void print_summary(const char *verb, uint64_t tensors, uint64_t bytes, size_t files, const char *where,

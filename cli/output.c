@@ -162,20 +162,26 @@ void print_json_string(FILE *out, const char *s) {
     fputc('"', out);
 }
 
-void print_summary(const char *verb, uint64_t tensors, uint64_t bytes, size_t files, const char *where,
-                   double seconds) {
-    char count[32], size[32], rate[32] = "";
-    format_count(tensors, count, sizeof count);
-    format_bytes(bytes, size, sizeof size);
+const char *format_elapsed(uint64_t bytes, double seconds, char *buf, size_t cap) {
+    char rate[32] = "";
     if (seconds < 0) seconds = 0;
     double gbps = seconds > 0 ? (double)bytes / seconds / 1e9 : 0;
     if (bytes && seconds > 0) {
         if (gbps >= 0.01) snprintf(rate, sizeof rate, " (%.*f GB/s)", gbps < 10 ? 2 : 1, gbps);
         else snprintf(rate, sizeof rate, " (%.2f MB/s)", gbps * 1e3);
     }
-    fprintf(stderr, "ckpt: %s %s tensor%s, %s in %zu file%s%s%s in %.*f s%s\n", verb, count, tensors == 1 ? "" : "s",
-            size, files, files == 1 ? "" : "s", where ? " " : "", where ? where : "", seconds < 10 ? 2 : 1, seconds,
-            rate);
+    snprintf(buf, cap, "in %.*f s%s", seconds < 10 ? 2 : 1, seconds, rate);
+    return buf;
+}
+
+void print_summary(const char *verb, uint64_t tensors, uint64_t bytes, size_t files, const char *where,
+                   double seconds) {
+    char count[32], size[32], elapsed[64];
+    format_count(tensors, count, sizeof count);
+    format_bytes(bytes, size, sizeof size);
+    fprintf(stderr, "ckpt: %s %s tensor%s, %s in %zu file%s%s%s %s\n", verb, count, tensors == 1 ? "" : "s", size,
+            files, files == 1 ? "" : "s", where ? " " : "", where ? where : "",
+            format_elapsed(bytes, seconds, elapsed, sizeof elapsed));
 }
 
 /* `text` as help prints it: wrapped at 80 columns, the first line after

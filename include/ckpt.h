@@ -1453,7 +1453,9 @@ typedef struct ckpt_verify_report {
 } ckpt_verify_report;
 
 /* ckpt_verify, saying what it checked: `report` (may be NULL) is filled up
- * to its `size`, zeros when nothing was recorded. */
+ * to its `size`, zeros when nothing was recorded.  `ckpt verify` prints
+ * these counts in its summary and as the "checksums" of its --json;
+ * Python's Checkpoint.verify(report=True) returns them as a dict. */
 CKPT_API ckpt_status ckpt_verify_ex(const ckpt_catalog *catalog, ckpt_progress_fn progress, void *user,
                                     ckpt_verify_report *report, ckpt_error *err);
 
