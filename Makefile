@@ -136,22 +136,48 @@ bench: build venv
 	$(PY) -m pip install -q -r bench/requirements.txt
 	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so $(PY) bench/run.py $(BENCH_ARGS)
 
+# The charts of bench/results/*.json, rendered into bench/results/*.png to be
+# committed: `make bench` renders them into build/bench-charts/ (git-ignored),
+# so that a run leaves the committed PNGs alone until they are published.
+.PHONY: bench-publish
+bench-publish: venv
+	$(PY) -m pip install -q -r bench/requirements.txt
+	$(PY) bench/report.py --publish
+
 # libFuzzer campaign: every target for FUZZ_SECONDS (default 60), two at a
-# time, with tests/fuzz/<target>.dict where there is one; new inputs go to
-# build-fuzz/corpus/<target>, crashes to
-# build-fuzz/crashes/<target>/ (add them to tests/fuzz/corpus/<target>/ once fixed).
+# time, with tests/fuzz/<target>.dict where there is one, from the committed
+# corpus (tests/fuzz/corpus/<target>.tar.gz, unpacked into
+# build-fuzz/corpus/<target>, where new inputs go too); crashes go to
+# build-fuzz/crashes/<target>/ (once fixed: tests/fuzz/corpus.sh add
+# tests/fuzz/corpus/<target>.tar.gz CRASH).  FUZZ_TARGETS="a b" picks targets.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := safetensors index zip pickle torch roundtrip gguf npy npz msgpack http dcp wire journal
 fuzz:
 	@command -v clang >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq clang libclang-rt-14-dev; }
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCKPT_FUZZ=ON -DCKPT_BUILD_TESTS=OFF >/dev/null
 	cmake --build build-fuzz -j $(JOBS)
-	@for t in $(FUZZ_TARGETS); do mkdir -p build-fuzz/corpus/$$t build-fuzz/crashes/$$t; done
+	@for t in $(FUZZ_TARGETS); do mkdir -p build-fuzz/crashes/$$t; \
+	  sh tests/fuzz/corpus.sh unpack tests/fuzz/corpus/$$t.tar.gz build-fuzz/corpus/$$t; done
 	printf '%s\n' $(FUZZ_TARGETS) | xargs -P 2 -I{} sh -c 'build-fuzz/tests/fuzz/fuzz_{} -max_total_time=$(FUZZ_SECONDS) \
 	  -rss_limit_mb=2048 -timeout=10 -artifact_prefix=build-fuzz/crashes/{}/ -print_final_stats=1 \
 	  $$([ -f tests/fuzz/{}.dict ] && echo -dict=tests/fuzz/{}.dict) \
-	  build-fuzz/corpus/{} tests/fuzz/corpus/{} > build-fuzz/fuzz-{}.log 2>&1; \
+	  build-fuzz/corpus/{} > build-fuzz/fuzz-{}.log 2>&1; \
 	  echo "{}: $$(grep -E "stat::number_of_executed_units" build-fuzz/fuzz-{}.log | tr -s " ") crashes: $$(ls build-fuzz/crashes/{} | wc -l)"'
+
+# After a campaign: for each target, libFuzzer's -merge=1 adds to the committed
+# inputs those of build-fuzz/corpus/<target> that reach new coverage, and packs
+# tests/fuzz/corpus/<target>.tar.gz again (tests/fuzz/corpus.sh), to be committed.
+.PHONY: fuzz-pack
+fuzz-pack:
+	@for t in $(FUZZ_TARGETS); do \
+	  [ -x build-fuzz/tests/fuzz/fuzz_$$t ] || { echo "no build-fuzz/tests/fuzz/fuzz_$$t: run make fuzz first"; exit 1; }; \
+	  rm -rf build-fuzz/merge/$$t && sh tests/fuzz/corpus.sh unpack tests/fuzz/corpus/$$t.tar.gz build-fuzz/merge/$$t && \
+	  before=$$(ls build-fuzz/merge/$$t | wc -l) && \
+	  build-fuzz/tests/fuzz/fuzz_$$t -merge=1 -rss_limit_mb=2048 -timeout=10 build-fuzz/merge/$$t build-fuzz/corpus/$$t \
+	    > build-fuzz/merge-$$t.log 2>&1 && \
+	  sh tests/fuzz/corpus.sh pack build-fuzz/merge/$$t tests/fuzz/corpus/$$t.tar.gz >/dev/null && \
+	  echo "$$t: $$before -> $$(ls build-fuzz/merge/$$t | wc -l) inputs" || \
+	  { echo "$$t: merge failed (build-fuzz/merge-$$t.log)"; exit 1; }; done
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -18,7 +18,7 @@ processes loading and saving one checkpoint, on this machine.
 
 Every contender runs in its own processes (bench/dist_worker.py), rounds
 alternate, the first round is a warm-up.  Writes
-bench/results/distributed.json and distributed.png."""
+bench/results/distributed.json (bench/report.py draws its chart)."""
 import json
 import os
 import shutil
@@ -177,52 +177,6 @@ def suite_mpi_sim(args):
     return {"tensors": args.tensors, "rows": rows}
 
 
-def chart(doc):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    tp = doc.get("tp_load")
-    if tp:
-        ax = axes[0]
-        labels, vals, cols = [], [], []
-        for cache in ("warm", "cold"):
-            for k, v in tp["results"][cache].items():
-                labels.append(f"{k.split(',')[0]}\n{k.split(',')[1].strip() if ',' in k else ''} ({cache})")
-                vals.append(v["median"])
-                cols.append("#2a7" if k.startswith("ckpt.distributed") else "#999")
-        ax.barh(labels, vals, color=cols)
-        ax.set_xlabel("seconds (median, slowest rank)")
-        ax.set_title(f"{tp['bytes'] / 1e9:.0f} GB bf16, TP rank r of {tp['world']}")
-        ax.tick_params(axis="y", labelsize=7)
-    sv = doc.get("save")
-    if sv:
-        ax = axes[1]
-        names = list(sv["results"])
-        ax.barh(names, [sv["results"][n]["median"] for n in names], color=["#2a7", "#999"])
-        ax.set_xlabel("seconds (median)")
-        ax.set_title(f"save {sv['gb']:.0f} GB")
-        ax.tick_params(axis="y", labelsize=7)
-    sim = doc.get("mpi_sim")
-    if sim and sim.get("rows"):
-        ax = axes[2]
-        n = [r["ranks"] for r in sim["rows"]]
-        ax.plot(n, [r["open_each_s"] * 1e3 for r in sim["rows"]], "o-", color="#999", label="every rank parses")
-        ax.plot(n, [r["open_bcast_s"] * 1e3 for r in sim["rows"]], "o-", color="#2a7", label="rank 0 parses, broadcast")
-        ax.plot(n, [r["save_s"] * 1e3 for r in sim["rows"]], "s--", color="#27a", label="16 MiB shard-writer save")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("ranks (mpirun --oversubscribe, 2 cores)")
-        ax.set_ylabel("ms (median, slowest rank)")
-        ax.set_title(f"open {sim['tensors']:,} tensors; save")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(RESULTS / "distributed.png", dpi=110)
-    plt.close(fig)
-
-
 def run_distributed_suite(args):
     parts = [p for p in args.dist_parts.split(",") if p]
     path = RESULTS / "distributed.json"
@@ -232,5 +186,4 @@ def run_distributed_suite(args):
         print(f"-- {part}")
         doc[part] = {"tp_load": suite_tp_load, "save": suite_save, "mpi_sim": suite_mpi_sim}[part](args)
         save("distributed", doc)
-    chart(doc)
     return doc

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Renders bench/results/*.json as PNG charts, as the tables between the
-`<!-- bench:begin -->` and `<!-- bench:end -->` markers of README.md, and as
+"""Renders bench/results/*.json as PNG charts (into build/bench-charts/, or
+with --publish into bench/results/, to be committed), as the tables between
+the `<!-- bench:begin -->` and `<!-- bench:end -->` markers of README.md, and as
 the figures between `<!-- fig:NAME -->` and `<!-- /fig -->` in README.md and
 docs/*.md.  Under each table, the line `measured()` renders says when and at
 which commit its result was measured and how to rerun it; a result listed in
 bench/suites.py's PENDING_RERUN is marked stale wherever it is shown."""
+import argparse
 import json
 import re
 from pathlib import Path
@@ -13,6 +15,10 @@ import suites
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+# Where charts go: a run of the suites renders them into this git-ignored
+# folder, so that it leaves the committed PNGs alone; `make bench-publish`
+# (report.py --publish) renders them into bench/results/, to be committed.
+CHARTS = ROOT / "build" / "bench-charts"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 # The results read since it was last cleared: what the README and docs render
@@ -66,6 +72,13 @@ def cold_how(doc):
     return "`drop_caches` before each run"
 
 
+def save_chart(fig, name, dpi):
+    """Writes a chart where CHARTS says: bench/results/ (committed; the README
+    shows some) only when publishing, else build/bench-charts/."""
+    CHARTS.mkdir(parents=True, exist_ok=True)
+    fig.savefig(CHARTS / name, dpi=dpi)
+
+
 def pyplot():
     """matplotlib's pyplot without a display, or None when it is missing."""
     try:
@@ -91,7 +104,7 @@ def charts(open_doc, convert_doc, name="convert"):
         ax.set_xlabel(f"ms to open {open_doc['tensors']:,} tensors in {open_doc['shards']} shards (median)")
         ax.legend()
         fig.tight_layout()
-        fig.savefig(RESULTS / "open.png", dpi=110)
+        save_chart(fig, "open.png", dpi=110)
         plt.close(fig)
     if convert_doc:
         fig, axes = plt.subplots(2, 1, figsize=(9, 6.2))
@@ -106,7 +119,7 @@ def charts(open_doc, convert_doc, name="convert"):
             ax.set_title(f"{convert_doc['bytes'] / 1e9:.1f} GB → {convert_doc['max_shard_size']} shards, {mode} cache")
             ax.set_xlabel("GB/s (median)")
         fig.tight_layout()
-        fig.savefig(RESULTS / f"{name}.png", dpi=110)
+        save_chart(fig, f"{name}.png", dpi=110)
         plt.close(fig)
 
 
@@ -157,7 +170,7 @@ def load_chart(doc):
     fig.tight_layout()
     variant = doc.get("variant", "bf16")
     suffix = "" if variant == "bf16" else f"-{variant}"
-    fig.savefig(RESULTS / f"load-{round(doc['bytes'] / 1e9)}GB{suffix}.png", dpi=100)
+    save_chart(fig, f"load-{round(doc['bytes'] / 1e9)}GB{suffix}.png", dpi=100)
     plt.close(fig)
 
 
@@ -215,7 +228,7 @@ def python_chart(doc):
         ax.invert_yaxis()
         ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(RESULTS / f"python-{round(doc['bytes'] / 1e9)}GB.png", dpi=100)
+    save_chart(fig, f"python-{round(doc['bytes'] / 1e9)}GB.png", dpi=100)
     plt.close(fig)
 
 
@@ -276,7 +289,7 @@ def gguf_chart(doc):
         ax.set_title(GGUF_CASES.get(case, case).format(split=doc.get("split", "?")), fontsize=9)
         ax.set_xlabel("seconds (median)")
     fig.tight_layout()
-    fig.savefig(RESULTS / "gguf.png", dpi=110)
+    save_chart(fig, "gguf.png", dpi=110)
     plt.close(fig)
 
 
@@ -335,7 +348,7 @@ def jax_chart(doc):
         ax.invert_yaxis()
         ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(RESULTS / f"jax-{round(doc['bytes'] / 1e9)}GB.png", dpi=100)
+    save_chart(fig, f"jax-{round(doc['bytes'] / 1e9)}GB.png", dpi=100)
     plt.close(fig)
 
 
@@ -413,7 +426,7 @@ def bindings_chart(doc):
             ax.set_title(f"Elixir: {d['data_bytes'] / 1e9:.2f} GB tree, save and load_tree")
         ax.legend() if part == "rust" else None
     fig.tight_layout()
-    fig.savefig(RESULTS / "bindings.png", dpi=110)
+    save_chart(fig, "bindings.png", dpi=110)
     plt.close(fig)
 
 
@@ -429,7 +442,7 @@ def baseline_chart(doc):
     ax.set_xlabel(f"time after / before (median; {doc['this']} vs {doc['baseline']})")
     ax.invert_yaxis()
     fig.tight_layout()
-    fig.savefig(RESULTS / "baseline.png", dpi=110)
+    save_chart(fig, "baseline.png", dpi=110)
     plt.close(fig)
 
 
@@ -525,7 +538,7 @@ def dcp_chart(doc):
         ax.set_xlabel("seconds (median, cold); label: peak RSS")
         ax.set_title(f"{doc['bytes'] / 1e9:.1f} GB bf16, {doc['ranks']} ranks: {title}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(RESULTS / "dcp.png", dpi=110)
+    save_chart(fig, "dcp.png", dpi=110)
     plt.close(fig)
 
 
@@ -611,7 +624,7 @@ def sources_charts():
             ax.set_title(f"{doc['bytes'] / 1e9:.1f} GB over loopback, {mode}")
             ax.set_xlabel("GB/s (median)")
         fig.tight_layout()
-        fig.savefig(RESULTS / f"sources-http-{round(doc['bytes'] / 1e9)}GB.png", dpi=110)
+        save_chart(fig, f"sources-http-{round(doc['bytes'] / 1e9)}GB.png", dpi=110)
         plt.close(fig)
     for doc in sources_docs("memlimit"):
         fig, ax = plt.subplots(figsize=(9, 3.4))
@@ -624,7 +637,7 @@ def sources_charts():
                     f"{res[n]['peak_bytes'] / 2**30:.1f} GiB", va="center", fontsize=8)
         ax.set_xlabel(f"seconds (median), {doc['bytes'] / 1e9:.0f} GB in a {doc['limit_bytes'] / 1e9:.0f} GB cgroup")
         fig.tight_layout()
-        fig.savefig(RESULTS / f"sources-memlimit-{round(doc['bytes'] / 1e9)}GB.png", dpi=110)
+        save_chart(fig, f"sources-memlimit-{round(doc['bytes'] / 1e9)}GB.png", dpi=110)
         plt.close(fig)
 
 
@@ -823,7 +836,7 @@ def perf_chart(doc):
         ax.set_xlabel("seconds (median), lower is better", fontsize=8)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / "perf.png", dpi=110)
+    save_chart(fig, "perf.png", dpi=110)
     plt.close(fig)
 
 
@@ -1065,7 +1078,57 @@ def render(path):
     return text
 
 
+def distributed_chart(doc):
+    """The distributed suite: the TP load, the collective save, the MPI simulation."""
+    plt = pyplot()
+    if plt is None:
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    tp = doc.get("tp_load")
+    if tp:
+        ax = axes[0]
+        labels, vals, cols = [], [], []
+        for cache in ("warm", "cold"):
+            for k, v in tp["results"][cache].items():
+                labels.append(f"{k.split(',')[0]}\n{k.split(',')[1].strip() if ',' in k else ''} ({cache})")
+                vals.append(v["median"])
+                cols.append("#2a7" if k.startswith("ckpt.distributed") else "#999")
+        ax.barh(labels, vals, color=cols)
+        ax.set_xlabel("seconds (median, slowest rank)")
+        ax.set_title(f"{tp['bytes'] / 1e9:.0f} GB bf16, TP rank r of {tp['world']}")
+        ax.tick_params(axis="y", labelsize=7)
+    sv = doc.get("save")
+    if sv:
+        ax = axes[1]
+        names = list(sv["results"])
+        ax.barh(names, [sv["results"][n]["median"] for n in names], color=["#2a7", "#999"])
+        ax.set_xlabel("seconds (median)")
+        ax.set_title(f"save {sv['gb']:.0f} GB")
+        ax.tick_params(axis="y", labelsize=7)
+    sim = doc.get("mpi_sim")
+    if sim and sim.get("rows"):
+        ax = axes[2]
+        n = [r["ranks"] for r in sim["rows"]]
+        ax.plot(n, [r["open_each_s"] * 1e3 for r in sim["rows"]], "o-", color="#999", label="every rank parses")
+        ax.plot(n, [r["open_bcast_s"] * 1e3 for r in sim["rows"]], "o-", color="#2a7", label="rank 0 parses, broadcast")
+        ax.plot(n, [r["save_s"] * 1e3 for r in sim["rows"]], "s--", color="#27a", label="16 MiB shard-writer save")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("ranks (mpirun --oversubscribe, 2 cores)")
+        ax.set_ylabel("ms (median, slowest rank)")
+        ax.set_title(f"open {sim['tensors']:,} tensors; save")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_chart(fig, "distributed.png", dpi=110)
+    plt.close(fig)
+
+
 def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--publish", action="store_true",
+                    help="write the charts into bench/results/ (committed), not build/bench-charts/")
+    global CHARTS
+    if ap.parse_args().publish:
+        CHARTS = RESULTS
     open_doc, convert_doc = load("open"), load("convert")
     torch_convert = load("torch_convert")
     charts(open_doc, convert_doc)
@@ -1089,6 +1152,8 @@ def main():
         baseline_chart(load("baseline"))
     if load("perf"):
         perf_chart(load("perf"))
+    if load("distributed"):
+        distributed_chart(load("distributed"))
     for path in DOCS:
         text = render(path)
         if text != path.read_text():

@@ -56,10 +56,11 @@ Suites:
                  safetensors and against --baseline REV (default main)
                  (bench/perf_suite.py; not in the default set)
 
-Results: bench/results/<suite>.json and .png, each with its provenance (the
-commit, the digest of the code it measured — bench/suites.py —, the date, the
+Results: bench/results/<suite>.json, each with its provenance (the commit,
+the digest of the code it measured — bench/suites.py —, the date, the
 machine, the command); `bench/report.py` renders the README's tables and
-figures from the JSON.
+figures from the JSON, and its charts into build/bench-charts/ (git-ignored):
+`make bench-publish` renders them into bench/results/*.png, to be committed.
 """
 import argparse
 import json

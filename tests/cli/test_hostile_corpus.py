@@ -1,12 +1,14 @@
-"""The committed hostile corpus (tests/hostile, built by generate.py): each
-file refused with its expected status, in bounded time and memory, with no
-side effect and no output."""
+"""The hostile corpus (tests/hostile, built by generate.py; its largest file
+written by tests/generated.py when the tests run): each file refused with its
+expected status, in bounded time and memory, with no side effect and no
+output."""
 import json
 import os
 import subprocess
 import time
 from pathlib import Path
 
+import generated
 import pytest
 from ckptlib import BIN_PATH
 
@@ -14,6 +16,7 @@ HOSTILE = Path(__file__).resolve().parent.parent / "hostile"
 # manifest.json (files), and each format's own manifest_*.json (DCP: directories)
 MANIFEST = {k: v for m in sorted(HOSTILE.glob("manifest*.json")) for k, v in json.loads(m.read_text()).items()}
 MARKER = Path("/tmp/ckpt-hostile-pwned")
+generated.ensure()
 LIMITS = ["prlimit", f"--as={1 << 30}", "--cpu=20", "timeout", "20"]
 
 

@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of the DCP fuzz target (tests/fuzz/corpus/dcp/)
+"""Adds seeds to the corpus of the DCP fuzz target (tests/fuzz/corpus/dcp.tar.gz)
 from checkpoints torch.distributed.checkpoint writes (saved without a
 process group, as one rank), some with their .metadata edited the way
 several ranks' chunks look, and from Hugging Face storage-layer shards.
 Input format: see fuzz_dcp.c.  Run with the project's venv:
 .venv/bin/python tests/fuzz/make_dcp_seeds.py"""
 import dataclasses
-import hashlib
 import pickle
 import struct
 import tempfile
@@ -17,14 +16,11 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex, TensorStorageMetadata
 
-HERE = Path(__file__).resolve().parent
-OUT = HERE / "corpus" / "dcp"
+import seeds
 
 
 def put(kind, first, rest):
-    data = kind + struct.pack("<I", len(first)) + first + rest
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / hashlib.sha1(data).hexdigest()[:16]).write_bytes(data)
+    seeds.put("dcp", kind + struct.pack("<I", len(first)) + first + rest)
 
 
 def saved(state):
@@ -91,4 +87,4 @@ a = shard({"w": w[:2].clone(), "c": w[:, :3].clone()}, {"w": [0, 0], "c": [0, 0]
 b = shard({"w": w[2:].clone(), "c": w[:, 3:].clone(), "b": torch.ones(3, dtype=torch.bfloat16)},
           {"w": [2, 0], "c": [0, 3], "b": [0]})
 put(b"H", a, b)
-print(f"wrote {len(list(OUT.iterdir()))} seeds to {OUT}")
+seeds.commit()

@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of the gguf fuzz target (tests/fuzz/corpus/gguf/):
+"""Adds seeds to the corpus of the gguf fuzz target (tests/fuzz/corpus/gguf.tar.gz):
 files written by gguf-py (every key-value type, nested arrays, every tensor
 type it makes, a custom alignment, big-endian, a split part) and hostile
 variants, one per validation rule (truncations, a bad version, counts and
 lengths past the end, unknown types, bad alignment, overlapping or
 unaligned offsets, arrays nested too deep).  Run with the project's venv:
 .venv/bin/python tests/fuzz/make_gguf_seeds.py"""
-import hashlib
 import struct
 import tempfile
 from pathlib import Path
@@ -16,12 +15,12 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType as V
 
-OUT = Path(__file__).resolve().parent / "corpus" / "gguf"
+import seeds
+
 
 
 def put(data):
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / hashlib.sha1(data).hexdigest()[:16]).write_bytes(data)
+    seeds.put("gguf", data)
 
 
 def written(kvs=(), tensors=(), **kw):
@@ -101,3 +100,4 @@ for _ in range(40):
 put(bytes(deep))                                                          # arrays nested 40 deep
 dup = small[:16] + struct.pack("<Q", 2) + small[24:]
 put(dup)                                                                  # the KV count lies
+seeds.commit()

@@ -1,13 +1,11 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of the journal fuzz target
-(tests/fuzz/corpus/journal/): journals as ckpt's writers write them (a
+"""Adds the seeds of the journal fuzz target to its corpus
+(tests/fuzz/corpus/journal.tar.gz): journals as ckpt's writers write them (a
 sharded replacement, DCP, gguf-split parts, a journal with nothing to do)
 and the planted ones of issue 26 (stage "..", ".", a user's file, paths,
 a truncated journal).  No dependencies: python3 tests/fuzz/make_journal_seeds.py"""
-import hashlib
-from pathlib import Path
+import seeds
 
-HERE = Path(__file__).resolve().parent
 STAGE = "..commit.ckpt-tmp-31337-d0"
 
 
@@ -17,9 +15,7 @@ def journal(stage, *entries, end=True):
 
 
 def put(data):
-    d = HERE / "corpus" / "journal"
-    d.mkdir(parents=True, exist_ok=True)
-    (d / hashlib.sha1(data).hexdigest()[:16]).write_bytes(data)
+    seeds.put("journal", data)
 
 
 shards = [f"model-{i:05d}-of-00003.safetensors" for i in range(1, 4)]
@@ -44,4 +40,4 @@ put(journal(STAGE, "publish", "model.safetensors")[:-1])
 put(journal(".model.ckpt-tmp-12-d1", "publish", "model.safetensors"))
 put(journal(STAGE, "delete", "model.safetensors"))
 put(journal(STAGE) + b"trailing")
-print("seeds written under", HERE / "corpus" / "journal")
+seeds.commit()

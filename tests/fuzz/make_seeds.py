@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/)
+"""Adds seeds to the corpora of the fuzz targets (tests/fuzz/corpus/<target>.tar.gz)
 from files made by the reference tools: safetensors, torch.save (zip,
 legacy, protocol 4, views, re-zipped), indexes, pickles.  Run with the
 project's venv: .venv/bin/python tests/fuzz/make_seeds.py"""
 import collections
-import hashlib
 import io
 import json
 import pickle
@@ -21,13 +20,8 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "interop"))
 sys.path.insert(0, str(HERE.parent))
+from seeds import commit, put  # noqa: E402
 from test_malformed import CASES  # noqa: E402  (one malformed file per validation rule)
-
-
-def put(target, data):
-    d = HERE / "corpus" / target
-    d.mkdir(parents=True, exist_ok=True)
-    (d / hashlib.sha1(data).hexdigest()[:16]).write_bytes(data)
 
 
 def torch_bytes(obj, **kw):
@@ -77,4 +71,4 @@ put("index", b'{"weight_map": {"a": "s", "a": "s"}, "metadata": null}')
 
 for seed in (b"\x00\x00", b"\x01\x07" + bytes(range(40)), b"\x00\x10" + bytes(range(255, 0, -3)), b"\x01\x00" * 30):
     put("roundtrip", seed)
-print("seeds written under", HERE / "corpus")
+commit()

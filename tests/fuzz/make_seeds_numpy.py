@@ -1,22 +1,14 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora of the npy, npz and msgpack fuzz targets
-(tests/fuzz/corpus/<target>/) from files numpy and flax write themselves.
+"""Adds seeds to the corpora of the npy, npz and msgpack fuzz targets
+(tests/fuzz/corpus/<target>.tar.gz) from files numpy and flax write themselves.
 Run with the project's venv: .venv/bin/python tests/fuzz/make_seeds_numpy.py"""
-import hashlib
 import io
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 from flax import serialization
 
-HERE = Path(__file__).resolve().parent
-
-
-def put(target, data):
-    d = HERE / "corpus" / target
-    d.mkdir(parents=True, exist_ok=True)
-    (d / hashlib.sha1(data).hexdigest()[:16]).write_bytes(data)
+from seeds import commit, put
 
 
 def npy(a, **kw):
@@ -68,4 +60,4 @@ serialization.MAX_CHUNK_SIZE = 40  # small arrays in chunks, as Flax cuts arrays
 put("msgpack", serialization.msgpack_serialize({"emb": np.arange(60, dtype=np.float32).reshape(3, 4, 5),
                                                 "v": np.arange(17, dtype=np.int16)}))
 serialization.MAX_CHUNK_SIZE = saved
-print("seeds written under", HERE / "corpus")
+commit()

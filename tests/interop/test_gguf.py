@@ -14,7 +14,8 @@ from gguf import GGUFValueType as V
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # A real GGUF file written by llama.cpp's tools: the vocabulary-only model
-# that llama-cpp-python 0.3.36 ships (vendor/llama.cpp/models/, MIT).
+# that llama-cpp-python 0.3.36 ships (vendor/llama.cpp/models/, MIT:
+# tests/fixtures/NOTICE.md).
 REAL_VOCAB = FIXTURES / "ggml-vocab-llama-spm.gguf"
 
 DEQUANTIZED = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.TQ1_0, Q.TQ2_0,

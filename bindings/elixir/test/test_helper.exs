@@ -117,7 +117,10 @@ defmodule Ckpt.Fixtures do
     py!(["check", checkpoint, spec!(checkpoint <> ".spec.tsv", tensors, meta)])
   end
 
+  @doc "The hostile corpus: {file, status}; its files too big to commit are written first (tests/generated.py)."
   def hostile do
+    {out, status} = System.cmd(python(), [Path.join(@repo, "tests/generated.py")], stderr_to_stdout: true)
+    assert status == 0, "tests/generated.py failed:\n#{out}"
     dir = Path.join(@repo, "tests/hostile")
 
     for line <- String.split(File.read!(Path.join(dir, "manifest.json")), "\n"),
