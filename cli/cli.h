@@ -27,20 +27,16 @@ extern const char inspect_usage[], convert_usage[], verify_usage[], diff_usage[]
  * that is not ckpt's, left alone, or a commit of other files). */
 void note_unfinished_commit(const char *path);
 
-/* Every format ckpt reads, for the help texts: one line each, so that a new
- * reader adds one line here. */
-#define CLI_READ_FORMATS                                                                   \
-    "  - safetensors: a .safetensors file\n"                                               \
-    "  - sharded safetensors: a *.safetensors.index.json and its shards\n"                  \
-    "  - torch.save files (.bin, .pt, .pth): zip, legacy (before torch 1.6) and\n"          \
-    "    re-zipped (DEFLATE) archives, read without executing the pickle\n"                \
-    "  - sharded torch files: a pytorch_model.bin.index.json and its shards\n"             \
-    "  - GGUF: a .gguf file, or the first of gguf-split's *-00001-of-0000N.gguf\n"         \
-    "  - NumPy: a .npy file, or a .npz archive (stored or compressed)\n"                   \
-    "  - Flax msgpack: a flax_model.msgpack (flax.serialization), or its index\n"           \
-    "  - torch.distributed.checkpoint: a directory with .metadata and *.distcp\n"          \
-    "  - any of these at an http://, https:// or s3:// URL\n"                               \
-    "  - a directory in the Hugging Face layout holding any of these\n"
+/* Where a help text lists the formats ckpt reads, and the formats ckpt
+ * convert writes: print_usage puts the library's lists there
+ * (ckpt_format_at, ckpt_format_description), so that the tool never
+ * keeps a second list. */
+#define CLI_READ_FORMATS "@read-formats@\n"
+#define CLI_WRITE_FORMATS "@write-formats@\n"
+
+/* Prints a help text with its format lists filled in; EXIT_OK, or
+ * EXIT_ERROR when the output cannot be written. */
+int print_usage(FILE *f, const char *text);
 
 /* ---- options ------------------------------------------------------------ */
 
@@ -98,7 +94,7 @@ int report_error(const ckpt_error *err);
 /* Prints "ckpt <command>: <message>" and a hint on stderr; returns 2. */
 int usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* "1.5 GiB"-style size into buf. */
+/* "1.5 GiB"-style size into buf (ckpt_format_size). */
 const char *format_bytes(uint64_t bytes, char *buf, size_t cap);
 
 /* "22,713,728"-style count into buf. */
@@ -128,8 +124,12 @@ const char *printable(const char *s);
  * aligning names, which are mostly ASCII). */
 int text_columns(const char *s);
 
-/* Prints a name as printable shows it, left-aligned in `width` columns. */
+/* Prints a name as printable shows it, left-aligned in `width` columns; a
+ * longer one loses its middle to an ellipsis. */
 void print_padded(FILE *out, const char *name, int width);
+
+/* "…" where the locale is UTF-8, "..." elsewhere. */
+const char *ellipsis(void);
 
 /* A JSON string literal (UTF-8 kept, control characters escaped). */
 void print_json_string(FILE *out, const char *s);
@@ -155,11 +155,14 @@ void progress_finish(progress_bar *bar, bool success);
 /* What the bar says between the last byte and the call's return (the
  * commit's fsync): `word` and an ellipsis; NULL for nothing. */
 void progress_set_final_note(progress_bar *bar, const char *word);
-/* The bar's text for `width` columns: never more than width - 1. */
-void progress_line(char *out, size_t cap, int width, const char *label, uint64_t done, uint64_t total, double elapsed,
-                   const char *note);
 /* Non-zero once SIGINT or SIGTERM arrived (after progress_start). */
 bool progress_interrupted(void);
+
+/* The object tree (ckpt_catalog_tree_json) as an indented outline, two
+ * spaces per level: containers to `depth` levels (0: all), `width`
+ * entries of each (0: all; "… N more" for the rest), at most `max_lines`
+ * lines (0: no limit) — outline.c. */
+void print_tree_outline(FILE *out, const ckpt_catalog *cat, const char *json, int depth, int width, long max_lines);
 
 /* ---- JSON text from the library (json.c) --------------------------------- */
 

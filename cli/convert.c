@@ -1,5 +1,4 @@
 /* convert.c — `ckpt convert SRC DST [options]`. */
-#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,21 +15,27 @@ const char convert_usage[] =
     "from file to file (memory use does not depend on its size).\n"
     "\n"
     "SRC is any checkpoint ckpt reads:\n" CLI_READ_FORMATS
-    "DST   a file name ending in .safetensors: one file (merge); in .npz: a\n"
-    "      NumPy archive (np.load reads it); in .msgpack: a Flax msgpack file\n"
+    "DST   a file name ending in .safetensors: one file (merge; with\n"
+    "      --max-shard-size, DST-00001-of-0000N.safetensors and\n"
+    "      DST.safetensors.index.json beside it when it does not fit); in .pt,\n"
+    "      .pth or .bin: the file torch.save writes (torch.load reads it); in\n"
+    "      .npy: one array as np.save writes it; in .npz: a NumPy archive\n"
+    "      (np.load reads it); in .msgpack: a Flax msgpack file\n"
     "      (flax.serialization.msgpack_restore reads it, names split at dots);\n"
     "      in .gguf (or --to gguf): GGUF as GGUFWriter writes it; with --to dcp:\n"
-    "      a torch.distributed.checkpoint directory;\n"
-    "      otherwise a directory that receives Hugging Face shards\n"
+    "      a torch.distributed.checkpoint directory; missing parents are made.\n"
+    "      A name ending in '/', an existing directory or a name without a\n"
+    "      checkpoint suffix is a directory that receives Hugging Face shards\n"
     "      <prefix>-00001-of-0000N.safetensors and <prefix>.safetensors.index.json\n"
-    "      (or a single <prefix>.safetensors when everything fits in one shard)\n"
+    "      (or a single <prefix>.safetensors when everything fits in one shard);\n"
+    "      other checkpoint suffixes (.ckpt, .h5, .onnx, an index) are refused\n"
     "\n"
     "options:\n"
     "  -o, --output DST       the destination (instead of the second argument)\n"
     "  --max-shard-size SIZE  largest shard, e.g. 5GB (default), 500MB, 2GiB or a\n"
     "                         number of bytes; units as huggingface_hub (KB, MB, GB,\n"
     "                         TB are powers of 1000) plus KiB, MiB, GiB, TiB\n"
-    "  --prefix NAME          shard file prefix (default: model)\n"
+    "  --prefix NAME          shard file prefix of a directory DST (default: model)\n"
     "  -f, --force            replace an existing checkpoint at DST (only once the\n"
     "                         new one is complete)\n"
     "  -q, --quiet            no summary line, no progress bar, no notes on what a\n"
@@ -58,9 +63,10 @@ const char convert_usage[] =
     "                         allow this pickle global (repeatable), as torch's\n"
     "                         add_safe_globals: numpy scalars and dtypes,\n"
     "                         argparse.Namespace, dataclasses; nothing is executed\n"
-    "  --to FORMAT            safetensors, gguf (see GGUF below) or dcp (default: by\n"
-    "                         DST's extension, else safetensors); dcp: DST becomes a\n"
-    "                         torch.distributed.checkpoint directory that\n"
+    "  --to FORMAT            safetensors, gguf (see GGUF below), torch, npy, npz,\n"
+    "                         flax-msgpack or dcp (default: by DST's suffix, else\n"
+    "                         safetensors; it must agree with the suffix); dcp: DST\n"
+    "                         becomes a torch.distributed.checkpoint directory that\n"
     "                         torch.distributed.checkpoint.load reads on any number\n"
     "                         of ranks\n"
     "  --dcp-ranks N          with --to dcp: cut each tensor of at least N rows along\n"
@@ -212,25 +218,22 @@ static int apply_rule(ckpt_plan *plan, const rule *r, bool quiet, ckpt_error *er
         st = *e == '/' ? ckpt_plan_split(plan, pat, d, a, b, err) : ckpt_plan_slice(plan, pat, d, a, b, err);
     }
     if (st != CKPT_OK) return report_error(err);
-    /* A broad pattern leaves what it cannot apply to as it is: say so. */
+    /* A broad pattern leaves what it cannot apply to as it is: say so,
+     * and why (the library's reasons). */
     size_t matched, skipped;
     ckpt_plan_last_rule(plan, &matched, &skipped);
     if (skipped && !quiet) {
         static const char *const names[] = {[OPT_DTYPE] = "--dtype", [OPT_SLICE] = "--slice",
                                             [OPT_TRANSPOSE] = "--transpose", [OPT_LAYOUT] = "--layout"};
         const char *name = r->option < (int)(sizeof names / sizeof *names) ? names[r->option] : NULL;
-        fprintf(stderr, "ckpt: %s %s: %zu of the %zu matching tensors left as they are (%s)\n",
-                name ? name : "rule", printable(r->value), skipped, matched,
-                r->option == OPT_DTYPE   ? "not of a dtype it casts"
-                : r->option == OPT_SLICE ? "no such dimension"
-                                         : "another number of dimensions");
+        fprintf(stderr, "ckpt: %s %s: %zu of the %zu matching tensors left as they are:", name ? name : "rule",
+                printable(r->value), skipped, matched);
+        const char *why, *example;
+        for (size_t g = 0, n; (n = ckpt_plan_last_rule_skipped(plan, g, &why, &example)); g++)
+            fprintf(stderr, "%s %zu %s, e.g. %s", g ? ";" : "", n, why, printable(example));
+        fputc('\n', stderr);
     }
     return EXIT_OK;
-}
-
-static bool ends_with(const char *s, const char *suffix) {
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
 /* A whole file into a malloc'ed string, or NULL (errno set). */
@@ -286,59 +289,36 @@ static int dequantize_rest(ckpt_plan *plan, ckpt_error *err) {
     return EXIT_OK;
 }
 
-/* Opens what a conversion to `dst` wrote: the file, or in a directory the
- * index or single file named by the prefix (the directory may hold other
- * checkpoints), or the first part of GGUF splits. */
-static ckpt_status open_output(const char *dst, const ckpt_writer_options *opt, const ckpt_catalog_options *copt,
-                               ckpt_catalog **out, ckpt_error *err) {
-    struct stat sb;
-    if (opt->format == CKPT_FORMAT_GGUF) {
-        /* Split: "<stem>-00001-of-0000N.gguf" beside DST; else DST itself. */
-        if ((opt->max_shard_size || opt->split_max_tensors) && stat(dst, &sb) != 0) {
-            size_t len = strlen(dst) - (ends_with(dst, ".gguf") ? 5 : 0);
-            const char *slash = strrchr(dst, '/');
-            size_t dir_len = slash ? (size_t)(slash - dst) : 0;
-            const char *stem = slash ? slash + 1 : dst;
-            size_t stem_len = len - (size_t)(stem - dst);
-            char *dir = strndup(slash ? dst : ".", slash ? (dir_len ? dir_len : 1) : 1);
-            DIR *d = dir ? opendir(dir) : NULL;
-            char *found = NULL;
-            for (struct dirent *e; d && (e = readdir(d));) {
-                if (strncmp(e->d_name, stem, stem_len) || strncmp(e->d_name + stem_len, "-00001-of-", 10) ||
-                    !ends_with(e->d_name, ".gguf"))
-                    continue;
-                free(found);
-                size_t cap = strlen(dir) + strlen(e->d_name) + 2;
-                if ((found = malloc(cap))) snprintf(found, cap, "%s/%s", dir, e->d_name);
-            }
-            if (d) closedir(d);
-            free(dir);
-            if (found) {
-                ckpt_status st = ckpt_catalog_open_ex(found, copt, out, err);
-                free(found);
-                return st;
-            }
-        }
-        return ckpt_catalog_open_ex(dst, copt, out, err);
-    }
-    if (!opt->max_shard_size) return ckpt_catalog_open_ex(dst, copt, out, err);
-    const char *prefix = opt->prefix ? opt->prefix : "model";
-    size_t cap = strlen(dst) + strlen(prefix) + 32;
-    char *path = malloc(cap);
-    if (!path) return ckpt_catalog_open_ex(dst, copt, out, err);
-    snprintf(path, cap, "%s/%s.safetensors.index.json", dst, prefix);
-    if (stat(path, &sb) != 0) snprintf(path, cap, "%s/%s.safetensors", dst, prefix);
-    ckpt_status st = ckpt_catalog_open_ex(path, copt, out, err);
-    free(path);
-    return st;
-}
-
 /* "[2, 3]" from a JSON array of numbers. */
 static void json_shape(const json_node *n, size_t arr, char *buf, size_t cap) {
     size_t len = (size_t)snprintf(buf, cap, "[");
     for (size_t k = arr + 1, i = 0; arr && k < n[arr].end && len < cap; k = n[k].end, i++)
         len += (size_t)snprintf(buf + len, cap - len, i ? ", %s" : "%s", n[k].str);
     if (len < cap) snprintf(buf + len, cap - len, "]");
+}
+
+/* Where the preview's tensor t would be written: its file, or, cut into
+ * chunks for several ranks (--to dcp --dcp-ranks N), "4 chunks, ranks
+ * 0-3" — as ckpt inspect says of the written checkpoint. */
+static const char *preview_where(const json_node *n, size_t t, char *buf, size_t cap) {
+    size_t parts = json_member(n, t, "parts"), file = json_member(n, t, "file");
+    if (!parts || n[parts].kind != JSON_ARRAY || n[parts].count < 2)
+        return n[file].kind == JSON_STRING ? printable(n[file].str) : NULL;
+    long lo = -1, hi = -1;
+    bool ranks = true;
+    for (size_t k = parts + 1; k < n[parts].end; k = n[k].end) {
+        size_t f = json_member(n, k, "file");
+        const char *name = f && n[f].kind == JSON_STRING ? n[f].str : "";
+        char *end;
+        long r = strncmp(name, "__", 2) ? -1 : strtol(name + 2, &end, 10); /* __<rank>_<n>.distcp */
+        if (r < 0 || end == name + 2 || *end != '_') ranks = false, r = 0;
+        if (lo < 0 || r < lo) lo = r;
+        if (r > hi) hi = r;
+    }
+    if (!ranks) snprintf(buf, cap, "%u chunks", n[parts].count);
+    else if (lo == hi) snprintf(buf, cap, "%u chunks, rank %ld", n[parts].count, lo);
+    else snprintf(buf, cap, "%u chunks, ranks %ld-%ld", n[parts].count, lo, hi);
+    return buf;
 }
 
 /* What the command line asks for. */
@@ -353,6 +333,8 @@ typedef struct convert_args {
     bool verify, quiet, extra_files, ignore_unmatched, gguf, dcp, dry_run, json, help, mpi;
     source_options *so; /* where SRC's bytes come from */
     char *kv_text; /* --gguf-kv's file */
+    char *written; /* what the conversion writes, for the summary: "DST/", a file, or "first … last" of parts */
+    char *open_path; /* the path that opens it (the library's preview says which) */
 } convert_args;
 
 /* Step 1: the options, by the table. */
@@ -467,15 +449,22 @@ static int choose_output(convert_args *a) {
     ckpt_error err;
     ckpt_error_clear(&err);
     ckpt_writer_options *opt = &a->opt;
-    if (a->to && strcasecmp(a->to, "safetensors") && strcasecmp(a->to, "gguf") && strcasecmp(a->to, "dcp"))
-        return usage_error("convert", "--to takes safetensors, gguf or dcp, not '%s'", a->to);
-    a->dcp = a->to && !strcasecmp(a->to, "dcp");
+    if (a->to && !(opt->format = ckpt_format_from_name(a->to)))
+        return usage_error("convert", "--to takes safetensors, gguf, torch, npy, npz, flax-msgpack or dcp, not '%s'",
+                           a->to);
+    /* The library's destination rule says what DST is (a file, its parts,
+     * a directory) and in which format. */
+    ckpt_format format;
+    int directory;
+    if (ckpt_destination_resolve(a->dst, opt, &format, &directory, &err) != CKPT_OK) return report_error(&err);
+    a->dcp = format == CKPT_FORMAT_DCP;
+    a->gguf = format == CKPT_FORMAT_GGUF;
     if (a->ranks && !a->dcp) return usage_error("convert", "--dcp-ranks goes with --to dcp");
-    a->gguf = a->to ? !strcasecmp(a->to, "gguf") : ends_with(a->dst, ".gguf");
     if (opt->source_metadata && !a->gguf)
         return usage_error("convert", "--source-metadata is for GGUF output (DST *.gguf); other formats always "
                                       "carry SRC's metadata");
-    struct stat sb;
+    if ((a->split_size || a->split_tensors) && !a->gguf)
+        return usage_error("convert", "--split-max-size and --split-max-tensors are for GGUF output (DST *.gguf)");
     if (a->dcp) {
         const char *end;
         uint64_t n = 1;
@@ -484,12 +473,8 @@ static int choose_output(convert_args *a) {
         if (a->shard_size || opt->prefix || opt->checksums)
             return usage_error("convert", "--to dcp writes one file per rank: no --max-shard-size, --prefix, "
                                           "--checksums or --verify");
-        if (a->split_size || a->split_tensors)
-            return usage_error("convert", "--split-max-size and --split-max-tensors are for GGUF output (DST *.gguf)");
-        opt->format = CKPT_FORMAT_DCP;
         opt->dcp_ranks = (uint32_t)n;
     } else if (a->gguf) {
-        opt->format = CKPT_FORMAT_GGUF;
         if (a->shard_size) return usage_error("convert", "GGUF output splits with --split-max-size, not --max-shard-size");
         if (a->split_size && parse_split_size(a->split_size, &opt->max_shard_size, &err) != CKPT_OK)
             return usage_error("convert", "%s", err.message);
@@ -498,26 +483,15 @@ static int choose_output(convert_args *a) {
             if (!parse_u64(a->split_tensors, &e, &opt->split_max_tensors) || *e || !opt->split_max_tensors)
                 return usage_error("convert", "--split-max-tensors needs a positive number, got '%s'", a->split_tensors);
         }
-    } else {
-        if (a->to) opt->format = CKPT_FORMAT_SAFETENSORS;
-        if (a->split_size || a->split_tensors)
-            return usage_error("convert", "--split-max-size and --split-max-tensors are for GGUF output (DST *.gguf)");
-        if (a->shard_size && ckpt_parse_size(a->shard_size, &opt->max_shard_size, &err) != CKPT_OK)
-            return usage_error("convert", "%s", err.message);
-        bool dst_is_dir = stat(a->dst, &sb) == 0 && S_ISDIR(sb.st_mode);
-        /* DST ending in .npz or .msgpack: one NumPy archive or Flax msgpack file. */
-        if (!dst_is_dir && ends_with(a->dst, ".npz")) opt->format = CKPT_FORMAT_NPZ;
-        if (!dst_is_dir && ends_with(a->dst, ".msgpack")) opt->format = CKPT_FORMAT_FLAX_MSGPACK;
-        bool one_file = !dst_is_dir && (ends_with(a->dst, ".safetensors") || opt->format);
-        if (!a->shard_size && !one_file) opt->max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
-        if (a->shard_size && one_file)
-            return usage_error("convert", "--max-shard-size writes a directory of shards; DST '%s' names a file", a->dst);
-        /* A model directory's other files (config.json, tokenizer files, …)
-         * go along into a directory of shards, so that the output loads on
-         * its own. */
-        if (a->extra_files && opt->max_shard_size && stat(a->src, &sb) == 0 && S_ISDIR(sb.st_mode))
-            opt->copy_files_from = a->src;
+    } else if (a->shard_size && ckpt_parse_size(a->shard_size, &opt->max_shard_size, &err) != CKPT_OK) {
+        return usage_error("convert", "%s", err.message);
     }
+    /* A model directory's other files (config.json, tokenizer files, …)
+     * go along into a directory destination, so that the output loads on
+     * its own. */
+    struct stat sb;
+    if (a->extra_files && directory && !a->dcp && stat(a->src, &sb) == 0 && S_ISDIR(sb.st_mode))
+        opt->copy_files_from = a->src;
     if (a->kv_file) {
         if (!(a->kv_text = read_text_file(a->kv_file))) {
             fprintf(stderr, "ckpt: %s: %s\n", a->kv_file, strerror(errno));
@@ -597,14 +571,16 @@ static int print_preview(const convert_args *a, const char *json) {
     uint64_t aliases = 0, params = 0, bytes = 0, written = 0;
     for (size_t t = tensors + 1; tensors && t < n[tensors].end; t = n[t].end) {
         const char *name = n[json_member(n, t, "name")].str, *source = n[json_member(n, t, "source")].str;
-        size_t file = json_member(n, t, "file"), same = json_member(n, t, "same_as");
+        size_t same = json_member(n, t, "same_as");
         uint64_t nbytes = 0;
         json_u64(&n[json_member(n, t, "nbytes")], &nbytes);
         json_shape(n, json_member(n, t, "shape"), shape, sizeof shape);
         print_padded(stdout, name, wname);
         printf("  %-11s  %-*s  %10s  ", n[json_member(n, t, "dtype")].str, wshape, shape,
                format_bytes(nbytes, size, sizeof size));
-        if (n[file].kind == JSON_STRING) printf("%s", printable(n[file].str));
+        char buf[96];
+        const char *where = preview_where(n, t, buf, sizeof buf);
+        if (where) printf("%s", where);
         else printf("(written once, as %s)", same ? printable(n[same].str) : "?"), aliases++;
         if (strcmp(name, source)) printf("  (from %s)", printable(source));
         putchar('\n');
@@ -661,6 +637,41 @@ static int run_plan(const convert_args *a, ckpt_plan *plan, double start, double
     return st == CKPT_OK ? EXIT_OK : report_error(&err);
 }
 
+/* Before writing: what the conversion will write, from the library's own
+ * preview — the summary names those files, and reopens the path the
+ * library says opens them (a directory, an index, a first part, a file). */
+static int name_output(convert_args *a, ckpt_plan *plan) {
+    ckpt_error err;
+    ckpt_error_clear(&err);
+    char *json = NULL;
+    if (ckpt_convert_plan_preview(plan, a->dst, &a->opt, &json, &err) != CKPT_OK) return report_error(&err);
+    json_node *n = NULL;
+    bool ok = json_parse(json, &n) && n[0].kind == JSON_OBJECT;
+    size_t files = ok ? json_member(n, 0, "files") : 0, open = ok ? json_member(n, 0, "open") : 0;
+    size_t count = files ? n[files].count : 0, first = files + 1, last = first;
+    for (size_t f = first; count && f < n[files].end; f = n[f].end) last = f;
+    const char *first_path = count ? n[json_member(n, first, "path")].str : a->dst;
+    const char *last_path = count ? n[json_member(n, last, "path")].str : a->dst;
+    bool directory = ok && n[json_member(n, 0, "directory")].kind == JSON_TRUE;
+    size_t cap = strlen(a->dst) + strlen(first_path) + strlen(last_path) + 16;
+    a->written = malloc(cap);
+    a->open_path = strdup(ok && open ? n[open].str : a->dst);
+    if (!strncmp(first_path, "./", 2) && strncmp(a->dst, "./", 2)) first_path += 2; /* as DST names its directory */
+    if (a->written && directory)
+        snprintf(a->written, cap, "%s%s", a->dst, a->dst[strlen(a->dst) - 1] == '/' ? "" : "/");
+    else if (a->written && count > 1) /* split parts: the first and the last */
+        snprintf(a->written, cap, "%s … %s", first_path, strrchr(last_path, '/') ? strrchr(last_path, '/') + 1 : last_path);
+    else if (a->written) /* the file DST names */
+        snprintf(a->written, cap, "%s", a->dst);
+    free(n);
+    ckpt_free(json);
+    if (!a->written || !a->open_path) {
+        fputs("ckpt: out of memory\n", stderr);
+        return EXIT_ERROR;
+    }
+    return EXIT_OK;
+}
+
 /* Step 5: the summary line, and --verify. */
 static int report(const convert_args *a, double elapsed) {
     if (a->quiet && !a->verify) return EXIT_OK;
@@ -671,23 +682,21 @@ static int report(const convert_args *a, double elapsed) {
     ckpt_catalog_options local; /* the output is local: read as the source was (--direct) */
     ckpt_catalog_options_init(&local);
     local.direct = a->so->catalog.direct;
-    ckpt_status st = open_output(a->dst, &a->opt, &local, &out, &err);
+    ckpt_status st = ckpt_catalog_open_ex(a->open_path, &local, &out, &err);
     if (st != CKPT_OK) return report_error(&err);
     if (!a->quiet) {
         uint64_t bytes = 0;
         size_t n = ckpt_catalog_tensor_count(out);
         for (size_t i = 0; i < n; i++) bytes += ckpt_catalog_tensor(out, i)->nbytes;
-        char where[4096];
-        size_t len = strlen(a->dst);
-        snprintf(where, sizeof where, "to %s%s", printable(a->dst),
-                 !a->gguf && a->opt.max_shard_size && len && a->dst[len - 1] != '/' ? "/" : "");
+        char where[8192];
+        snprintf(where, sizeof where, "to %s", printable(a->written));
         print_summary("wrote", n, bytes, ckpt_catalog_file_count(out), where, elapsed);
     }
     if (a->verify) {
         /* Re-read the committed output from disk against its checksums. */
         size_t checked = 0;
         st = ckpt_verify(out, NULL, NULL, &checked, &err);
-        if (st == CKPT_OK && !a->quiet) fprintf(stderr, "ckpt: verified %zu tensors in %s\n", checked, printable(a->dst));
+        if (st == CKPT_OK && !a->quiet) fprintf(stderr, "ckpt: verified %zu tensors in %s\n", checked, printable(a->written));
     }
     ckpt_catalog_close(out);
     return st == CKPT_OK ? EXIT_OK : report_error(&err);
@@ -696,7 +705,7 @@ static int report(const convert_args *a, double elapsed) {
 static int run_convert(convert_args *a, int argc, char **argv) {
     int rc = parse_args(argc, argv, a);
     if (rc != EXIT_OK || a->help) {
-        if (a->help) fputs(convert_usage, stdout), fputs(source_options_help, stdout);
+        if (a->help) print_usage(stdout, convert_usage), fputs(source_options_help, stdout);
         return rc;
     }
     double start = cli_now(), elapsed = 0;
@@ -716,7 +725,8 @@ static int run_convert(convert_args *a, int argc, char **argv) {
                                                                                       : report_error(&err);
         ckpt_free(json);
     } else {
-        rc = run_plan(a, plan, start, &elapsed);
+        rc = name_output(a, plan);
+        if (rc == EXIT_OK) rc = run_plan(a, plan, start, &elapsed);
     }
     ckpt_plan_free(plan);
     ckpt_catalog_close(cat);
@@ -736,6 +746,8 @@ int cmd_convert(int argc, char **argv) {
     free(a.rules);
     free(a.globals);
     free(a.kv_text);
+    free(a.written);
+    free(a.open_path);
     source_options_free(&so);
     return rc;
 }

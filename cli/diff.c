@@ -14,9 +14,12 @@ const char diff_usage[] =
     "only in A or only in B, dtype and shape changes, and tensors whose values\n"
     "differ, with how many elements differ, the largest absolute difference and\n"
     "where it is, and for floats the largest difference in ULPs (units in the\n"
-    "last place).  Tensors with the same shape and float dtypes that differ\n"
-    "(f32 against bf16) are compared by value.  Data is read in chunks of a few\n"
-    "MiB, never a whole tensor; metadata and the object tree are not compared.\n"
+    "last place) and the root mean square of the differences.  Tensors with the\n"
+    "same shape and float dtypes that differ (f32 against bf16) are compared by\n"
+    "value, their ULPs counted in F32 (F64 when one side is F64); GGUF block types\n"
+    "(Q8_0, Q4_0, Q4_K, ...) are dequantized to F32 first, as gguf.quants does, so\n"
+    "that a quantized file compares with its source.  Data is read in chunks of a\n"
+    "few MiB, never a whole tensor; metadata and the object tree are not compared.\n"
     "\n"
     "A and B are any checkpoints ckpt reads:\n" CLI_READ_FORMATS
     "\n"
@@ -50,9 +53,11 @@ typedef struct diff_entry {
     uint64_t elements, differ;     /* elements (bytes for FAM_BYTES) compared, and how many differ */
     uint64_t nan_mismatch;         /* a NaN on one side only */
     double max_abs;                /* FAM_FLOAT: the largest |a - b| (NaN pairs aside) */
+    double sum_sq;                 /* FAM_FLOAT: the sum of (a - b)², for the RMS */
     uint64_t max_abs_int;          /* integers: the largest |a - b| */
-    uint64_t max_ulp;              /* same float dtype on both sides */
+    uint64_t max_ulp;              /* in the units of ulp_dtype */
     bool has_ulp;
+    ckpt_dtype ulp_dtype;          /* the dtype both sides are exact in (dequantized: F32) */
     uint64_t at;                   /* element (byte) of the largest difference, else of the first */
     bool has_at;
 } diff_entry;
@@ -79,8 +84,17 @@ static bool is_float(ckpt_dtype d) {
 static bool is_signed_int(ckpt_dtype d) { return d == CKPT_I8 || d == CKPT_I16 || d == CKPT_I32 || d == CKPT_I64; }
 static bool is_unsigned_int(ckpt_dtype d) { return d == CKPT_U8 || d == CKPT_U16 || d == CKPT_U32 || d == CKPT_U64; }
 
+/* GGUF block types that ckpt dequantizes: compared by their values. */
+static bool dequantizes(ckpt_dtype d) { return ckpt_dtype_is_block(d) && ckpt_can_cast(d, CKPT_F32); }
+
 /* Bytes of one compared element: a float component of C64 is an element. */
 static unsigned elem_bytes(ckpt_dtype d) { return d == CKPT_C64 ? 4 : ckpt_dtype_bits(d) / 8; }
+
+/* Bytes of `count` elements (block types: whole blocks). */
+static uint64_t bytes_of(ckpt_dtype d, uint64_t count) {
+    if (ckpt_dtype_is_block(d)) return count / ckpt_dtype_block_elems(d) * ckpt_dtype_block_bytes(d);
+    return count * elem_bytes(d);
+}
 static ckpt_dtype elem_dtype(ckpt_dtype d) { return d == CKPT_C64 ? CKPT_F32 : d; }
 
 static bool same_shape(const ckpt_tensor_info *a, const ckpt_tensor_info *b) {
@@ -123,13 +137,18 @@ static int64_t signed_at(const unsigned char *p, unsigned size, uint64_t i) {
     return (int64_t)v;
 }
 
-/* Decodes `count` float elements of dtype d into doubles. */
+/* Decodes `count` float elements of dtype d into doubles; a block type is
+ * dequantized to float32 (as gguf.quants does), widened in place. */
 static ckpt_status decode_floats(ckpt_dtype d, const unsigned char *raw, double *out, uint64_t count, ckpt_error *err) {
     if (d == CKPT_F64) {
         memcpy(out, raw, count * 8);
         return CKPT_OK;
     }
-    return ckpt_cast(d, raw, CKPT_F64, out, count, err);
+    if (!ckpt_dtype_is_block(d)) return ckpt_cast(d, raw, CKPT_F64, out, count, err);
+    float *f = (float *)(void *)out;
+    ckpt_status st = ckpt_cast(d, raw, CKPT_F32, f, count, err);
+    for (uint64_t i = count; st == CKPT_OK && i-- > 0;) out[i] = f[i]; /* from the end: nothing read is overwritten */
+    return st;
 }
 
 static int tick(differ *df, uint64_t bytes) {
@@ -152,7 +171,7 @@ static ckpt_status cancelled(differ *df) {
                             uint64_t count, uint64_t first, family fam, bool has_sign, diff_entry *e) {               \
         uint64_t ndiffer = e->differ, nan_mismatch = e->nan_mismatch, max_ulp = e->max_ulp;                           \
         uint64_t max_int = e->max_abs_int, at = e->at;                                                              \
-        double max_abs = e->max_abs;                                                                                 \
+        double max_abs = e->max_abs, sum_sq = e->sum_sq;                                                             \
         bool has_at = e->has_at;                                                                                     \
         for (uint64_t i = 0; i < count; i++) {                                                                      \
             uint64_t x = bits_at(ra, size, i), y = bits_at(rb, size, i);                                             \
@@ -166,6 +185,7 @@ static ckpt_status cancelled(differ *df) {
                     continue; /* two NaNs of different payloads: differ, no distance */                              \
                 }                                                                                                    \
                 double d = fabs(fa - fb);                                                                            \
+                sum_sq += d * d;                                                                                     \
                 if (d > max_abs) max_abs = d, at = first + i;                                                        \
                 uint64_t u = ulp_distance(x, y, 8 * size, has_sign);                                                 \
                 if (u > max_ulp) max_ulp = u;                                                                        \
@@ -179,7 +199,7 @@ static ckpt_status cancelled(differ *df) {
             }                                                                                                        \
         }                                                                                                            \
         e->differ = ndiffer, e->nan_mismatch = nan_mismatch, e->max_ulp = max_ulp, e->max_abs_int = max_int;          \
-        e->at = at, e->max_abs = max_abs, e->has_at = has_at;                                                        \
+        e->at = at, e->max_abs = max_abs, e->sum_sq = sum_sq, e->has_at = has_at;                                    \
     }
 DEFINE_SCAN(1)
 DEFINE_SCAN(2)
@@ -199,6 +219,7 @@ static ckpt_status compare_same(differ *df, diff_entry *e) {
     e->elements = a->nbytes / size;
     e->has_ulp = fam == FAM_FLOAT;
     ckpt_dtype ed = elem_dtype(d);
+    e->ulp_dtype = ed;
     bool has_sign = ed != CKPT_F8_E8M0;
     uint64_t step = fam == FAM_BYTES ? CHUNK_BYTES : (uint64_t)CHUNK_ELEMS * size;
     for (uint64_t off = 0; off < a->nbytes; off += step) {
@@ -223,54 +244,87 @@ static ckpt_status compare_same(differ *df, diff_entry *e) {
     return CKPT_OK;
 }
 
-/* Same shape, two float dtypes (or two integer ones): values compared as
- * float64 (as 64-bit integers), chunk by chunk. */
+/* The bit pattern of v in `ulp_dtype` (F32 or F64), where it is exact. */
+static uint64_t ulp_bits(double v, ckpt_dtype ulp_dtype) {
+    if (ulp_dtype == CKPT_F64) {
+        uint64_t u;
+        memcpy(&u, &v, 8);
+        return u;
+    }
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* One chunk of decoded values of two dtypes: counts, extremes, the sum of
+ * squares and ULPs (in e->ulp_dtype) into e. */
+static void compare_float_chunk(diff_entry *e, const double *va, const double *vb, uint64_t count, uint64_t first) {
+    unsigned bits = e->ulp_dtype == CKPT_F64 ? 64 : 32;
+    for (uint64_t i = 0; i < count; i++) {
+        double x = va[i], y = vb[i];
+        if (isnan(x) && isnan(y)) continue;
+        if (x == y && signbit(x) == signbit(y)) continue;
+        e->differ++;
+        if (!e->has_at) e->at = first + i, e->has_at = true;
+        if (isnan(x) || isnan(y)) {
+            e->nan_mismatch++;
+            continue;
+        }
+        double abs = fabs(x - y);
+        e->sum_sq += abs * abs;
+        if (abs > e->max_abs) e->max_abs = abs, e->at = first + i;
+        uint64_t u = ulp_distance(ulp_bits(x, e->ulp_dtype), ulp_bits(y, e->ulp_dtype), bits, true);
+        if (u > e->max_ulp) e->max_ulp = u;
+    }
+}
+
+/* Integers of two dtypes: BOOL and unsigned values are non-negative; a
+ * U64 above INT64_MAX cannot equal a signed value. */
+static void compare_int_chunk(diff_entry *e, const unsigned char *ra, const unsigned char *rb, uint64_t count,
+                              uint64_t first) {
+    ckpt_dtype da = e->a->dtype, db = e->b->dtype;
+    unsigned sa = elem_bytes(da), sb = elem_bytes(db);
+    for (uint64_t i = 0; i < count; i++) {
+        uint64_t ua = bits_at(ra, sa, i), ub = bits_at(rb, sb, i);
+        bool neg_a = is_signed_int(da) && (ua >> (8 * sa - 1)) & 1, neg_b = is_signed_int(db) && (ub >> (8 * sb - 1)) & 1;
+        if (neg_a) ua = (uint64_t)signed_at(ra, sa, i);
+        if (neg_b) ub = (uint64_t)signed_at(rb, sb, i);
+        if (ua == ub && neg_a == neg_b) continue;
+        e->differ++;
+        if (!e->has_at) e->at = first + i, e->has_at = true;
+        uint64_t abs;
+        if (neg_a == neg_b) abs = ua > ub ? ua - ub : ub - ua;
+        else abs = neg_a ? ub - ua : ua - ub; /* |neg| + pos, as unsigned wraps exactly */
+        if (abs > e->max_abs_int) e->max_abs_int = abs, e->at = first + i;
+    }
+}
+
+/* Same shape, two float dtypes — GGUF block types dequantized to F32 — or
+ * two integer ones: values compared as float64 (as 64-bit integers),
+ * chunk by chunk. */
 static ckpt_status compare_values(differ *df, diff_entry *e) {
     const ckpt_tensor_info *a = e->a, *b = e->b;
-    bool floats = is_float(a->dtype);
-    unsigned sa = elem_bytes(a->dtype), sb = elem_bytes(b->dtype);
-    ckpt_dtype da = elem_dtype(a->dtype), db = elem_dtype(b->dtype);
+    ckpt_dtype da = a->dtype, db = b->dtype;
+    bool floats = is_float(da) || dequantizes(da);
     e->fam = floats ? FAM_FLOAT : FAM_SIGNED;
-    e->elements = a->nbytes / sa;
+    e->elements = a->numel;
+    e->has_ulp = floats;
+    e->ulp_dtype = da == CKPT_F64 || db == CKPT_F64 ? CKPT_F64 : CKPT_F32; /* every other float is exact in F32 */
     for (uint64_t first = 0; first < e->elements; first += CHUNK_ELEMS) {
         uint64_t count = e->elements - first < CHUNK_ELEMS ? e->elements - first : CHUNK_ELEMS;
-        ckpt_status st = ckpt_catalog_read(df->a, a, first * sa, df->raw_a, count * sa, &df->err);
-        if (st == CKPT_OK) st = ckpt_catalog_read(df->b, b, first * sb, df->raw_b, count * sb, &df->err);
+        uint64_t la = bytes_of(da, count), lb = bytes_of(db, count);
+        ckpt_status st = ckpt_catalog_read(df->a, a, bytes_of(da, first), df->raw_a, la, &df->err);
+        if (st == CKPT_OK) st = ckpt_catalog_read(df->b, b, bytes_of(db, first), df->raw_b, lb, &df->err);
         if (st != CKPT_OK) return st;
-        if (tick(df, count * (sa + sb))) return cancelled(df);
+        if (tick(df, la + lb)) return cancelled(df);
         if (floats) {
             if ((st = decode_floats(da, df->raw_a, df->val_a, count, &df->err)) != CKPT_OK ||
                 (st = decode_floats(db, df->raw_b, df->val_b, count, &df->err)) != CKPT_OK)
                 return st;
-            for (uint64_t i = 0; i < count; i++) {
-                double va = df->val_a[i], vb = df->val_b[i];
-                if (isnan(va) && isnan(vb)) continue;
-                if (va == vb && signbit(va) == signbit(vb)) continue;
-                e->differ++;
-                if (!e->has_at) e->at = first + i, e->has_at = true;
-                if (isnan(va) || isnan(vb)) {
-                    e->nan_mismatch++;
-                    continue;
-                }
-                double abs = fabs(va - vb);
-                if (abs > e->max_abs) e->max_abs = abs, e->at = first + i;
-            }
+            compare_float_chunk(e, df->val_a, df->val_b, count, first);
         } else {
-            /* Integers: BOOL and unsigned values are non-negative; a U64
-             * above INT64_MAX cannot equal a signed value. */
-            for (uint64_t i = 0; i < count; i++) {
-                uint64_t ua = bits_at(df->raw_a, sa, i), ub = bits_at(df->raw_b, sb, i);
-                bool neg_a = is_signed_int(da) && (ua >> (8 * sa - 1)) & 1, neg_b = is_signed_int(db) && (ub >> (8 * sb - 1)) & 1;
-                if (neg_a) ua = (uint64_t)signed_at(df->raw_a, sa, i);
-                if (neg_b) ub = (uint64_t)signed_at(df->raw_b, sb, i);
-                if (ua == ub && neg_a == neg_b) continue;
-                e->differ++;
-                if (!e->has_at) e->at = first + i, e->has_at = true;
-                uint64_t abs;
-                if (neg_a == neg_b) abs = ua > ub ? ua - ub : ub - ua;
-                else abs = neg_a ? ub - ua : ua - ub; /* |neg| + pos, as unsigned wraps exactly */
-                if (abs > e->max_abs_int) e->max_abs_int = abs, e->at = first + i;
-            }
+            compare_int_chunk(e, df->raw_a, df->raw_b, count, first);
         }
         if (df->quiet && e->differ) return CKPT_OK;
     }
@@ -279,7 +333,7 @@ static ckpt_status compare_values(differ *df, diff_entry *e) {
 
 static bool comparable_values(ckpt_dtype a, ckpt_dtype b) {
     if (a == CKPT_C64 || b == CKPT_C64) return false;
-    if (is_float(a) && is_float(b)) return true;
+    if ((is_float(a) || dequantizes(a)) && (is_float(b) || dequantizes(b))) return true;
     bool ia = is_signed_int(a) || is_unsigned_int(a) || a == CKPT_BOOL, ib = is_signed_int(b) || is_unsigned_int(b) || b == CKPT_BOOL;
     return ia && ib;
 }
@@ -312,6 +366,12 @@ static void index_text(const ckpt_tensor_info *t, uint64_t at, bool components, 
     if (components && n < cap) snprintf(buf + n, cap - n, "%s", at % 2 ? ".imag" : ".real");
 }
 
+/* The root mean square of the differences (NaN pairs aside). */
+static double rms(const diff_entry *e) {
+    uint64_t n = e->elements - e->nan_mismatch;
+    return n ? sqrt(e->sum_sq / (double)n) : 0;
+}
+
 static void print_detail(FILE *o, const diff_entry *e) {
     char count[32], total[32], at[600], num[64];
     const char *unit = e->fam == FAM_BYTES ? "bytes" : e->a->dtype == CKPT_C64 ? "components" : "values";
@@ -325,7 +385,10 @@ static void print_detail(FILE *o, const diff_entry *e) {
     index_text(e->a, e->at, e->a->dtype == CKPT_C64 && e->a->dtype == e->b->dtype, at, sizeof at);
     if (e->fam == FAM_FLOAT) {
         if (e->nan_mismatch < e->differ) fprintf(o, ", max abs diff %.6g at %s", e->max_abs, at);
-        if (e->has_ulp && e->nan_mismatch < e->differ) fprintf(o, ", max %s ULP", format_count(e->max_ulp, num, sizeof num));
+        if (e->has_ulp && e->nan_mismatch < e->differ)
+            fprintf(o, ", max %s ULP%s%s", format_count(e->max_ulp, num, sizeof num),
+                    e->a->dtype != e->b->dtype ? " of " : "", e->a->dtype != e->b->dtype ? ckpt_dtype_name(e->ulp_dtype) : "");
+        if (e->nan_mismatch < e->differ) fprintf(o, ", RMS %.6g", rms(e));
         if (e->nan_mismatch) fprintf(o, ", %s NaN on one side only", format_count(e->nan_mismatch, num, sizeof num));
         if (e->nan_mismatch == e->differ && e->nan_mismatch) fprintf(o, ", first at %s", at);
     } else {
@@ -447,8 +510,12 @@ static void print_json(const differ *df, const diff_entry *list, size_t count, c
                 fputs(", \"max_abs_diff\": ", o);
                 if (e->nan_mismatch < e->differ) json_double(o, e->max_abs);
                 else fputs("null", o);
+                fputs(", \"rms_diff\": ", o);
+                json_double(o, rms(e));
                 fprintf(o, ", \"nan_mismatch\": %" PRIu64, e->nan_mismatch);
-                if (e->has_ulp) fprintf(o, ", \"max_ulp_diff\": %" PRIu64, e->max_ulp);
+                if (e->has_ulp)
+                    fprintf(o, ", \"max_ulp_diff\": %" PRIu64 ", \"ulp_dtype\": \"%s\"", e->max_ulp,
+                            ckpt_dtype_name(e->ulp_dtype));
             } else if (e->fam != FAM_BYTES) {
                 fprintf(o, ", \"max_abs_diff\": %" PRIu64, e->max_abs_int);
             }
@@ -568,7 +635,7 @@ static int parse_and_run(int argc, char **argv, const char **globals, source_opt
         switch (id) {
         case ARG_ERROR: return EXIT_USAGE;
         case OPT_HELP:
-            fputs(diff_usage, stdout);
+            print_usage(stdout, diff_usage);
             fputs(source_options_help, stdout);
             return EXIT_OK;
         case OPT_JSON: json = true; break;

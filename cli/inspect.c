@@ -6,7 +6,8 @@
 #include "cli.h"
 
 const char inspect_usage[] =
-    "usage: ckpt inspect PATH [--json] [--direct] [remote options]\n"
+    "usage: ckpt inspect PATH [--json] [--tree-depth N] [--tree-width N] [--direct]\n"
+    "                         [remote options]\n"
     "\n"
     "List every tensor of a checkpoint (name, dtype, shape, size, file) with\n"
     "totals (tensors, parameters, bytes per dtype, files) and the metadata.\n"
@@ -18,10 +19,17 @@ const char inspect_usage[] =
     "(a torch.distributed.checkpoint whose tensors were saved in chunks by several\n"
     "ranks shows the ranks; the full list is in --json)\n"
     "\n"
+    "The object tree of a torch, DCP or Flax file (what is not a tensor: epochs,\n"
+    "optimizer settings, the nesting of dicts) is shown as an outline: 3 levels,\n"
+    "10 entries of each container (\"… 40 more\"), at most 200 lines.\n"
+    "\n"
     "options:\n"
-    "  --json      machine-readable output on stdout (strides, storages, the\n"
-    "              whole object tree of a torch file)\n"
-    "  -h, --help  show this help\n";
+    "  --json            machine-readable output on stdout (strides, storages, the\n"
+    "                    whole object tree)\n"
+    "  --tree-depth N    levels of the object tree's outline (0: all; default 3)\n"
+    "  --tree-width N    entries shown of each container (0: all; default 10);\n"
+    "                    either option lifts the 200-line limit\n"
+    "  -h, --help        show this help\n";
 
 typedef struct dtype_total {
     uint64_t tensors, params, bytes;
@@ -269,8 +277,14 @@ static const ckpt_tensor_info **first_on_storage(const ckpt_catalog *cat) {
     return first;
 }
 
+/* How much of the object tree the outline shows. */
+typedef struct tree_limits {
+    int depth, width;
+    long lines;
+} tree_limits;
+
 static void print_table(const ckpt_catalog *cat, const char *path, const dtype_total *totals,
-                        const ckpt_tensor_info *const *alias, size_t aliases) {
+                        const ckpt_tensor_info *const *alias, size_t aliases, const tree_limits *limits) {
     size_t n = ckpt_catalog_tensor_count(cat), files = ckpt_catalog_file_count(cat);
     int wname = 4, wshape = 5;
     char shape[512], size[32], where[96];
@@ -320,13 +334,9 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
                format_bytes(ckpt_catalog_file_size(cat, f), size, sizeof size));
     if (ckpt_catalog_index_path(cat)) printf("Index: %s\n", printable(ckpt_catalog_index_path(cat)));
     const char *tree = ckpt_catalog_tree_json(cat);
-    if (tree) tree = printable(tree);
-    if (tree) {
-        /* The whole object tree is in --json; here, its beginning. */
-        enum { SHOWN = 1500 };
-        size_t len = strlen(tree);
-        printf("Object tree (non-tensor values; tensors as {\"__tensor__\": name}):\n  %.*s%s\n", (int)(len < SHOWN ? len : SHOWN),
-               tree, len > SHOWN ? " … (ckpt inspect --json for all of it)" : "");
+    if (tree) { /* the whole object tree is in --json; here, an outline */
+        printf("Object tree:\n");
+        print_tree_outline(stdout, cat, tree, limits->depth, limits->width, limits->lines);
     }
     size_t m = ckpt_catalog_metadata_count(cat), kvs = ckpt_catalog_kv_count(cat);
     if (kvs) { /* GGUF: typed key-values; long arrays (the tokenizer's) summarised */
@@ -357,17 +367,22 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
 }
 
 static int run_inspect(int argc, char **argv, source_options *so) {
-    enum { OPT_HELP = 1, OPT_JSON };
-    static const cli_option options[] = {
-        {"help", 'h', false, OPT_HELP}, {"json", 0, false, OPT_JSON}, CLI_SOURCE_OPTIONS, {NULL, 0, 0, 0}};
+    enum { OPT_HELP = 1, OPT_JSON, OPT_TREE_DEPTH, OPT_TREE_WIDTH };
+    static const cli_option options[] = {{"help", 'h', false, OPT_HELP},
+                                         {"json", 0, false, OPT_JSON},
+                                         {"tree-depth", 0, true, OPT_TREE_DEPTH},
+                                         {"tree-width", 0, true, OPT_TREE_WIDTH},
+                                         CLI_SOURCE_OPTIONS,
+                                         {NULL, 0, 0, 0}};
     const char *path = NULL, *value;
     bool json = false;
+    tree_limits limits = {3, 10, 200};
     args_parser args;
     args_init(&args, "inspect", options, argc, argv);
     for (int id; (id = args_next(&args, &value)) != ARG_END;) {
         if (id == ARG_ERROR) return EXIT_USAGE;
         if (id == OPT_HELP) {
-            fputs(inspect_usage, stdout);
+            print_usage(stdout, inspect_usage);
             fputs(source_options_help, stdout);
             return EXIT_OK;
         }
@@ -375,6 +390,14 @@ static int run_inspect(int argc, char **argv, source_options *so) {
             if (source_option("inspect", id, value, so) != EXIT_OK) return EXIT_USAGE;
         } else if (id == OPT_JSON) {
             json = true;
+        } else if (id == OPT_TREE_DEPTH || id == OPT_TREE_WIDTH) {
+            char *end;
+            long v = strtol(value, &end, 10);
+            if (!*value || *end || v < 0 || v > 1000000)
+                return usage_error("inspect", "--%s needs a number (0: no limit), got '%s'",
+                                   id == OPT_TREE_DEPTH ? "tree-depth" : "tree-width", value);
+            *(id == OPT_TREE_DEPTH ? &limits.depth : &limits.width) = (int)v;
+            limits.lines = 0; /* the outline asked for: no line limit */
         } else if (path) {
             char a[4096], b[4096];
             return usage_error("inspect", "one PATH expected, got '%s' and '%s'", display_name(path, a, sizeof a),
@@ -403,7 +426,7 @@ static int run_inspect(int argc, char **argv, source_options *so) {
         totals[t->dtype].bytes += t->nbytes;
     }
     if (json) print_json(cat, path, totals, alias, aliases);
-    else print_table(cat, path, totals, alias, aliases);
+    else print_table(cat, path, totals, alias, aliases, &limits);
     free(alias);
     ckpt_catalog_close(cat);
     if (fflush(stdout) != 0 || ferror(stdout)) {

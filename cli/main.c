@@ -6,8 +6,8 @@
 static const char usage[] =
     "usage: ckpt <command> [options]\n"
     "\n"
-    "Read, inspect, convert, compare and verify model checkpoints (safetensors and\n"
-    "PyTorch) with memory that does not grow with the model.\n"
+    "Read, inspect, convert, compare and verify model checkpoints with memory that\n"
+    "does not grow with the model.\n"
     "\n"
     "commands:\n"
     "  inspect PATH           list tensors, shapes, sizes, shards and metadata\n"
@@ -16,12 +16,15 @@ static const char usage[] =
     "  verify PATH            check structure and recorded checksums\n"
     "  recover DIR            finish a commit into DIR that a crash cut short\n"
     "  help [COMMAND]         show this help, or a command's\n"
+    "  version                print the version\n"
     "\n"
     "options:\n"
     "  -h, --help             show this help (a command's: ckpt help CMD, ckpt CMD -h)\n"
-    "  -V, --version          print the version\n"
+    "  -v, -V, --version      print the version\n"
     "\n"
     "Every command reads:\n" CLI_READ_FORMATS
+    "\n"
+    "ckpt convert writes (ckpt help convert says how DST picks one):\n" CLI_WRITE_FORMATS
     "\n"
     "Exit status: 0 success, 1 bad input or I/O error (diff: the checkpoints\n"
     "differ), 2 usage error, 130 interrupted.\n";
@@ -49,10 +52,11 @@ static const struct command *find_command(const char *name) {
 /* "ckpt: unknown command 'inpsect'" and, when one is close, "did you mean
  * 'inspect'?" (as git does), else where the list is. */
 static int unknown_command(const char *name) {
-    const char *names[COMMAND_COUNT + 1], *found[3];
+    const char *names[COMMAND_COUNT + 2], *found[3];
     for (size_t i = 0; i < COMMAND_COUNT; i++) names[i] = commands[i].name;
     names[COMMAND_COUNT] = "help";
-    size_t n = suggest(name, names, COMMAND_COUNT + 1, found, 3);
+    names[COMMAND_COUNT + 1] = "version";
+    size_t n = suggest(name, names, COMMAND_COUNT + 2, found, 3);
     fprintf(stderr, "ckpt: unknown command '%s'\n", name);
     if (n) {
         fputs("did you mean ", stderr);
@@ -64,33 +68,30 @@ static int unknown_command(const char *name) {
     return EXIT_USAGE;
 }
 
-static int print_help(FILE *f, const char *text) {
-    fputs(text, f);
-    if (fflush(f) != 0 || ferror(f)) return EXIT_ERROR;
-    return EXIT_OK;
-}
-
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fputs(usage, stderr);
+        print_usage(stderr, usage);
         return EXIT_USAGE;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) return print_help(stdout, usage);
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) return print_usage(stdout, usage);
     if (!strcmp(cmd, "help")) {
-        if (argc == 2) return print_help(stdout, usage);
+        if (argc == 2) return print_usage(stdout, usage);
         if (argc > 3) {
             fprintf(stderr, "ckpt help: one COMMAND expected, got '%s' and '%s'\nTry 'ckpt help'.\n", argv[2], argv[3]);
             return EXIT_USAGE;
         }
         if (!strcmp(argv[2], "help") || !strcmp(argv[2], "-h") || !strcmp(argv[2], "--help"))
-            return print_help(stdout, usage);
+            return print_usage(stdout, usage);
+        if (!strcmp(argv[2], "version"))
+            return print_usage(stdout, "usage: ckpt version (or ckpt -v, ckpt -V, ckpt --version)\n\n"
+                                      "Print the version of ckpt (its library's).\n");
         const struct command *c = find_command(argv[2]);
         if (!c) return unknown_command(argv[2]);
-        fputs(c->usage, stdout); /* as `ckpt CMD --help` prints it */
-        return print_help(stdout, c->opens ? source_options_help : "");
+        print_usage(stdout, c->usage); /* as `ckpt CMD --help` prints it */
+        return print_usage(stdout, c->opens ? source_options_help : "");
     }
-    if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) {
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version") || !strcmp(cmd, "-V") || !strcmp(cmd, "-v")) {
         printf("ckpt %s\n", ckpt_version());
         return EXIT_OK;
     }

@@ -28,15 +28,7 @@ int usage_error(const char *command, const char *fmt, ...) {
     return EXIT_USAGE;
 }
 
-const char *format_bytes(uint64_t bytes, char *buf, size_t cap) {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024 && u < 5) v /= 1024, u++;
-    if (u == 0) snprintf(buf, cap, "%llu B", (unsigned long long)bytes);
-    else snprintf(buf, cap, "%.1f %s", v, units[u]);
-    return buf;
-}
+const char *format_bytes(uint64_t bytes, char *buf, size_t cap) { return ckpt_format_size(bytes, buf, cap); }
 
 const char *format_count(uint64_t n, char *buf, size_t cap) {
     char digits[32];
@@ -117,10 +109,39 @@ int text_columns(const char *s) {
     return n;
 }
 
+/* "…" where the locale is UTF-8, "..." elsewhere. */
+const char *ellipsis(void) {
+    const char *vars[] = {"LC_ALL", "LC_CTYPE", "LANG"};
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return strstr(v, "UTF-8") || strstr(v, "utf8") || strstr(v, "UTF8") || strstr(v, "utf-8") ? "…" : "...";
+    }
+    return "...";
+}
+
+/* s after its first `count` code points. */
+static const char *skip_columns(const char *s, int count) {
+    for (; *s && count > 0; count--)
+        for (s++; ((unsigned char)*s & 0xC0) == 0x80; s++) {}
+    return s;
+}
+
 void print_padded(FILE *out, const char *name, int width) {
     name = printable(name);
-    fputs(name, out);
-    for (int n = text_columns(name); n < width; n++) fputc(' ', out);
+    int columns = text_columns(name);
+    if (columns <= width) {
+        fputs(name, out);
+        for (; columns < width; columns++) fputc(' ', out);
+        return;
+    }
+    /* Too long for its column: its beginning and its end (".weight"),
+     * with an ellipsis between them.  --json keeps every name whole. */
+    const char *dots = ellipsis();
+    int room = width - text_columns(dots), head = room > 0 ? room / 2 : 0;
+    const char *tail = skip_columns(name, columns - (room > 0 ? room - head : 0));
+    fwrite(name, 1, (size_t)(skip_columns(name, head) - name), out);
+    fputs(dots, out);
+    fputs(tail, out);
 }
 
 void print_json_string(FILE *out, const char *s) {
@@ -155,4 +176,53 @@ void print_summary(const char *verb, uint64_t tensors, uint64_t bytes, size_t fi
     fprintf(stderr, "ckpt: %s %s tensor%s, %s in %zu file%s%s%s in %.*f s%s\n", verb, count, tensors == 1 ? "" : "s",
             size, files, files == 1 ? "" : "s", where ? " " : "", where ? where : "", seconds < 10 ? 2 : 1, seconds,
             rate);
+}
+
+/* `text` as help prints it: wrapped at 80 columns, the first line after
+ * `first`, the others after `indent`. */
+static void print_wrapped(FILE *f, const char *first, const char *indent, const char *text) {
+    enum { WIDTH = 80 };
+    int col = fprintf(f, "%s", first);
+    while (*text) {
+        size_t word = strcspn(text, " ");
+        if (col > (int)strlen(indent) && col + 1 + (int)word > WIDTH) col = fprintf(f, "\n%s", indent) - 1;
+        else if (col > (int)strlen(first)) col += fprintf(f, " ");
+        col += (int)fwrite(text, 1, word, f);
+        text += word;
+        while (*text == ' ') text++;
+    }
+    fputc('\n', f);
+}
+
+/* "  - safetensors: a .safetensors file" and so on, then the sources. */
+static void print_read_formats(FILE *f) {
+    for (size_t i = 0; ckpt_format_at(i); i++) print_wrapped(f, "  - ", "    ", ckpt_format_description(ckpt_format_at(i)));
+    fputs("  - any of these at an http://, https:// or s3:// URL\n"
+          "  - a directory in the Hugging Face layout holding any of these\n", f);
+}
+
+/* The titles of the formats ckpt writes, on one wrapped line. */
+static void print_write_formats(FILE *f) {
+    char line[1024];
+    size_t n = 0;
+    for (size_t i = 0; ckpt_format_at(i) && n < sizeof line; i++) {
+        ckpt_format id = ckpt_format_at(i);
+        if (!ckpt_format_writable(id)) continue;
+        const char *d = ckpt_format_description(id);
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s%.*s", n ? ", " : "", (int)strcspn(d, ":"), d);
+    }
+    print_wrapped(f, "  ", "  ", line);
+}
+
+int print_usage(FILE *f, const char *text) {
+    for (;;) {
+        const char *reads = strstr(text, CLI_READ_FORMATS), *writes = strstr(text, CLI_WRITE_FORMATS);
+        const char *mark = reads && (!writes || reads < writes) ? reads : writes;
+        if (!mark) break;
+        fwrite(text, 1, (size_t)(mark - text), f);
+        if (mark == reads) print_read_formats(f), text = mark + strlen(CLI_READ_FORMATS);
+        else print_write_formats(f), text = mark + strlen(CLI_WRITE_FORMATS);
+    }
+    fputs(text, f);
+    return fflush(f) != 0 || ferror(f) ? EXIT_ERROR : EXIT_OK;
 }

@@ -1,5 +1,5 @@
-/* progress.c — a one-line progress bar (bytes, rate, ETA) that fits the
- * terminal, and Ctrl-C. */
+/* progress.c — the progress bar on stderr (the library's line:
+ * ckpt_progress_line, so that Python's bar is the same), and Ctrl-C. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +21,22 @@ static void on_resize(int sig) {
     resized = 1;
 }
 
+/* Catches `sig` unless it was ignored when ckpt started: a command run in
+ * the background by a non-interactive shell (`ckpt convert … &`) inherits
+ * SIGINT ignored, and a Ctrl-C meant for the shell's foreground job must
+ * not stop it (as POSIX asks of utilities, and as well-behaved tools do). */
+static void catch_unless_ignored(int sig, const struct sigaction *sa) {
+    struct sigaction old;
+    if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN) return;
+    sigaction(sig, sa, NULL);
+}
+
 static void signals_install(bool winch) {
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    catch_unless_ignored(SIGINT, &sa);
+    catch_unless_ignored(SIGTERM, &sa);
     if (winch) {
         struct sigaction sw = {0};
         sw.sa_handler = on_resize;
@@ -51,16 +61,6 @@ static int terminal_width(void) {
     return cols > 0 && cols < 10000 ? cols : 80;
 }
 
-/* "…" where the locale is UTF-8, "..." elsewhere. */
-static const char *ellipsis(void) {
-    const char *vars[] = {"LC_ALL", "LC_CTYPE", "LANG"};
-    for (int i = 0; i < 3; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && *v) return strstr(v, "UTF-8") || strstr(v, "utf8") || strstr(v, "UTF8") || strstr(v, "utf-8") ? "…" : "...";
-    }
-    return "...";
-}
-
 void progress_start(progress_bar *bar, const char *label, int mode) {
     bar->enabled = mode == 1 || (mode == -1 && isatty(STDERR_FILENO));
     signals_install(bar->enabled && isatty(STDERR_FILENO));
@@ -73,95 +73,14 @@ void progress_start(progress_bar *bar, const char *label, int mode) {
     bar->drawn = false;
 }
 
-/* Parts of the line, in display order; the lower `keep`, the sooner a part
- * is dropped when the terminal is narrow. */
-enum { P_LABEL, P_BAR, P_PCT, P_SIZES, P_RATE, P_NOTE, P_COUNT };
-static const int keep[P_COUNT] = {[P_LABEL] = 7, [P_BAR] = 4, [P_PCT] = 6, [P_SIZES] = 3, [P_RATE] = 2, [P_NOTE] = 5};
-enum { BAR_MIN = 10, BAR_MAX = 40 };
-
-void progress_line(char *out, size_t cap, int width, const char *label, uint64_t done, uint64_t total, double elapsed,
-                   const char *note) {
-    double frac = total ? (double)done / (double)total : 1.0;
-    if (frac > 1) frac = 1;
-    double rate = elapsed > 0 ? (double)done / elapsed : 0;
-    char text[P_COUNT][96], a[32], b[32];
-    snprintf(text[P_LABEL], sizeof text[0], "%s", printable(label));
-    text[P_BAR][0] = '\0';
-    snprintf(text[P_PCT], sizeof text[0], "%3d%%", (int)(frac * 100));
-    snprintf(text[P_SIZES], sizeof text[0], "%s / %s", format_bytes(done, a, sizeof a), format_bytes(total, b, sizeof b));
-    snprintf(text[P_RATE], sizeof text[0], "%s/s", format_bytes((uint64_t)rate, a, sizeof a));
-    if (note) {
-        snprintf(text[P_NOTE], sizeof text[0], "%s", note);
-    } else if (rate > 0 && done < total) {
-        uint64_t eta = (uint64_t)((double)(total - done) / rate);
-        if (eta >= 3600)
-            snprintf(text[P_NOTE], sizeof text[0], "ETA %u:%02u:%02u", (unsigned)(eta / 3600), (unsigned)(eta / 60 % 60),
-                     (unsigned)(eta % 60));
-        else snprintf(text[P_NOTE], sizeof text[0], "ETA %u:%02u", (unsigned)(eta / 60), (unsigned)(eta % 60));
-    } else {
-        snprintf(text[P_NOTE], sizeof text[0], done < total ? "ETA -:--" : "ETA 0:00");
-    }
-    if (note) text[P_RATE][0] = '\0'; /* the rate of a finished copy says nothing while syncing */
-    bool on[P_COUNT];
-    int used = 0, shown = 0;
-    for (int i = 0; i < P_COUNT; i++) on[i] = i == P_BAR || text[i][0];
-    /* Columns: the parts, one space between them (two before sizes and
-     * rate), the bar at BAR_MIN; the last column is never written, so the
-     * cursor never wraps. */
-    int limit = width - 1;
-    for (;;) {
-        used = 0, shown = 0;
-        for (int i = 0; i < P_COUNT; i++) {
-            if (!on[i]) continue;
-            used += (shown ? (i == P_SIZES || i == P_RATE || i == P_NOTE ? 2 : 1) : 0) +
-                    (i == P_BAR ? BAR_MIN + 2 : text_columns(text[i]));
-            shown++;
-        }
-        if (used <= limit) break;
-        int drop = -1;
-        for (int i = 0; i < P_COUNT; i++)
-            if (on[i] && i != P_LABEL && (drop < 0 || keep[i] < keep[drop])) drop = i;
-        if (drop < 0) break; /* the label alone: truncated below */
-        on[drop] = false;
-    }
-    if (on[P_BAR]) {
-        int cells = BAR_MIN + (limit - used);
-        if (cells > BAR_MAX) cells = BAR_MAX;
-        int filled = (int)(frac * cells);
-        text[P_BAR][0] = '[';
-        for (int i = 0; i < cells; i++) text[P_BAR][1 + i] = i < filled ? '#' : '.';
-        text[P_BAR][1 + cells] = ']';
-        text[P_BAR][2 + cells] = '\0';
-    }
-    size_t n = 0;
-    int cols = 0;
-    out[0] = '\0';
-    shown = 0;
-    for (int i = 0; i < P_COUNT && n + 1 < cap; i++) {
-        if (!on[i]) continue;
-        const char *sep = !shown ? "" : (i == P_SIZES || i == P_RATE || i == P_NOTE) ? "  " : " ";
-        shown++;
-        for (const char *s = sep; *s && n + 1 < cap && cols < limit; s++) out[n++] = *s, cols++;
-        /* Whole code points, and never past the limit. */
-        for (const unsigned char *s = (const unsigned char *)text[i]; *s && n + 1 < cap;) {
-            size_t len = *s < 0x80 ? 1 : (*s >> 5) == 6 ? 2 : (*s >> 4) == 14 ? 3 : 4;
-            if (cols >= limit || n + len >= cap) break;
-            for (size_t k = 0; k < len && s[k]; k++) out[n++] = (char)s[k];
-            s += len;
-            cols++;
-        }
-    }
-    out[n] = '\0';
-}
-
 static void draw(progress_bar *bar, uint64_t done, uint64_t total, double t) {
     if (resized || !bar->width) {
         resized = 0;
         bar->width = terminal_width();
     }
     char line[1024];
-    progress_line(line, sizeof line, bar->width, bar->label, done, total, t - bar->start,
-                  bar->at_end && bar->final_note ? bar->final_note : NULL);
+    ckpt_progress_line(line, sizeof line, (unsigned)bar->width, bar->label, done, total, t - bar->start,
+                       bar->at_end && bar->final_note ? bar->final_note : NULL);
     fprintf(stderr, "\r%s\033[K", line);
     fflush(stderr);
     bar->last = t;

@@ -65,7 +65,7 @@ static int run_verify(int argc, char **argv, source_options *so) {
         switch (id) {
         case ARG_ERROR: return EXIT_USAGE;
         case OPT_HELP:
-            fputs(verify_usage, stdout);
+            print_usage(stdout, verify_usage);
             fputs(source_options_help, stdout);
             return EXIT_OK;
         case OPT_QUIET: quiet = true; break;

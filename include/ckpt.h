@@ -35,18 +35,24 @@
  *   per-rank safetensors files of DCP's Hugging Face storage layer
  *   (DCP_SHARDING_INFO).  Non-tensor entries (step counters, optimizer
  *   hyper-parameters) are kept in the object tree.
- * - PyTorch torch.save files, read only and without executing anything:
- *   the zip format, the legacy stream format, re-zipped (DEFLATE) archives
- *   and `pytorch_model.bin.index.json` shards.  The pickle is read with
+ * - PyTorch torch.save files, read without executing anything: the zip
+ *   format, the legacy stream format, re-zipped (DEFLATE) archives and
+ *   `pytorch_model.bin.index.json` shards.  The pickle is read with
  *   torch's weights-only allowlist; the non-tensor values are kept as JSON
- *   (ckpt_catalog_tree_json).
+ *   (ckpt_catalog_tree_json).  A state dict is written as torch.save
+ *   writes it (`.pt`, `.pth`, `.bin`: CKPT_FORMAT_TORCH).
  * - GGUF (llama.cpp's format) in both directions, checked against gguf-py:
  *   `.gguf` files and gguf-split parts (open the first), every tensor type
  *   (quantized blocks kept as CKPT_Q4_0 ... dtypes, dequantized or
  *   quantized by casts), typed key-values (ckpt_catalog_kv), big-endian
  *   files; written as GGUFWriter writes them (ckpt_writer_options.format).
  * - NumPy `.npy` files (every header version; Fortran order and big-endian
- *   data read as such) and `.npz` archives (stored or DEFLATE members).
+ *   data read as such) and `.npz` archives (stored or DEFLATE members);
+ *   both written as np.save and np.savez write them.
+ *
+ * Where a writer writes — which format, one file, its split parts or a
+ * directory — one rule decides for every entry point: see
+ * ckpt_destination_resolve.
  * - Flax msgpack files (flax.serialization; transformers'
  *   `flax_model.msgpack` and its sharded `flax_model.msgpack.index.json`),
  *   arrays over 1 GiB in Flax's chunked layout included; the document's
@@ -354,6 +360,35 @@ typedef enum ckpt_format {
  * "torch-sharded", ...), or NULL for a number that is not a format. */
 CKPT_API const char *ckpt_format_name(ckpt_format format);
 
+/* The formats ckpt reads, for help texts and errors: the i-th (i from 0,
+ * in the order help texts list them), or 0 past the last.  The list comes
+ * from the library's registry of readers: a program that lists formats
+ * through it lists a new one without a change. */
+CKPT_API ckpt_format ckpt_format_at(size_t i);
+
+/* A line for people about a format: what it is and which files, e.g.
+ * "GGUF: a .gguf file, or the first of gguf-split's *-00001-of-0000N.gguf";
+ * NULL for a number that is not a format. */
+CKPT_API const char *ckpt_format_description(ckpt_format format);
+
+/* Non-zero when ckpt also writes the format (ckpt_writer_options.format,
+ * `ckpt convert`); sharded safetensors are written as safetensors with a
+ * max_shard_size. */
+CKPT_API int ckpt_format_writable(ckpt_format format);
+/* The format a short name names, as ckpt_format_name spells it ("gguf",
+ * "flax-msgpack"; ASCII case ignored), or 0. */
+CKPT_API ckpt_format ckpt_format_from_name(const char *name);
+
+/*
+ * The format ckpt writes for a file name's suffix (ASCII case ignored), or
+ * 0 when the suffix names none:
+ *   .safetensors  CKPT_FORMAT_SAFETENSORS     .npy      CKPT_FORMAT_NPY
+ *   .gguf         CKPT_FORMAT_GGUF            .npz      CKPT_FORMAT_NPZ
+ *   .pt .pth .bin CKPT_FORMAT_TORCH           .msgpack  CKPT_FORMAT_FLAX_MSGPACK
+ * Only the name is looked at.
+ */
+CKPT_API ckpt_format ckpt_format_for_path(const char *path);
+
 #define CKPT_MAX_DIMS 64
 
 /* One tensor of a catalog.  All pointers live as long as the catalog. */
@@ -428,6 +463,14 @@ typedef struct ckpt_tensor_info {
  *     a remote "directory", where only the exact names above are tried (a
  *     URL cannot be listed); see ckpt_catalog_options.  A build without
  *     libcurl refuses URLs with CKPT_E_UNSUPPORTED_SOURCE.
+ *
+ * A file that no reader takes and that cannot be a damaged safetensors file
+ * (text, HTML, JSON that is no index, a ZIP archive that is not torch's,
+ * gzip-compressed data, binary data whose first 8 bytes are no header
+ * length…) fails with CKPT_E_UNKNOWN_FORMAT: "not a checkpoint ckpt reads
+ * (it looks like HTML, a web page); ckpt reads safetensors, …" — for a URL
+ * that answered with a web page, with its directory form (a trailing '/')
+ * to try.  See ckpt_detect_format and docs/FORMATS.md.
  *
  * Every validation rule of huggingface/safetensors is applied to every file,
  * plus duplicate-name detection; for an index, every tensor of the
@@ -650,6 +693,22 @@ CKPT_API void ckpt_catalog_options_init_sized(ckpt_catalog_options *options, siz
 static inline void ckpt_catalog_options_init(ckpt_catalog_options *options) {
     ckpt_catalog_options_init_sized(options, sizeof *options);
 }
+
+/*
+ * Which format ckpt_catalog_open reads the file `path` as (a local file or
+ * a URL, not a directory), from its first bytes and its name alone: a
+ * torch.save file damaged further on is still CKPT_FORMAT_TORCH, so that a
+ * front end can name the family of an error (Python's TorchError, GGUFError
+ * …).  An index of shards gives the shards' usual format (by its name:
+ * *.safetensors.index.json, *.msgpack.index.json, else torch).  A file
+ * that is no checkpoint ckpt reads fails with CKPT_E_UNKNOWN_FORMAT saying
+ * what it looks like (text, HTML, JSON, a ZIP archive that is not torch's,
+ * gzip-compressed data, …) and which formats ckpt reads — the error
+ * ckpt_catalog_open gives for it.  Reads at most 512 bytes; `options` may
+ * be NULL.
+ */
+CKPT_API ckpt_status ckpt_detect_format(const char *path, const ckpt_catalog_options *options, ckpt_format *format,
+                                        ckpt_error *err);
 
 /* ckpt_catalog_open with options (NULL: the defaults). */
 CKPT_API ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *options, ckpt_catalog **out,
@@ -906,8 +965,40 @@ CKPT_API ckpt_status ckpt_parse_size(const char *text, uint64_t *bytes, ckpt_err
 /* huggingface_hub's default max_shard_size, "5GB". */
 #define CKPT_DEFAULT_MAX_SHARD_SIZE 5000000000ULL
 
+/*
+ * A byte count for people: "999 B", "1.5 KiB", "86.6 MiB" — binary units
+ * with one decimal, never more than three digits before the point (a value
+ * that would show as 1000.0 of a unit shows as 1.0 of the next: "999.9
+ * KiB", then "1.0 MiB").  Writes at most `cap` bytes into `out` (10 always
+ * suffice) and returns `out`.  The command-line tool writes every size so.
+ */
+CKPT_API char *ckpt_format_size(uint64_t bytes, char *out, size_t cap);
+
+/*
+ * One line of a progress display, as ckpt's command-line tool and the
+ * Python package draw it on a terminal (so that the two cannot differ):
+ *
+ *   converting [###############.........]  62%    1.2 GiB / 2.0 GiB  310.5 MiB/s  ETA 0:03
+ *
+ * `label`, a bar, the percentage of `total` bytes `done`, the sizes
+ * (ckpt_format_size), the rate over `elapsed` seconds, and the time left
+ * ("ETA 0:03", "ETA 12:34", "ETA 1h02m"; "ETA -:--" until a rate is
+ * known) — or `note` in its place when not
+ * NULL (e.g. "syncing…" once every byte is written, the rate then left
+ * out).  Every part keeps its width as its numbers grow, so redrawing
+ * moves nothing; the bar takes what the others leave of `width - 1`
+ * columns (10 to 40 cells).  On a narrow terminal parts are dropped — the
+ * rate first, then the sizes, the bar, the ETA, the percentage — and the
+ * label truncated: the line never reaches column `width`, so the cursor
+ * never wraps.  Writes at most `cap` bytes (NUL included) into `out` and
+ * returns the line's length in bytes (a UTF-8 label or note may take
+ * several bytes per column).  Draw it as "\r" + line + "\033[K".
+ */
+CKPT_API size_t ckpt_progress_line(char *out, size_t cap, unsigned width, const char *label, uint64_t done,
+                                   uint64_t total, double elapsed, const char *note);
+
 /* ------------------------------------------------------------------------ */
-/* Writer: streaming safetensors output, single or sharded                  */
+/* Writer: a new checkpoint, one file, split parts or a directory           */
 /* ------------------------------------------------------------------------ */
 
 typedef struct ckpt_writer ckpt_writer;
@@ -915,16 +1006,28 @@ typedef struct ckpt_writer ckpt_writer;
 typedef struct ckpt_writer_options {
     size_t size; /* sizeof(ckpt_writer_options), set by ckpt_writer_options_init */
     /*
-     * 0: write one safetensors file at the writer's path.
-     * Otherwise the path is a directory (created if missing) that receives
-     * Hugging Face shards of at most this many bytes of tensor data each
-     * (a larger tensor gets a shard of its own), named
-     * "<prefix>-00001-of-0000N.safetensors", and
-     * "<prefix>.safetensors.index.json"; when everything fits in one shard
-     * the file is "<prefix>.safetensors" and no index is written.
+     * The most bytes of tensor data per file, for the formats that split
+     * (safetensors, GGUF); the destination (ckpt_destination_resolve)
+     * says where the files go:
+     *   - a directory: Hugging Face shards, a larger tensor in a shard of
+     *     its own, named "<prefix>-00001-of-0000N.safetensors" with
+     *     "<prefix>.safetensors.index.json", or "<prefix>.safetensors"
+     *     alone when everything fits in one; 0 means
+     *     CKPT_DEFAULT_MAX_SHARD_SIZE (the hub's 5 GB);
+     *   - a file "<stem>.safetensors": that file when everything fits in
+     *     one, else its parts beside it, "<stem>-00001-of-0000N.safetensors"
+     *     with "<stem>.safetensors.index.json" (what
+     *     huggingface_hub's save_torch_state_dict writes with
+     *     filename_pattern "<stem>{suffix}.safetensors"); 0: one file,
+     *     whatever its size (as safetensors' save_file);
+     *   - a GGUF file: gguf-split's parts (see `format`).
+     * A format that writes one file (torch, npy, npz, flax-msgpack), or
+     * DCP's directory, refuses it (CKPT_E_INVALID_ARGUMENT).
      */
     uint64_t max_shard_size;
-    /* File name prefix for sharded output; NULL means "model". */
+    /* A directory destination's file name prefix; NULL means "model".  A
+     * file destination names its own files after its stem: a prefix
+     * other than the stem is refused. */
     const char *prefix;
     /* Non-zero: replace an existing checkpoint at the destination (its
      * files are replaced only after the new ones are complete; shards of the
@@ -942,9 +1045,9 @@ typedef struct ckpt_writer_options {
      * huggingface_hub does; non-zero writes each as a copy of its own. */
     int copy_partial_views;
     /*
-     * The output format; 0 is CKPT_FORMAT_SAFETENSORS (one file, or shards
-     * with max_shard_size), or CKPT_FORMAT_GGUF when the path ends in
-     * ".gguf".  GGUF output is laid out byte for byte as gguf-py's
+     * The output format; 0: the one the path names (ckpt_destination_resolve:
+     * its suffix, else safetensors).  Set, it must agree with the path's
+     * suffix.  GGUF output is laid out byte for byte as gguf-py's
      * GGUFWriter lays it out (general.architecture first, then the other
      * metadata in the order it was set; tensors in declaration order, each
      * padded to general.alignment, 32 by default).  Metadata values that
@@ -959,9 +1062,24 @@ typedef struct ckpt_writer_options {
      * torch.distributed.checkpoint directory at the path, which
      * torch.distributed.checkpoint.load reads on any number of ranks (no
      * string metadata, no checksums; a torch file's object tree is kept
-     * as DCP objects).  CKPT_FORMAT_NPZ, CKPT_FORMAT_FLAX_MSGPACK (also
-     * chosen by the suffixes .npz and .msgpack): as np.savez and
-     * flax.serialization.to_bytes write them.
+     * as DCP objects).  CKPT_FORMAT_NPZ, CKPT_FORMAT_FLAX_MSGPACK: as
+     * np.savez and flax.serialization.to_bytes write them.
+     * CKPT_FORMAT_NPY: one array, as np.save writes it (a checkpoint of
+     * more tensors is refused, naming them: write .npz).
+     * CKPT_FORMAT_TORCH: the state dict {name: tensor} as torch.save
+     * writes it, which torch.load(weights_only=True) reads back — byte for
+     * byte torch.save's file for a dict of separate tensor objects (as
+     * model.state_dict() gives), its .data/serialization_id record
+     * included (torch computes it from the records' names and CRC-32s).
+     * Tensors declared on one storage (ckpt_writer_add_tensor_shared) stay
+     * on one storage when one of them covers it whole (tied weights; views
+     * inside a saved tensor, at their storage_offset); a view of a storage
+     * no saved tensor covers, or a non-contiguous one, becomes a storage of
+     * its own holding its bytes (torch.save would also keep the bytes no
+     * saved tensor reaches).  No string metadata: a torch file has no
+     * place for it.  bf16 and the float8s are written as torch names them
+     * (torch.bfloat16, torch.float8_e4m3fn, …); GGUF's block types are
+     * refused (CKPT_E_UNSUPPORTED_DTYPE).
      */
     ckpt_format format;
     /* A directory whose other files (config.json, tokenizer files,
@@ -1031,6 +1149,15 @@ typedef struct ckpt_writer_options {
      * the source's metadata.
      */
     int source_metadata;
+    /*
+     * Non-zero: the path is the one file written, in `format` (safetensors
+     * when 0), whatever its name — the destination rule's suffixes and
+     * directories do not apply, as safetensors' save_file and torch.save
+     * take any file name (the Python drop-ins ckpt.torch.save_file and
+     * ckpt.numpy.save_file set it).  A path ending in '/' or naming a
+     * directory is refused, and so is max_shard_size.
+     */
+    int exact_file;
 } ckpt_writer_options;
 
 /* The `__metadata__` key of checksums: a JSON object text,
@@ -1052,9 +1179,48 @@ static inline void ckpt_writer_options_init(ckpt_writer_options *options) {
 }
 
 /*
- * Creates a writer for `path` (see ckpt_writer_options).  Nothing is written
- * yet.  Fails with CKPT_E_EXISTS if a checkpoint is already there and
- * options->overwrite is 0.  `options` may be NULL for the defaults.
+ * The destination rule: what a writer (ckpt_writer_create), a conversion
+ * (ckpt_convert, ckpt_convert_plan, their previews and the collective
+ * ones) and every front end (the CLI, Python, Rust, Elixir) write for
+ * `path`, in this order:
+ *   1. A path ending in '/', or naming an existing directory (or a link
+ *      to one), is a directory: of options->format, else safetensors
+ *      shards (max_shard_size, 5 GB by default, and an index, or one
+ *      "<prefix>.safetensors"); DCP writes its ranks' files there.  A
+ *      format that writes one file is refused, naming a file to give.
+ *   2. Else a name ending in a suffix of ckpt_format_for_path is a file of
+ *      that format ("x.safetensors", "pytorch_model.bin", "o.pt",
+ *      "w.npy") — or, with max_shard_size, that file's split parts
+ *      beside it ("x-00001-of-00003.safetensors" and
+ *      "x.safetensors.index.json"; gguf-split's "x-00001-of-00003.gguf"),
+ *      its directory made when missing.  options->format, when set, must
+ *      be that format.
+ *   3. Else a name ending in a checkpoint suffix that ckpt does not write
+ *      — an index (".safetensors.index.json", ".bin.index.json"), a DCP
+ *      part (".distcp"), another framework's file (".ckpt", ".h5",
+ *      ".onnx", ".pdparams", ".tflite", ".pb", …) — is refused.
+ *   4. Else (a name without a checkpoint suffix, "out", "run.v2") it is a
+ *      directory, as in 1, for safetensors and DCP; a format that writes
+ *      one file, asked for by options->format, writes a file of that name.
+ * Refusals are CKPT_E_INVALID_ARGUMENT naming the path and listing what
+ * ckpt writes.  The parents of a file or a directory are created when
+ * missing (not by a dry run).  options->exact_file sets the rule aside: the
+ * path is then one file of options->format, whatever its name.
+ *
+ * *format receives the format written and *directory 1 for a directory,
+ * 0 for a file (or its parts); either may be NULL.  `options` may be NULL.
+ * Nothing is created: this only looks at the name and, through stat(2),
+ * at what is there.
+ */
+CKPT_API ckpt_status ckpt_destination_resolve(const char *path, const ckpt_writer_options *options,
+                                              ckpt_format *format, int *directory, ckpt_error *err);
+
+/*
+ * Creates a writer for `path` (see ckpt_writer_options): a file, its split
+ * parts or a directory, of the format ckpt_destination_resolve gives.
+ * Nothing is written yet.  Fails with CKPT_E_EXISTS if a checkpoint is
+ * already there (the file, or any of its parts) and options->overwrite
+ * is 0.  `options` may be NULL for the defaults.
  *
  * The writer locks its destination until ckpt_writer_free (flock(2):
  * released by the kernel if the process dies): a second writer of the same
@@ -1165,6 +1331,13 @@ CKPT_API ckpt_status ckpt_writer_write(ckpt_writer *writer, size_t index, const 
  * there before, and the temporaries are removed.
  */
 CKPT_API ckpt_status ckpt_writer_commit(ckpt_writer *writer, ckpt_error *err);
+
+/* After a successful commit: how many paths it published, and the i-th
+ * (NULL past the end) — the data files, then the side files (an index),
+ * then the files copied along (copy_files_from).  0 before a commit, and
+ * for a dry run. */
+CKPT_API size_t ckpt_writer_published_count(const ckpt_writer *writer);
+CKPT_API const char *ckpt_writer_published_path(const ckpt_writer *writer, size_t i);
 
 /* Releases a writer.  If it was not committed, its temporary files are
  * removed and the destination is left as it was.  Accepts NULL. */
@@ -1366,6 +1539,19 @@ CKPT_API void ckpt_plan_set_flags(ckpt_plan *plan, unsigned flags);
 /* The last rule's tensors: those its pattern matched, and those of them it
  * left as they are (another rank, not a float, no such axis). */
 CKPT_API void ckpt_plan_last_rule(const ckpt_plan *plan, size_t *matched, size_t *skipped);
+
+/*
+ * Why the last rule left tensors as they are, by reason: group `i` (from 0)
+ * holds the returned number of tensors (0 past the last group); *reason
+ * receives a phrase that follows that number — "with fewer than 2 axes
+ * (quantization keeps vectors as they are, as convert_hf_to_gguf does)",
+ * "with a dtype that is not a float", "without that dimension", "with
+ * another number of axes", … — and *example the first such tensor's name
+ * (in the checkpoint); either pointer may be NULL.  Strings live as long
+ * as the plan.
+ */
+CKPT_API size_t ckpt_plan_last_rule_skipped(const ckpt_plan *plan, size_t i, const char **reason,
+                                            const char **example);
 
 /* Keeps only tensors matching `pattern`: the first call replaces "every
  * tensor" by the matches, later calls add their matches. */
@@ -1916,6 +2102,8 @@ CKPT_API ckpt_status ckpt_save_collective(const char *path, const ckpt_shard *sh
  *
  *   {"path": DST, "format": the output format's name ("safetensors", "gguf", …),
  *    "directory": bool,
+ *    "open": the path that opens what is written (the directory, the
+ *            index of a file's split parts, the first GGUF part, the file),
  *    "files": [{"name": N, "path": P, "size": BYTES, "tensors": COUNT}, …],
  *    "side_files": [NAME, …],   (an index, written after the data files)
  *    "copied_files": [NAME, …], (options->copy_files_from's files)

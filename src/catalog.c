@@ -425,18 +425,49 @@ ckpt_status ckpt__cat_adopt_tree(ckpt_catalog *c, char *json, ckpt_error *err) {
     return CKPT_OK;
 }
 
-ckpt_status ckpt__cat_open_path(ckpt_catalog *c, const char *path, ckpt_error *err) {
-    ckpt__source *src;
-    ckpt_status st = ckpt__cat_open_source(c, path, &src, err);
-    if (st) return st;
+/* The reader for an opened file: the best probe of its first bytes and
+ * its name (registry.c), or CKPT_E_UNKNOWN_FORMAT for a file that only
+ * safetensors' fallback would take and that looks like something else. */
+static ckpt_status choose_format(ckpt__source *src, const char *path, const ckpt__format **f, ckpt_error *err) {
     unsigned char head[512] = {0};
     size_t n = src->size < sizeof head ? (size_t)src->size : sizeof head;
-    if ((st = ckpt__source_read(src, head, n, 0, err))) {
+    ckpt_status st = ckpt__source_read(src, head, n, 0, err);
+    if (st) return st;
+    int score;
+    *f = ckpt__format_probe(head, n, ckpt__path_basename(path), &score);
+    /* The source's name is the one shown (a URL's credentials redacted). */
+    return score <= CKPT__PROBE_FALLBACK ? ckpt__format_check_unclaimed(head, n, src->size, src->name, err) : CKPT_OK;
+}
+
+ckpt_status ckpt__cat_open_path(ckpt_catalog *c, const char *path, ckpt_error *err) {
+    ckpt__source *src;
+    const ckpt__format *f;
+    ckpt_status st = ckpt__cat_open_source(c, path, &src, err);
+    if (st) return st;
+    if ((st = choose_format(src, path, &f, err))) {
         ckpt__source_close(src);
         return st;
     }
-    const ckpt__format *f = ckpt__format_probe(head, n, ckpt__path_basename(path));
     return f->open(c, src, err);
+}
+
+ckpt_status ckpt_detect_format(const char *path, const ckpt_catalog_options *options, ckpt_format *format,
+                               ckpt_error *err) {
+    if (format) *format = (ckpt_format)0;
+    if (!path || !format) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "path and format are required");
+    ckpt_catalog *c;
+    ckpt__source *src = NULL;
+    const ckpt__format *f;
+    char *clean = NULL;
+    ckpt_status st = ckpt__catalog_new(options, &c, err);
+    if (st) return st;
+    if (!(st = take_userinfo(c, path, &clean, err)) && clean) path = clean;
+    if (!st) st = ckpt__source_open(path, &c->source_options, &src, err); /* the file as named, as an open does */
+    if (!st && !(st = choose_format(src, path, &f, err))) *format = ckpt__format_id(f, path);
+    ckpt__source_close(src);
+    free(clean);
+    ckpt_catalog_close(c);
+    return st;
 }
 
 /* ---- opening ------------------------------------------------------------------ */

@@ -37,7 +37,17 @@ static bool explicit_pattern(const char *pattern) {
     return true;
 }
 
-static void rule_begin(ckpt_plan *p) { p->rule_matched = p->rule_skipped = 0; }
+static void rule_begin(ckpt_plan *p) {
+    p->rule_matched = p->rule_skipped = 0;
+    memset(p->skipped_for, 0, sizeof p->skipped_for);
+    memset(p->skip_example, 0, sizeof p->skip_example);
+}
+
+/* A broad rule leaves e as it is, for `why`. */
+static void skip(ckpt_plan *p, const ckpt__plan_entry *e, ckpt__skip why) {
+    p->rule_skipped++;
+    if (!p->skipped_for[why]++) p->skip_example[why] = e->pub.source->name;
+}
 
 /* A pattern that matched no tensor is an error naming it, unless the plan
  * ignores unmatched patterns (every tensor, NULL or "*", never is). */
@@ -54,6 +64,31 @@ void ckpt_plan_set_flags(ckpt_plan *p, unsigned flags) {
 void ckpt_plan_last_rule(const ckpt_plan *p, size_t *matched, size_t *skipped) {
     if (matched) *matched = p ? p->rule_matched : 0;
     if (skipped) *skipped = p ? p->rule_skipped : 0;
+}
+
+size_t ckpt_plan_last_rule_skipped(const ckpt_plan *p, size_t group, const char **reason, const char **example) {
+    /* Each phrase follows a count: "9 with fewer than 2 axes (…)". */
+    static const char *const reasons[CKPT__SKIP_COUNT] = {
+        [CKPT__SKIP_NOT_FLOAT] = "with a dtype that is not a float",
+        [CKPT__SKIP_NOT_INTEGER] = "with a dtype that is not an integer",
+        [CKPT__SKIP_VECTOR] = "with fewer than 2 axes (quantization keeps vectors as they are, as convert_hf_to_gguf does)",
+        [CKPT__SKIP_PARTIAL_BLOCKS] = "with rows that are not whole quantization blocks",
+        [CKPT__SKIP_LAST_AXIS_MOVED] = "with their last axis moved by an earlier rule (blocks lie along it)",
+        [CKPT__SKIP_QUANTIZED] = "quantized already (ckpt does not requantize)",
+        [CKPT__SKIP_BLOCK_TO_INTEGER] = "quantized (a block type dequantizes to a float dtype only)",
+        [CKPT__SKIP_NO_DIMENSION] = "without that dimension",
+        [CKPT__SKIP_PACKED] = "with packed sub-byte elements (F4, F6: loaded whole only)",
+        [CKPT__SKIP_RANK] = "with another number of axes",
+    };
+    for (size_t why = 0; p && why < CKPT__SKIP_COUNT; why++) {
+        if (!p->skipped_for[why] || group--) continue;
+        if (reason) *reason = reasons[why];
+        if (example) *example = p->skip_example[why];
+        return p->skipped_for[why];
+    }
+    if (reason) *reason = NULL;
+    if (example) *example = NULL;
+    return 0;
 }
 
 static const char *source_path(const ckpt_plan *p, const ckpt__plan_entry *e) {
@@ -315,13 +350,21 @@ static bool is_integer(ckpt_dtype d) {
 /* A cast to a block type (quantization) takes float tensors of two or
  * more axes whose rows are whole blocks, as convert_hf_to_gguf quantizes
  * matrices and keeps vectors; a cast to a float dtype dequantizes block
- * types.  True when the entry takes part. */
-static bool block_cast_applies(const ckpt__plan_entry *e, ckpt_dtype to) {
+ * types.  True when the entry takes part, else *why says why not. */
+static bool block_cast_applies(const ckpt__plan_entry *e, ckpt_dtype to, ckpt__skip *why) {
     ckpt_dtype from = e->pub.source->dtype;
-    if (ckpt_dtype_is_block(to))
-        return is_float(from) && e->pub.ndim >= 2 && e->perm[e->pub.ndim - 1] == e->pub.ndim - 1 &&
-               e->count[e->pub.ndim - 1] % ckpt_dtype_block_elems(to) == 0;
-    return ckpt_dtype_is_block(from) && is_float(to);
+    if (ckpt_dtype_is_block(to)) {
+        *why = ckpt_dtype_is_block(from)                                 ? CKPT__SKIP_QUANTIZED
+               : !is_float(from)                                         ? CKPT__SKIP_NOT_FLOAT
+               : e->pub.ndim < 2                                         ? CKPT__SKIP_VECTOR
+               : e->perm[e->pub.ndim - 1] != e->pub.ndim - 1             ? CKPT__SKIP_LAST_AXIS_MOVED
+               : e->count[e->pub.ndim - 1] % ckpt_dtype_block_elems(to) ? CKPT__SKIP_PARTIAL_BLOCKS
+                                                                         : CKPT__SKIP_COUNT;
+    } else {
+        *why = !ckpt_dtype_is_block(from) ? CKPT__SKIP_NOT_FLOAT : !is_float(to) ? CKPT__SKIP_BLOCK_TO_INTEGER
+                                                                                 : CKPT__SKIP_COUNT;
+    }
+    return *why == CKPT__SKIP_COUNT;
 }
 
 /* An entry cast to `dtype`, unless its bytes would then pass what
@@ -355,14 +398,15 @@ ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, 
         ckpt_dtype from = e->pub.source->dtype;
         if (ckpt_dtype_is_block(from) || ckpt_dtype_is_block(dtype)) { /* GGUF block types */
             if (from == dtype) continue;
-            if (!block_cast_applies(e, dtype)) {
+            ckpt__skip why;
+            if (!block_cast_applies(e, dtype, &why)) {
                 if (explicit_pattern(pattern))
                     return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
                                       "cannot cast a %s tensor to %s: %s", ckpt_dtype_name(from), ckpt_dtype_name(dtype),
                                       ckpt_dtype_is_block(dtype)
                                           ? "quantization takes float tensors of 2 or more axes in whole blocks"
                                           : "a block type dequantizes to a float dtype");
-                p->rule_skipped++;
+                skip(p, e, why);
                 continue;
             }
             if (!ckpt__cast_kernel(from, dtype))
@@ -378,7 +422,7 @@ ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, 
                 return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
                                   "cannot cast a %s tensor to %s: %s", ckpt_dtype_name(from), ckpt_dtype_name(dtype),
                                   is_float(dtype) ? "float casts apply to float tensors" : "integers only widen");
-            p->rule_skipped++;
+            skip(p, e, is_float(dtype) ? CKPT__SKIP_NOT_FLOAT : CKPT__SKIP_NOT_INTEGER);
             continue;
         }
         if (!ckpt__cast_kernel(from, dtype))
@@ -402,21 +446,21 @@ static ckpt_status refuse_packed(ckpt_plan *p, ckpt__plan_entry *e, const char *
 /* ---- slices --------------------------------------------------------------------- */
 
 /* The axis `dim` names in e's source; a tensor without it (or packed
- * sub-byte data) is refused when the pattern names it, skipped (*skip)
- * when the pattern is broad. */
-static ckpt_status slice_dim(ckpt_plan *p, ckpt__plan_entry *e, const char *pattern, int dim, uint32_t *d, bool *skip,
-                             ckpt_error *err) {
+ * sub-byte data) is refused when the pattern names it, skipped
+ * (*skipped) when the pattern is broad. */
+static ckpt_status slice_dim(ckpt_plan *p, ckpt__plan_entry *e, const char *pattern, int dim, uint32_t *d,
+                             bool *skipped, ckpt_error *err) {
     int64_t n = e->pub.source->ndim;
     int64_t k = dim < 0 ? n + dim : dim;
     bool packed = ckpt_dtype_bits(e->pub.source->dtype) % 8 != 0;
-    *skip = false;
+    *skipped = false;
     if (!packed && k >= 0 && k < n) {
         *d = (uint32_t)k;
         return CKPT_OK;
     }
     if (!explicit_pattern(pattern)) {
-        *skip = true;
-        p->rule_skipped++;
+        *skipped = true;
+        skip(p, e, packed ? CKPT__SKIP_PACKED : CKPT__SKIP_NO_DIMENSION);
         return CKPT_OK;
     }
     if (packed) return refuse_packed(p, e, "slice", err);
@@ -455,9 +499,9 @@ ckpt_status ckpt_plan_slice(ckpt_plan *p, const char *pattern, int dim, uint64_t
         if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
         p->rule_matched++;
         uint32_t d = 0;
-        bool skip;
-        ckpt_status st = slice_dim(p, e, pattern, dim, &d, &skip, err);
-        if (!st && !skip) st = apply_range(p, e, d, start, stop, err);
+        bool skipped;
+        ckpt_status st = slice_dim(p, e, pattern, dim, &d, &skipped, err);
+        if (!st && !skipped) st = apply_range(p, e, d, start, stop, err);
         if (st) return st;
     }
     return rule_end(p, "slice", pattern, err);
@@ -476,10 +520,10 @@ ckpt_status ckpt_plan_split(ckpt_plan *p, const char *pattern, int dim, uint64_t
         if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
         p->rule_matched++;
         uint32_t d = 0;
-        bool skip;
-        ckpt_status st = slice_dim(p, e, pattern, dim, &d, &skip, err);
+        bool skipped;
+        ckpt_status st = slice_dim(p, e, pattern, dim, &d, &skipped, err);
         if (st) return st;
-        if (skip) continue;
+        if (skipped) continue;
         /* numpy.array_split: the first size % parts parts get one more. */
         uint64_t size = e->count[d], base = size / parts, extra = size % parts;
         uint64_t start = rank * base + (rank < extra ? rank : extra);
@@ -539,7 +583,7 @@ static ckpt_status permute_matching(ckpt_plan *p, const char *rule, const char *
             if (explicit_pattern(pattern))
                 return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
                                   "%s needs %u axes and the tensor has %u", rule, ndim, e->pub.ndim);
-            p->rule_skipped++;
+            skip(p, e, CKPT__SKIP_RANK);
             continue;
         }
         ckpt_status st = refuse_packed(p, e, "permute", err);

@@ -14,6 +14,21 @@ typedef struct ckpt__plan_entry {
     void *owned;         /* allocated by the library */
 } ckpt__plan_entry;
 
+/* Why a broad rule left a tensor as it was (ckpt_plan_last_rule_skipped). */
+typedef enum ckpt__skip {
+    CKPT__SKIP_NOT_FLOAT,       /* a float cast, or quantization, of an integer or bool tensor */
+    CKPT__SKIP_NOT_INTEGER,     /* an integer widening of a float tensor */
+    CKPT__SKIP_VECTOR,          /* quantization of a tensor of fewer than 2 axes */
+    CKPT__SKIP_PARTIAL_BLOCKS,  /* quantization of rows that are not whole blocks */
+    CKPT__SKIP_LAST_AXIS_MOVED, /* quantization of a tensor whose last axis an earlier rule moved */
+    CKPT__SKIP_QUANTIZED,       /* quantization of a tensor quantized already */
+    CKPT__SKIP_BLOCK_TO_INTEGER,/* an integer cast of a quantized tensor */
+    CKPT__SKIP_NO_DIMENSION,    /* a slice of a dimension the tensor lacks */
+    CKPT__SKIP_PACKED,          /* a slice of packed sub-byte elements */
+    CKPT__SKIP_RANK,            /* a permutation of a tensor with another number of axes */
+    CKPT__SKIP_COUNT
+} ckpt__skip;
+
 struct ckpt_plan {
     ckpt_catalog *catalog;
     ckpt__arena arena;
@@ -24,6 +39,8 @@ struct ckpt_plan {
     size_t rule_count, rule_cap;
     unsigned flags;            /* CKPT_PLAN_* */
     size_t rule_matched, rule_skipped; /* the last rule's accounting */
+    size_t skipped_for[CKPT__SKIP_COUNT]; /* …of its skipped tensors, by reason */
+    const char *skip_example[CKPT__SKIP_COUNT]; /* the first tensor skipped for each */
     size_t *selected;          /* indexes of selected entries, in order */
     size_t selected_count;
     bool selection_dirty;

@@ -73,6 +73,7 @@ struct ckpt_writer {
     size_t file_count, side_count, extra_count;
     wfile *files, *sides;
     char **extras;         /* copy_files_from: names copied along */
+    char **extra_paths;    /* after the commit: their paths */
     const char *config_dtype; /* their config.json's dtype becomes this (a torch name); NULL: copied as is */
     char **stale;          /* a replaced checkpoint's files (names in dir) */
     size_t stale_count;
@@ -108,7 +109,16 @@ void ckpt_writer_options_init_sized(ckpt_writer_options *o, size_t size) {
 
 /* ---- creating ----------------------------------------------------------------- */
 
-/* Lists the files of an existing checkpoint of this format and prefix. */
+/* Whether `name`, in the directory the files go to, belongs to the
+ * checkpoint being replaced: a directory's files of this format and
+ * prefix; for a file, the file itself or its split parts and their index. */
+static bool replaced_file(const ckpt_writer *w, const char *name) {
+    if (w->directory) return w->fmt->owns(w->prefix, name);
+    return !strcmp(name, ckpt__path_basename(w->path)) ||
+           ((w->fmt->layouts & CKPT__LAYOUT_PARTS) && w->fmt->owns(w->prefix, name));
+}
+
+/* Lists the files of an existing checkpoint at the destination. */
 static ckpt_status existing_files(ckpt_writer *w, ckpt_error *err) {
     DIR *d = opendir(w->dir);
     if (!d) {
@@ -118,8 +128,7 @@ static ckpt_status existing_files(ckpt_writer *w, ckpt_error *err) {
     ckpt_status st = CKPT_OK;
     struct dirent *e;
     while ((e = readdir(d)) && st == CKPT_OK) {
-        bool own = w->directory ? w->fmt->owns(w->prefix, e->d_name) : !strcmp(e->d_name, ckpt__path_basename(w->path));
-        if (!own) continue;
+        if (!replaced_file(w, e->d_name)) continue;
         char **s = ckpt__realloc(w->stale, (w->stale_count + 1) * sizeof *s);
         if (!s) {
             st = ckpt__oom(err, w->path, NULL);
@@ -170,6 +179,59 @@ static ckpt_status lock_and_recover(ckpt_writer *w, ckpt_error *err) {
     return st;
 }
 
+/* The destination's format and shape (formats/output.h: the destination
+ * rule), the files' prefix, and the options that follow from them. */
+static ckpt_status choose_destination(ckpt_writer *w, const char *path, ckpt_error *err) {
+    ckpt__destination d;
+    ckpt_status st = ckpt__output_destination(path, &w->opt, &d, err);
+    if (st) return st;
+    w->fmt = d.fmt;
+    w->directory = d.directory;
+    if ((st = normalise(w, path, err))) return st;
+    const char *name = ckpt__path_basename(w->path);
+    const char *given = w->opt.prefix && *w->opt.prefix ? w->opt.prefix : NULL;
+    size_t stem = strlen(name) - d.suffix_len;
+    if (!w->directory && given && (strlen(given) != stem || strncmp(given, name, stem)))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1,
+                          "a prefix names the files of a directory; this file names its own (its split parts are "
+                          "'%.*s-NNNNN-of-NNNNN…'): drop the prefix, or give a directory",
+                          (int)stem, name);
+    if (!(w->prefix = ckpt__strdup(w->directory ? (given ? given : "model") : name))) return ckpt__oom(err, path, NULL);
+    if (!w->directory) w->prefix[stem] = '\0';
+    w->opt.prefix = NULL;
+    if (w->opt.max_shard_size && (!(w->fmt->layouts & CKPT__LAYOUT_PARTS) || w->opt.exact_file))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1,
+                          "%s output is %s: it takes no maximum shard size", w->fmt->name,
+                          w->directory ? "a directory of its own layout" : "one file here");
+    if (w->opt.split_max_tensors && w->fmt->id != CKPT_FORMAT_GGUF)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "split_max_tensors is for GGUF output");
+    /* A directory of shards: the hub's default shard size. */
+    if (w->directory && (w->fmt->layouts & CKPT__LAYOUT_PARTS) && !w->opt.max_shard_size)
+        w->opt.max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
+    w->needs = w->fmt->needs ? w->fmt->needs(&w->opt) : 0;
+    return CKPT_OK;
+}
+
+/* An existing checkpoint at the destination: refused unless overwrite,
+ * else listed for replacement. */
+static ckpt_status check_existing(ckpt_writer *w, ckpt_error *err) {
+    struct stat sb;
+    if (!w->directory && stat(w->path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return ckpt__fail(err, CKPT_E_EXISTS, w->path, NULL, -1, "is a directory; give a file name");
+    if (w->directory && stat(w->path, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return ckpt__fail(err, CKPT_E_EXISTS, w->path, NULL, -1, "exists and is not a directory");
+    if (!w->directory && lstat(w->path, &sb) == 0 && !w->opt.overwrite)
+        return ckpt__fail(err, CKPT_E_EXISTS, w->path, NULL, -1, "already exists");
+    /* A file's split parts (and their index) are replaced along with it. */
+    ckpt_status st = w->directory || (w->fmt->layouts & CKPT__LAYOUT_PARTS) ? existing_files(w, err) : CKPT_OK;
+    if (st == CKPT_OK && w->stale_count && !w->opt.overwrite)
+        st = ckpt__fail(err, CKPT_E_EXISTS, w->path, NULL, -1,
+                        w->directory ? "already holds a checkpoint (%s)" : "the parts of a checkpoint of this name are "
+                                                                           "there (%s)",
+                        w->stale[0]);
+    return st;
+}
+
 ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *options, ckpt_writer **out,
                                ckpt_error *err) {
     if (out) *out = NULL;
@@ -182,40 +244,13 @@ ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *opti
     if (options) CKPT__TAKE_OPTIONS(&w->opt, options);
     w->opt.size = sizeof w->opt;
     ckpt_status st = CKPT_OK;
-    size_t plen = strlen(path);
-    bool gguf_name = plen > 5 && strcmp(path + plen - 5, ".gguf") == 0; /* 0: safetensors, or GGUF by the name */
-    w->fmt = ckpt__output_format_for(w->opt.format ? w->opt.format : gguf_name ? CKPT_FORMAT_GGUF : CKPT_FORMAT_SAFETENSORS);
     if (w->opt.metadata_json && !(w->opt.metadata_json = ckpt__arena_strndup(&w->arena, w->opt.metadata_json,
                                                                               strlen(w->opt.metadata_json))))
         st = ckpt__oom(err, path, NULL);
-    else if (w->opt.split_max_tensors && w->fmt && w->fmt->id != CKPT_FORMAT_GGUF)
-        st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "split_max_tensors is for GGUF output");
-    if (st == CKPT_OK && !w->fmt)
-        st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "ckpt cannot write the format %s",
-                        ckpt_format_name(w->opt.format) ? ckpt_format_name(w->opt.format) : "(unknown)");
-    if (st == CKPT_OK) {
-        w->directory = w->fmt->directory(&w->opt);
-        w->needs = w->fmt->needs ? w->fmt->needs(&w->opt) : 0;
-        w->prefix = ckpt__strdup(w->opt.prefix && *w->opt.prefix ? w->opt.prefix : "model");
-        w->opt.prefix = NULL;
-        st = w->prefix ? normalise(w, path, err) : ckpt__oom(err, path, NULL);
-    }
+    if (st == CKPT_OK) st = choose_destination(w, path, err);
     /* A dry run changes nothing, not even an interrupted commit's leftovers. */
     if (st == CKPT_OK && !w->opt.dry_run) st = lock_and_recover(w, err);
-    struct stat sb;
-    if (st == CKPT_OK && !w->directory) {
-        if (stat(w->path, &sb) == 0 && S_ISDIR(sb.st_mode))
-            st = ckpt__fail(err, CKPT_E_EXISTS, w->path, NULL, -1,
-                            "is a directory; give a file name, or a maximum shard size to write shards into it");
-        else if (lstat(w->path, &sb) == 0 && !w->opt.overwrite)
-            st = ckpt__fail(err, CKPT_E_EXISTS, w->path, NULL, -1, "already exists");
-    } else if (st == CKPT_OK) {
-        if (stat(w->path, &sb) == 0 && !S_ISDIR(sb.st_mode))
-            st = ckpt__fail(err, CKPT_E_EXISTS, w->path, NULL, -1, "exists and is not a directory");
-        if (st == CKPT_OK) st = existing_files(w, err);
-        if (st == CKPT_OK && w->stale_count && !w->opt.overwrite)
-            st = ckpt__fail(err, CKPT_E_EXISTS, w->path, NULL, -1, "already holds a checkpoint (%s)", w->stale[0]);
-    }
+    if (st == CKPT_OK) st = check_existing(w, err);
     if (st) {
         ckpt_writer_free(w);
         return st;
@@ -444,6 +479,7 @@ const char *ckpt_writer_tensor_kept(const ckpt_writer *w, size_t index) {
 const ckpt_writer_options *ckpt__out_options(const ckpt__output *o) { return &W(o)->opt; }
 const char *ckpt__out_prefix(const ckpt__output *o) { return W(o)->prefix; }
 const char *ckpt__out_path(const ckpt__output *o) { return W(o)->path; }
+bool ckpt__out_directory(const ckpt__output *o) { return W(o)->directory; }
 ckpt__arena *ckpt__out_arena(ckpt__output *o) { return &W(o)->arena; }
 void **ckpt__out_format_state(ckpt__output *o) { return &W(o)->fmt_state; }
 size_t ckpt__out_count(const ckpt__output *o) { return W(o)->count; }
@@ -454,12 +490,23 @@ size_t ckpt__out_file_count(const ckpt__output *o) { return W(o)->file_count; }
 const char *ckpt__out_file_path(const ckpt__output *o, uint32_t f) { return W(o)->files[f].final_path; }
 void ckpt__out_set_file_size(ckpt__output *o, uint32_t f, uint64_t size) { W(o)->files[f].size = size; }
 
+void ckpt__out_same_bytes(ckpt__output *o, size_t i, size_t kept) {
+    ckpt_writer *w = W(o);
+    wtensor *t = &w->tensors[i];
+    if (t->pub.file == CKPT__OUT_NONE) return;
+    t->pub.file = CKPT__OUT_NONE;
+    t->kept = kept;
+    w->total -= t->pub.nbytes;
+}
+
 static ckpt_status name_file(ckpt_writer *w, wfile *f, const char *name, ckpt_error *err) {
     f->fd = -1;
     if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "'%s' is not a file name", name);
     f->name = ckpt__strdup(name);
-    f->final_path = f->name ? ckpt__path_join(w->dir, name) : NULL;
+    /* Named as the caller named the destination: "x.pt", not "./x.pt". */
+    bool bare = !w->directory && !strchr(w->path, '/');
+    f->final_path = !f->name ? NULL : bare ? ckpt__strdup(name) : ckpt__path_join(w->dir, name);
     return f->final_path ? CKPT_OK : ckpt__oom(err, w->path, NULL);
 }
 
@@ -475,7 +522,7 @@ ckpt_status ckpt__out_set_files(ckpt__output *o, size_t count, const char *const
 ckpt_status ckpt__out_patch(ckpt__output *o, uint32_t f, uint64_t offset, const void *data, size_t n, ckpt_error *err) {
     ckpt_writer *w = W(o);
     if (w->opt.dry_run) return CKPT_OK;
-    return ckpt__pwrite_full(w->files[f].fd, data, n, offset, w->files[f].tmp_path, err);
+    return ckpt__pwrite_full(w->files[f].fd, data, n, offset, w->files[f].final_path, err);
 }
 
 ckpt_status ckpt__out_add_side_file(ckpt__output *o, const char *name, const void *data, size_t n, ckpt_error *err) {
@@ -490,26 +537,12 @@ ckpt_status ckpt__out_add_side_file(ckpt__output *o, const char *name, const voi
     f->size = n;
     if (w->opt.dry_run) return st; /* named, not written */
     if (st == CKPT_OK) st = ckpt__commit_create(w->commit, name, &f->fd, &f->tmp_path, err);
-    if (st == CKPT_OK) st = ckpt__pwrite_full(f->fd, data, n, 0, f->tmp_path, err);
+    if (st == CKPT_OK) st = ckpt__pwrite_full(f->fd, data, n, 0, f->final_path, err);
     f->size = n;
     return st;
 }
 
 /* ---- beginning ---------------------------------------------------------------- */
-
-/* Whether a file of a model directory is a checkpoint's (its data, an
- * index): what copy_files_from leaves behind. */
-static bool checkpoint_file(const char *name) {
-    static const char *const suffixes[] = {".safetensors", ".safetensors.index.json", ".bin", ".bin.index.json",
-                                           ".pt", ".pth", ".ckpt", ".gguf", ".msgpack", ".npz", ".npy", ".h5",
-                                           ".onnx", ".distcp", ".pdparams", ".ot", ".tflite", ".pb"};
-    size_t n = strlen(name);
-    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
-        size_t k = strlen(suffixes[i]);
-        if (n >= k && !strcmp(name + n - k, suffixes[i])) return true;
-    }
-    return !strcmp(name, ".metadata");
-}
 
 static bool output_name(const ckpt_writer *w, const char *name) {
     for (size_t f = 0; f < w->file_count; f++)
@@ -530,16 +563,16 @@ static ckpt_status add_extra(ckpt_writer *w, const char *name, ckpt_error *err) 
 /* A model directory's config.json with the dtype the weights now have
  * (ckpt__writer_set_config_dtype); as it is when it names none. */
 static ckpt_status copy_config(const ckpt_writer *w, int in, const char *src_path, uint64_t size, int out,
-                               const char *tmp, ckpt_error *err) {
-    if (size > CKPT__HF_CONFIG_MAX_BYTES) return ckpt__copy_range(in, 0, src_path, out, 0, tmp, size, NULL, NULL, err);
+                               const char *dst_path, ckpt_error *err) {
+    if (size > CKPT__HF_CONFIG_MAX_BYTES) return ckpt__copy_range(in, 0, src_path, out, 0, dst_path, size, NULL, NULL, err);
     char *text = ckpt__malloc(size ? size : 1);
     ckpt__buf edited = {0};
     ckpt_status st = text ? ckpt__pread_full(in, text, size, 0, src_path, err) : ckpt__oom(err, src_path, NULL);
     bool changed = st == CKPT_OK && ckpt__hf_config_set_dtype(text, size, w->config_dtype, &edited);
     if (changed && edited.failed) st = ckpt__oom(err, src_path, NULL);
     else if (st == CKPT_OK)
-        st = changed ? ckpt__pwrite_full(out, edited.data, edited.len, 0, tmp, err)
-                     : ckpt__pwrite_full(out, text, size, 0, tmp, err);
+        st = changed ? ckpt__pwrite_full(out, edited.data, edited.len, 0, dst_path, err)
+                     : ckpt__pwrite_full(out, text, size, 0, dst_path, err);
     free(edited.data);
     free(text);
     return st;
@@ -558,24 +591,26 @@ static ckpt_status copy_extras(ckpt_writer *w, ckpt_error *err) {
     ckpt_status st = ckpt__beneath_open_root(from, &root, err);
     if (st == CKPT_OK) st = ckpt__beneath_list(root, from, &names, &count, err);
     for (size_t i = 0; st == CKPT_OK && i < count; i++) {
-        if (checkpoint_file(names[i]) || output_name(w, names[i])) continue;
+        if (ckpt__checkpoint_file_name(names[i]) || output_name(w, names[i])) continue;
         char *src_path = ckpt__path_join(from, names[i]);
+        char *dst_path = ckpt__path_join(w->dir, names[i]); /* messages name the file, not its temporary */
         int in = -1, out = -1;
         const char *tmp;
         uint64_t size = 0;
-        st = src_path ? ckpt__beneath_open(root, src_path, true, &in, &size, err) : ckpt__oom(err, from, NULL);
+        st = src_path && dst_path ? ckpt__beneath_open(root, src_path, true, &in, &size, err) : ckpt__oom(err, from, NULL);
         if (st == CKPT_OK && in >= 0) st = add_extra(w, names[i], err);
         if (st == CKPT_OK && in >= 0 && !w->opt.dry_run) { /* a dry run names it, no more */
             st = ckpt__commit_create(w->commit, names[i], &out, &tmp, err);
             if (st == CKPT_OK) st = w->config_dtype && !strcmp(names[i], CKPT__HF_CONFIG_NAME)
-                                        ? copy_config(w, in, src_path, size, out, tmp, err)
-                                        : ckpt__copy_range(in, 0, src_path, out, 0, tmp, size, NULL, NULL, err);
+                                        ? copy_config(w, in, src_path, size, out, dst_path, err)
+                                        : ckpt__copy_range(in, 0, src_path, out, 0, dst_path, size, NULL, NULL, err);
             if (st == CKPT_OK && !w->opt.no_sync && ckpt__io_fsync(out) != 0)
-                st = ckpt__fail_errno(err, errno, tmp, -1, "fsync failed");
-            if (out >= 0 && close(out) != 0 && st == CKPT_OK) st = ckpt__fail_errno(err, errno, tmp, -1, "close failed");
+                st = ckpt__fail_errno(err, errno, dst_path, -1, "fsync failed");
+            if (out >= 0 && close(out) != 0 && st == CKPT_OK) st = ckpt__fail_errno(err, errno, dst_path, -1, "close failed");
         }
         if (in >= 0) close(in);
         free(src_path);
+        free(dst_path);
     }
     ckpt__beneath_free_names(names, count);
     ckpt__beneath_close(root);
@@ -624,9 +659,12 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
     for (size_t i = 0; i < w->count; i++) w->tensors[i].pub.storage = &w->tensors[i].storage; /* no more reallocs */
     if ((st = apply_metadata_json(w, err))) return st;
     if ((w->fmt->dedup && (st = dedup(w, err))) || (st = w->fmt->plan(O(w), err))) return st;
-    bool single = !w->directory && w->file_count == 1;
+    /* One file renamed into place; its former parts, or files copied
+     * along, go through the journal. */
+    bool single = !w->directory && w->file_count == 1 && !w->opt.copy_files_from &&
+                  (!w->stale_count || (w->stale_count == 1 && !strcmp(w->stale[0], w->files[0].name)));
     if (!w->opt.dry_run &&
-        (st = ckpt__commit_begin(w->dir, w->directory, single && !w->opt.copy_files_from,
+        (st = ckpt__commit_begin(w->dir, w->directory, single,
                                  ckpt__lock_dir_fd(w->dest_lock), ckpt__output_owns_any, &w->commit, err)))
         return st;
     for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) {
@@ -640,8 +678,8 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
         }
         if (st == CKPT_OK) st = ckpt__commit_create(w->commit, file->name, &file->fd, &file->tmp_path, err);
         /* Reserved now, so that a full disk fails before any data. */
-        if (st == CKPT_OK) st = ckpt__reserve(file->fd, file->size, file->tmp_path, err);
-        if (st == CKPT_OK) st = ckpt__pwrite_full(file->fd, head.data, head.len, 0, file->tmp_path, err);
+        if (st == CKPT_OK) st = ckpt__reserve(file->fd, file->size, file->final_path, err);
+        if (st == CKPT_OK) st = ckpt__pwrite_full(file->fd, head.data, head.len, 0, file->final_path, err);
         free(head.data);
     }
     if (st == CKPT_OK && w->opt.copy_files_from) st = copy_extras(w, err);
@@ -650,6 +688,19 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
 }
 
 size_t ckpt_writer_file_count(const ckpt_writer *w) { return w ? w->file_count : 0; }
+
+size_t ckpt_writer_published_count(const ckpt_writer *w) {
+    return w && w->state == COMMITTED && !w->opt.dry_run && !w->joined ? w->file_count + w->side_count + w->extra_count : 0;
+}
+
+const char *ckpt_writer_published_path(const ckpt_writer *w, size_t i) {
+    if (i >= ckpt_writer_published_count(w)) return NULL;
+    if (i < w->file_count) return w->files[i].final_path;
+    if ((i -= w->file_count) < w->side_count) return w->sides[i].final_path;
+    i -= w->side_count;
+    if (!w->extra_paths) return NULL;
+    return w->extra_paths[i];
+}
 const char *ckpt_writer_file_path(const ckpt_writer *w, size_t i) {
     return w && i < w->file_count ? w->files[i].final_path : NULL;
 }
@@ -799,7 +850,7 @@ ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const
         place_of(w, t, at + done, &fi, &off, &room);
         uint64_t n = nbytes - done < room ? nbytes - done : room;
         wfile *f = &w->files[fi];
-        st = ckpt__pwrite_full(f->fd, src + done, n, off, f->tmp_path, err);
+        st = ckpt__pwrite_full(f->fd, src + done, n, off, f->final_path, err);
         if (st) return ckpt__error_in_tensor(err, st, t->pub.name);
         if ((w->needs & CKPT__OUT_CRC32) && (st = add_segment(w, t, at + done, src + done, (size_t)n, err))) return st;
         wrote(w, f, off, n);
@@ -857,7 +908,7 @@ ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__
         place_of(w, t, at + done, &fi, &off, &room);
         uint64_t len = n - done < room ? n - done : room;
         wfile *f = &w->files[fi];
-        st = ckpt__copy_range(src->fd, src_offset + done, src->name, f->fd, off, f->tmp_path, len, NULL, NULL, err);
+        st = ckpt__copy_range(src->fd, src_offset + done, src->name, f->fd, off, f->final_path, len, NULL, NULL, err);
         if (st) return ckpt__error_in_tensor(err, st, t->pub.name);
         wrote(w, f, off, len);
         done += len;
@@ -944,6 +995,12 @@ ckpt_status ckpt__writer_describe(const ckpt_writer *w, const char *const *sourc
     ckpt__buf_puts(b, ",\n  \"format\": ");
     ckpt__buf_json_string(b, w->fmt->name);
     ckpt__buf_puts(b, w->directory ? ",\n  \"directory\": true" : ",\n  \"directory\": false");
+    /* What a reader opens to read it all: the directory, an index, the
+     * first of split parts, or the file. */
+    char *index = !w->directory && w->side_count ? ckpt__path_join(w->dir, w->sides[0].name) : NULL;
+    ckpt__buf_puts(b, ",\n  \"open\": ");
+    ckpt__buf_json_string(b, w->directory ? w->path : index ? index : w->file_count ? w->files[0].final_path : w->path);
+    free(index);
     ckpt__buf_puts(b, ",\n  \"files\": [");
     for (size_t f = 0; f < w->file_count; f++) {
         ckpt__buf_puts(b, f ? ",\n    {\"name\": " : "\n    {\"name\": ");
@@ -1016,12 +1073,12 @@ ckpt_status ckpt__writer_describe(const ckpt_writer *w, const char *const *sourc
 
 static ckpt_status finish_file(ckpt_writer *w, wfile *f, ckpt_error *err) {
     if (ckpt__io_ftruncate(f->fd, (off_t)f->size) != 0)
-        return ckpt__fail_errno(err, errno, f->tmp_path, -1, "cannot set the file size");
-    if (!w->opt.no_sync && ckpt__io_fsync(f->fd) != 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "fsync failed");
+        return ckpt__fail_errno(err, errno, f->final_path, -1, "cannot set the file size");
+    if (!w->opt.no_sync && ckpt__io_fsync(f->fd) != 0) return ckpt__fail_errno(err, errno, f->final_path, -1, "fsync failed");
     drop_file(w, f->fd);
     int fd = f->fd;
     f->fd = -1;
-    if (close(fd) != 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "close failed");
+    if (close(fd) != 0) return ckpt__fail_errno(err, errno, f->final_path, -1, "close failed");
     return CKPT_OK;
 }
 
@@ -1075,6 +1132,10 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
     free(remove);
     if (st) return st; /* ckpt_writer_free rolls back what was not decided */
     w->state = COMMITTED;
+    /* The copied files' paths, for ckpt_writer_published_path (best
+     * effort: the commit is done). */
+    if (w->extra_count && (w->extra_paths = ckpt__calloc(w->extra_count, sizeof *w->extra_paths)))
+        for (size_t i = 0; i < w->extra_count; i++) w->extra_paths[i] = ckpt__path_join(w->dir, w->extras[i]);
     return CKPT_OK;
 }
 
@@ -1099,8 +1160,9 @@ void ckpt_writer_free(ckpt_writer *w) {
     }
     pthread_mutex_destroy(&w->lock);
     for (size_t i = 0; i < w->stale_count; i++) free(w->stale[i]);
-    for (size_t i = 0; i < w->extra_count; i++) free(w->extras[i]);
+    for (size_t i = 0; i < w->extra_count; i++) free(w->extras[i]), free(w->extra_paths ? w->extra_paths[i] : NULL);
     free(w->extras);
+    free(w->extra_paths);
     free(w->stale);
     free(w->files);
     free(w->sides);
@@ -1218,9 +1280,10 @@ ckpt_status ckpt__writer_join(const void *data, size_t n, bool open_files, ckpt_
             nanosleep(&pause, NULL);
         }
         if (file->fd < 0)
-            st = ckpt__fail_errno(err, errno, file->tmp_path, -1,
-                                  "cannot open the output file rank 0 created (is the output directory on a file "
-                                  "system every rank shares?)");
+            st = ckpt__fail_errno(err, errno, file->final_path, -1,
+                                  "cannot open the file rank 0 created for it, %s (is the output directory on a file "
+                                  "system every rank shares?)",
+                                  file->tmp_path);
     }
     if (st) {
         ckpt_writer_free(w);
@@ -1253,8 +1316,8 @@ ckpt_status ckpt__writer_sync_joined(ckpt_writer *w, bool sync, ckpt_error *err)
         wfile *file = &w->files[f];
         if (file->fd < 0) continue;
         if (st == CKPT_OK && sync && ckpt__io_fsync(file->fd) != 0)
-            st = ckpt__fail_errno(err, errno, file->tmp_path, -1, "fsync failed");
-        if (close(file->fd) != 0 && st == CKPT_OK) st = ckpt__fail_errno(err, errno, file->tmp_path, -1, "close failed");
+            st = ckpt__fail_errno(err, errno, file->final_path, -1, "fsync failed");
+        if (close(file->fd) != 0 && st == CKPT_OK) st = ckpt__fail_errno(err, errno, file->final_path, -1, "close failed");
         file->fd = -1;
     }
     w->state = st ? FAILED : COMMITTED;

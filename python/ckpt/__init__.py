@@ -4,7 +4,7 @@
     ckpt.shapes("model/")                       # nested shapes, no data read
     sd = ckpt.load("model/", tp_rank=0, tp_size=8, dtype="bfloat16")
     ckpt.load_into(model, "model/")             # in place, no second copy
-    ckpt.save(model.state_dict(), "out/", max_shard_size="5GB")
+    ckpt.save(model.state_dict(), "out/", max_shard_size="5GB")  # or "x.safetensors", "x.pt", …
     ckpt.convert("pytorch_model.bin", "model.safetensors")
     ckpt.recover("out/")                        # finish a commit a crash cut short
 
@@ -15,16 +15,18 @@ running any pickle code), GGUF, NumPy .npy/.npz and Flax msgpack files —
 local paths, or http://, https:// and s3:// URLs read with parallel range
 requests; direct=True reads local files around the page cache."""
 from . import _ckpt
-from ._errors import (AccessError, CancelledError, Error, ExistsError, IOFailure, NoMatchError, NotFoundError,
-                      RemoteError, SafetensorError)
-from ._api import (Checkpoint, LoadResult, Mismatch, TensorInfo, TensorSpec, cast, convert, dtype_name, load,
-                   load_into, open, recover, save, shapes)
+from ._errors import (AccessError, CancelledError, DCPError, Error, ExistsError, FormatError, GGUFError, IOFailure,
+                      MsgpackError, NoMatchError, NotFoundError, NumpyError, RemoteError, SafetensorError, TorchError)
+from ._api import (Checkpoint, Destination, LoadResult, Mismatch, TensorInfo, TensorSpec, cast, convert, destination,
+                   dtype_name, load, load_into, open, recover, save, shapes)
 from ._tree import Call, flatten, unflatten
 
 __version__ = _ckpt.version
 parse_size = _ckpt.parse_size
 
-__all__ = ["open", "shapes", "load", "load_into", "save", "convert", "recover", "cast", "flatten", "unflatten",
-           "parse_size", "dtype_name", "Checkpoint", "TensorSpec", "TensorInfo", "LoadResult", "Mismatch", "Call", "Error",
-           "SafetensorError", "NotFoundError", "ExistsError", "IOFailure", "AccessError", "CancelledError", "NoMatchError",
+__all__ = ["open", "shapes", "load", "load_into", "save", "convert", "recover", "destination", "cast", "flatten",
+           "unflatten", "parse_size", "dtype_name", "Checkpoint", "Destination", "TensorSpec", "TensorInfo", "LoadResult",
+           "Mismatch", "Call", "Error", "FormatError", "SafetensorError", "TorchError", "GGUFError", "NumpyError",
+           "DCPError", "MsgpackError", "NotFoundError", "ExistsError", "IOFailure", "AccessError", "CancelledError",
+           "NoMatchError",
            "RemoteError"]

@@ -8,13 +8,14 @@ from collections import namedtuple
 
 from . import _ckpt, _dtypes, _frameworks, _progress, _sources, _tree
 
-FORMATS = {1: "safetensors", 2: "safetensors-sharded", 3: "torch", 4: "torch-sharded", 5: "gguf", 6: "dcp", 7: "npy",
-           8: "npz", 9: "flax-msgpack"}
 _IO = {"auto": 0, "buffered": 1, "direct": 2}
 _VIEWS_PRIVATE = 2
 _MISSING, _UNEXPECTED, _SHAPE, _DTYPE = 1, 2, 3, 4
 _MATCH_CAST = 1
 
+Destination = namedtuple("Destination", "format directory")
+Destination.__doc__ = ("What ckpt writes at a path: the format's name ('safetensors', 'torch', …) and whether it is "
+                       "a directory (else a file, or its split parts beside it).")
 TensorSpec = namedtuple("TensorSpec", "shape dtype")
 TensorSpec.__doc__ = "Shape and dtype (safetensors name, e.g. 'BF16') of a tensor, without its data."
 TensorInfo = namedtuple("TensorInfo", "name dtype shape nbytes file offset")
@@ -82,7 +83,7 @@ class Checkpoint:
         self.path = _sources.shown(name) if _sources.is_remote(name) else name
         self._catalog = _sources.catalog(name, direct, allowed_globals, open, **source)
         info = self._catalog.info()
-        self.format = FORMATS.get(info["format"], str(info["format"]))
+        self.format = _ckpt.format_name(info["format"]) or str(info["format"])
         self.index_path = info["index_path"]
         # Rows are built when asked for: opening builds none, keys() only names.
         self._rows = self._catalog.tensors()
@@ -788,31 +789,67 @@ def _storage(fw, t, ids):
     return (key, size, begin, end, t.is_contiguous())
 
 
-def save(tensors, directory, max_shard_size="5GB", metadata=None, *, prefix="model", overwrite=False,
+def _format_id(format):  # noqa: A002
+    """A format's id from its name ('safetensors', 'torch', 'flax-msgpack', …); 0 for None."""
+    if format is None:
+        return 0
+    number = _ckpt.format_from_name(str(format))
+    if not number:
+        raise ValueError(f"format must be safetensors, gguf, torch, npy, npz, flax-msgpack or dcp, not {format!r}")
+    return number
+
+
+def destination(path, format=None):  # noqa: A002
+    """What ckpt writes at `path` — the one destination rule of the library,
+    which save, convert, the CLI and the Rust and Elixir bindings follow:
+    a path ending in "/" or naming an existing directory is a directory
+    (safetensors shards, or DCP's files); a name ending in .safetensors,
+    .gguf, .pt/.pth/.bin (torch.save), .npy, .npz or .msgpack is that file
+    (or, with max_shard_size, its split parts beside it); another
+    checkpoint suffix (.ckpt, .h5, .onnx, an index, …) is refused
+    (ckpt.Error, CKPT_E_INVALID_ARGUMENT); any other name is a directory.
+    `format` (a name) asks for a format; it must agree with the suffix.
+    Returns Destination(format, directory)."""
+    number, directory = _ckpt.destination(os.fspath(path), format=_format_id(format))
+    return Destination(_ckpt.format_name(number), directory)
+
+
+def save(tensors, path, max_shard_size=None, metadata=None, *, prefix=None, overwrite=False,
          checksums=False, progress=None, no_sync=False):
-    """Saves tensors as a Hugging Face sharded checkpoint in `directory`
-    (shards of at most max_shard_size bytes plus
-    <prefix>.safetensors.index.json, or <prefix>.safetensors when everything
-    fits), streaming each tensor from its own memory — nothing is
-    concatenated, a non-contiguous or GPU tensor is copied a few rows at a
-    time.  The files, the index and the metadata are what
-    huggingface_hub's save_torch_state_dict writes, byte for byte: tensors
-    that share memory (tied weights) are written once and recorded as
-    `removed → kept`, and views that no tensor covers are refused as the hub
-    refuses them.  Atomic: an existing checkpoint is replaced only with
-    overwrite=True, and only once every new file is complete.  The directory
-    is locked while it is written: a second writer of it, in any process,
-    raises ckpt.Error (CKPT_E_LOCKED) naming the first one's pid.  `tensors` may
-    be a module, a state dict or a nested tree (its structure is recorded
-    and restored by load(..., nested=True)).  Returns the paths written."""
+    """Saves tensors at `path`, where ckpt.destination says:
+      - a directory ("out/", an existing directory, or a name without a
+        checkpoint suffix): a Hugging Face checkpoint — shards of at most
+        max_shard_size bytes (default "5GB", the hub's) plus
+        <prefix>.safetensors.index.json, or <prefix>.safetensors (prefix
+        "model") when everything fits;
+      - "x.safetensors": that one file, or with max_shard_size its parts
+        x-00001-of-0000N.safetensors and x.safetensors.index.json beside it,
+        as save_torch_state_dict(filename_pattern="x{suffix}.safetensors");
+      - "x.pt", "x.pth", "pytorch_model.bin": a torch.save file that
+        torch.load(weights_only=True) reads (byte for byte torch.save's);
+        "x.npy" (one tensor), "x.npz", "x.msgpack", "x.gguf": those formats.
+    Tensors are streamed from their own memory — nothing is concatenated, a
+    non-contiguous or GPU tensor is copied a few rows at a time.  The
+    safetensors files, the index and the metadata are what huggingface_hub's
+    save_torch_state_dict writes, byte for byte: tensors that share memory
+    (tied weights) are written once and recorded as `removed → kept`, and
+    views that no tensor covers are refused as the hub refuses them (a
+    torch.save file keeps them on one storage).  Atomic: an existing
+    checkpoint is replaced only with overwrite=True, and only once every new
+    file is complete.  The destination is locked while it is written: a
+    second writer of it, in any process, raises ckpt.Error (CKPT_E_LOCKED)
+    naming the first one's pid.  `tensors` may be a module, a state dict or
+    a nested tree (its structure is recorded and restored by
+    load(..., nested=True)).  Returns the paths written: the data files,
+    then the index."""
     if _is_module(tensors):
         tensors = tensors.state_dict()
     flat, structure = _tree.flatten(tensors, with_structure=True)
     plain = isinstance(tensors, dict) and all(_frameworks.of(v) is not None for v in tensors.values()) and \
         all(isinstance(k, str) for k in tensors)
-    limit = _parse_size(max_shard_size)
-    w = _ckpt.Writer(os.fspath(directory), max_shard_size=limit or (1 << 62), prefix=prefix, overwrite=overwrite,
-                     no_sync=no_sync, checksums=checksums)
+    kw = {"prefix": prefix} if prefix is not None else {}
+    w = _ckpt.Writer(os.fspath(path), max_shard_size=_parse_size(max_shard_size), overwrite=overwrite,
+                     no_sync=no_sync, checksums=checksums, **kw)
     try:
         fws = set()
         entries, ids = [], {}
@@ -831,9 +868,7 @@ def save(tensors, directory, max_shard_size="5GB", metadata=None, *, prefix="mod
             w.set_metadata(k, v, True)
         if not plain:
             w.set_metadata(_tree.STRUCTURE_KEY, structure, True)
-        files = w.begin()
-        if len(files) > 1:
-            files.append(os.path.join(os.path.normpath(os.fspath(directory)), f"{prefix}.safetensors.index.json"))
+        w.begin()
         entries = [e for e in entries if w.kept(e[0]) is None]  # tensors written in another's place are not sent
         total = sum(e[3] for e in entries)
         bar = _progress.choose(progress, "save")
@@ -844,8 +879,7 @@ def save(tensors, directory, max_shard_size="5GB", metadata=None, *, prefix="mod
             done += nbytes
             if bar and bar(done, total):
                 raise KeyboardInterrupt("save cancelled by the progress callback")
-        w.commit()
-        return files
+        return w.commit()
     finally:
         w.abort()
 
@@ -875,19 +909,23 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
             ignore_unmatched=False, format=None, dcp_ranks=1, direct=False, dry_run=False, check_crc=True,
             source_metadata=False,
             **source):  # noqa: A002
-    """Converts a checkpoint (any format ckpt reads) to safetensors at `dst`
-    — one file, or shards in a directory when max_shard_size is given or
-    `dst` is a directory (ends with "/" or exists as one: 5GB shards) —
+    """Converts a checkpoint (any format ckpt reads) to `dst`, where
+    ckpt.destination says: a file of the format its suffix names
+    (.safetensors; .gguf, as GGUFWriter writes it; .pt/.pth/.bin, as
+    torch.save writes it; .npy, one array; .npz, a NumPy archive np.load
+    reads; .msgpack, a Flax msgpack file, names split at dots into nested
+    maps) — or, with max_shard_size, its split parts beside it — else a
+    directory of safetensors shards ("out/", an existing directory, a name
+    without a checkpoint suffix: 5GB shards unless max_shard_size says),
     applying the same selections, renames, slices, casts and layouts as
     `ckpt convert`, streamed with bounded memory and renamed into place when
     complete.
 
-    `format` writes another format instead: "gguf" (as GGUFWriter writes
-    it), "npz" (a NumPy archive np.load reads), "flax-msgpack" (a Flax
-    msgpack file, names split at dots into nested maps), or "dcp" (a
-    torch.distributed.checkpoint directory, as if saved by `dcp_ranks`
-    ranks: tensors cut along their first axis, as Shard(0) cuts them); a
-    `dst` ending in .gguf, .npz or .msgpack chooses the format too.  A GGUF
+    `format` asks for a format by name and must agree with `dst`'s suffix:
+    "dcp" writes a torch.distributed.checkpoint directory, as if saved by
+    `dcp_ranks` ranks (tensors cut along their first axis, as Shard(0) cuts
+    them); "gguf", "torch", … a file of that format at a name without a
+    suffix.  A GGUF
     gets a GGUF source's key-values; the metadata of other sources (a
     safetensors `__metadata__`, a torch file's {"format": "pt"}) only with
     source_metadata=True, as string key-values.
@@ -910,33 +948,26 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
 
     dry_run=True writes nothing and returns what the conversion would
     write, after every rule and with the same checks, as a dict:
-    {"path", "format", "directory", "files": [{"name", "path", "size",
+    {"path", "format", "directory", "open", "files": [{"name", "path", "size",
     "tensors"}], "side_files", "copied_files", "replaces", "tensors":
     [{"name", "source", "dtype", "shape", "nbytes", "file", ("same_as")}],
     "totals": {"tensors", "written", "parameters", "bytes"}}."""
-    if format == "dcp" and (max_shard_size is not None or prefix is not None or checksums or int(dcp_ranks) < 1):
+    number = _format_id(format)
+    out = destination(dst, format)  # the library's rule: refused here, before the source is opened
+    if out.format == "dcp" and (max_shard_size is not None or prefix is not None or checksums or int(dcp_ranks) < 1):
         raise ValueError("format='dcp' writes one file per rank (dcp_ranks >= 1): no max_shard_size, prefix or checksums")
+    if source_metadata and out.format != "gguf":
+        raise ValueError("source_metadata is for GGUF output: other formats always carry the source's metadata")
     catalog = _sources.catalog(src, direct, allowed_globals, convert, **_sources.follow_progress(progress, source))
     bar = _progress.choose(progress, "convert")
-    if format is None:
-        name = os.fspath(dst)
-        format = ("npz" if name.endswith(".npz") else "flax-msgpack" if name.endswith(".msgpack")
-                  else "gguf" if name.endswith(".gguf") else "safetensors")
-    numbers = {v: k for k, v in FORMATS.items() if k in (1, 5, 6, 8, 9)}
-    if format not in numbers:
-        raise ValueError(f"format must be one of {sorted(numbers)}, not {format!r}")
-    if source_metadata and format != "gguf":
-        raise ValueError("source_metadata is for GGUF output: other formats always carry the source's metadata")
-    name = os.fspath(dst)
-    if max_shard_size is None and format == "safetensors" and (name.endswith("/") or os.path.isdir(name)):
-        max_shard_size = "5GB"  # a directory gets shards, as `ckpt convert` gives it (the hub's default size)
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
-              checksums=checksums, progress=bar, format=numbers[format],
-              dcp_ranks=int(dcp_ranks) if format == "dcp" else 0, check_crc=check_crc,
+              checksums=checksums, progress=bar, format=number,
+              dcp_ranks=int(dcp_ranks) if out.format == "dcp" else 0, check_crc=check_crc,
               source_metadata=bool(source_metadata))
     if prefix is not None:
         kw["prefix"] = prefix
-    if extra_files and max_shard_size is not None and not _sources.is_remote(src) and os.path.isdir(src):
+    # A model directory's other files go along into a directory of shards.
+    if extra_files and out.directory and out.format != "dcp" and not _sources.is_remote(src) and os.path.isdir(src):
         kw["copy_files_from"] = os.fspath(src)
     rules = dict(select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank, tp_size=tp_size,
                  tp_select=tp_select, slices=slices, transpose=transpose, layout=layout)

@@ -23,8 +23,40 @@ def _error_str(self):
 Error.__str__ = _error_str
 
 
-class SafetensorError(Error):
-    """A file that is not a valid checkpoint (the name safetensors uses)."""
+class FormatError(Error):
+    """A file that is not a valid checkpoint of its format — raised as the
+    subclass of the format it was read as (SafetensorError, TorchError,
+    GGUFError, NumpyError, DCPError, MsgpackError) — or, as FormatError
+    itself, a file that is no checkpoint ckpt reads (the message says what
+    it looks like: text, HTML, a ZIP archive that is not torch's, …)."""
+
+
+class SafetensorError(FormatError):
+    """A safetensors file (or an index of shards) that is not valid (the
+    name safetensors uses)."""
+
+
+class TorchError(FormatError):
+    """A torch.save file (.bin, .pt, .pth) that is damaged: its ZIP
+    structure, its pickle, or what the pickle describes."""
+
+
+class GGUFError(FormatError):
+    """A GGUF file (or gguf-split part) that is not valid."""
+
+
+class NumpyError(FormatError):
+    """A NumPy .npy file or .npz archive that is not valid, or holds what
+    ckpt does not read (object arrays, structured dtypes)."""
+
+
+class DCPError(FormatError):
+    """A torch.distributed.checkpoint whose .metadata or .distcp files are
+    not valid, or do not fit together."""
+
+
+class MsgpackError(FormatError):
+    """A Flax msgpack file that is not valid."""
 
 
 class NotFoundError(Error, FileNotFoundError):
@@ -61,13 +93,26 @@ class NoMatchError(Error, ValueError):
 
 
 
+# A format error is raised as the class of the format the file it names
+# was read as (the C extension asks the library: "format:<name>"); where
+# that file cannot be read again, as the class of its status's range.
+_FORMAT_CLASSES = {
+    "safetensors": SafetensorError, "safetensors-sharded": SafetensorError,
+    "torch": TorchError, "torch-sharded": TorchError,
+    "gguf": GGUFError, "npy": NumpyError, "npz": NumpyError,
+    "flax-msgpack": MsgpackError, "dcp": DCPError, "none": FormatError,
+}
+_RANGE_CLASSES = ((20, 50, SafetensorError), (50, 70, TorchError), (70, 79, GGUFError), (79, 80, FormatError),
+                  (80, 90, DCPError), (90, 91, NumpyError), (91, 92, MsgpackError))
+
+
 def _register():
     classes = {}
     for name, code in _ckpt.status_names().items():
-        # File format errors: the safetensors range, and the ranges of the
-        # other formats (GGUF, DCP, NumPy and msgpack).
-        if 20 <= code < 100 and name != "CKPT_E_CHECKSUM":
-            classes[name] = SafetensorError
+        for low, high, cls in _RANGE_CLASSES:
+            if low <= code < high and name != "CKPT_E_CHECKSUM":
+                classes[name] = cls
+    classes.update({f"format:{name}": cls for name, cls in _FORMAT_CLASSES.items()})
     classes.update({
         "CKPT_E_NOT_FOUND": NotFoundError,
         "CKPT_E_EXISTS": ExistsError,
@@ -75,7 +120,7 @@ def _register():
         "CKPT_E_NO_SPACE": IOFailure,
         "CKPT_E_CANCELLED": CancelledError,
         "CKPT_E_TRUNCATED": SafetensorError,
-        "CKPT_E_UNKNOWN_FORMAT": SafetensorError,
+        "CKPT_E_UNKNOWN_FORMAT": FormatError,
         "CKPT_E_LIMIT": SafetensorError,
         "CKPT_E_NO_MATCH": NoMatchError,
     })

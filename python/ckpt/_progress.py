@@ -1,6 +1,24 @@
-"""A progress bar on a terminal (stderr), for convert and load."""
+"""A progress bar on a terminal (stderr), for convert and load: the line
+the command-line tool draws (the library's ckpt_progress_line: binary
+units, rate, ETA, a fixed layout), so that the two cannot differ."""
+import os
 import sys
 import time
+
+from . import _ckpt
+
+
+def _columns(stream):
+    """The terminal's width: the stream's own, else $COLUMNS, else 80."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or 80
+    except (AttributeError, OSError, ValueError):
+        pass
+    try:
+        cols = int(os.environ.get("COLUMNS", ""))
+        return cols if 0 < cols < 10000 else 80
+    except ValueError:
+        return 80
 
 
 class Bar:
@@ -8,19 +26,20 @@ class Bar:
         self.label = label
         self.stream = stream or sys.stderr
         self.start = time.monotonic()
-        self.last = 0.0
+        self.last = -1.0
+        try:
+            self.tty = self.stream.isatty()
+        except (AttributeError, ValueError):
+            self.tty = False
 
     def __call__(self, done, total):
         now = time.monotonic()
-        if done < total and now - self.last < 0.1:
+        # The first call, the end, and otherwise at most every 100 ms.
+        if self.last >= 0 and done < total and now - self.last < 0.1:
             return False
         self.last = now
-        frac = done / total if total else 1.0
-        width = 30
-        fill = int(frac * width)
-        rate = done / max(now - self.start, 1e-9) / 1e9
-        self.stream.write(f"\r{self.label} [{'#' * fill}{'.' * (width - fill)}] {frac * 100:5.1f}% "
-                          f"{done / 1e9:.2f}/{total / 1e9:.2f} GB {rate:.2f} GB/s")
+        line = _ckpt.progress_line(_columns(self.stream), self.label, done, total, now - self.start)
+        self.stream.write("\r" + line + ("\x1b[K" if self.tty else ""))
         if done >= total:
             self.stream.write("\n")
         self.stream.flush()

@@ -190,9 +190,10 @@ def _check_metadata(metadata):
 
 def write_file(fw, tensors, filename, metadata, *, overwrite=True, no_sync=False):
     """Writes a dict of contiguous tensors as one safetensors file, streamed
-    from the tensors' own memory and renamed into place when complete."""
+    from the tensors' own memory and renamed into place when complete —
+    at exactly `filename`, whatever its name, as safetensors' save_file."""
     metadata = _check_metadata(metadata)
-    w = _ckpt.Writer(os.fspath(filename), overwrite=overwrite, no_sync=no_sync)
+    w = _ckpt.Writer(os.fspath(filename), overwrite=overwrite, no_sync=no_sync, exact_file=True)
     try:
         for k, v in metadata.items():
             w.set_metadata(k, v)

@@ -412,7 +412,7 @@ def _write_part(w, index, fw, t):
         w.write(index, i * row_bytes, fw.raw(part))
 
 
-def save(state_dict, out_dir, group=None, *, shards=None, max_shard_size="5GB", metadata=None, prefix="model",
+def save(state_dict, out_dir, group=None, *, shards=None, max_shard_size="5GB", metadata=None, prefix=None,
          overwrite=False, timeout=_DEFAULT_TIMEOUT, no_sync=False, return_stats=False):
     """Saves a state dict that many ranks hold in parts as one Hugging Face
     checkpoint — the files, headers and index that huggingface_hub's
@@ -436,8 +436,10 @@ def save(state_dict, out_dir, group=None, *, shards=None, max_shard_size="5GB", 
         raise TypeError("ckpt.distributed.save takes a flat dict of str to tensors (or a module)")
     comm = TorchComm(group)
     limit = _api._parse_size(max_shard_size)
-    w = _ckpt.ShardWriter(os.fspath(out_dir), comm.comm, max_shard_size=limit or (1 << 62), prefix=prefix,
-                          overwrite=overwrite, no_sync=no_sync, timeout=timeout)
+    # `out_dir` as ckpt.destination says: a directory ("model" shards), or
+    # a "x.safetensors" file and its parts.
+    w = _ckpt.ShardWriter(os.fspath(out_dir), comm.comm, max_shard_size=limit or (1 << 62), overwrite=overwrite,
+                          no_sync=no_sync, timeout=timeout, **({"prefix": prefix} if prefix is not None else {}))
     try:
         try:
             flat = {name: _part(name, t, shards) for name, t in state_dict.items()}

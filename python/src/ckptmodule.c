@@ -66,8 +66,38 @@ static PyObject *error_classes;  /* status name → subclass, registered by the 
 /* Errors                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* A file's format errors (the statuses of the formats' ranges, and
+ * truncations, limits and unknown formats) are raised as the class of the
+ * format the file was read as: "format:torch", "format:gguf", …
+ * (ckpt_detect_format on the file the error names; "format:none" for no
+ * checkpoint at all).  NULL when the status is another kind, or the file
+ * cannot be read again (the status's class then applies). */
+static PyObject *format_class_for(const ckpt_error *e) {
+    int format_status = (e->status >= 20 && e->status < 100 && e->status != CKPT_E_CHECKSUM) ||
+                         e->status == CKPT_E_TRUNCATED || e->status == CKPT_E_LIMIT ||
+                         e->status == CKPT_E_UNKNOWN_FORMAT;
+    if (!format_status || !e->path[0]) return NULL;
+    ckpt_format f;
+    ckpt_error probe;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_detect_format(e->path, NULL, &f, &probe);
+    Py_END_ALLOW_THREADS
+    /* No checkpoint at all; one named .safetensors is a bad safetensors
+     * file to whoever named it so (`except SafetensorError` catches it, as
+     * with the safetensors package). */
+    size_t len = strlen(e->path);
+    int named_safetensors = len >= 12 && !strcmp(e->path + len - 12, ".safetensors");
+    char key[64];
+    if (st == CKPT_OK) snprintf(key, sizeof key, "format:%s", ckpt_format_name(f));
+    else if (st == CKPT_E_UNKNOWN_FORMAT) snprintf(key, sizeof key, named_safetensors ? "format:safetensors" : "format:none");
+    else return NULL;
+    return PyDict_GetItemString(error_classes, key);
+}
+
 /* The class registered for "STATUS:errno" (CKPT_E_IO:13, EACCES: a
- * PermissionError), else for the status, else ckpt.Error. */
+ * PermissionError), else for the format of the file a format error names,
+ * else for the status, else ckpt.Error. */
 static PyObject *error_class_for(const ckpt_error *e) {
     if (error_classes) {
         PyObject *cls = NULL;
@@ -76,6 +106,7 @@ static PyObject *error_class_for(const ckpt_error *e) {
             snprintf(key, sizeof key, "%s:%d", ckpt_status_name(e->status), e->sys_errno);
             cls = PyDict_GetItemString(error_classes, key);
         }
+        if (!cls) cls = format_class_for(e);
         if (!cls) cls = PyDict_GetItemString(error_classes, ckpt_status_name(e->status));
         if (cls) return cls;
     }
@@ -1323,16 +1354,17 @@ typedef struct {
 } Writer;
 
 static int Writer_init(Writer *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"path", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", NULL};
+    static char *kwlist[] = {"path", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "exact_file", NULL};
     PyObject *path, *prefix = NULL;
     unsigned long long shard = 0;
-    int overwrite = 0, no_sync = 0, checksums = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&ppp", kwlist, PyUnicode_FSConverter, &path, &shard,
-                                     PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums))
+    int overwrite = 0, no_sync = 0, checksums = 0, exact_file = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppp", kwlist, PyUnicode_FSConverter, &path, &shard,
+                                     PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &exact_file))
         return -1;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
+    o.exact_file = exact_file;
     o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
     ckpt_error e;
     ckpt_writer *w;
@@ -1420,6 +1452,20 @@ static PyObject *Writer_kept(Writer *self, PyObject *arg) {
     return PyUnicode_FromString(kept);
 }
 
+/* A list of `n` paths, the i-th from path(w, i). */
+static PyObject *path_list(const ckpt_writer *w, size_t n, const char *(*path)(const ckpt_writer *, size_t)) {
+    PyObject *files = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; files && i < n; i++) {
+        PyObject *p = PyUnicode_DecodeFSDefault(path(w, i));
+        if (!p) {
+            Py_CLEAR(files);
+            break;
+        }
+        PyList_SET_ITEM(files, (Py_ssize_t)i, p);
+    }
+    return files;
+}
+
 static PyObject *Writer_begin(Writer *self, PyObject *unused) {
     (void)unused;
     if (!writer_ready(self)) return NULL;
@@ -1429,17 +1475,7 @@ static PyObject *Writer_begin(Writer *self, PyObject *unused) {
     st = ckpt_writer_begin(self->writer, &e);
     Py_END_ALLOW_THREADS
     if (st != CKPT_OK) return raise_ckpt(&e);
-    size_t n = ckpt_writer_file_count(self->writer);
-    PyObject *files = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; files && i < n; i++) {
-        PyObject *p = PyUnicode_DecodeFSDefault(ckpt_writer_file_path(self->writer, i));
-        if (!p) {
-            Py_CLEAR(files);
-            break;
-        }
-        PyList_SET_ITEM(files, (Py_ssize_t)i, p);
-    }
-    return files;
+    return path_list(self->writer, ckpt_writer_file_count(self->writer), ckpt_writer_file_path);
 }
 
 static PyObject *Writer_write(Writer *self, PyObject *args) {
@@ -1468,10 +1504,13 @@ static PyObject *Writer_commit(Writer *self, PyObject *unused) {
     Py_BEGIN_ALLOW_THREADS
     st = ckpt_writer_commit(self->writer, &e);
     Py_END_ALLOW_THREADS
+    PyObject *published = st == CKPT_OK ? path_list(self->writer, ckpt_writer_published_count(self->writer),
+                                                    ckpt_writer_published_path)
+                                        : NULL;
     ckpt_writer_free(self->writer);
     self->writer = NULL;
     if (st != CKPT_OK) return raise_ckpt(&e);
-    Py_RETURN_NONE;
+    return published;
 }
 
 /* abort(): drop the temporaries; the destination stays as it was. */
@@ -1490,7 +1529,9 @@ static PyMethodDef Writer_methods[] = {
     {"kept", (PyCFunction)Writer_kept, METH_O, "kept(index) -> None, or the name written in its place"},
     {"begin", (PyCFunction)Writer_begin, METH_NOARGS, "begin() -> final paths of the output files"},
     {"write", (PyCFunction)Writer_write, METH_VARARGS, "write(index, data): the next bytes of a tensor"},
-    {"commit", (PyCFunction)Writer_commit, METH_NOARGS, "commit(): fsync and rename into place"},
+    {"commit", (PyCFunction)Writer_commit, METH_NOARGS,
+     "commit() -> every path published (data files, side files such as an index, copied files): fsync and rename "
+     "into place"},
     {"abort", (PyCFunction)Writer_abort, METH_NOARGS, "abort(): remove the temporaries"},
     {NULL}};
 
@@ -1502,7 +1543,8 @@ static PyTypeObject WriterType = {
     .tp_init = (initproc)Writer_init,
     .tp_new = PyType_GenericNew,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Writer(path, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False)",
+    .tp_doc = "Writer(path, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, "
+              "exact_file=False)",
 };
 
 /* ------------------------------------------------------------------------ */
@@ -2068,6 +2110,76 @@ static PyObject *mod_parse_size(PyObject *self, PyObject *arg) {
     return PyLong_FromUnsignedLongLong(bytes);
 }
 
+/* format_size(n) → "86.6 MiB" (ckpt_format_size). */
+static PyObject *mod_format_size(PyObject *self, PyObject *arg) {
+    (void)self;
+    unsigned long long n = PyLong_AsUnsignedLongLong(arg);
+    if (n == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    char buf[32];
+    return PyUnicode_FromString(ckpt_format_size(n, buf, sizeof buf));
+}
+
+/* progress_line(width, label, done, total, elapsed, note=None) → the
+ * library's progress line (ckpt_progress_line), as the CLI draws it. */
+static PyObject *mod_progress_line(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned int width;
+    const char *label, *note = NULL;
+    unsigned long long done, total;
+    double elapsed;
+    if (!PyArg_ParseTuple(args, "IsKKd|z", &width, &label, &done, &total, &elapsed, &note)) return NULL;
+    char line[1024];
+    size_t n = ckpt_progress_line(line, sizeof line, width, label, done, total, elapsed, note);
+    return PyUnicode_DecodeUTF8(line, (Py_ssize_t)n, "replace");
+}
+
+/* format_name(id) -> the format's short name, or None. */
+static PyObject *mod_format_name(PyObject *self, PyObject *arg) {
+    (void)self;
+    long id = PyLong_AsLong(arg);
+    if (id == -1 && PyErr_Occurred()) return NULL;
+    const char *name = id > 0 && id < 256 ? ckpt_format_name((ckpt_format)id) : NULL;
+    if (!name) Py_RETURN_NONE;
+    return PyUnicode_FromString(name);
+}
+
+/* format_from_name(name) -> its id, 0 when no format has that name. */
+static PyObject *mod_format_from_name(PyObject *self, PyObject *arg) {
+    (void)self;
+    const char *name = PyUnicode_AsUTF8(arg);
+    return name ? PyLong_FromLong((long)ckpt_format_from_name(name)) : NULL;
+}
+
+/* format_for_path(path) -> the id its suffix names for writing, or 0. */
+static PyObject *mod_format_for_path(PyObject *self, PyObject *arg) {
+    (void)self;
+    PyObject *path;
+    if (!PyUnicode_FSConverter(arg, &path)) return NULL;
+    ckpt_format f = ckpt_format_for_path(PyBytes_AS_STRING(path));
+    Py_DECREF(path);
+    return PyLong_FromLong((long)f);
+}
+
+/* destination(path, format=0) -> (format id, directory): the library's
+ * destination rule (ckpt_destination_resolve); ckpt.Error when refused. */
+static PyObject *mod_destination(PyObject *self, PyObject *args, PyObject *kw) {
+    (void)self;
+    static char *kwlist[] = {"path", "format", NULL};
+    PyObject *path;
+    int format = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i", kwlist, PyUnicode_FSConverter, &path, &format)) return NULL;
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.format = (ckpt_format)format;
+    ckpt_format out;
+    int directory;
+    ckpt_error e;
+    ckpt_status st = ckpt_destination_resolve(PyBytes_AS_STRING(path), &o, &out, &directory, &e);
+    Py_DECREF(path);
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    return Py_BuildValue("(iO)", (int)out, directory ? Py_True : Py_False);
+}
+
 static PyObject *mod_dtype_bits(PyObject *self, PyObject *arg) {
     (void)self;
     const char *name = PyUnicode_AsUTF8(arg);
@@ -2384,6 +2496,14 @@ static PyObject *mod_commit_recover(PyObject *self, PyObject *args, PyObject *kw
 
 static PyMethodDef module_methods[] = {
     {"parse_size", mod_parse_size, METH_O, "parse_size(text) -> bytes (\"5GB\", \"512MiB\", 1000)"},
+    {"format_size", mod_format_size, METH_O, "format_size(n) -> \"86.6 MiB\""},
+    {"progress_line", mod_progress_line, METH_VARARGS,
+     "progress_line(width, label, done, total, elapsed, note=None) -> the progress line the CLI draws"},
+    {"format_name", mod_format_name, METH_O, "format_name(id) -> 'safetensors', 'torch', … or None"},
+    {"format_from_name", mod_format_from_name, METH_O, "format_from_name(name) -> id (0: none)"},
+    {"format_for_path", mod_format_for_path, METH_O, "format_for_path(path) -> the id its suffix names (0: none)"},
+    {"destination", (PyCFunction)(void (*)(void))mod_destination, METH_VARARGS | METH_KEYWORDS,
+     "destination(path, format=0) -> (format id, directory): ckpt_destination_resolve"},
     {"dtype_bits", mod_dtype_bits, METH_O, "dtype_bits(name) -> bits per element"},
     {"can_cast", mod_can_cast, METH_VARARGS, "can_cast(from, to) -> bool"},
     {"cast", mod_cast, METH_VARARGS, "cast(from, src, to, dst, count)"},

@@ -112,6 +112,12 @@ CKPT__HIDDEN void ckpt__buf_append(ckpt__buf *b, const char *s, size_t n);
 CKPT__HIDDEN void ckpt__buf_puts(ckpt__buf *b, const char *s);
 CKPT__HIDDEN void ckpt__buf_u64(ckpt__buf *b, uint64_t v);
 
+/* The shortest decimal text of a finite `v` that reads back as the same
+ * value of its own type: a float32 (`single`, e.g. 1e-05 for the float
+ * nearest 0.00001, not 9.99999975e-06) or a double (0.1, as Python's repr).
+ * `out` holds at least 32 bytes. */
+CKPT__HIDDEN void ckpt__shortest_float(char *out, size_t cap, double v, bool single);
+
 /* ---- arena: many small allocations freed together ---------------------- */
 
 typedef struct ckpt__arena_block ckpt__arena_block;

@@ -1,4 +1,6 @@
-/* buf.c — growable output buffers. */
+/* buf.c — growable output buffers, and numbers as text. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base.h"
@@ -31,4 +33,14 @@ void ckpt__buf_u64(ckpt__buf *b, uint64_t v) {
         v /= 10;
     } while (v);
     ckpt__buf_append(b, tmp + n, sizeof tmp - n);
+}
+
+void ckpt__shortest_float(char *out, size_t cap, double v, bool single) {
+    /* FLT_DIG (6) and DBL_DIG (15) digits always read back as what they
+     * print; fewer digits would too only where those print trailing zeros,
+     * which %g drops.  So the first count that reads back is the shortest. */
+    for (int digits = single ? 6 : 15; digits <= (single ? 9 : 17); digits++) {
+        snprintf(out, cap, "%.*g", digits, v);
+        if (single ? strtof(out, NULL) == (float)v : strtod(out, NULL) == v) return;
+    }
 }

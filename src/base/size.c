@@ -1,7 +1,9 @@
-/* size.c — shard sizes such as "5GB", parsed as huggingface_hub does. */
+/* size.c — shard sizes such as "5GB", parsed as huggingface_hub does, and
+ * sizes written for people ("86.6 MiB"). */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -87,4 +89,17 @@ bad:
                       text);
 zero:
     return ckpt__fail(err, CKPT_E_BAD_SIZE, NULL, NULL, -1, "size '%s' must be at least one byte", text);
+}
+
+char *ckpt_format_size(uint64_t bytes, char *out, size_t cap) {
+    static const char *const names[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (!out || !cap) return out;
+    double v = (double)bytes;
+    int u = 0;
+    /* The next unit as soon as one decimal would show 1000.0 or more:
+     * "999.9 KiB", then "1.0 MiB" — never four digits before the point. */
+    while ((u == 0 ? v >= 1000 : v >= 999.95) && u < 6) v /= 1024, u++;
+    if (u == 0) snprintf(out, cap, "%u B", (unsigned)bytes);
+    else snprintf(out, cap, "%.1f %s", v, names[u]);
+    return out;
 }

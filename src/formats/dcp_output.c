@@ -68,16 +68,6 @@ typedef struct dcp_state {
 
 static dcp_state *state_of(ckpt__output *o) { return *ckpt__out_format_state(o); }
 
-static bool dcp_directory(const ckpt_writer_options *o) {
-    (void)o;
-    return true;
-}
-
-static unsigned dcp_needs(const ckpt_writer_options *o) {
-    (void)o;
-    return CKPT__OUT_CRC32;
-}
-
 static bool dcp_owns(const char *prefix, const char *name) {
     (void)prefix;
     size_t n = strlen(name);
@@ -515,11 +505,11 @@ static ckpt_status dcp_finish(ckpt__output *o, ckpt_error *err) {
 const ckpt__output_format ckpt__output_dcp = {
     .name = "dcp",
     .id = CKPT_FORMAT_DCP,
-    .directory = dcp_directory,
+    .layouts = CKPT__LAYOUT_DIR, /* no suffix: a directory, asked for by id */
     .plan = dcp_plan,
     .layout = dcp_layout,
     .finish = dcp_finish,
     .owns = dcp_owns,
-    .needs = dcp_needs,
+    .needs = ckpt__out_needs_crc32,
     .dedup = false, /* every declared tensor is written, shared or not, as torch's DCP save does */
 };

@@ -11,243 +11,64 @@
 
 #include "dcp.h"
 #include "json.h"
+#include "torch_save.h"
 
-/* ---- a minimal, deterministic pickler ------------------------------------------ */
+/* ---- a minimal, deterministic pickler (torch_save.h's opcodes) ------------------ */
 
 static void put(ckpt__buf *b, const void *p, size_t n) { ckpt__buf_append(b, (const char *)p, n); }
-static void op(ckpt__buf *b, unsigned char c) { put(b, &c, 1); }
-
-static void le(ckpt__buf *b, uint64_t v, int n) {
-    unsigned char x[8];
-    for (int i = 0; i < n; i++) x[i] = (unsigned char)(v >> (8 * i));
-    put(b, x, (size_t)n);
-}
-
-/* An int as CPython's pickler writes it: BININT1, BININT2, BININT, else
- * LONG1 with the fewest two's-complement bytes. */
-static void pk_int(ckpt__buf *b, int64_t v) {
-    if (v >= 0 && v < 256) {
-        op(b, 'K');
-        le(b, (uint64_t)v, 1);
-    } else if (v >= 0 && v < 65536) {
-        op(b, 'M');
-        le(b, (uint64_t)v, 2);
-    } else if (v >= INT32_MIN && v <= INT32_MAX) {
-        op(b, 'J');
-        le(b, (uint64_t)(uint32_t)(int32_t)v, 4);
-    } else {
-        int n = 1; /* the fewest bytes that hold v in two's complement, as CPython */
-        while (n < 8 && (v < -(INT64_C(1) << (8 * n - 1)) || v >= (INT64_C(1) << (8 * n - 1)))) n++;
-        op(b, 0x8a);
-        le(b, (uint64_t)n, 1);
-        le(b, (uint64_t)v, n);
-    }
-}
-
-static void pk_str(ckpt__buf *b, const char *s, size_t n) {
-    op(b, 'X'); /* BINUNICODE, as protocol 2 writes every str */
-    le(b, n, 4);
-    put(b, s, n);
-}
-
-static void pk_text_global(ckpt__buf *b, const char *module, const char *name) {
-    op(b, 'c');
-    ckpt__buf_puts(b, module);
-    op(b, '\n');
-    ckpt__buf_puts(b, name);
-    op(b, '\n');
-}
-
-/* A tuple of unsigned ints. */
-static void pk_dims(ckpt__buf *b, const uint64_t *v, uint32_t n) {
-    if (n == 0) {
-        op(b, ')');
-        return;
-    }
-    if (n > 3) op(b, '(');
-    for (uint32_t i = 0; i < n; i++) pk_int(b, (int64_t)v[i]);
-    op(b, n == 1 ? 0x85 : n == 2 ? 0x86 : n == 3 ? 0x87 : 't');
-}
-
-/* ---- dtypes ----------------------------------------------------------------------- */
-
-typedef struct torch_type {
-    ckpt_dtype dtype;
-    const char *name;    /* torch.<name> */
-    const char *storage; /* legacy storage class (_rebuild_tensor_v2), or NULL: v3 with UntypedStorage */
-} torch_type;
-
-static const torch_type torch_types[] = {
-    {CKPT_F32, "float32", "FloatStorage"},       {CKPT_F64, "float64", "DoubleStorage"},
-    {CKPT_F16, "float16", "HalfStorage"},        {CKPT_BF16, "bfloat16", "BFloat16Storage"},
-    {CKPT_I64, "int64", "LongStorage"},          {CKPT_I32, "int32", "IntStorage"},
-    {CKPT_I16, "int16", "ShortStorage"},         {CKPT_I8, "int8", "CharStorage"},
-    {CKPT_U8, "uint8", "ByteStorage"},           {CKPT_BOOL, "bool", "BoolStorage"},
-    {CKPT_C64, "complex64", "ComplexFloatStorage"}, {CKPT_U16, "uint16", NULL},
-    {CKPT_U32, "uint32", NULL},                  {CKPT_U64, "uint64", NULL},
-    {CKPT_F8_E5M2, "float8_e5m2", NULL},         {CKPT_F8_E4M3, "float8_e4m3fn", NULL},
-    {CKPT_F8_E8M0, "float8_e8m0fnu", NULL},      {CKPT_F8_E4M3FNUZ, "float8_e4m3fnuz", NULL},
-    {CKPT_F8_E5M2FNUZ, "float8_e5m2fnuz", NULL},
-};
-
-static const torch_type *torch_type_of(ckpt_dtype d) {
-    for (size_t i = 0; i < sizeof torch_types / sizeof torch_types[0]; i++)
-        if (torch_types[i].dtype == d) return &torch_types[i];
-    return NULL;
-}
+static void op(ckpt__buf *b, unsigned char c) { ckpt__pkw_op(b, c); }
+static void le(ckpt__buf *b, uint64_t v, int n) { ckpt__pkw_le(b, v, n); }
+static void pk_int(ckpt__buf *b, int64_t v) { ckpt__pkw_int(b, v); }
+static void pk_str(ckpt__buf *b, const char *s, size_t n) { ckpt__pkw_str(b, s, n); }
+static void pk_text_global(ckpt__buf *b, const char *module, const char *name) { ckpt__pkw_global(b, module, name); }
+static void pk_dims(ckpt__buf *b, const uint64_t *v, uint32_t n) { ckpt__pkw_dims(b, v, n); }
 
 const char *ckpt__dcp_torch_dtype(ckpt_dtype dtype) {
-    const torch_type *t = torch_type_of(dtype);
+    const ckpt__torch_type *t = ckpt__torch_type_of(dtype);
     return t ? t->name : NULL;
 }
 
 /* ---- torch.save archives ------------------------------------------------------------ */
 
-enum { ALIGN = 64 };
-#define ZIP64_LIMIT 0xFFFFFFFFULL
-
-typedef struct record {
-    const char *name;
-    const void *data; /* NULL: the streamed data record */
-    uint64_t size;
-    uint32_t crc;
-    uint64_t local; /* local header offset */
-} record;
-
-static uint32_t crc_of(const void *p, size_t n) { return ckpt__dcp_crc32(0, p, n); }
-
 uint32_t ckpt__dcp_crc32(uint32_t crc, const void *p, size_t n) {
     return (uint32_t)crc32_z(crc, (const Bytef *)p, (z_size_t)n);
 }
 
-/* A local header (torch's: version 0, flags 0x0808 — sizes in a data
- * descriptor, UTF-8 names — no time), with the "FB" padding field that
- * puts the data on a 64-byte boundary of the archive. */
-static void local_header(ckpt__buf *b, uint64_t base, record *r) {
-    bool big = r->size >= ZIP64_LIMIT;
-    r->local = base + b->len;
-    size_t name_len = strlen(r->name);
-    uint64_t start = r->local + 30 + name_len + 4 + (big ? 20 : 0);
-    size_t pad = (size_t)((ALIGN - start % ALIGN) % ALIGN);
-    le(b, 0x04034b50, 4);
-    le(b, 0, 2);      /* version needed */
-    le(b, 0x0808, 2); /* flags */
-    le(b, 0, 2);      /* stored */
-    le(b, 0, 4);      /* time, date */
-    le(b, 0, 4);      /* crc: in the descriptor */
-    le(b, big ? 0xFFFFFFFFu : 0, 4);
-    le(b, big ? 0xFFFFFFFFu : 0, 4);
-    le(b, name_len, 2);
-    le(b, (big ? 20 : 0) + 4 + pad, 2);
-    put(b, r->name, name_len);
-    if (big) { /* ZIP64 extended information: sizes in the descriptor */
-        le(b, 1, 2);
-        le(b, 16, 2);
-        le(b, 0, 8);
-        le(b, 0, 8);
-    }
-    put(b, "FB", 2);
-    le(b, pad, 2);
-    for (size_t i = 0; i < pad; i++) op(b, 'Z');
-}
-
-static void descriptor(ckpt__buf *b, const record *r) {
-    le(b, 0x08074b50, 4);
-    le(b, r->crc, 4);
-    int n = r->size >= ZIP64_LIMIT ? 8 : 4;
-    le(b, r->size, n);
-    le(b, r->size, n);
-}
-
-static void central(ckpt__buf *b, const record *r) {
-    bool big = r->size >= ZIP64_LIMIT, far = r->local >= ZIP64_LIMIT;
-    size_t name_len = strlen(r->name);
-    le(b, 0x02014b50, 4);
-    le(b, big || far ? 45 : 0, 2); /* version made by */
-    le(b, big || far ? 45 : 0, 2); /* version needed */
-    le(b, 0x0808, 2);
-    le(b, 0, 2);
-    le(b, 0, 4);
-    le(b, r->crc, 4);
-    le(b, big ? 0xFFFFFFFFu : r->size, 4);
-    le(b, big ? 0xFFFFFFFFu : r->size, 4);
-    le(b, name_len, 2);
-    le(b, big || far ? 4 + (big ? 16 : 0) + (far ? 8 : 0) : 0, 2);
-    le(b, 0, 2); /* comment */
-    le(b, 0, 2); /* disk */
-    le(b, 0, 2); /* internal attributes */
-    le(b, 0, 4); /* external attributes */
-    le(b, far ? 0xFFFFFFFFu : r->local, 4);
-    put(b, r->name, name_len);
-    if (big || far) {
-        le(b, 1, 2);
-        le(b, (big ? 16 : 0) + (far ? 8 : 0), 2);
-        if (big) le(b, r->size, 8), le(b, r->size, 8);
-        if (far) le(b, r->local, 8);
-    }
-}
-
-/* The archive: data.pkl, .format_version, .storage_alignment, byteorder,
- * [data/0,] version, .data/serialization_id — torch.save's records, in its
- * order.  `head` receives the bytes before data/0's data (the whole
- * archive without one), `tail` those after it, which hold its CRC. */
+/* The archive, as torch.save writes into a buffer (folder "archive"):
+ * data.pkl, .format_version, .storage_alignment, byteorder, [data/0,]
+ * version, .data/serialization_id.  `head` receives the bytes before
+ * data/0's data (the whole archive without one), `tail` those after it,
+ * which hold its CRC. */
 static void render_archive(const ckpt__buf *pickle, bool with_data, uint64_t data_size, uint32_t data_crc,
                            uint64_t id, ckpt__buf *head, ckpt__buf *tail, uint64_t *total) {
     char serial[41];
     for (int i = 39; i >= 0; i--, id /= 10) serial[i] = (char)('0' + id % 10);
     serial[40] = '\0';
-    record recs[7] = {
-        {"archive/data.pkl", pickle->data ? pickle->data : "", pickle->len, 0, 0},
-        {"archive/.format_version", "1", 1, 0, 0},
-        {"archive/.storage_alignment", "64", 2, 0, 0},
-        {"archive/byteorder", "little", 6, 0, 0},
-        {"archive/data/0", NULL, data_size, data_crc, 0},
-        {"archive/version", "3\n", 2, 0, 0},
-        {"archive/.data/serialization_id", serial, 40, 0, 0},
+    const ckpt__torch_record all[7] = {
+        {"data.pkl", pickle->len, 0, 0, 0}, {".format_version", 1, 0, 0, 0}, {".storage_alignment", 2, 0, 0, 0},
+        {"byteorder", 6, 0, 0, 0},          {"data/0", data_size, data_crc, 0, 0}, {"version", 2, 0, 0, 0},
+        {".data/serialization_id", 40, 0, 0, 0},
     };
+    const char *const contents[7] = {pickle->data ? pickle->data : "", "1", "64", "little", NULL, "3\n", serial};
+    ckpt__torch_record r[7];
+    const char *data[7];
     size_t n = 0;
-    record *order[7];
     for (size_t i = 0; i < 7; i++)
-        if (recs[i].data || with_data) order[n++] = &recs[i];
-    ckpt__buf *b = head;
-    uint64_t base = 0; /* archive offset of b's first byte */
-    for (size_t i = 0; i < n; i++) {
-        record *r = order[i];
-        local_header(b, base, r);
-        if (r->data) {
-            r->crc = crc_of(r->data, (size_t)r->size);
-            put(b, r->data, (size_t)r->size);
-        } else { /* the data: streamed by the writer; the rest follows it */
-            base += b->len + r->size;
-            b = tail;
+        if (contents[i] || with_data) {
+            r[n] = all[i], data[n] = contents[i];
+            if (data[n]) r[n].crc = ckpt__dcp_crc32(0, data[n], (size_t)r[n].size);
+            n++;
         }
-        descriptor(b, r);
+    uint64_t cd_at = ckpt__torch_records_place("archive", r, n, 0);
+    ckpt__buf *b = head;
+    for (size_t i = 0; i < n; i++) {
+        ckpt__torch_local_header(b, "archive", &r[i]);
+        if (data[i]) put(b, data[i], (size_t)r[i].size);
+        else b = tail; /* the data: streamed by the writer; the rest follows it */
+        ckpt__torch_descriptor(b, &r[i]);
     }
-    uint64_t cd_at = base + b->len;
-    for (size_t i = 0; i < n; i++) central(b, order[i]);
-    uint64_t cd_size = base + b->len - cd_at, z64 = base + b->len;
-    le(b, 0x06064b50, 4); /* ZIP64 end of central directory, as torch always writes */
-    le(b, 44, 8);
-    le(b, 0x031e, 2);
-    le(b, 45, 2);
-    le(b, 0, 4);
-    le(b, 0, 4);
-    le(b, n, 8);
-    le(b, n, 8);
-    le(b, cd_size, 8);
-    le(b, cd_at, 8);
-    le(b, 0x07064b50, 4); /* its locator */
-    le(b, 0, 4);
-    le(b, z64, 8);
-    le(b, 1, 4);
-    le(b, 0x06054b50, 4); /* end of central directory */
-    le(b, 0, 4);
-    le(b, n, 2);
-    le(b, n, 2);
-    le(b, cd_size >= ZIP64_LIMIT ? 0xFFFFFFFFu : cd_size, 4);
-    le(b, cd_at >= ZIP64_LIMIT ? 0xFFFFFFFFu : cd_at, 4);
-    le(b, 0, 2);
-    *total = base + b->len;
+    ckpt__torch_directory(b, "archive", r, n, cd_at);
+    *total = cd_at + ckpt__torch_directory_size("archive", r, n);
 }
 
 /* torch.save(tensor)'s pickle: _rebuild_tensor_v2(persistent storage, 0,
@@ -255,7 +76,7 @@ static void render_archive(const ckpt__buf *pickle, bool with_data, uint64_t dat
  * untyped storage and the dtype for dtypes without a legacy storage. */
 static ckpt_status tensor_pickle(ckpt__buf *b, ckpt_dtype dtype, uint32_t ndim, const uint64_t *sizes,
                                  uint64_t nbytes) {
-    const torch_type *t = torch_type_of(dtype);
+    const ckpt__torch_type *t = ckpt__torch_type_of(dtype);
     if (!t) return CKPT_E_UNKNOWN_DTYPE;
     uint64_t strides[CKPT_MAX_DIMS], s = 1, numel = 1;
     for (uint32_t d = ndim; d-- > 0;) {

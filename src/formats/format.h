@@ -189,7 +189,21 @@ typedef struct ckpt__format {
 
 /* The registry (registry.c): every format, and the file names that stand
  * for a checkpoint in a directory. */
-CKPT__HIDDEN const ckpt__format *ckpt__format_probe(const unsigned char *head, size_t n, const char *name);
+CKPT__HIDDEN const ckpt__format *ckpt__format_probe(const unsigned char *head, size_t n, const char *name,
+                                                    int *score);
+
+/* The public id of a format the probe chose for `path` (an index of
+ * shards: the shards' format, as the index's name says). */
+CKPT__HIDDEN ckpt_format ckpt__format_id(const ckpt__format *f, const char *path);
+
+/* A file whose best probe is only CKPT__PROBE_FALLBACK (safetensors'):
+ * CKPT_OK when it may be a damaged safetensors file, else
+ * CKPT_E_UNKNOWN_FORMAT saying what it looks like (text, HTML, a ZIP
+ * archive that is not torch's, gzip…) and which formats ckpt reads — for
+ * a URL that answered with a web page, also the directory form with a
+ * trailing '/'.  `head` holds the first n bytes of the file's `size`. */
+CKPT__HIDDEN ckpt_status ckpt__format_check_unclaimed(const unsigned char *head, size_t n, uint64_t size,
+                                                      const char *path, ckpt_error *err);
 
 /* Finds the checkpoint in a directory (the Hugging Face layout and each
  * format's own names, in the registry's order of preference) into a

@@ -179,7 +179,7 @@ static void json_number(ckpt__buf *b, uint32_t type, const unsigned char *p) {
         else memcpy(&d, p, 8);
         if (isnan(d)) snprintf(tmp, sizeof tmp, "\"nan\"");
         else if (isinf(d)) snprintf(tmp, sizeof tmp, d > 0 ? "\"inf\"" : "\"-inf\"");
-        else snprintf(tmp, sizeof tmp, type == T_F32 ? "%.9g" : "%.17g", d);
+        else ckpt__shortest_float(tmp, sizeof tmp, d, type == T_F32); /* 1e-05, not 9.99999975e-06 */
         break;
     }
     default: tmp[0] = '\0';

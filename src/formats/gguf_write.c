@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "../io/file.h"
 #include "gguf.h"
@@ -503,14 +502,12 @@ static bool is_split_key(const char *k) {
     return !strcmp(k, "split.no") || !strcmp(k, "split.count") || !strcmp(k, "split.tensors.count");
 }
 
-static bool gguf_directory(const ckpt_writer_options *o) {
-    (void)o;
-    return false; /* one file, or split parts beside it */
-}
-
+/* gguf-split's parts of a file "<prefix>.gguf": "<prefix>-NNNNN-of-NNNNN.gguf"
+ * (any prefix: every split name). */
 static bool gguf_owns(const char *prefix, const char *name) {
-    (void)prefix;
-    return ckpt__gguf_is_split_name(name);
+    if (!ckpt__gguf_is_split_name(name)) return false;
+    size_t p = prefix ? strlen(prefix) : 0;
+    return !prefix || (strlen(name) == p + 20 && !strncmp(name, prefix, p));
 }
 
 static unsigned gguf_needs(const ckpt_writer_options *o) {
@@ -599,13 +596,11 @@ static ckpt_status gguf_plan(ckpt__output *o, ckpt_error *err) {
     if (files > 99999) return ckpt__fail(err, CKPT_E_LIMIT, path, NULL, -1, "more than 99999 split files");
     char **names = ckpt__calloc(files, sizeof *names);
     if (!names) return ckpt__oom(err, path, NULL);
+    /* An existing file or part of this name was refused, or listed for
+     * replacement, when the writer was created. */
     for (size_t f = 0; st == CKPT_OK && f < files; f++) {
-        char *full = files == 1 ? ckpt__strdup(path) : ckpt__gguf_split_path(path, f, files);
-        names[f] = full ? ckpt__strdup(ckpt__path_basename(full)) : NULL;
+        names[f] = files == 1 ? ckpt__strdup(ckpt__path_basename(path)) : ckpt__gguf_split_path(ckpt__out_prefix(o), f, files);
         if (!names[f]) st = ckpt__oom(err, path, NULL);
-        else if (files > 1 && !opt->overwrite && lstat(full, &(struct stat){0}) == 0)
-            st = ckpt__fail(err, CKPT_E_EXISTS, full, NULL, -1, "already exists (use overwrite / --force to replace it)");
-        free(full);
     }
     if (st == CKPT_OK) st = ckpt__out_set_files(o, files, (const char *const *)names, err);
     for (size_t f = 0; f < files; f++) free(names[f]);
@@ -663,7 +658,18 @@ static ckpt_status gguf_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, 
     return st;
 }
 
+static const char *const gguf_suffixes[] = {".gguf", NULL};
+
 const ckpt__output_format ckpt__output_gguf = {
-    "gguf", CKPT_FORMAT_GGUF, gguf_directory, gguf_plan, gguf_layout, NULL, gguf_owns, gguf_needs,
-    false, gguf_accepts, true,
+    .name = "gguf",
+    .id = CKPT_FORMAT_GGUF,
+    .suffixes = gguf_suffixes,
+    .layouts = CKPT__LAYOUT_FILE | CKPT__LAYOUT_PARTS, /* one file, or gguf-split's parts beside it */
+    .plan = gguf_plan,
+    .layout = gguf_layout,
+    .owns = gguf_owns,
+    .needs = gguf_needs,
+    .dedup = false,
+    .accepts = gguf_accepts,
+    .own_metadata_only = true,
 };

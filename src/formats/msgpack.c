@@ -1028,16 +1028,6 @@ typedef struct mp_out {
     uint64_t at;     /* file size so far */
 } mp_out;
 
-static bool mp_directory(const ckpt_writer_options *o) {
-    (void)o;
-    return false;
-}
-
-static bool mp_owns(const char *prefix, const char *name) {
-    (void)prefix, (void)name;
-    return false;
-}
-
 static mp_tree *child(ckpt__arena *a, mp_tree *t, const char *key, size_t len, bool *made) {
     for (size_t i = 0; i < t->count; i++)
         if (t->kids[i]->key_len == len && !memcmp(t->kids[i]->key, key, len)) return *made = false, t->kids[i];
@@ -1059,8 +1049,6 @@ static mp_tree *child(ckpt__arena *a, mp_tree *t, const char *key, size_t len, b
 static ckpt_status mp_plan(ckpt__output *o, ckpt_error *err) {
     const ckpt_writer_options *opt = ckpt__out_options(o);
     const char *path = ckpt__out_path(o);
-    if (opt->max_shard_size)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "a Flax msgpack file is one file: no shards");
     if (opt->checksums)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1,
                           "a Flax msgpack file has no metadata to record checksums in");
@@ -1253,7 +1241,17 @@ static ckpt_status mp_finish(ckpt__output *o, ckpt_error *err) {
     return st;
 }
 
+static const char *const mp_suffixes[] = {".msgpack", NULL};
+
 const ckpt__output_format ckpt__output_flax_msgpack = {
-    "flax-msgpack", CKPT_FORMAT_FLAX_MSGPACK, mp_directory, mp_plan, mp_layout, mp_finish, mp_owns, NULL,
-    false, ckpt__numpy_accepts, /* to_bytes writes every leaf, tied ones too */
+    .name = "flax-msgpack",
+    .id = CKPT_FORMAT_FLAX_MSGPACK,
+    .suffixes = mp_suffixes,
+    .layouts = CKPT__LAYOUT_FILE,
+    .plan = mp_plan,
+    .layout = mp_layout,
+    .finish = mp_finish,
+    .owns = ckpt__out_owns_none,
+    .dedup = false, /* to_bytes writes every leaf, tied ones too */
+    .accepts = ckpt__numpy_accepts,
 };

@@ -1,5 +1,6 @@
 /* npy.c — NumPy .npy files (see numpy.h): the header parser shared with
- * .npz members, the dtype names shared with Flax msgpack, and the format. */
+ * .npz members, the dtype names shared with Flax msgpack, and the format,
+ * read and written (one array, as np.save writes it). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include "../io/file.h"
 #include "format.h"
 #include "numpy.h"
+#include "output.h"
 
 /* ---- dtype names ---------------------------------------------------------- */
 
@@ -474,3 +476,45 @@ static ckpt_status npy_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
 }
 
 const ckpt__format ckpt__format_npy = {"npy", npy_probe, npy_open};
+
+/* ---- the output format: one array, as np.save writes it --------------------- */
+
+static ckpt_status npy_plan(ckpt__output *o, ckpt_error *err) {
+    const char *path = ckpt__out_path(o);
+    size_t n = ckpt__out_count(o);
+    if (ckpt__out_options(o)->checksums)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1,
+                          "an .npy file has no metadata to record checksums in");
+    if (n != 1)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1,
+                          "an .npy file holds one array, and the checkpoint has %zu tensors%s%s%s%s%s: write an .npz "
+                          "archive (an array per tensor), or select one tensor",
+                          n, n ? " (" : "", n ? ckpt__out_tensor_at(o, 0)->name : "", n ? ", " : "",
+                          n ? ckpt__out_tensor_at(o, 1)->name : "", n > 2 ? ", …)" : n ? ")" : "");
+    ckpt__out_tensor_at(o, 0)->file = 0;
+    const char *base = ckpt__path_basename(path);
+    return ckpt__out_set_files(o, 1, &base, err);
+}
+
+static ckpt_status npy_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, ckpt_error *err) {
+    ckpt__out_tensor *t = ckpt__out_tensor_at(o, 0);
+    if (ckpt__npy_header_write(head, t->dtype, t->ndim, t->shape) != CKPT_OK) /* dtypes were checked as declared */
+        return ckpt__oom(err, ckpt__out_path(o), t->name);
+    t->offset = head->len;
+    ckpt__out_set_file_size(o, file, head->len + t->nbytes);
+    return CKPT_OK;
+}
+
+static const char *const npy_suffixes[] = {".npy", NULL};
+
+const ckpt__output_format ckpt__output_npy = {
+    .name = "npy",
+    .id = CKPT_FORMAT_NPY,
+    .suffixes = npy_suffixes,
+    .layouts = CKPT__LAYOUT_FILE,
+    .plan = npy_plan,
+    .layout = npy_layout,
+    .owns = ckpt__out_owns_none,
+    .dedup = false,
+    .accepts = ckpt__numpy_accepts,
+};

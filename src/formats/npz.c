@@ -146,21 +146,6 @@ static void le(unsigned char *p, uint64_t v, int n) {
     for (int i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-static bool npz_directory(const ckpt_writer_options *o) {
-    (void)o;
-    return false;
-}
-
-static unsigned npz_needs(const ckpt_writer_options *o) {
-    (void)o;
-    return CKPT__OUT_CRC32;
-}
-
-static bool npz_owns(const char *prefix, const char *name) {
-    (void)prefix, (void)name;
-    return false; /* one file, never a directory of them */
-}
-
 static bool ascii(const char *s) {
     for (; *s; s++)
         if ((unsigned char)*s >= 0x80) return false;
@@ -170,8 +155,6 @@ static bool ascii(const char *s) {
 static ckpt_status npz_plan(ckpt__output *o, ckpt_error *err) {
     const ckpt_writer_options *opt = ckpt__out_options(o);
     const char *path = ckpt__out_path(o);
-    if (opt->max_shard_size)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1, "an .npz archive is one file: no shards");
     if (opt->checksums)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1,
                           "an .npz archive has no metadata to record checksums in (its members carry CRC-32s)");
@@ -333,7 +316,18 @@ static ckpt_status npz_finish(ckpt__output *o, ckpt_error *err) {
     return st;
 }
 
+static const char *const npz_suffixes[] = {".npz", NULL};
+
 const ckpt__output_format ckpt__output_npz = {
-    "npz", CKPT_FORMAT_NPZ, npz_directory, npz_plan, npz_layout, npz_finish, npz_owns, npz_needs,
-    false, ckpt__numpy_accepts, /* np.savez writes every array, tied ones too */
+    .name = "npz",
+    .id = CKPT_FORMAT_NPZ,
+    .suffixes = npz_suffixes,
+    .layouts = CKPT__LAYOUT_FILE,
+    .plan = npz_plan,
+    .layout = npz_layout,
+    .finish = npz_finish,
+    .owns = ckpt__out_owns_none,
+    .needs = ckpt__out_needs_crc32,
+    .dedup = false, /* np.savez writes every array, tied ones too */
+    .accepts = ckpt__numpy_accepts,
 };

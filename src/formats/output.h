@@ -10,7 +10,10 @@
  * (ckpt__output_format) in its format's file plus one line in the output
  * registry (writer_formats in src/formats/registry.c):
  *
- *   directory  whether the output is a directory of files (or one file);
+ *   suffixes   the file-name suffixes that name it, and layouts: the
+ *              shapes its output may take (one file, that file's split
+ *              parts, a directory) — what the destination rule
+ *              (ckpt__output_destination) decides by;
  *   plan       which file each tensor goes to, and the files' names;
  *   layout     a file's leading bytes (its header) and each of its
  *              tensors' offsets — everything is known before any data;
@@ -62,11 +65,21 @@ enum {
     CKPT__OUT_CRC32 = 2u, /* the writer computes each tensor's (each part's) CRC-32, from bytes in any order */
 };
 
+/* The shapes an output may take (ckpt__output_format.layouts). */
+enum {
+    CKPT__LAYOUT_FILE = 1u,  /* one file, at a name ending in one of its suffixes */
+    CKPT__LAYOUT_PARTS = 2u, /* with max_shard_size: that file's parts beside it, named after its stem */
+    CKPT__LAYOUT_DIR = 4u,   /* a directory of files (shards and an index, ranks' files) */
+};
+
 typedef struct ckpt__output_format {
     const char *name;
     ckpt_format id;
-    /* Whether the output is a directory of files, for these options. */
-    bool (*directory)(const ckpt_writer_options *options);
+    /* The file-name suffixes that name this format as a destination
+     * (NULL-terminated; matched ignoring ASCII case; none: only a
+     * directory, or asked for by id). */
+    const char *const *suffixes;
+    unsigned layouts; /* CKPT__LAYOUT_* */
     /* Sets every kept tensor's file (ckpt__out_tensor.file) and the files'
      * names (ckpt__out_set_files). */
     ckpt_status (*plan)(ckpt__output *o, ckpt_error *err);
@@ -100,8 +113,13 @@ typedef struct ckpt__output_format {
 /* ---- what an output format may ask of the writer --------------------------- */
 
 CKPT__HIDDEN const ckpt_writer_options *ckpt__out_options(const ckpt__output *o);
-/* The file name prefix ("model" by default), for directory outputs. */
+/* The files' name prefix: a directory output's ("model" by default), or
+ * a file output's stem (its name without the suffix), which its split
+ * parts and their index are named after. */
 CKPT__HIDDEN const char *ckpt__out_prefix(const ckpt__output *o);
+/* Whether the output is a directory (else the file at the path, or its
+ * parts beside it). */
+CKPT__HIDDEN bool ckpt__out_directory(const ckpt__output *o);
 /* The output's path as the caller gave it (normalised). */
 CKPT__HIDDEN const char *ckpt__out_path(const ckpt__output *o);
 /* An arena that lives as long as the writer. */
@@ -125,6 +143,12 @@ CKPT__HIDDEN const ckpt__pairs *ckpt__out_checkpoint_metadata(const ckpt__output
 CKPT__HIDDEN ckpt_status ckpt__out_storage_ranks(const ckpt__output *o, size_t *rank, bool contiguous_only,
                                                  ckpt_error *err);
 
+/* plan: tensor i's bytes lie inside tensor `kept`'s (a view of a storage
+ * the format writes once): it gets no place of its own (file
+ * CKPT__OUT_NONE), bytes sent for it are dropped, and
+ * ckpt_writer_tensor_kept names `kept`. */
+CKPT__HIDDEN void ckpt__out_same_bytes(ckpt__output *o, size_t i, size_t kept);
+
 /* Sets the output files: `count` names, relative to the output directory
  * (a directory output's path, else the directory holding the path). */
 CKPT__HIDDEN ckpt_status ckpt__out_set_files(ckpt__output *o, size_t count, const char *const *names, ckpt_error *err);
@@ -141,15 +165,54 @@ CKPT__HIDDEN ckpt_status ckpt__out_patch(ckpt__output *o, uint32_t f, uint64_t o
 CKPT__HIDDEN ckpt_status ckpt__out_add_side_file(ckpt__output *o, const char *name, const void *data, size_t n,
                                                  ckpt_error *err);
 
+/* `owns` of a format that writes one file, never a directory of them:
+ * false for every name. */
+CKPT__HIDDEN bool ckpt__out_owns_none(const char *prefix, const char *name);
+/* `needs` of a format whose records carry CRC-32s (ZIP archives). */
+CKPT__HIDDEN unsigned ckpt__out_needs_crc32(const ckpt_writer_options *options);
+
 /* The output formats (each in its format's file). */
 CKPT__HIDDEN extern const ckpt__output_format ckpt__output_safetensors; /* safetensors.c */
 CKPT__HIDDEN extern const ckpt__output_format ckpt__output_gguf;        /* gguf_write.c */
 CKPT__HIDDEN extern const ckpt__output_format ckpt__output_npz;         /* npz.c */
 CKPT__HIDDEN extern const ckpt__output_format ckpt__output_flax_msgpack; /* msgpack.c */
 CKPT__HIDDEN extern const ckpt__output_format ckpt__output_dcp;         /* dcp_output.c */
+CKPT__HIDDEN extern const ckpt__output_format ckpt__output_torch;       /* torch_write.c */
+CKPT__HIDDEN extern const ckpt__output_format ckpt__output_npy;         /* npy.c */
 
 /* The output format for an id (registry.c); NULL when ckpt cannot write it. */
 CKPT__HIDDEN const ckpt__output_format *ckpt__output_format_for(ckpt_format id);
+
+/*
+ * The destination rule — one for every entry point (ckpt_writer_create,
+ * the conversions, the CLI and the bindings through
+ * ckpt_destination_resolve; documented there):
+ *   1. a path ending in '/', or naming an existing directory, is a
+ *      directory: of options->format, else safetensors; a format without
+ *      a directory layout is refused, naming a file to give instead;
+ *   2. else a name ending in an output format's suffix is that format's
+ *      file (or, with max_shard_size, its parts beside it);
+ *      options->format, when set, must be that format;
+ *   3. else a name ending in a checkpoint suffix ckpt does not write
+ *      (an index, a DCP part, .ckpt, .h5, .onnx, …) is refused, naming it
+ *      and listing what ckpt writes;
+ *   4. else (no checkpoint suffix): a directory of options->format (else
+ *      safetensors) when it has a directory layout, or a file of that
+ *      name for a one-file format asked for by id.
+ * Refusals are CKPT_E_INVALID_ARGUMENT naming the path.
+ */
+typedef struct ckpt__destination {
+    const ckpt__output_format *fmt;
+    bool directory;
+    size_t suffix_len; /* a file: the length of the suffix that named it (0: none) */
+} ckpt__destination;
+CKPT__HIDDEN ckpt_status ckpt__output_destination(const char *path, const ckpt_writer_options *options,
+                                                  ckpt__destination *out, ckpt_error *err);
+
+/* Whether a file of a model directory is a checkpoint's (an output
+ * format's file, an index, a DCP part, another framework's weights):
+ * what copy_files_from leaves behind. */
+CKPT__HIDDEN bool ckpt__checkpoint_file_name(const char *name);
 
 /* Whether `name` (a plain file name) is a file some output format owns
  * under some prefix: its `owns` with a NULL prefix.  The one rule for what

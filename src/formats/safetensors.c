@@ -415,8 +415,6 @@ typedef struct st_state {
 
 static st_state *state_of(ckpt__output *o) { return *ckpt__out_format_state(o); }
 
-static bool st_directory(const ckpt_writer_options *o) { return o->max_shard_size != 0; }
-
 static unsigned st_needs(const ckpt_writer_options *o) { return o->checksums ? CKPT__OUT_XXH3 : 0; }
 
 static bool st_owns(const char *prefix, const char *name) {
@@ -457,9 +455,12 @@ static ckpt_status st_plan(ckpt__output *o, ckpt_error *err) {
     }
     char **names = st == CKPT_OK ? ckpt__calloc(shards, sizeof *names) : NULL;
     if (st == CKPT_OK && !names) st = ckpt__oom(err, ckpt__out_path(o), NULL);
+    /* A file destination that fits in one file is that file; else shards
+     * named after the directory's prefix, or the file's stem. */
+    bool named_file = !ckpt__out_directory(o) && shards == 1;
     for (size_t f = 0; st == CKPT_OK && f < shards; f++) {
-        names[f] = opt->max_shard_size ? ckpt__shard_file_name(ckpt__out_prefix(o), f, shards)
-                                       : ckpt__strdup(ckpt__path_basename(ckpt__out_path(o)));
+        names[f] = named_file ? ckpt__strdup(ckpt__path_basename(ckpt__out_path(o)))
+                              : ckpt__shard_file_name(ckpt__out_prefix(o), f, shards);
         if (!names[f]) st = ckpt__oom(err, ckpt__out_path(o), NULL);
     }
     if (st == CKPT_OK) st = ckpt__out_set_files(o, shards, (const char *const *)names, err);
@@ -656,7 +657,20 @@ static ckpt_status st_accepts(const char *path, const char *name, ckpt_dtype dty
                       "safetensors has no %s type: dequantize it (a float dtype) or write GGUF", ckpt_dtype_name(dtype));
 }
 
+static const char *const st_suffixes[] = {".safetensors", NULL};
+
 const ckpt__output_format ckpt__output_safetensors = {
-    "safetensors", CKPT_FORMAT_SAFETENSORS, st_directory, st_plan, st_layout, st_finish, st_owns, st_needs,
-    true, st_accepts,
+    .name = "safetensors",
+    .id = CKPT_FORMAT_SAFETENSORS,
+    .suffixes = st_suffixes,
+    /* One file; its parts and an index beside it (max_shard_size); or a
+     * directory of Hugging Face shards. */
+    .layouts = CKPT__LAYOUT_FILE | CKPT__LAYOUT_PARTS | CKPT__LAYOUT_DIR,
+    .plan = st_plan,
+    .layout = st_layout,
+    .finish = st_finish,
+    .owns = st_owns,
+    .needs = st_needs,
+    .dedup = true,
+    .accepts = st_accepts,
 };

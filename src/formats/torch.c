@@ -808,7 +808,12 @@ static ckpt_status open_torch(ckpt_catalog *c, ckpt__source *src, bool legacy, c
 
 static int zip_probe(const unsigned char *head, size_t n, const char *name) {
     (void)name;
-    return ckpt__zip_sniff(head, n) ? CKPT__PROBE_MAGIC : CKPT__PROBE_NO;
+    if (!ckpt__zip_sniff(head, n)) return CKPT__PROBE_NO;
+    /* torch.save puts every record in one top folder ("archive/data.pkl"):
+     * a first record outside any folder is some other ZIP archive. */
+    size_t len = n >= 30 ? (size_t)head[26] | (size_t)head[27] << 8 : 0;
+    if (len && 30 + len <= n && !memchr(head + 30, '/', len)) return CKPT__PROBE_NO;
+    return CKPT__PROBE_MAGIC;
 }
 
 static ckpt_status zip_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) { return open_torch(c, src, false, err); }

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -116,7 +117,8 @@ ckpt_status ckpt__commit_begin(const char *dir, bool whole_dir, bool single, int
             c->dir_fd = dir_fd; /* the destination's lock holds it (and any interrupted commit is finished) */
         }
     } else {
-        /* Files beside others: their directory must exist (as for cp). */
+        /* Files beside others: their directory exists (the destination's
+         * lock made it, as it makes a directory destination's parents). */
         c->mode = single ? SINGLE : JOURNAL;
         if (c->mode == JOURNAL) st = take_journal_dir(c, err);
     }
@@ -127,6 +129,7 @@ ckpt_status ckpt__commit_begin(const char *dir, bool whole_dir, bool single, int
     if (st == CKPT_OK && c->mode == JOURNAL) {
         char *base = join(dir, CKPT__STAGE_BASE);
         st = base ? ckpt__temp_dir_create(base, &c->stage, err) : ckpt__oom(err, dir, NULL);
+        if (st && err) snprintf(err->path, sizeof err->path, "%s", dir); /* the directory, not the stage's inner name */
         free(base);
         if (st == CKPT_OK) st = open_stage(c, false, err);
     }
@@ -160,7 +163,13 @@ ckpt_status ckpt__commit_create(ckpt__commit *c, const char *name, int *fd, cons
     } else {
         if (!(f->tmp_path = join(c->stage, name))) return ckpt__oom(err, c->dir, NULL);
         *fd = ckpt__io_openat(c->stage_fd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-        if (*fd < 0) return ckpt__fail_errno(err, errno, f->tmp_path, -1, "cannot create");
+        if (*fd < 0) { /* named as the file it would become: the staging directory is the commit's own business */
+            int e = errno;
+            char *final = join(c->dir, name);
+            ckpt_status st = ckpt__fail_errno(err, e, final ? final : name, -1, "cannot create it (in %s)", c->stage);
+            free(final);
+            return st;
+        }
     }
     *tmp_path = f->tmp_path;
     return CKPT_OK;

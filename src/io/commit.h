@@ -57,7 +57,8 @@ typedef struct ckpt__commit ckpt__commit;
  * is missing or empty); `dir_fd` is then the destination lock's descriptor
  * of it (-1 when it was missing), under which any interrupted commit was
  * finished already.  Otherwise, or when `dir` holds other files, they are
- * staged inside `dir` (which must exist) and published through the
+ * staged inside `dir` (which must exist: the destination's lock makes
+ * it) and published through the
  * journal — except a single file (`single`), which is simply renamed into
  * place.  Files published through the journal of a directory that is not
  * the destination itself lock that directory for the commit (and finish

@@ -238,7 +238,9 @@ ckpt_status ckpt__lock_destination(const char *path, bool directory, ckpt__lock 
         return ckpt__oom(err, path, NULL);
     }
     l->dir_fd = l->parent_fd = l->file_fd = -1;
-    ckpt_status st = directory ? ckpt__make_directories(parent, err) : CKPT_OK;
+    /* The parents are made for a file as for a directory: the lock file
+     * lies in the parent, which must exist first. */
+    ckpt_status st = ckpt__make_directories(parent, err);
     if (st == CKPT_OK && (l->parent_fd = ckpt__io_open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         st = ckpt__fail_errno(err, errno, parent, -1, "cannot open the output's directory");
     if (st == CKPT_OK && directory) {

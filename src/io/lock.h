@@ -37,7 +37,7 @@
 typedef struct ckpt__lock ckpt__lock;
 
 /* Locks the destination `path` (a directory destination when `directory`;
- * its parent directories are then created when missing) for a writer:
+ * for either, its parent directories are created when missing) for a writer:
  * CKPT_E_LOCKED, naming the holder's pid, when another process holds it. */
 CKPT__HIDDEN ckpt_status ckpt__lock_destination(const char *path, bool directory, ckpt__lock **out, ckpt_error *err);
 

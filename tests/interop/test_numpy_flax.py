@@ -114,7 +114,7 @@ def test_npy_refused(tmp_path):
     }
     for name, (write, says) in cases.items():
         write(tmp_path / name)
-        with pytest.raises(ckpt.SafetensorError, match=says) as e:
+        with pytest.raises(ckpt.NumpyError, match=says) as e:
             ckpt.open(tmp_path / name)
         assert e.value.status == "CKPT_E_UNKNOWN_DTYPE" and e.value.path.endswith(name)
     good = io.BytesIO()
@@ -122,11 +122,11 @@ def test_npy_refused(tmp_path):
     data = good.getvalue()
     for cut, status in [(len(data) - 1, "CKPT_E_TRUNCATED"), (70, "CKPT_E_TRUNCATED"), (9, "CKPT_E_TRUNCATED")]:
         (tmp_path / "cut.npy").write_bytes(data[:cut])
-        with pytest.raises(ckpt.SafetensorError) as e:
+        with pytest.raises(ckpt.NumpyError) as e:
             ckpt.open(tmp_path / "cut.npy")
         assert e.value.status == status
     (tmp_path / "bad.npy").write_bytes(data.replace(b"'shape'", b"'shapf'"))
-    with pytest.raises(ckpt.SafetensorError, match="unexpected key 'shapf'") as e:
+    with pytest.raises(ckpt.NumpyError, match="unexpected key 'shapf'") as e:
         ckpt.open(tmp_path / "bad.npy")
     assert e.value.status == "CKPT_E_NPY_INVALID" and e.value.offset > 0
 
@@ -346,11 +346,11 @@ def test_msgpack_damaged(tmp_path):
             ckpt.open(path)
         assert e.value.status in ("CKPT_E_TRUNCATED", "CKPT_E_MSGPACK_INVALID", "CKPT_E_SIZE_MISMATCH")
     path.write_bytes(data + b"\xc0")
-    with pytest.raises(ckpt.SafetensorError, match="after the msgpack document"):
+    with pytest.raises(ckpt.MsgpackError, match="after the msgpack document"):
         ckpt.open(path)
     import msgpack
     path.write_bytes(msgpack.packb({"a": msgpack.ExtType(9, b"xyz")}))
-    with pytest.raises(ckpt.SafetensorError, match="extension type 9") as e:
+    with pytest.raises(ckpt.MsgpackError, match="extension type 9") as e:
         ckpt.open(path)
     assert e.value.status == "CKPT_E_MSGPACK_INVALID" and e.value.offset == 3
 

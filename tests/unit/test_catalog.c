@@ -223,8 +223,98 @@ static void test_concurrent_reads(void **state) {
     scratch_free(dir);
 }
 
+/* Files that are no checkpoint are called so, with what they look like
+ * and the list of formats ckpt reads, where safetensors' rules used to
+ * judge them ("header length 8031924123371070824 exceeds the limit"). */
+static void test_files_that_are_no_checkpoint(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    static const unsigned char random_bytes[64] = {0x9c, 0x41, 0xe7, 0x02, 0x5d, 0xb3, 0x18, 0xfa, 0x66, 0x07};
+    static const unsigned char gz[16] = {0x1f, 0x8b, 8, 0};
+    static const struct { const char *name; const void *data; size_t len; const char *looks; } cases[] = {
+        {"notes.txt", "hello, this is not a checkpoint\n", 32, "text"},
+        {"hi", "hi there\n", 9, "text"},
+        {"index.html", "\n<!DOCTYPE html><html><body>Index of /</body></html>", 50, "HTML, a web page"},
+        {"model.safetensors", "<html><head><title>model</title>", 32, "HTML, a web page"},
+        {"model.bin", "version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 9\n", 62, "a Git LFS pointer"},
+        {"w.bin.gz", gz, sizeof gz, "gzip-compressed data"},
+        {"plain.zip", "PK\3\4\24\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\12\0\0\0readme.txt", 40,
+         "a ZIP archive that is neither torch's nor NumPy's"},
+        {"noise.bin", random_bytes, sizeof random_bytes, "binary data of no format ckpt knows"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *path = in_dir(dir, cases[i].name);
+        write_bytes(path, cases[i].data, cases[i].len);
+        ckpt_catalog *cat;
+        ckpt_error err;
+        ckpt_format f = CKPT_FORMAT_GGUF;
+        assert_int_equal(ckpt_catalog_open(path, &cat, &err), CKPT_E_UNKNOWN_FORMAT);
+        assert_non_null(strstr(err.message, "not a checkpoint ckpt reads (it looks like "));
+        assert_non_null(strstr(err.message, cases[i].looks));
+        assert_non_null(strstr(err.message, "ckpt reads safetensors, torch.save files"));
+        assert_non_null(strstr(err.message, "GGUF"));
+        assert_int_equal(ckpt_detect_format(path, NULL, &f, &err), CKPT_E_UNKNOWN_FORMAT);
+        assert_int_equal(f, 0);
+        assert_non_null(strstr(err.message, cases[i].looks));
+    }
+    /* What may be a damaged safetensors file is still judged as one. */
+    write_bytes(in_dir(dir, "empty.safetensors"), "", 0);
+    ckpt_catalog *cat;
+    ckpt_error err;
+    assert_int_equal(ckpt_catalog_open(in_dir(dir, "empty.safetensors"), &cat, &err), CKPT_E_HEADER_TOO_SMALL);
+    unsigned char cut[16] = {200};
+    write_bytes(in_dir(dir, "cut"), cut, sizeof cut);
+    assert_int_equal(ckpt_catalog_open(in_dir(dir, "cut"), &cat, &err), CKPT_E_HEADER_PAST_END);
+    scratch_free(dir);
+}
+
+/* The format a file is read as, from its first bytes: damaged files keep
+ * their family (front ends name errors after it). */
+static void test_detect_format(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    write_safetensors(in_dir(dir, "m.safetensors"), two_tensors, 20);
+    write_bytes(in_dir(dir, "cut.bin"), "PK\3\4\24\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\20\0\0\0archive/data.pkl", 46);
+    write_bytes(in_dir(dir, "x.gguf"), "GGUF\3\0\0\0", 8);
+    write_bytes(in_dir(dir, "a.npy"), "\x93NUMPY\1\0", 8);
+    write_bytes(in_dir(dir, "model.safetensors.index.json"), "{}", 2);
+    static const struct { const char *name; ckpt_format format; } cases[] = {
+        {"m.safetensors", CKPT_FORMAT_SAFETENSORS}, {"cut.bin", CKPT_FORMAT_TORCH},   {"x.gguf", CKPT_FORMAT_GGUF},
+        {"a.npy", CKPT_FORMAT_NPY}, {"model.safetensors.index.json", CKPT_FORMAT_SAFETENSORS_SHARDED},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ckpt_format f = 0;
+        ckpt_error err;
+        assert_int_equal(ckpt_detect_format(in_dir(dir, cases[i].name), NULL, &f, &err), CKPT_OK);
+        assert_int_equal(f, cases[i].format);
+    }
+    ckpt_format f;
+    ckpt_error err;
+    assert_int_equal(ckpt_detect_format(in_dir(dir, "missing"), NULL, &f, &err), CKPT_E_NOT_FOUND);
+    assert_int_equal(ckpt_detect_format(NULL, NULL, &f, &err), CKPT_E_INVALID_ARGUMENT);
+    scratch_free(dir);
+}
+
+/* The list help texts print: every format, described, the writable ones. */
+static void test_format_list(void **state) {
+    (void)state;
+    size_t n = 0;
+    for (; ckpt_format_at(n); n++) {
+        assert_non_null(ckpt_format_name(ckpt_format_at(n)));
+        assert_non_null(strchr(ckpt_format_description(ckpt_format_at(n)), ':'));
+    }
+    assert_int_equal(n, 9);
+    assert_true(ckpt_format_writable(CKPT_FORMAT_SAFETENSORS) && ckpt_format_writable(CKPT_FORMAT_SAFETENSORS_SHARDED));
+    assert_true(ckpt_format_writable(CKPT_FORMAT_GGUF) && ckpt_format_writable(CKPT_FORMAT_DCP));
+    assert_false(ckpt_format_writable(CKPT_FORMAT_TORCH_SHARDED));
+    assert_null(ckpt_format_description((ckpt_format)0));
+    assert_false(ckpt_format_writable((ckpt_format)999));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_files_that_are_no_checkpoint), cmocka_unit_test(test_detect_format),
+        cmocka_unit_test(test_format_list),
         cmocka_unit_test(test_open_single_file),      cmocka_unit_test(test_open_sharded),
         cmocka_unit_test(test_index_mismatches),      cmocka_unit_test(test_duplicate_across_shards),
         cmocka_unit_test(test_directory_resolution),  cmocka_unit_test(test_concurrent_reads),

@@ -111,6 +111,63 @@ static void test_write_then_read(void **state) {
     scratch_free(dir);
 }
 
+/* A broad rule says why it left each tensor as it is: by reason, with an
+ * example (vectors skipped by quantization are not "of a dtype it does
+ * not cast"). */
+static void test_skip_reasons(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *path = in_dir(dir, "m.safetensors");
+    write_safetensors(path,
+                      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,64],\"data_offsets\":[0,512]},"
+                      "\"v\":{\"dtype\":\"F32\",\"shape\":[64],\"data_offsets\":[512,768]},"
+                      "\"n\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[768,800]},"
+                      "\"r\":{\"dtype\":\"F32\",\"shape\":[2,40],\"data_offsets\":[800,1120]},"
+                      "\"i\":{\"dtype\":\"I64\",\"shape\":[4],\"data_offsets\":[1120,1152]}}",
+                      1152);
+    ckpt_catalog *c;
+    ckpt_plan *p;
+    ckpt_error err;
+    assert_int_equal(ckpt_catalog_open(path, &c, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_create(c, &p, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_cast(p, "*", Q8, &err), CKPT_OK);
+    size_t matched, skipped;
+    ckpt_plan_last_rule(p, &matched, &skipped);
+    assert_int_equal(matched, 5);
+    assert_int_equal(skipped, 4);
+    const char *why, *example;
+    assert_int_equal(ckpt_plan_last_rule_skipped(p, 0, &why, &example), 1);
+    assert_string_equal(example, "i");
+    assert_non_null(strstr(why, "not a float"));
+    assert_int_equal(ckpt_plan_last_rule_skipped(p, 1, &why, &example), 2);
+    assert_string_equal(example, "v");
+    assert_non_null(strstr(why, "fewer than 2 axes"));
+    assert_int_equal(ckpt_plan_last_rule_skipped(p, 2, &why, &example), 1);
+    assert_string_equal(example, "r");
+    assert_non_null(strstr(why, "not whole quantization blocks"));
+    assert_int_equal(ckpt_plan_last_rule_skipped(p, 3, &why, &example), 0);
+    assert_null(why);
+    assert_null(example);
+    /* each rule starts afresh (on a plan that quantizes nothing: a block
+     * tensor's last axis stays in place) */
+    ckpt_plan_free(p);
+    assert_int_equal(ckpt_plan_create(c, &p, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_transpose(p, "*", &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_last_rule_skipped(p, 0, &why, NULL), 3);
+    assert_non_null(strstr(why, "another number of axes"));
+    assert_int_equal(ckpt_plan_last_rule_skipped(p, 1, NULL, NULL), 0);
+    assert_int_equal(ckpt_plan_slice(p, "*", 1, 0, 1, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_last_rule_skipped(p, 0, &why, &example), 3);
+    assert_string_equal(why, "without that dimension");
+    assert_int_equal(ckpt_plan_cast(p, "*", CKPT_I64, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_last_rule_skipped(p, 0, &why, &example), 4);
+    assert_non_null(strstr(why, "not an integer"));
+    assert_int_equal(ckpt_plan_last_rule_skipped(NULL, 0, &why, &example), 0);
+    ckpt_plan_free(p);
+    ckpt_catalog_close(c);
+    scratch_free(dir);
+}
+
 static void test_splits(void **state) {
     (void)state;
     char *dir = scratch_dir();
@@ -252,6 +309,7 @@ int main(void) {
         cmocka_unit_test(test_write_then_read),
         cmocka_unit_test(test_source_metadata),
         cmocka_unit_test(test_splits),
+        cmocka_unit_test(test_skip_reasons),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

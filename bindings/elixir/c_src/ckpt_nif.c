@@ -488,35 +488,63 @@ done:
 
 /* ---- writing ---------------------------------------------------------- */
 
+/* {max_shard_size, prefix, overwrite, no_sync, checksums, format}: format
+ * a name ("torch", "flax-msgpack") or nil, the path's. */
 static int get_writer_options(ErlNifEnv *env, ERL_NIF_TERM t, ckpt_writer_options *o, char **prefix) {
     const ERL_NIF_TERM *f;
     int n;
     ErlNifUInt64 max;
+    char *format = NULL;
     *prefix = NULL;
     ckpt_writer_options_init(o);
-    if (!enif_get_tuple(env, t, &n, &f) || n != 5 || !enif_get_uint64(env, f[0], &max) ||
+    if (!enif_get_tuple(env, t, &n, &f) || n != 6 || !enif_get_uint64(env, f[0], &max) ||
         !cstring_or_nil(env, f[1], prefix))
         return 0;
-    if (!get_bool(f[2], &o->overwrite) || !get_bool(f[3], &o->no_sync) || !get_bool(f[4], &o->checksums)) {
+    if (!get_bool(f[2], &o->overwrite) || !get_bool(f[3], &o->no_sync) || !get_bool(f[4], &o->checksums) ||
+        !cstring_or_nil(env, f[5], &format) || (format && !(o->format = ckpt_format_from_name(format)))) {
         if (*prefix) enif_free(*prefix);
+        if (format) enif_free(format);
         *prefix = NULL;
         return 0;
     }
+    if (format) enif_free(format);
     o->max_shard_size = max;
     o->prefix = *prefix;
     return 1;
 }
 
-/* writer_create(path, {max_shard_size, prefix, overwrite, no_sync, checksums}) → {:ok, writer} */
+/* A path and writer options; the caller frees *path and *prefix (when set). */
+static int get_path_and_options(ErlNifEnv *env, ERL_NIF_TERM path_term, ERL_NIF_TERM options, char **path,
+                                ckpt_writer_options *o, char **prefix) {
+    if (!get_writer_options(env, options, o, prefix)) return 0;
+    if (cstring(env, path_term, path)) return 1;
+    if (*prefix) enif_free(*prefix);
+    return 0;
+}
+
+/* destination(path, writer_options) → {:ok, {format_name, directory}}: the
+ * library's destination rule (ckpt_destination_resolve). */
+static ERL_NIF_TERM nif_destination(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+    (void)argc;
+    char *path, *prefix;
+    ckpt_writer_options o;
+    if (!get_path_and_options(env, argv[0], argv[1], &path, &o, &prefix)) return enif_make_badarg(env);
+    ckpt_error e;
+    ckpt_format format;
+    int directory;
+    ckpt_status st = ckpt_destination_resolve(path, &o, &format, &directory, &e);
+    enif_free(path);
+    if (prefix) enif_free(prefix);
+    if (st) return error_term(env, st, &e);
+    return ok(env, enif_make_tuple2(env, string(env, ckpt_format_name(format)), directory ? ATOM_TRUE : ATOM_FALSE));
+}
+
+/* writer_create(path, writer_options) → {:ok, writer} */
 static ERL_NIF_TERM nif_writer_create(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
     (void)argc;
     char *path, *prefix;
     ckpt_writer_options o;
-    if (!get_writer_options(env, argv[1], &o, &prefix)) return enif_make_badarg(env);
-    if (!cstring(env, argv[0], &path)) {
-        if (prefix) enif_free(prefix);
-        return enif_make_badarg(env);
-    }
+    if (!get_path_and_options(env, argv[0], argv[1], &path, &o, &prefix)) return enif_make_badarg(env);
     ckpt_error e;
     ckpt_writer *w;
     ckpt_status st = ckpt_writer_create(path, &o, &w, &e);
@@ -543,10 +571,11 @@ static ERL_NIF_TERM lock_writer(ErlNifEnv *env, ERL_NIF_TERM t, writer_res **out
     return 0;
 }
 
-static ERL_NIF_TERM writer_paths(ErlNifEnv *env, ckpt_writer *w) {
+/* `n` paths, the i-th from path(w, i). */
+static ERL_NIF_TERM writer_paths(ErlNifEnv *env, ckpt_writer *w, size_t n,
+                                 const char *(*path)(const ckpt_writer *, size_t)) {
     ERL_NIF_TERM list = enif_make_list(env, 0);
-    for (size_t i = ckpt_writer_file_count(w); i-- > 0;)
-        list = enif_make_list_cell(env, string(env, ckpt_writer_file_path(w, i)), list);
+    for (size_t i = n; i-- > 0;) list = enif_make_list_cell(env, string(env, path(w, i)), list);
     return list;
 }
 
@@ -614,7 +643,9 @@ static ERL_NIF_TERM nif_writer_begin(ErlNifEnv *env, int argc, const ERL_NIF_TER
     if (fail) return fail;
     ckpt_error e;
     ckpt_status st = ckpt_writer_begin(w->writer, &e);
-    ERL_NIF_TERM result = st ? error_term(env, st, &e) : ok(env, writer_paths(env, w->writer));
+    ERL_NIF_TERM result = st ? error_term(env, st, &e)
+                             : ok(env, writer_paths(env, w->writer, ckpt_writer_file_count(w->writer),
+                                                    ckpt_writer_file_path));
     enif_mutex_unlock(w->lock);
     return result;
 }
@@ -634,7 +665,8 @@ static ERL_NIF_TERM nif_writer_write(ErlNifEnv *env, int argc, const ERL_NIF_TER
     return st ? error_term(env, st, &e) : ATOM_OK;
 }
 
-/* writer_commit(writer) → {:ok, [path]}; the writer is released either way */
+/* writer_commit(writer) → {:ok, [path]}: every path published (data files,
+ * then the index); the writer is released either way */
 static ERL_NIF_TERM nif_writer_commit(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
     (void)argc;
     writer_res *w;
@@ -642,7 +674,9 @@ static ERL_NIF_TERM nif_writer_commit(ErlNifEnv *env, int argc, const ERL_NIF_TE
     if (fail) return fail;
     ckpt_error e;
     ckpt_status st = ckpt_writer_commit(w->writer, &e);
-    ERL_NIF_TERM result = st ? error_term(env, st, &e) : ok(env, writer_paths(env, w->writer));
+    ERL_NIF_TERM result = st ? error_term(env, st, &e)
+                             : ok(env, writer_paths(env, w->writer, ckpt_writer_published_count(w->writer),
+                                                    ckpt_writer_published_path));
     ckpt_writer_free(w->writer);
     w->writer = NULL;
     enif_mutex_unlock(w->lock);
@@ -668,12 +702,9 @@ static ERL_NIF_TERM nif_convert(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     catalog_res *r;
     char *dst, *prefix;
     ckpt_writer_options o;
-    if (!get_catalog(env, argv[0], &r) || !enif_is_list(env, argv[2])) return enif_make_badarg(env);
-    if (!get_writer_options(env, argv[3], &o, &prefix)) return enif_make_badarg(env);
-    if (!cstring(env, argv[1], &dst)) {
-        if (prefix) enif_free(prefix);
+    if (!get_catalog(env, argv[0], &r) || !enif_is_list(env, argv[2]) ||
+        !get_path_and_options(env, argv[1], argv[3], &dst, &o, &prefix))
         return enif_make_badarg(env);
-    }
     ckpt_error e;
     ckpt_status st;
     ERL_NIF_TERM result = 0;
@@ -751,6 +782,7 @@ static ErlNifFunc functions[] = {
     {"read", 3, nif_read, IO},
     {"plan", 2, nif_plan, CPU},
     {"load", 3, nif_load, IO},
+    {"destination", 2, nif_destination, IO},
     {"writer_create", 2, nif_writer_create, IO},
     /* Writer calls take its lock, which a dirty write may hold: all dirty. */
     {"writer_set_metadata", 4, nif_writer_set_metadata, IO},

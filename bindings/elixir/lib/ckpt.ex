@@ -232,34 +232,62 @@ defmodule Ckpt do
   def load_tree!(source, opts \\ []), do: bang(load_tree(source, opts))
 
   @doc """
+  What is written at `path` — libckpt's destination rule, the one every
+  entry point follows (`ckpt_destination_resolve`): a path ending in `/`
+  or naming an existing directory is a directory (safetensors shards, or
+  DCP's files); a name ending in `.safetensors`, `.gguf`, `.pt`/`.pth`/`.bin`
+  (torch.save), `.npy`, `.npz` or `.msgpack` is that file (or, with
+  `max_shard_size`, its split parts beside it); another checkpoint suffix
+  (`.ckpt`, `.h5`, `.onnx`, an index, …) is refused (`:invalid_argument`);
+  any other name is a directory.  Options as `Ckpt.Writer.create/2`
+  (`format:` asks for a format).  Returns
+  `{:ok, %{format: :torch, directory: false}}`; nothing is created.
+  """
+  def destination(path, opts \\ []) do
+    opts = Keyword.validate!(opts, max_shard_size: nil, prefix: nil, format: nil, overwrite: false, no_sync: false, checksums: false)
+
+    with {:ok, limit} <- Ckpt.Writer.limit(opts[:max_shard_size]),
+         {:ok, {name, directory}} <-
+           Error.wrap(NIF.destination(IO.chardata_to_string(path), Ckpt.Writer.options(opts, limit))) do
+      {:ok, %{format: Ckpt.Writer.format_atom(name), directory: directory}}
+    end
+  end
+
+  @doc """
   Saves nested params — maps (string or integer keys), lists and tuples of
-  `{binary, type, shape}` tensors and plain values — as safetensors with
-  flat dotted names, streamed from the binaries (nothing is concatenated)
-  and committed atomically.  The container structure is recorded under
+  `{binary, type, shape}` tensors and plain values — with flat dotted
+  names, streamed from the binaries (nothing is concatenated) and
+  committed atomically.  The container structure is recorded under
   the `ckpt.tree` metadata key (the Python package's schema), so
   `load_tree/2` — and Python's `ckpt.load(path, nested=True)` — give back
   the same containers; a flat map of plain names needs none.
 
-  `path` ending in `.safetensors` is one file; any other path is a
-  directory of Hugging Face shards (`model-00001-of-00003.safetensors` +
-  `model.safetensors.index.json`, or `model.safetensors` when everything
-  fits in one).  Returns the paths written.
+  `path` says what is written (`destination/2`): `"x.safetensors"` is one
+  file (or, with `max_shard_size`, its parts
+  `x-00001-of-00003.safetensors` + `x.safetensors.index.json`); `"x.pt"`
+  a torch.save file (no metadata: the structure is not kept), `"x.npy"`
+  one array; `"out/"`, an existing directory or a name without a
+  checkpoint suffix a directory of Hugging Face shards
+  (`model-00001-of-00003.safetensors` + `model.safetensors.index.json`,
+  or `model.safetensors` when everything fits in one).  Returns the paths
+  written.
 
-  Options: `max_shard_size:` (default `"5GB"`; `"500MB"`, `"2GiB"` or
-  bytes), `prefix:` (`"model"`), `metadata:` (a map of strings, in the
-  file or the index as huggingface_hub places it), `overwrite:` (default
-  false: an existing checkpoint at `path` is an `:exists` error; true
-  replaces it once the new files are complete, as Python's `ckpt.save` and
-  the CLI's `--force` do), `checksums:` (record
-  XXH3-64s for `verify/1`), `no_sync:`, and `leaf:` (a function turning
-  structs such as `Nx.Tensor` into `{binary, type, shape}`).
+  Options: `max_shard_size:` (`nil`: 5 GB shards in a directory, one file
+  for a file name; `"500MB"`, `"2GiB"` or bytes), `prefix:` (a directory's,
+  `"model"`), `metadata:` (a map of strings, in the file or the index as
+  huggingface_hub places it), `overwrite:` (default false: an existing
+  checkpoint at `path` is an `:exists` error; true replaces it once the
+  new files are complete, as Python's `ckpt.save` and the CLI's `--force`
+  do), `checksums:` (record XXH3-64s for `verify/1`), `no_sync:`, and
+  `leaf:` (a function turning structs such as `Nx.Tensor` into
+  `{binary, type, shape}`).
   """
   @spec save(term, Path.t(), keyword) :: {:ok, [Path.t()]} | {:error, Error.t()}
   def save(params, path, opts \\ []) do
     opts =
       Keyword.validate!(opts,
-        max_shard_size: "5GB",
-        prefix: "model",
+        max_shard_size: nil,
+        prefix: nil,
         metadata: %{},
         overwrite: false,
         checksums: false,
@@ -269,39 +297,36 @@ defmodule Ckpt do
 
     path = IO.chardata_to_string(path)
     {entries, structure, plain?} = Tree.flatten(params, opts[:leaf])
-    single? = String.ends_with?(path, ".safetensors")
+    writer_opts = Keyword.take(opts, [:max_shard_size, :prefix, :overwrite, :no_sync, :checksums])
 
-    with {:ok, limit} <- if(single?, do: {:ok, 0}, else: size(opts[:max_shard_size])),
-         {:ok, w} <-
-           Ckpt.Writer.create(path,
-             max_shard_size: limit,
-             prefix: opts[:prefix],
-             overwrite: opts[:overwrite],
-             no_sync: opts[:no_sync],
-             checksums: opts[:checksums]
-           ) do
+    with {:ok, dest} <- destination(path, writer_opts),
+         {:ok, limit} <- Ckpt.Writer.limit(opts[:max_shard_size]),
+         {:ok, w} <- Ckpt.Writer.create(path, writer_opts) do
       try do
-        write_all(w, entries, structure, plain?, limit, opts[:metadata], path, single?)
+        write_all(w, entries, structure, plain?, sharded?(dest, limit, entries), opts[:metadata])
       after
         Ckpt.Writer.abort(w)
       end
     end
   end
 
-  defp write_all(w, entries, structure, plain?, limit, metadata, path, single?) do
+  # Whether the output may be cut in several files: a directory, or a
+  # file's parts, past the shard size (a directory's default: the hub's).
+  defp sharded?(%{directory: directory}, limit, entries) do
     total = Enum.reduce(entries, 0, fn {_, _, _, bin}, acc -> acc + byte_size(bin) end)
-
-    with :ok <- each(metadata, fn {k, v} -> Ckpt.Writer.set_metadata(w, k, v, checkpoint: true) end),
-         :ok <- record_structure(w, structure, plain?, not single? and total > limit and length(entries) > 1),
-         {:ok, indexes} <- map_ok(entries, fn {name, dtype, shape, _} -> Ckpt.Writer.add(w, name, dtype, shape) end),
-         {:ok, files} <- Ckpt.Writer.begin(w),
-         :ok <- each(Enum.zip(indexes, entries), fn {i, {_, _, _, bin}} -> Ckpt.Writer.write(w, i, bin) end),
-         {:ok, _} <- Ckpt.Writer.commit(w) do
-      {:ok, if(length(files) > 1, do: files ++ [Path.join(path, "#{prefixed(w)}.safetensors.index.json")], else: files)}
-    end
+    limit = if limit == 0 and directory, do: 5_000_000_000, else: limit
+    limit > 0 and total > limit and length(entries) > 1
   end
 
-  defp prefixed(w), do: w.prefix
+  defp write_all(w, entries, structure, plain?, sharded?, metadata) do
+    with :ok <- each(metadata, fn {k, v} -> Ckpt.Writer.set_metadata(w, k, v, checkpoint: true) end),
+         :ok <- record_structure(w, structure, plain?, sharded?),
+         {:ok, indexes} <- map_ok(entries, fn {name, dtype, shape, _} -> Ckpt.Writer.add(w, name, dtype, shape) end),
+         {:ok, _files} <- Ckpt.Writer.begin(w),
+         :ok <- each(Enum.zip(indexes, entries), fn {i, {_, _, _, bin}} -> Ckpt.Writer.write(w, i, bin) end) do
+      Ckpt.Writer.commit(w)
+    end
+  end
 
   # In the checkpoint's metadata (the index when sharded, as Python's
   # ckpt.save does) and, when the output will be sharded, in every shard's
@@ -319,22 +344,31 @@ defmodule Ckpt do
   def save!(params, path, opts \\ []), do: bang(save(params, path, opts))
 
   @doc """
-  Converts any checkpoint ckpt reads to safetensors at `dst` (one file when
-  it ends in `.safetensors`, else shards of `max_shard_size`), streamed:
-  memory does not grow with the model.  Takes `load/2`'s plan options
-  (select, rename, cast, transpose, layout, …) to persist a converted
-  layout once, and `save/3`'s `max_shard_size`, `prefix`, `overwrite`
-  (default false here), `checksums` and `no_sync`.
+  Converts any checkpoint ckpt reads to `dst`, which says what is written
+  (`destination/2`: `"x.safetensors"`, `"x.pt"`, `"x.gguf"`, … a file;
+  `"out/"` a directory of shards), streamed: memory does not grow with the
+  model.  Takes `load/2`'s plan options (select, rename, cast, transpose,
+  layout, …) to persist a converted layout once, and `save/3`'s
+  `max_shard_size`, `prefix`, `overwrite` (default false here), `checksums`
+  and `no_sync`, and `format:` (`:dcp`, or a format the suffix does not
+  say).
   """
   def convert(source, dst, opts \\ []) do
     {rules, rest} = rules(opts)
 
     rest =
-      Keyword.validate!(rest, max_shard_size: "5GB", prefix: "model", overwrite: false, checksums: false, no_sync: false)
+      Keyword.validate!(rest,
+        max_shard_size: nil,
+        prefix: nil,
+        format: nil,
+        overwrite: false,
+        checksums: false,
+        no_sync: false
+      )
 
     dst = IO.chardata_to_string(dst)
 
-    with {:ok, limit} <- if(String.ends_with?(dst, ".safetensors"), do: {:ok, 0}, else: size(rest[:max_shard_size])) do
+    with {:ok, limit} <- Ckpt.Writer.limit(rest[:max_shard_size]) do
       with_catalog(source, fn c ->
         Error.wrap(NIF.convert(c.ref, dst, rules, Ckpt.Writer.options(rest, limit)))
       end)
@@ -347,9 +381,6 @@ defmodule Ckpt do
   @doc ~S{Parses a shard size: "5GB" (powers of 1000, as huggingface_hub), "2GiB", or bytes.}
   def parse_size(text) when is_binary(text), do: Error.wrap(NIF.parse_size(text))
 
-  defp size(n) when is_integer(n) and n > 0, do: {:ok, n}
-  defp size(text) when is_binary(text), do: parse_size(text)
-  defp size(other), do: raise(ArgumentError, "max_shard_size: #{inspect(other)} is neither a size string nor bytes")
 
   # ---- helpers
 
@@ -398,7 +429,7 @@ defmodule Ckpt do
   # Plan options → the NIF's rule tuples, in the order given.
   defp rules(opts) do
     {rules, rest} = Enum.split_with(opts, fn {k, _} -> k in @rule_keys end)
-    unknown = Keyword.keys(rest) -- (@load_opts ++ [:max_shard_size, :prefix, :overwrite, :checksums, :no_sync])
+    unknown = Keyword.keys(rest) -- (@load_opts ++ [:max_shard_size, :prefix, :format, :overwrite, :checksums, :no_sync])
     if unknown != [], do: raise(ArgumentError, "unknown options #{inspect(unknown)}")
     {Enum.flat_map(rules, &rule/1), rest}
   end

@@ -452,6 +452,51 @@ defmodule CkptTest do
     end
   end
 
+  test "the destination rule: the table every binding reads (tests/destinations.tsv)", %{tmp_dir: tmp} do
+    File.mkdir!(Path.join(tmp, "existing.pt"))
+
+    rows =
+      Path.join(Ckpt.Fixtures.repo(), "tests/destinations.tsv")
+      |> File.read!()
+      |> String.split("\n", trim: true)
+      |> Enum.reject(&String.starts_with?(&1, "#"))
+
+    for line <- rows do
+      [name, asked, want, directory, says] = String.split(line, "\t")
+      path = Path.join(tmp, name) <> if(String.ends_with?(name, "/"), do: "/", else: "")
+      format = if asked == "-", do: nil, else: String.to_atom(String.replace(asked, "-", "_"))
+
+      case {want, Ckpt.destination(path, format: format)} do
+        {"refused", {:error, e}} ->
+          assert e.status == :invalid_argument and e.message =~ says and e.message =~ "ckpt writes", name
+
+        {"refused", other} ->
+          flunk("#{name}: #{inspect(other)}")
+
+        {_, got} ->
+          assert got == {:ok, %{format: String.to_atom(String.replace(want, "-", "_")), directory: directory == "1"}},
+                 name
+      end
+    end
+
+    assert length(rows) > 30
+    assert File.ls!(tmp) == ["existing.pt"]
+
+    # save: a .safetensors name is that file (its parents made), a .pt name a torch.save file.
+    params = %{"w" => {<<1.0::float-32-little, 2.0::float-32-little>>, {:f, 32}, {2}}}
+    for {name, format} <- [{"nd1/x.safetensors", :safetensors}, {"nd2/o.pt", :torch}] do
+      assert Ckpt.save(params, Path.join(tmp, name)) == {:ok, [Path.join(tmp, name)]}
+      {:ok, c} = Ckpt.open(Path.join(tmp, name))
+      assert c.format == format
+      assert Ckpt.read!(c, "w") == <<1.0::float-32-little, 2.0::float-32-little>>
+    end
+
+    # With a maximum shard size, the file's parts and their index beside it.
+    two = Map.put(params, "v", {<<3.0::float-32-little, 4.0::float-32-little>>, {:f, 32}, {2}})
+    names = ["p-00001-of-00002.safetensors", "p-00002-of-00002.safetensors", "p.safetensors.index.json"]
+    assert Ckpt.save(two, Path.join(tmp, "p.safetensors"), max_shard_size: 8) == {:ok, Enum.map(names, &Path.join(tmp, &1))}
+  end
+
   defp read_request(s, got) do
     if String.contains?(got, "\r\n\r\n") do
       got

@@ -5,9 +5,10 @@
 //!    repository's `make test-bindings` points it at `build/`.
 //!    `CKPT_INCLUDE_DIR` names the directory of `ckpt.h` when it is not the
 //!    repository's `include/`.
-//! 2. pkg-config (`pkg-config --static --libs --cflags ckpt`), for an
-//!    installed libckpt (`make install`); `libckpt.a` is preferred when it
-//!    sits beside the shared library.
+//! 2. pkg-config (`pkg-config --libs --cflags ckpt-static`, else
+//!    `pkg-config --static --libs --cflags ckpt`), for an installed libckpt
+//!    (`make install`); `libckpt.a` is preferred when it sits beside the
+//!    shared library.
 //! 3. CMake, building the static library from this repository into
 //!    `OUT_DIR` (`CKPT_NO_CMAKE=1` forbids it).
 //!
@@ -95,7 +96,15 @@ fn pc_private_libs(pc: &Path) -> Option<Vec<String>> {
 }
 
 fn from_pkg_config() -> Option<Found> {
-    let out = Command::new("pkg-config").args(["--static", "--libs", "--cflags", "ckpt"]).output().ok()?;
+    // ckpt-static.pc: libckpt.a with its dependencies shared, the link that
+    // works where the dependencies' own static archives are missing (Debian
+    // has none for libcurl's); else ckpt.pc's --static flags.
+    let out = Command::new("pkg-config")
+        .args(["--libs", "--cflags", "ckpt-static"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .or_else(|| Command::new("pkg-config").args(["--static", "--libs", "--cflags", "ckpt"]).output().ok())?;
     if !out.status.success() {
         return None;
     }
@@ -104,14 +113,18 @@ fn from_pkg_config() -> Option<Found> {
     let mut deps = Vec::new();
     let mut include_dir = None;
     for t in flags.split_whitespace() {
-        if let Some(d) = t.strip_prefix("-L") {
+        if t.ends_with("/libckpt.a") {
+            search.push(Path::new(t).parent()?.to_path_buf());
+        } else if let Some(d) = t.strip_prefix("-L") {
             search.push(PathBuf::from(d));
         } else if let Some(l) = t.strip_prefix("-l") {
             if l != "ckpt" {
                 deps.push(l.to_string());
             }
         } else if let Some(i) = t.strip_prefix("-I") {
-            include_dir = Some(PathBuf::from(i));
+            if include_dir.is_none() && Path::new(i).join("ckpt.h").is_file() {
+                include_dir = Some(PathBuf::from(i)); // not a dependency's (libcurl's)
+            }
         }
     }
     let lib_dir = search

@@ -30,7 +30,7 @@ static const size_t layout[] = {
     F(ckpt_writer_options, split_max_tensors), F(ckpt_writer_options, metadata_json),
     F(ckpt_writer_options, dcp_ranks),
     F(ckpt_writer_options, dry_run), F(ckpt_writer_options, total_parameters), F(ckpt_writer_options, skip_crc_check),
-    F(ckpt_writer_options, source_metadata),
+    F(ckpt_writer_options, source_metadata), F(ckpt_writer_options, exact_file),
 
     sizeof(ckpt_tensor_storage), F(ckpt_tensor_storage, id), F(ckpt_tensor_storage, nbytes),
     F(ckpt_tensor_storage, begin), F(ckpt_tensor_storage, end), F(ckpt_tensor_storage, contiguous),

@@ -40,9 +40,44 @@ pub enum Format {
 }
 
 impl Format {
-    /// libckpt's short name: "safetensors", "safetensors-sharded", "torch", …
-    pub fn name(self) -> &'static str {
-        let raw = match self {
+    pub(crate) fn from_raw(raw: sys::ckpt_format) -> Format {
+        match raw {
+            sys::CKPT_FORMAT_SAFETENSORS => Format::Safetensors,
+            sys::CKPT_FORMAT_SAFETENSORS_SHARDED => Format::SafetensorsSharded,
+            sys::CKPT_FORMAT_TORCH => Format::Torch,
+            sys::CKPT_FORMAT_TORCH_SHARDED => Format::TorchSharded,
+            sys::CKPT_FORMAT_GGUF => Format::Gguf,
+            sys::CKPT_FORMAT_DCP => Format::Dcp,
+            sys::CKPT_FORMAT_NPY => Format::Npy,
+            sys::CKPT_FORMAT_NPZ => Format::Npz,
+            sys::CKPT_FORMAT_FLAX_MSGPACK => Format::FlaxMsgpack,
+            other => Format::Other(other),
+        }
+    }
+
+    /// The format libckpt names so ("gguf", "flax-msgpack"; case ignored),
+    /// or None (`ckpt_format_from_name`).
+    pub fn from_name(name: &str) -> Option<Format> {
+        let c = std::ffi::CString::new(name).ok()?;
+        match unsafe { sys::ckpt_format_from_name(c.as_ptr()) } {
+            0 => None,
+            raw => Some(Format::from_raw(raw)),
+        }
+    }
+
+    /// The format libckpt writes for a file name's suffix (".safetensors",
+    /// ".gguf", ".pt"/".pth"/".bin", ".npy", ".npz", ".msgpack"), or None
+    /// (`ckpt_format_for_path`).
+    pub fn for_path<P: AsRef<Path>>(path: P) -> Option<Format> {
+        let c = cpath(path.as_ref()).ok()?;
+        match unsafe { sys::ckpt_format_for_path(c.as_ptr()) } {
+            0 => None,
+            raw => Some(Format::from_raw(raw)),
+        }
+    }
+
+    pub(crate) fn raw(self) -> sys::ckpt_format {
+        match self {
             Format::Safetensors => sys::CKPT_FORMAT_SAFETENSORS,
             Format::SafetensorsSharded => sys::CKPT_FORMAT_SAFETENSORS_SHARDED,
             Format::Torch => sys::CKPT_FORMAT_TORCH,
@@ -53,8 +88,12 @@ impl Format {
             Format::Npz => sys::CKPT_FORMAT_NPZ,
             Format::FlaxMsgpack => sys::CKPT_FORMAT_FLAX_MSGPACK,
             Format::Other(n) => n,
-        };
-        unsafe { str_at(sys::ckpt_format_name(raw)) }.unwrap_or("?")
+        }
+    }
+
+    /// libckpt's short name: "safetensors", "safetensors-sharded", "torch", …
+    pub fn name(self) -> &'static str {
+        unsafe { str_at(sys::ckpt_format_name(self.raw())) }.unwrap_or("?")
     }
 }
 
@@ -146,18 +185,7 @@ impl Catalog {
     }
 
     pub fn format(&self) -> Format {
-        match unsafe { sys::ckpt_catalog_format(self.raw()) } {
-            sys::CKPT_FORMAT_SAFETENSORS => Format::Safetensors,
-            sys::CKPT_FORMAT_SAFETENSORS_SHARDED => Format::SafetensorsSharded,
-            sys::CKPT_FORMAT_TORCH => Format::Torch,
-            sys::CKPT_FORMAT_TORCH_SHARDED => Format::TorchSharded,
-            sys::CKPT_FORMAT_GGUF => Format::Gguf,
-            sys::CKPT_FORMAT_DCP => Format::Dcp,
-            sys::CKPT_FORMAT_NPY => Format::Npy,
-            sys::CKPT_FORMAT_NPZ => Format::Npz,
-            sys::CKPT_FORMAT_FLAX_MSGPACK => Format::FlaxMsgpack,
-            other => Format::Other(other),
-        }
+        Format::from_raw(unsafe { sys::ckpt_catalog_format(self.raw()) })
     }
 
     /// Number of tensors.

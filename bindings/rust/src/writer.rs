@@ -1,25 +1,38 @@
-//! Writing: streaming safetensors output, one file or Hugging Face shards,
-//! committed atomically.
+//! Writing: a new checkpoint — one file, its split parts, or a directory of
+//! Hugging Face shards, as the library's destination rule ([`destination`])
+//! says — streamed and committed atomically.
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::ptr::{self, NonNull};
 
-use crate::catalog::path_at;
+use crate::catalog::{path_at, Format};
 use crate::dtype::{as_bytes, Dtype, Element};
 use crate::error::{Error, RawError, Result};
 use crate::util::{cpath, cstring};
 use crate::{sys, Catalog};
 
-/// Where and how a [`Writer`] (or a conversion) writes.
+/// Where and how a [`Writer`] (or a conversion) writes.  The path says
+/// what is written ([`destination`]): `x.safetensors`, `x.pt`, `x.npy`, …
+/// a file of that format; `out/`, an existing directory or a name without a
+/// checkpoint suffix, a directory of Hugging Face shards.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WriterOptions {
-    /// None: one safetensors file at the path.  Some(n): the path is a
-    /// directory of shards of at most n bytes of tensor data each
-    /// (`model-00001-of-00003.safetensors` + `model.safetensors.index.json`,
-    /// or `model.safetensors` alone when everything fits).
+    /// The most bytes of tensor data per file.  A directory: shards of at
+    /// most this (`model-00001-of-00003.safetensors` +
+    /// `model.safetensors.index.json`, or `model.safetensors` alone when
+    /// everything fits); None there means 5 GB, the hub's default.  A
+    /// `x.safetensors` file: its parts beside it
+    /// (`x-00001-of-00003.safetensors` + `x.safetensors.index.json`) when
+    /// it does not fit; None: one file.  One-file formats (torch, npy, npz,
+    /// msgpack) refuse it.
     pub max_shard_size: Option<u64>,
-    /// Shard file prefix; None: "model".
+    /// A directory's shard file prefix; None: "model".  A file names its
+    /// own parts after its stem.
     pub prefix: Option<String>,
+    /// The format, when the path's suffix does not say it (DCP, or GGUF at
+    /// a name without `.gguf`); it must agree with the suffix.  None: the
+    /// path decides.
+    pub format: Option<Format>,
     /// Replace an existing checkpoint (only once the new one is complete).
     pub overwrite: bool,
     /// Skip fsync (scratch output); renames stay atomic.
@@ -39,12 +52,12 @@ pub(crate) struct RawOptions {
 }
 
 impl WriterOptions {
-    /// One `.safetensors` file.
+    /// The defaults: what the path names, one file for a file name.
     pub fn single_file() -> Self {
         WriterOptions::default()
     }
 
-    /// Shards of at most `max_shard_size` bytes.
+    /// Shards (or parts) of at most `max_shard_size` bytes.
     pub fn sharded(max_shard_size: u64) -> Self {
         WriterOptions { max_shard_size: Some(max_shard_size), ..Default::default() }
     }
@@ -70,6 +83,9 @@ impl WriterOptions {
         value.value.no_sync = self.no_sync as i32;
         value.value.checksums = self.checksums as i32;
         value.value.copy_partial_views = self.copy_partial_views as i32;
+        if let Some(f) = self.format {
+            value.value.format = f.raw();
+        }
         Ok(RawOptions { value, _prefix: prefix })
     }
 }
@@ -87,6 +103,34 @@ pub struct Storage {
     pub end: u64,
     /// The tensor's elements are dense and row-major in the storage.
     pub contiguous: bool,
+}
+
+/// What is written at a path: the library's destination rule
+/// (`ckpt_destination_resolve`), the one every entry point follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Destination {
+    /// The format written.
+    pub format: Format,
+    /// A directory (shards, DCP's files); false: a file, or its split
+    /// parts beside it.
+    pub directory: bool,
+}
+
+/// What [`Writer::create`] and the conversions write at `path` with these
+/// options: a path ending in `/` or naming an existing directory is a
+/// directory; a name ending in a suffix of [`Format::for_path`] is a file
+/// of that format; another checkpoint suffix (`.ckpt`, `.h5`, `.onnx`, an
+/// index, …) is refused (`Status::InvalidArgument`); any other name is a
+/// directory.  Nothing is created.
+pub fn destination<P: AsRef<Path>>(path: P, options: &WriterOptions) -> Result<Destination> {
+    let c = cpath(path.as_ref())?;
+    let opts = options.raw()?;
+    let err = RawError::new();
+    let (mut format, mut directory) = (0, 0);
+    err.check(unsafe {
+        sys::ckpt_destination_resolve(c.as_ptr(), &opts.value.value, &mut format, &mut directory, err.ptr())
+    })?;
+    Ok(Destination { format: Format::from_raw(format), directory: directory != 0 })
 }
 
 /// Parses a shard size as huggingface_hub does ("5GB" = 5·10⁹, "500MB"),
@@ -126,8 +170,9 @@ impl Drop for Writer {
 }
 
 impl Writer {
-    /// A writer for `path` (a file, or a directory of shards).  Fails with
-    /// `Status::Exists` when a checkpoint is there and `overwrite` is off.
+    /// A writer for `path` (a file, its parts, or a directory of shards:
+    /// see [`destination`]).  Fails with `Status::Exists` when a checkpoint
+    /// is there and `overwrite` is off.
     pub fn create<P: AsRef<Path>>(path: P, options: &WriterOptions) -> Result<Writer> {
         let c = cpath(path.as_ref())?;
         let opts = options.raw()?;
@@ -270,16 +315,19 @@ impl Writer {
     }
 
     /// Checks every tensor is complete, fsyncs, renames into place (index
-    /// last).  Returns the final data file paths.
+    /// last).  Returns every path published: the data files, then the
+    /// index (when sharded).
     pub fn commit(self) -> Result<Vec<PathBuf>> {
         let err = RawError::new();
         err.check(unsafe { sys::ckpt_writer_commit(self.raw(), err.ptr()) })?;
-        Ok(self.file_paths())
+        let n = unsafe { sys::ckpt_writer_published_count(self.raw()) };
+        Ok((0..n).filter_map(|i| unsafe { path_at(sys::ckpt_writer_published_path(self.raw(), i)) }).collect())
     }
 }
 
-/// Converts any checkpoint ckpt reads (safetensors, shards, torch files)
-/// to safetensors at `dst`, streamed: memory does not grow with the model.
+/// Converts any checkpoint ckpt reads (safetensors, shards, torch files, …)
+/// to `dst` (see [`destination`]), streamed: memory does not grow with the
+/// model.
 pub fn convert<S: AsRef<Path>, D: AsRef<Path>>(src: S, dst: D, options: &WriterOptions) -> Result<()> {
     Catalog::open(src)?.convert(dst, options)
 }

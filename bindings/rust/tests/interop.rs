@@ -3,7 +3,7 @@
 mod common;
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use ckpt::{Catalog, Dtype, Element, Error, Expected, Format, LoadOptions, Mismatch, Status, TensorData, Writer, WriterOptions};
 use common::*;
@@ -576,4 +576,66 @@ fn every_status_the_library_names_has_a_variant() {
             assert_eq!(s.code(), code);
         }
     }
+}
+
+/// The destination rule, through the binding: tests/destinations.tsv (the
+/// table the C, CLI, Python and Elixir tests read) row by row — the format
+/// and shape `ckpt::destination` gives, or its refusal — and what a writer
+/// then makes of the file names.
+#[test]
+fn destinations_follow_the_shared_table() {
+    let dir = scratch("destinations");
+    fs::create_dir(dir.join("existing.pt")).unwrap();
+    let table = fs::read_to_string(repo().join("tests/destinations.tsv")).unwrap();
+    let mut rows = 0;
+    for line in table.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        let f: Vec<&str> = line.split('\t').collect();
+        let mut path = dir.join(f[0]).into_os_string();
+        if f[0].ends_with('/') {
+            path.push("/");
+        }
+        let options = WriterOptions {
+            format: if f[1] == "-" { None } else { Some(Format::from_name(f[1]).expect(f[1])) },
+            ..Default::default()
+        };
+        let got = ckpt::destination(&path, &options);
+        rows += 1;
+        if f[2] == "refused" {
+            let e = got.expect_err(f[0]);
+            assert_eq!(e.status(), Status::InvalidArgument, "{}", f[0]);
+            assert!(e.message().contains(f[4]) && e.message().contains("ckpt writes"), "{}: {}", f[0], e.message());
+        } else {
+            let d = got.unwrap_or_else(|e| panic!("{}: {}", f[0], e));
+            assert_eq!((d.format, d.directory), (Format::from_name(f[2]).unwrap(), f[3] == "1"), "{}", f[0]);
+        }
+    }
+    assert!(rows > 30);
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), 1, "nothing was made");
+    assert_eq!(Format::for_path("a/pytorch_model.bin"), Some(Format::Torch));
+    assert_eq!(Format::for_path("m.ckpt"), None);
+
+    // A .safetensors name is a file, its parents made; a .pt name a torch file.
+    for (name, format) in [("nd1/x.safetensors", Format::Safetensors), ("nd2/o.pt", Format::Torch)] {
+        let mut w = Writer::create(dir.join(name), &WriterOptions::default()).unwrap();
+        let i = w.add_tensor("w", Dtype::F32, &[2]).unwrap();
+        w.begin().unwrap();
+        w.write(i, &[1f32, 2.0]).unwrap();
+        assert_eq!(w.commit().unwrap(), vec![dir.join(name)]);
+        let c = Catalog::open(dir.join(name)).unwrap();
+        assert_eq!(c.format(), format);
+        assert_eq!(c.require("w").unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+    }
+    // With a maximum shard size, a file's parts and their index beside it.
+    let mut w = Writer::create(dir.join("p.safetensors"), &WriterOptions::sharded(8)).unwrap();
+    for name in ["a", "b"] {
+        w.add_tensor(name, Dtype::F32, &[2]).unwrap();
+    }
+    w.begin().unwrap();
+    w.write(0, &[1f32, 2.0]).unwrap();
+    w.write(1, &[3f32, 4.0]).unwrap();
+    let names: Vec<PathBuf> = ["p-00001-of-00002.safetensors", "p-00002-of-00002.safetensors", "p.safetensors.index.json"]
+        .iter()
+        .map(|n| dir.join(n))
+        .collect();
+    assert_eq!(w.commit().unwrap(), names);
 }

@@ -17,6 +17,7 @@ defmodule Ckpt.NIF do
   def read(_catalog, _name, _copy), do: :erlang.nif_error(:not_loaded)
   def plan(_catalog, _rules), do: :erlang.nif_error(:not_loaded)
   def load(_catalog, _rules, _options), do: :erlang.nif_error(:not_loaded)
+  def destination(_path, _options), do: :erlang.nif_error(:not_loaded)
   def writer_create(_path, _options), do: :erlang.nif_error(:not_loaded)
   def writer_set_metadata(_writer, _key, _value, _checkpoint), do: :erlang.nif_error(:not_loaded)
   def writer_add(_writer, _name, _dtype, _shape), do: :erlang.nif_error(:not_loaded)

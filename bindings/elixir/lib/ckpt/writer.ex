@@ -1,13 +1,14 @@
 defmodule Ckpt.Writer do
   @moduledoc """
-  libckpt's streaming safetensors writer, for data that does not sit in
-  memory at once (e.g. converting a model shard by shard):
+  libckpt's streaming writer (safetensors, torch.save, NumPy, GGUF, …), for
+  data that does not sit in memory at once (e.g. converting a model shard
+  by shard):
 
       {:ok, w} = Ckpt.Writer.create("out/", max_shard_size: "5GB")
       {:ok, i} = Ckpt.Writer.add(w, "embed.weight", {:bf, 16}, {32000, 4096})
       {:ok, files} = Ckpt.Writer.begin(w)      # layout, headers, space reserved
       :ok = Ckpt.Writer.write(w, i, chunk)      # a tensor's bytes in order, any chunk size
-      {:ok, files} = Ckpt.Writer.commit(w)      # fsync, rename into place, index last
+      {:ok, paths} = Ckpt.Writer.commit(w)      # fsync, rename into place, index last
 
   Nothing appears under a final name before `commit/1`; `abort/1` (or the
   garbage collector, for a writer no longer referenced) removes the
@@ -19,30 +20,49 @@ defmodule Ckpt.Writer do
   @type t :: %__MODULE__{}
 
   @doc """
-  A writer for `path`: one file when `max_shard_size` is 0 or `nil`
-  (default), else a directory of shards of at most that many bytes
-  (`"5GB"` or an integer).  Options: `prefix:` (`"model"`), `overwrite:`
-  (false), `no_sync:`, `checksums:`.
+  A writer for `path`, which says what is written (`Ckpt.destination/2`):
+  `"x.safetensors"`, `"x.pt"`, `"x.npy"`, … one file of that format;
+  `"out/"`, an existing directory or a name without a checkpoint suffix, a
+  directory of Hugging Face shards.  Options: `max_shard_size:` (`"5GB"`
+  or an integer: shards of a directory — `nil`, the default, is the hub's
+  5 GB there — or a `.safetensors` file's parts beside it; `nil`: one
+  file), `prefix:` (a directory's file prefix, `"model"` when `nil`),
+  `format:` (`:gguf`, `:dcp`, … when the path does not say it; it must
+  agree with the suffix), `overwrite:` (false), `no_sync:`, `checksums:`.
   """
   def create(path, opts \\ []) do
     opts =
-      Keyword.validate!(opts, max_shard_size: nil, prefix: "model", overwrite: false, no_sync: false, checksums: false)
+      Keyword.validate!(opts,
+        max_shard_size: nil,
+        prefix: nil,
+        format: nil,
+        overwrite: false,
+        no_sync: false,
+        checksums: false
+      )
 
     path = IO.chardata_to_string(path)
 
     with {:ok, limit} <- limit(opts[:max_shard_size]),
          {:ok, ref} <- Error.wrap(NIF.writer_create(path, options(opts, limit))) do
-      {:ok, %__MODULE__{ref: ref, path: path, prefix: opts[:prefix]}}
+      {:ok, %__MODULE__{ref: ref, path: path, prefix: opts[:prefix] || "model"}}
     end
   end
 
-  defp limit(nil), do: {:ok, 0}
-  defp limit(n) when is_integer(n) and n >= 0, do: {:ok, n}
-  defp limit(text) when is_binary(text), do: Ckpt.parse_size(text)
+  @doc false
+  def limit(nil), do: {:ok, 0}
+  def limit(n) when is_integer(n) and n >= 0, do: {:ok, n}
+  def limit(text) when is_binary(text), do: Ckpt.parse_size(text)
+
+  # Formats as atoms (:flax_msgpack), and as libckpt names them ("flax-msgpack").
+  @doc false
+  def options(opts, limit) do
+    format = if f = opts[:format], do: f |> Atom.to_string() |> String.replace("_", "-")
+    {limit, opts[:prefix], opts[:overwrite] == true, opts[:no_sync] == true, opts[:checksums] == true, format}
+  end
 
   @doc false
-  def options(opts, limit),
-    do: {limit, opts[:prefix], opts[:overwrite] == true, opts[:no_sync] == true, opts[:checksums] == true}
+  def format_atom(name), do: name |> String.replace("-", "_") |> String.to_atom()
 
   @doc """
   A `__metadata__` entry of every file; with `checkpoint: true`, of the
@@ -87,7 +107,10 @@ defmodule Ckpt.Writer do
     end
   end
 
-  @doc "Checks every tensor is complete, fsyncs and renames into place (index last)."
+  @doc """
+  Checks every tensor is complete, fsyncs and renames into place (index
+  last); returns every path published: the data files, then the index.
+  """
   def commit(%__MODULE__{ref: ref}), do: Error.wrap(NIF.writer_commit(ref))
 
   @doc "Drops an uncommitted writer now, removing its temporaries (no-op after commit)."

@@ -264,6 +264,8 @@ pub struct ckpt_writer_options {
     pub skip_crc_check: c_int,
     /// Non-zero: a conversion into GGUF carries a non-GGUF source's metadata as key-values.
     pub source_metadata: c_int,
+    /// Non-zero: the path is the one file written, whatever its name (no destination rule).
+    pub exact_file: c_int,
 }
 
 /// Where a tensor's bytes lie in the caller's memory (ckpt_writer_add_tensor_shared).
@@ -330,6 +332,8 @@ extern "C" {
     pub fn ckpt_dtype_bits(dtype: ckpt_dtype) -> c_uint;
 
     pub fn ckpt_format_name(format: ckpt_format) -> *const c_char;
+    pub fn ckpt_format_from_name(name: *const c_char) -> ckpt_format;
+    pub fn ckpt_format_for_path(path: *const c_char) -> ckpt_format;
 
     pub fn ckpt_catalog_open(path: *const c_char, out: *mut *mut ckpt_catalog, err: *mut ckpt_error) -> ckpt_status;
     /// Fills the first `size` bytes (the caller's `size_of`) with the defaults.
@@ -429,7 +433,17 @@ extern "C" {
         err: *mut ckpt_error,
     ) -> ckpt_status;
     pub fn ckpt_writer_commit(writer: *mut ckpt_writer, err: *mut ckpt_error) -> ckpt_status;
+    pub fn ckpt_writer_published_count(writer: *const ckpt_writer) -> usize;
+    pub fn ckpt_writer_published_path(writer: *const ckpt_writer, i: usize) -> *const c_char;
     pub fn ckpt_writer_free(writer: *mut ckpt_writer);
+    /// The destination rule: the format and shape (file or directory) written at `path`.
+    pub fn ckpt_destination_resolve(
+        path: *const c_char,
+        options: *const ckpt_writer_options,
+        format: *mut ckpt_format,
+        directory: *mut c_int,
+        err: *mut ckpt_error,
+    ) -> ckpt_status;
 
     pub fn ckpt_convert(
         source: *const ckpt_catalog,
@@ -620,6 +634,7 @@ mod layout {
             ("ckpt_writer_options.total_parameters", off!(ckpt_writer_options, total_parameters), true),
             ("ckpt_writer_options.skip_crc_check", off!(ckpt_writer_options, skip_crc_check), true),
             ("ckpt_writer_options.source_metadata", off!(ckpt_writer_options, source_metadata), true),
+            ("ckpt_writer_options.exact_file", off!(ckpt_writer_options, exact_file), true),
             ("sizeof ckpt_tensor_storage", size_of::<ckpt_tensor_storage>(), true),
             ("ckpt_tensor_storage.id", off!(ckpt_tensor_storage, id), true),
             ("ckpt_tensor_storage.nbytes", off!(ckpt_tensor_storage, nbytes), true),
