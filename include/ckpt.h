@@ -757,13 +757,18 @@ CKPT_API uint64_t ckpt_catalog_file_size(const ckpt_catalog *catalog, size_t i);
 CKPT_API const char *ckpt_catalog_index_path(const ckpt_catalog *catalog);
 
 /*
- * The object tree of a torch file as JSON — everything that is not a tensor
- * (ints, floats, strings, containers, optimizer hyper-parameters), with each
- * tensor as {"__tensor__": "<name>"} — or NULL for safetensors.  Dicts are
- * {"__dict__": [[key, value], …]} (keys in order, ints kept as ints), tuples
- * {"__tuple__": […]}, sets {"__set__": […]}, bytes {"__bytes__": "<hex>"},
- * other allowed objects {"__call__": "module.name", "args": […]}; a sharded
- * checkpoint gives {"__shards__": [tree, …]}.
+ * The object tree of a torch file (a DCP checkpoint, a Flax document) as
+ * JSON: exactly the structure torch.load (dcp_to_torch_save) returns —
+ * a state dict is one dict keyed "conv1.weight", which its tensors' names
+ * cannot tell from nested dicts —, everything that is not a tensor (ints,
+ * floats, strings, containers, optimizer hyper-parameters) included, with
+ * each tensor as {"__tensor__": "<name>"}; NULL for safetensors (a
+ * converted torch file's tree is in its metadata, "ckpt.torch_tree": see
+ * ckpt_plan_tree_json).  Dicts are {"__dict__": [[key, value], …]} (keys
+ * in order, ints kept as ints), tuples {"__tuple__": […]}, sets
+ * {"__set__": […]}, bytes {"__bytes__": "<hex>"}, other allowed objects
+ * {"__call__": "module.name", "args": […]}; a sharded checkpoint gives
+ * {"__shards__": [tree, …]}.
  */
 CKPT_API const char *ckpt_catalog_tree_json(const ckpt_catalog *catalog);
 
@@ -1648,6 +1653,24 @@ CKPT_API const ckpt_plan_item *ckpt_plan_item_at(const ckpt_plan *plan, size_t i
 
 /* The selected tensor with this (new) name and its index, or NULL. */
 CKPT_API const ckpt_plan_item *ckpt_plan_find(const ckpt_plan *plan, const char *name, size_t *index);
+
+/*
+ * An object tree of the plan's catalog (the schema of
+ * ckpt_catalog_tree_json; NULL: the catalog's own) as the plan's output
+ * has it — what a conversion records: each tensor under its new name (a
+ * name the catalog lacks but its metadata maps to one it has, as the hub
+ * records tied weights written once, `removed → kept`, under the kept
+ * tensor's); those the plan drops taken out of dicts (null in lists and
+ * tuples); with
+ * select or exclude rules, a dict entry whose tensors the plan all drops
+ * gone with them, and an entry holding no tensor kept only when the rules,
+ * applied to its dotted name, keep it.  `tree_json` may be a tree an
+ * output's metadata records (a converted torch file's "ckpt.torch_tree"),
+ * naming the catalog's tensors.  *json is malloc'ed (release it with
+ * ckpt_free), or NULL when there is no tree; JSON nested deeper than the
+ * library reads is given back as it is.
+ */
+CKPT_API ckpt_status ckpt_plan_tree_json(const ckpt_plan *plan, const char *tree_json, char **json, ckpt_error *err);
 
 /*
  * Loads item i into the caller's `buffer` (any alignment) of `capacity`

@@ -6,11 +6,11 @@
  * any rule: tensors that share a torch storage are declared with where
  * they lie in it, and the writer keeps one of each overlapping group
  * (recording `removed → kept`); every file of a torch source gets
- * {"format": "pt"}; the object tree of a torch file is kept (when it says
- * something) under CKPT_TREE_METADATA_KEY, true to the plan's selection and
- * renames; a Flax msgpack source gets {"format": "flax"} and its structure
- * under CKPT_STRUCTURE_METADATA_KEY.  Tensors needing no conversion are
- * copied by the kernel. */
+ * {"format": "pt"}; the object tree of a torch file is kept (unless it
+ * is a state dict: tree_internal.h) under CKPT_TREE_METADATA_KEY, true to
+ * the plan's selection and renames; a Flax msgpack source gets
+ * {"format": "flax"} and its structure under CKPT_STRUCTURE_METADATA_KEY.
+ * Tensors needing no conversion are copied by the kernel. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,7 +78,8 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
     if (torch_source(c)) {
         st = ckpt_writer_set_metadata(w, "format", "pt", err);
         char *tree = NULL;
-        if (st == CKPT_OK) st = ckpt__tree_for_plan(p, ckpt_catalog_tree_json(c), &tree, err);
+        if (st == CKPT_OK)
+            st = ckpt__tree_for_plan(p, ckpt_catalog_tree_json(c), CKPT__TREE_UNLESS_STATE_DICT, &tree, err);
         if (st == CKPT_OK && tree) st = ckpt_writer_set_checkpoint_metadata(w, CKPT_TREE_METADATA_KEY, tree, err);
         free(tree);
     }
@@ -88,7 +89,8 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
          * dicts; step counters and hyper-parameters are kept). */
         st = ckpt_writer_set_metadata(w, "format", "flax", err);
         char *tree = NULL;
-        if (st == CKPT_OK) st = ckpt__tree_for_plan(p, ckpt_catalog_tree_json(c), &tree, err);
+        if (st == CKPT_OK)
+            st = ckpt__tree_for_plan(p, ckpt_catalog_tree_json(c), CKPT__TREE_UNLESS_SPLIT_NAMES, &tree, err);
         if (st == CKPT_OK && tree) st = ckpt_writer_set_checkpoint_metadata(w, CKPT_STRUCTURE_METADATA_KEY, tree, err);
         free(tree);
     }

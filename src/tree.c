@@ -1,7 +1,15 @@
-/* tree.c — a torch file's object tree, as a conversion records it: only
- * when it says something that the tensors' names do not (values that are
- * not tensors, tuples, lists, sets, keys that are not strings), with the
- * tensors the plan dropped taken out and the ones it renamed renamed.
+/* tree.c — a torch file's (or a Flax document's) object tree, as a
+ * conversion records it, with the tensors the plan dropped taken out and
+ * the ones it renamed renamed: a torch file's whenever it is more than a
+ * state dict (tensors under string keys that are their names, which the
+ * hub saves with nothing beside {"format": "pt"}) — so a dict inside
+ * another is recorded: in a training checkpoint's {"model": state_dict, …}
+ * the tensor "model.conv1.weight" is the key "conv1.weight" of "model",
+ * which no name says (`--select 'model.*' --rename model.=` leaves the
+ * state dict alone, its names its keys: nothing recorded); a Flax
+ * document's when its names split at dots would not rebuild it.  Either
+ * is recorded for values that are not tensors, tuples, lists, sets, and
+ * keys that are not strings or are all digits.
  * Under select and exclude rules, a dict entry whose tensors the plan all
  * dropped goes with them (an optimizer's hyper-parameters with its state),
  * and an entry that holds no tensor stays when the rules, applied to its
@@ -20,6 +28,7 @@
 typedef struct emitter {
     const ckpt_plan *plan;
     const ckpt__json_doc *doc;
+    ckpt__tree_rule rule;
     ckpt__buf out;
     bool meaningful;
     int module_state; /* inside a state dict's _metadata (module versions) */
@@ -50,9 +59,14 @@ static size_t member(const ckpt__json_doc *d, size_t i, const char *key) {
     return 0;
 }
 
-/* The new name of a tensor the plan keeps, or NULL. */
+/* The new name of a tensor the plan keeps, or NULL.  A name the catalog
+ * lacks may be that of a tensor written once for several (tied weights),
+ * which a converted torch file's tree still names: the hub's
+ * `removed → kept` metadata says which tensor holds its bytes. */
 static const char *kept_name(const ckpt_plan *p, const char *name) {
     const ckpt_tensor_info *t = ckpt_catalog_find(p->catalog, name);
+    const char *kept = t ? NULL : ckpt_catalog_metadata_get(p->catalog, name);
+    if (kept) t = ckpt_catalog_find(p->catalog, kept);
     if (!t) return NULL;
     size_t i = ckpt__catalog_index_of(p->catalog, t);
     return p->entries[i].selected ? p->entries[i].pub.name : NULL;
@@ -88,12 +102,16 @@ static void emit_scalar(emitter *e, size_t i) {
     }
 }
 
+/* The name of tensor node i, or NULL when it is no tensor. */
+static const char *tensor_name(const ckpt__json_doc *d, size_t i) {
+    size_t v = d->nodes[i].kind == CKPT__JSON_OBJECT && d->nodes[i].count == 1 ? member(d, i, "__tensor__") : 0;
+    return v && d->nodes[v].kind == CKPT__JSON_STRING ? d->nodes[v].str : NULL;
+}
+
 /* Whether node i is a tensor the plan drops. */
 static bool dropped(emitter *e, size_t i) {
-    const ckpt__json_doc *d = e->doc;
-    if (d->nodes[i].kind != CKPT__JSON_OBJECT || d->nodes[i].count != 1) return false;
-    size_t v = member(d, i, "__tensor__");
-    return v && d->nodes[v].kind == CKPT__JSON_STRING && !kept_name(e->plan, d->nodes[v].str);
+    const char *name = tensor_name(e->doc, i);
+    return name && !kept_name(e->plan, name);
 }
 
 /* A dict key like "0": a dict, where names split at dots would give a list. */
@@ -143,8 +161,10 @@ static void open_node(emitter *e, ckpt__stack *frames, size_t i) {
     const ckpt__json_doc *d = e->doc;
     const ckpt__json_node *n = &d->nodes[i];
     size_t v;
+    bool root = !frames->len;
     if (n->kind == CKPT__JSON_OBJECT && (v = member(d, i, "__tensor__")) && d->nodes[v].kind == CKPT__JSON_STRING) {
         const char *name = kept_name(e->plan, d->nodes[v].str);
+        if (root) e->meaningful = true; /* torch.save of one tensor */
         ckpt__buf_puts(&e->out, "{\"__tensor__\": ");
         ckpt__buf_json_string(&e->out, name ? name : d->nodes[v].str);
         ckpt__buf_puts(&e->out, "}");
@@ -188,6 +208,17 @@ static void leave(emitter *e, eframe *f) {
     if (f->part == E_STATE) e->module_state -= f->module;
 }
 
+/* Whether a dict entry's key is its tensor's name as the plan's output
+ * has it, as in a state dict (else the key says what no name does).  Other
+ * values answer for themselves: a dict by its entries, the rest by being
+ * there (open_node). */
+static bool key_is_name(emitter *e, const ckpt__json_node *key, size_t value) {
+    const char *name = tensor_name(e->doc, value);
+    if (!name) return true;
+    name = kept_name(e->plan, name);
+    return name && key->kind == CKPT__JSON_STRING && !strcmp(name, key->str);
+}
+
 /* The next dict entry the plan keeps, or the dict's state, or its end. */
 static void next_pair(emitter *e, ckpt__stack *frames, eframe *f) {
     const ckpt__json_doc *d = e->doc;
@@ -206,6 +237,8 @@ static void next_pair(emitter *e, ckpt__stack *frames, eframe *f) {
         path_pop(e, saved);
         if (skip) continue;
         if ((kn->kind != CKPT__JSON_STRING || all_digits(kn->str)) && !e->module_state) e->meaningful = true;
+        if (e->rule == CKPT__TREE_UNLESS_STATE_DICT && !e->module_state && !e->meaningful)
+            e->meaningful = !key_is_name(e, kn, value);
         ckpt__buf_puts(&e->out, f->written ? ", [" : "[");
         f->written = true;
         emit_scalar(e, key);
@@ -270,7 +303,8 @@ static void emit(emitter *e) {
     ckpt__stack_free(&frames);
 }
 
-ckpt_status ckpt__tree_for_plan(const ckpt_plan *p, const char *tree_json, char **out, ckpt_error *err) {
+ckpt_status ckpt__tree_for_plan(const ckpt_plan *p, const char *tree_json, ckpt__tree_rule rule, char **out,
+                                ckpt_error *err) {
     *out = NULL;
     if (!tree_json) return CKPT_OK;
     size_t len = strlen(tree_json), at;
@@ -289,7 +323,7 @@ ckpt_status ckpt__tree_for_plan(const ckpt_plan *p, const char *tree_json, char 
         *out = ckpt__strdup(tree_json);
         return *out ? CKPT_OK : ckpt__oom(err, NULL, "the object tree");
     }
-    emitter e = {.plan = p, .doc = &doc};
+    emitter e = {.plan = p, .doc = &doc, .rule = rule};
     emit(&e);
     ckpt__json_free(&doc);
     free(e.path.data);
@@ -298,7 +332,13 @@ ckpt_status ckpt__tree_for_plan(const ckpt_plan *p, const char *tree_json, char 
         free(e.out.data);
         return ckpt__oom(err, NULL, "the object tree");
     }
-    if (e.meaningful) *out = e.out.data;
+    if (e.meaningful || rule == CKPT__TREE_ALWAYS) *out = e.out.data;
     else free(e.out.data);
     return CKPT_OK;
+}
+
+ckpt_status ckpt_plan_tree_json(const ckpt_plan *p, const char *tree_json, char **json, ckpt_error *err) {
+    if (!p || !json) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan and json are required");
+    return ckpt__tree_for_plan(p, tree_json ? tree_json : ckpt_catalog_tree_json(p->catalog), CKPT__TREE_ALWAYS, json,
+                               err);
 }

@@ -85,7 +85,6 @@ class Checkpoint:
         info = self._catalog.info()
         self.format = _ckpt.format_name(info["format"]) or str(info["format"])
         self.index_path = info["index_path"]
-        self._tree_json = info["tree_json"]
         # Rows are built when asked for: opening builds none, keys() only names.
         self._rows = self._catalog.tensors()
         self.files = [p for p, _ in self._catalog.files()]
@@ -147,11 +146,15 @@ class Checkpoint:
 
     def tree(self, leaf=None):
         """The checkpoint's nested structure with leaf(name) (default: a
-        TensorSpec) for each tensor: a torch file's object tree (optimizer
-        state, epochs, … included), a structure saved by ckpt.save, or the
-        names split at dots."""
+        TensorSpec) for each tensor: for a torch file (or a DCP checkpoint),
+        exactly what torch.load (dcp_to_torch_save) gives — a state dict
+        stays one dict keyed "conv1.weight", a training checkpoint keeps its
+        optimizer state, epochs, … —, also once converted (the tree a
+        conversion records); a structure saved by ckpt.save; a Flax
+        document's; or else (safetensors and others recording none, such as
+        a state dict saved by the hub) the names split at dots."""
         leaf = leaf or self.spec
-        structure = self._tree_json or self.metadata.get(_tree.STRUCTURE_KEY)
+        structure = _tree.of_plan(self._catalog)
         if structure:
             return _tree.decode(structure, leaf)
         return _tree.unflatten({name: leaf(name) for name in self.keys()})
@@ -378,8 +381,10 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     tp_dim of each tensor that has that axis (of those matching tp_select);
     slices: {glob: (dim, start, stop)} keeps a range of one axis;
     transpose: globs of 2-D tensors to transpose; layout: "OIHW:HWIO" or
-    {glob: "OIHW:HWIO"}.  nested=True returns the checkpoint's nested
-    structure.  `path` may be a URL; direct=True and the other source
+    {glob: "OIHW:HWIO"}.  nested=True returns the checkpoint's structure,
+    as Checkpoint.tree gives it (a torch file's: exactly torch.load's),
+    with what select and exclude keep; under rename, the new names split
+    at dots.  `path` may be a URL; direct=True and the other source
     options are those of ckpt.open.
 
     Tensors whose bytes need no conversion (whole tensors, and slices that
@@ -441,9 +446,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
         out[item.name] = fw.from_buffer(plan.data(i), item.dtype, item.shape, 0, item.name)
     out = {k: fw.to_device(out[k], device) for k in order}
     if nested:
-        info = catalog.info()
-        structure = info["tree_json"] or catalog.metadata().get(_tree.STRUCTURE_KEY)
-        return _tree.unflatten(out, structure) if structure and not (rename or select or exclude) else _tree.unflatten(out)
+        return _tree.unflatten(out, _tree.of_plan(catalog, plan, renames=rename))
     return out
 
 

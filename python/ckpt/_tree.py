@@ -20,6 +20,9 @@ from collections import namedtuple
 from . import _ckpt
 
 STRUCTURE_KEY = "ckpt.tree"
+# A converted torch file's object tree (the library's CKPT_TREE_METADATA_KEY),
+# in the same schema.
+TORCH_TREE_KEY = "ckpt.torch_tree"
 
 Call = namedtuple("Call", "name args state", defaults=(None,))
 Call.__doc__ = ("An allowed object of a torch file that is neither a container nor a tensor (an OrderedDict "
@@ -180,6 +183,34 @@ def _decode(root, leaf):
             if not stack:
                 return result[0]
             stack[-1][1](got if finish is None else finish(got))
+
+
+def of_catalog(catalog):
+    """The structure a catalog's tensors nest in (JSON text), or None when
+    nothing records one (then names split at dots): its own object tree (a
+    torch file's and a DCP checkpoint's, exactly what torch.load and
+    dcp_to_torch_save give; a Flax document's), else the one an output's
+    metadata records — a converted torch file's object tree, or the
+    structure ckpt.save (or a Flax conversion) kept."""
+    tree = catalog.info()["tree_json"]
+    if tree:
+        return tree
+    meta = catalog.metadata()
+    return meta.get(TORCH_TREE_KEY) or meta.get(STRUCTURE_KEY)
+
+
+def of_plan(catalog, plan=None, *, renames=False):
+    """The structure a plan's output (by default, the whole catalog's)
+    nests in, or None (see of_catalog): each tensor under its name in the
+    output — one written once for several (tied weights, which the hub
+    records as `removed → kept`) under the kept one's —, what the plan
+    drops taken out, as a conversion records it.  Renames change names,
+    which are not the tree's keys (a state dict's key "conv1.weight" is no
+    path of keys): under them, None (the new names split at dots)."""
+    structure = None if renames else of_catalog(catalog)
+    if not structure:
+        return None
+    return (plan or _ckpt.Plan(catalog)).tree_json(structure)
 
 
 def loads(text):

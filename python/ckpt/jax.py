@@ -238,6 +238,7 @@ def load(path, shardings=None, *, mesh=None, dtype=None, select=None, exclude=No
     items = base.items()
     _check_prefix(resolve, _names(catalog, rows, rules) if select or exclude else [it[0] for it in items])
     perms = [base.perm(i) for i in range(len(items))]
+    structure = _tree.of_plan(catalog, base, renames=rename) if nested else None
     del base
 
     entries = []  # per tensor: name, source name, dtype, shape, perm, sharding, blocks
@@ -339,11 +340,7 @@ def load(path, shardings=None, *, mesh=None, dtype=None, select=None, exclude=No
         stats.update(st)
     if not nested:
         return flat
-    structure = None
-    if not (rename or select or exclude):
-        info = catalog.info()
-        structure = info["tree_json"] or catalog.metadata().get(_tree.STRUCTURE_KEY)
-    return _tree.unflatten(flat, structure) if structure else _tree.unflatten(flat)
+    return _tree.unflatten(flat, structure)
 
 
 # ---------------------------------------------------------------------------
@@ -366,10 +363,7 @@ def shapes(path, shardings=None, *, mesh=None, nested=True, **rules):
         flat[name] = jax.ShapeDtypeStruct(tuple(shape), _dtypes.numpy_dtype(dt, name), sharding=sharding)
     if not nested:
         return flat
-    structure = None
-    if not any(rules.get(k) for k in ("rename", "select", "exclude")):
-        structure = catalog.info()["tree_json"] or catalog.metadata().get(_tree.STRUCTURE_KEY)
-    return _tree.unflatten(flat, structure) if structure else _tree.unflatten(flat)
+    return _tree.unflatten(flat, _tree.of_plan(catalog, plan, renames=rules.get("rename")))
 
 
 def _expected_leaves(expected):

@@ -965,6 +965,20 @@ static PyObject *Plan_last_rule(Plan *self, PyObject *unused) {
     return Py_BuildValue("(nn)", (Py_ssize_t)matched, (Py_ssize_t)skipped);
 }
 
+/* tree_json(tree=None) → the object tree `tree` (default: the catalog's)
+ * as the plan's output has it, or None. */
+static PyObject *Plan_tree_json(Plan *self, PyObject *args) {
+    const char *tree = NULL;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "|z", &tree)) return NULL;
+    char *json = NULL;
+    ckpt_error e;
+    if (ckpt_plan_tree_json(self->plan, tree, &json, &e) != CKPT_OK) return raise_ckpt(&e);
+    if (!json) Py_RETURN_NONE;
+    PyObject *text = PyUnicode_FromString(json);
+    ckpt_free(json);
+    return text;
+}
+
 static PyObject *Plan_select(Plan *self, PyObject *args) {
     const char *pattern;
     if (!plan_ready(self) || !PyArg_ParseTuple(args, "s", &pattern)) return NULL;
@@ -1300,6 +1314,8 @@ static PyMethodDef Plan_methods[] = {
     {"permute", (PyCFunction)Plan_permute, METH_VARARGS, "permute(pattern or None, perm)"},
     {"transpose", (PyCFunction)Plan_transpose, METH_VARARGS, "transpose(pattern or None)"},
     {"layout", (PyCFunction)Plan_layout, METH_VARARGS, "layout(pattern or None, from, to)"},
+    {"tree_json", (PyCFunction)Plan_tree_json, METH_VARARGS,
+     "tree_json(tree=None) -> the object tree (default: the catalog's) as the plan's output has it, or None"},
     {"items", (PyCFunction)Plan_items, METH_NOARGS, "items() -> [PlanRow(name, source, dtype, shape, nbytes, transform)]"},
     {"perm", (PyCFunction)Plan_perm, METH_O, "perm(i) -> item i's axis order (output axis k is source axis perm[k])"},
     {"match", (PyCFunction)Plan_match, METH_VARARGS, "match(expected, flags=0) -> [(kind, name, expected, item)]"},

@@ -129,7 +129,6 @@ typedef struct reader {
     tnode **slots; /* hash of (parent, component) → child */
     size_t slot_mask;
     size_t leaves;
-    bool plain;
     char **owned_json; /* trees of bytes items, freed at the end */
     size_t owned_count;
     const char **leaves_json; /* per entry: its JSON in the tree */
@@ -783,7 +782,6 @@ static ckpt_status add_bytes(reader *r, const char *fqn, const item *it, const c
             r->owned_json[r->owned_count++] = tf.tree_json;
             *leaf = tf.tree_json;
             tf.tree_json = NULL;
-            if (!tf.plain) r->plain = false;
         }
     }
     ckpt__torch_file_free(&tf);
@@ -987,26 +985,13 @@ static ckpt_status read_paths(reader *r, const ckpt__pk_value *planner, entry *e
                       MAX_PATH_PARTS);
             break;
         }
-        /* The fqn is the path joined by dots (flatten_state_dict): dicts
-         * of string keys and tensors then say nothing beyond the names (as
-         * for a torch file, where the dots of a key and those of nesting
-         * look the same). */
-        ckpt__buf joined = {0};
         for (size_t k = 0; st == CKPT_OK && k < p->u.seq.count; k++) {
             const ckpt__pk_value *c = p->u.seq.items[k];
-            if (k) ckpt__buf_puts(&joined, ".");
-            if (c->kind == CKPT__PK_STR) {
-                ckpt__buf_puts(&joined, c->u.s.data);
-            } else if (c->kind == CKPT__PK_INT && c->u.i >= 0 && (uint64_t)c->u.i < n) {
-                ckpt__buf_u64(&joined, (uint64_t)c->u.i);
-                r->plain = false;
-            } else {
+            if (c->kind != CKPT__PK_STR && (c->kind != CKPT__PK_INT || c->u.i < 0 || (uint64_t)c->u.i >= n))
                 st = fail(r, CKPT_E_DCP_METADATA, e[i].fqn, c,
                           "planner_data path part %zu is neither a string nor a list index below %zu", k, n);
-            }
         }
-        if (st == CKPT_OK && (joined.failed || strcmp(joined.data ? joined.data : "", e[i].fqn))) r->plain = false;
-        free(joined.data);
+        if (st) break;
         e[i].path = p;
         *parts += p->u.seq.count;
     }
@@ -1091,7 +1076,6 @@ static ckpt_status read_entries(reader *r, const ckpt__pk_value *sdm, entry **ou
             e[i].object = find_item(r, e[i].fqn, NULL, -1);
             if (!e[i].object) st = fail(r, CKPT_E_DCP_METADATA, e[i].fqn, v, "the object has no storage_data entry");
             else e[i].object->used = true;
-            r->plain = false;
         } else {
             st = fail(r, CKPT_E_DCP_METADATA, e[i].fqn, v,
                       "state_dict_metadata value is neither TensorStorageMetadata nor BytesStorageMetadata");
@@ -1103,7 +1087,7 @@ static ckpt_status read_entries(reader *r, const ckpt__pk_value *sdm, entry **ou
 }
 
 static ckpt_status dcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) {
-    reader r = {.c = c, .arena = ckpt__cat_arena(c), .err = err, .plain = true};
+    reader r = {.c = c, .arena = ckpt__cat_arena(c), .err = err};
     char *buf = NULL;
     uint64_t len = src->size;
     r.path = ckpt__arena_strndup(r.arena, src->name, strlen(src->name));
@@ -1157,7 +1141,10 @@ static ckpt_status dcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
         st = x->bytes ? add_bytes(&r, x->fqn, x->object, &x->leaf) : add_tensor(&r, &x->t);
     }
     free(order);
-    if (st == CKPT_OK && !r.plain) st = add_tree(&r, e, n);
+    /* The tree always: a path's parts and a key's own dots both make the
+     * fqn's dots ({"model": {"conv1.weight": …}} is "model.conv1.weight"),
+     * and only the tree says which state dict dcp_to_torch_save rebuilds. */
+    if (st == CKPT_OK) st = add_tree(&r, e, n);
     ckpt__cat_set_format(c, CKPT_FORMAT_DCP);
     for (size_t i = 0; i < n; i++) {
         free(e[i].t.chunks);

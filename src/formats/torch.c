@@ -93,8 +93,6 @@ typedef struct walker {
     ckpt__buf json;
     size_t json_charged; /* its capacity charged to the arena's budget */
     ckpt__buf name; /* the current dotted path */
-    int in_module_state; /* inside a state dict's _metadata (module versions) */
-    bool plain;          /* so far only dicts with string keys, and tensors */
 } walker;
 
 static ckpt_status fail_at(walker *w, const ckpt__pk_value *v, ckpt_status st, const char *fmt, ...)
@@ -362,12 +360,6 @@ static bool key_text(const ckpt__pk_value *k, char *buf, size_t cap, const char 
     return true;
 }
 
-/* {"_metadata": …}: what torch's state_dict() attaches to its OrderedDict. */
-static bool is_module_metadata(const ckpt__pk_value *state) {
-    return state->kind == CKPT__PK_DICT && state->u.seq.count == 2 && state->u.seq.items[0]->kind == CKPT__PK_STR &&
-           !strcmp(state->u.seq.items[0]->u.s.data, "_metadata");
-}
-
 /* The walk keeps the containers it is inside on a heap stack (a thread's
  * C stack may be 64 KiB; the tree nests up to MAX_DEPTH): one frame per
  * open list, tuple, set, dict or call, saying what is being walked. */
@@ -379,7 +371,6 @@ typedef struct frame {
     size_t saved;      /* the name's length before the current child's component */
     uint8_t part;      /* what the children being walked are */
     bool in_child;     /* a child was entered: its end comes first */
-    bool module_state; /* this frame's state raised in_module_state */
 } frame;
 
 static ckpt_status charge_json(walker *w, const ckpt__pk_value *v) {
@@ -409,7 +400,6 @@ static ckpt_status visit(walker *w, ckpt__stack *frames, const ckpt__pk_value *v
         return CKPT_OK;
     }
     char num[32];
-    if (v->kind != CKPT__PK_DICT && !w->in_module_state) w->plain = false;
     uint8_t first = P_ITEMS;
     switch (v->kind) {
     case CKPT__PK_NONE: ckpt__buf_puts(j, "null"); return CKPT_OK;
@@ -461,7 +451,6 @@ static void leave(walker *w, frame *f) {
     f->in_child = false;
     name_pop(w, f->saved);
     if (f->part == P_PAIRS) ckpt__buf_puts(&w->json, "]");
-    if (f->part == P_STATE) w->in_module_state -= f->module_state;
 }
 
 /* The next dict entry: [key, value]. */
@@ -474,7 +463,6 @@ static ckpt_status next_pair(walker *w, ckpt__stack *frames, frame *f) {
     ckpt__buf *j = &w->json;
     if (f->next) ckpt__buf_puts(j, ", ");
     ckpt__buf_puts(j, "[");
-    if (key->kind != CKPT__PK_STR && !w->in_module_state) w->plain = false;
     if (key->kind == CKPT__PK_STR) ckpt__buf_json_string(j, component);
     else ckpt__buf_puts(j, key->kind == CKPT__PK_BOOL ? (key->u.b ? "true" : "false") : component);
     ckpt__buf_puts(j, ", ");
@@ -485,11 +473,6 @@ static ckpt_status next_pair(walker *w, ckpt__stack *frames, frame *f) {
 /* A dict's or a call's state, after its items: "__state__" in the names. */
 static ckpt_status next_state(walker *w, ckpt__stack *frames, frame *f) {
     const ckpt__pk_value *state = f->v->state;
-    /* A state dict's OrderedDict carries _metadata (module versions),
-     * which a flat dict of tensors drops: it alone does not make a tree
-     * worth keeping. */
-    f->module_state = f->v->kind == CKPT__PK_DICT && is_module_metadata(state);
-    w->in_module_state += f->module_state;
     ckpt__buf_puts(&w->json, f->v->kind == CKPT__PK_DICT ? ", \"__state__\": " : ", \"state\": ");
     f->part = P_STATE;
     return enter(w, frames, state, "__state__");
@@ -518,12 +501,10 @@ static ckpt_status step(walker *w, ckpt__stack *frames) {
 
 /* Walks the object tree into out->tensors, out->storages and the JSON. */
 static ckpt_status walk_root(walker *w, const ckpt__pk_value *root) {
-    w->plain = true;
     ckpt__stack frames = CKPT__STACK(frame);
     ckpt_status st = visit(w, &frames, root);
     while (st == CKPT_OK && frames.len) st = step(w, &frames);
     ckpt__stack_free(&frames);
-    w->out->plain = w->plain;
     if (st == CKPT_OK && (w->json.failed || w->name.failed))
         st = ckpt__fail(w->err, CKPT_E_NO_MEMORY, w->path, NULL, -1, "out of memory");
     if (st == CKPT_OK) w->out->tree_json = w->json.data;
@@ -800,7 +781,11 @@ static ckpt_status add_to_catalog(ckpt_catalog *c, uint32_t file, ckpt__torch_fi
         ckpt__tensor_decl d = {t->name, t->dtype, t->ndim, t->shape, first + t->storage, &piece, 1};
         st = ckpt__cat_add_tensor(c, &d, err);
     }
-    if (st == CKPT_OK && !tf->plain) { /* the catalog takes the tree over */
+    /* The catalog takes the tree over: always, since a dict's keys and its
+     * nesting both make dots in the names ({"conv1.weight": …} of a state
+     * dict and {"conv1": {"weight": …}} read alike), and only the tree says
+     * which torch.load gives. */
+    if (st == CKPT_OK) {
         st = ckpt__cat_adopt_tree(c, tf->tree_json, err);
         tf->tree_json = NULL;
     }

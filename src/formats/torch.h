@@ -45,9 +45,6 @@ typedef struct ckpt__torch_file {
     ckpt__torch_storage *storages; /* malloc'ed */
     bool big_endian;
     char *tree_json; /* malloc'ed: the object tree, tensors as {"__tensor__": name} */
-    /* The tree says nothing that the tensors' dotted names do not: only
-     * dicts with string keys (a state dict's module versions aside). */
-    bool plain;
     /* The archive's recorded CRC-32s (every record's that has one; offsets
      * in the archive's source), for ckpt__cat_add_crc; malloc'ed. */
     size_t crc_count;

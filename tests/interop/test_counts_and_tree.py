@@ -1,8 +1,8 @@
 """Totals that count shared bytes once (ckpt inspect's aliases, the index's
 total_parameters as transformers' save_pretrained writes it), and a torch
-file's object tree recorded only when it says something a flat dict of
-tensors cannot, kept true after --select and --rename (issue 11, items 6
-and 7)."""
+file's object tree recorded whenever it is more than a state dict (whose
+keys are the names: recording nothing keeps the hub's bytes), kept true
+after --select and --rename (issue 11, items 6 and 7; issue 27, item 2)."""
 import json
 import subprocess
 
@@ -153,20 +153,26 @@ def out_metadata(path):
         return c.metadata()
 
 
-@pytest.mark.parametrize("kind", ["state_dict", "nested_dicts"])
-def test_no_tree_for_what_a_flat_dict_says(tmp_path, kind):
+@pytest.mark.parametrize("kind", ["state_dict", "extracted_model"])
+def test_no_tree_recorded_for_a_state_dict(tmp_path, kind):
     m = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.BatchNorm1d(3))
     obj = m.state_dict() if kind == "state_dict" else {"model": m.state_dict(), "ema": {"w": torch.ones(2)}}
     torch.save(obj, tmp_path / "m.pt")
-    assert "Object tree" not in run("inspect", tmp_path / "m.pt").stdout
-    assert "tree" not in json.loads(run("inspect", "--json", tmp_path / "m.pt").stdout)
-    assert run("convert", tmp_path / "m.pt", tmp_path / "o.safetensors").returncode == 0
+    # The torch file's tree is torch's structure, a state dict's too.
+    tree = json.loads(run("inspect", "--json", tmp_path / "m.pt").stdout)["tree"]
+    if kind == "state_dict":
+        assert [k for k, _ in tree["__dict__"]] == list(obj)
+    # A state dict (here the model taken out of its dict) records nothing:
+    # its keys are its names, as the hub saves it.
+    rules = [] if kind == "state_dict" else ["--select", "model.*", "--rename", "model.="]
+    assert run("convert", tmp_path / "m.pt", tmp_path / "o.safetensors", *rules).returncode == 0
     assert TREE_KEY not in out_metadata(tmp_path / "o.safetensors")
     assert "Object tree" not in run("inspect", tmp_path / "o.safetensors").stdout
 
 
-@pytest.mark.parametrize("extra", [{"step": 5}, {"pair": (torch.zeros(2), torch.ones(2))}, {3: torch.ones(1)},
-                                   {"lr": [0.1, 0.01]}], ids=["number", "tuple", "int_key", "list"])
+@pytest.mark.parametrize("extra", [{}, {"ema": {"w": torch.ones(2)}}, {"step": 5},
+                                   {"pair": (torch.zeros(2), torch.ones(2))}, {3: torch.ones(1)}, {"lr": [0.1, 0.01]}],
+                         ids=["nested", "nested_twice", "number", "tuple", "int_key", "list"])
 def test_tree_recorded_when_it_says_something(tmp_path, extra):
     obj = {"model": {"w": torch.ones(2, 2)}, **extra}
     torch.save(obj, tmp_path / "m.pt")
@@ -189,12 +195,18 @@ def test_tree_follows_select_and_rename(tmp_path):
     assert json.dumps({"__tensor__": "opt.first"}) in json.dumps(top["opt"])  # a tuple keeps its place
     with Catalog(tmp_path / "o.safetensors") as c:
         assert sorted(c.names()) == ["net.a", "opt.first"]
-    # --select 'model.*' exports the model, as the hub would save its state
-    # dict alone: the step counter and the optimizer's tuple go with what
-    # the rule drops, and what is left says nothing a flat dict does not.
+    # --select 'model.*': the step counter and the optimizer's tuple go with
+    # what the rule drops; the model stays a dict under "model" (its key
+    # "a" is no name), and --rename model.= takes it out, a state dict
+    # whose keys are its names, as the hub would save it: nothing recorded.
     r = run("convert", tmp_path / "m.pt", tmp_path / "p.safetensors", "--select", "model.*")
     assert r.returncode == 0, r.stderr
-    assert TREE_KEY not in out_metadata(tmp_path / "p.safetensors")
+    tree = json.loads(out_metadata(tmp_path / "p.safetensors")[TREE_KEY])
+    assert tree == {"__dict__": [["model", {"__dict__": [["a", {"__tensor__": "model.a"}],
+                                                        ["b", {"__tensor__": "model.b"}]]}]]}
+    r = run("convert", tmp_path / "m.pt", tmp_path / "s.safetensors", "--select", "model.*", "--rename", "model.=")
+    assert r.returncode == 0, r.stderr
+    assert TREE_KEY not in out_metadata(tmp_path / "s.safetensors")
     # --exclude keeps what it does not name: the counter, the tuple's float.
     r = run("convert", tmp_path / "m.pt", tmp_path / "q.safetensors", "--exclude", "opt.*")
     assert r.returncode == 0, r.stderr

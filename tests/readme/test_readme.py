@@ -468,6 +468,7 @@ assert sorted(state) == sorted(VIT), sorted(state)
 """,
     "ckpt.load_into(model, \"model/\"": """
 assert not missing and not unexpected and not mismatched, (missing, unexpected, mismatched)
+assert list(train["model"]) == list(TINY) and train["epoch"] == 3 and train["optimizer"]["step"] == 7
 q = sd["layers.0.self_attn.q_proj.weight"]
 assert q.shape == (2, 16) and q.dtype == torch.bfloat16, (q.shape, q.dtype)
 assert torch.equal(model.lm_head.weight.detach(), ckpt.load("model/")["lm_head.weight"])

@@ -1,4 +1,5 @@
-/* ckpt_convert: single ↔ sharded round trips, progress and cancellation. */
+/* ckpt_convert: single ↔ sharded round trips, progress and cancellation;
+ * the object tree a plan's output has (ckpt_plan_tree_json). */
 #include <string.h>
 
 #include "helpers.h"
@@ -149,11 +150,66 @@ static void test_preview_writes_nothing(void **state) {
     scratch_free(dir);
 }
 
+/* A training checkpoint's tree, converted by the hub's rules: the head
+ * tied to fc was written once, recorded as `removed → kept`. */
+#define MODEL_TREE                                                                                                   \
+    "{\"__dict__\": [[\"conv1.weight\", {\"__tensor__\": \"model.conv1.weight\"}], [\"head.weight\", {\"__tensor__\": " \
+    "\"model.head.weight\"}]]}"
+#define TRAIN_TREE                                                                                                   \
+    "{\"__dict__\": [[\"model\", " MODEL_TREE "], [\"opt\", {\"__dict__\": [[\"m\", {\"__tensor__\": \"opt.m\"}], "     \
+    "[\"lr\", 0.1]]}], [\"epoch\", 3]]}"
+
+static char *plan_tree(ckpt_catalog *cat, const char *select, const char *tree) {
+    ckpt_plan *plan;
+    ckpt_error err;
+    char *json = NULL;
+    assert_int_equal(ckpt_plan_create(cat, &plan, &err), CKPT_OK);
+    if (select) assert_int_equal(ckpt_plan_select(plan, select, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_tree_json(plan, tree, &json, &err), CKPT_OK);
+    ckpt_plan_free(plan);
+    return json;
+}
+
+static void test_plan_tree_json(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *src = in_dir(dir, "m.safetensors");
+    write_safetensors(src,
+                      "{\"__metadata__\":{\"format\":\"pt\",\"model.head.weight\":\"model.fc.weight\"},"
+                      T("model.conv1.weight", "F32", "[2]", 0, 8) "," T("model.fc.weight", "F32", "[1]", 8, 12) ","
+                      T("opt.m", "F32", "[1]", 12, 16) "}",
+                      16);
+    ckpt_catalog *cat;
+    ckpt_error err;
+    assert_int_equal(ckpt_catalog_open(src, &cat, &err), CKPT_OK);
+    /* No tree recorded, none given: none. */
+    assert_null(plan_tree(cat, NULL, NULL));
+    /* The whole tree, the removed head under the tensor that holds it. */
+    char *json = plan_tree(cat, NULL, TRAIN_TREE);
+    assert_non_null(strstr(json, "[\"head.weight\", {\"__tensor__\": \"model.fc.weight\"}]"));
+    assert_non_null(strstr(json, "[\"lr\", 0.1]]}], [\"epoch\", 3]]}"));
+    ckpt_free(json);
+    /* A selection: the optimizer goes with its tensors, the epoch with the rule. */
+    json = plan_tree(cat, "model.*", TRAIN_TREE);
+    assert_string_equal(json, "{\"__dict__\": [[\"model\", {\"__dict__\": [[\"conv1.weight\", {\"__tensor__\": "
+                              "\"model.conv1.weight\"}], [\"head.weight\", {\"__tensor__\": \"model.fc.weight\"}]]}]]}");
+    ckpt_free(json);
+    /* A state dict is given as it is, though a conversion records none. */
+    const char *flat = "{\"__dict__\": [[\"model.conv1.weight\", {\"__tensor__\": \"model.conv1.weight\"}]]}";
+    json = plan_tree(cat, "model.conv1.*", flat);
+    assert_string_equal(json, flat);
+    ckpt_free(json);
+    assert_int_equal(ckpt_plan_tree_json(NULL, flat, &json, &err), CKPT_E_INVALID_ARGUMENT);
+    ckpt_catalog_close(cat);
+    scratch_free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_is_byte_identical),
         cmocka_unit_test(test_cancel_leaves_nothing),
         cmocka_unit_test(test_preview_writes_nothing),
+        cmocka_unit_test(test_plan_tree_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

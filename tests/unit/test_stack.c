@@ -287,7 +287,7 @@ static ckpt_status emit_tree(const char *path, ckpt_error *err) {
     size_t n;
     const char *tree = input(path, &n);
     char *out = NULL;
-    ckpt_status st = ckpt__tree_for_plan(tree_plan, tree, &out, err);
+    ckpt_status st = ckpt__tree_for_plan(tree_plan, tree, CKPT__TREE_UNLESS_STATE_DICT, &out, err);
     if (st == CKPT_OK && (!out || strlen(out) + 1 != n)) st = CKPT_E_INVALID_ARGUMENT; /* the tree as it was */
     free(out);
     return st;
