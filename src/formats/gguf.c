@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "../io/file.h"
-#include "../transform/swap.h"
 #include "format.h"
 #include "json.h"
 
