@@ -11,7 +11,6 @@
 #include "catalog_internal.h"
 #include "formats/format.h"
 #include "formats/output.h"
-#include "formats/torch.h"
 #include "io/beneath.h"
 #include "io/commit.h"
 #include "io/file.h"
@@ -179,11 +178,6 @@ bool ckpt__cat_global_extra(const ckpt_catalog *c, const char *module, const cha
     if ((size_t)snprintf(full, sizeof full, "%s.%s", module, name) >= sizeof full) return false;
     const char *key = full;
     return bsearch(&key, c->extra_globals, c->extra_global_count, sizeof *c->extra_globals, cmp_str) != NULL;
-}
-
-ckpt__pk_allowed ckpt__cat_global_allowed(const char *module, const char *name, void *catalog) {
-    if (ckpt__torch_allowed_global(module, name)) return CKPT__PK_ALLOW;
-    return ckpt__cat_global_extra(catalog, module, name) ? CKPT__PK_ALLOW_STATE : CKPT__PK_DENY;
 }
 
 /* ---- what formats fill (formats/format.h) ------------------------------------- */

@@ -672,7 +672,7 @@ static ckpt_status add_tensor(reader *r, const tensor_meta *t) {
         ckpt__source *win;
         if ((st = ckpt__source_window(f->src, it->offset, it->length, &win, r->err))) break;
         ckpt__torch_file tf;
-        st = ckpt__torch_read_zip(win, ckpt__cat_global_allowed, r->c, r->arena, &tf, r->err);
+        st = ckpt__torch_read_zip(win, ckpt__torch_allow, r->c, r->arena, &tf, r->err);
         ckpt__source_close(win);
         if (st) {
             st = safetensors_blob(f->src, it->offset) ? safetensors_refused(r, f->src, it->offset)
@@ -749,7 +749,7 @@ static ckpt_status add_bytes(reader *r, const char *fqn, const item *it, const c
     ckpt__source *win;
     ckpt_status st = ckpt__source_window(f->src, it->offset, it->length, &win, r->err);
     if (st) return st;
-    ckpt__torch_options o = {.name_prefix = fqn, .allow = ckpt__cat_global_allowed, .allow_user = r->c};
+    ckpt__torch_options o = {.name_prefix = fqn, .allow = ckpt__torch_allow, .allow_user = r->c};
     ckpt__torch_file tf;
     st = ckpt__torch_read_zip_ex(win, r->arena, &o, &tf, r->err);
     ckpt__source_close(win);

@@ -29,7 +29,6 @@
 #include "../base/base.h"
 #include "../io/beneath.h"
 #include "../io/source.h"
-#include "pickle.h"
 
 /* Where one box of a tensor lies.  Arrays live as long as the catalog
  * (allocate them from ckpt__cat_arena). */
@@ -165,11 +164,8 @@ CKPT__HIDDEN ckpt_status ckpt__cat_set_index_path(ckpt_catalog *c, const char *p
  * transformers' save_pretrained writes it): a conversion's index will too. */
 CKPT__HIDDEN void ckpt__cat_set_index_counts_parameters(ckpt_catalog *c);
 
-/* Whether a pickle global is allowed: torch's weights-only allowlist
- * (CKPT__PK_ALLOW), or what the caller allowed with
- * ckpt_catalog_options.allowed_globals (CKPT__PK_ALLOW_STATE). */
-CKPT__HIDDEN ckpt__pk_allowed ckpt__cat_global_allowed(const char *module, const char *name, void *catalog);
-/* Whether `module.name` is allowed only because the caller asked for it. */
+/* Whether the caller allowed the global `module.name` beyond a format's own
+ * allowlist (ckpt_catalog_options.allowed_globals; torch.h). */
 CKPT__HIDDEN bool ckpt__cat_global_extra(const ckpt_catalog *c, const char *module, const char *name);
 
 /* ---- a format ------------------------------------------------------------- */

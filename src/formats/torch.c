@@ -30,9 +30,9 @@ bool ckpt__torch_allowed_global(const char *module, const char *name) {
                    cmp_str) != NULL;
 }
 
-ckpt__pk_allowed ckpt__torch_allow(const char *module, const char *name, void *user) {
-    (void)user;
-    return ckpt__torch_allowed_global(module, name) ? CKPT__PK_ALLOW : CKPT__PK_DENY;
+ckpt__pk_allowed ckpt__torch_allow(const char *module, const char *name, void *catalog) {
+    if (ckpt__torch_allowed_global(module, name)) return CKPT__PK_ALLOW;
+    return catalog && ckpt__cat_global_extra(catalog, module, name) ? CKPT__PK_ALLOW_STATE : CKPT__PK_DENY;
 }
 
 /* ---- dtypes ------------------------------------------------------------- */
@@ -813,8 +813,8 @@ static ckpt_status open_torch(ckpt_catalog *c, ckpt__source *src, bool legacy, c
     ckpt_status st = ckpt__cat_add_source(c, src, &file, err);
     if (st) return st;
     ckpt__torch_file tf;
-    st = legacy ? ckpt__torch_read_legacy(src, ckpt__cat_global_allowed, c, ckpt__cat_arena(c), &tf, err)
-                : ckpt__torch_read_zip(src, ckpt__cat_global_allowed, c, ckpt__cat_arena(c), &tf, err);
+    st = legacy ? ckpt__torch_read_legacy(src, ckpt__torch_allow, c, ckpt__cat_arena(c), &tf, err)
+                : ckpt__torch_read_zip(src, ckpt__torch_allow, c, ckpt__cat_arena(c), &tf, err);
     if (st) return st;
     st = add_to_catalog(c, file, &tf, err);
     ckpt__torch_file_free(&tf);
