@@ -181,6 +181,10 @@ typedef struct ckpt__format {
     /* Reads `src` (named src->name) into the catalog.  Owns `src`: adopts
      * it as a data file (ckpt__cat_add_source) or closes it. */
     ckpt_status (*open)(ckpt_catalog *c, ckpt__source *src, ckpt_error *err);
+    /* Whether `name`, one of several files with this format's suffix in a
+     * directory, is the first of a set that it stands for (gguf-split's
+     * -00001-of-N part); NULL: no file stands for others. */
+    bool (*first_of_set)(const char *name);
 } ckpt__format;
 
 /* The registry (registry.c): every format, and the file names that stand

@@ -14,7 +14,6 @@
 #include "../io/file.h"
 #include "dcp.h"
 #include "format.h"
-#include "gguf.h"
 #include "output.h"
 
 static const ckpt__format *const formats[] = {
@@ -229,9 +228,17 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
+/* Whether a format says `name` stands for a set of files (ckpt__format's
+ * first_of_set). */
+static bool first_of_set(const char *name) {
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+        if (formats[i]->first_of_set && formats[i]->first_of_set(name)) return true;
+    return false;
+}
+
 /* The one file of `names` matching dir_names' "*suffix" (or, with `glob`,
  * "@glob": the first of those matching) into *match (malloc'ed); NULL when
- * none does.  gguf-split parts: the first one stands for them all.  More
+ * none does.  A set's first file (gguf-split's parts) stands for it.  More
  * than one match is CKPT_E_UNKNOWN_FORMAT. */
 static ckpt_status match_listed(const char *dir, char *const *names, size_t count, const char *want, char **match,
                                 ckpt_error *err) {
@@ -243,9 +250,7 @@ static ckpt_status match_listed(const char *dir, char *const *names, size_t coun
         const char *name = names[i];
         if (glob ? fnmatch(suffix, name, 0) != 0 : !ends_with(name, suffix)) continue;
         if (!matches++) one = name;
-        if (!glob && strcmp(suffix, ".gguf") == 0 && ckpt__gguf_is_split_name(name) &&
-            strstr(name + strlen(name) - 20, "-00001-of-") && !first_parts++)
-            first_part = name;
+        if (!glob && first_of_set(name) && !first_parts++) first_part = name;
     }
     if (matches > 1 && first_parts == 1) one = first_part, matches = 1;
     *match = NULL;
@@ -333,6 +338,11 @@ const ckpt__output_format *ckpt__output_format_for(ckpt_format id) {
     for (size_t i = 0; i < WRITER_COUNT; i++)
         if (writer_formats[i]->id == id) return writer_formats[i];
     return NULL;
+}
+
+ckpt_status ckpt__output_metadata_pairs(const ckpt__output_format *f, const char *json_text, char ***keys,
+                                        char ***values, size_t *count, char *why, size_t why_len) {
+    return (f->metadata_pairs ? f : &ckpt__output_gguf)->metadata_pairs(json_text, keys, values, count, why, why_len);
 }
 
 bool ckpt__output_owns_any(const char *name) {
@@ -515,16 +525,4 @@ ckpt_format ckpt_format_from_name(const char *name) {
     for (int id = 1; name && ckpt_format_name((ckpt_format)id); id++)
         if (!strcasecmp(name, ckpt_format_name((ckpt_format)id))) return (ckpt_format)id;
     return (ckpt_format)0;
-}
-
-ckpt_status ckpt_destination_resolve(const char *path, const ckpt_writer_options *options, ckpt_format *format,
-                                     int *directory, ckpt_error *err) {
-    ckpt_writer_options o;
-    ckpt_writer_options_init(&o);
-    if (options) CKPT__TAKE_OPTIONS(&o, options);
-    ckpt__destination d;
-    ckpt_status st = ckpt__output_destination(path, &o, &d, err);
-    if (format) *format = st ? (ckpt_format)0 : d.fmt->id;
-    if (directory) *directory = st ? 0 : d.directory;
-    return st;
 }
