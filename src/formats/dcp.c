@@ -1184,7 +1184,7 @@ static int dcp_probe(const unsigned char *head, size_t n, const char *name) {
     return CKPT__PROBE_NO;
 }
 
-const ckpt__format ckpt__format_dcp = {"dcp", dcp_probe, dcp_open};
+const ckpt__format ckpt__format_dcp = {"dcp", CKPT_FORMAT_DCP, dcp_probe, dcp_open};
 
 /* One rank's data file opened on its own: its first item looks like a
  * torch.save archive, but only .metadata says what the file holds. */
@@ -1203,4 +1203,4 @@ static ckpt_status distcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *e
     return st;
 }
 
-const ckpt__format ckpt__format_distcp = {"dcp-data", distcp_probe, distcp_open};
+const ckpt__format ckpt__format_distcp = {"dcp-data", CKPT_FORMAT_DCP, distcp_probe, distcp_open};

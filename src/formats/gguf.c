@@ -731,7 +731,7 @@ static bool gguf_first_of_set(const char *name) {
     return ckpt__gguf_is_split_name(name) && strncmp(name + strlen(name) - 20, "-00001-of-", 10) == 0;
 }
 
-const ckpt__format ckpt__format_gguf = {"gguf", gguf_probe, gguf_open, gguf_first_of_set};
+const ckpt__format ckpt__format_gguf = {"gguf", CKPT_FORMAT_GGUF, gguf_probe, gguf_open, gguf_first_of_set};
 
 /* ---- names of split parts ---------------------------------------------------- */
 

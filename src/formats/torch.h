@@ -54,8 +54,6 @@ typedef struct ckpt__torch_file {
     ckpt__recorded_crc *crcs;
 } ckpt__torch_file;
 
-/* Is `name` a global that torch's weights-only unpickler allows? */
-CKPT__HIDDEN bool ckpt__torch_allowed_global(const char *module, const char *name);
 /* The unpickler's judge for a catalog's torch pickles: torch's allowlist
  * (CKPT__PK_ALLOW), or what the caller allowed with
  * ckpt_catalog_options.allowed_globals (CKPT__PK_ALLOW_STATE: objects are
