@@ -1318,10 +1318,6 @@ ckpt_status ckpt__writer_set_shared(ckpt_writer *w, ckpt_error *err) {
 
 uint64_t ckpt__writer_tensor_offset(const ckpt_writer *w, size_t index) { return w->tensors[index].pub.offset; }
 
-uint64_t ckpt__writer_written(const ckpt_writer *w, size_t index) {
-    return __atomic_load_n(&w->tensors[index].written, __ATOMIC_ACQUIRE);
-}
-
 ckpt_status ckpt__writer_sync_joined(ckpt_writer *w, bool sync, ckpt_error *err) {
     ckpt_status st = CKPT_OK;
     for (size_t f = 0; f < w->file_count; f++) {
