@@ -11,7 +11,6 @@
 #include "catalog_internal.h"
 #include "formats/format.h"
 #include "formats/output.h"
-#include "formats/torch.h"
 #include "io/beneath.h"
 #include "io/commit.h"
 #include "io/file.h"
@@ -173,17 +172,9 @@ static ckpt_status take_userinfo(ckpt_catalog *c, const char *path, char **clean
     return CKPT_OK;
 }
 
-bool ckpt__cat_global_extra(const ckpt_catalog *c, const char *module, const char *name) {
-    if (!c->extra_global_count) return false;
-    char full[512];
-    if ((size_t)snprintf(full, sizeof full, "%s.%s", module, name) >= sizeof full) return false;
-    const char *key = full;
-    return bsearch(&key, c->extra_globals, c->extra_global_count, sizeof *c->extra_globals, cmp_str) != NULL;
-}
-
-ckpt__pk_allowed ckpt__cat_global_allowed(const char *module, const char *name, void *catalog) {
-    if (ckpt__torch_allowed_global(module, name)) return CKPT__PK_ALLOW;
-    return ckpt__cat_global_extra(catalog, module, name) ? CKPT__PK_ALLOW_STATE : CKPT__PK_DENY;
+const char *const *ckpt__cat_allowed_globals(const ckpt_catalog *c, size_t *count) {
+    *count = c->extra_global_count;
+    return c->extra_globals;
 }
 
 /* ---- what formats fill (formats/format.h) ------------------------------------- */
@@ -666,7 +657,7 @@ bool ckpt__catalog_storage(const ckpt_catalog *c, uint32_t number, uint64_t *bas
     return true;
 }
 
-const ckpt__pairs *ckpt__catalog_file_meta(const ckpt_catalog *c, size_t file) { return &c->files[file].meta; }
+const ckpt__pairs *ckpt__cat_file_metadata(const ckpt_catalog *c, size_t file) { return &c->files[file].meta; }
 
 ckpt__source *ckpt__catalog_source(const ckpt_catalog *c, size_t file) { return c->files[file].src; }
 

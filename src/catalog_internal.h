@@ -22,9 +22,6 @@ CKPT__HIDDEN const char *ckpt__catalog_crc_tensor(const ckpt_catalog *catalog, s
 /* Whether the catalog's index counts parameters (ckpt__cat_set_index_counts_parameters). */
 CKPT__HIDDEN bool ckpt__cat_index_counts_parameters(const ckpt_catalog *catalog);
 
-/* A data file's own __metadata__ pairs. */
-CKPT__HIDDEN const ckpt__pairs *ckpt__catalog_file_meta(const ckpt_catalog *catalog, size_t file);
-
 /* The source of a catalog's i-th data file. */
 CKPT__HIDDEN ckpt__source *ckpt__catalog_source(const ckpt_catalog *catalog, size_t file);
 

@@ -43,7 +43,7 @@ static bool lone_safetensors(const ckpt_catalog *c) {
 static bool checkpoint_entry(const ckpt_catalog *c, const char *key) {
     if (ckpt_catalog_index_path(c)) {
         for (size_t f = 0; f < ckpt_catalog_file_count(c); f++)
-            if (ckpt__pairs_get(ckpt__catalog_file_meta(c, f), key)) return false;
+            if (ckpt__pairs_get(ckpt__cat_file_metadata(c, f), key)) return false;
         return true;
     }
     return lone_safetensors(c) && !ckpt__shards_file_key(key);

@@ -12,6 +12,7 @@
 #include <xxhash.h>
 #include <zlib.h>
 
+#include "base/pool.h"
 #include "engine.h"
 #include "io/reader.h"
 #include "transform/cast.h"
@@ -358,7 +359,6 @@ typedef struct worker {
     size_t nreq;
     ckpt__inflater *inflater;
     ckpt_error err;
-    pthread_t thread;
     bool caller;           /* the calling thread: reports progress */
     uint64_t bytes_needed, inflated_in, last_report;
 } worker;
@@ -880,7 +880,7 @@ static ckpt_status task_done(engine *g, job *j, ckpt_error *err) {
     return CKPT_OK;
 }
 
-static void *work(void *arg) {
+static void work(void *arg) {
     worker *w = arg;
     engine *g = w->g;
     while (!atomic_load(&g->stop)) {
@@ -900,7 +900,6 @@ static void *work(void *arg) {
     atomic_fetch_add(&g->bytes_read, w->reader.bytes + w->inflated_in);
     atomic_fetch_add(&g->reads, w->reader.reads);
     if (w->reader.uring) atomic_store(&g->used_uring, 1);
-    return NULL;
 }
 
 /* ---- setup -------------------------------------------------------------------- */
@@ -1121,13 +1120,7 @@ ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, c
         st = ckpt__fail(err, CKPT_E_CANCELLED, NULL, NULL, -1, "cancelled by the progress callback");
     size_t running = 0;
     if (st == CKPT_OK) {
-        running = 1;
-        for (size_t i = 1; i < threads; i++) {
-            if (pthread_create(&workers[i].thread, NULL, work, &workers[i]) != 0) break;
-            running++;
-        }
-        work(&workers[0]);
-        for (size_t i = 1; i < running; i++) pthread_join(workers[i].thread, NULL);
+        running = ckpt__pool_run(&(ckpt__pool_batch){work, workers, sizeof *workers, threads});
         st = g.status;
         if (st == CKPT_OK && o->progress && o->progress(g.total_bytes, g.total_bytes, o->user))
             st = ckpt__fail(err, CKPT_E_CANCELLED, NULL, NULL, -1, "cancelled by the progress callback");

@@ -2,14 +2,13 @@
  * buffers the library allocates, or views of the file — through the
  * engine (engine.c). */
 #include <errno.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/pool.h"
 #include "engine.h"
 #include "io/mapping.h"
 #include "plan_internal.h"
@@ -186,14 +185,11 @@ typedef struct prefault_worker {
     size_t count;
     uint64_t lo, hi; /* this worker's share of the ranges' bytes, laid end to end */
     atomic_bool *stop;
-    atomic_size_t *finished;
-    pthread_t thread;
-    bool started;
 } prefault_worker;
 
 enum { PREFAULT_WORKERS_MAX = 8 };
 
-static void *prefault_work(void *arg) {
+static void prefault_work(void *arg) {
     prefault_worker *a = arg;
     uint64_t before = 0;
     for (size_t i = 0; i < a->count && before < a->hi; before += a->ranges[i].end - a->ranges[i].start, i++) {
@@ -203,12 +199,25 @@ static void *prefault_work(void *arg) {
             size_t n = to - at < PREFAULT_STEP ? (size_t)(to - at) : PREFAULT_STEP;
             if (madvise((void *)(a->ranges[i].start + at), n, MADV_POPULATE_WRITE) != 0 &&
                 (errno == EINVAL || errno == ENOSYS))
-                goto done;
+                return;
         }
     }
-done:
-    atomic_fetch_add(a->finished, 1);
-    return NULL;
+}
+
+/* While the workers fault pages in, the caller's thread asks progress
+ * whether to go on (a cancel). */
+typedef struct prefault_poll {
+    ckpt_progress_fn progress;
+    uint64_t total;
+    void *user;
+    atomic_bool *stop;
+    unsigned naps;
+} prefault_poll;
+
+static void prefault_ask(void *arg) {
+    prefault_poll *p = arg;
+    if (p->progress && ++p->naps % PREFAULT_POLL_MS == 0 && !atomic_load(p->stop) && p->progress(0, p->total, p->user))
+        atomic_store(p->stop, true);
 }
 
 /* Faults in the plan's library-allocated buffers on one thread per core,
@@ -221,9 +230,7 @@ static ckpt_status prefault(ckpt_plan *p, ckpt_progress_fn progress, uint64_t to
     size_t workers = cpus < 1 ? 1 : cpus > PREFAULT_WORKERS_MAX ? PREFAULT_WORKERS_MAX : (size_t)cpus;
     uint64_t bytes = 0;
     atomic_bool stop;
-    atomic_size_t finished;
     atomic_init(&stop, false);
-    atomic_init(&finished, 0);
     prefault_range *ranges = page > 0 ? ckpt__malloc((n ? n : 1) * sizeof *ranges) : NULL;
     if (!ranges) return CKPT_OK; /* the engine's writes fault the pages */
     for (size_t i = 0; i < n; i++) {
@@ -236,20 +243,10 @@ static ckpt_status prefault(ckpt_plan *p, ckpt_progress_fn progress, uint64_t to
     if (bytes >= PREFAULT_MIN) {
         prefault_worker w[PREFAULT_WORKERS_MAX];
         uint64_t share = bytes / workers / (uint64_t)page * (uint64_t)page; /* madvise takes page-aligned starts */
-        for (size_t i = 0; i < workers; i++) {
-            w[i] = (prefault_worker){ranges, k, share * i, i + 1 == workers ? bytes : share * (i + 1), &stop, &finished};
-            w[i].started = pthread_create(&w[i].thread, NULL, prefault_work, &w[i]) == 0;
-        }
-        for (size_t i = 0; i < workers; i++) /* a share no thread could take */
-            if (!w[i].started) prefault_work(&w[i]);
-        for (unsigned naps = 1; atomic_load(&finished) < workers; naps++) { /* 1 ms naps: a short wait ends soon */
-            struct timespec nap = {0, 1000000};
-            nanosleep(&nap, NULL);
-            if (progress && naps % PREFAULT_POLL_MS == 0 && !atomic_load(&stop) && progress(0, total, user))
-                atomic_store(&stop, true);
-        }
         for (size_t i = 0; i < workers; i++)
-            if (w[i].started) pthread_join(w[i].thread, NULL);
+            w[i] = (prefault_worker){ranges, k, share * i, i + 1 == workers ? bytes : share * (i + 1), &stop};
+        prefault_poll poll = {progress, total, user, &stop, 0};
+        ckpt__pool_run(&(ckpt__pool_batch){prefault_work, w, sizeof *w, workers, prefault_ask, &poll});
     }
     free(ranges);
     if (atomic_load(&stop)) return ckpt__fail(err, CKPT_E_CANCELLED, NULL, NULL, -1, "cancelled by the progress callback");

@@ -49,7 +49,7 @@ ckpt_status ckpt__catalog_encode(const ckpt_catalog *c, ckpt__buf *b, ckpt_error
     for (size_t f = 0; f < files; f++) {
         ckpt__put_str(b, ckpt_catalog_file_path(c, f));
         ckpt__put_u64(b, ckpt_catalog_file_size(c, f));
-        put_pairs(b, ckpt__catalog_file_meta(c, f));
+        put_pairs(b, ckpt__cat_file_metadata(c, f));
     }
     size_t meta = ckpt_catalog_metadata_count(c);
     ckpt__put_u32(b, (uint32_t)meta);

@@ -16,7 +16,6 @@
 #include <zlib.h>
 
 #include "base/wire.h"
-#include "formats/gguf.h"
 #include "formats/hf_config.h"
 #include "formats/json.h"
 #include "formats/output.h"
@@ -105,6 +104,19 @@ void ckpt_writer_options_init_sized(ckpt_writer_options *o, size_t size) {
     memset(o, 0, size);
     memcpy(o, &d, size < sizeof d ? size : sizeof d);
     o->size = size;
+}
+
+/* The destination rule (formats/output.h), asked with a caller's options. */
+ckpt_status ckpt_destination_resolve(const char *path, const ckpt_writer_options *options, ckpt_format *format,
+                                     int *directory, ckpt_error *err) {
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    if (options) CKPT__TAKE_OPTIONS(&o, options);
+    ckpt__destination d;
+    ckpt_status st = ckpt__output_destination(path, &o, &d, err);
+    if (format) *format = st ? (ckpt_format)0 : d.fmt->id;
+    if (directory) *directory = st ? 0 : d.directory;
+    return st;
 }
 
 /* ---- creating ----------------------------------------------------------------- */
@@ -639,7 +651,7 @@ static ckpt_status apply_metadata_json(ckpt_writer *w, ckpt_error *err) {
     if (!w->opt.metadata_json) return CKPT_OK;
     char **keys, **values, why[512] = "";
     size_t n;
-    ckpt_status st = ckpt__gguf_metadata_pairs(w->opt.metadata_json, &keys, &values, &n, why, sizeof why);
+    ckpt_status st = ckpt__output_metadata_pairs(w->fmt, w->opt.metadata_json, &keys, &values, &n, why, sizeof why);
     if (st == CKPT_E_NO_MEMORY) return ckpt__oom(err, w->path, NULL);
     if (st) return ckpt__fail(err, st, w->path, NULL, -1, "metadata to add: %s", why);
     for (size_t i = 0; i < n; i++) {
@@ -1305,10 +1317,6 @@ ckpt_status ckpt__writer_set_shared(ckpt_writer *w, ckpt_error *err) {
 }
 
 uint64_t ckpt__writer_tensor_offset(const ckpt_writer *w, size_t index) { return w->tensors[index].pub.offset; }
-
-uint64_t ckpt__writer_written(const ckpt_writer *w, size_t index) {
-    return __atomic_load_n(&w->tensors[index].written, __ATOMIC_ACQUIRE);
-}
 
 ckpt_status ckpt__writer_sync_joined(ckpt_writer *w, bool sync, ckpt_error *err) {
     ckpt_status st = CKPT_OK;

@@ -59,9 +59,6 @@ CKPT__HIDDEN ckpt_status ckpt__writer_set_shared(ckpt_writer *w, ckpt_error *err
 /* Where tensor `index`'s bytes begin in its file (after begin). */
 CKPT__HIDDEN uint64_t ckpt__writer_tensor_offset(const ckpt_writer *w, size_t index);
 
-/* Bytes received so far for tensor `index` (by this process). */
-CKPT__HIDDEN uint64_t ckpt__writer_written(const ckpt_writer *w, size_t index);
-
 /* A joined writer's end: fsyncs (with `sync`) and closes its files. */
 CKPT__HIDDEN ckpt_status ckpt__writer_sync_joined(ckpt_writer *w, bool sync, ckpt_error *err);
 /* A begun dry run (ckpt_writer_options.dry_run), as the JSON object that

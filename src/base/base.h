@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ckpt.h"
 #include "fault.h"
@@ -92,6 +93,39 @@ CKPT__HIDDEN bool ckpt__shape_numel(uint32_t ndim, const uint64_t *shape, uint64
  */
 CKPT__HIDDEN ckpt_status ckpt__tensor_size(ckpt_dtype dtype, uint32_t ndim, const uint64_t *shape, uint64_t *numel,
                                            uint64_t *nbytes);
+
+/* A float's bits, and the float of some bits. */
+static inline uint32_t ckpt__f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline float ckpt__f32_from(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* float16 and bfloat16 to and from float32, bit for bit as torch on CPU
+ * (dtype.c): what every cast kernel (transform/cast*.c) and ggml's block
+ * types (transform/quant.c) build on, and the reference for the SIMD
+ * kernels. */
+CKPT__HIDDEN float ckpt__f16_to_f32(uint16_t h);
+CKPT__HIDDEN uint16_t ckpt__f32_to_f16(float f);
+CKPT__HIDDEN float ckpt__bf16_to_f32(uint16_t b);
+CKPT__HIDDEN uint16_t ckpt__f32_to_bf16(float f);
+
+/* Reverses the bytes of each `unit`-byte element of p[0, n) (a big-endian
+ * file's numbers); units of 0 or 1 byte are left as they are. */
+static inline void ckpt__swap_units(unsigned char *p, uint64_t n, unsigned unit) {
+    if (unit < 2) return;
+    for (uint64_t i = 0; i + unit <= n; i += unit)
+        for (unsigned a = 0, z = unit - 1; a < z; a++, z--) {
+            unsigned char t = p[i + a];
+            p[i + a] = p[i + z];
+            p[i + z] = t;
+        }
+}
 
 /* ---- text ---------------------------------------------------------------- */
 

@@ -1,4 +1,5 @@
-/* dtype.c — the dtype table: safetensors names and bit widths. */
+/* dtype.c — the dtype table: safetensors names and bit widths; the
+ * float16 and bfloat16 scalar conversions. */
 #include <string.h>
 
 #include "base.h"
@@ -147,4 +148,38 @@ ckpt_status ckpt__dtype_nbytes(ckpt_dtype dtype, uint64_t numel, uint64_t *nbyte
     if (!bytes_of(&dtype_table[dtype], numel, nbytes, &partial)) return CKPT_E_SHAPE_OVERFLOW;
     if (partial) return dtype_table[dtype].bits ? CKPT_E_PARTIAL_BYTE : CKPT_E_GGUF_DIMS;
     return CKPT_OK;
+}
+
+/* ---- float16 / bfloat16 -------------------------------------------------- */
+
+/* As VCVTPH2PS: exact; a NaN keeps its sign and payload and becomes quiet. */
+float ckpt__f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
+    if (exp == 0x1F) return ckpt__f32_from(sign | 0x7F800000 | (mant ? 0x400000 | (mant << 13) : 0));
+    if (exp == 0) {
+        float v = (float)mant * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    return ckpt__f32_from(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+/* As VCVTPS2PH with round to nearest even (and torch on CPU). */
+uint16_t ckpt__f32_to_f16(float f) {
+    uint32_t x = ckpt__f32_bits(f), sign = (x >> 16) & 0x8000;
+    x &= 0x7FFFFFFF;
+    if (x > 0x7F800000) return (uint16_t)(sign | 0x7E00 | ((x >> 13) & 0x3FF));
+    if (x >= 0x477FF000) return (uint16_t)(sign | 0x7C00); /* 65520 and up round to infinity */
+    if (x >= 0x38800000) return (uint16_t)(sign | ((x - 0x38000000 + 0xFFF + ((x >> 13) & 1)) >> 13));
+    /* Subnormal or zero: adding 0.5 lines the f16 ulp up with the f32 ulp,
+     * so the FPU's own rounding is the rounding. */
+    uint32_t r = ckpt__f32_bits(ckpt__f32_from(x) + 0.5f) - 0x3F000000;
+    return (uint16_t)(sign | r);
+}
+
+float ckpt__bf16_to_f32(uint16_t b) { return ckpt__f32_from((uint32_t)b << 16); }
+
+uint16_t ckpt__f32_to_bf16(float f) {
+    uint32_t x = ckpt__f32_bits(f);
+    if ((x & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)((x >> 16) | 0x40); /* quiet, sign kept */
+    return (uint16_t)((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
 }

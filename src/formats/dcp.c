@@ -671,7 +671,7 @@ static ckpt_status add_tensor(reader *r, const tensor_meta *t) {
         ckpt__source *win;
         if ((st = ckpt__source_window(f->src, it->offset, it->length, &win, r->err))) break;
         ckpt__torch_file tf;
-        st = ckpt__torch_read_zip(win, ckpt__cat_global_allowed, r->c, r->arena, &tf, r->err);
+        st = ckpt__torch_read_zip(win, ckpt__torch_allow, r->c, r->arena, &tf, r->err);
         ckpt__source_close(win);
         if (st) {
             st = safetensors_blob(f->src, it->offset) ? safetensors_refused(r, f->src, it->offset)
@@ -748,7 +748,7 @@ static ckpt_status add_bytes(reader *r, const char *fqn, const item *it, const c
     ckpt__source *win;
     ckpt_status st = ckpt__source_window(f->src, it->offset, it->length, &win, r->err);
     if (st) return st;
-    ckpt__torch_options o = {.name_prefix = fqn, .allow = ckpt__cat_global_allowed, .allow_user = r->c};
+    ckpt__torch_options o = {.name_prefix = fqn, .allow = ckpt__torch_allow, .allow_user = r->c};
     ckpt__torch_file tf;
     st = ckpt__torch_read_zip_ex(win, r->arena, &o, &tf, r->err);
     ckpt__source_close(win);
@@ -1171,7 +1171,7 @@ static int dcp_probe(const unsigned char *head, size_t n, const char *name) {
     return CKPT__PROBE_NO;
 }
 
-const ckpt__format ckpt__format_dcp = {"dcp", dcp_probe, dcp_open};
+const ckpt__format ckpt__format_dcp = {"dcp", CKPT_FORMAT_DCP, dcp_probe, dcp_open};
 
 /* One rank's data file opened on its own: its first item looks like a
  * torch.save archive, but only .metadata says what the file holds. */
@@ -1190,4 +1190,4 @@ static ckpt_status distcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *e
     return st;
 }
 
-const ckpt__format ckpt__format_distcp = {"dcp-data", distcp_probe, distcp_open};
+const ckpt__format ckpt__format_distcp = {"dcp-data", CKPT_FORMAT_DCP, distcp_probe, distcp_open};

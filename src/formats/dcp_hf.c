@@ -278,4 +278,4 @@ static int hf_probe(const unsigned char *head, size_t n, const char *name) {
     return memmem(head, n, key, sizeof key - 1) ? CKPT__PROBE_MAGIC : CKPT__PROBE_NO;
 }
 
-const ckpt__format ckpt__format_dcp_hf = {"dcp-safetensors", hf_probe, hf_open};
+const ckpt__format ckpt__format_dcp_hf = {"dcp-safetensors", CKPT_FORMAT_DCP, hf_probe, hf_open};

@@ -29,7 +29,6 @@
 #include "../base/base.h"
 #include "../io/beneath.h"
 #include "../io/source.h"
-#include "pickle.h"
 
 /* Where one box of a tensor lies.  Arrays live as long as the catalog
  * (allocate them from ckpt__cat_arena). */
@@ -165,12 +164,28 @@ CKPT__HIDDEN ckpt_status ckpt__cat_set_index_path(ckpt_catalog *c, const char *p
  * transformers' save_pretrained writes it): a conversion's index will too. */
 CKPT__HIDDEN void ckpt__cat_set_index_counts_parameters(ckpt_catalog *c);
 
-/* Whether a pickle global is allowed: torch's weights-only allowlist
- * (CKPT__PK_ALLOW), or what the caller allowed with
- * ckpt_catalog_options.allowed_globals (CKPT__PK_ALLOW_STATE). */
-CKPT__HIDDEN ckpt__pk_allowed ckpt__cat_global_allowed(const char *module, const char *name, void *catalog);
-/* Whether `module.name` is allowed only because the caller asked for it. */
-CKPT__HIDDEN bool ckpt__cat_global_extra(const ckpt_catalog *c, const char *module, const char *name);
+/* The globals ("module.name", sorted) the caller allowed beyond a format's
+ * own allowlist (ckpt_catalog_options.allowed_globals; torch.h). */
+CKPT__HIDDEN const char *const *ckpt__cat_allowed_globals(const ckpt_catalog *c, size_t *count);
+
+/* A data file's own metadata pairs. */
+CKPT__HIDDEN const ckpt__pairs *ckpt__cat_file_metadata(const ckpt_catalog *c, size_t file);
+
+/* What ckpt_verify is to check beyond the declared CRC-32s, as the formats'
+ * verify hooks find it: tensors to hash, each with the XXH3-64 its file
+ * records (ckpt__file_checks_add), and header digests already matched. */
+typedef struct ckpt__digest {
+    const ckpt_tensor_info *tensor;
+    uint64_t xxh3;
+} ckpt__digest;
+typedef struct ckpt__file_checks {
+    ckpt__buf digests; /* ckpt__digest */
+    size_t headers;
+} ckpt__file_checks;
+static inline bool ckpt__file_checks_add(ckpt__file_checks *c, const ckpt_tensor_info *t, uint64_t xxh3) {
+    ckpt__buf_append(&c->digests, (const char *)&(ckpt__digest){t, xxh3}, sizeof(ckpt__digest));
+    return !c->digests.failed;
+}
 
 /* ---- a format ------------------------------------------------------------- */
 
@@ -178,6 +193,7 @@ enum { CKPT__PROBE_NO = 0, CKPT__PROBE_FALLBACK = 1, CKPT__PROBE_NAME = 2, CKPT_
 
 typedef struct ckpt__format {
     const char *name;
+    ckpt_format id; /* 0: as its file's name says (an index: the shards' format; ckpt__format_id) */
     /* How sure the format is that the file `name` starting with
      * head[0, n) is its own: CKPT__PROBE_*.  The highest wins; ties go to
      * the registry's order. */
@@ -185,12 +201,27 @@ typedef struct ckpt__format {
     /* Reads `src` (named src->name) into the catalog.  Owns `src`: adopts
      * it as a data file (ckpt__cat_add_source) or closes it. */
     ckpt_status (*open)(ckpt_catalog *c, ckpt__source *src, ckpt_error *err);
+    /* Whether `name`, one of several files with this format's suffix in a
+     * directory, is the first of a set that it stands for (gguf-split's
+     * -00001-of-N part); NULL: no file stands for others. */
+    bool (*first_of_set)(const char *name);
+    /* ckpt_verify: the checks file `file` records of itself beyond the
+     * CRC-32s declared at open (safetensors: ckpt's XXH3-64 digests): those
+     * it can make at once (a header's digest, counted in checks->headers),
+     * and the tensors to hash with the digests recorded
+     * (ckpt__file_checks_add).  Every file is offered to every hook: a hook
+     * takes the files that carry its records.  NULL: none. */
+    ckpt_status (*verify)(const ckpt_catalog *c, uint32_t file, ckpt__file_checks *checks, ckpt_error *err);
 } ckpt__format;
 
 /* The registry (registry.c): every format, and the file names that stand
  * for a checkpoint in a directory. */
 CKPT__HIDDEN const ckpt__format *ckpt__format_probe(const unsigned char *head, size_t n, const char *name,
                                                     int *score);
+
+/* Every format's verify hook on file `file` of a catalog. */
+CKPT__HIDDEN ckpt_status ckpt__format_verify(const ckpt_catalog *c, uint32_t file, ckpt__file_checks *checks,
+                                             ckpt_error *err);
 
 /* The public id of a format the probe chose for `path` (an index of
  * shards: the shards' format, as the index's name says). */

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "../io/file.h"
-#include "../transform/swap.h"
 #include "format.h"
 #include "json.h"
 
@@ -727,7 +726,12 @@ static int gguf_probe(const unsigned char *head, size_t n, const char *name) {
     return k > 5 && strcmp(name + k - 5, ".gguf") == 0 ? CKPT__PROBE_NAME : CKPT__PROBE_NO;
 }
 
-const ckpt__format ckpt__format_gguf = {"gguf", gguf_probe, gguf_open};
+/* gguf-split's first part stands for its set in a directory. */
+static bool gguf_first_of_set(const char *name) {
+    return ckpt__gguf_is_split_name(name) && strncmp(name + strlen(name) - 20, "-00001-of-", 10) == 0;
+}
+
+const ckpt__format ckpt__format_gguf = {"gguf", CKPT_FORMAT_GGUF, gguf_probe, gguf_open, gguf_first_of_set};
 
 /* ---- names of split parts ---------------------------------------------------- */
 

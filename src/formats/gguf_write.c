@@ -672,4 +672,5 @@ const ckpt__output_format ckpt__output_gguf = {
     .dedup = false,
     .accepts = gguf_accepts,
     .own_metadata_only = true,
+    .metadata_pairs = ckpt__gguf_metadata_pairs,
 };

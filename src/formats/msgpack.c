@@ -1002,7 +1002,7 @@ static ckpt_status msgpack_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *
     return st;
 }
 
-const ckpt__format ckpt__format_flax_msgpack = {"flax-msgpack", msgpack_probe, msgpack_open};
+const ckpt__format ckpt__format_flax_msgpack = {"flax-msgpack", CKPT_FORMAT_FLAX_MSGPACK, msgpack_probe, msgpack_open};
 
 /* ---- writing ----------------------------------------------------------------------- */
 

@@ -475,7 +475,7 @@ static ckpt_status npy_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
     return CKPT_OK;
 }
 
-const ckpt__format ckpt__format_npy = {"npy", npy_probe, npy_open};
+const ckpt__format ckpt__format_npy = {"npy", CKPT_FORMAT_NPY, npy_probe, npy_open};
 
 /* ---- the output format: one array, as np.save writes it --------------------- */
 

@@ -116,7 +116,7 @@ static ckpt_status npz_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
     return st;
 }
 
-const ckpt__format ckpt__format_npz = {"npz", npz_probe, npz_open};
+const ckpt__format ckpt__format_npz = {"npz", CKPT_FORMAT_NPZ, npz_probe, npz_open};
 
 /* ---- writing ------------------------------------------------------------------- */
 

@@ -108,6 +108,13 @@ typedef struct ckpt__output_format {
      * when the caller asks (ckpt_writer_options.source_metadata); false:
      * from any source. */
     bool own_metadata_only;
+    /* Writer option metadata_json's entries as this format stores them:
+     * keys and value texts (malloc'ed arrays and strings, the caller frees
+     * each); a failure's reason in `why`.  NULL: as GGUF's types them
+     * (ckpt__output_metadata_pairs) — ckpt.h's typed values, which other
+     * formats then store as text. */
+    ckpt_status (*metadata_pairs)(const char *json_text, char ***keys, char ***values, size_t *count, char *why,
+                                  size_t why_len);
 } ckpt__output_format;
 
 /* ---- what an output format may ask of the writer --------------------------- */
@@ -179,6 +186,11 @@ CKPT__HIDDEN extern const ckpt__output_format ckpt__output_flax_msgpack; /* msgp
 CKPT__HIDDEN extern const ckpt__output_format ckpt__output_dcp;         /* dcp_output.c */
 CKPT__HIDDEN extern const ckpt__output_format ckpt__output_torch;       /* torch_write.c */
 CKPT__HIDDEN extern const ckpt__output_format ckpt__output_npy;         /* npy.c */
+
+/* metadata_json's entries for output format f: its metadata_pairs, else
+ * GGUF's (registry.c). */
+CKPT__HIDDEN ckpt_status ckpt__output_metadata_pairs(const ckpt__output_format *f, const char *json_text, char ***keys,
+                                                     char ***values, size_t *count, char *why, size_t why_len);
 
 /* The output format for an id (registry.c); NULL when ckpt cannot write it. */
 CKPT__HIDDEN const ckpt__output_format *ckpt__output_format_for(ckpt_format id);

@@ -14,7 +14,6 @@
 #include "../io/file.h"
 #include "dcp.h"
 #include "format.h"
-#include "gguf.h"
 #include "output.h"
 
 static const ckpt__format *const formats[] = {
@@ -38,25 +37,25 @@ static const ckpt__format *const formats[] = {
  * format that writes it (writer_formats below say whether one does). */
 static const struct format_text {
     ckpt_format id;
-    const char *title, *line;
+    const char *name, *title, *line; /* name: ckpt_format_name's */
     ckpt_format written_as;
 } format_texts[] = {
-#define FORMAT(id, title, files, written_as) {id, title, title ": " files, written_as}
-    FORMAT(CKPT_FORMAT_SAFETENSORS, "safetensors", "a .safetensors file", CKPT_FORMAT_SAFETENSORS),
-    FORMAT(CKPT_FORMAT_SAFETENSORS_SHARDED, "sharded safetensors", "a *.safetensors.index.json and its shards",
-           CKPT_FORMAT_SAFETENSORS),
-    FORMAT(CKPT_FORMAT_TORCH, "torch.save files (.bin, .pt, .pth)",
+#define FORMAT(id, name, title, files, written_as) {id, name, title, title ": " files, written_as}
+    FORMAT(CKPT_FORMAT_SAFETENSORS, "safetensors", "safetensors", "a .safetensors file", CKPT_FORMAT_SAFETENSORS),
+    FORMAT(CKPT_FORMAT_SAFETENSORS_SHARDED, "safetensors-sharded", "sharded safetensors",
+           "a *.safetensors.index.json and its shards", CKPT_FORMAT_SAFETENSORS),
+    FORMAT(CKPT_FORMAT_TORCH, "torch", "torch.save files (.bin, .pt, .pth)",
            "zip, legacy (before torch 1.6) and re-zipped (DEFLATE) archives, read without executing the pickle",
            CKPT_FORMAT_TORCH),
-    FORMAT(CKPT_FORMAT_TORCH_SHARDED, "sharded torch files", "a pytorch_model.bin.index.json and its shards",
-           CKPT_FORMAT_TORCH_SHARDED),
-    FORMAT(CKPT_FORMAT_GGUF, "GGUF", "a .gguf file, or the first of gguf-split's *-00001-of-0000N.gguf",
+    FORMAT(CKPT_FORMAT_TORCH_SHARDED, "torch-sharded", "sharded torch files",
+           "a pytorch_model.bin.index.json and its shards", CKPT_FORMAT_TORCH_SHARDED),
+    FORMAT(CKPT_FORMAT_GGUF, "gguf", "GGUF", "a .gguf file, or the first of gguf-split's *-00001-of-0000N.gguf",
            CKPT_FORMAT_GGUF),
-    FORMAT(CKPT_FORMAT_NPY, "NumPy .npy", "a .npy file, one array", CKPT_FORMAT_NPY),
-    FORMAT(CKPT_FORMAT_NPZ, "NumPy .npz", "a .npz archive of arrays (stored or compressed)", CKPT_FORMAT_NPZ),
-    FORMAT(CKPT_FORMAT_FLAX_MSGPACK, "Flax msgpack", "a flax_model.msgpack (flax.serialization), or its index",
-           CKPT_FORMAT_FLAX_MSGPACK),
-    FORMAT(CKPT_FORMAT_DCP, "torch.distributed.checkpoint", "a directory with .metadata and *.distcp",
+    FORMAT(CKPT_FORMAT_NPY, "npy", "NumPy .npy", "a .npy file, one array", CKPT_FORMAT_NPY),
+    FORMAT(CKPT_FORMAT_NPZ, "npz", "NumPy .npz", "a .npz archive of arrays (stored or compressed)", CKPT_FORMAT_NPZ),
+    FORMAT(CKPT_FORMAT_FLAX_MSGPACK, "flax-msgpack", "Flax msgpack",
+           "a flax_model.msgpack (flax.serialization), or its index", CKPT_FORMAT_FLAX_MSGPACK),
+    FORMAT(CKPT_FORMAT_DCP, "dcp", "torch.distributed.checkpoint", "a directory with .metadata and *.distcp",
            CKPT_FORMAT_DCP),
 #undef FORMAT
 };
@@ -91,22 +90,19 @@ const ckpt__format *ckpt__format_probe(const unsigned char *head, size_t n, cons
     return best;
 }
 
+ckpt_status ckpt__format_verify(const ckpt_catalog *c, uint32_t file, ckpt__file_checks *checks, ckpt_error *err) {
+    ckpt_status st = CKPT_OK;
+    for (size_t i = 0; st == CKPT_OK && i < sizeof formats / sizeof formats[0]; i++)
+        if (formats[i]->verify) st = formats[i]->verify(c, file, checks, err);
+    return st;
+}
+
 ckpt_format ckpt__format_id(const ckpt__format *f, const char *path) {
-    static const struct { const ckpt__format *format; ckpt_format id; } ids[] = {
-        {&ckpt__format_distcp, CKPT_FORMAT_DCP},       {&ckpt__format_dcp, CKPT_FORMAT_DCP},
-        {&ckpt__format_dcp_hf, CKPT_FORMAT_DCP},       {&ckpt__format_npz, CKPT_FORMAT_NPZ},
-        {&ckpt__format_torch_zip, CKPT_FORMAT_TORCH},  {&ckpt__format_torch_legacy, CKPT_FORMAT_TORCH},
-        {&ckpt__format_torch_tar, CKPT_FORMAT_TORCH},  {&ckpt__format_gguf, CKPT_FORMAT_GGUF},
-        {&ckpt__format_npy, CKPT_FORMAT_NPY},          {&ckpt__format_flax_msgpack, CKPT_FORMAT_FLAX_MSGPACK},
-        {&ckpt__format_safetensors, CKPT_FORMAT_SAFETENSORS},
-    };
-    if (f == &ckpt__format_index) /* the shards' format, as their index is usually named */
-        return strstr(path, ".msgpack.index.") ? CKPT_FORMAT_FLAX_MSGPACK
-               : strstr(path, ".safetensors.index.") ? CKPT_FORMAT_SAFETENSORS_SHARDED
-                                                      : CKPT_FORMAT_TORCH_SHARDED;
-    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
-        if (ids[i].format == f) return ids[i].id;
-    return (ckpt_format)0;
+    if (f->id || f != &ckpt__format_index) return f->id;
+    /* An index: the shards' format, as their index is usually named. */
+    return strstr(path, ".msgpack.index.") ? CKPT_FORMAT_FLAX_MSGPACK
+           : strstr(path, ".safetensors.index.") ? CKPT_FORMAT_SAFETENSORS_SHARDED
+                                                  : CKPT_FORMAT_TORCH_SHARDED;
 }
 
 /* ---- files that no format claims ------------------------------------------ */
@@ -229,9 +225,17 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
+/* Whether a format says `name` stands for a set of files (ckpt__format's
+ * first_of_set). */
+static bool first_of_set(const char *name) {
+    for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+        if (formats[i]->first_of_set && formats[i]->first_of_set(name)) return true;
+    return false;
+}
+
 /* The one file of `names` matching dir_names' "*suffix" (or, with `glob`,
  * "@glob": the first of those matching) into *match (malloc'ed); NULL when
- * none does.  gguf-split parts: the first one stands for them all.  More
+ * none does.  A set's first file (gguf-split's parts) stands for it.  More
  * than one match is CKPT_E_UNKNOWN_FORMAT. */
 static ckpt_status match_listed(const char *dir, char *const *names, size_t count, const char *want, char **match,
                                 ckpt_error *err) {
@@ -243,9 +247,7 @@ static ckpt_status match_listed(const char *dir, char *const *names, size_t coun
         const char *name = names[i];
         if (glob ? fnmatch(suffix, name, 0) != 0 : !ends_with(name, suffix)) continue;
         if (!matches++) one = name;
-        if (!glob && strcmp(suffix, ".gguf") == 0 && ckpt__gguf_is_split_name(name) &&
-            strstr(name + strlen(name) - 20, "-00001-of-") && !first_parts++)
-            first_part = name;
+        if (!glob && first_of_set(name) && !first_parts++) first_part = name;
     }
     if (matches > 1 && first_parts == 1) one = first_part, matches = 1;
     *match = NULL;
@@ -303,18 +305,8 @@ ckpt_status ckpt__format_find_in_dir(const char *dir, const ckpt__source_options
 }
 
 const char *ckpt_format_name(ckpt_format format) {
-    switch (format) {
-    case CKPT_FORMAT_SAFETENSORS: return "safetensors";
-    case CKPT_FORMAT_SAFETENSORS_SHARDED: return "safetensors-sharded";
-    case CKPT_FORMAT_TORCH: return "torch";
-    case CKPT_FORMAT_TORCH_SHARDED: return "torch-sharded";
-    case CKPT_FORMAT_GGUF: return "gguf";
-    case CKPT_FORMAT_NPY: return "npy";
-    case CKPT_FORMAT_NPZ: return "npz";
-    case CKPT_FORMAT_FLAX_MSGPACK: return "flax-msgpack";
-    case CKPT_FORMAT_DCP: return "dcp";
-    }
-    return NULL;
+    const struct format_text *t = format_text(format);
+    return t ? t->name : NULL;
 }
 
 /* The formats ckpt writes, in the order the messages list them. */
@@ -333,6 +325,11 @@ const ckpt__output_format *ckpt__output_format_for(ckpt_format id) {
     for (size_t i = 0; i < WRITER_COUNT; i++)
         if (writer_formats[i]->id == id) return writer_formats[i];
     return NULL;
+}
+
+ckpt_status ckpt__output_metadata_pairs(const ckpt__output_format *f, const char *json_text, char ***keys,
+                                        char ***values, size_t *count, char *why, size_t why_len) {
+    return (f->metadata_pairs ? f : &ckpt__output_gguf)->metadata_pairs(json_text, keys, values, count, why, why_len);
 }
 
 bool ckpt__output_owns_any(const char *name) {
@@ -515,16 +512,4 @@ ckpt_format ckpt_format_from_name(const char *name) {
     for (int id = 1; name && ckpt_format_name((ckpt_format)id); id++)
         if (!strcasecmp(name, ckpt_format_name((ckpt_format)id))) return (ckpt_format)id;
     return (ckpt_format)0;
-}
-
-ckpt_status ckpt_destination_resolve(const char *path, const ckpt_writer_options *options, ckpt_format *format,
-                                     int *directory, ckpt_error *err) {
-    ckpt_writer_options o;
-    ckpt_writer_options_init(&o);
-    if (options) CKPT__TAKE_OPTIONS(&o, options);
-    ckpt__destination d;
-    ckpt_status st = ckpt__output_destination(path, &o, &d, err);
-    if (format) *format = st ? (ckpt_format)0 : d.fmt->id;
-    if (directory) *directory = st ? 0 : d.directory;
-    return st;
 }

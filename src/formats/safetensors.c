@@ -398,7 +398,138 @@ static ckpt_status st_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) 
     return st;
 }
 
-const ckpt__format ckpt__format_safetensors = {"safetensors", st_probe, st_open};
+/* ---- ckpt's XXH3-64 digests, checked by ckpt_verify ------------------------ */
+
+static bool parse_hex64(const char *s, size_t len, uint64_t *out) {
+    if (len != 16) return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < 16; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return false;
+        v = v << 4 | (uint64_t)d;
+    }
+    *out = v;
+    return true;
+}
+
+/* The header check: the header as written hashed with the map in its
+ * placeholder form (every digest zero), as the writer hashed it. */
+static ckpt_status verify_header(const ckpt_catalog *cat, uint32_t file, const char *map, const ckpt__json_doc *doc,
+                                 uint64_t want, ckpt_error *err) {
+    const char *path = ckpt_catalog_file_path(cat, file);
+    ckpt__buf placeholder = {0}, actual = {0}, zeros = {0};
+    ckpt__buf_puts(&placeholder, "{");
+    size_t i = 1;
+    for (uint32_t k = 0; k < doc->nodes[0].count; k++) {
+        const ckpt__json_node *key = &doc->nodes[i];
+        if (k) ckpt__buf_puts(&placeholder, ",");
+        ckpt__buf_json_string(&placeholder, key->str);
+        ckpt__buf_puts(&placeholder, ":\"0000000000000000\"");
+        i = doc->nodes[key->end].end;
+    }
+    ckpt__buf_puts(&placeholder, "}");
+    ckpt__buf_json_string(&actual, map);
+    ckpt__buf_json_string(&zeros, placeholder.data ? placeholder.data : "");
+    ckpt__source *src = ckpt__cat_source(cat, file);
+    unsigned char prefix[8];
+    uint64_t n = 0;
+    char *header = NULL;
+    ckpt_status st = placeholder.failed || actual.failed || zeros.failed
+                         ? ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory")
+                         : ckpt__source_read(src, prefix, 8, 0, err);
+    if (st == CKPT_OK) {
+        for (int b = 7; b >= 0; b--) n = n << 8 | prefix[b];
+        header = ckpt__malloc((size_t)n + 8);
+        st = header ? ckpt__source_read(src, header, n + 8, 0, err)
+                    : ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+    }
+    if (st == CKPT_OK) {
+        char *at = actual.len == zeros.len ? memmem(header, (size_t)n + 8, actual.data, actual.len) : NULL;
+        if (!at) {
+            st = ckpt__fail(err, CKPT_E_CHECKSUM, path, NULL, 8, "the checksum map does not match the header's layout");
+        } else {
+            memcpy(at, zeros.data, zeros.len);
+            uint64_t got = XXH3_64bits(header, (size_t)n + 8);
+            if (got != want)
+                st = ckpt__fail(err, CKPT_E_CHECKSUM, path, NULL, 8,
+                                "header checksum is %016llx, the file records %016llx: the header changed",
+                                (unsigned long long)got, (unsigned long long)want);
+        }
+    }
+    free(header);
+    free(placeholder.data);
+    free(actual.data);
+    free(zeros.data);
+    return st;
+}
+
+/* Checks the tensors named in one file's checksum map. */
+static ckpt_status verify_map(const ckpt_catalog *cat, uint32_t file, const char *map, ckpt__file_checks *todo,
+                              ckpt_error *err) {
+    const char *path = ckpt_catalog_file_path(cat, file);
+    size_t len = strlen(map);
+    char *text = ckpt__malloc(len + 1);
+    if (!text) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+    memcpy(text, map, len + 1);
+    ckpt__json_doc doc;
+    size_t at;
+    const char *why;
+    ckpt_status st = ckpt__json_parse(text, len, &doc, &at, &why);
+    if (st || doc.nodes[0].kind != CKPT__JSON_OBJECT) {
+        if (st == CKPT_OK) ckpt__json_free(&doc);
+        free(text);
+        return ckpt__fail(err, CKPT_E_CHECKSUM, path, NULL, -1, "%s is not a JSON object of checksums",
+                          CKPT_CHECKSUM_METADATA_KEY);
+    }
+    size_t i = 1;
+    for (uint32_t k = 0; k < doc.nodes[0].count && st == CKPT_OK; k++) {
+        const ckpt__json_node *key = &doc.nodes[i], *val = &doc.nodes[key->end];
+        uint64_t want = 0;
+        const ckpt_tensor_info *t = ckpt_catalog_find(cat, key->str);
+        if (val->kind != CKPT__JSON_STRING || !parse_hex64(val->str, val->len, &want))
+            st = ckpt__fail(err, CKPT_E_CHECKSUM, path, key->str, -1, "checksum is not 16 hex digits");
+        else if (!strcmp(key->str, "__metadata__") && (st = verify_header(cat, file, map, &doc, want, err)) == CKPT_OK)
+            todo->headers++;
+        else if (!t || t->file != file)
+            st = ckpt__fail(err, CKPT_E_INDEX_MISMATCH, path, key->str, -1,
+                            "the checksum map names a tensor this file does not hold");
+        else if (!ckpt__file_checks_add(todo, t, want))
+            st = ckpt__oom(err, path, NULL);
+        i = val->end;
+    }
+    ckpt__json_free(&doc);
+    free(text);
+    return st;
+}
+
+/* A key one byte away from the checksum key is a damaged checksum key, not
+ * a file without checksums. */
+static ckpt_status check_key_intact(const ckpt_catalog *cat, uint32_t file, ckpt_error *err) {
+    const ckpt__pairs *meta = ckpt__cat_file_metadata(cat, file);
+    const char *want = CKPT_CHECKSUM_METADATA_KEY;
+    size_t n = strlen(want);
+    for (size_t i = 0; i < meta->count; i++) {
+        const char *k = meta->keys[i];
+        if (strlen(k) != n) continue;
+        size_t diff = 0;
+        for (size_t j = 0; j < n; j++) diff += k[j] != want[j];
+        if (diff == 1)
+            return ckpt__fail(err, CKPT_E_CHECKSUM, ckpt_catalog_file_path(cat, file), NULL, -1,
+                              "metadata key '%s' looks like a damaged '%s'", k, want);
+    }
+    return CKPT_OK;
+}
+
+/* The digests a file records under CKPT_CHECKSUM_METADATA_KEY (the
+ * writer's checksums option): the header's checked here, the tensors' given
+ * to ckpt_verify to hash. */
+static ckpt_status st_verify(const ckpt_catalog *cat, uint32_t file, ckpt__file_checks *todo, ckpt_error *err) {
+    const char *map = ckpt_catalog_file_metadata(cat, file, CKPT_CHECKSUM_METADATA_KEY);
+    return map ? verify_map(cat, file, map, todo, err) : check_key_intact(cat, file, err);
+}
+
+const ckpt__format ckpt__format_safetensors = {"safetensors", CKPT_FORMAT_SAFETENSORS, st_probe, st_open, NULL, st_verify};
 
 /* ---- the output format: one file, or Hugging Face shards and an index ---- */
 

@@ -348,4 +348,4 @@ static ckpt_status index_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *er
     return st;
 }
 
-const ckpt__format ckpt__format_index = {"index", index_probe, index_open};
+const ckpt__format ckpt__format_index = {"index", 0, index_probe, index_open};

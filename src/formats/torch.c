@@ -22,17 +22,19 @@ enum {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
-bool ckpt__torch_allowed_global(const char *module, const char *name) {
+/* Whether "module.name" is in a sorted list of them. */
+static bool listed(const char *const *list, size_t count, const char *module, const char *name) {
     char full[512];
-    if ((size_t)snprintf(full, sizeof full, "%s.%s", module, name) >= sizeof full) return false;
     const char *key = full;
-    return bsearch(&key, torch_allowed, sizeof torch_allowed / sizeof torch_allowed[0], sizeof torch_allowed[0],
-                   cmp_str) != NULL;
+    return (size_t)snprintf(full, sizeof full, "%s.%s", module, name) < sizeof full &&
+           bsearch(&key, list, count, sizeof *list, cmp_str) != NULL;
 }
 
-ckpt__pk_allowed ckpt__torch_allow(const char *module, const char *name, void *user) {
-    (void)user;
-    return ckpt__torch_allowed_global(module, name) ? CKPT__PK_ALLOW : CKPT__PK_DENY;
+ckpt__pk_allowed ckpt__torch_allow(const char *module, const char *name, void *catalog) {
+    size_t extra = 0;
+    const char *const *allowed = catalog ? ckpt__cat_allowed_globals(catalog, &extra) : NULL;
+    if (listed(torch_allowed, sizeof torch_allowed / sizeof torch_allowed[0], module, name)) return CKPT__PK_ALLOW;
+    return extra && listed(allowed, extra, module, name) ? CKPT__PK_ALLOW_STATE : CKPT__PK_DENY;
 }
 
 /* ---- dtypes ------------------------------------------------------------- */
@@ -798,8 +800,8 @@ static ckpt_status open_torch(ckpt_catalog *c, ckpt__source *src, bool legacy, c
     ckpt_status st = ckpt__cat_add_source(c, src, &file, err);
     if (st) return st;
     ckpt__torch_file tf;
-    st = legacy ? ckpt__torch_read_legacy(src, ckpt__cat_global_allowed, c, ckpt__cat_arena(c), &tf, err)
-                : ckpt__torch_read_zip(src, ckpt__cat_global_allowed, c, ckpt__cat_arena(c), &tf, err);
+    st = legacy ? ckpt__torch_read_legacy(src, ckpt__torch_allow, c, ckpt__cat_arena(c), &tf, err)
+                : ckpt__torch_read_zip(src, ckpt__torch_allow, c, ckpt__cat_arena(c), &tf, err);
     if (st) return st;
     st = add_to_catalog(c, file, &tf, err);
     ckpt__torch_file_free(&tf);
@@ -839,6 +841,6 @@ static ckpt_status tar_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
     return st;
 }
 
-const ckpt__format ckpt__format_torch_zip = {"torch", zip_probe, zip_open};
-const ckpt__format ckpt__format_torch_legacy = {"torch-legacy", legacy_probe, legacy_open};
-const ckpt__format ckpt__format_torch_tar = {"torch-tar", tar_probe, tar_open};
+const ckpt__format ckpt__format_torch_zip = {"torch", CKPT_FORMAT_TORCH, zip_probe, zip_open};
+const ckpt__format ckpt__format_torch_legacy = {"torch-legacy", CKPT_FORMAT_TORCH, legacy_probe, legacy_open};
+const ckpt__format ckpt__format_torch_tar = {"torch-tar", CKPT_FORMAT_TORCH, tar_probe, tar_open};

@@ -51,10 +51,11 @@ typedef struct ckpt__torch_file {
     ckpt__recorded_crc *crcs;
 } ckpt__torch_file;
 
-/* Is `name` a global that torch's weights-only unpickler allows? */
-CKPT__HIDDEN bool ckpt__torch_allowed_global(const char *module, const char *name);
-/* The same, as the unpickler's judge (user unused). */
-CKPT__HIDDEN ckpt__pk_allowed ckpt__torch_allow(const char *module, const char *name, void *user);
+/* The unpickler's judge for a catalog's torch pickles: torch's allowlist
+ * (CKPT__PK_ALLOW), or what the caller allowed with
+ * ckpt_catalog_options.allowed_globals (CKPT__PK_ALLOW_STATE: objects are
+ * only rebuilt from their state); `catalog` NULL: torch's allowlist alone. */
+CKPT__HIDDEN ckpt__pk_allowed ckpt__torch_allow(const char *module, const char *name, void *catalog);
 
 /* Reads a torch.save zip archive. */
 /* `allow` (NULL: torch's allowlist) judges the pickle's globals. */

@@ -407,7 +407,6 @@ void ckpt__beneath_close(ckpt__beneath *b) {
     free(b);
 }
 
-const char *ckpt__beneath_path(const ckpt__beneath *b) { return b->path; }
 
 /* The part of `name` below the directory (pointing into `name`; "" for the
  * directory itself).  A name elsewhere, or with a ".." component, is

@@ -48,8 +48,6 @@ CKPT__HIDDEN ckpt_status ckpt__beneath_open_root(const char *dir, ckpt__beneath 
 /* Closes it; accepts NULL. */
 CKPT__HIDDEN void ckpt__beneath_close(ckpt__beneath *b);
 
-/* The directory as it was named. */
-CKPT__HIDDEN const char *ckpt__beneath_path(const ckpt__beneath *b);
 
 /* Opens the regular file `name` (inside the directory, see above) for
  * reading: its descriptor (O_RDONLY | O_NONBLOCK | O_CLOEXEC) and size.

@@ -132,36 +132,6 @@ ckpt_status ckpt__copy_range(int src_fd, uint64_t src_offset, const char *src_pa
     return CKPT_OK;
 }
 
-ckpt_status ckpt__read_small_file(const char *path, uint64_t limit, ckpt_status too_large_status,
-                                  char **data, uint64_t *size, ckpt_error *err) {
-    int fd = -1;
-    uint64_t n = 0;
-    ckpt_status st = ckpt__file_open_read(path, &fd, &n, err);
-    if (st) return st;
-    if (n > limit) {
-        close(fd);
-        return ckpt__fail(err, too_large_status, path, NULL, -1,
-                          "file is %llu bytes, more than the %llu allowed", (unsigned long long)n,
-                          (unsigned long long)limit);
-    }
-    char *buf = ckpt__malloc((size_t)n + 1);
-    if (!buf) {
-        close(fd);
-        return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "cannot allocate %llu bytes",
-                          (unsigned long long)n);
-    }
-    st = ckpt__pread_full(fd, buf, n, 0, path, err);
-    close(fd);
-    if (st) {
-        free(buf);
-        return st;
-    }
-    buf[n] = '\0';
-    *data = buf;
-    *size = n;
-    return CKPT_OK;
-}
-
 char *ckpt__path_join(const char *dir, const char *name) {
     size_t a = strlen(dir), b = strlen(name);
     char *p = ckpt__malloc(a + b + 2);
@@ -384,18 +354,6 @@ ckpt_status ckpt__reserve(int fd, uint64_t size, const char *path, ckpt_error *e
     if (fallocate(fd, 0, 0, (off_t)size) == 0) return CKPT_OK;
     if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL) return CKPT_OK;
     return ckpt__fail_errno(err, errno, path, -1, "cannot reserve %llu bytes", (unsigned long long)size);
-}
-
-ckpt_status ckpt__fsync_parent(const char *path, ckpt_error *err) {
-    char *dir = ckpt__path_dirname(path);
-    if (!dir) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
-    int fd = ckpt__io_open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    ckpt_status st = CKPT_OK;
-    if (fd < 0 || (ckpt__io_fsync(fd) != 0 && errno != EINVAL && errno != EROFS))
-        st = ckpt__fail_errno(err, errno, dir, -1, "cannot sync directory");
-    if (fd >= 0) close(fd);
-    free(dir);
-    return st;
 }
 
 char *ckpt__path_normalize(const char *path) {

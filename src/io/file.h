@@ -48,12 +48,6 @@ CKPT__HIDDEN ckpt_status ckpt__copy_range(int src_fd, uint64_t src_offset, const
                                           uint64_t n, ckpt__copy_tick tick, void *user,
                                           ckpt_error *err);
 
-/* Reads a whole (small) file into a malloc'ed, NUL-terminated buffer;
- * larger than `limit` bytes gives `too_large_status`. */
-CKPT__HIDDEN ckpt_status ckpt__read_small_file(const char *path, uint64_t limit,
-                                               ckpt_status too_large_status, char **data,
-                                               uint64_t *size, ckpt_error *err);
-
 /*
  * Creates a temporary file beside `final_path`, named
  * "<dir>/.<base>.ckpt-tmp-<pid>-<n>", exclusively, mode 0666 & ~umask.
@@ -99,8 +93,6 @@ CKPT__HIDDEN void ckpt__remove_flat_dir(const char *dir);
  * than mid-write; a file system without the feature is not an error. */
 CKPT__HIDDEN ckpt_status ckpt__reserve(int fd, uint64_t size, const char *path, ckpt_error *err);
 
-/* fsyncs the directory holding `path` (so a rename in it is durable). */
-CKPT__HIDDEN ckpt_status ckpt__fsync_parent(const char *path, ckpt_error *err);
 
 /* `path` with repeated and trailing slashes removed ("out//x/" → "out/x";
  * "/" stays), as a malloc'ed string. */

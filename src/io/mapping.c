@@ -2,13 +2,14 @@
 #include "mapping.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include "../base/pool.h"
 
 struct ckpt_mapping {
     ckpt__source *src; /* while it is created: a mapping outlives its source */
@@ -38,7 +39,7 @@ typedef struct prefetch_job {
 /* One WILLNEED call per readahead window; the calls block once the device
  * queue is full, hence a thread of their own, with a descriptor of their
  * own (the mapping may go away meanwhile). */
-static void *prefetch_worker(void *arg) {
+static void prefetch_worker(void *arg) {
     prefetch_job *job = arg;
     const uint64_t step = 8u << 20;
     for (size_t i = 0; i < job->count; i++) {
@@ -49,7 +50,6 @@ static void *prefetch_worker(void *arg) {
     }
     close(job->fd);
     free(job);
-    return NULL;
 }
 
 static int by_offset(const void *a, const void *b) {
@@ -105,15 +105,7 @@ static bool start_prefetch_job(ckpt__mapping *m, ckpt__source *src, const ckpt__
     job->fd = fd;
     job->count = n;
     memcpy(job->ranges, ranges, n * sizeof *ranges);
-    pthread_attr_t attr;
-    pthread_t tid;
-    int rc = pthread_attr_init(&attr);
-    if (rc == 0) {
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        rc = pthread_create(&tid, &attr, prefetch_worker, job);
-        pthread_attr_destroy(&attr);
-    }
-    if (rc != 0) { /* still works, through page faults */
+    if (!ckpt__pool_detach(prefetch_worker, job)) { /* still works, through page faults */
         close(fd);
         free(job);
         return false;
@@ -170,7 +162,6 @@ ckpt_status ckpt__mapping_create(ckpt__source *src, bool prefetch, ckpt__mapping
 void *ckpt__mapping_data(const ckpt__mapping *m) { return m->base; }
 uint64_t ckpt__mapping_size(const ckpt__mapping *m) { return m->size; }
 bool ckpt__mapping_prefetching(const ckpt__mapping *m) { return m->prefetching; }
-void ckpt__mapping_retain(ckpt__mapping *m) { atomic_fetch_add(&m->owners, 1); }
 
 void ckpt__mapping_release(ckpt__mapping *m) {
     if (!m || atomic_fetch_sub(&m->owners, 1) != 1) return;

@@ -37,9 +37,7 @@ CKPT__HIDDEN bool ckpt__mapping_prefetch(ckpt__mapping *m, ckpt__source *src, ck
 
 /* Whether a prefetch thread was started. */
 CKPT__HIDDEN bool ckpt__mapping_prefetching(const ckpt__mapping *m);
-/* Mappings are shared: retain adds an owner, release drops one (the last
- * unmaps). */
-CKPT__HIDDEN void ckpt__mapping_retain(ckpt__mapping *m);
+/* Drops an owner of the mapping (the last unmaps). */
 CKPT__HIDDEN void ckpt__mapping_release(ckpt__mapping *m);
 
 /* Bytes the machine has available (MemAvailable), or 0 when unknown. */

@@ -184,9 +184,6 @@ CKPT__HIDDEN ckpt_status ckpt__source_slurp(ckpt__source *src, uint64_t limit, c
 CKPT__HIDDEN ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset, uint64_t length,
                                              ckpt__source **out, ckpt_error *err);
 
-/* Where a window starts in its base (0 for any other source). */
-CKPT__HIDDEN uint64_t ckpt__source_window_offset(const ckpt__source *src);
-
 /* A local file source over `fd` (a regular file of `size` bytes, opened
  * for reading), named `name`: what a file opened beneath a checkpoint's
  * directory (beneath.h) becomes.  Takes `fd` (closed on failure too). */

@@ -54,7 +54,3 @@ ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset, uint64_t le
     *out = src;
     return CKPT_OK;
 }
-
-uint64_t ckpt__source_window_offset(const ckpt__source *src) {
-    return src->ops == &window_ops ? ((const window *)src->impl)->offset : 0;
-}

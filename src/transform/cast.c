@@ -15,89 +15,44 @@
 
 #include "cast.h"
 
-static inline uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static inline float f32_from(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* ---- float16 / bfloat16 -------------------------------------------------- */
-
-/* As VCVTPH2PS: exact; a NaN keeps its sign and payload and becomes quiet. */
-float ckpt__f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF;
-    if (exp == 0x1F) return f32_from(sign | 0x7F800000 | (mant ? 0x400000 | (mant << 13) : 0));
-    if (exp == 0) {
-        float v = (float)mant * 0x1p-24f;
-        return sign ? -v : v;
-    }
-    return f32_from(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
-/* As VCVTPS2PH with round to nearest even (and torch on CPU). */
-uint16_t ckpt__f32_to_f16(float f) {
-    uint32_t x = f32_bits(f), sign = (x >> 16) & 0x8000;
-    x &= 0x7FFFFFFF;
-    if (x > 0x7F800000) return (uint16_t)(sign | 0x7E00 | ((x >> 13) & 0x3FF));
-    if (x >= 0x477FF000) return (uint16_t)(sign | 0x7C00); /* 65520 and up round to infinity */
-    if (x >= 0x38800000) return (uint16_t)(sign | ((x - 0x38000000 + 0xFFF + ((x >> 13) & 1)) >> 13));
-    /* Subnormal or zero: adding 0.5 lines the f16 ulp up with the f32 ulp,
-     * so the FPU's own rounding is the rounding. */
-    uint32_t r = f32_bits(f32_from(x) + 0.5f) - 0x3F000000;
-    return (uint16_t)(sign | r);
-}
-
-float ckpt__bf16_to_f32(uint16_t b) { return f32_from((uint32_t)b << 16); }
-
-uint16_t ckpt__f32_to_bf16(float f) {
-    uint32_t x = f32_bits(f);
-    if ((x & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)((x >> 16) | 0x40); /* quiet, sign kept */
-    return (uint16_t)((x + 0x7FFF + ((x >> 16) & 1)) >> 16);
-}
-
 /* ---- float8 decoders (exact) -------------------------------------------- */
 
 static inline float signed_value(uint8_t x, float v) { return (x & 0x80) ? -v : v; }
 
 static float e4m3fn_to_f32(uint8_t x) {
     uint32_t exp = (x >> 3) & 0xF, mant = x & 7;
-    if (exp == 0xF && mant == 7) return f32_from(((uint32_t)(x & 0x80) << 24) | 0x7FC00000);
+    if (exp == 0xF && mant == 7) return ckpt__f32_from(((uint32_t)(x & 0x80) << 24) | 0x7FC00000);
     if (exp == 0) return signed_value(x, (float)mant * 0x1p-9f);
-    return f32_from(((uint32_t)(x & 0x80) << 24) | ((exp + 120) << 23) | (mant << 20));
+    return ckpt__f32_from(((uint32_t)(x & 0x80) << 24) | ((exp + 120) << 23) | (mant << 20));
 }
 
 static float e5m2_to_f32(uint8_t x) { return ckpt__f16_to_f32((uint16_t)(x << 8)); }
 
 static float fnuz_to_f32(uint8_t x, unsigned mant_bits, int bias) {
-    if (x == 0x80) return f32_from(0x7FC00000);
+    if (x == 0x80) return ckpt__f32_from(0x7FC00000);
     uint32_t mant = x & ((1u << mant_bits) - 1), exp = (x & 0x7F) >> mant_bits;
-    if (exp == 0) return signed_value(x, (float)mant * f32_from((uint32_t)(127 + 1 - bias - (int)mant_bits) << 23));
-    return f32_from(((uint32_t)(x & 0x80) << 24) | ((exp - (uint32_t)bias + 127) << 23) | (mant << (23 - mant_bits)));
+    if (exp == 0) return signed_value(x, (float)mant * ckpt__f32_from((uint32_t)(127 + 1 - bias - (int)mant_bits) << 23));
+    return ckpt__f32_from(((uint32_t)(x & 0x80) << 24) | ((exp - (uint32_t)bias + 127) << 23) | (mant << (23 - mant_bits)));
 }
 
 static float e4m3fnuz_to_f32(uint8_t x) { return fnuz_to_f32(x, 3, 8); }
 static float e5m2fnuz_to_f32(uint8_t x) { return fnuz_to_f32(x, 2, 16); }
 
 static float e8m0_to_f32(uint8_t x) {
-    if (x == 0xFF) return f32_from(0x7FC00000);
-    if (x == 0) return f32_from(0x00400000); /* 2^-127 */
-    return f32_from((uint32_t)x << 23);
+    if (x == 0xFF) return ckpt__f32_from(0x7FC00000);
+    if (x == 0) return ckpt__f32_from(0x00400000); /* 2^-127 */
+    return ckpt__f32_from((uint32_t)x << 23);
 }
 
 /* ---- float8 encoders (torch's algorithms) ------------------------------- */
 
 static uint8_t f32_to_e4m3fn(float f) {
-    uint32_t x = f32_bits(f), sign = x & 0x80000000, r;
+    uint32_t x = ckpt__f32_bits(f), sign = x & 0x80000000, r;
     x ^= sign;
     if (x >= (1087u << 20)) {
         r = x > 0x7F800000 ? 0x7F : 0x7E;
     } else if (x < (121u << 23)) {
-        r = (uint8_t)(f32_bits(f32_from(x) + f32_from(141u << 23)) - (141u << 23));
+        r = (uint8_t)(ckpt__f32_bits(ckpt__f32_from(x) + ckpt__f32_from(141u << 23)) - (141u << 23));
     } else {
         uint32_t odd = (x >> 20) & 1;
         x += ((uint32_t)(7 - 127) << 23) + 0x7FFFF + odd;
@@ -108,12 +63,12 @@ static uint8_t f32_to_e4m3fn(float f) {
 }
 
 static uint8_t f32_to_e5m2(float f) {
-    uint32_t x = f32_bits(f), sign = x & 0x80000000, r;
+    uint32_t x = ckpt__f32_bits(f), sign = x & 0x80000000, r;
     x ^= sign;
     if (x >= (143u << 23)) {
         r = x > 0x7F800000 ? 0x7F : 0x7C;
     } else if (x < (113u << 23)) {
-        r = (uint8_t)(f32_bits(f32_from(x) + f32_from(134u << 23)) - (134u << 23));
+        r = (uint8_t)(ckpt__f32_bits(ckpt__f32_from(x) + ckpt__f32_from(134u << 23)) - (134u << 23));
     } else {
         uint32_t odd = (x >> 21) & 1;
         x += ((uint32_t)(15 - 127) << 23) + 0xFFFFF + odd;
@@ -124,11 +79,11 @@ static uint8_t f32_to_e5m2(float f) {
 
 static uint8_t f32_to_fnuz(float f, uint32_t max_bits, uint32_t normal_min, uint32_t denorm_mask, int bias,
                            unsigned mant_bits) {
-    uint32_t x = f32_bits(f), sign = x & 0x80000000, r;
+    uint32_t x = ckpt__f32_bits(f), sign = x & 0x80000000, r;
     x ^= sign;
     if (x >= max_bits) return 0x80; /* NaN, infinities and overflow: the one NaN */
     if (x < normal_min) {
-        r = (uint8_t)(f32_bits(f32_from(x) + f32_from(denorm_mask)) - denorm_mask);
+        r = (uint8_t)(ckpt__f32_bits(ckpt__f32_from(x) + ckpt__f32_from(denorm_mask)) - denorm_mask);
         if (r == 0) return 0; /* no negative zero */
     } else {
         unsigned shift = 23 - mant_bits;
@@ -143,7 +98,7 @@ static uint8_t f32_to_e4m3fnuz(float f) { return f32_to_fnuz(f, 0x87u << 23, 0x7
 static uint8_t f32_to_e5m2fnuz(float f) { return f32_to_fnuz(f, 0x8Fu << 23, 0x70u << 23, 0x85u << 23, 16, 2); }
 
 static uint8_t f32_to_e8m0(float f) {
-    uint32_t x = f32_bits(f), exp = (x >> 23) & 0xFF;
+    uint32_t x = ckpt__f32_bits(f), exp = (x >> 23) & 0xFF;
     if (exp == 0xFF) return 0xFF;
     bool g = x & 0x400000, r = x & 0x200000, s = x & 0x1FFFFF, lsb = exp > 0;
     if (g && (r || s || lsb)) exp++;

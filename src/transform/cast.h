@@ -6,7 +6,8 @@
  * float64 → float32 → bfloat16, double rounding included); integers widen.
  * The common pairs (bf16/f16 ↔ f32) have SIMD kernels picked at run time
  * from what the CPU offers (F16C, AVX2, AVX-512); CKPT_SIMD=scalar|avx2|avx512
- * in the environment caps the choice (tests run every level).
+ * in the environment caps the choice (tests run every level).  The scalar
+ * float16 and bfloat16 conversions they start from are base's (base.h).
  * Depends on base only.
  */
 #ifndef CKPT_TRANSFORM_CAST_H
@@ -31,12 +32,6 @@ CKPT__HIDDEN void ckpt__cast_strided(ckpt__cast_fn fn, unsigned in_size, unsigne
                                      void *dst, size_t n, ptrdiff_t dst_stride);
 
 
-
-/* ---- scalar conversions (also the reference for the SIMD kernels) ------ */
-CKPT__HIDDEN float ckpt__f16_to_f32(uint16_t h);
-CKPT__HIDDEN uint16_t ckpt__f32_to_f16(float f);
-CKPT__HIDDEN float ckpt__bf16_to_f32(uint16_t b);
-CKPT__HIDDEN uint16_t ckpt__f32_to_bf16(float f);
 
 /* quant.c: fills the pairs of ggml's block types (dequantization to F32,
  * F16, BF16; quantization to Q8_0 and Q4_0; each block type to itself).

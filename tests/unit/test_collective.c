@@ -121,7 +121,7 @@ static void assert_same_catalog(const ckpt_catalog *a, const ckpt_catalog *b) {
     for (size_t f = 0; f < ckpt_catalog_file_count(a); f++) {
         assert_string_equal(ckpt_catalog_file_path(a, f), ckpt_catalog_file_path(b, f));
         assert_int_equal(ckpt_catalog_file_size(a, f), ckpt_catalog_file_size(b, f));
-        const ckpt__pairs *ma = ckpt__catalog_file_meta(a, f), *mb = ckpt__catalog_file_meta(b, f);
+        const ckpt__pairs *ma = ckpt__cat_file_metadata(a, f), *mb = ckpt__cat_file_metadata(b, f);
         assert_int_equal(ma->count, mb->count);
         for (size_t i = 0; i < ma->count; i++) {
             assert_string_equal(ma->keys[i], mb->keys[i]);
