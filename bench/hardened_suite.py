@@ -72,6 +72,7 @@ def trees(args):
 
 
 def run_amplification(args):
+    DATA.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="amplify-", dir=DATA))
     try:
         tiny = tiny_safetensors(work)
