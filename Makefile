@@ -18,7 +18,7 @@ DEB_PACKAGES := cmake gcc make pkg-config libcmocka-dev zlib1g-dev libxxhash-dev
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps venv python-package build build-asan build-tsan test test-unit test-asan test-tsan test-python demo bench fuzz install clean
+.PHONY: all deps venv python-package build build-asan build-tsan test test-unit test-asan test-asan-hostile test-tsan test-python demo bench fuzz install clean
 .PHONY: bindings-deps test-bindings test-rust test-elixir
 .PHONY: mpi-deps test-mpi
 
@@ -75,6 +75,14 @@ test-unit: build
 test-asan: build-asan
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
+# The hostile-directory corpus (tests/hostile/dirs.py) through every CLI command again, with the CLI built with
+# ASan+UBSan (the Python commands run the release package: test-python).  No address-space limit (ASan's
+# shadow maps terabytes); the test ends each command at its first sanitizer report, leaks included, and fails
+# on it (tests/cli/test_hostile_dirs.py).  The peers' checkpoints are read through the release library.
+test-asan-hostile: build build-asan venv
+	CKPT_BIN=$(CURDIR)/$(BUILD_ASAN)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so CKPT_HOSTILE_AS=0 \
+	  CKPT_HOSTILE_CLI_ONLY=1 ASAN_OPTIONS=detect_leaks=1 $(PY) -m pytest -q tests/cli/test_hostile_dirs.py
+
 # The Python package, installed into the venv as a user would (pip install
 # .), with the build tools already pinned there.
 python-package: venv
@@ -84,7 +92,7 @@ test-python: build venv python-package bindings-deps
 	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so \
 	  $(PY) -m pytest -q tests/interop tests/cli tests/python tests/sources tests/readme
 
-test: test-unit test-asan test-tsan test-python test-bindings test-mpi
+test: test-unit test-asan test-asan-hostile test-tsan test-python test-bindings test-mpi
 
 # Collective operations between MPI processes (mpirun --oversubscribe;
 # OMPI_ALLOW_RUN_AS_ROOT* let it run as root in containers).

@@ -702,6 +702,10 @@ def table():
         lines += torch_read_table(load("torch_read"))
     if load("crc"):
         lines += crc_table(load("crc"))
+    if load("amplification"):
+        lines += amplification_table(load("amplification"))
+    if load("fuzz-journal"):
+        lines += fuzz_journal_lines(load("fuzz-journal"))
     gguf_doc = load("gguf")
     if gguf_doc and "cases" in gguf_doc:
         lines += gguf_table(gguf_doc)
@@ -718,6 +722,40 @@ def table():
     lines.append("")
     lines.append("Charts: `bench/results/*.png`; raw runs in `bench/results/*.json`.")
     return "\n".join(lines)
+
+
+# -------------------------------------------------------- hardened suite
+
+def amplification_table(doc):
+    """Peak RSS of each amplifying input, this tree against the code before the bound."""
+    trees = list(doc["results"])
+    before = next((t for t in trees if t != "this tree"), None)
+    lines = ["**Files built to amplify metadata** (tests/hostile/amplify.py; each process alone, peak RSS from GNU "
+             f"time, the highest of {doc['runs']} rounds; the bound: 8 × the input + 64 MiB above the same process on a "
+             f"tiny file{f'; before: `{before.split()[0]}`, main before the bound' if before else ''})", "",
+             "| input | size | call | allowed peak | " + ("before | " if before else "") + "now | outcome now |",
+             "|---|---:|---|---:|" + ("---:|" if before else "") + "---:|---|"]
+    now = doc["results"]["this tree"]
+    for call, res in now.items():
+        for name, r in res.items():
+            if name == "tiny":
+                continue
+            was = doc["results"][before][call][name] if before else None
+            cells = [name, f"{r['bytes'] / 1e6:.1f} MB", call, f"{_mib(r['bound_bytes'] + res['tiny']['peak_rss_bytes']):.0f} MiB"]
+            if was:
+                cells.append(f"{_mib(was['peak_rss_bytes']):.0f} MiB ({was['outcome']})")
+            cells += [f"{_mib(r['peak_rss_bytes']):.0f} MiB", f"{r['outcome']}{'' if r['within_bound'] else ', OVER THE BOUND'}"]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""] + measured(doc)
+
+
+def fuzz_journal_lines(doc):
+    kinds = ", ".join(f"{k} {n}" for k, n in doc["artifacts_by_kind"].items())
+    c0, c1 = doc["coverage_start"], doc["coverage_end"]
+    return [f"**The commit journal's fuzz target** (`{doc['command']}`; {doc['clang']}; one process): "
+            f"{doc['executions']:,} executions in {doc['seconds']} s from {doc['seeds']} seeds, coverage `cov: "
+            f"{c0['cov']} ft: {c0['ft']}` → `cov: {c1['cov']} ft: {c1['ft']}`, {doc['new_units']:,} new units, peak RSS "
+            f"{doc['peak_rss_mb']} MB; artifacts: {kinds}.", ""] + measured(doc)
 
 
 # ------------------------------------------------------------ perf suite
@@ -957,6 +995,33 @@ def _crc_cost(doc):
             f"`ckpt convert` to safetensors, which then reads through memory instead of copy_file_range, "
             f"{_span(r['ckpt convert']['crc'])} against {_span(r['ckpt convert']['nocrc'])} "
             f"({r['ckpt convert']['cost']:+.0%})")
+
+
+AMPLIFYING = {"msgpack-nils": "{mb} of msgpack nils", "gguf-empty-arrays": "a {mb} GGUF of a million empty arrays",
+              "pickle-nones": "a {mb} pickle of 4 M Nones", "safetensors-zeros": "a {mb} safetensors header of zeros"}
+
+
+@figure("amplification", "amplification")
+def _amplification(doc):
+    """`ckpt inspect` on each amplifying input: peak RSS before the bound (the baseline) and now."""
+    now = doc["results"]["this tree"]["ckpt inspect"]
+    before = next(r for tree, r in doc["results"].items() if tree != "this tree")["ckpt inspect"]
+    parts = []
+    for name, what in AMPLIFYING.items():
+        size = f"{now[name]['bytes'] / 1e6:.0f} MB"
+        parts.append(f"{what.format(mb=size)} {_mib(before[name]['peak_rss_bytes']):.0f} → "
+                     f"{_mib(now[name]['peak_rss_bytes']):.0f} MiB, {'read' if now[name]['outcome'] == 'read' else 'refused'}")
+    over = [n for n in AMPLIFYING if not now[n]["within_bound"]]
+    bound = (f"each now within the bound over a tiny file's {_mib(now['tiny']['peak_rss_bytes']):.0f} MiB" if not over
+             else f"over the bound: {', '.join(over)}")
+    return f"`ckpt inspect`'s peak RSS, before the bound → now: {'; '.join(parts)}; {bound}"
+
+
+@figure("fuzz-journal", "fuzz-journal")
+def _fuzz_journal(doc):
+    kinds = doc["artifacts_by_kind"]
+    return (f"{doc['executions']:,} inputs in {doc['seconds']} s: {kinds['crash']} crashes, {kinds['leak']} leaks, "
+            f"{kinds['timeout']} timeouts")
 
 
 @figure("casts", "load-2GB")

@@ -46,6 +46,12 @@ Suites:
                  converted with the check on and off, alternating; zlib's crc32
                  against memcpy (bench/crc_suite.py; not in the default set:
                  `make bench BENCH_ARGS="crc --runs 5"`)
+  hardened       what hostile input costs: peak RSS and outcome of `ckpt inspect`
+                 and ckpt.open on files built to amplify metadata, against the
+                 bound 8 x input + 64 MiB (with --baseline REV, REV's too); with
+                 --fuzz-seconds N, the journal parser's libFuzzer campaign
+                 (bench/hardened_suite.py; not in the default set: `make bench
+                 BENCH_ARGS="hardened --baseline 45ea70f"`)
   baseline       this tree against an earlier commit's build on the same
                  files: open, load, convert, Python (bench/baseline_suite.py;
                  not in the default set: `make bench BENCH_ARGS="baseline
@@ -126,23 +132,29 @@ def drop_caches(paths):
         return "fadvise"
 
 
-def run_measured(cmd):
-    """Runs a command in a fresh process; returns (seconds, peak RSS bytes).
+def run_timed(cmd, env=None):
+    """Runs a command in a fresh process, whatever its outcome; returns
+    (seconds, peak RSS bytes, the CompletedProcess: its stdout and stderr).
 
     Peak RSS comes from GNU time, which waits for the command itself: a
     child forked straight from this Python process would report Python's
     own RSS (counted before exec) as its peak."""
-    with open(os.devnull, "w") as devnull:
-        rss_file = RESULTS / ".rss.tmp"
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
-        r = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(rss_file), *cmd], stdout=devnull,
-                           stderr=subprocess.PIPE, text=True)
-        elapsed = time.perf_counter() - t0
-    if r.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} failed: {r.stderr}")
+    rss_file = RESULTS / ".rss.tmp"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    r = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(rss_file), *cmd], capture_output=True, text=True,
+                       errors="replace", env=env)
+    elapsed = time.perf_counter() - t0
     rss = int(rss_file.read_text().split()[-1]) * 1024
     rss_file.unlink()
+    return elapsed, rss, r
+
+
+def run_measured(cmd):
+    """Runs a command that must succeed; returns (seconds, peak RSS bytes)."""
+    elapsed, rss, r = run_timed(cmd)
+    if r.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed: {r.stderr}")
     return elapsed, rss
 
 
@@ -539,6 +551,11 @@ def suite_crc(args):
     run_crc_suite(args)
 
 
+def suite_hardened(args):
+    from hardened_suite import run_hardened_suite
+    run_hardened_suite(args)
+
+
 def suite_perf(args):
     from perf_suite import run_perf_suite
     run_perf_suite(args)
@@ -568,7 +585,11 @@ def main():
     ap.add_argument("--perf-gb", type=float, default=2, help="size (GB) of the perf suite's checkpoint")
     ap.add_argument("--perf-groups", default="load,f32,tp0,tp1,into,big,open", help="groups of the perf suite")
     ap.add_argument("--perf-big-gb", type=int, default=8, help="size (GB) of the perf suite's single big file")
-    ap.add_argument("--baseline", help="the commit the baseline suite compares this tree with")
+    ap.add_argument("--baseline", help="the commit the baseline (and hardened) suite compares this tree with")
+    ap.add_argument("--amp-runs", type=int, default=2, help="rounds of the hardened suite's amplifying inputs")
+    ap.add_argument("--skip-amplification", action="store_true", help="the hardened suite: only the fuzz campaign")
+    ap.add_argument("--fuzz-seconds", type=int, default=0,
+                    help="the hardened suite: run the journal's libFuzzer target this long (0: not at all)")
     ap.add_argument("--cold", choices=("drop_caches", "fadvise"), default=cold_method(),
                     help="how cold runs empty the cache: the whole page cache (as root), or only the files' pages")
     args = ap.parse_args()
@@ -579,7 +600,7 @@ def main():
          "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
          "gguf": suite_gguf, "jax": suite_jax, "bindings": suite_bindings, "baseline": suite_baseline,
          "http": suite_http, "memlimit": suite_memlimit, "dcp": suite_dcp, "distributed": suite_distributed,
-         "perf": suite_perf, "crc": suite_crc}[s](args)
+         "perf": suite_perf, "crc": suite_crc, "hardened": suite_hardened}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

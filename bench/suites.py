@@ -68,6 +68,17 @@ COLLECTIVE = [["src/comm.c", "src/wire.c", "src/collective_load.c", "src/collect
 CLI = [["cli/", ":(exclude)cli/diff.c", ":(exclude)cli/inspect.c", ":(exclude)cli/verify.c", ":(exclude)cli/mpi.c"]]
 PYTHON = [["pyproject.toml", "python/src/", "python/ckpt/", ":(exclude)python/ckpt/jax.py",
            ":(exclude)python/ckpt/distributed.py"]]
+# The readers of the amplifying inputs (tests/hostile/amplify.py) and `ckpt inspect` (its outline of the tree).
+AMPLIFYING = [["src/formats/msgpack.c", "src/formats/gguf.c", "src/formats/gguf.h", "tests/hostile/amplify.py",
+               "cli/inspect.c"]]
+# The journal's parser and what it asks (the stage's name, the output formats' rule on names), the fuzz
+# target, its seeds and dictionary.
+JOURNAL_FUZZ = [["src/io/journal.c", "src/io/journal.h", "src/io/file.c", "src/io/file.h", "src/formats/registry.c",
+                 "src/formats/output.h", "src/formats/safetensors.c", "src/formats/gguf_write.c",
+                 "src/formats/torch_write.c", "src/formats/dcp_output.c", "src/formats/npy.c", "src/formats/npz.c",
+                 "src/formats/msgpack.c", "tests/fuzz/fuzz_journal.c", "tests/fuzz/fuzz_common.h",
+                 "tests/fuzz/journal.dict", "tests/fuzz/corpus/journal.tar.gz", "tests/fuzz/corpus.sh", "CMakeLists.txt",
+                 "tests/fuzz/CMakeLists.txt"]]
 
 
 class Measurement:
@@ -112,6 +123,9 @@ MEASUREMENTS = {
     "distributed": Measurement(["distributed"], BUILD + CORE + SAFETENSORS + LOAD + WRITE + COLLECTIVE + PYTHON +
                                [["bench/dist_worker.py", "bench/mpi_sim.c"]],
                                "distributed --dist-gb 4 --save-gb 4 --runs 2"),
+    "amplification": Measurement(["amplification"], BUILD + CORE + SAFETENSORS + TORCH + AMPLIFYING + CLI + PYTHON,
+                                 "hardened --baseline 45ea70f"),
+    "journal fuzz": Measurement(["fuzz-journal"], JOURNAL_FUZZ, "hardened --fuzz-seconds 600 --skip-amplification"),
     "baseline": Measurement(["baseline"], BUILD + CORE + SAFETENSORS + LOAD + WRITE + CLI + PYTHON,
                             "baseline --baseline REV"),
 }

@@ -6,26 +6,27 @@ with CKPT_E_LIMIT naming the file and the byte.  Each input here amplified
 before: 4 MB of msgpack nils took 305 MB, a pickle of 4 M Nones 309 MB, a
 16 MB safetensors header of zeros some 350 MB; a 12 MB GGUF of a million
 empty arrays 115 MB.  Peak RSS is measured by /usr/bin/time around the CLI,
-less what inspecting a tiny file takes."""
+less what inspecting a tiny file takes.  The inputs: tests/hostile/amplify.py."""
 import os
 import shutil
 import struct
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from ckptlib import BIN_PATH
 
-MiB = 1 << 20
-FACTOR, BASE = 8, 64 * MiB
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "hostile"))
+from amplify import BASE, FACTOR, MiB, gguf_empty_arrays, json_zeros, msgpack_nils, pickle_nones, tiny_safetensors  # noqa: E402,E501
+
 # What the library does not charge to its budget (the CLI's output, the
 # catalog's own tables, allocator slack), beyond the tiny file's process.
 UNCHARGED = 8 * MiB
 TIME = shutil.which("time") or "/usr/bin/time"
 
 pytestmark = pytest.mark.skipif(not os.path.exists(TIME), reason="needs GNU time (the Makefile installs it)")
-
-LEGACY_MAGIC = bytes([0x6C, 0xFC, 0x9C, 0x46, 0xF9, 0x20, 0x6A, 0xA8, 0x50, 0x19])
 
 
 def peak_rss(path, tmp_path):
@@ -36,13 +37,6 @@ def peak_rss(path, tmp_path):
     return proc.returncode, proc.stderr, int(out.read_text().split()[-1]) * 1024
 
 
-def tiny_safetensors(d):
-    header = b'{"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'
-    path = d / "tiny.safetensors"
-    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\x07")
-    return path
-
-
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory):
     """What inspecting a tiny file takes: the process itself."""
@@ -50,45 +44,6 @@ def baseline(tmp_path_factory):
     rc, err, rss = peak_rss(tiny_safetensors(d), d)
     assert rc == 0, err
     return rss
-
-
-def msgpack_nils(d):
-    n = 4_000_000  # the document's limit on values: an array and its nils
-    path = d / "nils.msgpack"
-    path.write_bytes(b"\xdd" + struct.pack(">I", n - 1) + b"\xc0" * (n - 1))
-    return path
-
-
-def gguf_empty_arrays(d):
-    m = 1_000_000
-    path = d / "arrays.gguf"
-    with open(path, "wb") as f:
-        f.write(b"GGUF" + struct.pack("<IQQ", 3, 0, 1))  # version, tensors, key-values
-        f.write(struct.pack("<Q", 1) + b"k" + struct.pack("<I", 9))  # "k": an array
-        f.write(struct.pack("<IQ", 9, m))  # of a million arrays
-        f.write(struct.pack("<IQ", 0, 0) * m)  # each of no u8
-    return path
-
-
-def pickle_nones(d):
-    """A legacy torch.save file whose object is a list of 4 M Nones."""
-    n = 4_000_000
-    path = d / "nones.pt"
-    with open(path, "wb") as f:
-        f.write(b"\x80\x02\x8a\x0a" + LEGACY_MAGIC + b".")
-        f.write(b"\x80\x02M" + struct.pack("<H", 1001) + b".")
-        f.write(b"\x80\x02}.")
-        f.write(b"\x80\x02(" + b"N" * n + b"l.")
-        f.write(b"\x80\x02].")
-    return path
-
-
-def json_zeros(d):
-    """A safetensors header (16 MB) of an array of zeros."""
-    body = b'{"x":[' + b",".join([b"0"] * (8 * MiB)) + b"]}"
-    path = d / "zeros.safetensors"
-    path.write_bytes(struct.pack("<Q", len(body)) + body)
-    return path
 
 
 @pytest.mark.parametrize("make, accepted", [

@@ -23,9 +23,18 @@ Cases that main did not pass when this file was written carry
 needs_fix("journal" | "beneath" | "writer"): with CKPT_HOSTILE_XFAIL=1 they
 are expected to fail (strictly), otherwise, as by default, they must pass.
 The commands run in threads, results are checked one test per case and
-command."""
+command.
+
+`make test-asan-hostile` runs the CLI's commands of every case again with
+the CLI built with ASan+UBSan (CKPT_BIN=build-asan/ckpt, CKPT_HOSTILE_AS=0,
+CKPT_HOSTILE_CLI_ONLY=1: the Python commands run the release package, which
+test-python covers).  Every command runs with sanitizer options that end it
+with SANITIZER_EXIT at the first report, leaks included, and a test fails on
+that status or on a report in its stderr: a report never passes as a
+refusal."""
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -45,6 +54,24 @@ HANG_S = 20
 AS = int(os.environ.get("CKPT_HOSTILE_AS", 1 << 30))
 CLI_LIMITS = ["prlimit", *([f"--as={AS}"] if AS else []), "--cpu=20", "timeout", str(HANG_S)]
 PY_LIMITS = ["prlimit", *([f"--as={3 * AS}"] if AS else []), "--cpu=20", "timeout", str(HANG_S)]
+# Only the CLI's commands (CKPT_HOSTILE_CLI_ONLY=1): for a CKPT_BIN built with sanitizers, which the Python
+# package (the venv's, release) does not run.
+CLI_ONLY = os.environ.get("CKPT_HOSTILE_CLI_ONLY") == "1"
+
+# A report of ASan, LeakSanitizer or UBSan (a CKPT_BIN built with them) stops the command at once with this
+# status, whatever options the caller set (appended last, they win); the report's own lines are looked for too.
+# Without sanitizers the variables are ignored.
+SANITIZER_EXIT = 86
+SANITIZER_REPORT = re.compile(r"ERROR: (?:Address|Leak)Sanitizer|: runtime error: |SUMMARY: \w+Sanitizer")
+
+
+def _with_options(name, options):
+    return ":".join(o for o in (os.environ.get(name, ""), options) if o)
+
+
+ENV = {**os.environ,
+       "ASAN_OPTIONS": _with_options("ASAN_OPTIONS", f"halt_on_error=1:exitcode={SANITIZER_EXIT}"),
+       "UBSAN_OPTIONS": _with_options("UBSAN_OPTIONS", f"halt_on_error=1:exitcode={SANITIZER_EXIT}:print_stacktrace=1")}
 
 READS = ["inspect", "inspect-json", "verify", "diff", "convert-from", "convert-to-dir", "convert-dry-run",
          "py-open", "py-load", "py-load-into", "py-convert"]
@@ -61,7 +88,8 @@ NEEDS_FIX = {}
 
 
 def ops_of(case):
-    return READS + WRITES + [DRY_INTO] + (RECOVERS if case.recover is not None else [])
+    ops = READS + WRITES + [DRY_INTO] + (RECOVERS if case.recover is not None else [])
+    return [op for op in ops if not (CLI_ONLY and op.startswith("py-"))]
 
 
 def expected(case, op):
@@ -169,7 +197,8 @@ def run_one(case, op, peers, work):
     cmd = command(case, op, built, peers)
     t0 = time.monotonic()
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, errors="surrogateescape", timeout=HANG_S + 10)
+        p = subprocess.run(cmd, capture_output=True, text=True, errors="surrogateescape", timeout=HANG_S + 10,
+                           env=ENV)
         rc, stdout, stderr = p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as e:
         rc, stdout, stderr = 124, str(e.stdout or ""), str(e.stderr or "")
@@ -182,7 +211,7 @@ def run_one(case, op, peers, work):
         # the directory held another format, that one is still what a reader picks)
         written = built.dir / dirs.PART1 if op == "convert-into" and case.kind == "gguf" else built.dir
         after = subprocess.run(CLI_LIMITS + [BIN_PATH, "diff", str(written), str(peers.ref2), "--no-progress"],
-                               capture_output=True, text=True, errors="surrogateescape")
+                               capture_output=True, text=True, errors="surrogateescape", env=ENV)
         res["after"] = (after.returncode, after.stdout[-2000:] + after.stderr[-2000:])
         res["leftovers"] = [n for n in os.listdir(built.inside) if n == JOURNAL or ".ckpt-tmp-" in n]
     return res
@@ -294,6 +323,8 @@ def test_hostile_dir(results, peers, name, op):
     shown = f"{op} on {name}: rc {r['rc']}\nstdout: {r['stdout'][-1500:]!r}\nstderr: {r['stderr'][-1500:]!r}"
     assert r["rc"] != 124 and r["elapsed"] < HANG_S, f"hung ({r['elapsed']:.1f} s)\n{shown}"
     assert r["rc"] >= 0, f"crashed (signal {-r['rc']})\n{shown}"
+    assert r["rc"] != SANITIZER_EXIT and not SANITIZER_REPORT.search(r["stderr"]), \
+        f"a sanitizer report: {op} on {name}, rc {r['rc']}\n{r['stderr'][:6000]}"
     outside = changes(r["outside0"], r["outside1"])
     assert not outside, f"{op} on {name} changed files outside the checkpoint:\n" + "\n".join(outside) + "\n" + shown
     inside = changes(r["inside0"], r["inside1"])

@@ -1,0 +1,36 @@
+"""Counts the README states that are facts of the test suites, not
+measurements (those come from bench/results: tests/python/test_readme_figures.py):
+each is read here from the tests themselves, so that the README cannot drift
+from them.  A count of the README that names these things must match; a
+sentence that no longer states it fails too (reword it here as well)."""
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+HOSTILE = ROOT / "tests" / "hostile"
+sys.path.insert(0, str(HOSTILE))
+import dirs  # noqa: E402
+
+
+def stated(pattern):
+    """The number the README states where pattern (a regex with one group) matches, collapsed whitespace."""
+    found = re.findall(pattern, re.sub(r"\s+", " ", README))
+    assert len(found) == 1, f"README.md: {pattern!r} matched {len(found)} times, not once"
+    return int(found[0].replace(",", ""))
+
+
+def test_hostile_files():
+    """The committed hostile corpus: every entry of its manifests (tests/cli/test_hostile_corpus.py runs each)."""
+    files = json.loads((HOSTILE / "manifest.json").read_text())
+    others = [json.loads(m.read_text()) for m in sorted(HOSTILE.glob("manifest_*.json"))]
+    assert stated(r"(\d+) hostile files and") == len(files)
+    assert stated(r"and (\d+) hostile DCP checkpoints") == sum(len(m) for m in others)
+
+
+def test_hostile_directories():
+    """The hostile-directory corpus (tests/hostile/dirs.py), run by tests/cli/test_hostile_dirs.py."""
+    assert stated(r"(\d+) hostile checkpoint directories") == len(dirs.CASES)
+
