@@ -34,3 +34,15 @@ def test_hostile_directories():
     """The hostile-directory corpus (tests/hostile/dirs.py), run by tests/cli/test_hostile_dirs.py."""
     assert stated(r"(\d+) hostile checkpoint directories") == len(dirs.CASES)
 
+
+
+def test_kill_9_trials():
+    """tests/cli/test_crash.py: TRIALS // 2 per case of the parametrized fresh-destination test, TRIALS while
+    replacing."""
+    crash = (ROOT / "tests" / "cli" / "test_crash.py").read_text()
+    trials = int(re.search(r"^TRIALS = (\d+)$", crash, re.M).group(1))
+    cases = len(re.search(r'parametrize\("sharded", \[([^\]]*)\]', crash).group(1).split(","))
+    assert crash.count("range(TRIALS // 2)") == 1 and crash.count("range(TRIALS)") == 1
+    total = cases * (trials // 2) + trials
+    for pattern in (r"(\d+) `kill -9` trials, into fresh", r"hostile corpus, and (\d+) `kill -9` trials"):
+        assert stated(pattern) == total
