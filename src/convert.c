@@ -105,9 +105,21 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
             order[i].kept = ckpt__catalog_index_of(c, kept);
     }
     if (st == CKPT_OK) qsort(order, n, sizeof *order, by_hub_order);
-    for (size_t i = 0; st == CKPT_OK && i < n; i++)
-        st = checkpoint_entry(c, order[i].key) ? ckpt_writer_set_checkpoint_metadata(w, order[i].key, order[i].value, err)
-                                               : ckpt_writer_set_metadata(w, order[i].key, order[i].value, err);
+    for (size_t i = 0; st == CKPT_OK && i < n; i++) {
+        const char *value = order[i].value;
+        char *tree = NULL;
+        if (!strcmp(order[i].key, CKPT_TREE_METADATA_KEY) && !ckpt_catalog_tree_json(c)) {
+            /* A converted torch file's tree, recorded: as this plan leaves
+             * it, like the tree of the torch file itself (none for what is
+             * left a state dict). */
+            st = ckpt__tree_for_plan(p, value, CKPT__TREE_UNLESS_STATE_DICT, &tree, err);
+            if (st || !tree) continue;
+            value = tree;
+        }
+        st = checkpoint_entry(c, order[i].key) ? ckpt_writer_set_checkpoint_metadata(w, order[i].key, value, err)
+                                               : ckpt_writer_set_metadata(w, order[i].key, value, err);
+        free(tree);
+    }
     free(order);
     return st;
 }
