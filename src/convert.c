@@ -8,8 +8,9 @@
  * (recording `removed → kept`); every file of a torch source gets
  * {"format": "pt"}; the object tree of a torch file is kept (unless it
  * is a state dict: tree_internal.h) under CKPT_TREE_METADATA_KEY, true to
- * the plan's selection and renames; a Flax msgpack source gets
- * {"format": "flax"} and its structure under CKPT_STRUCTURE_METADATA_KEY.
+ * the plan's selection and renames, and so is the tree a converted file
+ * records there (a torch output writes it as its object); a Flax msgpack
+ * source gets {"format": "flax"} and its structure under CKPT_STRUCTURE_METADATA_KEY.
  * Tensors needing no conversion are copied by the kernel. */
 #include <stdlib.h>
 #include <string.h>

@@ -1,15 +1,19 @@
-/* torch_write.c — the torch output format: a state dict as torch.save
+/* torch_write.c — the torch output format: an object as torch.save
  * writes it (torch_save.h), which torch.load(weights_only=True) reads.
  *
- * The file is `torch.save({name: tensor, …}, path)` of the declared
- * tensors in declaration order: a dict of _rebuild_tensor_v2 calls (v3
- * with an UntypedStorage and the dtype for the dtypes without a legacy
- * storage class: uint16-64, the float8s) on persistent-id storages
- * ('storage', class, key, 'cpu', numel), pickled as CPython's protocol-2
- * pickler memoizes; then one record per storage, in the order the pickle
- * first names them.  Byte for byte what torch.save writes for such a dict
- * when each tensor is its own Python object (model.state_dict(), a dict of
- * loaded tensors), the .data/serialization_id record included.
+ * The object is the output's object tree when the conversion passes one
+ * (the checkpoint metadata "ckpt.torch_tree": a training checkpoint's
+ * {'model': OrderedDict, 'optimizer': …, 'epoch': 3}), else the state dict
+ * {name: tensor} of the declared tensors in declaration order.  Tensors
+ * are _rebuild_tensor_v2 calls (v3 with an UntypedStorage and the dtype
+ * for the dtypes without a legacy storage class: uint16-64, the float8s)
+ * on persistent-id storages ('storage', class, key, 'cpu', numel), and the
+ * whole is pickled as CPython's protocol-2 pickler pickles what torch.load
+ * gives (its memo approximated by value: see "the pickle"); then one
+ * record per storage, in the order the pickle first names them.  Byte for
+ * byte what torch.save writes for that object, the .data/serialization_id
+ * record included.  What such a file cannot hold is refused by its path in
+ * the tree; a declared tensor the tree lacks, by its name.
  *
  * Storages.  Tensors declared on one storage (ckpt_writer_add_tensor_shared:
  * tied weights, views) keep sharing it when one of them covers the whole
@@ -24,8 +28,7 @@
  * the tensors' bytes does not have.
  *
  * A torch file has no place for string metadata: a source's
- * `__metadata__` is not carried (nor the nesting of a source's object
- * tree: the output is the flat state dict). */
+ * `__metadata__` is not carried. */
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -177,7 +180,7 @@ typedef struct pickler {
 
 static ckpt_status refuse(pickler *p, ckpt_status status, const char *fmt, const char *what) {
     const char *at = p->path.data && p->path.len ? p->path.data : NULL;
-    return ckpt__fail(p->err, status, ckpt__out_path(p->o), at, -1, fmt, what, at ? at : "the root");
+    return ckpt__fail(p->err, status, ckpt__out_path(p->o), NULL, -1, fmt, what, at ? at : "the root");
 }
 
 static uint32_t shared_get(pickler *p, const char *key) {
