@@ -166,6 +166,10 @@ bool progress_interrupted(void);
  * entries of each (0: all; "… N more" for the rest), at most `max_lines`
  * lines (0: no limit) — outline.c. */
 void print_tree_outline(FILE *out, const ckpt_catalog *cat, const char *json, int depth, int width, long max_lines);
+/* Whether the object tree is a state dict: one dict whose values are the
+ * catalog's tensors, in order (its OrderedDict's module versions aside),
+ * which the tensor table says all of — outline.c. */
+bool tree_is_state_dict(const ckpt_catalog *cat, const char *json);
 
 /* ---- JSON text from the library (json.c) --------------------------------- */
 

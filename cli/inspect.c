@@ -334,7 +334,9 @@ static void print_table(const ckpt_catalog *cat, const char *path, const dtype_t
                format_bytes(ckpt_catalog_file_size(cat, f), size, sizeof size));
     if (ckpt_catalog_index_path(cat)) printf("Index: %s\n", printable(ckpt_catalog_index_path(cat)));
     const char *tree = ckpt_catalog_tree_json(cat);
-    if (tree) { /* the whole object tree is in --json; here, an outline */
+    if (tree && tree_is_state_dict(cat, tree)) {
+        printf("Object tree: a state dict (a dict of the tensors above, in order)\n");
+    } else if (tree) { /* the whole object tree is in --json; here, an outline */
         printf("Object tree:\n");
         print_tree_outline(stdout, cat, tree, limits->depth, limits->width, limits->lines);
     }

@@ -105,8 +105,11 @@ static bool print_value(outline *o, size_t v, frame *f) {
             fprintf(o->out, "%s (%zu bytes)", marked(n, v, "__bytes__") ? "bytes" : "int", n[m].len / 2);
             return false;
         }
-        if ((m = marked(n, v, "__dict__")) && n[m].kind == JSON_ARRAY) noun = "dict", *f = (frame){m + 1, n[m].end, 0, n[m].count, K_DICT_PAIRS};
-        else if ((m = marked(n, v, "__tuple__")) && n[m].kind == JSON_ARRAY) noun = "tuple", *f = (frame){m + 1, n[m].end, 0, n[m].count, K_LIST};
+        /* an OrderedDict, a torch.Size: their class, which torch.load gives back */
+        size_t cls = marked(n, v, "__class__");
+        const char *class_name = cls && n[cls].kind == JSON_STRING ? n[cls].str : NULL;
+        if ((m = marked(n, v, "__dict__")) && n[m].kind == JSON_ARRAY) noun = class_name && !strcmp(class_name, "collections.OrderedDict") ? "OrderedDict" : "dict", *f = (frame){m + 1, n[m].end, 0, n[m].count, K_DICT_PAIRS};
+        else if ((m = marked(n, v, "__tuple__")) && n[m].kind == JSON_ARRAY) noun = class_name && !strcmp(class_name, "torch.Size") ? "torch.Size" : "tuple", *f = (frame){m + 1, n[m].end, 0, n[m].count, K_LIST};
         else if ((m = marked(n, v, "__set__")) && n[m].kind == JSON_ARRAY) noun = "set", *f = (frame){m + 1, n[m].end, 0, n[m].count, K_LIST};
         else if ((m = marked(n, v, "__shards__")) && n[m].kind == JSON_ARRAY) noun = "shards", *f = (frame){m + 1, n[m].end, 0, n[m].count, K_LIST};
         else if ((m = marked(n, v, "__call__")) && n[m].kind == JSON_STRING) {
@@ -126,6 +129,23 @@ static bool print_value(outline *o, size_t v, frame *f) {
 static bool end_line(outline *o) {
     fputc('\n', o->out);
     return !o->max_lines || ++o->lines < o->max_lines;
+}
+
+bool tree_is_state_dict(const ckpt_catalog *cat, const char *json) {
+    char *text = strdup(json);
+    json_node *n = NULL;
+    size_t items = text && json_parse(text, &n) ? json_member(n, 0, "__dict__") : 0;
+    size_t count = ckpt_catalog_tensor_count(cat);
+    bool flat = items && n[items].kind == JSON_ARRAY && n[items].count == count;
+    size_t pair = items + 1;
+    for (size_t i = 0; flat && i < count; i++, pair = n[pair].end) {
+        size_t v = n[pair].kind == JSON_ARRAY && n[pair].count == 2 ? n[pair + 1].end : 0;
+        size_t name = v ? marked(n, v, "__tensor__") : 0;
+        flat = name && n[name].kind == JSON_STRING && !strcmp(n[name].str, ckpt_catalog_tensor(cat, i)->name);
+    }
+    free(n);
+    free(text);
+    return flat;
 }
 
 void print_tree_outline(FILE *out, const ckpt_catalog *cat, const char *json, int depth, int width, long max_lines) {

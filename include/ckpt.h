@@ -765,7 +765,10 @@ CKPT_API const char *ckpt_catalog_index_path(const ckpt_catalog *catalog);
  * each tensor as {"__tensor__": "<name>"}; NULL for safetensors (a
  * converted torch file's tree is in its metadata, "ckpt.torch_tree": see
  * ckpt_plan_tree_json).  Dicts are {"__dict__": [[key, value], …]} (keys
- * in order, ints kept as ints), tuples {"__tuple__": […]}, sets
+ * in order, ints kept as ints; an OrderedDict says so:
+ * "__class__": "collections.OrderedDict", and has its "__state__", a
+ * state dict's _metadata), tuples {"__tuple__": […]} (a torch.Size:
+ * "__class__": "torch.Size"), sets
  * {"__set__": […]}, bytes {"__bytes__": "<hex>"}, other allowed objects
  * {"__call__": "module.name", "args": […]}; a sharded checkpoint gives
  * {"__shards__": [tree, …]}.

@@ -8,8 +8,9 @@
  * (recording `removed → kept`); every file of a torch source gets
  * {"format": "pt"}; the object tree of a torch file is kept (unless it
  * is a state dict: tree_internal.h) under CKPT_TREE_METADATA_KEY, true to
- * the plan's selection and renames; a Flax msgpack source gets
- * {"format": "flax"} and its structure under CKPT_STRUCTURE_METADATA_KEY.
+ * the plan's selection and renames, and so is the tree a converted file
+ * records there (a torch output writes it as its object); a Flax msgpack
+ * source gets {"format": "flax"} and its structure under CKPT_STRUCTURE_METADATA_KEY.
  * Tensors needing no conversion are copied by the kernel. */
 #include <stdlib.h>
 #include <string.h>
@@ -105,9 +106,21 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
             order[i].kept = ckpt__catalog_index_of(c, kept);
     }
     if (st == CKPT_OK) qsort(order, n, sizeof *order, by_hub_order);
-    for (size_t i = 0; st == CKPT_OK && i < n; i++)
-        st = checkpoint_entry(c, order[i].key) ? ckpt_writer_set_checkpoint_metadata(w, order[i].key, order[i].value, err)
-                                               : ckpt_writer_set_metadata(w, order[i].key, order[i].value, err);
+    for (size_t i = 0; st == CKPT_OK && i < n; i++) {
+        const char *value = order[i].value;
+        char *tree = NULL;
+        if (!strcmp(order[i].key, CKPT_TREE_METADATA_KEY) && !ckpt_catalog_tree_json(c)) {
+            /* A converted torch file's tree, recorded: as this plan leaves
+             * it, like the tree of the torch file itself (none for what is
+             * left a state dict). */
+            st = ckpt__tree_for_plan(p, value, CKPT__TREE_UNLESS_STATE_DICT, &tree, err);
+            if (st || !tree) continue;
+            value = tree;
+        }
+        st = checkpoint_entry(c, order[i].key) ? ckpt_writer_set_checkpoint_metadata(w, order[i].key, value, err)
+                                               : ckpt_writer_set_metadata(w, order[i].key, value, err);
+        free(tree);
+    }
     free(order);
     return st;
 }

@@ -171,8 +171,16 @@ static void open_node(emitter *e, ckpt__stack *frames, size_t i) {
         return;
     }
     if (n->kind == CKPT__JSON_OBJECT && (v = member(d, i, "__dict__"))) {
-        /* {"__dict__": [[key, value], …], "__state__": …} without dropped tensors. */
-        ckpt__buf_puts(&e->out, "{\"__dict__\": [");
+        /* {["__class__": …, ]"__dict__": [[key, value], …], "__state__": …}
+         * without dropped tensors. */
+        size_t cls = member(d, i, "__class__");
+        ckpt__buf_puts(&e->out, "{");
+        if (cls) {
+            ckpt__buf_puts(&e->out, "\"__class__\": ");
+            emit_scalar(e, cls);
+            ckpt__buf_puts(&e->out, ", ");
+        }
+        ckpt__buf_puts(&e->out, "\"__dict__\": [");
         push_frame(e, frames, E_PAIRS, v, i);
         return;
     }

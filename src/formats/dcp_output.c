@@ -103,11 +103,7 @@ typedef struct walk {
 } walk;
 
 static uint32_t member(const ckpt__json_doc *doc, uint32_t i, const char *key) {
-    const ckpt__json_node *n = &doc->nodes[i];
-    if (n->kind != CKPT__JSON_OBJECT) return 0;
-    for (uint32_t k = 0, c = i + 1; k < n->count; k++, c = doc->nodes[c + 1].end)
-        if (!strcmp(doc->nodes[c].str, key)) return c + 1;
-    return 0;
+    return ckpt__json_member(doc, i, key);
 }
 
 static bool is_mapping(const ckpt__json_doc *d, uint32_t i) {

@@ -157,27 +157,8 @@ static ckpt_status refuse(obj_writer *w, const char *what) {
                       "the object holds %s, which ckpt cannot write into a DCP checkpoint", what);
 }
 
-static bool hex_bytes(const char *hex, size_t n, ckpt__buf *out) {
-    if (n % 2) return false;
-    for (size_t i = 0; i < n; i += 2) {
-        int v = 0;
-        for (int k = 0; k < 2; k++) {
-            char c = hex[i + k];
-            int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-            if (d < 0) return false;
-            v = v * 16 + d;
-        }
-        op(out, (unsigned char)v);
-    }
-    return true;
-}
-
-/* The member `key` of object node i, or 0. */
 static uint32_t member(const ckpt__json_doc *doc, uint32_t i, const char *key) {
-    const ckpt__json_node *o = &doc->nodes[i];
-    for (uint32_t k = 0, c = i + 1; k < o->count; k++, c = doc->nodes[c + 1].end)
-        if (!strcmp(doc->nodes[c].str, key)) return c + 1;
-    return 0;
+    return ckpt__json_member(doc, i, key);
 }
 
 /* A container being written: the JSON array whose children are written
@@ -220,11 +201,7 @@ static ckpt_status obj_leaf(obj_writer *w, uint32_t i) {
             if (errno || *end) return refuse(w, "an integer outside 64 bits");
             pk_int(b, x);
         } else {
-            double f = strtod(text, NULL);
-            uint64_t bits;
-            memcpy(&bits, &f, 8);
-            op(b, 'G');
-            for (int k = 7; k >= 0; k--) op(b, (unsigned char)(bits >> (8 * k)));
+            ckpt__pkw_float(b, strtod(text, NULL));
         }
         return CKPT_OK;
     }
@@ -234,7 +211,7 @@ static ckpt_status obj_leaf(obj_writer *w, uint32_t i) {
     if ((v = member(w->doc, i, "__bytes__")) && w->doc->nodes[v].kind == CKPT__JSON_STRING) {
         /* Protocol 2 pickles bytes as _codecs.encode(latin-1 text, "latin1"). */
         ckpt__buf raw = {0}, text = {0};
-        if (!hex_bytes(w->doc->nodes[v].str, w->doc->nodes[v].len, &raw)) st = refuse(w, "malformed bytes");
+        if (!ckpt__pkw_unhex(&raw, w->doc->nodes[v].str, w->doc->nodes[v].len)) st = refuse(w, "malformed bytes");
         for (size_t k = 0; st == CKPT_OK && k < raw.len; k++) {
             unsigned char c = (unsigned char)raw.data[k];
             if (c < 0x80) op(&text, c);
@@ -251,14 +228,10 @@ static ckpt_status obj_leaf(obj_writer *w, uint32_t i) {
         free(text.data);
     } else if ((v = member(w->doc, i, "__float__")) && w->doc->nodes[v].kind == CKPT__JSON_STRING) {
         const char *s = w->doc->nodes[v].str;
-        double f = !strcmp(s, "inf") ? INFINITY : !strcmp(s, "-inf") ? -INFINITY : NAN;
-        uint64_t bits;
-        memcpy(&bits, &f, 8);
-        op(b, 'G');
-        for (int k = 7; k >= 0; k--) op(b, (unsigned char)(bits >> (8 * k)));
+        ckpt__pkw_float(b, !strcmp(s, "inf") ? INFINITY : !strcmp(s, "-inf") ? -INFINITY : NAN);
     } else if ((v = member(w->doc, i, "__int_le__")) && w->doc->nodes[v].kind == CKPT__JSON_STRING) {
         ckpt__buf raw = {0};
-        if (!hex_bytes(w->doc->nodes[v].str, w->doc->nodes[v].len, &raw) || raw.len > 0xFFFFFFFFu) {
+        if (!ckpt__pkw_unhex(&raw, w->doc->nodes[v].str, w->doc->nodes[v].len) || raw.len > 0xFFFFFFFFu) {
             st = refuse(w, "a malformed integer");
         } else {
             op(b, 0x8b); /* LONG4 */

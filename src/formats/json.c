@@ -447,6 +447,14 @@ bool ckpt__json_u64(const ckpt__json_node *node, uint64_t *value) {
     return true;
 }
 
+uint32_t ckpt__json_member(const ckpt__json_doc *doc, uint32_t i, const char *key) {
+    const ckpt__json_node *n = &doc->nodes[i];
+    if (n->kind != CKPT__JSON_OBJECT) return 0;
+    for (uint32_t k = 0, c = i + 1; k < n->count; k++, c = doc->nodes[c + 1].end)
+        if (!strcmp(doc->nodes[c].str, key)) return c + 1;
+    return 0;
+}
+
 /* ---- output ------------------------------------------------------------ */
 
 static const char hex_lower[] = "0123456789abcdef";

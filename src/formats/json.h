@@ -68,6 +68,10 @@ CKPT__HIDDEN void ckpt__json_free(ckpt__json_doc *doc);
  * u64 accepts (no sign, fraction or exponent). */
 CKPT__HIDDEN bool ckpt__json_u64(const ckpt__json_node *node, uint64_t *value);
 
+/* The value of member `key` of node i when it is an object, else 0 (node
+ * 0 is never a member's value). */
+CKPT__HIDDEN uint32_t ckpt__json_member(const ckpt__json_doc *doc, uint32_t i, const char *key);
+
 /* ---- output (ckpt__buf lives in base) -------------------------------- */
 
 /* A JSON string as serde_json writes it: UTF-8 kept, `"` and `\` escaped,

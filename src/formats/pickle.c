@@ -324,13 +324,17 @@ static ckpt_status apply(vm *m, ckpt__pk_value *callable, ckpt__pk_value *args, 
     }
     if (!kwargs && ckpt__pk_is_global(callable, "collections", "OrderedDict") && n == 0) {
         v = new_value(m, CKPT__PK_DICT);
+        if (v) v->type = CKPT__PK_ORDERED_DICT;
     } else if (!kwargs && (ckpt__pk_is_global(callable, "builtins", "set") ||
                            ckpt__pk_is_global(callable, "builtins", "frozenset")) && n <= 1 &&
                (n == 0 || a[0]->kind == CKPT__PK_LIST || a[0]->kind == CKPT__PK_TUPLE)) {
         ckpt_status st = make_seq(m, CKPT__PK_SET, n ? a[0]->u.seq.items : NULL, n ? a[0]->u.seq.count : 0, &v);
         if (st) return st;
     } else if (!kwargs && ckpt__pk_is_global(callable, "torch", "Size") && n == 1 && a[0]->kind == CKPT__PK_TUPLE) {
-        v = a[0];
+        /* A tuple of its own: the argument may be the memo's, shared. */
+        ckpt_status st = make_seq(m, CKPT__PK_TUPLE, a[0]->u.seq.items, a[0]->u.seq.count, &v);
+        if (st) return st;
+        v->type = CKPT__PK_TORCH_SIZE;
     } else if (!kwargs && ckpt__pk_is_global(callable, "_codecs", "encode") && n == 2 && a[0]->kind == CKPT__PK_STR &&
                a[1]->kind == CKPT__PK_STR && !strcmp(a[1]->u.s.data, "latin1")) {
         /* How protocol 2 pickles bytes: code points below 256, one byte each. */

@@ -7,7 +7,7 @@
  * read; REDUCE, NEWOBJ and NEWOBJ_EX apply only to allowed globals and
  * produce CALL nodes (a few container constructors are understood:
  * collections.OrderedDict() is a dict, builtins.set/frozenset(list) a set,
- * torch.Size(tuple) a tuple, _codecs.encode(str, "latin1") and
+ * torch.Size(tuple) a tuple (both typed so: ckpt__pk_type), _codecs.encode(str, "latin1") and
  * builtins.bytearray(bytes) are bytes); BUILD only attaches state to a CALL
  * or a dict.  INST, OBJ, EXT*, out-of-band buffers and the protocol-0 text
  * opcodes other than GLOBAL are refused.  The reader does not recurse; every
@@ -38,12 +38,21 @@ typedef enum ckpt__pk_kind {
     CKPT__PK_MARK    /* internal: never in a finished tree */
 } ckpt__pk_kind;
 
+/* The class behind a container that the reader understood as a plain one
+ * (torch.load gives the class back; a writer pickles it so again). */
+typedef enum ckpt__pk_type {
+    CKPT__PK_PLAIN = 0,
+    CKPT__PK_ORDERED_DICT, /* DICT: collections.OrderedDict() */
+    CKPT__PK_TORCH_SIZE,   /* TUPLE: torch.Size(tuple) */
+} ckpt__pk_type;
+
 typedef struct ckpt__pk_value ckpt__pk_value;
 /* 40 bytes: a pickle makes one for most opcodes (a .metadata of 16 MB
  * holds 3.5 million). */
 struct ckpt__pk_value {
     uint8_t kind;
     bool newobj;     /* CALL: made by NEWOBJ(_EX) rather than REDUCE */
+    uint8_t type;    /* ckpt__pk_type: the class a DICT or TUPLE was made by */
     uint32_t offset; /* byte of the opcode that made it, in the pickle (pickles are read below 4 GiB) */
     union {
         bool b;

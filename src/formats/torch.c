@@ -420,10 +420,18 @@ static ckpt_status visit(walker *w, ckpt__stack *frames, const ckpt__pk_value *v
         return CKPT_OK;
     case CKPT__PK_PERSID: return fail_at(w, v, CKPT_E_PICKLE_INVALID, "a storage outside any tensor");
     case CKPT__PK_LIST: ckpt__buf_puts(j, "["); break;
-    case CKPT__PK_TUPLE: ckpt__buf_puts(j, "{\"__tuple__\": ["); break;
+    /* A torch.Size and an OrderedDict say their class, which torch.load gives back. */
+    case CKPT__PK_TUPLE:
+        ckpt__buf_puts(j, v->type == CKPT__PK_TORCH_SIZE ? "{\"__class__\": \"torch.Size\", \"__tuple__\": ["
+                                                         : "{\"__tuple__\": [");
+        break;
     case CKPT__PK_SET: ckpt__buf_puts(j, "{\"__set__\": ["); break;
     /* {"__dict__": [[key, value], …]} keeps non-string keys and order. */
-    case CKPT__PK_DICT: ckpt__buf_puts(j, "{\"__dict__\": ["), first = P_PAIRS; break;
+    case CKPT__PK_DICT:
+        ckpt__buf_puts(j, v->type == CKPT__PK_ORDERED_DICT ? "{\"__class__\": \"collections.OrderedDict\", \"__dict__\": ["
+                                                           : "{\"__dict__\": [");
+        first = P_PAIRS;
+        break;
     case CKPT__PK_CALL:
         ckpt__buf_puts(j, "{\"__call__\": \"");
         ckpt__buf_puts(j, v->u.call.callable->u.global.module);

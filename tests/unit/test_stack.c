@@ -514,6 +514,22 @@ static void test_dcp(void **state) {
     check_flat(open_dcp, shallow, deep);
 }
 
+/* ---- the torch writer's pickle of the object tree -------------------------------------- */
+
+static ckpt_status to_torch(const char *path, ckpt_error *err) {
+    char dst[1024];
+    snprintf(dst, sizeof dst, "%s.out.pt", path);
+    return convert_to(path, dst, CKPT_FORMAT_TORCH, err);
+}
+
+static void test_torch_writer(void **state) {
+    const char *dir = *state;
+    /* lists, and dicts (three JSON levels each), as deep as an object
+     * tree's JSON (128 levels) allows */
+    check_flat(to_torch, nested_lists_pickle(dir, "w2.pt", 2), nested_lists_pickle(dir, "w120.pt", 120));
+    check_flat(to_torch, nested_dicts_pickle(dir, "wd2.pt", 2), nested_dicts_pickle(dir, "wd40.pt", 40));
+}
+
 static int setup(void **state) {
     *state = scratch_dir();
     scratch = *state;
@@ -530,7 +546,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json),    cmocka_unit_test(test_torch_tree),     cmocka_unit_test(test_plan_tree),
         cmocka_unit_test(test_msgpack), cmocka_unit_test(test_msgpack_writer), cmocka_unit_test(test_gguf),
-        cmocka_unit_test(test_dcp),
+        cmocka_unit_test(test_dcp),     cmocka_unit_test(test_torch_writer),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
