@@ -144,12 +144,6 @@ PENDING_RERUN = {
     "memlimit": "needs a memory cgroup and a 4 GB file set",
     "bindings": "needs the Rust and Elixir toolchains and release builds",
     "distributed": "needs 4 torch ranks over a 4 GB file, Run:ai's distributed streamer and Open MPI",
-    # Stale since the merges of the stack, cli and dest branches (the
-    # header, the registry, the CLI): rerun together once the branches of
-    # this round are merged, on a machine no build shares.
-    **{m: "the code changed in the merges of this round (heap stacks, the CLI, the destination rule); "
-          "rerun once they are all in" for m in ("open", "convert", "torch_read", "torch_convert", "crc",
-                                                   "load 2 GB", "python", "amplification", "journal fuzz")},
 }
 
 
