@@ -413,10 +413,11 @@ static ERL_NIF_TERM nif_load(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     (void)argc;
     catalog_res *r;
     const ERL_NIF_TERM *o;
-    int arity, copy, io;
+    int arity, copy, io, check_crc;
     unsigned threads;
     if (!get_catalog(env, argv[0], &r) || !enif_is_list(env, argv[1]) || !enif_get_tuple(env, argv[2], &arity, &o) ||
-        arity != 3 || !enif_get_uint(env, o[0], &threads) || !get_bool(o[1], &copy) || !enif_get_int(env, o[2], &io))
+        arity != 4 || !enif_get_uint(env, o[0], &threads) || !get_bool(o[1], &copy) || !enif_get_int(env, o[2], &io) ||
+        !get_bool(o[3], &check_crc))
         return enif_make_badarg(env);
     ckpt_plan *plan;
     ERL_NIF_TERM fail = make_plan(env, r, argv[1], &plan);
@@ -448,6 +449,7 @@ static ERL_NIF_TERM nif_load(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     opts.threads = threads;
     opts.views = !copy;
     opts.io = (ckpt_io_mode)io;
+    opts.skip_crc_check = !check_crc;
     st = ckpt_load(plan, &opts, &e);
     if (st) goto done;
     ERL_NIF_TERM list = enif_make_list(env, 0);
@@ -488,8 +490,9 @@ done:
 
 /* ---- writing ---------------------------------------------------------- */
 
-/* {max_shard_size, prefix, overwrite, no_sync, checksums, format}: format
- * a name ("torch", "flax-msgpack") or nil, the path's. */
+/* {max_shard_size, prefix, overwrite, no_sync, checksums, format,
+ * check_crc}: format a name ("torch", "flax-msgpack") or nil, the path's;
+ * check_crc false skips a conversion's ZIP CRC-32 checks. */
 static int get_writer_options(ErlNifEnv *env, ERL_NIF_TERM t, ckpt_writer_options *o, char **prefix) {
     const ERL_NIF_TERM *f;
     int n;
@@ -497,7 +500,8 @@ static int get_writer_options(ErlNifEnv *env, ERL_NIF_TERM t, ckpt_writer_option
     char *format = NULL;
     *prefix = NULL;
     ckpt_writer_options_init(o);
-    if (!enif_get_tuple(env, t, &n, &f) || n != 6 || !enif_get_uint64(env, f[0], &max) ||
+    int check_crc;
+    if (!enif_get_tuple(env, t, &n, &f) || n != 7 || !enif_get_uint64(env, f[0], &max) || !get_bool(f[6], &check_crc) ||
         !cstring_or_nil(env, f[1], prefix))
         return 0;
     if (!get_bool(f[2], &o->overwrite) || !get_bool(f[3], &o->no_sync) || !get_bool(f[4], &o->checksums) ||
@@ -510,6 +514,7 @@ static int get_writer_options(ErlNifEnv *env, ERL_NIF_TERM t, ckpt_writer_option
     if (format) enif_free(format);
     o->max_shard_size = max;
     o->prefix = *prefix;
+    o->skip_crc_check = !check_crc;
     return 1;
 }
 
@@ -733,6 +738,20 @@ static ERL_NIF_TERM nif_verify(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     return st ? error_term(env, st, &e) : ok(env, enif_make_uint64(env, checked));
 }
 
+/* recover(dir, check) → {:ok, found}: ckpt_commit_recover, found true when
+ * dir held an interrupted commit that was (check: would be) finished. */
+static ERL_NIF_TERM nif_recover(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
+    (void)argc;
+    char *dir;
+    int check;
+    if (!get_bool(argv[1], &check) || !cstring(env, argv[0], &dir)) return enif_make_badarg(env);
+    ckpt_error e;
+    int found = 0;
+    ckpt_status st = ckpt_commit_recover(dir, check ? CKPT_RECOVER_CHECK : 0, &found, &e);
+    enif_free(dir);
+    return st ? error_term(env, st, &e) : ok(env, found ? ATOM_TRUE : ATOM_FALSE);
+}
+
 /* ---- small things ----------------------------------------------------- */
 
 static ERL_NIF_TERM nif_parse_size(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
@@ -793,6 +812,7 @@ static ErlNifFunc functions[] = {
     {"writer_abort", 1, nif_writer_abort, IO},
     {"convert", 4, nif_convert, IO},
     {"verify", 1, nif_verify, IO},
+    {"recover", 2, nif_recover, IO},
     {"parse_size", 1, nif_parse_size, 0},
     {"dtype_bits", 1, nif_dtype_bits, 0},
     {"version", 0, nif_version, 0},

@@ -105,7 +105,7 @@ defmodule Ckpt do
   @doc "Like `read/3`, raising `Ckpt.Error`."
   def read!(source, name, opts \\ []), do: bang(read(source, name, opts))
 
-  @load_opts [:threads, :copy, :io, :as]
+  @load_opts [:threads, :copy, :io, :as, :check_crc]
 
   @doc """
   Loads tensors with libckpt's engine (parallel reads, a bounded bounce
@@ -129,16 +129,20 @@ defmodule Ckpt do
     * `split: {glob, dim, rank, parts} | [...]` — tensor-parallel parts.
 
   Other options: `threads:` (0: libckpt's choice), `io: :auto | :buffered
-  | :direct`, `copy: true` (no zero-copy binaries).
+  | :direct`, `copy: true` (no zero-copy binaries), `check_crc: false`
+  (as Python's: do not check the CRC-32s of ZIP members — torch.save
+  files, .npz archives; by default every member whose bytes are read
+  whole is checked, a mismatch a `:checksum` error naming the member;
+  zero-copy binaries read nothing, so they go unchecked).
   """
   @spec load(source, keyword) :: {:ok, map | list} | {:error, Error.t()}
   def load(source, opts \\ []) do
     {rules, rest} = rules(opts)
-    rest = Keyword.validate!(rest, threads: 0, copy: false, io: :auto, as: :map)
+    rest = Keyword.validate!(rest, threads: 0, copy: false, io: :auto, as: :map, check_crc: true)
     io = %{auto: 0, buffered: 1, direct: 2}[rest[:io]] || raise ArgumentError, "io: must be :auto, :buffered or :direct"
 
     with_catalog(source, fn c ->
-      with {:ok, items} <- Error.wrap(NIF.load(c.ref, rules, {rest[:threads], rest[:copy], io})) do
+      with {:ok, items} <- Error.wrap(NIF.load(c.ref, rules, {rest[:threads], rest[:copy], io, rest[:check_crc] != false})) do
         list = for {name, dtype, shape, bin} <- items, do: {name, {bin, Types.to_type(dtype), shape}}
         {:ok, if(rest[:as] == :list, do: list, else: Map.new(list))}
       end
@@ -350,8 +354,9 @@ defmodule Ckpt do
   model.  Takes `load/2`'s plan options (select, rename, cast, transpose,
   layout, …) to persist a converted layout once, and `save/3`'s
   `max_shard_size`, `prefix`, `overwrite` (default false here), `checksums`
-  and `no_sync`, and `format:` (`:dcp`, or a format the suffix does not
-  say).
+  and `no_sync`, `format:` (`:dcp`, or a format the suffix does not
+  say), and `check_crc: false` (do not check the source's ZIP CRC-32s,
+  which by default fail a `:checksum` error before anything is published).
   """
   def convert(source, dst, opts \\ []) do
     {rules, rest} = rules(opts)
@@ -363,7 +368,8 @@ defmodule Ckpt do
         format: nil,
         overwrite: false,
         checksums: false,
-        no_sync: false
+        no_sync: false,
+        check_crc: true
       )
 
     dst = IO.chardata_to_string(dst)
@@ -374,6 +380,32 @@ defmodule Ckpt do
       end)
     end
   end
+
+  @doc """
+  Finishes a commit into directory `dir` that a crash cut short (a writer
+  killed after deciding it, leaving `dir/.ckpt-commit.json`), as
+  `ckpt recover DIR` and Python's `ckpt.recover` do: `{:ok, true}` when
+  there was one, `{:ok, false}` when there was nothing to finish.  Opening
+  the checkpoint never does it: `open/1` and `load/2` fail with an
+  `:incomplete` error until this, or the next write into the directory,
+  finishes it.
+
+  The journal is executed only when it is provably one ckpt wrote (its
+  stage a real directory inside `dir` named as ckpt names stages, only
+  checkpoint files removed or published, never through a symlink);
+  anything else is an `:incomplete` error naming the journal, the rule and
+  the byte offset, and is left alone.  A directory a live writer holds is
+  a `:locked` error naming its pid.  `check: true` only checks: nothing
+  changes (and no lock is taken).
+  """
+  @spec recover(Path.t(), keyword) :: {:ok, boolean} | {:error, Error.t()}
+  def recover(dir, opts \\ []) do
+    opts = Keyword.validate!(opts, check: false)
+    Error.wrap(NIF.recover(IO.chardata_to_string(dir), opts[:check] == true))
+  end
+
+  @doc "Like `recover/2`, raising `Ckpt.Error`."
+  def recover!(dir, opts \\ []), do: bang(recover(dir, opts))
 
   @doc "Re-reads every tensor that has a recorded checksum; `{:ok, count}` when all match."
   def verify(source), do: with_catalog(source, &Error.wrap(NIF.verify(&1.ref)))

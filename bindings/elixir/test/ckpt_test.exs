@@ -507,4 +507,76 @@ defmodule CkptTest do
       end
     end
   end
+  # A copy of resnet.pt (torch.save: a ZIP) with one byte of fc.weight's data flipped.
+  defp torch_with_a_flipped_byte(tmp) do
+    file = Path.join(tmp, "resnet.pt")
+    File.cp!(path("resnet.pt"), file)
+    %{offset: at} = Enum.find(Ckpt.tensors(Ckpt.open!(file)), &(&1.name == "fc.weight"))
+    bytes = File.read!(file)
+    <<head::binary-size(at + 5), b, rest::binary>> = bytes
+    File.write!(file, [head, Bitwise.bxor(b, 0x40), rest])
+    file
+  end
+
+  test "ZIP CRC-32s are checked unless check_crc: false", %{tmp_dir: tmp} do
+    file = torch_with_a_flipped_byte(tmp)
+    opts = [select: "fc.weight", copy: true]
+    assert {:error, %Ckpt.Error{status: :checksum, tensor: "fc.weight", message: m}} = Ckpt.load(file, opts)
+    assert m =~ "CRC"
+    assert {:ok, %{"fc.weight" => _}} = Ckpt.load(file, opts ++ [check_crc: false])
+
+    out = Path.join(tmp, "out.safetensors")
+    assert {:error, %Ckpt.Error{status: :checksum, message: m}} = Ckpt.convert(file, out, no_sync: true)
+    assert m =~ "CRC" and not File.exists?(out)
+    assert :ok = Ckpt.convert(file, out, no_sync: true, check_crc: false)
+    assert %{"fc.weight" => _} = Ckpt.load!(out)
+  end
+
+  @stage "..commit.ckpt-tmp-4242-d0"
+  @journal ".ckpt-commit.json"
+
+  defp journal(dir, fields),
+    do: File.write!(Path.join(dir, @journal), Enum.map(["ckpt-commit-1", "stage", @stage | fields] ++ ["end"], &[&1, 0]))
+
+  defp write_w(path, value) do
+    {:ok, w} = Ckpt.Writer.create(path, no_sync: true)
+    {:ok, i} = Ckpt.Writer.add(w, "w", {:f, 32}, {4})
+    {:ok, _} = Ckpt.Writer.begin(w)
+    :ok = Ckpt.Writer.write(w, i, :binary.copy(<<value::float-32-little>>, 4))
+    {:ok, _} = Ckpt.Writer.commit(w)
+  end
+
+  # A directory as a writer killed after deciding its commit leaves it: the
+  # old model.safetensors, the new one staged, the journal replacing one by
+  # the other (the grammar of tests/cli/test_journal.py).
+  defp interrupted_commit(tmp) do
+    dir = Path.join(tmp, "model")
+    File.mkdir_p!(Path.join(dir, @stage))
+    write_w(Path.join(dir, "model.safetensors"), 1.0)
+    write_w(Path.join([dir, @stage, "model.safetensors"]), 2.0)
+    journal(dir, ["remove", "model.safetensors", "publish", "model.safetensors"])
+    dir
+  end
+
+  test "recover finishes an interrupted commit and says whether there was one", %{tmp_dir: tmp} do
+    dir = interrupted_commit(tmp)
+    assert {:error, %Ckpt.Error{status: :incomplete}} = Ckpt.open(dir)
+    assert {:ok, true} = Ckpt.recover(dir, check: true)
+    assert File.exists?(Path.join(dir, @journal)) and File.dir?(Path.join(dir, @stage))
+    assert {:ok, true} = Ckpt.recover(dir)
+    refute File.exists?(Path.join(dir, @journal)) or File.exists?(Path.join(dir, @stage))
+    assert {:ok, %{"w" => {w, {:f, 32}, {4}}}} = Ckpt.load(dir, copy: true)
+    assert w == :binary.copy(<<2.0::float-32-little>>, 4)
+    assert {:ok, false} = Ckpt.recover(dir)
+    assert false == Ckpt.recover!(dir, check: true)
+  end
+
+  test "recover refuses a journal ckpt did not write and leaves it", %{tmp_dir: tmp} do
+    dir = interrupted_commit(tmp)
+    journal(dir, ["remove", "notes.txt"])
+    assert {:error, %Ckpt.Error{status: :incomplete, path: p, offset: off}} = Ckpt.recover(dir)
+    assert p != nil and off != nil
+    assert File.exists?(Path.join(dir, @journal)) and File.exists?(Path.join([dir, @stage, "model.safetensors"]))
+    assert_raise Ckpt.Error, fn -> Ckpt.recover!(Path.join(dir, "missing")) end
+  end
 end

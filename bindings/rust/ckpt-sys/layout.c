@@ -37,7 +37,8 @@ static const size_t layout[] = {
 
     sizeof(ckpt_load_options), F(ckpt_load_options, size), F(ckpt_load_options, threads), F(ckpt_load_options, chunk_bytes),
     F(ckpt_load_options, io), F(ckpt_load_options, io_uring), F(ckpt_load_options, views),
-    F(ckpt_load_options, progress), F(ckpt_load_options, user),
+    F(ckpt_load_options, progress), F(ckpt_load_options, user), F(ckpt_load_options, item_done),
+    F(ckpt_load_options, item_done_user), F(ckpt_load_options, skip_crc_check),
 
     sizeof(ckpt_load_stats), F(ckpt_load_stats, bytes_needed), F(ckpt_load_stats, bytes_read),
     F(ckpt_load_stats, reads), F(ckpt_load_stats, tasks), F(ckpt_load_stats, threads),

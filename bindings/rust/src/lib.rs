@@ -59,7 +59,7 @@ pub use catalog::{Catalog, Format, OpenOptions, Tensor, Tensors};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, Result, Status};
 pub use plan::{Buffer, Expected, IoMode, LoadOptions, LoadStats, Loaded, Mismatch, Plan, PlanItem, TensorData};
-pub use writer::{cast, convert, destination, parse_size, Destination, Storage, Writer, WriterOptions};
+pub use writer::{cast, convert, destination, parse_size, recover, Destination, Storage, Writer, WriterOptions};
 
 /// The library's version ("MAJOR.MINOR.PATCH").
 pub fn version() -> &'static str {

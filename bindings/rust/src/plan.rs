@@ -40,11 +40,18 @@ pub struct LoadOptions {
     /// Items with no buffer that need no conversion become zero-copy views
     /// of the file ([`PlanItem::data`]) instead of library buffers.
     pub views: bool,
+    /// Do not check the CRC-32s of ZIP members (torch.save files, DCP
+    /// files' torch.save items, .npz archives).  By default (false) a load
+    /// checks every member whose bytes it reads whole
+    /// ([`Status::Checksum`](crate::Status::Checksum) naming the member on a
+    /// mismatch); views, slices and storages with bytes no tensor shows go
+    /// unchecked either way.
+    pub skip_crc_check: bool,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { threads: 0, chunk_bytes: 0, io: IoMode::Auto, io_uring: true, views: false }
+        LoadOptions { threads: 0, chunk_bytes: 0, io: IoMode::Auto, io_uring: true, views: false, skip_crc_check: false }
     }
 }
 
@@ -276,6 +283,7 @@ impl<'c, 'b> Plan<'c, 'b> {
         };
         o.value.io_uring = if options.io_uring { 0 } else { -1 };
         o.value.views = options.views as i32;
+        o.value.skip_crc_check = options.skip_crc_check as i32;
         let mut p = Progress::new(progress);
         o.value.progress = Some(progress_call::<F>);
         o.value.user = p.user();

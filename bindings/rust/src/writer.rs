@@ -43,6 +43,12 @@ pub struct WriterOptions {
     /// overlapping areas no single tensor covers: false refuses them (as
     /// huggingface_hub does), true writes each as a copy of its own.
     pub copy_partial_views: bool,
+    /// A conversion ([`convert`]): do not check the CRC-32 of the source's
+    /// ZIP members (torch.save files, DCP files' torch.save items, .npz
+    /// archives).  By default every member read whole is checked
+    /// ([`Status::Checksum`](crate::Status::Checksum) before anything is
+    /// published).
+    pub skip_crc_check: bool,
 }
 
 /// Library-initialised options and the strings they point to.
@@ -83,6 +89,7 @@ impl WriterOptions {
         value.value.no_sync = self.no_sync as i32;
         value.value.checksums = self.checksums as i32;
         value.value.copy_partial_views = self.copy_partial_views as i32;
+        value.value.skip_crc_check = self.skip_crc_check as i32;
         if let Some(f) = self.format {
             value.value.format = f.raw();
         }
@@ -330,6 +337,31 @@ impl Writer {
 /// model.
 pub fn convert<S: AsRef<Path>, D: AsRef<Path>>(src: S, dst: D, options: &WriterOptions) -> Result<()> {
     Catalog::open(src)?.convert(dst, options)
+}
+
+/// Finishes a commit into directory `dir` that a crash cut short (a writer
+/// killed after deciding it, leaving `dir/.ckpt-commit.json`), as
+/// `ckpt recover DIR` and Python's `ckpt.recover` do; returns true when
+/// there was one, false when there was nothing to finish.  Opening the
+/// checkpoint never does it: [`Catalog::open`] fails with
+/// [`Status::Incomplete`](crate::Status::Incomplete) until this, or the next
+/// write into the directory, finishes it.
+///
+/// The journal is executed only when it is provably one ckpt wrote (its
+/// stage a real directory inside `dir` named as ckpt names stages, only
+/// checkpoint files removed or published, never through a symlink);
+/// anything else fails with `Status::Incomplete` naming the journal, the
+/// rule and the byte offset, and is left alone.  A directory a live writer
+/// holds fails with [`Status::Locked`](crate::Status::Locked) naming its
+/// pid.  `check` only checks (no lock, nothing changes): true when there
+/// is a commit recovery would finish.
+pub fn recover<P: AsRef<Path>>(dir: P, check: bool) -> Result<bool> {
+    let dir = cpath(dir.as_ref())?;
+    let flags = if check { sys::CKPT_RECOVER_CHECK } else { 0 };
+    let mut found = 0;
+    let err = RawError::new();
+    err.check(unsafe { sys::ckpt_commit_recover(dir.as_ptr(), flags, &mut found, err.ptr()) })?;
+    Ok(found != 0)
 }
 
 /// Converts `count` elements between dtypes (bit-exact with torch's `.to()`

@@ -639,3 +639,93 @@ fn destinations_follow_the_shared_table() {
         .collect();
     assert_eq!(w.commit().unwrap(), names);
 }
+
+/// A copy of resnet.pt (torch.save: a ZIP) with one byte of fc.weight's
+/// data flipped, in a scratch directory.
+fn torch_with_a_flipped_byte(test: &str) -> PathBuf {
+    let fx = fixtures();
+    let path = scratch(test).join("resnet.pt");
+    fs::copy(fx.path("resnet.pt"), &path).unwrap();
+    let at = Catalog::open(&path).unwrap().require("fc.weight").unwrap().offset() as usize + 5;
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[at] ^= 0x40;
+    fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn zip_crcs_are_checked_unless_skipped() {
+    let path = torch_with_a_flipped_byte("crc");
+    let cat = Catalog::open(&path).unwrap();
+    let load = |skip_crc_check| {
+        let mut plan = cat.plan().unwrap();
+        plan.select("fc.weight").unwrap();
+        plan.load_vecs(&LoadOptions { skip_crc_check, ..Default::default() })
+    };
+    let e = load(false).unwrap_err();
+    assert_eq!((e.status(), e.tensor()), (Status::Checksum, Some("fc.weight")), "{}", e);
+    assert!(e.message().contains("CRC"), "{}", e);
+    assert_eq!(load(true).unwrap().len(), 1);
+
+    let out = path.with_file_name("out.safetensors");
+    let convert = |skip_crc_check| {
+        ckpt::convert(&path, &out, &WriterOptions { skip_crc_check, no_sync: true, overwrite: true, ..Default::default() })
+    };
+    let e = convert(false).unwrap_err();
+    assert_eq!(e.status(), Status::Checksum, "{}", e);
+    assert!(e.message().contains("CRC") && !out.exists(), "{}", e);
+    convert(true).unwrap();
+    assert!(Catalog::open(&out).unwrap().require("fc.weight").is_ok());
+}
+
+const STAGE: &str = "..commit.ckpt-tmp-4242-d0";
+const JOURNAL: &str = ".ckpt-commit.json";
+
+/// A directory as a writer killed after deciding its commit leaves it: the
+/// old model.safetensors, the new one staged, and the journal replacing
+/// one by the other (the grammar of tests/cli/test_journal.py).
+fn interrupted_commit(test: &str) -> PathBuf {
+    let dir = scratch(test).join("model");
+    fs::create_dir_all(dir.join(STAGE)).unwrap();
+    for (path, value) in [(dir.join("model.safetensors"), 1.0f32), (dir.join(STAGE).join("model.safetensors"), 2.0)] {
+        let mut w = Writer::create(&path, &WriterOptions { no_sync: true, ..Default::default() }).unwrap();
+        let i = w.add_tensor("w", Dtype::F32, &[4]).unwrap();
+        w.begin().unwrap();
+        w.write(i, &[value; 4]).unwrap();
+        w.commit().unwrap();
+    }
+    let fields = ["ckpt-commit-1", "stage", STAGE, "remove", "model.safetensors", "publish", "model.safetensors", "end"];
+    fs::write(dir.join(JOURNAL), fields.iter().flat_map(|f| f.bytes().chain([0])).collect::<Vec<u8>>()).unwrap();
+    dir
+}
+
+fn w_values(dir: &Path) -> Vec<f32> {
+    let mut w = vec![0f32; 4];
+    Catalog::open(dir).unwrap().require("w").unwrap().read_into(&mut w).unwrap();
+    w
+}
+
+#[test]
+fn recover_finishes_an_interrupted_commit_and_reports_it() {
+    let dir = interrupted_commit("recover");
+    assert_eq!(Catalog::open(&dir).unwrap_err().status(), Status::Incomplete);
+    assert!(ckpt::recover(&dir, true).unwrap());
+    assert!(dir.join(JOURNAL).exists() && dir.join(STAGE).exists(), "check changed the directory");
+    assert!(ckpt::recover(&dir, false).unwrap());
+    assert!(!dir.join(JOURNAL).exists() && !dir.join(STAGE).exists());
+    assert_eq!(w_values(&dir), vec![2.0; 4]);
+    assert!(!ckpt::recover(&dir, false).unwrap());
+    assert!(!ckpt::recover(&dir, true).unwrap());
+}
+
+#[test]
+fn recover_refuses_a_journal_ckpt_did_not_write() {
+    let dir = interrupted_commit("recover_refuses");
+    let fields = ["ckpt-commit-1", "stage", STAGE, "remove", "notes.txt", "end"];
+    fs::write(dir.join(JOURNAL), fields.iter().flat_map(|f| f.bytes().chain([0])).collect::<Vec<u8>>()).unwrap();
+    let e = ckpt::recover(&dir, false).unwrap_err();
+    assert_eq!(e.status(), Status::Incomplete, "{}", e);
+    assert!(e.path().is_some() && e.offset().is_some(), "{:?}", e);
+    assert!(dir.join(JOURNAL).exists() && dir.join(STAGE).join("model.safetensors").exists());
+    assert_eq!(ckpt::recover(dir.join("missing"), false).unwrap_err().status(), Status::NotFound);
+}

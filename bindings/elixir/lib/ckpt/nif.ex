@@ -27,6 +27,7 @@ defmodule Ckpt.NIF do
   def writer_abort(_writer), do: :erlang.nif_error(:not_loaded)
   def convert(_catalog, _dst, _rules, _options), do: :erlang.nif_error(:not_loaded)
   def verify(_catalog), do: :erlang.nif_error(:not_loaded)
+  def recover(_dir, _check), do: :erlang.nif_error(:not_loaded)
   def parse_size(_text), do: :erlang.nif_error(:not_loaded)
   def redact_name(_name), do: :erlang.nif_error(:not_loaded)
   def dtype_bits(_name), do: :erlang.nif_error(:not_loaded)

@@ -58,7 +58,8 @@ defmodule Ckpt.Writer do
   @doc false
   def options(opts, limit) do
     format = if f = opts[:format], do: f |> Atom.to_string() |> String.replace("_", "-")
-    {limit, opts[:prefix], opts[:overwrite] == true, opts[:no_sync] == true, opts[:checksums] == true, format}
+    {limit, opts[:prefix], opts[:overwrite] == true, opts[:no_sync] == true, opts[:checksums] == true, format,
+     opts[:check_crc] != false}
   end
 
   @doc false

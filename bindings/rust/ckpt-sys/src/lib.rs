@@ -156,6 +156,9 @@ pub const CKPT_IO_AUTO: ckpt_io_mode = 0;
 pub const CKPT_IO_BUFFERED: ckpt_io_mode = 1;
 pub const CKPT_IO_DIRECT: ckpt_io_mode = 2;
 
+/// ckpt_commit_recover's flag: check the journal and report; change nothing.
+pub const CKPT_RECOVER_CHECK: c_uint = 1;
+
 pub type ckpt_mismatch = c_int;
 pub const CKPT_MATCH_MISSING: ckpt_mismatch = 1;
 pub const CKPT_MATCH_UNEXPECTED: ckpt_mismatch = 2;
@@ -288,6 +291,11 @@ pub struct ckpt_load_options {
     pub views: c_int,
     pub progress: ckpt_progress_fn,
     pub user: *mut c_void,
+    /// Called once per plan item as soon as its bytes are in place (may be NULL).
+    pub item_done: Option<unsafe extern "C" fn(item: usize, user: *mut c_void) -> c_int>,
+    pub item_done_user: *mut c_void,
+    /// Non-zero: a load does not check the CRC-32s of ZIP members.
+    pub skip_crc_check: c_int,
 }
 
 #[repr(C)]
@@ -436,6 +444,8 @@ extern "C" {
     pub fn ckpt_writer_published_count(writer: *const ckpt_writer) -> usize;
     pub fn ckpt_writer_published_path(writer: *const ckpt_writer, i: usize) -> *const c_char;
     pub fn ckpt_writer_free(writer: *mut ckpt_writer);
+    /// Finishes a commit into `dir` that a crash cut short; `*found`: there was one.
+    pub fn ckpt_commit_recover(dir: *const c_char, flags: c_uint, found: *mut c_int, err: *mut ckpt_error) -> ckpt_status;
     /// The destination rule: the format and shape (file or directory) written at `path`.
     pub fn ckpt_destination_resolve(
         path: *const c_char,
@@ -650,6 +660,9 @@ mod layout {
             ("ckpt_load_options.views", off!(ckpt_load_options, views), true),
             ("ckpt_load_options.progress", off!(ckpt_load_options, progress), true),
             ("ckpt_load_options.user", off!(ckpt_load_options, user), true),
+            ("ckpt_load_options.item_done", off!(ckpt_load_options, item_done), true),
+            ("ckpt_load_options.item_done_user", off!(ckpt_load_options, item_done_user), true),
+            ("ckpt_load_options.skip_crc_check", off!(ckpt_load_options, skip_crc_check), true),
             ("sizeof ckpt_load_stats", size_of::<Reserved<ckpt_load_stats>>(), false),
             ("ckpt_load_stats.bytes_needed", off!(ckpt_load_stats, bytes_needed), true),
             ("ckpt_load_stats.bytes_read", off!(ckpt_load_stats, bytes_read), true),
