@@ -186,14 +186,15 @@ defmodule Ckpt do
   epochs, …), or else the names split at dots.  Tensors are
   `{binary, type, shape}`, or whatever `leaf: fn {binary, type, shape} -> … end`
   makes of them (e.g. `Nx.from_binary(bin, type) |> Nx.reshape(shape)`).
-  `copy: true` copies instead of mapping.
+  `copy: true` copies instead of mapping; `check_crc: false` skips the ZIP
+  CRC-32 check of members read whole, as in `load/2`.
   """
   @spec load_tree(source, keyword) :: {:ok, term} | {:error, Error.t()}
   def load_tree(source, opts \\ []) do
-    opts = Keyword.validate!(opts, leaf: nil, copy: false, threads: 0)
+    opts = Keyword.validate!(opts, leaf: nil, copy: false, threads: 0, check_crc: true)
 
     with_catalog(source, fn c ->
-      with {:ok, flat} <- load(c, copy: opts[:copy], threads: opts[:threads]) do
+      with {:ok, flat} <- load(c, copy: opts[:copy], threads: opts[:threads], check_crc: opts[:check_crc]) do
         flat = if opts[:leaf], do: Map.new(flat, fn {k, v} -> {k, opts[:leaf].(v)} end), else: flat
         structure = c.tree_json || metadata(c)[Tree.metadata_key()]
 

@@ -524,6 +524,8 @@ defmodule CkptTest do
     assert {:error, %Ckpt.Error{status: :checksum, tensor: "fc.weight", message: m}} = Ckpt.load(file, opts)
     assert m =~ "CRC"
     assert {:ok, %{"fc.weight" => _}} = Ckpt.load(file, opts ++ [check_crc: false])
+    assert {:error, %Ckpt.Error{status: :checksum, tensor: "fc.weight"}} = Ckpt.load_tree(file, copy: true)
+    assert {:ok, %{"fc.weight" => _}} = Ckpt.load_tree(file, copy: true, check_crc: false)
 
     out = Path.join(tmp, "out.safetensors")
     assert {:error, %Ckpt.Error{status: :checksum, message: m}} = Ckpt.convert(file, out, no_sync: true)
