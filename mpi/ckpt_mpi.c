@@ -150,6 +150,11 @@ static ckpt_status op_agree(void *user, ckpt_vote *vote, uint32_t timeout_ms, ck
     int tag = TAG_BASE + (int)(s->seq++ % TAG_SPAN) * 2;
     int rc;
     if (s->rank != 0) {
+        /* Rank 0 may enter the vote up to one timeout after this rank, then
+         * wait up to one timeout for the others before it answers: waiting
+         * twice the timeout here lets its answer, naming the rank that did
+         * not vote, arrive before this rank gives up on rank 0 itself. */
+        deadline += timeout_ms / 1000.0;
         MPI_Request req[2];
         ckpt_vote out;
         if ((rc = MPI_Isend(vote, (int)sizeof *vote, MPI_BYTE, 0, tag, s->comm, &req[0])) != MPI_SUCCESS)
@@ -163,7 +168,7 @@ static ckpt_status op_agree(void *user, ckpt_vote *vote, uint32_t timeout_ms, ck
             vote->status = CKPT_E_PEER_TIMEOUT;
             vote->rank = 0;
             set_error(err, CKPT_E_PEER_TIMEOUT, "rank %d of %d: rank 0 did not answer the vote within %.3g s", s->rank, s->size,
-                      timeout_ms / 1000.0);
+                      2 * (timeout_ms / 1000.0));
             return CKPT_E_PEER_TIMEOUT;
         }
         if (st) return st;

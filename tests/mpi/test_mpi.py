@@ -64,8 +64,9 @@ def test_a_failing_rank_is_named_and_nothing_is_published(tmp_path):
 def test_a_hanging_rank_times_out_on_the_others(tmp_path):
     # The last rank sleeps through the commit: the others give up after the
     # 10 s timeout naming it, then end the job (MPI_Abort: MPI still holds
-    # the unfinished vote). 2 s was too short on a loaded 2-core machine: a
-    # rank still writing its tensors was taken for the hung one.
+    # the unfinished vote). The other ranks wait twice the timeout for rank
+    # 0's answer: with equal waits, a rank that entered the vote before rank
+    # 0 gave up on rank 0 first and named it (CI, on a loaded machine).
     r = mpirun(3, DRIVER, "hang", tmp_path, timeout=60)
     for rank in (0, 1):
         assert f"rank {rank}: rank 2 did not reach the vote after writing the tensors within 10 s" in r.stdout, r.stdout + r.stderr
