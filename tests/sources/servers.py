@@ -107,18 +107,33 @@ http {{
         return f"{self.base}/{name}"
 
     def log(self):
-        """[(request line, status, bytes, range, if-range, authorization)]."""
+        """[(request line, status, bytes, range, if-range, authorization)].
+
+        nginx writes a request's line after the response's last byte has
+        left, so a client that has everything can read the log before its
+        own request is in it (a CI failure): wait until the log has stayed
+        the same for a while."""
         path = self.dir / "access.log"
-        if not path.exists():
-            return []
+
+        def text():
+            return path.read_text() if path.exists() else ""
+
+        seen, since, deadline = text(), time.monotonic(), time.monotonic() + 10
+        while time.monotonic() - since < 0.2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+            now = text()
+            if now != seen:
+                seen, since = now, time.monotonic()
         rows = []
-        for line in path.read_text().splitlines():
+        for line in seen.splitlines():
             parts = line.split("|")
             rows.append((parts[0], int(parts[1]), int(parts[2]), parts[3], parts[4], parts[5]))
         return rows
 
     def clear_log(self):
-        # nginx keeps the file open: truncate it in place.
+        # nginx keeps the file open: truncate it in place, once the lines of
+        # requests already answered are in (see log), so none lands after.
+        self.log()
         with contextlib.suppress(FileNotFoundError), open(self.dir / "access.log", "r+") as f:
             f.truncate(0)
 
