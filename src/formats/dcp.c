@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "../io/file.h"
-#include "json.h"
+#include "../base/json.h"
 #include "pickle.h"
 #include "torch.h"
 #include "torch_save.h"

@@ -39,7 +39,7 @@
 
 #include "../base/base.h"
 #include "format.h"
-#include "json.h"
+#include "../base/json.h"
 
 /* One chunk of a tensor, as declared (before it is checked). */
 typedef struct ckpt__dcp_chunk {

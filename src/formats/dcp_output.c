@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "dcp.h"
-#include "json.h"
+#include "../base/json.h"
 #include "output.h"
 #include "torch_save.h"
 

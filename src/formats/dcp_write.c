@@ -10,7 +10,7 @@
 #include <zlib.h>
 
 #include "dcp.h"
-#include "json.h"
+#include "../base/json.h"
 #include "torch_save.h"
 
 /* ---- a minimal, deterministic pickler (torch_save.h's opcodes) ------------------ */

@@ -8,7 +8,7 @@
 
 #include "../io/file.h"
 #include "format.h"
-#include "json.h"
+#include "../base/json.h"
 
 static const char *const type_names[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32",
                                          "bool", "string", "array", "u64", "i64", "f64"};

@@ -8,7 +8,7 @@
 
 #include "../io/file.h"
 #include "gguf.h"
-#include "json.h"
+#include "../base/json.h"
 #include "output.h"
 
 enum { T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STRING, T_ARRAY, T_U64, T_I64, T_F64, T_COUNT };

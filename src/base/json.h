@@ -10,10 +10,10 @@
  * no trailing commas, no comments, no lone surrogates, no raw control
  * characters in strings, nesting at most 128 deep.
  */
-#ifndef CKPT_FORMATS_JSON_H
-#define CKPT_FORMATS_JSON_H
+#ifndef CKPT_BASE_JSON_H
+#define CKPT_BASE_JSON_H
 
-#include "../base/base.h"
+#include "base.h"
 
 typedef enum ckpt__json_kind {
     CKPT__JSON_NULL,
