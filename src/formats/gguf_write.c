@@ -239,7 +239,7 @@ static void node_json(const ckpt__json_doc *doc, size_t i, ckpt__buf *b) {
         case CKPT__JSON_TRUE: ckpt__buf_puts(b, "true"); break;
         case CKPT__JSON_FALSE: ckpt__buf_puts(b, "false"); break;
         case CKPT__JSON_NUMBER: ckpt__buf_append(b, n->str, n->len); break;
-        case CKPT__JSON_STRING: ckpt__gguf_json_string(b, n->str, n->len); break;
+        case CKPT__JSON_STRING: ckpt__buf_json_string_n(b, n->str, n->len); break;
         default: {
             open_json *o = ckpt__stack_push(&open);
             if (!o) b->failed = true;
@@ -258,7 +258,7 @@ static void node_json(const ckpt__json_doc *doc, size_t i, ckpt__buf *b) {
             }
             if (o->done++) ckpt__buf_puts(b, ", ");
             if (c->kind == CKPT__JSON_OBJECT) {
-                ckpt__gguf_json_string(b, doc->nodes[o->next].str, doc->nodes[o->next].len);
+                ckpt__buf_json_string_n(b, doc->nodes[o->next].str, doc->nodes[o->next].len);
                 ckpt__buf_puts(b, ": ");
                 o->next = doc->nodes[o->next].end;
             }

@@ -290,21 +290,6 @@ static void name_pop(walker *w, size_t saved) {
     if (w->name.data) w->name.data[saved] = '\0';
 }
 
-static void json_float(ckpt__buf *b, double f) {
-    char tmp[64];
-    if (isnan(f)) ckpt__buf_puts(b, "{\"__float__\": \"nan\"}");
-    else if (isinf(f)) ckpt__buf_puts(b, f > 0 ? "{\"__float__\": \"inf\"}" : "{\"__float__\": \"-inf\"}");
-    else {
-        /* the shortest digits that read back as the same double (0.1, not 0.10000000000000001) */
-        for (int digits = 15; digits <= 17; digits++) {
-            snprintf(tmp, sizeof tmp, "%.*g", digits, f);
-            if (strtod(tmp, NULL) == f) break;
-        }
-        if (!strpbrk(tmp, ".eE")) strcat(tmp, ".0");
-        ckpt__buf_puts(b, tmp);
-    }
-}
-
 static void json_bytes(ckpt__buf *b, const char *tag, const unsigned char *s, size_t n) {
     static const char hex[] = "0123456789abcdef";
     ckpt__buf_puts(b, "{\"");
@@ -371,7 +356,7 @@ static ckpt_status visit(walker *w, ckpt__stack *frames, const ckpt__pk_value *v
     case CKPT__PK_NONE: ckpt__buf_puts(j, "null"); return CKPT_OK;
     case CKPT__PK_BOOL: ckpt__buf_puts(j, v->u.b ? "true" : "false"); return CKPT_OK;
     case CKPT__PK_INT: snprintf(num, sizeof num, "%lld", (long long)v->u.i), ckpt__buf_puts(j, num); return CKPT_OK;
-    case CKPT__PK_FLOAT: json_float(j, v->u.f); return CKPT_OK;
+    case CKPT__PK_FLOAT: ckpt__buf_json_float(j, v->u.f); return CKPT_OK;
     case CKPT__PK_STR: ckpt__buf_json_string(j, v->u.s.data); return CKPT_OK;
     case CKPT__PK_BYTES: json_bytes(j, "__bytes__", (const unsigned char *)v->u.s.data, v->u.s.len); return CKPT_OK;
     case CKPT__PK_BIGINT: json_bytes(j, "__int_le__", (const unsigned char *)v->u.s.data, v->u.s.len); return CKPT_OK;
