@@ -171,27 +171,18 @@ void print_tree_outline(FILE *out, const ckpt_catalog *cat, const char *json, in
  * which the tensor table says all of — outline.c. */
 bool tree_is_state_dict(const ckpt_catalog *cat, const char *json);
 
-/* ---- JSON text from the library (json.c) --------------------------------- */
+/* ---- JSON text from the library ------------------------------------------- */
 
-enum { JSON_NULL, JSON_FALSE, JSON_TRUE, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT };
+/* The library's JSON texts (ckpt_convert_plan_preview, the object tree) are
+ * read with the library's own reader (src/base/json.h: the CLI links the
+ * static library), so that the CLI has no second JSON parser. */
+#include "../src/base/json.h"
 
-/* Nodes in document order: an array's elements and an object's alternating
- * keys and values follow it; `end` is the index past a node's subtree. */
-typedef struct json_node {
-    int kind;
-    uint32_t count; /* elements, or members */
-    uint32_t end;
-    char *str;      /* a string, decoded; a number's text (NUL-terminated, in the text) */
-    size_t len;
-} json_node;
-
-/* Parses `text` in place into *nodes (malloc'ed); the node count, or 0 when
- * it is not JSON. */
-size_t json_parse(char *text, json_node **nodes);
-/* The value of member `key` of object node `obj`, or 0. */
-size_t json_member(const json_node *nodes, size_t obj, const char *key);
-/* A non-negative integer number. */
-bool json_u64(const json_node *node, uint64_t *out);
+/* A copy of `json` parsed into *doc; *text holds the nodes' strings (a
+ * number's node: its text, `len` bytes, not NUL-terminated).  False when
+ * it is not JSON; free both with json_close either way. */
+bool json_read(const char *json, char **text, ckpt__json_doc *doc);
+void json_close(char *text, ckpt__json_doc *doc);
 
 /* ---- the options every command that opens a checkpoint shares (sources.c) ---- */
 

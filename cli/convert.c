@@ -290,25 +290,27 @@ static int dequantize_rest(ckpt_plan *plan, ckpt_error *err) {
 }
 
 /* "[2, 3]" from a JSON array of numbers. */
-static void json_shape(const json_node *n, size_t arr, char *buf, size_t cap) {
+static void json_shape(const ckpt__json_doc *d, size_t arr, char *buf, size_t cap) {
+    const ckpt__json_node *n = d->nodes;
     size_t len = (size_t)snprintf(buf, cap, "[");
     for (size_t k = arr + 1, i = 0; arr && k < n[arr].end && len < cap; k = n[k].end, i++)
-        len += (size_t)snprintf(buf + len, cap - len, i ? ", %s" : "%s", n[k].str);
+        len += (size_t)snprintf(buf + len, cap - len, i ? ", %.*s" : "%.*s", (int)n[k].len, n[k].str);
     if (len < cap) snprintf(buf + len, cap - len, "]");
 }
 
 /* Where the preview's tensor t would be written: its file, or, cut into
  * chunks for several ranks (--to dcp --dcp-ranks N), "4 chunks, ranks
  * 0-3" — as ckpt inspect says of the written checkpoint. */
-static const char *preview_where(const json_node *n, size_t t, char *buf, size_t cap) {
-    size_t parts = json_member(n, t, "parts"), file = json_member(n, t, "file");
-    if (!parts || n[parts].kind != JSON_ARRAY || n[parts].count < 2)
-        return n[file].kind == JSON_STRING ? printable(n[file].str) : NULL;
+static const char *preview_where(const ckpt__json_doc *d, size_t t, char *buf, size_t cap) {
+    const ckpt__json_node *n = d->nodes;
+    size_t parts = ckpt__json_member(d, t, "parts"), file = ckpt__json_member(d, t, "file");
+    if (!parts || n[parts].kind != CKPT__JSON_ARRAY || n[parts].count < 2)
+        return n[file].kind == CKPT__JSON_STRING ? printable(n[file].str) : NULL;
     long lo = -1, hi = -1;
     bool ranks = true;
     for (size_t k = parts + 1; k < n[parts].end; k = n[k].end) {
-        size_t f = json_member(n, k, "file");
-        const char *name = f && n[f].kind == JSON_STRING ? n[f].str : "";
+        size_t f = ckpt__json_member(d, k, "file");
+        const char *name = f && n[f].kind == CKPT__JSON_STRING ? n[f].str : "";
         char *end;
         long r = strncmp(name, "__", 2) ? -1 : strtol(name + 2, &end, 10); /* __<rank>_<n>.distcp */
         if (r < 0 || end == name + 2 || *end != '_') ranks = false, r = 0;
@@ -548,21 +550,21 @@ static int print_preview(const convert_args *a, const char *json) {
         fputs(json, stdout);
         return EXIT_OK;
     }
-    char *text = strdup(json);
-    json_node *n = NULL;
-    if (!text || !json_parse(text, &n) || n[0].kind != JSON_OBJECT) {
-        free(text);
-        free(n);
+    char *text;
+    ckpt__json_doc doc, *d = &doc;
+    if (!json_read(json, &text, d) || d->nodes[0].kind != CKPT__JSON_OBJECT) {
+        json_close(text, d);
         fputs(json, stdout); /* cannot happen: the library's own JSON */
         return EXIT_OK;
     }
-    size_t files = json_member(n, 0, "files"), tensors = json_member(n, 0, "tensors");
+    const ckpt__json_node *n = d->nodes;
+    size_t files = ckpt__json_member(d, 0, "files"), tensors = ckpt__json_member(d, 0, "tensors");
     /* The tensors, as they would be written. */
     int wname = 4, wshape = 5;
     char shape[512], size[32], count[32], count2[32];
     for (size_t t = tensors + 1; tensors && t < n[tensors].end; t = n[t].end) {
-        int w = text_columns(printable(n[json_member(n, t, "name")].str));
-        json_shape(n, json_member(n, t, "shape"), shape, sizeof shape);
+        int w = text_columns(printable(n[ckpt__json_member(d, t, "name")].str));
+        json_shape(d, ckpt__json_member(d, t, "shape"), shape, sizeof shape);
         if (w > wname) wname = w;
         if ((int)strlen(shape) > wshape) wshape = (int)strlen(shape);
     }
@@ -570,53 +572,52 @@ static int print_preview(const convert_args *a, const char *json) {
     printf("%-*s  %-11s  %-*s  %10s  %s\n", wname, "NAME", "DTYPE", wshape, "SHAPE", "SIZE", "FILE");
     uint64_t aliases = 0, params = 0, bytes = 0, written = 0;
     for (size_t t = tensors + 1; tensors && t < n[tensors].end; t = n[t].end) {
-        const char *name = n[json_member(n, t, "name")].str, *source = n[json_member(n, t, "source")].str;
-        size_t same = json_member(n, t, "same_as");
+        const char *name = n[ckpt__json_member(d, t, "name")].str, *source = n[ckpt__json_member(d, t, "source")].str;
+        size_t same = ckpt__json_member(d, t, "same_as");
         uint64_t nbytes = 0;
-        json_u64(&n[json_member(n, t, "nbytes")], &nbytes);
-        json_shape(n, json_member(n, t, "shape"), shape, sizeof shape);
+        ckpt__json_u64(&n[ckpt__json_member(d, t, "nbytes")], &nbytes);
+        json_shape(d, ckpt__json_member(d, t, "shape"), shape, sizeof shape);
         print_padded(stdout, name, wname);
-        printf("  %-11s  %-*s  %10s  ", n[json_member(n, t, "dtype")].str, wshape, shape,
+        printf("  %-11s  %-*s  %10s  ", n[ckpt__json_member(d, t, "dtype")].str, wshape, shape,
                format_bytes(nbytes, size, sizeof size));
         char buf[96];
-        const char *where = preview_where(n, t, buf, sizeof buf);
+        const char *where = preview_where(d, t, buf, sizeof buf);
         if (where) printf("%s", where);
         else printf("(written once, as %s)", same ? printable(n[same].str) : "?"), aliases++;
         if (strcmp(name, source)) printf("  (from %s)", printable(source));
         putchar('\n');
     }
-    size_t totals = json_member(n, 0, "totals");
-    json_u64(&n[json_member(n, totals, "parameters")], &params);
-    json_u64(&n[json_member(n, totals, "bytes")], &bytes);
-    json_u64(&n[json_member(n, totals, "written")], &written);
+    size_t totals = ckpt__json_member(d, 0, "totals");
+    ckpt__json_u64(&n[ckpt__json_member(d, totals, "parameters")], &params);
+    ckpt__json_u64(&n[ckpt__json_member(d, totals, "bytes")], &bytes);
+    ckpt__json_u64(&n[ckpt__json_member(d, totals, "written")], &written);
     size_t nfiles = files ? n[files].count : 0;
-    printf("\nWould write %s (%s): %s tensor%s", printable(a->dst), n[json_member(n, 0, "format")].str,
+    printf("\nWould write %s (%s): %s tensor%s", printable(a->dst), n[ckpt__json_member(d, 0, "format")].str,
            format_count(written, count, sizeof count), written == 1 ? "" : "s");
     if (aliases) printf(" (and %s written once for several names)", format_count(aliases, count2, sizeof count2));
     printf(", %s parameters, %s in %zu file%s:\n", format_count(params, count2, sizeof count2),
            format_bytes(bytes, size, sizeof size), nfiles, nfiles == 1 ? "" : "s");
     for (size_t f = files + 1; files && f < n[files].end; f = n[f].end) {
         uint64_t fsize = 0, ft = 0;
-        json_u64(&n[json_member(n, f, "size")], &fsize);
-        json_u64(&n[json_member(n, f, "tensors")], &ft);
-        printf("  %s  %s, %s tensor%s\n", printable(n[json_member(n, f, "path")].str), format_bytes(fsize, size, sizeof size),
+        ckpt__json_u64(&n[ckpt__json_member(d, f, "size")], &fsize);
+        ckpt__json_u64(&n[ckpt__json_member(d, f, "tensors")], &ft);
+        printf("  %s  %s, %s tensor%s\n", printable(n[ckpt__json_member(d, f, "path")].str), format_bytes(fsize, size, sizeof size),
                format_count(ft, count, sizeof count), ft == 1 ? "" : "s");
     }
     static const char *const lists[][2] = {{"side_files", "index"}, {"copied_files", "copied from SRC"},
                                            {"replaces", "replaced: an existing checkpoint's"}};
     /* Side files lie beside the data files. */
-    const char *first = nfiles ? n[json_member(n, files + 1, "path")].str : "";
+    const char *first = nfiles ? n[ckpt__json_member(d, files + 1, "path")].str : "";
     const char *slash = strrchr(first, '/');
     char first_dir[4096];
     snprintf(first_dir, sizeof first_dir, "%.*s", slash ? (int)(slash - first) + 1 : 0, first);
     for (size_t l = 0; l < sizeof lists / sizeof *lists; l++) {
-        size_t list = json_member(n, 0, lists[l][0]);
+        size_t list = ckpt__json_member(d, 0, lists[l][0]);
         for (size_t k = list + 1; list && k < n[list].end; k = n[k].end)
             printf("  %s%s  (%s)\n", printable(first_dir), printable(n[k].str), lists[l][1]);
     }
     printf("Dry run: nothing written.\n");
-    free(n);
-    free(text);
+    json_close(text, d);
     return EXIT_OK;
 }
 
@@ -645,14 +646,16 @@ static int name_output(convert_args *a, ckpt_plan *plan) {
     ckpt_error_clear(&err);
     char *json = NULL;
     if (ckpt_convert_plan_preview(plan, a->dst, &a->opt, &json, &err) != CKPT_OK) return report_error(&err);
-    json_node *n = NULL;
-    bool ok = json_parse(json, &n) && n[0].kind == JSON_OBJECT;
-    size_t files = ok ? json_member(n, 0, "files") : 0, open = ok ? json_member(n, 0, "open") : 0;
+    char *text;
+    ckpt__json_doc doc, *d = &doc;
+    bool ok = json_read(json, &text, d) && d->nodes[0].kind == CKPT__JSON_OBJECT;
+    const ckpt__json_node *n = d->nodes;
+    size_t files = ok ? ckpt__json_member(d, 0, "files") : 0, open = ok ? ckpt__json_member(d, 0, "open") : 0;
     size_t count = files ? n[files].count : 0, first = files + 1, last = first;
     for (size_t f = first; count && f < n[files].end; f = n[f].end) last = f;
-    const char *first_path = count ? n[json_member(n, first, "path")].str : a->dst;
-    const char *last_path = count ? n[json_member(n, last, "path")].str : a->dst;
-    bool directory = ok && n[json_member(n, 0, "directory")].kind == JSON_TRUE;
+    const char *first_path = count ? n[ckpt__json_member(d, first, "path")].str : a->dst;
+    const char *last_path = count ? n[ckpt__json_member(d, last, "path")].str : a->dst;
+    bool directory = ok && n[ckpt__json_member(d, 0, "directory")].kind == CKPT__JSON_TRUE;
     size_t cap = strlen(a->dst) + strlen(first_path) + strlen(last_path) + 16;
     a->written = malloc(cap);
     a->open_path = strdup(ok && open ? n[open].str : a->dst);
@@ -663,7 +666,7 @@ static int name_output(convert_args *a, ckpt_plan *plan) {
         snprintf(a->written, cap, "%s … %s", first_path, strrchr(last_path, '/') ? strrchr(last_path, '/') + 1 : last_path);
     else if (a->written) /* the file DST names */
         snprintf(a->written, cap, "%s", a->dst);
-    free(n);
+    json_close(text, d);
     ckpt_free(json);
     if (!a->written || !a->open_path) {
         fputs("ckpt: out of memory\n", stderr);

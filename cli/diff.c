@@ -473,7 +473,11 @@ static void json_shape(FILE *o, const ckpt_tensor_info *t) {
 
 static void json_double(FILE *o, double v) {
     if (isinf(v)) fputs("\"inf\"", o);
-    else fprintf(o, "%.17g", v);
+    else {
+        char shortest[32]; /* the shortest digits that read back as v, as every float ckpt writes */
+        ckpt__shortest_float(shortest, sizeof shortest, v, false);
+        fputs(shortest, o);
+    }
 }
 
 static void print_json(const differ *df, const diff_entry *list, size_t count, const size_t counts[5], size_t identical) {

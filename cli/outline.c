@@ -14,7 +14,8 @@ enum { STRING_COLUMNS = 60, STACK_MAX = 64 };
 typedef struct outline {
     FILE *out;
     const ckpt_catalog *cat;
-    const json_node *n;
+    const ckpt__json_doc *doc;
+    const ckpt__json_node *n;
     int depth, width;   /* limits: 0 for none */
     long lines, max_lines;
 } outline;
@@ -30,8 +31,8 @@ enum { K_LIST, K_DICT_PAIRS, K_OBJECT, K_CALL };
 
 /* An object {"__name__": …} standing for a Python value (a dict, a
  * tuple, a tensor): the marker's value, else 0. */
-static size_t marked(const json_node *n, size_t v, const char *marker) {
-    return n[v].kind == JSON_OBJECT ? json_member(n, v, marker) : 0;
+static size_t marked(const ckpt__json_doc *d, size_t v, const char *marker) {
+    return ckpt__json_member(d, (uint32_t)v, marker);
 }
 
 static void indent(outline *o, int level) {
@@ -56,10 +57,10 @@ static void print_string(outline *o, const char *s) {
 
 /* A dict key: a string quoted, a number as it is, true/false as Python's. */
 static void print_key(outline *o, size_t k) {
-    const json_node *n = o->n;
-    if (n[k].kind == JSON_STRING) print_string(o, n[k].str);
-    else if (n[k].kind == JSON_TRUE || n[k].kind == JSON_FALSE) fputs(n[k].kind == JSON_TRUE ? "True" : "False", o->out);
-    else if (n[k].kind == JSON_NUMBER) fputs(n[k].str, o->out);
+    const ckpt__json_node *n = o->n;
+    if (n[k].kind == CKPT__JSON_STRING) print_string(o, n[k].str);
+    else if (n[k].kind == CKPT__JSON_TRUE || n[k].kind == CKPT__JSON_FALSE) fputs(n[k].kind == CKPT__JSON_TRUE ? "True" : "False", o->out);
+    else if (n[k].kind == CKPT__JSON_NUMBER) fwrite(n[k].str, 1, n[k].len, o->out);
     else fputs("?", o->out);
 }
 
@@ -75,44 +76,44 @@ static void print_tensor(outline *o, const char *name) {
 /* Prints value v after its label; a container it would list returns its
  * frame in *f (true), a leaf or an empty container prints whole (false). */
 static bool print_value(outline *o, size_t v, frame *f) {
-    const json_node *n = o->n;
+    const ckpt__json_node *n = o->n;
     size_t m;
     const char *noun = NULL;
     *f = (frame){0};
     switch (n[v].kind) {
-    case JSON_NULL: fputs("None", o->out); return false;
-    case JSON_TRUE: fputs("True", o->out); return false;
-    case JSON_FALSE: fputs("False", o->out); return false;
-    case JSON_NUMBER: fputs(n[v].str, o->out); return false;
-    case JSON_STRING: print_string(o, n[v].str); return false;
-    case JSON_ARRAY: noun = "list", *f = (frame){v + 1, n[v].end, 0, n[v].count, K_LIST}; break;
+    case CKPT__JSON_NULL: fputs("None", o->out); return false;
+    case CKPT__JSON_TRUE: fputs("True", o->out); return false;
+    case CKPT__JSON_FALSE: fputs("False", o->out); return false;
+    case CKPT__JSON_NUMBER: fwrite(n[v].str, 1, n[v].len, o->out); return false;
+    case CKPT__JSON_STRING: print_string(o, n[v].str); return false;
+    case CKPT__JSON_ARRAY: noun = "list", *f = (frame){v + 1, n[v].end, 0, n[v].count, K_LIST}; break;
     default: break;
     }
     if (!noun) {
-        if ((m = marked(n, v, "__tensor__")) && n[m].kind == JSON_STRING) {
+        if ((m = marked(o->doc, v, "__tensor__")) && n[m].kind == CKPT__JSON_STRING) {
             print_tensor(o, n[m].str);
             return false;
         }
-        if ((m = marked(n, v, "__float__")) && n[m].kind == JSON_STRING) {
+        if ((m = marked(o->doc, v, "__float__")) && n[m].kind == CKPT__JSON_STRING) {
             fputs(n[m].str, o->out); /* nan, inf, -inf */
             return false;
         }
-        if ((m = marked(n, v, "__global__")) && n[m].kind == JSON_STRING) {
+        if ((m = marked(o->doc, v, "__global__")) && n[m].kind == CKPT__JSON_STRING) {
             fputs(printable(n[m].str), o->out);
             return false;
         }
-        if (((m = marked(n, v, "__bytes__")) || (m = marked(n, v, "__int_le__"))) && n[m].kind == JSON_STRING) {
-            fprintf(o->out, "%s (%zu bytes)", marked(n, v, "__bytes__") ? "bytes" : "int", n[m].len / 2);
+        if (((m = marked(o->doc, v, "__bytes__")) || (m = marked(o->doc, v, "__int_le__"))) && n[m].kind == CKPT__JSON_STRING) {
+            fprintf(o->out, "%s (%zu bytes)", marked(o->doc, v, "__bytes__") ? "bytes" : "int", (size_t)n[m].len / 2);
             return false;
         }
         /* an OrderedDict, a torch.Size: their class, which torch.load gives back */
-        size_t cls = marked(n, v, "__class__");
-        const char *class_name = cls && n[cls].kind == JSON_STRING ? n[cls].str : NULL;
-        if ((m = marked(n, v, "__dict__")) && n[m].kind == JSON_ARRAY) noun = class_name && !strcmp(class_name, "collections.OrderedDict") ? "OrderedDict" : "dict", *f = (frame){m + 1, n[m].end, 0, n[m].count, K_DICT_PAIRS};
-        else if ((m = marked(n, v, "__tuple__")) && n[m].kind == JSON_ARRAY) noun = class_name && !strcmp(class_name, "torch.Size") ? "torch.Size" : "tuple", *f = (frame){m + 1, n[m].end, 0, n[m].count, K_LIST};
-        else if ((m = marked(n, v, "__set__")) && n[m].kind == JSON_ARRAY) noun = "set", *f = (frame){m + 1, n[m].end, 0, n[m].count, K_LIST};
-        else if ((m = marked(n, v, "__shards__")) && n[m].kind == JSON_ARRAY) noun = "shards", *f = (frame){m + 1, n[m].end, 0, n[m].count, K_LIST};
-        else if ((m = marked(n, v, "__call__")) && n[m].kind == JSON_STRING) {
+        size_t cls = marked(o->doc, v, "__class__");
+        const char *class_name = cls && n[cls].kind == CKPT__JSON_STRING ? n[cls].str : NULL;
+        if ((m = marked(o->doc, v, "__dict__")) && n[m].kind == CKPT__JSON_ARRAY) noun = class_name && !strcmp(class_name, "collections.OrderedDict") ? "OrderedDict" : "dict", *f = (frame){m + 1, n[m].end, 0, n[m].count, K_DICT_PAIRS};
+        else if ((m = marked(o->doc, v, "__tuple__")) && n[m].kind == CKPT__JSON_ARRAY) noun = class_name && !strcmp(class_name, "torch.Size") ? "torch.Size" : "tuple", *f = (frame){m + 1, n[m].end, 0, n[m].count, K_LIST};
+        else if ((m = marked(o->doc, v, "__set__")) && n[m].kind == CKPT__JSON_ARRAY) noun = "set", *f = (frame){m + 1, n[m].end, 0, n[m].count, K_LIST};
+        else if ((m = marked(o->doc, v, "__shards__")) && n[m].kind == CKPT__JSON_ARRAY) noun = "shards", *f = (frame){m + 1, n[m].end, 0, n[m].count, K_LIST};
+        else if ((m = marked(o->doc, v, "__call__")) && n[m].kind == CKPT__JSON_STRING) {
             /* An allowed object: module.Name, then its args and state. */
             fprintf(o->out, "%s(%s)", printable(n[m].str), ellipsis());
             *f = (frame){v + 1, n[v].end, 0, n[v].count, K_CALL};
@@ -132,36 +133,36 @@ static bool end_line(outline *o) {
 }
 
 bool tree_is_state_dict(const ckpt_catalog *cat, const char *json) {
-    char *text = strdup(json);
-    json_node *n = NULL;
-    size_t items = text && json_parse(text, &n) ? json_member(n, 0, "__dict__") : 0;
+    char *text;
+    ckpt__json_doc doc;
+    size_t items = json_read(json, &text, &doc) ? ckpt__json_member(&doc, 0, "__dict__") : 0;
+    const ckpt__json_node *n = doc.nodes;
     size_t count = ckpt_catalog_tensor_count(cat);
-    bool flat = items && n[items].kind == JSON_ARRAY && n[items].count == count;
+    bool flat = items && n[items].kind == CKPT__JSON_ARRAY && n[items].count == count;
     size_t pair = items + 1;
     for (size_t i = 0; flat && i < count; i++, pair = n[pair].end) {
-        size_t v = n[pair].kind == JSON_ARRAY && n[pair].count == 2 ? n[pair + 1].end : 0;
-        size_t name = v ? marked(n, v, "__tensor__") : 0;
-        flat = name && n[name].kind == JSON_STRING && !strcmp(n[name].str, ckpt_catalog_tensor(cat, i)->name);
+        size_t v = n[pair].kind == CKPT__JSON_ARRAY && n[pair].count == 2 ? n[pair + 1].end : 0;
+        size_t name = v ? marked(&doc, v, "__tensor__") : 0;
+        flat = name && n[name].kind == CKPT__JSON_STRING && !strcmp(n[name].str, ckpt_catalog_tensor(cat, i)->name);
     }
-    free(n);
-    free(text);
+    json_close(text, &doc);
     return flat;
 }
 
 void print_tree_outline(FILE *out, const ckpt_catalog *cat, const char *json, int depth, int width, long max_lines) {
-    char *text = strdup(json);
-    json_node *n = NULL;
-    if (!text || !json_parse(text, &n)) {
-        /* Deeper than the outline reads (64 levels): its beginning as it is. */
+    char *text;
+    ckpt__json_doc doc;
+    if (!json_read(json, &text, &doc)) {
+        /* Deeper than the JSON reader goes (128 levels): its beginning as it is. */
         enum { SHOWN = 1500 };
         size_t len = strlen(json);
         fprintf(out, "  %.*s%s\n", (int)(len < SHOWN ? len : SHOWN), printable(json),
                 len > SHOWN ? " … (ckpt inspect --json for all of it)" : "");
-        free(text);
-        free(n);
+        json_close(text, &doc);
         return;
     }
-    outline o = {out, cat, n, depth, width, 0, max_lines};
+    const ckpt__json_node *n = doc.nodes;
+    outline o = {out, cat, &doc, n, depth, width, 0, max_lines};
     frame stack[STACK_MAX];
     int top = -1;
     frame f;
@@ -188,7 +189,7 @@ void print_tree_outline(FILE *out, const ckpt_catalog *cat, const char *json, in
         if (c->kind == K_DICT_PAIRS) { /* [key, value] */
             size_t pair = c->next;
             c->next = n[pair].end;
-            bool ok = n[pair].kind == JSON_ARRAY && n[pair].count == 2;
+            bool ok = n[pair].kind == CKPT__JSON_ARRAY && n[pair].count == 2;
             key = ok ? pair + 1 : 0;
             value = ok ? n[pair + 1].end : 0;
         } else if (c->kind == K_OBJECT || c->kind == K_CALL) {
@@ -220,6 +221,5 @@ void print_tree_outline(FILE *out, const ckpt_catalog *cat, const char *json, in
         indent(&o, 1);
         fprintf(out, "%s (more: ckpt inspect --json, or --tree-depth/--tree-width)\n", ellipsis());
     }
-    free(n);
-    free(text);
+    json_close(text, &doc);
 }

@@ -145,21 +145,23 @@ void print_padded(FILE *out, const char *name, int width) {
 }
 
 void print_json_string(FILE *out, const char *s) {
-    fputc('"', out);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        switch (c) {
-        case '"': fputs("\\\"", out); break;
-        case '\\': fputs("\\\\", out); break;
-        case '\n': fputs("\\n", out); break;
-        case '\r': fputs("\\r", out); break;
-        case '\t': fputs("\\t", out); break;
-        default:
-            if (c < 0x20) fprintf(out, "\\u%04x", c);
-            else fputc(c, out);
-        }
-    }
-    fputc('"', out);
+    ckpt__buf b = {0};
+    ckpt__buf_json_string(&b, s);
+    if (b.data) fwrite(b.data, 1, b.len, out);
+    free(b.data);
+}
+
+bool json_read(const char *json, char **text, ckpt__json_doc *doc) {
+    size_t at;
+    const char *why;
+    *doc = (ckpt__json_doc){0};
+    *text = json ? strdup(json) : NULL;
+    return *text && ckpt__json_parse(*text, strlen(*text), doc, &at, &why) == CKPT_OK;
+}
+
+void json_close(char *text, ckpt__json_doc *doc) {
+    ckpt__json_free(doc);
+    free(text);
 }
 
 const char *format_elapsed(uint64_t bytes, double seconds, char *buf, size_t cap) {

@@ -18,7 +18,7 @@
 #include "catalog_internal.h"
 #include "engine.h"
 #include "formats/shards.h"
-#include "formats/torch.h"
+#include "formats/torch_save.h"
 #include "plan_internal.h"
 #include "tree_internal.h"
 #include "writer_internal.h"

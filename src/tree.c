@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "catalog_internal.h"
-#include "formats/json.h"
+#include "base/json.h"
 #include "plan_internal.h"
 #include "tree_internal.h"
 

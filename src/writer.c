@@ -17,7 +17,7 @@
 
 #include "base/wire.h"
 #include "formats/hf_config.h"
-#include "formats/json.h"
+#include "base/json.h"
 #include "formats/output.h"
 #include "io/beneath.h"
 #include "io/commit.h"

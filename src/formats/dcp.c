@@ -8,9 +8,10 @@
 #include <string.h>
 
 #include "../io/file.h"
-#include "json.h"
+#include "../base/json.h"
 #include "pickle.h"
 #include "torch.h"
+#include "torch_save.h"
 
 #define MAX_METADATA_BYTES (1ULL << 30) /* .metadata of huge models is tens of MB */
 enum {
@@ -29,35 +30,6 @@ static const char *const dataclasses[] = {
     "StorageMeta", "TensorProperties", "TensorStorageMetadata",
 };
 
-typedef struct dtype_name {
-    const char *name;
-    ckpt_dtype dtype; /* CKPT_DTYPE_INVALID: a torch dtype with no safetensors equivalent */
-} dtype_name;
-
-/* Every torch dtype (torch 2.13); those safetensors has map to it. */
-static const dtype_name torch_dtypes[] = {
-    {"float32", CKPT_F32}, {"float64", CKPT_F64}, {"float16", CKPT_F16}, {"bfloat16", CKPT_BF16},
-    {"int64", CKPT_I64}, {"int32", CKPT_I32}, {"int16", CKPT_I16}, {"int8", CKPT_I8}, {"uint8", CKPT_U8},
-    {"bool", CKPT_BOOL}, {"complex64", CKPT_C64}, {"uint16", CKPT_U16}, {"uint32", CKPT_U32},
-    {"uint64", CKPT_U64}, {"float8_e5m2", CKPT_F8_E5M2}, {"float8_e4m3fn", CKPT_F8_E4M3},
-    {"float8_e8m0fnu", CKPT_F8_E8M0}, {"float8_e4m3fnuz", CKPT_F8_E4M3FNUZ}, {"float8_e5m2fnuz", CKPT_F8_E5M2FNUZ},
-    {"float4_e2m1fn_x2", CKPT_F4}, {"complex32", CKPT_DTYPE_INVALID}, {"complex128", CKPT_DTYPE_INVALID},
-    {"qint8", CKPT_DTYPE_INVALID}, {"qint32", CKPT_DTYPE_INVALID}, {"quint8", CKPT_DTYPE_INVALID},
-    {"quint4x2", CKPT_DTYPE_INVALID}, {"quint2x4", CKPT_DTYPE_INVALID}, {"bits1x8", CKPT_DTYPE_INVALID},
-    {"bits2x4", CKPT_DTYPE_INVALID}, {"bits4x2", CKPT_DTYPE_INVALID}, {"bits8", CKPT_DTYPE_INVALID},
-    {"bits16", CKPT_DTYPE_INVALID}, {"int1", CKPT_DTYPE_INVALID}, {"int2", CKPT_DTYPE_INVALID},
-    {"int3", CKPT_DTYPE_INVALID}, {"int4", CKPT_DTYPE_INVALID}, {"int5", CKPT_DTYPE_INVALID},
-    {"int6", CKPT_DTYPE_INVALID}, {"int7", CKPT_DTYPE_INVALID}, {"uint1", CKPT_DTYPE_INVALID},
-    {"uint2", CKPT_DTYPE_INVALID}, {"uint3", CKPT_DTYPE_INVALID}, {"uint4", CKPT_DTYPE_INVALID},
-    {"uint5", CKPT_DTYPE_INVALID}, {"uint6", CKPT_DTYPE_INVALID}, {"uint7", CKPT_DTYPE_INVALID},
-};
-
-static const dtype_name *find_dtype(const char *name) {
-    for (size_t i = 0; i < sizeof torch_dtypes / sizeof torch_dtypes[0]; i++)
-        if (!strcmp(torch_dtypes[i].name, name)) return &torch_dtypes[i];
-    return NULL;
-}
-
 static bool in_list(const char *name, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!strcmp(list[i], name)) return true;
@@ -70,7 +42,7 @@ static bool dcp_allowed_name(const char *module, const char *name) {
     if (!strcmp(module, META))
         return !strcmp(name, "_MEM_FORMAT_ENCODING") || in_list(name, dataclasses, sizeof dataclasses / sizeof *dataclasses);
     if (!strcmp(module, FILESYSTEM)) return !strcmp(name, "_StorageInfo");
-    if (!strcmp(module, "torch")) return !strcmp(name, "Size") || find_dtype(name) != NULL;
+    if (!strcmp(module, "torch")) return !strcmp(name, "Size") || ckpt__torch_type_named(name) != NULL;
     if (!strcmp(module, "torch.serialization")) return !strcmp(name, "_get_layout");
     if (!strcmp(module, "pathlib")) return !strcmp(name, "PosixPath");
     return false;
@@ -247,7 +219,7 @@ static ckpt_status check_value(reader *r, const ckpt__pk_value *v, int depth, co
         return CKPT_OK;
     case CKPT__PK_GLOBAL:
         /* Only dtypes appear as values (TensorProperties.dtype). */
-        if (!strcmp(v->u.global.module, "torch") && find_dtype(v->u.global.name)) return CKPT_OK;
+        if (!strcmp(v->u.global.module, "torch") && ckpt__torch_type_named(v->u.global.name)) return CKPT_OK;
         return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, v, "%s.%s appears as a value", v->u.global.module,
                     v->u.global.name);
     case CKPT__PK_CALL: return check_call(r, v, items);
@@ -564,7 +536,6 @@ typedef struct tensor_meta {
     const char *fqn;
     const ckpt__pk_value *at;
     ckpt_dtype dtype;
-    const char *dtype_name;
     uint32_t ndim;
     uint64_t *size;
     size_t chunk_count;
@@ -592,11 +563,10 @@ static ckpt_status read_properties(reader *r, tensor_meta *t, const ckpt__pk_val
         !(is_obj(layout, "torch.serialization", "_get_layout") && !strcmp(layout->u.call.args->u.seq.items[0]->u.s.data, "torch.strided")))
         return fail(r, CKPT_E_UNKNOWN_DTYPE, t->fqn, layout, "the tensor's layout is not torch.strided (a sparse "
                     "tensor has no safetensors representation)");
-    const dtype_name *d = find_dtype(dtype->u.global.name);
-    if (!d || d->dtype == CKPT_DTYPE_INVALID)
+    const ckpt__torch_type *named = ckpt__torch_type_named(dtype->u.global.name);
+    t->dtype = named ? named->dtype : CKPT_DTYPE_INVALID;
+    if (t->dtype == CKPT_DTYPE_INVALID)
         return fail(r, CKPT_E_UNKNOWN_DTYPE, t->fqn, dtype, "torch.%s has no safetensors dtype", dtype->u.global.name);
-    t->dtype = d->dtype;
-    t->dtype_name = d->name;
     return CKPT_OK;
 }
 

@@ -39,7 +39,7 @@
 
 #include "../base/base.h"
 #include "format.h"
-#include "json.h"
+#include "../base/json.h"
 
 /* One chunk of a tensor, as declared (before it is checked). */
 typedef struct ckpt__dcp_chunk {
@@ -64,9 +64,6 @@ CKPT__HIDDEN ckpt_status ckpt__dcp_check_tiling(const char *path, const char *te
 CKPT__HIDDEN const char *ckpt__dcp_dims(char *buf, size_t cap, const uint64_t *v, uint32_t n);
 
 /* ---- writing (dcp_write.c) --------------------------------------------------- */
-
-/* torch's name of a dtype ("float32"), or NULL when torch has none. */
-CKPT__HIDDEN const char *ckpt__dcp_torch_dtype(ckpt_dtype dtype);
 
 /* zlib's CRC-32, continued from `crc` (0 to start). */
 CKPT__HIDDEN uint32_t ckpt__dcp_crc32(uint32_t crc, const void *p, size_t n);

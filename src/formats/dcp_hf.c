@@ -10,7 +10,7 @@
 
 #include "../io/file.h"
 #include "dcp.h"
-#include "json.h"
+#include "../base/json.h"
 #include "safetensors.h"
 
 #define SHARDING_KEY "DCP_SHARDING_INFO"

@@ -21,8 +21,9 @@
 #include <string.h>
 
 #include "dcp.h"
-#include "json.h"
+#include "../base/json.h"
 #include "output.h"
+#include "torch_save.h"
 
 enum { ITEM_ALIGN = 64, MAX_PATH_PARTS = 256 };
 #define TREE_KEY "ckpt.torch_tree" /* the object tree as a conversion passes it (tree_internal.h) */
@@ -312,7 +313,7 @@ static ckpt_status dcp_plan(ckpt__output *o, ckpt_error *err) {
     if (!s->tensors) return ckpt__oom(err, path, NULL);
     memset(s->tensors, 0, (n ? n : 1) * sizeof *s->tensors);
     for (size_t i = 0; i < n; i++)
-        if (!ckpt__dcp_torch_dtype(ckpt__out_tensor_at(o, i)->dtype))
+        if (!ckpt__torch_type_of(ckpt__out_tensor_at(o, i)->dtype))
             return ckpt__fail(err, CKPT_E_UNKNOWN_DTYPE, path, ckpt__out_tensor_at(o, i)->name, -1,
                               "%s has no torch dtype that DCP could record",
                               ckpt_dtype_name(ckpt__out_tensor_at(o, i)->dtype));

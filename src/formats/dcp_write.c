@@ -10,7 +10,7 @@
 #include <zlib.h>
 
 #include "dcp.h"
-#include "json.h"
+#include "../base/json.h"
 #include "torch_save.h"
 
 /* ---- a minimal, deterministic pickler (torch_save.h's opcodes) ------------------ */
@@ -22,11 +22,6 @@ static void pk_int(ckpt__buf *b, int64_t v) { ckpt__pkw_int(b, v); }
 static void pk_str(ckpt__buf *b, const char *s, size_t n) { ckpt__pkw_str(b, s, n); }
 static void pk_text_global(ckpt__buf *b, const char *module, const char *name) { ckpt__pkw_global(b, module, name); }
 static void pk_dims(ckpt__buf *b, const uint64_t *v, uint32_t n) { ckpt__pkw_dims(b, v, n); }
-
-const char *ckpt__dcp_torch_dtype(ckpt_dtype dtype) {
-    const ckpt__torch_type *t = ckpt__torch_type_of(dtype);
-    return t ? t->name : NULL;
-}
 
 /* ---- torch.save archives ------------------------------------------------------------ */
 
@@ -450,7 +445,7 @@ ckpt_status ckpt__dcp_render_metadata(const ckpt__dcp_item_meta *items, size_t c
             pk_short_str(b, "properties");
             pk_new(&p, MD, "TensorProperties");
             op(b, '(');
-            pk_global4(&p, "torch", ckpt__dcp_torch_dtype(it->dtype));
+            pk_global4(&p, "torch", ckpt__torch_type_of(it->dtype)->name);
             pk_global4(&p, "torch.serialization", "_get_layout");
             pk_short_str(b, "torch.strided");
             op(b, 0x85);

@@ -8,7 +8,7 @@
 
 #include "../io/file.h"
 #include "format.h"
-#include "json.h"
+#include "../base/json.h"
 
 static const char *const type_names[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32",
                                          "bool", "string", "array", "u64", "i64", "f64"};
@@ -21,32 +21,6 @@ const char *ckpt_kv_type_name(ckpt_kv_type type) { return ckpt__gguf_type_name((
 static unsigned fixed_size(uint32_t t) {
     static const unsigned sizes[T_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
     return t < T_COUNT ? sizes[t] : 0;
-}
-
-void ckpt__gguf_json_string(ckpt__buf *b, const char *s, size_t len) {
-    static const char hex[] = "0123456789abcdef";
-    ckpt__buf_append(b, "\"", 1);
-    size_t run = 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\') continue;
-        ckpt__buf_append(b, s + run, i - run);
-        run = i + 1;
-        char e[7] = {'\\', 0};
-        switch (c) {
-        case '"': e[1] = '"'; break;
-        case '\\': e[1] = '\\'; break;
-        case '\n': e[1] = 'n'; break;
-        case '\r': e[1] = 'r'; break;
-        case '\t': e[1] = 't'; break;
-        case '\b': e[1] = 'b'; break;
-        case '\f': e[1] = 'f'; break;
-        default: e[1] = 'u', e[2] = '0', e[3] = '0', e[4] = hex[c >> 4], e[5] = hex[c & 15];
-        }
-        ckpt__buf_append(b, e, strlen(e));
-    }
-    ckpt__buf_append(b, s + run, len - run);
-    ckpt__buf_append(b, "\"", 1);
 }
 
 /* ---- a buffered cursor over the source ------------------------------------ */
@@ -271,7 +245,7 @@ static ckpt_status read_elements(value_ctx *v, uint32_t et, uint64_t count, unsi
             const char *s;
             uint64_t len;
             if ((st = rd_string(c, NULL, "a string in an array", &s, &len))) break;
-            ckpt__gguf_json_string(json, s, (size_t)len);
+            ckpt__buf_json_string_n(json, s, (size_t)len);
         } else {
             uint32_t inner;
             uint64_t n;
@@ -314,7 +288,7 @@ static ckpt_status read_value(value_ctx *v, uint32_t type, ckpt_kv *kv) {
         const char *s;
         uint64_t len;
         if ((st = rd_string(c, v->arena, "a string value", &s, &len))) return st;
-        ckpt__gguf_json_string(json, s, (size_t)len);
+        ckpt__buf_json_string_n(json, s, (size_t)len);
         kv->string = s, kv->string_len = len, kv->count = 1;
     } else {
         unsigned char p[8];

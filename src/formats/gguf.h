@@ -29,9 +29,6 @@
 /* "u8" ... "f64" for a GGUF value type number; NULL for another. */
 CKPT__HIDDEN const char *ckpt__gguf_type_name(uint32_t type);
 
-/* Appends a string as a JSON string (UTF-8 kept; NUL and control bytes
- * escaped); `len` bytes, which may hold NULs. */
-CKPT__HIDDEN void ckpt__gguf_json_string(ckpt__buf *b, const char *s, size_t len);
 
 /*
  * Appends the binary key-value pair for a metadata entry: `value` is a

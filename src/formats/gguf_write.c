@@ -8,7 +8,7 @@
 
 #include "../io/file.h"
 #include "gguf.h"
-#include "json.h"
+#include "../base/json.h"
 #include "output.h"
 
 enum { T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STRING, T_ARRAY, T_U64, T_I64, T_F64, T_COUNT };
@@ -239,7 +239,7 @@ static void node_json(const ckpt__json_doc *doc, size_t i, ckpt__buf *b) {
         case CKPT__JSON_TRUE: ckpt__buf_puts(b, "true"); break;
         case CKPT__JSON_FALSE: ckpt__buf_puts(b, "false"); break;
         case CKPT__JSON_NUMBER: ckpt__buf_append(b, n->str, n->len); break;
-        case CKPT__JSON_STRING: ckpt__gguf_json_string(b, n->str, n->len); break;
+        case CKPT__JSON_STRING: ckpt__buf_json_string_n(b, n->str, n->len); break;
         default: {
             open_json *o = ckpt__stack_push(&open);
             if (!o) b->failed = true;
@@ -258,7 +258,7 @@ static void node_json(const ckpt__json_doc *doc, size_t i, ckpt__buf *b) {
             }
             if (o->done++) ckpt__buf_puts(b, ", ");
             if (c->kind == CKPT__JSON_OBJECT) {
-                ckpt__gguf_json_string(b, doc->nodes[o->next].str, doc->nodes[o->next].len);
+                ckpt__buf_json_string_n(b, doc->nodes[o->next].str, doc->nodes[o->next].len);
                 ckpt__buf_puts(b, ": ");
                 o->next = doc->nodes[o->next].end;
             }

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
+#include "../base/json.h"
 
 /* transformers writes the dtype as torch names it: "float32", "bfloat16",
  * "float8_e4m3fn"…; other values ("auto", a quantization's) are left. */

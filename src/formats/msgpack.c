@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/json.h"
 #include "../io/file.h"
 #include "format.h"
 #include "numpy.h"
@@ -554,38 +555,6 @@ typedef struct walker {
     size_t piece_cap;
 } walker;
 
-static void json_str(ckpt__buf *b, const char *s, size_t n) {
-    static const char hex[] = "0123456789abcdef";
-    ckpt__buf_append(b, "\"", 1);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            ckpt__buf_append(b, e, 2);
-        } else if (c < 0x20) {
-            char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-            ckpt__buf_append(b, e, 6);
-        } else {
-            ckpt__buf_append(b, (const char *)&c, 1);
-        }
-    }
-    ckpt__buf_append(b, "\"", 1);
-}
-
-static void json_float(ckpt__buf *b, double f) {
-    char tmp[64];
-    if (isnan(f)) ckpt__buf_puts(b, "{\"__float__\": \"nan\"}");
-    else if (isinf(f)) ckpt__buf_puts(b, f > 0 ? "{\"__float__\": \"inf\"}" : "{\"__float__\": \"-inf\"}");
-    else {
-        for (int digits = 15; digits <= 17; digits++) { /* the shortest that reads back, as Python's repr */
-            snprintf(tmp, sizeof tmp, "%.*g", digits, f);
-            if (strtod(tmp, NULL) == f) break;
-        }
-        if (!strpbrk(tmp, ".eEn")) strcat(tmp, ".0");
-        ckpt__buf_puts(b, tmp);
-    }
-}
-
 static void json_int(ckpt__buf *b, const node *n) {
     char tmp[32];
     if (n->kind == N_UINT) snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)n->u.u);
@@ -743,7 +712,7 @@ static const char *tensor_name(walker *w) {
 
 static ckpt_status emit_tensor_ref(walker *w, const char *name) {
     ckpt__buf_puts(&w->json, "{\"__tensor__\": ");
-    json_str(&w->json, name, strlen(name));
+    ckpt__buf_json_string(&w->json, name);
     ckpt__buf_puts(&w->json, "}");
     return CKPT_OK;
 }
@@ -839,8 +808,8 @@ static ckpt_status visit(walker *w, ckpt__stack *frames, const node *n) {
     case N_NIL: ckpt__buf_puts(j, "null"); return CKPT_OK;
     case N_BOOL: ckpt__buf_puts(j, n->u.b ? "true" : "false"); return CKPT_OK;
     case N_INT: case N_UINT: json_int(j, n); return CKPT_OK;
-    case N_FLOAT: json_float(j, n->u.f); return CKPT_OK;
-    case N_STR: json_str(j, n->u.s->data, n->u.s->len); return CKPT_OK;
+    case N_FLOAT: ckpt__buf_json_float(j, n->u.f); return CKPT_OK;
+    case N_STR: ckpt__buf_json_string_n(j, n->u.s->data, n->u.s->len); return CKPT_OK;
     case N_BIN: {
         static const char hex[] = "0123456789abcdef";
         ckpt__buf_puts(j, "{\"__bytes__\": \"");
@@ -854,9 +823,9 @@ static ckpt_status visit(walker *w, ckpt__stack *frames, const node *n) {
     }
     case N_COMPLEX:
         ckpt__buf_puts(j, "{\"__call__\": \"builtins.complex\", \"args\": [");
-        json_float(j, n->u.c[0]);
+        ckpt__buf_json_float(j, n->u.c[0]);
         ckpt__buf_puts(j, ", ");
-        json_float(j, n->u.c[1]);
+        ckpt__buf_json_float(j, n->u.c[1]);
         ckpt__buf_puts(j, "]}");
         return CKPT_OK;
     case N_NDARRAY: {
@@ -891,7 +860,7 @@ static ckpt_status next_entry(walker *w, ckpt__stack *frames, wframe *f) {
     if (k->kind == N_STR) {
         if (strlen(k->u.s->data) != k->u.s->len) return fail(m, CKPT_E_MSGPACK_INVALID, node_at(k), "map key holds a NUL byte");
         part = k->u.s->data, len = k->u.s->len;
-        json_str(&w->json, part, len);
+        ckpt__buf_json_string_n(&w->json, part, len);
     } else if (k->kind == N_INT || k->kind == N_UINT) {
         json_int(&w->json, k);
         if (k->kind == N_UINT) snprintf(num, sizeof num, "%llu", (unsigned long long)k->u.u);

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h" /* ckpt__utf8_check */
+#include "../base/json.h" /* ckpt__utf8_check */
 
 /* Bounds beyond what the input size already implies. */
 enum { MAX_STACK = 1 << 24, MAX_MARKS = 1 << 20, MAX_MEMO = 1 << 26 };

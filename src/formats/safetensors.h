@@ -13,7 +13,7 @@
 #define CKPT_FORMATS_SAFETENSORS_H
 
 #include "../base/base.h"
-#include "json.h"
+#include "../base/json.h"
 #include "../io/source.h"
 
 #define CKPT__ST_MAX_HEADER 100000000ULL

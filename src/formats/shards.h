@@ -7,7 +7,7 @@
 #define CKPT_FORMATS_SHARDS_H
 
 #include "../base/base.h"
-#include "json.h"
+#include "../base/json.h"
 
 /* Limit on the size of an index file (huggingface_hub refuses > 10 MB;
  * ckpt allows more, still bounded). */

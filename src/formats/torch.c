@@ -8,10 +8,11 @@
 #include <string.h>
 
 #include "../io/file.h"
-#include "json.h"
+#include "../base/json.h"
 #include "pickle.h"
 #include "format.h"
 #include "torch_allowed.h"
+#include "torch_save.h"
 #include "zip.h"
 
 enum {
@@ -35,44 +36,6 @@ ckpt__pk_allowed ckpt__torch_allow(const char *module, const char *name, void *c
     const char *const *allowed = catalog ? ckpt__cat_allowed_globals(catalog, &extra) : NULL;
     if (listed(torch_allowed, sizeof torch_allowed / sizeof torch_allowed[0], module, name)) return CKPT__PK_ALLOW;
     return extra && listed(allowed, extra, module, name) ? CKPT__PK_ALLOW_STATE : CKPT__PK_DENY;
-}
-
-/* ---- dtypes ------------------------------------------------------------- */
-
-typedef struct dtype_name {
-    const char *name;
-    ckpt_dtype dtype;
-} dtype_name;
-
-/* Legacy typed storages (torch.FloatStorage, torch.cuda.FloatStorage). */
-static const dtype_name storage_types[] = {
-    {"FloatStorage", CKPT_F32},  {"DoubleStorage", CKPT_F64},    {"HalfStorage", CKPT_F16},
-    {"BFloat16Storage", CKPT_BF16}, {"LongStorage", CKPT_I64},   {"IntStorage", CKPT_I32},
-    {"ShortStorage", CKPT_I16},  {"CharStorage", CKPT_I8},       {"ByteStorage", CKPT_U8},
-    {"BoolStorage", CKPT_BOOL},  {"ComplexFloatStorage", CKPT_C64},
-};
-
-/* torch dtype globals (torch.float8_e4m3fn) as _rebuild_tensor_v3 names them. */
-static const dtype_name torch_dtypes[] = {
-    {"float32", CKPT_F32},         {"float64", CKPT_F64},         {"float16", CKPT_F16},
-    {"bfloat16", CKPT_BF16},       {"int64", CKPT_I64},           {"int32", CKPT_I32},
-    {"int16", CKPT_I16},           {"int8", CKPT_I8},             {"uint8", CKPT_U8},
-    {"bool", CKPT_BOOL},           {"complex64", CKPT_C64},       {"uint16", CKPT_U16},
-    {"uint32", CKPT_U32},          {"uint64", CKPT_U64},          {"float8_e5m2", CKPT_F8_E5M2},
-    {"float8_e4m3fn", CKPT_F8_E4M3}, {"float8_e8m0fnu", CKPT_F8_E8M0}, {"float8_e4m3fnuz", CKPT_F8_E4M3FNUZ},
-    {"float8_e5m2fnuz", CKPT_F8_E5M2FNUZ}, {"float4_e2m1fn_x2", CKPT_F4},
-};
-
-static ckpt_dtype lookup(const dtype_name *table, size_t n, const char *name) {
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(table[i].name, name)) return table[i].dtype;
-    return CKPT_DTYPE_INVALID;
-}
-
-const char *ckpt__torch_dtype_name(ckpt_dtype dtype) {
-    for (size_t i = 0; i < sizeof torch_dtypes / sizeof torch_dtypes[0]; i++)
-        if (torch_dtypes[i].dtype == dtype) return torch_dtypes[i].name;
-    return NULL;
 }
 
 /* Bytes per torch element (float4_e2m1fn_x2 packs two values in one). */
@@ -138,7 +101,7 @@ static ckpt_status storage_of(walker *w, const ckpt__pk_value *pid, ckpt_dtype *
                        "persistent id is not ('storage', StorageType, key, location, numel)");
     const char *type = a[1]->u.global.name;
     *untyped = !strcmp(type, "UntypedStorage");
-    *typed = *untyped ? CKPT_U8 : lookup(storage_types, sizeof storage_types / sizeof storage_types[0], type);
+    *typed = *untyped ? CKPT_U8 : ckpt__torch_storage_dtype(type);
     if (*typed == CKPT_DTYPE_INVALID)
         return fail_at(w, pid, CKPT_E_UNKNOWN_DTYPE, "storage type %s.%s has no safetensors dtype",
                        a[1]->u.global.module, type);
@@ -204,7 +167,8 @@ static ckpt_status rebuild(walker *w, const ckpt__pk_value *call, int version) {
     if (version == 3) {
         if (a[6]->kind != CKPT__PK_GLOBAL || strcmp(a[6]->u.global.module, "torch"))
             return fail_at(w, a[6], CKPT_E_PICKLE_INVALID, "_rebuild_tensor_v3 dtype is not a torch dtype");
-        dtype = lookup(torch_dtypes, sizeof torch_dtypes / sizeof torch_dtypes[0], a[6]->u.global.name);
+        const ckpt__torch_type *named = ckpt__torch_type_named(a[6]->u.global.name);
+        dtype = named ? named->dtype : CKPT_DTYPE_INVALID;
         if (dtype == CKPT_DTYPE_INVALID)
             return fail_at(w, a[6], CKPT_E_UNKNOWN_DTYPE, "torch.%s has no safetensors dtype", a[6]->u.global.name);
     } else if (untyped) {
@@ -326,21 +290,6 @@ static void name_pop(walker *w, size_t saved) {
     if (w->name.data) w->name.data[saved] = '\0';
 }
 
-static void json_float(ckpt__buf *b, double f) {
-    char tmp[64];
-    if (isnan(f)) ckpt__buf_puts(b, "{\"__float__\": \"nan\"}");
-    else if (isinf(f)) ckpt__buf_puts(b, f > 0 ? "{\"__float__\": \"inf\"}" : "{\"__float__\": \"-inf\"}");
-    else {
-        /* the shortest digits that read back as the same double (0.1, not 0.10000000000000001) */
-        for (int digits = 15; digits <= 17; digits++) {
-            snprintf(tmp, sizeof tmp, "%.*g", digits, f);
-            if (strtod(tmp, NULL) == f) break;
-        }
-        if (!strpbrk(tmp, ".eE")) strcat(tmp, ".0");
-        ckpt__buf_puts(b, tmp);
-    }
-}
-
 static void json_bytes(ckpt__buf *b, const char *tag, const unsigned char *s, size_t n) {
     static const char hex[] = "0123456789abcdef";
     ckpt__buf_puts(b, "{\"");
@@ -407,7 +356,7 @@ static ckpt_status visit(walker *w, ckpt__stack *frames, const ckpt__pk_value *v
     case CKPT__PK_NONE: ckpt__buf_puts(j, "null"); return CKPT_OK;
     case CKPT__PK_BOOL: ckpt__buf_puts(j, v->u.b ? "true" : "false"); return CKPT_OK;
     case CKPT__PK_INT: snprintf(num, sizeof num, "%lld", (long long)v->u.i), ckpt__buf_puts(j, num); return CKPT_OK;
-    case CKPT__PK_FLOAT: json_float(j, v->u.f); return CKPT_OK;
+    case CKPT__PK_FLOAT: ckpt__buf_json_float(j, v->u.f); return CKPT_OK;
     case CKPT__PK_STR: ckpt__buf_json_string(j, v->u.s.data); return CKPT_OK;
     case CKPT__PK_BYTES: json_bytes(j, "__bytes__", (const unsigned char *)v->u.s.data, v->u.s.len); return CKPT_OK;
     case CKPT__PK_BIGINT: json_bytes(j, "__int_le__", (const unsigned char *)v->u.s.data, v->u.s.len); return CKPT_OK;

@@ -98,8 +98,5 @@ CKPT__HIDDEN void ckpt__torch_file_free(ckpt__torch_file *file);
 CKPT__HIDDEN ckpt_status ckpt__torch_add_crcs(ckpt_catalog *c, uint32_t file, const ckpt__torch_file *tf, uint64_t at,
                                               uint32_t *first, ckpt_error *err);
 
-/* torch's name of a dtype ("bfloat16", "float8_e4m3fn"), as str(torch.dtype)
- * without "torch."; NULL when torch has none. */
-CKPT__HIDDEN const char *ckpt__torch_dtype_name(ckpt_dtype dtype);
 
 #endif

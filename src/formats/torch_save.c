@@ -104,13 +104,44 @@ static const ckpt__torch_type torch_types[] = {
     {CKPT_U32, "uint32", NULL},                  {CKPT_U64, "uint64", NULL},
     {CKPT_F8_E5M2, "float8_e5m2", NULL},         {CKPT_F8_E4M3, "float8_e4m3fn", NULL},
     {CKPT_F8_E8M0, "float8_e8m0fnu", NULL},      {CKPT_F8_E4M3FNUZ, "float8_e4m3fnuz", NULL},
-    {CKPT_F8_E5M2FNUZ, "float8_e5m2fnuz", NULL},
+    {CKPT_F8_E5M2FNUZ, "float8_e5m2fnuz", NULL}, {CKPT_F4, "float4_e2m1fn_x2", NULL, .pairs = true},
+    /* torch's other dtypes: known by name (a DCP .metadata may name them), held by nothing ckpt has */
+    {0, "complex32", NULL}, {0, "complex128", NULL}, {0, "qint8", NULL}, {0, "qint32", NULL},
+    {0, "quint8", NULL}, {0, "quint4x2", NULL}, {0, "quint2x4", NULL}, {0, "bits1x8", NULL},
+    {0, "bits2x4", NULL}, {0, "bits4x2", NULL}, {0, "bits8", NULL}, {0, "bits16", NULL},
+    {0, "int1", NULL}, {0, "int2", NULL}, {0, "int3", NULL}, {0, "int4", NULL}, {0, "int5", NULL},
+    {0, "int6", NULL}, {0, "int7", NULL}, {0, "uint1", NULL}, {0, "uint2", NULL}, {0, "uint3", NULL},
+    {0, "uint4", NULL}, {0, "uint5", NULL}, {0, "uint6", NULL}, {0, "uint7", NULL},
 };
+enum { TORCH_TYPES = sizeof torch_types / sizeof torch_types[0] };
 
-const ckpt__torch_type *ckpt__torch_type_of(ckpt_dtype d) {
-    for (size_t i = 0; i < sizeof torch_types / sizeof torch_types[0]; i++)
+static const ckpt__torch_type *type_of(ckpt_dtype d) {
+    if (d == CKPT_DTYPE_INVALID) return NULL;
+    for (size_t i = 0; i < TORCH_TYPES; i++)
         if (torch_types[i].dtype == d) return &torch_types[i];
     return NULL;
+}
+
+const ckpt__torch_type *ckpt__torch_type_of(ckpt_dtype d) {
+    const ckpt__torch_type *t = type_of(d);
+    return t && !t->pairs ? t : NULL;
+}
+
+const char *ckpt__torch_dtype_name(ckpt_dtype d) {
+    const ckpt__torch_type *t = type_of(d);
+    return t ? t->name : NULL;
+}
+
+const ckpt__torch_type *ckpt__torch_type_named(const char *name) {
+    for (size_t i = 0; i < TORCH_TYPES; i++)
+        if (!strcmp(torch_types[i].name, name)) return &torch_types[i];
+    return NULL;
+}
+
+ckpt_dtype ckpt__torch_storage_dtype(const char *storage) {
+    for (size_t i = 0; i < TORCH_TYPES; i++)
+        if (torch_types[i].storage && !strcmp(torch_types[i].storage, storage)) return torch_types[i].dtype;
+    return CKPT_DTYPE_INVALID;
 }
 
 /* ---- archives ------------------------------------------------------------------------- */

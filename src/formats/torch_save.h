@@ -58,15 +58,32 @@ CKPT__HIDDEN void ckpt__pkw_memo_get(ckpt__buf *b, uint32_t index);
 
 /* ---- dtypes ------------------------------------------------------------------ */
 
+/* One row of torch's dtypes: what the torch reader, the DCP reader and both
+ * writers ask, so that a name torch knows means the same dtype everywhere. */
 typedef struct ckpt__torch_type {
     ckpt_dtype dtype;
     const char *name;    /* torch.<name> */
     const char *storage; /* its legacy storage class (_rebuild_tensor_v2), or NULL: v3 with UntypedStorage */
+    bool pairs;          /* two values an element (float4_e2m1fn_x2): torch's shape counts pairs, ckpt's
+                          * values, so readers double the last dimension and writers refuse it */
 } ckpt__torch_type;
 
 /* torch's dtype for a ckpt dtype, or NULL when torch.save cannot hold it
  * (GGUF's block types, packed F4/F6). */
 CKPT__HIDDEN const ckpt__torch_type *ckpt__torch_type_of(ckpt_dtype dtype);
+
+/* The dtype torch names `name` ("bfloat16", "float8_e4m3fn"; every dtype of
+ * torch 2.13), or NULL when torch has none; its dtype is CKPT_DTYPE_INVALID
+ * when ckpt has none for it (complex128, qint8…). */
+CKPT__HIDDEN const ckpt__torch_type *ckpt__torch_type_named(const char *name);
+
+/* The dtype of a legacy typed storage class ("FloatStorage"), or
+ * CKPT_DTYPE_INVALID. */
+CKPT__HIDDEN ckpt_dtype ckpt__torch_storage_dtype(const char *storage);
+
+/* torch's name of a dtype ("bfloat16", "float4_e2m1fn_x2"), as str(torch.dtype)
+ * writes it after "torch.", or NULL when torch has none. */
+CKPT__HIDDEN const char *ckpt__torch_dtype_name(ckpt_dtype dtype);
 
 /* ---- archives ------------------------------------------------------------------ */
 

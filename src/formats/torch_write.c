@@ -38,7 +38,7 @@
 #include <zlib.h>
 
 #include "../io/file.h"
-#include "json.h"
+#include "../base/json.h"
 #include "output.h"
 #include "torch.h"
 #include "torch_save.h"

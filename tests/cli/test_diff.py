@@ -223,3 +223,13 @@ def test_complex_scalars_empty_and_integer_widening(tmp_path):
     assert r.stdout.splitlines()[-1] == "differ: 1 dtype, 2 values; 1 identical (0 B)"
     _, d = diff_json(pa, pb)
     assert d["c"]["at"] == [0, 1] and d["c"]["component"] == "imag" and "e" not in d
+
+
+def test_json_floats_are_shortest(tmp_path):
+    # The shortest digits that read back as the same double, as Python's repr
+    # and every float ckpt writes: 0.1, not %.17g's 0.10000000000000001.
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    safetensors.torch.save_file({"x": torch.tensor([0.1], dtype=torch.float64)}, str(a))
+    safetensors.torch.save_file({"x": torch.tensor([0.2], dtype=torch.float64)}, str(b))
+    raw = run("diff", "--json", a, b).stdout
+    assert '"max_abs_diff": 0.1, "rms_diff": 0.1,' in raw, raw

@@ -1,7 +1,7 @@
 /* The JSON reader and writers. */
 #include <string.h>
 
-#include "formats/json.h"
+#include "base/json.h"
 #include "helpers.h"
 
 typedef struct parsed {

@@ -11,7 +11,7 @@
 #include "catalog_internal.h"
 #include "formats/dcp.h"
 #include "formats/gguf.h"
-#include "formats/json.h"
+#include "base/json.h"
 #include "helpers.h"
 #include "io/source.h"
 #include "tree_internal.h"

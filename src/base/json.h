@@ -10,10 +10,10 @@
  * no trailing commas, no comments, no lone surrogates, no raw control
  * characters in strings, nesting at most 128 deep.
  */
-#ifndef CKPT_FORMATS_JSON_H
-#define CKPT_FORMATS_JSON_H
+#ifndef CKPT_BASE_JSON_H
+#define CKPT_BASE_JSON_H
 
-#include "../base/base.h"
+#include "base.h"
 
 typedef enum ckpt__json_kind {
     CKPT__JSON_NULL,
@@ -77,6 +77,14 @@ CKPT__HIDDEN uint32_t ckpt__json_member(const ckpt__json_doc *doc, uint32_t i, c
 /* A JSON string as serde_json writes it: UTF-8 kept, `"` and `\` escaped,
  * \b \t \n \f \r, other control characters as \u00XX (lower-case hex). */
 CKPT__HIDDEN void ckpt__buf_json_string(ckpt__buf *b, const char *s);
+/* The same for `len` bytes (a NUL among them as \u0000). */
+CKPT__HIDDEN void ckpt__buf_json_string_n(ckpt__buf *b, const char *s, size_t len);
+
+/* A float as Python's repr writes it: the shortest digits that read back as
+ * the same double (0.1, not 0.10000000000000001), "1.0" for integral values;
+ * nan and ±inf, which JSON has not, as the object tree's marker
+ * {"__float__": "nan"}. */
+CKPT__HIDDEN void ckpt__buf_json_float(ckpt__buf *b, double f);
 
 /* A JSON string as Python's json.dump writes it (ensure_ascii=True):
  * everything outside printable ASCII as \uXXXX (surrogate pairs above

@@ -1,6 +1,7 @@
 /* json.c — see json.h. */
 #include "json.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -481,18 +482,31 @@ static bool short_escape(ckpt__buf *b, unsigned char c) {
     return true;
 }
 
-void ckpt__buf_json_string(ckpt__buf *b, const char *s) {
+void ckpt__buf_json_string_n(ckpt__buf *b, const char *s, size_t len) {
     ckpt__buf_append(b, "\"", 1);
-    const char *run = s;
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    size_t run = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\') continue;
-        ckpt__buf_append(b, run, (size_t)(s - run));
+        ckpt__buf_append(b, s + run, i - run);
         if (!short_escape(b, c)) buf_u_escape(b, c);
-        run = s + 1;
+        run = i + 1;
     }
-    ckpt__buf_append(b, run, (size_t)(s - run));
+    ckpt__buf_append(b, s + run, len - run);
     ckpt__buf_append(b, "\"", 1);
+}
+
+void ckpt__buf_json_string(ckpt__buf *b, const char *s) { ckpt__buf_json_string_n(b, s, strlen(s)); }
+
+void ckpt__buf_json_float(ckpt__buf *b, double f) {
+    char tmp[64];
+    if (isnan(f)) ckpt__buf_puts(b, "{\"__float__\": \"nan\"}");
+    else if (isinf(f)) ckpt__buf_puts(b, f > 0 ? "{\"__float__\": \"inf\"}" : "{\"__float__\": \"-inf\"}");
+    else {
+        ckpt__shortest_float(tmp, sizeof tmp - 2, f, false);
+        if (!strpbrk(tmp, ".eE")) strcat(tmp, ".0"); /* 1.0, as Python's repr: a float, not an int */
+        ckpt__buf_puts(b, tmp);
+    }
 }
 
 void ckpt__buf_json_string_ascii(ckpt__buf *b, const char *str) {
