@@ -49,14 +49,14 @@ ckpt_status ckpt_verify_ex(const ckpt_catalog *cat, ckpt_progress_fn progress_fn
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "report->size is not set");
     if (report) memset((char *)report + sizeof report->size, 0, report->size - sizeof report->size);
     if (!cat) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "catalog is NULL");
-    ckpt__file_checks todo = {0};
+    ckpt__file_checks checks = {0};
     ckpt__move *moves = NULL;
     ckpt_status st = CKPT_OK;
     for (size_t f = 0; f < ckpt_catalog_file_count(cat) && st == CKPT_OK; f++)
-        st = ckpt__format_verify(cat, (uint32_t)f, &todo, err);
-    const ckpt__digest *want = (const ckpt__digest *)todo.digests.data;
-    size_t count = todo.digests.len / sizeof *want, checked = 0;
-    if (st == CKPT_OK && todo.digests.failed) st = ckpt__oom(err, NULL, "the recorded checksums");
+        st = ckpt__format_verify(cat, (uint32_t)f, &checks, err);
+    const ckpt__digest *want = (const ckpt__digest *)checks.digests.data;
+    size_t count = checks.digests.len / sizeof *want, checked = 0;
+    if (st == CKPT_OK && checks.digests.failed) st = ckpt__oom(err, NULL, "the recorded checksums");
     if (st == CKPT_OK) st = hash_moves(cat, want, count, &moves, err);
     /* The members whose CRC-32s the files record, each read whole. */
     size_t members = ckpt__catalog_crc_count(cat);
@@ -72,7 +72,7 @@ ckpt_status ckpt_verify_ex(const ckpt_catalog *cat, ckpt_progress_fn progress_fn
                               .member_count = members};
     if (st == CKPT_OK) st = ckpt__engine_run((ckpt_catalog *)cat, moves, count, &o, NULL, err);
     free(numbers);
-    if (st == CKPT_OK) r.zip_crc32 = members, r.header_digests = todo.headers;
+    if (st == CKPT_OK) r.zip_crc32 = members, r.header_digests = checks.headers;
     for (size_t i = 0; st == CKPT_OK && i < count; i++, checked++) {
         const ckpt_tensor_info *t = want[i].tensor;
         if (moves[i].digest != want[i].xxh3)
@@ -83,7 +83,7 @@ ckpt_status ckpt_verify_ex(const ckpt_catalog *cat, ckpt_progress_fn progress_fn
     for (size_t i = 0; i < checked; i++) r.bytes += want[i].tensor->nbytes;
     if (st == CKPT_OK) r.tensors = checked + tensors_in_members(cat);
     free(moves);
-    free(todo.digests.data);
+    free(checks.digests.data);
     r.tensor_digests = checked;
     if (report) {
         size_t size = report->size < sizeof r ? report->size : sizeof r;

@@ -658,14 +658,14 @@ typedef struct span {
  * next axis), whole rows, and the start of its last row (cut at the next
  * axis).  The parts wait on a heap stack, last part first. */
 static ckpt_status linear(boxes *bx, uint64_t *origin, uint64_t a, uint64_t b, uint64_t offset) {
-    ckpt__stack todo = CKPT__STACK(span);
-    span *first = ckpt__stack_push(&todo);
+    ckpt__stack pending = CKPT__STACK(span);
+    span *first = ckpt__stack_push(&pending);
     if (!first) return ckpt__oom(bx->w->m->err, bx->w->m->path, NULL);
     *first = (span){0, false, a, b, offset, NO_ROW};
     ckpt_status st = CKPT_OK;
-    while (st == CKPT_OK && todo.len) {
-        span t = *(span *)ckpt__stack_top(&todo);
-        ckpt__stack_pop(&todo);
+    while (st == CKPT_OK && pending.len) {
+        span t = *(span *)ckpt__stack_top(&pending);
+        ckpt__stack_pop(&pending);
         if (t.row != NO_ROW) origin[t.d - 1] = t.row;
         if (t.emit || (t.a < t.b && t.d == bx->ndim - 1)) {
             st = emit_box(bx, origin, t.d, t.a, t.emit ? t.b : t.b - t.a, t.offset);
@@ -688,7 +688,7 @@ static ckpt_status linear(boxes *bx, uint64_t *origin, uint64_t a, uint64_t b, u
         }
         if (a < b) parts[n++] = (span){t.d + 1, false, 0, b - a, offset, a / r}; /* the tail: the start of row a / r */
         while (n > 0) {
-            span *p = ckpt__stack_push(&todo);
+            span *p = ckpt__stack_push(&pending);
             if (!p) {
                 st = ckpt__oom(bx->w->m->err, bx->w->m->path, NULL);
                 break;
@@ -696,7 +696,7 @@ static ckpt_status linear(boxes *bx, uint64_t *origin, uint64_t a, uint64_t b, u
             *p = parts[--n];
         }
     }
-    ckpt__stack_free(&todo);
+    ckpt__stack_free(&pending);
     return st;
 }
 

@@ -465,7 +465,7 @@ static ckpt_status verify_header(const ckpt_catalog *cat, uint32_t file, const c
 }
 
 /* Checks the tensors named in one file's checksum map. */
-static ckpt_status verify_map(const ckpt_catalog *cat, uint32_t file, const char *map, ckpt__file_checks *todo,
+static ckpt_status verify_map(const ckpt_catalog *cat, uint32_t file, const char *map, ckpt__file_checks *checks,
                               ckpt_error *err) {
     const char *path = ckpt_catalog_file_path(cat, file);
     size_t len = strlen(map);
@@ -490,11 +490,11 @@ static ckpt_status verify_map(const ckpt_catalog *cat, uint32_t file, const char
         if (val->kind != CKPT__JSON_STRING || !parse_hex64(val->str, val->len, &want))
             st = ckpt__fail(err, CKPT_E_CHECKSUM, path, key->str, -1, "checksum is not 16 hex digits");
         else if (!strcmp(key->str, "__metadata__") && (st = verify_header(cat, file, map, &doc, want, err)) == CKPT_OK)
-            todo->headers++;
+            checks->headers++;
         else if (!t || t->file != file)
             st = ckpt__fail(err, CKPT_E_INDEX_MISMATCH, path, key->str, -1,
                             "the checksum map names a tensor this file does not hold");
-        else if (!ckpt__file_checks_add(todo, t, want))
+        else if (!ckpt__file_checks_add(checks, t, want))
             st = ckpt__oom(err, path, NULL);
         i = val->end;
     }
@@ -524,9 +524,9 @@ static ckpt_status check_key_intact(const ckpt_catalog *cat, uint32_t file, ckpt
 /* The digests a file records under CKPT_CHECKSUM_METADATA_KEY (the
  * writer's checksums option): the header's checked here, the tensors' given
  * to ckpt_verify to hash. */
-static ckpt_status st_verify(const ckpt_catalog *cat, uint32_t file, ckpt__file_checks *todo, ckpt_error *err) {
+static ckpt_status st_verify(const ckpt_catalog *cat, uint32_t file, ckpt__file_checks *checks, ckpt_error *err) {
     const char *map = ckpt_catalog_file_metadata(cat, file, CKPT_CHECKSUM_METADATA_KEY);
-    return map ? verify_map(cat, file, map, todo, err) : check_key_intact(cat, file, err);
+    return map ? verify_map(cat, file, map, checks, err) : check_key_intact(cat, file, err);
 }
 
 const ckpt__format ckpt__format_safetensors = {"safetensors", CKPT_FORMAT_SAFETENSORS, st_probe, st_open, NULL, st_verify};
