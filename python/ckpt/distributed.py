@@ -159,12 +159,15 @@ class TorchComm:
                 except Exception:  # noqa: BLE001 - housekeeping only
                     pass
         try:
-            # Rank 0 may wait the whole timeout for a missing voter first.
-            store.wait([f"{base}/decision"], left(max(5.0, timeout / 2)))
+            # Rank 0 may enter the vote up to one timeout after this rank,
+            # then wait one timeout for a missing voter before it decides:
+            # waiting twice the timeout lets its decision, naming the rank
+            # that did not vote, arrive (as mpi/ckpt_mpi.c does).
+            store.wait([f"{base}/decision"], left(timeout))
             decision = json.loads(store.get(f"{base}/decision"))
         except Exception as e:  # noqa: BLE001
-            raise CommError(f"rank 0 did not decide the vote (it died or hangs, or its store is gone): {e}",
-                            _TIMEOUT, 0) from None
+            raise CommError(f"rank 0 did not decide the vote within {2 * timeout:g} s "
+                            f"(it died or hangs, or its store is gone): {e}", _TIMEOUT, 0) from None
         if decision[0] == _TIMEOUT and decision[1] >= 0:
             raise CommError(decision[2], _TIMEOUT, decision[1])
         return tuple(decision)
