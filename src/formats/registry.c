@@ -338,16 +338,6 @@ bool ckpt__output_owns_any(const char *name) {
     return false;
 }
 
-bool ckpt__out_owns_none(const char *prefix, const char *name) {
-    (void)prefix, (void)name;
-    return false;
-}
-
-unsigned ckpt__out_needs_crc32(const ckpt_writer_options *options) {
-    (void)options;
-    return CKPT__OUT_CRC32;
-}
-
 /* ---- destinations ------------------------------------------------------------ */
 
 /* Names of checkpoints that no output format writes under that name:
