@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_gguf.h" /* GGUF key-value pairs */
 #include "cli.h"
 
 const char inspect_usage[] =

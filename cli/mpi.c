@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt_collective.h" /* the communicator mpi gives */
 #include "cli.h"
 
 typedef ckpt_status (*world_fn)(ckpt_comm *comm, ckpt_error *err);

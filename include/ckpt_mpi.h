@@ -2,7 +2,7 @@
  * ckpt_mpi.h — a ckpt_comm over MPI (libckpt_mpi).
  *
  * libckpt knows nothing of MPI: collective operations take a ckpt_comm, a
- * table of callbacks (see "Collective operations" in ckpt.h).  This small
+ * table of callbacks (see <ckpt_collective.h>).  This small
  * library, built when MPI is installed (Debian: libopenmpi-dev), makes one
  * from an MPI communicator:
  *
@@ -30,7 +30,7 @@
 
 #include <mpi.h>
 
-#include "ckpt.h"
+#include "ckpt_collective.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -10,6 +10,7 @@
 #define CKPT_COLLECTIVE_INTERNAL_H
 
 #include "base/base.h"
+#include "ckpt_collective.h"
 #include "io/source.h"
 
 /* The most bytes handed to one communicator call. */

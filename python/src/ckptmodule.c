@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt.h"
+#include "ckpt_collective.h" /* includes ckpt.h */
 
 static PyObject *Error;          /* ckpt.Error, the base of every ckpt exception */
 static PyTypeObject *TensorRowType; /* named rows of Catalog.tensors() */

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "ckpt_gguf.h" /* ggml type numbers */
 
 typedef struct dtype_entry {
     const char *name;

@@ -27,6 +27,7 @@
 #define CKPT_FORMATS_FORMAT_H
 
 #include "../base/base.h"
+#include "ckpt_gguf.h" /* ckpt_kv: a format adds typed pairs */
 #include "../io/beneath.h"
 #include "../io/source.h"
 

@@ -21,6 +21,7 @@
 #define CKPT_FORMATS_GGUF_H
 
 #include "../base/base.h"
+#include "ckpt_gguf.h"
 
 #define CKPT__GGUF_MAX_DIMS 4            /* ggml's GGML_MAX_DIMS */
 #define CKPT__GGUF_DEFAULT_ALIGNMENT 32

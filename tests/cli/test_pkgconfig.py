@@ -120,3 +120,23 @@ int main(void) {
     run_env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     out = subprocess.run([str(tmp_path / "world")], capture_output=True, text=True, env=run_env, timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("rank 0 of ckpt "), (out.stdout, out.stderr)
+
+
+def test_the_companion_headers_are_installed(prefix, tmp_path):
+    # <ckpt_gguf.h> and <ckpt_collective.h> sit beside <ckpt.h> (issue 28
+    # §6): a program that includes them builds against the installed files.
+    dest, env = prefix
+    (tmp_path / "both.c").write_text(r"""
+#include <ckpt_collective.h>
+#include <ckpt_gguf.h>
+#include <stdio.h>
+int main(void) {
+    ckpt_comm comm;
+    ckpt_error err;
+    if (ckpt_comm_from_env(&comm, 0, 1, &err) != CKPT_OK) return printf("%s\n", err.message), 1;
+    printf("%s %d\n", ckpt_kv_type_name(CKPT_KV_STRING), ckpt_dtype_ggml_type(CKPT_F16));
+    return 0;
+}
+""")
+    sh("cc", tmp_path / "both.c", "-o", tmp_path / "both", *pkg(env, "--cflags", "--libs", "ckpt-static"))
+    assert sh(tmp_path / "both").stdout == "string 1\n"

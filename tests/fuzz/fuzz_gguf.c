@@ -3,6 +3,7 @@
  * part, and small quantized tensors dequantized through a plan. */
 #include <string.h>
 
+#include "ckpt_gguf.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

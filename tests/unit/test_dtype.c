@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "ckpt_gguf.h"
 #include "helpers.h"
 
 static void test_names_round_trip(void **state) {

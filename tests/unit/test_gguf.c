@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "ckpt_gguf.h"
 #include "helpers.h"
 
 static const ckpt_dtype Q8 = CKPT_Q8_0;

@@ -5,7 +5,7 @@
 #ifndef CKPT_TEST_THREADCOMM_H
 #define CKPT_TEST_THREADCOMM_H
 
-#include "ckpt.h"
+#include "ckpt_collective.h"
 
 #define THREADCOMM_MAX 8
 

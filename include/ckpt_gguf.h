@@ -1,0 +1,101 @@
+/*
+ * ckpt_gguf.h — what is GGUF's own in libckpt's interface: a GGUF file's
+ * typed key-value pairs, and ggml's tensor type numbers.
+ *
+ * Everything else about GGUF — opening `.gguf` files and gguf-split parts,
+ * their tensors, quantized block dtypes (CKPT_Q4_0 ...), writing GGUF as
+ * GGUFWriter does (ckpt_writer_options.format, a `.gguf` destination) — goes
+ * through the format-neutral interface of <ckpt.h>, which this header
+ * includes.  The pairs of a catalog of another format: none.
+ */
+#ifndef CKPT_GGUF_H
+#define CKPT_GGUF_H
+
+#include "ckpt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- key-value pairs ------------------------------------------------------ */
+
+/* A GGUF value's type; the numbers are GGUF's own. */
+typedef enum ckpt_kv_type {
+    CKPT_KV_U8 = 0,
+    CKPT_KV_I8 = 1,
+    CKPT_KV_U16 = 2,
+    CKPT_KV_I16 = 3,
+    CKPT_KV_U32 = 4,
+    CKPT_KV_I32 = 5,
+    CKPT_KV_F32 = 6,
+    CKPT_KV_BOOL = 7,
+    CKPT_KV_STRING = 8,
+    CKPT_KV_ARRAY = 9,
+    CKPT_KV_U64 = 10,
+    CKPT_KV_I64 = 11,
+    CKPT_KV_F64 = 12
+} ckpt_kv_type;
+
+/* The JSON member naming a typed value's GGUF type (see ckpt_kv.json). */
+#define CKPT_GGUF_TYPE_KEY "gguf_type"
+
+/*
+ * One key-value pair of a GGUF file, in file order.  Pointers live as long
+ * as the catalog.
+ *   scalars  `i`, `u` and `f` hold the value as a signed, unsigned and
+ *            floating number (a bool is 0 or 1);
+ *   strings  `string` (NUL-terminated; `string_len` bytes, which may hold a
+ *            NUL) — every string KV is also in the catalog's metadata map;
+ *   arrays   `element_type` and `count`; arrays of numbers or bools have
+ *            their `count` elements packed little-endian at `data`.
+ * Every value is also given as typed JSON text, which is what the metadata
+ * map holds for values that are not strings, what `ckpt inspect --json`
+ * prints, and what a writer of GGUF files turns back into the same value:
+ *   {"gguf_type": "u32", "value": 5}
+ *   {"gguf_type": "array", "element": "string", "value": ["a", "b"]}
+ *   {"gguf_type": "array", "element": "array", "value": [{"gguf_type": ...}, ...]}
+ * Floats print with enough digits to read back exactly; NaN and the
+ * infinities are the strings "nan", "inf", "-inf".
+ */
+typedef struct ckpt_kv {
+    const char *key;
+    ckpt_kv_type type;
+    ckpt_kv_type element_type; /* arrays only */
+    uint64_t count;            /* array elements; 1 for a scalar or string */
+    int64_t i;
+    uint64_t u;
+    double f;
+    const char *string;
+    uint64_t string_len;
+    const void *data;
+    const char *json;
+} ckpt_kv;
+
+/* Number of key-value pairs (0 for formats other than GGUF; a split GGUF
+ * gives those of its first part, which holds them all). */
+CKPT_API size_t ckpt_catalog_kv_count(const ckpt_catalog *catalog);
+
+/* The i-th pair, or NULL when out of range. */
+CKPT_API const ckpt_kv *ckpt_catalog_kv(const ckpt_catalog *catalog, size_t i);
+
+/* The pair with this key, or NULL. */
+CKPT_API const ckpt_kv *ckpt_catalog_kv_find(const ckpt_catalog *catalog, const char *key);
+
+/* "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string",
+ * "array", "u64", "i64", "f64"; NULL for another number. */
+CKPT_API const char *ckpt_kv_type_name(ckpt_kv_type type);
+
+/* ---- ggml's tensor types -------------------------------------------------- */
+
+/* ggml's type number (GGMLQuantizationType: F32 0, F16 1, Q4_0 2, ...,
+ * BF16 30) of a dtype, or -1 when GGUF has no such type (U8, BOOL, F8...). */
+CKPT_API int ckpt_dtype_ggml_type(ckpt_dtype dtype);
+
+/* The dtype of a ggml type number, or CKPT_DTYPE_INVALID. */
+CKPT_API ckpt_dtype ckpt_dtype_from_ggml_type(uint32_t ggml_type);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CKPT_GGUF_H */
