@@ -5,6 +5,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "ckpt_dcp.h"
+#include "ckpt_gguf.h"
 #include "cli.h"
 
 const char convert_usage[] =
@@ -327,6 +329,8 @@ static const char *preview_where(const ckpt__json_doc *d, size_t t, char *buf, s
 typedef struct convert_args {
     const char *src, *dst, *shard_size, *to, *kv_file, *split_size, *split_tensors, *ranks;
     ckpt_writer_options opt;
+    ckpt_gguf_writer_options gguf_options; /* opt.gguf, with --split-max-tensors */
+    ckpt_dcp_writer_options dcp_options;   /* opt.dcp, with --to dcp */
     rule *rules;
     size_t rule_count;
     const char **globals;
@@ -475,15 +479,19 @@ static int choose_output(convert_args *a) {
         if (a->shard_size || opt->prefix || opt->checksums)
             return usage_error("convert", "--to dcp writes one file per rank: no --max-shard-size, --prefix, "
                                           "--checksums or --verify");
-        opt->dcp_ranks = (uint32_t)n;
+        ckpt_dcp_writer_options_init(&a->dcp_options);
+        a->dcp_options.ranks = (uint32_t)n;
+        opt->dcp = &a->dcp_options;
     } else if (a->gguf) {
         if (a->shard_size) return usage_error("convert", "GGUF output splits with --split-max-size, not --max-shard-size");
         if (a->split_size && parse_split_size(a->split_size, &opt->max_shard_size, &err) != CKPT_OK)
             return usage_error("convert", "%s", err.message);
         if (a->split_tensors) {
             const char *e;
-            if (!parse_u64(a->split_tensors, &e, &opt->split_max_tensors) || *e || !opt->split_max_tensors)
+            ckpt_gguf_writer_options_init(&a->gguf_options);
+            if (!parse_u64(a->split_tensors, &e, &a->gguf_options.split_max_tensors) || *e || !a->gguf_options.split_max_tensors)
                 return usage_error("convert", "--split-max-tensors needs a positive number, got '%s'", a->split_tensors);
+            opt->gguf = &a->gguf_options;
         }
     } else if (a->shard_size && ckpt_parse_size(a->shard_size, &opt->max_shard_size, &err) != CKPT_OK) {
         return usage_error("convert", "%s", err.message);

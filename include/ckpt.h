@@ -25,7 +25,9 @@
  * -----------
  * - <ckpt.h> (this one): the stable core — statuses and errors, dtypes,
  *   formats, catalogs, plans, load, convert, verify, writers.
- * - <ckpt_gguf.h>: GGUF's typed key-value pairs and ggml's type numbers.
+ * - <ckpt_gguf.h>: GGUF's typed key-value pairs, ggml's type numbers and
+ *   GGUF output's own options.
+ * - <ckpt_dcp.h>: DCP output's own options.
  * - <ckpt_collective.h>: many processes, each with its part (communicators,
  *   collective load, convert and save, the shard writer).
  * - <ckpt_mpi.h>: a communicator over MPI (libckpt_mpi).
@@ -990,10 +992,10 @@ typedef struct ckpt_writer_options {
      * metadata in the order it was set; tensors in declaration order, each
      * padded to general.alignment, 32 by default).  Metadata values that
      * are typed JSON (see ckpt_kv) become typed key-values, other values
-     * strings.  With max_shard_size or split_max_tensors, GGUF output is
+     * strings.  With max_shard_size or gguf->split_max_tensors, GGUF output is
      * split as gguf-split splits it, into "<stem>-00001-of-0000N.gguf"
      * files beside the path (a tensor starts a new file when the padded
-     * data would pass max_shard_size, or after split_max_tensors tensors);
+     * data would pass max_shard_size, or after gguf->split_max_tensors tensors);
      * the first file holds every key-value, each file split.no,
      * split.count and split.tensors.count.  When everything fits one file,
      * it is the path itself, without split keys.  CKPT_FORMAT_DCP: a
@@ -1028,7 +1030,13 @@ typedef struct ckpt_writer_options {
      * that dtype's torch name, every other byte kept; with float tensors of
      * several dtypes left, it is copied as it is. */
     const char *copy_files_from;
-    uint64_t split_max_tensors;
+    /*
+     * Options only one output format reads (<ckpt_gguf.h>, <ckpt_dcp.h>),
+     * copied by ckpt_writer_create; NULL: that format's defaults.  Options
+     * of one format that ask for something while another is written are
+     * refused (CKPT_E_INVALID_ARGUMENT).
+     */
+    const struct ckpt_gguf_writer_options *gguf;
     /*
      * Metadata that adds to or replaces the source's in ckpt_convert and
      * ckpt_convert_plan: a JSON object text {key: value}.  A string is a
@@ -1038,15 +1046,7 @@ typedef struct ckpt_writer_options {
      * A key already present keeps its place.  NULL: none.
      */
     const char *metadata_json;
-    /*
-     * CKPT_FORMAT_DCP: the number of ranks that appear to have saved it
-     * (0 means 1), each with its own `__<rank>_0.distcp` file.  A tensor
-     * with at least that many rows is cut along its first axis as
-     * DTensor's Shard(0) cuts it (ceil(rows / ranks) rows each); smaller
-     * tensors, scalars and the non-tensor values of a torch file's object
-     * tree are written once, by rank 0.
-     */
-    uint32_t dcp_ranks;
+    const struct ckpt_dcp_writer_options *dcp;
     /*
      * Non-zero: a dry run.  Nothing is created, copied or replaced:
      * ckpt_writer_begin plans the files and their layout (file count, paths,

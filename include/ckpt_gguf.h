@@ -1,6 +1,7 @@
 /*
  * ckpt_gguf.h — what is GGUF's own in libckpt's interface: a GGUF file's
- * typed key-value pairs, and ggml's tensor type numbers.
+ * typed key-value pairs, ggml's tensor type numbers, and GGUF output's own
+ * options.
  *
  * Everything else about GGUF — opening `.gguf` files and gguf-split parts,
  * their tensors, quantized block dtypes (CKPT_Q4_0 ...), writing GGUF as
@@ -93,6 +94,26 @@ CKPT_API int ckpt_dtype_ggml_type(ckpt_dtype dtype);
 
 /* The dtype of a ggml type number, or CKPT_DTYPE_INVALID. */
 CKPT_API ckpt_dtype ckpt_dtype_from_ggml_type(uint32_t ggml_type);
+
+/* ---- GGUF output's own options -------------------------------------------- */
+
+/*
+ * Given as ckpt_writer_options.gguf when GGUF is written (see
+ * ckpt_writer_options.format for how GGUF output is laid out and split).
+ * Zero-initialise it and set `size` (ckpt_gguf_writer_options_init).
+ */
+typedef struct ckpt_gguf_writer_options {
+    size_t size; /* sizeof(ckpt_gguf_writer_options) */
+    /* Split after this many tensors, as gguf-split --split-max-tensors
+     * does (alone or with max_shard_size: whichever comes first); 0: no
+     * count limit. */
+    uint64_t split_max_tensors;
+} ckpt_gguf_writer_options;
+
+static inline void ckpt_gguf_writer_options_init(ckpt_gguf_writer_options *options) {
+    *options = (ckpt_gguf_writer_options){0};
+    options->size = sizeof *options;
+}
 
 #ifdef __cplusplus
 }

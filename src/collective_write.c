@@ -91,6 +91,7 @@ struct ckpt_shard_writer {
     ckpt_collective_stats stats;
     char *path;
     ckpt_writer_options opt;
+    ckpt__format_options format_options; /* what opt.gguf and opt.dcp point at */
     ckpt__arena arena;
     part *parts;
     size_t count, cap;
@@ -111,6 +112,7 @@ ckpt_status ckpt_shard_writer_create(const char *path, const ckpt_writer_options
     ckpt_writer_options_init(&sw->opt);
     if (options) CKPT__TAKE_OPTIONS(&sw->opt, options);
     sw->opt.size = sizeof sw->opt;
+    ckpt__writer_take_format_options(&sw->opt, &sw->format_options);
     if (st == CKPT_OK && sw->opt.checksums)
         st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, NULL, -1,
                         "checksums need each tensor's bytes in order in one process: not with a collective save");

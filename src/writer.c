@@ -53,6 +53,7 @@ typedef enum wstate { DECLARING, WRITING, COMMITTED, FAILED } wstate;
 
 struct ckpt_writer {
     ckpt_writer_options opt;
+    ckpt__format_options format_options; /* what opt.gguf and opt.dcp point at */
     const ckpt__output_format *fmt;
     void *fmt_state;
     char *path;   /* as given, normalised: the file, or the directory */
@@ -215,8 +216,10 @@ static ckpt_status choose_destination(ckpt_writer *w, const char *path, ckpt_err
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1,
                           "%s output is %s: it takes no maximum shard size", w->fmt->name,
                           w->directory ? "a directory of its own layout" : "one file here");
-    if (w->opt.split_max_tensors && w->fmt->id != CKPT_FORMAT_GGUF)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "split_max_tensors is for GGUF output");
+    if (w->opt.gguf->split_max_tensors && w->fmt->id != CKPT_FORMAT_GGUF)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "gguf->split_max_tensors is for GGUF output");
+    if (w->opt.dcp->ranks > 1 && w->fmt->id != CKPT_FORMAT_DCP)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "dcp->ranks is for DCP output");
     /* A directory of shards: the hub's default shard size. */
     if (w->directory && (w->fmt->layouts & CKPT__LAYOUT_PARTS) && !w->opt.max_shard_size)
         w->opt.max_shard_size = CKPT_DEFAULT_MAX_SHARD_SIZE;
@@ -244,6 +247,17 @@ static ckpt_status check_existing(ckpt_writer *w, ckpt_error *err) {
     return st;
 }
 
+void ckpt__writer_take_format_options(ckpt_writer_options *o, ckpt__format_options *own) {
+    ckpt_gguf_writer_options_init(&own->gguf);
+    ckpt_dcp_writer_options_init(&own->dcp);
+    if (o->gguf) CKPT__TAKE_OPTIONS(&own->gguf, o->gguf);
+    if (o->dcp) CKPT__TAKE_OPTIONS(&own->dcp, o->dcp);
+    own->gguf.size = sizeof own->gguf;
+    own->dcp.size = sizeof own->dcp;
+    o->gguf = &own->gguf;
+    o->dcp = &own->dcp;
+}
+
 ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *options, ckpt_writer **out,
                                ckpt_error *err) {
     if (out) *out = NULL;
@@ -255,6 +269,7 @@ ckpt_status ckpt_writer_create(const char *path, const ckpt_writer_options *opti
     ckpt_writer_options_init(&w->opt);
     if (options) CKPT__TAKE_OPTIONS(&w->opt, options);
     w->opt.size = sizeof w->opt;
+    ckpt__writer_take_format_options(&w->opt, &w->format_options);
     ckpt_status st = CKPT_OK;
     if (w->opt.metadata_json && !(w->opt.metadata_json = ckpt__arena_strndup(&w->arena, w->opt.metadata_json,
                                                                               strlen(w->opt.metadata_json))))

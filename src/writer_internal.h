@@ -4,8 +4,21 @@
 #define CKPT_WRITER_INTERNAL_H
 
 #include "base/base.h"
+#include "ckpt_dcp.h"
+#include "ckpt_gguf.h"
 #include "io/file.h"
 #include "io/source.h"
+
+/* Copies of the options only one output format reads (writer options'
+ * `gguf` and `dcp`): the caller's may go away before the writer does. */
+typedef struct ckpt__format_options {
+    ckpt_gguf_writer_options gguf;
+    ckpt_dcp_writer_options dcp;
+} ckpt__format_options;
+/* Copies o's format options into `own` and points o at the copies (each a
+ * format's defaults where none was given), so that formats read them
+ * without a NULL check. */
+CKPT__HIDDEN void ckpt__writer_take_format_options(ckpt_writer_options *o, ckpt__format_options *own);
 
 /* Tensor bytes [at, at + n) at their place in the output file.  Threads
  * may write different ranges at once; with checksums a tensor's bytes must

@@ -36,8 +36,8 @@ class WriterOptions(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("max_shard_size", ctypes.c_uint64), ("prefix", ctypes.c_char_p),
                 ("overwrite", ctypes.c_int), ("no_sync", ctypes.c_int), ("checksums", ctypes.c_int),
                 ("copy_partial_views", ctypes.c_int), ("format", ctypes.c_int), ("copy_files_from", ctypes.c_char_p),
-                ("split_max_tensors", ctypes.c_uint64), ("metadata_json", ctypes.c_char_p),
-                ("dcp_ranks", ctypes.c_uint32)]
+                ("gguf", ctypes.c_void_p), ("metadata_json", ctypes.c_char_p),
+                ("dcp", ctypes.c_void_p)]
 
 
 class PlanItem(ctypes.Structure):

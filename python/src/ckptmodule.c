@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "ckpt_collective.h" /* includes ckpt.h */
+#include "ckpt_dcp.h"
 
 static PyObject *Error;          /* ckpt.Error, the base of every ckpt exception */
 static PyTypeObject *TensorRowType; /* named rows of Catalog.tensors() */
@@ -727,7 +728,10 @@ static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyOb
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
     o.source_metadata = source_metadata;
     o.format = (ckpt_format)format;
-    o.dcp_ranks = dcp_ranks;
+    ckpt_dcp_writer_options dcp;
+    ckpt_dcp_writer_options_init(&dcp);
+    dcp.ranks = dcp_ranks;
+    o.dcp = &dcp;
     o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
     o.copy_files_from = extra ? PyBytes_AS_STRING(extra) : NULL;
     ckpt_error e;

@@ -2,7 +2,7 @@
  * torch.distributed.checkpoint directory that torch.distributed.checkpoint
  * .load reads on any number of ranks.
  *
- * plan    a tensor with at least `dcp_ranks` rows is cut along its first
+ * plan    a tensor with at least `dcp->ranks` rows is cut along its first
  *         axis as DTensor's Shard(0) cuts it (ceil(rows / ranks) rows per
  *         rank, the last ranks shorter or empty) — one writer part per
  *         rank's rows; smaller tensors, scalars and the object tree's
@@ -308,7 +308,7 @@ static ckpt_status dcp_plan(ckpt__output *o, ckpt_error *err) {
     if (!s) return ckpt__oom(err, path, NULL);
     memset(s, 0, sizeof *s);
     *ckpt__out_format_state(o) = s;
-    s->ranks = ckpt__out_options(o)->dcp_ranks ? ckpt__out_options(o)->dcp_ranks : 1;
+    s->ranks = ckpt__out_options(o)->dcp->ranks ? ckpt__out_options(o)->dcp->ranks : 1;
     s->tensors = ckpt__arena_alloc(a, (n ? n : 1) * sizeof *s->tensors);
     if (!s->tensors) return ckpt__oom(err, path, NULL);
     memset(s->tensors, 0, (n ? n : 1) * sizeof *s->tensors);

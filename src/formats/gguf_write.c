@@ -567,7 +567,7 @@ static ckpt_status gather_kvs(ckpt__output *o, gguf_state *s, ckpt_error *err) {
 }
 
 /* gguf-split's packing: a tensor starts a new file when the padded data
- * would pass max_shard_size, or after split_max_tensors tensors; every
+ * would pass max_shard_size, or after gguf->split_max_tensors tensors; every
  * file gets one tensor at least. */
 static ckpt_status gguf_plan(ckpt__output *o, ckpt_error *err) {
     const ckpt_writer_options *opt = ckpt__out_options(o);
@@ -587,7 +587,7 @@ static ckpt_status gguf_plan(ckpt__output *o, ckpt_error *err) {
         ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
         uint64_t padded = t->nbytes + (s->alignment - t->nbytes % s->alignment) % s->alignment;
         bool by_size = opt->max_shard_size && size + padded > opt->max_shard_size;
-        bool by_count = opt->split_max_tensors && in_file >= opt->split_max_tensors;
+        bool by_count = opt->gguf->split_max_tensors && in_file >= opt->gguf->split_max_tensors;
         if (in_file && (by_size || by_count)) files++, in_file = 0, size = 0;
         t->file = (uint32_t)(files - 1);
         in_file++;

@@ -27,6 +27,8 @@
 #define CKPT_FORMATS_OUTPUT_H
 
 #include "../base/base.h"
+#include "ckpt_dcp.h"  /* the format options of writer options */
+#include "ckpt_gguf.h"
 
 typedef struct ckpt__output ckpt__output; /* the writer, as an output format sees it */
 

@@ -4,6 +4,8 @@
  * itself) are in tests/interop/test_dcp.py. */
 #include <string.h>
 
+#include "ckpt_dcp.h"
+#include "ckpt_gguf.h"
 #include "formats/dcp.h"
 #include "helpers.h"
 
@@ -88,11 +90,15 @@ static void write_and_read(const char *dir, uint32_t ranks) {
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     o.format = CKPT_FORMAT_DCP;
-    o.dcp_ranks = ranks;
+    ckpt_dcp_writer_options d;
+    ckpt_dcp_writer_options_init(&d);
+    d.ranks = ranks;
+    o.dcp = &d;
     o.no_sync = 1;
     ckpt_writer *w;
     ckpt_error err;
     assert_int_equal(ckpt_writer_create(out, &o, &w, &err), CKPT_OK);
+    d.ranks = 1000; /* the writer has its own copy of the caller's format options */
     uint64_t s_rows[2] = {9, 5}, s_vec[1] = {2};
     size_t a, b, c;
     assert_int_equal(ckpt_writer_add_tensor(w, "rows", CKPT_F32, 2, s_rows, &a, &err), CKPT_OK);
@@ -172,6 +178,22 @@ static void test_writer_refusals(void **state) {
     ckpt_writer *w;
     ckpt_error err;
     uint64_t shape[1] = {4};
+    /* One format's options asking for something while another is written. */
+    ckpt_writer_options other;
+    ckpt_writer_options_init(&other);
+    ckpt_dcp_writer_options dcp;
+    ckpt_dcp_writer_options_init(&dcp);
+    dcp.ranks = 2;
+    other.dcp = &dcp;
+    assert_int_equal(ckpt_writer_create(in_dir(dir, "m.safetensors"), &other, &w, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "dcp->ranks is for DCP output"));
+    ckpt_gguf_writer_options gguf;
+    ckpt_gguf_writer_options_init(&gguf);
+    gguf.split_max_tensors = 2;
+    other.dcp = NULL, other.gguf = &gguf;
+    assert_int_equal(ckpt_writer_create(in_dir(dir, "m.safetensors"), &other, &w, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "gguf->split_max_tensors is for GGUF output"));
+    assert_false(file_exists(in_dir(dir, "m.safetensors")));
     /* A dtype torch has no name for. */
     assert_int_equal(ckpt_writer_create(in_dir(dir, "a"), &o, &w, &err), CKPT_OK);
     assert_int_equal(ckpt_writer_add_tensor(w, "x", CKPT_F6_E2M3, 1, shape, NULL, &err), CKPT_OK);

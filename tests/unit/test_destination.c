@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt_gguf.h"
 #include "formats/torch_save.h"
 #include "helpers.h"
 
@@ -334,7 +335,10 @@ static void test_messages_name_real_files(void **state) {
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     o.format = CKPT_FORMAT_GGUF;
-    o.split_max_tensors = 1;
+    ckpt_gguf_writer_options g;
+    ckpt_gguf_writer_options_init(&g);
+    g.split_max_tensors = 1;
+    o.gguf = &g;
     o.no_sync = 1;
     ckpt_writer *w;
     assert_int_equal(ckpt_writer_create(in_dir(dir, "split/llama.gguf"), &o, &w, &err), CKPT_OK);

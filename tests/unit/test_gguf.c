@@ -22,7 +22,10 @@ static void write_model(const char *path, const char *metadata_json, uint64_t sp
     ckpt_writer_options_init(&o);
     o.no_sync = 1;
     o.metadata_json = metadata_json;
-    o.split_max_tensors = split_max_tensors;
+    ckpt_gguf_writer_options g;
+    ckpt_gguf_writer_options_init(&g);
+    g.split_max_tensors = split_max_tensors;
+    o.gguf = &g;
     ckpt_writer *w;
     ckpt_error err;
     assert_int_equal(ckpt_writer_create(path, &o, &w, &err), CKPT_OK);

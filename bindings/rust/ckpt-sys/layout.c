@@ -4,6 +4,8 @@
 #include <stddef.h>
 
 #include "ckpt.h"
+#include "ckpt_dcp.h"
+#include "ckpt_gguf.h"
 
 #define F(type, field) offsetof(type, field)
 
@@ -27,10 +29,13 @@ static const size_t layout[] = {
     sizeof(ckpt_writer_options), F(ckpt_writer_options, size), F(ckpt_writer_options, max_shard_size), F(ckpt_writer_options, prefix),
     F(ckpt_writer_options, overwrite), F(ckpt_writer_options, no_sync), F(ckpt_writer_options, checksums),
     F(ckpt_writer_options, copy_partial_views), F(ckpt_writer_options, format), F(ckpt_writer_options, copy_files_from),
-    F(ckpt_writer_options, split_max_tensors), F(ckpt_writer_options, metadata_json),
-    F(ckpt_writer_options, dcp_ranks),
+    F(ckpt_writer_options, gguf), F(ckpt_writer_options, metadata_json),
+    F(ckpt_writer_options, dcp),
     F(ckpt_writer_options, dry_run), F(ckpt_writer_options, total_parameters), F(ckpt_writer_options, skip_crc_check),
     F(ckpt_writer_options, source_metadata), F(ckpt_writer_options, exact_file),
+
+    sizeof(ckpt_gguf_writer_options), F(ckpt_gguf_writer_options, split_max_tensors),
+    sizeof(ckpt_dcp_writer_options), F(ckpt_dcp_writer_options, ranks),
 
     sizeof(ckpt_tensor_storage), F(ckpt_tensor_storage, id), F(ckpt_tensor_storage, nbytes),
     F(ckpt_tensor_storage, begin), F(ckpt_tensor_storage, end), F(ckpt_tensor_storage, contiguous),

@@ -243,6 +243,24 @@ pub struct ckpt_catalog_options {
     pub allowed_global_count: usize,
 }
 
+/// `ckpt_gguf_writer_options` (`ckpt_gguf.h`): GGUF output's own options,
+/// given as `ckpt_writer_options::gguf`; zeroed with `size` set is the default.
+#[repr(C)]
+pub struct ckpt_gguf_writer_options {
+    pub size: usize,
+    /// At most this many tensors per split file (0: no limit).
+    pub split_max_tensors: u64,
+}
+
+/// `ckpt_dcp_writer_options` (`ckpt_dcp.h`): DCP output's own options,
+/// given as `ckpt_writer_options::dcp`; zeroed with `size` set is the default.
+#[repr(C)]
+pub struct ckpt_dcp_writer_options {
+    pub size: usize,
+    /// The ranks that appear to have saved it (0 means 1).
+    pub ranks: u32,
+}
+
 #[repr(C)]
 pub struct ckpt_writer_options {
     pub size: usize,
@@ -254,11 +272,12 @@ pub struct ckpt_writer_options {
     pub copy_partial_views: c_int,
     pub format: c_int,
     pub copy_files_from: *const c_char,
-    /// GGUF output: at most this many tensors per split file (0: no limit).
-    pub split_max_tensors: u64,
+    /// GGUF output's own options (NULL: defaults).
+    pub gguf: *const ckpt_gguf_writer_options,
     /// Metadata adding to or replacing the source's: a JSON object text (NULL: none).
     pub metadata_json: *const c_char,
-    pub dcp_ranks: u32,
+    /// DCP output's own options (NULL: defaults).
+    pub dcp: *const ckpt_dcp_writer_options,
     /// Non-zero: plan and check only; nothing is written (ckpt_convert_plan_preview).
     pub dry_run: c_int,
     /// Non-zero: an index records "total_parameters" as transformers' save_pretrained does.
@@ -637,14 +656,18 @@ mod layout {
             ("ckpt_writer_options.copy_partial_views", off!(ckpt_writer_options, copy_partial_views), true),
             ("ckpt_writer_options.format", off!(ckpt_writer_options, format), true),
             ("ckpt_writer_options.copy_files_from", off!(ckpt_writer_options, copy_files_from), true),
-            ("ckpt_writer_options.split_max_tensors", off!(ckpt_writer_options, split_max_tensors), true),
+            ("ckpt_writer_options.gguf", off!(ckpt_writer_options, gguf), true),
             ("ckpt_writer_options.metadata_json", off!(ckpt_writer_options, metadata_json), true),
-            ("ckpt_writer_options.dcp_ranks", off!(ckpt_writer_options, dcp_ranks), true),
+            ("ckpt_writer_options.dcp", off!(ckpt_writer_options, dcp), true),
             ("ckpt_writer_options.dry_run", off!(ckpt_writer_options, dry_run), true),
             ("ckpt_writer_options.total_parameters", off!(ckpt_writer_options, total_parameters), true),
             ("ckpt_writer_options.skip_crc_check", off!(ckpt_writer_options, skip_crc_check), true),
             ("ckpt_writer_options.source_metadata", off!(ckpt_writer_options, source_metadata), true),
             ("ckpt_writer_options.exact_file", off!(ckpt_writer_options, exact_file), true),
+            ("sizeof ckpt_gguf_writer_options", size_of::<ckpt_gguf_writer_options>(), true),
+            ("ckpt_gguf_writer_options.split_max_tensors", off!(ckpt_gguf_writer_options, split_max_tensors), true),
+            ("sizeof ckpt_dcp_writer_options", size_of::<ckpt_dcp_writer_options>(), true),
+            ("ckpt_dcp_writer_options.ranks", off!(ckpt_dcp_writer_options, ranks), true),
             ("sizeof ckpt_tensor_storage", size_of::<ckpt_tensor_storage>(), true),
             ("ckpt_tensor_storage.id", off!(ckpt_tensor_storage, id), true),
             ("ckpt_tensor_storage.nbytes", off!(ckpt_tensor_storage, nbytes), true),
