@@ -123,20 +123,23 @@ int main(void) {
 
 
 def test_the_companion_headers_are_installed(prefix, tmp_path):
-    # <ckpt_gguf.h> and <ckpt_collective.h> sit beside <ckpt.h> (issue 28
+    # <ckpt_gguf.h>, <ckpt_dcp.h> and <ckpt_collective.h> sit beside <ckpt.h> (issue 28
     # §6): a program that includes them builds against the installed files.
     dest, env = prefix
     (tmp_path / "both.c").write_text(r"""
 #include <ckpt_collective.h>
+#include <ckpt_dcp.h>
 #include <ckpt_gguf.h>
 #include <stdio.h>
 int main(void) {
     ckpt_comm comm;
     ckpt_error err;
     if (ckpt_comm_from_env(&comm, 0, 1, &err) != CKPT_OK) return printf("%s\n", err.message), 1;
-    printf("%s %d\n", ckpt_kv_type_name(CKPT_KV_STRING), ckpt_dtype_ggml_type(CKPT_F16));
+    ckpt_dcp_writer_options dcp;
+    ckpt_dcp_writer_options_init(&dcp);
+    printf("%s %d %d\n", ckpt_kv_type_name(CKPT_KV_STRING), ckpt_dtype_ggml_type(CKPT_F16), dcp.size > 0);
     return 0;
 }
 """)
     sh("cc", tmp_path / "both.c", "-o", tmp_path / "both", *pkg(env, "--cflags", "--libs", "ckpt-static"))
-    assert sh(tmp_path / "both").stdout == "string 1\n"
+    assert sh(tmp_path / "both").stdout == "string 1 1\n"
