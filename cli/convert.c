@@ -636,7 +636,9 @@ static int run_plan(const convert_args *a, ckpt_plan *plan, double start, double
     progress_bar bar;
     progress_start(&bar, "converting", a->show_progress);
     progress_set_final_note(&bar, a->opt.no_sync ? NULL : "syncing");
-    ckpt_status st = ckpt_convert_plan(plan, a->dst, &a->opt, progress_update, &bar, &err);
+    ckpt_writer_options o = a->opt;
+    o.progress = progress_update, o.user = &bar;
+    ckpt_status st = ckpt_convert_plan(plan, a->dst, &o, &err);
     *elapsed = cli_now() - start;
     progress_finish(&bar, st == CKPT_OK);
     if (st == CKPT_E_CANCELLED) {
@@ -705,9 +707,10 @@ static int report(const convert_args *a, double elapsed) {
     }
     if (a->verify) {
         /* Re-read the committed output from disk against its checksums. */
-        size_t checked = 0;
-        st = ckpt_verify(out, NULL, NULL, &checked, &err);
-        if (st == CKPT_OK && !a->quiet) fprintf(stderr, "ckpt: verified %zu tensors in %s\n", checked, printable(a->written));
+        ckpt_verify_report r = {.size = sizeof r};
+        st = ckpt_verify(out, NULL, &r, &err);
+        if (st == CKPT_OK && !a->quiet)
+            fprintf(stderr, "ckpt: verified %zu tensors in %s\n", r.tensor_digests, printable(a->written));
     }
     ckpt_catalog_close(out);
     return st == CKPT_OK ? EXIT_OK : report_error(&err);

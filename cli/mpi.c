@@ -100,8 +100,9 @@ int convert_mpi(const char *src, const char *dst, const ckpt_catalog_options *co
     }
     progress_bar bar;
     progress_start(&bar, "converting (rank 0)", comm.rank == 0 ? show_progress : 0);
-    if (st == CKPT_OK)
-        st = ckpt_convert_collective(plan, dst, opt, &comm, NULL, progress_update, &bar, &stats, &err);
+    ckpt_writer_options o = *opt;
+    o.progress = progress_update, o.user = &bar;
+    if (st == CKPT_OK) st = ckpt_convert_collective(plan, dst, &o, &comm, NULL, &stats, &err);
     progress_finish(&bar, st == CKPT_OK);
     if (st != CKPT_OK && rc == EXIT_OK) rc = report(&comm, &err);
     if (st == CKPT_OK && getenv("CKPT_MPI_STATS"))

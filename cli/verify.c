@@ -26,7 +26,7 @@ const char verify_usage[] =
     "options:\n"
     "  --json                 the same counts as JSON on stdout: tensors, files and\n"
     "                         checksums (tensor_digests, header_digests, zip_crc32,\n"
-    "                         bytes, tensors: as ckpt_verify_ex's report)\n"
+    "                         bytes, tensors: as ckpt_verify's report)\n"
     "  -q, --quiet            print nothing on success (errors still go to stderr)\n"
     "  --progress / --no-progress\n"
     "                         force the progress bar on or off (default: on when\n"
@@ -140,7 +140,10 @@ static int run_verify(int argc, char **argv, source_options *so) {
     progress_bar bar;
     progress_start(&bar, "verifying", show_progress);
     ckpt_verify_report r = {.size = sizeof r};
-    ckpt_status st = ckpt_verify_ex(cat, progress_update, &bar, &r, &err);
+    ckpt_verify_options vo;
+    ckpt_verify_options_init(&vo);
+    vo.progress = progress_update, vo.user = &bar;
+    ckpt_status st = ckpt_verify(cat, &vo, &r, &err);
     progress_finish(&bar, st == CKPT_OK);
     size_t n = ckpt_catalog_tensor_count(cat), files = ckpt_catalog_file_count(cat);
     const char *format = ckpt_format_name(ckpt_catalog_format(cat));

@@ -8,7 +8,7 @@
  * ------------------------
  *   path ──ckpt_catalog_open──▶ catalog ──read / view──▶ your buffers
  *                                  │
- *                                  └──ckpt_convert──▶ writer ──▶ files
+ *                                  └──plan──ckpt_convert_plan──▶ writer ──▶ files
  *
  * - A *catalog* is what opening a checkpoint gives: names, dtypes, shapes and
  *   the location of every tensor's bytes.  Opening reads headers only, never
@@ -941,6 +941,14 @@ CKPT_API size_t ckpt_progress_line(char *out, size_t cap, unsigned width, const 
 /* Writer: a new checkpoint, one file, split parts or a directory           */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * Progress callback: `done` of `total` bytes of tensor data are done
+ * (written, read, checked).  Return non-zero to cancel (the operation then fails with
+ * CKPT_E_CANCELLED and leaves nothing behind).  Given in an operation's
+ * options (writer, load, verify options), with their `user` pointer.
+ */
+typedef int (*ckpt_progress_fn)(uint64_t done, uint64_t total, void *user);
+
 typedef struct ckpt_writer ckpt_writer;
 
 typedef struct ckpt_writer_options {
@@ -1038,8 +1046,8 @@ typedef struct ckpt_writer_options {
      */
     const struct ckpt_gguf_writer_options *gguf;
     /*
-     * Metadata that adds to or replaces the source's in ckpt_convert and
-     * ckpt_convert_plan: a JSON object text {key: value}.  A string is a
+     * Metadata that adds to or replaces the source's in ckpt_convert_plan:
+     * a JSON object text {key: value}.  A string is a
      * string; a typed value {"gguf_type": ...} is that GGUF value; other
      * JSON values are typed as gguf-py types them (an integer i32, or i64
      * when it does not fit; a number f32; a bool bool; a list an array).
@@ -1063,12 +1071,12 @@ typedef struct ckpt_writer_options {
      * does: the elements of the tensors written, each storage's bytes
      * counted once (tensors deduplicated away are not counted).
      * huggingface_hub's save_torch_state_dict does not write it (0, the
-     * default, is byte-identical to it).  ckpt_convert and
-     * ckpt_convert_plan set it when the source's index has it.
+     * default, is byte-identical to it).  ckpt_convert_plan sets it when
+     * the source's index has it.
      */
     int total_parameters;
     /*
-     * ckpt_convert and ckpt_convert_plan: non-zero does not check the
+     * ckpt_convert_plan: non-zero does not check the
      * source's ZIP CRC-32s.  By default a conversion checks the CRC-32 of
      * every member of a torch.save file, a DCP file's torch.save items or
      * an .npz archive whose bytes it reads whole, as a load does (see
@@ -1078,7 +1086,7 @@ typedef struct ckpt_writer_options {
      */
     int skip_crc_check;
     /*
-     * ckpt_convert and ckpt_convert_plan into GGUF: non-zero carries the
+     * ckpt_convert_plan into GGUF: non-zero carries the
      * source's metadata into the output as key-values (string values) — a
      * safetensors `__metadata__` ({"format": "pt"}, `removed → kept`, a
      * caller's entries), a torch file's {"format": "pt"} and object tree.
@@ -1096,6 +1104,13 @@ typedef struct ckpt_writer_options {
      * directory is refused, and so is max_shard_size.
      */
     int exact_file;
+    /* Progress of ckpt_convert_plan and ckpt_convert_collective: bytes of
+     * tensor data written; non-zero cancels (CKPT_E_CANCELLED, nothing left
+     * behind).  Called from the converting thread, at most every few
+     * megabytes.  A writer driven by hand (ckpt_writer_create) never calls
+     * it.  NULL: none. */
+    ckpt_progress_fn progress;
+    void *user;
 } ckpt_writer_options;
 
 /* The `__metadata__` key of checksums: a JSON object text,
@@ -1118,7 +1133,7 @@ static inline void ckpt_writer_options_init(ckpt_writer_options *options) {
 
 /*
  * The destination rule: what a writer (ckpt_writer_create), a conversion
- * (ckpt_convert, ckpt_convert_plan, their previews and the collective
+ * (ckpt_convert_plan, its preview and the collective
  * ones) and every front end (the CLI, Python, Rust, Elixir) write for
  * `path`, in this order:
  *   1. A path ending in '/', or naming an existing directory (or a link
@@ -1338,28 +1353,6 @@ enum {
 CKPT_API ckpt_status ckpt_commit_recover(const char *dir, unsigned flags, int *found, ckpt_error *err);
 
 /* ------------------------------------------------------------------------ */
-/* Conversion                                                               */
-/* ------------------------------------------------------------------------ */
-
-/*
- * Progress callback: `done` of `total` bytes of tensor data are written.
- * Return non-zero to cancel (the operation then fails with
- * CKPT_E_CANCELLED and leaves nothing behind).  Called from the converting
- * thread, at most every few megabytes.
- */
-typedef int (*ckpt_progress_fn)(uint64_t done, uint64_t total, void *user);
-
-/*
- * Copies every tensor of `source` into a new checkpoint at `dst_path`
- * (single file or shards, per `options`), keeping the source's metadata and
- * its tensor order for packing.  Streams: memory use does not depend on the
- * checkpoint's size (the kernel copies between files where it can).
- */
-CKPT_API ckpt_status ckpt_convert(const ckpt_catalog *source, const char *dst_path,
-                                  const ckpt_writer_options *options, ckpt_progress_fn progress,
-                                  void *user, ckpt_error *err);
-
-/* ------------------------------------------------------------------------ */
 /* Verification                                                             */
 /* ------------------------------------------------------------------------ */
 
@@ -1369,7 +1362,7 @@ CKPT_API ckpt_status ckpt_convert(const ckpt_catalog *source, const char *dst_pa
  * complete); this reads every byte that a checksum the files record covers
  * and compares:
  *   - ckpt's own XXH3-64 digests (CKPT_CHECKSUM_METADATA_KEY, written by
- *     ckpt_convert with options->checksums): each tensor's, and the header's;
+ *     ckpt_convert_plan with options->checksums): each tensor's, and the header's;
  *   - the CRC-32 of every ZIP member: every record of a torch.save file
  *     (storages, data.pkl, …) and of the torch.save items in DCP files,
  *     every member of an .npz archive — inflating DEFLATE members, whose
@@ -1379,28 +1372,37 @@ CKPT_API ckpt_status ckpt_convert(const ckpt_catalog *source, const char *dst_pa
  * with CKPT_E_ZIP_INVALID; a checksum map naming a tensor its file does not
  * hold, with CKPT_E_INDEX_MISMATCH.  GGUF, plain safetensors and DCP files
  * written with safetensors serialization record none: nothing to compare.
- * *checked (optional) receives the number of tensors whose XXH3-64 matched.
- * `progress` may be NULL.
+ * `report` (may be NULL) receives what was checked, filled up to its
+ * `size`, zeros when nothing was recorded: `ckpt verify` prints these counts
+ * in its summary and as the "checksums" of its --json; Python's
+ * Checkpoint.verify(report=True) returns them as a dict.  `options` may be
+ * NULL (no progress).
  */
-CKPT_API ckpt_status ckpt_verify(const ckpt_catalog *catalog, ckpt_progress_fn progress, void *user, size_t *checked,
-                                 ckpt_error *err);
+typedef struct ckpt_verify_options {
+    size_t size; /* sizeof(ckpt_verify_options), set by ckpt_verify_options_init */
+    /* Bytes read and compared so far, of those the checksums cover;
+     * non-zero cancels (CKPT_E_CANCELLED).  NULL: none. */
+    ckpt_progress_fn progress;
+    void *user;
+} ckpt_verify_options;
 
-/* What ckpt_verify_ex checked. */
+CKPT_API void ckpt_verify_options_init_sized(ckpt_verify_options *options, size_t size);
+static inline void ckpt_verify_options_init(ckpt_verify_options *options) {
+    ckpt_verify_options_init_sized(options, sizeof *options);
+}
+
+/* What ckpt_verify checked. */
 typedef struct ckpt_verify_report {
     size_t size;            /* sizeof(ckpt_verify_report), set by the caller */
-    size_t tensor_digests;  /* tensors whose XXH3-64 matched (ckpt_verify's *checked) */
+    size_t tensor_digests;  /* tensors whose XXH3-64 matched */
     size_t header_digests;  /* files whose header XXH3-64 matched */
     size_t zip_crc32;       /* ZIP members whose CRC-32 (and DEFLATE size) matched */
     uint64_t bytes;         /* bytes those checksums cover, all read */
     size_t tensors;         /* tensors whose bytes they cover */
 } ckpt_verify_report;
 
-/* ckpt_verify, saying what it checked: `report` (may be NULL) is filled up
- * to its `size`, zeros when nothing was recorded.  `ckpt verify` prints
- * these counts in its summary and as the "checksums" of its --json;
- * Python's Checkpoint.verify(report=True) returns them as a dict. */
-CKPT_API ckpt_status ckpt_verify_ex(const ckpt_catalog *catalog, ckpt_progress_fn progress, void *user,
-                                    ckpt_verify_report *report, ckpt_error *err);
+CKPT_API ckpt_status ckpt_verify(const ckpt_catalog *catalog, const ckpt_verify_options *options,
+                                 ckpt_verify_report *report, ckpt_error *err);
 
 /* ------------------------------------------------------------------------ */
 /* Casts                                                                    */
@@ -1772,12 +1774,24 @@ CKPT_API void ckpt_plan_stats(const ckpt_plan *plan, ckpt_load_stats *stats);
 
 /*
  * Writes the plan's tensors (new names, slices, dtypes, axis orders) as a
- * new checkpoint, like ckpt_convert: streamed through the bounce ring,
- * never holding a whole tensor unless a permuted tensor's source is a torch
- * non-contiguous view.  Tensors needing nothing are copied by the kernel.
+ * new checkpoint at `dst_path` (one file, split parts or shards, per
+ * `options`; see ckpt_destination_resolve), keeping the source's metadata
+ * and its tensor order for packing.  A plan with no rule converts the whole
+ * checkpoint:
+ *
+ *     ckpt_plan *plan;
+ *     if (ckpt_plan_create(catalog, &plan, &err) == CKPT_OK)
+ *         st = ckpt_convert_plan(plan, "out/", &options, &err);
+ *     ckpt_plan_free(plan);
+ *
+ * Streams through the bounce ring: memory use does not depend on the
+ * checkpoint's size, and no whole tensor is held unless a permuted tensor's
+ * source is a torch non-contiguous view.  Tensors needing nothing are
+ * copied by the kernel.  options->progress reports the bytes written and
+ * may cancel.
  */
 CKPT_API ckpt_status ckpt_convert_plan(ckpt_plan *plan, const char *dst_path, const ckpt_writer_options *options,
-                                       ckpt_progress_fn progress, void *user, ckpt_error *err);
+                                       ckpt_error *err);
 
 /*
  * A dry run of ckpt_convert_plan: what it would write, after every rule,

@@ -162,13 +162,12 @@ CKPT_API ckpt_status ckpt_load_collective(ckpt_plan *plan, const ckpt_load_optio
  * enough, rows of tensors otherwise) straight into place; rank 0 commits
  * once every rank has succeeded.  The output is the same bytes
  * ckpt_convert_plan writes.  Checksums (options->checksums) need each
- * tensor's bytes in order in one process and are refused.  `progress`
- * reports this rank's bytes.
+ * tensor's bytes in order in one process and are refused.
+ * options->progress reports this rank's bytes.
  */
 CKPT_API ckpt_status ckpt_convert_collective(ckpt_plan *plan, const char *dst_path, const ckpt_writer_options *options,
                                              const ckpt_comm *comm, const ckpt_collective_options *coll,
-                                             ckpt_progress_fn progress, void *user, ckpt_collective_stats *stats,
-                                             ckpt_error *err);
+                                             ckpt_collective_stats *stats, ckpt_error *err);
 
 /*
  * A checkpoint saved by many ranks, each holding parts of the tensors

@@ -730,8 +730,7 @@ static ckpt_status my_moves(ckpt__coll *c, ckpt_plan *p, ckpt_writer *w, ckpt__m
 
 ckpt_status ckpt_convert_collective(ckpt_plan *p, const char *dst_path, const ckpt_writer_options *options,
                                     const ckpt_comm *comm, const ckpt_collective_options *coll,
-                                    ckpt_progress_fn progress, void *user, ckpt_collective_stats *stats,
-                                    ckpt_error *err) {
+                                    ckpt_collective_stats *stats, ckpt_error *err) {
     ckpt__coll c;
     ckpt_status st = ckpt__coll_init(&c, comm, coll, stats, err);
     if (st) return st;
@@ -793,7 +792,7 @@ ckpt_status ckpt_convert_collective(ckpt_plan *p, const char *dst_path, const ck
     if (local == CKPT_OK) {
         ckpt_load_stats ls;
         memset(&ls, 0, sizeof ls);
-        ckpt__engine_options eo = {.io = CKPT_IO_BUFFERED, .progress = progress, .user = user, .writer = w,
+        ckpt__engine_options eo = {.io = CKPT_IO_BUFFERED, .progress = o.progress, .user = o.user, .writer = w,
                                    .check_crc = !o.skip_crc_check};
         t0 = ckpt__now();
         local = ckpt__engine_run(p->catalog, moves, used, &eo, &ls, &mine);

@@ -233,7 +233,7 @@ static ckpt_status declare(ckpt_plan *p, const char *dst_path, const ckpt_writer
 }
 
 ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_writer_options *options,
-                              ckpt_progress_fn progress, void *user, ckpt_error *err) {
+                              ckpt_error *err) {
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     if (options) CKPT__TAKE_OPTIONS(&o, options);
@@ -248,7 +248,7 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
         free(moves);
         return st;
     }
-    ckpt__engine_options eo = {.io = CKPT_IO_BUFFERED, .progress = progress, .user = user, .writer = w,
+    ckpt__engine_options eo = {.io = CKPT_IO_BUFFERED, .progress = o.progress, .user = o.user, .writer = w,
                                .ordered = ckpt__writer_needs_order(w), .check_crc = !o.skip_crc_check};
     st = ckpt__engine_run(p->catalog, moves, used, &eo, NULL, err);
     if (st == CKPT_OK) st = ckpt_writer_commit(w, err);
@@ -282,16 +282,4 @@ ckpt_status ckpt_convert_plan_preview(ckpt_plan *p, const char *dst_path, const 
     }
     *json = out.data;
     return CKPT_OK;
-}
-
-ckpt_status ckpt_convert(const ckpt_catalog *src, const char *dst_path, const ckpt_writer_options *options,
-                         ckpt_progress_fn progress, void *user, ckpt_error *err) {
-    if (!src || !dst_path)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "source and destination are required");
-    ckpt_plan *p;
-    /* A plan only reads its catalog. */
-    ckpt_status st = ckpt_plan_create((ckpt_catalog *)src, &p, err);
-    if (st == CKPT_OK) st = ckpt_convert_plan(p, dst_path, options, progress, user, err);
-    ckpt_plan_free(p);
-    return st;
 }

@@ -33,16 +33,17 @@ static size_t tensors_in_members(const ckpt_catalog *cat) {
     return n;
 }
 
-ckpt_status ckpt_verify(const ckpt_catalog *cat, ckpt_progress_fn progress_fn, void *user, size_t *checked,
-                        ckpt_error *err) {
-    ckpt_verify_report r = {.size = sizeof r};
-    ckpt_status st = ckpt_verify_ex(cat, progress_fn, user, &r, err);
-    if (checked) *checked = r.tensor_digests;
-    return st;
+void ckpt_verify_options_init_sized(ckpt_verify_options *o, size_t size) {
+    if (!o || size < sizeof o->size) return;
+    memset(o, 0, size); /* a newer header's longer struct: zeros in what this library does not know */
+    o->size = size;
 }
 
-ckpt_status ckpt_verify_ex(const ckpt_catalog *cat, ckpt_progress_fn progress_fn, void *user,
-                           ckpt_verify_report *report, ckpt_error *err) {
+ckpt_status ckpt_verify(const ckpt_catalog *cat, const ckpt_verify_options *options, ckpt_verify_report *report,
+                        ckpt_error *err) {
+    ckpt_verify_options vo;
+    ckpt_verify_options_init(&vo);
+    if (options) CKPT__TAKE_OPTIONS(&vo, options);
     ckpt_verify_report r;
     memset(&r, 0, sizeof r);
     if (report && report->size < sizeof report->size)
@@ -68,7 +69,7 @@ ckpt_status ckpt_verify_ex(const ckpt_catalog *cat, ckpt_progress_fn progress_fn
     }
     /* Every tensor hashed and every member checked by the engine (in
      * parallel); the digests then compared in the files' order. */
-    ckpt__engine_options o = {.io = CKPT_IO_AUTO, .progress = progress_fn, .user = user, .members = numbers,
+    ckpt__engine_options o = {.io = CKPT_IO_AUTO, .progress = vo.progress, .user = vo.user, .members = numbers,
                               .member_count = members};
     if (st == CKPT_OK) st = ckpt__engine_run((ckpt_catalog *)cat, moves, count, &o, NULL, err);
     free(numbers);

@@ -148,7 +148,7 @@ _lib.ckpt_plan_match.argtypes = [_P, ctypes.POINTER(Expected), ctypes.c_size_t, 
 _lib.ckpt_load_options_init_sized.argtypes = [ctypes.POINTER(LoadOptions), ctypes.c_size_t]
 _lib.ckpt_load.argtypes = [_P, ctypes.POINTER(LoadOptions), _E]
 _lib.ckpt_plan_stats.argtypes = [_P, ctypes.POINTER(LoadStats)]
-_lib.ckpt_convert_plan.argtypes = [_P, ctypes.c_char_p, ctypes.POINTER(WriterOptions), _P, _P, _E]
+_lib.ckpt_convert_plan.argtypes = [_P, ctypes.c_char_p, ctypes.POINTER(WriterOptions), _E]
 
 MATCH_KINDS = {1: "missing", 2: "unexpected", 3: "shape", 4: "dtype"}
 IO_MODES = {"auto": 0, "buffered": 1, "direct": 2}
@@ -407,5 +407,5 @@ class Plan:
         _lib.ckpt_writer_options_init_sized(ctypes.byref(opts), ctypes.sizeof(opts))
         opts.max_shard_size, opts.overwrite, opts.no_sync = max_shard_size, int(overwrite), 1
         err = Error()
-        _check(_lib.ckpt_convert_plan(self._h, str(dst).encode(), ctypes.byref(opts), None, None, ctypes.byref(err)),
+        _check(_lib.ckpt_convert_plan(self._h, str(dst).encode(), ctypes.byref(opts), ctypes.byref(err)),
                err)

@@ -216,7 +216,7 @@ class Checkpoint:
         tensors' XXH3-64 matched; with report=True, a dict of what was
         checked: {"tensor_digests", "header_digests", "zip_crc32", "bytes",
         "tensors"} (all 0 when the files record no checksum, as GGUF and
-        plain safetensors files do): ckpt_verify_ex's report, the
+        plain safetensors files do): ckpt_verify's report, the
         "checksums" of `ckpt verify --json`."""
         return self._catalog.verify(progress=_progress.choose(progress, "verify"), report=report)
 

@@ -669,7 +669,7 @@ static PyObject *Catalog_view(Catalog *self, PyObject *arg) {
 }
 
 /* verify(progress=None, report=False) → the tensors whose XXH3-64 matched,
- * or with report, what ckpt_verify_ex checked as a dict. */
+ * or with report, what ckpt_verify checked as a dict. */
 static PyObject *Catalog_verify(Catalog *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"progress", "report", NULL};
     progress_ctx p = {NULL};
@@ -679,8 +679,11 @@ static PyObject *Catalog_verify(Catalog *self, PyObject *args, PyObject *kw) {
     ckpt_error e;
     ckpt_status st;
     ckpt_verify_report r = {.size = sizeof r};
+    ckpt_verify_options vo;
+    ckpt_verify_options_init(&vo);
+    vo.progress = progress_trampoline, vo.user = &p;
     Py_BEGIN_ALLOW_THREADS
-    st = ckpt_verify_ex(self->catalog, progress_trampoline, &p, &r, &e);
+    st = ckpt_verify(self->catalog, &vo, &r, &e);
     Py_END_ALLOW_THREADS
     if (st != CKPT_OK) return raise_ckpt(&e);
     if (!want_report) return PyLong_FromSize_t(r.tensor_digests);
@@ -693,17 +696,19 @@ static PyObject *Catalog_verify(Catalog *self, PyObject *args, PyObject *kw) {
  * no_sync=False, checksums=False, progress=None, …, check_crc=True), shared
  * by Catalog (plain copy) and Plan (with its rules): `run` is the library
  * call. */
-typedef ckpt_status (*convert_fn)(void *source, const char *dst, const ckpt_writer_options *o, ckpt_progress_fn fn,
-                                  void *user, ckpt_error *err);
+typedef ckpt_status (*convert_fn)(void *source, const char *dst, const ckpt_writer_options *o, ckpt_error *err);
 
-static ckpt_status run_catalog_convert(void *source, const char *dst, const ckpt_writer_options *o,
-                                       ckpt_progress_fn fn, void *user, ckpt_error *err) {
-    return ckpt_convert(source, dst, o, fn, user, err);
+/* The whole catalog: a plan with no rule. */
+static ckpt_status run_catalog_convert(void *source, const char *dst, const ckpt_writer_options *o, ckpt_error *err) {
+    ckpt_plan *plan = NULL;
+    ckpt_status st = ckpt_plan_create(source, &plan, err);
+    if (st == CKPT_OK) st = ckpt_convert_plan(plan, dst, o, err);
+    ckpt_plan_free(plan);
+    return st;
 }
 
-static ckpt_status run_plan_convert(void *source, const char *dst, const ckpt_writer_options *o, ckpt_progress_fn fn,
-                                    void *user, ckpt_error *err) {
-    return ckpt_convert_plan(source, dst, o, fn, user, err);
+static ckpt_status run_plan_convert(void *source, const char *dst, const ckpt_writer_options *o, ckpt_error *err) {
+    return ckpt_convert_plan(source, dst, o, err);
 }
 
 /* With dry_run (plans only): nothing is written; returns
@@ -734,6 +739,7 @@ static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyOb
     o.dcp = &dcp;
     o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
     o.copy_files_from = extra ? PyBytes_AS_STRING(extra) : NULL;
+    o.progress = progress_trampoline, o.user = &p;
     ckpt_error e;
     ckpt_status st;
     char *json = NULL;
@@ -746,7 +752,7 @@ static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyOb
     }
     Py_BEGIN_ALLOW_THREADS
     st = dry_run ? ckpt_convert_plan_preview(source, PyBytes_AS_STRING(dst), &o, &json, &e)
-                 : run(source, PyBytes_AS_STRING(dst), &o, progress_trampoline, &p, &e);
+                 : run(source, PyBytes_AS_STRING(dst), &o, &e);
     Py_END_ALLOW_THREADS
     Py_DECREF(dst);
     Py_XDECREF(prefix);
@@ -1881,9 +1887,9 @@ static PyObject *mod_convert_collective(PyObject *self, PyObject *args, PyObject
     memset(&s, 0, sizeof s);
     ckpt_error e;
     ckpt_status st;
+    o.progress = progress_trampoline, o.user = &p;
     Py_BEGIN_ALLOW_THREADS
-    st = ckpt_convert_collective(plan->plan, PyBytes_AS_STRING(dst), &o, &comm->comm, &co, progress_trampoline, &p, &s,
-                                 &e);
+    st = ckpt_convert_collective(plan->plan, PyBytes_AS_STRING(dst), &o, &comm->comm, &co, &s, &e);
     Py_END_ALLOW_THREADS
     Py_DECREF(dst);
     Py_XDECREF(prefix);

@@ -61,7 +61,7 @@ static ckpt_status op_convert(const char *src, const char *dst, uint64_t shard, 
     ckpt_writer_options_init(&o);
     o.max_shard_size = shard;
     o.checksums = checksums;
-    st = ckpt_convert(cat, dst, &o, NULL, NULL, err);
+    st = convert_all(cat, dst, &o, NULL, NULL, err);
     ckpt_catalog_close(cat);
     return st;
 }
@@ -82,7 +82,7 @@ static ckpt_status op_engine(const char *src, const char *dst, bool convert, ckp
         if (convert) {
             ckpt_writer_options o;
             ckpt_writer_options_init(&o);
-            st = ckpt_convert_plan(plan, dst, &o, NULL, NULL, err);
+            st = ckpt_convert_plan(plan, dst, &o, err);
         } else {
             ckpt_load_options o;
             ckpt_load_options_init(&o);
@@ -233,7 +233,7 @@ static int setup(void **state) {
     ckpt_writer_options_init(&o);
     o.max_shard_size = 40;
     assert_int_equal(ckpt_catalog_open(in_dir(work, "single.safetensors"), &cat, NULL), CKPT_OK);
-    assert_int_equal(ckpt_convert(cat, in_dir(work, "sharded"), &o, NULL, NULL, NULL), CKPT_OK);
+    assert_int_equal(convert_all(cat, in_dir(work, "sharded"), &o, NULL, NULL, NULL), CKPT_OK);
     ckpt_catalog_close(cat);
     return 0;
 }

@@ -294,7 +294,7 @@ int main(int argc, char **argv) {
         if (rank == 0) {
             CHECK(ckpt_catalog_open(ref, &cat, &err) == CKPT_OK, "%s", err.message);
             CHECK(convert_plan(cat, &p, &err) == CKPT_OK, "%s", err.message);
-            CHECK(ckpt_convert_plan(p, path, &o, NULL, NULL, &err) == CKPT_OK, "%s", err.message);
+            CHECK(ckpt_convert_plan(p, path, &o, &err) == CKPT_OK, "%s", err.message);
             ckpt_plan_free(p);
             ckpt_catalog_close(cat);
         }
@@ -303,7 +303,7 @@ int main(int argc, char **argv) {
         ckpt_collective_stats stats;
         st = ckpt_catalog_open_collective(ref, NULL, &comm, NULL, &cat, &err);
         if (st == CKPT_OK) st = convert_plan(cat, &p, &err);
-        if (st == CKPT_OK) st = ckpt_convert_collective(p, out, &o, &comm, NULL, NULL, NULL, &stats, &err);
+        if (st == CKPT_OK) st = ckpt_convert_collective(p, out, &o, &comm, NULL, &stats, &err);
         CHECK(st == CKPT_OK, "collective convert: %s", err.message);
         if (st == CKPT_OK) {
             printf("rank %d: convert ok: wrote %llu bytes\n", rank, (unsigned long long)stats.bytes_written);

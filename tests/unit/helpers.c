@@ -93,3 +93,16 @@ int dir_entries(const char *dir) {
     closedir(d);
     return n;
 }
+
+ckpt_status convert_all(ckpt_catalog *cat, const char *dst, const ckpt_writer_options *options,
+                        ckpt_progress_fn progress, void *user, ckpt_error *err) {
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    if (options) o = *options;
+    o.progress = progress, o.user = user;
+    ckpt_plan *plan = NULL;
+    ckpt_status st = cat ? ckpt_plan_create(cat, &plan, err) : CKPT_E_INVALID_ARGUMENT;
+    if (st == CKPT_OK) st = ckpt_convert_plan(plan, dst, &o, err);
+    ckpt_plan_free(plan);
+    return st;
+}

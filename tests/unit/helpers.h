@@ -28,5 +28,9 @@ char *read_all(const char *path, size_t *n);
 int file_exists(const char *path);
 /* Number of entries in a directory, "." and ".." excluded. */
 int dir_entries(const char *dir);
+/* The whole catalog converted (a plan with no rule, ckpt_convert_plan),
+ * with `progress` and `user` in a copy of `options` (which may be NULL). */
+ckpt_status convert_all(ckpt_catalog *cat, const char *dst, const ckpt_writer_options *options,
+                        ckpt_progress_fn progress, void *user, ckpt_error *err);
 
 #endif

@@ -674,7 +674,7 @@ static void convert_rank(int r, void *user) {
     o.no_sync = 1;
     ckpt_status st = ckpt_catalog_open_collective(j->src, NULL, &j->comms[r], &co, &cat, &err);
     if (st == CKPT_OK) st = convert_plan(cat, &p, &err);
-    if (st == CKPT_OK) st = ckpt_convert_collective(p, j->dst, &o, &j->comms[r], &co, NULL, NULL, &j->stats[r], &err);
+    if (st == CKPT_OK) st = ckpt_convert_collective(p, j->dst, &o, &j->comms[r], &co, &j->stats[r], &err);
     j->st[r] = st;
     snprintf(j->msg[r], sizeof j->msg[r], "%s", err.message);
     ckpt_plan_free(p);
@@ -695,11 +695,11 @@ static void test_convert_collective_equals_convert(void **state) {
     o.max_shard_size = 1000000;
     assert_int_equal(ckpt_catalog_open(src, &cat, &err), CKPT_OK);
     assert_int_equal(convert_plan(cat, &p, &err), CKPT_OK);
-    assert_int_equal(ckpt_convert_plan(p, in_dir(dir, "ref"), &o, NULL, NULL, &err), CKPT_OK);
+    assert_int_equal(ckpt_convert_plan(p, in_dir(dir, "ref"), &o, &err), CKPT_OK);
     ckpt_plan_free(p);
     assert_int_equal(convert_plan(cat, &p, &err), CKPT_OK);
     o.max_shard_size = 0;
-    assert_int_equal(ckpt_convert_plan(p, in_dir(dir, "ref.safetensors"), &o, NULL, NULL, &err), CKPT_OK);
+    assert_int_equal(ckpt_convert_plan(p, in_dir(dir, "ref.safetensors"), &o, &err), CKPT_OK);
     ckpt_plan_free(p);
     ckpt_catalog_close(cat);
     for (int n = 1; n <= 4; n++)

@@ -31,12 +31,12 @@ static void test_round_trip_is_byte_identical(void **state) {
      * conversion gives the canonical file the round trip must reproduce. */
     assert_int_equal(ckpt_catalog_open(src, &cat, &err), CKPT_OK);
     const char *canon = strdup(in_dir(dir, "canon.safetensors"));
-    assert_int_equal(ckpt_convert(cat, canon, &o, NULL, NULL, &err), CKPT_OK);
+    assert_int_equal(convert_all(cat, canon, &o, NULL, NULL, &err), CKPT_OK);
     ckpt_catalog_close(cat);
     assert_int_equal(ckpt_catalog_open(canon, &cat, &err), CKPT_OK);
     o.max_shard_size = 16;
     calls = 0;
-    assert_int_equal(ckpt_convert(cat, in_dir(dir, "sharded"), &o, record, NULL, &err), CKPT_OK);
+    assert_int_equal(convert_all(cat, in_dir(dir, "sharded"), &o, record, NULL, &err), CKPT_OK);
     assert_true(calls >= 2);
     assert_int_equal(last_done, 30);
     assert_int_equal(last_total, 30);
@@ -46,7 +46,7 @@ static void test_round_trip_is_byte_identical(void **state) {
 
     assert_int_equal(ckpt_catalog_open(in_dir(dir, "sharded"), &cat, &err), CKPT_OK);
     ckpt_writer_options_init(&o);
-    assert_int_equal(ckpt_convert(cat, in_dir(dir, "merged.safetensors"), &o, NULL, NULL, &err), CKPT_OK);
+    assert_int_equal(convert_all(cat, in_dir(dir, "merged.safetensors"), &o, NULL, NULL, &err), CKPT_OK);
     ckpt_catalog_close(cat);
     size_t n1, n2;
     char *a = read_all(canon, &n1), *b = read_all(in_dir(dir, "merged.safetensors"), &n2);
@@ -73,14 +73,14 @@ static void test_cancel_leaves_nothing(void **state) {
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     o.max_shard_size = 8;
-    assert_int_equal(ckpt_convert(cat, in_dir(dir, "out"), &o, record, (void *)1, &err), CKPT_E_CANCELLED);
+    assert_int_equal(convert_all(cat, in_dir(dir, "out"), &o, record, (void *)1, &err), CKPT_E_CANCELLED);
     /* Staged in a temporary directory: neither "out" nor the stage remain. */
     assert_int_equal(dir_entries(in_dir(dir, "out")), -1);
     assert_int_equal(dir_entries(dir), 1);
     ckpt_writer_options_init(&o);
-    assert_int_equal(ckpt_convert(cat, in_dir(dir, "src.safetensors"), &o, NULL, NULL, &err), CKPT_E_EXISTS);
+    assert_int_equal(convert_all(cat, in_dir(dir, "src.safetensors"), &o, NULL, NULL, &err), CKPT_E_EXISTS);
     ckpt_catalog_close(cat);
-    assert_int_equal(ckpt_convert(NULL, "x", NULL, NULL, NULL, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_int_equal(ckpt_convert_plan(NULL, "x", NULL, &err), CKPT_E_INVALID_ARGUMENT);
     scratch_free(dir);
 }
 
@@ -117,11 +117,11 @@ static void test_preview_writes_nothing(void **state) {
     ckpt_free(json);
     /* The same options through ckpt_convert_plan with dry_run: checked, nothing written. */
     o.dry_run = 1;
-    assert_int_equal(ckpt_convert_plan(plan, in_dir(dir, "out"), &o, NULL, NULL, &err), CKPT_OK);
+    assert_int_equal(ckpt_convert_plan(plan, in_dir(dir, "out"), &o, &err), CKPT_OK);
     assert_int_equal(dir_entries(dir), 1);
     /* The real conversion writes the files the preview named. */
     o.dry_run = 0;
-    assert_int_equal(ckpt_convert_plan(plan, in_dir(dir, "out"), &o, NULL, NULL, &err), CKPT_OK);
+    assert_int_equal(ckpt_convert_plan(plan, in_dir(dir, "out"), &o, &err), CKPT_OK);
     assert_int_equal(dir_entries(in_dir(dir, "out")), 3);
     assert_true(file_exists(in_dir(in_dir(dir, "out"), "model-00002-of-00002.safetensors")));
     /* A dry run fails as the conversion would: the checkpoint is there now. */

@@ -272,7 +272,7 @@ static void convert_to_gguf(const char *src, const char *dst, int source_metadat
     ckpt_writer_options_init(&o);
     o.no_sync = 1, o.overwrite = 1, o.format = CKPT_FORMAT_GGUF;
     o.source_metadata = source_metadata, o.metadata_json = metadata_json;
-    assert_int_equal(ckpt_convert(c, dst, &o, NULL, NULL, &err), CKPT_OK);
+    assert_int_equal(convert_all(c, dst, &o, NULL, NULL, &err), CKPT_OK);
     ckpt_catalog_close(c);
 }
 

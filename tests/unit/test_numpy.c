@@ -393,7 +393,7 @@ static void test_shape_overflow(void **state) {
     assert_int_equal(ckpt_plan_cast(plan, "x", CKPT_F64, &err), CKPT_E_SHAPE_OVERFLOW); /* 2^64 - 8 bytes */
     ckpt_plan_free(plan);
     const char *out = in_dir(dir, "x.safetensors");
-    assert_int_equal(ckpt_convert(cat, out, &o, NULL, NULL, &err), CKPT_OK);
+    assert_int_equal(convert_all(cat, out, &o, NULL, NULL, &err), CKPT_OK);
     ckpt_catalog_close(cat);
     assert_int_equal(ckpt_catalog_open(out, &cat, &err), CKPT_OK);
     t = ckpt_catalog_tensor(cat, 0);

@@ -350,7 +350,7 @@ static ckpt_status convert_to(const char *path, const char *dst, ckpt_format for
     o.no_sync = 1;
     o.overwrite = 1;
     o.format = format;
-    if (st == CKPT_OK) st = ckpt_convert(c, dst, &o, NULL, NULL, err);
+    if (st == CKPT_OK) st = convert_all(c, dst, &o, NULL, NULL, err);
     ckpt_catalog_close(c);
     return st;
 }

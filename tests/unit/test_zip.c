@@ -349,7 +349,7 @@ static ckpt_status verify(const char *path, ckpt_verify_report *r, ckpt_error *e
     ckpt_status st = ckpt_catalog_open(path, &cat, err);
     if (st) return st;
     r->size = sizeof *r;
-    st = ckpt_verify_ex(cat, NULL, NULL, r, err);
+    st = ckpt_verify(cat, NULL, r, err);
     ckpt_catalog_close(cat);
     return st;
 }
@@ -401,7 +401,7 @@ static void test_crcs_checked_by_loads_and_verify(void **state) {
             /* A converted copy is refused alike, and nothing is left. */
             assert_int_equal(ckpt_catalog_open(path, &cat, &err), CKPT_OK);
             const char *out = in_dir(dir, "out.safetensors");
-            assert_int_equal(ckpt_convert(cat, out, NULL, NULL, NULL, &err), damaged ? CKPT_E_CHECKSUM : CKPT_OK);
+            assert_int_equal(convert_all(cat, out, NULL, NULL, NULL, &err), damaged ? CKPT_E_CHECKSUM : CKPT_OK);
             assert_int_equal(access(out, F_OK) == 0, !damaged);
             unlink(out);
             ckpt_catalog_close(cat);

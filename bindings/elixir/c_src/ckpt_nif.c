@@ -713,14 +713,15 @@ static ERL_NIF_TERM nif_convert(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     ckpt_error e;
     ckpt_status st;
     ERL_NIF_TERM result = 0;
-    if (enif_is_empty_list(env, argv[2])) {
-        st = ckpt_convert(r->catalog, dst, &o, NULL, NULL, &e);
+    ckpt_plan *plan = NULL;
+    if (enif_is_empty_list(env, argv[2])) { /* the whole catalog: a plan with no rule */
+        st = ckpt_plan_create(r->catalog, &plan, &e);
+        if (st == CKPT_OK) st = ckpt_convert_plan(plan, dst, &o, &e);
     } else {
-        ckpt_plan *plan;
         result = make_plan(env, r, argv[2], &plan);
-        st = result ? CKPT_OK : ckpt_convert_plan(plan, dst, &o, NULL, NULL, &e);
-        if (!result) ckpt_plan_free(plan);
+        st = result ? CKPT_OK : ckpt_convert_plan(plan, dst, &o, &e);
     }
+    if (!result) ckpt_plan_free(plan);
     enif_free(dst);
     if (prefix) enif_free(prefix);
     if (result) return result;
@@ -733,9 +734,9 @@ static ERL_NIF_TERM nif_verify(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     catalog_res *r;
     if (!get_catalog(env, argv[0], &r)) return enif_make_badarg(env);
     ckpt_error e;
-    size_t checked = 0;
-    ckpt_status st = ckpt_verify(r->catalog, NULL, NULL, &checked, &e);
-    return st ? error_term(env, st, &e) : ok(env, enif_make_uint64(env, checked));
+    ckpt_verify_report report = {.size = sizeof report};
+    ckpt_status st = ckpt_verify(r->catalog, NULL, &report, &e);
+    return st ? error_term(env, st, &e) : ok(env, enif_make_uint64(env, report.tensor_digests));
 }
 
 /* recover(dir, check) → {:ok, found}: ckpt_commit_recover, found true when

@@ -214,5 +214,7 @@ fn layout_probe(manifest: &Path, include_dir: &Path) {
     assert!(status.success(), "ckpt-sys: ar failed");
     println!("cargo:rustc-link-search=native={}", out.display());
     println!("cargo:rustc-link-lib=static=ckpt_sys_layout");
-    println!("cargo:rerun-if-changed={}", include_dir.join("ckpt.h").display());
+    for header in ["ckpt.h", "ckpt_gguf.h", "ckpt_dcp.h"] {
+        println!("cargo:rerun-if-changed={}", include_dir.join(header).display());
+    }
 }

@@ -33,6 +33,9 @@ static const size_t layout[] = {
     F(ckpt_writer_options, dcp),
     F(ckpt_writer_options, dry_run), F(ckpt_writer_options, total_parameters), F(ckpt_writer_options, skip_crc_check),
     F(ckpt_writer_options, source_metadata), F(ckpt_writer_options, exact_file),
+    F(ckpt_writer_options, progress), F(ckpt_writer_options, user),
+    sizeof(ckpt_verify_options), F(ckpt_verify_options, progress), F(ckpt_verify_options, user),
+    sizeof(ckpt_verify_report), F(ckpt_verify_report, tensor_digests), F(ckpt_verify_report, tensors),
 
     sizeof(ckpt_gguf_writer_options), F(ckpt_gguf_writer_options, split_max_tensors),
     sizeof(ckpt_dcp_writer_options), F(ckpt_dcp_writer_options, ranks),

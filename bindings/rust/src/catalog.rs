@@ -10,7 +10,7 @@ use std::ptr::{self, NonNull};
 use crate::dtype::{as_bytes_mut, check_typed, Dtype, Element};
 use crate::error::{Error, RawError, Result};
 use crate::plan::Plan;
-use crate::util::{cpath, cstring, progress_call, Progress};
+use crate::util::{cpath, cstring};
 use crate::writer::WriterOptions;
 use crate::sys;
 
@@ -300,24 +300,18 @@ impl Catalog {
         P: AsRef<Path>,
         F: FnMut(u64, u64) -> bool,
     {
-        let dst = cpath(dst.as_ref())?;
-        let opts = options.raw()?;
-        let err = RawError::new();
-        let mut p = Progress::new(progress);
-        let st = unsafe {
-            sys::ckpt_convert(self.raw(), dst.as_ptr(), &opts.value.value, Some(progress_call::<F>), p.user(), err.ptr())
-        };
-        p.finish();
-        err.check(st)
+        self.plan()?.convert_with_progress(dst, options, progress)
     }
 
     /// Re-reads every tensor that has a recorded checksum and compares;
     /// returns how many matched.
     pub fn verify(&self) -> Result<usize> {
         let err = RawError::new();
-        let mut checked = 0usize;
-        err.check(unsafe { sys::ckpt_verify(self.raw(), None, ptr::null_mut(), &mut checked, err.ptr()) })?;
-        Ok(checked)
+        // SAFETY: a plain C struct; zeros are valid, and `size` says how much the library may fill.
+        let mut report: sys::ckpt_verify_report = unsafe { std::mem::zeroed() };
+        report.size = std::mem::size_of::<sys::ckpt_verify_report>();
+        err.check(unsafe { sys::ckpt_verify(self.raw(), ptr::null(), &mut report, err.ptr()) })?;
+        Ok(report.tensor_digests)
     }
 }
 

@@ -429,9 +429,25 @@ impl<'c, 'b> Plan<'c, 'b> {
         let dst = cpath(dst.as_ref())?;
         let opts = options.raw()?;
         let err = RawError::new();
-        err.check(unsafe {
-            sys::ckpt_convert_plan(self.raw(), dst.as_ptr(), &opts.value.value, None, ptr::null_mut(), err.ptr())
-        })
+        err.check(unsafe { sys::ckpt_convert_plan(self.raw(), dst.as_ptr(), &opts.value.value, err.ptr()) })
+    }
+
+    /// [`convert`](Self::convert) with a callback `(done, total) -> keep going`;
+    /// returning false cancels (`Status::Cancelled`, nothing left behind).
+    pub fn convert_with_progress<P, F>(&mut self, dst: P, options: &WriterOptions, progress: F) -> Result<()>
+    where
+        P: AsRef<Path>,
+        F: FnMut(u64, u64) -> bool,
+    {
+        let dst = cpath(dst.as_ref())?;
+        let mut opts = options.raw()?;
+        let err = RawError::new();
+        let mut p = Progress::new(progress);
+        opts.value.value.progress = Some(progress_call::<F>);
+        opts.value.value.user = p.user();
+        let st = unsafe { sys::ckpt_convert_plan(self.raw(), dst.as_ptr(), &opts.value.value, err.ptr()) };
+        p.finish();
+        err.check(st)
     }
 }
 

@@ -288,6 +288,28 @@ pub struct ckpt_writer_options {
     pub source_metadata: c_int,
     /// Non-zero: the path is the one file written, whatever its name (no destination rule).
     pub exact_file: c_int,
+    /// Progress of `ckpt_convert_plan` / `ckpt_convert_collective` (bytes written); non-zero cancels.
+    pub progress: ckpt_progress_fn,
+    pub user: *mut c_void,
+}
+
+/// `ckpt_verify_options`: initialise with `ckpt_verify_options_init_sized` (sets `size`).
+#[repr(C)]
+pub struct ckpt_verify_options {
+    pub size: usize,
+    pub progress: ckpt_progress_fn,
+    pub user: *mut c_void,
+}
+
+/// What `ckpt_verify` checked; set `size` before the call.
+#[repr(C)]
+pub struct ckpt_verify_report {
+    pub size: usize,
+    pub tensor_digests: usize,
+    pub header_digests: usize,
+    pub zip_crc32: usize,
+    pub bytes: u64,
+    pub tensors: usize,
 }
 
 /// Where a tensor's bytes lie in the caller's memory (ckpt_writer_add_tensor_shared).
@@ -474,19 +496,11 @@ extern "C" {
         err: *mut ckpt_error,
     ) -> ckpt_status;
 
-    pub fn ckpt_convert(
-        source: *const ckpt_catalog,
-        dst_path: *const c_char,
-        options: *const ckpt_writer_options,
-        progress: ckpt_progress_fn,
-        user: *mut c_void,
-        err: *mut ckpt_error,
-    ) -> ckpt_status;
+    pub fn ckpt_verify_options_init_sized(options: *mut ckpt_verify_options, size: usize);
     pub fn ckpt_verify(
         catalog: *const ckpt_catalog,
-        progress: ckpt_progress_fn,
-        user: *mut c_void,
-        checked: *mut usize,
+        options: *const ckpt_verify_options,
+        report: *mut ckpt_verify_report,
         err: *mut ckpt_error,
     ) -> ckpt_status;
 
@@ -577,8 +591,6 @@ extern "C" {
         plan: *mut ckpt_plan,
         dst_path: *const c_char,
         options: *const ckpt_writer_options,
-        progress: ckpt_progress_fn,
-        user: *mut c_void,
         err: *mut ckpt_error,
     ) -> ckpt_status;
 }
@@ -664,6 +676,14 @@ mod layout {
             ("ckpt_writer_options.skip_crc_check", off!(ckpt_writer_options, skip_crc_check), true),
             ("ckpt_writer_options.source_metadata", off!(ckpt_writer_options, source_metadata), true),
             ("ckpt_writer_options.exact_file", off!(ckpt_writer_options, exact_file), true),
+            ("ckpt_writer_options.progress", off!(ckpt_writer_options, progress), true),
+            ("ckpt_writer_options.user", off!(ckpt_writer_options, user), true),
+            ("sizeof ckpt_verify_options", size_of::<ckpt_verify_options>(), true),
+            ("ckpt_verify_options.progress", off!(ckpt_verify_options, progress), true),
+            ("ckpt_verify_options.user", off!(ckpt_verify_options, user), true),
+            ("sizeof ckpt_verify_report", size_of::<ckpt_verify_report>(), true),
+            ("ckpt_verify_report.tensor_digests", off!(ckpt_verify_report, tensor_digests), true),
+            ("ckpt_verify_report.tensors", off!(ckpt_verify_report, tensors), true),
             ("sizeof ckpt_gguf_writer_options", size_of::<ckpt_gguf_writer_options>(), true),
             ("ckpt_gguf_writer_options.split_max_tensors", off!(ckpt_gguf_writer_options, split_max_tensors), true),
             ("sizeof ckpt_dcp_writer_options", size_of::<ckpt_dcp_writer_options>(), true),
