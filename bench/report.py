@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Renders bench/results/*.json as PNG charts (into build/bench-charts/, or
 with --publish into bench/results/, to be committed), as the tables between
-the `<!-- bench:begin -->` and `<!-- bench:end -->` markers of README.md, and as
-the figures between `<!-- fig:NAME -->` and `<!-- /fig -->` in README.md and
-docs/*.md.  Under each table, the line `measured()` renders says when and at
-which commit its result was measured and how to rerun it; a result listed in
-bench/suites.py's PENDING_RERUN is marked stale wherever it is shown."""
+the `<!-- bench:begin -->` and `<!-- bench:end -->` markers of bench/README.md,
+and as the figures between `<!-- fig:NAME -->` and `<!-- /fig -->` in
+README.md, docs/*.md and bench/README.md.  Under each table, the line
+`measured()` renders says when and at which commit its result was measured
+and how to rerun it; a result listed in bench/suites.py's PENDING_RERUN is
+marked stale wherever it is shown."""
 import argparse
 import json
 import re
@@ -19,9 +20,11 @@ RESULTS = ROOT / "bench" / "results"
 # folder, so that it leaves the committed PNGs alone; `make bench-publish`
 # (report.py --publish) renders them into bench/results/, to be committed.
 CHARTS = ROOT / "build" / "bench-charts"
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# The pages it renders into: the README, the guides, and bench/README.md,
+# which holds every table (between its bench markers).
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md"]
 
-# The results read since it was last cleared: what the README and docs render
+# The results read since it was last cleared: what the pages of DOCS render
 # (tests/python/test_readme_figures.py checks that each is fresh).
 USED = set()
 
@@ -74,7 +77,7 @@ def cold_how(doc):
 
 def save_chart(fig, name, dpi):
     """Writes a chart where CHARTS says: bench/results/ (committed; the README
-    shows some) only when publishing, else build/bench-charts/."""
+    and bench/README.md show them) only when publishing, else build/bench-charts/."""
     CHARTS.mkdir(parents=True, exist_ok=True)
     fig.savefig(CHARTS / name, dpi=dpi)
 
@@ -681,7 +684,7 @@ def crc_table(doc):
 
 
 def table():
-    """The README's benchmark section, between its bench markers."""
+    """bench/README.md's tables, between its bench markers."""
     lines = []
     for doc in load_docs():
         lines += load_table(doc)
@@ -718,9 +721,10 @@ def table():
     for doc in sources_docs("memlimit"):
         lines += sources_memlimit_table(doc)
     lines.append("Many processes (tensor-parallel loads, collective saves, the MPI simulation): "
-                 "[docs/DISTRIBUTED.md](docs/DISTRIBUTED.md#measured).")
+                 "[docs/DISTRIBUTED.md](../docs/DISTRIBUTED.md#measured).")
     lines.append("")
-    lines.append("Charts: `bench/results/*.png`; raw runs in `bench/results/*.json`.")
+    charts = ", ".join(f"[{p.stem}](results/{p.name})" for p in sorted(RESULTS.glob("*.png")))
+    lines.append(f"Charts (`make bench-publish` draws them): {charts}; raw runs in `bench/results/*.json`.")
     return "\n".join(lines)
 
 
@@ -879,7 +883,7 @@ def perf_chart(doc):
 
 
 # ------------------------------------------- figures in README and docs prose
-# Every measured figure in the prose of README.md and docs/*.md sits between
+# Every measured figure in the prose of the pages (DOCS) sits between
 # `<!-- fig:NAME -->` and `<!-- /fig -->` and is rendered here from the JSON
 # (tests/python/test_readme_figures.py checks both, and that no measured
 # figure stands outside them).  FIGURES: {name: (results it reads, render)}.
@@ -905,6 +909,20 @@ def _convert_peak(conv):
                if k.startswith("ckpt convert"))
     return (f"converting a {conv['bytes'] / 1e9:.0f} GB checkpoint into {conv['max_shard_size']} shards peaks at "
             f"{_mib(peak):.1f} MiB of memory")
+
+
+@figure("convert-chart", "convert")
+def _convert_chart(conv):
+    """The caption of the README's one chart (bench/results/convert.png)."""
+    res = conv["results"]
+    ckpt, peer = "ckpt convert --no-sync", "safetensors load_file + hub save_torch_state_dict"
+    return (f"**Converting a {conv['bytes'] / 1e9:.1f} GB Llama-shaped bf16 safetensors file into "
+            f"{conv['max_shard_size']} shards**, each contender in its own process, median of "
+            f"{len(res['warm']['cp']['runs'])}: `ckpt convert` runs at "
+            f"{res['warm']['ratios']['ckpt_vs_cp (no fsync)']:.0%} of `cp`'s speed warm and "
+            f"{res['cold']['ratios']['ckpt_vs_cp (no fsync)']:.0%} cold (neither syncing); its peak RSS, warm, is "
+            f"{_mib(res['warm'][ckpt]['peak_rss_bytes']):.1f} MiB, and that of `load_file` + "
+            f"`save_torch_state_dict` {_mib(res['warm'][peer]['peak_rss_bytes']):,.0f} MiB")
 
 
 @figure("torch-read", "torch_read")
@@ -1085,7 +1103,7 @@ def when_to_use(perf):
             "|---|---|---|---|"]
     if "load" in g:
         rows.append("| `ckpt.torch.load_file(path)` | safetensors' `load_file`, for every format | replacing "
-                    "`safetensors.torch.load_file` as is | see the Python package table below |")
+                    "`safetensors.torch.load_file` as is | see [bench/README.md](../bench/README.md) |")
         rows.append(f"| `ckpt.load(path)` | copy-on-write views where no conversion is needed, new memory "
                     f"for casts and layouts | a dict of tensors, whole or as a tensor-parallel rank | "
                     f"{t('load', 'ckpt.load (this tree)', 'warm')} / {t('load', 'ckpt.load (this tree)', 'cold')}; "
@@ -1105,7 +1123,7 @@ def when_to_use(perf):
 
 
 def figures():
-    """{name: text} for the fig markers of README.md and docs/*.md; KeyError
+    """{name: text} for the fig markers of the pages (DOCS); KeyError
     or TypeError when a result a text needs is missing.  A figure from a
     result knowingly stale (bench/suites.py PENDING_RERUN) says so: a table
     in the line measured() renders under it, a phrase in its stale_note()."""
@@ -1133,8 +1151,8 @@ BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
 def render(path):
-    """The text of README.md or a docs page as this report renders it: its
-    figures, and (README.md) the tables between the bench markers."""
+    """The text of a page (DOCS) as this report renders it: its figures,
+    and (bench/README.md) the tables between the bench markers."""
     text = render_figures(path.read_text(), figures())
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)

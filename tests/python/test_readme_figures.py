@@ -1,5 +1,5 @@
-"""The measured figures of README.md and docs/*.md come from bench/results/*.json
-only, from the latest run of each measure, and from results that still describe
+"""The measured figures of README.md, docs/*.md and bench/README.md (bench/report.py's
+DOCS) come from bench/results/*.json only, from the latest run of each measure, and from results that still describe
 the code they measured:
 
 - the benchmark tables and every figure in the prose are what bench/report.py
@@ -29,25 +29,26 @@ import suites  # noqa: E402
 
 MEASURED = re.compile(r"(?<![\w.])(?<![A-Za-z]-)\d[\d,]*(?:\.\d+)?(?:\s?(?:ms|µs|GB/s|MB/s|MiB|GiB|MB\b|GB\b|×|x\b|%)|\ss\b)")
 # Figures in the prose that are parameters, limits, defaults or facts of a
-# format, not measurements: {page: [text, whitespace collapsed]}.
+# format, not measurements: {page from the repository's root: [text, whitespace collapsed]}.
 NOT_MEASURED = {
-    "README.md": ["arrays over 1 GiB", "8 MiB or more each", "loads and converts 4.2 GB in a 5 GB cgroup",
-                  "default is 8 GB in 9 GB", "(, 60 s)", "(30 s) one that cannot connect",
-                  "averaged over each 30 s**", "12 days for a 1 GB shard", "**300 s without progress**"],
-    "ARCHITECTURE.md": ["plus 64 MiB"],
-    "DISTRIBUTED.md": ["read a 4.5 MB replicated table", "that is ~100 MB per", "With 5 GB shards a 10 TB",
+    "docs/SOURCES.md": ["8 MiB or more each", "loads and converts 4.2 GB in a 5 GB cgroup",
+                        "default is 8 GB in 9 GB", "(, 60 s)", "(30 s) one that cannot connect",
+                        "averaged over each 30 s**", "12 days for a 1 GB shard", "**300 s without progress**"],
+    "docs/ARCHITECTURE.md": ["plus 64 MiB"],
+    "docs/DISTRIBUTED.md": ["read a 4.5 MB replicated table", "that is ~100 MB per", "With 5 GB shards a 10 TB",
                        "retried for 5 s", "the tensors within 8 s", "two 1 GiB staging buffers",
                        "limited to 2 GiB per node", "the disk here had room for the 4 GB", "a 4 GB Llama-shaped",
                        "64 tensors of 256 KiB"],
-    "FORMATS.md": ["shards of 5 GB by default", "index files over 10 MB", "indexes over 100 MB", "A tensor of 4 GiB or more", "two 1 MiB buffers",
+    "docs/FORMATS.md": ["arrays over 1 GiB", "shards of 5 GB by default", "index files over 10 MB", "indexes over 100 MB", "A tensor of 4 GiB or more", "two 1 MiB buffers",
                    "ckpt at 1 MiB"],
-    "SECURITY.md": ["error bodies at 1 MiB", "the read timeout (60 s)", "averaged over each 30 s window",
+    "docs/SECURITY.md": ["error bodies at 1 MiB", "the read timeout (60 s)", "averaged over each 30 s window",
                     "12 days for a 1 GB shard; a 30 s window", "the retry deadline (300 s)", "of at most 16 MiB"],
 }
 
 
 def docs():
-    return {p.name: p for p in report.DOCS}
+    """{page from the repository's root: path} of every page bench/report.py renders into."""
+    return {str(p.relative_to(ROOT)): p for p in report.DOCS}
 
 
 def prose(name, text):
@@ -65,7 +66,7 @@ def prose(name, text):
 
 
 def rendered_results():
-    """{result name: doc} of every result README.md and docs/*.md render."""
+    """{result name: doc} of every result the pages render."""
     report.USED.clear()
     for path in report.DOCS:
         report.render(path)
@@ -182,11 +183,13 @@ def test_every_result_names_its_measurement():
 
 def test_a_figure_typed_into_the_prose_is_found():
     readme = (ROOT / "README.md").read_text()
-    assert MEASURED.findall(prose("README.md", readme.replace("## Benchmarks", "Opens in 12 ms.\n## Benchmarks")))
+    assert MEASURED.findall(prose("README.md", readme.replace("## Benchmark", "Opens in 12 ms.\n## Benchmark")))
     page = (ROOT / "docs" / "DISTRIBUTED.md").read_text()
-    assert MEASURED.findall(prose("DISTRIBUTED.md", page.replace("## Measured", "Saves at 1.4x.\n## Measured")))
+    assert MEASURED.findall(prose("docs/DISTRIBUTED.md", page.replace("## Measured", "Saves at 1.4x.\n## Measured")))
     page = (ROOT / "docs" / "FORMATS.md").read_text()
-    assert MEASURED.findall(prose("FORMATS.md", page.replace("### The pickle", "Costs 25% more.\n### The pickle")))
+    assert MEASURED.findall(prose("docs/FORMATS.md", page.replace("### The pickle", "Costs 25% more.\n### The pickle")))
+    page = (ROOT / "bench" / "README.md").read_text()
+    assert MEASURED.findall(prose("bench/README.md", page.replace("<!-- bench:begin -->", "Loads at 3 GB/s.\n<!-- bench:begin -->")))
 
 
 def test_a_figure_without_its_result_is_an_error(monkeypatch):

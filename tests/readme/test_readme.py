@@ -1,5 +1,6 @@
-"""Every fenced code block of README.md, run as written, so the README cannot
-drift from the code (issue 11, "So it does not come back").
+"""Every fenced code block of README.md, docs/*.md and bench/README.md (PAGES),
+run as written, so the documentation cannot drift from the code (issue 11,
+"So it does not come back"; issue 28 moved most of the README into docs/).
 
 Each block runs in a temporary directory prepared with the files the README
 names (see `workspace`): `model.safetensors` is the demo model the Makefile
@@ -14,9 +15,9 @@ huggingface_hub, flax).  By language:
   `...` standing for any lines, as doctest's
   ELLIPSIS.  A command whose comment says `exit status N` must exit with N.
   A command whose shown output is a `ckpt: ... [CKPT_E_...]` line
-  must fail with that line; any other must succeed.  `make` commands run in
-  the repository's root, as a user types them there; the others in the
-  block's directory.  A block of bare lines (no `$ `) runs each line.
+  must fail with that line; any other must succeed.  `make` and `cmake`
+  commands run in the repository's root, as a user types them there; the
+  others in the block's directory.  A block of bare lines (no `$ `) runs each line.
 - `python`: run with the venv's python; a fragment gets a prelude that
   defines the names it uses but does not define (`model`, `rank`, …).
 - `c`: compiled with -Wall -Wextra -Werror against include/ckpt.h and
@@ -31,7 +32,8 @@ An HTML comment on the line before a block changes that:
 every name pattern the transforms example uses, `<!-- readme-test: offline
 (REASON) -->` runs placeholder URLs as written and requires that they fail
 only for want of the network, `<!-- readme-test: save NAME -->` writes the
-block as NAME beside the blocks that follow (and runs it as usual), and
+block as NAME beside the blocks that follow, on its page and the pages after
+it (and runs it as usual), and
 `<!-- readme-test: paths -->` checks that the first word of each line names
 a file or directory of the repository.
 """
@@ -49,6 +51,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+# Every page whose code blocks run: the pages bench/report.py renders figures
+# into (README.md, docs/*.md, bench/README.md); tests/readme's other checks use it too.
+sys.path.insert(0, str(ROOT / "bench"))
+from report import DOCS as PAGES  # noqa: E402
 BUILD = Path(os.environ.get("CKPT_LIB", str(ROOT / "build" / "libckpt.so"))).parent
 CKPT_BIN = Path(os.environ.get("CKPT_BIN", str(BUILD / "ckpt")))
 PY = Path(sys.executable)
@@ -59,6 +65,7 @@ RUNNERS = {"console", "sh", "python", "c", "rust", "elixir"}
 
 @dataclass
 class Block:
+    page: str  # the page's path from the repository's root
     line: int  # 1-based line of the opening fence
     lang: str
     text: str
@@ -68,11 +75,15 @@ class Block:
 
     @property
     def id(self):
-        return f"L{self.line}-{self.lang or 'text'}"
+        return f"{self.page}:L{self.line}-{self.lang or 'text'}"
+
+    @property
+    def where(self):
+        return f"{self.page}:{self.line}"
 
 
-def parse_readme(text):
-    blocks, saved = [], {}
+def parse_readme(text, page="README.md", saved=None):
+    blocks, saved = [], {} if saved is None else saved
     lines = text.split("\n")
     i = 0
     while i < len(lines):
@@ -88,7 +99,7 @@ def parse_readme(text):
         k = start - 1
         while k >= 0 and not lines[k].strip():
             k -= 1
-        b = Block(start + 1, lang, body, saved=dict(saved))
+        b = Block(page, start + 1, lang, body, saved=dict(saved))
         mm = MARKER.match(lines[k].strip()) if k >= 0 else None
         if mm:
             b.marker, b.arg = mm.group(1), mm.group(2)
@@ -99,13 +110,22 @@ def parse_readme(text):
     return blocks
 
 
-BLOCKS = parse_readme(README.read_text())
+def parse_pages(pages=PAGES):
+    """The blocks of every page, in order: a file a `save` block writes is
+    there for the blocks after it, on its page and on the pages after it (the
+    README's `app.c` for docs/BINDINGS.md's linking examples)."""
+    saved = {}
+    return [b for p in pages for b in parse_readme(p.read_text(), str(p.relative_to(ROOT)), saved)]
+
+
+BLOCKS = parse_pages()
 
 
 def test_every_block_runs_or_says_why_not():
     """A block is run, or carries a marker saying why and how it is checked
     instead; a skip without a reason is refused."""
-    assert len(BLOCKS) >= 12, "README parsing found too few blocks"
+    assert len(BLOCKS) >= 12, "parsing the pages found too few blocks"
+    assert {b.page for b in BLOCKS} >= {"README.md", "docs/CLI.md", "docs/PYTHON.md", "docs/BINDINGS.md"}
     bad = []
     for b in BLOCKS:
         if b.marker == "skip":
@@ -364,12 +384,12 @@ def run_console(block, wd, env):
         first = cmd.split()[0]
         for skip in ("make test", "make demo", "make bench", "pip install"):
             assert not cmd.startswith(skip), f"{block.id}: {cmd!r} must not run inside the tests; mark the block skip"
-        cwd = ROOT if first == "make" else wd
+        cwd = ROOT if first in ("make", "cmake") else wd
         # one shell session: what a command exports, the next ones see
         r = run(["bash", "-c", f'[ -f {state} ] && . {state}\n{cmd}\nrc=$?; export -p > {state}; exit $rc'], cwd, env)
         want_error = [ERROR_LINE.match(l.strip()) for l in expected]
         want_error = [m for m in want_error if m]
-        where = f"README.md:{block.line}: $ {cmd}\n--- exit {r.returncode}, output:\n{r.stdout}"
+        where = f"{block.where}: $ {cmd}\n--- exit {r.returncode}, output:\n{r.stdout}"
         stated = EXIT_COMMENT.search(cmd)  # `# exit status N`: a status the README states
         if want_error:
             assert r.returncode == 1, where
@@ -397,7 +417,7 @@ OFFLINE_ENV = {
 
 def test_block(block, workspace, tmp_path):
     if block.marker == "skip":
-        pytest.skip(f"README.md:{block.line}: {block.arg}")
+        pytest.skip(f"{block.where}: {block.arg}")
     if block.marker == "paths":
         return check_paths(block)
     wd = block_dir(workspace, tmp_path, block)
@@ -422,7 +442,7 @@ def check_paths(block):
             p = l.split()[0]
             if not (ROOT / p).exists():
                 missing.append(p)
-    assert not missing, f"README.md:{block.line}: no such files in the repository: {missing}"
+    assert not missing, f"{block.where}: no such files in the repository: {missing}"
 
 
 # ---- Python --------------------------------------------------------------------------------
@@ -466,7 +486,7 @@ EPILOGUES = {
 from test_readme import VIT
 assert sorted(state) == sorted(VIT), sorted(state)
 """,
-    "ckpt.load_into(model, \"model/\"": """
+    'written = ckpt.convert("pytorch_model.bin"': """
 assert not missing and not unexpected and not mismatched, (missing, unexpected, mismatched)
 assert list(train["model"]) == list(TINY) and train["epoch"] == 3 and train["optimizer"]["step"] == 7
 q = sd["layers.0.self_attn.q_proj.weight"]
@@ -476,6 +496,15 @@ assert ckpt.unflatten(flat, structure)["params"]["layers"][1][0].shape == (1,)
 assert ckpt.load("out-bf16/")["encoder.layer.0.attention.self.query.weight"].dtype == torch.bfloat16
 assert written and all(os.path.isfile(p) for p in written) and written[0].startswith("out-bf16"), written
 assert isinstance(ids, torch.Tensor) and ids.dtype == torch.int64 and head is None
+""",
+    'part = ckpt.load("model/", tp_rank=rank, tp_size=8': """
+assert not missing and not unexpected and not mismatched, (missing, unexpected, mismatched)
+from test_readme import VIT
+assert sorted(sd) == sorted(TINY) and sorted(load_file("pytorch_model.bin")) == sorted(VIT)
+q = part["model.layers.0.self_attn.q_proj.weight"]
+assert q.shape == (2, 16) and q.dtype == torch.bfloat16, (q.shape, q.dtype)
+assert torch.equal(model.lm_head.weight.detach(), sd["lm_head.weight"])
+assert ckpt.load("out/").keys() == sd.keys()
 """,
     'ckpt.load_into(model, "llama/", assign=True)': """
 from transformers import AutoModelForCausalLM
@@ -499,7 +528,7 @@ def run_python(block, wd, env):
     script = wd / "readme_block.py"
     script.write_text(python_source(block))
     r = run([str(PY), str(script)], wd, env)
-    assert r.returncode == 0, f"README.md:{block.line}: python block failed:\n{r.stdout}"
+    assert r.returncode == 0, f"{block.where}: python block failed:\n{r.stdout}"
 
 
 # ---- C ---------------------------------------------------------------------------------------
@@ -522,6 +551,9 @@ def c_program(block):
         pre += "static unsigned char my_buffer[1 << 20];\n"
     if "chunk" in text:  # one chunk: the whole 4096 x 4096 bf16 tensor
         pre += "static unsigned char chunk[4096u * 4096u * 2u];\nstatic const size_t chunk_len = sizeof chunk;\n"
+    if "my_progress" in text:  # counts its calls in my_state; never cancels
+        pre += "static int my_progress(uint64_t done, uint64_t total, void *user) {\n" \
+               "    (void)done, (void)total;\n    ++*(int *)user;\n    return 0;\n}\nstatic int my_state;\n"
     if "my_param" in text:
         pre += "static unsigned char params[64][1 << 16];\n" \
                "static void *my_param[64];\nstatic uint64_t my_size[64];\n"
@@ -533,6 +565,8 @@ def c_program(block):
                  '        {"model.layers.0.self_attn.k_proj.weight", CKPT_F32, 2, k_shape}};',
                  '    const size_t n_expected = sizeof expected / sizeof expected[0];']
     main.append(body)
+    if "my_progress" in text:
+        main.append('    if (!my_state) { puts("the progress callback was never called"); return 1; }')
     if "ckpt_catalog *cat;" not in text:
         main.append("    ckpt_catalog_close(cat);")
     if "ckpt_error err;" not in text:  # the prelude's err: set if any call failed
@@ -551,11 +585,11 @@ def run_c(block, wd, env):
     src = wd / "readme_block.c"
     src.write_text(c_program(block))
     r = compile_c(src, wd / "readme_block", wd, env)
-    assert r.returncode == 0, f"README.md:{block.line}: C block does not compile:\n{r.stdout}\n{src.read_text()}"
+    assert r.returncode == 0, f"{block.where}: C block does not compile:\n{r.stdout}\n{src.read_text()}"
     if "int main" in block.text and "argv" in block.text:
         return  # a complete program taking arguments: the blocks after it run it
     r = run([str(wd / "readme_block")], wd, env)
-    assert r.returncode == 0, f"README.md:{block.line}: C block failed (exit {r.returncode}):\n{r.stdout}"
+    assert r.returncode == 0, f"{block.where}: C block failed (exit {r.returncode}):\n{r.stdout}"
     if "lm_head.weight" in block.text:
         assert "lm_head.weight F32 [32, 16] 2048 bytes" in r.stdout, r.stdout
     if "ckpt_writer_commit" in block.text:
@@ -583,7 +617,7 @@ def run_rust(block, wd, env):
                RUSTUP_HOME=os.environ.get("RUSTUP_HOME", str(Path.home() / ".rustup")))
     env["PATH"] = f"{Path(cargo).parent}:{env['PATH']}"
     r = run([cargo, "run", "--offline", "--quiet", "--manifest-path", str(proj / "Cargo.toml")], wd, env, timeout=300)
-    assert r.returncode == 0, f"README.md:{block.line}: Rust block failed:\n{r.stdout}"
+    assert r.returncode == 0, f"{block.where}: Rust block failed:\n{r.stdout}"
 
 
 # ---- Elixir ----------------------------------------------------------------------------------
@@ -596,7 +630,7 @@ def run_elixir(block, wd, env):
     script.write_text(f'File.cd!({json.dumps(str(wd))})\n' + block.text)
     env = dict(env, CKPT_LIB_DIR=str(BUILD), MIX_ENV="test", MIX_HOME=os.environ.get("MIX_HOME", str(Path.home() / ".mix")))
     r = run([mix, "run", "--no-start", str(script)], ROOT / "bindings" / "elixir", env, timeout=300)
-    assert r.returncode == 0, f"README.md:{block.line}: Elixir block failed:\n{r.stdout}"
+    assert r.returncode == 0, f"{block.where}: Elixir block failed:\n{r.stdout}"
 
 
 # ---- placeholder URLs ------------------------------------------------------------------------
@@ -610,7 +644,7 @@ REMOTE_STATUS = re.compile(r"\[CKPT_E_(NETWORK|HTTP_STATUS|HTTP_AUTH|TIMEOUT|NOT
 def offline_console(block, wd, env):
     for cmd, _ in transcript(block.text):
         r = run(["bash", "-c", cmd], wd, env, timeout=60)
-        where = f"README.md:{block.line}: $ {cmd}\n--- exit {r.returncode}, output:\n{r.stdout}"
+        where = f"{block.where}: $ {cmd}\n--- exit {r.returncode}, output:\n{r.stdout}"
         assert r.returncode == 1 and REMOTE_STATUS.search(r.stdout), where
 
 
@@ -631,7 +665,7 @@ def offline_python(block, wd, env):
     script = wd / "readme_block.py"
     script.write_text(src)
     r = run([str(PY), str(script)], wd, env, timeout=120)
-    assert r.returncode == 0, f"README.md:{block.line}: {r.stdout}"
+    assert r.returncode == 0, f"{block.where}: {r.stdout}"
 
 
 RUN = {"console": run_console, "sh": run_console, "python": run_python, "c": run_c, "rust": run_rust,

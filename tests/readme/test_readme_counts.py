@@ -1,25 +1,37 @@
-"""Counts the README states that are facts of the test suites, not
+"""Counts the documentation states that are facts of the test suites, not
 measurements (those come from bench/results: tests/python/test_readme_figures.py):
-each is read here from the tests themselves, so that the README cannot drift
-from them.  A count of the README that names these things must match; a
+each is read here from the tests themselves, so that the pages cannot drift
+from them.  A count that names these things must match, on whichever page of
+README.md, docs/*.md and bench/README.md states it (once, over all of them); a
 sentence that no longer states it fails too (reword it here as well)."""
 import json
 import re
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+from test_readme import PAGES, ROOT
+
+TEXTS = {str(p.relative_to(ROOT)): re.sub(r"\s+", " ", p.read_text()) for p in PAGES}
 HOSTILE = ROOT / "tests" / "hostile"
 sys.path.insert(0, str(HOSTILE))
 import dirs  # noqa: E402
 
 
-def stated(pattern):
-    """The number the README states where pattern (a regex with one group) matches, collapsed whitespace."""
-    found = re.findall(pattern, re.sub(r"\s+", " ", README))
-    assert len(found) == 1, f"README.md: {pattern!r} matched {len(found)} times, not once"
-    return int(found[0].replace(",", ""))
+def stated(pattern, texts=None):
+    """The number the pages state where pattern (a regex with one group)
+    matches, whitespace collapsed: exactly once over all the pages."""
+    found = [(page, n) for page, text in (texts or TEXTS).items() for n in re.findall(pattern, text)]
+    assert len(found) == 1, f"{pattern!r} matched {len(found)} times, not once: {[p for p, _ in found]}"
+    return int(found[0][1].replace(",", ""))
+
+
+def test_a_count_is_found_on_any_page_once():
+    assert stated(r"(\d+) things", {"a.md": "no count", "docs/b.md": "there are 12 things"}) == 12
+    for texts in ({"a.md": "no count"}, {"a.md": "3 things", "b.md": "4 things"}):
+        try:
+            stated(r"(\d+) things", texts)
+        except AssertionError:
+            continue
+        raise AssertionError(f"{texts}: a count missing or stated twice must fail")
 
 
 def test_hostile_files():
