@@ -451,10 +451,27 @@ static ckpt_status exact_file(const char *path, const char *name, const ckpt__ou
     return CKPT_OK;
 }
 
+/* "scheme://…": a URL, which a writer would otherwise take for a local
+ * directory named "scheme:" (RFC 3986's scheme characters). */
+static bool is_url(const char *path) {
+    const char *p = path;
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z'))) return false;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '+' ||
+           *p == '-' || *p == '.')
+        p++;
+    return strncmp(p, "://", 3) == 0;
+}
+
 ckpt_status ckpt__output_destination(const char *path, const ckpt_writer_options *o, ckpt__destination *d,
                                      ckpt_error *err) {
     memset(d, 0, sizeof *d);
     if (!path || !*path) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "a destination path is required");
+    if (is_url(path)) {
+        char shown[1024];
+        ckpt_redact_name(path, shown, sizeof shown);
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, shown, NULL, -1,
+                          "is a URL: ckpt reads from URLs but writes only to local paths (write here, then upload)");
+    }
     const ckpt__output_format *asked = o && o->format ? ckpt__output_format_for(o->format) : NULL;
     if (o && o->format && !asked) {
         char why[128];

@@ -312,3 +312,19 @@ def test_split_gguf_summary_and_errors_name_the_real_files(tmp_path):
     assert r.returncode != 0
     assert "llama-00001-of-00002.gguf" in r.stderr and ".commit" not in r.stderr, r.stderr
     assert sorted(os.listdir(tmp_path / "s2")) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/out.safetensors", "https://user:secret@example.com/m/",
+                                 "s3://bucket/model.pt"])
+def test_a_url_destination_is_refused_not_made_a_local_directory(tmp_path, monkeypatch, url):
+    # ckpt reads URLs; a write to one used to make ./http:/127.0.0.1:9/…
+    monkeypatch.chdir(tmp_path)  # where such a directory would appear
+    src = tmp_path / "m.safetensors"
+    st_torch.save_file({"a": torch.ones(3)}, str(src))
+    r = subprocess.run([CKPT, "convert", str(src), url], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert "writes only to local paths" in r.stderr and "secret" not in r.stderr, r.stderr
+    with pytest.raises(ckpt.Error, match="writes only to local paths") as e:
+        ckpt.save({"a": torch.ones(3)}, url)
+    assert "secret" not in str(e.value)
+    assert sorted(os.listdir(tmp_path)) == ["m.safetensors"]  # nothing made beside it
