@@ -111,11 +111,12 @@ typedef struct decoder {
 
 static ckpt_status bad(decoder *d, const char *tensor, const char *what, ckpt_error *err) {
     if (d->oom) return ckpt__oom(err, NULL, "a catalog from rank 0");
-    return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, tensor, (int64_t)d->r.at,
-                      "the catalog received from rank 0 is malformed (%s, at byte %zu of %zu)", what, d->r.at, d->r.n);
+    return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, tensor, (int64_t)ckpt__rd_error_at(&d->r),
+                      "the catalog received from rank 0 is malformed (%s, at byte %llu of %zu)", what,
+                      (unsigned long long)ckpt__rd_error_at(&d->r), d->r.n);
 }
 
-static char *str(decoder *d, bool *null) { return ckpt__get_str(&d->r, d->arena, null, &d->oom); }
+static char *str(decoder *d, bool *null) { return ckpt__rd_str(&d->r, d->arena, null, &d->oom); }
 
 /* Whether a piece lies inside its file and its tensor; *volume receives
  * its element count. */
@@ -164,12 +165,12 @@ static uint64_t *u64s(decoder *d, uint32_t n) {
         d->oom = true;
         return NULL;
     }
-    for (uint32_t i = 0; i < n; i++) v[i] = ckpt__get_u64(&d->r);
+    for (uint32_t i = 0; i < n; i++) v[i] = ckpt__rd_u64(&d->r);
     return v;
 }
 
 static ckpt_status decode_tensors(decoder *d, size_t storages, ckpt_error *err) {
-    uint32_t count = ckpt__get_count(&d->r, 4 + 4 + 4 + 4 + 4);
+    uint32_t count = ckpt__rd_count(&d->r, 4 + 4 + 4 + 4 + 4);
     if (d->r.bad) return bad(d, NULL, "tensor count", err);
     ckpt__piece *pieces = NULL;
     size_t pieces_cap = 0;
@@ -178,8 +179,8 @@ static ckpt_status decode_tensors(decoder *d, size_t storages, ckpt_error *err) 
         ckpt__tensor_decl t;
         memset(&t, 0, sizeof t);
         t.name = str(d, NULL);
-        t.dtype = (ckpt_dtype)ckpt__get_u32(&d->r);
-        t.ndim = ckpt__get_u32(&d->r);
+        t.dtype = (ckpt_dtype)ckpt__rd_u32(&d->r);
+        t.ndim = ckpt__rd_u32(&d->r);
         if (d->r.bad || !t.name) {
             st = bad(d, NULL, "tensor name", err);
             break;
@@ -189,8 +190,8 @@ static ckpt_status decode_tensors(decoder *d, size_t storages, ckpt_error *err) 
             break;
         }
         t.shape = u64s(d, t.ndim);
-        t.storage = ckpt__get_u32(&d->r);
-        t.piece_count = ckpt__get_count(&d->r, 4 + 8 + 1 + 16);
+        t.storage = ckpt__rd_u32(&d->r);
+        t.piece_count = ckpt__rd_count(&d->r, 4 + 8 + 1 + 16);
         if (d->r.bad || !t.shape || t.storage >= storages || !t.piece_count) {
             st = bad(d, t.name, "tensor storage or pieces", err);
             break;
@@ -209,17 +210,17 @@ static ckpt_status decode_tensors(decoder *d, size_t storages, ckpt_error *err) 
         for (uint32_t k = 0; st == CKPT_OK && k < t.piece_count; k++) {
             ckpt__piece *p = &pieces[k];
             memset(p, 0, sizeof *p);
-            p->file = ckpt__get_u32(&d->r);
-            p->offset = ckpt__get_u64(&d->r);
-            uint8_t flags = ckpt__get_u8(&d->r);
-            if (flags & ~P_KNOWN) d->r.bad = true;
+            p->file = ckpt__rd_u32(&d->r);
+            p->offset = ckpt__rd_u64(&d->r);
+            uint8_t flags = ckpt__rd_u8(&d->r);
+            if (flags & ~P_KNOWN) ckpt__rd_fail(&d->r);
             if (d->r.bad) break;
             if (flags & P_START) p->start = u64s(d, t.ndim);
             if (flags & P_COUNT) p->count = u64s(d, t.ndim);
             if (flags & P_STRIDES) p->strides = (const int64_t *)u64s(d, t.ndim);
             p->big_endian = (flags & P_BIG_ENDIAN) != 0;
-            p->record = ckpt__get_u64(&d->r);
-            p->record_size = ckpt__get_u64(&d->r);
+            p->record = ckpt__rd_u64(&d->r);
+            p->record_size = ckpt__rd_u64(&d->r);
             if (d->r.bad || d->oom) break;
             if (!piece_ok(d, &t, p, &volume) || !ckpt__add_u64(total, volume, &total)) {
                 st = ckpt__fail(err, CKPT_E_COMM_DATA, d->file_sizes && p->file < d->files ? ckpt_catalog_file_path(d->c, p->file) : NULL,
@@ -262,14 +263,13 @@ static ckpt_status open_by_path(void *user, const char *name, uint64_t size, ckp
 
 static ckpt_status decode(decoder *d, ckpt__wire_opener opener, void *opener_user, ckpt_error *err) {
     ckpt__rd *r = &d->r;
-    if (!ckpt__rd_has(r, 8) || memcmp(r->p, CAT_MAGIC, 8)) return bad(d, NULL, "not a catalog", err);
-    r->at = 8;
-    uint32_t version = ckpt__get_u32(r);
+    if (!ckpt__rd_expect(r, CAT_MAGIC, 8)) return bad(d, NULL, "not a catalog", err);
+    uint32_t version = ckpt__rd_u32(r);
     if (!r->bad && version != WIRE_VERSION)
         return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, -1,
                           "rank 0 sent a catalog of encoding version %u; this rank reads version %u (mixed ckpt versions)",
                           version, WIRE_VERSION);
-    uint32_t format = ckpt__get_u32(r);
+    uint32_t format = ckpt__rd_u32(r);
     bool null;
     const char *index = str(d, &null);
     if (r->bad || d->oom) return bad(d, NULL, "header", err);
@@ -279,7 +279,7 @@ static ckpt_status decode(decoder *d, ckpt__wire_opener opener, void *opener_use
     if (r->bad || d->oom) return bad(d, NULL, "object tree", err);
     if (!null && (st = ckpt__cat_add_tree(d->c, tree, err))) return st;
     ckpt__cat_set_format(d->c, (ckpt_format)format);
-    d->files = ckpt__get_count(r, 4 + 8 + 4);
+    d->files = ckpt__rd_count(r, 4 + 8 + 4);
     if (r->bad) return bad(d, NULL, "file count", err);
     if (!(d->file_sizes = ckpt__calloc(d->files ? d->files : 1, sizeof *d->file_sizes)))
         return ckpt__oom(err, NULL, "a catalog from rank 0");
@@ -289,8 +289,8 @@ static ckpt_status decode(decoder *d, ckpt__wire_opener opener, void *opener_use
     struct pending { uint32_t file; const char *k, *v; } *pending = NULL;
     for (size_t f = 0; st == CKPT_OK && f < d->files; f++) {
         const char *name = str(d, NULL);
-        uint64_t size = ckpt__get_u64(r);
-        uint32_t entries = ckpt__get_count(r, 8);
+        uint64_t size = ckpt__rd_u64(r);
+        uint32_t entries = ckpt__rd_count(r, 8);
         if (r->bad || !name) {
             st = bad(d, NULL, "file", err);
             break;
@@ -318,7 +318,7 @@ static ckpt_status decode(decoder *d, ckpt__wire_opener opener, void *opener_use
             pending[pending_n++] = (struct pending){(uint32_t)f, k, v};
         }
     }
-    uint32_t meta = st == CKPT_OK ? ckpt__get_count(r, 8) : 0;
+    uint32_t meta = st == CKPT_OK ? ckpt__rd_count(r, 8) : 0;
     if (st == CKPT_OK && r->bad) st = bad(d, NULL, "metadata count", err);
     for (uint32_t i = 0; st == CKPT_OK && i < meta; i++) {
         const char *k = str(d, NULL), *v = str(d, NULL);
@@ -329,17 +329,17 @@ static ckpt_status decode(decoder *d, ckpt__wire_opener opener, void *opener_use
         st = ckpt__cat_add_metadata(d->c, pending[i].file, pending[i].k, pending[i].v, err);
     free(pending);
     if (st) return st;
-    uint32_t storages = ckpt__get_count(r, 4 + 8 + 8);
+    uint32_t storages = ckpt__rd_count(r, 4 + 8 + 8);
     if (r->bad) return bad(d, NULL, "storage count", err);
     for (uint32_t i = 0; st == CKPT_OK && i < storages; i++) {
-        uint32_t file = ckpt__get_u32(r);
-        uint64_t base = ckpt__get_u64(r), nbytes = ckpt__get_u64(r);
+        uint32_t file = ckpt__rd_u32(r);
+        uint64_t base = ckpt__rd_u64(r), nbytes = ckpt__rd_u64(r);
         if (r->bad || file >= d->files) return bad(d, NULL, "storage", err);
         uint32_t number;
         st = ckpt__cat_add_storage(d->c, file, base, nbytes, &number, err);
     }
     if (st == CKPT_OK) st = decode_tensors(d, storages, err);
-    if (st == CKPT_OK && (!ckpt__rd_has(r, 4) || memcmp(r->p + r->at, "END!", 4) || r->at + 4 != r->n))
+    if (st == CKPT_OK && (!ckpt__rd_expect(r, "END!", 4) || ckpt__rd_left(r)))
         st = bad(d, NULL, "end marker", err);
     return st;
 }
@@ -349,7 +349,7 @@ ckpt_status ckpt__catalog_decode(const void *data, size_t n, const char *path, c
     *out = NULL;
     decoder d;
     memset(&d, 0, sizeof d);
-    d.r = (ckpt__rd){.p = data, .n = n};
+    d.r = ckpt__rd_over(data, n, 0);
     ckpt_status st = ckpt__catalog_new(options, &d.c, err);
     if (st) return st;
     /* The files rank 0 names are opened as rank 0 opened them: the path
@@ -393,41 +393,41 @@ ckpt_status ckpt__parts_encode(const ckpt__wire_part *parts, size_t count, ckpt_
 ckpt_status ckpt__parts_decode(const void *data, size_t n, int rank, ckpt__arena *arena, ckpt__wire_part **out,
                                size_t *out_count, ckpt_error *err) {
     *out = NULL, *out_count = 0;
-    ckpt__rd r = {.p = data, .n = n};
+    ckpt__rd r = ckpt__rd_over(data, n, 0);
     bool oom = false;
-    if (!ckpt__rd_has(&r, 8) || memcmp(r.p, PARTS_MAGIC, 8))
+    if (!ckpt__rd_expect(&r, PARTS_MAGIC, 8))
         return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, -1, "rank %d sent declarations that are not ckpt's", rank);
-    r.at = 8;
-    uint32_t version = ckpt__get_u32(&r);
+    uint32_t version = ckpt__rd_u32(&r);
     if (!r.bad && version != WIRE_VERSION)
         return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, -1,
                           "rank %d sent declarations of encoding version %u; this rank reads version %u", rank, version,
                           WIRE_VERSION);
-    uint32_t count = ckpt__get_count(&r, 4 + 4 + 4);
+    uint32_t count = ckpt__rd_count(&r, 4 + 4 + 4);
     ckpt__wire_part *parts = r.bad ? NULL : ckpt__arena_alloc(arena, (count ? count : 1) * sizeof *parts);
     if (!r.bad && !parts) return ckpt__oom(err, NULL, "declarations");
     for (uint32_t i = 0; !r.bad && i < count; i++) {
         ckpt__wire_part *p = &parts[i];
-        p->name = ckpt__get_str(&r, arena, NULL, &oom);
-        p->dtype = (ckpt_dtype)ckpt__get_u32(&r);
-        p->ndim = ckpt__get_u32(&r);
+        p->name = ckpt__rd_str(&r, arena, NULL, &oom);
+        p->dtype = (ckpt_dtype)ckpt__rd_u32(&r);
+        p->ndim = ckpt__rd_u32(&r);
         if (oom) return ckpt__oom(err, NULL, "declarations");
         if (r.bad || !ckpt_dtype_name(p->dtype) || p->ndim > CKPT_MAX_DIMS || !ckpt__rd_has(&r, (size_t)p->ndim * 24)) {
-            r.bad = true;
+            ckpt__rd_fail(&r);
             break;
         }
         uint64_t *v = ckpt__arena_alloc(arena, (3 * (size_t)p->ndim + 1) * sizeof *v);
         if (!v) return ckpt__oom(err, NULL, "declarations");
         p->shape = v, p->start = v + p->ndim, p->count = v + 2 * p->ndim;
         for (uint32_t a = 0; a < p->ndim; a++) {
-            v[a] = ckpt__get_u64(&r);
-            v[p->ndim + a] = ckpt__get_u64(&r);
-            v[2 * p->ndim + a] = ckpt__get_u64(&r);
+            v[a] = ckpt__rd_u64(&r);
+            v[p->ndim + a] = ckpt__rd_u64(&r);
+            v[2 * p->ndim + a] = ckpt__rd_u64(&r);
         }
     }
-    if (r.bad || r.at != r.n)
-        return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, (int64_t)r.at,
-                          "the declarations rank %d sent are malformed (at byte %zu of %zu)", rank, r.at, r.n);
+    if (r.bad || ckpt__rd_left(&r))
+        return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, (int64_t)ckpt__rd_error_at(&r),
+                          "the declarations rank %d sent are malformed (at byte %llu of %zu)", rank,
+                          (unsigned long long)ckpt__rd_error_at(&r), r.n);
     *out = parts, *out_count = count;
     return CKPT_OK;
 }
