@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cursor.h"
 #include "../io/file.h"
 #include "format.h"
 #include "../base/json.h"
@@ -77,23 +78,22 @@ static void fix_order(const cursor *c, void *p, unsigned size) {
     if (c->swap) ckpt__swap_units(p, size, size);
 }
 
-static ckpt_status rd32(cursor *c, uint32_t *v, const char *what) {
-    unsigned char b[4];
-    ckpt_status st = take(c, b, 4, what);
-    if (st) return st;
-    fix_order(c, b, 4);
-    memcpy(v, b, 4);
-    return CKPT_OK;
+/* An unsigned integer of `width` bytes, in the file's byte order. */
+static ckpt_status rd_uint(cursor *c, unsigned width, uint64_t *v, const char *what) {
+    unsigned char b[8];
+    ckpt_status st = take(c, b, width, what);
+    *v = st ? 0 : c->swap ? ckpt__load_be(b, width) : ckpt__load_le(b, width);
+    return st;
 }
 
-static ckpt_status rd64(cursor *c, uint64_t *v, const char *what) {
-    unsigned char b[8];
-    ckpt_status st = take(c, b, 8, what);
-    if (st) return st;
-    fix_order(c, b, 8);
-    memcpy(v, b, 8);
-    return CKPT_OK;
+static ckpt_status rd32(cursor *c, uint32_t *v, const char *what) {
+    uint64_t x;
+    ckpt_status st = rd_uint(c, 4, &x, what);
+    *v = (uint32_t)x;
+    return st;
 }
+
+static ckpt_status rd64(cursor *c, uint64_t *v, const char *what) { return rd_uint(c, 8, v, what); }
 
 /* Room for a string of n bytes: arena memory, or (no arena) the cursor's
  * scratch, which the next string reuses. */

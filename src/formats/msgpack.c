@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cursor.h"
 #include "../base/json.h"
 #include "../io/file.h"
 #include "format.h"
@@ -157,20 +158,21 @@ static ckpt_status need(mp *m, size_t n, uint64_t limit, const unsigned char **p
     return CKPT_OK;
 }
 
-static uint64_t be(const unsigned char *p, unsigned n) {
-    uint64_t v = 0;
-    for (unsigned i = 0; i < n; i++) v = v << 8 | p[i];
-    return v;
-}
-
 /* An unsigned big-endian field of n bytes. */
 static ckpt_status field(mp *m, unsigned n, uint64_t limit, uint64_t *v) {
     const unsigned char *p = NULL;
     ckpt_status st = need(m, n, limit, &p);
     if (st) return st;
-    *v = be(p, n);
+    *v = ckpt__load_be(p, n);
     m->pos += n;
     return CKPT_OK;
+}
+
+static ckpt_status next_byte(mp *m, uint64_t limit, unsigned char *b) {
+    uint64_t v = 0;
+    ckpt_status st = field(m, 1, limit, &v);
+    *b = (unsigned char)v;
+    return st;
 }
 
 static ckpt_status charge(mp *m, uint64_t bytes, uint64_t at) {
@@ -248,11 +250,9 @@ static bool bin_len(mp *m, unsigned char b, uint64_t limit, uint64_t *len, ckpt_
 /* Flax's ndarray payload (shape, dtype name, data) within [pos, end). */
 static ckpt_status ndarray(mp *m, uint64_t end, mp_array *n) {
     uint64_t at = m->pos, count, len;
-    const unsigned char *p = NULL;
-    ckpt_status st = need(m, 1, end, &p);
+    unsigned char b = 0;
+    ckpt_status st = next_byte(m, end, &b);
     if (st) return st;
-    unsigned char b = *p;
-    m->pos++;
     if (b >= 0x90 && b <= 0x9f) count = b & 0x0f;
     else if (b == 0xdc) st = field(m, 2, end, &count);
     else if (b == 0xdd) st = field(m, 4, end, &count);
@@ -261,9 +261,7 @@ static ckpt_status ndarray(mp *m, uint64_t end, mp_array *n) {
     if (count != 3) return fail(m, CKPT_E_MSGPACK_INVALID, at, "ndarray payload has %llu items, not 3", (unsigned long long)count);
     /* shape: an array of non-negative ints */
     uint64_t shape_at = m->pos, ndim;
-    if ((st = need(m, 1, end, &p))) return st;
-    b = *p;
-    m->pos++;
+    if ((st = next_byte(m, end, &b))) return st;
     if (b >= 0x90 && b <= 0x9f) ndim = b & 0x0f;
     else if (b == 0xdc) st = field(m, 2, end, &ndim);
     else if (b == 0xdd) st = field(m, 4, end, &ndim);
@@ -277,9 +275,7 @@ static ckpt_status ndarray(mp *m, uint64_t end, mp_array *n) {
     if ((st = charge(m, (ndim ? ndim : 1) * sizeof *shape, shape_at))) return st;
     for (uint64_t d = 0; d < ndim; d++) {
         uint64_t dim_at = m->pos, v;
-        if ((st = need(m, 1, end, &p))) return st;
-        b = *p;
-        m->pos++;
+        if ((st = next_byte(m, end, &b))) return st;
         if (b <= 0x7f) v = b;
         else if (b >= 0xcc && b <= 0xcf) st = field(m, 1u << (b - 0xcc), end, &v);
         else if (b >= 0xd0 && b <= 0xd3) {
@@ -296,9 +292,7 @@ static ckpt_status ndarray(mp *m, uint64_t end, mp_array *n) {
     }
     /* dtype name: str or bin (Flax reads it raw) */
     uint64_t dtype_at = m->pos;
-    if ((st = need(m, 1, end, &p))) return st;
-    b = *p;
-    m->pos++;
+    if ((st = next_byte(m, end, &b))) return st;
     bool is_str = str_len(m, b, end, &len, &st);
     if (st) return st;
     if (!is_str && !bin_len(m, b, end, &len, &st))
@@ -316,9 +310,7 @@ static ckpt_status ndarray(mp *m, uint64_t end, mp_array *n) {
         return fail(m, CKPT_E_UNKNOWN_DTYPE, dtype_at, "ndarray dtype '%s': %s", name, why);
     /* data: bin (or str, which Flax would read the same) */
     uint64_t data_at = m->pos;
-    if ((st = need(m, 1, end, &p))) return st;
-    b = *p;
-    m->pos++;
+    if ((st = next_byte(m, end, &b))) return st;
     bool is_bin = bin_len(m, b, end, &len, &st);
     if (st) return st;
     if (!is_bin && !str_len(m, b, end, &len, &st))
@@ -345,11 +337,9 @@ static ckpt_status ndarray(mp *m, uint64_t end, mp_array *n) {
 /* A number inside a complex extension: float, int or uint. */
 static ckpt_status complex_part(mp *m, uint64_t end, double *out) {
     uint64_t at = m->pos, v;
-    const unsigned char *p = NULL;
-    ckpt_status st = need(m, 1, end, &p);
+    unsigned char b = 0;
+    ckpt_status st = next_byte(m, end, &b);
     if (st) return st;
-    unsigned char b = *p;
-    m->pos++;
     if (b <= 0x7f) *out = b;
     else if (b >= 0xe0) *out = (int8_t)b;
     else if (b == 0xca || b == 0xcb) {
@@ -374,12 +364,10 @@ static ckpt_status complex_part(mp *m, uint64_t end, double *out) {
 
 /* Flax's complex payload: the array (real, imag) filling [pos, end). */
 static ckpt_status complex_value(mp *m, uint64_t at, uint64_t end, node *n) {
-    const unsigned char *p = NULL;
-    ckpt_status st = need(m, 1, end, &p);
+    unsigned char b = 0;
+    ckpt_status st = next_byte(m, end, &b);
     if (st) return st;
     uint64_t count = 0;
-    unsigned char b = *p;
-    m->pos++;
     if (b >= 0x90 && b <= 0x9f) count = b & 0x0f;
     else if (b == 0xdc || b == 0xdd) st = field(m, b == 0xdc ? 2 : 4, end, &count);
     if (st) return st;
@@ -425,11 +413,9 @@ static ckpt_status ext(mp *m, uint64_t at, uint64_t len, node *n) {
 static ckpt_status value_head(mp *m, uint32_t i, uint64_t *items) {
     node *n = &m->nodes[i];
     uint64_t at = node_at(n), v = 0, limit = m->size;
-    const unsigned char *p = NULL;
-    ckpt_status st = need(m, 1, limit, &p);
+    unsigned char b = 0;
+    ckpt_status st = next_byte(m, limit, &b);
     if (st) return st;
-    unsigned char b = *p;
-    m->pos++;
     *items = 0;
     if (b <= 0x7f) {
         n->kind = N_UINT, n->u.u = b;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cursor.h"
 #include "../io/file.h"
 #include "format.h"
 #include "numpy.h"
@@ -222,13 +223,13 @@ ckpt_status ckpt__npy_preamble(const unsigned char *head, size_t n, const char *
     unsigned major = head[6], minor = head[7];
     uint64_t len, start;
     if (major == 1) {
-        len = (uint64_t)head[8] | (uint64_t)head[9] << 8;
+        len = ckpt__le16(head + 8);
         start = 10;
     } else if (major == 2 || major == 3) {
         if (n < 12)
             return ckpt__fail(err, CKPT_E_TRUNCATED, path, tensor, base >= 0 ? base + (int64_t)n : -1,
                               ".npy ends inside its preamble");
-        len = (uint64_t)head[8] | (uint64_t)head[9] << 8 | (uint64_t)head[10] << 16 | (uint64_t)head[11] << 24;
+        len = ckpt__le32(head + 8);
         start = 12;
     } else {
         char v[32];

@@ -6,14 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cursor.h"
 #include "../base/json.h" /* ckpt__utf8_check */
 
 /* Bounds beyond what the input size already implies. */
 enum { MAX_STACK = 1 << 24, MAX_MARKS = 1 << 20, MAX_MEMO = 1 << 26 };
 
 typedef struct vm {
-    const unsigned char *p;
-    size_t len, pos, op_pos; /* op_pos: the current opcode's byte */
+    ckpt__rd in;   /* the pickle */
+    size_t op_pos; /* the current opcode's byte */
     const ckpt__pk_source *src;
     ckpt__pk_allow_fn allow;
     void *user;
@@ -116,16 +117,9 @@ static ckpt_status pop_mark(vm *m, size_t *first, size_t *count) {
     return CKPT_OK;
 }
 
-static ckpt_status need(vm *m, size_t n) {
-    if (m->len - m->pos < n)
-        return fail(m, CKPT_E_PICKLE_INVALID, "truncated: %zu bytes needed, %zu left", n, m->len - m->pos);
-    return CKPT_OK;
-}
-
-static uint64_t le(const unsigned char *p, int n) {
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
-    return v;
+/* The failure of a read of n bytes that the pickle does not hold. */
+static ckpt_status truncated(vm *m, size_t n) {
+    return fail(m, CKPT_E_PICKLE_INVALID, "truncated: %zu bytes needed, %zu left", n, ckpt__rd_left(&m->in));
 }
 
 /* Room for `n` more items (the arena keeps outgrown arrays: a container
@@ -166,9 +160,8 @@ static ckpt_status make_seq(vm *m, ckpt__pk_kind kind, ckpt__pk_value *const *it
 }
 
 static ckpt_status string_value(vm *m, ckpt__pk_kind kind, size_t n) {
-    ckpt_status st = need(m, n);
-    if (st) return st;
-    const char *s = (const char *)m->p + m->pos;
+    const char *s = (const char *)ckpt__rd_bytes(&m->in, n);
+    if (!s) return truncated(m, n);
     if (kind == CKPT__PK_STR && ckpt__utf8_check((const unsigned char *)s, n) != n)
         return fail(m, CKPT_E_PICKLE_INVALID, "string is not valid UTF-8");
     ckpt__pk_value *v = new_value(m, kind);
@@ -176,7 +169,6 @@ static ckpt_status string_value(vm *m, ckpt__pk_kind kind, size_t n) {
     if (!copy) return no_room(m);
     v->u.s.data = copy;
     v->u.s.len = n;
-    m->pos += n;
     return push(m, v);
 }
 
@@ -186,7 +178,7 @@ static ckpt_status memo_put(vm *m, uint64_t index) {
     if (st) return st;
     /* Picklers number memo entries 0, 1, 2, …; bound sparse indexes by the
      * input size so that a huge index cannot allocate a huge table. */
-    if (index >= MAX_MEMO || index > 2 * (uint64_t)m->len + 16)
+    if (index >= MAX_MEMO || index > 2 * (uint64_t)m->in.n + 16)
         return fail(m, CKPT_E_LIMIT, "memo index %llu is beyond the limit", (unsigned long long)index);
     if (index >= m->memo_cap) {
         size_t cap = m->memo_cap ? m->memo_cap : 64;
@@ -232,13 +224,13 @@ static ckpt_status global(vm *m, const char *module, size_t mlen, const char *na
 }
 
 static ckpt_status text_global(vm *m) {
-    const char *s = (const char *)m->p + m->pos;
-    const char *nl1 = memchr(s, '\n', m->len - m->pos);
+    const char *s = (const char *)m->in.p + m->in.at, *end = (const char *)m->in.p + m->in.n;
+    const char *nl1 = memchr(s, '\n', (size_t)(end - s));
     if (!nl1) return fail(m, CKPT_E_PICKLE_INVALID, "GLOBAL without a newline");
     const char *name = nl1 + 1;
-    const char *nl2 = memchr(name, '\n', (size_t)((const char *)m->p + m->len - name));
+    const char *nl2 = memchr(name, '\n', (size_t)(end - name));
     if (!nl2) return fail(m, CKPT_E_PICKLE_INVALID, "GLOBAL without a second newline");
-    m->pos = (size_t)(nl2 + 1 - (const char *)m->p);
+    ckpt__rd_skip(&m->in, (size_t)(nl2 + 1 - s));
     return global(m, s, (size_t)(nl1 - s), name, (size_t)(nl2 - name));
 }
 
@@ -418,11 +410,8 @@ enum opcode {
 
 /* A little-endian unsigned argument of `width` bytes. */
 static ckpt_status read_uint(vm *m, size_t width, uint64_t *out) {
-    ckpt_status st = need(m, width);
-    if (st) return st;
-    *out = le(m->p + m->pos, (int)width);
-    m->pos += width;
-    return CKPT_OK;
+    *out = ckpt__rd_le(&m->in, (unsigned)width);
+    return m->in.bad ? truncated(m, width) : CKPT_OK;
 }
 
 static ckpt_status op_proto(vm *m) {
@@ -436,7 +425,7 @@ static ckpt_status op_proto(vm *m) {
 static ckpt_status op_frame(vm *m) {
     uint64_t n = 0;
     ckpt_status st = read_uint(m, 8, &n);
-    if (st == CKPT_OK && n > m->len - m->pos)
+    if (st == CKPT_OK && n > ckpt__rd_left(&m->in))
         return fail(m, CKPT_E_PICKLE_INVALID, "frame of %llu bytes runs past the end", (unsigned long long)n);
     return st;
 }
@@ -475,11 +464,12 @@ static ckpt_status op_binint(vm *m, size_t width, bool is_signed) {
 static ckpt_status op_long(vm *m, size_t width) {
     uint64_t n = 0;
     ckpt_status st = read_uint(m, width, &n);
-    if (st || (st = need(m, n))) return st;
+    if (st) return st;
     if (n > 8) return string_value(m, CKPT__PK_BIGINT, n);
-    uint64_t u = le(m->p + m->pos, (int)n);
-    if (n && n < 8 && (m->p[m->pos + n - 1] & 0x80)) u |= ~0ULL << (8 * n); /* sign-extend */
-    m->pos += n;
+    const unsigned char *b = ckpt__rd_bytes(&m->in, n);
+    if (!b) return truncated(m, n);
+    uint64_t u = ckpt__load_le(b, (unsigned)n);
+    if (n && n < 8 && (b[n - 1] & 0x80)) u |= ~0ULL << (8 * n); /* sign-extend */
     ckpt__pk_value *v = new_value(m, CKPT__PK_INT);
     if (v) v->u.i = (int64_t)u;
     return push(m, v);
@@ -487,11 +477,8 @@ static ckpt_status op_long(vm *m, size_t width) {
 
 /* BINFLOAT: a big-endian double. */
 static ckpt_status op_binfloat(vm *m) {
-    ckpt_status st = need(m, 8);
-    if (st) return st;
-    uint64_t bits = 0;
-    for (int i = 0; i < 8; i++) bits = bits << 8 | m->p[m->pos + i];
-    m->pos += 8;
+    uint64_t bits = ckpt__rd_u64be(&m->in);
+    if (m->in.bad) return truncated(m, 8);
     ckpt__pk_value *v = new_value(m, CKPT__PK_FLOAT);
     if (v) memcpy(&v->u.f, &bits, 8);
     return push(m, v);
@@ -503,9 +490,9 @@ static ckpt_status op_counted(vm *m, size_t width, ckpt__pk_kind kind, bool py2_
     uint64_t n = 0;
     ckpt_status st = read_uint(m, width, &n);
     if (st) return st;
-    if (n > m->len - m->pos)
+    if (n > ckpt__rd_left(&m->in))
         return fail(m, CKPT_E_PICKLE_INVALID, "string of %llu bytes runs past the end", (unsigned long long)n);
-    if (py2_str) kind = ckpt__utf8_check(m->p + m->pos, (size_t)n) == n ? CKPT__PK_STR : CKPT__PK_BYTES;
+    if (py2_str) kind = ckpt__utf8_check(m->in.p + m->in.at, (size_t)n) == n ? CKPT__PK_STR : CKPT__PK_BYTES;
     return string_value(m, kind, (size_t)n);
 }
 
@@ -593,10 +580,10 @@ static ckpt_status op_binpersid(vm *m) {
 
 /* One opcode. */
 static ckpt_status step(vm *m, bool *stop) {
-    m->op_pos = m->pos;
-    ckpt_status st = need(m, 1);
-    if (st) return st;
-    unsigned char op = m->p[m->pos++];
+    m->op_pos = m->in.at;
+    unsigned char op = ckpt__rd_u8(&m->in);
+    if (m->in.bad) return truncated(m, 1);
+    ckpt_status st;
     ckpt__pk_value *v = NULL;
     size_t first = 0, count = 0;
     switch ((enum opcode)op) {
@@ -669,12 +656,12 @@ static ckpt_status step(vm *m, bool *stop) {
 
 ckpt_status ckpt__pk_load(const unsigned char *data, size_t len, const ckpt__pk_source *src, ckpt__pk_allow_fn allow,
                           void *user, ckpt__arena *arena, ckpt__pk_value **out, size_t *consumed, ckpt_error *err) {
-    vm m = {.p = data, .len = len, .src = src, .allow = allow, .user = user, .arena = arena, .err = err};
+    vm m = {.in = ckpt__rd_over(data, len, 0), .src = src, .allow = allow, .user = user, .arena = arena, .err = err};
     ckpt_status st = CKPT_OK;
     bool stop = false;
     while (st == CKPT_OK && !stop) {
-        if (m.pos >= m.len) {
-            m.op_pos = m.pos;
+        if (!ckpt__rd_left(&m.in)) {
+            m.op_pos = m.in.at;
             st = fail(&m, CKPT_E_PICKLE_INVALID, "ends without a STOP opcode");
             break;
         }
@@ -685,7 +672,7 @@ ckpt_status ckpt__pk_load(const unsigned char *data, size_t len, const ckpt__pk_
         else if (m.depth != 1) st = fail(&m, CKPT_E_PICKLE_INVALID, "STOP with %zu values on the stack (expected 1)", m.depth);
         else *out = m.stack[0];
     }
-    if (consumed) *consumed = m.pos;
+    if (consumed) *consumed = m.in.at;
     free(m.stack);
     free(m.marks);
     free(m.memo);

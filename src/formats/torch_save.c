@@ -5,13 +5,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cursor.h"
+
 /* ---- pickles ---------------------------------------------------------------------- */
 
 void ckpt__pkw_op(ckpt__buf *b, unsigned char op) { ckpt__buf_append(b, (const char *)&op, 1); }
 
 void ckpt__pkw_le(ckpt__buf *b, uint64_t v, int n) {
     unsigned char x[16] = {0}; /* up to 16 bytes: past the 8th, zeros */
-    for (int i = 0; i < n && i < 8; i++) x[i] = (unsigned char)(v >> (8 * i));
+    ckpt__store_le(x, v, n < 8 ? (unsigned)n : 8);
     ckpt__buf_append(b, (const char *)x, (size_t)(n < 16 ? n : 16));
 }
 
