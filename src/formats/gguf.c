@@ -74,10 +74,6 @@ static ckpt_status take(cursor *c, void *dst, uint64_t n, const char *what) {
     return CKPT_OK;
 }
 
-static void fix_order(const cursor *c, void *p, unsigned size) {
-    if (c->swap) ckpt__swap_units(p, size, size);
-}
-
 /* An unsigned integer of `width` bytes, in the file's byte order. */
 static ckpt_status rd_uint(cursor *c, unsigned width, uint64_t *v, const char *what) {
     unsigned char b[8];
@@ -133,46 +129,51 @@ static ckpt_status rd_string(cursor *c, ckpt__arena *arena, const char *what, co
 
 /* ---- values ----------------------------------------------------------------- */
 
-static void json_number(ckpt__buf *b, uint32_t type, const unsigned char *p) {
+static bool is_signed(uint32_t t) { return t == T_I8 || t == T_I16 || t == T_I32 || t == T_I64; }
+
+/* A fixed-size value's numbers, from its bits: unsigned, signed and as a
+ * double (a float's integers are 0). */
+static void scalar_numbers(ckpt_kv *kv, uint32_t type, uint64_t bits) {
+    unsigned size = fixed_size(type);
+    if (type == T_F32 || type == T_F64) {
+        float f;
+        uint32_t w = (uint32_t)bits;
+        if (type == T_F32) memcpy(&f, &w, 4), kv->f = f;
+        else memcpy(&kv->f, &bits, 8);
+        kv->i = 0, kv->u = 0;
+        return;
+    }
+    bool negative = is_signed(type) && size < 8 && (bits >> (8 * size - 1)) & 1;
+    kv->i = (int64_t)(negative ? bits | ~0ULL << (8 * size) : bits);
+    kv->u = is_signed(type) ? (uint64_t)kv->i : bits;
+    kv->f = is_signed(type) ? (double)kv->i : (double)bits;
+}
+
+static void json_number(ckpt__buf *b, uint32_t type, const ckpt_kv *n) {
     char tmp[40];
-    switch (type) {
-    case T_U8: snprintf(tmp, sizeof tmp, "%u", (unsigned)p[0]); break;
-    case T_I8: snprintf(tmp, sizeof tmp, "%d", (int)(int8_t)p[0]); break;
-    case T_BOOL: snprintf(tmp, sizeof tmp, "%s", p[0] ? "true" : "false"); break;
-    case T_U16: { uint16_t v; memcpy(&v, p, 2); snprintf(tmp, sizeof tmp, "%u", (unsigned)v); break; }
-    case T_I16: { int16_t v; memcpy(&v, p, 2); snprintf(tmp, sizeof tmp, "%d", (int)v); break; }
-    case T_U32: { uint32_t v; memcpy(&v, p, 4); snprintf(tmp, sizeof tmp, "%lu", (unsigned long)v); break; }
-    case T_I32: { int32_t v; memcpy(&v, p, 4); snprintf(tmp, sizeof tmp, "%ld", (long)v); break; }
-    case T_U64: { uint64_t v; memcpy(&v, p, 8); snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v); break; }
-    case T_I64: { int64_t v; memcpy(&v, p, 8); snprintf(tmp, sizeof tmp, "%lld", (long long)v); break; }
-    case T_F32:
-    case T_F64: {
-        double d;
-        if (type == T_F32) { float f; memcpy(&f, p, 4); d = f; }
-        else memcpy(&d, p, 8);
-        if (isnan(d)) snprintf(tmp, sizeof tmp, "\"nan\"");
-        else if (isinf(d)) snprintf(tmp, sizeof tmp, d > 0 ? "\"inf\"" : "\"-inf\"");
-        else ckpt__shortest_float(tmp, sizeof tmp, d, type == T_F32); /* 1e-05, not 9.99999975e-06 */
-        break;
-    }
-    default: tmp[0] = '\0';
-    }
+    if (type == T_BOOL) snprintf(tmp, sizeof tmp, "%s", n->u ? "true" : "false");
+    else if (is_signed(type)) snprintf(tmp, sizeof tmp, "%lld", (long long)n->i);
+    else if (type != T_F32 && type != T_F64) snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)n->u);
+    else if (isnan(n->f)) snprintf(tmp, sizeof tmp, "\"nan\"");
+    else if (isinf(n->f)) snprintf(tmp, sizeof tmp, n->f > 0 ? "\"inf\"" : "\"-inf\"");
+    else ckpt__shortest_float(tmp, sizeof tmp, n->f, type == T_F32); /* 1e-05, not 9.99999975e-06 */
     ckpt__buf_puts(b, tmp);
 }
 
-static void scalar_numbers(ckpt_kv *kv, uint32_t type, const unsigned char *p) {
-    switch (type) {
-    case T_U8: case T_BOOL: kv->u = p[0], kv->i = p[0], kv->f = p[0]; break;
-    case T_I8: kv->i = (int8_t)p[0], kv->u = (uint64_t)kv->i, kv->f = (double)kv->i; break;
-    case T_U16: { uint16_t v; memcpy(&v, p, 2); kv->u = v, kv->i = v, kv->f = v; break; }
-    case T_I16: { int16_t v; memcpy(&v, p, 2); kv->i = v, kv->u = (uint64_t)kv->i, kv->f = v; break; }
-    case T_U32: { uint32_t v; memcpy(&v, p, 4); kv->u = v, kv->i = v, kv->f = v; break; }
-    case T_I32: { int32_t v; memcpy(&v, p, 4); kv->i = v, kv->u = (uint64_t)kv->i, kv->f = v; break; }
-    case T_U64: { uint64_t v; memcpy(&v, p, 8); kv->u = v, kv->i = (int64_t)v, kv->f = (double)v; break; }
-    case T_I64: { int64_t v; memcpy(&v, p, 8); kv->i = v, kv->u = (uint64_t)v, kv->f = (double)v; break; }
-    case T_F32: { float v; memcpy(&v, p, 4); kv->f = v, kv->i = (int64_t)0, kv->u = 0; break; }
-    case T_F64: { double v; memcpy(&v, p, 8); kv->f = v, kv->i = 0, kv->u = 0; break; }
-    }
+/* A fixed-size value (its numbers into *kv, its JSON onto `json`), and
+ * its bytes in the host's order into `native` when not NULL. */
+static ckpt_status read_number(cursor *c, uint32_t type, ckpt_kv *kv, ckpt__buf *json, void *native, const char *what) {
+    unsigned size = fixed_size(type);
+    uint64_t bits;
+    ckpt_status st = rd_uint(c, size, &bits, what);
+    if (st) return st;
+    scalar_numbers(kv, type, bits);
+    json_number(json, type, kv);
+    uint8_t b8 = (uint8_t)bits;
+    uint16_t b16 = (uint16_t)bits;
+    uint32_t b32 = (uint32_t)bits;
+    if (native) memcpy(native, size == 1 ? (void *)&b8 : size == 2 ? (void *)&b16 : size == 4 ? (void *)&b32 : &bits, size);
+    return CKPT_OK;
 }
 
 typedef struct value_ctx {
@@ -236,11 +237,10 @@ static ckpt_status read_elements(value_ctx *v, uint32_t et, uint64_t count, unsi
         uint64_t k = a->done++;
         unsigned size = fixed_size(a->et);
         if (size) {
-            unsigned char p[8];
-            if ((st = take(c, p, size, "an array element"))) break;
-            fix_order(c, p, size);
-            json_number(json, a->et, p);
-            if (data && open.len == 1) memcpy(data + k * size, p, size);
+            ckpt_kv n;
+            if ((st = read_number(c, a->et, &n, json, data && open.len == 1 ? data + k * size : NULL,
+                                  "an array element")))
+                break;
         } else if (a->et == T_STRING) {
             const char *s;
             uint64_t len;
@@ -291,12 +291,8 @@ static ckpt_status read_value(value_ctx *v, uint32_t type, ckpt_kv *kv) {
         ckpt__buf_json_string_n(json, s, (size_t)len);
         kv->string = s, kv->string_len = len, kv->count = 1;
     } else {
-        unsigned char p[8];
-        unsigned size = fixed_size(type);
-        if ((st = take(c, p, size, "a value"))) return st;
-        fix_order(c, p, size);
-        json_number(json, type, p);
-        scalar_numbers(kv, type, p), kv->count = 1;
+        if ((st = read_number(c, type, kv, json, NULL, "a value"))) return st;
+        kv->count = 1;
     }
     ckpt__buf_puts(json, "}");
     return json->failed ? ckpt__oom(c->err, c->path, v->key) : CKPT_OK;

@@ -268,11 +268,8 @@ static ckpt__pk_value *numpy_scalar(vm *m, const ckpt__pk_value *f, ckpt__pk_val
                dt->state->u.seq.items[1]->kind == CKPT__PK_STR && !strcmp(dt->state->u.seq.items[1]->u.s.data, ">");
     const unsigned char *b = (const unsigned char *)a[1]->u.s.data;
     size_t len = a[1]->u.s.len;
-    unsigned char le[8] = {0};
     if (len > 8 || len == 0) return NULL;
-    for (size_t i = 0; i < len; i++) le[i] = big ? b[len - 1 - i] : b[i];
-    uint64_t u = 0;
-    for (size_t i = len; i-- > 0;) u = u << 8 | le[i];
+    uint64_t u = big ? ckpt__load_be(b, (unsigned)len) : ckpt__load_le(b, (unsigned)len);
     ckpt__pk_value *v = NULL;
     char kind = code[0];
     unsigned width = (unsigned)(code[1] - '0');

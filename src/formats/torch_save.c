@@ -272,17 +272,13 @@ static uint64_t hash_bytes(const char *s, size_t n) {
     uint64_t h = UINT64_C(0xc70f6907) ^ (n * mul);
     size_t whole = n & ~(size_t)7;
     for (size_t i = 0; i < whole; i += 8) {
-        uint64_t v = 0;
-        for (int k = 7; k >= 0; k--) v = v << 8 | (unsigned char)s[i + (size_t)k];
-        v *= mul;
+        uint64_t v = ckpt__le64((const unsigned char *)s + i) * mul;
         v ^= v >> 47;
         h ^= v * mul;
         h *= mul;
     }
     if (n & 7) {
-        uint64_t v = 0;
-        for (size_t k = n & 7; k-- > 0;) v = v << 8 | (unsigned char)s[whole + k];
-        h ^= v;
+        h ^= ckpt__load_le((const unsigned char *)s + whole, (unsigned)(n & 7));
         h *= mul;
     }
     h ^= h >> 47;
