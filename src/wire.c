@@ -40,8 +40,7 @@ static void put_pairs(ckpt__buf *b, const ckpt__pairs *p) {
 
 ckpt_status ckpt__catalog_encode(const ckpt_catalog *c, ckpt__buf *b, ckpt_error *err) {
     ckpt__buf_append(b, CAT_MAGIC, 8);
-    ckpt__put_u32(b, WIRE_VERSION);
-    ckpt__put_u32(b, (uint32_t)ckpt_catalog_format(c));
+    CKPT__PUT_FIELDS(b, {4, WIRE_VERSION}, {4, (uint32_t)ckpt_catalog_format(c)});
     ckpt__put_str(b, ckpt_catalog_index_path(c));
     ckpt__put_str(b, ckpt_catalog_tree_json(c));
     size_t files = ckpt_catalog_file_count(c);
@@ -71,8 +70,7 @@ ckpt_status ckpt__catalog_encode(const ckpt_catalog *c, ckpt__buf *b, ckpt_error
     for (size_t i = 0; i < tensors; i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(c, i);
         ckpt__put_str(b, t->name);
-        ckpt__put_u32(b, (uint32_t)t->dtype);
-        ckpt__put_u32(b, t->ndim);
+        CKPT__PUT_FIELDS(b, {4, (uint32_t)t->dtype}, {4, t->ndim});
         for (uint32_t d = 0; d < t->ndim; d++) ckpt__put_u64(b, t->shape[d]);
         ckpt__put_u32(b, t->storage);
         uint32_t np;
@@ -80,16 +78,14 @@ ckpt_status ckpt__catalog_encode(const ckpt_catalog *c, ckpt__buf *b, ckpt_error
         ckpt__put_u32(b, np);
         for (uint32_t k = 0; k < np; k++) {
             const ckpt__piece *p = &pieces[k];
-            ckpt__put_u32(b, p->file);
-            ckpt__put_u64(b, p->offset);
+            CKPT__PUT_FIELDS(b, {4, p->file}, {8, p->offset});
             unsigned char flags = (unsigned char)((p->start ? P_START : 0) | (p->count ? P_COUNT : 0) |
                                                   (p->strides ? P_STRIDES : 0) | (p->big_endian ? P_BIG_ENDIAN : 0));
             ckpt__buf_append(b, (const char *)&flags, 1);
             for (uint32_t d = 0; p->start && d < t->ndim; d++) ckpt__put_u64(b, p->start[d]);
             for (uint32_t d = 0; p->count && d < t->ndim; d++) ckpt__put_u64(b, p->count[d]);
             for (uint32_t d = 0; p->strides && d < t->ndim; d++) ckpt__put_u64(b, (uint64_t)p->strides[d]);
-            ckpt__put_u64(b, p->record);
-            ckpt__put_u64(b, p->record_size);
+            CKPT__PUT_FIELDS(b, {8, p->record}, {8, p->record_size});
         }
     }
     ckpt__buf_append(b, "END!", 4);
@@ -376,13 +372,11 @@ ckpt_status ckpt__catalog_decode(const void *data, size_t n, const char *path, c
 
 ckpt_status ckpt__parts_encode(const ckpt__wire_part *parts, size_t count, ckpt__buf *b, ckpt_error *err) {
     ckpt__buf_append(b, PARTS_MAGIC, 8);
-    ckpt__put_u32(b, WIRE_VERSION);
-    ckpt__put_u32(b, (uint32_t)count);
+    CKPT__PUT_FIELDS(b, {4, WIRE_VERSION}, {4, (uint32_t)count});
     for (size_t i = 0; i < count; i++) {
         const ckpt__wire_part *p = &parts[i];
         ckpt__put_str(b, p->name);
-        ckpt__put_u32(b, (uint32_t)p->dtype);
-        ckpt__put_u32(b, p->ndim);
+        CKPT__PUT_FIELDS(b, {4, (uint32_t)p->dtype}, {4, p->ndim});
         for (uint32_t a = 0; a < p->ndim; a++)
             ckpt__put_u64(b, p->shape[a]), ckpt__put_u64(b, p->start[a]), ckpt__put_u64(b, p->count[a]);
     }

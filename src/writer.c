@@ -1209,10 +1209,7 @@ ckpt_status ckpt__writer_join_encode(const ckpt_writer *w, ckpt__buf *b, ckpt_er
     for (size_t i = 0; i < w->count; i++) {
         const wtensor *t = &w->tensors[i];
         ckpt__put_str(b, t->pub.name);
-        ckpt__put_u32(b, (uint32_t)t->pub.dtype);
-        ckpt__put_u64(b, t->pub.nbytes);
-        ckpt__put_u32(b, t->pub.file);
-        ckpt__put_u64(b, t->pub.offset);
+        CKPT__PUT_FIELDS(b, {4, (uint32_t)t->pub.dtype}, {8, t->pub.nbytes}, {4, t->pub.file}, {8, t->pub.offset});
     }
     ckpt__buf_append(b, "END!", 4);
     return b->failed ? ckpt__oom(err, w->path, NULL) : CKPT_OK;

@@ -1,7 +1,7 @@
 /*
  * cursor.h — the one reader of encoded bytes: loads of little- and
- * big-endian integers from bytes known to be there, and a bounded cursor
- * over a buffer that never reads past its end.
+ * big-endian integers from bytes known to be there, a bounded cursor over
+ * a buffer that never reads past its end; and their writing twins.
  *
  * The cursor's error is sticky: a read past the end, or of a value its
  * caller finds invalid (ckpt__rd_fail), sets `bad`, records where that
@@ -41,6 +41,30 @@ static inline uint64_t ckpt__le64(const unsigned char *p) { return ckpt__load_le
 static inline void ckpt__store_le(unsigned char *p, uint64_t v, unsigned width) {
     for (unsigned i = 0; i < width; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
+
+/* ---- writing ------------------------------------------------------------------ */
+
+/* The low `width` bytes of v onto b, little-endian (up to 16: past the
+ * 8th, zeros). */
+static inline void ckpt__put_le(ckpt__buf *b, uint64_t v, unsigned width) {
+    unsigned char x[16] = {0};
+    ckpt__store_le(x, v, width < 8 ? width : 8);
+    ckpt__buf_append(b, (const char *)x, width < 16 ? width : 16);
+}
+
+/* A record's fields, written in a row: CKPT__PUT_FIELDS(b, {4, sig}, {2, n}). */
+typedef struct ckpt__field {
+    unsigned width;
+    uint64_t value;
+} ckpt__field;
+
+static inline void ckpt__put_fields(ckpt__buf *b, const ckpt__field *f, size_t n) {
+    for (size_t i = 0; i < n; i++) ckpt__put_le(b, f[i].value, f[i].width);
+}
+
+#define CKPT__PUT_FIELDS(b, ...)                                                                                   \
+    ckpt__put_fields((b), (const ckpt__field[]){__VA_ARGS__},                                                      \
+                     sizeof((const ckpt__field[]){__VA_ARGS__}) / sizeof(ckpt__field))
 
 /* ---- the bounded cursor ---------------------------------------------------------- */
 

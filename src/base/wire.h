@@ -14,17 +14,8 @@
 
 /* ---- writing ------------------------------------------------------------------ */
 
-static inline void ckpt__put_u32(ckpt__buf *b, uint32_t v) {
-    unsigned char x[4];
-    ckpt__store_le(x, v, 4);
-    ckpt__buf_append(b, (const char *)x, 4);
-}
-
-static inline void ckpt__put_u64(ckpt__buf *b, uint64_t v) {
-    unsigned char x[8];
-    ckpt__store_le(x, v, 8);
-    ckpt__buf_append(b, (const char *)x, 8);
-}
+static inline void ckpt__put_u32(ckpt__buf *b, uint32_t v) { ckpt__put_le(b, v, 4); }
+static inline void ckpt__put_u64(ckpt__buf *b, uint64_t v) { ckpt__put_le(b, v, 8); }
 
 /* A string: u32 length, then its bytes; NULL is length 0xFFFFFFFF. */
 static inline void ckpt__put_str(ckpt__buf *b, const char *s) {

@@ -217,35 +217,24 @@ ckpt_status ckpt__npy_preamble(const unsigned char *head, size_t n, const char *
                                int64_t base, uint64_t *data_offset, ckpt_error *err) {
     if (!ckpt__npy_sniff(head, n))
         return bad(err, path, tensor, base, 0, "%s", "not a NumPy .npy array (no \\x93NUMPY magic)");
-    if (n < CKPT__NPY_PREAMBLE)
+    ckpt__rd r = ckpt__rd_over(head, n, 0);
+    ckpt__rd_skip(&r, CKPT__NPY_MAGIC_LEN);
+    unsigned major = ckpt__rd_u8(&r), minor = ckpt__rd_u8(&r);
+    uint64_t len = ckpt__rd_le(&r, major == 1 ? 2 : 4); /* the header's length */
+    /* a version is judged once its preamble is there (a minor once its length is) */
+    if (n >= CKPT__NPY_PREAMBLE && (major < 1 || major > 3 || (!r.bad && minor != 0))) {
+        char v[32];
+        snprintf(v, sizeof v, "%u.%u", major, minor);
+        return bad(err, path, tensor, base, 6, ".npy format version %s is not 1.0, 2.0 or 3.0", v);
+    }
+    if (r.bad)
         return ckpt__fail(err, CKPT_E_TRUNCATED, path, tensor, base >= 0 ? base + (int64_t)n : -1,
                           ".npy ends inside its preamble");
-    unsigned major = head[6], minor = head[7];
-    uint64_t len, start;
-    if (major == 1) {
-        len = ckpt__le16(head + 8);
-        start = 10;
-    } else if (major == 2 || major == 3) {
-        if (n < 12)
-            return ckpt__fail(err, CKPT_E_TRUNCATED, path, tensor, base >= 0 ? base + (int64_t)n : -1,
-                              ".npy ends inside its preamble");
-        len = ckpt__le32(head + 8);
-        start = 12;
-    } else {
-        char v[32];
-        snprintf(v, sizeof v, "%u.%u", major, minor);
-        return bad(err, path, tensor, base, 6, ".npy format version %s is not 1.0, 2.0 or 3.0", v);
-    }
-    if (minor != 0) {
-        char v[32];
-        snprintf(v, sizeof v, "%u.%u", major, minor);
-        return bad(err, path, tensor, base, 6, ".npy format version %s is not 1.0, 2.0 or 3.0", v);
-    }
     if (len > CKPT__NPY_MAX_HEADER)
         return ckpt__fail(err, CKPT_E_LIMIT, path, tensor, base >= 0 ? base + 8 : -1,
                           ".npy header of %llu bytes is over ckpt's limit of %u", (unsigned long long)len,
                           CKPT__NPY_MAX_HEADER);
-    *data_offset = start + len;
+    *data_offset = r.at + len;
     return CKPT_OK;
 }
 
