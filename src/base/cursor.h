@@ -100,8 +100,7 @@ static inline uint64_t ckpt__rd_error_at(const ckpt__rd *r) { return r->base + (
 
 /* Whether k more bytes are there (and the cursor good); marks it bad if not. */
 static inline bool ckpt__rd_has(ckpt__rd *r, size_t k) {
-    if (r->bad) return false;
-    return r->n - r->at >= k ? true : ckpt__rd_fail(r);
+    return !r->bad && (r->n - r->at >= k || ckpt__rd_fail(r));
 }
 
 /* The next k bytes in place, NULL when they are not all there. */
@@ -137,8 +136,6 @@ static inline uint8_t ckpt__rd_u8(ckpt__rd *r) { return (uint8_t)ckpt__rd_le(r, 
 static inline uint16_t ckpt__rd_u16(ckpt__rd *r) { return (uint16_t)ckpt__rd_le(r, 2); }
 static inline uint32_t ckpt__rd_u32(ckpt__rd *r) { return (uint32_t)ckpt__rd_le(r, 4); }
 static inline uint64_t ckpt__rd_u64(ckpt__rd *r) { return ckpt__rd_le(r, 8); }
-static inline uint16_t ckpt__rd_u16be(ckpt__rd *r) { return (uint16_t)ckpt__rd_be(r, 2); }
-static inline uint32_t ckpt__rd_u32be(ckpt__rd *r) { return (uint32_t)ckpt__rd_be(r, 4); }
 static inline uint64_t ckpt__rd_u64be(ckpt__rd *r) { return ckpt__rd_be(r, 8); }
 
 /* An unsigned LEB128 varint (protobuf's): at most 10 bytes, and a value
@@ -163,14 +160,9 @@ static inline uint64_t ckpt__rd_uvarint(ckpt__rd *r) {
 static inline const unsigned char *ckpt__rd_counted(ckpt__rd *r, unsigned width, bool big_endian, size_t *len) {
     size_t start = r->at;
     uint64_t k = big_endian ? ckpt__rd_be(r, width) : ckpt__rd_le(r, width);
-    *len = 0;
-    if (r->bad) return NULL;
-    if (k > ckpt__rd_left(r)) {
-        ckpt__rd_fail_at(r, start);
-        return NULL;
-    }
-    *len = (size_t)k;
-    return ckpt__rd_bytes(r, (size_t)k);
+    if (!r->bad && k > ckpt__rd_left(r)) ckpt__rd_fail_at(r, start);
+    *len = r->bad ? 0 : (size_t)k;
+    return r->bad ? NULL : ckpt__rd_bytes(r, *len);
 }
 
 /* A u32 count of items of at least `min_item` bytes each: a count the

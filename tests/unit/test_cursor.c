@@ -29,7 +29,7 @@ static decoded decode(ckpt__rd *r) {
     decoded d = {0};
     d.u8 = ckpt__rd_u8(r);
     d.u16 = ckpt__rd_u16(r);
-    d.u32be = ckpt__rd_u32be(r);
+    d.u32be = ckpt__rd_be(r, 4);
     d.u64 = ckpt__rd_u64(r);
     d.varint = ckpt__rd_uvarint(r);
     d.s = ckpt__rd_counted(r, 1, false, &d.len);
@@ -101,14 +101,14 @@ static void test_big_and_little_endian(void **state) {
     (void)state;
     const unsigned char b[] = {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08};
     ckpt__rd r = ckpt__rd_over(b, sizeof b, 0);
-    assert_int_equal(ckpt__rd_u16be(&r), 0x0102);
+    assert_int_equal(ckpt__rd_be(&r, 2), 0x0102);
     assert_int_equal(ckpt__rd_u16(&r), 0x0403);
     assert_int_equal(ckpt__rd_be(&r, 3), 0x050607);
     assert_int_equal(ckpt__rd_le(&r, 1), 0x08);
     r = ckpt__rd_over(b, sizeof b, 0);
     assert_int_equal(ckpt__rd_u64be(&r), 0x0102030405060708ULL);
     r = ckpt__rd_over(b, sizeof b, 0);
-    assert_int_equal(ckpt__rd_u32be(&r), 0x01020304);
+    assert_int_equal(ckpt__rd_be(&r, 4), 0x01020304);
     assert_int_equal(ckpt__rd_u32(&r), 0x08070605);
     assert_false(r.bad);
     assert_int_equal(ckpt__le64(b), 0x0807060504030201ULL);
