@@ -136,9 +136,7 @@ static bool is_signed(uint32_t t) { return t == T_I8 || t == T_I16 || t == T_I32
 static void scalar_numbers(ckpt_kv *kv, uint32_t type, uint64_t bits) {
     unsigned size = fixed_size(type);
     if (type == T_F32 || type == T_F64) {
-        float f;
-        uint32_t w = (uint32_t)bits;
-        if (type == T_F32) memcpy(&f, &w, 4), kv->f = f;
+        if (type == T_F32) kv->f = ckpt__f32_from((uint32_t)bits);
         else memcpy(&kv->f, &bits, 8);
         kv->i = 0, kv->u = 0;
         return;
@@ -447,15 +445,14 @@ static ckpt_status read_kv(reading *r, uint64_t i) {
 /* Keys whose type the readers insist on: the alignment, and gguf-split's. */
 static ckpt_status read_known_keys(reading *r) {
     header *h = r->h;
-    const char *path = r->c.path;
-    ckpt_error *err = r->c.err;
+    const cursor *c = &r->c;
     h->alignment = CKPT__GGUF_DEFAULT_ALIGNMENT;
     const ckpt_kv *a = find_kv(h, "general.alignment");
     if (a && a->type != CKPT_KV_U32)
-        return ckpt__fail(err, CKPT_E_GGUF_KV_TYPE, path, NULL, -1, "general.alignment is a %s, not a u32",
+        return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, -1, "general.alignment is a %s, not a u32",
                           type_names[a->type]);
     if (a && (a->u == 0 || (a->u & (a->u - 1)) != 0))
-        return ckpt__fail(err, CKPT_E_GGUF_ALIGNMENT, path, NULL, -1,
+        return ckpt__fail(c->err, CKPT_E_GGUF_ALIGNMENT, c->path, NULL, -1,
                           "general.alignment %llu is not a non-zero power of two", (unsigned long long)a->u);
     if (a) h->alignment = (uint32_t)a->u;
     static const struct { const char *key; uint32_t type; } split_keys[] = {
@@ -465,7 +462,7 @@ static ckpt_status read_known_keys(reading *r) {
         const ckpt_kv *s = find_kv(h, split_keys[k].key);
         if (!s) continue;
         if ((uint32_t)s->type != split_keys[k].type)
-            return ckpt__fail(err, CKPT_E_GGUF_KV_TYPE, path, NULL, -1, "%s is a %s, not a %s (as gguf-split writes it)",
+            return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, -1, "%s is a %s, not a %s (as gguf-split writes it)",
                               split_keys[k].key, type_names[s->type], type_names[split_keys[k].type]);
         *split_values[k] = s->i;
     }
@@ -497,22 +494,21 @@ static ckpt_status read_shape(reading *r, tinfo *t) {
 /* Whether a tensor's shape and type make a size this reader can serve
  * (`dims_at` and `type_at`: where its dimensions and type are written). */
 static ckpt_status size_tensor(reading *r, tinfo *t, uint64_t dims_at, uint64_t type_at) {
-    const char *path = r->c.path;
-    ckpt_error *err = r->c.err;
+    const cursor *c = &r->c;
     uint64_t numel;
     ckpt_status st;
     if (!ckpt__shape_numel(t->ndim, t->shape, &numel))
-        return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, path, t->name, (int64_t)dims_at, "product of the shape overflows");
+        return ckpt__fail(c->err, CKPT_E_SHAPE_OVERFLOW, c->path, t->name, (int64_t)dims_at, "product of the shape overflows");
     if (ckpt_dtype_is_block(t->dtype) && !ckpt__block_rows_ok(t->dtype, t->ndim, t->shape))
-        return ckpt__fail(err, CKPT_E_GGUF_DIMS, path, t->name, (int64_t)dims_at,
+        return ckpt__fail(c->err, CKPT_E_GGUF_DIMS, c->path, t->name, (int64_t)dims_at,
                           "rows of %llu elements are not whole %s blocks of %u",
                           (unsigned long long)(t->ndim ? t->shape[t->ndim - 1] : 1), ckpt_dtype_name(t->dtype),
                           ckpt_dtype_block_elems(t->dtype));
     if ((st = ckpt__tensor_size(t->dtype, t->ndim, t->shape, &numel, &t->nbytes)))
-        return ckpt__fail(err, st, path, t->name, (int64_t)dims_at, "%llu elements of %s: %s", (unsigned long long)numel,
+        return ckpt__fail(c->err, st, c->path, t->name, (int64_t)dims_at, "%llu elements of %s: %s", (unsigned long long)numel,
                           ckpt_dtype_name(t->dtype), ckpt_status_message(st));
     if (r->h->big_endian && ckpt_dtype_is_block(t->dtype) && !swappable_block(t->dtype))
-        return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, path, t->name, (int64_t)type_at,
+        return ckpt__fail(c->err, CKPT_E_UNSUPPORTED_DTYPE, c->path, t->name, (int64_t)type_at,
                           "a big-endian %s tensor: gguf-py's byte order converter defines big-endian blocks only "
                           "for Q4_0, Q8_0, Q4_K, Q6_K, MXFP4 and NVFP4", ckpt_dtype_name(t->dtype));
     return CKPT_OK;
@@ -547,22 +543,21 @@ static ckpt_status read_tensor_info(reading *r) {
  * others'; `order` has room for a pointer per tensor. */
 static ckpt_status check_extents(reading *r, const tinfo **order) {
     const header *h = r->h;
-    const char *path = r->c.path;
-    ckpt_error *err = r->c.err;
+    const cursor *c = &r->c;
     uint64_t size = r->c.size, data_size = size > h->data_start ? size - h->data_start : 0;
     for (size_t i = 0; i < h->count; i++) {
         const tinfo *t = order[i] = &h->tensors[i];
         int64_t at = (int64_t)t->info_at;
         if (t->offset % h->alignment)
-            return ckpt__fail(err, CKPT_E_GGUF_ALIGNMENT, path, t->name, at,
+            return ckpt__fail(c->err, CKPT_E_GGUF_ALIGNMENT, c->path, t->name, at,
                               "data offset %llu is not a multiple of the alignment %lu", (unsigned long long)t->offset,
                               (unsigned long)h->alignment);
         if (t->offset > data_size)
-            return ckpt__fail(err, CKPT_E_GGUF_OFFSET, path, t->name, at,
+            return ckpt__fail(c->err, CKPT_E_GGUF_OFFSET, c->path, t->name, at,
                               "data offset %llu is past the end of the %llu-byte data section",
                               (unsigned long long)t->offset, (unsigned long long)data_size);
         if (t->nbytes > data_size - t->offset)
-            return ckpt__fail(err, CKPT_E_TRUNCATED, path, t->name, (int64_t)size,
+            return ckpt__fail(c->err, CKPT_E_TRUNCATED, c->path, t->name, (int64_t)size,
                               "file ends %llu bytes before the end of this tensor's data",
                               (unsigned long long)(t->nbytes - (data_size - t->offset)));
     }
@@ -570,7 +565,7 @@ static ckpt_status check_extents(reading *r, const tinfo **order) {
     for (size_t i = 1; i < h->count; i++) {
         const tinfo *p = order[i - 1], *t = order[i];
         if (t->nbytes && p->offset + p->nbytes > t->offset)
-            return ckpt__fail(err, CKPT_E_GGUF_OFFSET, path, t->name, (int64_t)(h->data_start + t->offset),
+            return ckpt__fail(c->err, CKPT_E_GGUF_OFFSET, c->path, t->name, (int64_t)(h->data_start + t->offset),
                               "data [%llu, %llu) overlaps '%s', which ends at %llu", (unsigned long long)t->offset,
                               (unsigned long long)(t->offset + t->nbytes), p->name,
                               (unsigned long long)(p->offset + p->nbytes));

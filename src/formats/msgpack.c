@@ -168,13 +168,6 @@ static ckpt_status field(mp *m, unsigned n, uint64_t limit, uint64_t *v) {
     return CKPT_OK;
 }
 
-static ckpt_status next_byte(mp *m, uint64_t limit, unsigned char *b) {
-    uint64_t v = 0;
-    ckpt_status st = field(m, 1, limit, &v);
-    *b = (unsigned char)v;
-    return st;
-}
-
 static ckpt_status charge(mp *m, uint64_t bytes, uint64_t at) {
     ckpt_status st = ckpt__budget_charge(m->budget, bytes, m->err, m->path, (int64_t)at);
     if (st == CKPT_OK) m->charged += bytes;
@@ -261,10 +254,10 @@ static mp_head classify(unsigned char b) {
  * when its kind is one of `accept` (a bit per kind): a caller refuses what
  * it does not expect before reading past it. */
 static ckpt_status read_head(mp *m, uint64_t limit, unsigned accept, mp_head *h) {
-    unsigned char b = 0;
-    ckpt_status st = next_byte(m, limit, &b);
+    uint64_t b = 0;
+    ckpt_status st = field(m, 1, limit, &b);
     if (st) return st;
-    *h = classify(b);
+    *h = classify((unsigned char)b);
     if (!h->width || !(accept >> h->kind & 1)) return CKPT_OK;
     if ((st = field(m, h->width, limit, &h->v))) return st;
     if (h->kind == H_INT && h->width < 8 && (h->v >> (8 * h->width - 1)) & 1) h->v |= ~0ULL << (8 * h->width);
@@ -272,11 +265,9 @@ static ckpt_status read_head(mp *m, uint64_t limit, unsigned accept, mp_head *h)
 }
 
 static double float_of(const mp_head *h) {
-    float f;
     double d;
-    uint32_t w = (uint32_t)h->v;
-    if (h->width == 4) return memcpy(&f, &w, 4), f;
-    return memcpy(&d, &h->v, 8), d;
+    memcpy(&d, &h->v, 8);
+    return h->width == 4 ? ckpt__f32_from((uint32_t)h->v) : d;
 }
 
 enum { ANY = ~0u, NUMBER = 1u << H_UINT | 1u << H_INT | 1u << H_FLOAT, TEXT = 1u << H_STR | 1u << H_BIN };
@@ -437,8 +428,7 @@ static ckpt_status value_head(mp *m, uint32_t i, uint64_t *items) {
     case H_FLOAT: n->kind = N_FLOAT, n->u.f = float_of(&h); break;
     case H_MAP: n->kind = N_MAP, n->u.seq.count = (uint32_t)h.v, *items = 2 * (uint64_t)n->u.seq.count; break;
     case H_ARRAY: n->kind = N_ARRAY, n->u.seq.count = (uint32_t)h.v, *items = n->u.seq.count; break;
-    case H_STR:
-    case H_BIN: return string_node(m, i, h.kind == H_STR, h.v);
+    case H_STR: case H_BIN: return string_node(m, i, h.kind == H_STR, h.v);
     case H_EXT: return ext(m, at, h.v, n);
     case H_BAD: return fail(m, CKPT_E_MSGPACK_INVALID, at, "byte 0x%02x starts no msgpack value", h.byte);
     }

@@ -600,17 +600,15 @@ static ckpt_status op_stop(vm *m) {
     return CKPT_OK;
 }
 
-/* POP; at the bottom of a frame it drops the MARK itself, as CPython does. */
-static ckpt_status op_pop(vm *m) {
-    size_t first = 0, count = 0;
-    ckpt__pk_value *v = NULL;
-    if (m->depth == frame_base(m) && m->nmarks) return pop_mark(m, &first, &count);
-    return pop(m, &v);
-}
-
 static ckpt_status op_pop_mark(vm *m) {
     size_t first = 0, count = 0;
     return pop_mark(m, &first, &count);
+}
+
+/* POP; at the bottom of a frame it drops the MARK itself, as CPython does. */
+static ckpt_status op_pop(vm *m) {
+    ckpt__pk_value *v = NULL;
+    return m->depth == frame_base(m) && m->nmarks ? op_pop_mark(m) : pop(m, &v);
 }
 
 static ckpt_status op_dup(vm *m) {
@@ -647,9 +645,8 @@ static const op_def op_defs[256] = {
     [OP_APPENDS] = {op_many, 0, CKPT__PK_LIST}, [OP_ADDITEMS] = {op_many, 0, CKPT__PK_SET}, [OP_SETITEMS] = {op_many},
     [OP_BINPUT] = {op_memo, 1, 0, true}, [OP_LONG_BINPUT] = {op_memo, 4, 0, true},
     [OP_BINGET] = {op_memo, 1}, [OP_LONG_BINGET] = {op_memo, 4}, [OP_MEMOIZE] = {op_memoize},
-    [OP_GLOBAL] = {text_global}, [OP_STACK_GLOBAL] = {op_stack_global},
-    [OP_REDUCE] = {op_call}, [OP_NEWOBJ] = {op_call}, [OP_NEWOBJ_EX] = {op_call},
-    [OP_BUILD] = {op_build}, [OP_BINPERSID] = {op_binpersid},
+    [OP_GLOBAL] = {text_global}, [OP_STACK_GLOBAL] = {op_stack_global}, [OP_BINPERSID] = {op_binpersid},
+    [OP_REDUCE] = {op_call}, [OP_NEWOBJ] = {op_call}, [OP_NEWOBJ_EX] = {op_call}, [OP_BUILD] = {op_build},
     [OP_INST] = {op_refused, .refusal = "INST opcode (instantiates a class by name) is never allowed"},
     [OP_OBJ] = {op_refused, .refusal = "OBJ opcode (instantiates a class) is never allowed"},
     [OP_EXT1] = {op_refused, .refusal = EXT_REFUSAL}, [OP_EXT2] = {op_refused, .refusal = EXT_REFUSAL},

@@ -72,16 +72,13 @@ static ckpt_status find_directory(ckpt__source *src, directory *dir, ckpt_error 
         free(tail);
         return bad(err, path, NULL, file_size, "no ZIP end-of-central-directory record (not a ZIP archive, or truncated)");
     }
-    const unsigned char *e = tail + at;
     uint64_t eocd_offset = tail_start + (uint64_t)at;
-    if (ckpt__le16(e + 4) != 0 || ckpt__le16(e + 6) != 0 || ckpt__le16(e + 8) != ckpt__le16(e + 10)) {
-        free(tail);
-        return ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, NULL, (int64_t)eocd_offset, "multi-disk ZIP archives are not supported");
-    }
-    dir->entries = ckpt__le16(e + 10);
-    dir->size = ckpt__le32(e + 12);
-    dir->offset = ckpt__le32(e + 16);
+    ckpt__rd e = ckpt__rd_over(tail + at + 4, EOCD_SIZE - 4, eocd_offset + 4);
+    uint16_t disk = ckpt__rd_u16(&e), dir_disk = ckpt__rd_u16(&e), entries_here = ckpt__rd_u16(&e);
+    dir->entries = ckpt__rd_u16(&e), dir->size = ckpt__rd_u32(&e), dir->offset = ckpt__rd_u32(&e);
     free(tail);
+    if (disk || dir_disk || entries_here != dir->entries)
+        return ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, NULL, (int64_t)eocd_offset, "multi-disk ZIP archives are not supported");
 
     /* ZIP64: a locator just before the end record points to the real one.
      * torch always writes it, whether or not the sizes need it. */
