@@ -52,6 +52,13 @@ static inline void ckpt__put_le(ckpt__buf *b, uint64_t v, unsigned width) {
     ckpt__buf_append(b, (const char *)x, width < 16 ? width : 16);
 }
 
+/* The low `width` (≤ 8) bytes of v onto b, big-endian. */
+static inline void ckpt__put_be(ckpt__buf *b, uint64_t v, unsigned width) {
+    unsigned char x[8];
+    for (unsigned i = 0; i < width; i++) x[i] = (unsigned char)(v >> (8 * (width - 1 - i)));
+    ckpt__buf_append(b, (const char *)x, width);
+}
+
 /* A record's fields, written in a row: CKPT__PUT_FIELDS(b, {4, sig}, {2, n}). */
 typedef struct ckpt__field {
     unsigned width;

@@ -367,7 +367,7 @@ static ckpt_status read_preamble(reading *r) {
     if ((st = rd32(c, &version, "the version"))) return st;
     if ((version & 0xFFFF) == 0) { /* written big-endian */
         c->swap = r->h->big_endian = true;
-        ckpt__swap_units((unsigned char *)&version, 4, 4);
+        version = __builtin_bswap32(version);
     }
     if (version != 2 && version != 3)
         return ckpt__fail(c->err, CKPT_E_GGUF_VERSION, c->path, NULL, 4,

@@ -1000,43 +1000,34 @@ static ckpt_status mp_plan(ckpt__output *o, ckpt_error *err) {
 }
 
 /* msgpack-python's encodings: the shortest that holds the value. */
-static void put_be(ckpt__buf *b, uint64_t v, int n) {
-    unsigned char t[8];
-    for (int i = 0; i < n; i++) t[i] = (unsigned char)(v >> (8 * (n - 1 - i)));
-    ckpt__buf_append(b, (const char *)t, (size_t)n);
-}
-static void put_byte(ckpt__buf *b, unsigned v) {
-    char c = (char)v;
-    ckpt__buf_append(b, &c, 1);
-}
 static void put_uint(ckpt__buf *b, uint64_t v) {
-    if (v < 128) put_byte(b, (unsigned)v);
-    else if (v < 256) put_byte(b, 0xcc), put_be(b, v, 1);
-    else if (v < 65536) put_byte(b, 0xcd), put_be(b, v, 2);
-    else if (v <= 0xFFFFFFFFu) put_byte(b, 0xce), put_be(b, v, 4);
-    else put_byte(b, 0xcf), put_be(b, v, 8);
+    if (v < 128) ckpt__put_be(b, v, 1);
+    else if (v < 256) ckpt__put_be(b, 0xcc, 1), ckpt__put_be(b, v, 1);
+    else if (v < 65536) ckpt__put_be(b, 0xcd, 1), ckpt__put_be(b, v, 2);
+    else if (v <= 0xFFFFFFFFu) ckpt__put_be(b, 0xce, 1), ckpt__put_be(b, v, 4);
+    else ckpt__put_be(b, 0xcf, 1), ckpt__put_be(b, v, 8);
 }
 static void put_str(ckpt__buf *b, const char *s, size_t n) {
-    if (n < 32) put_byte(b, 0xa0 | (unsigned)n);
-    else if (n < 256) put_byte(b, 0xd9), put_be(b, n, 1);
-    else if (n < 65536) put_byte(b, 0xda), put_be(b, n, 2);
-    else put_byte(b, 0xdb), put_be(b, n, 4);
+    if (n < 32) ckpt__put_be(b, 0xa0 | n, 1);
+    else if (n < 256) ckpt__put_be(b, 0xd9, 1), ckpt__put_be(b, n, 1);
+    else if (n < 65536) ckpt__put_be(b, 0xda, 1), ckpt__put_be(b, n, 2);
+    else ckpt__put_be(b, 0xdb, 1), ckpt__put_be(b, n, 4);
     ckpt__buf_append(b, s, n);
 }
 static void put_map(ckpt__buf *b, size_t n) {
-    if (n < 16) put_byte(b, 0x80 | (unsigned)n);
-    else if (n < 65536) put_byte(b, 0xde), put_be(b, n, 2);
-    else put_byte(b, 0xdf), put_be(b, n, 4);
+    if (n < 16) ckpt__put_be(b, 0x80 | n, 1);
+    else if (n < 65536) ckpt__put_be(b, 0xde, 1), ckpt__put_be(b, n, 2);
+    else ckpt__put_be(b, 0xdf, 1), ckpt__put_be(b, n, 4);
 }
 static void put_array(ckpt__buf *b, size_t n) {
-    if (n < 16) put_byte(b, 0x90 | (unsigned)n);
-    else if (n < 65536) put_byte(b, 0xdc), put_be(b, n, 2);
-    else put_byte(b, 0xdd), put_be(b, n, 4);
+    if (n < 16) ckpt__put_be(b, 0x90 | n, 1);
+    else if (n < 65536) ckpt__put_be(b, 0xdc, 1), ckpt__put_be(b, n, 2);
+    else ckpt__put_be(b, 0xdd, 1), ckpt__put_be(b, n, 4);
 }
 static void put_bin_header(ckpt__buf *b, uint64_t n) {
-    if (n < 256) put_byte(b, 0xc4), put_be(b, n, 1);
-    else if (n < 65536) put_byte(b, 0xc5), put_be(b, n, 2);
-    else put_byte(b, 0xc6), put_be(b, n, 4);
+    if (n < 256) ckpt__put_be(b, 0xc4, 1), ckpt__put_be(b, n, 1);
+    else if (n < 65536) ckpt__put_be(b, 0xc5, 1), ckpt__put_be(b, n, 2);
+    else ckpt__put_be(b, 0xc6, 1), ckpt__put_be(b, n, 4);
 }
 
 /* The bytes since the last gap (or tensor) become a gap ending at s->at. */
@@ -1065,11 +1056,11 @@ static ckpt_status emit_tensor(ckpt__output *o, mp_out *s, size_t tensor, size_t
     uint64_t len = payload.len + x->nbytes;
     size_t before = b->len;
     if (len == 1 || len == 2 || len == 4 || len == 8 || len == 16)
-        put_byte(b, 0xd4 + (unsigned)__builtin_ctzll(len));
-    else if (len < 256) put_byte(b, 0xc7), put_be(b, len, 1);
-    else if (len < 65536) put_byte(b, 0xc8), put_be(b, len, 2);
-    else put_byte(b, 0xc9), put_be(b, len, 4);
-    put_byte(b, EXT_NDARRAY);
+        ckpt__put_be(b, 0xd4 + (unsigned)__builtin_ctzll(len), 1);
+    else if (len < 256) ckpt__put_be(b, 0xc7, 1), ckpt__put_be(b, len, 1);
+    else if (len < 65536) ckpt__put_be(b, 0xc8, 1), ckpt__put_be(b, len, 2);
+    else ckpt__put_be(b, 0xc9, 1), ckpt__put_be(b, len, 4);
+    ckpt__put_be(b, EXT_NDARRAY, 1);
     ckpt__buf_append(b, payload.data, payload.len);
     bool failed = payload.failed;
     free(payload.data);

@@ -186,7 +186,7 @@ ckpt_status ckpt__npy_header_write(ckpt__buf *out, ckpt_dtype dtype, uint32_t nd
     if (hlen + pad > 65535) pre = 12, pad = 64 - (12 + hlen) % 64; /* version 2.0: a u32 length */
     uint64_t len = hlen + pad;
     unsigned char p[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', pre == 10 ? 1 : 2, 0};
-    for (size_t k = 0; k < pre - 8; k++) p[8 + k] = (unsigned char)(len >> (8 * k));
+    ckpt__store_le(p + 8, len, (unsigned)(pre - 8));
     ckpt__buf_append(out, (const char *)p, pre);
     ckpt__buf_append(out, h.data, h.len);
     for (size_t k = 0; k < pad; k++) ckpt__buf_append(out, " ", 1);

@@ -34,7 +34,7 @@ void ckpt__pkw_float(ckpt__buf *b, double v) {
     uint64_t bits;
     memcpy(&bits, &v, 8);
     ckpt__pkw_op(b, 'G');
-    for (int k = 7; k >= 0; k--) ckpt__pkw_op(b, (unsigned char)(bits >> (8 * k)));
+    ckpt__put_be(b, bits, 8);
 }
 
 bool ckpt__pkw_unhex(ckpt__buf *b, const char *hex, size_t n) {
