@@ -176,10 +176,9 @@ typedef struct message_head {
 static void head_put(message_head *h, ckpt_status st, const ckpt_error *e, uint64_t n) {
     memset(h, 0, sizeof *h);
     unsigned char *p = h->bytes;
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)((uint64_t)st >> (8 * i));
-    for (int i = 0; i < 8; i++) p[8 + i] = (unsigned char)(n >> (8 * i));
-    int64_t off = e ? e->offset : -1;
-    for (int i = 0; i < 8; i++) p[16 + i] = (unsigned char)((uint64_t)off >> (8 * i));
+    ckpt__store_le(p, (uint64_t)st, 8);
+    ckpt__store_le(p + 8, n, 8);
+    ckpt__store_le(p + 16, (uint64_t)(e ? e->offset : -1), 8);
     if (e && st != CKPT_OK) {
         size_t m = sizeof e->message, q = sizeof e->path;
         memcpy(p + 24, e->message, m);
@@ -190,10 +189,8 @@ static void head_put(message_head *h, ckpt_status st, const ckpt_error *e, uint6
 
 static ckpt_status head_get(const message_head *h, ckpt_error *e, uint64_t *n) {
     const unsigned char *p = h->bytes;
-    uint64_t st = 0, off = 0;
-    *n = 0;
-    for (int i = 0; i < 8; i++) st |= (uint64_t)p[i] << (8 * i), *n |= (uint64_t)p[8 + i] << (8 * i),
-                                off |= (uint64_t)p[16 + i] << (8 * i);
+    uint64_t st = ckpt__le64(p), off = ckpt__le64(p + 16);
+    *n = ckpt__le64(p + 8);
     memset(e, 0, sizeof *e);
     size_t m = sizeof e->message, q = sizeof e->path;
     memcpy(e->message, p + 24, m);

@@ -40,8 +40,7 @@ static void put_pairs(ckpt__buf *b, const ckpt__pairs *p) {
 
 ckpt_status ckpt__catalog_encode(const ckpt_catalog *c, ckpt__buf *b, ckpt_error *err) {
     ckpt__buf_append(b, CAT_MAGIC, 8);
-    ckpt__put_u32(b, WIRE_VERSION);
-    ckpt__put_u32(b, (uint32_t)ckpt_catalog_format(c));
+    CKPT__PUT_FIELDS(b, {4, WIRE_VERSION}, {4, (uint32_t)ckpt_catalog_format(c)});
     ckpt__put_str(b, ckpt_catalog_index_path(c));
     ckpt__put_str(b, ckpt_catalog_tree_json(c));
     size_t files = ckpt_catalog_file_count(c);
@@ -71,8 +70,7 @@ ckpt_status ckpt__catalog_encode(const ckpt_catalog *c, ckpt__buf *b, ckpt_error
     for (size_t i = 0; i < tensors; i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(c, i);
         ckpt__put_str(b, t->name);
-        ckpt__put_u32(b, (uint32_t)t->dtype);
-        ckpt__put_u32(b, t->ndim);
+        CKPT__PUT_FIELDS(b, {4, (uint32_t)t->dtype}, {4, t->ndim});
         for (uint32_t d = 0; d < t->ndim; d++) ckpt__put_u64(b, t->shape[d]);
         ckpt__put_u32(b, t->storage);
         uint32_t np;
@@ -80,16 +78,14 @@ ckpt_status ckpt__catalog_encode(const ckpt_catalog *c, ckpt__buf *b, ckpt_error
         ckpt__put_u32(b, np);
         for (uint32_t k = 0; k < np; k++) {
             const ckpt__piece *p = &pieces[k];
-            ckpt__put_u32(b, p->file);
-            ckpt__put_u64(b, p->offset);
+            CKPT__PUT_FIELDS(b, {4, p->file}, {8, p->offset});
             unsigned char flags = (unsigned char)((p->start ? P_START : 0) | (p->count ? P_COUNT : 0) |
                                                   (p->strides ? P_STRIDES : 0) | (p->big_endian ? P_BIG_ENDIAN : 0));
             ckpt__buf_append(b, (const char *)&flags, 1);
             for (uint32_t d = 0; p->start && d < t->ndim; d++) ckpt__put_u64(b, p->start[d]);
             for (uint32_t d = 0; p->count && d < t->ndim; d++) ckpt__put_u64(b, p->count[d]);
             for (uint32_t d = 0; p->strides && d < t->ndim; d++) ckpt__put_u64(b, (uint64_t)p->strides[d]);
-            ckpt__put_u64(b, p->record);
-            ckpt__put_u64(b, p->record_size);
+            CKPT__PUT_FIELDS(b, {8, p->record}, {8, p->record_size});
         }
     }
     ckpt__buf_append(b, "END!", 4);
@@ -111,11 +107,12 @@ typedef struct decoder {
 
 static ckpt_status bad(decoder *d, const char *tensor, const char *what, ckpt_error *err) {
     if (d->oom) return ckpt__oom(err, NULL, "a catalog from rank 0");
-    return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, tensor, (int64_t)d->r.at,
-                      "the catalog received from rank 0 is malformed (%s, at byte %zu of %zu)", what, d->r.at, d->r.n);
+    return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, tensor, (int64_t)ckpt__rd_error_at(&d->r),
+                      "the catalog received from rank 0 is malformed (%s, at byte %llu of %zu)", what,
+                      (unsigned long long)ckpt__rd_error_at(&d->r), d->r.n);
 }
 
-static char *str(decoder *d, bool *null) { return ckpt__get_str(&d->r, d->arena, null, &d->oom); }
+static char *str(decoder *d, bool *null) { return ckpt__rd_str(&d->r, d->arena, null, &d->oom); }
 
 /* Whether a piece lies inside its file and its tensor; *volume receives
  * its element count. */
@@ -164,12 +161,12 @@ static uint64_t *u64s(decoder *d, uint32_t n) {
         d->oom = true;
         return NULL;
     }
-    for (uint32_t i = 0; i < n; i++) v[i] = ckpt__get_u64(&d->r);
+    for (uint32_t i = 0; i < n; i++) v[i] = ckpt__rd_u64(&d->r);
     return v;
 }
 
 static ckpt_status decode_tensors(decoder *d, size_t storages, ckpt_error *err) {
-    uint32_t count = ckpt__get_count(&d->r, 4 + 4 + 4 + 4 + 4);
+    uint32_t count = ckpt__rd_count(&d->r, 4 + 4 + 4 + 4 + 4);
     if (d->r.bad) return bad(d, NULL, "tensor count", err);
     ckpt__piece *pieces = NULL;
     size_t pieces_cap = 0;
@@ -178,8 +175,8 @@ static ckpt_status decode_tensors(decoder *d, size_t storages, ckpt_error *err) 
         ckpt__tensor_decl t;
         memset(&t, 0, sizeof t);
         t.name = str(d, NULL);
-        t.dtype = (ckpt_dtype)ckpt__get_u32(&d->r);
-        t.ndim = ckpt__get_u32(&d->r);
+        t.dtype = (ckpt_dtype)ckpt__rd_u32(&d->r);
+        t.ndim = ckpt__rd_u32(&d->r);
         if (d->r.bad || !t.name) {
             st = bad(d, NULL, "tensor name", err);
             break;
@@ -189,8 +186,8 @@ static ckpt_status decode_tensors(decoder *d, size_t storages, ckpt_error *err) 
             break;
         }
         t.shape = u64s(d, t.ndim);
-        t.storage = ckpt__get_u32(&d->r);
-        t.piece_count = ckpt__get_count(&d->r, 4 + 8 + 1 + 16);
+        t.storage = ckpt__rd_u32(&d->r);
+        t.piece_count = ckpt__rd_count(&d->r, 4 + 8 + 1 + 16);
         if (d->r.bad || !t.shape || t.storage >= storages || !t.piece_count) {
             st = bad(d, t.name, "tensor storage or pieces", err);
             break;
@@ -209,17 +206,17 @@ static ckpt_status decode_tensors(decoder *d, size_t storages, ckpt_error *err) 
         for (uint32_t k = 0; st == CKPT_OK && k < t.piece_count; k++) {
             ckpt__piece *p = &pieces[k];
             memset(p, 0, sizeof *p);
-            p->file = ckpt__get_u32(&d->r);
-            p->offset = ckpt__get_u64(&d->r);
-            uint8_t flags = ckpt__get_u8(&d->r);
-            if (flags & ~P_KNOWN) d->r.bad = true;
+            p->file = ckpt__rd_u32(&d->r);
+            p->offset = ckpt__rd_u64(&d->r);
+            uint8_t flags = ckpt__rd_u8(&d->r);
+            if (flags & ~P_KNOWN) ckpt__rd_fail(&d->r);
             if (d->r.bad) break;
             if (flags & P_START) p->start = u64s(d, t.ndim);
             if (flags & P_COUNT) p->count = u64s(d, t.ndim);
             if (flags & P_STRIDES) p->strides = (const int64_t *)u64s(d, t.ndim);
             p->big_endian = (flags & P_BIG_ENDIAN) != 0;
-            p->record = ckpt__get_u64(&d->r);
-            p->record_size = ckpt__get_u64(&d->r);
+            p->record = ckpt__rd_u64(&d->r);
+            p->record_size = ckpt__rd_u64(&d->r);
             if (d->r.bad || d->oom) break;
             if (!piece_ok(d, &t, p, &volume) || !ckpt__add_u64(total, volume, &total)) {
                 st = ckpt__fail(err, CKPT_E_COMM_DATA, d->file_sizes && p->file < d->files ? ckpt_catalog_file_path(d->c, p->file) : NULL,
@@ -262,14 +259,13 @@ static ckpt_status open_by_path(void *user, const char *name, uint64_t size, ckp
 
 static ckpt_status decode(decoder *d, ckpt__wire_opener opener, void *opener_user, ckpt_error *err) {
     ckpt__rd *r = &d->r;
-    if (!ckpt__rd_has(r, 8) || memcmp(r->p, CAT_MAGIC, 8)) return bad(d, NULL, "not a catalog", err);
-    r->at = 8;
-    uint32_t version = ckpt__get_u32(r);
+    if (!ckpt__rd_expect(r, CAT_MAGIC, 8)) return bad(d, NULL, "not a catalog", err);
+    uint32_t version = ckpt__rd_u32(r);
     if (!r->bad && version != WIRE_VERSION)
         return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, -1,
                           "rank 0 sent a catalog of encoding version %u; this rank reads version %u (mixed ckpt versions)",
                           version, WIRE_VERSION);
-    uint32_t format = ckpt__get_u32(r);
+    uint32_t format = ckpt__rd_u32(r);
     bool null;
     const char *index = str(d, &null);
     if (r->bad || d->oom) return bad(d, NULL, "header", err);
@@ -279,7 +275,7 @@ static ckpt_status decode(decoder *d, ckpt__wire_opener opener, void *opener_use
     if (r->bad || d->oom) return bad(d, NULL, "object tree", err);
     if (!null && (st = ckpt__cat_add_tree(d->c, tree, err))) return st;
     ckpt__cat_set_format(d->c, (ckpt_format)format);
-    d->files = ckpt__get_count(r, 4 + 8 + 4);
+    d->files = ckpt__rd_count(r, 4 + 8 + 4);
     if (r->bad) return bad(d, NULL, "file count", err);
     if (!(d->file_sizes = ckpt__calloc(d->files ? d->files : 1, sizeof *d->file_sizes)))
         return ckpt__oom(err, NULL, "a catalog from rank 0");
@@ -289,8 +285,8 @@ static ckpt_status decode(decoder *d, ckpt__wire_opener opener, void *opener_use
     struct pending { uint32_t file; const char *k, *v; } *pending = NULL;
     for (size_t f = 0; st == CKPT_OK && f < d->files; f++) {
         const char *name = str(d, NULL);
-        uint64_t size = ckpt__get_u64(r);
-        uint32_t entries = ckpt__get_count(r, 8);
+        uint64_t size = ckpt__rd_u64(r);
+        uint32_t entries = ckpt__rd_count(r, 8);
         if (r->bad || !name) {
             st = bad(d, NULL, "file", err);
             break;
@@ -318,7 +314,7 @@ static ckpt_status decode(decoder *d, ckpt__wire_opener opener, void *opener_use
             pending[pending_n++] = (struct pending){(uint32_t)f, k, v};
         }
     }
-    uint32_t meta = st == CKPT_OK ? ckpt__get_count(r, 8) : 0;
+    uint32_t meta = st == CKPT_OK ? ckpt__rd_count(r, 8) : 0;
     if (st == CKPT_OK && r->bad) st = bad(d, NULL, "metadata count", err);
     for (uint32_t i = 0; st == CKPT_OK && i < meta; i++) {
         const char *k = str(d, NULL), *v = str(d, NULL);
@@ -329,17 +325,17 @@ static ckpt_status decode(decoder *d, ckpt__wire_opener opener, void *opener_use
         st = ckpt__cat_add_metadata(d->c, pending[i].file, pending[i].k, pending[i].v, err);
     free(pending);
     if (st) return st;
-    uint32_t storages = ckpt__get_count(r, 4 + 8 + 8);
+    uint32_t storages = ckpt__rd_count(r, 4 + 8 + 8);
     if (r->bad) return bad(d, NULL, "storage count", err);
     for (uint32_t i = 0; st == CKPT_OK && i < storages; i++) {
-        uint32_t file = ckpt__get_u32(r);
-        uint64_t base = ckpt__get_u64(r), nbytes = ckpt__get_u64(r);
+        uint32_t file = ckpt__rd_u32(r);
+        uint64_t base = ckpt__rd_u64(r), nbytes = ckpt__rd_u64(r);
         if (r->bad || file >= d->files) return bad(d, NULL, "storage", err);
         uint32_t number;
         st = ckpt__cat_add_storage(d->c, file, base, nbytes, &number, err);
     }
     if (st == CKPT_OK) st = decode_tensors(d, storages, err);
-    if (st == CKPT_OK && (!ckpt__rd_has(r, 4) || memcmp(r->p + r->at, "END!", 4) || r->at + 4 != r->n))
+    if (st == CKPT_OK && (!ckpt__rd_expect(r, "END!", 4) || ckpt__rd_left(r)))
         st = bad(d, NULL, "end marker", err);
     return st;
 }
@@ -349,7 +345,7 @@ ckpt_status ckpt__catalog_decode(const void *data, size_t n, const char *path, c
     *out = NULL;
     decoder d;
     memset(&d, 0, sizeof d);
-    d.r = (ckpt__rd){.p = data, .n = n};
+    d.r = ckpt__rd_over(data, n, 0);
     ckpt_status st = ckpt__catalog_new(options, &d.c, err);
     if (st) return st;
     /* The files rank 0 names are opened as rank 0 opened them: the path
@@ -376,13 +372,11 @@ ckpt_status ckpt__catalog_decode(const void *data, size_t n, const char *path, c
 
 ckpt_status ckpt__parts_encode(const ckpt__wire_part *parts, size_t count, ckpt__buf *b, ckpt_error *err) {
     ckpt__buf_append(b, PARTS_MAGIC, 8);
-    ckpt__put_u32(b, WIRE_VERSION);
-    ckpt__put_u32(b, (uint32_t)count);
+    CKPT__PUT_FIELDS(b, {4, WIRE_VERSION}, {4, (uint32_t)count});
     for (size_t i = 0; i < count; i++) {
         const ckpt__wire_part *p = &parts[i];
         ckpt__put_str(b, p->name);
-        ckpt__put_u32(b, (uint32_t)p->dtype);
-        ckpt__put_u32(b, p->ndim);
+        CKPT__PUT_FIELDS(b, {4, (uint32_t)p->dtype}, {4, p->ndim});
         for (uint32_t a = 0; a < p->ndim; a++)
             ckpt__put_u64(b, p->shape[a]), ckpt__put_u64(b, p->start[a]), ckpt__put_u64(b, p->count[a]);
     }
@@ -393,41 +387,41 @@ ckpt_status ckpt__parts_encode(const ckpt__wire_part *parts, size_t count, ckpt_
 ckpt_status ckpt__parts_decode(const void *data, size_t n, int rank, ckpt__arena *arena, ckpt__wire_part **out,
                                size_t *out_count, ckpt_error *err) {
     *out = NULL, *out_count = 0;
-    ckpt__rd r = {.p = data, .n = n};
+    ckpt__rd r = ckpt__rd_over(data, n, 0);
     bool oom = false;
-    if (!ckpt__rd_has(&r, 8) || memcmp(r.p, PARTS_MAGIC, 8))
+    if (!ckpt__rd_expect(&r, PARTS_MAGIC, 8))
         return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, -1, "rank %d sent declarations that are not ckpt's", rank);
-    r.at = 8;
-    uint32_t version = ckpt__get_u32(&r);
+    uint32_t version = ckpt__rd_u32(&r);
     if (!r.bad && version != WIRE_VERSION)
         return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, -1,
                           "rank %d sent declarations of encoding version %u; this rank reads version %u", rank, version,
                           WIRE_VERSION);
-    uint32_t count = ckpt__get_count(&r, 4 + 4 + 4);
+    uint32_t count = ckpt__rd_count(&r, 4 + 4 + 4);
     ckpt__wire_part *parts = r.bad ? NULL : ckpt__arena_alloc(arena, (count ? count : 1) * sizeof *parts);
     if (!r.bad && !parts) return ckpt__oom(err, NULL, "declarations");
     for (uint32_t i = 0; !r.bad && i < count; i++) {
         ckpt__wire_part *p = &parts[i];
-        p->name = ckpt__get_str(&r, arena, NULL, &oom);
-        p->dtype = (ckpt_dtype)ckpt__get_u32(&r);
-        p->ndim = ckpt__get_u32(&r);
+        p->name = ckpt__rd_str(&r, arena, NULL, &oom);
+        p->dtype = (ckpt_dtype)ckpt__rd_u32(&r);
+        p->ndim = ckpt__rd_u32(&r);
         if (oom) return ckpt__oom(err, NULL, "declarations");
         if (r.bad || !ckpt_dtype_name(p->dtype) || p->ndim > CKPT_MAX_DIMS || !ckpt__rd_has(&r, (size_t)p->ndim * 24)) {
-            r.bad = true;
+            ckpt__rd_fail(&r);
             break;
         }
         uint64_t *v = ckpt__arena_alloc(arena, (3 * (size_t)p->ndim + 1) * sizeof *v);
         if (!v) return ckpt__oom(err, NULL, "declarations");
         p->shape = v, p->start = v + p->ndim, p->count = v + 2 * p->ndim;
         for (uint32_t a = 0; a < p->ndim; a++) {
-            v[a] = ckpt__get_u64(&r);
-            v[p->ndim + a] = ckpt__get_u64(&r);
-            v[2 * p->ndim + a] = ckpt__get_u64(&r);
+            v[a] = ckpt__rd_u64(&r);
+            v[p->ndim + a] = ckpt__rd_u64(&r);
+            v[2 * p->ndim + a] = ckpt__rd_u64(&r);
         }
     }
-    if (r.bad || r.at != r.n)
-        return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, (int64_t)r.at,
-                          "the declarations rank %d sent are malformed (at byte %zu of %zu)", rank, r.at, r.n);
+    if (r.bad || ckpt__rd_left(&r))
+        return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, (int64_t)ckpt__rd_error_at(&r),
+                          "the declarations rank %d sent are malformed (at byte %llu of %zu)", rank,
+                          (unsigned long long)ckpt__rd_error_at(&r), r.n);
     *out = parts, *out_count = count;
     return CKPT_OK;
 }

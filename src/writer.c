@@ -1224,28 +1224,25 @@ ckpt_status ckpt__writer_join_encode(const ckpt_writer *w, ckpt__buf *b, ckpt_er
     for (size_t i = 0; i < w->count; i++) {
         const wtensor *t = &w->tensors[i];
         ckpt__put_str(b, t->pub.name);
-        ckpt__put_u32(b, (uint32_t)t->pub.dtype);
-        ckpt__put_u64(b, t->pub.nbytes);
-        ckpt__put_u32(b, t->pub.file);
-        ckpt__put_u64(b, t->pub.offset);
+        CKPT__PUT_FIELDS(b, {4, (uint32_t)t->pub.dtype}, {8, t->pub.nbytes}, {4, t->pub.file}, {8, t->pub.offset});
     }
     ckpt__buf_append(b, "END!", 4);
     return b->failed ? ckpt__oom(err, w->path, NULL) : CKPT_OK;
 }
 
 static ckpt_status join_bad(ckpt__rd *r, ckpt_error *err, const char *what) {
-    return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, (int64_t)r->at,
-                      "the writer layout received from rank 0 is malformed (%s, at byte %zu of %zu)", what, r->at, r->n);
+    return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, (int64_t)ckpt__rd_error_at(r),
+                      "the writer layout received from rank 0 is malformed (%s, at byte %llu of %zu)", what,
+                      (unsigned long long)ckpt__rd_error_at(r), r->n);
 }
 
 static ckpt_status join_decode(ckpt_writer *w, const void *data, size_t n, ckpt_error *err) {
-    ckpt__rd r = {.p = data, .n = n};
+    ckpt__rd r = ckpt__rd_over(data, n, 0);
     bool oom = false;
-    if (!ckpt__rd_has(&r, 8) || memcmp(r.p, JOIN_MAGIC, 8)) return join_bad(&r, err, "not a writer layout");
-    r.at = 8;
-    const char *path = ckpt__get_str(&r, &w->arena, NULL, &oom);
-    const char *dir = ckpt__get_str(&r, &w->arena, NULL, &oom);
-    uint32_t files = ckpt__get_count(&r, 4 + 4 + 8);
+    if (!ckpt__rd_expect(&r, JOIN_MAGIC, 8)) return join_bad(&r, err, "not a writer layout");
+    const char *path = ckpt__rd_str(&r, &w->arena, NULL, &oom);
+    const char *dir = ckpt__rd_str(&r, &w->arena, NULL, &oom);
+    uint32_t files = ckpt__rd_count(&r, 4 + 4 + 8);
     if (oom) return ckpt__oom(err, NULL, "a writer layout");
     if (r.bad || !path || !dir || !files) return join_bad(&r, err, "header");
     if (!(w->path = ckpt__strdup(path)) || !(w->dir = ckpt__strdup(dir))) return ckpt__oom(err, path, NULL);
@@ -1253,26 +1250,26 @@ static ckpt_status join_decode(ckpt_writer *w, const void *data, size_t n, ckpt_
     for (uint32_t f = 0; f < files; f++, w->file_count++) {
         wfile *file = &w->files[f];
         file->fd = -1;
-        const char *name = ckpt__get_str(&r, &w->arena, NULL, &oom);
-        const char *tmp = ckpt__get_str(&r, &w->arena, NULL, &oom);
-        file->size = ckpt__get_u64(&r);
+        const char *name = ckpt__rd_str(&r, &w->arena, NULL, &oom);
+        const char *tmp = ckpt__rd_str(&r, &w->arena, NULL, &oom);
+        file->size = ckpt__rd_u64(&r);
         if (oom) return ckpt__oom(err, path, NULL);
         if (r.bad || !name || !tmp || !*tmp) return join_bad(&r, err, "file");
         ckpt_status st = name_file(w, file, name, err);
         if (st) return st;
         file->tmp_path = tmp;
     }
-    uint32_t count = ckpt__get_count(&r, 4 + 4 + 8 + 4 + 8);
+    uint32_t count = ckpt__rd_count(&r, 4 + 4 + 8 + 4 + 8);
     if (r.bad) return join_bad(&r, err, "tensor count");
     if (!(w->tensors = ckpt__calloc(count ? count : 1, sizeof *w->tensors))) return ckpt__oom(err, path, NULL);
     w->cap = count ? count : 1;
     for (uint32_t i = 0; i < count; i++, w->count++) {
         wtensor *t = &w->tensors[i];
-        t->pub.name = ckpt__get_str(&r, &w->arena, NULL, &oom);
-        t->pub.dtype = (ckpt_dtype)ckpt__get_u32(&r);
-        t->pub.nbytes = ckpt__get_u64(&r);
-        t->pub.file = ckpt__get_u32(&r);
-        t->pub.offset = ckpt__get_u64(&r);
+        t->pub.name = ckpt__rd_str(&r, &w->arena, NULL, &oom);
+        t->pub.dtype = (ckpt_dtype)ckpt__rd_u32(&r);
+        t->pub.nbytes = ckpt__rd_u64(&r);
+        t->pub.file = ckpt__rd_u32(&r);
+        t->pub.offset = ckpt__rd_u64(&r);
         t->kept = i;
         if (oom) return ckpt__oom(err, path, NULL);
         if (r.bad || !t->pub.name || !ckpt_dtype_name(t->pub.dtype)) return join_bad(&r, err, "tensor");
@@ -1283,7 +1280,7 @@ static ckpt_status join_decode(ckpt_writer *w, const void *data, size_t n, ckpt_
                               t->pub.name, (int64_t)t->pub.offset,
                               "the writer layout received from rank 0 puts the tensor outside its file");
     }
-    if (!ckpt__rd_has(&r, 4) || memcmp(r.p + r.at, "END!", 4) || r.at + 4 != r.n) return join_bad(&r, err, "end marker");
+    if (!ckpt__rd_expect(&r, "END!", 4) || ckpt__rd_left(&r)) return join_bad(&r, err, "end marker");
     return CKPT_OK;
 }
 

@@ -7,6 +7,8 @@
 
 #include <string.h>
 
+#include "cursor.h"
+
 static const uint32_t K[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
     0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
@@ -20,9 +22,7 @@ static const uint32_t K[64] = {
 
 static uint32_t rotr(uint32_t x, unsigned n) { return (x >> n) | (x << (32 - n)); }
 
-static uint32_t load_be32(const unsigned char *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
+static uint32_t load_be32(const unsigned char *p) { return (uint32_t)ckpt__load_be(p, 4); }
 
 static void blocks_portable(uint32_t h[8], const unsigned char *p, size_t count) {
     for (; count; count--, p += 64) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cursor.h"
 #include "../io/file.h"
 #include "../base/json.h"
 #include "pickle.h"
@@ -434,8 +435,7 @@ static int by_rel(const void *x, const void *y) {
 static bool safetensors_blob(ckpt__source *src, uint64_t offset) {
     unsigned char head[9];
     if (offset > src->size || src->size - offset < sizeof head || ckpt__source_read(src, head, 9, offset, NULL)) return false;
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = n << 8 | head[i];
+    uint64_t n = ckpt__le64(head);
     return head[8] == '{' && n >= 2 && n <= src->size - offset - 8;
 }
 

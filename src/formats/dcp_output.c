@@ -300,14 +300,19 @@ static ckpt_status flatten_tree(ckpt__output *o, dcp_state *s, const char *tree,
 
 /* ---- plan -------------------------------------------------------------------------- */
 
-static ckpt_status dcp_plan(ckpt__output *o, ckpt_error *err) {
+/* The phases of a plan: the format's state, the order of the entries (the
+ * tree's, then the tensors it does not name), the entries' DCP keys, each
+ * tensor's chunks, and the files the chunks go to. */
+
+/* The state, with a record per tensor; every dtype must be torch's. */
+static ckpt_status new_state(ckpt__output *o, dcp_state **out, ckpt_error *err) {
     ckpt__arena *a = ckpt__out_arena(o);
     const char *path = ckpt__out_path(o);
     size_t n = ckpt__out_count(o);
     dcp_state *s = ckpt__arena_alloc(a, sizeof *s);
     if (!s) return ckpt__oom(err, path, NULL);
     memset(s, 0, sizeof *s);
-    *ckpt__out_format_state(o) = s;
+    *ckpt__out_format_state(o) = *out = s;
     s->ranks = ckpt__out_options(o)->dcp->ranks ? ckpt__out_options(o)->dcp->ranks : 1;
     s->tensors = ckpt__arena_alloc(a, (n ? n : 1) * sizeof *s->tensors);
     if (!s->tensors) return ckpt__oom(err, path, NULL);
@@ -317,109 +322,118 @@ static ckpt_status dcp_plan(ckpt__output *o, ckpt_error *err) {
             return ckpt__fail(err, CKPT_E_UNKNOWN_DTYPE, path, ckpt__out_tensor_at(o, i)->name, -1,
                               "%s has no torch dtype that DCP could record",
                               ckpt_dtype_name(ckpt__out_tensor_at(o, i)->dtype));
-    /* The tree orders and nests what it names; the rest are keys of their own. */
-    const char *tree = ckpt__pairs_get(ckpt__out_checkpoint_metadata(o), TREE_KEY);
-    ckpt_status st = tree ? flatten_tree(o, s, tree, err) : CKPT_OK;
+    return CKPT_OK;
+}
+
+/* The tensors the tree does not name, after those it does: keys of their own. */
+static ckpt_status order_the_rest(ckpt__output *o, dcp_state *s, ckpt_error *err) {
     size_t order_cap = s->order_count;
-    for (size_t i = 0; st == CKPT_OK && i < n; i++) {
+    for (size_t i = 0; i < ckpt__out_count(o); i++) {
         tensor_out *t = &s->tensors[i];
         if (t->in_tree) continue;
-        if (!(t->path = ckpt__arena_alloc(a, sizeof *t->path))) {
-            st = ckpt__oom(err, path, NULL);
-            break;
-        }
+        if (!(t->path = ckpt__arena_alloc(ckpt__out_arena(o), sizeof *t->path))) return ckpt__oom(err, ckpt__out_path(o), NULL);
         t->path[0] = (ckpt__dcp_path_part){ckpt__out_tensor_at(o, i)->name, 0};
         t->path_len = 1;
         if (s->order_count == order_cap) {
             order_cap = order_cap ? order_cap * 2 : 64;
             entry_out *e = ckpt__realloc(s->order, order_cap * sizeof *e);
-            if (!e) st = ckpt__oom(err, path, NULL);
-            else s->order = e;
+            if (!e) return ckpt__oom(err, ckpt__out_path(o), NULL);
+            s->order = e;
         }
-        if (st == CKPT_OK) s->order[s->order_count++] = (entry_out){false, i};
+        s->order[s->order_count++] = (entry_out){false, i};
     }
-    /* The order array and the objects move into the arena. */
+    return CKPT_OK;
+}
+
+/* The order array, the objects and rank 0's head move into the arena
+ * (`st`: whether the phases before succeeded; if not they are freed). */
+static ckpt_status settle_in_arena(ckpt__output *o, dcp_state *s, ckpt_status st, ckpt_error *err) {
+    ckpt__arena *a = ckpt__out_arena(o);
+    entry_out *order = NULL;
+    object_out *objects = NULL;
+    char *head = NULL;
     if (st == CKPT_OK) {
-        entry_out *order = ckpt__arena_alloc(a, (s->order_count ? s->order_count : 1) * sizeof *order);
-        object_out *objects = ckpt__arena_alloc(a, (s->object_count ? s->object_count : 1) * sizeof *objects);
-        char *head = ckpt__arena_alloc(a, s->rank0_head.len + 1);
-        if (!order || !objects || !head) st = ckpt__oom(err, path, NULL);
-        else {
-            if (s->order_count) memcpy(order, s->order, s->order_count * sizeof *order);
-            if (s->object_count) memcpy(objects, s->objects, s->object_count * sizeof *objects);
-            if (s->rank0_head.len) memcpy(head, s->rank0_head.data, s->rank0_head.len);
-        }
-        free(s->order), free(s->objects), free(s->rank0_head.data);
-        s->order = order, s->objects = objects;
-        s->rank0_head = (ckpt__buf){.data = head, .len = s->rank0_head.len, .cap = s->rank0_head.len + 1};
-    } else {
-        free(s->order), free(s->objects), free(s->rank0_head.data);
-        s->order = NULL, s->objects = NULL, s->rank0_head = (ckpt__buf){0};
-        return st;
+        order = ckpt__arena_alloc(a, (s->order_count ? s->order_count : 1) * sizeof *order);
+        objects = ckpt__arena_alloc(a, (s->object_count ? s->object_count : 1) * sizeof *objects);
+        head = ckpt__arena_alloc(a, s->rank0_head.len + 1);
+        if (!order || !objects || !head) st = ckpt__oom(err, ckpt__out_path(o), NULL);
     }
-    /* Names are DCP keys: tensors' and objects' must differ. */
-    {
-        ckpt__name_table seen;
-        const char **keys = ckpt__malloc((s->order_count ? s->order_count : 1) * sizeof *keys);
-        if (!keys || !ckpt__name_table_init(&seen, s->order_count ? s->order_count : 1)) {
-            free(keys);
-            return ckpt__oom(err, path, NULL);
-        }
-        for (size_t i = 0; st == CKPT_OK && i < s->order_count; i++) {
-            const entry_out *e = &s->order[i];
-            keys[i] = e->object ? s->objects[e->index].fqn : ckpt__out_tensor_at(o, e->index)->name;
-            if (!ckpt__name_table_insert(&seen, keys, sizeof *keys, (uint32_t)i, NULL))
-                st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, path, keys[i], -1,
-                                "two entries of the checkpoint would have this DCP key");
-        }
-        ckpt__name_table_free(&seen);
+    if (st == CKPT_OK) {
+        if (s->order_count) memcpy(order, s->order, s->order_count * sizeof *order);
+        if (s->object_count) memcpy(objects, s->objects, s->object_count * sizeof *objects);
+        if (s->rank0_head.len) memcpy(head, s->rank0_head.data, s->rank0_head.len);
+    }
+    free(s->order), free(s->objects), free(s->rank0_head.data);
+    s->order = st ? NULL : order, s->objects = st ? NULL : objects;
+    s->rank0_head = st ? (ckpt__buf){0} : (ckpt__buf){.data = head, .len = s->rank0_head.len, .cap = s->rank0_head.len + 1};
+    return st;
+}
+
+/* Names are DCP keys: tensors' and objects' must differ. */
+static ckpt_status check_keys(ckpt__output *o, const dcp_state *s, ckpt_error *err) {
+    ckpt__name_table seen;
+    const char **keys = ckpt__malloc((s->order_count ? s->order_count : 1) * sizeof *keys);
+    if (!keys || !ckpt__name_table_init(&seen, s->order_count ? s->order_count : 1)) {
         free(keys);
-        if (st) return st;
+        return ckpt__oom(err, ckpt__out_path(o), NULL);
     }
-    /* Chunks: Shard(0) cuts of tensors with at least `ranks` rows. */
-    uint64_t *size = ckpt__arena_alloc(a, s->ranks * sizeof *size);
-    size_t cap = 0;
-    for (size_t i = 0; i < n; i++) cap += s->ranks;
-    s->chunks = ckpt__arena_alloc(a, (cap ? cap : 1) * sizeof *s->chunks);
-    if (!size || !s->chunks) return ckpt__oom(err, path, NULL);
-    memset(size, 0, s->ranks * sizeof *size);
-    size[0] = s->rank0_head.len;
-    uint64_t id = s->object_count + 1;
-    for (size_t i = 0; i < n; i++) {
-        ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
-        uint64_t rows = t->ndim ? t->shape[0] : 1, per = rows, row_bytes = t->ndim && rows ? t->nbytes / rows : 0;
-        bool split = t->ndim && s->ranks > 1 && rows >= s->ranks;
-        if (split) per = (rows + s->ranks - 1) / s->ranks;
-        uint32_t count = split ? (uint32_t)((rows + per - 1) / per) : 1;
-        t->parts = ckpt__arena_alloc(a, count * sizeof *t->parts);
-        if (!t->parts) return ckpt__oom(err, path, t->name);
-        t->part_count = count;
-        s->tensors[i].first = s->chunk_count;
-        for (uint32_t r = 0; r < count; r++) {
-            uint64_t row0 = split ? r * per : 0, rws = split ? (rows - row0 < per ? rows - row0 : per) : rows;
-            chunk_out *c = &s->chunks[s->chunk_count++];
-            c->rank = r;
-            c->offsets = ckpt__arena_alloc(a, (t->ndim ? t->ndim : 1) * sizeof *c->offsets);
-            c->sizes = ckpt__arena_alloc(a, (t->ndim ? t->ndim : 1) * sizeof *c->sizes);
-            if (!c->offsets || !c->sizes) return ckpt__oom(err, path, t->name);
-            for (uint32_t d = 0; d < t->ndim; d++) c->offsets[d] = d ? 0 : row0, c->sizes[d] = d ? t->shape[d] : rws;
-            uint64_t bytes = t->ndim ? rws * row_bytes : t->nbytes;
-            if (ckpt__dcp_chunk_archive(&c->archive, t->dtype, t->ndim, c->sizes, bytes, id++) != CKPT_OK ||
-                !to_arena(a, &c->archive))
-                return ckpt__oom(err, path, t->name);
-            c->item_at = size[r];
-            t->parts[r] = (ckpt__out_part){.begin = t->ndim ? row0 * row_bytes : 0, .nbytes = bytes, .file = r,
-                                           .offset = c->item_at + c->archive.head.len};
-            size[r] = (c->item_at + c->archive.size + ITEM_ALIGN - 1) / ITEM_ALIGN * ITEM_ALIGN;
-        }
-        t->file = 0;
+    ckpt_status st = CKPT_OK;
+    for (size_t i = 0; st == CKPT_OK && i < s->order_count; i++) {
+        const entry_out *e = &s->order[i];
+        keys[i] = e->object ? s->objects[e->index].fqn : ckpt__out_tensor_at(o, e->index)->name;
+        if (!ckpt__name_table_insert(&seen, keys, sizeof *keys, (uint32_t)i, NULL))
+            st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, ckpt__out_path(o), keys[i], -1,
+                            "two entries of the checkpoint would have this DCP key");
     }
+    ckpt__name_table_free(&seen);
+    free(keys);
+    return st;
+}
+
+/* Tensor i's chunks: Shard(0) cuts when it has at least `ranks` rows, each
+ * an archive at the end of its rank's file (`size`: the files' sizes so
+ * far; `id`: the next archive's). */
+static ckpt_status plan_chunks(ckpt__output *o, dcp_state *s, size_t i, uint64_t *size, uint64_t *id, ckpt_error *err) {
+    ckpt__arena *a = ckpt__out_arena(o);
+    ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
+    uint64_t rows = t->ndim ? t->shape[0] : 1, per = rows, row_bytes = t->ndim && rows ? t->nbytes / rows : 0;
+    bool split = t->ndim && s->ranks > 1 && rows >= s->ranks;
+    if (split) per = (rows + s->ranks - 1) / s->ranks;
+    uint32_t count = split ? (uint32_t)((rows + per - 1) / per) : 1;
+    t->parts = ckpt__arena_alloc(a, count * sizeof *t->parts);
+    if (!t->parts) return ckpt__oom(err, ckpt__out_path(o), t->name);
+    t->part_count = count;
+    s->tensors[i].first = s->chunk_count;
+    for (uint32_t r = 0; r < count; r++) {
+        uint64_t row0 = split ? r * per : 0, rws = split ? (rows - row0 < per ? rows - row0 : per) : rows;
+        chunk_out *c = &s->chunks[s->chunk_count++];
+        c->rank = r;
+        c->offsets = ckpt__arena_alloc(a, (t->ndim ? t->ndim : 1) * sizeof *c->offsets);
+        c->sizes = ckpt__arena_alloc(a, (t->ndim ? t->ndim : 1) * sizeof *c->sizes);
+        if (!c->offsets || !c->sizes) return ckpt__oom(err, ckpt__out_path(o), t->name);
+        for (uint32_t d = 0; d < t->ndim; d++) c->offsets[d] = d ? 0 : row0, c->sizes[d] = d ? t->shape[d] : rws;
+        uint64_t bytes = t->ndim ? rws * row_bytes : t->nbytes;
+        if (ckpt__dcp_chunk_archive(&c->archive, t->dtype, t->ndim, c->sizes, bytes, (*id)++) != CKPT_OK ||
+            !to_arena(a, &c->archive))
+            return ckpt__oom(err, ckpt__out_path(o), t->name);
+        c->item_at = size[r];
+        t->parts[r] = (ckpt__out_part){.begin = t->ndim ? row0 * row_bytes : 0, .nbytes = bytes, .file = r,
+                                       .offset = c->item_at + c->archive.head.len};
+        size[r] = (c->item_at + c->archive.size + ITEM_ALIGN - 1) / ITEM_ALIGN * ITEM_ALIGN;
+    }
+    t->file = 0;
+    return CKPT_OK;
+}
+
+/* A file per rank, __<rank>_0.distcp, of the size its chunks make. */
+static ckpt_status name_files(ckpt__output *o, const dcp_state *s, const uint64_t *size, ckpt_error *err) {
     char **names = ckpt__calloc(s->ranks, sizeof *names);
-    if (!names) return ckpt__oom(err, path, NULL);
+    if (!names) return ckpt__oom(err, ckpt__out_path(o), NULL);
+    ckpt_status st = CKPT_OK;
     for (uint32_t r = 0; st == CKPT_OK && r < s->ranks; r++) {
         char name[48];
         snprintf(name, sizeof name, "__%u_0.distcp", r);
-        if (!(names[r] = ckpt__strdup(name))) st = ckpt__oom(err, path, NULL);
+        if (!(names[r] = ckpt__strdup(name))) st = ckpt__oom(err, ckpt__out_path(o), NULL);
     }
     if (st == CKPT_OK) st = ckpt__out_set_files(o, s->ranks, (const char *const *)names, err);
     for (uint32_t r = 0; r < s->ranks; r++) {
@@ -428,6 +442,27 @@ static ckpt_status dcp_plan(ckpt__output *o, ckpt_error *err) {
     }
     free(names);
     return st;
+}
+
+static ckpt_status dcp_plan(ckpt__output *o, ckpt_error *err) {
+    dcp_state *s = NULL;
+    size_t n = ckpt__out_count(o);
+    ckpt_status st = new_state(o, &s, err);
+    if (st) return st;
+    /* The tree orders and nests what it names; the rest are keys of their own. */
+    const char *tree = ckpt__pairs_get(ckpt__out_checkpoint_metadata(o), TREE_KEY);
+    st = tree ? flatten_tree(o, s, tree, err) : CKPT_OK;
+    if (st == CKPT_OK) st = order_the_rest(o, s, err);
+    if ((st = settle_in_arena(o, s, st, err)) || (st = check_keys(o, s, err))) return st;
+    size_t chunks = n * s->ranks; /* at most */
+    uint64_t *size = ckpt__arena_alloc(ckpt__out_arena(o), s->ranks * sizeof *size);
+    s->chunks = ckpt__arena_alloc(ckpt__out_arena(o), (chunks ? chunks : 1) * sizeof *s->chunks);
+    if (!size || !s->chunks) return ckpt__oom(err, ckpt__out_path(o), NULL);
+    memset(size, 0, s->ranks * sizeof *size);
+    size[0] = s->rank0_head.len;
+    uint64_t id = s->object_count + 1;
+    for (size_t i = 0; st == CKPT_OK && i < n; i++) st = plan_chunks(o, s, i, size, &id, err);
+    return st ? st : name_files(o, s, size, err);
 }
 
 /* ---- layout and finish ----------------------------------------------------------------- */

@@ -17,7 +17,6 @@
 
 static void put(ckpt__buf *b, const void *p, size_t n) { ckpt__buf_append(b, (const char *)p, n); }
 static void op(ckpt__buf *b, unsigned char c) { ckpt__pkw_op(b, c); }
-static void le(ckpt__buf *b, uint64_t v, int n) { ckpt__pkw_le(b, v, n); }
 static void pk_int(ckpt__buf *b, int64_t v) { ckpt__pkw_int(b, v); }
 static void pk_str(ckpt__buf *b, const char *s, size_t n) { ckpt__pkw_str(b, s, n); }
 static void pk_text_global(ckpt__buf *b, const char *module, const char *name) { ckpt__pkw_global(b, module, name); }
@@ -230,7 +229,7 @@ static ckpt_status obj_leaf(obj_writer *w, uint32_t i) {
             st = refuse(w, "a malformed integer");
         } else {
             op(b, 0x8b); /* LONG4 */
-            le(b, raw.len, 4);
+            ckpt__put_le(b, raw.len, 4);
             put(b, raw.data ? raw.data : "", raw.len);
         }
         free(raw.data);
@@ -351,10 +350,10 @@ static void pk_short_str(ckpt__buf *b, const char *s) {
     size_t n = strlen(s);
     if (n < 256) {
         op(b, 0x8c);
-        le(b, n, 1);
+        ckpt__put_le(b, n, 1);
     } else {
         op(b, 'X');
-        le(b, n, 4);
+        ckpt__put_le(b, n, 4);
     }
     put(b, s, n);
 }
@@ -365,7 +364,7 @@ static void pk_global4(meta_pickler *p, const char *module, const char *name) {
     for (size_t i = 0; i < p->memo_count; i++)
         if (!strcmp(p->memo_names[i], key)) {
             op(p->b, 'j'); /* LONG_BINGET */
-            le(p->b, i, 4);
+            ckpt__put_le(p->b, i, 4);
             return;
         }
     pk_short_str(p->b, module);

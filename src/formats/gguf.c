@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cursor.h"
 #include "../io/file.h"
 #include "format.h"
 #include "../base/json.h"
@@ -73,27 +74,22 @@ static ckpt_status take(cursor *c, void *dst, uint64_t n, const char *what) {
     return CKPT_OK;
 }
 
-static void fix_order(const cursor *c, void *p, unsigned size) {
-    if (c->swap) ckpt__swap_units(p, size, size);
+/* An unsigned integer of `width` bytes, in the file's byte order. */
+static ckpt_status rd_uint(cursor *c, unsigned width, uint64_t *v, const char *what) {
+    unsigned char b[8];
+    ckpt_status st = take(c, b, width, what);
+    *v = st ? 0 : c->swap ? ckpt__load_be(b, width) : ckpt__load_le(b, width);
+    return st;
 }
 
 static ckpt_status rd32(cursor *c, uint32_t *v, const char *what) {
-    unsigned char b[4];
-    ckpt_status st = take(c, b, 4, what);
-    if (st) return st;
-    fix_order(c, b, 4);
-    memcpy(v, b, 4);
-    return CKPT_OK;
+    uint64_t x;
+    ckpt_status st = rd_uint(c, 4, &x, what);
+    *v = (uint32_t)x;
+    return st;
 }
 
-static ckpt_status rd64(cursor *c, uint64_t *v, const char *what) {
-    unsigned char b[8];
-    ckpt_status st = take(c, b, 8, what);
-    if (st) return st;
-    fix_order(c, b, 8);
-    memcpy(v, b, 8);
-    return CKPT_OK;
-}
+static ckpt_status rd64(cursor *c, uint64_t *v, const char *what) { return rd_uint(c, 8, v, what); }
 
 /* Room for a string of n bytes: arena memory, or (no arena) the cursor's
  * scratch, which the next string reuses. */
@@ -133,46 +129,49 @@ static ckpt_status rd_string(cursor *c, ckpt__arena *arena, const char *what, co
 
 /* ---- values ----------------------------------------------------------------- */
 
-static void json_number(ckpt__buf *b, uint32_t type, const unsigned char *p) {
+static bool is_signed(uint32_t t) { return t == T_I8 || t == T_I16 || t == T_I32 || t == T_I64; }
+
+/* A fixed-size value's numbers, from its bits: unsigned, signed and as a
+ * double (a float's integers are 0). */
+static void scalar_numbers(ckpt_kv *kv, uint32_t type, uint64_t bits) {
+    unsigned size = fixed_size(type);
+    if (type == T_F32 || type == T_F64) {
+        if (type == T_F32) kv->f = ckpt__f32_from((uint32_t)bits);
+        else memcpy(&kv->f, &bits, 8);
+        kv->i = 0, kv->u = 0;
+        return;
+    }
+    bool negative = is_signed(type) && size < 8 && (bits >> (8 * size - 1)) & 1;
+    kv->i = (int64_t)(negative ? bits | ~0ULL << (8 * size) : bits);
+    kv->u = is_signed(type) ? (uint64_t)kv->i : bits;
+    kv->f = is_signed(type) ? (double)kv->i : (double)bits;
+}
+
+static void json_number(ckpt__buf *b, uint32_t type, const ckpt_kv *n) {
     char tmp[40];
-    switch (type) {
-    case T_U8: snprintf(tmp, sizeof tmp, "%u", (unsigned)p[0]); break;
-    case T_I8: snprintf(tmp, sizeof tmp, "%d", (int)(int8_t)p[0]); break;
-    case T_BOOL: snprintf(tmp, sizeof tmp, "%s", p[0] ? "true" : "false"); break;
-    case T_U16: { uint16_t v; memcpy(&v, p, 2); snprintf(tmp, sizeof tmp, "%u", (unsigned)v); break; }
-    case T_I16: { int16_t v; memcpy(&v, p, 2); snprintf(tmp, sizeof tmp, "%d", (int)v); break; }
-    case T_U32: { uint32_t v; memcpy(&v, p, 4); snprintf(tmp, sizeof tmp, "%lu", (unsigned long)v); break; }
-    case T_I32: { int32_t v; memcpy(&v, p, 4); snprintf(tmp, sizeof tmp, "%ld", (long)v); break; }
-    case T_U64: { uint64_t v; memcpy(&v, p, 8); snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v); break; }
-    case T_I64: { int64_t v; memcpy(&v, p, 8); snprintf(tmp, sizeof tmp, "%lld", (long long)v); break; }
-    case T_F32:
-    case T_F64: {
-        double d;
-        if (type == T_F32) { float f; memcpy(&f, p, 4); d = f; }
-        else memcpy(&d, p, 8);
-        if (isnan(d)) snprintf(tmp, sizeof tmp, "\"nan\"");
-        else if (isinf(d)) snprintf(tmp, sizeof tmp, d > 0 ? "\"inf\"" : "\"-inf\"");
-        else ckpt__shortest_float(tmp, sizeof tmp, d, type == T_F32); /* 1e-05, not 9.99999975e-06 */
-        break;
-    }
-    default: tmp[0] = '\0';
-    }
+    if (type == T_BOOL) snprintf(tmp, sizeof tmp, "%s", n->u ? "true" : "false");
+    else if (is_signed(type)) snprintf(tmp, sizeof tmp, "%lld", (long long)n->i);
+    else if (type != T_F32 && type != T_F64) snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)n->u);
+    else if (isnan(n->f)) snprintf(tmp, sizeof tmp, "\"nan\"");
+    else if (isinf(n->f)) snprintf(tmp, sizeof tmp, n->f > 0 ? "\"inf\"" : "\"-inf\"");
+    else ckpt__shortest_float(tmp, sizeof tmp, n->f, type == T_F32); /* 1e-05, not 9.99999975e-06 */
     ckpt__buf_puts(b, tmp);
 }
 
-static void scalar_numbers(ckpt_kv *kv, uint32_t type, const unsigned char *p) {
-    switch (type) {
-    case T_U8: case T_BOOL: kv->u = p[0], kv->i = p[0], kv->f = p[0]; break;
-    case T_I8: kv->i = (int8_t)p[0], kv->u = (uint64_t)kv->i, kv->f = (double)kv->i; break;
-    case T_U16: { uint16_t v; memcpy(&v, p, 2); kv->u = v, kv->i = v, kv->f = v; break; }
-    case T_I16: { int16_t v; memcpy(&v, p, 2); kv->i = v, kv->u = (uint64_t)kv->i, kv->f = v; break; }
-    case T_U32: { uint32_t v; memcpy(&v, p, 4); kv->u = v, kv->i = v, kv->f = v; break; }
-    case T_I32: { int32_t v; memcpy(&v, p, 4); kv->i = v, kv->u = (uint64_t)kv->i, kv->f = v; break; }
-    case T_U64: { uint64_t v; memcpy(&v, p, 8); kv->u = v, kv->i = (int64_t)v, kv->f = (double)v; break; }
-    case T_I64: { int64_t v; memcpy(&v, p, 8); kv->i = v, kv->u = (uint64_t)v, kv->f = (double)v; break; }
-    case T_F32: { float v; memcpy(&v, p, 4); kv->f = v, kv->i = (int64_t)0, kv->u = 0; break; }
-    case T_F64: { double v; memcpy(&v, p, 8); kv->f = v, kv->i = 0, kv->u = 0; break; }
-    }
+/* A fixed-size value (its numbers into *kv, its JSON onto `json`), and
+ * its bytes in the host's order into `native` when not NULL. */
+static ckpt_status read_number(cursor *c, uint32_t type, ckpt_kv *kv, ckpt__buf *json, void *native, const char *what) {
+    unsigned size = fixed_size(type);
+    uint64_t bits;
+    ckpt_status st = rd_uint(c, size, &bits, what);
+    if (st) return st;
+    scalar_numbers(kv, type, bits);
+    json_number(json, type, kv);
+    uint8_t b8 = (uint8_t)bits;
+    uint16_t b16 = (uint16_t)bits;
+    uint32_t b32 = (uint32_t)bits;
+    if (native) memcpy(native, size == 1 ? (void *)&b8 : size == 2 ? (void *)&b16 : size == 4 ? (void *)&b32 : &bits, size);
+    return CKPT_OK;
 }
 
 typedef struct value_ctx {
@@ -236,11 +235,10 @@ static ckpt_status read_elements(value_ctx *v, uint32_t et, uint64_t count, unsi
         uint64_t k = a->done++;
         unsigned size = fixed_size(a->et);
         if (size) {
-            unsigned char p[8];
-            if ((st = take(c, p, size, "an array element"))) break;
-            fix_order(c, p, size);
-            json_number(json, a->et, p);
-            if (data && open.len == 1) memcpy(data + k * size, p, size);
+            ckpt_kv n;
+            if ((st = read_number(c, a->et, &n, json, data && open.len == 1 ? data + k * size : NULL,
+                                  "an array element")))
+                break;
         } else if (a->et == T_STRING) {
             const char *s;
             uint64_t len;
@@ -291,12 +289,8 @@ static ckpt_status read_value(value_ctx *v, uint32_t type, ckpt_kv *kv) {
         ckpt__buf_json_string_n(json, s, (size_t)len);
         kv->string = s, kv->string_len = len, kv->count = 1;
     } else {
-        unsigned char p[8];
-        unsigned size = fixed_size(type);
-        if ((st = take(c, p, size, "a value"))) return st;
-        fix_order(c, p, size);
-        json_number(json, type, p);
-        scalar_numbers(kv, type, p), kv->count = 1;
+        if ((st = read_number(c, type, kv, json, NULL, "a value"))) return st;
+        kv->count = 1;
     }
     ckpt__buf_puts(json, "}");
     return json->failed ? ckpt__oom(c->err, c->path, v->key) : CKPT_OK;
@@ -349,240 +343,268 @@ static bool swappable_block(ckpt_dtype d) {
     return d == CKPT_Q4_0 || d == CKPT_Q8_0 || d == CKPT_Q4_K || d == CKPT_Q6_K || d == CKPT_MXFP4 || d == CKPT_NVFP4;
 }
 
-static ckpt_status read_header(ckpt__source *src, ckpt__arena *arena, header *h, ckpt_error *err) {
-    memset(h, 0, sizeof *h);
-    h->split_no = h->split_count = h->split_tensors = -1;
-    cursor c = {.src = src, .path = src->name, .size = src->size, .err = err};
-    c.cap = CURSOR_CHUNK;
-    c.buf = ckpt__malloc(c.cap);
-    if (!c.buf) return ckpt__oom(err, src->name, "the header buffer");
-    ckpt__name_table keys = {0}; /* over h->kvs[].key */
-    ckpt_status st;
+/* The phases of reading a header, as ggml's gguf_init_from_reader reads
+ * it: the magic and counts, the key-values, the keys the readers insist
+ * on, the tensor infos, then the data's extents.  Each returns a status
+ * whose error names the byte where the file goes wrong. */
+typedef struct reading {
+    cursor c;
+    ckpt__arena *arena;
+    header *h;
+    uint64_t n_tensors, n_kv;
+    ckpt__name_table keys, names; /* over h->kvs[].key and h->tensors[].name */
+} reading;
+
+/* Magic, version (its byte order tells the file's) and the two counts. */
+static ckpt_status read_preamble(reading *r) {
+    cursor *c = &r->c;
     unsigned char magic[4];
     uint32_t version;
-    uint64_t n_tensors = 0, n_kv = 0;
-    if ((st = take(&c, magic, 4, "the magic"))) goto done;
-    if (memcmp(magic, "GGUF", 4) != 0) {
-        st = ckpt__fail(err, CKPT_E_UNKNOWN_FORMAT, c.path, NULL, 0, "does not start with the GGUF magic");
-        goto done;
-    }
-    if ((st = rd32(&c, &version, "the version"))) goto done;
+    ckpt_status st;
+    if ((st = take(c, magic, 4, "the magic"))) return st;
+    if (memcmp(magic, "GGUF", 4) != 0)
+        return ckpt__fail(c->err, CKPT_E_UNKNOWN_FORMAT, c->path, NULL, 0, "does not start with the GGUF magic");
+    if ((st = rd32(c, &version, "the version"))) return st;
     if ((version & 0xFFFF) == 0) { /* written big-endian */
-        c.swap = h->big_endian = true;
-        ckpt__swap_units((unsigned char *)&version, 4, 4);
+        c->swap = r->h->big_endian = true;
+        version = __builtin_bswap32(version);
     }
-    if (version != 2 && version != 3) {
-        st = ckpt__fail(err, CKPT_E_GGUF_VERSION, c.path, NULL, 4,
-                        version == 1 ? "GGUF version 1 is not supported (versions 2 and 3 are)"
-                                     : "GGUF version %lu is not supported (versions 2 and 3 are)",
-                        (unsigned long)version);
-        goto done;
-    }
-    if ((st = rd64(&c, &n_tensors, "the tensor count")) || (st = rd64(&c, &n_kv, "the key-value count"))) goto done;
+    if (version != 2 && version != 3)
+        return ckpt__fail(c->err, CKPT_E_GGUF_VERSION, c->path, NULL, 4,
+                          version == 1 ? "GGUF version 1 is not supported (versions 2 and 3 are)"
+                                       : "GGUF version %lu is not supported (versions 2 and 3 are)",
+                          (unsigned long)version);
+    if ((st = rd64(c, &r->n_tensors, "the tensor count")) || (st = rd64(c, &r->n_kv, "the key-value count"))) return st;
     /* A tensor info takes 24 bytes at least, a key-value 13. */
-    if (n_kv > (c.size - c.pos) / 13) {
-        st = ckpt__fail(err, CKPT_E_GGUF_COUNT, c.path, NULL, 16, "%llu key-values cannot fit in a %llu-byte file",
-                        (unsigned long long)n_kv, (unsigned long long)c.size);
-        goto done;
-    }
-    if (n_tensors > (c.size - c.pos) / 24) {
-        st = ckpt__fail(err, CKPT_E_GGUF_COUNT, c.path, NULL, 8, "%llu tensors cannot fit in a %llu-byte file",
-                        (unsigned long long)n_tensors, (unsigned long long)c.size);
-        goto done;
-    }
-    /* The tables, counted before they are made (13 bytes can declare a
-     * key-value of ~100 bytes here, 24 a tensor of ~60). */
-    if ((st = ckpt__budget_charge(arena->budget,
-                                  n_kv * (sizeof *h->kvs + 8) + n_tensors * (sizeof *h->tensors + ckpt__cat_tensor_cost(1)), err,
-                                  c.path, 8)))
-        goto done;
-    h->kvs = ckpt__calloc(n_kv ? (size_t)n_kv : 1, sizeof *h->kvs);
-    h->tensors = ckpt__calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *h->tensors);
-    if (!h->kvs || !h->tensors || !ckpt__name_table_init(&keys, n_kv ? (size_t)n_kv : 1)) {
-        st = ckpt__oom(err, c.path, "the header");
-        goto done;
-    }
-    for (uint64_t i = 0; i < n_kv; i++) {
-        uint64_t at = c.pos;
-        ckpt_kv *kv = &h->kvs[h->kv_count];
-        uint64_t klen;
-        uint32_t type;
-        if ((st = rd_string(&c, arena, "a key", &kv->key, &klen))) goto done;
-        if (klen == 0) {
-            st = ckpt__fail(err, CKPT_E_GGUF_LENGTH, c.path, NULL, (int64_t)at, "key-value %llu has an empty key",
-                            (unsigned long long)i);
-            goto done;
-        }
-        /* a hash of the keys: a million of them are checked in a blink, not hours */
-        if (!ckpt__name_table_insert(&keys, &h->kvs[0].key, sizeof *h->kvs, (uint32_t)h->kv_count, NULL)) {
-            st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, c.path, NULL, (int64_t)at, "key '%s' appears twice", kv->key);
-            goto done;
-        }
-        uint64_t type_at = c.pos;
-        if ((st = rd32(&c, &type, "a value type"))) goto done;
-        if (type >= T_COUNT) {
-            st = ckpt__fail(err, CKPT_E_GGUF_KV_TYPE, c.path, NULL, (int64_t)type_at,
-                            "key '%s' has unknown value type %lu", kv->key, (unsigned long)type);
-            goto done;
-        }
-        kv->type = (ckpt_kv_type)type;
-        value_ctx v = {&c, arena, kv->key};
-        st = read_value(&v, type, kv);
-        if (st == CKPT_OK) st = ckpt__budget_charge_buf(arena->budget, &v.json, &v.json_charged, err, c.path, (int64_t)c.pos);
-        /* The JSON stays where it was built, trimmed to its length. */
-        char *fit = st == CKPT_OK ? ckpt__realloc(v.json.data, v.json.len + 1) : NULL;
-        if (fit) v.json.data = NULL;
-        if (st == CKPT_OK && (!fit || !ckpt__arena_adopt(arena, fit))) st = ckpt__oom(err, c.path, kv->key);
-        kv->json = fit;
-        free(v.json.data);
-        if (st) goto done;
-        h->kv_count++;
-    }
-    /* Keys whose type the readers insist on. */
+    if (r->n_kv > (c->size - c->pos) / 13)
+        return ckpt__fail(c->err, CKPT_E_GGUF_COUNT, c->path, NULL, 16, "%llu key-values cannot fit in a %llu-byte file",
+                          (unsigned long long)r->n_kv, (unsigned long long)c->size);
+    if (r->n_tensors > (c->size - c->pos) / 24)
+        return ckpt__fail(c->err, CKPT_E_GGUF_COUNT, c->path, NULL, 8, "%llu tensors cannot fit in a %llu-byte file",
+                          (unsigned long long)r->n_tensors, (unsigned long long)c->size);
+    return CKPT_OK;
+}
+
+/* The tables, counted before they are made (13 bytes can declare a
+ * key-value of ~100 bytes here, 24 a tensor of ~60). */
+static ckpt_status make_tables(reading *r) {
+    header *h = r->h;
+    size_t kvs = r->n_kv ? (size_t)r->n_kv : 1, tensors = r->n_tensors ? (size_t)r->n_tensors : 1;
+    ckpt_status st = ckpt__budget_charge(
+        r->arena->budget, r->n_kv * (sizeof *h->kvs + 8) + r->n_tensors * (sizeof *h->tensors + ckpt__cat_tensor_cost(1)),
+        r->c.err, r->c.path, 8);
+    if (st) return st;
+    h->kvs = ckpt__calloc(kvs, sizeof *h->kvs);
+    h->tensors = ckpt__calloc(tensors, sizeof *h->tensors);
+    if (!h->kvs || !h->tensors || !ckpt__name_table_init(&r->keys, kvs) || !ckpt__name_table_init(&r->names, tensors))
+        return ckpt__oom(r->c.err, r->c.path, "the header");
+    return CKPT_OK;
+}
+
+/* A value's typed JSON, kept in the arena where it was built (trimmed to
+ * its length). */
+static ckpt_status keep_json(reading *r, value_ctx *v, ckpt_kv *kv) {
+    cursor *c = &r->c;
+    ckpt_status st = ckpt__budget_charge_buf(r->arena->budget, &v->json, &v->json_charged, c->err, c->path, (int64_t)c->pos);
+    char *fit = st == CKPT_OK ? ckpt__realloc(v->json.data, v->json.len + 1) : NULL;
+    if (fit) v->json.data = NULL;
+    if (st == CKPT_OK && (!fit || !ckpt__arena_adopt(r->arena, fit))) st = ckpt__oom(c->err, c->path, kv->key);
+    kv->json = fit;
+    return st;
+}
+
+/* Key-value i: its key (unique, not empty), type and value. */
+static ckpt_status read_kv(reading *r, uint64_t i) {
+    cursor *c = &r->c;
+    header *h = r->h;
+    uint64_t at = c->pos, klen;
+    ckpt_kv *kv = &h->kvs[h->kv_count];
+    uint32_t type;
+    ckpt_status st;
+    if ((st = rd_string(c, r->arena, "a key", &kv->key, &klen))) return st;
+    if (klen == 0)
+        return ckpt__fail(c->err, CKPT_E_GGUF_LENGTH, c->path, NULL, (int64_t)at, "key-value %llu has an empty key",
+                          (unsigned long long)i);
+    /* a hash of the keys: a million of them are checked in a blink, not hours */
+    if (!ckpt__name_table_insert(&r->keys, &h->kvs[0].key, sizeof *h->kvs, (uint32_t)h->kv_count, NULL))
+        return ckpt__fail(c->err, CKPT_E_DUPLICATE_NAME, c->path, NULL, (int64_t)at, "key '%s' appears twice", kv->key);
+    uint64_t type_at = c->pos;
+    if ((st = rd32(c, &type, "a value type"))) return st;
+    if (type >= T_COUNT)
+        return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, (int64_t)type_at,
+                          "key '%s' has unknown value type %lu", kv->key, (unsigned long)type);
+    kv->type = (ckpt_kv_type)type;
+    value_ctx v = {c, r->arena, kv->key};
+    st = read_value(&v, type, kv);
+    if (st == CKPT_OK) st = keep_json(r, &v, kv);
+    free(v.json.data);
+    if (st == CKPT_OK) h->kv_count++;
+    return st;
+}
+
+/* Keys whose type the readers insist on: the alignment, and gguf-split's. */
+static ckpt_status read_known_keys(reading *r) {
+    header *h = r->h;
+    const cursor *c = &r->c;
     h->alignment = CKPT__GGUF_DEFAULT_ALIGNMENT;
     const ckpt_kv *a = find_kv(h, "general.alignment");
-    if (a) {
-        if (a->type != CKPT_KV_U32) {
-            st = ckpt__fail(err, CKPT_E_GGUF_KV_TYPE, c.path, NULL, -1, "general.alignment is a %s, not a u32",
-                            type_names[a->type]);
-            goto done;
-        }
-        if (a->u == 0 || (a->u & (a->u - 1)) != 0) {
-            st = ckpt__fail(err, CKPT_E_GGUF_ALIGNMENT, c.path, NULL, -1,
-                            "general.alignment %llu is not a non-zero power of two", (unsigned long long)a->u);
-            goto done;
-        }
-        h->alignment = (uint32_t)a->u;
-    }
+    if (a && a->type != CKPT_KV_U32)
+        return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, -1, "general.alignment is a %s, not a u32",
+                          type_names[a->type]);
+    if (a && (a->u == 0 || (a->u & (a->u - 1)) != 0))
+        return ckpt__fail(c->err, CKPT_E_GGUF_ALIGNMENT, c->path, NULL, -1,
+                          "general.alignment %llu is not a non-zero power of two", (unsigned long long)a->u);
+    if (a) h->alignment = (uint32_t)a->u;
     static const struct { const char *key; uint32_t type; } split_keys[] = {
         {"split.no", T_U16}, {"split.count", T_U16}, {"split.tensors.count", T_I32}};
     int64_t *split_values[] = {&h->split_no, &h->split_count, &h->split_tensors};
     for (int k = 0; k < 3; k++) {
         const ckpt_kv *s = find_kv(h, split_keys[k].key);
         if (!s) continue;
-        if ((uint32_t)s->type != split_keys[k].type) {
-            st = ckpt__fail(err, CKPT_E_GGUF_KV_TYPE, c.path, NULL, -1, "%s is a %s, not a %s (as gguf-split writes it)",
-                            split_keys[k].key, type_names[s->type], type_names[split_keys[k].type]);
-            goto done;
-        }
+        if ((uint32_t)s->type != split_keys[k].type)
+            return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, -1, "%s is a %s, not a %s (as gguf-split writes it)",
+                              split_keys[k].key, type_names[s->type], type_names[split_keys[k].type]);
         *split_values[k] = s->i;
     }
-    for (uint64_t i = 0; i < n_tensors; i++) {
-        tinfo *t = &h->tensors[h->count];
-        t->info_at = c.pos;
-        uint32_t ndim, type;
-        if ((st = rd_string(&c, arena, "a tensor name", &t->name, NULL))) goto done;
-        uint64_t dims_at = c.pos;
-        if ((st = rd32(&c, &ndim, "a tensor's dimension count"))) goto done;
-        if (ndim > CKPT__GGUF_MAX_DIMS) {
-            st = ckpt__fail(err, CKPT_E_GGUF_DIMS, c.path, t->name, (int64_t)dims_at,
-                            "%lu dimensions, more than ggml's %d", (unsigned long)ndim, CKPT__GGUF_MAX_DIMS);
-            goto done;
-        }
-        t->ndim = ndim;
-        t->shape = ckpt__arena_alloc(arena, (ndim ? ndim : 1) * sizeof(uint64_t));
-        if (!t->shape) {
-            st = ckpt__oom(err, c.path, t->name);
-            goto done;
-        }
-        for (uint32_t d = 0; d < ndim; d++) {
-            uint64_t ne;
-            if ((st = rd64(&c, &ne, "a tensor dimension"))) goto done;
-            if (ne > (uint64_t)INT64_MAX) {
-                st = ckpt__fail(err, CKPT_E_GGUF_DIMS, c.path, t->name, (int64_t)(c.pos - 8),
-                                "dimension %lu is %llu, more than ggml's int64", (unsigned long)d, (unsigned long long)ne);
-                goto done;
-            }
-            t->shape[ndim - 1 - d] = ne; /* ggml lists the innermost first */
-        }
-        uint64_t type_at = c.pos;
-        if ((st = rd32(&c, &type, "a tensor's type"))) goto done;
-        t->dtype = ckpt_dtype_from_ggml_type(type);
-        if (t->dtype == CKPT_DTYPE_INVALID) {
-            st = ckpt__fail(err, CKPT_E_GGUF_TENSOR_TYPE, c.path, t->name, (int64_t)type_at, "unknown ggml type %lu",
-                            (unsigned long)type);
-            goto done;
-        }
-        if ((st = rd64(&c, &t->offset, "a tensor's offset"))) goto done;
-        uint64_t numel;
-        if (!ckpt__shape_numel(t->ndim, t->shape, &numel)) {
-            st = ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, c.path, t->name, (int64_t)dims_at, "product of the shape overflows");
-            goto done;
-        }
-        if (ckpt_dtype_is_block(t->dtype) && !ckpt__block_rows_ok(t->dtype, t->ndim, t->shape)) {
-            st = ckpt__fail(err, CKPT_E_GGUF_DIMS, c.path, t->name, (int64_t)dims_at,
-                            "rows of %llu elements are not whole %s blocks of %u",
-                            (unsigned long long)(t->ndim ? t->shape[t->ndim - 1] : 1), ckpt_dtype_name(t->dtype),
-                            ckpt_dtype_block_elems(t->dtype));
-            goto done;
-        }
-        if ((st = ckpt__tensor_size(t->dtype, t->ndim, t->shape, &numel, &t->nbytes))) {
-            st = ckpt__fail(err, st, c.path, t->name, (int64_t)dims_at, "%llu elements of %s: %s",
-                            (unsigned long long)numel, ckpt_dtype_name(t->dtype), ckpt_status_message(st));
-            goto done;
-        }
-        if (h->big_endian && ckpt_dtype_is_block(t->dtype) && !swappable_block(t->dtype)) {
-            st = ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, c.path, t->name, (int64_t)type_at,
-                            "a big-endian %s tensor: gguf-py's byte order converter defines big-endian blocks only "
-                            "for Q4_0, Q8_0, Q4_K, Q6_K, MXFP4 and NVFP4", ckpt_dtype_name(t->dtype));
-            goto done;
-        }
-        for (size_t k = 0; k < h->count; k++)
-            if (strcmp(h->tensors[k].name, t->name) == 0) {
-                st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, c.path, t->name, (int64_t)t->info_at,
-                                "tensor name appears twice (first at byte %llu)",
-                                (unsigned long long)h->tensors[k].info_at);
-                goto done;
-            }
-        h->count++;
+    return CKPT_OK;
+}
+
+/* A tensor's dimension count and dimensions (ggml lists the innermost first). */
+static ckpt_status read_shape(reading *r, tinfo *t) {
+    cursor *c = &r->c;
+    uint64_t dims_at = c->pos;
+    ckpt_status st = rd32(c, &t->ndim, "a tensor's dimension count");
+    if (st) return st;
+    if (t->ndim > CKPT__GGUF_MAX_DIMS)
+        return ckpt__fail(c->err, CKPT_E_GGUF_DIMS, c->path, t->name, (int64_t)dims_at,
+                          "%lu dimensions, more than ggml's %d", (unsigned long)t->ndim, CKPT__GGUF_MAX_DIMS);
+    t->shape = ckpt__arena_alloc(r->arena, (t->ndim ? t->ndim : 1) * sizeof(uint64_t));
+    if (!t->shape) return ckpt__oom(c->err, c->path, t->name);
+    for (uint32_t d = 0; d < t->ndim; d++) {
+        uint64_t ne;
+        if ((st = rd64(c, &ne, "a tensor dimension"))) return st;
+        if (ne > (uint64_t)INT64_MAX)
+            return ckpt__fail(c->err, CKPT_E_GGUF_DIMS, c->path, t->name, (int64_t)(c->pos - 8),
+                              "dimension %lu is %llu, more than ggml's int64", (unsigned long)d, (unsigned long long)ne);
+        t->shape[t->ndim - 1 - d] = ne;
     }
-    /* The data starts at the next multiple of the alignment. */
-    uint64_t start = c.pos + (h->alignment - c.pos % h->alignment) % h->alignment;
-    h->data_start = start;
-    if (h->count && start > c.size) {
-        st = ckpt__fail(err, CKPT_E_TRUNCATED, c.path, NULL, (int64_t)c.size,
-                        "file ends before its data section, which starts at byte %llu", (unsigned long long)start);
-        goto done;
-    }
-    uint64_t data_size = c.size > start ? c.size - start : 0;
-    tinfo **order = ckpt__malloc((h->count ? h->count : 1) * sizeof *order);
-    if (!order) {
-        st = ckpt__oom(err, c.path, NULL);
-        goto done;
-    }
-    for (size_t i = 0; i < h->count; i++) order[i] = &h->tensors[i];
-    for (size_t i = 0; i < h->count && st == CKPT_OK; i++) {
-        tinfo *t = order[i];
+    return CKPT_OK;
+}
+
+/* Whether a tensor's shape and type make a size this reader can serve
+ * (`dims_at` and `type_at`: where its dimensions and type are written). */
+static ckpt_status size_tensor(reading *r, tinfo *t, uint64_t dims_at, uint64_t type_at) {
+    const cursor *c = &r->c;
+    uint64_t numel;
+    ckpt_status st;
+    if (!ckpt__shape_numel(t->ndim, t->shape, &numel))
+        return ckpt__fail(c->err, CKPT_E_SHAPE_OVERFLOW, c->path, t->name, (int64_t)dims_at, "product of the shape overflows");
+    if (ckpt_dtype_is_block(t->dtype) && !ckpt__block_rows_ok(t->dtype, t->ndim, t->shape))
+        return ckpt__fail(c->err, CKPT_E_GGUF_DIMS, c->path, t->name, (int64_t)dims_at,
+                          "rows of %llu elements are not whole %s blocks of %u",
+                          (unsigned long long)(t->ndim ? t->shape[t->ndim - 1] : 1), ckpt_dtype_name(t->dtype),
+                          ckpt_dtype_block_elems(t->dtype));
+    if ((st = ckpt__tensor_size(t->dtype, t->ndim, t->shape, &numel, &t->nbytes)))
+        return ckpt__fail(c->err, st, c->path, t->name, (int64_t)dims_at, "%llu elements of %s: %s", (unsigned long long)numel,
+                          ckpt_dtype_name(t->dtype), ckpt_status_message(st));
+    if (r->h->big_endian && ckpt_dtype_is_block(t->dtype) && !swappable_block(t->dtype))
+        return ckpt__fail(c->err, CKPT_E_UNSUPPORTED_DTYPE, c->path, t->name, (int64_t)type_at,
+                          "a big-endian %s tensor: gguf-py's byte order converter defines big-endian blocks only "
+                          "for Q4_0, Q8_0, Q4_K, Q6_K, MXFP4 and NVFP4", ckpt_dtype_name(t->dtype));
+    return CKPT_OK;
+}
+
+/* A tensor info: name (unique), shape, type and data offset. */
+static ckpt_status read_tensor_info(reading *r) {
+    cursor *c = &r->c;
+    header *h = r->h;
+    tinfo *t = &h->tensors[h->count];
+    uint32_t type, first;
+    ckpt_status st;
+    t->info_at = c->pos;
+    if ((st = rd_string(c, r->arena, "a tensor name", &t->name, NULL))) return st;
+    uint64_t dims_at = c->pos;
+    if ((st = read_shape(r, t))) return st;
+    uint64_t type_at = c->pos;
+    if ((st = rd32(c, &type, "a tensor's type"))) return st;
+    t->dtype = ckpt_dtype_from_ggml_type(type);
+    if (t->dtype == CKPT_DTYPE_INVALID)
+        return ckpt__fail(c->err, CKPT_E_GGUF_TENSOR_TYPE, c->path, t->name, (int64_t)type_at, "unknown ggml type %lu",
+                          (unsigned long)type);
+    if ((st = rd64(c, &t->offset, "a tensor's offset")) || (st = size_tensor(r, t, dims_at, type_at))) return st;
+    if (!ckpt__name_table_insert(&r->names, &h->tensors[0].name, sizeof *h->tensors, (uint32_t)h->count, &first))
+        return ckpt__fail(c->err, CKPT_E_DUPLICATE_NAME, c->path, t->name, (int64_t)t->info_at,
+                          "tensor name appears twice (first at byte %llu)", (unsigned long long)h->tensors[first].info_at);
+    h->count++;
+    return CKPT_OK;
+}
+
+/* Each tensor's data inside the data section, aligned, and apart from the
+ * others'; `order` has room for a pointer per tensor. */
+static ckpt_status check_extents(reading *r, const tinfo **order) {
+    const header *h = r->h;
+    const cursor *c = &r->c;
+    uint64_t size = r->c.size, data_size = size > h->data_start ? size - h->data_start : 0;
+    for (size_t i = 0; i < h->count; i++) {
+        const tinfo *t = order[i] = &h->tensors[i];
         int64_t at = (int64_t)t->info_at;
         if (t->offset % h->alignment)
-            st = ckpt__fail(err, CKPT_E_GGUF_ALIGNMENT, c.path, t->name, at,
-                            "data offset %llu is not a multiple of the alignment %lu", (unsigned long long)t->offset,
-                            (unsigned long)h->alignment);
-        else if (t->offset > data_size)
-            st = ckpt__fail(err, CKPT_E_GGUF_OFFSET, c.path, t->name, at,
-                            "data offset %llu is past the end of the %llu-byte data section",
-                            (unsigned long long)t->offset, (unsigned long long)data_size);
-        else if (t->nbytes > data_size - t->offset)
-            st = ckpt__fail(err, CKPT_E_TRUNCATED, c.path, t->name, (int64_t)c.size,
-                            "file ends %llu bytes before the end of this tensor's data",
-                            (unsigned long long)(t->nbytes - (data_size - t->offset)));
+            return ckpt__fail(c->err, CKPT_E_GGUF_ALIGNMENT, c->path, t->name, at,
+                              "data offset %llu is not a multiple of the alignment %lu", (unsigned long long)t->offset,
+                              (unsigned long)h->alignment);
+        if (t->offset > data_size)
+            return ckpt__fail(c->err, CKPT_E_GGUF_OFFSET, c->path, t->name, at,
+                              "data offset %llu is past the end of the %llu-byte data section",
+                              (unsigned long long)t->offset, (unsigned long long)data_size);
+        if (t->nbytes > data_size - t->offset)
+            return ckpt__fail(c->err, CKPT_E_TRUNCATED, c->path, t->name, (int64_t)size,
+                              "file ends %llu bytes before the end of this tensor's data",
+                              (unsigned long long)(t->nbytes - (data_size - t->offset)));
     }
-    if (st == CKPT_OK && h->count) {
-        qsort(order, h->count, sizeof *order, by_offset);
-        for (size_t i = 1; i < h->count && st == CKPT_OK; i++) {
-            const tinfo *p = order[i - 1], *t = order[i];
-            if (t->nbytes && p->offset + p->nbytes > t->offset)
-                st = ckpt__fail(err, CKPT_E_GGUF_OFFSET, c.path, t->name, (int64_t)(start + t->offset),
-                                "data [%llu, %llu) overlaps '%s', which ends at %llu", (unsigned long long)t->offset,
-                                (unsigned long long)(t->offset + t->nbytes), p->name,
-                                (unsigned long long)(p->offset + p->nbytes));
-        }
+    if (h->count) qsort(order, h->count, sizeof *order, by_offset);
+    for (size_t i = 1; i < h->count; i++) {
+        const tinfo *p = order[i - 1], *t = order[i];
+        if (t->nbytes && p->offset + p->nbytes > t->offset)
+            return ckpt__fail(c->err, CKPT_E_GGUF_OFFSET, c->path, t->name, (int64_t)(h->data_start + t->offset),
+                              "data [%llu, %llu) overlaps '%s', which ends at %llu", (unsigned long long)t->offset,
+                              (unsigned long long)(t->offset + t->nbytes), p->name,
+                              (unsigned long long)(p->offset + p->nbytes));
     }
+    return CKPT_OK;
+}
+
+/* The data section: it starts at the next multiple of the alignment. */
+static ckpt_status read_data_section(reading *r) {
+    header *h = r->h;
+    uint64_t pos = r->c.pos, size = r->c.size;
+    h->data_start = pos + (h->alignment - pos % h->alignment) % h->alignment;
+    if (h->count && h->data_start > size)
+        return ckpt__fail(r->c.err, CKPT_E_TRUNCATED, r->c.path, NULL, (int64_t)size,
+                          "file ends before its data section, which starts at byte %llu",
+                          (unsigned long long)h->data_start);
+    const tinfo **order = ckpt__malloc((h->count ? h->count : 1) * sizeof *order);
+    if (!order) return ckpt__oom(r->c.err, r->c.path, NULL);
+    ckpt_status st = check_extents(r, order);
     free(order);
-done:
-    free(c.buf);
-    free(c.scratch);
-    ckpt__name_table_free(&keys);
+    return st;
+}
+
+static ckpt_status read_header(ckpt__source *src, ckpt__arena *arena, header *h, ckpt_error *err) {
+    memset(h, 0, sizeof *h);
+    h->split_no = h->split_count = h->split_tensors = -1;
+    reading r = {.c = {.src = src, .path = src->name, .size = src->size, .err = err, .cap = CURSOR_CHUNK},
+                 .arena = arena, .h = h};
+    r.c.buf = ckpt__malloc(r.c.cap);
+    ckpt_status st = r.c.buf ? read_preamble(&r) : ckpt__oom(err, src->name, "the header buffer");
+    if (st == CKPT_OK) st = make_tables(&r);
+    for (uint64_t i = 0; st == CKPT_OK && i < r.n_kv; i++) st = read_kv(&r, i);
+    if (st == CKPT_OK) st = read_known_keys(&r);
+    for (uint64_t i = 0; st == CKPT_OK && i < r.n_tensors; i++) st = read_tensor_info(&r);
+    if (st == CKPT_OK) st = read_data_section(&r);
+    free(r.c.buf);
+    free(r.c.scratch);
+    ckpt__name_table_free(&r.keys);
+    ckpt__name_table_free(&r.names);
     if (st) header_free(h);
     return st;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cursor.h"
 #include "../io/file.h"
 #include "gguf.h"
 #include "../base/json.h"
@@ -20,10 +21,8 @@ static int type_from_name(const char *s) {
 }
 
 static void put(ckpt__buf *b, const void *p, size_t n) { ckpt__buf_append(b, p, n); }
-static void put32(ckpt__buf *b, uint32_t v) { put(b, &v, 4); }
-static void put64(ckpt__buf *b, uint64_t v) { put(b, &v, 8); }
 static void put_str(ckpt__buf *b, const char *s, size_t n) {
-    put64(b, n);
+    ckpt__put_le(b, n, 8);
     put(b, s, n);
 }
 
@@ -124,7 +123,7 @@ static bool encode_head(enc *e, ckpt__buf *out, size_t i, size_t depth, bool wit
     int type = type_from_name(doc->nodes[t].str);
     if (type < 0) return fail(e, "unknown GGUF type \"%s\"", doc->nodes[t].str);
     if (!v) return fail(e, "%s", "missing \"value\"");
-    if (with_type) put32(out, (uint32_t)type);
+    if (with_type) ckpt__put_le(out, (uint32_t)type, 4);
     if (type != T_ARRAY) return encode_scalar(e, out, (uint32_t)type, &doc->nodes[v]);
     size_t el = member(doc, i, "element");
     if (!el || doc->nodes[el].kind != CKPT__JSON_STRING) return fail(e, "%s", "an array needs \"element\"");
@@ -132,8 +131,8 @@ static bool encode_head(enc *e, ckpt__buf *out, size_t i, size_t depth, bool wit
     if (et < 0) return fail(e, "unknown GGUF type \"%s\"", doc->nodes[el].str);
     if (et == T_ARRAY && depth + 1 >= CKPT__GGUF_MAX_NESTING) return fail(e, "%s", "arrays nested too deep");
     if (doc->nodes[v].kind != CKPT__JSON_ARRAY) return fail(e, "%s", "an array's \"value\" must be a JSON array");
-    put32(out, (uint32_t)et);
-    put64(out, doc->nodes[v].count);
+    ckpt__put_le(out, (uint32_t)et, 4);
+    ckpt__put_le(out, doc->nodes[v].count, 8);
     *open = (open_elements){v + 1, doc->nodes[v].count, et};
     return true;
 }
@@ -207,7 +206,7 @@ ckpt_status ckpt__gguf_encode_kv(ckpt__buf *out, const char *key, const char *va
     ckpt__json_doc doc;
     char *text;
     if (!parse_typed(value, &doc, &text)) {
-        put32(out, T_STRING);
+        ckpt__put_le(out, T_STRING, 4);
         put_str(out, value, strlen(value));
         return out->failed ? CKPT_E_NO_MEMORY : CKPT_OK;
     }
@@ -447,9 +446,7 @@ ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const c
                               uint64_t *file_size, ckpt_error *err) {
     ckpt__buf *b = header;
     put(b, "GGUF", 4);
-    put32(b, 3);
-    put64(b, count);
-    put64(b, kv_count);
+    CKPT__PUT_FIELDS(b, {4, 3}, {8, count}, {8, kv_count}); /* version 3 */
     for (size_t i = 0; i < kv_count; i++) {
         char why[256] = "";
         ckpt_status st = ckpt__gguf_encode_kv(b, keys[i], values[i], why, sizeof why);
@@ -468,10 +465,9 @@ ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const c
             return ckpt__fail(err, CKPT_E_GGUF_DIMS, path, t->name, -1, "%u dimensions, more than GGUF's %d", t->ndim,
                               CKPT__GGUF_MAX_DIMS);
         put_str(b, t->name, strlen(t->name));
-        put32(b, t->ndim);
-        for (uint32_t d = 0; d < t->ndim; d++) put64(b, t->shape[t->ndim - 1 - d]);
-        put32(b, (uint32_t)ggml);
-        put64(b, rel);
+        ckpt__put_le(b, t->ndim, 4);
+        for (uint32_t d = 0; d < t->ndim; d++) ckpt__put_le(b, t->shape[t->ndim - 1 - d], 8);
+        CKPT__PUT_FIELDS(b, {4, (uint32_t)ggml}, {8, rel});
         t->offset = rel;
         uint64_t padded = t->nbytes + (alignment - t->nbytes % alignment) % alignment;
         if (!ckpt__add_u64(rel, padded, &rel)) return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, path, t->name, -1, "file size overflows");

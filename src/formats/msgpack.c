@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cursor.h"
 #include "../base/json.h"
 #include "../io/file.h"
 #include "format.h"
@@ -157,18 +158,12 @@ static ckpt_status need(mp *m, size_t n, uint64_t limit, const unsigned char **p
     return CKPT_OK;
 }
 
-static uint64_t be(const unsigned char *p, unsigned n) {
-    uint64_t v = 0;
-    for (unsigned i = 0; i < n; i++) v = v << 8 | p[i];
-    return v;
-}
-
 /* An unsigned big-endian field of n bytes. */
 static ckpt_status field(mp *m, unsigned n, uint64_t limit, uint64_t *v) {
     const unsigned char *p = NULL;
     ckpt_status st = need(m, n, limit, &p);
     if (st) return st;
-    *v = be(p, n);
+    *v = ckpt__load_be(p, n);
     m->pos += n;
     return CKPT_OK;
 }
@@ -225,50 +220,71 @@ static ckpt_status new_node(mp *m, kind k, uint64_t at, uint32_t *i) {
     return CKPT_OK;
 }
 
-/* A string header's length, or false when `b` starts no string. */
-static bool str_len(mp *m, unsigned char b, uint64_t limit, uint64_t *len, ckpt_status *st) {
-    *st = CKPT_OK;
-    if (b >= 0xa0 && b <= 0xbf) *len = b & 0x1f;
-    else if (b == 0xd9) *st = field(m, 1, limit, len);
-    else if (b == 0xda) *st = field(m, 2, limit, len);
-    else if (b == 0xdb) *st = field(m, 4, limit, len);
-    else return false;
-    return true;
+/* What a value's first byte says: its family, and the number it holds
+ * (a length, a count, an integer's bits, a float's) or the width of the
+ * field after it that holds that number. */
+typedef enum head_kind { H_BAD, H_NIL, H_BOOL, H_UINT, H_INT, H_FLOAT, H_STR, H_BIN, H_ARRAY, H_MAP, H_EXT } head_kind;
+
+typedef struct mp_head {
+    head_kind kind;
+    unsigned char byte;
+    unsigned width; /* bytes of the field that follows; 0: none */
+    uint64_t v;     /* integers sign-extended */
+} mp_head;
+
+static mp_head classify(unsigned char b) {
+    if (b <= 0x7f) return (mp_head){H_UINT, b, 0, b};
+    if (b >= 0xe0) return (mp_head){H_INT, b, 0, (uint64_t)(int64_t)(int8_t)b};
+    if (b <= 0x8f) return (mp_head){H_MAP, b, 0, b & 0x0fu};
+    if (b <= 0x9f) return (mp_head){H_ARRAY, b, 0, b & 0x0fu};
+    if (b <= 0xbf) return (mp_head){H_STR, b, 0, b & 0x1fu};
+    if (b >= 0xc4 && b <= 0xc6) return (mp_head){H_BIN, b, 1u << (b - 0xc4), 0};
+    if (b >= 0xc7 && b <= 0xc9) return (mp_head){H_EXT, b, 1u << (b - 0xc7), 0};
+    if (b == 0xca || b == 0xcb) return (mp_head){H_FLOAT, b, b == 0xca ? 4 : 8, 0};
+    if (b >= 0xcc && b <= 0xcf) return (mp_head){H_UINT, b, 1u << (b - 0xcc), 0};
+    if (b >= 0xd0 && b <= 0xd3) return (mp_head){H_INT, b, 1u << (b - 0xd0), 0};
+    if (b >= 0xd4 && b <= 0xd8) return (mp_head){H_EXT, b, 0, 1u << (b - 0xd4)};
+    if (b >= 0xd9 && b <= 0xdb) return (mp_head){H_STR, b, 1u << (b - 0xd9), 0};
+    if (b == 0xdc || b == 0xdd) return (mp_head){H_ARRAY, b, b == 0xdc ? 2 : 4, 0};
+    if (b == 0xde || b == 0xdf) return (mp_head){H_MAP, b, b == 0xde ? 2 : 4, 0};
+    return (mp_head){b == 0xc0 ? H_NIL : b == 0xc1 ? H_BAD : H_BOOL, b, 0, b & 1u};
 }
 
-static bool bin_len(mp *m, unsigned char b, uint64_t limit, uint64_t *len, ckpt_status *st) {
-    *st = CKPT_OK;
-    if (b == 0xc4) *st = field(m, 1, limit, len);
-    else if (b == 0xc5) *st = field(m, 2, limit, len);
-    else if (b == 0xc6) *st = field(m, 4, limit, len);
-    else return false;
-    return true;
+/* The head of the value at m->pos, within `limit`.  Its field is read only
+ * when its kind is one of `accept` (a bit per kind): a caller refuses what
+ * it does not expect before reading past it. */
+static ckpt_status read_head(mp *m, uint64_t limit, unsigned accept, mp_head *h) {
+    uint64_t b = 0;
+    ckpt_status st = field(m, 1, limit, &b);
+    if (st) return st;
+    *h = classify((unsigned char)b);
+    if (!h->width || !(accept >> h->kind & 1)) return CKPT_OK;
+    if ((st = field(m, h->width, limit, &h->v))) return st;
+    if (h->kind == H_INT && h->width < 8 && (h->v >> (8 * h->width - 1)) & 1) h->v |= ~0ULL << (8 * h->width);
+    return CKPT_OK;
 }
+
+static double float_of(const mp_head *h) {
+    double d;
+    memcpy(&d, &h->v, 8);
+    return h->width == 4 ? ckpt__f32_from((uint32_t)h->v) : d;
+}
+
+enum { ANY = ~0u, NUMBER = 1u << H_UINT | 1u << H_INT | 1u << H_FLOAT, TEXT = 1u << H_STR | 1u << H_BIN };
 
 /* Flax's ndarray payload (shape, dtype name, data) within [pos, end). */
 static ckpt_status ndarray(mp *m, uint64_t end, mp_array *n) {
-    uint64_t at = m->pos, count, len;
-    const unsigned char *p = NULL;
-    ckpt_status st = need(m, 1, end, &p);
+    uint64_t at = m->pos, len;
+    mp_head h;
+    ckpt_status st = read_head(m, end, 1u << H_ARRAY, &h);
     if (st) return st;
-    unsigned char b = *p;
-    m->pos++;
-    if (b >= 0x90 && b <= 0x9f) count = b & 0x0f;
-    else if (b == 0xdc) st = field(m, 2, end, &count);
-    else if (b == 0xdd) st = field(m, 4, end, &count);
-    else return fail(m, CKPT_E_MSGPACK_INVALID, at, "ndarray payload is not an array (shape, dtype, data)");
-    if (st) return st;
-    if (count != 3) return fail(m, CKPT_E_MSGPACK_INVALID, at, "ndarray payload has %llu items, not 3", (unsigned long long)count);
+    if (h.kind != H_ARRAY) return fail(m, CKPT_E_MSGPACK_INVALID, at, "ndarray payload is not an array (shape, dtype, data)");
+    if (h.v != 3) return fail(m, CKPT_E_MSGPACK_INVALID, at, "ndarray payload has %llu items, not 3", (unsigned long long)h.v);
     /* shape: an array of non-negative ints */
     uint64_t shape_at = m->pos, ndim;
-    if ((st = need(m, 1, end, &p))) return st;
-    b = *p;
-    m->pos++;
-    if (b >= 0x90 && b <= 0x9f) ndim = b & 0x0f;
-    else if (b == 0xdc) st = field(m, 2, end, &ndim);
-    else if (b == 0xdd) st = field(m, 4, end, &ndim);
-    else return fail(m, CKPT_E_MSGPACK_INVALID, shape_at, "ndarray shape is not an array of integers");
-    if (st) return st;
+    if ((st = read_head(m, end, 1u << H_ARRAY, &h))) return st;
+    if (h.kind != H_ARRAY) return fail(m, CKPT_E_MSGPACK_INVALID, shape_at, "ndarray shape is not an array of integers");
+    ndim = h.v;
     if (ndim > CKPT_MAX_DIMS)
         return fail(m, CKPT_E_LIMIT, shape_at, "ndarray has %llu dimensions (at most %d)", (unsigned long long)ndim,
                     CKPT_MAX_DIMS);
@@ -276,34 +292,20 @@ static ckpt_status ndarray(mp *m, uint64_t end, mp_array *n) {
     if (!shape) return ckpt__oom(m->err, m->path, NULL);
     if ((st = charge(m, (ndim ? ndim : 1) * sizeof *shape, shape_at))) return st;
     for (uint64_t d = 0; d < ndim; d++) {
-        uint64_t dim_at = m->pos, v;
-        if ((st = need(m, 1, end, &p))) return st;
-        b = *p;
-        m->pos++;
-        if (b <= 0x7f) v = b;
-        else if (b >= 0xcc && b <= 0xcf) st = field(m, 1u << (b - 0xcc), end, &v);
-        else if (b >= 0xd0 && b <= 0xd3) {
-            unsigned w = 1u << (b - 0xd0);
-            if ((st = field(m, w, end, &v))) return st;
-            if (w < 8 && (v >> (8 * w - 1)) & 1) v = UINT64_MAX; /* negative */
-            if (w == 8 && (int64_t)v < 0) v = UINT64_MAX;
-            if (v == UINT64_MAX) return fail(m, CKPT_E_MSGPACK_INVALID, dim_at, "ndarray shape has a negative size");
-        } else {
+        uint64_t dim_at = m->pos;
+        if ((st = read_head(m, end, 1u << H_UINT | 1u << H_INT, &h))) return st;
+        bool sized_int = h.kind == H_INT && h.width; /* a negative fixint is no size either */
+        if (sized_int && (int64_t)h.v < 0)
+            return fail(m, CKPT_E_MSGPACK_INVALID, dim_at, "ndarray shape has a negative size");
+        if (h.kind != H_UINT && !sized_int)
             return fail(m, CKPT_E_MSGPACK_INVALID, dim_at, "ndarray shape holds something other than integers");
-        }
-        if (st) return st;
-        shape[d] = v;
+        shape[d] = h.v;
     }
     /* dtype name: str or bin (Flax reads it raw) */
     uint64_t dtype_at = m->pos;
-    if ((st = need(m, 1, end, &p))) return st;
-    b = *p;
-    m->pos++;
-    bool is_str = str_len(m, b, end, &len, &st);
-    if (st) return st;
-    if (!is_str && !bin_len(m, b, end, &len, &st))
-        return fail(m, CKPT_E_MSGPACK_INVALID, dtype_at, "ndarray dtype is not a string");
-    if (st) return st;
+    if ((st = read_head(m, end, TEXT, &h))) return st;
+    if (h.kind != H_STR && h.kind != H_BIN) return fail(m, CKPT_E_MSGPACK_INVALID, dtype_at, "ndarray dtype is not a string");
+    len = h.v;
     if (len > 64) return fail(m, CKPT_E_MSGPACK_INVALID, dtype_at, "ndarray dtype name of %llu bytes", (unsigned long long)len);
     mp_string *dtype_name;
     if ((st = bytes(m, len, end, &dtype_name))) return st;
@@ -316,14 +318,9 @@ static ckpt_status ndarray(mp *m, uint64_t end, mp_array *n) {
         return fail(m, CKPT_E_UNKNOWN_DTYPE, dtype_at, "ndarray dtype '%s': %s", name, why);
     /* data: bin (or str, which Flax would read the same) */
     uint64_t data_at = m->pos;
-    if ((st = need(m, 1, end, &p))) return st;
-    b = *p;
-    m->pos++;
-    bool is_bin = bin_len(m, b, end, &len, &st);
-    if (st) return st;
-    if (!is_bin && !str_len(m, b, end, &len, &st))
-        return fail(m, CKPT_E_MSGPACK_INVALID, data_at, "ndarray data is not a bin");
-    if (st) return st;
+    if ((st = read_head(m, end, TEXT, &h))) return st;
+    if (h.kind != H_STR && h.kind != H_BIN) return fail(m, CKPT_E_MSGPACK_INVALID, data_at, "ndarray data is not a bin");
+    len = h.v;
     uint64_t numel, nbytes;
     if (ckpt__tensor_size(dtype, (uint32_t)ndim, shape, &numel, &nbytes))
         return fail(m, CKPT_E_SHAPE_OVERFLOW, shape_at, "ndarray shape's byte count overflows");
@@ -344,45 +341,23 @@ static ckpt_status ndarray(mp *m, uint64_t end, mp_array *n) {
 
 /* A number inside a complex extension: float, int or uint. */
 static ckpt_status complex_part(mp *m, uint64_t end, double *out) {
-    uint64_t at = m->pos, v;
-    const unsigned char *p = NULL;
-    ckpt_status st = need(m, 1, end, &p);
+    uint64_t at = m->pos;
+    mp_head h;
+    ckpt_status st = read_head(m, end, NUMBER, &h);
     if (st) return st;
-    unsigned char b = *p;
-    m->pos++;
-    if (b <= 0x7f) *out = b;
-    else if (b >= 0xe0) *out = (int8_t)b;
-    else if (b == 0xca || b == 0xcb) {
-        if ((st = field(m, b == 0xca ? 4 : 8, end, &v))) return st;
-        float f;
-        uint32_t w = (uint32_t)v;
-        if (b == 0xca) memcpy(&f, &w, 4), *out = f;
-        else memcpy(out, &v, 8);
-    } else if (b >= 0xcc && b <= 0xcf) {
-        if ((st = field(m, 1u << (b - 0xcc), end, &v))) return st;
-        *out = (double)v;
-    } else if (b >= 0xd0 && b <= 0xd3) {
-        unsigned w = 1u << (b - 0xd0);
-        if ((st = field(m, w, end, &v))) return st;
-        if (w < 8 && (v >> (8 * w - 1)) & 1) v |= ~0ULL << (8 * w); /* sign-extend */
-        *out = (double)(int64_t)v;
-    } else {
-        return fail(m, CKPT_E_MSGPACK_INVALID, at, "complex extension part is not a number");
-    }
+    if (h.kind == H_UINT) *out = (double)h.v;
+    else if (h.kind == H_INT) *out = (double)(int64_t)h.v;
+    else if (h.kind == H_FLOAT) *out = float_of(&h);
+    else return fail(m, CKPT_E_MSGPACK_INVALID, at, "complex extension part is not a number");
     return CKPT_OK;
 }
 
 /* Flax's complex payload: the array (real, imag) filling [pos, end). */
 static ckpt_status complex_value(mp *m, uint64_t at, uint64_t end, node *n) {
-    const unsigned char *p = NULL;
-    ckpt_status st = need(m, 1, end, &p);
+    mp_head h;
+    ckpt_status st = read_head(m, end, 1u << H_ARRAY, &h);
     if (st) return st;
-    uint64_t count = 0;
-    unsigned char b = *p;
-    m->pos++;
-    if (b >= 0x90 && b <= 0x9f) count = b & 0x0f;
-    else if (b == 0xdc || b == 0xdd) st = field(m, b == 0xdc ? 2 : 4, end, &count);
-    if (st) return st;
+    uint64_t count = h.kind == H_ARRAY ? h.v : 0;
     double *c = count == 2 ? ckpt__arena_alloc(&m->scratch, 2 * sizeof *c) : NULL;
     if (count == 2 && !c) return ckpt__oom(m->err, m->path, NULL);
     for (int k = 0; count == 2 && k < 2; k++)
@@ -420,78 +395,42 @@ static ckpt_status ext(mp *m, uint64_t at, uint64_t len, node *n) {
                 "msgpack extension type %d is not one of Flax's (1 ndarray, 2 complex, 3 numpy scalar)", (int8_t)type);
 }
 
+/* A string or bin of `len` bytes, into node i. */
+static ckpt_status string_node(mp *m, uint32_t i, bool text, uint64_t len) {
+    uint64_t at = node_at(&m->nodes[i]);
+    if (len > (text ? MAX_STRING : MAX_BIN))
+        return text ? fail(m, CKPT_E_LIMIT, at, "string of %llu bytes (at most %d)", (unsigned long long)len, MAX_STRING)
+                    : fail(m, CKPT_E_LIMIT, at, "bin value of %llu bytes outside an ndarray (at most %d)",
+                           (unsigned long long)len, MAX_BIN);
+    mp_string *s;
+    ckpt_status st = bytes(m, len, m->size, &s);
+    if (st) return st;
+    size_t bad = text ? ckpt__utf8_check((const unsigned char *)s->data, (size_t)len) : len;
+    if (bad != len) return fail(m, CKPT_E_MSGPACK_INVALID, at, "string is not UTF-8 (byte %zu)", bad);
+    m->nodes[i].kind = text ? N_STR : N_BIN, m->nodes[i].u.s = s;
+    return CKPT_OK;
+}
+
 /* The head of the value at m->pos, into node i: a scalar whole; a map or
  * an array, its number of values still to read into *items. */
 static ckpt_status value_head(mp *m, uint32_t i, uint64_t *items) {
     node *n = &m->nodes[i];
-    uint64_t at = node_at(n), v = 0, limit = m->size;
-    const unsigned char *p = NULL;
-    ckpt_status st = need(m, 1, limit, &p);
+    uint64_t at = node_at(n);
+    mp_head h;
+    ckpt_status st = read_head(m, m->size, ANY, &h);
     if (st) return st;
-    unsigned char b = *p;
-    m->pos++;
     *items = 0;
-    if (b <= 0x7f) {
-        n->kind = N_UINT, n->u.u = b;
-    } else if (b >= 0xe0) {
-        n->kind = N_INT, n->u.i = (int8_t)b;
-    } else if (b <= 0x8f || b == 0xde || b == 0xdf) {
-        if (b >= 0xde && (st = field(m, b == 0xde ? 2 : 4, limit, &v))) return st;
-        n->kind = N_MAP, n->u.seq.count = (uint32_t)(b >= 0xde ? v : b & 0x0f), *items = 2 * (uint64_t)n->u.seq.count;
-    } else if (b <= 0x9f || b == 0xdc || b == 0xdd) {
-        if (b >= 0xdc && (st = field(m, b == 0xdc ? 2 : 4, limit, &v))) return st;
-        n->kind = N_ARRAY, n->u.seq.count = (uint32_t)(b >= 0xdc ? v : b & 0x0f), *items = n->u.seq.count;
-    } else if ((b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb) || (b >= 0xc4 && b <= 0xc6)) {
-        bool text = !bin_len(m, b, limit, &v, &st);
-        if (text) str_len(m, b, limit, &v, &st);
-        if (st) return st;
-        if (v > (text ? MAX_STRING : MAX_BIN))
-            return text ? fail(m, CKPT_E_LIMIT, at, "string of %llu bytes (at most %d)", (unsigned long long)v, MAX_STRING)
-                        : fail(m, CKPT_E_LIMIT, at, "bin value of %llu bytes outside an ndarray (at most %d)",
-                               (unsigned long long)v, MAX_BIN);
-        mp_string *s;
-        if ((st = bytes(m, v, limit, &s))) return st;
-        size_t bad = text ? ckpt__utf8_check((const unsigned char *)s->data, (size_t)v) : v;
-        if (bad != v) return fail(m, CKPT_E_MSGPACK_INVALID, at, "string is not UTF-8 (byte %zu)", bad);
-        n = &m->nodes[i];
-        n->kind = text ? N_STR : N_BIN, n->u.s = s;
-    } else {
-        switch (b) {
-        case 0xc0: n->kind = N_NIL; break;
-        case 0xc2: n->kind = N_BOOL, n->u.b = false; break;
-        case 0xc3: n->kind = N_BOOL, n->u.b = true; break;
-        case 0xc7: case 0xc8: case 0xc9:
-            if ((st = field(m, 1u << (b - 0xc7), limit, &v))) return st;
-            return ext(m, at, v, n);
-        case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
-            return ext(m, at, 1u << (b - 0xd4), n);
-        case 0xca: {
-            if ((st = field(m, 4, limit, &v))) return st;
-            uint32_t w = (uint32_t)v;
-            float f;
-            memcpy(&f, &w, 4);
-            n->kind = N_FLOAT, n->u.f = f;
-            break;
-        }
-        case 0xcb:
-            if ((st = field(m, 8, limit, &v))) return st;
-            memcpy(&n->u.f, &v, 8);
-            n->kind = N_FLOAT;
-            break;
-        case 0xcc: case 0xcd: case 0xce: case 0xcf:
-            if ((st = field(m, 1u << (b - 0xcc), limit, &v))) return st;
-            n->kind = N_UINT, n->u.u = v;
-            break;
-        case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
-            unsigned w = 1u << (b - 0xd0);
-            if ((st = field(m, w, limit, &v))) return st;
-            if (w < 8 && (v >> (8 * w - 1)) & 1) v |= ~0ULL << (8 * w); /* sign-extend */
-            n->kind = N_INT, n->u.i = (int64_t)v;
-            break;
-        }
-        default:
-            return fail(m, CKPT_E_MSGPACK_INVALID, at, "byte 0x%02x starts no msgpack value", b);
-        }
+    switch (h.kind) {
+    case H_NIL: n->kind = N_NIL; break;
+    case H_BOOL: n->kind = N_BOOL, n->u.b = h.v; break;
+    case H_UINT: n->kind = N_UINT, n->u.u = h.v; break;
+    case H_INT: n->kind = N_INT, n->u.i = (int64_t)h.v; break;
+    case H_FLOAT: n->kind = N_FLOAT, n->u.f = float_of(&h); break;
+    case H_MAP: n->kind = N_MAP, n->u.seq.count = (uint32_t)h.v, *items = 2 * (uint64_t)n->u.seq.count; break;
+    case H_ARRAY: n->kind = N_ARRAY, n->u.seq.count = (uint32_t)h.v, *items = n->u.seq.count; break;
+    case H_STR: case H_BIN: return string_node(m, i, h.kind == H_STR, h.v);
+    case H_EXT: return ext(m, at, h.v, n);
+    case H_BAD: return fail(m, CKPT_E_MSGPACK_INVALID, at, "byte 0x%02x starts no msgpack value", h.byte);
     }
     return CKPT_OK;
 }
@@ -1061,43 +1000,34 @@ static ckpt_status mp_plan(ckpt__output *o, ckpt_error *err) {
 }
 
 /* msgpack-python's encodings: the shortest that holds the value. */
-static void put_be(ckpt__buf *b, uint64_t v, int n) {
-    unsigned char t[8];
-    for (int i = 0; i < n; i++) t[i] = (unsigned char)(v >> (8 * (n - 1 - i)));
-    ckpt__buf_append(b, (const char *)t, (size_t)n);
-}
-static void put_byte(ckpt__buf *b, unsigned v) {
-    char c = (char)v;
-    ckpt__buf_append(b, &c, 1);
-}
 static void put_uint(ckpt__buf *b, uint64_t v) {
-    if (v < 128) put_byte(b, (unsigned)v);
-    else if (v < 256) put_byte(b, 0xcc), put_be(b, v, 1);
-    else if (v < 65536) put_byte(b, 0xcd), put_be(b, v, 2);
-    else if (v <= 0xFFFFFFFFu) put_byte(b, 0xce), put_be(b, v, 4);
-    else put_byte(b, 0xcf), put_be(b, v, 8);
+    if (v < 128) ckpt__put_be(b, v, 1);
+    else if (v < 256) ckpt__put_be(b, 0xcc, 1), ckpt__put_be(b, v, 1);
+    else if (v < 65536) ckpt__put_be(b, 0xcd, 1), ckpt__put_be(b, v, 2);
+    else if (v <= 0xFFFFFFFFu) ckpt__put_be(b, 0xce, 1), ckpt__put_be(b, v, 4);
+    else ckpt__put_be(b, 0xcf, 1), ckpt__put_be(b, v, 8);
 }
 static void put_str(ckpt__buf *b, const char *s, size_t n) {
-    if (n < 32) put_byte(b, 0xa0 | (unsigned)n);
-    else if (n < 256) put_byte(b, 0xd9), put_be(b, n, 1);
-    else if (n < 65536) put_byte(b, 0xda), put_be(b, n, 2);
-    else put_byte(b, 0xdb), put_be(b, n, 4);
+    if (n < 32) ckpt__put_be(b, 0xa0 | n, 1);
+    else if (n < 256) ckpt__put_be(b, 0xd9, 1), ckpt__put_be(b, n, 1);
+    else if (n < 65536) ckpt__put_be(b, 0xda, 1), ckpt__put_be(b, n, 2);
+    else ckpt__put_be(b, 0xdb, 1), ckpt__put_be(b, n, 4);
     ckpt__buf_append(b, s, n);
 }
 static void put_map(ckpt__buf *b, size_t n) {
-    if (n < 16) put_byte(b, 0x80 | (unsigned)n);
-    else if (n < 65536) put_byte(b, 0xde), put_be(b, n, 2);
-    else put_byte(b, 0xdf), put_be(b, n, 4);
+    if (n < 16) ckpt__put_be(b, 0x80 | n, 1);
+    else if (n < 65536) ckpt__put_be(b, 0xde, 1), ckpt__put_be(b, n, 2);
+    else ckpt__put_be(b, 0xdf, 1), ckpt__put_be(b, n, 4);
 }
 static void put_array(ckpt__buf *b, size_t n) {
-    if (n < 16) put_byte(b, 0x90 | (unsigned)n);
-    else if (n < 65536) put_byte(b, 0xdc), put_be(b, n, 2);
-    else put_byte(b, 0xdd), put_be(b, n, 4);
+    if (n < 16) ckpt__put_be(b, 0x90 | n, 1);
+    else if (n < 65536) ckpt__put_be(b, 0xdc, 1), ckpt__put_be(b, n, 2);
+    else ckpt__put_be(b, 0xdd, 1), ckpt__put_be(b, n, 4);
 }
 static void put_bin_header(ckpt__buf *b, uint64_t n) {
-    if (n < 256) put_byte(b, 0xc4), put_be(b, n, 1);
-    else if (n < 65536) put_byte(b, 0xc5), put_be(b, n, 2);
-    else put_byte(b, 0xc6), put_be(b, n, 4);
+    if (n < 256) ckpt__put_be(b, 0xc4, 1), ckpt__put_be(b, n, 1);
+    else if (n < 65536) ckpt__put_be(b, 0xc5, 1), ckpt__put_be(b, n, 2);
+    else ckpt__put_be(b, 0xc6, 1), ckpt__put_be(b, n, 4);
 }
 
 /* The bytes since the last gap (or tensor) become a gap ending at s->at. */
@@ -1126,11 +1056,11 @@ static ckpt_status emit_tensor(ckpt__output *o, mp_out *s, size_t tensor, size_t
     uint64_t len = payload.len + x->nbytes;
     size_t before = b->len;
     if (len == 1 || len == 2 || len == 4 || len == 8 || len == 16)
-        put_byte(b, 0xd4 + (unsigned)__builtin_ctzll(len));
-    else if (len < 256) put_byte(b, 0xc7), put_be(b, len, 1);
-    else if (len < 65536) put_byte(b, 0xc8), put_be(b, len, 2);
-    else put_byte(b, 0xc9), put_be(b, len, 4);
-    put_byte(b, EXT_NDARRAY);
+        ckpt__put_be(b, 0xd4 + (unsigned)__builtin_ctzll(len), 1);
+    else if (len < 256) ckpt__put_be(b, 0xc7, 1), ckpt__put_be(b, len, 1);
+    else if (len < 65536) ckpt__put_be(b, 0xc8, 1), ckpt__put_be(b, len, 2);
+    else ckpt__put_be(b, 0xc9, 1), ckpt__put_be(b, len, 4);
+    ckpt__put_be(b, EXT_NDARRAY, 1);
     ckpt__buf_append(b, payload.data, payload.len);
     bool failed = payload.failed;
     free(payload.data);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cursor.h"
 #include "../io/file.h"
 #include "format.h"
 #include "numpy.h"
@@ -185,7 +186,7 @@ ckpt_status ckpt__npy_header_write(ckpt__buf *out, ckpt_dtype dtype, uint32_t nd
     if (hlen + pad > 65535) pre = 12, pad = 64 - (12 + hlen) % 64; /* version 2.0: a u32 length */
     uint64_t len = hlen + pad;
     unsigned char p[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', pre == 10 ? 1 : 2, 0};
-    for (size_t k = 0; k < pre - 8; k++) p[8 + k] = (unsigned char)(len >> (8 * k));
+    ckpt__store_le(p + 8, len, (unsigned)(pre - 8));
     ckpt__buf_append(out, (const char *)p, pre);
     ckpt__buf_append(out, h.data, h.len);
     for (size_t k = 0; k < pad; k++) ckpt__buf_append(out, " ", 1);
@@ -216,35 +217,24 @@ ckpt_status ckpt__npy_preamble(const unsigned char *head, size_t n, const char *
                                int64_t base, uint64_t *data_offset, ckpt_error *err) {
     if (!ckpt__npy_sniff(head, n))
         return bad(err, path, tensor, base, 0, "%s", "not a NumPy .npy array (no \\x93NUMPY magic)");
-    if (n < CKPT__NPY_PREAMBLE)
+    ckpt__rd r = ckpt__rd_over(head, n, 0);
+    ckpt__rd_skip(&r, CKPT__NPY_MAGIC_LEN);
+    unsigned major = ckpt__rd_u8(&r), minor = ckpt__rd_u8(&r);
+    uint64_t len = ckpt__rd_le(&r, major == 1 ? 2 : 4); /* the header's length */
+    /* a version is judged once its preamble is there (a minor once its length is) */
+    if (n >= CKPT__NPY_PREAMBLE && (major < 1 || major > 3 || (!r.bad && minor != 0))) {
+        char v[32];
+        snprintf(v, sizeof v, "%u.%u", major, minor);
+        return bad(err, path, tensor, base, 6, ".npy format version %s is not 1.0, 2.0 or 3.0", v);
+    }
+    if (r.bad)
         return ckpt__fail(err, CKPT_E_TRUNCATED, path, tensor, base >= 0 ? base + (int64_t)n : -1,
                           ".npy ends inside its preamble");
-    unsigned major = head[6], minor = head[7];
-    uint64_t len, start;
-    if (major == 1) {
-        len = (uint64_t)head[8] | (uint64_t)head[9] << 8;
-        start = 10;
-    } else if (major == 2 || major == 3) {
-        if (n < 12)
-            return ckpt__fail(err, CKPT_E_TRUNCATED, path, tensor, base >= 0 ? base + (int64_t)n : -1,
-                              ".npy ends inside its preamble");
-        len = (uint64_t)head[8] | (uint64_t)head[9] << 8 | (uint64_t)head[10] << 16 | (uint64_t)head[11] << 24;
-        start = 12;
-    } else {
-        char v[32];
-        snprintf(v, sizeof v, "%u.%u", major, minor);
-        return bad(err, path, tensor, base, 6, ".npy format version %s is not 1.0, 2.0 or 3.0", v);
-    }
-    if (minor != 0) {
-        char v[32];
-        snprintf(v, sizeof v, "%u.%u", major, minor);
-        return bad(err, path, tensor, base, 6, ".npy format version %s is not 1.0, 2.0 or 3.0", v);
-    }
     if (len > CKPT__NPY_MAX_HEADER)
         return ckpt__fail(err, CKPT_E_LIMIT, path, tensor, base >= 0 ? base + 8 : -1,
                           ".npy header of %llu bytes is over ckpt's limit of %u", (unsigned long long)len,
                           CKPT__NPY_MAX_HEADER);
-    *data_offset = start + len;
+    *data_offset = r.at + len;
     return CKPT_OK;
 }
 

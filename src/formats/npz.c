@@ -18,6 +18,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "../base/cursor.h"
 #include "../io/file.h"
 #include "format.h"
 #include "numpy.h"
@@ -34,7 +35,7 @@ static int npz_probe(const unsigned char *head, size_t n, const char *name) {
     if (!ckpt__zip_sniff(head, n)) return CKPT__PROBE_NO;
     if (name && ends_with(name, strlen(name), ".npz")) return CKPT__PROBE_MAGIC;
     if (n < 30 || memcmp(head, "PK\3\4", 4)) return CKPT__PROBE_NO;
-    size_t len = (size_t)head[26] | (size_t)head[27] << 8;
+    size_t len = ckpt__le16(head + 26);
     if (30 + len > n) return CKPT__PROBE_NO;
     return ends_with((const char *)head + 30, len, ".npy") ? CKPT__PROBE_MAGIC : CKPT__PROBE_NO;
 }
@@ -142,10 +143,6 @@ typedef struct npz_out {
     uint64_t directory, directory_len, end;
 } npz_out;
 
-static void le(unsigned char *p, uint64_t v, int n) {
-    for (int i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-
 static bool ascii(const char *s) {
     for (; *s; s++)
         if ((unsigned char)*s >= 0x80) return false;
@@ -192,25 +189,24 @@ static ckpt_status npz_plan(ckpt__output *o, ckpt_error *err) {
     return ckpt__out_set_files(o, 1, &base, err);
 }
 
-static void local_header(const npz_member *m, uint32_t crc, unsigned char *p) {
+/* A member's local header, sizes in the ZIP64 extra field (as force_zip64
+ * writes them), its name UTF-8 (bit 11) unless ASCII; stored. */
+static void local_header(ckpt__buf *b, const npz_member *m, uint32_t crc) {
     uint64_t size = m->header_len + m->data_len;
-    le(p, 0x04034b50, 4);
-    le(p + 4, ZIP_VERSION, 2);
-    le(p + 6, ascii(m->name) ? 0 : 0x800, 2); /* bit 11: the name is UTF-8 */
-    le(p + 8, 0, 2);                          /* stored */
-    le(p + 10, 0, 2);
-    le(p + 12, DOS_DATE, 2);
-    le(p + 14, crc, 4);
-    le(p + 18, 0xFFFFFFFFu, 4); /* sizes in the ZIP64 extra field, as force_zip64 writes them */
-    le(p + 22, 0xFFFFFFFFu, 4);
-    le(p + 26, m->name_len, 2);
-    le(p + 28, ZIP64_EXTRA_LOCAL, 2);
-    memcpy(p + LOCAL, m->name, m->name_len);
-    unsigned char *x = p + LOCAL + m->name_len;
-    le(x, 1, 2);
-    le(x + 2, 16, 2);
-    le(x + 4, size, 8);
-    le(x + 12, size, 8);
+    CKPT__PUT_FIELDS(b, {4, 0x04034b50}, {2, ZIP_VERSION}, {2, ascii(m->name) ? 0 : 0x800}, {2, 0}, {2, 0},
+                     {2, DOS_DATE}, {4, crc}, {4, 0xFFFFFFFFu}, {4, 0xFFFFFFFFu}, {2, m->name_len}, {2, ZIP64_EXTRA_LOCAL});
+    ckpt__buf_append(b, m->name, m->name_len);
+    CKPT__PUT_FIELDS(b, {2, 1}, {2, 16}, {8, size}, {8, size});
+}
+
+/* Its central directory entry (made by Unix, 4.5; -rw-------). */
+static void central_entry(ckpt__buf *b, const npz_member *m, uint32_t crc) {
+    uint64_t size = m->header_len + m->data_len;
+    CKPT__PUT_FIELDS(b, {4, 0x02014b50}, {2, ZIP_VERSION | 3 << 8}, {2, ZIP_VERSION}, {2, ascii(m->name) ? 0 : 0x800},
+                     {2, 0}, {2, 0}, {2, DOS_DATE}, {4, crc}, {4, 0xFFFFFFFFu}, {4, 0xFFFFFFFFu}, {2, m->name_len},
+                     {2, ZIP64_EXTRA_CENTRAL}, {6, 0}, {4, 0600u << 16}, {4, 0xFFFFFFFFu});
+    ckpt__buf_append(b, m->name, m->name_len);
+    CKPT__PUT_FIELDS(b, {2, 1}, {2, 24}, {8, size}, {8, size}, {8, m->at});
 }
 
 static ckpt_status npz_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, ckpt_error *err) {
@@ -230,11 +226,8 @@ static ckpt_status npz_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, c
     s->directory_len = dir_len;
     s->end = at + dir_len + END64 + LOCATOR + END;
     if (s->count) { /* the first member's headers; the rest is written at finish */
-        const npz_member *m = &s->members[0];
-        unsigned char lh[LOCAL + 0xFFFF + ZIP64_EXTRA_LOCAL];
-        local_header(m, 0, lh);
-        ckpt__buf_append(head, (const char *)lh, LOCAL + m->name_len + ZIP64_EXTRA_LOCAL);
-        ckpt__buf_append(head, (const char *)m->header, m->header_len);
+        local_header(head, &s->members[0], 0);
+        ckpt__buf_append(head, (const char *)s->members[0].header, s->members[0].header_len);
     }
     ckpt__out_set_file_size(o, 0, s->end);
     return head->failed ? ckpt__oom(err, ckpt__out_path(o), NULL) : CKPT_OK;
@@ -242,74 +235,27 @@ static ckpt_status npz_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, c
 
 static ckpt_status npz_finish(ckpt__output *o, ckpt_error *err) {
     npz_out *s = *ckpt__out_format_state(o);
-    ckpt__buf dir = {0};
+    ckpt__buf dir = {0}, lh = {0};
     ckpt_status st = CKPT_OK;
-    unsigned char lh[LOCAL + 0xFFFF + ZIP64_EXTRA_LOCAL];
     for (size_t k = 0; st == CKPT_OK && k < s->count; k++) {
         const npz_member *m = &s->members[k];
         const ckpt__out_tensor *t = ckpt__out_tensor_at(o, m->tensor);
         uLong hcrc = crc32_z(crc32_z(0L, Z_NULL, 0), m->header, m->header_len);
         uint32_t crc = (uint32_t)crc32_combine64(hcrc, t->crc32, (z_off64_t)m->data_len);
-        size_t lh_len = LOCAL + m->name_len + ZIP64_EXTRA_LOCAL;
-        local_header(m, crc, lh);
-        st = ckpt__out_patch(o, 0, m->at, lh, lh_len, err);
-        if (st == CKPT_OK) st = ckpt__out_patch(o, 0, m->at + lh_len, m->header, m->header_len, err);
-        unsigned char c[CENTRAL];
-        uint64_t size = m->header_len + m->data_len;
-        le(c, 0x02014b50, 4);
-        le(c + 4, ZIP_VERSION | 3 << 8, 2); /* made by: Unix, 4.5 */
-        le(c + 6, ZIP_VERSION, 2);
-        le(c + 8, ascii(m->name) ? 0 : 0x800, 2);
-        le(c + 10, 0, 2);
-        le(c + 12, 0, 2);
-        le(c + 14, DOS_DATE, 2);
-        le(c + 16, crc, 4);
-        le(c + 20, 0xFFFFFFFFu, 4);
-        le(c + 24, 0xFFFFFFFFu, 4);
-        le(c + 28, m->name_len, 2);
-        le(c + 30, ZIP64_EXTRA_CENTRAL, 2);
-        le(c + 32, 0, 2);
-        le(c + 34, 0, 2);
-        le(c + 36, 0, 2);
-        le(c + 38, 0600u << 16, 4); /* -rw------- */
-        le(c + 42, 0xFFFFFFFFu, 4);
-        unsigned char x[ZIP64_EXTRA_CENTRAL];
-        le(x, 1, 2);
-        le(x + 2, 24, 2);
-        le(x + 4, size, 8);
-        le(x + 12, size, 8);
-        le(x + 20, m->at, 8);
-        ckpt__buf_append(&dir, (const char *)c, CENTRAL);
-        ckpt__buf_append(&dir, m->name, m->name_len);
-        ckpt__buf_append(&dir, (const char *)x, ZIP64_EXTRA_CENTRAL);
+        lh.len = 0;
+        local_header(&lh, m, crc);
+        st = lh.failed ? ckpt__oom(err, ckpt__out_path(o), NULL) : ckpt__out_patch(o, 0, m->at, lh.data, lh.len, err);
+        if (st == CKPT_OK) st = ckpt__out_patch(o, 0, m->at + lh.len, m->header, m->header_len, err);
+        central_entry(&dir, m, crc);
     }
-    unsigned char e[END64 + LOCATOR + END];
-    uint64_t end64 = s->directory + s->directory_len;
-    le(e, 0x06064b50, 4);
-    le(e + 4, END64 - 12, 8);
-    le(e + 12, ZIP_VERSION | 3 << 8, 2);
-    le(e + 14, ZIP_VERSION, 2);
-    le(e + 16, 0, 4);
-    le(e + 20, 0, 4);
-    le(e + 24, s->count, 8);
-    le(e + 32, s->count, 8);
-    le(e + 40, s->directory_len, 8);
-    le(e + 48, s->directory, 8);
-    unsigned char *l = e + END64;
-    le(l, 0x07064b50, 4);
-    le(l + 4, 0, 4);
-    le(l + 8, end64, 8);
-    le(l + 16, 1, 4);
-    unsigned char *z = l + LOCATOR;
-    le(z, 0x06054b50, 4);
-    le(z + 4, 0, 2);
-    le(z + 6, 0, 2);
-    le(z + 8, s->count < 0xFFFF ? s->count : 0xFFFF, 2);
-    le(z + 10, s->count < 0xFFFF ? s->count : 0xFFFF, 2);
-    le(z + 12, s->directory_len < 0xFFFFFFFFu ? s->directory_len : 0xFFFFFFFFu, 4);
-    le(z + 16, s->directory < 0xFFFFFFFFu ? s->directory : 0xFFFFFFFFu, 4);
-    le(z + 20, 0, 2);
-    ckpt__buf_append(&dir, (const char *)e, sizeof e);
+    free(lh.data);
+    uint64_t end64 = s->directory + s->directory_len, entries = s->count < 0xFFFF ? s->count : 0xFFFF;
+    /* the ZIP64 end of central directory, its locator, the end of central directory */
+    CKPT__PUT_FIELDS(&dir, {4, 0x06064b50}, {8, END64 - 12}, {2, ZIP_VERSION | 3 << 8}, {2, ZIP_VERSION}, {8, 0},
+                     {8, s->count}, {8, s->count}, {8, s->directory_len}, {8, s->directory}, {4, 0x07064b50}, {4, 0},
+                     {8, end64}, {4, 1}, {4, 0x06054b50}, {4, 0}, {2, entries}, {2, entries},
+                     {4, s->directory_len < 0xFFFFFFFFu ? s->directory_len : 0xFFFFFFFFu},
+                     {4, s->directory < 0xFFFFFFFFu ? s->directory : 0xFFFFFFFFu}, {2, 0});
     if (st == CKPT_OK && dir.failed) st = ckpt__oom(err, ckpt__out_path(o), NULL);
     if (st == CKPT_OK) st = ckpt__out_patch(o, 0, s->directory, dir.data, dir.len, err);
     free(dir.data);

@@ -6,14 +6,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cursor.h"
 #include "../base/json.h" /* ckpt__utf8_check */
 
 /* Bounds beyond what the input size already implies. */
 enum { MAX_STACK = 1 << 24, MAX_MARKS = 1 << 20, MAX_MEMO = 1 << 26 };
 
+struct op_def;
+
 typedef struct vm {
-    const unsigned char *p;
-    size_t len, pos, op_pos; /* op_pos: the current opcode's byte */
+    ckpt__rd in;               /* the pickle */
+    size_t op_pos;             /* the current opcode's byte */
+    unsigned char op;          /* and the opcode */
+    const struct op_def *def;  /* and how it runs */
+    bool stopped;              /* STOP was read */
     const ckpt__pk_source *src;
     ckpt__pk_allow_fn allow;
     void *user;
@@ -116,16 +122,9 @@ static ckpt_status pop_mark(vm *m, size_t *first, size_t *count) {
     return CKPT_OK;
 }
 
-static ckpt_status need(vm *m, size_t n) {
-    if (m->len - m->pos < n)
-        return fail(m, CKPT_E_PICKLE_INVALID, "truncated: %zu bytes needed, %zu left", n, m->len - m->pos);
-    return CKPT_OK;
-}
-
-static uint64_t le(const unsigned char *p, int n) {
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
-    return v;
+/* The failure of a read of n bytes that the pickle does not hold. */
+static ckpt_status truncated(vm *m, size_t n) {
+    return fail(m, CKPT_E_PICKLE_INVALID, "truncated: %zu bytes needed, %zu left", n, ckpt__rd_left(&m->in));
 }
 
 /* Room for `n` more items (the arena keeps outgrown arrays: a container
@@ -166,9 +165,8 @@ static ckpt_status make_seq(vm *m, ckpt__pk_kind kind, ckpt__pk_value *const *it
 }
 
 static ckpt_status string_value(vm *m, ckpt__pk_kind kind, size_t n) {
-    ckpt_status st = need(m, n);
-    if (st) return st;
-    const char *s = (const char *)m->p + m->pos;
+    const char *s = (const char *)ckpt__rd_bytes(&m->in, n);
+    if (!s) return truncated(m, n);
     if (kind == CKPT__PK_STR && ckpt__utf8_check((const unsigned char *)s, n) != n)
         return fail(m, CKPT_E_PICKLE_INVALID, "string is not valid UTF-8");
     ckpt__pk_value *v = new_value(m, kind);
@@ -176,7 +174,6 @@ static ckpt_status string_value(vm *m, ckpt__pk_kind kind, size_t n) {
     if (!copy) return no_room(m);
     v->u.s.data = copy;
     v->u.s.len = n;
-    m->pos += n;
     return push(m, v);
 }
 
@@ -186,7 +183,7 @@ static ckpt_status memo_put(vm *m, uint64_t index) {
     if (st) return st;
     /* Picklers number memo entries 0, 1, 2, …; bound sparse indexes by the
      * input size so that a huge index cannot allocate a huge table. */
-    if (index >= MAX_MEMO || index > 2 * (uint64_t)m->len + 16)
+    if (index >= MAX_MEMO || index > 2 * (uint64_t)m->in.n + 16)
         return fail(m, CKPT_E_LIMIT, "memo index %llu is beyond the limit", (unsigned long long)index);
     if (index >= m->memo_cap) {
         size_t cap = m->memo_cap ? m->memo_cap : 64;
@@ -232,13 +229,13 @@ static ckpt_status global(vm *m, const char *module, size_t mlen, const char *na
 }
 
 static ckpt_status text_global(vm *m) {
-    const char *s = (const char *)m->p + m->pos;
-    const char *nl1 = memchr(s, '\n', m->len - m->pos);
+    const char *s = (const char *)m->in.p + m->in.at, *end = (const char *)m->in.p + m->in.n;
+    const char *nl1 = memchr(s, '\n', (size_t)(end - s));
     if (!nl1) return fail(m, CKPT_E_PICKLE_INVALID, "GLOBAL without a newline");
     const char *name = nl1 + 1;
-    const char *nl2 = memchr(name, '\n', (size_t)((const char *)m->p + m->len - name));
+    const char *nl2 = memchr(name, '\n', (size_t)(end - name));
     if (!nl2) return fail(m, CKPT_E_PICKLE_INVALID, "GLOBAL without a second newline");
-    m->pos = (size_t)(nl2 + 1 - (const char *)m->p);
+    ckpt__rd_skip(&m->in, (size_t)(nl2 + 1 - s));
     return global(m, s, (size_t)(nl1 - s), name, (size_t)(nl2 - name));
 }
 
@@ -271,11 +268,8 @@ static ckpt__pk_value *numpy_scalar(vm *m, const ckpt__pk_value *f, ckpt__pk_val
                dt->state->u.seq.items[1]->kind == CKPT__PK_STR && !strcmp(dt->state->u.seq.items[1]->u.s.data, ">");
     const unsigned char *b = (const unsigned char *)a[1]->u.s.data;
     size_t len = a[1]->u.s.len;
-    unsigned char le[8] = {0};
     if (len > 8 || len == 0) return NULL;
-    for (size_t i = 0; i < len; i++) le[i] = big ? b[len - 1 - i] : b[i];
-    uint64_t u = 0;
-    for (size_t i = len; i-- > 0;) u = u << 8 | le[i];
+    uint64_t u = big ? ckpt__load_be(b, (unsigned)len) : ckpt__load_le(b, (unsigned)len);
     ckpt__pk_value *v = NULL;
     char kind = code[0];
     unsigned width = (unsigned)(code[1] - '0');
@@ -416,13 +410,19 @@ enum opcode {
     OP_BYTEARRAY8 = 0x96, OP_NEXT_BUFFER = 0x97, OP_READONLY_BUFFER = 0x98,
 };
 
+/* How an opcode runs: its handler, and what the handler varies by. */
+typedef struct op_def {
+    ckpt_status (*run)(vm *m);
+    uint8_t width;       /* bytes of its argument (TUPLE1..3: the items it takes) */
+    uint8_t kind;        /* the kind of value it makes */
+    bool flag;           /* BININT: signed; BINSTRING: a Python 2 str; BINPUT: a put; NEWTRUE: true */
+    const char *refusal; /* a forbidden opcode: why */
+} op_def;
+
 /* A little-endian unsigned argument of `width` bytes. */
 static ckpt_status read_uint(vm *m, size_t width, uint64_t *out) {
-    ckpt_status st = need(m, width);
-    if (st) return st;
-    *out = le(m->p + m->pos, (int)width);
-    m->pos += width;
-    return CKPT_OK;
+    *out = ckpt__rd_le(&m->in, (unsigned)width);
+    return m->in.bad ? truncated(m, width) : CKPT_OK;
 }
 
 static ckpt_status op_proto(vm *m) {
@@ -436,7 +436,7 @@ static ckpt_status op_proto(vm *m) {
 static ckpt_status op_frame(vm *m) {
     uint64_t n = 0;
     ckpt_status st = read_uint(m, 8, &n);
-    if (st == CKPT_OK && n > m->len - m->pos)
+    if (st == CKPT_OK && n > ckpt__rd_left(&m->in))
         return fail(m, CKPT_E_PICKLE_INVALID, "frame of %llu bytes runs past the end", (unsigned long long)n);
     return st;
 }
@@ -454,32 +454,33 @@ static ckpt_status op_mark(vm *m) {
     return CKPT_OK;
 }
 
-static ckpt_status op_bool(vm *m, bool b) {
+static ckpt_status op_bool(vm *m) {
     ckpt__pk_value *v = new_value(m, CKPT__PK_BOOL);
-    if (v) v->u.b = b;
+    if (v) v->u.b = m->def->flag;
     return push(m, v);
 }
 
 /* BININT (signed 4 bytes), BININT1 and BININT2 (unsigned). */
-static ckpt_status op_binint(vm *m, size_t width, bool is_signed) {
+static ckpt_status op_binint(vm *m) {
     uint64_t u = 0;
-    ckpt_status st = read_uint(m, width, &u);
+    ckpt_status st = read_uint(m, m->def->width, &u);
     if (st) return st;
     ckpt__pk_value *v = new_value(m, CKPT__PK_INT);
-    if (v) v->u.i = is_signed ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
+    if (v) v->u.i = m->def->flag ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
     return push(m, v);
 }
 
 /* LONG1 and LONG4: a two's-complement integer of n little-endian bytes;
  * beyond 8 bytes it is kept as its bytes. */
-static ckpt_status op_long(vm *m, size_t width) {
+static ckpt_status op_long(vm *m) {
     uint64_t n = 0;
-    ckpt_status st = read_uint(m, width, &n);
-    if (st || (st = need(m, n))) return st;
+    ckpt_status st = read_uint(m, m->def->width, &n);
+    if (st) return st;
     if (n > 8) return string_value(m, CKPT__PK_BIGINT, n);
-    uint64_t u = le(m->p + m->pos, (int)n);
-    if (n && n < 8 && (m->p[m->pos + n - 1] & 0x80)) u |= ~0ULL << (8 * n); /* sign-extend */
-    m->pos += n;
+    const unsigned char *b = ckpt__rd_bytes(&m->in, n);
+    if (!b) return truncated(m, n);
+    uint64_t u = ckpt__load_le(b, (unsigned)n);
+    if (n && n < 8 && (b[n - 1] & 0x80)) u |= ~0ULL << (8 * n); /* sign-extend */
     ckpt__pk_value *v = new_value(m, CKPT__PK_INT);
     if (v) v->u.i = (int64_t)u;
     return push(m, v);
@@ -487,11 +488,8 @@ static ckpt_status op_long(vm *m, size_t width) {
 
 /* BINFLOAT: a big-endian double. */
 static ckpt_status op_binfloat(vm *m) {
-    ckpt_status st = need(m, 8);
-    if (st) return st;
-    uint64_t bits = 0;
-    for (int i = 0; i < 8; i++) bits = bits << 8 | m->p[m->pos + i];
-    m->pos += 8;
+    uint64_t bits = ckpt__rd_u64be(&m->in);
+    if (m->in.bad) return truncated(m, 8);
     ckpt__pk_value *v = new_value(m, CKPT__PK_FLOAT);
     if (v) memcpy(&v->u.f, &bits, 8);
     return push(m, v);
@@ -499,20 +497,22 @@ static ckpt_status op_binfloat(vm *m) {
 
 /* Length-prefixed strings and bytes.  Python 2 str (BINSTRING) is text
  * when it is valid UTF-8, bytes otherwise. */
-static ckpt_status op_counted(vm *m, size_t width, ckpt__pk_kind kind, bool py2_str) {
+static ckpt_status op_counted(vm *m) {
     uint64_t n = 0;
-    ckpt_status st = read_uint(m, width, &n);
+    ckpt__pk_kind kind = m->def->kind;
+    ckpt_status st = read_uint(m, m->def->width, &n);
     if (st) return st;
-    if (n > m->len - m->pos)
+    if (n > ckpt__rd_left(&m->in))
         return fail(m, CKPT_E_PICKLE_INVALID, "string of %llu bytes runs past the end", (unsigned long long)n);
-    if (py2_str) kind = ckpt__utf8_check(m->p + m->pos, (size_t)n) == n ? CKPT__PK_STR : CKPT__PK_BYTES;
+    if (m->def->flag) kind = ckpt__utf8_check(m->in.p + m->in.at, (size_t)n) == n ? CKPT__PK_STR : CKPT__PK_BYTES;
     return string_value(m, kind, (size_t)n);
 }
 
-static ckpt_status op_empty(vm *m, ckpt__pk_kind kind) { return push(m, new_value(m, kind)); }
+static ckpt_status op_empty(vm *m) { return push(m, new_value(m, m->def->kind)); }
 
 /* TUPLE1..3: the top `count` values. */
-static ckpt_status op_tuple_n(vm *m, size_t count) {
+static ckpt_status op_tuple_n(vm *m) {
+    size_t count = m->def->width;
     if (m->depth - frame_base(m) < count) return fail(m, CKPT_E_PICKLE_INVALID, "stack underflow");
     m->depth -= count;
     ckpt__pk_value *v = NULL;
@@ -521,7 +521,8 @@ static ckpt_status op_tuple_n(vm *m, size_t count) {
 }
 
 /* TUPLE, LIST, FROZENSET and DICT: what lies above the last MARK. */
-static ckpt_status op_from_mark(vm *m, ckpt__pk_kind kind) {
+static ckpt_status op_from_mark(vm *m) {
+    ckpt__pk_kind kind = m->def->kind;
     size_t first = 0, count = 0;
     ckpt__pk_value *v = NULL;
     ckpt_status st = pop_mark(m, &first, &count);
@@ -547,20 +548,22 @@ static ckpt_status op_setitem(vm *m) {
 
 /* APPENDS, ADDITEMS and SETITEMS: what lies above the last MARK goes into
  * the container below it. */
-static ckpt_status op_many(vm *m, unsigned char op) {
+static ckpt_status op_many(vm *m) {
     size_t first = 0, count = 0;
     ckpt_status st = pop_mark(m, &first, &count);
     if (st) return st;
-    if (op == OP_SETITEMS) return op_setitems(m, first, count);
-    return op_appends(m, first, count, op == OP_APPENDS ? CKPT__PK_LIST : CKPT__PK_SET);
+    if (m->op == OP_SETITEMS) return op_setitems(m, first, count);
+    return op_appends(m, first, count, m->def->kind);
 }
 
-static ckpt_status op_memo(vm *m, size_t width, bool put) {
+static ckpt_status op_memo(vm *m) {
     uint64_t n = 0;
-    ckpt_status st = read_uint(m, width, &n);
+    ckpt_status st = read_uint(m, m->def->width, &n);
     if (st) return st;
-    return put ? memo_put(m, n) : memo_get(m, n);
+    return m->def->flag ? memo_put(m, n) : memo_get(m, n);
 }
+
+static ckpt_status op_memoize(vm *m) { return memo_put(m, m->memo_next); }
 
 static ckpt_status op_stack_global(vm *m) {
     ckpt__pk_value *module = NULL, *name = NULL;
@@ -572,7 +575,8 @@ static ckpt_status op_stack_global(vm *m) {
 }
 
 /* REDUCE, NEWOBJ (callable, args) and NEWOBJ_EX (callable, args, kwargs). */
-static ckpt_status op_call(vm *m, unsigned char op) {
+static ckpt_status op_call(vm *m) {
+    unsigned char op = m->op;
     ckpt__pk_value *callable = NULL, *args = NULL, *kwargs = NULL;
     ckpt_status st;
     if (op == OP_NEWOBJ_EX && (st = pop(m, &kwargs))) return st;
@@ -591,101 +595,94 @@ static ckpt_status op_binpersid(vm *m) {
     return push(m, v);
 }
 
-/* One opcode. */
-static ckpt_status step(vm *m, bool *stop) {
-    m->op_pos = m->pos;
-    ckpt_status st = need(m, 1);
-    if (st) return st;
-    unsigned char op = m->p[m->pos++];
-    ckpt__pk_value *v = NULL;
+static ckpt_status op_stop(vm *m) {
+    m->stopped = true;
+    return CKPT_OK;
+}
+
+static ckpt_status op_pop_mark(vm *m) {
     size_t first = 0, count = 0;
-    switch ((enum opcode)op) {
-    case OP_PROTO: return op_proto(m);
-    case OP_FRAME: return op_frame(m);
-    case OP_STOP: *stop = true; return CKPT_OK;
-    case OP_MARK: return op_mark(m);
-    case OP_POP:
-        if (m->depth == frame_base(m) && m->nmarks) return pop_mark(m, &first, &count);
-        return pop(m, &v);
-    case OP_POP_MARK: return pop_mark(m, &first, &count);
-    case OP_DUP: return (st = top(m, &v)) ? st : push(m, v);
-    case OP_NONE: return op_empty(m, CKPT__PK_NONE);
-    case OP_NEWTRUE: return op_bool(m, true);
-    case OP_NEWFALSE: return op_bool(m, false);
-    case OP_BININT: return op_binint(m, 4, true);
-    case OP_BININT1: return op_binint(m, 1, false);
-    case OP_BININT2: return op_binint(m, 2, false);
-    case OP_LONG1: return op_long(m, 1);
-    case OP_LONG4: return op_long(m, 4);
-    case OP_BINFLOAT: return op_binfloat(m);
-    case OP_SHORT_BINUNICODE: return op_counted(m, 1, CKPT__PK_STR, false);
-    case OP_BINUNICODE: return op_counted(m, 4, CKPT__PK_STR, false);
-    case OP_BINUNICODE8: return op_counted(m, 8, CKPT__PK_STR, false);
-    case OP_SHORT_BINBYTES: return op_counted(m, 1, CKPT__PK_BYTES, false);
-    case OP_BINBYTES: return op_counted(m, 4, CKPT__PK_BYTES, false);
-    case OP_BINBYTES8:
-    case OP_BYTEARRAY8: return op_counted(m, 8, CKPT__PK_BYTES, false);
-    case OP_SHORT_BINSTRING: return op_counted(m, 1, CKPT__PK_BYTES, true);
-    case OP_BINSTRING: return op_counted(m, 4, CKPT__PK_BYTES, true);
-    case OP_EMPTY_TUPLE: return op_empty(m, CKPT__PK_TUPLE);
-    case OP_EMPTY_LIST: return op_empty(m, CKPT__PK_LIST);
-    case OP_EMPTY_DICT: return op_empty(m, CKPT__PK_DICT);
-    case OP_EMPTY_SET: return op_empty(m, CKPT__PK_SET);
-    case OP_TUPLE1: return op_tuple_n(m, 1);
-    case OP_TUPLE2: return op_tuple_n(m, 2);
-    case OP_TUPLE3: return op_tuple_n(m, 3);
-    case OP_TUPLE: return op_from_mark(m, CKPT__PK_TUPLE);
-    case OP_LIST: return op_from_mark(m, CKPT__PK_LIST);
-    case OP_FROZENSET: return op_from_mark(m, CKPT__PK_SET);
-    case OP_DICT: return op_from_mark(m, CKPT__PK_DICT);
-    case OP_APPEND: return op_append(m);
-    case OP_SETITEM: return op_setitem(m);
-    case OP_APPENDS:
-    case OP_ADDITEMS:
-    case OP_SETITEMS: return op_many(m, op);
-    case OP_BINPUT: return op_memo(m, 1, true);
-    case OP_LONG_BINPUT: return op_memo(m, 4, true);
-    case OP_BINGET: return op_memo(m, 1, false);
-    case OP_LONG_BINGET: return op_memo(m, 4, false);
-    case OP_MEMOIZE: return memo_put(m, m->memo_next);
-    case OP_GLOBAL: return text_global(m);
-    case OP_STACK_GLOBAL: return op_stack_global(m);
-    case OP_REDUCE:
-    case OP_NEWOBJ:
-    case OP_NEWOBJ_EX: return op_call(m, op);
-    case OP_BUILD: return op_build(m);
-    case OP_BINPERSID: return op_binpersid(m);
-    case OP_INST: return fail(m, CKPT_E_PICKLE_FORBIDDEN, "INST opcode (instantiates a class by name) is never allowed");
-    case OP_OBJ: return fail(m, CKPT_E_PICKLE_FORBIDDEN, "OBJ opcode (instantiates a class) is never allowed");
-    case OP_EXT1:
-    case OP_EXT2:
-    case OP_EXT4: return fail(m, CKPT_E_PICKLE_FORBIDDEN, "EXT opcodes (the copyreg extension registry) are not allowed");
-    case OP_NEXT_BUFFER:
-    case OP_READONLY_BUFFER: return fail(m, CKPT_E_PICKLE_FORBIDDEN, "out-of-band buffers (protocol 5) are not supported");
-    }
-    return fail(m, CKPT_E_PICKLE_INVALID, "unsupported opcode 0x%02x%s", op,
-                (op >= 0x20 && op < 0x7F) ? " (a protocol 0/1 text opcode)" : "");
+    return pop_mark(m, &first, &count);
+}
+
+/* POP; at the bottom of a frame it drops the MARK itself, as CPython does. */
+static ckpt_status op_pop(vm *m) {
+    ckpt__pk_value *v = NULL;
+    return m->depth == frame_base(m) && m->nmarks ? op_pop_mark(m) : pop(m, &v);
+}
+
+static ckpt_status op_dup(vm *m) {
+    ckpt__pk_value *v = NULL;
+    ckpt_status st = top(m, &v);
+    return st ? st : push(m, v);
+}
+
+static ckpt_status op_refused(vm *m) { return fail(m, CKPT_E_PICKLE_FORBIDDEN, "%s", m->def->refusal); }
+
+enum { STR = CKPT__PK_STR, BYTES = CKPT__PK_BYTES };
+
+#define EXT_REFUSAL "EXT opcodes (the copyreg extension registry) are not allowed"
+#define BUFFER_REFUSAL "out-of-band buffers (protocol 5) are not supported"
+
+/* Every opcode read; the others are refused as unsupported. */
+static const op_def op_defs[256] = {
+    [OP_PROTO] = {op_proto}, [OP_FRAME] = {op_frame}, [OP_STOP] = {op_stop}, [OP_MARK] = {op_mark},
+    [OP_POP] = {op_pop}, [OP_POP_MARK] = {op_pop_mark}, [OP_DUP] = {op_dup},
+    [OP_NONE] = {op_empty, 0, CKPT__PK_NONE}, [OP_NEWTRUE] = {op_bool, 0, 0, true}, [OP_NEWFALSE] = {op_bool},
+    [OP_BININT] = {op_binint, 4, 0, true}, [OP_BININT1] = {op_binint, 1}, [OP_BININT2] = {op_binint, 2},
+    [OP_LONG1] = {op_long, 1}, [OP_LONG4] = {op_long, 4}, [OP_BINFLOAT] = {op_binfloat},
+    [OP_SHORT_BINUNICODE] = {op_counted, 1, STR}, [OP_BINUNICODE] = {op_counted, 4, STR},
+    [OP_BINUNICODE8] = {op_counted, 8, STR}, [OP_SHORT_BINBYTES] = {op_counted, 1, BYTES},
+    [OP_BINBYTES] = {op_counted, 4, BYTES}, [OP_BINBYTES8] = {op_counted, 8, BYTES},
+    [OP_BYTEARRAY8] = {op_counted, 8, BYTES}, [OP_SHORT_BINSTRING] = {op_counted, 1, BYTES, true},
+    [OP_BINSTRING] = {op_counted, 4, BYTES, true},
+    [OP_EMPTY_TUPLE] = {op_empty, 0, CKPT__PK_TUPLE}, [OP_EMPTY_LIST] = {op_empty, 0, CKPT__PK_LIST},
+    [OP_EMPTY_DICT] = {op_empty, 0, CKPT__PK_DICT}, [OP_EMPTY_SET] = {op_empty, 0, CKPT__PK_SET},
+    [OP_TUPLE1] = {op_tuple_n, 1}, [OP_TUPLE2] = {op_tuple_n, 2}, [OP_TUPLE3] = {op_tuple_n, 3},
+    [OP_TUPLE] = {op_from_mark, 0, CKPT__PK_TUPLE}, [OP_LIST] = {op_from_mark, 0, CKPT__PK_LIST},
+    [OP_FROZENSET] = {op_from_mark, 0, CKPT__PK_SET}, [OP_DICT] = {op_from_mark, 0, CKPT__PK_DICT},
+    [OP_APPEND] = {op_append}, [OP_SETITEM] = {op_setitem},
+    [OP_APPENDS] = {op_many, 0, CKPT__PK_LIST}, [OP_ADDITEMS] = {op_many, 0, CKPT__PK_SET}, [OP_SETITEMS] = {op_many},
+    [OP_BINPUT] = {op_memo, 1, 0, true}, [OP_LONG_BINPUT] = {op_memo, 4, 0, true},
+    [OP_BINGET] = {op_memo, 1}, [OP_LONG_BINGET] = {op_memo, 4}, [OP_MEMOIZE] = {op_memoize},
+    [OP_GLOBAL] = {text_global}, [OP_STACK_GLOBAL] = {op_stack_global}, [OP_BINPERSID] = {op_binpersid},
+    [OP_REDUCE] = {op_call}, [OP_NEWOBJ] = {op_call}, [OP_NEWOBJ_EX] = {op_call}, [OP_BUILD] = {op_build},
+    [OP_INST] = {op_refused, .refusal = "INST opcode (instantiates a class by name) is never allowed"},
+    [OP_OBJ] = {op_refused, .refusal = "OBJ opcode (instantiates a class) is never allowed"},
+    [OP_EXT1] = {op_refused, .refusal = EXT_REFUSAL}, [OP_EXT2] = {op_refused, .refusal = EXT_REFUSAL},
+    [OP_EXT4] = {op_refused, .refusal = EXT_REFUSAL},
+    [OP_NEXT_BUFFER] = {op_refused, .refusal = BUFFER_REFUSAL}, [OP_READONLY_BUFFER] = {op_refused, .refusal = BUFFER_REFUSAL},
+};
+
+/* One opcode. */
+static ckpt_status step(vm *m) {
+    m->op_pos = m->in.at;
+    m->op = ckpt__rd_u8(&m->in);
+    if (m->in.bad) return truncated(m, 1);
+    m->def = &op_defs[m->op];
+    if (m->def->run) return m->def->run(m);
+    return fail(m, CKPT_E_PICKLE_INVALID, "unsupported opcode 0x%02x%s", m->op,
+                (m->op >= 0x20 && m->op < 0x7F) ? " (a protocol 0/1 text opcode)" : "");
 }
 
 ckpt_status ckpt__pk_load(const unsigned char *data, size_t len, const ckpt__pk_source *src, ckpt__pk_allow_fn allow,
                           void *user, ckpt__arena *arena, ckpt__pk_value **out, size_t *consumed, ckpt_error *err) {
-    vm m = {.p = data, .len = len, .src = src, .allow = allow, .user = user, .arena = arena, .err = err};
+    vm m = {.in = ckpt__rd_over(data, len, 0), .src = src, .allow = allow, .user = user, .arena = arena, .err = err};
     ckpt_status st = CKPT_OK;
-    bool stop = false;
-    while (st == CKPT_OK && !stop) {
-        if (m.pos >= m.len) {
-            m.op_pos = m.pos;
+    while (st == CKPT_OK && !m.stopped) {
+        if (!ckpt__rd_left(&m.in)) {
+            m.op_pos = m.in.at;
             st = fail(&m, CKPT_E_PICKLE_INVALID, "ends without a STOP opcode");
             break;
         }
-        st = step(&m, &stop);
+        st = step(&m);
     }
     if (st == CKPT_OK) {
         if (m.nmarks) st = fail(&m, CKPT_E_PICKLE_INVALID, "STOP with a MARK still open");
         else if (m.depth != 1) st = fail(&m, CKPT_E_PICKLE_INVALID, "STOP with %zu values on the stack (expected 1)", m.depth);
         else *out = m.stack[0];
     }
-    if (consumed) *consumed = m.pos;
+    if (consumed) *consumed = m.in.at;
     free(m.stack);
     free(m.marks);
     free(m.memo);

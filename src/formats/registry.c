@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "../base/cursor.h"
 #include "../io/file.h"
 #include "dcp.h"
 #include "format.h"
@@ -163,8 +164,7 @@ static const char *looks_like(const unsigned char *head, size_t n, uint64_t size
     }
     /* Binary: safetensors starts with its header's length, which is small
      * (below 2^48 even for a corrupted but real header). */
-    uint64_t len = 0;
-    for (size_t i = 0; i < 8 && i < n; i++) len |= (uint64_t)head[i] << (8 * i);
+    uint64_t len = ckpt__load_le(head, n < 8 ? (unsigned)n : 8);
     size_t name_len = strlen(name);
     if (n < 8 || len < (1ULL << 48) || len <= size ||
         (name_len >= 12 && strcmp(name + name_len - 12, ".safetensors") == 0))

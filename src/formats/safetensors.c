@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cursor.h"
 #include "../io/file.h"
 
 ckpt_status ckpt__st_check_length(uint64_t file_size, uint64_t n, const char *path, ckpt_error *err) {
@@ -280,8 +281,7 @@ ckpt_status ckpt__st_read_header(ckpt__source *src, ckpt__arena *arena, ckpt__st
     if (file_size < 8) return ckpt__st_check_length(file_size, 0, path, err);
     ckpt_status st = ckpt__source_read(src, prefix, 8, 0, err);
     if (st) return st;
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; i--) n = (n << 8) | prefix[i];
+    uint64_t n = ckpt__le64(prefix);
     st = ckpt__st_check_length(file_size, n, path, err);
     if (st) return st;
     /* The header text lives in the arena: names point into it. */
@@ -356,7 +356,7 @@ ckpt_status ckpt__st_layout(ckpt__st_out_tensor *tensors, size_t count, const ch
         return json.failed ? CKPT_E_NO_MEMORY : CKPT_E_LIMIT;
     }
     unsigned char prefix[8];
-    for (int i = 0; i < 8; i++) prefix[i] = (unsigned char)((uint64_t)json.len >> (8 * i));
+    ckpt__store_le(prefix, json.len, 8);
     ckpt__buf_append(out, (const char *)prefix, 8);
     ckpt__buf_append(out, json.data, json.len);
     free(json.data);
@@ -439,7 +439,7 @@ static ckpt_status verify_header(const ckpt_catalog *cat, uint32_t file, const c
                          ? ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory")
                          : ckpt__source_read(src, prefix, 8, 0, err);
     if (st == CKPT_OK) {
-        for (int b = 7; b >= 0; b--) n = n << 8 | prefix[b];
+        n = ckpt__le64(prefix);
         header = ckpt__malloc((size_t)n + 8);
         st = header ? ckpt__source_read(src, header, n + 8, 0, err)
                     : ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cursor.h"
 #include "../io/file.h"
 #include "../base/json.h"
 #include "pickle.h"
@@ -660,9 +661,7 @@ ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__pk_allow_fn allow, 
         ckpt__torch_storage *s = found >= 0 ? &out->storages[found] : NULL;
         unsigned char count_le[8];
         if ((st = ckpt__source_read(src, count_le, 8, at, err))) break;
-        uint64_t numel = 0, nbytes;
-        for (int b = 7; b >= 0; b--) numel = numel << 8 | count_le[b];
-        if (out->big_endian) numel = __builtin_bswap64(numel);
+        uint64_t numel = out->big_endian ? ckpt__load_be(count_le, 8) : ckpt__le64(count_le), nbytes;
         unsigned item = s ? item_bytes(s->dtype) : 1;
         if (!s) {
             st = ckpt__fail(err, CKPT_E_PICKLE_INVALID, path, NULL, (int64_t)at,
@@ -770,7 +769,7 @@ static int zip_probe(const unsigned char *head, size_t n, const char *name) {
     if (!ckpt__zip_sniff(head, n)) return CKPT__PROBE_NO;
     /* torch.save puts every record in one top folder ("archive/data.pkl"):
      * a first record outside any folder is some other ZIP archive. */
-    size_t len = n >= 30 ? (size_t)head[26] | (size_t)head[27] << 8 : 0;
+    size_t len = n >= 30 ? ckpt__le16(head + 26) : 0;
     if (len && 30 + len <= n && !memchr(head + 30, '/', len)) return CKPT__PROBE_NO;
     return CKPT__PROBE_MAGIC;
 }

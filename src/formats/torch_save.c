@@ -5,32 +5,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/cursor.h"
+
 /* ---- pickles ---------------------------------------------------------------------- */
 
 void ckpt__pkw_op(ckpt__buf *b, unsigned char op) { ckpt__buf_append(b, (const char *)&op, 1); }
 
-void ckpt__pkw_le(ckpt__buf *b, uint64_t v, int n) {
-    unsigned char x[16] = {0}; /* up to 16 bytes: past the 8th, zeros */
-    for (int i = 0; i < n && i < 8; i++) x[i] = (unsigned char)(v >> (8 * i));
-    ckpt__buf_append(b, (const char *)x, (size_t)(n < 16 ? n : 16));
-}
-
 void ckpt__pkw_int(ckpt__buf *b, int64_t v) {
     if (v >= 0 && v < 256) {
         ckpt__pkw_op(b, 'K');
-        ckpt__pkw_le(b, (uint64_t)v, 1);
+        ckpt__put_le(b, (uint64_t)v, 1);
     } else if (v >= 0 && v < 65536) {
         ckpt__pkw_op(b, 'M');
-        ckpt__pkw_le(b, (uint64_t)v, 2);
+        ckpt__put_le(b, (uint64_t)v, 2);
     } else if (v >= INT32_MIN && v <= INT32_MAX) {
         ckpt__pkw_op(b, 'J');
-        ckpt__pkw_le(b, (uint64_t)(uint32_t)(int32_t)v, 4);
+        ckpt__put_le(b, (uint64_t)(uint32_t)(int32_t)v, 4);
     } else {
         int n = 1; /* the fewest bytes that hold v in two's complement, as CPython */
         while (n < 8 && (v < -(INT64_C(1) << (8 * n - 1)) || v >= (INT64_C(1) << (8 * n - 1)))) n++;
         ckpt__pkw_op(b, 0x8a);
-        ckpt__pkw_le(b, (uint64_t)n, 1);
-        ckpt__pkw_le(b, (uint64_t)v, n);
+        ckpt__put_le(b, (uint64_t)n, 1);
+        ckpt__put_le(b, (uint64_t)v, n);
     }
 }
 
@@ -38,7 +34,7 @@ void ckpt__pkw_float(ckpt__buf *b, double v) {
     uint64_t bits;
     memcpy(&bits, &v, 8);
     ckpt__pkw_op(b, 'G');
-    for (int k = 7; k >= 0; k--) ckpt__pkw_op(b, (unsigned char)(bits >> (8 * k)));
+    ckpt__put_be(b, bits, 8);
 }
 
 bool ckpt__pkw_unhex(ckpt__buf *b, const char *hex, size_t n) {
@@ -58,7 +54,7 @@ bool ckpt__pkw_unhex(ckpt__buf *b, const char *hex, size_t n) {
 
 void ckpt__pkw_str(ckpt__buf *b, const char *s, size_t n) {
     ckpt__pkw_op(b, 'X');
-    ckpt__pkw_le(b, n, 4);
+    ckpt__put_le(b, n, 4);
     ckpt__buf_append(b, s, n);
 }
 
@@ -83,13 +79,13 @@ void ckpt__pkw_dims(ckpt__buf *b, const uint64_t *v, uint32_t n) {
 uint32_t ckpt__pkw_memo_put(ckpt__buf *b, uint32_t *memo_count) {
     uint32_t index = (*memo_count)++;
     ckpt__pkw_op(b, index < 256 ? 'q' : 'r');
-    ckpt__pkw_le(b, index, index < 256 ? 1 : 4);
+    ckpt__put_le(b, index, index < 256 ? 1 : 4);
     return index;
 }
 
 void ckpt__pkw_memo_get(ckpt__buf *b, uint32_t index) {
     ckpt__pkw_op(b, index < 256 ? 'h' : 'j');
-    ckpt__pkw_le(b, index, index < 256 ? 1 : 4);
+    ckpt__put_le(b, index, index < 256 ? 1 : 4);
 }
 
 /* ---- dtypes ------------------------------------------------------------------------- */
@@ -184,36 +180,28 @@ static void put_name(ckpt__buf *b, const char *folder, const ckpt__torch_record 
 
 static void put_zip64(ckpt__buf *b, const ckpt__torch_record *r, uint64_t compressed) {
     if (!zip64_len(r)) return;
-    ckpt__pkw_le(b, 1, 2);
-    ckpt__pkw_le(b, zip64_len(r) - 4, 2);
-    if (big(r->size)) ckpt__pkw_le(b, r->size, 8), ckpt__pkw_le(b, compressed, 8);
-    if (big(r->local)) ckpt__pkw_le(b, r->local, 8);
+    CKPT__PUT_FIELDS(b, {2, 1}, {2, zip64_len(r) - 4});
+    if (big(r->size)) ckpt__put_le(b, r->size, 8), ckpt__put_le(b, compressed, 8);
+    if (big(r->local)) ckpt__put_le(b, r->local, 8);
 }
 
 void ckpt__torch_local_header(ckpt__buf *b, const char *folder, const ckpt__torch_record *r) {
     size_t pad = padding(folder, r);
-    ckpt__pkw_le(b, 0x04034b50, 4);
-    ckpt__pkw_le(b, 0, 2);                          /* version needed: stored */
-    ckpt__pkw_le(b, r->size ? 0x0808 : 0x0800, 2); /* a descriptor follows the data; UTF-8 names */
-    ckpt__pkw_le(b, 0, 2);                          /* stored */
-    ckpt__pkw_le(b, 0, 4);                          /* time and date: miniz built without them */
-    ckpt__pkw_le(b, 0, 12);                         /* CRC and sizes: in the descriptor */
-    ckpt__pkw_le(b, name_len(folder, r), 2);
-    ckpt__pkw_le(b, zip64_len(r) + 4 + pad, 2);
+    /* version needed 0 (stored); a descriptor follows the data, UTF-8 names; stored; no time and date (miniz
+     * built without them); CRC and sizes in the descriptor */
+    CKPT__PUT_FIELDS(b, {4, 0x04034b50}, {2, 0}, {2, r->size ? 0x0808 : 0x0800}, {2, 0}, {4, 0}, {12, 0},
+                     {2, name_len(folder, r)}, {2, zip64_len(r) + 4 + pad});
     put_name(b, folder, r);
     put_zip64(b, r, 0); /* miniz writes it before it knows the compressed size */
     ckpt__buf_puts(b, "FB");
-    ckpt__pkw_le(b, pad, 2);
+    ckpt__put_le(b, pad, 2);
     for (size_t i = 0; i < pad; i++) ckpt__buf_append(b, "Z", 1);
 }
 
 void ckpt__torch_descriptor(ckpt__buf *b, const ckpt__torch_record *r) {
     if (!r->size) return;
-    int n = zip64_len(r) ? 8 : 4;
-    ckpt__pkw_le(b, 0x08074b50, 4);
-    ckpt__pkw_le(b, r->crc, 4);
-    ckpt__pkw_le(b, r->size, n);
-    ckpt__pkw_le(b, r->size, n);
+    unsigned n = zip64_len(r) ? 8 : 4;
+    CKPT__PUT_FIELDS(b, {4, 0x08074b50}, {4, r->crc}, {n, r->size}, {n, r->size});
 }
 
 uint64_t ckpt__torch_directory_size(const char *folder, const ckpt__torch_record *r, size_t n) {
@@ -225,41 +213,20 @@ uint64_t ckpt__torch_directory_size(const char *folder, const ckpt__torch_record
 void ckpt__torch_directory(ckpt__buf *b, const char *folder, const ckpt__torch_record *r, size_t n, uint64_t cd_at) {
     size_t start = b->len;
     for (size_t i = 0; i < n; i++) {
-        ckpt__pkw_le(b, 0x02014b50, 4);
-        ckpt__pkw_le(b, 0, 4); /* made by, needed: miniz leaves 0 for stored records */
-        ckpt__pkw_le(b, r[i].size ? 0x0808 : 0x0800, 2);
-        ckpt__pkw_le(b, 0, 6); /* stored, time, date */
-        ckpt__pkw_le(b, r[i].crc, 4);
-        ckpt__pkw_le(b, big(r[i].size) ? ZIP32_MAX : r[i].size, 4);
-        ckpt__pkw_le(b, big(r[i].size) ? ZIP32_MAX : r[i].size, 4);
-        ckpt__pkw_le(b, name_len(folder, &r[i]), 2);
-        ckpt__pkw_le(b, zip64_len(&r[i]), 2);
-        ckpt__pkw_le(b, 0, 10); /* comment, disk, attributes */
-        ckpt__pkw_le(b, big(r[i].local) ? ZIP32_MAX : r[i].local, 4);
+        uint64_t size = big(r[i].size) ? ZIP32_MAX : r[i].size;
+        /* made by and needed: miniz leaves 0 for stored records; stored, no time and date; no comment, disk or
+         * attributes */
+        CKPT__PUT_FIELDS(b, {4, 0x02014b50}, {4, 0}, {2, r[i].size ? 0x0808 : 0x0800}, {6, 0}, {4, r[i].crc},
+                         {4, size}, {4, size}, {2, name_len(folder, &r[i])}, {2, zip64_len(&r[i])}, {10, 0},
+                         {4, big(r[i].local) ? ZIP32_MAX : r[i].local});
         put_name(b, folder, &r[i]);
         put_zip64(b, &r[i], r[i].size);
     }
-    uint64_t cd_size = b->len - start, end64 = cd_at + cd_size;
-    ckpt__pkw_le(b, 0x06064b50, 4); /* ZIP64 end of central directory, always */
-    ckpt__pkw_le(b, END64 - 12, 8);
-    ckpt__pkw_le(b, 0x031E, 2);
-    ckpt__pkw_le(b, 45, 2);
-    ckpt__pkw_le(b, 0, 8);
-    ckpt__pkw_le(b, n, 8);
-    ckpt__pkw_le(b, n, 8);
-    ckpt__pkw_le(b, cd_size, 8);
-    ckpt__pkw_le(b, cd_at, 8);
-    ckpt__pkw_le(b, 0x07064b50, 4); /* its locator */
-    ckpt__pkw_le(b, 0, 4);
-    ckpt__pkw_le(b, end64, 8);
-    ckpt__pkw_le(b, 1, 4);
-    ckpt__pkw_le(b, 0x06054b50, 4); /* end of central directory */
-    ckpt__pkw_le(b, 0, 4);
-    ckpt__pkw_le(b, n < 0xFFFF ? n : 0xFFFF, 2);
-    ckpt__pkw_le(b, n < 0xFFFF ? n : 0xFFFF, 2);
-    ckpt__pkw_le(b, big(cd_size) ? ZIP32_MAX : cd_size, 4);
-    ckpt__pkw_le(b, big(cd_at) ? ZIP32_MAX : cd_at, 4);
-    ckpt__pkw_le(b, 0, 2);
+    uint64_t cd_size = b->len - start, end64 = cd_at + cd_size, entries = n < 0xFFFF ? n : 0xFFFF;
+    /* the ZIP64 end of central directory (always), its locator, the end of central directory */
+    CKPT__PUT_FIELDS(b, {4, 0x06064b50}, {8, END64 - 12}, {2, 0x031E}, {2, 45}, {8, 0}, {8, n}, {8, n}, {8, cd_size},
+                     {8, cd_at}, {4, 0x07064b50}, {4, 0}, {8, end64}, {4, 1}, {4, 0x06054b50}, {4, 0}, {2, entries},
+                     {2, entries}, {4, big(cd_size) ? ZIP32_MAX : cd_size}, {4, big(cd_at) ? ZIP32_MAX : cd_at}, {2, 0});
 }
 
 /* ---- the serialization id ------------------------------------------------------------ */
@@ -270,17 +237,13 @@ static uint64_t hash_bytes(const char *s, size_t n) {
     uint64_t h = UINT64_C(0xc70f6907) ^ (n * mul);
     size_t whole = n & ~(size_t)7;
     for (size_t i = 0; i < whole; i += 8) {
-        uint64_t v = 0;
-        for (int k = 7; k >= 0; k--) v = v << 8 | (unsigned char)s[i + (size_t)k];
-        v *= mul;
+        uint64_t v = ckpt__le64((const unsigned char *)s + i) * mul;
         v ^= v >> 47;
         h ^= v * mul;
         h *= mul;
     }
     if (n & 7) {
-        uint64_t v = 0;
-        for (size_t k = n & 7; k-- > 0;) v = v << 8 | (unsigned char)s[whole + k];
-        h ^= v;
+        h ^= ckpt__load_le((const unsigned char *)s + whole, (unsigned)(n & 7));
         h *= mul;
     }
     h ^= h >> 47;

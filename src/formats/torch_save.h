@@ -32,12 +32,11 @@
 #define CKPT_FORMATS_TORCH_SAVE_H
 
 #include "../base/base.h"
+#include "../base/cursor.h" /* ckpt__put_le */
 
 /* ---- pickles, as CPython's pickler writes protocol 2 ------------------------ */
 
 CKPT__HIDDEN void ckpt__pkw_op(ckpt__buf *b, unsigned char op);
-/* `n` (at most 16) little-endian bytes of v, zeros past its 8. */
-CKPT__HIDDEN void ckpt__pkw_le(ckpt__buf *b, uint64_t v, int n);
 /* BININT1, BININT2, BININT, else LONG1 with the fewest two's-complement bytes. */
 CKPT__HIDDEN void ckpt__pkw_int(ckpt__buf *b, int64_t v);
 /* BINUNICODE: protocol 2 writes every str so. */

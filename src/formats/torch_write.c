@@ -338,7 +338,7 @@ static ckpt_status pk_big_int(pickler *p, const ckpt__json_node *hex) {
         st = refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s is malformed", "an integer");
     } else {
         ckpt__pkw_op(p->b, raw.len < 256 ? 0x8a : 0x8b);
-        ckpt__pkw_le(p->b, raw.len, raw.len < 256 ? 1 : 4);
+        ckpt__put_le(p->b, raw.len, raw.len < 256 ? 1 : 4);
         ckpt__buf_append(p->b, raw.data ? raw.data : "", raw.len);
     }
     free(raw.data);

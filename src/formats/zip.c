@@ -5,6 +5,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "../base/cursor.h"
 #include "../io/file.h"
 
 enum {
@@ -21,9 +22,6 @@ enum {
     MAX_COMMENT = 65535,
 };
 
-static uint16_t u16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static uint32_t u32(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
-static uint64_t u64(const unsigned char *p) { return (uint64_t)u32(p) | (uint64_t)u32(p + 4) << 32; }
 
 bool ckpt__zip_sniff(const unsigned char *head, size_t n) {
     return n >= 4 && head[0] == 'P' && head[1] == 'K' &&
@@ -60,7 +58,7 @@ static ckpt_status find_directory(ckpt__source *src, directory *dir, ckpt_error 
         st = ckpt__source_read(src, tail, tail_len, tail_start, err);
         for (int64_t i = (int64_t)tail_len - EOCD_SIZE; st == CKPT_OK && i >= 0; i--) {
             /* The comment length must reach exactly the end of the file. */
-            if (u32(tail + i) == SIG_EOCD && (uint64_t)i + EOCD_SIZE + u16(tail + i + 20) == tail_len) {
+            if (ckpt__le32(tail + i) == SIG_EOCD && (uint64_t)i + EOCD_SIZE + ckpt__le16(tail + i + 20) == tail_len) {
                 at = i;
                 break;
             }
@@ -74,16 +72,13 @@ static ckpt_status find_directory(ckpt__source *src, directory *dir, ckpt_error 
         free(tail);
         return bad(err, path, NULL, file_size, "no ZIP end-of-central-directory record (not a ZIP archive, or truncated)");
     }
-    const unsigned char *e = tail + at;
     uint64_t eocd_offset = tail_start + (uint64_t)at;
-    if (u16(e + 4) != 0 || u16(e + 6) != 0 || u16(e + 8) != u16(e + 10)) {
-        free(tail);
-        return ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, NULL, (int64_t)eocd_offset, "multi-disk ZIP archives are not supported");
-    }
-    dir->entries = u16(e + 10);
-    dir->size = u32(e + 12);
-    dir->offset = u32(e + 16);
+    ckpt__rd e = ckpt__rd_over(tail + at + 4, EOCD_SIZE - 4, eocd_offset + 4);
+    uint16_t disk = ckpt__rd_u16(&e), dir_disk = ckpt__rd_u16(&e), entries_here = ckpt__rd_u16(&e);
+    dir->entries = ckpt__rd_u16(&e), dir->size = ckpt__rd_u32(&e), dir->offset = ckpt__rd_u32(&e);
     free(tail);
+    if (disk || dir_disk || entries_here != dir->entries)
+        return ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, NULL, (int64_t)eocd_offset, "multi-disk ZIP archives are not supported");
 
     /* ZIP64: a locator just before the end record points to the real one.
      * torch always writes it, whether or not the sizes need it. */
@@ -91,9 +86,9 @@ static ckpt_status find_directory(ckpt__source *src, directory *dir, ckpt_error 
         unsigned char loc[LOCATOR_SIZE];
         st = ckpt__source_read(src, loc, LOCATOR_SIZE, eocd_offset - LOCATOR_SIZE, err);
         if (st) return st;
-        if (u32(loc) == SIG_ZIP64_LOCATOR) {
-            uint64_t z = u64(loc + 8);
-            if (u32(loc + 4) != 0 || u32(loc + 16) > 1)
+        if (ckpt__le32(loc) == SIG_ZIP64_LOCATOR) {
+            uint64_t z = ckpt__le64(loc + 8);
+            if (ckpt__le32(loc + 4) != 0 || ckpt__le32(loc + 16) > 1)
                 return ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, NULL, (int64_t)(eocd_offset - LOCATOR_SIZE),
                                   "multi-disk ZIP64 archives are not supported");
             if (z > eocd_offset - LOCATOR_SIZE || eocd_offset - LOCATOR_SIZE - z < ZIP64_EOCD_SIZE)
@@ -101,13 +96,13 @@ static ckpt_status find_directory(ckpt__source *src, directory *dir, ckpt_error 
             unsigned char r[ZIP64_EOCD_SIZE];
             st = ckpt__source_read(src, r, ZIP64_EOCD_SIZE, z, err);
             if (st) return st;
-            if (u32(r) != SIG_ZIP64_EOCD) return bad(err, path, NULL, z, "ZIP64 end record signature missing");
-            if (u32(r + 16) != 0 || u32(r + 20) != 0 || u64(r + 24) != u64(r + 32))
+            if (ckpt__le32(r) != SIG_ZIP64_EOCD) return bad(err, path, NULL, z, "ZIP64 end record signature missing");
+            if (ckpt__le32(r + 16) != 0 || ckpt__le32(r + 20) != 0 || ckpt__le64(r + 24) != ckpt__le64(r + 32))
                 return ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, NULL, (int64_t)z,
                                   "multi-disk ZIP64 archives are not supported");
-            dir->entries = u64(r + 32);
-            dir->size = u64(r + 40);
-            dir->offset = u64(r + 48);
+            dir->entries = ckpt__le64(r + 32);
+            dir->size = ckpt__le64(r + 40);
+            dir->offset = ckpt__le64(r + 48);
             eocd_offset = z; /* the directory must end before the ZIP64 record */
         }
     }
@@ -119,32 +114,52 @@ static ckpt_status find_directory(ckpt__source *src, directory *dir, ckpt_error 
     return CKPT_OK;
 }
 
-/* Reads the ZIP64 extended-information extra field over the 0xFFFFFFFF
- * central values, in the order the format fixes. */
-static bool apply_zip64_extra(const unsigned char *extra, size_t len, ckpt__zip_entry *e, uint32_t size32,
-                              uint32_t comp32, uint32_t offset32) {
-    bool need = size32 == 0xFFFFFFFFu || comp32 == 0xFFFFFFFFu || offset32 == 0xFFFFFFFFu;
-    for (size_t i = 0; i + 4 <= len;) {
-        uint16_t id = u16(extra + i), n = u16(extra + i + 2);
-        if (i + 4 + n > len) return false;
-        if (id == 0x0001) {
-            const unsigned char *f = extra + i + 4;
-            size_t k = 0;
-            if (size32 == 0xFFFFFFFFu) {
-                if (k + 8 > n) return false;
-                e->size = u64(f + k), k += 8;
-            }
-            if (comp32 == 0xFFFFFFFFu) {
-                if (k + 8 > n) return false;
-                e->comp_size = u64(f + k), k += 8;
-            }
-            if (offset32 == 0xFFFFFFFFu) {
-                if (k + 8 > n) return false;
-                e->header_offset = u64(f + k), k += 8;
-            }
-            return true;
-        }
-        i += 4 + (size_t)n;
+/* A central directory entry, as it is written. */
+typedef struct central {
+    const unsigned char *name, *extra;
+    size_t name_len, extra_len;
+    uint16_t flags, method, disk;
+    uint32_t crc32, comp32, size32, offset32;
+} central;
+
+enum { CENTRAL_OK, CENTRAL_NO_SIGNATURE, CENTRAL_PAST_END };
+
+/* The entry at the cursor (over the directory), and the cursor past it. */
+static int read_central(ckpt__rd *r, central *c) {
+    if (ckpt__rd_left(r) < CENTRAL_SIZE || ckpt__rd_u32(r) != SIG_CENTRAL) return CENTRAL_NO_SIGNATURE;
+    ckpt__rd_skip(r, 4); /* versions */
+    c->flags = ckpt__rd_u16(r), c->method = ckpt__rd_u16(r);
+    ckpt__rd_skip(r, 4); /* time and date */
+    c->crc32 = ckpt__rd_u32(r), c->comp32 = ckpt__rd_u32(r), c->size32 = ckpt__rd_u32(r);
+    c->name_len = ckpt__rd_u16(r), c->extra_len = ckpt__rd_u16(r);
+    size_t comment_len = ckpt__rd_u16(r);
+    c->disk = ckpt__rd_u16(r);
+    ckpt__rd_skip(r, 6); /* attributes */
+    c->offset32 = ckpt__rd_u32(r);
+    c->name = ckpt__rd_bytes(r, c->name_len);
+    c->extra = ckpt__rd_bytes(r, c->extra_len);
+    ckpt__rd_skip(r, comment_len);
+    return r->bad ? CENTRAL_PAST_END : CENTRAL_OK;
+}
+
+/* The sizes and offset of an entry: the central values, or the ZIP64
+ * extended-information extra field's over those at 0xFFFFFFFF, in the
+ * order the format fixes.  False when that field is missing or short. */
+static bool entry_extent(const central *c, ckpt__zip_entry *e) {
+    e->comp_size = c->comp32, e->size = c->size32, e->header_offset = c->offset32;
+    bool need = c->size32 == 0xFFFFFFFFu || c->comp32 == 0xFFFFFFFFu || c->offset32 == 0xFFFFFFFFu;
+    ckpt__rd r = ckpt__rd_over(c->extra, c->extra_len, 0);
+    while (ckpt__rd_left(&r) >= 4) {
+        uint16_t id = ckpt__rd_u16(&r);
+        size_t n;
+        const unsigned char *f = ckpt__rd_counted(&r, 2, false, &n);
+        if (!f) return false;
+        if (id != 0x0001) continue;
+        ckpt__rd z = ckpt__rd_over(f, n, 0);
+        if (c->size32 == 0xFFFFFFFFu) e->size = ckpt__rd_u64(&z);
+        if (c->comp32 == 0xFFFFFFFFu) e->comp_size = ckpt__rd_u64(&z);
+        if (c->offset32 == 0xFFFFFFFFu) e->header_offset = ckpt__rd_u64(&z);
+        return !z.bad;
     }
     return !need;
 }
@@ -180,24 +195,19 @@ typedef struct prefetched {
 static void prefetch_locals(ckpt__source *src, const unsigned char *cd, const directory *dir, prefetched *pf) {
     memset(pf, 0, sizeof *pf);
     if (!(src->caps & CKPT__SRC_REMOTE) || !src->ops->read_many || dir->entries < 2) return;
-    size_t n = 0, pos = 0;
+    size_t n = 0;
     pf->offsets = ckpt__malloc((size_t)dir->entries * sizeof *pf->offsets);
     pf->headers = ckpt__malloc((size_t)dir->entries * sizeof *pf->headers);
     ckpt__read_req *reqs = ckpt__malloc((size_t)dir->entries * sizeof *reqs);
+    ckpt__rd r = ckpt__rd_over(cd, (size_t)dir->size, dir->offset);
     for (uint64_t k = 0; pf->offsets && pf->headers && reqs && k < dir->entries; k++) {
-        if (dir->size - pos < CENTRAL_SIZE || u32(cd + pos) != SIG_CENTRAL) break;
-        const unsigned char *h = cd + pos;
-        size_t name_len = u16(h + 28), extra_len = u16(h + 30), comment_len = u16(h + 32);
-        if (dir->size - pos - CENTRAL_SIZE < name_len + extra_len + comment_len) break;
+        central c;
         ckpt__zip_entry e = {0};
-        uint32_t comp32 = u32(h + 20), size32 = u32(h + 24), offset32 = u32(h + 42);
-        e.header_offset = offset32;
-        if (!apply_zip64_extra(h + CENTRAL_SIZE + name_len, extra_len, &e, size32, comp32, offset32)) break;
+        if (read_central(&r, &c) != CENTRAL_OK || !entry_extent(&c, &e)) break;
         if (e.header_offset > dir->offset || dir->offset - e.header_offset < LOCAL_SIZE) break;
         pf->offsets[n] = e.header_offset;
         reqs[n] = (ckpt__read_req){src, -1, e.header_offset, LOCAL_SIZE, LOCAL_SIZE, pf->headers[n], NULL};
         n++;
-        pos += CENTRAL_SIZE + name_len + extra_len + comment_len;
     }
     if (n && reqs && src->ops->read_many(src, reqs, n, NULL) == CKPT_OK) {
         pf->count = n;
@@ -224,21 +234,19 @@ ckpt_status ckpt__zip_open(ckpt__source *src, bool single_folder, ckpt__arena *a
     st = ckpt__source_read(src, cd, dir.size, dir.offset, err);
     prefetched pf = {0};
     if (st == CKPT_OK) prefetch_locals(src, cd, &dir, &pf);
-    size_t pos = 0;
+    ckpt__rd r = ckpt__rd_over(cd, (size_t)dir.size, dir.offset);
     for (uint64_t k = 0; st == CKPT_OK && k < dir.entries; k++) {
-        uint64_t at = dir.offset + pos;
-        if (dir.size - pos < CENTRAL_SIZE || u32(cd + pos) != SIG_CENTRAL) {
-            st = bad(err, path, NULL, at, "central directory entry signature missing");
+        uint64_t at = ckpt__rd_offset(&r);
+        central c;
+        int got = read_central(&r, &c);
+        if (got != CENTRAL_OK) {
+            st = bad(err, path, NULL, at, got == CENTRAL_NO_SIGNATURE ? "central directory entry signature missing"
+                                                                     : "central directory entry runs past the directory");
             break;
         }
-        const unsigned char *h = cd + pos;
-        size_t name_len = u16(h + 28), extra_len = u16(h + 30), comment_len = u16(h + 32);
-        if (dir.size - pos - CENTRAL_SIZE < name_len + extra_len + comment_len) {
-            st = bad(err, path, NULL, at, "central directory entry runs past the directory");
-            break;
-        }
+        size_t name_len = c.name_len;
         ckpt__zip_entry *e = &out->entries[out->count];
-        e->name = ckpt__arena_strndup(arena, (const char *)h + CENTRAL_SIZE, name_len);
+        e->name = ckpt__arena_strndup(arena, (const char *)c.name, name_len);
         if (!e->name) {
             st = ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
             break;
@@ -247,14 +255,10 @@ ckpt_status ckpt__zip_open(ckpt__source *src, bool single_folder, ckpt__arena *a
             st = bad(err, path, NULL, at, "entry name contains a NUL byte");
             break;
         }
-        uint16_t flags = u16(h + 8);
-        e->method = u16(h + 10);
-        e->crc32 = u32(h + 16);
-        uint32_t comp32 = u32(h + 20), size32 = u32(h + 24), offset32 = u32(h + 42);
-        e->comp_size = comp32;
-        e->size = size32;
-        e->header_offset = offset32;
-        if (!apply_zip64_extra(h + CENTRAL_SIZE + name_len, extra_len, e, size32, comp32, offset32)) {
+        uint16_t flags = c.flags;
+        e->method = c.method;
+        e->crc32 = c.crc32;
+        if (!entry_extent(&c, e)) {
             st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)at, "ZIP64 extra field missing or short");
             break;
         }
@@ -262,7 +266,7 @@ ckpt_status ckpt__zip_open(ckpt__source *src, bool single_folder, ckpt__arena *a
             st = ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, e->name, (int64_t)at, "entry is encrypted");
             break;
         }
-        if (u16(h + 34) != 0 && u16(h + 34) != 0xFFFF) {
+        if (c.disk != 0 && c.disk != 0xFFFF) {
             st = ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, e->name, (int64_t)at, "entry starts on another disk");
             break;
         }
@@ -283,7 +287,6 @@ ckpt_status ckpt__zip_open(ckpt__source *src, bool single_folder, ckpt__arena *a
             break;
         }
         out->count++;
-        pos += CENTRAL_SIZE + name_len + extra_len + comment_len;
 
         /* The local header gives the data offset. */
         unsigned char local[LOCAL_SIZE];
@@ -295,16 +298,16 @@ ckpt_status ckpt__zip_open(ckpt__source *src, bool single_folder, ckpt__arena *a
         }
         if (k < pf.count && pf.offsets[k] == e->header_offset) memcpy(local, pf.headers[k], LOCAL_SIZE);
         else if ((st = ckpt__source_read(src, local, LOCAL_SIZE, e->header_offset, err))) break;
-        if (u32(local) != SIG_LOCAL) {
+        if (ckpt__le32(local) != SIG_LOCAL) {
             st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->header_offset, "local header signature missing");
             break;
         }
-        if (u16(local + 26) != name_len) {
+        if (ckpt__le16(local + 26) != name_len) {
             st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->header_offset,
                             "local and central headers disagree about the name");
             break;
         }
-        e->data_offset = e->header_offset + LOCAL_SIZE + name_len + u16(local + 28);
+        e->data_offset = e->header_offset + LOCAL_SIZE + name_len + ckpt__le16(local + 28);
         if (!ckpt__add_u64(e->data_offset, e->comp_size, &data_end) || data_end > dir.offset) {
             st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->header_offset,
                             "entry data [%llu, +%llu) runs past the data area (ends at %llu)",

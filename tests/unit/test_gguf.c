@@ -258,6 +258,15 @@ static void test_refusals(void **state) {
     size_t data = (t + 31) / 32 * 32;
     assert_int_equal(open_bytes(b, data + 16, dir, &err), CKPT_OK);
     assert_int_equal(open_bytes(b, data + 15, dir, &err), CKPT_E_TRUNCATED);
+    /* the same tensor name twice: refused at the second, naming the first */
+    put(b, 8, 2, 8);
+    memcpy(b + t, b + k, t - k);
+    size_t end = put(b, t + (t - k) - 8, 32, 8);
+    assert_int_equal(open_bytes(b, (end + 31) / 32 * 32 + 64, dir, &err), CKPT_E_DUPLICATE_NAME);
+    assert_int_equal(err.offset, (int64_t)t);
+    char first[64];
+    snprintf(first, sizeof first, "(first at byte %zu)", k);
+    assert_non_null(strstr(err.message, first));
     scratch_free(dir);
 }
 
