@@ -347,6 +347,12 @@ typedef struct engine {
     ckpt_error *err;
     crc_track *tracks;
     size_t track_count;
+    uint64_t *axes;          /* the jobs' per-axis arrays, 5 per axis */
+    bool any_direct;         /* a file is read with O_DIRECT */
+    bool need_bounce;        /* some task converts, scatters or reads O_DIRECT */
+    bool need_slot;          /* some move goes to a writer or a hash */
+    struct worker *workers;  /* threads of them, started of them allocated */
+    size_t threads, started;
 } engine;
 
 typedef struct worker {
@@ -1037,114 +1043,151 @@ static ckpt_status alloc_worker(worker *w, engine *g, bool bounce, bool slot, ck
     return CKPT_OK;
 }
 
+/* ---- the run, in phases: allocate, size the chunks, plan every move's
+ * tasks, start the workers, run them, report, release. -------------------- */
+
+/* The jobs (one per move, plus whole ZIP members to check), the pool of
+ * their per-axis arrays, and each data file opened for this run. */
+static ckpt_status allocate(engine *g, size_t count) {
+    const ckpt__engine_options *o = g->o;
+    size_t dims = 0;
+    for (size_t k = 0; k < count; k++) {
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(g->catalog, g->moves[k].tensor);
+        dims += t->ndim ? t->ndim : 1;
+    }
+    g->jobs = ckpt__calloc(count + o->member_count ? count + o->member_count : 1, sizeof *g->jobs);
+    g->axes = ckpt__malloc((dims ? dims : 1) * 5 * sizeof *g->axes);
+    if (!g->jobs || !g->axes) return ckpt__oom(g->err, NULL, "the engine's tasks");
+    if (!(g->files = open_files(g->catalog, o->io, &g->any_direct))) return ckpt__oom(g->err, NULL, "the engine's files");
+    g->need_bounce = g->any_direct;
+    for (size_t k = 0; k < count; k++) g->need_slot |= g->moves[k].sink != CKPT__SINK_MEMORY;
+    return CKPT_OK;
+}
+
+/* Without an explicit chunk size the ring stays within RING_BUDGET however
+ * many threads run (chunks shrink to RING_MIN_CHUNK at most). */
+static size_t chunk_size(const ckpt__engine_options *o, size_t threads, bool need_slot) {
+    size_t chunk = o->chunk_bytes ? (size_t)o->chunk_bytes : DEFAULT_CHUNK;
+    size_t per_thread = need_slot ? 2 : 1;
+    if (!o->chunk_bytes && chunk * threads * per_thread > RING_BUDGET)
+        chunk = RING_BUDGET / threads / per_thread < RING_MIN_CHUNK ? RING_MIN_CHUNK
+                                                                    : RING_BUDGET / threads / per_thread / 4096 * 4096;
+    return chunk < MIN_CHUNK ? MIN_CHUNK : chunk;
+}
+
+/* Move k's job: how its bytes are copied (kernel copy, boxes, serial for
+ * ordered writers), cut into boxes of at most a chunk, and its tasks; an
+ * empty tensor is done at once. */
+static ckpt_status plan_move(engine *g, size_t k, size_t *axes_used) {
+    const ckpt__engine_options *o = g->o;
+    ckpt_catalog *c = g->catalog;
+    ckpt__move *m = &g->moves[k];
+    job *j = &g->jobs[g->job_count];
+    const ckpt_tensor_info *t = ckpt_catalog_tensor(c, m->tensor);
+    make_job(c, m, j, g->axes + *axes_used);
+    *axes_used += 5 * (size_t)(t->ndim ? t->ndim : 1);
+    if (o->check_crc && m->sink != CKPT__SINK_HASH) j->crc = whole_member(j);
+    if (m->sink == CKPT__SINK_WRITER) {
+        j->serial |= o->ordered;
+        j->kernel_copy = !o->ordered && !j->crc && one_file_run(c, j);
+        bool identity = true;
+        for (uint32_t a = 0; a < j->n; a++) identity &= j->perm[a] == a;
+        j->box_copy = !o->ordered && !j->kernel_copy && j->npieces > 1 && j->same_bytes && identity && !packed(t->dtype);
+    }
+    unsigned size = j->in_size > j->out_size ? j->in_size : j->out_size;
+    bool large = j->kernel_copy || (remote_straight(c, j) && g->chunk < COPY_CHUNK);
+    uint64_t box_bytes = large ? COPY_CHUNK : direct_stream(c, g->files, j) ? STREAM_CHUNKS * g->chunk : g->chunk;
+    uint64_t limit = box_bytes / (size ? size : 1);
+    plan_boxes(j, limit ? limit : 1);
+    g->total_bytes += j->nbytes;
+    if (j->boxes == 0) {
+        if (m->sink == CKPT__SINK_HASH) m->digest = XXH3_64bits(NULL, 0);
+        if (o->move_done && o->move_done(k, o->done_user))
+            return ckpt__fail(g->err, CKPT_E_CANCELLED, NULL, j->name, -1, "cancelled by the item_done callback");
+        return CKPT_OK;
+    }
+    /* Any box may need to convert or scatter (a permuted output, a swapped
+     * or strided piece): all but kernel copies get a bounce. */
+    if (!j->kernel_copy) g->need_bounce = true;
+    j->tasks = j->serial ? 1 : j->boxes;
+    atomic_init(&j->tasks_left, j->tasks);
+    j->first_task = g->task_count;
+    g->task_count += j->tasks;
+    g->job_count++;
+    return CKPT_OK;
+}
+
+/* At most one thread per task; each with its buffers. */
+static ckpt_status start_workers(engine *g, size_t threads) {
+    if (threads > g->task_count) threads = g->task_count ? (size_t)g->task_count : 1;
+    if (!(g->workers = ckpt__calloc(threads, sizeof *g->workers))) return ckpt__oom(g->err, NULL, "the engine's threads");
+    g->threads = threads;
+    for (size_t i = 0; i < threads; i++) {
+        g->workers[i].g = g;
+        g->workers[i].caller = i == 0;
+        g->started = i + 1;
+        ckpt_status st = alloc_worker(&g->workers[i], g, g->need_bounce, g->need_slot, g->err);
+        if (st) return st;
+    }
+    return CKPT_OK;
+}
+
+/* The workers over every task, with progress at 0 and at the end. */
+static ckpt_status run_workers(engine *g, size_t *running) {
+    const ckpt__engine_options *o = g->o;
+    if (o->progress && o->progress(0, g->total_bytes, o->user))
+        return ckpt__fail(g->err, CKPT_E_CANCELLED, NULL, NULL, -1, "cancelled by the progress callback");
+    *running = ckpt__pool_run(&(ckpt__pool_batch){work, g->workers, sizeof *g->workers, g->threads});
+    if (g->status) return g->status;
+    if (o->progress && o->progress(g->total_bytes, g->total_bytes, o->user))
+        return ckpt__fail(g->err, CKPT_E_CANCELLED, NULL, NULL, -1, "cancelled by the progress callback");
+    return CKPT_OK;
+}
+
+static void report_stats(const engine *g, size_t running, ckpt_load_stats *stats) {
+    memset(stats, 0, sizeof *stats);
+    stats->bytes_needed = atomic_load(&g->bytes_needed);
+    stats->bytes_read = atomic_load(&g->bytes_read);
+    stats->reads = atomic_load(&g->reads);
+    stats->tasks = g->task_count;
+    stats->threads = (unsigned)running;
+    stats->direct = g->any_direct;
+    stats->io_uring = atomic_load(&g->used_uring);
+    for (size_t i = 0; i < g->started; i++)
+        stats->ring_bytes += g->workers[i].bounce_cap + (g->workers[i].slot ? g->chunk : 0);
+}
+
+static void release(engine *g) {
+    for (size_t i = 0; i < g->started; i++) free_worker(&g->workers[i]);
+    free(g->workers);
+    for (size_t i = 0; i < g->track_count; i++) free(g->tracks[i].segs);
+    free(g->tracks);
+    close_files(g->files, ckpt_catalog_file_count(g->catalog));
+    ckpt__catalog_drop_cache(g->catalog); /* direct mode: what small reads brought into the page cache */
+    free(g->jobs);
+    free(g->axes);
+    pthread_mutex_destroy(&g->lock);
+}
+
 ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, const ckpt__engine_options *o,
                              ckpt_load_stats *stats, ckpt_error *err) {
     engine g;
     memset(&g, 0, sizeof g);
     g.catalog = c, g.o = o, g.err = err, g.moves = moves;
     pthread_mutex_init(&g.lock, NULL);
-    ckpt_status st = CKPT_OK;
-    size_t dims = 0;
-    for (size_t k = 0; k < count; k++) {
-        const ckpt_tensor_info *t = ckpt_catalog_tensor(c, moves[k].tensor);
-        dims += t->ndim ? t->ndim : 1;
-    }
-    g.jobs = ckpt__calloc(count + o->member_count ? count + o->member_count : 1, sizeof *g.jobs);
-    uint64_t *pool = ckpt__malloc((dims ? dims : 1) * 5 * sizeof *pool);
-    bool any_direct = false;
-    if (!g.jobs || !pool) st = ckpt__oom(err, NULL, "the engine's tasks");
-    if (st == CKPT_OK && !(g.files = open_files(c, o->io, &any_direct))) st = ckpt__oom(err, NULL, "the engine's files");
-    size_t threads = o->threads ? o->threads : default_threads(any_direct);
-    bool need_slot = false, need_bounce = any_direct;
-    for (size_t k = 0; k < count; k++) need_slot |= moves[k].sink != CKPT__SINK_MEMORY;
-    /* Without an explicit chunk size the ring stays within RING_BUDGET
-     * however many threads run (chunks shrink to RING_MIN_CHUNK at most). */
-    g.chunk = o->chunk_bytes ? (size_t)o->chunk_bytes : DEFAULT_CHUNK;
-    size_t per_thread = need_slot ? 2 : 1;
-    if (!o->chunk_bytes && g.chunk * threads * per_thread > RING_BUDGET)
-        g.chunk = RING_BUDGET / threads / per_thread < RING_MIN_CHUNK ? RING_MIN_CHUNK
-                                                                      : RING_BUDGET / threads / per_thread / 4096 * 4096;
-    if (g.chunk < MIN_CHUNK) g.chunk = MIN_CHUNK;
-
-    size_t used = 0;
-    for (size_t k = 0; st == CKPT_OK && k < count; k++) {
-        job *j = &g.jobs[g.job_count];
-        const ckpt_tensor_info *t = ckpt_catalog_tensor(c, moves[k].tensor);
-        make_job(c, &moves[k], j, pool + used);
-        used += 5 * (size_t)(t->ndim ? t->ndim : 1);
-        if (o->check_crc && moves[k].sink != CKPT__SINK_HASH) j->crc = whole_member(j);
-        if (moves[k].sink == CKPT__SINK_WRITER) {
-            j->serial |= o->ordered;
-            j->kernel_copy = !o->ordered && !j->crc && one_file_run(c, j);
-            bool identity = true;
-            for (uint32_t a = 0; a < j->n; a++) identity &= j->perm[a] == a;
-            j->box_copy = !o->ordered && !j->kernel_copy && j->npieces > 1 && j->same_bytes && identity &&
-                          !packed(t->dtype);
-        }
-        unsigned size = j->in_size > j->out_size ? j->in_size : j->out_size;
-        bool large = j->kernel_copy || (remote_straight(c, j) && g.chunk < COPY_CHUNK);
-        uint64_t box_bytes = large ? COPY_CHUNK : direct_stream(c, g.files, j) ? STREAM_CHUNKS * g.chunk : g.chunk;
-        uint64_t limit = box_bytes / (size ? size : 1);
-        plan_boxes(j, limit ? limit : 1);
-        g.total_bytes += j->nbytes;
-        if (j->boxes == 0) {
-            if (moves[k].sink == CKPT__SINK_HASH) moves[k].digest = XXH3_64bits(NULL, 0);
-            if (o->move_done && o->move_done(k, o->done_user))
-                st = ckpt__fail(err, CKPT_E_CANCELLED, NULL, j->name, -1, "cancelled by the item_done callback");
-            continue;
-        }
-        /* Any box may need to convert or scatter (a permuted output, a
-         * swapped or strided piece): all but kernel copies get a bounce. */
-        if (!j->kernel_copy) need_bounce = true;
-        j->tasks = j->serial ? 1 : j->boxes;
-        atomic_init(&j->tasks_left, j->tasks);
-        j->first_task = g.task_count;
-        g.task_count += j->tasks;
-        g.job_count++;
-    }
+    ckpt_status st = allocate(&g, count);
+    size_t threads = o->threads ? o->threads : default_threads(g.any_direct);
+    g.chunk = chunk_size(o, threads, g.need_slot);
+    size_t axes_used = 0;
+    for (size_t k = 0; st == CKPT_OK && k < count; k++) st = plan_move(&g, k, &axes_used);
     if (st == CKPT_OK) st = add_member_jobs(&g, err);
     if (st == CKPT_OK) st = make_tracks(&g, err);
-    if (o->member_count) need_bounce = true;
-
-    if (threads > g.task_count) threads = g.task_count ? (size_t)g.task_count : 1;
-    worker *workers = st == CKPT_OK ? ckpt__calloc(threads, sizeof *workers) : NULL;
-    if (st == CKPT_OK && !workers) st = ckpt__oom(err, NULL, "the engine's threads");
-    size_t started = 0;
-    for (size_t i = 0; st == CKPT_OK && i < threads; i++) {
-        workers[i].g = &g;
-        workers[i].caller = i == 0;
-        started = i + 1;
-        st = alloc_worker(&workers[i], &g, need_bounce, need_slot, err);
-    }
-    if (st == CKPT_OK && o->progress && o->progress(0, g.total_bytes, o->user))
-        st = ckpt__fail(err, CKPT_E_CANCELLED, NULL, NULL, -1, "cancelled by the progress callback");
+    if (o->member_count) g.need_bounce = true;
+    if (st == CKPT_OK) st = start_workers(&g, threads);
     size_t running = 0;
-    if (st == CKPT_OK) {
-        running = ckpt__pool_run(&(ckpt__pool_batch){work, workers, sizeof *workers, threads});
-        st = g.status;
-        if (st == CKPT_OK && o->progress && o->progress(g.total_bytes, g.total_bytes, o->user))
-            st = ckpt__fail(err, CKPT_E_CANCELLED, NULL, NULL, -1, "cancelled by the progress callback");
-    }
-    if (stats) {
-        memset(stats, 0, sizeof *stats);
-        stats->bytes_needed = atomic_load(&g.bytes_needed);
-        stats->bytes_read = atomic_load(&g.bytes_read);
-        stats->reads = atomic_load(&g.reads);
-        stats->tasks = g.task_count;
-        stats->threads = (unsigned)running;
-        stats->direct = any_direct;
-        stats->io_uring = atomic_load(&g.used_uring);
-        for (size_t i = 0; i < started; i++) stats->ring_bytes += workers[i].bounce_cap + (workers[i].slot ? g.chunk : 0);
-    }
-    for (size_t i = 0; i < started; i++) free_worker(&workers[i]);
-    free(workers);
-    for (size_t i = 0; i < g.track_count; i++) free(g.tracks[i].segs);
-    free(g.tracks);
-    close_files(g.files, ckpt_catalog_file_count(c));
-    ckpt__catalog_drop_cache(c); /* direct mode: what small reads brought into the page cache */
-    free(g.jobs);
-    free(pool);
-    pthread_mutex_destroy(&g.lock);
+    if (st == CKPT_OK) st = run_workers(&g, &running);
+    if (stats) report_stats(&g, running, stats);
+    release(&g);
     return st;
 }
 
