@@ -728,7 +728,7 @@ static ERL_NIF_TERM nif_convert(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return st ? error_term(env, st, &e) : ATOM_OK;
 }
 
-/* verify(catalog) → {:ok, checked} */
+/* verify(catalog) → {:ok, %{tensor_digests:, header_digests:, zip_crc32:, bytes:, tensors:}} */
 static ERL_NIF_TERM nif_verify(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
     (void)argc;
     catalog_res *r;
@@ -736,7 +736,16 @@ static ERL_NIF_TERM nif_verify(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     ckpt_error e;
     ckpt_verify_report report = {.size = sizeof report};
     ckpt_status st = ckpt_verify(r->catalog, NULL, &report, &e);
-    return st ? error_term(env, st, &e) : ok(env, enif_make_uint64(env, report.tensor_digests));
+    if (st) return error_term(env, st, &e);
+    ERL_NIF_TERM keys[] = {enif_make_atom(env, "tensor_digests"), enif_make_atom(env, "header_digests"),
+                           enif_make_atom(env, "zip_crc32"), enif_make_atom(env, "bytes"),
+                           enif_make_atom(env, "tensors")};
+    ERL_NIF_TERM values[] = {enif_make_uint64(env, report.tensor_digests), enif_make_uint64(env, report.header_digests),
+                             enif_make_uint64(env, report.zip_crc32), enif_make_uint64(env, report.bytes),
+                             enif_make_uint64(env, report.tensors)};
+    ERL_NIF_TERM map;
+    enif_make_map_from_arrays(env, keys, values, 5, &map);
+    return ok(env, map);
 }
 
 /* recover(dir, check) → {:ok, found}: ckpt_commit_recover, found true when

@@ -409,7 +409,17 @@ defmodule Ckpt do
   def recover!(dir, opts \\ []), do: bang(recover(dir, opts))
 
   @doc "Re-reads every tensor that has a recorded checksum; `{:ok, count}` when all match."
-  def verify(source), do: with_catalog(source, &Error.wrap(NIF.verify(&1.ref)))
+  def verify(source) do
+    with {:ok, report} <- verify_report(source), do: {:ok, report.tensor_digests}
+  end
+
+  @doc """
+  Like `verify/1`, saying everything it checked: `{:ok, %{tensor_digests:,
+  header_digests:, zip_crc32:, bytes:, tensors:}}` — ckpt's XXH3-64 digests
+  of tensors and headers, the CRC-32s of ZIP members (torch files, `.npz`),
+  and the bytes and tensors they cover (zeros when the files record none).
+  """
+  def verify_report(source), do: with_catalog(source, &Error.wrap(NIF.verify(&1.ref)))
 
   @doc ~S{Parses a shard size: "5GB" (powers of 1000, as huggingface_hub), "2GiB", or bytes.}
   def parse_size(text) when is_binary(text), do: Error.wrap(NIF.parse_size(text))

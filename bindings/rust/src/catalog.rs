@@ -304,15 +304,42 @@ impl Catalog {
     }
 
     /// Re-reads every tensor that has a recorded checksum and compares;
-    /// returns how many matched.
+    /// returns how many matched (ckpt's XXH3-64 digests).
     pub fn verify(&self) -> Result<usize> {
+        Ok(self.verify_report()?.tensor_digests)
+    }
+
+    /// [`verify`](Self::verify), saying everything it checked (`ckpt_verify`'s
+    /// report, what `ckpt verify --json` prints as "checksums").
+    pub fn verify_report(&self) -> Result<VerifyReport> {
         let err = RawError::new();
         // SAFETY: a plain C struct; zeros are valid, and `size` says how much the library may fill.
-        let mut report: sys::ckpt_verify_report = unsafe { std::mem::zeroed() };
-        report.size = std::mem::size_of::<sys::ckpt_verify_report>();
-        err.check(unsafe { sys::ckpt_verify(self.raw(), ptr::null(), &mut report, err.ptr()) })?;
-        Ok(report.tensor_digests)
+        let mut r: sys::ckpt_verify_report = unsafe { std::mem::zeroed() };
+        r.size = std::mem::size_of::<sys::ckpt_verify_report>();
+        err.check(unsafe { sys::ckpt_verify(self.raw(), ptr::null(), &mut r, err.ptr()) })?;
+        Ok(VerifyReport {
+            tensor_digests: r.tensor_digests,
+            header_digests: r.header_digests,
+            zip_crc32: r.zip_crc32,
+            bytes: r.bytes,
+            tensors: r.tensors,
+        })
     }
+}
+
+/// What [`Catalog::verify_report`] checked; zeros when the files record nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Tensors whose XXH3-64 (recorded by a writer with `checksums`) matched.
+    pub tensor_digests: usize,
+    /// Files whose header XXH3-64 matched.
+    pub header_digests: usize,
+    /// ZIP members (torch files, `.npz`) whose CRC-32 matched.
+    pub zip_crc32: usize,
+    /// Bytes those checksums cover, all read.
+    pub bytes: u64,
+    /// Tensors whose bytes they cover.
+    pub tensors: usize,
 }
 
 /// Iterator over a catalog's tensors.

@@ -55,7 +55,7 @@ mod plan;
 mod util;
 mod writer;
 
-pub use catalog::{Catalog, Format, OpenOptions, Tensor, Tensors};
+pub use catalog::{Catalog, Format, OpenOptions, Tensor, Tensors, VerifyReport};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, Result, Status};
 pub use plan::{Buffer, Expected, IoMode, LoadOptions, LoadStats, Loaded, Mismatch, Plan, PlanItem, TensorData};

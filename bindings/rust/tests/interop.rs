@@ -453,6 +453,12 @@ fn checksums_are_verified_and_a_flipped_bit_is_found() {
     w.write(i, &vec![1.5f32; 256]).unwrap();
     w.commit().unwrap();
     assert_eq!(Catalog::open(&path).unwrap().verify().unwrap(), 1);
+    let r = Catalog::open(&path).unwrap().verify_report().unwrap();
+    assert_eq!((r.tensor_digests, r.header_digests, r.zip_crc32, r.bytes, r.tensors), (1, 1, 0, 1024, 1), "{:?}", r);
+    // A torch file records the CRC-32 of every ZIP member.
+    let fx = fixtures();
+    let t = Catalog::open(fx.path("resnet.pt")).unwrap().verify_report().unwrap();
+    assert!(t.zip_crc32 > 0 && t.tensor_digests == 0 && t.tensors > 0, "{:?}", t);
     let mut bytes = fs::read(&path).unwrap();
     let n = bytes.len();
     bytes[n - 100] ^= 4;
