@@ -68,6 +68,11 @@ struct ckpt_catalog {
      * file is opened beneath, and that file (followed as named). */
     ckpt__beneath *root;
     char *named;
+    /* A checkpoint opened from a caller's table (ckpt_catalog_open_source):
+     * every file is opened through it, inside `place_dir`. */
+    const ckpt_source_ops *place_ops;
+    void *place_user;
+    char *place_dir;
     pthread_mutex_t map_lock;
     ckpt_kv *kvs;           /* GGUF key-values (strings in the arena) */
     size_t kv_count, kv_cap;
@@ -213,11 +218,28 @@ ckpt_status ckpt__cat_add_source(ckpt_catalog *c, ckpt__source *src, uint32_t *f
     return CKPT_OK;
 }
 
+/* Whether `name` lies inside the directory `dir` of a caller's source:
+ * below it, without a ".." component. */
+static ckpt_status inside_place(const char *dir, const char *name, ckpt_error *err) {
+    size_t n = strlen(dir);
+    const char *rel = !strncmp(name, dir, n) && (name[n] == '/' || (n && dir[n - 1] == '/')) ? name + n : NULL;
+    while (rel && *rel == '/') rel++;
+    for (const char *p = rel; p && *p; p += strcspn(p, "/"), p += *p == '/')
+        if (!strncmp(p, "..", 2) && (p[2] == '/' || !p[2])) rel = NULL;
+    if (rel && *rel) return CKPT_OK;
+    return ckpt__fail(err, CKPT_E_UNSAFE_PATH, name, NULL, -1, "is not inside the checkpoint's directory %s", dir);
+}
+
 /* The file the user named is theirs to name (a symbolic link included);
  * any other local file is one the checkpoint names or a listing found,
- * and never leads out of its directory. */
+ * and never leads out of its directory; a caller's source is asked for
+ * names inside the directory it was opened at, and only those. */
 static ckpt_status open_source(ckpt_catalog *c, const char *name, ckpt__source **out, ckpt_error *err) {
     *out = NULL;
+    if (c->place_ops) {
+        ckpt_status st = c->named && !strcmp(name, c->named) ? CKPT_OK : inside_place(c->place_dir, name, err);
+        return st ? st : ckpt__source_open_in(c->place_ops, c->place_user, name, out, err);
+    }
     if (ckpt__source_is_remote_name(name) || (c->named && !strcmp(name, c->named)))
         return ckpt__source_open(name, &c->source_options, out, err);
     if (!c->root)
@@ -236,6 +258,25 @@ ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__sourc
 }
 
 const ckpt__beneath *ckpt__cat_root(const ckpt_catalog *c) { return c->root; }
+
+bool ckpt__cat_can_list(const ckpt_catalog *c) { return c->root || (c->place_ops && c->place_ops->list); }
+
+ckpt_status ckpt__cat_list(ckpt_catalog *c, const char *dir, char ***names, size_t *count, ckpt_error *err) {
+    *names = NULL;
+    *count = 0;
+    if (c->root) return ckpt__beneath_list(c->root, dir, names, count, err);
+    if (c->place_ops) return ckpt__source_list_in(c->place_ops, c->place_user, dir, names, count, err);
+    return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1, "a remote directory cannot be listed");
+}
+
+bool ckpt__cat_has(ckpt_catalog *c, const char *dir, const char *file) {
+    if (c->root) return ckpt__beneath_has(c->root, file);
+    char *p = ckpt__path_join(dir, file);
+    bool has = p && (c->place_ops ? ckpt__source_kind_in(c->place_ops, c->place_user, p) == CKPT_SOURCE_FILE
+                                  : ckpt__source_stat(p, &c->source_options) == CKPT__NAME_FILE);
+    free(p);
+    return has;
+}
 
 void ckpt__catalog_opened(ckpt_catalog *c) {
     ckpt__beneath_close(c->root);
@@ -503,6 +544,20 @@ void ckpt__catalog_storage_at(const ckpt_catalog *c, size_t i, uint32_t *file, u
     *nbytes = c->storages[i].nbytes;
 }
 
+/* Opens the checkpoint file `path` (what the directory resolved to) into
+ * the catalog, if `st` says so far so good; the catalog is *out or gone. */
+static ckpt_status finish_open(ckpt_catalog *c, ckpt_status st, const char *path, ckpt_catalog **out, ckpt_error *err) {
+    if (st == CKPT_OK) st = ckpt__cat_open_path(c, path, err);
+    ckpt__catalog_opened(c);
+    if (st == CKPT_OK && c->trees > 1) st = wrap_shard_trees(c, err);
+    if (st) {
+        ckpt_catalog_close(c);
+        return st;
+    }
+    *out = c;
+    return CKPT_OK;
+}
+
 ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *options, ckpt_catalog **out,
                                  ckpt_error *err) {
     if (out) *out = NULL;
@@ -531,24 +586,47 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
         case CKPT__NAME_MISSING: st = ckpt__fail_errno(err, ENOENT, path, -1, "cannot open"); break;
         case CKPT__NAME_DIR:
             if (!remote_name) st = ckpt__catalog_set_root(c, path, true, err);
-            if (st == CKPT_OK) st = ckpt__format_find_in_dir(path, &c->source_options, c->root, &resolved, err);
+            if (st == CKPT_OK) st = ckpt__format_find_in_dir(c, path, &resolved, err);
             break;
         case CKPT__NAME_FILE:
             if (!remote_name) st = ckpt__catalog_set_root(c, path, false, err);
             break;
         }
     }
-    if (st == CKPT_OK) st = ckpt__cat_open_path(c, resolved ? resolved : path, err);
-    ckpt__catalog_opened(c);
+    st = finish_open(c, st, resolved ? resolved : path, out, err);
     free(resolved);
     free(clean);
-    if (st == CKPT_OK && c->trees > 1) st = wrap_shard_trees(c, err);
-    if (st) {
-        ckpt_catalog_close(c);
-        return st;
+    return st;
+}
+
+ckpt_status ckpt_catalog_open_source(const ckpt_source_ops *ops, void *user, const char *name,
+                                     const ckpt_catalog_options *options, ckpt_catalog **out, ckpt_error *err) {
+    if (out) *out = NULL;
+    if (!ops || !name || !out || !*name)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "ops, name and out are required");
+    if (ops->version < 1 || !ops->open || !ops->read || !ops->stat)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, name, NULL, -1,
+                          "a source's table needs a version (CKPT_SOURCE_OPS_VERSION), open, read and stat");
+    ckpt_catalog *c;
+    ckpt_status st = ckpt__catalog_new(options, &c, err);
+    if (st) return st;
+    c->place_ops = ops;
+    c->place_user = user;
+    char *resolved = NULL;
+    switch (ckpt__source_kind_in(ops, user, name)) {
+    case CKPT_SOURCE_MISSING: st = ckpt__fail(err, CKPT_E_NOT_FOUND, name, NULL, -1, "the source has no such name"); break;
+    case CKPT_SOURCE_DIRECTORY:
+        if (!(c->place_dir = ckpt__strdup(name))) st = ckpt__oom(err, name, NULL);
+        else st = ckpt__format_find_in_dir(c, name, &resolved, err);
+        break;
+    case CKPT_SOURCE_FILE:
+        if (!(c->place_dir = ckpt__path_dirname(name)) || !(c->named = ckpt__strdup(name)))
+            st = ckpt__oom(err, name, NULL);
+        break;
     }
-    *out = c;
-    return CKPT_OK;
+    st = finish_open(c, st, resolved ? resolved : name, out, err);
+    free(resolved);
+    return st;
 }
 
 ckpt_status ckpt_catalog_open(const char *path, ckpt_catalog **out, ckpt_error *err) {
@@ -558,7 +636,7 @@ ckpt_status ckpt_catalog_open(const char *path, ckpt_catalog **out, ckpt_error *
 void ckpt_catalog_close(ckpt_catalog *c) {
     if (!c) return;
     for (size_t i = 0; i < c->file_count; i++) {
-        if (c->files[i].map && c->files[i].src->ops->unmap) c->files[i].src->ops->unmap(c->files[i].src, c->files[i].map);
+        if (c->files[i].map && c->files[i].src->ops->unmap) c->files[i].src->ops->unmap(c->files[i].src->user, c->files[i].src->file, c->files[i].map);
         ckpt__source_close(c->files[i].src);
         ckpt__pairs_free(&c->files[i].meta);
     }
@@ -573,6 +651,7 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     free(c->kvs);
     ckpt__beneath_close(c->root);
     free(c->named);
+    free(c->place_dir);
     ckpt__name_table_free(&c->names);
     ckpt__arena_free(&c->arena);
     for (size_t i = 0; i < sizeof c->inflaters / sizeof c->inflaters[0]; i++) ckpt__inflater_free(c->inflaters[i]);
@@ -679,7 +758,7 @@ ckpt_status ckpt__catalog_map(ckpt_catalog *c, size_t file, const void **base, c
             st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, f->src->name, NULL, -1,
                             "this file cannot be mapped (a network file system or a remote source): read it instead");
         else
-            st = f->src->ops->map(f->src, 0, &f->map, err);
+            st = f->src->ops->map(f->src->user, f->src->file, 0, &f->map, err);
     }
     pthread_mutex_unlock(&c->map_lock);
     *base = f->map;
