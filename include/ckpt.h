@@ -739,10 +739,11 @@ CKPT_API ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_o
  *
  * Every function receives `user`, the pointer given to
  * ckpt_catalog_open_source, and fails by returning a status other than
- * CKPT_OK and, where it gets `err`, filling it with ckpt_error_set
- * (unfilled, the library says which call of which file failed).  A file's
- * functions may be called from several threads at once (loads read on
- * threads); `open`, `stat` and `list` are called from the opening thread.
+ * CKPT_OK; where it gets `err` (never NULL, cleared), it may write why in
+ * err->message.  The library's error then names the file, the byte offset
+ * and the tensor, and quotes that message.  A file's functions may be
+ * called from several threads at once (loads read on threads); `open`,
+ * `stat` and `list` are called from the opening thread.
  */
 
 /* The version of ckpt_source_ops this header describes.  A table's
@@ -790,15 +791,16 @@ typedef struct ckpt_source_ops {
      * file, in any order or at once — what a remote store gains most from. */
     ckpt_status (*read_many)(void *user, void *file, ckpt_source_request *reqs, size_t n, ckpt_error *err);
     /* Optional (NULL: the file is read, never mapped): the file's bytes in
-     * memory, [0, size), for zero-copy views; they must stay unchanged and
-     * readable until unmap.  `writable`: a private copy the caller may
-     * write (fail when you cannot give one: the library then reads).
-     * Each call gives a mapping of its own, released with unmap. */
+     * memory, [0, size), for zero-copy views (ckpt_catalog_view); they must
+     * stay unchanged and readable until unmap.  `writable` (a private
+     * copy-on-write mapping) is asked only of the library's own local
+     * files: a caller's table is always asked with 0. */
     ckpt_status (*map)(void *user, void *file, int writable, void **base, ckpt_error *err);
     void (*unmap)(void *user, void *file, void *base);
     /* What `name` is (a file or a directory) and, for a file, its size and
      * validators.  A missing name is CKPT_OK with kind CKPT_SOURCE_MISSING;
-     * a failure to find out is an error. */
+     * a failure to find out is an error.  Required by
+     * ckpt_catalog_open_source, like open and read. */
     ckpt_status (*stat)(void *user, const char *name, ckpt_source_stat *out, ckpt_error *err);
     /* Optional (NULL: directories cannot be listed, and only exact names
      * are looked for in them): calls `add` with each name directly in the

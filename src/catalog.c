@@ -272,7 +272,9 @@ ckpt_status ckpt__cat_list(ckpt_catalog *c, const char *dir, char ***names, size
 bool ckpt__cat_has(ckpt_catalog *c, const char *dir, const char *file) {
     if (c->root) return ckpt__beneath_has(c->root, file);
     char *p = ckpt__path_join(dir, file);
-    bool has = p && (c->place_ops ? ckpt__source_kind_in(c->place_ops, c->place_user, p) == CKPT_SOURCE_FILE
+    ckpt_source_kind kind = CKPT_SOURCE_MISSING;
+    bool has = p && (c->place_ops ? ckpt__source_stat_in(c->place_ops, c->place_user, p, &kind, NULL) == CKPT_OK &&
+                                        kind == CKPT_SOURCE_FILE
                                   : ckpt__source_stat(p, &c->source_options) == CKPT__NAME_FILE);
     free(p);
     return has;
@@ -613,17 +615,15 @@ ckpt_status ckpt_catalog_open_source(const ckpt_source_ops *ops, void *user, con
     c->place_ops = ops;
     c->place_user = user;
     char *resolved = NULL;
-    switch (ckpt__source_kind_in(ops, user, name)) {
-    case CKPT_SOURCE_MISSING: st = ckpt__fail(err, CKPT_E_NOT_FOUND, name, NULL, -1, "the source has no such name"); break;
-    case CKPT_SOURCE_DIRECTORY:
-        if (!(c->place_dir = ckpt__strdup(name))) st = ckpt__oom(err, name, NULL);
-        else st = ckpt__format_find_in_dir(c, name, &resolved, err);
-        break;
-    case CKPT_SOURCE_FILE:
-        if (!(c->place_dir = ckpt__path_dirname(name)) || !(c->named = ckpt__strdup(name)))
-            st = ckpt__oom(err, name, NULL);
-        break;
-    }
+    ckpt_source_kind kind = CKPT_SOURCE_MISSING;
+    st = ckpt__source_stat_in(ops, user, name, &kind, err);
+    if (st == CKPT_OK && kind == CKPT_SOURCE_MISSING)
+        st = ckpt__fail(err, CKPT_E_NOT_FOUND, name, NULL, -1, "the source has no such name");
+    else if (st == CKPT_OK && kind == CKPT_SOURCE_DIRECTORY) /* its files are inside it */
+        st = (c->place_dir = ckpt__strdup(name)) ? ckpt__format_find_in_dir(c, name, &resolved, err)
+                                                 : ckpt__oom(err, name, NULL);
+    else if (st == CKPT_OK && (!(c->place_dir = ckpt__path_dirname(name)) || !(c->named = ckpt__strdup(name))))
+        st = ckpt__oom(err, name, NULL); /* a file: the others are beside it */
     st = finish_open(c, st, resolved ? resolved : name, out, err);
     free(resolved);
     return st;

@@ -99,7 +99,9 @@ static void direct_close(void *user, void *file) {
     src->fd = -1;
 }
 
-static const ckpt__source_ops direct_ops = {.version = CKPT_SOURCE_OPS_VERSION, .read = direct_read, .close = direct_close};
+static const ckpt__source_ops direct_ops = {.version = CKPT_SOURCE_OPS_VERSION,
+    .read = direct_read,
+    .close = direct_close};
 
 static ckpt_status file_map(void *user, void *file, int writable, void **base, ckpt_error *err) {
     ckpt__source *src = file;
@@ -136,7 +138,11 @@ static void file_close(void *user, void *file) {
     src->fd = -1;
 }
 
-static const ckpt__source_ops file_ops = {.version = CKPT_SOURCE_OPS_VERSION, .read = file_read, .map = file_map, .unmap = file_unmap, .close = file_close};
+static const ckpt__source_ops file_ops = {.version = CKPT_SOURCE_OPS_VERSION,
+    .read = file_read,
+    .map = file_map,
+    .unmap = file_unmap,
+    .close = file_close};
 
 static bool file_claims(const char *name) {
     (void)name;

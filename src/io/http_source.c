@@ -1355,7 +1355,10 @@ static ckpt_status remote_read_many(void *user, void *file, ckpt_source_request 
     return st;
 }
 
-static const ckpt__source_ops remote_ops = {.version = CKPT_SOURCE_OPS_VERSION, .read = remote_read, .read_many = remote_read_many, .close = remote_close};
+static const ckpt__source_ops remote_ops = {.version = CKPT_SOURCE_OPS_VERSION,
+    .read = remote_read,
+    .read_many = remote_read_many,
+    .close = remote_close};
 
 /* ---- opening -------------------------------------------------------------------------- */
 

@@ -176,8 +176,10 @@ CKPT__HIDDEN ckpt_status ckpt__source_read_many(ckpt__source *src, const ckpt__r
 CKPT__HIDDEN ckpt_status ckpt__source_open_in(const ckpt_source_ops *ops, void *user, const char *name,
                                               ckpt__source **out, ckpt_error *err);
 
-/* What `name` is, asked of `ops` (CKPT_SOURCE_MISSING when it cannot say). */
-CKPT__HIDDEN ckpt_source_kind ckpt__source_kind_in(const ckpt_source_ops *ops, void *user, const char *name);
+/* What `name` is, asked of `ops` (its stat; a kind it does not know is
+ * CKPT_SOURCE_MISSING); a stat that fails is an error naming `name`. */
+CKPT__HIDDEN ckpt_status ckpt__source_stat_in(const ckpt_source_ops *ops, void *user, const char *name,
+                                              ckpt_source_kind *kind, ckpt_error *err);
 
 /* The names in directory `dir` of `ops` that do not start with '.',
  * sorted, malloc'ed (each, and the array; free with ckpt__beneath_free_names,

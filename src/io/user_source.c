@@ -113,9 +113,12 @@ ckpt_status ckpt__source_open_in(const ckpt_source_ops *ops, void *user, const c
     }
     u->ops = ops;
     u->user = user;
-    u->layer = (ckpt__source_ops){.version = CKPT_SOURCE_OPS_VERSION, .read = layer_read,
+    u->layer = (ckpt__source_ops){.version = CKPT_SOURCE_OPS_VERSION,
+                                  .read = layer_read,
                                   .read_many = ops->read_many ? layer_read_many : NULL,
-                                  .map = ops->map ? layer_map : NULL, .unmap = layer_unmap, .close = layer_close};
+                                  .map = ops->map ? layer_map : NULL,
+                                  .unmap = layer_unmap,
+                                  .close = layer_close};
     src->ops = &u->layer;
     src->user = u;
     src->file = src;
@@ -126,11 +129,17 @@ ckpt_status ckpt__source_open_in(const ckpt_source_ops *ops, void *user, const c
     return CKPT_OK;
 }
 
-ckpt_source_kind ckpt__source_kind_in(const ckpt_source_ops *ops, void *user, const char *name) {
+ckpt_status ckpt__source_stat_in(const ckpt_source_ops *ops, void *user, const char *name, ckpt_source_kind *kind,
+                                 ckpt_error *err) {
     ckpt_source_stat sb = {CKPT_SOURCE_MISSING, 0, 0, NULL};
     ckpt_error said;
-    if (!ops->stat || ops->stat(user, name, &sb, &said) != CKPT_OK) return CKPT_SOURCE_MISSING;
-    return sb.kind == CKPT_SOURCE_FILE || sb.kind == CKPT_SOURCE_DIRECTORY ? sb.kind : CKPT_SOURCE_MISSING;
+    ckpt_error_clear(&said);
+    ckpt_status st = ops->stat ? ops->stat(user, name, &sb, &said) : CKPT_OK;
+    if (st)
+        return ckpt__fail(err, st, name, NULL, -1, "asking the source what it is failed: %s",
+                          said.message[0] ? said.message : ckpt_status_message(st));
+    *kind = sb.kind == CKPT_SOURCE_FILE || sb.kind == CKPT_SOURCE_DIRECTORY ? sb.kind : CKPT_SOURCE_MISSING;
+    return CKPT_OK;
 }
 
 /* ---- listings ----------------------------------------------------------------- */
@@ -150,7 +159,8 @@ static int add_name(void *ctx, const char *name) {
     if (l->st) return 1;
     if (!name || !*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..")) {
         l->st = ckpt__fail(l->err, CKPT_E_UNSAFE_PATH, l->dir, NULL, -1,
-                           "the source lists '%s' in the directory: a name there is one plain name", name ? name : "(null)");
+                           "the source lists '%s' in the directory: a name there is one plain name",
+                           name ? name : "(null)");
         return 1;
     }
     if (name[0] == '.') return 0; /* hidden, as a local listing's */
@@ -166,21 +176,24 @@ static int add_name(void *ctx, const char *name) {
     return 0;
 }
 
-static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
-ckpt_status ckpt__source_list_in(const ckpt_source_ops *ops, void *user, const char *dir, char ***names,
-                                 size_t *count, ckpt_error *err) {
+ckpt_status ckpt__source_list_in(const ckpt_source_ops *ops, void *user, const char *dir, char ***names, size_t *count,
+                                 ckpt_error *err) {
     *names = NULL;
     *count = 0;
-    if (!ops->list)
-        return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1, "this source cannot list a directory");
+    if (!ops->list) return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1, "this source cannot list a directory");
     listing l = {dir, NULL, 0, 0, CKPT_OK, err};
     ckpt_error said;
     ckpt_error_clear(&said);
     ckpt_status st = ops->list(user, dir, add_name, &l, &said);
-    if (l.st) st = l.st;
-    else if (st) st = ckpt__fail(err, st, dir, NULL, -1, "listing the directory failed: %s",
-                                 said.message[0] ? said.message : ckpt_status_message(st));
+    if (l.st)
+        st = l.st;
+    else if (st)
+        st = ckpt__fail(err, st, dir, NULL, -1, "listing the directory failed: %s",
+                        said.message[0] ? said.message : ckpt_status_message(st));
     if (st) {
         ckpt__beneath_free_names(l.names, l.count);
         return st;
@@ -225,9 +238,11 @@ static ckpt_status memory_stat(void *user, const char *name, ckpt_source_stat *o
     return CKPT_OK;
 }
 
-const ckpt_source_ops ckpt_memory_source_ops = {
-    .version = CKPT_SOURCE_OPS_VERSION, .open = memory_open, .read = memory_read, .map = memory_map,
-    .stat = memory_stat};
+const ckpt_source_ops ckpt_memory_source_ops = {.version = CKPT_SOURCE_OPS_VERSION,
+                                                .open = memory_open,
+                                                .read = memory_read,
+                                                .map = memory_map,
+                                                .stat = memory_stat};
 
 ckpt_status ckpt__source_memory(const char *name, const void *data, uint64_t size, ckpt__source **out,
                                 ckpt_error *err) {
@@ -235,7 +250,9 @@ ckpt_status ckpt__source_memory(const char *name, const void *data, uint64_t siz
     if (!m) return ckpt__oom(err, name, NULL);
     *m = (ckpt_memory_source){data, size};
     ckpt_status st = ckpt__source_open_in(&ckpt_memory_source_ops, m, name, out, err);
-    if (st) free(m);
-    else ((user_file *)(*out)->user)->owned = m;
+    if (st)
+        free(m);
+    else
+        ((user_file *)(*out)->user)->owned = m;
     return st;
 }

@@ -30,7 +30,9 @@ static void window_close(void *user, void *file) {
     ckpt__source *src = file;
     (void)user; free(src->impl); }
 
-static const ckpt__source_ops window_ops = {.version = CKPT_SOURCE_OPS_VERSION, .read = window_read, .close = window_close};
+static const ckpt__source_ops window_ops = {.version = CKPT_SOURCE_OPS_VERSION,
+    .read = window_read,
+    .close = window_close};
 
 ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset, uint64_t length, ckpt__source **out,
                                 ckpt_error *err) {

@@ -29,7 +29,8 @@ void memdir_load(memdir *d, const char *root, const char *local_dir) {
 }
 
 void memdir_free(memdir *d) {
-    for (size_t i = 0; i < d->count; i++) free(d->files[i].name), free(d->files[i].data);
+    for (size_t i = 0; i < d->count; i++)
+        free(d->files[i].name), free(d->files[i].data);
     free(d->files);
     free(d->root);
 }

@@ -199,7 +199,8 @@ static void test_index_names_stay_inside(void **state) {
     (void)state;
     char *dir = scratch_dir();
     write_checkpoint(in_dir(dir, "w.safetensors"), CKPT_FORMAT_SAFETENSORS, 0);
-    const char *index = "{\"metadata\":{},\"weight_map\":{\"rows\":\"../w.safetensors\",\"halves\":\"../w.safetensors\"}}";
+    const char *index =
+        "{\"metadata\":{},\"weight_map\":{\"rows\":\"../w.safetensors\",\"halves\":\"../w.safetensors\"}}";
     write_bytes(in_dir(dir, "model.safetensors.index.json"), index, strlen(index));
     memdir d;
     memdir_load(&d, "ckpt", dir);
@@ -229,9 +230,9 @@ static void test_bad_tables_refused(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_memory_safetensors),   cmocka_unit_test(test_directory_of_shards),
-        cmocka_unit_test(test_dcp_directory),        cmocka_unit_test(test_listed_directory),
-        cmocka_unit_test(test_failed_read_is_named), cmocka_unit_test(test_short_sizes_refused),
+        cmocka_unit_test(test_memory_safetensors),      cmocka_unit_test(test_directory_of_shards),
+        cmocka_unit_test(test_dcp_directory),           cmocka_unit_test(test_listed_directory),
+        cmocka_unit_test(test_failed_read_is_named),    cmocka_unit_test(test_short_sizes_refused),
         cmocka_unit_test(test_index_names_stay_inside), cmocka_unit_test(test_bad_tables_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
