@@ -68,11 +68,14 @@ struct ckpt_catalog {
      * file is opened beneath, and that file (followed as named). */
     ckpt__beneath *root;
     char *named;
-    /* A checkpoint opened from a caller's table (ckpt_catalog_open_source):
-     * every file is opened through it, inside `place_dir`. */
+    /* Where the checkpoint's other files are found, as a source
+     * (ckpt_source_ops): the local directory (`local`, beneath `root`), a
+     * remote prefix, or a caller's table (ckpt_catalog_open_source: only
+     * names inside `place_dir` are asked of it). */
     const ckpt_source_ops *place_ops;
     void *place_user;
     char *place_dir;
+    ckpt__local_dir local;
     pthread_mutex_t map_lock;
     ckpt_kv *kvs;           /* GGUF key-values (strings in the arena) */
     size_t kv_count, kv_cap;
@@ -231,24 +234,19 @@ static ckpt_status inside_place(const char *dir, const char *name, ckpt_error *e
 }
 
 /* The file the user named is theirs to name (a symbolic link included);
- * any other local file is one the checkpoint names or a listing found,
- * and never leads out of its directory; a caller's source is asked for
- * names inside the directory it was opened at, and only those. */
+ * any other is asked of the checkpoint's place: a local file is one the
+ * checkpoint names or a listing found, and never leads out of its
+ * directory; a caller's source is asked only for names inside the
+ * directory it was opened at. */
 static ckpt_status open_source(ckpt_catalog *c, const char *name, ckpt__source **out, ckpt_error *err) {
     *out = NULL;
-    if (c->place_ops) {
-        ckpt_status st = c->named && !strcmp(name, c->named) ? CKPT_OK : inside_place(c->place_dir, name, err);
-        return st ? st : ckpt__source_open_in(c->place_ops, c->place_user, name, out, err);
-    }
-    if (ckpt__source_is_remote_name(name) || (c->named && !strcmp(name, c->named)))
-        return ckpt__source_open(name, &c->source_options, out, err);
-    if (!c->root)
+    bool named = c->named && !strcmp(name, c->named);
+    if (named && !c->place_dir) return ckpt__source_open(name, &c->source_options, out, err);
+    if (!c->place_ops)
         return ckpt__fail(err, CKPT_E_UNSAFE_PATH, name, NULL, -1,
                           "names a local file, but the checkpoint has no local directory to find it in");
-    int fd;
-    uint64_t size;
-    ckpt_status st = ckpt__beneath_open(c->root, name, false, &fd, &size, err);
-    return st ? st : ckpt__file_source_adopt(name, fd, size, &c->source_options, out, err);
+    ckpt_status st = named || !c->place_dir ? CKPT_OK : inside_place(c->place_dir, name, err);
+    return st ? st : ckpt__source_open_in(c->place_ops, c->place_user, name, out, err);
 }
 
 ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__source **out, ckpt_error *err) {
@@ -259,33 +257,42 @@ ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__sourc
 
 const ckpt__beneath *ckpt__cat_root(const ckpt_catalog *c) { return c->root; }
 
-bool ckpt__cat_can_list(const ckpt_catalog *c) { return c->root || (c->place_ops && c->place_ops->list); }
+bool ckpt__cat_can_list(const ckpt_catalog *c) { return c->place_ops && c->place_ops->list; }
 
 ckpt_status ckpt__cat_list(ckpt_catalog *c, const char *dir, char ***names, size_t *count, ckpt_error *err) {
     *names = NULL;
     *count = 0;
-    if (c->root) return ckpt__beneath_list(c->root, dir, names, count, err);
-    if (c->place_ops) return ckpt__source_list_in(c->place_ops, c->place_user, dir, names, count, err);
-    return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1, "a remote directory cannot be listed");
+    if (!c->place_ops) return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1, "the directory cannot be listed");
+    return ckpt__source_list_in(c->place_ops, c->place_user, dir, names, count, err);
 }
 
 bool ckpt__cat_has(ckpt_catalog *c, const char *dir, const char *file) {
-    if (c->root) return ckpt__beneath_has(c->root, file);
-    char *p = ckpt__path_join(dir, file);
+    char *p = c->place_ops ? ckpt__path_join(dir, file) : NULL;
     ckpt_source_kind kind = CKPT_SOURCE_MISSING;
-    bool has = p && (c->place_ops ? ckpt__source_stat_in(c->place_ops, c->place_user, p, &kind, NULL) == CKPT_OK &&
-                                        kind == CKPT_SOURCE_FILE
-                                  : ckpt__source_stat(p, &c->source_options) == CKPT__NAME_FILE);
+    bool has = p && ckpt__source_stat_in(c->place_ops, c->place_user, p, &kind, NULL) == CKPT_OK &&
+               kind == CKPT_SOURCE_FILE;
     free(p);
     return has;
 }
 
 void ckpt__catalog_opened(ckpt_catalog *c) {
     ckpt__beneath_close(c->root);
-    c->root = NULL;
+    c->root = c->local.root = NULL;
+    if (c->place_ops == &ckpt__local_dir_ops) c->place_ops = NULL;
+}
+
+/* The checkpoint's other files are asked of a remote prefix (a URL's
+ * directory: no listing). */
+static void set_remote_place(ckpt_catalog *c) {
+    c->place_ops = &ckpt__remote_dir_ops;
+    c->place_user = &c->source_options;
 }
 
 ckpt_status ckpt__catalog_set_root(ckpt_catalog *c, const char *path, bool is_dir, ckpt_error *err) {
+    if (ckpt__source_is_remote_name(path)) { /* no directory to hold open: names are asked of the server */
+        set_remote_place(c);
+        return CKPT_OK;
+    }
     char *dir = is_dir ? ckpt__strdup(path) : ckpt__path_dirname(path);
     if (!dir || (!is_dir && !(c->named = ckpt__strdup(path)))) {
         free(dir);
@@ -293,6 +300,11 @@ ckpt_status ckpt__catalog_set_root(ckpt_catalog *c, const char *path, bool is_di
     }
     ckpt_status st = ckpt__beneath_open_root(dir, &c->root, err);
     free(dir);
+    if (st == CKPT_OK) {
+        c->local = (ckpt__local_dir){c->root, &c->source_options};
+        c->place_ops = &ckpt__local_dir_ops;
+        c->place_user = &c->local;
+    }
     return st;
 }
 
@@ -583,6 +595,7 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
      * missing): one request fewer.  A remote "directory" ends in '/'. */
     bool remote_name = ckpt__source_is_remote_name(path);
     bool remote_file = remote_name && path[0] && path[strlen(path) - 1] != '/';
+    if (remote_name) set_remote_place(c);
     if (st == CKPT_OK && !remote_file) {
         switch (ckpt__source_stat(path, &c->source_options)) {
         case CKPT__NAME_MISSING: st = ckpt__fail_errno(err, ENOENT, path, -1, "cannot open"); break;

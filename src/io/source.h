@@ -208,6 +208,19 @@ CKPT__HIDDEN ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset
 CKPT__HIDDEN ckpt_status ckpt__file_source_adopt(const char *name, int fd, uint64_t size, const ckpt__source_options *o,
                                                  ckpt__source **out, ckpt_error *err);
 
+/* The library's own directories as sources (dir_source.c): a local one,
+ * with `user` a ckpt__local_dir, and a remote prefix, with `user` the
+ * ckpt__source_options.  Their files' handles are ckpt__source objects
+ * (ckpt__source_ops_own: taken as they are by ckpt__source_open_in). */
+typedef struct ckpt__beneath ckpt__beneath;
+typedef struct ckpt__local_dir {
+    ckpt__beneath *root;
+    const ckpt__source_options *options;
+} ckpt__local_dir;
+CKPT__HIDDEN extern const ckpt_source_ops ckpt__local_dir_ops;
+CKPT__HIDDEN extern const ckpt_source_ops ckpt__remote_dir_ops;
+CKPT__HIDDEN bool ckpt__source_ops_own(const ckpt_source_ops *ops);
+
 /* The local file kind (file_source.c): registered in sources.c. */
 CKPT__HIDDEN extern const ckpt__source_kind ckpt__file_kind;
 

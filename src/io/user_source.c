@@ -93,6 +93,8 @@ static ckpt_status check_table(const ckpt_source_ops *ops, const char *name, ckp
 ckpt_status ckpt__source_open_in(const ckpt_source_ops *ops, void *user, const char *name, ckpt__source **out,
                                  ckpt_error *err) {
     *out = NULL;
+    uint64_t size = 0;
+    if (ckpt__source_ops_own(ops)) return ops->open(user, name, (void **)out, &size, err);
     ckpt_status st = check_table(ops, name, err);
     if (st) return st;
     ckpt__source *src = ckpt__calloc(1, sizeof *src);
@@ -104,7 +106,6 @@ ckpt_status ckpt__source_open_in(const ckpt_source_ops *ops, void *user, const c
     }
     ckpt_error said;
     ckpt_error_clear(&said);
-    uint64_t size = 0;
     if ((st = ops->open(user, name, &u->handle, &size, &said))) {
         st = failed(src, st, &said, "opening", 0, err);
         free(u);
