@@ -3,6 +3,7 @@
  * lies refused. */
 #include <string.h>
 
+#include "ckpt_dcp.h"
 #include "helpers.h"
 #include "memdir.h"
 
@@ -17,7 +18,10 @@ static void write_checkpoint(const char *path, ckpt_format format, uint64_t shar
     o.format = format;
     o.max_shard_size = shard;
     o.no_sync = 1;
-    o.dcp_ranks = 2; /* two files */
+    ckpt_dcp_writer_options dcp;
+    ckpt_dcp_writer_options_init(&dcp);
+    dcp.ranks = 2; /* two files */
+    if (format == CKPT_FORMAT_DCP) o.dcp = &dcp;
     ckpt_writer *w;
     ckpt_error err;
     uint64_t s_rows[2] = {2, 3}, s_halves[1] = {4};
