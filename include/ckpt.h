@@ -719,6 +719,131 @@ CKPT_API ckpt_status ckpt_detect_format(const char *path, const ckpt_catalog_opt
 CKPT_API ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *options, ckpt_catalog **out,
                                           ckpt_error *err);
 
+/* ==== Sources: a checkpoint read through the caller's functions =========
+ *
+ * A source is where a checkpoint's bytes come from.  The library has its own
+ * (local files, http(s)://, s3://, memory); a caller with another store (an
+ * object store ckpt has no client for, an archive, an encrypted volume, a
+ * test that injects faults) gives a table of functions instead, as SQLite's
+ * VFS does (sqlite3_vfs and sqlite3_io_methods: iVersion, xOpen, xRead,
+ * xFileSize, …), and opens the checkpoint with ckpt_catalog_open_source.
+ * The library's own sources implement the same table (src/io/).
+ *
+ * Names.  A source's names are '/'-separated paths in its own namespace,
+ * starting with the name given to ckpt_catalog_open_source.  That name is a
+ * file (a checkpoint file: safetensors, torch, GGUF, …, or a shards index)
+ * or a directory; the files a checkpoint names (an index's shards, a DCP
+ * directory's .distcp files, gguf-split parts) are that name's directory
+ * joined with a file name.  The library never asks for a name outside the
+ * opened directory.
+ *
+ * Every function receives `user`, the pointer given to
+ * ckpt_catalog_open_source, and fails by returning a status other than
+ * CKPT_OK; where it gets `err` (never NULL, cleared), it may write why in
+ * err->message.  The library's error then names the file, the byte offset
+ * and the tensor, and quotes that message.  A file's functions may be
+ * called from several threads at once (loads read on threads); `open`,
+ * `stat` and `list` are called from the opening thread.
+ */
+
+/* The version of ckpt_source_ops this header describes.  A table's
+ * `version` says which fields it has: a later version only adds fields at
+ * the end, and the library reads no field beyond the table's version. */
+#define CKPT_SOURCE_OPS_VERSION 1
+
+/* What a name is. */
+typedef enum ckpt_source_kind {
+    CKPT_SOURCE_MISSING = 0,   /* nothing by that name                          */
+    CKPT_SOURCE_FILE = 1,      /* a file: bytes that `open` gives               */
+    CKPT_SOURCE_DIRECTORY = 2  /* a directory: names that `list` gives          */
+} ckpt_source_kind;
+
+/* What `stat` tells of a name.  Validators say whether a file changed
+ * between two opens (0 and NULL: none known). */
+typedef struct ckpt_source_stat {
+    ckpt_source_kind kind;
+    uint64_t size;        /* a file's bytes                                      */
+    int64_t mtime_ns;     /* its last change, nanoseconds since 1970 (0: unknown) */
+    const char *etag;     /* an opaque version tag (an HTTP ETag), or NULL; it must
+                             stay valid until the next call on the source        */
+} ckpt_source_stat;
+
+/* One read of a batch (ckpt_source_ops.read_many): `len` bytes at `offset`
+ * into `dst`, of which at least `need` must exist (the rest may lie past
+ * the end of the file, which then leaves them unwritten). */
+typedef struct ckpt_source_request {
+    void *dst;
+    uint64_t offset, len, need;
+    const char *tensor; /* the tensor the bytes are for (for messages), or NULL */
+} ckpt_source_request;
+
+typedef struct ckpt_source_ops {
+    /* CKPT_SOURCE_OPS_VERSION when the table was written. */
+    int version;
+    /* Opens the file `name` for reading: its handle in *file (any pointer,
+     * given back to read, read_many, map, unmap and close) and its size in
+     * *size.  A directory or a missing name fails (CKPT_E_NOT_FOUND). */
+    ckpt_status (*open)(void *user, const char *name, void **file, uint64_t *size, ckpt_error *err);
+    /* Reads exactly `n` bytes at `offset` of an opened file into `dst`.  A
+     * file that ends first fails with CKPT_E_TRUNCATED. */
+    ckpt_status (*read)(void *user, void *file, void *dst, uint64_t n, uint64_t offset, ckpt_error *err);
+    /* Optional (NULL: one `read` after another): performs `n` reads of one
+     * file, in any order or at once — what a remote store gains most from. */
+    ckpt_status (*read_many)(void *user, void *file, ckpt_source_request *reqs, size_t n, ckpt_error *err);
+    /* Optional (NULL: the file is read, never mapped): the file's bytes in
+     * memory, [0, size), for zero-copy views (ckpt_catalog_view); they must
+     * stay unchanged and readable until unmap.  `writable` (a private
+     * copy-on-write mapping) is asked only of the library's own local
+     * files: a caller's table is always asked with 0. */
+    ckpt_status (*map)(void *user, void *file, int writable, void **base, ckpt_error *err);
+    void (*unmap)(void *user, void *file, void *base);
+    /* What `name` is (a file or a directory) and, for a file, its size and
+     * validators.  A missing name is CKPT_OK with kind CKPT_SOURCE_MISSING;
+     * a failure to find out is an error.  Required by
+     * ckpt_catalog_open_source, like open and read. */
+    ckpt_status (*stat)(void *user, const char *name, ckpt_source_stat *out, ckpt_error *err);
+    /* Optional (NULL: directories cannot be listed, and only exact names
+     * are looked for in them): calls `add` with each name directly in the
+     * directory `dir` — plain names, no '/', in any order; subdirectories
+     * may be given (opening them fails).  A nonzero return of `add` (out of
+     * memory) asks to stop: return what it returned. */
+    ckpt_status (*list)(void *user, const char *dir, int (*add)(void *ctx, const char *name), void *ctx,
+                        ckpt_error *err);
+    /* Releases an opened file. */
+    void (*close)(void *user, void *file);
+} ckpt_source_ops;
+
+/*
+ * Opens the checkpoint `name` of the source `ops` (with `user`) as
+ * ckpt_catalog_open_ex opens a path: a checkpoint file, a shards index, or
+ * a directory (found by the same rules: model.safetensors.index.json,
+ * model.safetensors, a DCP .metadata, … — those that need a listing only
+ * where `list` is given).  `ops` and `user` must outlive the catalog.
+ * `options` may be NULL; its remote and direct I/O fields do not apply.
+ *
+ * What the source says is checked as a file's bytes are: a name `list`
+ * gives with '/', or that is "." or "..", and a size smaller than the data
+ * a file declares, fail the open (CKPT_E_UNSAFE_PATH, CKPT_E_TRUNCATED)
+ * naming the name and the offset; a failed read fails with the source's
+ * status, naming the file, the tensor and the byte offset.
+ */
+CKPT_API ckpt_status ckpt_catalog_open_source(const ckpt_source_ops *ops, void *user, const char *name,
+                                              const ckpt_catalog_options *options, ckpt_catalog **out,
+                                              ckpt_error *err);
+
+/*
+ * The library's source of one file held in memory: `user` must point to a
+ * ckpt_memory_source, which, like its bytes, must outlive the catalog.
+ * Views of the catalog's tensors point into `data` (no copy).
+ */
+typedef struct ckpt_memory_source {
+    const void *data;
+    uint64_t size;
+} ckpt_memory_source;
+CKPT_API extern const ckpt_source_ops ckpt_memory_source_ops;
+
+/* ==== end of sources ==================================================== */
+
 /*
  * A checkpoint name as it may be shown — printed, logged, kept in an error:
  * an http(s):// or s3:// URL loses its whole user part ("user:password@"

@@ -68,6 +68,14 @@ struct ckpt_catalog {
      * file is opened beneath, and that file (followed as named). */
     ckpt__beneath *root;
     char *named;
+    /* Where the checkpoint's other files are found, as a source
+     * (ckpt_source_ops): the local directory (`local`, beneath `root`), a
+     * remote prefix, or a caller's table (ckpt_catalog_open_source: only
+     * names inside `place_dir` are asked of it). */
+    const ckpt_source_ops *place_ops;
+    void *place_user;
+    char *place_dir;
+    ckpt__local_dir local;
     pthread_mutex_t map_lock;
     ckpt_kv *kvs;           /* GGUF key-values (strings in the arena) */
     size_t kv_count, kv_cap;
@@ -213,20 +221,32 @@ ckpt_status ckpt__cat_add_source(ckpt_catalog *c, ckpt__source *src, uint32_t *f
     return CKPT_OK;
 }
 
+/* Whether `name` lies inside the directory `dir` of a caller's source:
+ * below it, without a ".." component. */
+static ckpt_status inside_place(const char *dir, const char *name, ckpt_error *err) {
+    size_t n = strlen(dir);
+    const char *rel = !strncmp(name, dir, n) && (name[n] == '/' || (n && dir[n - 1] == '/')) ? name + n : NULL;
+    while (rel && *rel == '/') rel++;
+    for (const char *p = rel; p && *p; p += strcspn(p, "/"), p += *p == '/')
+        if (!strncmp(p, "..", 2) && (p[2] == '/' || !p[2])) rel = NULL;
+    if (rel && *rel) return CKPT_OK;
+    return ckpt__fail(err, CKPT_E_UNSAFE_PATH, name, NULL, -1, "is not inside the checkpoint's directory %s", dir);
+}
+
 /* The file the user named is theirs to name (a symbolic link included);
- * any other local file is one the checkpoint names or a listing found,
- * and never leads out of its directory. */
+ * any other is asked of the checkpoint's place: a local file is one the
+ * checkpoint names or a listing found, and never leads out of its
+ * directory; a caller's source is asked only for names inside the
+ * directory it was opened at. */
 static ckpt_status open_source(ckpt_catalog *c, const char *name, ckpt__source **out, ckpt_error *err) {
     *out = NULL;
-    if (ckpt__source_is_remote_name(name) || (c->named && !strcmp(name, c->named)))
-        return ckpt__source_open(name, &c->source_options, out, err);
-    if (!c->root)
+    bool named = c->named && !strcmp(name, c->named);
+    if (named && !c->place_dir) return ckpt__source_open(name, &c->source_options, out, err);
+    if (!c->place_ops)
         return ckpt__fail(err, CKPT_E_UNSAFE_PATH, name, NULL, -1,
                           "names a local file, but the checkpoint has no local directory to find it in");
-    int fd;
-    uint64_t size;
-    ckpt_status st = ckpt__beneath_open(c->root, name, false, &fd, &size, err);
-    return st ? st : ckpt__file_source_adopt(name, fd, size, &c->source_options, out, err);
+    ckpt_status st = named || !c->place_dir ? CKPT_OK : inside_place(c->place_dir, name, err);
+    return st ? st : ckpt__source_open_in(c->place_ops, c->place_user, name, out, err);
 }
 
 ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__source **out, ckpt_error *err) {
@@ -237,12 +257,42 @@ ckpt_status ckpt__cat_open_source(ckpt_catalog *c, const char *name, ckpt__sourc
 
 const ckpt__beneath *ckpt__cat_root(const ckpt_catalog *c) { return c->root; }
 
+bool ckpt__cat_can_list(const ckpt_catalog *c) { return c->place_ops && c->place_ops->list; }
+
+ckpt_status ckpt__cat_list(ckpt_catalog *c, const char *dir, char ***names, size_t *count, ckpt_error *err) {
+    *names = NULL;
+    *count = 0;
+    if (!c->place_ops) return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1, "the directory cannot be listed");
+    return ckpt__source_list_in(c->place_ops, c->place_user, dir, names, count, err);
+}
+
+bool ckpt__cat_has(ckpt_catalog *c, const char *dir, const char *file) {
+    char *p = c->place_ops ? ckpt__path_join(dir, file) : NULL;
+    ckpt_source_kind kind = CKPT_SOURCE_MISSING;
+    bool has = p && ckpt__source_stat_in(c->place_ops, c->place_user, p, &kind, NULL) == CKPT_OK &&
+               kind == CKPT_SOURCE_FILE;
+    free(p);
+    return has;
+}
+
 void ckpt__catalog_opened(ckpt_catalog *c) {
     ckpt__beneath_close(c->root);
-    c->root = NULL;
+    c->root = c->local.root = NULL;
+    if (c->place_ops == &ckpt__local_dir_ops) c->place_ops = NULL;
+}
+
+/* The checkpoint's other files are asked of a remote prefix (a URL's
+ * directory: no listing). */
+static void set_remote_place(ckpt_catalog *c) {
+    c->place_ops = &ckpt__remote_dir_ops;
+    c->place_user = &c->source_options;
 }
 
 ckpt_status ckpt__catalog_set_root(ckpt_catalog *c, const char *path, bool is_dir, ckpt_error *err) {
+    if (ckpt__source_is_remote_name(path)) { /* no directory to hold open: names are asked of the server */
+        set_remote_place(c);
+        return CKPT_OK;
+    }
     char *dir = is_dir ? ckpt__strdup(path) : ckpt__path_dirname(path);
     if (!dir || (!is_dir && !(c->named = ckpt__strdup(path)))) {
         free(dir);
@@ -250,6 +300,11 @@ ckpt_status ckpt__catalog_set_root(ckpt_catalog *c, const char *path, bool is_di
     }
     ckpt_status st = ckpt__beneath_open_root(dir, &c->root, err);
     free(dir);
+    if (st == CKPT_OK) {
+        c->local = (ckpt__local_dir){c->root, &c->source_options};
+        c->place_ops = &ckpt__local_dir_ops;
+        c->place_user = &c->local;
+    }
     return st;
 }
 
@@ -503,6 +558,20 @@ void ckpt__catalog_storage_at(const ckpt_catalog *c, size_t i, uint32_t *file, u
     *nbytes = c->storages[i].nbytes;
 }
 
+/* Opens the checkpoint file `path` (what the directory resolved to) into
+ * the catalog, if `st` says so far so good; the catalog is *out or gone. */
+static ckpt_status finish_open(ckpt_catalog *c, ckpt_status st, const char *path, ckpt_catalog **out, ckpt_error *err) {
+    if (st == CKPT_OK) st = ckpt__cat_open_path(c, path, err);
+    ckpt__catalog_opened(c);
+    if (st == CKPT_OK && c->trees > 1) st = wrap_shard_trees(c, err);
+    if (st) {
+        ckpt_catalog_close(c);
+        return st;
+    }
+    *out = c;
+    return CKPT_OK;
+}
+
 ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *options, ckpt_catalog **out,
                                  ckpt_error *err) {
     if (out) *out = NULL;
@@ -526,29 +595,51 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
      * missing): one request fewer.  A remote "directory" ends in '/'. */
     bool remote_name = ckpt__source_is_remote_name(path);
     bool remote_file = remote_name && path[0] && path[strlen(path) - 1] != '/';
+    if (remote_name) set_remote_place(c);
     if (st == CKPT_OK && !remote_file) {
         switch (ckpt__source_stat(path, &c->source_options)) {
         case CKPT__NAME_MISSING: st = ckpt__fail_errno(err, ENOENT, path, -1, "cannot open"); break;
         case CKPT__NAME_DIR:
             if (!remote_name) st = ckpt__catalog_set_root(c, path, true, err);
-            if (st == CKPT_OK) st = ckpt__format_find_in_dir(path, &c->source_options, c->root, &resolved, err);
+            if (st == CKPT_OK) st = ckpt__format_find_in_dir(c, path, &resolved, err);
             break;
         case CKPT__NAME_FILE:
             if (!remote_name) st = ckpt__catalog_set_root(c, path, false, err);
             break;
         }
     }
-    if (st == CKPT_OK) st = ckpt__cat_open_path(c, resolved ? resolved : path, err);
-    ckpt__catalog_opened(c);
+    st = finish_open(c, st, resolved ? resolved : path, out, err);
     free(resolved);
     free(clean);
-    if (st == CKPT_OK && c->trees > 1) st = wrap_shard_trees(c, err);
-    if (st) {
-        ckpt_catalog_close(c);
-        return st;
-    }
-    *out = c;
-    return CKPT_OK;
+    return st;
+}
+
+ckpt_status ckpt_catalog_open_source(const ckpt_source_ops *ops, void *user, const char *name,
+                                     const ckpt_catalog_options *options, ckpt_catalog **out, ckpt_error *err) {
+    if (out) *out = NULL;
+    if (!ops || !name || !out || !*name)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "ops, name and out are required");
+    if (ops->version < 1 || !ops->open || !ops->read || !ops->stat)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, name, NULL, -1,
+                          "a source's table needs a version (CKPT_SOURCE_OPS_VERSION), open, read and stat");
+    ckpt_catalog *c;
+    ckpt_status st = ckpt__catalog_new(options, &c, err);
+    if (st) return st;
+    c->place_ops = ops;
+    c->place_user = user;
+    char *resolved = NULL;
+    ckpt_source_kind kind = CKPT_SOURCE_MISSING;
+    st = ckpt__source_stat_in(ops, user, name, &kind, err);
+    if (st == CKPT_OK && kind == CKPT_SOURCE_MISSING)
+        st = ckpt__fail(err, CKPT_E_NOT_FOUND, name, NULL, -1, "the source has no such name");
+    else if (st == CKPT_OK && kind == CKPT_SOURCE_DIRECTORY) /* its files are inside it */
+        st = (c->place_dir = ckpt__strdup(name)) ? ckpt__format_find_in_dir(c, name, &resolved, err)
+                                                 : ckpt__oom(err, name, NULL);
+    else if (st == CKPT_OK && (!(c->place_dir = ckpt__path_dirname(name)) || !(c->named = ckpt__strdup(name))))
+        st = ckpt__oom(err, name, NULL); /* a file: the others are beside it */
+    st = finish_open(c, st, resolved ? resolved : name, out, err);
+    free(resolved);
+    return st;
 }
 
 ckpt_status ckpt_catalog_open(const char *path, ckpt_catalog **out, ckpt_error *err) {
@@ -558,7 +649,7 @@ ckpt_status ckpt_catalog_open(const char *path, ckpt_catalog **out, ckpt_error *
 void ckpt_catalog_close(ckpt_catalog *c) {
     if (!c) return;
     for (size_t i = 0; i < c->file_count; i++) {
-        if (c->files[i].map && c->files[i].src->ops->unmap) c->files[i].src->ops->unmap(c->files[i].src, c->files[i].map);
+        if (c->files[i].map && c->files[i].src->ops->unmap) c->files[i].src->ops->unmap(c->files[i].src->user, c->files[i].src->file, c->files[i].map);
         ckpt__source_close(c->files[i].src);
         ckpt__pairs_free(&c->files[i].meta);
     }
@@ -573,6 +664,7 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     free(c->kvs);
     ckpt__beneath_close(c->root);
     free(c->named);
+    free(c->place_dir);
     ckpt__name_table_free(&c->names);
     ckpt__arena_free(&c->arena);
     for (size_t i = 0; i < sizeof c->inflaters / sizeof c->inflaters[0]; i++) ckpt__inflater_free(c->inflaters[i]);
@@ -679,7 +771,7 @@ ckpt_status ckpt__catalog_map(ckpt_catalog *c, size_t file, const void **base, c
             st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, f->src->name, NULL, -1,
                             "this file cannot be mapped (a network file system or a remote source): read it instead");
         else
-            st = f->src->ops->map(f->src, 0, &f->map, err);
+            st = f->src->ops->map(f->src->user, f->src->file, 0, &f->map, err);
     }
     pthread_mutex_unlock(&c->map_lock);
     *base = f->map;

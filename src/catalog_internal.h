@@ -57,9 +57,10 @@ CKPT__HIDDEN void ckpt__catalog_keep_inflater(ckpt_catalog *catalog, ckpt__infla
  * decoder through the ckpt__cat_* functions of formats/format.h. */
 CKPT__HIDDEN ckpt_status ckpt__catalog_new(const ckpt_catalog_options *options, ckpt_catalog **out, ckpt_error *err);
 
-/* Where the catalog's local files are: `path` is what the user named — a
+/* Where the catalog's files are: `path` is what the user named — a
  * directory (`is_dir`), or a file, which is then opened as named while
- * every other file is opened beneath its directory (io/beneath.h). */
+ * every other file is opened beneath its directory (io/beneath.h); a URL's
+ * are asked of its server. */
 CKPT__HIDDEN ckpt_status ckpt__catalog_set_root(ckpt_catalog *catalog, const char *path, bool is_dir,
                                                 ckpt_error *err);
 

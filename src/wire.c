@@ -350,8 +350,10 @@ ckpt_status ckpt__catalog_decode(const void *data, size_t n, const char *path, c
     if (st) return st;
     /* The files rank 0 names are opened as rank 0 opened them: the path
      * this rank was given as named, every other one beneath its directory. */
-    if (path && !ckpt__source_is_remote_name(path))
-        st = ckpt__catalog_set_root(d.c, path, ckpt__source_stat(path, NULL) == CKPT__NAME_DIR, err);
+    if (path)
+        st = ckpt__catalog_set_root(d.c, path,
+                                    !ckpt__source_is_remote_name(path) && ckpt__source_stat(path, NULL) == CKPT__NAME_DIR,
+                                    err);
     if (st) {
         ckpt_catalog_close(d.c);
         return st;

@@ -25,20 +25,23 @@ class safe_open:
     mapped); direct=True reads local files around the page cache (no
     mapping either); the other source options are those of ckpt.open."""
 
-    def __init__(self, filename, framework, device="cpu", *, backend="mmap", direct=False, **source):
+    def __init__(self, filename, framework, device="cpu", *, backend="mmap", direct=False, _data=None, **source):
         self._fw = _frameworks.get(framework)
         if backend not in ("mmap", "pread"):
             raise ValueError(f"backend must be \"mmap\" or \"pread\", not {backend!r}")
         self._backend = backend
         self._device = device
         self._direct = direct
-        self._catalog = _sources.catalog(filename, direct, None, type(self).__init__, **source)
+        if _data is not None:  # bytes in memory, read by the library's memory source
+            self._catalog = _ckpt.Catalog(filename, data=_data)
+        else:
+            self._catalog = _sources.catalog(filename, direct, None, type(self).__init__, **source)
         self._infos = {}  # built as tensors are asked for
         self._maps = {}
         self._paths = [p for p, _ in self._catalog.files()]
-        # Remote files (and their cached copies, named by URL) and direct
-        # mode are never mapped.
-        self._mappable = [not direct and not _sources.is_remote(p) for p in self._paths]
+        # Remote files (and their cached copies, named by URL), bytes in
+        # memory and direct mode are never mapped.
+        self._mappable = [_data is None and not direct and not _sources.is_remote(p) for p in self._paths]
 
     def __enter__(self):
         return self
@@ -224,12 +227,10 @@ def save_bytes(fw, tensors, metadata):
 def load_bytes(framework, data):
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"argument 'data': '{type(data).__name__}' object cannot be converted to 'PyBytes'")
-    with tempfile.TemporaryDirectory(prefix="ckpt-load-", dir=_scratch_dir()) as d:
-        path = os.path.join(d, "data.safetensors")
-        with open(path, "wb") as f:
-            f.write(data)
-        with safe_open(path, framework, backend="pread") as f:
-            return f.get_tensors()
+    # Read where they are (the library's memory source): tensors are copies,
+    # as safetensors' load gives.
+    with safe_open("data.safetensors", framework, backend="pread", _data=data) as f:
+        return f.get_tensors()
 
 
 def _scratch_dir():

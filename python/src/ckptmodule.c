@@ -252,15 +252,23 @@ struct Catalog {
     Py_ssize_t users;  /* views and plans that point into the catalog */
     int closing;       /* close() was called while users remained */
     PyObject *download_progress; /* callable(done, total) for whole downloads, or NULL */
+    /* A catalog of bytes in memory (Catalog(name, data=...)): the library's
+     * memory source reads the buffer, held until the catalog closes. */
+    Py_buffer data;
+    ckpt_memory_source memory;
 };
 
 static void catalog_use(Catalog *c) { c->users++; }
 
+/* Closes the catalog, then lets its bytes go. */
+static void catalog_release(Catalog *c) {
+    ckpt_catalog_close(c->catalog);
+    c->catalog = NULL;
+    if (c->data.obj) PyBuffer_Release(&c->data);
+}
+
 static void catalog_unuse(Catalog *c) {
-    if (--c->users == 0 && c->closing) {
-        ckpt_catalog_close(c->catalog);
-        c->catalog = NULL;
-    }
+    if (--c->users == 0 && c->closing) catalog_release(c);
 }
 
 /* Seconds (a number, or None: left as it is) as milliseconds, more than 0
@@ -328,20 +336,42 @@ static int download_trampoline(uint64_t done, uint64_t total, void *user) {
  * min_speed=None, min_speed_time=None, retry_deadline=None,
  * download_progress=None): the options of ckpt_catalog_options (remote
  * files, direct I/O); None keeps a default. */
+/* Opens `path`, or, with `data`, the bytes of `data` named `path` (the
+ * library's memory source, no file; the buffer is held while the catalog
+ * is open). */
+static ckpt_status catalog_open(Catalog *self, const char *path, PyObject *data, const ckpt_catalog_options *o,
+                                ckpt_catalog **c, ckpt_error *e) {
+    if (!data) {
+        ckpt_status st;
+        Py_BEGIN_ALLOW_THREADS
+        st = ckpt_catalog_open_ex(path, o, c, e);
+        Py_END_ALLOW_THREADS
+        return st;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) != 0) return CKPT_E_INVALID_ARGUMENT;
+    ckpt_catalog_close(self->catalog); /* what reads the old buffer goes first */
+    self->catalog = NULL;
+    if (self->data.obj) PyBuffer_Release(&self->data);
+    self->data = view;
+    self->memory = (ckpt_memory_source){view.buf, (uint64_t)view.len};
+    return ckpt_catalog_open_source(&ckpt_memory_source_ops, &self->memory, path, o, c, e);
+}
+
 static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"path", "allowed_globals", "direct", "cache_dir", "bearer_token", "timeout",
                              "connect_timeout", "retries", "max_connections", "min_speed", "min_speed_time",
-                             "retry_deadline", "download_progress", NULL};
+                             "retry_deadline", "download_progress", "data", NULL};
     PyObject *path_obj, *globals = NULL, *cache_obj = NULL, *timeout = Py_None, *connect_timeout = Py_None,
                         *retries = Py_None, *min_speed = Py_None, *min_speed_time = Py_None,
-                        *retry_deadline = Py_None, *download = Py_None;
+                        *retry_deadline = Py_None, *download = Py_None, *data = NULL;
     int direct = 0;
     const char *token = NULL;
     unsigned int connections = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$pO&zOOOIOOOO", kwlist, PyUnicode_FSConverter, &path_obj,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$pO&zOOOIOOOOO", kwlist, PyUnicode_FSConverter, &path_obj,
                                      &globals, &direct, PyUnicode_FSConverter, &cache_obj, &token, &timeout,
                                      &connect_timeout, &retries, &connections, &min_speed, &min_speed_time,
-                                     &retry_deadline, &download))
+                                     &retry_deadline, &download, &data))
         return -1;
     if (download != Py_None && !PyCallable_Check(download)) {
         Py_DECREF(path_obj);
@@ -392,15 +422,13 @@ static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
     ckpt_error e;
     ckpt_status st;
     ckpt_catalog *c = NULL;
-    Py_BEGIN_ALLOW_THREADS
-    st = ckpt_catalog_open_ex(PyBytes_AS_STRING(path_obj), &o, &c, &e);
-    Py_END_ALLOW_THREADS
+    st = catalog_open(self, PyBytes_AS_STRING(path_obj), data == Py_None ? NULL : data, &o, &c, &e);
     Py_DECREF(path_obj);
     Py_XDECREF(cache_obj);
     PyMem_Free(names);
     Py_XDECREF(fast);
     if (st != CKPT_OK) {
-        raise_ckpt(&e);
+        if (!PyErr_Occurred()) raise_ckpt(&e);
         return -1;
     }
     ckpt_catalog_close(self->catalog);
@@ -409,7 +437,7 @@ static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
 }
 
 static void Catalog_dealloc(Catalog *self) {
-    ckpt_catalog_close(self->catalog);
+    catalog_release(self);
     Py_CLEAR(self->download_progress);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -773,10 +801,8 @@ static PyObject *Catalog_close(Catalog *self, PyObject *unused) {
     (void)unused;
     /* Views and plans point into the catalog: it closes when the last of
      * them goes. */
-    if (self->users == 0) {
-        ckpt_catalog_close(self->catalog);
-        self->catalog = NULL;
-    } else
+    if (self->users == 0) catalog_release(self);
+    else
         self->closing = 1;
     Py_RETURN_NONE;
 }

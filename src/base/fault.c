@@ -54,6 +54,14 @@ int ckpt__io_open(const char *path, int flags, ...) {
     return ckpt__io_openat(AT_FDCWD, path, flags, mode);
 }
 
+/* A source's read is one I/O call whatever the kind (a caller's source,
+ * memory, HTTP), so that every kind's failures are injected alike; EINTR
+ * and short transfers are the descriptors' business, not a source's. */
+int ckpt__io_source_fault(void) {
+    ckpt__fault_mode m = hit_io(0);
+    return m ? (m == CKPT__FAULT_ENOSPC ? ENOSPC : EIO) : 0;
+}
+
 ssize_t ckpt__io_pread(int fd, void *buf, size_t n, off_t offset) {
     ckpt__fault_mode m = hit_io(1);
     if (m == CKPT__FAULT_SHORT) n = n > 1 ? n / 2 : n; /* a one-byte transfer cannot be shorter */

@@ -53,6 +53,8 @@ struct open_how {
 #define ckpt__io_unlinkat unlinkat
 #define ckpt__io_renameat2 renameat2
 #define ckpt__io_flock flock
+/* A read of any source (src/io/source.h): the errno it fails with, or 0. */
+#define ckpt__io_source_fault() 0
 static inline int ckpt__io_openat2(int dirfd, const char *path, const struct open_how *how, size_t size) {
     return (int)syscall(SYS_openat2, dirfd, path, how, size);
 }
@@ -77,6 +79,7 @@ ssize_t ckpt__io_readlinkat(int dirfd, const char *path, char *buf, size_t size)
 int ckpt__io_unlinkat(int dirfd, const char *name, int flags);
 int ckpt__io_renameat2(int from_dir, const char *from, int to_dir, const char *to, unsigned flags);
 int ckpt__io_flock(int fd, int op);
+int ckpt__io_source_fault(void);
 
 /* What the N-th call of a kind does. */
 typedef enum ckpt__fault_mode {

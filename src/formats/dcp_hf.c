@@ -45,15 +45,14 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 /* The *.safetensors files of the checkpoint's directory `dir`, sorted,
- * malloc'ed: listed through the catalog's descriptor of it. */
+ * malloc'ed: listed through the catalog's source. */
 static ckpt_status list_files(ckpt_catalog *c, const char *dir, char ***out, size_t *count, ckpt_error *err) {
-    const ckpt__beneath *root = ckpt__cat_root(c);
-    if (!root)
+    if (!ckpt__cat_can_list(c))
         return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
                           "cannot list the directory of DCP safetensors shards (a remote directory cannot be listed)");
     char **names;
     size_t n, kept = 0;
-    ckpt_status st = ckpt__beneath_list(root, dir, &names, &n, err);
+    ckpt_status st = ckpt__cat_list(c, dir, &names, &n, err);
     if (st) return st;
     for (size_t i = 0; i < n; i++) {
         if (ends_with(names[i], ".safetensors")) names[kept++] = names[i];

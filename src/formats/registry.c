@@ -260,29 +260,24 @@ static ckpt_status match_listed(const char *dir, char *const *names, size_t coun
     return CKPT_OK;
 }
 
-ckpt_status ckpt__format_find_in_dir(const char *dir, const ckpt__source_options *o, const ckpt__beneath *root,
-                                     char **found, ckpt_error *err) {
+ckpt_status ckpt__format_find_in_dir(ckpt_catalog *c, const char *dir, char **found, ckpt_error *err) {
     *found = NULL;
-    /* A remote "directory" (a URL ending in '/') cannot be listed: only
-     * the exact names are tried, each with one request.  A local one is
-     * listed once, through the descriptor its files are opened beneath: an
-     * exact name counts whatever it is (a symbolic link, a FIFO: opening
-     * it says whether it may be read). */
-    bool remote = ckpt__source_is_remote_name(dir), listed = false;
+    /* A directory that cannot be listed (a URL ending in '/') has only the
+     * exact names tried, each with one question.  One that can is listed
+     * once: an exact name counts whatever it is (a symbolic link, a FIFO:
+     * opening it says whether it may be read). */
+    bool listable = ckpt__cat_can_list(c), listed = false;
     char **names = NULL, *match = NULL;
     size_t count = 0;
     ckpt_status st = CKPT_OK;
     for (size_t step = 0; st == CKPT_OK && !match && step < sizeof dir_names / sizeof dir_names[0]; step++) {
         const char *want = dir_names[step];
         if (want[0] != '*' && want[0] != '@') {
-            char *p = ckpt__path_join(dir, want);
-            if (!p) st = ckpt__oom(err, dir, NULL);
-            else if (remote ? ckpt__source_stat(p, o) == CKPT__NAME_FILE : ckpt__beneath_has(root, want)) match = p;
-            else free(p);
+            if (ckpt__cat_has(c, dir, want) && !(match = ckpt__path_join(dir, want))) st = ckpt__oom(err, dir, NULL);
             continue;
         }
-        if (!remote && !listed) /* listed once, when a pattern needs it (an exact name needs no read permission) */
-            listed = (st = ckpt__beneath_list(root, dir, &names, &count, err)) == CKPT_OK;
+        if (listable && !listed) /* listed once, when a pattern needs it (an exact name needs no read permission) */
+            listed = (st = ckpt__cat_list(c, dir, &names, &count, err)) == CKPT_OK;
         if (listed && (st = match_listed(dir, names, count, want, &match, err)) == CKPT_OK && match) {
             char *p = ckpt__path_join(dir, match);
             free(match);
@@ -295,7 +290,7 @@ ckpt_status ckpt__format_find_in_dir(const char *dir, const ckpt__source_options
         *found = match;
         return st;
     }
-    if (remote)
+    if (!listable)
         return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
                           "no model.safetensors.index.json, model.safetensors, pytorch_model.bin.index.json or "
                           "pytorch_model.bin under this URL (remote directories cannot be listed: name the file)");

@@ -209,7 +209,7 @@ static void prefetch_locals(ckpt__source *src, const unsigned char *cd, const di
         reqs[n] = (ckpt__read_req){src, -1, e.header_offset, LOCAL_SIZE, LOCAL_SIZE, pf->headers[n], NULL};
         n++;
     }
-    if (n && reqs && src->ops->read_many(src, reqs, n, NULL) == CKPT_OK) {
+    if (n && reqs && ckpt__source_read_many(src, reqs, n, NULL) == CKPT_OK) {
         pf->count = n;
         for (size_t i = 0; i < n; i++) ckpt__source_count(src, LOCAL_SIZE);
     }

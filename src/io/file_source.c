@@ -12,7 +12,9 @@
 #include "reader.h"
 #include "source.h"
 
-static ckpt_status file_read(ckpt__source *src, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
+static ckpt_status file_read(void *user, void *file, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
+    ckpt__source *src = file;
+    (void)user;
     return ckpt__pread_full(src->fd, dst, n, offset, src->name, err);
 }
 
@@ -27,7 +29,9 @@ enum { DIRECT_STEP = 8 << 20 };
 
 /* Reads the aligned blocks holding [offset, offset + n) into an aligned
  * buffer, a step at a time, and copies the asked bytes out. */
-static ckpt_status direct_read(ckpt__source *src, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
+static ckpt_status direct_read(void *user, void *file, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
+    ckpt__source *src = file;
+    (void)user;
     const direct_file *f = src->impl;
     if (f->dfd < 0) {
         /* No O_DIRECT here: read, then drop what the read cached. */
@@ -84,7 +88,9 @@ static ckpt_status direct_read(ckpt__source *src, void *dst, uint64_t n, uint64_
     return st;
 }
 
-static void direct_close(ckpt__source *src) {
+static void direct_close(void *user, void *file) {
+    ckpt__source *src = file;
+    (void)user;
     direct_file *f = src->impl;
     if (f && f->dfd >= 0) close(f->dfd);
     free(f);
@@ -93,9 +99,13 @@ static void direct_close(ckpt__source *src) {
     src->fd = -1;
 }
 
-static const ckpt__source_ops direct_ops = {.read = direct_read, .close = direct_close};
+static const ckpt__source_ops direct_ops = {.version = CKPT_SOURCE_OPS_VERSION,
+    .read = direct_read,
+    .close = direct_close};
 
-static ckpt_status file_map(ckpt__source *src, int writable, void **base, ckpt_error *err) {
+static ckpt_status file_map(void *user, void *file, int writable, void **base, ckpt_error *err) {
+    ckpt__source *src = file;
+    (void)user;
     /* A file cut short since it was opened would make the mapping fault
      * (SIGBUS) where the data used to be: check before mapping. */
     struct stat sb;
@@ -115,16 +125,24 @@ static ckpt_status file_map(ckpt__source *src, int writable, void **base, ckpt_e
     return CKPT_OK;
 }
 
-static void file_unmap(ckpt__source *src, void *base) {
+static void file_unmap(void *user, void *file, void *base) {
+    ckpt__source *src = file;
+    (void)user;
     if (base) munmap(base, (size_t)src->size);
 }
 
-static void file_close(ckpt__source *src) {
+static void file_close(void *user, void *file) {
+    ckpt__source *src = file;
+    (void)user;
     if (src->fd >= 0) close(src->fd);
     src->fd = -1;
 }
 
-static const ckpt__source_ops file_ops = {.read = file_read, .map = file_map, .unmap = file_unmap, .close = file_close};
+static const ckpt__source_ops file_ops = {.version = CKPT_SOURCE_OPS_VERSION,
+    .read = file_read,
+    .map = file_map,
+    .unmap = file_unmap,
+    .close = file_close};
 
 static bool file_claims(const char *name) {
     (void)name;
@@ -141,6 +159,7 @@ ckpt_status ckpt__file_source_adopt(const char *name, int fd, uint64_t size, con
         return ckpt__oom(err, name, NULL);
     }
     src->ops = &file_ops;
+    src->file = src;
     src->fd = fd;
     src->size = size;
     /* Network file systems are read, never mapped: a server-side
@@ -158,6 +177,7 @@ ckpt_status ckpt__file_source_adopt(const char *name, int fd, uint64_t size, con
         f->dfd = ckpt__open_direct(name, src->fd, &f->align);
         src->impl = f;
         src->ops = &direct_ops;
+        src->file = src;
         src->caps = CKPT__SRC_FD | CKPT__SRC_DIRECT | (remote ? CKPT__SRC_REMOTE : 0);
     }
     *out = src;

@@ -1155,7 +1155,9 @@ static void remote_free(remote *r) {
     free(r);
 }
 
-static void remote_close(ckpt__source *src) {
+static void remote_close(void *user, void *file) {
+    ckpt__source *src = file;
+    (void)user;
     remote_free(src->impl);
     src->impl = NULL;
 }
@@ -1331,12 +1333,16 @@ static ckpt_status remote_batch(ckpt__source *src, want *w, size_t n, ckpt_error
     return st;
 }
 
-static ckpt_status remote_read(ckpt__source *src, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
+static ckpt_status remote_read(void *user, void *file, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
+    ckpt__source *src = file;
+    (void)user;
     want w = {offset, n, dst, NULL};
     return remote_batch(src, &w, 1, err);
 }
 
-static ckpt_status remote_read_many(ckpt__source *src, ckpt__read_req *reqs, size_t n, ckpt_error *err) {
+static ckpt_status remote_read_many(void *user, void *file, ckpt_source_request *reqs, size_t n, ckpt_error *err) {
+    ckpt__source *src = file;
+    (void)user;
     want stack[64], *w = n <= 64 ? stack : ckpt__malloc(n * sizeof *w);
     if (!w) return ckpt__oom(err, src->name, NULL);
     for (size_t i = 0; i < n; i++) {
@@ -1349,7 +1355,10 @@ static ckpt_status remote_read_many(ckpt__source *src, ckpt__read_req *reqs, siz
     return st;
 }
 
-static const ckpt__source_ops remote_ops = {.read = remote_read, .read_many = remote_read_many, .close = remote_close};
+static const ckpt__source_ops remote_ops = {.version = CKPT_SOURCE_OPS_VERSION,
+    .read = remote_read,
+    .read_many = remote_read_many,
+    .close = remote_close};
 
 /* ---- opening -------------------------------------------------------------------------- */
 
@@ -1463,6 +1472,7 @@ ckpt_status ckpt__remote_open(const char *display, const char *url, const ckpt__
     }
     src->fd = -1;
     src->ops = &remote_ops;
+    src->file = src;
     src->caps = CKPT__SRC_REMOTE;
     remote *r = NULL;
     ckpt_status st = remote_new(src->name, url, auth, o, &r, err);

@@ -148,7 +148,7 @@ ckpt_status ckpt__mapping_create(ckpt__source *src, bool prefetch, ckpt__mapping
     m->src = src;
     m->size = src->size;
     atomic_init(&m->owners, 1);
-    ckpt_status st = src->size ? src->ops->map(src, 1, &m->base, err) : CKPT_OK;
+    ckpt_status st = src->size ? src->ops->map(src->user, src->file, 1, &m->base, err) : CKPT_OK;
     if (st) {
         free(m);
         return st;

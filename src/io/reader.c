@@ -211,7 +211,7 @@ static ckpt_status run_sources(ckpt__reader *r, ckpt__read_req *reqs, size_t n, 
         while (j < n && reqs[j].fd < 0 && reqs[j].src == src) j++;
         ckpt_status st = CKPT_OK;
         if (src->ops->read_many && j - i > 1) {
-            st = src->ops->read_many(src, reqs + i, j - i, err);
+            st = ckpt__source_read_many(src, reqs + i, j - i, err);
             for (size_t k = i; k < j && st == CKPT_OK; k++) {
                 r->reads++, r->bytes += reqs[k].len;
                 ckpt__source_count(src, reqs[k].len);

@@ -43,25 +43,17 @@ typedef struct ckpt__read_req {
     const char *tensor; /* for errors */
 } ckpt__read_req;
 
-typedef struct ckpt__source_ops {
-    /* Reads exactly `n` bytes at `offset`.  A source that ends first gives
-     * CKPT_E_TRUNCATED naming the offset where its data stopped. */
-    ckpt_status (*read)(ckpt__source *src, void *dst, uint64_t n, uint64_t offset, ckpt_error *err);
-    /* Optional: performs a batch of reads of this source (in parallel for
-     * remote sources, each up to req->len and at least req->need).  NULL:
-     * one `read` after another. */
-    ckpt_status (*read_many)(ckpt__source *src, ckpt__read_req *reqs, size_t n, ckpt_error *err);
-    /* Optional: maps [0, size) read-only (shared) or copy-on-write
-     * (private, writable); NULL without CKPT__SRC_MAP.  Each call gives a
-     * mapping of its own, released with unmap. */
-    ckpt_status (*map)(ckpt__source *src, int writable, void **base, ckpt_error *err);
-    void (*unmap)(ckpt__source *src, void *base);
-    /* Releases what the kind holds (not the source struct itself). */
-    void (*close)(ckpt__source *src);
-} ckpt__source_ops;
+/* A source's operations are the public table (ckpt_source_ops in ckpt.h,
+ * documented there): the library's own kinds implement it with `user` the
+ * kind's context and `file` the ckpt__source itself; a caller's table is
+ * driven through user_source.c, which names files, tensors and offsets in
+ * its errors and checks what it says. */
+typedef ckpt_source_ops ckpt__source_ops;
 
 struct ckpt__source {
     const ckpt__source_ops *ops;
+    void *user;     /* the first argument of every operation */
+    void *file;     /* the second: the kind's handle of this file */
     char *name;     /* path or URL, for errors and for finding sibling files */
     uint64_t size;
     int fd;         /* -1 unless caps has CKPT__SRC_FD */
@@ -156,7 +148,7 @@ CKPT__HIDDEN ckpt__name_kind ckpt__source_stat(const char *name, const ckpt__sou
 CKPT__HIDDEN bool ckpt__source_is_remote_name(const char *name);
 
 /* Wraps `size` bytes at `data` (which must outlive the source) as a
- * source named `name`. */
+ * source named `name` (ckpt_memory_source_ops). */
 CKPT__HIDDEN ckpt_status ckpt__source_memory(const char *name, const void *data, uint64_t size, ckpt__source **out,
                                              ckpt_error *err);
 
@@ -167,10 +159,36 @@ CKPT__HIDDEN void ckpt__source_close(ckpt__source *src);
 static inline ckpt_status ckpt__source_read(ckpt__source *src, void *dst, uint64_t n, uint64_t offset,
                                             ckpt_error *err) {
     if (!n) return CKPT_OK;
-    ckpt_status st = src->ops->read(src, dst, n, offset, err);
+    int fault = ckpt__io_source_fault(); /* every kind, the caller's too, faulted alike */
+    if (fault) return ckpt__fail_errno(err, fault, src->name, (int64_t)offset, "cannot read %llu bytes", (unsigned long long)n);
+    ckpt_status st = src->ops->read(src->user, src->file, dst, n, offset, err);
     if (st == CKPT_OK) ckpt__source_count(src, n);
     return st;
 }
+
+/* Performs a batch of reads of one source through its read_many (which
+ * the caller checked it has); the caller counts the bytes. */
+CKPT__HIDDEN ckpt_status ckpt__source_read_many(ckpt__source *src, const ckpt__read_req *reqs, size_t n,
+                                                ckpt_error *err);
+
+/* Opens the file `name` of a directory-like source `ops` (a caller's, or
+ * one of the library's: ckpt__dir_ops): what it says is checked. */
+CKPT__HIDDEN ckpt_status ckpt__source_open_in(const ckpt_source_ops *ops, void *user, const char *name,
+                                              ckpt__source **out, ckpt_error *err);
+
+/* What `name` is, asked of `ops` (its stat; a kind it does not know is
+ * CKPT_SOURCE_MISSING); a stat that fails is an error naming `name`. */
+CKPT__HIDDEN ckpt_status ckpt__source_stat_in(const ckpt_source_ops *ops, void *user, const char *name,
+                                              ckpt_source_kind *kind, ckpt_error *err);
+
+/* The names in directory `dir` of `ops` that do not start with '.',
+ * sorted, malloc'ed (each, and the array; free with ckpt__beneath_free_names,
+ * beneath.h).  A
+ * name with '/' (or "..", "." ) is CKPT_E_UNSAFE_PATH; a table without
+ * `list` is CKPT_E_NOT_FOUND. */
+CKPT__HIDDEN ckpt_status ckpt__source_list_in(const ckpt_source_ops *ops, void *user, const char *dir, char ***names,
+                                              size_t *count, ckpt_error *err);
+
 
 /* Reads a whole (small) source into a malloc'ed, NUL-terminated buffer;
  * larger than `limit` bytes gives `too_large_status`. */
@@ -189,6 +207,19 @@ CKPT__HIDDEN ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset
  * directory (beneath.h) becomes.  Takes `fd` (closed on failure too). */
 CKPT__HIDDEN ckpt_status ckpt__file_source_adopt(const char *name, int fd, uint64_t size, const ckpt__source_options *o,
                                                  ckpt__source **out, ckpt_error *err);
+
+/* The library's own directories as sources (dir_source.c): a local one,
+ * with `user` a ckpt__local_dir, and a remote prefix, with `user` the
+ * ckpt__source_options.  Their files' handles are ckpt__source objects
+ * (ckpt__source_ops_own: taken as they are by ckpt__source_open_in). */
+typedef struct ckpt__beneath ckpt__beneath;
+typedef struct ckpt__local_dir {
+    ckpt__beneath *root;
+    const ckpt__source_options *options;
+} ckpt__local_dir;
+CKPT__HIDDEN extern const ckpt_source_ops ckpt__local_dir_ops;
+CKPT__HIDDEN extern const ckpt_source_ops ckpt__remote_dir_ops;
+CKPT__HIDDEN bool ckpt__source_ops_own(const ckpt_source_ops *ops);
 
 /* The local file kind (file_source.c): registered in sources.c. */
 CKPT__HIDDEN extern const ckpt__source_kind ckpt__file_kind;

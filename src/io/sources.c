@@ -64,9 +64,20 @@ bool ckpt__source_is_remote_name(const char *name) { return kind_of(name) != &ck
 
 void ckpt__source_close(ckpt__source *src) {
     if (!src) return;
-    if (src->ops && src->ops->close) src->ops->close(src);
+    if (src->ops && src->ops->close) src->ops->close(src->user, src->file);
     free(src->name);
     free(src);
+}
+
+ckpt_status ckpt__source_read_many(ckpt__source *src, const ckpt__read_req *reqs, size_t n, ckpt_error *err) {
+    ckpt_source_request stack[64], *q = n <= 64 ? stack : ckpt__malloc(n * sizeof *q);
+    if (!q) return ckpt__oom(err, src->name, NULL);
+    for (size_t i = 0; i < n; i++) q[i] = (ckpt_source_request){reqs[i].dst, reqs[i].offset, reqs[i].len, reqs[i].need, reqs[i].tensor};
+    int fault = ckpt__io_source_fault();
+    ckpt_status st = fault ? ckpt__fail_errno(err, fault, src->name, (int64_t)reqs[0].offset, "cannot read")
+                           : src->ops->read_many(src->user, src->file, q, n, err);
+    if (q != stack) free(q);
+    return st;
 }
 
 ckpt_status ckpt__source_slurp(ckpt__source *src, uint64_t limit, ckpt_status too_large_status, char **data,
@@ -130,41 +141,4 @@ void ckpt__download_end(ckpt__download_meter *m, bool failed, uint64_t received,
     m->running--;
     if (failed) m->done -= received, m->total -= size;
     pthread_mutex_unlock(&m->lock);
-}
-
-/* ---- memory: a caller's buffer ------------------------------------------- */
-
-static ckpt_status memory_read(ckpt__source *src, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
-    if (offset > src->size || n > src->size - offset)
-        return ckpt__fail(err, CKPT_E_TRUNCATED, src->name, NULL, (int64_t)(offset < src->size ? src->size : offset),
-                          "the buffer ends at byte %llu, inside data that runs to byte %llu",
-                          (unsigned long long)src->size, (unsigned long long)(offset + n));
-    memcpy(dst, (const char *)src->impl + offset, (size_t)n);
-    return CKPT_OK;
-}
-
-static ckpt_status memory_map(ckpt__source *src, int writable, void **base, ckpt_error *err) {
-    if (writable)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, src->name, NULL, -1,
-                          "an in-memory checkpoint has no copy-on-write mapping");
-    *base = src->impl;
-    return CKPT_OK;
-}
-
-static const ckpt__source_ops memory_ops = {.read = memory_read, .map = memory_map};
-
-ckpt_status ckpt__source_memory(const char *name, const void *data, uint64_t size, ckpt__source **out,
-                                ckpt_error *err) {
-    ckpt__source *src = ckpt__calloc(1, sizeof *src);
-    if (!src || !(src->name = ckpt__strdup(name))) {
-        free(src);
-        return ckpt__oom(err, name, NULL);
-    }
-    src->ops = &memory_ops;
-    src->fd = -1;
-    src->size = size;
-    src->caps = CKPT__SRC_MAP;
-    src->impl = (void *)data;
-    *out = src;
-    return CKPT_OK;
 }

@@ -14,7 +14,9 @@ typedef struct window {
     uint64_t offset;
 } window;
 
-static ckpt_status window_read(ckpt__source *src, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
+static ckpt_status window_read(void *user, void *file, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
+    ckpt__source *src = file;
+    (void)user;
     const window *w = src->impl;
     if (offset > src->size || n > src->size - offset)
         return ckpt__fail(err, CKPT_E_TRUNCATED, src->name, NULL, (int64_t)(w->offset + (offset < src->size ? src->size : offset)),
@@ -24,9 +26,13 @@ static ckpt_status window_read(ckpt__source *src, void *dst, uint64_t n, uint64_
     return ckpt__source_read(w->base, dst, n, w->offset + offset, err);
 }
 
-static void window_close(ckpt__source *src) { free(src->impl); }
+static void window_close(void *user, void *file) {
+    ckpt__source *src = file;
+    (void)user; free(src->impl); }
 
-static const ckpt__source_ops window_ops = {.read = window_read, .close = window_close};
+static const ckpt__source_ops window_ops = {.version = CKPT_SOURCE_OPS_VERSION,
+    .read = window_read,
+    .close = window_close};
 
 ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset, uint64_t length, ckpt__source **out,
                                 ckpt_error *err) {
@@ -47,6 +53,7 @@ ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset, uint64_t le
     w->base = base;
     w->offset = offset;
     src->ops = &window_ops;
+    src->file = src;
     src->impl = w;
     src->size = length;
     src->fd = -1;

@@ -16,6 +16,7 @@
 
 #include "base/base.h"
 #include "helpers.h"
+#include "memdir.h"
 
 #ifndef FIXTURES
 #error FIXTURES must name tests/fault/fixtures
@@ -25,6 +26,8 @@
 
 static char *work;   /* scratch directory with the inputs */
 static char *outdir; /* where conversions write */
+static memdir held;  /* "sharded", held by a caller's source (tests/unit/memdir.c) */
+static ckpt_memory_source single; /* single.safetensors, in memory */
 
 /* ---- operations ---------------------------------------------------------- */
 
@@ -38,10 +41,15 @@ static ckpt_status op_open(const char *path, ckpt_error *err) {
     return st;
 }
 
-/* Open, then read every tensor whole and in part, and view what can be. */
+/* Open (a path, or through a source: "memdir:" the caller's directory, "memory:"
+ * the library's memory source), then read every tensor whole and in part. */
 static ckpt_status op_load(const char *path, ckpt_error *err) {
     ckpt_catalog *cat = NULL;
-    ckpt_status st = ckpt_catalog_open(path, &cat, err);
+    const char *name = path + 7; /* after the scheme, when there is one */
+    ckpt_status st = !strncmp(path, "memdir:", 7)   ? ckpt_catalog_open_source(&memdir_ops, &held, name, NULL, &cat, err)
+                     : !strncmp(path, "memory:", 7) ? ckpt_catalog_open_source(&ckpt_memory_source_ops, &single, name,
+                                                                               NULL, &cat, err)
+                                                    : ckpt_catalog_open(path, &cat, err);
     for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_tensor_count(cat); i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(cat, i);
         unsigned char *buf = malloc(t->nbytes + 1);
@@ -110,7 +118,7 @@ typedef struct op {
 
 static ckpt_status run_op(const op *o, ckpt_error *err) {
     char src[4096], dst[4096];
-    if (o->src[0] == '/') snprintf(src, sizeof src, "%s", o->src); /* a fixture */
+    if (o->src[0] == '/' || strchr(o->src, ':')) snprintf(src, sizeof src, "%s", o->src); /* a fixture, a source */
     else snprintf(src, sizeof src, "%s/%s", work, o->src);          /* made in setup */
     snprintf(dst, sizeof dst, "%s/%s", outdir, o->dst ? o->dst : "");
     switch (o->kind) {
@@ -162,7 +170,7 @@ static const char *mode_name(ckpt__fault_mode m) {
 
 static long total_points;
 
-static void exercise(const op *o, ckpt__fault_mode mode) {
+static long exercise(const op *o, ckpt__fault_mode mode) {
     unsigned long long sources = tree_hash(work);
     long n;
     for (n = 1; n < 100000; n++) {
@@ -197,6 +205,7 @@ static void exercise(const op *o, ckpt__fault_mode mode) {
     }
     printf("  %-26s %-7s %5ld injection points\n", o->name, mode_name(mode), n - 1);
     total_points += n - 1;
+    return n - 1;
 }
 
 static void test_every_fault_point(void **state) {
@@ -208,6 +217,8 @@ static void test_every_fault_point(void **state) {
         {"load sharded safetensors", 1, "sharded", NULL, 0, 0},
         {"load torch (views)", 1, FIXTURES "/model.pt", NULL, 0, 0},
         {"load re-zipped torch", 1, FIXTURES "/rezipped.pt", NULL, 0, 0},
+        {"load shards, caller's source", 1, "memdir:ckpt", NULL, 0, 0},
+        {"load from memory", 1, "memory:single.safetensors", NULL, 0, 0},
         {"convert to shards", 2, "single.safetensors", "shards", 40, 0},
         {"convert with checksums", 2, "single.safetensors", "c.safetensors", 0, 1},
         {"convert torch", 2, FIXTURES "/model.pt", "t.safetensors", 0, 0},
@@ -216,7 +227,13 @@ static void test_every_fault_point(void **state) {
         {"engine convert, transformed", 4, "single.safetensors", "e.safetensors", 0, 0},
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        for (int m = CKPT__FAULT_ALLOC; m <= CKPT__FAULT_EINTR; m++) exercise(&ops[i], (ckpt__fault_mode)m);
+        for (int m = CKPT__FAULT_ALLOC; m <= CKPT__FAULT_EINTR; m++) {
+            long points = exercise(&ops[i], (ckpt__fault_mode)m);
+            /* A source with no descriptor (the caller's, memory) is faulted
+             * as every kind is: each of its reads is an injection point. */
+            if (strchr(ops[i].src, ':') && m == CKPT__FAULT_EIO && points == 0)
+                fail_msg("%s: no read of the source was faulted", ops[i].name);
+        }
     printf("  %ld injection points in all\n", total_points);
 }
 
@@ -235,11 +252,17 @@ static int setup(void **state) {
     assert_int_equal(ckpt_catalog_open(in_dir(work, "single.safetensors"), &cat, NULL), CKPT_OK);
     assert_int_equal(convert_all(cat, in_dir(work, "sharded"), &o, NULL, NULL, NULL), CKPT_OK);
     ckpt_catalog_close(cat);
+    memdir_load(&held, "ckpt", in_dir(work, "sharded"));
+    size_t n;
+    single.data = read_all(in_dir(work, "single.safetensors"), &n);
+    single.size = n;
     return 0;
 }
 
 static int teardown(void **state) {
     (void)state;
+    memdir_free(&held);
+    free((void *)single.data);
     scratch_free(work);
     scratch_free(outdir);
     return 0;

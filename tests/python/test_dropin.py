@@ -255,3 +255,28 @@ def test_load_model_and_save_model_with_tied_weights(tmp_path):
 
 def test_all_dtypes_cover_safetensors_table():
     assert set(TORCH_TO_ST.values()) <= set(ckpt._dtypes.TORCH)
+
+
+def test_load_bytes_reads_memory_and_writes_no_file(sd, monkeypatch):
+    """load(bytes) reads the bytes where they are (the library's memory
+    source): no temporary file, in /dev/shm or anywhere, and tensors that
+    are copies, untouched when the caller's buffer changes afterwards."""
+    import ckpt._safe
+    import tempfile
+
+    def no_file(*a, **k):
+        raise AssertionError("load(bytes) made a temporary directory")
+
+    monkeypatch.setattr(ckpt._safe.tempfile, "TemporaryDirectory", no_file)
+    monkeypatch.setattr(tempfile, "mkstemp", no_file)
+    data = st_torch.save(sd)
+    for given in (data, bytearray(data), memoryview(data)):
+        loaded = ck_torch.load(given)
+        assert sorted(loaded) == sorted(sd)
+        assert all(same(loaded[k], sd[k]) for k in sd)
+    buf = bytearray(st_np.save({"f": np.arange(6, dtype=np.float32)}))
+    arrays = ck_np.load(buf)
+    buf[:] = bytes(len(buf))
+    np.testing.assert_array_equal(arrays["f"], np.arange(6, dtype=np.float32))
+    with pytest.raises(ckpt.SafetensorError, match="data.safetensors"):
+        ck_torch.load(data[:-1])

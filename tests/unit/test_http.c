@@ -397,7 +397,7 @@ static void test_batches(void **state) {
         reqs[i] = (ckpt__read_req){src, -1, spans[i][0], spans[i][1], spans[i][1], bufs[i], "t"};
     }
     ckpt_error err;
-    assert_int_equal(src->ops->read_many(src, reqs, N, &err), CKPT_OK);
+    assert_int_equal(ckpt__source_read_many(src, reqs, N, &err), CKPT_OK);
     for (size_t i = 0; i < N; i++) {
         check_pattern(bufs[i], spans[i][0], spans[i][1]);
         free(bufs[i]);
