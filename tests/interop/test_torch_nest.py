@@ -191,6 +191,24 @@ def test_batches_as_cpythons_pickler(tmp_path, n):
     same_as_torch(tmp_path / "out.pt", want, tmp_path)
 
 
+def test_tree_deeper_than_json_nests_converts(tmp_path):
+    """A tree nested deeper than the library's JSON reader nests (128),
+    which the torch reader accepts (up to 500), reaches the .pt writer as
+    values: the file is torch.save's, and a plan filters it at any depth."""
+    obj = {"w": torch.ones(2), "v": torch.zeros(1)}
+    for i in range(150):
+        obj = {"a": obj, "n": i}
+    torch.save(obj, tmp_path / "src.pt")
+    want = torch_resave(tmp_path / "src.pt", tmp_path / "ref.pt")
+    cli("convert", tmp_path / "src.pt", tmp_path / "out.pt", "-q")
+    same_as_torch(tmp_path / "out.pt", want, tmp_path)
+    cli("convert", tmp_path / "src.pt", tmp_path / "sel.pt", "--exclude", "*.v", "-q")
+    got = torch.load(tmp_path / "sel.pt", weights_only=True)
+    while "a" in got:
+        got = got["a"]
+    assert list(got) == ["w"]
+
+
 def test_what_it_cannot_write_is_refused_by_path(tmp_path):
     """An object only a caller's allowed global rebuilds (torch.load's
     weights_only unpickler would refuse the file) is named, not dropped."""
