@@ -303,10 +303,13 @@ ckpt_status ckpt__tree_for_plan(const ckpt_plan *p, const ckpt__value *tree, ckp
     return CKPT_OK;
 }
 
+ckpt_status ckpt__plan_tree(const ckpt_plan *p, ckpt__arena *arena, ckpt__value **out, ckpt_error *err) {
+    return ckpt__tree_for_plan(p, ckpt__catalog_tree(p->catalog), CKPT__TREE_ALWAYS, arena, out, err);
+}
+
 ckpt_status ckpt_plan_tree_json(const ckpt_plan *p, const char *tree_json, char **json, ckpt_error *err) {
     if (!p || !json) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan and json are required");
     *json = NULL;
-    const ckpt__value *tree = ckpt__catalog_tree(p->catalog);
     ckpt__value *given = NULL, *filtered = NULL;
     ckpt__arena arena = {0};
     if (tree_json && ckpt__value_from_json(&arena, tree_json, &given, NULL, NULL) != CKPT_OK) {
@@ -315,7 +318,8 @@ ckpt_status ckpt_plan_tree_json(const ckpt_plan *p, const char *tree_json, char 
         *json = ckpt__strdup(tree_json);
         return *json ? CKPT_OK : ckpt__oom(err, NULL, "the object tree");
     }
-    ckpt_status st = ckpt__tree_for_plan(p, tree_json ? given : tree, CKPT__TREE_ALWAYS, &arena, &filtered, err);
+    ckpt_status st = tree_json ? ckpt__tree_for_plan(p, given, CKPT__TREE_ALWAYS, &arena, &filtered, err)
+                               : ckpt__plan_tree(p, &arena, &filtered, err);
     if (st == CKPT_OK && filtered && !(*json = ckpt__value_json_text(filtered)))
         st = ckpt__oom(err, NULL, "the object tree");
     ckpt__arena_free(&arena);
