@@ -57,8 +57,10 @@ struct ckpt_catalog {
     storage *storages;
     size_t crc_count, crc_cap;
     recorded_crc *crcs;     /* what the files record: ZIP members' CRC-32s */
-    ckpt__buf tree;         /* object trees as JSON */
-    size_t trees;
+    ckpt__value **trees;    /* the files' object trees (malloc'ed; the values in the arena) */
+    size_t tree_count;
+    ckpt__value *tree;      /* the tree: the one file's, or {"__shards__": [tree, …]} */
+    char *tree_text;        /* its JSON, written on the first ckpt_catalog_tree_json */
     const char **extra_globals; /* sorted "module.name", arena */
     size_t extra_global_count;
     ckpt__source_options source_options;
@@ -451,24 +453,19 @@ ckpt_status ckpt__cat_add_checkpoint_metadata(ckpt_catalog *c, const char *key, 
     return ckpt__pairs_push(&c->meta, key, value) ? CKPT_OK : ckpt__oom(err, c->index_path, NULL);
 }
 
-ckpt_status ckpt__cat_add_tree(ckpt_catalog *c, const char *json, ckpt_error *err) {
-    ckpt__buf_puts(&c->tree, c->trees++ ? ", " : "");
-    ckpt__buf_puts(&c->tree, json);
-    return c->tree.failed ? ckpt__oom(err, NULL, "the object tree") : CKPT_OK;
+ckpt_status ckpt__cat_set_tree(ckpt_catalog *c, ckpt__value *tree, ckpt_error *err) {
+    ckpt__value **trees = ckpt__realloc(c->trees, (c->tree_count + 1) * sizeof *trees);
+    if (!trees) return ckpt__oom(err, NULL, "the object tree");
+    c->trees = trees;
+    c->trees[c->tree_count++] = tree;
+    c->tree = c->trees[0];
+    return CKPT_OK;
 }
 
-ckpt_status ckpt__cat_adopt_tree(ckpt_catalog *c, char *json, ckpt_error *err) {
-    if (!json) return ckpt__oom(err, NULL, "the object tree");
-    if (c->trees) {
-        ckpt_status st = ckpt__cat_add_tree(c, json, err);
-        free(json);
-        return st;
-    }
-    free(c->tree.data);
-    size_t len = strlen(json);
-    c->tree = (ckpt__buf){json, len, len + 1, false};
-    c->trees = 1;
-    return CKPT_OK;
+ckpt_status ckpt__cat_add_tree(ckpt_catalog *c, const char *json, ckpt_error *err) {
+    ckpt__value *tree;
+    ckpt_status st = ckpt__value_from_json(&c->arena, json, &tree, err, NULL);
+    return st ? st : ckpt__cat_set_tree(c, tree, err);
 }
 
 /* The reader for an opened file: the best probe of its first bytes and
@@ -520,16 +517,14 @@ ckpt_status ckpt_detect_format(const char *path, const ckpt_catalog_options *opt
 
 /* Several torch shards with trees: {"__shards__": [tree, …]}. */
 static ckpt_status wrap_shard_trees(ckpt_catalog *c, ckpt_error *err) {
-    ckpt__buf b = {0};
-    ckpt__buf_puts(&b, "{\"__shards__\": [");
-    ckpt__buf_append(&b, c->tree.data, c->tree.len);
-    ckpt__buf_puts(&b, "]}");
-    if (b.failed) {
-        free(b.data);
-        return ckpt__oom(err, c->index_path, NULL);
-    }
-    free(c->tree.data);
-    c->tree = b;
+    ckpt__value *shards = ckpt__value_new(&c->arena, CKPT__V_OBJECT, 1);
+    ckpt__value *key = ckpt__value_text(&c->arena, CKPT__V_STR, "__shards__", 10);
+    ckpt__value *list = ckpt__value_new(&c->arena, CKPT__V_LIST, c->tree_count);
+    if (!shards || !key || !list) return ckpt__oom(err, c->index_path, NULL);
+    memcpy(list->u.items, c->trees, c->tree_count * sizeof *c->trees);
+    shards->u.items[0] = key;
+    shards->u.items[1] = list;
+    c->tree = shards;
     return CKPT_OK;
 }
 
@@ -563,7 +558,7 @@ void ckpt__catalog_storage_at(const ckpt_catalog *c, size_t i, uint32_t *file, u
 static ckpt_status finish_open(ckpt_catalog *c, ckpt_status st, const char *path, ckpt_catalog **out, ckpt_error *err) {
     if (st == CKPT_OK) st = ckpt__cat_open_path(c, path, err);
     ckpt__catalog_opened(c);
-    if (st == CKPT_OK && c->trees > 1) st = wrap_shard_trees(c, err);
+    if (st == CKPT_OK && c->tree_count > 1) st = wrap_shard_trees(c, err);
     if (st) {
         ckpt_catalog_close(c);
         return st;
@@ -657,7 +652,8 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     free(c->tensors);
     free(c->locs);
     ckpt__pairs_free(&c->meta);
-    free(c->tree.data);
+    free(c->trees);
+    free(c->tree_text);
     free(c->storages);
     free(c->crcs);
     free(c->index_path);
@@ -697,7 +693,21 @@ uint64_t ckpt_catalog_file_size(const ckpt_catalog *c, size_t i) {
 }
 const char *ckpt_catalog_index_path(const ckpt_catalog *c) { return c ? c->index_path : NULL; }
 
-const char *ckpt_catalog_tree_json(const ckpt_catalog *c) { return c && c->trees ? c->tree.data : NULL; }
+/* The text is written once, on the first call from any thread: a caller
+ * that lost the race frees its own and returns the winner's. */
+const char *ckpt_catalog_tree_json(const ckpt_catalog *c) {
+    if (!c || !c->tree) return NULL;
+    char *text = __atomic_load_n(&c->tree_text, __ATOMIC_ACQUIRE), *none = NULL;
+    if (text) return text;
+    if (!(text = ckpt__value_json_text(c->tree))) return NULL;
+    if (__atomic_compare_exchange_n(&((ckpt_catalog *)c)->tree_text, &none, text, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        return text;
+    free(text);
+    return none;
+}
+
+const ckpt__value *ckpt__catalog_tree(const ckpt_catalog *c) { return c->tree; }
 size_t ckpt_catalog_metadata_count(const ckpt_catalog *c) { return c ? c->meta.count : 0; }
 
 ckpt_status ckpt_catalog_metadata_entry(const ckpt_catalog *c, size_t i, const char **key, const char **value) {

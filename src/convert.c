@@ -68,6 +68,32 @@ static int by_hub_order(const void *a, const void *b) {
     return x->at < y->at ? -1 : x->at > y->at;
 }
 
+/* The object tree `tree` as the plan leaves it, handed to the writer
+ * under `key` (none for what `rule` leaves unrecorded): as values for the
+ * checkpoint's metadata, as text for every file's. */
+static ckpt_status hand_tree(const ckpt_plan *p, ckpt_writer *w, const ckpt__value *tree, ckpt__tree_rule rule,
+                             const char *key, bool own, ckpt_error *err) {
+    ckpt__value *kept = NULL;
+    ckpt_status st = ckpt__tree_for_plan(p, tree, rule, ckpt__writer_arena(w), &kept, err);
+    if (st || !kept) return st;
+    if (own) return ckpt__writer_set_tree(w, key, kept, err);
+    char *text = ckpt__value_json_text(kept);
+    st = text ? ckpt_writer_set_metadata(w, key, text, err) : ckpt__oom(err, NULL, "the object tree");
+    free(text);
+    return st;
+}
+
+/* A converted torch file's tree, recorded in its metadata: as this plan
+ * leaves it, like the tree of the torch file itself (none for what is
+ * left a state dict).  Text that is no tree ckpt reads is kept as it is. */
+static ckpt_status hand_recorded_tree(const ckpt_plan *p, ckpt_writer *w, const char *key, const char *text,
+                                      bool own, ckpt_error *err) {
+    ckpt__value *tree;
+    if (ckpt__value_from_json(ckpt__writer_arena(w), text, &tree, NULL, NULL) != CKPT_OK)
+        return own ? ckpt_writer_set_checkpoint_metadata(w, key, text, err) : ckpt_writer_set_metadata(w, key, text, err);
+    return hand_tree(p, w, tree, CKPT__TREE_UNLESS_STATE_DICT, key, own, err);
+}
+
 /* The source's metadata: {"format": "pt"} for torch sources, the source's
  * own map, and a torch file's object tree as the plan leaves it; none into
  * an output format that takes only its own (GGUF from safetensors) unless
@@ -78,22 +104,16 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
     if (!ckpt__writer_takes_metadata_of(w, ckpt_catalog_format(c))) return CKPT_OK; /* foreign to GGUF, unasked */
     if (torch_source(c)) {
         st = ckpt_writer_set_metadata(w, "format", "pt", err);
-        char *tree = NULL;
         if (st == CKPT_OK)
-            st = ckpt__tree_for_plan(p, ckpt_catalog_tree_json(c), CKPT__TREE_UNLESS_STATE_DICT, &tree, err);
-        if (st == CKPT_OK && tree) st = ckpt_writer_set_checkpoint_metadata(w, CKPT_TREE_METADATA_KEY, tree, err);
-        free(tree);
+            st = hand_tree(p, w, ckpt__catalog_tree(c), CKPT__TREE_UNLESS_STATE_DICT, CKPT_TREE_METADATA_KEY, true, err);
     }
     if (ckpt_catalog_format(c) == CKPT_FORMAT_FLAX_MSGPACK) {
         /* As transformers' Flax models save safetensors; the document's
          * structure where ckpt.save keeps one (dicts keyed "0", "1" stay
          * dicts; step counters and hyper-parameters are kept). */
         st = ckpt_writer_set_metadata(w, "format", "flax", err);
-        char *tree = NULL;
         if (st == CKPT_OK)
-            st = ckpt__tree_for_plan(p, ckpt_catalog_tree_json(c), CKPT__TREE_UNLESS_SPLIT_NAMES, &tree, err);
-        if (st == CKPT_OK && tree) st = ckpt_writer_set_checkpoint_metadata(w, CKPT_STRUCTURE_METADATA_KEY, tree, err);
-        free(tree);
+            st = hand_tree(p, w, ckpt__catalog_tree(c), CKPT__TREE_UNLESS_SPLIT_NAMES, CKPT_STRUCTURE_METADATA_KEY, true, err);
     }
     size_t n = ckpt_catalog_metadata_count(c);
     meta_entry *order = st == CKPT_OK ? ckpt__malloc((n ? n : 1) * sizeof *order) : NULL;
@@ -107,19 +127,12 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
     }
     if (st == CKPT_OK) qsort(order, n, sizeof *order, by_hub_order);
     for (size_t i = 0; st == CKPT_OK && i < n; i++) {
-        const char *value = order[i].value;
-        char *tree = NULL;
-        if (!strcmp(order[i].key, CKPT_TREE_METADATA_KEY) && !ckpt_catalog_tree_json(c)) {
-            /* A converted torch file's tree, recorded: as this plan leaves
-             * it, like the tree of the torch file itself (none for what is
-             * left a state dict). */
-            st = ckpt__tree_for_plan(p, value, CKPT__TREE_UNLESS_STATE_DICT, &tree, err);
-            if (st || !tree) continue;
-            value = tree;
-        }
-        st = checkpoint_entry(c, order[i].key) ? ckpt_writer_set_checkpoint_metadata(w, order[i].key, value, err)
-                                               : ckpt_writer_set_metadata(w, order[i].key, value, err);
-        free(tree);
+        const char *key = order[i].key, *value = order[i].value;
+        bool own = checkpoint_entry(c, key);
+        if (!strcmp(key, CKPT_TREE_METADATA_KEY) && !ckpt__catalog_tree(c))
+            st = hand_recorded_tree(p, w, key, value, own, err);
+        else
+            st = own ? ckpt_writer_set_checkpoint_metadata(w, key, value, err) : ckpt_writer_set_metadata(w, key, value, err);
     }
     free(order);
     return st;

@@ -21,42 +21,31 @@
 #include <string.h>
 
 #include "catalog_internal.h"
-#include "base/json.h"
 #include "plan_internal.h"
 #include "tree_internal.h"
 
-typedef struct emitter {
+typedef struct filter {
     const ckpt_plan *plan;
-    const ckpt__json_doc *doc;
+    ckpt__arena *arena; /* the values made */
     ckpt__tree_rule rule;
-    ckpt__buf out;
     bool meaningful;
+    bool failed;      /* out of memory */
     int module_state; /* inside a state dict's _metadata (module versions) */
-    ckpt__buf path;   /* the dotted name of the value being emitted (as the torch reader names tensors) */
-} emitter;
+    ckpt__buf path;   /* the dotted name of the value being gone through (as the torch reader names tensors) */
+    ckpt__stack scratch; /* count_tensors' walk */
+} filter;
 
 /* Appends a name part to the path; returns the length to go back to. */
-static size_t path_push(emitter *e, const char *part, size_t n) {
+static size_t path_push(filter *e, const char *part, size_t n) {
     size_t saved = e->path.len;
     if (saved) ckpt__buf_append(&e->path, ".", 1);
     ckpt__buf_append(&e->path, part, n);
     return saved;
 }
 
-static void path_pop(emitter *e, size_t saved) {
+static void path_pop(filter *e, size_t saved) {
     e->path.len = saved;
     if (e->path.data) e->path.data[saved] = '\0';
-}
-
-/* The value of member `key` of object node i, or 0. */
-static size_t member(const ckpt__json_doc *d, size_t i, const char *key) {
-    size_t k = i + 1;
-    for (uint32_t m = 0; m < d->nodes[i].count; m++) {
-        const ckpt__json_node *name = &d->nodes[k];
-        if (!strcmp(name->str, key)) return k + 1;
-        k = d->nodes[name->end].end;
-    }
-    return 0;
 }
 
 /* The new name of a tensor the plan keeps, or NULL.  A name the catalog
@@ -72,46 +61,9 @@ static const char *kept_name(const ckpt_plan *p, const char *name) {
     return p->entries[i].selected ? p->entries[i].pub.name : NULL;
 }
 
-/* The emitter keeps the containers it is inside on a heap stack, never
- * recursing (threads may have 64 KiB stacks): one frame per open array,
- * dict or other object, saying which children are being written. */
-typedef enum epart { E_ELEMENTS, E_MEMBERS, E_PAIRS, E_STATE } epart;
-
-typedef struct eframe {
-    size_t node;     /* the array, the object, or a dict's "__dict__" array */
-    size_t dict;     /* E_PAIRS, E_STATE: the dict's object */
-    size_t next;     /* the node of the next child */
-    uint32_t done;   /* children gone through */
-    size_t saved;    /* the path's length before the current child's part */
-    uint8_t part;
-    bool in_child;   /* a child was entered: its end comes first */
-    bool pathed;     /* ... with a path part of its own */
-    bool written;    /* E_PAIRS: an entry was written */
-    bool module;     /* E_STATE: this state is a state dict's _metadata */
-} eframe;
-
-/* The raw text of node i (scalars), as it was in the document. */
-static void emit_scalar(emitter *e, size_t i) {
-    const ckpt__json_node *n = &e->doc->nodes[i];
-    switch (n->kind) {
-    case CKPT__JSON_NULL: ckpt__buf_puts(&e->out, "null"); break;
-    case CKPT__JSON_TRUE: ckpt__buf_puts(&e->out, "true"); break;
-    case CKPT__JSON_FALSE: ckpt__buf_puts(&e->out, "false"); break;
-    case CKPT__JSON_NUMBER: ckpt__buf_append(&e->out, n->str, n->len); break;
-    default: ckpt__buf_json_string(&e->out, n->str); break;
-    }
-}
-
-/* The name of tensor node i, or NULL when it is no tensor. */
-static const char *tensor_name(const ckpt__json_doc *d, size_t i) {
-    size_t v = d->nodes[i].kind == CKPT__JSON_OBJECT && d->nodes[i].count == 1 ? member(d, i, "__tensor__") : 0;
-    return v && d->nodes[v].kind == CKPT__JSON_STRING ? d->nodes[v].str : NULL;
-}
-
-/* Whether node i is a tensor the plan drops. */
-static bool dropped(emitter *e, size_t i) {
-    const char *name = tensor_name(e->doc, i);
-    return name && !kept_name(e->plan, name);
+/* Whether v is a tensor the plan drops. */
+static bool dropped(filter *e, const ckpt__value *v) {
+    return v->kind == CKPT__V_TENSOR && !kept_name(e->plan, v->u.s.data);
 }
 
 /* A dict key like "0": a dict, where names split at dots would give a list. */
@@ -122,26 +74,46 @@ static bool all_digits(const char *s) {
     return true;
 }
 
-/* Counts the tensors under node i, and those of them the plan keeps: the
- * nodes of its subtree in document order, a tensor's own skipped. */
-static void count_tensors(emitter *e, size_t i, size_t *all, size_t *kept) {
-    const ckpt__json_doc *d = e->doc;
-    for (size_t k = i; k < d->nodes[i].end;) {
-        size_t v = d->nodes[k].kind == CKPT__JSON_OBJECT ? member(d, k, "__tensor__") : 0;
-        if (!v || d->nodes[v].kind != CKPT__JSON_STRING) {
-            k++;
-            continue;
+/* The items of a container that hold values: a dict's and an object's
+ * values (not their keys), the others' items; and its state. */
+static size_t value_count(const ckpt__value *v) { return v->count; }
+static const ckpt__value *value_at(const ckpt__value *v, size_t i) {
+    return v->kind == CKPT__V_DICT || v->kind == CKPT__V_OBJECT ? ckpt__value_at(v, i) : v->u.items[i];
+}
+
+/* Counts the tensors under v, and those of them the plan keeps. */
+static void count_tensors(filter *e, const ckpt__value *v, size_t *all, size_t *kept) {
+    ckpt__stack *todo = &e->scratch;
+    todo->len = 0;
+    const ckpt__value **top = ckpt__stack_push(todo);
+    if (!top) {
+        e->failed = true;
+        return;
+    }
+    *top = v;
+    while (todo->len) {
+        const ckpt__value *x = *(const ckpt__value **)ckpt__stack_top(todo);
+        ckpt__stack_pop(todo);
+        if (x->kind == CKPT__V_TENSOR) {
+            ++*all;
+            *kept += kept_name(e->plan, x->u.s.data) != NULL;
         }
-        ++*all;
-        *kept += kept_name(e->plan, d->nodes[v].str) != NULL;
-        k = d->nodes[k].end;
+        if (!ckpt__value_is_container(x)) continue;
+        for (size_t i = value_count(x) + (x->state != NULL); i-- > 0;) {
+            const ckpt__value **slot = ckpt__stack_push(todo);
+            if (!slot) {
+                e->failed = true;
+                return;
+            }
+            *slot = i < value_count(x) ? value_at(x, i) : x->state;
+        }
     }
 }
 
 /* Whether the plan leaves out a dict entry's value as a whole (see the top):
  * tensors, all dropped; or no tensor, and a name the select and exclude
  * rules do not keep. */
-static bool left_out(emitter *e, size_t value) {
+static bool left_out(filter *e, const ckpt__value *value) {
     const ckpt_plan *p = e->plan;
     if (!p->rule_count) return false;
     size_t all = 0, kept = 0;
@@ -149,204 +121,207 @@ static bool left_out(emitter *e, size_t value) {
     return all ? kept == 0 : !ckpt__plan_selects_name(p, e->path.data ? e->path.data : "");
 }
 
-static bool push_frame(emitter *e, ckpt__stack *frames, epart part, size_t node, size_t dict) {
-    eframe *f = ckpt__stack_push(frames);
-    if (!f) return e->out.failed = true, false;
-    *f = (eframe){.node = node, .dict = dict, .next = node + 1, .part = (uint8_t)part};
-    return true;
-}
+/* The filter keeps the containers it is inside on a heap stack, never
+ * recursing (threads may have 64 KiB stacks): one frame per open
+ * container, saying which of its children is next. */
+typedef struct fframe {
+    const ckpt__value *in;
+    ckpt__value *out; /* its copy, the items the plan keeps */
+    uint32_t next;    /* the next child */
+    size_t saved;     /* the path's length before the current child's part */
+    bool in_child;    /* a child was entered: its end comes first */
+    bool pathed;      /* ... with a path part of its own */
+    bool in_state;    /* the child is the state */
+    bool module;      /* ... which is a state dict's _metadata */
+} fframe;
 
-/* Writes node i: a leaf whole, a container's opening (its frame pushed). */
-static void open_node(emitter *e, ckpt__stack *frames, size_t i) {
-    const ckpt__json_doc *d = e->doc;
-    const ckpt__json_node *n = &d->nodes[i];
-    size_t v;
+/* The value of v as the plan's output has it into *slot: a leaf whole,
+ * a container with its frame pushed. */
+static void open_value(filter *e, ckpt__stack *frames, const ckpt__value *v, ckpt__value **slot) {
     bool root = !frames->len;
-    if (n->kind == CKPT__JSON_OBJECT && (v = member(d, i, "__tensor__")) && d->nodes[v].kind == CKPT__JSON_STRING) {
-        const char *name = kept_name(e->plan, d->nodes[v].str);
+    if (v->kind == CKPT__V_TENSOR) {
+        const char *name = kept_name(e->plan, v->u.s.data);
         if (root) e->meaningful = true; /* torch.save of one tensor */
-        ckpt__buf_puts(&e->out, "{\"__tensor__\": ");
-        ckpt__buf_json_string(&e->out, name ? name : d->nodes[v].str);
-        ckpt__buf_puts(&e->out, "}");
+        *slot = (ckpt__value *)v;
+        if (name && strcmp(name, v->u.s.data) && !(*slot = ckpt__value_text(e->arena, CKPT__V_TENSOR, name, strlen(name))))
+            e->failed = true;
         return;
     }
-    if (n->kind == CKPT__JSON_OBJECT && (v = member(d, i, "__dict__"))) {
-        /* {["__class__": …, ]"__dict__": [[key, value], …], "__state__": …}
-         * without dropped tensors. */
-        size_t cls = member(d, i, "__class__");
-        ckpt__buf_puts(&e->out, "{");
-        if (cls) {
-            ckpt__buf_puts(&e->out, "\"__class__\": ");
-            emit_scalar(e, cls);
-            ckpt__buf_puts(&e->out, ", ");
-        }
-        ckpt__buf_puts(&e->out, "\"__dict__\": [");
-        push_frame(e, frames, E_PAIRS, v, i);
+    /* A dict answers by its entries (next_pair); the rest by being there. */
+    if (v->kind != CKPT__V_DICT && !e->module_state) e->meaningful = true;
+    if (!ckpt__value_is_container(v)) {
+        *slot = (ckpt__value *)v; /* values are never changed: shared */
         return;
     }
-    if (!e->module_state) e->meaningful = true;
-    if (n->kind == CKPT__JSON_ARRAY) {
-        ckpt__buf_puts(&e->out, "[");
-        push_frame(e, frames, E_ELEMENTS, i, 0);
-    } else if (n->kind == CKPT__JSON_OBJECT) {
-        /* Tuples, sets, calls, shards, special scalars: members as they
-         * are, their arrays filtered. */
-        ckpt__buf_puts(&e->out, "{");
-        push_frame(e, frames, E_MEMBERS, i, 0);
-    } else {
-        emit_scalar(e, i);
+    ckpt__value *out = ckpt__value_new(e->arena, (ckpt__value_kind)v->kind, v->count);
+    fframe *f = out ? ckpt__stack_push(frames) : NULL;
+    if (!f) {
+        e->failed = true;
+        return;
     }
+    out->cls = v->cls;
+    out->count = 0; /* counts what is kept */
+    *slot = out;
+    *f = (fframe){.in = v, .out = out};
 }
 
-/* Enters child `i` of frame f, under path part [part, part + n) when
- * `part` is not NULL. */
-static void enter(emitter *e, ckpt__stack *frames, eframe *f, size_t i, const char *part, size_t n) {
+/* Enters child `c` of frame f into *slot, under path part [part, part + n)
+ * when `part` is not NULL. */
+static void enter(filter *e, ckpt__stack *frames, fframe *f, const ckpt__value *c, ckpt__value **slot,
+                  const char *part, size_t n) {
     f->in_child = true;
     f->pathed = part != NULL;
     if (part) f->saved = path_push(e, part, n);
-    if (part && f->part == E_ELEMENTS && dropped(e, i)) ckpt__buf_puts(&e->out, "null");
-    else open_node(e, frames, i);
+    if (part && f->in->kind != CKPT__V_DICT && dropped(e, c)) {
+        *slot = ckpt__value_new(e->arena, CKPT__V_NULL, 0); /* a list keeps its indices */
+        if (!*slot) e->failed = true;
+        return;
+    }
+    open_value(e, frames, c, slot);
 }
 
-/* After a child: its path part goes, a dict entry closes. */
-static void leave(emitter *e, eframe *f) {
-    f->in_child = false;
-    if (f->pathed) path_pop(e, f->saved);
-    if (f->part == E_PAIRS) ckpt__buf_puts(&e->out, "]");
-    if (f->part == E_STATE) e->module_state -= f->module;
+/* A key's text as the torch reader names it: a string, an int's digits, True/False. */
+static const char *key_part(const ckpt__value *k, char *buf, size_t cap, size_t *len) {
+    const char *part = "";
+    switch (k->kind) {
+    case CKPT__V_STR:
+    case CKPT__V_NUMBER: *len = k->u.s.len; return k->u.s.data;
+    case CKPT__V_BOOL: part = k->u.b ? "True" : "False"; break;
+    case CKPT__V_INT: snprintf(buf, cap, "%lld", (long long)k->u.i), part = buf; break;
+    case CKPT__V_FLOAT: {
+        ckpt__buf b = {0};
+        ckpt__buf_json_float(&b, k->u.f);
+        snprintf(buf, cap, "%s", b.data ? b.data : "");
+        free(b.data);
+        part = buf;
+        break;
+    }
+    default: break;
+    }
+    *len = strlen(part);
+    return part;
 }
 
 /* Whether a dict entry's key is its tensor's name as the plan's output
  * has it, as in a state dict (else the key says what no name does).  Other
  * values answer for themselves: a dict by its entries, the rest by being
- * there (open_node). */
-static bool key_is_name(emitter *e, const ckpt__json_node *key, size_t value) {
-    const char *name = tensor_name(e->doc, value);
-    if (!name) return true;
-    name = kept_name(e->plan, name);
-    return name && key->kind == CKPT__JSON_STRING && !strcmp(name, key->str);
+ * there (open_value). */
+static bool key_is_name(filter *e, const ckpt__value *key, const ckpt__value *value) {
+    if (value->kind != CKPT__V_TENSOR) return true;
+    const char *name = kept_name(e->plan, value->u.s.data);
+    return name && key->kind == CKPT__V_STR && !strcmp(name, key->u.s.data);
 }
 
-/* The next dict entry the plan keeps, or the dict's state, or its end. */
-static void next_pair(emitter *e, ckpt__stack *frames, eframe *f) {
-    const ckpt__json_doc *d = e->doc;
-    uint32_t count = d->nodes[f->node].kind == CKPT__JSON_ARRAY ? d->nodes[f->node].count : 0;
-    while (f->done < count) {
-        size_t pair = f->next;
-        f->next = d->nodes[pair].end;
-        f->done++;
-        if (d->nodes[pair].kind != CKPT__JSON_ARRAY || d->nodes[pair].count != 2) continue;
-        size_t key = pair + 1, value = d->nodes[key].end;
-        const ckpt__json_node *kn = &d->nodes[key];
-        /* the key as the torch reader names it: a string, an int's digits, True/False */
-        const char *part = kn->kind == CKPT__JSON_TRUE ? "True" : kn->kind == CKPT__JSON_FALSE ? "False" : kn->str;
-        size_t saved = path_push(e, part ? part : "", part == kn->str ? kn->len : part ? strlen(part) : 0);
+/* Whether a dict's state is a state dict's _metadata (module versions),
+ * which a flat dict of tensors drops: it alone says nothing. */
+static bool module_versions(const ckpt__value *state) {
+    return state->kind == CKPT__V_DICT && state->count == 1 && ckpt__value_key(state, 0)->kind == CKPT__V_STR &&
+           !strcmp(ckpt__value_key(state, 0)->u.s.data, "_metadata");
+}
+
+/* The next dict entry the plan keeps; false at the end. */
+static bool next_pair(filter *e, ckpt__stack *frames, fframe *f) {
+    const ckpt__value *in = f->in;
+    while (f->next < in->count) {
+        const ckpt__value *key = ckpt__value_key(in, f->next), *value = ckpt__value_at(in, f->next);
+        f->next++;
+        char buf[64];
+        size_t len;
+        const char *part = key_part(key, buf, sizeof buf, &len);
+        size_t saved = path_push(e, part, len);
         bool skip = dropped(e, value) || (!e->module_state && left_out(e, value));
         path_pop(e, saved);
         if (skip) continue;
-        if ((kn->kind != CKPT__JSON_STRING || all_digits(kn->str)) && !e->module_state) e->meaningful = true;
+        if ((key->kind != CKPT__V_STR || all_digits(key->u.s.data)) && !e->module_state) e->meaningful = true;
         if (e->rule == CKPT__TREE_UNLESS_STATE_DICT && !e->module_state && !e->meaningful)
-            e->meaningful = !key_is_name(e, kn, value);
-        ckpt__buf_puts(&e->out, f->written ? ", [" : "[");
-        f->written = true;
-        emit_scalar(e, key);
-        ckpt__buf_puts(&e->out, ", ");
-        enter(e, frames, f, value, part ? part : "", part == kn->str ? kn->len : part ? strlen(part) : 0);
-        return;
+            e->meaningful = !key_is_name(e, key, value);
+        ckpt__value *out = f->out;
+        uint32_t at = out->count++;
+        out->u.items[2 * at] = (ckpt__value *)key;
+        enter(e, frames, f, value, &out->u.items[2 * at + 1], part, len);
+        return true;
     }
-    ckpt__buf_puts(&e->out, "]");
-    size_t state = member(d, f->dict, "__state__");
-    if (!state) {
-        ckpt__buf_puts(&e->out, "}");
-        ckpt__stack_pop(frames);
-        return;
-    }
-    /* A state dict's OrderedDict carries _metadata (module versions),
-     * which a flat dict of tensors drops: it alone says nothing. */
-    size_t meta = d->nodes[state].kind == CKPT__JSON_OBJECT ? member(d, state, "__dict__") : 0;
-    f->module = meta && d->nodes[meta].count == 1 && d->nodes[meta + 1].count == 2 &&
-                d->nodes[meta + 2].kind == CKPT__JSON_STRING && !strcmp(d->nodes[meta + 2].str, "_metadata");
-    ckpt__buf_puts(&e->out, ", \"__state__\": ");
-    e->module_state += f->module;
-    f->part = E_STATE;
-    enter(e, frames, f, state, "__state__", 9);
+    return false;
 }
 
 /* One step of the top frame: the end of the child it entered, then its
- * next child, or its closing (the frame popped). */
-static void step(emitter *e, ckpt__stack *frames) {
-    const ckpt__json_doc *d = e->doc;
-    eframe *f = ckpt__stack_top(frames);
-    if (f->in_child) leave(e, f);
-    const ckpt__json_node *n = &d->nodes[f->node];
-    if (f->part == E_PAIRS) {
-        next_pair(e, frames, f);
-    } else if (f->part == E_STATE) {
-        ckpt__buf_puts(&e->out, "}");
-        ckpt__stack_pop(frames);
-    } else if (f->done == n->count) {
-        ckpt__buf_puts(&e->out, f->part == E_ELEMENTS ? "]" : "}");
-        ckpt__stack_pop(frames);
-    } else if (f->part == E_ELEMENTS) {
-        char index[24];
-        size_t i = f->next, len = (size_t)snprintf(index, sizeof index, "%u", f->done);
-        if (f->done++) ckpt__buf_puts(&e->out, ", ");
-        f->next = d->nodes[i].end;
-        enter(e, frames, f, i, index, len);
-    } else { /* E_MEMBERS: "key": value, an array's tensors filtered */
-        size_t key = f->next, value = d->nodes[key].end;
-        f->next = d->nodes[value].end;
-        if (f->done++) ckpt__buf_puts(&e->out, ", ");
-        ckpt__buf_json_string(&e->out, d->nodes[key].str);
-        ckpt__buf_puts(&e->out, ": ");
-        enter(e, frames, f, value, NULL, 0);
+ * next child, its state, or its end (the frame popped). */
+static void step(filter *e, ckpt__stack *frames) {
+    fframe *f = ckpt__stack_top(frames);
+    if (f->in_child) {
+        f->in_child = false;
+        if (f->pathed) path_pop(e, f->saved);
+        if (f->in_state) {
+            e->module_state -= f->module;
+            ckpt__stack_pop(frames);
+            return;
+        }
     }
+    const ckpt__value *in = f->in;
+    ckpt__value *out = f->out;
+    if (in->kind == CKPT__V_DICT) {
+        if (next_pair(e, frames, f)) return;
+    } else if (f->next < in->count) {
+        uint32_t i = f->next++;
+        if (in->kind == CKPT__V_OBJECT) { /* members as they are, under no name of their own */
+            out->u.items[2 * i] = ckpt__value_key(in, i);
+            out->count++;
+            enter(e, frames, f, ckpt__value_at(in, i), &out->u.items[2 * i + 1], NULL, 0);
+        } else {
+            char index[24];
+            size_t len = (size_t)snprintf(index, sizeof index, "%u", i);
+            out->count++;
+            enter(e, frames, f, in->u.items[i], &out->u.items[i], index, len);
+        }
+        return;
+    }
+    if (in->state) { /* a dict's under "__state__"; a call's under no name of its own */
+        bool dict = in->kind == CKPT__V_DICT;
+        f->in_state = true;
+        f->module = dict && module_versions(in->state);
+        e->module_state += f->module;
+        enter(e, frames, f, in->state, &out->state, dict ? "__state__" : NULL, dict ? 9 : 0);
+        return;
+    }
+    ckpt__stack_pop(frames);
 }
 
-/* Writes the tree from node 0. */
-static void emit(emitter *e) {
-    ckpt__stack frames = CKPT__STACK(eframe);
-    open_node(e, &frames, 0);
-    while (frames.len && !e->out.failed) step(e, &frames);
-    ckpt__stack_free(&frames);
-}
-
-ckpt_status ckpt__tree_for_plan(const ckpt_plan *p, const char *tree_json, ckpt__tree_rule rule, char **out,
-                                ckpt_error *err) {
+ckpt_status ckpt__tree_for_plan(const ckpt_plan *p, const ckpt__value *tree, ckpt__tree_rule rule, ckpt__arena *arena,
+                                ckpt__value **out, ckpt_error *err) {
     *out = NULL;
-    if (!tree_json) return CKPT_OK;
-    size_t len = strlen(tree_json), at;
-    const char *why;
-    char *text = ckpt__malloc(len + 1);
-    if (!text) return ckpt__oom(err, NULL, "the object tree");
-    memcpy(text, tree_json, len + 1);
-    ckpt__json_doc doc;
-    ckpt_status st = ckpt__json_parse(text, len, &doc, &at, &why);
-    if (st == CKPT_E_NO_MEMORY) {
-        free(text);
-        return ckpt__oom(err, NULL, "the object tree");
-    }
-    if (st) { /* deeper than the JSON reader nests: kept as the catalog has it */
-        free(text);
-        *out = ckpt__strdup(tree_json);
-        return *out ? CKPT_OK : ckpt__oom(err, NULL, "the object tree");
-    }
-    emitter e = {.plan = p, .doc = &doc, .rule = rule};
-    emit(&e);
-    ckpt__json_free(&doc);
+    if (!tree) return CKPT_OK;
+    filter e = {.plan = p, .arena = arena, .rule = rule, .scratch = CKPT__STACK(const ckpt__value *)};
+    ckpt__stack frames = CKPT__STACK(fframe);
+    ckpt__value *result = NULL;
+    open_value(&e, &frames, tree, &result);
+    while (frames.len && !e.failed) step(&e, &frames);
+    ckpt__stack_free(&frames);
+    ckpt__stack_free(&e.scratch);
     free(e.path.data);
-    free(text);
-    if (e.out.failed) {
-        free(e.out.data);
-        return ckpt__oom(err, NULL, "the object tree");
-    }
-    if (e.meaningful || rule == CKPT__TREE_ALWAYS) *out = e.out.data;
-    else free(e.out.data);
+    if (e.failed || e.path.failed) return ckpt__oom(err, NULL, "the object tree");
+    if (e.meaningful || rule == CKPT__TREE_ALWAYS) *out = result;
     return CKPT_OK;
+}
+
+ckpt_status ckpt__plan_tree(const ckpt_plan *p, ckpt__arena *arena, ckpt__value **out, ckpt_error *err) {
+    return ckpt__tree_for_plan(p, ckpt__catalog_tree(p->catalog), CKPT__TREE_ALWAYS, arena, out, err);
 }
 
 ckpt_status ckpt_plan_tree_json(const ckpt_plan *p, const char *tree_json, char **json, ckpt_error *err) {
     if (!p || !json) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan and json are required");
-    return ckpt__tree_for_plan(p, tree_json ? tree_json : ckpt_catalog_tree_json(p->catalog), CKPT__TREE_ALWAYS, json,
-                               err);
+    *json = NULL;
+    ckpt__value *given = NULL, *filtered = NULL;
+    ckpt__arena arena = {0};
+    if (tree_json && ckpt__value_from_json(&arena, tree_json, &given, NULL, NULL) != CKPT_OK) {
+        /* not JSON ckpt reads (deeper than its reader nests): kept as it is */
+        ckpt__arena_free(&arena);
+        *json = ckpt__strdup(tree_json);
+        return *json ? CKPT_OK : ckpt__oom(err, NULL, "the object tree");
+    }
+    ckpt_status st = tree_json ? ckpt__tree_for_plan(p, given, CKPT__TREE_ALWAYS, &arena, &filtered, err)
+                               : ckpt__plan_tree(p, &arena, &filtered, err);
+    if (st == CKPT_OK && filtered && !(*json = ckpt__value_json_text(filtered)))
+        st = ckpt__oom(err, NULL, "the object tree");
+    ckpt__arena_free(&arena);
+    return st;
 }

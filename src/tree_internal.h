@@ -4,6 +4,7 @@
 #define CKPT_TREE_INTERNAL_H
 
 #include "base/base.h"
+#include "base/value.h"
 
 /* The checkpoint-metadata key of a converted torch file's object tree (see
  * ckpt_catalog_tree_json). */
@@ -29,12 +30,20 @@ typedef enum ckpt__tree_rule {
 } ckpt__tree_rule;
 
 /*
- * The object tree `tree_json` (the catalog's) as the plan's output has it:
- * tensors the plan drops taken out (from dicts; null in tuples and lists),
- * the others under their new names.  *out is malloc'ed, or NULL when what
- * is left is a tree `rule` leaves unrecorded.
+ * The object tree `tree` (the catalog's, or one a converted file recorded)
+ * as the plan's output has it: tensors the plan drops taken out (from
+ * dicts; null in tuples and lists), the others under their new names.
+ * *out is made in `arena` (sharing the values the plan does not change
+ * with `tree`, which must outlive it), or NULL when what is left is a tree
+ * `rule` leaves unrecorded.
  */
-CKPT__HIDDEN ckpt_status ckpt__tree_for_plan(const ckpt_plan *plan, const char *tree_json, ckpt__tree_rule rule,
-                                             char **out, ckpt_error *err);
+CKPT__HIDDEN ckpt_status ckpt__tree_for_plan(const ckpt_plan *plan, const ckpt__value *tree, ckpt__tree_rule rule,
+                                             ckpt__arena *arena, ckpt__value **out, ckpt_error *err);
+
+/* The catalog's own tree as the plan's output has it (what
+ * ckpt_plan_tree_json gives for it, as values), or NULL: the Python
+ * extension's internal path to build Python objects without JSON. */
+CKPT__HIDDEN ckpt_status ckpt__plan_tree(const ckpt_plan *plan, ckpt__arena *arena, ckpt__value **out,
+                                         ckpt_error *err);
 
 #endif

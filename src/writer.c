@@ -69,6 +69,11 @@ struct ckpt_writer {
     size_t names_cap;
     ckpt__pairs meta;      /* every file's __metadata__ */
     ckpt__pairs ckpt_meta; /* the checkpoint's: the single file's, or the index's */
+    /* The object tree a conversion hands over (ckpt__writer_set_tree):
+     * ckpt_meta's pair `tree_key` holds tree_pending until a format asks
+     * for the metadata's text (ckpt__out_checkpoint_metadata). */
+    const ckpt__value *tree;
+    const char *tree_key;
     uint64_t total;        /* bytes of tensor data written */
     size_t file_count, side_count, extra_count;
     wfile *files, *sides;
@@ -321,6 +326,26 @@ ckpt_status ckpt_writer_set_checkpoint_metadata(ckpt_writer *w, const char *key,
     return add_pair(w, w ? &w->ckpt_meta : NULL, key, value, err);
 }
 
+/* The value of a pair whose text is the writer's tree, not yet written. */
+static const char tree_pending[] = "";
+
+ckpt_status ckpt__writer_set_tree(ckpt_writer *w, const char *key, const ckpt__value *tree, ckpt_error *err) {
+    if (w->tree) return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, w->path, NULL, -1, "an object tree handed over twice");
+    ckpt_status st = add_pair(w, &w->ckpt_meta, key, "", err);
+    if (st) return st;
+    w->ckpt_meta.values[w->ckpt_meta.count - 1] = tree_pending;
+    w->tree = tree;
+    w->tree_key = w->ckpt_meta.keys[w->ckpt_meta.count - 1];
+    return CKPT_OK;
+}
+
+/* The pair holding the tree's place, when nothing replaced it. */
+static const char **pending_tree(ckpt_writer *w) {
+    for (size_t i = 0; w->tree && i < w->ckpt_meta.count; i++)
+        if (w->ckpt_meta.keys[i] == w->tree_key) return w->ckpt_meta.values[i] == tree_pending ? &w->ckpt_meta.values[i] : NULL;
+    return NULL;
+}
+
 static bool rebuild_names(ckpt_writer *w, size_t want) {
     if (!ckpt__name_table_grow(&w->names, want)) return false;
     w->names_cap = want;
@@ -508,11 +533,34 @@ const char *ckpt__out_prefix(const ckpt__output *o) { return W(o)->prefix; }
 const char *ckpt__out_path(const ckpt__output *o) { return W(o)->path; }
 bool ckpt__out_directory(const ckpt__output *o) { return W(o)->directory; }
 ckpt__arena *ckpt__out_arena(ckpt__output *o) { return &W(o)->arena; }
+ckpt__arena *ckpt__writer_arena(ckpt_writer *w) { return &w->arena; }
 void **ckpt__out_format_state(ckpt__output *o) { return &W(o)->fmt_state; }
 size_t ckpt__out_count(const ckpt__output *o) { return W(o)->count; }
 ckpt__out_tensor *ckpt__out_tensor_at(ckpt__output *o, size_t i) { return &W(o)->tensors[i].pub; }
 const ckpt__pairs *ckpt__out_file_metadata(const ckpt__output *o) { return &W(o)->meta; }
-const ckpt__pairs *ckpt__out_checkpoint_metadata(const ckpt__output *o) { return &W(o)->ckpt_meta; }
+const ckpt__pairs *ckpt__out_checkpoint_metadata(const ckpt__output *o) {
+    ckpt_writer *w = W(o);
+    const char **pending = pending_tree(w);
+    char *text = pending ? ckpt__value_json_text(w->tree) : NULL;
+    if (text && ckpt__arena_adopt(&w->arena, text)) *pending = text; /* out of memory: the tree is left out */
+    return &w->ckpt_meta;
+}
+
+ckpt_status ckpt__out_tree(ckpt__output *o, const char *key, const ckpt__value **tree, ckpt_error *err) {
+    ckpt_writer *w = W(o);
+    const char **pending = pending_tree(w);
+    *tree = NULL;
+    if (pending && !strcmp(w->tree_key, key)) {
+        *tree = w->tree;
+        return CKPT_OK;
+    }
+    const char *text = ckpt__pairs_get(&w->ckpt_meta, key);
+    if (!text || text == tree_pending) return CKPT_OK;
+    ckpt__value *v;
+    ckpt_status st = ckpt__value_from_json(&w->arena, text, &v, err, w->path);
+    if (st == CKPT_OK) *tree = v;
+    return st;
+}
 size_t ckpt__out_file_count(const ckpt__output *o) { return W(o)->file_count; }
 const char *ckpt__out_file_path(const ckpt__output *o, uint32_t f) { return W(o)->files[f].final_path; }
 void ckpt__out_set_file_size(ckpt__output *o, uint32_t f, uint64_t size) { W(o)->files[f].size = size; }

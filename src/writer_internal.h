@@ -6,6 +6,7 @@
 #include "base/base.h"
 #include "ckpt_dcp.h"
 #include "ckpt_gguf.h"
+#include "base/value.h"
 #include "io/file.h"
 #include "io/source.h"
 
@@ -42,6 +43,15 @@ CKPT__HIDDEN void ckpt__writer_set_config_dtype(ckpt_writer *w, const char *dtyp
 
 /* Whether a conversion from a source of this format carries its metadata
  * into the output (ckpt_writer_options.source_metadata). */
+/* An arena that lives as long as the writer. */
+CKPT__HIDDEN ckpt__arena *ckpt__writer_arena(ckpt_writer *w);
+/* Hands the object tree over as values (tree_internal.h's keys): an
+ * output that writes it as objects (torch.save, DCP) walks it
+ * (ckpt__out_tree); one that keeps metadata as text gets its JSON, written
+ * once, when it asks (ckpt__out_checkpoint_metadata).  `tree` must live
+ * as long as the writer. */
+CKPT__HIDDEN ckpt_status ckpt__writer_set_tree(ckpt_writer *w, const char *key, const ckpt__value *tree,
+                                               ckpt_error *err);
 CKPT__HIDDEN bool ckpt__writer_takes_metadata_of(const ckpt_writer *w, ckpt_format source);
 
 /* Whether each tensor's bytes must arrive in order (the output format

@@ -12,7 +12,8 @@ Trees may nest as deep as the library allows (500 levels): every walk here
 keeps its levels in a list rather than recursing, so neither Python's
 recursion limit nor a thread's small C stack (threading.stack_size(64 KiB))
 stops it; the library's JSON is read by _ckpt.json_loads, which does not
-recurse on the C stack as the json module does."""
+recurse on the C stack as the json module does, and a catalog's own tree
+comes from the library's values without JSON (Plan.tree)."""
 import json
 import math
 from collections import namedtuple
@@ -201,16 +202,23 @@ def of_catalog(catalog):
 
 def of_plan(catalog, plan=None, *, renames=False):
     """The structure a plan's output (by default, the whole catalog's)
-    nests in, or None (see of_catalog): each tensor under its name in the
+    nests in, or None (see of_catalog) — the catalog's own tree as the
+    Python objects its JSON reads as, made from the library's values
+    (Plan.tree, no JSON), else a recorded one as JSON text: each tensor under its name in the
     output — one written once for several (tied weights, which the hub
     records as `removed → kept`) under the kept one's —, what the plan
     drops taken out, as a conversion records it.  Renames change names,
     which are not the tree's keys (a state dict's key "conv1.weight" is no
     path of keys): under them, None (the new names split at dots)."""
-    structure = None if renames else of_catalog(catalog)
-    if not structure:
+    if renames:
         return None
-    return (plan or _ckpt.Plan(catalog)).tree_json(structure)
+    plan = plan or _ckpt.Plan(catalog)
+    own = plan.tree()  # the catalog's own tree, as Python objects (no JSON)
+    if own is not None:
+        return own
+    meta = catalog.metadata()
+    structure = meta.get(TORCH_TREE_KEY) or meta.get(STRUCTURE_KEY)
+    return plan.tree_json(structure) if structure else None
 
 
 def loads(text):

@@ -21,6 +21,7 @@
 
 #include "ckpt_collective.h" /* includes ckpt.h */
 #include "ckpt_dcp.h"
+#include "tree_internal.h" /* the one internal path: the object tree's values (Plan.tree) */
 
 static PyObject *Error;          /* ckpt.Error, the base of every ckpt exception */
 static PyTypeObject *TensorRowType; /* named rows of Catalog.tensors() */
@@ -1001,6 +1002,189 @@ static PyObject *Plan_last_rule(Plan *self, PyObject *unused) {
     return Py_BuildValue("(nn)", (Py_ssize_t)matched, (Py_ssize_t)skipped);
 }
 
+/* ---- the object tree's values as Python objects ---------------------------- */
+
+/*
+ * The Python objects json_loads gives for the JSON of a value (the schema
+ * of ckpt_catalog_tree_json: {"__dict__": [[key, value], …]}, lists as
+ * lists, {"__tensor__": name} …), made from the library's values without
+ * the text.  The containers being filled wait on a heap stack, never on
+ * the C stack, however deep the tree.
+ */
+
+/* {tag: value}, stealing value. */
+static PyObject *py_tagged(const char *tag, PyObject *value) {
+    PyObject *d = value ? PyDict_New() : NULL;
+    if (d && PyDict_SetItemString(d, tag, value) < 0) Py_CLEAR(d);
+    Py_XDECREF(value);
+    return d;
+}
+
+static PyObject *py_hex(const char *tag, const ckpt__value *v) {
+    static const char digits[] = "0123456789abcdef";
+    PyObject *s = PyUnicode_New((Py_ssize_t)(2 * v->u.s.len), 127);
+    if (!s) return NULL;
+    Py_UCS1 *p = PyUnicode_1BYTE_DATA(s);
+    for (size_t i = 0; i < v->u.s.len; i++) {
+        unsigned char c = (unsigned char)v->u.s.data[i];
+        p[2 * i] = (Py_UCS1)digits[c >> 4], p[2 * i + 1] = (Py_UCS1)digits[c & 15];
+    }
+    return py_tagged(tag, s);
+}
+
+/* A value with no items. */
+static PyObject *py_leaf(const ckpt__value *v) {
+    switch (v->kind) {
+    case CKPT__V_NULL: return Py_NewRef(Py_None);
+    case CKPT__V_BOOL: return PyBool_FromLong(v->u.b);
+    case CKPT__V_INT: return PyLong_FromLongLong(v->u.i);
+    case CKPT__V_FLOAT:
+        if (isfinite(v->u.f)) return PyFloat_FromDouble(v->u.f);
+        return py_tagged("__float__", PyUnicode_FromString(isnan(v->u.f) ? "nan" : v->u.f > 0 ? "inf" : "-inf"));
+    case CKPT__V_NUMBER: {
+        if (!strpbrk(v->u.s.data, ".eE")) return PyLong_FromString(v->u.s.data, NULL, 10);
+        PyObject *text = PyUnicode_FromStringAndSize(v->u.s.data, (Py_ssize_t)v->u.s.len), *f;
+        f = text ? PyFloat_FromString(text) : NULL;
+        Py_XDECREF(text);
+        return f;
+    }
+    case CKPT__V_STR: return PyUnicode_FromStringAndSize(v->u.s.data, (Py_ssize_t)v->u.s.len);
+    case CKPT__V_BYTES: return py_hex("__bytes__", v);
+    case CKPT__V_BIGINT: return py_hex("__int_le__", v);
+    case CKPT__V_TENSOR:
+        return py_tagged("__tensor__", PyUnicode_FromStringAndSize(v->u.s.data, (Py_ssize_t)v->u.s.len));
+    case CKPT__V_GLOBAL:
+        return py_tagged("__global__", PyUnicode_FromStringAndSize(v->u.s.data, (Py_ssize_t)v->u.s.len));
+    default: return PyErr_Format(PyExc_ValueError, "an object tree value of unknown kind %d", v->kind);
+    }
+}
+
+/* A container being filled: its items' list (a LIST itself; a tuple's,
+ * set's, dict's or call's tagged list), its dict (NULL for a LIST), the
+ * [key, value] pair waiting for its value. */
+typedef struct py_frame {
+    const ckpt__value *v;
+    PyObject *list, *dict, *pair; /* borrowed: the tree holds them */
+    uint32_t next;
+    bool in_state;
+} py_frame;
+
+/* Puts obj (stolen) where the top frame's next child goes, or as the root. */
+static int py_place(py_frame *f, PyObject **root, PyObject *obj) {
+    if (!obj) return -1;
+    if (!f) return *root = obj, 0;
+    int rc;
+    if (f->in_state) {
+        rc = PyDict_SetItemString(f->dict, f->v->kind == CKPT__V_DICT ? "__state__" : "state", obj);
+    } else if (f->v->kind == CKPT__V_OBJECT) {
+        const ckpt__value *key = ckpt__value_key(f->v, f->next - 1);
+        PyObject *k = PyUnicode_FromStringAndSize(key->u.s.data, (Py_ssize_t)key->u.s.len);
+        rc = k ? PyDict_SetItem(f->dict, k, obj) : -1;
+        Py_XDECREF(k);
+    } else {
+        rc = PyList_Append(f->pair ? f->pair : f->list, obj);
+        f->pair = NULL;
+    }
+    Py_DECREF(obj);
+    return rc;
+}
+
+/* dict[key] = text. */
+static int py_set_text(PyObject *dict, const char *key, const char *text) {
+    PyObject *s = PyUnicode_FromString(text);
+    int rc = s ? PyDict_SetItemString(dict, key, s) : -1;
+    Py_XDECREF(s);
+    return rc;
+}
+
+/* The tag of a container's items in its dict. */
+static const char *py_items_tag(const ckpt__value *v) {
+    switch (v->kind) {
+    case CKPT__V_TUPLE: return "__tuple__";
+    case CKPT__V_SET: return "__set__";
+    case CKPT__V_DICT: return "__dict__";
+    case CKPT__V_CALL: return "args";
+    default: return NULL;
+    }
+}
+
+/* v placed: a leaf whole, a container empty with its frame pushed. */
+static int py_open(ckpt__stack *frames, PyObject **root, const ckpt__value *v) {
+    py_frame *top = ckpt__stack_top(frames);
+    if (!ckpt__value_is_container(v)) return py_place(top, root, py_leaf(v));
+    py_frame f = {.v = v};
+    PyObject *obj;
+    if (v->kind == CKPT__V_LIST) {
+        obj = f.list = PyList_New(0);
+    } else {
+        obj = f.dict = PyDict_New();
+        const char *tag = py_items_tag(v);
+        if (obj && v->cls && py_set_text(obj, v->kind == CKPT__V_CALL ? "__call__" : "__class__", v->cls) < 0)
+            Py_CLEAR(obj);
+        if (obj && tag) {
+            f.list = PyList_New(0);
+            if (!f.list || PyDict_SetItemString(obj, tag, f.list) < 0) Py_CLEAR(obj);
+            Py_XDECREF(f.list); /* the dict holds it */
+        }
+    }
+    if (!obj || py_place(top, root, obj) < 0) return -1;
+    py_frame *pushed = ckpt__stack_push(frames);
+    if (!pushed) return PyErr_NoMemory(), -1;
+    *pushed = f;
+    return 0;
+}
+
+/* One step of the top frame: its next item, its state, or its end. */
+static int py_step(ckpt__stack *frames, PyObject **root) {
+    py_frame *f = ckpt__stack_top(frames);
+    const ckpt__value *v = f->v;
+    if (f->in_state || (f->next == v->count && !(v->state && (v->kind == CKPT__V_DICT || v->kind == CKPT__V_CALL)))) {
+        ckpt__stack_pop(frames);
+        return 0;
+    }
+    if (f->next == v->count) {
+        f->in_state = true;
+        return py_open(frames, root, v->state);
+    }
+    uint32_t i = f->next++;
+    if (v->kind == CKPT__V_DICT) {
+        PyObject *pair = PyList_New(0), *key = pair ? py_leaf(ckpt__value_key(v, i)) : NULL;
+        int rc = key && PyList_Append(pair, key) == 0 && PyList_Append(f->list, pair) == 0 ? 0 : -1;
+        Py_XDECREF(key);
+        Py_XDECREF(pair); /* the list holds it */
+        if (rc) return -1;
+        f->pair = pair;
+        return py_open(frames, root, ckpt__value_at(v, i));
+    }
+    return py_open(frames, root, v->kind == CKPT__V_OBJECT ? ckpt__value_at(v, i) : v->u.items[i]);
+}
+
+static PyObject *value_to_py(const ckpt__value *v) {
+    ckpt__stack frames = CKPT__STACK(py_frame);
+    PyObject *root = NULL;
+    int rc = py_open(&frames, &root, v);
+    while (!rc && frames.len) rc = py_step(&frames, &root);
+    ckpt__stack_free(&frames);
+    if (rc) Py_CLEAR(root);
+    return root;
+}
+
+/* tree() → the catalog's own object tree as the plan's output has it, as
+ * the Python objects json_loads(tree_json()) gives, made from the
+ * library's values (no JSON); None when the catalog has none. */
+static PyObject *Plan_tree(Plan *self, PyObject *unused) {
+    (void)unused;
+    if (!plan_ready(self)) return NULL;
+    ckpt__arena arena = {0};
+    ckpt__value *tree = NULL;
+    ckpt_error e;
+    PyObject *out;
+    if (ckpt__plan_tree(self->plan, &arena, &tree, &e) != CKPT_OK) out = raise_ckpt(&e);
+    else out = tree ? value_to_py(tree) : Py_NewRef(Py_None);
+    ckpt__arena_free(&arena);
+    return out;
+}
+
 /* tree_json(tree=None) → the object tree `tree` (default: the catalog's)
  * as the plan's output has it, or None. */
 static PyObject *Plan_tree_json(Plan *self, PyObject *args) {
@@ -1350,6 +1534,9 @@ static PyMethodDef Plan_methods[] = {
     {"permute", (PyCFunction)Plan_permute, METH_VARARGS, "permute(pattern or None, perm)"},
     {"transpose", (PyCFunction)Plan_transpose, METH_VARARGS, "transpose(pattern or None)"},
     {"layout", (PyCFunction)Plan_layout, METH_VARARGS, "layout(pattern or None, from, to)"},
+    {"tree", (PyCFunction)Plan_tree, METH_NOARGS,
+     "tree() -> the catalog's object tree as the plan's output has it, as json_loads(tree_json()) gives it "
+     "(made from the library's values, without JSON), or None"},
     {"tree_json", (PyCFunction)Plan_tree_json, METH_VARARGS,
      "tree_json(tree=None) -> the object tree (default: the catalog's) as the plan's output has it, or None"},
     {"items", (PyCFunction)Plan_items, METH_NOARGS, "items() -> [PlanRow(name, source, dtype, shape, nbytes, transform)]"},

@@ -102,9 +102,9 @@ typedef struct reader {
     tnode **slots; /* hash of (parent, component) → child */
     size_t slot_mask;
     size_t leaves;
-    char **owned_json; /* trees of bytes items, freed at the end */
-    size_t owned_count;
-    const char **leaves_json; /* per entry: its JSON in the tree */
+    ckpt__value **leaf_values; /* per entry: its value in the tree */
+    ckpt__value *null;    /* the value of a list's missing items */
+    ckpt_status failed;   /* why making a value of the tree failed */
 } reader;
 
 static ckpt_status fail(reader *r, ckpt_status st, const char *tensor, const ckpt__pk_value *v, const char *fmt, ...)
@@ -713,7 +713,7 @@ static ckpt_status add_tensor(reader *r, const tensor_meta *t) {
 
 /* Reads a bytes item: its archive's tensors join the catalog as
  * "<fqn>.<path>", its object tree becomes the item's leaf. */
-static ckpt_status add_bytes(reader *r, const char *fqn, const item *it, const char **leaf) {
+static ckpt_status add_bytes(reader *r, const char *fqn, const item *it, ckpt__value **leaf) {
     const data_file *f = &r->files[it->file];
     ckpt__source *win;
     ckpt_status st = ckpt__source_window(f->src, it->offset, it->length, &win, r->err);
@@ -744,16 +744,7 @@ static ckpt_status add_bytes(reader *r, const char *fqn, const item *it, const c
         ckpt__tensor_decl d = {t->name, t->dtype, t->ndim, t->shape, first + t->storage, &p, 1};
         st = ckpt__cat_add_tensor(r->c, &d, r->err);
     }
-    if (st == CKPT_OK) {
-        char **owned = ckpt__realloc(r->owned_json, (r->owned_count + 1) * sizeof *owned);
-        if (!owned) st = oom(r);
-        else {
-            r->owned_json = owned;
-            r->owned_json[r->owned_count++] = tf.tree_json;
-            *leaf = tf.tree_json;
-            tf.tree_json = NULL;
-        }
-    }
+    if (st == CKPT_OK) *leaf = tf.tree; /* in the catalog's arena */
     ckpt__torch_file_free(&tf);
     return st;
 }
@@ -837,7 +828,7 @@ typedef struct open_tnode {
     const tnode *n;
     const tnode **kids; /* malloc'ed */
     size_t next;
-    uint64_t index; /* a list's: the next index to write */
+    ckpt__value *out; /* render: n's value */
 } open_tnode;
 
 /* Pushes n's frame (its children in order). */
@@ -848,7 +839,7 @@ static ckpt_status open_trie_node(reader *r, ckpt__stack *open, const tnode *n) 
         free(kids);
         return oom(r);
     }
-    *o = (open_tnode){n, kids, 0, 0};
+    *o = (open_tnode){.n = n, .kids = kids};
     return CKPT_OK;
 }
 
@@ -878,37 +869,50 @@ static ckpt_status leaf_order(reader *r, size_t *order, size_t *k) {
     return st;
 }
 
-/* The trie as an object tree: dicts as {"__dict__": [[key, value], …]},
- * lists with null where no entry is, leaves as their JSON. */
-static ckpt_status render(reader *r, ckpt__buf *b) {
+/* A value of the tree, charged to the budget. */
+static ckpt__value *make(reader *r, ckpt__value_kind kind, size_t count, const char *text) {
+    size_t len = text ? strlen(text) : 0;
+    if ((r->failed = charge(r, ckpt__value_cost(kind, count, len), NULL))) return NULL;
+    ckpt__value *v = text ? ckpt__value_text(r->arena, kind, text, len) : ckpt__value_new(r->arena, kind, count);
+    if (!v) r->failed = oom(r);
+    return v;
+}
+
+/* Pushes n's frame with its value into *slot: a dict, or a list as long
+ * as its last index says, missing items null. */
+static ckpt_status open_trie_value(reader *r, ckpt__stack *open, const tnode *n, ckpt__value **slot) {
+    ckpt_status st = open_trie_node(r, open, n);
+    if (st) return st;
+    open_tnode *o = ckpt__stack_top(open);
+    bool dict = n->kind == T_DICT;
+    size_t count = dict || !n->children ? n->children : (size_t)o->kids[n->children - 1]->index + 1;
+    if (!(o->out = *slot = make(r, dict ? CKPT__V_DICT : CKPT__V_LIST, count, NULL))) return r->failed;
+    for (size_t i = 0; !dict && i < count; i++) o->out->u.items[i] = r->null;
+    return CKPT_OK;
+}
+
+/* The trie as an object tree: dicts, lists with null where no entry is,
+ * the entries' values at its leaves. */
+static ckpt_status render(reader *r, ckpt__value **tree) {
     ckpt__stack open = CKPT__STACK(open_tnode);
-    ckpt__buf_puts(b, "{\"__dict__\": [");
-    ckpt_status st = open_trie_node(r, &open, &r->root);
+    r->null = make(r, CKPT__V_NULL, 0, NULL);
+    ckpt_status st = r->null ? open_trie_value(r, &open, &r->root, tree) : r->failed;
     while (st == CKPT_OK && open.len) {
         open_tnode *o = ckpt__stack_top(&open);
-        bool dict = o->n->kind == T_DICT;
-        if (o->next && dict) ckpt__buf_puts(b, "]"); /* the entry before */
         if (o->next == o->n->children) {
-            ckpt__buf_puts(b, dict ? "]}" : "]");
             free(o->kids);
             ckpt__stack_pop(&open);
             continue;
         }
-        const tnode *c = o->kids[o->next++];
-        if (dict) {
-            ckpt__buf_puts(b, o->next > 1 ? ", [" : "[");
-            ckpt__buf_json_string(b, c->key);
-            ckpt__buf_puts(b, ", ");
-        } else {
-            for (; o->index < c->index; o->index++) ckpt__buf_puts(b, o->index ? ", null" : "null");
-            if (o->index++) ckpt__buf_puts(b, ", ");
+        size_t i = o->next++;
+        const tnode *c = o->kids[i];
+        ckpt__value **slot = &o->out->u.items[c->index];
+        if (o->n->kind == T_DICT) {
+            slot = &o->out->u.items[2 * i + 1];
+            if (!(o->out->u.items[2 * i] = make(r, CKPT__V_STR, 0, c->key))) st = r->failed;
         }
-        if (c->kind == T_LEAF) ckpt__buf_puts(b, r->leaves_json[c->entry]);
-        else if (c->kind != T_DICT && c->kind != T_LIST) ckpt__buf_puts(b, "null");
-        else {
-            ckpt__buf_puts(b, c->kind == T_DICT ? "{\"__dict__\": [" : "[");
-            st = open_trie_node(r, &open, c);
-        }
+        if (c->kind == T_LEAF) *slot = r->leaf_values[c->entry];
+        else if (c->kind == T_DICT || c->kind == T_LIST) st = st ? st : open_trie_value(r, &open, c, slot);
     }
     close_trie(&open);
     return st;
@@ -922,7 +926,7 @@ typedef struct entry {
     bool bytes;
     item *object; /* bytes */
     tensor_meta t;
-    const char *leaf;
+    ckpt__value *leaf;
 } entry;
 
 /* The planner_data path of each entry (NULL: the fqn itself). */
@@ -984,30 +988,17 @@ static ckpt_status build_trie(reader *r, entry *e, size_t n, size_t parts) {
 }
 
 static ckpt_status add_tree(reader *r, entry *e, size_t n) {
-    r->leaves_json = ckpt__calloc(n ? n : 1, sizeof *r->leaves_json);
-    if (!r->leaves_json) return oom(r);
+    r->leaf_values = ckpt__calloc(n ? n : 1, sizeof *r->leaf_values);
+    if (!r->leaf_values) return oom(r);
     ckpt_status st = CKPT_OK;
     for (size_t i = 0; i < n && st == CKPT_OK; i++) {
-        if (e[i].leaf) { /* an object's own tree */
-            r->leaves_json[i] = e[i].leaf;
-            continue;
-        }
-        ckpt__buf b = {0}; /* a tensor: {"__tensor__": "<fqn>"} */
-        ckpt__buf_puts(&b, "{\"__tensor__\": ");
-        ckpt__buf_json_string(&b, e[i].fqn);
-        ckpt__buf_puts(&b, "}");
-        r->leaves_json[i] = b.failed ? NULL : ckpt__arena_strndup(r->arena, b.data, b.len);
-        free(b.data);
-        if (!r->leaves_json[i]) st = oom(r);
+        /* an object's own tree, or a tensor */
+        r->leaf_values[i] = e[i].leaf ? e[i].leaf : make(r, CKPT__V_TENSOR, 0, e[i].fqn);
+        if (!r->leaf_values[i]) st = r->failed;
     }
-    ckpt__buf b = {0};
-    size_t rendered = 0;
-    if (st == CKPT_OK) st = render(r, &b);
-    if (st == CKPT_OK) st = ckpt__budget_charge_buf(r->arena->budget, &b, &rendered, r->err, r->path, -1);
-    if (st == CKPT_OK && b.failed) st = oom(r);
-    if (st == CKPT_OK) return ckpt__cat_adopt_tree(r->c, b.data, r->err);
-    free(b.data);
-    return st;
+    ckpt__value *tree = NULL;
+    if (st == CKPT_OK) st = render(r, &tree);
+    return st ? st : ckpt__cat_set_tree(r->c, tree, r->err);
 }
 
 static ckpt_status read_entries(reader *r, const ckpt__pk_value *sdm, entry **out, size_t *count) {
@@ -1121,9 +1112,7 @@ static ckpt_status dcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
         free(e[i].t.chunk_items);
     }
     free(e);
-    for (size_t i = 0; i < r.owned_count; i++) free(r.owned_json[i]);
-    free(r.owned_json);
-    free(r.leaves_json);
+    free(r.leaf_values);
     free(r.slots);
     free(r.items);
     free(r.files);

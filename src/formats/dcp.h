@@ -39,7 +39,7 @@
 
 #include "../base/base.h"
 #include "format.h"
-#include "../base/json.h"
+#include "../base/value.h"
 
 /* One chunk of a tensor, as declared (before it is checked). */
 typedef struct ckpt__dcp_chunk {
@@ -91,12 +91,12 @@ CKPT__HIDDEN ckpt_status ckpt__dcp_chunk_archive(ckpt__dcp_archive *a, ckpt_dtyp
                                                  const uint64_t *sizes, uint64_t nbytes, uint64_t id);
 CKPT__HIDDEN ckpt_status ckpt__dcp_archive_tail(const ckpt__dcp_archive *a, uint32_t crc, ckpt__buf *tail);
 
-/* torch.save(object) for a value of ckpt's object tree (the JSON of
- * ckpt_catalog_tree_json, node `node` of `doc`): None, bools, ints, floats,
- * strings, bytes, lists, tuples, sets, dicts.  Tensors inside, and objects
- * of classes, are refused naming `fqn`. */
-CKPT__HIDDEN ckpt_status ckpt__dcp_object_archive(ckpt__dcp_archive *a, const ckpt__json_doc *doc,
-                                                  uint32_t node, const char *fqn, uint64_t id, ckpt_error *err);
+/* torch.save(object) for a value of ckpt's object tree (the schema of
+ * ckpt_catalog_tree_json): None, bools, ints, floats, strings, bytes,
+ * lists, tuples, sets, dicts.  Tensors inside, and objects of classes, are
+ * refused naming `fqn`. */
+CKPT__HIDDEN ckpt_status ckpt__dcp_object_archive(ckpt__dcp_archive *a, const ckpt__value *object, const char *fqn,
+                                                  uint64_t id, ckpt_error *err);
 CKPT__HIDDEN void ckpt__dcp_archive_free(ckpt__dcp_archive *a);
 
 /* One part of a planner_data path: a dict key, or (key NULL) a list index. */

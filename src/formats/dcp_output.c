@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include "dcp.h"
-#include "../base/json.h"
 #include "output.h"
 #include "torch_save.h"
 
@@ -94,42 +93,37 @@ static bool to_arena(ckpt__arena *a, ckpt__dcp_archive *ar) {
 typedef struct walk {
     ckpt__output *o;
     dcp_state *s;
-    const ckpt__json_doc *doc;
     const ckpt__name_table *names;
     const char **tensor_names;
     ckpt__dcp_path_part parts[MAX_PATH_PARTS];
     uint32_t depth;
     ckpt_error *err;
     size_t object_cap, order_cap;
+    ckpt__stack lists; /* is_terminal's walk */
 } walk;
-
-static uint32_t member(const ckpt__json_doc *doc, uint32_t i, const char *key) {
-    return ckpt__json_member(doc, i, key);
-}
-
-static bool is_mapping(const ckpt__json_doc *d, uint32_t i) {
-    uint32_t v = member(d, i, "__dict__");
-    return v && d->nodes[v].kind == CKPT__JSON_ARRAY;
-}
-
-static bool is_tensor(const ckpt__json_doc *d, uint32_t i) {
-    uint32_t v = member(d, i, "__tensor__");
-    return v && d->nodes[v].kind == CKPT__JSON_STRING;
-}
 
 /* torch/distributed/checkpoint/_traverse.py: a mapping is never terminal;
  * a list is, unless it holds a tensor or a non-terminal mapping or list;
  * anything else (tuples included) is.  So a list is not terminal when a
- * mapping or a tensor lies under it through lists only: its subtree is
- * scanned in document order, skipping what is under anything else. */
-static bool is_terminal(const ckpt__json_doc *d, uint32_t i) {
-    if (is_mapping(d, i)) return false;
-    if (d->nodes[i].kind != CKPT__JSON_ARRAY) return true;
-    for (uint32_t c = i + 1; c < d->nodes[i].end;) {
-        if (is_mapping(d, c) || is_tensor(d, c)) return false;
-        c = d->nodes[c].kind == CKPT__JSON_ARRAY ? c + 1 : d->nodes[c].end;
+ * mapping or a tensor lies under it through lists only: its lists are
+ * gone through on a heap stack, skipping what is under anything else. */
+static bool is_terminal(walk *k, const ckpt__value *v) {
+    if (v->kind == CKPT__V_DICT) return false;
+    if (v->kind != CKPT__V_LIST) return true;
+    ckpt__stack *todo = &k->lists;
+    todo->len = 0;
+    const ckpt__value **top = ckpt__stack_push(todo);
+    if (top) *top = v;
+    while (top && todo->len) {
+        const ckpt__value *list = *(const ckpt__value **)ckpt__stack_top(todo);
+        ckpt__stack_pop(todo);
+        for (uint32_t i = 0; i < list->count; i++) {
+            const ckpt__value *c = list->u.items[i];
+            if (c->kind == CKPT__V_DICT || c->kind == CKPT__V_TENSOR) return false;
+            if (c->kind == CKPT__V_LIST && (top = ckpt__stack_push(todo))) *top = c;
+        }
     }
-    return true;
+    return true; /* out of memory: written as a value, which a later step refuses if it holds a tensor */
 }
 
 static char *join_path(ckpt__arena *a, const ckpt__dcp_path_part *p, uint32_t n) {
@@ -156,7 +150,7 @@ static ckpt_status add_order(walk *k, bool object, size_t index) {
     return CKPT_OK;
 }
 
-static ckpt_status visit(walk *k, uint32_t node) {
+static ckpt_status visit(walk *k, const ckpt__value *v) {
     ckpt__output *o = k->o;
     dcp_state *s = k->s;
     if (k->depth == 0)
@@ -166,8 +160,8 @@ static ckpt_status visit(walk *k, uint32_t node) {
     char *fqn = join_path(ckpt__out_arena(o), k->parts, k->depth);
     if (!path || !fqn) return ckpt__oom(k->err, ckpt__out_path(o), NULL);
     memcpy(path, k->parts, k->depth * sizeof *path);
-    if (is_tensor(k->doc, node)) {
-        const char *name = k->doc->nodes[member(k->doc, node, "__tensor__")].str;
+    if (v->kind == CKPT__V_TENSOR) {
+        const char *name = v->u.s.data;
         int64_t i = ckpt__out_count(o) ? ckpt__name_table_find(k->names, k->tensor_names, sizeof *k->tensor_names, name)
                                        : -1;
         /* Not declared, renamed (its DCP key would not be its name), or a
@@ -184,7 +178,7 @@ static ckpt_status visit(walk *k, uint32_t node) {
     }
     /* The object's archive now, while the tree is at hand. */
     ckpt__dcp_archive ar;
-    ckpt_status st = ckpt__dcp_object_archive(&ar, k->doc, node, fqn, s->object_count + 1, k->err);
+    ckpt_status st = ckpt__dcp_object_archive(&ar, v, fqn, s->object_count + 1, k->err);
     if (st) {
         if (k->err) snprintf(k->err->path, sizeof k->err->path, "%s", ckpt__out_path(o));
         return st;
@@ -199,66 +193,75 @@ static ckpt_status visit(walk *k, uint32_t node) {
     return add_order(k, true, s->object_count - 1);
 }
 
-/* A dict (its "__dict__" array of pairs) or a list being gone through. */
+/* A dict or a list being gone through. */
 typedef struct open_level {
-    uint32_t node, next, done;
-    bool dict;
+    const ckpt__value *v;
+    uint32_t next;
     bool in_child; /* a child was entered, under a path part of its own */
 } open_level;
 
-/* Node `node` at the current path: a dict's or a non-terminal list's
- * children are gone through (a level pushed), anything else visited. */
-static ckpt_status enter_node(walk *k, ckpt__stack *open, uint32_t node) {
-    const ckpt__json_doc *d = k->doc;
+/* v at the current path: a dict's or a non-terminal list's children are
+ * gone through (a level pushed), anything else visited. */
+static ckpt_status enter_node(walk *k, ckpt__stack *open, const ckpt__value *v) {
     if (k->depth >= MAX_PATH_PARTS)
         return ckpt__fail(k->err, CKPT_E_LIMIT, ckpt__out_path(k->o), NULL, -1, "the object tree is nested too deep");
-    uint32_t items = member(d, node, "__dict__");
-    bool dict = items && d->nodes[items].kind == CKPT__JSON_ARRAY;
-    if (!dict && is_terminal(d, node)) return visit(k, node);
+    if (is_terminal(k, v)) return visit(k, v);
     open_level *l = ckpt__stack_push(open);
     if (!l) return ckpt__oom(k->err, ckpt__out_path(k->o), NULL);
-    uint32_t at = dict ? items : node; /* a list that holds tensors or dicts */
-    *l = (open_level){at, at + 1, 0, dict, false};
+    *l = (open_level){v, 0, false}; /* a dict, or a list that holds tensors or dicts */
     return CKPT_OK;
+}
+
+/* str(key): a string as it is, a number as Python writes it, a bool as Python spells it; NULL: another value. */
+static char *key_text(ckpt__arena *a, const ckpt__value *key) {
+    char num[32];
+    ckpt__buf b = {0};
+    switch (key->kind) {
+    case CKPT__V_STR: case CKPT__V_NUMBER: return ckpt__arena_strndup(a, key->u.s.data, key->u.s.len);
+    case CKPT__V_BOOL: return ckpt__arena_strndup(a, key->u.b ? "True" : "False", key->u.b ? 4 : 5);
+    case CKPT__V_INT:
+        snprintf(num, sizeof num, "%lld", (long long)key->u.i);
+        return ckpt__arena_strndup(a, num, strlen(num));
+    case CKPT__V_FLOAT: {
+        ckpt__buf_json_float(&b, key->u.f);
+        char *s = b.failed ? NULL : ckpt__arena_strndup(a, b.data, b.len);
+        free(b.data);
+        return s;
+    }
+    default: return NULL;
+    }
 }
 
 /* The next child of level l, under its path part (a dict's key as str()
  * spells it, a list's index). */
 static ckpt_status next_child(walk *k, ckpt__stack *open, open_level *l) {
-    const ckpt__json_doc *d = k->doc;
-    uint32_t c = l->next;
-    l->next = d->nodes[c].end;
-    l->done++;
-    if (!l->dict) {
-        k->parts[k->depth++] = (ckpt__dcp_path_part){NULL, l->done - 1};
+    uint32_t i = l->next++;
+    const ckpt__value *v = l->v;
+    if (v->kind != CKPT__V_DICT) {
+        k->parts[k->depth++] = (ckpt__dcp_path_part){NULL, i};
         l->in_child = true;
-        return enter_node(k, open, c);
+        return enter_node(k, open, v->u.items[i]);
     }
-    if (d->nodes[c].kind != CKPT__JSON_ARRAY || d->nodes[c].count != 2)
-        return ckpt__fail(k->err, CKPT_E_INVALID_ARGUMENT, ckpt__out_path(k->o), NULL, -1, "malformed object tree");
-    const ckpt__json_node *key = &d->nodes[c + 1];
-    /* str(key): a string as it is, a number as written, a bool as Python spells it. */
-    const char *text = key->kind == CKPT__JSON_STRING || key->kind == CKPT__JSON_NUMBER ? key->str
-                     : key->kind == CKPT__JSON_TRUE ? "True" : key->kind == CKPT__JSON_FALSE ? "False" : NULL;
-    if (!text)
+    const ckpt__value *key = ckpt__value_key(v, i);
+    if (key->kind != CKPT__V_STR && key->kind != CKPT__V_NUMBER && key->kind != CKPT__V_BOOL && key->kind != CKPT__V_INT &&
+        key->kind != CKPT__V_FLOAT)
         return ckpt__fail(k->err, CKPT_E_DCP_UNSUPPORTED, ckpt__out_path(k->o), NULL, -1, "a dict key that DCP cannot name");
-    bool literal = key->kind == CKPT__JSON_TRUE || key->kind == CKPT__JSON_FALSE;
-    char *copy = ckpt__arena_strndup(ckpt__out_arena(k->o), text, literal ? strlen(text) : key->len);
-    if (!copy) return ckpt__oom(k->err, ckpt__out_path(k->o), NULL);
-    k->parts[k->depth++] = (ckpt__dcp_path_part){copy, 0};
+    char *text = key_text(ckpt__out_arena(k->o), key);
+    if (!text) return ckpt__oom(k->err, ckpt__out_path(k->o), NULL);
+    k->parts[k->depth++] = (ckpt__dcp_path_part){text, 0};
     l->in_child = true;
-    return enter_node(k, open, key->end);
+    return enter_node(k, open, ckpt__value_at(v, i));
 }
 
 /* The tree's dicts and lists depth first, the levels being gone through on
  * a heap stack (the path in k->parts). */
-static ckpt_status traverse(walk *k) {
+static ckpt_status traverse(walk *k, const ckpt__value *tree) {
     ckpt__stack open = CKPT__STACK(open_level);
-    ckpt_status st = enter_node(k, &open, 0);
+    ckpt_status st = enter_node(k, &open, tree);
     while (st == CKPT_OK && open.len) {
         open_level *l = ckpt__stack_top(&open);
         if (l->in_child) k->depth--, l->in_child = false;
-        if (l->done == k->doc->nodes[l->node].count) ckpt__stack_pop(&open);
+        if (l->next == l->v->count) ckpt__stack_pop(&open);
         else st = next_child(k, &open, l);
     }
     ckpt__stack_free(&open);
@@ -266,35 +269,26 @@ static ckpt_status traverse(walk *k) {
 }
 
 /* The tree's tensors and objects, in the tree's order. */
-static ckpt_status flatten_tree(ckpt__output *o, dcp_state *s, const char *tree, ckpt_error *err) {
-    size_t n = ckpt__out_count(o), len = strlen(tree), at;
-    const char *why;
-    char *text = ckpt__malloc(len + 1);
+static ckpt_status flatten_tree(ckpt__output *o, dcp_state *s, const ckpt__value *tree, ckpt_error *err) {
+    size_t n = ckpt__out_count(o);
     const char **names = ckpt__malloc((n ? n : 1) * sizeof *names);
     ckpt__name_table table = {0};
-    ckpt__json_doc doc = {0};
-    ckpt_status st = text && names && ckpt__name_table_init(&table, n ? n : 1) ? CKPT_OK : ckpt__oom(err, ckpt__out_path(o), NULL);
+    ckpt_status st = names && ckpt__name_table_init(&table, n ? n : 1) ? CKPT_OK : ckpt__oom(err, ckpt__out_path(o), NULL);
+    if (st == CKPT_OK && tree->kind != CKPT__V_DICT)
+        st = ckpt__fail(err, CKPT_E_DCP_UNSUPPORTED, ckpt__out_path(o), NULL, -1,
+                        "the object tree's root is not a dict: DCP saves a state dict");
     if (st == CKPT_OK) {
-        memcpy(text, tree, len + 1);
         for (size_t i = 0; i < n; i++) {
             names[i] = ckpt__out_tensor_at(o, i)->name;
             ckpt__name_table_insert(&table, names, sizeof *names, (uint32_t)i, NULL);
         }
-        if (ckpt__json_parse(text, len, &doc, &at, &why) != CKPT_OK)
-            st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, ckpt__out_path(o), NULL, -1,
-                            "the object tree is not JSON (%s at its byte %zu)", why ? why : "invalid", at);
-        else if (!member(&doc, 0, "__dict__"))
-            st = ckpt__fail(err, CKPT_E_DCP_UNSUPPORTED, ckpt__out_path(o), NULL, -1,
-                            "the object tree's root is not a dict: DCP saves a state dict");
+        walk k = {.o = o, .s = s, .names = &table, .tensor_names = names, .err = err,
+                  .lists = CKPT__STACK(const ckpt__value *)};
+        st = traverse(&k, tree);
+        ckpt__stack_free(&k.lists);
     }
-    if (st == CKPT_OK) {
-        walk k = {.o = o, .s = s, .doc = &doc, .names = &table, .tensor_names = names, .err = err};
-        st = traverse(&k);
-    }
-    ckpt__json_free(&doc);
     ckpt__name_table_free(&table);
     free(names);
-    free(text);
     return st;
 }
 
@@ -450,8 +444,9 @@ static ckpt_status dcp_plan(ckpt__output *o, ckpt_error *err) {
     ckpt_status st = new_state(o, &s, err);
     if (st) return st;
     /* The tree orders and nests what it names; the rest are keys of their own. */
-    const char *tree = ckpt__pairs_get(ckpt__out_checkpoint_metadata(o), TREE_KEY);
-    st = tree ? flatten_tree(o, s, tree, err) : CKPT_OK;
+    const ckpt__value *tree;
+    st = ckpt__out_tree(o, TREE_KEY, &tree, err);
+    if (st == CKPT_OK && tree) st = flatten_tree(o, s, tree, err);
     if (st == CKPT_OK) st = order_the_rest(o, s, err);
     if ((st = settle_in_arena(o, s, st, err)) || (st = check_keys(o, s, err))) return st;
     size_t chunks = n * s->ranks; /* at most */

@@ -10,7 +10,7 @@
 #include <zlib.h>
 
 #include "dcp.h"
-#include "../base/json.h"
+#include "../base/value.h"
 #include "torch_save.h"
 
 /* ---- a minimal, deterministic pickler (torch_save.h's opcodes) ------------------ */
@@ -137,10 +137,9 @@ void ckpt__dcp_archive_free(ckpt__dcp_archive *a) {
     memset(a, 0, sizeof *a);
 }
 
-/* ---- objects: the tree's JSON back to a pickle ----------------------------------------- */
+/* ---- objects: the tree's values back to a pickle ----------------------------------------- */
 
 typedef struct obj_writer {
-    const ckpt__json_doc *doc;
     ckpt__buf *b;
     const char *fqn;
     ckpt_error *err;
@@ -151,173 +150,133 @@ static ckpt_status refuse(obj_writer *w, const char *what) {
                       "the object holds %s, which ckpt cannot write into a DCP checkpoint", what);
 }
 
-static uint32_t member(const ckpt__json_doc *doc, uint32_t i, const char *key) {
-    return ckpt__json_member(doc, i, key);
-}
-
-/* A container being written: the JSON array whose children are written
- * in turn (a dict's: [key, value] pairs, each written as its key then its
- * value), and the opcodes that close it. */
+/* A container being written: its items in turn (a dict's: each key, then
+ * its value), and the opcodes that close it. */
 typedef struct open_value {
-    uint32_t node, next, done;
-    bool pairs;
+    const ckpt__value *v;
+    uint32_t next;
     const char *close; /* NUL-terminated opcodes */
 } open_value;
 
-static ckpt_status push_open(obj_writer *w, ckpt__stack *open, uint32_t node, bool pairs, const char *close) {
+static ckpt_status push_open(obj_writer *w, ckpt__stack *open, const ckpt__value *v, const char *close) {
     open_value *o = ckpt__stack_push(open);
     if (!o) return ckpt__oom(w->err, NULL, w->fqn);
-    *o = (open_value){node, node + 1, 0, pairs, close};
+    *o = (open_value){v, 0, close};
     return CKPT_OK;
 }
 
-/* Scalars and the leaves of an object written whole (bytes, special
- * floats, big integers); anything else refused. */
-static ckpt_status obj_leaf(obj_writer *w, uint32_t i) {
-    const ckpt__json_node *n = &w->doc->nodes[i];
-    ckpt__buf *b = w->b;
-    ckpt_status st = CKPT_OK;
-    uint32_t v;
-    switch (n->kind) {
-    case CKPT__JSON_NULL: op(b, 'N'); return CKPT_OK;
-    case CKPT__JSON_TRUE: op(b, 0x88); return CKPT_OK;
-    case CKPT__JSON_FALSE: op(b, 0x89); return CKPT_OK;
-    case CKPT__JSON_STRING: pk_str(b, n->str, n->len); return CKPT_OK;
-    case CKPT__JSON_NUMBER: {
-        char text[64]; /* the raw text is not NUL-terminated */
-        if (n->len >= sizeof text) return refuse(w, "a number of more than 63 characters");
-        memcpy(text, n->str, n->len);
-        text[n->len] = '\0';
-        if (!strpbrk(text, ".eE")) {
-            char *end;
-            errno = 0;
-            long long x = strtoll(text, &end, 10);
-            if (errno || *end) return refuse(w, "an integer outside 64 bits");
-            pk_int(b, x);
-        } else {
-            ckpt__pkw_float(b, strtod(text, NULL));
-        }
+/* A number kept as text (a tree read from JSON). */
+static ckpt_status obj_number(obj_writer *w, const char *text) {
+    if (strpbrk(text, ".eE")) {
+        ckpt__pkw_float(w->b, strtod(text, NULL));
         return CKPT_OK;
     }
-    case CKPT__JSON_OBJECT: break;
+    char *end;
+    errno = 0;
+    long long x = strtoll(text, &end, 10);
+    if (errno || *end) return refuse(w, "an integer outside 64 bits");
+    pk_int(w->b, x);
+    return CKPT_OK;
+}
+
+/* Protocol 2 pickles bytes as _codecs.encode(latin-1 text, "latin1"). */
+static ckpt_status obj_bytes(obj_writer *w, const ckpt__value *v) {
+    ckpt__buf text = {0};
+    ckpt__pkw_latin1(&text, v->u.s.data, v->u.s.len);
+    pk_text_global(w->b, "_codecs", "encode");
+    pk_str(w->b, text.data ? text.data : "", text.len);
+    pk_str(w->b, "latin1", 6);
+    op(w->b, 0x86);
+    op(w->b, 'R');
+    bool failed = text.failed;
+    free(text.data);
+    return failed ? ckpt__oom(w->err, NULL, w->fqn) : CKPT_OK;
+}
+
+/* Scalars and the leaves written whole (bytes, big integers); anything
+ * else refused. */
+static ckpt_status obj_leaf(obj_writer *w, const ckpt__value *v) {
+    ckpt__buf *b = w->b;
+    char what[300];
+    switch (v->kind) {
+    case CKPT__V_NULL: op(b, 'N'); return CKPT_OK;
+    case CKPT__V_BOOL: op(b, v->u.b ? 0x88 : 0x89); return CKPT_OK;
+    case CKPT__V_STR: pk_str(b, v->u.s.data, v->u.s.len); return CKPT_OK;
+    case CKPT__V_INT: pk_int(b, v->u.i); return CKPT_OK;
+    case CKPT__V_FLOAT: ckpt__pkw_float(b, v->u.f); return CKPT_OK;
+    case CKPT__V_NUMBER: return obj_number(w, v->u.s.data);
+    case CKPT__V_BYTES: return obj_bytes(w, v);
+    case CKPT__V_BIGINT:
+        if (v->u.s.len > 0xFFFFFFFFu) return refuse(w, "a malformed integer");
+        op(b, 0x8b); /* LONG4 */
+        ckpt__put_le(b, v->u.s.len, 4);
+        put(b, v->u.s.data, v->u.s.len);
+        return CKPT_OK;
+    case CKPT__V_TENSOR:
+        return refuse(w, "a tensor inside a tuple or other object (DCP keeps tensors only at dict and list entries)");
+    case CKPT__V_CALL:
+    case CKPT__V_GLOBAL:
+        snprintf(what, sizeof what, "an object of %s", v->kind == CKPT__V_CALL ? v->cls : v->u.s.data);
+        return refuse(w, what);
     default: return refuse(w, "a value of unknown kind");
     }
-    if ((v = member(w->doc, i, "__bytes__")) && w->doc->nodes[v].kind == CKPT__JSON_STRING) {
-        /* Protocol 2 pickles bytes as _codecs.encode(latin-1 text, "latin1"). */
-        ckpt__buf raw = {0}, text = {0};
-        if (!ckpt__pkw_unhex(&raw, w->doc->nodes[v].str, w->doc->nodes[v].len)) st = refuse(w, "malformed bytes");
-        for (size_t k = 0; st == CKPT_OK && k < raw.len; k++) {
-            unsigned char c = (unsigned char)raw.data[k];
-            if (c < 0x80) op(&text, c);
-            else op(&text, (unsigned char)(0xC0 | c >> 6)), op(&text, (unsigned char)(0x80 | (c & 0x3F)));
-        }
-        if (st == CKPT_OK) {
-            pk_text_global(b, "_codecs", "encode");
-            pk_str(b, text.data ? text.data : "", text.len);
-            pk_str(b, "latin1", 6);
-            op(b, 0x86);
-            op(b, 'R');
-        }
-        free(raw.data);
-        free(text.data);
-    } else if ((v = member(w->doc, i, "__float__")) && w->doc->nodes[v].kind == CKPT__JSON_STRING) {
-        const char *s = w->doc->nodes[v].str;
-        ckpt__pkw_float(b, !strcmp(s, "inf") ? INFINITY : !strcmp(s, "-inf") ? -INFINITY : NAN);
-    } else if ((v = member(w->doc, i, "__int_le__")) && w->doc->nodes[v].kind == CKPT__JSON_STRING) {
-        ckpt__buf raw = {0};
-        if (!ckpt__pkw_unhex(&raw, w->doc->nodes[v].str, w->doc->nodes[v].len) || raw.len > 0xFFFFFFFFu) {
-            st = refuse(w, "a malformed integer");
-        } else {
-            op(b, 0x8b); /* LONG4 */
-            ckpt__put_le(b, raw.len, 4);
-            put(b, raw.data ? raw.data : "", raw.len);
-        }
-        free(raw.data);
-    } else if (member(w->doc, i, "__tensor__")) {
-        st = refuse(w, "a tensor inside a tuple or other object (DCP keeps tensors only at dict and list entries)");
-    } else if ((v = member(w->doc, i, "__call__")) || (v = member(w->doc, i, "__global__"))) {
-        char what[300];
-        snprintf(what, sizeof what, "an object of %s", w->doc->nodes[v].kind == CKPT__JSON_STRING ? w->doc->nodes[v].str : "a class");
-        st = refuse(w, what);
-    } else {
-        st = refuse(w, "a value of unknown kind");
-    }
-    return st;
 }
 
-/* Node i: a container's opening opcodes (its children follow, see
- * obj_value), anything else whole. */
-static ckpt_status obj_open(obj_writer *w, ckpt__stack *open, uint32_t i) {
-    const ckpt__json_doc *d = w->doc;
-    const ckpt__json_node *n = &d->nodes[i];
+/* A container's opening opcodes (its items follow, see obj_value; the
+ * class of an OrderedDict or a torch.Size is not kept), anything else whole. */
+static ckpt_status obj_open(obj_writer *w, ckpt__stack *open, const ckpt__value *v) {
     ckpt__buf *b = w->b;
     if (open->len >= 200) return refuse(w, "values nested deeper than 200");
-    uint32_t v = 0;
-    if (n->kind == CKPT__JSON_ARRAY) {
+    switch (v->kind) {
+    case CKPT__V_LIST:
         op(b, ']');
-        if (n->count) op(b, '(');
-        return push_open(w, open, i, false, n->count ? "e" : "");
-    }
-    if (n->kind != CKPT__JSON_OBJECT) return obj_leaf(w, i);
-    if ((v = member(d, i, "__tuple__")) && d->nodes[v].kind == CKPT__JSON_ARRAY) {
-        op(b, '(');
-        return push_open(w, open, v, false, "t");
-    }
-    if ((v = member(d, i, "__set__")) && d->nodes[v].kind == CKPT__JSON_ARRAY) {
+        if (v->count) op(b, '(');
+        return push_open(w, open, v, v->count ? "e" : "");
+    case CKPT__V_TUPLE: op(b, '('); return push_open(w, open, v, "t");
+    case CKPT__V_SET:
         pk_text_global(b, "builtins", "set");
         op(b, ']');
-        if (d->nodes[v].count) op(b, '(');
-        return push_open(w, open, v, false, d->nodes[v].count ? "e\x85R" : "\x85R");
-    }
-    if ((v = member(d, i, "__dict__")) && d->nodes[v].kind == CKPT__JSON_ARRAY) {
+        if (v->count) op(b, '(');
+        return push_open(w, open, v, v->count ? "e\x85R" : "\x85R");
+    case CKPT__V_DICT:
         op(b, '}');
-        if (d->nodes[v].count) op(b, '(');
-        return push_open(w, open, v, true, d->nodes[v].count ? "u" : "");
+        if (v->count) op(b, '(');
+        return push_open(w, open, v, v->count ? "u" : "");
+    default: return obj_leaf(w, v);
     }
-    return obj_leaf(w, i);
 }
 
-/* Node i as pickle opcodes; the containers being written wait on a heap
- * stack. */
-static ckpt_status obj_value(obj_writer *w, uint32_t i) {
-    const ckpt__json_doc *d = w->doc;
+/* v as pickle opcodes; the containers being written wait on a heap stack. */
+static ckpt_status obj_value(obj_writer *w, const ckpt__value *v) {
     ckpt__stack open = CKPT__STACK(open_value);
-    ckpt_status st = obj_open(w, &open, i);
+    ckpt_status st = obj_open(w, &open, v);
     while (st == CKPT_OK && open.len) {
         open_value *o = ckpt__stack_top(&open);
-        const ckpt__json_node *a = &d->nodes[o->node];
-        if (o->done == a->count) {
+        if (o->next == o->v->count) {
             for (const char *c = o->close; *c; c++) op(w->b, (unsigned char)*c);
             ckpt__stack_pop(&open);
             continue;
         }
-        uint32_t c = o->next;
-        if (!o->pairs) {
-            o->next = d->nodes[c].end;
-            o->done++;
-            st = obj_open(w, &open, c);
+        uint32_t i = o->next++;
+        if (o->v->kind != CKPT__V_DICT) {
+            st = obj_open(w, &open, o->v->u.items[i]);
             continue;
         }
-        if (d->nodes[c].kind != CKPT__JSON_ARRAY || d->nodes[c].count != 2) {
-            st = refuse(w, "a malformed dict");
-            break;
-        }
-        o->next = d->nodes[c].end;
-        o->done++;
-        st = push_open(w, &open, c, false, ""); /* the pair: its key, then its value */
+        st = obj_leaf(w, ckpt__value_key(o->v, i)); /* keys are scalars */
+        if (st == CKPT_OK) st = obj_open(w, &open, ckpt__value_at(o->v, i));
     }
     ckpt__stack_free(&open);
     return st;
 }
 
-ckpt_status ckpt__dcp_object_archive(ckpt__dcp_archive *a, const ckpt__json_doc *doc, uint32_t node, const char *fqn,
-                                     uint64_t id, ckpt_error *err) {
+ckpt_status ckpt__dcp_object_archive(ckpt__dcp_archive *a, const ckpt__value *object, const char *fqn, uint64_t id,
+                                     ckpt_error *err) {
     memset(a, 0, sizeof *a);
     ckpt__buf pickle = {0}, tail = {0};
     op(&pickle, 0x80);
     op(&pickle, 2);
-    obj_writer w = {doc, &pickle, fqn, err};
-    ckpt_status st = obj_value(&w, node);
+    obj_writer w = {&pickle, fqn, err};
+    ckpt_status st = obj_value(&w, object);
     op(&pickle, '.');
     if (st == CKPT_OK && pickle.failed) st = ckpt__oom(err, NULL, fqn);
     if (st == CKPT_OK) {

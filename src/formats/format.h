@@ -28,6 +28,7 @@
 
 #include "../base/base.h"
 #include "ckpt_gguf.h" /* ckpt_kv: a format adds typed pairs */
+#include "../base/value.h"
 #include "../io/beneath.h"
 #include "../io/source.h"
 
@@ -159,12 +160,12 @@ CKPT__HIDDEN ckpt_status ckpt__cat_add_kv(ckpt_catalog *c, const ckpt_kv *kv, ck
 CKPT__HIDDEN ckpt_status ckpt__cat_add_checkpoint_metadata(ckpt_catalog *c, const char *key, const char *value,
                                                            ckpt_error *err);
 
-/* The object tree of a data file (see ckpt_catalog_tree_json), copied.
- * Several trees (torch shards) are joined as {"__shards__": [...]}. */
+/* The object tree of a data file (see ckpt_catalog_tree_json), its
+ * values in the catalog's arena (ckpt__cat_arena).  Several trees (torch
+ * shards) are joined as {"__shards__": [...]}. */
+CKPT__HIDDEN ckpt_status ckpt__cat_set_tree(ckpt_catalog *c, ckpt__value *tree, ckpt_error *err);
+/* The same from its JSON text (a catalog received as bytes: wire.c). */
 CKPT__HIDDEN ckpt_status ckpt__cat_add_tree(ckpt_catalog *c, const char *json, ckpt_error *err);
-/* The same, taking a malloc'ed tree over (freed even on failure): the
- * first tree is kept as it is, not copied. */
-CKPT__HIDDEN ckpt_status ckpt__cat_adopt_tree(ckpt_catalog *c, char *json, ckpt_error *err);
 
 /* Sets the catalog's format (the last call wins; an index sets the
  * sharded variant after its shards). */

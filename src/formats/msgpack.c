@@ -45,7 +45,7 @@
 #include <string.h>
 
 #include "../base/cursor.h"
-#include "../base/json.h"
+#include "../base/value.h"
 #include "../io/file.h"
 #include "format.h"
 #include "numpy.h"
@@ -487,18 +487,42 @@ typedef struct walker {
     mp *m;
     ckpt_catalog *c;
     uint32_t file;
-    ckpt__buf json, name;
-    size_t json_charged; /* the tree's capacity charged to the budget */
+    ckpt__buf name;
+    ckpt__value **slot; /* where the value being visited goes */
+    ckpt_status failed; /* why making a value failed */
     unsigned parts; /* components in name */
     ckpt__piece *pieces;
     size_t piece_cap;
 } walker;
 
-static void json_int(ckpt__buf *b, const node *n) {
+/* A value of the tree into *w->slot, charged to the budget at node n. */
+static ckpt__value *make(walker *w, const node *n, ckpt__value_kind vk, size_t count, const char *text, size_t len) {
+    mp *m = w->m;
+    if ((w->failed = ckpt__budget_charge(m->budget, ckpt__value_cost(vk, count, len), m->err, m->path,
+                                         (int64_t)node_at(n))))
+        return NULL;
+    ckpt__arena *a = ckpt__cat_arena(w->c);
+    ckpt__value *v = text ? ckpt__value_text(a, vk, text, len) : ckpt__value_new(a, vk, count);
+    if (!v) w->failed = ckpt__oom(m->err, m->path, "the object tree");
+    return *w->slot = v;
+}
+
+/* An integer: INT, or its digits when it is above int64's range. */
+static ckpt__value *make_int(walker *w, const node *n) {
     char tmp[32];
-    if (n->kind == N_UINT) snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)n->u.u);
-    else snprintf(tmp, sizeof tmp, "%lld", (long long)n->u.i);
-    ckpt__buf_puts(b, tmp);
+    if (n->kind == N_UINT && n->u.u > INT64_MAX) {
+        snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)n->u.u);
+        return make(w, n, CKPT__V_NUMBER, 0, tmp, strlen(tmp));
+    }
+    ckpt__value *v = make(w, n, CKPT__V_INT, 0, NULL, 0);
+    if (v) v->u.i = n->kind == N_UINT ? (int64_t)n->u.u : n->u.i;
+    return v;
+}
+
+static ckpt__value *make_float(walker *w, const node *n, double f) {
+    ckpt__value *v = make(w, n, CKPT__V_FLOAT, 0, NULL, 0);
+    if (v) v->u.f = f;
+    return v;
 }
 
 static size_t name_push(walker *w, const char *part, size_t n) {
@@ -649,11 +673,8 @@ static const char *tensor_name(walker *w) {
     return ckpt__arena_strndup(ckpt__cat_arena(w->c), w->name.data ? w->name.data : "", w->name.len);
 }
 
-static ckpt_status emit_tensor_ref(walker *w, const char *name) {
-    ckpt__buf_puts(&w->json, "{\"__tensor__\": ");
-    ckpt__buf_json_string(&w->json, name);
-    ckpt__buf_puts(&w->json, "}");
-    return CKPT_OK;
+static ckpt_status emit_tensor_ref(walker *w, const node *n, const char *name) {
+    return make(w, n, CKPT__V_TENSOR, 0, name, strlen(name)) ? CKPT_OK : w->failed;
 }
 
 static ckpt_status chunked(walker *w, const node *map) {
@@ -716,7 +737,7 @@ static ckpt_status chunked(walker *w, const node *map) {
     }
     free(chunks);
     if (st == CKPT_OK) st = add_tensor(w, name, dtype, (uint32_t)ndim, shape, pieces);
-    if (st == CKPT_OK) st = emit_tensor_ref(w, name);
+    if (st == CKPT_OK) st = emit_tensor_ref(w, map, name);
     return st ? ckpt__error_in_tensor(m->err, st, name) : st;
 }
 
@@ -734,57 +755,50 @@ typedef struct wframe {
     uint32_t done;    /* items or entries gone through */
     size_t saved;     /* the name's length before the current child's component */
     bool in_child;
+    ckpt__value *out; /* n's value, its items being filled */
 } wframe;
 
-/* Writes n whole when it is a leaf (a tensor, a scalar, a chunked array);
- * otherwise its opening, and pushes its frame. */
+/* Makes n's value into *w->slot: a leaf (a tensor, a scalar, a chunked
+ * array) whole, a container with its frame pushed. */
 static ckpt_status visit(walker *w, ckpt__stack *frames, const node *n) {
     mp *m = w->m;
-    ckpt__buf *j = &w->json;
-    ckpt_status st = ckpt__budget_charge_buf(m->budget, j, &w->json_charged, m->err, m->path, (int64_t)node_at(n));
-    if (st) return st;
+    ckpt_status st;
+    ckpt__value *v = NULL;
     switch ((kind)n->kind) {
-    case N_NIL: ckpt__buf_puts(j, "null"); return CKPT_OK;
-    case N_BOOL: ckpt__buf_puts(j, n->u.b ? "true" : "false"); return CKPT_OK;
-    case N_INT: case N_UINT: json_int(j, n); return CKPT_OK;
-    case N_FLOAT: ckpt__buf_json_float(j, n->u.f); return CKPT_OK;
-    case N_STR: ckpt__buf_json_string_n(j, n->u.s->data, n->u.s->len); return CKPT_OK;
-    case N_BIN: {
-        static const char hex[] = "0123456789abcdef";
-        ckpt__buf_puts(j, "{\"__bytes__\": \"");
-        for (uint32_t i = 0; i < n->u.s->len; i++) {
-            unsigned char c = (unsigned char)n->u.s->data[i];
-            char h[2] = {hex[c >> 4], hex[c & 15]};
-            ckpt__buf_append(j, h, 2);
-        }
-        ckpt__buf_puts(j, "\"}");
-        return CKPT_OK;
-    }
-    case N_COMPLEX:
-        ckpt__buf_puts(j, "{\"__call__\": \"builtins.complex\", \"args\": [");
-        ckpt__buf_json_float(j, n->u.c[0]);
-        ckpt__buf_puts(j, ", ");
-        ckpt__buf_json_float(j, n->u.c[1]);
-        ckpt__buf_puts(j, "]}");
-        return CKPT_OK;
+    case N_NIL: return make(w, n, CKPT__V_NULL, 0, NULL, 0) ? CKPT_OK : w->failed;
+    case N_BOOL:
+        if ((v = make(w, n, CKPT__V_BOOL, 0, NULL, 0))) v->u.b = n->u.b;
+        return v ? CKPT_OK : w->failed;
+    case N_INT: case N_UINT: return make_int(w, n) ? CKPT_OK : w->failed;
+    case N_FLOAT: return make_float(w, n, n->u.f) ? CKPT_OK : w->failed;
+    case N_STR: return make(w, n, CKPT__V_STR, 0, n->u.s->data, n->u.s->len) ? CKPT_OK : w->failed;
+    case N_BIN: return make(w, n, CKPT__V_BYTES, 0, n->u.s->data, n->u.s->len) ? CKPT_OK : w->failed;
+    case N_COMPLEX: /* builtins.complex(real, imag), as torch pickles one */
+        if (!(v = make(w, n, CKPT__V_CALL, 2, NULL, 0))) return w->failed;
+        v->cls = "builtins.complex";
+        w->slot = &v->u.items[0];
+        if (!make_float(w, n, n->u.c[0])) return w->failed;
+        w->slot = &v->u.items[1];
+        return make_float(w, n, n->u.c[1]) ? CKPT_OK : w->failed;
     case N_NDARRAY: {
         const char *name = tensor_name(w);
         if (!name) return ckpt__oom(m->err, m->path, NULL);
         w->pieces[0] = (ckpt__piece){.file = w->file, .offset = n->u.arr->data};
         if ((st = charge_tensor(w, n)) || (st = add_tensor(w, name, n->u.arr->dtype, n->u.arr->ndim, n->u.arr->shape, 1)))
             return st;
-        return emit_tensor_ref(w, name);
+        return emit_tensor_ref(w, n, name);
     }
     case N_MAP:
         if (lookup(n, "__msgpack_chunked_array__")) return (st = charge_tensor(w, n)) ? st : chunked(w, n);
-        ckpt__buf_puts(j, "{\"__dict__\": [");
+        v = make(w, n, CKPT__V_DICT, n->u.seq.count, NULL, 0);
         break;
-    case N_ARRAY: ckpt__buf_puts(j, "["); break;
+    case N_ARRAY: v = make(w, n, CKPT__V_LIST, n->u.seq.count, NULL, 0); break;
     default: return fail(m, CKPT_E_MSGPACK_INVALID, node_at(n), "unexpected value");
     }
+    if (!v) return w->failed;
     wframe *f = ckpt__stack_push(frames);
     if (!f) return ckpt__oom(m->err, m->path, NULL);
-    *f = (wframe){.n = n, .next = n + 1};
+    *f = (wframe){.n = n, .next = n + 1, .out = v};
     return CKPT_OK;
 }
 
@@ -795,20 +809,20 @@ static ckpt_status next_entry(walker *w, ckpt__stack *frames, wframe *f) {
     char num[32];
     const char *part;
     size_t len;
-    ckpt__buf_puts(&w->json, f->done ? ", [" : "[");
+    w->slot = &f->out->u.items[2 * f->done];
     if (k->kind == N_STR) {
         if (strlen(k->u.s->data) != k->u.s->len) return fail(m, CKPT_E_MSGPACK_INVALID, node_at(k), "map key holds a NUL byte");
         part = k->u.s->data, len = k->u.s->len;
-        ckpt__buf_json_string_n(&w->json, part, len);
+        if (!make(w, k, CKPT__V_STR, 0, part, len)) return w->failed;
     } else if (k->kind == N_INT || k->kind == N_UINT) {
-        json_int(&w->json, k);
+        if (!make_int(w, k)) return w->failed;
         if (k->kind == N_UINT) snprintf(num, sizeof num, "%llu", (unsigned long long)k->u.u);
         else snprintf(num, sizeof num, "%lld", (long long)k->u.i);
         part = num, len = strlen(num);
     } else {
         return fail(m, CKPT_E_MSGPACK_INVALID, node_at(k), "map key is not a string or an integer");
     }
-    ckpt__buf_puts(&w->json, ", ");
+    w->slot = &f->out->u.items[2 * f->done + 1];
     f->next = skip(v);
     f->done++;
     f->in_child = true;
@@ -820,21 +834,18 @@ static ckpt_status next_entry(walker *w, ckpt__stack *frames, wframe *f) {
  * next child, or its closing (the frame popped). */
 static ckpt_status step(walker *w, ckpt__stack *frames) {
     wframe *f = ckpt__stack_top(frames);
-    bool map = f->n->kind == N_MAP;
     if (f->in_child) {
         f->in_child = false;
         name_pop(w, f->saved);
-        if (map) ckpt__buf_puts(&w->json, "]");
     }
     if (f->done == f->n->u.seq.count) {
-        ckpt__buf_puts(&w->json, map ? "]}" : "]");
         ckpt__stack_pop(frames);
         return CKPT_OK;
     }
-    if (map) return next_entry(w, frames, f);
+    if (f->n->kind == N_MAP) return next_entry(w, frames, f);
     char num[16];
     snprintf(num, sizeof num, "%u", f->done);
-    if (f->done) ckpt__buf_puts(&w->json, ", ");
+    w->slot = &f->out->u.items[f->done];
     const node *item = f->next;
     f->next = skip(item);
     f->done++;
@@ -844,8 +855,9 @@ static ckpt_status step(walker *w, ckpt__stack *frames) {
 }
 
 /* Tensors into the catalog, everything into the object tree. */
-static ckpt_status walk(walker *w, const node *root) {
+static ckpt_status walk(walker *w, const node *root, ckpt__value **tree) {
     ckpt__stack frames = CKPT__STACK(wframe);
+    w->slot = tree;
     ckpt_status st = visit(w, &frames, root);
     while (st == CKPT_OK && frames.len) st = step(w, &frames);
     ckpt__stack_free(&frames);
@@ -896,14 +908,14 @@ static ckpt_status msgpack_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *
         w.piece_cap = w.pieces ? 16 : 0;
         if (!w.pieces) st = ckpt__oom(err, src->name, NULL);
     }
-    if (st == CKPT_OK) st = walk(&w, &m.nodes[0]);
-    if (st == CKPT_OK && (w.json.failed || w.name.failed)) st = ckpt__oom(err, src->name, "the object tree");
+    ckpt__value *tree = NULL;
+    if (st == CKPT_OK) st = walk(&w, &m.nodes[0], &tree);
+    if (st == CKPT_OK && w.name.failed) st = ckpt__oom(err, src->name, "the object tree");
     /* The nodes and scratch go; the tree stays, with the catalog. */
     free(m.nodes);
     ckpt__arena_free(&m.scratch);
     ckpt__budget_release(m.budget, m.charged);
-    if (st == CKPT_OK) st = ckpt__cat_adopt_tree(c, w.json.data, err);
-    else free(w.json.data);
+    if (st == CKPT_OK) st = ckpt__cat_set_tree(c, tree, err);
     free(w.name.data);
     free(w.pieces);
     ckpt__cat_set_format(c, CKPT_FORMAT_FLAX_MSGPACK);

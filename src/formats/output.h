@@ -29,6 +29,7 @@
 #include "../base/base.h"
 #include "ckpt_dcp.h"  /* the format options of writer options */
 #include "ckpt_gguf.h"
+#include "../base/value.h"
 
 typedef struct ckpt__output ckpt__output; /* the writer, as an output format sees it */
 
@@ -145,6 +146,11 @@ CKPT__HIDDEN ckpt__out_tensor *ckpt__out_tensor_at(ckpt__output *o, size_t i);
  * (placed by the format: the single file's, or an index's). */
 CKPT__HIDDEN const ckpt__pairs *ckpt__out_file_metadata(const ckpt__output *o);
 CKPT__HIDDEN const ckpt__pairs *ckpt__out_checkpoint_metadata(const ckpt__output *o);
+/* The object tree under checkpoint-metadata `key` ("ckpt.torch_tree"):
+ * the one a conversion handed over as values, else the text a caller set
+ * read (CKPT_E_INVALID_ARGUMENT when it is not JSON); *tree NULL: none.
+ * Its values live as long as the writer. */
+CKPT__HIDDEN ckpt_status ckpt__out_tree(ckpt__output *o, const char *key, const ckpt__value **tree, ckpt_error *err);
 
 /* rank[i]: the first tensor declared on i's storage, or i; with
  * `contiguous_only`, views that are not contiguous count as storages of

@@ -9,7 +9,7 @@
 
 #include "../base/cursor.h"
 #include "../io/file.h"
-#include "../base/json.h"
+#include "../base/value.h"
 #include "pickle.h"
 #include "format.h"
 #include "torch_allowed.h"
@@ -56,8 +56,7 @@ typedef struct walker {
     ckpt__name_table storage_keys; /* over out->storages[].key, sized storage_cap */
     const uint32_t *crc_of_entry;  /* per zip entry: its index in out->crcs plus 1, 0 for none */
     uint64_t visits;
-    ckpt__buf json;
-    size_t json_charged; /* its capacity charged to the arena's budget */
+    ckpt_status failed; /* why making a value of the tree failed */
     ckpt__buf name; /* the current dotted path */
 } walker;
 
@@ -291,18 +290,6 @@ static void name_pop(walker *w, size_t saved) {
     if (w->name.data) w->name.data[saved] = '\0';
 }
 
-static void json_bytes(ckpt__buf *b, const char *tag, const unsigned char *s, size_t n) {
-    static const char hex[] = "0123456789abcdef";
-    ckpt__buf_puts(b, "{\"");
-    ckpt__buf_puts(b, tag);
-    ckpt__buf_puts(b, "\": \"");
-    for (size_t i = 0; i < n; i++) {
-        char h[2] = {hex[s[i] >> 4], hex[s[i] & 15]};
-        ckpt__buf_append(b, h, 2);
-    }
-    ckpt__buf_puts(b, "\"}");
-}
-
 /* A key's name component: strings as they are, ints in decimal. */
 static bool key_text(const ckpt__pk_value *k, char *buf, size_t cap, const char **out) {
     if (k->kind == CKPT__PK_STR) *out = k->u.s.data;
@@ -314,161 +301,172 @@ static bool key_text(const ckpt__pk_value *k, char *buf, size_t cap, const char 
 
 /* The walk keeps the containers it is inside on a heap stack (a thread's
  * C stack may be 64 KiB; the tree nests up to MAX_DEPTH): one frame per
- * open list, tuple, set, dict or call, saying what is being walked. */
+ * open list, tuple, set, dict or call, saying what is being walked and the
+ * value it is being made into. */
 typedef enum part { P_ITEMS, P_PAIRS, P_ARGS, P_STATE } part;
 
 typedef struct frame {
     const ckpt__pk_value *v;
+    ckpt__value *out;  /* v's value, its items being filled */
     size_t next;       /* the next item (of v, or of a call's args) */
     size_t saved;      /* the name's length before the current child's component */
     uint8_t part;      /* what the children being walked are */
     bool in_child;     /* a child was entered: its end comes first */
 } frame;
 
-static ckpt_status charge_json(walker *w, const ckpt__pk_value *v) {
-    return ckpt__budget_charge_buf(w->arena->budget, &w->json, &w->json_charged, w->err, w->path,
-                                   (int64_t)(w->pickle_offset + v->offset));
+/* A value of the tree, charged to the budget at the pickle value it stands for. */
+static ckpt__value *make(walker *w, const ckpt__pk_value *v, ckpt__value_kind kind, size_t count, const char *text,
+                         size_t len) {
+    ckpt_status st = ckpt__budget_charge(w->arena->budget, ckpt__value_cost(kind, count, len), w->err, w->path,
+                                         (int64_t)(w->pickle_offset + v->offset));
+    ckpt__value *out = NULL;
+    if (st == CKPT_OK)
+        out = text ? ckpt__value_text(w->arena, kind, text, len) : ckpt__value_new(w->arena, kind, count);
+    if (!out) w->failed = st ? st : fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory");
+    return out;
 }
 
-/* Enters child `c` of the top frame, whose name component is `component`:
- * a leaf is written whole, a container opened (a frame pushed). */
-static ckpt_status enter(walker *w, ckpt__stack *frames, const ckpt__pk_value *c, const char *component);
+/* "module.name" of a GLOBAL, in the arena. */
+static const char *global_text(walker *w, const ckpt__pk_value *g) {
+    size_t m = strlen(g->u.global.module), n = strlen(g->u.global.name);
+    char *s = ckpt__arena_alloc(w->arena, m + n + 2);
+    if (!s) return NULL;
+    memcpy(s, g->u.global.module, m);
+    s[m] = '.';
+    memcpy(s + m + 1, g->u.global.name, n + 1);
+    return s;
+}
 
-/* Writes v whole when it is a leaf (a tensor, a scalar); otherwise writes
- * its opening and pushes its frame. */
-static ckpt_status visit(walker *w, ckpt__stack *frames, const ckpt__pk_value *v) {
+/* A value with no items: a scalar, bytes, a global. */
+static ckpt__value *leaf(walker *w, const ckpt__pk_value *v) {
+    ckpt__value *out = NULL;
+    const char *g;
+    switch (v->kind) {
+    case CKPT__PK_NONE: return make(w, v, CKPT__V_NULL, 0, NULL, 0);
+    case CKPT__PK_BOOL:
+        if ((out = make(w, v, CKPT__V_BOOL, 0, NULL, 0))) out->u.b = v->u.b;
+        return out;
+    case CKPT__PK_INT:
+        if ((out = make(w, v, CKPT__V_INT, 0, NULL, 0))) out->u.i = v->u.i;
+        return out;
+    case CKPT__PK_FLOAT:
+        if ((out = make(w, v, CKPT__V_FLOAT, 0, NULL, 0))) out->u.f = v->u.f;
+        return out;
+    case CKPT__PK_STR: return make(w, v, CKPT__V_STR, 0, v->u.s.data, strlen(v->u.s.data));
+    case CKPT__PK_BYTES: return make(w, v, CKPT__V_BYTES, 0, v->u.s.data, v->u.s.len);
+    case CKPT__PK_BIGINT: return make(w, v, CKPT__V_BIGINT, 0, v->u.s.data, v->u.s.len);
+    case CKPT__PK_GLOBAL:
+        if (!(g = global_text(w, v))) return w->failed = fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory"), NULL;
+        return make(w, v, CKPT__V_GLOBAL, 0, g, strlen(g));
+    case CKPT__PK_PERSID: w->failed = fail_at(w, v, CKPT_E_PICKLE_INVALID, "a storage outside any tensor"); return NULL;
+    default: w->failed = fail_at(w, v, CKPT_E_PICKLE_INVALID, "unexpected value"); return NULL;
+    }
+}
+
+/* A container's value, its items to be filled, and what its frame walks first. */
+static ckpt__value *container(walker *w, const ckpt__pk_value *v, uint8_t *first) {
+    ckpt__value *out = NULL;
+    *first = P_ITEMS;
+    switch (v->kind) {
+    case CKPT__PK_LIST: return make(w, v, CKPT__V_LIST, v->u.seq.count, NULL, 0);
+    /* A torch.Size and an OrderedDict say their class, which torch.load gives back. */
+    case CKPT__PK_TUPLE:
+        if ((out = make(w, v, CKPT__V_TUPLE, v->u.seq.count, NULL, 0)) && v->type == CKPT__PK_TORCH_SIZE)
+            out->cls = "torch.Size";
+        return out;
+    case CKPT__PK_SET: return make(w, v, CKPT__V_SET, v->u.seq.count, NULL, 0);
+    case CKPT__PK_DICT:
+        *first = P_PAIRS;
+        if ((out = make(w, v, CKPT__V_DICT, v->u.seq.count / 2, NULL, 0)) && v->type == CKPT__PK_ORDERED_DICT)
+            out->cls = "collections.OrderedDict";
+        return out;
+    case CKPT__PK_CALL:
+        *first = P_ARGS;
+        if ((out = make(w, v, CKPT__V_CALL, v->u.call.args->u.seq.count, NULL, 0)) &&
+            !(out->cls = global_text(w, v->u.call.callable)))
+            return w->failed = fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory"), NULL;
+        return out;
+    default: return leaf(w, v);
+    }
+}
+
+/* Makes v's value into *slot: a leaf (a tensor, a scalar) whole, a
+ * container with its frame pushed. */
+static ckpt_status visit(walker *w, ckpt__stack *frames, const ckpt__pk_value *v, ckpt__value **slot) {
     if (frames->len > MAX_DEPTH)
         return fail_at(w, v, CKPT_E_LIMIT, "object tree nested deeper than %d (or cyclic)", MAX_DEPTH);
     if (++w->visits > MAX_VISITS) return fail_at(w, v, CKPT_E_LIMIT, "object tree too large when expanded");
     bool is_tensor;
     ckpt_status st = tensor(w, v, &is_tensor);
-    if (st == CKPT_OK) st = charge_json(w, v);
     if (st) return st;
-    ckpt__buf *j = &w->json;
-    if (is_tensor) {
-        ckpt__buf_puts(j, "{\"__tensor__\": ");
-        ckpt__buf_json_string(j, w->name.data ? w->name.data : "");
-        ckpt__buf_puts(j, "}");
-        return CKPT_OK;
-    }
-    char num[32];
     uint8_t first = P_ITEMS;
-    switch (v->kind) {
-    case CKPT__PK_NONE: ckpt__buf_puts(j, "null"); return CKPT_OK;
-    case CKPT__PK_BOOL: ckpt__buf_puts(j, v->u.b ? "true" : "false"); return CKPT_OK;
-    case CKPT__PK_INT: snprintf(num, sizeof num, "%lld", (long long)v->u.i), ckpt__buf_puts(j, num); return CKPT_OK;
-    case CKPT__PK_FLOAT: ckpt__buf_json_float(j, v->u.f); return CKPT_OK;
-    case CKPT__PK_STR: ckpt__buf_json_string(j, v->u.s.data); return CKPT_OK;
-    case CKPT__PK_BYTES: json_bytes(j, "__bytes__", (const unsigned char *)v->u.s.data, v->u.s.len); return CKPT_OK;
-    case CKPT__PK_BIGINT: json_bytes(j, "__int_le__", (const unsigned char *)v->u.s.data, v->u.s.len); return CKPT_OK;
-    case CKPT__PK_GLOBAL:
-        ckpt__buf_puts(j, "{\"__global__\": \"");
-        ckpt__buf_puts(j, v->u.global.module);
-        ckpt__buf_puts(j, ".");
-        ckpt__buf_puts(j, v->u.global.name);
-        ckpt__buf_puts(j, "\"}");
-        return CKPT_OK;
-    case CKPT__PK_PERSID: return fail_at(w, v, CKPT_E_PICKLE_INVALID, "a storage outside any tensor");
-    case CKPT__PK_LIST: ckpt__buf_puts(j, "["); break;
-    /* A torch.Size and an OrderedDict say their class, which torch.load gives back. */
-    case CKPT__PK_TUPLE:
-        ckpt__buf_puts(j, v->type == CKPT__PK_TORCH_SIZE ? "{\"__class__\": \"torch.Size\", \"__tuple__\": ["
-                                                         : "{\"__tuple__\": [");
-        break;
-    case CKPT__PK_SET: ckpt__buf_puts(j, "{\"__set__\": ["); break;
-    /* {"__dict__": [[key, value], …]} keeps non-string keys and order. */
-    case CKPT__PK_DICT:
-        ckpt__buf_puts(j, v->type == CKPT__PK_ORDERED_DICT ? "{\"__class__\": \"collections.OrderedDict\", \"__dict__\": ["
-                                                           : "{\"__dict__\": [");
-        first = P_PAIRS;
-        break;
-    case CKPT__PK_CALL:
-        ckpt__buf_puts(j, "{\"__call__\": \"");
-        ckpt__buf_puts(j, v->u.call.callable->u.global.module);
-        ckpt__buf_puts(j, ".");
-        ckpt__buf_puts(j, v->u.call.callable->u.global.name);
-        ckpt__buf_puts(j, "\", \"args\": [");
-        first = P_ARGS;
-        break;
-    default: return fail_at(w, v, CKPT_E_PICKLE_INVALID, "unexpected value");
-    }
+    const char *name = w->name.data ? w->name.data : "";
+    *slot = is_tensor ? make(w, v, CKPT__V_TENSOR, 0, name, strlen(name)) : container(w, v, &first);
+    if (!*slot) return w->failed;
+    if (is_tensor || !ckpt__value_is_container(*slot)) return CKPT_OK;
     frame *f = ckpt__stack_push(frames);
     if (!f) return fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory");
-    f->v = v;
-    f->part = first;
+    *f = (frame){.v = v, .out = *slot, .part = first};
     return CKPT_OK;
 }
 
-static ckpt_status enter(walker *w, ckpt__stack *frames, const ckpt__pk_value *c, const char *component) {
+/* Enters child `c` of the top frame, whose name component is `component`,
+ * into *slot. */
+static ckpt_status enter(walker *w, ckpt__stack *frames, const ckpt__pk_value *c, const char *component,
+                         ckpt__value **slot) {
     frame *f = ckpt__stack_top(frames);
     name_push(w, component, &f->saved);
     f->in_child = true;
-    return visit(w, frames, c);
+    return visit(w, frames, c, slot);
 }
 
-/* After a child: its name component goes, a dict entry closes. */
-static void leave(walker *w, frame *f) {
-    f->in_child = false;
-    name_pop(w, f->saved);
-    if (f->part == P_PAIRS) ckpt__buf_puts(&w->json, "]");
-}
-
-/* The next dict entry: [key, value]. */
+/* The next dict entry: its key made, its value entered. */
 static ckpt_status next_pair(walker *w, ckpt__stack *frames, frame *f) {
     const ckpt__pk_value *v = f->v, *key = v->u.seq.items[f->next], *value = v->u.seq.items[f->next + 1];
     const char *component;
     char buf[32];
     if (!key_text(key, buf, sizeof buf, &component))
         return fail_at(w, key, CKPT_E_PICKLE_INVALID, "dictionary key is not a string, int or bool");
-    ckpt__buf *j = &w->json;
-    if (f->next) ckpt__buf_puts(j, ", ");
-    ckpt__buf_puts(j, "[");
-    if (key->kind == CKPT__PK_STR) ckpt__buf_json_string(j, component);
-    else ckpt__buf_puts(j, key->kind == CKPT__PK_BOOL ? (key->u.b ? "true" : "false") : component);
-    ckpt__buf_puts(j, ", ");
+    size_t pair = f->next / 2;
+    ckpt__value **slots = f->out->u.items;
+    if (!(slots[2 * pair] = leaf(w, key))) return w->failed;
     f->next += 2;
-    return enter(w, frames, value, component);
-}
-
-/* A dict's or a call's state, after its items: "__state__" in the names. */
-static ckpt_status next_state(walker *w, ckpt__stack *frames, frame *f) {
-    const ckpt__pk_value *state = f->v->state;
-    ckpt__buf_puts(&w->json, f->v->kind == CKPT__PK_DICT ? ", \"__state__\": " : ", \"state\": ");
-    f->part = P_STATE;
-    return enter(w, frames, state, "__state__");
+    return enter(w, frames, value, component, &slots[2 * pair + 1]);
 }
 
 /* One step of the top frame: the end of the child it entered, then its
- * next child, or its closing (the frame popped). */
+ * next child, its state (a dict's or a call's, after its items:
+ * "__state__" in the names), or its end (the frame popped). */
 static ckpt_status step(walker *w, ckpt__stack *frames) {
     frame *f = ckpt__stack_top(frames);
-    if (f->in_child) leave(w, f);
+    if (f->in_child) {
+        f->in_child = false;
+        name_pop(w, f->saved);
+    }
     const ckpt__pk_value *v = f->v, *items = f->part == P_ARGS ? v->u.call.args : v;
-    ckpt__buf *j = &w->json;
     if (f->part == P_PAIRS && f->next + 1 < v->u.seq.count) return next_pair(w, frames, f);
     if ((f->part == P_ITEMS || f->part == P_ARGS) && f->next < items->u.seq.count) {
         char component[32];
         snprintf(component, sizeof component, "%zu", f->next);
-        if (f->next) ckpt__buf_puts(j, ", ");
-        return enter(w, frames, items->u.seq.items[f->next++], component);
+        size_t i = f->next++;
+        return enter(w, frames, items->u.seq.items[i], component, &f->out->u.items[i]);
     }
-    if (f->part != P_STATE) ckpt__buf_puts(j, "]");
-    if ((f->part == P_PAIRS || f->part == P_ARGS) && v->state) return next_state(w, frames, f);
-    ckpt__buf_puts(j, v->kind == CKPT__PK_LIST ? "" : "}");
+    if ((f->part == P_PAIRS || f->part == P_ARGS) && v->state) {
+        f->part = P_STATE;
+        return enter(w, frames, v->state, "__state__", &f->out->state);
+    }
     ckpt__stack_pop(frames);
     return CKPT_OK;
 }
 
-/* Walks the object tree into out->tensors, out->storages and the JSON. */
+/* Walks the object tree into out->tensors, out->storages and out->tree. */
 static ckpt_status walk_root(walker *w, const ckpt__pk_value *root) {
     ckpt__stack frames = CKPT__STACK(frame);
-    ckpt_status st = visit(w, &frames, root);
+    ckpt_status st = visit(w, &frames, root, &w->out->tree);
     while (st == CKPT_OK && frames.len) st = step(w, &frames);
     ckpt__stack_free(&frames);
-    if (st == CKPT_OK && (w->json.failed || w->name.failed))
-        st = ckpt__fail(w->err, CKPT_E_NO_MEMORY, w->path, NULL, -1, "out of memory");
-    if (st == CKPT_OK) w->out->tree_json = w->json.data;
-    else free(w->json.data);
+    if (st == CKPT_OK && w->name.failed) st = ckpt__fail(w->err, CKPT_E_NO_MEMORY, w->path, NULL, -1, "out of memory");
+    if (st) w->out->tree = NULL;
     free(w->name.data);
     return st;
 }
@@ -694,7 +692,6 @@ bool ckpt__torch_sniff_tar(const unsigned char *head, size_t n) {
 void ckpt__torch_file_free(ckpt__torch_file *f) {
     free(f->tensors);
     free(f->storages);
-    free(f->tree_json);
     free(f->crcs);
     memset(f, 0, sizeof *f);
 }
@@ -744,8 +741,8 @@ static ckpt_status add_to_catalog(ckpt_catalog *c, uint32_t file, ckpt__torch_fi
      * dict and {"conv1": {"weight": …}} read alike), and only the tree says
      * which torch.load gives. */
     if (st == CKPT_OK) {
-        st = ckpt__cat_adopt_tree(c, tf->tree_json, err);
-        tf->tree_json = NULL;
+        st = ckpt__cat_set_tree(c, tf->tree, err);
+        tf->tree = NULL;
     }
     ckpt__cat_set_format(c, CKPT_FORMAT_TORCH);
     return st;

@@ -44,7 +44,7 @@ typedef struct ckpt__torch_file {
     size_t storage_count;
     ckpt__torch_storage *storages; /* malloc'ed */
     bool big_endian;
-    char *tree_json; /* malloc'ed: the object tree, tensors as {"__tensor__": name} */
+    ckpt__value *tree; /* the object tree, in the arena it was read into */
     /* The archive's recorded CRC-32s (every record's that has one; offsets
      * in the archive's source), for ckpt__cat_add_crc; malloc'ed. */
     size_t crc_count;

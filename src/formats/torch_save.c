@@ -37,19 +37,12 @@ void ckpt__pkw_float(ckpt__buf *b, double v) {
     ckpt__put_be(b, bits, 8);
 }
 
-bool ckpt__pkw_unhex(ckpt__buf *b, const char *hex, size_t n) {
-    if (n % 2) return false;
-    for (size_t i = 0; i < n; i += 2) {
-        int v = 0;
-        for (int k = 0; k < 2; k++) {
-            char c = hex[i + k];
-            int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-            if (d < 0) return false;
-            v = v * 16 + d;
-        }
-        ckpt__pkw_op(b, (unsigned char)v);
+void ckpt__pkw_latin1(ckpt__buf *text, const char *s, size_t n) {
+    for (size_t k = 0; k < n; k++) {
+        unsigned char c = (unsigned char)s[k];
+        if (c < 0x80) ckpt__pkw_op(text, c);
+        else ckpt__pkw_op(text, (unsigned char)(0xC0 | c >> 6)), ckpt__pkw_op(text, (unsigned char)(0x80 | (c & 0x3F)));
     }
-    return true;
 }
 
 void ckpt__pkw_str(ckpt__buf *b, const char *s, size_t n) {

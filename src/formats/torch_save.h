@@ -47,9 +47,9 @@ CKPT__HIDDEN void ckpt__pkw_global(ckpt__buf *b, const char *module, const char 
 CKPT__HIDDEN void ckpt__pkw_dims(ckpt__buf *b, const uint64_t *v, uint32_t n);
 /* BINFLOAT: the double, big-endian. */
 CKPT__HIDDEN void ckpt__pkw_float(ckpt__buf *b, double v);
-/* Appends the bytes that `n` lower-case hex digits spell (the object
- * tree's {"__bytes__": …}, {"__int_le__": …}); false when they are not. */
-CKPT__HIDDEN bool ckpt__pkw_unhex(ckpt__buf *b, const char *hex, size_t n);
+/* Appends, as UTF-8, the str whose latin-1 encoding is these `n` bytes:
+ * what protocol 2 pickles bytes as (_codecs.encode(str, 'latin1')). */
+CKPT__HIDDEN void ckpt__pkw_latin1(ckpt__buf *text, const char *s, size_t n);
 /* Memo: BINPUT / LONG_BINPUT of the next index (returned), and BINGET /
  * LONG_BINGET of one. */
 CKPT__HIDDEN uint32_t ckpt__pkw_memo_put(ckpt__buf *b, uint32_t *memo_count);

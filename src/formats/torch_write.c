@@ -39,6 +39,7 @@
 
 #include "../io/file.h"
 #include "../base/json.h"
+#include "../base/value.h"
 #include "output.h"
 #include "torch.h"
 #include "torch_save.h"
@@ -151,7 +152,7 @@ static ckpt_status plan_storages(ckpt__output *o, const size_t *order, tw_tensor
  */
 enum {
     BATCH = 1000,    /* CPython's pickler: APPENDS and SETITEMS in batches of 1000 */
-    MAX_NEST = 1000, /* containers open at once; the tree's JSON nests less (json.h) */
+    MAX_NEST = 1000, /* containers open at once; the readers' trees nest less */
 };
 
 typedef struct memo_entry {
@@ -163,7 +164,7 @@ typedef struct pickler {
     ckpt__output *o;
     const tw_state *s;
     const tw_tensor *tt;
-    const ckpt__json_doc *doc;
+    const ckpt__value *root; /* the object */
     ckpt__buf *b;
     ckpt_error *err;
     uint32_t memo;
@@ -301,65 +302,38 @@ static void pk_tensor(pickler *p, size_t i) {
 
 /* ---- the object tree's values ---- */
 
-static uint32_t member(const ckpt__json_doc *d, uint32_t i, const char *key) { return ckpt__json_member(d, i, key); }
-
-/* Node i's member `key` when it is an array (else 0). */
-static uint32_t array_member(const ckpt__json_doc *d, uint32_t i, const char *key) {
-    uint32_t v = member(d, i, key);
-    return v && d->nodes[v].kind == CKPT__JSON_ARRAY ? v : 0;
-}
-
 static void pk_float(pickler *p, double f) { ckpt__pkw_float(p->b, f); }
 
-/* A JSON number: an int (BININT…, LONG1) or a float (BINFLOAT). */
-static ckpt_status pk_number(pickler *p, const ckpt__json_node *n) {
-    char text[64]; /* the raw text is not NUL-terminated */
-    if (n->len >= sizeof text) return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s is longer than a number", "a number");
-    memcpy(text, n->str, n->len);
-    text[n->len] = '\0';
+/* A number as text (a tree read from JSON): an int (BININT…, LONG1) or a float (BINFLOAT). */
+static ckpt_status pk_number(pickler *p, const ckpt__value *n) {
     char *end;
     errno = 0;
-    if (strpbrk(text, ".eE")) {
-        pk_float(p, strtod(text, &end));
+    if (strpbrk(n->u.s.data, ".eE")) {
+        pk_float(p, strtod(n->u.s.data, &end));
         return CKPT_OK;
     }
-    long long v = strtoll(text, &end, 10);
+    long long v = strtoll(n->u.s.data, &end, 10);
     if (errno || *end) /* the reader writes ints beyond 64 bits as {"__int_le__": …} */
         return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s does not fit in 64 bits", "an integer");
     ckpt__pkw_int(p->b, v);
     return CKPT_OK;
 }
 
-/* {"__int_le__": hex}: LONG1 (LONG4 from 256 bytes), two's complement as CPython writes it. */
-static ckpt_status pk_big_int(pickler *p, const ckpt__json_node *hex) {
-    ckpt__buf raw = {0};
-    ckpt_status st = CKPT_OK;
-    if (!ckpt__pkw_unhex(&raw, hex->str, hex->len) || raw.len > UINT32_MAX) {
-        st = refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s is malformed", "an integer");
-    } else {
-        ckpt__pkw_op(p->b, raw.len < 256 ? 0x8a : 0x8b);
-        ckpt__put_le(p->b, raw.len, raw.len < 256 ? 1 : 4);
-        ckpt__buf_append(p->b, raw.data ? raw.data : "", raw.len);
-    }
-    free(raw.data);
-    return st;
+/* A big int: LONG1 (LONG4 from 256 bytes), two's complement as CPython writes it. */
+static ckpt_status pk_big_int(pickler *p, const ckpt__value *v) {
+    if (v->u.s.len > UINT32_MAX) return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s is malformed", "an integer");
+    ckpt__pkw_op(p->b, v->u.s.len < 256 ? 0x8a : 0x8b);
+    ckpt__put_le(p->b, v->u.s.len, v->u.s.len < 256 ? 1 : 4);
+    ckpt__buf_append(p->b, v->u.s.data, v->u.s.len);
+    return CKPT_OK;
 }
 
-/* {"__bytes__": hex}: protocol 2 pickles bytes as
- * _codecs.encode(their latin-1 text, 'latin1'), a new object each time
- * (b'' too, which torch.save writes as bytes(), a call torch.load's
- * weights_only unpickler refuses). */
-static ckpt_status pk_bytes(pickler *p, const ckpt__json_node *hex) {
-    ckpt__buf raw = {0}, text = {0};
-    if (!ckpt__pkw_unhex(&raw, hex->str, hex->len)) {
-        free(raw.data);
-        return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s are malformed", "bytes");
-    }
-    for (size_t k = 0; k < raw.len; k++) {
-        unsigned char c = (unsigned char)raw.data[k];
-        if (c < 0x80) ckpt__pkw_op(&text, c);
-        else ckpt__pkw_op(&text, (unsigned char)(0xC0 | c >> 6)), ckpt__pkw_op(&text, (unsigned char)(0x80 | (c & 0x3F)));
-    }
+/* Bytes: protocol 2 pickles them as _codecs.encode(their latin-1 text,
+ * 'latin1'), a new object each time (b'' too, which torch.save writes as
+ * bytes(), a call torch.load's weights_only unpickler refuses). */
+static ckpt_status pk_bytes(pickler *p, const ckpt__value *v) {
+    ckpt__buf text = {0};
+    ckpt__pkw_latin1(&text, v->u.s.data, v->u.s.len);
     pk_global(p, "_codecs", "encode");
     pk_own_str(p, NULL, text.data ? text.data : "", text.len);
     pk_own_str(p, &p->latin1, "latin1", 6);
@@ -367,8 +341,7 @@ static ckpt_status pk_bytes(pickler *p, const ckpt__json_node *hex) {
     ckpt__pkw_memo_put(p->b, &p->memo);
     ckpt__pkw_op(p->b, 'R');
     ckpt__pkw_memo_put(p->b, &p->memo);
-    bool failed = raw.failed || text.failed;
-    free(raw.data);
+    bool failed = text.failed;
     free(text.data);
     return failed ? ckpt__oom(p->err, ckpt__out_path(p->o), NULL) : CKPT_OK;
 }
@@ -376,12 +349,11 @@ static ckpt_status pk_bytes(pickler *p, const ckpt__json_node *hex) {
 /* A global torch.load(weights_only=True) allows, and that is a value
  * rather than how a tensor or a storage is rebuilt (tensors are written
  * from their declarations): `text` is "module.name". */
-static ckpt_status global_name(pickler *p, const ckpt__json_node *text, char *module, size_t cap, const char **name) {
-    const char *dot = text->kind == CKPT__JSON_STRING ? strrchr(text->str, '.') : NULL;
-    if (!dot || (size_t)(dot - text->str) >= cap)
-        return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s is malformed", "a global");
-    memcpy(module, text->str, (size_t)(dot - text->str));
-    module[dot - text->str] = '\0';
+static ckpt_status global_name(pickler *p, const char *text, char *module, size_t cap, const char **name) {
+    const char *dot = strrchr(text, '.');
+    if (!dot || (size_t)(dot - text) >= cap) return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s is malformed", "a global");
+    memcpy(module, text, (size_t)(dot - text));
+    module[dot - text] = '\0';
     *name = dot + 1;
     size_t n = strlen(*name);
     bool rebuilds = !strncmp(module, "torch._utils", 12) || !strcmp(module, "torch._tensor") ||
@@ -390,21 +362,24 @@ static ckpt_status global_name(pickler *p, const ckpt__json_node *text, char *mo
     if (ckpt__torch_allow(module, *name, NULL) != CKPT__PK_ALLOW)
         return refuse(p, CKPT_E_PICKLE_FORBIDDEN,
                       "%s (at %s) is outside torch.load's weights_only allowlist: a torch.save file with it would "
-                      "not load", text->str);
+                      "not load", text);
     if (rebuilds)
         return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s (at %s) rebuilds a tensor, which ckpt writes only from its data",
-                      text->str);
+                      text);
     return CKPT_OK;
 }
 
+/* The declared tensor named so, or -1. */
+static int64_t declared(const pickler *p, const char *name) {
+    return ckpt__out_count(p->o) ? ckpt__name_table_find(&p->tensors, p->names, sizeof *p->names, name) : -1;
+}
+
 /* A reference to a declared tensor: a rebuild on its storage. */
-static ckpt_status pk_tensor_ref(pickler *p, const ckpt__json_node *name) {
-    int64_t i = name->kind == CKPT__JSON_STRING && ckpt__out_count(p->o)
-                    ? ckpt__name_table_find(&p->tensors, p->names, sizeof *p->names, name->str)
-                    : -1;
+static ckpt_status pk_tensor_ref(pickler *p, const ckpt__value *name) {
+    int64_t i = declared(p, name->u.s.data);
     if (i < 0)
         return refuse(p, CKPT_E_NOT_FOUND, "the object tree names the tensor '%s' (at %s), which is not written",
-                      name->kind == CKPT__JSON_STRING ? name->str : "?");
+                      name->u.s.data);
     p->placed[i] = true;
     pk_tensor(p, (size_t)i);
     return CKPT_OK;
@@ -416,11 +391,12 @@ typedef enum batching { B_NONE, B_LIST, B_DICT, B_ORDERED } batching;
 typedef enum closing { C_NONE, C_TUPLE, C_SIZE, C_SET, C_CALL } closing;
 
 typedef struct wframe {
-    uint32_t next;       /* the next child's node */
-    uint32_t left;       /* children left in the array being gone through */
+    const ckpt__value *items; /* the container whose items are being gone through */
+    uint32_t next;        /* the next of its items (pairs) */
     uint32_t done, count; /* children written, of all */
-    uint32_t shard;      /* a root {"__shards__": […]}: the shard whose pairs are being written (0: none) */
-    uint32_t state;      /* written after the children, then BUILD (0: none) */
+    const ckpt__value *shards; /* a root {"__shards__": […]}: its list, items being shard `shard` */
+    uint32_t shard;
+    const ckpt__value *state; /* written after the children, then BUILD (NULL: none) */
     uint8_t batching, closing;
     bool pairs;          /* the children are a dict's [key, value] pairs */
     bool in_child, in_state;
@@ -428,45 +404,68 @@ typedef struct wframe {
     char *share;         /* C_TUPLE: the key the tuple is shared under (malloc'ed), or NULL */
 } wframe;
 
-static ckpt_status push(pickler *p, ckpt__stack *open, uint32_t items, uint32_t count, batching batch, closing close,
-                        bool pairs) {
+static ckpt_status push(pickler *p, ckpt__stack *open, const ckpt__value *items, uint32_t count, batching batch,
+                        closing close, bool pairs) {
     wframe *f = ckpt__stack_push(open);
     if (!f) return ckpt__oom(p->err, ckpt__out_path(p->o), NULL);
-    *f = (wframe){.next = items + 1, .left = count, .count = count, .batching = (uint8_t)batch,
-                  .closing = (uint8_t)close, .pairs = pairs};
+    *f = (wframe){.items = items, .count = count, .batching = (uint8_t)batch, .closing = (uint8_t)close, .pairs = pairs};
     return CKPT_OK;
+}
+
+/* A scalar's text for the key a tuple of them is shared under, with its
+ * kind's tag; 0 for a value no tuple is shared with. */
+static char scalar_text(const ckpt__value *v, ckpt__buf *text) {
+    static const char hex[] = "0123456789abcdef";
+    char num[32];
+    switch (v->kind) {
+    case CKPT__V_NULL: return 'n';
+    case CKPT__V_BOOL: return v->u.b ? 'T' : 'F';
+    case CKPT__V_INT: snprintf(num, sizeof num, "%lld", (long long)v->u.i), ckpt__buf_puts(text, num); return 'i';
+    case CKPT__V_NUMBER: ckpt__buf_append(text, v->u.s.data, v->u.s.len); return 'i';
+    case CKPT__V_FLOAT: ckpt__buf_json_float(text, v->u.f); return 'f';
+    case CKPT__V_STR:
+        if (memchr(v->u.s.data, 0, v->u.s.len)) return 0;
+        ckpt__buf_append(text, v->u.s.data, v->u.s.len);
+        return 's';
+    case CKPT__V_BIGINT:
+        for (size_t i = 0; i < v->u.s.len; i++) {
+            unsigned char c = (unsigned char)v->u.s.data[i];
+            char h[2] = {hex[c >> 4], hex[c & 15]};
+            ckpt__buf_append(text, h, 2);
+        }
+        return 'L';
+    default: return 0;
+    }
 }
 
 /* The key a tuple of scalars is shared under (NULL: another object each
  * time): each element's kind, length and text. */
-static char *tuple_key(pickler *p, uint32_t items) {
-    const ckpt__json_doc *d = p->doc;
-    ckpt__buf *k = &p->scratch;
+static char *tuple_key(pickler *p, const ckpt__value *tuple) {
+    ckpt__buf *k = &p->scratch, text = {0};
     k->len = 0;
     ckpt__buf_puts(k, "t");
-    for (uint32_t c = items + 1; c < d->nodes[items].end; c = d->nodes[c].end) {
-        const ckpt__json_node *n = &d->nodes[c];
-        uint32_t v = 0;
-        char tag = n->kind == CKPT__JSON_NUMBER ? 'i' : n->kind == CKPT__JSON_STRING ? 's' : n->kind == CKPT__JSON_NULL ? 'n'
-                 : n->kind == CKPT__JSON_TRUE ? 'T' : n->kind == CKPT__JSON_FALSE ? 'F' : 0;
-        if (!tag && n->count == 1 && (v = member(d, c, "__float__"))) tag = 'f';
-        else if (!tag && n->count == 1 && (v = member(d, c, "__int_le__"))) tag = 'L';
-        const ckpt__json_node *text = v ? &d->nodes[v] : n;
-        if (!tag || text->kind == CKPT__JSON_ARRAY || text->kind == CKPT__JSON_OBJECT || memchr(text->str, 0, text->len))
+    for (uint32_t i = 0; i < tuple->count; i++) {
+        text.len = 0;
+        char tag = scalar_text(tuple->u.items[i], &text);
+        if (!tag) {
+            free(text.data);
             return NULL;
+        }
         char head[24];
-        snprintf(head, sizeof head, "%c%u:", tag, text->len);
+        snprintf(head, sizeof head, "%c%zu:", tag, text.len);
         ckpt__buf_puts(k, head);
-        ckpt__buf_append(k, text->str, text->len);
+        ckpt__buf_append(k, text.data ? text.data : "", text.len);
     }
     ckpt__buf_append(k, "", 1);
-    return k->failed ? NULL : ckpt__strdup(k->data);
+    bool failed = text.failed;
+    free(text.data);
+    return k->failed || failed ? NULL : ckpt__strdup(k->data);
 }
 
 /* A tuple's opening: its elements follow, then TUPLE1-3 or TUPLE. */
-static ckpt_status open_tuple(pickler *p, ckpt__stack *open, uint32_t items, closing close, bool shareable) {
-    uint32_t count = p->doc->nodes[items].count;
-    char *key = shareable && count ? tuple_key(p, items) : NULL;
+static ckpt_status open_tuple(pickler *p, ckpt__stack *open, const ckpt__value *tuple, closing close, bool shareable) {
+    uint32_t count = tuple->count;
+    char *key = shareable && count ? tuple_key(p, tuple) : NULL;
     uint32_t at = key ? shared_get(p, key) : UNSET;
     if (close == C_TUPLE && !count) {
         ckpt__pkw_op(p->b, ')'); /* the empty tuple: a constant */
@@ -478,21 +477,18 @@ static ckpt_status open_tuple(pickler *p, ckpt__stack *open, uint32_t items, clo
         return CKPT_OK;
     }
     if (count > 3) ckpt__pkw_op(p->b, '(');
-    ckpt_status st = push(p, open, items, count, B_NONE, close, false);
+    ckpt_status st = push(p, open, tuple, count, B_NONE, close, false);
     if (st == CKPT_OK) ((wframe *)ckpt__stack_top(open))->share = key;
     else free(key);
     return st;
 }
 
 /* A dict: a plain one (EMPTY_DICT), or an OrderedDict (its class called
- * with no arguments) with its state (a state dict's _metadata); the root
- * {"__shards__": [dict, …]} of a sharded checkpoint is one dict. */
-static ckpt_status open_dict(pickler *p, ckpt__stack *open, uint32_t i, uint32_t items) {
-    const ckpt__json_doc *d = p->doc;
-    uint32_t cls = member(d, i, "__class__"), state = member(d, i, "__state__");
-    bool ordered = cls && d->nodes[cls].kind == CKPT__JSON_STRING && !strcmp(d->nodes[cls].str, "collections.OrderedDict");
-    if (cls && !ordered) return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s is of a class ckpt does not write", "a dict");
-    if (state && !ordered) return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s has a state", "a plain dict");
+ * with no arguments) with its state (a state dict's _metadata). */
+static ckpt_status open_dict(pickler *p, ckpt__stack *open, const ckpt__value *dict) {
+    bool ordered = dict->cls && !strcmp(dict->cls, "collections.OrderedDict");
+    if (dict->cls && !ordered) return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s is of a class ckpt does not write", "a dict");
+    if (dict->state && !ordered) return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s has a state", "a plain dict");
     if (ordered) {
         pk_global(p, "collections", "OrderedDict");
         ckpt__pkw_op(p->b, ')');
@@ -501,104 +497,86 @@ static ckpt_status open_dict(pickler *p, ckpt__stack *open, uint32_t i, uint32_t
         ckpt__pkw_op(p->b, '}');
     }
     ckpt__pkw_memo_put(p->b, &p->memo);
-    ckpt_status st = push(p, open, items, d->nodes[items].count, ordered ? B_ORDERED : B_DICT, C_NONE, true);
-    if (st == CKPT_OK) ((wframe *)ckpt__stack_top(open))->state = state;
+    ckpt_status st = push(p, open, dict, dict->count, ordered ? B_ORDERED : B_DICT, C_NONE, true);
+    if (st == CKPT_OK) ((wframe *)ckpt__stack_top(open))->state = dict->state;
     return st;
 }
 
-static ckpt_status open_shards(pickler *p, ckpt__stack *open, uint32_t shards) {
-    const ckpt__json_doc *d = p->doc;
+/* The root {"__shards__": [dict, …]} of a sharded checkpoint: one dict. */
+static ckpt_status open_shards(pickler *p, ckpt__stack *open, const ckpt__value *shards) {
     uint64_t count = 0;
-    uint32_t first = 0;
-    for (uint32_t c = shards + 1; c < d->nodes[shards].end; c = d->nodes[c].end) {
-        uint32_t items = array_member(d, c, "__dict__");
-        if (!items) return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s is not a dict", "a shard");
-        if (!first && d->nodes[items].count) first = c;
-        count += d->nodes[items].count;
+    for (uint32_t i = 0; i < shards->count; i++) {
+        if (shards->u.items[i]->kind != CKPT__V_DICT) return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s is not a dict", "a shard");
+        count += shards->u.items[i]->count;
     }
     if (count > UINT32_MAX) return refuse(p, CKPT_E_LIMIT, "%s at %s has too many entries", "the object");
     ckpt__pkw_op(p->b, '}');
     ckpt__pkw_memo_put(p->b, &p->memo);
-    uint32_t items = first ? array_member(d, first, "__dict__") : shards;
-    ckpt_status st = push(p, open, items, (uint32_t)count, B_DICT, C_NONE, true);
-    if (st == CKPT_OK) {
-        wframe *f = ckpt__stack_top(open);
-        f->left = first ? d->nodes[items].count : 0;
-        f->shard = first;
-    }
+    ckpt_status st = push(p, open, shards->count ? shards->u.items[0] : NULL, (uint32_t)count, B_DICT, C_NONE, true);
+    if (st == CKPT_OK) ((wframe *)ckpt__stack_top(open))->shards = shards;
     return st;
 }
 
 /* A call of an allowed global on arguments (torch.device('cpu'),
  * complex(1, 2), Counter({…})): REDUCE, then BUILD with its state. */
-static ckpt_status open_call(pickler *p, ckpt__stack *open, uint32_t i, uint32_t callable) {
-    const ckpt__json_doc *d = p->doc;
-    uint32_t args = member(d, i, "args"), state = member(d, i, "state");
-    if (args && d->nodes[args].kind != CKPT__JSON_ARRAY)
-        return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s has malformed arguments", "a call");
+static ckpt_status open_call(pickler *p, ckpt__stack *open, const ckpt__value *call) {
     char module[256];
     const char *name;
-    ckpt_status st = global_name(p, &d->nodes[callable], module, sizeof module, &name);
+    ckpt_status st = global_name(p, call->cls, module, sizeof module, &name);
     if (st) return st;
     pk_global(p, module, name);
-    uint32_t count = args ? d->nodes[args].count : 0;
-    if (count > 3) ckpt__pkw_op(p->b, '(');
-    st = push(p, open, args ? args : callable, count, B_NONE, C_CALL, false);
-    if (st == CKPT_OK) ((wframe *)ckpt__stack_top(open))->state = state;
+    if (call->count > 3) ckpt__pkw_op(p->b, '(');
+    st = push(p, open, call, call->count, B_NONE, C_CALL, false);
+    if (st == CKPT_OK) ((wframe *)ckpt__stack_top(open))->state = call->state;
     return st;
 }
 
-/* Node i: a leaf whole, or a container's opening (its frame pushed). */
-static ckpt_status open_value(pickler *p, ckpt__stack *open, uint32_t i) {
-    const ckpt__json_doc *d = p->doc;
-    const ckpt__json_node *n = &d->nodes[i];
-    uint32_t v;
+/* Whether v is the root {"__shards__": [...]} of a sharded checkpoint. */
+static bool is_shards(const ckpt__value *v) {
+    return v->kind == CKPT__V_OBJECT && v->count == 1 && !strcmp(ckpt__value_key(v, 0)->u.s.data, "__shards__") &&
+           ckpt__value_at(v, 0)->kind == CKPT__V_LIST;
+}
+
+/* A value: a leaf whole, or a container's opening (its frame pushed). */
+static ckpt_status open_value(pickler *p, ckpt__stack *open, const ckpt__value *v) {
     if (open->len >= MAX_NEST) return refuse(p, CKPT_E_LIMIT, "%s at %s nests too deep", "the object");
-    switch (n->kind) {
-    case CKPT__JSON_NULL: ckpt__pkw_op(p->b, 'N'); return CKPT_OK;
-    case CKPT__JSON_TRUE: ckpt__pkw_op(p->b, 0x88); return CKPT_OK;
-    case CKPT__JSON_FALSE: ckpt__pkw_op(p->b, 0x89); return CKPT_OK;
-    case CKPT__JSON_NUMBER: return pk_number(p, n);
-    case CKPT__JSON_STRING: pk_str(p, n->str, n->len); return CKPT_OK;
-    case CKPT__JSON_ARRAY: /* a list */
+    char module[256];
+    const char *name;
+    ckpt_status st;
+    switch (v->kind) {
+    case CKPT__V_NULL: ckpt__pkw_op(p->b, 'N'); return CKPT_OK;
+    case CKPT__V_BOOL: ckpt__pkw_op(p->b, v->u.b ? 0x88 : 0x89); return CKPT_OK;
+    case CKPT__V_INT: ckpt__pkw_int(p->b, v->u.i); return CKPT_OK;
+    case CKPT__V_FLOAT: pk_float(p, v->u.f); return CKPT_OK;
+    case CKPT__V_NUMBER: return pk_number(p, v);
+    case CKPT__V_STR: pk_str(p, v->u.s.data, v->u.s.len); return CKPT_OK;
+    case CKPT__V_BYTES: return pk_bytes(p, v);
+    case CKPT__V_BIGINT: return pk_big_int(p, v);
+    case CKPT__V_TENSOR: return pk_tensor_ref(p, v);
+    case CKPT__V_GLOBAL:
+        if ((st = global_name(p, v->u.s.data, module, sizeof module, &name)) == CKPT_OK) pk_global(p, module, name);
+        return st;
+    case CKPT__V_LIST:
         ckpt__pkw_op(p->b, ']');
         ckpt__pkw_memo_put(p->b, &p->memo);
-        return push(p, open, i, n->count, B_LIST, C_NONE, false);
-    default: break;
-    }
-    uint32_t cls = member(d, i, "__class__");
-    if ((v = member(d, i, "__tensor__"))) return pk_tensor_ref(p, &d->nodes[v]);
-    if ((v = array_member(d, i, "__dict__"))) return open_dict(p, open, i, v);
-    if ((v = array_member(d, i, "__shards__")) && !open->len) return open_shards(p, open, v);
-    if ((v = array_member(d, i, "__tuple__"))) {
-        if (!cls) return open_tuple(p, open, v, C_TUPLE, true);
-        if (d->nodes[cls].kind != CKPT__JSON_STRING || strcmp(d->nodes[cls].str, "torch.Size"))
+        return push(p, open, v, v->count, B_LIST, C_NONE, false);
+    case CKPT__V_DICT: return open_dict(p, open, v);
+    case CKPT__V_TUPLE:
+        if (!v->cls) return open_tuple(p, open, v, C_TUPLE, true);
+        if (strcmp(v->cls, "torch.Size"))
             return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s is of a class ckpt does not write", "a tuple");
         pk_global(p, "torch", "Size"); /* torch.Size(tuple): REDUCE */
         return open_tuple(p, open, v, C_SIZE, false);
-    }
-    if ((v = array_member(d, i, "__set__"))) { /* protocol 2: set(list), REDUCE */
+    case CKPT__V_SET: /* protocol 2: set(list), REDUCE */
         pk_global(p, "builtins", "set");
         ckpt__pkw_op(p->b, ']');
         ckpt__pkw_memo_put(p->b, &p->memo);
-        return push(p, open, v, d->nodes[v].count, B_LIST, C_SET, false);
+        return push(p, open, v, v->count, B_LIST, C_SET, false);
+    case CKPT__V_CALL: return open_call(p, open, v);
+    default:
+        if (is_shards(v) && !open->len) return open_shards(p, open, ckpt__value_at(v, 0));
+        return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s is not one a torch.save file can hold", "the value");
     }
-    if ((v = member(d, i, "__call__"))) return open_call(p, open, i, v);
-    if ((v = member(d, i, "__global__"))) {
-        char module[256];
-        const char *name;
-        ckpt_status st = global_name(p, &d->nodes[v], module, sizeof module, &name);
-        if (st == CKPT_OK) pk_global(p, module, name);
-        return st;
-    }
-    if ((v = member(d, i, "__float__")) && d->nodes[v].kind == CKPT__JSON_STRING) {
-        const char *s = d->nodes[v].str;
-        pk_float(p, !strcmp(s, "inf") ? INFINITY : !strcmp(s, "-inf") ? -INFINITY : NAN);
-        return CKPT_OK;
-    }
-    if ((v = member(d, i, "__int_le__")) && d->nodes[v].kind == CKPT__JSON_STRING) return pk_big_int(p, &d->nodes[v]);
-    if ((v = member(d, i, "__bytes__")) && d->nodes[v].kind == CKPT__JSON_STRING) return pk_bytes(p, &d->nodes[v]);
-    return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s is not one a torch.save file can hold", "the value");
 }
 
 /* The opcodes before child number f->done: a batch's MARK. */
@@ -652,41 +630,51 @@ static void path_part(pickler *p, wframe *f, const char *part, size_t n) {
     p->path.len--;
 }
 
+/* A dict key's text in the path: a string, a number's digits, True/False; NULL for another value. */
+static const char *key_part(const ckpt__value *key, ckpt__buf *text) {
+    text->len = 0;
+    switch (key->kind) {
+    case CKPT__V_STR: case CKPT__V_NUMBER: ckpt__buf_append(text, key->u.s.data, key->u.s.len); break;
+    case CKPT__V_BOOL: ckpt__buf_puts(text, key->u.b ? "True" : "False"); break;
+    case CKPT__V_INT: case CKPT__V_FLOAT: scalar_text(key, text); break;
+    default: return NULL;
+    }
+    ckpt__buf_append(text, "", 1);
+    text->len--;
+    return text->failed ? NULL : text->data;
+}
+
 /* The next child of f: its path part, then its value (a dict's pair: its
  * key, then its value under the key). */
 static ckpt_status next_child(pickler *p, ckpt__stack *open, wframe *f) {
-    const ckpt__json_doc *d = p->doc;
-    if (!f->left && f->shard) { /* the next shard's pairs */
-        do f->shard = d->nodes[f->shard].end;
-        while (!d->nodes[array_member(d, f->shard, "__dict__")].count);
-        uint32_t items = array_member(d, f->shard, "__dict__");
-        f->next = items + 1, f->left = d->nodes[items].count;
-    }
-    uint32_t c = f->next;
-    f->next = d->nodes[c].end;
-    f->left--;
+    while (f->shards && f->next == f->items->count) /* the next shard's pairs */
+        f->items = f->shards->u.items[++f->shard], f->next = 0;
+    uint32_t c = f->next++;
     before_child(p, f);
     f->done++;
     f->in_child = true;
     if (!f->pairs) {
         char index[16];
         path_part(p, f, index, (size_t)snprintf(index, sizeof index, "%u", f->done - 1));
-        return open_value(p, open, c);
+        return open_value(p, open, f->items->u.items[c]);
     }
-    const ckpt__json_node *key = d->nodes[c].kind == CKPT__JSON_ARRAY && d->nodes[c].count == 2 ? &d->nodes[c + 1] : NULL;
-    if (!key || (key->kind != CKPT__JSON_STRING && key->kind != CKPT__JSON_NUMBER && key->kind != CKPT__JSON_TRUE &&
-                 key->kind != CKPT__JSON_FALSE))
+    const ckpt__value *key = ckpt__value_key(f->items, c), *value = ckpt__value_at(f->items, c);
+    ckpt__buf text = {0};
+    const char *part = key->kind != CKPT__V_NULL ? key_part(key, &text) : NULL;
+    if (!part) {
+        free(text.data);
         return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s in the dict at %s is not a string, int or bool", "a key");
-    ckpt_status st = open_value(p, open, c + 1);
-    const char *part = key->kind == CKPT__JSON_TRUE ? "True" : key->kind == CKPT__JSON_FALSE ? "False" : key->str;
-    path_part(p, f, part, part == key->str ? key->len : strlen(part));
-    return st ? st : open_value(p, open, key->end);
+    }
+    ckpt_status st = open_value(p, open, key);
+    path_part(p, f, part, text.len);
+    free(text.data);
+    return st ? st : open_value(p, open, value);
 }
 
-/* Writes the object from node 0. */
+/* Writes the object from its root. */
 static ckpt_status pickle_object(pickler *p) {
     ckpt__stack open = CKPT__STACK(wframe);
-    ckpt_status st = open_value(p, &open, 0);
+    ckpt_status st = open_value(p, &open, p->root);
     while (st == CKPT_OK && open.len) {
         wframe *f = ckpt__stack_top(&open);
         if (f->in_child) {
@@ -723,43 +711,52 @@ static ckpt_status pickle_object(pickler *p) {
     return st;
 }
 
-/* ---- the object's JSON and the tensors' order ---- */
+/* ---- the object and the tensors' order ---- */
 
 #define TREE_KEY "ckpt.torch_tree" /* the object tree as a conversion passes it (tree_internal.h) */
 
-/* The object as JSON: the tree, else the state dict of the declared
- * tensors, in order. */
-static char *object_json(ckpt__output *o) {
-    const char *tree = ckpt__pairs_get(ckpt__out_checkpoint_metadata(o), TREE_KEY);
-    if (tree) return ckpt__strdup(tree);
-    ckpt__buf b = {0};
-    ckpt__buf_puts(&b, "{\"__dict__\": [");
-    for (size_t i = 0; i < ckpt__out_count(o); i++) {
+/* The object: the tree, else the state dict of the declared tensors, in order. */
+static ckpt_status object_of(ckpt__output *o, const ckpt__value **object, ckpt_error *err) {
+    ckpt_status st = ckpt__out_tree(o, TREE_KEY, object, err);
+    if (st || *object) return st;
+    ckpt__arena *a = ckpt__out_arena(o);
+    size_t n = ckpt__out_count(o);
+    ckpt__value *dict = ckpt__value_new(a, CKPT__V_DICT, n);
+    for (size_t i = 0; dict && i < n; i++) {
         const char *name = ckpt__out_tensor_at(o, i)->name;
-        ckpt__buf_puts(&b, i ? ", [" : "[");
-        ckpt__buf_json_string(&b, name);
-        ckpt__buf_puts(&b, ", {\"__tensor__\": ");
-        ckpt__buf_json_string(&b, name);
-        ckpt__buf_puts(&b, "}]");
+        dict->u.items[2 * i] = ckpt__value_text(a, CKPT__V_STR, name, strlen(name));
+        dict->u.items[2 * i + 1] = ckpt__value_text(a, CKPT__V_TENSOR, name, strlen(name));
+        if (!dict->u.items[2 * i] || !dict->u.items[2 * i + 1]) dict = NULL;
     }
-    ckpt__buf_puts(&b, "]}");
-    if (b.failed) free(b.data);
-    return b.failed ? NULL : b.data;
+    *object = dict;
+    return dict ? CKPT_OK : ckpt__oom(err, ckpt__out_path(o), NULL);
 }
 
 /* The declared tensors in the order the pickle first names them (its
- * storages are numbered so, as torch numbers them): the tree's document
- * order.  Each must be in the tree: none is dropped unsaid. */
-static ckpt_status tensor_order(pickler *p, size_t *order) {
-    const ckpt__json_doc *d = p->doc;
+ * storages are numbered so, as torch numbers them): the tree's order, a
+ * container's items before its state.  Each must be in the tree: none is
+ * dropped unsaid.  *values: how many values the tree has. */
+static ckpt_status tensor_order(pickler *p, size_t *order, size_t *values) {
     size_t n = ckpt__out_count(p->o), k = 0;
-    for (uint32_t i = 0; i < d->count; i++) {
-        uint32_t v = d->nodes[i].kind == CKPT__JSON_OBJECT ? member(d, i, "__tensor__") : 0;
-        int64_t t = v && d->nodes[v].kind == CKPT__JSON_STRING && n
-                        ? ckpt__name_table_find(&p->tensors, p->names, sizeof *p->names, d->nodes[v].str)
-                        : -1;
+    ckpt__stack todo = CKPT__STACK(const ckpt__value *);
+    const ckpt__value **top = ckpt__stack_push(&todo);
+    if (top) *top = p->root;
+    *values = 0;
+    while (top && todo.len) {
+        const ckpt__value *v = *(const ckpt__value **)ckpt__stack_top(&todo);
+        ckpt__stack_pop(&todo);
+        ++*values;
+        int64_t t = v->kind == CKPT__V_TENSOR ? declared(p, v->u.s.data) : -1;
         if (t >= 0 && !p->placed[t]) p->placed[t] = true, order[k++] = (size_t)t;
+        if (!ckpt__value_is_container(v)) continue;
+        bool pairs = v->kind == CKPT__V_DICT || v->kind == CKPT__V_OBJECT;
+        for (size_t i = v->count + (v->state != NULL); top && i-- > 0;) {
+            if ((top = ckpt__stack_push(&todo)))
+                *top = i == v->count ? v->state : pairs ? ckpt__value_at(v, i) : v->u.items[i];
+        }
     }
+    ckpt__stack_free(&todo);
+    if (!top) return ckpt__oom(p->err, ckpt__out_path(p->o), NULL);
     for (size_t i = 0; i < n; i++)
         if (!p->placed[i])
             return ckpt__fail(p->err, CKPT_E_INVALID_ARGUMENT, ckpt__out_path(p->o), p->names[i], -1,
@@ -767,32 +764,24 @@ static ckpt_status tensor_order(pickler *p, size_t *order) {
     return CKPT_OK;
 }
 
-/* Parses the object and indexes the declared tensors by name. */
-static ckpt_status pickler_init(pickler *p, ckpt__output *o, char *text, ckpt_error *err) {
-    size_t n = ckpt__out_count(o), at;
-    const char *why;
+/* Indexes the declared tensors by name, and orders them. */
+static ckpt_status pickler_init(pickler *p, ckpt__output *o, size_t *order, ckpt_error *err) {
+    size_t n = ckpt__out_count(o), values;
     *p = (pickler){.o = o, .err = err};
     p->storage = p->cpu = p->latin1 = UNSET;
-    ckpt__json_doc *doc = ckpt__malloc(sizeof *doc);
     p->names = ckpt__malloc((n ? n : 1) * sizeof *p->names);
     p->placed = ckpt__calloc(n ? n : 1, sizeof *p->placed);
-    if (!doc || !p->names || !p->placed || !ckpt__name_table_init(&p->tensors, n ? n : 1)) {
-        free(doc);
+    if (!p->names || !p->placed || !ckpt__name_table_init(&p->tensors, n ? n : 1))
         return ckpt__oom(err, ckpt__out_path(o), NULL);
-    }
-    memset(doc, 0, sizeof *doc);
-    p->doc = doc;
     for (size_t i = 0; i < n; i++) {
         p->names[i] = ckpt__out_tensor_at(o, i)->name;
         ckpt__name_table_insert(&p->tensors, p->names, sizeof *p->names, (uint32_t)i, NULL);
     }
-    ckpt_status st = ckpt__json_parse(text, strlen(text), doc, &at, &why);
-    if (st == CKPT_E_NO_MEMORY) return ckpt__oom(err, ckpt__out_path(o), NULL);
-    if (st)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, ckpt__out_path(o), NULL, -1,
-                          "the object tree to write is not JSON ckpt reads (%s at its byte %zu)", why ? why : "invalid", at);
-    /* Every node is shared at most once, and so are the globals of tensors. */
-    p->entry_cap = doc->count + 2 * CKPT_DTYPE_COUNT + 16;
+    ckpt_status st = object_of(o, &p->root, err);
+    if (st == CKPT_OK) st = tensor_order(p, order, &values);
+    if (st) return st;
+    /* Every value is shared at most once, and so are the globals of tensors. */
+    p->entry_cap = values + 2 * CKPT_DTYPE_COUNT + 16;
     p->entries = ckpt__malloc(p->entry_cap * sizeof *p->entries);
     if (!p->entries || !ckpt__name_table_init(&p->shared, p->entry_cap)) return ckpt__oom(err, ckpt__out_path(o), NULL);
     return CKPT_OK;
@@ -803,8 +792,6 @@ static void pickler_free(pickler *p) {
     free(p->entries);
     ckpt__name_table_free(&p->shared);
     ckpt__name_table_free(&p->tensors);
-    if (p->doc) ckpt__json_free((ckpt__json_doc *)p->doc);
-    free((void *)p->doc);
     free(p->names);
     free(p->placed);
     free(p->key);
@@ -870,12 +857,10 @@ static ckpt_status tw_plan(ckpt__output *o, ckpt_error *err) {
     tw_state *s = ckpt__arena_alloc(ckpt__out_arena(o), sizeof *s);
     tw_tensor *tt = ckpt__malloc((n ? n : 1) * sizeof *tt);
     size_t *filler = ckpt__malloc((n ? n : 1) * sizeof *filler), *order = ckpt__malloc((n ? n : 1) * sizeof *order);
-    char *object = object_json(o);
     pickler p = {0};
     if (s) memset(s, 0, sizeof *s), *ckpt__out_format_state(o) = s;
-    ckpt_status st = !s || !tt || !filler || !order || !object ? ckpt__oom(err, path, NULL) : CKPT_OK;
-    if (st == CKPT_OK) st = pickler_init(&p, o, object, err);
-    if (st == CKPT_OK) st = tensor_order(&p, order);
+    ckpt_status st = !s || !tt || !filler || !order ? ckpt__oom(err, path, NULL) : CKPT_OK;
+    if (st == CKPT_OK) st = pickler_init(&p, o, order, err);
     if (st == CKPT_OK) st = plan_storages(o, order, tt, filler, &storages, err);
     if (st == CKPT_OK) st = plan_records(o, s, filler, storages, err);
     if (st == CKPT_OK) st = render_pickle(&p, s, tt, storages);
@@ -887,7 +872,6 @@ static ckpt_status tw_plan(ckpt__output *o, ckpt_error *err) {
     }
     if (st && s) free(s->pickle.data), s->pickle.data = NULL;
     pickler_free(&p);
-    free(object);
     free(tt);
     free(filler);
     free(order);

@@ -10,6 +10,7 @@ torch.load gives.  What the writer cannot express is refused by its path in
 the tree, never dropped."""
 import argparse
 import collections
+import json
 import os
 import subprocess
 import warnings
@@ -189,6 +190,56 @@ def test_batches_as_cpythons_pickler(tmp_path, n):
     want = torch_resave(tmp_path / "src.pt", tmp_path / "ref.pt")
     cli("convert", tmp_path / "src.pt", tmp_path / "out.pt", "-q")
     same_as_torch(tmp_path / "out.pt", want, tmp_path)
+
+
+def test_tree_deeper_than_json_nests_converts(tmp_path):
+    """A tree nested deeper than the library's JSON reader nests (128),
+    which the torch reader accepts (up to 500), reaches the .pt writer as
+    values: the file is torch.save's, and a plan filters it at any depth."""
+    obj = {"w": torch.ones(2), "v": torch.zeros(1)}
+    for i in range(150):
+        obj = {"a": obj, "n": i}
+    torch.save(obj, tmp_path / "src.pt")
+    want = torch_resave(tmp_path / "src.pt", tmp_path / "ref.pt")
+    cli("convert", tmp_path / "src.pt", tmp_path / "out.pt", "-q")
+    same_as_torch(tmp_path / "out.pt", want, tmp_path)
+    cli("convert", tmp_path / "src.pt", tmp_path / "sel.pt", "--exclude", "*.v", "-q")
+    got = torch.load(tmp_path / "sel.pt", weights_only=True)
+    while "a" in got:
+        got = got["a"]
+    assert list(got) == ["w"]
+
+
+def _same_json(a, b):
+    """Equal as JSON values: nan equals nan, -0.0 is not 0.0 (text compare)."""
+    return json.dumps(a, allow_nan=True, sort_keys=False) == json.dumps(b, allow_nan=True, sort_keys=False)
+
+
+@pytest.mark.parametrize("rules", [[], [("exclude", "optimizer.*")], [("select", "model.*")]])
+def test_plan_tree_is_its_json_read(tmp_path, rules):
+    """Plan.tree() (the library's values walked into Python objects) is
+    what json_loads gives for Plan.tree_json(): every kind of the schema."""
+    from ckpt import _ckpt
+    torch.save(training(), tmp_path / "src.pt")
+    plan = _ckpt.Plan(_ckpt.Catalog(str(tmp_path / "src.pt")))
+    for rule, pattern in rules:
+        getattr(plan, rule)(pattern)
+    assert _same_json(plan.tree(), _ckpt.json_loads(plan.tree_json())[0])
+
+
+def test_nested_load_of_a_deep_tree_is_the_plans(tmp_path):
+    """ckpt.load(nested=True) of a tree deeper than the JSON reader nests,
+    a tensor excluded: the plan's tree (its values filtered at any depth),
+    not the catalog's whole one."""
+    obj = {"w": torch.ones(2), "v": torch.zeros(1)}
+    for i in range(150):
+        obj = {"a": obj, "n": i}
+    torch.save(obj, tmp_path / "src.pt")
+    got = ckpt.load(tmp_path / "src.pt", exclude="*.v", nested=True)
+    for i in reversed(range(150)):
+        assert got["n"] == i
+        got = got["a"]
+    assert list(got) == ["w"] and torch.equal(got["w"], torch.ones(2))
 
 
 def test_what_it_cannot_write_is_refused_by_path(tmp_path):

@@ -283,13 +283,18 @@ static const char *tree_json(const char *dir, const char *name, int depth, bool 
 
 static ckpt_plan *tree_plan; /* over a catalog of one tensor "w", with a rule */
 
+/* The tree read into values, filtered, written back. */
 static ckpt_status emit_tree(const char *path, ckpt_error *err) {
     size_t n;
     const char *tree = input(path, &n);
-    char *out = NULL;
-    ckpt_status st = ckpt__tree_for_plan(tree_plan, tree, CKPT__TREE_UNLESS_STATE_DICT, &out, err);
-    if (st == CKPT_OK && (!out || strlen(out) + 1 != n)) st = CKPT_E_INVALID_ARGUMENT; /* the tree as it was */
-    free(out);
+    ckpt__arena arena = {0};
+    ckpt__value *value = NULL, *out = NULL;
+    ckpt_status st = ckpt__value_from_json(&arena, tree, &value, err, path);
+    if (st == CKPT_OK) st = ckpt__tree_for_plan(tree_plan, value, CKPT__TREE_UNLESS_STATE_DICT, &arena, &out, err);
+    char *text = st == CKPT_OK && out ? ckpt__value_json_text(out) : NULL;
+    if (st == CKPT_OK && (!text || strlen(text) + 1 != n)) st = CKPT_E_INVALID_ARGUMENT; /* the tree as it was */
+    free(text);
+    ckpt__arena_free(&arena);
     return st;
 }
 
