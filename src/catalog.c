@@ -268,15 +268,6 @@ ckpt_status ckpt__cat_list(ckpt_catalog *c, const char *dir, char ***names, size
     return ckpt__source_list_in(c->place_ops, c->place_user, dir, names, count, err);
 }
 
-bool ckpt__cat_has(ckpt_catalog *c, const char *dir, const char *file) {
-    char *p = c->place_ops ? ckpt__path_join(dir, file) : NULL;
-    ckpt_source_kind kind = CKPT_SOURCE_MISSING;
-    bool has = p && ckpt__source_stat_in(c->place_ops, c->place_user, p, &kind, NULL) == CKPT_OK &&
-               kind == CKPT_SOURCE_FILE;
-    free(p);
-    return has;
-}
-
 void ckpt__catalog_opened(ckpt_catalog *c) {
     ckpt__beneath_close(c->root);
     c->root = c->local.root = NULL;
@@ -596,7 +587,7 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
         case CKPT__NAME_MISSING: st = ckpt__fail_errno(err, ENOENT, path, -1, "cannot open"); break;
         case CKPT__NAME_DIR:
             if (!remote_name) st = ckpt__catalog_set_root(c, path, true, err);
-            if (st == CKPT_OK) st = ckpt__format_find_in_dir(c, path, &resolved, err);
+            if (st == CKPT_OK) st = ckpt__format_find_in_dir(c->place_ops, c->place_user, path, &resolved, err);
             break;
         case CKPT__NAME_FILE:
             if (!remote_name) st = ckpt__catalog_set_root(c, path, false, err);
@@ -628,7 +619,7 @@ ckpt_status ckpt_catalog_open_source(const ckpt_source_ops *ops, void *user, con
     if (st == CKPT_OK && kind == CKPT_SOURCE_MISSING)
         st = ckpt__fail(err, CKPT_E_NOT_FOUND, name, NULL, -1, "the source has no such name");
     else if (st == CKPT_OK && kind == CKPT_SOURCE_DIRECTORY) /* its files are inside it */
-        st = (c->place_dir = ckpt__strdup(name)) ? ckpt__format_find_in_dir(c, name, &resolved, err)
+        st = (c->place_dir = ckpt__strdup(name)) ? ckpt__format_find_in_dir(c->place_ops, c->place_user, name, &resolved, err)
                                                  : ckpt__oom(err, name, NULL);
     else if (st == CKPT_OK && (!(c->place_dir = ckpt__path_dirname(name)) || !(c->named = ckpt__strdup(name))))
         st = ckpt__oom(err, name, NULL); /* a file: the others are beside it */

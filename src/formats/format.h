@@ -119,12 +119,10 @@ CKPT__HIDDEN const ckpt__beneath *ckpt__cat_root(const ckpt_catalog *c);
  * (ckpt_source_ops' stat and list) — so that a directory of shards or a DCP
  * directory opens from any source that can list.  Whether `dir` can be
  * listed; its names (not starting with '.', sorted, malloc'ed: free with
- * ckpt__beneath_free_names); whether it holds the file `file` (a plain
- * name). */
+ * ckpt__beneath_free_names). */
 CKPT__HIDDEN bool ckpt__cat_can_list(const ckpt_catalog *c);
 CKPT__HIDDEN ckpt_status ckpt__cat_list(ckpt_catalog *c, const char *dir, char ***names, size_t *count,
                                         ckpt_error *err);
-CKPT__HIDDEN bool ckpt__cat_has(ckpt_catalog *c, const char *dir, const char *file);
 
 /* A storage: `nbytes` bytes of `file` from `base` (for a DEFLATE record,
  * base is its compressed data and nbytes its inflated size), which tensors
@@ -250,11 +248,13 @@ CKPT__HIDDEN ckpt_format ckpt__format_id(const ckpt__format *f, const char *path
 CKPT__HIDDEN ckpt_status ckpt__format_check_unclaimed(const unsigned char *head, size_t n, uint64_t size,
                                                       const char *path, ckpt_error *err);
 
-/* Finds the checkpoint in directory `dir` of the catalog's source (the
- * Hugging Face layout and each format's own names, in the registry's order
+/* Finds the checkpoint in directory `dir` of a place — the catalog's source
+ * table and its user pointer, asked directly so that the registry never
+ * calls back into the catalog — (the Hugging Face layout and each format's own names, in the registry's order
  * of preference) into a malloc'ed path; in one that cannot be listed (a
  * URL ending in '/'), only the exact names are tried. */
-CKPT__HIDDEN ckpt_status ckpt__format_find_in_dir(ckpt_catalog *c, const char *dir, char **found, ckpt_error *err);
+CKPT__HIDDEN ckpt_status ckpt__format_find_in_dir(const ckpt_source_ops *place, void *user, const char *dir,
+                                                  char **found, ckpt_error *err);
 
 /* The formats, each defined in its own file. */
 CKPT__HIDDEN extern const ckpt__format ckpt__format_safetensors; /* safetensors.c */

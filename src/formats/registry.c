@@ -260,24 +260,47 @@ static ckpt_status match_listed(const char *dir, char *const *names, size_t coun
     return CKPT_OK;
 }
 
-ckpt_status ckpt__format_find_in_dir(ckpt_catalog *c, const char *dir, char **found, ckpt_error *err) {
+/* Whether directory `dir` of the place holds the file `file`. */
+static bool place_has(const ckpt_source_ops *place, void *user, const char *dir, const char *file) {
+    char *p = place ? ckpt__path_join(dir, file) : NULL;
+    ckpt_source_kind kind = CKPT_SOURCE_MISSING;
+    bool has = p && ckpt__source_stat_in(place, user, p, &kind, NULL) == CKPT_OK && kind == CKPT_SOURCE_FILE;
+    free(p);
+    return has;
+}
+
+/* The exact names tried in a directory that cannot be listed, for its
+ * error: "a, b, … or z". */
+static void exact_names(ckpt__buf *b) {
+    const char *exact[sizeof dir_names / sizeof dir_names[0]];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof dir_names / sizeof dir_names[0]; i++)
+        if (dir_names[i][0] != '*' && dir_names[i][0] != '@') exact[n++] = dir_names[i];
+    for (size_t i = 0; i < n; i++) {
+        if (i) ckpt__buf_puts(b, i + 1 == n ? " or " : ", ");
+        ckpt__buf_puts(b, exact[i]);
+    }
+}
+
+ckpt_status ckpt__format_find_in_dir(const ckpt_source_ops *place, void *user, const char *dir, char **found,
+                                     ckpt_error *err) {
     *found = NULL;
     /* A directory that cannot be listed (a URL ending in '/') has only the
      * exact names tried, each with one question.  One that can is listed
      * once: an exact name counts whatever it is (a symbolic link, a FIFO:
      * opening it says whether it may be read). */
-    bool listable = ckpt__cat_can_list(c), listed = false;
+    bool listable = place && place->list, listed = false;
     char **names = NULL, *match = NULL;
     size_t count = 0;
     ckpt_status st = CKPT_OK;
     for (size_t step = 0; st == CKPT_OK && !match && step < sizeof dir_names / sizeof dir_names[0]; step++) {
         const char *want = dir_names[step];
         if (want[0] != '*' && want[0] != '@') {
-            if (ckpt__cat_has(c, dir, want) && !(match = ckpt__path_join(dir, want))) st = ckpt__oom(err, dir, NULL);
+            if (place_has(place, user, dir, want) && !(match = ckpt__path_join(dir, want))) st = ckpt__oom(err, dir, NULL);
             continue;
         }
         if (listable && !listed) /* listed once, when a pattern needs it (an exact name needs no read permission) */
-            listed = (st = ckpt__cat_list(c, dir, &names, &count, err)) == CKPT_OK;
+            listed = (st = ckpt__source_list_in(place, user, dir, &names, &count, err)) == CKPT_OK;
         if (listed && (st = match_listed(dir, names, count, want, &match, err)) == CKPT_OK && match) {
             char *p = ckpt__path_join(dir, match);
             free(match);
@@ -290,10 +313,15 @@ ckpt_status ckpt__format_find_in_dir(ckpt_catalog *c, const char *dir, char **fo
         *found = match;
         return st;
     }
-    if (!listable)
-        return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
-                          "no model.safetensors.index.json, model.safetensors, pytorch_model.bin.index.json or "
-                          "pytorch_model.bin under this URL (remote directories cannot be listed: name the file)");
+    if (!listable) {
+        ckpt__buf tried = {0};
+        exact_names(&tried);
+        st = ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
+                        "no %s under this URL (remote directories cannot be listed: name the file)",
+                        tried.failed || !tried.data ? "checkpoint" : tried.data);
+        free(tried.data);
+        return st;
+    }
     return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
                       "directory holds no checkpoint ckpt reads (*.safetensors, *.bin, an index of them, *.gguf, "
                       "*.msgpack, *.npz, *.npy, or a torch.distributed.checkpoint .metadata)");

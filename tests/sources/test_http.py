@@ -171,6 +171,10 @@ def test_empty_file_and_missing_file(nginx, served):
     assert "bytes 0-262143" in r.stderr and "[CKPT_E_NOT_FOUND]" in r.stderr
     r = run("inspect", nginx.url("nothing-here/"))
     assert r.returncode == 1 and "cannot be listed" in r.stderr
+    # It names every exact name it tried (DCP's and Flax's too), not four of them.
+    for name in (".metadata", "model.safetensors.index.json", "model.safetensors", "pytorch_model.bin",
+                 "flax_model.msgpack.index.json", "flax_model.msgpack"):
+        assert name in r.stderr, (name, r.stderr)
 
 
 def test_cache_second_open_reads_locally(nginx, served, tmp_path):
