@@ -112,6 +112,14 @@ pub struct OpenOptions {
 /// (tensors, names, shapes, views) lives as long as it.
 pub struct Catalog {
     raw: NonNull<sys::ckpt_catalog>,
+    /// The bytes of a catalog opened from memory, and the table's view of
+    /// them: dropped after the catalog is closed (fields drop after `drop`).
+    _memory: Option<Box<Memory>>,
+}
+
+struct Memory {
+    _bytes: Box<[u8]>,
+    source: sys::ckpt_memory_source,
 }
 
 // SAFETY: libckpt documents a catalog as readable from many threads at once
@@ -160,7 +168,7 @@ impl Catalog {
         let err = RawError::new();
         let mut out = ptr::null_mut();
         err.check(unsafe { sys::ckpt_catalog_open(c.as_ptr(), &mut out, err.ptr()) })?;
-        Ok(Catalog { raw: NonNull::new(out).expect("ckpt_catalog_open succeeded without a catalog") })
+        Ok(Catalog { raw: NonNull::new(out).expect("ckpt_catalog_open succeeded without a catalog"), _memory: None })
     }
 
     /// [`open`](Self::open) with options (`ckpt_catalog_open_ex`).
@@ -177,7 +185,37 @@ impl Catalog {
         let err = RawError::new();
         let mut out = ptr::null_mut();
         err.check(unsafe { sys::ckpt_catalog_open_ex(c.as_ptr(), &o.value, &mut out, err.ptr()) })?;
-        Ok(Catalog { raw: NonNull::new(out).expect("ckpt_catalog_open_ex succeeded without a catalog") })
+        Ok(Catalog { raw: NonNull::new(out).expect("ckpt_catalog_open_ex succeeded without a catalog"), _memory: None })
+    }
+
+    /// Opens a checkpoint file held in memory (the library's memory source,
+    /// `ckpt_catalog_open_source`): `name` says what it is by its suffix, as
+    /// a path would (`"model.safetensors"`, `"x.gguf"`, `"w.pt"`). The
+    /// catalog keeps the bytes; views point into them.
+    pub fn from_bytes(name: &str, bytes: impl Into<Box<[u8]>>) -> Result<Catalog> {
+        let name = cstring(name, "name")?;
+        let bytes: Box<[u8]> = bytes.into();
+        let mut memory = Box::new(Memory {
+            source: sys::ckpt_memory_source { data: bytes.as_ptr().cast(), size: bytes.len() as u64 },
+            _bytes: bytes,
+        });
+        let err = RawError::new();
+        let mut out = ptr::null_mut();
+        let user: *mut sys::ckpt_memory_source = &mut memory.source;
+        err.check(unsafe {
+            sys::ckpt_catalog_open_source(
+                &sys::ckpt_memory_source_ops,
+                user.cast(),
+                name.as_ptr(),
+                ptr::null(),
+                &mut out,
+                err.ptr(),
+            )
+        })?;
+        Ok(Catalog {
+            raw: NonNull::new(out).expect("ckpt_catalog_open_source succeeded without a catalog"),
+            _memory: Some(memory),
+        })
     }
 
     pub(crate) fn raw(&self) -> *mut sys::ckpt_catalog {

@@ -444,6 +444,28 @@ fn progress_cancels_and_panics_propagate() {
 }
 
 #[test]
+fn a_checkpoint_in_memory_reads_as_its_file() {
+    let fx = fixtures();
+    for name in ["resnet.pt"] {
+        let bytes = fs::read(fx.path(name)).unwrap();
+        let from_file = Catalog::open(fx.path(name)).unwrap();
+        let cat = Catalog::from_bytes(name, bytes).unwrap();
+        assert_eq!(cat.len(), from_file.len());
+        for (a, b) in cat.tensors().zip(from_file.tensors()) {
+            assert_eq!((a.name(), a.dtype(), a.shape()), (b.name(), b.dtype(), b.shape()));
+            let (mut x, mut y) = (vec![0u8; a.nbytes() as usize], vec![0u8; b.nbytes() as usize]);
+            a.read_bytes(0, &mut x).unwrap();
+            b.read_bytes(0, &mut y).unwrap();
+            assert!(x == y, "{}", a.name());
+        }
+    }
+    // The bytes are checked as a file's: cut short, the open names it.
+    let mut bytes = fs::read(fx.path("resnet.pt")).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    assert!(Catalog::from_bytes("resnet.pt", bytes).is_err());
+}
+
+#[test]
 fn checksums_are_verified_and_a_flipped_bit_is_found() {
     let dir = scratch("verify");
     let path = dir.join("c.safetensors");

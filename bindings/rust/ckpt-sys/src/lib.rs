@@ -293,6 +293,21 @@ pub struct ckpt_writer_options {
     pub user: *mut c_void,
 }
 
+/// `ckpt_source_ops` (a source's table of functions): opaque here; the
+/// library's memory source is [`ckpt_memory_source_ops`].
+#[repr(C)]
+pub struct ckpt_source_ops {
+    _private: [u8; 0],
+}
+
+/// `ckpt_memory_source`: one file held in memory (the `user` of
+/// [`ckpt_memory_source_ops`]); it and its bytes must outlive the catalog.
+#[repr(C)]
+pub struct ckpt_memory_source {
+    pub data: *const c_void,
+    pub size: u64,
+}
+
 /// `ckpt_verify_options`: initialise with `ckpt_verify_options_init_sized` (sets `size`).
 #[repr(C)]
 pub struct ckpt_verify_options {
@@ -496,6 +511,15 @@ extern "C" {
         err: *mut ckpt_error,
     ) -> ckpt_status;
 
+    pub static ckpt_memory_source_ops: ckpt_source_ops;
+    pub fn ckpt_catalog_open_source(
+        ops: *const ckpt_source_ops,
+        user: *mut c_void,
+        name: *const c_char,
+        options: *const ckpt_catalog_options,
+        out: *mut *mut ckpt_catalog,
+        err: *mut ckpt_error,
+    ) -> ckpt_status;
     pub fn ckpt_verify_options_init_sized(options: *mut ckpt_verify_options, size: usize);
     pub fn ckpt_verify(
         catalog: *const ckpt_catalog,
@@ -678,6 +702,8 @@ mod layout {
             ("ckpt_writer_options.exact_file", off!(ckpt_writer_options, exact_file), true),
             ("ckpt_writer_options.progress", off!(ckpt_writer_options, progress), true),
             ("ckpt_writer_options.user", off!(ckpt_writer_options, user), true),
+            ("sizeof ckpt_memory_source", size_of::<ckpt_memory_source>(), true),
+            ("ckpt_memory_source.size", off!(ckpt_memory_source, size), true),
             ("sizeof ckpt_verify_options", size_of::<ckpt_verify_options>(), true),
             ("ckpt_verify_options.progress", off!(ckpt_verify_options, progress), true),
             ("ckpt_verify_options.user", off!(ckpt_verify_options, user), true),
