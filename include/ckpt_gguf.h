@@ -106,10 +106,10 @@ CKPT_API ckpt_dtype ckpt_dtype_from_ggml_type(uint32_t ggml_type);
  * destination, and the file is byte for byte the script's.
  *
  *   architecture  config.json's architectures[0]: LlamaForCausalLM or
- *                 MistralForCausalLM (llama);
+ *                 MistralForCausalLM (llama), Qwen2ForCausalLM (qwen2);
  *                 another is refused by name (CKPT_E_INVALID_ARGUMENT)
  *   tensors       llama.cpp's names (blk.N.attn_q.weight, …); the rows of
- *                 Q and K reordered as the script reorders them for RoPE,
+ *                 Q and K reordered as the script reorders them for llama's RoPE,
  *                 streamed like any other tensor; vectors and norms f32,
  *                 other tensors `dtype` (Q8_0 rows that are not whole
  *                 blocks: f16, as the script falls back)

@@ -23,8 +23,9 @@
 #include "ckpt_gguf.h"
 #include "llamacpp/arch.h"
 #include "llamacpp/llama.h"
+#include "llamacpp/qwen2.h"
 
-static const ckpt__lc_family *const families[] = {&ckpt__lc_llama};
+static const ckpt__lc_family *const families[] = {&ckpt__lc_llama, &ckpt__lc_qwen2};
 
 /* Larger JSON files are not a model's configuration or tokenizer. */
 #define LC_MAX_JSON_BYTES (256u << 20)
@@ -255,11 +256,14 @@ static ckpt_status find_family(lc *c) {
                 c->family = families[f];
                 return CKPT_OK;
             }
+    char known[512] = "";
+    for (size_t f = 0; f < sizeof families / sizeof *families; f++)
+        for (const char *const *n = families[f]->hf_archs; *n; n++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", *known ? ", " : "", *n);
     return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "architectures", a[1].offset,
-                      "architecture %s: ckpt does not convert it for llama.cpp (it converts LlamaForCausalLM and "
-                      "MistralForCausalLM); "
-                      "--raw writes the tensors as they are",
-                      arch);
+                      "architecture %s: ckpt does not convert it for llama.cpp (it converts %s); --raw writes the "
+                      "tensors as they are",
+                      arch, known);
 }
 
 static ckpt_status need_u64(lc *c, const char *names, uint64_t *out, bool *has) {
@@ -854,7 +858,7 @@ static ckpt_status write_tokenizer(lc *c) {
     const char *pre = NULL;
     if ((st = pre_tokenizer(c, &pre))) return st;
     const ckpt__json_node *space = member(&c->tok_config, 0, "add_prefix_space");
-    if (space && (space->kind == CKPT__JSON_TRUE || space->kind == CKPT__JSON_FALSE))
+    if (c->family->add_space_prefix && space && (space->kind == CKPT__JSON_TRUE || space->kind == CKPT__JSON_FALSE))
         kv_bool(c, "tokenizer.ggml.add_space_prefix", space->kind == CKPT__JSON_TRUE);
     kv_string(c, "tokenizer.ggml.model", "gpt2", 4);
     kv_string(c, "tokenizer.ggml.pre", pre, strlen(pre));
@@ -866,6 +870,10 @@ static ckpt_status write_tokenizer(lc *c) {
 
 static ckpt_status convert(lc *c) {
     ckpt_status st = read_json(c, &c->config, "config.json", true);
+    if (!st && ckpt__beneath_has(c->root, "modules.json"))
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "modules.json", -1,
+                          "a sentence-transformers model (modules.json): the script adds its pooling, which ckpt "
+                          "does not convert");
     if (!st) st = find_family(c);
     if (!st) st = read_hparams(c);
     if (st) return st;
