@@ -18,7 +18,7 @@ DEB_PACKAGES := cmake gcc make pkg-config libcmocka-dev zlib1g-dev libxxhash-dev
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps venv python-package build build-asan build-tsan test test-unit test-asan test-asan-hostile test-tsan test-python demo bench fuzz install clean
+.PHONY: all deps venv llama-cpp-ref python-package build build-asan build-tsan test test-unit test-asan test-asan-hostile test-tsan test-python demo bench fuzz install clean
 .PHONY: bindings-deps test-bindings test-rust test-elixir
 .PHONY: mpi-deps test-mpi
 
@@ -40,6 +40,28 @@ $(VENV)/.stamp: requirements-dev.txt requirements-lock.txt
 	@touch $@
 
 venv: deps $(VENV)/.stamp
+
+# llama.cpp's own conversion, the reference of the llama.cpp GGUF tests
+# (tests/interop/test_llamacpp.py): convert_hf_to_gguf.py, its conversion/
+# modules, gguf-py and the vocabularies of models/, as the llama-cpp-python
+# sdist on PyPI vendors them.  Downloaded once (pip, from PyPI only; the
+# sdist is kept for what later tests take from it) and unpacked under
+# .cache/, which `make clean` leaves.
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_CPP_CACHE := .cache/llama-cpp-python-$(LLAMA_CPP_VERSION)
+LLAMA_CPP_REF := $(CURDIR)/$(LLAMA_CPP_CACHE)/llama.cpp
+
+$(LLAMA_CPP_CACHE)/.stamp: | $(VENV)/.stamp
+	@rm -rf $(LLAMA_CPP_CACHE)/llama.cpp && mkdir -p $(LLAMA_CPP_CACHE)
+	@[ -f $(LLAMA_CPP_CACHE)/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz ] || \
+	  $(PY) -m pip download -q --no-deps --no-binary :all: --no-build-isolation \
+	    llama-cpp-python==$(LLAMA_CPP_VERSION) -d $(LLAMA_CPP_CACHE)
+	tar -xzf $(LLAMA_CPP_CACHE)/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz -C $(LLAMA_CPP_CACHE) \
+	  --strip-components=2 --wildcards '*/vendor/llama.cpp/convert_hf_to_gguf.py' \
+	  '*/vendor/llama.cpp/conversion/*' '*/vendor/llama.cpp/gguf-py/*' '*/vendor/llama.cpp/models/ggml-vocab-*'
+	@touch $@
+
+llama-cpp-ref: venv $(LLAMA_CPP_CACHE)/.stamp
 
 # Open MPI (libckpt_mpi, `mpirun ckpt convert`, tests/mpi): installed like
 # the other Debian packages when missing; where it cannot be installed the
@@ -88,8 +110,8 @@ test-asan-hostile: build build-asan venv
 python-package: venv
 	$(PY) -m pip install -q --no-build-isolation --no-deps .
 
-test-python: build venv python-package bindings-deps
-	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so \
+test-python: build venv python-package bindings-deps llama-cpp-ref
+	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so CKPT_LLAMA_CPP=$(LLAMA_CPP_REF) \
 	  $(PY) -m pytest -q tests/interop tests/cli tests/python tests/sources tests/readme
 
 test: test-unit test-asan test-asan-hostile test-tsan test-python test-bindings test-mpi

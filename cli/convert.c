@@ -105,6 +105,14 @@ const char convert_usage[] =
     "  that names a single tensor the rule cannot apply to is an error too.\n"
     "\n"
     "GGUF:\n"
+    "  SRC a Hugging Face model directory (config.json beside the weights): the\n"
+    "  file convert_hf_to_gguf.py writes, byte for byte (LlamaForCausalLM,\n"
+    "  MistralForCausalLM, Qwen2ForCausalLM, with a byte-level BPE tokenizer such\n"
+    "  as Llama 3's or Qwen2's): llama.cpp's tensor names, llama's Q/K rows\n"
+    "  reordered, hyper-parameters and tokenizer as key-values;\n"
+    "  --dtype f32, f16, bf16 or q8_0 is the script's --outtype (default: its\n"
+    "  auto); an architecture ckpt does not convert is refused by name\n"
+    "  --raw                  write SRC's tensors as they are, names and all\n"
     "  --dtype q8_0 / q4_0    quantize float matrices (2 or more axes, rows of whole\n"
     "                         32-element blocks; vectors stay as they are), bit-exact\n"
     "                         with gguf.quants; --dtype bf16/f16/f32 dequantizes\n"
@@ -130,7 +138,7 @@ enum {
     OPT_HELP = 1, OPT_OUTPUT, OPT_FORCE, OPT_QUIET, OPT_MAX_SHARD_SIZE, OPT_PREFIX, OPT_NO_SYNC, OPT_CHECKSUMS,
     OPT_VERIFY, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_IGNORE_UNMATCHED, OPT_NO_EXTRA_FILES, OPT_ALLOW_GLOBAL,
     OPT_DRY_RUN, OPT_JSON, OPT_MPI, OPT_NO_CHECK_CRC,
-    OPT_TO, OPT_DCP_RANKS, OPT_GGUF_KV, OPT_SOURCE_METADATA, OPT_SPLIT_MAX_SIZE, OPT_SPLIT_MAX_TENSORS,
+    OPT_TO, OPT_DCP_RANKS, OPT_GGUF_KV, OPT_RAW, OPT_SOURCE_METADATA, OPT_SPLIT_MAX_SIZE, OPT_SPLIT_MAX_TENSORS,
     /* transforms, kept in order as rules */
     OPT_SELECT, OPT_EXCLUDE, OPT_RENAME, OPT_DTYPE, OPT_SLICE, OPT_TRANSPOSE, OPT_LAYOUT
 };
@@ -337,6 +345,9 @@ typedef struct convert_args {
     size_t global_count;
     int show_progress; /* -1: on a terminal */
     bool verify, quiet, extra_files, ignore_unmatched, gguf, dcp, dry_run, json, help, mpi;
+    bool raw;      /* --raw: GGUF output of SRC's tensors as they are */
+    bool llamacpp; /* GGUF output of a Hugging Face model directory: llama.cpp's conversion */
+    char *llamacpp_kv; /* its key-values */
     source_options *so; /* where SRC's bytes come from */
     char *kv_text; /* --gguf-kv's file */
     char *written; /* what the conversion writes, for the summary: "DST/", a file, or "first … last" of parts */
@@ -371,6 +382,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         {"to", 0, true, OPT_TO},
         {"dcp-ranks", 0, true, OPT_DCP_RANKS},
         {"gguf-kv", 0, true, OPT_GGUF_KV},
+        {"raw", 0, false, OPT_RAW},
         {"source-metadata", 0, false, OPT_SOURCE_METADATA},
         {"split-max-size", 0, true, OPT_SPLIT_MAX_SIZE},
         {"split-max-tensors", 0, true, OPT_SPLIT_MAX_TENSORS},
@@ -414,6 +426,7 @@ static int parse_args(int argc, char **argv, convert_args *a) {
         case OPT_TO: a->to = value; break;
         case OPT_DCP_RANKS: a->ranks = value; break;
         case OPT_GGUF_KV: a->kv_file = value; break;
+        case OPT_RAW: a->raw = true; break;
         case OPT_SOURCE_METADATA: a->opt.source_metadata = 1; break;
         case OPT_SPLIT_MAX_SIZE: a->split_size = value; break;
         case OPT_SPLIT_MAX_TENSORS: a->split_tensors = value; break;
@@ -450,6 +463,28 @@ static int parse_args(int argc, char **argv, convert_args *a) {
     return EXIT_OK;
 }
 
+/* GGUF output of a Hugging Face model directory (config.json beside the
+ * weights) is llama.cpp's conversion: the library's plan and key-values.
+ * Its one option is the output dtype (--dtype without a pattern). */
+static int choose_llamacpp(convert_args *a) {
+    struct stat sb;
+    char *config = malloc(strlen(a->src) + sizeof "/config.json");
+    if (!config) return usage_error("convert", "out of memory");
+    sprintf(config, "%s/config.json", a->src);
+    bool model_dir = stat(a->src, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(config, &sb) == 0;
+    free(config);
+    if (!model_dir) return EXIT_OK;
+    a->llamacpp = true;
+    for (size_t i = 0; i < a->rule_count; i++)
+        if (a->rules[i].option != OPT_DTYPE || strchr(a->rules[i].value, '=') || i + 1 < a->rule_count)
+            return usage_error("convert", "llama.cpp's conversion of a model directory takes --dtype DTYPE alone; "
+                                          "give --raw to select, rename or cast tensors of your own");
+    if (a->kv_file || a->opt.source_metadata || a->mpi)
+        return usage_error("convert", "--gguf-kv, --source-metadata and --mpi go with --raw: llama.cpp's conversion "
+                                      "writes the key-values convert_hf_to_gguf.py writes");
+    return EXIT_OK;
+}
+
 /* Step 2: the output's format, shards or splits, and what goes along. */
 static int choose_output(convert_args *a) {
     ckpt_error err;
@@ -469,6 +504,11 @@ static int choose_output(convert_args *a) {
     if (opt->source_metadata && !a->gguf)
         return usage_error("convert", "--source-metadata is for GGUF output (DST *.gguf); other formats always "
                                       "carry SRC's metadata");
+    if (a->raw && !a->gguf) return usage_error("convert", "--raw is for GGUF output (DST *.gguf)");
+    if (a->gguf && !a->raw) {
+        int rc = choose_llamacpp(a);
+        if (rc != EXIT_OK) return rc;
+    }
     if ((a->split_size || a->split_tensors) && !a->gguf)
         return usage_error("convert", "--split-max-size and --split-max-tensors are for GGUF output (DST *.gguf)");
     if (a->dcp) {
@@ -524,6 +564,17 @@ static int apply_rules(ckpt_plan *plan, void *user, ckpt_error *err) {
     return rc;
 }
 
+/* llama.cpp's conversion: the library's plan, and its key-values as the
+ * output's. */
+static int llamacpp_plan(convert_args *a, ckpt_plan *plan, ckpt_error *err) {
+    ckpt_dtype dtype = CKPT_DTYPE_INVALID;
+    if (a->rule_count && (dtype = parse_dtype(a->rules[0].value)) == CKPT_DTYPE_INVALID)
+        return usage_error("convert", "unknown dtype '%s'", a->rules[0].value);
+    if (ckpt_gguf_llamacpp_plan(plan, a->src, dtype, &a->llamacpp_kv, err) != CKPT_OK) return report_error(err);
+    a->opt.metadata_json = a->llamacpp_kv;
+    return EXIT_OK;
+}
+
 /* How SRC is opened: the source options and the allowed globals. */
 static ckpt_catalog_options source_catalog_options(const convert_args *a) {
     ckpt_catalog_options copt = *source_options_get(a->so);
@@ -533,7 +584,7 @@ static ckpt_catalog_options source_catalog_options(const convert_args *a) {
 }
 
 /* Step 3: SRC opened, and the plan: the identity, or the rules in order. */
-static int build_plan(const convert_args *a, ckpt_catalog **cat, ckpt_plan **plan) {
+static int build_plan(convert_args *a, ckpt_catalog **cat, ckpt_plan **plan) {
     ckpt_error err;
     ckpt_error_clear(&err);
     ckpt_catalog_options copt = source_catalog_options(a);
@@ -543,7 +594,7 @@ static int build_plan(const convert_args *a, ckpt_catalog **cat, ckpt_plan **pla
         ckpt_catalog_close(*cat);
         return report_error(&err);
     }
-    int rc = apply_rules(*plan, (void *)a, &err);
+    int rc = a->llamacpp ? llamacpp_plan(a, *plan, &err) : apply_rules(*plan, (void *)a, &err);
     if (rc != EXIT_OK) {
         ckpt_plan_free(*plan);
         ckpt_catalog_close(*cat);
@@ -724,6 +775,8 @@ static int run_convert(convert_args *a, int argc, char **argv) {
     }
     double start = cli_now(), elapsed = 0;
     if ((rc = choose_output(a)) != EXIT_OK) return rc;
+    if (a->llamacpp && !a->dry_run && mpi_env_ranks() > 1)
+        return usage_error("convert", "llama.cpp's conversion runs in one process; under mpirun give --raw");
     if (a->mpi || (!a->dry_run && mpi_env_ranks() > 1)) { /* many ranks: cli/mpi.c */
         ckpt_catalog_options copt = source_catalog_options(a);
         return convert_mpi(a->src, a->dst, &copt, &a->opt, a->show_progress, apply_rules, a);
@@ -760,6 +813,7 @@ int cmd_convert(int argc, char **argv) {
     free(a.rules);
     free(a.globals);
     free(a.kv_text);
+    ckpt_free(a.llamacpp_kv);
     free(a.written);
     free(a.open_path);
     source_options_free(&so);

@@ -95,6 +95,46 @@ CKPT_API int ckpt_dtype_ggml_type(ckpt_dtype dtype);
 /* The dtype of a ggml type number, or CKPT_DTYPE_INVALID. */
 CKPT_API ckpt_dtype ckpt_dtype_from_ggml_type(uint32_t ggml_type);
 
+/* ---- llama.cpp's conversion of a Hugging Face model ------------------------- */
+
+/*
+ * Makes a plan over a Hugging Face model directory (its safetensors, the
+ * plan's catalog) into the conversion llama.cpp's convert_hf_to_gguf.py
+ * does (llama-cpp-python 0.3.36's llama.cpp), and gives the GGUF
+ * key-values to write with it: convert the plan with
+ * ckpt_writer_options.metadata_json = *metadata_json to a `.gguf`
+ * destination, and the file is byte for byte the script's.
+ *
+ *   architecture  config.json's architectures[0]: LlamaForCausalLM or
+ *                 MistralForCausalLM (llama), Qwen2ForCausalLM (qwen2);
+ *                 another is refused by name (CKPT_E_INVALID_ARGUMENT)
+ *   tensors       llama.cpp's names (blk.N.attn_q.weight, …); the rows of
+ *                 Q and K reordered as the script reorders them for llama's RoPE,
+ *                 streamed like any other tensor; vectors and norms f32,
+ *                 other tensors `dtype` (Q8_0 rows that are not whole
+ *                 blocks: f16, as the script falls back)
+ *   key-values    general.* (general.name from the directory's name, as the
+ *                 script titles it; general.size_label from the parameter
+ *                 count), the architecture's hyper-parameters from
+ *                 config.json, general.file_type; the tokenizer from
+ *                 tokenizer.json and tokenizer_config.json (byte-level BPE:
+ *                 tokens, token types, merges, the pre-tokenizer's name,
+ *                 special token ids, whether BOS/EOS/SEP are added, the chat
+ *                 template)
+ *
+ * `dtype`: CKPT_F32, CKPT_F16, CKPT_BF16 or CKPT_Q8_0 (the script's
+ * --outtype), or CKPT_DTYPE_INVALID for its `auto` (the first matrix's bf16
+ * or f16, else f16).  Give the plan with every tensor selected and no rules
+ * of its own.  Errors name the file and the key: a missing config.json or
+ * tokenizer.json (CKPT_E_NOT_FOUND), a hyper-parameter that contradicts a
+ * tensor's shape, a tensor the architecture has no name for, a tokenizer
+ * ckpt does not convert (SentencePiece's tokenizer.model, a pre-tokenizer
+ * llama.cpp knows under no name ckpt knows), a RoPE type other than
+ * "default".  *metadata_json is malloc'ed (ckpt_free).
+ */
+CKPT_API ckpt_status ckpt_gguf_llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt_dtype dtype,
+                                             char **metadata_json, ckpt_error *err);
+
 /* ---- GGUF output's own options -------------------------------------------- */
 
 /*

@@ -176,6 +176,9 @@ ckpt_status ckpt__convert_moves(const ckpt_plan *p, ckpt__move **out, ckpt_error
         moves[k] = (ckpt__move){.tensor = ckpt__catalog_index_of(p->catalog, e->pub.source), .start = e->start,
                                 .count = e->count, .perm = e->perm, .dtype = e->pub.dtype, .name = e->pub.name,
                                 .sink = CKPT__SINK_WRITER, .writer_index = k};
+        if (e->view_ndim)
+            moves[k].start = NULL, moves[k].count = NULL, moves[k].perm = e->view_perm,
+            moves[k].view_ndim = e->view_ndim, moves[k].view_shape = e->view_shape;
     }
     *out = moves;
     return CKPT_OK;

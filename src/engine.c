@@ -123,12 +123,17 @@ static void piece_order(const job *j, const ckpt__piece *p, uint32_t *order) {
     memcpy(order, r.axis, j->n * sizeof *order);
 }
 
+/* The axes a move sees its source in: its view's, or the tensor's. */
+static uint32_t move_ndim(const ckpt_tensor_info *t, const ckpt__move *m) {
+    return m->view_ndim ? m->view_ndim : t->ndim;
+}
+
 uint64_t ckpt__move_nbytes(const ckpt_catalog *c, const ckpt__move *m) {
     const ckpt_tensor_info *t = ckpt_catalog_tensor(c, m->tensor);
     ckpt_dtype d = m->dtype ? m->dtype : t->dtype;
     if (!m->count) return packed(d) ? t->nbytes : dtype_bytes(d, t->numel);
     uint64_t numel;
-    ckpt__shape_numel(t->ndim, m->count, &numel); /* a slice of a checked shape: within bounds */
+    ckpt__shape_numel(move_ndim(t, m), m->count, &numel); /* a slice of a checked shape: within bounds */
     return dtype_bytes(d, numel);
 }
 
@@ -141,7 +146,8 @@ static void make_job(ckpt_catalog *c, ckpt__move *m, job *j, uint64_t *pool) {
     j->m = m, j->t = t;
     j->name = m->name ? m->name : t->name;
     j->pieces = ckpt__catalog_pieces(c, m->tensor, &j->npieces);
-    uint32_t n = packed(t->dtype) ? 1 : t->ndim;
+    uint32_t n = packed(t->dtype) ? 1 : move_ndim(t, m);
+    const uint64_t *source_shape = m->view_ndim ? m->view_shape : t->shape;
     j->n = n;
     uint64_t *shape = pool;
     j->start = pool + n, j->count = pool + 2 * n;
@@ -154,9 +160,9 @@ static void make_job(ckpt_catalog *c, ckpt__move *m, job *j, uint64_t *pool) {
         j->in_size = j->out_size = 1;
     } else {
         for (uint32_t a = 0; a < n; a++) {
-            shape[a] = t->shape[a];
+            shape[a] = source_shape[a];
             j->start[a] = m->start ? m->start[a] : 0;
-            j->count[a] = m->count ? m->count[a] : t->shape[a];
+            j->count[a] = m->count ? m->count[a] : source_shape[a];
             j->perm[a] = m->perm ? m->perm[a] : a;
         }
         j->in_size = unit_bytes(t->dtype);
@@ -1052,8 +1058,8 @@ static ckpt_status allocate(engine *g, size_t count) {
     const ckpt__engine_options *o = g->o;
     size_t dims = 0;
     for (size_t k = 0; k < count; k++) {
-        const ckpt_tensor_info *t = ckpt_catalog_tensor(g->catalog, g->moves[k].tensor);
-        dims += t->ndim ? t->ndim : 1;
+        uint32_t n = move_ndim(ckpt_catalog_tensor(g->catalog, g->moves[k].tensor), &g->moves[k]);
+        dims += n ? n : 1;
     }
     g->jobs = ckpt__calloc(count + o->member_count ? count + o->member_count : 1, sizeof *g->jobs);
     g->axes = ckpt__malloc((dims ? dims : 1) * 5 * sizeof *g->axes);
@@ -1084,8 +1090,9 @@ static ckpt_status plan_move(engine *g, size_t k, size_t *axes_used) {
     ckpt__move *m = &g->moves[k];
     job *j = &g->jobs[g->job_count];
     const ckpt_tensor_info *t = ckpt_catalog_tensor(c, m->tensor);
+    uint32_t n = move_ndim(t, m);
     make_job(c, m, j, g->axes + *axes_used);
-    *axes_used += 5 * (size_t)(t->ndim ? t->ndim : 1);
+    *axes_used += 5 * (size_t)(n ? n : 1);
     if (o->check_crc && m->sink != CKPT__SINK_HASH) j->crc = whole_member(j);
     if (m->sink == CKPT__SINK_WRITER) {
         j->serial |= o->ordered;

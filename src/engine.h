@@ -27,6 +27,12 @@ typedef struct ckpt__move {
     const uint64_t *start;         /* the slice, per source axis; NULL: the whole tensor */
     const uint64_t *count;
     const uint32_t *perm;          /* output axis i is source axis perm[i]; NULL: the source's order */
+    /* The source seen with other axes of the same elements (a row-major
+     * reshape: llama.cpp's Q/K permutation splits the rows into heads);
+     * start, count and perm are then in these axes.  0: the source's.  Only
+     * for a tensor stored as one dense piece, in a dtype of whole bytes. */
+    uint32_t view_ndim;
+    const uint64_t *view_shape;
     ckpt_dtype dtype;              /* the output's; CKPT_DTYPE_INVALID: the source's */
     const char *name;              /* the output's name, for errors; NULL: the source's */
     ckpt__sink sink;

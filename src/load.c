@@ -145,6 +145,9 @@ static ckpt_status place_entry(ckpt_plan *p, ckpt__plan_entry *e, int views, ckp
         .tensor = ckpt__catalog_index_of(p->catalog, t), .start = e->start, .count = e->count, .perm = e->perm,
         .dtype = e->pub.dtype, .name = e->pub.name, .sink = CKPT__SINK_MEMORY, .dst = e->pub.data,
     };
+    if (e->view_ndim)
+        move_out->start = NULL, move_out->count = NULL, move_out->perm = e->view_perm,
+        move_out->view_ndim = e->view_ndim, move_out->view_shape = e->view_shape;
     *moved = true;
     return CKPT_OK;
 }

@@ -109,7 +109,7 @@ static void update(ckpt__plan_entry *e) {
     /* A slice of the catalog's tensor in a dtype that cast_to checked:
      * cannot overflow. */
     ckpt__dtype_nbytes(e->pub.dtype, numel, &e->pub.nbytes);
-    e->pub.transform = permuted || e->pub.dtype != t->dtype || t->big_endian || t->strides || t->compressed;
+    e->pub.transform = permuted || e->view_ndim || e->pub.dtype != t->dtype || t->big_endian || t->strides || t->compressed;
 }
 
 ckpt_status ckpt_plan_create(ckpt_catalog *catalog, ckpt_plan **out, ckpt_error *err) {
@@ -315,6 +315,14 @@ ckpt_status ckpt_plan_rename(ckpt_plan *p, const char *from, const char *to, ckp
     }
     p->names_dirty = true;
     return rule_end(p, "rename", from, err);
+}
+
+ckpt_status ckpt__plan_set_name(ckpt_plan *p, size_t index, const char *name, ckpt_error *err) {
+    char *copy = ckpt__arena_strndup(&p->arena, name, strlen(name));
+    if (!copy) return ckpt__oom(err, NULL, name);
+    p->entries[index].pub.name = copy;
+    p->names_dirty = true;
+    return CKPT_OK;
 }
 
 /* ---- casts -------------------------------------------------------------------- */
@@ -621,6 +629,43 @@ ckpt_status ckpt_plan_layout(ckpt_plan *p, const char *pattern, const char *from
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
                           "layouts \"%s\" and \"%s\" must hold the same distinct letters", from, to);
     return permute_matching(p, "layout", pattern, (uint32_t)n, perm, err);
+}
+
+/* Whether an entry is its tensor whole, in the source's order, stored as
+ * one dense little-endian piece of whole-byte elements: what a view of
+ * other axes reads as it reads the tensor. */
+static bool viewable(const ckpt_plan *p, const ckpt__plan_entry *e) {
+    const ckpt_tensor_info *t = e->pub.source;
+    uint32_t npieces;
+    const ckpt__piece *pc = ckpt__catalog_pieces(p->catalog, ckpt__catalog_index_of(p->catalog, t), &npieces);
+    if (e->view_ndim || npieces != 1 || pc->strides || pc->record_size || pc->big_endian || pc->start || pc->count ||
+        ckpt_dtype_bits(t->dtype) % 8 || ckpt_dtype_is_block(t->dtype))
+        return false;
+    for (uint32_t a = 0; a < t->ndim; a++)
+        if (e->start[a] || e->count[a] != t->shape[a] || e->perm[a] != a) return false;
+    return true;
+}
+
+ckpt_status ckpt__plan_view_permute(ckpt_plan *p, size_t index, uint32_t ndim, const uint64_t *shape,
+                                    const uint32_t *perm, ckpt_error *err) {
+    ckpt__plan_entry *e = &p->entries[index];
+    const ckpt_tensor_info *t = e->pub.source;
+    uint64_t numel = 1;
+    for (uint32_t a = 0; a < ndim; a++) numel *= shape[a];
+    ckpt_status st = check_perm(ndim, perm, err);
+    if (st) return st;
+    if (numel != t->numel || !ndim || perm[ndim - 1] != ndim - 1 || !t->ndim ||
+        shape[ndim - 1] != t->shape[t->ndim - 1] || !viewable(p, e))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), t->name, -1,
+                          "cannot reorder this tensor's rows through a view of %u axes", ndim);
+    e->view_shape = ckpt__arena_alloc(&p->arena, ndim * sizeof *e->view_shape);
+    e->view_perm = ckpt__arena_alloc(&p->arena, ndim * sizeof *e->view_perm);
+    if (!e->view_shape || !e->view_perm) return ckpt__oom(err, source_path(p, e), t->name);
+    memcpy(e->view_shape, shape, ndim * sizeof *shape);
+    memcpy(e->view_perm, perm, ndim * sizeof *perm);
+    e->view_ndim = ndim;
+    update(e);
+    return CKPT_OK;
 }
 
 /* ---- items ------------------------------------------------------------------------ */

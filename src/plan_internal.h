@@ -8,6 +8,11 @@ typedef struct ckpt__plan_entry {
     ckpt_plan_item pub;
     uint64_t *shape, *start, *count; /* output shape; source slice */
     uint32_t *perm;
+    /* A row-major view of the source in other axes, and the permutation
+     * of those axes (ckpt__plan_view_permute); view_ndim 0: none. */
+    uint32_t view_ndim;
+    uint64_t *view_shape;
+    uint32_t *view_perm;
     bool selected;
     void *buffer;        /* the caller's, when set */
     uint64_t capacity;
@@ -70,6 +75,22 @@ CKPT__HIDDEN void ckpt__plan_refresh(ckpt_plan *plan);
  * changed some and left them all of one dtype; CKPT_DTYPE_INVALID when no
  * float tensor is cast, or the float tensors end up of several dtypes. */
 CKPT__HIDDEN ckpt_dtype ckpt__plan_one_float_dtype(const ckpt_plan *plan);
+
+/*
+ * Reorders the elements of selected tensor `index` (a catalog index) as a
+ * reshape to `shape` (ndim axes, the same elements), a permutation of those
+ * axes (output axis i is axis perm[i]) and a reshape back: the tensor keeps
+ * its shape, the engine moves its elements through the view (llama.cpp's
+ * Q/K permutation splits rows into heads and halves and swaps the two).  The
+ * last axis stays last (block casts cut it).  Only for a tensor of whole-byte
+ * elements stored as one dense piece, neither sliced nor permuted yet;
+ * CKPT_E_INVALID_ARGUMENT naming it otherwise.
+ */
+CKPT__HIDDEN ckpt_status ckpt__plan_view_permute(ckpt_plan *plan, size_t index, uint32_t ndim, const uint64_t *shape,
+                                                 const uint32_t *perm, ckpt_error *err);
+
+/* Gives entry `index` (a catalog index) the name `name` (copied). */
+CKPT__HIDDEN ckpt_status ckpt__plan_set_name(ckpt_plan *plan, size_t index, const char *name, ckpt_error *err);
 
 /* Forgets what a load gave: frees library buffers, clears data pointers. */
 CKPT__HIDDEN void ckpt__plan_release(ckpt_plan *plan);

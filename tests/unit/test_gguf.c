@@ -4,6 +4,7 @@
  * byte identity are in tests/interop/test_gguf.py. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/base.h"
 #include "ckpt_gguf.h"
@@ -317,6 +318,152 @@ static void test_source_metadata(void **state) {
     scratch_free(dir);
 }
 
+
+/* ---- llama.cpp's conversion of a Hugging Face model ------------------------ */
+
+/* A tiny Llama directory: F32 tensors of pattern bytes (hidden 8, 2 heads
+ * of 4, 1 KV head, feed-forward 4, vocabulary 8), config.json (`config`
+ * overrides the heads), a byte-level BPE tokenizer.json (Llama 3's Split
+ * expression) and tokenizer_config.json. */
+static void write_llama_dir(const char *dir, const char *architecture, unsigned heads, bool tokenizer) {
+    static const struct { const char *name; unsigned rows, cols; } t[] = {
+        {"lm_head.weight", 8, 8},
+        {"model.embed_tokens.weight", 8, 8},
+        {"model.layers.0.input_layernorm.weight", 8, 0},
+        {"model.layers.0.mlp.down_proj.weight", 8, 4},
+        {"model.layers.0.mlp.gate_proj.weight", 4, 8},
+        {"model.layers.0.mlp.up_proj.weight", 4, 8},
+        {"model.layers.0.post_attention_layernorm.weight", 8, 0},
+        {"model.layers.0.self_attn.k_proj.weight", 4, 8},
+        {"model.layers.0.self_attn.o_proj.weight", 8, 8},
+        {"model.layers.0.self_attn.q_proj.weight", 8, 8},
+        {"model.layers.0.self_attn.v_proj.weight", 4, 8},
+        {"model.norm.weight", 8, 0},
+    };
+    char header[4096];
+    size_t at = 0, len = (size_t)snprintf(header, sizeof header, "{");
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+        size_t n = 4u * t[i].rows * (t[i].cols ? t[i].cols : 1);
+        char shape[32];
+        if (t[i].cols) snprintf(shape, sizeof shape, "[%u, %u]", t[i].rows, t[i].cols);
+        else snprintf(shape, sizeof shape, "[%u]", t[i].rows);
+        len += (size_t)snprintf(header + len, sizeof header - len,
+                                "%s\"%s\": {\"dtype\": \"F32\", \"shape\": %s, \"data_offsets\": [%zu, %zu]}",
+                                i ? ", " : "", t[i].name, shape, at, at + n);
+        at += n;
+    }
+    snprintf(header + len, sizeof header - len, "}");
+    write_safetensors(in_dir(dir, "model.safetensors"), header, at);
+    char config[1024];
+    int n = snprintf(config, sizeof config,
+                     "{\"architectures\": [\"%s\"], \"hidden_size\": 8, \"intermediate_size\": 4, "
+                     "\"num_attention_heads\": %u, \"num_key_value_heads\": 1, \"num_hidden_layers\": 1, "
+                     "\"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, "
+                     "\"vocab_size\": 8, \"bos_token_id\": 6, \"eos_token_id\": 7}",
+                     architecture, heads);
+    write_bytes(in_dir(dir, "config.json"), config, (size_t)n);
+    if (!tokenizer) return;
+    static const char tok[] =
+        "{\"added_tokens\": [{\"id\": 6, \"content\": \"<|begin|>\", \"special\": true, \"normalized\": false},"
+        " {\"id\": 7, \"content\": \"<|end|>\", \"special\": true, \"normalized\": false}],"
+        " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\":"
+        " \"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+"
+        "[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"}, \"behavior\": \"Isolated\"}]},"
+        " \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<|begin|>\"}},"
+        " {\"Sequence\": {\"id\": \"A\"}}], \"pair\": [{\"SpecialToken\": {\"id\": \"<|begin|>\"}}, {\"Sequence\":"
+        " {\"id\": \"A\"}}, {\"Sequence\": {\"id\": \"B\"}}]},"
+        " \"decoder\": {\"type\": \"ByteLevel\"},"
+        " \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"\\u0120\": 3, \"\\u0120a\": 4},"
+        " \"merges\": [[\"a\", \"b\"], [\"\\u0120\", \"a\"]]}}";
+    write_bytes(in_dir(dir, "tokenizer.json"), tok, sizeof tok - 1);
+    static const char cfg[] = "{\"bos_token\": \"<|begin|>\", \"eos_token\": \"<|end|>\", \"chat_template\": \"{{ x }}\"}";
+    write_bytes(in_dir(dir, "tokenizer_config.json"), cfg, sizeof cfg - 1);
+}
+
+static ckpt_status llamacpp(const char *dir, ckpt_dtype dtype, ckpt_catalog **c, ckpt_plan **p, char **kv,
+                            ckpt_error *err) {
+    assert_int_equal(ckpt_catalog_open(dir, c, err), CKPT_OK);
+    assert_int_equal(ckpt_plan_create(*c, p, err), CKPT_OK);
+    return ckpt_gguf_llamacpp_plan(*p, dir, dtype, kv, err);
+}
+
+static void test_llamacpp_plan(void **state) {
+    (void)state;
+    char *dir = scratch_dir(), *model = strdup(in_dir(dir, "tiny-llama"));
+    assert_int_equal(mkdir(model, 0755), 0);
+    write_llama_dir(model, "LlamaForCausalLM", 2, true);
+    ckpt_catalog *c;
+    ckpt_plan *p;
+    char *kv = NULL;
+    ckpt_error err;
+    assert_int_equal(llamacpp(model, CKPT_Q8_0, &c, &p, &kv, &err), CKPT_OK);
+    /* names, f32 norms, and Q8_0 rows of 4 elements fall back to f16 */
+    const ckpt_plan_item *q = ckpt_plan_find(p, "blk.0.attn_q.weight", NULL);
+    assert_non_null(q);
+    assert_int_equal(q->dtype, CKPT_F16);
+    assert_int_equal(ckpt_plan_find(p, "blk.0.attn_norm.weight", NULL)->dtype, CKPT_F32);
+    assert_non_null(ckpt_plan_find(p, "output.weight", NULL));
+    assert_non_null(strstr(kv, "\"general.name\": {\"gguf_type\": \"string\", \"value\": \"Tiny Llama\"}"));
+    assert_non_null(strstr(kv, "\"llama.rope.freq_base\": {\"gguf_type\": \"f32\", \"value\": 10000.0}"));
+    assert_non_null(strstr(kv, "\"tokenizer.ggml.pre\": {\"gguf_type\": \"string\", \"value\": \"llama-bpe\"}"));
+    assert_non_null(strstr(kv, "\"value\": [\"a\", \"b\", \"ab\", \"\xc4\xa0\", \"\xc4\xa0" "a\", \"[PAD5]\", "
+                               "\"<|begin|>\", \"<|end|>\"]"));
+    assert_non_null(strstr(kv, "\"value\": [1, 1, 1, 1, 1, 5, 3, 3]"));
+    assert_non_null(strstr(kv, "\"value\": [\"a b\", \"\xc4\xa0 a\"]"));
+    assert_non_null(strstr(kv, "\"tokenizer.ggml.bos_token_id\": {\"gguf_type\": \"u32\", \"value\": 6}"));
+    assert_non_null(strstr(kv, "\"tokenizer.ggml.add_bos_token\": {\"gguf_type\": \"bool\", \"value\": true}"));
+    assert_non_null(strstr(kv, "\"tokenizer.chat_template\""));
+    ckpt_free(kv);
+    /* Q's rows reordered as LlamaModel.permute: (2 heads, 2, 2, 8), axes 1 and 2 swapped */
+    assert_int_equal(ckpt_plan_cast(p, "model.layers.0.self_attn.q_proj.weight", CKPT_F32, &err), CKPT_OK);
+    assert_int_equal(ckpt_load(p, NULL, &err), CKPT_OK);
+    q = ckpt_plan_find(p, "blk.0.attn_q.weight", NULL);
+    const ckpt_tensor_info *src = ckpt_catalog_find(c, "model.layers.0.self_attn.q_proj.weight");
+    float raw[64];
+    assert_int_equal(ckpt_catalog_read(c, src, 0, raw, sizeof raw, &err), CKPT_OK);
+    for (unsigned h = 0; h < 2; h++)
+        for (unsigned i = 0; i < 2; i++)
+            for (unsigned j = 0; j < 2; j++)
+                assert_memory_equal((const float *)q->data + 8 * (4 * h + 2 * i + j), raw + 8 * (4 * h + 2 * j + i),
+                                    8 * sizeof(float));
+    ckpt_plan_free(p);
+    ckpt_catalog_close(c);
+    free(model);
+    scratch_free(dir);
+}
+
+static void test_llamacpp_refusals(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    ckpt_catalog *c;
+    ckpt_plan *p;
+    char *kv = NULL;
+    ckpt_error err;
+    struct { const char *arch; unsigned heads; bool tokenizer; ckpt_status st; const char *words[2]; } cases[] = {
+        {"FalconForCausalLM", 2, true, CKPT_E_INVALID_ARGUMENT, {"architecture FalconForCausalLM", "architectures"}},
+        {"LlamaForCausalLM", 2, false, CKPT_E_NOT_FOUND, {"tokenizer.json", "llama.cpp"}},
+        {"LlamaForCausalLM", 4, true, CKPT_E_INVALID_ARGUMENT, {"hidden_size / num_attention_heads", "k_proj"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "m%zu", i);
+        char *model = strdup(in_dir(dir, name));
+        assert_int_equal(mkdir(model, 0755), 0);
+        write_llama_dir(model, cases[i].arch, cases[i].heads, cases[i].tokenizer);
+        assert_int_equal(llamacpp(model, CKPT_DTYPE_INVALID, &c, &p, &kv, &err), cases[i].st);
+        assert_null(kv);
+        /* the file, the key (where a tensor goes, or in the message) */
+        char said[4096];
+        snprintf(said, sizeof said, "%s | %s | %s", err.path, err.tensor, err.message);
+        assert_non_null(strstr(err.path, i == 1 ? "tokenizer.json" : "config.json"));
+        for (int w = 0; w < 2; w++) if (!strstr(said, cases[i].words[w])) fail_msg("%s", said);
+        ckpt_plan_free(p);
+        ckpt_catalog_close(c);
+        free(model);
+    }
+    scratch_free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_then_read),
@@ -324,6 +471,8 @@ int main(void) {
         cmocka_unit_test(test_splits),
         cmocka_unit_test(test_skip_reasons),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_llamacpp_plan),
+        cmocka_unit_test(test_llamacpp_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,927 @@
+/*
+ * llamacpp.c — a Hugging Face model directory converted into the GGUF file
+ * llama.cpp runs, as convert_hf_to_gguf.py converts it: the plan's tensors
+ * get llama.cpp's names, dtypes and Q/K row order (the engine streams them:
+ * nothing is held whole), and the key-values — general.*, the
+ * architecture's hyper-parameters from config.json, the tokenizer from
+ * tokenizer.json and tokenizer_config.json — come out as the typed JSON
+ * GGUF output writes (ckpt_writer_options.metadata_json), in the order the
+ * script adds them.  What is a family's own is data (llamacpp/<family>.h).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../catalog_internal.h"
+#include "../plan_internal.h"
+#include "../base/json.h"
+#include "../io/beneath.h"
+#include "../io/file.h"
+#include "ckpt_gguf.h"
+#include "llamacpp/arch.h"
+#include "llamacpp/llama.h"
+#include "llamacpp/qwen2.h"
+
+static const ckpt__lc_family *const families[] = {&ckpt__lc_llama, &ckpt__lc_qwen2};
+
+/* Larger JSON files are not a model's configuration or tokenizer. */
+#define LC_MAX_JSON_BYTES (256u << 20)
+
+/* A JSON file of the model directory, parsed. */
+typedef struct lc_json {
+    const char *name;
+    char *path, *text;
+    ckpt__json_doc doc;
+    bool present;
+} lc_json;
+
+typedef struct lc {
+    ckpt_plan *plan;
+    const char *dir;
+    ckpt__beneath *root;
+    ckpt_error *err;
+    lc_json config, tokenizer, tok_config;
+    const ckpt__lc_family *family;
+    ckpt_dtype dtype;     /* the output's: F32, F16, BF16 or Q8_0 */
+    ckpt__buf out;        /* the key-values, a JSON object */
+    size_t kv_count;
+    /* config.json's hyper-parameters the tensors' shapes follow */
+    uint64_t vocab, hidden, ff, n_head, n_kv, head_dim;
+    bool has_ff, has_kv, head_dim_derived;
+} lc;
+
+/* ---- files --------------------------------------------------------------- */
+
+static ckpt_status read_json(lc *c, lc_json *f, const char *name, bool required) {
+    f->name = name;
+    if (!(f->path = ckpt__path_join(c->dir, name))) return ckpt__oom(c->err, c->dir, NULL);
+    if (!ckpt__beneath_has(c->root, name)) {
+        if (!required) return CKPT_OK;
+        return ckpt__fail(c->err, CKPT_E_NOT_FOUND, f->path, NULL, -1,
+                          "llama.cpp's conversion needs %s beside the weights", name);
+    }
+    int fd = -1;
+    uint64_t size = 0;
+    ckpt_status st = ckpt__beneath_open(c->root, f->path, false, &fd, &size, c->err);
+    if (st) return st;
+    if (size > LC_MAX_JSON_BYTES) st = ckpt__fail(c->err, CKPT_E_LIMIT, f->path, NULL, -1, "%llu bytes is too large "
+                                                  "for a model's JSON file", (unsigned long long)size);
+    if (!st && !(f->text = ckpt__malloc(size + 1))) st = ckpt__oom(c->err, f->path, NULL);
+    if (!st) st = ckpt__pread_full(fd, f->text, size, 0, f->path, c->err);
+    close(fd);
+    if (st) return st;
+    size_t at;
+    const char *why;
+    st = ckpt__json_parse(f->text, size, &f->doc, &at, &why);
+    if (st == CKPT_E_NO_MEMORY) return ckpt__oom(c->err, f->path, NULL);
+    if (st) return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, NULL, (int64_t)at, "not JSON: %s", why);
+    if (f->doc.nodes[0].kind != CKPT__JSON_OBJECT)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, NULL, 0, "not a JSON object");
+    f->present = true;
+    return CKPT_OK;
+}
+
+static void free_json(lc_json *f) {
+    ckpt__json_free(&f->doc);
+    free(f->text);
+    free(f->path);
+}
+
+/* Member `key` of object node i of a file, or NULL. */
+static const ckpt__json_node *member(const lc_json *f, uint32_t i, const char *key) {
+    if (!f->present || f->doc.nodes[i].kind != CKPT__JSON_OBJECT) return NULL;
+    uint32_t v = ckpt__json_member(&f->doc, i, key);
+    return v ? &f->doc.nodes[v] : NULL;
+}
+
+/* A node's byte offset for an error, or -1 without one. */
+static int64_t at(const ckpt__json_node *n) { return n ? (int64_t)n->offset : -1; }
+
+static uint32_t node_index(const lc_json *f, const ckpt__json_node *n) { return (uint32_t)(n - f->doc.nodes); }
+
+/* config.json's first hyper-parameter of "a|b|c" that is present (not
+ * null), with its name in *found. */
+static const ckpt__json_node *hparam(const lc *c, const char *names, char *found, size_t cap) {
+    for (const char *p = names; p && *p;) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        if (n < cap) {
+            memcpy(found, p, n);
+            found[n] = '\0';
+            const ckpt__json_node *v = member(&c->config, 0, found);
+            if (v && v->kind != CKPT__JSON_NULL) return v;
+        }
+        p = bar ? bar + 1 : NULL;
+    }
+    return NULL;
+}
+
+static ckpt_status config_u64(lc *c, const char *name, const ckpt__json_node *v, uint64_t *out) {
+    if (ckpt__json_u64(v, out) && *out <= UINT32_MAX) return CKPT_OK;
+    return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, NULL, v->offset,
+                      "%s must be a whole number below 2^32", name);
+}
+
+/* ---- key-values ---------------------------------------------------------- */
+
+static void kv_key(lc *c, const char *key) {
+    ckpt__buf_puts(&c->out, c->kv_count++ ? ",\n" : "{\n");
+    ckpt__buf_json_string(&c->out, key);
+    ckpt__buf_puts(&c->out, ": ");
+}
+
+static void kv_scalar(lc *c, const char *key, const char *type, const char *value) {
+    kv_key(c, key);
+    ckpt__buf_puts(&c->out, "{\"gguf_type\": \"");
+    ckpt__buf_puts(&c->out, type);
+    ckpt__buf_puts(&c->out, "\", \"value\": ");
+    ckpt__buf_puts(&c->out, value);
+    ckpt__buf_puts(&c->out, "}");
+}
+
+/* A number of config.json as it is spelled there (GGUF output reads it as
+ * Python's json does, then narrows it to the type). */
+static void kv_number(lc *c, const char *key, const char *type, const ckpt__json_node *v) {
+    ckpt__buf text = {0};
+    ckpt__buf_append(&text, v->str, v->len);
+    kv_scalar(c, key, type, text.data ? text.data : "0");
+    if (text.failed) c->out.failed = true;
+    free(text.data);
+}
+
+static void kv_u32(lc *c, const char *key, uint64_t v) {
+    char text[24];
+    snprintf(text, sizeof text, "%llu", (unsigned long long)v);
+    kv_scalar(c, key, "u32", text);
+}
+
+static void kv_bool(lc *c, const char *key, bool v) { kv_scalar(c, key, "bool", v ? "true" : "false"); }
+
+static void kv_string(lc *c, const char *key, const char *s, size_t len) {
+    kv_key(c, key);
+    ckpt__buf_puts(&c->out, "{\"gguf_type\": \"string\", \"value\": ");
+    ckpt__buf_json_string_n(&c->out, s, len);
+    ckpt__buf_puts(&c->out, "}");
+}
+
+static void kv_array_begin(lc *c, const char *key, const char *element) {
+    kv_key(c, key);
+    ckpt__buf_puts(&c->out, "{\"gguf_type\": \"array\", \"element\": \"");
+    ckpt__buf_puts(&c->out, element);
+    ckpt__buf_puts(&c->out, "\", \"value\": [");
+}
+
+/* llama.cpp's file type (LlamaFileType) of the output dtype. */
+static unsigned file_type(ckpt_dtype d) {
+    switch (d) {
+    case CKPT_F32: return 0;
+    case CKPT_F16: return 1;
+    case CKPT_Q8_0: return 7;
+    default: return 32; /* BF16 */
+    }
+}
+
+/* The RoPE parameters: rope_parameters, else rope_scaling (what the
+ * script's TextModel reads), as a node of config.json, or 0. */
+static uint32_t rope_parameters(const lc *c) {
+    const ckpt__json_node *r = member(&c->config, 0, "rope_parameters");
+    if (!r || r->kind == CKPT__JSON_NULL) r = member(&c->config, 0, "rope_scaling");
+    return r && r->kind == CKPT__JSON_OBJECT ? node_index(&c->config, r) : 0;
+}
+
+/* rope.freq_base: the RoPE parameters' rope_theta, else the first of the
+ * hyper-parameters.  A RoPE type the script turns into more key-values or
+ * tensors (linear, yarn, longrope, llama3, …) is refused by name. */
+static ckpt_status kv_rope_theta(lc *c, const char *key, const ckpt__lc_kv *rule) {
+    uint32_t rp = rope_parameters(c);
+    const ckpt__json_node *type = rp ? member(&c->config, rp, "rope_type") : NULL;
+    if (!type && rp) type = member(&c->config, rp, "type");
+    if (type && (type->kind != CKPT__JSON_STRING || strcmp(type->str, "default") != 0))
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_type", type->offset,
+                          "RoPE type %s: ckpt converts the default RoPE only (no scaling key-values or rope_freqs)",
+                          type->kind == CKPT__JSON_STRING ? type->str : "(not a string)");
+    const ckpt__json_node *v = rp ? member(&c->config, rp, "rope_theta") : NULL;
+    char name[64];
+    if (!v || v->kind == CKPT__JSON_NULL) v = hparam(c, rule->hparams, name, sizeof name);
+    if (!v) return CKPT_OK;
+    if (v->kind != CKPT__JSON_NUMBER)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_theta", v->offset, "not a number");
+    kv_number(c, key, "f32", v);
+    return CKPT_OK;
+}
+
+static ckpt_status kv_rule(lc *c, const ckpt__lc_kv *rule) {
+    char key[128], name[64];
+    snprintf(key, sizeof key, rule->key, c->family->name);
+    const ckpt__json_node *v;
+    uint64_t u;
+    ckpt_status st = CKPT_OK;
+    switch (rule->kind) {
+    case CKPT__LC_FILE_TYPE: kv_u32(c, key, file_type(c->dtype)); return CKPT_OK;
+    case CKPT__LC_ROPE_THETA: return kv_rope_theta(c, key, rule);
+    case CKPT__LC_ROPE_DIM: kv_u32(c, key, c->head_dim); return CKPT_OK;
+    case CKPT__LC_U32:
+    case CKPT__LC_F32:
+        if (!(v = hparam(c, rule->hparams, name, sizeof name))) {
+            if (!rule->required) return CKPT_OK;
+            return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, NULL, -1,
+                              "config.json has none of %s, which %s needs", rule->hparams, key);
+        }
+        if (rule->kind == CKPT__LC_U32) {
+            if (!(st = config_u64(c, name, v, &u))) kv_u32(c, key, u);
+        } else if (v->kind != CKPT__JSON_NUMBER) {
+            st = ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, name, v->offset, "not a number");
+        } else {
+            kv_number(c, key, "f32", v);
+        }
+        return st;
+    }
+    return CKPT_OK;
+}
+
+/* ---- the architecture and its hyper-parameters --------------------------- */
+
+static ckpt_status find_family(lc *c) {
+    const ckpt__json_node *a = member(&c->config, 0, "architectures");
+    if (!a || a->kind != CKPT__JSON_ARRAY || !a->count || a[1].kind != CKPT__JSON_STRING)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "architectures", at(a),
+                          "config.json names no architecture (architectures: [\"LlamaForCausalLM\"], …)");
+    const char *arch = a[1].str;
+    for (size_t f = 0; f < sizeof families / sizeof *families; f++)
+        for (const char *const *n = families[f]->hf_archs; *n; n++)
+            if (!strcmp(*n, arch)) {
+                c->family = families[f];
+                return CKPT_OK;
+            }
+    char known[512] = "";
+    for (size_t f = 0; f < sizeof families / sizeof *families; f++)
+        for (const char *const *n = families[f]->hf_archs; *n; n++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", *known ? ", " : "", *n);
+    return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "architectures", a[1].offset,
+                      "architecture %s: ckpt does not convert it for llama.cpp (it converts %s); --raw writes the "
+                      "tensors as they are",
+                      arch, known);
+}
+
+static ckpt_status need_u64(lc *c, const char *names, uint64_t *out, bool *has) {
+    char name[64];
+    const ckpt__json_node *v = hparam(c, names, name, sizeof name);
+    if (has) *has = v != NULL;
+    if (!v) {
+        if (has) return CKPT_OK;
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, NULL, -1, "config.json has none of %s",
+                          names);
+    }
+    return config_u64(c, name, v, out);
+}
+
+/* The hyper-parameters that tensor shapes and the Q/K permutation follow. */
+static ckpt_status read_hparams(lc *c) {
+    ckpt_status st = need_u64(c, "vocab_size", &c->vocab, NULL);
+    if (!st) st = need_u64(c, "hidden_size|n_embd|dim", &c->hidden, NULL);
+    if (!st) st = need_u64(c, "num_attention_heads|n_head|n_heads", &c->n_head, NULL);
+    if (!st) st = need_u64(c, "intermediate_size", &c->ff, &c->has_ff);
+    if (!st) st = need_u64(c, "num_key_value_heads|n_kv_heads", &c->n_kv, &c->has_kv);
+    if (st) return st;
+    if (!c->has_kv) c->n_kv = c->n_head;
+    bool has_head_dim;
+    if ((st = need_u64(c, "head_dim", &c->head_dim, &has_head_dim))) return st;
+    if (!c->n_head || !c->n_kv)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, c->n_head ? "num_key_value_heads"
+                          : "num_attention_heads", -1, "a model has at least one attention head");
+    if (!has_head_dim) c->head_dim = c->hidden / c->n_head, c->head_dim_derived = true;
+    return CKPT_OK;
+}
+
+/* ---- tensors ------------------------------------------------------------- */
+
+/* The table's tensor `name` is, and its layer. */
+static const ckpt__lc_tensor *map_tensor(const lc *c, const char *name, unsigned *layer) {
+    for (const ckpt__lc_tensor *t = c->family->tensors; t->hf; t++) {
+        const char *pct = strstr(t->hf, "%u");
+        if (!pct) {
+            if (!strcmp(t->hf, name)) return t;
+            continue;
+        }
+        size_t head = (size_t)(pct - t->hf);
+        if (strncmp(name, t->hf, head) != 0 || name[head] < '0' || name[head] > '9') continue;
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(name + head, &end, 10);
+        if (errno || v > 100000 || (name[head] == '0' && end != name + head + 1)) continue;
+        if (!strcmp(end, pct + 2)) {
+            *layer = (unsigned)v;
+            return t;
+        }
+    }
+    return NULL;
+}
+
+static uint64_t expected_extent(const lc *c, ckpt__lc_dim d, const char **key) {
+    switch (d) {
+    case CKPT__LC_VOCAB: *key = "vocab_size"; return c->vocab;
+    case CKPT__LC_HIDDEN: *key = "hidden_size"; return c->hidden;
+    case CKPT__LC_FF: *key = "intermediate_size"; return c->has_ff ? c->ff : 0;
+    case CKPT__LC_Q:
+        *key = c->head_dim_derived ? "num_attention_heads × (hidden_size / num_attention_heads)"
+                                   : "num_attention_heads × head_dim";
+        return c->n_head * c->head_dim;
+    case CKPT__LC_KV:
+        *key = c->head_dim_derived ? "num_key_value_heads × (hidden_size / num_attention_heads)"
+                                   : "num_key_value_heads × head_dim";
+        return c->n_kv * c->head_dim;
+    default: return 0;
+    }
+}
+
+/* The tensor's shape against config.json: an error names the key. */
+static ckpt_status check_shape(lc *c, const ckpt_tensor_info *t, const ckpt__lc_tensor *m) {
+    if (t->ndim != m->ndim)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, t->name, -1,
+                          "the tensor has %u axes; llama.cpp's %s has %u", t->ndim, m->gguf, (unsigned)m->ndim);
+    for (uint32_t a = 0; a < t->ndim; a++) {
+        const char *key = NULL;
+        uint64_t want = expected_extent(c, m->dims[a], &key);
+        if (key && want && t->shape[a] != want)
+            return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, t->name, -1,
+                              "%s says axis %u has %llu elements; the tensor has %llu", key, a,
+                              (unsigned long long)want, (unsigned long long)t->shape[a]);
+    }
+    return CKPT_OK;
+}
+
+/* The dtype the script gives a tensor: vectors and norms f32, Q8_0 rows
+ * that are not whole blocks f16 (its QuantError fallback), else the
+ * output's. */
+static ckpt_dtype tensor_dtype(const lc *c, const ckpt_tensor_info *t, const char *gguf_name) {
+    size_t n = strlen(gguf_name);
+    if (t->ndim <= 1 || (n >= 12 && !strcmp(gguf_name + n - 12, "_norm.weight"))) return CKPT_F32;
+    if (c->dtype == CKPT_Q8_0 && t->shape[t->ndim - 1] % 32) return CKPT_F16;
+    return c->dtype;
+}
+
+/* A name with glob characters escaped, so that a plan rule names exactly it. */
+static char *escape_name(const char *name) {
+    char *out = ckpt__malloc(2 * strlen(name) + 1), *o = out;
+    if (!out) return NULL;
+    for (const char *s = name; *s; s++) {
+        if (strchr("*?[\\", *s)) *o++ = '\\';
+        *o++ = *s;
+    }
+    *o = '\0';
+    return out;
+}
+
+/* LlamaModel.permute: rows as (heads, 2, rows/heads/2, in), the middle two
+ * axes swapped. */
+static ckpt_status permute_rows(lc *c, size_t index, const ckpt_tensor_info *t, uint64_t heads) {
+    if (!heads || t->shape[0] % (2 * heads))
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, t->name, -1,
+                          "%llu rows do not split into %llu heads of pairs", (unsigned long long)t->shape[0],
+                          (unsigned long long)heads);
+    uint64_t shape[4] = {heads, 2, t->shape[0] / heads / 2, t->shape[1]};
+    static const uint32_t perm[4] = {0, 2, 1, 3};
+    return ckpt__plan_view_permute(c->plan, index, 4, shape, perm, c->err);
+}
+
+static ckpt_status plan_tensor(lc *c, size_t index, uint64_t *params) {
+    const ckpt_tensor_info *t = ckpt_catalog_tensor(c->plan->catalog, index);
+    unsigned layer = 0;
+    const ckpt__lc_tensor *m = map_tensor(c, t->name, &layer);
+    if (!m)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, ckpt_catalog_file_path(c->plan->catalog, t->file), t->name,
+                          -1, "no llama.cpp tensor of %s is made of it", c->family->name);
+    ckpt_status st = check_shape(c, t, m);
+    if (st) return st;
+    char name[256];
+    snprintf(name, sizeof name, m->gguf, layer);
+    if (t->dtype != CKPT_F32 && t->dtype != CKPT_F16 && t->dtype != CKPT_BF16)
+        return ckpt__fail(c->err, CKPT_E_UNSUPPORTED_DTYPE, ckpt_catalog_file_path(c->plan->catalog, t->file),
+                          t->name, -1, "a %s tensor: llama.cpp's conversion takes f32, f16 or bf16 weights",
+                          ckpt_dtype_name(t->dtype));
+    if (m->rope == CKPT__LC_PERMUTE_Q) st = permute_rows(c, index, t, c->n_head);
+    else if (m->rope == CKPT__LC_PERMUTE_K) st = permute_rows(c, index, t, c->n_kv);
+    if (st) return st;
+    ckpt_dtype d = tensor_dtype(c, t, name);
+    if (d != t->dtype) {
+        char *pattern = escape_name(t->name);
+        st = pattern ? ckpt_plan_cast(c->plan, pattern, d, c->err) : ckpt__oom(c->err, NULL, t->name);
+        free(pattern);
+        if (st) return st;
+    }
+    *params += t->numel;
+    return ckpt__plan_set_name(c->plan, index, name, c->err);
+}
+
+/* --outtype auto: the first matrix's dtype when it is bf16 or f16, else f16. */
+static ckpt_dtype auto_dtype(const ckpt_plan *p) {
+    for (size_t i = 0; i < p->entry_count; i++) {
+        const ckpt_tensor_info *t = p->entries[i].pub.source;
+        if (!p->entries[i].selected || t->ndim < 2) continue;
+        return t->dtype == CKPT_BF16 ? CKPT_BF16 : CKPT_F16;
+    }
+    return CKPT_F16;
+}
+
+/* ---- general.* ----------------------------------------------------------- */
+
+/* gguf.Metadata's title of a directory name: words split at '-' and
+ * whitespace, a lower-case word that is not a version or a number
+ * title-cased as Python's str.title does. */
+static void model_name(const char *dir, ckpt__buf *b) {
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') len--;
+    const char *base = dir + len;
+    while (base > dir && base[-1] != '/') base--;
+    size_t n = (size_t)(dir + len - base);
+    bool first = true;
+    for (size_t i = 0; i < n;) {
+        while (i < n && (base[i] == '-' || base[i] == ' ' || base[i] == '\t')) i++;
+        size_t s = i;
+        while (i < n && base[i] != '-' && base[i] != ' ' && base[i] != '\t') i++;
+        if (i == s) break;
+        bool lower = false, upper = false;
+        for (size_t k = s; k < i; k++) lower |= base[k] >= 'a' && base[k] <= 'z', upper |= base[k] >= 'A' && base[k] <= 'Z';
+        bool numeric = (base[s] >= '0' && base[s] <= '9') ||
+                       (base[s] == 'v' && i > s + 1 && base[s + 1] >= '0' && base[s + 1] <= '9' &&
+                        strspn(base + s + 1, "0123456789.") >= i - s - 1);
+        if (!first) ckpt__buf_puts(b, " ");
+        first = false;
+        bool prev_letter = false;
+        for (size_t k = s; k < i; k++) {
+            char ch = base[k];
+            bool letter = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+            if (lower && !upper && !numeric && letter) ch = prev_letter ? ch : (char)(ch - 'a' + 'A');
+            prev_letter = letter;
+            ckpt__buf_append(b, &ch, 1);
+        }
+    }
+}
+
+/* gguf.size_label: the parameter count rounded, two digits at least. */
+static void size_label(uint64_t params, char *out, size_t cap) {
+    double x;
+    const char *suffix;
+    if (params > 1e12) x = (double)params * 1e-12, suffix = "T";
+    else if (params > 1e9) x = (double)params * 1e-9, suffix = "B";
+    else if (params > 1e6) x = (double)params * 1e-6, suffix = "M";
+    else x = (double)params * 1e-3, suffix = "K";
+    char whole[32];
+    snprintf(whole, sizeof whole, "%.0f", nearbyint(x));
+    const char *digits = whole + strspn(whole, "0");
+    int fix = 2 - (int)strlen(digits);
+    snprintf(out, cap, "%.*f%s", fix > 0 ? fix : 0, x, suffix);
+}
+
+/* ---- the tokenizer ------------------------------------------------------- */
+
+#define TOKEN_NORMAL 1
+#define TOKEN_UNUSED 5
+#define TOKEN_CONTROL 3
+#define TOKEN_USER_DEFINED 4
+
+/* The script's does_token_look_special. */
+static bool looks_special(const char *s, size_t n) {
+    static const char *const names[] = {"<pad>", "<mask>", "<2mass>", "[@BOS@]"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (n == strlen(names[i]) && !memcmp(s, names[i], n)) return true;
+#define ENDS(a, b) (n >= strlen(a) + strlen(b) && !memcmp(s, a, strlen(a)) && !memcmp(s + n - strlen(b), b, strlen(b)))
+    return ENDS("<|", "|>") || ENDS("<\xef\xbd\x9c", "\xef\xbd\x9c>") || ENDS("<unused", ">");
+#undef ENDS
+}
+
+typedef struct token_slot {
+    const ckpt__json_node *text;
+    int type;
+} token_slot;
+
+/* tokens and token types: the model's vocabulary and the added tokens, by
+ * id, up to vocab_size ("[PAD<i>]" for ids without a token). */
+static ckpt_status write_tokens(lc *c, uint32_t vocab_node) {
+    lc_json *f = &c->tokenizer;
+    token_slot *slots = ckpt__calloc(c->vocab ? c->vocab : 1, sizeof *slots);
+    if (!slots) return ckpt__oom(c->err, f->path, NULL);
+    ckpt_status st = CKPT_OK;
+    const ckpt__json_node *v = &f->doc.nodes[vocab_node];
+    for (uint32_t i = vocab_node + 1, k = 0; !st && k < v->count; k++, i = f->doc.nodes[i + 1].end) {
+        uint64_t id;
+        if (!ckpt__json_u64(&f->doc.nodes[i + 1], &id))
+            st = ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, "model.vocab", f->doc.nodes[i + 1].offset,
+                            "a token id must be a whole number");
+        else if (id >= c->vocab)
+            st = ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "vocab_size", -1,
+                            "vocab_size %llu is not above token id %llu of %s", (unsigned long long)c->vocab,
+                            (unsigned long long)id, f->path);
+        else slots[id] = (token_slot){&f->doc.nodes[i], TOKEN_NORMAL};
+    }
+    const ckpt__json_node *added = member(f, 0, "added_tokens");
+    if (!st && added && added->kind == CKPT__JSON_ARRAY) {
+        for (uint32_t i = node_index(f, added) + 1, k = 0; !st && k < added->count; k++, i = f->doc.nodes[i].end) {
+            const ckpt__json_node *id_node = member(f, i, "id"), *content = member(f, i, "content"),
+                                  *special = member(f, i, "special");
+            uint64_t id;
+            if (!id_node || !content || content->kind != CKPT__JSON_STRING || !ckpt__json_u64(id_node, &id)) {
+                st = ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, "added_tokens", f->doc.nodes[i].offset,
+                                "an added token needs an id and a content");
+            } else if (id >= c->vocab) {
+                st = ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "vocab_size", -1,
+                                "vocab_size %llu is not above added token id %llu of %s",
+                                (unsigned long long)c->vocab, (unsigned long long)id, f->path);
+            } else {
+                bool control = (special && special->kind == CKPT__JSON_TRUE) || looks_special(content->str, content->len);
+                slots[id] = (token_slot){content, control ? TOKEN_CONTROL : TOKEN_USER_DEFINED};
+            }
+        }
+    }
+    if (!st) {
+        kv_array_begin(c, "tokenizer.ggml.tokens", "string");
+        char pad[40];
+        for (uint64_t id = 0; id < c->vocab; id++) {
+            if (id) ckpt__buf_puts(&c->out, ", ");
+            const ckpt__json_node *t = slots[id].text;
+            if (!t) {
+                snprintf(pad, sizeof pad, "[PAD%llu]", (unsigned long long)id);
+                ckpt__buf_json_string(&c->out, pad);
+                slots[id].type = TOKEN_UNUSED;
+            } else if (slots[id].type == TOKEN_USER_DEFINED && strstr(t->str, "\xe2\x96\x81")) {
+                ckpt__buf spaced = {0}; /* user-defined tokens' U+2581 as spaces, as the script writes them */
+                for (size_t k = 0; k < t->len; k++) {
+                    if (k + 3 <= t->len && !memcmp(t->str + k, "\xe2\x96\x81", 3)) ckpt__buf_puts(&spaced, " "), k += 2;
+                    else ckpt__buf_append(&spaced, t->str + k, 1);
+                }
+                if (spaced.failed) st = ckpt__oom(c->err, f->path, NULL);
+                ckpt__buf_json_string_n(&c->out, spaced.data ? spaced.data : "", spaced.len);
+                free(spaced.data);
+            } else {
+                ckpt__buf_json_string_n(&c->out, t->str, t->len);
+            }
+        }
+        ckpt__buf_puts(&c->out, "]}");
+        kv_array_begin(c, "tokenizer.ggml.token_type", "i32");
+        for (uint64_t id = 0; id < c->vocab; id++) {
+            char n[4] = {(char)('0' + slots[id].type), 0};
+            if (id) ckpt__buf_puts(&c->out, ", ");
+            ckpt__buf_puts(&c->out, n);
+        }
+        ckpt__buf_puts(&c->out, "]}");
+    }
+    free(slots);
+    return st;
+}
+
+/* tokenizer.ggml.merges: "a b" strings, or pairs joined so (a space inside
+ * a part as U+0120, as gguf.SpecialVocab encodes it). */
+static ckpt_status write_merges(lc *c, const ckpt__json_node *merges) {
+    lc_json *f = &c->tokenizer;
+    if (!merges || merges->kind != CKPT__JSON_ARRAY || !merges->count) return CKPT_OK;
+    kv_array_begin(c, "tokenizer.ggml.merges", "string");
+    ckpt__buf pair = {0};
+    ckpt_status st = CKPT_OK;
+    for (uint32_t i = node_index(f, merges) + 1, k = 0; !st && k < merges->count; k++, i = f->doc.nodes[i].end) {
+        const ckpt__json_node *m = &f->doc.nodes[i];
+        if (k) ckpt__buf_puts(&c->out, ", ");
+        if (m->kind == CKPT__JSON_STRING) {
+            ckpt__buf_json_string_n(&c->out, m->str, m->len);
+        } else if (m->kind == CKPT__JSON_ARRAY && m->count == 2 && m[1].kind == CKPT__JSON_STRING &&
+                   f->doc.nodes[m[1].end].kind == CKPT__JSON_STRING) {
+            pair.len = 0;
+            for (int part = 0; part < 2; part++) {
+                const ckpt__json_node *s = part ? &f->doc.nodes[m[1].end] : &m[1];
+                if (part) ckpt__buf_puts(&pair, " ");
+                for (size_t b = 0; b < s->len; b++)
+                    if (s->str[b] == ' ') ckpt__buf_puts(&pair, "\xc4\xa0");
+                    else ckpt__buf_append(&pair, s->str + b, 1);
+            }
+            if (pair.failed) st = ckpt__oom(c->err, f->path, NULL);
+            else ckpt__buf_json_string_n(&c->out, pair.data, pair.len);
+        } else {
+            st = ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, "model.merges", m->offset,
+                            "a merge is a string \"a b\" or a pair [\"a\", \"b\"]");
+        }
+    }
+    free(pair.data);
+    ckpt__buf_puts(&c->out, "]}");
+    return st;
+}
+
+/* gguf.SpecialVocab's special token types, in its order ("eot" and "eom"
+ * join when a template's last token is not the EOS). */
+enum { SP_BOS, SP_EOS, SP_UNK, SP_SEP, SP_PAD, SP_CLS, SP_MASK, SP_EOT, SP_EOM, SP_COUNT };
+static const char *const sp_names[SP_COUNT] = {"bos", "eos", "unk", "sep", "pad", "cls", "mask", "eot", "eom"};
+static const char *const sp_keys[SP_COUNT] = {
+    "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
+    "tokenizer.ggml.seperator_token_id", "tokenizer.ggml.padding_token_id", NULL /* cls: GGUFWriter has none */,
+    "tokenizer.ggml.mask_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"};
+static const char *const add_keys[SP_COUNT] = {"tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token", NULL,
+                                               "tokenizer.ggml.add_sep_token"};
+
+typedef struct special_vocab {
+    const char *token[SP_COUNT]; /* tokenizer_config's <type>_token, as the script amends it */
+    bool types[SP_COUNT];        /* the types looked up */
+    int id_order[SP_COUNT], id_count;
+    uint64_t ids[SP_COUNT];
+    bool has_id[SP_COUNT];
+    int add_order[SP_COUNT], add_count;
+    bool add[SP_COUNT], has_add[SP_COUNT];
+} special_vocab;
+
+static void set_add(special_vocab *s, int t, bool v, bool only_if_unset) {
+    if (s->has_add[t] && only_if_unset) return;
+    if (!s->has_add[t]) s->add_order[s->add_count++] = t;
+    s->has_add[t] = true, s->add[t] = v;
+}
+
+static void set_id(special_vocab *s, int t, uint64_t id) {
+    if (s->has_id[t]) return;
+    s->has_id[t] = true, s->ids[t] = id, s->id_order[s->id_count++] = t;
+}
+
+/* A tokenizer_config entry's text: a string, or an AddedToken's content. */
+static const char *token_text(const lc *c, const char *key) {
+    const ckpt__json_node *v = member(&c->tok_config, 0, key);
+    if (v && v->kind == CKPT__JSON_OBJECT) v = member(&c->tok_config, node_index(&c->tok_config, v), "content");
+    return v && v->kind == CKPT__JSON_STRING ? v->str : NULL;
+}
+
+/* A template item's SpecialToken id, or NULL. */
+static const char *template_special(const lc_json *f, uint32_t item) {
+    const ckpt__json_node *sp = member(f, item, "SpecialToken");
+    const ckpt__json_node *id = sp ? member(f, node_index(f, sp), "id") : NULL;
+    return id && id->kind == CKPT__JSON_STRING && *id->str ? id->str : NULL;
+}
+
+static bool same(const char *a, const char *b) { return a && b && !strcmp(a, b); }
+
+/* SpecialVocab's reading of a TemplateProcessing post-processor: whether
+ * BOS, EOS and SEP are added, and the tokens it implies. */
+static void template_processing(lc *c, special_vocab *s, uint32_t proc) {
+    const lc_json *f = &c->tokenizer;
+    const ckpt__json_node *single = member(f, proc, "single"), *pair = member(f, proc, "pair");
+    const char *first = NULL, *last = NULL;
+    if (single && single->kind == CKPT__JSON_ARRAY && single->count > 1) {
+        uint32_t a = node_index(f, single) + 1, z = a;
+        for (uint32_t k = 1; k < single->count; k++) z = f->doc.nodes[z].end;
+        if ((first = template_special(f, a))) {
+            if (!c->tok_config.present) s->token[SP_BOS] = first;
+            else if (!same(first, s->token[SP_BOS]) && !same(first, s->token[SP_CLS])) {
+                if (!s->token[SP_BOS]) s->token[SP_BOS] = first;
+                if (!s->token[SP_CLS]) s->token[SP_CLS] = first;
+            }
+            set_add(s, SP_BOS, same(first, s->token[SP_BOS]) || same(first, s->token[SP_CLS]), false);
+        }
+        if ((last = template_special(f, z))) {
+            if (!c->tok_config.present) s->token[SP_EOS] = last;
+            else if (!same(last, s->token[SP_EOS])) {
+                int extra = !s->types[SP_EOT] ? SP_EOT : !s->types[SP_EOM] ? SP_EOM : -1;
+                if (extra >= 0) s->types[extra] = true, s->token[extra] = s->token[SP_EOS];
+                s->token[SP_EOS] = last;
+            }
+            set_add(s, SP_EOS, same(last, s->token[SP_EOS]), false);
+        }
+    }
+    if (!pair || pair->kind != CKPT__JSON_ARRAY || !pair->count) return;
+    uint32_t items[64], n = 0;
+    for (uint32_t i = node_index(f, pair) + 1, k = 0; k < pair->count && n < 64; k++, i = f->doc.nodes[i].end)
+        items[n++] = i;
+    uint32_t lo = first && same(template_special(f, items[0]), first) ? 1 : 0, hi = n;
+    if (last && same(template_special(f, items[n - 1]), last)) hi = n - 1;
+    if (hi <= lo) return;
+    const ckpt__json_node *sa = member(f, items[lo], "Sequence"), *sb = member(f, items[hi - 1], "Sequence");
+    const ckpt__json_node *ida = sa ? member(f, node_index(f, sa), "id") : NULL;
+    const ckpt__json_node *idb = sb ? member(f, node_index(f, sb), "id") : NULL;
+    if (!ida || !idb || ida->kind != CKPT__JSON_STRING || idb->kind != CKPT__JSON_STRING || strcmp(ida->str, "A") ||
+        strcmp(idb->str, "B") || hi - lo < 3)
+        return;
+    bool add_sep = false;
+    const char *e1 = template_special(f, items[lo + 1]);
+    if (e1 && (same(e1, s->token[SP_SEP]) || same(e1, s->token[SP_EOS])) && !last) add_sep = true;
+    if (hi - lo - 2 == 2) {
+        const char *e2 = template_special(f, items[lo + 2]);
+        if (e2 && (same(e2, s->token[SP_SEP]) || same(e2, s->token[SP_EOS]))) add_sep = true;
+    }
+    set_add(s, SP_SEP, add_sep, false);
+    if (add_sep && !s->token[SP_SEP] && c->tok_config.present) s->token[SP_SEP] = s->token[SP_EOS];
+}
+
+/* The first added token whose content is `text`: its id. */
+static bool added_id(const lc *c, const char *text, uint64_t *id) {
+    const lc_json *f = &c->tokenizer;
+    const ckpt__json_node *added = member(f, 0, "added_tokens");
+    if (!text || !added || added->kind != CKPT__JSON_ARRAY) return false;
+    for (uint32_t i = node_index(f, added) + 1, k = 0; k < added->count; k++, i = f->doc.nodes[i].end) {
+        const ckpt__json_node *content = member(f, i, "content"), *idn = member(f, i, "id");
+        if (content && content->kind == CKPT__JSON_STRING && !strcmp(content->str, text))
+            return idn && ckpt__json_u64(idn, id);
+    }
+    return false;
+}
+
+/* tokenizer_config.json's chat template: a string, or none. */
+static ckpt_status chat_template(lc *c, const char **text, size_t *len) {
+    const ckpt__json_node *tmpl = member(&c->tok_config, 0, "chat_template");
+    if (tmpl && tmpl->kind == CKPT__JSON_STRING) *text = tmpl->str, *len = tmpl->len;
+    else if (tmpl && tmpl->kind != CKPT__JSON_NULL)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->tok_config.path, "chat_template", tmpl->offset,
+                          "ckpt converts a chat template that is one string");
+    else if (!tmpl && (ckpt__beneath_has(c->root, "chat_template.jinja") ||
+                       ckpt__beneath_has(c->root, "chat_template.json")))
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->tok_config.path, "chat_template", -1,
+                          "the chat template is a file of its own, which ckpt does not convert; give it in "
+                          "tokenizer_config.json");
+    return CKPT_OK;
+}
+
+/* tokenizer_config.json's add_<type>_token flags and <type>_token tokens
+ * (their ids: the added tokens'), as SpecialVocab reads them. */
+static void tokenizer_config_tokens(lc *c, special_vocab *s) {
+    for (int t = 0; t < SP_COUNT; t++) {
+        if (!s->types[t]) continue;
+        char key[32];
+        snprintf(key, sizeof key, "add_%s_token", sp_names[t]);
+        const ckpt__json_node *a = member(&c->tok_config, 0, key);
+        if (a && (a->kind == CKPT__JSON_TRUE || a->kind == CKPT__JSON_FALSE))
+            set_add(s, t, a->kind == CKPT__JSON_TRUE, true);
+        snprintf(key, sizeof key, "%s_token", sp_names[t]);
+        const char *text = t == SP_BOS || t == SP_EOS || t == SP_CLS || t == SP_SEP || s->token[t] ? s->token[t]
+                                                                                                 : token_text(c, key);
+        uint64_t id;
+        if (added_id(c, text, &id)) set_id(s, t, id);
+    }
+}
+
+/* gguf.SpecialVocab(load_merges=True).add_to_gguf: merges, special token
+ * ids, whether they are added, and the chat template. */
+static ckpt_status write_special_vocab(lc *c, const ckpt__json_node *merges) {
+    ckpt_status st = write_merges(c, merges);
+    if (st) return st;
+    special_vocab s;
+    memset(&s, 0, sizeof s);
+    for (int t = 0; t < SP_EOT; t++) s.types[t] = true;
+    if (c->tok_config.present) {
+        s.token[SP_BOS] = token_text(c, "bos_token"), s.token[SP_EOS] = token_text(c, "eos_token");
+        s.token[SP_CLS] = token_text(c, "cls_token"), s.token[SP_SEP] = token_text(c, "sep_token");
+        if (!s.token[SP_BOS] && s.token[SP_CLS]) s.token[SP_BOS] = s.token[SP_CLS];
+        if (!s.token[SP_EOS] && s.token[SP_SEP]) s.token[SP_EOS] = s.token[SP_SEP];
+    }
+    const lc_json *f = &c->tokenizer;
+    const ckpt__json_node *pp = member(f, 0, "post_processor");
+    if (pp && pp->kind == CKPT__JSON_OBJECT) {
+        const ckpt__json_node *list = member(f, node_index(f, pp), "processors");
+        uint32_t first = list && list->kind == CKPT__JSON_ARRAY ? node_index(f, list) + 1 : node_index(f, pp);
+        uint32_t count = list && list->kind == CKPT__JSON_ARRAY ? list->count : 1;
+        for (uint32_t i = first, k = 0; k < count; k++, i = f->doc.nodes[i].end) {
+            const ckpt__json_node *type = member(f, i, "type");
+            const char *ty = type && type->kind == CKPT__JSON_STRING ? type->str : "";
+            if (!strcmp(ty, "ByteLevel")) {
+                set_add(&s, SP_BOS, false, true);
+                set_add(&s, SP_EOS, false, true);
+            } else if (!strcmp(ty, "TemplateProcessing")) {
+                template_processing(c, &s, i);
+            } else if (!strcmp(ty, "RobertaProcessing")) {
+                return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, "post_processor", type->offset,
+                                  "a RobertaProcessing post-processor is not a llama tokenizer's");
+            }
+        }
+    }
+    const char *template_text = NULL;
+    size_t template_len = 0;
+    if (c->tok_config.present) {
+        if ((st = chat_template(c, &template_text, &template_len))) return st;
+        tokenizer_config_tokens(c, &s);
+    }
+    for (int t = 0; t < SP_COUNT; t++) { /* config.json's <type>_token_id */
+        char key[32];
+        snprintf(key, sizeof key, "%s_token_id", sp_names[t]);
+        const ckpt__json_node *v = s.types[t] ? member(&c->config, 0, key) : NULL;
+        uint64_t id;
+        if (v && ckpt__json_u64(v, &id)) set_id(&s, t, id);
+    }
+    for (int k = 0; k < s.id_count; k++)
+        if (sp_keys[s.id_order[k]]) kv_u32(c, sp_keys[s.id_order[k]], s.ids[s.id_order[k]]);
+    for (int k = 0; k < s.add_count; k++)
+        if (s.add_order[k] < (int)(sizeof add_keys / sizeof *add_keys) && add_keys[s.add_order[k]])
+            kv_bool(c, add_keys[s.add_order[k]], s.add[s.add_order[k]]);
+    if (template_text) kv_string(c, "tokenizer.chat_template", template_text, template_len);
+    return CKPT_OK;
+}
+
+/* The Split pre-tokenizer's regular expression of tokenizer.json: the
+ * name llama.cpp knows it by. */
+static ckpt_status pre_tokenizer(lc *c, const char **name) {
+    lc_json *f = &c->tokenizer;
+    const ckpt__json_node *pre = member(f, 0, "pre_tokenizer");
+    const ckpt__json_node *list = pre ? member(f, node_index(f, pre), "pretokenizers") : NULL;
+    if (list && list->kind == CKPT__JSON_ARRAY) {
+        for (uint32_t i = node_index(f, list) + 1, k = 0; k < list->count; k++, i = f->doc.nodes[i].end) {
+            const ckpt__json_node *type = member(f, i, "type"), *pattern = member(f, i, "pattern");
+            const ckpt__json_node *regex = pattern ? member(f, node_index(f, pattern), "Regex") : NULL;
+            if (!type || type->kind != CKPT__JSON_STRING || strcmp(type->str, "Split") || !regex ||
+                regex->kind != CKPT__JSON_STRING)
+                continue;
+            for (const ckpt__lc_pre *p = c->family->pres; p->regex; p++)
+                if (!strcmp(p->regex, regex->str)) {
+                    *name = p->name;
+                    return CKPT_OK;
+                }
+        }
+    }
+    return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, "pre_tokenizer", at(pre),
+                      "a BPE pre-tokenizer llama.cpp does not know under a name ckpt knows (ckpt knows Llama 3's)");
+}
+
+/* LlamaModel.set_vocab for a tokenizer.json of byte-level BPE (Llama 3's):
+ * the script's _set_vocab_gpt2 and gguf.SpecialVocab. */
+static ckpt_status write_tokenizer(lc *c) {
+    if (ckpt__beneath_has(c->root, "tokenizer.model"))
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->tokenizer.path, "tokenizer.model", -1,
+                          "a SentencePiece tokenizer (tokenizer.model): ckpt converts byte-level BPE tokenizers "
+                          "(tokenizer.json) only");
+    ckpt_status st = read_json(c, &c->tokenizer, "tokenizer.json", true);
+    if (!st) st = read_json(c, &c->tok_config, "tokenizer_config.json", false);
+    if (st) return st;
+    lc_json *f = &c->tokenizer;
+    const ckpt__json_node *model = member(f, 0, "model");
+    uint32_t mi = model ? node_index(f, model) : 0;
+    const ckpt__json_node *type = mi ? member(f, mi, "type") : NULL, *vocab = mi ? member(f, mi, "vocab") : NULL;
+    const ckpt__json_node *decoder = member(f, 0, "decoder");
+    const ckpt__json_node *dtype = decoder ? member(f, node_index(f, decoder), "type") : NULL;
+    if (!type || type->kind != CKPT__JSON_STRING || strcmp(type->str, "BPE") || !vocab ||
+        vocab->kind != CKPT__JSON_OBJECT)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, "model.type", at(type),
+                          "ckpt converts BPE tokenizers (model.type \"BPE\" with a vocab)");
+    if (!dtype || dtype->kind != CKPT__JSON_STRING || strcmp(dtype->str, "ByteLevel"))
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, "decoder", at(decoder),
+                          "ckpt converts byte-level BPE tokenizers (decoder ByteLevel)");
+    const char *pre = NULL;
+    if ((st = pre_tokenizer(c, &pre))) return st;
+    const ckpt__json_node *space = member(&c->tok_config, 0, "add_prefix_space");
+    if (c->family->add_space_prefix && space && (space->kind == CKPT__JSON_TRUE || space->kind == CKPT__JSON_FALSE))
+        kv_bool(c, "tokenizer.ggml.add_space_prefix", space->kind == CKPT__JSON_TRUE);
+    kv_string(c, "tokenizer.ggml.model", "gpt2", 4);
+    kv_string(c, "tokenizer.ggml.pre", pre, strlen(pre));
+    if ((st = write_tokens(c, node_index(f, vocab)))) return st;
+    return write_special_vocab(c, member(f, mi, "merges"));
+}
+
+/* ---- the conversion ------------------------------------------------------ */
+
+static ckpt_status convert(lc *c) {
+    ckpt_status st = read_json(c, &c->config, "config.json", true);
+    if (!st && ckpt__beneath_has(c->root, "modules.json"))
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "modules.json", -1,
+                          "a sentence-transformers model (modules.json): the script adds its pooling, which ckpt "
+                          "does not convert");
+    if (!st) st = find_family(c);
+    if (!st) st = read_hparams(c);
+    if (st) return st;
+    if (c->dtype == CKPT_DTYPE_INVALID) c->dtype = auto_dtype(c->plan);
+    ckpt__plan_refresh(c->plan);
+    uint64_t params = 0;
+    for (size_t k = 0; !st && k < c->plan->selected_count; k++) st = plan_tensor(c, c->plan->selected[k], &params);
+    if (st) return st;
+    /* Model.__init__ and prepare_metadata: general.* first */
+    kv_string(c, "general.architecture", c->family->name, strlen(c->family->name));
+    kv_string(c, "general.type", "model", 5);
+    ckpt__buf name = {0};
+    model_name(c->dir, &name);
+    kv_string(c, "general.name", name.data ? name.data : "", name.len);
+    free(name.data);
+    char label[48];
+    size_label(params, label, sizeof label);
+    if (params) kv_string(c, "general.size_label", label, strlen(label));
+    for (const ckpt__lc_kv *r = c->family->kvs; !st && r->key; r++) st = kv_rule(c, r);
+    if (st) return st;
+    kv_u32(c, "general.quantization_version", 2);
+    return write_tokenizer(c);
+}
+
+ckpt_status ckpt_gguf_llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt_dtype dtype, char **metadata_json,
+                                    ckpt_error *err) {
+    if (!plan || !model_dir || !metadata_json)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan, model_dir and metadata_json are required");
+    *metadata_json = NULL;
+    if (dtype != CKPT_DTYPE_INVALID && dtype != CKPT_F32 && dtype != CKPT_F16 && dtype != CKPT_BF16 &&
+        dtype != CKPT_Q8_0)
+        return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, model_dir, NULL, -1,
+                          "llama.cpp's conversion writes f32, f16, bf16 or q8_0, not %s", ckpt_dtype_name(dtype));
+    lc c;
+    memset(&c, 0, sizeof c);
+    c.plan = plan, c.dir = model_dir, c.err = err, c.dtype = dtype;
+    ckpt_status st = ckpt__beneath_open_root(model_dir, &c.root, err);
+    if (!st) st = convert(&c);
+    if (!st) ckpt__buf_puts(&c.out, "\n}\n");
+    if (!st && c.out.failed) st = ckpt__oom(err, model_dir, "the key-values");
+    free_json(&c.config);
+    free_json(&c.tokenizer);
+    free_json(&c.tok_config);
+    ckpt__beneath_close(c.root);
+    if (st) {
+        free(c.out.data);
+        return st;
+    }
+    *metadata_json = c.out.data;
+    return CKPT_OK;
+}

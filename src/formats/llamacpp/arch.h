@@ -1,0 +1,116 @@
+/*
+ * arch.h — the shape of an architecture family's data for the conversion
+ * of a Hugging Face model directory into the GGUF file llama.cpp runs
+ * (llamacpp.c): what convert_hf_to_gguf.py does for the family, as tables.
+ * Each family's tables live in one file beside this one (llama.h, qwen2.h); the
+ * converter holds no family's names.
+ */
+#ifndef CKPT_FORMATS_LLAMACPP_ARCH_H
+#define CKPT_FORMATS_LLAMACPP_ARCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* How a key-value is computed from config.json. */
+typedef enum ckpt__lc_kv_kind {
+    CKPT__LC_U32,        /* the first hyper-parameter of `hparams` present, as a u32 */
+    CKPT__LC_F32,        /* the same, as an f32 */
+    CKPT__LC_ROPE_THETA, /* rope_parameters' (or rope_scaling's) rope_theta, else `hparams`', as an f32;
+                            a RoPE type other than "default" is refused by name */
+    CKPT__LC_ROPE_DIM,   /* head_dim, else hidden_size / num_attention_heads */
+    CKPT__LC_FILE_TYPE,  /* llama.cpp's file type of the output dtype */
+} ckpt__lc_kv_kind;
+
+/* One key-value, in the order the script adds it; `key` holds "%s" for the
+ * architecture's name.  `hparams` lists config.json's names, "|"-separated,
+ * in the order the script looks for them. */
+typedef struct ckpt__lc_kv {
+    const char *key;
+    ckpt__lc_kv_kind kind;
+    const char *hparams;
+    bool required;
+} ckpt__lc_kv;
+
+/* What a tensor's extent must be, from config.json. */
+typedef enum ckpt__lc_dim {
+    CKPT__LC_ANY,    /* not checked */
+    CKPT__LC_VOCAB,  /* vocab_size */
+    CKPT__LC_HIDDEN, /* hidden_size */
+    CKPT__LC_FF,     /* intermediate_size */
+    CKPT__LC_Q,      /* num_attention_heads × the head dimension */
+    CKPT__LC_KV,     /* num_key_value_heads × the head dimension */
+} ckpt__lc_dim;
+
+/* Which rows the script reorders for llama.cpp's RoPE (LlamaModel.permute). */
+typedef enum ckpt__lc_rope {
+    CKPT__LC_NO_PERMUTE,
+    CKPT__LC_PERMUTE_Q, /* in heads of num_attention_heads */
+    CKPT__LC_PERMUTE_K, /* in heads of num_key_value_heads */
+} ckpt__lc_rope;
+
+/* A Hugging Face tensor and its llama.cpp name: `hf` and `gguf` hold one
+ * "%u" for the layer, or none. */
+typedef struct ckpt__lc_tensor {
+    const char *hf, *gguf;
+    ckpt__lc_rope rope;
+    uint8_t ndim;
+    ckpt__lc_dim dims[2]; /* in Hugging Face's order (out, in) */
+} ckpt__lc_tensor;
+
+/* A BPE pre-tokenizer llama.cpp knows (tokenizer.ggml.pre), recognised by
+ * the regular expression of tokenizer.json's Split pre-tokenizer (the
+ * script hashes the tokens of a fixed text; the expression is what decides
+ * them for one vocabulary). */
+typedef struct ckpt__lc_pre {
+    const char *regex, *name;
+} ckpt__lc_pre;
+
+typedef struct ckpt__lc_family {
+    const char *name;                 /* general.architecture */
+    const char *const *hf_archs;      /* config.json architectures[0] values, NULL-terminated */
+    const ckpt__lc_kv *kvs;           /* terminated by a NULL key */
+    const ckpt__lc_tensor *tensors;   /* terminated by a NULL hf */
+    const ckpt__lc_pre *pres;         /* terminated by a NULL regex */
+    bool add_space_prefix;            /* tokenizer_config's add_prefix_space as tokenizer.ggml.add_space_prefix
+                                         (LlamaModel.set_vocab writes it; others do not) */
+} ckpt__lc_family;
+
+/* TextModel.set_gguf_parameters' key-values, which every family's table
+ * starts with (the script's base class: the families add theirs after). */
+#define CKPT__LC_TEXT_MODEL_KVS                                                                                   \
+    {"%s.block_count", CKPT__LC_U32, "n_layers|num_hidden_layers|n_layer|num_layers", true},                     \
+    {"%s.context_length", CKPT__LC_U32,                                                                           \
+     "max_position_embeddings|n_ctx|n_positions|max_length|max_sequence_length|model_max_length", false},         \
+    {"%s.embedding_length", CKPT__LC_U32, "hidden_size|n_embd|dim", false},                                      \
+    {"%s.feed_forward_length", CKPT__LC_U32,                                                                      \
+     "prefix_dense_intermediate_size|dense_intermediate_size|intermediate_size|n_inner|hidden_dim", false},       \
+    {"%s.attention.head_count", CKPT__LC_U32, "num_attention_heads|n_head|n_heads", false},                      \
+    {"%s.attention.head_count_kv", CKPT__LC_U32, "num_key_value_heads|n_kv_heads", false},                       \
+    {"%s.rope.freq_base", CKPT__LC_ROPE_THETA,                                                                   \
+     "global_rope_theta|rope_global_theta|rope_theta_global|rope_theta|rotary_emb_base", false},                  \
+    {"%s.attention.layer_norm_rms_epsilon", CKPT__LC_F32, "rms_norm_eps|norm_eps", false},                       \
+    {"%s.attention.layer_norm_epsilon", CKPT__LC_F32, "layer_norm_eps|layer_norm_epsilon|norm_epsilon", false},  \
+    {"%s.attention.key_length", CKPT__LC_U32, "head_dim", false},                                                \
+    {"%s.attention.value_length", CKPT__LC_U32, "head_dim", false},                                              \
+    {"general.file_type", CKPT__LC_FILE_TYPE, NULL, true}
+
+/* gguf-py's TensorNameMap for the tensors of a Llama-style decoder that
+ * every such family has: embeddings, head, norms, attention output, MLP. */
+#define CKPT__LC_DECODER_TENSORS                                                                                  \
+    {"model.embed_tokens.weight", "token_embd.weight", CKPT__LC_NO_PERMUTE, 2, {CKPT__LC_VOCAB, CKPT__LC_HIDDEN}}, \
+    {"lm_head.weight", "output.weight", CKPT__LC_NO_PERMUTE, 2, {CKPT__LC_VOCAB, CKPT__LC_HIDDEN}},               \
+    {"model.norm.weight", "output_norm.weight", CKPT__LC_NO_PERMUTE, 1, {CKPT__LC_HIDDEN}},                       \
+    {"model.layers.%u.input_layernorm.weight", "blk.%u.attn_norm.weight", CKPT__LC_NO_PERMUTE, 1,                 \
+     {CKPT__LC_HIDDEN}},                                                                                          \
+    {"model.layers.%u.self_attn.o_proj.weight", "blk.%u.attn_output.weight", CKPT__LC_NO_PERMUTE, 2,             \
+     {CKPT__LC_HIDDEN, CKPT__LC_Q}},                                                                              \
+    {"model.layers.%u.post_attention_layernorm.weight", "blk.%u.ffn_norm.weight", CKPT__LC_NO_PERMUTE, 1,        \
+     {CKPT__LC_HIDDEN}},                                                                                          \
+    {"model.layers.%u.mlp.gate_proj.weight", "blk.%u.ffn_gate.weight", CKPT__LC_NO_PERMUTE, 2,                   \
+     {CKPT__LC_FF, CKPT__LC_HIDDEN}},                                                                             \
+    {"model.layers.%u.mlp.up_proj.weight", "blk.%u.ffn_up.weight", CKPT__LC_NO_PERMUTE, 2,                       \
+     {CKPT__LC_FF, CKPT__LC_HIDDEN}},                                                                             \
+    {"model.layers.%u.mlp.down_proj.weight", "blk.%u.ffn_down.weight", CKPT__LC_NO_PERMUTE, 2,                   \
+     {CKPT__LC_HIDDEN, CKPT__LC_FF}}
+
+#endif

@@ -1,0 +1,51 @@
+/*
+ * llama.h — the llama family as convert_hf_to_gguf.py converts it
+ * (conversion/llama.py's LlamaModel over TextModel, llama-cpp-python
+ * 0.3.36's vendored llama.cpp): its key-values in the order the script
+ * adds them, its tensors' names, and the Q/K rows it reorders.
+ */
+#ifndef CKPT_FORMATS_LLAMACPP_LLAMA_H
+#define CKPT_FORMATS_LLAMACPP_LLAMA_H
+
+#include "arch.h"
+
+/* LlamaModel converts Mistral alike (conversion/llama.py registers it). */
+static const char *const ckpt__lc_llama_archs[] = {"LlamaForCausalLM", "LLaMAForCausalLM", "MistralForCausalLM", NULL};
+
+static const ckpt__lc_kv ckpt__lc_llama_kvs[] = {
+    CKPT__LC_TEXT_MODEL_KVS,
+    /* LlamaModel.set_gguf_parameters */
+    {"%s.vocab_size", CKPT__LC_U32, "vocab_size", true},
+    {"%s.rope.dimension_count", CKPT__LC_ROPE_DIM, NULL, true},
+    {NULL, 0, NULL, false},
+};
+
+static const ckpt__lc_tensor ckpt__lc_llama_tensors[] = {
+    CKPT__LC_DECODER_TENSORS,
+    {"model.layers.%u.self_attn.q_proj.weight", "blk.%u.attn_q.weight", CKPT__LC_PERMUTE_Q, 2,
+     {CKPT__LC_Q, CKPT__LC_HIDDEN}},
+    {"model.layers.%u.self_attn.k_proj.weight", "blk.%u.attn_k.weight", CKPT__LC_PERMUTE_K, 2,
+     {CKPT__LC_KV, CKPT__LC_HIDDEN}},
+    {"model.layers.%u.self_attn.v_proj.weight", "blk.%u.attn_v.weight", CKPT__LC_NO_PERMUTE, 2,
+     {CKPT__LC_KV, CKPT__LC_HIDDEN}},
+    {NULL, NULL, CKPT__LC_NO_PERMUTE, 0, {CKPT__LC_ANY}},
+};
+
+/* Llama 3's pre-tokenizer (the script's "llama-bpe"). */
+static const ckpt__lc_pre ckpt__lc_llama_pres[] = {
+    {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+     "llama-bpe"},
+    {NULL, NULL},
+};
+
+static const ckpt__lc_family ckpt__lc_llama = {
+    .name = "llama",
+    .hf_archs = ckpt__lc_llama_archs,
+    .kvs = ckpt__lc_llama_kvs,
+    .tensors = ckpt__lc_llama_tensors,
+    .pres = ckpt__lc_llama_pres,
+    .add_space_prefix = true,
+};
+
+#endif

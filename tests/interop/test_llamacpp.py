@@ -1,0 +1,316 @@
+"""Hugging Face → llama.cpp GGUF against llama.cpp's own convert_hf_to_gguf.py
+(the llama-cpp-python sdist's vendored llama.cpp, which `make test` unpacks
+into .cache/ and names in CKPT_LLAMA_CPP): ckpt's file is the script's, byte
+for byte, and bad model directories are refused by file and key with nothing
+written."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from ckptlib import BIN_PATH
+from safetensors.torch import save_file
+
+REPO = Path(__file__).resolve().parents[2]
+LLAMA_CPP = Path(os.environ.get("CKPT_LLAMA_CPP", REPO / ".cache/llama-cpp-python-0.3.36/llama.cpp"))
+SCRIPT = LLAMA_CPP / "convert_hf_to_gguf.py"
+OUTTYPES = ["f32", "f16", "bf16", "q8_0", "auto"]
+
+# Llama 3's pre-tokenizer: the script knows its tokens of a fixed text as
+# "llama-bpe" (with Llama 3's vocabulary, which models/ggml-vocab-llama-bpe.gguf holds).
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen2's ("qwen2", with Qwen2's vocabulary: models/ggml-vocab-qwen2.gguf).
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+               r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def ckpt(*args):
+    return subprocess.run([BIN_PATH, *map(str, args)], capture_output=True, text=True)
+
+
+def tokenizer(family, out):
+    """tokenizer.json and tokenizer_config.json of a family's real tokenizer
+    (vocabulary, merges and special tokens from the vendored vocab file),
+    built once beside the unpacked script (~20 s) and copied into `out`."""
+    kept = LLAMA_CPP.parent / f"{family}-tokenizer"
+    if not kept.is_dir():
+        tmp = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
+        tmp.mkdir()
+        TOKENIZERS[family](tmp)
+        try:
+            os.rename(tmp, kept)
+        except OSError:  # another run kept it first
+            pass
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (out / f).write_bytes((kept / f).read_bytes())
+
+
+def vocab_file(name):
+    """A vendored vocab file's tokens, token types, merges and chat template."""
+    sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
+    try:
+        import gguf
+        r = gguf.GGUFReader(LLAMA_CPP / "models" / name)
+        template = r.fields.get("tokenizer.chat_template")
+        return (r.fields["tokenizer.ggml.tokens"].contents(), r.fields["tokenizer.ggml.token_type"].contents(),
+                [tuple(m.split(" ")) for m in r.fields["tokenizer.ggml.merges"].contents()],
+                template.contents() if template else None)
+    finally:
+        sys.path.remove(str(LLAMA_CPP / "gguf-py"))
+
+
+def build_llama3_tokenizer(out):
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    tokens, types, merges, _ = vocab_file("ggml-vocab-llama-bpe.gguf")
+    vocab = {t: i for i, t in enumerate(tokens) if types[i] == 1}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_SPLIT), "isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False) for i in range(128000, 128256)])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+        special_tokens=[("<|begin_of_text|>", 128000)])
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>", "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": 131072, "clean_up_tokenization_spaces": True,
+        "chat_template": "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+                         "{{ m['content'] }}<|eot_id|>{% endfor %}"}, indent=2))
+
+
+def build_qwen2_tokenizer(out):
+    """Qwen2's: NFC, Qwen2's Split expression, a ByteLevel post-processor, no BOS."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    tokens, types, merges, template = vocab_file("ggml-vocab-qwen2.gguf")
+    vocab = {t: i for i, t in enumerate(tokens) if types[i] == 1}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), "isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False) for i in range(151643, 151646)])
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "add_prefix_space": False, "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+        "errors": "replace", "model_max_length": 131072, "split_special_tokens": False, "unk_token": None,
+        "tokenizer_class": "Qwen2Tokenizer", "chat_template": template}, indent=2))
+
+
+TOKENIZERS = {"llama3": build_llama3_tokenizer, "qwen2": build_qwen2_tokenizer}
+
+
+def write_decoder(out, config, dtype, seed, bias):
+    """config.json and a random model.safetensors of a Llama-style decoder
+    of that config (lm_head unless the embeddings are tied; Q/K/V biases
+    with `bias`), drawn in a fixed order from a seeded generator."""
+    hidden, ff, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config.get("head_dim", hidden // heads)
+    g = torch.Generator().manual_seed(seed)
+
+    def w(*shape):
+        return (torch.randn(*shape, generator=g) * 0.02).to(dtype)
+
+    sd = {"model.embed_tokens.weight": w(vocab, hidden)}
+    if not config["tie_word_embeddings"]:
+        sd["lm_head.weight"] = w(vocab, hidden)
+    sd["model.norm.weight"] = w(hidden)
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}.self_attn."
+        sd |= {f"model.layers.{i}.input_layernorm.weight": w(hidden),
+               f"model.layers.{i}.post_attention_layernorm.weight": w(hidden)}
+        for proj, rows in (("q", heads * head_dim), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
+            sd[p + f"{proj}_proj.weight"] = w(rows, hidden)
+            if bias:
+                sd[p + f"{proj}_proj.bias"] = w(rows)
+        p = f"model.layers.{i}."
+        sd |= {p + "self_attn.o_proj.weight": w(hidden, heads * head_dim), p + "mlp.gate_proj.weight": w(ff, hidden),
+               p + "mlp.up_proj.weight": w(ff, hidden), p + "mlp.down_proj.weight": w(hidden, ff)}
+    out.mkdir(parents=True)
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+
+
+def tiny_qwen2(out, dtype=torch.bfloat16, seed=2):
+    """A random Qwen2 of 2 layers and hidden size 32 (4 heads of 8, 2 KV
+    heads), biases on Q, K and V, the embeddings tied (no lm_head)."""
+    hidden, ff, layers, heads, kv_heads, head_dim, vocab = 32, 64, 2, 4, 2, 8, 151936
+    config = {
+        "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643, "dtype": "bfloat16",
+        "eos_token_id": 151645, "hidden_act": "silu", "hidden_size": hidden, "initializer_range": 0.02,
+        "intermediate_size": ff, "layer_types": ["full_attention"] * layers, "max_position_embeddings": 32768,
+        "max_window_layers": layers, "model_type": "qwen2", "num_attention_heads": heads,
+        "num_hidden_layers": layers, "num_key_value_heads": kv_heads, "rms_norm_eps": 1e-06,
+        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "sliding_window": None,
+        "tie_word_embeddings": True, "use_cache": True, "use_sliding_window": False, "vocab_size": vocab}
+    write_decoder(out, config, dtype, seed, bias=True)
+
+
+def tiny_llama(out, dtype=torch.bfloat16, seed=0, **config_changes):
+    """A random Llama 3 of 2 layers and hidden size 32 (4 heads of 8, 2 KV
+    heads), as save_pretrained writes it: config.json and model.safetensors."""
+    hidden, ff, layers, heads, kv_heads, head_dim, vocab = 32, 64, 2, 4, 2, 8, 128256
+    config = {
+        "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 128000, "dtype": "bfloat16", "eos_token_id": 128001, "head_dim": head_dim,
+        "hidden_act": "silu", "hidden_size": hidden, "initializer_range": 0.02, "intermediate_size": ff,
+        "max_position_embeddings": 8192, "mlp_bias": False, "model_type": "llama", "num_attention_heads": heads,
+        "num_hidden_layers": layers, "num_key_value_heads": kv_heads, "pad_token_id": None, "pretraining_tp": 1,
+        "rms_norm_eps": 1e-05, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"},
+        "tie_word_embeddings": False, "transformers_version": "5.23.0", "use_cache": True, "vocab_size": vocab}
+    config |= config_changes
+    write_decoder(out, config, dtype, seed, bias=False)
+
+
+def reference(model, outtype):
+    """llama.cpp's conversion, with the venv's Python: kept beside the
+    unpacked script under the digest of the model's files (the models are
+    seeded, so reruns take the kept file; ~15 s a conversion otherwise)."""
+    digest = hashlib.sha256(outtype.encode())
+    for f in sorted(model.iterdir()):
+        digest.update(f.name.encode() + b"\0" + f.read_bytes())
+    dst = LLAMA_CPP.parent / "references" / f"{model.name}-{digest.hexdigest()[:24]}.gguf"
+    if dst.is_file():
+        return dst
+    dst.parent.mkdir(exist_ok=True)
+    tmp = dst.with_suffix(f".{os.getpid()}.tmp")
+    r = subprocess.run([sys.executable, SCRIPT, model, "--outfile", tmp, "--outtype", outtype],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    os.replace(tmp, dst)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Each family's model directory and the script's file for each outtype."""
+    assert SCRIPT.is_file(), f"{SCRIPT} is missing: `make llama-cpp-ref` unpacks llama.cpp's conversion"
+    root = tmp_path_factory.mktemp("llamacpp")
+    dirs = {"llama3": root / "tiny-llama3", "qwen2": root / "tiny-qwen2"}
+    tiny_llama(dirs["llama3"])
+    tiny_qwen2(dirs["qwen2"])
+    for family, d in dirs.items():
+        tokenizer(family, d)
+    jobs = [(f, t) for f in dirs for t in OUTTYPES]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        refs = dict(zip(jobs, pool.map(lambda j: reference(dirs[j[0]], j[1]), jobs)))
+    return {f: (d, {t: refs[f, t] for t in OUTTYPES}) for f, d in dirs.items()}
+
+
+@pytest.fixture(scope="module")
+def llama3(models):
+    return models["llama3"]
+
+
+@pytest.mark.parametrize("outtype", OUTTYPES)
+@pytest.mark.parametrize("family", ["llama3", "qwen2"])
+def test_the_scripts_file_byte_for_byte(models, family, outtype, tmp_path):
+    model, refs = models[family]
+    dst = tmp_path / "model.gguf"
+    args = [] if outtype == "auto" else ["--dtype", outtype]
+    r = ckpt("convert", model, dst, *args, "-q")
+    assert r.returncode == 0, r.stderr
+    assert dst.read_bytes() == refs[outtype].read_bytes()
+
+
+def test_mistral_is_the_scripts_file_byte_for_byte(llama3, tmp_path):
+    """MistralForCausalLM: the script's LlamaModel converts it as llama
+    (here with Llama 3's tokenizer; Mistral's own are SentencePiece)."""
+    model = tmp_path / "tiny-mistral"
+    tiny_llama(model, seed=1, architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=4096,
+               rope_parameters={"rope_theta": 1000000.0, "rope_type": "default"})
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        os.link(llama3[0] / f, model / f)
+    ref = reference(model, "bf16")
+    dst = tmp_path / "model.gguf"
+    r = ckpt("convert", model, dst, "--dtype", "bf16", "-q")
+    assert r.returncode == 0, r.stderr
+    assert dst.read_bytes() == ref.read_bytes()
+
+
+def test_to_gguf_names_the_format(llama3, tmp_path):
+    model, refs = llama3
+    dst = tmp_path / "model.out"
+    r = ckpt("convert", model, dst, "--to", "gguf", "--dtype", "q8_0", "-q")
+    assert r.returncode == 0, r.stderr
+    assert dst.read_bytes() == refs["q8_0"].read_bytes()
+
+
+def test_raw_keeps_the_plain_container(llama3, tmp_path):
+    model, _ = llama3
+    sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
+    try:
+        import gguf
+        dst = tmp_path / "raw.gguf"
+        r = ckpt("convert", model, dst, "--raw", "-q")
+        assert r.returncode == 0, r.stderr
+        reader = gguf.GGUFReader(dst)
+        assert "model.layers.0.self_attn.q_proj.weight" in {t.name for t in reader.tensors}
+        assert "general.architecture" not in reader.fields
+    finally:
+        sys.path.remove(str(LLAMA_CPP / "gguf-py"))
+
+
+def broken_copy(model, dst, drop=(), config=None):
+    """The model directory linked file by file into dst, some files left
+    out, config.json changed."""
+    dst.mkdir()
+    for f in model.iterdir():
+        if f.name not in drop and f.name != "config.json":
+            os.link(f, dst / f.name)
+    c = json.loads((model / "config.json").read_text())
+    c.update(config or {})
+    (dst / "config.json").write_text(json.dumps(c))
+    return dst
+
+
+def refused(src, tmp_path, *words):
+    dst = tmp_path / "out" / "model.gguf"
+    r = ckpt("convert", src, dst, "-q")
+    assert r.returncode != 0
+    for w in words:
+        assert w in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    return r.stderr
+
+
+def test_unknown_architecture_is_refused_by_name(llama3, tmp_path):
+    src = broken_copy(llama3[0], tmp_path / "m", config={"architectures": ["FalconMambaForCausalLM"]})
+    refused(src, tmp_path, "config.json", "architectures", "FalconMambaForCausalLM", "--raw")
+
+
+def test_sentence_transformers_pooling_is_refused(llama3, tmp_path):
+    src = broken_copy(llama3[0], tmp_path / "m")
+    (src / "modules.json").write_text('[{"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]')
+    refused(src, tmp_path, "config.json", "modules.json")
+
+
+def test_missing_tokenizer_is_refused(llama3, tmp_path):
+    src = broken_copy(llama3[0], tmp_path / "m", drop=("tokenizer.json",))
+    refused(src, tmp_path, "tokenizer.json")
+
+
+@pytest.mark.parametrize("key,value,tensor", [
+    ("num_attention_heads", 8, "model.layers.0.self_attn.o_proj.weight"),
+    ("num_key_value_heads", 4, "model.layers.0.self_attn.k_proj.weight"),
+    ("hidden_size", 48, "lm_head.weight"),
+    ("intermediate_size", 128, "model.layers.0.mlp.down_proj.weight"),
+])
+def test_hyperparameters_that_contradict_shapes_are_refused(llama3, tmp_path, key, value, tensor):
+    src = broken_copy(llama3[0], tmp_path / "m", config={key: value})
+    refused(src, tmp_path, "config.json", key, tensor)
+
+
+def test_vocab_size_that_contradicts_the_embeddings_is_refused(llama3, tmp_path):
+    src = broken_copy(llama3[0], tmp_path / "m", config={"vocab_size": 1000})
+    refused(src, tmp_path, "config.json", "vocab_size")
