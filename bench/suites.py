@@ -144,15 +144,8 @@ PENDING_RERUN = {
     "memlimit": "needs a memory cgroup and a 4 GB file set",
     "bindings": "needs the Rust and Elixir toolchains and release builds",
     "distributed": "needs 4 torch ranks over a 4 GB file, Run:ai's distributed streamer and Open MPI",
-    "open": "issue 28's restructuring (one codec kit, cursor, sources, header) lands in steps this round; one rerun follows the last step",
-    "torch_read": "issue 28's restructuring (one codec kit, cursor, sources, header) lands in steps this round; one rerun follows the last step",
-    "python": "issue 28's restructuring (one codec kit, cursor, sources, header) lands in steps this round; one rerun follows the last step",
-    "convert": "issue 28's restructuring (one codec kit, cursor, sources, header) lands in steps this round; one rerun follows the last step",
-    "torch_convert": "issue 28's restructuring (one codec kit, cursor, sources, header) lands in steps this round; one rerun follows the last step",
-    "crc": "issue 28's restructuring (one codec kit, cursor, sources, header) lands in steps this round; one rerun follows the last step",
-    "load 2 GB": "issue 28's restructuring (one codec kit, cursor, sources, header) lands in steps this round; one rerun follows the last step",
-    "amplification": "issue 28's restructuring (one codec kit, cursor, sources, header) lands in steps this round; one rerun follows the last step",
-    "journal fuzz": "issue 28's restructuring (one codec kit, cursor, sources, header) lands in steps this round; one rerun follows the last step",
+    "amplification": "the hardened suite builds the baseline commit 45ea70f beside this one; the quick suites were rerun on 7efb718, this one was not before the round ended",
+    "journal fuzz": "a 10-minute fuzz campaign on a quiet machine; the quick suites were rerun on 7efb718, this one was not before the round ended",
 }
 
 
