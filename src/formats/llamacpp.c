@@ -23,9 +23,9 @@
 #include "ckpt_gguf.h"
 #include "llamacpp/arch.h"
 #include "llamacpp/llama.h"
-#include "llamacpp/qwen2.h"
+#include "llamacpp/qwen.h"
 
-static const ckpt__lc_family *const families[] = {&ckpt__lc_llama, &ckpt__lc_qwen2};
+static const ckpt__lc_family *const families[] = {&ckpt__lc_llama, &ckpt__lc_qwen2, &ckpt__lc_qwen3};
 
 /* Larger JSON files are not a model's configuration or tokenizer. */
 #define LC_MAX_JSON_BYTES (256u << 20)
@@ -55,6 +55,23 @@ typedef struct lc {
 
 /* ---- files --------------------------------------------------------------- */
 
+/* A file of the model directory, whole, NUL-terminated, in *text (left
+ * NULL when the file is absent). */
+static ckpt_status read_file(lc *c, const char *path, const char *name, char **text, uint64_t *size) {
+    *text = NULL;
+    if (!ckpt__beneath_has(c->root, name)) return CKPT_OK;
+    int fd = -1;
+    ckpt_status st = ckpt__beneath_open(c->root, path, false, &fd, size, c->err);
+    if (st) return st;
+    if (*size > LC_MAX_JSON_BYTES) st = ckpt__fail(c->err, CKPT_E_LIMIT, path, NULL, -1, "%llu bytes is too large "
+                                                   "for a model's configuration file", (unsigned long long)*size);
+    if (!st && !(*text = ckpt__malloc(*size + 1))) st = ckpt__oom(c->err, path, NULL);
+    if (!st) st = ckpt__pread_full(fd, *text, *size, 0, path, c->err);
+    close(fd);
+    if (!st) (*text)[*size] = '\0';
+    return st;
+}
+
 static ckpt_status read_json(lc *c, lc_json *f, const char *name, bool required) {
     f->name = name;
     if (!(f->path = ckpt__path_join(c->dir, name))) return ckpt__oom(c->err, c->dir, NULL);
@@ -63,15 +80,8 @@ static ckpt_status read_json(lc *c, lc_json *f, const char *name, bool required)
         return ckpt__fail(c->err, CKPT_E_NOT_FOUND, f->path, NULL, -1,
                           "llama.cpp's conversion needs %s beside the weights", name);
     }
-    int fd = -1;
     uint64_t size = 0;
-    ckpt_status st = ckpt__beneath_open(c->root, f->path, false, &fd, &size, c->err);
-    if (st) return st;
-    if (size > LC_MAX_JSON_BYTES) st = ckpt__fail(c->err, CKPT_E_LIMIT, f->path, NULL, -1, "%llu bytes is too large "
-                                                  "for a model's JSON file", (unsigned long long)size);
-    if (!st && !(f->text = ckpt__malloc(size + 1))) st = ckpt__oom(c->err, f->path, NULL);
-    if (!st) st = ckpt__pread_full(fd, f->text, size, 0, f->path, c->err);
-    close(fd);
+    ckpt_status st = read_file(c, f->path, name, &f->text, &size);
     if (st) return st;
     size_t at;
     const char *why;
@@ -88,6 +98,17 @@ static void free_json(lc_json *f) {
     ckpt__json_free(&f->doc);
     free(f->text);
     free(f->path);
+}
+
+/* The last component of a directory's path (trailing '/' ignored): its
+ * start, and its length in *n. */
+static const char *dir_base(const char *dir, size_t *n) {
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') len--;
+    const char *base = dir + len;
+    while (base > dir && base[-1] != '/') base--;
+    *n = (size_t)(dir + len - base);
+    return base;
 }
 
 /* Member `key` of object node i of a file, or NULL. */
@@ -266,6 +287,56 @@ static ckpt_status find_family(lc *c) {
                       arch, known);
 }
 
+/* Whether `text` holds one of the "|"-separated `hints` after `prefix`,
+ * ignoring ASCII case (the script compares lower-cased names). */
+static const char *holds_hint(const char *text, const char *prefix, const char *hints, char *which, size_t cap) {
+    for (const char *p = hints; text && p && *p;) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        snprintf(which, cap, "%s%.*s", prefix, (int)n, p);
+        if (strcasestr(text, which)) return which;
+        p = bar ? bar + 1 : NULL;
+    }
+    return NULL;
+}
+
+/* A variant of the family the script converts otherwise (a Qwen3
+ * reranker), found where the script looks for it: refused by name. */
+static ckpt_status refuse_variant(lc *c) {
+    const char *hints = c->family->refused_hint;
+    if (!hints) return CKPT_OK;
+    char which[128];
+    size_t n;
+    const char *base = dir_base(c->dir, &n);
+    char dirname[256];
+    snprintf(dirname, sizeof dirname, "%.*s", (int)(n < 255 ? n : 255), base);
+    const char *keys[] = {"_name_or_path", "model_type", "architectures"};
+    const char *found = holds_hint(dirname, "", hints, which, sizeof which), *where = "the directory's name";
+    for (size_t k = 0; !found && k < sizeof keys / sizeof *keys; k++) {
+        const ckpt__json_node *v = member(&c->config, 0, keys[k]);
+        if (v && v->kind == CKPT__JSON_ARRAY && v->count) v++;
+        if (v && v->kind == CKPT__JSON_STRING && (found = holds_hint(v->str, "", hints, which, sizeof which)))
+            where = keys[k];
+    }
+    char *path = NULL, *readme = NULL;
+    uint64_t size = 0;
+    ckpt_status st = CKPT_OK;
+    if (!found) {
+        if (!(path = ckpt__path_join(c->dir, "README.md"))) return ckpt__oom(c->err, c->dir, NULL);
+        st = read_file(c, path, "README.md", &readme, &size);
+        if (!st && readme && strlen(readme) == size && (found = holds_hint(readme, "# ", hints, which, sizeof which)))
+            where = "README.md";
+    }
+    if (!st && found)
+        st = ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, readme ? path : c->config.path, where, -1,
+                        "a %s model (\"%s\" in %s): the script converts it with a pooling type and a classifier "
+                        "head, which ckpt does not convert",
+                        c->family->name, which, where);
+    free(readme);
+    free(path);
+    return st;
+}
+
 static ckpt_status need_u64(lc *c, const char *names, uint64_t *out, bool *has) {
     char name[64];
     const ckpt__json_node *v = hparam(c, names, name, sizeof name);
@@ -333,6 +404,9 @@ static uint64_t expected_extent(const lc *c, ckpt__lc_dim d, const char **key) {
         *key = c->head_dim_derived ? "num_key_value_heads × (hidden_size / num_attention_heads)"
                                    : "num_key_value_heads × head_dim";
         return c->n_kv * c->head_dim;
+    case CKPT__LC_HEAD:
+        *key = c->head_dim_derived ? "hidden_size / num_attention_heads" : "head_dim";
+        return c->head_dim;
     default: return 0;
     }
 }
@@ -432,11 +506,8 @@ static ckpt_dtype auto_dtype(const ckpt_plan *p) {
  * whitespace, a lower-case word that is not a version or a number
  * title-cased as Python's str.title does. */
 static void model_name(const char *dir, ckpt__buf *b) {
-    size_t len = strlen(dir);
-    while (len > 1 && dir[len - 1] == '/') len--;
-    const char *base = dir + len;
-    while (base > dir && base[-1] != '/') base--;
-    size_t n = (size_t)(dir + len - base);
+    size_t n;
+    const char *base = dir_base(dir, &n);
     bool first = true;
     for (size_t i = 0; i < n;) {
         while (i < n && (base[i] == '-' || base[i] == ' ' || base[i] == '\t')) i++;
@@ -875,6 +946,7 @@ static ckpt_status convert(lc *c) {
                           "a sentence-transformers model (modules.json): the script adds its pooling, which ckpt "
                           "does not convert");
     if (!st) st = find_family(c);
+    if (!st) st = refuse_variant(c);
     if (!st) st = read_hparams(c);
     if (st) return st;
     if (c->dtype == CKPT_DTYPE_INVALID) c->dtype = auto_dtype(c->plan);

@@ -107,12 +107,15 @@ def build_qwen2_tokenizer(out):
 
 
 TOKENIZERS = {"llama3": build_llama3_tokenizer, "qwen2": build_qwen2_tokenizer}
+# Families that ship another family's tokenizer.
+TOKENIZER_OF = {"qwen3": "qwen2"}
 
 
-def write_decoder(out, config, dtype, seed, bias):
+def write_decoder(out, config, dtype, seed, bias, qk_norm=False):
     """config.json and a random model.safetensors of a Llama-style decoder
     of that config (lm_head unless the embeddings are tied; Q/K/V biases
-    with `bias`), drawn in a fixed order from a seeded generator."""
+    with `bias`; Q and K norms of a head with `qk_norm`), drawn in a fixed
+    order from a seeded generator."""
     hidden, ff, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
     heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
     head_dim = config.get("head_dim", hidden // heads)
@@ -133,6 +136,8 @@ def write_decoder(out, config, dtype, seed, bias):
             sd[p + f"{proj}_proj.weight"] = w(rows, hidden)
             if bias:
                 sd[p + f"{proj}_proj.bias"] = w(rows)
+        if qk_norm:
+            sd |= {p + "q_norm.weight": w(head_dim), p + "k_norm.weight": w(head_dim)}
         p = f"model.layers.{i}."
         sd |= {p + "self_attn.o_proj.weight": w(hidden, heads * head_dim), p + "mlp.gate_proj.weight": w(ff, hidden),
                p + "mlp.up_proj.weight": w(ff, hidden), p + "mlp.down_proj.weight": w(hidden, ff)}
@@ -154,6 +159,24 @@ def tiny_qwen2(out, dtype=torch.bfloat16, seed=2):
         "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "sliding_window": None,
         "tie_word_embeddings": True, "use_cache": True, "use_sliding_window": False, "vocab_size": vocab}
     write_decoder(out, config, dtype, seed, bias=True)
+
+
+def tiny_qwen3(out, dtype=torch.bfloat16, seed=3, **config_changes):
+    """A random Qwen3 of 2 layers and hidden size 32 (4 heads of 16, wider
+    than hidden_size / heads, 2 KV heads), Q and K norms, no biases, the
+    embeddings tied."""
+    hidden, ff, layers, heads, kv_heads, head_dim, vocab = 32, 64, 2, 4, 2, 16, 151936
+    config = {
+        "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 151643, "dtype": "bfloat16", "eos_token_id": 151645, "head_dim": head_dim,
+        "hidden_act": "silu", "hidden_size": hidden, "initializer_range": 0.02, "intermediate_size": ff,
+        "layer_types": ["full_attention"] * layers, "max_position_embeddings": 40960, "max_window_layers": layers,
+        "model_type": "qwen3", "num_attention_heads": heads, "num_hidden_layers": layers,
+        "num_key_value_heads": kv_heads, "rms_norm_eps": 1e-06,
+        "rope_parameters": {"rope_theta": 1000000, "rope_type": "default"}, "sliding_window": None,
+        "tie_word_embeddings": True, "use_cache": True, "use_sliding_window": False, "vocab_size": vocab}
+    config |= config_changes
+    write_decoder(out, config, dtype, seed, bias=False, qk_norm=True)
 
 
 def tiny_llama(out, dtype=torch.bfloat16, seed=0, **config_changes):
@@ -196,11 +219,12 @@ def models(tmp_path_factory):
     """Each family's model directory and the script's file for each outtype."""
     assert SCRIPT.is_file(), f"{SCRIPT} is missing: `make llama-cpp-ref` unpacks llama.cpp's conversion"
     root = tmp_path_factory.mktemp("llamacpp")
-    dirs = {"llama3": root / "tiny-llama3", "qwen2": root / "tiny-qwen2"}
+    dirs = {"llama3": root / "tiny-llama3", "qwen2": root / "tiny-qwen2", "qwen3": root / "tiny-qwen3"}
     tiny_llama(dirs["llama3"])
     tiny_qwen2(dirs["qwen2"])
+    tiny_qwen3(dirs["qwen3"])
     for family, d in dirs.items():
-        tokenizer(family, d)
+        tokenizer(TOKENIZER_OF.get(family, family), d)
     jobs = [(f, t) for f in dirs for t in OUTTYPES]
     with ThreadPoolExecutor(max_workers=3) as pool:
         refs = dict(zip(jobs, pool.map(lambda j: reference(dirs[j[0]], j[1]), jobs)))
@@ -213,7 +237,7 @@ def llama3(models):
 
 
 @pytest.mark.parametrize("outtype", OUTTYPES)
-@pytest.mark.parametrize("family", ["llama3", "qwen2"])
+@pytest.mark.parametrize("family", ["llama3", "qwen2", "qwen3"])
 def test_the_scripts_file_byte_for_byte(models, family, outtype, tmp_path):
     model, refs = models[family]
     dst = tmp_path / "model.gguf"
@@ -309,6 +333,16 @@ def test_missing_tokenizer_is_refused(llama3, tmp_path):
 def test_hyperparameters_that_contradict_shapes_are_refused(llama3, tmp_path, key, value, tensor):
     src = broken_copy(llama3[0], tmp_path / "m", config={key: value})
     refused(src, tmp_path, "config.json", key, tensor)
+
+
+@pytest.mark.parametrize("where", ["name", "readme"])
+def test_qwen3_reranker_is_refused(models, tmp_path, where):
+    """The script converts a Qwen3 reranker with a pooling type and a
+    classifier head made of two rows of the output: refused by its hint."""
+    src = broken_copy(models["qwen3"][0], tmp_path / ("Qwen3-Reranker-0.6B" if where == "name" else "m"))
+    if where == "readme":
+        (src / "README.md").write_text("---\nlicense: apache-2.0\n---\n# Qwen3-Reranker-0.6B\n")
+    refused(src, tmp_path, "qwen3-reranker", "README.md" if where == "readme" else "directory")
 
 
 def test_vocab_size_that_contradicts_the_embeddings_is_refused(llama3, tmp_path):

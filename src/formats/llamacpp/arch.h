@@ -2,7 +2,7 @@
  * arch.h — the shape of an architecture family's data for the conversion
  * of a Hugging Face model directory into the GGUF file llama.cpp runs
  * (llamacpp.c): what convert_hf_to_gguf.py does for the family, as tables.
- * Each family's tables live in one file beside this one (llama.h, qwen2.h); the
+ * Each family's tables live in one file beside this one (llama.h, qwen.h); the
  * converter holds no family's names.
  */
 #ifndef CKPT_FORMATS_LLAMACPP_ARCH_H
@@ -39,6 +39,7 @@ typedef enum ckpt__lc_dim {
     CKPT__LC_FF,     /* intermediate_size */
     CKPT__LC_Q,      /* num_attention_heads × the head dimension */
     CKPT__LC_KV,     /* num_key_value_heads × the head dimension */
+    CKPT__LC_HEAD,   /* the head dimension */
 } ckpt__lc_dim;
 
 /* Which rows the script reorders for llama.cpp's RoPE (LlamaModel.permute). */
@@ -73,6 +74,9 @@ typedef struct ckpt__lc_family {
     const ckpt__lc_pre *pres;         /* terminated by a NULL regex */
     bool add_space_prefix;            /* tokenizer_config's add_prefix_space as tokenizer.ggml.add_space_prefix
                                          (LlamaModel.set_vocab writes it; others do not) */
+    const char *refused_hint;         /* a variant the script converts otherwise (more key-values, other tensors),
+                                         refused when the directory's name, config.json's _name_or_path, model_type
+                                         or architecture, or README.md's "# " heading holds it; or NULL */
 } ckpt__lc_family;
 
 /* TextModel.set_gguf_parameters' key-values, which every family's table
