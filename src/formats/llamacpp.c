@@ -17,6 +17,7 @@
 
 #include "../catalog_internal.h"
 #include "../plan_internal.h"
+#include "../base/cursor.h"
 #include "../base/json.h"
 #include "../io/beneath.h"
 #include "../io/file.h"
@@ -549,10 +550,13 @@ static void size_label(uint64_t params, char *out, size_t cap) {
 
 /* ---- the tokenizer ------------------------------------------------------- */
 
+/* llama.cpp's token types, SentencePiece's piece types alike. */
 #define TOKEN_NORMAL 1
-#define TOKEN_UNUSED 5
+#define TOKEN_UNKNOWN 2
 #define TOKEN_CONTROL 3
 #define TOKEN_USER_DEFINED 4
+#define TOKEN_UNUSED 5
+#define TOKEN_BYTE 6
 
 /* The script's does_token_look_special. */
 static bool looks_special(const char *s, size_t n) {
@@ -562,6 +566,15 @@ static bool looks_special(const char *s, size_t n) {
 #define ENDS(a, b) (n >= strlen(a) + strlen(b) && !memcmp(s, a, strlen(a)) && !memcmp(s + n - strlen(b), b, strlen(b)))
     return ENDS("<|", "|>") || ENDS("<\xef\xbd\x9c", "\xef\xbd\x9c>") || ENDS("<unused", ">");
 #undef ENDS
+}
+
+/* A user-defined token's U+2581 as spaces, as the script writes it
+ * ("pre-normalize user-defined spaces"). */
+static void spaces_restored(const char *s, size_t len, ckpt__buf *out) {
+    for (size_t k = 0; k < len; k++) {
+        if (k + 3 <= len && !memcmp(s + k, "\xe2\x96\x81", 3)) ckpt__buf_puts(out, " "), k += 2;
+        else ckpt__buf_append(out, s + k, 1);
+    }
 }
 
 typedef struct token_slot {
@@ -618,11 +631,8 @@ static ckpt_status write_tokens(lc *c, uint32_t vocab_node) {
                 ckpt__buf_json_string(&c->out, pad);
                 slots[id].type = TOKEN_UNUSED;
             } else if (slots[id].type == TOKEN_USER_DEFINED && strstr(t->str, "\xe2\x96\x81")) {
-                ckpt__buf spaced = {0}; /* user-defined tokens' U+2581 as spaces, as the script writes them */
-                for (size_t k = 0; k < t->len; k++) {
-                    if (k + 3 <= t->len && !memcmp(t->str + k, "\xe2\x96\x81", 3)) ckpt__buf_puts(&spaced, " "), k += 2;
-                    else ckpt__buf_append(&spaced, t->str + k, 1);
-                }
+                ckpt__buf spaced = {0};
+                spaces_restored(t->str, t->len, &spaced);
                 if (spaced.failed) st = ckpt__oom(c->err, f->path, NULL);
                 ckpt__buf_json_string_n(&c->out, spaced.data ? spaced.data : "", spaced.len);
                 free(spaced.data);
@@ -697,6 +707,7 @@ typedef struct special_vocab {
     bool has_id[SP_COUNT];
     int add_order[SP_COUNT], add_count;
     bool add[SP_COUNT], has_add[SP_COUNT];
+    uint64_t n_vocab; /* ids at or above it are skipped; 0: no bound */
 } special_vocab;
 
 static void set_add(special_vocab *s, int t, bool v, bool only_if_unset) {
@@ -706,7 +717,7 @@ static void set_add(special_vocab *s, int t, bool v, bool only_if_unset) {
 }
 
 static void set_id(special_vocab *s, int t, uint64_t id) {
-    if (s->has_id[t]) return;
+    if (s->has_id[t] || (s->n_vocab && id >= s->n_vocab)) return;
     s->has_id[t] = true, s->ids[t] = id, s->id_order[s->id_count++] = t;
 }
 
@@ -823,13 +834,15 @@ static void tokenizer_config_tokens(lc *c, special_vocab *s) {
     }
 }
 
-/* gguf.SpecialVocab(load_merges=True).add_to_gguf: merges, special token
- * ids, whether they are added, and the chat template. */
-static ckpt_status write_special_vocab(lc *c, const ckpt__json_node *merges) {
+/* gguf.SpecialVocab(load_merges=True, n_vocab=n_vocab).add_to_gguf:
+ * merges (NULL: none loaded), special token ids (below n_vocab, unless
+ * 0), whether they are added, and the chat template. */
+static ckpt_status write_special_vocab(lc *c, const ckpt__json_node *merges, uint64_t n_vocab) {
     ckpt_status st = write_merges(c, merges);
     if (st) return st;
     special_vocab s;
     memset(&s, 0, sizeof s);
+    s.n_vocab = n_vocab;
     for (int t = 0; t < SP_EOT; t++) s.types[t] = true;
     if (c->tok_config.present) {
         s.token[SP_BOS] = token_text(c, "bos_token"), s.token[SP_EOS] = token_text(c, "eos_token");
@@ -903,16 +916,238 @@ static ckpt_status pre_tokenizer(lc *c, const char **name) {
                       "a BPE pre-tokenizer llama.cpp does not know under a name ckpt knows (ckpt knows Llama 3's)");
 }
 
+/* ---- SentencePiece (tokenizer.model) ------------------------------------- */
+
+/* A piece of a SentencePiece model: its text (in the file's bytes), score
+ * and type (sentencepiece_model.proto's SentencePiece: piece = 1,
+ * score = 2, type = 3, NORMAL by default). */
+typedef struct spm_piece {
+    const char *text;
+    size_t len;
+    float score;
+    int type;
+} spm_piece;
+
+/* A protobuf field's value skipped by its wire type; false for a type no
+ * SentencePiece model has (groups). */
+static bool pb_skip(ckpt__rd *r, unsigned wire) {
+    size_t n;
+    switch (wire) {
+    case 0: ckpt__rd_uvarint(r); return true;
+    case 1: return ckpt__rd_skip(r, 8);
+    case 2:
+        n = (size_t)ckpt__rd_uvarint(r);
+        return !r->bad && n <= ckpt__rd_left(r) && ckpt__rd_skip(r, n);
+    case 5: return ckpt__rd_skip(r, 4);
+    default: return false;
+    }
+}
+
+/* One SentencePiece message of `len` bytes at the cursor. */
+static bool spm_read_piece(ckpt__rd *r, size_t len, spm_piece *p) {
+    size_t end = r->at + len;
+    *p = (spm_piece){NULL, 0, 0.0f, TOKEN_NORMAL};
+    while (!r->bad && r->at < end) {
+        uint64_t tag = ckpt__rd_uvarint(r);
+        unsigned field = (unsigned)(tag >> 3), wire = (unsigned)(tag & 7);
+        if (field == 1 && wire == 2) {
+            size_t n = (size_t)ckpt__rd_uvarint(r);
+            if (r->bad || n > end - r->at) return false;
+            p->text = (const char *)ckpt__rd_bytes(r, n), p->len = n;
+        } else if (field == 2 && wire == 5) {
+            uint32_t bits = ckpt__rd_u32(r);
+            memcpy(&p->score, &bits, 4);
+        } else if (field == 3 && wire == 0) {
+            uint64_t t = ckpt__rd_uvarint(r);
+            if (t < TOKEN_NORMAL || t > TOKEN_BYTE) return false;
+            p->type = (int)t;
+        } else if (!pb_skip(r, wire)) {
+            return false;
+        }
+    }
+    return !r->bad && r->at == end && p->text;
+}
+
+/* tokenizer.model's pieces (ModelProto's field 1, in order), pointing
+ * into `bytes`; the rest of the model (trainer and normalizer specs) is
+ * not what the script reads. */
+static ckpt_status spm_read(lc *c, const char *path, const char *bytes, size_t size, spm_piece **pieces,
+                            size_t *count) {
+    *pieces = NULL, *count = 0;
+    spm_piece *v = NULL;
+    size_t n = 0, start = 0;
+    bool ok = true;
+    for (int pass = 0; ok && pass < 2; pass++) { /* count the pieces, then read them */
+        if (pass && !(v = ckpt__calloc(n ? n : 1, sizeof *v))) return ckpt__oom(c->err, path, NULL);
+        ckpt__rd r = ckpt__rd_over(bytes, size, 0);
+        for (n = 0; ok && !r.bad && ckpt__rd_left(&r);) {
+            start = r.at;
+            uint64_t tag = ckpt__rd_uvarint(&r);
+            if (tag != (1u << 3 | 2)) {
+                ok = pb_skip(&r, (unsigned)(tag & 7));
+                continue;
+            }
+            size_t len = (size_t)ckpt__rd_uvarint(&r);
+            ok = !r.bad && len <= ckpt__rd_left(&r);
+            if (ok && !pass) ckpt__rd_skip(&r, len);
+            else if (ok) ok = spm_read_piece(&r, len, &v[n]) && isfinite(v[n].score) &&
+                              ckpt__utf8_check((const unsigned char *)v[n].text, v[n].len) == v[n].len;
+            n++;
+        }
+        ok = ok && !r.bad;
+    }
+    if (!ok || !n) {
+        free(v);
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, path, n ? NULL : "pieces", (int64_t)start,
+                          n ? "not a SentencePiece model: piece %zu is not a UTF-8 text with a finite score and a "
+                              "known type"
+                            : "not a SentencePiece model (no pieces)",
+                          n ? n - 1 : 0);
+    }
+    *pieces = v, *count = n;
+    return CKPT_OK;
+}
+
+typedef struct spm_vocab {
+    const char **text; /* NULL: "[PAD<id>]" */
+    size_t *len;
+    char **owned;      /* texts made here (spaces restored), freed after */
+    float *score;
+    int *type;
+} spm_vocab;
+
+static void spm_set(spm_vocab *v, uint64_t id, const char *text, size_t len, float score, int type) {
+    v->text[id] = text, v->len[id] = len, v->score[id] = score, v->type[id] = type;
+}
+
+/* added_tokens.json's tokens: user-defined, score -1000, in the file's order. */
+static ckpt_status spm_added_tokens_json(lc *c, lc_json *f, spm_vocab *v) {
+    ckpt_status st = read_json(c, f, "added_tokens.json", false);
+    if (st || !f->present) return st;
+    const ckpt__json_node *o = &f->doc.nodes[0];
+    for (uint32_t i = 1, k = 0; k < o->count; k++, i = f->doc.nodes[i + 1].end) {
+        uint64_t id;
+        if (!ckpt__json_u64(&f->doc.nodes[i + 1], &id))
+            return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, f->doc.nodes[i].str, f->doc.nodes[i + 1].offset,
+                              "a token id must be a whole number");
+        if (id < c->vocab) spm_set(v, id, f->doc.nodes[i].str, f->doc.nodes[i].len, -1000.0f, TOKEN_USER_DEFINED);
+    }
+    return CKPT_OK;
+}
+
+/* tokenizer_config.json's added_tokens_decoder: control when special (or
+ * looking so), else user-defined with U+2581 as spaces; score -1000. */
+static ckpt_status spm_added_tokens_decoder(lc *c, spm_vocab *v) {
+    const lc_json *f = &c->tok_config;
+    const ckpt__json_node *d = member(f, 0, "added_tokens_decoder");
+    if (!d || d->kind != CKPT__JSON_OBJECT) return CKPT_OK;
+    for (uint32_t i = node_index(f, d) + 1, k = 0; k < d->count; k++, i = f->doc.nodes[i + 1].end) {
+        const ckpt__json_node *key = &f->doc.nodes[i];
+        const ckpt__json_node *content = member(f, i + 1, "content"), *special = member(f, i + 1, "special");
+        char *end;
+        errno = 0;
+        unsigned long long id = strtoull(key->str, &end, 10);
+        if (errno || end == key->str || *end || !content || content->kind != CKPT__JSON_STRING)
+            return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, "added_tokens_decoder", key->offset,
+                              "an added token is {\"<id>\": {\"content\": …}}");
+        if (id >= c->vocab) continue;
+        if ((special && special->kind == CKPT__JSON_TRUE) || looks_special(content->str, content->len)) {
+            spm_set(v, id, content->str, content->len, -1000.0f, TOKEN_CONTROL);
+            continue;
+        }
+        ckpt__buf spaced = {0};
+        spaces_restored(content->str, content->len, &spaced);
+        if (spaced.failed || !(v->owned[id] = spaced.data ? spaced.data : ckpt__malloc(1))) {
+            free(spaced.data);
+            return ckpt__oom(c->err, f->path, NULL);
+        }
+        spm_set(v, id, v->owned[id], spaced.len, -1000.0f, TOKEN_USER_DEFINED);
+    }
+    return CKPT_OK;
+}
+
+static void spm_write(lc *c, const spm_vocab *v) {
+    kv_array_begin(c, "tokenizer.ggml.tokens", "string");
+    char pad[40];
+    for (uint64_t id = 0; id < c->vocab; id++) {
+        if (id) ckpt__buf_puts(&c->out, ", ");
+        if (v->text[id]) {
+            ckpt__buf_json_string_n(&c->out, v->text[id], v->len[id]);
+        } else {
+            snprintf(pad, sizeof pad, "[PAD%llu]", (unsigned long long)id);
+            ckpt__buf_json_string(&c->out, pad);
+        }
+    }
+    ckpt__buf_puts(&c->out, "]}");
+    kv_array_begin(c, "tokenizer.ggml.scores", "f32");
+    for (uint64_t id = 0; id < c->vocab; id++) {
+        if (id) ckpt__buf_puts(&c->out, ", ");
+        ckpt__buf_json_float(&c->out, (double)v->score[id]);
+    }
+    ckpt__buf_puts(&c->out, "]}");
+    kv_array_begin(c, "tokenizer.ggml.token_type", "i32");
+    for (uint64_t id = 0; id < c->vocab; id++) {
+        char n[4] = {(char)('0' + v->type[id]), 0};
+        if (id) ckpt__buf_puts(&c->out, ", ");
+        ckpt__buf_puts(&c->out, n);
+    }
+    ckpt__buf_puts(&c->out, "]}");
+}
+
+/* The script's _set_vocab_sentencepiece: tokenizer.model's pieces (their
+ * types as SentencePieceProcessor reports them: user-defined pieces are
+ * normal), added_tokens.json and tokenizer_config.json's added tokens
+ * over them, "[PAD<id>]" (unused, score -10000) up to vocab_size; then
+ * gguf.SpecialVocab without merges. */
+static ckpt_status write_sentencepiece(lc *c) {
+    char *path = ckpt__path_join(c->dir, "tokenizer.model"), *bytes = NULL;
+    if (!path) return ckpt__oom(c->err, c->dir, NULL);
+    uint64_t size = 0;
+    spm_piece *pieces = NULL;
+    size_t count = 0;
+    lc_json added = {0};
+    spm_vocab v = {0};
+    size_t n = c->vocab ? c->vocab : 1;
+    ckpt_status st = read_file(c, path, "tokenizer.model", &bytes, &size);
+    if (!st) st = spm_read(c, path, bytes, size, &pieces, &count);
+    if (!st && (!(v.text = ckpt__calloc(n, sizeof *v.text)) || !(v.len = ckpt__calloc(n, sizeof *v.len)) ||
+                !(v.owned = ckpt__calloc(n, sizeof *v.owned)) || !(v.score = ckpt__calloc(n, sizeof *v.score)) ||
+                !(v.type = ckpt__calloc(n, sizeof *v.type))))
+        st = ckpt__oom(c->err, path, NULL);
+    if (!st) {
+        for (uint64_t id = 0; id < c->vocab; id++) spm_set(&v, id, NULL, 0, -10000.0f, TOKEN_UNUSED);
+        for (size_t id = 0; id < count && id < c->vocab; id++)
+            spm_set(&v, id, pieces[id].text, pieces[id].len, pieces[id].score,
+                    pieces[id].type == TOKEN_USER_DEFINED ? TOKEN_NORMAL : pieces[id].type);
+        st = spm_added_tokens_json(c, &added, &v);
+    }
+    if (!st) st = spm_added_tokens_decoder(c, &v);
+    if (!st) {
+        kv_string(c, "tokenizer.ggml.model", "llama", 5);
+        kv_string(c, "tokenizer.ggml.pre", "default", 7);
+        spm_write(c, &v);
+        st = write_special_vocab(c, NULL, c->vocab);
+    }
+    for (size_t id = 0; v.owned && id < n; id++) free(v.owned[id]);
+    free(v.text), free(v.len), free(v.owned), free(v.score), free(v.type);
+    free_json(&added);
+    free(pieces);
+    free(bytes);
+    free(path);
+    return st;
+}
+
 /* LlamaModel.set_vocab for a tokenizer.json of byte-level BPE (Llama 3's):
  * the script's _set_vocab_gpt2 and gguf.SpecialVocab. */
 static ckpt_status write_tokenizer(lc *c) {
-    if (ckpt__beneath_has(c->root, "tokenizer.model"))
-        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->tokenizer.path, "tokenizer.model", -1,
-                          "a SentencePiece tokenizer (tokenizer.model): ckpt converts byte-level BPE tokenizers "
-                          "(tokenizer.json) only");
-    ckpt_status st = read_json(c, &c->tokenizer, "tokenizer.json", true);
+    bool spm = ckpt__beneath_has(c->root, "tokenizer.model");
+    ckpt_status st = read_json(c, &c->tokenizer, "tokenizer.json", !spm);
     if (!st) st = read_json(c, &c->tok_config, "tokenizer_config.json", false);
     if (st) return st;
+    const ckpt__json_node *space = member(&c->tok_config, 0, "add_prefix_space");
+    if (c->family->add_space_prefix && space && (space->kind == CKPT__JSON_TRUE || space->kind == CKPT__JSON_FALSE))
+        kv_bool(c, "tokenizer.ggml.add_space_prefix", space->kind == CKPT__JSON_TRUE);
+    if (spm) return write_sentencepiece(c);
     lc_json *f = &c->tokenizer;
     const ckpt__json_node *model = member(f, 0, "model");
     uint32_t mi = model ? node_index(f, model) : 0;
@@ -928,13 +1163,10 @@ static ckpt_status write_tokenizer(lc *c) {
                           "ckpt converts byte-level BPE tokenizers (decoder ByteLevel)");
     const char *pre = NULL;
     if ((st = pre_tokenizer(c, &pre))) return st;
-    const ckpt__json_node *space = member(&c->tok_config, 0, "add_prefix_space");
-    if (c->family->add_space_prefix && space && (space->kind == CKPT__JSON_TRUE || space->kind == CKPT__JSON_FALSE))
-        kv_bool(c, "tokenizer.ggml.add_space_prefix", space->kind == CKPT__JSON_TRUE);
     kv_string(c, "tokenizer.ggml.model", "gpt2", 4);
     kv_string(c, "tokenizer.ggml.pre", pre, strlen(pre));
     if ((st = write_tokens(c, node_index(f, vocab)))) return st;
-    return write_special_vocab(c, member(f, mi, "merges"));
+    return write_special_vocab(c, member(f, mi, "merges"), 0);
 }
 
 /* ---- the conversion ------------------------------------------------------ */

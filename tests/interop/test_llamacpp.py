@@ -47,7 +47,7 @@ def tokenizer(family, out):
             os.rename(tmp, kept)
         except OSError:  # another run kept it first
             pass
-    for f in ("tokenizer.json", "tokenizer_config.json"):
+    for f in TOKENIZER_FILES.get(family, ("tokenizer.json", "tokenizer_config.json")):
         (out / f).write_bytes((kept / f).read_bytes())
 
 
@@ -106,7 +106,59 @@ def build_qwen2_tokenizer(out):
         "tokenizer_class": "Qwen2Tokenizer", "chat_template": template}, indent=2))
 
 
-TOKENIZERS = {"llama3": build_llama3_tokenizer, "qwen2": build_qwen2_tokenizer}
+def sentencepiece_model(name, out):
+    """tokenizer.model of a vendored SentencePiece vocab file (Llama 2's
+    BPE with byte fallback: its pieces, scores and types), as
+    sentencepiece_model.proto spells it; checked by SentencePieceProcessor."""
+    from sentencepiece import SentencePieceProcessor
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
+    try:
+        import gguf
+        r = gguf.GGUFReader(LLAMA_CPP / "models" / name)
+        fields = [r.fields[f"tokenizer.ggml.{k}"].contents() for k in ("tokens", "scores", "token_type")]
+    finally:
+        sys.path.remove(str(LLAMA_CPP / "gguf-py"))
+    m = pb.ModelProto()
+    for text, score, kind in zip(*fields):
+        if kind in (3, 4) and len(m.pieces) >= 32000:
+            break  # added tokens: tokenizer_config.json's, not the model's
+        piece = m.pieces.add()
+        piece.piece, piece.score, piece.type = text, score, {4: 1}.get(kind, kind)
+    spec = m.trainer_spec
+    spec.model_type, spec.vocab_size, spec.byte_fallback = 2, len(m.pieces), True
+    spec.unk_id, spec.bos_id, spec.eos_id, spec.pad_id = 0, 1, 2, -1
+    norm = m.normalizer_spec
+    norm.name, norm.add_dummy_prefix, norm.remove_extra_whitespaces, norm.escape_whitespaces = "identity", True, False, True
+    (out / "tokenizer.model").write_bytes(m.SerializeToString())
+    sp = SentencePieceProcessor()
+    sp.LoadFromFile(str(out / "tokenizer.model"))
+    assert sp.encode("Hello world") == [15043, 3186]
+
+
+def build_llama2_tokenizer(out):
+    """Llama 2's: tokenizer.model, the tokenizer.json transformers makes of
+    it (a BOS template), and Llama-2-chat's tokenizer_config.json."""
+    from transformers import LlamaTokenizer
+    sentencepiece_model("ggml-vocab-llama-spm.gguf", out)
+    LlamaTokenizer(vocab_file=str(out / "tokenizer.model"), add_bos_token=True, add_eos_token=False)\
+        .save_pretrained(str(out / "hf"))
+    os.replace(out / "hf" / "tokenizer.json", out / "tokenizer.json")
+    special = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "add_bos_token": True, "add_eos_token": False,
+        "added_tokens_decoder": {str(i): {"content": t, **special} for i, t in enumerate(["<unk>", "<s>", "</s>"])},
+        "bos_token": "<s>", "clean_up_tokenization_spaces": False, "eos_token": "</s>", "legacy": False,
+        "model_max_length": 1000000000000000019884624838656, "pad_token": None, "padding_side": "right",
+        "sp_model_kwargs": {}, "tokenizer_class": "LlamaTokenizer", "unk_token": "<unk>", "use_default_system_prompt": False,
+        "chat_template": "{% for m in messages %}{% if m['role'] == 'user' %}{{ bos_token + '[INST] ' + m['content'] "
+                         "+ ' [/INST]' }}{% else %}{{ ' ' + m['content'] + ' ' + eos_token }}{% endif %}{% endfor %}"},
+        indent=2))
+
+
+TOKENIZERS = {"llama3": build_llama3_tokenizer, "qwen2": build_qwen2_tokenizer, "llama2": build_llama2_tokenizer}
+# The files each family's tokenizer is made of.
+TOKENIZER_FILES = {"llama2": ("tokenizer.model", "tokenizer.json", "tokenizer_config.json")}
 # Families that ship another family's tokenizer.
 TOKENIZER_OF = {"qwen3": "qwen2"}
 
@@ -195,6 +247,24 @@ def tiny_llama(out, dtype=torch.bfloat16, seed=0, **config_changes):
     write_decoder(out, config, dtype, seed, bias=False)
 
 
+def tiny_llama2(out, dtype=torch.float16, seed=4, **config_changes):
+    """A random Llama 2 of 2 layers and hidden size 32 (4 heads of 8, as
+    many KV heads), f16 weights, with Llama 2's SentencePiece tokenizer;
+    config.json as transformers 5 writes Llama 2's (rope_parameters and
+    head_dim filled in: the script reads the config through AutoConfig)."""
+    hidden, ff, layers, heads, vocab = 32, 64, 2, 4, 32000
+    config = {
+        "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 1, "dtype": "float16", "eos_token_id": 2, "head_dim": hidden // heads, "hidden_act": "silu",
+        "hidden_size": hidden, "initializer_range": 0.02, "intermediate_size": ff, "max_position_embeddings": 4096,
+        "mlp_bias": False, "model_type": "llama", "num_attention_heads": heads, "num_hidden_layers": layers,
+        "num_key_value_heads": heads, "pad_token_id": None, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "tie_word_embeddings": False,
+        "transformers_version": "5.23.0", "use_cache": True, "vocab_size": vocab}
+    config |= config_changes
+    write_decoder(out, config, dtype, seed, bias=False)
+
+
 def reference(model, outtype):
     """llama.cpp's conversion, with the venv's Python: kept beside the
     unpacked script under the digest of the model's files (the models are
@@ -219,8 +289,10 @@ def models(tmp_path_factory):
     """Each family's model directory and the script's file for each outtype."""
     assert SCRIPT.is_file(), f"{SCRIPT} is missing: `make llama-cpp-ref` unpacks llama.cpp's conversion"
     root = tmp_path_factory.mktemp("llamacpp")
-    dirs = {"llama3": root / "tiny-llama3", "qwen2": root / "tiny-qwen2", "qwen3": root / "tiny-qwen3"}
+    dirs = {"llama3": root / "tiny-llama3", "qwen2": root / "tiny-qwen2", "qwen3": root / "tiny-qwen3",
+            "llama2": root / "tiny-llama2"}
     tiny_llama(dirs["llama3"])
+    tiny_llama2(dirs["llama2"])
     tiny_qwen2(dirs["qwen2"])
     tiny_qwen3(dirs["qwen3"])
     for family, d in dirs.items():
@@ -237,7 +309,7 @@ def llama3(models):
 
 
 @pytest.mark.parametrize("outtype", OUTTYPES)
-@pytest.mark.parametrize("family", ["llama3", "qwen2", "qwen3"])
+@pytest.mark.parametrize("family", ["llama3", "llama2", "qwen2", "qwen3"])
 def test_the_scripts_file_byte_for_byte(models, family, outtype, tmp_path):
     model, refs = models[family]
     dst = tmp_path / "model.gguf"
@@ -255,6 +327,21 @@ def test_mistral_is_the_scripts_file_byte_for_byte(llama3, tmp_path):
                rope_parameters={"rope_theta": 1000000.0, "rope_type": "default"})
     for f in ("tokenizer.json", "tokenizer_config.json"):
         os.link(llama3[0] / f, model / f)
+    ref = reference(model, "bf16")
+    dst = tmp_path / "model.gguf"
+    r = ckpt("convert", model, dst, "--dtype", "bf16", "-q")
+    assert r.returncode == 0, r.stderr
+    assert dst.read_bytes() == ref.read_bytes()
+
+
+def test_mistral_with_sentencepiece_is_the_scripts_file_byte_for_byte(models, tmp_path):
+    """Mistral 7B v0.1's shape of directory: LlamaModel with the
+    SentencePiece tokenizer (tokenizer.model beside tokenizer.json)."""
+    model = tmp_path / "tiny-mistral-spm"
+    tiny_llama2(model, dtype=torch.bfloat16, seed=5, architectures=["MistralForCausalLM"], model_type="mistral",
+                num_key_value_heads=2, sliding_window=4096)
+    for f in TOKENIZER_FILES["llama2"]:
+        os.link(models["llama2"][0] / f, model / f)
     ref = reference(model, "bf16")
     dst = tmp_path / "model.gguf"
     r = ckpt("convert", model, dst, "--dtype", "bf16", "-q")
@@ -317,6 +404,15 @@ def test_sentence_transformers_pooling_is_refused(llama3, tmp_path):
     src = broken_copy(llama3[0], tmp_path / "m")
     (src / "modules.json").write_text('[{"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]')
     refused(src, tmp_path, "config.json", "modules.json")
+
+
+@pytest.mark.parametrize("garbage", [b"", b"\x0a\x05\x0a\x03ab", b"\x0a\x04\x0a\x02\xff\xfe", b"\x0b\x00"])
+def test_broken_sentencepiece_model_is_refused(models, tmp_path, garbage):
+    """tokenizer.model that is no SentencePiece model (empty, a piece cut
+    short, a piece that is not UTF-8, a group) is refused by name."""
+    src = broken_copy(models["llama2"][0], tmp_path / "m", drop=("tokenizer.model",))
+    (src / "tokenizer.model").write_bytes(garbage)
+    refused(src, tmp_path, "tokenizer.model", "SentencePiece")
 
 
 def test_missing_tokenizer_is_refused(llama3, tmp_path):
