@@ -24,9 +24,10 @@
 #include "ckpt_gguf.h"
 #include "llamacpp/arch.h"
 #include "llamacpp/llama.h"
+#include "llamacpp/phi3.h"
 #include "llamacpp/qwen.h"
 
-static const ckpt__lc_family *const families[] = {&ckpt__lc_llama, &ckpt__lc_qwen2, &ckpt__lc_qwen3};
+static const ckpt__lc_family *const families[] = {&ckpt__lc_llama, &ckpt__lc_qwen2, &ckpt__lc_qwen3, &ckpt__lc_phi3};
 
 /* Larger JSON files are not a model's configuration or tokenizer. */
 #define LC_MAX_JSON_BYTES (256u << 20)
@@ -228,10 +229,43 @@ static ckpt_status kv_rope_theta(lc *c, const char *key, const ckpt__lc_kv *rule
     const ckpt__json_node *v = rp ? member(&c->config, rp, "rope_theta") : NULL;
     char name[64];
     if (!v || v->kind == CKPT__JSON_NULL) v = hparam(c, rule->hparams, name, sizeof name);
+    if (!v && rule->required)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_theta", -1,
+                          "config.json has no rope_theta, which %s needs", key);
     if (!v) return CKPT_OK;
     if (v->kind != CKPT__JSON_NUMBER)
         return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_theta", v->offset, "not a number");
     kv_number(c, key, "f32", v);
+    return CKPT_OK;
+}
+
+/* The RoPE parameters' first member of "a|b" present, or NULL. */
+static const ckpt__json_node *rope_param(const lc *c, const char *names, char *found, size_t cap) {
+    uint32_t rp = rope_parameters(c);
+    for (const char *p = names; rp && p && *p;) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        snprintf(found, cap, "%.*s", (int)n, p);
+        const ckpt__json_node *v = member(&c->config, rp, found);
+        if (v && v->kind != CKPT__JSON_NULL) return v;
+        p = bar ? bar + 1 : NULL;
+    }
+    return NULL;
+}
+
+/* rope.dimension_count of a partial rotary embedding, as the script
+ * computes it: int(factor * hidden_size) // num_attention_heads. */
+static ckpt_status kv_rope_dim_partial(lc *c, const char *key) {
+    char name[64];
+    const ckpt__json_node *v = rope_param(c, "partial_rotary_factor", name, sizeof name);
+    if (!v) v = hparam(c, "partial_rotary_factor|rope_pct|rope_percent", name, sizeof name);
+    double factor = 1.0;
+    if (v && v->kind != CKPT__JSON_NUMBER)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, name, v->offset, "not a number");
+    if (v) factor = strtod(v->str, NULL);
+    if (!(factor > 0.0 && factor <= 1.0))
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, name, at(v), "a rotary factor is in (0, 1]");
+    kv_u32(c, key, (uint64_t)(factor * (double)c->hidden) / c->n_head);
     return CKPT_OK;
 }
 
@@ -245,14 +279,24 @@ static ckpt_status kv_rule(lc *c, const ckpt__lc_kv *rule) {
     case CKPT__LC_FILE_TYPE: kv_u32(c, key, file_type(c->dtype)); return CKPT_OK;
     case CKPT__LC_ROPE_THETA: return kv_rope_theta(c, key, rule);
     case CKPT__LC_ROPE_DIM: kv_u32(c, key, c->head_dim); return CKPT_OK;
+    case CKPT__LC_ROPE_DIM_PARTIAL: return kv_rope_dim_partial(c, key);
+    case CKPT__LC_U32_OR_ZERO:
+        if (!(v = hparam(c, rule->hparams, name, sizeof name))) {
+            kv_u32(c, key, 0);
+            return CKPT_OK;
+        }
+        if (!(st = config_u64(c, name, v, &u))) kv_u32(c, key, u);
+        return st;
+    case CKPT__LC_ROPE_U32:
     case CKPT__LC_U32:
     case CKPT__LC_F32:
-        if (!(v = hparam(c, rule->hparams, name, sizeof name))) {
+        v = rule->kind == CKPT__LC_ROPE_U32 ? rope_param(c, rule->hparams, name, sizeof name) : NULL;
+        if (!v && !(v = hparam(c, rule->hparams, name, sizeof name))) {
             if (!rule->required) return CKPT_OK;
             return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, NULL, -1,
                               "config.json has none of %s, which %s needs", rule->hparams, key);
         }
-        if (rule->kind == CKPT__LC_U32) {
+        if (rule->kind != CKPT__LC_F32) {
             if (!(st = config_u64(c, name, v, &u))) kv_u32(c, key, u);
         } else if (v->kind != CKPT__JSON_NUMBER) {
             st = ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, name, v->offset, "not a number");
@@ -405,6 +449,10 @@ static uint64_t expected_extent(const lc *c, ckpt__lc_dim d, const char **key) {
         *key = c->head_dim_derived ? "num_key_value_heads × (hidden_size / num_attention_heads)"
                                    : "num_key_value_heads × head_dim";
         return c->n_kv * c->head_dim;
+    case CKPT__LC_QKV:
+        *key = "(num_attention_heads + 2 × num_key_value_heads) × the head dimension";
+        return (c->n_head + 2 * c->n_kv) * c->head_dim;
+    case CKPT__LC_FF2: *key = "2 × intermediate_size"; return c->has_ff ? 2 * c->ff : 0;
     case CKPT__LC_HEAD:
         *key = c->head_dim_derived ? "hidden_size / num_attention_heads" : "head_dim";
         return c->head_dim;
@@ -1035,9 +1083,10 @@ static ckpt_status spm_added_tokens_json(lc *c, lc_json *f, spm_vocab *v) {
     return CKPT_OK;
 }
 
-/* tokenizer_config.json's added_tokens_decoder: control when special (or
- * looking so), else user-defined with U+2581 as spaces; score -1000. */
-static ckpt_status spm_added_tokens_decoder(lc *c, spm_vocab *v) {
+/* tokenizer_config.json's added_tokens_decoder, score -1000: control when
+ * special (or, unless `plain`, looking so), else user-defined (unless
+ * `plain`, with U+2581 as spaces). */
+static ckpt_status spm_added_tokens_decoder(lc *c, spm_vocab *v, bool plain) {
     const lc_json *f = &c->tok_config;
     const ckpt__json_node *d = member(f, 0, "added_tokens_decoder");
     if (!d || d->kind != CKPT__JSON_OBJECT) return CKPT_OK;
@@ -1051,8 +1100,9 @@ static ckpt_status spm_added_tokens_decoder(lc *c, spm_vocab *v) {
             return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, "added_tokens_decoder", key->offset,
                               "an added token is {\"<id>\": {\"content\": …}}");
         if (id >= c->vocab) continue;
-        if ((special && special->kind == CKPT__JSON_TRUE) || looks_special(content->str, content->len)) {
-            spm_set(v, id, content->str, content->len, -1000.0f, TOKEN_CONTROL);
+        bool control = special && special->kind == CKPT__JSON_TRUE;
+        if (control || plain || looks_special(content->str, content->len)) {
+            spm_set(v, id, content->str, content->len, -1000.0f, control || !plain ? TOKEN_CONTROL : TOKEN_USER_DEFINED);
             continue;
         }
         ckpt__buf spaced = {0};
@@ -1062,6 +1112,26 @@ static ckpt_status spm_added_tokens_decoder(lc *c, spm_vocab *v) {
             return ckpt__oom(c->err, f->path, NULL);
         }
         spm_set(v, id, v->owned[id], spaced.len, -1000.0f, TOKEN_USER_DEFINED);
+    }
+    return CKPT_OK;
+}
+
+/* tokenizer.json's added_tokens over the vocabulary (Phi3MiniModel's):
+ * score -1000, control when special, else user-defined. */
+static ckpt_status spm_tokenizer_json_added(lc *c, spm_vocab *v) {
+    const lc_json *f = &c->tokenizer;
+    const ckpt__json_node *added = member(f, 0, "added_tokens");
+    if (!added || added->kind != CKPT__JSON_ARRAY) return CKPT_OK;
+    for (uint32_t i = node_index(f, added) + 1, k = 0; k < added->count; k++, i = f->doc.nodes[i].end) {
+        const ckpt__json_node *idn = member(f, i, "id"), *content = member(f, i, "content"),
+                              *special = member(f, i, "special");
+        uint64_t id;
+        if (!idn || !content || content->kind != CKPT__JSON_STRING || !ckpt__json_u64(idn, &id))
+            return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, "added_tokens", f->doc.nodes[i].offset,
+                              "an added token needs an id and a content");
+        if (id < c->vocab)
+            spm_set(v, id, content->str, content->len, -1000.0f,
+                    special && special->kind == CKPT__JSON_TRUE ? TOKEN_CONTROL : TOKEN_USER_DEFINED);
     }
     return CKPT_OK;
 }
@@ -1094,10 +1164,11 @@ static void spm_write(lc *c, const spm_vocab *v) {
     ckpt__buf_puts(&c->out, "]}");
 }
 
-/* The script's _set_vocab_sentencepiece: tokenizer.model's pieces (their
- * types as SentencePieceProcessor reports them: user-defined pieces are
- * normal), added_tokens.json and tokenizer_config.json's added tokens
- * over them, "[PAD<id>]" (unused, score -10000) up to vocab_size; then
+/* The script's _set_vocab_sentencepiece (or Phi3MiniModel.set_vocab):
+ * tokenizer.model's pieces (their types as SentencePieceProcessor reports
+ * them: user-defined pieces are normal), added_tokens.json and the added
+ * tokens of tokenizer_config.json (and Phi-3's of tokenizer.json) over
+ * them, "[PAD<id>]" (unused, score -10000) up to vocab_size; then
  * gguf.SpecialVocab without merges. */
 static ckpt_status write_sentencepiece(lc *c) {
     char *path = ckpt__path_join(c->dir, "tokenizer.model"), *bytes = NULL;
@@ -1121,7 +1192,9 @@ static ckpt_status write_sentencepiece(lc *c) {
                     pieces[id].type == TOKEN_USER_DEFINED ? TOKEN_NORMAL : pieces[id].type);
         st = spm_added_tokens_json(c, &added, &v);
     }
-    if (!st) st = spm_added_tokens_decoder(c, &v);
+    bool phi3 = c->family->spm_added == CKPT__LC_SPM_PHI3;
+    if (!st) st = spm_added_tokens_decoder(c, &v, phi3);
+    if (!st && phi3) st = spm_tokenizer_json_added(c, &v);
     if (!st) {
         kv_string(c, "tokenizer.ggml.model", "llama", 5);
         kv_string(c, "tokenizer.ggml.pre", "default", 7);

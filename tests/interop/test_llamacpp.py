@@ -52,14 +52,15 @@ def tokenizer(family, out):
 
 
 def vocab_file(name):
-    """A vendored vocab file's tokens, token types, merges and chat template."""
+    """A vendored vocab file's tokens, token types, merges (a SentencePiece
+    vocabulary's: None) and chat template."""
     sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
     try:
         import gguf
         r = gguf.GGUFReader(LLAMA_CPP / "models" / name)
-        template = r.fields.get("tokenizer.chat_template")
+        template, merges = r.fields.get("tokenizer.chat_template"), r.fields.get("tokenizer.ggml.merges")
         return (r.fields["tokenizer.ggml.tokens"].contents(), r.fields["tokenizer.ggml.token_type"].contents(),
-                [tuple(m.split(" ")) for m in r.fields["tokenizer.ggml.merges"].contents()],
+                [tuple(m.split(" ")) for m in merges.contents()] if merges else None,
                 template.contents() if template else None)
     finally:
         sys.path.remove(str(LLAMA_CPP / "gguf-py"))
@@ -141,8 +142,9 @@ def build_llama2_tokenizer(out):
     it (a BOS template), and Llama-2-chat's tokenizer_config.json."""
     from transformers import LlamaTokenizer
     sentencepiece_model("ggml-vocab-llama-spm.gguf", out)
-    LlamaTokenizer(vocab_file=str(out / "tokenizer.model"), add_bos_token=True, add_eos_token=False)\
-        .save_pretrained(str(out / "hf"))
+    tok = LlamaTokenizer.from_pretrained(str(out), add_bos_token=True, add_eos_token=False)
+    assert len(tok) == 32000 and tok("Hello world").input_ids == [1, 15043, 3186]
+    tok.save_pretrained(str(out / "hf"))
     os.replace(out / "hf" / "tokenizer.json", out / "tokenizer.json")
     special = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
     (out / "tokenizer_config.json").write_text(json.dumps({
@@ -156,9 +158,35 @@ def build_llama2_tokenizer(out):
         indent=2))
 
 
-TOKENIZERS = {"llama3": build_llama3_tokenizer, "qwen2": build_qwen2_tokenizer, "llama2": build_llama2_tokenizer}
+def build_phi3_tokenizer(out):
+    """Phi-3's: Llama 2's tokenizer.model, its chat tokens added after
+    (tokenizer.json and tokenizer_config.json; </s> not special there),
+    Phi-3-mini's tokenizer_config.json."""
+    from tokenizers import AddedToken, Tokenizer
+    build_llama2_tokenizer(out)
+    tokens, types, _, template = vocab_file("ggml-vocab-phi-3.gguf")
+    added = {i: tokens[i] for i in range(32000, len(tokens)) if types[i] == 3}
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False, rstrip=True) for t in added.values()])
+    assert [tok.token_to_id(t) for t in added.values()] == list(added)
+    tok.save(str(out / "tokenizer.json"))
+    entry = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+    decoder = {"0": {"content": "<unk>", **entry}, "1": {"content": "<s>", **entry},
+               "2": {"content": "</s>", **entry, "rstrip": True, "special": False}}
+    decoder |= {str(i): {"content": t, **entry, "rstrip": True} for i, t in added.items()}
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "add_bos_token": False, "add_eos_token": False, "added_tokens_decoder": decoder, "bos_token": "<s>",
+        "chat_template": template, "clean_up_tokenization_spaces": False, "eos_token": "<|endoftext|>",
+        "legacy": False, "model_max_length": 4096, "pad_token": "<|endoftext|>", "padding_side": "left",
+        "sp_model_kwargs": {}, "tokenizer_class": "LlamaTokenizer", "unk_token": "<unk>",
+        "use_default_system_prompt": False}, indent=2))
+
+
+TOKENIZERS = {"llama3": build_llama3_tokenizer, "qwen2": build_qwen2_tokenizer, "llama2": build_llama2_tokenizer,
+              "phi3": build_phi3_tokenizer}
 # The files each family's tokenizer is made of.
-TOKENIZER_FILES = {"llama2": ("tokenizer.model", "tokenizer.json", "tokenizer_config.json")}
+SPM_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json")
+TOKENIZER_FILES = {"llama2": SPM_FILES, "phi3": SPM_FILES}
 # Families that ship another family's tokenizer.
 TOKENIZER_OF = {"qwen3": "qwen2"}
 
@@ -265,6 +293,37 @@ def tiny_llama2(out, dtype=torch.float16, seed=4, **config_changes):
     write_decoder(out, config, dtype, seed, bias=False)
 
 
+def tiny_phi3(out, dtype=torch.bfloat16, seed=6, **config_changes):
+    """A random Phi-3-mini of 2 layers and hidden size 32 (4 heads of 8, as
+    many KV heads): Q, K and V fused, gate and up fused; config.json as
+    transformers 5 writes Phi-3-mini-4k's."""
+    hidden, ff, layers, heads, vocab = 32, 64, 2, 4, 32064
+    config = {
+        "architectures": ["Phi3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 1,
+        "dtype": "bfloat16", "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": hidden,
+        "initializer_range": 0.02, "intermediate_size": ff, "max_position_embeddings": 4096, "model_type": "phi3",
+        "num_attention_heads": heads, "num_hidden_layers": layers, "num_key_value_heads": heads,
+        "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+        "rope_parameters": {"partial_rotary_factor": 1.0, "rope_theta": 10000.0, "rope_type": "default"},
+        "sliding_window": 2047, "tie_word_embeddings": False, "transformers_version": "5.23.0", "use_cache": True,
+        "vocab_size": vocab}
+    config |= config_changes
+    g = torch.Generator().manual_seed(seed)
+
+    def w(*shape):
+        return (torch.randn(*shape, generator=g) * 0.02).to(dtype)
+
+    sd = {"model.embed_tokens.weight": w(vocab, hidden), "lm_head.weight": w(vocab, hidden), "model.norm.weight": w(hidden)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        sd |= {p + "input_layernorm.weight": w(hidden), p + "post_attention_layernorm.weight": w(hidden),
+               p + "self_attn.qkv_proj.weight": w(3 * hidden, hidden), p + "self_attn.o_proj.weight": w(hidden, hidden),
+               p + "mlp.gate_up_proj.weight": w(2 * ff, hidden), p + "mlp.down_proj.weight": w(hidden, ff)}
+    out.mkdir(parents=True)
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+
+
 def reference(model, outtype):
     """llama.cpp's conversion, with the venv's Python: kept beside the
     unpacked script under the digest of the model's files (the models are
@@ -290,7 +349,8 @@ def models(tmp_path_factory):
     assert SCRIPT.is_file(), f"{SCRIPT} is missing: `make llama-cpp-ref` unpacks llama.cpp's conversion"
     root = tmp_path_factory.mktemp("llamacpp")
     dirs = {"llama3": root / "tiny-llama3", "qwen2": root / "tiny-qwen2", "qwen3": root / "tiny-qwen3",
-            "llama2": root / "tiny-llama2"}
+            "llama2": root / "tiny-llama2", "phi3": root / "tiny-phi3"}
+    tiny_phi3(dirs["phi3"])
     tiny_llama(dirs["llama3"])
     tiny_llama2(dirs["llama2"])
     tiny_qwen2(dirs["qwen2"])
@@ -309,7 +369,7 @@ def llama3(models):
 
 
 @pytest.mark.parametrize("outtype", OUTTYPES)
-@pytest.mark.parametrize("family", ["llama3", "llama2", "qwen2", "qwen3"])
+@pytest.mark.parametrize("family", ["llama3", "llama2", "qwen2", "qwen3", "phi3"])
 def test_the_scripts_file_byte_for_byte(models, family, outtype, tmp_path):
     model, refs = models[family]
     dst = tmp_path / "model.gguf"
@@ -439,6 +499,20 @@ def test_qwen3_reranker_is_refused(models, tmp_path, where):
     if where == "readme":
         (src / "README.md").write_text("---\nlicense: apache-2.0\n---\n# Qwen3-Reranker-0.6B\n")
     refused(src, tmp_path, "qwen3-reranker", "README.md" if where == "readme" else "directory")
+
+
+def test_phi3_long_context_rope_is_refused(models, tmp_path):
+    """Phi-3-128k's longrope: the script makes rope_factors_long/short
+    tensors of the factors, which ckpt does not."""
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "long_factor": [1.0] * 4, "short_factor": [1.0] * 4}
+    src = broken_copy(models["phi3"][0], tmp_path / "m", config={"rope_parameters": rope})
+    refused(src, tmp_path, "config.json", "rope_type", "longrope")
+
+
+@pytest.mark.parametrize("key", ["original_max_position_embeddings", "rms_norm_eps"])
+def test_phi3_without_a_hyperparameter_it_needs_is_refused(models, tmp_path, key):
+    src = broken_copy(models["phi3"][0], tmp_path / "m", config={key: None})
+    refused(src, tmp_path, "config.json", key)
 
 
 def test_vocab_size_that_contradicts_the_embeddings_is_refused(llama3, tmp_path):
