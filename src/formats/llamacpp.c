@@ -212,31 +212,10 @@ static unsigned file_type(ckpt_dtype d) {
 static uint32_t rope_parameters(const lc *c) {
     const ckpt__json_node *r = member(&c->config, 0, "rope_parameters");
     if (!r || r->kind == CKPT__JSON_NULL) r = member(&c->config, 0, "rope_scaling");
-    return r && r->kind == CKPT__JSON_OBJECT ? node_index(&c->config, r) : 0;
-}
-
-/* rope.freq_base: the RoPE parameters' rope_theta, else the first of the
- * hyper-parameters.  A RoPE type the script turns into more key-values or
- * tensors (linear, yarn, longrope, llama3, …) is refused by name. */
-static ckpt_status kv_rope_theta(lc *c, const char *key, const ckpt__lc_kv *rule) {
-    uint32_t rp = rope_parameters(c);
-    const ckpt__json_node *type = rp ? member(&c->config, rp, "rope_type") : NULL;
-    if (!type && rp) type = member(&c->config, rp, "type");
-    if (type && (type->kind != CKPT__JSON_STRING || strcmp(type->str, "default") != 0))
-        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_type", type->offset,
-                          "RoPE type %s: ckpt converts the default RoPE only (no scaling key-values or rope_freqs)",
-                          type->kind == CKPT__JSON_STRING ? type->str : "(not a string)");
-    const ckpt__json_node *v = rp ? member(&c->config, rp, "rope_theta") : NULL;
-    char name[64];
-    if (!v || v->kind == CKPT__JSON_NULL) v = hparam(c, rule->hparams, name, sizeof name);
-    if (!v && rule->required)
-        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_theta", -1,
-                          "config.json has no rope_theta, which %s needs", key);
-    if (!v) return CKPT_OK;
-    if (v->kind != CKPT__JSON_NUMBER)
-        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_theta", v->offset, "not a number");
-    kv_number(c, key, "f32", v);
-    return CKPT_OK;
+    if (!r || r->kind != CKPT__JSON_OBJECT) return 0;
+    const ckpt__json_node *full = member(&c->config, node_index(&c->config, r), "full_attention");
+    if (full && full->kind == CKPT__JSON_OBJECT) r = full; /* per layer type: the full attention's */
+    return node_index(&c->config, r);
 }
 
 /* The RoPE parameters' first member of "a|b" present, or NULL. */
@@ -251,6 +230,96 @@ static const ckpt__json_node *rope_param(const lc *c, const char *names, char *f
         p = bar ? bar + 1 : NULL;
     }
     return NULL;
+}
+
+/* The RoPE type of the RoPE parameters ("rope_type", else "type"), or
+ * NULL. */
+static const ckpt__json_node *rope_type(const lc *c) {
+    uint32_t rp = rope_parameters(c);
+    const ckpt__json_node *type = rp ? member(&c->config, rp, "rope_type") : NULL;
+    return type || !rp ? type : member(&c->config, rp, "type");
+}
+
+/* RoPE parameters the script turns into tensors (llama3's rope_freqs,
+ * longrope's factors) or reads in ways ckpt does not (types other than
+ * default, linear and yarn): refused by name. */
+static ckpt_status check_rope(lc *c) {
+    const ckpt__json_node *type = rope_type(c);
+    uint32_t rp = rope_parameters(c);
+    const ckpt__json_node *factors = rp ? member(&c->config, rp, "long_factor") : NULL;
+    const char *name = type && type->kind == CKPT__JSON_STRING ? type->str : "(not a string)";
+    if (type && (type->kind != CKPT__JSON_STRING ||
+                 (strcmp(name, "default") && strcmp(name, "linear") && strcmp(name, "yarn"))))
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_type", type->offset,
+                          "RoPE type %s: ckpt converts the default, linear and yarn RoPE (llama3's rope_freqs and "
+                          "longrope's factors are tensors the script makes, which ckpt does not)",
+                          name);
+    if (factors && factors->kind != CKPT__JSON_NULL)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "long_factor", factors->offset,
+                          "RoPE factors (long_factor, short_factor) are tensors the script makes, which ckpt does "
+                          "not");
+    return CKPT_OK;
+}
+
+/* A number of the RoPE parameters as an f32 key-value, when present. */
+static ckpt_status kv_rope_f32(lc *c, const char *key, const char *names) {
+    char name[64];
+    const ckpt__json_node *v = rope_param(c, names, name, sizeof name);
+    if (!v) return CKPT_OK;
+    if (v->kind != CKPT__JSON_NUMBER)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, name, v->offset, "not a number");
+    kv_number(c, key, "f32", v);
+    return CKPT_OK;
+}
+
+/* TextModel's RoPE scaling: linear and yarn with a factor, their type,
+ * factor and (yarn) original context length and tuning. */
+static ckpt_status kv_rope_scaling(lc *c) {
+    const ckpt__json_node *type = rope_type(c);
+    char name[64], key[128];
+    const ckpt__json_node *factor = rope_param(c, "factor", name, sizeof name);
+    if (!type || !factor || (strcmp(type->str, "linear") && strcmp(type->str, "yarn"))) return CKPT_OK;
+    const char *arch = c->family->name;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    kv_string(c, key, type->str, strlen(type->str));
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+    ckpt_status st = kv_rope_f32(c, key, "factor");
+    if (st || strcmp(type->str, "yarn")) return st;
+    const ckpt__json_node *ctx = rope_param(c, "original_max_position_embeddings", name, sizeof name);
+    if (!ctx) ctx = hparam(c, "original_max_position_embeddings", name, sizeof name);
+    if (!ctx)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "original_max_position_embeddings", -1,
+                          "yarn RoPE scaling needs the original context length");
+    uint64_t u;
+    if ((st = config_u64(c, name, ctx, &u))) return st;
+    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
+    kv_u32(c, key, u);
+    static const char *const tuning[][2] = {{"yarn_ext_factor", "extrapolation_factor"},
+                                            {"yarn_attn_factor", "attention_factor|attn_factor"},
+                                            {"yarn_beta_fast", "beta_fast"},
+                                            {"yarn_beta_slow", "beta_slow"}};
+    for (size_t k = 0; !st && k < sizeof tuning / sizeof *tuning; k++) {
+        snprintf(key, sizeof key, "%s.rope.scaling.%s", arch, tuning[k][0]);
+        st = kv_rope_f32(c, key, tuning[k][1]);
+    }
+    return st;
+}
+
+/* rope.freq_base: the RoPE parameters' rope_theta, else the first of the
+ * hyper-parameters. */
+static ckpt_status kv_rope_theta(lc *c, const char *key, const ckpt__lc_kv *rule) {
+    uint32_t rp = rope_parameters(c);
+    const ckpt__json_node *v = rp ? member(&c->config, rp, "rope_theta") : NULL;
+    char name[64];
+    if (!v || v->kind == CKPT__JSON_NULL) v = hparam(c, rule->hparams, name, sizeof name);
+    if (!v && rule->required)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_theta", -1,
+                          "config.json has no rope_theta, which %s needs", key);
+    if (!v) return CKPT_OK;
+    if (v->kind != CKPT__JSON_NUMBER)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_theta", v->offset, "not a number");
+    kv_number(c, key, "f32", v);
+    return CKPT_OK;
 }
 
 /* rope.dimension_count of a partial rotary embedding, as the script
@@ -278,6 +347,7 @@ static ckpt_status kv_rule(lc *c, const ckpt__lc_kv *rule) {
     switch (rule->kind) {
     case CKPT__LC_FILE_TYPE: kv_u32(c, key, file_type(c->dtype)); return CKPT_OK;
     case CKPT__LC_ROPE_THETA: return kv_rope_theta(c, key, rule);
+    case CKPT__LC_ROPE_SCALING: return kv_rope_scaling(c);
     case CKPT__LC_ROPE_DIM: kv_u32(c, key, c->head_dim); return CKPT_OK;
     case CKPT__LC_ROPE_DIM_PARTIAL: return kv_rope_dim_partial(c, key);
     case CKPT__LC_U32_OR_ZERO:
@@ -1252,6 +1322,7 @@ static ckpt_status convert(lc *c) {
                           "does not convert");
     if (!st) st = find_family(c);
     if (!st) st = refuse_variant(c);
+    if (!st) st = check_rope(c);
     if (!st) st = read_hparams(c);
     if (st) return st;
     if (c->dtype == CKPT_DTYPE_INVALID) c->dtype = auto_dtype(c->plan);

@@ -409,6 +409,32 @@ def test_mistral_with_sentencepiece_is_the_scripts_file_byte_for_byte(models, tm
     assert dst.read_bytes() == ref.read_bytes()
 
 
+@pytest.mark.parametrize("family,rope", [
+    ("qwen2", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "rope_theta": 1000000.0}),
+    ("qwen3", {"rope_type": "yarn", "factor": 2.5, "original_max_position_embeddings": 16384, "rope_theta": 1000000.0,
+               "beta_fast": 16.0, "beta_slow": 2.0, "attention_factor": 1.25}),
+    ("llama3", {"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0}),
+])
+def test_rope_scaling_is_the_scripts_file_byte_for_byte(models, tmp_path, family, rope):
+    """TextModel's linear and yarn RoPE scaling: their key-values."""
+    model = broken_copy(models[family][0], tmp_path / f"tiny-{family}-rope", config={"rope_parameters": rope})
+    ref = reference(model, "bf16")
+    dst = tmp_path / "model.gguf"
+    r = ckpt("convert", model, dst, "--dtype", "bf16", "-q")
+    assert r.returncode == 0, r.stderr
+    assert dst.read_bytes() == ref.read_bytes()
+
+
+@pytest.mark.parametrize("rope,word", [
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 8192, "rope_theta": 500000.0}, "llama3"),
+    ({"rope_type": "dynamic", "factor": 2.0, "rope_theta": 500000.0}, "dynamic"),
+])
+def test_rope_the_script_makes_tensors_of_is_refused(llama3, tmp_path, rope, word):
+    src = broken_copy(llama3[0], tmp_path / "m", config={"rope_parameters": rope})
+    refused(src, tmp_path, "config.json", "rope_type", word)
+
+
 def test_to_gguf_names_the_format(llama3, tmp_path):
     model, refs = llama3
     dst = tmp_path / "model.out"

@@ -15,8 +15,9 @@
 typedef enum ckpt__lc_kv_kind {
     CKPT__LC_U32,        /* the first hyper-parameter of `hparams` present, as a u32 */
     CKPT__LC_F32,        /* the same, as an f32 */
-    CKPT__LC_ROPE_THETA, /* rope_parameters' (or rope_scaling's) rope_theta, else `hparams`', as an f32;
-                            a RoPE type other than "default" is refused by name */
+    CKPT__LC_ROPE_THETA, /* rope_parameters' (or rope_scaling's) rope_theta, else `hparams`', as an f32 */
+    CKPT__LC_ROPE_SCALING, /* TextModel's linear or yarn scaling: rope.scaling.type, .factor, and yarn's
+                              .original_context_length and tuning (key and hparams unused) */
     CKPT__LC_ROPE_DIM,   /* head_dim, else hidden_size / num_attention_heads */
     CKPT__LC_ROPE_DIM_PARTIAL, /* int(partial_rotary_factor × hidden_size) // num_attention_heads, the factor
                                   from the RoPE parameters, else `hparams`, else 1 */
@@ -105,6 +106,7 @@ typedef struct ckpt__lc_family {
      "prefix_dense_intermediate_size|dense_intermediate_size|intermediate_size|n_inner|hidden_dim", false},       \
     {"%s.attention.head_count", CKPT__LC_U32, "num_attention_heads|n_head|n_heads", false},                      \
     {"%s.attention.head_count_kv", CKPT__LC_U32, "num_key_value_heads|n_kv_heads", false},                       \
+    {"%s.rope.scaling", CKPT__LC_ROPE_SCALING, NULL, false},                                                     \
     {"%s.rope.freq_base", CKPT__LC_ROPE_THETA,                                                                   \
      "global_rope_theta|rope_global_theta|rope_theta_global|rope_theta|rotary_emb_base", false},                  \
     {"%s.attention.layer_norm_rms_epsilon", CKPT__LC_F32, "rms_norm_eps|norm_eps", false},                       \
