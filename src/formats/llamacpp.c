@@ -479,6 +479,11 @@ static ckpt_status read_hparams(lc *c) {
         return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, c->n_head ? "num_key_value_heads"
                           : "num_attention_heads", -1, "a model has at least one attention head");
     if (!has_head_dim) c->head_dim = c->hidden / c->n_head, c->head_dim_derived = true;
+    if (c->family->refused_vocab_size && c->vocab == c->family->refused_vocab_size)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "vocab_size", -1,
+                          "vocab_size %llu: the script gives such a %s model's infill tokens (prefix, suffix, "
+                          "middle, eot) fixed ids, which ckpt does not",
+                          (unsigned long long)c->vocab, c->family->name);
     return CKPT_OK;
 }
 

@@ -343,6 +343,15 @@ def reference(model, outtype):
     return dst
 
 
+def assert_the_scripts_file(model, outtype, tmp_path):
+    """ckpt's conversion of `model` is the script's, byte for byte."""
+    ref = reference(model, outtype)
+    dst = tmp_path / "model.gguf"
+    r = ckpt("convert", model, dst, *([] if outtype == "auto" else ["--dtype", outtype]), "-q")
+    assert r.returncode == 0, r.stderr
+    assert dst.read_bytes() == ref.read_bytes()
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """Each family's model directory and the script's file for each outtype."""
@@ -387,11 +396,7 @@ def test_mistral_is_the_scripts_file_byte_for_byte(llama3, tmp_path):
                rope_parameters={"rope_theta": 1000000.0, "rope_type": "default"})
     for f in ("tokenizer.json", "tokenizer_config.json"):
         os.link(llama3[0] / f, model / f)
-    ref = reference(model, "bf16")
-    dst = tmp_path / "model.gguf"
-    r = ckpt("convert", model, dst, "--dtype", "bf16", "-q")
-    assert r.returncode == 0, r.stderr
-    assert dst.read_bytes() == ref.read_bytes()
+    assert_the_scripts_file(model, "bf16", tmp_path)
 
 
 def test_mistral_with_sentencepiece_is_the_scripts_file_byte_for_byte(models, tmp_path):
@@ -402,11 +407,7 @@ def test_mistral_with_sentencepiece_is_the_scripts_file_byte_for_byte(models, tm
                 num_key_value_heads=2, sliding_window=4096)
     for f in TOKENIZER_FILES["llama2"]:
         os.link(models["llama2"][0] / f, model / f)
-    ref = reference(model, "bf16")
-    dst = tmp_path / "model.gguf"
-    r = ckpt("convert", model, dst, "--dtype", "bf16", "-q")
-    assert r.returncode == 0, r.stderr
-    assert dst.read_bytes() == ref.read_bytes()
+    assert_the_scripts_file(model, "bf16", tmp_path)
 
 
 @pytest.mark.parametrize("family,rope", [
@@ -418,11 +419,7 @@ def test_mistral_with_sentencepiece_is_the_scripts_file_byte_for_byte(models, tm
 def test_rope_scaling_is_the_scripts_file_byte_for_byte(models, tmp_path, family, rope):
     """TextModel's linear and yarn RoPE scaling: their key-values."""
     model = broken_copy(models[family][0], tmp_path / f"tiny-{family}-rope", config={"rope_parameters": rope})
-    ref = reference(model, "bf16")
-    dst = tmp_path / "model.gguf"
-    r = ckpt("convert", model, dst, "--dtype", "bf16", "-q")
-    assert r.returncode == 0, r.stderr
-    assert dst.read_bytes() == ref.read_bytes()
+    assert_the_scripts_file(model, "bf16", tmp_path)
 
 
 @pytest.mark.parametrize("rope,word", [
@@ -539,6 +536,15 @@ def test_phi3_long_context_rope_is_refused(models, tmp_path):
 def test_phi3_without_a_hyperparameter_it_needs_is_refused(models, tmp_path, key):
     src = broken_copy(models["phi3"][0], tmp_path / "m", config={key: None})
     refused(src, tmp_path, "config.json", key)
+
+
+def test_codellama_infill_vocabulary_is_refused(models, tmp_path):
+    """vocab_size 32016: the script adds CodeLlama's infill token ids."""
+    src = tmp_path / "m"
+    tiny_llama2(src, vocab_size=32016)
+    for f in TOKENIZER_FILES["llama2"]:
+        os.link(models["llama2"][0] / f, src / f)
+    refused(src, tmp_path, "config.json", "vocab_size", "32016")
 
 
 def test_vocab_size_that_contradicts_the_embeddings_is_refused(llama3, tmp_path):

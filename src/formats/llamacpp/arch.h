@@ -90,6 +90,8 @@ typedef struct ckpt__lc_family {
     bool add_space_prefix;            /* tokenizer_config's add_prefix_space as tokenizer.ggml.add_space_prefix
                                          (LlamaModel.set_vocab writes it; others do not) */
     ckpt__lc_spm_added spm_added;     /* a SentencePiece vocabulary's added tokens */
+    uint64_t refused_vocab_size;      /* a vocab_size the script reads special tokens of otherwise (CodeLlama's
+                                         infill tokens at 32016): refused; or 0 */
     const char *refused_hint;         /* a variant the script converts otherwise (more key-values, other tensors),
                                          refused when the directory's name, config.json's _name_or_path, model_type
                                          or architecture, or README.md's "# " heading holds it; or NULL */
