@@ -428,8 +428,9 @@ def test_rope_scaling_is_the_scripts_file_byte_for_byte(models, tmp_path, family
     ({"rope_type": "dynamic", "factor": 2.0, "rope_theta": 500000.0}, "dynamic"),
 ])
 def test_rope_the_script_makes_tensors_of_is_refused(llama3, tmp_path, rope, word):
+    """Refused while linear and yarn are converted."""
     src = broken_copy(llama3[0], tmp_path / "m", config={"rope_parameters": rope})
-    refused(src, tmp_path, "config.json", "rope_type", word)
+    refused(src, tmp_path, "config.json", "rope_type", word, "linear and yarn")
 
 
 def test_to_gguf_names_the_format(llama3, tmp_path):
@@ -495,7 +496,7 @@ def test_broken_sentencepiece_model_is_refused(models, tmp_path, garbage):
     short, a piece that is not UTF-8, a group) is refused by name."""
     src = broken_copy(models["llama2"][0], tmp_path / "m", drop=("tokenizer.model",))
     (src / "tokenizer.model").write_bytes(garbage)
-    refused(src, tmp_path, "tokenizer.model", "SentencePiece")
+    refused(src, tmp_path, "tokenizer.model", "not a SentencePiece model")
 
 
 def test_missing_tokenizer_is_refused(llama3, tmp_path):
