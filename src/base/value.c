@@ -444,3 +444,44 @@ ckpt_status ckpt__value_from_json(ckpt__arena *arena, const char *text, ckpt__va
     free(copy);
     return st;
 }
+
+/* ---- the public accessors (ckpt.h) ------------------------------------------ */
+
+_Static_assert(CKPT_VALUE_STRING == (int)CKPT__V_STR && CKPT_VALUE_OBJECT == (int)CKPT__V_OBJECT &&
+                   CKPT_VALUE_NUMBER == (int)CKPT__V_NUMBER && CKPT_VALUE_LIST == (int)CKPT__V_LIST,
+               "the public kinds are the values' kinds");
+
+static bool has_text(const ckpt_value *v) { return v && v->kind >= CKPT__V_NUMBER && v->kind < CKPT__V_LIST; }
+static bool has_items(const ckpt_value *v) { return v && v->kind >= CKPT__V_LIST && !has_pairs(v->kind); }
+
+ckpt_value_kind ckpt_value_kind_of(const ckpt_value *v) { return v ? (ckpt_value_kind)v->kind : CKPT_VALUE_NULL; }
+int ckpt_value_bool(const ckpt_value *v) { return v && v->kind == CKPT__V_BOOL && v->u.b; }
+int64_t ckpt_value_int(const ckpt_value *v) { return v && v->kind == CKPT__V_INT ? v->u.i : 0; }
+double ckpt_value_float(const ckpt_value *v) { return v && v->kind == CKPT__V_FLOAT ? v->u.f : 0.0; }
+
+const char *ckpt_value_text(const ckpt_value *v, size_t *len) {
+    if (len) *len = has_text(v) ? v->u.s.len : 0;
+    return has_text(v) ? v->u.s.data : NULL;
+}
+
+size_t ckpt_value_len(const ckpt_value *v) { return v && ckpt__value_is_container(v) ? v->count : 0; }
+
+const ckpt_value *ckpt_value_item(const ckpt_value *v, size_t i) {
+    return has_items(v) && i < v->count ? v->u.items[i] : NULL;
+}
+
+const ckpt_value *ckpt_value_key(const ckpt_value *v, size_t i) {
+    return v && has_pairs(v->kind) && i < v->count ? ckpt__value_key(v, i) : NULL;
+}
+
+const ckpt_value *ckpt_value_at(const ckpt_value *v, size_t i) {
+    return v && has_pairs(v->kind) && i < v->count ? ckpt__value_at(v, i) : NULL;
+}
+
+const char *ckpt_value_class(const ckpt_value *v) {
+    return v && (v->kind == CKPT__V_TUPLE || v->kind == CKPT__V_DICT || v->kind == CKPT__V_CALL) ? v->cls : NULL;
+}
+
+const ckpt_value *ckpt_value_state(const ckpt_value *v) {
+    return v && (v->kind == CKPT__V_DICT || v->kind == CKPT__V_CALL) ? v->state : NULL;
+}

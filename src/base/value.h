@@ -49,8 +49,8 @@ typedef enum ckpt__value_kind {
     CKPT__V_OBJECT, /* count pairs: items alternate key (a STR), value */
 } ckpt__value_kind;
 
-typedef struct ckpt__value ckpt__value;
-struct ckpt__value {
+typedef struct ckpt_value ckpt__value; /* the public handle (ckpt.h) */
+struct ckpt_value {
     uint8_t kind;
     uint32_t count;     /* containers: items (DICT, OBJECT: pairs) */
     const char *cls;    /* TUPLE, DICT: the class torch.load gives back, or NULL; CALL: the callable */
