@@ -41,10 +41,9 @@ static bool fail(enc *e, const char *fmt, const char *arg) {
 /* Whether a number's text is an integer's (no fraction, no exponent). */
 static bool is_integer_text(const char *s) { return !strpbrk(s, ".eE"); }
 
-/* The digits of an integer value (an INT, or a NUMBER that JSON wrote as
- * an integer beyond int64) in `tmp`, or NULL for any other value. */
-static const char *integer_text(const ckpt__value *n, char tmp[32]) {
-    if (n->kind == CKPT__V_INT) return snprintf(tmp, 32, "%lld", (long long)n->u.i), tmp;
+/* The digits of an integer (a number as JSON wrote it: read_object keeps
+ * numbers as text), or NULL for any other value. */
+static const char *integer_text(const ckpt__value *n) {
     return n->kind == CKPT__V_NUMBER && is_integer_text(n->u.s.data) ? n->u.s.data : NULL;
 }
 
@@ -66,8 +65,6 @@ static bool encode_scalar(enc *e, ckpt__buf *out, uint32_t type, const ckpt__val
         if (n->kind == CKPT__V_STR && strcmp(n->u.s.data, "nan") == 0) d = NAN;
         else if (n->kind == CKPT__V_STR && strcmp(n->u.s.data, "inf") == 0) d = INFINITY;
         else if (n->kind == CKPT__V_STR && strcmp(n->u.s.data, "-inf") == 0) d = -INFINITY;
-        else if (n->kind == CKPT__V_INT) d = (double)n->u.i;
-        else if (n->kind == CKPT__V_FLOAT) d = n->u.f;
         else if (n->kind == CKPT__V_NUMBER) d = strtod(n->u.s.data, NULL);
         else return fail(e, "a %s value must be a number (or \"nan\", \"inf\", \"-inf\")", ckpt__gguf_type_name(type));
         if (type == T_F32) {
@@ -78,8 +75,7 @@ static bool encode_scalar(enc *e, ckpt__buf *out, uint32_t type, const ckpt__val
         }
         return true;
     }
-    char tmp[32];
-    const char *text = integer_text(n, tmp);
+    const char *text = integer_text(n);
     if (!text) return fail(e, "a %s value must be an integer", ckpt__gguf_type_name(type));
     bool neg = text[0] == '-';
     errno = 0;
@@ -169,13 +165,42 @@ static bool encode_typed(enc *e, ckpt__buf *out, const ckpt__value *typed) {
     return ok;
 }
 
+/* A JSON object's text read into values (numbers as their text, which
+ * the encoders convert to each GGUF type): metadata_json, {key: value},
+ * or a metadata entry's typed value.  `why` says what else it is. */
+static ckpt_status read_object(ckpt__arena *arena, const char *json_text, const ckpt__value **root, char *why,
+                               size_t why_len) {
+    size_t len = strlen(json_text), at;
+    char *text = ckpt__arena_alloc(arena, len + 1); /* the values' strings stay in it */
+    if (!text) return CKPT_E_NO_MEMORY;
+    memcpy(text, json_text, len + 1);
+    ckpt__json_doc doc;
+    const char *reason;
+    ckpt__value *v = NULL;
+    ckpt_status st = ckpt__json_parse(text, len, &doc, &at, &reason);
+    if (st) {
+        snprintf(why, why_len, "not JSON at byte %zu: %s", at, reason);
+        return st == CKPT_E_NO_MEMORY ? st : CKPT_E_INVALID_ARGUMENT;
+    }
+    st = ckpt__value_from_doc(arena, &doc, CKPT__VALUE_RAW, &v, NULL, NULL);
+    ckpt__json_free(&doc);
+    if (st) return CKPT_E_NO_MEMORY;
+    if (v->kind != CKPT__V_OBJECT) {
+        snprintf(why, why_len, "not a JSON object {key: value}");
+        return CKPT_E_INVALID_ARGUMENT;
+    }
+    *root = v;
+    return CKPT_OK;
+}
+
 /* A metadata value's text read as a typed object's value in `arena`, or
  * NULL when it is not one (then it is a plain string). */
 static const ckpt__value *parse_typed(ckpt__arena *arena, const char *value) {
-    ckpt__value *v;
+    const ckpt__value *v;
+    char why[64];
     if (value[0] != '{' || !strstr(value, "\"" CKPT_GGUF_TYPE_KEY "\"")) return NULL;
-    if (ckpt__value_from_json(arena, value, &v, NULL, NULL) != CKPT_OK) return NULL;
-    return v->kind == CKPT__V_OBJECT && ckpt__value_member(v, CKPT_GGUF_TYPE_KEY) ? v : NULL;
+    if (read_object(arena, value, &v, why, sizeof why) != CKPT_OK) return NULL;
+    return ckpt__value_member(v, CKPT_GGUF_TYPE_KEY) ? v : NULL;
 }
 
 bool ckpt__gguf_typed_value(const char *value, uint32_t *type, uint64_t *u32) {
@@ -185,8 +210,7 @@ bool ckpt__gguf_typed_value(const char *value, uint32_t *type, uint64_t *u32) {
         const ckpt__value *t = ckpt__value_member(typed, CKPT_GGUF_TYPE_KEY), *v = ckpt__value_member(typed, "value");
         int ty = t->kind == CKPT__V_STR ? type_from_name(t->u.s.data) : -1;
         *type = ty < 0 ? UINT32_MAX : (uint32_t)ty;
-        char tmp[32];
-        const char *digits = ty == T_U32 && v ? integer_text(v, tmp) : NULL;
+        const char *digits = ty == T_U32 && v ? integer_text(v) : NULL;
         if (u32) *u32 = digits && digits[0] != '-' ? strtoull(digits, NULL, 10) : 0;
     }
     ckpt__arena_free(&arena);
@@ -212,15 +236,13 @@ ckpt_status ckpt__gguf_encode_kv(ckpt__buf *out, const char *key, const char *va
 
 /* ---- metadata_json values: typed as gguf-py types Python values ------------------- */
 
-/* gguf-py's GGUFValueType.get_type for a plain value; NULL for null and
- * for what is no plain JSON value. */
+/* gguf-py's GGUFValueType.get_type for a plain value (numbers as their
+ * text); NULL for null and for what is no plain JSON value. */
 static const char *infer_type(const ckpt__value *n) {
     switch (n->kind) {
     case CKPT__V_STR: return "string";
     case CKPT__V_BOOL: return "bool";
     case CKPT__V_LIST: return "array";
-    case CKPT__V_FLOAT: return "f32";
-    case CKPT__V_INT: return n->u.i >= INT32_MIN && n->u.i <= INT32_MAX ? "i32" : "i64";
     case CKPT__V_NUMBER: {
         if (!is_integer_text(n->u.s.data)) return "f32";
         errno = 0;
@@ -319,41 +341,13 @@ static bool typed_from_plain(const ckpt__value *n, ckpt__buf *b, char *why, size
     return ok;
 }
 
-/* metadata_json read once into values: {key: value}, in order. */
-static ckpt_status read_metadata_json(ckpt__arena *arena, const char *json_text, const ckpt__value **root, char *why,
-                                      size_t why_len) {
-    size_t len = strlen(json_text), at;
-    char *text = ckpt__malloc(len + 1);
-    if (!text) return CKPT_E_NO_MEMORY;
-    memcpy(text, json_text, len + 1);
-    ckpt__json_doc doc;
-    const char *reason;
-    ckpt__value *v = NULL;
-    ckpt_status st = ckpt__json_parse(text, len, &doc, &at, &reason);
-    if (st) {
-        snprintf(why, why_len, "not JSON at byte %zu: %s", at, reason);
-        free(text);
-        return st == CKPT_E_NO_MEMORY ? st : CKPT_E_INVALID_ARGUMENT;
-    }
-    st = ckpt__value_from_doc(arena, &doc, &v, NULL, NULL);
-    ckpt__json_free(&doc);
-    free(text);
-    if (st) return CKPT_E_NO_MEMORY;
-    if (v->kind != CKPT__V_OBJECT) {
-        snprintf(why, why_len, "not a JSON object {key: value}");
-        return CKPT_E_INVALID_ARGUMENT;
-    }
-    *root = v;
-    return CKPT_OK;
-}
-
 ckpt_status ckpt__gguf_metadata_pairs(const char *json_text, char ***keys, char ***values, size_t *count, char *why,
                                       size_t why_len) {
     *keys = *values = NULL;
     *count = 0;
     ckpt__arena arena = {0};
     const ckpt__value *root = NULL;
-    ckpt_status st = read_metadata_json(&arena, json_text, &root, why, why_len);
+    ckpt_status st = read_object(&arena, json_text, &root, why, why_len);
     size_t n = st ? 0 : root->count;
     char **k = st ? NULL : ckpt__calloc(n ? n : 1, sizeof *k), **v = st ? NULL : ckpt__calloc(n ? n : 1, sizeof *v);
     if (!st && (!k || !v)) st = CKPT_E_NO_MEMORY;

@@ -214,6 +214,31 @@ static void test_public_accessors(void **state) {
     ckpt__arena_free(&arena);
 }
 
+/* CKPT__VALUE_RAW: numbers kept as written, strings left in the
+ * document's text (GGUF's typed values convert both themselves). */
+static void test_raw_values_keep_numbers_as_text(void **state) {
+    (void)state;
+    char text[] = "{\"a\": [1, 1.0, 1e-05, 18446744073709551615], \"s\": \"x\\ny\"}";
+    ckpt__json_doc doc;
+    size_t at;
+    const char *why;
+    assert_int_equal(ckpt__json_parse(text, strlen(text), &doc, &at, &why), CKPT_OK);
+    ckpt__arena arena = {0};
+    ckpt__value *v;
+    assert_int_equal(ckpt__value_from_doc(&arena, &doc, CKPT__VALUE_RAW, &v, NULL, NULL), CKPT_OK);
+    ckpt__json_free(&doc);
+    const ckpt__value *list = ckpt__value_member(v, "a"), *s = ckpt__value_member(v, "s");
+    const char *numbers[] = {"1", "1.0", "1e-05", "18446744073709551615"};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(list->u.items[i]->kind, CKPT__V_NUMBER);
+        assert_string_equal(list->u.items[i]->u.s.data, numbers[i]);
+    }
+    assert_int_equal(s->kind, CKPT__V_STR);
+    assert_string_equal(s->u.s.data, "x\ny");
+    assert_true(s->u.s.data >= text && s->u.s.data < text + sizeof text); /* not copied */
+    ckpt__arena_free(&arena);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schema_round_trips),
@@ -222,6 +247,7 @@ int main(void) {
         cmocka_unit_test(test_deep_tree_written_without_recursion),
         cmocka_unit_test(test_reading_is_bounded),
         cmocka_unit_test(test_public_accessors),
+        cmocka_unit_test(test_raw_values_keep_numbers_as_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
