@@ -816,7 +816,7 @@ def destination(path, format=None):  # noqa: A002
 
 
 def save(tensors, path, max_shard_size=None, metadata=None, *, prefix=None, overwrite=False,
-         checksums=False, progress=None, no_sync=False):
+         checksums=False, progress=None, no_sync=False, background=False, staging="copy", staging_bytes=None):
     """Saves tensors at `path`, where ckpt.destination says:
       - a directory ("out/", an existing directory, or a name without a
         checkpoint suffix): a Hugging Face checkpoint — shards of at most
@@ -842,7 +842,41 @@ def save(tensors, path, max_shard_size=None, metadata=None, *, prefix=None, over
     naming the first one's pid.  `tensors` may be a module, a state dict or
     a nested tree (its structure is recorded and restored by
     load(..., nested=True)).  Returns the paths written: the data files,
-    then the index."""
+    then the index.
+
+    background=True returns at once with a ckpt.SaveHandle (wait(), done(),
+    cancel(), error) while the bytes are written behind the caller, who is
+    blocked only while the snapshot is taken:
+      - staging="copy": tensors are copied into host memory, at most
+        staging_bytes of them (default: no limit); the ones that do not fit
+        are written before the call returns, and the handle's stats report
+        that stall;
+      - staging="fork" (CPU tensors, Linux): a forked child writes from its
+        copy-on-write view of the process, as Redis's BGSAVE does; memory
+        grows only by the pages the caller modifies meanwhile.
+    The commit is atomic as above and happens once every byte is on disk; a
+    save waits for the previous background save, and raises its error if
+    nobody has seen it yet."""
+    from . import _background
+    _background.settle_previous()
+    if background:
+        return _background.start(tensors, path, staging=staging, staging_bytes=staging_bytes,
+                                 max_shard_size=max_shard_size, metadata=metadata, prefix=prefix,
+                                 overwrite=overwrite, checksums=checksums, progress=progress, no_sync=no_sync)
+    w, entries, bar = _save_open(tensors, path, max_shard_size, metadata, prefix=prefix, overwrite=overwrite,
+                                 checksums=checksums, progress=progress, no_sync=no_sync)
+    try:
+        _save_write(w, entries, bar)
+        return w.commit()
+    finally:
+        w.abort()
+
+
+def _save_open(tensors, path, max_shard_size=None, metadata=None, *, prefix=None, overwrite=False,
+               checksums=False, progress=None, no_sync=False):
+    """save's first half: the writer, begun (files created, the destination
+    locked), and the entries (index, framework, tensor, nbytes) it still
+    needs the bytes of, and the progress bar.  The caller commits or aborts."""
     if _is_module(tensors):
         tensors = tensors.state_dict()
     flat, structure = _tree.flatten(tensors, with_structure=True)
@@ -871,18 +905,25 @@ def save(tensors, path, max_shard_size=None, metadata=None, *, prefix=None, over
             w.set_metadata(_tree.STRUCTURE_KEY, structure, True)
         w.begin()
         entries = [e for e in entries if w.kept(e[0]) is None]  # tensors written in another's place are not sent
-        total = sum(e[3] for e in entries)
-        bar = _progress.choose(progress, "save")
-        done = 0
-        for index, fw, t, nbytes in entries:
-            for part in _pieces(fw, t):
-                w.write(index, fw.raw(part))
-            done += nbytes
-            if bar and bar(done, total):
-                raise KeyboardInterrupt("save cancelled by the progress callback")
-        return w.commit()
-    finally:
+        return w, entries, _progress.choose(progress, "save")
+    except BaseException:
         w.abort()
+        raise
+
+
+def _save_write(w, entries, bar, cancelled=None, done=0, total=None):
+    """Writes the entries' bytes; `cancelled()` true stops between pieces
+    (KeyboardInterrupt, as a progress callback's stop)."""
+    total = sum(e[3] for e in entries) if total is None else total
+    for index, fw, t, nbytes in entries:
+        for part in _pieces(fw, t):
+            if cancelled is not None and cancelled():
+                raise KeyboardInterrupt("save cancelled")
+            w.write(index, fw.raw(part))
+        done += nbytes
+        if bar and bar(done, total):
+            raise KeyboardInterrupt("save cancelled by the progress callback")
+    return done
 
 
 def _pieces(fw, t):
