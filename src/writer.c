@@ -30,6 +30,7 @@ typedef struct wtensor {
     size_t kept;                 /* deduplicated: the tensor written in its place; else its own index */
     uint64_t written;            /* bytes received (atomic) */
     XXH3_state_t *hash;          /* while its bytes stream in, when the format needs it */
+    bool digest_given;           /* copied whole with its digest known (ckpt_writer_copy_tensor) */
     struct segment *segments;    /* CRC-32 of each range received (under the writer's lock) */
     size_t segment_count, segment_cap;
 } wtensor;
@@ -973,7 +974,7 @@ ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__
         __atomic_add_fetch(&t->written, n, __ATOMIC_ACQ_REL);
         return CKPT_OK;
     }
-    if (w->needs & CKPT__OUT_XXH3)
+    if ((w->needs & CKPT__OUT_XXH3) && !t->digest_given)
         return ckpt__fail(err, CKPT_E_BAD_STATE, w->files[t->pub.file].final_path, t->pub.name, -1,
                           "a kernel copy cannot feed the checksums");
     if ((w->needs & CKPT__OUT_CRC32) || src->fd < 0) return copy_through(w, index, at, src, src_offset, n, err);
@@ -993,6 +994,22 @@ ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__
 }
 
 bool ckpt__writer_needs_order(const ckpt_writer *w) { return w && (w->needs & CKPT__OUT_XXH3); }
+
+ckpt_status ckpt__writer_give_digest(ckpt_writer *w, size_t index, uint64_t nbytes, uint64_t xxh3, ckpt_error *err) {
+    ckpt_status st = check_append(w, index, 0, 0, err);
+    if (st) return st;
+    wtensor *t = &w->tensors[index];
+    if (t->pub.nbytes != nbytes)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, t->pub.name, -1,
+                          "it is declared with %llu bytes, and the copy has %llu", (unsigned long long)t->pub.nbytes,
+                          (unsigned long long)nbytes);
+    if (__atomic_load_n(&t->written, __ATOMIC_ACQUIRE) != 0 || t->hash)
+        return ckpt__fail(err, CKPT_E_BAD_STATE, w->files[t->pub.file].final_path, t->pub.name, -1,
+                          "a tensor copied whole must have no bytes yet");
+    t->digest_given = true;
+    t->pub.xxh3 = xxh3;
+    return CKPT_OK;
+}
 
 void ckpt__writer_set_config_dtype(ckpt_writer *w, const char *dtype) { w->config_dtype = dtype; }
 
@@ -1182,7 +1199,7 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
             return ckpt__fail(err, CKPT_E_BAD_STATE, w->files[t->pub.file].final_path, t->pub.name, -1,
                               "only %llu of its %llu bytes were written", (unsigned long long)t->written,
                               (unsigned long long)t->pub.nbytes);
-        t->pub.xxh3 = t->hash ? XXH3_64bits_digest(t->hash) : XXH3_64bits(NULL, 0);
+        if (!t->digest_given) t->pub.xxh3 = t->hash ? XXH3_64bits_digest(t->hash) : XXH3_64bits(NULL, 0);
     }
     ckpt_status st = CKPT_OK;
     for (size_t i = 0; st == CKPT_OK && (w->needs & CKPT__OUT_CRC32) && i < w->count; i++)

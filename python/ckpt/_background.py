@@ -45,7 +45,9 @@ class SaveHandle:
       written_before_return  bytes that did not fit staging_bytes and were
                      written before the call returned ("copy")
       seconds        from the call to the end of the commit (once done)
-      pid            the child's process id ("fork")"""
+      pid            the child's process id ("fork")
+      incremental    with base=: what ckpt.save(return_stats=True) returns
+                     (for "fork", once done)"""
 
     def __init__(self, path, staging):
         self.path = os.fspath(path)
@@ -124,7 +126,10 @@ class SaveHandle:
             time.sleep(0.01)
         report = self._read_report()
         if report is not None and report[0] == "ok":
-            self._finish(result=report[1])
+            paths, incremental = report[1]
+            if incremental is not None:
+                self.stats["incremental"] = incremental
+            self._finish(result=paths)
             return
         if report is not None and issubclass(report[1][0], KeyboardInterrupt):
             self._finish(error=_errors.CancelledError(f"the background save of {self.path} was cancelled "
@@ -208,13 +213,13 @@ def _wait_at_exit():
 atexit.register(_wait_at_exit)
 
 
-def start(tensors, path, *, staging, staging_bytes, **save_args):
+def start(tensors, path, *, staging, staging_bytes, base, **save_args):
     if staging not in _STAGINGS:
         raise ValueError(f"staging must be one of {', '.join(map(repr, _STAGINGS))}, not {staging!r}")
     if staging_bytes is not None and staging != "copy":
         raise ValueError("staging_bytes is the budget of staging='copy'")
     t0 = time.perf_counter()
-    h = (_start_fork if staging == "fork" else _start_copy)(tensors, path, staging_bytes, save_args)
+    h = (_start_fork if staging == "fork" else _start_copy)(tensors, path, staging_bytes, base, save_args)
     return started(h, t0)
 
 
@@ -243,16 +248,25 @@ def _snapshot(fw, t):
     return np.array(t, copy=True, order="C")
 
 
-def _start_copy(tensors, path, staging_bytes, save_args):
+def _start_copy(tensors, path, staging_bytes, base, save_args):
     from . import _api
     w, entries, bar = _api._save_open(tensors, path, **save_args)
+    if base is not None:  # unchanged tensors cloned from the base now: only the others are staged
+        try:
+            entries, incremental = _api._clone_unchanged(w, entries, base)
+        except BaseException:
+            w.abort()
+            raise
     total = sum(e[3] for e in entries)
     progress = {"done": 0}
 
     def write(part, cancelled=None):
         progress["done"] = _api._save_write(w, part, bar, cancelled=cancelled, done=progress["done"], total=total)
 
-    return start_staged(path, entries, staging_bytes, write, commit=w.commit, abort=lambda why: w.abort())
+    h = start_staged(path, entries, staging_bytes, write, commit=w.commit, abort=lambda why: w.abort())
+    if base is not None:
+        h.stats["incremental"] = {**incremental, "written_tensors": len(entries), "written_bytes": total}
+    return h
 
 
 def start_staged(path, entries, staging_bytes, write, commit, abort):
@@ -265,12 +279,12 @@ def start_staged(path, entries, staging_bytes, write, commit, abort):
     h = SaveHandle(path, "copy")
     try:
         staged, direct = [], []
-        for index, fw, t, nbytes in entries:
+        for index, fw, t, nbytes, *rest in entries:
             if budget is None or h.stats["staged_bytes"] + nbytes <= budget:
-                staged.append((index, fw, _snapshot(fw, t), nbytes))
+                staged.append((index, fw, _snapshot(fw, t), nbytes, *rest))
                 h.stats["staged_bytes"] += nbytes
             else:
-                direct.append((index, fw, t, nbytes))
+                direct.append((index, fw, t, nbytes, *rest))
         write(direct)  # what does not fit: written now, while the caller waits
         h.stats["written_before_return"] = sum(e[3] for e in direct)
     except BaseException as e:
@@ -300,7 +314,7 @@ def start_staged(path, entries, staging_bytes, write, commit, abort):
 
 # -- staging="fork" ---------------------------------------------------------
 
-def _start_fork(tensors, path, staging_bytes, save_args):
+def _start_fork(tensors, path, staging_bytes, base, save_args):
     from . import _api
     if not sys.platform.startswith("linux"):
         raise ValueError("staging='fork' needs Linux (fork with copy-on-write); use staging='copy'")
@@ -324,7 +338,7 @@ def _start_fork(tensors, path, staging_bytes, save_args):
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             try:
-                report = ("ok", _api.save(tensors, path, **save_args))
+                report = ("ok", _api.save(tensors, path, base=base, return_stats=True, **save_args))
                 code = 0
             except BaseException as e:  # noqa: BLE001 - reported to the parent
                 report = ("error", _describe(e))
