@@ -126,6 +126,11 @@ MEASUREMENTS = {
     "amplification": Measurement(["amplification"], BUILD + CORE + SAFETENSORS + TORCH + AMPLIFYING + CLI + PYTHON,
                                  "hardened --baseline 45ea70f"),
     "journal fuzz": Measurement(["fuzz-journal"], JOURNAL_FUZZ, "hardened --fuzz-seconds 600 --skip-amplification"),
+    "save incremental": Measurement(["save-incremental"], BUILD + CORE + SAFETENSORS + WRITE + PYTHON +
+                                    [["src/copy_tensor.c", "src/verify.c", "bench/save_worker.py"]],
+                                    "save --save-model-gb 4 --bg-gb 2 --runs 3"),
+    "save background": Measurement(["save-background"], BUILD + CORE + SAFETENSORS + WRITE + PYTHON + COLLECTIVE +
+                                   [["bench/save_worker.py"]], "save --save-model-gb 4 --bg-gb 2 --runs 3"),
     "baseline": Measurement(["baseline"], BUILD + CORE + SAFETENSORS + LOAD + WRITE + CLI + PYTHON,
                             "baseline --baseline REV"),
 }
@@ -135,6 +140,13 @@ MEASUREMENTS = {
 # fails for a stale result missing here, and for an entry here whose result
 # is fresh again (rerun: remove it).
 PENDING_RERUN = {
+    "open": "this round's merges change the code of every quick suite (issue 32's block-aligned kernel copies in src/io/file.c, the headers, and issue 28's steps); they are rerun once, on the round's final code",
+    "convert": "this round's merges change the code of every quick suite (issue 32's block-aligned kernel copies in src/io/file.c, the headers, and issue 28's steps); they are rerun once, on the round's final code",
+    "torch_read": "this round's merges change the code of every quick suite (issue 32's block-aligned kernel copies in src/io/file.c, the headers, and issue 28's steps); they are rerun once, on the round's final code",
+    "torch_convert": "this round's merges change the code of every quick suite (issue 32's block-aligned kernel copies in src/io/file.c, the headers, and issue 28's steps); they are rerun once, on the round's final code",
+    "crc": "this round's merges change the code of every quick suite (issue 32's block-aligned kernel copies in src/io/file.c, the headers, and issue 28's steps); they are rerun once, on the round's final code",
+    "load 2 GB": "this round's merges change the code of every quick suite (issue 32's block-aligned kernel copies in src/io/file.c, the headers, and issue 28's steps); they are rerun once, on the round's final code",
+    "python": "this round's merges change the code of every quick suite (issue 32's block-aligned kernel copies in src/io/file.c, the headers, and issue 28's steps); they are rerun once, on the round's final code",
     "load 8 GB": "needs an 8 GB file set and about 10 GB of memory beside it",
     "perf": "takes about 20 minutes, and needs an 8 GB file",
     "jax": "takes about 15 minutes (Orbax, Flax, 8 devices)",
