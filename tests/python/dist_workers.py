@@ -68,6 +68,8 @@ def run(rank, world, port, tmp, scenario):
             kill(rank, world, tmp, result)
         elif scenario == "background":
             background(rank, world, tmp, result)
+        elif scenario == "fds":
+            fds(rank, world, tmp, result)
     except Exception:  # noqa: BLE001 - reported to the test
         result["failures"].append(traceback.format_exc())
     _finish(tmp, rank, result)
@@ -286,4 +288,33 @@ def background(rank, world, tmp, result):
         _check(result, False, "staging='fork' was accepted for a collective save")
     except ValueError as e:
         result["fork"] = str(e)
+    dist.barrier()
+
+
+def fds(rank, world, tmp, result):
+    """A collective save of 8 tensors, each held whole by one rank and
+    written to a shard of its own: a rank opens only the files it writes
+    (the most it held open at once is recorded after every write)."""
+    import ckpt.distributed as cd
+    out = os.path.join(tmp, "fds-out")
+    sd, shards = {}, {}
+    for i in range(2 * world):
+        if i // 2 == rank:
+            sd[f"t{i}"] = torch.full((256, 256), float(i))
+            shards[f"t{i}"] = ((256, 256), [0, 0])
+    most = [0]
+    write_part = cd._write_part
+
+    def counting(w, index, fw, t):
+        write_part(w, index, fw, t)
+        names = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                 if os.path.exists(f"/proc/self/fd/{fd}")]
+        most[0] = max(most[0], sum(1 for n in names if "fds-out" in n and n.endswith(".safetensors")))
+
+    cd._write_part = counting
+    try:
+        cd.save(sd, out, shards=shards, max_shard_size="300KB", timeout=60)
+    finally:
+        cd._write_part = write_part
+    result["most_open"] = most[0]
     dist.barrier()

@@ -239,3 +239,17 @@ def test_collective_background_save_equals_the_hubs(tmp_path):
     save_torch_state_dict(dist_workers.full_state_dict(), ref, max_shard_size="2MB")
     same_tree(ref, tmp_path / "bg-all")
     same_tree(ref, tmp_path / "bg-budget")
+
+
+def test_a_joined_rank_opens_only_the_files_it_writes(tmp_path):
+    """Issue 32 §4: every joined rank of a collective save opened every output
+    shard, which exceeds `ulimit -n` at 1,000 ranks × 2,000 shards."""
+    import sys
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_distributed import WORLD, spawn
+    results, codes = spawn(tmp_path, "fds", timeout=240)
+    assert codes == [0] * WORLD and all(r["failures"] == [] for r in results), results
+    shards = [n for n in os.listdir(tmp_path / "fds-out") if n.endswith(".safetensors")]
+    assert len(shards) == 2 * WORLD
+    # Rank 0 creates every file (and keeps them open until its commit); the others open their own two.
+    assert [r["most_open"] for r in results[1:]] == [2] * (WORLD - 1), results
