@@ -289,6 +289,7 @@ static void test_copy_tensor_from_a_checkpoint(void **state) {
     assert_int_equal(recorded_none(cat), 1);
     ckpt_writer_free(w);
     ckpt_catalog_close(cat);
+    scratch_free(dir);
 }
 
 static void test_many_tensors_grow_tables(void **state) {
