@@ -9,6 +9,7 @@ and how to rerun it; a result listed in bench/suites.py's PENDING_RERUN is
 marked stale wherever it is shown."""
 import argparse
 import json
+import statistics
 import re
 from pathlib import Path
 
@@ -683,6 +684,46 @@ def crc_table(doc):
     return lines + measured(doc)
 
 
+def save_incremental_table(doc):
+    """The save suite's incremental part (bench/save_worker.py incremental)."""
+    lines = []
+    for fs, r in doc["file_systems"].items():
+        res = r["results"]
+        full = res["ckpt.save full (checksums=True)"]
+        lines += [f"**Incremental saves on {fs}: a {r['bytes'] / 1e9:.1f} GB bf16 state dict, {r['changed_tensors']} "
+                  f"of its {r['tensors']} tensors changed since the base** (bench/save_worker.py; each call followed "
+                  f"by os.sync() in the timed region; median of {doc['runs']}, alternating order)", "",
+                  "| contender | time | vs ckpt's full save | bytes written | file system grew by |",
+                  "|---|---:|---:|---:|---:|"]
+        for name, v in res.items():
+            t = statistics.median(v["seconds"])
+            written = v["stats"]["written_bytes"] if "stats" in v else statistics.median(v["bytes"])
+            lines.append(f"| {name} | {t:.2f} s | {t / statistics.median(full['seconds']):.0%} | "
+                         f"{written / 1e9:.2f} GB | {statistics.median(v['blocks_gained']) / 1e9:.2f} GB |")
+        lines.append("")
+    return lines + measured(doc)
+
+
+def save_background_table(doc):
+    """The save suite's background part (bench/save_worker.py background)."""
+    lines = []
+    for world, ranks in doc["worlds"].items():
+        r0 = ranks[0]
+        lines += [f"**Background saves while training, {world}: {r0['bytes_per_rank'] / 1e9:.2f} GB per rank, a CPU "
+                  f"loop modifying every parameter each step ({r0['step_s']:.2f} s a step alone)** "
+                  f"(bench/save_worker.py; {doc['saves']} saves each; rank 0's figures, medians)", "",
+                  "| contender | loop stalled per save | save to commit | extra memory (PSS) | staging kept |",
+                  "|---|---:|---:|---:|---:|"]
+        for kind, rows in r0["results"].items():
+            kept = statistics.median(x.get("staged_bytes", 0) for x in rows)
+            lines.append(f"| {kind} | {statistics.median(x['stall_s'] for x in rows):.3f} s | "
+                         f"{statistics.median(x['total_s'] for x in rows):.2f} s | "
+                         f"{statistics.median(x['extra_pss_bytes'] for x in rows) / 1e9:.2f} GB | "
+                         f"{kept / 1e9:.2f} GB |")
+        lines.append("")
+    return lines + measured(doc)
+
+
 def table():
     """bench/README.md's tables, between its bench markers."""
     lines = []
@@ -705,6 +746,10 @@ def table():
         lines += torch_read_table(load("torch_read"))
     if load("crc"):
         lines += crc_table(load("crc"))
+    if load("save-incremental"):
+        lines += save_incremental_table(load("save-incremental"))
+    if load("save-background"):
+        lines += save_background_table(load("save-background"))
     if load("amplification"):
         lines += amplification_table(load("amplification"))
     if load("fuzz-journal"):

@@ -551,6 +551,11 @@ def suite_crc(args):
     run_crc_suite(args)
 
 
+def suite_save(args):
+    from save_suite import run_save_suite
+    run_save_suite(args)
+
+
 def suite_hardened(args):
     from hardened_suite import run_hardened_suite
     run_hardened_suite(args)
@@ -590,6 +595,8 @@ def main():
     ap.add_argument("--skip-amplification", action="store_true", help="the hardened suite: only the fuzz campaign")
     ap.add_argument("--fuzz-seconds", type=int, default=0,
                     help="the hardened suite: run the journal's libFuzzer target this long (0: not at all)")
+    ap.add_argument("--save-model-gb", type=float, default=4, help="size (GB) of the save suite's incremental model")
+    ap.add_argument("--bg-gb", type=float, default=2, help="size (GB) of the save suite's background model")
     ap.add_argument("--cold", choices=("drop_caches", "fadvise"), default=cold_method(),
                     help="how cold runs empty the cache: the whole page cache (as root), or only the files' pages")
     args = ap.parse_args()
@@ -600,7 +607,7 @@ def main():
          "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
          "gguf": suite_gguf, "jax": suite_jax, "bindings": suite_bindings, "baseline": suite_baseline,
          "http": suite_http, "memlimit": suite_memlimit, "dcp": suite_dcp, "distributed": suite_distributed,
-         "perf": suite_perf, "crc": suite_crc, "hardened": suite_hardened}[s](args)
+         "perf": suite_perf, "crc": suite_crc, "hardened": suite_hardened, "save": suite_save}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

@@ -1008,6 +1008,17 @@ CKPT_API const ckpt_value *ckpt_value_state(const ckpt_value *value);
  * shard's own map), or NULL. */
 CKPT_API const char *ckpt_catalog_file_metadata(const ckpt_catalog *catalog, size_t file, const char *key);
 
+/* The XXH3-64 digests the checkpoint's files record of its tensors (a
+ * writer with `checksums` records them under CKPT_CHECKSUM_METADATA_KEY):
+ * for each tensor i of the catalog, digests[i] and recorded[i] = 1, or
+ * recorded[i] = 0 where its file records none.  Both arrays hold
+ * ckpt_catalog_tensor_count entries.  Reads each recording file's header
+ * again and checks it against its recorded digest (CKPT_E_CHECKSUM when it
+ * changed); reads no tensor data. */
+CKPT_API ckpt_status ckpt_catalog_recorded_digests(const ckpt_catalog *catalog, uint64_t *digests,
+                                                   unsigned char *recorded, ckpt_error *err);
+
+
 /*
  * The `__metadata__` map (string → string).  For a sharded checkpoint it is
  * the union of the shards' maps; where shards disagree the first shard's
@@ -1500,6 +1511,24 @@ CKPT_API uint64_t ckpt_writer_total_bytes(const ckpt_writer *writer);
  */
 CKPT_API ckpt_status ckpt_writer_write(ckpt_writer *writer, size_t index, const void *data,
                                        size_t nbytes, ckpt_error *err);
+
+/*
+ * Writes tensor `index` whole as a copy of tensor `src_index` of an open
+ * checkpoint, by the kernel (copy_file_range: on XFS, btrfs and bcachefs a
+ * reflink that shares the blocks wherever the source's and the output's
+ * offsets agree modulo the block size — the same layout does — else a copy
+ * inside the kernel; through a buffer across file systems or from a remote
+ * source).  Instead of ckpt_writer_write, before any byte of that tensor.
+ * `xxh3` is the XXH3-64 of those bytes as the caller knows them (e.g. of
+ * the tensor in its memory, equal to what `src` records:
+ * ckpt_catalog_recorded_digests); a writer with `checksums` records it as
+ * the tensor's digest without reading the bytes, and ckpt_verify then
+ * checks the copy against it.  Fails with CKPT_E_INVALID_ARGUMENT when the
+ * sizes differ or the source's bytes are not stored as they are
+ * (compressed, byte-swapped, in pieces).  The base of incremental saves.
+ */
+CKPT_API ckpt_status ckpt_writer_copy_tensor(ckpt_writer *writer, size_t index, const ckpt_catalog *src,
+                                             size_t src_index, uint64_t xxh3, ckpt_error *err);
 
 /*
  * Checks that every tensor received all its bytes, flushes and fsyncs every

@@ -93,3 +93,25 @@ ckpt_status ckpt_verify(const ckpt_catalog *cat, const ckpt_verify_options *opti
     }
     return st;
 }
+
+ckpt_status ckpt_catalog_recorded_digests(const ckpt_catalog *cat, uint64_t *digests, unsigned char *recorded,
+                                          ckpt_error *err) {
+    if (!cat || !digests || !recorded)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "a catalog, digests and recorded are required");
+    size_t n = ckpt_catalog_tensor_count(cat);
+    memset(digests, 0, n * sizeof *digests);
+    memset(recorded, 0, n);
+    ckpt__file_checks checks = {0};
+    ckpt_status st = CKPT_OK;
+    for (size_t f = 0; f < ckpt_catalog_file_count(cat) && st == CKPT_OK; f++)
+        st = ckpt__format_verify(cat, (uint32_t)f, &checks, err);
+    if (st == CKPT_OK && checks.digests.failed) st = ckpt__oom(err, NULL, "the recorded checksums");
+    const ckpt__digest *d = (const ckpt__digest *)checks.digests.data;
+    for (size_t i = 0; st == CKPT_OK && i < checks.digests.len / sizeof *d; i++) {
+        size_t k = ckpt__catalog_index_of(cat, d[i].tensor);
+        digests[k] = d[i].xxh3;
+        recorded[k] = 1;
+    }
+    free(checks.digests.data);
+    return st;
+}

@@ -30,6 +30,7 @@ typedef struct wtensor {
     size_t kept;                 /* deduplicated: the tensor written in its place; else its own index */
     uint64_t written;            /* bytes received (atomic) */
     XXH3_state_t *hash;          /* while its bytes stream in, when the format needs it */
+    bool digest_given;           /* copied whole with its digest known (ckpt_writer_copy_tensor) */
     struct segment *segments;    /* CRC-32 of each range received (under the writer's lock) */
     size_t segment_count, segment_cap;
 } wtensor;
@@ -904,6 +905,42 @@ static void place_of(const ckpt_writer *w, const wtensor *t, uint64_t at, uint32
     *file = p->file, *offset = p->offset + (at - p->begin), *room = p->begin + p->nbytes - at;
 }
 
+/* Rank 0 created the file: open it, never create.  A network file system
+ * may show another client's new file a moment late (NFS attribute caches):
+ * a missing file is tried again for a few seconds. */
+static ckpt_status open_created(wfile *file, int *fd, ckpt_error *err) {
+    for (int tries = 0; tries < 40; tries++) {
+        *fd = ckpt__io_open(file->tmp_path, O_WRONLY | O_CLOEXEC);
+        if (*fd >= 0 || (errno != ENOENT && errno != ESTALE)) break;
+        struct timespec pause = {0, 125000000L};
+        nanosleep(&pause, NULL);
+    }
+    if (*fd < 0)
+        return ckpt__fail_errno(err, errno, file->final_path, -1,
+                                "cannot open the file rank 0 created for it, %s (is the output directory on a file "
+                                "system every rank shares?)",
+                                file->tmp_path);
+    return CKPT_OK;
+}
+
+/* A joined rank opens an output file when it first writes to it, so that
+ * it holds only the files it writes (1,000 ranks × 2,000 shards would
+ * exceed `ulimit -n` if each opened them all).  Threads race to the first
+ * write: one descriptor wins, the others are closed. */
+static ckpt_status joined_fd(ckpt_writer *w, wfile *f, ckpt_error *err) {
+    if (!w->joined || __atomic_load_n(&f->fd, __ATOMIC_ACQUIRE) >= 0) return CKPT_OK;
+    int fd, none = -1;
+    ckpt_status st = open_created(f, &fd, err);
+    if (st == CKPT_E_NOT_FOUND) /* the join saw the files: rank 0 has removed them since */
+        return ckpt__fail(err, CKPT_E_PEER_FAILED, f->final_path, NULL, -1,
+                          "the file rank 0 created for it, %s, is gone: rank 0 abandoned the save (it failed or "
+                          "was stopped)",
+                          f->tmp_path);
+    if (st) return st;
+    if (!__atomic_compare_exchange_n(&f->fd, &none, fd, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) close(fd);
+    return CKPT_OK;
+}
+
 ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const void *data, size_t nbytes,
                                 ckpt_error *err) {
     ckpt_status st = check_append(w, index, at, nbytes, err);
@@ -925,6 +962,7 @@ ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const
         place_of(w, t, at + done, &fi, &off, &room);
         uint64_t n = nbytes - done < room ? nbytes - done : room;
         wfile *f = &w->files[fi];
+        if ((st = joined_fd(w, f, err))) return ckpt__error_in_tensor(err, st, t->pub.name);
         st = ckpt__pwrite_full(f->fd, src + done, n, off, f->final_path, err);
         if (st) return ckpt__error_in_tensor(err, st, t->pub.name);
         if ((w->needs & CKPT__OUT_CRC32) && (st = add_segment(w, t, at + done, src + done, (size_t)n, err))) return st;
@@ -973,7 +1011,7 @@ ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__
         __atomic_add_fetch(&t->written, n, __ATOMIC_ACQ_REL);
         return CKPT_OK;
     }
-    if (w->needs & CKPT__OUT_XXH3)
+    if ((w->needs & CKPT__OUT_XXH3) && !t->digest_given)
         return ckpt__fail(err, CKPT_E_BAD_STATE, w->files[t->pub.file].final_path, t->pub.name, -1,
                           "a kernel copy cannot feed the checksums");
     if ((w->needs & CKPT__OUT_CRC32) || src->fd < 0) return copy_through(w, index, at, src, src_offset, n, err);
@@ -983,6 +1021,7 @@ ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__
         place_of(w, t, at + done, &fi, &off, &room);
         uint64_t len = n - done < room ? n - done : room;
         wfile *f = &w->files[fi];
+        if ((st = joined_fd(w, f, err))) return ckpt__error_in_tensor(err, st, t->pub.name);
         st = ckpt__copy_range(src->fd, src_offset + done, src->name, f->fd, off, f->final_path, len, NULL, NULL, err);
         if (st) return ckpt__error_in_tensor(err, st, t->pub.name);
         wrote(w, f, off, len);
@@ -993,6 +1032,22 @@ ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__
 }
 
 bool ckpt__writer_needs_order(const ckpt_writer *w) { return w && (w->needs & CKPT__OUT_XXH3); }
+
+ckpt_status ckpt__writer_give_digest(ckpt_writer *w, size_t index, uint64_t nbytes, uint64_t xxh3, ckpt_error *err) {
+    ckpt_status st = check_append(w, index, 0, 0, err);
+    if (st) return st;
+    wtensor *t = &w->tensors[index];
+    if (t->pub.nbytes != nbytes)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, t->pub.name, -1,
+                          "it is declared with %llu bytes, and the copy has %llu", (unsigned long long)t->pub.nbytes,
+                          (unsigned long long)nbytes);
+    if (__atomic_load_n(&t->written, __ATOMIC_ACQUIRE) != 0 || t->hash)
+        return ckpt__fail(err, CKPT_E_BAD_STATE, w->files[t->pub.file].final_path, t->pub.name, -1,
+                          "a tensor copied whole must have no bytes yet");
+    t->digest_given = true;
+    t->pub.xxh3 = xxh3;
+    return CKPT_OK;
+}
 
 void ckpt__writer_set_config_dtype(ckpt_writer *w, const char *dtype) { w->config_dtype = dtype; }
 
@@ -1182,7 +1237,7 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
             return ckpt__fail(err, CKPT_E_BAD_STATE, w->files[t->pub.file].final_path, t->pub.name, -1,
                               "only %llu of its %llu bytes were written", (unsigned long long)t->written,
                               (unsigned long long)t->pub.nbytes);
-        t->pub.xxh3 = t->hash ? XXH3_64bits_digest(t->hash) : XXH3_64bits(NULL, 0);
+        if (!t->digest_given) t->pub.xxh3 = t->hash ? XXH3_64bits_digest(t->hash) : XXH3_64bits(NULL, 0);
     }
     ckpt_status st = CKPT_OK;
     for (size_t i = 0; st == CKPT_OK && (w->needs & CKPT__OUT_CRC32) && i < w->count; i++)
@@ -1340,22 +1395,14 @@ ckpt_status ckpt__writer_join(const void *data, size_t n, bool open_files, ckpt_
     w->joined = w->shared = true;
     w->state = FAILED;
     ckpt_status st = join_decode(w, data, n, err);
-    for (size_t f = 0; st == CKPT_OK && open_files && f < w->file_count; f++) {
-        wfile *file = &w->files[f];
-        /* Rank 0 created it: open, never create.  A network file system
-         * may show another client's new file a moment late (NFS attribute
-         * caches): a missing file is tried again for a few seconds. */
-        for (int tries = 0; tries < 40; tries++) {
-            file->fd = ckpt__io_open(file->tmp_path, O_WRONLY | O_CLOEXEC);
-            if (file->fd >= 0 || (errno != ENOENT && errno != ESTALE)) break;
-            struct timespec pause = {0, 125000000L};
-            nanosleep(&pause, NULL);
-        }
-        if (file->fd < 0)
-            st = ckpt__fail_errno(err, errno, file->final_path, -1,
-                                  "cannot open the file rank 0 created for it, %s (is the output directory on a file "
-                                  "system every rank shares?)",
-                                  file->tmp_path);
+    /* The files are opened at the first write to each (joined_fd); the
+     * first is opened here only to see it, so that a rank that does not
+     * share the output's file system fails the vote on "opening the output
+     * files" at once. */
+    if (st == CKPT_OK && open_files && w->file_count) {
+        int fd;
+        st = open_created(&w->files[0], &fd, err);
+        if (st == CKPT_OK) close(fd);
     }
     if (st) {
         ckpt_writer_free(w);

@@ -31,8 +31,15 @@ CKPT__HIDDEN ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint6
  * page cache once it is on disk (sync_file_range, POSIX_FADV_DONTNEED). */
 CKPT__HIDDEN void ckpt__writer_drop_behind(ckpt_writer *w);
 
+/* A tensor about to be copied whole whose XXH3-64 the caller knows:
+ * recorded as its digest, so that ckpt__writer_pcopy may feed a writer
+ * that keeps checksums (ckpt_writer_copy_tensor).  `nbytes` must be its
+ * declared size. */
+CKPT__HIDDEN ckpt_status ckpt__writer_give_digest(ckpt_writer *w, size_t index, uint64_t nbytes, uint64_t xxh3,
+                                                 ckpt_error *err);
+
 /* Tensor bytes [at, at + n) copied by the kernel from a local source (no
- * checksums). */
+ * checksums, unless the tensor's digest was given). */
 CKPT__HIDDEN ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__source *src,
                                             uint64_t src_offset, uint64_t n, ckpt_error *err);
 

@@ -19,6 +19,7 @@ from ._errors import (AccessError, CancelledError, DCPError, Error, ExistsError,
                       MsgpackError, NoMatchError, NotFoundError, NumpyError, RemoteError, SafetensorError, TorchError)
 from ._api import (Checkpoint, Destination, LoadResult, Mismatch, TensorInfo, TensorSpec, cast, convert, destination,
                    dtype_name, load, load_into, open, recover, save, shapes)
+from ._background import SaveHandle
 from ._tree import Call, flatten, unflatten
 
 __version__ = _ckpt.version
@@ -28,5 +29,4 @@ __all__ = ["open", "shapes", "load", "load_into", "save", "convert", "recover", 
            "unflatten", "parse_size", "dtype_name", "Checkpoint", "Destination", "TensorSpec", "TensorInfo", "LoadResult",
            "Mismatch", "Call", "Error", "FormatError", "SafetensorError", "TorchError", "GGUFError", "NumpyError",
            "DCPError", "MsgpackError", "NotFoundError", "ExistsError", "IOFailure", "AccessError", "CancelledError",
-           "NoMatchError",
-           "RemoteError"]
+           "NoMatchError", "RemoteError", "SaveHandle"]

@@ -6,7 +6,7 @@ import os
 import re
 from collections import namedtuple
 
-from . import _ckpt, _dtypes, _frameworks, _progress, _sources, _tree
+from . import _ckpt, _dtypes, _errors, _frameworks, _progress, _sources, _tree
 
 _IO = {"auto": 0, "buffered": 1, "direct": 2}
 _VIEWS_PRIVATE = 2
@@ -816,7 +816,8 @@ def destination(path, format=None):  # noqa: A002
 
 
 def save(tensors, path, max_shard_size=None, metadata=None, *, prefix=None, overwrite=False,
-         checksums=False, progress=None, no_sync=False):
+         checksums=False, progress=None, no_sync=False, background=False, staging="copy", staging_bytes=None,
+         base=None, return_stats=False):
     """Saves tensors at `path`, where ckpt.destination says:
       - a directory ("out/", an existing directory, or a name without a
         checkpoint suffix): a Hugging Face checkpoint — shards of at most
@@ -842,7 +843,106 @@ def save(tensors, path, max_shard_size=None, metadata=None, *, prefix=None, over
     naming the first one's pid.  `tensors` may be a module, a state dict or
     a nested tree (its structure is recorded and restored by
     load(..., nested=True)).  Returns the paths written: the data files,
-    then the index."""
+    then the index.
+
+    background=True returns at once with a ckpt.SaveHandle (wait(), done(),
+    cancel(), error) while the bytes are written behind the caller, who is
+    blocked only while the snapshot is taken:
+      - staging="copy": tensors are copied into host memory, at most
+        staging_bytes of them (default: no limit); the ones that do not fit
+        are written before the call returns, and the handle's stats report
+        that stall;
+      - staging="fork" (CPU tensors, Linux): a forked child writes from its
+        copy-on-write view of the process, as Redis's BGSAVE does; memory
+        grows only by the pages the caller modifies meanwhile.
+    The commit is atomic as above and happens once every byte is on disk; a
+    save waits for the previous background save, and raises its error if
+    nobody has seen it yet.
+
+    base=previous_checkpoint makes an incremental save: every tensor's
+    XXH3-64 is recorded (checksums=True), and a tensor whose digest, dtype
+    and shape equal what the base records is not written from memory but
+    copied from the base's file by the kernel (copy_file_range: a reflink on
+    XFS, btrfs and bcachefs, which shares the blocks).  The output is a plain
+    checkpoint any reader loads, byte for byte what a save without base
+    writes, and `ckpt verify` checks it.  A base ckpt cannot read, or that
+    records no digests, gets a full write.  return_stats=True returns
+    (paths, stats): cloned_tensors, cloned_bytes, written_tensors,
+    written_bytes, and full_write (why nothing was cloned, or None)."""
+    from . import _background
+    _background.settle_previous()
+    if base is not None:
+        checksums = True  # the next save builds on this one's digests
+    if background:  # the handle's stats hold what return_stats would return
+        return _background.start(tensors, path, staging=staging, staging_bytes=staging_bytes, base=base,
+                                 max_shard_size=max_shard_size, metadata=metadata, prefix=prefix,
+                                 overwrite=overwrite, checksums=checksums, progress=progress, no_sync=no_sync)
+    w, entries, bar = _save_open(tensors, path, max_shard_size, metadata, prefix=prefix, overwrite=overwrite,
+                                 checksums=checksums, progress=progress, no_sync=no_sync)
+    try:
+        stats = None
+        if base is not None:
+            entries, stats = _clone_unchanged(w, entries, base)
+        _save_write(w, entries, bar)
+        paths = w.commit()
+        if stats is not None:
+            stats["written_tensors"] = len(entries)
+            stats["written_bytes"] = sum(e[3] for e in entries)
+        return (paths, stats) if return_stats else paths
+    finally:
+        w.abort()
+
+
+def _digest(fw, t):
+    """The XXH3-64 of a tensor's bytes in row order (what a writer with
+    checksums records), read from its memory."""
+    if fw.on_cpu(t) and fw.is_contiguous(t):
+        return _ckpt.xxh3_64(fw.raw(t))
+    return _ckpt.xxh3_64(fw.raw(p) for p in _pieces(fw, t))
+
+
+def _clone_unchanged(w, entries, base):
+    """An incremental save's first step: the entries whose bytes equal the
+    base's (its recorded digest, dtype and shape) copied from it by the
+    kernel; returns the entries still to write, and the stats."""
+    stats = {"base": os.fspath(base), "cloned_tensors": 0, "cloned_bytes": 0, "full_write": None}
+    try:
+        catalog = _sources.catalog(_sources.name(base), False, None, open)
+        digests = catalog.recorded_digests()
+    except _errors.Error as e:
+        stats["full_write"] = f"the base cannot be used: {e}"
+        return entries, stats
+    if not any(d is not None for d in digests):
+        stats["full_write"] = "the base records no digests (saved without checksums)"
+        return entries, stats
+    try:
+        left = []
+        for entry in entries:
+            index, fw, t, nbytes, name = entry
+            i = catalog.find(name)
+            row = catalog.row(i) if i is not None else None
+            dt, shape, _ = fw.describe(t)
+            if row is None or digests[i] is None or row.dtype != dt or list(row.shape) != list(shape) or \
+                    row.nbytes != nbytes:
+                left.append(entry)
+                continue
+            d = _digest(fw, t)
+            if d != digests[i]:
+                left.append(entry)
+                continue
+            w.copy_tensor(index, catalog, i, d)
+            stats["cloned_tensors"] += 1
+            stats["cloned_bytes"] += nbytes
+        return left, stats
+    finally:
+        catalog.close()
+
+
+def _save_open(tensors, path, max_shard_size=None, metadata=None, *, prefix=None, overwrite=False,
+               checksums=False, progress=None, no_sync=False):
+    """save's first half: the writer, begun (files created, the destination
+    locked), and the entries (index, framework, tensor, nbytes) it still
+    needs the bytes of, and the progress bar.  The caller commits or aborts."""
     if _is_module(tensors):
         tensors = tensors.state_dict()
     flat, structure = _tree.flatten(tensors, with_structure=True)
@@ -860,7 +960,7 @@ def save(tensors, path, max_shard_size=None, metadata=None, *, prefix=None, over
                 raise TypeError(f"{name!r} is a {type(t).__name__}: ckpt.save takes torch tensors and numpy arrays")
             fws.add(fw)
             dt, shape, nbytes = fw.describe(t)
-            entries.append((w.add(name, dt, shape, _storage(fw, t, ids)), fw, t, nbytes))
+            entries.append((w.add(name, dt, shape, _storage(fw, t, ids)), fw, t, nbytes, name))
         if _frameworks.Torch in fws:
             w.set_metadata("format", "pt")
         for k, v in (metadata or {}).items():
@@ -871,18 +971,25 @@ def save(tensors, path, max_shard_size=None, metadata=None, *, prefix=None, over
             w.set_metadata(_tree.STRUCTURE_KEY, structure, True)
         w.begin()
         entries = [e for e in entries if w.kept(e[0]) is None]  # tensors written in another's place are not sent
-        total = sum(e[3] for e in entries)
-        bar = _progress.choose(progress, "save")
-        done = 0
-        for index, fw, t, nbytes in entries:
-            for part in _pieces(fw, t):
-                w.write(index, fw.raw(part))
-            done += nbytes
-            if bar and bar(done, total):
-                raise KeyboardInterrupt("save cancelled by the progress callback")
-        return w.commit()
-    finally:
+        return w, entries, _progress.choose(progress, "save")
+    except BaseException:
         w.abort()
+        raise
+
+
+def _save_write(w, entries, bar, cancelled=None, done=0, total=None):
+    """Writes the entries' bytes; `cancelled()` true stops between pieces
+    (KeyboardInterrupt, as a progress callback's stop)."""
+    total = sum(e[3] for e in entries) if total is None else total
+    for index, fw, t, nbytes, *_ in entries:
+        for part in _pieces(fw, t):
+            if cancelled is not None and cancelled():
+                raise KeyboardInterrupt("save cancelled")
+            w.write(index, fw.raw(part))
+        done += nbytes
+        if bar and bar(done, total):
+            raise KeyboardInterrupt("save cancelled by the progress callback")
+    return done
 
 
 def _pieces(fw, t):

@@ -416,7 +416,8 @@ def _write_part(w, index, fw, t):
 
 
 def save(state_dict, out_dir, group=None, *, shards=None, max_shard_size="5GB", metadata=None, prefix=None,
-         overwrite=False, timeout=_DEFAULT_TIMEOUT, no_sync=False, return_stats=False):
+         overwrite=False, timeout=_DEFAULT_TIMEOUT, no_sync=False, return_stats=False, background=False,
+         staging="copy", staging_bytes=None):
     """Saves a state dict that many ranks hold in parts as one Hugging Face
     checkpoint — the files, headers and index that huggingface_hub's
     save_torch_state_dict writes for the whole state dict — every rank
@@ -432,7 +433,77 @@ def save(state_dict, out_dir, group=None, *, shards=None, max_shard_size="5GB", 
     all its bytes; then rank 0 commits.  An existing checkpoint is replaced
     only with overwrite=True, as by every other save (else nothing is
     written: rank 0 raises ExistsError, the others an error naming it).  Returns the statistics of
-    this rank with return_stats=True."""
+    this rank with return_stats=True.
+
+    background=True returns a ckpt.SaveHandle on every rank, as
+    ckpt.save(background=True) does with staging="copy": the output is
+    declared and created, and each rank's part copied into host memory (at
+    most staging_bytes; the rest written before the call returns), while
+    every rank calls; a thread per rank then writes the copies and votes,
+    and rank 0 commits once every rank has written all its bytes.  The save
+    talks over a gloo group of its own (made once per group, by every
+    member, on the first background save), so the training's collectives on
+    `group` cannot interleave with it.  wait() returns the statistics with
+    return_stats=True."""
+    from . import _background
+    _background.settle_previous()
+    if not background:
+        w, entries = _save_open(state_dict, out_dir, group, shards, max_shard_size, metadata, prefix, overwrite,
+                                timeout, no_sync)
+        try:
+            try:
+                for index, fw, t, _ in entries:
+                    _write_part(w, index, fw, t)
+            except BaseException as e:
+                w.abort(f"{type(e).__name__}: {e}")
+                raise
+            w.commit()
+            return w.stats() if return_stats else None
+        finally:
+            w.close()
+    if staging != "copy":
+        raise ValueError("ckpt.distributed.save(background=True) stages with staging='copy': a forked child "
+                         "cannot take part in the group's collectives")
+    t0 = time.perf_counter()
+    w, entries = _save_open(state_dict, out_dir, _save_group(group), shards, max_shard_size, metadata, prefix,
+                            overwrite, timeout, no_sync)
+
+    def write(part, cancelled=None):
+        for index, fw, t, _ in part:
+            if cancelled is not None and cancelled():
+                raise KeyboardInterrupt("save cancelled")
+            _write_part(w, index, fw, t)
+
+    def commit():
+        w.commit()
+        return w.stats() if return_stats else None
+
+    def abort(why):
+        if why:
+            w.abort(why)
+        w.close()
+
+    return _background.started(
+        _background.start_staged(out_dir, entries, staging_bytes, write, commit=commit, abort=abort), t0)
+
+
+_SAVE_GROUPS = {}
+
+
+def _save_group(group):
+    """The gloo group background saves over `group` talk on: made once, by
+    every member (local synchronization: non-members take no part)."""
+    import torch.distributed as dist
+    key = "world" if group is None else id(group)
+    if key not in _SAVE_GROUPS:
+        ranks = None if group is None else dist.get_process_group_ranks(group)
+        _SAVE_GROUPS[key] = dist.new_group(ranks=ranks, backend="gloo", use_local_synchronization=True)
+    return _SAVE_GROUPS[key]
+
+
+def _save_open(state_dict, out_dir, group, shards, max_shard_size, metadata, prefix, overwrite, timeout, no_sync):
+    """save's first half, on every rank: the writer declared, begun and
+    shared, and this rank's entries (index, framework, part, nbytes)."""
     if _api._is_module(state_dict):
         state_dict = state_dict.state_dict()
     if not isinstance(state_dict, dict) or not all(isinstance(k, str) for k in state_dict):
@@ -461,7 +532,7 @@ def save(state_dict, out_dir, group=None, *, shards=None, max_shard_size="5GB", 
                 if per and gshape:
                     gshape = gshape[:-1] + (gshape[-1] * per,)
                     count = count[:-1] + [count[-1] * per]
-                entries.append((w.add(name, dt, list(gshape), start, count), fw, local))
+                entries.append((w.add(name, dt, list(gshape), start, count), fw, local, fw.describe(local)[2]))
             if torch_seen:
                 w.set_metadata("format", "pt")
             for removed, kept in ties.items():
@@ -474,16 +545,10 @@ def save(state_dict, out_dir, group=None, *, shards=None, max_shard_size="5GB", 
             w.abort(f"{type(e).__name__}: {e}")  # the others fail at begin, naming this rank
             raise
         w.begin()
-        try:
-            for index, fw, t in entries:
-                _write_part(w, index, fw, t)
-        except BaseException as e:
-            w.abort(f"{type(e).__name__}: {e}")
-            raise
-        w.commit()
-        return w.stats() if return_stats else None
-    finally:
+        return w, entries
+    except BaseException:
         w.close()
+        raise
 
 
 def convert(src, dst, plan=None, *, group=None, max_shard_size=None, prefix=None, overwrite=False,

@@ -22,6 +22,8 @@
 
 #include "ckpt_collective.h" /* includes ckpt.h */
 #include "ckpt_dcp.h"
+#define XXH_INLINE_ALL /* the digest ckpt records (XXH3-64), from the header alone */
+#include <xxhash.h>
 
 static PyObject *Error;          /* ckpt.Error, the base of every ckpt exception */
 static PyTypeObject *TensorRowType; /* named rows of Catalog.tensors() */
@@ -808,6 +810,35 @@ static PyObject *Catalog_close(Catalog *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* recorded_digests() → [int or None]: the XXH3-64 each tensor's file records. */
+static PyObject *Catalog_recorded_digests(Catalog *self, PyObject *unused) {
+    (void)unused;
+    if (!catalog_ready(self)) return NULL;
+    size_t n = ckpt_catalog_tensor_count(self->catalog);
+    uint64_t *digests = PyMem_Malloc((n ? n : 1) * sizeof *digests);
+    unsigned char *recorded = PyMem_Malloc(n ? n : 1);
+    if (!digests || !recorded) {
+        PyMem_Free(digests);
+        PyMem_Free(recorded);
+        return PyErr_NoMemory();
+    }
+    ckpt_error e;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_catalog_recorded_digests(self->catalog, digests, recorded, &e);
+    Py_END_ALLOW_THREADS
+    PyObject *out = st == CKPT_OK ? PyList_New((Py_ssize_t)n) : NULL;
+    for (size_t i = 0; out && i < n; i++) {
+        PyObject *v = recorded[i] ? PyLong_FromUnsignedLongLong(digests[i]) : Py_NewRef(Py_None);
+        if (!v) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, (Py_ssize_t)i, v);
+    }
+    PyMem_Free(digests);
+    PyMem_Free(recorded);
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    return out;
+}
+
 static PyMethodDef Catalog_methods[] = {
     {"tensors", (PyCFunction)Catalog_tensors, METH_NOARGS,
      "tensors() -> [TensorRow(name, dtype, shape, nbytes, file, offset, storage, direct)]"},
@@ -815,6 +846,8 @@ static PyMethodDef Catalog_methods[] = {
     {"infos", (PyCFunction)Catalog_infos, METH_VARARGS, "infos(cls, files) -> {name: cls(name, dtype, shape, "
                                                           "nbytes, files[file], offset)}"},
     {"find", (PyCFunction)Catalog_find, METH_O, "find(name) -> index or None"},
+    {"recorded_digests", (PyCFunction)Catalog_recorded_digests, METH_NOARGS,
+     "recorded_digests() -> [XXH3-64 or None]: what each tensor's file records (ckpt_catalog_recorded_digests)"},
     {"row", (PyCFunction)Catalog_row, METH_O, "row(i) -> TensorRow"},
     {"metadata", (PyCFunction)Catalog_metadata, METH_NOARGS, "metadata() -> dict of str"},
     {"files", (PyCFunction)Catalog_files, METH_NOARGS, "files() -> [(path, size)]"},
@@ -1740,6 +1773,25 @@ static PyObject *Writer_write(Writer *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* copy_tensor(index, catalog, src_index, xxh3): ckpt_writer_copy_tensor. */
+static PyObject *Writer_copy_tensor(Writer *self, PyObject *args) {
+    Py_ssize_t index, src_index;
+    Catalog *cat;
+    unsigned long long xxh3;
+    if (!writer_ready(self) || !PyArg_ParseTuple(args, "nO!nK", &index, &CatalogType, &cat, &src_index, &xxh3))
+        return NULL;
+    if (!catalog_ready(cat)) return NULL;
+    ckpt_error e;
+    ckpt_status st;
+    catalog_use(cat);
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_writer_copy_tensor(self->writer, (size_t)index, cat->catalog, (size_t)src_index, (uint64_t)xxh3, &e);
+    Py_END_ALLOW_THREADS
+    catalog_unuse(cat);
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Writer_commit(Writer *self, PyObject *unused) {
     (void)unused;
     if (!writer_ready(self)) return NULL;
@@ -1773,6 +1825,8 @@ static PyMethodDef Writer_methods[] = {
     {"kept", (PyCFunction)Writer_kept, METH_O, "kept(index) -> None, or the name written in its place"},
     {"begin", (PyCFunction)Writer_begin, METH_NOARGS, "begin() -> final paths of the output files"},
     {"write", (PyCFunction)Writer_write, METH_VARARGS, "write(index, data): the next bytes of a tensor"},
+    {"copy_tensor", (PyCFunction)Writer_copy_tensor, METH_VARARGS,
+     "copy_tensor(index, catalog, src_index, xxh3): the tensor whole from a checkpoint, by the kernel"},
     {"commit", (PyCFunction)Writer_commit, METH_NOARGS,
      "commit() -> every path published (data files, side files such as an index, copied files): fsync and rename "
      "into place"},
@@ -2738,6 +2792,38 @@ static PyObject *mod_commit_recover(PyObject *self, PyObject *args, PyObject *kw
     return PyBool_FromLong(found);
 }
 
+/* xxh3_64(data or iterable of data) -> int: the XXH3-64 of the bytes, in
+ * order (what a writer with checksums records), the GIL released. */
+static PyObject *mod_xxh3_64(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    XXH3_state_t *state = XXH3_createState();
+    if (!state || XXH3_64bits_reset(state) == XXH_ERROR) {
+        XXH3_freeState(state);
+        return PyErr_NoMemory();
+    }
+    /* One buffer, or an iterable of them taken one at a time (pieces made
+     * on the fly are released as soon as they are hashed). */
+    PyObject *items = PyObject_CheckBuffer(arg) ? PyTuple_Pack(1, arg) : NULL;
+    PyObject *it = PyObject_GetIter(items ? items : arg), *item;
+    bool ok = it != NULL;
+    while (ok && (item = PyIter_Next(it))) {
+        Py_buffer b;
+        ok = PyObject_GetBuffer(item, &b, PyBUF_C_CONTIGUOUS) == 0;
+        Py_DECREF(item);
+        if (!ok) break;
+        Py_BEGIN_ALLOW_THREADS
+        XXH3_64bits_update(state, b.buf, (size_t)b.len);
+        Py_END_ALLOW_THREADS
+        PyBuffer_Release(&b);
+    }
+    ok = ok && !PyErr_Occurred();
+    PyObject *out = ok ? PyLong_FromUnsignedLongLong(XXH3_64bits_digest(state)) : NULL;
+    Py_XDECREF(it);
+    Py_XDECREF(items);
+    XXH3_freeState(state);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"parse_size", mod_parse_size, METH_O, "parse_size(text) -> bytes (\"5GB\", \"512MiB\", 1000)"},
     {"format_size", mod_format_size, METH_O, "format_size(n) -> \"86.6 MiB\""},
@@ -2752,6 +2838,7 @@ static PyMethodDef module_methods[] = {
     {"can_cast", mod_can_cast, METH_VARARGS, "can_cast(from, to) -> bool"},
     {"cast", mod_cast, METH_VARARGS, "cast(from, src, to, dst, count)"},
     {"status_names", mod_status_names, METH_NOARGS, "status_names() -> {name: code}"},
+    {"xxh3_64", mod_xxh3_64, METH_O, "xxh3_64(data or [data, …]) -> the XXH3-64 of the bytes in order"},
     {"json_loads", mod_json_loads, METH_O,
      "json_loads(text) -> (value, depth): the library's JSON (object trees) without recursion on the C stack"},
     {"redact_name", mod_redact_name, METH_O, "redact_name(name) -> the name as it may be shown (ckpt_redact_name)"},

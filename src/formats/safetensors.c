@@ -489,9 +489,9 @@ static ckpt_status verify_map(const ckpt_catalog *cat, uint32_t file, const char
         const ckpt_tensor_info *t = ckpt_catalog_find(cat, key->str);
         if (val->kind != CKPT__JSON_STRING || !parse_hex64(val->str, val->len, &want))
             st = ckpt__fail(err, CKPT_E_CHECKSUM, path, key->str, -1, "checksum is not 16 hex digits");
-        else if (!strcmp(key->str, "__metadata__") && (st = verify_header(cat, file, map, &doc, want, err)) == CKPT_OK)
-            checks->headers++;
-        else if (!t || t->file != file)
+        else if (!strcmp(key->str, "__metadata__")) {
+            if ((st = verify_header(cat, file, map, &doc, want, err)) == CKPT_OK) checks->headers++;
+        } else if (!t || t->file != file)
             st = ckpt__fail(err, CKPT_E_INDEX_MISMATCH, path, key->str, -1,
                             "the checksum map names a tensor this file does not hold");
         else if (!ckpt__file_checks_add(checks, t, want))

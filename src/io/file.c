@@ -15,7 +15,7 @@
 /* Linux caps one read/write at 0x7ffff000 bytes; stay under it. */
 enum { MAX_IO = 1 << 30 };
 /* Buffer of the pread/pwrite fallback copy, and the granularity of progress. */
-enum { COPY_CHUNK = 8 << 20, COPY_TICK = 64 << 20 };
+enum { COPY_CHUNK = 8 << 20, COPY_TICK = 64 << 20, CLONE_BLOCK = 4096 /* the usual file system block */ };
 
 ckpt_status ckpt__file_open_read(const char *path, int *fd, uint64_t *size, ckpt_error *err) {
     /* O_NONBLOCK: a FIFO is refused below rather than waited on. */
@@ -109,6 +109,11 @@ ckpt_status ckpt__copy_range(int src_fd, uint64_t src_offset, const char *src_pa
     uint64_t done = 0;
     while (done < n) {
         size_t want = n - done > COPY_TICK ? COPY_TICK : (size_t)(n - done);
+        /* Up to the source's next block first: the rest then starts on a
+         * block, and the kernel shares blocks (a reflink) wherever the
+         * output's offset agrees with it modulo the block size. */
+        uint64_t into_block = (src_offset + done) % CLONE_BLOCK;
+        if (into_block && want > CLONE_BLOCK - into_block) want = (size_t)(CLONE_BLOCK - into_block);
         loff_t in = (loff_t)(src_offset + done), out = (loff_t)(dst_offset + done);
         ssize_t got = ckpt__io_copy_file_range(src_fd, &in, dst_fd, &out, want, 0);
         if (got < 0) {

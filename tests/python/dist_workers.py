@@ -66,6 +66,10 @@ def run(rank, world, port, tmp, scenario):
             main(rank, world, tmp, result)
         elif scenario == "kill":
             kill(rank, world, tmp, result)
+        elif scenario == "background":
+            background(rank, world, tmp, result)
+        elif scenario == "fds":
+            fds(rank, world, tmp, result)
     except Exception:  # noqa: BLE001 - reported to the test
         result["failures"].append(traceback.format_exc())
     _finish(tmp, rank, result)
@@ -244,3 +248,73 @@ def kill(rank, world, tmp, result):
     except ckpt.Error as e:
         result["error"] = {"status": e.status, "message": str(e), "seconds": time.monotonic() - t0}
     _check(result, not os.path.exists(out), "published although rank 2 died")
+
+
+def background(rank, world, tmp, result):
+    """ckpt.distributed.save(background=True): each rank's rows of the 2-D
+    tensors (the others whole), mutated as soon as the call returns while
+    the "training" runs all_reduces on the same group; the output must be
+    the state at the call."""
+    import ckpt
+    import ckpt.distributed as cd
+    full = full_state_dict()
+
+    def my_parts():
+        parts, shards = {}, {}
+        for name, t in full.items():
+            if t.dim() == 2:
+                parts[name] = _cut(t, 0, rank, world).clone()
+                shards[name] = (tuple(t.shape), [_bounds(t.shape[0], rank, world)[0], 0])
+            else:
+                parts[name] = t.clone()
+        return parts, shards
+
+    for staging_bytes, out in ((None, "bg-all"), ("64KB", "bg-budget")):
+        parts, shards = my_parts()
+        h = cd.save(parts, os.path.join(tmp, out), shards=shards, max_shard_size="2MB", timeout=60,
+                    background=True, staging_bytes=staging_bytes, return_stats=True)
+        with torch.no_grad():
+            for t in parts.values():
+                t.add_(1)
+        x = torch.ones(1000)
+        for _ in range(20):  # the training's collectives, on the default group, while the save runs
+            dist.all_reduce(x)
+        stats = h.wait()
+        _check(result, x[0].item() == world ** 20, "the training's all_reduce went wrong during the save")
+        _check(result, isinstance(stats, dict) and stats["bytes_written"] > 0, f"stats {stats!r}")
+        result["notes"].append({"save": out, "handle": {k: v for k, v in h.stats.items() if k != "pid"}})
+    try:
+        cd.save(parts, os.path.join(tmp, "bg-fork"), shards=shards, background=True, staging="fork")
+        _check(result, False, "staging='fork' was accepted for a collective save")
+    except ValueError as e:
+        result["fork"] = str(e)
+    dist.barrier()
+
+
+def fds(rank, world, tmp, result):
+    """A collective save of 8 tensors, each held whole by one rank and
+    written to a shard of its own: a rank opens only the files it writes
+    (the most it held open at once is recorded after every write)."""
+    import ckpt.distributed as cd
+    out = os.path.join(tmp, "fds-out")
+    sd, shards = {}, {}
+    for i in range(2 * world):
+        if i // 2 == rank:
+            sd[f"t{i}"] = torch.full((256, 256), float(i))
+            shards[f"t{i}"] = ((256, 256), [0, 0])
+    most = [0]
+    write_part = cd._write_part
+
+    def counting(w, index, fw, t):
+        write_part(w, index, fw, t)
+        names = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                 if os.path.exists(f"/proc/self/fd/{fd}")]
+        most[0] = max(most[0], sum(1 for n in names if "fds-out" in n and n.endswith(".safetensors")))
+
+    cd._write_part = counting
+    try:
+        cd.save(sd, out, shards=shards, max_shard_size="300KB", timeout=60)
+    finally:
+        cd._write_part = write_part
+    result["most_open"] = most[0]
+    dist.barrier()

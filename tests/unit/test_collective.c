@@ -613,6 +613,10 @@ static void check_failure(fault f, int n, int culprit, ckpt_status culprit_statu
     run_save(&j, out, n, f, culprit, 3000000);
     for (int r = 0; r < n; r++) {
         ckpt_status want = r == culprit ? culprit_status : others;
+        if (f == VANISH && culprit == 0 && r != culprit && j.st[r] == CKPT_E_PEER_FAILED) {
+            assert_non_null(strstr(j.msg[r], "rank 0 abandoned the save"));
+            continue;
+        }
         if (j.st[r] != want) fprintf(stderr, "fault %d rank %d: %s [%s]\n", (int)f, r, j.msg[r], ckpt_status_name(j.st[r]));
         if (f == VANISH && r == culprit) continue;
         assert_int_equal(j.st[r], want);
@@ -637,6 +641,9 @@ static void test_shard_writer_failures_name_the_rank(void **state) {
     check_failure(ABORT_WRITING, 4, 1, CKPT_E_BAD_STATE, CKPT_E_PEER_FAILED, "rank 1 failed (CKPT_E_BAD_STATE)");
     /* A rank that never comes to the commit: the others wait the timeout. */
     check_failure(VANISH, 3, 1, CKPT_OK, CKPT_E_PEER_TIMEOUT, "rank 1 did not reach the vote after writing the tensors");
+    /* Rank 0 leaving removes the files it created: a rank that writes after
+     * that fails at once naming rank 0 (ranks open a file at their first
+     * write to it); one that wrote before waits for the vote. */
     check_failure(VANISH, 3, 0, CKPT_OK, CKPT_E_PEER_TIMEOUT, "rank 0 did not reach the vote after writing the tensors");
 }
 

@@ -4,6 +4,21 @@
 
 #include "helpers.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+/* 1 when a catalog records no digest of any tensor. */
+static int recorded_none(const ckpt_catalog *cat) {
+    size_t n = ckpt_catalog_tensor_count(cat);
+    uint64_t d[8];
+    unsigned char r[8] = {1};
+    ckpt_error err;
+    if (n > 8 || ckpt_catalog_recorded_digests(cat, d, r, &err) != CKPT_OK) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (r[i]) return 0;
+    return 1;
+}
+
 static ckpt_status create(const char *path, uint64_t max_shard, int overwrite, ckpt_writer **w, ckpt_error *err) {
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
@@ -184,6 +199,99 @@ static void test_misuse(void **state) {
     scratch_free(dir);
 }
 
+/* ckpt_writer_copy_tensor and ckpt_catalog_recorded_digests: the base of
+ * incremental saves.  A tensor copied whole with its digest is recorded
+ * with it, the output equals a written one, and misuse is refused. */
+static void test_copy_tensor_from_a_checkpoint(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *base = in_dir(dir, "base.safetensors");
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.no_sync = 1;
+    o.checksums = 1;
+    ckpt_writer *w;
+    ckpt_error err;
+    uint64_t s_a[2] = {2, 3}, s_b[1] = {5};
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    size_t ia, ib;
+    assert_int_equal(ckpt_writer_create(base, &o, &w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "a", CKPT_F32, 2, s_a, &ia, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "b", CKPT_U8, 1, s_b, &ib, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_write(w, ia, a, sizeof a, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_write(w, ib, "hello", 5, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_commit(w, &err), CKPT_OK);
+    ckpt_writer_free(w);
+
+    ckpt_catalog *cat;
+    assert_int_equal(ckpt_catalog_open(base, &cat, &err), CKPT_OK);
+    uint64_t digests[2];
+    unsigned char recorded[2];
+    assert_int_equal(ckpt_catalog_recorded_digests(cat, digests, recorded, &err), CKPT_OK);
+    size_t ca = ckpt_catalog_find(cat, "a") - ckpt_catalog_tensor(cat, 0);
+    size_t cb = ckpt_catalog_find(cat, "b") - ckpt_catalog_tensor(cat, 0);
+    assert_true(recorded[ca] && recorded[cb]);
+    assert_true(digests[ca] == XXH3_64bits(a, sizeof a) && digests[cb] == XXH3_64bits("hello", 5));
+
+    /* The copy: "a" cloned, "b" cloned, "c" written; then the misuses. */
+    const char *out = in_dir(dir, "out.safetensors");
+    uint64_t s_c[1] = {4};
+    size_t oa, ob, oc;
+    assert_int_equal(ckpt_writer_create(out, &o, &w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "a", CKPT_F32, 2, s_a, &oa, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "b", CKPT_U8, 1, s_b, &ob, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "c", CKPT_U8, 1, s_c, &oc, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_copy_tensor(w, oa, cat, ca, digests[ca], &err), CKPT_E_BAD_STATE); /* before begin */
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_copy_tensor(w, oc, cat, cb, digests[cb], &err), CKPT_E_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "declared with 4 bytes, and the copy has 5"));
+    assert_int_equal(ckpt_writer_copy_tensor(w, oa, cat, 7, 0, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_int_equal(ckpt_writer_write(w, oc, "ab", 2, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_copy_tensor(w, oc, cat, cb, 0, &err), CKPT_E_INVALID_ARGUMENT); /* 4 vs 5 bytes */
+    assert_int_equal(ckpt_writer_write(w, oc, "cd", 2, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_copy_tensor(w, oa, cat, ca, digests[ca], &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_copy_tensor(w, oa, cat, ca, digests[ca], &err), CKPT_E_BAD_STATE); /* has bytes */
+    assert_int_equal(ckpt_writer_copy_tensor(w, ob, cat, cb, digests[cb], &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_commit(w, &err), CKPT_OK);
+    ckpt_writer_free(w);
+    ckpt_catalog_close(cat);
+
+    ckpt_catalog *got;
+    assert_int_equal(ckpt_catalog_open(out, &got, &err), CKPT_OK);
+    ckpt_verify_report r = {.size = sizeof r};
+    assert_int_equal(ckpt_verify(got, NULL, &r, &err), CKPT_OK);
+    assert_int_equal(r.tensor_digests, 3);
+    float back[6];
+    const ckpt_tensor_info *t = ckpt_catalog_find(got, "a");
+    assert_int_equal(ckpt_catalog_read(got, t, 0, back, sizeof back, &err), CKPT_OK);
+    assert_memory_equal(back, a, sizeof a);
+    ckpt_catalog_close(got);
+
+    /* A source whose bytes are not stored as they are (a big-endian .npy). */
+    const char *npy = in_dir(dir, "be.npy");
+    char head[128] = "\x93NUMPY\x01\x00\x76\x00{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }";
+    size_t hl = strlen(head + 10) + 10;
+    memset(head + hl, ' ', 127 - hl);
+    head[127] = '\n';
+    FILE *f = fopen(npy, "wb");
+    fwrite(head, 1, 128, f);
+    fwrite("\x3f\x80\x00\x00\x40\x00\x00\x00", 1, 8, f);
+    fclose(f);
+    assert_int_equal(ckpt_catalog_open(npy, &cat, &err), CKPT_OK);
+    uint64_t s_2[1] = {2};
+    o.checksums = 0;
+    assert_int_equal(ckpt_writer_create(in_dir(dir, "x.safetensors"), &o, &w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "x", CKPT_F32, 1, s_2, &oa, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_copy_tensor(w, oa, cat, 0, 0, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "not stored as they are"));
+    assert_int_equal(recorded_none(cat), 1);
+    ckpt_writer_free(w);
+    ckpt_catalog_close(cat);
+    scratch_free(dir);
+}
+
 static void test_many_tensors_grow_tables(void **state) {
     (void)state;
     char *root = scratch_dir();
@@ -206,6 +314,7 @@ int main(void) {
         cmocka_unit_test(test_sharded_output_and_replacement),
         cmocka_unit_test(test_misuse),
         cmocka_unit_test(test_many_tensors_grow_tables),
+        cmocka_unit_test(test_copy_tensor_from_a_checkpoint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
