@@ -80,6 +80,7 @@ struct ckpt_writer {
     char **extras;         /* copy_files_from: names copied along */
     char **extra_paths;    /* after the commit: their paths */
     const char *config_dtype; /* their config.json's dtype becomes this (a torch name); NULL: copied as is */
+    const char *open_path; /* after the commit: what opens the output (arena) */
     char **stale;          /* a replaced checkpoint's files (names in dir) */
     size_t stale_count;
     ckpt__commit *commit;
@@ -784,6 +785,58 @@ size_t ckpt_writer_tensor_file(const ckpt_writer *w, size_t index) {
     return w->tensors[index].pub.file == CKPT__OUT_NONE ? SIZE_MAX : w->tensors[index].pub.file;
 }
 uint64_t ckpt_writer_total_bytes(const ckpt_writer *w) { return w ? w->total : 0; }
+const char *ckpt_writer_path(const ckpt_writer *w) { return w ? w->path : NULL; }
+ckpt_format ckpt_writer_format(const ckpt_writer *w) { return w ? w->fmt->id : (ckpt_format)0; }
+int ckpt_writer_is_directory(const ckpt_writer *w) { return w && w->directory; }
+const char *ckpt_writer_open_path(const ckpt_writer *w) { return w ? w->open_path : NULL; }
+uint64_t ckpt_writer_file_size(const ckpt_writer *w, size_t i) { return w && i < w->file_count ? w->files[i].size : 0; }
+
+size_t ckpt_writer_name_count(const ckpt_writer *w, ckpt_writer_names which) {
+    if (!w) return 0;
+    switch (which) {
+    case CKPT_WRITER_DATA_FILES: return w->file_count;
+    case CKPT_WRITER_SIDE_FILES: return w->side_count;
+    case CKPT_WRITER_COPIED_FILES: return w->extra_count;
+    case CKPT_WRITER_REPLACED_FILES: return w->stale_count;
+    }
+    return 0;
+}
+
+const char *ckpt_writer_name_at(const ckpt_writer *w, ckpt_writer_names which, size_t i) {
+    if (i >= ckpt_writer_name_count(w, which)) return NULL;
+    switch (which) {
+    case CKPT_WRITER_DATA_FILES: return w->files[i].name;
+    case CKPT_WRITER_SIDE_FILES: return w->sides[i].name;
+    case CKPT_WRITER_COPIED_FILES: return w->extras[i];
+    case CKPT_WRITER_REPLACED_FILES: return w->stale[i];
+    }
+    return NULL;
+}
+
+size_t ckpt_writer_tensor_count(const ckpt_writer *w) { return w ? w->count : 0; }
+
+int ckpt_writer_tensor_info_at(const ckpt_writer *w, size_t index, ckpt_writer_tensor_info *info) {
+    if (!w || !info || index >= w->count) return 0;
+    const ckpt__out_tensor *t = &w->tensors[index].pub;
+    bool kept = t->file == CKPT__OUT_NONE;
+    ckpt_writer_tensor_info all = {.size = info->size, .name = t->name, .dtype = t->dtype, .ndim = t->ndim,
+                                   .shape = t->shape, .nbytes = t->nbytes, .file = kept ? SIZE_MAX : t->file,
+                                   .kept = kept ? w->tensors[w->tensors[index].kept].pub.name : NULL,
+                                   .offset = t->offset, .part_count = t->part_count};
+    memcpy(info, &all, info->size < sizeof all ? info->size : sizeof all);
+    return 1;
+}
+
+int ckpt_writer_tensor_part(const ckpt_writer *w, size_t index, uint32_t k, size_t *file, uint64_t *begin,
+                            uint64_t *nbytes, uint64_t *offset) {
+    if (!w || index >= w->count || k >= w->tensors[index].pub.part_count) return 0;
+    const ckpt__out_part *part = &w->tensors[index].pub.parts[k];
+    if (file) *file = part->file;
+    if (begin) *begin = part->begin;
+    if (nbytes) *nbytes = part->nbytes;
+    if (offset) *offset = part->offset;
+    return 1;
+}
 
 /* ---- data --------------------------------------------------------------------- */
 
@@ -1028,122 +1081,6 @@ static ckpt_status join_crcs(ckpt_writer *w, wtensor *t, ckpt_error *err) {
     return CKPT_OK;
 }
 
-/* ---- a dry run's account ------------------------------------------------------ */
-
-static const char *side_name(const ckpt_writer *w, size_t i) { return w->sides[i].name; }
-static const char *extra_name(const ckpt_writer *w, size_t i) { return w->extras[i]; }
-static const char *stale_name(const ckpt_writer *w, size_t i) { return w->stale[i]; }
-
-static void json_names(ckpt__buf *b, const char *key, const ckpt_writer *w, size_t n,
-                       const char *(*name)(const ckpt_writer *, size_t)) {
-    ckpt__buf_puts(b, ",\n  \"");
-    ckpt__buf_puts(b, key);
-    ckpt__buf_puts(b, "\": [");
-    for (size_t i = 0; i < n; i++) {
-        if (i) ckpt__buf_puts(b, ", ");
-        ckpt__buf_json_string(b, name(w, i));
-    }
-    ckpt__buf_puts(b, "]");
-}
-
-ckpt_status ckpt__writer_describe(const ckpt_writer *w, const char *const *sources, ckpt__buf *b, ckpt_error *err) {
-    if (!w || (w->state != WRITING && w->state != COMMITTED))
-        return ckpt__fail(err, CKPT_E_BAD_STATE, w ? w->path : NULL, NULL, -1, "describe needs a begun writer");
-    uint64_t params = 0, written = 0;
-    size_t *per_file = ckpt__calloc(w->file_count ? w->file_count : 1, sizeof *per_file);
-    if (!per_file) return ckpt__oom(err, w->path, NULL);
-    for (size_t i = 0; i < w->count; i++) {
-        const wtensor *t = &w->tensors[i];
-        uint64_t numel = 0;
-        if (t->pub.file == CKPT__OUT_NONE) continue;
-        written++;
-        /* A tensor cut in parts (DCP's ranks) counts in each of their files. */
-        for (uint32_t k = 0; k < (t->pub.part_count ? t->pub.part_count : 1); k++) {
-            uint32_t f = t->pub.part_count ? t->pub.parts[k].file : t->pub.file;
-            if (!k || f != t->pub.parts[k - 1].file) per_file[f]++;
-        }
-        ckpt__shape_numel(t->pub.ndim, t->pub.shape, &numel); /* checked when declared */
-        params += numel;
-    }
-    ckpt__buf_puts(b, "{\n  \"path\": ");
-    ckpt__buf_json_string(b, w->path);
-    ckpt__buf_puts(b, ",\n  \"format\": ");
-    ckpt__buf_json_string(b, w->fmt->name);
-    ckpt__buf_puts(b, w->directory ? ",\n  \"directory\": true" : ",\n  \"directory\": false");
-    /* What a reader opens to read it all: the directory, an index, the
-     * first of split parts, or the file. */
-    char *index = !w->directory && w->side_count ? ckpt__path_join(w->dir, w->sides[0].name) : NULL;
-    ckpt__buf_puts(b, ",\n  \"open\": ");
-    ckpt__buf_json_string(b, w->directory ? w->path : index ? index : w->file_count ? w->files[0].final_path : w->path);
-    free(index);
-    ckpt__buf_puts(b, ",\n  \"files\": [");
-    for (size_t f = 0; f < w->file_count; f++) {
-        ckpt__buf_puts(b, f ? ",\n    {\"name\": " : "\n    {\"name\": ");
-        ckpt__buf_json_string(b, w->files[f].name);
-        ckpt__buf_puts(b, ", \"path\": ");
-        ckpt__buf_json_string(b, w->files[f].final_path);
-        ckpt__buf_puts(b, ", \"size\": ");
-        ckpt__buf_u64(b, w->files[f].size);
-        ckpt__buf_puts(b, ", \"tensors\": ");
-        ckpt__buf_u64(b, per_file[f]);
-        ckpt__buf_puts(b, "}");
-    }
-    ckpt__buf_puts(b, w->file_count ? "\n  ]" : "]");
-    free(per_file);
-    json_names(b, "side_files", w, w->side_count, side_name);
-    json_names(b, "copied_files", w, w->extra_count, extra_name);
-    json_names(b, "replaces", w, w->stale_count, stale_name);
-    ckpt__buf_puts(b, ",\n  \"tensors\": [");
-    for (size_t i = 0; i < w->count; i++) {
-        const wtensor *t = &w->tensors[i];
-        ckpt__buf_puts(b, i ? ",\n    {\"name\": " : "\n    {\"name\": ");
-        ckpt__buf_json_string(b, t->pub.name);
-        ckpt__buf_puts(b, ", \"source\": ");
-        ckpt__buf_json_string(b, sources && sources[i] ? sources[i] : t->pub.name);
-        ckpt__buf_puts(b, ", \"dtype\": ");
-        ckpt__buf_json_string(b, ckpt_dtype_name(t->pub.dtype));
-        ckpt__buf_puts(b, ", \"shape\": [");
-        for (uint32_t d = 0; d < t->pub.ndim; d++) {
-            if (d) ckpt__buf_puts(b, ", ");
-            ckpt__buf_u64(b, t->pub.shape[d]);
-        }
-        ckpt__buf_puts(b, "], \"nbytes\": ");
-        ckpt__buf_u64(b, t->pub.nbytes);
-        ckpt__buf_puts(b, ", \"file\": ");
-        if (t->pub.file == CKPT__OUT_NONE) {
-            ckpt__buf_puts(b, "null, \"same_as\": ");
-            ckpt__buf_json_string(b, w->tensors[t->kept].pub.name);
-        } else {
-            ckpt__buf_json_string(b, w->files[t->pub.file].name);
-        }
-        if (t->pub.part_count > 1) { /* cut across files: each part's */
-            ckpt__buf_puts(b, ", \"parts\": [");
-            for (uint32_t k = 0; k < t->pub.part_count; k++) {
-                const ckpt__out_part *part = &t->pub.parts[k];
-                ckpt__buf_puts(b, k ? ", {\"file\": " : "{\"file\": ");
-                ckpt__buf_json_string(b, w->files[part->file].name);
-                ckpt__buf_puts(b, ", \"begin\": ");
-                ckpt__buf_u64(b, part->begin);
-                ckpt__buf_puts(b, ", \"nbytes\": ");
-                ckpt__buf_u64(b, part->nbytes);
-                ckpt__buf_puts(b, "}");
-            }
-            ckpt__buf_puts(b, "]");
-        }
-        ckpt__buf_puts(b, "}");
-    }
-    ckpt__buf_puts(b, w->count ? "\n  ],\n  \"totals\": {\"tensors\": " : "],\n  \"totals\": {\"tensors\": ");
-    ckpt__buf_u64(b, w->count);
-    ckpt__buf_puts(b, ", \"written\": ");
-    ckpt__buf_u64(b, written);
-    ckpt__buf_puts(b, ", \"parameters\": ");
-    ckpt__buf_u64(b, params);
-    ckpt__buf_puts(b, ", \"bytes\": ");
-    ckpt__buf_u64(b, w->total);
-    ckpt__buf_puts(b, "}\n}\n");
-    return b->failed ? ckpt__oom(err, w->path, NULL) : CKPT_OK;
-}
-
 /* ---- committing --------------------------------------------------------------- */
 
 static ckpt_status finish_file(ckpt_writer *w, wfile *f, ckpt_error *err) {
@@ -1163,6 +1100,16 @@ static bool in_files(const wfile *files, size_t n, const char *name) {
     return false;
 }
 
+/* What a reader opens to read it all: the directory, an index, the
+ * first of split parts, or the file (ckpt_writer_open_path). */
+static ckpt_status name_open_path(ckpt_writer *w, ckpt_error *err) {
+    char *index = !w->directory && w->side_count ? ckpt__path_join(w->dir, w->sides[0].name) : NULL;
+    const char *open = w->directory ? w->path : index ? index : w->file_count ? w->files[0].final_path : w->path;
+    w->open_path = ckpt__arena_strndup(&w->arena, open, strlen(open));
+    free(index);
+    return w->open_path ? CKPT_OK : ckpt__oom(err, w->path, NULL);
+}
+
 ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
     if (!w) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "writer is NULL");
     if (w->state != WRITING)
@@ -1173,6 +1120,7 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
     w->state = FAILED;
     if (w->opt.dry_run) { /* names the side files; publishes nothing */
         ckpt_status st = w->fmt->finish ? w->fmt->finish(O(w), err) : CKPT_OK;
+        if (st == CKPT_OK) st = name_open_path(w, err);
         if (st == CKPT_OK) w->state = COMMITTED;
         return st;
     }
@@ -1188,6 +1136,7 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
     for (size_t i = 0; st == CKPT_OK && (w->needs & CKPT__OUT_CRC32) && i < w->count; i++)
         if (!dropped(w, i)) st = join_crcs(w, &w->tensors[i], err);
     if (st == CKPT_OK && w->fmt->finish) st = w->fmt->finish(O(w), err);
+    if (st == CKPT_OK) st = name_open_path(w, err);
     for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) st = finish_file(w, &w->files[f], err);
     for (size_t f = 0; st == CKPT_OK && f < w->side_count; f++) st = finish_file(w, &w->sides[f], err);
     /* Data files, the files copied along, then side files (an index) last;

@@ -1,7 +1,6 @@
 """ckpt's own Python API: catalogs, shape trees, the load engine (slices,
 casts, renames, in-place loading) and streaming sharded saves."""
 import math
-import json
 import os
 import re
 from collections import namedtuple
@@ -975,7 +974,7 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
     # The library's own preview names what the conversion writes (its
     # destination rules, shards, side files), with the same checks.
-    preview = json.loads(plan.convert(os.fspath(dst), dry_run=True, **{**kw, "progress": None}))
+    preview = plan.convert(os.fspath(dst), dry_run=True, **{**kw, "progress": None})
     if dry_run:
         return preview
     plan.convert(os.fspath(dst), **kw)

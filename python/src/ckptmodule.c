@@ -740,8 +740,111 @@ static ckpt_status run_plan_convert(void *source, const char *dst, const ckpt_wr
     return ckpt_convert_plan(source, dst, o, err);
 }
 
-/* With dry_run (plans only): nothing is written; returns
- * ckpt_convert_plan_preview's JSON text. */
+/* Sets d[key] = value, taking the reference; false (an exception set) when
+ * value is NULL or the set fails. */
+static bool put(PyObject *d, const char *key, PyObject *value) {
+    bool ok = value && PyDict_SetItemString(d, key, value) == 0;
+    Py_XDECREF(value);
+    return ok;
+}
+
+/* Appends value to list, taking the reference; false (an exception set)
+ * when value is NULL or the append fails. */
+static bool put_item(PyObject *list, PyObject *value) {
+    bool ok = value && PyList_Append(list, value) == 0;
+    Py_XDECREF(value);
+    return ok;
+}
+
+/* A list of the dry-run writer's names of one kind. */
+static PyObject *writer_names(const ckpt_writer *w, ckpt_writer_names which) {
+    size_t n = ckpt_writer_name_count(w, which);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t k = 0; list && k < n; k++) {
+        PyObject *name = PyUnicode_DecodeFSDefault(ckpt_writer_name_at(w, which, k));
+        if (!name) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, (Py_ssize_t)k, name);
+    }
+    return list;
+}
+
+/* Dry-run tensor i as a dict (its name, source name, dtype, shape, bytes,
+ * file or the tensor written in its place, and parts); *per_file counts it
+ * in each file it lies in, *params adds its elements when it is written. */
+static PyObject *preview_tensor(const ckpt_writer *w, const ckpt_plan *plan, size_t i, Py_ssize_t *per_file,
+                                unsigned long long *params) {
+    ckpt_writer_tensor_info t = {.size = sizeof t};
+    ckpt_writer_tensor_info_at(w, i, &t);
+    PyObject *d = PyDict_New(), *shape = PyList_New(0), *parts = t.part_count > 1 ? PyList_New(0) : NULL;
+    bool ok = d && shape && (t.part_count < 2 || parts);
+    unsigned long long numel = 1;
+    for (uint32_t k = 0; ok && k < t.ndim; k++) {
+        numel *= t.shape[k];
+        ok = put_item(shape, PyLong_FromUnsignedLongLong(t.shape[k]));
+    }
+    size_t f, last = SIZE_MAX;
+    uint64_t begin, nbytes;
+    for (uint32_t k = 0; ok && ckpt_writer_tensor_part(w, i, k, &f, &begin, &nbytes, NULL); last = f, k++) {
+        if (f != last) per_file[f]++;
+        if (parts)
+            ok = put_item(parts, Py_BuildValue("{s:N,s:K,s:K}", "file",
+                                               PyUnicode_DecodeFSDefault(ckpt_writer_name_at(w, CKPT_WRITER_DATA_FILES, f)),
+                                               "begin", (unsigned long long)begin, "nbytes", (unsigned long long)nbytes));
+    }
+    if (t.file != SIZE_MAX && !t.part_count) per_file[t.file]++;
+    if (t.file != SIZE_MAX) *params += numel;
+    ok = ok && put(d, "name", PyUnicode_DecodeFSDefault(t.name)) &&
+         put(d, "source", PyUnicode_DecodeFSDefault(ckpt_plan_item_at(plan, i)->source->name)) &&
+         put(d, "dtype", PyUnicode_FromString(ckpt_dtype_name(t.dtype))) && PyDict_SetItemString(d, "shape", shape) == 0 &&
+         put(d, "nbytes", PyLong_FromUnsignedLongLong(t.nbytes));
+    if (ok && t.file == SIZE_MAX)
+        ok = PyDict_SetItemString(d, "file", Py_None) == 0 && put(d, "same_as", PyUnicode_DecodeFSDefault(t.kept));
+    else if (ok)
+        ok = put(d, "file", PyUnicode_DecodeFSDefault(ckpt_writer_name_at(w, CKPT_WRITER_DATA_FILES, t.file)));
+    if (ok && parts) ok = PyDict_SetItemString(d, "parts", parts) == 0;
+    Py_XDECREF(shape);
+    Py_XDECREF(parts);
+    if (!ok) Py_CLEAR(d);
+    return d;
+}
+
+/* A dry-run writer (ckpt_convert_plan_preview) as the dict ckpt.convert's
+ * dry_run returns: the fields and order of `ckpt convert --dry-run --json`. */
+static PyObject *preview_dict(const ckpt_writer *w, const ckpt_plan *plan) {
+    size_t files = ckpt_writer_file_count(w), count = ckpt_writer_tensor_count(w);
+    Py_ssize_t *per_file = PyMem_Calloc(files + 1, sizeof *per_file);
+    unsigned long long params = 0, written = 0;
+    PyObject *d = PyDict_New(), *tensors = PyList_New(0), *list = PyList_New(0);
+    bool ok = per_file && d && tensors && list;
+    for (size_t i = 0; ok && i < count; i++) {
+        ok = put_item(tensors, preview_tensor(w, plan, i, per_file, &params));
+        written += ckpt_writer_tensor_file(w, i) != SIZE_MAX;
+    }
+    for (size_t f = 0; ok && f < files; f++)
+        ok = put_item(list, Py_BuildValue("{s:N,s:N,s:K,s:n}", "name",
+                                          PyUnicode_DecodeFSDefault(ckpt_writer_name_at(w, CKPT_WRITER_DATA_FILES, f)),
+                                          "path", PyUnicode_DecodeFSDefault(ckpt_writer_file_path(w, f)), "size",
+                                          (unsigned long long)ckpt_writer_file_size(w, f), "tensors", per_file[f]));
+    ok = ok && put(d, "path", PyUnicode_DecodeFSDefault(ckpt_writer_path(w))) &&
+         put(d, "format", PyUnicode_FromString(ckpt_format_name(ckpt_writer_format(w)))) &&
+         put(d, "directory", PyBool_FromLong(ckpt_writer_is_directory(w))) &&
+         put(d, "open", PyUnicode_DecodeFSDefault(ckpt_writer_open_path(w))) &&
+         PyDict_SetItemString(d, "files", list) == 0 && put(d, "side_files", writer_names(w, CKPT_WRITER_SIDE_FILES)) &&
+         put(d, "copied_files", writer_names(w, CKPT_WRITER_COPIED_FILES)) &&
+         put(d, "replaces", writer_names(w, CKPT_WRITER_REPLACED_FILES)) &&
+         PyDict_SetItemString(d, "tensors", tensors) == 0 &&
+         put(d, "totals", Py_BuildValue("{s:n,s:K,s:K,s:K}", "tensors", (Py_ssize_t)count, "written", written,
+                                        "parameters", params, "bytes", (unsigned long long)ckpt_writer_total_bytes(w)));
+    Py_XDECREF(list);
+    Py_XDECREF(tensors);
+    PyMem_Free(per_file);
+    if (!ok) Py_CLEAR(d);
+    if (!ok && !PyErr_Occurred()) PyErr_NoMemory();
+    return d;
+}
+
+/* With dry_run (plans only): nothing is written; returns what would be,
+ * read from ckpt_convert_plan_preview's writer (preview_dict). */
 static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress",
                              "copy_files_from", "format", "dcp_ranks", "dry_run", "check_crc",
@@ -771,7 +874,7 @@ static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyOb
     o.progress = progress_trampoline, o.user = &p;
     ckpt_error e;
     ckpt_status st;
-    char *json = NULL;
+    ckpt_writer *w = NULL;
     if (dry_run && run != run_plan_convert) {
         Py_DECREF(dst);
         Py_XDECREF(prefix);
@@ -780,7 +883,7 @@ static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyOb
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    st = dry_run ? ckpt_convert_plan_preview(source, PyBytes_AS_STRING(dst), &o, &json, &e)
+    st = dry_run ? ckpt_convert_plan_preview(source, PyBytes_AS_STRING(dst), &o, &w, &e)
                  : run(source, PyBytes_AS_STRING(dst), &o, &e);
     Py_END_ALLOW_THREADS
     Py_DECREF(dst);
@@ -788,9 +891,9 @@ static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyOb
     Py_XDECREF(extra);
     if (st != CKPT_OK) return raise_ckpt(&e);
     if (!dry_run) Py_RETURN_NONE;
-    PyObject *text = PyUnicode_FromString(json);
-    ckpt_free(json);
-    return text;
+    PyObject *listing = preview_dict(w, source);
+    ckpt_writer_free(w);
+    return listing;
 }
 
 static PyObject *Catalog_convert(Catalog *self, PyObject *args, PyObject *kw) {
@@ -1553,7 +1656,7 @@ static PyMethodDef Plan_methods[] = {
     {"convert", (PyCFunction)(void (*)(void))Plan_convert, METH_VARARGS | METH_KEYWORDS,
      "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None,\n"
      "        copy_files_from=None, format=0, dcp_ranks=0, dry_run=False, check_crc=True, source_metadata=False):\n"
-     "        with dry_run, writes nothing and returns what it would write (JSON text, see ckpt_convert_plan_preview)"},
+     "        with dry_run, writes nothing and returns what it would write (a dict, see ckpt_convert_plan_preview)"},
     {NULL}};
 
 static PyTypeObject PlanType = {
