@@ -2,14 +2,12 @@
  * (formats/output.h).  Declarations first (names, dtypes, shapes, shared
  * storages, deduplicated as huggingface_hub does), then tensor bytes at
  * computed offsets from any thread, then an atomic commit (io/commit.c). */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -22,6 +20,7 @@
 #include "io/beneath.h"
 #include "io/commit.h"
 #include "io/lock.h"
+#include "io/source.h"
 #include "writer_internal.h"
 
 typedef struct wtensor {
@@ -137,27 +136,20 @@ static bool replaced_file(const ckpt_writer *w, const char *name) {
            ((w->fmt->layouts & CKPT__LAYOUT_PARTS) && w->fmt->owns(w->prefix, name));
 }
 
-/* Lists the files of an existing checkpoint at the destination. */
+/* Lists the files of an existing checkpoint at the destination (DCP's
+ * .metadata too), in name order. */
 static ckpt_status existing_files(ckpt_writer *w, ckpt_error *err) {
-    DIR *d = opendir(w->dir);
-    if (!d) {
-        if (errno == ENOENT) return CKPT_OK;
-        return ckpt__fail_errno(err, errno, w->dir, -1, "cannot list the destination directory");
-    }
-    ckpt_status st = CKPT_OK;
-    struct dirent *e;
-    while ((e = readdir(d)) && st == CKPT_OK) {
-        if (!replaced_file(w, e->d_name)) continue;
-        char **s = ckpt__realloc(w->stale, (w->stale_count + 1) * sizeof *s);
-        if (!s) {
-            st = ckpt__oom(err, w->path, NULL);
-            break;
-        }
-        w->stale = s;
-        if (!(s[w->stale_count] = ckpt__strdup(e->d_name))) st = ckpt__oom(err, w->path, NULL);
-        else w->stale_count++;
-    }
-    closedir(d);
+    if (ckpt__local_kind(w->dir, NULL) == CKPT__NAME_MISSING) return CKPT_OK;
+    ckpt__beneath *root = NULL;
+    char **names = NULL;
+    size_t count = 0;
+    ckpt_status st = ckpt__beneath_open_root(w->dir, &root, err);
+    if (st == CKPT_OK) st = ckpt__beneath_list(root, w->dir, true, &names, &count, err);
+    ckpt__beneath_close(root);
+    if (st == CKPT_OK && count && !(w->stale = ckpt__calloc(count, sizeof *w->stale))) st = ckpt__oom(err, w->path, NULL);
+    for (size_t i = 0; st == CKPT_OK && i < count; i++)
+        if (replaced_file(w, names[i])) w->stale[w->stale_count++] = names[i], names[i] = NULL;
+    ckpt__beneath_free_names(names, count);
     return st;
 }
 
@@ -166,8 +158,8 @@ static ckpt_status existing_files(ckpt_writer *w, ckpt_error *err) {
 static ckpt_status normalise(ckpt_writer *w, const char *path, ckpt_error *err) {
     char *p = ckpt__path_normalize(path);
     if (!p) return ckpt__oom(err, path, NULL);
-    struct stat l, s;
-    if (lstat(p, &l) == 0 && S_ISLNK(l.st_mode) && stat(p, &s) == 0 && S_ISDIR(s.st_mode)) {
+    bool link;
+    if (ckpt__local_kind(p, &link) == CKPT__NAME_DIR && link) {
         char *real = realpath(p, NULL);
         if (!real) {
             ckpt_status st = ckpt__fail_errno(err, errno, path, -1, "cannot resolve the symbolic link");
@@ -236,12 +228,13 @@ static ckpt_status choose_destination(ckpt_writer *w, const char *path, ckpt_err
 /* An existing checkpoint at the destination: refused unless overwrite,
  * else listed for replacement. */
 static ckpt_status check_existing(ckpt_writer *w, ckpt_error *err) {
-    struct stat sb;
-    if (!w->directory && stat(w->path, &sb) == 0 && S_ISDIR(sb.st_mode))
+    bool link;
+    ckpt__name_kind there = ckpt__local_kind(w->path, &link);
+    if (!w->directory && there == CKPT__NAME_DIR)
         return ckpt__fail(err, CKPT_E_EXISTS, w->path, NULL, -1, "is a directory; give a file name");
-    if (w->directory && stat(w->path, &sb) == 0 && !S_ISDIR(sb.st_mode))
+    if (w->directory && there == CKPT__NAME_FILE)
         return ckpt__fail(err, CKPT_E_EXISTS, w->path, NULL, -1, "exists and is not a directory");
-    if (!w->directory && lstat(w->path, &sb) == 0 && !w->opt.overwrite)
+    if (!w->directory && (there != CKPT__NAME_MISSING || link) && !w->opt.overwrite)
         return ckpt__fail(err, CKPT_E_EXISTS, w->path, NULL, -1, "already exists");
     /* A file's split parts (and their index) are replaced along with it. */
     ckpt_status st = w->directory || (w->fmt->layouts & CKPT__LAYOUT_PARTS) ? existing_files(w, err) : CKPT_OK;
@@ -665,7 +658,7 @@ static ckpt_status copy_extras(ckpt_writer *w, ckpt_error *err) {
     char **names = NULL;
     size_t count = 0;
     ckpt_status st = ckpt__beneath_open_root(from, &root, err);
-    if (st == CKPT_OK) st = ckpt__beneath_list(root, from, &names, &count, err);
+    if (st == CKPT_OK) st = ckpt__beneath_list(root, from, false, &names, &count, err);
     for (size_t i = 0; st == CKPT_OK && i < count; i++) {
         if (ckpt__checkpoint_file_name(names[i]) || output_name(w, names[i])) continue;
         char *src_path = ckpt__path_join(from, names[i]);
