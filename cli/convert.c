@@ -816,7 +816,7 @@ static int report(const convert_args *a, double elapsed) {
     ckpt_catalog *out = NULL;
     ckpt_catalog_options local; /* the output is local: read as the source was (--direct) */
     ckpt_catalog_options_init(&local);
-    local.direct = a->so->catalog.direct;
+    local.io = a->so->catalog.io;
     ckpt_status st = ckpt_catalog_open_ex(a->open_path, &local, &out, &err);
     if (st != CKPT_OK) return report_error(&err);
     if (!a->quiet) {

@@ -540,6 +540,24 @@ typedef struct ckpt_tensor_info {
 CKPT_API ckpt_status ckpt_catalog_open(const char *path, ckpt_catalog **out, ckpt_error *err);
 
 /*
+ * How a catalog reads its local files (ckpt_catalog_options.io).  It is
+ * the catalog's, not a load's, because it decides how the files are opened.
+ *   CKPT_IO_AUTO      the default: through the page cache, views (mappings)
+ *                     where a load asks for them; a load reads a local file
+ *                     of 64 MiB or more, mostly not cached, with O_DIRECT.
+ *   CKPT_IO_BUFFERED  always through the page cache.
+ *   CKPT_IO_DIRECT    around the page cache, for machines where it hurts
+ *                     (network mounts, unified memory, containers whose
+ *                     page cache counts against their memory limit): every
+ *                     read uses O_DIRECT (or, where the file system has
+ *                     none, drops its pages after use); converts drop what
+ *                     they wrote once it is on disk; no mappings, so a load
+ *                     asking for views reads every tensor into memory.
+ */
+typedef enum ckpt_io_mode { CKPT_IO_AUTO = 0, CKPT_IO_BUFFERED = 1, CKPT_IO_DIRECT = 2 } ckpt_io_mode;
+
+
+/*
  * What ckpt_catalog_open_ex may be told.  Initialise with
  * ckpt_catalog_options_init, which sets `size` to the caller's sizeof: a
  * later library, whose options are longer, then knows which fields the
@@ -622,17 +640,9 @@ typedef struct ckpt_catalog_options {
      * the name (a temporary, then rename). */
     const char *cache_dir;
 
-    /* ---- local files ------------------------------------------------------
-     * Non-zero: read local files with O_DIRECT, around the page cache —
-     * for machines where it hurts (network mounts, unified memory,
-     * containers whose page cache counts against a memory limit).  Loads
-     * use CKPT_IO_DIRECT whatever ckpt_load_options.io says (and drop the
-     * few pages small reads bring in); converts read with O_DIRECT and
-     * write through the cache but drop what they wrote once it is on disk
-     * (sync_file_range, POSIX_FADV_DONTNEED); no views (mappings) are
-     * made.  File systems without O_DIRECT are read normally, and their
-     * pages dropped after use. */
-    int direct;
+    /* How local files are read by every load, conversion and verification
+     * of the catalog: the one direct-I/O knob (see ckpt_io_mode). */
+    ckpt_io_mode io;
 
     /* ---- remote files: how slow is too slow -------------------------------
      * read_timeout_ms fails a transfer that receives nothing; a server
@@ -1395,19 +1405,12 @@ CKPT_API size_t ckpt_writer_tensor_file(const ckpt_writer *writer, size_t index)
 CKPT_API uint64_t ckpt_writer_total_bytes(const ckpt_writer *writer);
 
 /*
- * What a writer writes, read back.  After ckpt_writer_begin every output
+ * What a writer writes, read back: after ckpt_writer_begin every output
  * file is laid out and every tensor placed; after ckpt_writer_commit the
  * side files are named too.  A dry run (options->dry_run, or
- * ckpt_convert_plan_preview's writer) answers the same questions without
- * having written anything, so a front end shows what a conversion would
- * write by reading these:
- *
- *     for (size_t f = 0; f < ckpt_writer_file_count(w); f++)
- *         printf("%s  %llu bytes\n", ckpt_writer_file_path(w, f),
- *                (unsigned long long)ckpt_writer_file_size(w, f));
- *
- * Strings live until ckpt_writer_free.  NULL or 0 for a NULL writer or an
- * index past the end.
+ * ckpt_convert_plan_preview's writer) answers the same without having
+ * written anything.  Strings live until ckpt_writer_free; NULL or 0 for a
+ * NULL writer or an index past the end.
  */
 
 /* The destination as given, normalised: the file, or the directory. */
@@ -1873,12 +1876,6 @@ CKPT_API ckpt_status ckpt_plan_match(ckpt_plan *plan, const ckpt_expected *expec
 /* Loading: the engine                                                      */
 /* ------------------------------------------------------------------------ */
 
-typedef enum ckpt_io_mode {
-    CKPT_IO_AUTO = 0,     /* direct I/O for data not in the page cache, on local disks */
-    CKPT_IO_BUFFERED = 1, /* always through the page cache                            */
-    CKPT_IO_DIRECT = 2    /* O_DIRECT where the file system allows it                 */
-} ckpt_io_mode;
-
 typedef struct ckpt_load_options {
     size_t size;          /* sizeof(ckpt_load_options), set by ckpt_load_options_init */
     unsigned threads;     /* 0: one per online CPU, plus up to 16 more (twice the CPUs) when
@@ -1887,7 +1884,6 @@ typedef struct ckpt_load_options {
                              many threads would take the ring past 48 MiB (1 MiB at least).
                              Plain copies of O_DIRECT files into memory stream through
                              the buffer in 1 MiB slots, in tasks of 4 chunks */
-    ckpt_io_mode io;
     int io_uring;         /* 0: use io_uring when the kernel offers it; -1: never      */
     /* Tensors needing no transform and no buffer become zero-copy views of
      * the file (not on network file systems): CKPT_VIEWS_SHARED, read-only
@@ -2008,19 +2004,8 @@ CKPT_API ckpt_status ckpt_convert_plan(ckpt_plan *plan, const char *dst_path, co
  * _file_path, _file_size, _name_at, _tensor_info_at, _tensor_part,
  * _total_bytes); writer tensor i is plan item i (ckpt_plan_item_at: its
  * source tensor).  Release it with ckpt_writer_free.  `ckpt convert
- * --dry-run` prints it, and `--json` prints it as
- *
- *   {"path": ckpt_writer_path, "format": its ckpt_format_name,
- *    "directory": bool, "open": ckpt_writer_open_path,
- *    "files": [{"name": N, "path": P, "size": BYTES, "tensors": COUNT}, …],
- *    "side_files": [NAME, …], "copied_files": [NAME, …], "replaces": [NAME, …],
- *    "tensors": [{"name": N, "source": SOURCE_NAME, "dtype": D, "shape": [...],
- *                 "nbytes": BYTES, "file": NAME | null, "same_as": NAME}, …],
- *    "totals": {"tensors": T, "written": W, "parameters": P, "bytes": B}}
- *
- * (a tensor deduplicated away has "file": null and "same_as" the tensor
- * written; one cut into parts, "parts": [{"file", "begin", "nbytes"}]),
- * which Python's ckpt.convert(..., dry_run=True) returns as a dict.
+ * --dry-run` prints it (--json: as docs/CLI.md shows), and Python's
+ * ckpt.convert(..., dry_run=True) returns it as a dict.
  */
 CKPT_API ckpt_status ckpt_convert_plan_preview(ckpt_plan *plan, const char *dst_path,
                                                const ckpt_writer_options *options, ckpt_writer **writer,

@@ -198,7 +198,7 @@ ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_
     ckpt_writer *w;
     ckpt_status st = ckpt_writer_create(dst_path, &o, &w, err);
     if (st) return st;
-    if (ckpt__catalog_direct(p->catalog)) ckpt__writer_drop_behind(w);
+    if (ckpt__catalog_io(p->catalog) == CKPT_IO_DIRECT) ckpt__writer_drop_behind(w);
     /* A model directory's config.json says the dtype the casts gave every
      * float tensor; with several float dtypes left, it stays as it was. */
     const char *config_dtype = ckpt__torch_dtype_name(ckpt__plan_one_float_dtype(p));

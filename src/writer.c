@@ -785,25 +785,17 @@ const char *ckpt_writer_open_path(const ckpt_writer *w) { return w ? w->open_pat
 uint64_t ckpt_writer_file_size(const ckpt_writer *w, size_t i) { return w && i < w->file_count ? w->files[i].size : 0; }
 
 size_t ckpt_writer_name_count(const ckpt_writer *w, ckpt_writer_names which) {
-    if (!w) return 0;
-    switch (which) {
-    case CKPT_WRITER_DATA_FILES: return w->file_count;
-    case CKPT_WRITER_SIDE_FILES: return w->side_count;
-    case CKPT_WRITER_COPIED_FILES: return w->extra_count;
-    case CKPT_WRITER_REPLACED_FILES: return w->stale_count;
-    }
-    return 0;
+    if (!w || which < CKPT_WRITER_DATA_FILES || which > CKPT_WRITER_REPLACED_FILES) return 0;
+    const size_t counts[] = {w->file_count, w->side_count, w->extra_count, w->stale_count};
+    return counts[which];
 }
 
 const char *ckpt_writer_name_at(const ckpt_writer *w, ckpt_writer_names which, size_t i) {
     if (i >= ckpt_writer_name_count(w, which)) return NULL;
-    switch (which) {
-    case CKPT_WRITER_DATA_FILES: return w->files[i].name;
-    case CKPT_WRITER_SIDE_FILES: return w->sides[i].name;
-    case CKPT_WRITER_COPIED_FILES: return w->extras[i];
-    case CKPT_WRITER_REPLACED_FILES: return w->stale[i];
-    }
-    return NULL;
+    return which == CKPT_WRITER_DATA_FILES    ? w->files[i].name
+           : which == CKPT_WRITER_SIDE_FILES  ? w->sides[i].name
+           : which == CKPT_WRITER_COPIED_FILES ? w->extras[i]
+                                               : w->stale[i];
 }
 
 size_t ckpt_writer_tensor_count(const ckpt_writer *w) { return w ? w->count : 0; }

@@ -332,11 +332,11 @@ static int download_trampoline(uint64_t done, uint64_t total, void *user) {
     return stop;
 }
 
-/* Catalog(path, *, direct=False, cache_dir=None, bearer_token=None,
+/* Catalog(path, *, io=0, cache_dir=None, bearer_token=None,
  * timeout=None, connect_timeout=None, retries=None, max_connections=None,
  * min_speed=None, min_speed_time=None, retry_deadline=None,
  * download_progress=None): the options of ckpt_catalog_options (remote
- * files, direct I/O); None keeps a default. */
+ * files, how local files are read: a ckpt_io_mode); None keeps a default. */
 /* Opens `path`, or, with `data`, the bytes of `data` named `path` (the
  * library's memory source, no file; the buffer is held while the catalog
  * is open). */
@@ -360,17 +360,17 @@ static ckpt_status catalog_open(Catalog *self, const char *path, PyObject *data,
 }
 
 static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"path", "allowed_globals", "direct", "cache_dir", "bearer_token", "timeout",
+    static char *kwlist[] = {"path", "allowed_globals", "io", "cache_dir", "bearer_token", "timeout",
                              "connect_timeout", "retries", "max_connections", "min_speed", "min_speed_time",
                              "retry_deadline", "download_progress", "data", NULL};
     PyObject *path_obj, *globals = NULL, *cache_obj = NULL, *timeout = Py_None, *connect_timeout = Py_None,
                         *retries = Py_None, *min_speed = Py_None, *min_speed_time = Py_None,
                         *retry_deadline = Py_None, *download = Py_None, *data = NULL;
-    int direct = 0;
+    int io = 0;
     const char *token = NULL;
     unsigned int connections = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$pO&zOOOIOOOOO", kwlist, PyUnicode_FSConverter, &path_obj,
-                                     &globals, &direct, PyUnicode_FSConverter, &cache_obj, &token, &timeout,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$iO&zOOOIOOOOO", kwlist, PyUnicode_FSConverter, &path_obj,
+                                     &globals, &io, PyUnicode_FSConverter, &cache_obj, &token, &timeout,
                                      &connect_timeout, &retries, &connections, &min_speed, &min_speed_time,
                                      &retry_deadline, &download, &data))
         return -1;
@@ -388,7 +388,7 @@ static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
     ckpt_catalog_options_init(&o);
     o.download_progress = download_trampoline;
     o.download_progress_user = self;
-    o.direct = direct;
+    o.io = (ckpt_io_mode)io;
     o.bearer_token = token;
     o.max_connections = connections;
     if (cache_obj && cache_obj != Py_None) o.cache_dir = PyBytes_AS_STRING(cache_obj);
@@ -1561,19 +1561,18 @@ static int item_done_trampoline(size_t item, void *user) {
 }
 
 static PyObject *Plan_load(Plan *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"threads", "chunk_bytes", "io", "io_uring", "views", "progress", "item_done", "check_crc",
-                             NULL};
+    static char *kwlist[] = {"threads", "chunk_bytes", "io_uring", "views", "progress", "item_done", "check_crc", NULL};
     ckpt_load_options o;
     ckpt_load_options_init(&o);
-    int io = 0, uring = 0, views = 0, check_crc = 1;
+    int uring = 0, views = 0, check_crc = 1;
     unsigned long long chunk = 0;
     progress_ctx p = {NULL};
     item_done_ctx d = {NULL, NULL, NULL, NULL};
     if (!plan_ready(self)) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IKiiiOOp", kwlist, &o.threads, &chunk, &io, &uring, &views,
-                                     &p.callable, &d.callable, &check_crc))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IKiiOOp", kwlist, &o.threads, &chunk, &uring, &views, &p.callable,
+                                     &d.callable, &check_crc))
         return NULL;
-    o.chunk_bytes = chunk, o.io = (ckpt_io_mode)io, o.io_uring = uring, o.views = views;
+    o.chunk_bytes = chunk, o.io_uring = uring, o.views = views;
     o.skip_crc_check = !check_crc;
     o.progress = progress_trampoline, o.user = &p;
     if (d.callable && d.callable != Py_None) o.item_done = item_done_trampoline, o.item_done_user = &d;
@@ -1649,7 +1648,7 @@ static PyMethodDef Plan_methods[] = {
     {"release_buffers", (PyCFunction)Plan_release_buffers, METH_NOARGS,
      "release_buffers(): the current items forget their set_buffer buffers"},
     {"load", (PyCFunction)(void (*)(void))Plan_load, METH_VARARGS | METH_KEYWORDS,
-     "load(threads=0, chunk_bytes=0, io=0, io_uring=0, views=0, progress=None, item_done=None, check_crc=True):\n"
+     "load(threads=0, chunk_bytes=0, io_uring=0, views=0, progress=None, item_done=None, check_crc=True):\n"
      "        views 1 read-only, 2 private; check_crc checks ZIP members read whole"},
     {"data", (PyCFunction)Plan_data, METH_O, "data(i) -> Buffer, or None for a caller buffer"},
     {"stats", (PyCFunction)Plan_stats, METH_NOARGS, "stats() -> dict of the last load"},
@@ -2106,17 +2105,22 @@ static PyObject *stats_dict(const ckpt_collective_stats *s) {
                          "io_seconds", s->io_seconds, "comm_seconds", s->comm_seconds);
 }
 
-/* open_collective(path, comm, timeout=0) -> Catalog: rank 0 parses, the
- * others build theirs from its bytes. */
+/* open_collective(path, comm, timeout=0, io=0) -> Catalog: rank 0 parses,
+ * the others build theirs from its bytes; each reads its files as `io` (a
+ * ckpt_io_mode) says. */
 static PyObject *mod_open_collective(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
-    static char *kwlist[] = {"path", "comm", "timeout", NULL};
+    static char *kwlist[] = {"path", "comm", "timeout", "io", NULL};
     PyObject *path_obj;
     Comm *comm;
     double timeout = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O!|d", kwlist, PyUnicode_FSConverter, &path_obj, &CommType, &comm,
-                                     &timeout))
+    ckpt_catalog_options o;
+    ckpt_catalog_options_init(&o);
+    int io = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O!|di", kwlist, PyUnicode_FSConverter, &path_obj, &CommType, &comm,
+                                     &timeout, &io))
         return NULL;
+    o.io = (ckpt_io_mode)io;
     ckpt_collective_options co;
     if (collective_options(&co, timeout, NULL) < 0) {
         Py_DECREF(path_obj);
@@ -2126,7 +2130,7 @@ static PyObject *mod_open_collective(PyObject *self, PyObject *args, PyObject *k
     ckpt_status st;
     ckpt_catalog *c = NULL;
     Py_BEGIN_ALLOW_THREADS
-    st = ckpt_catalog_open_collective(PyBytes_AS_STRING(path_obj), NULL, &comm->comm, &co, &c, &e);
+    st = ckpt_catalog_open_collective(PyBytes_AS_STRING(path_obj), &o, &comm->comm, &co, &c, &e);
     Py_END_ALLOW_THREADS
     Py_DECREF(path_obj);
     if (st != CKPT_OK) return raise_ckpt(&e);
@@ -2139,27 +2143,25 @@ static PyObject *mod_open_collective(PyObject *self, PyObject *args, PyObject *k
     return (PyObject *)cat;
 }
 
-/* load_collective(plan, comm, threads=0, io=0, replicated="broadcast",
+/* load_collective(plan, comm, threads=0, replicated="broadcast",
  * timeout=0) -> stats: every rank's plan loaded, replicated tensors read
  * once and broadcast. */
 static PyObject *mod_load_collective(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
-    static char *kwlist[] = {"plan", "comm", "threads", "io", "replicated", "timeout", "progress", NULL};
+    static char *kwlist[] = {"plan", "comm", "threads", "replicated", "timeout", "progress", NULL};
     Plan *plan;
     Comm *comm;
     ckpt_load_options o;
     ckpt_load_options_init(&o);
-    int io = 0;
     const char *replicated = NULL;
     double timeout = 0;
     progress_ctx p = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|IizdO", kwlist, &PlanType, &plan, &CommType, &comm, &o.threads,
-                                     &io, &replicated, &timeout, &p.callable))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|IzdO", kwlist, &PlanType, &plan, &CommType, &comm, &o.threads,
+                                     &replicated, &timeout, &p.callable))
         return NULL;
     if (!plan_ready(plan)) return NULL;
     ckpt_collective_options co;
     if (collective_options(&co, timeout, replicated) < 0) return NULL;
-    o.io = (ckpt_io_mode)io;
     o.progress = progress_trampoline, o.user = &p;
     ckpt_collective_stats s;
     memset(&s, 0, sizeof s);
@@ -2408,9 +2410,9 @@ static PyTypeObject ShardWriterType = {
 
 #define COLLECTIVE_METHODS                                                                                    \
     {"open_collective", (PyCFunction)(void (*)(void))mod_open_collective, METH_VARARGS | METH_KEYWORDS,       \
-     "open_collective(path, comm, timeout=0) -> Catalog"},                                                   \
+     "open_collective(path, comm, timeout=0, io=0) -> Catalog"},                                                   \
         {"load_collective", (PyCFunction)(void (*)(void))mod_load_collective, METH_VARARGS | METH_KEYWORDS,   \
-         "load_collective(plan, comm, threads=0, io=0, replicated='broadcast', timeout=0) -> stats"},         \
+         "load_collective(plan, comm, threads=0, replicated='broadcast', timeout=0) -> stats"},         \
         {"convert_collective", (PyCFunction)(void (*)(void))mod_convert_collective,                           \
          METH_VARARGS | METH_KEYWORDS, "convert_collective(plan, dst, comm, ...) -> stats"},
 

@@ -55,10 +55,10 @@ mod plan;
 mod util;
 mod writer;
 
-pub use catalog::{Catalog, Format, OpenOptions, Tensor, Tensors, VerifyReport};
+pub use catalog::{Catalog, Format, IoMode, OpenOptions, Tensor, Tensors, VerifyReport};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, Result, Status};
-pub use plan::{Buffer, Expected, IoMode, LoadOptions, LoadStats, Loaded, Mismatch, Plan, PlanItem, TensorData};
+pub use plan::{Buffer, Expected, LoadOptions, LoadStats, Loaded, Mismatch, Plan, PlanItem, TensorData};
 pub use writer::{cast, convert, destination, parse_size, recover, Destination, Storage, Writer, WriterOptions};
 
 /// The library's version ("MAJOR.MINOR.PATCH").
