@@ -144,6 +144,13 @@ PENDING_RERUN = {
     "memlimit": "needs a memory cgroup and a 4 GB file set",
     "bindings": "needs the Rust and Elixir toolchains and release builds",
     "distributed": "needs 4 torch ranks over a 4 GB file, Run:ai's distributed streamer and Open MPI",
+    "open": "issue 28's last steps (the preview as a dry-run writer, the one direct-I/O knob, the writer's listing) changed the header and core files after the rerun on 7efb718; helpers run no benchmarks on the shared machine, so one rerun follows the merge",
+    "torch_read": "issue 28's last steps (the preview as a dry-run writer, the one direct-I/O knob, the writer's listing) changed the header and core files after the rerun on 7efb718; helpers run no benchmarks on the shared machine, so one rerun follows the merge",
+    "python": "issue 28's last steps (the preview as a dry-run writer, the one direct-I/O knob, the writer's listing) changed the header and core files after the rerun on 7efb718; helpers run no benchmarks on the shared machine, so one rerun follows the merge",
+    "convert": "issue 28's last steps (the preview as a dry-run writer, the one direct-I/O knob, the writer's listing) changed the header and core files after the rerun on 7efb718; helpers run no benchmarks on the shared machine, so one rerun follows the merge",
+    "torch_convert": "issue 28's last steps (the preview as a dry-run writer, the one direct-I/O knob, the writer's listing) changed the header and core files after the rerun on 7efb718; helpers run no benchmarks on the shared machine, so one rerun follows the merge",
+    "crc": "issue 28's last steps (the preview as a dry-run writer, the one direct-I/O knob, the writer's listing) changed the header and core files after the rerun on 7efb718; helpers run no benchmarks on the shared machine, so one rerun follows the merge",
+    "load 2 GB": "issue 28's last steps (the preview as a dry-run writer, the one direct-I/O knob, the writer's listing) changed the header and core files after the rerun on 7efb718; helpers run no benchmarks on the shared machine, so one rerun follows the merge",
     "amplification": "the hardened suite builds the baseline commit 45ea70f beside this one; the quick suites were rerun on 7efb718, this one was not before the round ended",
     "journal fuzz": "a 10-minute fuzz campaign on a quiet machine; the quick suites were rerun on 7efb718, this one was not before the round ended",
 }
