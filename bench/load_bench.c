@@ -52,7 +52,10 @@ static int load(const char *path, unsigned threads, int pretouch, const char *io
     ckpt_error err;
     ckpt_catalog *cat;
     ckpt_plan *plan;
-    if (ckpt_catalog_open(path, &cat, &err) || ckpt_plan_create(cat, &plan, &err)) die(&err);
+    ckpt_catalog_options co; /* IO: how the catalog reads its files */
+    ckpt_catalog_options_init(&co);
+    co.io = !strcmp(io, "direct") ? CKPT_IO_DIRECT : !strcmp(io, "buffered") ? CKPT_IO_BUFFERED : CKPT_IO_AUTO;
+    if (ckpt_catalog_open_ex(path, &co, &cat, &err) || ckpt_plan_create(cat, &plan, &err)) die(&err);
     if (strcmp(cast, "none") && ckpt_plan_cast(plan, NULL, ckpt_dtype_from_name(cast), &err)) die(&err);
     size_t n = ckpt_plan_count(plan);
     void **mine = calloc(n, sizeof *mine);
@@ -67,7 +70,6 @@ static int load(const char *path, unsigned threads, int pretouch, const char *io
     ckpt_load_options_init(&o);
     o.threads = threads;
     o.skip_crc_check = !crc;
-    o.io = !strcmp(io, "direct") ? CKPT_IO_DIRECT : !strcmp(io, "buffered") ? CKPT_IO_BUFFERED : CKPT_IO_AUTO;
     double t0 = now();
     if (ckpt_load(plan, &o, &err)) die(&err);
     double t1 = now();

@@ -173,7 +173,7 @@ bool tree_is_state_dict(const ckpt_catalog *cat, const char *json);
 
 /* ---- JSON text from the library ------------------------------------------- */
 
-/* The library's JSON texts (ckpt_convert_plan_preview, the object tree) are
+/* The library's JSON texts (the object tree) are
  * read with the library's own reader (src/base/json.h: the CLI links the
  * static library), so that the CLI has no second JSON parser. */
 #include "../src/base/json.h"

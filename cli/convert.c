@@ -299,38 +299,127 @@ static int dequantize_rest(ckpt_plan *plan, ckpt_error *err) {
     return EXIT_OK;
 }
 
-/* "[2, 3]" from a JSON array of numbers. */
-static void json_shape(const ckpt__json_doc *d, size_t arr, char *buf, size_t cap) {
-    const ckpt__json_node *n = d->nodes;
+/* "[2, 3]" from a shape. */
+static void shape_text(const ckpt_writer_tensor_info *t, char *buf, size_t cap) {
     size_t len = (size_t)snprintf(buf, cap, "[");
-    for (size_t k = arr + 1, i = 0; arr && k < n[arr].end && len < cap; k = n[k].end, i++)
-        len += (size_t)snprintf(buf + len, cap - len, i ? ", %.*s" : "%.*s", (int)n[k].len, n[k].str);
+    for (uint32_t d = 0; d < t->ndim && len < cap; d++)
+        len += (size_t)snprintf(buf + len, cap - len, d ? ", %llu" : "%llu", (unsigned long long)t->shape[d]);
     if (len < cap) snprintf(buf + len, cap - len, "]");
 }
 
-/* Where the preview's tensor t would be written: its file, or, cut into
+/* Where the dry run's tensor i would be written: its file, or, cut into
  * chunks for several ranks (--to dcp --dcp-ranks N), "4 chunks, ranks
- * 0-3" — as ckpt inspect says of the written checkpoint. */
-static const char *preview_where(const ckpt__json_doc *d, size_t t, char *buf, size_t cap) {
-    const ckpt__json_node *n = d->nodes;
-    size_t parts = ckpt__json_member(d, t, "parts"), file = ckpt__json_member(d, t, "file");
-    if (!parts || n[parts].kind != CKPT__JSON_ARRAY || n[parts].count < 2)
-        return n[file].kind == CKPT__JSON_STRING ? printable(n[file].str) : NULL;
+ * 0-3" — as ckpt inspect says of the written checkpoint; NULL when it is
+ * written once for several names. */
+static const char *preview_where(const ckpt_writer *w, size_t i, const ckpt_writer_tensor_info *t, char *buf,
+                                 size_t cap) {
+    if (t->file == SIZE_MAX) return NULL;
+    if (t->part_count < 2) return printable(ckpt_writer_name_at(w, CKPT_WRITER_DATA_FILES, t->file));
     long lo = -1, hi = -1;
     bool ranks = true;
-    for (size_t k = parts + 1; k < n[parts].end; k = n[k].end) {
-        size_t f = ckpt__json_member(d, k, "file");
-        const char *name = f && n[f].kind == CKPT__JSON_STRING ? n[f].str : "";
+    size_t f;
+    for (uint32_t k = 0; ckpt_writer_tensor_part(w, i, k, &f, NULL, NULL, NULL); k++) {
+        const char *name = ckpt_writer_name_at(w, CKPT_WRITER_DATA_FILES, f);
         char *end;
         long r = strncmp(name, "__", 2) ? -1 : strtol(name + 2, &end, 10); /* __<rank>_<n>.distcp */
         if (r < 0 || end == name + 2 || *end != '_') ranks = false, r = 0;
         if (lo < 0 || r < lo) lo = r;
         if (r > hi) hi = r;
     }
-    if (!ranks) snprintf(buf, cap, "%u chunks", n[parts].count);
-    else if (lo == hi) snprintf(buf, cap, "%u chunks, rank %ld", n[parts].count, lo);
-    else snprintf(buf, cap, "%u chunks, ranks %ld-%ld", n[parts].count, lo, hi);
+    if (!ranks) snprintf(buf, cap, "%u chunks", t->part_count);
+    else if (lo == hi) snprintf(buf, cap, "%u chunks, rank %ld", t->part_count, lo);
+    else snprintf(buf, cap, "%u chunks, ranks %ld-%ld", t->part_count, lo, hi);
     return buf;
+}
+
+/* The dry run's tensor i (writer index = plan item). */
+static ckpt_writer_tensor_info preview_tensor(const ckpt_writer *w, size_t i) {
+    ckpt_writer_tensor_info t = {.size = sizeof t};
+    ckpt_writer_tensor_info_at(w, i, &t);
+    return t;
+}
+
+/* The dry run's totals: tensors written (not deduplicated away), their
+ * parameters, and each file's tensors (a tensor cut into parts counts in
+ * each of their files); per_file: calloc'd, NULL when out of memory. */
+static size_t *preview_counts(const ckpt_writer *w, uint64_t *written, uint64_t *params) {
+    size_t *per_file = calloc(ckpt_writer_file_count(w) + 1, sizeof *per_file);
+    *written = *params = 0;
+    for (size_t i = 0; per_file && i < ckpt_writer_tensor_count(w); i++) {
+        ckpt_writer_tensor_info t = preview_tensor(w, i);
+        if (t.file == SIZE_MAX) continue;
+        uint64_t numel = 1;
+        for (uint32_t d = 0; d < t.ndim; d++) numel *= t.shape[d];
+        *written += 1, *params += numel;
+        size_t f, last = SIZE_MAX;
+        for (uint32_t k = 0; ckpt_writer_tensor_part(w, i, k, &f, NULL, NULL, NULL); last = f, k++)
+            if (f != last) per_file[f]++;
+        if (!t.part_count) per_file[t.file]++;
+    }
+    return per_file;
+}
+
+/* `ckpt convert --dry-run --json`: the dry run as the JSON object
+ * ckpt_convert_plan_preview documents. */
+static void print_preview_json(const ckpt_writer *w, const ckpt_plan *plan, const size_t *per_file, uint64_t written,
+                               uint64_t params) {
+    printf("{\n  \"path\": ");
+    print_json_string(stdout, ckpt_writer_path(w));
+    printf(",\n  \"format\": ");
+    print_json_string(stdout, ckpt_format_name(ckpt_writer_format(w)));
+    printf(",\n  \"directory\": %s,\n  \"open\": ", ckpt_writer_is_directory(w) ? "true" : "false");
+    print_json_string(stdout, ckpt_writer_open_path(w));
+    printf(",\n  \"files\": [");
+    size_t files = ckpt_writer_file_count(w), tensors = ckpt_writer_tensor_count(w);
+    for (size_t f = 0; f < files; f++) {
+        printf(f ? ",\n    {\"name\": " : "\n    {\"name\": ");
+        print_json_string(stdout, ckpt_writer_name_at(w, CKPT_WRITER_DATA_FILES, f));
+        printf(", \"path\": ");
+        print_json_string(stdout, ckpt_writer_file_path(w, f));
+        printf(", \"size\": %llu, \"tensors\": %zu}", (unsigned long long)ckpt_writer_file_size(w, f), per_file[f]);
+    }
+    printf(files ? "\n  ]" : "]");
+    static const struct { const char *key; ckpt_writer_names which; } lists[] = {
+        {"side_files", CKPT_WRITER_SIDE_FILES}, {"copied_files", CKPT_WRITER_COPIED_FILES},
+        {"replaces", CKPT_WRITER_REPLACED_FILES}};
+    for (size_t l = 0; l < sizeof lists / sizeof *lists; l++) {
+        printf(",\n  \"%s\": [", lists[l].key);
+        for (size_t k = 0; k < ckpt_writer_name_count(w, lists[l].which); k++) {
+            if (k) printf(", ");
+            print_json_string(stdout, ckpt_writer_name_at(w, lists[l].which, k));
+        }
+        printf("]");
+    }
+    printf(",\n  \"tensors\": [");
+    for (size_t i = 0; i < tensors; i++) {
+        ckpt_writer_tensor_info t = preview_tensor(w, i);
+        char shape[4096];
+        shape_text(&t, shape, sizeof shape);
+        printf(i ? ",\n    {\"name\": " : "\n    {\"name\": ");
+        print_json_string(stdout, t.name);
+        printf(", \"source\": ");
+        print_json_string(stdout, ckpt_plan_item_at(plan, i)->source->name);
+        printf(", \"dtype\": ");
+        print_json_string(stdout, ckpt_dtype_name(t.dtype));
+        printf(", \"shape\": %s, \"nbytes\": %llu, \"file\": ", shape, (unsigned long long)t.nbytes);
+        if (t.file == SIZE_MAX) printf("null, \"same_as\": "), print_json_string(stdout, t.kept);
+        else print_json_string(stdout, ckpt_writer_name_at(w, CKPT_WRITER_DATA_FILES, t.file));
+        if (t.part_count > 1) { /* cut across files: each part's */
+            printf(", \"parts\": [");
+            size_t f;
+            uint64_t begin, nbytes;
+            for (uint32_t k = 0; ckpt_writer_tensor_part(w, i, k, &f, &begin, &nbytes, NULL); k++) {
+                printf(k ? ", {\"file\": " : "{\"file\": ");
+                print_json_string(stdout, ckpt_writer_name_at(w, CKPT_WRITER_DATA_FILES, f));
+                printf(", \"begin\": %llu, \"nbytes\": %llu}", (unsigned long long)begin, (unsigned long long)nbytes);
+            }
+            printf("]");
+        }
+        printf("}");
+    }
+    printf("%s\"totals\": {\"tensors\": %zu, \"written\": %llu, \"parameters\": %llu, \"bytes\": %llu}\n}\n",
+           tensors ? "\n  ],\n  " : "],\n  ", tensors, (unsigned long long)written, (unsigned long long)params,
+           (unsigned long long)ckpt_writer_total_bytes(w));
 }
 
 /* What the command line asks for. */
@@ -602,81 +691,71 @@ static int build_plan(convert_args *a, ckpt_catalog **cat, ckpt_plan **plan) {
     return rc;
 }
 
-/* Step 4, the dry run: what would be written, on stdout (the library's
- * listing, read with json.c). */
-static int print_preview(const convert_args *a, const char *json) {
+/* Step 4, the dry run: what would be written, on stdout, read from the
+ * library's dry-run writer. */
+static int print_preview(const convert_args *a, const ckpt_writer *w, const ckpt_plan *plan) {
+    uint64_t written, params;
+    size_t *per_file = preview_counts(w, &written, &params);
+    if (!per_file) {
+        fputs("ckpt: out of memory\n", stderr);
+        return EXIT_ERROR;
+    }
     if (a->json) {
-        fputs(json, stdout);
+        print_preview_json(w, plan, per_file, written, params);
+        free(per_file);
         return EXIT_OK;
     }
-    char *text;
-    ckpt__json_doc doc, *d = &doc;
-    if (!json_read(json, &text, d) || d->nodes[0].kind != CKPT__JSON_OBJECT) {
-        json_close(text, d);
-        fputs(json, stdout); /* cannot happen: the library's own JSON */
-        return EXIT_OK;
-    }
-    const ckpt__json_node *n = d->nodes;
-    size_t files = ckpt__json_member(d, 0, "files"), tensors = ckpt__json_member(d, 0, "tensors");
+    size_t tensors = ckpt_writer_tensor_count(w);
     /* The tensors, as they would be written. */
     int wname = 4, wshape = 5;
     char shape[512], size[32], count[32], count2[32];
-    for (size_t t = tensors + 1; tensors && t < n[tensors].end; t = n[t].end) {
-        int w = text_columns(printable(n[ckpt__json_member(d, t, "name")].str));
-        json_shape(d, ckpt__json_member(d, t, "shape"), shape, sizeof shape);
-        if (w > wname) wname = w;
+    for (size_t i = 0; i < tensors; i++) {
+        ckpt_writer_tensor_info t = preview_tensor(w, i);
+        int cols = text_columns(printable(t.name));
+        shape_text(&t, shape, sizeof shape);
+        if (cols > wname) wname = cols;
         if ((int)strlen(shape) > wshape) wshape = (int)strlen(shape);
     }
     if (wname > 60) wname = 60;
     printf("%-*s  %-11s  %-*s  %10s  %s\n", wname, "NAME", "DTYPE", wshape, "SHAPE", "SIZE", "FILE");
-    uint64_t aliases = 0, params = 0, bytes = 0, written = 0;
-    for (size_t t = tensors + 1; tensors && t < n[tensors].end; t = n[t].end) {
-        const char *name = n[ckpt__json_member(d, t, "name")].str, *source = n[ckpt__json_member(d, t, "source")].str;
-        size_t same = ckpt__json_member(d, t, "same_as");
-        uint64_t nbytes = 0;
-        ckpt__json_u64(&n[ckpt__json_member(d, t, "nbytes")], &nbytes);
-        json_shape(d, ckpt__json_member(d, t, "shape"), shape, sizeof shape);
-        print_padded(stdout, name, wname);
-        printf("  %-11s  %-*s  %10s  ", n[ckpt__json_member(d, t, "dtype")].str, wshape, shape,
-               format_bytes(nbytes, size, sizeof size));
+    uint64_t aliases = 0, bytes = ckpt_writer_total_bytes(w);
+    for (size_t i = 0; i < tensors; i++) {
+        ckpt_writer_tensor_info t = preview_tensor(w, i);
+        const char *source = ckpt_plan_item_at(plan, i)->source->name;
+        shape_text(&t, shape, sizeof shape);
+        print_padded(stdout, t.name, wname);
+        printf("  %-11s  %-*s  %10s  ", ckpt_dtype_name(t.dtype), wshape, shape, format_bytes(t.nbytes, size, sizeof size));
         char buf[96];
-        const char *where = preview_where(d, t, buf, sizeof buf);
+        const char *where = preview_where(w, i, &t, buf, sizeof buf);
         if (where) printf("%s", where);
-        else printf("(written once, as %s)", same ? printable(n[same].str) : "?"), aliases++;
-        if (strcmp(name, source)) printf("  (from %s)", printable(source));
+        else printf("(written once, as %s)", printable(t.kept)), aliases++;
+        if (strcmp(t.name, source)) printf("  (from %s)", printable(source));
         putchar('\n');
     }
-    size_t totals = ckpt__json_member(d, 0, "totals");
-    ckpt__json_u64(&n[ckpt__json_member(d, totals, "parameters")], &params);
-    ckpt__json_u64(&n[ckpt__json_member(d, totals, "bytes")], &bytes);
-    ckpt__json_u64(&n[ckpt__json_member(d, totals, "written")], &written);
-    size_t nfiles = files ? n[files].count : 0;
-    printf("\nWould write %s (%s): %s tensor%s", printable(a->dst), n[ckpt__json_member(d, 0, "format")].str,
+    size_t nfiles = ckpt_writer_file_count(w);
+    printf("\nWould write %s (%s): %s tensor%s", printable(a->dst), ckpt_format_name(ckpt_writer_format(w)),
            format_count(written, count, sizeof count), written == 1 ? "" : "s");
     if (aliases) printf(" (and %s written once for several names)", format_count(aliases, count2, sizeof count2));
     printf(", %s parameters, %s in %zu file%s:\n", format_count(params, count2, sizeof count2),
            format_bytes(bytes, size, sizeof size), nfiles, nfiles == 1 ? "" : "s");
-    for (size_t f = files + 1; files && f < n[files].end; f = n[f].end) {
-        uint64_t fsize = 0, ft = 0;
-        ckpt__json_u64(&n[ckpt__json_member(d, f, "size")], &fsize);
-        ckpt__json_u64(&n[ckpt__json_member(d, f, "tensors")], &ft);
-        printf("  %s  %s, %s tensor%s\n", printable(n[ckpt__json_member(d, f, "path")].str), format_bytes(fsize, size, sizeof size),
-               format_count(ft, count, sizeof count), ft == 1 ? "" : "s");
-    }
-    static const char *const lists[][2] = {{"side_files", "index"}, {"copied_files", "copied from SRC"},
-                                           {"replaces", "replaced: an existing checkpoint's"}};
+    for (size_t f = 0; f < nfiles; f++)
+        printf("  %s  %s, %s tensor%s\n", printable(ckpt_writer_file_path(w, f)),
+               format_bytes(ckpt_writer_file_size(w, f), size, sizeof size), format_count(per_file[f], count, sizeof count),
+               per_file[f] == 1 ? "" : "s");
+    free(per_file);
+    static const struct { ckpt_writer_names which; const char *note; } lists[] = {
+        {CKPT_WRITER_SIDE_FILES, "index"}, {CKPT_WRITER_COPIED_FILES, "copied from SRC"},
+        {CKPT_WRITER_REPLACED_FILES, "replaced: an existing checkpoint's"}};
     /* Side files lie beside the data files. */
-    const char *first = nfiles ? n[ckpt__json_member(d, files + 1, "path")].str : "";
+    const char *first = nfiles ? ckpt_writer_file_path(w, 0) : "";
     const char *slash = strrchr(first, '/');
     char first_dir[4096];
     snprintf(first_dir, sizeof first_dir, "%.*s", slash ? (int)(slash - first) + 1 : 0, first);
-    for (size_t l = 0; l < sizeof lists / sizeof *lists; l++) {
-        size_t list = ckpt__json_member(d, 0, lists[l][0]);
-        for (size_t k = list + 1; list && k < n[list].end; k = n[k].end)
-            printf("  %s%s  (%s)\n", printable(first_dir), printable(n[k].str), lists[l][1]);
-    }
+    for (size_t l = 0; l < sizeof lists / sizeof *lists; l++)
+        for (size_t k = 0; k < ckpt_writer_name_count(w, lists[l].which); k++)
+            printf("  %s%s  (%s)\n", printable(first_dir), printable(ckpt_writer_name_at(w, lists[l].which, k)),
+                   lists[l].note);
     printf("Dry run: nothing written.\n");
-    json_close(text, d);
     return EXIT_OK;
 }
 
@@ -700,35 +779,27 @@ static int run_plan(const convert_args *a, ckpt_plan *plan, double start, double
 }
 
 /* Before writing: what the conversion will write, from the library's own
- * preview — the summary names those files, and reopens the path the
+ * dry run — the summary names those files, and reopens the path the
  * library says opens them (a directory, an index, a first part, a file). */
 static int name_output(convert_args *a, ckpt_plan *plan) {
     ckpt_error err;
     ckpt_error_clear(&err);
-    char *json = NULL;
-    if (ckpt_convert_plan_preview(plan, a->dst, &a->opt, &json, &err) != CKPT_OK) return report_error(&err);
-    char *text;
-    ckpt__json_doc doc, *d = &doc;
-    bool ok = json_read(json, &text, d) && d->nodes[0].kind == CKPT__JSON_OBJECT;
-    const ckpt__json_node *n = d->nodes;
-    size_t files = ok ? ckpt__json_member(d, 0, "files") : 0, open = ok ? ckpt__json_member(d, 0, "open") : 0;
-    size_t count = files ? n[files].count : 0, first = files + 1, last = first;
-    for (size_t f = first; count && f < n[files].end; f = n[f].end) last = f;
-    const char *first_path = count ? n[ckpt__json_member(d, first, "path")].str : a->dst;
-    const char *last_path = count ? n[ckpt__json_member(d, last, "path")].str : a->dst;
-    bool directory = ok && n[ckpt__json_member(d, 0, "directory")].kind == CKPT__JSON_TRUE;
+    ckpt_writer *w;
+    if (ckpt_convert_plan_preview(plan, a->dst, &a->opt, &w, &err) != CKPT_OK) return report_error(&err);
+    size_t count = ckpt_writer_file_count(w);
+    const char *first_path = count ? ckpt_writer_file_path(w, 0) : a->dst;
+    const char *last_path = count ? ckpt_writer_file_path(w, count - 1) : a->dst;
     size_t cap = strlen(a->dst) + strlen(first_path) + strlen(last_path) + 16;
     a->written = malloc(cap);
-    a->open_path = strdup(ok && open ? n[open].str : a->dst);
+    a->open_path = strdup(ckpt_writer_open_path(w));
     if (!strncmp(first_path, "./", 2) && strncmp(a->dst, "./", 2)) first_path += 2; /* as DST names its directory */
-    if (a->written && directory)
+    if (a->written && ckpt_writer_is_directory(w))
         snprintf(a->written, cap, "%s%s", a->dst, a->dst[strlen(a->dst) - 1] == '/' ? "" : "/");
     else if (a->written && count > 1) /* split parts: the first and the last */
         snprintf(a->written, cap, "%s … %s", first_path, strrchr(last_path, '/') ? strrchr(last_path, '/') + 1 : last_path);
     else if (a->written) /* the file DST names */
         snprintf(a->written, cap, "%s", a->dst);
-    json_close(text, d);
-    ckpt_free(json);
+    ckpt_writer_free(w);
     if (!a->written || !a->open_path) {
         fputs("ckpt: out of memory\n", stderr);
         return EXIT_ERROR;
@@ -745,7 +816,7 @@ static int report(const convert_args *a, double elapsed) {
     ckpt_catalog *out = NULL;
     ckpt_catalog_options local; /* the output is local: read as the source was (--direct) */
     ckpt_catalog_options_init(&local);
-    local.direct = a->so->catalog.direct;
+    local.io = a->so->catalog.io;
     ckpt_status st = ckpt_catalog_open_ex(a->open_path, &local, &out, &err);
     if (st != CKPT_OK) return report_error(&err);
     if (!a->quiet) {
@@ -787,10 +858,10 @@ static int run_convert(convert_args *a, int argc, char **argv) {
     if (a->dry_run) {
         ckpt_error err;
         ckpt_error_clear(&err);
-        char *json = NULL;
-        rc = ckpt_convert_plan_preview(plan, a->dst, &a->opt, &json, &err) == CKPT_OK ? print_preview(a, json)
-                                                                                      : report_error(&err);
-        ckpt_free(json);
+        ckpt_writer *w = NULL;
+        rc = ckpt_convert_plan_preview(plan, a->dst, &a->opt, &w, &err) == CKPT_OK ? print_preview(a, w, plan)
+                                                                                   : report_error(&err);
+        ckpt_writer_free(w);
     } else {
         rc = name_output(a, plan);
         if (rc == EXIT_OK) rc = run_plan(a, plan, start, &elapsed);

@@ -77,7 +77,7 @@ void source_options_init(source_options *s) {
 int source_option(const char *command, int id, const char *value, source_options *s) {
     uint64_t v;
     switch (id) {
-    case OPT_DIRECT: s->catalog.direct = 1; break;
+    case OPT_DIRECT: s->catalog.io = CKPT_IO_DIRECT; break;
     case OPT_CACHE_DIR: s->catalog.cache_dir = value; break;
     case OPT_BEARER_TOKEN_FILE:
         free(s->token);

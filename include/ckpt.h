@@ -540,6 +540,24 @@ typedef struct ckpt_tensor_info {
 CKPT_API ckpt_status ckpt_catalog_open(const char *path, ckpt_catalog **out, ckpt_error *err);
 
 /*
+ * How a catalog reads its local files (ckpt_catalog_options.io).  It is
+ * the catalog's, not a load's, because it decides how the files are opened.
+ *   CKPT_IO_AUTO      the default: through the page cache, views (mappings)
+ *                     where a load asks for them; a load reads a local file
+ *                     of 64 MiB or more, mostly not cached, with O_DIRECT.
+ *   CKPT_IO_BUFFERED  always through the page cache.
+ *   CKPT_IO_DIRECT    around the page cache, for machines where it hurts
+ *                     (network mounts, unified memory, containers whose
+ *                     page cache counts against their memory limit): every
+ *                     read uses O_DIRECT (or, where the file system has
+ *                     none, drops its pages after use); converts drop what
+ *                     they wrote once it is on disk; no mappings, so a load
+ *                     asking for views reads every tensor into memory.
+ */
+typedef enum ckpt_io_mode { CKPT_IO_AUTO = 0, CKPT_IO_BUFFERED = 1, CKPT_IO_DIRECT = 2 } ckpt_io_mode;
+
+
+/*
  * What ckpt_catalog_open_ex may be told.  Initialise with
  * ckpt_catalog_options_init, which sets `size` to the caller's sizeof: a
  * later library, whose options are longer, then knows which fields the
@@ -622,17 +640,9 @@ typedef struct ckpt_catalog_options {
      * the name (a temporary, then rename). */
     const char *cache_dir;
 
-    /* ---- local files ------------------------------------------------------
-     * Non-zero: read local files with O_DIRECT, around the page cache —
-     * for machines where it hurts (network mounts, unified memory,
-     * containers whose page cache counts against a memory limit).  Loads
-     * use CKPT_IO_DIRECT whatever ckpt_load_options.io says (and drop the
-     * few pages small reads bring in); converts read with O_DIRECT and
-     * write through the cache but drop what they wrote once it is on disk
-     * (sync_file_range, POSIX_FADV_DONTNEED); no views (mappings) are
-     * made.  File systems without O_DIRECT are read normally, and their
-     * pages dropped after use. */
-    int direct;
+    /* How local files are read by every load, conversion and verification
+     * of the catalog: the one direct-I/O knob (see ckpt_io_mode). */
+    ckpt_io_mode io;
 
     /* ---- remote files: how slow is too slow -------------------------------
      * read_timeout_ms fails a transfer that receives nothing; a server
@@ -1500,8 +1510,80 @@ CKPT_API const char *ckpt_writer_file_path(const ckpt_writer *writer, size_t i);
  * SIZE_MAX for a tensor deduplicated away. */
 CKPT_API size_t ckpt_writer_tensor_file(const ckpt_writer *writer, size_t index);
 
-/* Total bytes of tensor data declared. */
+/* Total bytes of tensor data declared (less the tensors deduplicated away,
+ * after begin). */
 CKPT_API uint64_t ckpt_writer_total_bytes(const ckpt_writer *writer);
+
+/*
+ * What a writer writes, read back: after ckpt_writer_begin every output
+ * file is laid out and every tensor placed; after ckpt_writer_commit the
+ * side files are named too.  A dry run (options->dry_run, or
+ * ckpt_convert_plan_preview's writer) answers the same without having
+ * written anything.  Strings live until ckpt_writer_free; NULL or 0 for a
+ * NULL writer or an index past the end.
+ */
+
+/* The destination as given, normalised: the file, or the directory. */
+CKPT_API const char *ckpt_writer_path(const ckpt_writer *writer);
+
+/* The format written (ckpt_format_name names it). */
+CKPT_API ckpt_format ckpt_writer_format(const ckpt_writer *writer);
+
+/* 1 when the output is a directory, 0 for a file or a file's split parts
+ * (ckpt_destination_resolve's rule). */
+CKPT_API int ckpt_writer_is_directory(const ckpt_writer *writer);
+
+/* After commit: the path that opens everything written with
+ * ckpt_catalog_open — the directory, the index of a file's split parts,
+ * the first of gguf-split's parts, or the file. */
+CKPT_API const char *ckpt_writer_open_path(const ckpt_writer *writer);
+
+/* The size in bytes of the i-th output file, as laid out at begin. */
+CKPT_API uint64_t ckpt_writer_file_size(const ckpt_writer *writer, size_t i);
+
+/* The lists of file names a writer keeps, each name relative to the
+ * directory the files go to. */
+typedef enum ckpt_writer_names {
+    CKPT_WRITER_DATA_FILES = 0,    /* the output files (ckpt_writer_file_path: their paths) */
+    CKPT_WRITER_SIDE_FILES = 1,    /* written after the data, at commit: an index, DCP's .metadata */
+    CKPT_WRITER_COPIED_FILES = 2,  /* options->copy_files_from's files, copied along (after begin) */
+    CKPT_WRITER_REPLACED_FILES = 3 /* an existing checkpoint's files that the commit replaces or
+                                      removes (options->overwrite; known at create) */
+} ckpt_writer_names;
+
+/* How many names the list `which` holds, and the i-th (NULL past the end). */
+CKPT_API size_t ckpt_writer_name_count(const ckpt_writer *writer, ckpt_writer_names which);
+CKPT_API const char *ckpt_writer_name_at(const ckpt_writer *writer, ckpt_writer_names which, size_t i);
+
+/* Number of tensors declared. */
+CKPT_API size_t ckpt_writer_tensor_count(const ckpt_writer *writer);
+
+/* A declared tensor, and after begin where it goes. */
+typedef struct ckpt_writer_tensor_info {
+    size_t size; /* sizeof(ckpt_writer_tensor_info), set by the caller */
+    const char *name;
+    ckpt_dtype dtype;
+    uint32_t ndim;
+    const uint64_t *shape;
+    uint64_t nbytes;
+    /* The output file holding it (ckpt_writer_tensor_file); SIZE_MAX for a
+     * tensor deduplicated away, whose bytes are `kept`'s. */
+    size_t file;
+    const char *kept;
+    uint64_t offset;     /* where its bytes begin in `file` (a tensor in parts: unused) */
+    uint32_t part_count; /* 0: in one piece; else cut into byte ranges of several files
+                            (DCP's ranks), see ckpt_writer_tensor_part */
+} ckpt_writer_tensor_info;
+
+/* Fills the first info->size bytes of *info with tensor `index`'s
+ * (by writer index): 1, or 0 past the last tensor. */
+CKPT_API int ckpt_writer_tensor_info_at(const ckpt_writer *writer, size_t index, ckpt_writer_tensor_info *info);
+
+/* Part k of a tensor cut into parts: its bytes [*begin, *begin + *nbytes)
+ * lie in output file *file from byte *offset (any pointer may be NULL).
+ * Parts tile the tensor's bytes in order.  0 past its last part, else 1. */
+CKPT_API int ckpt_writer_tensor_part(const ckpt_writer *writer, size_t index, uint32_t k, size_t *file,
+                                     uint64_t *begin, uint64_t *nbytes, uint64_t *offset);
 
 /*
  * Appends the next `nbytes` bytes of tensor `index` (from
@@ -1931,12 +2013,6 @@ CKPT_API ckpt_status ckpt_plan_match(ckpt_plan *plan, const ckpt_expected *expec
 /* Loading: the engine                                                      */
 /* ------------------------------------------------------------------------ */
 
-typedef enum ckpt_io_mode {
-    CKPT_IO_AUTO = 0,     /* direct I/O for data not in the page cache, on local disks */
-    CKPT_IO_BUFFERED = 1, /* always through the page cache                            */
-    CKPT_IO_DIRECT = 2    /* O_DIRECT where the file system allows it                 */
-} ckpt_io_mode;
-
 typedef struct ckpt_load_options {
     size_t size;          /* sizeof(ckpt_load_options), set by ckpt_load_options_init */
     unsigned threads;     /* 0: one per online CPU, plus up to 16 more (twice the CPUs) when
@@ -1945,7 +2021,6 @@ typedef struct ckpt_load_options {
                              many threads would take the ring past 48 MiB (1 MiB at least).
                              Plain copies of O_DIRECT files into memory stream through
                              the buffer in 1 MiB slots, in tasks of 4 chunks */
-    ckpt_io_mode io;
     int io_uring;         /* 0: use io_uring when the kernel offers it; -1: never      */
     /* Tensors needing no transform and no buffer become zero-copy views of
      * the file (not on network file systems): CKPT_VIEWS_SHARED, read-only
@@ -2056,32 +2131,22 @@ CKPT_API ckpt_status ckpt_convert_plan(ckpt_plan *plan, const char *dst_path, co
                                        ckpt_error *err);
 
 /*
- * A dry run of ckpt_convert_plan: what it would write, after every rule,
- * without writing, copying or replacing anything (options->dry_run is
- * implied).  It fails as the conversion would before its first byte of
- * data (an existing checkpoint without overwrite, a dtype the output format
- * cannot hold, views the hub refuses).  *json (release it with ckpt_free)
- * is a JSON object:
- *
- *   {"path": DST, "format": the output format's name ("safetensors", "gguf", …),
- *    "directory": bool,
- *    "open": the path that opens what is written (the directory, the
- *            index of a file's split parts, the first GGUF part, the file),
- *    "files": [{"name": N, "path": P, "size": BYTES, "tensors": COUNT}, …],
- *    "side_files": [NAME, …],   (an index, written after the data files)
- *    "copied_files": [NAME, …], (options->copy_files_from's files)
- *    "replaces": [NAME, …],     (an existing checkpoint's files, with overwrite)
- *    "tensors": [{"name": N, "source": SOURCE_NAME, "dtype": D, "shape": [...],
- *                 "nbytes": BYTES, "file": NAME | null, "same_as": NAME}, …],
- *    "totals": {"tensors": T, "written": W, "parameters": P, "bytes": B}}
- *
- * Tensors are in the plan's order; a tensor written once for several
- * names (tied weights) has "file": null and "same_as" the name written; one
- * cut across files (DCP's ranks) has "parts": [{"file", "begin", "nbytes"}]
- * (its bytes [begin, begin + nbytes) in each) and "file" its first part's.
+ * A dry run of ckpt_convert_plan: the writer it would write with, planned
+ * after every rule and committed as a dry run (options->dry_run is
+ * implied), having written, copied, replaced and locked nothing.  It fails
+ * as the conversion would before its first byte of data (an existing
+ * checkpoint without overwrite, a dtype the output format cannot hold,
+ * views the hub refuses).  Read it through the writer's accessors
+ * (ckpt_writer_path, _format, _is_directory, _open_path, _file_count,
+ * _file_path, _file_size, _name_at, _tensor_info_at, _tensor_part,
+ * _total_bytes); writer tensor i is plan item i (ckpt_plan_item_at: its
+ * source tensor).  Release it with ckpt_writer_free.  `ckpt convert
+ * --dry-run` prints it (--json: as docs/CLI.md shows), and Python's
+ * ckpt.convert(..., dry_run=True) returns it as a dict.
  */
 CKPT_API ckpt_status ckpt_convert_plan_preview(ckpt_plan *plan, const char *dst_path,
-                                               const ckpt_writer_options *options, char **json, ckpt_error *err);
+                                               const ckpt_writer_options *options, ckpt_writer **writer,
+                                               ckpt_error *err);
 
 #ifdef __cplusplus
 }

@@ -64,6 +64,7 @@ struct ckpt_catalog {
     const char **extra_globals; /* sorted "module.name", arena */
     size_t extra_global_count;
     ckpt__source_options source_options;
+    ckpt_io_mode io; /* ckpt_catalog_options.io */
     ckpt__download_meter meter; /* the whole downloads of its files, for download_progress */
     /* While it is opened: a local checkpoint's directory (the one the user
      * named, or the one holding the file they named), which every other
@@ -121,7 +122,10 @@ static ckpt_status take_source_options(ckpt_catalog *c, const ckpt_catalog_optio
     so->min_speed_bytes = o->min_speed_bytes;
     so->min_speed_time_ms = o->min_speed_time_ms;
     so->retry_deadline_ms = o->retry_deadline_ms;
-    so->direct = o->direct != 0;
+    if (o->io != CKPT_IO_AUTO && o->io != CKPT_IO_BUFFERED && o->io != CKPT_IO_DIRECT)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "io %d is not a ckpt_io_mode", (int)o->io);
+    c->io = o->io;
+    so->direct = o->io == CKPT_IO_DIRECT;
     if (o->bearer_token && !(so->bearer_token = arena_copy(c, o->bearer_token))) return ckpt__oom(err, NULL, NULL);
     if (o->cache_dir && !(so->cache_dir = arena_copy(c, o->cache_dir))) return ckpt__oom(err, NULL, NULL);
     if (o->download_progress) {
@@ -779,7 +783,7 @@ ckpt_status ckpt__catalog_map(ckpt_catalog *c, size_t file, const void **base, c
     return st;
 }
 
-bool ckpt__catalog_direct(const ckpt_catalog *c) { return c->source_options.direct; }
+ckpt_io_mode ckpt__catalog_io(const ckpt_catalog *c) { return c->io; }
 
 void ckpt__catalog_drop_cache(const ckpt_catalog *c) {
     if (!c->source_options.direct) return;

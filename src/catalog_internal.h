@@ -36,9 +36,9 @@ CKPT__HIDDEN const ckpt__piece *ckpt__catalog_pieces(const ckpt_catalog *catalog
  * use, released with the catalog); *base is NULL for an empty file. */
 CKPT__HIDDEN ckpt_status ckpt__catalog_map(ckpt_catalog *catalog, size_t file, const void **base, ckpt_error *err);
 
-/* Whether the catalog was opened in direct mode (its local files read
- * around the page cache: ckpt_catalog_options.direct). */
-CKPT__HIDDEN bool ckpt__catalog_direct(const ckpt_catalog *catalog);
+/* How its local files are read (ckpt_catalog_options.io; CKPT_IO_DIRECT:
+ * around the page cache). */
+CKPT__HIDDEN ckpt_io_mode ckpt__catalog_io(const ckpt_catalog *catalog);
 
 /* Direct mode: drops from the page cache what reads of the catalog's
  * local files brought in (the few that could not be direct). */

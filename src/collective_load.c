@@ -354,7 +354,8 @@ ckpt_status ckpt_load_collective(ckpt_plan *p, const ckpt_load_options *options,
         moves_used = used;
     }
     if (local == CKPT_OK) {
-        ckpt__engine_options eo = {.threads = o.threads, .chunk_bytes = o.chunk_bytes, .io = o.io,
+        ckpt__engine_options eo = {.threads = o.threads, .chunk_bytes = o.chunk_bytes,
+                                   .io = ckpt__catalog_io(p->catalog),
                                    .io_uring = o.io_uring, .progress = o.progress, .user = o.user,
                                    .check_crc = !o.skip_crc_check};
         local = ckpt__engine_run(p->catalog, moves, moves_used, &eo, &p->stats, &mine);

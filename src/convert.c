@@ -198,7 +198,7 @@ ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_
     ckpt_writer *w;
     ckpt_status st = ckpt_writer_create(dst_path, &o, &w, err);
     if (st) return st;
-    if (ckpt__catalog_direct(p->catalog)) ckpt__writer_drop_behind(w);
+    if (ckpt__catalog_io(p->catalog) == CKPT_IO_DIRECT) ckpt__writer_drop_behind(w);
     /* A model directory's config.json says the dtype the casts gave every
      * float tensor; with several float dtypes left, it stays as it was. */
     const char *config_dtype = ckpt__torch_dtype_name(ckpt__plan_one_float_dtype(p));
@@ -274,9 +274,9 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
 }
 
 ckpt_status ckpt_convert_plan_preview(ckpt_plan *p, const char *dst_path, const ckpt_writer_options *options,
-                                      char **json, ckpt_error *err) {
-    if (!json) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, dst_path, NULL, -1, "json is required");
-    *json = NULL;
+                                      ckpt_writer **out, ckpt_error *err) {
+    if (!out) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, dst_path, NULL, -1, "writer is required");
+    *out = NULL;
     ckpt_writer *w;
     ckpt__move *moves;
     size_t used;
@@ -284,18 +284,10 @@ ckpt_status ckpt_convert_plan_preview(ckpt_plan *p, const char *dst_path, const 
     if (st) return st;
     free(moves);
     st = ckpt_writer_commit(w, err); /* a dry run's: names the index */
-    size_t n = p->selected_count;
-    const char **sources = ckpt__calloc(n ? n : 1, sizeof *sources);
-    if (st == CKPT_OK && !sources) st = ckpt__oom(err, dst_path, NULL);
-    for (size_t k = 0; st == CKPT_OK && k < n; k++) sources[k] = p->entries[p->selected[k]].pub.source->name;
-    ckpt__buf out = {0};
-    if (st == CKPT_OK) st = ckpt__writer_describe(w, sources, &out, err);
-    free(sources);
-    ckpt_writer_free(w);
     if (st) {
-        free(out.data);
+        ckpt_writer_free(w);
         return st;
     }
-    *json = out.data;
+    *out = w;
     return CKPT_OK;
 }

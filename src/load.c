@@ -15,13 +15,9 @@
 
 void ckpt_load_options_init_sized(ckpt_load_options *o, size_t size) {
     if (!o || size < sizeof o->size) return;
-    ckpt_load_options d;
-    memset(&d, 0, sizeof d);
-    d.io = CKPT_IO_AUTO;
-    /* A caller with a longer struct (a newer header) gets zeros in what
-     * this library does not know. */
+    /* Every default is 0; a caller with a longer struct (a newer header)
+     * gets zeros in what this library does not know too. */
     memset(o, 0, size);
-    memcpy(o, &d, size < sizeof d ? size : sizeof d);
     o->size = size;
 }
 
@@ -329,7 +325,8 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     /* 2. the fresh destinations are faulted in, then the engine moves the
      * bytes of everything that is not a view */
     view_progress vp = {o->progress, o->user, view_bytes};
-    ckpt__engine_options eo = {.threads = o->threads, .chunk_bytes = o->chunk_bytes, .io = o->io,
+    ckpt__engine_options eo = {.threads = o->threads, .chunk_bytes = o->chunk_bytes,
+                               .io = ckpt__catalog_io(p->catalog),
                                .io_uring = o->io_uring, .progress = o->progress, .user = o->user,
                                .check_crc = !o->skip_crc_check};
     if (o->progress && view_bytes) eo.progress = progress_with_views, eo.user = &vp;

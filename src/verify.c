@@ -69,7 +69,7 @@ ckpt_status ckpt_verify(const ckpt_catalog *cat, const ckpt_verify_options *opti
     }
     /* Every tensor hashed and every member checked by the engine (in
      * parallel); the digests then compared in the files' order. */
-    ckpt__engine_options o = {.io = CKPT_IO_AUTO, .progress = vo.progress, .user = vo.user, .members = numbers,
+    ckpt__engine_options o = {.io = ckpt__catalog_io(cat), .progress = vo.progress, .user = vo.user, .members = numbers,
                               .member_count = members};
     if (st == CKPT_OK) st = ckpt__engine_run((ckpt_catalog *)cat, moves, count, &o, NULL, err);
     free(numbers);

@@ -2,14 +2,12 @@
  * (formats/output.h).  Declarations first (names, dtypes, shapes, shared
  * storages, deduplicated as huggingface_hub does), then tensor bytes at
  * computed offsets from any thread, then an atomic commit (io/commit.c). */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -22,6 +20,7 @@
 #include "io/beneath.h"
 #include "io/commit.h"
 #include "io/lock.h"
+#include "io/source.h"
 #include "writer_internal.h"
 
 typedef struct wtensor {
@@ -81,6 +80,7 @@ struct ckpt_writer {
     char **extras;         /* copy_files_from: names copied along */
     char **extra_paths;    /* after the commit: their paths */
     const char *config_dtype; /* their config.json's dtype becomes this (a torch name); NULL: copied as is */
+    const char *open_path; /* after the commit: what opens the output (arena) */
     char **stale;          /* a replaced checkpoint's files (names in dir) */
     size_t stale_count;
     ckpt__commit *commit;
@@ -137,27 +137,20 @@ static bool replaced_file(const ckpt_writer *w, const char *name) {
            ((w->fmt->layouts & CKPT__LAYOUT_PARTS) && w->fmt->owns(w->prefix, name));
 }
 
-/* Lists the files of an existing checkpoint at the destination. */
+/* Lists the files of an existing checkpoint at the destination (DCP's
+ * .metadata too), in name order. */
 static ckpt_status existing_files(ckpt_writer *w, ckpt_error *err) {
-    DIR *d = opendir(w->dir);
-    if (!d) {
-        if (errno == ENOENT) return CKPT_OK;
-        return ckpt__fail_errno(err, errno, w->dir, -1, "cannot list the destination directory");
-    }
-    ckpt_status st = CKPT_OK;
-    struct dirent *e;
-    while ((e = readdir(d)) && st == CKPT_OK) {
-        if (!replaced_file(w, e->d_name)) continue;
-        char **s = ckpt__realloc(w->stale, (w->stale_count + 1) * sizeof *s);
-        if (!s) {
-            st = ckpt__oom(err, w->path, NULL);
-            break;
-        }
-        w->stale = s;
-        if (!(s[w->stale_count] = ckpt__strdup(e->d_name))) st = ckpt__oom(err, w->path, NULL);
-        else w->stale_count++;
-    }
-    closedir(d);
+    if (ckpt__local_kind(w->dir, NULL) == CKPT__NAME_MISSING) return CKPT_OK;
+    ckpt__beneath *root = NULL;
+    char **names = NULL;
+    size_t count = 0;
+    ckpt_status st = ckpt__beneath_open_root(w->dir, &root, err);
+    if (st == CKPT_OK) st = ckpt__beneath_list(root, w->dir, true, &names, &count, err);
+    ckpt__beneath_close(root);
+    if (st == CKPT_OK && count && !(w->stale = ckpt__calloc(count, sizeof *w->stale))) st = ckpt__oom(err, w->path, NULL);
+    for (size_t i = 0; st == CKPT_OK && i < count; i++)
+        if (replaced_file(w, names[i])) w->stale[w->stale_count++] = names[i], names[i] = NULL;
+    ckpt__beneath_free_names(names, count);
     return st;
 }
 
@@ -166,8 +159,8 @@ static ckpt_status existing_files(ckpt_writer *w, ckpt_error *err) {
 static ckpt_status normalise(ckpt_writer *w, const char *path, ckpt_error *err) {
     char *p = ckpt__path_normalize(path);
     if (!p) return ckpt__oom(err, path, NULL);
-    struct stat l, s;
-    if (lstat(p, &l) == 0 && S_ISLNK(l.st_mode) && stat(p, &s) == 0 && S_ISDIR(s.st_mode)) {
+    bool link;
+    if (ckpt__local_kind(p, &link) == CKPT__NAME_DIR && link) {
         char *real = realpath(p, NULL);
         if (!real) {
             ckpt_status st = ckpt__fail_errno(err, errno, path, -1, "cannot resolve the symbolic link");
@@ -236,12 +229,13 @@ static ckpt_status choose_destination(ckpt_writer *w, const char *path, ckpt_err
 /* An existing checkpoint at the destination: refused unless overwrite,
  * else listed for replacement. */
 static ckpt_status check_existing(ckpt_writer *w, ckpt_error *err) {
-    struct stat sb;
-    if (!w->directory && stat(w->path, &sb) == 0 && S_ISDIR(sb.st_mode))
+    bool link;
+    ckpt__name_kind there = ckpt__local_kind(w->path, &link);
+    if (!w->directory && there == CKPT__NAME_DIR)
         return ckpt__fail(err, CKPT_E_EXISTS, w->path, NULL, -1, "is a directory; give a file name");
-    if (w->directory && stat(w->path, &sb) == 0 && !S_ISDIR(sb.st_mode))
+    if (w->directory && there == CKPT__NAME_FILE)
         return ckpt__fail(err, CKPT_E_EXISTS, w->path, NULL, -1, "exists and is not a directory");
-    if (!w->directory && lstat(w->path, &sb) == 0 && !w->opt.overwrite)
+    if (!w->directory && (there != CKPT__NAME_MISSING || link) && !w->opt.overwrite)
         return ckpt__fail(err, CKPT_E_EXISTS, w->path, NULL, -1, "already exists");
     /* A file's split parts (and their index) are replaced along with it. */
     ckpt_status st = w->directory || (w->fmt->layouts & CKPT__LAYOUT_PARTS) ? existing_files(w, err) : CKPT_OK;
@@ -665,7 +659,7 @@ static ckpt_status copy_extras(ckpt_writer *w, ckpt_error *err) {
     char **names = NULL;
     size_t count = 0;
     ckpt_status st = ckpt__beneath_open_root(from, &root, err);
-    if (st == CKPT_OK) st = ckpt__beneath_list(root, from, &names, &count, err);
+    if (st == CKPT_OK) st = ckpt__beneath_list(root, from, false, &names, &count, err);
     for (size_t i = 0; st == CKPT_OK && i < count; i++) {
         if (ckpt__checkpoint_file_name(names[i]) || output_name(w, names[i])) continue;
         char *src_path = ckpt__path_join(from, names[i]);
@@ -785,6 +779,50 @@ size_t ckpt_writer_tensor_file(const ckpt_writer *w, size_t index) {
     return w->tensors[index].pub.file == CKPT__OUT_NONE ? SIZE_MAX : w->tensors[index].pub.file;
 }
 uint64_t ckpt_writer_total_bytes(const ckpt_writer *w) { return w ? w->total : 0; }
+const char *ckpt_writer_path(const ckpt_writer *w) { return w ? w->path : NULL; }
+ckpt_format ckpt_writer_format(const ckpt_writer *w) { return w ? w->fmt->id : (ckpt_format)0; }
+int ckpt_writer_is_directory(const ckpt_writer *w) { return w && w->directory; }
+const char *ckpt_writer_open_path(const ckpt_writer *w) { return w ? w->open_path : NULL; }
+uint64_t ckpt_writer_file_size(const ckpt_writer *w, size_t i) { return w && i < w->file_count ? w->files[i].size : 0; }
+
+size_t ckpt_writer_name_count(const ckpt_writer *w, ckpt_writer_names which) {
+    if (!w || which < CKPT_WRITER_DATA_FILES || which > CKPT_WRITER_REPLACED_FILES) return 0;
+    const size_t counts[] = {w->file_count, w->side_count, w->extra_count, w->stale_count};
+    return counts[which];
+}
+
+const char *ckpt_writer_name_at(const ckpt_writer *w, ckpt_writer_names which, size_t i) {
+    if (i >= ckpt_writer_name_count(w, which)) return NULL;
+    return which == CKPT_WRITER_DATA_FILES    ? w->files[i].name
+           : which == CKPT_WRITER_SIDE_FILES  ? w->sides[i].name
+           : which == CKPT_WRITER_COPIED_FILES ? w->extras[i]
+                                               : w->stale[i];
+}
+
+size_t ckpt_writer_tensor_count(const ckpt_writer *w) { return w ? w->count : 0; }
+
+int ckpt_writer_tensor_info_at(const ckpt_writer *w, size_t index, ckpt_writer_tensor_info *info) {
+    if (!w || !info || index >= w->count) return 0;
+    const ckpt__out_tensor *t = &w->tensors[index].pub;
+    bool kept = t->file == CKPT__OUT_NONE;
+    ckpt_writer_tensor_info all = {.size = info->size, .name = t->name, .dtype = t->dtype, .ndim = t->ndim,
+                                   .shape = t->shape, .nbytes = t->nbytes, .file = kept ? SIZE_MAX : t->file,
+                                   .kept = kept ? w->tensors[w->tensors[index].kept].pub.name : NULL,
+                                   .offset = t->offset, .part_count = t->part_count};
+    memcpy(info, &all, info->size < sizeof all ? info->size : sizeof all);
+    return 1;
+}
+
+int ckpt_writer_tensor_part(const ckpt_writer *w, size_t index, uint32_t k, size_t *file, uint64_t *begin,
+                            uint64_t *nbytes, uint64_t *offset) {
+    if (!w || index >= w->count || k >= w->tensors[index].pub.part_count) return 0;
+    const ckpt__out_part *part = &w->tensors[index].pub.parts[k];
+    if (file) *file = part->file;
+    if (begin) *begin = part->begin;
+    if (nbytes) *nbytes = part->nbytes;
+    if (offset) *offset = part->offset;
+    return 1;
+}
 
 /* ---- data --------------------------------------------------------------------- */
 
@@ -1083,122 +1121,6 @@ static ckpt_status join_crcs(ckpt_writer *w, wtensor *t, ckpt_error *err) {
     return CKPT_OK;
 }
 
-/* ---- a dry run's account ------------------------------------------------------ */
-
-static const char *side_name(const ckpt_writer *w, size_t i) { return w->sides[i].name; }
-static const char *extra_name(const ckpt_writer *w, size_t i) { return w->extras[i]; }
-static const char *stale_name(const ckpt_writer *w, size_t i) { return w->stale[i]; }
-
-static void json_names(ckpt__buf *b, const char *key, const ckpt_writer *w, size_t n,
-                       const char *(*name)(const ckpt_writer *, size_t)) {
-    ckpt__buf_puts(b, ",\n  \"");
-    ckpt__buf_puts(b, key);
-    ckpt__buf_puts(b, "\": [");
-    for (size_t i = 0; i < n; i++) {
-        if (i) ckpt__buf_puts(b, ", ");
-        ckpt__buf_json_string(b, name(w, i));
-    }
-    ckpt__buf_puts(b, "]");
-}
-
-ckpt_status ckpt__writer_describe(const ckpt_writer *w, const char *const *sources, ckpt__buf *b, ckpt_error *err) {
-    if (!w || (w->state != WRITING && w->state != COMMITTED))
-        return ckpt__fail(err, CKPT_E_BAD_STATE, w ? w->path : NULL, NULL, -1, "describe needs a begun writer");
-    uint64_t params = 0, written = 0;
-    size_t *per_file = ckpt__calloc(w->file_count ? w->file_count : 1, sizeof *per_file);
-    if (!per_file) return ckpt__oom(err, w->path, NULL);
-    for (size_t i = 0; i < w->count; i++) {
-        const wtensor *t = &w->tensors[i];
-        uint64_t numel = 0;
-        if (t->pub.file == CKPT__OUT_NONE) continue;
-        written++;
-        /* A tensor cut in parts (DCP's ranks) counts in each of their files. */
-        for (uint32_t k = 0; k < (t->pub.part_count ? t->pub.part_count : 1); k++) {
-            uint32_t f = t->pub.part_count ? t->pub.parts[k].file : t->pub.file;
-            if (!k || f != t->pub.parts[k - 1].file) per_file[f]++;
-        }
-        ckpt__shape_numel(t->pub.ndim, t->pub.shape, &numel); /* checked when declared */
-        params += numel;
-    }
-    ckpt__buf_puts(b, "{\n  \"path\": ");
-    ckpt__buf_json_string(b, w->path);
-    ckpt__buf_puts(b, ",\n  \"format\": ");
-    ckpt__buf_json_string(b, w->fmt->name);
-    ckpt__buf_puts(b, w->directory ? ",\n  \"directory\": true" : ",\n  \"directory\": false");
-    /* What a reader opens to read it all: the directory, an index, the
-     * first of split parts, or the file. */
-    char *index = !w->directory && w->side_count ? ckpt__path_join(w->dir, w->sides[0].name) : NULL;
-    ckpt__buf_puts(b, ",\n  \"open\": ");
-    ckpt__buf_json_string(b, w->directory ? w->path : index ? index : w->file_count ? w->files[0].final_path : w->path);
-    free(index);
-    ckpt__buf_puts(b, ",\n  \"files\": [");
-    for (size_t f = 0; f < w->file_count; f++) {
-        ckpt__buf_puts(b, f ? ",\n    {\"name\": " : "\n    {\"name\": ");
-        ckpt__buf_json_string(b, w->files[f].name);
-        ckpt__buf_puts(b, ", \"path\": ");
-        ckpt__buf_json_string(b, w->files[f].final_path);
-        ckpt__buf_puts(b, ", \"size\": ");
-        ckpt__buf_u64(b, w->files[f].size);
-        ckpt__buf_puts(b, ", \"tensors\": ");
-        ckpt__buf_u64(b, per_file[f]);
-        ckpt__buf_puts(b, "}");
-    }
-    ckpt__buf_puts(b, w->file_count ? "\n  ]" : "]");
-    free(per_file);
-    json_names(b, "side_files", w, w->side_count, side_name);
-    json_names(b, "copied_files", w, w->extra_count, extra_name);
-    json_names(b, "replaces", w, w->stale_count, stale_name);
-    ckpt__buf_puts(b, ",\n  \"tensors\": [");
-    for (size_t i = 0; i < w->count; i++) {
-        const wtensor *t = &w->tensors[i];
-        ckpt__buf_puts(b, i ? ",\n    {\"name\": " : "\n    {\"name\": ");
-        ckpt__buf_json_string(b, t->pub.name);
-        ckpt__buf_puts(b, ", \"source\": ");
-        ckpt__buf_json_string(b, sources && sources[i] ? sources[i] : t->pub.name);
-        ckpt__buf_puts(b, ", \"dtype\": ");
-        ckpt__buf_json_string(b, ckpt_dtype_name(t->pub.dtype));
-        ckpt__buf_puts(b, ", \"shape\": [");
-        for (uint32_t d = 0; d < t->pub.ndim; d++) {
-            if (d) ckpt__buf_puts(b, ", ");
-            ckpt__buf_u64(b, t->pub.shape[d]);
-        }
-        ckpt__buf_puts(b, "], \"nbytes\": ");
-        ckpt__buf_u64(b, t->pub.nbytes);
-        ckpt__buf_puts(b, ", \"file\": ");
-        if (t->pub.file == CKPT__OUT_NONE) {
-            ckpt__buf_puts(b, "null, \"same_as\": ");
-            ckpt__buf_json_string(b, w->tensors[t->kept].pub.name);
-        } else {
-            ckpt__buf_json_string(b, w->files[t->pub.file].name);
-        }
-        if (t->pub.part_count > 1) { /* cut across files: each part's */
-            ckpt__buf_puts(b, ", \"parts\": [");
-            for (uint32_t k = 0; k < t->pub.part_count; k++) {
-                const ckpt__out_part *part = &t->pub.parts[k];
-                ckpt__buf_puts(b, k ? ", {\"file\": " : "{\"file\": ");
-                ckpt__buf_json_string(b, w->files[part->file].name);
-                ckpt__buf_puts(b, ", \"begin\": ");
-                ckpt__buf_u64(b, part->begin);
-                ckpt__buf_puts(b, ", \"nbytes\": ");
-                ckpt__buf_u64(b, part->nbytes);
-                ckpt__buf_puts(b, "}");
-            }
-            ckpt__buf_puts(b, "]");
-        }
-        ckpt__buf_puts(b, "}");
-    }
-    ckpt__buf_puts(b, w->count ? "\n  ],\n  \"totals\": {\"tensors\": " : "],\n  \"totals\": {\"tensors\": ");
-    ckpt__buf_u64(b, w->count);
-    ckpt__buf_puts(b, ", \"written\": ");
-    ckpt__buf_u64(b, written);
-    ckpt__buf_puts(b, ", \"parameters\": ");
-    ckpt__buf_u64(b, params);
-    ckpt__buf_puts(b, ", \"bytes\": ");
-    ckpt__buf_u64(b, w->total);
-    ckpt__buf_puts(b, "}\n}\n");
-    return b->failed ? ckpt__oom(err, w->path, NULL) : CKPT_OK;
-}
-
 /* ---- committing --------------------------------------------------------------- */
 
 static ckpt_status finish_file(ckpt_writer *w, wfile *f, ckpt_error *err) {
@@ -1218,6 +1140,16 @@ static bool in_files(const wfile *files, size_t n, const char *name) {
     return false;
 }
 
+/* What a reader opens to read it all: the directory, an index, the
+ * first of split parts, or the file (ckpt_writer_open_path). */
+static ckpt_status name_open_path(ckpt_writer *w, ckpt_error *err) {
+    char *index = !w->directory && w->side_count ? ckpt__path_join(w->dir, w->sides[0].name) : NULL;
+    const char *open = w->directory ? w->path : index ? index : w->file_count ? w->files[0].final_path : w->path;
+    w->open_path = ckpt__arena_strndup(&w->arena, open, strlen(open));
+    free(index);
+    return w->open_path ? CKPT_OK : ckpt__oom(err, w->path, NULL);
+}
+
 ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
     if (!w) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "writer is NULL");
     if (w->state != WRITING)
@@ -1228,6 +1160,7 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
     w->state = FAILED;
     if (w->opt.dry_run) { /* names the side files; publishes nothing */
         ckpt_status st = w->fmt->finish ? w->fmt->finish(O(w), err) : CKPT_OK;
+        if (st == CKPT_OK) st = name_open_path(w, err);
         if (st == CKPT_OK) w->state = COMMITTED;
         return st;
     }
@@ -1243,6 +1176,7 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
     for (size_t i = 0; st == CKPT_OK && (w->needs & CKPT__OUT_CRC32) && i < w->count; i++)
         if (!dropped(w, i)) st = join_crcs(w, &w->tensors[i], err);
     if (st == CKPT_OK && w->fmt->finish) st = w->fmt->finish(O(w), err);
+    if (st == CKPT_OK) st = name_open_path(w, err);
     for (size_t f = 0; st == CKPT_OK && f < w->file_count; f++) st = finish_file(w, &w->files[f], err);
     for (size_t f = 0; st == CKPT_OK && f < w->side_count; f++) st = finish_file(w, &w->sides[f], err);
     /* Data files, the files copied along, then side files (an index) last;

@@ -91,10 +91,4 @@ CKPT__HIDDEN uint64_t ckpt__writer_tensor_offset(const ckpt_writer *w, size_t in
 
 /* A joined writer's end: fsyncs (with `sync`) and closes its files. */
 CKPT__HIDDEN ckpt_status ckpt__writer_sync_joined(ckpt_writer *w, bool sync, ckpt_error *err);
-/* A begun dry run (ckpt_writer_options.dry_run), as the JSON object that
- * ckpt_convert_plan_preview documents, appended to `out`; sources[i] (may be
- * NULL) names writer tensor i's source. */
-CKPT__HIDDEN ckpt_status ckpt__writer_describe(const ckpt_writer *w, const char *const *sources, ckpt__buf *out,
-                                               ckpt_error *err);
-
 #endif

@@ -51,8 +51,15 @@ class PlanItem(ctypes.Structure):
 PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p)
 
 
+class CatalogOptions(ctypes.Structure):  # the fields up to `io` (the library defaults the rest)
+    _fields_ = [("size", ctypes.c_size_t), ("allowed_globals", ctypes.c_void_p), ("allowed_global_count", ctypes.c_size_t),
+                ("connect_timeout_ms", ctypes.c_uint32), ("read_timeout_ms", ctypes.c_uint32),
+                ("retries", ctypes.c_uint32), ("max_connections", ctypes.c_uint32), ("bearer_token", ctypes.c_char_p),
+                ("cache_dir", ctypes.c_char_p), ("io", ctypes.c_int)]
+
+
 class LoadOptions(ctypes.Structure):
-    _fields_ = [("size", ctypes.c_size_t), ("threads", ctypes.c_uint), ("chunk_bytes", ctypes.c_uint64), ("io", ctypes.c_int),
+    _fields_ = [("size", ctypes.c_size_t), ("threads", ctypes.c_uint), ("chunk_bytes", ctypes.c_uint64),
                 ("io_uring", ctypes.c_int), ("views", ctypes.c_int), ("progress", PROGRESS_FN),
                 ("user", ctypes.c_void_p)]
 
@@ -79,6 +86,9 @@ _lib.ckpt_dtype_block_bytes.restype = ctypes.c_uint32
 _P = ctypes.c_void_p
 _lib.ckpt_status_name.restype = ctypes.c_char_p
 _lib.ckpt_catalog_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(_P), ctypes.POINTER(Error)]
+_lib.ckpt_catalog_options_init_sized.argtypes = [ctypes.POINTER(CatalogOptions), ctypes.c_size_t]
+_lib.ckpt_catalog_open_ex.argtypes = [ctypes.c_char_p, ctypes.POINTER(CatalogOptions), ctypes.POINTER(_P),
+                                      ctypes.POINTER(Error)]
 _lib.ckpt_catalog_close.argtypes = [_P]
 _lib.ckpt_catalog_tensor_count.argtypes = [_P]
 _lib.ckpt_catalog_tensor_count.restype = ctypes.c_size_t
@@ -176,9 +186,14 @@ def parse_size(text):
 
 
 class Catalog:
-    def __init__(self, path):
+    def __init__(self, path, io="auto"):
+        """io: how the catalog reads its local files (ckpt_catalog_options.io)."""
         self._h, err = _P(), Error()
-        _check(_lib.ckpt_catalog_open(str(path).encode(), ctypes.byref(self._h), ctypes.byref(err)), err)
+        opts = CatalogOptions()
+        _lib.ckpt_catalog_options_init_sized(ctypes.byref(opts), ctypes.sizeof(opts))
+        opts.io = IO_MODES[io]
+        _check(_lib.ckpt_catalog_open_ex(str(path).encode(), ctypes.byref(opts), ctypes.byref(self._h),
+                                         ctypes.byref(err)), err)
 
     def close(self):
         if self._h:
@@ -362,10 +377,10 @@ class Plan:
         self._buffers[i] = buf
         return self._call(_lib.ckpt_plan_set_buffer, i, ptr, size)
 
-    def load(self, threads=0, chunk_bytes=0, io="auto", io_uring=True, views=False, progress=None):
+    def load(self, threads=0, chunk_bytes=0, io_uring=True, views=False, progress=None):
         opts = LoadOptions()
         _lib.ckpt_load_options_init_sized(ctypes.byref(opts), ctypes.sizeof(opts))
-        opts.threads, opts.chunk_bytes, opts.io = threads, chunk_bytes, IO_MODES[io]
+        opts.threads, opts.chunk_bytes = threads, chunk_bytes
         opts.io_uring = 0 if io_uring else -1
         opts.views = int(views)
         if progress:

@@ -1,7 +1,6 @@
 """ckpt's own Python API: catalogs, shape trees, the load engine (slices,
 casts, renames, in-place loading) and streaming sharded saves."""
 import math
-import json
 import os
 import re
 from collections import namedtuple
@@ -81,7 +80,7 @@ class Checkpoint:
         name = _sources.name(path)
         # What is shown of the name: a URL's credentials stay in the catalog.
         self.path = _sources.shown(name) if _sources.is_remote(name) else name
-        self._catalog = _sources.catalog(name, direct, allowed_globals, open, **source)
+        self._catalog = _sources.catalog(name, _io("auto", direct), allowed_globals, open, **source)
         info = self._catalog.info()
         self.format = _ckpt.format_name(info["format"]) or str(info["format"])
         self.index_path = info["index_path"]
@@ -358,6 +357,9 @@ def _build_plan(catalog, rows, *, select=None, exclude=None, rename=None, dtype=
 
 
 def _io(io, direct=False):
+    """The catalog's ckpt_io_mode for `io` ("auto", "buffered", "direct")
+    and direct=True: how every read of the checkpoint goes (the one knob,
+    ckpt_catalog_options.io)."""
     try:
         mode = _IO[io]
     except KeyError:
@@ -427,8 +429,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     fw.check_device(device)  # refuses, before any read, a device the framework does not honour
     if mmap and direct:
         raise ValueError("mmap=True maps the file into the page cache; direct=True never goes through it")
-    io_mode = _io(io, direct)
-    catalog = _sources.catalog(path, direct, allowed_globals, load, **_sources.follow_progress(progress, source))
+    catalog = _sources.catalog(path, _io(io, direct), allowed_globals, load, **_sources.follow_progress(progress, source))
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank,
                        tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
@@ -439,7 +440,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     # library's private, prefetched mappings (whole tensors and contiguous
     # row ranges); the rest, or everything with copy=True or direct=True,
     # through the engine (remote sources are never mapped).
-    plan.load(threads=threads, io=io_mode, views=0 if copy or direct else _VIEWS_PRIVATE,
+    plan.load(threads=threads, views=0 if copy or direct else _VIEWS_PRIVATE,
               progress=_progress.choose(progress, "load"), check_crc=check_crc)
     out = {}
     for i, item in enumerate(items):
@@ -636,8 +637,8 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
         raise ValueError("device=, dtype= and copy= go with assign=True: loaded in place, each tensor keeps its "
                          "own device, dtype and memory")
     fw, flat = _target_tensors(target, keep_vars=assign)
-    io_mode = _io(io, direct)
-    catalog = _sources.catalog(path, direct, allowed_globals, load_into, **_sources.follow_progress(progress, source))
+    catalog = _sources.catalog(path, _io(io, direct), allowed_globals, load_into,
+                               **_sources.follow_progress(progress, source))
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype if assign else None,
                        tp_rank=tp_rank, tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices,
@@ -688,10 +689,9 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
         plan.exclude(_literal(source_name))
     items = plan.items()  # none left: strict=False's report says why
     if items and not assign:
-        _load_in_place(fw, flat, plan, items, recast, threads, io_mode, progress, on_loaded, check_crc)
+        _load_in_place(fw, flat, plan, items, recast, threads, progress, on_loaded, check_crc)
     elif items:
-        _load_assigned(target, flat, plan, items, device, copy or direct, threads, io_mode, progress, on_loaded,
-                       check_crc)
+        _load_assigned(target, flat, plan, items, device, copy or direct, threads, progress, on_loaded, check_crc)
     if assign:
         left = _compute_non_persistent(target, meta_buffers, device or "cpu")
         if strict and left:
@@ -700,7 +700,7 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
     return LoadResult(missing, unexpected, mismatched)
 
 
-def _load_in_place(fw, flat, plan, items, recast, threads, io_mode, progress, on_loaded, check_crc):
+def _load_in_place(fw, flat, plan, items, recast, threads, progress, on_loaded, check_crc):
     """The engine writes straight into each target tensor's memory (those
     on the host, contiguous, of a dtype it casts to); the others are loaded
     into new memory and copied in by the framework."""
@@ -717,7 +717,7 @@ def _load_in_place(fw, flat, plan, items, recast, threads, io_mode, progress, on
         def done(i):  # items read in place are the caller's tensors already; the others come after the copy
             if direct[i]:
                 on_loaded(items[i][0], flat[items[i][0]])
-    plan.load(threads=threads, io=io_mode, progress=_progress.choose(progress, "load"), item_done=done,
+    plan.load(threads=threads, progress=_progress.choose(progress, "load"), item_done=done,
               check_crc=check_crc)
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
         if not direct[i]:
@@ -728,7 +728,7 @@ def _load_in_place(fw, flat, plan, items, recast, threads, io_mode, progress, on
                 on_loaded(name, flat[name])
 
 
-def _load_assigned(module, flat, plan, items, device, copy, threads, io_mode, progress, on_loaded, check_crc):
+def _load_assigned(module, flat, plan, items, device, copy, threads, progress, on_loaded, check_crc):
     """Loads the plan's tensors as ckpt.load does (views where the bytes
     allow) and puts each in the module in place of the tensor it names —
     and of every name tied to it."""
@@ -736,7 +736,7 @@ def _load_assigned(module, flat, plan, items, device, copy, threads, io_mode, pr
     names_of = {}
     for name, t in flat.items():
         names_of.setdefault(id(t), []).append(name)
-    plan.load(threads=threads, io=io_mode, views=0 if copy else _VIEWS_PRIVATE,
+    plan.load(threads=threads, views=0 if copy else _VIEWS_PRIVATE,
               progress=_progress.choose(progress, "load"), check_crc=check_crc)
     fw = _frameworks.Torch
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
@@ -1066,7 +1066,8 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
         raise ValueError("format='dcp' writes one file per rank (dcp_ranks >= 1): no max_shard_size, prefix or checksums")
     if source_metadata and out.format != "gguf":
         raise ValueError("source_metadata is for GGUF output: other formats always carry the source's metadata")
-    catalog = _sources.catalog(src, direct, allowed_globals, convert, **_sources.follow_progress(progress, source))
+    catalog = _sources.catalog(src, _io("auto", direct), allowed_globals, convert,
+                               **_sources.follow_progress(progress, source))
     bar = _progress.choose(progress, "convert")
     kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
               checksums=checksums, progress=bar, format=number,
@@ -1082,7 +1083,7 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
     # The library's own preview names what the conversion writes (its
     # destination rules, shards, side files), with the same checks.
-    preview = json.loads(plan.convert(os.fspath(dst), dry_run=True, **{**kw, "progress": None}))
+    preview = plan.convert(os.fspath(dst), dry_run=True, **{**kw, "progress": None})
     if dry_run:
         return preview
     plan.convert(os.fspath(dst), **kw)

@@ -31,11 +31,10 @@ class safe_open:
             raise ValueError(f"backend must be \"mmap\" or \"pread\", not {backend!r}")
         self._backend = backend
         self._device = device
-        self._direct = direct
         if _data is not None:  # bytes in memory, read by the library's memory source
             self._catalog = _ckpt.Catalog(filename, data=_data)
         else:
-            self._catalog = _sources.catalog(filename, direct, None, type(self).__init__, **source)
+            self._catalog = _sources.catalog(filename, 2 if direct else 0, None, type(self).__init__, **source)
         self._infos = {}  # built as tensors are asked for
         self._maps = {}
         self._paths = [p for p, _ in self._catalog.files()]
@@ -122,7 +121,7 @@ class safe_open:
         remote file, O_DIRECT in direct mode — not one read per tensor."""
         plan = _ckpt.Plan(self._catalog)
         items = plan.items()
-        plan.load(io=2 if self._direct else 0)
+        plan.load()
         fw = self._fw
         out = {item.name: fw.from_buffer(plan.data(i), item.dtype, item.shape, 0, item.name)
                for i, item in enumerate(items)}

@@ -82,16 +82,18 @@ def check(options, caller=None):
     raise TypeError(f"unexpected keyword argument{'s' if len(unknown) > 1 else ''} {', '.join(named)}")
 
 
-def catalog(path, direct=False, allowed_globals=None, _caller=None, **options):
-    """Opens a _ckpt.Catalog with the source options (`_caller`: the public
-    function they were given to, for its keywords in a typo's hint)."""
+def catalog(path, io=0, allowed_globals=None, _caller=None, **options):
+    """Opens a _ckpt.Catalog with the source options and `io`, how it reads
+    local files (ckpt_io_mode: 0 auto, 1 buffered, 2 direct; `_caller`: the
+    public function the options were given to, for its keywords in a typo's
+    hint)."""
     check(options, _caller)
     kw = {k: v for k, v in options.items() if v is not None}
     if "cache_dir" in kw:
         kw["cache_dir"] = os.fspath(kw["cache_dir"])
     kw["download_progress"] = _progress.choose(options.get("download_progress"), "download")
-    if direct:
-        kw["direct"] = True
+    if io:
+        kw["io"] = io
     return _ckpt.Catalog(name(path), allowed_globals, **kw)
 
 

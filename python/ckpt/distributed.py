@@ -285,7 +285,7 @@ def load(path, plan=None, *, group=None, mesh=None, placements=None, replicated=
     slices and the replicated tensors itself."""
     fw = _frameworks.get(framework)
     comm = _comm(group, mesh, rank, size)
-    catalog = _ckpt.open_collective(os.fspath(path), comm.comm, timeout=timeout)
+    catalog = _ckpt.open_collective(os.fspath(path), comm.comm, timeout=timeout, io=_api._io(io))
     rows = catalog.tensors()
     fn = plan if callable(plan) else None
     if isinstance(plan, dict):
@@ -323,7 +323,7 @@ def load(path, plan=None, *, group=None, mesh=None, placements=None, replicated=
             for d, a, b in cuts:
                 p.slice(_exact(src_name), d, a, b)
     bar = _progress.choose(progress, "load") if comm.rank == 0 else None
-    stats = _ckpt.load_collective(p, comm.comm, threads=threads, io=_api._io(io), replicated=replicated,
+    stats = _ckpt.load_collective(p, comm.comm, threads=threads, replicated=replicated,
                                   timeout=timeout, progress=bar)
     out = {}
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(p.items()):

@@ -231,7 +231,7 @@ def load(path, shardings=None, *, mesh=None, dtype=None, select=None, exclude=No
     Each process reads only the blocks of its addressable devices, each
     block once however many devices hold it."""
     resolve = _resolver(shardings, mesh)
-    catalog = _sources.catalog(path)  # local paths and URLs alike
+    catalog = _sources.catalog(path, _api._io(io))  # local paths and URLs alike
     rows = catalog.tensors()
     rules = dict(rename=rename, dtype=dtype, transpose=transpose, layout=layout)
     base = _api._build_plan(catalog, rows, select=select, exclude=exclude, **rules)
@@ -307,7 +307,7 @@ def load(path, shardings=None, *, mesh=None, dtype=None, select=None, exclude=No
                     plan.set_buffer(i, buf.reshape(-1).view(np.uint8))
                 buffers.append((k, key, devices, buf))
             cb = (lambda d, t, _o=done: bar(_o + d, total)) if bar else None
-            plan.load(threads=threads, io=_api._io(io), progress=cb)
+            plan.load(threads=threads, progress=cb)
             plan.release_buffers()
             s = plan.stats()
             st["bytes_needed"] += s["bytes_needed"]

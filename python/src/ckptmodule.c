@@ -334,11 +334,11 @@ static int download_trampoline(uint64_t done, uint64_t total, void *user) {
     return stop;
 }
 
-/* Catalog(path, *, direct=False, cache_dir=None, bearer_token=None,
+/* Catalog(path, *, io=0, cache_dir=None, bearer_token=None,
  * timeout=None, connect_timeout=None, retries=None, max_connections=None,
  * min_speed=None, min_speed_time=None, retry_deadline=None,
  * download_progress=None): the options of ckpt_catalog_options (remote
- * files, direct I/O); None keeps a default. */
+ * files, how local files are read: a ckpt_io_mode); None keeps a default. */
 /* Opens `path`, or, with `data`, the bytes of `data` named `path` (the
  * library's memory source, no file; the buffer is held while the catalog
  * is open). */
@@ -362,17 +362,17 @@ static ckpt_status catalog_open(Catalog *self, const char *path, PyObject *data,
 }
 
 static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"path", "allowed_globals", "direct", "cache_dir", "bearer_token", "timeout",
+    static char *kwlist[] = {"path", "allowed_globals", "io", "cache_dir", "bearer_token", "timeout",
                              "connect_timeout", "retries", "max_connections", "min_speed", "min_speed_time",
                              "retry_deadline", "download_progress", "data", NULL};
     PyObject *path_obj, *globals = NULL, *cache_obj = NULL, *timeout = Py_None, *connect_timeout = Py_None,
                         *retries = Py_None, *min_speed = Py_None, *min_speed_time = Py_None,
                         *retry_deadline = Py_None, *download = Py_None, *data = NULL;
-    int direct = 0;
+    int io = 0;
     const char *token = NULL;
     unsigned int connections = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$pO&zOOOIOOOOO", kwlist, PyUnicode_FSConverter, &path_obj,
-                                     &globals, &direct, PyUnicode_FSConverter, &cache_obj, &token, &timeout,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$iO&zOOOIOOOOO", kwlist, PyUnicode_FSConverter, &path_obj,
+                                     &globals, &io, PyUnicode_FSConverter, &cache_obj, &token, &timeout,
                                      &connect_timeout, &retries, &connections, &min_speed, &min_speed_time,
                                      &retry_deadline, &download, &data))
         return -1;
@@ -390,7 +390,7 @@ static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
     ckpt_catalog_options_init(&o);
     o.download_progress = download_trampoline;
     o.download_progress_user = self;
-    o.direct = direct;
+    o.io = (ckpt_io_mode)io;
     o.bearer_token = token;
     o.max_connections = connections;
     if (cache_obj && cache_obj != Py_None) o.cache_dir = PyBytes_AS_STRING(cache_obj);
@@ -742,8 +742,111 @@ static ckpt_status run_plan_convert(void *source, const char *dst, const ckpt_wr
     return ckpt_convert_plan(source, dst, o, err);
 }
 
-/* With dry_run (plans only): nothing is written; returns
- * ckpt_convert_plan_preview's JSON text. */
+/* Sets d[key] = value, taking the reference; false (an exception set) when
+ * value is NULL or the set fails. */
+static bool put(PyObject *d, const char *key, PyObject *value) {
+    bool ok = value && PyDict_SetItemString(d, key, value) == 0;
+    Py_XDECREF(value);
+    return ok;
+}
+
+/* Appends value to list, taking the reference; false (an exception set)
+ * when value is NULL or the append fails. */
+static bool put_item(PyObject *list, PyObject *value) {
+    bool ok = value && PyList_Append(list, value) == 0;
+    Py_XDECREF(value);
+    return ok;
+}
+
+/* A list of the dry-run writer's names of one kind. */
+static PyObject *writer_names(const ckpt_writer *w, ckpt_writer_names which) {
+    size_t n = ckpt_writer_name_count(w, which);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t k = 0; list && k < n; k++) {
+        PyObject *name = PyUnicode_DecodeFSDefault(ckpt_writer_name_at(w, which, k));
+        if (!name) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, (Py_ssize_t)k, name);
+    }
+    return list;
+}
+
+/* Dry-run tensor i as a dict (its name, source name, dtype, shape, bytes,
+ * file or the tensor written in its place, and parts); *per_file counts it
+ * in each file it lies in, *params adds its elements when it is written. */
+static PyObject *preview_tensor(const ckpt_writer *w, const ckpt_plan *plan, size_t i, Py_ssize_t *per_file,
+                                unsigned long long *params) {
+    ckpt_writer_tensor_info t = {.size = sizeof t};
+    ckpt_writer_tensor_info_at(w, i, &t);
+    PyObject *d = PyDict_New(), *shape = PyList_New(0), *parts = t.part_count > 1 ? PyList_New(0) : NULL;
+    bool ok = d && shape && (t.part_count < 2 || parts);
+    unsigned long long numel = 1;
+    for (uint32_t k = 0; ok && k < t.ndim; k++) {
+        numel *= t.shape[k];
+        ok = put_item(shape, PyLong_FromUnsignedLongLong(t.shape[k]));
+    }
+    size_t f, last = SIZE_MAX;
+    uint64_t begin, nbytes;
+    for (uint32_t k = 0; ok && ckpt_writer_tensor_part(w, i, k, &f, &begin, &nbytes, NULL); last = f, k++) {
+        if (f != last) per_file[f]++;
+        if (parts)
+            ok = put_item(parts, Py_BuildValue("{s:N,s:K,s:K}", "file",
+                                               PyUnicode_DecodeFSDefault(ckpt_writer_name_at(w, CKPT_WRITER_DATA_FILES, f)),
+                                               "begin", (unsigned long long)begin, "nbytes", (unsigned long long)nbytes));
+    }
+    if (t.file != SIZE_MAX && !t.part_count) per_file[t.file]++;
+    if (t.file != SIZE_MAX) *params += numel;
+    ok = ok && put(d, "name", PyUnicode_DecodeFSDefault(t.name)) &&
+         put(d, "source", PyUnicode_DecodeFSDefault(ckpt_plan_item_at(plan, i)->source->name)) &&
+         put(d, "dtype", PyUnicode_FromString(ckpt_dtype_name(t.dtype))) && PyDict_SetItemString(d, "shape", shape) == 0 &&
+         put(d, "nbytes", PyLong_FromUnsignedLongLong(t.nbytes));
+    if (ok && t.file == SIZE_MAX)
+        ok = PyDict_SetItemString(d, "file", Py_None) == 0 && put(d, "same_as", PyUnicode_DecodeFSDefault(t.kept));
+    else if (ok)
+        ok = put(d, "file", PyUnicode_DecodeFSDefault(ckpt_writer_name_at(w, CKPT_WRITER_DATA_FILES, t.file)));
+    if (ok && parts) ok = PyDict_SetItemString(d, "parts", parts) == 0;
+    Py_XDECREF(shape);
+    Py_XDECREF(parts);
+    if (!ok) Py_CLEAR(d);
+    return d;
+}
+
+/* A dry-run writer (ckpt_convert_plan_preview) as the dict ckpt.convert's
+ * dry_run returns: the fields and order of `ckpt convert --dry-run --json`. */
+static PyObject *preview_dict(const ckpt_writer *w, const ckpt_plan *plan) {
+    size_t files = ckpt_writer_file_count(w), count = ckpt_writer_tensor_count(w);
+    Py_ssize_t *per_file = PyMem_Calloc(files + 1, sizeof *per_file);
+    unsigned long long params = 0, written = 0;
+    PyObject *d = PyDict_New(), *tensors = PyList_New(0), *list = PyList_New(0);
+    bool ok = per_file && d && tensors && list;
+    for (size_t i = 0; ok && i < count; i++) {
+        ok = put_item(tensors, preview_tensor(w, plan, i, per_file, &params));
+        written += ckpt_writer_tensor_file(w, i) != SIZE_MAX;
+    }
+    for (size_t f = 0; ok && f < files; f++)
+        ok = put_item(list, Py_BuildValue("{s:N,s:N,s:K,s:n}", "name",
+                                          PyUnicode_DecodeFSDefault(ckpt_writer_name_at(w, CKPT_WRITER_DATA_FILES, f)),
+                                          "path", PyUnicode_DecodeFSDefault(ckpt_writer_file_path(w, f)), "size",
+                                          (unsigned long long)ckpt_writer_file_size(w, f), "tensors", per_file[f]));
+    ok = ok && put(d, "path", PyUnicode_DecodeFSDefault(ckpt_writer_path(w))) &&
+         put(d, "format", PyUnicode_FromString(ckpt_format_name(ckpt_writer_format(w)))) &&
+         put(d, "directory", PyBool_FromLong(ckpt_writer_is_directory(w))) &&
+         put(d, "open", PyUnicode_DecodeFSDefault(ckpt_writer_open_path(w))) &&
+         PyDict_SetItemString(d, "files", list) == 0 && put(d, "side_files", writer_names(w, CKPT_WRITER_SIDE_FILES)) &&
+         put(d, "copied_files", writer_names(w, CKPT_WRITER_COPIED_FILES)) &&
+         put(d, "replaces", writer_names(w, CKPT_WRITER_REPLACED_FILES)) &&
+         PyDict_SetItemString(d, "tensors", tensors) == 0 &&
+         put(d, "totals", Py_BuildValue("{s:n,s:K,s:K,s:K}", "tensors", (Py_ssize_t)count, "written", written,
+                                        "parameters", params, "bytes", (unsigned long long)ckpt_writer_total_bytes(w)));
+    Py_XDECREF(list);
+    Py_XDECREF(tensors);
+    PyMem_Free(per_file);
+    if (!ok) Py_CLEAR(d);
+    if (!ok && !PyErr_Occurred()) PyErr_NoMemory();
+    return d;
+}
+
+/* With dry_run (plans only): nothing is written; returns what would be,
+ * read from ckpt_convert_plan_preview's writer (preview_dict). */
 static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress",
                              "copy_files_from", "format", "dcp_ranks", "dry_run", "check_crc",
@@ -773,7 +876,7 @@ static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyOb
     o.progress = progress_trampoline, o.user = &p;
     ckpt_error e;
     ckpt_status st;
-    char *json = NULL;
+    ckpt_writer *w = NULL;
     if (dry_run && run != run_plan_convert) {
         Py_DECREF(dst);
         Py_XDECREF(prefix);
@@ -782,7 +885,7 @@ static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyOb
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    st = dry_run ? ckpt_convert_plan_preview(source, PyBytes_AS_STRING(dst), &o, &json, &e)
+    st = dry_run ? ckpt_convert_plan_preview(source, PyBytes_AS_STRING(dst), &o, &w, &e)
                  : run(source, PyBytes_AS_STRING(dst), &o, &e);
     Py_END_ALLOW_THREADS
     Py_DECREF(dst);
@@ -790,9 +893,9 @@ static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyOb
     Py_XDECREF(extra);
     if (st != CKPT_OK) return raise_ckpt(&e);
     if (!dry_run) Py_RETURN_NONE;
-    PyObject *text = PyUnicode_FromString(json);
-    ckpt_free(json);
-    return text;
+    PyObject *listing = preview_dict(w, source);
+    ckpt_writer_free(w);
+    return listing;
 }
 
 static PyObject *Catalog_convert(Catalog *self, PyObject *args, PyObject *kw) {
@@ -1512,19 +1615,18 @@ static int item_done_trampoline(size_t item, void *user) {
 }
 
 static PyObject *Plan_load(Plan *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"threads", "chunk_bytes", "io", "io_uring", "views", "progress", "item_done", "check_crc",
-                             NULL};
+    static char *kwlist[] = {"threads", "chunk_bytes", "io_uring", "views", "progress", "item_done", "check_crc", NULL};
     ckpt_load_options o;
     ckpt_load_options_init(&o);
-    int io = 0, uring = 0, views = 0, check_crc = 1;
+    int uring = 0, views = 0, check_crc = 1;
     unsigned long long chunk = 0;
     progress_ctx p = {NULL};
     item_done_ctx d = {NULL, NULL, NULL, NULL};
     if (!plan_ready(self)) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IKiiiOOp", kwlist, &o.threads, &chunk, &io, &uring, &views,
-                                     &p.callable, &d.callable, &check_crc))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IKiiOOp", kwlist, &o.threads, &chunk, &uring, &views, &p.callable,
+                                     &d.callable, &check_crc))
         return NULL;
-    o.chunk_bytes = chunk, o.io = (ckpt_io_mode)io, o.io_uring = uring, o.views = views;
+    o.chunk_bytes = chunk, o.io_uring = uring, o.views = views;
     o.skip_crc_check = !check_crc;
     o.progress = progress_trampoline, o.user = &p;
     if (d.callable && d.callable != Py_None) o.item_done = item_done_trampoline, o.item_done_user = &d;
@@ -1600,14 +1702,14 @@ static PyMethodDef Plan_methods[] = {
     {"release_buffers", (PyCFunction)Plan_release_buffers, METH_NOARGS,
      "release_buffers(): the current items forget their set_buffer buffers"},
     {"load", (PyCFunction)(void (*)(void))Plan_load, METH_VARARGS | METH_KEYWORDS,
-     "load(threads=0, chunk_bytes=0, io=0, io_uring=0, views=0, progress=None, item_done=None, check_crc=True):\n"
+     "load(threads=0, chunk_bytes=0, io_uring=0, views=0, progress=None, item_done=None, check_crc=True):\n"
      "        views 1 read-only, 2 private; check_crc checks ZIP members read whole"},
     {"data", (PyCFunction)Plan_data, METH_O, "data(i) -> Buffer, or None for a caller buffer"},
     {"stats", (PyCFunction)Plan_stats, METH_NOARGS, "stats() -> dict of the last load"},
     {"convert", (PyCFunction)(void (*)(void))Plan_convert, METH_VARARGS | METH_KEYWORDS,
      "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None,\n"
      "        copy_files_from=None, format=0, dcp_ranks=0, dry_run=False, check_crc=True, source_metadata=False):\n"
-     "        with dry_run, writes nothing and returns what it would write (JSON text, see ckpt_convert_plan_preview)"},
+     "        with dry_run, writes nothing and returns what it would write (a dict, see ckpt_convert_plan_preview)"},
     {NULL}};
 
 static PyTypeObject PlanType = {
@@ -2078,17 +2180,22 @@ static PyObject *stats_dict(const ckpt_collective_stats *s) {
                          "io_seconds", s->io_seconds, "comm_seconds", s->comm_seconds);
 }
 
-/* open_collective(path, comm, timeout=0) -> Catalog: rank 0 parses, the
- * others build theirs from its bytes. */
+/* open_collective(path, comm, timeout=0, io=0) -> Catalog: rank 0 parses,
+ * the others build theirs from its bytes; each reads its files as `io` (a
+ * ckpt_io_mode) says. */
 static PyObject *mod_open_collective(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
-    static char *kwlist[] = {"path", "comm", "timeout", NULL};
+    static char *kwlist[] = {"path", "comm", "timeout", "io", NULL};
     PyObject *path_obj;
     Comm *comm;
     double timeout = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O!|d", kwlist, PyUnicode_FSConverter, &path_obj, &CommType, &comm,
-                                     &timeout))
+    ckpt_catalog_options o;
+    ckpt_catalog_options_init(&o);
+    int io = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O!|di", kwlist, PyUnicode_FSConverter, &path_obj, &CommType, &comm,
+                                     &timeout, &io))
         return NULL;
+    o.io = (ckpt_io_mode)io;
     ckpt_collective_options co;
     if (collective_options(&co, timeout, NULL) < 0) {
         Py_DECREF(path_obj);
@@ -2098,7 +2205,7 @@ static PyObject *mod_open_collective(PyObject *self, PyObject *args, PyObject *k
     ckpt_status st;
     ckpt_catalog *c = NULL;
     Py_BEGIN_ALLOW_THREADS
-    st = ckpt_catalog_open_collective(PyBytes_AS_STRING(path_obj), NULL, &comm->comm, &co, &c, &e);
+    st = ckpt_catalog_open_collective(PyBytes_AS_STRING(path_obj), &o, &comm->comm, &co, &c, &e);
     Py_END_ALLOW_THREADS
     Py_DECREF(path_obj);
     if (st != CKPT_OK) return raise_ckpt(&e);
@@ -2111,27 +2218,25 @@ static PyObject *mod_open_collective(PyObject *self, PyObject *args, PyObject *k
     return (PyObject *)cat;
 }
 
-/* load_collective(plan, comm, threads=0, io=0, replicated="broadcast",
+/* load_collective(plan, comm, threads=0, replicated="broadcast",
  * timeout=0) -> stats: every rank's plan loaded, replicated tensors read
  * once and broadcast. */
 static PyObject *mod_load_collective(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
-    static char *kwlist[] = {"plan", "comm", "threads", "io", "replicated", "timeout", "progress", NULL};
+    static char *kwlist[] = {"plan", "comm", "threads", "replicated", "timeout", "progress", NULL};
     Plan *plan;
     Comm *comm;
     ckpt_load_options o;
     ckpt_load_options_init(&o);
-    int io = 0;
     const char *replicated = NULL;
     double timeout = 0;
     progress_ctx p = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|IizdO", kwlist, &PlanType, &plan, &CommType, &comm, &o.threads,
-                                     &io, &replicated, &timeout, &p.callable))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O!|IzdO", kwlist, &PlanType, &plan, &CommType, &comm, &o.threads,
+                                     &replicated, &timeout, &p.callable))
         return NULL;
     if (!plan_ready(plan)) return NULL;
     ckpt_collective_options co;
     if (collective_options(&co, timeout, replicated) < 0) return NULL;
-    o.io = (ckpt_io_mode)io;
     o.progress = progress_trampoline, o.user = &p;
     ckpt_collective_stats s;
     memset(&s, 0, sizeof s);
@@ -2380,9 +2485,9 @@ static PyTypeObject ShardWriterType = {
 
 #define COLLECTIVE_METHODS                                                                                    \
     {"open_collective", (PyCFunction)(void (*)(void))mod_open_collective, METH_VARARGS | METH_KEYWORDS,       \
-     "open_collective(path, comm, timeout=0) -> Catalog"},                                                   \
+     "open_collective(path, comm, timeout=0, io=0) -> Catalog"},                                                   \
         {"load_collective", (PyCFunction)(void (*)(void))mod_load_collective, METH_VARARGS | METH_KEYWORDS,   \
-         "load_collective(plan, comm, threads=0, io=0, replicated='broadcast', timeout=0) -> stats"},         \
+         "load_collective(plan, comm, threads=0, replicated='broadcast', timeout=0) -> stats"},         \
         {"convert_collective", (PyCFunction)(void (*)(void))mod_convert_collective,                           \
          METH_VARARGS | METH_KEYWORDS, "convert_collective(plan, dst, comm, ...) -> stats"},
 

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 
 #include "../base/cursor.h"
 #include "../io/file.h"
+#include "../io/source.h"
 #include "dcp.h"
 #include "format.h"
 #include "output.h"
@@ -438,9 +438,7 @@ static ckpt_status refuse(ckpt_error *err, const char *path, const char *why) {
 }
 
 static bool names_directory(const char *path) {
-    size_t n = strlen(path);
-    struct stat sb;
-    return path[n - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
+    return path[strlen(path) - 1] == '/' || ckpt__local_kind(path, NULL) == CKPT__NAME_DIR;
 }
 
 /* Rule 1: a directory of the asked format, else safetensors. */

@@ -488,7 +488,7 @@ void ckpt__beneath_free_names(char **names, size_t count) {
     free(names);
 }
 
-ckpt_status ckpt__beneath_list(const ckpt__beneath *b, const char *name, char ***names, size_t *count,
+ckpt_status ckpt__beneath_list(const ckpt__beneath *b, const char *name, bool dots, char ***names, size_t *count,
                                ckpt_error *err) {
     *names = NULL;
     *count = 0;
@@ -506,7 +506,7 @@ ckpt_status ckpt__beneath_list(const ckpt__beneath *b, const char *name, char **
     char **list = NULL;
     size_t n = 0, cap = 0;
     for (struct dirent *e; st == CKPT_OK && (e = readdir(d));) {
-        if (e->d_name[0] == '.') continue;
+        if (e->d_name[0] == '.' && (!dots || !strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))) continue;
         if (n == cap) {
             char **grown = ckpt__realloc(list, (cap = cap ? cap * 2 : 16) * sizeof *grown);
             if (!grown) {
@@ -538,7 +538,7 @@ uint64_t ckpt__beneath_file_bytes(const ckpt__beneath *b) {
     char **names;
     size_t n;
     ckpt_error ignored;
-    if (ckpt__beneath_list(b, b->path, &names, &n, &ignored)) return 0;
+    if (ckpt__beneath_list(b, b->path, false, &names, &n, &ignored)) return 0;
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
         struct stat st; /* the entry itself, never through a link */

@@ -57,9 +57,10 @@ CKPT__HIDDEN ckpt_status ckpt__beneath_open(const ckpt__beneath *b, const char *
                                             uint64_t *size, ckpt_error *err);
 
 /* The names in directory `name` (the directory itself or one beneath it)
- * that do not start with '.', sorted, malloc'ed (each, and the array). */
-CKPT__HIDDEN ckpt_status ckpt__beneath_list(const ckpt__beneath *b, const char *name, char ***names, size_t *count,
-                                            ckpt_error *err);
+ * that do not start with '.' (with `dots`, every name but "." and ".."),
+ * sorted, malloc'ed (each, and the array). */
+CKPT__HIDDEN ckpt_status ckpt__beneath_list(const ckpt__beneath *b, const char *name, bool dots, char ***names,
+                                            size_t *count, ckpt_error *err);
 
 /* Whether the directory holds an entry `file` (a plain name), of any kind
  * — a symbolic link or a FIFO too: opening it says whether it is usable. */

@@ -54,7 +54,7 @@ static ckpt_status local_list(void *user, const char *dir, int (*add)(void *ctx,
     const ckpt__local_dir *d = user;
     char **names = NULL;
     size_t count = 0;
-    ckpt_status st = ckpt__beneath_list(d->root, dir, &names, &count, err);
+    ckpt_status st = ckpt__beneath_list(d->root, dir, false, &names, &count, err);
     for (size_t i = 0; st == CKPT_OK && i < count; i++)
         if (add(ctx, names[i])) st = CKPT_E_NO_MEMORY; /* the listing says why */
     ckpt__beneath_free_names(names, count);

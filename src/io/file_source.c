@@ -191,11 +191,16 @@ static ckpt_status file_open(const char *name, const ckpt__source_options *o, ck
     return st ? st : ckpt__file_source_adopt(name, fd, size, o, out, err);
 }
 
+ckpt__name_kind ckpt__local_kind(const char *path, bool *link) {
+    struct stat sb;
+    if (link) *link = lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode);
+    if (stat(path, &sb) != 0) return CKPT__NAME_MISSING;
+    return S_ISDIR(sb.st_mode) ? CKPT__NAME_DIR : CKPT__NAME_FILE;
+}
+
 static ckpt__name_kind file_stat(const char *name, const ckpt__source_options *o) {
     (void)o;
-    struct stat sb;
-    if (stat(name, &sb) != 0) return CKPT__NAME_MISSING;
-    return S_ISDIR(sb.st_mode) ? CKPT__NAME_DIR : CKPT__NAME_FILE;
+    return ckpt__local_kind(name, NULL);
 }
 
 const ckpt__source_kind ckpt__file_kind = {"file", file_claims, file_open, file_stat};

@@ -141,6 +141,10 @@ typedef struct ckpt__source_kind {
 CKPT__HIDDEN ckpt_status ckpt__source_open(const char *name, const ckpt__source_options *o, ckpt__source **out,
                                            ckpt_error *err);
 
+/* What the local path `path` is, through links; *link (may be NULL): 1
+ * when `path` itself is a symbolic link, dangling or not. */
+CKPT__HIDDEN ckpt__name_kind ckpt__local_kind(const char *path, bool *link);
+
 /* What `name` is, asked of the kind that claims it (`o` may be NULL). */
 CKPT__HIDDEN ckpt__name_kind ckpt__source_stat(const char *name, const ckpt__source_options *o);
 

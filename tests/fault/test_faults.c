@@ -96,7 +96,6 @@ static ckpt_status op_engine(const char *src, const char *dst, bool convert, ckp
             ckpt_load_options_init(&o);
             o.threads = 1;
             o.io_uring = -1;
-            o.io = CKPT_IO_BUFFERED;
             st = ckpt_load(plan, &o, err);
         }
     }

@@ -143,10 +143,10 @@ def test_inspect_shows_chunks_and_ranks(made):
 
 def test_slices_read_only_the_chunks_they_overlap(made):
     want = flatten(torch.load(made / "expected_r4.pt", weights_only=False))["extra.rows"]  # 9 rows: 3, 3, 3
-    with Catalog(made / "r4") as cat, Plan(cat) as plan:
+    with Catalog(made / "r4", "buffered") as cat, Plan(cat) as plan:
         plan.select("extra.rows")
         plan.slice(0, 3, 6)
-        plan.load(io="buffered")
+        plan.load()
         got = torch.frombuffer(bytearray(plan.data()["extra.rows"]), dtype=torch.float32).reshape(3, 4)
         assert torch.equal(got, want[3:6])
         assert plan.stats()["bytes_read"] == 3 * 4 * 4  # rank 1's chunk, nothing of ranks 0 and 2

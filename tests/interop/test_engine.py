@@ -160,9 +160,9 @@ def test_column_slices_read_spans_not_runs(tmp_path, io, parts):
     near = rng.standard_normal((2048, 4096), dtype=np.float32)  # 16 KiB rows: 4 KiB runs, 12 KiB gaps
     far = rng.standard_normal((16, 65536), dtype=np.float32)    # 256 KiB rows: 64 KiB runs, 192 KiB gaps
     save_file({"near": near, "far": far}, tmp_path / "m.safetensors")
-    with Catalog(tmp_path / "m.safetensors") as cat, Plan(cat) as plan:
+    with Catalog(tmp_path / "m.safetensors", io) as cat, Plan(cat) as plan:
         plan.split(1, 1, parts)
-        plan.load(io=io, threads=1, chunk_bytes=1 << 20)
+        plan.load(threads=1, chunk_bytes=1 << 20)
         got = dict(plan.data())
         stats = plan.stats()
     n, m = 4096 // parts, 65536 // parts

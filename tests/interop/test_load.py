@@ -59,8 +59,8 @@ IO_VARIANTS = [dict(), dict(threads=1), dict(threads=2, chunk_bytes=64 << 10), d
                dict(io="buffered", io_uring=False, threads=1, chunk_bytes=64 << 10)]
 
 
-def load(path, setup, **opts):
-    with ckptlib.Catalog(path) as cat, ckptlib.Plan(cat) as plan:
+def load(path, setup, io="auto", **opts):
+    with ckptlib.Catalog(path, io) as cat, ckptlib.Plan(cat) as plan:
         setup(plan)
         plan.load(**opts)
         return plan.data(), plan.items(), plan.stats()

@@ -399,3 +399,26 @@ def test_ckpt_command_is_installed(llama):
     exe = os.path.join(os.path.dirname(sys.executable), "ckpt")
     out = subprocess.run([exe, "inspect", str(path)], capture_output=True, text=True, check=True).stdout
     assert "model.layers.0.mlp.up_proj.weight" in out
+
+
+def test_io_is_the_catalogs_one_knob(tmp_path):
+    """io= opens the checkpoint so (ckpt_catalog_options.io): "direct" makes
+    no mappings, so a load asking for views reads every tensor instead;
+    "buffered" and "auto" keep views.  A load has no io of its own."""
+    from ckpt import _ckpt
+    w = torch.arange(64, dtype=torch.float32).reshape(8, 8)
+    st_torch.save_file({"w": w}, tmp_path / "m.safetensors")
+    for io, views in ((0, 1), (1, 1), (2, 0)):
+        cat = _ckpt.Catalog(os.fspath(tmp_path / "m.safetensors"), io=io)
+        plan = _ckpt.Plan(cat)
+        plan.load(views=2)
+        assert plan.stats()["views"] == views, io
+        assert bytes(plan.data(0)) == w.numpy().tobytes()
+        with pytest.raises(TypeError):
+            plan.load(io=io)
+    with pytest.raises(ckpt.Error, match="ckpt_io_mode"):
+        _ckpt.Catalog(os.fspath(tmp_path / "m.safetensors"), io=7)
+    # The public keywords open the catalog that way.
+    assert torch.equal(ckpt.load(tmp_path / "m.safetensors", io="direct", progress=False)["w"], w)
+    with pytest.raises(ValueError, match="io must be one of"):
+        ckpt.load(tmp_path / "m.safetensors", io="fast")

@@ -209,17 +209,23 @@ static void test_listing(void **state) {
     assert_int_equal(ckpt__beneath_open_root(model, &b, &err), CKPT_OK);
     char **names;
     size_t n;
-    assert_int_equal(ckpt__beneath_list(b, model, &names, &n, &err), CKPT_OK);
+    assert_int_equal(ckpt__beneath_list(b, model, false, &names, &n, &err), CKPT_OK);
     assert_int_equal(n, 4); /* sorted, without dot files; links listed by name */
     assert_string_equal(names[0], "a.safetensors");
     assert_string_equal(names[1], "sub");
     assert_string_equal(names[2], "up");
     assert_string_equal(names[3], "z-out");
     ckpt__beneath_free_names(names, n);
-    assert_int_equal(ckpt__beneath_list(b, in_dir(model, "sub"), &names, &n, &err), CKPT_OK);
+    /* With dots (a writer's replaced files: DCP's .metadata): every name but "." and "..". */
+    assert_int_equal(ckpt__beneath_list(b, model, true, &names, &n, &err), CKPT_OK);
+    assert_int_equal(n, 5);
+    assert_string_equal(names[0], ".hidden");
+    assert_string_equal(names[1], "a.safetensors");
+    ckpt__beneath_free_names(names, n);
+    assert_int_equal(ckpt__beneath_list(b, in_dir(model, "sub"), false, &names, &n, &err), CKPT_OK);
     assert_int_equal(n, 1);
     ckpt__beneath_free_names(names, n);
-    assert_int_equal(ckpt__beneath_list(b, in_dir(model, "up"), &names, &n, &err), CKPT_E_UNSAFE_PATH);
+    assert_int_equal(ckpt__beneath_list(b, in_dir(model, "up"), false, &names, &n, &err), CKPT_E_UNSAFE_PATH);
     assert_true(ckpt__beneath_has(b, "z-out"));
     assert_true(ckpt__beneath_has(b, ".hidden"));
     assert_false(ckpt__beneath_has(b, "missing"));

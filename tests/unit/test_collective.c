@@ -344,7 +344,6 @@ static void load_rank(int r, void *user) {
     ckpt_load_options lo;
     ckpt_load_options_init(&lo);
     lo.threads = 2;
-    lo.io = CKPT_IO_BUFFERED;
     done_ctx dc = {j, r};
     lo.item_done = count_done, lo.item_done_user = &dc;
     if (st == CKPT_OK) st = ckpt_load_collective(p, &lo, &j->comms[r], &co, &j->stats[r], &err);

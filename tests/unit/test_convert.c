@@ -1,6 +1,7 @@
 /* ckpt_convert: single ↔ sharded round trips, progress and cancellation;
  * the object tree a plan's output has (ckpt_plan_tree_json). */
 #include <string.h>
+#include <sys/stat.h>
 
 #include "helpers.h"
 
@@ -103,34 +104,67 @@ static void test_preview_writes_nothing(void **state) {
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     o.max_shard_size = 8;
-    char *json = NULL;
-    assert_int_equal(ckpt_convert_plan_preview(plan, in_dir(dir, "out/"), &o, &json, &err), CKPT_OK);
-    assert_non_null(json);
+    ckpt_writer *preview;
+    assert_int_equal(ckpt_convert_plan_preview(plan, in_dir(dir, "out/"), &o, &preview, &err), CKPT_OK);
     assert_int_equal(dir_entries(dir), 1); /* neither "out" nor a stage */
-    assert_non_null(strstr(json, "\"tensors\": [\n    {\"name\": \"x.a\", \"source\": \"a\", \"dtype\": \"F16\", "
-                                 "\"shape\": [2], \"nbytes\": 4, \"file\": \"model-00001-of-00002.safetensors\"},\n"
-                                 "    {\"name\": \"b\", \"source\": \"b\", \"dtype\": \"U8\", \"shape\": [8], "
-                                 "\"nbytes\": 8, \"file\": \"model-00002-of-00002.safetensors\"}\n  ]"));
-    assert_non_null(strstr(json, "\"side_files\": [\"model.safetensors.index.json\"]"));
-    assert_non_null(strstr(json, "\"totals\": {\"tensors\": 2, \"written\": 2, \"parameters\": 10, \"bytes\": 12}"));
-    assert_null(strstr(json, "\"c\""));
-    ckpt_free(json);
+    /* Read through the writer's accessors: x.a (from a, cast to F16) and b,
+     * one per shard, each at the end of its file; "c" excluded. */
+    assert_int_equal(ckpt_writer_format(preview), CKPT_FORMAT_SAFETENSORS);
+    assert_true(ckpt_writer_is_directory(preview));
+    assert_string_equal(ckpt_writer_open_path(preview), ckpt_writer_path(preview));
+    assert_int_equal(ckpt_writer_tensor_count(preview), 2);
+    assert_int_equal(ckpt_writer_file_count(preview), 2);
+    static const char *const names[] = {"x.a", "b"}, *const files[] = {"model-00001-of-00002.safetensors",
+                                                                        "model-00002-of-00002.safetensors"};
+    static const ckpt_dtype dtypes[] = {CKPT_F16, CKPT_U8};
+    static const uint64_t shapes[] = {2, 8}, nbytes[] = {4, 8};
+    uint64_t sizes[2];
+    for (size_t i = 0; i < 2; i++) {
+        ckpt_writer_tensor_info t = {.size = sizeof t};
+        assert_true(ckpt_writer_tensor_info_at(preview, i, &t));
+        assert_string_equal(t.name, names[i]);
+        assert_string_equal(ckpt_plan_item_at(plan, i)->source->name, i ? "b" : "a");
+        assert_int_equal(t.dtype, dtypes[i]);
+        assert_int_equal(t.ndim, 1);
+        assert_int_equal(t.shape[0], shapes[i]);
+        assert_int_equal(t.nbytes, nbytes[i]);
+        assert_int_equal(t.file, i);
+        assert_null(t.kept);
+        assert_int_equal(t.part_count, 0);
+        assert_string_equal(ckpt_writer_name_at(preview, CKPT_WRITER_DATA_FILES, i), files[i]);
+        sizes[i] = ckpt_writer_file_size(preview, i);
+        assert_int_equal(sizes[i], t.offset + t.nbytes);
+    }
+    ckpt_writer_tensor_info none = {.size = sizeof none};
+    assert_false(ckpt_writer_tensor_info_at(preview, 2, &none));
+    assert_int_equal(ckpt_writer_name_count(preview, CKPT_WRITER_SIDE_FILES), 1);
+    assert_string_equal(ckpt_writer_name_at(preview, CKPT_WRITER_SIDE_FILES, 0), "model.safetensors.index.json");
+    assert_null(ckpt_writer_name_at(preview, CKPT_WRITER_SIDE_FILES, 1));
+    assert_int_equal(ckpt_writer_name_count(preview, CKPT_WRITER_REPLACED_FILES), 0);
+    assert_int_equal(ckpt_writer_total_bytes(preview), 12);
+    assert_int_equal(ckpt_writer_published_count(preview), 0);
+    ckpt_writer_free(preview);
     /* The same options through ckpt_convert_plan with dry_run: checked, nothing written. */
     o.dry_run = 1;
     assert_int_equal(ckpt_convert_plan(plan, in_dir(dir, "out"), &o, &err), CKPT_OK);
     assert_int_equal(dir_entries(dir), 1);
-    /* The real conversion writes the files the preview named. */
+    /* The real conversion writes the files the preview named, of the sizes it said. */
     o.dry_run = 0;
     assert_int_equal(ckpt_convert_plan(plan, in_dir(dir, "out"), &o, &err), CKPT_OK);
     assert_int_equal(dir_entries(in_dir(dir, "out")), 3);
-    assert_true(file_exists(in_dir(in_dir(dir, "out"), "model-00002-of-00002.safetensors")));
+    for (size_t i = 0; i < 2; i++) {
+        struct stat sb;
+        assert_int_equal(stat(in_dir(in_dir(dir, "out"), files[i]), &sb), 0);
+        assert_int_equal((uint64_t)sb.st_size, sizes[i]);
+    }
     /* A dry run fails as the conversion would: the checkpoint is there now. */
-    assert_int_equal(ckpt_convert_plan_preview(plan, in_dir(dir, "out"), &o, &json, &err), CKPT_E_EXISTS);
-    assert_null(json);
+    assert_int_equal(ckpt_convert_plan_preview(plan, in_dir(dir, "out"), &o, &preview, &err), CKPT_E_EXISTS);
+    assert_null(preview);
     o.overwrite = 1;
-    assert_int_equal(ckpt_convert_plan_preview(plan, in_dir(dir, "out"), &o, &json, &err), CKPT_OK);
-    assert_non_null(strstr(json, "\"replaces\": [\"model"));
-    ckpt_free(json);
+    assert_int_equal(ckpt_convert_plan_preview(plan, in_dir(dir, "out"), &o, &preview, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_name_count(preview, CKPT_WRITER_REPLACED_FILES), 3);
+    assert_non_null(strstr(ckpt_writer_name_at(preview, CKPT_WRITER_REPLACED_FILES, 0), "model"));
+    ckpt_writer_free(preview);
     /* A dry-run writer refuses data. */
     ckpt_writer *w;
     o.dry_run = 1;

@@ -47,12 +47,17 @@ static char *make_model(char **dir_out) {
 static void test_transposed_split_cast(void **state) {
     (void)state;
     char *dir, *path = make_model(&dir);
-    ckpt_catalog *cat;
-    assert_int_equal(ckpt_catalog_open(path, &cat, NULL), CKPT_OK);
+    ckpt_catalog *cats[2]; /* read with O_DIRECT, and through the page cache */
+    ckpt_catalog_options co;
+    ckpt_catalog_options_init(&co);
+    for (int k = 0; k < 2; k++) {
+        co.io = k ? CKPT_IO_DIRECT : CKPT_IO_BUFFERED;
+        assert_int_equal(ckpt_catalog_open_ex(path, &co, &cats[k], NULL), CKPT_OK);
+    }
     for (unsigned threads = 1; threads <= 4; threads++) {
         ckpt_plan *plan;
         ckpt_error err;
-        assert_int_equal(ckpt_plan_create(cat, &plan, NULL), CKPT_OK);
+        assert_int_equal(ckpt_plan_create(cats[threads % 2], &plan, NULL), CKPT_OK);
         assert_int_equal(ckpt_plan_split(plan, "w", 1, 1, 3, &err), CKPT_OK); /* columns 86..171 */
         assert_int_equal(ckpt_plan_slice(plan, "w", 0, 7, 290, &err), CKPT_OK);
         assert_int_equal(ckpt_plan_cast(plan, NULL, CKPT_F16, &err), CKPT_OK);
@@ -68,7 +73,6 @@ static void test_transposed_split_cast(void **state) {
         ckpt_load_options_init(&o);
         o.threads = threads;
         o.chunk_bytes = 1; /* raised to the minimum: many tasks */
-        o.io = threads % 2 ? CKPT_IO_DIRECT : CKPT_IO_BUFFERED;
         for (int round = 0; round < 2; round++) /* a reload gives the same */
             assert_int_equal(ckpt_load(plan, &o, &err), CKPT_OK);
         for (size_t i = 0; i < 86; i++)
@@ -87,7 +91,8 @@ static void test_transposed_split_cast(void **state) {
         free(raw);
         ckpt_plan_free(plan);
     }
-    ckpt_catalog_close(cat);
+    ckpt_catalog_close(cats[0]);
+    ckpt_catalog_close(cats[1]);
     free(path);
     scratch_free(dir);
 }
@@ -324,12 +329,15 @@ static void test_direct_stream_through_slots(void **state) {
         ckpt_catalog *cat;
         ckpt_plan *plan;
         ckpt_error err;
-        assert_int_equal(ckpt_catalog_open(path, &cat, NULL), CKPT_OK);
+        ckpt_catalog_options co;
+        ckpt_catalog_options_init(&co);
+        co.io = CKPT_IO_DIRECT;
+        assert_int_equal(ckpt_catalog_open_ex(path, &co, &cat, NULL), CKPT_OK);
         assert_int_equal(ckpt_plan_create(cat, &plan, NULL), CKPT_OK);
         assert_int_equal(ckpt_plan_set_buffer(plan, 0, raw + 1, STREAM_N, &err), CKPT_OK);
         ckpt_load_options o;
         ckpt_load_options_init(&o);
-        o.io = CKPT_IO_DIRECT, o.io_uring = uring, o.threads = 2, o.chunk_bytes = 2 << 20;
+        o.io_uring = uring, o.threads = 2, o.chunk_bytes = 2 << 20;
         memset(raw, 0, STREAM_N + 1);
         assert_int_equal(ckpt_load(plan, &o, &err), CKPT_OK);
         for (size_t i = 0; i < STREAM_N; i++)

@@ -183,12 +183,16 @@ static int get_catalog(ErlNifEnv *env, ERL_NIF_TERM t, catalog_res **out) {
 static ERL_NIF_TERM nif_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
     (void)argc;
     char *path;
-    if (!cstring(env, argv[0], &path)) return enif_make_badarg(env);
+    ckpt_catalog_options o;
+    ckpt_catalog_options_init(&o);
+    int io;
+    if (!enif_get_int(env, argv[1], &io) || !cstring(env, argv[0], &path)) return enif_make_badarg(env);
+    o.io = (ckpt_io_mode)io; /* how every read of it goes */
     ckpt_error e;
     ckpt_catalog *c;
     /* on the dirty scheduler itself: libckpt's parsers keep nesting on the
      * heap, not on the scheduler's (small) stack */
-    ckpt_status st = ckpt_catalog_open(path, &c, &e);
+    ckpt_status st = ckpt_catalog_open_ex(path, &o, &c, &e);
     enif_free(path);
     if (st) return error_term(env, st, &e);
     catalog_res *r = enif_alloc_resource(CATALOG_RT, sizeof *r);
@@ -595,11 +599,10 @@ static ERL_NIF_TERM nif_load(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     (void)argc;
     catalog_res *r;
     const ERL_NIF_TERM *o;
-    int arity, copy, io, check_crc;
+    int arity, copy, check_crc;
     unsigned threads;
     if (!get_catalog(env, argv[0], &r) || !enif_is_list(env, argv[1]) || !enif_get_tuple(env, argv[2], &arity, &o) ||
-        arity != 4 || !enif_get_uint(env, o[0], &threads) || !get_bool(o[1], &copy) || !enif_get_int(env, o[2], &io) ||
-        !get_bool(o[3], &check_crc))
+        arity != 3 || !enif_get_uint(env, o[0], &threads) || !get_bool(o[1], &copy) || !get_bool(o[2], &check_crc))
         return enif_make_badarg(env);
     ckpt_plan *plan;
     ERL_NIF_TERM fail = make_plan(env, r, argv[1], &plan);
@@ -630,7 +633,6 @@ static ERL_NIF_TERM nif_load(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
     ckpt_load_options_init(&opts);
     opts.threads = threads;
     opts.views = !copy;
-    opts.io = (ckpt_io_mode)io;
     opts.skip_crc_check = !check_crc;
     st = ckpt_load(plan, &opts, &e);
     if (st) goto done;
@@ -986,7 +988,7 @@ static ERL_NIF_TERM nif_version(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
 #define CPU ERL_NIF_DIRTY_JOB_CPU_BOUND
 
 static ErlNifFunc functions[] = {
-    {"open", 1, nif_open, IO},
+    {"open", 2, nif_open, IO},
     {"info", 1, nif_info, 0},
     {"tensors", 1, nif_tensors, CPU},
     {"metadata", 1, nif_metadata, 0},

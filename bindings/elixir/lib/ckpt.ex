@@ -43,12 +43,19 @@ defmodule Ckpt do
   Opens a checkpoint — a `.safetensors` file, a `*.index.json`, a torch
   `.bin`/`.pt` file, or a directory holding one — reading and validating
   its headers only.  The catalog is closed by the garbage collector.
-  """
-  @spec open(Path.t()) :: {:ok, catalog} | {:error, Error.t()}
-  def open(path) do
-    path = IO.chardata_to_string(path)
 
-    with {:ok, ref} <- Error.wrap(NIF.open(path)) do
+  `io: :auto | :buffered | :direct` says how every read of it goes
+  (libckpt's `ckpt_catalog_options.io`): `:auto` (the default) through the
+  page cache, large uncached files read with O_DIRECT by a load;
+  `:buffered` always through the page cache; `:direct` around it
+  (O_DIRECT, no zero-copy binaries).
+  """
+  @spec open(Path.t(), keyword) :: {:ok, catalog} | {:error, Error.t()}
+  def open(path, opts \\ []) do
+    path = IO.chardata_to_string(path)
+    opts = Keyword.validate!(opts, io: :auto)
+
+    with {:ok, ref} <- Error.wrap(NIF.open(path, io_mode(opts[:io]))) do
       {format, files, index, tree, count} = NIF.info(ref)
 
       # The name as shown: a URL's credentials stay in the library's catalog.
@@ -60,7 +67,7 @@ defmodule Ckpt do
   end
 
   @doc "Like `open/1`, raising `Ckpt.Error`."
-  def open!(path), do: bang(open(path))
+  def open!(path, opts \\ []), do: bang(open(path, opts))
 
   @doc """
   The tensors, in the order of their data: maps with `:name`, `:dtype`
@@ -129,7 +136,8 @@ defmodule Ckpt do
     * `split: {glob, dim, rank, parts} | [...]` — tensor-parallel parts.
 
   Other options: `threads:` (0: libckpt's choice), `io: :auto | :buffered
-  | :direct`, `copy: true` (no zero-copy binaries), `check_crc: false`
+  | :direct` (a path's: as `open/2` takes it; a catalog reads as it was
+  opened), `copy: true` (no zero-copy binaries), `check_crc: false`
   (as Python's: do not check the CRC-32s of ZIP members — torch.save
   files, .npz archives; by default every member whose bytes are read
   whole is checked, a mismatch a `:checksum` error naming the member;
@@ -138,11 +146,10 @@ defmodule Ckpt do
   @spec load(source, keyword) :: {:ok, map | list} | {:error, Error.t()}
   def load(source, opts \\ []) do
     {rules, rest} = rules(opts)
-    rest = Keyword.validate!(rest, threads: 0, copy: false, io: :auto, as: :map, check_crc: true)
-    io = %{auto: 0, buffered: 1, direct: 2}[rest[:io]] || raise ArgumentError, "io: must be :auto, :buffered or :direct"
+    rest = Keyword.validate!(rest, threads: 0, copy: false, io: nil, as: :map, check_crc: true)
 
-    with_catalog(source, fn c ->
-      with {:ok, items} <- Error.wrap(NIF.load(c.ref, rules, {rest[:threads], rest[:copy], io, rest[:check_crc] != false})) do
+    with_catalog(source, rest[:io], fn c ->
+      with {:ok, items} <- Error.wrap(NIF.load(c.ref, rules, {rest[:threads], rest[:copy], rest[:check_crc] != false})) do
         list = for {name, dtype, shape, bin} <- items, do: {name, {bin, Types.to_type(dtype), shape}}
         {:ok, if(rest[:as] == :list, do: list, else: Map.new(list))}
       end
@@ -431,6 +438,21 @@ defmodule Ckpt do
 
   defp with_catalog(path, fun) when is_binary(path) or is_list(path) do
     with {:ok, c} <- open(path), do: fun.(c)
+  end
+
+  # A load's io: opens a path so; a catalog reads as it was opened.
+  defp with_catalog(source, nil, fun), do: with_catalog(source, fun)
+
+  defp with_catalog(%Catalog{}, _io, _fun) do
+    raise ArgumentError, "io: is how a catalog reads its files: give it to Ckpt.open/2, not to a load of an opened catalog"
+  end
+
+  defp with_catalog(path, io, fun) when is_binary(path) or is_list(path) do
+    with {:ok, c} <- open(path, io: io), do: fun.(c)
+  end
+
+  defp io_mode(io) do
+    %{auto: 0, buffered: 1, direct: 2}[io] || raise ArgumentError, "io: must be :auto, :buffered or :direct"
   end
 
   defp with_catalog!(source, fun) do

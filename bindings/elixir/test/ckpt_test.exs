@@ -70,6 +70,19 @@ defmodule CkptTest do
     assert Map.new(list) == params
   end
 
+  test "io: is the catalog's: a path opened so, an opened catalog read as it was opened" do
+    {:ok, params} = Ckpt.load(path("resnet.pt"))
+
+    for io <- [:buffered, :direct] do
+      assert {:ok, ^params} = Ckpt.load(path("resnet.pt"), io: io)
+      {:ok, c} = Ckpt.open(path("resnet.pt"), io: io)
+      assert {:ok, ^params} = Ckpt.load(c)
+      assert_raise ArgumentError, ~r/Ckpt.open\/2/, fn -> Ckpt.load(c, io: io) end
+    end
+
+    assert_raise ArgumentError, ~r/io: must be/, fn -> Ckpt.open(path("resnet.pt"), io: :fast) end
+  end
+
   test "plan options apply in order, as torch computes them" do
     rn = Ckpt.open!(path("resnet.pt"))
 

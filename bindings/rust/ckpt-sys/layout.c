@@ -24,7 +24,9 @@ static const size_t layout[] = {
     F(ckpt_plan_item, transform),
 
     sizeof(ckpt_catalog_options), F(ckpt_catalog_options, size), F(ckpt_catalog_options, allowed_globals),
-    F(ckpt_catalog_options, allowed_global_count),
+    F(ckpt_catalog_options, allowed_global_count), F(ckpt_catalog_options, connect_timeout_ms),
+    F(ckpt_catalog_options, read_timeout_ms), F(ckpt_catalog_options, retries), F(ckpt_catalog_options, max_connections),
+    F(ckpt_catalog_options, bearer_token), F(ckpt_catalog_options, cache_dir), F(ckpt_catalog_options, io),
 
     sizeof(ckpt_writer_options), F(ckpt_writer_options, size), F(ckpt_writer_options, max_shard_size), F(ckpt_writer_options, prefix),
     F(ckpt_writer_options, overwrite), F(ckpt_writer_options, no_sync), F(ckpt_writer_options, checksums),
@@ -45,7 +47,7 @@ static const size_t layout[] = {
     F(ckpt_tensor_storage, begin), F(ckpt_tensor_storage, end), F(ckpt_tensor_storage, contiguous),
 
     sizeof(ckpt_load_options), F(ckpt_load_options, size), F(ckpt_load_options, threads), F(ckpt_load_options, chunk_bytes),
-    F(ckpt_load_options, io), F(ckpt_load_options, io_uring), F(ckpt_load_options, views),
+    F(ckpt_load_options, io_uring), F(ckpt_load_options, views),
     F(ckpt_load_options, progress), F(ckpt_load_options, user), F(ckpt_load_options, item_done),
     F(ckpt_load_options, item_done_user), F(ckpt_load_options, skip_crc_check),
 

@@ -98,6 +98,21 @@ impl Format {
     }
 }
 
+/// How a catalog reads its local files (`ckpt_io_mode`), for every load,
+/// conversion and verification of it: the one direct-I/O knob.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum IoMode {
+    /// Through the page cache (views allowed); a load reads a local file
+    /// of 64 MiB or more that is mostly not cached with O_DIRECT.
+    #[default]
+    Auto,
+    /// Always through the page cache.
+    Buffered,
+    /// O_DIRECT where the file system allows it, around the page cache: no
+    /// mappings, so loads read every tensor into memory (no views).
+    Direct,
+}
+
 /// Options of [`Catalog::open_with`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OpenOptions {
@@ -105,6 +120,8 @@ pub struct OpenOptions {
     /// allowlist (as `torch.serialization.add_safe_globals`); nothing is
     /// ever executed, they are kept in the object tree.
     pub allowed_globals: Vec<String>,
+    /// How local files are read.
+    pub io: IoMode,
 }
 
 /// An opened checkpoint: its tensors' names, dtypes, shapes and places,
@@ -183,6 +200,11 @@ impl Catalog {
         unsafe { sys::ckpt_catalog_options_init_sized(&mut o.value, std::mem::size_of::<sys::ckpt_catalog_options>()) };
         o.value.allowed_globals = if ptrs.is_empty() { ptr::null() } else { ptrs.as_ptr() };
         o.value.allowed_global_count = ptrs.len();
+        o.value.io = match options.io {
+            IoMode::Auto => sys::CKPT_IO_AUTO,
+            IoMode::Buffered => sys::CKPT_IO_BUFFERED,
+            IoMode::Direct => sys::CKPT_IO_DIRECT,
+        };
         let err = RawError::new();
         let mut out = ptr::null_mut();
         err.check(unsafe { sys::ckpt_catalog_open_ex(c.as_ptr(), &o.value, &mut out, err.ptr()) })?;

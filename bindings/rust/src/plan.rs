@@ -15,18 +15,6 @@ use crate::value::Node;
 use crate::writer::WriterOptions;
 use crate::sys;
 
-/// How the engine reads files.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum IoMode {
-    /// O_DIRECT for data not in the page cache, on local disks.
-    #[default]
-    Auto,
-    /// Always through the page cache.
-    Buffered,
-    /// O_DIRECT where the file system allows it.
-    Direct,
-}
-
 /// Options of [`Plan::load`]; `Default` is libckpt's defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoadOptions {
@@ -35,7 +23,6 @@ pub struct LoadOptions {
     /// Bytes per task and per bounce buffer; 0: libckpt's choice (8 MiB,
     /// less when many threads would take the ring past 48 MiB).
     pub chunk_bytes: u64,
-    pub io: IoMode,
     /// Use io_uring when the kernel offers it.
     pub io_uring: bool,
     /// Items with no buffer that need no conversion become zero-copy views
@@ -52,7 +39,7 @@ pub struct LoadOptions {
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { threads: 0, chunk_bytes: 0, io: IoMode::Auto, io_uring: true, views: false, skip_crc_check: false }
+        LoadOptions { threads: 0, chunk_bytes: 0, io_uring: true, views: false, skip_crc_check: false }
     }
 }
 
@@ -291,11 +278,6 @@ impl<'c, 'b> Plan<'c, 'b> {
         unsafe { sys::ckpt_load_options_init_sized(&mut o.value, std::mem::size_of::<sys::ckpt_load_options>()) };
         o.value.threads = options.threads;
         o.value.chunk_bytes = options.chunk_bytes;
-        o.value.io = match options.io {
-            IoMode::Auto => sys::CKPT_IO_AUTO,
-            IoMode::Buffered => sys::CKPT_IO_BUFFERED,
-            IoMode::Direct => sys::CKPT_IO_DIRECT,
-        };
         o.value.io_uring = if options.io_uring { 0 } else { -1 };
         o.value.views = options.views as i32;
         o.value.skip_crc_check = options.skip_crc_check as i32;

@@ -259,6 +259,21 @@ fn views_and_library_buffers_through_load_options() {
 }
 
 #[test]
+fn direct_io_is_the_catalogs_and_turns_views_off() {
+    let fx = fixtures();
+    for io in [ckpt::IoMode::Buffered, ckpt::IoMode::Direct] {
+        let cat = Catalog::open_with(fx.path("dtypes.safetensors"), &ckpt::OpenOptions { io, ..Default::default() }).unwrap();
+        let mut plan = cat.plan().unwrap();
+        plan.select("f32").unwrap();
+        let stats = plan.load(&LoadOptions { views: true, ..Default::default() }).unwrap();
+        let (i, item) = plan.find("f32").unwrap();
+        assert_eq!(item.is_view(), io != ckpt::IoMode::Direct, "{:?}: no mappings in direct mode", io);
+        assert_eq!(stats.views, u64::from(io != ckpt::IoMode::Direct));
+        assert_eq!(plan.data(i).unwrap(), &fx.tensor("dtypes.safetensors", "f32").bytes[..]);
+    }
+}
+
+#[test]
 fn typed_slices_must_fit_the_tensor() {
     let fx = fixtures();
     let cat = Catalog::open(fx.path("dtypes.safetensors")).unwrap();
@@ -626,13 +641,13 @@ fn pickle_globals_outside_the_allowlist_are_refused_and_open_options_reach_the_l
     assert_eq!(e.status(), Status::PickleForbidden, "{}", e);
     assert!(e.message().contains("argparse.Namespace") && e.path().is_some() && e.offset().is_some(), "{}", e);
     // The options arrive (size set by ckpt_catalog_options_init, names checked by libckpt).
-    let bad = ckpt::OpenOptions { allowed_globals: vec!["nodot".into()] };
+    let bad = ckpt::OpenOptions { allowed_globals: vec!["nodot".into()], ..Default::default() };
     let e = Catalog::open_with(fx.path("args.pt"), &bad).unwrap_err();
     assert_eq!(e.status(), Status::InvalidArgument);
     assert!(e.message().contains("nodot"), "{}", e);
-    let nul = ckpt::OpenOptions { allowed_globals: vec!["a.\0b".into()] };
+    let nul = ckpt::OpenOptions { allowed_globals: vec!["a.\0b".into()], ..Default::default() };
     assert_eq!(Catalog::open_with(fx.path("args.pt"), &nul).unwrap_err().status(), Status::InvalidArgument);
-    let ok = ckpt::OpenOptions { allowed_globals: vec!["collections.OrderedDict".into()] };
+    let ok = ckpt::OpenOptions { allowed_globals: vec!["collections.OrderedDict".into()], ..Default::default() };
     assert_eq!(Catalog::open_with(fx.path("resnet.pt"), &ok).unwrap().len(), fx.tensors_of("resnet.pt").count());
 }
 

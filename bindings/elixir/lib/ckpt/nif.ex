@@ -10,7 +10,7 @@ defmodule Ckpt.NIF do
     :erlang.load_nif(path, 0)
   end
 
-  def open(_path), do: :erlang.nif_error(:not_loaded)
+  def open(_path, _io), do: :erlang.nif_error(:not_loaded)
   def info(_catalog), do: :erlang.nif_error(:not_loaded)
   def tensors(_catalog), do: :erlang.nif_error(:not_loaded)
   def metadata(_catalog), do: :erlang.nif_error(:not_loaded)
