@@ -18,15 +18,15 @@ Repos are private (a token in `tokens`, else 401 RepoNotFound) or gated
 Hub's X-Error-Code / X-Error-Message headers.  Branches move with
 set_branch().  Faults: `corrupt` (the CDN serves other bytes than the SHA-256
 it states), `drop_after`/`drop_times` (the CDN cuts a body after that many
-bytes).  `.requests` logs (method, path, Range, status, bytes sent)."""
+bytes).  `.requests` logs (method, path, Range, status, bytes sent, Authorization)."""
 import contextlib
 import hashlib
-import http.server
 import json
 import socket
-import sys
 import threading
 import urllib.parse
+
+from servers import _QuietServer, handler
 
 LFS_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".msgpack", ".h5", ".npz")
 
@@ -78,14 +78,6 @@ def entry(path, data):
     return e
 
 
-class _QuietServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
-
-
 class HubServer:
     def __init__(self):
         self.repos = {}
@@ -94,26 +86,15 @@ class HubServer:
         self.corrupt = False
         self.drop_after = None
         self.drop_times = 0
-        owner = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_HEAD(self):
-                owner._handle(self, head=True)
-
-            def do_GET(self):
-                owner._handle(self, head=False)
-
+        Handler = handler(self._handle)
         self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.endpoint = f"http://127.0.0.1:{self.port}"
         # The CDN is another host (as the Hub's is): clients stop following
         # the Hub's own redirects there, and send it no credentials.
         self.cdn_httpd = _QuietServer(("127.0.0.2", 0), Handler)
+        self.cdn_httpd.daemon_threads = True
         self.cdn = f"http://127.0.0.2:{self.cdn_httpd.server_address[1]}"
         for server in (self.httpd, self.cdn_httpd):
             threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -146,18 +127,19 @@ class HubServer:
 
     def _record(self, h, head, status, sent):
         with self.lock:
-            self.requests.append(("HEAD" if head else "GET", h.path, h.headers.get("Range"), status, sent))
+            self.requests.append(("HEAD" if head else "GET", h.path, h.headers.get("Range"), status, sent,
+                                  h.headers.get("Authorization")))
 
     def _reply(self, h, head, status, body=b"", headers=()):
         h.send_response(status)
         for k, v in headers:
             h.send_header(k, v)
         h.send_header("Content-Length", str(len(body)))
+        self._record(h, head, status, 0 if head else len(body))  # before the client can hear the answer
         h.end_headers()
         if not head:
             with contextlib.suppress(OSError):
                 h.wfile.write(body)
-        self._record(h, head, status, 0 if head else len(body))
 
     def _error(self, h, head, status, code, message):
         body = json.dumps({"error": message}).encode()
@@ -273,7 +255,7 @@ class HubServer:
         if data is None:
             return self._reply(h, head, 404, b"NoSuchKey")
         if self.corrupt:
-            data = bytes([data[0] ^ 0xFF]) + data[1:]
+            data = data[:-1] + bytes([data[-1] ^ 0xFF])  # in the last tensor's bytes, not the header
         self._ranged(h, head, data, f'"{digest}"', [])
 
     def _ranged(self, h, head, data, etag, headers):
@@ -299,10 +281,11 @@ class HubServer:
         if status == 206:
             h.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
         h.send_header("Content-Length", str(end - start))
-        h.end_headers()
         body = b"" if head else data[start:end]
         if drop is not None:
             body = body[:drop]
+        self._record(h, head, status, len(body))  # before the client can hear the answer
+        h.end_headers()
         with contextlib.suppress(OSError):
             h.wfile.write(body)
             h.wfile.flush()
@@ -310,4 +293,3 @@ class HubServer:
             h.close_connection = True
             with contextlib.suppress(OSError):
                 h.connection.shutdown(socket.SHUT_RDWR)
-        self._record(h, head, status, len(body))
