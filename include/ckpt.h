@@ -1497,6 +1497,10 @@ CKPT_API ckpt_status ckpt_commit_recover(const char *dir, unsigned flags, int *f
  * with CKPT_E_ZIP_INVALID; a checksum map naming a tensor its file does not
  * hold, with CKPT_E_INDEX_MISMATCH.  GGUF, plain safetensors and DCP files
  * written with safetensors serialization record none: nothing to compare.
+ * Files whose source states their SHA-256 — an hf:// repo's LFS files, by
+ * the Hub's API (or, offline, by the blob names of the Hub's cache, which
+ * are those hashes) — are read whole and hashed: a cached snapshot is
+ * checked against the Hub's hashes (CKPT_E_CHECKSUM naming the file).
  * `report` (may be NULL) receives what was checked, filled up to its
  * `size`, zeros when nothing was recorded: `ckpt verify` prints these counts
  * in its summary and as the "checksums" of its --json; Python's
@@ -1524,6 +1528,8 @@ typedef struct ckpt_verify_report {
     size_t zip_crc32;       /* ZIP members whose CRC-32 (and DEFLATE size) matched */
     uint64_t bytes;         /* bytes those checksums cover, all read */
     size_t tensors;         /* tensors whose bytes they cover */
+    size_t file_sha256;     /* files whose SHA-256, as their source states it, matched (an
+                               hf:// repo's LFS files: the Hub's hashes; their bytes count in `bytes`) */
 } ckpt_verify_report;
 
 CKPT_API ckpt_status ckpt_verify(const ckpt_catalog *catalog, const ckpt_verify_options *options,

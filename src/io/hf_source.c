@@ -32,6 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -661,6 +662,9 @@ static ckpt_status open_remote(const char *name, const hf_name *n, const char *e
     drop_token(tok);
     free(url.data);
     if (st == CKPT_OK) src->size = h->remote->size;
+    const char *stated = NULL;
+    if (st == CKPT_OK) (void)ckpt__remote_version(h->remote, &stated);
+    if (st == CKPT_OK) snprintf(src->sha256, sizeof src->sha256, "%s", h->sha256[0] ? h->sha256 : stated ? stated : "");
     /* Small enough to have come whole: into the cache at once (no request). */
     if (st == CKPT_OK && ckpt__remote_in_head(h->remote, 0, src->size)) (void)bring(src, h, NULL);
     if (st) {
@@ -669,6 +673,23 @@ static ckpt_status open_remote(const char *name, const hf_name *n, const char *e
     }
     *out = src;
     return CKPT_OK;
+}
+
+/* The SHA-256 a cached file of the snapshot must have (what ckpt verify
+ * checks): the API's, when it was asked; else the name of the blob its
+ * link leads to, when that is one (an LFS file's blob is named by its
+ * SHA-256, the Hub's X-Linked-Etag); else "" (a small file's blob is named
+ * by its git blob id: nothing to check it with). */
+static void cached_sha256(const char *ep, const hf_name *n, const char *full, char out[65]) {
+    stated_sha256(ep, n, out, NULL);
+    if (out[0]) return;
+    char target[4096];
+    ssize_t len = ckpt__io_readlinkat(AT_FDCWD, full, target, sizeof target - 1);
+    if (len < 64) return;
+    target[len] = '\0';
+    const char *blob = strrchr(target, '/');
+    blob = blob ? blob + 1 : target;
+    if (strlen(blob) == 64 && strspn(blob, "0123456789abcdef") == 64) memcpy(out, blob, 65);
 }
 
 /* A file of the repo at a commit: from the snapshot in the cache (no
@@ -684,6 +705,7 @@ static ckpt_status open_file(const char *name, const hf_name *n, const ckpt__sou
     ckpt_status st = !ep ? ckpt__oom(err, name, NULL) : CKPT_OK;
     if (st == CKPT_OK && b && ckpt__beneath_open(b, full, false, &fd, &size, NULL) == CKPT_OK) {
         st = ckpt__file_source_adopt(name, fd, size, o, out, err);
+        if (st == CKPT_OK) cached_sha256(ep, n, full, (*out)->sha256);
     } else if (st == CKPT_OK && offline()) {
         st = ckpt__fail(err, CKPT_E_NOT_FOUND, name, NULL, -1,
                         "HF_HUB_OFFLINE is set, and the Hub's cache %s has no %s of %s at %s",

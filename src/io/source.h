@@ -60,6 +60,7 @@ struct ckpt__source {
     unsigned caps;
     void *impl;     /* the kind's own state */
     uint64_t bytes_read; /* bytes read from it so far, by every path (atomic) */
+    char sha256[65];     /* the SHA-256 its bytes must have, as its kind knows it (a Hub LFS file), or "" */
 };
 
 /* Counts bytes read from a source (whichever path read them). */

@@ -284,3 +284,23 @@ def test_sha256_both_implementations_against_hashlib(hub, env, tmp_path, impl):
     r = subprocess.run([sys.executable, "-c", code.replace("org/odd", "org/odd2"), str(sizes[-1])], capture_output=True,
                        text=True, env=e)
     assert r.returncode != 0 and "SHA-256" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_verify_checks_the_cached_snapshot_against_the_hubs_hashes(hub, env, model, tmp_path, offline):
+    files, sd = model
+    r, _ = load(env, tmp_path)
+    assert r.returncode == 0, r.stderr
+    e = dict(env, **({"HF_HUB_OFFLINE": "1"} if offline else {}))
+    r = ckpt(e, "verify", "hf://org/model")
+    assert r.returncode == 0, r.stderr
+    shards = sum(n.endswith(".safetensors") for n in files)
+    assert f"the SHA-256 of {shards} files" in r.stdout, r.stdout
+    name = "model-00002-of-00004.safetensors"
+    blob = repo_dir(env) / "blobs" / hashlib.sha256(files[name]).hexdigest()
+    data = bytearray(blob.read_bytes())
+    data[-5] ^= 1  # one bit of the last tensor: the structure still opens
+    os.chmod(blob, 0o644)
+    blob.write_bytes(bytes(data))
+    r = ckpt(e, "verify", "hf://org/model")
+    assert r.returncode != 0 and name in r.stderr and "SHA-256" in r.stderr, r.stderr
