@@ -277,7 +277,7 @@ void ckpt__catalog_opened(ckpt_catalog *c) {
 /* The checkpoint's other files are asked of its remote place: a URL's
  * directory (no listing), or what the name's kind lists (a Hub repo). */
 static void set_remote_place(ckpt_catalog *c, const char *path) {
-    c->place_ops = ckpt__source_place(path);
+    c->place_ops = ckpt__source_lists(path) ? &ckpt__remote_listed_dir_ops : &ckpt__remote_dir_ops;
     c->place_user = &c->source_options;
 }
 
@@ -583,7 +583,7 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
     /* A remote file is not asked about first (its open says if it is
      * missing): one request fewer.  A remote "directory" ends in '/'. */
     bool remote_name = ckpt__source_is_remote_name(path);
-    bool remote_file = remote_name && path[0] && path[strlen(path) - 1] != '/' && !ckpt__source_place(path)->list;
+    bool remote_file = remote_name && path[0] && path[strlen(path) - 1] != '/' && !ckpt__source_lists(path);
     if (remote_name) set_remote_place(c, path);
     if (st == CKPT_OK && !remote_file) {
         switch (ckpt__source_stat(path, &c->source_options)) {

@@ -188,7 +188,9 @@ static ckpt_status parse_name(const char *name, hf_name *n, ckpt_error *err) {
     size_t b = 0;
     if (p[a] == '/')
         while (repo_char(repo_name[b])) b++;
-    if (!a || p[a] != '/' || !b)
+    /* As the Hub names repos: no name that starts with '.' or holds "..". */
+    bool dots = a && b && (org[0] == '.' || repo_name[0] == '.' || memmem(org, a, "..", 2) || memmem(repo_name, b, "..", 2));
+    if (!a || p[a] != '/' || !b || dots)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, name, NULL, -1,
                           "an hf:// name is hf://ORG/NAME[@REVISION][/PATH] (a repo of the Hugging Face Hub)");
     const char *rest = repo_name + b;

@@ -161,10 +161,10 @@ CKPT__HIDDEN ckpt__name_kind ckpt__source_stat(const char *name, const ckpt__sou
 CKPT__HIDDEN ckpt_status ckpt__source_pin(const char *name, const ckpt__source_options *o, char **pinned,
                                           ckpt_error *err);
 
-/* The table the directory of a remote name is asked through:
- * ckpt__remote_listed_dir_ops when its kind lists, else
- * ckpt__remote_dir_ops. */
-CKPT__HIDDEN const ckpt_source_ops *ckpt__source_place(const char *name);
+/* Whether the kind of remote name `name` lists its directories (its
+ * directory is then asked through ckpt__remote_listed_dir_ops, else
+ * ckpt__remote_dir_ops). */
+CKPT__HIDDEN bool ckpt__source_lists(const char *name);
 
 /* The names in remote directory `name`, asked of its kind (see
  * ckpt__source_kind.list; CKPT_E_NOT_FOUND for a kind that cannot list). */

@@ -72,9 +72,7 @@ ckpt_status ckpt__source_pin(const char *name, const ckpt__source_options *o, ch
     return k->pin ? k->pin(name, o ? o : &defaults, pinned, err) : CKPT_OK;
 }
 
-const ckpt_source_ops *ckpt__source_place(const char *name) {
-    return kind_of(name)->list ? &ckpt__remote_listed_dir_ops : &ckpt__remote_dir_ops;
-}
+bool ckpt__source_lists(const char *name) { return kind_of(name)->list != NULL; }
 
 ckpt_status ckpt__source_list(const char *name, const ckpt__source_options *o, int (*add)(void *ctx, const char *name),
                               void *ctx, ckpt_error *err) {

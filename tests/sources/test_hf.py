@@ -304,3 +304,22 @@ def test_verify_checks_the_cached_snapshot_against_the_hubs_hashes(hub, env, mod
     blob.write_bytes(bytes(data))
     r = ckpt(e, "verify", "hf://org/model")
     assert r.returncode != 0 and name in r.stderr and "SHA-256" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("name", ["hf://../x", "hf://org/..", "hf://org/model/../../etc/passwd", "hf://org/model//x",
+                                  "hf://org", "hf://org/model@/x"])
+def test_names_that_leave_the_repo_are_refused(hub, env, name):
+    r = ckpt(env, "inspect", name)
+    assert r.returncode != 0 and "INVALID_ARGUMENT" in r.stderr, r.stderr
+    assert hub.requests == []
+
+
+def test_a_link_planted_in_the_cache_is_not_followed(hub, env, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    repo = repo_dir(env)
+    repo.mkdir(parents=True)
+    (repo / "blobs").symlink_to(outside)
+    r, _ = load(env, tmp_path)
+    assert r.returncode != 0 and "Hub's cache" in r.stderr, r.stderr
+    assert list(outside.iterdir()) == []
