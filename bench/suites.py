@@ -146,6 +146,13 @@ PENDING_RERUN = {
     "distributed": "needs 4 torch ranks over a 4 GB file, Run:ai's distributed streamer and Open MPI",
     "amplification": "the hardened suite builds the baseline commit 45ea70f beside this one; the quick suites were rerun on 7efb718, this one was not before the round ended",
     "journal fuzz": "a 10-minute fuzz campaign on a quiet machine; the quick suites were rerun on 7efb718, this one was not before the round ended",
+    "convert": "the hub branch (hf:// sources) changed src/ around them — catalog opens, the HTTP source, SHA-256, verify — not their data path; benchmarks are not run on the shared helper machine, to rerun once merged",
+    "crc": "the hub branch (hf:// sources) changed src/ around them — catalog opens, the HTTP source, SHA-256, verify — not their data path; benchmarks are not run on the shared helper machine, to rerun once merged",
+    "load 2 GB": "the hub branch (hf:// sources) changed src/ around them — catalog opens, the HTTP source, SHA-256, verify — not their data path; benchmarks are not run on the shared helper machine, to rerun once merged",
+    "open": "the hub branch (hf:// sources) changed src/ around them — catalog opens, the HTTP source, SHA-256, verify — not their data path; benchmarks are not run on the shared helper machine, to rerun once merged",
+    "python": "the hub branch (hf:// sources) changed src/ around them — catalog opens, the HTTP source, SHA-256, verify — not their data path; benchmarks are not run on the shared helper machine, to rerun once merged",
+    "torch_convert": "the hub branch (hf:// sources) changed src/ around them — catalog opens, the HTTP source, SHA-256, verify — not their data path; benchmarks are not run on the shared helper machine, to rerun once merged",
+    "torch_read": "the hub branch (hf:// sources) changed src/ around them — catalog opens, the HTTP source, SHA-256, verify — not their data path; benchmarks are not run on the shared helper machine, to rerun once merged",
 }
 
 
