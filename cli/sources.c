@@ -29,7 +29,10 @@ const char source_options_help[] =
     "  --min-speed-time SECONDS  …over each window this long (30)\n"
     "  --connections N        parallel range requests per file (16)\n"
     "  s3:// uses $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY, $AWS_SESSION_TOKEN,\n"
-    "  $AWS_REGION and $AWS_ENDPOINT_URL (S3-compatible stores)\n";
+    "  $AWS_REGION and $AWS_ENDPOINT_URL (S3-compatible stores)\n"
+    "  hf://ORG/NAME[@REVISION][/PATH] reads a Hugging Face Hub repo at one commit\n"
+    "  ($HF_ENDPOINT, $HF_TOKEN or `hf auth login`), kept in the Hub's own cache\n"
+    "  ($HF_HUB_CACHE, $HF_HOME; $HF_HUB_OFFLINE=1 reads only that)\n";
 
 static bool parse_uint(const char *s, uint64_t max, uint64_t *out) {
     char *end;

@@ -52,8 +52,11 @@ static void name_checksums(const ckpt_verify_report *r, char *out, size_t size) 
                                     r->header_digests, plural(r->header_digests, "header", "headers"));
     }
     if (r->zip_crc32 && len < size)
-        snprintf(out + len, size - len, "%sthe CRC-32 of %zu ZIP %s", len ? " and " : "", r->zip_crc32,
-                 plural(r->zip_crc32, "member", "members"));
+        len += (size_t)snprintf(out + len, size - len, "%sthe CRC-32 of %zu ZIP %s", len ? " and " : "", r->zip_crc32,
+                                plural(r->zip_crc32, "member", "members"));
+    if (r->file_sha256 && len < size)
+        snprintf(out + len, size - len, "%sthe SHA-256 of %zu %s", len ? " and " : "", r->file_sha256,
+                 plural(r->file_sha256, "file", "files"));
 }
 
 /* The one summary line: the structure, then every checksum checked and
@@ -83,9 +86,9 @@ static void print_verified_json(const char *path, const char *format, size_t ten
     fputs("{\n  \"path\": ", stdout);
     print_json_string(stdout, path);
     printf(",\n  \"format\": \"%s\",\n  \"tensors\": %zu,\n  \"files\": %zu,\n", format, tensors, files);
-    printf("  \"checksums\": {\"tensor_digests\": %zu, \"header_digests\": %zu, \"zip_crc32\": %zu, \"bytes\": %llu, "
-           "\"tensors\": %zu},\n",
-           r->tensor_digests, r->header_digests, r->zip_crc32, (unsigned long long)r->bytes, r->tensors);
+    printf("  \"checksums\": {\"tensor_digests\": %zu, \"header_digests\": %zu, \"zip_crc32\": %zu, \"file_sha256\": %zu, "
+           "\"bytes\": %llu, \"tensors\": %zu},\n",
+           r->tensor_digests, r->header_digests, r->zip_crc32, r->file_sha256, (unsigned long long)r->bytes, r->tensors);
     printf("  \"seconds\": %.6f\n}\n", seconds);
 }
 

@@ -467,7 +467,43 @@ typedef struct ckpt_tensor_info {
  *     index's shards are fetched relative to its URL), or ending in '/' for
  *     a remote "directory", where only the exact names above are tried (a
  *     URL cannot be listed); see ckpt_catalog_options.  A build without
- *     libcurl refuses URLs with CKPT_E_UNSUPPORTED_SOURCE.
+ *     libcurl refuses URLs with CKPT_E_UNSUPPORTED_SOURCE;
+ *   - `hf://ORG/NAME[@REVISION][/PATH]`: a repo of the Hugging Face Hub, a
+ *     folder of it or one file, which opens as a local directory does (the
+ *     repo is listed by the Hub's API).  It is resolved as huggingface_hub
+ *     resolves it: the Hub is $HF_ENDPOINT (https://huggingface.co); the
+ *     revision (a branch, tag or commit; "main" by default; a '/' in it
+ *     written %2F) is pinned to its commit once, by the API, and every
+ *     file is read at that commit (the files' names say it:
+ *     hf://org/name@COMMIT/file), so a branch that moves meanwhile cannot
+ *     mix versions; files come from GET resolve/COMMIT/PATH (redirected
+ *     to the Hub's CDN) with the machinery of URLs above.  Credentials:
+ *     `bearer_token`, else $HF_TOKEN, else the token `hf auth login`
+ *     saved ($HF_TOKEN_PATH, else $HF_HOME/token, else
+ *     ~/.cache/huggingface/token), sent to the endpoint's host only; a
+ *     gated repo is CKPT_E_HTTP_AUTH saying to accept its terms at its
+ *     page and to set HF_TOKEN, a private or missing one CKPT_E_HTTP_AUTH
+ *     (or CKPT_E_NOT_FOUND) saying to set HF_TOKEN.  The Hub's own cache
+ *     is used as huggingface_hub uses it — $HF_HUB_CACHE, else
+ *     $HF_HOME/hub, else ~/.cache/huggingface/hub:
+ *     models--ORG--NAME/blobs/ETAG, snapshots/COMMIT/PATH relative links
+ *     to them, refs/BRANCH, and flock'ed .locks/models--ORG--NAME/ETAG.lock
+ *     — so that each finds what the other downloaded: a file of the
+ *     commit's snapshot is read with no request; any other is opened with
+ *     one ranged GET of its first 16 KiB (`ckpt inspect` of a sharded
+ *     model reads a few tens of KB per shard), and the first read of its
+ *     tensor data downloads it whole into the cache (resuming a
+ *     blobs/ETAG.incomplete that a cut download left), hashed with SHA-256
+ *     as it streams and compared with the Hub's (X-Linked-Etag, the API's
+ *     lfs.sha256): a mismatch is CKPT_E_CHECKSUM naming the file and the
+ *     commit, and keeps nothing.  Files of up to 16 KiB (configs,
+ *     indexes) go into the cache as they are opened.  Opening an hf:// name
+ *     thus writes into the Hub's cache — the one exception to "a read
+ *     never writes", as huggingface_hub itself does.  $HF_HUB_OFFLINE=1
+ *     sends no request: a branch is read from refs/, files from the
+ *     snapshot, and what is missing is CKPT_E_NOT_FOUND naming
+ *     HF_HUB_OFFLINE.  ckpt_verify checks each LFS file against the Hub's
+ *     SHA-256 (report->file_sha256).
  *
  * A file that no reader takes and that cannot be a damaged safetensors file
  * (text, HTML, JSON that is no index, a ZIP archive that is not torch's,
@@ -1707,6 +1743,10 @@ CKPT_API ckpt_status ckpt_commit_recover(const char *dir, unsigned flags, int *f
  * with CKPT_E_ZIP_INVALID; a checksum map naming a tensor its file does not
  * hold, with CKPT_E_INDEX_MISMATCH.  GGUF, plain safetensors and DCP files
  * written with safetensors serialization record none: nothing to compare.
+ * Files whose source states their SHA-256 — an hf:// repo's LFS files, by
+ * the Hub's API (or, offline, by the blob names of the Hub's cache, which
+ * are those hashes) — are read whole and hashed: a cached snapshot is
+ * checked against the Hub's hashes (CKPT_E_CHECKSUM naming the file).
  * `report` (may be NULL) receives what was checked, filled up to its
  * `size`, zeros when nothing was recorded: `ckpt verify` prints these counts
  * in its summary and as the "checksums" of its --json; Python's
@@ -1734,6 +1774,8 @@ typedef struct ckpt_verify_report {
     size_t zip_crc32;       /* ZIP members whose CRC-32 (and DEFLATE size) matched */
     uint64_t bytes;         /* bytes those checksums cover, all read */
     size_t tensors;         /* tensors whose bytes they cover */
+    size_t file_sha256;     /* files whose SHA-256, as their source states it, matched (an
+                               hf:// repo's LFS files: the Hub's hashes; their bytes count in `bytes`) */
 } ckpt_verify_report;
 
 CKPT_API ckpt_status ckpt_verify(const ckpt_catalog *catalog, const ckpt_verify_options *options,

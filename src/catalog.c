@@ -278,16 +278,16 @@ void ckpt__catalog_opened(ckpt_catalog *c) {
     if (c->place_ops == &ckpt__local_dir_ops) c->place_ops = NULL;
 }
 
-/* The checkpoint's other files are asked of a remote prefix (a URL's
- * directory: no listing). */
-static void set_remote_place(ckpt_catalog *c) {
-    c->place_ops = &ckpt__remote_dir_ops;
+/* The checkpoint's other files are asked of its remote place: a URL's
+ * directory (no listing), or what the name's kind lists (a Hub repo). */
+static void set_remote_place(ckpt_catalog *c, const char *path) {
+    c->place_ops = ckpt__source_lists(path) ? &ckpt__remote_listed_dir_ops : &ckpt__remote_dir_ops;
     c->place_user = &c->source_options;
 }
 
 ckpt_status ckpt__catalog_set_root(ckpt_catalog *c, const char *path, bool is_dir, ckpt_error *err) {
     if (ckpt__source_is_remote_name(path)) { /* no directory to hold open: names are asked of the server */
-        set_remote_place(c);
+        set_remote_place(c, path);
         return CKPT_OK;
     }
     char *dir = is_dir ? ckpt__strdup(path) : ckpt__path_dirname(path);
@@ -569,9 +569,12 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
     ckpt_catalog *c;
     ckpt_status st = ckpt__catalog_new(options, &c, err);
     if (st) return st;
-    char *resolved = NULL, *clean = NULL;
+    char *resolved = NULL, *clean = NULL, *pinned = NULL;
     st = take_userinfo(c, path, &clean, err);
     if (clean) path = clean;
+    /* One version throughout: a Hub branch becomes the commit it is at now. */
+    if (st == CKPT_OK) st = ckpt__source_pin(path, &c->source_options, &pinned, err);
+    if (pinned) path = pinned;
     if (st == CKPT_OK && !ckpt__source_is_remote_name(path)) {
         /* A read never writes: a commit into this checkpoint's directory
          * that a crash cut short is refused, naming the fix (io/commit.h). */
@@ -584,8 +587,8 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
     /* A remote file is not asked about first (its open says if it is
      * missing): one request fewer.  A remote "directory" ends in '/'. */
     bool remote_name = ckpt__source_is_remote_name(path);
-    bool remote_file = remote_name && path[0] && path[strlen(path) - 1] != '/';
-    if (remote_name) set_remote_place(c);
+    bool remote_file = remote_name && path[0] && path[strlen(path) - 1] != '/' && !ckpt__source_lists(path);
+    if (remote_name) set_remote_place(c, path);
     if (st == CKPT_OK && !remote_file) {
         switch (ckpt__source_stat(path, &c->source_options)) {
         case CKPT__NAME_MISSING: st = ckpt__fail_errno(err, ENOENT, path, -1, "cannot open"); break;
@@ -601,6 +604,7 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
     st = finish_open(c, st, resolved ? resolved : path, out, err);
     free(resolved);
     free(clean);
+    free(pinned);
     return st;
 }
 

@@ -41,7 +41,11 @@ Every function that opens a checkpoint takes, as keyword arguments:
 
 s3:// names use $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY,
 $AWS_SESSION_TOKEN, $AWS_REGION and $AWS_ENDPOINT_URL (S3-compatible
-stores)."""
+stores).  hf://org/name[@revision][/path] names a repo of the Hugging Face
+Hub (or a folder or file of it), read at one commit through
+$HF_ENDPOINT, with $HF_TOKEN or the token `hf auth login` saved, and kept
+in the Hub's own cache ($HF_HUB_CACHE, $HF_HOME; $HF_HUB_OFFLINE=1 reads
+only that): see docs/SOURCES.md."""
 import difflib
 import inspect
 import os
@@ -50,11 +54,11 @@ from . import _ckpt, _progress
 
 OPTIONS = ("cache_dir", "bearer_token", "timeout", "connect_timeout", "retries", "max_connections", "min_speed",
            "min_speed_time", "retry_deadline", "download_progress")
-_SCHEMES = ("http://", "https://", "s3://")
+_SCHEMES = ("http://", "https://", "s3://", "hf://")
 
 
 def is_remote(path):
-    """True for an http://, https:// or s3:// name."""
+    """True for an http://, https://, s3:// or hf:// name."""
     return isinstance(path, str) and path.startswith(_SCHEMES)
 
 

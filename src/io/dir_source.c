@@ -5,7 +5,9 @@
  *   - a local directory: its files opened beneath its descriptor
  *     (beneath.h), of the file kind; its names listed through it;
  *   - a remote prefix (a URL ending in '/'): names asked of the server,
- *     no listing.
+ *     no listing;
+ *   - a remote directory whose kind lists it (a Hub repo, hf://): the
+ *     same, and its names listed by the kind.
  *
  * A file they open is the ckpt__source of its kind, given as the handle:
  * ckpt__source_open_in takes it as it is (its own operations read it). */
@@ -94,6 +96,20 @@ const ckpt_source_ops ckpt__remote_dir_ops = {.version = CKPT_SOURCE_OPS_VERSION
                                               .stat = remote_stat,
                                               .close = own_close};
 
+/* ---- a remote directory its kind lists (a Hub repo) ----------------------------- */
+
+static ckpt_status remote_list(void *user, const char *dir, int (*add)(void *ctx, const char *name), void *ctx,
+                               ckpt_error *err) {
+    return ckpt__source_list(dir, user, add, ctx, err);
+}
+
+const ckpt_source_ops ckpt__remote_listed_dir_ops = {.version = CKPT_SOURCE_OPS_VERSION,
+                                                     .open = remote_open,
+                                                     .read = own_read,
+                                                     .stat = remote_stat,
+                                                     .list = remote_list,
+                                                     .close = own_close};
+
 bool ckpt__source_ops_own(const ckpt_source_ops *ops) {
-    return ops == &ckpt__local_dir_ops || ops == &ckpt__remote_dir_ops;
+    return ops == &ckpt__local_dir_ops || ops == &ckpt__remote_dir_ops || ops == &ckpt__remote_listed_dir_ops;
 }

@@ -112,6 +112,40 @@ CKPT__HIDDEN ckpt_status ckpt__remote_open(const char *display, const char *url,
 CKPT__HIDDEN ckpt__name_kind ckpt__remote_stat(const char *url, const ckpt__remote_auth *auth,
                                                const ckpt__source_options *o);
 
+/* Receives a whole download's bytes in order (offset 0 again when the
+ * server restarts it); false stops it (errno says why). */
+typedef bool (*ckpt__remote_sink)(void *ctx, const void *data, size_t n, uint64_t offset);
+
+/* Downloads a remote file (of ckpt__remote_open) from byte `from` to its
+ * end into `sink`, with the data requests' checks, retries, minimum speed
+ * and download meter; what the open already holds is given without a
+ * request. */
+CKPT__HIDDEN ckpt_status ckpt__remote_fetch(ckpt__source *src, uint64_t from, ckpt__remote_sink sink, void *ctx,
+                                            ckpt_error *err);
+
+/* Whether [offset, offset + n) of a remote file is among the bytes its
+ * open brought (a read of them sends no request). */
+CKPT__HIDDEN bool ckpt__remote_in_head(const ckpt__source *src, uint64_t offset, uint64_t n);
+
+/* The version tag of a remote file, as huggingface_hub names a blob by it:
+ * X-Linked-Etag, else the ETag, as sent (quotes included), or NULL;
+ * *sha256 the SHA-256 it states (64 hex digits) or NULL. */
+CKPT__HIDDEN const char *ckpt__remote_version(const ckpt__source *src, const char **sha256);
+
+/* The parts of a small answer an API caller reads besides its body. */
+typedef struct ckpt__remote_reply {
+    long status;
+    char error_code[64];      /* X-Error-Code (the Hugging Face Hub's) */
+    char error_message[512];  /* X-Error-Message */
+} ckpt__remote_reply;
+
+/* One GET of a small document (an API's JSON) into `body`, up to `limit`
+ * bytes, redirects followed, retried on 5xx, 408, 429 and broken
+ * connections; any HTTP status is an answer (the caller judges it). */
+CKPT__HIDDEN ckpt_status ckpt__remote_get(const char *shown, const char *url, const ckpt__remote_auth *auth,
+                                          const ckpt__source_options *o, size_t limit, ckpt__buf *body,
+                                          ckpt__remote_reply *reply, ckpt_error *err);
+
 /* ---- the cache (http_cache.c) ---------------------------------------------- */
 
 /* One version of a remote file: what names its copy and what checks it. */
@@ -156,5 +190,7 @@ CKPT__HIDDEN void ckpt__cache_end(ckpt__cache_copy *c);
 CKPT__HIDDEN extern const ckpt__source_kind ckpt__http_kind;
 /* The S3 kind (s3://bucket/key names, s3_source.c). */
 CKPT__HIDDEN extern const ckpt__source_kind ckpt__s3_kind;
+/* The Hugging Face Hub kind (hf://org/repo[@revision][/path], hf_source.c). */
+CKPT__HIDDEN extern const ckpt__source_kind ckpt__hf_kind;
 
 #endif

@@ -109,6 +109,7 @@ typedef struct remote {
     int64_t min_speed_ms;      /* …over each window this long */
     int64_t retry_deadline_ms; /* no retry after this long without progress (0: no limit) */
     uint64_t size;
+    uint32_t head_bytes;       /* asked for at open (HEAD_BYTES unless the options say) */
     char *etag, *last_modified, *linked_etag;
     char sha256[65];           /* the file's SHA-256 as the server states it, or "" */
     pthread_mutex_t lock;
@@ -254,9 +255,11 @@ typedef struct xfer {
      * open_cut: its first HEAD_BYTES are in, the rest refused on purpose. */
     uint64_t open_total;
     bool open_whole, open_empty, open_no_ranges, open_cut;
-    /* X_WHOLE: the copy the bytes go to, errno of a write that failed, and
-     * pos as last told to the download meter. */
-    ckpt__cache_copy *copy;
+    /* X_WHOLE: where the bytes go (in order; from offset 0 again after a
+     * restart), errno of a write that failed, and pos as last told to the
+     * download meter. */
+    ckpt__remote_sink sink;
+    void *sink_ctx;
     int write_errno;
     uint64_t reported;
 } xfer;
@@ -453,11 +456,11 @@ static bool check_response(xfer *x) {
                 set_verdict(x, V_BAD_RANGE, "a partial answer (206) without a Content-Range giving the size");
                 return false;
             }
-            uint64_t want_last = (cr.total < HEAD_BYTES ? cr.total : HEAD_BYTES) - 1;
+            uint64_t want_last = (cr.total < x->r->head_bytes ? cr.total : x->r->head_bytes) - 1;
             if (cr.first != 0 || cr.last != want_last) {
                 set_verdict(x, V_BAD_RANGE, "it sent bytes %llu-%llu of %llu for a request of bytes 0-%u",
                             (unsigned long long)cr.first, (unsigned long long)cr.last, (unsigned long long)cr.total,
-                            (unsigned)HEAD_BYTES - 1);
+                            (unsigned)x->r->head_bytes - 1);
                 return false;
             }
             if (x->has_content_length && x->content_length != cr.last + 1) {
@@ -472,17 +475,17 @@ static bool check_response(xfer *x) {
         if (code == 200) { /* the whole file: fine if it is small, downloaded whole or refused otherwise */
             curl_off_t length = -1;
             curl_easy_getinfo(x->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
-            if (length > HEAD_BYTES && !x->r->may_download) {
+            if (length > x->r->head_bytes && !x->r->may_download) {
                 set_verdict(x, V_NO_RANGES,
                             "the server does not serve byte ranges (it answered a range request with the whole "
                             "file: HTTP 200, %lld bytes), which ckpt needs to read a file over %u KiB in parts; "
-                            "%s", (long long)length, (unsigned)HEAD_BYTES >> 10, GIVE_A_CACHE);
+                            "%s", (long long)length, (unsigned)x->r->head_bytes >> 10, GIVE_A_CACHE);
                 return false;
             }
-            x->open_no_ranges = length > HEAD_BYTES;
+            x->open_no_ranges = length > x->r->head_bytes;
             x->open_whole = !x->open_no_ranges;
             x->open_total = length > 0 ? (uint64_t)length : 0;
-            x->end = HEAD_BYTES; /* at most; a longer body is cut (no_ranges) or refused as it comes */
+            x->end = x->r->head_bytes; /* at most; a longer body is cut (no_ranges) or refused as it comes */
             return true;
         }
         set_verdict(x, V_BAD_RANGE, "unexpected status %ld", code);
@@ -561,7 +564,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user) {
         if (x->open_whole)
             set_verdict(x, V_NO_RANGES, "the server does not serve byte ranges (it answered a range request with "
                                         "the whole file, HTTP 200, of more than %u KiB%s); %s",
-                        (unsigned)HEAD_BYTES >> 10, r->may_download ? " and without a Content-Length" : "",
+                        (unsigned)r->head_bytes >> 10, r->may_download ? " and without a Content-Length" : "",
                         r->may_download ? "ckpt cannot download a file of unknown size" : GIVE_A_CACHE);
         else
             set_verdict(x, V_TOO_MUCH, "it sent more than the %llu bytes asked for",
@@ -574,7 +577,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user) {
         return n;
     }
     if (x->mode == X_WHOLE) {
-        if (!ckpt__cache_write(x->copy, data, n, x->pos)) {
+        if (!x->sink(x->sink_ctx, data, n, x->pos)) {
             x->write_errno = errno;
             set_verdict(x, V_CACHE_WRITE, "cannot write the download into the cache directory: %s", strerror(errno));
             return 0;
@@ -804,7 +807,7 @@ static const char *reason(long status) {
 /* "bytes A-B" of the attempt, for messages. */
 static void range_text(const xfer *x, char *out, size_t cap) {
     if (x->mode == X_HEAD) snprintf(out, cap, "a HEAD request");
-    else if (x->mode == X_OPEN) snprintf(out, cap, "bytes 0-%u (the first request)", (unsigned)HEAD_BYTES - 1);
+    else if (x->mode == X_OPEN) snprintf(out, cap, "bytes 0-%u (the first request)", (unsigned)x->r->head_bytes - 1);
     else if (x->mode == X_WHOLE)
         snprintf(out, cap, "the whole file (%llu bytes, from byte %llu)", (unsigned long long)x->end,
                  (unsigned long long)x->attempt_from);
@@ -1028,7 +1031,7 @@ static ckpt_status run_batch(remote *r, xfer *xs, size_t n, ckpt_error *err) {
                 break;
             case O_RETRY:
                 x->not_before = now_ms() + backoff_ms(x);
-                if (x->mode == X_OPEN) x->pos = 0, x->end = HEAD_BYTES; /* the first request starts over */
+                if (x->mode == X_OPEN) x->pos = 0, x->end = r->head_bytes; /* the first request starts over */
                 break;
             case O_FAIL:
                 st = xst;
@@ -1192,6 +1195,30 @@ static uint64_t from_head(remote *r, unsigned char *dst, uint64_t off, uint64_t 
 /* Whether the server gave validators: what names a version in the cache. */
 static bool versioned(const remote *r) { return r->etag || r->last_modified || r->linked_etag; }
 
+/* The file from byte `from` to its end, in order, into `sink` (one
+ * transfer: retries resume, or restart from byte 0 where the server sends
+ * the whole file again), heard by the download meter. */
+static ckpt_status transfer_whole(remote *r, uint64_t from, ckpt__remote_sink sink, void *ctx, ckpt_error *err) {
+    xfer x;
+    memset(&x, 0, sizeof x);
+    x.r = r;
+    x.mode = X_WHOLE;
+    x.pos = x.begin = from;
+    x.end = r->size;
+    x.sink = sink;
+    x.sink_ctx = ctx;
+    x.reported = from;
+    ckpt__download_begin(r->meter, r->size - from); /* a stop it asks for comes with the first progress */
+    ckpt_status st = from < r->size ? run_batch(r, &x, 1, err) : CKPT_OK;
+    if (st == CKPT_OK) report_download(&x, true);
+    ckpt__download_end(r->meter, st != CKPT_OK, x.reported > from ? x.reported - from : 0, r->size - from);
+    return st;
+}
+
+static bool to_cache_copy(void *ctx, const void *data, size_t n, uint64_t offset) {
+    return ckpt__cache_write(ctx, data, n, offset);
+}
+
 /* Downloads the file whole into a new copy in the cache directory: a
  * 0600 temporary, filled as the bytes arrive (retries resume or restart
  * it), then checked and renamed into place — if the server gave
@@ -1205,17 +1232,8 @@ static ckpt_status fetch_whole(remote *r, ckpt__cache_copy **out, ckpt_error *er
                           "the server does not serve byte ranges, and the cache directory %s cannot take the whole "
                           "file (%llu bytes) to read it there: it cannot be created or written, or another user "
                           "owns it", r->cache_dir, (unsigned long long)r->size);
-    xfer x;
-    memset(&x, 0, sizeof x);
-    x.r = r;
-    x.mode = X_WHOLE;
-    x.end = r->size;
-    x.copy = c;
-    ckpt__download_begin(r->meter, r->size); /* a stop it asks for comes with the first progress */
-    ckpt_status st = run_batch(r, &x, 1, err);
+    ckpt_status st = transfer_whole(r, 0, to_cache_copy, c, err);
     if (st == CKPT_OK && versioned(r)) st = ckpt__cache_commit(c, r->shown, err);
-    if (st == CKPT_OK) report_download(&x, true);
-    ckpt__download_end(r->meter, st != CKPT_OK, x.reported, r->size);
     if (st) {
         ckpt__cache_end(c); /* the temporary goes: nothing under the copy's name */
         return st;
@@ -1395,6 +1413,7 @@ static ckpt_status remote_new(const char *shown, const char *url, const ckpt__re
     r->min_speed_ms = o->min_speed_time_ms ? o->min_speed_time_ms : DEFAULT_MIN_SPEED_MS;
     r->retry_deadline_ms = o->retry_deadline_ms;
     r->retries = o->retries;
+    r->head_bytes = o->head_bytes ? o->head_bytes : HEAD_BYTES;
     r->max_conn = o->max_connections ? o->max_connections : DEFAULT_CONNECTIONS;
     if (r->max_conn > MAX_CONNECTIONS) r->max_conn = MAX_CONNECTIONS;
     if (!failed && (r->share = curl_share_init())) {
@@ -1481,7 +1500,7 @@ ckpt_status ckpt__remote_open(const char *display, const char *url, const ckpt__
         return st;
     }
     src->impl = r;
-    if (!(r->head = ckpt__malloc(HEAD_BYTES))) {
+    if (!(r->head = ckpt__malloc(r->head_bytes))) {
         ckpt__source_close(src);
         return ckpt__oom(err, display, NULL);
     }
@@ -1489,7 +1508,7 @@ ckpt_status ckpt__remote_open(const char *display, const char *url, const ckpt__
     memset(&x, 0, sizeof x);
     x.r = r;
     x.mode = X_OPEN;
-    x.end = HEAD_BYTES;
+    x.end = r->head_bytes;
     /* The first request: the size, the validators and the first bytes. */
     st = run_batch(r, &x, 1, err);
     if (st == CKPT_OK) {
@@ -1545,6 +1564,124 @@ ckpt__name_kind ckpt__remote_stat(const char *url, const ckpt__remote_auth *auth
     ckpt_status st = run_batch(r, &x, 1, NULL);
     remote_free(r);
     return st == CKPT_OK ? CKPT__NAME_FILE : CKPT__NAME_MISSING;
+}
+
+/* ---- what other kinds ask of a remote file (hf_source.c) ------------------------------ */
+
+ckpt_status ckpt__remote_fetch(ckpt__source *src, uint64_t from, ckpt__remote_sink sink, void *ctx, ckpt_error *err) {
+    remote *r = src->impl;
+    if (from > r->size)
+        return ckpt__fail(err, CKPT_E_OUT_OF_RANGE, src->name, NULL, (int64_t)from, "past the file's %llu bytes",
+                          (unsigned long long)r->size);
+    uint64_t head = r->head && r->head_len == r->size ? r->head_len : 0;
+    if (head) { /* the open brought it all */
+        if (from < head && !sink(ctx, r->head + from, (size_t)(head - from), from))
+            return ckpt__fail_errno(err, errno, src->name, (int64_t)from, "cannot store the file");
+        return CKPT_OK;
+    }
+    return transfer_whole(r, from, sink, ctx, err);
+}
+
+bool ckpt__remote_in_head(const ckpt__source *src, uint64_t offset, uint64_t n) {
+    remote *r = src->impl;
+    pthread_mutex_lock(&r->lock);
+    bool in = r->head && offset <= r->head_len && n <= r->head_len - offset;
+    pthread_mutex_unlock(&r->lock);
+    return in;
+}
+
+const char *ckpt__remote_version(const ckpt__source *src, const char **sha256) {
+    const remote *r = src->impl;
+    *sha256 = r->sha256[0] ? r->sha256 : NULL;
+    return r->linked_etag ? r->linked_etag : r->etag;
+}
+
+/* ---- one small GET: an API's answer ------------------------------------------------------- */
+
+typedef struct small_get {
+    ckpt__buf *body;
+    size_t limit;
+    ckpt__remote_reply *reply;
+} small_get;
+
+static size_t small_header(char *line, size_t size, size_t nmemb, void *user) {
+    small_get *g = user;
+    size_t n = size * nmemb;
+    const char *name, *value;
+    size_t nl, vl;
+    if (n >= 5 && !memcmp(line, "HTTP/", 5)) g->reply->error_code[0] = g->reply->error_message[0] = '\0';
+    if (!ckpt__split_header(line, n, &name, &nl, &value, &vl)) return n;
+    if (ckpt__header_is(name, nl, "X-Error-Code"))
+        copy_value(g->reply->error_code, sizeof g->reply->error_code, value, vl);
+    else if (ckpt__header_is(name, nl, "X-Error-Message"))
+        copy_value(g->reply->error_message, sizeof g->reply->error_message, value, vl);
+    return n;
+}
+
+static size_t small_body(char *data, size_t size, size_t nmemb, void *user) {
+    small_get *g = user;
+    size_t n = size * nmemb;
+    if (g->body->len + n > g->limit) return 0;
+    ckpt__buf_append(g->body, data, n);
+    return g->body->failed ? 0 : n;
+}
+
+ckpt_status ckpt__remote_get(const char *shown, const char *url, const ckpt__remote_auth *auth,
+                             const ckpt__source_options *o, size_t limit, ckpt__buf *body, ckpt__remote_reply *reply,
+                             ckpt_error *err) {
+    memset(reply, 0, sizeof *reply);
+    ckpt_status st = need_curl(shown, err);
+    if (st) return st;
+    CURL *e = curl_easy_init();
+    if (!e) return ckpt__oom(err, shown, NULL);
+    small_get g = {body, limit, reply};
+    char curl_error[CURL_ERROR_SIZE] = "";
+    const char *ca = getenv("CURL_CA_BUNDLE");
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, small_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, &g);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, small_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &g);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, curl_error);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, o->connect_timeout_ms ? (long)o->connect_timeout_ms : (long)DEFAULT_CONNECT_MS);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, o->read_timeout_ms ? (long)o->read_timeout_ms : (long)DEFAULT_READ_MS);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
+    curl_easy_setopt(e, CURLOPT_USERAGENT, "ckpt/" CKPT_VERSION_STRING);
+    if (ca && *ca) curl_easy_setopt(e, CURLOPT_CAINFO, ca);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#endif
+    if (auth->bearer) {
+        curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
+        curl_easy_setopt(e, CURLOPT_XOAUTH2_BEARER, auth->bearer);
+    }
+    /* Retried as the data requests are: 5xx, 408, 429 and broken connections. */
+    int64_t wait = BACKOFF_FIRST_MS;
+    for (unsigned attempt = 0;; attempt++) {
+        body->len = 0;
+        CURLcode rc = curl_easy_perform(e);
+        long code = 0;
+        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+        reply->status = code;
+        bool again = rc == CURLE_OK ? code == 408 || code == 429 || code >= 500 : retryable_code(rc);
+        if (!again || attempt >= o->retries) {
+            if (rc == CURLE_WRITE_ERROR && !body->failed)
+                st = ckpt__fail(err, CKPT_E_LIMIT, shown, NULL, -1, "the answer runs past %zu bytes", limit);
+            else if (body->failed) st = ckpt__oom(err, shown, NULL);
+            else if (rc != CURLE_OK)
+                st = ckpt__fail(err, rc == CURLE_OPERATION_TIMEDOUT ? CKPT_E_TIMEOUT : CKPT_E_NETWORK, shown, NULL, -1,
+                                "%s", curl_error[0] ? curl_error : curl_easy_strerror(rc));
+            break;
+        }
+        struct timespec ts = {(time_t)(wait / 1000), (long)(wait % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        if (wait < BACKOFF_MAX_MS) wait *= 2;
+    }
+    curl_easy_cleanup(e);
+    return st;
 }
 
 /* ---- the http(s):// kind ------------------------------------------------------------------ */

@@ -60,6 +60,7 @@ struct ckpt__source {
     unsigned caps;
     void *impl;     /* the kind's own state */
     uint64_t bytes_read; /* bytes read from it so far, by every path (atomic) */
+    char sha256[65];     /* the SHA-256 its bytes must have, as its kind knows it (a Hub LFS file), or "" */
 };
 
 /* Counts bytes read from a source (whichever path read them). */
@@ -111,6 +112,7 @@ typedef struct ckpt__source_options {
     const char *userinfo;        /* remote: "user:password" taken out of the opened URL */
     const char *userinfo_host;   /* the host `userinfo` belongs to                 */
     const char *cache_dir;       /* remote: where verified copies are kept, or NULL */
+    uint32_t head_bytes;         /* remote: the first bytes asked for at open (0: 256 KiB) */
     ckpt__download_meter *meter; /* remote: hears whole downloads (NULL: nobody) */
     bool direct;                 /* local: O_DIRECT reads, nothing in the page cache */
 } ckpt__source_options;
@@ -135,6 +137,16 @@ typedef struct ckpt__source_kind {
     /* What `name` is, without opening it (a remote kind may ask its
      * server, with the options' credentials and timeouts). */
     ckpt__name_kind (*stat)(const char *name, const ckpt__source_options *o);
+    /* Optional: `name` pinned to the version it names now (a branch to its
+     * commit), so that every file a checkpoint opens is of one version;
+     * *pinned is malloc'ed, or NULL to keep the name. */
+    ckpt_status (*pin)(const char *name, const ckpt__source_options *o, char **pinned, ckpt_error *err);
+    /* Optional: the names directly in directory `name` (what
+     * ckpt_source_ops.list says), for a kind whose directories can be
+     * listed (a Hub repo); without it, a remote directory is a prefix whose
+     * names can only be tried. */
+    ckpt_status (*list)(const char *name, const ckpt__source_options *o, int (*add)(void *ctx, const char *name),
+                        void *ctx, ckpt_error *err);
 } ckpt__source_kind;
 
 /* Opens a source by name (a path, or a URL of a registered scheme). */
@@ -147,6 +159,21 @@ CKPT__HIDDEN ckpt__name_kind ckpt__local_kind(const char *path, bool *link);
 
 /* What `name` is, asked of the kind that claims it (`o` may be NULL). */
 CKPT__HIDDEN ckpt__name_kind ckpt__source_stat(const char *name, const ckpt__source_options *o);
+
+/* `name` pinned by its kind (see ckpt__source_kind.pin): *pinned is
+ * malloc'ed, or NULL when the name stays as it is. */
+CKPT__HIDDEN ckpt_status ckpt__source_pin(const char *name, const ckpt__source_options *o, char **pinned,
+                                          ckpt_error *err);
+
+/* Whether the kind of remote name `name` lists its directories (its
+ * directory is then asked through ckpt__remote_listed_dir_ops, else
+ * ckpt__remote_dir_ops). */
+CKPT__HIDDEN bool ckpt__source_lists(const char *name);
+
+/* The names in remote directory `name`, asked of its kind (see
+ * ckpt__source_kind.list; CKPT_E_NOT_FOUND for a kind that cannot list). */
+CKPT__HIDDEN ckpt_status ckpt__source_list(const char *name, const ckpt__source_options *o,
+                                           int (*add)(void *ctx, const char *name), void *ctx, ckpt_error *err);
 
 /* True when `name` is served by a remote kind (no local directory to list). */
 CKPT__HIDDEN bool ckpt__source_is_remote_name(const char *name);
@@ -223,6 +250,7 @@ typedef struct ckpt__local_dir {
 } ckpt__local_dir;
 CKPT__HIDDEN extern const ckpt_source_ops ckpt__local_dir_ops;
 CKPT__HIDDEN extern const ckpt_source_ops ckpt__remote_dir_ops;
+CKPT__HIDDEN extern const ckpt_source_ops ckpt__remote_listed_dir_ops; /* the same, and its kind lists */
 CKPT__HIDDEN bool ckpt__source_ops_own(const ckpt_source_ops *ops);
 
 /* The local file kind (file_source.c): registered in sources.c. */

@@ -12,7 +12,8 @@
 /* Built without libcurl: remote names are still recognised, and refused
  * with a clear error rather than looked for on the disk. */
 static bool remote_claims(const char *name) {
-    return !strncmp(name, "http://", 7) || !strncmp(name, "https://", 8) || !strncmp(name, "s3://", 5);
+    return !strncmp(name, "http://", 7) || !strncmp(name, "https://", 8) || !strncmp(name, "s3://", 5) ||
+           !strncmp(name, "hf://", 5);
 }
 static ckpt_status remote_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
     (void)o;
@@ -20,7 +21,7 @@ static ckpt_status remote_open(const char *name, const ckpt__source_options *o, 
     char *shown = ckpt__url_redact(name);
     ckpt_status st = ckpt__fail(err, CKPT_E_UNSUPPORTED_SOURCE, shown ? shown : "(remote)", NULL, -1,
                                 "this libckpt was built without libcurl: it reads local files only "
-                                "(rebuild with libcurl4-openssl-dev installed for http://, https:// and s3://)");
+                                "(rebuild with libcurl4-openssl-dev installed for http://, https://, s3:// and hf://)");
     free(shown);
     return st;
 }
@@ -38,6 +39,7 @@ static const ckpt__source_kind *const kinds[] = {
 #ifdef CKPT_HAVE_CURL
     &ckpt__http_kind,
     &ckpt__s3_kind,
+    &ckpt__hf_kind,
 #else
     &no_remote_kind,
 #endif
@@ -62,3 +64,20 @@ ckpt__name_kind ckpt__source_stat(const char *name, const ckpt__source_options *
 }
 
 bool ckpt__source_is_remote_name(const char *name) { return kind_of(name) != &ckpt__file_kind; }
+
+ckpt_status ckpt__source_pin(const char *name, const ckpt__source_options *o, char **pinned, ckpt_error *err) {
+    *pinned = NULL;
+    const ckpt__source_kind *k = kind_of(name);
+    ckpt__source_options defaults = CKPT__SOURCE_OPTIONS_DEFAULT;
+    return k->pin ? k->pin(name, o ? o : &defaults, pinned, err) : CKPT_OK;
+}
+
+bool ckpt__source_lists(const char *name) { return kind_of(name)->list != NULL; }
+
+ckpt_status ckpt__source_list(const char *name, const ckpt__source_options *o, int (*add)(void *ctx, const char *name),
+                              void *ctx, ckpt_error *err) {
+    const ckpt__source_kind *k = kind_of(name);
+    ckpt__source_options defaults = CKPT__SOURCE_OPTIONS_DEFAULT;
+    if (!k->list) return ckpt__fail(err, CKPT_E_NOT_FOUND, name, NULL, -1, "the directory cannot be listed");
+    return k->list(name, o ? o : &defaults, add, ctx, err);
+}

@@ -151,7 +151,8 @@ def test_verify_prints_one_summary_of_what_it_checked(tmp_path, kind):
     line = lines[0]
     assert line.startswith(f"{path}: OK: structure valid (3 tensors in 1 file); "), line
     if RECORDS[kind] is None:
-        assert report == {"tensor_digests": 0, "header_digests": 0, "zip_crc32": 0, "bytes": 0, "tensors": 0}
+        assert report == {"tensor_digests": 0, "header_digests": 0, "zip_crc32": 0, "file_sha256": 0, "bytes": 0,
+                          "tensors": 0}
         assert line.endswith(f"none recorded to check (this {kind} checkpoint records no checksums; "
                              "convert with --checksums to add them)"), line
     elif RECORDS[kind] == "crc":
@@ -160,7 +161,8 @@ def test_verify_prints_one_summary_of_what_it_checked(tmp_path, kind):
         assert report["zip_crc32"] > 0 and report["tensor_digests"] == 0 and report["tensors"] == 3
         assert f"; checked the CRC-32 of {report['zip_crc32']} ZIP members, covering all 3 tensors: " in line, line
     else:
-        assert report == {"tensor_digests": 3, "header_digests": 1, "zip_crc32": 0, "bytes": 384, "tensors": 3}
+        assert report == {"tensor_digests": 3, "header_digests": 1, "zip_crc32": 0, "file_sha256": 0, "bytes": 384,
+                          "tensors": 3}
         assert "; checked the XXH3-64 of 3 tensors and 1 header, covering all 3 tensors: 384 B re-read in " in line
     # --json: the same counts, its "checksums" the library's report as the
     # Python package gives it.

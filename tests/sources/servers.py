@@ -208,6 +208,24 @@ class _QuietServer(http.server.ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+def handler(serve):
+    """A request handler class (HTTP/1.1, quiet) calling serve(handler, head)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_HEAD(self):
+            serve(self, head=True)
+
+        def do_GET(self):
+            serve(self, head=False)
+
+    return Handler
+
+
 # What ckpt asks first of a file: its first 256 KiB.
 OPEN_RANGE = "bytes=0-262143"
 
@@ -223,21 +241,7 @@ class FaultServer:
         self.requests = []
         self.gets = 0
         self.lock = threading.Lock()
-        owner = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_HEAD(self):
-                owner._serve(self, head=True)
-
-            def do_GET(self):
-                owner._serve(self, head=False)
-
-        self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
+        self.httpd = _QuietServer(("127.0.0.1", 0), handler(self._serve))
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

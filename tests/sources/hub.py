@@ -1,0 +1,295 @@
+"""A Hugging Face Hub for the tests, on loopback: the API and the resolve/
+endpoints as huggingface_hub (file_download.py, hf_api.py) calls them, with
+the Hub's headers, redirects, ETags and error headers.
+
+- GET  /api/models/{repo}[/revision/{rev}]        sha, siblings (rfilename,
+       size, blobId, lfs), private, gated
+- GET  /api/models/{repo}/tree/{rev}[/{path}]     ?recursive=, entries as
+       list_repo_tree reads them (type, oid, size, path, lfs)
+- HEAD/GET /{repo}/resolve/{rev}/{path}           X-Repo-Commit; an LFS file:
+       302 to /cdn/{sha256} with X-Linked-Etag ("sha256"), X-Linked-Size and
+       ETag; any other file: 200 (byte ranges), ETag = its git blob id
+- GET  {cdn}/cdn/{sha256}                         the LFS bytes, byte ranges,
+       ETag "sha256", from another host (127.0.0.2), needing no credentials
+       (the real CDN URL is signed)
+
+Repos are private (a token in `tokens`, else 401 RepoNotFound) or gated
+(no token: 401 GatedRepo; a token without access: 403 GatedRepo), with the
+Hub's X-Error-Code / X-Error-Message headers.  Branches move with
+set_branch().  Faults: `corrupt` (the CDN serves other bytes than the SHA-256
+it states), `drop_after`/`drop_times` (the CDN cuts a body after that many
+bytes).  `.requests` logs (method, path, Range, status, bytes sent, Authorization)."""
+import contextlib
+import hashlib
+import json
+import socket
+import threading
+import urllib.parse
+
+from servers import _QuietServer, handler
+
+LFS_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".msgpack", ".h5", ".npz")
+
+
+def git_blob_id(data):
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def commit_id(files, parent=""):
+    h = hashlib.sha1(parent.encode())
+    for path in sorted(files):
+        h.update(path.encode() + b"\0" + git_blob_id(files[path]).encode())
+    return h.hexdigest()
+
+
+class Repo:
+    def __init__(self, repo_id, files, private=False, gated=False, tokens=()):
+        self.id = repo_id
+        self.private, self.gated = private, gated
+        self.tokens = set(tokens)      # tokens with access (private: read; gated: accepted terms)
+        self.commits = {}              # sha -> {path: bytes}
+        self.branches = {}
+        self.set_branch("main", files)
+
+    def set_branch(self, branch, files):
+        """Commits `files` and points `branch` at it; returns the commit."""
+        parent = self.branches.get(branch, "")
+        sha = commit_id(files, parent)
+        self.commits[sha] = {p: bytes(b) for p, b in files.items()}
+        self.branches[branch] = sha
+        return sha
+
+    def resolve(self, rev):
+        if rev in self.branches:
+            return self.branches[rev]
+        if rev in self.commits:
+            return rev
+        return None
+
+
+def is_lfs(path):
+    return path.endswith(LFS_SUFFIXES)
+
+
+def entry(path, data):
+    e = {"type": "file", "oid": git_blob_id(data), "size": len(data), "path": path}
+    if is_lfs(path):
+        e["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+    return e
+
+
+class HubServer:
+    def __init__(self):
+        self.repos = {}
+        self.requests = []
+        self.lock = threading.Lock()
+        self.corrupt = False
+        self.drop_after = None
+        self.drop_times = 0
+        Handler = handler(self._handle)
+        self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        # The CDN is another host (as the Hub's is): clients stop following
+        # the Hub's own redirects there, and send it no credentials.
+        self.cdn_httpd = _QuietServer(("127.0.0.2", 0), Handler)
+        self.cdn_httpd.daemon_threads = True
+        self.cdn = f"http://127.0.0.2:{self.cdn_httpd.server_address[1]}"
+        for server in (self.httpd, self.cdn_httpd):
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def add(self, repo_id, files, **kw):
+        self.repos[repo_id] = Repo(repo_id, files, **kw)
+        return self.repos[repo_id]
+
+    def clear_log(self):
+        with self.lock:
+            self.requests.clear()
+
+    def sent(self, prefix=""):
+        """Body bytes sent for requests whose path starts with `prefix`."""
+        with self.lock:
+            return sum(r[4] for r in self.requests if r[1].startswith(prefix))
+
+    def close(self):
+        for server in (self.httpd, self.cdn_httpd):
+            server.shutdown()
+            server.server_close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- answers ---------------------------------------------------------------
+
+    def _record(self, h, head, status, sent):
+        with self.lock:
+            self.requests.append(("HEAD" if head else "GET", h.path, h.headers.get("Range"), status, sent,
+                                  h.headers.get("Authorization")))
+
+    def _reply(self, h, head, status, body=b"", headers=()):
+        h.send_response(status)
+        for k, v in headers:
+            h.send_header(k, v)
+        h.send_header("Content-Length", str(len(body)))
+        self._record(h, head, status, 0 if head else len(body))  # before the client can hear the answer
+        h.end_headers()
+        if not head:
+            with contextlib.suppress(OSError):
+                h.wfile.write(body)
+
+    def _error(self, h, head, status, code, message):
+        body = json.dumps({"error": message}).encode()
+        self._reply(h, head, status, body, [("Content-Type", "application/json"), ("X-Error-Code", code),
+                                             ("X-Error-Message", message)])
+
+    def _json(self, h, head, obj, headers=()):
+        self._reply(h, head, 200, json.dumps(obj).encode(), [("Content-Type", "application/json"), *headers])
+
+    def _access(self, h, head, repo, repo_id):
+        """False (and the Hub's refusal sent) when the request may not see the repo."""
+        auth = h.headers.get("Authorization", "")
+        token = auth[7:] if auth.startswith("Bearer ") else None
+        if repo is None or (repo.private and token not in repo.tokens):
+            self._error(h, head, 401, "RepoNotFound", "Repository not found")
+            return False
+        if repo.gated and token is None:
+            self._error(h, head, 401, "GatedRepo",
+                        f"Access to model {repo_id} is restricted. You must have access to it and be authenticated "
+                        "to access it. Please log in.")
+            return False
+        if repo.gated and token not in repo.tokens:
+            self._error(h, head, 403, "GatedRepo",
+                        f"Access to model {repo_id} is restricted and you are not in the authorized list. "
+                        f"Visit {self.endpoint}/{repo_id} to ask for access.")
+            return False
+        return True
+
+    def _find_repo(self, parts):
+        """(repo_id, repo, rest) for the longest known repo id of 1 or 2 parts."""
+        for n in (2, 1):
+            rid = "/".join(parts[:n])
+            if rid in self.repos:
+                return rid, self.repos[rid], parts[n:]
+        return "/".join(parts[:2]), None, parts[2:]
+
+    def _handle(self, h, head):
+        url = urllib.parse.urlsplit(h.path)
+        parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]
+        query = urllib.parse.parse_qs(url.query)
+        if h.server is self.cdn_httpd:
+            if parts[0] == "cdn" and len(parts) == 2:
+                return self._cdn(h, head, parts[1])
+            return self._reply(h, head, 404, b"NoSuchKey")
+        if parts[:2] == ["api", "models"]:
+            rid, repo, rest = self._find_repo(parts[2:])
+            if not self._access(h, head, repo, rid):
+                return
+            return self._api(h, head, repo, rest, query)
+        rid, repo, rest = self._find_repo(parts)
+        if len(rest) >= 3 and rest[0] == "resolve":
+            if not self._access(h, head, repo, rid):
+                return
+            return self._resolve(h, head, repo, rest[1], "/".join(rest[2:]))
+        self._reply(h, head, 404, b"Not Found")
+
+    def _api(self, h, head, repo, rest, query):
+        rev = "main"
+        if rest[:1] in (["revision"], ["tree"]) and len(rest) >= 2:
+            rev = rest[1]
+        sha = repo.resolve(rev)
+        if sha is None:
+            return self._error(h, head, 404, "RevisionNotFound", f"Invalid rev id: {rev}")
+        files = repo.commits[sha]
+        if rest[:1] == ["tree"]:
+            prefix = "/".join(rest[2:])
+            recursive = query.get("recursive", ["false"])[0].lower() in ("true", "1")
+            out, dirs = [], set()
+            for path in sorted(files):
+                if prefix and not path.startswith(prefix + "/"):
+                    continue
+                rel = path[len(prefix) + 1:] if prefix else path
+                if "/" in rel and not recursive:
+                    d = (prefix + "/" if prefix else "") + rel.split("/")[0]
+                    if d not in dirs:
+                        dirs.add(d)
+                        out.append({"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0,
+                                    "path": d})
+                    continue
+                out.append(entry(path, files[path]))
+            return self._json(h, head, out)
+        siblings = []
+        for path in sorted(files):
+            e = entry(path, files[path])
+            s = {"rfilename": path, "size": e["size"], "blobId": e["oid"]}
+            if "lfs" in e:
+                s["lfs"] = {"sha256": e["lfs"]["oid"], "size": e["size"], "pointerSize": 134}
+            siblings.append(s)
+        info = {"_id": repo.id, "id": repo.id, "modelId": repo.id, "sha": sha, "private": repo.private,
+                "gated": "auto" if repo.gated else False, "disabled": False, "siblings": siblings, "tags": [],
+                "downloads": 0, "likes": 0}
+        self._json(h, head, info)
+
+    def _resolve(self, h, head, repo, rev, path):
+        sha = repo.resolve(rev)
+        if sha is None:
+            return self._error(h, head, 404, "RevisionNotFound", f"Invalid rev id: {rev}")
+        data = repo.commits[sha].get(path)
+        if data is None:
+            return self._error(h, head, 404, "EntryNotFound", f"{path} does not exist on \"{rev}\"")
+        common = [("X-Repo-Commit", sha), ("Accept-Ranges", "bytes")]
+        if is_lfs(path):
+            digest = hashlib.sha256(data).hexdigest()
+            return self._reply(h, head, 302, b"Found. Redirecting",
+                               [*common, ("Location", f"{self.cdn}/cdn/{digest}"),
+                                ("X-Linked-Etag", f'"{digest}"'), ("X-Linked-Size", str(len(data))),
+                                ("ETag", f'"{digest}"')])
+        self._ranged(h, head, data, f'"{git_blob_id(data)}"', common)
+
+    def _cdn(self, h, head, digest):
+        data = next((b for r in list(self.repos.values()) for c in list(r.commits.values()) for p, b in c.items()
+                     if is_lfs(p) and hashlib.sha256(b).hexdigest() == digest), None)
+        if data is None:
+            return self._reply(h, head, 404, b"NoSuchKey")
+        if self.corrupt:
+            data = data[:-1] + bytes([data[-1] ^ 0xFF])  # in the last tensor's bytes, not the header
+        self._ranged(h, head, data, f'"{digest}"', [])
+
+    def _ranged(self, h, head, data, etag, headers):
+        rng, if_range = h.headers.get("Range"), h.headers.get("If-Range")
+        start, end, status = 0, len(data), 200
+        if rng and (if_range is None or if_range == etag):
+            a, _, z = rng.split("=", 1)[1].partition("-")
+            start = int(a)
+            end = min(int(z) + 1, len(data)) if z else len(data)
+            if start >= len(data):
+                return self._reply(h, head, 416, b"", [("Content-Range", f"bytes */{len(data)}")])
+            status = 206
+        drop = None
+        with self.lock:
+            if not head and self.drop_after is not None and self.drop_times > 0 and end - start > self.drop_after:
+                self.drop_times -= 1
+                drop = self.drop_after
+        h.send_response(status)
+        for k, v in headers:
+            h.send_header(k, v)
+        h.send_header("ETag", etag)
+        h.send_header("Accept-Ranges", "bytes")
+        if status == 206:
+            h.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+        h.send_header("Content-Length", str(end - start))
+        body = b"" if head else data[start:end]
+        if drop is not None:
+            body = body[:drop]
+        self._record(h, head, status, len(body))  # before the client can hear the answer
+        h.end_headers()
+        with contextlib.suppress(OSError):
+            h.wfile.write(body)
+            h.wfile.flush()
+        if drop is not None:
+            h.close_connection = True
+            with contextlib.suppress(OSError):
+                h.connection.shutdown(socket.SHUT_RDWR)

@@ -1,0 +1,325 @@
+"""hf://org/name[@revision][/path]: a Hugging Face Hub repo as a source,
+against the test Hub (hub.py) through HF_ENDPOINT, with the Hub's own cache
+shared with huggingface_hub in both directions."""
+import fcntl
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import BIN, same_dict  # noqa: E402
+from hub import HubServer  # noqa: E402
+
+
+def checkpoint(tmp, layers=10, width=512, shard="6MB"):
+    """A sharded safetensors model (huggingface_hub's save_torch_state_dict)
+    of about 4 × layers × width² bytes, as {path: bytes}, and its state dict."""
+    from huggingface_hub import save_torch_state_dict
+    g = torch.Generator().manual_seed(1)
+    sd = {f"layers.{i}.{k}": torch.randn(width, width, generator=g) for i in range(layers) for k in ("q", "k")}
+    sd["norm"] = torch.randn(width, generator=g).to(torch.bfloat16)
+    d = tmp / "model"
+    d.mkdir()
+    save_torch_state_dict(sd, d, max_shard_size=shard)
+    files = {p.name: p.read_bytes() for p in d.iterdir()}
+    files["config.json"] = b'{"model_type": "llama"}'
+    return files, sd
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return checkpoint(tmp_path_factory.mktemp("hf"))
+
+
+@pytest.fixture()
+def hub(model):
+    files, _ = model
+    with HubServer() as h:
+        h.add("org/model", files)
+        h.add("org/gated", files, gated=True, tokens={"hf_good"})
+        h.add("org/private", files, private=True, tokens={"hf_good"})
+        yield h
+
+
+@pytest.fixture()
+def env(hub, tmp_path):
+    e = dict(os.environ, HF_ENDPOINT=hub.endpoint, HF_HUB_CACHE=str(tmp_path / "cache"), HF_HOME=str(tmp_path / "home"),
+             HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_TELEMETRY="1")
+    for k in ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_TOKEN_PATH"):
+        e.pop(k, None)
+    return e
+
+
+def ckpt(env, *args, **kw):
+    return subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, env=env, **kw)
+
+
+def py(env, code):
+    """Python (ckpt or huggingface_hub) in a fresh process with `env`."""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+LOAD = ("import ckpt, torch, sys; sd = ckpt.load(sys.argv[1] if len(sys.argv) > 1 else 'hf://org/model'); "
+        "torch.save(sd, {out!r})")
+
+
+def load(env, tmp_path, name="hf://org/model"):
+    out = tmp_path / f"sd{len(list(tmp_path.glob('sd*')))}.pt"
+    r = subprocess.run([sys.executable, "-c", LOAD.format(out=str(out)), name], capture_output=True, text=True,
+                       env=env)
+    return r, (torch.load(out) if r.returncode == 0 else None)
+
+
+def repo_dir(env, repo="org/model"):
+    return Path(env["HF_HUB_CACHE"]) / ("models--" + repo.replace("/", "--"))
+
+
+def test_inspect_reads_only_headers(hub, env, model):
+    files, sd = model
+    total = sum(len(b) for b in files.values())
+    assert total > 20e6 and sum(n.endswith(".safetensors") for n in files) >= 4
+    r = ckpt(env, "inspect", "hf://org/model")
+    assert r.returncode == 0, r.stderr
+    assert f"{len(sd)} tensors" in r.stdout
+    sha = hub.repos["org/model"].branches["main"]
+    assert f"hf://org/model@{sha}/model-00001-of-" in r.stdout  # the files of one commit
+    assert hub.sent() < 200_000, hub.requests
+    assert not list(repo_dir(env).glob("blobs/*.incomplete"))
+
+
+def test_load_fills_the_hub_cache_for_huggingface_hub(hub, env, model, tmp_path):
+    files, sd = model
+    r, got = load(env, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert same_dict(got, sd)
+    sha = hub.repos["org/model"].branches["main"]
+    snap = repo_dir(env) / "snapshots" / sha
+    assert (repo_dir(env) / "refs" / "main").read_text() == sha
+    for name in files:
+        if name.endswith(".safetensors") or name.endswith(".json") and name != "config.json":
+            assert (snap / name).is_symlink() and os.readlink(snap / name).startswith("../../blobs/")
+            assert (snap / name).read_bytes() == files[name]
+    blob = hashlib.sha256(files["model-00001-of-00004.safetensors"]).hexdigest()
+    assert (repo_dir(env) / "blobs" / blob).is_file()
+    # huggingface_hub finds them offline, with no request.
+    hub.clear_log()
+    out = py(dict(env, HF_HUB_OFFLINE="1"),
+             "from huggingface_hub import hf_hub_download as d, snapshot_download as s; "
+             "print(d('org/model', 'model-00002-of-00004.safetensors', local_files_only=True)); "
+             "print(d('org/model', 'model.safetensors.index.json'))")
+    first, second = out.split()
+    assert Path(first).read_bytes() == files["model-00002-of-00004.safetensors"]
+    assert Path(second).read_bytes() == files["model.safetensors.index.json"]
+    assert hub.requests == []
+
+
+def test_reads_what_huggingface_hub_downloaded_without_a_request(hub, env, model, tmp_path):
+    files, sd = model
+    py(env, "from huggingface_hub import snapshot_download as s; s('org/model')")
+    sha = hub.repos["org/model"].branches["main"]
+    hub.clear_log()
+    r, got = load(env, tmp_path, f"hf://org/model@{sha}")
+    assert r.returncode == 0, r.stderr
+    assert same_dict(got, sd) and hub.requests == []
+    r, got = load(dict(env, HF_HUB_OFFLINE="1"), tmp_path)  # the branch from refs/main
+    assert r.returncode == 0, r.stderr
+    assert same_dict(got, sd) and hub.requests == []
+    r, got = load(env, tmp_path)  # online, a branch: the API's commit, then the snapshot
+    assert r.returncode == 0, r.stderr
+    assert same_dict(got, sd)
+    assert [q[1].split("?")[0] for q in hub.requests] == ["/api/models/org/model/revision/main"]
+
+
+def test_offline_with_nothing_cached(hub, env):
+    r = ckpt(dict(env, HF_HUB_OFFLINE="1"), "inspect", "hf://org/model")
+    assert r.returncode != 0 and "HF_HUB_OFFLINE" in r.stderr and "refs/main" in r.stderr
+    assert hub.requests == []
+
+
+def test_a_subfolder_and_a_file(hub, env, model, tmp_path):
+    files, sd = model
+    hub.add("org/nested", {"weights/" + k: v for k, v in files.items()} | {"README.md": b"hi"})
+    r = ckpt(env, "inspect", "hf://org/nested/weights")
+    assert r.returncode == 0 and f"{len(sd)} tensors" in r.stdout, r.stderr
+    r, got = load(env, tmp_path, "hf://org/nested@main/weights/model.safetensors.index.json")
+    assert r.returncode == 0, r.stderr
+    assert same_dict(got, sd)
+    sha = hub.repos["org/nested"].branches["main"]
+    link = repo_dir(env, "org/nested") / "snapshots" / sha / "weights" / "model-00001-of-00004.safetensors"
+    assert os.readlink(link).startswith("../../../blobs/")
+    r = ckpt(env, "inspect", "hf://org/nested/nothing-here")
+    assert r.returncode != 0
+
+
+@pytest.mark.parametrize("repo, token, status, words", [
+    ("org/gated", None, 401, ["gated", "accept its terms", "/org/gated", "HF_TOKEN"]),
+    ("org/gated", "hf_bad", 403, ["gated", "accept its terms", "/org/gated", "no access"]),
+    ("org/private", None, 401, ["private", "HF_TOKEN"]),
+])
+def test_gated_and_private(hub, env, repo, token, status, words):
+    r = ckpt(dict(env, **({"HF_TOKEN": token} if token else {})), "inspect", f"hf://{repo}")
+    assert r.returncode != 0
+    for w in words:
+        assert w in r.stderr, r.stderr
+    assert any(q[3] == status for q in hub.requests)
+
+
+def test_token_from_env_and_from_the_login_file(hub, env, model, tmp_path):
+    _, sd = model
+    r = ckpt(dict(env, HF_TOKEN="hf_good"), "inspect", "hf://org/gated")
+    assert r.returncode == 0, r.stderr
+    home = Path(env["HF_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "token").write_text("hf_good\n")
+    r, got = load(env, tmp_path, "hf://org/private")
+    assert r.returncode == 0, r.stderr
+    assert same_dict(got, sd)
+    # The token goes to the Hub, never to the CDN the Hub redirects to.
+    assert all(q[5] == "Bearer hf_good" for q in hub.requests if not q[1].startswith("/cdn/"))
+    assert all(q[5] is None for q in hub.requests if q[1].startswith("/cdn/"))
+
+
+def test_a_revision_that_moves_between_two_calls(hub, env, model, tmp_path):
+    files, sd = model
+    first = ckpt(env, "inspect", "--json", "hf://org/model")
+    moved = dict(files)
+    moved["model.safetensors"] = __import__("safetensors.torch").torch.save({"only": torch.ones(3)})
+    for k in [k for k in moved if k.startswith("model-") or k.endswith(".index.json")]:
+        del moved[k]
+    new = hub.repos["org/model"].set_branch("main", moved)
+    second = ckpt(env, "inspect", "hf://org/model")
+    assert first.returncode == 0 and second.returncode == 0, second.stderr
+    assert "1 tensors" in second.stdout or "1 tensor" in second.stdout
+    assert f"@{new}/model.safetensors" in second.stdout
+    r, got = load(env, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert list(got) == ["only"]
+    assert (repo_dir(env) / "refs" / "main").read_text() == new
+
+
+def test_a_corrupted_blob_is_refused_and_not_kept(hub, env, tmp_path):
+    hub.corrupt = True
+    r, _ = load(env, tmp_path)
+    assert r.returncode != 0
+    sha = hub.repos["org/model"].branches["main"]
+    assert "SHA-256" in r.stderr and sha in r.stderr and "model-0000" in r.stderr, r.stderr
+    assert "CHECKSUM" in r.stderr or "Checksum" in r.stderr
+    blobs = [p.name for p in (repo_dir(env) / "blobs").iterdir()]
+    assert not [b for b in blobs if len(b) == 64 or b.endswith(".incomplete")], blobs
+
+
+def test_a_connection_cut_mid_file_resumes(hub, env, model, tmp_path):
+    files, sd = model
+    hub.drop_after, hub.drop_times = 1_000_000, 2
+    r, got = load(env, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert same_dict(got, sd)
+    # Each cut body resumed where it stopped (a resumed one may be cut again: 1 MB further).
+    resumed = [q for q in hub.requests if q[1].startswith("/cdn/") and q[2] and q[2].split("=")[1].split("-")[0] in
+               ("1000000", "2000000")]
+    assert len(resumed) == 2, hub.requests
+
+
+def test_a_partial_download_resumes(hub, env, model, tmp_path):
+    files, sd = model
+    name = "model-00003-of-00004.safetensors"
+    data = files[name]
+    digest = hashlib.sha256(data).hexdigest()
+    blobs = repo_dir(env) / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / f"{digest}.incomplete").write_bytes(data[:3_000_000])
+    r, got = load(env, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert same_dict(got, sd)
+    served = [q for q in hub.requests if q[1] == f"/cdn/{digest}"]
+    assert sum(q[4] for q in served) < len(data) - 2_900_000, served
+    assert (blobs / digest).read_bytes() == data
+
+
+def test_the_hub_lock_is_honoured(hub, env, model, tmp_path):
+    files, sd = model
+    name = "model-00001-of-00004.safetensors"
+    digest = hashlib.sha256(files[name]).hexdigest()
+    locks = Path(env["HF_HUB_CACHE"]) / ".locks" / "models--org--model"
+    locks.mkdir(parents=True)
+    with open(locks / f"{digest}.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as huggingface_hub's filelock holds it while it downloads
+        out = tmp_path / "late.pt"
+        p = subprocess.Popen([sys.executable, "-c", LOAD.format(out=str(out))], env=env, stderr=subprocess.PIPE)
+        time.sleep(3)
+        assert p.poll() is None  # waiting for the lock
+        assert not (repo_dir(env) / "blobs" / digest).exists()
+        assert not (repo_dir(env) / "blobs" / f"{digest}.incomplete").exists()
+    assert p.wait(60) == 0, p.stderr.read()
+    assert same_dict(torch.load(out), sd)
+
+
+@pytest.mark.parametrize("impl", ["default", "portable"])
+def test_sha256_both_implementations_against_hashlib(hub, env, tmp_path, impl):
+    """The streaming SHA-256 (SHA-NI where the CPU has it, and the portable
+    code) agrees with hashlib's on random files of odd sizes, and catches
+    one flipped bit."""
+    import safetensors.torch as st
+    sizes = [1, 55, 64, 65, 4097, 70_001, 1_048_583, 3 * 2**20 + 17]
+    files = {f"t{n}.safetensors": st.save({"x": torch.from_numpy(__import__("numpy").frombuffer(os.urandom(n), "u1"))})
+             for n in sizes}
+    hub.add("org/odd", files)
+    e = dict(env, **({"CKPT_SHA256": "portable"} if impl == "portable" else {}))
+    code = ("import ckpt, sys\nfor n in sys.argv[1:]: ckpt.load(f'hf://org/odd/t{n}.safetensors')")
+    r = subprocess.run([sys.executable, "-c", code, *map(str, sizes)], capture_output=True, text=True, env=e)
+    assert r.returncode == 0, r.stderr
+    for name, data in files.items():
+        digest = hashlib.sha256(data).hexdigest()
+        assert (repo_dir(env, "org/odd") / "blobs" / digest).read_bytes() == data
+    hub.add("org/odd2", files)
+    hub.corrupt = True
+    r = subprocess.run([sys.executable, "-c", code.replace("org/odd", "org/odd2"), str(sizes[-1])], capture_output=True,
+                       text=True, env=e)
+    assert r.returncode != 0 and "SHA-256" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_verify_checks_the_cached_snapshot_against_the_hubs_hashes(hub, env, model, tmp_path, offline):
+    files, sd = model
+    r, _ = load(env, tmp_path)
+    assert r.returncode == 0, r.stderr
+    e = dict(env, **({"HF_HUB_OFFLINE": "1"} if offline else {}))
+    r = ckpt(e, "verify", "hf://org/model")
+    assert r.returncode == 0, r.stderr
+    shards = sum(n.endswith(".safetensors") for n in files)
+    assert f"the SHA-256 of {shards} files" in r.stdout, r.stdout
+    name = "model-00002-of-00004.safetensors"
+    blob = repo_dir(env) / "blobs" / hashlib.sha256(files[name]).hexdigest()
+    data = bytearray(blob.read_bytes())
+    data[-5] ^= 1  # one bit of the last tensor: the structure still opens
+    os.chmod(blob, 0o644)
+    blob.write_bytes(bytes(data))
+    r = ckpt(e, "verify", "hf://org/model")
+    assert r.returncode != 0 and name in r.stderr and "SHA-256" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("name", ["hf://../x", "hf://org/..", "hf://org/model/../../etc/passwd", "hf://org/model//x",
+                                  "hf://org", "hf://org/model@/x"])
+def test_names_that_leave_the_repo_are_refused(hub, env, name):
+    r = ckpt(env, "inspect", name)
+    assert r.returncode != 0 and "INVALID_ARGUMENT" in r.stderr, r.stderr
+    assert hub.requests == []
+
+
+def test_a_link_planted_in_the_cache_is_not_followed(hub, env, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    repo = repo_dir(env)
+    repo.mkdir(parents=True)
+    (repo / "blobs").symlink_to(outside)
+    r, _ = load(env, tmp_path)
+    assert r.returncode != 0 and "Hub's cache" in r.stderr, r.stderr
+    assert list(outside.iterdir()) == []
