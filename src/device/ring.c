@@ -21,6 +21,17 @@
 
 #include "device.h"
 
+ckpt_status ckpt__cuda_fail(const ckpt_device *d, ckpt_error *err, int rc, const char *tensor, const char *fmt, ...) {
+    char what[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    const char *why = d->rt.GetErrorString ? d->rt.GetErrorString(rc) : NULL;
+    ckpt_status st = rc == CKPT__CUDA_MEMORY_ALLOCATION ? CKPT_E_NO_MEMORY : CKPT_E_IO;
+    return ckpt__fail(err, st, NULL, tensor, -1, "%s: %s (cudaError %d)", what, why ? why : "unknown CUDA error", rc);
+}
+
 static ckpt__ring *ring_of(ckpt__stage *s) { return (ckpt__ring *)s; }
 
 static ckpt__slot *slot_of(ckpt__ring *r, const void *host) {

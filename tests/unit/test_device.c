@@ -117,6 +117,25 @@ static char *make_model(char **dir_out) {
     return strdup(path);
 }
 
+/* The model file, opened. */
+typedef struct model {
+    char *dir, *path;
+    ckpt_catalog *cat;
+} model;
+
+static model model_open(void) {
+    model m;
+    m.path = make_model(&m.dir);
+    assert_int_equal(ckpt_catalog_open(m.path, &m.cat, NULL), CKPT_OK);
+    return m;
+}
+
+static void model_close(model *m) {
+    ckpt_catalog_close(m->cat);
+    free(m->path);
+    scratch_free(m->dir);
+}
+
 /* The rules a round applies to the plan. */
 typedef enum transforms { AS_STORED, CAST_TRANSPOSE_SLICE } transforms;
 
@@ -185,9 +204,8 @@ static ckpt_device *open_device(unsigned slots, uint64_t slot_bytes) {
 static void test_bytes_of_every_dtype_and_transform(void **state) {
     (void)state;
     knobs(NULL, NULL, NULL);
-    char *dir, *path = make_model(&dir);
-    ckpt_catalog *cat;
-    assert_int_equal(ckpt_catalog_open(path, &cat, NULL), CKPT_OK);
+    model m = model_open();
+    ckpt_catalog *cat = m.cat;
     ckpt_device *dev = open_device(2, 64 << 10);
     for (transforms t = AS_STORED; t <= CAST_TRANSPOSE_SLICE; t++)
         for (unsigned threads = 1; threads <= 4; threads += 3) {
@@ -237,9 +255,7 @@ static void test_bytes_of_every_dtype_and_transform(void **state) {
     assert_int_equal(counters().host_allocs, 0);
     assert_int_equal(counters().streams, 0);
     assert_int_equal(counters().events, 0);
-    ckpt_catalog_close(cat);
-    free(path);
-    scratch_free(dir);
+    model_close(&m);
 }
 
 /* With slow copies, reads run ahead of them: several copies are queued on
@@ -248,9 +264,8 @@ static void test_bytes_of_every_dtype_and_transform(void **state) {
 static void test_copies_overlap_reads(void **state) {
     (void)state;
     knobs("2000", NULL, NULL);
-    char *dir, *path = make_model(&dir);
-    ckpt_catalog *cat;
-    assert_int_equal(ckpt_catalog_open(path, &cat, NULL), CKPT_OK);
+    model m = model_open();
+    ckpt_catalog *cat = m.cat;
     ckpt_device *dev = open_device(4, 64 << 10);
     ckpt_plan *host = make_plan(cat, AS_STORED), *plan = make_plan(cat, AS_STORED);
     assert_int_equal(ckpt_plan_select(host, "big", NULL), CKPT_OK);
@@ -273,9 +288,7 @@ static void test_copies_overlap_reads(void **state) {
     ckpt_plan_free(host);
     ckpt_plan_free(plan);
     ckpt_device_close(dev);
-    ckpt_catalog_close(cat);
-    free(path);
-    scratch_free(dir);
+    model_close(&m);
 }
 
 static int cancel_at_once(uint64_t done, uint64_t total, void *user) {
@@ -320,9 +333,8 @@ static void test_cancel_leaves_nothing_in_flight(void **state) {
     ckpt_catalog_close(cat);
     scratch_free(dir);
 
-    char *path2 = make_model(&dir);
-    assert_int_equal(ckpt_catalog_open(path2, &cat, NULL), CKPT_OK);
-    plan = make_plan(cat, AS_STORED);
+    model m = model_open();
+    plan = make_plan(m.cat, AS_STORED);
     bufs = device_buffers(plan, dev);
     o.threads = 1;
     o.item_done = cancel_first_item;
@@ -332,9 +344,7 @@ static void test_cancel_leaves_nothing_in_flight(void **state) {
     free_buffers(bufs, ckpt_plan_count(plan));
     ckpt_plan_free(plan);
     ckpt_device_close(dev);
-    ckpt_catalog_close(cat);
-    free(path2);
-    scratch_free(dir);
+    model_close(&m);
 }
 
 /* A copy that fails — in the stream (CUDA's sticky error, seen at the
@@ -342,9 +352,8 @@ static void test_cancel_leaves_nothing_in_flight(void **state) {
  * the byte range of the copy that broke, with no copy left in flight. */
 static void test_failed_copy_names_tensor_and_range(void **state) {
     (void)state;
-    char *dir, *path = make_model(&dir);
-    ckpt_catalog *cat;
-    assert_int_equal(ckpt_catalog_open(path, &cat, NULL), CKPT_OK);
+    model m = model_open();
+    ckpt_catalog *cat = m.cat;
     for (int sync = 0; sync < 2; sync++) {
         knobs("500", "3", sync ? "1" : NULL);
         ckpt_device *dev = open_device(2, 64 << 10);
@@ -365,9 +374,7 @@ static void test_failed_copy_names_tensor_and_range(void **state) {
         ckpt_plan_free(plan);
         ckpt_device_close(dev);
     }
-    ckpt_catalog_close(cat);
-    free(path);
-    scratch_free(dir);
+    model_close(&m);
 }
 
 typedef struct done_check {
@@ -388,9 +395,8 @@ static int check_item(size_t item, void *user) {
 static void test_item_done_after_copies(void **state) {
     (void)state;
     knobs("1000", NULL, NULL);
-    char *dir, *path = make_model(&dir);
-    ckpt_catalog *cat;
-    assert_int_equal(ckpt_catalog_open(path, &cat, NULL), CKPT_OK);
+    model m = model_open();
+    ckpt_catalog *cat = m.cat;
     ckpt_device *dev = open_device(8, 64 << 10);
     ckpt_plan *host = make_plan(cat, AS_STORED), *plan = make_plan(cat, AS_STORED);
     done_check d = {plan, host_load(host), device_buffers(plan, dev), 0};
@@ -408,9 +414,7 @@ static void test_item_done_after_copies(void **state) {
     ckpt_plan_free(host);
     ckpt_plan_free(plan);
     ckpt_device_close(dev);
-    ckpt_catalog_close(cat);
-    free(path);
-    scratch_free(dir);
+    model_close(&m);
 }
 
 /* No runtime, no device, no such device, a bad name: clear statuses that
