@@ -5,6 +5,7 @@
  * cancellation and failed copies with no copy left in flight, and a
  * runtime that is absent. */
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -381,13 +382,13 @@ typedef struct done_check {
     ckpt_plan *plan;
     unsigned char **want;
     void **bufs;
-    size_t calls;
+    atomic_size_t calls; /* item_done runs on the engine's threads */
 } done_check;
 
 static int check_item(size_t item, void *user) {
     done_check *d = user;
     const ckpt_plan_item *it = ckpt_plan_item_at(d->plan, item);
-    d->calls++;
+    atomic_fetch_add(&d->calls, 1);
     return memcmp(d->bufs[item], d->want[item], it->nbytes) != 0; /* not there yet: cancel */
 }
 
@@ -407,7 +408,7 @@ static void test_item_done_after_copies(void **state) {
     ckpt_error err;
     ckpt_status st = ckpt_load(plan, &o, &err);
     if (st) fail_msg("%s", err.message);
-    assert_int_equal(d.calls, ckpt_plan_count(plan));
+    assert_int_equal(atomic_load(&d.calls), ckpt_plan_count(plan));
     for (size_t i = 0; i < ckpt_plan_count(plan); i++) free(d.want[i]);
     free(d.want);
     free_buffers(d.bufs, ckpt_plan_count(plan));
