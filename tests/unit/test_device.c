@@ -9,8 +9,10 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "ckpt_collective.h"
 #include "ckpt_device.h"
 #include "helpers.h"
+#include "threadcomm.h"
 
 /* The stand-in's own calls (its "device" memory is host memory). */
 typedef struct standin_counters {
@@ -418,6 +420,44 @@ static void test_item_done_after_copies(void **state) {
     model_close(&m);
 }
 
+/* A collective load that exchanges bytes between ranks broadcasts into
+ * host memory: device items are refused, by name, on every rank, before
+ * any copy. */
+typedef struct collective_case {
+    ckpt_catalog *cat;
+    ckpt_device *dev;
+    ckpt_comm comms[THREADCOMM_MAX];
+    ckpt_status st[2];
+    ckpt_error err[2];
+} collective_case;
+
+static void collective_rank(int rank, void *user) {
+    collective_case *c = user;
+    ckpt_plan *plan = make_plan(c->cat, AS_STORED);
+    assert_int_equal(ckpt_plan_select(plan, "big", NULL), CKPT_OK);
+    void **bufs = device_buffers(plan, c->dev);
+    c->st[rank] = ckpt_load_collective(plan, NULL, &c->comms[rank], NULL, NULL, &c->err[rank]);
+    free_buffers(bufs, 1);
+    ckpt_plan_free(plan);
+}
+
+static void test_collective_load_refuses_device_items(void **state) {
+    (void)state;
+    knobs(NULL, NULL, NULL);
+    model m = model_open();
+    collective_case c = {.cat = m.cat, .dev = open_device(2, 64 << 10)};
+    threadcomm *t = threadcomm_create(2, c.comms);
+    threadcomm_run(2, collective_rank, &c);
+    for (int r = 0; r < 2; r++) {
+        assert_int_not_equal(c.st[r], CKPT_OK);
+        assert_non_null(strstr(c.err[r].message, "host buffer"));
+    }
+    assert_int_equal(counters().copies, 0);
+    threadcomm_free(t);
+    ckpt_device_close(c.dev);
+    model_close(&m);
+}
+
 /* No runtime, no device, no such device, a bad name: clear statuses that
  * say what was tried. */
 static void test_absent_runtime_and_devices(void **state) {
@@ -457,6 +497,7 @@ int main(void) {
         cmocka_unit_test(test_cancel_leaves_nothing_in_flight),
         cmocka_unit_test(test_failed_copy_names_tensor_and_range),
         cmocka_unit_test(test_item_done_after_copies),
+        cmocka_unit_test(test_collective_load_refuses_device_items),
         cmocka_unit_test(test_absent_runtime_and_devices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
