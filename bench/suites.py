@@ -146,6 +146,13 @@ PENDING_RERUN = {
     "distributed": "needs 4 torch ranks over a 4 GB file, Run:ai's distributed streamer and Open MPI",
     "amplification": "the hardened suite builds the baseline commit 45ea70f beside this one; the quick suites were rerun on 7efb718, this one was not before the round ended",
     "journal fuzz": "a 10-minute fuzz campaign on a quiet machine; the quick suites were rerun on 7efb718, this one was not before the round ended",
+    "open": "issue 28 §3's public value API and GGUF key-values as values land this round (helpers must not benchmark on the shared machine); one rerun follows the merge",
+    "torch_read": "issue 28 §3's public value API and GGUF key-values as values land this round (helpers must not benchmark on the shared machine); one rerun follows the merge",
+    "python": "issue 28 §3's public value API and GGUF key-values as values land this round (helpers must not benchmark on the shared machine); one rerun follows the merge",
+    "convert": "issue 28 §3's public value API and GGUF key-values as values land this round (helpers must not benchmark on the shared machine); one rerun follows the merge",
+    "torch_convert": "issue 28 §3's public value API and GGUF key-values as values land this round (helpers must not benchmark on the shared machine); one rerun follows the merge",
+    "crc": "issue 28 §3's public value API and GGUF key-values as values land this round (helpers must not benchmark on the shared machine); one rerun follows the merge",
+    "load 2 GB": "issue 28 §3's public value API and GGUF key-values as values land this round (helpers must not benchmark on the shared machine); one rerun follows the merge",
 }
 
 

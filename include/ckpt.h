@@ -905,6 +905,105 @@ CKPT_API const char *ckpt_catalog_index_path(const ckpt_catalog *catalog);
  */
 CKPT_API const char *ckpt_catalog_tree_json(const ckpt_catalog *catalog);
 
+/*
+ * ---- The object tree as values ----------------------------------------------
+ *
+ * The same tree as ckpt_catalog_tree_json, read without JSON: a value is
+ * an opaque handle (ckpt_value) whose kind says which accessors apply.
+ * Values are read-only and live as long as the catalog (ckpt_catalog_tree)
+ * or the plan (ckpt_plan_tree, below) that gave them; they may be read from any
+ * thread.  An accessor asked of a value of another kind gives its zero
+ * (false, 0, NULL), never a crash; a NULL value is of kind CKPT_VALUE_NULL.
+ *
+ * A tree may nest as deep as its reader allowed (ckpt_catalog_options): a
+ * walker that must run on a small stack keeps its levels on the heap.
+ *
+ * Kind                 what it holds                       its JSON (ckpt_catalog_tree_json)
+ *   NULL, BOOL         None, a bool                        null, true
+ *   INT, FLOAT         an int64, a double                  1, 1.0 (non-finite: {"__float__": "nan"})
+ *   NUMBER             a number from JSON text, as written  the text
+ *   STRING             UTF-8 text                          "s"
+ *   BYTES              bytes                               {"__bytes__": "<hex>"}
+ *   BIGINT             an int beyond int64: its bytes,      {"__int_le__": "<hex>"}
+ *                      little-endian two's complement
+ *   TENSOR             a tensor, by name                   {"__tensor__": "name"}
+ *   GLOBAL             a class or function, "module.name"   {"__global__": "module.name"}
+ *   LIST               items                               [a, b]
+ *   TUPLE              items; a class ("torch.Size")       {["__class__": c, ]"__tuple__": [...]}
+ *   SET                items                               {"__set__": [...]}
+ *   CALL               a reconstructor call: its callable   {"__call__": "module.name", "args": [...]
+ *                      (the class), args as items, a state  [, "state": s]}
+ *   DICT               key/value pairs in order (keys of    {["__class__": c, ]"__dict__": [[k, v], ...]
+ *                      any scalar kind); a class            [, "__state__": s]}
+ *                      ("collections.OrderedDict"), a state
+ *   OBJECT             string-keyed pairs in order: any     {"key": value, ...}
+ *                      other JSON object ({"__shards__": […]})
+ */
+typedef struct ckpt_value ckpt_value;
+
+typedef enum ckpt_value_kind {
+    CKPT_VALUE_NULL = 0,
+    CKPT_VALUE_BOOL = 1,
+    CKPT_VALUE_INT = 2,
+    CKPT_VALUE_FLOAT = 3,
+    CKPT_VALUE_NUMBER = 4,
+    CKPT_VALUE_STRING = 5,
+    CKPT_VALUE_BYTES = 6,
+    CKPT_VALUE_BIGINT = 7,
+    CKPT_VALUE_TENSOR = 8,
+    CKPT_VALUE_GLOBAL = 9,
+    CKPT_VALUE_LIST = 10,
+    CKPT_VALUE_TUPLE = 11,
+    CKPT_VALUE_SET = 12,
+    CKPT_VALUE_CALL = 13,
+    CKPT_VALUE_DICT = 14,
+    CKPT_VALUE_OBJECT = 15,
+} ckpt_value_kind;
+
+/* The catalog's object tree (what ckpt_catalog_tree_json writes), or NULL
+ * when it has none (safetensors). */
+CKPT_API const ckpt_value *ckpt_catalog_tree(const ckpt_catalog *catalog);
+
+/* The value's kind (CKPT_VALUE_NULL for NULL). */
+CKPT_API ckpt_value_kind ckpt_value_kind_of(const ckpt_value *value);
+
+/* A BOOL's truth (1 or 0); an INT's value; a FLOAT's value. */
+CKPT_API int ckpt_value_bool(const ckpt_value *value);
+CKPT_API int64_t ckpt_value_int(const ckpt_value *value);
+CKPT_API double ckpt_value_float(const ckpt_value *value);
+
+/*
+ * The text of a STRING (UTF-8), a NUMBER (as written), a TENSOR (the
+ * tensor's name: the catalog's for ckpt_catalog_tree, the output's for
+ * ckpt_plan_tree) or a GLOBAL ("module.name"), and the bytes of a BYTES or
+ * a BIGINT (little-endian two's complement); *len (when not NULL) is their
+ * length.  The bytes are followed by a NUL, which a STRING or a BYTES may
+ * also hold.  NULL (and *len 0) for another kind.
+ */
+CKPT_API const char *ckpt_value_text(const ckpt_value *value, size_t *len);
+
+/* The number of items of a LIST, TUPLE, SET or CALL (its args), or of
+ * pairs of a DICT or OBJECT; 0 for another kind. */
+CKPT_API size_t ckpt_value_len(const ckpt_value *value);
+
+/* Item i of a LIST, TUPLE, SET or CALL (arg i); NULL out of range. */
+CKPT_API const ckpt_value *ckpt_value_item(const ckpt_value *value, size_t i);
+
+/* The key and the value of pair i of a DICT (keys of the kinds torch
+ * kept: INT, STRING, …) or an OBJECT (its keys are STRINGs); NULL out of
+ * range. */
+CKPT_API const ckpt_value *ckpt_value_key(const ckpt_value *value, size_t i);
+CKPT_API const ckpt_value *ckpt_value_at(const ckpt_value *value, size_t i);
+
+/* The class torch.load gives a TUPLE or a DICT ("torch.Size",
+ * "collections.OrderedDict"), or a CALL's callable ("module.name"); NULL
+ * for a plain tuple or dict and for other kinds. */
+CKPT_API const char *ckpt_value_class(const ckpt_value *value);
+
+/* The state a DICT (an OrderedDict's _metadata) or a CALL was given by
+ * pickle's BUILD, or NULL. */
+CKPT_API const ckpt_value *ckpt_value_state(const ckpt_value *value);
+
 /* The value of `key` in the `__metadata__` of data file `file` alone (a
  * shard's own map), or NULL. */
 CKPT_API const char *ckpt_catalog_file_metadata(const ckpt_catalog *catalog, size_t file, const char *key);
@@ -1736,6 +1835,15 @@ CKPT_API const ckpt_plan_item *ckpt_plan_find(const ckpt_plan *plan, const char 
  * library reads is given back as it is.
  */
 CKPT_API ckpt_status ckpt_plan_tree_json(const ckpt_plan *plan, const char *tree_json, char **json, ckpt_error *err);
+
+/*
+ * The catalog's object tree as the plan's output has it (what
+ * ckpt_plan_tree_json gives with no tree_json, as values): *tree is NULL
+ * when the catalog has none.  Each call makes the parts the plan changes
+ * anew in the plan's memory, which holds them until ckpt_plan_free: call
+ * it once the rules are set.  CKPT_E_NO_MEMORY.
+ */
+CKPT_API ckpt_status ckpt_plan_tree(ckpt_plan *plan, const ckpt_value **tree, ckpt_error *err);
 
 /*
  * Loads item i into the caller's `buffer` (any alignment) of `capacity`

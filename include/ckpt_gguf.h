@@ -106,7 +106,8 @@ CKPT_API ckpt_dtype ckpt_dtype_from_ggml_type(uint32_t ggml_type);
  * destination, and the file is byte for byte the script's.
  *
  *   architecture  config.json's architectures[0]: LlamaForCausalLM or
- *                 MistralForCausalLM (llama), Qwen2ForCausalLM (qwen2);
+ *                 MistralForCausalLM (llama), Qwen2ForCausalLM (qwen2),
+ *                 Qwen3ForCausalLM (qwen3), Phi3ForCausalLM (phi3);
  *                 another is refused by name (CKPT_E_INVALID_ARGUMENT)
  *   tensors       llama.cpp's names (blk.N.attn_q.weight, …); the rows of
  *                 Q and K reordered as the script reorders them for llama's RoPE,
@@ -116,11 +117,14 @@ CKPT_API ckpt_dtype ckpt_dtype_from_ggml_type(uint32_t ggml_type);
  *   key-values    general.* (general.name from the directory's name, as the
  *                 script titles it; general.size_label from the parameter
  *                 count), the architecture's hyper-parameters from
- *                 config.json, general.file_type; the tokenizer from
- *                 tokenizer.json and tokenizer_config.json (byte-level BPE:
- *                 tokens, token types, merges, the pre-tokenizer's name,
- *                 special token ids, whether BOS/EOS/SEP are added, the chat
- *                 template)
+ *                 config.json (linear and yarn RoPE scaling included),
+ *                 general.file_type; the tokenizer: SentencePiece's
+ *                 tokenizer.model (tokens, scores, token types) where the
+ *                 directory has one, else tokenizer.json's byte-level BPE
+ *                 (tokens, token types, merges, the pre-tokenizer's name);
+ *                 then, from tokenizer.json and tokenizer_config.json,
+ *                 special token ids, whether BOS/EOS/SEP are added, the
+ *                 chat template
  *
  * `dtype`: CKPT_F32, CKPT_F16, CKPT_BF16 or CKPT_Q8_0 (the script's
  * --outtype), or CKPT_DTYPE_INVALID for its `auto` (the first matrix's bf16
@@ -128,9 +132,12 @@ CKPT_API ckpt_dtype ckpt_dtype_from_ggml_type(uint32_t ggml_type);
  * of its own.  Errors name the file and the key: a missing config.json or
  * tokenizer.json (CKPT_E_NOT_FOUND), a hyper-parameter that contradicts a
  * tensor's shape, a tensor the architecture has no name for, a tokenizer
- * ckpt does not convert (SentencePiece's tokenizer.model, a pre-tokenizer
- * llama.cpp knows under no name ckpt knows), a RoPE type other than
- * "default".  *metadata_json is malloc'ed (ckpt_free).
+ * ckpt does not convert (a tokenizer.model that is no SentencePiece model,
+ * a pre-tokenizer llama.cpp knows under no name ckpt knows), RoPE the
+ * script makes tensors of (llama3's rope_freqs, longrope's factors) or a
+ * RoPE type other than default, linear and yarn, a variant the script
+ * converts otherwise (a Qwen3 reranker, CodeLlama's vocab_size 32016).
+ * *metadata_json is malloc'ed (ckpt_free).
  */
 CKPT_API ckpt_status ckpt_gguf_llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt_dtype dtype,
                                              char **metadata_json, ckpt_error *err);

@@ -698,7 +698,7 @@ const char *ckpt_catalog_tree_json(const ckpt_catalog *c) {
     return none;
 }
 
-const ckpt__value *ckpt__catalog_tree(const ckpt_catalog *c) { return c->tree; }
+const ckpt_value *ckpt_catalog_tree(const ckpt_catalog *c) { return c ? c->tree : NULL; }
 size_t ckpt_catalog_metadata_count(const ckpt_catalog *c) { return c ? c->meta.count : 0; }
 
 ckpt_status ckpt_catalog_metadata_entry(const ckpt_catalog *c, size_t i, const char **key, const char **value) {

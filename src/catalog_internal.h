@@ -29,9 +29,6 @@ CKPT__HIDDEN ckpt__source *ckpt__catalog_source(const ckpt_catalog *catalog, siz
  * one of the catalog's. */
 CKPT__HIDDEN size_t ckpt__catalog_index_of(const ckpt_catalog *catalog, const ckpt_tensor_info *tensor);
 
-/* The object tree (ckpt_catalog_tree_json) as values, or NULL. */
-CKPT__HIDDEN const ckpt__value *ckpt__catalog_tree(const ckpt_catalog *catalog);
-
 /* Where the i-th tensor's bytes lie: *count pieces that tile it. */
 CKPT__HIDDEN const ckpt__piece *ckpt__catalog_pieces(const ckpt_catalog *catalog, size_t tensor, uint32_t *count);
 

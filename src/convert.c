@@ -105,7 +105,7 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
     if (torch_source(c)) {
         st = ckpt_writer_set_metadata(w, "format", "pt", err);
         if (st == CKPT_OK)
-            st = hand_tree(p, w, ckpt__catalog_tree(c), CKPT__TREE_UNLESS_STATE_DICT, CKPT_TREE_METADATA_KEY, true, err);
+            st = hand_tree(p, w, ckpt_catalog_tree(c), CKPT__TREE_UNLESS_STATE_DICT, CKPT_TREE_METADATA_KEY, true, err);
     }
     if (ckpt_catalog_format(c) == CKPT_FORMAT_FLAX_MSGPACK) {
         /* As transformers' Flax models save safetensors; the document's
@@ -113,7 +113,7 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
          * dicts; step counters and hyper-parameters are kept). */
         st = ckpt_writer_set_metadata(w, "format", "flax", err);
         if (st == CKPT_OK)
-            st = hand_tree(p, w, ckpt__catalog_tree(c), CKPT__TREE_UNLESS_SPLIT_NAMES, CKPT_STRUCTURE_METADATA_KEY, true, err);
+            st = hand_tree(p, w, ckpt_catalog_tree(c), CKPT__TREE_UNLESS_SPLIT_NAMES, CKPT_STRUCTURE_METADATA_KEY, true, err);
     }
     size_t n = ckpt_catalog_metadata_count(c);
     meta_entry *order = st == CKPT_OK ? ckpt__malloc((n ? n : 1) * sizeof *order) : NULL;
@@ -129,7 +129,7 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
     for (size_t i = 0; st == CKPT_OK && i < n; i++) {
         const char *key = order[i].key, *value = order[i].value;
         bool own = checkpoint_entry(c, key);
-        if (!strcmp(key, CKPT_TREE_METADATA_KEY) && !ckpt__catalog_tree(c))
+        if (!strcmp(key, CKPT_TREE_METADATA_KEY) && !ckpt_catalog_tree(c))
             st = hand_recorded_tree(p, w, key, value, own, err);
         else
             st = own ? ckpt_writer_set_checkpoint_metadata(w, key, value, err) : ckpt_writer_set_metadata(w, key, value, err);

@@ -303,8 +303,17 @@ ckpt_status ckpt__tree_for_plan(const ckpt_plan *p, const ckpt__value *tree, ckp
     return CKPT_OK;
 }
 
-ckpt_status ckpt__plan_tree(const ckpt_plan *p, ckpt__arena *arena, ckpt__value **out, ckpt_error *err) {
-    return ckpt__tree_for_plan(p, ckpt__catalog_tree(p->catalog), CKPT__TREE_ALWAYS, arena, out, err);
+/* The catalog's own tree as the plan's output has it, or NULL. */
+static ckpt_status plan_tree(const ckpt_plan *p, ckpt__arena *arena, ckpt__value **out, ckpt_error *err) {
+    return ckpt__tree_for_plan(p, ckpt_catalog_tree(p->catalog), CKPT__TREE_ALWAYS, arena, out, err);
+}
+
+ckpt_status ckpt_plan_tree(ckpt_plan *p, const ckpt_value **tree, ckpt_error *err) {
+    if (!p || !tree) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan and tree are required");
+    ckpt__value *made = NULL;
+    ckpt_status st = plan_tree(p, &p->arena, &made, err);
+    *tree = made;
+    return st;
 }
 
 ckpt_status ckpt_plan_tree_json(const ckpt_plan *p, const char *tree_json, char **json, ckpt_error *err) {
@@ -319,7 +328,7 @@ ckpt_status ckpt_plan_tree_json(const ckpt_plan *p, const char *tree_json, char 
         return *json ? CKPT_OK : ckpt__oom(err, NULL, "the object tree");
     }
     ckpt_status st = tree_json ? ckpt__tree_for_plan(p, given, CKPT__TREE_ALWAYS, &arena, &filtered, err)
-                               : ckpt__plan_tree(p, &arena, &filtered, err);
+                               : plan_tree(p, &arena, &filtered, err);
     if (st == CKPT_OK && filtered && !(*json = ckpt__value_json_text(filtered)))
         st = ckpt__oom(err, NULL, "the object tree");
     ckpt__arena_free(&arena);

@@ -40,10 +40,4 @@ typedef enum ckpt__tree_rule {
 CKPT__HIDDEN ckpt_status ckpt__tree_for_plan(const ckpt_plan *plan, const ckpt__value *tree, ckpt__tree_rule rule,
                                              ckpt__arena *arena, ckpt__value **out, ckpt_error *err);
 
-/* The catalog's own tree as the plan's output has it (what
- * ckpt_plan_tree_json gives for it, as values), or NULL: the Python
- * extension's internal path to build Python objects without JSON. */
-CKPT__HIDDEN ckpt_status ckpt__plan_tree(const ckpt_plan *plan, ckpt__arena *arena, ckpt__value **out,
-                                         ckpt_error *err);
-
 #endif

@@ -13,6 +13,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
@@ -22,7 +23,6 @@
 #include "ckpt_collective.h" /* includes ckpt.h */
 #include "ckpt_dcp.h"
 #include "ckpt_device.h"
-#include "tree_internal.h" /* the one internal path: the object tree's values (Plan.tree) */
 
 static PyObject *Error;          /* ckpt.Error, the base of every ckpt exception */
 static PyTypeObject *TensorRowType; /* named rows of Catalog.tensors() */
@@ -1095,9 +1095,9 @@ static PyObject *Plan_last_rule(Plan *self, PyObject *unused) {
 /*
  * The Python objects json_loads gives for the JSON of a value (the schema
  * of ckpt_catalog_tree_json: {"__dict__": [[key, value], …]}, lists as
- * lists, {"__tensor__": name} …), made from the library's values without
- * the text.  The containers being filled wait on a heap stack, never on
- * the C stack, however deep the tree.
+ * lists, {"__tensor__": name} …), made from the library's values through
+ * ckpt.h's accessors, without the text.  The containers being filled wait
+ * on a heap stack, never on the C stack, however deep the tree.
  */
 
 /* {tag: value}, stealing value. */
@@ -1108,54 +1108,72 @@ static PyObject *py_tagged(const char *tag, PyObject *value) {
     return d;
 }
 
-static PyObject *py_hex(const char *tag, const ckpt__value *v) {
+static PyObject *py_hex(const char *tag, const ckpt_value *v) {
     static const char digits[] = "0123456789abcdef";
-    PyObject *s = PyUnicode_New((Py_ssize_t)(2 * v->u.s.len), 127);
+    size_t n;
+    const unsigned char *bytes = (const unsigned char *)ckpt_value_text(v, &n);
+    PyObject *s = PyUnicode_New((Py_ssize_t)(2 * n), 127);
     if (!s) return NULL;
     Py_UCS1 *p = PyUnicode_1BYTE_DATA(s);
-    for (size_t i = 0; i < v->u.s.len; i++) {
-        unsigned char c = (unsigned char)v->u.s.data[i];
-        p[2 * i] = (Py_UCS1)digits[c >> 4], p[2 * i + 1] = (Py_UCS1)digits[c & 15];
-    }
+    for (size_t i = 0; i < n; i++)
+        p[2 * i] = (Py_UCS1)digits[bytes[i] >> 4], p[2 * i + 1] = (Py_UCS1)digits[bytes[i] & 15];
     return py_tagged(tag, s);
 }
 
+/* The text of a text kind as a str. */
+static PyObject *py_text(const ckpt_value *v) {
+    size_t n;
+    const char *s = ckpt_value_text(v, &n);
+    return PyUnicode_FromStringAndSize(s, (Py_ssize_t)n);
+}
+
 /* A value with no items. */
-static PyObject *py_leaf(const ckpt__value *v) {
-    switch (v->kind) {
-    case CKPT__V_NULL: return Py_NewRef(Py_None);
-    case CKPT__V_BOOL: return PyBool_FromLong(v->u.b);
-    case CKPT__V_INT: return PyLong_FromLongLong(v->u.i);
-    case CKPT__V_FLOAT:
-        if (isfinite(v->u.f)) return PyFloat_FromDouble(v->u.f);
-        return py_tagged("__float__", PyUnicode_FromString(isnan(v->u.f) ? "nan" : v->u.f > 0 ? "inf" : "-inf"));
-    case CKPT__V_NUMBER: {
-        if (!strpbrk(v->u.s.data, ".eE")) return PyLong_FromString(v->u.s.data, NULL, 10);
-        PyObject *text = PyUnicode_FromStringAndSize(v->u.s.data, (Py_ssize_t)v->u.s.len), *f;
-        f = text ? PyFloat_FromString(text) : NULL;
+static PyObject *py_leaf(const ckpt_value *v) {
+    switch (ckpt_value_kind_of(v)) {
+    case CKPT_VALUE_NULL: return Py_NewRef(Py_None);
+    case CKPT_VALUE_BOOL: return PyBool_FromLong(ckpt_value_bool(v));
+    case CKPT_VALUE_INT: return PyLong_FromLongLong(ckpt_value_int(v));
+    case CKPT_VALUE_FLOAT: {
+        double f = ckpt_value_float(v);
+        if (isfinite(f)) return PyFloat_FromDouble(f);
+        return py_tagged("__float__", PyUnicode_FromString(isnan(f) ? "nan" : f > 0 ? "inf" : "-inf"));
+    }
+    case CKPT_VALUE_NUMBER: {
+        const char *digits = ckpt_value_text(v, NULL);
+        if (!strpbrk(digits, ".eE")) return PyLong_FromString(digits, NULL, 10);
+        PyObject *text = py_text(v), *f = text ? PyFloat_FromString(text) : NULL;
         Py_XDECREF(text);
         return f;
     }
-    case CKPT__V_STR: return PyUnicode_FromStringAndSize(v->u.s.data, (Py_ssize_t)v->u.s.len);
-    case CKPT__V_BYTES: return py_hex("__bytes__", v);
-    case CKPT__V_BIGINT: return py_hex("__int_le__", v);
-    case CKPT__V_TENSOR:
-        return py_tagged("__tensor__", PyUnicode_FromStringAndSize(v->u.s.data, (Py_ssize_t)v->u.s.len));
-    case CKPT__V_GLOBAL:
-        return py_tagged("__global__", PyUnicode_FromStringAndSize(v->u.s.data, (Py_ssize_t)v->u.s.len));
-    default: return PyErr_Format(PyExc_ValueError, "an object tree value of unknown kind %d", v->kind);
+    case CKPT_VALUE_STRING: return py_text(v);
+    case CKPT_VALUE_BYTES: return py_hex("__bytes__", v);
+    case CKPT_VALUE_BIGINT: return py_hex("__int_le__", v);
+    case CKPT_VALUE_TENSOR: return py_tagged("__tensor__", py_text(v));
+    case CKPT_VALUE_GLOBAL: return py_tagged("__global__", py_text(v));
+    default: return PyErr_Format(PyExc_ValueError, "an object tree value of unknown kind %d", ckpt_value_kind_of(v));
     }
 }
+
+static bool py_is_container(const ckpt_value *v) { return ckpt_value_kind_of(v) >= CKPT_VALUE_LIST; }
 
 /* A container being filled: its items' list (a LIST itself; a tuple's,
  * set's, dict's or call's tagged list), its dict (NULL for a LIST), the
  * [key, value] pair waiting for its value. */
 typedef struct py_frame {
-    const ckpt__value *v;
+    const ckpt_value *v;
+    ckpt_value_kind kind;
     PyObject *list, *dict, *pair; /* borrowed: the tree holds them */
-    uint32_t next;
+    size_t next, count;
     bool in_state;
 } py_frame;
+
+/* The frames of a walk, on the heap. */
+typedef struct py_frames {
+    py_frame *at;
+    size_t len, cap;
+} py_frames;
+
+static py_frame *py_top(py_frames *fs) { return fs->len ? &fs->at[fs->len - 1] : NULL; }
 
 /* Puts obj (stolen) where the top frame's next child goes, or as the root. */
 static int py_place(py_frame *f, PyObject **root, PyObject *obj) {
@@ -1163,10 +1181,9 @@ static int py_place(py_frame *f, PyObject **root, PyObject *obj) {
     if (!f) return *root = obj, 0;
     int rc;
     if (f->in_state) {
-        rc = PyDict_SetItemString(f->dict, f->v->kind == CKPT__V_DICT ? "__state__" : "state", obj);
-    } else if (f->v->kind == CKPT__V_OBJECT) {
-        const ckpt__value *key = ckpt__value_key(f->v, f->next - 1);
-        PyObject *k = PyUnicode_FromStringAndSize(key->u.s.data, (Py_ssize_t)key->u.s.len);
+        rc = PyDict_SetItemString(f->dict, f->kind == CKPT_VALUE_DICT ? "__state__" : "state", obj);
+    } else if (f->kind == CKPT_VALUE_OBJECT) {
+        PyObject *k = py_text(ckpt_value_key(f->v, f->next - 1));
         rc = k ? PyDict_SetItem(f->dict, k, obj) : -1;
         Py_XDECREF(k);
     } else {
@@ -1186,28 +1203,39 @@ static int py_set_text(PyObject *dict, const char *key, const char *text) {
 }
 
 /* The tag of a container's items in its dict. */
-static const char *py_items_tag(const ckpt__value *v) {
-    switch (v->kind) {
-    case CKPT__V_TUPLE: return "__tuple__";
-    case CKPT__V_SET: return "__set__";
-    case CKPT__V_DICT: return "__dict__";
-    case CKPT__V_CALL: return "args";
+static const char *py_items_tag(ckpt_value_kind kind) {
+    switch (kind) {
+    case CKPT_VALUE_TUPLE: return "__tuple__";
+    case CKPT_VALUE_SET: return "__set__";
+    case CKPT_VALUE_DICT: return "__dict__";
+    case CKPT_VALUE_CALL: return "args";
     default: return NULL;
     }
 }
 
+static int py_push(py_frames *fs, py_frame f) {
+    if (fs->len == fs->cap) {
+        size_t cap = fs->cap ? 2 * fs->cap : 16;
+        py_frame *at = PyMem_Realloc(fs->at, cap * sizeof *at);
+        if (!at) return PyErr_NoMemory(), -1;
+        fs->at = at, fs->cap = cap;
+    }
+    fs->at[fs->len++] = f;
+    return 0;
+}
+
 /* v placed: a leaf whole, a container empty with its frame pushed. */
-static int py_open(ckpt__stack *frames, PyObject **root, const ckpt__value *v) {
-    py_frame *top = ckpt__stack_top(frames);
-    if (!ckpt__value_is_container(v)) return py_place(top, root, py_leaf(v));
-    py_frame f = {.v = v};
+static int py_open(py_frames *fs, PyObject **root, const ckpt_value *v) {
+    if (!py_is_container(v)) return py_place(py_top(fs), root, py_leaf(v));
+    py_frame f = {.v = v, .kind = ckpt_value_kind_of(v), .count = ckpt_value_len(v)};
+    const char *cls = ckpt_value_class(v);
     PyObject *obj;
-    if (v->kind == CKPT__V_LIST) {
+    if (f.kind == CKPT_VALUE_LIST) {
         obj = f.list = PyList_New(0);
     } else {
         obj = f.dict = PyDict_New();
-        const char *tag = py_items_tag(v);
-        if (obj && v->cls && py_set_text(obj, v->kind == CKPT__V_CALL ? "__call__" : "__class__", v->cls) < 0)
+        const char *tag = py_items_tag(f.kind);
+        if (obj && cls && py_set_text(obj, f.kind == CKPT_VALUE_CALL ? "__call__" : "__class__", cls) < 0)
             Py_CLEAR(obj);
         if (obj && tag) {
             f.list = PyList_New(0);
@@ -1215,44 +1243,41 @@ static int py_open(ckpt__stack *frames, PyObject **root, const ckpt__value *v) {
             Py_XDECREF(f.list); /* the dict holds it */
         }
     }
-    if (!obj || py_place(top, root, obj) < 0) return -1;
-    py_frame *pushed = ckpt__stack_push(frames);
-    if (!pushed) return PyErr_NoMemory(), -1;
-    *pushed = f;
-    return 0;
+    if (!obj || py_place(py_top(fs), root, obj) < 0) return -1;
+    return py_push(fs, f);
 }
 
 /* One step of the top frame: its next item, its state, or its end. */
-static int py_step(ckpt__stack *frames, PyObject **root) {
-    py_frame *f = ckpt__stack_top(frames);
-    const ckpt__value *v = f->v;
-    if (f->in_state || (f->next == v->count && !(v->state && (v->kind == CKPT__V_DICT || v->kind == CKPT__V_CALL)))) {
-        ckpt__stack_pop(frames);
+static int py_step(py_frames *fs, PyObject **root) {
+    py_frame *f = py_top(fs);
+    const ckpt_value *v = f->v;
+    if (f->in_state || (f->next == f->count && !ckpt_value_state(v))) {
+        fs->len--;
         return 0;
     }
-    if (f->next == v->count) {
+    if (f->next == f->count) {
         f->in_state = true;
-        return py_open(frames, root, v->state);
+        return py_open(fs, root, ckpt_value_state(v));
     }
-    uint32_t i = f->next++;
-    if (v->kind == CKPT__V_DICT) {
-        PyObject *pair = PyList_New(0), *key = pair ? py_leaf(ckpt__value_key(v, i)) : NULL;
+    size_t i = f->next++;
+    if (f->kind == CKPT_VALUE_DICT) {
+        PyObject *pair = PyList_New(0), *key = pair ? py_leaf(ckpt_value_key(v, i)) : NULL;
         int rc = key && PyList_Append(pair, key) == 0 && PyList_Append(f->list, pair) == 0 ? 0 : -1;
         Py_XDECREF(key);
         Py_XDECREF(pair); /* the list holds it */
         if (rc) return -1;
         f->pair = pair;
-        return py_open(frames, root, ckpt__value_at(v, i));
+        return py_open(fs, root, ckpt_value_at(v, i));
     }
-    return py_open(frames, root, v->kind == CKPT__V_OBJECT ? ckpt__value_at(v, i) : v->u.items[i]);
+    return py_open(fs, root, f->kind == CKPT_VALUE_OBJECT ? ckpt_value_at(v, i) : ckpt_value_item(v, i));
 }
 
-static PyObject *value_to_py(const ckpt__value *v) {
-    ckpt__stack frames = CKPT__STACK(py_frame);
+static PyObject *value_to_py(const ckpt_value *v) {
+    py_frames fs = {0};
     PyObject *root = NULL;
-    int rc = py_open(&frames, &root, v);
-    while (!rc && frames.len) rc = py_step(&frames, &root);
-    ckpt__stack_free(&frames);
+    int rc = py_open(&fs, &root, v);
+    while (!rc && fs.len) rc = py_step(&fs, &root);
+    PyMem_Free(fs.at);
     if (rc) Py_CLEAR(root);
     return root;
 }
@@ -1263,14 +1288,10 @@ static PyObject *value_to_py(const ckpt__value *v) {
 static PyObject *Plan_tree(Plan *self, PyObject *unused) {
     (void)unused;
     if (!plan_ready(self)) return NULL;
-    ckpt__arena arena = {0};
-    ckpt__value *tree = NULL;
+    const ckpt_value *tree = NULL;
     ckpt_error e;
-    PyObject *out;
-    if (ckpt__plan_tree(self->plan, &arena, &tree, &e) != CKPT_OK) out = raise_ckpt(&e);
-    else out = tree ? value_to_py(tree) : Py_NewRef(Py_None);
-    ckpt__arena_free(&arena);
-    return out;
+    if (ckpt_plan_tree(self->plan, &tree, &e) != CKPT_OK) return raise_ckpt(&e);
+    return tree ? value_to_py(tree) : Py_NewRef(Py_None);
 }
 
 /* tree_json(tree=None) → the object tree `tree` (default: the catalog's)

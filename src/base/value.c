@@ -191,6 +191,7 @@ typedef struct reader {
     const ckpt__json_doc *doc;
     ckpt_error *err;
     const char *path;
+    bool raw; /* CKPT__VALUE_RAW */
     ckpt_status st;
 } reader;
 
@@ -366,8 +367,11 @@ static void read_node(reader *r, ckpt__stack *frames, uint32_t i, ckpt__value **
     case CKPT__JSON_FALSE:
         if ((v = make(r, CKPT__V_BOOL, 0))) v->u.b = n->kind == CKPT__JSON_TRUE;
         break;
-    case CKPT__JSON_NUMBER: v = number(r, n); break;
-    case CKPT__JSON_STRING: v = make_text(r, CKPT__V_STR, n->str, n->len); break;
+    case CKPT__JSON_NUMBER: v = r->raw ? make_text(r, CKPT__V_NUMBER, n->str, n->len) : number(r, n); break;
+    case CKPT__JSON_STRING:
+        if (!r->raw) v = make_text(r, CKPT__V_STR, n->str, n->len);
+        else if ((v = make(r, CKPT__V_STR, 0))) v->u.s.data = n->str, v->u.s.len = n->len; /* the text's own */
+        break;
     case CKPT__JSON_ARRAY: v = make(r, CKPT__V_LIST, n->count); break;
     default:
         if (!r->st && !(v = schema_leaf(r, i)) && !r->st && !(v = schema_container(r, i, &items, &state, &part)) &&
@@ -410,9 +414,9 @@ static void read_step(reader *r, ckpt__stack *frames) {
     if (!r->st) read_node(r, frames, value, &v->u.items[2 * i + 1]);
 }
 
-ckpt_status ckpt__value_from_doc(ckpt__arena *arena, const ckpt__json_doc *doc, ckpt__value **out, ckpt_error *err,
-                                 const char *path) {
-    reader r = {.arena = arena, .doc = doc, .err = err, .path = path};
+ckpt_status ckpt__value_from_doc(ckpt__arena *arena, const ckpt__json_doc *doc, ckpt__value_how how, ckpt__value **out,
+                                 ckpt_error *err, const char *path) {
+    reader r = {.arena = arena, .doc = doc, .err = err, .path = path, .raw = how == CKPT__VALUE_RAW};
     ckpt__stack frames = CKPT__STACK(rframe);
     *out = NULL;
     read_node(&r, &frames, 0, out);
@@ -431,7 +435,7 @@ ckpt_status ckpt__value_from_json(ckpt__arena *arena, const char *text, ckpt__va
     ckpt__json_doc doc;
     ckpt_status st = ckpt__json_parse_in(copy, len, arena->budget, &doc, &at, &why);
     if (st == CKPT_OK) {
-        st = ckpt__value_from_doc(arena, &doc, out, err, path);
+        st = ckpt__value_from_doc(arena, &doc, CKPT__VALUE_AS_READ, out, err, path);
         ckpt__json_free(&doc);
     } else if (st == CKPT_E_NO_MEMORY) {
         ckpt__fail(err, st, path, NULL, -1, "out of memory for the object tree");
@@ -443,4 +447,45 @@ ckpt_status ckpt__value_from_json(ckpt__arena *arena, const char *text, ckpt__va
     }
     free(copy);
     return st;
+}
+
+/* ---- the public accessors (ckpt.h) ------------------------------------------ */
+
+_Static_assert(CKPT_VALUE_STRING == (int)CKPT__V_STR && CKPT_VALUE_OBJECT == (int)CKPT__V_OBJECT &&
+                   CKPT_VALUE_NUMBER == (int)CKPT__V_NUMBER && CKPT_VALUE_LIST == (int)CKPT__V_LIST,
+               "the public kinds are the values' kinds");
+
+static bool has_text(const ckpt_value *v) { return v && v->kind >= CKPT__V_NUMBER && v->kind < CKPT__V_LIST; }
+static bool has_items(const ckpt_value *v) { return v && v->kind >= CKPT__V_LIST && !has_pairs(v->kind); }
+
+ckpt_value_kind ckpt_value_kind_of(const ckpt_value *v) { return v ? (ckpt_value_kind)v->kind : CKPT_VALUE_NULL; }
+int ckpt_value_bool(const ckpt_value *v) { return v && v->kind == CKPT__V_BOOL && v->u.b; }
+int64_t ckpt_value_int(const ckpt_value *v) { return v && v->kind == CKPT__V_INT ? v->u.i : 0; }
+double ckpt_value_float(const ckpt_value *v) { return v && v->kind == CKPT__V_FLOAT ? v->u.f : 0.0; }
+
+const char *ckpt_value_text(const ckpt_value *v, size_t *len) {
+    if (len) *len = has_text(v) ? v->u.s.len : 0;
+    return has_text(v) ? v->u.s.data : NULL;
+}
+
+size_t ckpt_value_len(const ckpt_value *v) { return v && ckpt__value_is_container(v) ? v->count : 0; }
+
+const ckpt_value *ckpt_value_item(const ckpt_value *v, size_t i) {
+    return has_items(v) && i < v->count ? v->u.items[i] : NULL;
+}
+
+const ckpt_value *ckpt_value_key(const ckpt_value *v, size_t i) {
+    return v && has_pairs(v->kind) && i < v->count ? ckpt__value_key(v, i) : NULL;
+}
+
+const ckpt_value *ckpt_value_at(const ckpt_value *v, size_t i) {
+    return v && has_pairs(v->kind) && i < v->count ? ckpt__value_at(v, i) : NULL;
+}
+
+const char *ckpt_value_class(const ckpt_value *v) {
+    return v && (v->kind == CKPT__V_TUPLE || v->kind == CKPT__V_DICT || v->kind == CKPT__V_CALL) ? v->cls : NULL;
+}
+
+const ckpt_value *ckpt_value_state(const ckpt_value *v) {
+    return v && (v->kind == CKPT__V_DICT || v->kind == CKPT__V_CALL) ? v->state : NULL;
 }

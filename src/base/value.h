@@ -49,8 +49,8 @@ typedef enum ckpt__value_kind {
     CKPT__V_OBJECT, /* count pairs: items alternate key (a STR), value */
 } ckpt__value_kind;
 
-typedef struct ckpt__value ckpt__value;
-struct ckpt__value {
+typedef struct ckpt_value ckpt__value; /* the public handle (ckpt.h) */
+struct ckpt_value {
     uint8_t kind;
     uint32_t count;     /* containers: items (DICT, OBJECT: pairs) */
     const char *cls;    /* TUPLE, DICT: the class torch.load gives back, or NULL; CALL: the callable */
@@ -93,11 +93,16 @@ CKPT__HIDDEN char *ckpt__value_json_text(const ckpt__value *v);
  * The value of node 0 of a parsed JSON document, in `arena`: the objects
  * of the schema above become their kinds when they have exactly its shape
  * (so that the value writes back the same text), other objects OBJECT.
- * What it takes is charged to the arena's budget (CKPT_E_LIMIT beyond it,
- * naming `path`); CKPT_E_NO_MEMORY.
+ * `how`: CKPT__VALUE_AS_READ, or CKPT__VALUE_RAW for a reader that turns
+ * them into its own types (GGUF's typed values): every number a NUMBER as
+ * written (no INT-or-FLOAT decision each), strings not copied (the
+ * document's text, decoded in place, must then live as long as the
+ * values).  What it takes is charged to the arena's budget (CKPT_E_LIMIT
+ * beyond it, naming `path`); CKPT_E_NO_MEMORY.
  */
-CKPT__HIDDEN ckpt_status ckpt__value_from_doc(ckpt__arena *arena, const ckpt__json_doc *doc, ckpt__value **out,
-                                              ckpt_error *err, const char *path);
+typedef enum ckpt__value_how { CKPT__VALUE_AS_READ, CKPT__VALUE_RAW } ckpt__value_how;
+CKPT__HIDDEN ckpt_status ckpt__value_from_doc(ckpt__arena *arena, const ckpt__json_doc *doc, ckpt__value_how how,
+                                              ckpt__value **out, ckpt_error *err, const char *path);
 /* The same from JSON text (not changed); CKPT_E_INVALID_ARGUMENT when it
  * is not JSON, naming the byte. */
 CKPT__HIDDEN ckpt_status ckpt__value_from_json(ckpt__arena *arena, const char *text, ckpt__value **out,

@@ -1,4 +1,5 @@
-/* gguf_write.c — GGUF output: key-values from typed JSON, and the header
+/* gguf_write.c — GGUF output: key-values from typed values (read from the
+ * typed JSON that metadata holds), and the header
  * layout of gguf-py's GGUFWriter (see gguf.h). */
 #include <errno.h>
 #include <math.h>
@@ -10,6 +11,7 @@
 #include "../io/file.h"
 #include "gguf.h"
 #include "../base/json.h"
+#include "../base/value.h"
 #include "output.h"
 
 enum { T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STRING, T_ARRAY, T_U64, T_I64, T_F64, T_COUNT };
@@ -27,7 +29,6 @@ static void put_str(ckpt__buf *b, const char *s, size_t n) {
 }
 
 typedef struct enc {
-    const ckpt__json_doc *doc;
     char *why;
     size_t why_len;
 } enc;
@@ -37,42 +38,34 @@ static bool fail(enc *e, const char *fmt, const char *arg) {
     return false;
 }
 
-/* The member `key` of object node `obj`, or 0. */
-static size_t member(const ckpt__json_doc *doc, size_t obj, const char *key) {
-    size_t i = obj + 1;
-    for (uint32_t k = 0; k < doc->nodes[obj].count; k++) {
-        size_t v = doc->nodes[i].end;
-        if (strcmp(doc->nodes[i].str, key) == 0) return v;
-        i = doc->nodes[v].end;
-    }
-    return 0;
+/* Whether a number's text is an integer's (no fraction, no exponent). */
+static bool is_integer_text(const char *s) { return !strpbrk(s, ".eE"); }
+
+/* The digits of an integer (a number as JSON wrote it: read_object keeps
+ * numbers as text), or NULL for any other value. */
+static const char *integer_text(const ckpt__value *n) {
+    return n->kind == CKPT__V_NUMBER && is_integer_text(n->u.s.data) ? n->u.s.data : NULL;
 }
 
-/* Numbers' text is not NUL-terminated: `len` bytes. */
-static bool is_integer_text(const ckpt__json_node *n) {
-    return n->kind == CKPT__JSON_NUMBER && !memchr(n->str, '.', n->len) && !memchr(n->str, 'e', n->len) &&
-           !memchr(n->str, 'E', n->len);
-}
-
-/* Encodes one value of a fixed-size or string type from a plain JSON node. */
-static bool encode_scalar(enc *e, ckpt__buf *out, uint32_t type, const ckpt__json_node *n) {
+/* Encodes one value of a fixed-size or string type from a plain value. */
+static bool encode_scalar(enc *e, ckpt__buf *out, uint32_t type, const ckpt__value *n) {
     if (type == T_STRING) {
-        if (n->kind != CKPT__JSON_STRING) return fail(e, "a %s value must be a JSON string", "string");
-        put_str(out, n->str, n->len);
+        if (n->kind != CKPT__V_STR) return fail(e, "a %s value must be a JSON string", "string");
+        put_str(out, n->u.s.data, n->u.s.len);
         return true;
     }
     if (type == T_BOOL) {
-        if (n->kind != CKPT__JSON_TRUE && n->kind != CKPT__JSON_FALSE) return fail(e, "a %s value must be true or false", "bool");
-        unsigned char v = n->kind == CKPT__JSON_TRUE;
+        if (n->kind != CKPT__V_BOOL) return fail(e, "a %s value must be true or false", "bool");
+        unsigned char v = n->u.b;
         put(out, &v, 1);
         return true;
     }
     if (type == T_F32 || type == T_F64) {
         double d;
-        if (n->kind == CKPT__JSON_STRING && strcmp(n->str, "nan") == 0) d = NAN;
-        else if (n->kind == CKPT__JSON_STRING && strcmp(n->str, "inf") == 0) d = INFINITY;
-        else if (n->kind == CKPT__JSON_STRING && strcmp(n->str, "-inf") == 0) d = -INFINITY;
-        else if (n->kind == CKPT__JSON_NUMBER) d = strtod(n->str, NULL);
+        if (n->kind == CKPT__V_STR && strcmp(n->u.s.data, "nan") == 0) d = NAN;
+        else if (n->kind == CKPT__V_STR && strcmp(n->u.s.data, "inf") == 0) d = INFINITY;
+        else if (n->kind == CKPT__V_STR && strcmp(n->u.s.data, "-inf") == 0) d = -INFINITY;
+        else if (n->kind == CKPT__V_NUMBER) d = strtod(n->u.s.data, NULL);
         else return fail(e, "a %s value must be a number (or \"nan\", \"inf\", \"-inf\")", ckpt__gguf_type_name(type));
         if (type == T_F32) {
             float f = (float)d;
@@ -82,84 +75,89 @@ static bool encode_scalar(enc *e, ckpt__buf *out, uint32_t type, const ckpt__jso
         }
         return true;
     }
-    if (!is_integer_text(n)) return fail(e, "a %s value must be an integer", ckpt__gguf_type_name(type));
-    bool neg = n->str[0] == '-';
+    const char *text = integer_text(n);
+    if (!text) return fail(e, "a %s value must be an integer", ckpt__gguf_type_name(type));
+    bool neg = text[0] == '-';
     errno = 0;
     char *end;
     long long sv = 0;
     unsigned long long uv = 0;
-    if (neg) sv = strtoll(n->str, &end, 10);
-    else uv = strtoull(n->str, &end, 10);
-    if (errno) return fail(e, "integer %s out of range", n->str);
+    if (neg) sv = strtoll(text, &end, 10);
+    else uv = strtoull(text, &end, 10);
+    if (errno) return fail(e, "integer %s out of range", text);
     static const struct { long long lo; unsigned long long hi; unsigned size; } range[T_COUNT] = {
         [T_U8] = {0, 255, 1}, [T_I8] = {-128, 127, 1}, [T_U16] = {0, 65535, 2}, [T_I16] = {-32768, 32767, 2},
         [T_U32] = {0, 4294967295ULL, 4}, [T_I32] = {-2147483648LL, 2147483647, 4},
         [T_U64] = {0, 18446744073709551615ULL, 8}, [T_I64] = {INT64_MIN, INT64_MAX, 8}};
     if (neg ? sv < range[type].lo : uv > range[type].hi)
-        return fail(e, "integer %s does not fit the type", n->str);
+        return fail(e, "integer %s does not fit the type", text);
     uint64_t bits = neg ? (uint64_t)sv : (uint64_t)uv;
     put(out, &bits, range[type].size); /* little-endian: the low bytes */
     return true;
 }
 
-/* The elements of an array being encoded: the next one's node, how many
- * are left, their type. */
+/* The elements of an array being encoded: its list, the next one, their
+ * type. */
 typedef struct open_elements {
-    size_t next;
-    uint32_t left;
+    const ckpt__value *list;
+    uint32_t next;
     int et;
 } open_elements;
 
-/* A typed object {"gguf_type": t, ["element": et,] "value": v} at node i,
- * `depth` arrays deep: its type number (with_type), then a scalar's
- * payload, or an array's element type and count (its elements follow:
- * *open receives them). */
-static bool encode_head(enc *e, ckpt__buf *out, size_t i, size_t depth, bool with_type, open_elements *open) {
-    const ckpt__json_doc *doc = e->doc;
-    open->left = 0;
-    if (doc->nodes[i].kind != CKPT__JSON_OBJECT) return fail(e, "%s", "an array of arrays holds typed objects");
-    size_t t = member(doc, i, CKPT_GGUF_TYPE_KEY), v = member(doc, i, "value");
-    if (!t || doc->nodes[t].kind != CKPT__JSON_STRING) return fail(e, "%s", "missing \"" CKPT_GGUF_TYPE_KEY "\"");
-    int type = type_from_name(doc->nodes[t].str);
-    if (type < 0) return fail(e, "unknown GGUF type \"%s\"", doc->nodes[t].str);
+/* The GGUF type named by member `key` of a typed object, or -1 (why set). */
+static int member_type(enc *e, const ckpt__value *v, const char *key, const char *missing) {
+    const ckpt__value *t = ckpt__value_member(v, key);
+    if (!t || t->kind != CKPT__V_STR) return fail(e, "%s", missing), -1;
+    int type = type_from_name(t->u.s.data);
+    if (type < 0) fail(e, "unknown GGUF type \"%s\"", t->u.s.data);
+    return type;
+}
+
+/* A typed object {"gguf_type": t, ["element": et,] "value": v}, `depth`
+ * arrays deep: its type number (with_type), then a scalar's payload, or an
+ * array's element type and count (its elements follow: *open receives
+ * them). */
+static bool encode_head(enc *e, ckpt__buf *out, const ckpt__value *typed, size_t depth, bool with_type,
+                        open_elements *open) {
+    open->list = NULL;
+    if (typed->kind != CKPT__V_OBJECT) return fail(e, "%s", "an array of arrays holds typed objects");
+    int type = member_type(e, typed, CKPT_GGUF_TYPE_KEY, "missing \"" CKPT_GGUF_TYPE_KEY "\"");
+    if (type < 0) return false;
+    const ckpt__value *v = ckpt__value_member(typed, "value");
     if (!v) return fail(e, "%s", "missing \"value\"");
     if (with_type) ckpt__put_le(out, (uint32_t)type, 4);
-    if (type != T_ARRAY) return encode_scalar(e, out, (uint32_t)type, &doc->nodes[v]);
-    size_t el = member(doc, i, "element");
-    if (!el || doc->nodes[el].kind != CKPT__JSON_STRING) return fail(e, "%s", "an array needs \"element\"");
-    int et = type_from_name(doc->nodes[el].str);
-    if (et < 0) return fail(e, "unknown GGUF type \"%s\"", doc->nodes[el].str);
+    if (type != T_ARRAY) return encode_scalar(e, out, (uint32_t)type, v);
+    int et = member_type(e, typed, "element", "an array needs \"element\"");
+    if (et < 0) return false;
     if (et == T_ARRAY && depth + 1 >= CKPT__GGUF_MAX_NESTING) return fail(e, "%s", "arrays nested too deep");
-    if (doc->nodes[v].kind != CKPT__JSON_ARRAY) return fail(e, "%s", "an array's \"value\" must be a JSON array");
+    if (v->kind != CKPT__V_LIST) return fail(e, "%s", "an array's \"value\" must be a JSON array");
     ckpt__put_le(out, (uint32_t)et, 4);
-    ckpt__put_le(out, doc->nodes[v].count, 8);
-    *open = (open_elements){v + 1, doc->nodes[v].count, et};
+    ckpt__put_le(out, v->count, 8);
+    *open = (open_elements){v, 0, et};
     return true;
 }
 
-/* A typed object at node i: its type number, then its payload; arrays of
- * arrays are followed on a heap stack. */
-static bool encode_typed(enc *e, ckpt__buf *out, size_t i) {
+/* A typed object: its type number, then its payload; arrays of arrays are
+ * followed on a heap stack. */
+static bool encode_typed(enc *e, ckpt__buf *out, const ckpt__value *typed) {
     ckpt__stack open = CKPT__STACK(open_elements);
     open_elements first;
-    bool ok = encode_head(e, out, i, 0, true, &first);
-    open_elements *top = ok && first.left ? ckpt__stack_push(&open) : NULL;
+    bool ok = encode_head(e, out, typed, 0, true, &first);
+    open_elements *top = ok && first.list ? ckpt__stack_push(&open) : NULL;
     if (top) *top = first;
-    else if (ok && first.left) ok = fail(e, "%s", "out of memory");
+    else if (ok && first.list) ok = fail(e, "%s", "out of memory");
     while (ok && (top = ckpt__stack_top(&open))) {
-        if (!top->left) {
+        if (top->next == top->list->count) {
             ckpt__stack_pop(&open);
             continue;
         }
-        size_t k = top->next;
-        top->next = e->doc->nodes[k].end;
-        top->left--;
+        const ckpt__value *item = top->list->u.items[top->next++];
         if (top->et != T_ARRAY) {
-            ok = encode_scalar(e, out, (uint32_t)top->et, &e->doc->nodes[k]);
+            ok = encode_scalar(e, out, (uint32_t)top->et, item);
             continue;
         }
         open_elements inner;
-        if (!(ok = encode_head(e, out, k, open.len, false, &inner)) || !inner.left) continue;
+        if (!(ok = encode_head(e, out, item, open.len, false, &inner))) continue;
         if (!(top = ckpt__stack_push(&open))) ok = fail(e, "%s", "out of memory");
         else *top = inner;
     }
@@ -167,149 +165,114 @@ static bool encode_typed(enc *e, ckpt__buf *out, size_t i) {
     return ok;
 }
 
-static bool parse_typed(const char *value, ckpt__json_doc *doc, char **text) {
-    if (value[0] != '{' || !strstr(value, "\"" CKPT_GGUF_TYPE_KEY "\"")) return false;
-    size_t n = strlen(value), at;
-    const char *why;
-    *text = ckpt__malloc(n + 1);
-    if (!*text) return false;
-    memcpy(*text, value, n + 1);
-    if (ckpt__json_parse(*text, n, doc, &at, &why) != CKPT_OK) {
-        free(*text);
-        return false;
+/* A JSON object's text read into values (numbers as their text, which
+ * the encoders convert to each GGUF type): metadata_json, {key: value},
+ * or a metadata entry's typed value.  `why` says what else it is. */
+static ckpt_status read_object(ckpt__arena *arena, const char *json_text, const ckpt__value **root, char *why,
+                               size_t why_len) {
+    size_t len = strlen(json_text), at;
+    char *text = ckpt__arena_alloc(arena, len + 1); /* the values' strings stay in it */
+    if (!text) return CKPT_E_NO_MEMORY;
+    memcpy(text, json_text, len + 1);
+    ckpt__json_doc doc;
+    const char *reason;
+    ckpt__value *v = NULL;
+    ckpt_status st = ckpt__json_parse(text, len, &doc, &at, &reason);
+    if (st) {
+        snprintf(why, why_len, "not JSON at byte %zu: %s", at, reason);
+        return st == CKPT_E_NO_MEMORY ? st : CKPT_E_INVALID_ARGUMENT;
     }
-    if (doc->nodes[0].kind != CKPT__JSON_OBJECT || !member(doc, 0, CKPT_GGUF_TYPE_KEY)) {
-        ckpt__json_free(doc);
-        free(*text);
-        return false;
+    st = ckpt__value_from_doc(arena, &doc, CKPT__VALUE_RAW, &v, NULL, NULL);
+    ckpt__json_free(&doc);
+    if (st) return CKPT_E_NO_MEMORY;
+    if (v->kind != CKPT__V_OBJECT) {
+        snprintf(why, why_len, "not a JSON object {key: value}");
+        return CKPT_E_INVALID_ARGUMENT;
     }
-    return true;
+    *root = v;
+    return CKPT_OK;
+}
+
+/* A metadata value's text read as a typed object's value in `arena`, or
+ * NULL when it is not one (then it is a plain string). */
+static const ckpt__value *parse_typed(ckpt__arena *arena, const char *value) {
+    const ckpt__value *v;
+    char why[64];
+    if (value[0] != '{' || !strstr(value, "\"" CKPT_GGUF_TYPE_KEY "\"")) return NULL;
+    if (read_object(arena, value, &v, why, sizeof why) != CKPT_OK) return NULL;
+    return ckpt__value_member(v, CKPT_GGUF_TYPE_KEY) ? v : NULL;
 }
 
 bool ckpt__gguf_typed_value(const char *value, uint32_t *type, uint64_t *u32) {
-    ckpt__json_doc doc;
-    char *text;
-    if (!parse_typed(value, &doc, &text)) return false;
-    size_t t = member(&doc, 0, CKPT_GGUF_TYPE_KEY), v = member(&doc, 0, "value");
-    int ty = doc.nodes[t].kind == CKPT__JSON_STRING ? type_from_name(doc.nodes[t].str) : -1;
-    *type = ty < 0 ? UINT32_MAX : (uint32_t)ty;
-    if (u32) *u32 = 0;
-    if (u32 && ty == T_U32 && v && is_integer_text(&doc.nodes[v]) && doc.nodes[v].str[0] != '-')
-        *u32 = strtoull(doc.nodes[v].str, NULL, 10);
-    ckpt__json_free(&doc);
-    free(text);
-    return true;
+    ckpt__arena arena = {0};
+    const ckpt__value *typed = parse_typed(&arena, value);
+    if (typed) {
+        const ckpt__value *t = ckpt__value_member(typed, CKPT_GGUF_TYPE_KEY), *v = ckpt__value_member(typed, "value");
+        int ty = t->kind == CKPT__V_STR ? type_from_name(t->u.s.data) : -1;
+        *type = ty < 0 ? UINT32_MAX : (uint32_t)ty;
+        const char *digits = ty == T_U32 && v ? integer_text(v) : NULL;
+        if (u32) *u32 = digits && digits[0] != '-' ? strtoull(digits, NULL, 10) : 0;
+    }
+    ckpt__arena_free(&arena);
+    return typed != NULL;
 }
 
 ckpt_status ckpt__gguf_encode_kv(ckpt__buf *out, const char *key, const char *value, char *why, size_t why_len) {
     put_str(out, key, strlen(key));
-    ckpt__json_doc doc;
-    char *text;
-    if (!parse_typed(value, &doc, &text)) {
+    ckpt__arena arena = {0};
+    const ckpt__value *typed = parse_typed(&arena, value);
+    enc e = {why, why_len};
+    bool ok = true;
+    if (typed) {
+        ok = encode_typed(&e, out, typed);
+    } else {
         ckpt__put_le(out, T_STRING, 4);
         put_str(out, value, strlen(value));
-        return out->failed ? CKPT_E_NO_MEMORY : CKPT_OK;
     }
-    enc e = {&doc, why, why_len};
-    bool ok = encode_typed(&e, out, 0);
-    ckpt__json_free(&doc);
-    free(text);
+    ckpt__arena_free(&arena);
     if (!ok) return CKPT_E_GGUF_KV_TYPE;
     return out->failed ? CKPT_E_NO_MEMORY : CKPT_OK;
 }
 
 /* ---- metadata_json values: typed as gguf-py types Python values ------------------- */
 
-/* An array or object being written: its node, its next child, how many
- * are done. */
-typedef struct open_json {
-    size_t node, next;
-    uint32_t done;
-} open_json;
-
-/* Node i as JSON text; the arrays and objects being written wait on a heap
- * stack (a failure sets b->failed). */
-static void node_json(const ckpt__json_doc *doc, size_t i, ckpt__buf *b) {
-    ckpt__stack open = CKPT__STACK(open_json);
-    for (bool more = true; more && !b->failed;) {
-        const ckpt__json_node *n = &doc->nodes[i];
-        switch (n->kind) {
-        case CKPT__JSON_NULL: ckpt__buf_puts(b, "null"); break;
-        case CKPT__JSON_TRUE: ckpt__buf_puts(b, "true"); break;
-        case CKPT__JSON_FALSE: ckpt__buf_puts(b, "false"); break;
-        case CKPT__JSON_NUMBER: ckpt__buf_append(b, n->str, n->len); break;
-        case CKPT__JSON_STRING: ckpt__buf_json_string_n(b, n->str, n->len); break;
-        default: {
-            open_json *o = ckpt__stack_push(&open);
-            if (!o) b->failed = true;
-            else *o = (open_json){i, i + 1, 0};
-            ckpt__buf_puts(b, n->kind == CKPT__JSON_ARRAY ? "[" : "{");
-        }
-        }
-        /* The next value to write, closing what is complete. */
-        for (more = false; !more && open.len;) {
-            open_json *o = ckpt__stack_top(&open);
-            const ckpt__json_node *c = &doc->nodes[o->node];
-            if (o->done == c->count) {
-                ckpt__buf_puts(b, c->kind == CKPT__JSON_ARRAY ? "]" : "}");
-                ckpt__stack_pop(&open);
-                continue;
-            }
-            if (o->done++) ckpt__buf_puts(b, ", ");
-            if (c->kind == CKPT__JSON_OBJECT) {
-                ckpt__buf_json_string_n(b, doc->nodes[o->next].str, doc->nodes[o->next].len);
-                ckpt__buf_puts(b, ": ");
-                o->next = doc->nodes[o->next].end;
-            }
-            i = o->next;
-            o->next = doc->nodes[i].end;
-            more = true;
-        }
-    }
-    ckpt__stack_free(&open);
-}
-
-/* gguf-py's GGUFValueType.get_type for a plain JSON value. */
-static const char *infer_type(const ckpt__json_node *n) {
+/* gguf-py's GGUFValueType.get_type for a plain value (numbers as their
+ * text); NULL for null and for what is no plain JSON value. */
+static const char *infer_type(const ckpt__value *n) {
     switch (n->kind) {
-    case CKPT__JSON_STRING: return "string";
-    case CKPT__JSON_TRUE: case CKPT__JSON_FALSE: return "bool";
-    case CKPT__JSON_ARRAY: return "array";
-    case CKPT__JSON_NUMBER:
-        if (!is_integer_text(n)) return "f32";
+    case CKPT__V_STR: return "string";
+    case CKPT__V_BOOL: return "bool";
+    case CKPT__V_LIST: return "array";
+    case CKPT__V_NUMBER: {
+        if (!is_integer_text(n->u.s.data)) return "f32";
         errno = 0;
-        long long v = strtoll(n->str, NULL, 10);
-        if (errno) return n->str[0] == '-' ? "i64" : "u64";
+        long long v = strtoll(n->u.s.data, NULL, 10);
+        if (errno) return n->u.s.data[0] == '-' ? "i64" : "u64";
         return v >= INT32_MIN && v <= INT32_MAX ? "i32" : "i64";
+    }
     default: return NULL;
     }
 }
 
-/* A list being typed: the next element's node, how many are left, their
- * type. */
+/* A list being typed: the list, its next element, their type. */
 typedef struct open_list {
-    size_t next;
-    uint32_t left, done;
+    const ckpt__value *list;
+    uint32_t next;
     const char *et;
 } open_list;
 
-/* A plain value at node i, `depth` lists deep, typed: {"gguf_type": ...,
- * "value": ...} whole; a list, up to its elements (*list receives them). */
-static bool typed_head(const ckpt__json_doc *doc, size_t i, size_t depth, ckpt__buf *b, char *why, size_t why_len,
-                       open_list *list) {
-    const ckpt__json_node *n = &doc->nodes[i];
-    list->left = 0;
-    if (n->kind == CKPT__JSON_OBJECT) {
-        if (!member(doc, i, CKPT_GGUF_TYPE_KEY)) {
-            snprintf(why, why_len, "an object value must be typed ({\"%s\": ...})", CKPT_GGUF_TYPE_KEY);
-            return false;
-        }
-        node_json(doc, i, b);
+/* A plain value `depth` lists deep, typed: {"gguf_type": ..., "value": ...}
+ * whole; a list, up to its elements (*list receives them). */
+static bool typed_head(const ckpt__value *n, size_t depth, ckpt__buf *b, char *why, size_t why_len, open_list *list) {
+    list->list = NULL;
+    const char *type = infer_type(n);
+    if (n->kind == CKPT__V_OBJECT && ckpt__value_member(n, CKPT_GGUF_TYPE_KEY)) {
+        ckpt__value_json(b, n);
         return true;
     }
-    const char *type = infer_type(n);
     if (!type) {
-        snprintf(why, why_len, "null has no GGUF type");
+        if (n->kind == CKPT__V_NULL) snprintf(why, why_len, "null has no GGUF type");
+        else snprintf(why, why_len, "an object value must be typed ({\"%s\": ...})", CKPT_GGUF_TYPE_KEY);
         return false;
     }
     if (depth >= CKPT__GGUF_MAX_NESTING) {
@@ -319,9 +282,9 @@ static bool typed_head(const ckpt__json_doc *doc, size_t i, size_t depth, ckpt__
     ckpt__buf_puts(b, "{\"" CKPT_GGUF_TYPE_KEY "\": \"");
     ckpt__buf_puts(b, type);
     ckpt__buf_puts(b, "\", ");
-    if (n->kind != CKPT__JSON_ARRAY) {
+    if (n->kind != CKPT__V_LIST) {
         ckpt__buf_puts(b, "\"value\": ");
-        node_json(doc, i, b);
+        ckpt__value_json(b, n);
         ckpt__buf_puts(b, "}");
         return true;
     }
@@ -329,7 +292,7 @@ static bool typed_head(const ckpt__json_doc *doc, size_t i, size_t depth, ckpt__
         snprintf(why, why_len, "an empty list has no element type (give a typed value)");
         return false;
     }
-    const char *et = infer_type(&doc->nodes[i + 1]);
+    const char *et = infer_type(n->u.items[0]);
     if (!et) {
         snprintf(why, why_len, "null has no GGUF type");
         return false;
@@ -337,42 +300,40 @@ static bool typed_head(const ckpt__json_doc *doc, size_t i, size_t depth, ckpt__
     ckpt__buf_puts(b, "\"element\": \"");
     ckpt__buf_puts(b, et);
     ckpt__buf_puts(b, "\", \"value\": [");
-    *list = (open_list){i + 1, n->count, 0, et};
+    *list = (open_list){n, 0, et};
     return true;
 }
 
 /* A plain value typed: {"gguf_type": ..., "value": ...}; lists of lists
  * are followed on a heap stack. */
-static bool typed_from_plain(const ckpt__json_doc *doc, size_t i, ckpt__buf *b, char *why, size_t why_len) {
+static bool typed_from_plain(const ckpt__value *n, ckpt__buf *b, char *why, size_t why_len) {
     ckpt__stack open = CKPT__STACK(open_list);
     open_list first;
-    bool ok = typed_head(doc, i, 0, b, why, why_len, &first);
-    open_list *top = ok && first.left ? ckpt__stack_push(&open) : NULL;
+    bool ok = typed_head(n, 0, b, why, why_len, &first);
+    open_list *top = ok && first.list ? ckpt__stack_push(&open) : NULL;
     if (top) *top = first;
-    else if (ok && first.left) b->failed = true;
+    else if (ok && first.list) b->failed = true;
     while (ok && !b->failed && (top = ckpt__stack_top(&open))) {
-        if (!top->left) {
+        if (top->next == top->list->count) {
             ckpt__buf_puts(b, "]}");
             ckpt__stack_pop(&open);
             continue;
         }
-        size_t k = top->next;
+        const ckpt__value *item = top->list->u.items[top->next];
         const char *et = top->et;
-        top->next = doc->nodes[k].end;
-        top->left--;
-        if (top->done++) ckpt__buf_puts(b, ", ");
-        const char *t = infer_type(&doc->nodes[k]);
+        if (top->next++) ckpt__buf_puts(b, ", ");
+        const char *t = infer_type(item);
         if (!t || (strcmp(t, et) != 0 && !(strchr("iuf", t[0]) && strchr("iuf", et[0])))) {
             snprintf(why, why_len, "list elements of different types");
             ok = false;
             break;
         }
         if (strcmp(et, "array") != 0) {
-            node_json(doc, k, b);
+            ckpt__value_json(b, item);
             continue;
         }
         open_list inner;
-        if (!(ok = typed_head(doc, k, open.len, b, why, why_len, &inner)) || !inner.left) continue;
+        if (!(ok = typed_head(item, open.len, b, why, why_len, &inner)) || !inner.list) continue;
         if (!(top = ckpt__stack_push(&open))) b->failed = true;
         else *top = inner;
     }
@@ -384,50 +345,33 @@ ckpt_status ckpt__gguf_metadata_pairs(const char *json_text, char ***keys, char 
                                       size_t why_len) {
     *keys = *values = NULL;
     *count = 0;
-    size_t len = strlen(json_text);
-    char *text = ckpt__malloc(len + 1);
-    if (!text) return CKPT_E_NO_MEMORY;
-    memcpy(text, json_text, len + 1);
-    ckpt__json_doc doc;
-    size_t at;
-    const char *reason;
-    ckpt_status st = ckpt__json_parse(text, len, &doc, &at, &reason);
-    if (st) {
-        snprintf(why, why_len, "not JSON at byte %zu: %s", at, reason);
-        free(text);
-        return st == CKPT_E_NO_MEMORY ? st : CKPT_E_INVALID_ARGUMENT;
-    }
-    if (doc.nodes[0].kind != CKPT__JSON_OBJECT) {
-        snprintf(why, why_len, "not a JSON object {key: value}");
-        st = CKPT_E_INVALID_ARGUMENT;
-    }
-    size_t n = st ? 0 : doc.nodes[0].count;
-    char **k = ckpt__calloc(n ? n : 1, sizeof *k), **v = ckpt__calloc(n ? n : 1, sizeof *v);
-    if (!k || !v) st = CKPT_E_NO_MEMORY;
-    size_t i = 1;
+    ckpt__arena arena = {0};
+    const ckpt__value *root = NULL;
+    ckpt_status st = read_object(&arena, json_text, &root, why, why_len);
+    size_t n = st ? 0 : root->count;
+    char **k = st ? NULL : ckpt__calloc(n ? n : 1, sizeof *k), **v = st ? NULL : ckpt__calloc(n ? n : 1, sizeof *v);
+    if (!st && (!k || !v)) st = CKPT_E_NO_MEMORY;
     for (size_t m = 0; st == CKPT_OK && m < n; m++) {
-        const ckpt__json_node *key = &doc.nodes[i];
-        size_t vi = key->end;
+        const char *key = ckpt__value_key(root, m)->u.s.data;
+        const ckpt__value *value = ckpt__value_at(root, m);
         ckpt__buf b = {0};
-        if (doc.nodes[vi].kind == CKPT__JSON_STRING) ckpt__buf_append(&b, doc.nodes[vi].str, doc.nodes[vi].len);
-        else if (!typed_from_plain(&doc, vi, &b, why, why_len)) st = CKPT_E_GGUF_KV_TYPE;
+        if (value->kind == CKPT__V_STR) ckpt__buf_append(&b, value->u.s.data, value->u.s.len);
+        else if (!typed_from_plain(value, &b, why, why_len)) st = CKPT_E_GGUF_KV_TYPE;
         if (st == CKPT_OK && !b.data) b.data = ckpt__strdup("");
-        if (st == CKPT_OK && (b.failed || !b.data || !(k[m] = ckpt__strdup(key->str)))) st = CKPT_E_NO_MEMORY;
+        if (st == CKPT_OK && (b.failed || !b.data || !(k[m] = ckpt__strdup(key)))) st = CKPT_E_NO_MEMORY;
         if (st) {
             free(b.data);
             if (st == CKPT_E_GGUF_KV_TYPE) {
                 char tmp[256];
                 snprintf(tmp, sizeof tmp, "%s", why);
-                snprintf(why, why_len, "key '%s': %s", key->str, tmp);
+                snprintf(why, why_len, "key '%s': %s", key, tmp);
             }
             break;
         }
         v[m] = b.data;
         *count = m + 1;
-        i = doc.nodes[vi].end;
     }
-    ckpt__json_free(&doc);
-    free(text);
+    ckpt__arena_free(&arena);
     if (st) {
         for (size_t m = 0; k && v && m < n; m++) free(k[m]), free(v[m]);
         free(k);

@@ -17,15 +17,17 @@
 
 #include "../catalog_internal.h"
 #include "../plan_internal.h"
+#include "../base/cursor.h"
 #include "../base/json.h"
 #include "../io/beneath.h"
 #include "../io/file.h"
 #include "ckpt_gguf.h"
 #include "llamacpp/arch.h"
 #include "llamacpp/llama.h"
-#include "llamacpp/qwen2.h"
+#include "llamacpp/phi3.h"
+#include "llamacpp/qwen.h"
 
-static const ckpt__lc_family *const families[] = {&ckpt__lc_llama, &ckpt__lc_qwen2};
+static const ckpt__lc_family *const families[] = {&ckpt__lc_llama, &ckpt__lc_qwen2, &ckpt__lc_qwen3, &ckpt__lc_phi3};
 
 /* Larger JSON files are not a model's configuration or tokenizer. */
 #define LC_MAX_JSON_BYTES (256u << 20)
@@ -55,6 +57,23 @@ typedef struct lc {
 
 /* ---- files --------------------------------------------------------------- */
 
+/* A file of the model directory, whole, NUL-terminated, in *text (left
+ * NULL when the file is absent). */
+static ckpt_status read_file(lc *c, const char *path, const char *name, char **text, uint64_t *size) {
+    *text = NULL;
+    if (!ckpt__beneath_has(c->root, name)) return CKPT_OK;
+    int fd = -1;
+    ckpt_status st = ckpt__beneath_open(c->root, path, false, &fd, size, c->err);
+    if (st) return st;
+    if (*size > LC_MAX_JSON_BYTES) st = ckpt__fail(c->err, CKPT_E_LIMIT, path, NULL, -1, "%llu bytes is too large "
+                                                   "for a model's configuration file", (unsigned long long)*size);
+    if (!st && !(*text = ckpt__malloc(*size + 1))) st = ckpt__oom(c->err, path, NULL);
+    if (!st) st = ckpt__pread_full(fd, *text, *size, 0, path, c->err);
+    close(fd);
+    if (!st) (*text)[*size] = '\0';
+    return st;
+}
+
 static ckpt_status read_json(lc *c, lc_json *f, const char *name, bool required) {
     f->name = name;
     if (!(f->path = ckpt__path_join(c->dir, name))) return ckpt__oom(c->err, c->dir, NULL);
@@ -63,15 +82,8 @@ static ckpt_status read_json(lc *c, lc_json *f, const char *name, bool required)
         return ckpt__fail(c->err, CKPT_E_NOT_FOUND, f->path, NULL, -1,
                           "llama.cpp's conversion needs %s beside the weights", name);
     }
-    int fd = -1;
     uint64_t size = 0;
-    ckpt_status st = ckpt__beneath_open(c->root, f->path, false, &fd, &size, c->err);
-    if (st) return st;
-    if (size > LC_MAX_JSON_BYTES) st = ckpt__fail(c->err, CKPT_E_LIMIT, f->path, NULL, -1, "%llu bytes is too large "
-                                                  "for a model's JSON file", (unsigned long long)size);
-    if (!st && !(f->text = ckpt__malloc(size + 1))) st = ckpt__oom(c->err, f->path, NULL);
-    if (!st) st = ckpt__pread_full(fd, f->text, size, 0, f->path, c->err);
-    close(fd);
+    ckpt_status st = read_file(c, f->path, name, &f->text, &size);
     if (st) return st;
     size_t at;
     const char *why;
@@ -88,6 +100,17 @@ static void free_json(lc_json *f) {
     ckpt__json_free(&f->doc);
     free(f->text);
     free(f->path);
+}
+
+/* The last component of a directory's path (trailing '/' ignored): its
+ * start, and its length in *n. */
+static const char *dir_base(const char *dir, size_t *n) {
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') len--;
+    const char *base = dir + len;
+    while (base > dir && base[-1] != '/') base--;
+    *n = (size_t)(dir + len - base);
+    return base;
 }
 
 /* Member `key` of object node i of a file, or NULL. */
@@ -189,27 +212,129 @@ static unsigned file_type(ckpt_dtype d) {
 static uint32_t rope_parameters(const lc *c) {
     const ckpt__json_node *r = member(&c->config, 0, "rope_parameters");
     if (!r || r->kind == CKPT__JSON_NULL) r = member(&c->config, 0, "rope_scaling");
-    return r && r->kind == CKPT__JSON_OBJECT ? node_index(&c->config, r) : 0;
+    if (!r || r->kind != CKPT__JSON_OBJECT) return 0;
+    const ckpt__json_node *full = member(&c->config, node_index(&c->config, r), "full_attention");
+    if (full && full->kind == CKPT__JSON_OBJECT) r = full; /* per layer type: the full attention's */
+    return node_index(&c->config, r);
+}
+
+/* The RoPE parameters' first member of "a|b" present, or NULL. */
+static const ckpt__json_node *rope_param(const lc *c, const char *names, char *found, size_t cap) {
+    uint32_t rp = rope_parameters(c);
+    for (const char *p = names; rp && p && *p;) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        snprintf(found, cap, "%.*s", (int)n, p);
+        const ckpt__json_node *v = member(&c->config, rp, found);
+        if (v && v->kind != CKPT__JSON_NULL) return v;
+        p = bar ? bar + 1 : NULL;
+    }
+    return NULL;
+}
+
+/* The RoPE type of the RoPE parameters ("rope_type", else "type"), or
+ * NULL. */
+static const ckpt__json_node *rope_type(const lc *c) {
+    uint32_t rp = rope_parameters(c);
+    const ckpt__json_node *type = rp ? member(&c->config, rp, "rope_type") : NULL;
+    return type || !rp ? type : member(&c->config, rp, "type");
+}
+
+/* RoPE parameters the script turns into tensors (llama3's rope_freqs,
+ * longrope's factors) or reads in ways ckpt does not (types other than
+ * default, linear and yarn): refused by name. */
+static ckpt_status check_rope(lc *c) {
+    const ckpt__json_node *type = rope_type(c);
+    uint32_t rp = rope_parameters(c);
+    const ckpt__json_node *factors = rp ? member(&c->config, rp, "long_factor") : NULL;
+    const char *name = type && type->kind == CKPT__JSON_STRING ? type->str : "(not a string)";
+    if (type && (type->kind != CKPT__JSON_STRING ||
+                 (strcmp(name, "default") && strcmp(name, "linear") && strcmp(name, "yarn"))))
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_type", type->offset,
+                          "RoPE type %s: ckpt converts the default, linear and yarn RoPE (llama3's rope_freqs and "
+                          "longrope's factors are tensors the script makes, which ckpt does not)",
+                          name);
+    if (factors && factors->kind != CKPT__JSON_NULL)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "long_factor", factors->offset,
+                          "RoPE factors (long_factor, short_factor) are tensors the script makes, which ckpt does "
+                          "not");
+    return CKPT_OK;
+}
+
+/* A number of the RoPE parameters as an f32 key-value, when present. */
+static ckpt_status kv_rope_f32(lc *c, const char *key, const char *names) {
+    char name[64];
+    const ckpt__json_node *v = rope_param(c, names, name, sizeof name);
+    if (!v) return CKPT_OK;
+    if (v->kind != CKPT__JSON_NUMBER)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, name, v->offset, "not a number");
+    kv_number(c, key, "f32", v);
+    return CKPT_OK;
+}
+
+/* TextModel's RoPE scaling: linear and yarn with a factor, their type,
+ * factor and (yarn) original context length and tuning. */
+static ckpt_status kv_rope_scaling(lc *c) {
+    const ckpt__json_node *type = rope_type(c);
+    char name[64], key[128];
+    const ckpt__json_node *factor = rope_param(c, "factor", name, sizeof name);
+    if (!type || !factor || (strcmp(type->str, "linear") && strcmp(type->str, "yarn"))) return CKPT_OK;
+    const char *arch = c->family->name;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    kv_string(c, key, type->str, strlen(type->str));
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+    ckpt_status st = kv_rope_f32(c, key, "factor");
+    if (st || strcmp(type->str, "yarn")) return st;
+    const ckpt__json_node *ctx = rope_param(c, "original_max_position_embeddings", name, sizeof name);
+    if (!ctx) ctx = hparam(c, "original_max_position_embeddings", name, sizeof name);
+    if (!ctx)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "original_max_position_embeddings", -1,
+                          "yarn RoPE scaling needs the original context length");
+    uint64_t u;
+    if ((st = config_u64(c, name, ctx, &u))) return st;
+    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
+    kv_u32(c, key, u);
+    static const char *const tuning[][2] = {{"yarn_ext_factor", "extrapolation_factor"},
+                                            {"yarn_attn_factor", "attention_factor|attn_factor"},
+                                            {"yarn_beta_fast", "beta_fast"},
+                                            {"yarn_beta_slow", "beta_slow"}};
+    for (size_t k = 0; !st && k < sizeof tuning / sizeof *tuning; k++) {
+        snprintf(key, sizeof key, "%s.rope.scaling.%s", arch, tuning[k][0]);
+        st = kv_rope_f32(c, key, tuning[k][1]);
+    }
+    return st;
 }
 
 /* rope.freq_base: the RoPE parameters' rope_theta, else the first of the
- * hyper-parameters.  A RoPE type the script turns into more key-values or
- * tensors (linear, yarn, longrope, llama3, …) is refused by name. */
+ * hyper-parameters. */
 static ckpt_status kv_rope_theta(lc *c, const char *key, const ckpt__lc_kv *rule) {
     uint32_t rp = rope_parameters(c);
-    const ckpt__json_node *type = rp ? member(&c->config, rp, "rope_type") : NULL;
-    if (!type && rp) type = member(&c->config, rp, "type");
-    if (type && (type->kind != CKPT__JSON_STRING || strcmp(type->str, "default") != 0))
-        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_type", type->offset,
-                          "RoPE type %s: ckpt converts the default RoPE only (no scaling key-values or rope_freqs)",
-                          type->kind == CKPT__JSON_STRING ? type->str : "(not a string)");
     const ckpt__json_node *v = rp ? member(&c->config, rp, "rope_theta") : NULL;
     char name[64];
     if (!v || v->kind == CKPT__JSON_NULL) v = hparam(c, rule->hparams, name, sizeof name);
+    if (!v && rule->required)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_theta", -1,
+                          "config.json has no rope_theta, which %s needs", key);
     if (!v) return CKPT_OK;
     if (v->kind != CKPT__JSON_NUMBER)
         return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_theta", v->offset, "not a number");
     kv_number(c, key, "f32", v);
+    return CKPT_OK;
+}
+
+/* rope.dimension_count of a partial rotary embedding, as the script
+ * computes it: int(factor * hidden_size) // num_attention_heads. */
+static ckpt_status kv_rope_dim_partial(lc *c, const char *key) {
+    char name[64];
+    const ckpt__json_node *v = rope_param(c, "partial_rotary_factor", name, sizeof name);
+    if (!v) v = hparam(c, "partial_rotary_factor|rope_pct|rope_percent", name, sizeof name);
+    double factor = 1.0;
+    if (v && v->kind != CKPT__JSON_NUMBER)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, name, v->offset, "not a number");
+    if (v) factor = strtod(v->str, NULL);
+    if (!(factor > 0.0 && factor <= 1.0))
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, name, at(v), "a rotary factor is in (0, 1]");
+    kv_u32(c, key, (uint64_t)(factor * (double)c->hidden) / c->n_head);
     return CKPT_OK;
 }
 
@@ -222,15 +347,26 @@ static ckpt_status kv_rule(lc *c, const ckpt__lc_kv *rule) {
     switch (rule->kind) {
     case CKPT__LC_FILE_TYPE: kv_u32(c, key, file_type(c->dtype)); return CKPT_OK;
     case CKPT__LC_ROPE_THETA: return kv_rope_theta(c, key, rule);
+    case CKPT__LC_ROPE_SCALING: return kv_rope_scaling(c);
     case CKPT__LC_ROPE_DIM: kv_u32(c, key, c->head_dim); return CKPT_OK;
+    case CKPT__LC_ROPE_DIM_PARTIAL: return kv_rope_dim_partial(c, key);
+    case CKPT__LC_U32_OR_ZERO:
+        if (!(v = hparam(c, rule->hparams, name, sizeof name))) {
+            kv_u32(c, key, 0);
+            return CKPT_OK;
+        }
+        if (!(st = config_u64(c, name, v, &u))) kv_u32(c, key, u);
+        return st;
+    case CKPT__LC_ROPE_U32:
     case CKPT__LC_U32:
     case CKPT__LC_F32:
-        if (!(v = hparam(c, rule->hparams, name, sizeof name))) {
+        v = rule->kind == CKPT__LC_ROPE_U32 ? rope_param(c, rule->hparams, name, sizeof name) : NULL;
+        if (!v && !(v = hparam(c, rule->hparams, name, sizeof name))) {
             if (!rule->required) return CKPT_OK;
             return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, NULL, -1,
                               "config.json has none of %s, which %s needs", rule->hparams, key);
         }
-        if (rule->kind == CKPT__LC_U32) {
+        if (rule->kind != CKPT__LC_F32) {
             if (!(st = config_u64(c, name, v, &u))) kv_u32(c, key, u);
         } else if (v->kind != CKPT__JSON_NUMBER) {
             st = ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, name, v->offset, "not a number");
@@ -266,6 +402,56 @@ static ckpt_status find_family(lc *c) {
                       arch, known);
 }
 
+/* Whether `text` holds one of the "|"-separated `hints` after `prefix`,
+ * ignoring ASCII case (the script compares lower-cased names). */
+static const char *holds_hint(const char *text, const char *prefix, const char *hints, char *which, size_t cap) {
+    for (const char *p = hints; text && p && *p;) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        snprintf(which, cap, "%s%.*s", prefix, (int)n, p);
+        if (strcasestr(text, which)) return which;
+        p = bar ? bar + 1 : NULL;
+    }
+    return NULL;
+}
+
+/* A variant of the family the script converts otherwise (a Qwen3
+ * reranker), found where the script looks for it: refused by name. */
+static ckpt_status refuse_variant(lc *c) {
+    const char *hints = c->family->refused_hint;
+    if (!hints) return CKPT_OK;
+    char which[128];
+    size_t n;
+    const char *base = dir_base(c->dir, &n);
+    char dirname[256];
+    snprintf(dirname, sizeof dirname, "%.*s", (int)(n < 255 ? n : 255), base);
+    const char *keys[] = {"_name_or_path", "model_type", "architectures"};
+    const char *found = holds_hint(dirname, "", hints, which, sizeof which), *where = "the directory's name";
+    for (size_t k = 0; !found && k < sizeof keys / sizeof *keys; k++) {
+        const ckpt__json_node *v = member(&c->config, 0, keys[k]);
+        if (v && v->kind == CKPT__JSON_ARRAY && v->count) v++;
+        if (v && v->kind == CKPT__JSON_STRING && (found = holds_hint(v->str, "", hints, which, sizeof which)))
+            where = keys[k];
+    }
+    char *path = NULL, *readme = NULL;
+    uint64_t size = 0;
+    ckpt_status st = CKPT_OK;
+    if (!found) {
+        if (!(path = ckpt__path_join(c->dir, "README.md"))) return ckpt__oom(c->err, c->dir, NULL);
+        st = read_file(c, path, "README.md", &readme, &size);
+        if (!st && readme && strlen(readme) == size && (found = holds_hint(readme, "# ", hints, which, sizeof which)))
+            where = "README.md";
+    }
+    if (!st && found)
+        st = ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, readme ? path : c->config.path, where, -1,
+                        "a %s model (\"%s\" in %s): the script converts it with a pooling type and a classifier "
+                        "head, which ckpt does not convert",
+                        c->family->name, which, where);
+    free(readme);
+    free(path);
+    return st;
+}
+
 static ckpt_status need_u64(lc *c, const char *names, uint64_t *out, bool *has) {
     char name[64];
     const ckpt__json_node *v = hparam(c, names, name, sizeof name);
@@ -293,6 +479,11 @@ static ckpt_status read_hparams(lc *c) {
         return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, c->n_head ? "num_key_value_heads"
                           : "num_attention_heads", -1, "a model has at least one attention head");
     if (!has_head_dim) c->head_dim = c->hidden / c->n_head, c->head_dim_derived = true;
+    if (c->family->refused_vocab_size && c->vocab == c->family->refused_vocab_size)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "vocab_size", -1,
+                          "vocab_size %llu: the script gives such a %s model's infill tokens (prefix, suffix, "
+                          "middle, eot) fixed ids, which ckpt does not",
+                          (unsigned long long)c->vocab, c->family->name);
     return CKPT_OK;
 }
 
@@ -333,6 +524,13 @@ static uint64_t expected_extent(const lc *c, ckpt__lc_dim d, const char **key) {
         *key = c->head_dim_derived ? "num_key_value_heads × (hidden_size / num_attention_heads)"
                                    : "num_key_value_heads × head_dim";
         return c->n_kv * c->head_dim;
+    case CKPT__LC_QKV:
+        *key = "(num_attention_heads + 2 × num_key_value_heads) × the head dimension";
+        return (c->n_head + 2 * c->n_kv) * c->head_dim;
+    case CKPT__LC_FF2: *key = "2 × intermediate_size"; return c->has_ff ? 2 * c->ff : 0;
+    case CKPT__LC_HEAD:
+        *key = c->head_dim_derived ? "hidden_size / num_attention_heads" : "head_dim";
+        return c->head_dim;
     default: return 0;
     }
 }
@@ -432,11 +630,8 @@ static ckpt_dtype auto_dtype(const ckpt_plan *p) {
  * whitespace, a lower-case word that is not a version or a number
  * title-cased as Python's str.title does. */
 static void model_name(const char *dir, ckpt__buf *b) {
-    size_t len = strlen(dir);
-    while (len > 1 && dir[len - 1] == '/') len--;
-    const char *base = dir + len;
-    while (base > dir && base[-1] != '/') base--;
-    size_t n = (size_t)(dir + len - base);
+    size_t n;
+    const char *base = dir_base(dir, &n);
     bool first = true;
     for (size_t i = 0; i < n;) {
         while (i < n && (base[i] == '-' || base[i] == ' ' || base[i] == '\t')) i++;
@@ -478,10 +673,13 @@ static void size_label(uint64_t params, char *out, size_t cap) {
 
 /* ---- the tokenizer ------------------------------------------------------- */
 
+/* llama.cpp's token types, SentencePiece's piece types alike. */
 #define TOKEN_NORMAL 1
-#define TOKEN_UNUSED 5
+#define TOKEN_UNKNOWN 2
 #define TOKEN_CONTROL 3
 #define TOKEN_USER_DEFINED 4
+#define TOKEN_UNUSED 5
+#define TOKEN_BYTE 6
 
 /* The script's does_token_look_special. */
 static bool looks_special(const char *s, size_t n) {
@@ -491,6 +689,15 @@ static bool looks_special(const char *s, size_t n) {
 #define ENDS(a, b) (n >= strlen(a) + strlen(b) && !memcmp(s, a, strlen(a)) && !memcmp(s + n - strlen(b), b, strlen(b)))
     return ENDS("<|", "|>") || ENDS("<\xef\xbd\x9c", "\xef\xbd\x9c>") || ENDS("<unused", ">");
 #undef ENDS
+}
+
+/* A user-defined token's U+2581 as spaces, as the script writes it
+ * ("pre-normalize user-defined spaces"). */
+static void spaces_restored(const char *s, size_t len, ckpt__buf *out) {
+    for (size_t k = 0; k < len; k++) {
+        if (k + 3 <= len && !memcmp(s + k, "\xe2\x96\x81", 3)) ckpt__buf_puts(out, " "), k += 2;
+        else ckpt__buf_append(out, s + k, 1);
+    }
 }
 
 typedef struct token_slot {
@@ -547,11 +754,8 @@ static ckpt_status write_tokens(lc *c, uint32_t vocab_node) {
                 ckpt__buf_json_string(&c->out, pad);
                 slots[id].type = TOKEN_UNUSED;
             } else if (slots[id].type == TOKEN_USER_DEFINED && strstr(t->str, "\xe2\x96\x81")) {
-                ckpt__buf spaced = {0}; /* user-defined tokens' U+2581 as spaces, as the script writes them */
-                for (size_t k = 0; k < t->len; k++) {
-                    if (k + 3 <= t->len && !memcmp(t->str + k, "\xe2\x96\x81", 3)) ckpt__buf_puts(&spaced, " "), k += 2;
-                    else ckpt__buf_append(&spaced, t->str + k, 1);
-                }
+                ckpt__buf spaced = {0};
+                spaces_restored(t->str, t->len, &spaced);
                 if (spaced.failed) st = ckpt__oom(c->err, f->path, NULL);
                 ckpt__buf_json_string_n(&c->out, spaced.data ? spaced.data : "", spaced.len);
                 free(spaced.data);
@@ -626,6 +830,7 @@ typedef struct special_vocab {
     bool has_id[SP_COUNT];
     int add_order[SP_COUNT], add_count;
     bool add[SP_COUNT], has_add[SP_COUNT];
+    uint64_t n_vocab; /* ids at or above it are skipped; 0: no bound */
 } special_vocab;
 
 static void set_add(special_vocab *s, int t, bool v, bool only_if_unset) {
@@ -635,7 +840,7 @@ static void set_add(special_vocab *s, int t, bool v, bool only_if_unset) {
 }
 
 static void set_id(special_vocab *s, int t, uint64_t id) {
-    if (s->has_id[t]) return;
+    if (s->has_id[t] || (s->n_vocab && id >= s->n_vocab)) return;
     s->has_id[t] = true, s->ids[t] = id, s->id_order[s->id_count++] = t;
 }
 
@@ -752,13 +957,15 @@ static void tokenizer_config_tokens(lc *c, special_vocab *s) {
     }
 }
 
-/* gguf.SpecialVocab(load_merges=True).add_to_gguf: merges, special token
- * ids, whether they are added, and the chat template. */
-static ckpt_status write_special_vocab(lc *c, const ckpt__json_node *merges) {
+/* gguf.SpecialVocab(load_merges=True, n_vocab=n_vocab).add_to_gguf:
+ * merges (NULL: none loaded), special token ids (below n_vocab, unless
+ * 0), whether they are added, and the chat template. */
+static ckpt_status write_special_vocab(lc *c, const ckpt__json_node *merges, uint64_t n_vocab) {
     ckpt_status st = write_merges(c, merges);
     if (st) return st;
     special_vocab s;
     memset(&s, 0, sizeof s);
+    s.n_vocab = n_vocab;
     for (int t = 0; t < SP_EOT; t++) s.types[t] = true;
     if (c->tok_config.present) {
         s.token[SP_BOS] = token_text(c, "bos_token"), s.token[SP_EOS] = token_text(c, "eos_token");
@@ -832,16 +1039,263 @@ static ckpt_status pre_tokenizer(lc *c, const char **name) {
                       "a BPE pre-tokenizer llama.cpp does not know under a name ckpt knows (ckpt knows Llama 3's)");
 }
 
+/* ---- SentencePiece (tokenizer.model) ------------------------------------- */
+
+/* A piece of a SentencePiece model: its text (in the file's bytes), score
+ * and type (sentencepiece_model.proto's SentencePiece: piece = 1,
+ * score = 2, type = 3, NORMAL by default). */
+typedef struct spm_piece {
+    const char *text;
+    size_t len;
+    float score;
+    int type;
+} spm_piece;
+
+/* A protobuf field's value skipped by its wire type; false for a type no
+ * SentencePiece model has (groups). */
+static bool pb_skip(ckpt__rd *r, unsigned wire) {
+    size_t n;
+    switch (wire) {
+    case 0: ckpt__rd_uvarint(r); return true;
+    case 1: return ckpt__rd_skip(r, 8);
+    case 2:
+        n = (size_t)ckpt__rd_uvarint(r);
+        return !r->bad && n <= ckpt__rd_left(r) && ckpt__rd_skip(r, n);
+    case 5: return ckpt__rd_skip(r, 4);
+    default: return false;
+    }
+}
+
+/* One SentencePiece message of `len` bytes at the cursor. */
+static bool spm_read_piece(ckpt__rd *r, size_t len, spm_piece *p) {
+    size_t end = r->at + len;
+    *p = (spm_piece){NULL, 0, 0.0f, TOKEN_NORMAL};
+    while (!r->bad && r->at < end) {
+        uint64_t tag = ckpt__rd_uvarint(r);
+        unsigned field = (unsigned)(tag >> 3), wire = (unsigned)(tag & 7);
+        if (field == 1 && wire == 2) {
+            size_t n = (size_t)ckpt__rd_uvarint(r);
+            if (r->bad || n > end - r->at) return false;
+            p->text = (const char *)ckpt__rd_bytes(r, n), p->len = n;
+        } else if (field == 2 && wire == 5) {
+            uint32_t bits = ckpt__rd_u32(r);
+            memcpy(&p->score, &bits, 4);
+        } else if (field == 3 && wire == 0) {
+            uint64_t t = ckpt__rd_uvarint(r);
+            if (t < TOKEN_NORMAL || t > TOKEN_BYTE) return false;
+            p->type = (int)t;
+        } else if (!pb_skip(r, wire)) {
+            return false;
+        }
+    }
+    return !r->bad && r->at == end && p->text;
+}
+
+/* tokenizer.model's pieces (ModelProto's field 1, in order), pointing
+ * into `bytes`; the rest of the model (trainer and normalizer specs) is
+ * not what the script reads. */
+static ckpt_status spm_read(lc *c, const char *path, const char *bytes, size_t size, spm_piece **pieces,
+                            size_t *count) {
+    *pieces = NULL, *count = 0;
+    spm_piece *v = NULL;
+    size_t n = 0, start = 0;
+    bool ok = true;
+    for (int pass = 0; ok && pass < 2; pass++) { /* count the pieces, then read them */
+        if (pass && !(v = ckpt__calloc(n ? n : 1, sizeof *v))) return ckpt__oom(c->err, path, NULL);
+        ckpt__rd r = ckpt__rd_over(bytes, size, 0);
+        for (n = 0; ok && !r.bad && ckpt__rd_left(&r);) {
+            start = r.at;
+            uint64_t tag = ckpt__rd_uvarint(&r);
+            if (tag != (1u << 3 | 2)) {
+                ok = pb_skip(&r, (unsigned)(tag & 7));
+                continue;
+            }
+            size_t len = (size_t)ckpt__rd_uvarint(&r);
+            ok = !r.bad && len <= ckpt__rd_left(&r);
+            if (ok && !pass) ckpt__rd_skip(&r, len);
+            else if (ok) ok = spm_read_piece(&r, len, &v[n]) && isfinite(v[n].score) &&
+                              ckpt__utf8_check((const unsigned char *)v[n].text, v[n].len) == v[n].len;
+            n++;
+        }
+        ok = ok && !r.bad;
+    }
+    if (!ok || !n) {
+        free(v);
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, path, n ? NULL : "pieces", (int64_t)start,
+                          n ? "not a SentencePiece model: piece %zu is not a UTF-8 text with a finite score and a "
+                              "known type"
+                            : "not a SentencePiece model (no pieces)",
+                          n ? n - 1 : 0);
+    }
+    *pieces = v, *count = n;
+    return CKPT_OK;
+}
+
+typedef struct spm_vocab {
+    const char **text; /* NULL: "[PAD<id>]" */
+    size_t *len;
+    char **owned;      /* texts made here (spaces restored), freed after */
+    float *score;
+    int *type;
+} spm_vocab;
+
+static void spm_set(spm_vocab *v, uint64_t id, const char *text, size_t len, float score, int type) {
+    v->text[id] = text, v->len[id] = len, v->score[id] = score, v->type[id] = type;
+}
+
+/* added_tokens.json's tokens: user-defined, score -1000, in the file's order. */
+static ckpt_status spm_added_tokens_json(lc *c, lc_json *f, spm_vocab *v) {
+    ckpt_status st = read_json(c, f, "added_tokens.json", false);
+    if (st || !f->present) return st;
+    const ckpt__json_node *o = &f->doc.nodes[0];
+    for (uint32_t i = 1, k = 0; k < o->count; k++, i = f->doc.nodes[i + 1].end) {
+        uint64_t id;
+        if (!ckpt__json_u64(&f->doc.nodes[i + 1], &id))
+            return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, f->doc.nodes[i].str, f->doc.nodes[i + 1].offset,
+                              "a token id must be a whole number");
+        if (id < c->vocab) spm_set(v, id, f->doc.nodes[i].str, f->doc.nodes[i].len, -1000.0f, TOKEN_USER_DEFINED);
+    }
+    return CKPT_OK;
+}
+
+/* tokenizer_config.json's added_tokens_decoder, score -1000: control when
+ * special (or, unless `plain`, looking so), else user-defined (unless
+ * `plain`, with U+2581 as spaces). */
+static ckpt_status spm_added_tokens_decoder(lc *c, spm_vocab *v, bool plain) {
+    const lc_json *f = &c->tok_config;
+    const ckpt__json_node *d = member(f, 0, "added_tokens_decoder");
+    if (!d || d->kind != CKPT__JSON_OBJECT) return CKPT_OK;
+    for (uint32_t i = node_index(f, d) + 1, k = 0; k < d->count; k++, i = f->doc.nodes[i + 1].end) {
+        const ckpt__json_node *key = &f->doc.nodes[i];
+        const ckpt__json_node *content = member(f, i + 1, "content"), *special = member(f, i + 1, "special");
+        char *end;
+        errno = 0;
+        unsigned long long id = strtoull(key->str, &end, 10);
+        if (errno || end == key->str || *end || !content || content->kind != CKPT__JSON_STRING)
+            return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, "added_tokens_decoder", key->offset,
+                              "an added token is {\"<id>\": {\"content\": …}}");
+        if (id >= c->vocab) continue;
+        bool control = special && special->kind == CKPT__JSON_TRUE;
+        if (control || plain || looks_special(content->str, content->len)) {
+            spm_set(v, id, content->str, content->len, -1000.0f, control || !plain ? TOKEN_CONTROL : TOKEN_USER_DEFINED);
+            continue;
+        }
+        ckpt__buf spaced = {0};
+        spaces_restored(content->str, content->len, &spaced);
+        if (spaced.failed || !(v->owned[id] = spaced.data ? spaced.data : ckpt__malloc(1))) {
+            free(spaced.data);
+            return ckpt__oom(c->err, f->path, NULL);
+        }
+        spm_set(v, id, v->owned[id], spaced.len, -1000.0f, TOKEN_USER_DEFINED);
+    }
+    return CKPT_OK;
+}
+
+/* tokenizer.json's added_tokens over the vocabulary (Phi3MiniModel's):
+ * score -1000, control when special, else user-defined. */
+static ckpt_status spm_tokenizer_json_added(lc *c, spm_vocab *v) {
+    const lc_json *f = &c->tokenizer;
+    const ckpt__json_node *added = member(f, 0, "added_tokens");
+    if (!added || added->kind != CKPT__JSON_ARRAY) return CKPT_OK;
+    for (uint32_t i = node_index(f, added) + 1, k = 0; k < added->count; k++, i = f->doc.nodes[i].end) {
+        const ckpt__json_node *idn = member(f, i, "id"), *content = member(f, i, "content"),
+                              *special = member(f, i, "special");
+        uint64_t id;
+        if (!idn || !content || content->kind != CKPT__JSON_STRING || !ckpt__json_u64(idn, &id))
+            return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, "added_tokens", f->doc.nodes[i].offset,
+                              "an added token needs an id and a content");
+        if (id < c->vocab)
+            spm_set(v, id, content->str, content->len, -1000.0f,
+                    special && special->kind == CKPT__JSON_TRUE ? TOKEN_CONTROL : TOKEN_USER_DEFINED);
+    }
+    return CKPT_OK;
+}
+
+static void spm_write(lc *c, const spm_vocab *v) {
+    kv_array_begin(c, "tokenizer.ggml.tokens", "string");
+    char pad[40];
+    for (uint64_t id = 0; id < c->vocab; id++) {
+        if (id) ckpt__buf_puts(&c->out, ", ");
+        if (v->text[id]) {
+            ckpt__buf_json_string_n(&c->out, v->text[id], v->len[id]);
+        } else {
+            snprintf(pad, sizeof pad, "[PAD%llu]", (unsigned long long)id);
+            ckpt__buf_json_string(&c->out, pad);
+        }
+    }
+    ckpt__buf_puts(&c->out, "]}");
+    kv_array_begin(c, "tokenizer.ggml.scores", "f32");
+    for (uint64_t id = 0; id < c->vocab; id++) {
+        if (id) ckpt__buf_puts(&c->out, ", ");
+        ckpt__buf_json_float(&c->out, (double)v->score[id]);
+    }
+    ckpt__buf_puts(&c->out, "]}");
+    kv_array_begin(c, "tokenizer.ggml.token_type", "i32");
+    for (uint64_t id = 0; id < c->vocab; id++) {
+        char n[4] = {(char)('0' + v->type[id]), 0};
+        if (id) ckpt__buf_puts(&c->out, ", ");
+        ckpt__buf_puts(&c->out, n);
+    }
+    ckpt__buf_puts(&c->out, "]}");
+}
+
+/* The script's _set_vocab_sentencepiece (or Phi3MiniModel.set_vocab):
+ * tokenizer.model's pieces (their types as SentencePieceProcessor reports
+ * them: user-defined pieces are normal), added_tokens.json and the added
+ * tokens of tokenizer_config.json (and Phi-3's of tokenizer.json) over
+ * them, "[PAD<id>]" (unused, score -10000) up to vocab_size; then
+ * gguf.SpecialVocab without merges. */
+static ckpt_status write_sentencepiece(lc *c) {
+    char *path = ckpt__path_join(c->dir, "tokenizer.model"), *bytes = NULL;
+    if (!path) return ckpt__oom(c->err, c->dir, NULL);
+    uint64_t size = 0;
+    spm_piece *pieces = NULL;
+    size_t count = 0;
+    lc_json added = {0};
+    spm_vocab v = {0};
+    size_t n = c->vocab ? c->vocab : 1;
+    ckpt_status st = read_file(c, path, "tokenizer.model", &bytes, &size);
+    if (!st) st = spm_read(c, path, bytes, size, &pieces, &count);
+    if (!st && (!(v.text = ckpt__calloc(n, sizeof *v.text)) || !(v.len = ckpt__calloc(n, sizeof *v.len)) ||
+                !(v.owned = ckpt__calloc(n, sizeof *v.owned)) || !(v.score = ckpt__calloc(n, sizeof *v.score)) ||
+                !(v.type = ckpt__calloc(n, sizeof *v.type))))
+        st = ckpt__oom(c->err, path, NULL);
+    if (!st) {
+        for (uint64_t id = 0; id < c->vocab; id++) spm_set(&v, id, NULL, 0, -10000.0f, TOKEN_UNUSED);
+        for (size_t id = 0; id < count && id < c->vocab; id++)
+            spm_set(&v, id, pieces[id].text, pieces[id].len, pieces[id].score,
+                    pieces[id].type == TOKEN_USER_DEFINED ? TOKEN_NORMAL : pieces[id].type);
+        st = spm_added_tokens_json(c, &added, &v);
+    }
+    bool phi3 = c->family->spm_added == CKPT__LC_SPM_PHI3;
+    if (!st) st = spm_added_tokens_decoder(c, &v, phi3);
+    if (!st && phi3) st = spm_tokenizer_json_added(c, &v);
+    if (!st) {
+        kv_string(c, "tokenizer.ggml.model", "llama", 5);
+        kv_string(c, "tokenizer.ggml.pre", "default", 7);
+        spm_write(c, &v);
+        st = write_special_vocab(c, NULL, c->vocab);
+    }
+    for (size_t id = 0; v.owned && id < n; id++) free(v.owned[id]);
+    free(v.text), free(v.len), free(v.owned), free(v.score), free(v.type);
+    free_json(&added);
+    free(pieces);
+    free(bytes);
+    free(path);
+    return st;
+}
+
 /* LlamaModel.set_vocab for a tokenizer.json of byte-level BPE (Llama 3's):
  * the script's _set_vocab_gpt2 and gguf.SpecialVocab. */
 static ckpt_status write_tokenizer(lc *c) {
-    if (ckpt__beneath_has(c->root, "tokenizer.model"))
-        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->tokenizer.path, "tokenizer.model", -1,
-                          "a SentencePiece tokenizer (tokenizer.model): ckpt converts byte-level BPE tokenizers "
-                          "(tokenizer.json) only");
-    ckpt_status st = read_json(c, &c->tokenizer, "tokenizer.json", true);
+    bool spm = ckpt__beneath_has(c->root, "tokenizer.model");
+    ckpt_status st = read_json(c, &c->tokenizer, "tokenizer.json", !spm);
     if (!st) st = read_json(c, &c->tok_config, "tokenizer_config.json", false);
     if (st) return st;
+    const ckpt__json_node *space = member(&c->tok_config, 0, "add_prefix_space");
+    if (c->family->add_space_prefix && space && (space->kind == CKPT__JSON_TRUE || space->kind == CKPT__JSON_FALSE))
+        kv_bool(c, "tokenizer.ggml.add_space_prefix", space->kind == CKPT__JSON_TRUE);
+    if (spm) return write_sentencepiece(c);
     lc_json *f = &c->tokenizer;
     const ckpt__json_node *model = member(f, 0, "model");
     uint32_t mi = model ? node_index(f, model) : 0;
@@ -857,13 +1311,10 @@ static ckpt_status write_tokenizer(lc *c) {
                           "ckpt converts byte-level BPE tokenizers (decoder ByteLevel)");
     const char *pre = NULL;
     if ((st = pre_tokenizer(c, &pre))) return st;
-    const ckpt__json_node *space = member(&c->tok_config, 0, "add_prefix_space");
-    if (c->family->add_space_prefix && space && (space->kind == CKPT__JSON_TRUE || space->kind == CKPT__JSON_FALSE))
-        kv_bool(c, "tokenizer.ggml.add_space_prefix", space->kind == CKPT__JSON_TRUE);
     kv_string(c, "tokenizer.ggml.model", "gpt2", 4);
     kv_string(c, "tokenizer.ggml.pre", pre, strlen(pre));
     if ((st = write_tokens(c, node_index(f, vocab)))) return st;
-    return write_special_vocab(c, member(f, mi, "merges"));
+    return write_special_vocab(c, member(f, mi, "merges"), 0);
 }
 
 /* ---- the conversion ------------------------------------------------------ */
@@ -875,6 +1326,8 @@ static ckpt_status convert(lc *c) {
                           "a sentence-transformers model (modules.json): the script adds its pooling, which ckpt "
                           "does not convert");
     if (!st) st = find_family(c);
+    if (!st) st = refuse_variant(c);
+    if (!st) st = check_rope(c);
     if (!st) st = read_hparams(c);
     if (st) return st;
     if (c->dtype == CKPT_DTYPE_INVALID) c->dtype = auto_dtype(c->plan);

@@ -47,19 +47,20 @@ def tokenizer(family, out):
             os.rename(tmp, kept)
         except OSError:  # another run kept it first
             pass
-    for f in ("tokenizer.json", "tokenizer_config.json"):
+    for f in TOKENIZER_FILES.get(family, ("tokenizer.json", "tokenizer_config.json")):
         (out / f).write_bytes((kept / f).read_bytes())
 
 
 def vocab_file(name):
-    """A vendored vocab file's tokens, token types, merges and chat template."""
+    """A vendored vocab file's tokens, token types, merges (a SentencePiece
+    vocabulary's: None) and chat template."""
     sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
     try:
         import gguf
         r = gguf.GGUFReader(LLAMA_CPP / "models" / name)
-        template = r.fields.get("tokenizer.chat_template")
+        template, merges = r.fields.get("tokenizer.chat_template"), r.fields.get("tokenizer.ggml.merges")
         return (r.fields["tokenizer.ggml.tokens"].contents(), r.fields["tokenizer.ggml.token_type"].contents(),
-                [tuple(m.split(" ")) for m in r.fields["tokenizer.ggml.merges"].contents()],
+                [tuple(m.split(" ")) for m in merges.contents()] if merges else None,
                 template.contents() if template else None)
     finally:
         sys.path.remove(str(LLAMA_CPP / "gguf-py"))
@@ -106,13 +107,95 @@ def build_qwen2_tokenizer(out):
         "tokenizer_class": "Qwen2Tokenizer", "chat_template": template}, indent=2))
 
 
-TOKENIZERS = {"llama3": build_llama3_tokenizer, "qwen2": build_qwen2_tokenizer}
+def sentencepiece_model(name, out):
+    """tokenizer.model of a vendored SentencePiece vocab file (Llama 2's
+    BPE with byte fallback: its pieces, scores and types), as
+    sentencepiece_model.proto spells it; checked by SentencePieceProcessor."""
+    from sentencepiece import SentencePieceProcessor
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
+    try:
+        import gguf
+        r = gguf.GGUFReader(LLAMA_CPP / "models" / name)
+        fields = [r.fields[f"tokenizer.ggml.{k}"].contents() for k in ("tokens", "scores", "token_type")]
+    finally:
+        sys.path.remove(str(LLAMA_CPP / "gguf-py"))
+    m = pb.ModelProto()
+    for text, score, kind in zip(*fields):
+        if kind in (3, 4) and len(m.pieces) >= 32000:
+            break  # added tokens: tokenizer_config.json's, not the model's
+        piece = m.pieces.add()
+        piece.piece, piece.score, piece.type = text, score, {4: 1}.get(kind, kind)
+    spec = m.trainer_spec
+    spec.model_type, spec.vocab_size, spec.byte_fallback = 2, len(m.pieces), True
+    spec.unk_id, spec.bos_id, spec.eos_id, spec.pad_id = 0, 1, 2, -1
+    norm = m.normalizer_spec
+    norm.name, norm.add_dummy_prefix, norm.remove_extra_whitespaces, norm.escape_whitespaces = "identity", True, False, True
+    (out / "tokenizer.model").write_bytes(m.SerializeToString())
+    sp = SentencePieceProcessor()
+    sp.LoadFromFile(str(out / "tokenizer.model"))
+    assert sp.encode("Hello world") == [15043, 3186]
 
 
-def write_decoder(out, config, dtype, seed, bias):
+def build_llama2_tokenizer(out):
+    """Llama 2's: tokenizer.model, the tokenizer.json transformers makes of
+    it (a BOS template), and Llama-2-chat's tokenizer_config.json."""
+    from transformers import LlamaTokenizer
+    sentencepiece_model("ggml-vocab-llama-spm.gguf", out)
+    tok = LlamaTokenizer.from_pretrained(str(out), add_bos_token=True, add_eos_token=False)
+    assert len(tok) == 32000 and tok("Hello world").input_ids == [1, 15043, 3186]
+    tok.save_pretrained(str(out / "hf"))
+    os.replace(out / "hf" / "tokenizer.json", out / "tokenizer.json")
+    special = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "add_bos_token": True, "add_eos_token": False,
+        "added_tokens_decoder": {str(i): {"content": t, **special} for i, t in enumerate(["<unk>", "<s>", "</s>"])},
+        "bos_token": "<s>", "clean_up_tokenization_spaces": False, "eos_token": "</s>", "legacy": False,
+        "model_max_length": 1000000000000000019884624838656, "pad_token": None, "padding_side": "right",
+        "sp_model_kwargs": {}, "tokenizer_class": "LlamaTokenizer", "unk_token": "<unk>", "use_default_system_prompt": False,
+        "chat_template": "{% for m in messages %}{% if m['role'] == 'user' %}{{ bos_token + '[INST] ' + m['content'] "
+                         "+ ' [/INST]' }}{% else %}{{ ' ' + m['content'] + ' ' + eos_token }}{% endif %}{% endfor %}"},
+        indent=2))
+
+
+def build_phi3_tokenizer(out):
+    """Phi-3's: Llama 2's tokenizer.model, its chat tokens added after
+    (tokenizer.json and tokenizer_config.json; </s> not special there),
+    Phi-3-mini's tokenizer_config.json."""
+    from tokenizers import AddedToken, Tokenizer
+    build_llama2_tokenizer(out)
+    tokens, types, _, template = vocab_file("ggml-vocab-phi-3.gguf")
+    added = {i: tokens[i] for i in range(32000, len(tokens)) if types[i] == 3}
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False, rstrip=True) for t in added.values()])
+    assert [tok.token_to_id(t) for t in added.values()] == list(added)
+    tok.save(str(out / "tokenizer.json"))
+    entry = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+    decoder = {"0": {"content": "<unk>", **entry}, "1": {"content": "<s>", **entry},
+               "2": {"content": "</s>", **entry, "rstrip": True, "special": False}}
+    decoder |= {str(i): {"content": t, **entry, "rstrip": True} for i, t in added.items()}
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "add_bos_token": False, "add_eos_token": False, "added_tokens_decoder": decoder, "bos_token": "<s>",
+        "chat_template": template, "clean_up_tokenization_spaces": False, "eos_token": "<|endoftext|>",
+        "legacy": False, "model_max_length": 4096, "pad_token": "<|endoftext|>", "padding_side": "left",
+        "sp_model_kwargs": {}, "tokenizer_class": "LlamaTokenizer", "unk_token": "<unk>",
+        "use_default_system_prompt": False}, indent=2))
+
+
+TOKENIZERS = {"llama3": build_llama3_tokenizer, "qwen2": build_qwen2_tokenizer, "llama2": build_llama2_tokenizer,
+              "phi3": build_phi3_tokenizer}
+# The files each family's tokenizer is made of.
+SPM_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json")
+TOKENIZER_FILES = {"llama2": SPM_FILES, "phi3": SPM_FILES}
+# Families that ship another family's tokenizer.
+TOKENIZER_OF = {"qwen3": "qwen2"}
+
+
+def write_decoder(out, config, dtype, seed, bias, qk_norm=False):
     """config.json and a random model.safetensors of a Llama-style decoder
     of that config (lm_head unless the embeddings are tied; Q/K/V biases
-    with `bias`), drawn in a fixed order from a seeded generator."""
+    with `bias`; Q and K norms of a head with `qk_norm`), drawn in a fixed
+    order from a seeded generator."""
     hidden, ff, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
     heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
     head_dim = config.get("head_dim", hidden // heads)
@@ -133,6 +216,8 @@ def write_decoder(out, config, dtype, seed, bias):
             sd[p + f"{proj}_proj.weight"] = w(rows, hidden)
             if bias:
                 sd[p + f"{proj}_proj.bias"] = w(rows)
+        if qk_norm:
+            sd |= {p + "q_norm.weight": w(head_dim), p + "k_norm.weight": w(head_dim)}
         p = f"model.layers.{i}."
         sd |= {p + "self_attn.o_proj.weight": w(hidden, heads * head_dim), p + "mlp.gate_proj.weight": w(ff, hidden),
                p + "mlp.up_proj.weight": w(ff, hidden), p + "mlp.down_proj.weight": w(hidden, ff)}
@@ -156,6 +241,24 @@ def tiny_qwen2(out, dtype=torch.bfloat16, seed=2):
     write_decoder(out, config, dtype, seed, bias=True)
 
 
+def tiny_qwen3(out, dtype=torch.bfloat16, seed=3, **config_changes):
+    """A random Qwen3 of 2 layers and hidden size 32 (4 heads of 16, wider
+    than hidden_size / heads, 2 KV heads), Q and K norms, no biases, the
+    embeddings tied."""
+    hidden, ff, layers, heads, kv_heads, head_dim, vocab = 32, 64, 2, 4, 2, 16, 151936
+    config = {
+        "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 151643, "dtype": "bfloat16", "eos_token_id": 151645, "head_dim": head_dim,
+        "hidden_act": "silu", "hidden_size": hidden, "initializer_range": 0.02, "intermediate_size": ff,
+        "layer_types": ["full_attention"] * layers, "max_position_embeddings": 40960, "max_window_layers": layers,
+        "model_type": "qwen3", "num_attention_heads": heads, "num_hidden_layers": layers,
+        "num_key_value_heads": kv_heads, "rms_norm_eps": 1e-06,
+        "rope_parameters": {"rope_theta": 1000000, "rope_type": "default"}, "sliding_window": None,
+        "tie_word_embeddings": True, "use_cache": True, "use_sliding_window": False, "vocab_size": vocab}
+    config |= config_changes
+    write_decoder(out, config, dtype, seed, bias=False, qk_norm=True)
+
+
 def tiny_llama(out, dtype=torch.bfloat16, seed=0, **config_changes):
     """A random Llama 3 of 2 layers and hidden size 32 (4 heads of 8, 2 KV
     heads), as save_pretrained writes it: config.json and model.safetensors."""
@@ -170,6 +273,55 @@ def tiny_llama(out, dtype=torch.bfloat16, seed=0, **config_changes):
         "tie_word_embeddings": False, "transformers_version": "5.23.0", "use_cache": True, "vocab_size": vocab}
     config |= config_changes
     write_decoder(out, config, dtype, seed, bias=False)
+
+
+def tiny_llama2(out, dtype=torch.float16, seed=4, **config_changes):
+    """A random Llama 2 of 2 layers and hidden size 32 (4 heads of 8, as
+    many KV heads), f16 weights, with Llama 2's SentencePiece tokenizer;
+    config.json as transformers 5 writes Llama 2's (rope_parameters and
+    head_dim filled in: the script reads the config through AutoConfig)."""
+    hidden, ff, layers, heads, vocab = 32, 64, 2, 4, 32000
+    config = {
+        "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 1, "dtype": "float16", "eos_token_id": 2, "head_dim": hidden // heads, "hidden_act": "silu",
+        "hidden_size": hidden, "initializer_range": 0.02, "intermediate_size": ff, "max_position_embeddings": 4096,
+        "mlp_bias": False, "model_type": "llama", "num_attention_heads": heads, "num_hidden_layers": layers,
+        "num_key_value_heads": heads, "pad_token_id": None, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}, "tie_word_embeddings": False,
+        "transformers_version": "5.23.0", "use_cache": True, "vocab_size": vocab}
+    config |= config_changes
+    write_decoder(out, config, dtype, seed, bias=False)
+
+
+def tiny_phi3(out, dtype=torch.bfloat16, seed=6, **config_changes):
+    """A random Phi-3-mini of 2 layers and hidden size 32 (4 heads of 8, as
+    many KV heads): Q, K and V fused, gate and up fused; config.json as
+    transformers 5 writes Phi-3-mini-4k's."""
+    hidden, ff, layers, heads, vocab = 32, 64, 2, 4, 32064
+    config = {
+        "architectures": ["Phi3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 1,
+        "dtype": "bfloat16", "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": hidden,
+        "initializer_range": 0.02, "intermediate_size": ff, "max_position_embeddings": 4096, "model_type": "phi3",
+        "num_attention_heads": heads, "num_hidden_layers": layers, "num_key_value_heads": heads,
+        "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+        "rope_parameters": {"partial_rotary_factor": 1.0, "rope_theta": 10000.0, "rope_type": "default"},
+        "sliding_window": 2047, "tie_word_embeddings": False, "transformers_version": "5.23.0", "use_cache": True,
+        "vocab_size": vocab}
+    config |= config_changes
+    g = torch.Generator().manual_seed(seed)
+
+    def w(*shape):
+        return (torch.randn(*shape, generator=g) * 0.02).to(dtype)
+
+    sd = {"model.embed_tokens.weight": w(vocab, hidden), "lm_head.weight": w(vocab, hidden), "model.norm.weight": w(hidden)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        sd |= {p + "input_layernorm.weight": w(hidden), p + "post_attention_layernorm.weight": w(hidden),
+               p + "self_attn.qkv_proj.weight": w(3 * hidden, hidden), p + "self_attn.o_proj.weight": w(hidden, hidden),
+               p + "mlp.gate_up_proj.weight": w(2 * ff, hidden), p + "mlp.down_proj.weight": w(hidden, ff)}
+    out.mkdir(parents=True)
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2))
 
 
 def reference(model, outtype):
@@ -191,16 +343,29 @@ def reference(model, outtype):
     return dst
 
 
+def assert_the_scripts_file(model, outtype, tmp_path):
+    """ckpt's conversion of `model` is the script's, byte for byte."""
+    ref = reference(model, outtype)
+    dst = tmp_path / "model.gguf"
+    r = ckpt("convert", model, dst, *([] if outtype == "auto" else ["--dtype", outtype]), "-q")
+    assert r.returncode == 0, r.stderr
+    assert dst.read_bytes() == ref.read_bytes()
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """Each family's model directory and the script's file for each outtype."""
     assert SCRIPT.is_file(), f"{SCRIPT} is missing: `make llama-cpp-ref` unpacks llama.cpp's conversion"
     root = tmp_path_factory.mktemp("llamacpp")
-    dirs = {"llama3": root / "tiny-llama3", "qwen2": root / "tiny-qwen2"}
+    dirs = {"llama3": root / "tiny-llama3", "qwen2": root / "tiny-qwen2", "qwen3": root / "tiny-qwen3",
+            "llama2": root / "tiny-llama2", "phi3": root / "tiny-phi3"}
+    tiny_phi3(dirs["phi3"])
     tiny_llama(dirs["llama3"])
+    tiny_llama2(dirs["llama2"])
     tiny_qwen2(dirs["qwen2"])
+    tiny_qwen3(dirs["qwen3"])
     for family, d in dirs.items():
-        tokenizer(family, d)
+        tokenizer(TOKENIZER_OF.get(family, family), d)
     jobs = [(f, t) for f in dirs for t in OUTTYPES]
     with ThreadPoolExecutor(max_workers=3) as pool:
         refs = dict(zip(jobs, pool.map(lambda j: reference(dirs[j[0]], j[1]), jobs)))
@@ -213,7 +378,7 @@ def llama3(models):
 
 
 @pytest.mark.parametrize("outtype", OUTTYPES)
-@pytest.mark.parametrize("family", ["llama3", "qwen2"])
+@pytest.mark.parametrize("family", ["llama3", "llama2", "qwen2", "qwen3", "phi3"])
 def test_the_scripts_file_byte_for_byte(models, family, outtype, tmp_path):
     model, refs = models[family]
     dst = tmp_path / "model.gguf"
@@ -231,11 +396,41 @@ def test_mistral_is_the_scripts_file_byte_for_byte(llama3, tmp_path):
                rope_parameters={"rope_theta": 1000000.0, "rope_type": "default"})
     for f in ("tokenizer.json", "tokenizer_config.json"):
         os.link(llama3[0] / f, model / f)
-    ref = reference(model, "bf16")
-    dst = tmp_path / "model.gguf"
-    r = ckpt("convert", model, dst, "--dtype", "bf16", "-q")
-    assert r.returncode == 0, r.stderr
-    assert dst.read_bytes() == ref.read_bytes()
+    assert_the_scripts_file(model, "bf16", tmp_path)
+
+
+def test_mistral_with_sentencepiece_is_the_scripts_file_byte_for_byte(models, tmp_path):
+    """Mistral 7B v0.1's shape of directory: LlamaModel with the
+    SentencePiece tokenizer (tokenizer.model beside tokenizer.json)."""
+    model = tmp_path / "tiny-mistral-spm"
+    tiny_llama2(model, dtype=torch.bfloat16, seed=5, architectures=["MistralForCausalLM"], model_type="mistral",
+                num_key_value_heads=2, sliding_window=4096)
+    for f in TOKENIZER_FILES["llama2"]:
+        os.link(models["llama2"][0] / f, model / f)
+    assert_the_scripts_file(model, "bf16", tmp_path)
+
+
+@pytest.mark.parametrize("family,rope", [
+    ("qwen2", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "rope_theta": 1000000.0}),
+    ("qwen3", {"rope_type": "yarn", "factor": 2.5, "original_max_position_embeddings": 16384, "rope_theta": 1000000.0,
+               "beta_fast": 16.0, "beta_slow": 2.0, "attention_factor": 1.25}),
+    ("llama3", {"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0}),
+])
+def test_rope_scaling_is_the_scripts_file_byte_for_byte(models, tmp_path, family, rope):
+    """TextModel's linear and yarn RoPE scaling: their key-values."""
+    model = broken_copy(models[family][0], tmp_path / f"tiny-{family}-rope", config={"rope_parameters": rope})
+    assert_the_scripts_file(model, "bf16", tmp_path)
+
+
+@pytest.mark.parametrize("rope,word", [
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 8192, "rope_theta": 500000.0}, "llama3"),
+    ({"rope_type": "dynamic", "factor": 2.0, "rope_theta": 500000.0}, "dynamic"),
+])
+def test_rope_the_script_makes_tensors_of_is_refused(llama3, tmp_path, rope, word):
+    """Refused while linear and yarn are converted."""
+    src = broken_copy(llama3[0], tmp_path / "m", config={"rope_parameters": rope})
+    refused(src, tmp_path, "config.json", "rope_type", word, "linear and yarn")
 
 
 def test_to_gguf_names_the_format(llama3, tmp_path):
@@ -295,6 +490,15 @@ def test_sentence_transformers_pooling_is_refused(llama3, tmp_path):
     refused(src, tmp_path, "config.json", "modules.json")
 
 
+@pytest.mark.parametrize("garbage", [b"", b"\x0a\x05\x0a\x03ab", b"\x0a\x04\x0a\x02\xff\xfe", b"\x0b\x00"])
+def test_broken_sentencepiece_model_is_refused(models, tmp_path, garbage):
+    """tokenizer.model that is no SentencePiece model (empty, a piece cut
+    short, a piece that is not UTF-8, a group) is refused by name."""
+    src = broken_copy(models["llama2"][0], tmp_path / "m", drop=("tokenizer.model",))
+    (src / "tokenizer.model").write_bytes(garbage)
+    refused(src, tmp_path, "tokenizer.model", "not a SentencePiece model")
+
+
 def test_missing_tokenizer_is_refused(llama3, tmp_path):
     src = broken_copy(llama3[0], tmp_path / "m", drop=("tokenizer.json",))
     refused(src, tmp_path, "tokenizer.json")
@@ -309,6 +513,39 @@ def test_missing_tokenizer_is_refused(llama3, tmp_path):
 def test_hyperparameters_that_contradict_shapes_are_refused(llama3, tmp_path, key, value, tensor):
     src = broken_copy(llama3[0], tmp_path / "m", config={key: value})
     refused(src, tmp_path, "config.json", key, tensor)
+
+
+@pytest.mark.parametrize("where", ["name", "readme"])
+def test_qwen3_reranker_is_refused(models, tmp_path, where):
+    """The script converts a Qwen3 reranker with a pooling type and a
+    classifier head made of two rows of the output: refused by its hint."""
+    src = broken_copy(models["qwen3"][0], tmp_path / ("Qwen3-Reranker-0.6B" if where == "name" else "m"))
+    if where == "readme":
+        (src / "README.md").write_text("---\nlicense: apache-2.0\n---\n# Qwen3-Reranker-0.6B\n")
+    refused(src, tmp_path, "qwen3-reranker", "README.md" if where == "readme" else "directory")
+
+
+def test_phi3_long_context_rope_is_refused(models, tmp_path):
+    """Phi-3-128k's longrope: the script makes rope_factors_long/short
+    tensors of the factors, which ckpt does not."""
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "long_factor": [1.0] * 4, "short_factor": [1.0] * 4}
+    src = broken_copy(models["phi3"][0], tmp_path / "m", config={"rope_parameters": rope})
+    refused(src, tmp_path, "config.json", "rope_type", "longrope")
+
+
+@pytest.mark.parametrize("key", ["original_max_position_embeddings", "rms_norm_eps"])
+def test_phi3_without_a_hyperparameter_it_needs_is_refused(models, tmp_path, key):
+    src = broken_copy(models["phi3"][0], tmp_path / "m", config={key: None})
+    refused(src, tmp_path, "config.json", key)
+
+
+def test_codellama_infill_vocabulary_is_refused(models, tmp_path):
+    """vocab_size 32016: the script adds CodeLlama's infill token ids."""
+    src = tmp_path / "m"
+    tiny_llama2(src, vocab_size=32016)
+    for f in TOKENIZER_FILES["llama2"]:
+        os.link(models["llama2"][0] / f, src / f)
+    refused(src, tmp_path, "config.json", "vocab_size", "32016")
 
 
 def test_vocab_size_that_contradicts_the_embeddings_is_refused(llama3, tmp_path):

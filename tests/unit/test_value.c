@@ -136,6 +136,109 @@ static void test_reading_is_bounded(void **state) {
     ckpt__arena_free(&plain);
 }
 
+/* The public accessors (ckpt.h) read every kind; asked of another kind,
+ * or out of range, they give their zero. */
+static void test_public_accessors(void **state) {
+    (void)state;
+    const char *tree =
+        "{\"__class__\": \"collections.OrderedDict\", \"__dict__\": [[\"w\", {\"__tensor__\": \"model.w\"}], "
+        "[1, [null, true, -7, 0.5, \"s\", {\"__bytes__\": \"00ff\"}, {\"__int_le__\": \"01ff\"}, "
+        "{\"__global__\": \"m.G\"}, 123456789012345678901234567890]], "
+        "[2, {\"__class__\": \"torch.Size\", \"__tuple__\": [2]}], [3, {\"__set__\": []}], "
+        "[4, {\"__call__\": \"m.C\", \"args\": [5], \"state\": {\"k\": false}}]], "
+        "\"__state__\": {\"__dict__\": []}}";
+    ckpt__arena arena = {0};
+    ckpt__value *root;
+    free(round_trip(tree, &arena, &root));
+    const ckpt_value *v = root;
+    size_t n = 9;
+    assert_int_equal(ckpt_value_kind_of(v), CKPT_VALUE_DICT);
+    assert_string_equal(ckpt_value_class(v), "collections.OrderedDict");
+    assert_int_equal(ckpt_value_len(v), 5);
+    assert_int_equal(ckpt_value_kind_of(ckpt_value_state(v)), CKPT_VALUE_DICT);
+    assert_string_equal(ckpt_value_text(ckpt_value_key(v, 0), &n), "w");
+    assert_int_equal(n, 1);
+    assert_int_equal(ckpt_value_kind_of(ckpt_value_at(v, 0)), CKPT_VALUE_TENSOR);
+    assert_string_equal(ckpt_value_text(ckpt_value_at(v, 0), NULL), "model.w");
+    assert_int_equal(ckpt_value_int(ckpt_value_key(v, 1)), 1);
+    assert_null(ckpt_value_key(v, 5));
+    assert_null(ckpt_value_at(v, 5));
+    assert_null(ckpt_value_item(v, 0)); /* a dict has pairs, not items */
+
+    const ckpt_value *list = ckpt_value_at(v, 1);
+    assert_int_equal(ckpt_value_kind_of(list), CKPT_VALUE_LIST);
+    assert_int_equal(ckpt_value_len(list), 9);
+    assert_null(ckpt_value_item(list, 9));
+    assert_null(ckpt_value_class(list));
+    assert_null(ckpt_value_key(list, 0));
+    assert_int_equal(ckpt_value_kind_of(ckpt_value_item(list, 0)), CKPT_VALUE_NULL);
+    assert_int_equal(ckpt_value_bool(ckpt_value_item(list, 1)), 1);
+    assert_int_equal(ckpt_value_int(ckpt_value_item(list, 2)), -7);
+    assert_true(ckpt_value_float(ckpt_value_item(list, 3)) == 0.5);
+    assert_int_equal(ckpt_value_kind_of(ckpt_value_item(list, 4)), CKPT_VALUE_STRING);
+    const ckpt_value *bytes = ckpt_value_item(list, 5);
+    assert_int_equal(ckpt_value_kind_of(bytes), CKPT_VALUE_BYTES);
+    assert_memory_equal(ckpt_value_text(bytes, &n), "\x00\xff", 2);
+    assert_int_equal(n, 2);
+    assert_int_equal(ckpt_value_kind_of(ckpt_value_item(list, 6)), CKPT_VALUE_BIGINT);
+    assert_memory_equal(ckpt_value_text(ckpt_value_item(list, 6), &n), "\x01\xff", 2);
+    assert_int_equal(ckpt_value_kind_of(ckpt_value_item(list, 7)), CKPT_VALUE_GLOBAL);
+    assert_string_equal(ckpt_value_text(ckpt_value_item(list, 7), NULL), "m.G");
+    assert_int_equal(ckpt_value_kind_of(ckpt_value_item(list, 8)), CKPT_VALUE_NUMBER);
+    assert_string_equal(ckpt_value_text(ckpt_value_item(list, 8), NULL), "123456789012345678901234567890");
+    /* another kind's accessor: its zero */
+    assert_int_equal(ckpt_value_int(ckpt_value_item(list, 3)), 0);
+    assert_int_equal(ckpt_value_bool(ckpt_value_item(list, 2)), 0);
+    assert_null(ckpt_value_text(ckpt_value_item(list, 2), &n));
+    assert_int_equal(n, 0);
+    assert_int_equal(ckpt_value_len(ckpt_value_item(list, 4)), 0);
+
+    const ckpt_value *size = ckpt_value_at(v, 2);
+    assert_int_equal(ckpt_value_kind_of(size), CKPT_VALUE_TUPLE);
+    assert_string_equal(ckpt_value_class(size), "torch.Size");
+    assert_int_equal(ckpt_value_int(ckpt_value_item(size, 0)), 2);
+    assert_int_equal(ckpt_value_kind_of(ckpt_value_at(v, 3)), CKPT_VALUE_SET);
+    assert_int_equal(ckpt_value_len(ckpt_value_at(v, 3)), 0);
+    const ckpt_value *call = ckpt_value_at(v, 4);
+    assert_int_equal(ckpt_value_kind_of(call), CKPT_VALUE_CALL);
+    assert_string_equal(ckpt_value_class(call), "m.C");
+    assert_int_equal(ckpt_value_len(call), 1);
+    assert_int_equal(ckpt_value_int(ckpt_value_item(call, 0)), 5);
+    const ckpt_value *st = ckpt_value_state(call);
+    assert_int_equal(ckpt_value_kind_of(st), CKPT_VALUE_OBJECT);
+    assert_string_equal(ckpt_value_text(ckpt_value_key(st, 0), NULL), "k");
+    assert_int_equal(ckpt_value_kind_of(ckpt_value_at(st, 0)), CKPT_VALUE_BOOL);
+    assert_null(ckpt_value_state(size));
+    assert_int_equal(ckpt_value_kind_of(NULL), CKPT_VALUE_NULL);
+    assert_int_equal(ckpt_value_len(NULL), 0);
+    ckpt__arena_free(&arena);
+}
+
+/* CKPT__VALUE_RAW: numbers kept as written, strings left in the
+ * document's text (GGUF's typed values convert both themselves). */
+static void test_raw_values_keep_numbers_as_text(void **state) {
+    (void)state;
+    char text[] = "{\"a\": [1, 1.0, 1e-05, 18446744073709551615], \"s\": \"x\\ny\"}";
+    ckpt__json_doc doc;
+    size_t at;
+    const char *why;
+    assert_int_equal(ckpt__json_parse(text, strlen(text), &doc, &at, &why), CKPT_OK);
+    ckpt__arena arena = {0};
+    ckpt__value *v;
+    assert_int_equal(ckpt__value_from_doc(&arena, &doc, CKPT__VALUE_RAW, &v, NULL, NULL), CKPT_OK);
+    ckpt__json_free(&doc);
+    const ckpt__value *list = ckpt__value_member(v, "a"), *s = ckpt__value_member(v, "s");
+    const char *numbers[] = {"1", "1.0", "1e-05", "18446744073709551615"};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(list->u.items[i]->kind, CKPT__V_NUMBER);
+        assert_string_equal(list->u.items[i]->u.s.data, numbers[i]);
+    }
+    assert_int_equal(s->kind, CKPT__V_STR);
+    assert_string_equal(s->u.s.data, "x\ny");
+    assert_true(s->u.s.data >= text && s->u.s.data < text + sizeof text); /* not copied */
+    ckpt__arena_free(&arena);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schema_round_trips),
@@ -143,6 +246,8 @@ int main(void) {
         cmocka_unit_test(test_made_values),
         cmocka_unit_test(test_deep_tree_written_without_recursion),
         cmocka_unit_test(test_reading_is_bounded),
+        cmocka_unit_test(test_public_accessors),
+        cmocka_unit_test(test_raw_values_keep_numbers_as_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

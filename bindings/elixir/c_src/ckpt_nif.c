@@ -217,11 +217,193 @@ static const char *format_name(ckpt_format f) {
     return "unknown";
 }
 
-/* info(catalog) → {format, [{path, size}], index_path | nil, tree_json | nil, count} */
+
+/* ---- the object tree as terms ------------------------------------------ */
+
+/*
+ * The catalog's object tree built from libckpt's values (ckpt_value_*), in
+ * the shape Ckpt.JSON.decode gives for its JSON (objects {:obj, [{key,
+ * value}]}, {"__dict__": [[k, v], …]}, {"__tensor__": name} …), so that
+ * Ckpt.Tree reads it as it reads a recorded structure, without the text.
+ * Finished terms and the containers being filled wait on heap stacks,
+ * never on the C stack, however deep the tree.
+ */
+typedef struct tree_frame {
+    const ckpt_value *v;
+    size_t next, count, base; /* base: its first term on the term stack */
+    int in_state;
+} tree_frame;
+
+typedef struct tree_walk {
+    ErlNifEnv *env;
+    ERL_NIF_TERM *terms;
+    size_t len, cap;
+    tree_frame *frames;
+    size_t depth, frame_cap;
+    int failed;
+} tree_walk;
+
+/* Grows *at (of *cap items of `size` bytes) to hold one more than `len`. */
+static int grow(void **at, size_t *cap, size_t len, size_t size) {
+    if (len < *cap) return 1;
+    size_t n = *cap ? 2 * *cap : 32;
+    void *p = enif_realloc(*at, n * size);
+    if (!p) return 0;
+    *at = p, *cap = n;
+    return 1;
+}
+
+static void push_term(tree_walk *w, ERL_NIF_TERM t) {
+    if (!grow((void **)&w->terms, &w->cap, w->len, sizeof *w->terms)) w->failed = 1;
+    else w->terms[w->len++] = t;
+}
+
+/* {:obj, [{tag, value}]}. */
+static ERL_NIF_TERM tagged(ErlNifEnv *env, const char *tag, ERL_NIF_TERM value) {
+    ERL_NIF_TERM pair = enif_make_tuple2(env, string(env, tag), value);
+    return enif_make_tuple2(env, enif_make_atom(env, "obj"), enif_make_list1(env, pair));
+}
+
+static ERL_NIF_TERM text_term(ErlNifEnv *env, const ckpt_value *v) {
+    size_t n;
+    const char *s = ckpt_value_text(v, &n);
+    ERL_NIF_TERM t;
+    unsigned char *p = enif_make_new_binary(env, n, &t);
+    if (n) memcpy(p, s, n);
+    return t;
+}
+
+static ERL_NIF_TERM hex_term(ErlNifEnv *env, const ckpt_value *v) {
+    static const char digits[] = "0123456789abcdef";
+    size_t n;
+    const unsigned char *s = (const unsigned char *)ckpt_value_text(v, &n);
+    ERL_NIF_TERM t;
+    unsigned char *p = enif_make_new_binary(env, 2 * n, &t);
+    for (size_t i = 0; i < n; i++)
+        p[2 * i] = (unsigned char)digits[s[i] >> 4], p[2 * i + 1] = (unsigned char)digits[s[i] & 15];
+    return t;
+}
+
+/* A value with no items; a NUMBER (JSON text kept as written) as
+ * {:number, text}, which Ckpt.Tree reads as the number. */
+static ERL_NIF_TERM leaf_term(ErlNifEnv *env, const ckpt_value *v) {
+    switch (ckpt_value_kind_of(v)) {
+    case CKPT_VALUE_BOOL: return ckpt_value_bool(v) ? ATOM_TRUE : ATOM_FALSE;
+    case CKPT_VALUE_INT: return enif_make_int64(env, ckpt_value_int(v));
+    case CKPT_VALUE_FLOAT: {
+        double f = ckpt_value_float(v);
+        if (f == f && f - f == 0) return enif_make_double(env, f);
+        return tagged(env, "__float__", string(env, f != f ? "nan" : f > 0 ? "inf" : "-inf"));
+    }
+    case CKPT_VALUE_NUMBER: return enif_make_tuple2(env, enif_make_atom(env, "number"), text_term(env, v));
+    case CKPT_VALUE_STRING: return text_term(env, v);
+    case CKPT_VALUE_BYTES: return tagged(env, "__bytes__", hex_term(env, v));
+    case CKPT_VALUE_BIGINT: return tagged(env, "__int_le__", hex_term(env, v));
+    case CKPT_VALUE_TENSOR: return tagged(env, "__tensor__", text_term(env, v));
+    case CKPT_VALUE_GLOBAL: return tagged(env, "__global__", text_term(env, v));
+    default: return ATOM_NIL;
+    }
+}
+
+/* v's term pushed whole (a leaf), or its frame pushed (a container). */
+static void open_value(tree_walk *w, const ckpt_value *v) {
+    if (ckpt_value_kind_of(v) < CKPT_VALUE_LIST)
+        push_term(w, leaf_term(w->env, v));
+    else if (!grow((void **)&w->frames, &w->frame_cap, w->depth, sizeof *w->frames))
+        w->failed = 1;
+    else
+        w->frames[w->depth++] = (tree_frame){.v = v, .count = ckpt_value_len(v), .base = w->len};
+}
+
+/* The list of terms[from…to). */
+static ERL_NIF_TERM list_of(tree_walk *w, size_t from, size_t to) {
+    return enif_make_list_from_array(w->env, w->terms + from, (unsigned)(to - from));
+}
+
+/* A finished container's term, from its terms on the stack (for a DICT or
+ * an OBJECT: key, value, key, value…; then its state). */
+static ERL_NIF_TERM close_value(tree_walk *w, const tree_frame *f) {
+    ErlNifEnv *env = w->env;
+    ckpt_value_kind kind = ckpt_value_kind_of(f->v);
+    size_t end = w->len - (ckpt_value_state(f->v) ? 1 : 0);
+    if (kind == CKPT_VALUE_LIST) return list_of(w, f->base, end);
+    ERL_NIF_TERM fields[4];
+    unsigned n = 0;
+    const char *cls = ckpt_value_class(f->v);
+    if (kind == CKPT_VALUE_DICT || kind == CKPT_VALUE_OBJECT) {
+        for (size_t i = f->base; i < end; i += 2) {
+            w->terms[f->base + (i - f->base) / 2] = kind == CKPT_VALUE_DICT
+                                                         ? enif_make_list2(env, w->terms[i], w->terms[i + 1])
+                                                         : enif_make_tuple2(env, w->terms[i], w->terms[i + 1]);
+        }
+        ERL_NIF_TERM pairs = list_of(w, f->base, f->base + (end - f->base) / 2);
+        if (kind == CKPT_VALUE_OBJECT) return enif_make_tuple2(env, enif_make_atom(env, "obj"), pairs);
+        if (cls) fields[n++] = enif_make_tuple2(env, string(env, "__class__"), string(env, cls));
+        fields[n++] = enif_make_tuple2(env, string(env, "__dict__"), pairs);
+        if (end < w->len) fields[n++] = enif_make_tuple2(env, string(env, "__state__"), w->terms[end]);
+    } else {
+        ERL_NIF_TERM items = list_of(w, f->base, end);
+        if (kind == CKPT_VALUE_CALL) {
+            fields[n++] = enif_make_tuple2(env, string(env, "__call__"), string(env, cls));
+            fields[n++] = enif_make_tuple2(env, string(env, "args"), items);
+            if (end < w->len) fields[n++] = enif_make_tuple2(env, string(env, "state"), w->terms[end]);
+        } else {
+            if (cls) fields[n++] = enif_make_tuple2(env, string(env, "__class__"), string(env, cls));
+            fields[n++] = enif_make_tuple2(env, string(env, kind == CKPT_VALUE_SET ? "__set__" : "__tuple__"), items);
+        }
+    }
+    return enif_make_tuple2(env, enif_make_atom(env, "obj"), enif_make_list_from_array(env, fields, n));
+}
+
+/* One step of the top frame: its next item (a pair's key pushed first),
+ * its state, or its end. */
+static void step_value(tree_walk *w) {
+    tree_frame *f = &w->frames[w->depth - 1];
+    const ckpt_value *v = f->v;
+    ckpt_value_kind kind = ckpt_value_kind_of(v);
+    if (f->next < f->count) {
+        size_t i = f->next++;
+        if (kind == CKPT_VALUE_DICT || kind == CKPT_VALUE_OBJECT) {
+            push_term(w, leaf_term(w->env, ckpt_value_key(v, i)));
+            open_value(w, ckpt_value_at(v, i));
+        } else {
+            open_value(w, ckpt_value_item(v, i));
+        }
+        return;
+    }
+    if (!f->in_state && ckpt_value_state(v)) {
+        f->in_state = 1;
+        open_value(w, ckpt_value_state(v));
+        return;
+    }
+    ERL_NIF_TERM t = close_value(w, f);
+    w->len = f->base;
+    w->depth--;
+    push_term(w, t);
+}
+
+/* The tree as terms in *out, or nil when there is none; 0 out of memory. */
+static int tree_term(ErlNifEnv *env, const ckpt_value *tree, ERL_NIF_TERM *out) {
+    *out = ATOM_NIL;
+    if (!tree) return 1;
+    tree_walk w = {.env = env};
+    open_value(&w, tree);
+    while (w.depth && !w.failed) step_value(&w);
+    if (!w.failed) *out = w.terms[0];
+    enif_free(w.terms);
+    enif_free(w.frames);
+    return !w.failed;
+}
+
+/* info(catalog) → {format, [{path, size}], index_path | nil, tree | nil, count}: the tree as
+ * tree_term gives it. */
 static ERL_NIF_TERM nif_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
     (void)argc;
     catalog_res *r;
+    ERL_NIF_TERM tree;
     if (!get_catalog(env, argv[0], &r)) return enif_make_badarg(env);
+    if (!tree_term(env, ckpt_catalog_tree(r->catalog), &tree))
+        return enif_raise_exception(env, enif_make_atom(env, "enomem"));
     size_t n = ckpt_catalog_file_count(r->catalog);
     ERL_NIF_TERM files = enif_make_list(env, 0);
     for (size_t i = n; i-- > 0;)
@@ -231,7 +413,7 @@ static ERL_NIF_TERM nif_info(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]
                                     files);
     return enif_make_tuple5(env, enif_make_atom(env, format_name(ckpt_catalog_format(r->catalog))), files,
                             string_or_nil(env, ckpt_catalog_index_path(r->catalog)),
-                            string_or_nil(env, ckpt_catalog_tree_json(r->catalog)),
+                            tree,
                             enif_make_uint64(env, ckpt_catalog_tensor_count(r->catalog)));
 }
 

@@ -55,7 +55,7 @@ defmodule Ckpt do
       shown = NIF.redact_name(path)
 
       {:ok,
-       %Catalog{ref: ref, path: shown, format: format, files: files, index_path: index, tree_json: tree, count: count}}
+       %Catalog{ref: ref, path: shown, format: format, files: files, index_path: index, tree: tree, count: count}}
     end
   end
 
@@ -196,7 +196,7 @@ defmodule Ckpt do
     with_catalog(source, fn c ->
       with {:ok, flat} <- load(c, copy: opts[:copy], threads: opts[:threads], check_crc: opts[:check_crc]) do
         flat = if opts[:leaf], do: Map.new(flat, fn {k, v} -> {k, opts[:leaf].(v)} end), else: flat
-        structure = c.tree_json || metadata(c)[Tree.metadata_key()]
+        structure = c.tree || metadata(c)[Tree.metadata_key()]
 
         try do
           tree =
@@ -216,7 +216,7 @@ defmodule Ckpt do
           e ->
             what =
               cond do
-                c.tree_json -> "its object tree is not a structure of its tensors"
+                c.tree -> "its object tree is not a structure of its tensors"
                 structure -> "its '#{Tree.metadata_key()}' metadata is not a structure of its tensors"
                 true -> "its tensor names do not nest into containers"
               end

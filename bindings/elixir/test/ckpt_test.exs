@@ -185,6 +185,19 @@ defmodule CkptTest do
     assert File.read!(file) == File.read!(Path.join(py_dir, "model.safetensors"))
   end
 
+  test "a catalog's object tree comes as terms built from libckpt's values" do
+    assert %Ckpt.Catalog{tree: {:obj, [{"__dict__", pairs}]}} = Ckpt.open!(path("train.pt"))
+
+    assert pairs == [
+             ["model", {:obj, [{"__dict__", [["w", {:obj, [{"__tensor__", "model.w"}]}]]}]}],
+             ["epoch", 3],
+             ["opt", {:obj, [{"__dict__", [["lr", 0.1], ["betas", {:obj, [{"__tuple__", [0.9, 0.999]}]}]]}]}],
+             ["name", "run"]
+           ]
+
+    assert Ckpt.open!(path("dtypes.safetensors")).tree == nil
+  end
+
   test "load_tree restores Python's ckpt.save trees and torch object trees" do
     assert Ckpt.load_tree!(path("py_tree")) == tree()
     {_, {2, 2}, w} = hd(for({"model.w", d, s, b} <- tensors("train.pt"), do: {d, s, b}))

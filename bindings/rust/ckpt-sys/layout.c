@@ -61,6 +61,9 @@ static const size_t layout[] = {
 
     sizeof(ckpt_status), sizeof(ckpt_dtype), sizeof(ckpt_format), sizeof(ckpt_io_mode),
     CKPT_DTYPE_COUNT, CKPT_MAX_DIMS,
+    sizeof(ckpt_value_kind), CKPT_VALUE_NULL, CKPT_VALUE_BOOL, CKPT_VALUE_INT, CKPT_VALUE_FLOAT, CKPT_VALUE_NUMBER,
+    CKPT_VALUE_STRING, CKPT_VALUE_BYTES, CKPT_VALUE_BIGINT, CKPT_VALUE_TENSOR, CKPT_VALUE_GLOBAL, CKPT_VALUE_LIST,
+    CKPT_VALUE_TUPLE, CKPT_VALUE_SET, CKPT_VALUE_CALL, CKPT_VALUE_DICT, CKPT_VALUE_OBJECT,
 };
 
 size_t ckpt_sys_layout_count(void);

@@ -11,6 +11,7 @@ use crate::dtype::{as_bytes_mut, check_typed, Dtype, Element};
 use crate::error::{Error, RawError, Result};
 use crate::plan::Plan;
 use crate::util::{cpath, cstring};
+use crate::value::Node;
 use crate::writer::WriterOptions;
 use crate::sys;
 
@@ -291,6 +292,13 @@ impl Catalog {
     /// None for safetensors.  See `ckpt_catalog_tree_json` for the schema.
     pub fn tree_json(&self) -> Option<&str> {
         unsafe { str_at(sys::ckpt_catalog_tree_json(self.raw())) }
+    }
+
+    /// The same tree as the library's values (no JSON): walk it with
+    /// [`Node::get`].  None for safetensors.
+    pub fn tree(&self) -> Option<Node<'_>> {
+        // SAFETY: the catalog's values live as long as the catalog.
+        unsafe { Node::from_raw(sys::ckpt_catalog_tree(self.raw())) }
     }
 
     /// The `__metadata__` map (for shards: the union of their maps), in file order.

@@ -53,12 +53,14 @@ mod dtype;
 mod error;
 mod plan;
 mod util;
+mod value;
 mod writer;
 
 pub use catalog::{Catalog, Format, OpenOptions, Tensor, Tensors, VerifyReport};
 pub use dtype::{Dtype, Element};
 pub use error::{Error, Result, Status};
 pub use plan::{Buffer, Expected, IoMode, LoadOptions, LoadStats, Loaded, Mismatch, Plan, PlanItem, TensorData};
+pub use value::{Items, Node, Pairs, Value};
 pub use writer::{cast, convert, destination, parse_size, recover, Destination, Storage, Writer, WriterOptions};
 
 /// The library's version ("MAJOR.MINOR.PATCH").

@@ -11,6 +11,7 @@ use crate::catalog::{str_at, Catalog, Tensor};
 use crate::dtype::{as_bytes, as_bytes_mut, check_typed, Dtype, Element};
 use crate::error::{Error, RawError, Result};
 use crate::util::{cpath, cstring, progress_call, Progress};
+use crate::value::Node;
 use crate::writer::WriterOptions;
 use crate::sys;
 
@@ -142,6 +143,20 @@ impl<'c, 'b> Plan<'c, 'b> {
     /// The catalog it reads.
     pub fn catalog(&self) -> &'c Catalog {
         self.catalog
+    }
+
+    /// The catalog's object tree as this plan's output has it (what a
+    /// conversion records: tensors under their new names, dropped ones
+    /// taken out), as values; None when the catalog has none.  Each call
+    /// makes it anew in the plan's memory, which keeps it until the plan is
+    /// dropped: call it once the rules are set.
+    pub fn tree(&mut self) -> Result<Option<Node<'_>>> {
+        let err = RawError::new();
+        let mut out = ptr::null();
+        err.check(unsafe { sys::ckpt_plan_tree(self.raw(), &mut out, err.ptr()) })?;
+        // SAFETY: the plan keeps what it made until it is freed; the values
+        // it shares with the catalog live longer.
+        Ok(unsafe { Node::from_raw(out) })
     }
 
     /// Keeps only tensors matching `pattern` (the first call replaces

@@ -5,7 +5,9 @@ mod common;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use ckpt::{Catalog, Dtype, Element, Error, Expected, Format, LoadOptions, Mismatch, Status, TensorData, Writer, WriterOptions};
+use ckpt::{
+    Catalog, Dtype, Element, Error, Expected, Format, LoadOptions, Mismatch, Status, TensorData, Value, Writer, WriterOptions,
+};
 use common::*;
 
 fn bytes_of<T: Element>(v: &[T]) -> Vec<u8> {
@@ -108,6 +110,48 @@ fn reads_torch_files_views_and_tied_weights() {
     let tree = train.tree_json().unwrap();
     assert!(tree.contains("\"epoch\", 3") || tree.contains("\"epoch\",3"), "{}", tree);
     assert!(tree.contains("{\"__tensor__\": \"model.w\"}") || tree.contains("{\"__tensor__\":\"model.w\"}"), "{}", tree);
+}
+
+/// The pairs of a plain dict.
+fn dict(node: Option<ckpt::Node<'_>>) -> ckpt::Pairs<'_> {
+    match node.map(|n| n.get()) {
+        Some(Value::Dict { pairs, class: None, state: None }) => pairs,
+        other => panic!("not a dict: {:?}", other),
+    }
+}
+
+/// The dict at `key` of a dict's pairs.
+fn pairs_at<'a>(pairs: ckpt::Pairs<'a>, key: &str) -> ckpt::Pairs<'a> {
+    dict(pairs.find(key))
+}
+
+#[test]
+fn object_trees_read_as_values_without_json() {
+    let fx = fixtures();
+    let train = Catalog::open(fx.path("train.pt")).unwrap();
+    let root = dict(train.tree());
+    let keys: Vec<_> = root.iter().map(|(k, _)| k.get()).collect();
+    assert_eq!(keys, [Value::Str("model"), Value::Str("epoch"), Value::Str("opt"), Value::Str("name")]);
+    assert_eq!(pairs_at(root, "model").find("w").unwrap().get(), Value::Tensor("model.w"));
+    assert_eq!(root.find("epoch").unwrap().get(), Value::Int(3));
+    assert_eq!(root.find("name").unwrap().get(), Value::Str("run"));
+    let opt = pairs_at(root, "opt");
+    assert_eq!(opt.find("lr").unwrap().get(), Value::Float(0.1));
+    let items = match opt.find("betas").unwrap().get() {
+        Value::Tuple { class: None, items } => items,
+        other => panic!("betas: {:?}", other),
+    };
+    let betas: Vec<_> = items.iter().map(|n| n.get()).collect();
+    assert_eq!(betas, [Value::Float(0.9), Value::Float(0.999)]);
+    assert!(items.get(2).is_none() && root.get(4).is_none());
+    assert!(Catalog::open(fx.path("dtypes.safetensors")).unwrap().tree().is_none());
+
+    // The plan's tree: the output's names, what it drops taken out.
+    let mut plan = train.plan().unwrap();
+    plan.rename("model.", "net.").unwrap();
+    assert_eq!(pairs_at(dict(plan.tree().unwrap()), "model").find("w").unwrap().get(), Value::Tensor("net.w"));
+    plan.exclude("*").unwrap();
+    assert!(dict(plan.tree().unwrap()).find("model").is_none());
 }
 
 #[test]

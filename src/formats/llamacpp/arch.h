@@ -2,7 +2,7 @@
  * arch.h — the shape of an architecture family's data for the conversion
  * of a Hugging Face model directory into the GGUF file llama.cpp runs
  * (llamacpp.c): what convert_hf_to_gguf.py does for the family, as tables.
- * Each family's tables live in one file beside this one (llama.h, qwen2.h); the
+ * Each family's tables live in one file beside this one (llama.h, qwen.h); the
  * converter holds no family's names.
  */
 #ifndef CKPT_FORMATS_LLAMACPP_ARCH_H
@@ -15,9 +15,14 @@
 typedef enum ckpt__lc_kv_kind {
     CKPT__LC_U32,        /* the first hyper-parameter of `hparams` present, as a u32 */
     CKPT__LC_F32,        /* the same, as an f32 */
-    CKPT__LC_ROPE_THETA, /* rope_parameters' (or rope_scaling's) rope_theta, else `hparams`', as an f32;
-                            a RoPE type other than "default" is refused by name */
+    CKPT__LC_ROPE_THETA, /* rope_parameters' (or rope_scaling's) rope_theta, else `hparams`', as an f32 */
+    CKPT__LC_ROPE_SCALING, /* TextModel's linear or yarn scaling: rope.scaling.type, .factor, and yarn's
+                              .original_context_length and tuning (key and hparams unused) */
     CKPT__LC_ROPE_DIM,   /* head_dim, else hidden_size / num_attention_heads */
+    CKPT__LC_ROPE_DIM_PARTIAL, /* int(partial_rotary_factor × hidden_size) // num_attention_heads, the factor
+                                  from the RoPE parameters, else `hparams`, else 1 */
+    CKPT__LC_ROPE_U32,   /* the RoPE parameters' first of `hparams`, else config.json's, as a u32 */
+    CKPT__LC_U32_OR_ZERO, /* the first of `hparams` as a u32, 0 when null or absent */
     CKPT__LC_FILE_TYPE,  /* llama.cpp's file type of the output dtype */
 } ckpt__lc_kv_kind;
 
@@ -39,6 +44,9 @@ typedef enum ckpt__lc_dim {
     CKPT__LC_FF,     /* intermediate_size */
     CKPT__LC_Q,      /* num_attention_heads × the head dimension */
     CKPT__LC_KV,     /* num_key_value_heads × the head dimension */
+    CKPT__LC_HEAD,   /* the head dimension */
+    CKPT__LC_QKV,    /* (num_attention_heads + 2 × num_key_value_heads) × the head dimension: Q, K and V fused */
+    CKPT__LC_FF2,    /* 2 × intermediate_size: the gate and up projections fused */
 } ckpt__lc_dim;
 
 /* Which rows the script reorders for llama.cpp's RoPE (LlamaModel.permute). */
@@ -57,6 +65,14 @@ typedef struct ckpt__lc_tensor {
     ckpt__lc_dim dims[2]; /* in Hugging Face's order (out, in) */
 } ckpt__lc_tensor;
 
+/* How the family reads the added tokens of a SentencePiece vocabulary. */
+typedef enum ckpt__lc_spm_added {
+    CKPT__LC_SPM_TEXT_MODEL, /* TextModel._create_vocab_sentencepiece: tokenizer_config's added_tokens_decoder,
+                                control when special or looking so, else user-defined with U+2581 as spaces */
+    CKPT__LC_SPM_PHI3,       /* Phi3MiniModel.set_vocab: added_tokens_decoder, then tokenizer.json's
+                                added_tokens, control when special, else user-defined, as they are */
+} ckpt__lc_spm_added;
+
 /* A BPE pre-tokenizer llama.cpp knows (tokenizer.ggml.pre), recognised by
  * the regular expression of tokenizer.json's Split pre-tokenizer (the
  * script hashes the tokens of a fixed text; the expression is what decides
@@ -73,6 +89,12 @@ typedef struct ckpt__lc_family {
     const ckpt__lc_pre *pres;         /* terminated by a NULL regex */
     bool add_space_prefix;            /* tokenizer_config's add_prefix_space as tokenizer.ggml.add_space_prefix
                                          (LlamaModel.set_vocab writes it; others do not) */
+    ckpt__lc_spm_added spm_added;     /* a SentencePiece vocabulary's added tokens */
+    uint64_t refused_vocab_size;      /* a vocab_size the script reads special tokens of otherwise (CodeLlama's
+                                         infill tokens at 32016): refused; or 0 */
+    const char *refused_hint;         /* a variant the script converts otherwise (more key-values, other tensors),
+                                         refused when the directory's name, config.json's _name_or_path, model_type
+                                         or architecture, or README.md's "# " heading holds it; or NULL */
 } ckpt__lc_family;
 
 /* TextModel.set_gguf_parameters' key-values, which every family's table
@@ -86,6 +108,7 @@ typedef struct ckpt__lc_family {
      "prefix_dense_intermediate_size|dense_intermediate_size|intermediate_size|n_inner|hidden_dim", false},       \
     {"%s.attention.head_count", CKPT__LC_U32, "num_attention_heads|n_head|n_heads", false},                      \
     {"%s.attention.head_count_kv", CKPT__LC_U32, "num_key_value_heads|n_kv_heads", false},                       \
+    {"%s.rope.scaling", CKPT__LC_ROPE_SCALING, NULL, false},                                                     \
     {"%s.rope.freq_base", CKPT__LC_ROPE_THETA,                                                                   \
      "global_rope_theta|rope_global_theta|rope_theta_global|rope_theta|rotary_emb_base", false},                  \
     {"%s.attention.layer_norm_rms_epsilon", CKPT__LC_F32, "rms_norm_eps|norm_eps", false},                       \

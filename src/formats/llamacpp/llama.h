@@ -46,6 +46,7 @@ static const ckpt__lc_family ckpt__lc_llama = {
     .tensors = ckpt__lc_llama_tensors,
     .pres = ckpt__lc_llama_pres,
     .add_space_prefix = true,
+    .refused_vocab_size = 32016, /* LlamaModel.set_vocab: CodeLlama's prefix, suffix, middle and eot tokens */
 };
 
 #endif

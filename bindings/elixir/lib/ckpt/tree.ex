@@ -176,7 +176,8 @@ defmodule Ckpt.Tree do
   defp tensor(_, _, _), do: :no
 
   @doc """
-  Rebuilds a tree from its structure (JSON text or decoded), calling
+  Rebuilds a tree from its structure (JSON text, decoded, or a catalog's
+  `tree`), calling
   `leaf.(name)` for each tensor.
   """
   def decode(structure, leaf) when is_binary(structure) do
@@ -202,6 +203,12 @@ defmodule Ckpt.Tree do
       {"__shards__", items} -> Enum.map(items, &build(&1, leaf))
       nil -> Map.new(pairs, fn {k, v} -> {k, build(v, leaf)} end)
     end
+  end
+
+  # A number libckpt kept as JSON text wrote it (beyond int64 and double).
+  defp build({:number, text}, _leaf) do
+    {:ok, n} = Ckpt.JSON.decode(text)
+    n
   end
 
   defp build(x, _leaf), do: x

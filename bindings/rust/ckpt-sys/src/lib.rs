@@ -21,6 +21,29 @@ use std::ffi::c_void;
 use std::mem::MaybeUninit;
 use std::os::raw::{c_char, c_int, c_uint};
 
+/// A value of an object tree (opaque; read through the `ckpt_value_*` accessors).
+#[repr(C)]
+pub struct ckpt_value {
+    _opaque: [u8; 0],
+}
+pub type ckpt_value_kind = c_int;
+pub const CKPT_VALUE_NULL: ckpt_value_kind = 0;
+pub const CKPT_VALUE_BOOL: ckpt_value_kind = 1;
+pub const CKPT_VALUE_INT: ckpt_value_kind = 2;
+pub const CKPT_VALUE_FLOAT: ckpt_value_kind = 3;
+pub const CKPT_VALUE_NUMBER: ckpt_value_kind = 4;
+pub const CKPT_VALUE_STRING: ckpt_value_kind = 5;
+pub const CKPT_VALUE_BYTES: ckpt_value_kind = 6;
+pub const CKPT_VALUE_BIGINT: ckpt_value_kind = 7;
+pub const CKPT_VALUE_TENSOR: ckpt_value_kind = 8;
+pub const CKPT_VALUE_GLOBAL: ckpt_value_kind = 9;
+pub const CKPT_VALUE_LIST: ckpt_value_kind = 10;
+pub const CKPT_VALUE_TUPLE: ckpt_value_kind = 11;
+pub const CKPT_VALUE_SET: ckpt_value_kind = 12;
+pub const CKPT_VALUE_CALL: ckpt_value_kind = 13;
+pub const CKPT_VALUE_DICT: ckpt_value_kind = 14;
+pub const CKPT_VALUE_OBJECT: ckpt_value_kind = 15;
+
 pub type ckpt_status = c_int;
 pub const CKPT_OK: ckpt_status = 0;
 pub const CKPT_E_INVALID_ARGUMENT: ckpt_status = 1;
@@ -418,6 +441,19 @@ extern "C" {
     pub fn ckpt_catalog_file_size(catalog: *const ckpt_catalog, i: usize) -> u64;
     pub fn ckpt_catalog_index_path(catalog: *const ckpt_catalog) -> *const c_char;
     pub fn ckpt_catalog_tree_json(catalog: *const ckpt_catalog) -> *const c_char;
+    pub fn ckpt_catalog_tree(catalog: *const ckpt_catalog) -> *const ckpt_value;
+    pub fn ckpt_plan_tree(plan: *mut ckpt_plan, tree: *mut *const ckpt_value, err: *mut ckpt_error) -> ckpt_status;
+    pub fn ckpt_value_kind_of(value: *const ckpt_value) -> ckpt_value_kind;
+    pub fn ckpt_value_bool(value: *const ckpt_value) -> c_int;
+    pub fn ckpt_value_int(value: *const ckpt_value) -> i64;
+    pub fn ckpt_value_float(value: *const ckpt_value) -> f64;
+    pub fn ckpt_value_text(value: *const ckpt_value, len: *mut usize) -> *const c_char;
+    pub fn ckpt_value_len(value: *const ckpt_value) -> usize;
+    pub fn ckpt_value_item(value: *const ckpt_value, i: usize) -> *const ckpt_value;
+    pub fn ckpt_value_key(value: *const ckpt_value, i: usize) -> *const ckpt_value;
+    pub fn ckpt_value_at(value: *const ckpt_value, i: usize) -> *const ckpt_value;
+    pub fn ckpt_value_class(value: *const ckpt_value) -> *const c_char;
+    pub fn ckpt_value_state(value: *const ckpt_value) -> *const ckpt_value;
     pub fn ckpt_catalog_file_metadata(catalog: *const ckpt_catalog, file: usize, key: *const c_char) -> *const c_char;
     pub fn ckpt_catalog_metadata_count(catalog: *const ckpt_catalog) -> usize;
     pub fn ckpt_catalog_metadata_entry(
@@ -757,6 +793,23 @@ mod layout {
             ("sizeof ckpt_io_mode", size_of::<ckpt_io_mode>(), true),
             ("CKPT_DTYPE_COUNT", CKPT_DTYPE_COUNT as usize, true),
             ("CKPT_MAX_DIMS", CKPT_MAX_DIMS as usize, true),
+            ("sizeof ckpt_value_kind", size_of::<ckpt_value_kind>(), true),
+            ("CKPT_VALUE_NULL", CKPT_VALUE_NULL as usize, true),
+            ("CKPT_VALUE_BOOL", CKPT_VALUE_BOOL as usize, true),
+            ("CKPT_VALUE_INT", CKPT_VALUE_INT as usize, true),
+            ("CKPT_VALUE_FLOAT", CKPT_VALUE_FLOAT as usize, true),
+            ("CKPT_VALUE_NUMBER", CKPT_VALUE_NUMBER as usize, true),
+            ("CKPT_VALUE_STRING", CKPT_VALUE_STRING as usize, true),
+            ("CKPT_VALUE_BYTES", CKPT_VALUE_BYTES as usize, true),
+            ("CKPT_VALUE_BIGINT", CKPT_VALUE_BIGINT as usize, true),
+            ("CKPT_VALUE_TENSOR", CKPT_VALUE_TENSOR as usize, true),
+            ("CKPT_VALUE_GLOBAL", CKPT_VALUE_GLOBAL as usize, true),
+            ("CKPT_VALUE_LIST", CKPT_VALUE_LIST as usize, true),
+            ("CKPT_VALUE_TUPLE", CKPT_VALUE_TUPLE as usize, true),
+            ("CKPT_VALUE_SET", CKPT_VALUE_SET as usize, true),
+            ("CKPT_VALUE_CALL", CKPT_VALUE_CALL as usize, true),
+            ("CKPT_VALUE_DICT", CKPT_VALUE_DICT as usize, true),
+            ("CKPT_VALUE_OBJECT", CKPT_VALUE_OBJECT as usize, true),
         ];
         let n = unsafe { ckpt_sys_layout_count() };
         assert_eq!(n, rust.len(), "layout.c and this test list different fields");
