@@ -85,11 +85,11 @@ build-asan: deps
 
 build-tsan: deps
 	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=Debug -DCKPT_TSAN=ON >/dev/null
-	cmake --build $(BUILD_TSAN) -j $(JOBS) --target test_concurrency test_catalog test_load test_collective
+	cmake --build $(BUILD_TSAN) -j $(JOBS) --target test_concurrency test_catalog test_load test_collective test_device
 
 # Threads sharing catalogs, under ThreadSanitizer.
 test-tsan: build-tsan
-	cd $(BUILD_TSAN) && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/unit/tsan.supp" ctest --output-on-failure -R '^(concurrency|catalog|load|collective)$$'
+	cd $(BUILD_TSAN) && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/unit/tsan.supp" ctest --output-on-failure -R '^(concurrency|catalog|load|collective|device)$$'
 
 test-unit: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -2002,6 +2002,8 @@ CKPT_API ckpt_status ckpt_plan_tree(ckpt_plan *plan, const ckpt_value **tree, ck
  * Loads item i into the caller's `buffer` (any alignment) of `capacity`
  * bytes, which must hold item->nbytes.  Without a buffer, ckpt_load
  * allocates one (64-byte aligned) or, with options->views, gives a view.
+ * GPU memory as the destination: ckpt_plan_set_device_buffer
+ * (<ckpt_device.h>).
  */
 CKPT_API ckpt_status ckpt_plan_set_buffer(ckpt_plan *plan, size_t i, void *buffer, uint64_t capacity,
                                           ckpt_error *err);
@@ -2133,6 +2135,10 @@ static inline void ckpt_load_options_init(ckpt_load_options *options) {
  * cancellation, buffers the library allocated are released and caller
  * buffers hold partial data.  Items keep their data until the plan is
  * released; ckpt_load may be called again (it reloads).
+ *
+ * Items given device memory (ckpt_plan_set_device_buffer, <ckpt_device.h>)
+ * are read into the device's ring of pinned host slots and copied to the
+ * device from there; ckpt_load returns once every copy has completed.
  */
 CKPT_API ckpt_status ckpt_load(ckpt_plan *plan, const ckpt_load_options *options, ckpt_error *err);
 

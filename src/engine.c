@@ -738,6 +738,29 @@ static ckpt_status read_box(worker *w, const job *j, const uint64_t *bstart, con
     return CKPT_OK;
 }
 
+/* A box's output laid dense, in output order, into `slot`. */
+static ckpt_status read_box_dense(worker *w, const job *j, const uint64_t *bstart, const uint64_t *bcount,
+                                  unsigned char *slot, ckpt_error *err) {
+    int64_t slot_stride[CKPT_MAX_DIMS], s = 1;
+    for (uint32_t k = j->n; k-- > 0;) slot_stride[j->perm[k]] = s, s *= (int64_t)bcount[j->perm[k]];
+    return read_box(w, j, bstart, bcount, slot, slot_stride, err);
+}
+
+/* A box of a STAGE move: into a slot the stage lends, then handed back to
+ * it with where the bytes go. */
+static ckpt_status stage_box(worker *w, const job *j, const uint64_t *bstart, const uint64_t *bcount, uint64_t at,
+                             uint64_t bytes, ckpt_error *err) {
+    ckpt__stage *stage = j->m->stage;
+    void *slot;
+    ckpt_status st = stage->acquire(stage, &slot, err);
+    if (st) return st;
+    if ((st = read_box_dense(w, j, bstart, bcount, slot, err))) {
+        stage->abandon(stage, slot);
+        return st;
+    }
+    return stage->submit(stage, slot, j->m->dst, at, bytes, j->name, err);
+}
+
 /* Box i of a job into its sink. */
 static ckpt_status run_box(worker *w, job *j, uint64_t i, XXH3_state_t *hash, ckpt_error *err) {
     const ckpt__engine_options *o = w->g->o;
@@ -749,6 +772,7 @@ static ckpt_status run_box(worker *w, job *j, uint64_t i, XXH3_state_t *hash, ck
     if (m->sink == CKPT__SINK_WRITER) at += m->writer_at;
     if (m->sink == CKPT__SINK_MEMORY)
         return read_box(w, j, bstart, bcount, (unsigned char *)m->dst + at, j->dst_stride, err);
+    if (m->sink == CKPT__SINK_STAGE) return stage_box(w, j, bstart, bcount, at, bytes, err);
     if (j->kernel_copy) {
         const ckpt__piece *p = &j->pieces[0];
         int64_t dense[CKPT_MAX_DIMS], first = 0, s = 1;
@@ -772,9 +796,7 @@ static ckpt_status run_box(worker *w, job *j, uint64_t i, XXH3_state_t *hash, ck
     }
     /* A writer or a hash takes the box's output contiguous: dense in the
      * slot, in output order. */
-    int64_t slot_stride[CKPT_MAX_DIMS], s = 1;
-    for (uint32_t k = j->n; k-- > 0;) slot_stride[j->perm[k]] = s, s *= (int64_t)bcount[j->perm[k]];
-    ckpt_status st = read_box(w, j, bstart, bcount, w->slot, slot_stride, err);
+    ckpt_status st = read_box_dense(w, j, bstart, bcount, w->slot, err);
     if (st) return st;
     if (m->sink == CKPT__SINK_HASH) {
         XXH3_64bits_update(hash, w->slot, (size_t)bytes);
@@ -1066,7 +1088,8 @@ static ckpt_status allocate(engine *g, size_t count) {
     if (!g->jobs || !g->axes) return ckpt__oom(g->err, NULL, "the engine's tasks");
     if (!(g->files = open_files(g->catalog, o->io, &g->any_direct))) return ckpt__oom(g->err, NULL, "the engine's files");
     g->need_bounce = g->any_direct;
-    for (size_t k = 0; k < count; k++) g->need_slot |= g->moves[k].sink != CKPT__SINK_MEMORY;
+    for (size_t k = 0; k < count; k++)
+        g->need_slot |= g->moves[k].sink != CKPT__SINK_MEMORY && g->moves[k].sink != CKPT__SINK_STAGE;
     return CKPT_OK;
 }
 
@@ -1185,6 +1208,9 @@ ckpt_status ckpt__engine_run(ckpt_catalog *c, ckpt__move *moves, size_t count, c
     ckpt_status st = allocate(&g, count);
     size_t threads = o->threads ? o->threads : default_threads(g.any_direct);
     g.chunk = chunk_size(o, threads, g.need_slot);
+    for (size_t k = 0; k < count; k++) /* a box fits in a stage's slot */
+        if (moves[k].sink == CKPT__SINK_STAGE && moves[k].stage->slot_bytes < g.chunk)
+            g.chunk = (size_t)moves[k].stage->slot_bytes;
     size_t axes_used = 0;
     for (size_t k = 0; st == CKPT_OK && k < count; k++) st = plan_move(&g, k, &axes_used);
     if (st == CKPT_OK) st = add_member_jobs(&g, err);

@@ -6,7 +6,10 @@
  *   MEMORY  a dense row-major buffer (loads, ckpt_catalog_read);
  *   WRITER  a tensor of a ckpt_writer, written at computed offsets
  *           (conversions), by the kernel where no byte changes;
- *   HASH    an XXH3-64 of the output bytes (verify).
+ *   HASH    an XXH3-64 of the output bytes (verify);
+ *   STAGE   memory the engine cannot write (a GPU's): each box is read into
+ *           a slot the move's stage lends, dense in output order, and handed
+ *           back to the stage, which sends it on (src/device/ring.c).
  * The engine cuts every move into boxes of at most a chunk, runs them on a
  * pool of threads (the caller is one of them), reads each box from the
  * tensor's pieces in runs (src/transform/layout.h) through batched reads
@@ -20,7 +23,22 @@
 
 #include "catalog_internal.h"
 
-typedef enum ckpt__sink { CKPT__SINK_MEMORY, CKPT__SINK_WRITER, CKPT__SINK_HASH } ckpt__sink;
+typedef enum ckpt__sink { CKPT__SINK_MEMORY, CKPT__SINK_WRITER, CKPT__SINK_HASH, CKPT__SINK_STAGE } ckpt__sink;
+
+/* A destination reached through host slots (STAGE sinks): the engine knows
+ * nothing of what is behind it.  Boxes are at most slot_bytes (the run's
+ * chunk shrinks to fit).  acquire may block until a slot is free; submit
+ * takes the slot back with `bytes` of output for dst + at (the tensor's
+ * name for errors); abandon takes back a slot whose box failed.  Called
+ * from any worker thread. */
+typedef struct ckpt__stage ckpt__stage;
+struct ckpt__stage {
+    uint64_t slot_bytes;
+    ckpt_status (*acquire)(ckpt__stage *stage, void **slot, ckpt_error *err);
+    ckpt_status (*submit)(ckpt__stage *stage, void *slot, void *dst, uint64_t at, uint64_t bytes, const char *tensor,
+                          ckpt_error *err);
+    void (*abandon)(ckpt__stage *stage, void *slot);
+};
 
 typedef struct ckpt__move {
     size_t tensor;                 /* the catalog's index of the source tensor */
@@ -36,7 +54,9 @@ typedef struct ckpt__move {
     ckpt_dtype dtype;              /* the output's; CKPT_DTYPE_INVALID: the source's */
     const char *name;              /* the output's name, for errors; NULL: the source's */
     ckpt__sink sink;
-    void *dst;                     /* MEMORY: the output, dense row-major, any alignment */
+    void *dst;                     /* MEMORY: the output, dense row-major, any alignment; STAGE: the
+                                      stage's address of it */
+    ckpt__stage *stage;            /* STAGE: where boxes go */
     size_t writer_index;           /* WRITER: the tensor's index in the writer */
     uint64_t writer_at;            /* WRITER: where the move's output begins in that tensor's bytes (a part) */
     uint64_t digest;               /* HASH: set by the run */

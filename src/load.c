@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/pool.h"
+#include "device/device.h"
 #include "engine.h"
 #include "io/mapping.h"
 #include "plan_internal.h"
@@ -123,13 +124,13 @@ static ckpt_status place_entry(ckpt_plan *p, ckpt__plan_entry *e, int views, ckp
     bool viewed = false;
     *moved = false;
     ckpt_status st = CKPT_OK;
-    if (!e->buffer && views && (st = try_view(p, e, views, &viewed, err))) return st;
+    if (!e->buffer && !e->device && views && (st = try_view(p, e, views, &viewed, err))) return st;
     if (viewed) return CKPT_OK;
     if (e->buffer && e->capacity < e->pub.nbytes) /* a rule after set_buffer grew the tensor (a cast) */
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, e->pub.name, -1,
                           "buffer of %llu bytes for a tensor of %llu bytes", (unsigned long long)e->capacity,
                           (unsigned long long)e->pub.nbytes);
-    if (e->buffer) {
+    if (e->buffer || e->device) {
         e->pub.data = e->buffer;
     } else if ((e->owned = alloc_buffer(e->pub.nbytes))) {
         e->pub.data = e->owned;
@@ -141,6 +142,7 @@ static ckpt_status place_entry(ckpt_plan *p, ckpt__plan_entry *e, int views, ckp
         .tensor = ckpt__catalog_index_of(p->catalog, t), .start = e->start, .count = e->count, .perm = e->perm,
         .dtype = e->pub.dtype, .name = e->pub.name, .sink = CKPT__SINK_MEMORY, .dst = e->pub.data,
     };
+    if (e->device) move_out->sink = CKPT__SINK_STAGE, move_out->stage = &e->device->ring.stage;
     if (e->view_ndim)
         move_out->start = NULL, move_out->count = NULL, move_out->perm = e->view_perm,
         move_out->view_ndim = e->view_ndim, move_out->view_shape = e->view_shape;
@@ -279,6 +281,11 @@ ckpt_status ckpt__load_moves(ckpt_plan *p, const ckpt_load_options *o, const boo
     for (size_t k = 0; st == CKPT_OK && k < n; k++) {
         bool moved = false;
         const ckpt__plan_entry *e = &p->entries[p->selected[k]];
+        if (no_view && e->device) { /* a collective load broadcasts into host memory */
+            st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, e->pub.name, -1,
+                            "a collective load fills host memory: give the tensor a host buffer, not a device one");
+            break;
+        }
         int v = no_view && no_view[k] ? 0 : o->views;
         st = place_entry(p, &p->entries[p->selected[k]], v, &moves[moves_used], &moved, err);
         if (st == CKPT_OK && moved) moves_used++;
@@ -294,16 +301,41 @@ ckpt_status ckpt__load_moves(ckpt_plan *p, const ckpt_load_options *o, const boo
     return CKPT_OK;
 }
 
-/* item_done for the engine's moves: move m is the m-th item not viewed. */
+/* item_done for the engine's moves: move m is the m-th item not viewed;
+ * a device item's bytes are in place once its copies have completed. */
 typedef struct items_done {
     int (*fn)(size_t item, void *user);
     void *user;
     size_t *item_of_move;
+    const ckpt__move *moves;
 } items_done;
 
 static int move_done(size_t move, void *user) {
     const items_done *d = user;
+    const ckpt__move *m = &d->moves[move];
+    /* a failed copy fails the load with its own error (ckpt__device_finish) */
+    if (m->sink == CKPT__SINK_STAGE && ckpt__device_flush(((ckpt__ring *)m->stage)->device, NULL)) return 1;
     return d->fn(d->item_of_move[move], d->user);
+}
+
+/* The devices the moves copy to, each once, in address order (so that two
+ * loads lock them in the same order): *count of them in *out. */
+static ckpt_status moves_devices(const ckpt__move *moves, size_t n, ckpt_device ***out, size_t *count,
+                                 ckpt_error *err) {
+    ckpt_device **devs = NULL;
+    *out = NULL, *count = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (moves[i].sink != CKPT__SINK_STAGE) continue;
+        ckpt_device *d = ((ckpt__ring *)moves[i].stage)->device;
+        size_t at = 0;
+        while (at < *count && (uintptr_t)devs[at] < (uintptr_t)d) at++;
+        if (at < *count && devs[at] == d) continue;
+        if (!devs && !(devs = ckpt__malloc(n * sizeof *devs))) return ckpt__oom(err, NULL, "the load's devices");
+        memmove(devs + at + 1, devs + at, (*count - at) * sizeof *devs);
+        devs[at] = d, (*count)++;
+    }
+    *out = devs;
+    return CKPT_OK;
 }
 
 ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error *err) {
@@ -332,7 +364,7 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     if (o->progress && view_bytes) eo.progress = progress_with_views, eo.user = &vp;
     uint64_t total = 0;
     for (size_t i = 0; i < moves_used; i++) total += ckpt__move_nbytes(p->catalog, &moves[i]);
-    items_done done = {o->item_done, o->item_done_user, NULL};
+    items_done done = {o->item_done, o->item_done_user, NULL, moves};
     if (o->item_done) { /* views are in place already; moved items as the engine finishes them */
         if (!(done.item_of_move = ckpt__malloc((moves_used ? moves_used : 1) * sizeof *done.item_of_move)))
             st = ckpt__oom(err, NULL, "the load's items");
@@ -345,7 +377,15 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
         eo.move_done = move_done, eo.done_user = &done;
     }
     if (st == CKPT_OK) st = prefault(p, eo.progress, total, eo.user, err);
+    /* device destinations: held for the load, and no copy left in flight
+     * when it returns, whatever happened */
+    size_t device_count = 0;
+    ckpt_device **devices = NULL;
+    if (st == CKPT_OK) st = moves_devices(moves, moves_used, &devices, &device_count, err);
+    for (size_t i = 0; i < device_count; i++) ckpt__device_begin(devices[i]);
     if (st == CKPT_OK) st = ckpt__engine_run(p->catalog, moves, moves_used, &eo, &p->stats, err);
+    for (size_t i = device_count; i-- > 0;) st = ckpt__device_finish(devices[i], st, err);
+    free(devices);
     p->stats.views = views;
     free(done.item_of_move);
     free(moves);

@@ -744,6 +744,7 @@ ckpt_status ckpt_plan_set_buffer(ckpt_plan *p, size_t i, void *buffer, uint64_t 
                           (unsigned long long)e->pub.nbytes);
     e->buffer = buffer;
     e->capacity = capacity;
+    e->device = NULL; /* host memory, replacing a device buffer */
     return CKPT_OK;
 }
 

@@ -16,6 +16,7 @@ typedef struct ckpt__plan_entry {
     bool selected;
     void *buffer;        /* the caller's, when set */
     uint64_t capacity;
+    struct ckpt_device *device; /* buffer is that device's memory (ckpt_device.h), or NULL */
     void *owned;         /* allocated by the library */
 } ckpt__plan_entry;
 

@@ -5,7 +5,7 @@ import os
 import re
 from collections import namedtuple
 
-from . import _ckpt, _dtypes, _errors, _frameworks, _progress, _sources, _tree
+from . import _ckpt, _device, _dtypes, _errors, _frameworks, _progress, _sources, _tree
 
 _IO = {"auto": 0, "buffered": 1, "direct": 2}
 _VIEWS_PRIVATE = 2
@@ -414,7 +414,15 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     cannot be checked (no byte is read): to check a torch file's tensors
     that would come as views, pass copy=True, or use
     ckpt.open(path).verify().  Slices, and storages with bytes no tensor
-    shows, go unchecked; check_crc=False checks nothing."""
+    shows, go unchecked; check_crc=False checks nothing.
+
+    A CUDA device (device="cuda:0", with torch's CUDA available) gets the
+    tensors straight into device memory: each is allocated there with
+    torch.empty and filled through a ring of pinned host slots (the
+    library's device destination, ckpt_device.h) — no host copy of the
+    model, and host memory is the ring whatever the model's size.  Without
+    torch's CUDA, tensors load on the host and .to(device) says what torch
+    says."""
     if mmap is not None and not mmap:
         copy = True
     fw = _frameworks.get(framework)
@@ -437,6 +445,14 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
                        layout=layout, ignore_unmatched=ignore_unmatched)
     items = plan.items()
     order = [item.name for item in items]
+    cuda = _device.torch_cuda_device(device) if fw is _frameworks.Torch and str(device) != "cpu" else None
+    if cuda is not None:
+        tensors = _device.load_torch(plan, items, cuda, threads=threads, io=io_mode,
+                                     progress=_progress.choose(progress, "load"), check_crc=check_crc)
+        out = dict(zip(order, tensors))
+        if nested:
+            return _tree.unflatten(out, _tree.of_plan(catalog, plan, renames=rename))
+        return out
     # What needs no conversion comes as copy-on-write views of the
     # library's private, prefetched mappings (whole tensors and contiguous
     # row ranges); the rest, or everything with copy=True or direct=True,

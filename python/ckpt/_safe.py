@@ -238,6 +238,10 @@ def _scratch_dir():
 
 
 def load_file(framework, filename, device="cpu", backend="mmap", **source):
+    if _frameworks.get(framework) is _frameworks.Torch and device not in (None, "cpu"):
+        from . import _api, _device
+        if _device.torch_cuda_device(device) is not None:  # straight onto the GPU, through the ring
+            return _api.load(filename, "pt", device=device, **source)
     with safe_open(filename, framework, device=device, backend=backend, **source) as f:
         f._prefetch()
         return f.get_tensors()

@@ -22,6 +22,7 @@
 
 #include "ckpt_collective.h" /* includes ckpt.h */
 #include "ckpt_dcp.h"
+#include "ckpt_device.h"
 #define XXH_INLINE_ALL /* the digest ckpt records (XXH3-64), from the header alone */
 #include <xxhash.h>
 
@@ -1056,6 +1057,91 @@ static PyTypeObject MapType = {
 };
 
 /* ------------------------------------------------------------------------ */
+/* Device                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* A CUDA device as a load destination (ckpt_device.h): its ring of pinned
+ * slots lives as long as the object. */
+typedef struct {
+    PyObject_HEAD
+    ckpt_device *device;
+} Device;
+
+static int Device_init(Device *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"name", "slots", "slot_bytes", NULL};
+    const char *name;
+    ckpt_device_options o;
+    ckpt_device_options_init(&o);
+    unsigned slots = 0;
+    unsigned long long slot_bytes = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IK", kwlist, &name, &slots, &slot_bytes)) return -1;
+    if (slots) o.slots = slots;
+    if (slot_bytes) o.slot_bytes = slot_bytes;
+    ckpt_error e;
+    ckpt_status st;
+    ckpt_device *d;
+    Py_BEGIN_ALLOW_THREADS /* loading the runtime and pinning the slots take a while */
+    st = ckpt_device_open(name, &o, &d, &e);
+    Py_END_ALLOW_THREADS
+    if (st != CKPT_OK) {
+        raise_ckpt(&e);
+        return -1;
+    }
+    ckpt_device_close(self->device);
+    self->device = d;
+    return 0;
+}
+
+static void Device_dealloc(Device *self) {
+    ckpt_device_close(self->device);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int device_ready(Device *self) {
+    if (self->device) return 1;
+    PyErr_SetString(PyExc_ValueError, "the device is not open");
+    return 0;
+}
+
+static PyObject *Device_name(Device *self, void *unused) {
+    (void)unused;
+    return device_ready(self) ? PyUnicode_FromString(ckpt_device_name(self->device)) : NULL;
+}
+
+static PyObject *Device_stats(Device *self, PyObject *args) {
+    int reset = 0;
+    if (!device_ready(self) || !PyArg_ParseTuple(args, "|p", &reset)) return NULL;
+    ckpt_device_stats s = {.size = sizeof s};
+    ckpt_device_stats_get(self->device, &s, reset);
+    return Py_BuildValue("{s:s,s:O,s:I,s:K,s:K,s:K,s:K}", "path",
+                         s.path == CKPT_DEVICE_PATH_STAGED ? "staged" : "none", "cufile_found",
+                         s.cufile_found ? Py_True : Py_False, "slots", s.slots, "slot_bytes",
+                         (unsigned long long)s.slot_bytes, "copies", (unsigned long long)s.copies, "bytes_copied",
+                         (unsigned long long)s.bytes_copied, "slot_waits", (unsigned long long)s.slot_waits);
+}
+
+static PyMethodDef Device_methods[] = {
+    {"stats", (PyCFunction)Device_stats, METH_VARARGS,
+     "stats(reset=False) -> {path, cufile_found, slots, slot_bytes, copies, bytes_copied, slot_waits}"},
+    {NULL}};
+
+static PyGetSetDef Device_getset[] = {{"name", (getter)Device_name, NULL, "the device's name, e.g. 'cuda:0'", NULL},
+                                      {NULL}};
+
+static PyTypeObject DeviceType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ckpt._ckpt.Device",
+    .tp_basicsize = sizeof(Device),
+    .tp_dealloc = (destructor)Device_dealloc,
+    .tp_methods = Device_methods,
+    .tp_getset = Device_getset,
+    .tp_init = (initproc)Device_init,
+    .tp_new = PyType_GenericNew,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Device(name, slots=0, slot_bytes=0): a CUDA device opened as a load destination, with its ring of "
+              "pinned host slots (0: the library's defaults); libcudart is loaded at run time (CKPT_CUDART names it).",
+};
+
+/* ------------------------------------------------------------------------ */
 /* Plan                                                                     */
 /* ------------------------------------------------------------------------ */
 
@@ -1065,6 +1151,7 @@ typedef struct {
     ckpt_plan *plan;
     Py_buffer *buffers; /* caller buffers, per item (obj NULL when none) */
     size_t buffer_count;
+    PyObject *devices; /* the Devices items load into (kept alive with the plan), or NULL */
 } Plan;
 
 static void plan_release_buffers(Plan *self) {
@@ -1098,6 +1185,7 @@ static int Plan_init(Plan *self, PyObject *args, PyObject *kw) {
 static void Plan_dealloc(Plan *self) {
     ckpt_plan_free(self->plan);
     plan_release_buffers(self);
+    Py_XDECREF(self->devices);
     if (self->catalog) catalog_unuse(self->catalog);
     Py_XDECREF(self->catalog);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -1574,6 +1662,28 @@ static PyObject *Plan_set_buffer(Plan *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* set_device_buffer(i, device, address, capacity): item i loads into the
+ * device memory at `address` (an int: a torch tensor's data_ptr()) of
+ * `capacity` bytes on `device` (a Device, kept alive with the plan).  The
+ * caller keeps that memory alive through the load. */
+static PyObject *Plan_set_device_buffer(Plan *self, PyObject *args) {
+    Py_ssize_t i;
+    Device *dev;
+    unsigned long long address, capacity;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "nO!KK", &i, &DeviceType, &dev, &address, &capacity)) return NULL;
+    if (!device_ready(dev)) return NULL;
+    size_t n = ckpt_plan_count(self->plan);
+    if (i < 0 || (size_t)i >= n) return PyErr_Format(PyExc_IndexError, "item %zd out of range", i);
+    if (!self->devices && !(self->devices = PySet_New(NULL))) return NULL;
+    if (PySet_Add(self->devices, (PyObject *)dev) < 0) return NULL;
+    ckpt_error e;
+    if (ckpt_plan_set_device_buffer(self->plan, (size_t)i, dev->device, (void *)(uintptr_t)address, capacity, &e) !=
+        CKPT_OK)
+        return raise_ckpt(&e);
+    if ((size_t)i < self->buffer_count && self->buffers[i].obj) PyBuffer_Release(&self->buffers[i]);
+    Py_RETURN_NONE;
+}
+
 /* release_buffers(): the items of the current selection forget the
  * buffers given with set_buffer (the library allocates again), and the
  * plan lets go of them — before the selection changes, so that a plan
@@ -1697,6 +1807,8 @@ static PyMethodDef Plan_methods[] = {
     {"tree_json", (PyCFunction)Plan_tree_json, METH_VARARGS,
      "tree_json(tree=None) -> the object tree (default: the catalog's) as the plan's output has it, or None"},
     {"items", (PyCFunction)Plan_items, METH_NOARGS, "items() -> [PlanRow(name, source, dtype, shape, nbytes, transform)]"},
+    {"set_device_buffer", (PyCFunction)Plan_set_device_buffer, METH_VARARGS,
+     "set_device_buffer(i, device, address, capacity): item i loads into device memory (ckpt_device.h)"},
     {"perm", (PyCFunction)Plan_perm, METH_O, "perm(i) -> item i's axis order (output axis k is source axis perm[k])"},
     {"match", (PyCFunction)Plan_match, METH_VARARGS, "match(expected, flags=0) -> [(kind, name, expected, item)]"},
     {"set_buffer", (PyCFunction)Plan_set_buffer, METH_VARARGS, "set_buffer(i, writable_buffer)"},
@@ -2958,7 +3070,7 @@ static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "ckpt._ckpt",
                                         "The C core of ckpt (see the ckpt package).", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__ckpt(void) {
-    PyTypeObject *types[] = {&BufferType, &MapType, &CatalogType, &PlanType, &WriterType, &RowsType};
+    PyTypeObject *types[] = {&BufferType, &MapType, &CatalogType, &PlanType, &WriterType, &RowsType, &DeviceType};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (PyType_Ready(types[i]) < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);
@@ -2973,7 +3085,7 @@ PyMODINIT_FUNC PyInit__ckpt(void) {
                                       "path, tensor, offset (None where they do not apply), errno.",
                                       NULL, NULL);
     if (!Error || PyModule_AddObjectRef(m, "Error", Error) < 0) goto fail;
-    const char *names[] = {"Buffer", "Map", "Catalog", "Plan", "Writer", "Rows"};
+    const char *names[] = {"Buffer", "Map", "Catalog", "Plan", "Writer", "Rows", "Device"};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0) goto fail;
     if (PyModule_AddStringConstant(m, "version", ckpt_version()) < 0) goto fail;

@@ -123,13 +123,16 @@ int main(void) {
 
 
 def test_the_companion_headers_are_installed(prefix, tmp_path):
-    # <ckpt_gguf.h>, <ckpt_dcp.h> and <ckpt_collective.h> sit beside <ckpt.h> (issue 28
-    # §6): a program that includes them builds against the installed files.
+    # <ckpt_gguf.h>, <ckpt_dcp.h>, <ckpt_collective.h> and <ckpt_device.h> sit beside
+    # <ckpt.h> (issue 28 §6, issue 31): a program that includes them builds against the
+    # installed files (the static library's Libs.private bring -ldl for the device's dlopen).
     dest, env = prefix
     (tmp_path / "both.c").write_text(r"""
 #include <ckpt_collective.h>
 #include <ckpt_dcp.h>
+#include <ckpt_device.h>
 #include <ckpt_gguf.h>
+#include <stdlib.h>
 #include <stdio.h>
 int main(void) {
     ckpt_comm comm;
@@ -138,8 +141,11 @@ int main(void) {
     ckpt_dcp_writer_options dcp;
     ckpt_dcp_writer_options_init(&dcp);
     printf("%s %d %d\n", ckpt_kv_type_name(CKPT_KV_STRING), ckpt_dtype_ggml_type(CKPT_F16), dcp.size > 0);
+    ckpt_device *dev;
+    setenv("CKPT_CUDART", "/nonexistent/libcudart.so", 1);
+    printf("%s\n", ckpt_status_name(ckpt_device_open("cuda:0", NULL, &dev, &err)));
     return 0;
 }
 """)
     sh("cc", tmp_path / "both.c", "-o", tmp_path / "both", *pkg(env, "--cflags", "--libs", "ckpt-static"))
-    assert sh(tmp_path / "both").stdout == "string 1 1\n"
+    assert sh(tmp_path / "both").stdout == "string 1 1\nCKPT_E_NOT_FOUND\n"

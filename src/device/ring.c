@@ -1,0 +1,215 @@
+/*
+ * ring.c — the ring of pinned host slots between the engine and a device.
+ *
+ * A worker thread of the engine acquires a free slot, reads a box of a
+ * tensor into it (casts and swaps done on the way, on the host), and
+ * submits it: an asynchronous host-to-device copy on the device's stream,
+ * then an event recorded behind it.  The slot is in flight until that
+ * event completes; a thread that finds no free slot waits on the oldest
+ * in-flight one's event and takes it.  So reads run while earlier slots are
+ * copied, and host memory is the slots whatever the model's size.
+ *
+ * Copies and their events are queued under the ring's lock, so that each
+ * event follows exactly its own copy on the stream: a copy that fails
+ * makes the events after it fail too (CUDA's errors after a faulting copy
+ * are sticky), and the failure kept is the one earliest in submission
+ * order — the copy that broke, named by tensor and byte range.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "device.h"
+
+ckpt_status ckpt__cuda_fail(const ckpt_device *d, ckpt_error *err, int rc, const char *tensor, const char *fmt, ...) {
+    char what[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    const char *why = d->rt.GetErrorString ? d->rt.GetErrorString(rc) : NULL;
+    ckpt_status st = rc == CKPT__CUDA_MEMORY_ALLOCATION ? CKPT_E_NO_MEMORY : CKPT_E_IO;
+    return ckpt__fail(err, st, NULL, tensor, -1, "%s: %s (cudaError %d)", what, why ? why : "unknown CUDA error", rc);
+}
+
+static ckpt__ring *ring_of(ckpt__stage *s) { return (ckpt__ring *)s; }
+
+static ckpt__slot *slot_of(ckpt__ring *r, const void *host) {
+    for (unsigned i = 0; i < r->count; i++)
+        if (r->slots[i].host == host) return &r->slots[i];
+    return NULL;
+}
+
+/* Keeps the failure of the copy earliest in submission order (lock held). */
+static void note_failure(ckpt__ring *r, uint64_t seq, ckpt_status st, const ckpt_error *err) {
+    if (r->failed && r->failed_seq <= seq) return;
+    r->failed = st, r->failed_seq = seq;
+    if (err) r->failure = *err;
+    else ckpt_error_clear(&r->failure);
+}
+
+static ckpt_status failure(const ckpt__ring *r, ckpt_error *err) {
+    if (err) *err = r->failure;
+    return r->failed;
+}
+
+static ckpt_status copy_failed(ckpt__ring *r, const ckpt__slot *s, int rc) {
+    ckpt_error e;
+    ckpt_error_clear(&e);
+    ckpt_status st = ckpt__cuda_fail(r->device, &e, rc, s->tensor,
+                                     "copy of bytes [%llu, %llu) of the tensor to %s failed",
+                                     (unsigned long long)s->at, (unsigned long long)(s->at + s->bytes),
+                                     r->device->name);
+    note_failure(r, s->seq, st, &e);
+    return st;
+}
+
+/* Waits for the oldest copy in flight submitted before `before` and frees
+ * its slot, which the caller may then claim (lock held, released during
+ * the wait).  false: none is in flight. */
+static bool wait_oldest(ckpt__ring *r, uint64_t before, ckpt__slot **freed) {
+    ckpt__slot *oldest = NULL;
+    for (unsigned i = 0; i < r->count; i++)
+        if (r->slots[i].state == CKPT__SLOT_IN_FLIGHT && r->slots[i].seq < before &&
+            (!oldest || r->slots[i].seq < oldest->seq))
+            oldest = &r->slots[i];
+    if (!oldest) return false;
+    oldest->state = CKPT__SLOT_WAITED;
+    pthread_mutex_unlock(&r->lock);
+    int rc = r->device->rt.EventSynchronize(oldest->event);
+    pthread_mutex_lock(&r->lock);
+    if (rc != CKPT__CUDA_SUCCESS) copy_failed(r, oldest, rc);
+    oldest->state = CKPT__SLOT_FREE;
+    pthread_cond_broadcast(&r->changed);
+    *freed = oldest;
+    return true;
+}
+
+static ckpt_status ring_acquire(ckpt__stage *stage, void **slot, ckpt_error *err) {
+    ckpt__ring *r = ring_of(stage);
+    pthread_mutex_lock(&r->lock);
+    ckpt__slot *got = NULL;
+    while (!got && !r->failed) {
+        for (unsigned i = 0; i < r->count && !got; i++)
+            if (r->slots[i].state == CKPT__SLOT_FREE) got = &r->slots[i];
+        if (got) break;
+        ckpt__slot *freed;
+        if (wait_oldest(r, UINT64_MAX, &freed)) {
+            r->device->stats.slot_waits++;
+            if (freed->state == CKPT__SLOT_FREE) got = freed;
+        } else {
+            pthread_cond_wait(&r->changed, &r->lock); /* every slot is being filled */
+        }
+    }
+    ckpt_status st = CKPT_OK;
+    if (r->failed) st = failure(r, err); /* no new copies after one failed: the load stops */
+    else got->state = CKPT__SLOT_FILLING, *slot = got->host;
+    pthread_mutex_unlock(&r->lock);
+    return st;
+}
+
+static void ring_abandon(ckpt__stage *stage, void *slot) {
+    ckpt__ring *r = ring_of(stage);
+    pthread_mutex_lock(&r->lock);
+    ckpt__slot *s = slot_of(r, slot);
+    if (s) s->state = CKPT__SLOT_FREE;
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->lock);
+}
+
+static ckpt_status ring_submit(ckpt__stage *stage, void *slot, void *dst, uint64_t at, uint64_t bytes,
+                               const char *tensor, ckpt_error *err) {
+    ckpt__ring *r = ring_of(stage);
+    ckpt_device *d = r->device;
+    /* The current device is per thread in CUDA: the engine's threads set it. */
+    int rc = d->rt.SetDevice(d->ordinal);
+    pthread_mutex_lock(&r->lock);
+    ckpt__slot *s = slot_of(r, slot);
+    s->seq = r->next_seq++, s->tensor = tensor, s->dst = dst, s->at = at, s->bytes = bytes;
+    if (rc == CKPT__CUDA_SUCCESS)
+        rc = d->rt.MemcpyAsync((unsigned char *)dst + at, s->host, (size_t)bytes, CKPT__CUDA_MEMCPY_HOST_TO_DEVICE,
+                               d->stream);
+    if (rc == CKPT__CUDA_SUCCESS) rc = d->rt.EventRecord(s->event, d->stream);
+    ckpt_status st = CKPT_OK;
+    if (rc != CKPT__CUDA_SUCCESS) {
+        copy_failed(r, s, rc);
+        st = failure(r, err);
+        s->state = CKPT__SLOT_FREE;
+    } else {
+        s->state = CKPT__SLOT_IN_FLIGHT;
+        d->stats.copies++, d->stats.bytes_copied += bytes;
+    }
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->lock);
+    return st;
+}
+
+ckpt_status ckpt__ring_init(ckpt_device *d, unsigned slots, uint64_t slot_bytes, ckpt_error *err) {
+    ckpt__ring *r = &d->ring;
+    r->device = d;
+    r->stage = (ckpt__stage){slot_bytes, ring_acquire, ring_submit, ring_abandon};
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->changed, NULL);
+    if (!(r->slots = ckpt__calloc(slots, sizeof *r->slots))) return ckpt__oom(err, NULL, "the device's slots");
+    for (; r->count < slots; r->count++) {
+        ckpt__slot *s = &r->slots[r->count];
+        int rc = d->rt.HostAlloc((void **)&s->host, (size_t)slot_bytes, 0);
+        if (rc != CKPT__CUDA_SUCCESS)
+            return ckpt__cuda_fail(d, err, rc, NULL, "cannot allocate %u pinned slots of %llu bytes", slots,
+                                   (unsigned long long)slot_bytes);
+        if ((rc = d->rt.EventCreateWithFlags(&s->event, CKPT__CUDA_EVENT_DISABLE_TIMING)) != CKPT__CUDA_SUCCESS) {
+            d->rt.FreeHost(s->host);
+            return ckpt__cuda_fail(d, err, rc, NULL, "cannot create an event");
+        }
+    }
+    return CKPT_OK;
+}
+
+void ckpt__ring_free(ckpt_device *d) {
+    ckpt__ring *r = &d->ring;
+    for (unsigned i = 0; i < r->count; i++) {
+        if (r->slots[i].state == CKPT__SLOT_IN_FLIGHT) d->rt.EventSynchronize(r->slots[i].event);
+        d->rt.EventDestroy(r->slots[i].event);
+        d->rt.FreeHost(r->slots[i].host);
+    }
+    free(r->slots);
+    pthread_cond_destroy(&r->changed);
+    pthread_mutex_destroy(&r->lock);
+}
+
+void ckpt__device_begin(ckpt_device *d) {
+    pthread_mutex_lock(&d->busy);
+    pthread_mutex_lock(&d->ring.lock);
+    d->ring.failed = CKPT_OK;
+    d->stats.path = CKPT_DEVICE_PATH_STAGED;
+    pthread_mutex_unlock(&d->ring.lock);
+}
+
+ckpt_status ckpt__device_flush(ckpt_device *d, ckpt_error *err) {
+    ckpt__ring *r = &d->ring;
+    pthread_mutex_lock(&r->lock);
+    ckpt__slot *freed;
+    uint64_t before = r->next_seq; /* not the copies other threads submit meanwhile */
+    for (;;) {
+        if (wait_oldest(r, before, &freed)) continue;
+        bool waited_elsewhere = false; /* another thread is waiting for one: wait for it to finish */
+        for (unsigned i = 0; i < r->count; i++)
+            waited_elsewhere |= r->slots[i].state == CKPT__SLOT_WAITED && r->slots[i].seq < before;
+        if (!waited_elsewhere) break;
+        pthread_cond_wait(&r->changed, &r->lock);
+    }
+    ckpt_status st = r->failed ? failure(r, err) : CKPT_OK;
+    pthread_mutex_unlock(&r->lock);
+    return st;
+}
+
+ckpt_status ckpt__device_finish(ckpt_device *d, ckpt_status st, ckpt_error *err) {
+    ckpt_error flushed;
+    ckpt_status copy = ckpt__device_flush(d, &flushed);
+    pthread_mutex_unlock(&d->busy);
+    if (copy && (st == CKPT_OK || st == CKPT_E_CANCELLED)) {
+        if (err) *err = flushed;
+        return copy;
+    }
+    return st;
+}

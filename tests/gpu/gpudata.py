@@ -1,0 +1,144 @@
+"""The GPU run's checkpoints, made on the machine's own disk (nothing
+travels): sets of bf16 shards, each tensor's bytes drawn from a seeded
+generator so that a test can draw them again and compare exactly.
+
+    shards(root, name, count, shard_bytes) -> the directory (index + shards)
+
+CKPT_GPU_SMALL=1 divides sizes by 100 (a dry run of the plumbing)."""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sources"))
+from cgroup import evict as evict_file  # noqa: E402 - one way to drop a file's pages
+
+TENSORS_PER_SHARD = 4
+COLS = 4096
+
+
+def small():
+    return os.environ.get("CKPT_GPU_SMALL") == "1"
+
+
+def scale(nbytes):
+    return max(nbytes // 100, TENSORS_PER_SHARD * COLS * 2) if small() else nbytes
+
+
+def data_root():
+    root = os.environ.get("CKPT_GPU_DATA") or os.path.join(os.path.dirname(__file__), "..", "..", ".gpu-data")
+    os.makedirs(root, exist_ok=True)
+    return root
+
+
+def device():
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def tensor(seed, rows, cols=COLS, on=None):
+    """Tensor `seed` of a set: bf16 bits from a seeded generator (any bit
+    pattern but NaNs', which compare unequal), on `on` (default: the GPU)."""
+    import torch
+    on = on or device()
+    g = torch.Generator(device=on)
+    g.manual_seed(seed)
+    bits = torch.randint(0, 1 << 16, (rows, cols), generator=g, device=on, dtype=torch.int32)
+    bits = bits & 0xBFFF  # the exponent's top bit cleared: finite, never NaN or inf
+    return bits.to(torch.int16).view(torch.bfloat16)
+
+
+def layout(count, shard_bytes):
+    """[(shard file, [(name, seed, rows)])] of a set."""
+    rows = max(shard_bytes // (TENSORS_PER_SHARD * COLS * 2), 1)
+    return [(f"model-{s + 1:05d}-of-{count:05d}.safetensors",
+             [(f"layers.{s}.w{k}", s * TENSORS_PER_SHARD + k, rows) for k in range(TENSORS_PER_SHARD)])
+            for s in range(count)]
+
+
+def shards(name, count, shard_bytes):
+    """The set's directory, made once (a stamp records what it holds)."""
+    from safetensors.torch import save_file
+    shard_bytes = scale(shard_bytes)
+    root = os.path.join(data_root(), name)
+    stamp = os.path.join(root, "stamp.json")
+    want = {"count": count, "shard_bytes": shard_bytes, "cols": COLS}
+    try:
+        with open(stamp) as f:
+            if json.load(f) == want:
+                return root
+    except (OSError, ValueError):
+        pass
+    os.makedirs(root, exist_ok=True)
+    weight_map, total = {}, 0
+    for file, tensors in layout(count, shard_bytes):
+        out = {}
+        for tname, seed, rows in tensors:
+            out[tname] = tensor(seed, rows).cpu()
+            weight_map[tname] = file
+            total += out[tname].nbytes
+        save_file(out, os.path.join(root, file))
+        del out
+    with open(os.path.join(root, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
+    with open(stamp, "w") as f:
+        json.dump(want, f)
+    return root
+
+
+def subset(name, source, count):
+    """A set of the first `count` shards of set `source` (a directory made
+    by shards()), hard-linked: no bytes written twice."""
+    root = os.path.join(data_root(), name)
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(source, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    keep = sorted(set(index["weight_map"].values()))[:count]
+    for file in keep:
+        target = os.path.join(root, file)
+        if not os.path.exists(target):
+            os.link(os.path.join(source, file), target)
+    weight_map = {k: v for k, v in index["weight_map"].items() if v in keep}
+    with open(os.path.join(root, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    return root
+
+
+def files(root):
+    with open(os.path.join(root, "model.safetensors.index.json")) as f:
+        return sorted({os.path.join(root, v) for v in json.load(f)["weight_map"].values()})
+
+
+def evict(root):
+    """Drops the set's pages from the page cache (a cold read): every file
+    written back, then POSIX_FADV_DONTNEED, which needs no privilege."""
+    for path in files(root):
+        evict_file(path)
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakRss:
+    """The most the process's resident memory grew while the block ran
+    (sampled every 5 ms on a thread)."""
+
+    def __enter__(self):
+        import threading
+        self.base = self.peak = rss_bytes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def _watch(self):
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, rss_bytes())
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes())
+        self.growth = self.peak - self.base
+        return False

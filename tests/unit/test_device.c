@@ -1,0 +1,504 @@
+/* test_device.c — the device destination (ckpt_device.h) driven through
+ * the stand-in CUDA runtime (tests/gpu/standin/cudart_standin.c, named by
+ * CKPT_CUDART): every dtype and transform byte for byte against a host
+ * load, slot reuse, tensors larger than a slot, copies that overlap reads,
+ * cancellation and failed copies with no copy left in flight, and a
+ * runtime that is absent. */
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "ckpt_collective.h"
+#include "ckpt_device.h"
+#include "helpers.h"
+#include "threadcomm.h"
+
+/* The stand-in's own calls (its "device" memory is host memory). */
+typedef struct standin_counters {
+    uint64_t copies, bytes, unpinned_copies, max_queued, host_allocs, host_bytes, device_allocs, streams, events,
+        in_flight;
+} standin_counters;
+
+static struct {
+    void *lib;
+    int (*malloc_)(void **p, size_t n);
+    int (*free_)(void *p);
+    void (*counters)(standin_counters *c);
+    void (*reset)(void);
+} standin;
+
+static void standin_load(void) {
+    if (standin.lib) return;
+    standin.lib = dlopen(CKPT_STANDIN, RTLD_NOW);
+    assert_non_null(standin.lib);
+    *(void **)&standin.malloc_ = dlsym(standin.lib, "cudaMalloc");
+    *(void **)&standin.free_ = dlsym(standin.lib, "cudaFree");
+    *(void **)&standin.counters = dlsym(standin.lib, "ckpt_standin_counters_get");
+    *(void **)&standin.reset = dlsym(standin.lib, "ckpt_standin_reset");
+    assert_true(standin.malloc_ && standin.free_ && standin.counters && standin.reset);
+}
+
+static void knobs(const char *delay_us, const char *fail_copy, const char *fail_sync) {
+    setenv("CKPT_CUDART", CKPT_STANDIN, 1);
+    if (delay_us) setenv("CKPT_STANDIN_COPY_DELAY_US", delay_us, 1);
+    else unsetenv("CKPT_STANDIN_COPY_DELAY_US");
+    if (fail_copy) setenv("CKPT_STANDIN_FAIL_COPY", fail_copy, 1);
+    else unsetenv("CKPT_STANDIN_FAIL_COPY");
+    if (fail_sync) setenv("CKPT_STANDIN_FAIL_SYNC", fail_sync, 1);
+    else unsetenv("CKPT_STANDIN_FAIL_SYNC");
+    unsetenv("CKPT_STANDIN_DEVICES");
+    standin_load();
+    standin.reset();
+}
+
+static standin_counters counters(void) {
+    standin_counters c;
+    standin.counters(&c);
+    return c;
+}
+
+/* Every dtype of whole or packed bytes ckpt reads from safetensors files,
+ * as "t<dtype>" of 8×64 elements, and "big" (f32, 512×1024: 2 MiB, many
+ * slots), each byte a pattern of its offset. */
+enum { SMALL_ROWS = 8, SMALL_COLS = 64, BIG_ROWS = 512, BIG_COLS = 1024 };
+
+static unsigned char pattern(size_t tensor, size_t i) { return (unsigned char)(i * 31 + tensor * 7 + (i >> 8)); }
+
+/* A float pattern that stays finite in every float dtype and cast. */
+static void fill_tensor(ckpt_dtype d, size_t tensor, unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) p[i] = pattern(tensor, i);
+    if (d == CKPT_F32 || d == CKPT_C64)
+        for (size_t i = 0; i + 4 <= n; i += 4) {
+            float f = (float)(i % 977) * 0.5f - 100.0f;
+            memcpy(p + i, &f, 4);
+        }
+    if (d == CKPT_F64)
+        for (size_t i = 0; i + 8 <= n; i += 8) {
+            double f = (double)(i % 977) * 0.25 - 50.0;
+            memcpy(p + i, &f, 8);
+        }
+    if (d == CKPT_F16 || d == CKPT_BF16)
+        for (size_t i = 0; i + 2 <= n; i += 2) p[i + 1] = (unsigned char)(0x3c + (p[i + 1] & 3)); /* 1.x .. 8.x / 2^k */
+    if (d == CKPT_BOOL)
+        for (size_t i = 0; i < n; i++) p[i] &= 1;
+}
+
+static char *make_model(char **dir_out) {
+    char *dir = scratch_dir();
+    const char *path = in_dir(dir, "m.safetensors");
+    ckpt_writer *w;
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.no_sync = 1;
+    assert_int_equal(ckpt_writer_create(path, &o, &w, NULL), CKPT_OK);
+    uint64_t small[2] = {SMALL_ROWS, SMALL_COLS}, big[2] = {BIG_ROWS, BIG_COLS};
+    size_t index[CKPT_U64 + 2];
+    ckpt_dtype dtypes[CKPT_U64 + 2];
+    size_t n = 0;
+    for (int d = CKPT_BOOL; d <= CKPT_U64; d++) {
+        char name[16];
+        snprintf(name, sizeof name, "t%02d", d);
+        ckpt_error err;
+        assert_int_equal(ckpt_writer_add_tensor(w, name, (ckpt_dtype)d, 2, small, &index[n], &err), CKPT_OK);
+        dtypes[n++] = (ckpt_dtype)d;
+    }
+    assert_int_equal(ckpt_writer_add_tensor(w, "big", CKPT_F32, 2, big, &index[n], NULL), CKPT_OK);
+    dtypes[n++] = CKPT_F32;
+    assert_int_equal(ckpt_writer_begin(w, NULL), CKPT_OK);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t elems = i + 1 == n ? (uint64_t)BIG_ROWS * BIG_COLS : SMALL_ROWS * SMALL_COLS;
+        size_t bytes = (size_t)(elems * ckpt_dtype_bits(dtypes[i]) / 8);
+        unsigned char *data = malloc(bytes);
+        fill_tensor(dtypes[i], i, data, bytes);
+        assert_int_equal(ckpt_writer_write(w, index[i], data, bytes, NULL), CKPT_OK);
+        free(data);
+    }
+    assert_int_equal(ckpt_writer_commit(w, NULL), CKPT_OK);
+    ckpt_writer_free(w);
+    *dir_out = dir;
+    return strdup(path);
+}
+
+/* The model file, opened. */
+typedef struct model {
+    char *dir, *path;
+    ckpt_catalog *cat;
+} model;
+
+static model model_open(void) {
+    model m;
+    m.path = make_model(&m.dir);
+    assert_int_equal(ckpt_catalog_open(m.path, &m.cat, NULL), CKPT_OK);
+    return m;
+}
+
+static void model_close(model *m) {
+    ckpt_catalog_close(m->cat);
+    free(m->path);
+    scratch_free(m->dir);
+}
+
+/* The rules a round applies to the plan. */
+typedef enum transforms { AS_STORED, CAST_TRANSPOSE_SLICE } transforms;
+
+static ckpt_plan *make_plan(ckpt_catalog *cat, transforms t) {
+    ckpt_plan *plan;
+    ckpt_error err;
+    assert_int_equal(ckpt_plan_create(cat, &plan, &err), CKPT_OK);
+    if (t == CAST_TRANSPOSE_SLICE) {
+        assert_int_equal(ckpt_plan_cast(plan, "t1[45]", CKPT_F32, &err), CKPT_OK);  /* f16, bf16 → f32 */
+        assert_int_equal(ckpt_plan_cast(plan, "big", CKPT_BF16, &err), CKPT_OK);    /* f32 → bf16 */
+        assert_int_equal(ckpt_plan_cast(plan, "t18", CKPT_F16, &err), CKPT_OK);     /* f32 → f16 */
+        assert_int_equal(ckpt_plan_slice(plan, "big", 0, 3, 501, &err), CKPT_OK);
+        assert_int_equal(ckpt_plan_transpose(plan, "big", &err), CKPT_OK);
+        assert_int_equal(ckpt_plan_transpose(plan, "t2[01]", &err), CKPT_OK); /* f64, i64 */
+    }
+    return plan;
+}
+
+/* Loads `plan` into host memory; the bytes of every item, malloc'ed. */
+static unsigned char **host_load(ckpt_plan *plan) {
+    size_t n = ckpt_plan_count(plan);
+    ckpt_error err;
+    assert_int_equal(ckpt_load(plan, NULL, &err), CKPT_OK);
+    unsigned char **out = calloc(n, sizeof *out);
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_plan_item *it = ckpt_plan_item_at(plan, i);
+        out[i] = malloc(it->nbytes + 1);
+        memcpy(out[i], it->data, it->nbytes);
+    }
+    return out;
+}
+
+/* Device memory for every item of the plan. */
+static void **device_buffers(ckpt_plan *plan, ckpt_device *dev) {
+    size_t n = ckpt_plan_count(plan);
+    void **bufs = calloc(n, sizeof *bufs);
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_plan_item *it = ckpt_plan_item_at(plan, i);
+        assert_int_equal(standin.malloc_(&bufs[i], it->nbytes ? it->nbytes : 1), 0);
+        memset(bufs[i], 0xee, it->nbytes);
+        ckpt_error err;
+        assert_int_equal(ckpt_plan_set_device_buffer(plan, i, dev, bufs[i], it->nbytes, &err), CKPT_OK);
+    }
+    return bufs;
+}
+
+static void free_buffers(void **bufs, size_t n) {
+    for (size_t i = 0; i < n; i++) standin.free_(bufs[i]);
+    free(bufs);
+}
+
+static ckpt_device *open_device(unsigned slots, uint64_t slot_bytes) {
+    ckpt_device_options o;
+    ckpt_device_options_init(&o);
+    o.slots = slots, o.slot_bytes = slot_bytes;
+    ckpt_device *dev;
+    ckpt_error err;
+    ckpt_status st = ckpt_device_open("cuda:0", &o, &dev, &err);
+    if (st) fail_msg("%s", err.message);
+    return dev;
+}
+
+/* Every dtype, as stored and with casts, a transpose and a slice, arrives
+ * on the device byte for byte as a host load gives it; with few small
+ * slots every slot is reused many times and "big" spans many slots. */
+static void test_bytes_of_every_dtype_and_transform(void **state) {
+    (void)state;
+    knobs(NULL, NULL, NULL);
+    model m = model_open();
+    ckpt_catalog *cat = m.cat;
+    ckpt_device *dev = open_device(2, 64 << 10);
+    for (transforms t = AS_STORED; t <= CAST_TRANSPOSE_SLICE; t++)
+        for (unsigned threads = 1; threads <= 4; threads += 3) {
+            ckpt_plan *host = make_plan(cat, t), *plan = make_plan(cat, t);
+            size_t n = ckpt_plan_count(plan);
+            assert_int_equal(n, CKPT_U64 + 1);
+            unsigned char **want = host_load(host);
+            void **bufs = device_buffers(plan, dev);
+            ckpt_load_options o;
+            ckpt_load_options_init(&o);
+            o.threads = threads;
+            o.views = CKPT_VIEWS_SHARED; /* never for device items */
+            ckpt_error err;
+            ckpt_device_stats ds = {.size = sizeof ds};
+            ckpt_device_stats_get(dev, &ds, 1);
+            standin.reset();
+            assert_int_equal(ckpt_load(plan, &o, &err), CKPT_OK);
+            uint64_t total = 0;
+            for (size_t i = 0; i < n; i++) {
+                const ckpt_plan_item *it = ckpt_plan_item_at(plan, i);
+                assert_ptr_equal(it->data, bufs[i]);
+                assert_int_equal(it->is_view, 0);
+                assert_memory_equal(bufs[i], want[i], it->nbytes);
+                total += it->nbytes;
+                free(want[i]);
+            }
+            if (t == CAST_TRANSPOSE_SLICE) assert_int_equal(ckpt_plan_find(plan, "big", NULL)->shape[0], BIG_COLS);
+            standin_counters c = counters();
+            assert_int_equal(c.bytes, total);
+            assert_int_equal(c.unpinned_copies, 0); /* every copy leaves a pinned slot */
+            assert_int_equal(c.in_flight, 0);
+            ckpt_device_stats_get(dev, &ds, 0);
+            assert_int_equal(ds.path, CKPT_DEVICE_PATH_STAGED);
+            assert_int_equal(ds.bytes_copied, total);
+            assert_true(ds.copies > 2 * ds.slots); /* the slots were reused */
+            assert_true(ds.slot_waits > 0);
+            assert_int_equal(ds.slots, 2);
+            assert_int_equal(ds.slot_bytes, 64 << 10);
+            free(want);
+            free_buffers(bufs, n);
+            ckpt_plan_free(host);
+            ckpt_plan_free(plan);
+        }
+    /* host memory of the ring: the slots, whatever the model's size */
+    assert_int_equal(counters().host_bytes, 2 * (64 << 10));
+    ckpt_device_close(dev);
+    assert_int_equal(counters().host_allocs, 0);
+    assert_int_equal(counters().streams, 0);
+    assert_int_equal(counters().events, 0);
+    model_close(&m);
+}
+
+/* With slow copies, reads run ahead of them: several copies are queued on
+ * the stream at once (they overlap the reads), the ring still bounds them,
+ * and the bytes arrive in order. */
+static void test_copies_overlap_reads(void **state) {
+    (void)state;
+    knobs("2000", NULL, NULL);
+    model m = model_open();
+    ckpt_catalog *cat = m.cat;
+    ckpt_device *dev = open_device(4, 64 << 10);
+    ckpt_plan *host = make_plan(cat, AS_STORED), *plan = make_plan(cat, AS_STORED);
+    assert_int_equal(ckpt_plan_select(host, "big", NULL), CKPT_OK);
+    assert_int_equal(ckpt_plan_select(plan, "big", NULL), CKPT_OK);
+    unsigned char **want = host_load(host);
+    void **bufs = device_buffers(plan, dev);
+    ckpt_load_options o;
+    ckpt_load_options_init(&o);
+    o.threads = 1;
+    ckpt_error err;
+    assert_int_equal(ckpt_load(plan, &o, &err), CKPT_OK);
+    assert_memory_equal(bufs[0], want[0], (size_t)BIG_ROWS * BIG_COLS * 4);
+    standin_counters c = counters();
+    assert_int_equal(c.copies, (uint64_t)BIG_ROWS * BIG_COLS * 4 / (64 << 10));
+    assert_true(c.max_queued >= 2); /* one thread read on while copies waited */
+    assert_true(c.max_queued <= 4); /* never more than the slots */
+    free(want[0]);
+    free(want);
+    free_buffers(bufs, 1);
+    ckpt_plan_free(host);
+    ckpt_plan_free(plan);
+    ckpt_device_close(dev);
+    model_close(&m);
+}
+
+static int cancel_at_once(uint64_t done, uint64_t total, void *user) {
+    (void)total, (void)user;
+    return done > 0;
+}
+
+static int cancel_first_item(size_t item, void *user) {
+    (void)item, (void)user;
+    return 1;
+}
+
+/* A cancel in the middle of a load — by the progress callback (every 16
+ * MiB) or by item_done — returns CKPT_E_CANCELLED with no copy in flight,
+ * and the device serves the next load. */
+static void test_cancel_leaves_nothing_in_flight(void **state) {
+    (void)state;
+    knobs("3000", NULL, NULL);
+    char *dir = scratch_dir();
+    const char *path = in_dir(dir, "huge.safetensors");
+    write_safetensors(path, "{\"huge\":{\"dtype\":\"U8\",\"shape\":[50331648],\"data_offsets\":[0,50331648]}}", 50331648);
+    ckpt_catalog *cat;
+    assert_int_equal(ckpt_catalog_open(path, &cat, NULL), CKPT_OK);
+    ckpt_device *dev = open_device(4, 1 << 20);
+    ckpt_plan *plan = make_plan(cat, AS_STORED);
+    void **bufs = device_buffers(plan, dev);
+    ckpt_load_options o;
+    ckpt_load_options_init(&o);
+    o.threads = 2;
+    o.progress = cancel_at_once;
+    ckpt_error err;
+    assert_int_equal(ckpt_load(plan, &o, &err), CKPT_E_CANCELLED);
+    standin_counters c = counters();
+    assert_true(c.copies >= 16);
+    assert_true(c.bytes < 50331648); /* stopped part way */
+    assert_int_equal(c.in_flight, 0);
+    o.progress = NULL;
+    assert_int_equal(ckpt_load(plan, &o, &err), CKPT_OK);
+    for (size_t i = 0; i < 50331648; i += 4099) assert_int_equal(((unsigned char *)bufs[0])[i], (unsigned char)(i * 7 + 1));
+    free_buffers(bufs, 1);
+    ckpt_plan_free(plan);
+    ckpt_catalog_close(cat);
+    scratch_free(dir);
+
+    model m = model_open();
+    plan = make_plan(m.cat, AS_STORED);
+    bufs = device_buffers(plan, dev);
+    o.threads = 1;
+    o.item_done = cancel_first_item;
+    standin.reset();
+    assert_int_equal(ckpt_load(plan, &o, &err), CKPT_E_CANCELLED);
+    assert_int_equal(counters().in_flight, 0);
+    free_buffers(bufs, ckpt_plan_count(plan));
+    ckpt_plan_free(plan);
+    ckpt_device_close(dev);
+    model_close(&m);
+}
+
+/* A copy that fails — in the stream (CUDA's sticky error, seen at the
+ * event) or at once — fails the load with CKPT_E_IO naming the tensor and
+ * the byte range of the copy that broke, with no copy left in flight. */
+static void test_failed_copy_names_tensor_and_range(void **state) {
+    (void)state;
+    model m = model_open();
+    ckpt_catalog *cat = m.cat;
+    for (int sync = 0; sync < 2; sync++) {
+        knobs("500", "3", sync ? "1" : NULL);
+        ckpt_device *dev = open_device(2, 64 << 10);
+        ckpt_plan *plan = make_plan(cat, AS_STORED);
+        assert_int_equal(ckpt_plan_select(plan, "big", NULL), CKPT_OK);
+        void **bufs = device_buffers(plan, dev);
+        ckpt_load_options o;
+        ckpt_load_options_init(&o);
+        o.threads = 1; /* copies in file order: the third is big's bytes [128 KiB, 192 KiB) */
+        ckpt_error err;
+        assert_int_equal(ckpt_load(plan, &o, &err), CKPT_E_IO);
+        assert_string_equal(err.tensor, "big");
+        assert_non_null(strstr(err.message, "[131072, 196608)"));
+        assert_non_null(strstr(err.message, sync ? "invalid argument" : "illegal memory access"));
+        assert_non_null(strstr(err.message, "cuda:0"));
+        assert_int_equal(counters().in_flight, 0);
+        free_buffers(bufs, 1);
+        ckpt_plan_free(plan);
+        ckpt_device_close(dev);
+    }
+    model_close(&m);
+}
+
+typedef struct done_check {
+    ckpt_plan *plan;
+    unsigned char **want;
+    void **bufs;
+    atomic_size_t calls; /* item_done runs on the engine's threads */
+} done_check;
+
+static int check_item(size_t item, void *user) {
+    done_check *d = user;
+    const ckpt_plan_item *it = ckpt_plan_item_at(d->plan, item);
+    atomic_fetch_add(&d->calls, 1);
+    return memcmp(d->bufs[item], d->want[item], it->nbytes) != 0; /* not there yet: cancel */
+}
+
+/* item_done fires for a device item once its copies have completed. */
+static void test_item_done_after_copies(void **state) {
+    (void)state;
+    knobs("1000", NULL, NULL);
+    model m = model_open();
+    ckpt_catalog *cat = m.cat;
+    ckpt_device *dev = open_device(8, 64 << 10);
+    ckpt_plan *host = make_plan(cat, AS_STORED), *plan = make_plan(cat, AS_STORED);
+    done_check d = {plan, host_load(host), device_buffers(plan, dev), 0};
+    ckpt_load_options o;
+    ckpt_load_options_init(&o);
+    o.threads = 3;
+    o.item_done = check_item, o.item_done_user = &d;
+    ckpt_error err;
+    ckpt_status st = ckpt_load(plan, &o, &err);
+    if (st) fail_msg("%s", err.message);
+    assert_int_equal(atomic_load(&d.calls), ckpt_plan_count(plan));
+    for (size_t i = 0; i < ckpt_plan_count(plan); i++) free(d.want[i]);
+    free(d.want);
+    free_buffers(d.bufs, ckpt_plan_count(plan));
+    ckpt_plan_free(host);
+    ckpt_plan_free(plan);
+    ckpt_device_close(dev);
+    model_close(&m);
+}
+
+/* A collective load that exchanges bytes between ranks broadcasts into
+ * host memory: device items are refused, by name, on every rank, before
+ * any copy. */
+typedef struct collective_case {
+    ckpt_catalog *cat;
+    ckpt_device *dev;
+    ckpt_comm comms[THREADCOMM_MAX];
+    ckpt_status st[2];
+    ckpt_error err[2];
+} collective_case;
+
+static void collective_rank(int rank, void *user) {
+    collective_case *c = user;
+    ckpt_plan *plan = make_plan(c->cat, AS_STORED);
+    assert_int_equal(ckpt_plan_select(plan, "big", NULL), CKPT_OK);
+    void **bufs = device_buffers(plan, c->dev);
+    c->st[rank] = ckpt_load_collective(plan, NULL, &c->comms[rank], NULL, NULL, &c->err[rank]);
+    free_buffers(bufs, 1);
+    ckpt_plan_free(plan);
+}
+
+static void test_collective_load_refuses_device_items(void **state) {
+    (void)state;
+    knobs(NULL, NULL, NULL);
+    model m = model_open();
+    collective_case c = {.cat = m.cat, .dev = open_device(2, 64 << 10)};
+    threadcomm *t = threadcomm_create(2, c.comms);
+    threadcomm_run(2, collective_rank, &c);
+    for (int r = 0; r < 2; r++) {
+        assert_int_not_equal(c.st[r], CKPT_OK);
+        assert_non_null(strstr(c.err[r].message, "host buffer"));
+    }
+    assert_int_equal(counters().copies, 0);
+    threadcomm_free(t);
+    ckpt_device_close(c.dev);
+    model_close(&m);
+}
+
+/* No runtime, no device, no such device, a bad name: clear statuses that
+ * say what was tried. */
+static void test_absent_runtime_and_devices(void **state) {
+    (void)state;
+    ckpt_device *dev = (ckpt_device *)1;
+    ckpt_error err;
+    setenv("CKPT_CUDART", "/nonexistent/libcudart.so.12", 1);
+    assert_int_equal(ckpt_device_open("cuda:0", NULL, &dev, &err), CKPT_E_NOT_FOUND);
+    assert_null(dev);
+    assert_non_null(strstr(err.message, "no CUDA runtime could be loaded"));
+    assert_non_null(strstr(err.message, "/nonexistent/libcudart.so.12"));
+    assert_non_null(strstr(err.message, "CKPT_CUDART"));
+    knobs(NULL, NULL, NULL);
+    setenv("CKPT_STANDIN_DEVICES", "0", 1);
+    assert_int_equal(ckpt_device_open("cuda", NULL, &dev, &err), CKPT_E_NOT_FOUND);
+    assert_non_null(strstr(err.message, "no CUDA device"));
+    setenv("CKPT_STANDIN_DEVICES", "2", 1);
+    assert_int_equal(ckpt_device_open("cuda:2", NULL, &dev, &err), CKPT_E_NOT_FOUND);
+    assert_non_null(strstr(err.message, "cuda:2: no such device (2 CUDA devices: cuda:0 to cuda:1)"));
+    assert_int_equal(ckpt_device_open("cuda:1", NULL, &dev, &err), CKPT_OK);
+    assert_string_equal(ckpt_device_name(dev), "cuda:1");
+    ckpt_device_close(dev);
+    unsetenv("CKPT_STANDIN_DEVICES");
+    assert_int_equal(ckpt_device_open("gpu:0", NULL, &dev, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_int_equal(ckpt_device_open("cuda:x", NULL, &dev, &err), CKPT_E_INVALID_ARGUMENT);
+    ckpt_device_options o;
+    ckpt_device_options_init(&o);
+    o.slot_bytes = 100;
+    assert_int_equal(ckpt_device_open("cuda:0", &o, &dev, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_int_equal(counters().host_allocs, 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bytes_of_every_dtype_and_transform),
+        cmocka_unit_test(test_copies_overlap_reads),
+        cmocka_unit_test(test_cancel_leaves_nothing_in_flight),
+        cmocka_unit_test(test_failed_copy_names_tensor_and_range),
+        cmocka_unit_test(test_item_done_after_copies),
+        cmocka_unit_test(test_collective_load_refuses_device_items),
+        cmocka_unit_test(test_absent_runtime_and_devices),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
