@@ -90,6 +90,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ckpt_status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -116,123 +118,51 @@ CKPT_API const char *ckpt_version(void);
 /* ------------------------------------------------------------------------ */
 
 /*
- * Status codes.  The numbers are stable: a code keeps its number forever and
- * new codes only get new numbers.  Each code has a name (its identifier as a
- * string) and a one-line description; see ckpt_status_name() and
- * ckpt_status_message().
+ * Statuses.  Every fallible function returns a ckpt_status: CKPT_OK (0) or
+ * a category of failure — what a caller does something different about
+ * (retry a CKPT_E_NETWORK, fix the credentials of a CKPT_E_AUTH, report a
+ * CKPT_E_CORRUPT file).  Where the category alone does not say which rule
+ * broke, ckpt_error.detail holds a ckpt_detail: the format's rule (a
+ * CKPT_E_CORRUPT safetensors file with CKPT_D_DATA_HOLE: bytes between
+ * tensors belong to no tensor), whose category ckpt_detail_status gives.
+ * Both lists, their stable numbers and one-line meanings are the table of
+ * ckpt_status.h: read it there.  No category shares its number with a
+ * detail, and details keep the numbers they had as statuses before 0.1
+ * (21: a safetensors header larger than 100,000,000 bytes).
  */
-typedef enum ckpt_status {
-    CKPT_OK = 0,
+#define CKPT__STATUS_ENUM(name, number, message) name = number,
+#define CKPT__DETAIL_ENUM(name, number, category, message) name = number,
+typedef enum ckpt_status { CKPT_CATEGORIES(CKPT__STATUS_ENUM) } ckpt_status;
+typedef enum ckpt_detail { CKPT_DETAILS(CKPT__DETAIL_ENUM) } ckpt_detail;
+#undef CKPT__STATUS_ENUM
+#undef CKPT__DETAIL_ENUM
 
-    /* General */
-    CKPT_E_INVALID_ARGUMENT = 1, /* a NULL pointer, an unknown option, misuse */
-    CKPT_E_NO_MEMORY = 2,        /* an allocation failed                        */
-    CKPT_E_IO = 3,               /* a system call failed (errno in the error)   */
-    CKPT_E_NOT_FOUND = 4,        /* no such file, directory or tensor           */
-    CKPT_E_EXISTS = 5,           /* the destination exists and may not be replaced */
-    CKPT_E_UNKNOWN_FORMAT = 6,   /* the path is not a checkpoint ckpt can read  */
-    CKPT_E_CANCELLED = 7,        /* a progress callback asked to stop           */
-    CKPT_E_OUT_OF_RANGE = 8,     /* a byte range outside the tensor             */
-    CKPT_E_BAD_STATE = 9,        /* a call out of order (e.g. data before begin) */
-    CKPT_E_BAD_SIZE = 10,        /* a size string such as "5GB" that cannot be parsed */
-    CKPT_E_NO_SPACE = 11,        /* the disk is full (ENOSPC / EDQUOT)          */
-    CKPT_E_TRUNCATED = 12,       /* the file ends before the data it declares   */
-    CKPT_E_LIMIT = 13,           /* a declared size or count beyond a safety limit; or metadata
-                                    that would take more memory than 8 times the input plus
-                                    64 MiB (an amplification: the error names the byte) */
-    CKPT_E_INCOMPLETE = 14,      /* a commit into the directory was interrupted and cannot be finished here */
-    CKPT_E_NO_MATCH = 15,        /* a pattern matched no tensor, or a plan selects none */
-    CKPT_E_UNSAFE_PATH = 16,     /* a name in a checkpoint leads out of its directory (a symlink,
-                                    "..", an absolute name) or is not a regular file (a FIFO, a device) */
-    CKPT_E_LOCKED = 17,          /* another process is writing the destination (the error names it) */
-
-    /* safetensors header validation (huggingface/safetensors rules) */
-    CKPT_E_HEADER_TOO_SMALL = 20,   /* file shorter than the 8-byte length      */
-    CKPT_E_HEADER_TOO_LARGE = 21,   /* header length over 100,000,000 bytes     */
-    CKPT_E_HEADER_PAST_END = 22,    /* 8 + header length is past the end of file */
-    CKPT_E_HEADER_NOT_UTF8 = 23,    /* header bytes are not valid UTF-8         */
-    CKPT_E_HEADER_NOT_JSON = 24,    /* header is not valid JSON                 */
-    CKPT_E_HEADER_SCHEMA = 25,      /* valid JSON, but not a safetensors header */
-    CKPT_E_METADATA_NOT_STRING = 26,/* a __metadata__ value is not a string     */
-    CKPT_E_UNKNOWN_DTYPE = 27,      /* a dtype ckpt does not know               */
-    CKPT_E_SHAPE_OVERFLOW = 28,     /* shape product × element bits overflows   */
-    CKPT_E_PARTIAL_BYTE = 29,       /* sub-byte dtype whose bits are not whole bytes */
-    CKPT_E_SIZE_MISMATCH = 30,      /* shape × dtype size differs from data_offsets */
-    CKPT_E_DATA_HOLE = 31,          /* bytes between tensors belong to no tensor */
-    CKPT_E_DATA_OVERLAP = 32,       /* two tensors claim the same bytes         */
-    CKPT_E_TRAILING_BYTES = 33,     /* bytes after the last tensor              */
-    CKPT_E_DUPLICATE_NAME = 34,     /* the same tensor name twice               */
-    CKPT_E_BAD_OFFSETS = 35,        /* data_offsets end before they begin       */
-
-    /* Sharded checkpoints */
-    CKPT_E_INDEX_INVALID = 40,      /* index.json is not valid or not an index  */
-    CKPT_E_INDEX_MISMATCH = 41,     /* index and shards disagree about a tensor */
-
-    /* ZIP archives (torch.save files) */
-    CKPT_E_ZIP_INVALID = 50,        /* a damaged or lying ZIP structure         */
-    CKPT_E_ZIP_UNSUPPORTED = 51,    /* encrypted, multi-disk or unknown compression */
-    CKPT_E_CHECKSUM = 52,           /* data does not match its recorded checksum */
-
-    /* Pickles (torch.save files): nothing is ever executed */
-    CKPT_E_PICKLE_INVALID = 60,     /* a malformed or truncated pickle          */
-    CKPT_E_PICKLE_FORBIDDEN = 61,   /* a global or operation outside the allowlist */
-
-    /* GGUF (ggml's docs/gguf.md, checked against the gguf package) */
-    CKPT_E_GGUF_VERSION = 70,       /* a GGUF version other than 2 and 3        */
-    CKPT_E_GGUF_LENGTH = 71,        /* a string length past the end of the file, or not UTF-8 */
-    CKPT_E_GGUF_COUNT = 72,         /* a tensor, key-value or array count the file cannot hold */
-    CKPT_E_GGUF_KV_TYPE = 73,       /* an unknown value type, arrays nested too deep, a
-                                       known key of the wrong type            */
-    CKPT_E_GGUF_TENSOR_TYPE = 74,   /* an unknown ggml tensor type              */
-    CKPT_E_GGUF_DIMS = 75,          /* too many dimensions, or rows that are not whole blocks */
-    CKPT_E_GGUF_ALIGNMENT = 76,     /* general.alignment not a power of two, or an offset
-                                       not a multiple of it                   */
-    CKPT_E_GGUF_OFFSET = 77,        /* tensor data outside the file, or overlapping */
-    CKPT_E_GGUF_SPLIT = 78,         /* split files that do not fit together     */
-    CKPT_E_UNSUPPORTED_DTYPE = 79,  /* a dtype this operation or output format cannot take */
-
-    /* PyTorch distributed checkpoints (DCP) */
-    CKPT_E_DCP_METADATA = 80,       /* .metadata is not what torch.distributed.checkpoint writes */
-    CKPT_E_DCP_CHUNK_HOLE = 81,     /* chunks leave elements of a tensor uncovered */
-    CKPT_E_DCP_CHUNK_OVERLAP = 82,  /* two chunks claim the same elements      */
-    CKPT_E_DCP_CHUNK_BOUNDS = 83,   /* a chunk reaches outside its tensor      */
-    CKPT_E_DCP_CHUNK_MISMATCH = 84, /* a chunk's stored data differs from its declared sizes or dtype */
-    CKPT_E_DCP_PATH = 85,           /* a storage path leaves the checkpoint directory */
-    CKPT_E_DCP_UNSUPPORTED = 86,    /* a storage transform or layout ckpt does not read (named) */
-
-    /* NumPy .npy/.npz files and Flax msgpack files */
-    CKPT_E_NPY_INVALID = 90,        /* a malformed .npy header                  */
-    CKPT_E_MSGPACK_INVALID = 91,    /* a malformed msgpack document, or not Flax's */
-
-    /* Remote sources (http://, https://, s3://).  Their errors name the URL
-     * (never its credentials), the HTTP status and the byte range. */
-    CKPT_E_HTTP_STATUS = 100,       /* the server answered with an HTTP error status */
-    CKPT_E_HTTP_AUTH = 101,         /* the server refused the credentials (401, 403) */
-    CKPT_E_REMOTE_CHANGED = 102,    /* the remote file changed while it was read (ETag, Last-Modified, size) */
-    CKPT_E_NO_RANGES = 103,         /* the server ignores byte-range requests     */
-    CKPT_E_NETWORK = 104,           /* a connection failed or broke, after retries */
-    CKPT_E_TIMEOUT = 105,           /* a transfer timed out, after retries        */
-    CKPT_E_BAD_RESPONSE = 106,      /* a response contradicts its request (range, length, body) */
-    CKPT_E_UNSUPPORTED_SOURCE = 107, /* this build cannot read that kind of URL (no libcurl) */
-
-    /* Collective operations (many processes, see ckpt_comm) */
-    CKPT_E_PEER_FAILED = 110,       /* another rank failed; the error names it and its reason */
-    CKPT_E_PEER_TIMEOUT = 111,      /* a rank did not reach a collective step in time (died or hangs) */
-    CKPT_E_COMM = 112,              /* the communicator (MPI, torch.distributed) reported a failure */
-    CKPT_E_COMM_DATA = 113          /* bytes from another rank are malformed, or ranks disagree */
-} ckpt_status;
-
-/* The identifier of a status as a string, e.g. "CKPT_E_DATA_HOLE";
+/* The identifier of a status as a string, e.g. "CKPT_E_CORRUPT";
  * "CKPT_E_UNKNOWN_STATUS" for a number that is not a status. */
 CKPT_API const char *ckpt_status_name(ckpt_status status);
 
-/* A one-line, lower-case description of a status, e.g. "bytes between
- * tensors belong to no tensor". */
+/* A one-line, lower-case description of a status, e.g. "the file breaks
+ * its format's rules". */
 CKPT_API const char *ckpt_status_message(ckpt_status status);
+
+/* The identifier of a detail as a string, e.g. "CKPT_D_DATA_HOLE";
+ * "CKPT_D_UNKNOWN_DETAIL" for a number that is not a detail. */
+CKPT_API const char *ckpt_detail_name(ckpt_detail detail);
+
+/* A one-line, lower-case description of a detail, e.g. "bytes between
+ * tensors belong to no tensor". */
+CKPT_API const char *ckpt_detail_message(ckpt_detail detail);
+
+/* The category a detail belongs to (CKPT_D_DATA_HOLE: CKPT_E_CORRUPT);
+ * CKPT_OK for CKPT_D_NONE and for a number that is not a detail. */
+CKPT_API ckpt_status ckpt_detail_status(ckpt_detail detail);
 
 /*
  * Details of the last failure of a call, filled only when the caller passes
- * one.  Fields that do not apply are empty strings and offset -1.
+ * one.  Fields that do not apply are empty strings, offset -1 and detail
+ * CKPT_D_NONE.
+ *   status   the category the call returned
+ *   detail   the rule that broke, where the category does not say it
  *   path     the file concerned
  *   tensor   the tensor concerned
  *   offset   the byte offset in `path` where the problem lies
@@ -242,6 +172,7 @@ CKPT_API const char *ckpt_status_message(ckpt_status status);
  */
 typedef struct ckpt_error {
     ckpt_status status;
+    ckpt_detail detail;
     int sys_errno;
     int64_t offset;
     char path[1024];
@@ -249,7 +180,8 @@ typedef struct ckpt_error {
     char message[2048];
 } ckpt_error;
 
-/* Resets an error to "no error" (status CKPT_OK, empty strings, offset -1). */
+/* Resets an error to "no error" (status CKPT_OK, detail CKPT_D_NONE, empty
+ * strings, offset -1). */
 CKPT_API void ckpt_error_clear(ckpt_error *err);
 
 /* ------------------------------------------------------------------------ */
