@@ -399,7 +399,7 @@ typedef struct ckpt_tensor_info {
  *     index's shards are fetched relative to its URL), or ending in '/' for
  *     a remote "directory", where only the exact names above are tried (a
  *     URL cannot be listed); see ckpt_catalog_options.  A build without
- *     libcurl refuses URLs with CKPT_E_UNSUPPORTED_SOURCE.
+ *     libcurl refuses URLs with CKPT_D_UNSUPPORTED_SOURCE.
  *
  * A file that no reader takes and that cannot be a damaged safetensors file
  * (text, HTML, JSON that is no index, a ZIP archive that is not torch's,
@@ -413,7 +413,7 @@ typedef struct ckpt_tensor_info {
  * plus duplicate-name detection; for an index, every tensor of the
  * weight_map must be in its shard and every tensor of a shard in the
  * weight_map.  Shard file names may not be absolute or contain ".."
- * (CKPT_E_INDEX_INVALID; a DCP relative_path: CKPT_E_DCP_PATH).
+ * (CKPT_D_INDEX_INVALID; a DCP relative_path: CKPT_D_DCP_PATH).
  *
  * Files inside a checkpoint directory (docs/SECURITY.md).  `path` itself is
  * followed as given: it may be, or pass through, a symbolic link.  Every
@@ -504,7 +504,7 @@ typedef struct ckpt_catalog_options {
      * against the request (status, Content-Range, length) and against the
      * file as it was opened (ETag, Last-Modified, size: sent as If-Range,
      * or If-Match to S3), so that a file replaced mid-load fails with
-     * CKPT_E_REMOTE_CHANGED instead of mixing versions.
+     * CKPT_D_REMOTE_CHANGED instead of mixing versions.
      * Credentials: `bearer_token` below; else, for huggingface.co and
      * hf.co, $HF_TOKEN; ~/.netrc; a user part in the URL, "user:password@"
      * or a bare "TOKEN@" (sent to that host only, and kept out of every name,
@@ -597,7 +597,7 @@ typedef struct ckpt_catalog_options {
      * A server that answers a range request with the whole file (HTTP 200:
      * `python -m http.server`, many mirrors) cannot serve a file over
      * 256 KiB in parts.  Without cache_dir, opening such a file fails with
-     * CKPT_E_NO_RANGES, naming the URL and how to give a cache directory.
+     * CKPT_D_NO_RANGES, naming the URL and how to give a cache directory.
      * With cache_dir, the open keeps the first 256 KiB of that answer (a
      * safetensors header: listing the tensors reads no more) and the first
      * read past them downloads the file whole, once, into the cache
@@ -1084,7 +1084,7 @@ typedef struct ckpt_writer_options {
      * saved tensor reaches).  No string metadata: a torch file has no
      * place for it.  bf16 and the float8s are written as torch names them
      * (torch.bfloat16, torch.float8_e4m3fn, …); GGUF's block types are
-     * refused (CKPT_E_UNSUPPORTED_DTYPE).
+     * refused (CKPT_D_UNSUPPORTED_DTYPE).
      */
     ckpt_format format;
     /* A directory whose other files (config.json, tokenizer files,
@@ -1426,8 +1426,8 @@ CKPT_API ckpt_status ckpt_commit_recover(const char *dir, unsigned flags, int *f
  *     declared size must be what their stream gives.
  * A mismatch fails with CKPT_E_CHECKSUM naming the file, the tensor and
  * (ZIP) the member; a DEFLATE stream that contradicts its member's size,
- * with CKPT_E_ZIP_INVALID; a checksum map naming a tensor its file does not
- * hold, with CKPT_E_INDEX_MISMATCH.  GGUF, plain safetensors and DCP files
+ * with CKPT_D_ZIP_INVALID; a checksum map naming a tensor its file does not
+ * hold, with CKPT_D_INDEX_MISMATCH.  GGUF, plain safetensors and DCP files
  * written with safetensors serialization record none: nothing to compare.
  * `report` (may be NULL) receives what was checked, filled up to its
  * `size`, zeros when nothing was recorded: `ckpt verify` prints these counts
@@ -1575,7 +1575,7 @@ CKPT_API ckpt_status ckpt_plan_rename(ckpt_plan *plan, const char *from, const c
  * integer type, widens matching integer tensors.  Fails with
  * CKPT_E_INVALID_ARGUMENT naming a tensor that cannot be cast.
  * GGUF block types: a float `dtype` dequantizes matching block tensors
- * (CKPT_E_UNSUPPORTED_DTYPE names a type ckpt does not dequantize);
+ * (CKPT_D_UNSUPPORTED_DTYPE names a type ckpt does not dequantize);
  * CKPT_Q8_0 or CKPT_Q4_0 quantizes matching float tensors of two or more
  * axes whose rows are whole blocks (vectors stay, as convert_hf_to_gguf
  * keeps them).  Slices of a block tensor's last axis keep whole blocks and
@@ -1784,7 +1784,7 @@ typedef struct ckpt_load_options {
      * (options->views) cannot be checked: no byte passes through the
      * library (ckpt_verify checks every member).  A mismatch fails with
      * CKPT_E_CHECKSUM naming the file, the member and the tensor; a declared
-     * size the DEFLATE stream contradicts, with CKPT_E_ZIP_INVALID.
+     * size the DEFLATE stream contradicts, with CKPT_D_ZIP_INVALID.
      */
     int skip_crc_check;
 } ckpt_load_options;

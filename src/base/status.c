@@ -9,12 +9,9 @@
 /* Built from the one table, ckpt_status.h.  The switches also check it:
  * two codes with one number (a category and a detail included) are
  * duplicate case labels, which do not compile. */
-#define NAME_CASE(name, number, ...) \
-    case number: return #name;
-#define CHECK_CASE(name, number, ...) \
-    case number:
-#define CHECK_DETAIL_CASE(name, number, ...) \
-    case number ? number : -1: /* CKPT_D_NONE is CKPT_OK's 0 */
+#define NAME_CASE(name, number, ...) case number: return #name;
+#define CHECK_CASE(name, number, ...) case number:
+#define CHECK_DETAIL_CASE(name, number, ...) case number ? number : -1: /* CKPT_D_NONE is CKPT_OK's 0 */
 static void numbers_are_unique(int code) {
     switch (code) {
     CKPT_CATEGORIES(CHECK_CASE)
@@ -31,12 +28,9 @@ const char *ckpt_detail_name(ckpt_detail detail) {
     switch ((int)detail) { CKPT_DETAILS(NAME_CASE) default: return "CKPT_D_UNKNOWN_DETAIL"; }
 }
 
-#define STATUS_MESSAGE_CASE(name, number, message) \
-    case number: return message;
-#define DETAIL_MESSAGE_CASE(name, number, category, message) \
-    case number: return message;
-#define DETAIL_STATUS_CASE(name, number, category, message) \
-    case number: return category;
+#define STATUS_MESSAGE_CASE(name, number, message) case number: return message;
+#define DETAIL_MESSAGE_CASE(name, number, category, message) case number: return message;
+#define DETAIL_STATUS_CASE(name, number, category, message) case number: return category;
 
 const char *ckpt_status_message(ckpt_status status) {
     switch ((int)status) { CKPT_CATEGORIES(STATUS_MESSAGE_CASE) default: return "unknown status"; }

@@ -527,7 +527,7 @@ static ckpt_status in_item(reader *r, ckpt_status st, const item *it, const char
              (unsigned long long)it->offset, (unsigned long long)(it->offset + it->length));
     char path[sizeof e->path];
     snprintf(path, sizeof path, "%s", r->files[it->file].src->name);
-    return ckpt__fail(e, st, path, fqn, offset >= 0 ? (int64_t)it->offset + offset : -1, "%s", detail);
+    return ckpt__fail(e, ckpt__code_of(e, st), path, fqn, offset >= 0 ? (int64_t)it->offset + offset : -1, "%s", detail);
 }
 
 /* ---- tensors ------------------------------------------------------------------------ */

@@ -374,7 +374,7 @@ def test_output_comparison():
     assert not matches(["...", "d", "...", "b", "..."], ["a", "b", "c", "d", "e"])
 
 
-ERROR_LINE = re.compile(r"^ckpt: .*\[(CKPT_E_\w+)\]$")
+ERROR_LINE = re.compile(r"^ckpt: .*\[(CKPT_E_\w+(?:/CKPT_D_\w+)?)\]$")
 EXIT_COMMENT = re.compile(r"#.*\bexit status (\d+)")
 
 
@@ -508,6 +508,7 @@ assert ckpt.load("out/").keys() == sd.keys()
 """,
     'ckpt.load_into(model, "llama/", assign=True)': """
 from transformers import AutoModelForCausalLM
+from statuses import status_of
 assert not any(t.is_meta for t in model.state_dict().values())
 assert model.lm_head.weight is model.model.embed_tokens.weight and not model.model.rotary_emb.inv_freq.is_meta
 ids = torch.arange(8)[None]
@@ -570,7 +571,7 @@ def c_program(block):
     if "ckpt_catalog *cat;" not in text:
         main.append("    ckpt_catalog_close(cat);")
     if "ckpt_error err;" not in text:  # the prelude's err: set if any call failed
-        main.append('    if (err.status != CKPT_OK) { printf("%s [%s]\\n", err.message, ckpt_status_name(err.status)); return 1; }')
+        main.append('    if (status_of(err) != CKPT_OK) { printf("%s [%s]\\n", err.message, ckpt_status_name(err.status)); return 1; }')
     main += ["    return 0;", "}"]
     return pre + "\n".join(main) + "\n"
 
@@ -635,10 +636,10 @@ def run_elixir(block, wd, env):
 
 # ---- placeholder URLs ------------------------------------------------------------------------
 
-# What a URL that cannot be reached gives: the remote statuses (100-106),
-# or CKPT_E_NOT_FOUND where a remote "directory" (a URL ending in '/') was
-# searched for its files name by name.
-REMOTE_STATUS = re.compile(r"\[CKPT_E_(NETWORK|HTTP_STATUS|HTTP_AUTH|TIMEOUT|NOT_FOUND)\]")
+# What a URL that cannot be reached gives: the remote statuses (with the
+# detail that says which), or CKPT_E_NOT_FOUND where a remote "directory" (a
+# URL ending in '/') was searched for its files name by name.
+REMOTE_STATUS = re.compile(r"\[CKPT_E_(?:(?:NETWORK|REMOTE|AUTH|TIMEOUT)/CKPT_D_\w+|NOT_FOUND)\]")
 
 
 def offline_console(block, wd, env):

@@ -57,7 +57,7 @@ mod writer;
 
 pub use catalog::{Catalog, Format, OpenOptions, Tensor, Tensors, VerifyReport};
 pub use dtype::{Dtype, Element};
-pub use error::{Error, Result, Status};
+pub use error::{Detail, Error, Result, Status};
 pub use plan::{Buffer, Expected, IoMode, LoadOptions, LoadStats, Loaded, Mismatch, Plan, PlanItem, TensorData};
 pub use writer::{cast, convert, destination, parse_size, recover, Destination, Storage, Writer, WriterOptions};
 
