@@ -145,6 +145,13 @@ PENDING_RERUN = {
     "bindings": "needs the Rust and Elixir toolchains and release builds",
     "distributed": "needs 4 torch ranks over a 4 GB file, Run:ai's distributed streamer and Open MPI",
     "amplification": "the hardened suite builds the baseline commit 45ea70f beside this one; the quick suites were rerun on 7efb718, this one was not before the round ended",
+    "open": "issue 28 §6 (statuses as categories and details) changes src/ and include/ but no data path; one rerun follows this round's last step",
+    "torch_read": "issue 28 §6 (statuses as categories and details) changes src/ and include/ but no data path; one rerun follows this round's last step",
+    "python": "issue 28 §6 (statuses as categories and details) changes src/ and include/ but no data path; one rerun follows this round's last step",
+    "convert": "issue 28 §6 (statuses as categories and details) changes src/ and include/ but no data path; one rerun follows this round's last step",
+    "torch_convert": "issue 28 §6 (statuses as categories and details) changes src/ and include/ but no data path; one rerun follows this round's last step",
+    "crc": "issue 28 §6 (statuses as categories and details) changes src/ and include/ but no data path; one rerun follows this round's last step",
+    "load 2 GB": "issue 28 §6 (statuses as categories and details) changes src/ and include/ but no data path; one rerun follows this round's last step",
     "journal fuzz": "a 10-minute fuzz campaign on a quiet machine; the quick suites were rerun on 7efb718, this one was not before the round ended",
 }
 

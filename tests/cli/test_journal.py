@@ -35,6 +35,7 @@ import safetensors.numpy
 from ckptlib import BIN_PATH
 
 import ckpt
+from statuses import status_of
 
 STAGE = "..commit.ckpt-tmp-4242-d0"  # named exactly as ckpt names a commit's stage
 JOURNAL = ".ckpt-commit.json"
@@ -311,7 +312,6 @@ def test_two_writers_into_one_directory(tmp_path, shim):
 
 HOLDER = """
 import fcntl, os, sys, time
-from statuses import status_of
 fd = os.open(sys.argv[1], os.O_RDONLY)
 fcntl.flock(fd, fcntl.LOCK_EX)
 print(os.getpid(), flush=True)

@@ -508,7 +508,6 @@ assert ckpt.load("out/").keys() == sd.keys()
 """,
     'ckpt.load_into(model, "llama/", assign=True)': """
 from transformers import AutoModelForCausalLM
-from statuses import status_of
 assert not any(t.is_meta for t in model.state_dict().values())
 assert model.lm_head.weight is model.model.embed_tokens.weight and not model.model.rotary_emb.inv_freq.is_meta
 ids = torch.arange(8)[None]
@@ -571,7 +570,7 @@ def c_program(block):
     if "ckpt_catalog *cat;" not in text:
         main.append("    ckpt_catalog_close(cat);")
     if "ckpt_error err;" not in text:  # the prelude's err: set if any call failed
-        main.append('    if (status_of(err) != CKPT_OK) { printf("%s [%s]\\n", err.message, ckpt_status_name(err.status)); return 1; }')
+        main.append('    if (err.status != CKPT_OK) { printf("%s [%s]\\n", err.message, ckpt_status_name(err.status)); return 1; }')
     main += ["    return 0;", "}"]
     return pre + "\n".join(main) + "\n"
 
