@@ -119,16 +119,12 @@ CKPT_API const char *ckpt_version(void);
 
 /*
  * Statuses.  Every fallible function returns a ckpt_status: CKPT_OK (0) or
- * a category of failure — what a caller does something different about
- * (retry a CKPT_E_NETWORK, fix the credentials of a CKPT_E_AUTH, report a
- * CKPT_E_CORRUPT file).  Where the category alone does not say which rule
- * broke, ckpt_error.detail holds a ckpt_detail: the format's rule (a
- * CKPT_E_CORRUPT safetensors file with CKPT_D_DATA_HOLE: bytes between
- * tensors belong to no tensor), whose category ckpt_detail_status gives.
- * Both lists, their stable numbers and one-line meanings are the table of
- * ckpt_status.h: read it there.  No category shares its number with a
- * detail, and details keep the numbers they had as statuses before 0.1
- * (21: a safetensors header larger than 100,000,000 bytes).
+ * a category of failure, what a caller acts on (retry a CKPT_E_NETWORK, fix
+ * the credentials of a CKPT_E_AUTH, report a CKPT_E_CORRUPT file).  Where
+ * it does not say which rule broke, ckpt_error.detail does (a ckpt_detail:
+ * CKPT_D_DATA_HOLE, bytes between tensors belong to no tensor).  Both lists,
+ * with their stable numbers and meanings, are the table of ckpt_status.h;
+ * details keep the numbers they had as statuses before 0.1.
  */
 #define CKPT__STATUS_ENUM(name, number, message) name = number,
 #define CKPT__DETAIL_ENUM(name, number, category, message) name = number,

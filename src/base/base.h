@@ -22,12 +22,8 @@
 #define CKPT__HIDDEN
 #endif
 
-/*
- * A detail (ckpt_status.h) passed where a status goes: the library's error
- * setters take either, record a detail as err->detail and return its
- * category (CKPT__D(DATA_HOLE): detail CKPT_D_DATA_HOLE, status
- * CKPT_E_CORRUPT).  The numbers of details and categories never coincide.
- */
+/* A detail passed where a status goes (their numbers never coincide): the
+ * error setters record it as err->detail and return its category. */
 #define CKPT__D(name) ((ckpt_status)CKPT_D_##name)
 
 /* The category of a code: a detail's (see CKPT__D), else the code itself. */

@@ -6,19 +6,10 @@
 
 #include "base.h"
 
-/* Built from the one table, ckpt_status.h.  The switches also check it:
- * two codes with one number (a category and a detail included) are
- * duplicate case labels, which do not compile. */
+/* Built from the one table, ckpt_status.h. */
 #define NAME_CASE(name, number, ...) case number: return #name;
-#define CHECK_CASE(name, number, ...) case number:
-#define CHECK_DETAIL_CASE(name, number, ...) case number ? number : -1: /* CKPT_D_NONE is CKPT_OK's 0 */
-static void numbers_are_unique(int code) {
-    switch (code) {
-    CKPT_CATEGORIES(CHECK_CASE)
-    CKPT_DETAILS(CHECK_DETAIL_CASE) break;
-    default: break;
-    }
-}
+#define STATUS_MESSAGE_CASE(name, number, message) case number: return message;
+#define DETAIL_MESSAGE_CASE(name, number, category, message) case number: return message;
 
 const char *ckpt_status_name(ckpt_status status) {
     switch ((int)status) { CKPT_CATEGORIES(NAME_CASE) default: return "CKPT_E_UNKNOWN_STATUS"; }
@@ -28,10 +19,6 @@ const char *ckpt_detail_name(ckpt_detail detail) {
     switch ((int)detail) { CKPT_DETAILS(NAME_CASE) default: return "CKPT_D_UNKNOWN_DETAIL"; }
 }
 
-#define STATUS_MESSAGE_CASE(name, number, message) case number: return message;
-#define DETAIL_MESSAGE_CASE(name, number, category, message) case number: return message;
-#define DETAIL_STATUS_CASE(name, number, category, message) case number: return category;
-
 const char *ckpt_status_message(ckpt_status status) {
     switch ((int)status) { CKPT_CATEGORIES(STATUS_MESSAGE_CASE) default: return "unknown status"; }
 }
@@ -40,18 +27,21 @@ const char *ckpt_detail_message(ckpt_detail detail) {
     switch ((int)detail) { CKPT_DETAILS(DETAIL_MESSAGE_CASE) default: return "unknown detail"; }
 }
 
+/* One switch over both lists: two codes with one number are duplicate case
+ * labels, which do not compile (CKPT_D_NONE shares CKPT_OK's 0: left out). */
+#define SELF_CASE(name, number, message) case number: return code;
+#define CATEGORY_CASE(name, number, category, message) case number ? number : -1: return category;
+ckpt_status ckpt__category(ckpt_status code) {
+    switch ((int)code) { CKPT_CATEGORIES(SELF_CASE) CKPT_DETAILS(CATEGORY_CASE) default: return code; }
+}
+
 ckpt_status ckpt_detail_status(ckpt_detail detail) {
-    (void)numbers_are_unique;
-    switch ((int)detail) { CKPT_DETAILS(DETAIL_STATUS_CASE) default: return CKPT_OK; }
+    ckpt_status category = ckpt__category((ckpt_status)detail);
+    return category == (ckpt_status)detail ? CKPT_OK : category;
 }
 
 ckpt_status ckpt__code_of(const ckpt_error *e, ckpt_status st) {
     return e && e->detail && ckpt_detail_status(e->detail) == st ? (ckpt_status)e->detail : st;
-}
-
-ckpt_status ckpt__category(ckpt_status code) {
-    ckpt_status category = ckpt_detail_status((ckpt_detail)code);
-    return category != CKPT_OK ? category : code;
 }
 
 const char *ckpt_version(void) { return CKPT_VERSION_STRING; }
