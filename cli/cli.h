@@ -90,6 +90,9 @@ int convert_mpi(const char *src, const char *dst, const ckpt_catalog_options *co
 /* Prints "ckpt: <message> [STATUS_NAME]" on stderr; returns the exit code
  * for the status. */
 int report_error(const ckpt_error *err);
+/* "CKPT_E_CORRUPT/CKPT_D_DATA_HOLE": the status and, when there is one, the
+ * detail of an error, as the error lines show them. */
+const char *status_text(const ckpt_error *err, char *buf, size_t cap);
 
 /* Prints "ckpt <command>: <message>" and a hint on stderr; returns 2. */
 int usage_error(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -55,9 +55,10 @@ static void *load_library(char *tried, size_t cap) {
 /* One line per rank that has something of its own to say: a rank that
  * failed because another did stays quiet unless it is rank 0. */
 static int report(const ckpt_comm *comm, const ckpt_error *err) {
-    if (err->status == CKPT_E_PEER_FAILED && comm->rank != 0) return EXIT_ERROR;
+    if (err->detail == CKPT_D_PEER_FAILED && comm->rank != 0) return EXIT_ERROR;
+    char status[96];
     fprintf(stderr, "ckpt: rank %d of %d: %s [%s]\n", comm->rank, comm->nranks, printable(err->message),
-            ckpt_status_name(err->status));
+            status_text(err, status, sizeof status));
     return EXIT_ERROR;
 }
 
@@ -83,7 +84,8 @@ int convert_mpi(const char *src, const char *dst, const ckpt_catalog_options *co
     ckpt_error err;
     ckpt_error_clear(&err);
     if (world(&comm, &err) != CKPT_OK) {
-        fprintf(stderr, "ckpt: %s [%s]\n", printable(err.message), ckpt_status_name(err.status));
+        char status[96];
+        fprintf(stderr, "ckpt: %s [%s]\n", printable(err.message), status_text(&err, status, sizeof status));
         return EXIT_ERROR;
     }
     int rc = EXIT_OK;

@@ -5,14 +5,23 @@
 
 #include "cli.h"
 
+const char *status_text(const ckpt_error *err, char *buf, size_t cap) {
+    if (err->detail)
+        snprintf(buf, cap, "%s/%s", ckpt_status_name(err->status), ckpt_detail_name(err->detail));
+    else
+        snprintf(buf, cap, "%s", ckpt_status_name(err->status));
+    return buf;
+}
+
 int report_error(const ckpt_error *err) {
     /* The library's sentence is the caller's own language; the CLI's part
      * is how to go on.  It quotes names from the checkpoint: printable. */
+    char status[96];
     fprintf(stderr, "ckpt: %s%s [%s]\n", err->message[0] ? printable(err->message) : ckpt_status_message(err->status),
             err->status == CKPT_E_EXISTS     ? "; use --force (-f) to replace it"
             : err->status == CKPT_E_NO_MATCH ? " (--ignore-unmatched allows it)"
                                              : "",
-            ckpt_status_name(err->status));
+            status_text(err, status, sizeof status));
     if (err->status == CKPT_E_CANCELLED) return EXIT_INTERRUPTED;
     if (err->status == CKPT_E_INVALID_ARGUMENT || err->status == CKPT_E_BAD_SIZE) return EXIT_USAGE;
     return EXIT_ERROR;

@@ -90,6 +90,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ckpt_status.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -116,123 +118,47 @@ CKPT_API const char *ckpt_version(void);
 /* ------------------------------------------------------------------------ */
 
 /*
- * Status codes.  The numbers are stable: a code keeps its number forever and
- * new codes only get new numbers.  Each code has a name (its identifier as a
- * string) and a one-line description; see ckpt_status_name() and
- * ckpt_status_message().
+ * Statuses.  Every fallible function returns a ckpt_status: CKPT_OK (0) or
+ * a category of failure, what a caller acts on (retry a CKPT_E_NETWORK, fix
+ * the credentials of a CKPT_E_AUTH, report a CKPT_E_CORRUPT file).  Where
+ * it does not say which rule broke, ckpt_error.detail does (a ckpt_detail:
+ * CKPT_D_DATA_HOLE, bytes between tensors belong to no tensor).  Both lists,
+ * with their stable numbers and meanings, are the table of ckpt_status.h;
+ * details keep the numbers they had as statuses before 0.1.
  */
-typedef enum ckpt_status {
-    CKPT_OK = 0,
+#define CKPT__STATUS_ENUM(name, number, message) name = number,
+#define CKPT__DETAIL_ENUM(name, number, category, message) name = number,
+typedef enum ckpt_status { CKPT_CATEGORIES(CKPT__STATUS_ENUM) } ckpt_status;
+typedef enum ckpt_detail { CKPT_DETAILS(CKPT__DETAIL_ENUM) } ckpt_detail;
+#undef CKPT__STATUS_ENUM
+#undef CKPT__DETAIL_ENUM
 
-    /* General */
-    CKPT_E_INVALID_ARGUMENT = 1, /* a NULL pointer, an unknown option, misuse */
-    CKPT_E_NO_MEMORY = 2,        /* an allocation failed                        */
-    CKPT_E_IO = 3,               /* a system call failed (errno in the error)   */
-    CKPT_E_NOT_FOUND = 4,        /* no such file, directory or tensor           */
-    CKPT_E_EXISTS = 5,           /* the destination exists and may not be replaced */
-    CKPT_E_UNKNOWN_FORMAT = 6,   /* the path is not a checkpoint ckpt can read  */
-    CKPT_E_CANCELLED = 7,        /* a progress callback asked to stop           */
-    CKPT_E_OUT_OF_RANGE = 8,     /* a byte range outside the tensor             */
-    CKPT_E_BAD_STATE = 9,        /* a call out of order (e.g. data before begin) */
-    CKPT_E_BAD_SIZE = 10,        /* a size string such as "5GB" that cannot be parsed */
-    CKPT_E_NO_SPACE = 11,        /* the disk is full (ENOSPC / EDQUOT)          */
-    CKPT_E_TRUNCATED = 12,       /* the file ends before the data it declares   */
-    CKPT_E_LIMIT = 13,           /* a declared size or count beyond a safety limit; or metadata
-                                    that would take more memory than 8 times the input plus
-                                    64 MiB (an amplification: the error names the byte) */
-    CKPT_E_INCOMPLETE = 14,      /* a commit into the directory was interrupted and cannot be finished here */
-    CKPT_E_NO_MATCH = 15,        /* a pattern matched no tensor, or a plan selects none */
-    CKPT_E_UNSAFE_PATH = 16,     /* a name in a checkpoint leads out of its directory (a symlink,
-                                    "..", an absolute name) or is not a regular file (a FIFO, a device) */
-    CKPT_E_LOCKED = 17,          /* another process is writing the destination (the error names it) */
-
-    /* safetensors header validation (huggingface/safetensors rules) */
-    CKPT_E_HEADER_TOO_SMALL = 20,   /* file shorter than the 8-byte length      */
-    CKPT_E_HEADER_TOO_LARGE = 21,   /* header length over 100,000,000 bytes     */
-    CKPT_E_HEADER_PAST_END = 22,    /* 8 + header length is past the end of file */
-    CKPT_E_HEADER_NOT_UTF8 = 23,    /* header bytes are not valid UTF-8         */
-    CKPT_E_HEADER_NOT_JSON = 24,    /* header is not valid JSON                 */
-    CKPT_E_HEADER_SCHEMA = 25,      /* valid JSON, but not a safetensors header */
-    CKPT_E_METADATA_NOT_STRING = 26,/* a __metadata__ value is not a string     */
-    CKPT_E_UNKNOWN_DTYPE = 27,      /* a dtype ckpt does not know               */
-    CKPT_E_SHAPE_OVERFLOW = 28,     /* shape product × element bits overflows   */
-    CKPT_E_PARTIAL_BYTE = 29,       /* sub-byte dtype whose bits are not whole bytes */
-    CKPT_E_SIZE_MISMATCH = 30,      /* shape × dtype size differs from data_offsets */
-    CKPT_E_DATA_HOLE = 31,          /* bytes between tensors belong to no tensor */
-    CKPT_E_DATA_OVERLAP = 32,       /* two tensors claim the same bytes         */
-    CKPT_E_TRAILING_BYTES = 33,     /* bytes after the last tensor              */
-    CKPT_E_DUPLICATE_NAME = 34,     /* the same tensor name twice               */
-    CKPT_E_BAD_OFFSETS = 35,        /* data_offsets end before they begin       */
-
-    /* Sharded checkpoints */
-    CKPT_E_INDEX_INVALID = 40,      /* index.json is not valid or not an index  */
-    CKPT_E_INDEX_MISMATCH = 41,     /* index and shards disagree about a tensor */
-
-    /* ZIP archives (torch.save files) */
-    CKPT_E_ZIP_INVALID = 50,        /* a damaged or lying ZIP structure         */
-    CKPT_E_ZIP_UNSUPPORTED = 51,    /* encrypted, multi-disk or unknown compression */
-    CKPT_E_CHECKSUM = 52,           /* data does not match its recorded checksum */
-
-    /* Pickles (torch.save files): nothing is ever executed */
-    CKPT_E_PICKLE_INVALID = 60,     /* a malformed or truncated pickle          */
-    CKPT_E_PICKLE_FORBIDDEN = 61,   /* a global or operation outside the allowlist */
-
-    /* GGUF (ggml's docs/gguf.md, checked against the gguf package) */
-    CKPT_E_GGUF_VERSION = 70,       /* a GGUF version other than 2 and 3        */
-    CKPT_E_GGUF_LENGTH = 71,        /* a string length past the end of the file, or not UTF-8 */
-    CKPT_E_GGUF_COUNT = 72,         /* a tensor, key-value or array count the file cannot hold */
-    CKPT_E_GGUF_KV_TYPE = 73,       /* an unknown value type, arrays nested too deep, a
-                                       known key of the wrong type            */
-    CKPT_E_GGUF_TENSOR_TYPE = 74,   /* an unknown ggml tensor type              */
-    CKPT_E_GGUF_DIMS = 75,          /* too many dimensions, or rows that are not whole blocks */
-    CKPT_E_GGUF_ALIGNMENT = 76,     /* general.alignment not a power of two, or an offset
-                                       not a multiple of it                   */
-    CKPT_E_GGUF_OFFSET = 77,        /* tensor data outside the file, or overlapping */
-    CKPT_E_GGUF_SPLIT = 78,         /* split files that do not fit together     */
-    CKPT_E_UNSUPPORTED_DTYPE = 79,  /* a dtype this operation or output format cannot take */
-
-    /* PyTorch distributed checkpoints (DCP) */
-    CKPT_E_DCP_METADATA = 80,       /* .metadata is not what torch.distributed.checkpoint writes */
-    CKPT_E_DCP_CHUNK_HOLE = 81,     /* chunks leave elements of a tensor uncovered */
-    CKPT_E_DCP_CHUNK_OVERLAP = 82,  /* two chunks claim the same elements      */
-    CKPT_E_DCP_CHUNK_BOUNDS = 83,   /* a chunk reaches outside its tensor      */
-    CKPT_E_DCP_CHUNK_MISMATCH = 84, /* a chunk's stored data differs from its declared sizes or dtype */
-    CKPT_E_DCP_PATH = 85,           /* a storage path leaves the checkpoint directory */
-    CKPT_E_DCP_UNSUPPORTED = 86,    /* a storage transform or layout ckpt does not read (named) */
-
-    /* NumPy .npy/.npz files and Flax msgpack files */
-    CKPT_E_NPY_INVALID = 90,        /* a malformed .npy header                  */
-    CKPT_E_MSGPACK_INVALID = 91,    /* a malformed msgpack document, or not Flax's */
-
-    /* Remote sources (http://, https://, s3://).  Their errors name the URL
-     * (never its credentials), the HTTP status and the byte range. */
-    CKPT_E_HTTP_STATUS = 100,       /* the server answered with an HTTP error status */
-    CKPT_E_HTTP_AUTH = 101,         /* the server refused the credentials (401, 403) */
-    CKPT_E_REMOTE_CHANGED = 102,    /* the remote file changed while it was read (ETag, Last-Modified, size) */
-    CKPT_E_NO_RANGES = 103,         /* the server ignores byte-range requests     */
-    CKPT_E_NETWORK = 104,           /* a connection failed or broke, after retries */
-    CKPT_E_TIMEOUT = 105,           /* a transfer timed out, after retries        */
-    CKPT_E_BAD_RESPONSE = 106,      /* a response contradicts its request (range, length, body) */
-    CKPT_E_UNSUPPORTED_SOURCE = 107, /* this build cannot read that kind of URL (no libcurl) */
-
-    /* Collective operations (many processes, see ckpt_comm) */
-    CKPT_E_PEER_FAILED = 110,       /* another rank failed; the error names it and its reason */
-    CKPT_E_PEER_TIMEOUT = 111,      /* a rank did not reach a collective step in time (died or hangs) */
-    CKPT_E_COMM = 112,              /* the communicator (MPI, torch.distributed) reported a failure */
-    CKPT_E_COMM_DATA = 113          /* bytes from another rank are malformed, or ranks disagree */
-} ckpt_status;
-
-/* The identifier of a status as a string, e.g. "CKPT_E_DATA_HOLE";
+/* The identifier of a status as a string, e.g. "CKPT_E_CORRUPT";
  * "CKPT_E_UNKNOWN_STATUS" for a number that is not a status. */
 CKPT_API const char *ckpt_status_name(ckpt_status status);
 
-/* A one-line, lower-case description of a status, e.g. "bytes between
- * tensors belong to no tensor". */
+/* A one-line, lower-case description of a status, e.g. "the file breaks
+ * its format's rules". */
 CKPT_API const char *ckpt_status_message(ckpt_status status);
+
+/* The identifier of a detail as a string, e.g. "CKPT_D_DATA_HOLE";
+ * "CKPT_D_UNKNOWN_DETAIL" for a number that is not a detail. */
+CKPT_API const char *ckpt_detail_name(ckpt_detail detail);
+
+/* A one-line, lower-case description of a detail, e.g. "bytes between
+ * tensors belong to no tensor". */
+CKPT_API const char *ckpt_detail_message(ckpt_detail detail);
+
+/* The category a detail belongs to (CKPT_D_DATA_HOLE: CKPT_E_CORRUPT);
+ * CKPT_OK for CKPT_D_NONE and for a number that is not a detail. */
+CKPT_API ckpt_status ckpt_detail_status(ckpt_detail detail);
 
 /*
  * Details of the last failure of a call, filled only when the caller passes
- * one.  Fields that do not apply are empty strings and offset -1.
+ * one.  Fields that do not apply are empty strings, offset -1 and detail
+ * CKPT_D_NONE.
+ *   status   the category the call returned
+ *   detail   the rule that broke, where the category does not say it
  *   path     the file concerned
  *   tensor   the tensor concerned
  *   offset   the byte offset in `path` where the problem lies
@@ -242,6 +168,7 @@ CKPT_API const char *ckpt_status_message(ckpt_status status);
  */
 typedef struct ckpt_error {
     ckpt_status status;
+    ckpt_detail detail;
     int sys_errno;
     int64_t offset;
     char path[1024];
@@ -249,7 +176,8 @@ typedef struct ckpt_error {
     char message[2048];
 } ckpt_error;
 
-/* Resets an error to "no error" (status CKPT_OK, empty strings, offset -1). */
+/* Resets an error to "no error" (status CKPT_OK, detail CKPT_D_NONE, empty
+ * strings, offset -1). */
 CKPT_API void ckpt_error_clear(ckpt_error *err);
 
 /* ------------------------------------------------------------------------ */
@@ -467,7 +395,7 @@ typedef struct ckpt_tensor_info {
  *     index's shards are fetched relative to its URL), or ending in '/' for
  *     a remote "directory", where only the exact names above are tried (a
  *     URL cannot be listed); see ckpt_catalog_options.  A build without
- *     libcurl refuses URLs with CKPT_E_UNSUPPORTED_SOURCE;
+ *     libcurl refuses URLs with CKPT_D_UNSUPPORTED_SOURCE;
  *   - `hf://ORG/NAME[@REVISION][/PATH]`: a repo of the Hugging Face Hub, a
  *     folder of it or one file, which opens as a local directory does (the
  *     repo is listed by the Hub's API).  It is resolved as huggingface_hub
@@ -481,8 +409,8 @@ typedef struct ckpt_tensor_info {
  *     `bearer_token`, else $HF_TOKEN, else the token `hf auth login`
  *     saved ($HF_TOKEN_PATH, else $HF_HOME/token, else
  *     ~/.cache/huggingface/token), sent to the endpoint's host only; a
- *     gated repo is CKPT_E_HTTP_AUTH saying to accept its terms at its
- *     page and to set HF_TOKEN, a private or missing one CKPT_E_HTTP_AUTH
+ *     gated repo is CKPT_D_HTTP_AUTH saying to accept its terms at its
+ *     page and to set HF_TOKEN, a private or missing one CKPT_D_HTTP_AUTH
  *     (or CKPT_E_NOT_FOUND) saying to set HF_TOKEN.  The Hub's own cache
  *     is used as huggingface_hub uses it — $HF_HUB_CACHE, else
  *     $HF_HOME/hub, else ~/.cache/huggingface/hub:
@@ -517,7 +445,7 @@ typedef struct ckpt_tensor_info {
  * plus duplicate-name detection; for an index, every tensor of the
  * weight_map must be in its shard and every tensor of a shard in the
  * weight_map.  Shard file names may not be absolute or contain ".."
- * (CKPT_E_INDEX_INVALID; a DCP relative_path: CKPT_E_DCP_PATH).
+ * (CKPT_D_INDEX_INVALID; a DCP relative_path: CKPT_D_DCP_PATH).
  *
  * Files inside a checkpoint directory (docs/SECURITY.md).  `path` itself is
  * followed as given: it may be, or pass through, a symbolic link.  Every
@@ -626,7 +554,7 @@ typedef struct ckpt_catalog_options {
      * against the request (status, Content-Range, length) and against the
      * file as it was opened (ETag, Last-Modified, size: sent as If-Range,
      * or If-Match to S3), so that a file replaced mid-load fails with
-     * CKPT_E_REMOTE_CHANGED instead of mixing versions.
+     * CKPT_D_REMOTE_CHANGED instead of mixing versions.
      * Credentials: `bearer_token` below; else, for huggingface.co and
      * hf.co, $HF_TOKEN; ~/.netrc; a user part in the URL, "user:password@"
      * or a bare "TOKEN@" (sent to that host only, and kept out of every name,
@@ -711,7 +639,7 @@ typedef struct ckpt_catalog_options {
      * A server that answers a range request with the whole file (HTTP 200:
      * `python -m http.server`, many mirrors) cannot serve a file over
      * 256 KiB in parts.  Without cache_dir, opening such a file fails with
-     * CKPT_E_NO_RANGES, naming the URL and how to give a cache directory.
+     * CKPT_D_NO_RANGES, naming the URL and how to give a cache directory.
      * With cache_dir, the open keeps the first 256 KiB of that answer (a
      * safetensors header: listing the tensors reads no more) and the first
      * read past them downloads the file whole, once, into the cache
@@ -1308,7 +1236,7 @@ typedef struct ckpt_writer_options {
      * saved tensor reaches).  No string metadata: a torch file has no
      * place for it.  bf16 and the float8s are written as torch names them
      * (torch.bfloat16, torch.float8_e4m3fn, …); GGUF's block types are
-     * refused (CKPT_E_UNSUPPORTED_DTYPE).
+     * refused (CKPT_D_UNSUPPORTED_DTYPE).
      */
     ckpt_format format;
     /* A directory whose other files (config.json, tokenizer files,
@@ -1740,8 +1668,8 @@ CKPT_API ckpt_status ckpt_commit_recover(const char *dir, unsigned flags, int *f
  *     declared size must be what their stream gives.
  * A mismatch fails with CKPT_E_CHECKSUM naming the file, the tensor and
  * (ZIP) the member; a DEFLATE stream that contradicts its member's size,
- * with CKPT_E_ZIP_INVALID; a checksum map naming a tensor its file does not
- * hold, with CKPT_E_INDEX_MISMATCH.  GGUF, plain safetensors and DCP files
+ * with CKPT_D_ZIP_INVALID; a checksum map naming a tensor its file does not
+ * hold, with CKPT_D_INDEX_MISMATCH.  GGUF, plain safetensors and DCP files
  * written with safetensors serialization record none: nothing to compare.
  * Files whose source states their SHA-256 — an hf:// repo's LFS files, by
  * the Hub's API (or, offline, by the blob names of the Hub's cache, which
@@ -1895,7 +1823,7 @@ CKPT_API ckpt_status ckpt_plan_rename(ckpt_plan *plan, const char *from, const c
  * integer type, widens matching integer tensors.  Fails with
  * CKPT_E_INVALID_ARGUMENT naming a tensor that cannot be cast.
  * GGUF block types: a float `dtype` dequantizes matching block tensors
- * (CKPT_E_UNSUPPORTED_DTYPE names a type ckpt does not dequantize);
+ * (CKPT_D_UNSUPPORTED_DTYPE names a type ckpt does not dequantize);
  * CKPT_Q8_0 or CKPT_Q4_0 quantizes matching float tensors of two or more
  * axes whose rows are whole blocks (vectors stay, as convert_hf_to_gguf
  * keeps them).  Slices of a block tensor's last axis keep whole blocks and
@@ -2108,7 +2036,7 @@ typedef struct ckpt_load_options {
      * (options->views) cannot be checked: no byte passes through the
      * library (ckpt_verify checks every member).  A mismatch fails with
      * CKPT_E_CHECKSUM naming the file, the member and the tensor; a declared
-     * size the DEFLATE stream contradicts, with CKPT_E_ZIP_INVALID.
+     * size the DEFLATE stream contradicts, with CKPT_D_ZIP_INVALID.
      */
     int skip_crc_check;
 } ckpt_load_options;

@@ -28,10 +28,11 @@ extern "C" {
  * Every collective function below must be called by every rank of the
  * communicator, in the same order.  Each step waits at most
  * ckpt_collective_options.timeout_ms for the other ranks; a rank that died
- * or hangs makes the others fail with CKPT_E_TIMEOUT naming it, a rank that
- * failed makes the others fail with CKPT_E_PEER_FAILED naming it and
- * quoting its error, and nothing is published under a final name.  After a
- * CKPT_E_TIMEOUT or CKPT_E_COMM the communicator may hold unfinished
+ * or hangs makes the others fail with CKPT_E_TIMEOUT (detail
+ * CKPT_D_PEER_TIMEOUT) naming it, a rank that failed makes the others fail
+ * with CKPT_E_PEER (CKPT_D_PEER_FAILED) naming it and quoting its error,
+ * and nothing is published under a final name.  After a CKPT_E_TIMEOUT or
+ * a CKPT_E_PEER of the communicator the communicator may hold unfinished
  * operations: end the job (MPI_Abort, or destroy the process group).
  *
  * Files are reached by path from every rank: a checkpoint to load must be
@@ -56,7 +57,8 @@ typedef struct ckpt_vote {
  * function, never from its worker threads, with at most 64 MiB per call.
  * Each returns CKPT_OK, or a failure with `err` filled (CKPT_E_TIMEOUT
  * after `timeout_ms` milliseconds, naming the ranks that did not take
- * part when it knows them; CKPT_E_COMM for anything else).
+ * part when it knows them; CKPT_E_PEER for anything else; err->detail
+ * CKPT_D_PEER_TIMEOUT and CKPT_D_COMM, or CKPT_D_NONE).
  */
 typedef struct ckpt_comm {
     size_t size; /* sizeof(ckpt_comm), set by ckpt_comm_init */
@@ -132,7 +134,7 @@ typedef struct ckpt_collective_stats {
  * shapes, where every byte lies, metadata, object tree, file paths and
  * sizes); the other ranks build theirs from those bytes, opening the data
  * files by path without reading them.  A file whose size differs from rank
- * 0's fails with CKPT_E_COMM_DATA naming it.  With a "none" communicator
+ * 0's fails with CKPT_D_COMM_DATA naming it.  With a "none" communicator
  * each rank opens the checkpoint itself.  `options` and `coll` may be NULL.
  */
 CKPT_API ckpt_status ckpt_catalog_open_collective(const char *path, const ckpt_catalog_options *options,
@@ -219,7 +221,7 @@ CKPT_API ckpt_status ckpt_shard_writer_add(ckpt_shard_writer *writer, const char
                                            const uint64_t *count, size_t *index, ckpt_error *err);
 
 /* Collective: exchanges every rank's declarations, checks that they tile
- * every tensor (CKPT_E_COMM_DATA naming the tensor and the ranks
+ * every tensor (CKPT_D_COMM_DATA naming the tensor and the ranks
  * otherwise), lays out the output, and opens rank 0's files on every rank. */
 CKPT_API ckpt_status ckpt_shard_writer_begin(ckpt_shard_writer *writer, ckpt_error *err);
 

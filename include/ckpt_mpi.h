@@ -16,7 +16,7 @@
  * non-blocking MPI call (MPI_Ibcast, MPI_Iallgather, MPI_Ibarrier; votes
  * as point-to-point messages to rank 0) polled until done or until the
  * timeout, so that a rank that hangs makes the others fail with
- * CKPT_E_PEER_TIMEOUT naming it instead of waiting forever.  Errors are
+ * CKPT_D_PEER_TIMEOUT naming it instead of waiting forever.  Errors are
  * returned (the duplicated communicator has MPI_ERRORS_RETURN).  After a
  * timeout the communicator holds an unfinished operation: end the job with
  * MPI_Abort (ckpt_mpi_comm_broken says so).

@@ -29,6 +29,7 @@ static void set_error(ckpt_error *err, ckpt_status st, const char *fmt, ...) {
     if (!err) return;
     memset(err, 0, sizeof *err);
     err->status = st;
+    err->detail = st == CKPT_E_TIMEOUT ? CKPT_D_PEER_TIMEOUT : CKPT_D_COMM; /* the only two it sets */
     err->offset = -1;
     va_list ap;
     va_start(ap, fmt);
@@ -42,8 +43,8 @@ static ckpt_status mpi_failed(mpi_state *s, int rc, const char *call, ckpt_error
     if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "MPI error %d", rc);
     else text[len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = '\0';
     s->broken = 1;
-    set_error(err, CKPT_E_COMM, "rank %d of %d: %s failed: %s", s->rank, s->size, call, text);
-    return CKPT_E_COMM;
+    set_error(err, CKPT_E_PEER, "rank %d of %d: %s failed: %s", s->rank, s->size, call, text);
+    return CKPT_E_PEER;
 }
 
 static double now(void) {
@@ -76,7 +77,7 @@ static ckpt_status wait_all(mpi_state *s, MPI_Request *req, int n, int *done, do
             all &= flag;
         }
         if (all) return CKPT_OK;
-        if (now() > deadline) return CKPT_E_PEER_TIMEOUT;
+        if (now() > deadline) return CKPT_E_TIMEOUT;
         pause_for(sleep_ns);
         if (sleep_ns < 1000000) sleep_ns *= 2;
     }
@@ -84,16 +85,16 @@ static ckpt_status wait_all(mpi_state *s, MPI_Request *req, int n, int *done, do
 
 static ckpt_status usable(mpi_state *s, ckpt_error *err) {
     if (!s->broken) return CKPT_OK;
-    set_error(err, CKPT_E_COMM, "rank %d of %d: an earlier MPI operation failed or timed out; end the job (MPI_Abort)",
+    set_error(err, CKPT_E_PEER, "rank %d of %d: an earlier MPI operation failed or timed out; end the job (MPI_Abort)",
               s->rank, s->size);
-    return CKPT_E_COMM;
+    return CKPT_E_PEER;
 }
 
 static ckpt_status timed_out(mpi_state *s, const char *call, uint32_t timeout_ms, ckpt_error *err) {
     s->broken = 1;
-    set_error(err, CKPT_E_PEER_TIMEOUT, "rank %d of %d: %s did not complete within %.3g s (a rank died or hangs)", s->rank,
+    set_error(err, CKPT_E_TIMEOUT, "rank %d of %d: %s did not complete within %.3g s (a rank died or hangs)", s->rank,
               s->size, call, timeout_ms / 1000.0);
-    return CKPT_E_PEER_TIMEOUT;
+    return CKPT_E_TIMEOUT;
 }
 
 static ckpt_status op_broadcast(void *user, void *data, uint64_t nbytes, int root, uint32_t timeout_ms, ckpt_error *err) {
@@ -109,7 +110,7 @@ static ckpt_status op_broadcast(void *user, void *data, uint64_t nbytes, int roo
     int rc = MPI_Ibcast(data, (int)nbytes, MPI_BYTE, root, s->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_failed(s, rc, "MPI_Ibcast", err);
     st = wait_all(s, &req, 1, NULL, deadline, "MPI_Ibcast", err);
-    return st == CKPT_E_PEER_TIMEOUT ? timed_out(s, "a broadcast", timeout_ms, err) : st;
+    return st == CKPT_E_TIMEOUT ? timed_out(s, "a broadcast", timeout_ms, err) : st;
 }
 
 static ckpt_status op_allgather(void *user, void *data, uint64_t block, uint32_t timeout_ms, ckpt_error *err) {
@@ -125,7 +126,7 @@ static ckpt_status op_allgather(void *user, void *data, uint64_t block, uint32_t
     int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, (int)block, MPI_BYTE, s->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_failed(s, rc, "MPI_Iallgather", err);
     st = wait_all(s, &req, 1, NULL, deadline, "MPI_Iallgather", err);
-    return st == CKPT_E_PEER_TIMEOUT ? timed_out(s, "an allgather", timeout_ms, err) : st;
+    return st == CKPT_E_TIMEOUT ? timed_out(s, "an allgather", timeout_ms, err) : st;
 }
 
 static ckpt_status op_barrier(void *user, uint32_t timeout_ms, ckpt_error *err) {
@@ -137,7 +138,7 @@ static ckpt_status op_barrier(void *user, uint32_t timeout_ms, ckpt_error *err) 
     int rc = MPI_Ibarrier(s->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_failed(s, rc, "MPI_Ibarrier", err);
     st = wait_all(s, &req, 1, NULL, deadline, "MPI_Ibarrier", err);
-    return st == CKPT_E_PEER_TIMEOUT ? timed_out(s, "a barrier", timeout_ms, err) : st;
+    return st == CKPT_E_TIMEOUT ? timed_out(s, "a barrier", timeout_ms, err) : st;
 }
 
 /* Votes go to rank 0 as messages, so that rank 0 knows who did not vote;
@@ -163,13 +164,13 @@ static ckpt_status op_agree(void *user, ckpt_vote *vote, uint32_t timeout_ms, ck
             return mpi_failed(s, rc, "MPI_Irecv", err);
         int done[2] = {0, 0};
         st = wait_all(s, req, 2, done, deadline, "a vote", err);
-        if (st == CKPT_E_PEER_TIMEOUT) {
+        if (st == CKPT_E_TIMEOUT) {
             s->broken = 1;
-            vote->status = CKPT_E_PEER_TIMEOUT;
+            vote->status = CKPT_E_TIMEOUT;
             vote->rank = 0;
-            set_error(err, CKPT_E_PEER_TIMEOUT, "rank %d of %d: rank 0 did not answer the vote within %.3g s", s->rank, s->size,
+            set_error(err, CKPT_E_TIMEOUT, "rank %d of %d: rank 0 did not answer the vote within %.3g s", s->rank, s->size,
                       2 * (timeout_ms / 1000.0));
-            return CKPT_E_PEER_TIMEOUT;
+            return CKPT_E_TIMEOUT;
         }
         if (st) return st;
         *vote = out;
@@ -198,7 +199,7 @@ static ckpt_status op_agree(void *user, ckpt_vote *vote, uint32_t timeout_ms, ck
     memset(&out, 0, sizeof out);
     out.status = CKPT_OK;
     out.rank = -1;
-    if (st == CKPT_E_PEER_TIMEOUT) {
+    if (st == CKPT_E_TIMEOUT) {
         int missing = -1;
         for (int r = 1; r < n && missing < 0; r++)
             if (!done[r]) missing = r;
@@ -207,7 +208,7 @@ static ckpt_status op_agree(void *user, ckpt_vote *vote, uint32_t timeout_ms, ck
                 MPI_Cancel(&req[r]);
                 MPI_Request_free(&req[r]);
             }
-        out.status = CKPT_E_PEER_TIMEOUT;
+        out.status = CKPT_E_TIMEOUT;
         out.rank = missing;
         snprintf(out.message, sizeof out.message, "rank %d did not vote within %.3g s", missing, timeout_ms / 1000.0);
     } else if (st) {
@@ -229,18 +230,18 @@ static ckpt_status op_agree(void *user, ckpt_vote *vote, uint32_t timeout_ms, ck
             free(votes), free(req), free(done);
             return mpi_failed(s, rc, "MPI_Isend", err);
         }
-    ckpt_status sent = wait_all(s, req, n, done, out.status == CKPT_E_PEER_TIMEOUT ? now() + 1.0 : deadline, "a vote", err);
-    if (sent == CKPT_E_PEER_TIMEOUT)
+    ckpt_status sent = wait_all(s, req, n, done, out.status == CKPT_E_TIMEOUT ? now() + 1.0 : deadline, "a vote", err);
+    if (sent == CKPT_E_TIMEOUT)
         for (int r = 1; r < n; r++)
             if (!done[r]) MPI_Request_free(&req[r]);
     free(votes), free(req), free(done);
     *vote = out;
-    if (out.status == CKPT_E_PEER_TIMEOUT) {
+    if (out.status == CKPT_E_TIMEOUT) {
         s->broken = 1;
-        set_error(err, CKPT_E_PEER_TIMEOUT, "rank 0 of %d: %s", n, out.message);
-        return CKPT_E_PEER_TIMEOUT;
+        set_error(err, CKPT_E_TIMEOUT, "rank 0 of %d: %s", n, out.message);
+        return CKPT_E_TIMEOUT;
     }
-    return sent == CKPT_E_PEER_TIMEOUT ? timed_out(s, "sending a vote's outcome", timeout_ms, err) : sent;
+    return sent == CKPT_E_TIMEOUT ? timed_out(s, "sending a vote's outcome", timeout_ms, err) : sent;
 }
 
 ckpt_status ckpt_mpi_comm_create(MPI_Comm mpi_comm, ckpt_comm *comm, ckpt_error *err) {
@@ -304,8 +305,8 @@ ckpt_status ckpt_mpi_world(ckpt_comm *comm, ckpt_error *err) {
     if (!initialised) {
         int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
         if (rc != MPI_SUCCESS) {
-            set_error(err, CKPT_E_COMM, "MPI_Init_thread failed (error %d)", rc);
-            return CKPT_E_COMM;
+            set_error(err, CKPT_E_PEER, "MPI_Init_thread failed (error %d)", rc);
+            return CKPT_E_PEER;
         }
     }
     ckpt_status st = ckpt_mpi_comm_create(MPI_COMM_WORLD, comm, err);

@@ -373,7 +373,7 @@ ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tensor_decl *d, ck
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, d->name, -1, "tensor without data or with too many axes");
     uint64_t numel, nbytes;
     ckpt_status st;
-    if ((st = ckpt__tensor_size(d->dtype, d->ndim, d->shape, &numel, &nbytes)) == CKPT_E_SHAPE_OVERFLOW)
+    if ((st = ckpt__tensor_size(d->dtype, d->ndim, d->shape, &numel, &nbytes)) == CKPT__D(SHAPE_OVERFLOW))
         return ckpt__fail(err, st, path, d->name, (int64_t)p0->offset,
                           "the shape's nonzero axes hold more than 2^63-1 elements or bytes of %s (safetensors, numpy "
                           "and torch refuse it)", ckpt_dtype_name(d->dtype) ? ckpt_dtype_name(d->dtype) : "its dtype");
@@ -409,7 +409,7 @@ ckpt_status ckpt__cat_add_tensor(ckpt_catalog *c, const ckpt__tensor_decl *d, ck
     uint32_t prev;
     if (!ckpt__name_table_insert(&c->names, &c->tensors[0].name, sizeof *c->tensors, (uint32_t)c->count, &prev)) {
         const ckpt_tensor_info *t = &c->tensors[prev];
-        return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, path, d->name, (int64_t)c->tensors[c->count].offset,
+        return ckpt__fail(err, CKPT__D(DUPLICATE_NAME), path, d->name, (int64_t)c->tensors[c->count].offset,
                           "tensor is also in %s", c->files[t->file].src->name);
     }
     c->count++;

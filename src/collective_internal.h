@@ -45,7 +45,7 @@ CKPT__HIDDEN ckpt_status ckpt__coll_bcast(ckpt__coll *c, void *data, uint64_t n,
  * status: on the root, `status`/`root_err` say whether it has something to
  * send (`data`, `n`); elsewhere *data receives a malloc'ed copy (at most
  * `limit` bytes) and *n its size.  When the root failed, every rank returns
- * its failure: the root its own error, the others CKPT_E_PEER_FAILED
+ * its failure: the root its own error, the others CKPT__D(PEER_FAILED)
  * quoting it.
  */
 CKPT__HIDDEN ckpt_status ckpt__coll_bcast_message(ckpt__coll *c, int root, ckpt_status status,
@@ -63,8 +63,8 @@ CKPT__HIDDEN ckpt_status ckpt__coll_allgatherv(ckpt__coll *c, const void *mine, 
  * Every rank votes `local` (with `local_err` as its reason when it failed);
  * returns CKPT_OK when all voted OK.  Otherwise every rank fails: a rank
  * that failed itself returns its own error (err untouched when it is
- * local_err), the others CKPT_E_PEER_FAILED naming the lowest failing rank
- * and quoting it, or CKPT_E_PEER_TIMEOUT naming a rank that did not vote.
+ * local_err), the others CKPT__D(PEER_FAILED) naming the lowest failing rank
+ * and quoting it, or CKPT__D(PEER_TIMEOUT) naming a rank that did not vote.
  */
 CKPT__HIDDEN ckpt_status ckpt__coll_agree(ckpt__coll *c, ckpt_status local, const ckpt_error *local_err,
                                           const char *what, ckpt_error *err);

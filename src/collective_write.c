@@ -178,7 +178,7 @@ ckpt_status ckpt_shard_writer_add(ckpt_shard_writer *sw, const char *name, ckpt_
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, sw->path, NULL, -1, "tensor names must be UTF-8");
     for (size_t i = 0; i < sw->count; i++)
         if (!strcmp(sw->parts[i].d.name, name))
-            return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, sw->path, name, -1, "a part of this tensor is declared twice");
+            return ckpt__fail(err, CKPT__D(DUPLICATE_NAME), sw->path, name, -1, "a part of this tensor is declared twice");
     uint64_t numel = 1, x;
     bool packed = ckpt_dtype_bits(dtype) % 8 != 0;
     for (uint32_t a = 0; a < ndim; a++) {
@@ -193,11 +193,11 @@ ckpt_status ckpt_shard_writer_add(ckpt_shard_writer *sw, const char *name, ckpt_
                               "%s elements are packed: a rank holds such a tensor whole or not at all",
                               ckpt_dtype_name(dtype));
         if (!ckpt__mul_u64(numel, k, &numel))
-            return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, sw->path, name, -1, "the part's size overflows");
+            return ckpt__fail(err, CKPT__D(SHAPE_OVERFLOW), sw->path, name, -1, "the part's size overflows");
     }
     uint64_t nbytes, gnumel;
     if (ckpt__tensor_size(dtype, ndim, shape, &gnumel, &x) || (st = ckpt__dtype_nbytes(dtype, numel, &nbytes)))
-        return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, sw->path, name, -1, "the tensor's size overflows or is not whole bytes");
+        return ckpt__fail(err, CKPT__D(SHAPE_OVERFLOW), sw->path, name, -1, "the tensor's size overflows or is not whole bytes");
     if (sw->count == sw->cap) {
         size_t cap = sw->cap ? sw->cap * 2 : 64;
         part *p = ckpt__realloc(sw->parts, cap * sizeof *p);
@@ -279,14 +279,14 @@ static ckpt_status check_tensor(ckpt_shard_writer *sw, gtensor *g, ckpt_error *e
         /* Distinct boxes must not overlap (replicated ones are identical). */
         for (size_t j = 0; j < i; j++) {
             if (same_box(g->h[j].d, x->d) || !boxes_overlap(g->h[j].d, x->d)) continue;
-            return ckpt__fail(err, CKPT_E_COMM_DATA, sw->path, d->name, -1,
+            return ckpt__fail(err, CKPT__D(COMM_DATA), sw->path, d->name, -1,
                               "ranks %d and %d declare parts of the tensor that overlap without being the same part",
                               g->h[j].rank, x->rank);
         }
         distinct++;
     }
     if (covered != numel)
-        return ckpt__fail(err, CKPT_E_COMM_DATA, sw->path, d->name, -1,
+        return ckpt__fail(err, CKPT__D(COMM_DATA), sw->path, d->name, -1,
                           "the ranks' parts of the tensor cover %llu of its %llu elements (declared by %zu ranks)",
                           (unsigned long long)covered, (unsigned long long)numel, g->nh);
     (void)distinct;
@@ -312,13 +312,13 @@ static ckpt_status agree_tensors(ckpt_shard_writer *sw, const unsigned char *all
             uint64_t numel, nb, x;
             bool packed = ckpt_dtype_bits(p->dtype) % 8 != 0;
             if (ckpt__tensor_size(p->dtype, p->ndim, p->shape, &numel, &nb)) {
-                st = ckpt__fail(err, CKPT_E_COMM_DATA, sw->path, p->name, -1, "rank %d declares a tensor whose size overflows", r);
+                st = ckpt__fail(err, CKPT__D(COMM_DATA), sw->path, p->name, -1, "rank %d declares a tensor whose size overflows", r);
                 break;
             }
             for (uint32_t a = 0; a < p->ndim && st == CKPT_OK; a++)
                 if (!ckpt__add_u64(p->start[a], p->count[a], &x) || x > p->shape[a] ||
                     (packed && (p->start[a] || p->count[a] != p->shape[a])))
-                    st = ckpt__fail(err, CKPT_E_COMM_DATA, sw->path, p->name, -1,
+                    st = ckpt__fail(err, CKPT__D(COMM_DATA), sw->path, p->name, -1,
                                     "rank %d declares a part outside the tensor", r);
             if (st) break;
             int64_t k = ng ? ckpt__name_table_find(&names, &g[0].name, sizeof *g, p->name) : -1;
@@ -352,7 +352,7 @@ static ckpt_status agree_tensors(ckpt_shard_writer *sw, const unsigned char *all
             gtensor *t = &g[k];
             if (t->d->dtype != p->dtype || t->d->ndim != p->ndim ||
                 memcmp(t->d->shape, p->shape, p->ndim * sizeof *p->shape)) {
-                st = ckpt__fail(err, CKPT_E_COMM_DATA, sw->path, p->name, -1,
+                st = ckpt__fail(err, CKPT__D(COMM_DATA), sw->path, p->name, -1,
                                 "rank %d declares the tensor as %s with %u axes, rank %d as %s with %u axes (or "
                                 "another shape)",
                                 t->h[0].rank, ckpt_dtype_name(t->d->dtype), t->d->ndim, r, ckpt_dtype_name(p->dtype),
@@ -377,7 +377,7 @@ static ckpt_status agree_tensors(ckpt_shard_writer *sw, const unsigned char *all
         part *p = &sw->parts[i];
         int64_t k = ng ? ckpt__name_table_find(&names, &g[0].name, sizeof *g, p->d.name) : -1;
         if (k < 0) {
-            st = ckpt__fail(err, CKPT_E_COMM_DATA, sw->path, p->d.name, -1, "this rank's part went missing in the exchange");
+            st = ckpt__fail(err, CKPT__D(COMM_DATA), sw->path, p->d.name, -1, "this rank's part went missing in the exchange");
             break;
         }
         const gtensor *t = &g[k];
@@ -762,7 +762,7 @@ ckpt_status ckpt_convert_collective(ckpt_plan *p, const char *dst_path, const ck
     if (st) return st;
     for (int r = 1; r < c.n && local == CKPT_OK; r++)
         if (memcmp(all + off[r], all, sizeof digest))
-            local = ckpt__fail(&mine, CKPT_E_COMM_DATA, dst_path, NULL, -1,
+            local = ckpt__fail(&mine, CKPT__D(COMM_DATA), dst_path, NULL, -1,
                                "rank %d's plan differs from rank 0's (the same rules over the same checkpoint "
                                "are needed)",
                                r);

@@ -126,20 +126,20 @@ ckpt_status ckpt__coll_init(ckpt__coll *c, const ckpt_comm *comm, const ckpt_col
  * operations), and the error says which step. */
 static ckpt_status call_failed(ckpt__coll *c, ckpt_status st, const char *what, ckpt_error *err) {
     c->broken = true;
-    if (st == CKPT_OK) st = CKPT_E_COMM;
+    if (st == CKPT_OK) st = CKPT__D(COMM);
     if (err) {
         ckpt_error inner = *err;
         if (!inner.message[0]) snprintf(inner.message, sizeof inner.message, "%s", ckpt_status_message(st));
-        ckpt__fail(err, st, inner.path[0] ? inner.path : NULL, NULL, -1, "rank %d of %d: %s: %s", c->rank, c->n, what,
-                   inner.message);
+        ckpt__fail(err, ckpt__code_of(&inner, st), inner.path[0] ? inner.path : NULL, NULL, -1,
+                   "rank %d of %d: %s: %s", c->rank, c->n, what, inner.message);
         err->sys_errno = inner.sys_errno;
     }
-    return st;
+    return ckpt__category(st);
 }
 
 static ckpt_status usable(ckpt__coll *c, const char *what, ckpt_error *err) {
     if (c->broken)
-        return ckpt__fail(err, CKPT_E_COMM, NULL, NULL, -1,
+        return ckpt__fail(err, CKPT__D(COMM), NULL, NULL, -1,
                           "rank %d: %s: an earlier call of the communicator failed; end the job", c->rank, what);
     if (!c->exchange && c->n > 1)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
@@ -176,7 +176,7 @@ typedef struct message_head {
 static void head_put(message_head *h, ckpt_status st, const ckpt_error *e, uint64_t n) {
     memset(h, 0, sizeof *h);
     unsigned char *p = h->bytes;
-    ckpt__store_le(p, (uint64_t)st, 8);
+    ckpt__store_le(p, (uint32_t)st | (uint64_t)(e && st != CKPT_OK ? (uint32_t)e->detail : 0) << 32, 8);
     ckpt__store_le(p + 8, n, 8);
     ckpt__store_le(p + 16, (uint64_t)(e ? e->offset : -1), 8);
     if (e && st != CKPT_OK) {
@@ -198,7 +198,13 @@ static ckpt_status head_get(const message_head *h, ckpt_error *e, uint64_t *n) {
     memcpy(e->tensor, p + 24 + m + q, sizeof e->tensor);
     e->message[m - 1] = e->path[q - 1] = e->tensor[sizeof e->tensor - 1] = '\0';
     e->offset = (int64_t)off;
-    e->status = st > INT32_MAX ? CKPT_E_COMM_DATA : (ckpt_status)st;
+    e->status = (ckpt_status)(uint32_t)st;
+    e->detail = (ckpt_detail)(st >> 32);
+    if ((uint32_t)st > INT32_MAX || !strcmp(ckpt_status_name(e->status), "CKPT_E_UNKNOWN_STATUS") ||
+        ckpt_detail_status(e->detail) != (e->detail ? e->status : CKPT_OK)) {
+        e->status = CKPT_E_PEER;
+        e->detail = CKPT_D_COMM_DATA;
+    }
     return e->status;
 }
 
@@ -221,12 +227,12 @@ ckpt_status ckpt__coll_bcast_message(ckpt__coll *c, int root, ckpt_status status
     ckpt_status rs = head_get(&h, &remote, &size);
     *data = NULL, *n = 0;
     if (rs != CKPT_OK)
-        return ckpt__fail(err, CKPT_E_PEER_FAILED, remote.path[0] ? remote.path : NULL,
+        return ckpt__fail(err, CKPT__D(PEER_FAILED), remote.path[0] ? remote.path : NULL,
                           remote.tensor[0] ? remote.tensor : NULL, remote.offset, "rank %d failed (%s) at %s: %s",
                           root, ckpt_status_name(rs), what, remote.message);
     if (size > limit) {
         c->broken = true; /* the root sends the payload; this rank will not take it */
-        return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, -1, "rank %d: %s: rank %d sends %llu bytes, more than %llu",
+        return ckpt__fail(err, CKPT__D(COMM_DATA), NULL, NULL, -1, "rank %d: %s: rank %d sends %llu bytes, more than %llu",
                           c->rank, what, root, (unsigned long long)size, (unsigned long long)limit);
     }
     unsigned char *buf = ckpt__malloc(size ? (size_t)size : 1);
@@ -277,10 +283,10 @@ ckpt_status ckpt__coll_allgatherv(ckpt__coll *c, const void *mine, uint64_t n, u
         uint64_t s = sizes[r];
         if (s == UINT64_MAX)
             st = local && (int)r == c->rank ? local
-                                           : ckpt__fail(err, CKPT_E_PEER_FAILED, NULL, NULL, -1,
+                                           : ckpt__fail(err, CKPT__D(PEER_FAILED), NULL, NULL, -1,
                                                         "rank %zu could not send its part of %s", r, what);
         else if (s > limit)
-            st = ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, -1, "rank %d: %s: rank %zu sends %llu bytes, more than %llu",
+            st = ckpt__fail(err, CKPT__D(COMM_DATA), NULL, NULL, -1, "rank %d: %s: rank %zu sends %llu bytes, more than %llu",
                             c->rank, what, r, (unsigned long long)s, (unsigned long long)limit);
         if (st) break;
         off[r] = total;
@@ -358,7 +364,7 @@ ckpt_status ckpt__coll_agree(ckpt__coll *c, ckpt_status local, const ckpt_error 
     ckpt_status cs = c->comm->agree(c->comm->user, &vote, c->timeout_ms, &cerr);
     c->stats->collectives++;
     c->stats->comm_seconds += ckpt__now() - t0;
-    if (cs == CKPT_E_PEER_TIMEOUT) {
+    if (cs == CKPT_E_TIMEOUT) {
         c->broken = true;
         if (local) { /* this rank's own failure is the better reason */
             if (err && local_err && err != local_err) *err = *local_err;
@@ -366,10 +372,10 @@ ckpt_status ckpt__coll_agree(ckpt__coll *c, ckpt_status local, const ckpt_error 
         }
         double s = c->timeout_ms / 1000.0;
         if (vote.rank >= 0 && vote.rank != c->rank)
-            return ckpt__fail(err, CKPT_E_PEER_TIMEOUT, NULL, NULL, -1,
+            return ckpt__fail(err, CKPT__D(PEER_TIMEOUT), NULL, NULL, -1,
                               "rank %d did not reach %s within %.3g s (it died or hangs; seen from rank %d of %d)",
                               vote.rank, what, s, c->rank, c->n);
-        return ckpt__fail(err, CKPT_E_PEER_TIMEOUT, NULL, NULL, -1, "rank %d of %d: %s: %s", c->rank, c->n, what,
+        return ckpt__fail(err, CKPT__D(PEER_TIMEOUT), NULL, NULL, -1, "rank %d of %d: %s: %s", c->rank, c->n, what,
                           cerr.message[0] ? cerr.message : "the vote timed out");
     }
     if (cs) {
@@ -387,10 +393,10 @@ ckpt_status ckpt__coll_agree(ckpt__coll *c, ckpt_status local, const ckpt_error 
         return local;
     }
     vote.message[sizeof vote.message - 1] = '\0';
-    if (vote.status == CKPT_E_PEER_TIMEOUT && vote.rank >= 0)
-        return ckpt__fail(err, CKPT_E_PEER_TIMEOUT, NULL, NULL, -1,
+    if (vote.status == CKPT_E_TIMEOUT && vote.rank >= 0)
+        return ckpt__fail(err, CKPT__D(PEER_TIMEOUT), NULL, NULL, -1,
                           "rank %d did not reach %s within %.3g s (it died or hangs; seen from rank %d of %d)",
                           vote.rank, what, c->timeout_ms / 1000.0, c->rank, c->n);
-    return ckpt__fail(err, CKPT_E_PEER_FAILED, NULL, NULL, -1, "rank %d failed (%s) at %s: %s", (int)vote.rank,
+    return ckpt__fail(err, CKPT__D(PEER_FAILED), NULL, NULL, -1, "rank %d failed (%s) at %s: %s", (int)vote.rank,
                       ckpt_status_name(vote.status), what, vote.message);
 }

@@ -594,7 +594,7 @@ static bool chain_segments(crc_track *t, uint32_t *crc_out, bool *oom) {
 static ckpt_status crc_mismatch(const engine *g, const ckpt__recorded_crc *r, uint32_t file, uint32_t number,
                                 const char *tensor, uint32_t got, ckpt_error *err) {
     if (!tensor) tensor = ckpt__catalog_crc_tensor(g->catalog, number);
-    return ckpt__fail(err, CKPT_E_CHECKSUM, ckpt_catalog_file_path(g->catalog, file), tensor, (int64_t)r->offset,
+    return ckpt__fail(err, CKPT__D(CHECKSUM), ckpt_catalog_file_path(g->catalog, file), tensor, (int64_t)r->offset,
                       "ZIP member '%s' has CRC-32 %08x; the archive records %08x: its bytes changed", r->name, got,
                       r->crc32);
 }

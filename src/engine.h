@@ -103,9 +103,9 @@ typedef struct ckpt__engine_options {
  *   DEFLATE members: the inflater keeps the CRC-32 of everything it
  *     inflated; at the end of the move it inflates the rest of the member
  *     and checks its declared size and CRC-32.
- * A mismatch fails the run with CKPT_E_CHECKSUM naming the file, the
+ * A mismatch fails the run with CKPT__D(CHECKSUM) naming the file, the
  * member and the tensor; a declared size the DEFLATE stream contradicts,
- * CKPT_E_ZIP_INVALID.  `members` reads members whole for ckpt_verify, in
+ * CKPT__D(ZIP_INVALID).  `members` reads members whole for ckpt_verify, in
  * chunks whose CRC-32s are chained the same way.
  */
 

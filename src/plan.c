@@ -380,8 +380,8 @@ static bool block_cast_applies(const ckpt__plan_entry *e, ckpt_dtype to, ckpt__s
 static ckpt_status cast_to(ckpt_plan *p, ckpt__plan_entry *e, ckpt_dtype dtype, ckpt_error *err) {
     uint64_t numel, nbytes;
     const ckpt_tensor_info *t = e->pub.source;
-    if (ckpt__tensor_size(dtype, t->ndim, t->shape, &numel, &nbytes) == CKPT_E_SHAPE_OVERFLOW)
-        return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, source_path(p, e), t->name, -1,
+    if (ckpt__tensor_size(dtype, t->ndim, t->shape, &numel, &nbytes) == CKPT__D(SHAPE_OVERFLOW))
+        return ckpt__fail(err, CKPT__D(SHAPE_OVERFLOW), source_path(p, e), t->name, -1,
                           "cast to %s, its nonzero axes would hold more than 2^63-1 bytes", ckpt_dtype_name(dtype));
     e->pub.dtype = dtype;
     update(e);
@@ -391,7 +391,7 @@ static ckpt_status cast_to(ckpt_plan *p, ckpt__plan_entry *e, ckpt_dtype dtype, 
 ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, ckpt_error *err) {
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
     if (ckpt_dtype_is_block(dtype) && !ckpt__cast_kernel(CKPT_F32, dtype))
-        return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, NULL, NULL, -1, "ckpt quantizes to Q8_0 and Q4_0, not to %s",
+        return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), NULL, NULL, -1, "ckpt quantizes to Q8_0 and Q4_0, not to %s",
                           ckpt_dtype_name(dtype));
     if (!is_float(dtype) && !is_integer(dtype) && !ckpt_dtype_is_block(dtype))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "cannot cast to %s: not a float or integer dtype",
@@ -418,7 +418,7 @@ ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, 
                 continue;
             }
             if (!ckpt__cast_kernel(from, dtype))
-                return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, source_path(p, e), e->pub.source->name, -1,
+                return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), source_path(p, e), e->pub.source->name, -1,
                                   "ckpt does not dequantize %s (it dequantizes Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, "
                                   "Q2_K-Q6_K, TQ1_0, TQ2_0 and MXFP4)", ckpt_dtype_name(from));
             ckpt_status st = cast_to(p, e, dtype, err);
@@ -694,7 +694,7 @@ static ckpt_status index_names(ckpt_plan *p, ckpt_error *err) {
         ckpt__plan_entry *e = &p->entries[p->selected[k]];
         if (!ckpt__name_table_insert(&p->names, names, sizeof *p->entries, (uint32_t)p->selected[k], &existing)) {
             ckpt__name_table_free(&p->names);
-            return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, source_path(p, e), e->pub.name, -1,
+            return ckpt__fail(err, CKPT__D(DUPLICATE_NAME), source_path(p, e), e->pub.name, -1,
                               "two tensors would be named \"%s\" (from \"%s\" and \"%s\")", e->pub.name,
                               p->entries[existing].pub.source->name, e->pub.source->name);
         }

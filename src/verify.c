@@ -31,7 +31,7 @@ static ckpt_status check_sha256(ckpt__source *src, unsigned char *buf, ckpt_erro
     ckpt__sha256_final(&s, digest);
     ckpt__sha256_hex(digest, hex);
     if (strcmp(hex, src->sha256) != 0)
-        return ckpt__fail(err, CKPT_E_CHECKSUM, src->name, NULL, -1,
+        return ckpt__fail(err, CKPT__D(CHECKSUM), src->name, NULL, -1,
                           "its SHA-256 is %s, but its source states %s: the bytes changed", hex, src->sha256);
     return CKPT_OK;
 }
@@ -118,7 +118,7 @@ ckpt_status ckpt_verify(const ckpt_catalog *cat, const ckpt_verify_options *opti
     for (size_t i = 0; st == CKPT_OK && i < count; i++, checked++) {
         const ckpt_tensor_info *t = want[i].tensor;
         if (moves[i].digest != want[i].xxh3)
-            st = ckpt__fail(err, CKPT_E_CHECKSUM, ckpt_catalog_file_path(cat, t->file), t->name, (int64_t)t->offset,
+            st = ckpt__fail(err, CKPT__D(CHECKSUM), ckpt_catalog_file_path(cat, t->file), t->name, (int64_t)t->offset,
                             "data checksum is %016llx, the file records %016llx: the tensor's bytes changed",
                             (unsigned long long)moves[i].digest, (unsigned long long)want[i].xxh3);
     }

@@ -107,7 +107,7 @@ typedef struct decoder {
 
 static ckpt_status bad(decoder *d, const char *tensor, const char *what, ckpt_error *err) {
     if (d->oom) return ckpt__oom(err, NULL, "a catalog from rank 0");
-    return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, tensor, (int64_t)ckpt__rd_error_at(&d->r),
+    return ckpt__fail(err, CKPT__D(COMM_DATA), NULL, tensor, (int64_t)ckpt__rd_error_at(&d->r),
                       "the catalog received from rank 0 is malformed (%s, at byte %llu of %zu)", what,
                       (unsigned long long)ckpt__rd_error_at(&d->r), d->r.n);
 }
@@ -219,7 +219,7 @@ static ckpt_status decode_tensors(decoder *d, size_t storages, ckpt_error *err) 
             p->record_size = ckpt__rd_u64(&d->r);
             if (d->r.bad || d->oom) break;
             if (!piece_ok(d, &t, p, &volume) || !ckpt__add_u64(total, volume, &total)) {
-                st = ckpt__fail(err, CKPT_E_COMM_DATA, d->file_sizes && p->file < d->files ? ckpt_catalog_file_path(d->c, p->file) : NULL,
+                st = ckpt__fail(err, CKPT__D(COMM_DATA), d->file_sizes && p->file < d->files ? ckpt_catalog_file_path(d->c, p->file) : NULL,
                                 t.name, (int64_t)p->offset,
                                 "the catalog received from rank 0 puts piece %u of the tensor outside its file or its shape",
                                 k);
@@ -231,7 +231,7 @@ static ckpt_status decode_tensors(decoder *d, size_t storages, ckpt_error *err) 
             break;
         }
         if (total != numel) {
-            st = ckpt__fail(err, CKPT_E_COMM_DATA, NULL, t.name, -1,
+            st = ckpt__fail(err, CKPT__D(COMM_DATA), NULL, t.name, -1,
                             "the catalog received from rank 0 gives the tensor pieces of %llu elements for %llu",
                             (unsigned long long)total, (unsigned long long)numel);
             break;
@@ -248,7 +248,7 @@ static ckpt_status open_by_path(void *user, const char *name, uint64_t size, ckp
     ckpt_status st = ckpt__cat_open_source(c, name, out, err);
     if (st) return st;
     if ((*out)->size != size) {
-        st = ckpt__fail(err, CKPT_E_COMM_DATA, name, NULL, -1,
+        st = ckpt__fail(err, CKPT__D(COMM_DATA), name, NULL, -1,
                         "rank 0 saw %llu bytes in this file and this rank %llu: the ranks do not see the same files",
                         (unsigned long long)size, (unsigned long long)(*out)->size);
         ckpt__source_close(*out);
@@ -262,7 +262,7 @@ static ckpt_status decode(decoder *d, ckpt__wire_opener opener, void *opener_use
     if (!ckpt__rd_expect(r, CAT_MAGIC, 8)) return bad(d, NULL, "not a catalog", err);
     uint32_t version = ckpt__rd_u32(r);
     if (!r->bad && version != WIRE_VERSION)
-        return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, -1,
+        return ckpt__fail(err, CKPT__D(COMM_DATA), NULL, NULL, -1,
                           "rank 0 sent a catalog of encoding version %u; this rank reads version %u (mixed ckpt versions)",
                           version, WIRE_VERSION);
     uint32_t format = ckpt__rd_u32(r);
@@ -392,10 +392,10 @@ ckpt_status ckpt__parts_decode(const void *data, size_t n, int rank, ckpt__arena
     ckpt__rd r = ckpt__rd_over(data, n, 0);
     bool oom = false;
     if (!ckpt__rd_expect(&r, PARTS_MAGIC, 8))
-        return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, -1, "rank %d sent declarations that are not ckpt's", rank);
+        return ckpt__fail(err, CKPT__D(COMM_DATA), NULL, NULL, -1, "rank %d sent declarations that are not ckpt's", rank);
     uint32_t version = ckpt__rd_u32(&r);
     if (!r.bad && version != WIRE_VERSION)
-        return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, -1,
+        return ckpt__fail(err, CKPT__D(COMM_DATA), NULL, NULL, -1,
                           "rank %d sent declarations of encoding version %u; this rank reads version %u", rank, version,
                           WIRE_VERSION);
     uint32_t count = ckpt__rd_count(&r, 4 + 4 + 4);
@@ -421,7 +421,7 @@ ckpt_status ckpt__parts_decode(const void *data, size_t n, int rank, ckpt__arena
         }
     }
     if (r.bad || ckpt__rd_left(&r))
-        return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, (int64_t)ckpt__rd_error_at(&r),
+        return ckpt__fail(err, CKPT__D(COMM_DATA), NULL, NULL, (int64_t)ckpt__rd_error_at(&r),
                           "the declarations rank %d sent are malformed (at byte %llu of %zu)", rank,
                           (unsigned long long)ckpt__rd_error_at(&r), r.n);
     *out = parts, *out_count = count;

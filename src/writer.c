@@ -306,7 +306,7 @@ static ckpt_status add_pair(ckpt_writer *w, ckpt__pairs *pairs, const char *key,
     if (!key || !value || !valid_utf8(key) || !valid_utf8(value))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "metadata keys and values must be UTF-8 strings");
     if (ckpt__pairs_get(pairs, key))
-        return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, w->path, NULL, -1, "metadata key '%s' set twice", key);
+        return ckpt__fail(err, CKPT__D(DUPLICATE_NAME), w->path, NULL, -1, "metadata key '%s' set twice", key);
     const char *k = ckpt__arena_strndup(&w->arena, key, strlen(key));
     const char *v = ckpt__arena_strndup(&w->arena, value, strlen(value));
     if (!k || !v || !ckpt__pairs_push(pairs, k, v)) return ckpt__oom(err, w->path, NULL);
@@ -325,7 +325,7 @@ ckpt_status ckpt_writer_set_checkpoint_metadata(ckpt_writer *w, const char *key,
 static const char tree_pending[] = "";
 
 ckpt_status ckpt__writer_set_tree(ckpt_writer *w, const char *key, const ckpt__value *tree, ckpt_error *err) {
-    if (w->tree) return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, w->path, NULL, -1, "an object tree handed over twice");
+    if (w->tree) return ckpt__fail(err, CKPT__D(DUPLICATE_NAME), w->path, NULL, -1, "an object tree handed over twice");
     ckpt_status st = add_pair(w, &w->ckpt_meta, key, "", err);
     if (st) return st;
     w->ckpt_meta.values[w->ckpt_meta.count - 1] = tree_pending;
@@ -356,12 +356,12 @@ ckpt_status ckpt_writer_add_tensor_shared(ckpt_writer *w, const char *name, ckpt
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, name, -1,
                           "tensor names must be non-empty UTF-8 and not \"__metadata__\"");
     if (!ckpt_dtype_name(dtype))
-        return ckpt__fail(err, CKPT_E_UNKNOWN_DTYPE, w->path, name, -1, "unknown dtype %d", (int)dtype);
+        return ckpt__fail(err, CKPT__D(UNKNOWN_DTYPE), w->path, name, -1, "unknown dtype %d", (int)dtype);
     if (ndim > CKPT_MAX_DIMS || (ndim && !shape))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, name, -1, "shape must have at most %d dimensions",
                           CKPT_MAX_DIMS);
     uint64_t numel, nbytes, total;
-    if ((st = ckpt__tensor_size(dtype, ndim, shape, &numel, &nbytes)) == CKPT_E_SHAPE_OVERFLOW)
+    if ((st = ckpt__tensor_size(dtype, ndim, shape, &numel, &nbytes)) == CKPT__D(SHAPE_OVERFLOW))
         return ckpt__fail(err, st, w->path, name, -1,
                           "the shape's nonzero axes hold more than 2^63-1 elements or bytes of %s (safetensors, numpy "
                           "and torch refuse it)", ckpt_dtype_name(dtype));
@@ -369,10 +369,10 @@ ckpt_status ckpt_writer_add_tensor_shared(ckpt_writer *w, const char *name, ckpt
         return ckpt__fail(err, st, w->path, name, -1, "%llu elements of %s: %s", (unsigned long long)numel,
                           ckpt_dtype_name(dtype), ckpt_status_message(st));
     if (!ckpt__add_u64(w->total, nbytes, &total))
-        return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, w->path, name, -1, "total size overflows 64 bits");
+        return ckpt__fail(err, CKPT__D(SHAPE_OVERFLOW), w->path, name, -1, "total size overflows 64 bits");
     if (w->fmt->accepts && (st = w->fmt->accepts(w->path, name, dtype, ndim, shape, err))) return st;
     if (!ckpt__block_rows_ok(dtype, ndim, shape))
-        return ckpt__fail(err, CKPT_E_GGUF_DIMS, w->path, name, -1, "rows of a %s tensor must be whole blocks of %u",
+        return ckpt__fail(err, CKPT__D(GGUF_DIMS), w->path, name, -1, "rows of a %s tensor must be whole blocks of %u",
                           ckpt_dtype_name(dtype), ckpt_dtype_block_elems(dtype));
     if (storage && storage->id && (storage->begin > storage->end || storage->end > storage->nbytes))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, name, -1,
@@ -398,7 +398,7 @@ ckpt_status ckpt_writer_add_tensor_shared(ckpt_writer *w, const char *name, ckpt
         return ckpt__oom(err, w->path, NULL);
     uint32_t prev;
     if (!ckpt__name_table_insert(&w->names, &w->tensors[0].pub.name, sizeof *w->tensors, (uint32_t)w->count, &prev))
-        return ckpt__fail(err, CKPT_E_DUPLICATE_NAME, w->path, name, -1, "tensor declared twice");
+        return ckpt__fail(err, CKPT__D(DUPLICATE_NAME), w->path, name, -1, "tensor declared twice");
     if (index) *index = w->count;
     w->count++;
     w->total = total;
@@ -970,7 +970,7 @@ static ckpt_status joined_fd(ckpt_writer *w, wfile *f, ckpt_error *err) {
     int fd, none = -1;
     ckpt_status st = open_created(f, &fd, err);
     if (st == CKPT_E_NOT_FOUND) /* the join saw the files: rank 0 has removed them since */
-        return ckpt__fail(err, CKPT_E_PEER_FAILED, f->final_path, NULL, -1,
+        return ckpt__fail(err, CKPT__D(PEER_FAILED), f->final_path, NULL, -1,
                           "the file rank 0 created for it, %s, is gone: rank 0 abandoned the save (it failed or "
                           "was stopped)",
                           f->tmp_path);
@@ -1268,7 +1268,7 @@ ckpt_status ckpt__writer_join_encode(const ckpt_writer *w, ckpt__buf *b, ckpt_er
 }
 
 static ckpt_status join_bad(ckpt__rd *r, ckpt_error *err, const char *what) {
-    return ckpt__fail(err, CKPT_E_COMM_DATA, NULL, NULL, (int64_t)ckpt__rd_error_at(r),
+    return ckpt__fail(err, CKPT__D(COMM_DATA), NULL, NULL, (int64_t)ckpt__rd_error_at(r),
                       "the writer layout received from rank 0 is malformed (%s, at byte %llu of %zu)", what,
                       (unsigned long long)ckpt__rd_error_at(r), r->n);
 }
@@ -1313,7 +1313,7 @@ static ckpt_status join_decode(ckpt_writer *w, const void *data, size_t n, ckpt_
         uint64_t end;
         if (t->pub.file != CKPT__OUT_NONE &&
             (t->pub.file >= files || !ckpt__add_u64(t->pub.offset, t->pub.nbytes, &end) || end > w->files[t->pub.file].size))
-            return ckpt__fail(err, CKPT_E_COMM_DATA, w->files[t->pub.file < files ? t->pub.file : 0].final_path,
+            return ckpt__fail(err, CKPT__D(COMM_DATA), w->files[t->pub.file < files ? t->pub.file : 0].final_path,
                               t->pub.name, (int64_t)t->pub.offset,
                               "the writer layout received from rank 0 puts the tensor outside its file");
     }

@@ -19,7 +19,7 @@ DTYPES = ["INVALID", "BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", 
 
 
 class Error(ctypes.Structure):
-    _fields_ = [("status", ctypes.c_int), ("sys_errno", ctypes.c_int), ("offset", ctypes.c_int64),
+    _fields_ = [("status", ctypes.c_int), ("detail", ctypes.c_int), ("sys_errno", ctypes.c_int), ("offset", ctypes.c_int64),
                 ("path", ctypes.c_char * 1024), ("tensor", ctypes.c_char * 512),
                 ("message", ctypes.c_char * 2048)]
 
@@ -85,6 +85,7 @@ _lib.ckpt_dtype_block_elems.restype = ctypes.c_uint32
 _lib.ckpt_dtype_block_bytes.restype = ctypes.c_uint32
 _P = ctypes.c_void_p
 _lib.ckpt_status_name.restype = ctypes.c_char_p
+_lib.ckpt_detail_name.restype = ctypes.c_char_p
 _lib.ckpt_catalog_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(_P), ctypes.POINTER(Error)]
 _lib.ckpt_catalog_options_init_sized.argtypes = [ctypes.POINTER(CatalogOptions), ctypes.c_size_t]
 _lib.ckpt_catalog_open_ex.argtypes = [ctypes.c_char_p, ctypes.POINTER(CatalogOptions), ctypes.POINTER(_P),
@@ -167,11 +168,12 @@ IO_MODES = {"auto": 0, "buffered": 1, "direct": 2}
 class CkptError(Exception):
     def __init__(self, err):
         self.status = _lib.ckpt_status_name(err.status).decode()
+        self.detail = _lib.ckpt_detail_name(err.detail).decode() if err.detail else None
         self.message = err.message.decode(errors="replace")
         self.path = err.path.decode(errors="replace")
         self.tensor = err.tensor.decode(errors="replace")
         self.offset = err.offset
-        super().__init__(f"{self.status}: {self.message}")
+        super().__init__(f"{self.status}{'/' + self.detail if self.detail else ''}: {self.message}")
 
 
 def _check(status, err):

@@ -1,5 +1,8 @@
 """ckpt's exceptions.  Every failure of the C library becomes a subclass of
-`ckpt.Error` carrying `status`, `code`, `path`, `tensor` and `offset`; those
+`ckpt.Error` carrying `status` (the category's name, e.g. "CKPT_E_CORRUPT"),
+`code` (its number), `detail` (the rule that broke, e.g.
+"CKPT_D_DATA_HOLE", or None), `detail_code`, `path`, `tensor` and
+`offset`; those
 that mean the same thing as a built-in error also derive from it
 (FileNotFoundError, FileExistsError, PermissionError, OSError), so existing
 handlers keep working."""
@@ -11,12 +14,15 @@ Error = _ckpt.Error
 
 
 def _error_str(self):
-    """The library's whole sentence, with the status name: also for the
-    subclasses that derive from OSError, whose own str() would show
-    "[Errno None] None"."""
+    """The library's whole sentence, with the status name and the detail's
+    ("[CKPT_E_CORRUPT/CKPT_D_DATA_HOLE]"): also for the subclasses that
+    derive from OSError, whose own str() would show "[Errno None] None"."""
     message = self.args[0] if self.args else ""
     status = getattr(self, "status", None)
+    detail = getattr(self, "detail", None)
     hint = getattr(type(self), "_hint", "")
+    if detail:
+        status = f"{status}/{detail}"
     return f"{message}{hint} [{status}]" if status else f"{message}{hint}"
 
 
@@ -95,38 +101,56 @@ class NoMatchError(Error, ValueError):
 
 # A format error is raised as the class of the format the file it names
 # was read as (the C extension asks the library: "format:<name>"); where
-# that file cannot be read again, as the class of its status's range.
+# that file cannot be read again, as the class of its detail (the format
+# the rule belongs to), else of its status.
 _FORMAT_CLASSES = {
     "safetensors": SafetensorError, "safetensors-sharded": SafetensorError,
     "torch": TorchError, "torch-sharded": TorchError,
     "gguf": GGUFError, "npy": NumpyError, "npz": NumpyError,
     "flax-msgpack": MsgpackError, "dcp": DCPError, "none": FormatError,
 }
-_RANGE_CLASSES = ((20, 50, SafetensorError), (50, 70, TorchError), (70, 79, GGUFError), (79, 80, FormatError),
-                  (80, 90, DCPError), (90, 91, NumpyError), (91, 92, MsgpackError))
+# Details by the format whose rule they name: the prefix of their name, and
+# safetensors' own (its header's rules and the index of shards) by default.
+_DETAIL_PREFIXES = (("CKPT_D_ZIP_", TorchError), ("CKPT_D_PICKLE_", TorchError), ("CKPT_D_GGUF_", GGUFError),
+                    ("CKPT_D_DCP_", DCPError), ("CKPT_D_NPY_", NumpyError), ("CKPT_D_MSGPACK_", MsgpackError))
+_DETAILS_OF_NO_FORMAT = {"CKPT_D_UNSUPPORTED_DTYPE": FormatError, "CKPT_D_UNSUPPORTED_SOURCE": RemoteError}
+_STATUS_CLASSES = {
+    "CKPT_E_NOT_FOUND": NotFoundError,
+    "CKPT_E_EXISTS": ExistsError,
+    "CKPT_E_IO": IOFailure,
+    "CKPT_E_NO_SPACE": IOFailure,
+    "CKPT_E_CANCELLED": CancelledError,
+    "CKPT_E_TRUNCATED": SafetensorError,
+    "CKPT_E_UNKNOWN_FORMAT": FormatError,
+    "CKPT_E_LIMIT": SafetensorError,
+    "CKPT_E_NO_MATCH": NoMatchError,
+    "CKPT_E_REMOTE": RemoteError,
+    "CKPT_E_AUTH": RemoteError,
+    "CKPT_E_NETWORK": RemoteError,
+}
+
+
+def _detail_class(name, status):
+    """The class of a detail whose file cannot be read again."""
+    if name in _DETAILS_OF_NO_FORMAT:
+        return _DETAILS_OF_NO_FORMAT[name]
+    for prefix, cls in _DETAIL_PREFIXES:
+        if name.startswith(prefix):
+            return cls
+    if status in ("CKPT_E_CORRUPT", "CKPT_E_UNSUPPORTED"):
+        return SafetensorError
+    if name == "CKPT_D_TIMEOUT":  # a transfer's; a collective step's is a plain ckpt.Error
+        return RemoteError
+    return None
 
 
 def _register():
-    classes = {}
-    for name, code in _ckpt.status_names().items():
-        for low, high, cls in _RANGE_CLASSES:
-            if low <= code < high and name != "CKPT_E_CHECKSUM":
-                classes[name] = cls
-    classes.update({f"format:{name}": cls for name, cls in _FORMAT_CLASSES.items()})
-    classes.update({
-        "CKPT_E_NOT_FOUND": NotFoundError,
-        "CKPT_E_EXISTS": ExistsError,
-        "CKPT_E_IO": IOFailure,
-        "CKPT_E_NO_SPACE": IOFailure,
-        "CKPT_E_CANCELLED": CancelledError,
-        "CKPT_E_TRUNCATED": SafetensorError,
-        "CKPT_E_UNKNOWN_FORMAT": FormatError,
-        "CKPT_E_LIMIT": SafetensorError,
-        "CKPT_E_NO_MATCH": NoMatchError,
-    })
-    for name, code in _ckpt.status_names().items():
-        if 100 <= code < 110:
-            classes[name] = RemoteError
+    classes = {f"format:{name}": cls for name, cls in _FORMAT_CLASSES.items()}
+    classes.update(_STATUS_CLASSES)
+    for name, (_code, status) in _ckpt.detail_names().items():
+        cls = _detail_class(name, status)
+        if cls:
+            classes[name] = cls
     for code in (errno.EACCES, errno.EPERM):  # a status with its errno: "CKPT_E_IO:13"
         classes[f"CKPT_E_IO:{code}"] = AccessError
     _ckpt._register_errors(classes)

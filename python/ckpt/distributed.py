@@ -16,7 +16,8 @@ rank — and broadcast (replicated="read" makes every rank read them).
 Saves write every rank's bytes straight into the files rank 0 laid out,
 and rank 0 commits after one agreed status.  Every collective step waits at
 most `timeout` seconds: a rank that dies or hangs makes the others raise
-ckpt.Error naming it (status CKPT_E_PEER_TIMEOUT or CKPT_E_PEER_FAILED), and
+ckpt.Error naming it (status CKPT_E_TIMEOUT, detail CKPT_D_PEER_TIMEOUT; or CKPT_E_PEER,
+CKPT_D_PEER_FAILED), and
 nothing is published.
 
 The engine is libckpt's (ckpt_load_collective, the shard writer); this
@@ -36,7 +37,7 @@ from . import _api, _ckpt, _dtypes, _frameworks, _progress
 __all__ = ["load", "save", "convert", "TorchComm", "NoneComm"]
 
 # Status codes (include/ckpt.h).
-_TIMEOUT, _COMM, _CANCELLED = 111, 112, 7
+_TIMEOUT, _COMM, _CANCELLED = (_ckpt.status_names()[n] for n in ("CKPT_E_TIMEOUT", "CKPT_E_PEER", "CKPT_E_CANCELLED"))
 _DEFAULT_TIMEOUT = 1800.0
 _CHUNK = 64 << 20
 

@@ -71,16 +71,18 @@ static PyObject *error_classes;  /* status name → subclass, registered by the 
 /* Errors                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* A file's format errors (the statuses of the formats' ranges, and
- * truncations, limits and unknown formats) are raised as the class of the
- * format the file was read as: "format:torch", "format:gguf", …
+/* A file's format errors (a file that breaks its format's rules, holds what
+ * ckpt does not read or asks for a forbidden global; a DCP path that leaves
+ * its directory; truncations, limits and unknown formats) are raised as the
+ * class of the format the file was read as: "format:torch", "format:gguf", …
  * (ckpt_detect_format on the file the error names; "format:none" for no
  * checkpoint at all).  NULL when the status is another kind, or the file
- * cannot be read again (the status's class then applies). */
+ * cannot be read again (the detail's or the status's class then applies). */
 static PyObject *format_class_for(const ckpt_error *e) {
-    int format_status = (e->status >= 20 && e->status < 100 && e->status != CKPT_E_CHECKSUM) ||
-                         e->status == CKPT_E_TRUNCATED || e->status == CKPT_E_LIMIT ||
-                         e->status == CKPT_E_UNKNOWN_FORMAT;
+    int format_status = e->status == CKPT_E_CORRUPT || e->status == CKPT_E_FORBIDDEN ||
+                        (e->status == CKPT_E_UNSUPPORTED && e->detail != CKPT_D_UNSUPPORTED_SOURCE) ||
+                        e->detail == CKPT_D_DCP_PATH || e->status == CKPT_E_TRUNCATED || e->status == CKPT_E_LIMIT ||
+                        e->status == CKPT_E_UNKNOWN_FORMAT;
     if (!format_status || !e->path[0]) return NULL;
     ckpt_format f;
     ckpt_error probe;
@@ -102,7 +104,7 @@ static PyObject *format_class_for(const ckpt_error *e) {
 
 /* The class registered for "STATUS:errno" (CKPT_E_IO:13, EACCES: a
  * PermissionError), else for the format of the file a format error names,
- * else for the status, else ckpt.Error. */
+ * else for the detail, else for the status, else ckpt.Error. */
 static PyObject *error_class_for(const ckpt_error *e) {
     if (error_classes) {
         PyObject *cls = NULL;
@@ -112,6 +114,7 @@ static PyObject *error_class_for(const ckpt_error *e) {
             cls = PyDict_GetItemString(error_classes, key);
         }
         if (!cls) cls = format_class_for(e);
+        if (!cls && e->detail) cls = PyDict_GetItemString(error_classes, ckpt_detail_name(e->detail));
         if (!cls) cls = PyDict_GetItemString(error_classes, ckpt_status_name(e->status));
         if (cls) return cls;
     }
@@ -119,7 +122,8 @@ static PyObject *error_class_for(const ckpt_error *e) {
 }
 
 /* Raises the ckpt exception for a failed call, with the error's fields as
- * attributes (status, code, path, tensor, offset, errno). */
+ * attributes (status, code, detail, detail_code, path, tensor, offset,
+ * errno). */
 static PyObject *raise_ckpt(const ckpt_error *e) {
     if (PyErr_Occurred()) return NULL; /* a Python exception (from a callback) wins */
     PyObject *cls = error_class_for(e);
@@ -136,6 +140,8 @@ static PyObject *raise_ckpt(const ckpt_error *e) {
     } while (0)
     SET("status", PyUnicode_FromString(ckpt_status_name(e->status)));
     SET("code", PyLong_FromLong((long)e->status));
+    SET("detail", e->detail ? PyUnicode_FromString(ckpt_detail_name(e->detail)) : Py_NewRef(Py_None));
+    SET("detail_code", PyLong_FromLong((long)e->detail));
     SET("path", e->path[0] ? PyUnicode_DecodeFSDefault(e->path) : Py_NewRef(Py_None));
     SET("tensor", e->tensor[0] ? PyUnicode_FromString(e->tensor) : Py_NewRef(Py_None));
     SET("offset", e->offset >= 0 ? PyLong_FromLongLong(e->offset) : Py_NewRef(Py_None));
@@ -2071,7 +2077,8 @@ static PyTypeObject WriterType = {
  * impl.allgather(memoryview, block, timeout_s), impl.barrier(timeout_s),
  * impl.agree(status, rank, message, timeout_s) -> (status, rank, message).
  * An exception becomes the operation's failure: its `ckpt_status`
- * attribute (CKPT_E_COMM when absent) and `rank` (the rank it blames).
+ * attribute (CKPT_E_PEER when absent; CKPT_E_TIMEOUT for a step that timed
+ * out) and `rank` (the rank it blames).
  * impl None makes a "none" communicator.  The library calls these only
  * from the thread that entered it.
  */
@@ -2087,7 +2094,7 @@ static void comm_error_from_exception(ckpt_error *err, ckpt_vote *vote) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
-    ckpt_status st = CKPT_E_COMM;
+    ckpt_status st = CKPT_E_PEER;
     long rank = -1;
     if (value && PyErr_GivenExceptionMatches(type, PyExc_KeyboardInterrupt)) st = CKPT_E_CANCELLED;
     PyObject *a = value ? PyObject_GetAttrString(value, "ckpt_status") : NULL;
@@ -2105,6 +2112,7 @@ static void comm_error_from_exception(ckpt_error *err, ckpt_vote *vote) {
     if (err) {
         memset(err, 0, sizeof *err);
         err->status = st;
+        err->detail = st == CKPT_E_TIMEOUT ? CKPT_D_PEER_TIMEOUT : st == CKPT_E_PEER ? CKPT_D_COMM : CKPT_D_NONE;
         err->offset = -1;
         snprintf(err->message, sizeof err->message, "%s: %s", tname, text ? text : "(no message)");
     }
@@ -2125,8 +2133,8 @@ static ckpt_status comm_call(Comm *c, const char *method, PyObject *args, ckpt_v
     Py_XDECREF(args);
     if (!r) {
         comm_error_from_exception(err, vote);
-        st = err ? err->status : CKPT_E_COMM;
-        if (st == CKPT_OK) st = CKPT_E_COMM;
+        st = err ? err->status : CKPT_E_PEER;
+        if (st == CKPT_OK) st = CKPT_E_PEER;
     }
     if (result) *result = r;
     else Py_XDECREF(r);
@@ -2189,7 +2197,7 @@ static ckpt_status comm_agree(void *user, ckpt_vote *vote, uint32_t timeout_ms, 
         const char *msg;
         if (!PyArg_ParseTuple(r, "iis", &status, &rank, &msg)) {
             comm_error_from_exception(err, NULL);
-            st = CKPT_E_COMM;
+            st = CKPT_E_PEER;
         } else {
             vote->status = (ckpt_status)status;
             vote->rank = rank;
@@ -2763,16 +2771,31 @@ static PyObject *mod_redact_name(PyObject *self, PyObject *name) {
     return r;
 }
 
+/* status_names() and detail_names(), built from the table of statuses
+ * (ckpt_status.h): {name: number} and {name: (number, category name)}. */
+static int put_code(PyObject *d, const char *name, PyObject *v) {
+    int rc = v ? PyDict_SetItemString(d, name, v) : -1;
+    Py_XDECREF(v);
+    return rc;
+}
+
 static PyObject *mod_status_names(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
     PyObject *d = PyDict_New();
-    for (int code = 0; d && code < 200; code++) {
-        const char *name = ckpt_status_name((ckpt_status)code);
-        if (!strcmp(name, "CKPT_E_UNKNOWN_STATUS")) continue;
-        PyObject *v = PyLong_FromLong(code);
-        if (!v || PyDict_SetItemString(d, name, v) < 0) Py_CLEAR(d);
-        Py_XDECREF(v);
-    }
+#define PUT(name, number, message) \
+    if (d && put_code(d, #name, PyLong_FromLong(number)) < 0) Py_CLEAR(d);
+    CKPT_CATEGORIES(PUT)
+#undef PUT
+    return d;
+}
+
+static PyObject *mod_detail_names(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    PyObject *d = PyDict_New();
+#define PUT(name, number, category, message) \
+    if (d && put_code(d, #name, Py_BuildValue("(is)", number, #category)) < 0) Py_CLEAR(d);
+    CKPT_DETAILS(PUT)
+#undef PUT
     return d;
 }
 
@@ -3057,6 +3080,7 @@ static PyMethodDef module_methods[] = {
     {"cast", mod_cast, METH_VARARGS, "cast(from, src, to, dst, count)"},
     {"status_names", mod_status_names, METH_NOARGS, "status_names() -> {name: code}"},
     {"xxh3_64", mod_xxh3_64, METH_O, "xxh3_64(data or [data, …]) -> the XXH3-64 of the bytes in order"},
+    {"detail_names", mod_detail_names, METH_NOARGS, "detail_names() -> {name: (code, status name)}"},
     {"json_loads", mod_json_loads, METH_O,
      "json_loads(text) -> (value, depth): the library's JSON (object trees) without recursion on the C stack"},
     {"redact_name", mod_redact_name, METH_O, "redact_name(name) -> the name as it may be shown (ckpt_redact_name)"},

@@ -22,9 +22,21 @@
 #define CKPT__HIDDEN
 #endif
 
+/* A detail passed where a status goes (their numbers never coincide): the
+ * error setters record it as err->detail and return its category. */
+#define CKPT__D(name) ((ckpt_status)CKPT_D_##name)
+
+/* The category of a code: a detail's (see CKPT__D), else the code itself. */
+CKPT__HIDDEN ckpt_status ckpt__category(ckpt_status code);
+
+/* The code to record again an error `e` a lower layer or a caller's table
+ * reported with status `st`: its detail, when it has one of that status. */
+CKPT__HIDDEN ckpt_status ckpt__code_of(const ckpt_error *e, ckpt_status st);
+
 /*
- * Records a failure in `err` (when not NULL) and returns `status`, so that
- * callers can write `return ckpt__fail(err, ...)`.  `path` and `tensor` may
+ * Records a failure in `err` (when not NULL) and returns its category, so
+ * that callers can write `return ckpt__fail(err, ...)`.  `status` is a
+ * category or a detail (CKPT__D); the detail, if any, goes to err->detail.  `path` and `tensor` may
  * be NULL; `offset` is -1 when no byte offset applies.  The message is
  * prefixed with the path, tensor and offset so it reads on its own.
  */
@@ -62,9 +74,9 @@ static inline bool ckpt__add_u64(uint64_t a, uint64_t b, uint64_t *out) {
     return !__builtin_add_overflow(a, b, out);
 }
 
-/* Size in bytes of `numel` elements of `dtype`.  Returns CKPT_E_SHAPE_OVERFLOW
- * past 2^64 bytes, CKPT_E_PARTIAL_BYTE when it is not a whole number of
- * bytes, CKPT_E_GGUF_DIMS of blocks; does not fill an error.  A tensor's
+/* Size in bytes of `numel` elements of `dtype`.  Returns CKPT__D(SHAPE_OVERFLOW)
+ * past 2^64 bytes, CKPT__D(PARTIAL_BYTE) when it is not a whole number of
+ * bytes, CKPT__D(GGUF_DIMS) of blocks; does not fill an error.  A tensor's
  * size is ckpt__tensor_size's. */
 CKPT__HIDDEN ckpt_status ckpt__dtype_nbytes(ckpt_dtype dtype, uint64_t numel, uint64_t *nbytes);
 
@@ -79,7 +91,7 @@ CKPT__HIDDEN bool ckpt__shape_numel(uint32_t ndim, const uint64_t *shape, uint64
 /*
  * The one check of a tensor's size — every format's tensors
  * (ckpt__cat_add_tensor), the writer's, a plan's casts, a rank's decoded
- * catalog: its elements and its bytes in `dtype`.  CKPT_E_SHAPE_OVERFLOW
+ * catalog: its elements and its bytes in `dtype`.  CKPT__D(SHAPE_OVERFLOW)
  * when the product of its nonzero axes passes INT64_MAX, in elements or in
  * bytes, whatever other axis is 0: safetensors refuses a header where any
  * partial product of the shape overflows (its Rust validation multiplies
@@ -87,8 +99,8 @@ CKPT__HIDDEN bool ckpt__shape_numel(uint32_t ndim, const uint64_t *shape, uint64
  * whose nonzero axes' product in bytes passes int64 ("array is too big"),
  * so ckpt neither reads nor writes one.  Then no product of any of the
  * axes, of a slice of them, or of strides over them, overflows an int64:
- * the engine's strides and offsets rely on it.  CKPT_E_UNKNOWN_DTYPE,
- * CKPT_E_PARTIAL_BYTE and CKPT_E_GGUF_DIMS as ckpt__dtype_nbytes.  Does not
+ * the engine's strides and offsets rely on it.  CKPT__D(UNKNOWN_DTYPE),
+ * CKPT__D(PARTIAL_BYTE) and CKPT__D(GGUF_DIMS) as ckpt__dtype_nbytes.  Does not
  * fill an error.
  */
 CKPT__HIDDEN ckpt_status ckpt__tensor_size(ckpt_dtype dtype, uint32_t ndim, const uint64_t *shape, uint64_t *numel,

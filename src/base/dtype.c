@@ -134,20 +134,20 @@ ckpt_status ckpt__tensor_size(ckpt_dtype dtype, uint32_t ndim, const uint64_t *s
                               uint64_t *nbytes) {
     uint64_t span, bytes;
     bool empty, partial;
-    if (!valid(dtype)) return CKPT_E_UNKNOWN_DTYPE;
-    if (!nonzero_product(ndim, shape, &span, &empty)) return CKPT_E_SHAPE_OVERFLOW;
+    if (!valid(dtype)) return CKPT__D(UNKNOWN_DTYPE);
+    if (!nonzero_product(ndim, shape, &span, &empty)) return CKPT__D(SHAPE_OVERFLOW);
     /* The nonzero axes' bytes, rounded up. */
     if (!bytes_of(&dtype_table[dtype], span, &bytes, &partial) || bytes > (uint64_t)INT64_MAX)
-        return CKPT_E_SHAPE_OVERFLOW;
+        return CKPT__D(SHAPE_OVERFLOW);
     *numel = empty ? 0 : span;
     return ckpt__dtype_nbytes(dtype, *numel, nbytes);
 }
 
 ckpt_status ckpt__dtype_nbytes(ckpt_dtype dtype, uint64_t numel, uint64_t *nbytes) {
     bool partial;
-    if (!valid(dtype)) return CKPT_E_UNKNOWN_DTYPE;
-    if (!bytes_of(&dtype_table[dtype], numel, nbytes, &partial)) return CKPT_E_SHAPE_OVERFLOW;
-    if (partial) return dtype_table[dtype].bits ? CKPT_E_PARTIAL_BYTE : CKPT_E_GGUF_DIMS;
+    if (!valid(dtype)) return CKPT__D(UNKNOWN_DTYPE);
+    if (!bytes_of(&dtype_table[dtype], numel, nbytes, &partial)) return CKPT__D(SHAPE_OVERFLOW);
+    if (partial) return dtype_table[dtype].bits ? CKPT__D(PARTIAL_BYTE) : CKPT__D(GGUF_DIMS);
     return CKPT_OK;
 }
 

@@ -146,53 +146,53 @@ static ckpt_status check_call(reader *r, const ckpt__pk_value *v, const ckpt__pk
     const char *mod = g->u.global.module, *name = g->u.global.name;
     size_t n = args->u.seq.count;
     if (v->u.call.kwargs)
-        return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, v, ".metadata builds %s.%s with keyword arguments (NEWOBJ_EX); "
+        return fail(r, CKPT__D(PICKLE_FORBIDDEN), NULL, v, ".metadata builds %s.%s with keyword arguments (NEWOBJ_EX); "
                     "torch never does", mod, name);
     if (is_dataclass(g)) {
         /* copyreg.__newobj__(cls): cls.__new__(cls), then BUILD of the
          * plain state — a dict of fields, or TensorProperties' tuple. */
         if (!v->newobj || n)
-            return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, v, "%s.%s is made by %s with %zu arguments; torch makes it "
+            return fail(r, CKPT__D(PICKLE_FORBIDDEN), NULL, v, "%s.%s is made by %s with %zu arguments; torch makes it "
                         "by NEWOBJ with none and then sets its state", mod, name, v->newobj ? "NEWOBJ" : "REDUCE", n);
         const ckpt__pk_value *s = v->state;
         bool props = !strcmp(name, "TensorProperties");
         if (!s) {
             if (!strcmp(name, "BytesStorageMetadata")) return CKPT_OK;
-            return fail(r, CKPT_E_DCP_METADATA, NULL, v, "%s.%s has no state", mod, name);
+            return fail(r, CKPT__D(DCP_METADATA), NULL, v, "%s.%s has no state", mod, name);
         }
         if (s->kind == CKPT__PK_DICT && !s->state) {
             for (size_t i = 0; i < s->u.seq.count; i += 2)
                 if (s->u.seq.items[i]->kind != CKPT__PK_STR)
-                    return fail(r, CKPT_E_DCP_METADATA, NULL, s, "state of %s.%s has a key that is not a string", mod, name);
+                    return fail(r, CKPT__D(DCP_METADATA), NULL, s, "state of %s.%s has a key that is not a string", mod, name);
         } else if (!(props && s->kind == CKPT__PK_TUPLE)) {
-            return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, s, "state of %s.%s is not a plain %s", mod, name,
+            return fail(r, CKPT__D(PICKLE_FORBIDDEN), NULL, s, "state of %s.%s is not a plain %s", mod, name,
                         props ? "tuple or dict" : "dict");
         }
         *items = s;
         return CKPT_OK;
     }
     if (v->state)
-        return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, v->state, "BUILD on the result of %s.%s", mod, name);
+        return fail(r, CKPT__D(PICKLE_FORBIDDEN), NULL, v->state, "BUILD on the result of %s.%s", mod, name);
     if (v->newobj)
-        return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, v, "NEWOBJ of %s.%s; torch calls it (REDUCE)", mod, name);
+        return fail(r, CKPT__D(PICKLE_FORBIDDEN), NULL, v, "NEWOBJ of %s.%s; torch calls it (REDUCE)", mod, name);
     if (!strcmp(mod, META) && !strcmp(name, "_MEM_FORMAT_ENCODING")) {
         if (n != 1 || args->u.seq.items[0]->kind != CKPT__PK_INT)
-            return fail(r, CKPT_E_DCP_METADATA, NULL, v, "_MEM_FORMAT_ENCODING takes one integer");
+            return fail(r, CKPT__D(DCP_METADATA), NULL, v, "_MEM_FORMAT_ENCODING takes one integer");
         return CKPT_OK;
     }
     if (!strcmp(mod, "torch.serialization") && !strcmp(name, "_get_layout")) {
         if (n != 1 || args->u.seq.items[0]->kind != CKPT__PK_STR)
-            return fail(r, CKPT_E_DCP_METADATA, NULL, v, "_get_layout takes one string");
+            return fail(r, CKPT__D(DCP_METADATA), NULL, v, "_get_layout takes one string");
         return CKPT_OK;
     }
     if (!strcmp(mod, "pathlib") && !strcmp(name, "PosixPath")) {
         if (!scalars_of(args, CKPT__PK_STR))
-            return fail(r, CKPT_E_DCP_METADATA, NULL, v, "PosixPath takes strings");
+            return fail(r, CKPT__D(DCP_METADATA), NULL, v, "PosixPath takes strings");
         return CKPT_OK;
     }
     /* torch.Size(tuple) is read as the tuple itself: a CALL of it (or of a
      * dtype) is not something torch writes. */
-    return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, v, "%s.%s is called in a way torch never writes", mod, name);
+    return fail(r, CKPT__D(PICKLE_FORBIDDEN), NULL, v, "%s.%s is called in a way torch never writes", mod, name);
 }
 
 /* One value at `depth`; *items: the container whose items are checked
@@ -215,17 +215,17 @@ static ckpt_status check_value(reader *r, const ckpt__pk_value *v, int depth, co
     case CKPT__PK_LIST:
     case CKPT__PK_SET: *items = v; return CKPT_OK;
     case CKPT__PK_DICT:
-        if (v->state) return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, v->state, "BUILD on a dict");
+        if (v->state) return fail(r, CKPT__D(PICKLE_FORBIDDEN), NULL, v->state, "BUILD on a dict");
         *items = v;
         return CKPT_OK;
     case CKPT__PK_GLOBAL:
         /* Only dtypes appear as values (TensorProperties.dtype). */
         if (!strcmp(v->u.global.module, "torch") && ckpt__torch_type_named(v->u.global.name)) return CKPT_OK;
-        return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, v, "%s.%s appears as a value", v->u.global.module,
+        return fail(r, CKPT__D(PICKLE_FORBIDDEN), NULL, v, "%s.%s appears as a value", v->u.global.module,
                     v->u.global.name);
     case CKPT__PK_CALL: return check_call(r, v, items);
-    case CKPT__PK_PERSID: return fail(r, CKPT_E_PICKLE_FORBIDDEN, NULL, v, "a persistent id in .metadata");
-    default: return fail(r, CKPT_E_PICKLE_INVALID, NULL, v, "unexpected value");
+    case CKPT__PK_PERSID: return fail(r, CKPT__D(PICKLE_FORBIDDEN), NULL, v, "a persistent id in .metadata");
+    default: return fail(r, CKPT__D(PICKLE_INVALID), NULL, v, "unexpected value");
     }
 }
 
@@ -281,9 +281,9 @@ static bool is_none(const ckpt__pk_value *v) { return !v || v->kind == CKPT__PK_
 static ckpt_status dims(reader *r, const ckpt__pk_value *v, const char *what, const char *tensor, uint64_t **out,
                         uint32_t *n) {
     if (!v || (v->kind != CKPT__PK_TUPLE && v->kind != CKPT__PK_LIST))
-        return fail(r, CKPT_E_DCP_METADATA, tensor, v, "%s is not a torch.Size", what);
+        return fail(r, CKPT__D(DCP_METADATA), tensor, v, "%s is not a torch.Size", what);
     if (v->u.seq.count > CKPT_MAX_DIMS)
-        return fail(r, CKPT_E_DCP_METADATA, tensor, v, "%s has %zu axes, more than %d", what, (size_t)v->u.seq.count,
+        return fail(r, CKPT__D(DCP_METADATA), tensor, v, "%s has %zu axes, more than %d", what, (size_t)v->u.seq.count,
                     CKPT_MAX_DIMS);
     ckpt_status st = charge(r, (v->u.seq.count ? v->u.seq.count : 1) * sizeof(uint64_t), v);
     uint64_t *d = st ? NULL : ckpt__arena_alloc(r->arena, (v->u.seq.count ? v->u.seq.count : 1) * sizeof *d);
@@ -291,7 +291,7 @@ static ckpt_status dims(reader *r, const ckpt__pk_value *v, const char *what, co
     for (size_t i = 0; i < v->u.seq.count; i++) {
         const ckpt__pk_value *x = v->u.seq.items[i];
         if (x->kind != CKPT__PK_INT || x->u.i < 0)
-            return fail(r, CKPT_E_DCP_METADATA, tensor, x, "%s[%zu] is not a non-negative integer", what, i);
+            return fail(r, CKPT__D(DCP_METADATA), tensor, x, "%s[%zu] is not a non-negative integer", what, i);
         d[i] = (uint64_t)x->u.i;
     }
     *out = d;
@@ -335,7 +335,7 @@ static bool safe_relative(const char *name) {
 
 static ckpt_status read_storage_data(reader *r, const ckpt__pk_value *sd) {
     if (!sd || sd->kind != CKPT__PK_DICT)
-        return fail(r, CKPT_E_DCP_METADATA, NULL, sd, "storage_data is not a dict of MetadataIndex → _StorageInfo");
+        return fail(r, CKPT__D(DCP_METADATA), NULL, sd, "storage_data is not a dict of MetadataIndex → _StorageInfo");
     size_t n = sd->u.seq.count / 2;
     ckpt_status charged = charge(r, n * (sizeof *r->items + sizeof(uint64_t)), sd);
     if (charged) return charged;
@@ -344,10 +344,10 @@ static ckpt_status read_storage_data(reader *r, const ckpt__pk_value *sd) {
     for (size_t i = 0; i < n; i++) {
         const ckpt__pk_value *k = sd->u.seq.items[2 * i], *v = sd->u.seq.items[2 * i + 1];
         if (!is_obj(k, META, "MetadataIndex") || !is_obj(v, FILESYSTEM, "_StorageInfo"))
-            return fail(r, CKPT_E_DCP_METADATA, NULL, k, "storage_data entry %zu is not MetadataIndex → _StorageInfo", i);
+            return fail(r, CKPT__D(DCP_METADATA), NULL, k, "storage_data entry %zu is not MetadataIndex → _StorageInfo", i);
         const ckpt__pk_value *fqn = field(k->state, "fqn"), *off = field(k->state, "offset");
         if (!fqn || fqn->kind != CKPT__PK_STR)
-            return fail(r, CKPT_E_DCP_METADATA, NULL, k, "storage_data entry %zu has no fqn", i);
+            return fail(r, CKPT__D(DCP_METADATA), NULL, k, "storage_data entry %zu has no fqn", i);
         uint64_t *offsets = NULL;
         uint32_t ndim = 0;
         ckpt_status st;
@@ -359,25 +359,25 @@ static ckpt_status read_storage_data(reader *r, const ckpt__pk_value *sd) {
                              *len = field(v->state, "length"), *tr = field(v->state, "transform_descriptors");
         if (!rel || rel->kind != CKPT__PK_STR || !o || o->kind != CKPT__PK_INT || o->u.i < 0 || !len ||
             len->kind != CKPT__PK_INT || len->u.i < 0)
-            return fail(r, CKPT_E_DCP_METADATA, fqn->u.s.data, v,
+            return fail(r, CKPT__D(DCP_METADATA), fqn->u.s.data, v,
                         "_StorageInfo needs relative_path (a string), offset and length (non-negative integers)");
         if (!is_none(tr)) {
             if (tr->kind != CKPT__PK_LIST && tr->kind != CKPT__PK_TUPLE)
-                return fail(r, CKPT_E_DCP_METADATA, fqn->u.s.data, tr, "transform_descriptors is not a list");
+                return fail(r, CKPT__D(DCP_METADATA), fqn->u.s.data, tr, "transform_descriptors is not a list");
             for (size_t t = 0; t < tr->u.seq.count; t++) {
                 const ckpt__pk_value *d = tr->u.seq.items[t];
                 if (d->kind != CKPT__PK_STR)
-                    return fail(r, CKPT_E_DCP_METADATA, fqn->u.s.data, d, "a transform descriptor is not a string");
+                    return fail(r, CKPT__D(DCP_METADATA), fqn->u.s.data, d, "a transform descriptor is not a string");
                 /* torch 2.13 writes only "stream.zstd/1" (_extension.py,
                  * ZStandard): a zstd stream around the torch.save archive. */
-                return fail(r, CKPT_E_DCP_UNSUPPORTED, fqn->u.s.data, d,
+                return fail(r, CKPT__D(DCP_UNSUPPORTED), fqn->u.s.data, d,
                             "its item in %s is stored through the transform '%s'%s, which ckpt does not read; "
                             "load it with torch and save it without _extensions", rel->u.s.data, d->u.s.data,
                             !strncmp(d->u.s.data, "stream.zstd/", 12) ? " (zstd compression)" : "");
             }
         }
         if (!safe_relative(rel->u.s.data))
-            return fail(r, CKPT_E_DCP_PATH, fqn->u.s.data, rel,
+            return fail(r, CKPT__D(DCP_PATH), fqn->u.s.data, rel,
                         "relative_path '%s' is absolute, empty or has a '.' or '..' component", rel->u.s.data);
         it->rel = rel->u.s.data;
         it->offset = (uint64_t)o->u.i;
@@ -385,7 +385,7 @@ static ckpt_status read_storage_data(reader *r, const ckpt__pk_value *sd) {
         it->at = v->offset;
         uint32_t prev;
         if (!ckpt__name_table_insert(&r->item_keys, &r->items[0].key, sizeof *r->items, (uint32_t)r->item_count, &prev))
-            return fail(r, CKPT_E_DCP_METADATA, fqn->u.s.data, k, "storage_data lists the same chunk twice (%s)",
+            return fail(r, CKPT__D(DCP_METADATA), fqn->u.s.data, k, "storage_data lists the same chunk twice (%s)",
                         it->key);
         r->item_count++;
     }
@@ -440,7 +440,7 @@ static bool safetensors_blob(ckpt__source *src, uint64_t offset) {
 }
 
 static ckpt_status safetensors_refused(reader *r, ckpt__source *src, uint64_t offset) {
-    return ckpt__fail(r->err, CKPT_E_DCP_UNSUPPORTED, src->name, NULL, (int64_t)offset,
+    return ckpt__fail(r->err, CKPT__D(DCP_UNSUPPORTED), src->name, NULL, (int64_t)offset,
                       "the tensors are in a safetensors blob (FileSystemWriter with serialization_format="
                       "SAFETENSORS), which .metadata does not locate and torch's FileSystemReader cannot read; "
                       "save with the default TORCH_SAVE, or with HuggingFaceStorageWriter");
@@ -482,7 +482,7 @@ static ckpt_status open_files(reader *r) {
             if (prev->offset + prev->length > it->offset && safetensors_blob(r->files[r->file_count - 1].src, it->offset))
                 st = safetensors_refused(r, r->files[r->file_count - 1].src, it->offset);
             else if (prev->offset + prev->length > it->offset)
-                st = ckpt__fail(r->err, CKPT_E_DCP_METADATA, r->files[r->file_count - 1].src->name, NULL,
+                st = ckpt__fail(r->err, CKPT__D(DCP_METADATA), r->files[r->file_count - 1].src->name, NULL,
                                 (int64_t)it->offset,
                                 "two items of .metadata overlap: [%llu, %llu) and [%llu, %llu) (the second declared "
                                 "at byte %llu of %s)",
@@ -527,7 +527,7 @@ static ckpt_status in_item(reader *r, ckpt_status st, const item *it, const char
              (unsigned long long)it->offset, (unsigned long long)(it->offset + it->length));
     char path[sizeof e->path];
     snprintf(path, sizeof path, "%s", r->files[it->file].src->name);
-    return ckpt__fail(e, st, path, fqn, offset >= 0 ? (int64_t)it->offset + offset : -1, "%s", detail);
+    return ckpt__fail(e, ckpt__code_of(e, st), path, fqn, offset >= 0 ? (int64_t)it->offset + offset : -1, "%s", detail);
 }
 
 /* ---- tensors ------------------------------------------------------------------------ */
@@ -545,7 +545,7 @@ typedef struct tensor_meta {
 
 static ckpt_status read_properties(reader *r, tensor_meta *t, const ckpt__pk_value *p) {
     if (!is_obj(p, META, "TensorProperties"))
-        return fail(r, CKPT_E_DCP_METADATA, t->fqn, p, "properties is not a TensorProperties");
+        return fail(r, CKPT__D(DCP_METADATA), t->fqn, p, "properties is not a TensorProperties");
     const ckpt__pk_value *s = p->u.call.callable ? p->state : NULL, *dtype = NULL, *layout = NULL;
     if (s && s->kind == CKPT__PK_TUPLE && s->u.seq.count == 5) { /* __getstate__: (dtype, layout, rg, mf, pin) */
         dtype = s->u.seq.items[0];
@@ -554,19 +554,19 @@ static ckpt_status read_properties(reader *r, tensor_meta *t, const ckpt__pk_val
         dtype = field(s, "dtype");
         layout = field(s, "layout");
     } else {
-        return fail(r, CKPT_E_DCP_METADATA, t->fqn, p, "TensorProperties state is not (dtype, layout, requires_grad, "
+        return fail(r, CKPT__D(DCP_METADATA), t->fqn, p, "TensorProperties state is not (dtype, layout, requires_grad, "
                     "memory_format, pin_memory)");
     }
     if (!dtype || dtype->kind != CKPT__PK_GLOBAL)
-        return fail(r, CKPT_E_DCP_METADATA, t->fqn, p, "TensorProperties has no dtype");
+        return fail(r, CKPT__D(DCP_METADATA), t->fqn, p, "TensorProperties has no dtype");
     if (layout && !is_none(layout) &&
         !(is_obj(layout, "torch.serialization", "_get_layout") && !strcmp(layout->u.call.args->u.seq.items[0]->u.s.data, "torch.strided")))
-        return fail(r, CKPT_E_UNKNOWN_DTYPE, t->fqn, layout, "the tensor's layout is not torch.strided (a sparse "
+        return fail(r, CKPT__D(UNKNOWN_DTYPE), t->fqn, layout, "the tensor's layout is not torch.strided (a sparse "
                     "tensor has no safetensors representation)");
     const ckpt__torch_type *named = ckpt__torch_type_named(dtype->u.global.name);
     t->dtype = named ? named->dtype : CKPT_DTYPE_INVALID;
     if (t->dtype == CKPT_DTYPE_INVALID)
-        return fail(r, CKPT_E_UNKNOWN_DTYPE, t->fqn, dtype, "torch.%s has no safetensors dtype", dtype->u.global.name);
+        return fail(r, CKPT__D(UNKNOWN_DTYPE), t->fqn, dtype, "torch.%s has no safetensors dtype", dtype->u.global.name);
     return CKPT_OK;
 }
 
@@ -577,9 +577,9 @@ static ckpt_status read_tensor_meta(reader *r, tensor_meta *t, const ckpt__pk_va
     if ((st = dims(r, field(s, "size"), "size", t->fqn, &t->size, &t->ndim))) return st;
     const ckpt__pk_value *chunks = field(s, "chunks");
     if (!chunks || chunks->kind != CKPT__PK_LIST)
-        return fail(r, CKPT_E_DCP_METADATA, t->fqn, v, "chunks is not a list");
+        return fail(r, CKPT__D(DCP_METADATA), t->fqn, v, "chunks is not a list");
     if (!chunks->u.seq.count)
-        return fail(r, CKPT_E_DCP_CHUNK_HOLE, t->fqn, chunks, "the tensor has no chunks");
+        return fail(r, CKPT__D(DCP_CHUNK_HOLE), t->fqn, chunks, "the tensor has no chunks");
     t->chunk_count = chunks->u.seq.count;
     if ((st = charge(r, t->chunk_count * (sizeof *t->chunks + sizeof *t->chunk_items + sizeof(ckpt__piece)), chunks)))
         return st;
@@ -589,19 +589,19 @@ static ckpt_status read_tensor_meta(reader *r, tensor_meta *t, const ckpt__pk_va
     for (size_t k = 0; k < t->chunk_count; k++) {
         const ckpt__pk_value *ch = chunks->u.seq.items[k];
         if (!is_obj(ch, META, "ChunkStorageMetadata"))
-            return fail(r, CKPT_E_DCP_METADATA, t->fqn, ch, "chunk %zu is not a ChunkStorageMetadata", k);
+            return fail(r, CKPT__D(DCP_METADATA), t->fqn, ch, "chunk %zu is not a ChunkStorageMetadata", k);
         uint64_t *off, *sz;
         uint32_t no, ns;
         if ((st = dims(r, field(ch->state, "offsets"), "chunk offsets", t->fqn, &off, &no)) ||
             (st = dims(r, field(ch->state, "sizes"), "chunk sizes", t->fqn, &sz, &ns)))
             return st;
         if (no != t->ndim || ns != t->ndim)
-            return fail(r, CKPT_E_DCP_CHUNK_BOUNDS, t->fqn, ch, "chunk %zu has %u offsets and %u sizes for a %u-axis "
+            return fail(r, CKPT__D(DCP_CHUNK_BOUNDS), t->fqn, ch, "chunk %zu has %u offsets and %u sizes for a %u-axis "
                         "tensor", k, no, ns, t->ndim);
         item *it = find_item(r, t->fqn, off, t->ndim);
         if (!it) {
             char a[160];
-            return fail(r, CKPT_E_DCP_METADATA, t->fqn, ch, "chunk %zu (offsets %s) has no storage_data entry", k,
+            return fail(r, CKPT__D(DCP_METADATA), t->fqn, ch, "chunk %zu (offsets %s) has no storage_data entry", k,
                         ckpt__dcp_dims(a, sizeof a, off, t->ndim));
         }
         it->used = true;
@@ -613,12 +613,12 @@ static ckpt_status read_tensor_meta(reader *r, tensor_meta *t, const ckpt__pk_va
     if (t->dtype == CKPT_F4 && t->ndim) {
         uint32_t last = t->ndim - 1;
         if (t->size[last] > UINT64_MAX / 2)
-            return fail(r, CKPT_E_SHAPE_OVERFLOW, t->fqn, v, "size overflows");
+            return fail(r, CKPT__D(SHAPE_OVERFLOW), t->fqn, v, "size overflows");
         t->size[last] *= 2;
         for (size_t k = 0; k < t->chunk_count; k++) {
             uint64_t *o = (uint64_t *)t->chunks[k].offsets, *z = (uint64_t *)t->chunks[k].sizes;
             if (o[last] > UINT64_MAX / 2 || z[last] > UINT64_MAX / 2)
-                return fail(r, CKPT_E_DCP_CHUNK_BOUNDS, t->fqn, v, "chunk %zu overflows", k);
+                return fail(r, CKPT__D(DCP_CHUNK_BOUNDS), t->fqn, v, "chunk %zu overflows", k);
             o[last] *= 2, z[last] *= 2;
         }
     }
@@ -654,12 +654,12 @@ static ckpt_status add_tensor(reader *r, const tensor_meta *t) {
         if (!same) {
             char a[160], b[160];
             if (!x || x->name[0])
-                st = ckpt__fail(r->err, CKPT_E_DCP_CHUNK_MISMATCH, f->src->name, t->fqn, (int64_t)it->offset,
+                st = ckpt__fail(r->err, CKPT__D(DCP_CHUNK_MISMATCH), f->src->name, t->fqn, (int64_t)it->offset,
                                 "chunk %zu: the archive at bytes [%llu, %llu) holds %s, not one tensor", k,
                                 (unsigned long long)it->offset, (unsigned long long)(it->offset + it->length),
                                 tf.count ? "more than a tensor" : "no tensor");
             else
-                st = ckpt__fail(r->err, CKPT_E_DCP_CHUNK_MISMATCH, f->src->name, t->fqn, (int64_t)it->offset,
+                st = ckpt__fail(r->err, CKPT__D(DCP_CHUNK_MISMATCH), f->src->name, t->fqn, (int64_t)it->offset,
                                 "chunk %zu (offsets %s) declares sizes %s of %s; its archive at bytes [%llu, %llu) "
                                 "holds a %s tensor of size %s",
                                 k, ckpt__dcp_dims(a, sizeof a, ch->offsets, t->ndim),
@@ -763,7 +763,7 @@ static ckpt_status child(reader *r, tnode *parent, const char *key, uint64_t ind
     uint8_t want = key ? T_DICT : T_LIST;
     if (parent->kind == T_EMPTY) parent->kind = want;
     if (parent->kind != want)
-        return fail(r, CKPT_E_DCP_METADATA, fqn, NULL, "planner_data paths disagree: a %s is also used as a %s",
+        return fail(r, CKPT__D(DCP_METADATA), fqn, NULL, "planner_data paths disagree: a %s is also used as a %s",
                     parent->kind == T_LEAF ? "value" : parent->kind == T_DICT ? "dict" : "list",
                     want == T_DICT ? "dict" : "list");
     size_t i = slot_of(r, parent, key, index);
@@ -801,7 +801,7 @@ static ckpt_status place(reader *r, const char *fqn, const ckpt__pk_value *path,
         if (st) return st;
     }
     if (n->kind != T_EMPTY)
-        return fail(r, CKPT_E_DCP_METADATA, fqn, path, "planner_data puts two values at the same place");
+        return fail(r, CKPT__D(DCP_METADATA), fqn, path, "planner_data puts two values at the same place");
     n->kind = T_LEAF;
     n->entry = entry;
     return CKPT_OK;
@@ -941,7 +941,7 @@ static ckpt_status read_paths(reader *r, const ckpt__pk_value *planner, entry *e
     for (size_t i = 0; st == CKPT_OK && i < count; i++) {
         const ckpt__pk_value *k = planner->u.seq.items[2 * i];
         if (k->kind != CKPT__PK_STR) {
-            st = fail(r, CKPT_E_DCP_METADATA, NULL, k, "planner_data key %zu is not a string", i);
+            st = fail(r, CKPT__D(DCP_METADATA), NULL, k, "planner_data key %zu is not a string", i);
             break;
         }
         keys[i] = k->u.s.data;
@@ -955,14 +955,14 @@ static ckpt_status read_paths(reader *r, const ckpt__pk_value *planner, entry *e
             continue;
         }
         if ((p->kind != CKPT__PK_TUPLE && p->kind != CKPT__PK_LIST) || !p->u.seq.count || p->u.seq.count > MAX_PATH_PARTS) {
-            st = fail(r, CKPT_E_DCP_METADATA, e[i].fqn, p, "planner_data path is not a tuple of 1 to %d keys",
+            st = fail(r, CKPT__D(DCP_METADATA), e[i].fqn, p, "planner_data path is not a tuple of 1 to %d keys",
                       MAX_PATH_PARTS);
             break;
         }
         for (size_t k = 0; st == CKPT_OK && k < p->u.seq.count; k++) {
             const ckpt__pk_value *c = p->u.seq.items[k];
             if (c->kind != CKPT__PK_STR && (c->kind != CKPT__PK_INT || c->u.i < 0 || (uint64_t)c->u.i >= n))
-                st = fail(r, CKPT_E_DCP_METADATA, e[i].fqn, c,
+                st = fail(r, CKPT__D(DCP_METADATA), e[i].fqn, c,
                           "planner_data path part %zu is neither a string nor a list index below %zu", k, n);
         }
         if (st) break;
@@ -1003,7 +1003,7 @@ static ckpt_status add_tree(reader *r, entry *e, size_t n) {
 
 static ckpt_status read_entries(reader *r, const ckpt__pk_value *sdm, entry **out, size_t *count) {
     if (!sdm || sdm->kind != CKPT__PK_DICT)
-        return fail(r, CKPT_E_DCP_METADATA, NULL, sdm, "state_dict_metadata is not a dict");
+        return fail(r, CKPT__D(DCP_METADATA), NULL, sdm, "state_dict_metadata is not a dict");
     size_t n = sdm->u.seq.count / 2;
     ckpt_status charged = charge(r, n * (sizeof(entry) + 2 * sizeof(char *) + sizeof(tnode) + ckpt__cat_tensor_cost(0)), sdm);
     if (charged) return charged;
@@ -1022,23 +1022,23 @@ static ckpt_status read_entries(reader *r, const ckpt__pk_value *sdm, entry **ou
     for (size_t i = 0; i < n && st == CKPT_OK; i++) {
         const ckpt__pk_value *k = sdm->u.seq.items[2 * i], *v = sdm->u.seq.items[2 * i + 1];
         if (k->kind != CKPT__PK_STR) {
-            st = fail(r, CKPT_E_DCP_METADATA, NULL, k, "state_dict_metadata key %zu is not a string", i);
+            st = fail(r, CKPT__D(DCP_METADATA), NULL, k, "state_dict_metadata key %zu is not a string", i);
             break;
         }
         e[i].fqn = names[i] = k->u.s.data;
         e[i].value = v;
         e[i].t.fqn = k->u.s.data;
         if (!ckpt__name_table_insert(&seen, names, sizeof *names, (uint32_t)i, NULL)) {
-            st = fail(r, CKPT_E_DCP_METADATA, e[i].fqn, k, "state_dict_metadata names the tensor twice");
+            st = fail(r, CKPT__D(DCP_METADATA), e[i].fqn, k, "state_dict_metadata names the tensor twice");
         } else if (is_obj(v, META, "TensorStorageMetadata")) {
             st = read_tensor_meta(r, &e[i].t, v);
         } else if (is_obj(v, META, "BytesStorageMetadata")) {
             e[i].bytes = true;
             e[i].object = find_item(r, e[i].fqn, NULL, -1);
-            if (!e[i].object) st = fail(r, CKPT_E_DCP_METADATA, e[i].fqn, v, "the object has no storage_data entry");
+            if (!e[i].object) st = fail(r, CKPT__D(DCP_METADATA), e[i].fqn, v, "the object has no storage_data entry");
             else e[i].object->used = true;
         } else {
-            st = fail(r, CKPT_E_DCP_METADATA, e[i].fqn, v,
+            st = fail(r, CKPT__D(DCP_METADATA), e[i].fqn, v,
                       "state_dict_metadata value is neither TensorStorageMetadata nor BytesStorageMetadata");
         }
     }
@@ -1073,17 +1073,17 @@ static ckpt_status dcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
     r.budget = 4 * len + 1024;
     if (st == CKPT_OK) st = check_tree(&r, root);
     if (st == CKPT_OK && !is_obj(root, META, "Metadata"))
-        st = fail(&r, CKPT_E_DCP_METADATA, NULL, root, "the pickle is not a torch.distributed.checkpoint Metadata");
+        st = fail(&r, CKPT__D(DCP_METADATA), NULL, root, "the pickle is not a torch.distributed.checkpoint Metadata");
     const ckpt__pk_value *state = st == CKPT_OK ? root->state : NULL;
     if (st == CKPT_OK) {
         const ckpt__pk_value *sm = field(state, "storage_meta"), *version = field(state, "version"),
                              *planner = field(state, "planner_data");
         if (!is_none(sm) && !is_obj(sm, META, "StorageMeta"))
-            st = fail(&r, CKPT_E_DCP_METADATA, NULL, sm, "storage_meta is not a StorageMeta");
+            st = fail(&r, CKPT__D(DCP_METADATA), NULL, sm, "storage_meta is not a StorageMeta");
         else if (!is_none(version) && version->kind != CKPT__PK_STR)
-            st = fail(&r, CKPT_E_DCP_METADATA, NULL, version, "version is not a string");
+            st = fail(&r, CKPT__D(DCP_METADATA), NULL, version, "version is not a string");
         else if (!is_none(planner) && planner->kind != CKPT__PK_DICT)
-            st = fail(&r, CKPT_E_DCP_METADATA, NULL, planner, "planner_data is not a dict");
+            st = fail(&r, CKPT__D(DCP_METADATA), NULL, planner, "planner_data is not a dict");
     }
     if (st == CKPT_OK) st = read_storage_data(&r, field(state, "storage_data"));
     entry *e = NULL;

@@ -50,8 +50,8 @@ typedef struct ckpt__dcp_chunk {
 
 /*
  * Checks that `count` chunks tile a tensor of `shape`: every chunk inside
- * the tensor (CKPT_E_DCP_CHUNK_BOUNDS), no two sharing an element
- * (CKPT_E_DCP_CHUNK_OVERLAP), every element in one (CKPT_E_DCP_CHUNK_HOLE).
+ * the tensor (CKPT__D(DCP_CHUNK_BOUNDS)), no two sharing an element
+ * (CKPT__D(DCP_CHUNK_OVERLAP)), every element in one (CKPT__D(DCP_CHUNK_HOLE)).
  * Errors name `path`, the tensor and the chunks.  Work: O(n log n) plus
  * the pairs of chunks that overlap along the axis with the most distinct
  * offsets.

@@ -82,7 +82,7 @@ static ckpt_status read_file(hf_reader *r, ckpt__source *src, uint32_t file) {
         if (!strcmp(h.meta_keys[i], SHARDING_KEY)) info = h.meta_values[i];
     if (!info) {
         ckpt__st_header_free(&h);
-        return ckpt__fail(r->err, CKPT_E_DCP_METADATA, path, NULL, 8,
+        return ckpt__fail(r->err, CKPT__D(DCP_METADATA), path, NULL, 8,
                           "__metadata__ has no %s: this file is not a shard of the DCP checkpoint beside it (every "
                           "*.safetensors file of the directory is one)", SHARDING_KEY);
     }
@@ -98,10 +98,10 @@ static ckpt_status read_file(hf_reader *r, ckpt__source *src, uint32_t file) {
         const char *why;
         ckpt_status parsed = ckpt__json_parse_in(text, len, r->arena->budget, &doc, &at, &why);
         if (parsed != CKPT_OK)
-            st = ckpt__fail(r->err, parsed == CKPT_E_LIMIT ? parsed : CKPT_E_DCP_METADATA, path, NULL, 8,
+            st = ckpt__fail(r->err, parsed == CKPT_E_LIMIT ? parsed : CKPT__D(DCP_METADATA), path, NULL, 8,
                             "%s is not JSON (%s at its byte %zu)", SHARDING_KEY, why ? why : "invalid", at);
         else if (doc.nodes[0].kind != CKPT__JSON_OBJECT)
-            st = ckpt__fail(r->err, CKPT_E_DCP_METADATA, path, NULL, 8, "%s is not a JSON object", SHARDING_KEY);
+            st = ckpt__fail(r->err, CKPT__D(DCP_METADATA), path, NULL, 8, "%s is not a JSON object", SHARDING_KEY);
     }
     /* fqn → node of its {"saved_offsets": [...]} */
     size_t members = st == CKPT_OK ? doc.nodes[0].count : 0;
@@ -115,7 +115,7 @@ static ckpt_status read_file(hf_reader *r, ckpt__source *src, uint32_t file) {
         names[i] = doc.nodes[node].str;
         value_of[i] = (uint32_t)(node + 1);
         if (!ckpt__name_table_insert(&keys, names, sizeof *names, (uint32_t)i, NULL))
-            st = ckpt__fail(r->err, CKPT_E_DCP_METADATA, path, names[i], 8, "%s names the tensor twice", SHARDING_KEY);
+            st = ckpt__fail(r->err, CKPT__D(DCP_METADATA), path, names[i], 8, "%s names the tensor twice", SHARDING_KEY);
         node = doc.nodes[node + 1].end;
     }
     for (size_t i = 0; st == CKPT_OK && i < h.count; i++) {
@@ -126,7 +126,7 @@ static ckpt_status read_file(hf_reader *r, ckpt__source *src, uint32_t file) {
             for (uint32_t m = 0, node = (uint32_t)(v - doc.nodes) + 1; m < v->count; m++, node = doc.nodes[node + 1].end)
                 if (!strcmp(doc.nodes[node].str, "saved_offsets")) offs = &doc.nodes[node + 1];
         if (!offs || offs->kind != CKPT__JSON_ARRAY || offs->count != t->ndim) {
-            st = ckpt__fail(r->err, CKPT_E_DCP_METADATA, path, t->name, (int64_t)t->header_offset,
+            st = ckpt__fail(r->err, CKPT__D(DCP_METADATA), path, t->name, (int64_t)t->header_offset,
                             "%s gives the tensor no saved_offsets of %u numbers", SHARDING_KEY, t->ndim);
             break;
         }
@@ -156,13 +156,13 @@ static ckpt_status read_file(hf_reader *r, ckpt__source *src, uint32_t file) {
         const ckpt__json_node *x = offs + 1;
         for (uint32_t d = 0; d < t->ndim && st == CKPT_OK; d++, x = &doc.nodes[x->end]) {
             if (!ckpt__json_u64(x, &c->offsets[d]))
-                st = ckpt__fail(r->err, CKPT_E_DCP_METADATA, path, t->name, (int64_t)t->header_offset,
+                st = ckpt__fail(r->err, CKPT__D(DCP_METADATA), path, t->name, (int64_t)t->header_offset,
                                 "saved_offsets[%u] is not a non-negative integer", d);
         }
         /* torch counts float4_e2m1fn_x2 in pairs; safetensors in values. */
         if (st == CKPT_OK && t->dtype == CKPT_F4 && t->ndim) {
             if (c->offsets[t->ndim - 1] > UINT64_MAX / 2)
-                st = ckpt__fail(r->err, CKPT_E_DCP_CHUNK_BOUNDS, path, t->name, -1, "saved_offsets overflow");
+                st = ckpt__fail(r->err, CKPT__D(DCP_CHUNK_BOUNDS), path, t->name, -1, "saved_offsets overflow");
             else c->offsets[t->ndim - 1] *= 2;
         }
         if (st == CKPT_OK) r->count++;
@@ -198,7 +198,7 @@ static ckpt_status add_tensors(hf_reader *r) {
         for (size_t k = i; k < j && st == CKPT_OK; k++) {
             const chunk *c = &r->chunks[k];
             if (c->dtype != a->dtype || c->ndim != a->ndim) {
-                st = ckpt__fail(r->err, CKPT_E_DCP_CHUNK_MISMATCH, c->path, c->fqn, (int64_t)c->data,
+                st = ckpt__fail(r->err, CKPT__D(DCP_CHUNK_MISMATCH), c->path, c->fqn, (int64_t)c->data,
                                 "this chunk is %s with %u axes; the one in %s is %s with %u axes",
                                 ckpt_dtype_name(c->dtype), c->ndim, a->path, ckpt_dtype_name(a->dtype), a->ndim);
                 break;
@@ -207,7 +207,7 @@ static ckpt_status add_tensors(hf_reader *r) {
             for (uint32_t d = 0; d < c->ndim; d++) {
                 uint64_t end;
                 if (!ckpt__add_u64(c->offsets[d], c->sizes[d], &end)) {
-                    st = ckpt__fail(r->err, CKPT_E_DCP_CHUNK_BOUNDS, c->path, c->fqn, (int64_t)c->data,
+                    st = ckpt__fail(r->err, CKPT__D(DCP_CHUNK_BOUNDS), c->path, c->fqn, (int64_t)c->data,
                                     "saved_offsets + shape overflows on axis %u", d);
                     break;
                 }

@@ -154,7 +154,7 @@ static ckpt_status visit(walk *k, const ckpt__value *v) {
     ckpt__output *o = k->o;
     dcp_state *s = k->s;
     if (k->depth == 0)
-        return ckpt__fail(k->err, CKPT_E_DCP_UNSUPPORTED, ckpt__out_path(o), NULL, -1,
+        return ckpt__fail(k->err, CKPT__D(DCP_UNSUPPORTED), ckpt__out_path(o), NULL, -1,
                           "the object tree's root is not a dict: DCP saves a state dict");
     ckpt__dcp_path_part *path = ckpt__arena_alloc(ckpt__out_arena(o), k->depth * sizeof *path);
     char *fqn = join_path(ckpt__out_arena(o), k->parts, k->depth);
@@ -245,7 +245,7 @@ static ckpt_status next_child(walk *k, ckpt__stack *open, open_level *l) {
     const ckpt__value *key = ckpt__value_key(v, i);
     if (key->kind != CKPT__V_STR && key->kind != CKPT__V_NUMBER && key->kind != CKPT__V_BOOL && key->kind != CKPT__V_INT &&
         key->kind != CKPT__V_FLOAT)
-        return ckpt__fail(k->err, CKPT_E_DCP_UNSUPPORTED, ckpt__out_path(k->o), NULL, -1, "a dict key that DCP cannot name");
+        return ckpt__fail(k->err, CKPT__D(DCP_UNSUPPORTED), ckpt__out_path(k->o), NULL, -1, "a dict key that DCP cannot name");
     char *text = key_text(ckpt__out_arena(k->o), key);
     if (!text) return ckpt__oom(k->err, ckpt__out_path(k->o), NULL);
     k->parts[k->depth++] = (ckpt__dcp_path_part){text, 0};
@@ -275,7 +275,7 @@ static ckpt_status flatten_tree(ckpt__output *o, dcp_state *s, const ckpt__value
     ckpt__name_table table = {0};
     ckpt_status st = names && ckpt__name_table_init(&table, n ? n : 1) ? CKPT_OK : ckpt__oom(err, ckpt__out_path(o), NULL);
     if (st == CKPT_OK && tree->kind != CKPT__V_DICT)
-        st = ckpt__fail(err, CKPT_E_DCP_UNSUPPORTED, ckpt__out_path(o), NULL, -1,
+        st = ckpt__fail(err, CKPT__D(DCP_UNSUPPORTED), ckpt__out_path(o), NULL, -1,
                         "the object tree's root is not a dict: DCP saves a state dict");
     if (st == CKPT_OK) {
         for (size_t i = 0; i < n; i++) {
@@ -313,7 +313,7 @@ static ckpt_status new_state(ckpt__output *o, dcp_state **out, ckpt_error *err) 
     memset(s->tensors, 0, (n ? n : 1) * sizeof *s->tensors);
     for (size_t i = 0; i < n; i++)
         if (!ckpt__torch_type_of(ckpt__out_tensor_at(o, i)->dtype))
-            return ckpt__fail(err, CKPT_E_UNKNOWN_DTYPE, path, ckpt__out_tensor_at(o, i)->name, -1,
+            return ckpt__fail(err, CKPT__D(UNKNOWN_DTYPE), path, ckpt__out_tensor_at(o, i)->name, -1,
                               "%s has no torch dtype that DCP could record",
                               ckpt_dtype_name(ckpt__out_tensor_at(o, i)->dtype));
     return CKPT_OK;
@@ -376,7 +376,7 @@ static ckpt_status check_keys(ckpt__output *o, const dcp_state *s, ckpt_error *e
         const entry_out *e = &s->order[i];
         keys[i] = e->object ? s->objects[e->index].fqn : ckpt__out_tensor_at(o, e->index)->name;
         if (!ckpt__name_table_insert(&seen, keys, sizeof *keys, (uint32_t)i, NULL))
-            st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, ckpt__out_path(o), keys[i], -1,
+            st = ckpt__fail(err, CKPT__D(DUPLICATE_NAME), ckpt__out_path(o), keys[i], -1,
                             "two entries of the checkpoint would have this DCP key");
     }
     ckpt__name_table_free(&seen);

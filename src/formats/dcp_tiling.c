@@ -53,7 +53,7 @@ ckpt_status ckpt__dcp_check_tiling(const char *path, const char *tensor, uint32_
     char a[160], b[160], s[160];
     uint64_t numel;
     if (!ckpt__shape_numel(ndim, shape, &numel))
-        return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, path, tensor, -1,
+        return ckpt__fail(err, CKPT__D(SHAPE_OVERFLOW), path, tensor, -1,
                           "the size %s holds more than 2^63-1 elements in its nonzero axes",
                           ckpt__dcp_dims(s, sizeof s, shape, ndim));
     size_t *order = ckpt__malloc((count ? count : 1) * sizeof *order);
@@ -68,7 +68,7 @@ ckpt_status ckpt__dcp_check_tiling(const char *path, const char *tensor, uint32_
             uint64_t end;
             if (!ckpt__add_u64(c->offsets[d], c->sizes[d], &end) || end > shape[d]) {
                 free(order);
-                return ckpt__fail(err, CKPT_E_DCP_CHUNK_BOUNDS, path, tensor, -1,
+                return ckpt__fail(err, CKPT__D(DCP_CHUNK_BOUNDS), path, tensor, -1,
                                   "chunk %zu (offsets %s, sizes %s, in %s) reaches past the end of axis %u, "
                                   "whose size is %llu (tensor size %s)",
                                   k, ckpt__dcp_dims(a, sizeof a, c->offsets, ndim),
@@ -103,7 +103,7 @@ ckpt_status ckpt__dcp_check_tiling(const char *path, const char *tensor, uint32_
     }
     ckpt_status st = CKPT_OK;
     if (ndim == 0 && m > 1) {
-        st = ckpt__fail(err, CKPT_E_DCP_CHUNK_OVERLAP, path, tensor, -1,
+        st = ckpt__fail(err, CKPT__D(DCP_CHUNK_OVERLAP), path, tensor, -1,
                         "chunks %zu (in %s) and %zu (in %s) both hold the scalar", order[0], chunks[order[0]].file,
                         order[1], chunks[order[1]].file);
     } else if (ndim > 0 && m > 1) {
@@ -119,7 +119,7 @@ ckpt_status ckpt__dcp_check_tiling(const char *path, const char *tensor, uint32_
                 if (!boxes_meet(x, y, ndim)) continue;
                 size_t p = order[i] < order[j] ? order[i] : order[j], q = order[i] ^ order[j] ^ p;
                 char c[160], e[160];
-                st = ckpt__fail(err, CKPT_E_DCP_CHUNK_OVERLAP, path, tensor, -1,
+                st = ckpt__fail(err, CKPT__D(DCP_CHUNK_OVERLAP), path, tensor, -1,
                                 "chunks %zu (offsets %s, sizes %s, in %s) and %zu (offsets %s, sizes %s, in %s) "
                                 "share elements",
                                 p, ckpt__dcp_dims(a, sizeof a, chunks[p].offsets, ndim),
@@ -135,7 +135,7 @@ ckpt_status ckpt__dcp_check_tiling(const char *path, const char *tensor, uint32_
     /* Inside the tensor and disjoint: they cover it exactly when their
      * volumes add up to it. */
     if (total_overflows || total != numel)
-        return ckpt__fail(err, CKPT_E_DCP_CHUNK_HOLE, path, tensor, -1,
+        return ckpt__fail(err, CKPT__D(DCP_CHUNK_HOLE), path, tensor, -1,
                           "its %zu chunks cover %llu of its %llu elements (size %s): %llu elements belong to no chunk",
                           count, (unsigned long long)total, (unsigned long long)numel,
                           ckpt__dcp_dims(s, sizeof s, shape, ndim), (unsigned long long)(numel - total));

@@ -71,7 +71,7 @@ static void render_archive(const ckpt__buf *pickle, bool with_data, uint64_t dat
 static ckpt_status tensor_pickle(ckpt__buf *b, ckpt_dtype dtype, uint32_t ndim, const uint64_t *sizes,
                                  uint64_t nbytes) {
     const ckpt__torch_type *t = ckpt__torch_type_of(dtype);
-    if (!t) return CKPT_E_UNKNOWN_DTYPE;
+    if (!t) return CKPT__D(UNKNOWN_DTYPE);
     uint64_t strides[CKPT_MAX_DIMS], s = 1, numel = 1;
     for (uint32_t d = ndim; d-- > 0;) {
         strides[d] = s;
@@ -146,7 +146,7 @@ typedef struct obj_writer {
 } obj_writer;
 
 static ckpt_status refuse(obj_writer *w, const char *what) {
-    return ckpt__fail(w->err, CKPT_E_DCP_UNSUPPORTED, NULL, w->fqn, -1,
+    return ckpt__fail(w->err, CKPT__D(DCP_UNSUPPORTED), NULL, w->fqn, -1,
                       "the object holds %s, which ckpt cannot write into a DCP checkpoint", what);
 }
 

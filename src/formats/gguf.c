@@ -111,7 +111,7 @@ static ckpt_status rd_string(cursor *c, ckpt__arena *arena, const char *what, co
     ckpt_status st = rd64(c, &n, what);
     if (st) return st;
     if (n > c->size - c->pos)
-        return ckpt__fail(c->err, CKPT_E_GGUF_LENGTH, c->path, NULL, (int64_t)at,
+        return ckpt__fail(c->err, CKPT__D(GGUF_LENGTH), c->path, NULL, (int64_t)at,
                           "%s has length %llu but only %llu bytes of the file follow", what, (unsigned long long)n,
                           (unsigned long long)(c->size - c->pos));
     char *s = string_room(c, arena, n);
@@ -120,7 +120,7 @@ static ckpt_status rd_string(cursor *c, ckpt__arena *arena, const char *what, co
     s[n] = '\0';
     size_t bad = ckpt__utf8_check((const unsigned char *)s, (size_t)n);
     if (bad != n)
-        return ckpt__fail(c->err, CKPT_E_GGUF_LENGTH, c->path, NULL, (int64_t)(at + 8 + bad),
+        return ckpt__fail(c->err, CKPT__D(GGUF_LENGTH), c->path, NULL, (int64_t)(at + 8 + bad),
                           "%s is not valid UTF-8 (byte 0x%02x)", what, (unsigned char)s[bad]);
     *out = s;
     if (len) *len = n;
@@ -193,15 +193,15 @@ static ckpt_status array_head(value_ctx *v, size_t depth, uint32_t *et, uint64_t
     ckpt_status st;
     if ((st = rd32(c, et, "an array's element type"))) return st;
     if (*et >= T_COUNT)
-        return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, (int64_t)at,
+        return ckpt__fail(c->err, CKPT__D(GGUF_KV_TYPE), c->path, NULL, (int64_t)at,
                           "key '%s': array elements of unknown type %u", v->key, *et);
     if (*et == T_ARRAY && depth + 1 >= CKPT__GGUF_MAX_NESTING)
-        return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, (int64_t)at,
+        return ckpt__fail(c->err, CKPT__D(GGUF_KV_TYPE), c->path, NULL, (int64_t)at,
                           "key '%s': arrays nested more than %d deep", v->key, CKPT__GGUF_MAX_NESTING);
     uint64_t count_at = c->pos;
     if ((st = rd64(c, count, "an array's length"))) return st;
     if (*count > (c->size - c->pos) / min_size(*et))
-        return ckpt__fail(c->err, CKPT_E_GGUF_COUNT, c->path, NULL, (int64_t)count_at,
+        return ckpt__fail(c->err, CKPT__D(GGUF_COUNT), c->path, NULL, (int64_t)count_at,
                           "key '%s': array of %llu %s elements cannot fit in the %llu bytes left in the file",
                           v->key, (unsigned long long)*count, type_names[*et], (unsigned long long)(c->size - c->pos));
     ckpt__buf_puts(&v->json, "{\"" CKPT_GGUF_TYPE_KEY "\": \"array\", \"element\": \"");
@@ -370,17 +370,17 @@ static ckpt_status read_preamble(reading *r) {
         version = __builtin_bswap32(version);
     }
     if (version != 2 && version != 3)
-        return ckpt__fail(c->err, CKPT_E_GGUF_VERSION, c->path, NULL, 4,
+        return ckpt__fail(c->err, CKPT__D(GGUF_VERSION), c->path, NULL, 4,
                           version == 1 ? "GGUF version 1 is not supported (versions 2 and 3 are)"
                                        : "GGUF version %lu is not supported (versions 2 and 3 are)",
                           (unsigned long)version);
     if ((st = rd64(c, &r->n_tensors, "the tensor count")) || (st = rd64(c, &r->n_kv, "the key-value count"))) return st;
     /* A tensor info takes 24 bytes at least, a key-value 13. */
     if (r->n_kv > (c->size - c->pos) / 13)
-        return ckpt__fail(c->err, CKPT_E_GGUF_COUNT, c->path, NULL, 16, "%llu key-values cannot fit in a %llu-byte file",
+        return ckpt__fail(c->err, CKPT__D(GGUF_COUNT), c->path, NULL, 16, "%llu key-values cannot fit in a %llu-byte file",
                           (unsigned long long)r->n_kv, (unsigned long long)c->size);
     if (r->n_tensors > (c->size - c->pos) / 24)
-        return ckpt__fail(c->err, CKPT_E_GGUF_COUNT, c->path, NULL, 8, "%llu tensors cannot fit in a %llu-byte file",
+        return ckpt__fail(c->err, CKPT__D(GGUF_COUNT), c->path, NULL, 8, "%llu tensors cannot fit in a %llu-byte file",
                           (unsigned long long)r->n_tensors, (unsigned long long)c->size);
     return CKPT_OK;
 }
@@ -423,15 +423,15 @@ static ckpt_status read_kv(reading *r, uint64_t i) {
     ckpt_status st;
     if ((st = rd_string(c, r->arena, "a key", &kv->key, &klen))) return st;
     if (klen == 0)
-        return ckpt__fail(c->err, CKPT_E_GGUF_LENGTH, c->path, NULL, (int64_t)at, "key-value %llu has an empty key",
+        return ckpt__fail(c->err, CKPT__D(GGUF_LENGTH), c->path, NULL, (int64_t)at, "key-value %llu has an empty key",
                           (unsigned long long)i);
     /* a hash of the keys: a million of them are checked in a blink, not hours */
     if (!ckpt__name_table_insert(&r->keys, &h->kvs[0].key, sizeof *h->kvs, (uint32_t)h->kv_count, NULL))
-        return ckpt__fail(c->err, CKPT_E_DUPLICATE_NAME, c->path, NULL, (int64_t)at, "key '%s' appears twice", kv->key);
+        return ckpt__fail(c->err, CKPT__D(DUPLICATE_NAME), c->path, NULL, (int64_t)at, "key '%s' appears twice", kv->key);
     uint64_t type_at = c->pos;
     if ((st = rd32(c, &type, "a value type"))) return st;
     if (type >= T_COUNT)
-        return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, (int64_t)type_at,
+        return ckpt__fail(c->err, CKPT__D(GGUF_KV_TYPE), c->path, NULL, (int64_t)type_at,
                           "key '%s' has unknown value type %lu", kv->key, (unsigned long)type);
     kv->type = (ckpt_kv_type)type;
     value_ctx v = {c, r->arena, kv->key};
@@ -449,10 +449,10 @@ static ckpt_status read_known_keys(reading *r) {
     h->alignment = CKPT__GGUF_DEFAULT_ALIGNMENT;
     const ckpt_kv *a = find_kv(h, "general.alignment");
     if (a && a->type != CKPT_KV_U32)
-        return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, -1, "general.alignment is a %s, not a u32",
+        return ckpt__fail(c->err, CKPT__D(GGUF_KV_TYPE), c->path, NULL, -1, "general.alignment is a %s, not a u32",
                           type_names[a->type]);
     if (a && (a->u == 0 || (a->u & (a->u - 1)) != 0))
-        return ckpt__fail(c->err, CKPT_E_GGUF_ALIGNMENT, c->path, NULL, -1,
+        return ckpt__fail(c->err, CKPT__D(GGUF_ALIGNMENT), c->path, NULL, -1,
                           "general.alignment %llu is not a non-zero power of two", (unsigned long long)a->u);
     if (a) h->alignment = (uint32_t)a->u;
     static const struct { const char *key; uint32_t type; } split_keys[] = {
@@ -462,7 +462,7 @@ static ckpt_status read_known_keys(reading *r) {
         const ckpt_kv *s = find_kv(h, split_keys[k].key);
         if (!s) continue;
         if ((uint32_t)s->type != split_keys[k].type)
-            return ckpt__fail(c->err, CKPT_E_GGUF_KV_TYPE, c->path, NULL, -1, "%s is a %s, not a %s (as gguf-split writes it)",
+            return ckpt__fail(c->err, CKPT__D(GGUF_KV_TYPE), c->path, NULL, -1, "%s is a %s, not a %s (as gguf-split writes it)",
                               split_keys[k].key, type_names[s->type], type_names[split_keys[k].type]);
         *split_values[k] = s->i;
     }
@@ -476,7 +476,7 @@ static ckpt_status read_shape(reading *r, tinfo *t) {
     ckpt_status st = rd32(c, &t->ndim, "a tensor's dimension count");
     if (st) return st;
     if (t->ndim > CKPT__GGUF_MAX_DIMS)
-        return ckpt__fail(c->err, CKPT_E_GGUF_DIMS, c->path, t->name, (int64_t)dims_at,
+        return ckpt__fail(c->err, CKPT__D(GGUF_DIMS), c->path, t->name, (int64_t)dims_at,
                           "%lu dimensions, more than ggml's %d", (unsigned long)t->ndim, CKPT__GGUF_MAX_DIMS);
     t->shape = ckpt__arena_alloc(r->arena, (t->ndim ? t->ndim : 1) * sizeof(uint64_t));
     if (!t->shape) return ckpt__oom(c->err, c->path, t->name);
@@ -484,7 +484,7 @@ static ckpt_status read_shape(reading *r, tinfo *t) {
         uint64_t ne;
         if ((st = rd64(c, &ne, "a tensor dimension"))) return st;
         if (ne > (uint64_t)INT64_MAX)
-            return ckpt__fail(c->err, CKPT_E_GGUF_DIMS, c->path, t->name, (int64_t)(c->pos - 8),
+            return ckpt__fail(c->err, CKPT__D(GGUF_DIMS), c->path, t->name, (int64_t)(c->pos - 8),
                               "dimension %lu is %llu, more than ggml's int64", (unsigned long)d, (unsigned long long)ne);
         t->shape[t->ndim - 1 - d] = ne;
     }
@@ -498,9 +498,9 @@ static ckpt_status size_tensor(reading *r, tinfo *t, uint64_t dims_at, uint64_t 
     uint64_t numel;
     ckpt_status st;
     if (!ckpt__shape_numel(t->ndim, t->shape, &numel))
-        return ckpt__fail(c->err, CKPT_E_SHAPE_OVERFLOW, c->path, t->name, (int64_t)dims_at, "product of the shape overflows");
+        return ckpt__fail(c->err, CKPT__D(SHAPE_OVERFLOW), c->path, t->name, (int64_t)dims_at, "product of the shape overflows");
     if (ckpt_dtype_is_block(t->dtype) && !ckpt__block_rows_ok(t->dtype, t->ndim, t->shape))
-        return ckpt__fail(c->err, CKPT_E_GGUF_DIMS, c->path, t->name, (int64_t)dims_at,
+        return ckpt__fail(c->err, CKPT__D(GGUF_DIMS), c->path, t->name, (int64_t)dims_at,
                           "rows of %llu elements are not whole %s blocks of %u",
                           (unsigned long long)(t->ndim ? t->shape[t->ndim - 1] : 1), ckpt_dtype_name(t->dtype),
                           ckpt_dtype_block_elems(t->dtype));
@@ -508,7 +508,7 @@ static ckpt_status size_tensor(reading *r, tinfo *t, uint64_t dims_at, uint64_t 
         return ckpt__fail(c->err, st, c->path, t->name, (int64_t)dims_at, "%llu elements of %s: %s", (unsigned long long)numel,
                           ckpt_dtype_name(t->dtype), ckpt_status_message(st));
     if (r->h->big_endian && ckpt_dtype_is_block(t->dtype) && !swappable_block(t->dtype))
-        return ckpt__fail(c->err, CKPT_E_UNSUPPORTED_DTYPE, c->path, t->name, (int64_t)type_at,
+        return ckpt__fail(c->err, CKPT__D(UNSUPPORTED_DTYPE), c->path, t->name, (int64_t)type_at,
                           "a big-endian %s tensor: gguf-py's byte order converter defines big-endian blocks only "
                           "for Q4_0, Q8_0, Q4_K, Q6_K, MXFP4 and NVFP4", ckpt_dtype_name(t->dtype));
     return CKPT_OK;
@@ -529,11 +529,11 @@ static ckpt_status read_tensor_info(reading *r) {
     if ((st = rd32(c, &type, "a tensor's type"))) return st;
     t->dtype = ckpt_dtype_from_ggml_type(type);
     if (t->dtype == CKPT_DTYPE_INVALID)
-        return ckpt__fail(c->err, CKPT_E_GGUF_TENSOR_TYPE, c->path, t->name, (int64_t)type_at, "unknown ggml type %lu",
+        return ckpt__fail(c->err, CKPT__D(GGUF_TENSOR_TYPE), c->path, t->name, (int64_t)type_at, "unknown ggml type %lu",
                           (unsigned long)type);
     if ((st = rd64(c, &t->offset, "a tensor's offset")) || (st = size_tensor(r, t, dims_at, type_at))) return st;
     if (!ckpt__name_table_insert(&r->names, &h->tensors[0].name, sizeof *h->tensors, (uint32_t)h->count, &first))
-        return ckpt__fail(c->err, CKPT_E_DUPLICATE_NAME, c->path, t->name, (int64_t)t->info_at,
+        return ckpt__fail(c->err, CKPT__D(DUPLICATE_NAME), c->path, t->name, (int64_t)t->info_at,
                           "tensor name appears twice (first at byte %llu)", (unsigned long long)h->tensors[first].info_at);
     h->count++;
     return CKPT_OK;
@@ -549,11 +549,11 @@ static ckpt_status check_extents(reading *r, const tinfo **order) {
         const tinfo *t = order[i] = &h->tensors[i];
         int64_t at = (int64_t)t->info_at;
         if (t->offset % h->alignment)
-            return ckpt__fail(c->err, CKPT_E_GGUF_ALIGNMENT, c->path, t->name, at,
+            return ckpt__fail(c->err, CKPT__D(GGUF_ALIGNMENT), c->path, t->name, at,
                               "data offset %llu is not a multiple of the alignment %lu", (unsigned long long)t->offset,
                               (unsigned long)h->alignment);
         if (t->offset > data_size)
-            return ckpt__fail(c->err, CKPT_E_GGUF_OFFSET, c->path, t->name, at,
+            return ckpt__fail(c->err, CKPT__D(GGUF_OFFSET), c->path, t->name, at,
                               "data offset %llu is past the end of the %llu-byte data section",
                               (unsigned long long)t->offset, (unsigned long long)data_size);
         if (t->nbytes > data_size - t->offset)
@@ -565,7 +565,7 @@ static ckpt_status check_extents(reading *r, const tinfo **order) {
     for (size_t i = 1; i < h->count; i++) {
         const tinfo *p = order[i - 1], *t = order[i];
         if (t->nbytes && p->offset + p->nbytes > t->offset)
-            return ckpt__fail(c->err, CKPT_E_GGUF_OFFSET, c->path, t->name, (int64_t)(h->data_start + t->offset),
+            return ckpt__fail(c->err, CKPT__D(GGUF_OFFSET), c->path, t->name, (int64_t)(h->data_start + t->offset),
                               "data [%llu, %llu) overlaps '%s', which ends at %llu", (unsigned long long)t->offset,
                               (unsigned long long)(t->offset + t->nbytes), p->name,
                               (unsigned long long)(p->offset + p->nbytes));
@@ -660,11 +660,11 @@ static ckpt_status gguf_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err
     if (h.split_count > 1 || (h.split_no > 0)) {
         char *prefix = NULL;
         if (h.split_no != 0)
-            st = ckpt__fail(err, CKPT_E_GGUF_SPLIT, path, NULL, -1,
+            st = ckpt__fail(err, CKPT__D(GGUF_SPLIT), path, NULL, -1,
                             "is part %lld of a split GGUF: open its first part (-00001-of-%05lld.gguf)",
                             (long long)h.split_no + 1, (long long)h.split_count);
         else if (!split_prefix(path, h.split_count, &prefix))
-            st = ckpt__fail(err, CKPT_E_GGUF_SPLIT, path, NULL, -1,
+            st = ckpt__fail(err, CKPT__D(GGUF_SPLIT), path, NULL, -1,
                             "split.count is %lld but the file is not named like a first part (-00001-of-%05lld.gguf), "
                             "so its other parts cannot be found",
                             (long long)h.split_count, (long long)h.split_count);
@@ -689,7 +689,7 @@ static ckpt_status gguf_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err
             }
             if (st == CKPT_OK) {
                 if (ph.split_no != part || ph.split_count != h.split_count)
-                    st = ckpt__fail(err, CKPT_E_GGUF_SPLIT, part_path, NULL, -1,
+                    st = ckpt__fail(err, CKPT__D(GGUF_SPLIT), part_path, NULL, -1,
                                     "split.no is %lld and split.count %lld; part %lld of %lld expected",
                                     (long long)ph.split_no, (long long)ph.split_count, (long long)part,
                                     (long long)h.split_count);
@@ -703,7 +703,7 @@ static ckpt_status gguf_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err
             free(part_path);
         }
         if (st == CKPT_OK && h.split_tensors >= 0 && total != (uint64_t)h.split_tensors)
-            st = ckpt__fail(err, CKPT_E_GGUF_SPLIT, path, NULL, -1,
+            st = ckpt__fail(err, CKPT__D(GGUF_SPLIT), path, NULL, -1,
                             "split.tensors.count is %lld but the %lld parts hold %llu tensors", (long long)h.split_tensors,
                             (long long)h.split_count, (unsigned long long)total);
         free(prefix);

@@ -35,7 +35,7 @@ CKPT__HIDDEN const char *ckpt__gguf_type_name(uint32_t type);
  * Appends the binary key-value pair for a metadata entry: `value` is a
  * typed JSON value ({"gguf_type": ...}, see ckpt_kv) when `typed` says so
  * (it starts with '{' and parses as one), else a string.  On a malformed
- * typed value returns CKPT_E_GGUF_KV_TYPE with a reason in `why`.
+ * typed value returns CKPT__D(GGUF_KV_TYPE) with a reason in `why`.
  */
 CKPT__HIDDEN ckpt_status ckpt__gguf_encode_kv(ckpt__buf *out, const char *key, const char *value, char *why,
                                               size_t why_len);

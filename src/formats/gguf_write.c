@@ -230,7 +230,7 @@ ckpt_status ckpt__gguf_encode_kv(ckpt__buf *out, const char *key, const char *va
         put_str(out, value, strlen(value));
     }
     ckpt__arena_free(&arena);
-    if (!ok) return CKPT_E_GGUF_KV_TYPE;
+    if (!ok) return CKPT__D(GGUF_KV_TYPE);
     return out->failed ? CKPT_E_NO_MEMORY : CKPT_OK;
 }
 
@@ -356,12 +356,12 @@ ckpt_status ckpt__gguf_metadata_pairs(const char *json_text, char ***keys, char 
         const ckpt__value *value = ckpt__value_at(root, m);
         ckpt__buf b = {0};
         if (value->kind == CKPT__V_STR) ckpt__buf_append(&b, value->u.s.data, value->u.s.len);
-        else if (!typed_from_plain(value, &b, why, why_len)) st = CKPT_E_GGUF_KV_TYPE;
+        else if (!typed_from_plain(value, &b, why, why_len)) st = CKPT__D(GGUF_KV_TYPE);
         if (st == CKPT_OK && !b.data) b.data = ckpt__strdup("");
         if (st == CKPT_OK && (b.failed || !b.data || !(k[m] = ckpt__strdup(key)))) st = CKPT_E_NO_MEMORY;
         if (st) {
             free(b.data);
-            if (st == CKPT_E_GGUF_KV_TYPE) {
+            if (st == CKPT__D(GGUF_KV_TYPE)) {
                 char tmp[256];
                 snprintf(tmp, sizeof tmp, "%s", why);
                 snprintf(why, why_len, "key '%s': %s", key, tmp);
@@ -402,11 +402,11 @@ ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const c
         ckpt__gguf_out_tensor *t = &tensors[i];
         int ggml = ckpt_dtype_ggml_type(t->dtype);
         if (ggml < 0)
-            return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, path, t->name, -1,
+            return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), path, t->name, -1,
                               "GGUF has no %s type: cast it (F32, F16, BF16, F64, I8-I64 or a block type such as Q8_0)",
                               ckpt_dtype_name(t->dtype));
         if (t->ndim > CKPT__GGUF_MAX_DIMS)
-            return ckpt__fail(err, CKPT_E_GGUF_DIMS, path, t->name, -1, "%u dimensions, more than GGUF's %d", t->ndim,
+            return ckpt__fail(err, CKPT__D(GGUF_DIMS), path, t->name, -1, "%u dimensions, more than GGUF's %d", t->ndim,
                               CKPT__GGUF_MAX_DIMS);
         put_str(b, t->name, strlen(t->name));
         ckpt__put_le(b, t->ndim, 4);
@@ -414,7 +414,7 @@ ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const c
         CKPT__PUT_FIELDS(b, {4, (uint32_t)ggml}, {8, rel});
         t->offset = rel;
         uint64_t padded = t->nbytes + (alignment - t->nbytes % alignment) % alignment;
-        if (!ckpt__add_u64(rel, padded, &rel)) return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, path, t->name, -1, "file size overflows");
+        if (!ckpt__add_u64(rel, padded, &rel)) return ckpt__fail(err, CKPT__D(SHAPE_OVERFLOW), path, t->name, -1, "file size overflows");
     }
     static const char zeros[256];
     size_t pad = (alignment - b->len % alignment) % alignment;
@@ -459,11 +459,11 @@ static ckpt_status gguf_accepts(const char *path, const char *name, ckpt_dtype d
                                 const uint64_t *shape, ckpt_error *err) {
     (void)shape;
     if (ckpt_dtype_ggml_type(dtype) < 0)
-        return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, path, name, -1,
+        return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), path, name, -1,
                           "GGUF has no %s type: cast it to F32, F16, BF16, F64, I8-I64 or a block type such as Q8_0",
                           ckpt_dtype_name(dtype));
     if (ndim > CKPT__GGUF_MAX_DIMS)
-        return ckpt__fail(err, CKPT_E_GGUF_DIMS, path, name, -1, "%u dimensions, more than GGUF's %d", ndim,
+        return ckpt__fail(err, CKPT__D(GGUF_DIMS), path, name, -1, "%u dimensions, more than GGUF's %d", ndim,
                           CKPT__GGUF_MAX_DIMS);
     return CKPT_OK;
 }
@@ -495,11 +495,11 @@ static ckpt_status gather_kvs(ckpt__output *o, gguf_state *s, ckpt_error *err) {
         uint32_t type;
         uint64_t v;
         if (!ckpt__gguf_typed_value(s->values[i], &type, &v) || type != T_U32)
-            return ckpt__fail(err, CKPT_E_GGUF_KV_TYPE, ckpt__out_path(o), NULL, -1,
+            return ckpt__fail(err, CKPT__D(GGUF_KV_TYPE), ckpt__out_path(o), NULL, -1,
                               "general.alignment must be a u32 ({\"gguf_type\": \"u32\", \"value\": 32}), not %s",
                               s->values[i]);
         if (v == 0 || (v & (v - 1)) || v > (1u << 30))
-            return ckpt__fail(err, CKPT_E_GGUF_ALIGNMENT, ckpt__out_path(o), NULL, -1,
+            return ckpt__fail(err, CKPT__D(GGUF_ALIGNMENT), ckpt__out_path(o), NULL, -1,
                               "general.alignment %llu is not a power of two", (unsigned long long)v);
         s->alignment = (uint32_t)v;
     }

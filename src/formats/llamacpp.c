@@ -597,7 +597,7 @@ static ckpt_status plan_tensor(lc *c, size_t index, uint64_t *params) {
     char name[256];
     snprintf(name, sizeof name, m->gguf, layer);
     if (t->dtype != CKPT_F32 && t->dtype != CKPT_F16 && t->dtype != CKPT_BF16)
-        return ckpt__fail(c->err, CKPT_E_UNSUPPORTED_DTYPE, ckpt_catalog_file_path(c->plan->catalog, t->file),
+        return ckpt__fail(c->err, CKPT__D(UNSUPPORTED_DTYPE), ckpt_catalog_file_path(c->plan->catalog, t->file),
                           t->name, -1, "a %s tensor: llama.cpp's conversion takes f32, f16 or bf16 weights",
                           ckpt_dtype_name(t->dtype));
     if (m->rope == CKPT__LC_PERMUTE_Q) st = permute_rows(c, index, t, c->n_head);
@@ -1358,7 +1358,7 @@ ckpt_status ckpt_gguf_llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt
     *metadata_json = NULL;
     if (dtype != CKPT_DTYPE_INVALID && dtype != CKPT_F32 && dtype != CKPT_F16 && dtype != CKPT_BF16 &&
         dtype != CKPT_Q8_0)
-        return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, model_dir, NULL, -1,
+        return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), model_dir, NULL, -1,
                           "llama.cpp's conversion writes f32, f16, bf16 or q8_0, not %s", ckpt_dtype_name(dtype));
     lc c;
     memset(&c, 0, sizeof c);

@@ -142,7 +142,7 @@ static ckpt_status fail(mp *m, ckpt_status st, uint64_t at, const char *fmt, ...
 /* Makes bytes [pos, pos + n) (n ≤ WINDOW) available at *p, within `limit`. */
 static ckpt_status need(mp *m, size_t n, uint64_t limit, const unsigned char **p) {
     if (limit < m->pos || n > limit - m->pos)
-        return fail(m, limit == m->size ? CKPT_E_TRUNCATED : CKPT_E_MSGPACK_INVALID, m->pos,
+        return fail(m, limit == m->size ? CKPT_E_TRUNCATED : CKPT__D(MSGPACK_INVALID), m->pos,
                     limit == m->size ? "the file ends inside a msgpack value (%zu more bytes needed)"
                                      : "a msgpack value runs past the end of its enclosing extension (%zu bytes)",
                     n);
@@ -177,7 +177,7 @@ static ckpt_status charge(mp *m, uint64_t bytes, uint64_t at) {
 /* `len` bytes into scratch memory (NUL-terminated). */
 static ckpt_status bytes(mp *m, uint64_t len, uint64_t limit, mp_string **out) {
     if (limit < m->pos || len > limit - m->pos)
-        return fail(m, limit == m->size ? CKPT_E_TRUNCATED : CKPT_E_MSGPACK_INVALID, m->pos,
+        return fail(m, limit == m->size ? CKPT_E_TRUNCATED : CKPT__D(MSGPACK_INVALID), m->pos,
                     "%llu bytes of a string or bin run past the end of %s", (unsigned long long)len,
                     limit == m->size ? "the file" : "their enclosing extension");
     ckpt_status st = charge(m, sizeof(mp_string) + len + 1, m->pos);
@@ -278,12 +278,12 @@ static ckpt_status ndarray(mp *m, uint64_t end, mp_array *n) {
     mp_head h;
     ckpt_status st = read_head(m, end, 1u << H_ARRAY, &h);
     if (st) return st;
-    if (h.kind != H_ARRAY) return fail(m, CKPT_E_MSGPACK_INVALID, at, "ndarray payload is not an array (shape, dtype, data)");
-    if (h.v != 3) return fail(m, CKPT_E_MSGPACK_INVALID, at, "ndarray payload has %llu items, not 3", (unsigned long long)h.v);
+    if (h.kind != H_ARRAY) return fail(m, CKPT__D(MSGPACK_INVALID), at, "ndarray payload is not an array (shape, dtype, data)");
+    if (h.v != 3) return fail(m, CKPT__D(MSGPACK_INVALID), at, "ndarray payload has %llu items, not 3", (unsigned long long)h.v);
     /* shape: an array of non-negative ints */
     uint64_t shape_at = m->pos, ndim;
     if ((st = read_head(m, end, 1u << H_ARRAY, &h))) return st;
-    if (h.kind != H_ARRAY) return fail(m, CKPT_E_MSGPACK_INVALID, shape_at, "ndarray shape is not an array of integers");
+    if (h.kind != H_ARRAY) return fail(m, CKPT__D(MSGPACK_INVALID), shape_at, "ndarray shape is not an array of integers");
     ndim = h.v;
     if (ndim > CKPT_MAX_DIMS)
         return fail(m, CKPT_E_LIMIT, shape_at, "ndarray has %llu dimensions (at most %d)", (unsigned long long)ndim,
@@ -296,45 +296,45 @@ static ckpt_status ndarray(mp *m, uint64_t end, mp_array *n) {
         if ((st = read_head(m, end, 1u << H_UINT | 1u << H_INT, &h))) return st;
         bool sized_int = h.kind == H_INT && h.width; /* a negative fixint is no size either */
         if (sized_int && (int64_t)h.v < 0)
-            return fail(m, CKPT_E_MSGPACK_INVALID, dim_at, "ndarray shape has a negative size");
+            return fail(m, CKPT__D(MSGPACK_INVALID), dim_at, "ndarray shape has a negative size");
         if (h.kind != H_UINT && !sized_int)
-            return fail(m, CKPT_E_MSGPACK_INVALID, dim_at, "ndarray shape holds something other than integers");
+            return fail(m, CKPT__D(MSGPACK_INVALID), dim_at, "ndarray shape holds something other than integers");
         shape[d] = h.v;
     }
     /* dtype name: str or bin (Flax reads it raw) */
     uint64_t dtype_at = m->pos;
     if ((st = read_head(m, end, TEXT, &h))) return st;
-    if (h.kind != H_STR && h.kind != H_BIN) return fail(m, CKPT_E_MSGPACK_INVALID, dtype_at, "ndarray dtype is not a string");
+    if (h.kind != H_STR && h.kind != H_BIN) return fail(m, CKPT__D(MSGPACK_INVALID), dtype_at, "ndarray dtype is not a string");
     len = h.v;
-    if (len > 64) return fail(m, CKPT_E_MSGPACK_INVALID, dtype_at, "ndarray dtype name of %llu bytes", (unsigned long long)len);
+    if (len > 64) return fail(m, CKPT__D(MSGPACK_INVALID), dtype_at, "ndarray dtype name of %llu bytes", (unsigned long long)len);
     mp_string *dtype_name;
     if ((st = bytes(m, len, end, &dtype_name))) return st;
     const char *name = dtype_name->data;
-    if (strlen(name) != len) return fail(m, CKPT_E_MSGPACK_INVALID, dtype_at, "ndarray dtype name holds a NUL byte");
+    if (strlen(name) != len) return fail(m, CKPT__D(MSGPACK_INVALID), dtype_at, "ndarray dtype name holds a NUL byte");
     bool big;
     const char *why;
     ckpt_dtype dtype = ckpt__numpy_dtype(name, &big, &why);
     if (dtype == CKPT_DTYPE_INVALID)
-        return fail(m, CKPT_E_UNKNOWN_DTYPE, dtype_at, "ndarray dtype '%s': %s", name, why);
+        return fail(m, CKPT__D(UNKNOWN_DTYPE), dtype_at, "ndarray dtype '%s': %s", name, why);
     /* data: bin (or str, which Flax would read the same) */
     uint64_t data_at = m->pos;
     if ((st = read_head(m, end, TEXT, &h))) return st;
-    if (h.kind != H_STR && h.kind != H_BIN) return fail(m, CKPT_E_MSGPACK_INVALID, data_at, "ndarray data is not a bin");
+    if (h.kind != H_STR && h.kind != H_BIN) return fail(m, CKPT__D(MSGPACK_INVALID), data_at, "ndarray data is not a bin");
     len = h.v;
     uint64_t numel, nbytes;
     if (ckpt__tensor_size(dtype, (uint32_t)ndim, shape, &numel, &nbytes))
-        return fail(m, CKPT_E_SHAPE_OVERFLOW, shape_at, "ndarray shape's byte count overflows");
+        return fail(m, CKPT__D(SHAPE_OVERFLOW), shape_at, "ndarray shape's byte count overflows");
     if (len != nbytes)
-        return fail(m, CKPT_E_SIZE_MISMATCH, data_at, "ndarray of %llu elements of %s needs %llu bytes; its data holds %llu",
+        return fail(m, CKPT__D(SIZE_MISMATCH), data_at, "ndarray of %llu elements of %s needs %llu bytes; its data holds %llu",
                     (unsigned long long)numel, name, (unsigned long long)nbytes, (unsigned long long)len);
     if (len > end - m->pos)
-        return fail(m, end == m->size ? CKPT_E_TRUNCATED : CKPT_E_MSGPACK_INVALID, data_at,
+        return fail(m, end == m->size ? CKPT_E_TRUNCATED : CKPT__D(MSGPACK_INVALID), data_at,
                     "ndarray data of %llu bytes runs past the end of %s", (unsigned long long)len,
                     end == m->size ? "the file" : "its extension");
     *n = (mp_array){dtype, (uint32_t)ndim, shape, numel, nbytes, m->pos};
     m->pos += len;
     if (m->pos != end)
-        return fail(m, CKPT_E_MSGPACK_INVALID, m->pos, "%llu bytes after the ndarray payload inside its extension",
+        return fail(m, CKPT__D(MSGPACK_INVALID), m->pos, "%llu bytes after the ndarray payload inside its extension",
                     (unsigned long long)(end - m->pos));
     return CKPT_OK;
 }
@@ -348,7 +348,7 @@ static ckpt_status complex_part(mp *m, uint64_t end, double *out) {
     if (h.kind == H_UINT) *out = (double)h.v;
     else if (h.kind == H_INT) *out = (double)(int64_t)h.v;
     else if (h.kind == H_FLOAT) *out = float_of(&h);
-    else return fail(m, CKPT_E_MSGPACK_INVALID, at, "complex extension part is not a number");
+    else return fail(m, CKPT__D(MSGPACK_INVALID), at, "complex extension part is not a number");
     return CKPT_OK;
 }
 
@@ -362,7 +362,7 @@ static ckpt_status complex_value(mp *m, uint64_t at, uint64_t end, node *n) {
     if (count == 2 && !c) return ckpt__oom(m->err, m->path, NULL);
     for (int k = 0; count == 2 && k < 2; k++)
         if ((st = complex_part(m, end, &c[k]))) return st;
-    if (count != 2 || m->pos != end) return fail(m, CKPT_E_MSGPACK_INVALID, at, "complex extension is not a (real, imag) pair");
+    if (count != 2 || m->pos != end) return fail(m, CKPT__D(MSGPACK_INVALID), at, "complex extension is not a (real, imag) pair");
     n->kind = N_COMPLEX;
     n->u.c = c;
     return charge(m, 2 * sizeof *c, at);
@@ -386,12 +386,12 @@ static ckpt_status ext(mp *m, uint64_t at, uint64_t len, node *n) {
         n->scalar = (int8_t)type == EXT_SCALAR;
         n->u.arr = a;
         if (n->scalar && a->ndim)
-            return fail(m, CKPT_E_MSGPACK_INVALID, at, "numpy scalar extension with a shape of %u dimensions", a->ndim);
+            return fail(m, CKPT__D(MSGPACK_INVALID), at, "numpy scalar extension with a shape of %u dimensions", a->ndim);
         return CKPT_OK;
     }
     case EXT_COMPLEX: return complex_value(m, at, end, n);
     }
-    return fail(m, CKPT_E_MSGPACK_INVALID, at,
+    return fail(m, CKPT__D(MSGPACK_INVALID), at,
                 "msgpack extension type %d is not one of Flax's (1 ndarray, 2 complex, 3 numpy scalar)", (int8_t)type);
 }
 
@@ -406,7 +406,7 @@ static ckpt_status string_node(mp *m, uint32_t i, bool text, uint64_t len) {
     ckpt_status st = bytes(m, len, m->size, &s);
     if (st) return st;
     size_t bad = text ? ckpt__utf8_check((const unsigned char *)s->data, (size_t)len) : len;
-    if (bad != len) return fail(m, CKPT_E_MSGPACK_INVALID, at, "string is not UTF-8 (byte %zu)", bad);
+    if (bad != len) return fail(m, CKPT__D(MSGPACK_INVALID), at, "string is not UTF-8 (byte %zu)", bad);
     m->nodes[i].kind = text ? N_STR : N_BIN, m->nodes[i].u.s = s;
     return CKPT_OK;
 }
@@ -430,7 +430,7 @@ static ckpt_status value_head(mp *m, uint32_t i, uint64_t *items) {
     case H_ARRAY: n->kind = N_ARRAY, n->u.seq.count = (uint32_t)h.v, *items = n->u.seq.count; break;
     case H_STR: case H_BIN: return string_node(m, i, h.kind == H_STR, h.v);
     case H_EXT: return ext(m, at, h.v, n);
-    case H_BAD: return fail(m, CKPT_E_MSGPACK_INVALID, at, "byte 0x%02x starts no msgpack value", h.byte);
+    case H_BAD: return fail(m, CKPT__D(MSGPACK_INVALID), at, "byte 0x%02x starts no msgpack value", h.byte);
     }
     return CKPT_OK;
 }
@@ -552,7 +552,7 @@ static ckpt_status as_tuple(walker *w, const node *map, const char *what, const 
                             uint64_t *count) {
     mp *m = w->m;
     if (!map || map->kind != N_MAP)
-        return fail(m, CKPT_E_MSGPACK_INVALID, map ? node_at(map) : 0, "chunked array's '%s' is not a map", what);
+        return fail(m, CKPT__D(MSGPACK_INVALID), map ? node_at(map) : 0, "chunked array's '%s' is not a map", what);
     if (map->u.seq.count > max)
         return fail(m, CKPT_E_LIMIT, node_at(map), "chunked array's '%s' has %u entries (at most %llu)", what,
                     map->u.seq.count, (unsigned long long)max);
@@ -566,7 +566,7 @@ static ckpt_status as_tuple(walker *w, const node *map, const char *what, const 
                                      ? strtoull(text, &end, 10)
                                      : ULLONG_MAX;
         if (!end || *end || idx >= map->u.seq.count || vals[idx])
-            return fail(m, CKPT_E_MSGPACK_INVALID, node_at(k), "chunked array's '%s' keys are not '0' … '%u'", what,
+            return fail(m, CKPT__D(MSGPACK_INVALID), node_at(k), "chunked array's '%s' keys are not '0' … '%u'", what,
                         map->u.seq.count - 1);
         vals[idx] = skip(k);
     }
@@ -687,7 +687,7 @@ static ckpt_status chunked(walker *w, const node *map) {
     if (st) return ckpt__error_in_tensor(m->err, st, name);
     const node *chunks_map = lookup(map, "chunks");
     if (!chunks_map || chunks_map->kind != N_MAP)
-        return ckpt__error_in_tensor(m->err, fail(m, CKPT_E_MSGPACK_INVALID, node_at(map), "chunked array has no 'chunks' map"), name);
+        return ckpt__error_in_tensor(m->err, fail(m, CKPT__D(MSGPACK_INVALID), node_at(map), "chunked array has no 'chunks' map"), name);
     const node **chunks = ckpt__malloc((chunks_map->u.seq.count ? chunks_map->u.seq.count : 1) * sizeof *chunks);
     if (!chunks) return ckpt__oom(m->err, m->path, name);
     st = as_tuple(w, chunks_map, "chunks", chunks, UINT32_MAX, &nchunks);
@@ -696,29 +696,29 @@ static ckpt_status chunked(walker *w, const node *map) {
     for (uint64_t d = 0; st == CKPT_OK && d < ndim; d++) {
         if (dims[d]->kind == N_UINT) shape[d] = dims[d]->u.u;
         else if (dims[d]->kind == N_INT && dims[d]->u.i >= 0) shape[d] = (uint64_t)dims[d]->u.i;
-        else st = fail(m, CKPT_E_MSGPACK_INVALID, node_at(dims[d]), "chunked array's shape holds something other than a size");
+        else st = fail(m, CKPT__D(MSGPACK_INVALID), node_at(dims[d]), "chunked array's shape holds something other than a size");
     }
     uint64_t numel = 0, total = 0;
     if (st == CKPT_OK && !ckpt__shape_numel((uint32_t)ndim, shape, &numel))
-        st = fail(m, CKPT_E_SHAPE_OVERFLOW, node_at(map), "chunked array's shape overflows");
+        st = fail(m, CKPT__D(SHAPE_OVERFLOW), node_at(map), "chunked array's shape overflows");
     ckpt_dtype dtype = CKPT_DTYPE_INVALID;
     for (uint64_t k = 0; st == CKPT_OK && k < nchunks; k++) {
         const node *c = chunks[k];
         if (c->kind != N_NDARRAY || c->scalar)
-            st = fail(m, CKPT_E_MSGPACK_INVALID, node_at(c), "chunk %llu of a chunked array is not an ndarray", (unsigned long long)k);
+            st = fail(m, CKPT__D(MSGPACK_INVALID), node_at(c), "chunk %llu of a chunked array is not an ndarray", (unsigned long long)k);
         else if (k && c->u.arr->dtype != dtype)
-            st = fail(m, CKPT_E_MSGPACK_INVALID, node_at(c), "chunk %llu is %s, chunk 0 %s", (unsigned long long)k,
+            st = fail(m, CKPT__D(MSGPACK_INVALID), node_at(c), "chunk %llu is %s, chunk 0 %s", (unsigned long long)k,
                       ckpt_dtype_name(c->u.arr->dtype), ckpt_dtype_name(dtype));
         else if (!ckpt__add_u64(total, c->u.arr->numel, &total) || total > numel)
-            st = fail(m, CKPT_E_SIZE_MISMATCH, node_at(c), "chunks hold more elements than the shape's %llu",
+            st = fail(m, CKPT__D(SIZE_MISMATCH), node_at(c), "chunks hold more elements than the shape's %llu",
                       (unsigned long long)numel);
         dtype = c->u.arr->dtype;
     }
     if (st == CKPT_OK && (total != numel || !nchunks))
-        st = fail(m, CKPT_E_SIZE_MISMATCH, node_at(map), "chunks hold %llu elements; the shape needs %llu",
+        st = fail(m, CKPT__D(SIZE_MISMATCH), node_at(map), "chunks hold %llu elements; the shape needs %llu",
                   (unsigned long long)total, (unsigned long long)numel);
     if (st == CKPT_OK && ckpt_dtype_bits(dtype) % 8)
-        st = fail(m, CKPT_E_UNKNOWN_DTYPE, node_at(map), "chunked array of a packed dtype");
+        st = fail(m, CKPT__D(UNKNOWN_DTYPE), node_at(map), "chunked array of a packed dtype");
     size_t pieces = 0;
     if (st == CKPT_OK && (numel == 0 || ndim == 0)) { /* no chunking to undo: one piece, whole */
         w->pieces[0] = (ckpt__piece){.file = w->file, .offset = chunks[0]->u.arr->data};
@@ -793,7 +793,7 @@ static ckpt_status visit(walker *w, ckpt__stack *frames, const node *n) {
         v = make(w, n, CKPT__V_DICT, n->u.seq.count, NULL, 0);
         break;
     case N_ARRAY: v = make(w, n, CKPT__V_LIST, n->u.seq.count, NULL, 0); break;
-    default: return fail(m, CKPT_E_MSGPACK_INVALID, node_at(n), "unexpected value");
+    default: return fail(m, CKPT__D(MSGPACK_INVALID), node_at(n), "unexpected value");
     }
     if (!v) return w->failed;
     wframe *f = ckpt__stack_push(frames);
@@ -811,7 +811,7 @@ static ckpt_status next_entry(walker *w, ckpt__stack *frames, wframe *f) {
     size_t len;
     w->slot = &f->out->u.items[2 * f->done];
     if (k->kind == N_STR) {
-        if (strlen(k->u.s->data) != k->u.s->len) return fail(m, CKPT_E_MSGPACK_INVALID, node_at(k), "map key holds a NUL byte");
+        if (strlen(k->u.s->data) != k->u.s->len) return fail(m, CKPT__D(MSGPACK_INVALID), node_at(k), "map key holds a NUL byte");
         part = k->u.s->data, len = k->u.s->len;
         if (!make(w, k, CKPT__V_STR, 0, part, len)) return w->failed;
     } else if (k->kind == N_INT || k->kind == N_UINT) {
@@ -820,7 +820,7 @@ static ckpt_status next_entry(walker *w, ckpt__stack *frames, wframe *f) {
         else snprintf(num, sizeof num, "%lld", (long long)k->u.i);
         part = num, len = strlen(num);
     } else {
-        return fail(m, CKPT_E_MSGPACK_INVALID, node_at(k), "map key is not a string or an integer");
+        return fail(m, CKPT__D(MSGPACK_INVALID), node_at(k), "map key is not a string or an integer");
     }
     w->slot = &f->out->u.items[2 * f->done + 1];
     f->next = skip(v);
@@ -899,7 +899,7 @@ static ckpt_status msgpack_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *
     if (!m.win) return ckpt__oom(err, src->name, NULL);
     st = parse(&m);
     if (st == CKPT_OK && m.pos != m.size)
-        st = fail(&m, CKPT_E_TRAILING_BYTES, m.pos, "%llu bytes after the msgpack document",
+        st = fail(&m, CKPT__D(TRAILING_BYTES), m.pos, "%llu bytes after the msgpack document",
                   (unsigned long long)(m.size - m.pos));
     free(m.win);
     walker w = {.m = &m, .c = c, .file = file};

@@ -68,7 +68,7 @@ ckpt_status ckpt__numpy_accepts(const char *path, const char *name, ckpt_dtype d
                                 const uint64_t *shape, ckpt_error *err) {
     (void)ndim, (void)shape;
     if (ckpt__numpy_name(dtype)) return CKPT_OK;
-    return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, path, name, -1,
+    return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), path, name, -1,
                       "NumPy has no %s dtype: cast it to a float dtype first (--dtype, dtype=)", ckpt_dtype_name(dtype));
 }
 
@@ -163,7 +163,7 @@ const char *ckpt__numpy_descr(ckpt_dtype dtype) {
 
 ckpt_status ckpt__npy_header_write(ckpt__buf *out, ckpt_dtype dtype, uint32_t ndim, const uint64_t *shape) {
     const char *descr = ckpt__numpy_descr(dtype);
-    if (!descr) return CKPT_E_UNKNOWN_DTYPE;
+    if (!descr) return CKPT__D(UNKNOWN_DTYPE);
     ckpt__buf h = {0};
     char num[32];
     ckpt__buf_puts(&h, "{'descr': '");
@@ -210,7 +210,7 @@ static ckpt_status bad(ckpt_error *err, const char *path, const char *tensor, in
     va_start(ap, fmt);
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
-    return ckpt__fail(err, CKPT_E_NPY_INVALID, path, tensor, base >= 0 ? base + (int64_t)at : -1, "%s", detail);
+    return ckpt__fail(err, CKPT__D(NPY_INVALID), path, tensor, base >= 0 ? base + (int64_t)at : -1, "%s", detail);
 }
 
 ckpt_status ckpt__npy_preamble(const unsigned char *head, size_t n, const char *path, const char *tensor,
@@ -334,7 +334,7 @@ ckpt_status ckpt__npy_parse(const unsigned char *buf, size_t n, const char *path
         if (!strcmp(key, "descr")) {
             if (have_descr) return bad(err, path, tensor, base, key_at, "%s", ".npy header: 'descr' given twice");
             if (l.pos < l.end && l.s[l.pos] == '[')
-                return ckpt__fail(err, CKPT_E_UNKNOWN_DTYPE, path, tensor, base >= 0 ? base + (int64_t)at : -1,
+                return ckpt__fail(err, CKPT__D(UNKNOWN_DTYPE), path, tensor, base >= 0 ? base + (int64_t)at : -1,
                                   ".npy holds a structured array (descr is a list of fields), not a tensor");
             if (!string(&l, descr, sizeof descr))
                 return bad(err, path, tensor, base, at, "%s", ".npy header: 'descr' is not a dtype string");
@@ -381,10 +381,10 @@ ckpt_status ckpt__npy_parse(const unsigned char *buf, size_t n, const char *path
     const char *why;
     out->dtype = ckpt__numpy_dtype(descr, &out->big_endian, &why);
     if (out->dtype == CKPT_DTYPE_INVALID)
-        return ckpt__fail(err, CKPT_E_UNKNOWN_DTYPE, path, tensor, base >= 0 ? base + (int64_t)start : -1,
+        return ckpt__fail(err, CKPT__D(UNKNOWN_DTYPE), path, tensor, base >= 0 ? base + (int64_t)start : -1,
                           ".npy dtype '%s': %s", descr, why);
     if (ckpt__tensor_size(out->dtype, ndim, shape, &out->numel, &out->nbytes))
-        return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, path, tensor, base >= 0 ? base + (int64_t)start : -1,
+        return ckpt__fail(err, CKPT__D(SHAPE_OVERFLOW), path, tensor, base >= 0 ? base + (int64_t)start : -1,
                           ".npy shape's byte count overflows");
     out->ndim = ndim;
     out->shape = ckpt__arena_alloc(arena, (ndim ? ndim : 1) * sizeof *out->shape);

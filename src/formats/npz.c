@@ -51,7 +51,7 @@ static ckpt_status add_member(ckpt_catalog *c, ckpt__source *src, uint32_t file,
     if (!name) return ckpt__oom(err, path, e->name);
     int64_t base = e->method == 0 ? (int64_t)e->data_offset : -1;
     if (e->method == 8 && e->comp_size == 0)
-        return ckpt__fail(err, CKPT_E_ZIP_INVALID, path, name, (int64_t)e->header_offset,
+        return ckpt__fail(err, CKPT__D(ZIP_INVALID), path, name, (int64_t)e->header_offset,
                           "compressed member %s has no compressed data", e->name);
     unsigned char head[12] = {0};
     size_t n = e->size < sizeof head ? (size_t)e->size : sizeof head;
@@ -219,7 +219,7 @@ static ckpt_status npz_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, c
         uint64_t data = at + LOCAL + m->name_len + ZIP64_EXTRA_LOCAL + m->header_len;
         ckpt__out_tensor_at(o, m->tensor)->offset = data;
         if (!ckpt__add_u64(data, m->data_len, &at))
-            return ckpt__fail(err, CKPT_E_SHAPE_OVERFLOW, ckpt__out_path(o), NULL, -1, "archive size overflows");
+            return ckpt__fail(err, CKPT__D(SHAPE_OVERFLOW), ckpt__out_path(o), NULL, -1, "archive size overflows");
         dir_len += CENTRAL + m->name_len + ZIP64_EXTRA_CENTRAL;
     }
     s->directory = at;

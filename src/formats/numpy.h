@@ -100,7 +100,7 @@ CKPT__HIDDEN const char *ckpt__numpy_descr(ckpt_dtype dtype);
 /* A .npy preamble and header for a row-major array, as
  * numpy.lib.format writes it (keys sorted, room for the first axis to
  * grow, padded to 64 bytes; version 1.0, 2.0 when longer), appended to
- * `out`.  CKPT_E_UNKNOWN_DTYPE when NumPy has no such dtype. */
+ * `out`.  CKPT__D(UNKNOWN_DTYPE) when NumPy has no such dtype. */
 CKPT__HIDDEN ckpt_status ckpt__npy_header_write(ckpt__buf *out, ckpt_dtype dtype, uint32_t ndim,
                                                 const uint64_t *shape);
 

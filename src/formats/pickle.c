@@ -100,13 +100,13 @@ static ckpt__pk_value **stack_at(vm *m, size_t i) { return m->stack ? m->stack +
 static size_t frame_base(const vm *m) { return m->nmarks ? m->marks[m->nmarks - 1] : 0; }
 
 static ckpt_status pop(vm *m, ckpt__pk_value **out) {
-    if (m->depth <= frame_base(m)) return fail(m, CKPT_E_PICKLE_INVALID, "stack underflow");
+    if (m->depth <= frame_base(m)) return fail(m, CKPT__D(PICKLE_INVALID), "stack underflow");
     *out = m->stack[--m->depth];
     return CKPT_OK;
 }
 
 static ckpt_status top(vm *m, ckpt__pk_value **out) {
-    if (m->depth <= frame_base(m)) return fail(m, CKPT_E_PICKLE_INVALID, "stack underflow");
+    if (m->depth <= frame_base(m)) return fail(m, CKPT__D(PICKLE_INVALID), "stack underflow");
     *out = m->stack[m->depth - 1];
     return CKPT_OK;
 }
@@ -114,7 +114,7 @@ static ckpt_status top(vm *m, ckpt__pk_value **out) {
 /* Pops everything above the last MARK and the mark itself; the values are
  * m->stack[*first .. *first + *count). */
 static ckpt_status pop_mark(vm *m, size_t *first, size_t *count) {
-    if (!m->nmarks) return fail(m, CKPT_E_PICKLE_INVALID, "no MARK on the stack");
+    if (!m->nmarks) return fail(m, CKPT__D(PICKLE_INVALID), "no MARK on the stack");
     size_t base = m->marks[--m->nmarks];
     *first = base;
     *count = m->depth - base;
@@ -124,7 +124,7 @@ static ckpt_status pop_mark(vm *m, size_t *first, size_t *count) {
 
 /* The failure of a read of n bytes that the pickle does not hold. */
 static ckpt_status truncated(vm *m, size_t n) {
-    return fail(m, CKPT_E_PICKLE_INVALID, "truncated: %zu bytes needed, %zu left", n, ckpt__rd_left(&m->in));
+    return fail(m, CKPT__D(PICKLE_INVALID), "truncated: %zu bytes needed, %zu left", n, ckpt__rd_left(&m->in));
 }
 
 /* Room for `n` more items (the arena keeps outgrown arrays: a container
@@ -168,7 +168,7 @@ static ckpt_status string_value(vm *m, ckpt__pk_kind kind, size_t n) {
     const char *s = (const char *)ckpt__rd_bytes(&m->in, n);
     if (!s) return truncated(m, n);
     if (kind == CKPT__PK_STR && ckpt__utf8_check((const unsigned char *)s, n) != n)
-        return fail(m, CKPT_E_PICKLE_INVALID, "string is not valid UTF-8");
+        return fail(m, CKPT__D(PICKLE_INVALID), "string is not valid UTF-8");
     ckpt__pk_value *v = new_value(m, kind);
     char *copy = v && charge(m, n + 1) ? ckpt__arena_strndup(m->arena, s, n) : NULL;
     if (!copy) return no_room(m);
@@ -201,7 +201,7 @@ static ckpt_status memo_put(vm *m, uint64_t index) {
 
 static ckpt_status memo_get(vm *m, uint64_t index) {
     if (index >= m->memo_cap || !m->memo[index])
-        return fail(m, CKPT_E_PICKLE_INVALID, "memo index %llu was never stored", (unsigned long long)index);
+        return fail(m, CKPT__D(PICKLE_INVALID), "memo index %llu was never stored", (unsigned long long)index);
     return push(m, m->memo[index]);
 }
 
@@ -210,14 +210,14 @@ static ckpt_status global(vm *m, const char *module, size_t mlen, const char *na
     if (!v || !charge(m, mlen + nlen + 2)) return no_room(m);
     char *mod = ckpt__arena_strndup(m->arena, module, mlen), *nm = ckpt__arena_strndup(m->arena, name, nlen);
     if (!mod || !nm) return oom(m);
-    if (strlen(mod) != mlen || strlen(nm) != nlen) return fail(m, CKPT_E_PICKLE_INVALID, "global name contains a NUL");
+    if (strlen(mod) != mlen || strlen(nm) != nlen) return fail(m, CKPT__D(PICKLE_INVALID), "global name contains a NUL");
     /* Python 2 module names, as CPython's _compat_pickle and torch's
      * weights-only unpickler map them (protocol 2 writes them). */
     if (!strcmp(mod, "__builtin__")) mod = "builtins";
     else if (!strcmp(mod, "copy_reg")) mod = "copyreg";
     ckpt__pk_allowed allowed = m->allow ? m->allow(mod, nm, m->user) : CKPT__PK_DENY;
     if (allowed == CKPT__PK_DENY)
-        return fail(m, CKPT_E_PICKLE_FORBIDDEN,
+        return fail(m, CKPT__D(PICKLE_FORBIDDEN),
                     "global '%s.%s' is not allowed (nothing was executed); if it only rebuilds plain data (a numpy "
                     "scalar, an argparse.Namespace, a dataclass), allow it with --allow-global %s.%s (Python: "
                     "allowed_globals=[\"%s.%s\"]; C: ckpt_catalog_options.allowed_globals)",
@@ -231,10 +231,10 @@ static ckpt_status global(vm *m, const char *module, size_t mlen, const char *na
 static ckpt_status text_global(vm *m) {
     const char *s = (const char *)m->in.p + m->in.at, *end = (const char *)m->in.p + m->in.n;
     const char *nl1 = memchr(s, '\n', (size_t)(end - s));
-    if (!nl1) return fail(m, CKPT_E_PICKLE_INVALID, "GLOBAL without a newline");
+    if (!nl1) return fail(m, CKPT__D(PICKLE_INVALID), "GLOBAL without a newline");
     const char *name = nl1 + 1;
     const char *nl2 = memchr(name, '\n', (size_t)(end - name));
-    if (!nl2) return fail(m, CKPT_E_PICKLE_INVALID, "GLOBAL without a second newline");
+    if (!nl2) return fail(m, CKPT__D(PICKLE_INVALID), "GLOBAL without a second newline");
     ckpt__rd_skip(&m->in, (size_t)(nl2 + 1 - s));
     return global(m, s, (size_t)(nl1 - s), name, (size_t)(nl2 - name));
 }
@@ -298,10 +298,10 @@ static ckpt__pk_value *numpy_scalar(vm *m, const ckpt__pk_value *f, ckpt__pk_val
  * constructors become containers, the rest a CALL node. */
 static ckpt_status apply(vm *m, ckpt__pk_value *callable, ckpt__pk_value *args, ckpt__pk_value *kwargs, bool newobj) {
     if (!callable || callable->kind != CKPT__PK_GLOBAL)
-        return fail(m, CKPT_E_PICKLE_FORBIDDEN, "%s on something that is not an allowed global",
+        return fail(m, CKPT__D(PICKLE_FORBIDDEN), "%s on something that is not an allowed global",
                     newobj ? "NEWOBJ" : "REDUCE");
     if (!args || args->kind != CKPT__PK_TUPLE)
-        return fail(m, CKPT_E_PICKLE_INVALID, "arguments of %s.%s are not a tuple", callable->u.global.module,
+        return fail(m, CKPT__D(PICKLE_INVALID), "arguments of %s.%s are not a tuple", callable->u.global.module,
                     callable->u.global.name);
     size_t n = args->u.seq.count;
     ckpt__pk_value **a = args->u.seq.items;
@@ -310,7 +310,7 @@ static ckpt_status apply(vm *m, ckpt__pk_value *callable, ckpt__pk_value *args, 
         /* A caller's allowed global only rebuilds objects from their state
          * (NEWOBJ, then BUILD), or is a plain-data reconstructor. */
         if (!plain_data(callable))
-            return fail(m, CKPT_E_PICKLE_FORBIDDEN,
+            return fail(m, CKPT__D(PICKLE_FORBIDDEN),
                         "REDUCE of the allowed global %s.%s calls it with arguments; an allowed global only rebuilds "
                         "an object from its state (nothing was executed)",
                         callable->u.global.module, callable->u.global.name);
@@ -340,7 +340,7 @@ static ckpt_status apply(vm *m, ckpt__pk_value *callable, ckpt__pk_value *args, 
             if (s[i] < 0x80) out[k++] = s[i];
             else if ((s[i] == 0xC2 || s[i] == 0xC3) && i + 1 < a[0]->u.s.len)
                 out[k++] = (unsigned char)(((s[i] & 0x03) << 6) | (s[i + 1] & 0x3F)), i++;
-            else return fail(m, CKPT_E_PICKLE_INVALID, "latin1 encode of a character above U+00FF");
+            else return fail(m, CKPT__D(PICKLE_INVALID), "latin1 encode of a character above U+00FF");
         }
         v = new_value(m, CKPT__PK_BYTES);
         if (v) v->u.s.data = (const char *)out, v->u.s.len = k;
@@ -365,7 +365,7 @@ static ckpt_status op_build(vm *m) {
     if (st == CKPT_OK) st = top(m, &inst);
     if (st) return st;
     if (inst->kind != CKPT__PK_CALL && inst->kind != CKPT__PK_DICT)
-        return fail(m, CKPT_E_PICKLE_FORBIDDEN, "BUILD on something that no allowed global made");
+        return fail(m, CKPT__D(PICKLE_FORBIDDEN), "BUILD on something that no allowed global made");
     inst->state = state;
     return CKPT_OK;
 }
@@ -374,8 +374,8 @@ static ckpt_status op_setitems(vm *m, size_t first, size_t count) {
     ckpt__pk_value *dict = NULL;
     ckpt_status st = top(m, &dict);
     if (st) return st;
-    if (dict->kind != CKPT__PK_DICT) return fail(m, CKPT_E_PICKLE_INVALID, "SETITEM on something that is not a dict");
-    if (count % 2) return fail(m, CKPT_E_PICKLE_INVALID, "SETITEMS with an odd number of values");
+    if (dict->kind != CKPT__PK_DICT) return fail(m, CKPT__D(PICKLE_INVALID), "SETITEM on something that is not a dict");
+    if (count % 2) return fail(m, CKPT__D(PICKLE_INVALID), "SETITEMS with an odd number of values");
     return seq_add_all(m, dict, stack_at(m, first), count);
 }
 
@@ -384,7 +384,7 @@ static ckpt_status op_appends(vm *m, size_t first, size_t count, ckpt__pk_kind w
     ckpt_status st = top(m, &seq);
     if (st) return st;
     if (seq->kind != want)
-        return fail(m, CKPT_E_PICKLE_INVALID, "%s on something that is not a %s", want == CKPT__PK_SET ? "ADDITEMS" : "APPEND",
+        return fail(m, CKPT__D(PICKLE_INVALID), "%s on something that is not a %s", want == CKPT__PK_SET ? "ADDITEMS" : "APPEND",
                     want == CKPT__PK_SET ? "set" : "list");
     return seq_add_all(m, seq, stack_at(m, first), count);
 }
@@ -428,7 +428,7 @@ static ckpt_status read_uint(vm *m, size_t width, uint64_t *out) {
 static ckpt_status op_proto(vm *m) {
     uint64_t version = 0;
     ckpt_status st = read_uint(m, 1, &version);
-    if (st == CKPT_OK && version > 5) return fail(m, CKPT_E_PICKLE_INVALID, "unknown protocol %u", (unsigned)version);
+    if (st == CKPT_OK && version > 5) return fail(m, CKPT__D(PICKLE_INVALID), "unknown protocol %u", (unsigned)version);
     return st;
 }
 
@@ -437,7 +437,7 @@ static ckpt_status op_frame(vm *m) {
     uint64_t n = 0;
     ckpt_status st = read_uint(m, 8, &n);
     if (st == CKPT_OK && n > ckpt__rd_left(&m->in))
-        return fail(m, CKPT_E_PICKLE_INVALID, "frame of %llu bytes runs past the end", (unsigned long long)n);
+        return fail(m, CKPT__D(PICKLE_INVALID), "frame of %llu bytes runs past the end", (unsigned long long)n);
     return st;
 }
 
@@ -503,7 +503,7 @@ static ckpt_status op_counted(vm *m) {
     ckpt_status st = read_uint(m, m->def->width, &n);
     if (st) return st;
     if (n > ckpt__rd_left(&m->in))
-        return fail(m, CKPT_E_PICKLE_INVALID, "string of %llu bytes runs past the end", (unsigned long long)n);
+        return fail(m, CKPT__D(PICKLE_INVALID), "string of %llu bytes runs past the end", (unsigned long long)n);
     if (m->def->flag) kind = ckpt__utf8_check(m->in.p + m->in.at, (size_t)n) == n ? CKPT__PK_STR : CKPT__PK_BYTES;
     return string_value(m, kind, (size_t)n);
 }
@@ -513,7 +513,7 @@ static ckpt_status op_empty(vm *m) { return push(m, new_value(m, m->def->kind));
 /* TUPLE1..3: the top `count` values. */
 static ckpt_status op_tuple_n(vm *m) {
     size_t count = m->def->width;
-    if (m->depth - frame_base(m) < count) return fail(m, CKPT_E_PICKLE_INVALID, "stack underflow");
+    if (m->depth - frame_base(m) < count) return fail(m, CKPT__D(PICKLE_INVALID), "stack underflow");
     m->depth -= count;
     ckpt__pk_value *v = NULL;
     ckpt_status st = make_seq(m, CKPT__PK_TUPLE, stack_at(m, m->depth), count, &v);
@@ -527,7 +527,7 @@ static ckpt_status op_from_mark(vm *m) {
     ckpt__pk_value *v = NULL;
     ckpt_status st = pop_mark(m, &first, &count);
     if (st) return st;
-    if (kind == CKPT__PK_DICT && count % 2) return fail(m, CKPT_E_PICKLE_INVALID, "DICT with an odd number of values");
+    if (kind == CKPT__PK_DICT && count % 2) return fail(m, CKPT__D(PICKLE_INVALID), "DICT with an odd number of values");
     if ((st = make_seq(m, kind, stack_at(m, first), count, &v))) return st;
     return push(m, v);
 }
@@ -536,12 +536,12 @@ static ckpt_status op_append(vm *m) {
     ckpt__pk_value *item = NULL, *list = NULL;
     ckpt_status st;
     if ((st = pop(m, &item)) || (st = top(m, &list))) return st;
-    if (list->kind != CKPT__PK_LIST) return fail(m, CKPT_E_PICKLE_INVALID, "APPEND on something that is not a list");
+    if (list->kind != CKPT__PK_LIST) return fail(m, CKPT__D(PICKLE_INVALID), "APPEND on something that is not a list");
     return seq_add(m, list, item);
 }
 
 static ckpt_status op_setitem(vm *m) {
-    if (m->depth - frame_base(m) < 3) return fail(m, CKPT_E_PICKLE_INVALID, "stack underflow");
+    if (m->depth - frame_base(m) < 3) return fail(m, CKPT__D(PICKLE_INVALID), "stack underflow");
     m->depth -= 2;
     return op_setitems(m, m->depth, 2);
 }
@@ -570,7 +570,7 @@ static ckpt_status op_stack_global(vm *m) {
     ckpt_status st;
     if ((st = pop(m, &name)) || (st = pop(m, &module))) return st;
     if (module->kind != CKPT__PK_STR || name->kind != CKPT__PK_STR)
-        return fail(m, CKPT_E_PICKLE_INVALID, "STACK_GLOBAL needs two strings");
+        return fail(m, CKPT__D(PICKLE_INVALID), "STACK_GLOBAL needs two strings");
     return global(m, module->u.s.data, module->u.s.len, name->u.s.data, name->u.s.len);
 }
 
@@ -582,7 +582,7 @@ static ckpt_status op_call(vm *m) {
     if (op == OP_NEWOBJ_EX && (st = pop(m, &kwargs))) return st;
     if ((st = pop(m, &args)) || (st = pop(m, &callable))) return st;
     if (kwargs && kwargs->kind != CKPT__PK_DICT)
-        return fail(m, CKPT_E_PICKLE_INVALID, "NEWOBJ_EX keyword arguments are not a dict");
+        return fail(m, CKPT__D(PICKLE_INVALID), "NEWOBJ_EX keyword arguments are not a dict");
     return apply(m, callable, args, kwargs, op != OP_REDUCE);
 }
 
@@ -617,7 +617,7 @@ static ckpt_status op_dup(vm *m) {
     return st ? st : push(m, v);
 }
 
-static ckpt_status op_refused(vm *m) { return fail(m, CKPT_E_PICKLE_FORBIDDEN, "%s", m->def->refusal); }
+static ckpt_status op_refused(vm *m) { return fail(m, CKPT__D(PICKLE_FORBIDDEN), "%s", m->def->refusal); }
 
 enum { STR = CKPT__PK_STR, BYTES = CKPT__PK_BYTES };
 
@@ -661,7 +661,7 @@ static ckpt_status step(vm *m) {
     if (m->in.bad) return truncated(m, 1);
     m->def = &op_defs[m->op];
     if (m->def->run) return m->def->run(m);
-    return fail(m, CKPT_E_PICKLE_INVALID, "unsupported opcode 0x%02x%s", m->op,
+    return fail(m, CKPT__D(PICKLE_INVALID), "unsupported opcode 0x%02x%s", m->op,
                 (m->op >= 0x20 && m->op < 0x7F) ? " (a protocol 0/1 text opcode)" : "");
 }
 
@@ -672,14 +672,14 @@ ckpt_status ckpt__pk_load(const unsigned char *data, size_t len, const ckpt__pk_
     while (st == CKPT_OK && !m.stopped) {
         if (!ckpt__rd_left(&m.in)) {
             m.op_pos = m.in.at;
-            st = fail(&m, CKPT_E_PICKLE_INVALID, "ends without a STOP opcode");
+            st = fail(&m, CKPT__D(PICKLE_INVALID), "ends without a STOP opcode");
             break;
         }
         st = step(&m);
     }
     if (st == CKPT_OK) {
-        if (m.nmarks) st = fail(&m, CKPT_E_PICKLE_INVALID, "STOP with a MARK still open");
-        else if (m.depth != 1) st = fail(&m, CKPT_E_PICKLE_INVALID, "STOP with %zu values on the stack (expected 1)", m.depth);
+        if (m.nmarks) st = fail(&m, CKPT__D(PICKLE_INVALID), "STOP with a MARK still open");
+        else if (m.depth != 1) st = fail(&m, CKPT__D(PICKLE_INVALID), "STOP with %zu values on the stack (expected 1)", m.depth);
         else *out = m.stack[0];
     }
     if (consumed) *consumed = m.in.at;

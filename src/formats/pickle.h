@@ -98,8 +98,8 @@ typedef struct ckpt__pk_source {
 /*
  * Reads one pickle from `data` (`len` bytes) up to its STOP; *consumed
  * receives the bytes read (legacy torch files hold several pickles back to
- * back).  Values and strings go to `arena`.  Errors: CKPT_E_PICKLE_INVALID
- * (malformed, truncated, stack misuse), CKPT_E_PICKLE_FORBIDDEN (naming the
+ * back).  Values and strings go to `arena`.  Errors: CKPT__D(PICKLE_INVALID)
+ * (malformed, truncated, stack misuse), CKPT__D(PICKLE_FORBIDDEN) (naming the
  * global or the opcode), CKPT_E_LIMIT, CKPT_E_NO_MEMORY; the error offset is
  * the opcode's byte in the file.
  */

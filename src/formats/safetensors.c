@@ -16,15 +16,15 @@
 
 ckpt_status ckpt__st_check_length(uint64_t file_size, uint64_t n, const char *path, ckpt_error *err) {
     if (file_size < 8)
-        return ckpt__fail(err, CKPT_E_HEADER_TOO_SMALL, path, NULL, 0,
+        return ckpt__fail(err, CKPT__D(HEADER_TOO_SMALL), path, NULL, 0,
                           "file is %llu bytes, too small for the 8-byte header length",
                           (unsigned long long)file_size);
     if (n > CKPT__ST_MAX_HEADER)
-        return ckpt__fail(err, CKPT_E_HEADER_TOO_LARGE, path, NULL, 0,
+        return ckpt__fail(err, CKPT__D(HEADER_TOO_LARGE), path, NULL, 0,
                           "header length %llu exceeds the limit of 100000000 bytes",
                           (unsigned long long)n);
     if (n > file_size - 8)
-        return ckpt__fail(err, CKPT_E_HEADER_PAST_END, path, NULL, 0,
+        return ckpt__fail(err, CKPT__D(HEADER_PAST_END), path, NULL, 0,
                           "header length %llu runs past the end of the %llu-byte file",
                           (unsigned long long)n, (unsigned long long)file_size);
     return CKPT_OK;
@@ -55,7 +55,7 @@ static ckpt_status parse_metadata(const ctx *c, const ckpt__json_doc *doc, size_
     const ckpt__json_node *node = &doc->nodes[v];
     if (node->kind == CKPT__JSON_NULL) return CKPT_OK;
     if (node->kind != CKPT__JSON_OBJECT)
-        return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, NULL, (int64_t)(c->base + node->offset),
+        return ckpt__fail(c->err, CKPT__D(HEADER_SCHEMA), c->path, NULL, (int64_t)(c->base + node->offset),
                           "__metadata__ must be an object of strings");
     out->meta_keys = ckpt__arena_alloc(arena, (node->count + 1) * sizeof(char *));
     out->meta_values = ckpt__arena_alloc(arena, (node->count + 1) * sizeof(char *));
@@ -65,12 +65,12 @@ static ckpt_status parse_metadata(const ctx *c, const ckpt__json_doc *doc, size_
     for (uint32_t k = 0; k < node->count; k++) {
         const ckpt__json_node *key = &doc->nodes[i], *val = &doc->nodes[key->end];
         if (val->kind != CKPT__JSON_STRING)
-            return ckpt__fail(c->err, CKPT_E_METADATA_NOT_STRING, c->path, NULL,
+            return ckpt__fail(c->err, CKPT__D(METADATA_NOT_STRING), c->path, NULL,
                               (int64_t)(c->base + val->offset),
                               "__metadata__ value of '%s' is not a string", key->str);
         for (size_t j = 0; j < out->meta_count; j++)
             if (strcmp(out->meta_keys[j], key->str) == 0)
-                return ckpt__fail(c->err, CKPT_E_DUPLICATE_NAME, c->path, NULL,
+                return ckpt__fail(c->err, CKPT__D(DUPLICATE_NAME), c->path, NULL,
                                   (int64_t)(c->base + key->offset), "duplicate __metadata__ key '%s'",
                                   key->str);
         out->meta_keys[out->meta_count] = key->str;
@@ -89,7 +89,7 @@ static ckpt_status parse_tensor(const ctx *c, const ckpt__json_doc *doc, size_t 
     t->name = key->str;
     t->header_offset = (uint64_t)at;
     if (node->kind != CKPT__JSON_OBJECT)
-        return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name, at,
+        return ckpt__fail(c->err, CKPT__D(HEADER_SCHEMA), c->path, t->name, at,
                           "entry must be an object with dtype, shape and data_offsets");
 
     const ckpt__json_node *dtype = member(doc, v, "dtype", NULL);
@@ -97,22 +97,22 @@ static ckpt_status parse_tensor(const ctx *c, const ckpt__json_doc *doc, size_t 
     const ckpt__json_node *shape = member(doc, v, "shape", &shape_index);
     const ckpt__json_node *offsets = member(doc, v, "data_offsets", &offsets_index);
     if (!dtype || !shape || !offsets)
-        return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name, at, "missing field '%s'",
+        return ckpt__fail(c->err, CKPT__D(HEADER_SCHEMA), c->path, t->name, at, "missing field '%s'",
                           !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
     if (dtype->kind != CKPT__JSON_STRING)
-        return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name,
+        return ckpt__fail(c->err, CKPT__D(HEADER_SCHEMA), c->path, t->name,
                           (int64_t)(c->base + dtype->offset), "dtype must be a string");
     t->dtype = ckpt_dtype_from_name(dtype->str);
     if (ckpt_dtype_is_block(t->dtype)) t->dtype = CKPT_DTYPE_INVALID; /* ggml's names are not safetensors' */
     if (t->dtype == CKPT_DTYPE_INVALID)
-        return ckpt__fail(c->err, CKPT_E_UNKNOWN_DTYPE, c->path, t->name,
+        return ckpt__fail(c->err, CKPT__D(UNKNOWN_DTYPE), c->path, t->name,
                           (int64_t)(c->base + dtype->offset), "unknown dtype '%s'", dtype->str);
 
     if (shape->kind != CKPT__JSON_ARRAY)
-        return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name,
+        return ckpt__fail(c->err, CKPT__D(HEADER_SCHEMA), c->path, t->name,
                           (int64_t)(c->base + shape->offset), "shape must be an array of integers");
     if (shape->count > CKPT_MAX_DIMS)
-        return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name,
+        return ckpt__fail(c->err, CKPT__D(HEADER_SCHEMA), c->path, t->name,
                           (int64_t)(c->base + shape->offset), "shape has %u dimensions, more than %d",
                           shape->count, CKPT_MAX_DIMS);
     t->ndim = shape->count;
@@ -121,7 +121,7 @@ static ckpt_status parse_tensor(const ctx *c, const ckpt__json_doc *doc, size_t 
     for (uint32_t d = 0; d < t->ndim; d++) {
         const ckpt__json_node *dim = &doc->nodes[shape_index + 1 + d];
         if (!ckpt__json_u64(dim, &t->shape[d]))
-            return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name,
+            return ckpt__fail(c->err, CKPT__D(HEADER_SCHEMA), c->path, t->name,
                               (int64_t)(c->base + dim->offset),
                               "shape[%u] is not a non-negative 64-bit integer", d);
     }
@@ -129,7 +129,7 @@ static ckpt_status parse_tensor(const ctx *c, const ckpt__json_doc *doc, size_t 
     if (offsets->kind != CKPT__JSON_ARRAY || offsets->count != 2 ||
         !ckpt__json_u64(&doc->nodes[offsets_index + 1], &t->begin) ||
         !ckpt__json_u64(&doc->nodes[offsets_index + 2], &t->end))
-        return ckpt__fail(c->err, CKPT_E_HEADER_SCHEMA, c->path, t->name,
+        return ckpt__fail(c->err, CKPT__D(HEADER_SCHEMA), c->path, t->name,
                           (int64_t)(c->base + offsets->offset),
                           "data_offsets must be two non-negative 64-bit integers");
     return CKPT_OK;
@@ -149,37 +149,37 @@ static ckpt_status validate_layout(const ctx *c, ckpt__st_header *h, uint64_t fi
         ckpt__st_tensor *t = &h->tensors[i];
         int64_t at = (int64_t)t->header_offset;
         if (t->end < t->begin)
-            return ckpt__fail(c->err, CKPT_E_BAD_OFFSETS, c->path, t->name, at,
+            return ckpt__fail(c->err, CKPT__D(BAD_OFFSETS), c->path, t->name, at,
                               "data_offsets [%llu, %llu] end before they begin",
                               (unsigned long long)t->begin, (unsigned long long)t->end);
         if (t->begin > cursor)
-            return ckpt__fail(c->err, CKPT_E_DATA_HOLE, c->path, t->name,
+            return ckpt__fail(c->err, CKPT__D(DATA_HOLE), c->path, t->name,
                               (int64_t)(h->data_start + cursor),
                               "%llu bytes before this tensor belong to no tensor (data_offsets "
                               "begin at %llu, previous data ends at %llu)",
                               (unsigned long long)(t->begin - cursor), (unsigned long long)t->begin,
                               (unsigned long long)cursor);
         if (t->begin < cursor)
-            return ckpt__fail(c->err, CKPT_E_DATA_OVERLAP, c->path, t->name,
+            return ckpt__fail(c->err, CKPT__D(DATA_OVERLAP), c->path, t->name,
                               (int64_t)(h->data_start + t->begin),
                               "data_offsets begin at %llu, inside '%s' which ends at %llu",
                               (unsigned long long)t->begin, h->tensors[i - 1].name,
                               (unsigned long long)cursor);
         cursor = t->end;
         if (!ckpt__shape_numel(t->ndim, t->shape, &t->numel))
-            return ckpt__fail(c->err, CKPT_E_SHAPE_OVERFLOW, c->path, t->name, at,
+            return ckpt__fail(c->err, CKPT__D(SHAPE_OVERFLOW), c->path, t->name, at,
                               "the shape's nonzero axes hold more than 2^63-1 elements (safetensors refuses it)");
         ckpt_status st = ckpt__tensor_size(t->dtype, t->ndim, t->shape, &t->numel, &t->nbytes);
-        if (st == CKPT_E_SHAPE_OVERFLOW)
+        if (st == CKPT__D(SHAPE_OVERFLOW))
             return ckpt__fail(c->err, st, c->path, t->name, at,
                               "the shape's nonzero axes hold more than 2^63-1 bytes of %s (safetensors refuses it)",
                               ckpt_dtype_name(t->dtype));
-        if (st == CKPT_E_PARTIAL_BYTE)
+        if (st == CKPT__D(PARTIAL_BYTE))
             return ckpt__fail(c->err, st, c->path, t->name, at,
                               "%llu elements of %s are not a whole number of bytes",
                               (unsigned long long)t->numel, ckpt_dtype_name(t->dtype));
         if (t->end - t->begin != t->nbytes)
-            return ckpt__fail(c->err, CKPT_E_SIZE_MISMATCH, c->path, t->name, at,
+            return ckpt__fail(c->err, CKPT__D(SIZE_MISMATCH), c->path, t->name, at,
                               "shape and dtype %s need %llu bytes but data_offsets [%llu, %llu] hold %llu",
                               ckpt_dtype_name(t->dtype), (unsigned long long)t->nbytes,
                               (unsigned long long)t->begin, (unsigned long long)t->end,
@@ -187,7 +187,7 @@ static ckpt_status validate_layout(const ctx *c, ckpt__st_header *h, uint64_t fi
     }
     uint64_t data_size = file_size - h->data_start;
     if (cursor < data_size)
-        return ckpt__fail(c->err, CKPT_E_TRAILING_BYTES, c->path, NULL, (int64_t)(h->data_start + cursor),
+        return ckpt__fail(c->err, CKPT__D(TRAILING_BYTES), c->path, NULL, (int64_t)(h->data_start + cursor),
                           "%llu bytes after the last tensor belong to no tensor",
                           (unsigned long long)(data_size - cursor));
     if (cursor > data_size) {
@@ -207,7 +207,7 @@ ckpt_status ckpt__st_parse_header(char *header, uint64_t n, uint64_t file_size, 
 
     size_t bad = ckpt__utf8_check((const unsigned char *)header, (size_t)n);
     if (bad != n)
-        return ckpt__fail(err, CKPT_E_HEADER_NOT_UTF8, path, NULL, (int64_t)(8 + bad),
+        return ckpt__fail(err, CKPT__D(HEADER_NOT_UTF8), path, NULL, (int64_t)(8 + bad),
                           "header byte 0x%02x is not valid UTF-8", (unsigned char)header[bad]);
 
     ckpt__json_doc doc;
@@ -216,13 +216,13 @@ ckpt_status ckpt__st_parse_header(char *header, uint64_t n, uint64_t file_size, 
     ckpt_status st = ckpt__json_parse_in(header, (size_t)n, arena->budget, &doc, &at, &why);
     if (st == CKPT_E_NO_MEMORY) return ckpt__fail(err, st, path, NULL, -1, "out of memory parsing the header");
     if (st == CKPT_E_LIMIT) return ckpt__fail(err, st, path, NULL, (int64_t)(8 + at), "header: %s", why);
-    if (st) return ckpt__fail(err, CKPT_E_HEADER_NOT_JSON, path, NULL, (int64_t)(8 + at), "header is not JSON: %s", why);
+    if (st) return ckpt__fail(err, CKPT__D(HEADER_NOT_JSON), path, NULL, (int64_t)(8 + at), "header is not JSON: %s", why);
 
     const ckpt__json_node *root = &doc.nodes[0];
     if (root->kind != CKPT__JSON_OBJECT) {
         int64_t at_root = (int64_t)(8 + root->offset);
         ckpt__json_free(&doc);
-        return ckpt__fail(err, CKPT_E_HEADER_SCHEMA, path, NULL, at_root, "header must be a JSON object");
+        return ckpt__fail(err, CKPT__D(HEADER_SCHEMA), path, NULL, at_root, "header must be a JSON object");
     }
     /* each member may be a tensor: its entry here and in the catalog */
     st = ckpt__budget_charge(arena->budget, (uint64_t)root->count * (sizeof *out->tensors + ckpt__cat_tensor_cost(1)), err,
@@ -244,7 +244,7 @@ ckpt_status ckpt__st_parse_header(char *header, uint64_t n, uint64_t file_size, 
         size_t v = key->end;
         if (strcmp(key->str, "__metadata__") == 0) {
             if (seen_metadata)
-                st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, path, NULL, (int64_t)(8 + key->offset),
+                st = ckpt__fail(err, CKPT__D(DUPLICATE_NAME), path, NULL, (int64_t)(8 + key->offset),
                                 "__metadata__ appears twice");
             else
                 st = parse_metadata(&c, &doc, v, arena, out);
@@ -255,7 +255,7 @@ ckpt_status ckpt__st_parse_header(char *header, uint64_t n, uint64_t file_size, 
             uint32_t prev;
             if (st == CKPT_OK &&
                 !ckpt__name_table_insert(&names, &out->tensors[0].name, sizeof *t, (uint32_t)out->count, &prev))
-                st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, path, t->name, (int64_t)t->header_offset,
+                st = ckpt__fail(err, CKPT__D(DUPLICATE_NAME), path, t->name, (int64_t)t->header_offset,
                                 "tensor name appears twice in the header (first at byte %llu)",
                                 (unsigned long long)out->tensors[prev].header_offset);
             out->count++;
@@ -344,7 +344,7 @@ ckpt_status ckpt__st_layout(ckpt__st_out_tensor *tensors, size_t count, const ch
         ckpt__buf_append(&json, ",", 1);
         if (!ckpt__add_u64(offset, t->nbytes, &offset)) {
             free(json.data);
-            return CKPT_E_SHAPE_OVERFLOW;
+            return CKPT__D(SHAPE_OVERFLOW);
         }
         ckpt__buf_u64(&json, offset);
         ckpt__buf_puts(&json, "]}");
@@ -447,12 +447,12 @@ static ckpt_status verify_header(const ckpt_catalog *cat, uint32_t file, const c
     if (st == CKPT_OK) {
         char *at = actual.len == zeros.len ? memmem(header, (size_t)n + 8, actual.data, actual.len) : NULL;
         if (!at) {
-            st = ckpt__fail(err, CKPT_E_CHECKSUM, path, NULL, 8, "the checksum map does not match the header's layout");
+            st = ckpt__fail(err, CKPT__D(CHECKSUM), path, NULL, 8, "the checksum map does not match the header's layout");
         } else {
             memcpy(at, zeros.data, zeros.len);
             uint64_t got = XXH3_64bits(header, (size_t)n + 8);
             if (got != want)
-                st = ckpt__fail(err, CKPT_E_CHECKSUM, path, NULL, 8,
+                st = ckpt__fail(err, CKPT__D(CHECKSUM), path, NULL, 8,
                                 "header checksum is %016llx, the file records %016llx: the header changed",
                                 (unsigned long long)got, (unsigned long long)want);
         }
@@ -479,7 +479,7 @@ static ckpt_status verify_map(const ckpt_catalog *cat, uint32_t file, const char
     if (st || doc.nodes[0].kind != CKPT__JSON_OBJECT) {
         if (st == CKPT_OK) ckpt__json_free(&doc);
         free(text);
-        return ckpt__fail(err, CKPT_E_CHECKSUM, path, NULL, -1, "%s is not a JSON object of checksums",
+        return ckpt__fail(err, CKPT__D(CHECKSUM), path, NULL, -1, "%s is not a JSON object of checksums",
                           CKPT_CHECKSUM_METADATA_KEY);
     }
     size_t i = 1;
@@ -488,11 +488,11 @@ static ckpt_status verify_map(const ckpt_catalog *cat, uint32_t file, const char
         uint64_t want = 0;
         const ckpt_tensor_info *t = ckpt_catalog_find(cat, key->str);
         if (val->kind != CKPT__JSON_STRING || !parse_hex64(val->str, val->len, &want))
-            st = ckpt__fail(err, CKPT_E_CHECKSUM, path, key->str, -1, "checksum is not 16 hex digits");
+            st = ckpt__fail(err, CKPT__D(CHECKSUM), path, key->str, -1, "checksum is not 16 hex digits");
         else if (!strcmp(key->str, "__metadata__")) {
             if ((st = verify_header(cat, file, map, &doc, want, err)) == CKPT_OK) checks->headers++;
         } else if (!t || t->file != file)
-            st = ckpt__fail(err, CKPT_E_INDEX_MISMATCH, path, key->str, -1,
+            st = ckpt__fail(err, CKPT__D(INDEX_MISMATCH), path, key->str, -1,
                             "the checksum map names a tensor this file does not hold");
         else if (!ckpt__file_checks_add(checks, t, want))
             st = ckpt__oom(err, path, NULL);
@@ -515,7 +515,7 @@ static ckpt_status check_key_intact(const ckpt_catalog *cat, uint32_t file, ckpt
         size_t diff = 0;
         for (size_t j = 0; j < n; j++) diff += k[j] != want[j];
         if (diff == 1)
-            return ckpt__fail(err, CKPT_E_CHECKSUM, ckpt_catalog_file_path(cat, file), NULL, -1,
+            return ckpt__fail(err, CKPT__D(CHECKSUM), ckpt_catalog_file_path(cat, file), NULL, -1,
                               "metadata key '%s' looks like a damaged '%s'", k, want);
     }
     return CKPT_OK;
@@ -687,7 +687,7 @@ static ckpt_status st_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, ck
             st = ckpt__fail(err, st, path, NULL, -1, "the header would pass safetensors' limit of %llu bytes, which "
                             "safetensors refuses (write shards: fewer tensors per file)",
                             (unsigned long long)CKPT__ST_MAX_HEADER);
-        else if (st == CKPT_E_SHAPE_OVERFLOW)
+        else if (st == CKPT__D(SHAPE_OVERFLOW))
             st = ckpt__fail(err, st, path, NULL, -1, "the file's tensors hold more than 2^64 bytes");
         else
             st = ckpt__oom(err, path, "the header");
@@ -784,7 +784,7 @@ static ckpt_status st_accepts(const char *path, const char *name, ckpt_dtype dty
                               const uint64_t *shape, ckpt_error *err) {
     (void)ndim, (void)shape;
     if (!ckpt_dtype_is_block(dtype)) return CKPT_OK;
-    return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, path, name, -1,
+    return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), path, name, -1,
                       "safetensors has no %s type: dequantize it (a float dtype) or write GGUF", ckpt_dtype_name(dtype));
 }
 

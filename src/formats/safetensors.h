@@ -75,7 +75,7 @@ typedef struct ckpt__st_out_tensor {
  * and renders the header: compact JSON, "__metadata__" first, padded with
  * spaces to a multiple of 8, preceded by its u64 length.  `header` receives
  * the 8 + N bytes that precede the data.  CKPT_E_LIMIT when N would pass
- * CKPT__ST_MAX_HEADER (safetensors refuses such a file), CKPT_E_SHAPE_OVERFLOW
+ * CKPT__ST_MAX_HEADER (safetensors refuses such a file), CKPT__D(SHAPE_OVERFLOW)
  * when the data passes 2^64 bytes, CKPT_E_NO_MEMORY.
  */
 CKPT__HIDDEN ckpt_status ckpt__st_layout(ckpt__st_out_tensor *tensors, size_t count,

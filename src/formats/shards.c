@@ -120,14 +120,14 @@ ckpt_status ckpt__index_parse(char *text, size_t len, const char *path, ckpt__ar
     memset(out, 0, sizeof *out);
     size_t bad = ckpt__utf8_check((const unsigned char *)text, len);
     if (bad != len)
-        return ckpt__fail(err, CKPT_E_INDEX_INVALID, path, NULL, (int64_t)bad, "index is not valid UTF-8");
+        return ckpt__fail(err, CKPT__D(INDEX_INVALID), path, NULL, (int64_t)bad, "index is not valid UTF-8");
     ckpt__json_doc doc;
     size_t at;
     const char *why;
     ckpt_status st = ckpt__json_parse_in(text, len, arena->budget, &doc, &at, &why);
     if (st == CKPT_E_NO_MEMORY) return ckpt__fail(err, st, path, NULL, -1, "out of memory");
     if (st == CKPT_E_LIMIT) return ckpt__fail(err, st, path, NULL, (int64_t)at, "index: %s", why);
-    if (st) return ckpt__fail(err, CKPT_E_INDEX_INVALID, path, NULL, (int64_t)at, "index is not JSON: %s", why);
+    if (st) return ckpt__fail(err, CKPT__D(INDEX_INVALID), path, NULL, (int64_t)at, "index is not JSON: %s", why);
 
     const ckpt__json_node *root = &doc.nodes[0], *map = NULL;
     size_t map_index = 0;
@@ -138,7 +138,7 @@ ckpt_status ckpt__index_parse(char *text, size_t len, const char *path, ckpt__ar
             if (strcmp(doc.nodes[i].str, "weight_map") == 0) map = &doc.nodes[map_index = v];
             else if (strcmp(doc.nodes[i].str, "metadata") == 0 && doc.nodes[v].kind != CKPT__JSON_OBJECT &&
                      doc.nodes[v].kind != CKPT__JSON_NULL) {
-                st = ckpt__fail(err, CKPT_E_INDEX_INVALID, path, NULL, (int64_t)doc.nodes[v].offset,
+                st = ckpt__fail(err, CKPT__D(INDEX_INVALID), path, NULL, (int64_t)doc.nodes[v].offset,
                                 "\"metadata\" must be an object");
                 goto done;
             } else if (strcmp(doc.nodes[i].str, "metadata") == 0 && doc.nodes[v].kind == CKPT__JSON_OBJECT) {
@@ -171,7 +171,7 @@ ckpt_status ckpt__index_parse(char *text, size_t len, const char *path, ckpt__ar
         }
     }
     if (!map || map->kind != CKPT__JSON_OBJECT) {
-        st = ckpt__fail(err, CKPT_E_INDEX_INVALID, path, NULL, (int64_t)(map ? map->offset : root->offset),
+        st = ckpt__fail(err, CKPT__D(INDEX_INVALID), path, NULL, (int64_t)(map ? map->offset : root->offset),
                         "expected a JSON object with a \"weight_map\" object");
         goto done;
     }
@@ -189,19 +189,19 @@ ckpt_status ckpt__index_parse(char *text, size_t len, const char *path, ckpt__ar
     for (uint32_t k = 0; k < map->count; k++) {
         const ckpt__json_node *key = &doc.nodes[i], *val = &doc.nodes[key->end];
         if (val->kind != CKPT__JSON_STRING) {
-            st = ckpt__fail(err, CKPT_E_INDEX_INVALID, path, key->str, (int64_t)val->offset,
+            st = ckpt__fail(err, CKPT__D(INDEX_INVALID), path, key->str, (int64_t)val->offset,
                             "weight_map values must be shard file names (strings)");
             goto tables;
         }
         if (!safe_relative(val->str) || strlen(val->str) != val->len) {
-            st = ckpt__fail(err, CKPT_E_INDEX_INVALID, path, key->str, (int64_t)val->offset,
+            st = ckpt__fail(err, CKPT__D(INDEX_INVALID), path, key->str, (int64_t)val->offset,
                             "shard file name '%s' must be relative and must not contain '..'", val->str);
             goto tables;
         }
         out->names[k] = key->str;
         uint32_t prev;
         if (!ckpt__name_table_insert(&names, out->names, sizeof(char *), k, &prev)) {
-            st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, path, key->str, (int64_t)key->offset,
+            st = ckpt__fail(err, CKPT__D(DUPLICATE_NAME), path, key->str, (int64_t)key->offset,
                             "tensor listed twice in weight_map");
             goto tables;
         }
@@ -281,10 +281,10 @@ static ckpt_status check_weight_map(ckpt_catalog *c, const ckpt__index *idx, con
     for (size_t i = 0; i < idx->count; i++) {
         const ckpt_tensor_info *t = ckpt_catalog_find(c, idx->names[i]);
         if (!t)
-            return ckpt__fail(err, CKPT_E_INDEX_MISMATCH, index_path, idx->names[i], -1,
+            return ckpt__fail(err, CKPT__D(INDEX_MISMATCH), index_path, idx->names[i], -1,
                               "weight_map puts this tensor in %s, but no shard holds it", idx->files[idx->file_of[i]]);
         if (t->file != idx->file_of[i])
-            return ckpt__fail(err, CKPT_E_INDEX_MISMATCH, index_path, idx->names[i], -1,
+            return ckpt__fail(err, CKPT__D(INDEX_MISMATCH), index_path, idx->names[i], -1,
                               "weight_map puts this tensor in %s, but it is in %s", idx->files[idx->file_of[i]],
                               ckpt_catalog_file_path(c, t->file));
     }
@@ -297,7 +297,7 @@ static ckpt_status check_weight_map(ckpt_catalog *c, const ckpt__index *idx, con
     for (size_t i = 0; st == CKPT_OK && i < count; i++) {
         const ckpt_tensor_info *t = ckpt_catalog_tensor(c, i);
         if (ckpt__name_table_find(&listed, idx->names, sizeof(char *), t->name) < 0)
-            st = ckpt__fail(err, CKPT_E_INDEX_MISMATCH, ckpt_catalog_file_path(c, t->file), t->name, (int64_t)t->offset,
+            st = ckpt__fail(err, CKPT__D(INDEX_MISMATCH), ckpt_catalog_file_path(c, t->file), t->name, (int64_t)t->offset,
                             "tensor is in this shard but not in the index %s", index_path);
     }
     ckpt__name_table_free(&listed);
@@ -306,7 +306,7 @@ static ckpt_status check_weight_map(ckpt_catalog *c, const ckpt__index *idx, con
 
 static ckpt_status index_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) {
     char *text = NULL;
-    ckpt_status st = ckpt__source_slurp(src, CKPT__INDEX_MAX_BYTES, CKPT_E_INDEX_INVALID, &text, err);
+    ckpt_status st = ckpt__source_slurp(src, CKPT__INDEX_MAX_BYTES, CKPT__D(INDEX_INVALID), &text, err);
     uint64_t len = src->size;
     char *index_path = ckpt__strdup(src->name);
     ckpt__source_close(src);

@@ -91,19 +91,19 @@ static bool int_tuple(const ckpt__pk_value *v, size_t max, int64_t *out, size_t 
 static ckpt_status storage_of(walker *w, const ckpt__pk_value *pid, ckpt_dtype *typed, bool *untyped,
                               uint32_t *index) {
     if (!pid || pid->kind != CKPT__PK_PERSID || !pid->u.pid || pid->u.pid->kind != CKPT__PK_TUPLE)
-        return fail_at(w, pid, CKPT_E_PICKLE_INVALID, "tensor storage is not a persistent storage id");
+        return fail_at(w, pid, CKPT__D(PICKLE_INVALID), "tensor storage is not a persistent storage id");
     const ckpt__pk_value *t = pid->u.pid;
     size_t n = t->u.seq.count;
     ckpt__pk_value **a = t->u.seq.items;
     if ((n != 5 && n != 6) || a[0]->kind != CKPT__PK_STR || strcmp(a[0]->u.s.data, "storage") ||
         a[1]->kind != CKPT__PK_GLOBAL || a[2]->kind != CKPT__PK_STR || a[4]->kind != CKPT__PK_INT || a[4]->u.i < 0)
-        return fail_at(w, pid, CKPT_E_PICKLE_INVALID,
+        return fail_at(w, pid, CKPT__D(PICKLE_INVALID),
                        "persistent id is not ('storage', StorageType, key, location, numel)");
     const char *type = a[1]->u.global.name;
     *untyped = !strcmp(type, "UntypedStorage");
     *typed = *untyped ? CKPT_U8 : ckpt__torch_storage_dtype(type);
     if (*typed == CKPT_DTYPE_INVALID)
-        return fail_at(w, pid, CKPT_E_UNKNOWN_DTYPE, "storage type %s.%s has no safetensors dtype",
+        return fail_at(w, pid, CKPT__D(UNKNOWN_DTYPE), "storage type %s.%s has no safetensors dtype",
                        a[1]->u.global.module, type);
     const char *key = a[2]->u.s.data;
     if (w->out->storage_count) { /* a storage seen before: every tensor of a tied or viewed storage */
@@ -118,11 +118,11 @@ static ckpt_status storage_of(walker *w, const ckpt__pk_value *pid, ckpt_dtype *
     uint64_t need, offset = 0, comp_size = 0;
     uint32_t crc = 0;
     if (!ckpt__mul_u64((uint64_t)a[4]->u.i, item_bytes(*typed), &need))
-        return fail_at(w, pid, CKPT_E_SHAPE_OVERFLOW, "storage '%s' size overflows", key);
+        return fail_at(w, pid, CKPT__D(SHAPE_OVERFLOW), "storage '%s' size overflows", key);
     if (w->zip) {
         char rel[300];
         if ((size_t)snprintf(rel, sizeof rel, "data/%s", key) >= sizeof rel)
-            return fail_at(w, pid, CKPT_E_PICKLE_INVALID, "storage key too long");
+            return fail_at(w, pid, CKPT__D(PICKLE_INVALID), "storage key too long");
         const ckpt__zip_entry *e = ckpt__zip_find_in_folder(w->zip, rel);
         if (!e) return fail_at(w, pid, CKPT_E_NOT_FOUND, "storage '%s' has no record %s/data/%s", key, w->zip->folder, key);
         if (need > e->size)
@@ -157,7 +157,7 @@ static ckpt_status rebuild(walker *w, const ckpt__pk_value *call, int version) {
     size_t n = args->u.seq.count;
     ckpt__pk_value **a = args->u.seq.items;
     if (n < 4 || (version == 3 && n < 7))
-        return fail_at(w, call, CKPT_E_PICKLE_INVALID, "tensor rebuild with %zu arguments", n);
+        return fail_at(w, call, CKPT__D(PICKLE_INVALID), "tensor rebuild with %zu arguments", n);
     ckpt_dtype typed = CKPT_DTYPE_INVALID;
     bool untyped = false;
     uint32_t storage = 0;
@@ -166,19 +166,19 @@ static ckpt_status rebuild(walker *w, const ckpt__pk_value *call, int version) {
     ckpt_dtype dtype = typed;
     if (version == 3) {
         if (a[6]->kind != CKPT__PK_GLOBAL || strcmp(a[6]->u.global.module, "torch"))
-            return fail_at(w, a[6], CKPT_E_PICKLE_INVALID, "_rebuild_tensor_v3 dtype is not a torch dtype");
+            return fail_at(w, a[6], CKPT__D(PICKLE_INVALID), "_rebuild_tensor_v3 dtype is not a torch dtype");
         const ckpt__torch_type *named = ckpt__torch_type_named(a[6]->u.global.name);
         dtype = named ? named->dtype : CKPT_DTYPE_INVALID;
         if (dtype == CKPT_DTYPE_INVALID)
-            return fail_at(w, a[6], CKPT_E_UNKNOWN_DTYPE, "torch.%s has no safetensors dtype", a[6]->u.global.name);
+            return fail_at(w, a[6], CKPT__D(UNKNOWN_DTYPE), "torch.%s has no safetensors dtype", a[6]->u.global.name);
     } else if (untyped) {
-        return fail_at(w, call, CKPT_E_PICKLE_INVALID, "untyped storage without a dtype");
+        return fail_at(w, call, CKPT__D(PICKLE_INVALID), "untyped storage without a dtype");
     }
     int64_t offset, shape[CKPT_MAX_DIMS], stride[CKPT_MAX_DIMS];
     size_t ndim, nstride;
     if (!as_int(a[1], &offset) || offset < 0 || !int_tuple(a[2], CKPT_MAX_DIMS, shape, &ndim) ||
         !int_tuple(a[3], CKPT_MAX_DIMS, stride, &nstride) || nstride != ndim)
-        return fail_at(w, call, CKPT_E_PICKLE_INVALID, "tensor offset, size or stride is malformed");
+        return fail_at(w, call, CKPT__D(PICKLE_INVALID), "tensor offset, size or stride is malformed");
     unsigned item = item_bytes(dtype);
     ckpt__torch_storage *s = &w->out->storages[storage];
     /* Every element must lie inside the storage: offset + Σ (size−1)·stride. */
@@ -187,13 +187,13 @@ static ckpt_status rebuild(walker *w, const ckpt__pk_value *call, int version) {
     uint64_t expect = 1;
     for (size_t d = ndim; d-- > 0;) {
         if (shape[d] < 0 || stride[d] < 0)
-            return fail_at(w, call, CKPT_E_PICKLE_INVALID, "negative size or stride in dimension %zu", d);
+            return fail_at(w, call, CKPT__D(PICKLE_INVALID), "negative size or stride in dimension %zu", d);
         if (!ckpt__mul_u64(numel, (uint64_t)shape[d], &numel))
-            return fail_at(w, call, CKPT_E_SHAPE_OVERFLOW, "tensor size overflows");
+            return fail_at(w, call, CKPT__D(SHAPE_OVERFLOW), "tensor size overflows");
         if (shape[d] > 1 && (uint64_t)stride[d] != expect) dense = false;
         if (!ckpt__mul_u64(expect, (uint64_t)shape[d], &expect)) expect = UINT64_MAX;
         if (shape[d] > 0 && (!ckpt__mul_u64((uint64_t)(shape[d] - 1), (uint64_t)stride[d], &t) || !ckpt__add_u64(last, t, &last)))
-            return fail_at(w, call, CKPT_E_SHAPE_OVERFLOW, "tensor extent overflows");
+            return fail_at(w, call, CKPT__D(SHAPE_OVERFLOW), "tensor extent overflows");
     }
     uint64_t end_bytes;
     if (numel && (!ckpt__mul_u64(last + 1, item, &end_bytes) || end_bytes > s->nbytes))
@@ -256,27 +256,27 @@ static ckpt_status tensor(walker *w, const ckpt__pk_value *v, bool *is_tensor) {
                 return rebuild(w, v, version);
             }
             if (!strcmp(fn, "_rebuild_parameter") || !strcmp(fn, "_rebuild_parameter_with_state")) {
-                if (!args->u.seq.count) return fail_at(w, v, CKPT_E_PICKLE_INVALID, "parameter without data");
+                if (!args->u.seq.count) return fail_at(w, v, CKPT__D(PICKLE_INVALID), "parameter without data");
                 parameter = v;
                 v = args->u.seq.items[0];
                 continue;
             }
             if (!strncmp(fn, "_rebuild_", 9))
-                return fail_at(w, v, CKPT_E_UNKNOWN_DTYPE, "torch._utils.%s (quantized, sparse, nested or device tensors) "
+                return fail_at(w, v, CKPT__D(UNKNOWN_DTYPE), "torch._utils.%s (quantized, sparse, nested or device tensors) "
                                "has no safetensors representation", fn);
         }
         if (!ckpt__pk_is_global(f, "torch._tensor", "_rebuild_from_type_v2")) break;
         /* (func, new_type, args, state): the tensor is func(*args). */
         if (args->u.seq.count < 3 || args->u.seq.items[0]->kind != CKPT__PK_GLOBAL ||
             args->u.seq.items[2]->kind != CKPT__PK_TUPLE)
-            return fail_at(w, v, CKPT_E_PICKLE_INVALID, "malformed _rebuild_from_type_v2");
+            return fail_at(w, v, CKPT__D(PICKLE_INVALID), "malformed _rebuild_from_type_v2");
         ckpt__pk_value call = {.kind = CKPT__PK_CALL, .offset = v->offset};
         call.u.call.callable = args->u.seq.items[0];
         call.u.call.args = args->u.seq.items[2];
         inner = call;
         v = &inner;
     }
-    return parameter ? fail_at(w, parameter, CKPT_E_PICKLE_INVALID, "parameter data is not a tensor") : CKPT_OK;
+    return parameter ? fail_at(w, parameter, CKPT__D(PICKLE_INVALID), "parameter data is not a tensor") : CKPT_OK;
 }
 
 static void name_push(walker *w, const char *part, size_t *saved) {
@@ -358,8 +358,8 @@ static ckpt__value *leaf(walker *w, const ckpt__pk_value *v) {
     case CKPT__PK_GLOBAL:
         if (!(g = global_text(w, v))) return w->failed = fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory"), NULL;
         return make(w, v, CKPT__V_GLOBAL, 0, g, strlen(g));
-    case CKPT__PK_PERSID: w->failed = fail_at(w, v, CKPT_E_PICKLE_INVALID, "a storage outside any tensor"); return NULL;
-    default: w->failed = fail_at(w, v, CKPT_E_PICKLE_INVALID, "unexpected value"); return NULL;
+    case CKPT__PK_PERSID: w->failed = fail_at(w, v, CKPT__D(PICKLE_INVALID), "a storage outside any tensor"); return NULL;
+    default: w->failed = fail_at(w, v, CKPT__D(PICKLE_INVALID), "unexpected value"); return NULL;
     }
 }
 
@@ -426,7 +426,7 @@ static ckpt_status next_pair(walker *w, ckpt__stack *frames, frame *f) {
     const char *component;
     char buf[32];
     if (!key_text(key, buf, sizeof buf, &component))
-        return fail_at(w, key, CKPT_E_PICKLE_INVALID, "dictionary key is not a string, int or bool");
+        return fail_at(w, key, CKPT__D(PICKLE_INVALID), "dictionary key is not a string, int or bool");
     size_t pair = f->next / 2;
     ckpt__value **slots = f->out->u.items;
     if (!(slots[2 * pair] = leaf(w, key))) return w->failed;
@@ -513,14 +513,14 @@ ckpt_status ckpt__torch_read_zip_ex(ckpt__source *src, ckpt__arena *arena, const
     const ckpt__zip_entry *pkl = ckpt__zip_find_in_folder(&zip, "data.pkl");
     if (!pkl) {
         ckpt__zip_close(&zip);
-        return ckpt__fail(err, CKPT_E_ZIP_INVALID, path, NULL, -1, "archive has no %s/data.pkl record", zip.folder);
+        return ckpt__fail(err, CKPT__D(ZIP_INVALID), path, NULL, -1, "archive has no %s/data.pkl record", zip.folder);
     }
     char *byteorder = NULL, *pickle = NULL;
     const ckpt__zip_entry *bo = ckpt__zip_find_in_folder(&zip, "byteorder");
     if (bo) {
         st = ckpt__zip_read_entry(src, bo, 16, &byteorder, err);
         if (st == CKPT_OK && strcmp(byteorder, "little") && strcmp(byteorder, "big"))
-            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, bo->name, (int64_t)bo->data_offset,
+            st = ckpt__fail(err, CKPT__D(ZIP_INVALID), path, bo->name, (int64_t)bo->data_offset,
                             "byteorder record is neither 'little' nor 'big'");
         out->big_endian = st == CKPT_OK && !strcmp(byteorder, "big");
     }
@@ -533,7 +533,7 @@ ckpt_status ckpt__torch_read_zip_ex(ckpt__source *src, ckpt__arena *arena, const
         if (!e) continue;
         st = ckpt__zip_read_entry(src, e, 32, &text, err);
         if (st == CKPT_OK && (!text[0] || strspn(text, "0123456789\n") != strlen(text)))
-            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->data_offset,
+            st = ckpt__fail(err, CKPT__D(ZIP_INVALID), path, e->name, (int64_t)e->data_offset,
                             "record is not a decimal number");
         free(text);
     }
@@ -624,7 +624,7 @@ ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__pk_allow_fn allow, 
                                allow_user, arena, &values[k], &used, err);
             pos += used;
         }
-        if (st != CKPT_E_PICKLE_INVALID || have == file_size || have >= MAX_PICKLE_BYTES) break;
+        if (st != CKPT_E_CORRUPT || have == file_size || have >= MAX_PICKLE_BYTES) break;
         have = have * 2 < file_size ? have * 2 : file_size; /* maybe cut short: read more */
     }
     free(buf);
@@ -644,13 +644,13 @@ ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__pk_allow_fn allow, 
     walker w = {.path = path, .entry = "object pickle", .arena = arena, .err = err, .out = out};
     st = walk_root(&w, values[3]);
     if (st == CKPT_OK && keys->kind != CKPT__PK_LIST)
-        st = ckpt__fail(err, CKPT_E_PICKLE_INVALID, path, NULL, (int64_t)keys->offset, "storage key list is not a list");
+        st = ckpt__fail(err, CKPT__D(PICKLE_INVALID), path, NULL, (int64_t)keys->offset, "storage key list is not a list");
     /* The storages follow, in the key list's order: int64 count, then data. */
     uint64_t at = pos;
     for (size_t k = 0; st == CKPT_OK && k < keys->u.seq.count; k++) {
         const ckpt__pk_value *key = keys->u.seq.items[k];
         if (key->kind != CKPT__PK_STR) {
-            st = ckpt__fail(err, CKPT_E_PICKLE_INVALID, path, NULL, (int64_t)at, "storage key is not a string");
+            st = ckpt__fail(err, CKPT__D(PICKLE_INVALID), path, NULL, (int64_t)at, "storage key is not a string");
             break;
         }
         int64_t found = out->storage_count ? ckpt__name_table_find(&w.storage_keys, &out->storages[0].key,
@@ -662,11 +662,11 @@ ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__pk_allow_fn allow, 
         uint64_t numel = out->big_endian ? ckpt__load_be(count_le, 8) : ckpt__le64(count_le), nbytes;
         unsigned item = s ? item_bytes(s->dtype) : 1;
         if (!s) {
-            st = ckpt__fail(err, CKPT_E_PICKLE_INVALID, path, NULL, (int64_t)at,
+            st = ckpt__fail(err, CKPT__D(PICKLE_INVALID), path, NULL, (int64_t)at,
                             "storage '%s' is listed but no tensor uses it (its element size is unknown)", key->u.s.data);
         } else if (!ckpt__mul_u64(numel, item, &nbytes) || nbytes != s->nbytes || at + 8 + nbytes > file_size ||
                    at + 8 + nbytes < at) {
-            st = ckpt__fail(err, at + 8 + nbytes > file_size ? CKPT_E_TRUNCATED : CKPT_E_PICKLE_INVALID, path, NULL,
+            st = ckpt__fail(err, at + 8 + nbytes > file_size ? CKPT_E_TRUNCATED : CKPT__D(PICKLE_INVALID), path, NULL,
                             (int64_t)at, "storage '%s' records %llu elements; the pickle declared %llu bytes and the "
                             "file has %llu bytes left", key->u.s.data, (unsigned long long)numel,
                             (unsigned long long)s->nbytes, (unsigned long long)(file_size - at - 8));

@@ -360,7 +360,7 @@ static ckpt_status global_name(pickler *p, const char *text, char *module, size_
                     !strcmp(module, "torch.storage") || !strcmp(module, "torch.nn.parameter") ||
                     (n >= 7 && !strcmp(*name + n - 7, "Storage")) || (n >= 6 && !strcmp(*name + n - 6, "Tensor"));
     if (ckpt__torch_allow(module, *name, NULL) != CKPT__PK_ALLOW)
-        return refuse(p, CKPT_E_PICKLE_FORBIDDEN,
+        return refuse(p, CKPT__D(PICKLE_FORBIDDEN),
                       "%s (at %s) is outside torch.load's weights_only allowlist: a torch.save file with it would "
                       "not load", text);
     if (rebuilds)
@@ -934,7 +934,7 @@ static ckpt_status tw_accepts(const char *path, const char *name, ckpt_dtype dty
                               const uint64_t *shape, ckpt_error *err) {
     (void)ndim, (void)shape;
     if (ckpt__torch_type_of(dtype)) return CKPT_OK;
-    return ckpt__fail(err, CKPT_E_UNSUPPORTED_DTYPE, path, name, -1,
+    return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), path, name, -1,
                       "torch has no %s dtype: cast it to a float dtype (e.g. BF16), or write GGUF",
                       ckpt_dtype_name(dtype));
 }

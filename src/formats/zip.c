@@ -29,7 +29,7 @@ bool ckpt__zip_sniff(const unsigned char *head, size_t n) {
 }
 
 static ckpt_status bad(ckpt_error *err, const char *path, const char *name, uint64_t at, const char *what) {
-    return ckpt__fail(err, CKPT_E_ZIP_INVALID, path, name, (int64_t)at, "%s", what);
+    return ckpt__fail(err, CKPT__D(ZIP_INVALID), path, name, (int64_t)at, "%s", what);
 }
 
 typedef struct directory {
@@ -78,7 +78,7 @@ static ckpt_status find_directory(ckpt__source *src, directory *dir, ckpt_error 
     dir->entries = ckpt__rd_u16(&e), dir->size = ckpt__rd_u32(&e), dir->offset = ckpt__rd_u32(&e);
     free(tail);
     if (disk || dir_disk || entries_here != dir->entries)
-        return ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, NULL, (int64_t)eocd_offset, "multi-disk ZIP archives are not supported");
+        return ckpt__fail(err, CKPT__D(ZIP_UNSUPPORTED), path, NULL, (int64_t)eocd_offset, "multi-disk ZIP archives are not supported");
 
     /* ZIP64: a locator just before the end record points to the real one.
      * torch always writes it, whether or not the sizes need it. */
@@ -89,7 +89,7 @@ static ckpt_status find_directory(ckpt__source *src, directory *dir, ckpt_error 
         if (ckpt__le32(loc) == SIG_ZIP64_LOCATOR) {
             uint64_t z = ckpt__le64(loc + 8);
             if (ckpt__le32(loc + 4) != 0 || ckpt__le32(loc + 16) > 1)
-                return ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, NULL, (int64_t)(eocd_offset - LOCATOR_SIZE),
+                return ckpt__fail(err, CKPT__D(ZIP_UNSUPPORTED), path, NULL, (int64_t)(eocd_offset - LOCATOR_SIZE),
                                   "multi-disk ZIP64 archives are not supported");
             if (z > eocd_offset - LOCATOR_SIZE || eocd_offset - LOCATOR_SIZE - z < ZIP64_EOCD_SIZE)
                 return bad(err, path, NULL, eocd_offset - LOCATOR_SIZE, "ZIP64 locator points outside the archive");
@@ -98,7 +98,7 @@ static ckpt_status find_directory(ckpt__source *src, directory *dir, ckpt_error 
             if (st) return st;
             if (ckpt__le32(r) != SIG_ZIP64_EOCD) return bad(err, path, NULL, z, "ZIP64 end record signature missing");
             if (ckpt__le32(r + 16) != 0 || ckpt__le32(r + 20) != 0 || ckpt__le64(r + 24) != ckpt__le64(r + 32))
-                return ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, NULL, (int64_t)z,
+                return ckpt__fail(err, CKPT__D(ZIP_UNSUPPORTED), path, NULL, (int64_t)z,
                                   "multi-disk ZIP64 archives are not supported");
             dir->entries = ckpt__le64(r + 32);
             dir->size = ckpt__le64(r + 40);
@@ -168,13 +168,13 @@ static ckpt_status check_folder(ckpt__zip *zip, const char *path, ckpt__arena *a
     if (!zip->count) return bad(err, path, NULL, 0, "archive is empty");
     const char *first = zip->entries[0].name, *slash = strchr(first, '/');
     if (!slash || slash == first)
-        return ckpt__fail(err, CKPT_E_ZIP_INVALID, path, first, (int64_t)zip->entries[0].header_offset,
+        return ckpt__fail(err, CKPT__D(ZIP_INVALID), path, first, (int64_t)zip->entries[0].header_offset,
                           "entry is not inside a top folder, as torch.save archives are");
     size_t n = (size_t)(slash - first);
     for (size_t i = 1; i < zip->count; i++) {
         const char *name = zip->entries[i].name;
         if (strncmp(name, first, n + 1) != 0)
-            return ckpt__fail(err, CKPT_E_ZIP_INVALID, path, name, (int64_t)zip->entries[i].header_offset,
+            return ckpt__fail(err, CKPT__D(ZIP_INVALID), path, name, (int64_t)zip->entries[i].header_offset,
                               "entry is outside the archive's top folder '%.*s/'", (int)n, first);
     }
     zip->folder = ckpt__arena_strndup(arena, first, n);
@@ -259,31 +259,31 @@ ckpt_status ckpt__zip_open(ckpt__source *src, bool single_folder, ckpt__arena *a
         e->method = c.method;
         e->crc32 = c.crc32;
         if (!entry_extent(&c, e)) {
-            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)at, "ZIP64 extra field missing or short");
+            st = ckpt__fail(err, CKPT__D(ZIP_INVALID), path, e->name, (int64_t)at, "ZIP64 extra field missing or short");
             break;
         }
         if (flags & 0x41) {
-            st = ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, e->name, (int64_t)at, "entry is encrypted");
+            st = ckpt__fail(err, CKPT__D(ZIP_UNSUPPORTED), path, e->name, (int64_t)at, "entry is encrypted");
             break;
         }
         if (c.disk != 0 && c.disk != 0xFFFF) {
-            st = ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, e->name, (int64_t)at, "entry starts on another disk");
+            st = ckpt__fail(err, CKPT__D(ZIP_UNSUPPORTED), path, e->name, (int64_t)at, "entry starts on another disk");
             break;
         }
         if (e->method != 0 && e->method != 8) {
-            st = ckpt__fail(err, CKPT_E_ZIP_UNSUPPORTED, path, e->name, (int64_t)at,
+            st = ckpt__fail(err, CKPT__D(ZIP_UNSUPPORTED), path, e->name, (int64_t)at,
                             "compression method %u (only stored and DEFLATE are read)", e->method);
             break;
         }
         if (e->method == 0 && e->comp_size != e->size) {
-            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)at,
+            st = ckpt__fail(err, CKPT__D(ZIP_INVALID), path, e->name, (int64_t)at,
                             "stored entry with compressed size %llu but size %llu", (unsigned long long)e->comp_size,
                             (unsigned long long)e->size);
             break;
         }
         uint32_t prev;
         if (!ckpt__name_table_insert(&out->names, &out->entries[0].name, sizeof *e, (uint32_t)out->count, &prev)) {
-            st = ckpt__fail(err, CKPT_E_DUPLICATE_NAME, path, e->name, (int64_t)at, "entry name appears twice in the archive");
+            st = ckpt__fail(err, CKPT__D(DUPLICATE_NAME), path, e->name, (int64_t)at, "entry name appears twice in the archive");
             break;
         }
         out->count++;
@@ -292,24 +292,24 @@ ckpt_status ckpt__zip_open(ckpt__source *src, bool single_folder, ckpt__arena *a
         unsigned char local[LOCAL_SIZE];
         uint64_t data_end;
         if (e->header_offset > dir.offset || dir.offset - e->header_offset < LOCAL_SIZE) {
-            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)at, "local header offset %llu lies outside the data area",
+            st = ckpt__fail(err, CKPT__D(ZIP_INVALID), path, e->name, (int64_t)at, "local header offset %llu lies outside the data area",
                             (unsigned long long)e->header_offset);
             break;
         }
         if (k < pf.count && pf.offsets[k] == e->header_offset) memcpy(local, pf.headers[k], LOCAL_SIZE);
         else if ((st = ckpt__source_read(src, local, LOCAL_SIZE, e->header_offset, err))) break;
         if (ckpt__le32(local) != SIG_LOCAL) {
-            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->header_offset, "local header signature missing");
+            st = ckpt__fail(err, CKPT__D(ZIP_INVALID), path, e->name, (int64_t)e->header_offset, "local header signature missing");
             break;
         }
         if (ckpt__le16(local + 26) != name_len) {
-            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->header_offset,
+            st = ckpt__fail(err, CKPT__D(ZIP_INVALID), path, e->name, (int64_t)e->header_offset,
                             "local and central headers disagree about the name");
             break;
         }
         e->data_offset = e->header_offset + LOCAL_SIZE + name_len + ckpt__le16(local + 28);
         if (!ckpt__add_u64(e->data_offset, e->comp_size, &data_end) || data_end > dir.offset) {
-            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->header_offset,
+            st = ckpt__fail(err, CKPT__D(ZIP_INVALID), path, e->name, (int64_t)e->header_offset,
                             "entry data [%llu, +%llu) runs past the data area (ends at %llu)",
                             (unsigned long long)e->data_offset, (unsigned long long)e->comp_size,
                             (unsigned long long)dir.offset);
@@ -378,7 +378,7 @@ static ckpt_status inflate_entry(const unsigned char *in, const ckpt__zip_entry 
         if (r == Z_OK && in_chunk == z.avail_in && out_chunk == z.avail_out) break; /* no progress */
     }
     if (r != Z_STREAM_END || out_left != 0)
-        st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->data_offset,
+        st = ckpt__fail(err, CKPT__D(ZIP_INVALID), path, e->name, (int64_t)e->data_offset,
                         "DEFLATE data is damaged or does not give the recorded %llu bytes", (unsigned long long)e->size);
     inflateEnd(&z);
     return st;
@@ -398,7 +398,7 @@ ckpt_status ckpt__zip_read_entry(ckpt__source *src, const ckpt__zip_entry *e, ui
     /* DEFLATE expands at most 1032:1: a larger declared size is a lie, and
      * must not decide how much memory is allocated. */
     if (e->method == 8 && e->size / 1032 > e->comp_size + 1)
-        return ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->header_offset,
+        return ckpt__fail(err, CKPT__D(ZIP_INVALID), path, e->name, (int64_t)e->header_offset,
                           "declares %llu bytes from %llu compressed bytes, more than DEFLATE can expand",
                           (unsigned long long)e->size, (unsigned long long)e->comp_size);
     char *buf = ckpt__malloc((size_t)e->size + 1);
@@ -417,7 +417,7 @@ ckpt_status ckpt__zip_read_entry(ckpt__source *src, const ckpt__zip_entry *e, ui
         uLong crc = crc32_z(0L, Z_NULL, 0);
         crc = crc32_z(crc, (const Bytef *)buf, (z_size_t)e->size);
         if ((uint32_t)crc != e->crc32)
-            st = ckpt__fail(err, CKPT_E_CHECKSUM, path, e->name, (int64_t)e->data_offset,
+            st = ckpt__fail(err, CKPT__D(CHECKSUM), path, e->name, (int64_t)e->data_offset,
                             "CRC-32 is %08lx, the archive records %08x", (unsigned long)crc, e->crc32);
     }
     if (st) {
@@ -466,7 +466,7 @@ ckpt_status ckpt__zip_read_prefix(ckpt__source *src, const ckpt__zip_entry *e, u
         if (r == Z_BUF_ERROR && z.avail_in == 0) r = Z_OK; /* needs more input */
     }
     if (st == CKPT_OK && produced < n)
-        st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, e->name, (int64_t)e->data_offset,
+        st = ckpt__fail(err, CKPT__D(ZIP_INVALID), path, e->name, (int64_t)e->data_offset,
                         "DEFLATE data is damaged: it gives %llu bytes, not the %llu asked of the %llu recorded",
                         (unsigned long long)produced, (unsigned long long)n, (unsigned long long)e->size);
     inflateEnd(&z);

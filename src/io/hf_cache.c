@@ -343,7 +343,7 @@ static ckpt_status download_blob(const ckpt__hf_entry *e, int blobs, const char 
     ckpt__sha256_final(&f.sha, digest);
     ckpt__sha256_hex(digest, hex);
     if (st == CKPT_OK && sha256 && strcmp(hex, sha256) != 0) {
-        st = ckpt__fail(err, CKPT_E_CHECKSUM, e->shown, NULL, -1,
+        st = ckpt__fail(err, CKPT__D(CHECKSUM), e->shown, NULL, -1,
                         "the downloaded bytes of %s at revision %s have SHA-256 %s, but the Hub states %s: the copy "
                         "is corrupt and was not kept", e->path, e->commit, hex, sha256);
         unlinkat(blobs, part, 0); /* a resumed download may be what is wrong: nothing of it is kept */
@@ -368,7 +368,7 @@ ckpt_status ckpt__hf_cache_fill(const ckpt__hf_entry *e, ckpt__source *remote, c
     if (!sha256) sha256 = stated;
     char blob[200];
     if (!blob_name(tag, blob, sizeof blob))
-        return ckpt__fail(err, CKPT_E_BAD_RESPONSE, e->shown, NULL, -1,
+        return ckpt__fail(err, CKPT__D(BAD_RESPONSE), e->shown, NULL, -1,
                           "the server gave no usable ETag or X-Linked-Etag to name the file in the Hub's cache");
     char *folder = folder_name(e->repo);
     if (!folder) return ckpt__oom(err, e->shown, NULL);

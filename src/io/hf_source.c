@@ -294,7 +294,7 @@ static ckpt_status api_error(const char *shown, const char *ep, const hf_name *n
                              const ckpt__remote_reply *r, bool has_token, ckpt_error *err) {
     const char *code = r->error_code, *msg = r->error_message;
     if (!strcmp(code, "GatedRepo"))
-        return ckpt__fail(err, CKPT_E_HTTP_AUTH, shown, NULL, -1,
+        return ckpt__fail(err, CKPT__D(HTTP_AUTH), shown, NULL, -1,
                           "HTTP %ld: %s is a gated repo%s: accept its terms at %s/%s (logged in), then %s (%s)",
                           r->status, n->repo, has_token ? " and this token's account has no access yet" : "", ep,
                           n->repo,
@@ -304,11 +304,11 @@ static ckpt_status api_error(const char *shown, const char *ep, const hf_name *n
         return ckpt__fail(err, CKPT_E_NOT_FOUND, shown, NULL, -1, "%s has no revision \"%s\" (a branch, tag or commit)",
                           n->repo, rev);
     if (!strcmp(code, "RepoNotFound") || r->status == 401 || r->status == 403 || r->status == 404)
-        return ckpt__fail(err, r->status == 401 || r->status == 403 ? CKPT_E_HTTP_AUTH : CKPT_E_NOT_FOUND, shown, NULL,
+        return ckpt__fail(err, r->status == 401 || r->status == 403 ? CKPT__D(HTTP_AUTH) : CKPT_E_NOT_FOUND, shown, NULL,
                           -1, "HTTP %ld: %s has no repo %s, or it is private: %s", r->status, ep, n->repo,
                           has_token ? "the token given cannot read it (check HF_TOKEN or `hf auth login`)"
                                     : "set HF_TOKEN (or run `hf auth login`) with a token that can read it");
-    return ckpt__fail(err, CKPT_E_HTTP_STATUS, shown, NULL, -1, "HTTP %ld from the Hub's API%s%s", r->status,
+    return ckpt__fail(err, CKPT__D(HTTP_STATUS), shown, NULL, -1, "HTTP %ld from the Hub's API%s%s", r->status,
                       msg[0] ? ": " : "", msg);
 }
 
@@ -319,13 +319,13 @@ static ckpt_status parse_info(const char *shown, char *text, size_t len, hf_info
     const char *why = NULL;
     ckpt_status st = ckpt__json_parse(text, len, &doc, &at, &why);
     if (st == CKPT_E_NO_MEMORY) return ckpt__oom(err, shown, NULL);
-    if (st) return ckpt__fail(err, CKPT_E_BAD_RESPONSE, shown, NULL, (int64_t)at, "the Hub's API answered with no JSON: %s", why);
+    if (st) return ckpt__fail(err, CKPT__D(BAD_RESPONSE), shown, NULL, (int64_t)at, "the Hub's API answered with no JSON: %s", why);
     uint32_t sha = doc.nodes[0].kind == CKPT__JSON_OBJECT ? ckpt__json_member(&doc, 0, "sha") : 0;
     uint32_t sib = doc.nodes[0].kind == CKPT__JSON_OBJECT ? ckpt__json_member(&doc, 0, "siblings") : 0;
     if (!sha || doc.nodes[sha].kind != CKPT__JSON_STRING || !is_commit(doc.nodes[sha].str) || !sib ||
         doc.nodes[sib].kind != CKPT__JSON_ARRAY) {
         ckpt__json_free(&doc);
-        return ckpt__fail(err, CKPT_E_BAD_RESPONSE, shown, NULL, -1,
+        return ckpt__fail(err, CKPT__D(BAD_RESPONSE), shown, NULL, -1,
                           "the Hub's API answer has no commit (\"sha\") or file list (\"siblings\")");
     }
     i->commit = ckpt__strdup(doc.nodes[sha].str);

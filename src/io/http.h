@@ -173,7 +173,7 @@ CKPT__HIDDEN ckpt__cache_copy *ckpt__cache_begin(const char *dir, const ckpt__ca
 CKPT__HIDDEN bool ckpt__cache_write(ckpt__cache_copy *c, const void *data, size_t n, uint64_t offset);
 
 /* Every byte is in: synced, checked against the server's SHA-256 if it
- * gave one, renamed into place and stamped; else why not (CKPT_E_CHECKSUM:
+ * gave one, renamed into place and stamped; else why not (CKPT__D(CHECKSUM):
  * the bytes are not what the server states; `err` may be NULL), and the
  * copy stays a temporary, removed by ckpt__cache_end. */
 CKPT__HIDDEN ckpt_status ckpt__cache_commit(ckpt__cache_copy *c, const char *shown, ckpt_error *err);

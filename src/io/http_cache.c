@@ -278,7 +278,7 @@ ckpt_status ckpt__cache_commit(ckpt__cache_copy *c, const char *shown, ckpt_erro
     if (ckpt__io_fsync(c->fd) != 0)
         return ckpt__fail_errno(err, errno, shown, -1, "cannot sync its copy in the cache directory");
     if (c->sha256[0] && !hashes_to(c->fd, c->size, c->sha256))
-        return ckpt__fail(err, CKPT_E_CHECKSUM, shown, NULL, -1,
+        return ckpt__fail(err, CKPT__D(CHECKSUM), shown, NULL, -1,
                           "the %llu bytes the server sent do not hash to the SHA-256 it states (%s): no copy is kept",
                           (unsigned long long)c->size, c->sha256);
     if (ckpt__io_renameat2(c->dirfd, c->tmp, c->dirfd, c->final, 0) != 0)

@@ -168,7 +168,7 @@ static void init_curl(void) { curl_init_result = curl_global_init(CURL_GLOBAL_DE
 static ckpt_status need_curl(const char *shown, ckpt_error *err) {
     pthread_once(&curl_once, init_curl);
     if (curl_init_result != CURLE_OK)
-        return ckpt__fail(err, CKPT_E_NETWORK, shown, NULL, -1, "libcurl could not start: %s",
+        return ckpt__fail(err, CKPT__D(NETWORK), shown, NULL, -1, "libcurl could not start: %s",
                           curl_easy_strerror(curl_init_result));
     return CKPT_OK;
 }
@@ -879,30 +879,30 @@ static outcome judge_status(xfer *x, ckpt_status *st, ckpt_error *err) {
     }
     if (s == 408 || s == 429 || (s >= 500 && s < 600)) {
         if (may_retry(x)) return O_RETRY;
-        *st = fail_xfer(x, err, CKPT_E_HTTP_STATUS, "HTTP %ld%s%s", s, reason(s), detail);
+        *st = fail_xfer(x, err, CKPT__D(HTTP_STATUS), "HTTP %ld%s%s", s, reason(s), detail);
         return O_FAIL;
     }
     if (s == 404 || s == 410) {
         *st = fail_xfer(x, err, CKPT_E_NOT_FOUND, "HTTP %ld%s: no such file on the server%s", s, reason(s), detail);
     } else if (s == 401 || s == 403) {
-        *st = fail_xfer(x, err, CKPT_E_HTTP_AUTH, "HTTP %ld%s: the server refused %s%s", s, reason(s),
+        *st = fail_xfer(x, err, CKPT__D(HTTP_AUTH), "HTTP %ld%s: the server refused %s%s", s, reason(s),
                         r->bearer || r->userpwd ? "the credentials" : "access without credentials", detail);
     } else if (s == 412) {
-        *st = fail_xfer(x, err, CKPT_E_REMOTE_CHANGED,
+        *st = fail_xfer(x, err, CKPT__D(REMOTE_CHANGED),
                         "HTTP 412 (Precondition Failed): the file changed on the server since it was opened%s", detail);
     } else if (s == 416) {
         if (has_cr && cr.has_total && cr.total != r->size && x->mode == X_DATA)
-            *st = fail_xfer(x, err, CKPT_E_REMOTE_CHANGED,
+            *st = fail_xfer(x, err, CKPT__D(REMOTE_CHANGED),
                             "HTTP 416 (Range Not Satisfiable): the file is now %llu bytes, not %llu as when opened",
                             (unsigned long long)cr.total, (unsigned long long)r->size);
         else
-            *st = fail_xfer(x, err, CKPT_E_BAD_RESPONSE, "HTTP 416 (Range Not Satisfiable) for a range inside the "
+            *st = fail_xfer(x, err, CKPT__D(BAD_RESPONSE), "HTTP 416 (Range Not Satisfiable) for a range inside the "
                                                          "file's %llu bytes%s", (unsigned long long)r->size, detail);
     } else if (s >= 300 && s < 400) {
-        *st = fail_xfer(x, err, CKPT_E_HTTP_STATUS, "HTTP %ld (a redirect%s)%s", s,
+        *st = fail_xfer(x, err, CKPT__D(HTTP_STATUS), "HTTP %ld (a redirect%s)%s", s,
                         r->s3 ? ", which S3 requests do not follow" : " too many, or without a Location", detail);
     } else {
-        *st = fail_xfer(x, err, CKPT_E_HTTP_STATUS, "HTTP %ld%s%s", s, reason(s), detail);
+        *st = fail_xfer(x, err, CKPT__D(HTTP_STATUS), "HTTP %ld%s%s", s, reason(s), detail);
     }
     return O_FAIL;
 }
@@ -912,15 +912,15 @@ static outcome judge(xfer *x, CURLcode rc, ckpt_status *st, ckpt_error *err) {
     case V_NONE:
         break;
     case V_CHANGED:
-        *st = fail_xfer(x, err, CKPT_E_REMOTE_CHANGED, "the file changed on the server since it was opened: %s",
+        *st = fail_xfer(x, err, CKPT__D(REMOTE_CHANGED), "the file changed on the server since it was opened: %s",
                         x->verdict_text);
         return O_FAIL;
     case V_NO_RANGES:
-        *st = fail_xfer(x, err, CKPT_E_NO_RANGES, "%s", x->verdict_text);
+        *st = fail_xfer(x, err, CKPT__D(NO_RANGES), "%s", x->verdict_text);
         return O_FAIL;
     case V_SLOW:
         if (may_retry(x)) return O_RETRY;
-        *st = fail_xfer(x, err, CKPT_E_TIMEOUT, "%s", x->verdict_text);
+        *st = fail_xfer(x, err, CKPT__D(TIMEOUT), "%s", x->verdict_text);
         return O_FAIL;
     case V_CACHE_WRITE:
         *st = fail_xfer(x, err, x->write_errno == ENOSPC || x->write_errno == EDQUOT ? CKPT_E_NO_SPACE : CKPT_E_IO,
@@ -931,7 +931,7 @@ static outcome judge(xfer *x, CURLcode rc, ckpt_status *st, ckpt_error *err) {
         *st = fail_xfer(x, err, CKPT_E_CANCELLED, "%s", x->verdict_text);
         return O_FAIL;
     default:
-        *st = fail_xfer(x, err, CKPT_E_BAD_RESPONSE, "the server's answer does not fit the request: %s",
+        *st = fail_xfer(x, err, CKPT__D(BAD_RESPONSE), "the server's answer does not fit the request: %s",
                         x->verdict_text);
         return O_FAIL;
     }
@@ -939,12 +939,12 @@ static outcome judge(xfer *x, CURLcode rc, ckpt_status *st, ckpt_error *err) {
     if (x->error_status) return judge_status(x, st, err);
     if (rc != CURLE_OK) {
         if (rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT) {
-            *st = fail_xfer(x, err, CKPT_E_NETWORK, "%s", x->curl_error[0] ? x->curl_error : curl_easy_strerror(rc));
+            *st = fail_xfer(x, err, CKPT__D(NETWORK), "%s", x->curl_error[0] ? x->curl_error : curl_easy_strerror(rc));
             return O_FAIL;
         }
         if (retryable_code(rc) && may_retry(x)) return O_RETRY;
         bool timeout = rc == CURLE_OPERATION_TIMEDOUT;
-        *st = fail_xfer(x, err, timeout ? CKPT_E_TIMEOUT : CKPT_E_NETWORK, "%s%s",
+        *st = fail_xfer(x, err, timeout ? CKPT__D(TIMEOUT) : CKPT__D(NETWORK), "%s%s",
                         x->curl_error[0] ? x->curl_error : curl_easy_strerror(rc),
                         timeout ? " (see the connect and read timeouts)" : "");
         return O_FAIL;
@@ -952,7 +952,7 @@ static outcome judge(xfer *x, CURLcode rc, ckpt_status *st, ckpt_error *err) {
     if ((x->mode == X_DATA || x->mode == X_WHOLE) && x->pos < x->end) {
         /* The body ended early without libcurl noticing (no length given). */
         if (may_retry(x)) return O_RETRY;
-        *st = fail_xfer(x, err, CKPT_E_NETWORK, "the body ended after %llu of %llu bytes",
+        *st = fail_xfer(x, err, CKPT__D(NETWORK), "the body ended after %llu of %llu bytes",
                         (unsigned long long)(x->pos - x->attempt_from), (unsigned long long)(x->end - x->attempt_from));
         return O_FAIL;
     }
@@ -1228,7 +1228,7 @@ static ckpt_status fetch_whole(remote *r, ckpt__cache_copy **out, ckpt_error *er
     ckpt__cache_key k = cache_key(r);
     ckpt__cache_copy *c = ckpt__cache_begin(r->cache_dir, &k);
     if (!c)
-        return ckpt__fail(err, CKPT_E_NO_RANGES, r->shown, NULL, -1,
+        return ckpt__fail(err, CKPT__D(NO_RANGES), r->shown, NULL, -1,
                           "the server does not serve byte ranges, and the cache directory %s cannot take the whole "
                           "file (%llu bytes) to read it there: it cannot be created or written, or another user "
                           "owns it", r->cache_dir, (unsigned long long)r->size);
@@ -1518,7 +1518,7 @@ ckpt_status ckpt__remote_open(const char *display, const char *url, const ckpt__
         } else {
             r->no_ranges = x.open_no_ranges; /* read whole at the first read past these bytes */
             r->size = x.open_total;
-            if (x.pos != x.end) st = ckpt__fail(err, CKPT_E_BAD_RESPONSE, display, NULL, (int64_t)x.pos,
+            if (x.pos != x.end) st = ckpt__fail(err, CKPT__D(BAD_RESPONSE), display, NULL, (int64_t)x.pos,
                                                 "the first answer ended after %llu of %llu bytes",
                                                 (unsigned long long)x.pos, (unsigned long long)x.end);
         }

@@ -19,7 +19,7 @@ static ckpt_status remote_open(const char *name, const ckpt__source_options *o, 
     (void)o;
     *out = NULL;
     char *shown = ckpt__url_redact(name);
-    ckpt_status st = ckpt__fail(err, CKPT_E_UNSUPPORTED_SOURCE, shown ? shown : "(remote)", NULL, -1,
+    ckpt_status st = ckpt__fail(err, CKPT__D(UNSUPPORTED_SOURCE), shown ? shown : "(remote)", NULL, -1,
                                 "this libckpt was built without libcurl: it reads local files only "
                                 "(rebuild with libcurl4-openssl-dev installed for http://, https://, s3:// and hf://)");
     free(shown);

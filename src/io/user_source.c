@@ -25,7 +25,7 @@ typedef struct user_file {
 static ckpt_status failed(const ckpt__source *src, ckpt_status st, const ckpt_error *said, const char *what,
                           uint64_t offset, ckpt_error *err) {
     if (st == CKPT_OK) st = CKPT_E_IO; /* a table must say why; one that does not still failed */
-    return ckpt__fail(err, st, src->name, said->tensor[0] ? said->tensor : NULL, (int64_t)offset, "%s failed: %s", what,
+    return ckpt__fail(err, ckpt__code_of(said, st), src->name, said->tensor[0] ? said->tensor : NULL, (int64_t)offset, "%s failed: %s", what,
                       said->message[0] ? said->message : ckpt_status_message(st));
 }
 
@@ -137,7 +137,7 @@ ckpt_status ckpt__source_stat_in(const ckpt_source_ops *ops, void *user, const c
     ckpt_error_clear(&said);
     ckpt_status st = ops->stat ? ops->stat(user, name, &sb, &said) : CKPT_OK;
     if (st)
-        return ckpt__fail(err, st, name, NULL, -1, "asking the source what it is failed: %s",
+        return ckpt__fail(err, ckpt__code_of(&said, st), name, NULL, -1, "asking the source what it is failed: %s",
                           said.message[0] ? said.message : ckpt_status_message(st));
     *kind = sb.kind == CKPT_SOURCE_FILE || sb.kind == CKPT_SOURCE_DIRECTORY ? sb.kind : CKPT_SOURCE_MISSING;
     return CKPT_OK;
@@ -193,7 +193,7 @@ ckpt_status ckpt__source_list_in(const ckpt_source_ops *ops, void *user, const c
     if (l.st)
         st = l.st;
     else if (st)
-        st = ckpt__fail(err, st, dir, NULL, -1, "listing the directory failed: %s",
+        st = ckpt__fail(err, ckpt__code_of(&said, st), dir, NULL, -1, "listing the directory failed: %s",
                         said.message[0] ? said.message : ckpt_status_message(st));
     if (st) {
         ckpt__beneath_free_names(l.names, l.count);

@@ -84,7 +84,7 @@ static ckpt_status step(ckpt__inflater *f, unsigned char *out, uint64_t room, ui
     *made = room - f->z.avail_out;
     if (r == Z_STREAM_END) f->ended = true;
     else if (r != Z_OK && r != Z_BUF_ERROR)
-        return ckpt__fail(err, CKPT_E_ZIP_INVALID, f->src->name, tensor, (int64_t)f->record,
+        return ckpt__fail(err, CKPT__D(ZIP_INVALID), f->src->name, tensor, (int64_t)f->record,
                           "DEFLATE data is damaged after %llu inflated bytes", (unsigned long long)f->position);
     f->crc = ckpt__crc32(f->crc, out, (size_t)*made);
     f->position += *made;
@@ -96,12 +96,12 @@ static ckpt_status produce(ckpt__inflater *f, unsigned char *dst, uint64_t n, co
     unsigned char sink[16384];
     while (n) {
         if (f->ended)
-            return ckpt__fail(err, CKPT_E_ZIP_INVALID, f->src->name, tensor, (int64_t)f->record,
+            return ckpt__fail(err, CKPT__D(ZIP_INVALID), f->src->name, tensor, (int64_t)f->record,
                               "DEFLATE stream ends after %llu bytes, before the data it should hold",
                               (unsigned long long)f->position);
         ckpt_status st;
         if (!feed(f, tensor, &st, err))
-            return st ? st : ckpt__fail(err, CKPT_E_ZIP_INVALID, f->src->name, tensor, (int64_t)f->record,
+            return st ? st : ckpt__fail(err, CKPT__D(ZIP_INVALID), f->src->name, tensor, (int64_t)f->record,
                                         "DEFLATE data ends after %llu bytes, before the data it should hold",
                                         (unsigned long long)f->position);
         uint64_t made;
@@ -128,10 +128,10 @@ ckpt_status ckpt__inflater_check(ckpt__inflater *f, uint64_t size, uint32_t crc3
     ckpt_status st = CKPT_OK;
     if (!f->live || f->position > size) st = restart(f, tensor, err);
     if (st == CKPT_OK && size > f->position && (st = produce(f, NULL, size - f->position, tensor, err))) {
-        if (st != CKPT_E_ZIP_INVALID) return st;
+        if (!err || err->detail != CKPT_D_ZIP_INVALID) return st;
         char why[sizeof err->message];
         snprintf(why, sizeof why, "%s", err->message);
-        return ckpt__fail(err, st, path, tensor, (int64_t)f->record, "ZIP member '%s' declares %llu bytes: %s", member,
+        return ckpt__fail(err, CKPT__D(ZIP_INVALID), path, tensor, (int64_t)f->record, "ZIP member '%s' declares %llu bytes: %s", member,
                           (unsigned long long)size, why);
     }
     /* The stream must end right there: one more byte is a size that lies. */
@@ -140,19 +140,19 @@ ckpt_status ckpt__inflater_check(ckpt__inflater *f, uint64_t size, uint32_t crc3
         uint64_t made = 0;
         if (!feed(f, tensor, &st, err)) {
             if (st == CKPT_OK)
-                st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, tensor, (int64_t)f->record,
+                st = ckpt__fail(err, CKPT__D(ZIP_INVALID), path, tensor, (int64_t)f->record,
                                 "ZIP member '%s': its DEFLATE stream is cut short after the %llu bytes it declares",
                                 member, (unsigned long long)size);
             break;
         }
         if ((st = step(f, &extra, 1, &made, tensor, err))) break;
         if (made)
-            st = ckpt__fail(err, CKPT_E_ZIP_INVALID, path, tensor, (int64_t)f->record,
+            st = ckpt__fail(err, CKPT__D(ZIP_INVALID), path, tensor, (int64_t)f->record,
                             "ZIP member '%s' declares %llu bytes; its DEFLATE stream holds more", member,
                             (unsigned long long)size);
     }
     if (st == CKPT_OK && f->crc != crc32)
-        st = ckpt__fail(err, CKPT_E_CHECKSUM, path, tensor, (int64_t)f->record,
+        st = ckpt__fail(err, CKPT__D(CHECKSUM), path, tensor, (int64_t)f->record,
                         "ZIP member '%s' has CRC-32 %08x; the archive records %08x: its bytes changed", member, f->crc,
                         crc32);
     return st;

@@ -34,8 +34,8 @@ CKPT__HIDDEN ckpt_status ckpt__inflater_read(ckpt__inflater *f, uint64_t offset,
 /*
  * Inflates the record to its end (from where the inflater is, or from its
  * start) and checks it against its ZIP member: exactly `size` bytes before
- * the DEFLATE stream ends (else CKPT_E_ZIP_INVALID), whose CRC-32 is `crc32`
- * (else CKPT_E_CHECKSUM).  The inflater keeps the CRC-32 of every byte it
+ * the DEFLATE stream ends (else CKPT__D(ZIP_INVALID)), whose CRC-32 is `crc32`
+ * (else CKPT__D(CHECKSUM)).  The inflater keeps the CRC-32 of every byte it
  * produced since its record's start, so bytes already read are not read
  * again.  Errors name the member and `tensor`.
  */

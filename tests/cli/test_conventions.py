@@ -175,7 +175,7 @@ def test_verify_quiet(model, tmp_path):
     data[-3] ^= 1
     out.write_bytes(bytes(data))
     r = run("verify", "-q", out)
-    assert r.returncode == 1 and "[CKPT_E_CHECKSUM]" in r.stderr
+    assert r.returncode == 1 and "[CKPT_E_CHECKSUM/CKPT_D_CHECKSUM]" in r.stderr
 
 
 # ---- the summary line ---------------------------------------------------------------

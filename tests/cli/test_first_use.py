@@ -80,7 +80,7 @@ def test_files_that_are_no_checkpoint_are_called_so(tmp_path):
     good = tmp_path / "good.safetensors"
     safetensors.numpy.save_file({"a": np.zeros(4, np.float32)}, str(good))
     (tmp_path / "cut.safetensors").write_bytes(good.read_bytes()[:20])
-    assert "[CKPT_E_HEADER_PAST_END]" in run("inspect", tmp_path / "cut.safetensors").stderr
+    assert "[CKPT_E_CORRUPT/CKPT_D_HEADER_PAST_END]" in run("inspect", tmp_path / "cut.safetensors").stderr
 
 
 # ---- diff against quantized GGUF ----------------------------------------------

@@ -160,7 +160,7 @@ def run():
 try:
     got = run()
 except ckpt.Error as e:
-    print(json.dumps({"error": type(e).__name__, "status": getattr(e, "status", None), "message": str(e)}))
+    print(json.dumps({"error": type(e).__name__, "status": f"{e.status}/{e.detail}" if e.detail else e.status, "message": str(e)}))
     sys.exit(1)
 same = None if got is None else sorted(got) == sorted(ref) and all(
     np.array_equal(np.asarray(got[k]), ref[k]) for k in ref)

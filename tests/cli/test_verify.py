@@ -68,7 +68,7 @@ def test_every_flipped_bit_is_found(tmp_path, source):
             out.write_bytes(bytes(data))
             r = run("verify", out)
             assert r.returncode == 1, name
-            assert "[CKPT_E_CHECKSUM]" in r.stderr and f"tensor '{name}'" in r.stderr
+            assert "[CKPT_E_CHECKSUM/CKPT_D_CHECKSUM]" in r.stderr and f"tensor '{name}'" in r.stderr
     # One flipped bit in every byte of the length and the header: each is
     # found (structure, the checksum map, or the header's own digest).
     header_end = 8 + int.from_bytes(pristine[:8], "little")
@@ -202,5 +202,5 @@ def test_verify_failing_prints_no_summary(tmp_path):
     path.write_bytes(bytes(data))
     for args in (["verify", path], ["verify", "--json", path]):
         r = run(*args)
-        assert r.returncode == 1 and "[CKPT_E_CHECKSUM]" in r.stderr, r.stderr
+        assert r.returncode == 1 and "[CKPT_E_CHECKSUM/CKPT_D_CHECKSUM]" in r.stderr, r.stderr
         assert r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr

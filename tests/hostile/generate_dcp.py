@@ -90,19 +90,19 @@ def with_archive(meta, data, fqn, offset, pickle_bytes):
 # ---- code execution, through every pickle ------------------------------------------
 meta, data = base()
 meta.storage_meta.checkpoint_id = Pwn()
-put("dcp-exec-in-metadata", "CKPT_E_PICKLE_FORBIDDEN", meta, data)
+put("dcp-exec-in-metadata", "CKPT_E_FORBIDDEN/CKPT_D_PICKLE_FORBIDDEN", meta, data)
 
 meta, data = base()
 meta.planner_data["w"] = (Pwn(),)
-put("dcp-exec-in-planner-data", "CKPT_E_PICKLE_FORBIDDEN", meta, data)
+put("dcp-exec-in-planner-data", "CKPT_E_FORBIDDEN/CKPT_D_PICKLE_FORBIDDEN", meta, data)
 
 meta, data = base()
 meta, data = with_archive(meta, data, "w", [2, 0], pickle.dumps(Pwn(), protocol=2))
-put("dcp-exec-in-chunk-archive", "CKPT_E_PICKLE_FORBIDDEN", meta, data)
+put("dcp-exec-in-chunk-archive", "CKPT_E_FORBIDDEN/CKPT_D_PICKLE_FORBIDDEN", meta, data)
 
 meta, data = base()
 meta, data = with_archive(meta, data, "step", None, pickle.dumps({"x": Pwn()}, protocol=2))
-put("dcp-exec-in-object-archive", "CKPT_E_PICKLE_FORBIDDEN", meta, data)
+put("dcp-exec-in-object-archive", "CKPT_E_FORBIDDEN/CKPT_D_PICKLE_FORBIDDEN", meta, data)
 
 
 class ViaReduce:
@@ -117,7 +117,7 @@ class ViaReduce:
 
 
 meta, data = base()
-put("dcp-metadata-by-reduce", "CKPT_E_PICKLE_FORBIDDEN", metadata_bytes=pickle.dumps(ViaReduce(meta), protocol=4),
+put("dcp-metadata-by-reduce", "CKPT_E_FORBIDDEN/CKPT_D_PICKLE_FORBIDDEN", metadata_bytes=pickle.dumps(ViaReduce(meta), protocol=4),
     data=data)
 
 
@@ -134,75 +134,75 @@ def spliced(meta, key, ops):
 
 META_GLOBAL = b"ctorch.distributed.checkpoint.metadata\n"
 meta, data = base()  # TensorStorageMetadata.__new__(cls, "x"): NEWOBJ with an argument
-put("dcp-dataclass-newobj-with-args", "CKPT_E_PICKLE_FORBIDDEN", data=data, metadata_bytes=spliced(
+put("dcp-dataclass-newobj-with-args", "CKPT_E_FORBIDDEN/CKPT_D_PICKLE_FORBIDDEN", data=data, metadata_bytes=spliced(
     meta, "b", META_GLOBAL + b"TensorStorageMetadata\nX\x01\x00\x00\x00x\x85\x81"))
 meta, data = base()  # BUILD on a dict
-put("dcp-build-on-dict", "CKPT_E_PICKLE_FORBIDDEN", data=data, metadata_bytes=spliced(meta, "b", b"}}b"))
+put("dcp-build-on-dict", "CKPT_E_FORBIDDEN/CKPT_D_PICKLE_FORBIDDEN", data=data, metadata_bytes=spliced(meta, "b", b"}}b"))
 meta, data = base()  # a dtype called
-put("dcp-dtype-called", "CKPT_E_PICKLE_FORBIDDEN", data=data, metadata_bytes=spliced(
+put("dcp-dtype-called", "CKPT_E_FORBIDDEN/CKPT_D_PICKLE_FORBIDDEN", data=data, metadata_bytes=spliced(
     meta, "b", b"ctorch\nfloat32\n)R"))
 
 meta, data = base()
 meta.version = torch.Tensor  # an allowed torch global, but not one .metadata holds
-put("dcp-foreign-global", "CKPT_E_PICKLE_FORBIDDEN", meta, data)
+put("dcp-foreign-global", "CKPT_E_FORBIDDEN/CKPT_D_PICKLE_FORBIDDEN", meta, data)
 
 meta, data = base()
-put("dcp-not-metadata", "CKPT_E_DCP_METADATA", metadata_bytes=pickle.dumps(
+put("dcp-not-metadata", "CKPT_E_CORRUPT/CKPT_D_DCP_METADATA", metadata_bytes=pickle.dumps(
     {"state_dict_metadata": meta.state_dict_metadata}, protocol=4), data=data)
-put("dcp-metadata-truncated", "CKPT_E_PICKLE_INVALID", metadata_bytes=pickle.dumps(meta, protocol=4)[:-40], data=data)
+put("dcp-metadata-truncated", "CKPT_E_CORRUPT/CKPT_D_PICKLE_INVALID", metadata_bytes=pickle.dumps(meta, protocol=4)[:-40], data=data)
 
 # ---- chunk geometry --------------------------------------------------------------------
 meta, data = base()
 meta.state_dict_metadata["w"].chunks.pop()
-put("dcp-chunk-hole", "CKPT_E_DCP_CHUNK_HOLE", meta, data)
+put("dcp-chunk-hole", "CKPT_E_CORRUPT/CKPT_D_DCP_CHUNK_HOLE", meta, data)
 
 meta, data = base()
 meta.state_dict_metadata["w"].size = torch.Size([5, 6])
-put("dcp-chunk-hole-size-too-large", "CKPT_E_DCP_CHUNK_HOLE", meta, data)
+put("dcp-chunk-hole-size-too-large", "CKPT_E_CORRUPT/CKPT_D_DCP_CHUNK_HOLE", meta, data)
 
 meta, data = base()
 meta.state_dict_metadata["w"].chunks[1].offsets = torch.Size([1, 0])
 meta.storage_data[MetadataIndex("w", [1, 0])] = meta.storage_data.pop(MetadataIndex("w", [2, 0]))
-put("dcp-chunk-overlap", "CKPT_E_DCP_CHUNK_OVERLAP", meta, data)
+put("dcp-chunk-overlap", "CKPT_E_CORRUPT/CKPT_D_DCP_CHUNK_OVERLAP", meta, data)
 
 meta, data = base()
 meta.state_dict_metadata["w"].chunks[1].offsets = torch.Size([3, 0])
 meta.storage_data[MetadataIndex("w", [3, 0])] = meta.storage_data.pop(MetadataIndex("w", [2, 0]))
-put("dcp-chunk-out-of-bounds", "CKPT_E_DCP_CHUNK_BOUNDS", meta, data)
+put("dcp-chunk-out-of-bounds", "CKPT_E_CORRUPT/CKPT_D_DCP_CHUNK_BOUNDS", meta, data)
 
 meta, data = base()
 meta.state_dict_metadata["w"].chunks[1].offsets = torch.Size([2 ** 63 - 1, 0])
 meta.storage_data[MetadataIndex("w", [2 ** 63 - 1, 0])] = meta.storage_data.pop(MetadataIndex("w", [2, 0]))
-put("dcp-chunk-offset-overflow", "CKPT_E_DCP_CHUNK_BOUNDS", meta, data)
+put("dcp-chunk-offset-overflow", "CKPT_E_CORRUPT/CKPT_D_DCP_CHUNK_BOUNDS", meta, data)
 
 meta, data = base()
 meta.state_dict_metadata["w"].chunks[1].sizes = torch.Size([2])
-put("dcp-chunk-wrong-rank", "CKPT_E_DCP_CHUNK_BOUNDS", meta, data)
+put("dcp-chunk-wrong-rank", "CKPT_E_CORRUPT/CKPT_D_DCP_CHUNK_BOUNDS", meta, data)
 
 meta, data = base()  # the archive holds 2x6; the chunk (and tensor) say 2x3
 meta.state_dict_metadata["w"].size = torch.Size([4, 3])
 meta.state_dict_metadata["w"].chunks[0].sizes = torch.Size([2, 3])
 meta.state_dict_metadata["w"].chunks[1].sizes = torch.Size([2, 3])
-put("dcp-chunk-size-lie", "CKPT_E_DCP_CHUNK_MISMATCH", meta, data)
+put("dcp-chunk-size-lie", "CKPT_E_CORRUPT/CKPT_D_DCP_CHUNK_MISMATCH", meta, data)
 
 meta, data = base()
 meta.state_dict_metadata["w"].properties = TensorProperties(dtype=torch.bfloat16)
-put("dcp-chunk-dtype-lie", "CKPT_E_DCP_CHUNK_MISMATCH", meta, data)
+put("dcp-chunk-dtype-lie", "CKPT_E_CORRUPT/CKPT_D_DCP_CHUNK_MISMATCH", meta, data)
 
 meta, data = base()
 meta.state_dict_metadata["w"].properties = TensorProperties(dtype=torch.complex128)
-put("dcp-dtype-without-safetensors-equivalent", "CKPT_E_UNKNOWN_DTYPE", meta, data)
+put("dcp-dtype-without-safetensors-equivalent", "CKPT_E_UNSUPPORTED/CKPT_D_UNKNOWN_DTYPE", meta, data)
 
 meta, data = base()
 del meta.storage_data[MetadataIndex("w", [2, 0])]
-put("dcp-chunk-without-storage", "CKPT_E_DCP_METADATA", meta, data)
+put("dcp-chunk-without-storage", "CKPT_E_CORRUPT/CKPT_D_DCP_METADATA", meta, data)
 
 # ---- paths and lengths -------------------------------------------------------------------
 for label, rel in [("parent", "../__0_0.distcp"), ("absolute", "/etc/passwd"), ("inner-parent", "x/../__0_0.distcp"),
                    ("empty", "")]:
     meta, data = base()
     info(meta, "w", [0, 0]).relative_path = rel
-    put(f"dcp-path-{label}", "CKPT_E_DCP_PATH", meta, data)
+    put(f"dcp-path-{label}", "CKPT_E_UNSAFE_PATH/CKPT_D_DCP_PATH", meta, data)
 
 meta, data = base()
 info(meta, "w", [2, 0]).relative_path = "__7_0.distcp"
@@ -218,16 +218,16 @@ put("dcp-offset-past-end", "CKPT_E_TRUNCATED", meta, data)
 
 meta, data = base()
 info(meta, "w", [2, 0]).length -= 30
-put("dcp-length-cut-short", "CKPT_E_ZIP_INVALID", meta, data)
+put("dcp-length-cut-short", "CKPT_E_CORRUPT/CKPT_D_ZIP_INVALID", meta, data)
 
 meta, data = base()  # both chunks name the same bytes
 a, b = info(meta, "w", [0, 0]), info(meta, "w", [2, 0])
 b.offset, b.length = a.offset, a.length
-put("dcp-items-overlap", "CKPT_E_DCP_METADATA", meta, data)
+put("dcp-items-overlap", "CKPT_E_CORRUPT/CKPT_D_DCP_METADATA", meta, data)
 
 meta, data = base()
 info(meta, "w", [2, 0]).transform_descriptors = ["stream.zstd/1"]
-put("dcp-zstd-transform", "CKPT_E_DCP_UNSUPPORTED", meta, data)
+put("dcp-zstd-transform", "CKPT_E_UNSUPPORTED/CKPT_D_DCP_UNSUPPORTED", meta, data)
 
 # FileSystemWriter with serialization_format=SAFETENSORS: the tensors are in
 # a safetensors blob that .metadata does not locate (torch cannot read it).
@@ -236,7 +236,7 @@ from torch.distributed.checkpoint.filesystem import SerializationFormat  # noqa:
 with tempfile.TemporaryDirectory() as d:
     dcp.save({"w": torch.arange(6.0).reshape(2, 3), "b": torch.ones(2), "step": 3}, no_dist=True,
              storage_writer=FileSystemWriter(d, serialization_format=SerializationFormat.SAFETENSORS))
-    put("dcp-safetensors-serialization", "CKPT_E_DCP_UNSUPPORTED", metadata_bytes=(Path(d) / ".metadata").read_bytes(),
+    put("dcp-safetensors-serialization", "CKPT_E_UNSUPPORTED/CKPT_D_DCP_UNSUPPORTED", metadata_bytes=(Path(d) / ".metadata").read_bytes(),
         data=(Path(d) / "__0_0.distcp").read_bytes())
 
 # ---- the Hugging Face storage layer --------------------------------------------------------
@@ -247,16 +247,16 @@ def shard(tensors, offsets):
 
 w = torch.arange(24, dtype=torch.float32).reshape(4, 6)
 names = ["shard-00001-model-00001-of-00001.safetensors", "shard-00002-model-00001-of-00001.safetensors"]
-put("dcphf-overlap", "CKPT_E_DCP_CHUNK_OVERLAP", files={
+put("dcphf-overlap", "CKPT_E_CORRUPT/CKPT_D_DCP_CHUNK_OVERLAP", files={
     names[0]: shard({"w": w[:3].clone()}, {"w": [0, 0]}), names[1]: shard({"w": w[2:].clone()}, {"w": [2, 0]})})
-put("dcphf-hole", "CKPT_E_DCP_CHUNK_HOLE", files={
+put("dcphf-hole", "CKPT_E_CORRUPT/CKPT_D_DCP_CHUNK_HOLE", files={
     names[0]: shard({"w": w[:1].clone()}, {"w": [0, 0]}), names[1]: shard({"w": w[2:].clone()}, {"w": [2, 0]})})
-put("dcphf-dtype-mismatch", "CKPT_E_DCP_CHUNK_MISMATCH", files={
+put("dcphf-dtype-mismatch", "CKPT_E_CORRUPT/CKPT_D_DCP_CHUNK_MISMATCH", files={
     names[0]: shard({"w": w[:2].clone()}, {"w": [0, 0]}), names[1]: shard({"w": w[2:].half()}, {"w": [2, 0]})})
-put("dcphf-missing-offsets", "CKPT_E_DCP_METADATA", files={
+put("dcphf-missing-offsets", "CKPT_E_CORRUPT/CKPT_D_DCP_METADATA", files={
     names[0]: shard({"w": w[:2].clone(), "v": w[0].clone()}, {"w": [0, 0]}),
     names[1]: shard({"w": w[2:].clone()}, {"w": [2, 0]})})
-put("dcphf-stranger-file", "CKPT_E_DCP_METADATA", files={
+put("dcphf-stranger-file", "CKPT_E_CORRUPT/CKPT_D_DCP_METADATA", files={
     names[0]: shard({"w": w[:2].clone()}, {"w": [0, 0]}), names[1]: safetensors.torch.save({"w": w})})
 
 (HERE / "manifest_dcp.json").write_text(json.dumps(dict(sorted(manifest.items())), indent=1) + "\n")

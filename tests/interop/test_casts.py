@@ -16,6 +16,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import ckptlib  # noqa: E402
+from statuses import status_of
 
 FLOATS = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
           "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2, "F8_E4M3FNUZ": torch.float8_e4m3fnuz,
@@ -113,7 +114,7 @@ def test_integer_widening_and_refusals():
     assert not ckptlib.can_cast("I8", "U16")       # signed to unsigned
     with pytest.raises(ckptlib.CkptError) as e:
         ckptlib.cast("F32", b"\0" * 4, "I32", 1)
-    assert e.value.status == "CKPT_E_INVALID_ARGUMENT" and "F32 to I32" in e.value.message
+    assert status_of(e.value) == "CKPT_E_INVALID_ARGUMENT" and "F32 to I32" in e.value.message
 
 
 if __name__ == "__main__":

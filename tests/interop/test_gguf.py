@@ -11,6 +11,7 @@ import pytest
 from ckptlib import BIN_PATH, Catalog, CkptError, DTYPES, Plan, can_cast, cast
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFValueType as V
+from statuses import status_of
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # A real GGUF file written by llama.cpp's tools: the vocabulary-only model
@@ -246,7 +247,7 @@ def test_refuses_other_block_types_by_name(tmp_path):
     assert not can_cast("IQ2_XXS", "F32")
     with pytest.raises(CkptError) as e:
         cast("IQ2_XXS", b"\0" * 66, "F32", 256)
-    assert "IQ2_XXS" in str(e.value) and e.value.status == "CKPT_E_UNSUPPORTED_DTYPE"
+    assert "IQ2_XXS" in str(e.value) and status_of(e.value) == "CKPT_E_UNSUPPORTED/CKPT_D_UNSUPPORTED_DTYPE"
     path = tmp_path / "iq.gguf"
     write_gguf(path, [], [("w", np.zeros((1, 66), np.uint8), Q.IQ2_XXS)])
     with Catalog(path) as cat, Plan(cat) as plan:
@@ -407,7 +408,7 @@ def test_splits_as_gguf_split_names_and_merge(tmp_path):
     r = ckpt("inspect", got[0], check=False)
     assert r.returncode != 0 and "sized-00003-of-00003.gguf" in r.stderr
     r = ckpt("inspect", got[1], check=False)
-    assert "CKPT_E_GGUF_SPLIT" in r.stderr and "first part" in r.stderr
+    assert "CKPT_E_CORRUPT/CKPT_D_GGUF_SPLIT" in r.stderr and "first part" in r.stderr
 
 
 def test_refuses_what_gguf_cannot_hold(tmp_path):
@@ -415,7 +416,7 @@ def test_refuses_what_gguf_cannot_hold(tmp_path):
     src = tmp_path / "m.safetensors"
     safetensors.numpy.save_file({"u": np.zeros((2, 2), np.uint8)}, str(src))
     r = ckpt("convert", src, tmp_path / "m.gguf", check=False)
-    assert r.returncode != 0 and "CKPT_E_UNSUPPORTED_DTYPE" in r.stderr and "'u'" in r.stderr or "u" in r.stderr
+    assert r.returncode != 0 and "CKPT_E_UNSUPPORTED/CKPT_D_UNSUPPORTED_DTYPE" in r.stderr and "'u'" in r.stderr or "u" in r.stderr
     assert not (tmp_path / "m.gguf").exists()
     bad = tmp_path / "kv.json"
     bad.write_text('{"x": {"gguf_type": "u8", "value": 300}}')
@@ -503,4 +504,4 @@ def test_version_2_files(tmp_path):
     data[4:8] = struct.pack("<I", 1)
     v2.write_bytes(bytes(data))
     r = ckpt("inspect", v2, check=False)
-    assert "CKPT_E_GGUF_VERSION" in r.stderr and "version 1" in r.stderr
+    assert "CKPT_E_UNSUPPORTED/CKPT_D_GGUF_VERSION" in r.stderr and "version 1" in r.stderr

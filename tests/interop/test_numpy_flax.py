@@ -12,6 +12,7 @@ import pytest
 import safetensors.numpy
 
 import ckpt
+from statuses import status_of
 
 serialization = pytest.importorskip("flax.serialization")
 traverse_util = pytest.importorskip("flax.traverse_util")
@@ -116,7 +117,7 @@ def test_npy_refused(tmp_path):
         write(tmp_path / name)
         with pytest.raises(ckpt.NumpyError, match=says) as e:
             ckpt.open(tmp_path / name)
-        assert e.value.status == "CKPT_E_UNKNOWN_DTYPE" and e.value.path.endswith(name)
+        assert status_of(e.value) == "CKPT_E_UNSUPPORTED/CKPT_D_UNKNOWN_DTYPE" and e.value.path.endswith(name)
     good = io.BytesIO()
     np.save(good, np.arange(10, dtype=np.float32))
     data = good.getvalue()
@@ -124,11 +125,11 @@ def test_npy_refused(tmp_path):
         (tmp_path / "cut.npy").write_bytes(data[:cut])
         with pytest.raises(ckpt.NumpyError) as e:
             ckpt.open(tmp_path / "cut.npy")
-        assert e.value.status == status
+        assert status_of(e.value) == status
     (tmp_path / "bad.npy").write_bytes(data.replace(b"'shape'", b"'shapf'"))
     with pytest.raises(ckpt.NumpyError, match="unexpected key 'shapf'") as e:
         ckpt.open(tmp_path / "bad.npy")
-    assert e.value.status == "CKPT_E_NPY_INVALID" and e.value.offset > 0
+    assert status_of(e.value) == "CKPT_E_CORRUPT/CKPT_D_NPY_INVALID" and e.value.offset > 0
 
 
 @pytest.mark.parametrize("compressed", [False, True], ids=["savez", "savez_compressed"])
@@ -334,7 +335,7 @@ def test_transformers_sharded_flax(tmp_path):
     (tmp_path / "flax_model.msgpack.index.json").write_text(json.dumps(index))
     with pytest.raises(ckpt.Error, match="transformer.h.9.attn.kernel") as e:
         ckpt.open(tmp_path)
-    assert e.value.status == "CKPT_E_INDEX_MISMATCH"
+    assert status_of(e.value) == "CKPT_E_CORRUPT/CKPT_D_INDEX_MISMATCH"
 
 
 def test_msgpack_damaged(tmp_path):
@@ -344,7 +345,7 @@ def test_msgpack_damaged(tmp_path):
         path.write_bytes(data[:cut])
         with pytest.raises(ckpt.Error) as e:
             ckpt.open(path)
-        assert e.value.status in ("CKPT_E_TRUNCATED", "CKPT_E_MSGPACK_INVALID", "CKPT_E_SIZE_MISMATCH")
+        assert status_of(e.value) in ("CKPT_E_TRUNCATED", "CKPT_E_CORRUPT/CKPT_D_MSGPACK_INVALID", "CKPT_E_CORRUPT/CKPT_D_SIZE_MISMATCH")
     path.write_bytes(data + b"\xc0")
     with pytest.raises(ckpt.MsgpackError, match="after the msgpack document"):
         ckpt.open(path)
@@ -352,7 +353,7 @@ def test_msgpack_damaged(tmp_path):
     path.write_bytes(msgpack.packb({"a": msgpack.ExtType(9, b"xyz")}))
     with pytest.raises(ckpt.MsgpackError, match="extension type 9") as e:
         ckpt.open(path)
-    assert e.value.status == "CKPT_E_MSGPACK_INVALID" and e.value.offset == 3
+    assert status_of(e.value) == "CKPT_E_CORRUPT/CKPT_D_MSGPACK_INVALID" and e.value.offset == 3
 
 
 # ---------------------------------------------------------------------------
@@ -430,6 +431,6 @@ def test_write_flax_msgpack(tmp_path):
     safetensors.numpy.save_file({"a": np.ones(1, np.float32), "a.b": np.ones(1, np.float32)}, tmp_path / "c.safetensors")
     with pytest.raises(ckpt.Error, match="'a'") as e:
         ckpt.convert(tmp_path / "c.safetensors", tmp_path / "c.msgpack")
-    assert e.value.status == "CKPT_E_INVALID_ARGUMENT" and not (tmp_path / "c.msgpack").exists()
+    assert status_of(e.value) == "CKPT_E_INVALID_ARGUMENT" and not (tmp_path / "c.msgpack").exists()
     with pytest.raises(ValueError, match="format must be"):
         ckpt.convert(src, tmp_path / "x", format="parquet")

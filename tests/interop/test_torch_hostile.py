@@ -10,6 +10,7 @@ import zipfile
 import pytest
 import torch
 from ckptlib import BIN_PATH, Catalog, CkptError
+from statuses import status_of
 
 
 def torch_zip(path, pickle_bytes, extra=None):
@@ -66,7 +67,7 @@ def test_code_execution_attempts_are_refused_without_side_effect(tmp_path, name)
     torch_zip(path, attacks(marker)[name])
     r = subprocess.run([BIN_PATH, "inspect", str(path)], capture_output=True, text=True)
     assert r.returncode == 1
-    assert "[CKPT_E_PICKLE_FORBIDDEN]" in r.stderr
+    assert "[CKPT_E_FORBIDDEN/CKPT_D_PICKLE_FORBIDDEN]" in r.stderr
     assert "archive/data.pkl: pickle byte" in r.stderr and "at byte" in r.stderr
     assert not marker.exists()
     r = subprocess.run([BIN_PATH, "convert", str(path), str(tmp_path / "out.safetensors")], capture_output=True)
@@ -95,7 +96,7 @@ def fan_out(levels):
     ("self-containing list", b"\x80\x02]q\x00h\x00a.", "CKPT_E_LIMIT"),
     ("fan-out through the memo", fan_out(60), "CKPT_E_LIMIT"),
     ("memo index abuse", b"\x80\x02Nr\xff\xff\xff\x7f.", "CKPT_E_LIMIT"),
-    ("huge declared length", b"\x80\x04\x8d" + (2**62).to_bytes(8, "little") + b".", "CKPT_E_PICKLE_INVALID"),
+    ("huge declared length", b"\x80\x04\x8d" + (2**62).to_bytes(8, "little") + b".", "CKPT_E_CORRUPT/CKPT_D_PICKLE_INVALID"),
     ("storage outside the archive", pickle.dumps({"w": 1}, protocol=2)[:-1] + b".", None),
 ])
 def test_resource_attacks(tmp_path, label, data, status):
@@ -106,7 +107,7 @@ def test_resource_attacks(tmp_path, label, data, status):
         return
     with pytest.raises(CkptError) as e:
         Catalog(path)
-    assert e.value.status == status
+    assert status_of(e.value) == status
 
 
 def real_file(tmp_path):
@@ -123,7 +124,7 @@ def test_truncations_and_corruptions(tmp_path):
         bad.write_bytes(data[:cut])
         with pytest.raises(CkptError) as e:
             Catalog(bad)
-        assert e.value.status in ("CKPT_E_ZIP_INVALID", "CKPT_E_TRUNCATED"), (cut, e.value)
+        assert status_of(e.value) in ("CKPT_E_CORRUPT/CKPT_D_ZIP_INVALID", "CKPT_E_TRUNCATED"), (cut, e.value)
     # Local header offset of the first central entry pointed past the data.
     first_cd = data.find(b"PK\x01\x02")
     bad = bytearray(data)
@@ -131,7 +132,7 @@ def test_truncations_and_corruptions(tmp_path):
     (tmp_path / "offset.pt").write_bytes(bytes(bad))
     with pytest.raises(CkptError) as e:
         Catalog(tmp_path / "offset.pt")
-    assert e.value.status == "CKPT_E_ZIP_INVALID"
+    assert status_of(e.value) == "CKPT_E_CORRUPT/CKPT_D_ZIP_INVALID"
     # A lying size: the storage record claims to run past the data area.
     bad = bytearray(data)
     pos = first_cd
@@ -145,7 +146,7 @@ def test_truncations_and_corruptions(tmp_path):
     (tmp_path / "size.pt").write_bytes(bytes(bad))
     with pytest.raises(CkptError) as e:
         Catalog(tmp_path / "size.pt")
-    assert e.value.status == "CKPT_E_ZIP_INVALID" and e.value.tensor.endswith("data/0")
+    assert status_of(e.value) == "CKPT_E_CORRUPT/CKPT_D_ZIP_INVALID" and e.value.tensor.endswith("data/0")
 
 
 def test_archive_layout_lies(tmp_path):
@@ -163,22 +164,22 @@ def test_archive_layout_lies(tmp_path):
     outside = build("outside.pt", lambda e: {**e, "elsewhere/x": b"1"})
     with pytest.raises(CkptError) as e:
         Catalog(outside)
-    assert e.value.status == "CKPT_E_ZIP_INVALID"
+    assert status_of(e.value) == "CKPT_E_CORRUPT/CKPT_D_ZIP_INVALID"
 
     short = build("short.pt", lambda e: {**e, f"{folder}/data/0": e[f"{folder}/data/0"][:100]})
     with pytest.raises(CkptError) as e:
         Catalog(short)
-    assert e.value.status == "CKPT_E_TRUNCATED"
+    assert status_of(e.value) == "CKPT_E_TRUNCATED"
 
     bad_version = build("version.pt", lambda e: {**e, f"{folder}/.storage_alignment": b"sixty-four"})
     with pytest.raises(CkptError) as e:
         Catalog(bad_version)
-    assert e.value.status == "CKPT_E_ZIP_INVALID" and e.value.tensor.endswith(".storage_alignment")
+    assert status_of(e.value) == "CKPT_E_CORRUPT/CKPT_D_ZIP_INVALID" and e.value.tensor.endswith(".storage_alignment")
 
     missing = build("missing.pt", lambda e: {k: v for k, v in e.items() if not k.endswith("data/1")})
     with pytest.raises(CkptError) as e:
         Catalog(missing)
-    assert e.value.status == "CKPT_E_NOT_FOUND"
+    assert status_of(e.value) == "CKPT_E_NOT_FOUND"
 
     path = tmp_path / "dup.pt"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
@@ -190,7 +191,7 @@ def test_archive_layout_lies(tmp_path):
             z.writestr(f"{folder}/data/0", entries[f"{folder}/data/0"])
     with pytest.raises(CkptError) as e:
         Catalog(path)
-    assert e.value.status == "CKPT_E_DUPLICATE_NAME"
+    assert status_of(e.value) == "CKPT_E_CORRUPT/CKPT_D_DUPLICATE_NAME"
 
     deflated = build("deflated.pt", lambda e: e, zipfile.ZIP_DEFLATED)
     # A re-zipped (DEFLATE) file reads exactly, through zlib; views are refused.
@@ -202,7 +203,7 @@ def test_archive_layout_lies(tmp_path):
             assert cat.read(name, 4, 8) == t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()[4:12]
         with pytest.raises(CkptError) as e:
             cat.view("w")
-        assert e.value.status == "CKPT_E_INVALID_ARGUMENT"
+        assert status_of(e.value) == "CKPT_E_INVALID_ARGUMENT"
     out = tmp_path / "deflated.safetensors"
     assert subprocess.run([BIN_PATH, "convert", str(deflated), str(out)]).returncode == 0
     import safetensors.torch

@@ -9,6 +9,7 @@ from ckptlib import Catalog
 
 from common import TORCH_TO_ST, random_tensor, st_shape, tensor_bytes
 from torch_models import TinyResNet, conv_net, tiny_transformer
+from statuses import status_of
 
 
 def flat(obj, prefix=""):
@@ -188,7 +189,7 @@ def test_tar_format_is_named(tmp_path):
         tar.addfile(info, io.BytesIO(data))
     with pytest.raises(Exception) as e:
         Catalog(path)
-    assert e.value.status == "CKPT_E_UNKNOWN_FORMAT" and "tar archive" in e.value.message
+    assert status_of(e.value) == "CKPT_E_UNKNOWN_FORMAT" and "tar archive" in e.value.message
 
 
 def test_legacy_pickle_longer_than_the_first_read(tmp_path):

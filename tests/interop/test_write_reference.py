@@ -10,6 +10,7 @@ import torch
 from ckptlib import CkptError, write
 
 from common import TORCH_TO_ST, all_dtypes_state_dict, random_tensor, st_shape, tensor_bytes
+from statuses import status_of
 
 
 def as_records(sd, order):
@@ -69,6 +70,6 @@ def test_writer_refuses_incomplete_data(tmp_path):
     out = tmp_path / "x.safetensors"
     with pytest.raises(CkptError) as e:
         write(out, [("t", "F32", [4], b"\0" * 8)])
-    assert e.value.status == "CKPT_E_BAD_STATE" and e.value.tensor == "t"
+    assert status_of(e.value) == "CKPT_E_BAD_STATE" and e.value.tensor == "t"
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []

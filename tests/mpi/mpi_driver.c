@@ -318,7 +318,7 @@ int main(int argc, char **argv) {
         printf("rank %d: %s [%s]\n", rank, err.message, ckpt_status_name(st));
         bool culprit = rank == nranks - 1;
         if (f == FAIL && nranks > 1) {
-            CHECK(st == (culprit ? CKPT_E_NO_SPACE : CKPT_E_PEER_FAILED), "status %s", ckpt_status_name(st));
+            CHECK(st == (culprit ? CKPT_E_NO_SPACE : CKPT_E_PEER) && (culprit || err.detail == CKPT_D_PEER_FAILED), "status %s", ckpt_status_name(st));
             char want[64];
             snprintf(want, sizeof want, "rank %d failed (CKPT_E_NO_SPACE)", nranks - 1);
             CHECK(culprit || strstr(err.message, want), "message lacks '%s'", want);
@@ -326,7 +326,7 @@ int main(int argc, char **argv) {
         if (f == HANG && !culprit) {
             char want[64];
             snprintf(want, sizeof want, "rank %d did not reach", nranks - 1);
-            CHECK(st == CKPT_E_PEER_TIMEOUT && strstr(err.message, want), "wanted a timeout naming rank %d", nranks - 1);
+            CHECK(st == CKPT_E_TIMEOUT && err.detail == CKPT_D_PEER_TIMEOUT && strstr(err.message, want), "wanted a timeout naming rank %d", nranks - 1);
         }
         CHECK(!published(out), "%s was published", out);
     }

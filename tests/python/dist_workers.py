@@ -12,6 +12,12 @@ import traceback
 import torch
 import torch.distributed as dist
 
+
+def status_of(e):
+    """"CKPT_E_PEER/CKPT_D_PEER_FAILED": the status and its detail (tests/statuses.py)."""
+    return f"{e.status}/{e.detail}" if e.detail else e.status
+
+
 SPECS = [  # name, shape, dtype, how the tests cut it
     ("model.embed_tokens.weight", (30, 16), torch.bfloat16),
     ("model.layers.0.self_attn.q_proj.weight", (18, 16), torch.bfloat16),
@@ -168,7 +174,7 @@ def main(rank, world, tmp, result):
                 timeout=60)
         _check(result, False, "a save replaced an existing checkpoint without overwrite=True")
     except ckpt.Error as e:
-        result["exists"] = [type(e).__name__, isinstance(e, FileExistsError), e.status, str(e)]
+        result["exists"] = [type(e).__name__, isinstance(e, FileExistsError), status_of(e), str(e)]
     dist.barrier()
     for n in (1, 2, 4):
         for m, g in groups.items():
@@ -191,7 +197,7 @@ def main(rank, world, tmp, result):
     except TypeError as e:
         _check(result, rank == 1, f"rank {rank} raised TypeError: {e}")
     except ckpt.Error as e:
-        _check(result, rank != 1 and e.status == "CKPT_E_PEER_FAILED" and "rank 1 failed" in str(e),
+        _check(result, rank != 1 and status_of(e) == "CKPT_E_PEER/CKPT_D_PEER_FAILED" and "rank 1 failed" in str(e),
                f"rank {rank}: {e.status}: {e}")
     _check(result, not os.path.exists(out), "a failed save was published")
     dist.barrier()
@@ -246,7 +252,7 @@ def kill(rank, world, tmp, result):
         cd.save(dsd, out, max_shard_size="2MB", timeout=8)
         _check(result, False, "the save succeeded without rank 2")
     except ckpt.Error as e:
-        result["error"] = {"status": e.status, "message": str(e), "seconds": time.monotonic() - t0}
+        result["error"] = {"status": status_of(e), "message": str(e), "seconds": time.monotonic() - t0}
     _check(result, not os.path.exists(out), "published although rank 2 died")
 
 

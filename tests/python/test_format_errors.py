@@ -15,6 +15,7 @@ from ckptlib import BIN_PATH
 from flax import serialization
 
 import ckpt
+from statuses import status_of
 
 FAMILIES = (ckpt.SafetensorError, ckpt.TorchError, ckpt.GGUFError, ckpt.NumpyError, ckpt.DCPError, ckpt.MsgpackError)
 
@@ -34,7 +35,7 @@ def test_each_format_raises_its_own_class(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(buf.getvalue()[:4000])
     e = raised(tmp_path / "pytorch_model.bin")
     assert type(e) is ckpt.TorchError and not isinstance(e, ckpt.SafetensorError), type(e)
-    assert e.status == "CKPT_E_ZIP_INVALID"
+    assert status_of(e) == "CKPT_E_CORRUPT/CKPT_D_ZIP_INVALID"
     # safetensors keeps SafetensorError, so that `except SafetensorError` works.
     good = tmp_path / "good.safetensors"
     safetensors.numpy.save_file({"a": np.arange(8, dtype=np.float32)}, str(good))
@@ -45,7 +46,7 @@ def test_each_format_raises_its_own_class(tmp_path):
     np.save(npy, np.arange(10, dtype=np.float32))
     (tmp_path / "a.npy").write_bytes(npy.getvalue()[:-1])
     e = raised(tmp_path / "a.npy")
-    assert type(e) is ckpt.NumpyError and e.status == "CKPT_E_TRUNCATED"
+    assert type(e) is ckpt.NumpyError and status_of(e) == "CKPT_E_TRUNCATED"
     np.savez(tmp_path / "z.npz", a=np.zeros(4, np.float32))
     (tmp_path / "z.npz").write_bytes((tmp_path / "z.npz").read_bytes()[:-30])
     assert type(raised(tmp_path / "z.npz")) is ckpt.NumpyError
@@ -74,7 +75,7 @@ def test_each_format_raises_its_own_class(tmp_path):
 def test_no_checkpoint_at_all_is_a_format_error_saying_what_it_is(tmp_path):
     (tmp_path / "notes.txt").write_text("not weights\n")
     e = raised(tmp_path / "notes.txt")
-    assert type(e) is ckpt.FormatError and e.status == "CKPT_E_UNKNOWN_FORMAT"
+    assert type(e) is ckpt.FormatError and status_of(e) == "CKPT_E_UNKNOWN_FORMAT"
     assert "not a checkpoint ckpt reads (it looks like text)" in str(e) and "GGUF" in str(e)
     (tmp_path / "index.html").write_text("<!doctype html><html></html>")
     with pytest.raises(ckpt.FormatError, match="it looks like HTML"):
@@ -90,3 +91,36 @@ def test_no_checkpoint_at_all_is_a_format_error_saying_what_it_is(tmp_path):
     json.dumps(ckpt.__all__)  # every class is exported
     for cls in FAMILIES + (ckpt.FormatError,):
         assert cls.__name__ in ckpt.__all__
+
+
+def test_statuses_are_the_tables(tmp_path):
+    """Python's names and numbers are the library's table (include/ckpt_status.h):
+    every status below 100, every detail in one of them, none sharing a number."""
+    import re
+    from pathlib import Path
+    table = (Path(__file__).resolve().parents[2] / "include" / "ckpt_status.h").read_text()
+    statuses = {n: int(c) for n, c in re.findall(r"X\((CKPT_(?:OK|E_\w+)), (\d+), \"", table)}
+    details = {n: (int(c), s) for n, c, s in re.findall(r"X\((CKPT_D_\w+), (\d+), (CKPT_\w+), \"", table)}
+    assert ckpt._ckpt.status_names() == statuses and ckpt._ckpt.detail_names() == details
+    assert all(code < 100 for code in statuses.values())
+    assert all(status in statuses and status != "CKPT_OK" for name, (_, status) in details.items() if name != "CKPT_D_NONE")
+    assert not set(statuses.values()) & {code for code, _ in details.values() if code}
+    assert len(details) == 55 and details["CKPT_D_HEADER_TOO_LARGE"] == (21, "CKPT_E_CORRUPT")
+
+
+def test_a_corrupt_header_says_its_status_and_its_detail(tmp_path):
+    """A safetensors header over 100,000,000 bytes: status CKPT_E_CORRUPT (what
+    to do: report the file), detail CKPT_D_HEADER_TOO_LARGE (which rule), the
+    class of its format, and both at the end of its sentence."""
+    path = tmp_path / "big.safetensors"
+    path.write_bytes((100_000_001).to_bytes(8, "little") + b"{}")
+    e = raised(path)
+    assert type(e) is ckpt.SafetensorError
+    assert (e.status, e.code, e.detail, e.detail_code) == ("CKPT_E_CORRUPT", 18, "CKPT_D_HEADER_TOO_LARGE", 21)
+    assert str(e).endswith("[CKPT_E_CORRUPT/CKPT_D_HEADER_TOO_LARGE]"), str(e)
+    r = subprocess.run([BIN_PATH, "inspect", str(path)], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.rstrip().endswith("[CKPT_E_CORRUPT/CKPT_D_HEADER_TOO_LARGE]"), r.stderr
+    # A status without a detail shows the status alone.
+    with pytest.raises(ckpt.NotFoundError) as nf:
+        ckpt.open(tmp_path / "none.safetensors")
+    assert nf.value.detail is None and nf.value.detail_code == 0 and str(nf.value).endswith("[CKPT_E_NOT_FOUND]")

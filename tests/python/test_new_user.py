@@ -12,6 +12,7 @@ import torch
 import ckpt
 import ckpt.torch
 from ckptlib import BIN_PATH
+from statuses import status_of
 
 
 def gpt2_like():
@@ -278,7 +279,7 @@ def test_every_error_carries_its_sentence(tmp_path):
         with pytest.raises(cls) as e:
             call()
         text = str(e.value)
-        assert e.value.status in text and "None" not in text and str(tmp_path) in text, text
+        assert status_of(e.value) in text and "None" not in text and str(tmp_path) in text, text
 
 
 def test_a_device_the_framework_does_not_honour_is_refused(tmp_path):

@@ -374,7 +374,7 @@ def test_output_comparison():
     assert not matches(["...", "d", "...", "b", "..."], ["a", "b", "c", "d", "e"])
 
 
-ERROR_LINE = re.compile(r"^ckpt: .*\[(CKPT_E_\w+)\]$")
+ERROR_LINE = re.compile(r"^ckpt: .*\[(CKPT_E_\w+(?:/CKPT_D_\w+)?)\]$")
 EXIT_COMMENT = re.compile(r"#.*\bexit status (\d+)")
 
 
@@ -635,10 +635,10 @@ def run_elixir(block, wd, env):
 
 # ---- placeholder URLs ------------------------------------------------------------------------
 
-# What a URL that cannot be reached gives: the remote statuses (100-106),
-# or CKPT_E_NOT_FOUND where a remote "directory" (a URL ending in '/') was
-# searched for its files name by name.
-REMOTE_STATUS = re.compile(r"\[CKPT_E_(NETWORK|HTTP_STATUS|HTTP_AUTH|TIMEOUT|NOT_FOUND)\]")
+# What a URL that cannot be reached gives: the remote statuses (with the
+# detail that says which), or CKPT_E_NOT_FOUND where a remote "directory" (a
+# URL ending in '/') was searched for its files name by name.
+REMOTE_STATUS = re.compile(r"\[CKPT_E_(?:(?:NETWORK|REMOTE|AUTH|TIMEOUT)/CKPT_D_\w+|NOT_FOUND)\]")
 
 
 def offline_console(block, wd, env):

@@ -99,7 +99,7 @@ def test_token_never_shown_on_failure(nginx, served, tmp_path, capfd, failure):
         results, cached = cli_outputs(url, tmp_path)
         codes = [rc for rc, _ in results]
         assert codes[:6] == [1] * 6 and codes[6:] == [2, 2], results
-        want = {"404": "[CKPT_E_NOT_FOUND]", "401": "[CKPT_E_HTTP_AUTH]", "refused": "[CKPT_E_NETWORK]"}[failure]
+        want = {"404": "[CKPT_E_NOT_FOUND]", "401": "[CKPT_E_AUTH/CKPT_D_HTTP_AUTH]", "refused": "[CKPT_E_NETWORK/CKPT_D_NETWORK]"}[failure]
         assert want in results[0][1]
         for _, text in results:
             assert not leaks(text), text

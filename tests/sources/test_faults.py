@@ -16,6 +16,7 @@ from conftest import run, same_dict, state_dict
 from servers import FaultServer
 
 import ckpt
+from statuses import status_of
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +96,13 @@ def test_500_then_200_is_retried(server, files, tmp_path):
     r = run("convert", server.url("model.safetensors"), tmp_path / "out.safetensors", "--retries", "0")
     assert r.returncode == 1 and r.stderr.count("\n") == 1
     assert server.url("model.safetensors") in r.stderr and "HTTP 500" in r.stderr
-    assert "bytes 0-262143" in r.stderr and "[CKPT_E_HTTP_STATUS]" in r.stderr
+    assert "bytes 0-262143" in r.stderr and "[CKPT_E_REMOTE/CKPT_D_HTTP_STATUS]" in r.stderr
     server.behaviour.fail_times = 1
     c = ckpt.open(server.url("model.safetensors"))
     server.behaviour.fail_times = 1
     with pytest.raises(ckpt.RemoteError) as e:
         ckpt.load(server.url("model.safetensors"), retries=0)
-    assert e.value.status == "CKPT_E_HTTP_STATUS"
+    assert status_of(e.value) == "CKPT_E_REMOTE/CKPT_D_HTTP_STATUS"
     c.close()
     server.behaviour.fail_times = 100
     r = run("convert", server.url("model.safetensors"), tmp_path / "out.safetensors", "--retries", "2")
@@ -114,9 +115,9 @@ def test_server_ignoring_range(server, files, tmp_path):
     server.behaviour.ignore_range = True
     with pytest.raises(ckpt.RemoteError) as e:
         ckpt.open(server.url("model.safetensors"))
-    assert e.value.status == "CKPT_E_NO_RANGES" and "byte ranges" in str(e.value)
+    assert status_of(e.value) == "CKPT_E_REMOTE/CKPT_D_NO_RANGES" and "byte ranges" in str(e.value)
     r = run("convert", server.url("model.safetensors"), tmp_path / "out.safetensors")
-    assert r.returncode == 1 and "[CKPT_E_NO_RANGES]" in r.stderr and no_output(tmp_path, "out.safetensors")
+    assert r.returncode == 1 and "[CKPT_E_REMOTE/CKPT_D_NO_RANGES]" in r.stderr and no_output(tmp_path, "out.safetensors")
     # A small file comes whole in the first answer: it needs no ranges.
     got = ckpt.load(server.url("small.safetensors"))
     assert torch.equal(got["x"], torch.arange(1000, dtype=torch.float32))
@@ -126,7 +127,7 @@ def test_server_ignoring_range(server, files, tmp_path):
     server.behaviour.ignore_range = True
     with pytest.raises(ckpt.RemoteError) as e:
         c.get("head.weight")
-    assert e.value.status == "CKPT_E_NO_RANGES" and e.value.tensor == "head.weight"
+    assert status_of(e.value) == "CKPT_E_REMOTE/CKPT_D_NO_RANGES" and e.value.tensor == "head.weight"
     c.close()
 
 
@@ -141,7 +142,7 @@ def test_slow_server_and_stalls(server, files, tmp_path):
     t = time.monotonic()
     with pytest.raises(ckpt.RemoteError) as e:
         ckpt.load(server.url("small.safetensors"), timeout=1, retries=1)
-    assert e.value.status == "CKPT_E_TIMEOUT" and "small.safetensors" in str(e.value)
+    assert status_of(e.value) == "CKPT_E_TIMEOUT/CKPT_D_TIMEOUT" and "small.safetensors" in str(e.value)
     assert time.monotonic() - t < 15
     c.close()
 
@@ -153,10 +154,10 @@ def test_file_changed_mid_load(server, files, tmp_path):
     server.behaviour.change_after = 2  # the open and one more
     with pytest.raises(ckpt.RemoteError) as e:
         ckpt.load(server.url("model.safetensors"), max_connections=1)
-    assert e.value.status == "CKPT_E_REMOTE_CHANGED" and "bytes" in str(e.value)
+    assert status_of(e.value) == "CKPT_E_REMOTE/CKPT_D_REMOTE_CHANGED" and "bytes" in str(e.value)
     server.gets = 0
     r = run("convert", server.url("model.safetensors"), tmp_path / "out", "--connections", "1")
-    assert r.returncode == 1 and "[CKPT_E_REMOTE_CHANGED]" in r.stderr
+    assert r.returncode == 1 and "[CKPT_E_REMOTE/CKPT_D_REMOTE_CHANGED]" in r.stderr
     assert not (tmp_path / "out").exists() and no_output(tmp_path, "out")
     # A server without validators is still caught when the size changes.
     server.gets = 0
@@ -164,7 +165,7 @@ def test_file_changed_mid_load(server, files, tmp_path):
     server.behaviour.changed = data["model.safetensors"] + b"    "
     with pytest.raises(ckpt.RemoteError) as e:
         ckpt.load(server.url("model.safetensors"))
-    assert e.value.status == "CKPT_E_REMOTE_CHANGED"
+    assert status_of(e.value) == "CKPT_E_REMOTE/CKPT_D_REMOTE_CHANGED"
 
 
 @pytest.mark.parametrize("lie", ["range_start", "total_2_63", "length_2_63", "endless"])
@@ -193,9 +194,9 @@ def test_hostile_servers_get_a_clear_error(server, files, tmp_path, lie):
     assert time.monotonic() - t < 20
     msg = str(e.value)
     assert "model.safetensors" in msg
-    expected = {"range_start": "CKPT_E_BAD_RESPONSE", "total_2_63": "CKPT_E_TRAILING_BYTES",
-                "length_2_63": ("CKPT_E_BAD_RESPONSE", "CKPT_E_NETWORK"), "endless": "CKPT_E_BAD_RESPONSE"}[lie]
-    assert e.value.status in (expected if isinstance(expected, tuple) else (expected,)), msg
+    expected = {"range_start": "CKPT_E_REMOTE/CKPT_D_BAD_RESPONSE", "total_2_63": "CKPT_E_CORRUPT/CKPT_D_TRAILING_BYTES",
+                "length_2_63": ("CKPT_E_REMOTE/CKPT_D_BAD_RESPONSE", "CKPT_E_NETWORK/CKPT_D_NETWORK"), "endless": "CKPT_E_REMOTE/CKPT_D_BAD_RESPONSE"}[lie]
+    assert status_of(e.value) in (expected if isinstance(expected, tuple) else (expected,)), msg
     if lie == "range_start":
         assert "for a request of bytes" in msg
     if lie == "endless":

@@ -16,6 +16,7 @@ from conftest import requests_for, run, same_dict
 import ckpt
 import ckpt.numpy
 import ckpt.torch
+from statuses import status_of
 
 
 def test_cli_inspect_and_convert_equal_local(nginx, served, tmp_path):
@@ -124,7 +125,7 @@ def test_file_replaced_mid_load_is_refused(nginx, served, tmp_path):
         os.replace(tmp_path / "new.safetensors", work)
         with pytest.raises(ckpt.RemoteError) as e:
             c.get("head.weight")
-        assert e.value.status == "CKPT_E_REMOTE_CHANGED"
+        assert status_of(e.value) == "CKPT_E_REMOTE/CKPT_D_REMOTE_CHANGED"
         assert "changing.safetensors" in str(e.value) and "bytes" in str(e.value)
         c.close()
     finally:
@@ -153,7 +154,7 @@ def test_file_cut_short_mid_load_gets_416(nginx, served):
         while not nginx.log() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert [r[1] for r in nginx.log()] == [416]
-        assert e.value.status == "CKPT_E_REMOTE_CHANGED" and "HTTP 416" in str(e.value)
+        assert status_of(e.value) == "CKPT_E_REMOTE/CKPT_D_REMOTE_CHANGED" and "HTTP 416" in str(e.value)
         assert f"now {last.offset - 16} bytes" in str(e.value) and e.value.tensor == last.name
         c.close()
     finally:
@@ -164,7 +165,7 @@ def test_empty_file_and_missing_file(nginx, served):
     nginx.clear_log()
     with pytest.raises(ckpt.SafetensorError) as e:
         ckpt.open(nginx.url("empty.safetensors"))
-    assert e.value.status == "CKPT_E_HEADER_TOO_SMALL"  # an empty file, not a network error
+    assert status_of(e.value) == "CKPT_E_CORRUPT/CKPT_D_HEADER_TOO_SMALL"  # an empty file, not a network error
     r = run("inspect", nginx.url("nope.safetensors"))
     assert r.returncode == 1 and r.stderr.count("\n") == 1
     assert nginx.url("nope.safetensors") in r.stderr and "HTTP 404" in r.stderr
@@ -211,7 +212,7 @@ def test_credentials_used_and_never_shown(nginx, served, tmp_path):
     assert all(torch.equal(out[k], sd[k]) for k in sd)
     with pytest.raises(ckpt.RemoteError) as e:
         ckpt.open(f"http://alice:wrong-pw@{base}/basic/model.safetensors")
-    assert e.value.status == "CKPT_E_HTTP_AUTH" and "401" in str(e.value) and "wrong-pw" not in str(e.value)
+    assert status_of(e.value) == "CKPT_E_AUTH/CKPT_D_HTTP_AUTH" and "401" in str(e.value) and "wrong-pw" not in str(e.value)
     r = run("inspect", f"http://alice:wrong-pw@{base}/basic/model.safetensors?token=abc")
     assert r.returncode == 1 and "wrong-pw" not in r.stderr + r.stdout and "abc" not in r.stderr
     # A bearer token: the option, the CLI's file and variable.
@@ -242,7 +243,7 @@ def test_source_options_checked():
     assert r.returncode == 2 and "--retries" in r.stderr
     # Nothing listens on port 1: refused, retried, then a clear error.
     r = run("inspect", "http://127.0.0.1:1/x.safetensors", "--retries", "1")
-    assert r.returncode == 1 and "127.0.0.1:1/x.safetensors" in r.stderr and "[CKPT_E_NETWORK]" in r.stderr
+    assert r.returncode == 1 and "127.0.0.1:1/x.safetensors" in r.stderr and "[CKPT_E_NETWORK/CKPT_D_NETWORK]" in r.stderr
 
 
 def test_column_slices_fetch_spans(nginx, served):

@@ -4,7 +4,7 @@ whole into it, once, by the cache's rules (a 0600 temporary, checked, then
 renamed into place), and read there — `ckpt inspect`, `ckpt convert`,
 ckpt.load, single files, torch.save files and huggingface_hub shards by
 their index or by a directory URL give the local bytes; without one, the
-error names CKPT_E_NO_RANGES, the URL, --cache-dir and cache_dir=.  A
+error names CKPT_E_REMOTE/CKPT_D_NO_RANGES, the URL, --cache-dir and cache_dir=.  A
 download that is cut restarts (or resumes where a retry gets a range),
 one that fails, is cancelled, is too slow, changes or lies about its
 SHA-256 leaves nothing in the cache, and memory stays far below the
@@ -25,6 +25,7 @@ from conftest import BIN, run, same_dict, state_dict
 from servers import OPEN_RANGE, FaultServer, PythonHttpServer
 
 import ckpt
+from statuses import status_of
 
 
 @pytest.fixture(scope="module")
@@ -102,12 +103,12 @@ def test_without_a_cache_directory_the_error_says_to_add_one(plain, tmp_path):
         url = plain.url(name)
         r = run("convert", url, tmp_path / "out.safetensors")
         assert r.returncode == 1 and r.stderr.count("\n") == 1
-        assert "[CKPT_E_NO_RANGES]" in r.stderr and url in r.stderr
+        assert "[CKPT_E_REMOTE/CKPT_D_NO_RANGES]" in r.stderr and url in r.stderr
         assert "--cache-dir DIR" in r.stderr and "cache_dir=DIR" in r.stderr
         assert not (tmp_path / "out.safetensors").exists()
         with pytest.raises(ckpt.RemoteError) as e:
             ckpt.load(url)
-        assert e.value.status == "CKPT_E_NO_RANGES" and e.value.path == url
+        assert status_of(e.value) == "CKPT_E_REMOTE/CKPT_D_NO_RANGES" and e.value.path == url
         assert "cache_dir=DIR" in str(e.value) and "does not serve byte ranges" in str(e.value)
 
 
@@ -127,7 +128,7 @@ def test_shards_each_fall_back(plain, root, tmp_path, name):
     d, sd = root
     url, cache = plain.url(name), tmp_path / "cache"
     r = run("convert", url, tmp_path / "out.safetensors")
-    assert r.returncode == 1 and "[CKPT_E_NO_RANGES]" in r.stderr and "/repo/model-0000" in r.stderr
+    assert r.returncode == 1 and "[CKPT_E_REMOTE/CKPT_D_NO_RANGES]" in r.stderr and "/repo/model-0000" in r.stderr
     assert "--cache-dir" in r.stderr
     assert same_dict(ckpt.load(url, cache_dir=cache), sd)
     for shard in sorted((d / "repo").glob("model-*.safetensors")):
@@ -192,10 +193,10 @@ def test_a_failed_download_leaves_nothing(server, tmp_path):
     server.behaviour.drop_downloads = 100
     with pytest.raises(ckpt.RemoteError) as e:
         ckpt.load(url, cache_dir=cache, retries=2)
-    assert e.value.status == "CKPT_E_NETWORK" and "the whole file" in str(e.value) and "after retries" in str(e.value)
+    assert status_of(e.value) == "CKPT_E_NETWORK/CKPT_D_NETWORK" and "the whole file" in str(e.value) and "after retries" in str(e.value)
     assert cache_files(cache) == {}
     r = run("convert", url, tmp_path / "out.safetensors", "--cache-dir", cache, "--retries", "1")
-    assert r.returncode == 1 and "[CKPT_E_NETWORK]" in r.stderr and url in r.stderr
+    assert r.returncode == 1 and "[CKPT_E_NETWORK/CKPT_D_NETWORK]" in r.stderr and url in r.stderr
     assert cache_files(cache) == {} and not (tmp_path / "out.safetensors").exists()
     # While the download runs, the copy is only a temporary.
     server.behaviour.drop_downloads = 0
@@ -218,7 +219,7 @@ def test_a_file_changed_before_its_download(server, files, tmp_path):
     cache = tmp_path / "cache"
     with pytest.raises(ckpt.RemoteError) as e:
         ckpt.load(server.url("model.safetensors"), cache_dir=cache)
-    assert e.value.status == "CKPT_E_REMOTE_CHANGED"
+    assert status_of(e.value) == "CKPT_E_REMOTE/CKPT_D_REMOTE_CHANGED"
     assert cache_files(cache) == {}
 
 
@@ -228,7 +229,7 @@ def test_the_stated_sha256_is_checked(server, files, tmp_path):
     server.behaviour.linked_etag = "0" * 64
     with pytest.raises(ckpt.Error) as e:
         ckpt.load(url, cache_dir=tmp_path / "bad")
-    assert e.value.status == "CKPT_E_CHECKSUM" and "do not hash to the SHA-256 it states" in str(e.value)
+    assert status_of(e.value) == "CKPT_E_CHECKSUM/CKPT_D_CHECKSUM" and "do not hash to the SHA-256 it states" in str(e.value)
     assert cache_files(tmp_path / "bad") == {}
     server.behaviour.linked_etag = True
     assert same_dict(ckpt.load(url, cache_dir=tmp_path / "good"), sd)
@@ -244,7 +245,7 @@ def test_minimum_speed_and_retry_deadline(server, tmp_path):
     t0 = time.monotonic()
     with pytest.raises(ckpt.RemoteError) as e:
         c.get("head.weight")
-    assert e.value.status == "CKPT_E_TIMEOUT" and "minimum speed" in str(e.value) and "the whole file" in str(e.value)
+    assert status_of(e.value) == "CKPT_E_TIMEOUT/CKPT_D_TIMEOUT" and "minimum speed" in str(e.value) and "the whole file" in str(e.value)
     assert time.monotonic() - t0 < 10
     c.close()
     server.behaviour.slow = 0.0

@@ -13,6 +13,7 @@ from servers import Moto, moto_available
 
 import ckpt
 import ckpt.torch
+from statuses import status_of
 
 POLICY = json.dumps({"Version": "2012-10-17",
                      "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]})
@@ -99,14 +100,14 @@ def test_session_token(s3, env, monkeypatch):
     monkeypatch.setenv("AWS_SESSION_TOKEN", token[:-4] + "AAAA")
     with pytest.raises(ckpt.RemoteError) as e:
         ckpt.open("s3://models/llm/model.safetensors")
-    assert e.value.status in ("CKPT_E_HTTP_AUTH", "CKPT_E_HTTP_STATUS"), str(e.value)
+    assert status_of(e.value) in ("CKPT_E_AUTH/CKPT_D_HTTP_AUTH", "CKPT_E_REMOTE/CKPT_D_HTTP_STATUS"), str(e.value)
     assert token[:20] not in str(e.value) and "InvalidToken" in str(e.value)
 
 
 def test_s3_errors_are_clear_and_keep_secrets(s3, env, tmp_path):
     key, secret = s3.keys
     r = run("inspect", "s3://models/llm/model.safetensors", env=dict(env, AWS_SECRET_ACCESS_KEY="not-the-secret"))
-    assert r.returncode == 1 and "SignatureDoesNotMatch" in r.stderr and "[CKPT_E_HTTP_AUTH]" in r.stderr
+    assert r.returncode == 1 and "SignatureDoesNotMatch" in r.stderr and "[CKPT_E_AUTH/CKPT_D_HTTP_AUTH]" in r.stderr
     assert "not-the-secret" not in r.stderr and key not in r.stderr
     r = run("inspect", "s3://models/llm/nope.safetensors", env=env)
     assert r.returncode == 1 and "NoSuchKey" in r.stderr and "[CKPT_E_NOT_FOUND]" in r.stderr
@@ -127,7 +128,7 @@ def test_object_replaced_mid_load(s3, env):
     try:
         with pytest.raises(ckpt.RemoteError) as e:
             c.get("head.weight")
-        assert e.value.status == "CKPT_E_REMOTE_CHANGED" and "412" in str(e.value)
+        assert status_of(e.value) == "CKPT_E_REMOTE/CKPT_D_REMOTE_CHANGED" and "412" in str(e.value)
     finally:
         admin.put_object(Bucket="models", Key="llm/model.safetensors", Body=s3.data)
         c.close()

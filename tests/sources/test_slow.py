@@ -1,6 +1,6 @@
 """A server that trickles 4 bytes a second (tests/sources/servers.py's
 Trickle, on loopback): bytes keep coming, so the read timeout never fires,
-but the minimum speed does — CKPT_E_TIMEOUT naming the URL and the byte
+but the minimum speed does — CKPT_E_TIMEOUT/CKPT_D_TIMEOUT naming the URL and the byte
 reached — and retries stop at the retry deadline however many are left, so
 the command ends in bounded time."""
 import time
@@ -10,6 +10,7 @@ from conftest import run
 from servers import Trickle
 
 import ckpt
+from statuses import status_of
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def test_trickle_fails_on_the_minimum_speed(trickle):
     url = trickle.url("model.safetensors")
     r, took = timed_inspect(url, "--retries", "0")
     assert r.returncode == 1, r.stdout
-    assert "[CKPT_E_TIMEOUT]" in r.stderr and url in r.stderr
+    assert "[CKPT_E_TIMEOUT/CKPT_D_TIMEOUT]" in r.stderr and url in r.stderr
     assert "slower than the minimum speed of 1024 bytes/s" in r.stderr
     assert "at byte " in r.stderr and "bytes 0-262143 (the first request)" in r.stderr
     # One window of 1 s from the answer's first header (not the 5 s read timeout).
@@ -40,7 +41,7 @@ def test_retries_stop_at_the_retry_deadline(trickle):
     # 100 retries of a 1 s window each would hold it for minutes: the
     # deadline ends it after 3 s, plus the one attempt under way.
     r, took = timed_inspect(url, "--retries", "100", "--retry-deadline", "3")
-    assert r.returncode == 1 and "[CKPT_E_TIMEOUT]" in r.stderr, r.stderr
+    assert r.returncode == 1 and "[CKPT_E_TIMEOUT/CKPT_D_TIMEOUT]" in r.stderr, r.stderr
     assert "passes the retry deadline (3 s)" in r.stderr and "after retries" in r.stderr
     assert 3 <= took < 7, took
     assert 2 <= trickle.requests < 8
@@ -52,7 +53,7 @@ def test_python_keywords(trickle):
     with pytest.raises(ckpt.RemoteError) as e:
         ckpt.open(url, timeout=5, min_speed_time=1, retry_deadline=2)
     assert time.monotonic() - start < 6
-    assert e.value.status == "CKPT_E_TIMEOUT" and e.value.path == url and isinstance(e.value.offset, int)
+    assert status_of(e.value) == "CKPT_E_TIMEOUT/CKPT_D_TIMEOUT" and e.value.path == url and isinstance(e.value.offset, int)
     assert "retry deadline (2 s)" in str(e.value)
     with pytest.raises(ValueError):
         ckpt.open(url, min_speed=-1)

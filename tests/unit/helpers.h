@@ -12,11 +12,34 @@
 
 #include <cmocka.h>
 
+#include "base/base.h"
 #include "ckpt.h"
 
 /* A fresh directory under $TMPDIR, removed (recursively) by scratch_free. */
 char *scratch_dir(void);
 void scratch_free(char *dir);
+/* A call that filled `err` failed with `code` (a status, or a detail as
+ * CKPT__D(NAME)): it returned the code's category, and err.detail is the
+ * detail (CKPT_D_NONE for a status). */
+#define assert_code(got, err, code)                                                                   \
+    do {                                                                                               \
+        ckpt_status want_ = (code);                                                                    \
+        assert_int_equal((got), ckpt__category(want_));                                                \
+        if (want_) assert_int_equal((err).detail, ckpt__category(want_) != want_ ? (ckpt_detail)want_ : CKPT_D_NONE); \
+    } while (0)
+
+/* What a failure names: its detail as a code (CKPT__D(NAME)), else its
+ * status; a code whose category is not `st` is returned as is, so that a
+ * comparison with the expected code fails. */
+static inline ckpt_status code_of(ckpt_status st, const ckpt_error *err) {
+    return err->detail && ckpt_detail_status(err->detail) == st ? (ckpt_status)err->detail : st;
+}
+
+/* The name of such a code: "CKPT_D_DATA_HOLE", "CKPT_E_IO". */
+static inline const char *code_name(ckpt_status code) {
+    return ckpt__category(code) != code ? ckpt_detail_name((ckpt_detail)code) : ckpt_status_name(code);
+}
+
 /* dir + "/" + name, in a static rotating buffer (valid for a few calls). */
 const char *in_dir(const char *dir, const char *name);
 void write_bytes(const char *path, const void *data, size_t n);

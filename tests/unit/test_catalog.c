@@ -118,18 +118,18 @@ static void test_index_mismatches(void **state) {
     } cases[] = {
         /* a tensor listed in the wrong shard */
         {"{\"weight_map\":{\"a\":\"model-00002-of-00002.safetensors\",\"b\":\"model-00002-of-00002.safetensors\","
-         "\"c\":\"model-00002-of-00002.safetensors\"}}", CKPT_E_INDEX_MISMATCH, "a"},
+         "\"c\":\"model-00002-of-00002.safetensors\"}}", CKPT__D(INDEX_MISMATCH), "a"},
         /* a shard tensor the index does not list */
         {"{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\",\"b\":\"model-00002-of-00002.safetensors\"}}",
-         CKPT_E_INDEX_MISMATCH, "c"},
+         CKPT__D(INDEX_MISMATCH), "c"},
         /* a listed tensor no shard holds */
         {"{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\",\"b\":\"model-00002-of-00002.safetensors\","
-         "\"c\":\"model-00002-of-00002.safetensors\",\"zz\":\"model-00002-of-00002.safetensors\"}}", CKPT_E_INDEX_MISMATCH, "zz"},
+         "\"c\":\"model-00002-of-00002.safetensors\",\"zz\":\"model-00002-of-00002.safetensors\"}}", CKPT__D(INDEX_MISMATCH), "zz"},
         /* a missing shard file */
         {"{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\",\"q\":\"model-00003-of-00003.safetensors\"}}",
          CKPT_E_NOT_FOUND, NULL},
-        {"{\"weight_map\":{\"a\":\"../model-00001-of-00002.safetensors\"}}", CKPT_E_INDEX_INVALID, "a"},
-        {"not json", CKPT_E_INDEX_INVALID, NULL},
+        {"{\"weight_map\":{\"a\":\"../model-00001-of-00002.safetensors\"}}", CKPT__D(INDEX_INVALID), "a"},
+        {"not json", CKPT__D(INDEX_INVALID), NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *dir = scratch_dir();
@@ -137,8 +137,8 @@ static void test_index_mismatches(void **state) {
         ckpt_catalog *cat;
         ckpt_error err;
         ckpt_error_clear(&err);
-        ckpt_status st = ckpt_catalog_open(dir, &cat, &err);
-        if (st != cases[i].st) fail_msg("case %zu: got %s: %s", i, ckpt_status_name(st), err.message);
+        ckpt_status st = code_of(ckpt_catalog_open(dir, &cat, &err), &err);
+        if (st != cases[i].st) fail_msg("case %zu: got %s: %s", i, code_name(st), err.message);
         assert_null(cat);
         if (cases[i].tensor) assert_string_equal(err.tensor, cases[i].tensor);
         scratch_free(dir);
@@ -159,7 +159,7 @@ static void test_duplicate_across_shards(void **state) {
     ckpt_catalog_close(cat);
     const char *idx2 = "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}";
     write_bytes(in_dir(dir, "x.safetensors.index.json"), idx2, strlen(idx2));
-    assert_int_equal(ckpt_catalog_open(dir, &cat, &err), CKPT_E_DUPLICATE_NAME);
+    assert_code(ckpt_catalog_open(dir, &cat, &err), err, CKPT__D(DUPLICATE_NAME));
     assert_string_equal(err.tensor, "a");
     scratch_free(dir);
 }
@@ -261,10 +261,10 @@ static void test_files_that_are_no_checkpoint(void **state) {
     write_bytes(in_dir(dir, "empty.safetensors"), "", 0);
     ckpt_catalog *cat;
     ckpt_error err;
-    assert_int_equal(ckpt_catalog_open(in_dir(dir, "empty.safetensors"), &cat, &err), CKPT_E_HEADER_TOO_SMALL);
+    assert_code(ckpt_catalog_open(in_dir(dir, "empty.safetensors"), &cat, &err), err, CKPT__D(HEADER_TOO_SMALL));
     unsigned char cut[16] = {200};
     write_bytes(in_dir(dir, "cut"), cut, sizeof cut);
-    assert_int_equal(ckpt_catalog_open(in_dir(dir, "cut"), &cat, &err), CKPT_E_HEADER_PAST_END);
+    assert_code(ckpt_catalog_open(in_dir(dir, "cut"), &cat, &err), err, CKPT__D(HEADER_PAST_END));
     scratch_free(dir);
 }
 

@@ -45,25 +45,25 @@ static void test_tiling_lies(void **state) {
     ckpt_error err;
     uint64_t shape[2] = {4, 6};
     const uint64_t hole[2][2][4] = {{{0, 0}, {2, 6}}, {{3, 0}, {1, 6}}};
-    assert_int_equal(tile(2, shape, hole, 2, &err), CKPT_E_DCP_CHUNK_HOLE);
+    assert_code(tile(2, shape, hole, 2, &err), err, CKPT__D(DCP_CHUNK_HOLE));
     assert_string_equal(err.tensor, "w");
     assert_non_null(strstr(err.message, "cover 18 of its 24 elements"));
     const uint64_t overlap[2][2][4] = {{{0, 0}, {3, 6}}, {{2, 0}, {2, 6}}};
-    assert_int_equal(tile(2, shape, overlap, 2, &err), CKPT_E_DCP_CHUNK_OVERLAP);
+    assert_code(tile(2, shape, overlap, 2, &err), err, CKPT__D(DCP_CHUNK_OVERLAP));
     assert_non_null(strstr(err.message, "chunks 0 (offsets [0, 0], sizes [3, 6]"));
     /* Overlaps found along the other axis too (a column meets a row). */
     const uint64_t cross[3][2][4] = {{{0, 0}, {4, 3}}, {{0, 3}, {2, 3}}, {{1, 2}, {3, 4}}};
-    assert_int_equal(tile(2, shape, cross, 3, &err), CKPT_E_DCP_CHUNK_OVERLAP);
+    assert_code(tile(2, shape, cross, 3, &err), err, CKPT__D(DCP_CHUNK_OVERLAP));
     const uint64_t twice[2][2][4] = {{{0, 0}, {4, 6}}, {{0, 0}, {4, 6}}};
-    assert_int_equal(tile(2, shape, twice, 2, &err), CKPT_E_DCP_CHUNK_OVERLAP);
+    assert_code(tile(2, shape, twice, 2, &err), err, CKPT__D(DCP_CHUNK_OVERLAP));
     const uint64_t outside[2][2][4] = {{{0, 0}, {2, 6}}, {{2, 1}, {2, 6}}};
-    assert_int_equal(tile(2, shape, outside, 2, &err), CKPT_E_DCP_CHUNK_BOUNDS);
+    assert_code(tile(2, shape, outside, 2, &err), err, CKPT__D(DCP_CHUNK_BOUNDS));
     assert_non_null(strstr(err.message, "axis 1"));
     const uint64_t wrap[1][2][4] = {{{UINT64_MAX, 0}, {2, 6}}};
-    assert_int_equal(tile(2, shape, wrap, 1, &err), CKPT_E_DCP_CHUNK_BOUNDS);
+    assert_code(tile(2, shape, wrap, 1, &err), err, CKPT__D(DCP_CHUNK_BOUNDS));
     const uint64_t scalars[2][2][4] = {{{0}, {0}}, {{0}, {0}}};
-    assert_int_equal(tile(0, NULL, scalars, 2, &err), CKPT_E_DCP_CHUNK_OVERLAP);
-    assert_int_equal(tile(0, NULL, scalars, 0, &err), CKPT_E_DCP_CHUNK_HOLE);
+    assert_code(tile(0, NULL, scalars, 2, &err), err, CKPT__D(DCP_CHUNK_OVERLAP));
+    assert_code(tile(0, NULL, scalars, 0, &err), err, CKPT__D(DCP_CHUNK_HOLE));
 }
 
 static void test_many_chunks_sweep(void **state) {
@@ -80,7 +80,7 @@ static void test_many_chunks_sweep(void **state) {
     ckpt_error err;
     assert_int_equal(ckpt__dcp_check_tiling("p", "w", 2, shape, chunks, N, &err), CKPT_OK);
     sizes[10][1] = 101; /* one column more: meets its neighbour */
-    assert_int_equal(ckpt__dcp_check_tiling("p", "w", 2, shape, chunks, N, &err), CKPT_E_DCP_CHUNK_OVERLAP);
+    assert_code(ckpt__dcp_check_tiling("p", "w", 2, shape, chunks, N, &err), err, CKPT__D(DCP_CHUNK_OVERLAP));
 }
 
 /* Writes a checkpoint through the public writer as DCP on `ranks` ranks
@@ -104,7 +104,7 @@ static void write_and_read(const char *dir, uint32_t ranks) {
     assert_int_equal(ckpt_writer_add_tensor(w, "rows", CKPT_F32, 2, s_rows, &a, &err), CKPT_OK);
     assert_int_equal(ckpt_writer_add_tensor(w, "vec", CKPT_BF16, 1, s_vec, &b, &err), CKPT_OK);
     assert_int_equal(ckpt_writer_add_tensor(w, "scalar", CKPT_I64, 0, NULL, &c, &err), CKPT_OK);
-    assert_int_equal(ckpt_writer_add_tensor(w, "rows", CKPT_F32, 2, s_rows, NULL, &err), CKPT_E_DUPLICATE_NAME);
+    assert_code(ckpt_writer_add_tensor(w, "rows", CKPT_F32, 2, s_rows, NULL, &err), err, CKPT__D(DUPLICATE_NAME));
     assert_int_equal(ckpt_writer_set_checkpoint_metadata(
                          w, "ckpt.torch_tree",
                          "{\"__dict__\": [[\"rows\", {\"__tensor__\": \"rows\"}], [\"epoch\", 4], "
@@ -197,7 +197,7 @@ static void test_writer_refusals(void **state) {
     /* A dtype torch has no name for. */
     assert_int_equal(ckpt_writer_create(in_dir(dir, "a"), &o, &w, &err), CKPT_OK);
     assert_int_equal(ckpt_writer_add_tensor(w, "x", CKPT_F6_E2M3, 1, shape, NULL, &err), CKPT_OK);
-    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_E_UNKNOWN_DTYPE);
+    assert_code(ckpt_writer_begin(w, &err), err, CKPT__D(UNKNOWN_DTYPE));
     assert_string_equal(err.tensor, "x");
     ckpt_writer_free(w);
     /* An object of a class, and a tensor inside a tuple: refused, and
@@ -208,7 +208,7 @@ static void test_writer_refusals(void **state) {
         assert_int_equal(ckpt_writer_create(in_dir(dir, "a"), &o, &w, &err), CKPT_OK);
         assert_int_equal(ckpt_writer_add_tensor(w, "x", CKPT_F32, 1, shape, NULL, &err), CKPT_OK);
         assert_int_equal(ckpt_writer_set_checkpoint_metadata(w, "ckpt.torch_tree", trees[i], &err), CKPT_OK);
-        assert_int_equal(ckpt_writer_begin(w, &err), CKPT_E_DCP_UNSUPPORTED);
+        assert_code(ckpt_writer_begin(w, &err), err, CKPT__D(DCP_UNSUPPORTED));
         assert_string_equal(err.tensor, i ? "p" : "d");
         ckpt_writer_free(w);
     }

@@ -38,16 +38,16 @@ static void test_bits_and_sizes(void **state) {
     assert_int_equal(n, 20);
     assert_int_equal(ckpt__dtype_nbytes(CKPT_F4, 6, &n), CKPT_OK);
     assert_int_equal(n, 3);
-    assert_int_equal(ckpt__dtype_nbytes(CKPT_F4, 3, &n), CKPT_E_PARTIAL_BYTE);
+    assert_int_equal(ckpt__dtype_nbytes(CKPT_F4, 3, &n), CKPT__D(PARTIAL_BYTE));
     assert_int_equal(ckpt__dtype_nbytes(CKPT_F6_E2M3, 4, &n), CKPT_OK);
     assert_int_equal(n, 3);
-    assert_int_equal(ckpt__dtype_nbytes(CKPT_F6_E2M3, 5, &n), CKPT_E_PARTIAL_BYTE);
-    assert_int_equal(ckpt__dtype_nbytes(CKPT_F64, UINT64_MAX / 8 + 1, &n), CKPT_E_SHAPE_OVERFLOW); /* 2^64 bytes */
+    assert_int_equal(ckpt__dtype_nbytes(CKPT_F6_E2M3, 5, &n), CKPT__D(PARTIAL_BYTE));
+    assert_int_equal(ckpt__dtype_nbytes(CKPT_F64, UINT64_MAX / 8 + 1, &n), CKPT__D(SHAPE_OVERFLOW)); /* 2^64 bytes */
     assert_int_equal(ckpt__dtype_nbytes(CKPT_F64, UINT64_MAX / 8, &n), CKPT_OK); /* 2^64 - 8: its bits would not fit */
     assert_int_equal(n, UINT64_MAX / 8 * 8);
     assert_int_equal(ckpt__dtype_nbytes(CKPT_F4, UINT64_MAX - 1, &n), CKPT_OK);
     assert_int_equal(n, UINT64_MAX / 2);
-    assert_int_equal(ckpt__dtype_nbytes(CKPT_DTYPE_INVALID, 1, &n), CKPT_E_UNKNOWN_DTYPE);
+    assert_int_equal(ckpt__dtype_nbytes(CKPT_DTYPE_INVALID, 1, &n), CKPT__D(UNKNOWN_DTYPE));
 }
 
 /* Block sizes and ggml numbers as gguf's GGML_QUANT_SIZES lists them
@@ -72,7 +72,7 @@ static void test_blocks(void **state) {
     assert_int_equal(ckpt_dtype_from_ggml_type(4), CKPT_DTYPE_INVALID); /* ggml's removed Q4_2 */
     assert_int_equal(ckpt__dtype_nbytes(CKPT_Q8_0, 64, &n), CKPT_OK);
     assert_int_equal(n, 68);
-    assert_int_equal(ckpt__dtype_nbytes(CKPT_Q8_0, 33, &n), CKPT_E_GGUF_DIMS);
+    assert_int_equal(ckpt__dtype_nbytes(CKPT_Q8_0, 33, &n), CKPT__D(GGUF_DIMS));
     assert_true(ckpt__block_rows_ok(CKPT_Q8_0, 2, row));
     assert_false(ckpt__block_rows_ok(CKPT_Q8_0, 2, bad));
     assert_false(ckpt__block_rows_ok(CKPT_Q8_0, 0, NULL));
@@ -107,16 +107,16 @@ static void test_tensor_size(void **state) {
     uint64_t full[2] = {3, 5}, hidden[3] = {0, 1ULL << 62, 4}, packed[2] = {0, (uint64_t)INT64_MAX + 1};
     assert_int_equal(ckpt__tensor_size(CKPT_F32, 2, f32_max, &n, &b), CKPT_OK);
     assert_true(n == 0 && b == 0);
-    assert_int_equal(ckpt__tensor_size(CKPT_F32, 2, f32_past, &n, &b), CKPT_E_SHAPE_OVERFLOW);
-    assert_int_equal(ckpt__tensor_size(CKPT_F64, 2, f32_max, &n, &b), CKPT_E_SHAPE_OVERFLOW);
+    assert_int_equal(ckpt__tensor_size(CKPT_F32, 2, f32_past, &n, &b), CKPT__D(SHAPE_OVERFLOW));
+    assert_int_equal(ckpt__tensor_size(CKPT_F64, 2, f32_max, &n, &b), CKPT__D(SHAPE_OVERFLOW));
     assert_int_equal(ckpt__tensor_size(CKPT_U8, 2, u8_max, &n, &b), CKPT_OK);
-    assert_int_equal(ckpt__tensor_size(CKPT_U16, 2, u8_max, &n, &b), CKPT_E_SHAPE_OVERFLOW);
-    assert_int_equal(ckpt__tensor_size(CKPT_F32, 3, hidden, &n, &b), CKPT_E_SHAPE_OVERFLOW);
-    assert_int_equal(ckpt__tensor_size(CKPT_F4, 2, packed, &n, &b), CKPT_E_SHAPE_OVERFLOW); /* elements */
+    assert_int_equal(ckpt__tensor_size(CKPT_U16, 2, u8_max, &n, &b), CKPT__D(SHAPE_OVERFLOW));
+    assert_int_equal(ckpt__tensor_size(CKPT_F32, 3, hidden, &n, &b), CKPT__D(SHAPE_OVERFLOW));
+    assert_int_equal(ckpt__tensor_size(CKPT_F4, 2, packed, &n, &b), CKPT__D(SHAPE_OVERFLOW)); /* elements */
     assert_int_equal(ckpt__tensor_size(CKPT_BF16, 2, full, &n, &b), CKPT_OK);
     assert_true(n == 15 && b == 30);
-    assert_int_equal(ckpt__tensor_size(CKPT_F4, 2, full, &n, &b), CKPT_E_PARTIAL_BYTE);
-    assert_int_equal(ckpt__tensor_size(CKPT_DTYPE_INVALID, 2, full, &n, &b), CKPT_E_UNKNOWN_DTYPE);
+    assert_int_equal(ckpt__tensor_size(CKPT_F4, 2, full, &n, &b), CKPT__D(PARTIAL_BYTE));
+    assert_int_equal(ckpt__tensor_size(CKPT_DTYPE_INVALID, 2, full, &n, &b), CKPT__D(UNKNOWN_DTYPE));
 }
 
 int main(void) {

@@ -40,8 +40,8 @@ static void write_model(const char *path, const char *metadata_json, uint64_t sp
     assert_int_equal(ckpt_writer_add_tensor(w, "v", CKPT_F32, 1, vshape, &vi, &err), CKPT_OK);
     /* rows must be whole blocks; safetensors-only and GGUF-less dtypes refused */
     uint64_t bad[2] = {2, 48};
-    assert_int_equal(ckpt_writer_add_tensor(w, "bad", Q8, 2, bad, NULL, &err), CKPT_E_GGUF_DIMS);
-    assert_int_equal(ckpt_writer_add_tensor(w, "u", CKPT_U8, 1, vshape, NULL, &err), CKPT_E_UNSUPPORTED_DTYPE);
+    assert_code(ckpt_writer_add_tensor(w, "bad", Q8, 2, bad, NULL, &err), err, CKPT__D(GGUF_DIMS));
+    assert_code(ckpt_writer_add_tensor(w, "u", CKPT_U8, 1, vshape, NULL, &err), err, CKPT__D(UNSUPPORTED_DTYPE));
     assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
     unsigned char blocks[4 * 34];
     for (int b = 0; b < 4; b++) q8_block(blocks + 34 * b, b);
@@ -192,7 +192,7 @@ static void test_splits(void **state) {
     assert_int_equal(ckpt_catalog_open(dir, &c, &err), CKPT_OK);
     assert_int_equal(ckpt_catalog_tensor_count(c), 2);
     ckpt_catalog_close(c);
-    assert_int_equal(ckpt_catalog_open(in_dir(dir, "s-00002-of-00002.gguf"), &c, &err), CKPT_E_GGUF_SPLIT);
+    assert_code(ckpt_catalog_open(in_dir(dir, "s-00002-of-00002.gguf"), &c, &err), err, CKPT__D(GGUF_SPLIT));
     scratch_free(dir);
 }
 
@@ -220,20 +220,20 @@ static void test_refusals(void **state) {
     memcpy(b, "GGUF", 4);
     size_t at = put(b, 4, 1, 4);
     at = put(b, at, 0, 8), at = put(b, at, 0, 8);
-    assert_int_equal(open_bytes(b, at, dir, &err), CKPT_E_GGUF_VERSION);
+    assert_code(open_bytes(b, at, dir, &err), err, CKPT__D(GGUF_VERSION));
     put(b, 4, 3, 4);
     put(b, 8, 1000000, 8); /* tensor count */
-    assert_int_equal(open_bytes(b, at, dir, &err), CKPT_E_GGUF_COUNT);
+    assert_code(open_bytes(b, at, dir, &err), err, CKPT__D(GGUF_COUNT));
     put(b, 8, 0, 8);
     put(b, 16, 1, 8); /* one kv: key of 2^40 bytes */
     size_t k = put(b, 24, 1ULL << 40, 8);
-    assert_int_equal(open_bytes(b, k + 8, dir, &err), CKPT_E_GGUF_LENGTH);
+    assert_code(open_bytes(b, k + 8, dir, &err), err, CKPT__D(GGUF_LENGTH));
     assert_int_equal(err.offset, 24);
     k = put(b, 24, 1, 8);
     b[k++] = 'a';
     size_t type_at = k;
     k = put(b, k, 13, 4); /* unknown value type */
-    assert_int_equal(open_bytes(b, k + 8, dir, &err), CKPT_E_GGUF_KV_TYPE);
+    assert_code(open_bytes(b, k + 8, dir, &err), err, CKPT__D(GGUF_KV_TYPE));
     assert_int_equal(err.offset, (int64_t)type_at);
     k = put(b, type_at, 4, 4); /* general.alignment-like but named "a": a u32 */
     k = put(b, k, 7, 4);
@@ -245,16 +245,16 @@ static void test_refusals(void **state) {
     b[t++] = 't';
     size_t dims_at = t;
     t = put(b, t, 5, 4);
-    assert_int_equal(open_bytes(b, t + 64, dir, &err), CKPT_E_GGUF_DIMS);
+    assert_code(open_bytes(b, t + 64, dir, &err), err, CKPT__D(GGUF_DIMS));
     assert_int_equal(err.offset, (int64_t)dims_at);
     t = put(b, dims_at, 1, 4);
     t = put(b, t, 4, 8);  /* 4 elements */
     t = put(b, t, 77, 4); /* unknown ggml type */
     t = put(b, t, 0, 8);
-    assert_int_equal(open_bytes(b, t + 64, dir, &err), CKPT_E_GGUF_TENSOR_TYPE);
+    assert_code(open_bytes(b, t + 64, dir, &err), err, CKPT__D(GGUF_TENSOR_TYPE));
     put(b, t - 12, 0, 4); /* F32 */
     put(b, t - 8, 8, 8);  /* offset 8: not a multiple of 32 */
-    assert_int_equal(open_bytes(b, t + 64, dir, &err), CKPT_E_GGUF_ALIGNMENT);
+    assert_code(open_bytes(b, t + 64, dir, &err), err, CKPT__D(GGUF_ALIGNMENT));
     put(b, t - 8, 0, 8);
     size_t data = (t + 31) / 32 * 32;
     assert_int_equal(open_bytes(b, data + 16, dir, &err), CKPT_OK);
@@ -263,7 +263,7 @@ static void test_refusals(void **state) {
     put(b, 8, 2, 8);
     memcpy(b + t, b + k, t - k);
     size_t end = put(b, t + (t - k) - 8, 32, 8);
-    assert_int_equal(open_bytes(b, (end + 31) / 32 * 32 + 64, dir, &err), CKPT_E_DUPLICATE_NAME);
+    assert_code(open_bytes(b, (end + 31) / 32 * 32 + 64, dir, &err), err, CKPT__D(DUPLICATE_NAME));
     assert_int_equal(err.offset, (int64_t)t);
     char first[64];
     snprintf(first, sizeof first, "(first at byte %zu)", k);

@@ -470,13 +470,13 @@ static void test_retries_resume(void **state) {
     o.retries = 0;
     src = open_remote(s, &o);
     atomic_store(&s->fails_left, 1);
-    assert_int_equal(ckpt__source_read(src, buf, 1 << 20, 1 << 20, &err), CKPT_E_HTTP_STATUS);
+    assert_code(ckpt__source_read(src, buf, 1 << 20, 1 << 20, &err), err, CKPT__D(HTTP_STATUS));
     assert_non_null(strstr(err.message, "HTTP 503"));
     assert_non_null(strstr(err.message, "bytes 1048576-2097151"));
     assert_non_null(strstr(err.path, "/file.bin"));
     /* A lying Content-Range: refused at once. */
     atomic_store(&s->lie, 1);
-    assert_int_equal(ckpt__source_read(src, buf, 4096, 1 << 21, &err), CKPT_E_BAD_RESPONSE);
+    assert_code(ckpt__source_read(src, buf, 4096, 1 << 21, &err), err, CKPT__D(BAD_RESPONSE));
     assert_non_null(strstr(err.message, "for a request of bytes 2097152-2101247"));
     ckpt__source_close(src);
     free(buf);
@@ -540,7 +540,7 @@ static void test_minimum_speed(void **state) {
     ckpt_error err;
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    assert_int_equal(ckpt__source_read(src, buf, 1 << 20, 1 << 20, &err), CKPT_E_TIMEOUT);
+    assert_code(ckpt__source_read(src, buf, 1 << 20, 1 << 20, &err), err, CKPT__D(TIMEOUT));
     double took = seconds_since(&t0);
     /* The deadline, plus one attempt's window (and scheduling). */
     assert_true(took >= 2.0 && took < 6.0);
@@ -557,7 +557,7 @@ static void test_minimum_speed(void **state) {
     src = open_remote(s, &o);
     atomic_store(&s->trickle, 1);
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    assert_int_equal(ckpt__source_read(src, buf, 4096, 1 << 21, &err), CKPT_E_TIMEOUT);
+    assert_code(ckpt__source_read(src, buf, 4096, 1 << 21, &err), err, CKPT__D(TIMEOUT));
     took = seconds_since(&t0);
     assert_true(took >= 2.0 && took < 5.0);
     assert_non_null(strstr(err.message, "after 1 retry"));
@@ -792,7 +792,7 @@ static void test_no_ranges(void **state) {
     ckpt__source_options o = CKPT__SOURCE_OPTIONS_DEFAULT;
     ckpt__source *src = NULL;
     ckpt_error err;
-    assert_int_equal(ckpt__source_open(url_of(s, "file.bin"), &o, &src, &err), CKPT_E_NO_RANGES);
+    assert_code(ckpt__source_open(url_of(s, "file.bin"), &o, &src, &err), err, CKPT__D(NO_RANGES));
     assert_non_null(strstr(err.message, "--cache-dir"));
     assert_non_null(strstr(err.message, "cache_dir="));
     assert_non_null(strstr(err.path, "/file.bin"));
@@ -840,7 +840,7 @@ static void test_no_ranges(void **state) {
     src = open_remote(s, &o);
     atomic_store(&s->whole_drops_left, 2);
     unsigned char *buf = malloc(FILE_SIZE);
-    assert_int_equal(ckpt__source_read(src, buf, FILE_SIZE, 0, &err), CKPT_E_NETWORK);
+    assert_code(ckpt__source_read(src, buf, FILE_SIZE, 0, &err), err, CKPT__D(NETWORK));
     assert_non_null(strstr(err.message, "the whole file"));
     assert_non_null(strstr(err.message, "after 1 retry"));
     assert_int_equal(dir_entries(dir), 0);

@@ -127,7 +127,7 @@ static void test_cancel_and_take(void **state) {
     ckpt_free(w);
     assert_int_equal(ckpt_plan_create(cat, &plan, NULL), CKPT_OK);
     assert_int_equal(ckpt_plan_rename(plan, "b", "w", &err), CKPT_OK);
-    assert_int_equal(ckpt_load(plan, NULL, &err), CKPT_E_DUPLICATE_NAME);
+    assert_code(ckpt_load(plan, NULL, &err), err, CKPT__D(DUPLICATE_NAME));
     ckpt_plan_free(plan);
     ckpt_catalog_close(cat);
     free(path);

@@ -79,22 +79,22 @@ static void test_index_parse(void **state) {
         const char *text;
         ckpt_status st;
     } bad[] = {
-        {"[]", CKPT_E_INDEX_INVALID},
-        {"{\"metadata\":{}}", CKPT_E_INDEX_INVALID},
-        {"{\"weight_map\":[]}", CKPT_E_INDEX_INVALID},
-        {"{\"weight_map\":{\"a\":1}}", CKPT_E_INDEX_INVALID},
-        {"{\"weight_map\":{\"a\":\"../x.safetensors\"}}", CKPT_E_INDEX_INVALID},
-        {"{\"weight_map\":{\"a\":\"d/../../x\"}}", CKPT_E_INDEX_INVALID},
-        {"{\"weight_map\":{\"a\":\"/etc/passwd\"}}", CKPT_E_INDEX_INVALID},
-        {"{\"weight_map\":{\"a\":\"\"}}", CKPT_E_INDEX_INVALID},
-        {"{\"weight_map\":{\"a\":\"x\\u0000y\"}}", CKPT_E_INDEX_INVALID},
-        {"{\"weight_map\":{\"a\":\"x\",\"a\":\"x\"}}", CKPT_E_DUPLICATE_NAME},
-        {"{\"metadata\":3,\"weight_map\":{}}", CKPT_E_INDEX_INVALID},
-        {"{\"weight_map\":{", CKPT_E_INDEX_INVALID},
+        {"[]", CKPT__D(INDEX_INVALID)},
+        {"{\"metadata\":{}}", CKPT__D(INDEX_INVALID)},
+        {"{\"weight_map\":[]}", CKPT__D(INDEX_INVALID)},
+        {"{\"weight_map\":{\"a\":1}}", CKPT__D(INDEX_INVALID)},
+        {"{\"weight_map\":{\"a\":\"../x.safetensors\"}}", CKPT__D(INDEX_INVALID)},
+        {"{\"weight_map\":{\"a\":\"d/../../x\"}}", CKPT__D(INDEX_INVALID)},
+        {"{\"weight_map\":{\"a\":\"/etc/passwd\"}}", CKPT__D(INDEX_INVALID)},
+        {"{\"weight_map\":{\"a\":\"\"}}", CKPT__D(INDEX_INVALID)},
+        {"{\"weight_map\":{\"a\":\"x\\u0000y\"}}", CKPT__D(INDEX_INVALID)},
+        {"{\"weight_map\":{\"a\":\"x\",\"a\":\"x\"}}", CKPT__D(DUPLICATE_NAME)},
+        {"{\"metadata\":3,\"weight_map\":{}}", CKPT__D(INDEX_INVALID)},
+        {"{\"weight_map\":{", CKPT__D(INDEX_INVALID)},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ckpt_status st = parse(bad[i].text, &idx, &arena, &err);
-        if (st != bad[i].st) fail_msg("%s: got %s", bad[i].text, ckpt_status_name(st));
+        ckpt_status st = code_of(parse(bad[i].text, &idx, &arena, &err), &err);
+        if (st != bad[i].st) fail_msg("%s: got %s", bad[i].text, code_name(st));
         assert_string_equal(err.path, "i.json");
     }
     ckpt__arena_free(&arena);

@@ -210,7 +210,7 @@ static void test_index_names_stay_inside(void **state) {
     memdir_load(&d, "ckpt", dir);
     ckpt_catalog *cat;
     ckpt_error err;
-    assert_int_equal(ckpt_catalog_open_source(&memdir_ops, &d, "ckpt", NULL, &cat, &err), CKPT_E_INDEX_INVALID);
+    assert_code(ckpt_catalog_open_source(&memdir_ops, &d, "ckpt", NULL, &cat, &err), err, CKPT__D(INDEX_INVALID));
     assert_null(cat);
     assert_string_equal(err.tensor, "rows");
     assert_non_null(strstr(err.message, "'../w.safetensors'"));

@@ -67,10 +67,11 @@ static ckpt_status step(void *user, op what, void *data, uint64_t nbytes, int ro
     if (t->what != what || t->nbytes != nbytes || t->root != root) {
         pthread_mutex_unlock(&t->m);
         if (err) {
-            err->status = CKPT_E_COMM;
+            err->status = CKPT_E_PEER;
+            err->detail = CKPT_D_COMM;
             snprintf(err->message, sizeof err->message, "threadcomm: rank %d called a different step", u->rank);
         }
-        return CKPT_E_COMM;
+        return CKPT_E_PEER;
     }
     t->buf[u->rank] = data;
     t->votes[u->rank] = vote;
@@ -98,10 +99,11 @@ static ckpt_status step(void *user, op what, void *data, uint64_t nbytes, int ro
         pthread_mutex_unlock(&t->m);
         if (vote) vote->rank = missing;
         if (err) {
-            err->status = CKPT_E_PEER_TIMEOUT;
+            err->status = CKPT_E_TIMEOUT;
+            err->detail = CKPT_D_PEER_TIMEOUT;
             snprintf(err->message, sizeof err->message, "threadcomm: rank %d did not arrive", missing);
         }
-        return CKPT_E_PEER_TIMEOUT;
+        return CKPT_E_TIMEOUT;
     }
     pthread_mutex_unlock(&t->m);
     return CKPT_OK;

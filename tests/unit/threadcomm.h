@@ -1,7 +1,7 @@
 /* threadcomm.h — a ckpt_comm between threads of one process, for the unit
  * tests of the collective operations under the sanitizers: every rank is a
  * thread; a step completes when every rank has arrived, or fails with
- * CKPT_E_PEER_TIMEOUT naming the first rank that did not. */
+ * CKPT_E_TIMEOUT (detail CKPT_D_PEER_TIMEOUT) naming the first rank that did not. */
 #ifndef CKPT_TEST_THREADCOMM_H
 #define CKPT_TEST_THREADCOMM_H
 

@@ -95,10 +95,10 @@ static ERL_NIF_TERM string(ErlNifEnv *env, const char *s) {
     return t;
 }
 
-/* :data_hole for CKPT_E_DATA_HOLE. */
-static ERL_NIF_TERM status_atom(ErlNifEnv *env, ckpt_status st) {
-    const char *name = ckpt_status_name(st);
-    if (strncmp(name, "CKPT_E_", 7) == 0) name += 7;
+/* :corrupt for CKPT_E_CORRUPT, :data_hole for CKPT_D_DATA_HOLE: the names
+ * of the library's table, read at run time. */
+static ERL_NIF_TERM code_atom(ErlNifEnv *env, const char *name) {
+    if (strncmp(name, "CKPT_E_", 7) == 0 || strncmp(name, "CKPT_D_", 7) == 0) name += 7;
     char buf[64];
     size_t i = 0;
     for (; name[i] && i < sizeof buf - 1; i++) buf[i] = (char)(name[i] >= 'A' && name[i] <= 'Z' ? name[i] + 32 : name[i]);
@@ -107,16 +107,18 @@ static ERL_NIF_TERM status_atom(ErlNifEnv *env, ckpt_status st) {
 }
 
 static ERL_NIF_TERM error_term(ErlNifEnv *env, ckpt_status st, const ckpt_error *e) {
-    ERL_NIF_TERM items[7] = {
-        status_atom(env, st),
+    ERL_NIF_TERM items[9] = {
+        code_atom(env, ckpt_status_name(st)),
         enif_make_int(env, (int)st),
+        e->detail ? code_atom(env, ckpt_detail_name(e->detail)) : ATOM_NIL,
+        enif_make_int(env, (int)e->detail),
         string_or_nil(env, e->path),
         string_or_nil(env, e->tensor),
         e->offset >= 0 ? enif_make_int64(env, e->offset) : ATOM_NIL,
         enif_make_int(env, e->sys_errno),
         string(env, e->message[0] ? e->message : ckpt_status_message(st)),
     };
-    return enif_make_tuple2(env, ATOM_ERROR, enif_make_tuple_from_array(env, items, 7));
+    return enif_make_tuple2(env, ATOM_ERROR, enif_make_tuple_from_array(env, items, 9));
 }
 
 /* An error the binding itself reports (e.g. no such tensor). */

@@ -230,8 +230,10 @@ defmodule Ckpt do
 
             {:error,
              %Error{
-               status: :header_schema,
-               code: 25,
+               status: :corrupt,
+               code: 18,
+               detail: :header_schema,
+               detail_code: 25,
                path: c.path,
                message: "#{c.path}: #{what}: #{Exception.message(e)}"
              }}

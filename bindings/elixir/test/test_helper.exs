@@ -124,7 +124,7 @@ defmodule Ckpt.Fixtures do
     dir = Path.join(@repo, "tests/hostile")
 
     for line <- String.split(File.read!(Path.join(dir, "manifest.json")), "\n"),
-        [_, name, status] <- [Regex.run(~r/^\s*"([^"]+)":\s*"(CKPT_E_[A-Z_0-9]+)"/, line)] do
+        [_, name, status] <- [Regex.run(~r/^\s*"([^"]+)":\s*"(CKPT_E_[A-Z_0-9]+(?:\/CKPT_D_[A-Z_0-9]+)?)"/, line)] do
       {Path.join([dir, "corpus", name]), status}
     end
   end

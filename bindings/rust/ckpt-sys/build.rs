@@ -68,6 +68,40 @@ fn main() {
     println!("cargo:include={}", found.include_dir.display());
     println!("cargo:lib_dir={}", found.lib_dir.display());
     layout_probe(&manifest, &found.include_dir);
+    statuses(&found.include_dir);
+}
+
+/// The status and detail constants, from the one table of statuses
+/// (`ckpt_status.h`): `$OUT_DIR/statuses.rs`, included by src/lib.rs.  Each
+/// row is `X(NAME, NUMBER, "message")` or `X(NAME, NUMBER, CATEGORY, "message")`.
+fn statuses(include_dir: &Path) {
+    let header = include_dir.join("ckpt_status.h");
+    println!("cargo:rerun-if-changed={}", header.display());
+    let text = fs::read_to_string(&header)
+        .unwrap_or_else(|e| panic!("ckpt-sys: cannot read {}: {}", header.display(), e));
+    let (mut consts, mut statuses, mut details) = (String::new(), String::new(), String::new());
+    for line in text.lines() {
+        let at = match line.find("X(CKPT_") {
+            Some(at) => at,
+            None => continue,
+        };
+        let row = &line[at + 2..];
+        let fields: Vec<&str> = row[..row.find('"').unwrap_or(row.len())].split(',').map(str::trim).collect();
+        let (name, number) = (fields[0], fields[1]);
+        if let Some(category) = fields.get(2).filter(|c| !c.is_empty()) {
+            consts.push_str(&format!("pub const {}: ckpt_detail = {};\n", name, number));
+            details.push_str(&format!("    (\"{}\", {}, {}),\n", name, name, category));
+        } else {
+            consts.push_str(&format!("pub const {}: ckpt_status = {};\n", name, number));
+            statuses.push_str(&format!("    (\"{}\", {}),\n", name, name));
+        }
+    }
+    let out = format!(
+        "{}\n/// Every status of ckpt_status.h: (name, number).\npub const CKPT_STATUSES: &[(&str, ckpt_status)] = &[\n{}];\n\
+         /// Every detail of ckpt_status.h: (name, number, its status).\npub const CKPT_DETAILS: &[(&str, ckpt_detail, ckpt_status)] = &[\n{}];\n",
+        consts, statuses, details
+    );
+    fs::write(PathBuf::from(env::var("OUT_DIR").unwrap()).join("statuses.rs"), out).expect("ckpt-sys: writing statuses.rs");
 }
 
 fn from_env(repo_include: &Path) -> Option<Found> {

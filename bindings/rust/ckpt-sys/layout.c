@@ -10,7 +10,7 @@
 #define F(type, field) offsetof(type, field)
 
 static const size_t layout[] = {
-    sizeof(ckpt_error), F(ckpt_error, status), F(ckpt_error, sys_errno), F(ckpt_error, offset),
+    sizeof(ckpt_error), F(ckpt_error, status), F(ckpt_error, detail), F(ckpt_error, sys_errno), F(ckpt_error, offset),
     F(ckpt_error, path), F(ckpt_error, tensor), F(ckpt_error, message),
 
     F(ckpt_tensor_info, name), F(ckpt_tensor_info, dtype), F(ckpt_tensor_info, ndim), F(ckpt_tensor_info, shape),
@@ -61,7 +61,7 @@ static const size_t layout[] = {
 
     F(ckpt_match_entry, kind), F(ckpt_match_entry, name), F(ckpt_match_entry, expected), F(ckpt_match_entry, item),
 
-    sizeof(ckpt_status), sizeof(ckpt_dtype), sizeof(ckpt_format), sizeof(ckpt_io_mode),
+    sizeof(ckpt_status), sizeof(ckpt_detail), sizeof(ckpt_dtype), sizeof(ckpt_format), sizeof(ckpt_io_mode),
     CKPT_DTYPE_COUNT, CKPT_MAX_DIMS,
     sizeof(ckpt_value_kind), CKPT_VALUE_NULL, CKPT_VALUE_BOOL, CKPT_VALUE_INT, CKPT_VALUE_FLOAT, CKPT_VALUE_NUMBER,
     CKPT_VALUE_STRING, CKPT_VALUE_BYTES, CKPT_VALUE_BIGINT, CKPT_VALUE_TENSOR, CKPT_VALUE_GLOBAL, CKPT_VALUE_LIST,

@@ -285,6 +285,7 @@ impl Catalog {
     pub fn require(&self, name: &str) -> Result<Tensor<'_>> {
         self.get(name).ok_or_else(|| Error::Argument {
             status: crate::Status::NotFound,
+            detail: None,
             tensor: Some(name.to_string()),
             message: format!("{} has no tensor '{}'", self.file_path(0).unwrap_or_default().display(), name),
         })

@@ -150,7 +150,8 @@ impl FromStr for Dtype {
         let c = CString::new(name).map_err(|_| Error::argument(None, format!("dtype name {:?} has a NUL byte", s)))?;
         match unsafe { sys::ckpt_dtype_from_name(c.as_ptr()) } {
             sys::CKPT_DTYPE_INVALID => Err(Error::Argument {
-                status: crate::Status::UnknownDtype,
+                status: crate::Status::Unsupported,
+                detail: crate::Detail::from_code(sys::CKPT_D_UNKNOWN_DTYPE),
                 tensor: None,
                 message: format!("unknown dtype {:?}", s),
             }),

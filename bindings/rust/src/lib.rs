@@ -58,7 +58,7 @@ mod writer;
 
 pub use catalog::{Catalog, Format, IoMode, OpenOptions, Tensor, Tensors, VerifyReport};
 pub use dtype::{Dtype, Element};
-pub use error::{Error, Result, Status};
+pub use error::{Detail, Error, Result, Status};
 pub use plan::{Buffer, Expected, LoadOptions, LoadStats, Loaded, Mismatch, Plan, PlanItem, TensorData};
 pub use value::{Items, Node, Pairs, Value};
 pub use writer::{cast, convert, destination, parse_size, recover, Destination, Storage, Writer, WriterOptions};

@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use ckpt::{
-    Catalog, Dtype, Element, Error, Expected, Format, LoadOptions, Mismatch, Status, TensorData, Value, Writer, WriterOptions,
+    Catalog, Detail, Dtype, Element, Error, Expected, Format, LoadOptions, Mismatch, Status, TensorData, Value, Writer, WriterOptions,
 };
 use common::*;
 
@@ -302,7 +302,12 @@ fn hostile_files_are_refused_with_their_status_and_place() {
     assert!(corpus.len() >= 50, "{}", corpus.len());
     for (path, status) in corpus {
         let e = Catalog::open(&path).unwrap_err();
-        assert_eq!(e.status().name(), status, "{}: {}", path.display(), e);
+        // The manifest's "CKPT_E_CORRUPT/CKPT_D_DATA_HOLE": the status and the detail.
+        let shown = match e.detail() {
+            Some(d) => format!("{}/{}", e.status().name(), d.name()),
+            None => e.status().name().to_string(),
+        };
+        assert_eq!(shown, status, "{}: {}", path.display(), e);
         assert!(matches!(e, Error::Library { .. }));
         let named = e.path().map(|p| p.starts_with(path.parent().unwrap())).unwrap_or(false);
         assert!(named, "{}: error names no file: {}", path.display(), e);
@@ -313,7 +318,10 @@ fn hostile_files_are_refused_with_their_status_and_place() {
     let io: std::io::Error = e.into();
     assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
     let hole = Catalog::open(repo().join("tests/hostile/corpus/st-hole.safetensors")).unwrap_err();
-    assert_eq!(hole.status(), Status::DataHole);
+    assert_eq!(hole.status(), Status::Corrupt);
+    assert_eq!(hole.detail().map(|d| d.name()), Some("CKPT_D_DATA_HOLE"));
+    assert_eq!(hole.detail().map(|d| d.code()), Some(ckpt::sys::CKPT_D_DATA_HOLE));
+    assert!(hole.to_string().ends_with("[CKPT_E_CORRUPT/CKPT_D_DATA_HOLE]"), "{}", hole);
     assert!(hole.offset().is_some() && hole.tensor().is_some(), "{:?}", hole);
 }
 
@@ -447,7 +455,8 @@ fn an_incomplete_or_dropped_writer_leaves_nothing() {
     assert_eq!(e.tensor(), Some("a"), "{}", e);
     let mut w = Writer::create(&path, &WriterOptions::default()).unwrap();
     w.add_tensor("a", Dtype::F32, &[4]).unwrap();
-    assert_eq!(w.add_tensor("a", Dtype::F32, &[4]).unwrap_err().status(), Status::DuplicateName);
+    let e = w.add_tensor("a", Dtype::F32, &[4]).unwrap_err();
+    assert_eq!((e.status(), e.detail().map(|d| d.name())), (Status::Corrupt, Some("CKPT_D_DUPLICATE_NAME")));
     w.begin().unwrap();
     drop(w);
     assert_eq!(fs::read_dir(&dir).unwrap().count(), 0, "temporaries removed");
@@ -546,6 +555,7 @@ fn checksums_are_verified_and_a_flipped_bit_is_found() {
     fs::write(&path, bytes).unwrap();
     let e = Catalog::open(&path).unwrap().verify().unwrap_err();
     assert_eq!((e.status(), e.tensor()), (Status::Checksum, Some("w")));
+    assert_eq!(e.detail().map(|d| d.name()), Some("CKPT_D_CHECKSUM"));
 }
 
 #[test]
@@ -598,7 +608,8 @@ fn dtypes_and_casts_follow_the_library() {
     assert_eq!("F8_E4M3".parse::<Dtype>().unwrap(), Dtype::F8E4M3);
     assert_eq!("float32".parse::<Dtype>().unwrap(), Dtype::F32);
     assert_eq!("f4".parse::<Dtype>().unwrap().bits(), 4);
-    assert_eq!("x".parse::<Dtype>().unwrap_err().status(), Status::UnknownDtype);
+    let e = "x".parse::<Dtype>().unwrap_err();
+    assert_eq!((e.status(), e.detail().map(|d| d.name())), (Status::Unsupported, Some("CKPT_D_UNKNOWN_DTYPE")));
     assert_eq!(Dtype::all().count(), 22);
     assert!(Dtype::all().all(|d| d.name().parse::<Dtype>().unwrap() == d));
     assert!(Dtype::BF16.can_cast_to(Dtype::F32) && !Dtype::F32.can_cast_to(Dtype::I64));
@@ -607,9 +618,21 @@ fn dtypes_and_casts_follow_the_library() {
     ckpt::cast(Dtype::F32, &src, Dtype::BF16, &mut dst).unwrap();
     assert_eq!(dst, [0x80, 0x3f, 0x20, 0xc0]);
     assert!(ckpt::cast(Dtype::F32, &src, Dtype::BF16, &mut [0u8; 3]).is_err());
-    assert_eq!(Status::DataHole.code(), 31);
-    assert_eq!(Status::from_code(31), Status::DataHole);
+    assert_eq!(Status::Corrupt.code(), 18);
+    assert_eq!(Status::from_code(18), Status::Corrupt);
     assert_eq!(Status::from_code(999), Status::Other(999));
+    // Every status of the library's table has its variant, by the same name;
+    // every detail names its status.
+    for &(name, code) in ckpt::sys::CKPT_STATUSES.iter().filter(|s| s.1 != 0) {
+        assert_eq!(Status::from_code(code).name(), name);
+        assert!(!matches!(Status::from_code(code), Status::Other(_)), "{} has no variant", name);
+    }
+    for &(name, code, status) in ckpt::sys::CKPT_DETAILS.iter().filter(|d| d.1 != 0) {
+        let d = Detail::from_code(code).unwrap();
+        assert_eq!((d.name(), d.status().code()), (name, status));
+    }
+    let large = Detail::from_code(21).unwrap();
+    assert_eq!((large.name(), large.status()), ("CKPT_D_HEADER_TOO_LARGE", Status::Corrupt));
     assert!(ckpt::version().starts_with("0."));
     assert_eq!((Format::Safetensors.name(), Format::TorchSharded.name()), ("safetensors", "torch-sharded"));
 }
@@ -638,7 +661,8 @@ fn shared_storages_are_written_once_as_the_hub_does() {
 fn pickle_globals_outside_the_allowlist_are_refused_and_open_options_reach_the_library() {
     let fx = fixtures();
     let e = Catalog::open(fx.path("args.pt")).unwrap_err();
-    assert_eq!(e.status(), Status::PickleForbidden, "{}", e);
+    assert_eq!(e.status(), Status::Forbidden, "{}", e);
+    assert_eq!(e.detail().map(|d| d.name()), Some("CKPT_D_PICKLE_FORBIDDEN"));
     assert!(e.message().contains("argparse.Namespace") && e.path().is_some() && e.offset().is_some(), "{}", e);
     // The options arrive (size set by ckpt_catalog_options_init, names checked by libckpt).
     let bad = ckpt::OpenOptions { allowed_globals: vec!["nodot".into()], ..Default::default() };

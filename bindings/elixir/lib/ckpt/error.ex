@@ -1,22 +1,34 @@
 defmodule Ckpt.Error do
   @moduledoc """
-  A failure reported by libckpt: its `status` (an atom such as `:data_hole`
-  for `CKPT_E_DATA_HOLE`), the stable numeric `code`, and where it applies —
+  A failure reported by libckpt: its `status` (an atom such as `:corrupt`
+  for `CKPT_E_CORRUPT`: what to act on), the stable numeric `code`, its
+  `detail` (the rule that broke, such as `:data_hole` for
+  `CKPT_D_DATA_HOLE`, or `nil`) and `detail_code`, and where it applies —
   the file (`path`), the `tensor` and the byte `offset` in that file (each
   `nil` when it does not apply) — plus `errno` of a failed system call and
   libckpt's sentence naming all of them (`message`).
   """
-  defexception [:status, :code, :path, :tensor, :offset, :errno, :message]
+  defexception [:status, :code, :path, :tensor, :offset, :errno, :message, detail: nil, detail_code: 0]
 
   @impl true
-  def message(%__MODULE__{message: m, status: s}),
-    do: "#{m} [CKPT_E_#{s |> Atom.to_string() |> String.upcase()}]"
+  def message(%__MODULE__{message: m} = e), do: "#{m} [#{name(e)}]"
+
+  @doc """
+  The status and, where there is one, the detail, as libckpt's names:
+  `"CKPT_E_CORRUPT/CKPT_D_DATA_HOLE"`, `"CKPT_E_NOT_FOUND"`.
+  """
+  def name(%__MODULE__{status: s, detail: nil}), do: "CKPT_E_" <> upcase(s)
+  def name(%__MODULE__{status: s, detail: d}), do: "CKPT_E_" <> upcase(s) <> "/CKPT_D_" <> upcase(d)
+
+  defp upcase(atom), do: atom |> Atom.to_string() |> String.upcase()
 
   @doc false
-  def from_nif({status, code, path, tensor, offset, errno, message}),
+  def from_nif({status, code, detail, detail_code, path, tensor, offset, errno, message}),
     do: %__MODULE__{
       status: status,
       code: code,
+      detail: detail,
+      detail_code: detail_code,
       path: path,
       tensor: tensor,
       offset: offset,
