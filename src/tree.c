@@ -83,24 +83,24 @@ static const ckpt__value *value_at(const ckpt__value *v, size_t i) {
 
 /* Counts the tensors under v, and those of them the plan keeps. */
 static void count_tensors(filter *e, const ckpt__value *v, size_t *all, size_t *kept) {
-    ckpt__stack *todo = &e->scratch;
-    todo->len = 0;
-    const ckpt__value **top = ckpt__stack_push(todo);
+    ckpt__stack *pending = &e->scratch;
+    pending->len = 0;
+    const ckpt__value **top = ckpt__stack_push(pending);
     if (!top) {
         e->failed = true;
         return;
     }
     *top = v;
-    while (todo->len) {
-        const ckpt__value *x = *(const ckpt__value **)ckpt__stack_top(todo);
-        ckpt__stack_pop(todo);
+    while (pending->len) {
+        const ckpt__value *x = *(const ckpt__value **)ckpt__stack_top(pending);
+        ckpt__stack_pop(pending);
         if (x->kind == CKPT__V_TENSOR) {
             ++*all;
             *kept += kept_name(e->plan, x->u.s.data) != NULL;
         }
         if (!ckpt__value_is_container(x)) continue;
         for (size_t i = value_count(x) + (x->state != NULL); i-- > 0;) {
-            const ckpt__value **slot = ckpt__stack_push(todo);
+            const ckpt__value **slot = ckpt__stack_push(pending);
             if (!slot) {
                 e->failed = true;
                 return;

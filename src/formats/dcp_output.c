@@ -110,17 +110,17 @@ typedef struct walk {
 static bool is_terminal(walk *k, const ckpt__value *v) {
     if (v->kind == CKPT__V_DICT) return false;
     if (v->kind != CKPT__V_LIST) return true;
-    ckpt__stack *todo = &k->lists;
-    todo->len = 0;
-    const ckpt__value **top = ckpt__stack_push(todo);
+    ckpt__stack *pending = &k->lists;
+    pending->len = 0;
+    const ckpt__value **top = ckpt__stack_push(pending);
     if (top) *top = v;
-    while (top && todo->len) {
-        const ckpt__value *list = *(const ckpt__value **)ckpt__stack_top(todo);
-        ckpt__stack_pop(todo);
+    while (top && pending->len) {
+        const ckpt__value *list = *(const ckpt__value **)ckpt__stack_top(pending);
+        ckpt__stack_pop(pending);
         for (uint32_t i = 0; i < list->count; i++) {
             const ckpt__value *c = list->u.items[i];
             if (c->kind == CKPT__V_DICT || c->kind == CKPT__V_TENSOR) return false;
-            if (c->kind == CKPT__V_LIST && (top = ckpt__stack_push(todo))) *top = c;
+            if (c->kind == CKPT__V_LIST && (top = ckpt__stack_push(pending))) *top = c;
         }
     }
     return true; /* out of memory: written as a value, which a later step refuses if it holds a tensor */

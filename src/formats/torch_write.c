@@ -738,24 +738,24 @@ static ckpt_status object_of(ckpt__output *o, const ckpt__value **object, ckpt_e
  * dropped unsaid.  *values: how many values the tree has. */
 static ckpt_status tensor_order(pickler *p, size_t *order, size_t *values) {
     size_t n = ckpt__out_count(p->o), k = 0;
-    ckpt__stack todo = CKPT__STACK(const ckpt__value *);
-    const ckpt__value **top = ckpt__stack_push(&todo);
+    ckpt__stack pending = CKPT__STACK(const ckpt__value *);
+    const ckpt__value **top = ckpt__stack_push(&pending);
     if (top) *top = p->root;
     *values = 0;
-    while (top && todo.len) {
-        const ckpt__value *v = *(const ckpt__value **)ckpt__stack_top(&todo);
-        ckpt__stack_pop(&todo);
+    while (top && pending.len) {
+        const ckpt__value *v = *(const ckpt__value **)ckpt__stack_top(&pending);
+        ckpt__stack_pop(&pending);
         ++*values;
         int64_t t = v->kind == CKPT__V_TENSOR ? declared(p, v->u.s.data) : -1;
         if (t >= 0 && !p->placed[t]) p->placed[t] = true, order[k++] = (size_t)t;
         if (!ckpt__value_is_container(v)) continue;
         bool pairs = v->kind == CKPT__V_DICT || v->kind == CKPT__V_OBJECT;
         for (size_t i = v->count + (v->state != NULL); top && i-- > 0;) {
-            if ((top = ckpt__stack_push(&todo)))
+            if ((top = ckpt__stack_push(&pending)))
                 *top = i == v->count ? v->state : pairs ? ckpt__value_at(v, i) : v->u.items[i];
         }
     }
-    ckpt__stack_free(&todo);
+    ckpt__stack_free(&pending);
     if (!top) return ckpt__oom(p->err, ckpt__out_path(p->o), NULL);
     for (size_t i = 0; i < n; i++)
         if (!p->placed[i])
