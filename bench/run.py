@@ -46,6 +46,11 @@ Suites:
                  converted with the check on and off, alternating; zlib's crc32
                  against memcpy (bench/crc_suite.py; not in the default set:
                  `make bench BENCH_ARGS="crc --runs 5"`)
+  transformers   ckpt.transformers' from_pretrained against transformers' on a
+                 2 GB bf16 Llama, warm and cold, each load in its own process:
+                 time to a model that has answered, peak RSS above imports
+                 (bench/transformers_suite.py; not in the default set:
+                 `make bench BENCH_ARGS="transformers --runs 3"`)
   hardened       what hostile input costs: peak RSS and outcome of `ckpt inspect`
                  and ckpt.open on files built to amplify metadata, against the
                  bound 8 x input + 64 MiB (with --baseline REV, REV's too); with
@@ -556,6 +561,11 @@ def suite_save(args):
     run_save_suite(args)
 
 
+def suite_transformers(args):
+    from transformers_suite import run_transformers_suite
+    run_transformers_suite(args)
+
+
 def suite_hardened(args):
     from hardened_suite import run_hardened_suite
     run_hardened_suite(args)
@@ -607,7 +617,8 @@ def main():
          "torch_convert": suite_torch_convert, "load": suite_load, "python": suite_python,
          "gguf": suite_gguf, "jax": suite_jax, "bindings": suite_bindings, "baseline": suite_baseline,
          "http": suite_http, "memlimit": suite_memlimit, "dcp": suite_dcp, "distributed": suite_distributed,
-         "perf": suite_perf, "crc": suite_crc, "hardened": suite_hardened, "save": suite_save}[s](args)
+         "perf": suite_perf, "crc": suite_crc, "hardened": suite_hardened, "save": suite_save,
+         "transformers": suite_transformers}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

@@ -67,7 +67,7 @@ COLLECTIVE = [["src/comm.c", "src/wire.c", "src/collective_load.c", "src/collect
                "src/collective_internal.h", "mpi/", "python/ckpt/distributed.py"]]
 CLI = [["cli/", ":(exclude)cli/diff.c", ":(exclude)cli/inspect.c", ":(exclude)cli/verify.c", ":(exclude)cli/mpi.c"]]
 PYTHON = [["pyproject.toml", "python/src/", "python/ckpt/", ":(exclude)python/ckpt/jax.py",
-           ":(exclude)python/ckpt/distributed.py"]]
+           ":(exclude)python/ckpt/distributed.py", ":(exclude)python/ckpt/transformers.py"]]
 # The readers of the amplifying inputs (tests/hostile/amplify.py) and `ckpt inspect` (its outline of the tree).
 AMPLIFYING = [["src/formats/msgpack.c", "src/formats/gguf.c", "src/formats/gguf.h", "tests/hostile/amplify.py",
                "cli/inspect.c"]]
@@ -99,6 +99,8 @@ MEASUREMENTS = {
                                  "torch_convert"),
     "crc": Measurement(["crc"], BUILD + CORE + TORCH + SAFETENSORS + LOAD + WRITE + CLI + [["bench/load_bench.c"]],
                        "crc --runs 5"),
+    "transformers": Measurement(["transformers"], BUILD + CORE + SAFETENSORS + LOAD + PYTHON +
+                                [["python/ckpt/transformers.py"]], "transformers --runs 3"),
     "load 2 GB": Measurement(["load-2GB"], BUILD + CORE + SAFETENSORS + TORCH + LOAD +
                              [["bench/load_bench.c", "bench/peers.py"]], "load --load-gb 2"),
     "load 8 GB": Measurement(["load-8GB", "load-8GB-*"], BUILD + CORE + SAFETENSORS + LOAD +

@@ -1,0 +1,413 @@
+"""transformers' from_pretrained, with the weights read by ckpt.
+
+    import ckpt.transformers
+    model = ckpt.transformers.AutoModelForCausalLM.from_pretrained("llama/", dtype="auto")
+    model = ckpt.transformers.from_pretrained("org/repo", revision="main")   # the class config.json names
+
+The model is built on the meta device as transformers builds it, and its
+weights are put in place by ckpt.load_into(model, path, assign=True):
+copy-on-write views of the file where no cast is needed, the engine's casts
+otherwise, so that no second copy of the model is ever held.  Everything
+around the weights is transformers' own code, called as from_pretrained
+calls it: the config, the files a name resolves to (a local directory, or a
+Hub repo through huggingface_hub's cache with the same revision, token and
+cache arguments), the dtype ("auto", a dtype, keep_in_fp32 modules), the
+key renames and conversions of the architecture, the base model prefix
+added or stripped, missing weights initialised and tied weights tied, the
+generation config, model.eval().  The model's state dict and logits equal
+from_pretrained's (tests/python/test_transformers.py).
+
+Every `Auto*` class of transformers, and every model class, is here under
+its own name with a `from_pretrained` of the same signature.  The options
+whose work is not the reading of weights (`quantization_config`,
+`gguf_file`, `device_map="auto"` and its peers, `max_memory`,
+`offload_folder`, `tp_plan`, `distributed_config`, `state_dict`) go to
+transformers' own from_pretrained unchanged: ckpt reads plain safetensors
+and torch checkpoints into a model, and transformers keeps the rest."""
+import copy
+import json
+import os
+
+import torch
+import transformers
+from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
+
+from . import _api
+
+__all__ = ["from_pretrained", "load_pretrained"]
+
+# Options that change what is done with the weights beyond reading them into
+# the model (quantizing, dequantizing GGUF blocks, placing them by memory,
+# offloading them, sharding them across processes): transformers does those.
+_TRANSFORMERS_ONLY = ("quantization_config", "gguf_file", "max_memory", "offload_folder", "offload_buffers",
+                      "tp_plan", "tp_size", "distributed_config", "device_mesh", "state_dict", "use_kernels",
+                      "kernel_config", "fusion_config", "adapter_name", "adapter_kwargs")
+_PLACED_BY_TRANSFORMERS = ("auto", "balanced", "balanced_low_0", "sequential")
+_HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
+
+
+def _transformers_does_it(kwargs):
+    """True when an option asks for work on the weights that transformers
+    does (see _TRANSFORMERS_ONLY) or a device map it computes."""
+    if any(kwargs.get(k) is not None and kwargs.get(k) is not False for k in _TRANSFORMERS_ONLY):
+        return True
+    device_map = kwargs.get("device_map")
+    return isinstance(device_map, str) and device_map in _PLACED_BY_TRANSFORMERS
+
+
+def _modeling():
+    from transformers import modeling_utils
+    return modeling_utils
+
+
+def _checkpoint_path(files, sharded_metadata):
+    """The one path ckpt opens for what transformers resolved: the file
+    itself, or the index beside a set of shards (transformers' index names
+    the shards it listed)."""
+    if sharded_metadata is None:
+        if len(files) != 1:
+            raise ValueError(f"expected one checkpoint file, got {files}")
+        return files[0]
+    folder = os.path.dirname(files[0])
+    wanted = set(os.path.basename(f) for f in files)
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".index.json"):
+            continue
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            try:
+                shards = set(json.load(f).get("weight_map", {}).values())
+            except ValueError:
+                continue
+        if shards == wanted:
+            return os.path.join(folder, name)
+    raise FileNotFoundError(f"no index in {folder} lists the shards {sorted(wanted)}")
+
+
+def _key_plan(model, names, weight_mapping):
+    """Where each checkpoint name goes, as transformers' loader decides
+    (its renamings, then at most one converter, then the base model prefix
+    added or stripped): ({source: target} for renamed names, {source:
+    (target, converter pattern)} for names a converter combines or splits)."""
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+    renamings = [m for m in weight_mapping if isinstance(m, WeightRenaming)]
+    converters = [m for m in weight_mapping if isinstance(m, WeightConverter)]
+    meta = model.state_dict()
+    prefix = model.base_model_prefix
+    renames, converted = {}, {}
+    for name in names:
+        target, pattern = rename_source_key(name, renamings, converters, prefix, meta)
+        if target not in meta and name in meta:
+            target, pattern = rename_source_key(name, [], [], base_model_prefix=prefix, meta_state_dict=meta)
+        if pattern is not None:
+            converted[name] = (target, pattern)
+        elif target != name:
+            renames[name] = target
+    return renames, converted
+
+
+def _rename_rules(renames):
+    """ckpt plan renames for {source: target}: exact names (a rule without
+    `*` matches the name itself); through a temporary name when a target
+    is also another tensor's source, so that no rule renames twice."""
+    if not set(renames.values()) & set(renames):
+        return [(_api._literal(a), b) for a, b in renames.items()]
+    rules, second = [], []
+    for i, (a, b) in enumerate(renames.items()):
+        rules.append((_api._literal(a), f"ckpt-rename-{i}"))
+        second.append((f"ckpt-rename-{i}", b))
+    return rules + second
+
+
+def _target_dtypes(model, dtype_plan):
+    """{model name: dtype} each loaded tensor takes, as transformers' loader
+    casts it: the dtype plan's (keep_in_fp32 modules), else the empty
+    parameter's own."""
+    import re
+    plan = [(re.compile(p), d) for p, d in dtype_plan.items()] if dtype_plan else []
+    out = {}
+    for name, t in model.state_dict().items():
+        d = next((d for p, d in plan if p.search(name)), t.dtype)
+        out[name] = d
+    return out
+
+
+def _cast_rule(catalog_dtypes, renames, targets):
+    """load_into's dtype= for the float tensors whose dtype changes: one
+    dtype when they all go to one, else {exact name: dtype}."""
+    want = {}
+    for src, src_dtype in catalog_dtypes.items():
+        name = renames.get(src, src)
+        d = targets.get(name)
+        if d is None or not d.is_floating_point:
+            continue
+        if _api.dtype_name(d) != src_dtype:
+            want[name] = d
+    if not want:
+        return None
+    floats = {d for d in targets.values() if d.is_floating_point}
+    if len(floats) == 1:
+        return floats.pop()
+    return {_api._literal(n): d for n, d in want.items()}
+
+
+def _device_map(device_map):
+    """from_pretrained's device_map as a dict (a device, a device name or
+    a GPU ordinal: {"": it}); a dict maps module prefixes to devices.  No
+    accelerate needed: ckpt puts each tensor on its device."""
+    if device_map is None or isinstance(device_map, dict):
+        return device_map
+    if isinstance(device_map, (int, str, torch.device)):
+        return {"": device_map}
+    raise ValueError(f"device_map is a device, a device name, a GPU ordinal or a dict of module prefixes to devices, "
+                     f"not {device_map!r}")
+
+
+def _device_of(device_map):
+    """The one device of a device map (None: the CPU), or None when it
+    names several."""
+    if device_map is None:
+        return "cpu"
+    devices = {str(torch.device(d) if not isinstance(d, str) or d not in ("disk",) else d)
+               for d in device_map.values()}
+    return devices.pop() if len(devices) == 1 else None
+
+
+def _place(model, device_map):
+    """Moves each parameter and buffer to the device its module prefix
+    maps to (transformers' get_device: the longest matching prefix)."""
+    from transformers.integrations.accelerate import get_device
+    moved = {}  # tied names share one tensor, and go on sharing one
+    for name, t in list(model.state_dict(keep_vars=True).items()) + list(model.named_buffers()):
+        if id(t) not in moved:
+            dev = torch.device(get_device(device_map, name, valid_torch_device=True))
+            new = t
+            if t.device != dev:
+                new = t.to(dev)
+                if isinstance(t, torch.nn.Parameter):
+                    new = type(t)(new, requires_grad=t.requires_grad)
+                    new.__dict__.update(t.__dict__)
+            moved[id(t)] = new
+        if moved[id(t)] is not t:
+            prefix, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(prefix), attr, moved[id(t)])
+
+
+def load_pretrained(model_class, pretrained_model_name_or_path, *model_args, **kwargs):
+    """`model_class.from_pretrained(pretrained_model_name_or_path, ...)`
+    with the weights read by ckpt; see the module's documentation."""
+    if _transformers_does_it(kwargs):
+        return model_class.from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+    mu = _modeling()
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.utils import ContextManagers
+
+    config = kwargs.pop("config", None)
+    hub = {"cache_dir": None, "force_download": False, "proxies": None, "local_files_only": False, "token": None,
+           "revision": "main", "subfolder": ""}  # from_pretrained's defaults, all passed on as it passes them
+    hub.update((k, kwargs.pop(k)) for k in _HUB_KWARGS if k in kwargs)
+    ignore_mismatched_sizes = kwargs.pop("ignore_mismatched_sizes", False)
+    use_safetensors = kwargs.pop("use_safetensors", None)
+    kwargs.pop("weights_only", None)  # ckpt never runs a pickle: a torch file's globals are checked, not called
+    kwargs.pop("disable_mmap", None)
+    output_loading_info = kwargs.pop("output_loading_info", False)
+    generation_config = kwargs.pop("generation_config", None)
+    variant = kwargs.pop("variant", None)
+    device_map = kwargs.pop("device_map", None)
+    key_mapping = kwargs.pop("key_mapping", None)
+    trust_remote_code = kwargs.pop("trust_remote_code", None)
+    from_pipeline = kwargs.pop("_from_pipeline", None)
+    from_auto_class = kwargs.pop("_from_auto", False)
+    kwargs.pop("adapter_kwargs", None)
+    torch_dtype = kwargs.pop("torch_dtype", None)
+    dtype = kwargs.pop("dtype", None)
+    dtype = dtype if dtype is not None else torch_dtype
+    dtype = "auto" if dtype is None else dtype
+    if mu.is_offline_mode() and not hub.get("local_files_only"):
+        hub["local_files_only"] = True
+    hub["revision"] = mu.resolve_revision(pretrained_model_name_or_path, hub["revision"], token=hub.get("token"),
+                                          local_files_only=hub.get("local_files_only", False),
+                                          cache_dir=hub.get("cache_dir"))
+    device_map = _device_map(device_map)
+
+    if not isinstance(config, PreTrainedConfig):
+        config, model_kwargs = model_class.config_class.from_pretrained(
+            config if config is not None else pretrained_model_name_or_path, return_unused_kwargs=True,
+            _from_auto=from_auto_class, _from_pipeline=from_pipeline, **hub, **kwargs)
+    else:
+        config = copy.deepcopy(config)
+        model_kwargs = kwargs
+    if "attn_implementation" in kwargs:
+        config._attn_implementation = kwargs.pop("attn_implementation")
+        model_kwargs.pop("attn_implementation", None)
+    if "experts_implementation" in kwargs:
+        config._experts_implementation = kwargs.pop("experts_implementation")
+        model_kwargs.pop("experts_implementation", None)
+
+    user_agent = {"file_type": "model", "framework": "pytorch", "from_auto_class": from_auto_class}
+    files, sharded_metadata = mu._get_resolved_checkpoint_files(
+        pretrained_model_name_or_path=pretrained_model_name_or_path, variant=variant, gguf_file=None,
+        use_safetensors=use_safetensors, download_kwargs=hub, user_agent=user_agent,
+        is_remote_code=model_class.is_remote_code(),
+        transformers_explicit_filename=getattr(config, "transformers_weights", None))
+    path = _checkpoint_path(files, sharded_metadata)
+
+    config, dtype = mu._get_dtype(dtype, files, config, sharded_metadata, None, True, None)
+    config.name_or_path = pretrained_model_name_or_path
+    config = copy.deepcopy(config)
+    with ContextManagers(model_class.get_init_context(dtype, False, False, False)):
+        model = model_class(config, *model_args, **model_kwargs)
+        mu.patch_output_recorders(model)
+    dtype_plan = model._get_dtype_plan(dtype)
+    weight_mapping = get_model_conversion_mapping(model, key_mapping, None)
+    load_config = mu.LoadStateDictConfig(
+        pretrained_model_name_or_path=pretrained_model_name_or_path, ignore_mismatched_sizes=ignore_mismatched_sizes,
+        sharded_metadata=sharded_metadata, device_map=device_map, dtype=dtype, dtype_plan=dtype_plan,
+        weight_mapping=weight_mapping, use_safetensors=use_safetensors, download_kwargs=hub)
+
+    with _api.open(path) as c:
+        catalog_dtypes = {n: t.dtype for n, t in c.tensors.items()}
+    renames, converted = _key_plan(model, list(catalog_dtypes), weight_mapping)
+    info = _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_map, load_config)
+    used = {id(m) for m in getattr(model, "_weight_conversions", None) or []}
+    model._weight_conversions = [m for m in weight_mapping if id(m) in used or m.was_used()]
+    info = model_class._finalize_model_loading(model, load_config, info)
+    model.eval()
+    model.set_use_kernels(False, None)
+    if model.can_generate() and hasattr(model, "adjust_generation_fn"):
+        model.adjust_generation_fn(generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path,
+                                   **hub, trust_remote_code=trust_remote_code, **kwargs)
+    if device_map is not None and len(set(device_map.values())) > 1:
+        mu.accelerate_dispatch(model, None, device_map, None, None, False)
+    if output_loading_info:
+        return model, info.to_dict()
+    return model
+
+
+def _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_map, load_config):
+    """Reads the checkpoint into the meta model: ckpt.load_into for every
+    name that is only renamed, transformers' converters (on ckpt's views)
+    for the names they combine or split.  Returns transformers'
+    LoadStateDictInfo, as its loader fills it."""
+    from transformers.core_model_loading import convert_and_load_state_dict_in_model
+    from transformers.utils.loading_report import LoadStateDictInfo
+    targets = _target_dtypes(model, dtype_plan)
+    device = _device_of(device_map)
+
+    def loaded(name, tensor):
+        tensor._is_hf_initialized = True  # as transformers' loader marks what it set: not initialised again
+
+    non_persistent = {n for n, _ in model.named_buffers()} - set(model.state_dict())
+    result = _api.load_into(model, path, strict=False, assign=True, device=device or "cpu",
+                            dtype=_cast_rule({k: v for k, v in catalog_dtypes.items() if k not in converted},
+                                             renames, targets),
+                            rename=_rename_rules(renames), exclude=[_api._literal(n) for n in converted] or None,
+                            on_loaded=loaded)
+    info = LoadStateDictInfo(missing_keys=set(result.missing_keys) - non_persistent,
+                             unexpected_keys=set(result.unexpected_keys),
+                             mismatched_keys={(m.name, tuple(m.found.shape), tuple(m.expected.shape))
+                                              for m in result.mismatched_keys},
+                             conversion_errors={}, error_msgs=[], skipped_pp_keys=set())
+    if converted:
+        state = _api.load(path, select=[_api._literal(n) for n in converted])
+        conv_info, _ = convert_and_load_state_dict_in_model(model=model, state_dict=state, load_config=load_config)
+        info.missing_keys &= conv_info.missing_keys
+        info.unexpected_keys |= conv_info.unexpected_keys
+        info.mismatched_keys |= conv_info.mismatched_keys
+        info.conversion_errors.update(conv_info.conversion_errors)
+        info.error_msgs += conv_info.error_msgs
+    if device is None:
+        _place(model, device_map)
+    return info
+
+
+def from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs):
+    """The model class the checkpoint's config.json names
+    (`architectures[0]`, else the AutoModel of its model type), loaded as
+    its from_pretrained would load it, the weights read by ckpt."""
+    hub = {k: kwargs[k] for k in _HUB_KWARGS if k in kwargs}
+    config = kwargs.get("config")
+    if not isinstance(config, PreTrainedConfig):
+        config = AutoConfig.from_pretrained(config or pretrained_model_name_or_path,
+                                            trust_remote_code=kwargs.get("trust_remote_code"), **hub)
+    for arch in config.architectures or ():
+        cls = getattr(transformers, arch, None)
+        if isinstance(cls, type) and issubclass(cls, PreTrainedModel):
+            return load_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs)
+    return AutoModel.from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+
+
+class _Wrapper:
+    """A transformers class under its own name here, with ckpt's from_pretrained."""
+
+    def __init__(self, cls):
+        self._cls = cls
+        self.__name__ = cls.__name__
+        self.__doc__ = f"{cls.__name__}, its weights read by ckpt (ckpt.transformers)."
+
+    def __repr__(self):
+        return f"ckpt.transformers.{self.__name__}"
+
+    def from_config(self, *args, **kwargs):
+        return self._cls.from_config(*args, **kwargs)
+
+
+class _Auto(_Wrapper):
+    """One of transformers' Auto classes, whose from_pretrained loads the
+    weights with ckpt: the config and the model class are found exactly as
+    the Auto class finds them, then load_pretrained builds and fills it."""
+
+    def from_pretrained(self, pretrained_model_name_or_path, *model_args, **kwargs):
+        if _transformers_does_it(kwargs):
+            return self._cls.from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        from transformers.models.auto.auto_factory import _get_model_class
+        auto = self._cls
+        config = kwargs.pop("config", None)
+        kwargs["_from_auto"] = True
+        hub = {k: kwargs.pop(k) for k in _HUB_KWARGS if k in kwargs}
+        hub["revision"] = _modeling().resolve_revision(
+            pretrained_model_name_or_path, hub.get("revision"), token=hub.get("token"),
+            local_files_only=hub.get("local_files_only", False), cache_dir=hub.get("cache_dir"))
+        if not isinstance(config, PreTrainedConfig):
+            given = {k: kwargs[k] for k in ("dtype", "torch_dtype") if kwargs.get(k) is not None}
+            passed = {k: v for k, v in kwargs.items() if not (k in given and v == "auto")}
+            config, kwargs = AutoConfig.from_pretrained(pretrained_model_name_or_path, return_unused_kwargs=True,
+                                                        code_revision=kwargs.pop("code_revision", None), **hub,
+                                                        **passed)
+            kwargs.update(given)  # as the Auto class: the user's dtype wins over the config's
+        if type(config) not in auto._model_mapping:
+            raise ValueError(f"Unrecognized configuration class {config.__class__} for this kind of AutoModel: "
+                             f"{auto.__name__}.\nModel type should be one of "
+                             f"{', '.join(c.__name__ for c in auto._model_mapping)}.")
+        model_class = _get_model_class(config, auto._model_mapping)
+        text_config_class = config.sub_configs.get("text_config", None)
+        if text_config_class is not None and getattr(model_class, "config_class", None) == text_config_class:
+            config = config.get_text_config()
+        return load_pretrained(model_class, pretrained_model_name_or_path, *model_args, config=config, **hub,
+                               **kwargs)
+
+
+class _Model(_Wrapper):
+    """A transformers model class whose from_pretrained reads the weights
+    with ckpt."""
+
+    def from_pretrained(self, pretrained_model_name_or_path, *model_args, **kwargs):
+        return load_pretrained(self._cls, pretrained_model_name_or_path, *model_args, **kwargs)
+
+
+def __getattr__(name):
+    """ckpt.transformers.AutoModelForCausalLM, …LlamaForCausalLM: the class
+    of that name in transformers, with ckpt's from_pretrained."""
+    from transformers.models.auto.auto_factory import _BaseAutoModelClass
+    cls = getattr(transformers, name, None) if not name.startswith("_") else None
+    if isinstance(cls, type) and issubclass(cls, _BaseAutoModelClass):
+        wrapper = _Auto(cls)
+    elif isinstance(cls, type) and issubclass(cls, PreTrainedModel):
+        wrapper = _Model(cls)
+    else:
+        raise AttributeError(f"module 'ckpt.transformers' has no attribute {name!r} (transformers has no Auto "
+                             f"class or model class of that name)")
+    globals()[name] = wrapper
+    return wrapper
+
+
+AutoModel = __getattr__("AutoModel")
