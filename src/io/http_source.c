@@ -1672,7 +1672,7 @@ ckpt_status ckpt__remote_get(const char *shown, const char *url, const ckpt__rem
                 st = ckpt__fail(err, CKPT_E_LIMIT, shown, NULL, -1, "the answer runs past %zu bytes", limit);
             else if (body->failed) st = ckpt__oom(err, shown, NULL);
             else if (rc != CURLE_OK)
-                st = ckpt__fail(err, rc == CURLE_OPERATION_TIMEDOUT ? CKPT_E_TIMEOUT : CKPT_E_NETWORK, shown, NULL, -1,
+                st = ckpt__fail(err, rc == CURLE_OPERATION_TIMEDOUT ? CKPT__D(TIMEOUT) : CKPT__D(NETWORK), shown, NULL, -1,
                                 "%s", curl_error[0] ? curl_error : curl_easy_strerror(rc));
             break;
         }
