@@ -925,12 +925,12 @@ static ERL_NIF_TERM nif_verify(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     if (st) return error_term(env, st, &e);
     ERL_NIF_TERM keys[] = {enif_make_atom(env, "tensor_digests"), enif_make_atom(env, "header_digests"),
                            enif_make_atom(env, "zip_crc32"), enif_make_atom(env, "bytes"),
-                           enif_make_atom(env, "tensors")};
+                           enif_make_atom(env, "tensors"), enif_make_atom(env, "file_sha256")};
     ERL_NIF_TERM values[] = {enif_make_uint64(env, report.tensor_digests), enif_make_uint64(env, report.header_digests),
                              enif_make_uint64(env, report.zip_crc32), enif_make_uint64(env, report.bytes),
-                             enif_make_uint64(env, report.tensors)};
+                             enif_make_uint64(env, report.tensors), enif_make_uint64(env, report.file_sha256)};
     ERL_NIF_TERM map;
-    enif_make_map_from_arrays(env, keys, values, 5, &map);
+    enif_make_map_from_arrays(env, keys, values, 6, &map);
     return ok(env, map);
 }
 

@@ -382,7 +382,7 @@ defmodule CkptTest do
     out = Path.join(tmp, "sum")
     {:ok, _} = Ckpt.save(tree(), out, checksums: true, max_shard_size: "1KB")
     assert {:ok, 9} = Ckpt.verify(out)
-    assert {:ok, %{tensor_digests: 9, zip_crc32: 0, tensors: 9}} = Ckpt.verify_report(out)
+    assert {:ok, %{tensor_digests: 9, zip_crc32: 0, tensors: 9, file_sha256: 0}} = Ckpt.verify_report(out)
     assert {:ok, %{zip_crc32: crcs, tensor_digests: 0}} = Ckpt.verify_report(path("resnet.pt"))
     assert crcs > 0
     assert {:ok, 10_000} = Ckpt.parse_size("10KB")

@@ -392,6 +392,7 @@ impl Catalog {
             zip_crc32: r.zip_crc32,
             bytes: r.bytes,
             tensors: r.tensors,
+            file_sha256: r.file_sha256,
         })
     }
 }
@@ -409,6 +410,9 @@ pub struct VerifyReport {
     pub bytes: u64,
     /// Tensors whose bytes they cover.
     pub tensors: usize,
+    /// Files whose SHA-256, as their source states it, matched (an hf://
+    /// repo's LFS files, against the Hub's hashes).
+    pub file_sha256: usize,
 }
 
 /// Iterator over a catalog's tensors.
