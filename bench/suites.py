@@ -146,13 +146,7 @@ _THIS_ROUND = ("this round's merges (issue 28's value API, statuses and preview,
                "layer, issue 32's saves and block-aligned kernel copies) change the code of every quick suite; they "
                "are rerun once, on the round's final code, on a quiet machine")
 PENDING_RERUN = {
-    "open": _THIS_ROUND,
-    "convert": _THIS_ROUND,
-    "torch_read": _THIS_ROUND,
-    "torch_convert": _THIS_ROUND,
-    "crc": _THIS_ROUND,
     "load 2 GB": _THIS_ROUND,
-    "python": _THIS_ROUND,
     "load 8 GB": "needs an 8 GB file set and about 10 GB of memory beside it",
     "perf": "takes about 20 minutes, and needs an 8 GB file",
     "jax": "takes about 15 minutes (Orbax, Flax, 8 devices)",
