@@ -21,9 +21,11 @@ Every `Auto*` class of transformers, and every model class, is here under
 its own name with a `from_pretrained` of the same signature.  The options
 whose work is not the reading of weights (`quantization_config`,
 `gguf_file`, `device_map="auto"` and its peers, `max_memory`,
-`offload_folder`, `tp_plan`, `distributed_config`, `state_dict`) go to
-transformers' own from_pretrained unchanged: ckpt reads plain safetensors
-and torch checkpoints into a model, and transformers keeps the rest."""
+`offload_folder`, `state_dict`) go to transformers' own from_pretrained
+unchanged: ckpt reads plain safetensors and torch checkpoints into a
+model, and transformers keeps the rest.  With `tp_plan`/`tp_size`/
+`distributed_config` (under torchrun) transformers shards the model and
+its loader cuts each rank's part out of ckpt's lazy tensors."""
 import copy
 import json
 import os
@@ -40,8 +42,12 @@ __all__ = ["from_pretrained", "load_pretrained"]
 # the model (quantizing, dequantizing GGUF blocks, placing them by memory,
 # offloading them, sharding them across processes): transformers does those.
 _TRANSFORMERS_ONLY = ("quantization_config", "gguf_file", "max_memory", "offload_folder", "offload_buffers",
-                      "tp_plan", "tp_size", "distributed_config", "device_mesh", "state_dict", "use_kernels",
-                      "kernel_config", "fusion_config", "adapter_name", "adapter_kwargs")
+                      "device_mesh", "state_dict", "use_kernels", "kernel_config", "fusion_config", "adapter_name",
+                      "adapter_kwargs")
+# Parallelism (tensor, pipeline, expert, FSDP): transformers shards the
+# model as it does in from_pretrained, and its loader cuts each rank's part
+# out of the tensors that ckpt serves (_load_distributed).
+_DISTRIBUTED = ("tp_plan", "tp_size", "distributed_config")
 _PLACED_BY_TRANSFORMERS = ("auto", "balanced", "balanced_low_0", "sequential")
 _HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
 
@@ -227,6 +233,7 @@ def load_pretrained(model_class, pretrained_model_name_or_path, *model_args, **k
     hub["revision"] = mu.resolve_revision(pretrained_model_name_or_path, hub["revision"], token=hub.get("token"),
                                           local_files_only=hub.get("local_files_only", False),
                                           cache_dir=hub.get("cache_dir"))
+    distributed, device_map, mesh = _distributed(model_class, kwargs, device_map)
     device_map = _device_map(device_map)
 
     if not isinstance(config, PreTrainedConfig):
@@ -253,21 +260,29 @@ def load_pretrained(model_class, pretrained_model_name_or_path, *model_args, **k
 
     config, dtype = mu._get_dtype(dtype, files, config, sharded_metadata, None, True, None)
     config.name_or_path = pretrained_model_name_or_path
+    if distributed is not None:
+        config.distributed_config = distributed
     config = copy.deepcopy(config)
     with ContextManagers(model_class.get_init_context(dtype, False, False, False)):
         model = model_class(config, *model_args, **model_kwargs)
         mu.patch_output_recorders(model)
     dtype_plan = model._get_dtype_plan(dtype)
     weight_mapping = get_model_conversion_mapping(model, key_mapping, None)
+    if distributed is not None:
+        model = model_class.maybe_distribute_model(model, distributed, mesh)
     load_config = mu.LoadStateDictConfig(
         pretrained_model_name_or_path=pretrained_model_name_or_path, ignore_mismatched_sizes=ignore_mismatched_sizes,
         sharded_metadata=sharded_metadata, device_map=device_map, dtype=dtype, dtype_plan=dtype_plan,
-        weight_mapping=weight_mapping, use_safetensors=use_safetensors, download_kwargs=hub)
+        weight_mapping=weight_mapping, use_safetensors=use_safetensors, download_kwargs=hub,
+        device_mesh=mesh.get_mesh(("pp", "fsdp", "tp")) if mesh is not None else None)
 
-    with _api.open(path) as c:
-        catalog_dtypes = {n: t.dtype for n, t in c.tensors.items()}
-    renames, converted = _key_plan(model, list(catalog_dtypes), weight_mapping)
-    info = _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_map, load_config)
+    if distributed is not None:
+        info = _load_distributed(model_class, model, path, load_config)
+    else:
+        with _api.open(path) as c:
+            catalog_dtypes = {n: t.dtype for n, t in c.tensors.items()}
+        renames, converted = _key_plan(model, list(catalog_dtypes), weight_mapping)
+        info = _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_map, load_config)
     used = {id(m) for m in getattr(model, "_weight_conversions", None) or []}
     model._weight_conversions = [m for m in weight_mapping if id(m) in used or m.was_used()]
     info = model_class._finalize_model_loading(model, load_config, info)
@@ -281,6 +296,36 @@ def load_pretrained(model_class, pretrained_model_name_or_path, *model_args, **k
     if output_loading_info:
         return model, info.to_dict()
     return model
+
+
+def _distributed(model_class, kwargs, device_map):
+    """from_pretrained's parallelism options (`distributed_config`, or the
+    older `tp_plan`/`tp_size`), prepared as from_pretrained prepares them:
+    (DistributedConfig or None, the device map it implies, the mesh
+    manager or None).  The process group must be initialised (torchrun)."""
+    tp_plan, tp_size = kwargs.pop("tp_plan", None), kwargs.pop("tp_size", None)
+    config = kwargs.pop("distributed_config", None)
+    if config is None and tp_plan is None and tp_size is None:
+        return None, device_map, None
+    if config is not None and (tp_plan is not None or tp_size is not None):
+        raise ValueError("Pass either `distributed_config` or the standalone `tp_plan`/`tp_size` arguments, not "
+                         "both. Set tensor-parallel options on `DistributedConfig` when using it.")
+    if config is None:
+        from transformers.distributed import DistributedConfig
+        config = DistributedConfig(tp_plan=tp_plan, tp_size=tp_size)
+    return model_class.prepare_distribute_model(config, device_map=device_map)
+
+
+def _load_distributed(model_class, model, path, load_config):
+    """Reads a sharded (tensor-, pipeline-, expert- or FSDP-parallel) model:
+    transformers' own loader, which places each rank's part, fed with
+    ckpt's lazy tensors (safe_open's get_slice over any format ckpt
+    reads), so that a rank reads the rows it keeps and no pickle runs."""
+    from ._safe import safe_open
+    with safe_open(path, "pt") as f:
+        state = {name: f.get_slice(name) for name in f.keys()}
+        info, _ = model_class._load_pretrained_model(model, state, None, load_config)
+    return info
 
 
 def _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_map, load_config):
