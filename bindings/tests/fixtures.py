@@ -34,6 +34,11 @@ safetensors, huggingface_hub, numpy and the ckpt Python package).
       "gen NAME DTYPE SHAPE SEED" (values from gen(), see below) — and the
       metadata lines "meta KEY VALUE" (in the file, or in the index).
 
+  fixtures.py hub-serve DIR
+      Serves DIR's files on loopback through the tests' Hub
+      (tests/sources/hub.py) as the public repo org/tiny and the gated repo
+      org/gated; prints "ENDPOINT <url>" and serves until stdin closes.
+
   fixtures.py resave-cmp FILE
       safetensors.torch.load_file + save_file(metadata=the file's) into a
       temporary file and compares the bytes with FILE.
@@ -382,6 +387,24 @@ def tree_save(d, max_shard_size=None):
         ckpt.save(tree(), d)
 
 
+def hub_serve(folder):
+    """The tests' Hub (tests/sources/hub.py) on loopback, serving the files
+    of `folder` as the public repo org/tiny and as the gated repo
+    org/gated; prints "ENDPOINT <url>" and serves until stdin closes."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "..", "tests", "sources"))
+    from hub import HubServer
+    files = {}
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name), "rb") as f:
+            files[name] = f.read()
+    with HubServer() as hub:
+        hub.add("org/tiny", files)
+        hub.add("org/gated", files, gated=True)
+        print("ENDPOINT", hub.endpoint, flush=True)
+        sys.stdin.read()
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "make":
@@ -397,6 +420,8 @@ def main():
         tree_check(args[0])
     elif cmd == "tree-save":
         tree_save(args[0], *args[1:])
+    elif cmd == "hub-serve":
+        hub_serve(args[0])
     else:
         raise SystemExit(__doc__)
 

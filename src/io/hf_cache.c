@@ -108,7 +108,13 @@ static int open_dirs(int dirfd, const char *rel, size_t len, bool create) {
 
 /* The cache's directory `rel`, as open_dirs. */
 static int cache_dirs(const char *cache, const char *rel, bool create) {
-    if (create) mkdir(cache, 0777); /* the cache itself, where missing (its parents are the user's) */
+    if (create) {
+        /* The cache and its missing parents ($HF_HOME, ~/.cache on a fresh
+         * account), as huggingface_hub's makedirs makes them; a failure
+         * shows as the open's below. */
+        ckpt_error ignored = {0};
+        ckpt__make_directories(cache, &ignored);
+    }
     int root = ckpt__io_open(cache, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (root < 0) return -1;
     int fd = open_dirs(root, rel, strlen(rel), create);

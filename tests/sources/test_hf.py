@@ -144,6 +144,18 @@ def test_offline_with_nothing_cached(hub, env):
     assert hub.requests == []
 
 
+def test_a_cache_whose_parents_do_not_exist_yet_is_made(hub, env, model, tmp_path):
+    """A fresh account (no ~/.cache, no $HF_HOME yet): the cache and its
+    parents are made, as huggingface_hub's makedirs makes them."""
+    _, sd = model
+    env = dict(env, HF_HOME=str(tmp_path / "fresh" / "home"))
+    env.pop("HF_HUB_CACHE")
+    r, got = load(env, tmp_path)
+    assert r.returncode == 0, r.stderr
+    same_dict(got, sd)
+    assert (tmp_path / "fresh" / "home" / "hub" / "models--org--model" / "refs" / "main").is_file()
+
+
 def test_a_subfolder_and_a_file(hub, env, model, tmp_path):
     files, sd = model
     hub.add("org/nested", {"weights/" + k: v for k, v in files.items()} | {"README.md": b"hi"})
