@@ -25,10 +25,30 @@
  * that implements the same calls over host memory
  * (tests/gpu/standin/cudart_standin.c).
  *
- * GPUDirect Storage (cuFile): ckpt_device_open looks for libcufile and the
- * stats say whether it was found, but this build always reads through the
- * ring (CKPT_DEVICE_PATH_STAGED): reads straight from the disk into device
- * memory are not implemented.
+ * GPUDirect Storage (cuFile): where libcufile loads (libcufile.so.0, then
+ * libcufile.so, used only while the nvidia-fs module is loaded —
+ * /proc/driver/nvidia-fs —, since without it cuFile's compatibility mode
+ * only redoes what the ring does; or only the library CKPT_CUFILE names,
+ * used either way) and its driver opens (cuFileDriverOpen), bytes that
+ * need no change on the host go from the file straight into device
+ * memory, with no slot:
+ *
+ *   file ──cuFileRead (O_DIRECT, 4 KiB-aligned)──▶ device
+ *
+ * A tensor qualifies when its bytes are the file's unchanged — no cast,
+ * byte swap, slice of an inner axis, transpose or axis order, no ZIP
+ * CRC-32 to check (pass skip_crc_check to ckpt_load for torch .bin files),
+ * a local file — in boxes of at most a slot; each box's 4 KiB-aligned
+ * middle (64 KiB or more) is read by cuFileRead on an O_DIRECT descriptor
+ * registered with cuFileHandleRegister, its unaligned head and tail (under
+ * 4 KiB each) go through the ring.  Everything else goes through the ring,
+ * and so does every file cuFile refuses to register (a file system GDS
+ * cannot read, one that refuses O_DIRECT): the fallback is silent and
+ * clean, and the stats count it.  A cuFileRead that fails is the load's
+ * error (CKPT_E_IO, naming the file, the tensor, the file's and the
+ * tensor's byte ranges and cuFile's reason): an I/O error never falls back.
+ * ckpt_device_options.cufile = 0 never uses cuFile.  The tests point
+ * CKPT_CUFILE at a stand-in over pread (tests/gpu/standin/cufile_standin.c).
  *
  * Example (error handling shortened):
  *
@@ -64,6 +84,8 @@ typedef struct ckpt_device_options {
     unsigned slots;      /* pinned host slots in the ring; 0: 8 */
     uint64_t slot_bytes; /* bytes per slot; 0: 8 MiB; at least 64 KiB.  A load's
                             chunk (ckpt_load_options.chunk_bytes) is at most one slot */
+    int cufile;          /* 1 (the default): read through GPUDirect Storage where
+                            libcufile and the file allow; 0: only through the ring */
 } ckpt_device_options;
 
 CKPT_API void ckpt_device_options_init_sized(ckpt_device_options *options, size_t size);
@@ -74,8 +96,10 @@ static inline void ckpt_device_options_init(ckpt_device_options *options) {
 /*
  * Opens device `name` — "cuda:N" (N the CUDA device number) or "cuda"
  * (device 0) — with `options` (NULL: the defaults): loads libcudart,
- * checks the device exists, creates the device's copy stream and
- * allocates the ring's pinned slots.  Failures:
+ * checks the device exists, creates the device's copy stream, opens
+ * GPUDirect Storage when options->cufile and libcufile allow (its absence
+ * or refusal is no failure: the stats say), and allocates the ring's
+ * pinned slots.  Failures:
  *   CKPT_E_INVALID_ARGUMENT  a name that is not "cuda" or "cuda:N", slots
  *                            or slot_bytes out of range;
  *   CKPT_E_NOT_FOUND         no CUDA runtime could be loaded (the message
@@ -115,22 +139,28 @@ CKPT_API const char *ckpt_device_name(const ckpt_device *device);
 CKPT_API ckpt_status ckpt_plan_set_device_buffer(ckpt_plan *plan, size_t i, ckpt_device *device, void *device_ptr,
                                                  uint64_t capacity, ckpt_error *err);
 
-/* How bytes reach the device. */
+/* How bytes reached the device in the last load. */
 typedef enum ckpt_device_path {
-    CKPT_DEVICE_PATH_NONE = 0,  /* no load has used the device yet */
-    CKPT_DEVICE_PATH_STAGED = 1 /* read into pinned host slots, then copied (the ring) */
+    CKPT_DEVICE_PATH_NONE = 0,   /* no load has used the device yet */
+    CKPT_DEVICE_PATH_STAGED = 1, /* all read into pinned host slots, then copied (the ring) */
+    CKPT_DEVICE_PATH_DIRECT = 2, /* all read by cuFile straight into device memory (GPUDirect Storage) */
+    CKPT_DEVICE_PATH_MIXED = 3   /* some each way: bytes_direct and bytes_copied say how many */
 } ckpt_device_path;
 
 /* What a device has done since it was opened (or since the last reset). */
 typedef struct ckpt_device_stats {
     size_t size;              /* sizeof(ckpt_device_stats), set by the caller */
     ckpt_device_path path;    /* the path the last load took                 */
-    int cufile_found;         /* libcufile could be loaded (GDS not used by this build) */
+    int cufile_found;         /* libcufile was loaded, with every call ckpt makes */
     unsigned slots;           /* the ring's slots                           */
     uint64_t slot_bytes;      /* and their size: the host memory of the ring */
-    uint64_t copies;          /* host-to-device copies started               */
+    uint64_t copies;          /* host-to-device copies started (the ring)    */
     uint64_t bytes_copied;    /* their bytes                                 */
     uint64_t slot_waits;      /* times a read waited for a slot's copy to complete */
+    int cufile_open;          /* cuFile's driver opened: the direct path is available */
+    uint64_t direct_reads;    /* cuFileRead calls (GPUDirect Storage)        */
+    uint64_t bytes_direct;    /* their bytes                                 */
+    uint64_t cufile_files_refused; /* files cuFile would not register: read through the ring */
 } ckpt_device_stats;
 
 /* Fills `stats` (its `size` set by the caller to sizeof *stats: a newer

@@ -33,6 +33,8 @@ enum {
     MERGE_RUN = 256 << 10,   /* runs below this, separated by at most MERGE_GAP, are read as one span */
     MERGE_GAP = 64 << 10,    /* (about what the kernel's readahead would have read between them) */
     BOUNCE_ALIGN = 4096,
+    STAGE_DIRECT_ALIGN = 4096,  /* GPUDirect Storage reads whole 4 KiB blocks straight to the device */
+    STAGE_DIRECT_MIN = 64 << 10, /* below this, a box's aligned middle goes through a slot too */
     RING_BUDGET = 48 << 20,  /* default bounce memory, all threads together */
     RING_MIN_CHUNK = 1 << 20,
     PROGRESS_STEP = 16 << 20,
@@ -43,6 +45,7 @@ enum {
 typedef struct file_state {
     int dfd; /* O_DIRECT descriptor, -1 when not used */
     uint32_t align;
+    int sfd; /* O_DIRECT descriptor a stage reads directly from (ckpt__stage.read_direct); -1: none */
 } file_state;
 
 /* Bytes of a checked member that a run read, and their CRC-32. */
@@ -83,6 +86,7 @@ typedef struct job {
     bool serial;              /* boxes in order on one worker: hashes, ordered writes, DEFLATE */
     bool kernel_copy;         /* WRITER: the slice is one run of a local file, copied by the kernel */
     bool box_copy;            /* WRITER, several pieces: a box inside one piece's run is copied by the kernel */
+    bool stage_direct;        /* STAGE: boxes that are runs of a file, unchanged, may be read by the stage itself */
     uint64_t nbytes;          /* output bytes */
     uint32_t block;           /* elements per unit of the innermost axis: a GGUF block type's (either
                                  side of the cast), else 1; the axes above are then in units */
@@ -746,13 +750,59 @@ static ckpt_status read_box_dense(worker *w, const job *j, const uint64_t *bstar
     return read_box(w, j, bstart, bcount, slot, slot_stride, err);
 }
 
-/* A box of a STAGE move: into a slot the stage lends, then handed back to
- * it with where the bytes go. */
-static ckpt_status stage_box(worker *w, const job *j, const uint64_t *bstart, const uint64_t *bcount, uint64_t at,
-                             uint64_t bytes, ckpt_error *err) {
+/* Bytes [off, off + len) of a file, unchanged, through a slot to the
+ * move's dst + at. */
+static ckpt_status stage_file_bytes(worker *w, const job *j, ckpt__source *src, uint64_t off, uint64_t at,
+                                    uint64_t len, ckpt_error *err) {
     ckpt__stage *stage = j->m->stage;
     void *slot;
     ckpt_status st = stage->acquire(stage, &slot, err);
+    if (st) return st;
+    w->bytes_needed += len;
+    if ((st = queue_read(w, j, src, src->fd, off, len, slot, err)) == CKPT_OK) st = flush(w, err);
+    if (st) {
+        stage->abandon(stage, slot);
+        return st;
+    }
+    return stage->submit(stage, slot, j->m->dst, at, len, j->name, err);
+}
+
+/* A STAGE box that is one run of a local file, unchanged: its 4 KiB-aligned
+ * middle read by the stage straight to the destination (GPUDirect
+ * Storage), its unaligned head and tail through slots.  *done false: the
+ * box is not such a run, or the stage does not read this file itself. */
+static ckpt_status stage_direct_box(worker *w, const job *j, const uint64_t *bstart, const uint64_t *bcount,
+                                    uint64_t at, uint64_t bytes, bool *done, ckpt_error *err) {
+    *done = false;
+    uint64_t off;
+    const ckpt__piece *run = box_run(w->g->catalog, j, bstart, bcount, &off);
+    const file_state *f = run ? &w->g->files[run->file] : NULL;
+    if (!f || f->sfd < 0) return CKPT_OK;
+    uint64_t lo = align_up(off, STAGE_DIRECT_ALIGN), hi = align_down(off + bytes, STAGE_DIRECT_ALIGN);
+    if (hi <= lo || hi - lo < STAGE_DIRECT_MIN) return CKPT_OK;
+    ckpt__source *src = ckpt__catalog_source(w->g->catalog, run->file);
+    ckpt__stage *stage = j->m->stage;
+    ckpt_status st = stage->read_direct(stage, f->sfd, src->name, lo, j->m->dst, at + (lo - off), hi - lo, j->name,
+                                        done, err);
+    if (st || !*done) return st;
+    w->bytes_needed += hi - lo;
+    ckpt__source_count(src, hi - lo);
+    if (lo > off && (st = stage_file_bytes(w, j, src, off, at, lo - off, err))) return st;
+    if (off + bytes > hi) st = stage_file_bytes(w, j, src, hi, at + (hi - off), off + bytes - hi, err);
+    return st;
+}
+
+/* A box of a STAGE move: read by the stage itself where it can
+ * (stage_direct_box), else into a slot the stage lends, then handed back
+ * to it with where the bytes go. */
+static ckpt_status stage_box(worker *w, const job *j, const uint64_t *bstart, const uint64_t *bcount, uint64_t at,
+                             uint64_t bytes, ckpt_error *err) {
+    ckpt__stage *stage = j->m->stage;
+    bool done = false;
+    ckpt_status st = j->stage_direct ? stage_direct_box(w, j, bstart, bcount, at, bytes, &done, err) : CKPT_OK;
+    if (st || done) return st;
+    void *slot;
+    st = stage->acquire(stage, &slot, err);
     if (st) return st;
     if ((st = read_box_dense(w, j, bstart, bcount, slot, err))) {
         stage->abandon(stage, slot);
@@ -953,19 +1003,23 @@ static size_t default_threads(bool direct) {
 }
 
 static void close_files(file_state *files, size_t n) {
-    for (size_t i = 0; files && i < n; i++)
+    for (size_t i = 0; files && i < n; i++) {
+        if (files[i].sfd >= 0 && files[i].sfd != files[i].dfd) close(files[i].sfd);
         if (files[i].dfd >= 0) close(files[i].dfd);
+    }
     free(files);
 }
 
-/* Chooses, per data file, O_DIRECT or the page cache. */
-static file_state *open_files(ckpt_catalog *c, ckpt_io_mode mode, bool *any_direct) {
+/* Chooses, per data file, O_DIRECT or the page cache; with `stage_direct`
+ * (a stage reads files itself), an O_DIRECT descriptor of each local file
+ * for it too, where the file system allows one with 4 KiB alignment. */
+static file_state *open_files(ckpt_catalog *c, ckpt_io_mode mode, bool stage_direct, bool *any_direct) {
     size_t n = ckpt_catalog_file_count(c);
     file_state *files = ckpt__calloc(n ? n : 1, sizeof *files);
     if (!files) return NULL;
     *any_direct = false;
     for (size_t i = 0; i < n; i++) {
-        files[i].dfd = -1;
+        files[i].dfd = files[i].sfd = -1;
         ckpt__source *src = ckpt__catalog_source(c, i);
         bool local = (src->caps & CKPT__SRC_FD) && !(src->caps & CKPT__SRC_REMOTE);
         /* A source opened in direct mode is read with O_DIRECT whatever the
@@ -980,6 +1034,14 @@ static file_state *open_files(ckpt_catalog *c, ckpt_io_mode mode, bool *any_dire
         }
         if (files[i].dfd >= 0) *any_direct = true;
         else if (src->caps & CKPT__SRC_FD) posix_fadvise(src->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+        if (stage_direct && local) {
+            uint32_t align = files[i].align;
+            files[i].sfd = files[i].dfd >= 0 ? files[i].dfd : ckpt__open_direct(src->name, src->fd, &align);
+            if (files[i].sfd >= 0 && align > STAGE_DIRECT_ALIGN) {
+                if (files[i].sfd != files[i].dfd) close(files[i].sfd);
+                files[i].sfd = -1;
+            }
+        }
     }
     return files;
 }
@@ -1086,7 +1148,11 @@ static ckpt_status allocate(engine *g, size_t count) {
     g->jobs = ckpt__calloc(count + o->member_count ? count + o->member_count : 1, sizeof *g->jobs);
     g->axes = ckpt__malloc((dims ? dims : 1) * 5 * sizeof *g->axes);
     if (!g->jobs || !g->axes) return ckpt__oom(g->err, NULL, "the engine's tasks");
-    if (!(g->files = open_files(g->catalog, o->io, &g->any_direct))) return ckpt__oom(g->err, NULL, "the engine's files");
+    bool stage_direct = false;
+    for (size_t k = 0; k < count; k++)
+        stage_direct |= g->moves[k].sink == CKPT__SINK_STAGE && g->moves[k].stage->read_direct;
+    if (!(g->files = open_files(g->catalog, o->io, stage_direct, &g->any_direct)))
+        return ckpt__oom(g->err, NULL, "the engine's files");
     g->need_bounce = g->any_direct;
     for (size_t k = 0; k < count; k++)
         g->need_slot |= g->moves[k].sink != CKPT__SINK_MEMORY && g->moves[k].sink != CKPT__SINK_STAGE;
@@ -1123,6 +1189,11 @@ static ckpt_status plan_move(engine *g, size_t k, size_t *axes_used) {
         bool identity = true;
         for (uint32_t a = 0; a < j->n; a++) identity &= j->perm[a] == a;
         j->box_copy = !o->ordered && !j->kernel_copy && j->npieces > 1 && j->same_bytes && identity && !packed(t->dtype);
+    }
+    if (m->sink == CKPT__SINK_STAGE && m->stage->read_direct) {
+        bool identity = true;
+        for (uint32_t a = 0; a < j->n; a++) identity &= j->perm[a] == a;
+        j->stage_direct = j->same_bytes && identity && !packed(t->dtype) && j->block == 1 && !j->crc && !m->view_ndim;
     }
     unsigned size = j->in_size > j->out_size ? j->in_size : j->out_size;
     bool large = j->kernel_copy || (remote_straight(c, j) && g->chunk < COPY_CHUNK);
@@ -1189,6 +1260,8 @@ static void report_stats(const engine *g, size_t running, ckpt_load_stats *stats
 
 static void release(engine *g) {
     for (size_t i = 0; i < g->started; i++) free_worker(&g->workers[i]);
+    for (size_t k = 0; g->files && k < g->job_count; k++) /* before their descriptors close */
+        if (g->jobs[k].stage_direct) g->jobs[k].m->stage->forget_files(g->jobs[k].m->stage);
     free(g->workers);
     for (size_t i = 0; i < g->track_count; i++) free(g->tracks[i].segs);
     free(g->tracks);

@@ -30,7 +30,17 @@ typedef enum ckpt__sink { CKPT__SINK_MEMORY, CKPT__SINK_WRITER, CKPT__SINK_HASH,
  * chunk shrinks to fit).  acquire may block until a slot is free; submit
  * takes the slot back with `bytes` of output for dst + at (the tensor's
  * name for errors); abandon takes back a slot whose box failed.  Called
- * from any worker thread. */
+ * from any worker thread.
+ *
+ * read_direct (NULL: none) reads file bytes straight to the destination,
+ * with no slot: GPUDirect Storage.  The engine offers it the part of a box
+ * whose bytes are the file's unchanged (no cast, swap, gather or permute,
+ * no CRC-32 to follow) and that lies on `fd`, an O_DIRECT descriptor of
+ * the file at `path`, at offsets and a size aligned to 4 KiB; the box's
+ * unaligned head and tail still go through slots.  *taken false: the
+ * stage cannot read that file (the engine sends the box through slots).
+ * forget_files (NULL with it) is called once the run's reads are over,
+ * before the engine closes the descriptors it gave. */
 typedef struct ckpt__stage ckpt__stage;
 struct ckpt__stage {
     uint64_t slot_bytes;
@@ -38,6 +48,9 @@ struct ckpt__stage {
     ckpt_status (*submit)(ckpt__stage *stage, void *slot, void *dst, uint64_t at, uint64_t bytes, const char *tensor,
                           ckpt_error *err);
     void (*abandon)(ckpt__stage *stage, void *slot);
+    ckpt_status (*read_direct)(ckpt__stage *stage, int fd, const char *path, uint64_t offset, void *dst, uint64_t at,
+                               uint64_t bytes, const char *tensor, bool *taken, ckpt_error *err);
+    void (*forget_files)(ckpt__stage *stage);
 };
 
 typedef struct ckpt__move {

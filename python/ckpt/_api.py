@@ -447,7 +447,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     order = [item.name for item in items]
     cuda = _device.torch_cuda_device(device) if fw is _frameworks.Torch and str(device) != "cpu" else None
     if cuda is not None:
-        tensors = _device.load_torch(plan, items, cuda, threads=threads, io=io_mode,
+        tensors = _device.load_torch(plan, items, cuda, threads=threads,
                                      progress=_progress.choose(progress, "load"), check_crc=check_crc)
         out = dict(zip(order, tensors))
         if nested:
@@ -554,7 +554,7 @@ def _compute_non_persistent(module, buffers, device):
             left += [n for n, _ in attrs]
             continue
         meta = {a: owner._buffers[a] for _, a in attrs}
-        fresh = {a: torch.empty_like(meta[a], device=device) for a in meta}
+        fresh = {a: _device.empty_like(meta[a], device) for a in meta}
         versions = {a: t._version for a, t in fresh.items()}
         hidden = {}
         for table in (owner._parameters, owner._buffers):
@@ -719,16 +719,25 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
 
 def _load_in_place(fw, flat, plan, items, recast, threads, progress, on_loaded, check_crc):
     """The engine writes straight into each target tensor's memory (those
-    on the host, contiguous, of a dtype it casts to); the others are loaded
-    into new memory and copied in by the framework."""
-    direct = []
+    contiguous, of a dtype it casts to): on the host, or on a CUDA device
+    through the device's ring of pinned slots (their device addresses are
+    the plan's destinations: no host copy of them is made); the others are
+    loaded into new memory and copied in by the framework."""
+    direct, devices = [], set()
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
         t = flat[name]
-        if name not in recast and fw.on_cpu(t) and fw.is_contiguous(t):
-            plan.set_buffer(i, fw.raw(t, writable=True))
+        cuda = _device.tensor_cuda_device(t) if fw is _frameworks.Torch else None
+        if name in recast or not fw.is_contiguous(t) or (cuda is None and not fw.on_cpu(t)):
+            direct.append(False)
+        elif cuda is not None:
+            plan.set_device_buffer(i, _device.open_device(_device.device_name(cuda)), t.data_ptr(), nbytes)
+            devices.add(cuda)
             direct.append(True)
         else:
-            direct.append(False)
+            plan.set_buffer(i, fw.raw(t, writable=True))
+            direct.append(True)
+    for cuda in devices:  # work torch queued on the targets ends before the ring's stream writes them
+        _device.torch_cuda.synchronize(cuda)
     done = None
     if on_loaded is not None:
         def done(i):  # items read in place are the caller's tensors already; the others come after the copy
@@ -753,12 +762,20 @@ def _load_assigned(module, flat, plan, items, device, copy, threads, progress, o
     names_of = {}
     for name, t in flat.items():
         names_of.setdefault(id(t), []).append(name)
-    plan.load(threads=threads, views=0 if copy else _VIEWS_PRIVATE,
-              progress=_progress.choose(progress, "load"), check_crc=check_crc)
     fw = _frameworks.Torch
+    cuda = _device.torch_cuda_device(device)
+    if cuda is not None:  # each tensor allocated on the device and filled through its ring: no host copy
+        loaded = _device.load_torch(plan, items, cuda, threads=threads, progress=_progress.choose(progress, "load"),
+                                    check_crc=check_crc)
+    else:
+        plan.load(threads=threads, views=0 if copy else _VIEWS_PRIVATE,
+                  progress=_progress.choose(progress, "load"), check_crc=check_crc)
     for i, (name, src, dt, shape, nbytes, transform) in enumerate(items):
         old = flat[name]
-        new = fw.to_device(fw.from_buffer(plan.data(i), dt, shape, 0, name), device)
+        if cuda is not None:
+            new = loaded[i]
+        else:
+            new = fw.to_device(fw.from_buffer(plan.data(i), dt, shape, 0, name), device)
         if isinstance(old, torch.nn.Parameter):
             try:
                 new = type(old)(new, requires_grad=old.requires_grad)

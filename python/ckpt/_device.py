@@ -14,6 +14,42 @@ _devices = {}  # name -> _ckpt.Device: each device's ring is pinned once per pro
 _lock = threading.Lock()
 
 
+class TorchCuda:
+    """The few things the device path asks torch's CUDA: whether it is
+    there, where a tensor's memory lies, an empty tensor on a device, and
+    waiting for the work torch has queued.  One object, `torch_cuda`, so
+    that the tests can answer for a torch without CUDA over the stand-in
+    runtime, whose "device" memory is host memory (tests/python/test_device.py)."""
+
+    @staticmethod
+    def available():
+        import torch
+        return torch.cuda.is_available()
+
+    @staticmethod
+    def current():
+        import torch
+        return torch.cuda.current_device()
+
+    @staticmethod
+    def device_of(t):
+        """The CUDA device whose memory holds tensor `t`, or None."""
+        return t.device if t.device.type == "cuda" else None
+
+    @staticmethod
+    def empty(shape, dtype, device):
+        import torch
+        return torch.empty(shape, dtype=dtype, device=device)
+
+    @staticmethod
+    def synchronize(device):
+        import torch
+        torch.cuda.current_stream(device).synchronize()
+
+
+torch_cuda = TorchCuda()
+
+
 def torch_cuda_device(device):
     """The torch.device a load with `device` goes to through the ring, or
     None when it does not: not a CUDA device, or torch without CUDA."""
@@ -24,9 +60,30 @@ def torch_cuda_device(device):
         d = torch.device(device)
     except (RuntimeError, TypeError):
         return None
-    if d.type != "cuda" or not torch.cuda.is_available():
+    if d.type != "cuda" or not torch_cuda.available():
         return None
-    return torch.device("cuda", torch.cuda.current_device() if d.index is None else d.index)
+    return torch.device("cuda", torch_cuda.current() if d.index is None else d.index)
+
+
+def tensor_cuda_device(t):
+    """The torch.device (with its index) of the CUDA memory holding torch
+    tensor `t`, or None when it is not on a CUDA device."""
+    d = torch_cuda.device_of(t)
+    return None if d is None else torch_cuda_device(d)
+
+
+def empty_like(t, device):
+    """An empty tensor of t's shape and dtype on `device` (a CUDA device
+    through torch_cuda, any other as torch makes it)."""
+    cuda = torch_cuda_device(device)
+    if cuda is None:
+        import torch
+        return torch.empty_like(t, device=device)
+    return torch_cuda.empty(t.shape, t.dtype, cuda)
+
+
+def device_name(torch_device):
+    return f"cuda:{torch_device.index}"
 
 
 def _loaded_cudart():
@@ -75,20 +132,18 @@ def load_through_ring(plan, items, device_name, allocate, **load_options):
 def torch_allocator(torch_device):
     """allocate() for load_through_ring: an empty torch tensor of the item's
     dtype and shape on `torch_device`."""
-    import torch
     from ._frameworks import Torch
 
     def allocate(i, item):
-        t = torch.empty(Torch.storage_shape(item.dtype, item.shape), dtype=_dtypes.torch_dtype(item.dtype, item.name),
-                        device=torch_device)
+        t = torch_cuda.empty(Torch.storage_shape(item.dtype, item.shape), _dtypes.torch_dtype(item.dtype, item.name),
+                             torch_device)
         return t, t.data_ptr()
     return allocate
 
 
 def load_torch(plan, items, torch_device, **load_options):
     """The plan's items as torch tensors on `torch_device`, through the ring."""
-    import torch
     # The caching allocator may hand out memory that work queued on torch's
     # stream still uses; the ring copies on a stream of its own.
-    torch.cuda.current_stream(torch_device).synchronize()
-    return load_through_ring(plan, items, f"cuda:{torch_device.index}", torch_allocator(torch_device), **load_options)
+    torch_cuda.synchronize(torch_device)
+    return load_through_ring(plan, items, device_name(torch_device), torch_allocator(torch_device), **load_options)

@@ -1074,15 +1074,17 @@ typedef struct {
 } Device;
 
 static int Device_init(Device *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"name", "slots", "slot_bytes", NULL};
+    static char *kwlist[] = {"name", "slots", "slot_bytes", "cufile", NULL};
     const char *name;
     ckpt_device_options o;
     ckpt_device_options_init(&o);
     unsigned slots = 0;
     unsigned long long slot_bytes = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IK", kwlist, &name, &slots, &slot_bytes)) return -1;
+    int cufile = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IKp", kwlist, &name, &slots, &slot_bytes, &cufile)) return -1;
     if (slots) o.slots = slots;
     if (slot_bytes) o.slot_bytes = slot_bytes;
+    o.cufile = cufile;
     ckpt_error e;
     ckpt_status st;
     ckpt_device *d;
@@ -1119,16 +1121,21 @@ static PyObject *Device_stats(Device *self, PyObject *args) {
     if (!device_ready(self) || !PyArg_ParseTuple(args, "|p", &reset)) return NULL;
     ckpt_device_stats s = {.size = sizeof s};
     ckpt_device_stats_get(self->device, &s, reset);
-    return Py_BuildValue("{s:s,s:O,s:I,s:K,s:K,s:K,s:K}", "path",
-                         s.path == CKPT_DEVICE_PATH_STAGED ? "staged" : "none", "cufile_found",
-                         s.cufile_found ? Py_True : Py_False, "slots", s.slots, "slot_bytes",
-                         (unsigned long long)s.slot_bytes, "copies", (unsigned long long)s.copies, "bytes_copied",
-                         (unsigned long long)s.bytes_copied, "slot_waits", (unsigned long long)s.slot_waits);
+    static const char *const paths[] = {"none", "staged", "direct", "mixed"};
+    return Py_BuildValue("{s:s,s:O,s:O,s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "path",
+                         (unsigned)s.path < 4 ? paths[s.path] : "none", "cufile_found",
+                         s.cufile_found ? Py_True : Py_False, "cufile_open", s.cufile_open ? Py_True : Py_False,
+                         "slots", s.slots, "slot_bytes", (unsigned long long)s.slot_bytes, "copies",
+                         (unsigned long long)s.copies, "bytes_copied", (unsigned long long)s.bytes_copied, "slot_waits",
+                         (unsigned long long)s.slot_waits, "direct_reads", (unsigned long long)s.direct_reads,
+                         "bytes_direct", (unsigned long long)s.bytes_direct, "cufile_files_refused",
+                         (unsigned long long)s.cufile_files_refused);
 }
 
 static PyMethodDef Device_methods[] = {
     {"stats", (PyCFunction)Device_stats, METH_VARARGS,
-     "stats(reset=False) -> {path, cufile_found, slots, slot_bytes, copies, bytes_copied, slot_waits}"},
+     "stats(reset=False) -> {path ('none', 'staged', 'direct' or 'mixed'), cufile_found, cufile_open, slots, "
+     "slot_bytes, copies, bytes_copied, slot_waits, direct_reads, bytes_direct, cufile_files_refused}"},
     {NULL}};
 
 static PyGetSetDef Device_getset[] = {{"name", (getter)Device_name, NULL, "the device's name, e.g. 'cuda:0'", NULL},
@@ -1143,8 +1150,10 @@ static PyTypeObject DeviceType = {
     .tp_init = (initproc)Device_init,
     .tp_new = PyType_GenericNew,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Device(name, slots=0, slot_bytes=0): a CUDA device opened as a load destination, with its ring of "
-              "pinned host slots (0: the library's defaults); libcudart is loaded at run time (CKPT_CUDART names it).",
+    .tp_doc = "Device(name, slots=0, slot_bytes=0, cufile=True): a CUDA device opened as a load destination, with its "
+              "ring of pinned host slots (0: the library's defaults) and GPUDirect Storage where libcufile and the "
+              "file allow (cufile=False: never); libcudart and libcufile are loaded at run time (CKPT_CUDART and "
+              "CKPT_CUFILE name them).",
 };
 
 /* ------------------------------------------------------------------------ */

@@ -17,11 +17,10 @@ enum { DEFAULT_SLOTS = 8, MAX_SLOTS = 1024, DEFAULT_SLOT_BYTES = 8 << 20, MIN_SL
 
 /* Tried in order unless CKPT_CUDART names the one library to load. */
 static const char *const cudart_names[] = {"libcudart.so", "libcudart.so.12", "libcudart.so.13"};
-static const char *const cufile_names[] = {"libcufile.so.0", "libcufile.so"};
 
 void ckpt_device_options_init_sized(ckpt_device_options *o, size_t size) {
     if (!o || size < sizeof o->size) return;
-    ckpt_device_options d = {.size = size, .slots = DEFAULT_SLOTS, .slot_bytes = DEFAULT_SLOT_BYTES};
+    ckpt_device_options d = {.size = size, .slots = DEFAULT_SLOTS, .slot_bytes = DEFAULT_SLOT_BYTES, .cufile = 1};
     memset(o, 0, size);
     memcpy(o, &d, size < sizeof d ? size : sizeof d);
     o->size = size;
@@ -78,19 +77,6 @@ static ckpt_status load_cudart(ckpt__cudart *rt, ckpt_error *err) {
                       tried);
 }
 
-/* Whether GPUDirect Storage's library is present (reported in the stats;
- * this build reads through the ring either way). */
-static int cufile_present(void) {
-    for (size_t i = 0; i < sizeof cufile_names / sizeof *cufile_names; i++) {
-        void *lib = dlopen(cufile_names[i], RTLD_LAZY | RTLD_LOCAL);
-        if (lib) {
-            dlclose(lib);
-            return 1;
-        }
-    }
-    return 0;
-}
-
 /* "cuda" or "cuda:N", N a device number; -1 otherwise. */
 static int parse_name(const char *name) {
     if (!strcmp(name, "cuda")) return 0;
@@ -142,7 +128,6 @@ ckpt_status ckpt_device_open(const char *name, const ckpt_device_options *option
     snprintf(d->name, sizeof d->name, "cuda:%d", ordinal);
     d->ordinal = ordinal;
     pthread_mutex_init(&d->busy, NULL);
-    d->stats.cufile_found = cufile_present();
     d->stats.slots = o.slots, d->stats.slot_bytes = o.slot_bytes;
     int rc;
     if ((st = load_cudart(&d->rt, err)) == CKPT_OK && (st = check_device(d, err)) == CKPT_OK) {
@@ -150,8 +135,10 @@ ckpt_status ckpt_device_open(const char *name, const ckpt_device_options *option
             st = ckpt__cuda_fail(d, err, rc, NULL, "%s: cudaSetDevice failed", d->name);
         else if ((rc = d->rt.StreamCreateWithFlags(&d->stream, CKPT__CUDA_STREAM_NON_BLOCKING)) != CKPT__CUDA_SUCCESS)
             st = ckpt__cuda_fail(d, err, rc, NULL, "%s: cannot create a stream", d->name);
-        else
+        else {
+            ckpt__cufile_open(d, o.cufile != 0); /* after cudaSetDevice: the driver opens in its context */
             st = ckpt__ring_init(d, o.slots, o.slot_bytes, err);
+        }
     }
     if (st) {
         ckpt_device_close(d);
@@ -163,6 +150,7 @@ ckpt_status ckpt_device_open(const char *name, const ckpt_device_options *option
 
 void ckpt_device_close(ckpt_device *d) {
     if (!d) return;
+    ckpt__cufile_close(d);
     if (d->ring.device) ckpt__ring_free(d);
     if (d->stream) d->rt.StreamDestroy(d->stream);
     if (d->rt.lib) dlclose(d->rt.lib);
@@ -177,7 +165,9 @@ void ckpt_device_stats_get(ckpt_device *d, ckpt_device_stats *stats, int reset) 
     size_t size = stats->size;
     pthread_mutex_lock(&d->ring.lock);
     ckpt_device_stats s = d->stats;
-    if (reset) d->stats.copies = d->stats.bytes_copied = d->stats.slot_waits = 0;
+    if (reset)
+        d->stats.copies = d->stats.bytes_copied = d->stats.slot_waits = d->stats.direct_reads = d->stats.bytes_direct =
+            d->stats.cufile_files_refused = 0;
     pthread_mutex_unlock(&d->ring.lock);
     s.size = size;
     memcpy(stats, &s, size < sizeof s ? size : sizeof s);

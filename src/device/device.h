@@ -8,6 +8,7 @@
 #define CKPT_DEVICE_INTERNAL_H
 
 #include <pthread.h>
+#include <sys/types.h>
 
 #include "ckpt_device.h"
 #include "../engine.h"
@@ -40,6 +41,42 @@ enum {
     CKPT__CUDA_STREAM_NON_BLOCKING = 1,
     CKPT__CUDA_EVENT_DISABLE_TIMING = 2,
 };
+
+/* GPUDirect Storage's calls (libcufile, loaded by dlopen), with the
+ * signatures of NVIDIA's cufile.h: CUfileError_t is {CUfileOpError err;
+ * CUresult cu_err} (two ints, returned by value), cuFileRead returns the
+ * bytes read, -1 with errno set, or -CUfileOpError. */
+typedef struct ckpt__cufile_error {
+    int err;    /* CUfileOpError: 0 success, 5000 and up its errors */
+    int cu_err; /* CUresult, when err is CU_FILE_CUDA_DRIVER_ERROR */
+} ckpt__cufile_error;
+
+/* CUfileDescr_t: a descriptor to register (type 1: a POSIX fd). */
+typedef struct ckpt__cufile_descr {
+    int type;
+    union {
+        int fd;
+        void *handle;
+    } handle;
+    const void *fs_ops;
+} ckpt__cufile_descr;
+
+enum { CKPT__CUFILE_HANDLE_TYPE_OPAQUE_FD = 1 };
+
+typedef struct ckpt__cufile {
+    void *lib;
+    ckpt__cufile_error (*DriverOpen)(void);
+    ckpt__cufile_error (*DriverClose)(void);
+    ckpt__cufile_error (*HandleRegister)(void **fh, ckpt__cufile_descr *descr);
+    void (*HandleDeregister)(void *fh);
+    ssize_t (*Read)(void *fh, void *base, size_t size, off_t file_offset, off_t base_offset);
+} ckpt__cufile;
+
+/* A file registered with cuFile during a load (or refused: handle NULL). */
+typedef struct ckpt__cufile_file {
+    int fd;
+    void *handle;
+} ckpt__cufile_file;
 
 typedef enum ckpt__slot_state { CKPT__SLOT_FREE, CKPT__SLOT_FILLING, CKPT__SLOT_IN_FLIGHT, CKPT__SLOT_WAITED } ckpt__slot_state;
 
@@ -74,10 +111,14 @@ struct ckpt_device {
     char name[32];
     int ordinal;
     ckpt__cudart rt;
+    ckpt__cufile gds;          /* .lib NULL: no GPUDirect Storage (absent, refused, or not asked for) */
+    ckpt__cufile_file *files;  /* this load's files as cuFile saw them (lock: ring.lock) */
+    size_t file_count, file_cap;
     void *stream;
     ckpt__ring ring;
     pthread_mutex_t busy; /* one load at a time */
     ckpt_device_stats stats;
+    bool load_staged, load_direct; /* which paths this load's bytes took (lock: ring.lock) */
 };
 
 /* A CUDA call's failure as a status and an error naming the call. */
@@ -87,6 +128,18 @@ CKPT__HIDDEN ckpt_status ckpt__cuda_fail(const ckpt_device *d, ckpt_error *err, 
 /* The ring's slots, stream-side objects and stage operations (ring.c). */
 CKPT__HIDDEN ckpt_status ckpt__ring_init(ckpt_device *d, unsigned slots, uint64_t slot_bytes, ckpt_error *err);
 CKPT__HIDDEN void ckpt__ring_free(ckpt_device *d);
+
+/* GPUDirect Storage (cufile.c): loaded and its driver opened at
+ * ckpt_device_open when the options allow (else the device has no direct
+ * path: the stats say whether the library was found and its driver
+ * opened); closed with the device.  The ring's stage
+ * reads through it (ckpt__stage.read_direct, forget_files). */
+CKPT__HIDDEN void ckpt__cufile_open(ckpt_device *d, bool wanted);
+CKPT__HIDDEN void ckpt__cufile_close(ckpt_device *d);
+CKPT__HIDDEN ckpt_status ckpt__cufile_read(ckpt__stage *stage, int fd, const char *path, uint64_t offset, void *dst,
+                                           uint64_t at, uint64_t bytes, const char *tensor, bool *taken,
+                                           ckpt_error *err);
+CKPT__HIDDEN void ckpt__cufile_forget_files(ckpt__stage *stage);
 
 /* A load's use of the device: begin holds it for the load; flush waits
  * for every copy started so far; finish waits for the rest, releases the

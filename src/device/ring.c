@@ -138,6 +138,7 @@ static ckpt_status ring_submit(ckpt__stage *stage, void *slot, void *dst, uint64
     } else {
         s->state = CKPT__SLOT_IN_FLIGHT;
         d->stats.copies++, d->stats.bytes_copied += bytes;
+        d->load_staged = true;
     }
     pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->lock);
@@ -147,7 +148,8 @@ static ckpt_status ring_submit(ckpt__stage *stage, void *slot, void *dst, uint64
 ckpt_status ckpt__ring_init(ckpt_device *d, unsigned slots, uint64_t slot_bytes, ckpt_error *err) {
     ckpt__ring *r = &d->ring;
     r->device = d;
-    r->stage = (ckpt__stage){slot_bytes, ring_acquire, ring_submit, ring_abandon};
+    r->stage = (ckpt__stage){slot_bytes, ring_acquire, ring_submit, ring_abandon, NULL, NULL};
+    if (d->gds.lib) r->stage.read_direct = ckpt__cufile_read, r->stage.forget_files = ckpt__cufile_forget_files;
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->changed, NULL);
     if (!(r->slots = ckpt__calloc(slots, sizeof *r->slots))) return ckpt__oom(err, NULL, "the device's slots");
@@ -181,7 +183,7 @@ void ckpt__device_begin(ckpt_device *d) {
     pthread_mutex_lock(&d->busy);
     pthread_mutex_lock(&d->ring.lock);
     d->ring.failed = CKPT_OK;
-    d->stats.path = CKPT_DEVICE_PATH_STAGED;
+    d->load_staged = d->load_direct = false;
     pthread_mutex_unlock(&d->ring.lock);
 }
 
@@ -206,6 +208,11 @@ ckpt_status ckpt__device_flush(ckpt_device *d, ckpt_error *err) {
 ckpt_status ckpt__device_finish(ckpt_device *d, ckpt_status st, ckpt_error *err) {
     ckpt_error flushed;
     ckpt_status copy = ckpt__device_flush(d, &flushed);
+    pthread_mutex_lock(&d->ring.lock);
+    d->stats.path = !d->load_direct ? CKPT_DEVICE_PATH_STAGED
+                    : d->load_staged ? CKPT_DEVICE_PATH_MIXED
+                                     : CKPT_DEVICE_PATH_DIRECT;
+    pthread_mutex_unlock(&d->ring.lock);
     pthread_mutex_unlock(&d->busy);
     if (copy && (st == CKPT_OK || st == CKPT_E_CANCELLED)) {
         if (err) *err = flushed;

@@ -9,7 +9,9 @@ Figures, each written to the JSON:
                      POSIX_FADV_DONTNEED first), for: ckpt.load(device=),
                      ckpt.load() then .cuda() (ckpt's own CPU path),
                      safetensors' load_file(device=), load_file() then
-                     .cuda(), and fastsafetensors and Run:ai's streamer when
+                     .cuda(), ckpt.load(device=) through NVIDIA's libcufile
+                     (GPUDirect Storage; its compatibility mode without
+                     nvidia-fs) when one is found, and fastsafetensors and Run:ai's streamer when
                      their packages import (else the reason they were left
                      out); seconds, GB/s and the host RSS growth of each
   targets            the issue's ratios: ckpt warm / ceiling (≥ 0.85), ckpt
@@ -76,6 +78,36 @@ def odirect_ceiling(root):
     return total[0] / (time.perf_counter() - start) / 1e9
 
 
+def ckpt_with_cufile(root):
+    """ckpt.load(device=) through a device opened with the libcufile
+    gpudata.cufile_library() finds (CKPT_CUFILE), opened once."""
+    import ckpt
+    from ckpt import _ckpt, _device
+    lib = gpudata.cufile_library()
+    if not lib:
+        raise RuntimeError("no libcufile (CKPT_GPU_CUFILE, or the nvidia-cufile wheel)")
+    os.environ["CKPT_CUFILE"] = lib
+    try:
+        dev = _ckpt.Device("cuda:0")
+    finally:
+        del os.environ["CKPT_CUFILE"]
+    if not dev.stats()["cufile_open"]:
+        raise RuntimeError(f"cuFileDriverOpen failed with {lib}")
+
+    def load():
+        ring = _device._devices.get("cuda:0")
+        _device._devices["cuda:0"] = dev
+        try:
+            return ckpt.load(root, device="cuda:0")
+        finally:
+            if ring is None:
+                del _device._devices["cuda:0"]
+            else:
+                _device._devices["cuda:0"] = ring
+    load.device = dev
+    return load
+
+
 def loaders(torch, root):
     import ckpt
     from safetensors.torch import load_file
@@ -87,6 +119,10 @@ def loaders(torch, root):
         "safetensors load_file + .cuda()": lambda: {k: v.cuda() for f in files for k, v in load_file(f).items()},
     }
     skipped = {}
+    try:  # GPUDirect Storage through NVIDIA's libcufile, named (so used in compatibility mode without nvidia-fs)
+        out["ckpt device=, cuFile"] = ckpt_with_cufile(root)
+    except Exception as e:  # noqa: BLE001 - no libcufile, or its driver refused: reported
+        skipped["ckpt device=, cuFile"] = repr(e)
     try:
         from fastsafetensors import SingleGroup, SafeTensorsFileLoader
 
@@ -168,6 +204,8 @@ def main():
     from ckpt import _device
     stats = _device._devices["cuda:0"].stats() if "cuda:0" in _device._devices else {}
     result["ckpt_device_stats"] = stats
+    if "ckpt device=, cuFile" in fns:
+        result["ckpt_cufile_device_stats"] = fns["ckpt device=, cuFile"].device.stats()
     by = {(r["loader"], r["cache"]): r for r in runs if "GBps" in r}
     ck = {c: by.get(("ckpt device=", c)) for c in ("warm", "cold")}
     targets = {}

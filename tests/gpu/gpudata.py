@@ -115,6 +115,22 @@ def evict(root):
         evict_file(path)
 
 
+def cufile_library():
+    """The libcufile to drive: CKPT_GPU_CUFILE, else the one torch's CUDA
+    wheels install (nvidia-cufile-cu12), else None."""
+    if os.environ.get("CKPT_GPU_CUFILE"):
+        return os.environ["CKPT_GPU_CUFILE"]
+    try:
+        import nvidia.cufile
+        for root in list(getattr(nvidia.cufile, "__path__", [])):
+            lib = os.path.join(root, "lib", "libcufile.so.0")
+            if os.path.exists(lib):
+                return lib
+    except ImportError:
+        pass
+    return None
+
+
 def rss_bytes():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -12,7 +12,8 @@
 # pkg-config, zlib's and xxhash's headers.  What the image lacks can travel
 # as .deb files in .gpu-deps/ (tests/gpu/README.md): they are unpacked
 # under /tmp/ckpt-deps, never into /.  No network is used.
-# Knobs: CKPT_GPU_DATA (where the test and benchmark files go, 21 GiB, on
+# Knobs: CKPT_GPU_CUFILE (the libcufile the GPUDirect Storage test and
+# bench drive; default: the nvidia-cufile wheel's, if installed), CKPT_GPU_DATA (where the test and benchmark files go, 21 GiB, on
 # a disk — not a tmpfs, whose pages cannot be dropped for cold reads;
 # default .gpu-data/ in the working tree), CKPT_GPU_SMALL=1 (sizes ÷ 100: a dry run of the
 # plumbing, on a machine without a GPU the GPU tests skip themselves).

@@ -2,8 +2,11 @@
 on a machine with a CUDA GPU and torch built for it: every load onto the
 device is bit-exact against a CPU load followed by .cuda(); the bytes went
 through the ring (the device's stats count its copies); a module loaded in
-place, a model built on meta, and a 20 GB checkpoint in 1 GB shards with
-host memory bounded by the ring.  Without a GPU every test skips."""
+place (casts, transposes, some parameters on the CPU), a model built on
+meta, transformers' from_pretrained with device_map="cuda:0", the real
+libcufile (GPUDirect Storage, or its compatibility mode) bit-exact, and a
+20 GB checkpoint in 1 GB shards with host memory bounded by the ring.
+Without a GPU every test skips."""
 import os
 import sys
 
@@ -17,7 +20,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA G
 
 import ckpt  # noqa: E402
 import ckpt.torch  # noqa: E402
-from ckpt import _device  # noqa: E402
+from ckpt import _ckpt, _device  # noqa: E402
 
 DTYPES = ["float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32", "int64", "bool",
           "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64", "complex64"]
@@ -51,6 +54,14 @@ def same_bytes(a, b):
 def ring_copies():
     dev = _device._devices.get("cuda:0")
     return dev.stats()["copies"] if dev else 0
+
+
+def device_bytes():
+    """Bytes the cuda:0 device has received from ckpt: the ring's copies
+    and cuFile's reads."""
+    dev = _device._devices.get("cuda:0")
+    stats = dev.stats() if dev else {"bytes_copied": 0, "bytes_direct": 0}
+    return stats["bytes_copied"] + stats["bytes_direct"]
 
 
 @pytest.mark.parametrize("kw", TRANSFORMS, ids=[repr(t) for t in TRANSFORMS])
@@ -97,21 +108,106 @@ def test_a_module_on_the_gpu_loaded_in_place(model_file):
     path, state = model_file
     model = small_model().cuda()
     where = {k: v.data_ptr() for k, v in model.state_dict().items()}
+    before = device_bytes()
     result = ckpt.load_into(model, path)
     assert not result.missing_keys and not result.unexpected_keys
     for k, v in model.state_dict().items():
         assert v.data_ptr() == where[k], k  # in place
         assert same_bytes(v, state[k].cuda()), k
+    assert device_bytes() - before == sum(v.nbytes for v in state.values())  # through the ring, no host copy
+
+
+def test_a_module_on_the_gpu_cast_and_transposed(model_file):
+    path, state = model_file
+    model = small_model().to(torch.bfloat16).cuda()
+    model[0].weight = torch.nn.Parameter(torch.empty(256, 512, dtype=torch.bfloat16, device="cuda"))
+    before = device_bytes()
+    ckpt.load_into(model, path, transpose=["0.weight"])
+    want = {k: v.to(torch.bfloat16) for k, v in state.items()}
+    want["0.weight"] = state["0.weight"].t().to(torch.bfloat16)
+    for k, v in model.state_dict().items():
+        assert same_bytes(v, want[k].contiguous().cuda()), k
+    assert device_bytes() - before == sum(v.nbytes for v in want.values())
+
+
+def test_a_module_on_two_devices(model_file):
+    path, state = model_file
+    model = small_model()
+    model[0].cuda()  # the first layer on the GPU, the rest on the CPU
+    before = device_bytes()
+    ckpt.load_into(model, path)
+    for k, v in model.state_dict().items():
+        assert v.device.type == ("cuda" if k.startswith("0.") else "cpu"), k
+        assert same_bytes(v.cpu(), state[k]), k
+    assert device_bytes() - before == state["0.weight"].nbytes + state["0.bias"].nbytes
 
 
 def test_a_model_built_on_meta(model_file):
     path, state = model_file
     with torch.device("meta"):
         model = small_model()
+    before = device_bytes()
     ckpt.load_into(model, path, assign=True, device="cuda")
     for k, v in model.state_dict().items():
         assert v.device.type == "cuda", k
         assert same_bytes(v, state[k].cuda()), k
+    assert device_bytes() - before == sum(v.nbytes for v in state.values())
+
+
+def test_from_pretrained_device_map_cuda(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    import ckpt.transformers as ckt
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path)
+    want = transformers.LlamaForCausalLM.from_pretrained(tmp_path).cuda().eval()
+    before = device_bytes()
+    got = ckt.AutoModelForCausalLM.from_pretrained(tmp_path, device_map="cuda:0")
+    assert device_bytes() - before == sum(v.nbytes for v in want.state_dict().values())
+    for k, v in got.state_dict().items():
+        assert v.device.type == "cuda" and same_bytes(v, want.state_dict()[k]), k
+    ids = torch.arange(16, device="cuda").reshape(2, 8)
+    with torch.no_grad():
+        assert torch.equal(got(ids).logits, want(ids).logits)
+
+
+def test_real_cufile_bit_exact(tmp_path, monkeypatch, record_property):
+    """NVIDIA's libcufile, named by CKPT_CUFILE (so used even without
+    nvidia-fs, in its compatibility mode): the signatures and structures
+    ckpt declares are the library's, and every byte arrives."""
+    from safetensors.torch import save_file
+    lib = gpudata.cufile_library()
+    if not lib:
+        pytest.skip("no libcufile (CKPT_GPU_CUFILE, or the nvidia-cufile wheel)")
+    monkeypatch.setenv("CKPT_CUFILE", lib)
+    torch.manual_seed(5)
+    state = {"a": torch.randn(1024, 1000), "b": torch.randn(333, 4099).to(torch.bfloat16),
+             "c": torch.randint(0, 255, (3 << 20,), dtype=torch.uint8), "small": torch.randn(10)}
+    path = str(tmp_path / "gds.safetensors")
+    save_file(state, path)
+    dev = _ckpt.Device("cuda:0", slots=4, slot_bytes=4 << 20)
+    stats = dev.stats()
+    record_property("cufile", lib)
+    record_property("cufile_open", stats["cufile_open"])
+    if not stats["cufile_open"]:
+        pytest.skip(f"cuFileDriverOpen failed with {lib}")
+    plan = _ckpt.Plan(_ckpt.Catalog(path))
+    items = plan.items()
+    out = []
+    for i, item in enumerate(items):
+        t = torch.empty(item.nbytes, dtype=torch.uint8, device="cuda")
+        plan.set_device_buffer(i, dev, t.data_ptr(), item.nbytes)
+        out.append(t)
+    plan.load(views=0)
+    stats = dev.stats()
+    record_property("device_stats", stats)
+    print("cuFile stats:", stats)
+    for item, t in zip(items, out):
+        want = state[item.name].contiguous().view(torch.uint8).reshape(-1).cuda()
+        assert torch.equal(t, want), item.name
+    assert stats["bytes_direct"] > 0 and stats["path"] == "mixed"
+    assert stats["bytes_direct"] + stats["bytes_copied"] == sum(v.nbytes for v in state.values())
 
 
 def test_20_gb_in_1_gb_shards(record_property):

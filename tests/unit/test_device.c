@@ -3,7 +3,11 @@
  * CKPT_CUDART): every dtype and transform byte for byte against a host
  * load, slot reuse, tensors larger than a slot, copies that overlap reads,
  * cancellation and failed copies with no copy left in flight, and a
- * runtime that is absent. */
+ * runtime that is absent; GPUDirect Storage through the stand-in cuFile
+ * (tests/gpu/standin/cufile_standin.c, named by CKPT_CUFILE): reads
+ * straight to the device, the ring for what must change on the host, a
+ * clean fallback when the driver or a file is refused, and a failed read
+ * that names the tensor and the byte range. */
 #include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -48,6 +52,7 @@ static void knobs(const char *delay_us, const char *fail_copy, const char *fail_
     if (fail_sync) setenv("CKPT_STANDIN_FAIL_SYNC", fail_sync, 1);
     else unsetenv("CKPT_STANDIN_FAIL_SYNC");
     unsetenv("CKPT_STANDIN_DEVICES");
+    setenv("CKPT_CUFILE", "/nonexistent/libcufile.so.0", 1); /* the ring alone, whatever the machine has */
     standin_load();
     standin.reset();
 }
@@ -490,6 +495,238 @@ static void test_absent_runtime_and_devices(void **state) {
     assert_int_equal(counters().host_allocs, 0);
 }
 
+/* ---- GPUDirect Storage, through the stand-in cuFile ------------------------ */
+
+typedef struct cufile_counters {
+    uint64_t driver_opens, driver_open, handles, reads, bytes, unaligned;
+} cufile_counters;
+
+static struct {
+    void *lib;
+    void (*counters)(cufile_counters *c);
+    void (*reset)(void);
+} cufile;
+
+/* The ring's knobs (knobs()), then the stand-in cuFile with its own:
+ * which call fails (OPEN_FAILS, REGISTER_FAILS) or which read (FAIL_READ,
+ * SHORT_READ: "N"). */
+static void cufile_knobs(const char *open_fails, const char *register_fails, const char *fail_read,
+                         const char *short_read) {
+    knobs(NULL, NULL, NULL);
+    setenv("CKPT_CUFILE", CKPT_CUFILE_STANDIN, 1);
+    const char *names[] = {"CKPT_STANDIN_CUFILE_OPEN_FAILS", "CKPT_STANDIN_CUFILE_REGISTER_FAILS",
+                           "CKPT_STANDIN_CUFILE_FAIL_READ", "CKPT_STANDIN_CUFILE_SHORT_READ"};
+    const char *values[] = {open_fails, register_fails, fail_read, short_read};
+    for (int i = 0; i < 4; i++) {
+        if (values[i]) setenv(names[i], values[i], 1);
+        else unsetenv(names[i]);
+    }
+    if (!cufile.lib) {
+        cufile.lib = dlopen(CKPT_CUFILE_STANDIN, RTLD_NOW);
+        assert_non_null(cufile.lib);
+        *(void **)&cufile.counters = dlsym(cufile.lib, "ckpt_standin_cufile_counters_get");
+        *(void **)&cufile.reset = dlsym(cufile.lib, "ckpt_standin_cufile_reset");
+        assert_true(cufile.counters && cufile.reset);
+    }
+    cufile.reset();
+}
+
+static cufile_counters cufile_now(void) {
+    cufile_counters c;
+    cufile.counters(&c);
+    return c;
+}
+
+static ckpt_device_stats device_stats(ckpt_device *dev, int reset) {
+    ckpt_device_stats ds = {.size = sizeof ds};
+    ckpt_device_stats_get(dev, &ds, reset);
+    return ds;
+}
+
+/* Loads `plan` onto `dev` and checks every byte against `host`'s load;
+ * returns the load's status (its error in *err). */
+static ckpt_status device_load_matches(ckpt_plan *host, ckpt_plan *plan, ckpt_device *dev, unsigned threads,
+                                       ckpt_error *err) {
+    size_t n = ckpt_plan_count(plan);
+    unsigned char **want = host_load(host);
+    void **bufs = device_buffers(plan, dev);
+    ckpt_load_options o;
+    ckpt_load_options_init(&o);
+    o.threads = threads;
+    ckpt_status st = ckpt_load(plan, &o, err);
+    for (size_t i = 0; i < n; i++) {
+        if (st == CKPT_OK) assert_memory_equal(bufs[i], want[i], ckpt_plan_item_at(plan, i)->nbytes);
+        free(want[i]);
+    }
+    free(want);
+    free_buffers(bufs, n);
+    return st;
+}
+
+/* The model as stored: "big" (2 MiB, unchanged) is read by cuFile at
+ * 4 KiB-aligned offsets straight into device memory, its unaligned ends
+ * and the small tensors (under 64 KiB) through the ring — a MIXED load
+ * whose two counts add up to the model; every byte as a host load gives
+ * it; each file's handle deregistered after the load, the driver closed
+ * with the device.  With casts and a transpose, nothing can go direct. */
+static void test_cufile_reads_straight_to_the_device(void **state) {
+    (void)state;
+    cufile_knobs(NULL, NULL, NULL, NULL);
+    model m = model_open();
+    ckpt_device *dev = open_device(4, 256 << 10);
+    ckpt_device_stats ds = device_stats(dev, 0);
+    assert_int_equal(ds.cufile_found, 1);
+    assert_int_equal(ds.cufile_open, 1);
+    for (unsigned threads = 1; threads <= 3; threads += 2) {
+        ckpt_plan *host = make_plan(m.cat, AS_STORED), *plan = make_plan(m.cat, AS_STORED);
+        ckpt_error err;
+        device_stats(dev, 1);
+        cufile.reset();
+        standin.reset();
+        assert_int_equal(device_load_matches(host, plan, dev, threads, &err), CKPT_OK);
+        uint64_t total = 0, big = (uint64_t)BIG_ROWS * BIG_COLS * 4;
+        for (size_t i = 0; i < ckpt_plan_count(plan); i++) total += ckpt_plan_item_at(plan, i)->nbytes;
+        ds = device_stats(dev, 0);
+        cufile_counters c = cufile_now();
+        assert_int_equal(ds.path, CKPT_DEVICE_PATH_MIXED);
+        assert_int_equal(ds.bytes_direct + ds.bytes_copied, total);
+        assert_true(ds.bytes_direct >= big - 8 * 4096); /* 8 boxes of 256 KiB, each at most 4 KiB around its middle */
+        assert_int_equal(ds.direct_reads, c.reads);
+        assert_int_equal(c.bytes, ds.bytes_direct);
+        assert_int_equal(c.unaligned, 0);
+        assert_int_equal(c.handles, 0); /* deregistered once the engine was done */
+        assert_int_equal(counters().bytes, ds.bytes_copied);
+        assert_int_equal(counters().unpinned_copies, 0);
+        ckpt_plan_free(host);
+        ckpt_plan_free(plan);
+    }
+    ckpt_plan *host = make_plan(m.cat, CAST_TRANSPOSE_SLICE), *plan = make_plan(m.cat, CAST_TRANSPOSE_SLICE);
+    ckpt_error err;
+    device_stats(dev, 1);
+    cufile.reset();
+    assert_int_equal(device_load_matches(host, plan, dev, 2, &err), CKPT_OK);
+    ds = device_stats(dev, 0);
+    assert_int_equal(ds.path, CKPT_DEVICE_PATH_STAGED); /* casts and transposes run on the host */
+    assert_int_equal(ds.bytes_direct, 0);
+    assert_int_equal(cufile_now().reads, 0);
+    ckpt_plan_free(host);
+    ckpt_plan_free(plan);
+    assert_int_equal(cufile_now().driver_open, 1);
+    ckpt_device_close(dev);
+    assert_int_equal(cufile_now().driver_open, 0);
+    model_close(&m);
+}
+
+/* A tensor at a 4 KiB-aligned offset of 1 MiB: every byte by cuFile, none
+ * through the ring (DIRECT); with options.cufile = 0, all through it. */
+static char *aligned_file(char **dir_out) {
+    char *dir = scratch_dir();
+    const char *path = in_dir(dir, "aligned.safetensors");
+    char header[4096 - 8 + 1];
+    int n = snprintf(header, sizeof header, "{\"a\":{\"dtype\":\"U8\",\"shape\":[1048576],\"data_offsets\":[0,1048576]}}");
+    memset(header + n, ' ', sizeof header - 1 - (size_t)n); /* data from byte 4096 */
+    header[sizeof header - 1] = '\0';
+    write_safetensors(path, header, 1 << 20);
+    *dir_out = dir;
+    return strdup(path);
+}
+
+static void test_cufile_aligned_tensor_all_direct(void **state) {
+    (void)state;
+    cufile_knobs(NULL, NULL, NULL, NULL);
+    char *dir, *path = aligned_file(&dir);
+    ckpt_catalog *cat;
+    assert_int_equal(ckpt_catalog_open(path, &cat, NULL), CKPT_OK);
+    for (int use = 1; use >= 0; use--) {
+        ckpt_device_options o;
+        ckpt_device_options_init(&o);
+        assert_int_equal(o.cufile, 1);
+        o.slots = 2, o.slot_bytes = 256 << 10, o.cufile = use;
+        ckpt_device *dev;
+        assert_int_equal(ckpt_device_open("cuda:0", &o, &dev, NULL), CKPT_OK);
+        ckpt_plan *host = make_plan(cat, AS_STORED), *plan = make_plan(cat, AS_STORED);
+        ckpt_error err;
+        cufile.reset();
+        standin.reset();
+        assert_int_equal(device_load_matches(host, plan, dev, 2, &err), CKPT_OK);
+        ckpt_device_stats ds = device_stats(dev, 0);
+        assert_int_equal(ds.cufile_open, use);
+        assert_int_equal(ds.path, use ? CKPT_DEVICE_PATH_DIRECT : CKPT_DEVICE_PATH_STAGED);
+        assert_int_equal(ds.bytes_direct, use ? 1 << 20 : 0);
+        assert_int_equal(ds.bytes_copied, use ? 0 : 1 << 20);
+        assert_int_equal(ds.direct_reads, use ? 4 : 0); /* a read per slot-sized box */
+        assert_int_equal(counters().copies, use ? 0 : 4);
+        ckpt_plan_free(host);
+        ckpt_plan_free(plan);
+        ckpt_device_close(dev);
+    }
+    ckpt_catalog_close(cat);
+    free(path);
+    scratch_free(dir);
+}
+
+/* No driver (cuFileDriverOpen fails), or a file cuFile will not register:
+ * the ring carries every byte, and the stats say why. */
+static void test_cufile_refused_falls_back_to_the_ring(void **state) {
+    (void)state;
+    model m = model_open();
+    for (int which = 0; which < 2; which++) {
+        cufile_knobs(which == 0 ? "1" : NULL, which == 1 ? "1" : NULL, NULL, NULL);
+        ckpt_device *dev = open_device(4, 256 << 10);
+        ckpt_plan *host = make_plan(m.cat, AS_STORED), *plan = make_plan(m.cat, AS_STORED);
+        ckpt_error err;
+        assert_int_equal(device_load_matches(host, plan, dev, 2, &err), CKPT_OK);
+        ckpt_device_stats ds = device_stats(dev, 0);
+        assert_int_equal(ds.cufile_found, 1);
+        assert_int_equal(ds.cufile_open, which == 1);
+        assert_int_equal(ds.cufile_files_refused, which == 1 ? 1 : 0);
+        assert_int_equal(ds.path, CKPT_DEVICE_PATH_STAGED);
+        assert_int_equal(ds.bytes_direct, 0);
+        assert_int_equal(cufile_now().reads, 0);
+        assert_int_equal(cufile_now().handles, 0);
+        ckpt_plan_free(host);
+        ckpt_plan_free(plan);
+        ckpt_device_close(dev);
+    }
+    model_close(&m);
+}
+
+/* A cuFileRead that fails in the middle of a tensor fails the load with
+ * CKPT_E_IO naming the file, the tensor, and the byte ranges; no copy is
+ * left in flight and no handle registered.  A short read is continued. */
+static void test_cufile_failed_read_names_tensor_and_range(void **state) {
+    (void)state;
+    char *dir, *path = aligned_file(&dir);
+    ckpt_catalog *cat;
+    assert_int_equal(ckpt_catalog_open(path, &cat, NULL), CKPT_OK);
+    cufile_knobs(NULL, NULL, "3", NULL);
+    ckpt_device *dev = open_device(2, 256 << 10);
+    ckpt_plan *host = make_plan(cat, AS_STORED), *plan = make_plan(cat, AS_STORED);
+    ckpt_error err;
+    assert_int_equal(device_load_matches(host, plan, dev, 1, &err), CKPT_E_IO);
+    assert_string_equal(err.tensor, "a");
+    assert_non_null(strstr(err.path, "aligned.safetensors"));
+    assert_int_equal(err.offset, 4096 + (512 << 10)); /* the third box */
+    assert_non_null(strstr(err.message, "cuFileRead of bytes [528384, 790528) of the file"));
+    assert_non_null(strstr(err.message, "bytes [524288, 786432) of the tensor on cuda:0"));
+    assert_non_null(strstr(err.message, "Input/output error"));
+    assert_int_equal(counters().in_flight, 0);
+    assert_int_equal(cufile_now().handles, 0);
+    ckpt_plan_free(plan);
+    ckpt_plan_free(host);
+    cufile_knobs(NULL, NULL, NULL, "2"); /* the second read gets half: the rest is read on */
+    host = make_plan(cat, AS_STORED), plan = make_plan(cat, AS_STORED);
+    assert_int_equal(device_load_matches(host, plan, dev, 1, &err), CKPT_OK);
+    assert_int_equal(cufile_now().reads, 5);
+    assert_int_equal(device_stats(dev, 0).path, CKPT_DEVICE_PATH_DIRECT);
+    ckpt_plan_free(plan);
+    ckpt_plan_free(host);
+    ckpt_device_close(dev);
+    ckpt_catalog_close(cat);
+    free(path);
+    scratch_free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bytes_of_every_dtype_and_transform),
@@ -499,6 +736,10 @@ int main(void) {
         cmocka_unit_test(test_item_done_after_copies),
         cmocka_unit_test(test_collective_load_refuses_device_items),
         cmocka_unit_test(test_absent_runtime_and_devices),
+        cmocka_unit_test(test_cufile_reads_straight_to_the_device),
+        cmocka_unit_test(test_cufile_aligned_tensor_all_direct),
+        cmocka_unit_test(test_cufile_refused_falls_back_to_the_ring),
+        cmocka_unit_test(test_cufile_failed_read_names_tensor_and_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,8 @@
  *                                 (cudaErrorInvalidValue, not sticky)
  *
  * Counters for the tests: ckpt_standin_counters (and ckpt_standin_reset).
+ * ckpt_standin_is_device tells the stand-in cuFile (cufile_standin.c,
+ * linked against this library) what is device memory.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -398,6 +400,15 @@ STANDIN_API cudaError_t cudaEventDestroy(cudaEvent_t ev) {
     pthread_mutex_unlock(&lock);
     free(ev);
     return cudaSuccess;
+}
+
+/* Whether [p, p + n) is the stand-in's device memory: for the stand-in
+ * cuFile (cufile_standin.c), which writes there as GPUDirect Storage does. */
+STANDIN_API int ckpt_standin_is_device(const void *p, size_t n) {
+    pthread_mutex_lock(&lock);
+    int yes = inside(device_blocks, p, n);
+    pthread_mutex_unlock(&lock);
+    return yes;
 }
 
 STANDIN_API void ckpt_standin_counters_get(ckpt_standin_counters *out) {
