@@ -142,11 +142,19 @@ MEASUREMENTS = {
 # fails for a stale result missing here, and for an entry here whose result
 # is fresh again (rerun: remove it).
 # The quick suites, stale by this round's changes to the code they measure.
-_THIS_ROUND = ("this round's merges (issue 28's value API, statuses and preview, issue 30's sources, issue 31's device "
-               "layer, issue 32's saves and block-aligned kernel copies) change the code of every quick suite; they "
-               "are rerun once, on the round's final code, on a quiet machine")
+_THIS_ROUND = ("this round's merges (issue 31's load_into onto devices and cuFile reads in the engine, issue 29's "
+               "block kernels and new tensor kinds, issue 32's chunk digests, issue 30's sources) change the code of "
+               "every quick suite; they are rerun once, on the round's final code, on a quiet machine")
 PENDING_RERUN = {
     "load 2 GB": _THIS_ROUND,
+    "open": _THIS_ROUND,
+    "torch_read": _THIS_ROUND,
+    "python": _THIS_ROUND,
+    "convert": _THIS_ROUND,
+    "torch_convert": _THIS_ROUND,
+    "crc": _THIS_ROUND,
+    "save incremental": _THIS_ROUND,
+    "save background": _THIS_ROUND,
     "load 8 GB": "needs an 8 GB file set and about 10 GB of memory beside it",
     "perf": "takes about 20 minutes, and needs an 8 GB file",
     "jax": "takes about 15 minutes (Orbax, Flax, 8 devices)",
