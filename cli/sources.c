@@ -8,7 +8,7 @@
 #include "cli.h"
 
 const char source_options_help[] =
-    "where the bytes come from (SRC/PATH may be an http://, https:// or s3:// URL:\n"
+    "where the bytes come from (SRC/PATH may be an http://, https://, s3://, gs:// or az:// URL:\n"
     "a file, an index whose shards lie beside it, or a URL ending in '/' holding\n"
     "model.safetensors[.index.json] or pytorch_model.bin[.index.json]):\n"
     "  --direct               read local files with O_DIRECT, around the page cache\n"
@@ -30,6 +30,12 @@ const char source_options_help[] =
     "  --connections N        parallel range requests per file (16)\n"
     "  s3:// uses $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY, $AWS_SESSION_TOKEN,\n"
     "  $AWS_REGION and $AWS_ENDPOINT_URL (S3-compatible stores)\n"
+    "  gs://BUCKET/KEY uses $GS_ACCESS_KEY_ID and $GS_SECRET_ACCESS_KEY (HMAC keys),\n"
+    "  else $GOOGLE_APPLICATION_CREDENTIALS or the metadata server ($GCE_METADATA_HOST);\n"
+    "  $STORAGE_EMULATOR_HOST for another endpoint\n"
+    "  az://ACCOUNT/CONTAINER/BLOB (or https://ACCOUNT.blob.core.windows.net/...) uses\n"
+    "  a SAS token (in the URL, or $AZURE_STORAGE_SAS_TOKEN), else $AZURE_STORAGE_ACCOUNT\n"
+    "  and $AZURE_STORAGE_KEY, or $AZURE_STORAGE_CONNECTION_STRING (and its BlobEndpoint)\n"
     "  hf://ORG/NAME[@REVISION][/PATH] reads a Hugging Face Hub repo at one commit\n"
     "  ($HF_ENDPOINT, $HF_TOKEN or `hf auth login`), kept in the Hub's own cache\n"
     "  ($HF_HUB_CACHE, $HF_HOME; $HF_HUB_OFFLINE=1 reads only that)\n";
