@@ -160,11 +160,11 @@ static bool rs256(const char *pem, const char *data, size_t n, ckpt__buf *out) {
 static ckpt_status service_account_form(const char *shown, const char *path, const ckpt__json_doc *doc,
                                         const char *token_uri, ckpt__buf *form, ckpt_error *err) {
     const char *email = member(doc, "client_email"), *pem = member(doc, "private_key");
-    const char *kid = member(doc, "private_key_id");
     if (!email || !pem)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, shown, NULL, -1,
                           "the service account key file %s has no client_email or private_key", path);
 #ifdef CKPT_HAVE_CRYPTO
+    const char *kid = member(doc, "private_key_id");
     ckpt__buf head = {0}, claims = {0}, jwt = {0};
     ckpt__buf_puts(&head, "{\"alg\":\"RS256\",\"typ\":\"JWT\"");
     if (kid) ckpt__buf_puts(&head, ",\"kid\":"), ckpt__buf_json_string(&head, kid);
