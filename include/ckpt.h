@@ -581,7 +581,8 @@ typedef struct ckpt_catalog_options {
      * $AZURE_STORAGE_SAS_TOKEN, or a connection string's), else the
      * account key (SharedKey: $AZURE_STORAGE_ACCOUNT and $AZURE_STORAGE_KEY,
      * or $AZURE_STORAGE_CONNECTION_STRING's AccountName and AccountKey, and
-     * its BlobEndpoint for Azurite), else none (public containers).  The
+     * its BlobEndpoint for Azurite; $AZURE_STORAGE_SERVICE_ENDPOINT beside
+     * the two variables), else none (public containers).  The
      * stores' requests follow no redirect, so credentials reach the
      * store's host only; their errors carry the store's code and message
      * (403: CKPT_E_AUTH, 404: CKPT_E_NOT_FOUND).

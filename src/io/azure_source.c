@@ -14,10 +14,12 @@
  * The connection string is $AZURE_STORAGE_CONNECTION_STRING (AccountName,
  * AccountKey, SharedAccessSignature, BlobEndpoint, EndpointSuffix,
  * DefaultEndpointsProtocol; UseDevelopmentStorage=true is Azurite's
- * account on 127.0.0.1:10000).  Credentials from the environment go only
+ * account on 127.0.0.1:10000); without one, $AZURE_STORAGE_ACCOUNT,
+ * $AZURE_STORAGE_KEY and $AZURE_STORAGE_SERVICE_ENDPOINT (the Azure CLI's
+ * --blob-endpoint).  Credentials from the environment go only
  * to the account they belong to: the connection string's AccountName, or
  * $AZURE_STORAGE_ACCOUNT (a SAS token without either goes to the named
- * account); that account's BlobEndpoint replaces
+ * account); that account's BlobEndpoint (or service endpoint) replaces
  * https://ACCOUNT.blob.core.windows.net (Azurite's path-style endpoints,
  * http://127.0.0.1:10000/ACCOUNT).  A "directory" (a prefix) is listed
  * with restype=container&comp=list&delimiter=/.
@@ -136,6 +138,7 @@ static void read_env(az_env *e) {
     } else {
         e->account = dup_env("AZURE_STORAGE_ACCOUNT");
         e->key = dup_env("AZURE_STORAGE_KEY");
+        e->endpoint = dup_env("AZURE_STORAGE_SERVICE_ENDPOINT"); /* the Azure CLI's --blob-endpoint */
     }
     free(dev);
     if (!e->sas) e->sas = dup_env("AZURE_STORAGE_SAS_TOKEN");

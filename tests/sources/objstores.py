@@ -70,7 +70,7 @@ def _hmac(key, msg):
 class _Server:
     """A ThreadingHTTPServer on 127.0.0.1 calling self.serve(handler, method)."""
 
-    def __init__(self, host="127.0.0.1"):
+    def __init__(self, host="127.0.0.1", port=0):
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -90,7 +90,7 @@ class _Server:
 
         self.requests = []
         self.lock = threading.Lock()
-        self.httpd = _QuietServer((host, 0), Handler)
+        self.httpd = _QuietServer((host, port), Handler)
         self.host = f"{host}:{self.httpd.server_address[1]}"
         self.url = f"http://{self.host}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
@@ -400,8 +400,8 @@ def make_sas(account, key, container, blob=None, permissions="rl", expiry=None, 
 class AzureServer(_Server):
     """Accounts (name -> key) with containers (name -> {blob: bytes})."""
 
-    def __init__(self, page=2):
-        super().__init__()
+    def __init__(self, page=2, port=0):
+        super().__init__(port=port)
         self.keys = {}
         self.containers = {}       # (account, container) -> {blob: bytes}
         self.public = set()        # (account, container) anonymous callers may read

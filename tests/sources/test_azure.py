@@ -19,7 +19,8 @@ import ckpt
 from statuses import status_of
 
 ACCOUNT = "ckptacct"
-VARS = ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN")
+VARS = ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN",
+        "AZURE_STORAGE_SERVICE_ENDPOINT")
 
 
 @pytest.fixture(scope="module")
@@ -200,3 +201,41 @@ def test_blob_replaced_mid_load(azure, env, monkeypatch):
     finally:
         blobs["llm/model.safetensors"] = azure.data
         c.close()
+
+
+def test_account_and_key_variables(azure, env, monkeypatch):
+    """The Azure CLI's variables, without a connection string; the key goes
+    to its own account only."""
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING")
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT", ACCOUNT)
+    monkeypatch.setenv("AZURE_STORAGE_KEY", azure.keys[ACCOUNT])
+    monkeypatch.setenv("AZURE_STORAGE_SERVICE_ENDPOINT", f"{azure.url}/{ACCOUNT}")
+    check_forms(azure, f"az://{ACCOUNT}/", lambda r: (r[5] or "").startswith(f"SharedKey {ACCOUNT}:"))
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT", "someoneelse")
+    for proxy in ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):  # nothing leaves the machine
+        monkeypatch.setenv(proxy, "http://proxy.invalid:9")
+    monkeypatch.setenv("no_proxy", "")
+    monkeypatch.setenv("NO_PROXY", "")
+    azure.requests.clear()
+    with pytest.raises(ckpt.RemoteError) as e:  # to https://ckptacct.blob.core.windows.net, without the key
+        ckpt.open(f"az://{ACCOUNT}/models/llm/model.safetensors", retries=0)
+    assert status_of(e.value) == "CKPT_E_NETWORK/CKPT_D_NETWORK" and not azure.requests
+
+
+def test_development_storage():
+    """UseDevelopmentStorage=true: Azurite's account, key and endpoint."""
+    try:
+        server = AzureServer(port=10000)
+    except OSError:
+        pytest.skip("port 10000 (Azurite's) is taken")
+    try:
+        dev = "devstoreaccount1"
+        server.keys = {dev: "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="}
+        sd = state_dict(seed=5, layers=1)
+        server.containers = {(dev, "c"): {"m.safetensors": st.save(sd)}}
+        r = run("inspect", f"az://{dev}/c/m.safetensors",
+                env={"AZURE_STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true"})
+        assert r.returncode == 0 and "head.weight" in r.stdout, r.stderr
+        assert server.requests and all((x[5] or "").startswith(f"SharedKey {dev}:") for x in server.requests)
+    finally:
+        server.close()
