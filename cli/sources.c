@@ -8,9 +8,10 @@
 #include "cli.h"
 
 const char source_options_help[] =
-    "where the bytes come from (SRC/PATH may be an http://, https:// or s3:// URL:\n"
-    "a file, an index whose shards lie beside it, or a URL ending in '/' holding\n"
-    "model.safetensors[.index.json] or pytorch_model.bin[.index.json]):\n"
+    "where the bytes come from (SRC/PATH may be an http://, https://, s3://, gs://\n"
+    "or az:// URL: a file, an index whose shards lie beside it, or a URL ending in\n"
+    "'/' holding model.safetensors[.index.json] or pytorch_model.bin[.index.json];\n"
+    "a gs:// or az:// prefix is listed as a directory):\n"
     "  --direct               read local files with O_DIRECT, around the page cache\n"
     "                         (converts also drop what they write from it)\n"
     "  --cache-dir DIR        keep verified copies of remote files in DIR (also\n"
@@ -30,6 +31,13 @@ const char source_options_help[] =
     "  --connections N        parallel range requests per file (16)\n"
     "  s3:// uses $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY, $AWS_SESSION_TOKEN,\n"
     "  $AWS_REGION and $AWS_ENDPOINT_URL (S3-compatible stores)\n"
+    "  gs://BUCKET/KEY uses $GS_ACCESS_KEY_ID and $GS_SECRET_ACCESS_KEY (HMAC\n"
+    "  keys), else $GOOGLE_APPLICATION_CREDENTIALS or the metadata server\n"
+    "  ($GCE_METADATA_HOST), and $STORAGE_EMULATOR_HOST for another endpoint\n"
+    "  az://ACCOUNT/CONTAINER/BLOB (or https://ACCOUNT.blob.core.windows.net/...)\n"
+    "  uses a SAS token (in the URL, or $AZURE_STORAGE_SAS_TOKEN), else\n"
+    "  $AZURE_STORAGE_ACCOUNT and $AZURE_STORAGE_KEY, or\n"
+    "  $AZURE_STORAGE_CONNECTION_STRING (and its BlobEndpoint)\n"
     "  hf://ORG/NAME[@REVISION][/PATH] reads a Hugging Face Hub repo at one commit\n"
     "  ($HF_ENDPOINT, $HF_TOKEN or `hf auth login`), kept in the Hub's own cache\n"
     "  ($HF_HUB_CACHE, $HF_HOME; $HF_HUB_OFFLINE=1 reads only that)\n";

@@ -396,6 +396,11 @@ typedef struct ckpt_tensor_info {
  *     a remote "directory", where only the exact names above are tried (a
  *     URL cannot be listed); see ckpt_catalog_options.  A build without
  *     libcurl refuses URLs with CKPT_D_UNSUPPORTED_SOURCE;
+ *   - `gs://BUCKET/KEY` (Google Cloud Storage) and `az://ACCOUNT/CONTAINER/BLOB`
+ *     or `https://ACCOUNT.blob.core.windows.net/CONTAINER/BLOB` (Azure Blob
+ *     Storage) names of any of these files, or of a prefix (a "directory",
+ *     with or without its final '/'), which is listed as a local directory
+ *     is; their credentials: ckpt_catalog_options;
  *   - `hf://ORG/NAME[@REVISION][/PATH]`: a repo of the Hugging Face Hub, a
  *     folder of it or one file, which opens as a local directory does (the
  *     repo is listed by the Hub's API).  It is resolved as huggingface_hub
@@ -541,7 +546,7 @@ typedef struct ckpt_catalog_options {
     const char *const *allowed_globals;
     size_t allowed_global_count;
 
-    /* ---- remote files: http://, https:// and s3:// names ---------------
+    /* ---- remote files: http://, https://, s3://, gs:// and az:// names ---
      * A URL opens like a path: a single file, an index whose shards lie
      * beside it (resolved relative to the index's URL), a torch.save file,
      * or — ending in '/' — a "directory" in which the names a local
@@ -563,6 +568,24 @@ typedef struct ckpt_catalog_options {
      * keys: anonymous requests), $AWS_REGION (or $AWS_DEFAULT_REGION,
      * default us-east-1) and $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL for
      * S3-compatible stores (path-style requests), signed with SigV4.
+     * gs:// names (the XML API of storage.googleapis.com, or
+     * $STORAGE_EMULATOR_HOST) use HMAC keys, $GS_ACCESS_KEY_ID and
+     * $GS_SECRET_ACCESS_KEY (V4 signatures, GOOG4-HMAC-SHA256), else an
+     * OAuth token of Application Default Credentials — the key file
+     * $GOOGLE_APPLICATION_CREDENTIALS names (a service account's: a JWT
+     * signed RS256 with its key and exchanged at its token_uri; or an
+     * authorized user's refresh token), gcloud's
+     * application_default_credentials.json, or the metadata server
+     * ($GCE_METADATA_HOST, or on a Google Cloud machine) — else none
+     * (public buckets).  Azure names use a SAS token (the URL's query,
+     * $AZURE_STORAGE_SAS_TOKEN, or a connection string's), else the
+     * account key (SharedKey: $AZURE_STORAGE_ACCOUNT and $AZURE_STORAGE_KEY,
+     * or $AZURE_STORAGE_CONNECTION_STRING's AccountName and AccountKey, and
+     * its BlobEndpoint for Azurite; $AZURE_STORAGE_SERVICE_ENDPOINT beside
+     * the two variables), else none (public containers).  The
+     * stores' requests follow no redirect, so credentials reach the
+     * store's host only; their errors carry the store's code and message
+     * (403: CKPT_E_AUTH, 404: CKPT_E_NOT_FOUND).
      * libcurl honours $https_proxy, $http_proxy and $no_proxy; servers'
      * certificates are checked against the system's, or those of the file
      * $CURL_CA_BUNDLE names. */
@@ -696,7 +719,7 @@ CKPT_API ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_o
 /* ==== Sources: a checkpoint read through the caller's functions =========
  *
  * A source is where a checkpoint's bytes come from.  The library has its own
- * (local files, http(s)://, s3://, memory); a caller with another store (an
+ * (local files, http(s)://, s3://, gs://, az://, hf://, memory); a caller with another store (an
  * object store ckpt has no client for, an archive, an encrypted volume, a
  * test that injects faults) gives a table of functions instead, as SQLite's
  * VFS does (sqlite3_vfs and sqlite3_io_methods: iVersion, xOpen, xRead,
@@ -820,7 +843,7 @@ CKPT_API extern const ckpt_source_ops ckpt_memory_source_ops;
 
 /*
  * A checkpoint name as it may be shown — printed, logged, kept in an error:
- * an http(s):// or s3:// URL loses its whole user part ("user:password@"
+ * an http(s)://, s3://, gs:// or az:// URL loses its whole user part ("user:password@"
  * and a bare token such as "ghp_…@" both become "REDACTED@") and the
  * values of query parameters that carry credentials (X-Amz-Signature,
  * X-Amz-Credential, X-Amz-Security-Token, Signature, sig, token,

@@ -591,7 +591,11 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
     if (remote_name) set_remote_place(c, path);
     if (st == CKPT_OK && !remote_file) {
         switch (ckpt__source_stat(path, &c->source_options)) {
-        case CKPT__NAME_MISSING: st = ckpt__fail_errno(err, ENOENT, path, -1, "cannot open"); break;
+        case CKPT__NAME_MISSING:
+            /* A remote name is opened all the same: its server says why
+             * not (a store's 404 NoSuchKey, or its 403). */
+            if (!remote_name) st = ckpt__fail_errno(err, ENOENT, path, -1, "cannot open");
+            break;
         case CKPT__NAME_DIR:
             if (!remote_name) st = ckpt__catalog_set_root(c, path, true, err);
             if (st == CKPT_OK) st = ckpt__format_find_in_dir(c->place_ops, c->place_user, path, &resolved, err);

@@ -12,7 +12,7 @@ Drop-ins for safetensors: ckpt.torch and ckpt.numpy; checkpoints straight
 onto JAX devices with shardings: ckpt.jax.  Everything reads .safetensors
 files, sharded Hugging Face directories, torch.save files (parsed without
 running any pickle code), GGUF, NumPy .npy/.npz and Flax msgpack files —
-local paths, or http://, https:// and s3:// URLs read with parallel range
+local paths, or http://, https://, s3://, gs:// and az:// URLs read with parallel range
 requests; direct=True reads local files around the page cache."""
 from . import _ckpt
 from ._errors import (AccessError, CancelledError, DCPError, Error, ExistsError, FormatError, GGUFError, IOFailure,

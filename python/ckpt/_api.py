@@ -71,7 +71,7 @@ def _listify(x):
 class Checkpoint:
     """A checkpoint's catalog: names, shapes, dtypes, metadata and (torch
     files) the object tree, read without the data.  Use as a context manager
-    or call close().  `path` may be an http://, https:// or s3:// URL; see
+    or call close().  `path` may be an http://, https://, s3://, gs:// or az:// URL; see
     the source options of ckpt.open.  The `path` attribute (and repr, and
     errors) show a URL without its credentials (ckpt_redact_name)."""
 
@@ -238,7 +238,7 @@ def _gguf_value(typed):
 
 def open(path, *, framework="numpy", allowed_globals=None, direct=False, **source):  # noqa: A001 - as safe_open
     """Opens a checkpoint's catalog (.safetensors, sharded directory or
-    index, torch.save file — or their http://, https:// or s3:// URLs)
+    index, torch.save file — or their http://, https://, s3://, gs:// or az:// URLs)
     without reading tensor data.  c[name] and c.get(name) read one tensor
     as a tensor of `framework` ("numpy", "pt" or "flax"), as safetensors'
     safe_open(path, framework).get_tensor(name) does.

@@ -88,7 +88,7 @@ class CancelledError(Error):
 
 
 class RemoteError(Error, OSError):
-    """A remote file (http://, https://, s3://) could not be read: an HTTP
+    """A remote file (http://, https://, s3://, gs://, az://) could not be read: an HTTP
     error status, refused credentials, a file changed while read, a server
     without byte ranges, a network failure or timeout after retries, or an
     answer that contradicts the request."""

@@ -21,7 +21,7 @@ class safe_open:
     safetensors.safe_open does.  `framework` is "pt", "numpy" (or "np") or
     "flax"; tensors read as they are stored are zero-copy, copy-on-write
     views of the file (writes never reach it).  `filename` may be an
-    http://, https:// or s3:// URL (read with range requests, never
+    http://, https://, s3://, gs:// or az:// URL (read with range requests, never
     mapped); direct=True reads local files around the page cache (no
     mapping either); the other source options are those of ckpt.open."""
 

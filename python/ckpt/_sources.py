@@ -41,7 +41,13 @@ Every function that opens a checkpoint takes, as keyword arguments:
 
 s3:// names use $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY,
 $AWS_SESSION_TOKEN, $AWS_REGION and $AWS_ENDPOINT_URL (S3-compatible
-stores).  hf://org/name[@revision][/path] names a repo of the Hugging Face
+stores).  gs://bucket/key names use HMAC keys ($GS_ACCESS_KEY_ID,
+$GS_SECRET_ACCESS_KEY), else Application Default Credentials
+($GOOGLE_APPLICATION_CREDENTIALS, or the metadata server), and
+$STORAGE_EMULATOR_HOST; az://account/container/blob and
+https://account.blob.core.windows.net/... names a SAS token (in the URL or
+$AZURE_STORAGE_SAS_TOKEN), else $AZURE_STORAGE_ACCOUNT and
+$AZURE_STORAGE_KEY, or $AZURE_STORAGE_CONNECTION_STRING.  hf://org/name[@revision][/path] names a repo of the Hugging Face
 Hub (or a folder or file of it), read at one commit through
 $HF_ENDPOINT, with $HF_TOKEN or the token `hf auth login` saved, and kept
 in the Hub's own cache ($HF_HUB_CACHE, $HF_HOME; $HF_HUB_OFFLINE=1 reads
@@ -54,11 +60,11 @@ from . import _ckpt, _progress
 
 OPTIONS = ("cache_dir", "bearer_token", "timeout", "connect_timeout", "retries", "max_connections", "min_speed",
            "min_speed_time", "retry_deadline", "download_progress")
-_SCHEMES = ("http://", "https://", "s3://", "hf://")
+_SCHEMES = ("http://", "https://", "s3://", "gs://", "az://", "hf://")
 
 
 def is_remote(path):
-    """True for an http://, https://, s3:// or hf:// name."""
+    """True for an http://, https://, s3://, gs://, az:// or hf:// name."""
     return isinstance(path, str) and path.startswith(_SCHEMES)
 
 

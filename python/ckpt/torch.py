@@ -25,7 +25,7 @@ def safe_open(filename, framework="pt", device="cpu", *, backend="mmap", **sourc
 def load_file(filename: Union[str, os.PathLike], device: Union[str, int] = "cpu", *,
               backend: str = "mmap", **source) -> Dict[str, torch.Tensor]:
     """Loads a checkpoint into a dict of tensors (safetensors.torch.load_file).
-    `filename` may be an http://, https:// or s3:// URL; direct=True and
+    `filename` may be an http://, https://, s3://, gs:// or az:// URL; direct=True and
     the other source options are those of ckpt.open.  With backend="mmap"
     (the default) tensors stored as loaded are copy-on-write views of the
     file: truncating the file while they live makes touching them raise

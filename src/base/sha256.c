@@ -160,3 +160,28 @@ void ckpt__sha256_hex(const unsigned char digest[32], char hex[65]) {
     }
     hex[64] = '\0';
 }
+
+void ckpt__hmac_sha256(const void *key, size_t key_len, const void *msg, size_t msg_len, unsigned char mac[32]) {
+    unsigned char k[64] = {0}, pad[64], inner[32];
+    if (key_len > 64) {
+        ckpt__sha256 s;
+        ckpt__sha256_init(&s);
+        ckpt__sha256_update(&s, key, key_len);
+        ckpt__sha256_final(&s, k);
+    } else if (key_len) {
+        memcpy(k, key, key_len);
+    }
+    ckpt__sha256 s;
+    for (int i = 0; i < 64; i++) pad[i] = k[i] ^ 0x36;
+    ckpt__sha256_init(&s);
+    ckpt__sha256_update(&s, pad, 64);
+    ckpt__sha256_update(&s, msg, msg_len);
+    ckpt__sha256_final(&s, inner);
+    for (int i = 0; i < 64; i++) pad[i] = k[i] ^ 0x5c;
+    ckpt__sha256_init(&s);
+    ckpt__sha256_update(&s, pad, 64);
+    ckpt__sha256_update(&s, inner, 32);
+    ckpt__sha256_final(&s, mac);
+    memset(k, 0, sizeof k);
+    memset(pad, 0, sizeof pad);
+}

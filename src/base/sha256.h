@@ -27,4 +27,9 @@ CKPT__HIDDEN void ckpt__sha256_final(ckpt__sha256 *s, unsigned char digest[32]);
 /* The digest as 64 lower-case hex digits and a NUL. */
 CKPT__HIDDEN void ckpt__sha256_hex(const unsigned char digest[32], char hex[65]);
 
+/* HMAC-SHA256 (RFC 2104) of `msg` under `key`: what the object stores'
+ * request signatures are made of (Azure's SharedKey, io/sign.c). */
+CKPT__HIDDEN void ckpt__hmac_sha256(const void *key, size_t key_len, const void *msg, size_t msg_len,
+                                    unsigned char mac[32]);
+
 #endif

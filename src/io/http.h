@@ -54,6 +54,16 @@ CKPT__HIDDEN bool ckpt__etag_sha256(const char *etag, size_t len, char out[65]);
  * control characters replaced); false when absent. */
 CKPT__HIDDEN bool ckpt__xml_element(const char *body, size_t len, const char *tag, char *out, size_t cap);
 
+/* What an object store's XML error body says, as ": Code: Message
+ * (detail)" — Azure's AuthenticationErrorDetail, GCS's Details — into
+ * `out` (truncated); "" (0) when it has no Code or Message. */
+CKPT__HIDDEN size_t ckpt__store_error_text(const char *body, size_t len, char *out, size_t cap);
+
+/* The next <tag>…</tag> element of an XML body (a store's listing) at or
+ * after *pos: its text, entities decoded, into `out` (emptied first), and
+ * *pos past it; false when there is none (or memory ran out). */
+CKPT__HIDDEN bool ckpt__xml_next(const char *body, size_t len, const char *tag, size_t *pos, ckpt__buf *out);
+
 /* The parts of an http(s) URL: [scheme://][userinfo@]host[:port][/path][?query][#fragment]. */
 typedef struct ckpt__url_parts {
     const char *scheme, *userinfo, *host, *path, *query;
@@ -91,8 +101,18 @@ typedef struct ckpt__remote_auth {
     const char *bearer;        /* "Authorization: Bearer …" (never sent to a host a redirect leads to) */
     const char *userpwd;       /* "user:password" for basic auth, or "KEY_ID:SECRET" with sigv4 */
     const char *sigv4;         /* libcurl's CURLOPT_AWS_SIGV4 ("aws:amz:REGION:s3"), or NULL */
-    const char *session_token; /* x-amz-security-token, signed with the request */
-    bool s3;                   /* S3 semantics: If-Match, no redirects, XML error bodies */
+    const char *const *headers; /* header lines sent with every request (signed with it), NULL-terminated, or NULL */
+    /* Azure's SharedKey: every request signed anew (its date, range and
+     * validators) with the account's key, Base64 as the portal gives it
+     * (ckpt__shared_key_sign). */
+    const char *shared_key_account, *shared_key;
+    /* An object store's name ("S3", "GCS", "Azure") for its semantics:
+     * If-Match, no redirects followed, XML error bodies; NULL for plain HTTP. */
+    const char *store;
+    /* What to do, said when a request without credentials is refused or
+     * answered 404 (a private bucket's objects are hidden), or NULL. */
+    const char *hint;
+    bool signed_url;           /* the URL's query carries the credentials (an Azure SAS token) */
 } ckpt__remote_auth;
 
 /*
@@ -140,11 +160,31 @@ typedef struct ckpt__remote_reply {
 } ckpt__remote_reply;
 
 /* One GET of a small document (an API's JSON) into `body`, up to `limit`
- * bytes, redirects followed, retried on 5xx, 408, 429 and broken
- * connections; any HTTP status is an answer (the caller judges it). */
+ * bytes, redirects followed (none for a store), retried on 5xx, 408, 429
+ * and broken connections; any HTTP status is an answer (the caller judges
+ * it). */
 CKPT__HIDDEN ckpt_status ckpt__remote_get(const char *shown, const char *url, const ckpt__remote_auth *auth,
                                           const ckpt__source_options *o, size_t limit, ckpt__buf *body,
                                           ckpt__remote_reply *reply, ckpt_error *err);
+
+/* The same with a body: a POST of `form` (application/x-www-form-urlencoded,
+ * an OAuth token request), or a GET when `form` is NULL. */
+CKPT__HIDDEN ckpt_status ckpt__remote_request(const char *shown, const char *url, const ckpt__remote_auth *auth,
+                                              const char *form, const ckpt__source_options *o, size_t limit,
+                                              ckpt__buf *body, ckpt__remote_reply *reply, ckpt_error *err);
+
+/* ---- signing (sign.c) ------------------------------------------------------ */
+
+/*
+ * Azure's SharedKey: appends to `out` the header lines (each ended by
+ * '\n') that sign a request — x-ms-date (now) and Authorization — for
+ * `method` on `url` as sent (its path percent-encoded, its query), whose
+ * other header lines are `lines` ("Name: value": Range, If-Match and the
+ * x-ms-* headers take part), with the account's Base64 key.  False when
+ * the key is not Base64 or memory runs out.
+ */
+CKPT__HIDDEN bool ckpt__shared_key_sign(const char *account, const char *key, const char *method, const char *url,
+                                        const char *const *lines, size_t n, ckpt__buf *out);
 
 /* ---- the cache (http_cache.c) ---------------------------------------------- */
 
@@ -190,6 +230,11 @@ CKPT__HIDDEN void ckpt__cache_end(ckpt__cache_copy *c);
 CKPT__HIDDEN extern const ckpt__source_kind ckpt__http_kind;
 /* The S3 kind (s3://bucket/key names, s3_source.c). */
 CKPT__HIDDEN extern const ckpt__source_kind ckpt__s3_kind;
+/* The Google Cloud Storage kind (gs://bucket/key, gcs_source.c). */
+CKPT__HIDDEN extern const ckpt__source_kind ckpt__gcs_kind;
+/* The Azure Blob Storage kind (az://account/container/blob and
+ * https://ACCOUNT.blob.core.windows.net/…, azure_source.c). */
+CKPT__HIDDEN extern const ckpt__source_kind ckpt__azure_kind;
 /* The Hugging Face Hub kind (hf://org/repo[@revision][/path], hf_source.c). */
 CKPT__HIDDEN extern const ckpt__source_kind ckpt__hf_kind;
 

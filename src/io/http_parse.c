@@ -285,3 +285,56 @@ void ckpt__url_encode_into(ckpt__buf *b, const char *s, size_t len, const char *
         }
     }
 }
+
+/* The character an XML entity at `s` (after its '&', `n` bytes to ';')
+ * stands for, or -1 (left as it is). */
+static int xml_entity(const char *s, size_t n) {
+    static const struct { const char *name; char c; } named[] = {
+        {"amp", '&'}, {"lt", '<'}, {"gt", '>'}, {"quot", '"'}, {"apos", '\''}};
+    for (size_t i = 0; i < sizeof named / sizeof *named; i++)
+        if (strlen(named[i].name) == n && !memcmp(s, named[i].name, n)) return (unsigned char)named[i].c;
+    if (n >= 2 && n <= 4 && s[0] == '#') { /* &#N; of an ASCII character */
+        int v = 0;
+        for (size_t i = 1; i < n; i++) {
+            if (!is_digit(s[i])) return -1;
+            v = v * 10 + (s[i] - '0');
+        }
+        return v > 0 && v < 128 ? v : -1;
+    }
+    return -1;
+}
+
+bool ckpt__xml_next(const char *body, size_t len, const char *tag, size_t *pos, ckpt__buf *out) {
+    size_t t = strlen(tag);
+    for (size_t i = *pos; i + t + 2 <= len; i++) {
+        if (body[i] != '<' || memcmp(body + i + 1, tag, t) != 0 || body[i + 1 + t] != '>') continue;
+        size_t k = i + t + 2;
+        out->len = 0;
+        ckpt__buf_append(out, "", 0);
+        while (k < len && body[k] != '<') {
+            const char *semi = body[k] == '&' ? memchr(body + k, ';', len - k) : NULL;
+            int c = semi ? xml_entity(body + k + 1, (size_t)(semi - body - k - 1)) : -1;
+            char ch = c >= 0 ? (char)c : body[k];
+            ckpt__buf_append(out, &ch, 1);
+            k = c >= 0 ? (size_t)(semi - body) + 1 : k + 1;
+        }
+        *pos = k;
+        return !out->failed;
+    }
+    *pos = len;
+    return false;
+}
+
+size_t ckpt__store_error_text(const char *body, size_t len, char *out, size_t cap) {
+    char code[128], message[400], more[600];
+    bool has_code = ckpt__xml_element(body, len, "Code", code, sizeof code);
+    bool has_message = ckpt__xml_element(body, len, "Message", message, sizeof message);
+    bool has_more = ckpt__xml_element(body, len, "AuthenticationErrorDetail", more, sizeof more) ||
+                    ckpt__xml_element(body, len, "Details", more, sizeof more);
+    if (!cap) return 0;
+    out[0] = '\0';
+    if (!has_code && !has_message) return 0;
+    int n = snprintf(out, cap, ": %s%s%s%s%s%s", has_code ? code : "", has_code && has_message ? ": " : "",
+                     has_message ? message : "", has_more ? " (" : "", has_more ? more : "", has_more ? ")" : "");
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}

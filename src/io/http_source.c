@@ -100,9 +100,12 @@ typedef struct remote {
     const char *shown; /* the source's name, for errors */
     /* Credentials (owned copies; wiped when freed). */
     char *bearer, *userpwd, *sigv4;
+    char *sk_account, *sk_key; /* Azure's SharedKey (every request signed anew), or NULL */
     char *ca_bundle; /* $CURL_CA_BUNDLE: certificates to verify servers with, instead of the system's */
-    bool s3;
-    struct curl_slist *headers; /* validators and signed S3 headers, for every data request */
+    char *store;     /* an object store's name (its semantics: ckpt__remote_auth.store), or NULL */
+    char *hint;      /* what to do when refused without credentials, or NULL */
+    bool signed_url; /* the URL carries the credentials (a SAS token) */
+    struct curl_slist *headers; /* validators and the kind's headers, for every data request */
     long connect_ms, read_s;
     unsigned retries, max_conn;
     uint64_t min_speed;        /* bytes per second an attempt must keep up (0: no minimum)… */
@@ -231,6 +234,7 @@ typedef struct xfer {
     int64_t window_at;
     uint64_t window_pos;
     bool running, done;
+    struct curl_slist *signed_headers; /* this attempt's headers, signed for it (SharedKey), or NULL */
     /* The current response. */
     long status;
     bool checked, error_status;
@@ -668,7 +672,7 @@ static CURL *easy_for(remote *r, context *c) {
     curl_easy_setopt(e, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
     curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
 #endif
-    if (!r->s3) {
+    if (!r->store) {
         curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
         curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
         curl_easy_setopt(e, CURLOPT_NETRC, (long)CURL_NETRC_OPTIONAL);
@@ -724,6 +728,41 @@ static void give_slot(remote *r) {
     pthread_mutex_unlock(&r->lock);
 }
 
+/* `lines` with the SharedKey lines that sign this request added (a new
+ * list, which the caller frees), or NULL when out of memory. */
+static struct curl_slist *sign_headers(const char *account, const char *key, const char *method, const char *url,
+                                       const char *range, const struct curl_slist *lines) {
+    const char *all[64];
+    size_t n = 0;
+    char range_line[96];
+    struct curl_slist *out = NULL;
+    for (const struct curl_slist *l = lines; l && n < 63; l = l->next) {
+        all[n++] = l->data;
+        struct curl_slist *t = curl_slist_append(out, l->data);
+        if (!t) goto fail;
+        out = t;
+    }
+    if (range) {
+        snprintf(range_line, sizeof range_line, "Range: bytes=%s", range);
+        all[n++] = range_line;
+    }
+    ckpt__buf b = {0};
+    bool ok = ckpt__shared_key_sign(account, key, method, url, all, n, &b);
+    for (size_t i = 0; ok && i < b.len;) {
+        char *end = memchr(b.data + i, '\n', b.len - i);
+        *end = '\0';
+        struct curl_slist *t = curl_slist_append(out, b.data + i);
+        if (!t) ok = false;
+        else out = t;
+        i = (size_t)(end - b.data) + 1;
+    }
+    if (b.data) memset(b.data, 0, b.len), free(b.data);
+    if (ok) return out;
+fail:
+    curl_slist_free_all(out);
+    return NULL;
+}
+
 static ckpt_status start(remote *r, context *c, xfer *x, ckpt_error *err) {
     CURL *e = easy_for(r, c);
     if (!e) return ckpt__oom(err, r->shown, NULL);
@@ -736,6 +775,8 @@ static ckpt_status start(remote *r, context *c, xfer *x, ckpt_error *err) {
     x->window_armed = false;
     x->attempts++;
     char range[64];
+    const char *range_sent = NULL;
+    struct curl_slist *headers;
     curl_easy_setopt(e, CURLOPT_PRIVATE, x);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
@@ -744,17 +785,31 @@ static ckpt_status start(remote *r, context *c, xfer *x, ckpt_error *err) {
     curl_easy_setopt(e, CURLOPT_NOBODY, x->mode == X_HEAD ? 1L : 0L);
     if (x->mode == X_HEAD) {
         curl_easy_setopt(e, CURLOPT_RANGE, NULL);
-        curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->s3 ? r->headers : NULL);
+        headers = r->store ? r->headers : NULL;
     } else if (x->mode == X_WHOLE && !x->pos) { /* the whole file: no range to ignore */
         curl_easy_setopt(e, CURLOPT_RANGE, NULL);
-        curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
+        headers = r->headers;
     } else {
         snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)x->pos, (unsigned long long)(x->end - 1));
         curl_easy_setopt(e, CURLOPT_RANGE, range);
-        /* The open's request has no validators yet (S3's signed headers
-         * are in the list from the start). */
-        curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
+        range_sent = range;
+        /* The open's request has no validators yet (a store's signed
+         * headers are in the list from the start). */
+        headers = r->headers;
     }
+    curl_slist_free_all(x->signed_headers); /* the last attempt's */
+    x->signed_headers = NULL;
+    if (r->sk_account) {
+        x->signed_headers = sign_headers(r->sk_account, r->sk_key, x->mode == X_HEAD ? "HEAD" : "GET", r->url,
+                                         range_sent, headers);
+        if (!x->signed_headers) {
+            easy_back(c, e);
+            x->easy = NULL;
+            return ckpt__oom(err, r->shown, NULL);
+        }
+        headers = x->signed_headers;
+    }
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
     if (curl_multi_add_handle(c->multi, e) != CURLM_OK) {
         easy_back(c, e);
         x->easy = NULL;
@@ -863,19 +918,19 @@ static outcome judge_status(xfer *x, ckpt_status *st, ckpt_error *err) {
         x->pos = 0;
         return O_DONE;
     }
-    char detail[700] = "";
-    if (r->s3) {
-        char code[128], message[400];
-        bool has_code = ckpt__xml_element(x->body, x->body_len, "Code", code, sizeof code);
-        bool has_message = ckpt__xml_element(x->body, x->body_len, "Message", message, sizeof message);
-        if (has_code || has_message)
-            snprintf(detail, sizeof detail, ": %s%s%s", has_code ? code : "", has_code && has_message ? ": " : "",
-                     has_message ? message : "");
+    char detail[1400] = "";
+    if (r->store) {
+        ckpt__store_error_text(x->body, x->body_len, detail, sizeof detail - 200);
         if (x->region[0]) {
             size_t l = strlen(detail);
             snprintf(detail + l, sizeof detail - l, " (the bucket is in region %s: set AWS_REGION=%s)", x->region,
                      x->region);
         }
+    }
+    bool credentials = r->bearer || r->userpwd || r->sk_account || r->signed_url;
+    if (r->hint && !credentials && (s == 401 || s == 403 || s == 404)) {
+        size_t l = strlen(detail);
+        snprintf(detail + l, sizeof detail - l, " (no credentials were sent: %s)", r->hint);
     }
     if (s == 408 || s == 429 || (s >= 500 && s < 600)) {
         if (may_retry(x)) return O_RETRY;
@@ -886,7 +941,7 @@ static outcome judge_status(xfer *x, ckpt_status *st, ckpt_error *err) {
         *st = fail_xfer(x, err, CKPT_E_NOT_FOUND, "HTTP %ld%s: no such file on the server%s", s, reason(s), detail);
     } else if (s == 401 || s == 403) {
         *st = fail_xfer(x, err, CKPT__D(HTTP_AUTH), "HTTP %ld%s: the server refused %s%s", s, reason(s),
-                        r->bearer || r->userpwd ? "the credentials" : "access without credentials", detail);
+                        credentials ? "the credentials" : "access without credentials", detail);
     } else if (s == 412) {
         *st = fail_xfer(x, err, CKPT__D(REMOTE_CHANGED),
                         "HTTP 412 (Precondition Failed): the file changed on the server since it was opened%s", detail);
@@ -899,8 +954,10 @@ static outcome judge_status(xfer *x, ckpt_status *st, ckpt_error *err) {
             *st = fail_xfer(x, err, CKPT__D(BAD_RESPONSE), "HTTP 416 (Range Not Satisfiable) for a range inside the "
                                                          "file's %llu bytes%s", (unsigned long long)r->size, detail);
     } else if (s >= 300 && s < 400) {
-        *st = fail_xfer(x, err, CKPT__D(HTTP_STATUS), "HTTP %ld (a redirect%s)%s", s,
-                        r->s3 ? ", which S3 requests do not follow" : " too many, or without a Location", detail);
+        char why[96];
+        if (r->store) snprintf(why, sizeof why, ", which %s requests do not follow", r->store);
+        else snprintf(why, sizeof why, " too many, or without a Location");
+        *st = fail_xfer(x, err, CKPT__D(HTTP_STATUS), "HTTP %ld (a redirect%s)%s", s, why, detail);
     } else {
         *st = fail_xfer(x, err, CKPT__D(HTTP_STATUS), "HTTP %ld%s%s", s, reason(s), detail);
     }
@@ -1055,12 +1112,15 @@ static ckpt_status run_batch(remote *r, xfer *xs, size_t n, ckpt_error *err) {
     /* Stop what still runs (after a failure). */
     for (size_t i = 0; i < n; i++) {
         xfer *x = &xs[i];
-        if (!x->running) continue;
-        curl_multi_remove_handle(c->multi, x->easy);
-        easy_back(c, x->easy);
-        x->easy = NULL;
-        x->running = false;
-        give_slot(r);
+        if (x->running) {
+            curl_multi_remove_handle(c->multi, x->easy);
+            easy_back(c, x->easy);
+            x->easy = NULL;
+            x->running = false;
+            give_slot(r);
+        }
+        curl_slist_free_all(x->signed_headers);
+        x->signed_headers = NULL;
     }
     return_context(r, c);
     return st;
@@ -1143,12 +1203,16 @@ static void remote_free(remote *r) {
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_destroy(&r->share_locks[i]);
     pthread_mutex_destroy(&r->lock);
     curl_slist_free_all(r->headers);
-    char *secrets[] = {r->bearer, r->userpwd};
-    for (size_t i = 0; i < 2; i++)
+    char *secrets[] = {r->bearer, r->userpwd, r->sk_key};
+    for (size_t i = 0; i < 3; i++)
         if (secrets[i]) memset(secrets[i], 0, strlen(secrets[i]));
     free(r->bearer);
     free(r->userpwd);
     free(r->sigv4);
+    free(r->sk_account);
+    free(r->sk_key);
+    free(r->store);
+    free(r->hint);
     free(r->ca_bundle);
     free(r->url);
     free(r->etag);
@@ -1404,9 +1468,13 @@ static ckpt_status remote_new(const char *shown, const char *url, const ckpt__re
     r->bearer = dup_or_null(auth->bearer, &failed);
     r->userpwd = dup_or_null(auth->userpwd, &failed);
     r->sigv4 = dup_or_null(auth->sigv4, &failed);
+    r->sk_account = dup_or_null(auth->shared_key_account, &failed);
+    r->sk_key = dup_or_null(auth->shared_key, &failed);
     const char *ca = getenv("CURL_CA_BUNDLE");
     r->ca_bundle = dup_or_null(ca && *ca ? ca : NULL, &failed);
-    r->s3 = auth->s3;
+    r->store = dup_or_null(auth->store, &failed);
+    r->hint = dup_or_null(auth->hint, &failed);
+    r->signed_url = auth->signed_url;
     r->connect_ms = o->connect_timeout_ms ? (long)o->connect_timeout_ms : DEFAULT_CONNECT_MS;
     r->read_s = (long)(((o->read_timeout_ms ? o->read_timeout_ms : DEFAULT_READ_MS) + 999) / 1000);
     r->min_speed = o->min_speed_bytes;
@@ -1423,21 +1491,10 @@ static ckpt_status remote_new(const char *shown, const char *url, const ckpt__re
         curl_share_setopt(r->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
         curl_share_setopt(r->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
     }
-    if (auth->s3) {
-        /* Signed with the request: the payload hash of a GET (empty) and the session token. */
-        struct curl_slist *h = curl_slist_append(NULL, "x-amz-content-sha256: "
-                                                       "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-        if (h) r->headers = h;
+    for (const char *const *h = auth->headers; h && *h && !failed; h++) {
+        struct curl_slist *t = curl_slist_append(r->headers, *h);
+        if (t) r->headers = t;
         else failed = true;
-        if (!failed && auth->session_token) {
-            ckpt__buf b = {0};
-            ckpt__buf_puts(&b, "x-amz-security-token: ");
-            ckpt__buf_puts(&b, auth->session_token);
-            struct curl_slist *t = b.failed ? NULL : curl_slist_append(r->headers, b.data);
-            if (b.data) memset(b.data, 0, b.len), free(b.data);
-            if (t) r->headers = t;
-            else failed = true;
-        }
     }
     if (failed || !r->share) {
         remote_free(r);
@@ -1450,10 +1507,10 @@ static ckpt_status remote_new(const char *shown, const char *url, const ckpt__re
 /* After the open: the validators go with every data request. */
 static bool add_validators(remote *r) {
     char line[400];
-    const char *v = NULL, *name = r->s3 ? "If-Match" : "If-Range";
-    /* If-Range takes a strong ETag or a date; S3 answers If-Match. */
-    if (r->etag && (r->s3 || strncmp(r->etag, "W/", 2) != 0)) v = r->etag;
-    else if (!r->s3 && r->last_modified) v = r->last_modified;
+    const char *v = NULL, *name = r->store ? "If-Match" : "If-Range";
+    /* If-Range takes a strong ETag or a date; the stores answer If-Match. */
+    if (r->etag && (r->store || strncmp(r->etag, "W/", 2) != 0)) v = r->etag;
+    else if (!r->store && r->last_modified) v = r->last_modified;
     if (!v) return true;
     if ((size_t)snprintf(line, sizeof line, "%s: %s", name, v) >= sizeof line) return true;
     struct curl_slist *h = curl_slist_append(r->headers, line);
@@ -1629,11 +1686,46 @@ static size_t small_body(char *data, size_t size, size_t nmemb, void *user) {
 ckpt_status ckpt__remote_get(const char *shown, const char *url, const ckpt__remote_auth *auth,
                              const ckpt__source_options *o, size_t limit, ckpt__buf *body, ckpt__remote_reply *reply,
                              ckpt_error *err) {
+    return ckpt__remote_request(shown, url, auth, NULL, o, limit, body, reply, err);
+}
+
+/* The header lines of a small request: the kind's, and SharedKey's
+ * signature of them; false when out of memory. */
+static bool request_headers(const ckpt__remote_auth *auth, const char *method, const char *url,
+                            struct curl_slist **out) {
+    *out = NULL;
+    struct curl_slist *h = NULL;
+    for (const char *const *l = auth->headers; l && *l; l++) {
+        struct curl_slist *t = curl_slist_append(h, *l);
+        if (!t) {
+            curl_slist_free_all(h);
+            return false;
+        }
+        h = t;
+    }
+    if (auth->shared_key_account) {
+        struct curl_slist *signed_h = sign_headers(auth->shared_key_account, auth->shared_key, method, url, NULL, h);
+        curl_slist_free_all(h);
+        if (!signed_h) return false;
+        h = signed_h;
+    }
+    *out = h;
+    return true;
+}
+
+ckpt_status ckpt__remote_request(const char *shown, const char *url, const ckpt__remote_auth *auth, const char *form,
+                                 const ckpt__source_options *o, size_t limit, ckpt__buf *body,
+                                 ckpt__remote_reply *reply, ckpt_error *err) {
     memset(reply, 0, sizeof *reply);
     ckpt_status st = need_curl(shown, err);
     if (st) return st;
     CURL *e = curl_easy_init();
     if (!e) return ckpt__oom(err, shown, NULL);
+    struct curl_slist *headers = NULL;
+    if (!request_headers(auth, form ? "POST" : "GET", url, &headers)) {
+        curl_easy_cleanup(e);
+        return ckpt__oom(err, shown, NULL);
+    }
     small_get g = {body, limit, reply};
     char curl_error[CURL_ERROR_SIZE] = "";
     const char *ca = getenv("CURL_CA_BUNDLE");
@@ -1646,15 +1738,20 @@ ckpt_status ckpt__remote_get(const char *shown, const char *url, const ckpt__rem
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, curl_error);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, o->connect_timeout_ms ? (long)o->connect_timeout_ms : (long)DEFAULT_CONNECT_MS);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, o->read_timeout_ms ? (long)o->read_timeout_ms : (long)DEFAULT_READ_MS);
-    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, auth->store ? 0L : 1L);
     curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
     curl_easy_setopt(e, CURLOPT_USERAGENT, "ckpt/" CKPT_VERSION_STRING);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+    if (form) curl_easy_setopt(e, CURLOPT_POSTFIELDS, form);
     if (ca && *ca) curl_easy_setopt(e, CURLOPT_CAINFO, ca);
 #if LIBCURL_VERSION_NUM >= 0x075500
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
 #endif
-    if (auth->bearer) {
+    if (auth->sigv4) {
+        curl_easy_setopt(e, CURLOPT_AWS_SIGV4, auth->sigv4);
+        curl_easy_setopt(e, CURLOPT_USERPWD, auth->userpwd);
+    } else if (auth->bearer) {
         curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
         curl_easy_setopt(e, CURLOPT_XOAUTH2_BEARER, auth->bearer);
     }
@@ -1681,6 +1778,7 @@ ckpt_status ckpt__remote_get(const char *shown, const char *url, const ckpt__rem
         if (wait < BACKOFF_MAX_MS) wait *= 2;
     }
     curl_easy_cleanup(e);
+    curl_slist_free_all(headers);
     return st;
 }
 

@@ -13,7 +13,7 @@
  * with a clear error rather than looked for on the disk. */
 static bool remote_claims(const char *name) {
     return !strncmp(name, "http://", 7) || !strncmp(name, "https://", 8) || !strncmp(name, "s3://", 5) ||
-           !strncmp(name, "hf://", 5);
+           !strncmp(name, "hf://", 5) || !strncmp(name, "gs://", 5) || !strncmp(name, "az://", 5);
 }
 static ckpt_status remote_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
     (void)o;
@@ -21,7 +21,7 @@ static ckpt_status remote_open(const char *name, const ckpt__source_options *o, 
     char *shown = ckpt__url_redact(name);
     ckpt_status st = ckpt__fail(err, CKPT__D(UNSUPPORTED_SOURCE), shown ? shown : "(remote)", NULL, -1,
                                 "this libckpt was built without libcurl: it reads local files only "
-                                "(rebuild with libcurl4-openssl-dev installed for http://, https://, s3:// and hf://)");
+                                "(rebuild with libcurl4-openssl-dev installed for http://, https://, s3://, gs://, az:// and hf://)");
     free(shown);
     return st;
 }
@@ -33,12 +33,14 @@ static ckpt__name_kind remote_stat(const char *name, const ckpt__source_options 
 static const ckpt__source_kind no_remote_kind = {"remote (unavailable)", remote_claims, remote_open, remote_stat};
 #endif
 
-/* Kinds that claim names by scheme come first; the file kind takes the
- * rest. */
+/* Kinds that claim names by scheme come first (Azure's before http's: it
+ * takes https names on its host); the file kind takes the rest. */
 static const ckpt__source_kind *const kinds[] = {
 #ifdef CKPT_HAVE_CURL
+    &ckpt__azure_kind,
     &ckpt__http_kind,
     &ckpt__s3_kind,
+    &ckpt__gcs_kind,
     &ckpt__hf_kind,
 #else
     &no_remote_kind,

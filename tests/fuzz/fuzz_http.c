@@ -10,7 +10,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    unsigned which = data[0] % 6;
+    unsigned which = data[0] % 7;
     const char *text = (const char *)data + 1;
     size_t n = size - 1;
     char *z = malloc(n + 1); /* NUL-terminated copy for the URL functions */
@@ -46,6 +46,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 3: {
         char out[64];
         if (ckpt__xml_element(text, n, "Code", out, sizeof out) && strlen(out) >= sizeof out) abort();
+        if (ckpt__store_error_text(text, n, out, sizeof out) >= sizeof out || strlen(out) >= sizeof out) abort();
+        break;
+    }
+    case 5: { /* a store's listing: every <Key>, each decoded no longer than it was written */
+        ckpt__buf item = {0};
+        size_t last = 0;
+        for (size_t pos = 0; ckpt__xml_next(text, n, "Key", &pos, &item);) {
+            if (pos > n || pos <= last || item.len > n) abort();
+            last = pos;
+        }
+        free(item.data);
         break;
     }
     case 4: {

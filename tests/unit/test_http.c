@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/base64.h"
 #include "base/sha256.h"
 #include "helpers.h"
 #include "io/file.h"
@@ -135,6 +136,85 @@ static void test_headers_and_retry_after(void **state) {
     assert_string_equal(out, "The key  is gon"); /* truncated to fit */
     assert_false(ckpt__xml_element(xml, sizeof xml - 1, "Region", out, sizeof out));
     assert_false(ckpt__xml_element("<Code", 5, "Code", out, sizeof out));
+}
+
+/* HMAC-SHA256 (RFC 4231's cases 1, 2 and 6: a key longer than a block)
+ * and Base64 (RFC 4648's examples), which the stores' signatures use. */
+static void test_hmac_and_base64(void **state) {
+    (void)state;
+    unsigned char mac[32], key[131];
+    char hex[65];
+    memset(key, 0x0b, 20);
+    ckpt__hmac_sha256(key, 20, "Hi There", 8, mac);
+    ckpt__sha256_hex(mac, hex);
+    assert_string_equal(hex, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+    ckpt__hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, mac);
+    ckpt__sha256_hex(mac, hex);
+    assert_string_equal(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    memset(key, 0xaa, sizeof key);
+    const char *msg = "Test Using Larger Than Block-Size Key - Hash Key First";
+    ckpt__hmac_sha256(key, sizeof key, msg, strlen(msg), mac);
+    ckpt__sha256_hex(mac, hex);
+    assert_string_equal(hex, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+    static const char *const cases[][3] = {{"", "", ""},           {"f", "Zg==", "Zg"},
+                                           {"fo", "Zm8=", "Zm8"},  {"foo", "Zm9v", "Zm9v"},
+                                           {"foob", "Zm9vYg==", "Zm9vYg"}, {"fooba", "Zm9vYmE=", "Zm9vYmE"},
+                                           {"foobar", "Zm9vYmFy", "Zm9vYmFy"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ckpt__buf std = {0}, url = {0}, back = {0};
+        ckpt__base64_encode(&std, cases[i][0], strlen(cases[i][0]), false);
+        ckpt__base64_encode(&url, cases[i][0], strlen(cases[i][0]), true);
+        assert_string_equal(std.data ? std.data : "", cases[i][1]);
+        assert_string_equal(url.data ? url.data : "", cases[i][2]);
+        assert_true(ckpt__base64_decode(&back, cases[i][1], strlen(cases[i][1])));
+        assert_int_equal(back.len, strlen(cases[i][0]));
+        assert_memory_equal(back.data ? back.data : "", cases[i][0], back.len);
+        free(std.data), free(url.data), free(back.data);
+    }
+    unsigned char all[3] = {0xfb, 0xff, 0xbf};
+    ckpt__buf std = {0}, url = {0}, bad = {0};
+    ckpt__base64_encode(&std, all, 3, false);
+    ckpt__base64_encode(&url, all, 3, true);
+    assert_string_equal(std.data, "+/+/");
+    assert_string_equal(url.data, "-_-_");
+    assert_false(ckpt__base64_decode(&bad, "Zm9v!", 5));
+    assert_false(ckpt__base64_decode(&bad, "Z", 1));
+    free(std.data), free(url.data), free(bad.data);
+}
+
+/* A store's listing and its error bodies. */
+static void test_store_xml(void **state) {
+    (void)state;
+    const char xml[] = "<ListBucketResult><Prefix>d/</Prefix><Contents><Key>d/a&amp;b&#46;bin</Key></Contents>"
+                       "<Contents><Key>d/&lt;c&gt; &quot;q&apos;</Key></Contents><Contents><Key></Key></Contents>"
+                       "<NextMarker>d/x</NextMarker></ListBucketResult>";
+    ckpt__buf item = {0};
+    size_t pos = 0;
+    assert_true(ckpt__xml_next(xml, sizeof xml - 1, "Key", &pos, &item));
+    assert_string_equal(item.data, "d/a&b.bin");
+    assert_true(ckpt__xml_next(xml, sizeof xml - 1, "Key", &pos, &item));
+    assert_string_equal(item.data, "d/<c> \"q'");
+    assert_true(ckpt__xml_next(xml, sizeof xml - 1, "Key", &pos, &item));
+    assert_int_equal(item.len, 0);
+    assert_false(ckpt__xml_next(xml, sizeof xml - 1, "Key", &pos, &item));
+    pos = 0;
+    assert_true(ckpt__xml_next(xml, sizeof xml - 1, "NextMarker", &pos, &item));
+    assert_string_equal(item.data, "d/x");
+    pos = 0;
+    assert_false(ckpt__xml_next("<NextMarker />", 14, "NextMarker", &pos, &item));
+    free(item.data);
+    char out[160];
+    const char azure[] = "<Error><Code>AuthenticationFailed</Code><Message>Server failed.\nRequestId:1</Message>"
+                         "<AuthenticationErrorDetail>Signature not valid</AuthenticationErrorDetail></Error>";
+    ckpt__store_error_text(azure, sizeof azure - 1, out, sizeof out);
+    assert_string_equal(out, ": AuthenticationFailed: Server failed. RequestId:1 (Signature not valid)");
+    const char gcs[] = "<Error><Code>AccessDenied</Code><Message>Access denied.</Message><Details>Anonymous caller"
+                       "</Details></Error>";
+    ckpt__store_error_text(gcs, sizeof gcs - 1, out, sizeof out);
+    assert_string_equal(out, ": AccessDenied: Access denied. (Anonymous caller)");
+    assert_int_equal(ckpt__store_error_text("<html/>", 7, out, sizeof out), 0);
+    assert_string_equal(out, "");
+    assert_int_equal(ckpt__store_error_text(azure, sizeof azure - 1, out, 8), 7); /* cut to fit */
 }
 
 static void test_urls(void **state) {
@@ -860,6 +940,8 @@ int main(void) {
         cmocka_unit_test(test_content_range),
         cmocka_unit_test(test_headers_and_retry_after),
         cmocka_unit_test(test_urls),
+        cmocka_unit_test(test_hmac_and_base64),
+        cmocka_unit_test(test_store_xml),
 #ifdef CKPT_HAVE_CURL
         cmocka_unit_test(test_batches),
         cmocka_unit_test(test_threads_share_a_source),
