@@ -303,7 +303,7 @@ def _start_copy(tensors, path, staging_bytes, base, save_args):
 
     h = start_staged(path, entries, staging_bytes, write, commit=w.commit, abort=lambda why: w.abort())
     if base is not None:
-        h.stats["incremental"] = {**incremental, "written_tensors": len(entries), "written_bytes": total}
+        h.stats["incremental"] = _api._written_stats(incremental, entries)
     return h
 
 
