@@ -34,12 +34,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def spawn(tmp, scenario, timeout=300):
-    """Runs dist_workers.run on WORLD processes; returns each rank's result
+def spawn(tmp, scenario, timeout=300, world=WORLD):
+    """Runs dist_workers.run on `world` processes; returns each rank's result
     (None for a rank that wrote none) and exit codes."""
     ctx = multiprocessing.get_context("spawn")
     port = free_port()
-    procs = [ctx.Process(target=dist_workers.run, args=(r, WORLD, port, str(tmp), scenario)) for r in range(WORLD)]
+    procs = [ctx.Process(target=dist_workers.run, args=(r, world, port, str(tmp), scenario)) for r in range(world)]
     for p in procs:
         p.start()
     deadline = time.monotonic() + timeout
@@ -52,7 +52,7 @@ def spawn(tmp, scenario, timeout=300):
             p.join()
     assert not hung, f"ranks {hung} hung"
     results = []
-    for r in range(WORLD):
+    for r in range(world):
         f = Path(tmp) / f"result-{r}.json"
         results.append(json.loads(f.read_text()) if f.exists() else None)
     return results, [p.exitcode for p in procs]
