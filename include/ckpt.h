@@ -1015,6 +1015,23 @@ CKPT_API const char *ckpt_catalog_file_metadata(const ckpt_catalog *catalog, siz
 CKPT_API ckpt_status ckpt_catalog_recorded_digests(const ckpt_catalog *catalog, uint64_t *digests,
                                                    unsigned char *recorded, ckpt_error *err);
 
+/* Where a tensor's chunk digests are, in ckpt_catalog_recorded_chunks. */
+typedef struct ckpt_chunk_record {
+    uint64_t chunk_bytes; /* 0: none recorded for this tensor */
+    uint64_t phase;       /* its data's file offset modulo chunk_bytes */
+    size_t first, count;  /* its digests: digests[first .. first + count) */
+} ckpt_chunk_record;
+
+/* The per-chunk XXH3-64 digests the checkpoint's files record of their
+ * large tensors (CKPT_CHUNK_METADATA_KEY): records[i] for each tensor i of
+ * the catalog (ckpt_catalog_tensor_count entries), and *total, the number
+ * of digests.  `digests` (NULL, or room for `capacity`) receives them when
+ * they fit; call again with room for *total when they did not.  Checks the
+ * headers as ckpt_catalog_recorded_digests does; reads no tensor data. */
+CKPT_API ckpt_status ckpt_catalog_recorded_chunks(const ckpt_catalog *catalog, ckpt_chunk_record *records,
+                                                  uint64_t *digests, size_t capacity, size_t *total,
+                                                  ckpt_error *err);
+
 
 /*
  * The `__metadata__` map (string → string).  For a sharded checkpoint it is
@@ -1349,9 +1366,34 @@ typedef struct ckpt_writer_options {
  * {"__metadata__": "<hex>", "<tensor>": "<hex>", …} with the XXH3-64 (16
  * lower-case hex digits) of each tensor of that file, and under
  * "__metadata__" (never a tensor name) that of the file's 8 + N header
- * bytes as written with every digest of this map zeroed.  A flipped bit
+ * bytes as written with every digest of this map (and of
+ * CKPT_CHUNK_METADATA_KEY's) zeroed.  A flipped bit
  * anywhere in the file is then found by ckpt_verify. */
 #define CKPT_CHECKSUM_METADATA_KEY "ckpt.xxh3_64"
+
+/* The `__metadata__` key of chunk checksums, written beside
+ * CKPT_CHECKSUM_METADATA_KEY for the file's tensors of at least
+ * CKPT_CHUNKED_MIN_BYTES: a JSON object text,
+ * {"__chunk_bytes__": "1048576", "<tensor>": "<hex><hex>…", …} with, per
+ * tensor, the XXH3-64 (16 lower-case hex digits each, concatenated) of each
+ * of its chunks.  Chunk edges are the file's multiples of the chunk size
+ * (1 MiB, 256 blocks of 4 KiB), not the tensor's: a tensor whose data
+ * begins `phase` bytes past an edge (its file offset modulo the chunk
+ * size) has chunk k = its bytes [max(0, k·C − phase), min(n, (k+1)·C −
+ * phase)), and ceil(n / C) + 1 chunks whatever its phase (the header's
+ * length must not depend on where the data lands), the last one empty when
+ * the tensor ends before it.  So a chunk that an incremental save clones
+ * from a base of the same layout is whole file blocks, which a reflink
+ * shares (a tensor-relative chunk would split a block at each of its edges:
+ * safetensors places tensor data at any 8-byte offset).  The map is part of
+ * the header the "__metadata__" digest covers, its digests zeroed as
+ * well.  ckpt_verify checks each chunk and names the tensor and the byte
+ * range of one that changed. */
+#define CKPT_CHUNK_METADATA_KEY "ckpt.xxh3_64_chunks"
+/* The chunk size a writer uses, and the smallest tensor it records chunk
+ * digests of. */
+#define CKPT_CHUNK_BYTES ((uint64_t)1 << 20)
+#define CKPT_CHUNKED_MIN_BYTES ((uint64_t)4 << 20)
 
 /* Fills options with the defaults (single file, prefix "model", no
  * overwrite, fsync on) and their size. */
@@ -1592,12 +1634,52 @@ CKPT_API ckpt_status ckpt_writer_write(ckpt_writer *writer, size_t index, const 
  * the tensor in its memory, equal to what `src` records:
  * ckpt_catalog_recorded_digests); a writer with `checksums` records it as
  * the tensor's digest without reading the bytes, and ckpt_verify then
- * checks the copy against it.  Fails with CKPT_E_INVALID_ARGUMENT when the
- * sizes differ or the source's bytes are not stored as they are
- * (compressed, byte-swapped, in pieces).  The base of incremental saves.
+ * checks the copy against it.  A tensor with chunk digests
+ * (ckpt_writer_tensor_chunks) records the ones `src` records of its
+ * tensor, which must lie as the output's (same chunk size and phase: the
+ * same layout).  Fails with CKPT_E_INVALID_ARGUMENT when the sizes differ,
+ * the source's bytes are not stored as they are (compressed, byte-swapped,
+ * in pieces) or its chunk digests are missing or lie elsewhere (then give
+ * the digests and copy with ckpt_writer_copy_range).  The base of
+ * incremental saves.
  */
 CKPT_API ckpt_status ckpt_writer_copy_tensor(ckpt_writer *writer, size_t index, const ckpt_catalog *src,
                                              size_t src_index, uint64_t xxh3, ckpt_error *err);
+
+/*
+ * After ckpt_writer_begin, with `checksums`: whether tensor `index` gets
+ * chunk digests (CKPT_CHUNK_METADATA_KEY), and how its chunks lie: *count
+ * chunks of *chunk_bytes, its data *phase bytes past a chunk edge; *count
+ * 0 when it gets none.  What an incremental save hashes the tensor's
+ * memory by, to compare with the base's chunks (ckpt_catalog_recorded_chunks).
+ */
+CKPT_API ckpt_status ckpt_writer_tensor_chunks(const ckpt_writer *writer, size_t index, uint64_t *chunk_bytes,
+                                               uint64_t *phase, size_t *count, ckpt_error *err);
+
+/*
+ * A tensor whose digests the caller knows (of its memory): `xxh3`, that of
+ * the whole, and `chunks` (count of them, as ckpt_writer_tensor_chunks
+ * says; NULL and 0 for a tensor without chunks), recorded as they are.
+ * Before any byte of that tensor.  Its bytes then come, in order, from
+ * memory (ckpt_writer_write) and from a base checkpoint
+ * (ckpt_writer_copy_range), so that an incremental save clones the chunks
+ * that did not change and writes the others; ckpt_verify checks the result
+ * against these digests.
+ */
+CKPT_API ckpt_status ckpt_writer_give_digests(ckpt_writer *writer, size_t index, uint64_t xxh3,
+                                              const uint64_t *chunks, size_t count, ckpt_error *err);
+
+/*
+ * The next `nbytes` of tensor `index` (after its digests were given:
+ * ckpt_writer_give_digests), copied by the kernel from the same byte
+ * numbers of tensor `src_index` of an open checkpoint: a reflink where the
+ * file system shares blocks and both offsets agree modulo its block size
+ * (as ckpt_writer_copy_tensor).  Fails with CKPT_E_INVALID_ARGUMENT when
+ * the tensors' sizes differ or the source's bytes are not stored as they
+ * are.
+ */
+CKPT_API ckpt_status ckpt_writer_copy_range(ckpt_writer *writer, size_t index, const ckpt_catalog *src,
+                                            size_t src_index, uint64_t nbytes, ckpt_error *err);
 
 /*
  * Checks that every tensor received all its bytes, flushes and fsyncs every

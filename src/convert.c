@@ -94,6 +94,14 @@ static ckpt_status hand_recorded_tree(const ckpt_plan *p, ckpt_writer *w, const 
     return hand_tree(p, w, tree, CKPT__TREE_UNLESS_STATE_DICT, key, own, err);
 }
 
+/* ckpt's digests of the source's own bytes and header: not the output's
+ * (a cast, another layout, another header), which records its own when
+ * asked (checksums).  Carried, they made a checksummed output hold the key
+ * twice, and another one fail ckpt verify. */
+static bool source_digests(const char *key) {
+    return !strcmp(key, CKPT_CHECKSUM_METADATA_KEY) || !strcmp(key, CKPT_CHUNK_METADATA_KEY);
+}
+
 /* The source's metadata: {"format": "pt"} for torch sources, the source's
  * own map, and a torch file's object tree as the plan leaves it; none into
  * an output format that takes only its own (GGUF from safetensors) unless
@@ -129,6 +137,8 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
     for (size_t i = 0; st == CKPT_OK && i < n; i++) {
         const char *key = order[i].key, *value = order[i].value;
         bool own = checkpoint_entry(c, key);
+        if (source_digests(key))
+            continue;
         if (!strcmp(key, CKPT_TREE_METADATA_KEY) && !ckpt_catalog_tree(c))
             st = hand_recorded_tree(p, w, key, value, own, err);
         else

@@ -12,6 +12,7 @@
 #include <xxhash.h>
 #include <zlib.h>
 
+#include "base/chunk_hash.h"
 #include "base/pool.h"
 #include "engine.h"
 #include "io/reader.h"
@@ -812,7 +813,13 @@ static ckpt_status stage_box(worker *w, const job *j, const uint64_t *bstart, co
 }
 
 /* Box i of a job into its sink. */
-static ckpt_status run_box(worker *w, job *j, uint64_t i, XXH3_state_t *hash, ckpt_error *err) {
+/* A hash move's states: the whole tensor's, and its chunks' (chunks.state NULL: none). */
+typedef struct hashes {
+    XXH3_state_t *whole;
+    ckpt__chunk_hash chunks;
+} hashes;
+
+static ckpt_status run_box(worker *w, job *j, uint64_t i, hashes *hash, ckpt_error *err) {
     const ckpt__engine_options *o = w->g->o;
     ckpt__move *m = j->m;
     uint64_t bstart[CKPT_MAX_DIMS], bcount[CKPT_MAX_DIMS], origin, units = 1;
@@ -849,7 +856,8 @@ static ckpt_status run_box(worker *w, job *j, uint64_t i, XXH3_state_t *hash, ck
     ckpt_status st = read_box_dense(w, j, bstart, bcount, w->slot, err);
     if (st) return st;
     if (m->sink == CKPT__SINK_HASH) {
-        XXH3_64bits_update(hash, w->slot, (size_t)bytes);
+        XXH3_64bits_update(hash->whole, w->slot, (size_t)bytes);
+        if (hash->chunks.state) ckpt__chunk_hash_update(&hash->chunks, w->slot, (size_t)bytes);
         return CKPT_OK;
     }
     return ckpt__writer_pwrite(o->writer, m->writer_index, at, w->slot, (size_t)bytes, err);
@@ -912,6 +920,20 @@ static ckpt_status run_member_task(worker *w, job *j, uint64_t task, ckpt_error 
     return report(w, len, err);
 }
 
+/* A hash move's states, started. */
+static ckpt_status start_hashes(const ckpt__move *m, uint64_t nbytes, const char *name, hashes *h, ckpt_error *err) {
+    if (!(h->whole = XXH3_createState()) || XXH3_64bits_reset(h->whole) == XXH_ERROR) {
+        XXH3_freeState(h->whole);
+        h->whole = NULL;
+        return ckpt__oom(err, NULL, "a hash");
+    }
+    if (!m->chunk_digests) return CKPT_OK;
+    ckpt_status st = ckpt__chunk_hash_init(&h->chunks, nbytes, m->chunk_bytes, m->chunk_phase,
+                                           m->chunk_digests, name, err);
+    if (st) XXH3_freeState(h->whole), h->whole = NULL;
+    return st;
+}
+
 /* A task: one box of a parallel job, or every box of a serial one. */
 static ckpt_status run_task(worker *w, job *j, uint64_t task, ckpt_error *err) {
     engine *g = w->g;
@@ -924,23 +946,21 @@ static ckpt_status run_task(worker *w, job *j, uint64_t task, ckpt_error *err) {
         for (uint32_t a = 0; a < j->n; a++) units *= bcount[a];
         return st ? ckpt__error_in_tensor(err, st, j->name) : report(w, units * j->out_size, err);
     }
-    XXH3_state_t *hash = NULL;
-    if (j->m->sink == CKPT__SINK_HASH && (!(hash = XXH3_createState()) || XXH3_64bits_reset(hash) == XXH_ERROR)) {
-        XXH3_freeState(hash);
-        return ckpt__oom(err, NULL, "a hash");
-    }
+    hashes hash = {0};
+    if (j->m->sink == CKPT__SINK_HASH && (st = start_hashes(j->m, j->nbytes, j->name, &hash, err))) return st;
     for (uint64_t i = 0; i < j->boxes && st == CKPT_OK && !atomic_load(&g->stop); i++) {
         uint64_t units = 1, bstart[CKPT_MAX_DIMS], bcount[CKPT_MAX_DIMS], origin;
         box_of(j, i, bstart, bcount, &origin);
         for (uint32_t a = 0; a < j->n; a++) units *= bcount[a];
-        st = run_box(w, j, i, hash, err);
+        st = run_box(w, j, i, &hash, err);
         if (st) st = ckpt__error_in_tensor(err, st, j->name);
         else st = report(w, units * j->out_size, err);
     }
-    if (hash) {
-        j->m->digest = XXH3_64bits_digest(hash);
-        XXH3_freeState(hash);
+    if (hash.whole) {
+        j->m->digest = XXH3_64bits_digest(hash.whole);
+        XXH3_freeState(hash.whole);
     }
+    if (hash.chunks.state) ckpt__chunk_hash_final(&hash.chunks), ckpt__chunk_hash_free(&hash.chunks);
     if (st == CKPT_OK && j->crc && !j->track && !atomic_load(&g->stop)) { /* a DEFLATE member, read whole */
         uint32_t file;
         const ckpt__recorded_crc *r = ckpt__catalog_crc(g->catalog, j->crc - 1, &file);

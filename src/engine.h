@@ -73,6 +73,11 @@ typedef struct ckpt__move {
     size_t writer_index;           /* WRITER: the tensor's index in the writer */
     uint64_t writer_at;            /* WRITER: where the move's output begins in that tensor's bytes (a part) */
     uint64_t digest;               /* HASH: set by the run */
+    /* HASH: also each chunk's XXH3-64 into chunk_digests (ckpt__chunk_count
+     * of them), chunks of chunk_bytes whose edges are `chunk_phase` bytes
+     * before the tensor's multiples of it (base/chunk_hash.h).  NULL: none. */
+    uint64_t *chunk_digests;
+    uint64_t chunk_bytes, chunk_phase;
 } ckpt__move;
 
 typedef struct ckpt__engine_options {

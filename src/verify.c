@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "base/chunk_hash.h"
 #include "base/sha256.h"
 #include "catalog_internal.h"
 #include "engine.h"
@@ -61,6 +62,49 @@ static ckpt_status hash_moves(const ckpt_catalog *cat, const ckpt__digest *want,
     return CKPT_OK;
 }
 
+/* The moves of tensors with recorded chunk digests hash their chunks too,
+ * into `got` (as many as the records hold). */
+static ckpt_status hash_chunks_too(const ckpt_catalog *cat, const ckpt__file_checks *checks, ckpt__move *moves,
+                                   size_t count, uint64_t **got, ckpt_error *err) {
+    const ckpt__chunk_digests *rec = (const ckpt__chunk_digests *)checks->chunks.data;
+    size_t records = checks->chunks.len / sizeof *rec, total = checks->chunk_xxh3.len / sizeof(uint64_t);
+    *got = ckpt__malloc((total ? total : 1) * sizeof **got);
+    if (!*got) return ckpt__oom(err, NULL, "the recorded checksums");
+    for (size_t r = 0; r < records; r++) {
+        size_t tensor = ckpt__catalog_index_of(cat, rec[r].tensor), i = 0;
+        while (i < count && moves[i].tensor != tensor) i++;
+        if (i == count)
+            return ckpt__fail(err, CKPT__D(CHECKSUM), ckpt_catalog_file_path(cat, rec[r].tensor->file),
+                              rec[r].tensor->name, -1, "the chunk map names a tensor the checksum map does not");
+        moves[i].chunk_digests = *got + rec[r].first;
+        moves[i].chunk_bytes = rec[r].chunk_bytes;
+        moves[i].chunk_phase = rec[r].phase;
+    }
+    return CKPT_OK;
+}
+
+/* Each recorded chunk digest against the one hashed: a changed chunk
+ * named by its tensor and byte range. */
+static ckpt_status compare_chunks(const ckpt_catalog *cat, const ckpt__file_checks *checks, const uint64_t *got,
+                                  ckpt_error *err) {
+    const ckpt__chunk_digests *rec = (const ckpt__chunk_digests *)checks->chunks.data;
+    const uint64_t *want = (const uint64_t *)checks->chunk_xxh3.data;
+    for (size_t r = 0; r < checks->chunks.len / sizeof *rec; r++) {
+        const ckpt_tensor_info *t = rec[r].tensor;
+        for (uint32_t k = 0; k < rec[r].count; k++) {
+            uint64_t i = rec[r].first + k, begin, end;
+            if (got[i] == want[i]) continue;
+            ckpt__chunk_range(t->nbytes, rec[r].chunk_bytes, rec[r].phase, k, &begin, &end);
+            return ckpt__fail(err, CKPT__D(CHECKSUM), ckpt_catalog_file_path(cat, t->file), t->name,
+                              (int64_t)(t->offset + begin),
+                              "chunk %u, the tensor's bytes [%llu, %llu), has checksum %016llx, the file records "
+                              "%016llx: those bytes changed", (unsigned)k, (unsigned long long)begin,
+                              (unsigned long long)end, (unsigned long long)got[i], (unsigned long long)want[i]);
+        }
+    }
+    return CKPT_OK;
+}
+
 /* Tensors whose bytes lie in members with a recorded CRC-32. */
 static size_t tensors_in_members(const ckpt_catalog *cat) {
     size_t n = 0;
@@ -93,13 +137,15 @@ ckpt_status ckpt_verify(const ckpt_catalog *cat, const ckpt_verify_options *opti
     if (!cat) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "catalog is NULL");
     ckpt__file_checks checks = {0};
     ckpt__move *moves = NULL;
+    uint64_t *chunks = NULL;
     ckpt_status st = CKPT_OK;
     for (size_t f = 0; f < ckpt_catalog_file_count(cat) && st == CKPT_OK; f++)
         st = ckpt__format_verify(cat, (uint32_t)f, &checks, err);
     const ckpt__digest *want = (const ckpt__digest *)checks.digests.data;
     size_t count = checks.digests.len / sizeof *want, checked = 0;
-    if (st == CKPT_OK && checks.digests.failed) st = ckpt__oom(err, NULL, "the recorded checksums");
+    if (st == CKPT_OK && ckpt__file_checks_failed(&checks)) st = ckpt__oom(err, NULL, "the recorded checksums");
     if (st == CKPT_OK) st = hash_moves(cat, want, count, &moves, err);
+    if (st == CKPT_OK) st = hash_chunks_too(cat, &checks, moves, count, &chunks, err);
     /* The members whose CRC-32s the files record, each read whole. */
     size_t members = ckpt__catalog_crc_count(cat);
     uint32_t *numbers = ckpt__malloc((members ? members : 1) * sizeof *numbers);
@@ -115,6 +161,7 @@ ckpt_status ckpt_verify(const ckpt_catalog *cat, const ckpt_verify_options *opti
     if (st == CKPT_OK) st = ckpt__engine_run((ckpt_catalog *)cat, moves, count, &o, NULL, err);
     free(numbers);
     if (st == CKPT_OK) r.zip_crc32 = members, r.header_digests = checks.headers;
+    if (st == CKPT_OK) st = compare_chunks(cat, &checks, chunks, err); /* first: they say where the bytes changed */
     for (size_t i = 0; st == CKPT_OK && i < count; i++, checked++) {
         const ckpt_tensor_info *t = want[i].tensor;
         if (moves[i].digest != want[i].xxh3)
@@ -126,7 +173,8 @@ ckpt_status ckpt_verify(const ckpt_catalog *cat, const ckpt_verify_options *opti
     if (st == CKPT_OK) r.tensors = checked + tensors_in_members(cat);
     if (st == CKPT_OK) st = check_files(cat, &r.file_sha256, &r.bytes, err);
     free(moves);
-    free(checks.digests.data);
+    free(chunks);
+    ckpt__file_checks_free(&checks);
     r.tensor_digests = checked;
     if (report) {
         size_t size = report->size < sizeof r ? report->size : sizeof r;
@@ -147,13 +195,33 @@ ckpt_status ckpt_catalog_recorded_digests(const ckpt_catalog *cat, uint64_t *dig
     ckpt_status st = CKPT_OK;
     for (size_t f = 0; f < ckpt_catalog_file_count(cat) && st == CKPT_OK; f++)
         st = ckpt__format_verify(cat, (uint32_t)f, &checks, err);
-    if (st == CKPT_OK && checks.digests.failed) st = ckpt__oom(err, NULL, "the recorded checksums");
+    if (st == CKPT_OK && ckpt__file_checks_failed(&checks)) st = ckpt__oom(err, NULL, "the recorded checksums");
     const ckpt__digest *d = (const ckpt__digest *)checks.digests.data;
     for (size_t i = 0; st == CKPT_OK && i < checks.digests.len / sizeof *d; i++) {
         size_t k = ckpt__catalog_index_of(cat, d[i].tensor);
         digests[k] = d[i].xxh3;
         recorded[k] = 1;
     }
-    free(checks.digests.data);
+    ckpt__file_checks_free(&checks);
+    return st;
+}
+
+ckpt_status ckpt_catalog_recorded_chunks(const ckpt_catalog *cat, ckpt_chunk_record *records, uint64_t *digests,
+                                         size_t capacity, size_t *total, ckpt_error *err) {
+    if (!cat || !records || !total)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "a catalog, records and total are required");
+    memset(records, 0, ckpt_catalog_tensor_count(cat) * sizeof *records);
+    ckpt__file_checks checks = {0};
+    ckpt_status st = CKPT_OK;
+    for (size_t f = 0; f < ckpt_catalog_file_count(cat) && st == CKPT_OK; f++)
+        st = ckpt__format_verify(cat, (uint32_t)f, &checks, err);
+    if (st == CKPT_OK && ckpt__file_checks_failed(&checks)) st = ckpt__oom(err, NULL, "the recorded checksums");
+    const ckpt__chunk_digests *rec = (const ckpt__chunk_digests *)checks.chunks.data;
+    for (size_t r = 0; st == CKPT_OK && r < checks.chunks.len / sizeof *rec; r++)
+        records[ckpt__catalog_index_of(cat, rec[r].tensor)] =
+            (ckpt_chunk_record){rec[r].chunk_bytes, rec[r].phase, rec[r].first, rec[r].count};
+    *total = st == CKPT_OK ? checks.chunk_xxh3.len / sizeof(uint64_t) : 0;
+    if (st == CKPT_OK && digests && capacity >= *total && *total) memcpy(digests, checks.chunk_xxh3.data, *total * sizeof *digests);
+    ckpt__file_checks_free(&checks);
     return st;
 }

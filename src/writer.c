@@ -13,6 +13,7 @@
 #include <xxhash.h>
 #include <zlib.h>
 
+#include "base/chunk_hash.h"
 #include "base/wire.h"
 #include "formats/hf_config.h"
 #include "base/json.h"
@@ -29,7 +30,8 @@ typedef struct wtensor {
     size_t kept;                 /* deduplicated: the tensor written in its place; else its own index */
     uint64_t written;            /* bytes received (atomic) */
     XXH3_state_t *hash;          /* while its bytes stream in, when the format needs it */
-    bool digest_given;           /* copied whole with its digest known (ckpt_writer_copy_tensor) */
+    ckpt__chunk_hash chunks;     /* its chunks' digests, as they stream in (pub.chunk_count > 0) */
+    bool digest_given;           /* its digests known to the caller (ckpt_writer_give_digests) */
     struct segment *segments;    /* CRC-32 of each range received (under the writer's lock) */
     size_t segment_count, segment_cap;
 } wtensor;
@@ -979,6 +981,20 @@ static ckpt_status joined_fd(ckpt_writer *w, wfile *f, ckpt_error *err) {
     return CKPT_OK;
 }
 
+/* The tensor's next bytes into its digest, and its chunks' (with checksums). */
+static ckpt_status hash_in_order(ckpt_writer *w, wtensor *t, const void *data, size_t nbytes, ckpt_error *err) {
+    if (!t->hash && (!(t->hash = XXH3_createState()) || XXH3_64bits_reset(t->hash) == XXH_ERROR))
+        return ckpt__oom(err, w->path, NULL);
+    XXH3_64bits_update(t->hash, data, nbytes);
+    if (!t->pub.chunk_count) return CKPT_OK;
+    ckpt_status st = CKPT_OK;
+    if (!t->chunks.state)
+        st = ckpt__chunk_hash_init(&t->chunks, t->pub.nbytes, t->pub.chunk_bytes, t->pub.offset, t->pub.chunk_xxh3,
+                                   w->path, err);
+    if (st == CKPT_OK) ckpt__chunk_hash_update(&t->chunks, data, nbytes);
+    return st;
+}
+
 ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const void *data, size_t nbytes,
                                 ckpt_error *err) {
     ckpt_status st = check_append(w, index, at, nbytes, err);
@@ -1007,11 +1023,7 @@ ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const
         wrote(w, f, off, n);
         done += n;
     }
-    if (w->needs & CKPT__OUT_XXH3) {
-        if (!t->hash && (!(t->hash = XXH3_createState()) || XXH3_64bits_reset(t->hash) == XXH_ERROR))
-            return ckpt__oom(err, w->path, NULL);
-        XXH3_64bits_update(t->hash, data, nbytes);
-    }
+    if ((w->needs & CKPT__OUT_XXH3) && !t->digest_given && (st = hash_in_order(w, t, data, nbytes, err))) return st;
     __atomic_add_fetch(&t->written, nbytes, __ATOMIC_ACQ_REL);
     return CKPT_OK;
 }
@@ -1071,20 +1083,54 @@ ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__
 
 bool ckpt__writer_needs_order(const ckpt_writer *w) { return w && (w->needs & CKPT__OUT_XXH3); }
 
-ckpt_status ckpt__writer_give_digest(ckpt_writer *w, size_t index, uint64_t nbytes, uint64_t xxh3, ckpt_error *err) {
+ckpt_status ckpt__writer_give_digest(ckpt_writer *w, size_t index, uint64_t nbytes, uint64_t xxh3,
+                                     const uint64_t *chunks, size_t count, ckpt_error *err) {
     ckpt_status st = check_append(w, index, 0, 0, err);
     if (st) return st;
     wtensor *t = &w->tensors[index];
+    const char *path = dropped(w, index) ? w->path : w->files[t->pub.file].final_path;
     if (t->pub.nbytes != nbytes)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, t->pub.name, -1,
                           "it is declared with %llu bytes, and the copy has %llu", (unsigned long long)t->pub.nbytes,
                           (unsigned long long)nbytes);
     if (__atomic_load_n(&t->written, __ATOMIC_ACQUIRE) != 0 || t->hash)
-        return ckpt__fail(err, CKPT_E_BAD_STATE, w->files[t->pub.file].final_path, t->pub.name, -1,
-                          "a tensor copied whole must have no bytes yet");
+        return ckpt__fail(err, CKPT_E_BAD_STATE, path, t->pub.name, -1,
+                          "its digests must be given before any of its bytes");
+    if (count != t->pub.chunk_count || (count && !chunks))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, path, t->pub.name, -1,
+                          "it has %u chunk digests (ckpt_writer_tensor_chunks), and %zu were given",
+                          (unsigned)t->pub.chunk_count, chunks ? count : 0);
     t->digest_given = true;
     t->pub.xxh3 = xxh3;
+    if (count) memcpy(t->pub.chunk_xxh3, chunks, count * sizeof *chunks);
     return CKPT_OK;
+}
+
+ckpt_status ckpt_writer_give_digests(ckpt_writer *w, size_t index, uint64_t xxh3, const uint64_t *chunks,
+                                     size_t count, ckpt_error *err) {
+    ckpt_status st = check_append(w, index, 0, 0, err);
+    if (st) return st;
+    return ckpt__writer_give_digest(w, index, w->tensors[index].pub.nbytes, xxh3, chunks, count, err);
+}
+
+ckpt_status ckpt_writer_tensor_chunks(const ckpt_writer *w, size_t index, uint64_t *chunk_bytes, uint64_t *phase,
+                                      size_t *count, ckpt_error *err) {
+    if (!w || !chunk_bytes || !phase || !count)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "a writer, chunk_bytes, phase and count are required");
+    if (w->state == DECLARING) return ckpt__fail(err, CKPT_E_BAD_STATE, w->path, NULL, -1, "chunks are laid out by ckpt_writer_begin");
+    if (index >= w->count)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1, "no tensor with writer index %zu", index);
+    const ckpt__out_tensor *t = &w->tensors[index].pub;
+    *count = t->chunk_count;
+    *chunk_bytes = t->chunk_count ? t->chunk_bytes : 0;
+    *phase = t->chunk_count ? t->offset % t->chunk_bytes : 0;
+    return CKPT_OK;
+}
+
+uint64_t ckpt__writer_tensor_nbytes(const ckpt_writer *w, size_t index) { return w->tensors[index].pub.nbytes; }
+
+uint64_t ckpt__writer_tensor_written(const ckpt_writer *w, size_t index) {
+    return __atomic_load_n(&w->tensors[index].written, __ATOMIC_ACQUIRE);
 }
 
 void ckpt__writer_set_config_dtype(ckpt_writer *w, const char *dtype) { w->config_dtype = dtype; }
@@ -1170,7 +1216,11 @@ ckpt_status ckpt_writer_commit(ckpt_writer *w, ckpt_error *err) {
             return ckpt__fail(err, CKPT_E_BAD_STATE, w->files[t->pub.file].final_path, t->pub.name, -1,
                               "only %llu of its %llu bytes were written", (unsigned long long)t->written,
                               (unsigned long long)t->pub.nbytes);
-        if (!t->digest_given) t->pub.xxh3 = t->hash ? XXH3_64bits_digest(t->hash) : XXH3_64bits(NULL, 0);
+        if (t->digest_given || !(w->needs & CKPT__OUT_XXH3)) continue;
+        t->pub.xxh3 = t->hash ? XXH3_64bits_digest(t->hash) : XXH3_64bits(NULL, 0);
+        if (t->pub.chunk_count && t->chunks.state) ckpt__chunk_hash_final(&t->chunks);
+        else if (t->pub.chunk_count) /* no byte came (a dry run, a deduplicated tensor): what the empty tensor has */
+            for (uint32_t k = 0; k < t->pub.chunk_count; k++) t->pub.chunk_xxh3[k] = XXH3_64bits(NULL, 0);
     }
     ckpt_status st = CKPT_OK;
     for (size_t i = 0; st == CKPT_OK && (w->needs & CKPT__OUT_CRC32) && i < w->count; i++)
@@ -1220,6 +1270,7 @@ void ckpt_writer_free(ckpt_writer *w) {
     ckpt__lock_release(w->dest_lock);
     for (size_t i = 0; i < w->count; i++) {
         XXH3_freeState(w->tensors[i].hash);
+        ckpt__chunk_hash_free(&w->tensors[i].chunks);
         free(w->tensors[i].segments);
     }
     pthread_mutex_destroy(&w->lock);

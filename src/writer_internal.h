@@ -31,12 +31,17 @@ CKPT__HIDDEN ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint6
  * page cache once it is on disk (sync_file_range, POSIX_FADV_DONTNEED). */
 CKPT__HIDDEN void ckpt__writer_drop_behind(ckpt_writer *w);
 
-/* A tensor about to be copied whole whose XXH3-64 the caller knows:
- * recorded as its digest, so that ckpt__writer_pcopy may feed a writer
- * that keeps checksums (ckpt_writer_copy_tensor).  `nbytes` must be its
- * declared size. */
+/* A tensor whose XXH3-64 (and its chunks', as many as it has) the caller
+ * knows: recorded as its digests, so that ckpt__writer_pcopy may feed a
+ * writer that keeps checksums (ckpt_writer_copy_tensor, copy_range).
+ * `nbytes` must be its declared size. */
 CKPT__HIDDEN ckpt_status ckpt__writer_give_digest(ckpt_writer *w, size_t index, uint64_t nbytes, uint64_t xxh3,
-                                                 ckpt_error *err);
+                                                 const uint64_t *chunks, size_t count, ckpt_error *err);
+
+/* The bytes tensor `index` has received so far (where its next ones go). */
+CKPT__HIDDEN uint64_t ckpt__writer_tensor_written(const ckpt_writer *w, size_t index);
+/* Its declared size. */
+CKPT__HIDDEN uint64_t ckpt__writer_tensor_nbytes(const ckpt_writer *w, size_t index);
 
 /* Tensor bytes [at, at + n) copied by the kernel from a local source (no
  * checksums, unless the tensor's digest was given). */

@@ -920,29 +920,69 @@ def save(tensors, path, max_shard_size=None, metadata=None, *, prefix=None, over
         _save_write(w, entries, bar)
         paths = w.commit()
         if stats is not None:
-            stats["written_tensors"] = len(entries)
-            stats["written_bytes"] = sum(e[3] for e in entries)
+            _written_stats(stats, entries)
         return (paths, stats) if return_stats else paths
     finally:
         w.abort()
 
 
-def _digest(fw, t):
+def _digest(fw, t, chunks=None):
     """The XXH3-64 of a tensor's bytes in row order (what a writer with
-    checksums records), read from its memory."""
+    checksums records), read from its memory; with chunks (a writer's
+    tensor_chunks: chunk_bytes, phase, count), (digest, [each chunk's])."""
+    extra = (fw.describe(t)[2], *chunks) if chunks and chunks[2] else ()
     if fw.on_cpu(t) and fw.is_contiguous(t):
-        return _ckpt.xxh3_64(fw.raw(t))
-    return _ckpt.xxh3_64(fw.raw(p) for p in _pieces(fw, t))
+        return _ckpt.xxh3_64(fw.raw(t), *extra)
+    return _ckpt.xxh3_64((fw.raw(p) for p in _pieces(fw, t)), *extra)
+
+
+def _chunk_runs(same, nbytes, chunk_bytes, phase):
+    """Chunks' equal-or-not flags as runs of bytes: [(same, begin, end)], each
+    run the longest stretch of chunks alike (chunk edges: CKPT_CHUNK_METADATA_KEY)."""
+    runs = []
+    for k, s in enumerate(same):
+        begin, end = max(0, k * chunk_bytes - phase), min(nbytes, (k + 1) * chunk_bytes - phase)
+        if begin >= end:
+            continue
+        if runs and runs[-1][0] == s:
+            runs[-1][2] = end
+        else:
+            runs.append([s, begin, end])
+    return runs
+
+
+def _write_partly_cloned(w, index, fw, t, catalog, src, runs):
+    """A tensor's bytes in order: the runs of unchanged chunks copied from
+    the base by the kernel, the others written from memory."""
+    pos, run = 0, 0
+    for piece in _pieces(fw, t):
+        data = memoryview(fw.raw(piece)).cast("B")
+        at = 0
+        while at < len(data):
+            same, begin, end = runs[run]
+            take = min(len(data) - at, end - pos)
+            if not same:
+                w.write(index, data[at:at + take])
+            at += take
+            pos += take
+            if pos == end:
+                if same:
+                    w.copy_range(index, catalog, src, end - begin)
+                run += 1
 
 
 def _clone_unchanged(w, entries, base):
     """An incremental save's first step: the entries whose bytes equal the
     base's (its recorded digest, dtype and shape) copied from it by the
-    kernel; returns the entries still to write, and the stats."""
-    stats = {"base": os.fspath(base), "cloned_tensors": 0, "cloned_bytes": 0, "full_write": None}
+    kernel, and the large tensors of which only some chunks changed
+    written now, their unchanged chunks copied; returns the entries still
+    to write, and the stats."""
+    stats = {"base": os.fspath(base), "cloned_tensors": 0, "cloned_bytes": 0, "partial_tensors": 0,
+             "partial_written_bytes": 0, "full_write": None, "tensors": {}}
     try:
         catalog = _sources.catalog(_sources.name(base), False, None, open)
         digests = catalog.recorded_digests()
+        chunks = catalog.recorded_chunks()
     except _errors.Error as e:
         stats["full_write"] = f"the base cannot be used: {e}"
         return entries, stats
@@ -960,16 +1000,45 @@ def _clone_unchanged(w, entries, base):
                     row.nbytes != nbytes:
                 left.append(entry)
                 continue
-            d = _digest(fw, t)
-            if d != digests[i]:
+            layout = w.tensor_chunks(index)
+            d, mine = _digest(fw, t, layout) if layout[2] else (_digest(fw, t), [])
+            if layout[2]:  # the writer then hashes nothing again
+                w.give_digests(index, d, mine)
+            theirs = chunks[i]
+            same = [a == b for a, b in zip(mine, theirs[2])] if layout[2] and theirs and \
+                theirs[0] == layout[0] and theirs[1] == layout[1] and len(theirs[2]) == len(mine) else []
+            if d == digests[i] and layout[2]:
+                w.copy_range(index, catalog, i, nbytes)
+            elif d == digests[i]:
+                w.copy_tensor(index, catalog, i, d)
+            elif any(same):
+                runs = _chunk_runs(same, nbytes, layout[0], layout[1])
+                _write_partly_cloned(w, index, fw, t, catalog, i, runs)
+                cloned = sum(e - b for s, b, e in runs if s)
+                stats["partial_tensors"] += 1
+                stats["cloned_bytes"] += cloned
+                stats["partial_written_bytes"] += nbytes - cloned
+                stats["tensors"][name] = {"cloned_bytes": cloned, "written_bytes": nbytes - cloned}
+                continue
+            else:
                 left.append(entry)
                 continue
-            w.copy_tensor(index, catalog, i, d)
             stats["cloned_tensors"] += 1
             stats["cloned_bytes"] += nbytes
+            stats["tensors"][name] = {"cloned_bytes": nbytes, "written_bytes": 0}
         return left, stats
     finally:
         catalog.close()
+
+
+def _written_stats(stats, entries):
+    """An incremental save's stats, with what was written from memory: the
+    entries left whole and the partly cloned tensors' changed chunks."""
+    for e in entries:
+        stats["tensors"][e[4]] = {"cloned_bytes": 0, "written_bytes": e[3]}
+    stats["written_tensors"] = len(entries)
+    stats["written_bytes"] = sum(e[3] for e in entries) + stats.pop("partial_written_bytes")
+    return stats
 
 
 def _save_open(tensors, path, max_shard_size=None, metadata=None, *, prefix=None, overwrite=False,

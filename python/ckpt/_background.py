@@ -303,7 +303,7 @@ def _start_copy(tensors, path, staging_bytes, base, save_args):
 
     h = start_staged(path, entries, staging_bytes, write, commit=w.commit, abort=lambda why: w.abort())
     if base is not None:
-        h.stats["incremental"] = {**incremental, "written_tensors": len(entries), "written_bytes": total}
+        h.stats["incremental"] = _api._written_stats(incremental, entries)
     return h
 
 
@@ -355,31 +355,47 @@ def start_staged(path, entries, staging_bytes, write, commit, abort):
 
 # -- staging="fork" ---------------------------------------------------------
 
-def _start_fork(tensors, path, staging_bytes, base, save_args):
-    from . import _api
+def check_forkable(flat):
+    """staging="fork" writes CPU memory on Linux: refuses anything else."""
     if not sys.platform.startswith("linux"):
         raise ValueError("staging='fork' needs Linux (fork with copy-on-write); use staging='copy'")
-    flat = _api._tree.flatten(tensors.state_dict() if _api._is_module(tensors) else tensors)
     for name, t in flat.items():
         fw = _frameworks.of(t)
         if fw is not None and not fw.on_cpu(t):
             raise ValueError(f"staging='fork' writes CPU memory, and {name!r} is not on the CPU: "
                              f"use staging='copy'")
+
+
+def _start_fork(tensors, path, staging_bytes, base, save_args):
+    from . import _api
+    check_forkable(_api._tree.flatten(tensors.state_dict() if _api._is_module(tensors) else tensors))
+    return fork_save(path, lambda: _api.save(tensors, path, base=base, return_stats=True, **save_args))
+
+
+def fork_save(path, body, die_with_parent=False):
+    """A handle on a forked child that runs body() — a save from its
+    copy-on-write view — reports (result, incremental stats) or its
+    exception through a pipe, and exits.  die_with_parent: the child is
+    killed when this process dies (a collective save's rank: its peers
+    then see it leave, and nothing is committed)."""
     h = SaveHandle(path, "fork")
     r, wfd = os.pipe()
     # SIGTERM (cancel) stays blocked in the child until its handler is set,
     # so a cancel right after the fork still aborts the writer cleanly.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    parent = os.getpid()
     pid = os.fork()
-    if pid == 0:  # the child: the synchronous save from the copy-on-write view, then _exit
+    if pid == 0:  # the child: the save from the copy-on-write view, then _exit
         code = 1
         try:
             os.close(r)
+            if die_with_parent:
+                _die_with(parent)
             signal.signal(signal.SIGTERM, _cancel_in_child)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             try:
-                report = ("ok", _api.save(tensors, path, base=base, return_stats=True, **save_args))
+                report = ("ok", body())
                 code = 0
             except BaseException as e:  # noqa: BLE001 - reported to the parent
                 report = ("error", _describe(e))
@@ -397,6 +413,16 @@ def _start_fork(tensors, path, staging_bytes, base, save_args):
     h._pid, h._report_fd = pid, r
     h.stats["pid"] = pid
     return h
+
+
+def _die_with(parent):
+    """SIGKILL when the parent dies (prctl PR_SET_PDEATHSIG); a parent gone
+    already: exit now."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _cancel_in_child(signum, frame):

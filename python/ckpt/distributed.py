@@ -30,6 +30,7 @@ import datetime
 import json
 import math
 import os
+import sys
 import time
 
 from . import _api, _ckpt, _dtypes, _frameworks, _progress
@@ -57,7 +58,64 @@ def _status_of(exc):
     return _TIMEOUT if "timed out" in text or "timeout" in text else _COMM
 
 
-class TorchComm:
+class _StoreVotes:
+    """Votes through a torch.distributed store (self.store, self.prefix,
+    self.rank, self.size, self._votes), so that the rank that did not vote
+    is known by name."""
+
+    def agree(self, status, rank, message, timeout):
+        """Votes through the store: every rank sets its vote, rank 0 waits for
+        them (naming the first missing one at the deadline) and sets the
+        decision, which every rank waits for."""
+        base = f"{self.prefix}/vote{self._votes}"
+        self._votes += 1
+        store = self.store
+        deadline = time.monotonic() + timeout
+
+        def left(extra=0.0):
+            return datetime.timedelta(seconds=max(deadline + extra - time.monotonic(), 0.001))
+
+        try:
+            store.set(f"{base}/{self.rank}", json.dumps([status, rank, message]))
+        except Exception as e:  # noqa: BLE001
+            raise CommError(f"the torch.distributed store is unreachable (rank 0 died?): {e}", _TIMEOUT, 0) from None
+        if self.rank == 0:
+            decision = [0, -1, ""]
+            seen = []
+            for r in range(self.size):
+                key = f"{base}/{r}"
+                try:
+                    store.wait([key], left())
+                except Exception:  # noqa: BLE001 - the deadline passed
+                    decision = [_TIMEOUT, r, f"rank {r} did not vote within {timeout:g} s"]
+                    break
+                seen.append(key)
+                vote = json.loads(store.get(key))
+                if vote[0] != 0 and decision[0] == 0:
+                    decision = [vote[0], r, vote[2]]
+            store.set(f"{base}/decision", json.dumps(decision))
+            for key in seen:
+                try:
+                    store.delete_key(key)
+                except Exception:  # noqa: BLE001 - housekeeping only
+                    pass
+        try:
+            # Rank 0 may enter the vote up to one timeout after this rank,
+            # then wait one timeout for a missing voter before it decides:
+            # waiting twice the timeout lets its decision, naming the rank
+            # that did not vote, arrive (as mpi/ckpt_mpi.c does).
+            store.wait([f"{base}/decision"], left(timeout))
+            decision = json.loads(store.get(f"{base}/decision"))
+        except Exception as e:  # noqa: BLE001
+            raise CommError(f"rank 0 did not decide the vote within {2 * timeout:g} s "
+                            f"(it died or hangs, or its store is gone): {e}", _TIMEOUT, 0) from None
+        if decision[0] == _TIMEOUT and decision[1] >= 0:
+            raise CommError(decision[2], _TIMEOUT, decision[1])
+        return tuple(decision)
+
+
+
+class TorchComm(_StoreVotes):
     """libckpt's communicator over a torch.distributed process group:
     broadcast and allgather as the group's collectives (async, waited with
     the step's timeout), and votes through the group's store, so that the
@@ -123,55 +181,87 @@ class TorchComm:
     def barrier(self, timeout):
         self._wait(self.dist.barrier(group=self.group, async_op=True), timeout, "barrier")
 
-    def agree(self, status, rank, message, timeout):
-        """Votes through the store: every rank sets its vote, rank 0 waits for
-        them (naming the first missing one at the deadline) and sets the
-        decision, which every rank waits for."""
-        base = f"{self.prefix}/vote{self._votes}"
-        self._votes += 1
-        store = self.store
-        deadline = time.monotonic() + timeout
+class StoreComm(_StoreVotes):
+    """libckpt's communicator over a torch.distributed store alone: every
+    collective is keys of the store (broadcast: the root's bytes; allgather:
+    each rank's block; barrier: a counter), named by a prefix all ranks
+    share and the call's number.  What a forked child of a rank talks on:
+    it cannot use the parent's process group (its gloo threads and sockets
+    belong to the parent), so it talks over a connection of its own to the
+    same store (Store.clone).  A collective save moves only declarations,
+    the layout and votes between ranks, which a store carries."""
 
-        def left(extra=0.0):
-            return datetime.timedelta(seconds=max(deadline + extra - time.monotonic(), 0.001))
+    def __init__(self, store, rank, size, prefix):
+        self.store, self.rank, self.size, self.prefix = store, rank, size, prefix
+        self._votes = 0
+        self._calls = 0
+        self._keys = []
+        self.comm = _ckpt.Comm(self, rank, size)
 
+    def _key(self):
+        self._calls += 1
+        return f"{self.prefix}/c{self._calls}"
+
+    def _wait_keys(self, keys, timeout, what, ranks):
         try:
-            store.set(f"{base}/{self.rank}", json.dumps([status, rank, message]))
-        except Exception as e:  # noqa: BLE001
-            raise CommError(f"the torch.distributed store is unreachable (rank 0 died?): {e}", _TIMEOUT, 0) from None
-        if self.rank == 0:
-            decision = [0, -1, ""]
-            seen = []
+            self.store.wait(keys, datetime.timedelta(seconds=max(timeout, 0.001)))
+        except Exception as e:  # noqa: BLE001 - the deadline passed, or the store is gone
+            missing = [r for k, r in zip(keys, ranks) if not self._has(k)]
+            who = missing[0] if missing else -1
+            raise CommError(f"the store {what} on rank {self.rank} failed" +
+                            (f": rank {who} did not take part within {timeout:g} s" if who >= 0 else f": {e}"),
+                            _status_of(e) if who < 0 else _TIMEOUT, who) from None
+
+    def _has(self, key):
+        try:
+            return self.store.check([key])
+        except Exception:  # noqa: BLE001
+            return False
+
+    def broadcast(self, buf, root, timeout):
+        key = self._key()
+        if not len(buf):
+            return
+        if self.rank == root:
+            self.store.set(key, bytes(buf))
+            self._keys.append(key)
+            return
+        self._wait_keys([key], timeout, "broadcast", [root])
+        memoryview(buf).cast("B")[:] = self.store.get(key)
+
+    def allgather(self, buf, block, timeout):
+        key = self._key()
+        view = memoryview(buf).cast("B")
+        mine = f"{key}/{self.rank}"
+        self.store.set(mine, bytes(view[self.rank * block:(self.rank + 1) * block]))
+        self._keys.append(mine)
+        keys = [f"{key}/{r}" for r in range(self.size)]
+        self._wait_keys(keys, timeout, "allgather", list(range(self.size)))
+        for r, k in enumerate(keys):
+            if r != self.rank:
+                view[r * block:(r + 1) * block] = self.store.get(k)
+
+    def barrier(self, timeout):
+        key = self._key()
+        if self.store.add(key, 1) == self.size:
+            self.store.set(f"{key}/all", b"1")
+            self._keys += [key, f"{key}/all"]
+        self._wait_keys([f"{key}/all"], timeout, "barrier", [-1])
+
+    def close(self):
+        """Once every rank is done: the keys this one set, removed by the
+        last rank to finish (a rank that died leaves them)."""
+        done = f"{self.prefix}/done"
+        try:
+            self.store.set(f"{self.prefix}/keys/{self.rank}", json.dumps(self._keys))
+            if self.store.add(done, 1) != self.size:
+                return
             for r in range(self.size):
-                key = f"{base}/{r}"
-                try:
-                    store.wait([key], left())
-                except Exception:  # noqa: BLE001 - the deadline passed
-                    decision = [_TIMEOUT, r, f"rank {r} did not vote within {timeout:g} s"]
-                    break
-                seen.append(key)
-                vote = json.loads(store.get(key))
-                if vote[0] != 0 and decision[0] == 0:
-                    decision = [vote[0], r, vote[2]]
-            store.set(f"{base}/decision", json.dumps(decision))
-            for key in seen:
-                try:
-                    store.delete_key(key)
-                except Exception:  # noqa: BLE001 - housekeeping only
-                    pass
-        try:
-            # Rank 0 may enter the vote up to one timeout after this rank,
-            # then wait one timeout for a missing voter before it decides:
-            # waiting twice the timeout lets its decision, naming the rank
-            # that did not vote, arrive (as mpi/ckpt_mpi.c does).
-            store.wait([f"{base}/decision"], left(timeout))
-            decision = json.loads(store.get(f"{base}/decision"))
-        except Exception as e:  # noqa: BLE001
-            raise CommError(f"rank 0 did not decide the vote within {2 * timeout:g} s "
-                            f"(it died or hangs, or its store is gone): {e}", _TIMEOUT, 0) from None
-        if decision[0] == _TIMEOUT and decision[1] >= 0:
-            raise CommError(decision[2], _TIMEOUT, decision[1])
-        return tuple(decision)
+                for k in json.loads(self.store.get(f"{self.prefix}/keys/{r}")) + [f"{self.prefix}/keys/{r}"]:
+                    self.store.delete_key(k)
+            self.store.delete_key(done)
+        except Exception:  # noqa: BLE001 - housekeeping only
+            pass
 
 
 class NoneComm:
@@ -353,10 +443,12 @@ def _torch_size(shape):
 
 def _part(name, t, shards):
     """(local tensor, global shape, start, count) of one state-dict entry."""
-    try:
-        from torch.distributed.tensor import DTensor, Partial
-    except ImportError:  # torch without distributed tensors
-        DTensor = Partial = ()
+    # A DTensor exists only once torch.distributed.tensor is imported: not
+    # importing it for plain tensors saves each rank seconds (it pulls in
+    # sympy; a profile of 4 ranks on 2 cores found it the largest cost of a
+    # 0.5 GB save, above the writes).
+    dtensors = sys.modules.get("torch.distributed.tensor")
+    DTensor, Partial = (dtensors.DTensor, dtensors.Partial) if dtensors is not None else ((), ())
     if DTensor and isinstance(t, DTensor):
         if any(isinstance(p, Partial) for p in t.placements):
             raise ValueError(f"{name}: Partial placements must be reduced before saving")
@@ -445,29 +537,26 @@ def save(state_dict, out_dir, group=None, *, shards=None, max_shard_size="5GB", 
     talks over a gloo group of its own (made once per group, by every
     member, on the first background save), so the training's collectives on
     `group` cannot interleave with it.  wait() returns the statistics with
-    return_stats=True."""
+    return_stats=True.
+
+    staging="fork" (CPU tensors, Linux): every rank forks a child that makes
+    the whole save — declarations, its bytes, the vote, rank 0's commit —
+    from its copy-on-write view, over a connection of its own to the group's
+    store (a forked child cannot use its parent's process group); the call
+    blocks only for the fork.  A child dies with its rank: a child or a rank
+    killed mid-save makes the others' wait() fail naming it, and nothing is
+    committed."""
     from . import _background
     _background.settle_previous()
+    args = (shards, max_shard_size, metadata, prefix, overwrite, timeout, no_sync)
     if not background:
-        w, entries = _save_open(state_dict, out_dir, group, shards, max_shard_size, metadata, prefix, overwrite,
-                                timeout, no_sync)
-        try:
-            try:
-                for index, fw, t, _ in entries:
-                    _write_part(w, index, fw, t)
-            except BaseException as e:
-                w.abort(f"{type(e).__name__}: {e}")
-                raise
-            w.commit()
-            return w.stats() if return_stats else None
-        finally:
-            w.close()
+        return _save_now(state_dict, out_dir, TorchComm(group), args, return_stats)
+    if staging == "fork":
+        return _save_forked(state_dict, out_dir, group, args, return_stats, staging_bytes)
     if staging != "copy":
-        raise ValueError("ckpt.distributed.save(background=True) stages with staging='copy': a forked child "
-                         "cannot take part in the group's collectives")
+        raise ValueError(f"staging must be 'copy' or 'fork', not {staging!r}")
     t0 = time.perf_counter()
-    w, entries = _save_open(state_dict, out_dir, _save_group(group), shards, max_shard_size, metadata, prefix,
-                            overwrite, timeout, no_sync)
+    w, entries = _save_open(state_dict, out_dir, TorchComm(_save_group(group)), *args)
 
     def write(part, cancelled=None):
         for index, fw, t, _ in part:
@@ -488,6 +577,50 @@ def save(state_dict, out_dir, group=None, *, shards=None, max_shard_size="5GB", 
         _background.start_staged(out_dir, entries, staging_bytes, write, commit=commit, abort=abort), t0)
 
 
+def _save_now(state_dict, out_dir, comm, args, return_stats):
+    """The save, start to commit, over `comm`: this rank's statistics with
+    return_stats."""
+    w, entries = _save_open(state_dict, out_dir, comm, *args)
+    try:
+        try:
+            for index, fw, t, _ in entries:
+                _write_part(w, index, fw, t)
+        except BaseException as e:
+            w.abort(f"{type(e).__name__}: {e}")
+            raise
+        w.commit()
+        return w.stats() if return_stats else None
+    finally:
+        w.close()
+
+
+def _save_forked(state_dict, out_dir, group, args, return_stats, staging_bytes):
+    """staging="fork": on every rank a forked child makes the whole save
+    from its copy-on-write view — declarations, its bytes, the vote, rank
+    0's commit — over a StoreComm of its own (a fresh connection to the
+    group's store, keys under a prefix every rank takes from the same
+    per-rank counter).  The parent's process group is never used by a child.
+    A child dies with its rank (PR_SET_PDEATHSIG): a rank killed mid-save
+    then misses the vote, and nothing is committed."""
+    from . import _background
+    if staging_bytes is not None:
+        raise ValueError("staging_bytes is the budget of staging='copy'")
+    sd = state_dict.state_dict() if _api._is_module(state_dict) else state_dict
+    _background.check_forkable({n: t.to_local() if hasattr(t, "to_local") else t for n, t in sd.items()})
+    t0 = time.perf_counter()
+    parent = TorchComm(group)  # rank, size, the store, and a prefix the same on every rank
+    store, rank, size, prefix = parent.store, parent.rank, parent.size, f"{parent.prefix}/fork"
+
+    def child():
+        comm = StoreComm(store.clone(), rank, size, prefix)
+        try:
+            return _save_now(sd, out_dir, comm, args, return_stats), None
+        finally:
+            comm.close()
+
+    return _background.started(_background.fork_save(out_dir, child, die_with_parent=True), t0)
+
+
 _SAVE_GROUPS = {}
 
 
@@ -502,14 +635,14 @@ def _save_group(group):
     return _SAVE_GROUPS[key]
 
 
-def _save_open(state_dict, out_dir, group, shards, max_shard_size, metadata, prefix, overwrite, timeout, no_sync):
-    """save's first half, on every rank: the writer declared, begun and
-    shared, and this rank's entries (index, framework, part, nbytes)."""
+def _save_open(state_dict, out_dir, comm, shards, max_shard_size, metadata, prefix, overwrite, timeout, no_sync):
+    """save's first half, on every rank, over `comm` (a TorchComm or a
+    StoreComm): the writer declared, begun and shared, and this rank's
+    entries (index, framework, part, nbytes)."""
     if _api._is_module(state_dict):
         state_dict = state_dict.state_dict()
     if not isinstance(state_dict, dict) or not all(isinstance(k, str) for k in state_dict):
         raise TypeError("ckpt.distributed.save takes a flat dict of str to tensors (or a module)")
-    comm = TorchComm(group)
     limit = _api._parse_size(max_shard_size)
     # `out_dir` as ckpt.destination says: a directory ("model" shards), or
     # a "x.safetensors" file and its parts.

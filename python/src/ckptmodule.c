@@ -950,6 +950,49 @@ static PyObject *Catalog_recorded_digests(Catalog *self, PyObject *unused) {
     return out;
 }
 
+/* recorded_chunks() → [None or (chunk_bytes, phase, (digest, …))]: the chunk
+ * digests each tensor's file records (ckpt_catalog_recorded_chunks). */
+static PyObject *Catalog_recorded_chunks(Catalog *self, PyObject *unused) {
+    (void)unused;
+    if (!catalog_ready(self)) return NULL;
+    size_t n = ckpt_catalog_tensor_count(self->catalog), total = 0;
+    ckpt_chunk_record *records = PyMem_Malloc((n ? n : 1) * sizeof *records);
+    uint64_t *digests = NULL;
+    if (!records) return PyErr_NoMemory();
+    ckpt_error e;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_catalog_recorded_chunks(self->catalog, records, NULL, 0, &total, &e);
+    Py_END_ALLOW_THREADS
+    if (st == CKPT_OK && !(digests = PyMem_Malloc((total ? total : 1) * sizeof *digests))) {
+        PyMem_Free(records);
+        return PyErr_NoMemory();
+    }
+    if (st == CKPT_OK) {
+        Py_BEGIN_ALLOW_THREADS
+        st = ckpt_catalog_recorded_chunks(self->catalog, records, digests, total, &total, &e);
+        Py_END_ALLOW_THREADS
+    }
+    PyObject *out = st == CKPT_OK ? PyList_New((Py_ssize_t)n) : NULL;
+    for (size_t i = 0; out && i < n; i++) {
+        const ckpt_chunk_record *r = &records[i];
+        PyObject *chunks = r->chunk_bytes ? PyTuple_New((Py_ssize_t)r->count) : NULL, *v = NULL;
+        for (size_t k = 0; chunks && k < r->count; k++) {
+            PyObject *d = PyLong_FromUnsignedLongLong(digests[r->first + k]);
+            if (!d) Py_CLEAR(chunks);
+            else PyTuple_SET_ITEM(chunks, (Py_ssize_t)k, d);
+        }
+        if (!r->chunk_bytes) v = Py_NewRef(Py_None);
+        else if (chunks) v = Py_BuildValue("(KKN)", (unsigned long long)r->chunk_bytes, (unsigned long long)r->phase, chunks);
+        if (!v) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, (Py_ssize_t)i, v);
+    }
+    PyMem_Free(records);
+    PyMem_Free(digests);
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    return out;
+}
+
 static PyMethodDef Catalog_methods[] = {
     {"tensors", (PyCFunction)Catalog_tensors, METH_NOARGS,
      "tensors() -> [TensorRow(name, dtype, shape, nbytes, file, offset, storage, direct)]"},
@@ -959,6 +1002,9 @@ static PyMethodDef Catalog_methods[] = {
     {"find", (PyCFunction)Catalog_find, METH_O, "find(name) -> index or None"},
     {"recorded_digests", (PyCFunction)Catalog_recorded_digests, METH_NOARGS,
      "recorded_digests() -> [XXH3-64 or None]: what each tensor's file records (ckpt_catalog_recorded_digests)"},
+    {"recorded_chunks", (PyCFunction)Catalog_recorded_chunks, METH_NOARGS,
+     "recorded_chunks() -> [None or (chunk_bytes, phase, digests)]: each tensor's recorded chunk digests "
+     "(ckpt_catalog_recorded_chunks)"},
     {"row", (PyCFunction)Catalog_row, METH_O, "row(i) -> TensorRow"},
     {"metadata", (PyCFunction)Catalog_metadata, METH_NOARGS, "metadata() -> dict of str"},
     {"files", (PyCFunction)Catalog_files, METH_NOARGS, "files() -> [(path, size)]"},
@@ -2003,24 +2049,71 @@ static PyObject *Writer_write(Writer *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* copy_tensor(index, catalog, src_index, xxh3): ckpt_writer_copy_tensor. */
-static PyObject *Writer_copy_tensor(Writer *self, PyObject *args) {
+/* tensor_chunks(index) -> (chunk_bytes, phase, count), count 0 for a
+ * tensor without chunk digests: ckpt_writer_tensor_chunks. */
+static PyObject *Writer_tensor_chunks(Writer *self, PyObject *arg) {
+    Py_ssize_t index = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+    if (!writer_ready(self) || (index == -1 && PyErr_Occurred())) return NULL;
+    uint64_t chunk, phase;
+    size_t count;
+    ckpt_error e;
+    if (ckpt_writer_tensor_chunks(self->writer, (size_t)index, &chunk, &phase, &count, &e) != CKPT_OK)
+        return raise_ckpt(&e);
+    return Py_BuildValue("(KKn)", (unsigned long long)chunk, (unsigned long long)phase, (Py_ssize_t)count);
+}
+
+/* give_digests(index, xxh3, chunks): ckpt_writer_give_digests. */
+static PyObject *Writer_give_digests(Writer *self, PyObject *args) {
+    Py_ssize_t index;
+    unsigned long long xxh3;
+    PyObject *seq;
+    if (!writer_ready(self) || !PyArg_ParseTuple(args, "nKO", &index, &xxh3, &seq)) return NULL;
+    PyObject *fast = PySequence_Fast(seq, "chunks must be a sequence of digests");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    uint64_t *chunks = PyMem_Malloc((n ? (size_t)n : 1) * sizeof *chunks);
+    if (!chunks) {
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t k = 0; k < n; k++) chunks[k] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(fast, k));
+    Py_DECREF(fast);
+    if (PyErr_Occurred()) {
+        PyMem_Free(chunks);
+        return NULL;
+    }
+    ckpt_error e;
+    ckpt_status st = ckpt_writer_give_digests(self->writer, (size_t)index, (uint64_t)xxh3, n ? chunks : NULL,
+                                              (size_t)n, &e);
+    PyMem_Free(chunks);
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    Py_RETURN_NONE;
+}
+
+/* copy_tensor(index, catalog, src_index, xxh3): ckpt_writer_copy_tensor;
+ * copy_range(index, catalog, src_index, nbytes): ckpt_writer_copy_range
+ * (`range`). */
+static PyObject *writer_copy(Writer *self, PyObject *args, bool range) {
     Py_ssize_t index, src_index;
     Catalog *cat;
-    unsigned long long xxh3;
-    if (!writer_ready(self) || !PyArg_ParseTuple(args, "nO!nK", &index, &CatalogType, &cat, &src_index, &xxh3))
+    unsigned long long number;
+    if (!writer_ready(self) || !PyArg_ParseTuple(args, "nO!nK", &index, &CatalogType, &cat, &src_index, &number))
         return NULL;
     if (!catalog_ready(cat)) return NULL;
     ckpt_error e;
     ckpt_status st;
     catalog_use(cat);
     Py_BEGIN_ALLOW_THREADS
-    st = ckpt_writer_copy_tensor(self->writer, (size_t)index, cat->catalog, (size_t)src_index, (uint64_t)xxh3, &e);
+    st = range ? ckpt_writer_copy_range(self->writer, (size_t)index, cat->catalog, (size_t)src_index, number, &e)
+               : ckpt_writer_copy_tensor(self->writer, (size_t)index, cat->catalog, (size_t)src_index, number, &e);
     Py_END_ALLOW_THREADS
     catalog_unuse(cat);
     if (st != CKPT_OK) return raise_ckpt(&e);
     Py_RETURN_NONE;
 }
+
+static PyObject *Writer_copy_tensor(Writer *self, PyObject *args) { return writer_copy(self, args, false); }
+static PyObject *Writer_copy_range(Writer *self, PyObject *args) { return writer_copy(self, args, true); }
 
 static PyObject *Writer_commit(Writer *self, PyObject *unused) {
     (void)unused;
@@ -2057,6 +2150,12 @@ static PyMethodDef Writer_methods[] = {
     {"write", (PyCFunction)Writer_write, METH_VARARGS, "write(index, data): the next bytes of a tensor"},
     {"copy_tensor", (PyCFunction)Writer_copy_tensor, METH_VARARGS,
      "copy_tensor(index, catalog, src_index, xxh3): the tensor whole from a checkpoint, by the kernel"},
+    {"tensor_chunks", (PyCFunction)Writer_tensor_chunks, METH_O,
+     "tensor_chunks(index) -> (chunk_bytes, phase, count): how its chunk digests lie (count 0: none)"},
+    {"give_digests", (PyCFunction)Writer_give_digests, METH_VARARGS,
+     "give_digests(index, xxh3, chunks): the tensor's digests, known from memory"},
+    {"copy_range", (PyCFunction)Writer_copy_range, METH_VARARGS,
+     "copy_range(index, catalog, src_index, nbytes): its next bytes from a checkpoint's tensor, by the kernel"},
     {"commit", (PyCFunction)Writer_commit, METH_NOARGS,
      "commit() -> every path published (data files, side files such as an index, copied files): fsync and rename "
      "into place"},
@@ -3042,15 +3141,59 @@ static PyObject *mod_commit_recover(PyObject *self, PyObject *args, PyObject *kw
     return PyBool_FromLong(found);
 }
 
-/* xxh3_64(data or iterable of data) -> int: the XXH3-64 of the bytes, in
- * order (what a writer with checksums records), the GIL released. */
-static PyObject *mod_xxh3_64(PyObject *mod, PyObject *arg) {
+/* Chunk k's end in a tensor of n bytes whose chunks of `chunk` have their
+ * edges `phase` bytes before the tensor's multiples of it (the library's
+ * base/chunk_hash.h, which the module does not link). */
+static uint64_t chunk_end(uint64_t n, uint64_t chunk, uint64_t phase, size_t k) {
+    uint64_t hi = (uint64_t)(k + 1) * chunk - phase;
+    return hi < n ? hi : n;
+}
+
+/* The digests being computed: the whole's, and each chunk's when asked. */
+typedef struct hashing {
+    XXH3_state_t *whole, *chunk;
+    uint64_t n, size, phase, at, end;
+    uint64_t *digests;
+    size_t count, k;
+} hashing;
+
+static void hashing_update(hashing *h, const unsigned char *p, size_t len) {
+    XXH3_64bits_update(h->whole, p, len);
+    while (h->chunk && len) {
+        uint64_t room = h->end - h->at;
+        size_t take = room < len ? (size_t)room : len;
+        XXH3_64bits_update(h->chunk, p, take);
+        p += take, len -= take, h->at += take;
+        if (h->at == h->end && h->at < h->n) {
+            h->digests[h->k++] = XXH3_64bits_digest(h->chunk);
+            XXH3_64bits_reset(h->chunk);
+            h->end = chunk_end(h->n, h->size, h->phase, h->k);
+        }
+    }
+}
+
+/* xxh3_64(data or iterable of data, nbytes=0, chunk_bytes=0, phase=0,
+ * count=0) -> int: the XXH3-64 of the bytes, in order (what a writer with
+ * checksums records), the GIL released; with count > 0, (int, [int]):
+ * also that of each of the count chunks of an nbytes tensor
+ * (CKPT_CHUNK_METADATA_KEY: a writer's tensor_chunks). */
+static PyObject *mod_xxh3_64(PyObject *mod, PyObject *args) {
     (void)mod;
-    XXH3_state_t *state = XXH3_createState();
-    if (!state || XXH3_64bits_reset(state) == XXH_ERROR) {
-        XXH3_freeState(state);
+    PyObject *arg;
+    unsigned long long n = 0, size = 0, phase = 0;
+    Py_ssize_t count = 0;
+    if (!PyArg_ParseTuple(args, "O|KKKn", &arg, &n, &size, &phase, &count)) return NULL;
+    if (count < 0 || (count && (!size || phase >= size || (unsigned long long)count != n / size + (n % size != 0) + 1)))
+        return PyErr_Format(PyExc_ValueError, "chunks need chunk_bytes > phase and count = ceil(nbytes / chunk_bytes) + 1");
+    hashing h = {.whole = XXH3_createState(), .chunk = count ? XXH3_createState() : NULL, .n = n, .size = size,
+                 .phase = phase, .count = (size_t)count};
+    h.digests = count ? PyMem_Malloc((size_t)count * sizeof *h.digests) : NULL;
+    if (!h.whole || XXH3_64bits_reset(h.whole) == XXH_ERROR || (count && (!h.chunk || !h.digests ||
+                                                                          XXH3_64bits_reset(h.chunk) == XXH_ERROR))) {
+        XXH3_freeState(h.whole), XXH3_freeState(h.chunk), PyMem_Free(h.digests);
         return PyErr_NoMemory();
     }
+    if (count) h.end = chunk_end(n, size, phase, 0);
     /* One buffer, or an iterable of them taken one at a time (pieces made
      * on the fly are released as soon as they are hashed). */
     PyObject *items = PyObject_CheckBuffer(arg) ? PyTuple_Pack(1, arg) : NULL;
@@ -3062,15 +3205,29 @@ static PyObject *mod_xxh3_64(PyObject *mod, PyObject *arg) {
         Py_DECREF(item);
         if (!ok) break;
         Py_BEGIN_ALLOW_THREADS
-        XXH3_64bits_update(state, b.buf, (size_t)b.len);
+        hashing_update(&h, b.buf, (size_t)b.len);
         Py_END_ALLOW_THREADS
         PyBuffer_Release(&b);
     }
     ok = ok && !PyErr_Occurred();
-    PyObject *out = ok ? PyLong_FromUnsignedLongLong(XXH3_64bits_digest(state)) : NULL;
+    PyObject *out = ok ? PyLong_FromUnsignedLongLong(XXH3_64bits_digest(h.whole)) : NULL;
+    if (out && count) { /* the last chunk, and the empty ones after it */
+        for (; h.k < h.count; h.k++) {
+            h.digests[h.k] = XXH3_64bits_digest(h.chunk);
+            XXH3_64bits_reset(h.chunk);
+        }
+        PyObject *list = PyList_New(count);
+        for (Py_ssize_t k = 0; list && k < count; k++) {
+            PyObject *d = PyLong_FromUnsignedLongLong(h.digests[k]);
+            if (!d) Py_CLEAR(list);
+            else PyList_SET_ITEM(list, k, d);
+        }
+        if (list) out = Py_BuildValue("(NN)", out, list); /* N: both references taken */
+        else Py_CLEAR(out);
+    }
     Py_XDECREF(it);
     Py_XDECREF(items);
-    XXH3_freeState(state);
+    XXH3_freeState(h.whole), XXH3_freeState(h.chunk), PyMem_Free(h.digests);
     return out;
 }
 
@@ -3088,7 +3245,9 @@ static PyMethodDef module_methods[] = {
     {"can_cast", mod_can_cast, METH_VARARGS, "can_cast(from, to) -> bool"},
     {"cast", mod_cast, METH_VARARGS, "cast(from, src, to, dst, count)"},
     {"status_names", mod_status_names, METH_NOARGS, "status_names() -> {name: code}"},
-    {"xxh3_64", mod_xxh3_64, METH_O, "xxh3_64(data or [data, …]) -> the XXH3-64 of the bytes in order"},
+    {"xxh3_64", mod_xxh3_64, METH_VARARGS,
+     "xxh3_64(data or [data, …], nbytes=0, chunk_bytes=0, phase=0, count=0) -> the XXH3-64 of the bytes in "
+     "order; with count, (it, [each chunk's])"},
     {"detail_names", mod_detail_names, METH_NOARGS, "detail_names() -> {name: (code, status name)}"},
     {"json_loads", mod_json_loads, METH_O,
      "json_loads(text) -> (value, depth): the library's JSON (object trees) without recursion on the C stack"},

@@ -190,10 +190,29 @@ typedef struct ckpt__digest {
     const ckpt_tensor_info *tensor;
     uint64_t xxh3;
 } ckpt__digest;
+/* A tensor's recorded chunk digests (CKPT_CHUNK_METADATA_KEY): `count`
+ * of them from `first` in the checks' chunk_xxh3, for chunks of
+ * chunk_bytes whose edges are the file's multiples of it (its data `phase`
+ * bytes past one; base/chunk_hash.h). */
+typedef struct ckpt__chunk_digests {
+    const ckpt_tensor_info *tensor;
+    uint64_t chunk_bytes, phase;
+    size_t first, count;
+} ckpt__chunk_digests;
 typedef struct ckpt__file_checks {
     ckpt__buf digests; /* ckpt__digest */
     size_t headers;
+    ckpt__buf chunks;     /* ckpt__chunk_digests */
+    ckpt__buf chunk_xxh3; /* uint64_t: every record's digests */
 } ckpt__file_checks;
+static inline void ckpt__file_checks_free(ckpt__file_checks *c) {
+    free(c->digests.data);
+    free(c->chunks.data);
+    free(c->chunk_xxh3.data);
+}
+static inline bool ckpt__file_checks_failed(const ckpt__file_checks *c) {
+    return c->digests.failed || c->chunks.failed || c->chunk_xxh3.failed;
+}
 static inline bool ckpt__file_checks_add(ckpt__file_checks *c, const ckpt_tensor_info *t, uint64_t xxh3) {
     ckpt__buf_append(&c->digests, (const char *)&(ckpt__digest){t, xxh3}, sizeof(ckpt__digest));
     return !c->digests.failed;

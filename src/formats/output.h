@@ -52,6 +52,13 @@ typedef struct ckpt__out_tensor {
     uint32_t file;   /* set by plan */
     uint64_t offset; /* set by layout: the byte of its data in its file */
     uint64_t xxh3;   /* after the data, with CKPT__OUT_XXH3: the XXH3-64 of its bytes */
+    /* Set by layout for a tensor the format records chunk digests of
+     * (base/chunk_hash.h; arena memory): chunk_count digests of chunks of
+     * chunk_bytes, edges at the file's multiples of it; filled after the
+     * data, with CKPT__OUT_XXH3.  chunk_count 0: none. */
+    uint64_t chunk_bytes;
+    uint64_t *chunk_xxh3;
+    uint32_t chunk_count;
     uint32_t crc32;  /* after the data, with CKPT__OUT_CRC32: their CRC-32 */
     /* A tensor the format cuts into byte ranges of several files (DCP's
      * ranks): set by plan (arena memory), the parts tiling the tensor's

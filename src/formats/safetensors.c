@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/chunk_hash.h"
 #include "../base/cursor.h"
 #include "../io/file.h"
 
@@ -413,93 +414,176 @@ static bool parse_hex64(const char *s, size_t len, uint64_t *out) {
     return true;
 }
 
-/* The header check: the header as written hashed with the map in its
- * placeholder form (every digest zero), as the writer hashed it. */
-static ckpt_status verify_header(const ckpt_catalog *cat, uint32_t file, const char *map, const ckpt__json_doc *doc,
-                                 uint64_t want, ckpt_error *err) {
-    const char *path = ckpt_catalog_file_path(cat, file);
-    ckpt__buf placeholder = {0}, actual = {0}, zeros = {0};
-    ckpt__buf_puts(&placeholder, "{");
+/* A parsed map's placeholder text, as the writer rendered it: each value
+ * zeros of its length, but the one under `keep` as it is. */
+static void zero_form(const ckpt__json_doc *doc, const char *keep, ckpt__buf *out) {
+    ckpt__buf_puts(out, "{");
     size_t i = 1;
     for (uint32_t k = 0; k < doc->nodes[0].count; k++) {
-        const ckpt__json_node *key = &doc->nodes[i];
-        if (k) ckpt__buf_puts(&placeholder, ",");
-        ckpt__buf_json_string(&placeholder, key->str);
-        ckpt__buf_puts(&placeholder, ":\"0000000000000000\"");
-        i = doc->nodes[key->end].end;
+        const ckpt__json_node *key = &doc->nodes[i], *val = &doc->nodes[key->end];
+        if (k) ckpt__buf_puts(out, ",");
+        ckpt__buf_json_string(out, key->str);
+        ckpt__buf_puts(out, ":\"");
+        for (uint32_t c = 0; c < val->len; c++) ckpt__buf_append(out, keep && !strcmp(key->str, keep) ? val->str + c : "0", 1);
+        ckpt__buf_puts(out, "\"");
+        i = val->end;
     }
-    ckpt__buf_puts(&placeholder, "}");
-    ckpt__buf_json_string(&actual, map);
-    ckpt__buf_json_string(&zeros, placeholder.data ? placeholder.data : "");
+    ckpt__buf_puts(out, "}");
+}
+
+/* A map as it appears in the header (escaped), and its placeholder form. */
+typedef struct st_map_forms {
+    ckpt__buf actual, zeros;
+} st_map_forms;
+
+static void map_forms(const char *map, const ckpt__json_doc *doc, const char *keep, st_map_forms *m) {
+    ckpt__buf placeholder = {0};
+    zero_form(doc, keep, &placeholder);
+    ckpt__buf_json_string(&m->actual, map);
+    ckpt__buf_json_string(&m->zeros, placeholder.data ? placeholder.data : "");
+    if (placeholder.failed) m->zeros.failed = true;
+    free(placeholder.data);
+}
+
+/* The header check: the header as written hashed with its maps in their
+ * placeholder form (every digest zero), as the writer hashed it. */
+static ckpt_status verify_header(const ckpt_catalog *cat, uint32_t file, st_map_forms *maps, size_t count,
+                                 uint64_t want, ckpt_error *err) {
+    const char *path = ckpt_catalog_file_path(cat, file);
     ckpt__source *src = ckpt__cat_source(cat, file);
     unsigned char prefix[8];
     uint64_t n = 0;
     char *header = NULL;
-    ckpt_status st = placeholder.failed || actual.failed || zeros.failed
-                         ? ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory")
-                         : ckpt__source_read(src, prefix, 8, 0, err);
+    ckpt_status st = CKPT_OK;
+    for (size_t m = 0; m < count; m++)
+        if (maps[m].actual.failed || maps[m].zeros.failed) st = ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+    if (st == CKPT_OK) st = ckpt__source_read(src, prefix, 8, 0, err);
     if (st == CKPT_OK) {
         n = ckpt__le64(prefix);
         header = ckpt__malloc((size_t)n + 8);
         st = header ? ckpt__source_read(src, header, n + 8, 0, err)
                     : ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
     }
+    for (size_t m = 0; st == CKPT_OK && m < count; m++) {
+        char *at = maps[m].actual.len == maps[m].zeros.len
+                       ? memmem(header, (size_t)n + 8, maps[m].actual.data, maps[m].actual.len) : NULL;
+        if (!at) st = ckpt__fail(err, CKPT__D(CHECKSUM), path, NULL, 8, "the checksum map does not match the header's layout");
+        else memcpy(at, maps[m].zeros.data, maps[m].zeros.len);
+    }
     if (st == CKPT_OK) {
-        char *at = actual.len == zeros.len ? memmem(header, (size_t)n + 8, actual.data, actual.len) : NULL;
-        if (!at) {
-            st = ckpt__fail(err, CKPT__D(CHECKSUM), path, NULL, 8, "the checksum map does not match the header's layout");
-        } else {
-            memcpy(at, zeros.data, zeros.len);
-            uint64_t got = XXH3_64bits(header, (size_t)n + 8);
-            if (got != want)
-                st = ckpt__fail(err, CKPT__D(CHECKSUM), path, NULL, 8,
-                                "header checksum is %016llx, the file records %016llx: the header changed",
-                                (unsigned long long)got, (unsigned long long)want);
-        }
+        uint64_t got = XXH3_64bits(header, (size_t)n + 8);
+        if (got != want)
+            st = ckpt__fail(err, CKPT__D(CHECKSUM), path, NULL, 8,
+                            "header checksum is %016llx, the file records %016llx: the header changed",
+                            (unsigned long long)got, (unsigned long long)want);
     }
     free(header);
-    free(placeholder.data);
-    free(actual.data);
-    free(zeros.data);
     return st;
 }
 
-/* Checks the tensors named in one file's checksum map. */
-static ckpt_status verify_map(const ckpt_catalog *cat, uint32_t file, const char *map, ckpt__file_checks *checks,
-                              ckpt_error *err) {
+/* A map's text parsed as a JSON object (CKPT__D(CHECKSUM) naming `key` if
+ * it is not one); *text holds the parsed copy. */
+static ckpt_status parse_map(const ckpt_catalog *cat, uint32_t file, const char *key, const char *map, char **text,
+                             ckpt__json_doc *doc, ckpt_error *err) {
     const char *path = ckpt_catalog_file_path(cat, file);
     size_t len = strlen(map);
-    char *text = ckpt__malloc(len + 1);
-    if (!text) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
-    memcpy(text, map, len + 1);
-    ckpt__json_doc doc;
+    if (!(*text = ckpt__malloc(len + 1))) return ckpt__fail(err, CKPT_E_NO_MEMORY, path, NULL, -1, "out of memory");
+    memcpy(*text, map, len + 1);
     size_t at;
     const char *why;
-    ckpt_status st = ckpt__json_parse(text, len, &doc, &at, &why);
-    if (st || doc.nodes[0].kind != CKPT__JSON_OBJECT) {
-        if (st == CKPT_OK) ckpt__json_free(&doc);
-        free(text);
-        return ckpt__fail(err, CKPT__D(CHECKSUM), path, NULL, -1, "%s is not a JSON object of checksums",
-                          CKPT_CHECKSUM_METADATA_KEY);
-    }
+    ckpt_status st = ckpt__json_parse(*text, len, doc, &at, &why);
+    if (st == CKPT_OK && doc->nodes[0].kind == CKPT__JSON_OBJECT) return CKPT_OK;
+    if (st == CKPT_OK) ckpt__json_free(doc);
+    free(*text);
+    *text = NULL;
+    return ckpt__fail(err, CKPT__D(CHECKSUM), path, NULL, -1, "%s is not a JSON object of checksums", key);
+}
+
+/* The header's recorded digest in a checksum map (*has_header when it
+ * records one: "__metadata__"). */
+static ckpt_status header_digest_of(const ckpt_catalog *cat, uint32_t file, const ckpt__json_doc *doc,
+                                    uint64_t *digest, bool *has_header, ckpt_error *err) {
     size_t i = 1;
-    for (uint32_t k = 0; k < doc.nodes[0].count && st == CKPT_OK; k++) {
-        const ckpt__json_node *key = &doc.nodes[i], *val = &doc.nodes[key->end];
+    for (uint32_t k = 0; k < doc->nodes[0].count; k++) {
+        const ckpt__json_node *key = &doc->nodes[i], *val = &doc->nodes[key->end];
+        if (!strcmp(key->str, "__metadata__")) {
+            *has_header = true;
+            if (val->kind != CKPT__JSON_STRING || !parse_hex64(val->str, val->len, digest))
+                return ckpt__fail(err, CKPT__D(CHECKSUM), ckpt_catalog_file_path(cat, file), key->str, -1,
+                                  "checksum is not 16 hex digits");
+        }
+        i = val->end;
+    }
+    return CKPT_OK;
+}
+
+/* The tensors named in one file's checksum map, to hash. */
+static ckpt_status read_digests(const ckpt_catalog *cat, uint32_t file, const ckpt__json_doc *doc,
+                                ckpt__file_checks *checks, ckpt_error *err) {
+    const char *path = ckpt_catalog_file_path(cat, file);
+    ckpt_status st = CKPT_OK;
+    size_t i = 1;
+    for (uint32_t k = 0; k < doc->nodes[0].count && st == CKPT_OK; k++) {
+        const ckpt__json_node *key = &doc->nodes[i], *val = &doc->nodes[key->end];
         uint64_t want = 0;
         const ckpt_tensor_info *t = ckpt_catalog_find(cat, key->str);
         if (val->kind != CKPT__JSON_STRING || !parse_hex64(val->str, val->len, &want))
             st = ckpt__fail(err, CKPT__D(CHECKSUM), path, key->str, -1, "checksum is not 16 hex digits");
-        else if (!strcmp(key->str, "__metadata__")) {
-            if ((st = verify_header(cat, file, map, &doc, want, err)) == CKPT_OK) checks->headers++;
-        } else if (!t || t->file != file)
+        else if (!strcmp(key->str, "__metadata__"))
+            ; /* the header's: header_digest_of */
+        else if (!t || t->file != file)
             st = ckpt__fail(err, CKPT__D(INDEX_MISMATCH), path, key->str, -1,
                             "the checksum map names a tensor this file does not hold");
         else if (!ckpt__file_checks_add(checks, t, want))
             st = ckpt__oom(err, path, NULL);
         i = val->end;
     }
-    ckpt__json_free(&doc);
-    free(text);
+    return st;
+}
+
+/* One tensor's chunk digests (a string of 16-hex-digit digests). */
+static ckpt_status read_tensor_chunks(const ckpt_catalog *cat, uint32_t file, const ckpt__json_node *key,
+                                      const ckpt__json_node *val, uint64_t chunk, ckpt__file_checks *checks,
+                                      ckpt_error *err) {
+    const char *path = ckpt_catalog_file_path(cat, file);
+    const ckpt_tensor_info *t = ckpt_catalog_find(cat, key->str);
+    if (!t || t->file != file)
+        return ckpt__fail(err, CKPT__D(INDEX_MISMATCH), path, key->str, -1,
+                          "the chunk map names a tensor this file does not hold");
+    size_t count = val->kind == CKPT__JSON_STRING ? val->len / 16 : 0;
+    if (val->kind != CKPT__JSON_STRING || val->len % 16 || count != ckpt__chunk_count(t->nbytes, chunk))
+        return ckpt__fail(err, CKPT__D(CHECKSUM), path, key->str, -1,
+                          "its chunk checksums are not %u digests of 16 hex digits",
+                          (unsigned)ckpt__chunk_count(t->nbytes, chunk));
+    ckpt__chunk_digests rec = {t, chunk, t->offset % chunk, checks->chunk_xxh3.len / sizeof(uint64_t), count};
+    for (size_t c = 0; c < count; c++) {
+        uint64_t d;
+        if (!parse_hex64(val->str + 16 * c, 16, &d))
+            return ckpt__fail(err, CKPT__D(CHECKSUM), path, key->str, -1, "chunk checksum %zu is not 16 hex digits", c);
+        ckpt__buf_append(&checks->chunk_xxh3, (const char *)&d, sizeof d);
+    }
+    ckpt__buf_append(&checks->chunks, (const char *)&rec, sizeof rec);
+    return ckpt__file_checks_failed(checks) ? ckpt__oom(err, path, NULL) : CKPT_OK;
+}
+
+/* The tensors named in one file's chunk map, to hash chunk by chunk. */
+static ckpt_status read_chunks(const ckpt_catalog *cat, uint32_t file, const ckpt__json_doc *doc,
+                               ckpt__file_checks *checks, ckpt_error *err) {
+    const char *path = ckpt_catalog_file_path(cat, file);
+    const ckpt__json_node *first = doc->nodes[0].count ? &doc->nodes[1] : NULL;
+    const ckpt__json_node *size = first ? &doc->nodes[first->end] : NULL;
+    char *end = NULL;
+    unsigned long long chunk = size && size->kind == CKPT__JSON_STRING ? strtoull(size->str, &end, 10) : 0;
+    if (!first || strcmp(first->str, "__chunk_bytes__") || !end || *end || !chunk || chunk % 4096)
+        return ckpt__fail(err, CKPT__D(CHECKSUM), path, NULL, -1,
+                          "%s does not begin with __chunk_bytes__, a multiple of 4096", CKPT_CHUNK_METADATA_KEY);
+    ckpt_status st = CKPT_OK;
+    size_t i = size->end;
+    for (uint32_t k = 1; k < doc->nodes[0].count && st == CKPT_OK; k++) {
+        const ckpt__json_node *key = &doc->nodes[i], *val = &doc->nodes[key->end];
+        st = read_tensor_chunks(cat, file, key, val, chunk, checks, err);
+        i = val->end;
+    }
     return st;
 }
 
@@ -522,11 +606,40 @@ static ckpt_status check_key_intact(const ckpt_catalog *cat, uint32_t file, ckpt
 }
 
 /* The digests a file records under CKPT_CHECKSUM_METADATA_KEY (the
- * writer's checksums option): the header's checked here, the tensors' given
- * to ckpt_verify to hash. */
+ * writer's checksums option) and CKPT_CHUNK_METADATA_KEY: the header's
+ * checked here, the tensors' and their chunks' given to ckpt_verify to
+ * hash. */
 static ckpt_status st_verify(const ckpt_catalog *cat, uint32_t file, ckpt__file_checks *checks, ckpt_error *err) {
     const char *map = ckpt_catalog_file_metadata(cat, file, CKPT_CHECKSUM_METADATA_KEY);
-    return map ? verify_map(cat, file, map, checks, err) : check_key_intact(cat, file, err);
+    const char *chunks = ckpt_catalog_file_metadata(cat, file, CKPT_CHUNK_METADATA_KEY);
+    if (!map && chunks)
+        return ckpt__fail(err, CKPT__D(CHECKSUM), ckpt_catalog_file_path(cat, file), NULL, -1,
+                          "%s without %s: the header changed", CKPT_CHUNK_METADATA_KEY, CKPT_CHECKSUM_METADATA_KEY);
+    if (!map) return check_key_intact(cat, file, err);
+    ckpt__json_doc doc, chunk_doc;
+    char *text = NULL, *chunk_text = NULL;
+    st_map_forms forms[2] = {0};
+    uint64_t header_digest = 0;
+    bool has_header = false;
+    ckpt_status st = parse_map(cat, file, CKPT_CHECKSUM_METADATA_KEY, map, &text, &doc, err);
+    if (st) return st;
+    bool chunk_parsed = false;
+    if (chunks && (st = parse_map(cat, file, CKPT_CHUNK_METADATA_KEY, chunks, &chunk_text, &chunk_doc, err)) == CKPT_OK)
+        chunk_parsed = true;
+    /* The header first: a changed header is said as such, whatever else it changed. */
+    if (st == CKPT_OK) st = header_digest_of(cat, file, &doc, &header_digest, &has_header, err);
+    if (st == CKPT_OK) map_forms(map, &doc, NULL, &forms[0]);
+    if (st == CKPT_OK && chunks) map_forms(chunks, &chunk_doc, "__chunk_bytes__", &forms[1]);
+    if (st == CKPT_OK && has_header && (st = verify_header(cat, file, forms, chunks ? 2 : 1, header_digest, err)) == CKPT_OK)
+        checks->headers++;
+    if (st == CKPT_OK) st = read_digests(cat, file, &doc, checks, err);
+    if (st == CKPT_OK && chunks) st = read_chunks(cat, file, &chunk_doc, checks, err);
+    if (chunk_parsed) ckpt__json_free(&chunk_doc);
+    for (size_t m = 0; m < 2; m++) free(forms[m].actual.data), free(forms[m].zeros.data);
+    ckpt__json_free(&doc);
+    free(text);
+    free(chunk_text);
+    return st;
 }
 
 const ckpt__format ckpt__format_safetensors = {"safetensors", CKPT_FORMAT_SAFETENSORS, st_probe, st_open, NULL, st_verify};
@@ -536,6 +649,8 @@ const ckpt__format ckpt__format_safetensors = {"safetensors", CKPT_FORMAT_SAFETE
 typedef struct st_file {
     uint64_t checksum_at;   /* where the escaped checksum map sits in the header (0: none) */
     size_t checksum_len;
+    uint64_t chunks_at;     /* where the escaped chunk map sits (0: none) */
+    size_t chunks_len;
     uint64_t header_digest; /* XXH3-64 of the header with the placeholder map */
 } st_file;
 
@@ -633,22 +748,74 @@ static char *checksum_map(ckpt__output *o, uint32_t file, bool placeholder) {
     return b.data;
 }
 
+/* Whether a tensor of this file gets chunk digests (CKPT_CHUNK_METADATA_KEY). */
+static bool chunked(const ckpt__out_tensor *t) { return t->nbytes >= CKPT_CHUNKED_MIN_BYTES; }
+
+/* The chunk map of a file's large tensors, as JSON text, or zeros as a
+ * placeholder of the same length (every tensor has ckpt__chunk_count
+ * chunks wherever it lands); NULL when no tensor of the file is large
+ * enough, or out of memory (*failed). */
+static char *chunk_map(ckpt__output *o, uint32_t file, bool placeholder, bool *failed) {
+    ckpt__buf b = {0};
+    char hex[40];
+    snprintf(hex, sizeof hex, "{\"__chunk_bytes__\":\"%llu\"", (unsigned long long)CKPT_CHUNK_BYTES);
+    ckpt__buf_puts(&b, hex);
+    size_t listed = 0;
+    for (size_t i = 0; i < ckpt__out_count(o); i++) {
+        const ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
+        if (t->file != file || !chunked(t)) continue;
+        ckpt__buf_puts(&b, ",");
+        ckpt__buf_json_string(&b, t->name);
+        ckpt__buf_puts(&b, ":\"");
+        for (uint32_t k = 0; k < ckpt__chunk_count(t->nbytes, CKPT_CHUNK_BYTES); k++) {
+            snprintf(hex, sizeof hex, "%016llx", (unsigned long long)(placeholder ? 0 : t->chunk_xxh3[k]));
+            ckpt__buf_puts(&b, hex);
+        }
+        ckpt__buf_puts(&b, "\"");
+        listed++;
+    }
+    ckpt__buf_puts(&b, "}");
+    *failed = b.failed;
+    if (b.failed || !listed) {
+        free(b.data);
+        return NULL;
+    }
+    return b.data;
+}
+
+/* Where a map's placeholder landed in the rendered header: *at and *len of
+ * its escaped text (0, 0 when absent). */
+static ckpt_status find_escaped(const ckpt__buf *header, const char *placeholder, uint64_t *at, size_t *len,
+                                const char *path, ckpt_error *err) {
+    ckpt__buf escaped = {0};
+    ckpt__buf_json_string(&escaped, placeholder);
+    if (escaped.failed) return ckpt__oom(err, path, NULL);
+    const char *found = memmem(header->data, header->len, escaped.data, escaped.len);
+    if (found) *at = (uint64_t)(found - header->data), *len = escaped.len;
+    free(escaped.data);
+    return found ? CKPT_OK : ckpt__fail(err, CKPT_E_BAD_STATE, path, NULL, -1, "checksum placeholder not found in the header");
+}
+
+/* A file's large tensors, once laid out: where their chunk digests go. */
+static ckpt_status give_chunks(ckpt__output *o, uint32_t file, ckpt_error *err) {
+    for (size_t i = 0; i < ckpt__out_count(o); i++) {
+        ckpt__out_tensor *t = ckpt__out_tensor_at(o, i);
+        if (t->file != file || !chunked(t)) continue;
+        t->chunk_bytes = CKPT_CHUNK_BYTES;
+        t->chunk_count = ckpt__chunk_count(t->nbytes, CKPT_CHUNK_BYTES);
+        t->chunk_xxh3 = ckpt__arena_alloc(ckpt__out_arena(o), t->chunk_count * sizeof *t->chunk_xxh3);
+        if (!t->chunk_xxh3) return ckpt__oom(err, ckpt__out_file_path(o, file), NULL);
+    }
+    return CKPT_OK;
+}
+
 /* Finds where the placeholder map landed in the rendered header. */
 static ckpt_status locate_checksums(ckpt__output *o, uint32_t file, const ckpt__buf *header, const char *placeholder,
                                     ckpt_error *err) {
-    ckpt__buf escaped = {0};
-    ckpt__buf_json_string(&escaped, placeholder);
-    if (escaped.failed) return ckpt__oom(err, ckpt__out_path(o), NULL);
-    const char *at = memmem(header->data, header->len, escaped.data, escaped.len);
     st_file *f = &state_of(o)->files[file];
-    if (at) {
-        f->checksum_at = (uint64_t)(at - header->data);
-        f->checksum_len = escaped.len;
-        f->header_digest = XXH3_64bits(header->data, header->len);
-    }
-    free(escaped.data);
-    return at ? CKPT_OK : ckpt__fail(err, CKPT_E_BAD_STATE, ckpt__out_file_path(o, file), NULL, -1,
-                                     "checksum placeholder not found in the header");
+    ckpt_status st = find_escaped(header, placeholder, &f->checksum_at, &f->checksum_len, ckpt__out_file_path(o, file), err);
+    if (st == CKPT_OK) f->header_digest = XXH3_64bits(header->data, header->len);
+    return st;
 }
 
 /* A file's header: its tensors laid out as safetensors' writer does, its
@@ -675,10 +842,14 @@ static ckpt_status st_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, ck
     for (size_t i = 0; st == CKPT_OK && ckpt__out_file_count(o) == 1 && i < cm->count; i++)
         if (!ckpt__pairs_get(&meta, cm->keys[i]) && !ckpt__pairs_push(&meta, cm->keys[i], cm->values[i]))
             st = ckpt__oom(err, NULL, NULL);
-    char *placeholder = NULL;
+    char *placeholder = NULL, *chunks = NULL;
+    bool failed = false;
     if (st == CKPT_OK && ckpt__out_options(o)->checksums) {
         placeholder = checksum_map(o, file, true); /* a fixed-length stand-in: the digests replace it at commit */
-        if (!placeholder || !ckpt__pairs_push(&meta, CKPT_CHECKSUM_METADATA_KEY, placeholder)) st = ckpt__oom(err, NULL, NULL);
+        chunks = chunk_map(o, file, true, &failed);
+        if (!placeholder || failed || !ckpt__pairs_push(&meta, CKPT_CHECKSUM_METADATA_KEY, placeholder) ||
+            (chunks && !ckpt__pairs_push(&meta, CKPT_CHUNK_METADATA_KEY, chunks)))
+            st = ckpt__oom(err, NULL, NULL);
     }
     uint64_t data_size = 0;
     const char *path = ckpt__out_file_path(o, file);
@@ -693,11 +864,15 @@ static ckpt_status st_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, ck
             st = ckpt__oom(err, path, "the header");
     }
     if (st == CKPT_OK && placeholder) st = locate_checksums(o, file, head, placeholder, err);
+    st_file *sf = &state_of(o)->files[file];
+    if (st == CKPT_OK && chunks) st = find_escaped(head, chunks, &sf->chunks_at, &sf->chunks_len, path, err);
+    if (st == CKPT_OK && chunks) st = give_chunks(o, file, err);
     if (st == CKPT_OK) {
         for (size_t i = 0; i < n; i++) ckpt__out_tensor_at(o, out[i].id)->offset = head->len + out[i].begin;
         ckpt__out_set_file_size(o, file, head->len + data_size);
     }
     free(placeholder);
+    free(chunks);
     ckpt__pairs_free(&meta);
     free(out);
     return st;
@@ -760,20 +935,30 @@ static ckpt_status write_index(ckpt__output *o, ckpt_error *err) {
     return st;
 }
 
+/* A map's real text (malloc'ed; NULL: out of memory) over its placeholder
+ * at `at`, of the same escaped length. */
+static ckpt_status patch_map(ckpt__output *o, uint32_t file, char *map, uint64_t at, size_t len, ckpt_error *err) {
+    ckpt__buf escaped = {0};
+    if (map) ckpt__buf_json_string(&escaped, map);
+    free(map);
+    ckpt_status st = CKPT_OK;
+    if (!map || escaped.failed) st = ckpt__oom(err, ckpt__out_file_path(o, file), NULL);
+    else if (escaped.len != len)
+        st = ckpt__fail(err, CKPT_E_BAD_STATE, ckpt__out_file_path(o, file), NULL, -1, "checksum map changed length");
+    else st = ckpt__out_patch(o, file, at, escaped.data, escaped.len, err);
+    free(escaped.data);
+    return st;
+}
+
 static ckpt_status st_finish(ckpt__output *o, ckpt_error *err) {
     ckpt_status st = CKPT_OK;
     for (uint32_t f = 0; st == CKPT_OK && ckpt__out_options(o)->checksums && f < ckpt__out_file_count(o); f++) {
-        /* The real checksum map over the placeholder (same length). */
+        /* The real maps over the placeholders. */
         st_file *sf = &state_of(o)->files[f];
-        char *map = checksum_map(o, f, false);
-        ckpt__buf escaped = {0};
-        if (map) ckpt__buf_json_string(&escaped, map);
-        free(map);
-        if (!map || escaped.failed) st = ckpt__oom(err, ckpt__out_file_path(o, f), NULL);
-        else if (escaped.len != sf->checksum_len)
-            st = ckpt__fail(err, CKPT_E_BAD_STATE, ckpt__out_file_path(o, f), NULL, -1, "checksum map changed length");
-        else st = ckpt__out_patch(o, f, sf->checksum_at, escaped.data, escaped.len, err);
-        free(escaped.data);
+        bool failed = false;
+        st = patch_map(o, f, checksum_map(o, f, false), sf->checksum_at, sf->checksum_len, err);
+        if (st == CKPT_OK && sf->chunks_len)
+            st = patch_map(o, f, chunk_map(o, f, false, &failed), sf->chunks_at, sf->chunks_len, err);
     }
     if (st == CKPT_OK && ckpt__out_file_count(o) > 1) st = write_index(o, err);
     return st;

@@ -72,7 +72,7 @@ bool ckpt__shards_is_own_file(const char *prefix, const char *name) {
 }
 
 bool ckpt__shards_file_key(const char *key) {
-    return !strcmp(key, "format") || !strcmp(key, CKPT_CHECKSUM_METADATA_KEY);
+    return !strcmp(key, "format") || !strcmp(key, CKPT_CHECKSUM_METADATA_KEY) || !strcmp(key, CKPT_CHUNK_METADATA_KEY);
 }
 
 static bool safe_relative(const char *name) {

@@ -204,3 +204,26 @@ def test_verify_failing_prints_no_summary(tmp_path):
         r = run(*args)
         assert r.returncode == 1 and "[CKPT_E_CHECKSUM/CKPT_D_CHECKSUM]" in r.stderr, r.stderr
         assert r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("args", [["--checksums"], ["--dtype", "bf16"], []])
+def test_a_checksummed_source_converted_records_its_own_digests_or_none(tmp_path, source, args):
+    """The source's digest maps (ckpt.xxh3_64, and the chunks' for a tensor
+    of at least 4 MiB) describe its bytes and header, not the output's:
+    carried along, they made --checksums write the key twice and a cast
+    fail ckpt verify."""
+    src, arrays = source
+    arrays = {**arrays, "big": np.arange(1 << 20, dtype=np.float32)}  # 4 MiB: chunk digests too
+    safetensors.numpy.save_file(arrays, str(src))
+    first, out = tmp_path / "first.safetensors", tmp_path / "out.safetensors"
+    assert run("convert", src, first, "--checksums").returncode == 0
+    with safe_open(str(first), "np") as f:
+        assert KEY in f.metadata()
+    r = run("convert", first, out, *args)
+    assert r.returncode == 0, r.stderr
+    r = run("verify", out)
+    assert r.returncode == 0, r.stderr
+    recorded = "--checksums" in args
+    assert ("checked the XXH3-64" in r.stdout) == recorded, r.stdout
+    with safe_open(str(out), "np") as f:
+        assert (KEY in (f.metadata() or {})) == recorded

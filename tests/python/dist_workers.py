@@ -76,6 +76,8 @@ def run(rank, world, port, tmp, scenario):
             background(rank, world, tmp, result)
         elif scenario == "fds":
             fds(rank, world, tmp, result)
+        elif scenario == "fork":
+            fork(rank, world, tmp, result)
     except Exception:  # noqa: BLE001 - reported to the test
         result["failures"].append(traceback.format_exc())
     _finish(tmp, rank, result)
@@ -221,32 +223,13 @@ def kill(rank, world, tmp, result):
     import ckpt.distributed as cd
     from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
 
-    import ckpt._ckpt as core
     full = full_state_dict()
     mesh = init_device_mesh("cpu", (world,))
     dsd = {name: distribute_tensor(t, mesh, [Shard(0)] if t.dim() else []) if t.dim() else t
            for name, t in full.items()}
     out = os.path.join(tmp, "killed")
-    if rank == 2:
-        real = core.ShardWriter
-        calls = {"n": 0}
-
-        class Dying:
-            """The real writer, until the third write kills the process."""
-
-            def __init__(self, *args, **kw):
-                self._w = real(*args, **kw)
-
-            def __getattr__(self, name):
-                return getattr(self._w, name)
-
-            def write(self, index, at, data):
-                calls["n"] += 1
-                if calls["n"] == 3:
-                    os.kill(os.getpid(), signal.SIGKILL)
-                return self._w.write(index, at, data)
-
-        core.ShardWriter = Dying  # ckpt.distributed looks the class up at call time
+    if rank == 2:  # the real writer, until the third write kills the process
+        _dying_writer(3, lambda: os.kill(os.getpid(), signal.SIGKILL))
     t0 = time.monotonic()
     try:
         cd.save(dsd, out, max_shard_size="2MB", timeout=8)
@@ -261,40 +244,114 @@ def background(rank, world, tmp, result):
     tensors (the others whole), mutated as soon as the call returns while
     the "training" runs all_reduces on the same group; the output must be
     the state at the call."""
-    import ckpt
+    import ckpt  # noqa: F401
     import ckpt.distributed as cd
-    full = full_state_dict()
-
-    def my_parts():
-        parts, shards = {}, {}
-        for name, t in full.items():
-            if t.dim() == 2:
-                parts[name] = _cut(t, 0, rank, world).clone()
-                shards[name] = (tuple(t.shape), [_bounds(t.shape[0], rank, world)[0], 0])
-            else:
-                parts[name] = t.clone()
-        return parts, shards
 
     for staging_bytes, out in ((None, "bg-all"), ("64KB", "bg-budget")):
-        parts, shards = my_parts()
+        parts, shards = _rows(rank, world)
         h = cd.save(parts, os.path.join(tmp, out), shards=shards, max_shard_size="2MB", timeout=60,
                     background=True, staging_bytes=staging_bytes, return_stats=True)
-        with torch.no_grad():
-            for t in parts.values():
-                t.add_(1)
-        x = torch.ones(1000)
-        for _ in range(20):  # the training's collectives, on the default group, while the save runs
-            dist.all_reduce(x)
-        stats = h.wait()
-        _check(result, x[0].item() == world ** 20, "the training's all_reduce went wrong during the save")
-        _check(result, isinstance(stats, dict) and stats["bytes_written"] > 0, f"stats {stats!r}")
+        _train_while_saving(h, parts, world, result)
         result["notes"].append({"save": out, "handle": {k: v for k, v in h.stats.items() if k != "pid"}})
-    try:
-        cd.save(parts, os.path.join(tmp, "bg-fork"), shards=shards, background=True, staging="fork")
-        _check(result, False, "staging='fork' was accepted for a collective save")
-    except ValueError as e:
-        result["fork"] = str(e)
     dist.barrier()
+
+
+def _rows(rank, world):
+    """Each rank's rows of the 2-D tensors (the others whole), and their shards."""
+    parts, shards = {}, {}
+    for name, t in full_state_dict().items():
+        if t.dim() == 2:
+            parts[name] = _cut(t, 0, rank, world).clone()
+            shards[name] = (tuple(t.shape), [_bounds(t.shape[0], rank, world)[0], 0])
+        else:
+            parts[name] = t.clone()
+    return parts, shards
+
+
+def _train_while_saving(h, parts, world, result):
+    """The parts mutated as soon as the save call returned, and the
+    training's collectives on the default group while the save runs; then
+    the save's statistics checked."""
+    with torch.no_grad():
+        for t in parts.values():
+            t.add_(1)
+    x = torch.ones(1000)
+    for _ in range(20):
+        dist.all_reduce(x)
+    stats = h.wait()
+    _check(result, x[0].item() == world ** 20, "the training's all_reduce went wrong during the save")
+    _check(result, isinstance(stats, dict) and stats["bytes_written"] > 0, f"stats {stats!r}")
+
+
+def _dying_writer(after, then):
+    """ckpt's ShardWriter, which calls then() at its `after`-th write."""
+    import ckpt._ckpt as core
+    real = core.ShardWriter
+    calls = {"n": 0}
+
+    class Dying:
+        def __init__(self, *args, **kw):
+            self._w = real(*args, **kw)
+
+        def __getattr__(self, name):
+            return getattr(self._w, name)
+
+        def write(self, index, at, data):
+            calls["n"] += 1
+            if calls["n"] == after:
+                then()
+            return self._w.write(index, at, data)
+
+    core.ShardWriter = Dying  # ckpt.distributed looks the class up at call time
+    return real
+
+
+def fork(rank, world, tmp, result):
+    """ckpt.distributed.save(background=True, staging="fork"): each rank's
+    child writes the state at the call while the parent mutates its parts
+    and all_reduces on the default group; one commit.  Then rank 1's child
+    is killed mid-save, then rank 1 itself: the others fail naming rank 1,
+    and the first checkpoint stays as it was."""
+    import ckpt
+    import ckpt._ckpt as core
+    import ckpt.distributed as cd
+    out = os.path.join(tmp, "fork-out")
+    parts, shards = _rows(rank, world)
+    h = cd.save(parts, out, shards=shards, max_shard_size="2MB", timeout=30, background=True, staging="fork",
+                return_stats=True)
+    _train_while_saving(h, parts, world, result)
+    result["notes"].append({"save": "fork", "stall": h.stats["stall_seconds"]})
+    dist.barrier()
+
+    # A child killed at its second write (SIGKILL): nothing is committed.
+    real = core.ShardWriter
+    if rank == 1:
+        _dying_writer(2, lambda: os.kill(os.getpid(), signal.SIGKILL))
+    t0 = time.monotonic()
+    h = cd.save(parts, out, shards=shards, max_shard_size="2MB", timeout=8, overwrite=True, background=True,
+                staging="fork")
+    core.ShardWriter = real
+    try:
+        h.wait(timeout=60)
+        _check(result, False, "the save succeeded without rank 1's child")
+    except ckpt.Error as e:
+        result["child_killed"] = {"message": str(e), "seconds": time.monotonic() - t0}
+    dist.barrier()
+
+    # Rank 1 killed mid-save: its child dies with it (it sleeps in its first write meanwhile).
+    if rank == 1:
+        _dying_writer(1, lambda: time.sleep(30))
+    t0 = time.monotonic()
+    h = cd.save(parts, out, shards=shards, max_shard_size="2MB", timeout=8, overwrite=True, background=True,
+                staging="fork")
+    if rank == 1:
+        time.sleep(1)
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        h.wait(timeout=60)
+        _check(result, False, "the save succeeded without rank 1")
+    except ckpt.Error as e:
+        result["rank_killed"] = {"message": str(e), "seconds": time.monotonic() - t0}
 
 
 def fds(rank, world, tmp, result):

@@ -11,6 +11,7 @@ import json
 import multiprocessing
 import os
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,12 +35,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def spawn(tmp, scenario, timeout=300):
-    """Runs dist_workers.run on WORLD processes; returns each rank's result
+def spawn(tmp, scenario, timeout=300, world=WORLD):
+    """Runs dist_workers.run on `world` processes; returns each rank's result
     (None for a rank that wrote none) and exit codes."""
     ctx = multiprocessing.get_context("spawn")
     port = free_port()
-    procs = [ctx.Process(target=dist_workers.run, args=(r, WORLD, port, str(tmp), scenario)) for r in range(WORLD)]
+    procs = [ctx.Process(target=dist_workers.run, args=(r, world, port, str(tmp), scenario)) for r in range(world)]
     for p in procs:
         p.start()
     deadline = time.monotonic() + timeout
@@ -52,7 +53,7 @@ def spawn(tmp, scenario, timeout=300):
             p.join()
     assert not hung, f"ranks {hung} hung"
     results = []
-    for r in range(WORLD):
+    for r in range(world):
         f = Path(tmp) / f"result-{r}.json"
         results.append(json.loads(f.read_text()) if f.exists() else None)
     return results, [p.exitcode for p in procs]
@@ -191,3 +192,21 @@ def test_without_torch_distributed_each_rank_reads_its_part(tmp_path, monkeypatc
         cd.load(tmp_path, rules)
     with pytest.raises(ValueError, match="together"):
         cd.load(tmp_path, rules, rank=1)
+
+
+def test_saving_plain_tensors_does_not_import_distributed_tensors(tmp_path):
+    """Issue 32 §4, the profile of a collective save by 4 ranks: importing
+    torch.distributed.tensor (to ask whether an entry is a DTensor) cost each
+    rank seconds, more than its writes.  No DTensor exists unless it was
+    imported, so plain tensors do not import it."""
+    code = f"""
+import sys, datetime, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://{tmp_path}/store", rank=0, world_size=1,
+                        timeout=datetime.timedelta(seconds=60))
+import ckpt.distributed as cd
+cd.save({{"a": torch.ones(4, 4)}}, "{tmp_path}/out", timeout=60)
+assert "torch.distributed.tensor" not in sys.modules, "imported"
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "out" / "model.safetensors").exists()

@@ -158,6 +158,103 @@ def test_background_incremental_stages_only_what_changed(tmp_path):
         assert (tmp_path / f"b-{staging}.safetensors").read_bytes() == full
 
 
+# -- large tensors: per-chunk digests (CKPT_CHUNK_METADATA_KEY) ----------------
+
+CHUNK = 1 << 20
+
+
+def embedding_model(rows=12288, seed=0):
+    """A 12 MiB embedding (chunked), a 4 MiB tensor (chunked: the threshold)
+    and a small one (not)."""
+    g = torch.Generator().manual_seed(seed)
+    return {"embed": torch.randn(rows, 256, generator=g), "proj": torch.randn(4096, 256, generator=g),
+            "norm": torch.randn(256, generator=g)}
+
+
+def update_rows(sd, rows=(5, 6, 9000)):
+    with torch.no_grad():
+        for r in rows:
+            sd["embed"][r] += 1.0
+
+
+def header(path):
+    data = open(path, "rb").read()
+    n = int.from_bytes(data[:8], "little")
+    return __import__("json").loads(data[8:8 + n]), 8 + n, data
+
+
+def test_chunk_digests_lie_on_the_files_block_edges(tmp_path):
+    sd = embedding_model()
+    ckpt.save(sd, tmp_path / "a.safetensors", checksums=True)
+    head, start, data = header(tmp_path / "a.safetensors")
+    chunks = __import__("json").loads(head["__metadata__"]["ckpt.xxh3_64_chunks"])
+    assert chunks["__chunk_bytes__"] == str(CHUNK) and set(chunks) == {"__chunk_bytes__", "embed", "proj"}
+    for name in ("embed", "proj"):
+        b, e = (start + o for o in head[name]["data_offsets"])
+        n = e - b
+        digests = [int(chunks[name][i:i + 16], 16) for i in range(0, len(chunks[name]), 16)]
+        assert len(digests) == -(-n // CHUNK) + 1  # ceil(n / C) + 1, wherever the tensor lands
+        edges = [b] + list(range((b // CHUNK + 1) * CHUNK, e, CHUNK)) + [e]  # the file's multiples of 1 MiB
+        want = [ckpt._ckpt.xxh3_64(data[x:y]) for x, y in zip(edges, edges[1:])]
+        want += [ckpt._ckpt.xxh3_64(b"")] * (len(digests) - len(want))  # the empty last one
+        assert digests == want, name
+
+
+def test_a_large_tensor_with_a_few_changed_rows_clones_its_other_chunks(tmp_path):
+    sd = embedding_model()
+    ckpt.save(sd, tmp_path / "a.safetensors", checksums=True)
+    update_rows(sd)  # rows 5 and 6 (one chunk), row 9000 (another)
+    paths, stats = ckpt.save(sd, tmp_path / "b.safetensors", base=tmp_path / "a.safetensors", return_stats=True)
+    embed = sd["embed"].numel() * 4
+    assert stats["partial_tensors"] == 1 and stats["cloned_tensors"] == 2 and stats["written_tensors"] == 0
+    assert stats["tensors"]["embed"]["written_bytes"] <= 2 * CHUNK
+    assert stats["tensors"]["embed"]["cloned_bytes"] == embed - stats["tensors"]["embed"]["written_bytes"]
+    assert stats["tensors"]["proj"] == {"cloned_bytes": 4096 * 256 * 4, "written_bytes": 0}
+    assert stats["written_bytes"] == stats["tensors"]["embed"]["written_bytes"]
+    assert (tmp_path / "b.safetensors").read_bytes() == full_save(sd, tmp_path / "full.safetensors")
+    assert verify(tmp_path / "b.safetensors").returncode == 0
+    got = st_torch.load_file(tmp_path / "b.safetensors")
+    assert all(torch.equal(got[k], sd[k]) for k in sd)
+
+
+def test_partly_cloned_tensors_in_background_and_non_contiguous(tmp_path):
+    sd = embedding_model()
+    ckpt.save(sd, tmp_path / "a.safetensors", checksums=True)
+    update_rows(sd, rows=(5000,))  # inside one whole chunk
+    for staging in ("copy", "fork"):
+        h = ckpt.save(sd, tmp_path / f"b-{staging}.safetensors", base=tmp_path / "a.safetensors", background=True,
+                      staging=staging)
+        h.wait()
+        inc = h.stats["incremental"]
+        assert inc["partial_tensors"] == 1 and inc["tensors"]["embed"]["written_bytes"] == CHUNK, inc
+        full = full_save(sd, tmp_path / f"full-{staging}.safetensors")
+        assert (tmp_path / f"b-{staging}.safetensors").read_bytes() == full
+    t = embedding_model()["embed"]
+    ckpt.save({"t": t.t().contiguous()}, tmp_path / "c.safetensors", checksums=True)
+    with torch.no_grad():
+        t[:, 7] += 1  # a column of t: a row of what is saved
+    paths, stats = ckpt.save({"t": t.t()}, tmp_path / "d.safetensors", base=tmp_path / "c.safetensors",
+                             return_stats=True)  # hashed and written a few rows at a time
+    assert stats["partial_tensors"] == 1 and stats["written_bytes"] <= 2 * CHUNK
+    assert (tmp_path / "d.safetensors").read_bytes() == full_save({"t": t.t().contiguous()},
+                                                                  tmp_path / "e.safetensors")
+
+
+def test_verify_names_the_chunk_whose_bytes_changed(tmp_path):
+    sd = embedding_model()
+    ckpt.save(sd, tmp_path / "a.safetensors", checksums=True)
+    head, start, data = header(tmp_path / "a.safetensors")
+    b = start + head["embed"]["data_offsets"][0]
+    at = (b // CHUNK + 3) * CHUNK + 100  # inside the file's 4th MiB of the tensor: its chunk 3
+    data = bytearray(data)
+    data[at] ^= 1
+    (tmp_path / "a.safetensors").write_bytes(bytes(data))
+    r = verify(tmp_path / "a.safetensors")
+    lo, hi = (b // CHUNK + 3) * CHUNK - b, (b // CHUNK + 4) * CHUNK - b
+    assert r.returncode != 0 and "tensor 'embed'" in r.stderr, r.stderr
+    assert f"chunk 3, the tensor's bytes [{lo}, {hi})" in r.stderr and f"at byte {b + lo}" in r.stderr, r.stderr
+
+
 # -- on real file systems: XFS with reflink=1, ext4 ---------------------------
 
 def _mount_image(tmp_path, fs):
@@ -205,5 +302,37 @@ def test_on_a_real_file_system(tmp_path, fs):
                                  return_stats=True)
         assert stats["cloned_tensors"] == len(sd) - 1
         assert (tmp_path / "elsewhere.safetensors").read_bytes() == (tmp_path / "full.safetensors").read_bytes()
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+@pytest.mark.parametrize("fs", ["xfs", "ext4"])
+def test_chunks_on_a_real_file_system(tmp_path, fs):
+    """A 48 MiB embedding with three rows changed: the output shares every
+    unchanged chunk's blocks with the base on XFS (about 2 MiB written),
+    and is copied in the kernel on ext4; exact on both."""
+    mnt = _mount_image(tmp_path, fs)
+    try:
+        sd = embedding_model(rows=49152)
+        ckpt.save(sd, mnt / "step0.safetensors", checksums=True)
+        update_rows(sd)
+        os.sync()
+        before = _used(mnt)
+        paths, stats = ckpt.save(sd, mnt / "step1.safetensors", base=mnt / "step0.safetensors", return_stats=True)
+        os.sync()
+        grown = _used(mnt) - before
+        written = stats["tensors"]["embed"]["written_bytes"]
+        assert stats["partial_tensors"] == 1 and written <= 2 * CHUNK
+        size = os.path.getsize(mnt / "step1.safetensors")
+        if fs == "xfs":  # the changed chunks, and a block at each tensor's edges: whole chunks are shared
+            assert grown <= written + 8 * 4096 + (256 << 10), (grown, written, size)
+            frag = subprocess.run(["filefrag", "-v", str(mnt / "step1.safetensors")], capture_output=True, text=True)
+            assert "shared" in frag.stdout
+            st = os.stat(mnt / "step1.safetensors")
+            assert st.st_blocks * 512 >= size - 4096  # every block is there: shared, not a hole
+        else:
+            assert grown >= size - (64 << 10)
+        assert (mnt / "step1.safetensors").read_bytes() == full_save(sd, tmp_path / "full.safetensors")
+        assert verify(mnt / "step1.safetensors").returncode == 0
     finally:
         subprocess.run(["umount", str(mnt)], check=False)

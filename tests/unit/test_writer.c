@@ -306,6 +306,136 @@ static void test_many_tensors_grow_tables(void **state) {
     scratch_free(root);
 }
 
+/* A tensor of n bytes `phase` past a chunk edge: chunk k's digest, as
+ * CKPT_CHUNK_METADATA_KEY defines the edges (the file's multiples of C). */
+static uint64_t chunk_digest(const unsigned char *data, uint64_t n, uint64_t phase, uint32_t k, uint64_t *begin,
+                             uint64_t *end) {
+    uint64_t lo = (uint64_t)k * CKPT_CHUNK_BYTES, hi = lo + CKPT_CHUNK_BYTES - phase;
+    *begin = lo > phase ? lo - phase : 0;
+    *end = hi < n ? hi : n;
+    if (*begin > n) *begin = n;
+    return XXH3_64bits(data + *begin, (size_t)(*end - *begin));
+}
+
+/* Chunk digests: recorded for a large tensor at the file's edges, read
+ * back (ckpt_catalog_recorded_chunks), given with a tensor whose unchanged
+ * chunks are copied from the base (ckpt_writer_copy_range) and whose
+ * changed chunk is written; ckpt_verify names a changed chunk's range. */
+static void test_chunk_digests_and_partial_copies(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *base = in_dir(dir, "base.safetensors");
+    enum { N = (5 << 20) + 3 };
+    unsigned char *big = malloc(N);
+    for (size_t i = 0; i < N; i++) big[i] = (unsigned char)(i * 7 + (i >> 13));
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.no_sync = 1;
+    o.checksums = 1;
+    ckpt_writer *w;
+    ckpt_error err;
+    uint64_t s_big[1] = {N}, s_small[1] = {5}, size, phase;
+    size_t ib, is, count;
+    assert_int_equal(ckpt_writer_create(base, &o, &w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "small", CKPT_U8, 1, s_small, &is, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "big", CKPT_U8, 1, s_big, &ib, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_tensor_chunks(w, ib, &size, &phase, &count, &err), CKPT_E_BAD_STATE);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_tensor_chunks(w, is, &size, &phase, &count, &err), CKPT_OK);
+    assert_int_equal(count, 0);
+    assert_int_equal(ckpt_writer_tensor_chunks(w, ib, &size, &phase, &count, &err), CKPT_OK);
+    assert_int_equal(size, CKPT_CHUNK_BYTES);
+    assert_int_equal(count, 7); /* ceil(5 MiB + 3 / 1 MiB) + 1, wherever it lands */
+    assert_int_equal(ckpt_writer_write(w, is, "hello", 5, &err), CKPT_OK);
+    for (size_t at = 0; at < N; at += 100000)
+        assert_int_equal(ckpt_writer_write(w, ib, big + at, N - at < 100000 ? N - at : 100000, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_commit(w, &err), CKPT_OK);
+    ckpt_writer_free(w);
+
+    ckpt_catalog *cat;
+    assert_int_equal(ckpt_catalog_open(base, &cat, &err), CKPT_OK);
+    size_t cb = ckpt_catalog_find(cat, "big") - ckpt_catalog_tensor(cat, 0), total;
+    size_t cs = ckpt_catalog_find(cat, "small") - ckpt_catalog_tensor(cat, 0);
+    ckpt_chunk_record rec[2];
+    uint64_t recorded[7], want[7], begin, end;
+    assert_int_equal(ckpt_catalog_recorded_chunks(cat, rec, NULL, 0, &total, &err), CKPT_OK);
+    assert_int_equal(total, 7);
+    assert_int_equal(ckpt_catalog_recorded_chunks(cat, rec, recorded, 7, &total, &err), CKPT_OK);
+    assert_int_equal(rec[cs].chunk_bytes, 0);
+    assert_int_equal(rec[cb].chunk_bytes, CKPT_CHUNK_BYTES);
+    assert_int_equal(rec[cb].count, 7);
+    assert_int_equal(rec[cb].phase, ckpt_catalog_tensor(cat, cb)->offset % CKPT_CHUNK_BYTES);
+    assert_int_equal(rec[cb].phase, phase);
+    for (uint32_t k = 0; k < 7; k++) assert_true(recorded[rec[cb].first + k] == chunk_digest(big, N, phase, k, &begin, &end));
+
+    /* The next save: chunk 2 changed. */
+    big[2 * CKPT_CHUNK_BYTES + 10]++;
+    for (uint32_t k = 0; k < 7; k++) want[k] = chunk_digest(big, N, phase, k, &begin, &end);
+    uint64_t b2, e2;
+    chunk_digest(big, N, phase, 2, &b2, &e2);
+    const char *out = in_dir(dir, "out.safetensors");
+    size_t ob, os;
+    assert_int_equal(ckpt_writer_create(out, &o, &w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "small", CKPT_U8, 1, s_small, &os, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "big", CKPT_U8, 1, s_big, &ob, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_give_digests(w, ob, XXH3_64bits(big, N), want, 6, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "it has 7 chunk digests"));
+    assert_int_equal(ckpt_writer_give_digests(w, ob, XXH3_64bits(big, N), want, 7, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_copy_range(w, ob, cat, cs, b2, &err), CKPT_E_INVALID_ARGUMENT); /* 5 bytes, not N */
+    assert_int_equal(ckpt_writer_copy_range(w, ob, cat, cb, b2, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_write(w, ob, big + b2, e2 - b2, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_copy_range(w, ob, cat, cb, N - e2 + 1, &err), CKPT_E_OUT_OF_RANGE);
+    assert_int_equal(ckpt_writer_copy_range(w, ob, cat, cb, N - e2, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_copy_tensor(w, os, cat, cs, XXH3_64bits("hello", 5), &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_commit(w, &err), CKPT_OK);
+    ckpt_writer_free(w);
+    /* The whole tensor copied: its chunk digests are the source's. */
+    const char *whole = in_dir(dir, "whole.safetensors");
+    assert_int_equal(ckpt_writer_create(whole, &o, &w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "small", CKPT_U8, 1, s_small, &os, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "big", CKPT_U8, 1, s_big, &ob, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_copy_tensor(w, os, cat, cs, XXH3_64bits("hello", 5), &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_copy_tensor(w, ob, cat, cb, recorded[0] ^ 1, &err), CKPT_OK); /* a wrong whole digest */
+    assert_int_equal(ckpt_writer_commit(w, &err), CKPT_OK);
+    ckpt_writer_free(w);
+    ckpt_catalog_close(cat);
+
+    ckpt_catalog *got;
+    assert_int_equal(ckpt_catalog_open(out, &got, &err), CKPT_OK);
+    ckpt_verify_report r = {.size = sizeof r};
+    assert_int_equal(ckpt_verify(got, NULL, &r, &err), CKPT_OK);
+    assert_int_equal(r.tensor_digests, 2);
+    unsigned char *back = malloc(N);
+    assert_int_equal(ckpt_catalog_read(got, ckpt_catalog_find(got, "big"), 0, back, N, &err), CKPT_OK);
+    assert_memory_equal(back, big, N);
+    uint64_t at = ckpt_catalog_find(got, "big")->offset;
+    ckpt_catalog_close(got);
+    assert_int_equal(ckpt_catalog_open(whole, &got, &err), CKPT_OK);
+    assert_int_equal(ckpt_verify(got, NULL, &r, &err), CKPT_E_CHECKSUM); /* the chunks agree, the whole does not */
+    assert_non_null(strstr(err.message, "data checksum is"));
+    ckpt_catalog_close(got);
+
+    /* A byte of chunk 2 changed on disk: verify names it. */
+    FILE *f = fopen(out, "r+b");
+    fseek(f, (long)(at + b2 + 5), SEEK_SET);
+    fputc(big[b2 + 5] ^ 0x40, f);
+    fclose(f);
+    assert_int_equal(ckpt_catalog_open(out, &got, &err), CKPT_OK);
+    assert_int_equal(ckpt_verify(got, NULL, &r, &err), CKPT_E_CHECKSUM);
+    char range[96];
+    snprintf(range, sizeof range, "chunk 2, the tensor's bytes [%llu, %llu)", (unsigned long long)b2,
+             (unsigned long long)e2);
+    assert_non_null(strstr(err.message, range));
+    assert_string_equal(err.tensor, "big");
+    assert_int_equal(err.offset, (int64_t)(at + b2));
+    ckpt_catalog_close(got);
+    free(back);
+    free(big);
+    scratch_free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_file_in_chunks),
@@ -315,6 +445,7 @@ int main(void) {
         cmocka_unit_test(test_misuse),
         cmocka_unit_test(test_many_tensors_grow_tables),
         cmocka_unit_test(test_copy_tensor_from_a_checkpoint),
+        cmocka_unit_test(test_chunk_digests_and_partial_copies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
