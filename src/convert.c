@@ -144,6 +144,7 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
 static bool storage_of(const ckpt_plan *p, const ckpt__plan_entry *e, ckpt_tensor_storage *s) {
     const ckpt_tensor_info *t = e->pub.source;
     uint64_t base, size;
+    if (e->part_count || e->has_op) return false; /* made of several tensors, or computed: its own bytes */
     if (!torch_source(p->catalog) || !ckpt__catalog_storage(p->catalog, t->storage, &base, &size) || !size) return false;
     for (uint32_t d = 0; d < t->ndim; d++)
         if (e->count[d] != t->shape[d] || e->perm[d] != d) return false;

@@ -257,9 +257,11 @@ static void write_f32_tensors(const char *path, const char *const *names, size_t
     unsigned char *buf = calloc(1, len);
     for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)h >> (8 * i));
     memcpy(buf + 8, header, h);
-    float *data = (float *)(buf + 8 + h);
     for (size_t k = 0; k < n; k++)
-        for (size_t i = 0; i < numel; i++) data[k * numel + i] = (float)(k * 100 + i);
+        for (size_t i = 0; i < numel; i++) {
+            float v = (float)(k * 100 + i);
+            memcpy(buf + 8 + h + (k * numel + i) * 4, &v, 4); /* the data is not 4-byte aligned */
+        }
     write_bytes(path, buf, len);
     free(buf);
 }
