@@ -635,9 +635,11 @@ def tiny_mixtral(out, dtype=torch.bfloat16, seed=7, drop=(), **config_changes):
         "rms_norm_eps": 1e-05, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
         "router_aux_loss_coef": 0.02, "router_jitter_noise": 0.0, "sliding_window": None,
         "tie_word_embeddings": False, "transformers_version": "5.23.0", "use_cache": True, "vocab_size": vocab}
+    config |= config_changes
+    hidden, ff = config["hidden_size"], config["intermediate_size"]
     experts = {"block_sparse_moe.experts.{e}.w1.weight": (ff, hidden), "block_sparse_moe.experts.{e}.w2.weight":
                (hidden, ff), "block_sparse_moe.experts.{e}.w3.weight": (ff, hidden)}
-    write_moe(out, config | config_changes, dtype, seed, experts, "block_sparse_moe.gate.weight", drop=drop)
+    write_moe(out, config, dtype, seed, experts, "block_sparse_moe.gate.weight", drop=drop)
 
 
 def tiny_qwen_moe(out, arch, dtype=torch.bfloat16, seed=8, drop=(), **config_changes):
