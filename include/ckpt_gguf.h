@@ -105,13 +105,20 @@ CKPT_API ckpt_dtype ckpt_dtype_from_ggml_type(uint32_t ggml_type);
  * ckpt_writer_options.metadata_json = *metadata_json to a `.gguf`
  * destination, and the file is byte for byte the script's.
  *
- *   architecture  config.json's architectures[0]: LlamaForCausalLM or
- *                 MistralForCausalLM (llama), Qwen2ForCausalLM (qwen2),
- *                 Qwen3ForCausalLM (qwen3), Phi3ForCausalLM (phi3);
- *                 another is refused by name (CKPT_E_INVALID_ARGUMENT)
+ *   architecture  config.json's architectures[0]: LlamaForCausalLM,
+ *                 MistralForCausalLM or MixtralForCausalLM (llama),
+ *                 Qwen2ForCausalLM (qwen2), Qwen3ForCausalLM (qwen3),
+ *                 Qwen2MoeForCausalLM (qwen2moe), Qwen3MoeForCausalLM
+ *                 (qwen3moe), Phi3ForCausalLM (phi3), Gemma2ForCausalLM
+ *                 (gemma2), Gemma3ForCausalLM (gemma3); another is refused
+ *                 by name (CKPT_E_INVALID_ARGUMENT)
  *   tensors       llama.cpp's names (blk.N.attn_q.weight, …); the rows of
  *                 Q and K reordered as the script reorders them for llama's RoPE,
- *                 streamed like any other tensor; vectors and norms f32,
+ *                 streamed like any other tensor; a mixture of experts'
+ *                 per-expert tensors stacked into one per layer
+ *                 (blk.N.ffn_gate_exps.weight, …), each expert streamed to
+ *                 its offset; Gemma's norms + 1; Llama 3.1's rope_freqs
+ *                 computed from the RoPE parameters; vectors and norms f32,
  *                 other tensors `dtype` (Q8_0 rows that are not whole
  *                 blocks: f16, as the script falls back)
  *   key-values    general.* (general.name from the directory's name, as the
@@ -134,9 +141,11 @@ CKPT_API ckpt_dtype ckpt_dtype_from_ggml_type(uint32_t ggml_type);
  * tensor's shape, a tensor the architecture has no name for, a tokenizer
  * ckpt does not convert (a tokenizer.model that is no SentencePiece model,
  * a pre-tokenizer llama.cpp knows under no name ckpt knows), RoPE the
- * script makes tensors of (llama3's rope_freqs, longrope's factors) or a
- * RoPE type other than default, linear and yarn, a variant the script
- * converts otherwise (a Qwen3 reranker, CodeLlama's vocab_size 32016).
+ * script makes tensors of that ckpt does not (longrope's factors) or a
+ * RoPE type other than default, linear, yarn and (llama) llama3, a variant
+ * the script converts otherwise (a Qwen3 reranker, CodeLlama's vocab_size
+ * 32016), an expert count that contradicts the expert tensors or an expert
+ * tensor the count needs and the weights lack.
  * *metadata_json is malloc'ed (ckpt_free).
  */
 CKPT_API ckpt_status ckpt_gguf_llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt_dtype dtype,

@@ -752,6 +752,7 @@ ckpt_status ckpt_convert_collective(ckpt_plan *p, const char *dst_path, const ck
                           "torch.distributed)",
                           c.n);
     if (local == CKPT_OK) local = ckpt__plan_check(p, &mine);
+    if (local == CKPT_OK) local = ckpt__plan_refuse_assembled(p, "a collective conversion", &mine);
     st = ckpt__coll_agree(&c, local, &mine, "checking the plans", err);
     if (st) return st;
     /* Every rank must hold the same plan. */
@@ -786,9 +787,9 @@ ckpt_status ckpt_convert_collective(ckpt_plan *p, const char *dst_path, const ck
         return st;
     }
     ckpt__move *moves = NULL;
-    size_t used = 0;
-    local = ckpt__convert_moves(p, &moves, &mine);
-    if (local == CKPT_OK) local = my_moves(&c, p, w, moves, p->selected_count, &used, &mine);
+    size_t used = 0, count = 0;
+    local = ckpt__convert_moves(p, &moves, &count, &mine);
+    if (local == CKPT_OK) local = my_moves(&c, p, w, moves, count, &used, &mine);
     if (local == CKPT_OK) {
         ckpt_load_stats ls;
         memset(&ls, 0, sizeof ls);

@@ -154,6 +154,7 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
 static bool storage_of(const ckpt_plan *p, const ckpt__plan_entry *e, ckpt_tensor_storage *s) {
     const ckpt_tensor_info *t = e->pub.source;
     uint64_t base, size;
+    if (e->part_count || e->has_op) return false; /* made of several tensors, or computed: its own bytes */
     if (!torch_source(p->catalog) || !ckpt__catalog_storage(p->catalog, t->storage, &base, &size) || !size) return false;
     for (uint32_t d = 0; d < t->ndim; d++)
         if (e->count[d] != t->shape[d] || e->perm[d] != d) return false;
@@ -177,21 +178,54 @@ static bool storage_of(const ckpt_plan *p, const ckpt__plan_entry *e, ckpt_tenso
     return true;
 }
 
-ckpt_status ckpt__convert_moves(const ckpt_plan *p, ckpt__move **out, ckpt_error *err) {
-    size_t n = p->selected_count;
+/* The move of source entry `part` into the output of entry `e`, the
+ * writer's tensor `writer_index`, `at` bytes into it. */
+static ckpt__move part_move(const ckpt_plan *p, const ckpt__plan_entry *e, const ckpt__plan_entry *part,
+                            size_t writer_index, uint64_t at) {
+    ckpt__move m = {.tensor = ckpt__catalog_index_of(p->catalog, part->pub.source), .start = part->start,
+                    .count = part->count, .perm = part->perm, .dtype = e->pub.dtype, .name = e->pub.name,
+                    .sink = CKPT__SINK_WRITER, .writer_index = writer_index, .writer_at = at,
+                    .op = e->has_op ? &e->op : NULL};
+    if (part->view_ndim)
+        m.start = NULL, m.count = NULL, m.perm = part->view_perm, m.view_ndim = part->view_ndim,
+        m.view_shape = part->view_shape;
+    return m;
+}
+
+ckpt_status ckpt__convert_moves(const ckpt_plan *p, ckpt__move **out, size_t *count, ckpt_error *err) {
+    size_t n = 0;
+    for (size_t k = 0; k < p->selected_count; k++) {
+        const ckpt__plan_entry *e = &p->entries[p->selected[k]];
+        n += e->part_count ? e->part_count : 1;
+    }
     ckpt__move *moves = ckpt__calloc(n ? n : 1, sizeof *moves);
     if (!moves) return ckpt__oom(err, NULL, "the conversion's tensors");
-    for (size_t k = 0; k < n; k++) {
+    size_t m = 0;
+    for (size_t k = 0; k < p->selected_count; k++) {
         const ckpt__plan_entry *e = &p->entries[p->selected[k]];
-        moves[k] = (ckpt__move){.tensor = ckpt__catalog_index_of(p->catalog, e->pub.source), .start = e->start,
-                                .count = e->count, .perm = e->perm, .dtype = e->pub.dtype, .name = e->pub.name,
-                                .sink = CKPT__SINK_WRITER, .writer_index = k};
-        if (e->view_ndim)
-            moves[k].start = NULL, moves[k].count = NULL, moves[k].perm = e->view_perm,
-            moves[k].view_ndim = e->view_ndim, moves[k].view_shape = e->view_shape;
+        size_t writer_index = p->generated_count + k;
+        if (!e->part_count) {
+            moves[m++] = part_move(p, e, e, writer_index, 0);
+            continue;
+        }
+        /* a stack: each part's bytes at its offset in the output (whole
+         * blocks each, ckpt__plan_stack checked) */
+        uint64_t part_bytes = e->pub.nbytes / e->part_count;
+        for (size_t j = 0; j < e->part_count; j++)
+            moves[m++] = part_move(p, e, &p->entries[e->parts[j]], writer_index, j * part_bytes);
     }
-    *out = moves;
+    *out = moves, *count = m;
     return CKPT_OK;
+}
+
+/* The generated tensors' bytes, written whole (they are small: made from
+ * values). */
+static ckpt_status write_generated(const ckpt_plan *p, ckpt_writer *w, ckpt_error *err) {
+    ckpt_status st = CKPT_OK;
+    for (size_t g = 0; st == CKPT_OK && g < p->generated_count; g++)
+        if (p->generated[g].nbytes && !ckpt_writer_tensor_kept(w, g))
+            st = ckpt__writer_pwrite(w, g, 0, p->generated[g].data, (size_t)p->generated[g].nbytes, err);
+    return st;
 }
 
 ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_writer_options *options,
@@ -214,6 +248,14 @@ ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_
     const char *config_dtype = ckpt__torch_dtype_name(ckpt__plan_one_float_dtype(p));
     if (o.copy_files_from && config_dtype) ckpt__writer_set_config_dtype(w, config_dtype);
     st = copy_metadata(p, w, err);
+    for (size_t g = 0; st == CKPT_OK && g < p->generated_count; g++) {
+        const ckpt__plan_generated *t = &p->generated[g];
+        st = ckpt_writer_add_tensor_shared(w, t->name, t->dtype, t->ndim, t->shape, NULL, NULL, err);
+    }
+    if (st == CKPT_OK && p->assembled && ckpt__writer_needs_order(w))
+        st = ckpt__fail(err, CKPT_E_UNSUPPORTED, dst_path, NULL, -1,
+                        "this output checks each tensor's bytes in order, which a plan that stacks, computes or "
+                        "generates tensors does not write");
     for (size_t k = 0; st == CKPT_OK && k < p->selected_count; k++) {
         ckpt__plan_entry *e = &p->entries[p->selected[k]];
         ckpt_tensor_storage s;
@@ -246,12 +288,12 @@ static ckpt_status declare(ckpt_plan *p, const char *dst_path, const ckpt_writer
     if (dry_run) o.dry_run = 1;
     ckpt_writer *w;
     ckpt__move *moves;
+    size_t n, used = 0;
     if ((st = ckpt__convert_writer(p, dst_path, &o, &w, err))) return st;
-    if ((st = ckpt__convert_moves(p, &moves, err))) {
+    if ((st = ckpt__convert_moves(p, &moves, &n, err))) {
         ckpt_writer_free(w);
         return st;
     }
-    size_t n = p->selected_count, used = 0;
     for (size_t k = 0; k < n; k++) /* what the writer keeps */
         if (!ckpt_writer_tensor_kept(w, moves[k].writer_index)) moves[used++] = moves[k];
     *w_out = w, *moves_out = moves, *used_out = used;
@@ -276,7 +318,8 @@ ckpt_status ckpt_convert_plan(ckpt_plan *p, const char *dst_path, const ckpt_wri
     }
     ckpt__engine_options eo = {.io = CKPT_IO_BUFFERED, .progress = o.progress, .user = o.user, .writer = w,
                                .ordered = ckpt__writer_needs_order(w), .check_crc = !o.skip_crc_check};
-    st = ckpt__engine_run(p->catalog, moves, used, &eo, NULL, err);
+    st = write_generated(p, w, err);
+    if (st == CKPT_OK) st = ckpt__engine_run(p->catalog, moves, used, &eo, NULL, err);
     if (st == CKPT_OK) st = ckpt_writer_commit(w, err);
     ckpt_writer_free(w);
     free(moves);

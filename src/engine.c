@@ -83,6 +83,11 @@ typedef struct job {
     int64_t *dst_stride;      /* per source axis: the output's stride, in output units */
     unsigned in_size, out_size;
     ckpt__cast_fn fn;
+    /* An elementwise rule (the move's op): the source's units widened to
+     * float32 units of wide_size bytes by `widen`, the rule applied, then
+     * fn casts float32 to the output. */
+    ckpt__cast_fn widen;
+    unsigned wide_size;
     bool same_bytes;          /* output bytes are the source's (no cast) */
     bool serial;              /* boxes in order on one worker: hashes, ordered writes, DEFLATE */
     bool kernel_copy;         /* WRITER: the slice is one run of a local file, copied by the kernel */
@@ -187,6 +192,12 @@ static void make_job(ckpt_catalog *c, ckpt__move *m, job *j, uint64_t *pool) {
     j->shape = shape;
     j->fn = ckpt__cast_kernel(packed(t->dtype) ? CKPT_U8 : t->dtype, packed(t->dtype) ? CKPT_U8 : out);
     j->same_bytes = out == t->dtype;
+    if (m->op) { /* the plan checked both casts exist (ckpt__plan_compute) */
+        j->widen = ckpt__cast_kernel(t->dtype, CKPT_F32);
+        j->fn = ckpt__cast_kernel(CKPT_F32, out);
+        j->wide_size = j->block * 4;
+        j->same_bytes = false;
+    }
     /* The output is row-major over count[perm[i]]: each source axis's
      * stride is that of the output axis it becomes.  No product of extents
      * here or below (strides, offsets, box sizes) overflows an int64: every
@@ -372,6 +383,8 @@ typedef struct worker {
     unsigned char *bounce; /* reads that convert land here */
     size_t bounce_cap;
     unsigned char *slot;   /* a box's output, for writers and hashes */
+    float *wide;           /* an elementwise rule's float32 values (grown as needed) */
+    size_t wide_cap;
     ckpt__read_req reqs[BATCH];
     size_t nreq;
     ckpt__inflater *inflater;
@@ -660,6 +673,23 @@ static ckpt_status read_runs_merged(worker *w, const job *j, ckpt__source *src, 
     return st;
 }
 
+/* A gathered box of an elementwise rule's move: its units widened to
+ * float32, the rule applied, then cast and scattered to dst.  The float32
+ * buffer is the worker's, a few times the bounce buffer at most. */
+static ckpt_status scatter_computed(worker *w, const job *j, const ckpt__runs *r, const unsigned char *dense_in,
+                                    unsigned char *dst, ckpt_error *err) {
+    size_t need = (size_t)r->units * j->wide_size;
+    if (need > w->wide_cap) {
+        float *grown = realloc(w->wide, need);
+        if (!grown) return ckpt__oom(err, NULL, j->name);
+        w->wide = grown, w->wide_cap = need;
+    }
+    j->widen(dense_in, w->wide, (size_t)r->units);
+    ckpt__elementwise_apply(j->m->op, w->wide, (size_t)r->units * j->block);
+    ckpt__scatter(j->fn, j->wide_size, j->out_size, (const unsigned char *)w->wide, r->n, r->count, dst, r->dst);
+    return CKPT_OK;
+}
+
 /* A box of one piece: rel/cnt in source axes relative to the piece; dst is
  * where the box's first unit goes, dst_stride the output strides. */
 static ckpt_status read_piece(worker *w, const job *j, const ckpt__piece *p, const uint64_t *rel, const uint64_t *cnt,
@@ -715,6 +745,7 @@ static ckpt_status read_piece(worker *w, const job *j, const ckpt__piece *p, con
     if (j->track) note_runs(w, j, &r, base, run_bytes, copy ? dst : NULL, dense_in);
     if (copy) return CKPT_OK;
     if (swap) ckpt__swap_dtype(j->t->dtype, dense_in, r.units * j->in_size);
+    if (j->m && j->m->op) return scatter_computed(w, j, &r, dense_in, dst, err);
     ckpt__scatter(j->fn, j->in_size, j->out_size, dense_in, r.n, r.count, dst, r.dst);
     return CKPT_OK;
 }
@@ -1138,6 +1169,7 @@ static void free_worker(worker *w) {
     w->inflater = NULL;
     free(w->bounce);
     free(w->slot);
+    free(w->wide);
 }
 
 static ckpt_status alloc_worker(worker *w, engine *g, bool bounce, bool slot, ckpt_error *err) {

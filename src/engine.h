@@ -22,6 +22,7 @@
 #define CKPT_ENGINE_H
 
 #include "catalog_internal.h"
+#include "transform/elementwise.h"
 
 typedef enum ckpt__sink { CKPT__SINK_MEMORY, CKPT__SINK_WRITER, CKPT__SINK_HASH, CKPT__SINK_STAGE } ckpt__sink;
 
@@ -66,6 +67,10 @@ typedef struct ckpt__move {
     const uint64_t *view_shape;
     ckpt_dtype dtype;              /* the output's; CKPT_DTYPE_INVALID: the source's */
     const char *name;              /* the output's name, for errors; NULL: the source's */
+    /* An elementwise rule: each element widened to float32, the rule
+     * applied, the result cast to dtype (never a copy by the kernel).
+     * NULL: none. */
+    const ckpt__elementwise *op;
     ckpt__sink sink;
     void *dst;                     /* MEMORY: the output, dense row-major, any alignment; STAGE: the
                                       stage's address of it */

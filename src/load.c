@@ -271,7 +271,8 @@ ckpt_status ckpt__load_moves(ckpt_plan *p, const ckpt_load_options *o, const boo
                              size_t *out_count, uint64_t *out_views, uint64_t *out_view_bytes, ckpt_error *err) {
     *out = NULL, *out_count = 0, *out_views = 0;
     if (out_view_bytes) *out_view_bytes = 0;
-    ckpt_status st = CKPT_OK;
+    ckpt_status st = ckpt__plan_refuse_assembled(p, "a load", err);
+    if (st) return st;
     /* a destination for every selected entry (no_view[k]: the k-th is read
      * into memory, never viewed — a collective load broadcasts into it) */
     size_t n = p->selected_count, moves_used = 0;

@@ -100,16 +100,20 @@ static void update(ckpt__plan_entry *e) {
     const ckpt_tensor_info *t = e->pub.source;
     uint64_t numel = 1;
     bool permuted = false;
+    uint32_t lead = e->part_count ? 1 : 0; /* a stack's leading axis */
+    if (lead) e->shape[0] = e->part_count, numel = e->part_count;
     for (uint32_t i = 0; i < t->ndim; i++) {
-        e->shape[i] = e->count[e->perm[i]];
-        numel *= e->shape[i];
+        e->shape[lead + i] = e->count[e->perm[i]];
+        numel *= e->shape[lead + i];
         permuted |= e->perm[i] != i;
     }
+    e->pub.ndim = t->ndim + lead;
     e->pub.numel = numel;
     /* A slice of the catalog's tensor in a dtype that cast_to checked:
      * cannot overflow. */
     ckpt__dtype_nbytes(e->pub.dtype, numel, &e->pub.nbytes);
-    e->pub.transform = permuted || e->view_ndim || e->pub.dtype != t->dtype || t->big_endian || t->strides || t->compressed;
+    e->pub.transform = permuted || e->view_ndim || e->pub.dtype != t->dtype || t->big_endian || t->strides ||
+                       t->compressed || lead || e->has_op;
 }
 
 ckpt_status ckpt_plan_create(ckpt_catalog *catalog, ckpt_plan **out, ckpt_error *err) {
@@ -141,6 +145,7 @@ ckpt_status ckpt_plan_create(ckpt_catalog *catalog, ckpt_plan **out, ckpt_error 
         e->pub = (ckpt_plan_item){.name = t->name, .source = t, .dtype = t->dtype, .ndim = n, .shape = e->shape,
                                   .slice_start = e->start, .slice_count = e->count, .perm = e->perm};
         e->selected = true;
+        e->place = i;
         update(e);
     }
     p->selection_dirty = p->names_dirty = true;
@@ -172,11 +177,24 @@ void ckpt_plan_free(ckpt_plan *p) {
     free(p);
 }
 
+/* Whether entry x's output comes after entry y's: by place, then in the
+ * order placed (an entry's own place first). */
+static bool placed_after(const ckpt__plan_entry *x, const ckpt__plan_entry *y) {
+    return x->place > y->place || (x->place == y->place && x->seq > y->seq);
+}
+
 void ckpt__plan_refresh(ckpt_plan *p) {
     if (!p->selection_dirty) return;
     size_t n = 0;
     for (size_t i = 0; i < p->entry_count; i++)
-        if (p->entries[i].selected) p->selected[n++] = i;
+        if (p->entries[i].selected && !p->entries[i].absorbed) p->selected[n++] = i;
+    /* placed entries: a stable insertion sort, short for the few that
+     * move (a stack's output after its last part) */
+    for (size_t k = 1; p->place_seq && k < n; k++) {
+        size_t v = p->selected[k], j = k;
+        while (j > 0 && placed_after(&p->entries[p->selected[j - 1]], &p->entries[v])) p->selected[j] = p->selected[j - 1], j--;
+        p->selected[j] = v;
+    }
     p->selected_count = n;
     p->selection_dirty = false;
     p->names_dirty = true;
@@ -361,13 +379,14 @@ static bool is_integer(ckpt_dtype d) {
  * types.  True when the entry takes part, else *why says why not. */
 static bool block_cast_applies(const ckpt__plan_entry *e, ckpt_dtype to, ckpt__skip *why) {
     ckpt_dtype from = e->pub.source->dtype;
+    uint32_t n = e->pub.source->ndim; /* the source's axes (a stack adds a leading one) */
     if (ckpt_dtype_is_block(to)) {
-        *why = ckpt_dtype_is_block(from)                                 ? CKPT__SKIP_QUANTIZED
-               : !is_float(from)                                         ? CKPT__SKIP_NOT_FLOAT
-               : e->pub.ndim < 2                                         ? CKPT__SKIP_VECTOR
-               : e->perm[e->pub.ndim - 1] != e->pub.ndim - 1             ? CKPT__SKIP_LAST_AXIS_MOVED
-               : e->count[e->pub.ndim - 1] % ckpt_dtype_block_elems(to) ? CKPT__SKIP_PARTIAL_BLOCKS
-                                                                         : CKPT__SKIP_COUNT;
+        *why = ckpt_dtype_is_block(from)                            ? CKPT__SKIP_QUANTIZED
+               : !is_float(from)                                    ? CKPT__SKIP_NOT_FLOAT
+               : e->pub.ndim < 2 || !n                              ? CKPT__SKIP_VECTOR
+               : e->perm[n - 1] != n - 1                            ? CKPT__SKIP_LAST_AXIS_MOVED
+               : e->count[n - 1] % ckpt_dtype_block_elems(to)       ? CKPT__SKIP_PARTIAL_BLOCKS
+                                                                    : CKPT__SKIP_COUNT;
     } else {
         *why = !ckpt_dtype_is_block(from) ? CKPT__SKIP_NOT_FLOAT : !is_float(to) ? CKPT__SKIP_BLOCK_TO_INTEGER
                                                                                  : CKPT__SKIP_COUNT;
@@ -668,6 +687,117 @@ ckpt_status ckpt__plan_view_permute(ckpt_plan *p, size_t index, uint32_t ndim, c
     return CKPT_OK;
 }
 
+/* ---- outputs only a conversion writes -------------------------------------------- */
+
+/* Whether selected entry `e` can take part in an assembled output: not
+ * stacked, absorbed, computed or placed yet. */
+static bool plain_entry(const ckpt__plan_entry *e) {
+    return e->selected && !e->absorbed && !e->part_count && !e->has_op && !e->seq;
+}
+
+/* Whether two entries' outputs (before stacking) have one shape. */
+static bool same_output_shape(const ckpt__plan_entry *a, const ckpt__plan_entry *b) {
+    if (a->pub.ndim != b->pub.ndim) return false;
+    for (uint32_t d = 0; d < a->pub.ndim; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+ckpt_status ckpt__plan_stack(ckpt_plan *p, size_t index, size_t n, const size_t *parts, ckpt_error *err) {
+    if (index >= p->entry_count || !n || !parts)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "a stack needs an entry and its parts");
+    ckpt__plan_entry *head = &p->entries[index];
+    const ckpt_tensor_info *t = head->pub.source;
+    bool has_head = false;
+    for (size_t k = 0; k < n; k++) {
+        if (parts[k] >= p->entry_count)
+            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, head), t->name, -1, "part %zu is no tensor", k);
+        ckpt__plan_entry *e = &p->entries[parts[k]];
+        for (size_t j = 0; j < k; j++)
+            if (parts[j] == parts[k])
+                return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                                  "a tensor is twice a part of one stack");
+        has_head |= parts[k] == index;
+        const char *why = !plain_entry(e) ? "it is not a plain selected tensor (stacked, computed or placed already)"
+                          : !same_output_shape(e, head) ? "its shape is not the other parts' shape"
+                          : e->pub.source->dtype != t->dtype ? "its dtype is not the other parts' dtype"
+                          : ckpt_dtype_bits(e->pub.source->dtype) % 8 ? "its elements are packed below a byte"
+                                                                       : NULL;
+        if (why)
+            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                              "cannot stack it into %s: %s", head->pub.name, why);
+    }
+    if (!has_head)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, head), t->name, -1,
+                          "a stack's output is one of its parts");
+    uint64_t *shape = ckpt__arena_alloc(&p->arena, ((size_t)t->ndim + 1) * sizeof *shape);
+    size_t *list = ckpt__arena_alloc(&p->arena, n * sizeof *list);
+    if (!shape || !list) return ckpt__oom(err, source_path(p, head), t->name);
+    memcpy(list, parts, n * sizeof *list);
+    for (size_t k = 0; k < n; k++)
+        if (parts[k] != index) p->entries[parts[k]].absorbed = true;
+    head->parts = list, head->part_count = n;
+    head->shape = shape, head->pub.shape = shape;
+    update(head);
+    p->assembled = true;
+    p->selection_dirty = true;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__plan_compute(ckpt_plan *p, size_t index, const ckpt__elementwise *rule, ckpt_error *err) {
+    ckpt__plan_entry *e = &p->entries[index];
+    const ckpt_tensor_info *t = e->pub.source;
+    if (!ckpt__elementwise_valid(rule))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), t->name, -1,
+                          "an elementwise rule adds a finite number and rounds to f32, f16 or bf16");
+    if (e->has_op || !ckpt__cast_kernel(t->dtype, CKPT_F32) || ckpt_dtype_bits(t->dtype) % 8)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), t->name, -1,
+                          "cannot compute an elementwise rule on it (%s)",
+                          e->has_op ? "it has one already" : "its elements do not widen to f32");
+    e->op = *rule, e->has_op = true;
+    update(e);
+    p->assembled = true;
+    return CKPT_OK;
+}
+
+void ckpt__plan_place(ckpt_plan *p, size_t index, size_t after) {
+    ckpt__plan_entry *e = &p->entries[index];
+    e->place = after, e->seq = ++p->place_seq;
+    p->selection_dirty = true;
+}
+
+ckpt_status ckpt__plan_generate(ckpt_plan *p, const char *name, ckpt_dtype dtype, uint32_t ndim, const uint64_t *shape,
+                                const void *data, uint64_t nbytes, ckpt_error *err) {
+    uint64_t numel, want;
+    if (!name || ndim > CKPT_MAX_DIMS || (ndim && !shape) || ckpt__tensor_size(dtype, ndim, shape, &numel, &want) ||
+        want != nbytes || (nbytes && !data))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, name, -1,
+                          "a generated tensor's bytes are its shape's elements in its dtype");
+    if (p->generated_count == p->generated_cap) {
+        size_t cap = p->generated_cap ? 2 * p->generated_cap : 4;
+        ckpt__plan_generated *g = ckpt__arena_alloc(&p->arena, cap * sizeof *g);
+        if (!g) return ckpt__oom(err, NULL, name);
+        if (p->generated_count) memcpy(g, p->generated, p->generated_count * sizeof *g);
+        p->generated = g, p->generated_cap = cap;
+    }
+    char *copy = ckpt__arena_strndup(&p->arena, name, strlen(name));
+    uint64_t *dims = ckpt__arena_alloc(&p->arena, (ndim ? ndim : 1) * sizeof *dims);
+    void *bytes = ckpt__arena_alloc(&p->arena, nbytes ? (size_t)nbytes : 1);
+    if (!copy || !dims || !bytes) return ckpt__oom(err, NULL, name);
+    if (ndim) memcpy(dims, shape, ndim * sizeof *dims);
+    if (nbytes) memcpy(bytes, data, (size_t)nbytes);
+    p->generated[p->generated_count++] =
+        (ckpt__plan_generated){.name = copy, .dtype = dtype, .ndim = ndim, .shape = dims, .data = bytes, .nbytes = nbytes};
+    p->assembled = true;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__plan_refuse_assembled(const ckpt_plan *p, const char *what, ckpt_error *err) {
+    if (!p->assembled) return CKPT_OK;
+    return ckpt__fail(err, CKPT_E_UNSUPPORTED, NULL, NULL, -1,
+                      "%s: the plan stacks, computes or generates tensors, which only a conversion writes", what);
+}
+
 /* ---- items ------------------------------------------------------------------------ */
 
 size_t ckpt_plan_count(const ckpt_plan *p) {
@@ -713,6 +843,11 @@ ckpt_status ckpt__plan_check(ckpt_plan *p, ckpt_error *err) {
 
 /* Position of entry `entry` in the selection (binary search). */
 static size_t selected_position(const ckpt_plan *p, size_t entry) {
+    if (p->place_seq) { /* placed entries: not in catalog order */
+        size_t k = 0;
+        while (k < p->selected_count && p->selected[k] != entry) k++;
+        return k;
+    }
     size_t lo = 0, hi = p->selected_count;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;

@@ -3,6 +3,7 @@
 #define CKPT_PLAN_INTERNAL_H
 
 #include "base/base.h"
+#include "transform/elementwise.h"
 
 typedef struct ckpt__plan_entry {
     ckpt_plan_item pub;
@@ -14,6 +15,23 @@ typedef struct ckpt__plan_entry {
     uint64_t *view_shape;
     uint32_t *view_perm;
     bool selected;
+    /* An output assembled of several tensors (ckpt__plan_stack): parts[k]
+     * (catalog indexes, this entry's own among them) stacked along a new
+     * leading axis; each part is read as its own entry says (slice, view)
+     * and cast to this entry's dtype.  absorbed: a part of another entry's
+     * output, no output of its own. */
+    size_t *parts;
+    size_t part_count;
+    bool absorbed;
+    /* An elementwise rule on the way out (ckpt__plan_compute); has_op
+     * false: none. */
+    ckpt__elementwise op;
+    bool has_op;
+    /* Where the output goes among the outputs (ckpt__plan_place): after
+     * catalog entry place, in the order of placing (seq); seq 0: its own
+     * place. */
+    size_t place;
+    uint64_t seq;
     void *buffer;        /* the caller's, when set */
     uint64_t capacity;
     struct ckpt_device *device; /* buffer is that device's memory (ckpt_device.h), or NULL */
@@ -34,6 +52,17 @@ typedef enum ckpt__skip {
     CKPT__SKIP_RANK,            /* a permutation of a tensor with another number of axes */
     CKPT__SKIP_COUNT
 } ckpt__skip;
+
+/* An output no source tensor holds (ckpt__plan_generate): its bytes, made
+ * from values. */
+typedef struct ckpt__plan_generated {
+    const char *name;
+    ckpt_dtype dtype;
+    uint32_t ndim;
+    const uint64_t *shape;
+    const void *data;
+    uint64_t nbytes;
+} ckpt__plan_generated;
 
 struct ckpt_plan {
     ckpt_catalog *catalog;
@@ -56,6 +85,13 @@ struct ckpt_plan {
     size_t match_count;
     ckpt_load_stats stats;
     struct ckpt_mapping **maps; /* private views' mappings, per data file (CKPT_VIEWS_PRIVATE) */
+    /* What only a conversion writes (ckpt__plan_stack, _compute, _place,
+     * _generate): loads and collective conversions refuse such a plan
+     * (ckpt__plan_refuse_assembled). */
+    ckpt__plan_generated *generated; /* before every selected entry, in order (arena) */
+    size_t generated_count, generated_cap;
+    uint64_t place_seq;        /* placings so far */
+    bool assembled;
 };
 
 /* A select or exclude rule as given (pattern NULL: every name). */
@@ -90,6 +126,46 @@ CKPT__HIDDEN ckpt_dtype ckpt__plan_one_float_dtype(const ckpt_plan *plan);
 CKPT__HIDDEN ckpt_status ckpt__plan_view_permute(ckpt_plan *plan, size_t index, uint32_t ndim, const uint64_t *shape,
                                                  const uint32_t *perm, ckpt_error *err);
 
+/*
+ * Outputs a conversion assembles, computes or generates — what llama.cpp's
+ * convert_hf_to_gguf.py makes of a Hugging Face model beyond renames, casts
+ * and permutations.  A conversion (ckpt_convert_plan) writes them,
+ * streamed; a load or a collective conversion refuses the plan
+ * (CKPT_E_UNSUPPORTED).
+ *
+ * ckpt__plan_stack: selected entry `index` (a catalog index) becomes the
+ * stack of the `n` tensors `parts` (catalog indexes, `index` among them,
+ * in the stack's order) along a new leading axis, of n × the parts' shape,
+ * in `index`'s dtype (a later cast of `index` casts every part); every
+ * part keeps its own slice and view, the others leave the selection.
+ * The parts' outputs must have one shape, whole blocks of a block dtype
+ * each; CKPT_E_INVALID_ARGUMENT naming the part otherwise.  Each part's
+ * bytes stream to their offset in the output: no part is held whole.
+ */
+CKPT__HIDDEN ckpt_status ckpt__plan_stack(ckpt_plan *plan, size_t index, size_t n, const size_t *parts,
+                                          ckpt_error *err);
+
+/* Selected entry `index` gets the elementwise rule (each element widened
+ * to float32, the rule applied, the result cast to the output's dtype). */
+CKPT__HIDDEN ckpt_status ckpt__plan_compute(ckpt_plan *plan, size_t index, const ckpt__elementwise *rule,
+                                            ckpt_error *err);
+
+/* Selected entry `index`'s output goes after that of catalog entry
+ * `after` (and after those placed there before it) rather than at its own
+ * place in catalog order. */
+CKPT__HIDDEN void ckpt__plan_place(ckpt_plan *plan, size_t index, size_t after);
+
+/* An output of `nbytes` bytes (`data`, copied) no source tensor holds,
+ * named `name`, of that dtype and shape, before every selected entry (in
+ * the order generated). */
+CKPT__HIDDEN ckpt_status ckpt__plan_generate(ckpt_plan *plan, const char *name, ckpt_dtype dtype, uint32_t ndim,
+                                             const uint64_t *shape, const void *data, uint64_t nbytes,
+                                             ckpt_error *err);
+
+/* CKPT_E_UNSUPPORTED naming `what` when the plan has stacked, computed or
+ * generated outputs, which only ckpt_convert_plan writes. */
+CKPT__HIDDEN ckpt_status ckpt__plan_refuse_assembled(const ckpt_plan *plan, const char *what, ckpt_error *err);
+
 /* Gives entry `index` (a catalog index) the name `name` (copied). */
 CKPT__HIDDEN ckpt_status ckpt__plan_set_name(ckpt_plan *plan, size_t index, const char *name, ckpt_error *err);
 
@@ -109,10 +185,13 @@ CKPT__HIDDEN ckpt_status ckpt__load_moves(ckpt_plan *plan, const ckpt_load_optio
                                           struct ckpt__move **moves, size_t *count, uint64_t *views,
                                           uint64_t *view_bytes, ckpt_error *err);
 
-/* A conversion (convert.c): one WRITER move per selected entry, in
- * selection order, writer_index k for the k-th (malloc'ed); and the begun
- * writer of ckpt_convert_plan, its tensors declared in that order. */
-CKPT__HIDDEN ckpt_status ckpt__convert_moves(const ckpt_plan *plan, struct ckpt__move **moves, ckpt_error *err);
+/* A conversion (convert.c): WRITER moves of the selected entries, in
+ * selection order, writer_index the entry's tensor in the writer (after
+ * the generated ones): one per entry, one per part of a stacked one
+ * (*count of them, malloc'ed); and the begun writer of ckpt_convert_plan,
+ * the generated tensors then the selected entries declared in that order. */
+CKPT__HIDDEN ckpt_status ckpt__convert_moves(const ckpt_plan *plan, struct ckpt__move **moves, size_t *count,
+                                             ckpt_error *err);
 CKPT__HIDDEN ckpt_status ckpt__convert_writer(ckpt_plan *plan, const char *dst_path, const ckpt_writer_options *options,
                                               ckpt_writer **out, ckpt_error *err);
 

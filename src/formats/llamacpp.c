@@ -23,11 +23,14 @@
 #include "../io/file.h"
 #include "ckpt_gguf.h"
 #include "llamacpp/arch.h"
+#include "llamacpp/gemma.h"
 #include "llamacpp/llama.h"
 #include "llamacpp/phi3.h"
 #include "llamacpp/qwen.h"
 
-static const ckpt__lc_family *const families[] = {&ckpt__lc_llama, &ckpt__lc_qwen2, &ckpt__lc_qwen3, &ckpt__lc_phi3};
+static const ckpt__lc_family *const families[] = {&ckpt__lc_llama,    &ckpt__lc_qwen2,    &ckpt__lc_qwen3,
+                                                  &ckpt__lc_qwen2moe, &ckpt__lc_qwen3moe, &ckpt__lc_phi3,
+                                                  &ckpt__lc_gemma2,   &ckpt__lc_gemma3};
 
 /* Larger JSON files are not a model's configuration or tokenizer. */
 #define LC_MAX_JSON_BYTES (256u << 20)
@@ -53,6 +56,15 @@ typedef struct lc {
     /* config.json's hyper-parameters the tensors' shapes follow */
     uint64_t vocab, hidden, ff, n_head, n_kv, head_dim;
     bool has_ff, has_kv, head_dim_derived;
+    /* a mixture of experts: the expert count (0: none declared) and widths;
+     * the catalog index of each expert tensor by layer, row of the
+     * family's experts table and expert (SIZE_MAX: not found), for
+     * `layers` layers; the parameters the script counts */
+    uint64_t n_experts, expert_ff, shared_ff, layers;
+    char experts_key[32];
+    bool has_expert_ff, has_shared_ff;
+    size_t *expert_at, expert_rows;
+    uint64_t shared_params, expert_params;
 } lc;
 
 /* ---- files --------------------------------------------------------------- */
@@ -240,25 +252,85 @@ static const ckpt__json_node *rope_type(const lc *c) {
     return type || !rp ? type : member(&c->config, rp, "type");
 }
 
-/* RoPE parameters the script turns into tensors (llama3's rope_freqs,
- * longrope's factors) or reads in ways ckpt does not (types other than
- * default, linear and yarn): refused by name. */
+/* Whether the RoPE type is llama3 (the script compares it lower-cased). */
+static bool rope_llama3(const ckpt__json_node *type) {
+    return type && type->kind == CKPT__JSON_STRING && !strcasecmp(type->str, "llama3");
+}
+
+/* RoPE parameters the script turns into tensors ckpt does not make
+ * (longrope's factors; llama3's rope_freqs where the family does not make
+ * it) or reads in ways ckpt does not (types other than default, linear,
+ * yarn and llama3): refused by name. */
 static ckpt_status check_rope(lc *c) {
     const ckpt__json_node *type = rope_type(c);
     uint32_t rp = rope_parameters(c);
     const ckpt__json_node *factors = rp ? member(&c->config, rp, "long_factor") : NULL;
     const char *name = type && type->kind == CKPT__JSON_STRING ? type->str : "(not a string)";
-    if (type && (type->kind != CKPT__JSON_STRING ||
-                 (strcmp(name, "default") && strcmp(name, "linear") && strcmp(name, "yarn"))))
+    bool llama3 = rope_llama3(type) && c->family->rope_freqs;
+    if (type && !llama3 && (type->kind != CKPT__JSON_STRING ||
+                            (strcmp(name, "default") && strcmp(name, "linear") && strcmp(name, "yarn"))))
         return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_type", type->offset,
-                          "RoPE type %s: ckpt converts the default, linear and yarn RoPE (llama3's rope_freqs and "
-                          "longrope's factors are tensors the script makes, which ckpt does not)",
+                          "RoPE type %s: ckpt converts the default, linear and yarn RoPE, and llama3's for llama "
+                          "(longrope's factors are tensors the script makes, which ckpt does not)",
                           name);
     if (factors && factors->kind != CKPT__JSON_NULL)
         return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "long_factor", factors->offset,
                           "RoPE factors (long_factor, short_factor) are tensors the script makes, which ckpt does "
                           "not");
     return CKPT_OK;
+}
+
+/* A number of the RoPE parameters, or `fallback` when absent. */
+static ckpt_status rope_number(lc *c, const char *key, double fallback, double *out) {
+    char name[64];
+    const ckpt__json_node *v = rope_param(c, key, name, sizeof name);
+    *out = fallback;
+    if (!v) return CKPT_OK;
+    if (v->kind != CKPT__JSON_NUMBER)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, key, v->offset, "not a number");
+    *out = strtod(v->str, NULL);
+    return CKPT_OK;
+}
+
+/* LlamaModel.generate_extra_tensors for RoPE type llama3: rope_freqs, a
+ * factor per pair of the head's dimensions, float32 as torch computes it
+ * (each step rounded to float32; a scalar divided by a tensor is the
+ * tensor's reciprocal times the scalar, as torch's __rtruediv__ does);
+ * the first tensor of the file. */
+static ckpt_status generate_rope_freqs(lc *c) {
+    if (!c->family->rope_freqs || !rope_llama3(rope_type(c))) return CKPT_OK;
+    double base, factor, low, high, ctx;
+    ckpt_status st = rope_number(c, "rope_theta", 10000.0, &base);
+    if (!st) st = rope_number(c, "factor", 8.0, &factor);
+    if (!st) st = rope_number(c, "low_freq_factor", 1.0, &low);
+    if (!st) st = rope_number(c, "high_freq_factor", 4.0, &high);
+    if (!st) st = rope_number(c, "original_max_position_embeddings", 8192.0, &ctx);
+    if (st) return st;
+    uint64_t dim = c->head_dim, n = (dim + 1) / 2;
+    if (!n || n > (1u << 20) || low == 0.0 || high == 0.0 || high == low)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_parameters", -1,
+                          "llama3's RoPE needs a head dimension and distinct, nonzero low and high frequency factors");
+    float *f = ckpt__malloc(n * sizeof *f);
+    if (!f) return ckpt__oom(c->err, c->config.path, "rope_freqs");
+    double low_wavelen = ctx / low, high_wavelen = ctx / high;
+    for (uint64_t i = 0; i < n; i++) {
+        float exponent = (float)(2 * i) / (float)dim;
+        float freq = 1.0f / powf((float)base, exponent);
+        float wavelen = (1.0f / freq) * (float)(2 * M_PI);
+        if (wavelen < (float)high_wavelen) {
+            f[i] = 1.0f;
+        } else if (wavelen > (float)low_wavelen) {
+            f[i] = (float)factor;
+        } else {
+            float smooth = ((1.0f / wavelen) * (float)ctx - (float)low) / (float)(high - low);
+            f[i] = 1.0f / ((1.0f - smooth) / (float)factor + smooth);
+        }
+    }
+    uint64_t shape[1] = {n};
+    st = ckpt__plan_generate(c->plan, "rope_freqs.weight", CKPT_F32, 1, shape, f, n * sizeof *f, c->err);
+    free(f);
+    c->shared_params += n;
+    return st;
 }
 
 /* A number of the RoPE parameters as an f32 key-value, when present. */
@@ -322,6 +394,22 @@ static ckpt_status kv_rope_theta(lc *c, const char *key, const ckpt__lc_kv *rule
     return CKPT_OK;
 }
 
+/* rope.freq_base_swa: the sliding attention's rope_theta (RoPE parameters
+ * per layer type), when present. */
+static ckpt_status kv_rope_theta_swa(lc *c, const char *key) {
+    const ckpt__json_node *r = member(&c->config, 0, "rope_parameters");
+    if (!r || r->kind == CKPT__JSON_NULL) r = member(&c->config, 0, "rope_scaling");
+    const ckpt__json_node *swa = r && r->kind == CKPT__JSON_OBJECT
+                                     ? member(&c->config, node_index(&c->config, r), "sliding_attention") : NULL;
+    const ckpt__json_node *v = swa && swa->kind == CKPT__JSON_OBJECT
+                                   ? member(&c->config, node_index(&c->config, swa), "rope_theta") : NULL;
+    if (!v || v->kind == CKPT__JSON_NULL) return CKPT_OK;
+    if (v->kind != CKPT__JSON_NUMBER)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_theta", v->offset, "not a number");
+    kv_number(c, key, "f32", v);
+    return CKPT_OK;
+}
+
 /* rope.dimension_count of a partial rotary embedding, as the script
  * computes it: int(factor * hidden_size) // num_attention_heads. */
 static ckpt_status kv_rope_dim_partial(lc *c, const char *key) {
@@ -347,6 +435,22 @@ static ckpt_status kv_rule(lc *c, const ckpt__lc_kv *rule) {
     switch (rule->kind) {
     case CKPT__LC_FILE_TYPE: kv_u32(c, key, file_type(c->dtype)); return CKPT_OK;
     case CKPT__LC_ROPE_THETA: return kv_rope_theta(c, key, rule);
+    case CKPT__LC_ROPE_THETA_SWA: return kv_rope_theta_swa(c, key);
+    case CKPT__LC_F32_NONZERO:
+        v = hparam(c, rule->hparams, name, sizeof name);
+        if (!v || (v->kind == CKPT__JSON_NUMBER && strtod(v->str, NULL) == 0.0)) return CKPT_OK;
+        if (v->kind != CKPT__JSON_NUMBER)
+            return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, name, v->offset, "not a number");
+        kv_number(c, key, "f32", v);
+        return CKPT_OK;
+    case CKPT__LC_U32_UNLESS_PATTERN_ONE:
+        v = member(&c->config, 0, "sliding_window_pattern");
+        if (v && ckpt__json_u64(v, &u) && u == 1) return CKPT_OK;
+        if (!(v = hparam(c, rule->hparams, name, sizeof name)))
+            return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, rule->hparams, -1,
+                              "config.json has no %s, which %s needs", rule->hparams, key);
+        if (!(st = config_u64(c, name, v, &u))) kv_u32(c, key, u);
+        return st;
     case CKPT__LC_ROPE_SCALING: return kv_rope_scaling(c);
     case CKPT__LC_ROPE_DIM: kv_u32(c, key, c->head_dim); return CKPT_OK;
     case CKPT__LC_ROPE_DIM_PARTIAL: return kv_rope_dim_partial(c, key);
@@ -528,6 +632,12 @@ static uint64_t expected_extent(const lc *c, ckpt__lc_dim d, const char **key) {
         *key = "(num_attention_heads + 2 × num_key_value_heads) × the head dimension";
         return (c->n_head + 2 * c->n_kv) * c->head_dim;
     case CKPT__LC_FF2: *key = "2 × intermediate_size"; return c->has_ff ? 2 * c->ff : 0;
+    case CKPT__LC_EXPERTS: *key = c->experts_key; return c->n_experts;
+    case CKPT__LC_EXPERT_FF: *key = "moe_intermediate_size"; return c->has_expert_ff ? c->expert_ff : 0;
+    case CKPT__LC_SHARED_FF:
+        *key = "shared_expert_intermediate_size";
+        return c->has_shared_ff ? c->shared_ff : 0;
+    case CKPT__LC_ONE: *key = "a gate of one row"; return 1;
     case CKPT__LC_HEAD:
         *key = c->head_dim_derived ? "hidden_size / num_attention_heads" : "head_dim";
         return c->head_dim;
@@ -535,14 +645,16 @@ static uint64_t expected_extent(const lc *c, ckpt__lc_dim d, const char **key) {
     }
 }
 
-/* The tensor's shape against config.json: an error names the key. */
-static ckpt_status check_shape(lc *c, const ckpt_tensor_info *t, const ckpt__lc_tensor *m) {
-    if (t->ndim != m->ndim)
+/* The tensor's shape against config.json (ndim axes of extents `dims`,
+ * llama.cpp's tensor `gguf`): an error names the key. */
+static ckpt_status check_dims(lc *c, const ckpt_tensor_info *t, uint32_t ndim, const ckpt__lc_dim *dims,
+                              const char *gguf) {
+    if (t->ndim != ndim)
         return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, t->name, -1,
-                          "the tensor has %u axes; llama.cpp's %s has %u", t->ndim, m->gguf, (unsigned)m->ndim);
+                          "the tensor has %u axes; llama.cpp's %s has %u", t->ndim, gguf, (unsigned)ndim);
     for (uint32_t a = 0; a < t->ndim; a++) {
         const char *key = NULL;
-        uint64_t want = expected_extent(c, m->dims[a], &key);
+        uint64_t want = expected_extent(c, dims[a], &key);
         if (key && want && t->shape[a] != want)
             return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, t->name, -1,
                               "%s says axis %u has %llu elements; the tensor has %llu", key, a,
@@ -554,9 +666,9 @@ static ckpt_status check_shape(lc *c, const ckpt_tensor_info *t, const ckpt__lc_
 /* The dtype the script gives a tensor: vectors and norms f32, Q8_0 rows
  * that are not whole blocks f16 (its QuantError fallback), else the
  * output's. */
-static ckpt_dtype tensor_dtype(const lc *c, const ckpt_tensor_info *t, const char *gguf_name) {
+static ckpt_dtype tensor_dtype(const lc *c, const ckpt_tensor_info *t, const char *gguf_name, bool f32) {
     size_t n = strlen(gguf_name);
-    if (t->ndim <= 1 || (n >= 12 && !strcmp(gguf_name + n - 12, "_norm.weight"))) return CKPT_F32;
+    if (f32 || t->ndim <= 1 || (n >= 12 && !strcmp(gguf_name + n - 12, "_norm.weight"))) return CKPT_F32;
     if (c->dtype == CKPT_Q8_0 && t->shape[t->ndim - 1] % 32) return CKPT_F16;
     return c->dtype;
 }
@@ -585,33 +697,166 @@ static ckpt_status permute_rows(lc *c, size_t index, const ckpt_tensor_info *t, 
     return ckpt__plan_view_permute(c->plan, index, 4, shape, perm, c->err);
 }
 
-static ckpt_status plan_tensor(lc *c, size_t index, uint64_t *params) {
+static ckpt_status note_expert(lc *c, size_t index, const ckpt_tensor_info *t, bool *is_expert);
+
+/* A source tensor's dtype as llama.cpp's conversion takes it. */
+static ckpt_status check_source_dtype(lc *c, const ckpt_tensor_info *t) {
+    if (t->dtype == CKPT_F32 || t->dtype == CKPT_F16 || t->dtype == CKPT_BF16) return CKPT_OK;
+    return ckpt__fail(c->err, CKPT__D(UNSUPPORTED_DTYPE), ckpt_catalog_file_path(c->plan->catalog, t->file), t->name,
+                      -1, "a %s tensor: llama.cpp's conversion takes f32, f16 or bf16 weights", ckpt_dtype_name(t->dtype));
+}
+
+/* Entry `index` (tensor t) cast to the dtype the script gives llama.cpp's `name`. */
+static ckpt_status cast_output(lc *c, const ckpt_tensor_info *t, const char *name, bool f32) {
+    ckpt_dtype d = tensor_dtype(c, t, name, f32);
+    if (d == t->dtype) return CKPT_OK;
+    char *pattern = escape_name(t->name);
+    ckpt_status st = pattern ? ckpt_plan_cast(c->plan, pattern, d, c->err) : ckpt__oom(c->err, NULL, t->name);
+    free(pattern);
+    return st;
+}
+
+static ckpt_status plan_tensor(lc *c, size_t index) {
     const ckpt_tensor_info *t = ckpt_catalog_tensor(c->plan->catalog, index);
     unsigned layer = 0;
+    bool expert = false;
+    ckpt_status st = check_source_dtype(c, t);
+    if (!st) st = note_expert(c, index, t, &expert);
+    if (st || expert) return st;
     const ckpt__lc_tensor *m = map_tensor(c, t->name, &layer);
     if (!m)
         return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, ckpt_catalog_file_path(c->plan->catalog, t->file), t->name,
                           -1, "no llama.cpp tensor of %s is made of it", c->family->name);
-    ckpt_status st = check_shape(c, t, m);
-    if (st) return st;
+    if ((st = check_dims(c, t, m->ndim, m->dims, m->gguf))) return st;
     char name[256];
     snprintf(name, sizeof name, m->gguf, layer);
-    if (t->dtype != CKPT_F32 && t->dtype != CKPT_F16 && t->dtype != CKPT_BF16)
-        return ckpt__fail(c->err, CKPT__D(UNSUPPORTED_DTYPE), ckpt_catalog_file_path(c->plan->catalog, t->file),
-                          t->name, -1, "a %s tensor: llama.cpp's conversion takes f32, f16 or bf16 weights",
-                          ckpt_dtype_name(t->dtype));
     if (m->rope == CKPT__LC_PERMUTE_Q) st = permute_rows(c, index, t, c->n_head);
     else if (m->rope == CKPT__LC_PERMUTE_K) st = permute_rows(c, index, t, c->n_kv);
-    if (st) return st;
-    ckpt_dtype d = tensor_dtype(c, t, name);
-    if (d != t->dtype) {
-        char *pattern = escape_name(t->name);
-        st = pattern ? ckpt_plan_cast(c->plan, pattern, d, c->err) : ckpt__oom(c->err, NULL, t->name);
-        free(pattern);
-        if (st) return st;
+    if (!st && m->add != 0.0f) { /* in the precision the script adds in: float16 stays, bfloat16 is widened */
+        ckpt__elementwise rule = {.add = m->add, .hold = t->dtype == CKPT_F16 ? CKPT_F16 : CKPT_F32};
+        st = ckpt__plan_compute(c->plan, index, &rule, c->err);
     }
-    *params += t->numel;
+    if (!st) st = cast_output(c, t, name, m->f32);
+    if (st) return st;
+    c->shared_params += t->numel;
     return ckpt__plan_set_name(c->plan, index, name, c->err);
+}
+
+/* The tensors the script drops (Gemma 2's lm_head), left out of the plan. */
+static ckpt_status drop_tensors(lc *c) {
+    ckpt_status st = CKPT_OK;
+    for (size_t i = 0; !st && i < c->plan->entry_count; i++) {
+        const ckpt_tensor_info *t = ckpt_catalog_tensor(c->plan->catalog, i);
+        unsigned layer;
+        const ckpt__lc_tensor *m = c->plan->entries[i].selected ? map_tensor(c, t->name, &layer) : NULL;
+        if (!m || m->gguf) continue;
+        char *pattern = escape_name(t->name);
+        st = pattern ? ckpt_plan_exclude(c->plan, pattern, c->err) : ckpt__oom(c->err, NULL, t->name);
+        free(pattern);
+    }
+    ckpt__plan_refresh(c->plan);
+    return st;
+}
+
+/* ---- experts ------------------------------------------------------------- */
+
+/* The family's expert tensor `name` is: its row of the experts table, its
+ * layer and expert; NULL when it is none. */
+static const ckpt__lc_experts *map_expert(const lc *c, const char *name, unsigned *layer, unsigned *expert) {
+    for (const ckpt__lc_experts *x = c->family->experts; x && x->hf; x++) {
+        const char *a = strstr(x->hf, "%u"), *b = a ? strstr(a + 2, "%u") : NULL;
+        if (!b || strncmp(name, x->hf, (size_t)(a - x->hf))) continue;
+        const char *p = name + (a - x->hf);
+        char *end;
+        errno = 0;
+        unsigned long l = strtoul(p, &end, 10);
+        if (errno || end == p || *p < '0' || *p > '9' || l > 100000 || (*p == '0' && end != p + 1)) continue;
+        size_t mid = (size_t)(b - a - 2);
+        if (strncmp(end, a + 2, mid)) continue;
+        p = end + mid;
+        errno = 0;
+        unsigned long e = strtoul(p, &end, 10);
+        if (errno || end == p || *p < '0' || *p > '9' || e > 100000 || (*p == '0' && end != p + 1)) continue;
+        if (strcmp(end, b + 2)) continue;
+        *layer = (unsigned)l, *expert = (unsigned)e;
+        return x;
+    }
+    return NULL;
+}
+
+/* An expert tensor (*is_expert) noted for its layer's stack (shape
+ * checked against config.json; an expert the config does not count
+ * refused by key). */
+static ckpt_status note_expert(lc *c, size_t index, const ckpt_tensor_info *t, bool *is_expert) {
+    unsigned layer, expert;
+    const ckpt__lc_experts *x = map_expert(c, t->name, &layer, &expert);
+    if (!(*is_expert = x != NULL)) return CKPT_OK;
+    const char *path = ckpt_catalog_file_path(c->plan->catalog, t->file);
+    if (!c->n_experts || expert >= c->n_experts || layer >= c->layers)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, layer >= c->layers ? "num_hidden_layers"
+                          : c->experts_key, -1,
+                          "%s (in %s) is expert %u of layer %u, but config.json counts %llu experts and %llu layers",
+                          t->name, path, expert, layer, (unsigned long long)c->n_experts,
+                          (unsigned long long)c->layers);
+    ckpt_status st = check_dims(c, t, 2, x->dims, x->gguf);
+    if (st) return st;
+    size_t row = (size_t)(x - c->family->experts);
+    c->expert_at[((size_t)layer * c->expert_rows + row) * c->n_experts + expert] = index;
+    return CKPT_OK;
+}
+
+/* Every layer's experts stacked as the script merges them: each row of
+ * the table into one output after the layer's last expert tensor, every
+ * expert of every row present (else refused naming the one missing). */
+static ckpt_status stack_experts(lc *c) {
+    size_t n = (size_t)c->n_experts;
+    for (uint64_t layer = 0; c->expert_at && layer < c->layers; layer++) {
+        size_t *at = c->expert_at + (size_t)layer * c->expert_rows * n, last = 0, found = 0, any = SIZE_MAX;
+        for (size_t k = 0; k < c->expert_rows * n; k++)
+            if (at[k] != SIZE_MAX) found++, any = at[k], last = at[k] > last ? at[k] : last;
+        if (!found) continue;
+        for (size_t k = 0; k < c->expert_rows * n; k++) {
+            if (at[k] != SIZE_MAX) continue;
+            char missing[256];
+            snprintf(missing, sizeof missing, c->family->experts[k / n].hf, (unsigned)layer, (unsigned)(k % n));
+            const ckpt_tensor_info *t = ckpt_catalog_tensor(c->plan->catalog, any);
+            return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, ckpt_catalog_file_path(c->plan->catalog, t->file),
+                              missing, -1, "the weights lack this expert tensor, which %s %llu in config.json needs",
+                              c->experts_key, (unsigned long long)c->n_experts);
+        }
+        for (size_t row = 0; row < c->expert_rows; row++) {
+            const ckpt_tensor_info *t = ckpt_catalog_tensor(c->plan->catalog, at[row * n]);
+            char name[256];
+            snprintf(name, sizeof name, c->family->experts[row].gguf, (unsigned)layer);
+            ckpt_status st = ckpt__plan_stack(c->plan, at[row * n], n, at + row * n, c->err);
+            if (!st) st = cast_output(c, t, name, false);
+            if (!st) st = ckpt__plan_set_name(c->plan, at[row * n], name, c->err);
+            if (st) return st;
+            ckpt__plan_place(c->plan, at[row * n], last);
+            c->expert_params += t->numel; /* the script counts one expert of each stack */
+        }
+    }
+    return CKPT_OK;
+}
+
+/* The expert count and widths from config.json, and room for the expert
+ * tensors' indexes. */
+static ckpt_status read_expert_hparams(lc *c) {
+    if (!c->family->experts) return CKPT_OK;
+    ckpt_status st = need_u64(c, "n_layers|num_hidden_layers|n_layer|num_layers", &c->layers, NULL);
+    const ckpt__json_node *v = hparam(c, c->family->expert_hparams, c->experts_key, sizeof c->experts_key);
+    if (!v) snprintf(c->experts_key, sizeof c->experts_key, "%.*s", (int)strcspn(c->family->expert_hparams, "|"),
+                     c->family->expert_hparams);
+    if (!st && v) st = config_u64(c, c->experts_key, v, &c->n_experts);
+    if (!st) st = need_u64(c, "moe_intermediate_size", &c->expert_ff, &c->has_expert_ff);
+    if (!st) st = need_u64(c, "shared_expert_intermediate_size", &c->shared_ff, &c->has_shared_ff);
+    if (st || !c->n_experts) return st;
+    for (const ckpt__lc_experts *x = c->family->experts; x->hf; x++) c->expert_rows++;
+    size_t cells = (size_t)c->layers * c->expert_rows * (size_t)c->n_experts;
+    if (!(c->expert_at = ckpt__malloc((cells ? cells : 1) * sizeof *c->expert_at)))
+        return ckpt__oom(c->err, c->config.path, c->experts_key);
+    for (size_t k = 0; k < cells; k++) c->expert_at[k] = SIZE_MAX;
+    return CKPT_OK;
 }
 
 /* --outtype auto: the first matrix's dtype when it is bf16 or f16, else f16. */
@@ -1295,7 +1540,11 @@ static ckpt_status write_tokenizer(lc *c) {
     const ckpt__json_node *space = member(&c->tok_config, 0, "add_prefix_space");
     if (c->family->add_space_prefix && space && (space->kind == CKPT__JSON_TRUE || space->kind == CKPT__JSON_FALSE))
         kv_bool(c, "tokenizer.ggml.add_space_prefix", space->kind == CKPT__JSON_TRUE);
-    if (spm) return write_sentencepiece(c);
+    if (spm) {
+        st = write_sentencepiece(c);
+        if (!st && c->family->no_space_prefix_after) kv_bool(c, "tokenizer.ggml.add_space_prefix", false);
+        return st;
+    }
     lc_json *f = &c->tokenizer;
     const ckpt__json_node *model = member(f, 0, "model");
     uint32_t mi = model ? node_index(f, model) : 0;
@@ -1329,11 +1578,14 @@ static ckpt_status convert(lc *c) {
     if (!st) st = refuse_variant(c);
     if (!st) st = check_rope(c);
     if (!st) st = read_hparams(c);
+    if (!st) st = read_expert_hparams(c);
     if (st) return st;
     if (c->dtype == CKPT_DTYPE_INVALID) c->dtype = auto_dtype(c->plan);
     ckpt__plan_refresh(c->plan);
-    uint64_t params = 0;
-    for (size_t k = 0; !st && k < c->plan->selected_count; k++) st = plan_tensor(c, c->plan->selected[k], &params);
+    st = generate_rope_freqs(c);
+    if (!st) st = drop_tensors(c);
+    for (size_t k = 0; !st && k < c->plan->selected_count; k++) st = plan_tensor(c, c->plan->selected[k]);
+    if (!st) st = stack_experts(c);
     if (st) return st;
     /* Model.__init__ and prepare_metadata: general.* first */
     kv_string(c, "general.architecture", c->family->name, strlen(c->family->name));
@@ -1342,8 +1594,12 @@ static ckpt_status convert(lc *c) {
     model_name(c->dir, &name);
     kv_string(c, "general.name", name.data ? name.data : "", name.len);
     free(name.data);
-    char label[48];
-    size_label(params, label, sizeof label);
+    /* gguf.size_label: "<experts>x<size>" when there are stacks of experts */
+    char label[48], size[40];
+    uint64_t params = c->shared_params + c->expert_params;
+    size_label(params, size, sizeof size);
+    if (c->expert_params) snprintf(label, sizeof label, "%llux%s", (unsigned long long)c->n_experts, size);
+    else snprintf(label, sizeof label, "%s", size);
     if (params) kv_string(c, "general.size_label", label, strlen(label));
     for (const ckpt__lc_kv *r = c->family->kvs; !st && r->key; r++) st = kv_rule(c, r);
     if (st) return st;
@@ -1370,6 +1626,7 @@ ckpt_status ckpt_gguf_llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt
     free_json(&c.config);
     free_json(&c.tokenizer);
     free_json(&c.tok_config);
+    free(c.expert_at);
     ckpt__beneath_close(c.root);
     if (st) {
         free(c.out.data);

@@ -187,8 +187,11 @@ TOKENIZERS = {"llama3": build_llama3_tokenizer, "qwen2": build_qwen2_tokenizer, 
 # The files each family's tokenizer is made of.
 SPM_FILES = ("tokenizer.model", "tokenizer.json", "tokenizer_config.json")
 TOKENIZER_FILES = {"llama2": SPM_FILES, "phi3": SPM_FILES}
+for _f in ("mixtral", "gemma2", "gemma3"):
+    TOKENIZER_FILES[_f] = SPM_FILES
 # Families that ship another family's tokenizer.
-TOKENIZER_OF = {"qwen3": "qwen2"}
+TOKENIZER_OF = {"qwen3": "qwen2", "qwen2moe": "qwen2", "qwen3moe": "qwen2", "mixtral": "llama2", "gemma2": "llama2",
+                "gemma3": "llama2"}
 
 
 def write_decoder(out, config, dtype, seed, bias, qk_norm=False):
@@ -358,7 +361,14 @@ def models(tmp_path_factory):
     assert SCRIPT.is_file(), f"{SCRIPT} is missing: `make llama-cpp-ref` unpacks llama.cpp's conversion"
     root = tmp_path_factory.mktemp("llamacpp")
     dirs = {"llama3": root / "tiny-llama3", "qwen2": root / "tiny-qwen2", "qwen3": root / "tiny-qwen3",
-            "llama2": root / "tiny-llama2", "phi3": root / "tiny-phi3"}
+            "llama2": root / "tiny-llama2", "phi3": root / "tiny-phi3", "mixtral": root / "tiny-mixtral",
+            "qwen2moe": root / "tiny-qwen2moe", "qwen3moe": root / "tiny-qwen3moe", "gemma2": root / "tiny-gemma2",
+            "gemma3": root / "tiny-gemma3"}
+    tiny_mixtral(dirs["mixtral"])
+    tiny_qwen_moe(dirs["qwen2moe"], "Qwen2MoeForCausalLM")
+    tiny_qwen_moe(dirs["qwen3moe"], "Qwen3MoeForCausalLM")
+    tiny_gemma(dirs["gemma2"], "Gemma2ForCausalLM")
+    tiny_gemma(dirs["gemma3"], "Gemma3ForCausalLM")
     tiny_phi3(dirs["phi3"])
     tiny_llama(dirs["llama3"])
     tiny_llama2(dirs["llama2"])
@@ -378,8 +388,11 @@ def llama3(models):
 
 
 @pytest.mark.parametrize("outtype", OUTTYPES)
-@pytest.mark.parametrize("family", ["llama3", "llama2", "qwen2", "qwen3", "phi3"])
+@pytest.mark.parametrize("family", ["llama3", "llama2", "qwen2", "qwen3", "phi3", "mixtral", "qwen2moe", "qwen3moe",
+                                    "gemma2", "gemma3"])
 def test_the_scripts_file_byte_for_byte(models, family, outtype, tmp_path):
+    """Every family in every outtype; the mixtures of experts with their
+    experts stacked per layer, Gemma with 1 added to its norms."""
     model, refs = models[family]
     dst = tmp_path / "model.gguf"
     args = [] if outtype == "auto" else ["--dtype", outtype]
@@ -422,15 +435,32 @@ def test_rope_scaling_is_the_scripts_file_byte_for_byte(models, tmp_path, family
     assert_the_scripts_file(model, "bf16", tmp_path)
 
 
-@pytest.mark.parametrize("rope,word", [
-    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-      "original_max_position_embeddings": 8192, "rope_theta": 500000.0}, "llama3"),
-    ({"rope_type": "dynamic", "factor": 2.0, "rope_theta": 500000.0}, "dynamic"),
+@pytest.mark.parametrize("rope", [
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 8192, "rope_theta": 500000.0},
+    {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 2.0, "high_freq_factor": 8.0,
+     "original_max_position_embeddings": 4096, "rope_theta": 100000.0},
 ])
-def test_rope_the_script_makes_tensors_of_is_refused(llama3, tmp_path, rope, word):
-    """Refused while linear and yarn are converted."""
-    src = broken_copy(llama3[0], tmp_path / "m", config={"rope_parameters": rope})
-    refused(src, tmp_path, "config.json", "rope_type", word, "linear and yarn")
+@pytest.mark.parametrize("outtype", ["f32", "q8_0"])
+def test_llama31_rope_freqs_is_the_scripts_file_byte_for_byte(models, tmp_path, rope, outtype):
+    """Llama 3.1's RoPE: the rope_freqs tensor the script computes from the
+    RoPE parameters (first in the file, float32), 64 factors of a head of
+    128, those between the wavelengths smoothed."""
+    model = tmp_path / "tiny-llama31"
+    tiny_llama(model, seed=10, rope_parameters=rope, head_dim=128, num_attention_heads=2, num_key_value_heads=1)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        os.link(models["llama3"][0] / f, model / f)
+    assert_the_scripts_file(model, outtype, tmp_path)
+
+
+def test_rope_the_script_makes_tensors_of_is_refused(llama3, models, tmp_path):
+    """Refused while linear, yarn and (for llama) llama3 are converted."""
+    src = broken_copy(llama3[0], tmp_path / "m", config={"rope_parameters": {"rope_type": "dynamic", "factor": 2.0,
+                                                                              "rope_theta": 500000.0}})
+    refused(src, tmp_path, "config.json", "rope_type", "dynamic", "linear and yarn")
+    rope = {"rope_type": "llama3", "factor": 8.0, "rope_theta": 1000000.0}
+    src = broken_copy(models["qwen2"][0], tmp_path / "q", config={"rope_parameters": rope})
+    refused(src, tmp_path, "config.json", "rope_type", "llama3")
 
 
 def test_to_gguf_names_the_format(llama3, tmp_path):
@@ -551,3 +581,218 @@ def test_codellama_infill_vocabulary_is_refused(models, tmp_path):
 def test_vocab_size_that_contradicts_the_embeddings_is_refused(llama3, tmp_path):
     src = broken_copy(llama3[0], tmp_path / "m", config={"vocab_size": 1000})
     refused(src, tmp_path, "config.json", "vocab_size")
+
+
+def write_moe(out, config, dtype, seed, experts, router, shared=None, qk_norm=False, bias=False, drop=()):
+    """config.json and a random model.safetensors of a mixture of experts:
+    a Llama-style decoder whose MLP is `router` (n_experts × hidden) and
+    each expert's projections (`experts`: name → (rows, cols) of an
+    expert, "{e}" for its number), with a shared expert where `shared`
+    names its projections; tensors named in `drop` left out."""
+    hidden, vocab, layers = config["hidden_size"], config["vocab_size"], config["num_hidden_layers"]
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config.get("head_dim", hidden // heads)
+    n = config.get("num_local_experts", config.get("num_experts"))
+    g = torch.Generator().manual_seed(seed)
+
+    def w(*shape):
+        return (torch.randn(*shape, generator=g) * 0.02).to(dtype)
+
+    sd = {"model.embed_tokens.weight": w(vocab, hidden), "model.norm.weight": w(hidden)}
+    if not config["tie_word_embeddings"]:
+        sd["lm_head.weight"] = w(vocab, hidden)
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        sd |= {p + "input_layernorm.weight": w(hidden), p + "post_attention_layernorm.weight": w(hidden),
+               p + "self_attn.o_proj.weight": w(hidden, heads * head_dim), p + router: w(n, hidden)}
+        for proj, rows in (("q", heads * head_dim), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
+            sd[p + f"self_attn.{proj}_proj.weight"] = w(rows, hidden)
+            if bias:
+                sd[p + f"self_attn.{proj}_proj.bias"] = w(rows)
+        if qk_norm:
+            sd |= {p + "self_attn.q_norm.weight": w(head_dim), p + "self_attn.k_norm.weight": w(head_dim)}
+        for e in range(n):
+            sd |= {p + name.format(e=e): w(*shape) for name, shape in experts.items()}
+        for name, shape in (shared or {}).items():
+            sd[p + name] = w(*shape)
+    for name in drop:
+        del sd[name]
+    out.mkdir(parents=True)
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+
+
+def tiny_mixtral(out, dtype=torch.bfloat16, seed=7, drop=(), **config_changes):
+    """A random Mixtral of 2 layers and hidden size 32 (4 heads of 8, 2 KV
+    heads), 4 experts of width 64, 2 per token; Llama 2's tokenizer."""
+    hidden, ff, layers, heads, kv_heads, vocab = 32, 64, 2, 4, 2, 32000
+    config = {
+        "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "dtype": "bfloat16",
+        "eos_token_id": 2, "head_dim": hidden // heads, "hidden_act": "silu", "hidden_size": hidden,
+        "initializer_range": 0.02, "intermediate_size": ff, "max_position_embeddings": 32768, "model_type": "mixtral",
+        "num_attention_heads": heads, "num_experts_per_tok": 2, "num_hidden_layers": layers,
+        "num_key_value_heads": kv_heads, "num_local_experts": 4, "output_router_logits": False,
+        "rms_norm_eps": 1e-05, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+        "router_aux_loss_coef": 0.02, "router_jitter_noise": 0.0, "sliding_window": None,
+        "tie_word_embeddings": False, "transformers_version": "5.23.0", "use_cache": True, "vocab_size": vocab}
+    config |= config_changes
+    hidden, ff = config["hidden_size"], config["intermediate_size"]
+    experts = {"block_sparse_moe.experts.{e}.w1.weight": (ff, hidden), "block_sparse_moe.experts.{e}.w2.weight":
+               (hidden, ff), "block_sparse_moe.experts.{e}.w3.weight": (ff, hidden)}
+    write_moe(out, config, dtype, seed, experts, "block_sparse_moe.gate.weight", drop=drop)
+
+
+def tiny_qwen_moe(out, arch, dtype=torch.bfloat16, seed=8, drop=(), **config_changes):
+    """A random Qwen2-MoE (with its shared expert and its gate, Q/K/V
+    biases) or Qwen3-MoE (Q and K norms, head_dim 16) of 2 layers, hidden
+    size 32, 4 experts of width 16, 2 per token, the embeddings tied."""
+    hidden, layers, heads, kv_heads, vocab, moe_ff, shared_ff = 32, 2, 4, 2, 151936, 16, 48
+    qwen3 = arch == "Qwen3MoeForCausalLM"
+    config = {
+        "architectures": [arch], "attention_dropout": 0.0, "bos_token_id": 151643, "decoder_sparse_step": 1,
+        "dtype": "bfloat16", "eos_token_id": 151645, "hidden_act": "silu", "hidden_size": hidden,
+        "initializer_range": 0.02, "intermediate_size": 64, "max_position_embeddings": 32768,
+        "max_window_layers": layers, "mlp_only_layers": [], "model_type": "qwen3_moe" if qwen3 else "qwen2_moe",
+        "moe_intermediate_size": moe_ff, "norm_topk_prob": qwen3, "num_attention_heads": heads,
+        "num_experts": 4, "num_experts_per_tok": 2, "num_hidden_layers": layers, "num_key_value_heads": kv_heads,
+        "output_router_logits": False, "rms_norm_eps": 1e-06,
+        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "router_aux_loss_coef": 0.001,
+        "sliding_window": None, "tie_word_embeddings": True, "use_cache": True, "use_sliding_window": False,
+        "vocab_size": vocab}
+    if qwen3:
+        config |= {"head_dim": 16, "attention_bias": False}
+    else:
+        config |= {"shared_expert_intermediate_size": shared_ff, "qkv_bias": True}
+    hd = config.get("head_dim", hidden // heads)
+    experts = {"mlp.experts.{e}.down_proj.weight": (hidden, moe_ff), "mlp.experts.{e}.gate_proj.weight":
+               (moe_ff, hidden), "mlp.experts.{e}.up_proj.weight": (moe_ff, hidden)}
+    shared = None if qwen3 else {
+        "mlp.shared_expert.gate_proj.weight": (shared_ff, hidden), "mlp.shared_expert.up_proj.weight": (shared_ff, hidden),
+        "mlp.shared_expert.down_proj.weight": (hidden, shared_ff), "mlp.shared_expert_gate.weight": (1, hidden)}
+    assert hd
+    write_moe(out, config | config_changes, dtype, seed, experts, "mlp.gate.weight", shared=shared, qk_norm=qwen3,
+              bias=not qwen3, drop=drop)
+
+
+def tiny_gemma(out, arch, dtype=torch.bfloat16, seed=9, **config_changes):
+    """A random Gemma 2 or Gemma 3 of 2 layers, hidden size 32 (4 heads of
+    16, 2 KV heads), its four norms a layer (Gemma 3: Q and K norms too),
+    the embeddings tied; Llama 2's SentencePiece tokenizer (vocab 32000)."""
+    hidden, ff, layers, heads, kv_heads, head_dim, vocab = 32, 64, 2, 4, 2, 16, 32000
+    gemma3 = arch == "Gemma3ForCausalLM"
+    config = {
+        "architectures": [arch], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 2,
+        "dtype": "bfloat16", "eos_token_id": 1, "final_logit_softcapping": None if gemma3 else 30.0,
+        "head_dim": head_dim, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": hidden,
+        "initializer_range": 0.02, "intermediate_size": ff, "layer_types": ["sliding_attention", "full_attention"],
+        "max_position_embeddings": 8192, "model_type": "gemma3_text" if gemma3 else "gemma2",
+        "num_attention_heads": heads, "num_hidden_layers": layers, "num_key_value_heads": kv_heads,
+        "pad_token_id": 0, "query_pre_attn_scalar": head_dim, "rms_norm_eps": 1e-06, "sliding_window": 512,
+        "tie_word_embeddings": True, "transformers_version": "5.23.0", "use_cache": True, "vocab_size": vocab}
+    if gemma3:
+        config |= {"attn_logit_softcapping": None, "use_bidirectional_attention": False,
+                   "rope_parameters": {"full_attention": {"rope_theta": 1000000.0, "rope_type": "default"},
+                                       "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}}}
+    else:
+        config |= {"attn_logit_softcapping": 50.0, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}
+    config |= config_changes
+    g = torch.Generator().manual_seed(seed)
+
+    def w(*shape):
+        return (torch.randn(*shape, generator=g) * 0.02).to(dtype)
+
+    sd = {"model.embed_tokens.weight": w(vocab, hidden), "model.norm.weight": w(hidden)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        sd |= {p + n: w(hidden) for n in ("input_layernorm.weight", "post_attention_layernorm.weight",
+                                          "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight")}
+        sd |= {p + "self_attn.q_proj.weight": w(heads * head_dim, hidden),
+               p + "self_attn.k_proj.weight": w(kv_heads * head_dim, hidden),
+               p + "self_attn.v_proj.weight": w(kv_heads * head_dim, hidden),
+               p + "self_attn.o_proj.weight": w(hidden, heads * head_dim), p + "mlp.gate_proj.weight": w(ff, hidden),
+               p + "mlp.up_proj.weight": w(ff, hidden), p + "mlp.down_proj.weight": w(hidden, ff)}
+        if gemma3:
+            sd |= {p + "self_attn.q_norm.weight": w(head_dim), p + "self_attn.k_norm.weight": w(head_dim)}
+    out.mkdir(parents=True)
+    save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+
+
+def test_gemma2_of_float16_with_lm_head_is_the_scripts_file_byte_for_byte(models, tmp_path):
+    """Float16 norms + 1 rounded to float16 as torch adds them; an untied
+    lm_head, which the script drops."""
+    model = tmp_path / "tiny-gemma2-f16"
+    tiny_gemma(model, "Gemma2ForCausalLM", dtype=torch.float16, seed=11, tie_word_embeddings=False)
+    from safetensors.torch import load_file
+    sd = load_file(str(model / "model.safetensors"))
+    sd["lm_head.weight"] = torch.randn(32000, 32, generator=torch.Generator().manual_seed(12)).to(torch.float16)
+    save_file(sd, str(model / "model.safetensors"), metadata={"format": "pt"})
+    for f in TOKENIZER_FILES["llama2"]:
+        os.link(models["llama2"][0] / f, model / f)
+    for outtype in ("bf16", "f32"):
+        assert_the_scripts_file(model, outtype, tmp_path)
+        os.remove(tmp_path / "model.gguf")
+
+
+def moe_copy(models, family, dst, **changes):
+    """A mixture of experts' model directory made anew (config changes,
+    tensors dropped), with its family's tokenizer."""
+    kind = {"mixtral": None, "qwen2moe": "Qwen2MoeForCausalLM", "qwen3moe": "Qwen3MoeForCausalLM"}[family]
+    if kind:
+        tiny_qwen_moe(dst, kind, **changes)
+    else:
+        tiny_mixtral(dst, **changes)
+    files = TOKENIZER_FILES.get(family, ("tokenizer.json", "tokenizer_config.json"))
+    for f in files:
+        os.link(models[family][0] / f, dst / f)
+    return dst
+
+
+@pytest.mark.parametrize("family,key,tensor", [
+    ("mixtral", "num_local_experts", "model.layers.1.block_sparse_moe.experts.2.w3.weight"),
+    ("qwen2moe", "num_experts", "model.layers.0.mlp.experts.3.down_proj.weight"),
+])
+def test_missing_expert_tensor_is_refused(models, tmp_path, family, key, tensor):
+    """An expert the config counts and the weights lack: the weights' file,
+    the missing tensor and the config's key."""
+    src = moe_copy(models, family, tmp_path / "m", drop=(tensor,))
+    refused(src, tmp_path, "model.safetensors", tensor, key)
+
+
+@pytest.mark.parametrize("family,key,count,word", [
+    ("mixtral", "num_local_experts", 2, "experts.2."),   # fewer experts than the weights hold
+    ("mixtral", "num_local_experts", 8, "block_sparse_moe.gate.weight"),  # more: the router has 4 rows
+    ("qwen3moe", "num_experts", 3, "experts.3."),
+])
+def test_expert_count_that_contradicts_the_tensors_is_refused(models, tmp_path, family, key, count, word):
+    src = moe_copy(models, family, tmp_path / "m")
+    c = json.loads((src / "config.json").read_text())
+    c[key] = count
+    (src / "config.json").write_text(json.dumps(c))
+    refused(src, tmp_path, key, word)
+
+
+def test_expert_tensors_stream_in_bounded_memory(models, tmp_path):
+    """A layer of 8 experts of 8192 × 512 (three stacks of 128 MiB each in
+    f32): ckpt's peak RSS stays under 64 MiB, less than one stack (the
+    script holds every stack whole)."""
+    src = tmp_path / "big-mixtral"
+    tiny_mixtral(src, seed=13, hidden_size=512, intermediate_size=8192, num_local_experts=8, num_hidden_layers=1,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=128)
+    for f in TOKENIZER_FILES["mixtral"]:
+        os.link(models["mixtral"][0] / f, src / f)
+    dst = tmp_path / "big.gguf"
+    code = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)")
+    r = subprocess.run([sys.executable, "-c", code, BIN_PATH, "convert", src, dst, "--dtype", "f32", "-q"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    peak_mib = int(r.stdout.split()[-1]) / 1024
+    sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
+    try:
+        import gguf
+        t = {t.name: t for t in gguf.GGUFReader(dst).tensors}["blk.0.ffn_gate_exps.weight"]
+        assert list(t.shape) == [512, 8192, 8] and t.n_bytes == 128 << 20
+    finally:
+        sys.path.remove(str(LLAMA_CPP / "gguf-py"))
+    assert peak_mib < 64, f"peak RSS {peak_mib:.1f} MiB"

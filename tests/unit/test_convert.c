@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include "helpers.h"
+#include "base/base.h"
+#include "plan_internal.h"
 
 #define T(name, dtype, shape, b, e) "\"" name "\":{\"dtype\":\"" dtype "\",\"shape\":" shape ",\"data_offsets\":[" #b "," #e "]}"
 
@@ -238,12 +240,209 @@ static void test_plan_tree_json(void **state) {
     scratch_free(dir);
 }
 
+
+/* ---- outputs a conversion assembles, computes or generates (plan_internal.h) ---- */
+
+/* A safetensors file of F32 tensors named `names`, each of `numel`
+ * elements of shape `shape_json`, tensor k's element i holding k*100+i. */
+static void write_f32_tensors(const char *path, const char *const *names, size_t n, const char *shape_json,
+                              size_t numel) {
+    char header[2048] = "{";
+    for (size_t k = 0; k < n; k++)
+        snprintf(header + strlen(header), sizeof header - strlen(header),
+                 "%s\"%s\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[%zu,%zu]}", k ? "," : "", names[k],
+                 shape_json, k * numel * 4, (k + 1) * numel * 4);
+    strcat(header, "}");
+    size_t h = strlen(header), len = 8 + h + n * numel * 4;
+    unsigned char *buf = calloc(1, len);
+    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)h >> (8 * i));
+    memcpy(buf + 8, header, h);
+    for (size_t k = 0; k < n; k++)
+        for (size_t i = 0; i < numel; i++) {
+            float v = (float)(k * 100 + i);
+            memcpy(buf + 8 + h + (k * numel + i) * 4, &v, 4); /* the data is not 4-byte aligned */
+        }
+    write_bytes(path, buf, len);
+    free(buf);
+}
+
+/* Tensor `name` of a converted file, read whole into a malloc'ed buffer. */
+static void *read_output(const char *path, const char *name, const ckpt_tensor_info **info) {
+    ckpt_catalog *cat;
+    ckpt_error err;
+    assert_int_equal(ckpt_catalog_open(path, &cat, &err), CKPT_OK);
+    const ckpt_tensor_info *t = ckpt_catalog_find(cat, name);
+    assert_non_null(t);
+    static ckpt_tensor_info copy;
+    static uint64_t shape[CKPT_MAX_DIMS];
+    copy = *t;
+    memcpy(shape, t->shape, t->ndim * sizeof *shape);
+    copy.shape = shape, copy.name = NULL;
+    void *buf = malloc(t->nbytes ? t->nbytes : 1);
+    assert_int_equal(ckpt_catalog_read(cat, t, 0, buf, t->nbytes, &err), CKPT_OK);
+    ckpt_catalog_close(cat);
+    *info = &copy;
+    return buf;
+}
+
+static void test_stack_streams_parts_into_one_tensor(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *names[] = {"a", "e0", "e1", "e2", "z"};
+    const char *src = strdup(in_dir(dir, "src.safetensors"));
+    write_f32_tensors(src, names, 5, "[2,3]", 6);
+    ckpt_catalog *cat;
+    ckpt_plan *p;
+    ckpt_error err;
+    assert_int_equal(ckpt_catalog_open(src, &cat, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_create(cat, &p, &err), CKPT_OK);
+    size_t parts[] = {3, 1, 2}; /* e2, e0, e1: the stack's order is the caller's */
+    assert_int_equal(ckpt__plan_stack(p, 1, 3, parts, &err), CKPT_OK);
+    assert_int_equal(ckpt__plan_set_name(p, 1, "stacked", &err), CKPT_OK);
+    ckpt__plan_place(p, 1, 4); /* after z */
+    assert_int_equal(ckpt_plan_cast(p, "e0", CKPT_F16, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_count(p), 3);
+    assert_string_equal(ckpt_plan_item_at(p, 0)->name, "a");
+    assert_string_equal(ckpt_plan_item_at(p, 1)->name, "z");
+    const ckpt_plan_item *it = ckpt_plan_item_at(p, 2);
+    assert_string_equal(it->name, "stacked");
+    assert_int_equal(it->ndim, 3);
+    assert_int_equal(it->shape[0], 3);
+    assert_int_equal(it->shape[1], 2);
+    assert_int_equal(it->shape[2], 3);
+    assert_int_equal(it->nbytes, 3 * 6 * 2);
+    size_t index = 99;
+    assert_non_null(ckpt_plan_find(p, "stacked", &index));
+    assert_int_equal(index, 2);
+    /* a load cannot place parts: refused */
+    ckpt_load_options lo;
+    ckpt_load_options_init(&lo);
+    assert_int_equal(ckpt_load(p, &lo, &err), CKPT_E_UNSUPPORTED);
+    const char *dst = strdup(in_dir(dir, "out.safetensors"));
+    assert_int_equal(ckpt_convert_plan(p, dst, NULL, &err), CKPT_OK);
+    ckpt_plan_free(p);
+    ckpt_catalog_close(cat);
+    const ckpt_tensor_info *t;
+    uint16_t *h = read_output(dst, "stacked", &t);
+    assert_int_equal(t->dtype, CKPT_F16);
+    assert_int_equal(t->ndim, 3);
+    assert_int_equal(t->shape[0], 3);
+    for (size_t k = 0; k < 3; k++)
+        for (size_t i = 0; i < 6; i++)
+            assert_true(ckpt__f16_to_f32(h[k * 6 + i]) == (float)(parts[k] * 100 + i)); /* file entry j holds j*100+i */
+    free(h);
+    free((void *)dst);
+    free((void *)src);
+    scratch_free(dir);
+}
+
+static void test_stack_refuses_parts_of_other_shapes(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *src = strdup(in_dir(dir, "src.safetensors"));
+    write_safetensors(src, "{" T("e0", "F32", "[2,3]", 0, 24) "," T("e1", "F32", "[3,2]", 24, 48) "}", 48);
+    ckpt_catalog *cat;
+    ckpt_plan *p;
+    ckpt_error err;
+    assert_int_equal(ckpt_catalog_open(src, &cat, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_create(cat, &p, &err), CKPT_OK);
+    size_t parts[] = {0, 1};
+    assert_int_equal(ckpt__plan_stack(p, 0, 2, parts, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_string_equal(err.tensor, "e1");
+    assert_non_null(strstr(err.message, "shape"));
+    size_t twice[] = {0, 0};
+    assert_int_equal(ckpt__plan_stack(p, 0, 2, twice, &err), CKPT_E_INVALID_ARGUMENT);
+    size_t other[] = {1};
+    assert_int_equal(ckpt__plan_stack(p, 0, 1, other, &err), CKPT_E_INVALID_ARGUMENT);
+    ckpt_plan_free(p);
+    ckpt_catalog_close(cat);
+    free((void *)src);
+    scratch_free(dir);
+}
+
+static void test_compute_adds_in_the_precision_held(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *names[] = {"n32", "n16"};
+    const char *src = strdup(in_dir(dir, "src.safetensors"));
+    write_f32_tensors(src, names, 2, "[64]", 64);
+    ckpt_catalog *cat;
+    ckpt_plan *p;
+    ckpt_error err;
+    assert_int_equal(ckpt_catalog_open(src, &cat, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_create(cat, &p, &err), CKPT_OK);
+    ckpt__elementwise f32 = {.add = 0.25, .hold = CKPT_F32}, f16 = {.add = 2049.0, .hold = CKPT_F16};
+    ckpt__elementwise bad = {.add = 1.0, .hold = CKPT_I32};
+    assert_int_equal(ckpt__plan_compute(p, 0, &bad, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_int_equal(ckpt__plan_compute(p, 0, &f32, &err), CKPT_OK);
+    assert_int_equal(ckpt__plan_compute(p, 0, &f32, &err), CKPT_E_INVALID_ARGUMENT); /* one rule a tensor */
+    assert_int_equal(ckpt__plan_compute(p, 1, &f16, &err), CKPT_OK);
+    assert_true(ckpt_plan_item_at(p, 0)->transform);
+    const char *dst = strdup(in_dir(dir, "out.safetensors"));
+    assert_int_equal(ckpt_convert_plan(p, dst, NULL, &err), CKPT_OK);
+    ckpt_plan_free(p);
+    ckpt_catalog_close(cat);
+    const ckpt_tensor_info *t;
+    float *a = read_output(dst, "n32", &t);
+    for (size_t i = 0; i < 64; i++) assert_true(a[i] == (float)i + 0.25f);
+    free(a);
+    float *b = read_output(dst, "n16", &t);
+    /* 100 + i + 2049 in float16: above 2048 float16 steps by 2, ties to even */
+    for (size_t i = 0; i < 64; i++) assert_true(b[i] == ckpt__f16_to_f32(ckpt__f32_to_f16((float)(2149 + i))));
+    assert_true(b[0] != 2149.0f || b[1] != 2150.0f || b[2] != 2151.0f); /* the rounding shows */
+    free(b);
+    free((void *)dst);
+    free((void *)src);
+    scratch_free(dir);
+}
+
+static void test_generated_tensors_come_first(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *names[] = {"w"};
+    const char *src = strdup(in_dir(dir, "src.safetensors"));
+    write_f32_tensors(src, names, 1, "[4]", 4);
+    ckpt_catalog *cat;
+    ckpt_plan *p;
+    ckpt_error err;
+    assert_int_equal(ckpt_catalog_open(src, &cat, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_create(cat, &p, &err), CKPT_OK);
+    float values[3] = {1.0f, 0.5f, 8.0f};
+    uint64_t shape[1] = {3};
+    assert_int_equal(ckpt__plan_generate(p, "g", CKPT_F32, 1, shape, values, 8, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_int_equal(ckpt__plan_generate(p, "g", CKPT_F32, 1, shape, values, sizeof values, &err), CKPT_OK);
+    values[0] = 7.0f; /* copied */
+    ckpt_load_options lo;
+    ckpt_load_options_init(&lo);
+    assert_int_equal(ckpt_load(p, &lo, &err), CKPT_E_UNSUPPORTED);
+    const char *dst = strdup(in_dir(dir, "out.gguf"));
+    assert_int_equal(ckpt_convert_plan(p, dst, NULL, &err), CKPT_OK);
+    ckpt_plan_free(p);
+    ckpt_catalog_close(cat);
+    assert_int_equal(ckpt_catalog_open(dst, &cat, &err), CKPT_OK);
+    assert_int_equal(ckpt_catalog_tensor_count(cat), 2);
+    assert_string_equal(ckpt_catalog_tensor(cat, 0)->name, "g");
+    assert_string_equal(ckpt_catalog_tensor(cat, 1)->name, "w");
+    ckpt_catalog_close(cat);
+    const ckpt_tensor_info *t;
+    float *g = read_output(dst, "g", &t);
+    assert_true(g[0] == 1.0f && g[1] == 0.5f && g[2] == 8.0f);
+    free(g);
+    free((void *)dst);
+    free((void *)src);
+    scratch_free(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_is_byte_identical),
         cmocka_unit_test(test_cancel_leaves_nothing),
         cmocka_unit_test(test_preview_writes_nothing),
         cmocka_unit_test(test_plan_tree_json),
+        cmocka_unit_test(test_stack_streams_parts_into_one_tensor),
+        cmocka_unit_test(test_stack_refuses_parts_of_other_shapes),
+        cmocka_unit_test(test_compute_adds_in_the_precision_held),
+        cmocka_unit_test(test_generated_tensors_come_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

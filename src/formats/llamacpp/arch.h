@@ -24,6 +24,9 @@ typedef enum ckpt__lc_kv_kind {
     CKPT__LC_ROPE_U32,   /* the RoPE parameters' first of `hparams`, else config.json's, as a u32 */
     CKPT__LC_U32_OR_ZERO, /* the first of `hparams` as a u32, 0 when null or absent */
     CKPT__LC_FILE_TYPE,  /* llama.cpp's file type of the output dtype */
+    CKPT__LC_ROPE_THETA_SWA, /* the sliding attention's RoPE parameters' rope_theta, when present, as an f32 */
+    CKPT__LC_F32_NONZERO,    /* the first of `hparams` as an f32, unless absent, null or zero */
+    CKPT__LC_U32_UNLESS_PATTERN_ONE, /* the first of `hparams` as a u32, unless sliding_window_pattern is 1 */
 } ckpt__lc_kv_kind;
 
 /* One key-value, in the order the script adds it; `key` holds "%s" for the
@@ -47,6 +50,10 @@ typedef enum ckpt__lc_dim {
     CKPT__LC_HEAD,   /* the head dimension */
     CKPT__LC_QKV,    /* (num_attention_heads + 2 × num_key_value_heads) × the head dimension: Q, K and V fused */
     CKPT__LC_FF2,    /* 2 × intermediate_size: the gate and up projections fused */
+    CKPT__LC_EXPERTS,   /* the expert count (the family's expert_hparams) */
+    CKPT__LC_EXPERT_FF, /* moe_intermediate_size: an expert's */
+    CKPT__LC_SHARED_FF, /* shared_expert_intermediate_size: the shared expert's */
+    CKPT__LC_ONE,       /* 1 */
 } ckpt__lc_dim;
 
 /* Which rows the script reorders for llama.cpp's RoPE (LlamaModel.permute). */
@@ -59,11 +66,24 @@ typedef enum ckpt__lc_rope {
 /* A Hugging Face tensor and its llama.cpp name: `hf` and `gguf` hold one
  * "%u" for the layer, or none. */
 typedef struct ckpt__lc_tensor {
-    const char *hf, *gguf;
+    const char *hf, *gguf; /* gguf NULL: the script drops the tensor */
     ckpt__lc_rope rope;
     uint8_t ndim;
     ckpt__lc_dim dims[2]; /* in Hugging Face's order (out, in) */
+    bool f32;             /* kept float32 whatever the output type (the script's FFN_GATE_INP, …) */
+    float add;            /* added to each element (in the source's precision, float32 for bfloat16), or 0:
+                             Gemma's norms (x + 1) */
 } ckpt__lc_tensor;
+
+/* A layer's per-expert 2-D tensors the script stacks into one 3-D tensor
+ * of (experts, out, in): `hf` holds "%u" for the layer, then "%u" for
+ * the expert; `gguf` one "%u" for the layer.  A layer's stacks follow its
+ * last expert tensor, in the table's order: the script merges them when it
+ * has read every expert tensor of the layer. */
+typedef struct ckpt__lc_experts {
+    const char *hf, *gguf;
+    ckpt__lc_dim dims[2]; /* one expert's, in Hugging Face's order (out, in) */
+} ckpt__lc_experts;
 
 /* How the family reads the added tokens of a SentencePiece vocabulary. */
 typedef enum ckpt__lc_spm_added {
@@ -90,11 +110,16 @@ typedef struct ckpt__lc_family {
     bool add_space_prefix;            /* tokenizer_config's add_prefix_space as tokenizer.ggml.add_space_prefix
                                          (LlamaModel.set_vocab writes it; others do not) */
     ckpt__lc_spm_added spm_added;     /* a SentencePiece vocabulary's added tokens */
+    bool no_space_prefix_after;       /* tokenizer.ggml.add_space_prefix false after the vocabulary (Gemma's) */
     uint64_t refused_vocab_size;      /* a vocab_size the script reads special tokens of otherwise (CodeLlama's
                                          infill tokens at 32016): refused; or 0 */
     const char *refused_hint;         /* a variant the script converts otherwise (more key-values, other tensors),
                                          refused when the directory's name, config.json's _name_or_path, model_type
                                          or architecture, or README.md's "# " heading holds it; or NULL */
+    bool rope_freqs;                  /* RoPE type llama3 makes the rope_freqs tensor (LlamaModel's
+                                         generate_extra_tensors); else that type is refused */
+    const ckpt__lc_experts *experts;  /* stacked per-expert tensors, terminated by a NULL hf; or NULL */
+    const char *expert_hparams;       /* config.json's names of the expert count, "|"-separated */
 } ckpt__lc_family;
 
 /* TextModel.set_gguf_parameters' key-values, which every family's table
@@ -111,8 +136,11 @@ typedef struct ckpt__lc_family {
     {"%s.rope.scaling", CKPT__LC_ROPE_SCALING, NULL, false},                                                     \
     {"%s.rope.freq_base", CKPT__LC_ROPE_THETA,                                                                   \
      "global_rope_theta|rope_global_theta|rope_theta_global|rope_theta|rotary_emb_base", false},                  \
+    {"%s.rope.freq_base_swa", CKPT__LC_ROPE_THETA_SWA, NULL, false},                                             \
     {"%s.attention.layer_norm_rms_epsilon", CKPT__LC_F32, "rms_norm_eps|norm_eps", false},                       \
     {"%s.attention.layer_norm_epsilon", CKPT__LC_F32, "layer_norm_eps|layer_norm_epsilon|norm_epsilon", false},  \
+    {"%s.expert_count", CKPT__LC_U32, "num_local_experts|num_experts|n_routed_experts", false},                   \
+    {"%s.expert_used_count", CKPT__LC_U32, "num_experts_per_tok|num_experts_per_token|top_k_experts", false},      \
     {"%s.attention.key_length", CKPT__LC_U32, "head_dim", false},                                                \
     {"%s.attention.value_length", CKPT__LC_U32, "head_dim", false},                                              \
     {"general.file_type", CKPT__LC_FILE_TYPE, NULL, true}
@@ -129,6 +157,10 @@ typedef struct ckpt__lc_family {
      {CKPT__LC_HIDDEN, CKPT__LC_Q}},                                                                              \
     {"model.layers.%u.post_attention_layernorm.weight", "blk.%u.ffn_norm.weight", CKPT__LC_NO_PERMUTE, 1,        \
      {CKPT__LC_HIDDEN}},                                                                                          \
+    CKPT__LC_MLP_TENSORS
+
+/* A dense MLP's gate, up and down projections. */
+#define CKPT__LC_MLP_TENSORS                                                                                      \
     {"model.layers.%u.mlp.gate_proj.weight", "blk.%u.ffn_gate.weight", CKPT__LC_NO_PERMUTE, 2,                   \
      {CKPT__LC_FF, CKPT__LC_HIDDEN}},                                                                             \
     {"model.layers.%u.mlp.up_proj.weight", "blk.%u.ffn_up.weight", CKPT__LC_NO_PERMUTE, 2,                       \
