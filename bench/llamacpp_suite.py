@@ -417,13 +417,13 @@ def run_measure(args, build):
     ckpt_convert(model, bf16_gguf, "bf16")
     cases = contenders(model, bf16_gguf)
     peer_runs = args.peer_runs or args.runs
-    results = {case: {mode: {k: {"seconds": [], "rss": []} for k in cs} for mode in ("warm", "cold")}
+    results = {case: {mode: {k: {"seconds": [], "rss": []} for k in cs} for mode in args.llamacpp_modes.split(",")}
                for case, cs in cases.items()}
     load_average = [os.getloadavg()[0]]
     digests = {}  # {case: {contender: sha256 of its file}}: the same file from ckpt and the script
     for case, cs in cases.items():
         inputs = [bf16_gguf] if case == "Q4_K_M" else [src]
-        for mode in ("warm", "cold"):
+        for mode in args.llamacpp_modes.split(","):
             for rnd in range(args.runs + 1):  # round 0 warms up (warm) or is dropped (cold)
                 names = list(cs) if rnd % 2 == 0 else list(reversed(cs))
                 for label in names:

@@ -622,6 +622,7 @@ def main():
     ap.add_argument("--bg-gb", type=float, default=2, help="size (GB) of the save suite's background model")
     ap.add_argument("--llamacpp-parts", default="check,measure",
                     help="parts of the llamacpp suite: check (tokens and logits), measure (4 GB conversions)")
+    ap.add_argument("--llamacpp-modes", default="warm,cold", help="the llamacpp suite's measure: warm, cold or both")
     ap.add_argument("--peer-runs", type=int, default=None,
                     help="the llamacpp suite: timed runs of its slow peers (convert_hf_to_gguf.py, "
                          "llama-quantize), default --runs")
