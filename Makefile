@@ -63,6 +63,40 @@ $(LLAMA_CPP_CACHE)/.stamp: | $(VENV)/.stamp
 
 llama-cpp-ref: venv $(LLAMA_CPP_CACHE)/.stamp
 
+# llama.cpp itself, built from the same sdist for the llamacpp bench suite
+# (bench/llamacpp_suite.py; not for `make test`: the build takes minutes):
+# libllama and ggml's CPU backend as shared libraries, llama-quantize, and
+# bench/llama_run.c linked against them (ckpt-llama-run: llama.cpp's
+# tokenizer and its logits on a GGUF file).  CPU only, no HTTPS, no
+# server, tests or examples; -march=native, so the build is this machine's.
+# Unpacked into .cache/.../src and built in .cache/.../build, kept and
+# reused while the sdist and bench/llama_run.c are unchanged (the build's
+# seconds in that folder's build-seconds, for the suite's record).
+LLAMA_CPP_SRC := $(LLAMA_CPP_CACHE)/src/llama.cpp
+LLAMA_CPP_BUILD := $(LLAMA_CPP_CACHE)/build
+LLAMA_CPP_BIN := $(CURDIR)/$(LLAMA_CPP_BUILD)/bin
+LLAMA_CPP_CMAKE := -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DGGML_CUDA=OFF \
+  -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_RPC=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON
+
+$(LLAMA_CPP_BUILD)/.stamp: $(LLAMA_CPP_CACHE)/.stamp
+	rm -rf $(LLAMA_CPP_SRC) $(LLAMA_CPP_BUILD) && mkdir -p $(LLAMA_CPP_SRC)
+	tar -xzf $(LLAMA_CPP_CACHE)/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz -C $(LLAMA_CPP_SRC) \
+	  --strip-components=3 --wildcards --exclude='*/vendor/llama.cpp/models/*' \
+	  --exclude='*/vendor/llama.cpp/.git' --exclude='*/vendor/llama.cpp/.github/*' \
+	  --exclude='*/vendor/llama.cpp/docs/*' --exclude='*/vendor/llama.cpp/media/*' 'llama_cpp_python-*/vendor/llama.cpp/*'
+	start=$$(date +%s) && cmake -S $(LLAMA_CPP_SRC) -B $(LLAMA_CPP_BUILD) $(LLAMA_CPP_CMAKE) >/dev/null && \
+	  cmake --build $(LLAMA_CPP_BUILD) -j $(JOBS) --target llama llama-quantize && \
+	  echo $$(( $$(date +%s) - start )) > $(LLAMA_CPP_BUILD)/build-seconds
+	@touch $@
+
+$(LLAMA_CPP_BUILD)/bin/ckpt-llama-run: bench/llama_run.c $(LLAMA_CPP_BUILD)/.stamp
+	$(CC) -O2 -Wall -o $@ $< -I$(LLAMA_CPP_SRC)/include -I$(LLAMA_CPP_SRC)/ggml/include \
+	  -L$(LLAMA_CPP_BUILD)/bin -lllama -lggml -lggml-base -Wl,-rpath,'$$ORIGIN'
+
+.PHONY: llama-cpp-build
+llama-cpp-build: llama-cpp-ref $(LLAMA_CPP_BUILD)/bin/ckpt-llama-run
+
 # Open MPI (libckpt_mpi, `mpirun ckpt convert`, tests/mpi): installed like
 # the other Debian packages when missing; where it cannot be installed the
 # build goes on without libckpt_mpi and test-mpi says SKIP.

@@ -762,6 +762,10 @@ def table():
     gguf_doc = load("gguf")
     if gguf_doc and "cases" in gguf_doc:
         lines += gguf_table(gguf_doc)
+    if load("llamacpp-check"):
+        lines += llamacpp_check_table(load("llamacpp-check"))
+    if load("llamacpp-4GB"):
+        lines += llamacpp_table(load("llamacpp-4GB"))
     if load("bindings"):
         lines += bindings_tables(load("bindings"))
     if load("dcp"):
@@ -776,6 +780,113 @@ def table():
     charts = ", ".join(f"[{p.stem}](results/{p.name})" for p in sorted(RESULTS.glob("*.png")))
     lines.append(f"Charts (`make bench-publish` draws them): {charts}; raw runs in `bench/results/*.json`.")
     return "\n".join(lines)
+
+
+# -------------------------------------------------------- llamacpp suite
+
+LLAMACPP_TOKENIZERS = {"llama3": "Llama 3 BPE (`llama-bpe`)", "llama2": "Llama 2 SentencePiece",
+                       "mistral": "SentencePiece (Mistral 7B v0.1's layout)", "qwen2": "Qwen2 BPE (`qwen2`)",
+                       "qwen3": "Qwen2 BPE (`qwen2`)", "phi3": "SentencePiece + Phi-3's added tokens"}
+
+
+def llamacpp_check_table(doc):
+    """bench/llamacpp_suite.py's check: llama.cpp's tokens and logits on ckpt's files."""
+    dtypes = list(doc["tolerance"])
+    lines = [f"**llama.cpp runs ckpt's GGUF files** (llama.cpp from the {doc['llama_cpp']}; tiny random models of "
+             f"each family, transformers {doc['transformers']} in float32 as the reference; logits error = "
+             "max |llama.cpp − transformers| / max |transformers| over every position of the prompt; tolerance "
+             "per type: " + ", ".join(f"{d.upper()} {t:.2g}" for d, t in doc["tolerance"].items()) + ")", "",
+             "| family | tokenizer | tokens equal | " + " | ".join(f"{d.upper()} error" for d in dtypes) +
+             " | top-1 agree (Q8_0) | wrong file (control) error |",
+             "|---|---|---|" + "---:|" * len(dtypes) + "---:|---|"]
+    for family, r in doc["families"].items():
+        ok = sum(t["equal"] for t in r["tokens"])
+        as_sp = sum(t["equal"] and not t["equal_hf"] for t in r["tokens"])
+        controls = "; ".join(f"{k} {v['error']:.2g} ({'caught' if v['detected'] else 'MISSED'})"
+                             for k, v in r["controls"].items())
+        sp = f" ({as_sp} as SentencePiece's, not HF's)" if as_sp else ""
+        lines.append(f"| {family} | {LLAMACPP_TOKENIZERS.get(family, '')} | {ok} of {len(r['tokens'])} texts{sp} | " +
+                     " | ".join(f"{r['logits'][d]['error']:.1e}" + ("" if r["logits"][d]["pass"] else " FAIL")
+                                for d in dtypes) +
+                     f" | {r['logits']['q8_0']['top1_agree']:.0%} | {controls} |")
+    lines += ["", f"Tolerance: {doc['tolerance_basis']}. Tokens: HF's tokenizer.json for SentencePiece models "
+              "is a BPE converted from tokenizer.model, which splits runs of spaces otherwise than SentencePiece "
+              "itself; there llama.cpp's ids are checked against SentencePiece's. "
+              + ("Every check passed." if not doc["failures"] else "FAILED: " + "; ".join(doc["failures"])), ""]
+    return lines + measured(doc)
+
+
+LLAMACPP_CASES = {"bf16": "HF bf16 → GGUF BF16", "q8_0": "HF bf16 → GGUF Q8_0",
+                  "Q4_K_M": "GGUF BF16 → Q4_K_M (llama-quantize)"}
+
+
+def llamacpp_table(doc):
+    """bench/llamacpp_suite.py's measure: ckpt against convert_hf_to_gguf.py."""
+    gb = doc["bytes"] / 1e9
+    c = doc["config"]
+    lines = [f"**HF → llama.cpp GGUF, a {gb:.1f} GB Llama 3-shaped bf16 model** (hidden {c['hidden_size']}, "
+             f"{c['num_hidden_layers']} layers, vocabulary {c['vocab_size']:,}; each contender in its own process, "
+             f"peak RSS from GNU time; median of {doc['runs']} for ckpt and cp, {doc['peer_runs']} for "
+             f"convert_hf_to_gguf.py and llama-quantize; "
+             + (f"cold = {cold_how(doc)}; " if any("cold" in m for m in doc["results"].values()) else
+                "warm cache only; ") + f"load average "
+             f"{doc['load_average']['min']:.1f}–{doc['load_average']['max']:.1f})", "",
+             "| conversion | cache | contender | median | min–max | script / contender | peak RSS |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    for case, modes in doc["results"].items():
+        title = LLAMACPP_CASES.get(case, case)
+        if case in doc["identical_outputs"]:
+            title += (" (the same file from both)" if doc["identical_outputs"][case] else
+                      " (**files differ**)")
+        for mode, res in modes.items():
+            for name, v in res.items():
+                if name == "speedup":
+                    continue
+                sp = res.get("speedup", {}).get(name)
+                lines.append(f"| {title} | {mode} | {name} | {v['median']:.2f} s | {v['min']:.2f}–{v['max']:.2f} s | "
+                             f"{f'{sp:.1f}×' if sp else ''} | {_mib(v['peak_rss_bytes']):,.0f} MiB |")
+                title = ""
+    target = _mib(doc["rss_target_bytes"] + doc["largest_merged_group_bytes"])
+    ckpt = [(case, mode, name, v) for case, modes in doc["results"].items() for mode, res in modes.items()
+            for name, v in res.items() if name in ("ckpt convert", "ckpt convert --no-sync")]
+    slowest = min(modes[mode]["speedup"][name] for case, mode, name, _ in ckpt
+                  for modes in [doc["results"][case]] if "speedup" in modes[mode])
+    peak = max(_mib(v["peak_rss_bytes"]) for *_, v in ckpt)
+    raw = [_mib(v["peak_rss_bytes"]) for modes in doc["results"].values() for res in modes.values()
+           for name, v in res.items() if name.endswith("--raw")]
+    lines += ["", f"Targets (issue 29): ckpt ≥ 2× the script's speed — {'met' if slowest >= 2 else 'NOT met'}, "
+              f"{slowest:.1f}× at the least; ckpt's peak RSS ≤ {target:.0f} MiB (64 MiB plus the largest group of "
+              f"tensors the format forces to merge: none for llama) — {'met' if peak <= target else 'NOT met'}, "
+              f"{peak:.0f} MiB" + (f" (the same tensors without llama.cpp's key-values, `--raw`: {max(raw):.0f} MiB; "
+                                   "the rest comes with llama.cpp's key-values: Llama 3's tokenizer.json is 17 MB)" if raw else "") +
+              ". Q4_K_M: ckpt does not write it yet; llama-quantize's time is the figure to meet.", ""]
+    return lines + measured(doc)
+
+
+def llamacpp_chart(doc):
+    plt = pyplot()
+    if plt is None:
+        return
+    fig, axes = plt.subplots(len(doc["results"]), 1, figsize=(9, 2.4 * len(doc["results"])))
+    for ax, (case, modes) in zip(axes, doc["results"].items()):
+        names, vals, cols = [], [], []
+        for mode, res in modes.items():
+            for name, v in res.items():
+                if name == "speedup":
+                    continue
+                names.append(f"{name} ({mode})")
+                vals.append(v["median"])
+                cols.append("#2a7" if name.startswith("ckpt") else "#999")
+        ax.barh(names, vals, color=cols)
+        for i, n in enumerate(names):
+            rss = modes[n.rsplit(" (", 1)[1][:-1]][n.rsplit(" (", 1)[0]]["peak_rss_bytes"]
+            ax.text(vals[i], i, f" {_mib(rss):,.0f} MiB RSS", va="center", fontsize=7)
+        ax.set_title(LLAMACPP_CASES.get(case, case) + f", {doc['bytes'] / 1e9:.1f} GB", fontsize=9)
+        ax.set_xlabel("seconds (median)")
+        ax.tick_params(axis="y", labelsize=7)
+    fig.tight_layout()
+    save_chart(fig, "llamacpp-4GB.png", dpi=110)
+    plt.close(fig)
 
 
 # -------------------------------------------------------- hardened suite
@@ -1143,6 +1254,16 @@ def _distributed_tables(doc):
     return "\n".join(distributed_table(doc) + machine + measured(doc)).strip()
 
 
+@figure("llamacpp-check", "llamacpp-check")
+def _llamacpp_check(doc):
+    return "\n".join(llamacpp_check_table(doc)).strip()
+
+
+@figure("llamacpp-4gb", "llamacpp-4GB")
+def _llamacpp_4gb(doc):
+    return "\n".join(llamacpp_table(doc)).strip()
+
+
 @figure("when-to-use", "perf")
 def when_to_use(perf):
     g = perf["results"]
@@ -1278,6 +1399,8 @@ def main():
         gguf_chart(load("gguf"))
     if load("dcp"):
         dcp_chart(load("dcp"))
+    if load("llamacpp-4GB"):
+        llamacpp_chart(load("llamacpp-4GB"))
     sources_charts()
     if load("bindings"):
         bindings_chart(load("bindings"))

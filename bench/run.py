@@ -62,6 +62,14 @@ Suites:
                  not in the default set: `make bench BENCH_ARGS="baseline
                  --baseline REV"`)
 
+  llamacpp       llama.cpp, built from the llama-cpp-python sdist (`make
+                 llama-cpp-build`), runs what `ckpt convert HF_DIR x.gguf`
+                 writes: its tokens and logits on tiny models of every family
+                 equal transformers' (check); ckpt against convert_hf_to_gguf.py
+                 on a 4 GB Llama, bf16 and q8_0, and llama-quantize's Q4_K_M
+                 (measure) (bench/llamacpp_suite.py; not in the default set:
+                 `make bench BENCH_ARGS="llamacpp --runs 3 --peer-runs 1"`)
+
   perf           the Python calls users make (ckpt.load whole, as float32, as
                  a tensor-parallel rank; ckpt.open from Python) against
                  safetensors and against --baseline REV (default main)
@@ -571,6 +579,11 @@ def suite_hardened(args):
     run_hardened_suite(args)
 
 
+def suite_llamacpp(args):
+    from llamacpp_suite import run_llamacpp_suite
+    run_llamacpp_suite(args)
+
+
 def suite_perf(args):
     from perf_suite import run_perf_suite
     run_perf_suite(args)
@@ -607,6 +620,12 @@ def main():
                     help="the hardened suite: run the journal's libFuzzer target this long (0: not at all)")
     ap.add_argument("--save-model-gb", type=float, default=4, help="size (GB) of the save suite's incremental model")
     ap.add_argument("--bg-gb", type=float, default=2, help="size (GB) of the save suite's background model")
+    ap.add_argument("--llamacpp-parts", default="check,measure",
+                    help="parts of the llamacpp suite: check (tokens and logits), measure (4 GB conversions)")
+    ap.add_argument("--llamacpp-modes", default="warm,cold", help="the llamacpp suite's measure: warm, cold or both")
+    ap.add_argument("--peer-runs", type=int, default=None,
+                    help="the llamacpp suite: timed runs of its slow peers (convert_hf_to_gguf.py, "
+                         "llama-quantize), default --runs")
     ap.add_argument("--cold", choices=("drop_caches", "fadvise"), default=cold_method(),
                     help="how cold runs empty the cache: the whole page cache (as root), or only the files' pages")
     args = ap.parse_args()
@@ -618,7 +637,7 @@ def main():
          "gguf": suite_gguf, "jax": suite_jax, "bindings": suite_bindings, "baseline": suite_baseline,
          "http": suite_http, "memlimit": suite_memlimit, "dcp": suite_dcp, "distributed": suite_distributed,
          "perf": suite_perf, "crc": suite_crc, "hardened": suite_hardened, "save": suite_save,
-         "transformers": suite_transformers}[s](args)
+         "transformers": suite_transformers, "llamacpp": suite_llamacpp}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

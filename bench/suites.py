@@ -61,6 +61,8 @@ DCP = [["src/formats/dcp.c", "src/formats/dcp.h", "src/formats/dcp_hf.c", "src/f
         "src/formats/dcp_tiling.c", "src/formats/dcp_write.c"]]
 FLAX = [["src/formats/msgpack.c"]]
 LOAD = [["src/load.c"]]
+# HF → llama.cpp GGUF: the architectures' mappings, config.json, tokenizers.
+LLAMACPP = [["src/formats/llamacpp.c", "src/formats/llamacpp/", "src/formats/hf_config.c", "src/formats/hf_config.h"]]
 WRITE = [["src/convert.c", "src/writer.c", "src/writer_internal.h", "src/formats/output.h", "src/io/commit.*",
           "src/io/journal.*", "src/io/lock.*"]]
 COLLECTIVE = [["src/comm.c", "src/wire.c", "src/collective_load.c", "src/collective_write.c",
@@ -133,6 +135,10 @@ MEASUREMENTS = {
                                     "save --save-model-gb 4 --bg-gb 2 --runs 3"),
     "save background": Measurement(["save-background"], BUILD + CORE + SAFETENSORS + WRITE + PYTHON + COLLECTIVE +
                                    [["bench/save_worker.py"]], "save --save-model-gb 4 --bg-gb 2 --runs 3"),
+    "llamacpp check": Measurement(["llamacpp-check"], BUILD + CORE + SAFETENSORS + GGUF + LLAMACPP + WRITE + CLI +
+                                  [["bench/llama_run.c"]], "llamacpp --llamacpp-parts check"),
+    "llamacpp 4 GB": Measurement(["llamacpp-4GB"], BUILD + CORE + SAFETENSORS + GGUF + LLAMACPP + WRITE + CLI,
+                                 "llamacpp --llamacpp-parts measure --runs 3 --peer-runs 1"),
     "baseline": Measurement(["baseline"], BUILD + CORE + SAFETENSORS + LOAD + WRITE + CLI + PYTHON,
                             "baseline --baseline REV"),
 }
