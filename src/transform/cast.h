@@ -34,7 +34,8 @@ CKPT__HIDDEN void ckpt__cast_strided(ckpt__cast_fn fn, unsigned in_size, unsigne
 
 
 /* quant.c: fills the pairs of ggml's block types (dequantization to F32,
- * F16, BF16; quantization to Q8_0 and Q4_0; each block type to itself).
+ * F16, BF16; quantization to Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K; each
+ * block type to itself).
  * Their kernels count blocks, not elements. */
 CKPT__HIDDEN void ckpt__quant_fill(ckpt__cast_fn (*table)[CKPT_DTYPE_COUNT]);
 
