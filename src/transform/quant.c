@@ -97,7 +97,7 @@ static void deq_q3_k(const uint8_t *b, float *y) {
     }
 }
 
-static void scale_min_k4(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
+void ckpt__quant_scale_min_k4(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
     for (int j = 0; j < 4; j++) {
         sc[j] = s[j] & 0x3F;
         sc[j + 4] = (uint8_t)((s[8 + j] & 0x0F) | ((s[j] >> 2) & 0x30));
@@ -109,7 +109,7 @@ static void scale_min_k4(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
 static void deq_q4_k(const uint8_t *b, float *y) {
     float d = f16(b), dmin = f16(b + 2), dl[8], ml[8];
     uint8_t sc[8], mn[8];
-    scale_min_k4(b + 4, sc, mn);
+    ckpt__quant_scale_min_k4(b + 4, sc, mn);
     for (int i = 0; i < 8; i++) dl[i] = d * (float)sc[i], ml[i] = dmin * (float)mn[i];
     const uint8_t *qs = b + 16;
     for (int e = 0; e < QK_K; e++) {
@@ -122,7 +122,7 @@ static void deq_q4_k(const uint8_t *b, float *y) {
 static void deq_q5_k(const uint8_t *b, float *y) {
     float d = f16(b), dmin = f16(b + 2), dl[8], ml[8];
     uint8_t sc[8], mn[8];
-    scale_min_k4(b + 4, sc, mn);
+    ckpt__quant_scale_min_k4(b + 4, sc, mn);
     for (int i = 0; i < 8; i++) dl[i] = d * (float)sc[i], ml[i] = dmin * (float)mn[i];
     const uint8_t *qh = b + 16, *qs = b + 48;
     for (int e = 0; e < QK_K; e++) {
@@ -221,6 +221,8 @@ static void q_q8_0(const float *x, uint8_t *b) {
     }
     for (int j = 0; j < 32; j++) q[j] = (int8_t)to_int(np_roundf(x[j] * id));
 }
+
+void ckpt__quant_q8_0_block(const float *x, uint8_t *block) { q_q8_0(x, block); }
 
 static void q_q4_0(const float *x, uint8_t *b) {
     /* argmax of |x|: the first largest, or the first NaN */
@@ -414,7 +416,7 @@ static void q_k4_levels(const float *x, uint8_t *b, uint8_t *L, int nmax, float 
     memset(b + 4, 0, 12);
     pack_scales_k4(b + 4, ls, lm);
     uint8_t sc[8], mn[8];
-    scale_min_k4(b + 4, sc, mn);
+    ckpt__quant_scale_min_k4(b + 4, sc, mn);
     for (int j = 0; j < 8; ++j) {
         const float d = f16(b) * sc[j];
         if (!d) continue; /* ggml keeps make_qkx2_quants' levels there */

@@ -167,3 +167,23 @@ def test_unknown_mix_is_refused_by_name(mix_models, tmp_path):
                        text=True)
     assert r.returncode != 0 and "q3_k_m" in r.stderr and "q4_k_m" in r.stderr, r.stderr
     assert not dst.exists()
+
+
+@pytest.mark.parametrize("qtype", ["q4_k", "q5_k", "q6_k"])
+def test_plain_gguf_conversion_quantizes_whole_block_rows(ref, qtype, tmp_path):
+    """--dtype q4_k on a plain (non-llama.cpp) GGUF output: matrices whose
+    rows are whole 256-element blocks become ggml's blocks, the others stay
+    as they are (as for q8_0)."""
+    from safetensors.numpy import save_file
+    rng = np.random.default_rng(5)
+    src = {"w": (rng.standard_normal((8, 512)) * 0.02).astype(np.float32),
+           "short_rows": rng.standard_normal((4, 96)).astype(np.float32), "v": np.ones(256, np.float32)}
+    save_file(src, str(tmp_path / "m.safetensors"))
+    dst = tmp_path / "m.gguf"
+    r = subprocess.run([ckptlib.BIN_PATH, "convert", tmp_path / "m.safetensors", dst, "--dtype", qtype, "-q"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    got = {t.name: t for t in gguf.GGUFReader(dst).tensors}
+    assert int(got["w"].tensor_type) == ggml_ref.GGML[qtype.upper()]
+    assert bytes(got["w"].data) == ggml_ref.quantize(ref, qtype.upper(), src["w"])
+    assert int(got["short_rows"].tensor_type) == ggml_ref.GGML["F32"] and int(got["v"].tensor_type) == 0

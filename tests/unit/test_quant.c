@@ -77,10 +77,109 @@ static void test_zero_blocks(void **state) {
     assert_non_null(strstr(err.message, "Q4_K"));
 }
 
+static int cpu_has(int level) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (level == 1) return __builtin_cpu_supports("avx2");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+#else
+    (void)level;
+    return 0;
+#endif
+}
+
+/* Random blocks of a block type: random bytes, then the f16 scales set to
+ * what blocks hold — mostly ordinary, some 0, −0, subnormal, infinite or
+ * NaN. */
+static void random_blocks(ckpt_dtype q, unsigned char *b, size_t n) {
+    static const uint16_t odd_scales[] = {0x0000, 0x8000, 0x0001, 0x03FF, 0x7C00, 0xFC00, 0x7E00, 0x7D01, 0x7BFF};
+    size_t size = ckpt_dtype_block_bytes(q), at = q == CKPT_Q6_K ? 208 : 0;
+    for (size_t i = 0; i < n * size; i++) b[i] = (unsigned char)next_u32();
+    for (size_t i = 0; i < n; i++) {
+        uint32_t r = next_u32();
+        uint16_t h = r % 8 == 0 ? odd_scales[(r >> 8) % 9] : (uint16_t)(0x1000 + (r >> 8) % 0x4000);
+        memcpy(b + i * size + at, &h, 2);
+        if (q == CKPT_Q4_K) memcpy(b + i * size + 2, &h, 2);
+    }
+}
+
+/* Random float32 blocks of 32 for Q8_0: normal data, and blocks of zeros,
+ * of values at rounding ties, huge, tiny, infinite or with a NaN. */
+static void random_floats(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = next_normal() * 0.05f;
+    for (size_t blk = 0; blk < n / 32; blk++) {
+        float *v = x + blk * 32;
+        switch (blk % 9) {
+        case 1: memset(v, 0, 32 * sizeof *v); break;
+        case 2: for (int j = 0; j < 32; j++) v[j] = (float)(j - 16) + 0.5f; v[5] = 127.0f; break;
+        case 3: for (int j = 0; j < 32; j++) v[j] *= 1e37f; break;
+        case 4: for (int j = 0; j < 32; j++) v[j] *= 1e-40f; break;
+        case 5: v[7] = INFINITY; break;
+        case 6: v[9] = NAN; break;
+        case 7: v[0] = 3.4028235e38f, v[1] = -3.4028235e38f; break;
+        default: break;
+        }
+    }
+}
+
+static void encode_floats(ckpt_dtype to, const float *x, unsigned char *out, size_t n) {
+    ckpt_error err;
+    if (to == CKPT_F32) memcpy(out, x, n * 4);
+    else assert_int_equal(ckpt_cast(CKPT_F32, x, to, out, n, &err), CKPT_OK);
+}
+
+/* Every SIMD block kernel (quant_x86.c) equals quant.c's scalar one bit for
+ * bit, at every level this CPU has: dequantization of Q8_0, Q4_0, Q4_K and
+ * Q6_K to F32, F16 and BF16, and F32, F16 and BF16 to Q8_0. */
+static void test_simd_kernels_equal_scalar(void **state) {
+    (void)state;
+    enum { BLOCKS = 4096 };
+    static ckpt__cast_fn scalar[CKPT_DTYPE_COUNT][CKPT_DTYPE_COUNT];
+    ckpt__quant_fill(scalar);
+    static const ckpt_dtype blocks[] = {CKPT_Q8_0, CKPT_Q4_0, CKPT_Q4_K, CKPT_Q6_K};
+    static const ckpt_dtype floats[] = {CKPT_F32, CKPT_F16, CKPT_BF16};
+    unsigned char *in = malloc(BLOCKS * 256 * 4), *want = malloc(BLOCKS * 256 * 4), *got = malloc(BLOCKS * 256 * 4);
+    float *x = malloc(BLOCKS * 32 * sizeof *x);
+    int checked = 0;
+    for (int level = 1; level <= 2; level++) {
+        if (!cpu_has(level)) continue;
+        for (size_t q = 0; q < 4; q++)
+            for (size_t f = 0; f < 3; f++) {
+                ckpt__cast_fn deq = ckpt__quant_simd_kernel(level, blocks[q], floats[f]);
+                if (deq) {
+                    size_t out = BLOCKS * ckpt_dtype_block_elems(blocks[q]) * (floats[f] == CKPT_F32 ? 4 : 2);
+                    random_blocks(blocks[q], in, BLOCKS);
+                    scalar[blocks[q]][floats[f]](in, want, BLOCKS);
+                    memset(got, 0xA5, out);
+                    deq(in, got, BLOCKS);
+                    if (memcmp(want, got, out))
+                        fail_msg("level %d: %s to %s differs", level, ckpt_dtype_name(blocks[q]), ckpt_dtype_name(floats[f]));
+                    checked++;
+                }
+                ckpt__cast_fn quant = ckpt__quant_simd_kernel(level, floats[f], blocks[q]);
+                if (quant) {
+                    random_floats(x, BLOCKS * 32);
+                    encode_floats(floats[f], x, in, BLOCKS * 32);
+                    scalar[floats[f]][blocks[q]](in, want, BLOCKS);
+                    memset(got, 0xA5, BLOCKS * 34);
+                    quant(in, got, BLOCKS);
+                    if (memcmp(want, got, BLOCKS * 34))
+                        fail_msg("level %d: %s to %s differs", level, ckpt_dtype_name(floats[f]), ckpt_dtype_name(blocks[q]));
+                    checked++;
+                }
+            }
+    }
+    /* the CPUs that run the tests have AVX2: 12 dequantizing and 3 quantizing kernels */
+    if (cpu_has(1)) assert_true(checked >= 15);
+    free(in), free(want), free(got), free(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quantizers_round_trip),
         cmocka_unit_test(test_zero_blocks),
+        cmocka_unit_test(test_simd_kernels_equal_scalar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
