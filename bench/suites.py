@@ -56,7 +56,8 @@ SAFETENSORS = [["src/formats/safetensors.c", "src/formats/safetensors.h", "src/f
 TORCH = [["src/formats/torch.c", "src/formats/torch.h", "src/formats/torch_allowed.h", "src/formats/zip.c",
           "src/formats/zip.h", "src/formats/pickle.c", "src/formats/pickle.h", "src/transform/crc32.c",
           "src/transform/crc32.h", "src/transform/inflate.c", "src/transform/inflate.h"]]
-GGUF = [["src/formats/gguf.c", "src/formats/gguf.h", "src/formats/gguf_write.c", "src/transform/quant.c"]]
+GGUF = [["src/formats/gguf.c", "src/formats/gguf.h", "src/formats/gguf_write.c", "src/transform/quant.c",
+         "src/transform/quant_x86.c"]]
 DCP = [["src/formats/dcp.c", "src/formats/dcp.h", "src/formats/dcp_hf.c", "src/formats/dcp_output.c",
         "src/formats/dcp_tiling.c", "src/formats/dcp_write.c"]]
 FLAX = [["src/formats/msgpack.c"]]

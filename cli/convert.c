@@ -111,11 +111,15 @@ const char convert_usage[] =
     "  tensor names, llama's Q/K rows reordered, experts stacked per layer,\n"
     "  hyper-parameters and tokenizer as key-values;\n"
     "  --dtype f32, f16, bf16 or q8_0 is the script's --outtype (default: its\n"
-    "  auto); an architecture ckpt does not convert is refused by name\n"
+    "  auto); --dtype q4_k_m, q5_k_m, q4_k_s, q5_k_s or q6_k is that f32 file\n"
+    "  then llama-quantize's mix, byte for byte (no importance matrix); an\n"
+    "  architecture ckpt does not convert is refused by name\n"
     "  --raw                  write SRC's tensors as they are, names and all\n"
     "  --dtype q8_0 / q4_0    quantize float matrices (2 or more axes, rows of whole\n"
     "                         32-element blocks; vectors stay as they are), bit-exact\n"
-    "                         with gguf.quants; --dtype bf16/f16/f32 dequantizes\n"
+    "                         with gguf.quants; q5_0, q5_1, q4_k, q5_k, q6_k (blocks\n"
+    "                         of 32 or 256) bit-exact with ggml's reference\n"
+    "                         quantizers; --dtype bf16/f16/f32 dequantizes\n"
     "                         GGUF block types (quantized tensors written as\n"
     "                         safetensors are dequantized to f32 unless --dtype says)\n"
     "  --gguf-kv FILE.json    key-values to add or replace: {key: value}, a string,\n"
@@ -656,10 +660,12 @@ static int apply_rules(ckpt_plan *plan, void *user, ckpt_error *err) {
 /* llama.cpp's conversion: the library's plan, and its key-values as the
  * output's. */
 static int llamacpp_plan(convert_args *a, ckpt_plan *plan, ckpt_error *err) {
-    ckpt_dtype dtype = CKPT_DTYPE_INVALID;
-    if (a->rule_count && (dtype = parse_dtype(a->rules[0].value)) == CKPT_DTYPE_INVALID)
-        return usage_error("convert", "unknown dtype '%s'", a->rules[0].value);
-    if (ckpt_gguf_llamacpp_plan(plan, a->src, dtype, &a->llamacpp_kv, err) != CKPT_OK) return report_error(err);
+    ckpt_dtype dtype = a->rule_count ? parse_dtype(a->rules[0].value) : CKPT_DTYPE_INVALID;
+    /* q4_k_m, q6_k…: llama-quantize's mixes, which the library names */
+    bool mix = a->rule_count && (dtype == CKPT_DTYPE_INVALID || (ckpt_dtype_is_block(dtype) && dtype != CKPT_Q8_0));
+    ckpt_status st = mix ? ckpt_gguf_llamacpp_plan_mix(plan, a->src, a->rules[0].value, &a->llamacpp_kv, err)
+                         : ckpt_gguf_llamacpp_plan(plan, a->src, dtype, &a->llamacpp_kv, err);
+    if (st != CKPT_OK) return report_error(err);
     a->opt.metadata_json = a->llamacpp_kv;
     return EXIT_OK;
 }

@@ -1825,7 +1825,10 @@ CKPT_API ckpt_status ckpt_verify(const ckpt_catalog *catalog, const ckpt_verify_
  * GGUF block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K, TQ1_0, TQ2_0 and
  * MXFP4 to F32, F16 and BF16 (dequantization, bit-exact with gguf-py's
  * gguf.quants), and F32, F16, BF16, F64 to Q8_0 and Q4_0 (quantization,
- * likewise).  Other block types are refused by name.
+ * likewise) and to Q5_0, Q5_1, Q4_K, Q5_K and Q6_K (quantization bit-exact
+ * with ggml's reference quantizers, quantize_row_*_ref, which llama-quantize
+ * runs without an importance matrix).  Other block types are refused by
+ * name.
  */
 CKPT_API int ckpt_can_cast(ckpt_dtype from, ckpt_dtype to);
 

@@ -151,6 +151,35 @@ CKPT_API ckpt_dtype ckpt_dtype_from_ggml_type(uint32_t ggml_type);
 CKPT_API ckpt_status ckpt_gguf_llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt_dtype dtype,
                                              char **metadata_json, ckpt_error *err);
 
+/*
+ * As ckpt_gguf_llamacpp_plan, then as llama-quantize (llama.cpp's
+ * tools/quantize, no importance matrix) quantizes the script's f32 file
+ * with file type `mix`: "q4_k_m", "q5_k_m", "q4_k_s", "q5_k_s" or "q6_k"
+ * (any case; another is CKPT_D_UNSUPPORTED_DTYPE).  Byte for byte the file
+ * `convert_hf_to_gguf.py --outtype f32` then `llama-quantize F32.gguf OUT
+ * Q4_K_M` writes:
+ *   types         llama_tensor_get_type's per-tensor choice — Q4_K_M:
+ *                 Q4_K, with output.weight (or a tied token_embd.weight)
+ *                 Q6_K, and attn_v / ffn_down Q6_K in the first and last
+ *                 eighth of the layers and every third between
+ *                 (use_more_bits); Q5_K_M the same over Q5_K; the _S mixes
+ *                 and Q6_K as llama.cpp has them; an 8-expert model's
+ *                 attn_v and attn_k Q8_0; rows that are not whole 256-element
+ *                 blocks fall back as llama-quantize does (Q4_K → Q5_0, Q5_K
+ *                 → Q5_1, Q6_K → Q8_0; rows not of whole 32-element blocks:
+ *                 F16); vectors, norms, routers (ffn_gate_inp) f32.  Blocks
+ *                 bit-exact with ggml's quantize_row_*_ref.
+ *   order         the tensors in llama-quantize's order (by the layer of
+ *                 "blk.N.", layerless tensors first, then by name);
+ *                 general.quantization_version and general.file_type (the
+ *                 mix's llama.cpp file type: 15 for Q4_K_M, 17 for Q5_K_M)
+ *                 the last key-values
+ * Errors as ckpt_gguf_llamacpp_plan's, and an expert model's ffn tensor
+ * whose layer is past num_hidden_layers (CKPT_E_INVALID_ARGUMENT).
+ */
+CKPT_API ckpt_status ckpt_gguf_llamacpp_plan_mix(ckpt_plan *plan, const char *model_dir, const char *mix,
+                                                 char **metadata_json, ckpt_error *err);
+
 /* ---- GGUF output's own options -------------------------------------------- */
 
 /*

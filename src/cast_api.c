@@ -9,7 +9,7 @@ ckpt_status ckpt_cast(ckpt_dtype from, const void *src, ckpt_dtype to, void *dst
         return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), NULL, NULL, -1,
                           "ckpt does not convert %s to %s (it dequantizes Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K, "
                           "TQ1_0, TQ2_0 and MXFP4 to F32, F16 and BF16, and quantizes F32, F16, BF16 and F64 to "
-                          "Q8_0 and Q4_0)",
+                          "Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K)",
                           ckpt_dtype_name(from) ? ckpt_dtype_name(from) : "an invalid dtype",
                           ckpt_dtype_name(to) ? ckpt_dtype_name(to) : "an invalid dtype");
     if (!fn)

@@ -410,7 +410,8 @@ static ckpt_status cast_to(ckpt_plan *p, ckpt__plan_entry *e, ckpt_dtype dtype, 
 ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, ckpt_error *err) {
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
     if (ckpt_dtype_is_block(dtype) && !ckpt__cast_kernel(CKPT_F32, dtype))
-        return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), NULL, NULL, -1, "ckpt quantizes to Q8_0 and Q4_0, not to %s",
+        return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), NULL, NULL, -1, "ckpt quantizes to Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K "
+                          "and Q6_K, not to %s",
                           ckpt_dtype_name(dtype));
     if (!is_float(dtype) && !is_integer(dtype) && !ckpt_dtype_is_block(dtype))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "cannot cast to %s: not a float or integer dtype",

@@ -27,6 +27,7 @@
 #include "llamacpp/llama.h"
 #include "llamacpp/phi3.h"
 #include "llamacpp/qwen.h"
+#include "llamacpp/quant_mix.h"
 
 static const ckpt__lc_family *const families[] = {&ckpt__lc_llama,    &ckpt__lc_qwen2,    &ckpt__lc_qwen3,
                                                   &ckpt__lc_qwen2moe, &ckpt__lc_qwen3moe, &ckpt__lc_phi3,
@@ -50,7 +51,8 @@ typedef struct lc {
     ckpt_error *err;
     lc_json config, tokenizer, tok_config;
     const ckpt__lc_family *family;
-    ckpt_dtype dtype;     /* the output's: F32, F16, BF16 or Q8_0 */
+    ckpt_dtype dtype;     /* the output's: F32, F16, BF16 or Q8_0 (F32 under a mix) */
+    unsigned mix;         /* llama-quantize's file type of a mix (quant_mix.h), or 0 */
     ckpt__buf out;        /* the key-values, a JSON object */
     size_t kv_count;
     /* config.json's hyper-parameters the tensors' shapes follow */
@@ -433,7 +435,9 @@ static ckpt_status kv_rule(lc *c, const ckpt__lc_kv *rule) {
     uint64_t u;
     ckpt_status st = CKPT_OK;
     switch (rule->kind) {
-    case CKPT__LC_FILE_TYPE: kv_u32(c, key, file_type(c->dtype)); return CKPT_OK;
+    case CKPT__LC_FILE_TYPE: /* a mix: llama-quantize sets it again, last */
+        if (!c->mix) kv_u32(c, key, file_type(c->dtype));
+        return CKPT_OK;
     case CKPT__LC_ROPE_THETA: return kv_rope_theta(c, key, rule);
     case CKPT__LC_ROPE_THETA_SWA: return kv_rope_theta_swa(c, key);
     case CKPT__LC_F32_NONZERO:
@@ -857,6 +861,34 @@ static ckpt_status read_expert_hparams(lc *c) {
         return ckpt__oom(c->err, c->config.path, c->experts_key);
     for (size_t k = 0; k < cells; k++) c->expert_at[k] = SIZE_MAX;
     return CKPT_OK;
+}
+
+/* llama-quantize run on the script's f32 file: each tensor cast to the
+ * mix's choice (quant_mix.c) and the tensors in the order it writes them. */
+static ckpt_status apply_mix(lc *c) {
+    ckpt_plan *p = c->plan;
+    ckpt__lc_mix_model model = {.arch = c->family->name, .n_head = c->n_head, .n_head_kv = c->n_kv};
+    ckpt_status st = need_u64(c, "n_layers|num_hidden_layers|n_layer|num_layers", &model.n_layer, NULL);
+    bool has;
+    if (!st) st = need_u64(c, "num_local_experts|num_experts", &model.n_expert, &has);
+    ckpt__lc_mix_tensor *t = st ? NULL : ckpt__calloc(p->selected_count ? p->selected_count : 1, sizeof *t);
+    if (!st && !t) st = ckpt__oom(c->err, c->dir, NULL);
+    for (size_t k = 0; !st && k < p->selected_count; k++) {
+        const ckpt__plan_entry *e = &p->entries[p->selected[k]];
+        const ckpt_tensor_info *s = e->pub.source;
+        t[k] = (ckpt__lc_mix_tensor){.name = e->pub.name, .ndim = s->ndim, .row = s->ndim ? s->shape[s->ndim - 1] : 1,
+                                     .in = e->pub.dtype, .index = p->selected[k]};
+    }
+    if (!st) st = ckpt__lc_mix_choose(c->mix, &model, t, p->selected_count, c->config.path, c->err);
+    for (size_t k = 0; !st && k < p->selected_count; k++) {
+        p->selected[k] = t[k].index;
+        if (t[k].out == t[k].in) continue;
+        char *pattern = escape_name(p->entries[t[k].index].pub.source->name);
+        st = pattern ? ckpt_plan_cast(p, pattern, t[k].out, c->err) : ckpt__oom(c->err, NULL, t[k].name);
+        free(pattern);
+    }
+    free(t);
+    return st;
 }
 
 /* --outtype auto: the first matrix's dtype when it is bf16 or f16, else f16. */
@@ -1586,6 +1618,7 @@ static ckpt_status convert(lc *c) {
     if (!st) st = drop_tensors(c);
     for (size_t k = 0; !st && k < c->plan->selected_count; k++) st = plan_tensor(c, c->plan->selected[k]);
     if (!st) st = stack_experts(c);
+    if (!st && c->mix) st = apply_mix(c);
     if (st) return st;
     /* Model.__init__ and prepare_metadata: general.* first */
     kv_string(c, "general.architecture", c->family->name, strlen(c->family->name));
@@ -1603,22 +1636,29 @@ static ckpt_status convert(lc *c) {
     if (params) kv_string(c, "general.size_label", label, strlen(label));
     for (const ckpt__lc_kv *r = c->family->kvs; !st && r->key; r++) st = kv_rule(c, r);
     if (st) return st;
+    if (c->mix) { /* llama-quantize sets these two again: last */
+        if ((st = write_tokenizer(c))) return st;
+        kv_u32(c, "general.quantization_version", 2);
+        kv_u32(c, "general.file_type", c->mix);
+        return CKPT_OK;
+    }
     kv_u32(c, "general.quantization_version", 2);
     return write_tokenizer(c);
 }
 
-ckpt_status ckpt_gguf_llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt_dtype dtype, char **metadata_json,
-                                    ckpt_error *err) {
+static ckpt_status llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt_dtype dtype, unsigned mix,
+                                 char **metadata_json, ckpt_error *err) {
     if (!plan || !model_dir || !metadata_json)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan, model_dir and metadata_json are required");
     *metadata_json = NULL;
     if (dtype != CKPT_DTYPE_INVALID && dtype != CKPT_F32 && dtype != CKPT_F16 && dtype != CKPT_BF16 &&
         dtype != CKPT_Q8_0)
         return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), model_dir, NULL, -1,
-                          "llama.cpp's conversion writes f32, f16, bf16 or q8_0, not %s", ckpt_dtype_name(dtype));
+                          "llama.cpp's conversion writes f32, f16, bf16 or q8_0 (and "
+                          "llama-quantize's mixes: ckpt_gguf_llamacpp_plan_mix), not %s", ckpt_dtype_name(dtype));
     lc c;
     memset(&c, 0, sizeof c);
-    c.plan = plan, c.dir = model_dir, c.err = err, c.dtype = dtype;
+    c.plan = plan, c.dir = model_dir, c.err = err, c.dtype = mix ? CKPT_F32 : dtype, c.mix = mix;
     ckpt_status st = ckpt__beneath_open_root(model_dir, &c.root, err);
     if (!st) st = convert(&c);
     if (!st) ckpt__buf_puts(&c.out, "\n}\n");
@@ -1634,4 +1674,21 @@ ckpt_status ckpt_gguf_llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt
     }
     *metadata_json = c.out.data;
     return CKPT_OK;
+}
+
+ckpt_status ckpt_gguf_llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt_dtype dtype, char **metadata_json,
+                                    ckpt_error *err) {
+    return llamacpp_plan(plan, model_dir, dtype, 0, metadata_json, err);
+}
+
+ckpt_status ckpt_gguf_llamacpp_plan_mix(ckpt_plan *plan, const char *model_dir, const char *mix, char **metadata_json,
+                                        ckpt_error *err) {
+    unsigned ftype = ckpt__lc_mix_from_name(mix);
+    if (!ftype) {
+        if (metadata_json) *metadata_json = NULL;
+        return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), model_dir, NULL, -1,
+                          "llama-quantize's mixes ckpt writes are q4_k_s, q4_k_m, q5_k_s, q5_k_m and q6_k, not %s",
+                          mix ? mix : "none");
+    }
+    return llamacpp_plan(plan, model_dir, CKPT_F32, ftype, metadata_json, err);
 }

@@ -260,6 +260,7 @@ static void build_table(void) {
         for (int a = 1; a < CKPT_DTYPE_COUNT; a++)
             for (int b = 1; b < CKPT_DTYPE_COUNT; b++) {
                 ckpt__cast_fn fn = ckpt__cast_simd_kernel(l, (ckpt_dtype)a, (ckpt_dtype)b);
+                if (!fn) fn = ckpt__quant_simd_kernel(l, (ckpt_dtype)a, (ckpt_dtype)b);
                 if (fn) table[a][b] = fn;
             }
 }

@@ -4,7 +4,8 @@
  *
  * Floats convert through float32, as torch does (float64 → bfloat16 is
  * float64 → float32 → bfloat16, double rounding included); integers widen.
- * The common pairs (bf16/f16 ↔ f32) have SIMD kernels picked at run time
+ * The common pairs (bf16/f16 ↔ f32, and the common block types:
+ * quant_x86.c) have SIMD kernels picked at run time
  * from what the CPU offers (F16C, AVX2, AVX-512); CKPT_SIMD=scalar|avx2|avx512
  * in the environment caps the choice (tests run every level).  The scalar
  * float16 and bfloat16 conversions they start from are base's (base.h).
@@ -34,12 +35,20 @@ CKPT__HIDDEN void ckpt__cast_strided(ckpt__cast_fn fn, unsigned in_size, unsigne
 
 
 /* quant.c: fills the pairs of ggml's block types (dequantization to F32,
- * F16, BF16; quantization to Q8_0 and Q4_0; each block type to itself).
+ * F16, BF16; quantization to Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K; each
+ * block type to itself).
  * Their kernels count blocks, not elements. */
 CKPT__HIDDEN void ckpt__quant_fill(ckpt__cast_fn (*table)[CKPT_DTYPE_COUNT]);
 
-/* Kernels of cast_x86.c for a SIMD level, 1 AVX2 (+F16C) or 2 AVX-512
- * (NULL where none): */
+/* quant.c's scalar pieces that quant_x86.c's kernels share: one Q8_0 block
+ * of 32 float32 values (what a SIMD kernel does for a block whose scale is
+ * not finite), and Q4_K/Q5_K's 6-bit scales and minimums unpacked. */
+CKPT__HIDDEN void ckpt__quant_q8_0_block(const float *x, uint8_t *block);
+CKPT__HIDDEN void ckpt__quant_scale_min_k4(const uint8_t *packed, uint8_t *scales, uint8_t *mins);
+
+/* Kernels of cast_x86.c (element types) and quant_x86.c (block types) for
+ * a SIMD level, 1 AVX2 (+F16C) or 2 AVX-512 (NULL where none): */
 CKPT__HIDDEN ckpt__cast_fn ckpt__cast_simd_kernel(int level, ckpt_dtype from, ckpt_dtype to);
+CKPT__HIDDEN ckpt__cast_fn ckpt__quant_simd_kernel(int level, ckpt_dtype from, ckpt_dtype to);
 
 #endif

@@ -1,7 +1,9 @@
-/* quant.c — ggml's block types: dequantization to F32, F16 and BF16, and
- * quantization to Q8_0 and Q4_0, bit for bit as the gguf package's
- * gguf.quants computes them with numpy (float32 arithmetic in its order,
- * no fused multiply-add: this file is compiled with -ffp-contract=off).
+/* quant.c — ggml's block types: dequantization to F32, F16 and BF16;
+ * quantization to Q8_0 and Q4_0 bit for bit as the gguf package's
+ * gguf.quants computes them with numpy, and to Q5_0, Q5_1, Q4_K, Q5_K and
+ * Q6_K bit for bit as ggml's reference quantizers (ggml-quants.c) do
+ * (float32 arithmetic in their order, no fused multiply-add: this file is
+ * compiled with -ffp-contract=off).
  *
  * Kernels convert a count of *blocks* (the engine's unit for block types):
  * a dequantizing kernel reads n blocks and writes n × block_elems values;
@@ -95,7 +97,7 @@ static void deq_q3_k(const uint8_t *b, float *y) {
     }
 }
 
-static void scale_min_k4(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
+void ckpt__quant_scale_min_k4(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
     for (int j = 0; j < 4; j++) {
         sc[j] = s[j] & 0x3F;
         sc[j + 4] = (uint8_t)((s[8 + j] & 0x0F) | ((s[j] >> 2) & 0x30));
@@ -107,7 +109,7 @@ static void scale_min_k4(const uint8_t *s, uint8_t *sc, uint8_t *mn) {
 static void deq_q4_k(const uint8_t *b, float *y) {
     float d = f16(b), dmin = f16(b + 2), dl[8], ml[8];
     uint8_t sc[8], mn[8];
-    scale_min_k4(b + 4, sc, mn);
+    ckpt__quant_scale_min_k4(b + 4, sc, mn);
     for (int i = 0; i < 8; i++) dl[i] = d * (float)sc[i], ml[i] = dmin * (float)mn[i];
     const uint8_t *qs = b + 16;
     for (int e = 0; e < QK_K; e++) {
@@ -120,7 +122,7 @@ static void deq_q4_k(const uint8_t *b, float *y) {
 static void deq_q5_k(const uint8_t *b, float *y) {
     float d = f16(b), dmin = f16(b + 2), dl[8], ml[8];
     uint8_t sc[8], mn[8];
-    scale_min_k4(b + 4, sc, mn);
+    ckpt__quant_scale_min_k4(b + 4, sc, mn);
     for (int i = 0; i < 8; i++) dl[i] = d * (float)sc[i], ml[i] = dmin * (float)mn[i];
     const uint8_t *qh = b + 16, *qs = b + 48;
     for (int e = 0; e < QK_K; e++) {
@@ -220,6 +222,8 @@ static void q_q8_0(const float *x, uint8_t *b) {
     for (int j = 0; j < 32; j++) q[j] = (int8_t)to_int(np_roundf(x[j] * id));
 }
 
+void ckpt__quant_q8_0_block(const float *x, uint8_t *block) { q_q8_0(x, block); }
+
 static void q_q4_0(const float *x, uint8_t *b) {
     /* argmax of |x|: the first largest, or the first NaN */
     int imax = 0;
@@ -246,6 +250,273 @@ static void q_q4_0(const float *x, uint8_t *b) {
         }
     }
     for (int j = 0; j < 16; j++) b[2 + j] = (uint8_t)(q[j] | (q[j + 16] << 4));
+}
+
+/* ---- float32 → one block (ggml's reference quantizers) ----------------------
+ *
+ * Q5_0, Q5_1 and the K-quants as ggml-quants.c's quantize_row_*_ref compute
+ * them (what llama-quantize writes without an importance matrix): the same
+ * float32 operations in the same order, so that every block is bit-exact,
+ * huge, tiny and constant inputs included.  ggml's float → small integer
+ * casts are x86's truncating conversions, done here through int32_t. */
+
+#define GROUP_MAX_EPS 1e-15f
+
+/* ggml's nearest_int: round to nearest even by adding 1.5 × 2^23 and
+ * reading the mantissa (its range assert is compiled out, so values beyond
+ * ±2^22 give what the bits give, as here). */
+static inline int nearest_int(float fval) {
+    float val = fval + 12582912.f;
+    int32_t i;
+    memcpy(&i, &val, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* x86's truncating float → int32 conversion (cvttss2si), which ggml's
+ * casts compile to: a NaN or a value out of range gives INT32_MIN. */
+static inline int32_t cvtt(float v) { return v > -2147483648.f && v < 2147483648.f ? (int32_t)v : INT32_MIN; }
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
+
+static void q_q5_0(const float *x, uint8_t *b) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++)
+        if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
+    const float d = max / -16, id = d ? 1.0f / d : 0.0f;
+    uint16_t h = ckpt__f32_to_f16(d);
+    memcpy(b, &h, 2);
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; ++j) {
+        uint8_t xi0 = (uint8_t)imin(31, (int8_t)cvtt(x[j] * id + 16.5f));
+        uint8_t xi1 = (uint8_t)imin(31, (int8_t)cvtt(x[j + 16] * id + 16.5f));
+        b[6 + j] = (uint8_t)((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
+        qh |= ((xi0 & 0x10u) >> 4) << j;
+        qh |= ((xi1 & 0x10u) >> 4) << (j + 16);
+    }
+    memcpy(b + 2, &qh, 4);
+}
+
+static void q_q5_1(const float *x, uint8_t *b) {
+    float min = 3.40282347e+38f, max = -3.40282347e+38f;
+    for (int j = 0; j < 32; j++) {
+        if (x[j] < min) min = x[j];
+        if (x[j] > max) max = x[j];
+    }
+    const float d = (max - min) / 31, id = d ? 1.0f / d : 0.0f;
+    uint16_t hd = ckpt__f32_to_f16(d), hm = ckpt__f32_to_f16(min);
+    memcpy(b, &hd, 2);
+    memcpy(b + 2, &hm, 2);
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; ++j) {
+        uint8_t xi0 = (uint8_t)cvtt((x[j] - min) * id + 0.5f);
+        uint8_t xi1 = (uint8_t)cvtt((x[j + 16] - min) * id + 0.5f);
+        b[8 + j] = (uint8_t)((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
+        qh |= ((xi0 & 0x10u) >> 4) << j;
+        qh |= ((xi1 & 0x10u) >> 4) << (j + 16);
+    }
+    memcpy(b + 4, &qh, 4);
+}
+
+/* ggml's make_qkx2_quants: a scale and a minimum for n values quantized to
+ * 0..nmax, the best of nstep + 1 trial scales by weighted squared error.
+ * Returns the scale, the minimum (negated) in *the_min, levels in L. */
+static float make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
+                              uint8_t *Laux, float rmin, float rdelta, int nstep) {
+    float min = x[0], max = x[0], sum_w = weights[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < n; ++i) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        float w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if (min > 0) min = 0;
+    if (max == min) {
+        for (int i = 0; i < n; ++i) L[i] = 0;
+        *the_min = -min;
+        return 0.f;
+    }
+    float iscale = nmax / (max - min), scale = 1 / iscale, best_error = 0;
+    for (int i = 0; i < n; ++i) {
+        int l = nearest_int(iscale * (x[i] - min));
+        L[i] = (uint8_t)imax(0, imin(nmax, l));
+        float diff = scale * L[i] + min - x[i];
+        best_error += weights[i] * (diff * diff);
+    }
+    for (int is = 0; is <= nstep; ++is) {
+        iscale = (rmin + rdelta * is + nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; ++i) {
+            int l = imax(0, imin(nmax, nearest_int(iscale * (x[i] - min))));
+            Laux[i] = (uint8_t)l;
+            float w = weights[i];
+            sum_l += w * l;
+            sum_l2 += w * l * l;
+            sum_xl += w * l * x[i];
+        }
+        float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) this_min = 0, this_scale = sum_xl / sum_l2;
+            float cur_error = 0;
+            for (int i = 0; i < n; ++i) {
+                float diff = this_scale * Laux[i] + this_min - x[i];
+                cur_error += weights[i] * (diff * diff);
+            }
+            if (cur_error < best_error) {
+                memcpy(L, Laux, (size_t)n);
+                best_error = cur_error, scale = this_scale, min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+/* The 6-bit scales and minimums of Q4_K and Q5_K, packed in 12 bytes. */
+static void pack_scales_k4(uint8_t *s, const uint8_t *ls, const uint8_t *lm) {
+    for (int j = 0; j < 8; ++j) {
+        if (j < 4) {
+            s[j] = ls[j], s[j + 4] = lm[j];
+        } else {
+            s[j + 4] = (uint8_t)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+            s[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
+            s[j] |= (uint8_t)((lm[j] >> 4) << 6);
+        }
+    }
+}
+
+/* The shared first half of Q4_K and Q5_K: each 32-value sub-block's scale
+ * and minimum (make_qkx2_quants, weighted by |x| plus the sub-block's RMS),
+ * quantized to 6 bits against the block's largest, then every value's level
+ * 0..nmax against the rounded scales.  Writes d, dmin and the scales to b,
+ * the levels to L. */
+static void q_k4_levels(const float *x, uint8_t *b, uint8_t *L, int nmax, float rmin, int nstep) {
+    float mins[8], scales[8], weights[32], max_scale = 0, max_min = 0;
+    uint8_t Laux[32], ls[8], lm[8];
+    for (int j = 0; j < 8; ++j) {
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+        float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
+        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f, inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    for (int j = 0; j < 8; ++j) {
+        ls[j] = (uint8_t)imin(63, (uint8_t)nearest_int(inv_scale * scales[j]));
+        lm[j] = (uint8_t)imin(63, (uint8_t)nearest_int(inv_min * mins[j]));
+    }
+    uint16_t hd = ckpt__f32_to_f16(max_scale / 63.f), hm = ckpt__f32_to_f16(max_min / 63.f);
+    memcpy(b, &hd, 2);
+    memcpy(b + 2, &hm, 2);
+    memset(b + 4, 0, 12);
+    pack_scales_k4(b + 4, ls, lm);
+    uint8_t sc[8], mn[8];
+    ckpt__quant_scale_min_k4(b + 4, sc, mn);
+    for (int j = 0; j < 8; ++j) {
+        const float d = f16(b) * sc[j];
+        if (!d) continue; /* ggml keeps make_qkx2_quants' levels there */
+        const float dm = f16(b + 2) * mn[j];
+        for (int ii = 0; ii < 32; ++ii)
+            L[32 * j + ii] = (uint8_t)imax(0, imin(nmax, nearest_int((x[32 * j + ii] + dm) / d)));
+    }
+}
+
+static void q_q4_k(const float *x, uint8_t *b) {
+    uint8_t L[QK_K];
+    q_k4_levels(x, b, L, 15, -1.f, 20);
+    uint8_t *q = b + 16;
+    for (int j = 0; j < QK_K; j += 64, q += 32)
+        for (int l = 0; l < 32; ++l) q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+}
+
+static void q_q5_k(const float *x, uint8_t *b) {
+    uint8_t L[QK_K];
+    q_k4_levels(x, b, L, 31, -0.5f, 15);
+    uint8_t *qh = b + 16, *ql = b + 48, m1 = 1, m2 = 2;
+    memset(qh, 0, QK_K / 8);
+    for (int n = 0; n < QK_K; n += 64, ql += 32, m1 <<= 2, m2 <<= 2)
+        for (int j = 0; j < 32; ++j) {
+            int l1 = L[n + j], l2 = L[n + j + 32];
+            if (l1 > 15) l1 -= 16, qh[j] |= m1;
+            if (l2 > 15) l2 -= 16, qh[j] |= m2;
+            ql[j] = (uint8_t)(l1 | (l2 << 4));
+        }
+}
+
+/* ggml's make_qx_quants with rmse_type 1 and no importance weights, as
+ * Q6_K calls it: a signed scale for n values quantized to -nmax..nmax-1,
+ * the best of 19 trial scales by x²-weighted error.  Levels (+ nmax) in L. */
+static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; ++i) {
+        float ax = fabsf(x[i]);
+        if (ax > amax) amax = ax, max = x[i];
+    }
+    if (amax < GROUP_MAX_EPS) {
+        for (int i = 0; i < n; ++i) L[i] = 0;
+        return 0.f;
+    }
+    float iscale = -nmax / max, sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; ++i) {
+        int l = imax(-nmax, imin(nmax - 1, nearest_int(iscale * x[i])));
+        L[i] = (int8_t)(l + nmax);
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    float scale = suml2 ? sumlx / suml2 : 0.0f, best = scale * sumlx;
+    for (int is = -9; is <= 9; ++is) {
+        if (is == 0) continue;
+        iscale = -(nmax + 0.1f * is) / max;
+        sumlx = suml2 = 0;
+        for (int i = 0; i < n; ++i) {
+            int l = imax(-nmax, imin(nmax - 1, nearest_int(iscale * x[i])));
+            float w = x[i] * x[i];
+            sumlx += w * x[i] * l;
+            suml2 += w * l * l;
+        }
+        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+            for (int i = 0; i < n; ++i) L[i] = (int8_t)(nmax + imax(-nmax, imin(nmax - 1, nearest_int(iscale * x[i]))));
+            scale = sumlx / suml2, best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+static void q_q6_k(const float *x, uint8_t *b) {
+    int8_t L[QK_K];
+    float scales[16], max_scale = 0, max_abs_scale = 0;
+    for (int ib = 0; ib < 16; ++ib) {
+        scales[ib] = make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib);
+        if (fabsf(scales[ib]) > max_abs_scale) max_abs_scale = fabsf(scales[ib]), max_scale = scales[ib];
+    }
+    if (max_abs_scale < GROUP_MAX_EPS) {
+        memset(b, 0, 210);
+        return;
+    }
+    uint8_t *ql = b, *qh = b + 128;
+    int8_t *sc = (int8_t *)(b + 192);
+    float iscale = -128.f / max_scale;
+    uint16_t h = ckpt__f32_to_f16(1 / iscale);
+    memcpy(b + 208, &h, 2);
+    for (int ib = 0; ib < 16; ++ib) sc[ib] = (int8_t)imin(127, nearest_int(iscale * scales[ib]));
+    for (int j = 0; j < 16; ++j) {
+        float d = f16(b + 208) * sc[j];
+        if (!d) continue;
+        for (int ii = 0; ii < 16; ++ii) L[16 * j + ii] = (int8_t)(imax(-32, imin(31, nearest_int(x[16 * j + ii] / d))) + 32);
+    }
+    for (int j = 0; j < QK_K; j += 128, ql += 64, qh += 32)
+        for (int l = 0; l < 32; ++l) {
+            ql[l] = (uint8_t)((L[j + l] & 0xF) | ((L[j + l + 64] & 0xF) << 4));
+            ql[l + 32] = (uint8_t)((L[j + l + 32] & 0xF) | ((L[j + l + 96] & 0xF) << 4));
+            qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
+                              ((L[j + l + 96] >> 4) << 6));
+        }
 }
 
 /* ---- kernels ------------------------------------------------------------------- */
@@ -320,17 +591,22 @@ static inline void dec_f64(const unsigned char *s, float *x, int n) {
     }
 }
 
-#define QUANT(NAME, BYTES, FROM, SIZE)                                                                    \
-    static void FROM##_##NAME(const void *src, void *dst, size_t n) {                                   \
-        const unsigned char *s = src;                                                                   \
-        uint8_t *d = dst;                                                                               \
-        float x[32];                                                                                    \
-        for (size_t i = 0; i < n; i++) dec_##FROM(s + i * 32 * SIZE, x, 32), q_##NAME(x, d + i * BYTES); \
+#define QUANT(NAME, ELEMS, BYTES, FROM, SIZE)                                                                   \
+    static void FROM##_##NAME(const void *src, void *dst, size_t n) {                                         \
+        const unsigned char *s = src;                                                                         \
+        uint8_t *d = dst;                                                                                     \
+        float x[ELEMS];                                                                                       \
+        for (size_t i = 0; i < n; i++) dec_##FROM(s + i * ELEMS * SIZE, x, ELEMS), q_##NAME(x, d + i * BYTES); \
     }
-#define QUANT_FROM_ALL(NAME, BYTES) QUANT(NAME, BYTES, f32, 4) QUANT(NAME, BYTES, f16, 2) QUANT(NAME, BYTES, bf16, 2) \
-    QUANT(NAME, BYTES, f64, 8)
-QUANT_FROM_ALL(q8_0, 34)
-QUANT_FROM_ALL(q4_0, 18)
+#define QUANT_FROM_ALL(NAME, ELEMS, BYTES) QUANT(NAME, ELEMS, BYTES, f32, 4) QUANT(NAME, ELEMS, BYTES, f16, 2) \
+    QUANT(NAME, ELEMS, BYTES, bf16, 2) QUANT(NAME, ELEMS, BYTES, f64, 8)
+QUANT_FROM_ALL(q8_0, 32, 34)
+QUANT_FROM_ALL(q4_0, 32, 18)
+QUANT_FROM_ALL(q5_0, 32, 22)
+QUANT_FROM_ALL(q5_1, 32, 24)
+QUANT_FROM_ALL(q4_k, 256, 144)
+QUANT_FROM_ALL(q5_k, 256, 176)
+QUANT_FROM_ALL(q6_k, 256, 210)
 
 /* A block type to itself: whole blocks copied. */
 #define COPY_BLOCKS(BYTES)                                                                               \
@@ -383,10 +659,16 @@ void ckpt__quant_fill(ckpt__cast_fn (*t)[CKPT_DTYPE_COUNT]) {
         t[deq[i].d][CKPT_F16] = deq[i].f16;
         t[deq[i].d][CKPT_BF16] = deq[i].bf16;
     }
-    t[CKPT_F32][CKPT_Q8_0] = f32_q8_0, t[CKPT_F16][CKPT_Q8_0] = f16_q8_0;
-    t[CKPT_BF16][CKPT_Q8_0] = bf16_q8_0, t[CKPT_F64][CKPT_Q8_0] = f64_q8_0;
-    t[CKPT_F32][CKPT_Q4_0] = f32_q4_0, t[CKPT_F16][CKPT_Q4_0] = f16_q4_0;
-    t[CKPT_BF16][CKPT_Q4_0] = bf16_q4_0, t[CKPT_F64][CKPT_Q4_0] = f64_q4_0;
+    static const struct { ckpt_dtype d; ckpt__cast_fn f32, f16, bf16, f64; } quant[] = {
+        {CKPT_Q8_0, f32_q8_0, f16_q8_0, bf16_q8_0, f64_q8_0}, {CKPT_Q4_0, f32_q4_0, f16_q4_0, bf16_q4_0, f64_q4_0},
+        {CKPT_Q5_0, f32_q5_0, f16_q5_0, bf16_q5_0, f64_q5_0}, {CKPT_Q5_1, f32_q5_1, f16_q5_1, bf16_q5_1, f64_q5_1},
+        {CKPT_Q4_K, f32_q4_k, f16_q4_k, bf16_q4_k, f64_q4_k}, {CKPT_Q5_K, f32_q5_k, f16_q5_k, bf16_q5_k, f64_q5_k},
+        {CKPT_Q6_K, f32_q6_k, f16_q6_k, bf16_q6_k, f64_q6_k},
+    };
+    for (size_t i = 0; i < sizeof quant / sizeof quant[0]; i++) {
+        t[CKPT_F32][quant[i].d] = quant[i].f32, t[CKPT_F16][quant[i].d] = quant[i].f16;
+        t[CKPT_BF16][quant[i].d] = quant[i].bf16, t[CKPT_F64][quant[i].d] = quant[i].f64;
+    }
     for (int d = 1; d < CKPT_DTYPE_COUNT; d++)
         if (ckpt_dtype_is_block((ckpt_dtype)d)) t[d][d] = copy_kernel(ckpt_dtype_block_bytes((ckpt_dtype)d));
 }
