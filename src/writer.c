@@ -321,6 +321,18 @@ ckpt_status ckpt_writer_set_checkpoint_metadata(ckpt_writer *w, const char *key,
     return add_pair(w, w ? &w->ckpt_meta : NULL, key, value, err);
 }
 
+ckpt_status ckpt__writer_set_metadata_value(ckpt_writer *w, const char *key, const ckpt__encoded *value, bool own,
+                                            ckpt_error *err) {
+    ckpt_status st = check_declaring(w, err);
+    if (st) return st;
+    ckpt__pairs *pairs = own ? &w->ckpt_meta : &w->meta;
+    if (ckpt__pairs_find(pairs, key) >= 0)
+        return ckpt__fail(err, CKPT__D(DUPLICATE_NAME), w->path, NULL, -1, "metadata key '%s' set twice", key);
+    const char *k = ckpt__arena_strndup(&w->arena, key, strlen(key));
+    if (!k || !ckpt__pairs_push_value(pairs, k, value)) return ckpt__oom(err, w->path, NULL);
+    return CKPT_OK;
+}
+
 /* The value of a pair whose text is the writer's tree, not yet written. */
 static const char tree_pending[] = "";
 
@@ -696,7 +708,7 @@ static ckpt_status override_pair(ckpt_writer *w, const char *key, const char *va
         ckpt__pairs *p = pass ? &w->ckpt_meta : &w->meta;
         for (size_t i = 0; i < p->count; i++)
             if (!strcmp(p->keys[i], key)) {
-                p->values[i] = v;
+                ckpt__pairs_set(p, i, v);
                 return CKPT_OK;
             }
     }
