@@ -207,6 +207,8 @@ ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_
     const char *config_dtype = ckpt__torch_dtype_name(ckpt__plan_one_float_dtype(p));
     if (o.copy_files_from && config_dtype) ckpt__writer_set_config_dtype(w, config_dtype);
     st = copy_metadata(p, w, err);
+    for (size_t i = 0; st == CKPT_OK && i < p->file_count; i++)
+        st = ckpt__writer_add_file(w, p->files[i].name, p->files[i].data, p->files[i].len, err);
     for (size_t k = 0; st == CKPT_OK && k < p->selected_count; k++) {
         ckpt__plan_entry *e = &p->entries[p->selected[k]];
         ckpt_tensor_storage s;

@@ -56,6 +56,14 @@ struct ckpt_plan {
     size_t match_count;
     ckpt_load_stats stats;
     struct ckpt_mapping **maps; /* private views' mappings, per data file (CKPT_VIEWS_PRIVATE) */
+    /* Files a conversion writes beside the tensors (GGUF → Hugging Face's
+     * config.json): ckpt__plan_add_file; names and bytes in the arena. */
+    struct ckpt__plan_file {
+        const char *name;
+        const void *data;
+        size_t len;
+    } *files;
+    size_t file_count;
 };
 
 /* A select or exclude rule as given (pattern NULL: every name). */
@@ -89,6 +97,11 @@ CKPT__HIDDEN ckpt_dtype ckpt__plan_one_float_dtype(const ckpt_plan *plan);
  */
 CKPT__HIDDEN ckpt_status ckpt__plan_view_permute(ckpt_plan *plan, size_t index, uint32_t ndim, const uint64_t *shape,
                                                  const uint32_t *perm, ckpt_error *err);
+
+/* A file a conversion of this plan writes into its output directory, with
+ * the tensors' files and committed with them (name and bytes copied). */
+CKPT__HIDDEN ckpt_status ckpt__plan_add_file(ckpt_plan *plan, const char *name, const void *data, size_t len,
+                                             ckpt_error *err);
 
 /* Gives entry `index` (a catalog index) the name `name` (copied). */
 CKPT__HIDDEN ckpt_status ckpt__plan_set_name(ckpt_plan *plan, size_t index, const char *name, ckpt_error *err);

@@ -78,6 +78,12 @@ struct ckpt_writer {
     size_t file_count, side_count, extra_count;
     wfile *files, *sides;
     char **extras;         /* copy_files_from: names copied along */
+    struct given_file {    /* ckpt__writer_add_file: files written along, with their bytes (arena) */
+        const char *name;
+        const void *data;
+        size_t len;
+    } *given;
+    size_t given_count;
     char **extra_paths;    /* after the commit: their paths */
     const char *config_dtype; /* their config.json's dtype becomes this (a torch name); NULL: copied as is */
     const char *open_path; /* after the commit: what opens the output (arena) */
@@ -699,6 +705,42 @@ static ckpt_status copy_extras(ckpt_writer *w, ckpt_error *err) {
     return st;
 }
 
+ckpt_status ckpt__writer_add_file(ckpt_writer *w, const char *name, const void *data, size_t len, ckpt_error *err) {
+    ckpt_status st = check_declaring(w, err);
+    if (st) return st;
+    if (!w->directory)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1,
+                          "%s goes beside the tensors: the output must be a directory", name);
+    struct given_file *g = ckpt__realloc(w->given, (w->given_count + 1) * sizeof *g);
+    if (!g) return ckpt__oom(err, w->path, NULL);
+    w->given = g;
+    char *n = ckpt__arena_strndup(&w->arena, name, strlen(name));
+    void *d = ckpt__arena_alloc(&w->arena, len ? len : 1);
+    if (!n || !d) return ckpt__oom(err, w->path, NULL);
+    memcpy(d, data, len);
+    w->given[w->given_count++] = (struct given_file){n, d, len};
+    return CKPT_OK;
+}
+
+/* Writes the files given with their bytes, as part of the commit. */
+static ckpt_status write_given(ckpt_writer *w, ckpt_error *err) {
+    ckpt_status st = CKPT_OK;
+    for (size_t i = 0; st == CKPT_OK && i < w->given_count; i++) {
+        const struct given_file *g = &w->given[i];
+        if ((st = add_extra(w, g->name, err)) || w->opt.dry_run) continue; /* a dry run names it, no more */
+        char *dst_path = ckpt__path_join(w->dir, g->name);
+        int out = -1;
+        const char *tmp;
+        st = dst_path ? ckpt__commit_create(w->commit, g->name, &out, &tmp, err) : ckpt__oom(err, w->path, NULL);
+        if (st == CKPT_OK) st = ckpt__pwrite_full(out, g->data, g->len, 0, dst_path, err);
+        if (st == CKPT_OK && !w->opt.no_sync && ckpt__io_fsync(out) != 0)
+            st = ckpt__fail_errno(err, errno, dst_path, -1, "fsync failed");
+        if (out >= 0 && close(out) != 0 && st == CKPT_OK) st = ckpt__fail_errno(err, errno, dst_path, -1, "close failed");
+        free(dst_path);
+    }
+    return st;
+}
+
 /* ---- metadata_json: entries that add to or replace the source's ---------------- */
 
 static ckpt_status override_pair(ckpt_writer *w, const char *key, const char *value, ckpt_error *err) {
@@ -765,6 +807,7 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
         free(head.data);
     }
     if (st == CKPT_OK && w->opt.copy_files_from) st = copy_extras(w, err);
+    if (st == CKPT_OK) st = write_given(w, err);
     if (st == CKPT_OK) w->state = WRITING;
     return st;
 }
@@ -1238,6 +1281,7 @@ void ckpt_writer_free(ckpt_writer *w) {
     for (size_t i = 0; i < w->stale_count; i++) free(w->stale[i]);
     for (size_t i = 0; i < w->extra_count; i++) free(w->extras[i]), free(w->extra_paths ? w->extra_paths[i] : NULL);
     free(w->extras);
+    free(w->given);
     free(w->extra_paths);
     free(w->stale);
     free(w->files);

@@ -63,6 +63,12 @@ CKPT__HIDDEN ckpt_status ckpt__writer_set_tree(ckpt_writer *w, const char *key, 
  * it; one that keeps metadata as text gets its JSON (ckpt__pairs_text). */
 CKPT__HIDDEN ckpt_status ckpt__writer_set_metadata_value(ckpt_writer *w, const char *key, const ckpt__encoded *value,
                                                          bool own, ckpt_error *err);
+/* A file written into the output directory with the tensors' files and
+ * committed with them (GGUF → Hugging Face's config.json); declared before
+ * ckpt_writer_begin; the bytes are copied.  CKPT_E_INVALID_ARGUMENT when
+ * the output is no directory. */
+CKPT__HIDDEN ckpt_status ckpt__writer_add_file(ckpt_writer *w, const char *name, const void *data, size_t len,
+                                               ckpt_error *err);
 /* Whether a conversion from a source of this format carries its metadata
  * into the output (ckpt_writer_options.source_metadata). */
 CKPT__HIDDEN bool ckpt__writer_takes_metadata_of(const ckpt_writer *w, ckpt_format source);
