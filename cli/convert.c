@@ -133,6 +133,11 @@ const char convert_usage[] =
     "                         or any --max-shard-size form\n"
     "  --split-max-tensors N  at most N tensors per split file\n"
     "  Splits are DST-00001-of-0000N.gguf beside DST; SRC a first part merges.\n"
+    "  And back: SRC a llama.cpp GGUF (llama, qwen2, qwen3, phi3) and DST a\n"
+    "  directory (or --to hf): a Hugging Face model directory, Hugging Face's\n"
+    "  tensor names, llama's Q/K rows put back, config.json from the key-values,\n"
+    "  tensors dequantized to --dtype f32, f16 or bf16 (default: the GGUF's float\n"
+    "  type, else bf16); --raw writes the tensors as they are\n"
     "\n"
     "On success a summary goes to stderr (tensors, bytes, files, time, GB/s).\n"
     "Output appears under its final name only when complete: an error or Ctrl-C\n"
@@ -440,6 +445,8 @@ typedef struct convert_args {
     bool verify, quiet, extra_files, ignore_unmatched, gguf, dcp, dry_run, json, help, mpi;
     bool raw;      /* --raw: GGUF output of SRC's tensors as they are */
     bool llamacpp; /* GGUF output of a Hugging Face model directory: llama.cpp's conversion */
+    bool hf;       /* a llama.cpp GGUF into a directory: a Hugging Face model directory */
+    char *dst_dir; /* --to hf's DST as a directory ("DST/") */
     char *llamacpp_kv; /* its key-values */
     source_options *so; /* where SRC's bytes come from */
     char *kv_text; /* --gguf-kv's file */
@@ -578,13 +585,39 @@ static int choose_llamacpp(convert_args *a) {
     return EXIT_OK;
 }
 
+/* A llama.cpp GGUF into a directory is a Hugging Face model directory:
+ * the library's plan and config.json.  Its one option is the dtype. */
+static int check_hf_options(const convert_args *a) {
+    for (size_t i = 0; i < a->rule_count; i++)
+        if (a->rules[i].option != OPT_DTYPE || strchr(a->rules[i].value, '=') || i + 1 < a->rule_count)
+            return usage_error("convert", "a GGUF's conversion to a Hugging Face directory takes --dtype DTYPE alone; "
+                                          "give --raw to select, rename or cast tensors of your own");
+    if (a->mpi) return usage_error("convert", "a GGUF's conversion to a Hugging Face directory runs in one process");
+    return EXIT_OK;
+}
+
+/* Whether SRC names a GGUF file. */
+static bool gguf_source(const convert_args *a) {
+    struct stat sb;
+    return ckpt_format_for_path(a->src) == CKPT_FORMAT_GGUF && stat(a->src, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
 /* Step 2: the output's format, shards or splits, and what goes along. */
 static int choose_output(convert_args *a) {
     ckpt_error err;
     ckpt_error_clear(&err);
     ckpt_writer_options *opt = &a->opt;
-    if (a->to && !(opt->format = ckpt_format_from_name(a->to)))
-        return usage_error("convert", "--to takes safetensors, gguf, torch, npy, npz, flax-msgpack or dcp, not '%s'",
+    bool to_hf = a->to && !strcmp(a->to, "hf"); /* a Hugging Face directory: safetensors and config.json */
+    size_t dst_len = strlen(a->dst);
+    if (to_hf && dst_len && a->dst[dst_len - 1] != '/') { /* a directory, as the destination rule reads "DST/" */
+        if (!(a->dst_dir = malloc(dst_len + 2))) return usage_error("convert", "out of memory");
+        memcpy(a->dst_dir, a->dst, dst_len);
+        memcpy(a->dst_dir + dst_len, "/", 2);
+        a->dst = a->dst_dir;
+    }
+    if (to_hf) opt->format = CKPT_FORMAT_SAFETENSORS;
+    else if (a->to && !(opt->format = ckpt_format_from_name(a->to)))
+        return usage_error("convert", "--to takes safetensors, gguf, torch, npy, npz, flax-msgpack, dcp or hf, not '%s'",
                            a->to);
     /* The library's destination rule says what DST is (a file, its parts,
      * a directory) and in which format. */
@@ -597,7 +630,11 @@ static int choose_output(convert_args *a) {
     if (opt->source_metadata && !a->gguf)
         return usage_error("convert", "--source-metadata is for GGUF output (DST *.gguf); other formats always "
                                       "carry SRC's metadata");
-    if (a->raw && !a->gguf) return usage_error("convert", "--raw is for GGUF output (DST *.gguf)");
+    bool hf_dir = (to_hf || (directory && format != CKPT_FORMAT_DCP)) && !a->gguf && gguf_source(a);
+    if (to_hf && !gguf_source(a)) return usage_error("convert", "--to hf converts a llama.cpp GGUF file (SRC *.gguf)");
+    if (a->raw && !a->gguf && !hf_dir)
+        return usage_error("convert", "--raw is for GGUF output (DST *.gguf) or a GGUF into a directory");
+    a->hf = hf_dir && !a->raw; /* a GGUF of no llama.cpp model (no general.architecture) is written as it is */
     if (a->gguf && !a->raw) {
         int rc = choose_llamacpp(a);
         if (rc != EXIT_OK) return rc;
@@ -670,6 +707,17 @@ static int llamacpp_plan(convert_args *a, ckpt_plan *plan, ckpt_error *err) {
     return EXIT_OK;
 }
 
+/* A GGUF's conversion to a Hugging Face directory: the library's plan. */
+static int hf_plan(convert_args *a, ckpt_plan *plan, ckpt_error *err) {
+    int rc = check_hf_options(a);
+    if (rc != EXIT_OK) return rc;
+    ckpt_dtype dtype = CKPT_DTYPE_INVALID;
+    if (a->rule_count && (dtype = parse_dtype(a->rules[0].value)) == CKPT_DTYPE_INVALID)
+        return usage_error("convert", "unknown dtype '%s'", a->rules[0].value);
+    if (ckpt_gguf_hf_plan(plan, dtype, err) != CKPT_OK) return report_error(err);
+    return EXIT_OK;
+}
+
 /* How SRC is opened: the source options and the allowed globals. */
 static ckpt_catalog_options source_catalog_options(const convert_args *a) {
     ckpt_catalog_options copt = *source_options_get(a->so);
@@ -689,7 +737,10 @@ static int build_plan(convert_args *a, ckpt_catalog **cat, ckpt_plan **plan) {
         ckpt_catalog_close(*cat);
         return report_error(&err);
     }
-    int rc = a->llamacpp ? llamacpp_plan(a, *plan, &err) : apply_rules(*plan, (void *)a, &err);
+    int rc = a->llamacpp ? llamacpp_plan(a, *plan, &err)
+             : a->hf && ((a->to && !strcmp(a->to, "hf")) || ckpt_catalog_kv_find(*cat, "general.architecture"))
+                 ? hf_plan(a, *plan, &err)
+                         : apply_rules(*plan, (void *)a, &err);
     if (rc != EXIT_OK) {
         ckpt_plan_free(*plan);
         ckpt_catalog_close(*cat);
@@ -890,6 +941,7 @@ int cmd_convert(int argc, char **argv) {
     free(a.rules);
     free(a.globals);
     free(a.kv_text);
+    free(a.dst_dir);
     ckpt_free(a.llamacpp_kv);
     free(a.written);
     free(a.open_path);

@@ -180,6 +180,33 @@ CKPT_API ckpt_status ckpt_gguf_llamacpp_plan(ckpt_plan *plan, const char *model_
 CKPT_API ckpt_status ckpt_gguf_llamacpp_plan_mix(ckpt_plan *plan, const char *model_dir, const char *mix,
                                                  char **metadata_json, ckpt_error *err);
 
+/*
+ * And back: sets up `plan` (over a llama.cpp GGUF file) so that
+ * ckpt_convert_plan into a directory writes a Hugging Face model directory
+ * that transformers' from_pretrained loads, for the families
+ * ckpt_gguf_llamacpp_plan writes (llama, qwen2, qwen3, phi3: the same
+ * per-family tables, read backwards):
+ *
+ *   tensors       Hugging Face's names; the Q and K rows llama.cpp's
+ *                 conversion reordered put back (transformers'
+ *                 reverse_permute), each tensor dequantized or cast to
+ *                 `dtype`
+ *   config.json   architectures and model_type of the family, its
+ *                 hyper-parameters from the architecture's key-values
+ *                 (under transformers' names), vocab_size from the
+ *                 embeddings, rope_parameters, the special token ids,
+ *                 tie_word_embeddings when there is no output.weight
+ *
+ * `dtype`: CKPT_F32, CKPT_F16 or CKPT_BF16, or CKPT_DTYPE_INVALID for the
+ * GGUF's float type (general.file_type F32, F16 or BF16), else bf16.  Give
+ * the plan with every tensor selected and no rules of its own.  Errors name
+ * the file and the key (nothing is then written): general.architecture
+ * missing or of a family ckpt does not convert, a hyper-parameter the
+ * config needs missing, one that contradicts a tensor's shape, a tensor
+ * the family has no Hugging Face name for.
+ */
+CKPT_API ckpt_status ckpt_gguf_hf_plan(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err);
+
 /* ---- GGUF output's own options -------------------------------------------- */
 
 /*

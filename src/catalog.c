@@ -81,6 +81,9 @@ struct ckpt_catalog {
     ckpt__local_dir local;
     pthread_mutex_t map_lock;
     ckpt_kv *kvs;           /* GGUF key-values (strings in the arena) */
+    /* Each key-value in GGUF's encoding (gguf.h); its JSON text, kvs[i].json,
+     * is written only when a caller asks for the pair (ckpt_catalog_kv). */
+    const ckpt__encoded **kv_values;
     size_t kv_count, kv_cap;
     /* DEFLATE readers kept between ckpt_catalog_read calls, so that
      * reading a compressed tensor front to back in chunks resumes where the
@@ -423,23 +426,49 @@ ckpt_status ckpt__cat_add_metadata(ckpt_catalog *c, uint32_t file, const char *k
     return ckpt__pairs_push(&c->meta, key, value) ? CKPT_OK : ckpt__oom(err, c->files[file].src->name, NULL);
 }
 
-ckpt_status ckpt__cat_add_kv(ckpt_catalog *c, const ckpt_kv *kv, ckpt_error *err) {
+ckpt_status ckpt__cat_add_metadata_value(ckpt_catalog *c, uint32_t file, const char *key, const ckpt__encoded *value,
+                                         ckpt_error *err) {
+    if (!ckpt__pairs_push_value(&c->files[file].meta, key, value)) return ckpt__oom(err, c->files[file].src->name, NULL);
+    if (ckpt__pairs_find(&c->meta, key) >= 0) return CKPT_OK; /* the first file's value wins */
+    return ckpt__pairs_push_value(&c->meta, key, value) ? CKPT_OK : ckpt__oom(err, c->files[file].src->name, NULL);
+}
+
+ckpt_status ckpt__cat_add_kv(ckpt_catalog *c, const ckpt_kv *kv, const ckpt__encoded *value, ckpt_error *err) {
     if (c->kv_count == c->kv_cap) {
         size_t cap = c->kv_cap ? c->kv_cap * 2 : 32;
         ckpt_kv *k = ckpt__realloc(c->kvs, cap * sizeof *k);
         if (!k) return ckpt__oom(err, NULL, "the key-values");
         c->kvs = k;
+        const ckpt__encoded **v = ckpt__realloc(c->kv_values, cap * sizeof *v);
+        if (!v) return ckpt__oom(err, NULL, "the key-values");
+        c->kv_values = v;
         c->kv_cap = cap;
     }
-    c->kvs[c->kv_count++] = *kv;
+    c->kvs[c->kv_count] = *kv;
+    c->kvs[c->kv_count].json = NULL;
+    c->kv_values[c->kv_count++] = value;
     return CKPT_OK;
 }
 
+/* Pair i with its JSON text, written on the first ask (from any thread:
+ * the first text stored wins; out of memory, json stays NULL). */
+static const ckpt_kv *kv_with_text(const ckpt_catalog *c, size_t i) {
+    ckpt_kv *kv = &c->kvs[i];
+    if (__atomic_load_n(&kv->json, __ATOMIC_ACQUIRE)) return kv;
+    char *mine = c->kv_values[i]->json(c->kv_values[i]);
+    const char *expected = NULL;
+    if (mine && !__atomic_compare_exchange_n(&kv->json, &expected, mine, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        free(mine); /* another thread wrote it first */
+    return kv;
+}
+
 size_t ckpt_catalog_kv_count(const ckpt_catalog *c) { return c ? c->kv_count : 0; }
-const ckpt_kv *ckpt_catalog_kv(const ckpt_catalog *c, size_t i) { return c && i < c->kv_count ? &c->kvs[i] : NULL; }
+const ckpt_kv *ckpt_catalog_kv(const ckpt_catalog *c, size_t i) {
+    return c && i < c->kv_count ? kv_with_text(c, i) : NULL;
+}
 const ckpt_kv *ckpt_catalog_kv_find(const ckpt_catalog *c, const char *key) {
     for (size_t i = 0; c && key && i < c->kv_count; i++)
-        if (strcmp(c->kvs[i].key, key) == 0) return &c->kvs[i];
+        if (strcmp(c->kvs[i].key, key) == 0) return kv_with_text(c, i);
     return NULL;
 }
 
@@ -660,7 +689,9 @@ void ckpt_catalog_close(ckpt_catalog *c) {
     free(c->storages);
     free(c->crcs);
     free(c->index_path);
+    for (size_t i = 0; i < c->kv_count; i++) free((char *)c->kvs[i].json); /* the texts written when asked */
     free(c->kvs);
+    free(c->kv_values);
     ckpt__beneath_close(c->root);
     free(c->named);
     free(c->place_dir);
@@ -716,7 +747,7 @@ size_t ckpt_catalog_metadata_count(const ckpt_catalog *c) { return c ? c->meta.c
 ckpt_status ckpt_catalog_metadata_entry(const ckpt_catalog *c, size_t i, const char **key, const char **value) {
     if (!c || i >= c->meta.count) return CKPT_E_OUT_OF_RANGE;
     if (key) *key = c->meta.keys[i];
-    if (value) *value = c->meta.values[i];
+    if (value) *value = ckpt__pairs_text(&c->meta, i);
     return CKPT_OK;
 }
 
@@ -763,6 +794,7 @@ bool ckpt__catalog_storage(const ckpt_catalog *c, uint32_t number, uint64_t *bas
 }
 
 const ckpt__pairs *ckpt__cat_file_metadata(const ckpt_catalog *c, size_t file) { return &c->files[file].meta; }
+const ckpt__pairs *ckpt__cat_metadata(const ckpt_catalog *c) { return &c->meta; }
 
 ckpt__source *ckpt__catalog_source(const ckpt_catalog *c, size_t file) { return c->files[file].src; }
 

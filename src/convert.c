@@ -54,6 +54,7 @@ static bool checkpoint_entry(const ckpt_catalog *c, const char *key) {
  * file's `removed → kept` (SIZE_MAX otherwise). */
 typedef struct meta_entry {
     const char *key, *value;
+    const ckpt__encoded *typed; /* a GGUF source's typed key-value, handed over encoded (value NULL) */
     size_t at, kept;
 } meta_entry;
 
@@ -126,12 +127,12 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
     size_t n = ckpt_catalog_metadata_count(c);
     meta_entry *order = st == CKPT_OK ? ckpt__malloc((n ? n : 1) * sizeof *order) : NULL;
     if (st == CKPT_OK && !order) st = ckpt__oom(err, NULL, "the source's metadata");
+    const ckpt__pairs *meta = ckpt__cat_metadata(c);
     for (size_t i = 0; st == CKPT_OK && i < n; i++) {
-        order[i] = (meta_entry){.at = i, .kept = SIZE_MAX};
-        ckpt_catalog_metadata_entry(c, i, &order[i].key, &order[i].value);
-        const ckpt_tensor_info *kept = ckpt_catalog_find(c, order[i].value);
-        if (lone_safetensors(c) && kept && !ckpt_catalog_find(c, order[i].key))
-            order[i].kept = ckpt__catalog_index_of(c, kept);
+        order[i] = (meta_entry){.key = meta->keys[i], .typed = ckpt__pairs_value(meta, i), .at = i, .kept = SIZE_MAX};
+        if (!order[i].typed) order[i].value = meta->values[i];
+        const ckpt_tensor_info *kept = lone_safetensors(c) ? ckpt_catalog_find(c, order[i].value) : NULL;
+        if (kept && !ckpt_catalog_find(c, order[i].key)) order[i].kept = ckpt__catalog_index_of(c, kept);
     }
     if (st == CKPT_OK) qsort(order, n, sizeof *order, by_hub_order);
     for (size_t i = 0; st == CKPT_OK && i < n; i++) {
@@ -139,7 +140,9 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
         bool own = checkpoint_entry(c, key);
         if (source_digests(key))
             continue;
-        if (!strcmp(key, CKPT_TREE_METADATA_KEY) && !ckpt_catalog_tree(c))
+        if (order[i].typed)
+            st = ckpt__writer_set_metadata_value(w, key, order[i].typed, own, err);
+        else if (!strcmp(key, CKPT_TREE_METADATA_KEY) && !ckpt_catalog_tree(c))
             st = hand_recorded_tree(p, w, key, value, own, err);
         else
             st = own ? ckpt_writer_set_checkpoint_metadata(w, key, value, err) : ckpt_writer_set_metadata(w, key, value, err);
@@ -256,6 +259,8 @@ ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_
         st = ckpt__fail(err, CKPT_E_UNSUPPORTED, dst_path, NULL, -1,
                         "this output checks each tensor's bytes in order, which a plan that stacks, computes or "
                         "generates tensors does not write");
+    for (size_t i = 0; st == CKPT_OK && i < p->file_count; i++)
+        st = ckpt__writer_add_file(w, p->files[i].name, p->files[i].data, p->files[i].len, err);
     for (size_t k = 0; st == CKPT_OK && k < p->selected_count; k++) {
         ckpt__plan_entry *e = &p->entries[p->selected[k]];
         ckpt_tensor_storage s;

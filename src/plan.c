@@ -166,9 +166,22 @@ void ckpt__plan_release(ckpt_plan *p) {
     p->maps = NULL;
 }
 
+ckpt_status ckpt__plan_add_file(ckpt_plan *p, const char *name, const void *data, size_t len, ckpt_error *err) {
+    struct ckpt__plan_file *f = ckpt__realloc(p->files, (p->file_count + 1) * sizeof *f);
+    if (!f) return ckpt__oom(err, NULL, name);
+    p->files = f;
+    char *n = ckpt__arena_strndup(&p->arena, name, strlen(name));
+    void *d = ckpt__arena_alloc(&p->arena, len ? len : 1);
+    if (!n || !d) return ckpt__oom(err, NULL, name);
+    memcpy(d, data, len);
+    p->files[p->file_count++] = (struct ckpt__plan_file){n, d, len};
+    return CKPT_OK;
+}
+
 void ckpt_plan_free(ckpt_plan *p) {
     if (!p) return;
     if (p->entries) ckpt__plan_release(p);
+    free(p->files);
     free(p->entries);
     free(p->selected);
     free(p->matches);

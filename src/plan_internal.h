@@ -92,6 +92,14 @@ struct ckpt_plan {
     size_t generated_count, generated_cap;
     uint64_t place_seq;        /* placings so far */
     bool assembled;
+    /* Files a conversion writes beside the tensors (GGUF → Hugging Face's
+     * config.json): ckpt__plan_add_file; names and bytes in the arena. */
+    struct ckpt__plan_file {
+        const char *name;
+        const void *data;
+        size_t len;
+    } *files;
+    size_t file_count;
 };
 
 /* A select or exclude rule as given (pattern NULL: every name). */
@@ -165,6 +173,11 @@ CKPT__HIDDEN ckpt_status ckpt__plan_generate(ckpt_plan *plan, const char *name, 
 /* CKPT_E_UNSUPPORTED naming `what` when the plan has stacked, computed or
  * generated outputs, which only ckpt_convert_plan writes. */
 CKPT__HIDDEN ckpt_status ckpt__plan_refuse_assembled(const ckpt_plan *plan, const char *what, ckpt_error *err);
+
+/* A file a conversion of this plan writes into its output directory, with
+ * the tensors' files and committed with them (name and bytes copied). */
+CKPT__HIDDEN ckpt_status ckpt__plan_add_file(ckpt_plan *plan, const char *name, const void *data, size_t len,
+                                             ckpt_error *err);
 
 /* Gives entry `index` (a catalog index) the name `name` (copied). */
 CKPT__HIDDEN ckpt_status ckpt__plan_set_name(ckpt_plan *plan, size_t index, const char *name, ckpt_error *err);

@@ -35,7 +35,7 @@ enum { P_START = 1, P_COUNT = 2, P_STRIDES = 4, P_BIG_ENDIAN = 8, P_KNOWN = 15 }
 
 static void put_pairs(ckpt__buf *b, const ckpt__pairs *p) {
     ckpt__put_u32(b, (uint32_t)p->count);
-    for (size_t i = 0; i < p->count; i++) ckpt__put_str(b, p->keys[i]), ckpt__put_str(b, p->values[i]);
+    for (size_t i = 0; i < p->count; i++) ckpt__put_str(b, p->keys[i]), ckpt__put_str(b, ckpt__pairs_text(p, i));
 }
 
 ckpt_status ckpt__catalog_encode(const ckpt_catalog *c, ckpt__buf *b, ckpt_error *err) {

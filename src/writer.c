@@ -80,6 +80,12 @@ struct ckpt_writer {
     size_t file_count, side_count, extra_count;
     wfile *files, *sides;
     char **extras;         /* copy_files_from: names copied along */
+    struct given_file {    /* ckpt__writer_add_file: files written along, with their bytes (arena) */
+        const char *name;
+        const void *data;
+        size_t len;
+    } *given;
+    size_t given_count;
     char **extra_paths;    /* after the commit: their paths */
     const char *config_dtype; /* their config.json's dtype becomes this (a torch name); NULL: copied as is */
     const char *open_path; /* after the commit: what opens the output (arena) */
@@ -321,6 +327,18 @@ ckpt_status ckpt_writer_set_metadata(ckpt_writer *w, const char *key, const char
 
 ckpt_status ckpt_writer_set_checkpoint_metadata(ckpt_writer *w, const char *key, const char *value, ckpt_error *err) {
     return add_pair(w, w ? &w->ckpt_meta : NULL, key, value, err);
+}
+
+ckpt_status ckpt__writer_set_metadata_value(ckpt_writer *w, const char *key, const ckpt__encoded *value, bool own,
+                                            ckpt_error *err) {
+    ckpt_status st = check_declaring(w, err);
+    if (st) return st;
+    ckpt__pairs *pairs = own ? &w->ckpt_meta : &w->meta;
+    if (ckpt__pairs_find(pairs, key) >= 0)
+        return ckpt__fail(err, CKPT__D(DUPLICATE_NAME), w->path, NULL, -1, "metadata key '%s' set twice", key);
+    const char *k = ckpt__arena_strndup(&w->arena, key, strlen(key));
+    if (!k || !ckpt__pairs_push_value(pairs, k, value)) return ckpt__oom(err, w->path, NULL);
+    return CKPT_OK;
 }
 
 /* The value of a pair whose text is the writer's tree, not yet written. */
@@ -689,6 +707,42 @@ static ckpt_status copy_extras(ckpt_writer *w, ckpt_error *err) {
     return st;
 }
 
+ckpt_status ckpt__writer_add_file(ckpt_writer *w, const char *name, const void *data, size_t len, ckpt_error *err) {
+    ckpt_status st = check_declaring(w, err);
+    if (st) return st;
+    if (!w->directory)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, NULL, -1,
+                          "%s goes beside the tensors: the output must be a directory", name);
+    struct given_file *g = ckpt__realloc(w->given, (w->given_count + 1) * sizeof *g);
+    if (!g) return ckpt__oom(err, w->path, NULL);
+    w->given = g;
+    char *n = ckpt__arena_strndup(&w->arena, name, strlen(name));
+    void *d = ckpt__arena_alloc(&w->arena, len ? len : 1);
+    if (!n || !d) return ckpt__oom(err, w->path, NULL);
+    memcpy(d, data, len);
+    w->given[w->given_count++] = (struct given_file){n, d, len};
+    return CKPT_OK;
+}
+
+/* Writes the files given with their bytes, as part of the commit. */
+static ckpt_status write_given(ckpt_writer *w, ckpt_error *err) {
+    ckpt_status st = CKPT_OK;
+    for (size_t i = 0; st == CKPT_OK && i < w->given_count; i++) {
+        const struct given_file *g = &w->given[i];
+        if ((st = add_extra(w, g->name, err)) || w->opt.dry_run) continue; /* a dry run names it, no more */
+        char *dst_path = ckpt__path_join(w->dir, g->name);
+        int out = -1;
+        const char *tmp;
+        st = dst_path ? ckpt__commit_create(w->commit, g->name, &out, &tmp, err) : ckpt__oom(err, w->path, NULL);
+        if (st == CKPT_OK) st = ckpt__pwrite_full(out, g->data, g->len, 0, dst_path, err);
+        if (st == CKPT_OK && !w->opt.no_sync && ckpt__io_fsync(out) != 0)
+            st = ckpt__fail_errno(err, errno, dst_path, -1, "fsync failed");
+        if (out >= 0 && close(out) != 0 && st == CKPT_OK) st = ckpt__fail_errno(err, errno, dst_path, -1, "close failed");
+        free(dst_path);
+    }
+    return st;
+}
+
 /* ---- metadata_json: entries that add to or replace the source's ---------------- */
 
 static ckpt_status override_pair(ckpt_writer *w, const char *key, const char *value, ckpt_error *err) {
@@ -698,7 +752,7 @@ static ckpt_status override_pair(ckpt_writer *w, const char *key, const char *va
         ckpt__pairs *p = pass ? &w->ckpt_meta : &w->meta;
         for (size_t i = 0; i < p->count; i++)
             if (!strcmp(p->keys[i], key)) {
-                p->values[i] = v;
+                ckpt__pairs_set(p, i, v);
                 return CKPT_OK;
             }
     }
@@ -755,6 +809,7 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
         free(head.data);
     }
     if (st == CKPT_OK && w->opt.copy_files_from) st = copy_extras(w, err);
+    if (st == CKPT_OK) st = write_given(w, err);
     if (st == CKPT_OK) w->state = WRITING;
     return st;
 }
@@ -1277,6 +1332,7 @@ void ckpt_writer_free(ckpt_writer *w) {
     for (size_t i = 0; i < w->stale_count; i++) free(w->stale[i]);
     for (size_t i = 0; i < w->extra_count; i++) free(w->extras[i]), free(w->extra_paths ? w->extra_paths[i] : NULL);
     free(w->extras);
+    free(w->given);
     free(w->extra_paths);
     free(w->stale);
     free(w->files);

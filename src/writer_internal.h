@@ -53,8 +53,6 @@ CKPT__HIDDEN ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64
  * `dtype` must outlive the writer; before ckpt_writer_begin. */
 CKPT__HIDDEN void ckpt__writer_set_config_dtype(ckpt_writer *w, const char *dtype);
 
-/* Whether a conversion from a source of this format carries its metadata
- * into the output (ckpt_writer_options.source_metadata). */
 /* An arena that lives as long as the writer. */
 CKPT__HIDDEN ckpt__arena *ckpt__writer_arena(ckpt_writer *w);
 /* Hands the object tree over as values (tree_internal.h's keys): an
@@ -64,6 +62,20 @@ CKPT__HIDDEN ckpt__arena *ckpt__writer_arena(ckpt_writer *w);
  * as long as the writer. */
 CKPT__HIDDEN ckpt_status ckpt__writer_set_tree(ckpt_writer *w, const char *key, const ckpt__value *tree,
                                                ckpt_error *err);
+/* A metadata entry whose value is encoded (a GGUF source's typed
+ * key-value: gguf.h), the checkpoint's own when `own`, else every file's;
+ * it must live as long as the writer.  The output of its format copies
+ * it; one that keeps metadata as text gets its JSON (ckpt__pairs_text). */
+CKPT__HIDDEN ckpt_status ckpt__writer_set_metadata_value(ckpt_writer *w, const char *key, const ckpt__encoded *value,
+                                                         bool own, ckpt_error *err);
+/* A file written into the output directory with the tensors' files and
+ * committed with them (GGUF → Hugging Face's config.json); declared before
+ * ckpt_writer_begin; the bytes are copied.  CKPT_E_INVALID_ARGUMENT when
+ * the output is no directory. */
+CKPT__HIDDEN ckpt_status ckpt__writer_add_file(ckpt_writer *w, const char *name, const void *data, size_t len,
+                                               ckpt_error *err);
+/* Whether a conversion from a source of this format carries its metadata
+ * into the output (ckpt_writer_options.source_metadata). */
 CKPT__HIDDEN bool ckpt__writer_takes_metadata_of(const ckpt_writer *w, ckpt_format source);
 
 /* Whether each tensor's bytes must arrive in order (the output format

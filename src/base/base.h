@@ -249,9 +249,28 @@ CKPT__HIDDEN ckpt_status ckpt__budget_charge_buf(ckpt__budget *budget, const ckp
 /* ---- ordered string pairs (metadata maps) -------------------------------- */
 
 typedef struct ckpt__name_table ckpt__name_table;
+
+/*
+ * A value kept in a format's own encoding, its JSON text written only when
+ * someone asks: GGUF's typed key-values (type and payload as a GGUF file
+ * holds them, gguf.h), carried from the reader to the writer as bytes that
+ * the format's output copies, and that any other consumer (the public
+ * metadata map, a safetensors output's __metadata__) reads as text.
+ */
+typedef struct ckpt__encoded {
+    const void *format; /* whose encoding: an output copies only its own */
+    const unsigned char *bytes;
+    size_t len;
+    char *(*json)(const struct ckpt__encoded *value); /* its text, malloc'ed; NULL when out of memory */
+} ckpt__encoded;
+
 typedef struct ckpt__pairs {
     size_t count, cap;
     const char **keys, **values; /* the strings are the caller's */
+    /* NULL, or per pair an encoded value (the caller's, living as long
+     * as the pairs) whose JSON text is written into `values` only when
+     * someone asks for the text (ckpt__pairs_text). */
+    const ckpt__encoded **typed;
     /* Beyond a handful of pairs, a hash of the keys (a file may declare a
      * million: looking each up among the others took hours). */
     struct ckpt__name_table *index;
@@ -260,7 +279,22 @@ typedef struct ckpt__pairs {
 
 /* Appends a pair; false when out of memory. */
 CKPT__HIDDEN bool ckpt__pairs_push(ckpt__pairs *pairs, const char *key, const char *value);
-/* The value of the first pair with this key, or NULL. */
+/* Appends a pair whose value is encoded (its text written when asked);
+ * false when out of memory. */
+CKPT__HIDDEN bool ckpt__pairs_push_value(ckpt__pairs *pairs, const char *key, const ckpt__encoded *value);
+/* Pair i's encoded value, or NULL when it was pushed as text. */
+static inline const ckpt__encoded *ckpt__pairs_value(const ckpt__pairs *pairs, size_t i) {
+    return pairs->typed ? pairs->typed[i] : NULL;
+}
+/* Pair i's text: an encoded value's JSON, written on the first ask (from any
+ * thread: the first text stored wins) and kept by the pairs; NULL when out
+ * of memory. */
+CKPT__HIDDEN const char *ckpt__pairs_text(const ckpt__pairs *pairs, size_t i);
+/* Pair i's value replaced by text (the caller's). */
+CKPT__HIDDEN void ckpt__pairs_set(ckpt__pairs *pairs, size_t i, const char *value);
+/* The index of the first pair with this key, or -1. */
+CKPT__HIDDEN int64_t ckpt__pairs_find(const ckpt__pairs *pairs, const char *key);
+/* The text of the first pair with this key (ckpt__pairs_text), or NULL. */
 CKPT__HIDDEN const char *ckpt__pairs_get(const ckpt__pairs *pairs, const char *key);
 CKPT__HIDDEN void ckpt__pairs_free(ckpt__pairs *pairs);
 

@@ -149,9 +149,16 @@ CKPT__HIDDEN uint64_t ckpt__cat_tensor_cost(uint32_t piece_count);
 CKPT__HIDDEN ckpt_status ckpt__cat_add_metadata(ckpt_catalog *c, uint32_t file, const char *key, const char *value,
                                                 ckpt_error *err);
 
+/* The same with an encoded value (it must live as long as the catalog):
+ * its JSON text is written only when a caller asks for the entry. */
+CKPT__HIDDEN ckpt_status ckpt__cat_add_metadata_value(ckpt_catalog *c, uint32_t file, const char *key,
+                                                      const ckpt__encoded *value, ckpt_error *err);
+
 /* A GGUF key-value pair, copied (its strings and data must live as long
- * as the catalog). */
-CKPT__HIDDEN ckpt_status ckpt__cat_add_kv(ckpt_catalog *c, const ckpt_kv *kv, ckpt_error *err);
+ * as the catalog), and its value in GGUF's encoding (gguf.h), whose text
+ * becomes kv->json when a caller asks for the pair. */
+CKPT__HIDDEN ckpt_status ckpt__cat_add_kv(ckpt_catalog *c, const ckpt_kv *kv, const ckpt__encoded *value,
+                                          ckpt_error *err);
 /* An entry of the checkpoint's own metadata (an index's), not of any one
  * file; the strings must live as long as the catalog.  The first value of
  * a key wins. */
@@ -182,6 +189,8 @@ CKPT__HIDDEN const char *const *ckpt__cat_allowed_globals(const ckpt_catalog *c,
 
 /* A data file's own metadata pairs. */
 CKPT__HIDDEN const ckpt__pairs *ckpt__cat_file_metadata(const ckpt_catalog *c, size_t file);
+/* The checkpoint's metadata map (its values: ckpt__pairs_value, else text). */
+CKPT__HIDDEN const ckpt__pairs *ckpt__cat_metadata(const ckpt_catalog *c);
 
 /* What ckpt_verify is to check beyond the declared CRC-32s, as the formats'
  * verify hooks find it: tensors to hash, each with the XXH3-64 its file

@@ -158,15 +158,15 @@ static void json_number(ckpt__buf *b, uint32_t type, const ckpt_kv *n) {
     ckpt__buf_puts(b, tmp);
 }
 
-/* A fixed-size value (its numbers into *kv, its JSON onto `json`), and
- * its bytes in the host's order into `native` when not NULL. */
-static ckpt_status read_number(cursor *c, uint32_t type, ckpt_kv *kv, ckpt__buf *json, void *native, const char *what) {
+/* A fixed-size value (its numbers into *kv, its little-endian bytes onto
+ * `enc`), and its bytes in the host's order into `native` when not NULL. */
+static ckpt_status read_number(cursor *c, uint32_t type, ckpt_kv *kv, ckpt__buf *enc, void *native, const char *what) {
     unsigned size = fixed_size(type);
     uint64_t bits;
     ckpt_status st = rd_uint(c, size, &bits, what);
     if (st) return st;
     scalar_numbers(kv, type, bits);
-    json_number(json, type, kv);
+    ckpt__put_le(enc, bits, size);
     uint8_t b8 = (uint8_t)bits;
     uint16_t b16 = (uint16_t)bits;
     uint32_t b32 = (uint32_t)bits;
@@ -174,19 +174,23 @@ static ckpt_status read_number(cursor *c, uint32_t type, ckpt_kv *kv, ckpt__buf 
     return CKPT_OK;
 }
 
+/* A key-value is kept in GGUF's own encoding, little-endian whatever the
+ * file's order: its type and payload, as a GGUF output writes them after
+ * the key (ckpt__gguf_encoding).  Its typed JSON (ckpt_kv.json, the
+ * metadata map) is written from those bytes only when a caller asks. */
 typedef struct value_ctx {
     cursor *c;
     ckpt__arena *arena;
     const char *key;
-    ckpt__buf json;      /* the value's typed JSON */
-    size_t json_charged; /* its capacity charged to the arena's budget */
+    ckpt__buf enc;      /* the value's encoding */
+    size_t enc_charged; /* its capacity charged to the arena's budget */
 } value_ctx;
 
 /* Smallest bytes an element of this type takes in the file. */
 static unsigned min_size(uint32_t t) { return t == T_STRING ? 8 : t == T_ARRAY ? 12 : fixed_size(t); }
 
-/* The head of an array `depth` arrays deep (element type, count, checked)
- * and its typed JSON up to the elements. */
+/* The head of an array `depth` arrays deep (element type, count, checked),
+ * encoded. */
 static ckpt_status array_head(value_ctx *v, size_t depth, uint32_t *et, uint64_t *count) {
     cursor *c = v->c;
     uint64_t at = c->pos;
@@ -204,9 +208,8 @@ static ckpt_status array_head(value_ctx *v, size_t depth, uint32_t *et, uint64_t
         return ckpt__fail(c->err, CKPT__D(GGUF_COUNT), c->path, NULL, (int64_t)count_at,
                           "key '%s': array of %llu %s elements cannot fit in the %llu bytes left in the file",
                           v->key, (unsigned long long)*count, type_names[*et], (unsigned long long)(c->size - c->pos));
-    ckpt__buf_puts(&v->json, "{\"" CKPT_GGUF_TYPE_KEY "\": \"array\", \"element\": \"");
-    ckpt__buf_puts(&v->json, type_names[*et]);
-    ckpt__buf_puts(&v->json, "\", \"value\": [");
+    ckpt__put_le(&v->enc, *et, 4);
+    ckpt__put_le(&v->enc, *count, 8);
     return CKPT_OK;
 }
 
@@ -216,34 +219,33 @@ typedef struct open_array {
     uint64_t count, done;
 } open_array;
 
-/* An array's elements, into its JSON (and the top array's fixed-size
- * elements into `data`); arrays of arrays are followed on a heap stack. */
+/* An array's elements, encoded (and the top array's fixed-size elements
+ * into `data`); arrays of arrays are followed on a heap stack. */
 static ckpt_status read_elements(value_ctx *v, uint32_t et, uint64_t count, unsigned char *data) {
     cursor *c = v->c;
-    ckpt__buf *json = &v->json;
+    ckpt__buf *enc = &v->enc;
     ckpt__stack open = CKPT__STACK(open_array);
     open_array *a = ckpt__stack_push(&open);
     ckpt_status st = a ? CKPT_OK : ckpt__oom(c->err, c->path, v->key);
     if (a) *a = (open_array){et, count, 0};
     while (st == CKPT_OK && (a = ckpt__stack_top(&open))) {
         if (a->done == a->count) {
-            ckpt__buf_puts(json, "]}");
             ckpt__stack_pop(&open);
             continue;
         }
-        if (a->done) ckpt__buf_puts(json, ", ");
         uint64_t k = a->done++;
         unsigned size = fixed_size(a->et);
         if (size) {
             ckpt_kv n;
-            if ((st = read_number(c, a->et, &n, json, data && open.len == 1 ? data + k * size : NULL,
+            if ((st = read_number(c, a->et, &n, enc, data && open.len == 1 ? data + k * size : NULL,
                                   "an array element")))
                 break;
         } else if (a->et == T_STRING) {
             const char *s;
             uint64_t len;
             if ((st = rd_string(c, NULL, "a string in an array", &s, &len))) break;
-            ckpt__buf_json_string_n(json, s, (size_t)len);
+            ckpt__put_le(enc, len, 8);
+            ckpt__buf_append(enc, s, (size_t)len);
         } else {
             uint32_t inner;
             uint64_t n;
@@ -252,19 +254,20 @@ static ckpt_status read_elements(value_ctx *v, uint32_t et, uint64_t count, unsi
             else *a = (open_array){inner, n, 0};
         }
         if (st == CKPT_OK)
-            st = ckpt__budget_charge_buf(v->arena->budget, json, &v->json_charged, c->err, c->path, (int64_t)c->pos);
-        if (st == CKPT_OK && json->failed) st = ckpt__oom(c->err, c->path, v->key);
+            st = ckpt__budget_charge_buf(v->arena->budget, enc, &v->enc_charged, c->err, c->path, (int64_t)c->pos);
+        if (st == CKPT_OK && enc->failed) st = ckpt__oom(c->err, c->path, v->key);
     }
     ckpt__stack_free(&open);
     return st;
 }
 
-/* Reads a key's value of `type`, its typed JSON into v->json, and fills
- * the public fields. */
+/* Reads a key's value of `type`, encoded into v->enc, and fills the
+ * public fields. */
 static ckpt_status read_value(value_ctx *v, uint32_t type, ckpt_kv *kv) {
     cursor *c = v->c;
-    ckpt__buf *json = &v->json;
+    ckpt__buf *enc = &v->enc;
     ckpt_status st;
+    ckpt__put_le(enc, type, 4);
     if (type == T_ARRAY) {
         uint32_t et;
         uint64_t count;
@@ -277,23 +280,98 @@ static ckpt_status read_value(value_ctx *v, uint32_t type, ckpt_kv *kv) {
         }
         if ((st = read_elements(v, et, count, data))) return st;
         kv->element_type = (ckpt_kv_type)et, kv->count = count, kv->data = data;
-        return json->failed ? ckpt__oom(c->err, c->path, v->key) : CKPT_OK;
+        return enc->failed ? ckpt__oom(c->err, c->path, v->key) : CKPT_OK;
     }
-    ckpt__buf_puts(json, "{\"" CKPT_GGUF_TYPE_KEY "\": \"");
-    ckpt__buf_puts(json, type_names[type]);
-    ckpt__buf_puts(json, "\", \"value\": ");
     if (type == T_STRING) {
         const char *s;
         uint64_t len;
         if ((st = rd_string(c, v->arena, "a string value", &s, &len))) return st;
-        ckpt__buf_json_string_n(json, s, (size_t)len);
+        ckpt__put_le(enc, len, 8);
+        ckpt__buf_append(enc, s, (size_t)len);
         kv->string = s, kv->string_len = len, kv->count = 1;
     } else {
-        if ((st = read_number(c, type, kv, json, NULL, "a value"))) return st;
+        if ((st = read_number(c, type, kv, enc, NULL, "a value"))) return st;
         kv->count = 1;
     }
-    ckpt__buf_puts(json, "}");
-    return json->failed ? ckpt__oom(c->err, c->path, v->key) : CKPT_OK;
+    return enc->failed ? ckpt__oom(c->err, c->path, v->key) : CKPT_OK;
+}
+
+/* ---- a key-value's typed JSON, from its encoding ------------------------------ */
+
+const char ckpt__gguf_encoding[] = "gguf";
+
+/* One scalar or string of `type` at the cursor, as JSON. */
+static void json_element(ckpt__buf *b, ckpt__rd *r, uint32_t type) {
+    if (type == T_STRING) {
+        uint64_t len = ckpt__rd_u64(r);
+        const unsigned char *s = ckpt__rd_bytes(r, (size_t)len);
+        if (s) ckpt__buf_json_string_n(b, (const char *)s, (size_t)len);
+        return;
+    }
+    ckpt_kv n;
+    scalar_numbers(&n, type, ckpt__rd_le(r, fixed_size(type)));
+    json_number(b, type, &n);
+}
+
+/* An array being written: its element type, length and elements written. */
+typedef struct json_array {
+    uint32_t et;
+    uint64_t count, done;
+} json_array;
+
+/* The typed JSON of a value's encoding (which the reader wrote, so every
+ * read is in bounds): {"gguf_type": t, "value": v}, an array's
+ * {"gguf_type": "array", "element": et, "value": [...]} with its inner
+ * arrays typed the same way; arrays of arrays on a heap stack. */
+static void encoding_json(ckpt__buf *b, ckpt__rd *r) {
+    ckpt__stack open = CKPT__STACK(json_array);
+    uint32_t type = ckpt__rd_u32(r);
+    json_array *a = NULL;
+    for (;;) {
+        if (type != UINT32_MAX) { /* a typed value starts (the top one, or an array's element array) */
+            ckpt__buf_puts(b, "{\"" CKPT_GGUF_TYPE_KEY "\": \"");
+            ckpt__buf_puts(b, type_names[type]);
+            if (type == T_ARRAY) {
+                uint32_t et = ckpt__rd_u32(r);
+                uint64_t count = ckpt__rd_u64(r);
+                ckpt__buf_puts(b, "\", \"element\": \"");
+                ckpt__buf_puts(b, type_names[et]);
+                ckpt__buf_puts(b, "\", \"value\": [");
+                if (!(a = ckpt__stack_push(&open))) {
+                    b->failed = true;
+                    break;
+                }
+                *a = (json_array){et, count, 0};
+            } else {
+                ckpt__buf_puts(b, "\", \"value\": ");
+                json_element(b, r, type);
+                ckpt__buf_puts(b, "}");
+            }
+        }
+        type = UINT32_MAX;
+        if (!(a = ckpt__stack_top(&open))) break;
+        if (a->done == a->count) {
+            ckpt__buf_puts(b, "]}");
+            ckpt__stack_pop(&open);
+            continue;
+        }
+        if (a->done++) ckpt__buf_puts(b, ", ");
+        if (a->et == T_ARRAY) type = T_ARRAY;
+        else json_element(b, r, a->et);
+    }
+    ckpt__stack_free(&open);
+}
+
+static char *gguf_kv_json(const ckpt__encoded *e) {
+    ckpt__buf b = {0};
+    ckpt__rd r = ckpt__rd_over(e->bytes, e->len, 0);
+    encoding_json(&b, &r);
+    if (b.failed || r.bad) {
+        free(b.data);
+        return NULL;
+    }
+    ckpt__buf_append(&b, "", 1); /* NUL */
+    return b.failed ? (free(b.data), NULL) : b.data;
 }
 
 /* ---- a file's header ---------------------------------------------------------- */
@@ -310,6 +388,7 @@ typedef struct tinfo {
 
 typedef struct header {
     ckpt_kv *kvs;
+    ckpt__encoded *values; /* each key-value's value, encoded */
     size_t kv_count;
     tinfo *tensors;
     size_t count;
@@ -321,7 +400,7 @@ typedef struct header {
 } header;
 
 static void header_free(header *h) {
-    free(h->kvs);
+    free(h->kvs); /* values: in the arena, the catalog's */
     free(h->tensors);
     memset(h, 0, sizeof *h);
 }
@@ -391,25 +470,25 @@ static ckpt_status make_tables(reading *r) {
     header *h = r->h;
     size_t kvs = r->n_kv ? (size_t)r->n_kv : 1, tensors = r->n_tensors ? (size_t)r->n_tensors : 1;
     ckpt_status st = ckpt__budget_charge(
-        r->arena->budget, r->n_kv * (sizeof *h->kvs + 8) + r->n_tensors * (sizeof *h->tensors + ckpt__cat_tensor_cost(1)),
+        r->arena->budget, r->n_kv * (sizeof *h->kvs + sizeof *h->values + 8) + r->n_tensors * (sizeof *h->tensors + ckpt__cat_tensor_cost(1)),
         r->c.err, r->c.path, 8);
     if (st) return st;
     h->kvs = ckpt__calloc(kvs, sizeof *h->kvs);
     h->tensors = ckpt__calloc(tensors, sizeof *h->tensors);
-    if (!h->kvs || !h->tensors || !ckpt__name_table_init(&r->keys, kvs) || !ckpt__name_table_init(&r->names, tensors))
+    if (!h->kvs || !h->tensors || !(h->values = ckpt__arena_alloc(r->arena, kvs * sizeof *h->values)) || !ckpt__name_table_init(&r->keys, kvs) || !ckpt__name_table_init(&r->names, tensors))
         return ckpt__oom(r->c.err, r->c.path, "the header");
     return CKPT_OK;
 }
 
-/* A value's typed JSON, kept in the arena where it was built (trimmed to
- * its length). */
-static ckpt_status keep_json(reading *r, value_ctx *v, ckpt_kv *kv) {
+/* A value's encoding, kept in the arena where it was built (trimmed to its
+ * length), as key-value i's value. */
+static ckpt_status keep_encoding(reading *r, value_ctx *v, ckpt_kv *kv, ckpt__encoded *out) {
     cursor *c = &r->c;
-    ckpt_status st = ckpt__budget_charge_buf(r->arena->budget, &v->json, &v->json_charged, c->err, c->path, (int64_t)c->pos);
-    char *fit = st == CKPT_OK ? ckpt__realloc(v->json.data, v->json.len + 1) : NULL;
-    if (fit) v->json.data = NULL;
+    ckpt_status st = ckpt__budget_charge_buf(r->arena->budget, &v->enc, &v->enc_charged, c->err, c->path, (int64_t)c->pos);
+    unsigned char *fit = st == CKPT_OK ? ckpt__realloc(v->enc.data, v->enc.len) : NULL;
+    if (fit) v->enc.data = NULL;
     if (st == CKPT_OK && (!fit || !ckpt__arena_adopt(r->arena, fit))) st = ckpt__oom(c->err, c->path, kv->key);
-    kv->json = fit;
+    *out = (ckpt__encoded){ckpt__gguf_encoding, fit, v->enc.len, gguf_kv_json};
     return st;
 }
 
@@ -436,8 +515,8 @@ static ckpt_status read_kv(reading *r, uint64_t i) {
     kv->type = (ckpt_kv_type)type;
     value_ctx v = {c, r->arena, kv->key};
     st = read_value(&v, type, kv);
-    if (st == CKPT_OK) st = keep_json(r, &v, kv);
-    free(v.json.data);
+    if (st == CKPT_OK) st = keep_encoding(r, &v, kv, &h->values[h->kv_count]);
+    free(v.enc.data);
     if (st == CKPT_OK) h->kv_count++;
     return st;
 }
@@ -653,8 +732,10 @@ static ckpt_status gguf_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err
     ckpt__cat_set_format(c, CKPT_FORMAT_GGUF);
     for (size_t i = 0; i < h.kv_count && st == CKPT_OK; i++) {
         const ckpt_kv *kv = &h.kvs[i];
-        st = ckpt__cat_add_kv(c, kv, err);
-        if (st == CKPT_OK) st = ckpt__cat_add_metadata(c, file, kv->key, kv->type == CKPT_KV_STRING ? kv->string : kv->json, err);
+        st = ckpt__cat_add_kv(c, kv, &h.values[i], err);
+        /* a string as itself; other values encoded, their text written when asked */
+        if (st == CKPT_OK && kv->type == CKPT_KV_STRING) st = ckpt__cat_add_metadata(c, file, kv->key, kv->string, err);
+        else if (st == CKPT_OK) st = ckpt__cat_add_metadata_value(c, file, kv->key, &h.values[i], err);
     }
     if (st) goto done;
     if (h.split_count > 1 || (h.split_no > 0)) {

@@ -28,6 +28,11 @@
 #define CKPT__GGUF_MAX_NESTING 16        /* arrays of arrays, this deep at most */
 
 /* "u8" ... "f64" for a GGUF value type number; NULL for another. */
+
+/* The tag (ckpt__encoded.format) of a value in GGUF's encoding: a reader's
+ * key-value kept as its type (u32) and payload, little-endian, exactly as
+ * a GGUF file holds them after the key; a GGUF output copies it. */
+CKPT__HIDDEN extern const char ckpt__gguf_encoding[];
 CKPT__HIDDEN const char *ckpt__gguf_type_name(uint32_t type);
 
 
@@ -64,11 +69,14 @@ typedef struct ckpt__gguf_out_tensor {
 
 /*
  * Renders a GGUF file's header, as GGUFWriter writes it: the key-values in
- * the given order (the caller puts general.architecture first), the tensor
- * infos in the given order, padding to `alignment`; fills each tensor's
+ * the given order (the caller puts general.architecture first; pair i
+ * copied from encoded[i] when encoded and encoded[i] are not NULL and it is
+ * GGUF's encoding, else from the text values[i] (or encoded[i]'s text) as
+ * ckpt__gguf_encode_kv takes it), the tensor infos in the given order, padding to `alignment`; fills each tensor's
  * absolute offset and *file_size (every tensor padded to the alignment).
  */
-CKPT__HIDDEN ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const char *const *values, size_t kv_count,
+CKPT__HIDDEN ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const char *const *values,
+                                           const ckpt__encoded *const *encoded, size_t kv_count,
                                            ckpt__gguf_out_tensor *tensors, size_t count, uint32_t alignment,
                                            ckpt__buf *header, uint64_t *file_size, ckpt_error *err);
 

@@ -1,6 +1,7 @@
-/* gguf_write.c — GGUF output: key-values from typed values (read from the
- * typed JSON that metadata holds), and the header
- * layout of gguf-py's GGUFWriter (see gguf.h). */
+/* gguf_write.c — GGUF output: key-values copied from a GGUF source's
+ * encoding (ckpt__gguf_encoding: no text in between), or encoded from
+ * typed values read from the typed JSON a caller's metadata holds; and the
+ * header layout of gguf-py's GGUFWriter (see gguf.h). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -385,15 +386,30 @@ ckpt_status ckpt__gguf_metadata_pairs(const char *json_text, char ***keys, char 
 
 /* ---- the header ----------------------------------------------------------------------- */
 
-ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const char *const *values, size_t kv_count,
-                              ckpt__gguf_out_tensor *tensors, size_t count, uint32_t alignment, ckpt__buf *header,
-                              uint64_t *file_size, ckpt_error *err) {
+/* A pair whose value is encoded: GGUF's encoding copied after the key,
+ * another format's written from its text. */
+static ckpt_status encode_encoded(ckpt__buf *out, const char *key, const ckpt__encoded *e, char *why, size_t why_len) {
+    if (e->format != ckpt__gguf_encoding) {
+        char *text = e->json(e);
+        ckpt_status st = text ? ckpt__gguf_encode_kv(out, key, text, why, why_len) : CKPT_E_NO_MEMORY;
+        free(text);
+        return st;
+    }
+    put_str(out, key, strlen(key));
+    put(out, e->bytes, e->len);
+    return out->failed ? CKPT_E_NO_MEMORY : CKPT_OK;
+}
+
+ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const char *const *values,
+                              const ckpt__encoded *const *encoded, size_t kv_count, ckpt__gguf_out_tensor *tensors,
+                              size_t count, uint32_t alignment, ckpt__buf *header, uint64_t *file_size, ckpt_error *err) {
     ckpt__buf *b = header;
     put(b, "GGUF", 4);
     CKPT__PUT_FIELDS(b, {4, 3}, {8, count}, {8, kv_count}); /* version 3 */
     for (size_t i = 0; i < kv_count; i++) {
         char why[256] = "";
-        ckpt_status st = ckpt__gguf_encode_kv(b, keys[i], values[i], why, sizeof why);
+        ckpt_status st = encoded && encoded[i] ? encode_encoded(b, keys[i], encoded[i], why, sizeof why)
+                                               : ckpt__gguf_encode_kv(b, keys[i], values[i], why, sizeof why);
         if (st == CKPT_E_NO_MEMORY) return ckpt__oom(err, path, "the GGUF header");
         if (st) return ckpt__fail(err, st, NULL, NULL, -1, "metadata '%s': %s", keys[i], why);
     }
@@ -434,7 +450,8 @@ ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const c
 typedef struct gguf_state {
     uint32_t alignment;  /* the first file's: general.alignment */
     const char **keys;   /* the first file's key-values, general.architecture first */
-    const char **values;
+    const char **values; /* as text (a string, or typed JSON a caller gave) */
+    const ckpt__encoded **encoded; /* or encoded (a GGUF source's), NULL for text */
     size_t kv_count;
 } gguf_state;
 
@@ -471,33 +488,63 @@ static ckpt_status gguf_accepts(const char *path, const char *name, ckpt_dtype d
 /* The key-values of the first file: every metadata entry (the files', then
  * the checkpoint's), general.architecture first as GGUFWriter puts it,
  * split keys dropped (each file gets its own). */
+/* Pair i of `p` as the next key-value: encoded as it is, text as text. */
+static void take_pair(gguf_state *s, const ckpt__pairs *p, size_t i) {
+    const ckpt__encoded *e = ckpt__pairs_value(p, i);
+    s->keys[s->kv_count] = p->keys[i];
+    s->encoded[s->kv_count] = e;
+    s->values[s->kv_count++] = e ? NULL : p->values[i];
+}
+
+/* general.alignment's value into *v, when it is a u32 (encoded, or typed
+ * JSON); otherwise its text for a message into *text (malloc'ed). */
+static bool alignment_u32(const gguf_state *s, size_t i, uint64_t *v, char **text) {
+    const ckpt__encoded *e = s->encoded[i];
+    *text = NULL;
+    if (e && e->format == ckpt__gguf_encoding && ckpt__le32(e->bytes) == T_U32) { /* the reader's: type, u32 */
+        *v = ckpt__le32(e->bytes + 4);
+        return true;
+    }
+    char *owned = e ? e->json(e) : NULL;
+    const char *t = e ? owned : s->values[i];
+    uint32_t type = UINT32_MAX;
+    bool ok = t && ckpt__gguf_typed_value(t, &type, v) && type == T_U32;
+    if (ok) free(owned);
+    else *text = owned ? owned : ckpt__strdup(t ? t : "");
+    return ok;
+}
+
 static ckpt_status gather_kvs(ckpt__output *o, gguf_state *s, ckpt_error *err) {
     const ckpt__pairs *fm = ckpt__out_file_metadata(o), *cm = ckpt__out_checkpoint_metadata(o);
     size_t cap = fm->count + cm->count + 1;
     s->keys = ckpt__arena_alloc(ckpt__out_arena(o), cap * sizeof *s->keys);
     s->values = ckpt__arena_alloc(ckpt__out_arena(o), cap * sizeof *s->values);
-    if (!s->keys || !s->values) return ckpt__oom(err, ckpt__out_path(o), NULL);
-    const char *arch = ckpt__pairs_get(fm, "general.architecture");
-    if (!arch) arch = ckpt__pairs_get(cm, "general.architecture");
-    if (arch) s->keys[s->kv_count] = "general.architecture", s->values[s->kv_count++] = arch;
+    s->encoded = ckpt__arena_alloc(ckpt__out_arena(o), cap * sizeof *s->encoded);
+    if (!s->keys || !s->values || !s->encoded) return ckpt__oom(err, ckpt__out_path(o), NULL);
+    int64_t arch = ckpt__pairs_find(fm, "general.architecture");
+    if (arch >= 0) take_pair(s, fm, (size_t)arch);
+    else if ((arch = ckpt__pairs_find(cm, "general.architecture")) >= 0) take_pair(s, cm, (size_t)arch);
     for (int pass = 0; pass < 2; pass++) {
         const ckpt__pairs *p = pass ? cm : fm;
         for (size_t i = 0; i < p->count; i++) {
             const char *k = p->keys[i];
             bool seen = !strcmp(k, "general.architecture") || is_split_key(k);
             for (size_t j = 0; !seen && j < s->kv_count; j++) seen = !strcmp(s->keys[j], k);
-            if (!seen) s->keys[s->kv_count] = k, s->values[s->kv_count++] = p->values[i];
+            if (!seen) take_pair(s, p, i);
         }
     }
     s->alignment = CKPT__GGUF_DEFAULT_ALIGNMENT;
     for (size_t i = 0; i < s->kv_count; i++) {
         if (strcmp(s->keys[i], "general.alignment") != 0) continue;
-        uint32_t type;
-        uint64_t v;
-        if (!ckpt__gguf_typed_value(s->values[i], &type, &v) || type != T_U32)
-            return ckpt__fail(err, CKPT__D(GGUF_KV_TYPE), ckpt__out_path(o), NULL, -1,
-                              "general.alignment must be a u32 ({\"gguf_type\": \"u32\", \"value\": 32}), not %s",
-                              s->values[i]);
+        uint64_t v = 0;
+        char *text;
+        if (!alignment_u32(s, i, &v, &text)) {
+            ckpt_status st = ckpt__fail(err, CKPT__D(GGUF_KV_TYPE), ckpt__out_path(o), NULL, -1,
+                                        "general.alignment must be a u32 ({\"gguf_type\": \"u32\", \"value\": 32}), "
+                                        "not %s", text ? text : "that");
+            free(text);
+            return st;
+        }
         if (v == 0 || (v & (v - 1)) || v > (1u << 30))
             return ckpt__fail(err, CKPT__D(GGUF_ALIGNMENT), ckpt__out_path(o), NULL, -1,
                               "general.alignment %llu is not a power of two", (unsigned long long)v);
@@ -561,19 +608,26 @@ static ckpt_status gguf_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, 
     size_t *ids = ckpt__malloc((n ? n : 1) * sizeof *ids);
     const char **keys = ckpt__malloc((s->kv_count + 3) * sizeof *keys);
     const char **values = ckpt__malloc((s->kv_count + 3) * sizeof *values);
+    const ckpt__encoded **encoded = ckpt__malloc((s->kv_count + 3) * sizeof *encoded);
     const char *path = ckpt__out_file_path(o, file);
     ckpt_status st = CKPT_OK;
-    if (!out || !ids || !keys || !values) st = ckpt__oom(err, path, NULL);
-    for (size_t i = 0; st == CKPT_OK && file == 0 && i < s->kv_count; i++) keys[kv] = s->keys[i], values[kv++] = s->values[i];
-    char split[3][64];
+    if (!out || !ids || !keys || !values || !encoded) st = ckpt__oom(err, path, NULL);
+    for (size_t i = 0; st == CKPT_OK && file == 0 && i < s->kv_count; i++)
+        keys[kv] = s->keys[i], values[kv] = s->values[i], encoded[kv++] = s->encoded[i];
+    unsigned char split_bytes[3][8];
+    ckpt__encoded split[3];
     if (st == CKPT_OK && files > 1) {
         size_t count = 0;
         for (size_t i = 0; i < total; i++) count += ckpt__out_tensor_at(o, i)->file != CKPT__OUT_NONE;
-        snprintf(split[0], sizeof split[0], "{\"gguf_type\": \"u16\", \"value\": %u}", file);
-        snprintf(split[1], sizeof split[1], "{\"gguf_type\": \"u16\", \"value\": %zu}", files);
-        snprintf(split[2], sizeof split[2], "{\"gguf_type\": \"i32\", \"value\": %zu}", count);
         static const char *const split_keys[3] = {"split.no", "split.count", "split.tensors.count"};
-        for (int k = 0; k < 3; k++) keys[kv] = split_keys[k], values[kv++] = split[k];
+        const uint32_t types[3] = {T_U16, T_U16, T_I32};
+        const uint64_t numbers[3] = {file, files, count};
+        for (int k = 0; k < 3; k++) {
+            ckpt__store_le(split_bytes[k], types[k], 4);
+            ckpt__store_le(split_bytes[k] + 4, numbers[k], types[k] == T_U16 ? 2 : 4);
+            split[k] = (ckpt__encoded){ckpt__gguf_encoding, split_bytes[k], types[k] == T_U16 ? 6 : 8, NULL};
+            keys[kv] = split_keys[k], values[kv] = NULL, encoded[kv++] = &split[k];
+        }
     }
     size_t k = 0;
     for (size_t i = 0; st == CKPT_OK && i < total; i++) {
@@ -585,7 +639,7 @@ static ckpt_status gguf_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, 
     }
     uint64_t size = 0;
     if (st == CKPT_OK)
-        st = ckpt__gguf_layout(path, keys, values, kv, out, n, file == 0 ? s->alignment : CKPT__GGUF_DEFAULT_ALIGNMENT,
+        st = ckpt__gguf_layout(path, keys, values, encoded, kv, out, n, file == 0 ? s->alignment : CKPT__GGUF_DEFAULT_ALIGNMENT,
                                head, &size, err);
     if (st == CKPT_OK) {
         for (size_t i = 0; i < n; i++) ckpt__out_tensor_at(o, ids[i])->offset = out[i].offset;
@@ -595,6 +649,7 @@ static ckpt_status gguf_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, 
     free(ids);
     free(keys);
     free(values);
+    free(encoded);
     return st;
 }
 

@@ -837,11 +837,16 @@ static ckpt_status st_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, ck
     const ckpt__pairs *fm = ckpt__out_file_metadata(o), *cm = ckpt__out_checkpoint_metadata(o);
     ckpt__pairs meta = {0};
     ckpt_status st = CKPT_OK;
-    for (size_t i = 0; st == CKPT_OK && i < fm->count; i++)
-        if (!ckpt__pairs_push(&meta, fm->keys[i], fm->values[i])) st = ckpt__oom(err, NULL, NULL);
-    for (size_t i = 0; st == CKPT_OK && ckpt__out_file_count(o) == 1 && i < cm->count; i++)
-        if (!ckpt__pairs_get(&meta, cm->keys[i]) && !ckpt__pairs_push(&meta, cm->keys[i], cm->values[i]))
-            st = ckpt__oom(err, NULL, NULL);
+    /* values (a GGUF source's typed key-values) as their JSON text */
+    for (size_t i = 0; st == CKPT_OK && i < fm->count; i++) {
+        const char *text = ckpt__pairs_text(fm, i);
+        if (!text || !ckpt__pairs_push(&meta, fm->keys[i], text)) st = ckpt__oom(err, NULL, NULL);
+    }
+    for (size_t i = 0; st == CKPT_OK && ckpt__out_file_count(o) == 1 && i < cm->count; i++) {
+        if (ckpt__pairs_find(&meta, cm->keys[i]) >= 0) continue;
+        const char *text = ckpt__pairs_text(cm, i);
+        if (!text || !ckpt__pairs_push(&meta, cm->keys[i], text)) st = ckpt__oom(err, NULL, NULL);
+    }
     char *placeholder = NULL, *chunks = NULL;
     bool failed = false;
     if (st == CKPT_OK && ckpt__out_options(o)->checksums) {

@@ -1,0 +1,317 @@
+/*
+ * llamacpp_hf.c — "and back": a llama.cpp GGUF as a Hugging Face model
+ * directory (ckpt_gguf_hf_plan, ckpt_gguf.h).  The reverse of llamacpp.c,
+ * read from the same per-family tables (llamacpp/{llama,qwen,phi3}.h), so
+ * that each family's mapping lives in one place: the family is the one whose
+ * name is general.architecture, each tensor gets the Hugging Face name whose
+ * llama.cpp name it has, Q and K rows that the script reordered for
+ * llama.cpp's RoPE are put back (transformers' reverse_permute), and
+ * config.json is made of the family's key-values, each written under the
+ * transformers name among the family's hyper-parameter names.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../catalog_internal.h"
+#include "../plan_internal.h"
+#include "../base/json.h"
+#include "ckpt_gguf.h"
+#include "llamacpp/arch.h"
+#include "llamacpp/llama.h"
+#include "llamacpp/phi3.h"
+#include "llamacpp/qwen.h"
+
+static const ckpt__lc_family *const hf_families[] = {&ckpt__lc_llama, &ckpt__lc_qwen2, &ckpt__lc_qwen3, &ckpt__lc_phi3};
+
+/* The names transformers' configs give the hyper-parameters: config.json
+ * takes, for a family's key-value, the one of its hparams list here. */
+static const char *const config_names[] = {
+    "num_hidden_layers", "max_position_embeddings", "hidden_size", "intermediate_size", "num_attention_heads",
+    "num_key_value_heads", "rms_norm_eps", "head_dim", "vocab_size", "original_max_position_embeddings",
+    "sliding_window", NULL,
+};
+
+typedef struct hf {
+    ckpt_plan *plan;
+    const char *path; /* the GGUF file, for messages */
+    ckpt_error *err;
+    const ckpt__lc_family *family;
+    uint64_t n_head, n_kv, n_embd, n_ff, head_dim, vocab;
+    ckpt__buf config;
+} hf;
+
+/* ---- the GGUF's key-values ------------------------------------------------ */
+
+static const ckpt_kv *arch_kv(const hf *h, const char *suffix) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", h->family->name, suffix);
+    return ckpt_catalog_kv_find(h->plan->catalog, key);
+}
+
+/* A key-value the conversion needs, as an unsigned integer. */
+static ckpt_status need_uint(hf *h, const char *suffix, uint64_t *out) {
+    const ckpt_kv *kv = arch_kv(h, suffix);
+    if (!kv || kv->type == CKPT_KV_STRING || kv->type == CKPT_KV_ARRAY || kv->type == CKPT_KV_F32 ||
+        kv->type == CKPT_KV_F64 || kv->type == CKPT_KV_BOOL)
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, NULL, -1,
+                          "key '%s.%s' %s: a Hugging Face config.json needs it", h->family->name, suffix,
+                          kv ? "is not an integer" : "is missing");
+    *out = kv->u;
+    return CKPT_OK;
+}
+
+static ckpt_status find_family(hf *h) {
+    const ckpt_kv *a = ckpt_catalog_kv_find(h->plan->catalog, "general.architecture");
+    if (!a || a->type != CKPT_KV_STRING)
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, NULL, -1,
+                          "key 'general.architecture' is missing: no llama.cpp model (--raw writes the tensors as "
+                          "they are)");
+    for (size_t f = 0; f < sizeof hf_families / sizeof *hf_families; f++)
+        if (!strcmp(hf_families[f]->name, a->string)) {
+            h->family = hf_families[f];
+            return CKPT_OK;
+        }
+    char known[256] = "";
+    for (size_t f = 0; f < sizeof hf_families / sizeof *hf_families; f++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", *known ? ", " : "", hf_families[f]->name);
+    return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, NULL, -1,
+                      "key 'general.architecture' is %s: ckpt converts %s to Hugging Face (--raw writes the tensors "
+                      "as they are)",
+                      a->string, known);
+}
+
+static ckpt_status read_hparams(hf *h) {
+    ckpt_status st;
+    if ((st = need_uint(h, "attention.head_count", &h->n_head)) || (st = need_uint(h, "embedding_length", &h->n_embd)) ||
+        (st = need_uint(h, "feed_forward_length", &h->n_ff)) || (st = need_uint(h, "block_count", &(uint64_t){0})))
+        return st;
+    h->n_kv = h->n_head;
+    if (arch_kv(h, "attention.head_count_kv") && (st = need_uint(h, "attention.head_count_kv", &h->n_kv))) return st;
+    if (!h->n_head || !h->n_kv || h->n_head % h->n_kv)
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, NULL, -1,
+                          "key '%s.attention.head_count_kv' (%llu) does not divide head_count (%llu)", h->family->name,
+                          (unsigned long long)h->n_kv, (unsigned long long)h->n_head);
+    h->head_dim = h->n_embd / h->n_head;
+    if (arch_kv(h, "attention.key_length") && (st = need_uint(h, "attention.key_length", &h->head_dim))) return st;
+    const ckpt_tensor_info *e = ckpt_catalog_find(h->plan->catalog, "token_embd.weight");
+    if (!e || e->ndim != 2)
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, "token_embd.weight", -1,
+                          "the token embeddings are missing: no %s model", h->family->name);
+    h->vocab = e->shape[0];
+    return CKPT_OK;
+}
+
+/* ---- tensors ------------------------------------------------------------- */
+
+/* Whether `name` is `pattern` (one "%u" for the layer, or none). */
+static bool matches(const char *pattern, const char *name, unsigned *layer) {
+    const char *pct = strstr(pattern, "%u");
+    if (!pct) return !strcmp(pattern, name);
+    size_t head = (size_t)(pct - pattern);
+    if (strncmp(name, pattern, head) != 0 || name[head] < '0' || name[head] > '9') return false;
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(name + head, &end, 10);
+    if (errno || v > 100000 || (name[head] == '0' && end != name + head + 1) || strcmp(end, pct + 2)) return false;
+    *layer = (unsigned)v;
+    return true;
+}
+
+static uint64_t extent(const hf *h, ckpt__lc_dim d, const char **key) {
+    static const char *const keys[] = {
+        [CKPT__LC_VOCAB] = "the embeddings' rows", [CKPT__LC_HIDDEN] = "embedding_length",
+        [CKPT__LC_FF] = "feed_forward_length", [CKPT__LC_Q] = "attention.head_count",
+        [CKPT__LC_KV] = "attention.head_count_kv", [CKPT__LC_HEAD] = "attention.key_length",
+        [CKPT__LC_QKV] = "attention.head_count_kv", [CKPT__LC_FF2] = "feed_forward_length",
+    };
+    *key = keys[d];
+    switch (d) {
+    case CKPT__LC_VOCAB: return h->vocab;
+    case CKPT__LC_HIDDEN: return h->n_embd;
+    case CKPT__LC_FF: return h->n_ff;
+    case CKPT__LC_Q: return h->n_head * h->head_dim;
+    case CKPT__LC_KV: return h->n_kv * h->head_dim;
+    case CKPT__LC_HEAD: return h->head_dim;
+    case CKPT__LC_QKV: return (h->n_head + 2 * h->n_kv) * h->head_dim;
+    case CKPT__LC_FF2: return 2 * h->n_ff;
+    default: return 0;
+    }
+}
+
+/* A tensor's shape against the key-values (Hugging Face's order). */
+static ckpt_status check_shape(hf *h, const ckpt_tensor_info *t, const ckpt__lc_tensor *m) {
+    if (t->ndim != m->ndim)
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, t->name, -1, "%u dimensions, not %u", t->ndim,
+                          m->ndim);
+    for (uint32_t d = 0; d < t->ndim; d++) {
+        const char *key = NULL;
+        uint64_t want = m->dims[d] == CKPT__LC_ANY ? 0 : extent(h, m->dims[d], &key);
+        if (want && t->shape[d] != want)
+            return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, t->name, -1,
+                              "dimension %u is %llu, but key '%s%s%s' makes it %llu", d,
+                              (unsigned long long)t->shape[d], d == 0 && m->dims[d] == CKPT__LC_VOCAB ? "" : h->family->name,
+                              d == 0 && m->dims[d] == CKPT__LC_VOCAB ? "" : ".", key, (unsigned long long)want);
+    }
+    return CKPT_OK;
+}
+
+/* transformers' reverse_permute: rows as (heads, rows/heads/2, 2, in), the
+ * middle two axes swapped — LlamaModel.permute undone. */
+static ckpt_status unpermute_rows(hf *h, size_t index, const ckpt_tensor_info *t, uint64_t heads) {
+    if (!heads || t->shape[0] % (2 * heads))
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, t->name, -1,
+                          "%llu rows do not split into %llu heads of pairs", (unsigned long long)t->shape[0],
+                          (unsigned long long)heads);
+    uint64_t shape[4] = {heads, t->shape[0] / heads / 2, 2, t->shape[1]};
+    static const uint32_t perm[4] = {0, 2, 1, 3};
+    return ckpt__plan_view_permute(h->plan, index, 4, shape, perm, h->err);
+}
+
+static ckpt_status plan_tensor(hf *h, size_t index) {
+    const ckpt_tensor_info *t = ckpt_catalog_tensor(h->plan->catalog, index);
+    unsigned layer = 0;
+    const ckpt__lc_tensor *m = h->family->tensors;
+    while (m->hf && !matches(m->gguf, t->name, &layer)) m++;
+    if (!m->hf)
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, t->name, -1,
+                          "no Hugging Face tensor of %s is made of it", h->family->name);
+    ckpt_status st = check_shape(h, t, m);
+    if (st == CKPT_OK && m->rope == CKPT__LC_PERMUTE_Q) st = unpermute_rows(h, index, t, h->n_head);
+    else if (st == CKPT_OK && m->rope == CKPT__LC_PERMUTE_K) st = unpermute_rows(h, index, t, h->n_kv);
+    if (st) return st;
+    char name[256];
+    snprintf(name, sizeof name, m->hf, layer);
+    return ckpt__plan_set_name(h->plan, index, name, h->err);
+}
+
+/* --dtype's default: the GGUF's float type (general.file_type F32, F16,
+ * BF16), else bf16. */
+static ckpt_dtype default_dtype(const ckpt_catalog *c) {
+    const ckpt_kv *ft = ckpt_catalog_kv_find(c, "general.file_type");
+    uint64_t v = ft && ft->type != CKPT_KV_STRING && ft->type != CKPT_KV_ARRAY ? ft->u : UINT64_MAX;
+    return v == 0 ? CKPT_F32 : v == 1 ? CKPT_F16 : CKPT_BF16;
+}
+
+/* ---- config.json ----------------------------------------------------------- */
+
+/* The transformers name among a rule's hparams ("a|b|c"), or NULL. */
+static const char *config_name(const char *hparams) {
+    for (const char *const *n = config_names; hparams && *n; n++) {
+        size_t len = strlen(*n);
+        for (const char *p = hparams; (p = strstr(p, *n)); p += len)
+            if ((p == hparams || p[-1] == '|') && (p[len] == '|' || !p[len])) return *n;
+    }
+    return NULL;
+}
+
+static void put_key(ckpt__buf *b, const char *key) {
+    ckpt__buf_puts(b, ",\n  ");
+    ckpt__buf_json_string(b, key);
+    ckpt__buf_puts(b, ": ");
+}
+
+/* A key-value's number as JSON: integers as they are, floats as the
+ * shortest text of their f32. */
+static void put_number(ckpt__buf *b, const ckpt_kv *kv) {
+    char tmp[40];
+    if (kv->type == CKPT_KV_F32 || kv->type == CKPT_KV_F64) ckpt__shortest_float(tmp, sizeof tmp, kv->f, kv->type == CKPT_KV_F32);
+    else snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)kv->u);
+    ckpt__buf_puts(b, tmp);
+}
+
+static const char *const special_ids[][2] = {
+    {"tokenizer.ggml.bos_token_id", "bos_token_id"},
+    {"tokenizer.ggml.eos_token_id", "eos_token_id"},
+    {"tokenizer.ggml.padding_token_id", "pad_token_id"},
+};
+
+static ckpt_status write_config(hf *h, ckpt_dtype dtype, bool tied) {
+    ckpt__buf *b = &h->config;
+    const ckpt_catalog *c = h->plan->catalog;
+    ckpt__buf_puts(b, "{\n  \"architectures\": [");
+    ckpt__buf_json_string(b, h->family->hf_archs[0]);
+    ckpt__buf_puts(b, "]");
+    put_key(b, "model_type");
+    ckpt__buf_json_string(b, h->family->name);
+    /* the family's key-values, each name once; head_dim, the KV heads and
+     * vocab_size from what the model is (the embeddings' rows) */
+    bool written[sizeof config_names / sizeof *config_names] = {false};
+    for (const ckpt__lc_kv *r = h->family->kvs; r->key; r++) {
+        const char *name = config_name(r->hparams);
+        char key[160];
+        snprintf(key, sizeof key, r->key, h->family->name);
+        const ckpt_kv *kv = ckpt_catalog_kv_find(c, key);
+        size_t n = 0;
+        while (name && config_names[n] != name) n++;
+        if (!name || written[n] || !kv || kv->type == CKPT_KV_STRING || kv->type == CKPT_KV_ARRAY ||
+            !strcmp(name, "head_dim") || !strcmp(name, "num_key_value_heads") || !strcmp(name, "vocab_size"))
+            continue;
+        written[n] = true;
+        put_key(b, name);
+        put_number(b, kv);
+    }
+    char tmp[40];
+    const char *const derived[3] = {"head_dim", "num_key_value_heads", "vocab_size"};
+    const uint64_t values[3] = {h->head_dim, h->n_kv, h->vocab};
+    for (int k = 0; k < 3; k++) {
+        put_key(b, derived[k]);
+        snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)values[k]);
+        ckpt__buf_puts(b, tmp);
+    }
+    /* RoPE as transformers 5 writes it: rope_parameters */
+    put_key(b, "rope_parameters");
+    ckpt__buf_puts(b, "{");
+    const ckpt_kv *theta = arch_kv(h, "rope.freq_base");
+    if (theta) {
+        ckpt__buf_puts(b, "\"rope_theta\": ");
+        put_number(b, theta);
+        ckpt__buf_puts(b, ", ");
+    }
+    const ckpt_kv *rope_dim = arch_kv(h, "rope.dimension_count");
+    if (rope_dim && h->head_dim && rope_dim->u != h->head_dim) {
+        ckpt__shortest_float(tmp, sizeof tmp, (double)rope_dim->u / (double)h->head_dim, false);
+        ckpt__buf_puts(b, "\"partial_rotary_factor\": ");
+        ckpt__buf_puts(b, tmp);
+        ckpt__buf_puts(b, ", ");
+    }
+    ckpt__buf_puts(b, "\"rope_type\": \"default\"}");
+    for (size_t i = 0; i < sizeof special_ids / sizeof *special_ids; i++) {
+        const ckpt_kv *kv = ckpt_catalog_kv_find(c, special_ids[i][0]);
+        if (!kv || kv->type == CKPT_KV_STRING || kv->type == CKPT_KV_ARRAY) continue;
+        put_key(b, special_ids[i][1]);
+        put_number(b, kv);
+    }
+    put_key(b, "tie_word_embeddings");
+    ckpt__buf_puts(b, tied ? "true" : "false");
+    put_key(b, "hidden_act");
+    ckpt__buf_puts(b, "\"silu\"");
+    put_key(b, "dtype");
+    ckpt__buf_json_string(b, dtype == CKPT_F32 ? "float32" : dtype == CKPT_F16 ? "float16" : "bfloat16");
+    ckpt__buf_puts(b, "\n}\n");
+    return b->failed ? ckpt__oom(h->err, h->path, "config.json") : CKPT_OK;
+}
+
+/* ---- the plan -------------------------------------------------------------- */
+
+ckpt_status ckpt_gguf_hf_plan(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err) {
+    if (!plan) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "no plan");
+    const ckpt_catalog *c = plan->catalog;
+    hf h = {.plan = plan, .path = ckpt_catalog_file_path(c, 0), .err = err};
+    if (ckpt_catalog_format(c) != CKPT_FORMAT_GGUF)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, h.path, NULL, -1, "not a GGUF file");
+    if (dtype == CKPT_DTYPE_INVALID) dtype = default_dtype(c);
+    if (dtype != CKPT_F32 && dtype != CKPT_F16 && dtype != CKPT_BF16)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, h.path, NULL, -1,
+                          "a Hugging Face model's dtype is f32, f16 or bf16, not %s", ckpt_dtype_name(dtype));
+    ckpt_status st = find_family(&h);
+    if (st == CKPT_OK) st = read_hparams(&h);
+    for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_tensor_count(c); i++) st = plan_tensor(&h, i);
+    if (st == CKPT_OK) st = ckpt_plan_cast(plan, "*", dtype, err); /* every tensor: one dtype, as config.json says */
+    if (st == CKPT_OK) st = write_config(&h, dtype, !ckpt_catalog_find(c, "output.weight"));
+    if (st == CKPT_OK) st = ckpt__plan_add_file(plan, "config.json", h.config.data, h.config.len, err);
+    free(h.config.data);
+    return st;
+}
