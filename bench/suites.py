@@ -162,6 +162,8 @@ PENDING_RERUN = {
     "crc": _THIS_ROUND,
     "save incremental": _THIS_ROUND,
     "save background": _THIS_ROUND,
+    "llamacpp check": _THIS_ROUND,
+    "llamacpp 4 GB": _THIS_ROUND,
     "load 8 GB": "needs an 8 GB file set and about 10 GB of memory beside it",
     "perf": "takes about 20 minutes, and needs an 8 GB file",
     "jax": "takes about 15 minutes (Orbax, Flax, 8 devices)",
