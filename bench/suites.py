@@ -154,12 +154,6 @@ _THIS_ROUND = ("this round's merges (issue 31's load_into onto devices and cuFil
                "every quick suite; they are rerun once, on the round's final code, on a quiet machine")
 PENDING_RERUN = {
     "load 2 GB": _THIS_ROUND,
-    "open": _THIS_ROUND,
-    "torch_read": _THIS_ROUND,
-    "python": _THIS_ROUND,
-    "convert": _THIS_ROUND,
-    "torch_convert": _THIS_ROUND,
-    "crc": _THIS_ROUND,
     "save incremental": _THIS_ROUND,
     "save background": _THIS_ROUND,
     "llamacpp check": _THIS_ROUND,
