@@ -163,6 +163,9 @@ class _Slice:
         for k in key:
             if isinstance(k, slice) and k.step is not None and k.step <= 0:
                 raise ValueError("slice step cannot be zero" if k.step == 0 else "step must be greater than zero")
+        rows = None if self._owner._zero_copy(self._info) else self._leading_rows(key)
+        if rows is not None:  # read only the rows the key takes (a remote file, direct mode)
+            return self._owner._fw.to_device(self._read_rows(*rows), self._owner._device)
         full = self._owner._full(self._info)
         part, fw = full[key], self._owner._fw
         if self._owner._zero_copy(self._info):
@@ -175,6 +178,41 @@ class _Slice:
         else:
             part = fw.clone(part)  # keep only the part, not the whole tensor read for it
         return self._owner._fw.to_device(part, self._owner._device)
+
+
+    def _leading_rows(self, key):
+        """(first row, row count, the key over those rows) when `key` takes
+        a range of the leading axis of a plainly stored tensor of whole-byte
+        elements (an int or a slice of step > 0 first), else None: the
+        whole tensor is read."""
+        info = self._info
+        if not info.direct or not info.shape or not key or _ckpt.dtype_bits(info.dtype) % 8:
+            return None
+        first, n = key[0], info.shape[0]
+        if isinstance(first, bool) or first is None or first is Ellipsis:
+            return None
+        if isinstance(first, int):
+            i = first + n if first < 0 else first
+            if not 0 <= i < n:
+                return None  # the whole tensor's indexing raises the error safetensors raises
+            return i, 1, (0,) + tuple(key[1:])
+        if not isinstance(first, slice):
+            return None
+        start, stop, step = first.indices(n)
+        if stop <= start:
+            return None
+        count = (stop - start + step - 1) // step
+        last = start + (count - 1) * step
+        return start, last - start + 1, (slice(0, last - start + 1, step),) + tuple(key[1:])
+
+    def _read_rows(self, start, count, key):
+        info, fw = self._info, self._owner._fw
+        row_bytes = info.nbytes // info.shape[0]
+        rows = fw.empty(info.dtype, (count,) + tuple(info.shape[1:]), info.name)
+        if count * row_bytes:
+            self._owner._catalog.read(info.index, fw.raw(rows, writable=True), byte_offset=start * row_bytes)
+        part = rows[key]
+        return part if fw.is_contiguous(part) else fw.clone(part)
 
 
 def _check_metadata(metadata):

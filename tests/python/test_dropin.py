@@ -74,11 +74,12 @@ def test_safe_open_surface(tmp_path, sd):
     (1,), (-1,), (Ellipsis, 1), (slice(0, 1), Ellipsis), (slice(1, 100),), (slice(-3, -1), slice(None), 2),
     (slice(None, None, 3), slice(2, None, 2)), (slice(5, 2),), (0, 0, 0), (None, 1),
 ])
-def test_slices_like_safetensors(tmp_path, key):
+@pytest.mark.parametrize("direct", [False, True], ids=["mapped", "direct"])
+def test_slices_like_safetensors(tmp_path, key, direct):
     t = torch.arange(5 * 6 * 7, dtype=torch.float32).reshape(5, 6, 7)
     path = tmp_path / "s.safetensors"
     st_torch.save_file({"t": t, "b": t.to(torch.bfloat16)}, path)
-    with safetensors.safe_open(path, "pt") as ref, ck_torch.safe_open(path, "pt") as f:
+    with safetensors.safe_open(path, "pt") as ref, ck_torch.safe_open(path, "pt", direct=direct) as f:
         for name in ("t", "b"):
             assert same(f.get_slice(name)[key], ref.get_slice(name)[key]), key
     # safetensors' numpy slices refuse negative indices (an OverflowError):
@@ -89,10 +90,11 @@ def test_slices_like_safetensors(tmp_path, key):
         assert got.shape == t.numpy()[key].shape
 
 
-def test_slice_errors_like_safetensors(tmp_path):
+@pytest.mark.parametrize("direct", [False, True], ids=["mapped", "direct"])
+def test_slice_errors_like_safetensors(tmp_path, direct):
     path = tmp_path / "s.safetensors"
     st_torch.save_file({"t": torch.zeros(2, 3, 4)}, path)
-    with safetensors.safe_open(path, "pt") as ref, ck_torch.safe_open(path, "pt") as f:
+    with safetensors.safe_open(path, "pt") as ref, ck_torch.safe_open(path, "pt", direct=direct) as f:
         for key in [(slice(None, None, -1),), (5,), (0, 0, 0, 0), (slice(None), slice(None), slice(None, None, 0))]:
             with pytest.raises(Exception) as theirs:
                 ref.get_slice("t")[key]
@@ -280,3 +282,38 @@ def test_load_bytes_reads_memory_and_writes_no_file(sd, monkeypatch):
     np.testing.assert_array_equal(arrays["f"], np.arange(6, dtype=np.float32))
     with pytest.raises(ckpt.SafetensorError, match="data.safetensors"):
         ck_torch.load(data[:-1])
+
+
+def test_a_slice_of_an_unmapped_file_reads_only_its_rows(tmp_path):
+    """Where the file is not mapped (direct mode; remote files), a slice of
+    the leading axis reads those rows, not the whole tensor (a
+    tensor-parallel rank's part, ckpt.transformers' tp_plan loads)."""
+    path = tmp_path / "r.safetensors"
+    t = torch.arange(64 * 256, dtype=torch.float32).reshape(64, 256)
+    st_torch.save_file({"t": t}, path)
+    reads = []
+
+    class Counting:
+        def __init__(self, catalog):
+            self._catalog = catalog
+
+        def read(self, index, out, byte_offset=0):
+            reads.append((byte_offset, memoryview(out).nbytes))
+            return self._catalog.read(index, out, byte_offset=byte_offset)
+
+        def __getattr__(self, name):
+            return getattr(self._catalog, name)
+
+    with ck_torch.safe_open(path, "pt", direct=True) as f:
+        f._catalog = Counting(f._catalog)
+        assert torch.equal(f.get_slice("t")[16:32], t[16:32])
+        assert reads == [(16 * 1024, 16 * 1024)]
+        reads.clear()
+        assert torch.equal(f.get_slice("t")[8:40:8, 3:9], t[8:40:8, 3:9])
+        assert reads == [(8 * 1024, 25 * 1024)]
+        reads.clear()
+        assert torch.equal(f.get_slice("t")[-1], t[-1])
+        assert reads == [(63 * 1024, 1024)]
+        reads.clear()
+        assert torch.equal(f.get_slice("t")[:, 5], t[:, 5])  # not a row range: the whole tensor
+        assert reads == [(0, 64 * 1024)]
