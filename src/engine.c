@@ -301,6 +301,46 @@ static const ckpt__piece *box_run(ckpt_catalog *c, const job *j, const uint64_t 
     return NULL;
 }
 
+/* A box of a box_copy job that crosses from one piece into the next along
+ * the axis boxes are cut on (a Shard(0) chunk's last rows and the next
+ * chunk's first): its part in each piece, each one run of a local file.
+ * Returns how many, or 0 when some part is not one run of one piece (the
+ * box then goes through the bounce buffer).  Pieces tile the tensor, so
+ * the parts together are the box. */
+enum { BOX_PARTS_MAX = 16 };
+typedef struct box_part {
+    const ckpt__piece *piece;
+    uint64_t offset;   /* the run's, in the piece's file */
+    uint64_t at;       /* bytes into the box's output */
+    uint64_t bytes;
+} box_part;
+
+static size_t box_parts(ckpt_catalog *c, const job *j, const uint64_t *bstart, const uint64_t *bcount,
+                        box_part *parts) {
+    uint32_t s = j->order[j->split];
+    uint64_t inner = j->out_size; /* output bytes of one index of axis s in the box */
+    for (uint32_t a = s + 1; a < j->n; a++) inner *= bcount[a];
+    uint64_t sub_start[CKPT_MAX_DIMS], sub_count[CKPT_MAX_DIMS], covered = 0;
+    size_t n = 0;
+    for (uint32_t k = 0; k < j->npieces; k++) {
+        const ckpt__piece *p = &j->pieces[k];
+        const uint64_t *pc = p->count ? p->count : j->shape;
+        uint64_t ps = p->start ? p->start[s] : 0;
+        uint64_t lo = bstart[s] > ps ? bstart[s] : ps;
+        uint64_t hi = bstart[s] + bcount[s] < ps + pc[s] ? bstart[s] + bcount[s] : ps + pc[s];
+        if (lo >= hi) continue;
+        memcpy(sub_start, bstart, j->n * sizeof *sub_start);
+        memcpy(sub_count, bcount, j->n * sizeof *sub_count);
+        sub_start[s] = lo, sub_count[s] = hi - lo;
+        uint64_t offset;
+        const ckpt__piece *run = box_run(c, j, sub_start, sub_count, &offset);
+        if (!run || n == BOX_PARTS_MAX) return 0;
+        parts[n++] = (box_part){run, offset, (lo - bstart[s]) * inner, (hi - lo) * inner};
+        covered += hi - lo;
+    }
+    return covered == bcount[s] ? n : 0;
+}
+
 /* Cuts the slice along `order`: the outermost axes one index at a time,
  * then rows of the axis where a chunk's worth of inner units fits. */
 static void plan_boxes(job *j, uint64_t limit_units) {
@@ -875,12 +915,19 @@ static ckpt_status run_box(worker *w, job *j, uint64_t i, hashes *hash, ckpt_err
     }
     uint64_t run_at;
     const ckpt__piece *run = j->box_copy ? box_run(w->g->catalog, j, bstart, bcount, &run_at) : NULL;
-    if (run) { /* a row block of one chunk (DCP): the kernel copies it */
+    box_part parts[BOX_PARTS_MAX];
+    size_t nparts = run ? 1 : j->box_copy ? box_parts(w->g->catalog, j, bstart, bcount, parts) : 0;
+    if (run) parts[0] = (box_part){run, run_at, 0, bytes};
+    if (nparts) { /* row blocks of chunks (DCP): the kernel copies them */
         w->bytes_needed += bytes;
-        ckpt__source *src = ckpt__catalog_source(w->g->catalog, run->file);
-        ckpt_status st = ckpt__writer_pcopy(o->writer, m->writer_index, at, src, run_at, bytes, err);
-        if (st == CKPT_OK) ckpt__source_count(src, bytes);
-        return st;
+        for (size_t k = 0; k < nparts; k++) {
+            ckpt__source *src = ckpt__catalog_source(w->g->catalog, parts[k].piece->file);
+            ckpt_status st = ckpt__writer_pcopy(o->writer, m->writer_index, at + parts[k].at, src, parts[k].offset,
+                                                parts[k].bytes, err);
+            if (st) return st;
+            ckpt__source_count(src, parts[k].bytes);
+        }
+        return CKPT_OK;
     }
     /* A writer or a hash takes the box's output contiguous: dense in the
      * slot, in output order. */

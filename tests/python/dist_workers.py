@@ -317,11 +317,20 @@ def fork(rank, world, tmp, result):
     import ckpt.distributed as cd
     out = os.path.join(tmp, "fork-out")
     parts, shards = _rows(rank, world)
+    start = time.monotonic()
+    phases = result.setdefault("phases", [])  # how far this rank got, and when: a failure's message shows them
+
+    def phase(name):
+        phases.append([name, round(time.monotonic() - start, 2)])
+
     h = cd.save(parts, out, shards=shards, max_shard_size="2MB", timeout=30, background=True, staging="fork",
                 return_stats=True)
+    phase("first save forked")
     _train_while_saving(h, parts, world, result)
+    phase("first save waited")
     result["notes"].append({"save": "fork", "stall": h.stats["stall_seconds"]})
     dist.barrier()
+    phase("barrier")
 
     # A child killed at its second write (SIGKILL): nothing is committed.
     real = core.ShardWriter
@@ -331,12 +340,15 @@ def fork(rank, world, tmp, result):
     h = cd.save(parts, out, shards=shards, max_shard_size="2MB", timeout=8, overwrite=True, background=True,
                 staging="fork")
     core.ShardWriter = real
+    phase("second save forked")
     try:
         h.wait(timeout=60)
         _check(result, False, "the save succeeded without rank 1's child")
     except ckpt.Error as e:
         result["child_killed"] = {"message": str(e), "seconds": time.monotonic() - t0}
+    phase("second save waited")
     dist.barrier()
+    phase("barrier")
 
     # Rank 1 killed mid-save: its child dies with it (it sleeps in its first write meanwhile).
     if rank == 1:
@@ -347,11 +359,13 @@ def fork(rank, world, tmp, result):
     if rank == 1:
         time.sleep(1)
         os.kill(os.getpid(), signal.SIGKILL)
+    phase("third save forked")
     try:
         h.wait(timeout=60)
         _check(result, False, "the save succeeded without rank 1")
     except ckpt.Error as e:
         result["rank_killed"] = {"message": str(e), "seconds": time.monotonic() - t0}
+    phase("third save waited")
 
 
 def fds(rank, world, tmp, result):

@@ -51,12 +51,20 @@ def spawn(tmp, scenario, timeout=300, world=WORLD):
         if p.is_alive():
             p.kill()
             p.join()
-    assert not hung, f"ranks {hung} hung"
     results = []
     for r in range(world):
         f = Path(tmp) / f"result-{r}.json"
         results.append(json.loads(f.read_text()) if f.exists() else None)
-    return results, [p.exitcode for p in procs]
+    codes = [p.exitcode for p in procs]
+    assert not hung, f"ranks {hung} hung; exit codes {codes}; {seen(results)}"
+    return results, codes
+
+
+def seen(results):
+    """What every rank recorded, for a failing assertion's message: a
+    failure under load must say how far each rank got and what it saw."""
+    return "; ".join(f"rank {r}: " + ("no result" if res is None else json.dumps(res, default=str)[:2000])
+                     for r, res in enumerate(results))
 
 
 def same_tree(a, b):
