@@ -55,11 +55,7 @@ static ckpt_status share_writer(ckpt__coll *c, ckpt_writer **w, ckpt_status st, 
 static ckpt_status finish(ckpt__coll *c, ckpt_writer *w, bool sync, ckpt_status local, ckpt_error *mine,
                           ckpt_error *err) {
     double t0 = ckpt__now();
-    /* Each rank starts at another file, so that ranks flush different
-     * files at the same time rather than all the same one. */
-    size_t files = ckpt_writer_file_count(w);
-    size_t first = files ? (size_t)c->rank * files / (size_t)c->n % files : 0;
-    if (local == CKPT_OK && c->rank != 0) local = ckpt__writer_sync_joined(w, sync, first, mine);
+    if (local == CKPT_OK && c->rank != 0) local = ckpt__writer_sync_joined(w, sync, mine);
     c->stats->io_seconds += ckpt__now() - t0;
     ckpt_status st = ckpt__coll_agree(c, local, mine, "the vote after writing the tensors", err);
     if (st) return st;
@@ -599,20 +595,6 @@ void ckpt_shard_writer_free(ckpt_shard_writer *sw) {
     free(sw);
 }
 
-/* The part this rank writes first: where about rank / n of its bytes lie
- * before it.  Ranks writing parts of the same tensors at once write the
- * same file; rotated, each starts further into the output (in another
- * file where there are several), as python/ckpt/distributed.py's
- * _rank_order does. */
-static size_t rank_start(const ckpt_shard_writer *sw) {
-    uint64_t total = 0, done = 0;
-    for (size_t i = 0; i < sw->count; i++) total += sw->parts[i].nbytes;
-    uint64_t want = (uint64_t)((unsigned __int128)total * (unsigned)sw->c.rank / (unsigned)sw->c.n);
-    size_t i = 0;
-    while (i + 1 < sw->count && done < want) done += sw->parts[i++].nbytes;
-    return i;
-}
-
 ckpt_status ckpt_save_collective(const char *path, const ckpt_shard *shards, size_t count,
                                  const ckpt_writer_options *options, const ckpt_comm *comm,
                                  const ckpt_collective_options *coll, ckpt_collective_stats *stats, ckpt_error *err) {
@@ -631,11 +613,8 @@ ckpt_status ckpt_save_collective(const char *path, const ckpt_shard *shards, siz
         return st;
     }
     st = ckpt_shard_writer_begin(sw, err);
-    size_t first = st == CKPT_OK ? rank_start(sw) : 0;
-    for (size_t k = 0; st == CKPT_OK && k < count; k++) {
-        size_t i = (first + k) % count;
+    for (size_t i = 0; st == CKPT_OK && i < count; i++)
         st = ckpt_shard_writer_write(sw, i, 0, shards[i].data, sw->parts[i].nbytes, err);
-    }
     if (st == CKPT_OK) st = ckpt_shard_writer_commit(sw, err);
     else if (sw->state == SW_WRITING) {
         ckpt_error reason = err ? *err : (ckpt_error){.status = st};

@@ -1466,10 +1466,10 @@ ckpt_status ckpt__writer_set_shared(ckpt_writer *w, ckpt_error *err) {
 
 uint64_t ckpt__writer_tensor_offset(const ckpt_writer *w, size_t index) { return w->tensors[index].pub.offset; }
 
-ckpt_status ckpt__writer_sync_joined(ckpt_writer *w, bool sync, size_t first, ckpt_error *err) {
+ckpt_status ckpt__writer_sync_joined(ckpt_writer *w, bool sync, ckpt_error *err) {
     ckpt_status st = CKPT_OK;
-    for (size_t i = 0; i < w->file_count; i++) {
-        wfile *file = &w->files[(first + i) % w->file_count];
+    for (size_t f = 0; f < w->file_count; f++) {
+        wfile *file = &w->files[f];
         if (file->fd < 0) continue;
         if (st == CKPT_OK && sync && ckpt__io_fsync(file->fd) != 0)
             st = ckpt__fail_errno(err, errno, file->final_path, -1, "fsync failed");

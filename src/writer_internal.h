@@ -106,7 +106,6 @@ CKPT__HIDDEN ckpt_status ckpt__writer_set_shared(ckpt_writer *w, ckpt_error *err
 /* Where tensor `index`'s bytes begin in its file (after begin). */
 CKPT__HIDDEN uint64_t ckpt__writer_tensor_offset(const ckpt_writer *w, size_t index);
 
-/* A joined writer's end: fsyncs (with `sync`) and closes its files, from
- * file `first` on (then around). */
-CKPT__HIDDEN ckpt_status ckpt__writer_sync_joined(ckpt_writer *w, bool sync, size_t first, ckpt_error *err);
+/* A joined writer's end: fsyncs (with `sync`) and closes its files. */
+CKPT__HIDDEN ckpt_status ckpt__writer_sync_joined(ckpt_writer *w, bool sync, ckpt_error *err);
 #endif

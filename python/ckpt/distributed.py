@@ -679,29 +679,10 @@ def _save_open(state_dict, out_dir, comm, shards, max_shard_size, metadata, pref
             w.abort(f"{type(e).__name__}: {e}")  # the others fail at begin, naming this rank
             raise
         w.begin()
-        return w, _rank_order(entries, comm.rank, comm.size)
+        return w, entries
     except BaseException:
         w.close()
         raise
-
-
-def _rank_order(entries, rank, size):
-    """This rank's entries, rotated to start a rank's share of the bytes
-    further in than the rank before: ranks writing parts of the same
-    tensors at the same time write the same file, and a file system takes
-    one writer of a file at a time (Linux's inode lock: the others spin or
-    sleep on it), so that 4 ranks writing in the same order wrote more
-    slowly than one process.  Rotated, rank r starts about r / size of the
-    way through the output, in another file where the output has several."""
-    if size <= 1 or not entries:
-        return entries
-    total = sum(e[3] for e in entries)
-    start, done = 0, 0
-    for start, e in enumerate(entries):
-        if done >= total * rank // size:
-            break
-        done += e[3]
-    return entries[start:] + entries[:start]
 
 
 def convert(src, dst, plan=None, *, group=None, max_shard_size=None, prefix=None, overwrite=False,
