@@ -138,8 +138,13 @@ MEASUREMENTS = {
                                    [["bench/save_worker.py"]], "save --save-model-gb 4 --bg-gb 2 --runs 3"),
     "llamacpp check": Measurement(["llamacpp-check"], BUILD + CORE + SAFETENSORS + GGUF + LLAMACPP + WRITE + CLI +
                                   [["bench/llama_run.c"]], "llamacpp --llamacpp-parts check"),
+    "llamacpp quantize check": Measurement(["llamacpp-quantize-check"], BUILD + CORE + SAFETENSORS + GGUF + LLAMACPP +
+                                           WRITE + CLI, "llamacpp --llamacpp-parts quantize-check"),
     "llamacpp 4 GB": Measurement(["llamacpp-4GB"], BUILD + CORE + SAFETENSORS + GGUF + LLAMACPP + WRITE + CLI,
                                  "llamacpp --llamacpp-parts measure --runs 3 --peer-runs 1"),
+    "llamacpp 1 GB": Measurement(["llamacpp-1GB"], BUILD + CORE + SAFETENSORS + GGUF + LLAMACPP + WRITE + CLI,
+                                 "llamacpp --llamacpp-parts measure --llamacpp-gb 1 --llamacpp-modes warm --runs 3 "
+                                 "--peer-runs 1"),
     "baseline": Measurement(["baseline"], BUILD + CORE + SAFETENSORS + LOAD + WRITE + CLI + PYTHON,
                             "baseline --baseline REV"),
 }
