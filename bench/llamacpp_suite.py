@@ -563,7 +563,8 @@ def run_measure(args, build):
     scratch.mkdir(parents=True)
     bf16_gguf = scratch / "model-bf16.gguf"  # llama-quantize's input, ckpt's bf16 file
     ckpt_convert(model, bf16_gguf, "bf16")
-    cases = contenders(model, bf16_gguf)
+    cases = {c: cs for c, cs in contenders(model, bf16_gguf).items()
+             if not args.llamacpp_cases or c in args.llamacpp_cases.split(",")}
     peer_runs = args.peer_runs or args.runs
     results = {case: {mode: {k: {"seconds": [], "rss": []} for k in cs} for mode in args.llamacpp_modes.split(",")}
                for case, cs in cases.items()}

@@ -628,6 +628,8 @@ def main():
                          "byte for byte llama-quantize's), measure (conversions of a 4 GB model)")
     ap.add_argument("--llamacpp-gb", type=int, choices=(4, 1), default=4,
                     help="the llamacpp suite's measure: the model's size, 4 GB or 1 GB")
+    ap.add_argument("--llamacpp-cases", default="",
+                    help="the llamacpp suite's measure: the conversions timed, of bf16, q8_0, Q4_K_M (default all)")
     ap.add_argument("--llamacpp-modes", default="warm,cold", help="the llamacpp suite's measure: warm, cold or both")
     ap.add_argument("--peer-runs", type=int, default=None,
                     help="the llamacpp suite: timed runs of its slow peers (convert_hf_to_gguf.py, "
