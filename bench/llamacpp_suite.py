@@ -5,7 +5,7 @@ against llama.cpp's convert_hf_to_gguf.py on a 4 GB Llama.
 llama.cpp is built from the llama-cpp-python sdist that the tests' reference
 comes from (`make llama-cpp-build`: libllama, llama-quantize and
 bench/llama_run.c, cached under .cache/; minutes the first time, then
-reused).  Two parts (`--llamacpp-parts check,measure`):
+reused).  Three parts (`--llamacpp-parts check,quantize-check,measure`):
 
   check    for each family ckpt converts (Llama 3 with its BPE tokenizer,
            Llama 2 and Mistral with SentencePiece, Qwen2, Qwen3, Phi-3), a
@@ -23,16 +23,29 @@ reused).  Two parts (`--llamacpp-parts check,measure`):
              swapped, and (Llama 3) with Q and K left in HF's order, must
              fail that check — proof the check sees a wrong tensor.
            Any mismatch exits non-zero.  Writes bench/results/llamacpp-check.json.
-  measure  a ~4 GB Llama 3-shaped bf16 model (random weights, config.json
-           and Llama 3's tokenizer; generated once under bench/data):
+  quantize-check
+           for the same models and each of llama-quantize's mixes ckpt writes
+           (q4_k_m, q5_k_m, q4_k_s, q5_k_s, q6_k): `ckpt convert --dtype MIX`
+           is, byte for byte, the file of `convert_hf_to_gguf.py --outtype
+           f32` then `llama-quantize F32.gguf OUT MIX`; a mismatch (named by
+           its first differing byte and the tensor or header it lies in)
+           exits non-zero; a control (ckpt's file with one byte changed)
+           must be caught.  Writes bench/results/llamacpp-quantize-check.json.
+  measure  a Llama 3-shaped bf16 model of ~4 GB (`--llamacpp-gb 4`; 1 for a
+           ~1 GB one) (random weights, config.json and Llama 3's tokenizer;
+           generated once under bench/data):
            ckpt convert against convert_hf_to_gguf.py for --outtype bf16 and
            q8_0, warm and cold, each run in its own process (peak RSS from
            GNU time), ckpt with and without fsync (the script does not
-           fsync), cp of the weights as the ceiling; and `llama-quantize
-           model-bf16.gguf Q4_K_M`, the figure ckpt's Q4_K_M will be set
-           against; and `ckpt convert --raw` (the tensors alone, without
-           llama.cpp's names, key-values and tokenizer), to show what the
-           metadata costs.  Writes bench/results/llamacpp-4GB.json.
+           fsync), cp of the weights as the ceiling; `ckpt convert --dtype
+           q4_k_m` (HF bf16 → Q4_K_M in one pass) against `llama-quantize
+           model-bf16.gguf Q4_K_M` with the same threads (llama.cpp's route
+           being the script's BF16 file, then llama-quantize: both ratios
+           are recorded), and ckpt's Q4_K_M with its scalar kernels
+           (CKPT_SIMD=scalar: the quantizers before their SIMD versions);
+           and `ckpt convert --raw` (the tensors alone, without llama.cpp's
+           names, key-values and tokenizer), to show what the metadata
+           costs.  Writes bench/results/llamacpp-4GB.json (llamacpp-1GB.json).
 
     make bench BENCH_ARGS="llamacpp --runs 3 --peer-runs 1"
 """
@@ -108,6 +121,20 @@ def ckpt_convert(model, dst, dtype):
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"ckpt convert {model} --dtype {dtype}: {r.stderr}")
+
+
+def script_convert(model, dst, outtype):
+    r = subprocess.run([sys.executable, str(SCRIPT), str(model), "--outfile", str(dst), "--outtype", outtype],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"convert_hf_to_gguf.py {model} --outtype {outtype}: {r.stderr[-3000:]}")
+
+
+def llama_quantize(src, dst, mix, threads=None):
+    r = subprocess.run([str(LLAMA_BIN / "llama-quantize"), str(src), str(dst), mix.upper(),
+                        str(threads or os.cpu_count())], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"llama-quantize {src} {mix}: {r.stderr[-3000:]}")
 
 
 # ------------------------------------------------------------------ check
@@ -301,6 +328,108 @@ def run_check(args, build):
         sys.exit("llamacpp check FAILED:\n  " + "\n  ".join(failures))
 
 
+# --------------------------------------------------------- quantize-check
+
+MIXES = ("q4_k_m", "q5_k_m", "q4_k_s", "q5_k_s", "q6_k")
+
+
+def where_in_gguf(path, offset):
+    """What byte `offset` of a GGUF file belongs to: a tensor's data (its
+    name, type and the offset within it), or the header (key-values and
+    tensor infos)."""
+    r = _gguf().GGUFReader(path)
+    for t in r.tensors:
+        if t.data_offset <= offset < t.data_offset + t.n_bytes:
+            return f"tensor {t.name} ({t.tensor_type.name}), byte {offset - t.data_offset} of its data"
+    return "the header (key-values, tensor infos) or padding"
+
+
+def same_file(got, want):
+    """{"identical": bool, ...}: the two files byte for byte; else their sizes
+    and the first difference, placed in `want` (llama-quantize's file)."""
+    a, b = got.read_bytes(), want.read_bytes()
+    if a == b:
+        return {"identical": True, "bytes": len(a), "sha256": hashlib.sha256(a).hexdigest()}
+    at = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), min(len(a), len(b)))
+    return {"identical": False, "bytes": len(a), "reference_bytes": len(b), "first_difference": at,
+            "where": where_in_gguf(want, at) if at < len(b) else "past the end of the shorter file"}
+
+
+def quantize_check_models(root):
+    """The check models (rows of 32: the mixes' Q5_0, Q5_1 and Q8_0
+    fallbacks) and tests/interop/test_kquants.py's two Llamas: 8 layers of
+    hidden size 256 with GQA (whole 256-element rows: Q4_K, Q5_K and Q6_K,
+    use_more_bits over 8 layers) and hidden size 48 (rows of no whole
+    block: F16)."""
+    t = _interop()
+    dirs = check_models(root)
+    dirs["llama8"], dirs["llama48"] = root / "tiny-llama8", root / "tiny-llama48"
+    t.tiny_llama2(dirs["llama8"], seed=8, hidden_size=256, intermediate_size=512, num_hidden_layers=8, head_dim=64,
+                  num_key_value_heads=2)
+    t.tiny_llama2(dirs["llama48"], seed=11, hidden_size=48, intermediate_size=96, head_dim=12)
+    for d in (dirs["llama8"], dirs["llama48"]):
+        t.tokenizer("llama2", d)
+    return dirs
+
+
+def tensor_types(path):
+    """{ggml type: tensors of it} of a GGUF file."""
+    out = {}
+    for t in _gguf().GGUFReader(path).tensors:
+        out[t.tensor_type.name] = out.get(t.tensor_type.name, 0) + 1
+    return out
+
+
+def run_quantize_check(args, build):
+    """ckpt's mixes against llama.cpp's own route: the script's F32 file,
+    then llama-quantize (no importance matrix), on each model."""
+    scratch = DATA / "llamacpp-quantize-check"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    dirs = quantize_check_models(scratch)
+    families, failures = {}, []
+    control = None
+    for family, model in dirs.items():
+        f32 = scratch / f"{family}-f32.gguf"
+        script_convert(model, f32, "f32")
+        res = {}
+        for mix in MIXES:
+            want, got = scratch / f"{family}-{mix}.llama-quantize.gguf", scratch / f"{family}-{mix}.ckpt.gguf"
+            llama_quantize(f32, want, mix)
+            ckpt_convert(model, got, mix)
+            res[mix] = {**same_file(got, want), "types": tensor_types(want)}
+            if not res[mix]["identical"]:
+                failures.append(f"{family} {mix}: ckpt's file differs from llama-quantize's at byte "
+                                f"{res[mix]['first_difference']} ({res[mix]['where']})")
+            if control is None and res[mix]["identical"]:
+                # the comparison must see one changed byte: the last byte of ckpt's file, flipped
+                bad = got.with_suffix(".control")
+                data = bytearray(got.read_bytes())
+                data[-1] ^= 0x01
+                bad.write_bytes(bytes(data))
+                c = same_file(bad, want)
+                control = {"file": f"{family} {mix}, last byte flipped", "caught": not c["identical"], **c}
+                bad.unlink()
+                if c["identical"]:
+                    failures.append("the control (one byte changed) compared equal: the check is blind")
+            got.unlink()
+            want.unlink()
+        f32.unlink()
+        families[family] = res
+        print(f"  {family:8s} " + ", ".join(f"{m} {'identical' if r['identical'] else 'DIFFERS'}"
+                                            for m, r in res.items()), flush=True)
+    if control is None:
+        failures.append("no identical file to run the control on")
+    doc = {"suite": "llamacpp-quantize-check", "machine": machine_facts(), "llama_cpp": "llama-cpp-python 0.3.36 sdist",
+           "llama_cpp_build": build, "route": "convert_hf_to_gguf.py --outtype f32, then llama-quantize F32.gguf OUT "
+           "MIX (no importance matrix)", "mixes": list(MIXES), "families": families, "control": control,
+           "failures": failures}
+    save("llamacpp-quantize-check", doc)
+    shutil.rmtree(scratch, ignore_errors=True)
+    if failures:
+        sys.exit("llamacpp quantize-check FAILED:\n  " + "\n  ".join(failures))
+
+
 # ---------------------------------------------------------------- measure
 
 # A Llama 3 of ~4 GB in bf16 (Llama 3.2 3B's vocabulary and heads, narrower):
@@ -313,6 +442,14 @@ BIG_CONFIG = {
     "pad_token_id": None, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
     "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}, "tie_word_embeddings": False,
     "transformers_version": "5.23.0", "use_cache": True, "vocab_size": 128256}
+
+
+# A Llama 3 of ~1 GB (`--llamacpp-gb 1`): the same vocabulary and heads of 64,
+# hidden 1024, 16 layers of 30.4 MB; for the Q4_K_M comparison on a busy
+# machine, where the 4 GB one takes most of an hour.
+SMALL_CONFIG = {**BIG_CONFIG, "hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 16,
+                "num_hidden_layers": 16, "num_key_value_heads": 4}
+CONFIGS = {4: BIG_CONFIG, 1: SMALL_CONFIG}
 
 
 def big_shapes(c):
@@ -329,19 +466,20 @@ def big_shapes(c):
     return shapes + [("model.norm.weight", [h]), ("lm_head.weight", [v, h])]
 
 
-def make_big_model():
-    """bench/data/llamacpp-bf16-4GB/bench-llama3: config.json, Llama 3's
+def make_big_model(gb=4):
+    """bench/data/llamacpp-bf16-<gb>GB/bench-llama3: config.json, Llama 3's
     tokenizer, then model.safetensors, streamed through ckpt's writer from
     a 64 MiB block of 0.02 N(0,1) bf16 values (never the whole model in
     memory).  The directory's name has no part the script's metadata
     heuristics read as a size, version or fine-tune (general.basename,
     .finetune ...: ckpt writes none), so both write the same file."""
-    model = DATA / "llamacpp-bf16-4GB" / "bench-llama3"
+    config = CONFIGS[gb]
+    model = DATA / f"llamacpp-bf16-{gb}GB" / "bench-llama3"
     if (model / "model.safetensors").exists():
         return model
     shutil.rmtree(model, ignore_errors=True)
     model.mkdir(parents=True)
-    (model / "config.json").write_text(json.dumps(BIG_CONFIG, indent=2))
+    (model / "config.json").write_text(json.dumps(config, indent=2))
     _interop().tokenizer("llama3", model)
     import ctypes
     import torch
@@ -356,7 +494,7 @@ def make_big_model():
     _check(_lib.ckpt_writer_create(str(model / "model.safetensors").encode(), ctypes.byref(opts), ctypes.byref(w),
                                    ctypes.byref(err)), err)
     _lib.ckpt_writer_set_metadata(w, b"format", b"pt", ctypes.byref(err))
-    shapes = big_shapes(BIG_CONFIG)
+    shapes = big_shapes(config)
     for name, shape in shapes:
         dims = (ctypes.c_uint64 * len(shape))(*shape)
         _check(_lib.ckpt_writer_add_tensor(w, name.encode(), CK_DTYPES.index("BF16"), len(shape), dims, None,
@@ -387,15 +525,24 @@ def contenders(model, bf16_gguf):
                  "cp (the weights)": lambda out: ["cp", str(model / "model.safetensors"), str(out)]},
         "q8_0": {"ckpt convert --no-sync": ckpt("q8_0", False), "ckpt convert": ckpt("q8_0", True),
                  "convert_hf_to_gguf.py": script("q8_0")},
-        "Q4_K_M": {"llama-quantize (from the bf16 GGUF)":
+        # HF bf16 → Q4_K_M in one pass, against llama-quantize from the script's (ckpt's, the same) BF16 file,
+        # with the same threads (ckpt's engine: one per CPU)
+        "Q4_K_M": {"ckpt convert --no-sync": ckpt("q4_k_m", False), "ckpt convert": ckpt("q4_k_m", True),
+                   "llama-quantize (from the bf16 GGUF)":
                    lambda out: [str(LLAMA_BIN / "llama-quantize"), str(bf16_gguf), str(out), "Q4_K_M",
-                                str(os.cpu_count())]},
+                                str(os.cpu_count())],
+                   SCALAR: ckpt("q4_k_m", False)},
     }
 
 
-SLOW = ("convert_hf_to_gguf.py", "llama-quantize (from the bf16 GGUF)")
-# The contenders whose files are compared (their first warm run's).
-SAME_OUTPUT = ("convert_hf_to_gguf.py", "ckpt convert --no-sync")
+# ckpt's quantizers without their SIMD kernels: the code before them, in the same run
+SCALAR = "ckpt convert --no-sync, scalar kernels (CKPT_SIMD=scalar)"
+ENV = {SCALAR: {**os.environ, "CKPT_SIMD": "scalar"}}
+SLOW = ("convert_hf_to_gguf.py", "llama-quantize (from the bf16 GGUF)", SCALAR)
+# The contenders whose files are compared (their first warm run's), and the peer each ratio is taken against.
+SAME_OUTPUT = {"bf16": ("convert_hf_to_gguf.py", "ckpt convert --no-sync"),
+               "q8_0": ("convert_hf_to_gguf.py", "ckpt convert --no-sync"),
+               "Q4_K_M": ("llama-quantize (from the bf16 GGUF)", "ckpt convert --no-sync")}
 
 
 def sha256(path):
@@ -407,7 +554,8 @@ def sha256(path):
 
 
 def run_measure(args, build):
-    model = make_big_model()
+    gb = args.llamacpp_gb
+    model = make_big_model(gb)
     src = model / "model.safetensors"
     size = src.stat().st_size
     scratch = DATA / "llamacpp-out"
@@ -415,14 +563,15 @@ def run_measure(args, build):
     scratch.mkdir(parents=True)
     bf16_gguf = scratch / "model-bf16.gguf"  # llama-quantize's input, ckpt's bf16 file
     ckpt_convert(model, bf16_gguf, "bf16")
-    cases = contenders(model, bf16_gguf)
+    cases = {c: cs for c, cs in contenders(model, bf16_gguf).items()
+             if not args.llamacpp_cases or c in args.llamacpp_cases.split(",")}
     peer_runs = args.peer_runs or args.runs
     results = {case: {mode: {k: {"seconds": [], "rss": []} for k in cs} for mode in args.llamacpp_modes.split(",")}
                for case, cs in cases.items()}
     load_average = [os.getloadavg()[0]]
     digests = {}  # {case: {contender: sha256 of its file}}: the same file from ckpt and the script
     for case, cs in cases.items():
-        inputs = [bf16_gguf] if case == "Q4_K_M" else [src]
+        inputs = [src, bf16_gguf] if case == "Q4_K_M" else [src]
         for mode in args.llamacpp_modes.split(","):
             for rnd in range(args.runs + 1):  # round 0 warms up (warm) or is dropped (cold)
                 names = list(cs) if rnd % 2 == 0 else list(reversed(cs))
@@ -438,10 +587,10 @@ def run_measure(args, build):
                     else:
                         for f in inputs:
                             subprocess.run(["cat", str(f)], stdout=subprocess.DEVNULL)
-                    secs, rss, r = run_timed(cs[label](out))
+                    secs, rss, r = run_timed(cs[label](out), env=ENV.get(label))
                     if r.returncode != 0:
                         raise RuntimeError(f"{label}: {r.stderr[-3000:]}")
-                    if mode == "warm" and rnd == 1 and label in SAME_OUTPUT:
+                    if mode == "warm" and rnd == 1 and label in SAME_OUTPUT[case]:
                         digests.setdefault(case, {})[label] = sha256(out)
                     if rnd > 0:
                         results[case][mode][label]["seconds"].append(secs)
@@ -450,8 +599,8 @@ def run_measure(args, build):
                           flush=True)
             load_average.append(os.getloadavg()[0])
     shutil.rmtree(scratch, ignore_errors=True)
-    doc = {"suite": "llamacpp-4GB", "bytes": size, "model": model.name, "config": {
-               k: BIG_CONFIG[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
+    doc = {"suite": f"llamacpp-{gb}GB", "bytes": size, "model": model.name, "config": {
+               k: CONFIGS[gb][k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
                                           "num_attention_heads", "num_key_value_heads", "vocab_size")},
            "machine": machine_facts(), "llama_cpp": "llama-cpp-python 0.3.36 sdist", "llama_cpp_build": build,
            "runs": args.runs, "peer_runs": peer_runs,
@@ -469,13 +618,22 @@ def run_measure(args, build):
                 s = summary(r["seconds"])
                 s["peak_rss_bytes"] = max(r["rss"])
                 if label.startswith("ckpt"):
-                    s["measure"] = measure(f"{label} --dtype {case}", model, mode)
+                    # named by the model's folder (llamacpp-bf16-<gb>GB): every size's model is bench-llama3
+                    s["measure"] = measure(f"{label} --dtype {case}", model.parent, mode)
                 out[label] = s
-            if "convert_hf_to_gguf.py" in out:
-                out["speedup"] = {k: out["convert_hf_to_gguf.py"]["median"] / out[k]["median"]
-                                  for k in ("ckpt convert --no-sync", "ckpt convert")}
+            peer = SAME_OUTPUT[case][0]
+            if peer in out:
+                out["speedup"] = {k: out[peer]["median"] / out[k]["median"]
+                                  for k in ("ckpt convert --no-sync", "ckpt convert", SCALAR) if k in out}
             doc["results"][case][mode] = out
-    save("llamacpp-4GB", doc)
+    for mode, res in doc["results"].get("Q4_K_M", {}).items():
+        # llama.cpp's whole route from the HF directory: the script's BF16 file, then llama-quantize
+        script = doc["results"].get("bf16", {}).get(mode, {}).get("convert_hf_to_gguf.py")
+        if script and "speedup" in res:
+            route = script["median"] + res["llama-quantize (from the bf16 GGUF)"]["median"]
+            res["route_seconds"] = route
+            res["speedup_route"] = {k: route / res[k]["median"] for k in res["speedup"]}
+    save(f"llamacpp-{gb}GB", doc)
     return doc
 
 
@@ -484,6 +642,8 @@ def run_llamacpp_suite(args):
     parts = args.llamacpp_parts.split(",")
     if "check" in parts:
         run_check(args, build)
+    if "quantize-check" in parts:
+        run_quantize_check(args, build)
     if "measure" in parts:
         run_measure(args, build)
 

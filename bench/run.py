@@ -65,9 +65,12 @@ Suites:
   llamacpp       llama.cpp, built from the llama-cpp-python sdist (`make
                  llama-cpp-build`), runs what `ckpt convert HF_DIR x.gguf`
                  writes: its tokens and logits on tiny models of every family
-                 equal transformers' (check); ckpt against convert_hf_to_gguf.py
-                 on a 4 GB Llama, bf16 and q8_0, and llama-quantize's Q4_K_M
-                 (measure) (bench/llamacpp_suite.py; not in the default set:
+                 equal transformers' (check); ckpt's Q4_K_M, Q5_K_M, Q4_K_S,
+                 Q5_K_S and Q6_K files are llama-quantize's byte for byte
+                 (quantize-check); ckpt against convert_hf_to_gguf.py on a
+                 4 GB Llama (--llamacpp-gb 1: 1 GB), bf16 and q8_0, and
+                 ckpt's Q4_K_M against llama-quantize's (measure)
+                 (bench/llamacpp_suite.py; not in the default set:
                  `make bench BENCH_ARGS="llamacpp --runs 3 --peer-runs 1"`)
 
   perf           the Python calls users make (ckpt.load whole, as float32, as
@@ -620,8 +623,13 @@ def main():
                     help="the hardened suite: run the journal's libFuzzer target this long (0: not at all)")
     ap.add_argument("--save-model-gb", type=float, default=4, help="size (GB) of the save suite's incremental model")
     ap.add_argument("--bg-gb", type=float, default=2, help="size (GB) of the save suite's background model")
-    ap.add_argument("--llamacpp-parts", default="check,measure",
-                    help="parts of the llamacpp suite: check (tokens and logits), measure (4 GB conversions)")
+    ap.add_argument("--llamacpp-parts", default="check,quantize-check,measure",
+                    help="parts of the llamacpp suite: check (tokens and logits), quantize-check (ckpt's mixes "
+                         "byte for byte llama-quantize's), measure (conversions of a 4 GB model)")
+    ap.add_argument("--llamacpp-gb", type=int, choices=(4, 1), default=4,
+                    help="the llamacpp suite's measure: the model's size, 4 GB or 1 GB")
+    ap.add_argument("--llamacpp-cases", default="",
+                    help="the llamacpp suite's measure: the conversions timed, of bf16, q8_0, Q4_K_M (default all)")
     ap.add_argument("--llamacpp-modes", default="warm,cold", help="the llamacpp suite's measure: warm, cold or both")
     ap.add_argument("--peer-runs", type=int, default=None,
                     help="the llamacpp suite: timed runs of its slow peers (convert_hf_to_gguf.py, "

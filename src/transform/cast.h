@@ -45,6 +45,17 @@ CKPT__HIDDEN void ckpt__quant_fill(ckpt__cast_fn (*table)[CKPT_DTYPE_COUNT]);
  * not finite), and Q4_K/Q5_K's 6-bit scales and minimums unpacked. */
 CKPT__HIDDEN void ckpt__quant_q8_0_block(const float *x, uint8_t *block);
 CKPT__HIDDEN void ckpt__quant_scale_min_k4(const uint8_t *packed, uint8_t *scales, uint8_t *mins);
+/* The per-block steps of ggml's K-quantizers around their per-sub-block
+ * searches (make_qkx2_quants, make_qx_quants), which quant_x86.c runs 8
+ * sub-blocks at a time: the scales quantized against the block's largest
+ * and written with d (and dmin) to the block, and the levels L (256, one a
+ * byte) packed into it. */
+CKPT__HIDDEN void ckpt__quant_k4_scales(uint8_t *block, const float *scales, const float *mins, float max_scale,
+                                        float max_min);
+CKPT__HIDDEN void ckpt__quant_q6_k_scales(uint8_t *block, const float *scales, float max_scale);
+CKPT__HIDDEN void ckpt__quant_q4_k_pack(const uint8_t *L, uint8_t *block);
+CKPT__HIDDEN void ckpt__quant_q5_k_pack(const uint8_t *L, uint8_t *block);
+CKPT__HIDDEN void ckpt__quant_q6_k_pack(const uint8_t *L, uint8_t *block);
 
 /* Kernels of cast_x86.c (element types) and quant_x86.c (block types) for
  * a SIMD level, 1 AVX2 (+F16C) or 2 AVX-512 (NULL where none): */

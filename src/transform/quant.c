@@ -388,23 +388,11 @@ static void pack_scales_k4(uint8_t *s, const uint8_t *ls, const uint8_t *lm) {
     }
 }
 
-/* The shared first half of Q4_K and Q5_K: each 32-value sub-block's scale
- * and minimum (make_qkx2_quants, weighted by |x| plus the sub-block's RMS),
- * quantized to 6 bits against the block's largest, then every value's level
- * 0..nmax against the rounded scales.  Writes d, dmin and the scales to b,
- * the levels to L. */
-static void q_k4_levels(const float *x, uint8_t *b, uint8_t *L, int nmax, float rmin, int nstep) {
-    float mins[8], scales[8], weights[32], max_scale = 0, max_min = 0;
-    uint8_t Laux[32], ls[8], lm[8];
-    for (int j = 0; j < 8; ++j) {
-        float sum_x2 = 0;
-        for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
-        float av_x = sqrtf(sum_x2 / 32);
-        for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep);
-        if (scales[j] > max_scale) max_scale = scales[j];
-        if (mins[j] > max_min) max_min = mins[j];
-    }
+/* Q4_K and Q5_K's scales: each sub-block's scale and minimum quantized to
+ * 6 bits against the block's largest (max_scale, max_min: ggml's running
+ * maxima from 0), packed in 12 bytes, d and dmin as float16 before them. */
+void ckpt__quant_k4_scales(uint8_t *b, const float *scales, const float *mins, float max_scale, float max_min) {
+    uint8_t ls[8], lm[8];
     float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f, inv_min = max_min > 0 ? 63.f / max_min : 0.f;
     for (int j = 0; j < 8; ++j) {
         ls[j] = (uint8_t)imin(63, (uint8_t)nearest_int(inv_scale * scales[j]));
@@ -415,6 +403,26 @@ static void q_k4_levels(const float *x, uint8_t *b, uint8_t *L, int nmax, float 
     memcpy(b + 2, &hm, 2);
     memset(b + 4, 0, 12);
     pack_scales_k4(b + 4, ls, lm);
+}
+
+/* The shared first half of Q4_K and Q5_K: each 32-value sub-block's scale
+ * and minimum (make_qkx2_quants, weighted by |x| plus the sub-block's RMS),
+ * quantized to 6 bits against the block's largest, then every value's level
+ * 0..nmax against the rounded scales.  Writes d, dmin and the scales to b,
+ * the levels to L. */
+static void q_k4_levels(const float *x, uint8_t *b, uint8_t *L, int nmax, float rmin, int nstep) {
+    float mins[8], scales[8], weights[32], max_scale = 0, max_min = 0;
+    uint8_t Laux[32];
+    for (int j = 0; j < 8; ++j) {
+        float sum_x2 = 0;
+        for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+        float av_x = sqrtf(sum_x2 / 32);
+        for (int l = 0; l < 32; ++l) weights[l] = av_x + fabsf(x[32 * j + l]);
+        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    ckpt__quant_k4_scales(b, scales, mins, max_scale, max_min);
     uint8_t sc[8], mn[8];
     ckpt__quant_scale_min_k4(b + 4, sc, mn);
     for (int j = 0; j < 8; ++j) {
@@ -426,17 +434,13 @@ static void q_k4_levels(const float *x, uint8_t *b, uint8_t *L, int nmax, float 
     }
 }
 
-static void q_q4_k(const float *x, uint8_t *b) {
-    uint8_t L[QK_K];
-    q_k4_levels(x, b, L, 15, -1.f, 20);
+void ckpt__quant_q4_k_pack(const uint8_t *L, uint8_t *b) {
     uint8_t *q = b + 16;
     for (int j = 0; j < QK_K; j += 64, q += 32)
         for (int l = 0; l < 32; ++l) q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
 }
 
-static void q_q5_k(const float *x, uint8_t *b) {
-    uint8_t L[QK_K];
-    q_k4_levels(x, b, L, 31, -0.5f, 15);
+void ckpt__quant_q5_k_pack(const uint8_t *L, uint8_t *b) {
     uint8_t *qh = b + 16, *ql = b + 48, m1 = 1, m2 = 2;
     memset(qh, 0, QK_K / 8);
     for (int n = 0; n < QK_K; n += 64, ql += 32, m1 <<= 2, m2 <<= 2)
@@ -446,6 +450,18 @@ static void q_q5_k(const float *x, uint8_t *b) {
             if (l2 > 15) l2 -= 16, qh[j] |= m2;
             ql[j] = (uint8_t)(l1 | (l2 << 4));
         }
+}
+
+static void q_q4_k(const float *x, uint8_t *b) {
+    uint8_t L[QK_K];
+    q_k4_levels(x, b, L, 15, -1.f, 20);
+    ckpt__quant_q4_k_pack(L, b);
+}
+
+static void q_q5_k(const float *x, uint8_t *b) {
+    uint8_t L[QK_K];
+    q_k4_levels(x, b, L, 31, -0.5f, 15);
+    ckpt__quant_q5_k_pack(L, b);
 }
 
 /* ggml's make_qx_quants with rmse_type 1 and no importance weights, as
@@ -488,6 +504,28 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
     return scale;
 }
 
+/* Q6_K's scales: each sub-block's quantized to int8 against the largest in
+ * magnitude (max_scale, signed), d as float16 after them. */
+void ckpt__quant_q6_k_scales(uint8_t *b, const float *scales, float max_scale) {
+    int8_t *sc = (int8_t *)(b + 192);
+    float iscale = -128.f / max_scale;
+    uint16_t h = ckpt__f32_to_f16(1 / iscale);
+    memcpy(b + 208, &h, 2);
+    for (int ib = 0; ib < 16; ++ib) sc[ib] = (int8_t)imin(127, nearest_int(iscale * scales[ib]));
+}
+
+/* Q6_K's levels (0..63) packed: 4 low bits in ql, 2 high bits in qh. */
+void ckpt__quant_q6_k_pack(const uint8_t *L, uint8_t *b) {
+    uint8_t *ql = b, *qh = b + 128;
+    for (int j = 0; j < QK_K; j += 128, ql += 64, qh += 32)
+        for (int l = 0; l < 32; ++l) {
+            ql[l] = (uint8_t)((L[j + l] & 0xF) | ((L[j + l + 64] & 0xF) << 4));
+            ql[l + 32] = (uint8_t)((L[j + l + 32] & 0xF) | ((L[j + l + 96] & 0xF) << 4));
+            qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
+                              ((L[j + l + 96] >> 4) << 6));
+        }
+}
+
 static void q_q6_k(const float *x, uint8_t *b) {
     int8_t L[QK_K];
     float scales[16], max_scale = 0, max_abs_scale = 0;
@@ -499,24 +537,14 @@ static void q_q6_k(const float *x, uint8_t *b) {
         memset(b, 0, 210);
         return;
     }
-    uint8_t *ql = b, *qh = b + 128;
-    int8_t *sc = (int8_t *)(b + 192);
-    float iscale = -128.f / max_scale;
-    uint16_t h = ckpt__f32_to_f16(1 / iscale);
-    memcpy(b + 208, &h, 2);
-    for (int ib = 0; ib < 16; ++ib) sc[ib] = (int8_t)imin(127, nearest_int(iscale * scales[ib]));
+    const int8_t *sc = (const int8_t *)(b + 192);
+    ckpt__quant_q6_k_scales(b, scales, max_scale);
     for (int j = 0; j < 16; ++j) {
         float d = f16(b + 208) * sc[j];
         if (!d) continue;
         for (int ii = 0; ii < 16; ++ii) L[16 * j + ii] = (int8_t)(imax(-32, imin(31, nearest_int(x[16 * j + ii] / d))) + 32);
     }
-    for (int j = 0; j < QK_K; j += 128, ql += 64, qh += 32)
-        for (int l = 0; l < 32; ++l) {
-            ql[l] = (uint8_t)((L[j + l] & 0xF) | ((L[j + l + 64] & 0xF) << 4));
-            ql[l + 32] = (uint8_t)((L[j + l + 32] & 0xF) | ((L[j + l + 96] & 0xF) << 4));
-            qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
-                              ((L[j + l + 96] >> 4) << 6));
-        }
+    ckpt__quant_q6_k_pack((const uint8_t *)L, b);
 }
 
 /* ---- kernels ------------------------------------------------------------------- */

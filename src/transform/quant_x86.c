@@ -1,6 +1,7 @@
 /* quant_x86.c — SIMD kernels for the hot block-type pairs: Q8_0, Q4_0,
  * Q4_K and Q6_K dequantized to F32, F16 and BF16, and F32, F16, BF16
- * quantized to Q8_0; compiled for their instruction sets with target
+ * quantized to Q8_0, Q4_K, Q5_K and Q6_K (ggml's reference K-quantizers,
+ * 8 sub-blocks at a time, one a lane); compiled for their instruction sets with target
  * attributes and chosen at run time by cast.c.  Each equals quant.c's
  * scalar kernel bit for bit: the same float32 products and differences
  * (this file is compiled with -ffp-contract=off, so that no product and
@@ -215,6 +216,281 @@ AVX2_TO_Q8_0(f32, 4)
 AVX2_TO_Q8_0(f16, 2)
 AVX2_TO_Q8_0(bf16, 2)
 
+/* ---- AVX2: F32, F16, BF16 → Q4_K, Q5_K, Q6_K --------------------------------
+ *
+ * ggml's reference K-quantizers (quant.c's q_q4_k, q_q5_k, q_q6_k) work on
+ * each sub-block of a block alone: 32 values for Q4_K and Q5_K, 16 for Q6_K,
+ * each value's sums accumulated in order.  Here one lane holds one
+ * sub-block (8 at a time), so that every lane runs quant.c's float32
+ * operations in quant.c's order and the block is the same bit for bit: the
+ * block is transposed so that vector i holds value i of each sub-block, the
+ * comparisons are quant.c's (ordered, so a NaN compares false as in C; minps
+ * and maxps keep the second operand unless the first is smaller/greater, as
+ * quant.c's `if (x < min) min = x`), and quant.c's branches become masks. */
+
+/* 8 rows of 8 floats transposed in place: r[k] lane j = row j's element k. */
+AVX2 static inline void transpose8(__m256 r[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20), r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20), r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31), r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31), r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* Sub-blocks of `len` values, `rows` apart in x (8 of them from `first`),
+ * as len vectors: xt[i] lane j = value i of sub-block first + j. */
+AVX2 static inline void to_lanes(const float *x, int len, __m256 *xt) {
+    for (int c = 0; c < len; c += 8) {
+        for (int j = 0; j < 8; j++) xt[c + j] = _mm256_loadu_ps(x + len * j + c);
+        transpose8(xt + c);
+    }
+}
+
+/* The inverse for levels: L[len·j + i] = lane j of Lt[i], as bytes. */
+AVX2 static inline void from_lanes(const __m256i *Lt, int len, uint8_t *L) {
+    for (int c = 0; c < len; c += 8) {
+        __m256 r[8];
+        for (int k = 0; k < 8; k++) r[k] = _mm256_castsi256_ps(Lt[c + k]);
+        transpose8(r);
+        for (int j = 0; j < 8; j++) {
+            __m256i v = _mm256_castps_si256(r[j]);
+            __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+            _mm_storel_epi64((__m128i *)(L + len * j + c), _mm_packus_epi16(w, w));
+        }
+    }
+}
+
+/* quant.c's nearest_int, lane by lane. */
+AVX2 static inline __m256i nearest8(__m256 v) {
+    __m256i i = _mm256_castps_si256(_mm256_add_ps(v, _mm256_set1_ps(12582912.f)));
+    return _mm256_sub_epi32(_mm256_and_si256(i, _mm256_set1_epi32(0x007fffff)), _mm256_set1_epi32(0x00400000));
+}
+
+AVX2 static inline __m256i clamp8(__m256i v, int lo, int hi) {
+    return _mm256_max_epi32(_mm256_set1_epi32(lo), _mm256_min_epi32(_mm256_set1_epi32(hi), v));
+}
+
+#define GT(a, b) _mm256_cmp_ps(a, b, _CMP_GT_OQ)
+#define LT(a, b) _mm256_cmp_ps(a, b, _CMP_LT_OQ)
+
+/* quant.c's make_qkx2_quants for 32-value sub-blocks, one per lane: the
+ * scales returned, the negated minimums in *the_min, the levels in Lt. */
+AVX2 static __m256 avx2_qkx2(const __m256 *xt, const __m256 *wt, __m256i *Lt, __m256 *the_min, int nmax, float rmin,
+                              float rdelta, int nstep) {
+    const __m256 zero = _mm256_setzero_ps(), fmax = _mm256_set1_ps((float)nmax);
+    __m256 min = xt[0], max = xt[0], sum_w = wt[0], sum_x = _mm256_mul_ps(sum_w, xt[0]);
+    for (int i = 1; i < 32; ++i) {
+        min = _mm256_min_ps(xt[i], min);
+        max = _mm256_max_ps(xt[i], max);
+        sum_w = _mm256_add_ps(sum_w, wt[i]);
+        sum_x = _mm256_add_ps(sum_x, _mm256_mul_ps(wt[i], xt[i]));
+    }
+    min = _mm256_blendv_ps(min, zero, GT(min, zero));
+    __m256 flat = _mm256_cmp_ps(max, min, _CMP_EQ_OQ), flat_min = min;
+    __m256 range = _mm256_sub_ps(max, min);
+    __m256 iscale = _mm256_div_ps(fmax, range), scale = _mm256_div_ps(_mm256_set1_ps(1.f), iscale);
+    __m256 best_error = zero;
+    for (int i = 0; i < 32; ++i) {
+        Lt[i] = clamp8(nearest8(_mm256_mul_ps(iscale, _mm256_sub_ps(xt[i], min))), 0, nmax);
+        __m256 diff = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(Lt[i])), min), xt[i]);
+        best_error = _mm256_add_ps(best_error, _mm256_mul_ps(wt[i], _mm256_mul_ps(diff, diff)));
+    }
+    for (int is = 0; is <= nstep; ++is) {
+        iscale = _mm256_div_ps(_mm256_set1_ps(rmin + rdelta * is + nmax), _mm256_sub_ps(max, min));
+        __m256 sum_l = zero, sum_l2 = zero, sum_xl = zero;
+        __m256i Laux[32];
+        __m256 lf[32];
+        for (int i = 0; i < 32; ++i) {
+            Laux[i] = clamp8(nearest8(_mm256_mul_ps(iscale, _mm256_sub_ps(xt[i], min))), 0, nmax);
+            lf[i] = _mm256_cvtepi32_ps(Laux[i]);
+            __m256 wl = _mm256_mul_ps(wt[i], lf[i]);
+            sum_l = _mm256_add_ps(sum_l, wl);
+            sum_l2 = _mm256_add_ps(sum_l2, _mm256_mul_ps(wl, lf[i]));
+            sum_xl = _mm256_add_ps(sum_xl, _mm256_mul_ps(wl, xt[i]));
+        }
+        __m256 D = _mm256_sub_ps(_mm256_mul_ps(sum_w, sum_l2), _mm256_mul_ps(sum_l, sum_l));
+        __m256 ok = GT(D, zero);
+        if (!_mm256_movemask_ps(ok)) continue;
+        __m256 this_scale = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(sum_w, sum_xl), _mm256_mul_ps(sum_x, sum_l)), D);
+        __m256 this_min = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(sum_l2, sum_x), _mm256_mul_ps(sum_l, sum_xl)), D);
+        __m256 pos = GT(this_min, zero);
+        this_min = _mm256_blendv_ps(this_min, zero, pos);
+        this_scale = _mm256_blendv_ps(this_scale, _mm256_div_ps(sum_xl, sum_l2), pos);
+        __m256 cur_error = zero;
+        for (int i = 0; i < 32; ++i) {
+            __m256 diff = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(this_scale, lf[i]), this_min), xt[i]);
+            cur_error = _mm256_add_ps(cur_error, _mm256_mul_ps(wt[i], _mm256_mul_ps(diff, diff)));
+        }
+        __m256 better = _mm256_and_ps(ok, LT(cur_error, best_error));
+        if (!_mm256_movemask_ps(better)) continue;
+        __m256i take = _mm256_castps_si256(better);
+        for (int i = 0; i < 32; ++i) Lt[i] = _mm256_blendv_epi8(Lt[i], Laux[i], take);
+        best_error = _mm256_blendv_ps(best_error, cur_error, better);
+        scale = _mm256_blendv_ps(scale, this_scale, better);
+        min = _mm256_blendv_ps(min, this_min, better);
+    }
+    /* a sub-block of one value: levels 0, scale 0, the minimum as found */
+    __m256i flat_i = _mm256_castps_si256(flat);
+    for (int i = 0; i < 32; ++i) Lt[i] = _mm256_andnot_si256(flat_i, Lt[i]);
+    min = _mm256_blendv_ps(min, flat_min, flat);
+    *the_min = _mm256_xor_ps(min, _mm256_set1_ps(-0.0f));
+    return _mm256_blendv_ps(scale, zero, flat);
+}
+
+/* quant.c's q_k4_levels: d, dmin and the packed scales written to b, the
+ * block's levels to L. */
+AVX2 static void avx2_k4_levels(const float *x, uint8_t *b, uint8_t *L, int nmax, float rmin, int nstep) {
+    __m256 xt[32], wt[32], sum_x2 = _mm256_setzero_ps();
+    __m256i Lt[32];
+    to_lanes(x, 32, xt);
+    for (int l = 0; l < 32; ++l) sum_x2 = _mm256_add_ps(sum_x2, _mm256_mul_ps(xt[l], xt[l]));
+    __m256 av_x = _mm256_sqrt_ps(_mm256_div_ps(sum_x2, _mm256_set1_ps(32.f)));
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    for (int l = 0; l < 32; ++l) wt[l] = _mm256_add_ps(av_x, _mm256_and_ps(xt[l], abs_mask));
+    __m256 vmins;
+    __m256 vscales = avx2_qkx2(xt, wt, Lt, &vmins, nmax, rmin, 0.1f, nstep);
+    float scales[8], mins[8], max_scale = 0, max_min = 0;
+    _mm256_storeu_ps(scales, vscales);
+    _mm256_storeu_ps(mins, vmins);
+    for (int j = 0; j < 8; ++j) {
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+    ckpt__quant_k4_scales(b, scales, mins, max_scale, max_min);
+    uint8_t sc[8], mn[8];
+    ckpt__quant_scale_min_k4(b + 4, sc, mn);
+    float d[8], dm[8];
+    for (int j = 0; j < 8; ++j) d[j] = f16_at(b) * sc[j], dm[j] = f16_at(b + 2) * mn[j];
+    __m256 vd = _mm256_loadu_ps(d), vdm = _mm256_loadu_ps(dm);
+    /* ggml keeps make_qkx2_quants' levels where d is 0 */
+    __m256i redo = _mm256_castps_si256(_mm256_cmp_ps(vd, _mm256_setzero_ps(), _CMP_NEQ_UQ));
+    for (int i = 0; i < 32; ++i)
+        Lt[i] = _mm256_blendv_epi8(Lt[i], clamp8(nearest8(_mm256_div_ps(_mm256_add_ps(xt[i], vdm), vd)), 0, nmax), redo);
+    from_lanes(Lt, 32, L);
+}
+
+/* quant.c's make_qx_quants (Q6_K's: nmax 32) for 16-value sub-blocks, one
+ * per lane: the scales returned, the levels + 32 in Lt. */
+AVX2 static __m256 avx2_qx(const __m256 *xt, __m256i *Lt) {
+    const int nmax = 32;
+    const __m256 zero = _mm256_setzero_ps(), abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 max = zero, amax = zero;
+    for (int i = 0; i < 16; ++i) {
+        __m256 ax = _mm256_and_ps(xt[i], abs_mask), bigger = GT(ax, amax);
+        amax = _mm256_blendv_ps(amax, ax, bigger);
+        max = _mm256_blendv_ps(max, xt[i], bigger);
+    }
+    __m256 tiny = LT(amax, _mm256_set1_ps(1e-15f));
+    __m256 w[16], sumlx = zero, suml2 = zero;
+    __m256 iscale = _mm256_div_ps(_mm256_set1_ps((float)-nmax), max);
+    for (int i = 0; i < 16; ++i) {
+        __m256i l = clamp8(nearest8(_mm256_mul_ps(iscale, xt[i])), -nmax, nmax - 1);
+        Lt[i] = _mm256_add_epi32(l, _mm256_set1_epi32(nmax));
+        __m256 lf = _mm256_cvtepi32_ps(l);
+        w[i] = _mm256_mul_ps(xt[i], xt[i]);
+        sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(_mm256_mul_ps(w[i], xt[i]), lf));
+        suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(w[i], lf), lf));
+    }
+    __m256 scale = _mm256_and_ps(_mm256_cmp_ps(suml2, zero, _CMP_NEQ_UQ), _mm256_div_ps(sumlx, suml2));
+    __m256 best = _mm256_mul_ps(scale, sumlx);
+    for (int is = -9; is <= 9; ++is) {
+        if (is == 0) continue;
+        iscale = _mm256_div_ps(_mm256_set1_ps(-(nmax + 0.1f * is)), max);
+        __m256i l[16];
+        sumlx = suml2 = zero;
+        for (int i = 0; i < 16; ++i) {
+            l[i] = clamp8(nearest8(_mm256_mul_ps(iscale, xt[i])), -nmax, nmax - 1);
+            __m256 lf = _mm256_cvtepi32_ps(l[i]);
+            sumlx = _mm256_add_ps(sumlx, _mm256_mul_ps(_mm256_mul_ps(w[i], xt[i]), lf));
+            suml2 = _mm256_add_ps(suml2, _mm256_mul_ps(_mm256_mul_ps(w[i], lf), lf));
+        }
+        __m256 better = _mm256_and_ps(GT(suml2, zero),
+                                      GT(_mm256_mul_ps(sumlx, sumlx), _mm256_mul_ps(best, suml2)));
+        if (!_mm256_movemask_ps(better)) continue;
+        __m256i take = _mm256_castps_si256(better);
+        for (int i = 0; i < 16; ++i)
+            Lt[i] = _mm256_blendv_epi8(Lt[i], _mm256_add_epi32(l[i], _mm256_set1_epi32(nmax)), take);
+        scale = _mm256_blendv_ps(scale, _mm256_div_ps(sumlx, suml2), better);
+        best = _mm256_blendv_ps(best, _mm256_mul_ps(scale, sumlx), better);
+    }
+    __m256i tiny_i = _mm256_castps_si256(tiny);
+    for (int i = 0; i < 16; ++i) Lt[i] = _mm256_andnot_si256(tiny_i, Lt[i]);
+    return _mm256_blendv_ps(scale, zero, tiny);
+}
+
+/* quant.c's q_q6_k: 16 sub-blocks of 16, as two sets of 8 lanes. */
+AVX2 static void avx2_q6_k_block(const float *x, uint8_t *b) {
+    __m256 xt[2][16];
+    __m256i Lt[2][16];
+    float scales[16];
+    for (int h = 0; h < 2; h++) {
+        to_lanes(x + 128 * h, 16, xt[h]);
+        _mm256_storeu_ps(scales + 8 * h, avx2_qx(xt[h], Lt[h]));
+    }
+    float max_scale = 0, max_abs_scale = 0;
+    for (int ib = 0; ib < 16; ++ib)
+        if (fabsf(scales[ib]) > max_abs_scale) max_abs_scale = fabsf(scales[ib]), max_scale = scales[ib];
+    if (max_abs_scale < 1e-15f) {
+        memset(b, 0, 210);
+        return;
+    }
+    int8_t *sc = (int8_t *)(b + 192);
+    ckpt__quant_q6_k_scales(b, scales, max_scale);
+    for (int h = 0; h < 2; h++) {
+        float d[8];
+        for (int j = 0; j < 8; ++j) d[j] = f16_at(b + 208) * sc[8 * h + j];
+        __m256 vd = _mm256_loadu_ps(d);
+        __m256i redo = _mm256_castps_si256(_mm256_cmp_ps(vd, _mm256_setzero_ps(), _CMP_NEQ_UQ));
+        for (int i = 0; i < 16; ++i) {
+            __m256i l = clamp8(nearest8(_mm256_div_ps(xt[h][i], vd)), -32, 31);
+            Lt[h][i] = _mm256_blendv_epi8(Lt[h][i], _mm256_add_epi32(l, _mm256_set1_epi32(32)), redo);
+        }
+    }
+    uint8_t L[256];
+    from_lanes(Lt[0], 16, L);
+    from_lanes(Lt[1], 16, L + 128);
+    ckpt__quant_q6_k_pack(L, b);
+}
+
+AVX2 static void avx2_q4_k_block(const float *x, uint8_t *b) {
+    uint8_t L[256];
+    avx2_k4_levels(x, b, L, 15, -1.f, 20);
+    ckpt__quant_q4_k_pack(L, b);
+}
+
+AVX2 static void avx2_q5_k_block(const float *x, uint8_t *b) {
+    uint8_t L[256];
+    avx2_k4_levels(x, b, L, 31, -0.5f, 15);
+    ckpt__quant_q5_k_pack(L, b);
+}
+
+#undef GT
+#undef LT
+
+/* A K-quant kernel: each block's 256 values widened to float32, then
+ * quantized. */
+#define AVX2_TO_K(IN, SIZE, Q, BYTES)                                                                         \
+    AVX2 static void avx2_##IN##_##Q(const void *src, void *dst, size_t n) {                                 \
+        const unsigned char *s = src;                                                                         \
+        uint8_t *d = dst;                                                                                     \
+        float x[256];                                                                                         \
+        for (size_t i = 0; i < n; i++, s += 256 * SIZE, d += BYTES) {                                        \
+            for (int k = 0; k < 256; k += 8) _mm256_storeu_ps(x + k, get8_##IN(s + k * SIZE));                 \
+            avx2_##Q##_block(x, d);                                                                           \
+        }                                                                                                     \
+    }
+#define AVX2_TO_K_ALL(Q, BYTES) AVX2_TO_K(f32, 4, Q, BYTES) AVX2_TO_K(f16, 2, Q, BYTES) AVX2_TO_K(bf16, 2, Q, BYTES)
+AVX2_TO_K_ALL(q4_k, 144)
+AVX2_TO_K_ALL(q5_k, 176)
+AVX2_TO_K_ALL(q6_k, 210)
+
 /* ---- AVX-512: Q8_0 dequantized 16 values at a time ----------------------- */
 
 AVX512 static inline void put16_f32(unsigned char *d, __m512 v) { _mm512_storeu_ps(d, v); }
@@ -257,8 +533,15 @@ ckpt__cast_fn ckpt__quant_simd_kernel(int level, ckpt_dtype from, ckpt_dtype to)
     if (level == 2 && from == CKPT_Q8_0)
         return to == CKPT_F32 ? avx512_q8_0_f32 : to == CKPT_F16 ? avx512_q8_0_f16 : to == CKPT_BF16 ? avx512_q8_0_bf16 : NULL;
     if (level != 1) return NULL;
-    if (to == CKPT_Q8_0)
-        return from == CKPT_F32 ? avx2_f32_q8_0 : from == CKPT_F16 ? avx2_f16_q8_0 : from == CKPT_BF16 ? avx2_bf16_q8_0 : NULL;
+    static const struct { ckpt_dtype d; ckpt__cast_fn f32, f16, bf16; } avx2_quant[] = {
+        {CKPT_Q8_0, avx2_f32_q8_0, avx2_f16_q8_0, avx2_bf16_q8_0},
+        {CKPT_Q4_K, avx2_f32_q4_k, avx2_f16_q4_k, avx2_bf16_q4_k},
+        {CKPT_Q5_K, avx2_f32_q5_k, avx2_f16_q5_k, avx2_bf16_q5_k},
+        {CKPT_Q6_K, avx2_f32_q6_k, avx2_f16_q6_k, avx2_bf16_q6_k},
+    };
+    for (size_t i = 0; i < sizeof avx2_quant / sizeof *avx2_quant; i++)
+        if (avx2_quant[i].d == to)
+            return from == CKPT_F32 ? avx2_quant[i].f32 : from == CKPT_F16 ? avx2_quant[i].f16 : from == CKPT_BF16 ? avx2_quant[i].bf16 : NULL;
     for (size_t i = 0; i < sizeof avx2_deq / sizeof *avx2_deq; i++)
         if (avx2_deq[i].d == from)
             return to == CKPT_F32 ? avx2_deq[i].f32 : to == CKPT_F16 ? avx2_deq[i].f16 : to == CKPT_BF16 ? avx2_deq[i].bf16 : NULL;

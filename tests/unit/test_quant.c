@@ -123,6 +123,33 @@ static void random_floats(float *x, size_t n) {
     }
 }
 
+/* For the K-quants (blocks of 256 in sub-blocks of 32 or 16): random_floats'
+ * blocks of 32, then some whole blocks and sub-blocks set to what stresses
+ * the per-sub-block searches — constant sub-blocks beside ordinary ones
+ * (make_qkx2_quants' early return), all-positive and all-negative data,
+ * a sub-block of zeros, sparse data, a wide range of magnitudes, huge and
+ * tiny blocks, and values at the rounding boundaries of the levels. */
+static void random_k_floats(float *x, size_t n) {
+    random_floats(x, n);
+    for (size_t blk = 0; blk < n / 256; blk++) {
+        float *v = x + blk * 256;
+        switch (blk % 13) {
+        case 0: for (int j = 0; j < 256; j++) v[j] = next_normal() * 0.02f; break;
+        case 1: for (int j = 32; j < 64; j++) v[j] = 0.37f; for (int j = 80; j < 96; j++) v[j] = -3.0f; break;
+        case 2: for (int j = 0; j < 256; j++) v[j] = fabsf(next_normal()) + 0.5f; break;
+        case 3: for (int j = 0; j < 256; j++) v[j] = -fabsf(next_normal()); break;
+        case 4: for (int j = 0; j < 256; j++) v[j] = next_normal() * 0.01f; memset(v + 64, 0, 48 * sizeof *v); break;
+        case 5: for (int j = 0; j < 256; j++) v[j] = next_u32() % 20 == 0 ? next_normal() : 0.0f; break;
+        case 6: for (int j = 0; j < 256; j++) v[j] = next_normal() * expf((float)(next_u32() % 60) - 30.0f); break;
+        case 7: for (int j = 0; j < 256; j++) v[j] = (float)(next_u32() % 31) / 2.0f - 7.5f; break;
+        case 8: for (int j = 0; j < 256; j++) v[j] = next_normal() * (j < 128 ? 1e30f : 1e-30f); break;
+        case 9: for (int j = 0; j < 256; j++) v[j] = 0.37f; break;
+        case 10: for (int j = 0; j < 256; j++) v[j] = (float)j / 255.0f; v[100] = 50.0f; break;
+        default: break; /* random_floats' blocks of 32 */
+        }
+    }
+}
+
 static void encode_floats(ckpt_dtype to, const float *x, unsigned char *out, size_t n) {
     ckpt_error err;
     if (to == CKPT_F32) memcpy(out, x, n * 4);
@@ -131,20 +158,21 @@ static void encode_floats(ckpt_dtype to, const float *x, unsigned char *out, siz
 
 /* Every SIMD block kernel (quant_x86.c) equals quant.c's scalar one bit for
  * bit, at every level this CPU has: dequantization of Q8_0, Q4_0, Q4_K and
- * Q6_K to F32, F16 and BF16, and F32, F16 and BF16 to Q8_0. */
+ * Q6_K to F32, F16 and BF16, and F32, F16 and BF16 to Q8_0, Q4_K, Q5_K and
+ * Q6_K. */
 static void test_simd_kernels_equal_scalar(void **state) {
     (void)state;
     enum { BLOCKS = 4096 };
     static ckpt__cast_fn scalar[CKPT_DTYPE_COUNT][CKPT_DTYPE_COUNT];
     ckpt__quant_fill(scalar);
-    static const ckpt_dtype blocks[] = {CKPT_Q8_0, CKPT_Q4_0, CKPT_Q4_K, CKPT_Q6_K};
+    static const ckpt_dtype blocks[] = {CKPT_Q8_0, CKPT_Q4_0, CKPT_Q4_K, CKPT_Q5_K, CKPT_Q6_K};
     static const ckpt_dtype floats[] = {CKPT_F32, CKPT_F16, CKPT_BF16};
     unsigned char *in = malloc(BLOCKS * 256 * 4), *want = malloc(BLOCKS * 256 * 4), *got = malloc(BLOCKS * 256 * 4);
     float *x = malloc(BLOCKS * 32 * sizeof *x);
     int checked = 0;
     for (int level = 1; level <= 2; level++) {
         if (!cpu_has(level)) continue;
-        for (size_t q = 0; q < 4; q++)
+        for (size_t q = 0; q < sizeof blocks / sizeof *blocks; q++)
             for (size_t f = 0; f < 3; f++) {
                 ckpt__cast_fn deq = ckpt__quant_simd_kernel(level, blocks[q], floats[f]);
                 if (deq) {
@@ -159,19 +187,28 @@ static void test_simd_kernels_equal_scalar(void **state) {
                 }
                 ckpt__cast_fn quant = ckpt__quant_simd_kernel(level, floats[f], blocks[q]);
                 if (quant) {
-                    random_floats(x, BLOCKS * 32);
+                    /* BLOCKS × 32 values: BLOCKS blocks of Q8_0, BLOCKS / 8 of a K-quant */
+                    size_t elems = ckpt_dtype_block_elems(blocks[q]), nb = BLOCKS * 32 / elems;
+                    size_t out = nb * ckpt_dtype_block_bytes(blocks[q]);
+                    if (elems == 256) random_k_floats(x, BLOCKS * 32);
+                    else random_floats(x, BLOCKS * 32);
                     encode_floats(floats[f], x, in, BLOCKS * 32);
-                    scalar[floats[f]][blocks[q]](in, want, BLOCKS);
-                    memset(got, 0xA5, BLOCKS * 34);
-                    quant(in, got, BLOCKS);
-                    if (memcmp(want, got, BLOCKS * 34))
-                        fail_msg("level %d: %s to %s differs", level, ckpt_dtype_name(floats[f]), ckpt_dtype_name(blocks[q]));
+                    scalar[floats[f]][blocks[q]](in, want, nb);
+                    memset(got, 0xA5, out);
+                    quant(in, got, nb);
+                    if (memcmp(want, got, out)) {
+                        size_t at = 0;
+                        while (want[at] == got[at]) at++;
+                        fail_msg("level %d: %s to %s differs at block %zu, byte %zu", level, ckpt_dtype_name(floats[f]),
+                                 ckpt_dtype_name(blocks[q]), at / ckpt_dtype_block_bytes(blocks[q]),
+                                 at % ckpt_dtype_block_bytes(blocks[q]));
+                    }
                     checked++;
                 }
             }
     }
-    /* the CPUs that run the tests have AVX2: 12 dequantizing and 3 quantizing kernels */
-    if (cpu_has(1)) assert_true(checked >= 15);
+    /* the CPUs that run the tests have AVX2: 12 dequantizing and 12 quantizing kernels */
+    if (cpu_has(1)) assert_true(checked >= 24);
     free(in), free(want), free(got), free(x);
 }
 
