@@ -290,12 +290,12 @@ static ckpt_status make_merges(tok *t, merge **out, size_t *n_out) {
             }
             m[n++] = (merge){(uint32_t)l, (uint32_t)r, score, chars(s, k), chars(s + k, len - k), 0};
         }
-        qsort(m + local, n - local, sizeof *m, by_pieces);
+        if (n > local) qsort(m + local, n - local, sizeof *m, by_pieces);
     }
     if (!scratch) goto oom;
     free(scratch);
     for (size_t k = 0; k < n; k++) m[k].seq = (uint32_t)k;
-    qsort(m, n, sizeof *m, by_rank);
+    if (n) qsort(m, n, sizeof *m, by_rank);
     *out = m, *n_out = n;
     return CKPT_OK;
 oom:
@@ -478,12 +478,12 @@ static void put_config(const tok *t, ckpt__buf *b) {
     ckpt__buf_puts(b, t->add_eos ? "true" : "false");
     static const char *const names[] = {"bos_token", "eos_token", "unk_token", "pad_token"};
     const int64_t ids[] = {t->bos, t->eos, t->unk, t->pad};
-    for (int k = 0; k < 4; k++) {
-        if (ids[k] < 0) continue;
+    for (int k = 0; k < 4; k++) { /* null where the file names none: no class default stands in */
         ckpt__buf_puts(b, ",\n  ");
         ckpt__buf_json_string(b, names[k]);
         ckpt__buf_puts(b, ": ");
-        put_vocab_key(t, b, t->text[ids[k]]);
+        if (ids[k] >= 0) put_vocab_key(t, b, t->text[ids[k]]);
+        else ckpt__buf_puts(b, "null");
     }
     const char *template = string_kv(t, "tokenizer.chat_template");
     if (template) {

@@ -263,16 +263,20 @@ def test_key_values_ckpt_cannot_write_back_are_refused(models, tmp_path, family,
     refused(src, tmp_path, *words)
 
 
-def test_no_tokenizer_key_values_no_tokenizer_files(models, tmp_path):
-    """A GGUF without tokenizer.* key-values: config.json and the tensors."""
+def test_tokenizer_files_come_of_the_tokenizer_key_values(models, tmp_path):
+    """The tokenizer files where the GGUF has tokenizer.* key-values, none
+    where it has not: config.json and the tensors."""
+    src = models["qwen2"][1]["f32"]
+    assert sorted(os.listdir(to_hf(src, tmp_path / "with"))) == [
+        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
     sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
     try:
         import gguf
-        keys = [k for k in gguf.GGUFReader(models["qwen2"][1]["f32"]).fields if k.startswith("tokenizer.")]
+        keys = [k for k in gguf.GGUFReader(src).fields if k.startswith("tokenizer.")]
     finally:
         sys.path.remove(str(LLAMA_CPP / "gguf-py"))
-    src = rewritten(models["qwen2"][1]["f32"], tmp_path / "m.gguf", drop=keys)
-    assert sorted(os.listdir(to_hf(src, tmp_path / "hf"))) == ["config.json", "model.safetensors"]
+    stripped = rewritten(src, tmp_path / "m.gguf", drop=keys)
+    assert sorted(os.listdir(to_hf(stripped, tmp_path / "hf"))) == ["config.json", "model.safetensors"]
 
 
 def test_raw_keeps_the_plain_container(models, tmp_path):

@@ -387,16 +387,23 @@ static ckpt_status llamacpp(const char *dir, ckpt_dtype dtype, ckpt_catalog **c,
     return ckpt_gguf_llamacpp_plan(*p, dir, dtype, kv, err);
 }
 
+/* The tiny Llama directory (write_llama_dir, with its tokenizer) at
+ * `model` and llama.cpp's plan over it. */
+static ckpt_status tiny_llama(const char *model, ckpt_dtype dtype, ckpt_catalog **c, ckpt_plan **p, char **kv,
+                              ckpt_error *err) {
+    assert_int_equal(mkdir(model, 0755), 0);
+    write_llama_dir(model, "LlamaForCausalLM", 2, true);
+    return llamacpp(model, dtype, c, p, kv, err);
+}
+
 static void test_llamacpp_plan(void **state) {
     (void)state;
     char *dir = scratch_dir(), *model = strdup(in_dir(dir, "tiny-llama"));
-    assert_int_equal(mkdir(model, 0755), 0);
-    write_llama_dir(model, "LlamaForCausalLM", 2, true);
     ckpt_catalog *c;
     ckpt_plan *p;
     char *kv = NULL;
     ckpt_error err;
-    assert_int_equal(llamacpp(model, CKPT_Q8_0, &c, &p, &kv, &err), CKPT_OK);
+    assert_int_equal(tiny_llama(model, CKPT_Q8_0, &c, &p, &kv, &err), CKPT_OK);
     /* names, f32 norms, and Q8_0 rows of 4 elements fall back to f16 */
     const ckpt_plan_item *q = ckpt_plan_find(p, "blk.0.attn_q.weight", NULL);
     assert_non_null(q);
@@ -440,13 +447,11 @@ static void test_gguf_hf_tokenizer(void **state) {
     (void)state;
     char *dir = scratch_dir(), *model = strdup(in_dir(dir, "tiny-llama")), *gguf = strdup(in_dir(dir, "m.gguf"));
     char *out = strdup(in_dir(dir, "hf/"));
-    assert_int_equal(mkdir(model, 0755), 0);
-    write_llama_dir(model, "LlamaForCausalLM", 2, true);
     ckpt_catalog *c;
     ckpt_plan *p;
     char *kv = NULL;
     ckpt_error err;
-    assert_int_equal(llamacpp(model, CKPT_F32, &c, &p, &kv, &err), CKPT_OK);
+    assert_int_equal(tiny_llama(model, CKPT_F32, &c, &p, &kv, &err), CKPT_OK);
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     o.no_sync = 1, o.metadata_json = kv;
