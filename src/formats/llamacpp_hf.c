@@ -256,12 +256,12 @@ static ckpt_status put_rope(hf *h) {
     const ckpt_kv *type = arch_kv(h, "rope.scaling.type"), *factor = arch_kv(h, "rope.scaling.factor");
     const char *name = type && type->type == CKPT_KV_STRING ? type->string : "none";
     bool scaled = strcmp(name, "none") != 0;
-    if (scaled && ((strcmp(name, "linear") && strcmp(name, "yarn")) || !is_number(factor)))
+    bool known = !strcmp(name, "linear") || !strcmp(name, "yarn");
+    if (scaled && (!known || !is_number(factor)))
         return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, NULL, -1,
-                          "key '%s.rope.scaling.%s' %s: ckpt carries linear and yarn RoPE scaling, with a factor, "
+                          "key '%s.rope.scaling.%s' is %s: ckpt carries linear and yarn RoPE scaling, with a factor, "
                           "back to Hugging Face",
-                          h->family->name, is_number(factor) ? "type" : "factor",
-                          is_number(factor) ? name : "is missing or not a number");
+                          h->family->name, known ? "factor" : "type", known ? "missing or not a number" : name);
     put_key(b, "rope_parameters");
     ckpt__buf_puts(b, "{\"rope_type\": ");
     ckpt__buf_json_string(b, scaled ? name : "default");
