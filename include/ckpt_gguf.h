@@ -194,8 +194,16 @@ CKPT_API ckpt_status ckpt_gguf_llamacpp_plan_mix(ckpt_plan *plan, const char *mo
  *   config.json   architectures and model_type of the family, its
  *                 hyper-parameters from the architecture's key-values
  *                 (under transformers' names), vocab_size from the
- *                 embeddings, rope_parameters, the special token ids,
- *                 tie_word_embeddings when there is no output.weight
+ *                 embeddings, rope_parameters (linear and yarn scaling
+ *                 too), the special token ids, tie_word_embeddings when
+ *                 there is no output.weight
+ *   tokenizer.json, tokenizer_config.json
+ *                 from the tokenizer.ggml.* key-values ("gpt2": byte-level
+ *                 BPE with the split of tokenizer.ggml.pre; "llama":
+ *                 SentencePiece's BPE with byte fallback, its merges
+ *                 rebuilt from the scores), the ids transformers' own GGUF
+ *                 tokenizer gives; none when the file has no
+ *                 tokenizer.ggml.model
  *
  * `dtype`: CKPT_F32, CKPT_F16 or CKPT_BF16, or CKPT_DTYPE_INVALID for the
  * GGUF's float type (general.file_type F32, F16 or BF16), else bf16.  Give
@@ -203,7 +211,10 @@ CKPT_API ckpt_status ckpt_gguf_llamacpp_plan_mix(ckpt_plan *plan, const char *mo
  * the file and the key (nothing is then written): general.architecture
  * missing or of a family ckpt does not convert, a hyper-parameter the
  * config needs missing, one that contradicts a tensor's shape, a tensor
- * the family has no Hugging Face name for.
+ * the family has no Hugging Face name for, a RoPE scaling other than linear
+ * and yarn, a tokenizer ckpt cannot write (another tokenizer.ggml.model, an
+ * unknown tokenizer.ggml.pre) or key-values of it that contradict the
+ * vocabulary.
  */
 CKPT_API ckpt_status ckpt_gguf_hf_plan(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err);
 

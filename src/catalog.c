@@ -481,6 +481,15 @@ static const ckpt_kv *kv_with_text(const ckpt_catalog *c, size_t i) {
     return kv;
 }
 
+const ckpt__encoded *ckpt__catalog_kv_encoded(const ckpt_catalog *c, const char *key, const ckpt_kv **kv) {
+    for (size_t i = 0; c && key && i < c->kv_count; i++)
+        if (strcmp(c->kvs[i].key, key) == 0) {
+            *kv = &c->kvs[i];
+            return c->kv_values[i];
+        }
+    return NULL;
+}
+
 size_t ckpt_catalog_kv_count(const ckpt_catalog *c) { return c ? c->kv_count : 0; }
 const ckpt_kv *ckpt_catalog_kv(const ckpt_catalog *c, size_t i) {
     return c && i < c->kv_count ? kv_with_text(c, i) : NULL;

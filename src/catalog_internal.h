@@ -22,6 +22,12 @@ CKPT__HIDDEN const char *ckpt__catalog_crc_tensor(const ckpt_catalog *catalog, s
 /* Whether the catalog's index counts parameters (ckpt__cat_set_index_counts_parameters). */
 CKPT__HIDDEN bool ckpt__cat_index_counts_parameters(const ckpt_catalog *catalog);
 
+/* GGUF key-value `key` as read, in *kv (its typed JSON not written: a
+ * vocabulary's arrays stay bytes), and its value in GGUF's encoding
+ * (ckpt__gguf_encoding, base.h's ckpt__encoded); NULL when absent. */
+CKPT__HIDDEN const ckpt__encoded *ckpt__catalog_kv_encoded(const ckpt_catalog *catalog, const char *key,
+                                                         const ckpt_kv **kv);
+
 /* The source of a catalog's i-th data file. */
 CKPT__HIDDEN ckpt__source *ckpt__catalog_source(const ckpt_catalog *catalog, size_t file);
 

@@ -672,7 +672,7 @@ static bool viewable(const ckpt_plan *p, const ckpt__plan_entry *e) {
     uint32_t npieces;
     const ckpt__piece *pc = ckpt__catalog_pieces(p->catalog, ckpt__catalog_index_of(p->catalog, t), &npieces);
     if (e->view_ndim || npieces != 1 || pc->strides || pc->record_size || pc->big_endian || pc->start || pc->count ||
-        ckpt_dtype_bits(t->dtype) % 8 || ckpt_dtype_is_block(t->dtype))
+        ckpt_dtype_bits(t->dtype) % 8) /* sub-byte elements; a block type (0 bits) moves its rows as blocks */
         return false;
     for (uint32_t a = 0; a < t->ndim; a++)
         if (e->start[a] || e->count[a] != t->shape[a] || e->perm[a] != a) return false;

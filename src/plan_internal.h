@@ -127,8 +127,9 @@ CKPT__HIDDEN ckpt_dtype ckpt__plan_one_float_dtype(const ckpt_plan *plan);
  * axes (output axis i is axis perm[i]) and a reshape back: the tensor keeps
  * its shape, the engine moves its elements through the view (llama.cpp's
  * Q/K permutation splits rows into heads and halves and swaps the two).  The
- * last axis stays last (block casts cut it).  Only for a tensor of whole-byte
- * elements stored as one dense piece, neither sliced nor permuted yet;
+ * last axis stays last (block casts cut it; a GGUF block type's rows, a
+ * whole number of blocks, move as blocks).  Only for a tensor of whole-byte
+ * elements or blocks stored as one dense piece, neither sliced nor permuted yet;
  * CKPT_E_INVALID_ARGUMENT naming it otherwise.
  */
 CKPT__HIDDEN ckpt_status ckpt__plan_view_permute(ckpt_plan *plan, size_t index, uint32_t ndim, const uint64_t *shape,

@@ -19,6 +19,7 @@
 #include "../plan_internal.h"
 #include "../base/json.h"
 #include "ckpt_gguf.h"
+#include "llamacpp_hf.h"
 #include "llamacpp/arch.h"
 #include "llamacpp/llama.h"
 #include "llamacpp/phi3.h"
@@ -214,12 +215,14 @@ static void put_key(ckpt__buf *b, const char *key) {
 }
 
 /* A key-value's number as JSON: integers as they are, floats as the
- * shortest text of their f32. */
+ * shortest text of their f32 (with a ".0" when integral). */
 static void put_number(ckpt__buf *b, const ckpt_kv *kv) {
     char tmp[40];
-    if (kv->type == CKPT_KV_F32 || kv->type == CKPT_KV_F64) ckpt__shortest_float(tmp, sizeof tmp, kv->f, kv->type == CKPT_KV_F32);
+    bool real = kv->type == CKPT_KV_F32 || kv->type == CKPT_KV_F64;
+    if (real) ckpt__shortest_float(tmp, sizeof tmp, kv->f, kv->type == CKPT_KV_F32);
     else snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)kv->u);
     ckpt__buf_puts(b, tmp);
+    if (real && !strpbrk(tmp, ".eEni")) ckpt__buf_puts(b, ".0"); /* a float stays one (a RoPE factor 2.0) */
 }
 
 static const char *const special_ids[][2] = {
@@ -228,8 +231,61 @@ static const char *const special_ids[][2] = {
     {"tokenizer.ggml.padding_token_id", "pad_token_id"},
 };
 
+/* The RoPE scaling convert_hf_to_gguf.py writes (TextModel: linear, and
+ * yarn with its original context and tuning) under transformers' names. */
+static const char *const yarn_names[][2] = {
+    {"rope.scaling.original_context_length", "original_max_position_embeddings"},
+    {"rope.scaling.yarn_attn_factor", "attention_factor"},
+    {"rope.scaling.yarn_beta_fast", "beta_fast"},
+    {"rope.scaling.yarn_beta_slow", "beta_slow"},
+    {"rope.scaling.yarn_ext_factor", "extrapolation_factor"},
+};
+
+static void put_member(ckpt__buf *b, const char *name, const ckpt_kv *kv) {
+    ckpt__buf_puts(b, ", ");
+    ckpt__buf_json_string(b, name);
+    ckpt__buf_puts(b, ": ");
+    put_number(b, kv);
+}
+
+static bool is_number(const ckpt_kv *kv) { return kv && kv->type != CKPT_KV_STRING && kv->type != CKPT_KV_ARRAY; }
+
+/* RoPE as transformers 5 writes it: rope_parameters. */
+static ckpt_status put_rope(hf *h) {
+    ckpt__buf *b = &h->config;
+    const ckpt_kv *type = arch_kv(h, "rope.scaling.type"), *factor = arch_kv(h, "rope.scaling.factor");
+    const char *name = type && type->type == CKPT_KV_STRING ? type->string : "none";
+    bool scaled = strcmp(name, "none") != 0;
+    bool known = !strcmp(name, "linear") || !strcmp(name, "yarn");
+    if (scaled && (!known || !is_number(factor)))
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, NULL, -1,
+                          "key '%s.rope.scaling.%s' is %s: ckpt carries linear and yarn RoPE scaling, with a factor, "
+                          "back to Hugging Face",
+                          h->family->name, known ? "factor" : "type", known ? "missing or not a number" : name);
+    put_key(b, "rope_parameters");
+    ckpt__buf_puts(b, "{\"rope_type\": ");
+    ckpt__buf_json_string(b, scaled ? name : "default");
+    const ckpt_kv *theta = arch_kv(h, "rope.freq_base");
+    if (is_number(theta)) put_member(b, "rope_theta", theta);
+    if (scaled) put_member(b, "factor", factor);
+    for (size_t k = 0; !strcmp(name, "yarn") && k < sizeof yarn_names / sizeof *yarn_names; k++) {
+        const ckpt_kv *kv = arch_kv(h, yarn_names[k][0]);
+        if (is_number(kv)) put_member(b, yarn_names[k][1], kv);
+    }
+    const ckpt_kv *rope_dim = arch_kv(h, "rope.dimension_count");
+    if (is_number(rope_dim) && h->head_dim && rope_dim->u != h->head_dim) {
+        char tmp[40];
+        ckpt__shortest_float(tmp, sizeof tmp, (double)rope_dim->u / (double)h->head_dim, false);
+        ckpt__buf_puts(b, ", \"partial_rotary_factor\": ");
+        ckpt__buf_puts(b, tmp);
+    }
+    ckpt__buf_puts(b, "}");
+    return CKPT_OK;
+}
+
 static ckpt_status write_config(hf *h, ckpt_dtype dtype, bool tied) {
     ckpt__buf *b = &h->config;
+    ckpt_status st;
     const ckpt_catalog *c = h->plan->catalog;
     ckpt__buf_puts(b, "{\n  \"architectures\": [");
     ckpt__buf_json_string(b, h->family->hf_archs[0]);
@@ -261,23 +317,8 @@ static ckpt_status write_config(hf *h, ckpt_dtype dtype, bool tied) {
         snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)values[k]);
         ckpt__buf_puts(b, tmp);
     }
-    /* RoPE as transformers 5 writes it: rope_parameters */
-    put_key(b, "rope_parameters");
-    ckpt__buf_puts(b, "{");
-    const ckpt_kv *theta = arch_kv(h, "rope.freq_base");
-    if (theta) {
-        ckpt__buf_puts(b, "\"rope_theta\": ");
-        put_number(b, theta);
-        ckpt__buf_puts(b, ", ");
-    }
-    const ckpt_kv *rope_dim = arch_kv(h, "rope.dimension_count");
-    if (rope_dim && h->head_dim && rope_dim->u != h->head_dim) {
-        ckpt__shortest_float(tmp, sizeof tmp, (double)rope_dim->u / (double)h->head_dim, false);
-        ckpt__buf_puts(b, "\"partial_rotary_factor\": ");
-        ckpt__buf_puts(b, tmp);
-        ckpt__buf_puts(b, ", ");
-    }
-    ckpt__buf_puts(b, "\"rope_type\": \"default\"}");
+    st = put_rope(h);
+    if (st) return st;
     for (size_t i = 0; i < sizeof special_ids / sizeof *special_ids; i++) {
         const ckpt_kv *kv = ckpt_catalog_kv_find(c, special_ids[i][0]);
         if (!kv || kv->type == CKPT_KV_STRING || kv->type == CKPT_KV_ARRAY) continue;
@@ -312,6 +353,7 @@ ckpt_status ckpt_gguf_hf_plan(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err
     if (st == CKPT_OK) st = ckpt_plan_cast(plan, "*", dtype, err); /* every tensor: one dtype, as config.json says */
     if (st == CKPT_OK) st = write_config(&h, dtype, !ckpt_catalog_find(c, "output.weight"));
     if (st == CKPT_OK) st = ckpt__plan_add_file(plan, "config.json", h.config.data, h.config.len, err);
+    if (st == CKPT_OK) st = ckpt__lc_hf_tokenizer(plan, h.family->name, err);
     free(h.config.data);
     return st;
 }

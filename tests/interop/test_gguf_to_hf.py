@@ -9,13 +9,14 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_llamacpp import LLAMA_CPP, ckpt, models  # noqa: E402,F401  (the fixture: each family's model and GGUFs)
+from test_llamacpp import LLAMA_CPP, broken_copy, ckpt, models  # noqa: E402,F401  (the fixture: each family's model and GGUFs)
 
 IDS = torch.tensor([[1, 5, 100, 2000, 7, 42, 900, 3, 31000]])
 
@@ -42,10 +43,8 @@ def assert_same_model(a, b):
         assert torch.equal(a(IDS).logits, b(IDS).logits)
 
 
-# Llama's Q8_0: its Q and K rows are put back through a view of the rows,
-# which the plan offers for whole-byte elements only (not yet Q8_0 blocks).
-CASES = [(f, t) for f in ("llama3", "llama2", "qwen2", "qwen3", "phi3") for t in ("f32", "f16", "bf16", "q8_0")
-         if not (f in ("llama3", "llama2") and t == "q8_0")]
+# Llama's Q8_0 too: its Q and K rows are put back in whole 34-byte blocks.
+CASES = [(f, t) for f in ("llama3", "llama2", "qwen2", "qwen3", "phi3") for t in ("f32", "f16", "bf16", "q8_0")]
 
 
 @pytest.mark.parametrize("family,outtype", CASES)
@@ -55,11 +54,97 @@ def test_logits_equal_transformers_own_gguf_load(models, family, outtype, tmp_pa
     dequantize the same blocks: d × q in f32)."""
     gguf = models[family][1][outtype]
     hf = to_hf(gguf, tmp_path / "hf", "--dtype", "f32")
-    assert sorted(os.listdir(hf)) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(hf)) == ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
     # transformers' GGUF config drops qwen3.attention.key_length: Qwen3Config's
     # default head_dim (128) would stay, so the tiny model's (16) is given.
     kw = {"head_dim": json.loads((hf / "config.json").read_text())["head_dim"]} if family == "qwen3" else {}
     assert_same_model(transformers_model(gguf, **kw), transformers_model(hf))
+
+
+# Texts for the tokenizers: runs of spaces, tabs and newlines, unicode
+# (accents, CJK, emoji, no-break spaces), digits, contractions, code, and
+# each family's special tokens written in the text.
+TEXTS = ["Hello world", "  two  spaces   and\ttabs\n\nnewlines  ", " leading space", "",
+         "unicode: h\u00e9llo w\u00f6rld \u2014 \u00fcn\u00efc\u00f6d\u00e9 \u65e5\u672c\u8a9e\u30c6\u30ad\u30b9\u30c8 \U0001f917\U0001f680",
+         "\u00a0nbsp\u3000ideographic", "numbers 1234567 3.14159 and CAPS", "don't I'll we're",
+         "code:\n    def f(x):\n        return x**2  # c\n"]
+SPECIAL_TEXTS = {
+    "llama3": "<|begin_of_text|>user<|eot_id|> <|start_header_id|>x<|end_header_id|>\n\n",
+    "qwen2": "<|im_start|>user\nhi<|im_end|>\n<|endoftext|>",
+    "llama2": "<s>[INST] hi [/INST] ok</s>",
+    "phi3": "<|user|>\nhi<|end|>\n<|assistant|><|endoftext|>",
+}
+
+
+def auto_tokenizer(path):
+    from transformers import AutoTokenizer
+    path = Path(path)
+    if path.suffix == ".gguf":
+        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    return AutoTokenizer.from_pretrained(path)
+
+
+def ids(tokenizer, texts):
+    return [tokenizer(t)["input_ids"] for t in texts]
+
+
+@pytest.fixture(scope="module")
+def tokenizers(models, tmp_path_factory):
+    """Each family's tokenizer three ways: from ckpt's directory, from
+    transformers' own GGUF load, and the original HF tokenizer."""
+    out = {}
+    for family in ("llama3", "qwen2", "llama2", "phi3"):
+        gguf = models[family][1]["f16"]
+        hf = to_hf(gguf, tmp_path_factory.mktemp(family) / "hf")
+        out[family] = (auto_tokenizer(hf), auto_tokenizer(gguf), auto_tokenizer(models[family][0]), hf)
+    return out
+
+
+@pytest.mark.parametrize("family", ["llama3", "qwen2", "llama2", "phi3"])
+def test_tokenizer_ids_equal_transformers_own_gguf_tokenizer(tokenizers, family):
+    """tokenizer.json and tokenizer_config.json of the GGUF's key-values:
+    AutoTokenizer gives the ids transformers' GGUF load gives (SentencePiece
+    vocabularies: the merges rebuilt from the scores, as it rebuilds them),
+    BOS included, special tokens whole."""
+    ours, theirs, _, _ = tokenizers[family]
+    texts = TEXTS + [SPECIAL_TEXTS[family]]
+    assert ids(ours, texts) == ids(theirs, texts)
+    assert (ours.bos_token, ours.eos_token, ours.unk_token) == (theirs.bos_token, theirs.eos_token, theirs.unk_token)
+
+
+@pytest.mark.parametrize("family", ["llama3", "qwen2"])
+def test_byte_level_tokenizer_ids_equal_the_original(tokenizers, family):
+    """Byte-level BPE: the original tokenizer's ids on every text, also
+    where transformers' GGUF load is not the original (it adds
+    <|endoftext|> to Llama 3's vocabulary as a new token and drops Qwen2's
+    NFC normalizer): ckpt writes what the GGUF's pre-tokenizer name says."""
+    ours, theirs, original, _ = tokenizers[family]
+    texts = TEXTS + [SPECIAL_TEXTS[family], "<|endoftext|> e\u0301t\u00e9 ", "na\u0308ive cafe\u0301"]
+    assert ids(ours, texts) == ids(original, texts)
+    assert ids(theirs, texts) != ids(original, texts)  # where transformers' GGUF load is not the original
+
+
+def test_sentencepiece_tokenizer_ids_equal_sentencepiece(tokenizers, models):
+    """Llama 2's: the ids of SentencePiece itself (its merges by score;
+    texts that do not start with a space, where SentencePiece always adds
+    its prefix and Metaspace does not), runs of spaces inside included."""
+    import sentencepiece
+    ours = tokenizers["llama2"][0]
+    sp = sentencepiece.SentencePieceProcessor()
+    sp.LoadFromFile(str(models["llama2"][0] / "tokenizer.model"))
+    texts = [t for t in TEXTS if t and not t[0].isspace()] + ["a  b   c    d", "x\n  y"]
+    assert ids(ours, texts) == [[1] + sp.encode(t) for t in texts]
+
+
+def test_tokenizer_config_of_the_key_values(tokenizers):
+    """Special tokens, BOS flags and the chat template from the GGUF."""
+    _, _, original, hf = tokenizers["llama2"]
+    config = json.loads((hf / "tokenizer_config.json").read_text())
+    assert (config["bos_token"], config["eos_token"], config["unk_token"]) == ("<s>", "</s>", "<unk>")
+    assert (config["add_bos_token"], config["add_eos_token"]) == (True, False)
+    assert config["chat_template"] == original.chat_template
+    ours = tokenizers["llama3"][0]
+    assert ours("hi")["input_ids"][0] == 128000 and ours.decode(ours("h\u00e9 \U0001f917")["input_ids"][1:]) == "h\u00e9 \U0001f917"
 
 
 def test_default_dtype_is_the_ggufs_float_type(models, tmp_path):
@@ -90,8 +175,25 @@ def test_round_trip_hf_gguf_hf(models, family, tmp_path):
     assert_same_model(a, transformers_model(hf))
 
 
+@pytest.mark.parametrize("family,rope", [
+    ("llama3", {"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0}),
+    ("qwen3", {"rope_type": "yarn", "factor": 2.5, "original_max_position_embeddings": 16384, "rope_theta": 1000000.0,
+               "beta_fast": 16.0, "beta_slow": 2.0, "attention_factor": 1.25}),
+])
+def test_rope_scaling_comes_back(models, tmp_path, family, rope):
+    """Linear and yarn RoPE scaling (the key-values convert_hf_to_gguf.py
+    writes) back as rope_parameters: the original's, and its logits."""
+    model = broken_copy(models[family][0], tmp_path / "rope", config={"rope_parameters": rope})
+    gguf = tmp_path / "m.gguf"
+    r = ckpt("convert", model, gguf, "--dtype", "f32", "-q")
+    assert r.returncode == 0, r.stderr
+    hf = to_hf(gguf, tmp_path / "hf", "--dtype", "f32")
+    assert json.loads((hf / "config.json").read_text())["rope_parameters"] == rope
+    assert_same_model(transformers_model(model), transformers_model(hf))
+
+
 def rewritten(src, dst, drop=(), change=None):
-    """A copy of a GGUF with key-values dropped or changed (gguf-py)."""
+    """A copy of a GGUF with key-values dropped, changed or added (gguf-py)."""
     sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
     try:
         import gguf
@@ -103,6 +205,9 @@ def rewritten(src, dst, drop=(), change=None):
                 continue
             value = (change or {}).get(name, f.contents())
             w.add_key_value(name, value, f.types[0], sub_type=f.types[-1] if len(f.types) > 1 else None)
+        for name, value in (change or {}).items():  # new keys: strings
+            if name not in r.fields:
+                w.add_string(name, value)
         for t in r.tensors:
             w.add_tensor(t.name, t.data, raw_shape=list(reversed(t.shape.tolist())), raw_dtype=t.tensor_type)
         w.write_header_to_file()
@@ -142,6 +247,36 @@ def test_incomplete_architecture_key_values_are_refused(models, tmp_path, key):
 def test_key_values_that_contradict_shapes_are_refused(models, tmp_path, key, value, tensor):
     src = rewritten(models["llama3"][1]["f32"], tmp_path / "m.gguf", change={key: value})
     refused(src, tmp_path, tensor, key.split(".", 1)[1])
+
+
+@pytest.mark.parametrize("family,drop,change,words", [
+    ("llama3", (), {"tokenizer.ggml.model": "bert"}, ["tokenizer.ggml.model", "bert"]),
+    ("llama3", (), {"tokenizer.ggml.pre": "mystery"}, ["tokenizer.ggml.pre", "mystery"]),
+    ("llama3", (), {"tokenizer.ggml.bos_token_id": 999999}, ["tokenizer.ggml.bos_token_id", "999999"]),
+    ("llama2", ("tokenizer.ggml.scores",), None, ["tokenizer.ggml.scores", "missing"]),
+    ("llama2", (), {"tokenizer.ggml.token_type": [1, 2, 3]}, ["tokenizer.ggml.token_type", "one per token"]),
+    ("llama3", (), {"llama.rope.scaling.type": "longrope"}, ["llama.rope.scaling.type", "longrope"]),
+    ("llama3", (), {"llama.rope.scaling.type": "linear"}, ["llama.rope.scaling.factor", "missing"]),
+])
+def test_key_values_ckpt_cannot_write_back_are_refused(models, tmp_path, family, drop, change, words):
+    src = rewritten(models[family][1]["f32"], tmp_path / "m.gguf", drop=drop, change=change)
+    refused(src, tmp_path, *words)
+
+
+def test_tokenizer_files_come_of_the_tokenizer_key_values(models, tmp_path):
+    """The tokenizer files where the GGUF has tokenizer.* key-values, none
+    where it has not: config.json and the tensors."""
+    src = models["qwen2"][1]["f32"]
+    assert sorted(os.listdir(to_hf(src, tmp_path / "with"))) == [
+        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
+    try:
+        import gguf
+        keys = [k for k in gguf.GGUFReader(src).fields if k.startswith("tokenizer.")]
+    finally:
+        sys.path.remove(str(LLAMA_CPP / "gguf-py"))
+    stripped = rewritten(src, tmp_path / "m.gguf", drop=keys)
+    assert sorted(os.listdir(to_hf(stripped, tmp_path / "hf"))) == ["config.json", "model.safetensors"]
 
 
 def test_raw_keeps_the_plain_container(models, tmp_path):

@@ -387,16 +387,23 @@ static ckpt_status llamacpp(const char *dir, ckpt_dtype dtype, ckpt_catalog **c,
     return ckpt_gguf_llamacpp_plan(*p, dir, dtype, kv, err);
 }
 
+/* The tiny Llama directory (write_llama_dir, with its tokenizer) at
+ * `model` and llama.cpp's plan over it. */
+static ckpt_status tiny_llama(const char *model, ckpt_dtype dtype, ckpt_catalog **c, ckpt_plan **p, char **kv,
+                              ckpt_error *err) {
+    assert_int_equal(mkdir(model, 0755), 0);
+    write_llama_dir(model, "LlamaForCausalLM", 2, true);
+    return llamacpp(model, dtype, c, p, kv, err);
+}
+
 static void test_llamacpp_plan(void **state) {
     (void)state;
     char *dir = scratch_dir(), *model = strdup(in_dir(dir, "tiny-llama"));
-    assert_int_equal(mkdir(model, 0755), 0);
-    write_llama_dir(model, "LlamaForCausalLM", 2, true);
     ckpt_catalog *c;
     ckpt_plan *p;
     char *kv = NULL;
     ckpt_error err;
-    assert_int_equal(llamacpp(model, CKPT_Q8_0, &c, &p, &kv, &err), CKPT_OK);
+    assert_int_equal(tiny_llama(model, CKPT_Q8_0, &c, &p, &kv, &err), CKPT_OK);
     /* names, f32 norms, and Q8_0 rows of 4 elements fall back to f16 */
     const ckpt_plan_item *q = ckpt_plan_find(p, "blk.0.attn_q.weight", NULL);
     assert_non_null(q);
@@ -429,6 +436,60 @@ static void test_llamacpp_plan(void **state) {
     ckpt_plan_free(p);
     ckpt_catalog_close(c);
     free(model);
+    scratch_free(dir);
+}
+
+/* And back: the GGUF's tokenizer key-values as tokenizer.json and
+ * tokenizer_config.json beside config.json, written as the vocabulary is
+ * walked (the byte-level vocabulary, its merges as pairs, control tokens
+ * special, BOS added, Llama 3's split). */
+static void test_gguf_hf_tokenizer(void **state) {
+    (void)state;
+    char *dir = scratch_dir(), *model = strdup(in_dir(dir, "tiny-llama")), *gguf = strdup(in_dir(dir, "m.gguf"));
+    char *out = strdup(in_dir(dir, "hf/"));
+    ckpt_catalog *c;
+    ckpt_plan *p;
+    char *kv = NULL;
+    ckpt_error err;
+    assert_int_equal(tiny_llama(model, CKPT_F32, &c, &p, &kv, &err), CKPT_OK);
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.no_sync = 1, o.metadata_json = kv;
+    assert_int_equal(ckpt_convert_plan(p, gguf, &o, &err), CKPT_OK);
+    ckpt_free(kv);
+    ckpt_plan_free(p);
+    ckpt_catalog_close(c);
+    assert_int_equal(ckpt_catalog_open(gguf, &c, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_create(c, &p, &err), CKPT_OK);
+    assert_int_equal(ckpt_gguf_hf_plan(p, CKPT_F32, &err), CKPT_OK);
+    o.metadata_json = NULL, o.format = CKPT_FORMAT_SAFETENSORS;
+    if (ckpt_convert_plan(p, out, &o, &err) != CKPT_OK) fail_msg("%s", err.message);
+    size_t n;
+    char *json = read_all(in_dir(out, "tokenizer.json"), &n), *config = read_all(in_dir(out, "tokenizer_config.json"), &n);
+    assert_non_null(json);
+    assert_non_null(config);
+    static const char *const want[] = {
+        "\"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"\xc4\xa0\": 3, \"\xc4\xa0" "a\": 4, \"[PAD5]\": 5, "
+        "\"<|begin|>\": 6, \"<|end|>\": 7}",
+        "\"merges\": [[\"a\", \"b\"], [\"\xc4\xa0\", \"a\"]]",
+        "{\"id\": 6, \"content\": \"<|begin|>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+        "\"normalized\": false, \"special\": true}",
+        "\"single\": [{\"SpecialToken\": {\"id\": \"<|begin|>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", "
+        "\"type_id\": 0}}]",
+        "\\\\p{N}{1,3}", "\"ignore_merges\": true",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        if (!strstr(json, want[i])) fail_msg("%s not in %s", want[i], json);
+    assert_null(strstr(json, "\"id\": 5, \"content\"")); /* [PAD5]: unused, no added token */
+    assert_non_null(strstr(config, "\"bos_token\": \"<|begin|>\""));
+    assert_non_null(strstr(config, "\"chat_template\": \"{{ x }}\""));
+    free(json);
+    free(config);
+    ckpt_plan_free(p);
+    ckpt_catalog_close(c);
+    free(model);
+    free(gguf);
+    free(out);
     scratch_free(dir);
 }
 
@@ -473,6 +534,7 @@ int main(void) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_llamacpp_plan),
         cmocka_unit_test(test_llamacpp_refusals),
+        cmocka_unit_test(test_gguf_hf_tokenizer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,18 @@
+/* llamacpp_hf.h — what llamacpp_hf.c (a llama.cpp GGUF as a Hugging Face
+ * directory) asks of its tokenizer's file. */
+#ifndef CKPT_FORMATS_LLAMACPP_HF_H
+#define CKPT_FORMATS_LLAMACPP_HF_H
+
+#include "../base/base.h"
+
+/*
+ * Adds tokenizer.json and tokenizer_config.json, made of the GGUF's
+ * tokenizer.ggml.* key-values, to `plan`'s carried files
+ * (llamacpp_hf_tokenizer.c); `architecture` is general.architecture.  A
+ * file without tokenizer.ggml.model adds nothing; a tokenizer ckpt cannot
+ * write, or key-values that contradict each other, are
+ * CKPT_E_INVALID_ARGUMENT naming the file and the key.
+ */
+CKPT__HIDDEN ckpt_status ckpt__lc_hf_tokenizer(ckpt_plan *plan, const char *architecture, ckpt_error *err);
+
+#endif
