@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -239,7 +240,8 @@ static void test_every_fault_point(void **state) {
 
 /* A long write goes to the page cache in 32 KiB calls (src/io/file.c,
  * WRITE_PIECE: large writes make large folios, slow to allocate): the second
- * call failing fails the write, naming the byte where that call began. */
+ * call failing fails the write, naming the byte where that call began.  On
+ * tmpfs (TMPDIR there) the write is one call: no second call to fail. */
 static void test_write_in_pieces(void **state) {
     (void)state;
     enum { PIECE = 32 << 10, LEN = 3 * PIECE + 100 };
@@ -250,15 +252,19 @@ static void test_write_in_pieces(void **state) {
     assert_true(fd >= 0);
     ckpt_error err;
     ckpt_error_clear(&err);
+    struct statfs fs;
+    assert_int_equal(fstatfs(fd, &fs), 0);
+    bool tmpfs = (unsigned long)fs.f_type == 0x01021994;
     ckpt__fault_arm(CKPT__FAULT_EIO, 2);
     ckpt_status st = ckpt__pwrite_full(fd, buf, LEN, 4096, path, &err);
     int fired = ckpt__fault_fired();
     ckpt__fault_arm(CKPT__FAULT_NONE, 0);
-    assert_true(fired);
-    assert_int_equal(st, CKPT_E_IO);
-    assert_int_equal(err.offset, 4096 + PIECE);
+    assert_int_equal(fired, !tmpfs);
+    assert_int_equal(st, tmpfs ? CKPT_OK : CKPT_E_IO);
+    if (!tmpfs) assert_int_equal(err.offset, 4096 + PIECE);
     /* Short pieces are resumed: every byte arrives. */
-    ckpt__fault_arm(CKPT__FAULT_SHORT, 3);
+    assert_int_equal(ftruncate(fd, 0), 0);
+    ckpt__fault_arm(CKPT__FAULT_SHORT, tmpfs ? 1 : 3);
     st = ckpt__pwrite_full(fd, buf, LEN, 0, path, &err);
     fired = ckpt__fault_fired();
     ckpt__fault_arm(CKPT__FAULT_NONE, 0);
