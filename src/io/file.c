@@ -10,10 +10,38 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 /* Linux caps one read/write at 0x7ffff000 bytes; stay under it. */
 enum { MAX_IO = 1 << 30 };
+/* Writes through the page cache go in pieces of at most this: a file
+ * system with large folios (ext4, XFS) sizes each new page-cache folio by
+ * the write that creates it, and a folio over 32 KiB (an order above
+ * PAGE_ALLOC_COSTLY_ORDER) is taken from whole free blocks, compacting
+ * memory for them — blocks that a VM has often handed back to its host,
+ * each touch then a host fault.  A 1 GB Q8_0 GGUF converted to 1.9 GB of
+ * bf16 on ext4 took 1.65 to 1.8 times less time and CPU in 32 KiB pieces
+ * than in the engine's 8 MiB boxes (bench/q8_to_bf16_quick.py, a 2-vCPU
+ * VM), a 0.8 GB ckpt.save in a fresh process 3.7 s against 6.5 s.  On
+ * tmpfs (order-0 pages: nothing to gain) the extra calls cost about 7% of
+ * the write's CPU (0.91 s against 0.85 s for 1.9 GB): writes there go
+ * whole (write_piece).  Large writes win
+ * only where as much memory was just freed in large blocks (the same file
+ * saved again and again in one process: 0.7 s against 1.4 s there). */
+enum { WRITE_PIECE = 32 << 10 };
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+
+/* The most one write call to fd takes: WRITE_PIECE, except on tmpfs, whose
+ * folios the write's size does not choose (pieces would only add calls). */
+static uint64_t write_piece(int fd, uint64_t n) {
+    if (n <= WRITE_PIECE) return WRITE_PIECE;
+    struct statfs s;
+    return fstatfs(fd, &s) == 0 && (unsigned long)s.f_type == TMPFS_MAGIC ? MAX_IO : WRITE_PIECE;
+}
+
 /* Buffer of the pread/pwrite fallback copy, and the granularity of progress. */
 enum { COPY_CHUNK = 8 << 20, COPY_TICK = 64 << 20, CLONE_BLOCK = 4096 /* the usual file system block */ };
 
@@ -65,8 +93,9 @@ ckpt_status ckpt__pread_full(int fd, void *buf, uint64_t n, uint64_t offset, con
 ckpt_status ckpt__pwrite_full(int fd, const void *buf, uint64_t n, uint64_t offset, const char *path,
                               ckpt_error *err) {
     const char *p = buf;
+    uint64_t piece = write_piece(fd, n);
     while (n > 0) {
-        size_t want = n > MAX_IO ? MAX_IO : (size_t)n;
+        size_t want = n > piece ? (size_t)piece : (size_t)n;
         ssize_t put = ckpt__io_pwrite(fd, p, want, (off_t)offset);
         if (put < 0) {
             if (errno == EINTR) continue;

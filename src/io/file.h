@@ -29,7 +29,9 @@ CKPT__HIDDEN void ckpt__fd_blocking(int fd);
 CKPT__HIDDEN ckpt_status ckpt__pread_full(int fd, void *buf, uint64_t n, uint64_t offset,
                                           const char *path, ckpt_error *err);
 
-/* Writes exactly `n` bytes at `offset`. */
+/* Writes exactly `n` bytes at `offset`, in calls of at most 32 KiB except
+ * on tmpfs (file.c says why); a failure names the offset of the piece that
+ * failed. */
 CKPT__HIDDEN ckpt_status ckpt__pwrite_full(int fd, const void *buf, uint64_t n, uint64_t offset,
                                            const char *path, ckpt_error *err);
 

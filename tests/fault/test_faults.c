@@ -12,10 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "base/base.h"
 #include "helpers.h"
+#include "io/file.h"
 #include "memdir.h"
 
 #ifndef FIXTURES
@@ -236,6 +238,51 @@ static void test_every_fault_point(void **state) {
     printf("  %ld injection points in all\n", total_points);
 }
 
+/* A long write goes to the page cache in 32 KiB calls (src/io/file.c,
+ * WRITE_PIECE: large writes make large folios, slow to allocate): the second
+ * call failing fails the write, naming the byte where that call began.  On
+ * tmpfs (TMPDIR there) the write is one call: no second call to fail. */
+static void test_write_in_pieces(void **state) {
+    (void)state;
+    enum { PIECE = 32 << 10, LEN = 3 * PIECE + 100 };
+    unsigned char *buf = malloc(LEN);
+    memset(buf, 7, LEN);
+    const char *path = in_dir(outdir, "pieces.bin");
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    assert_true(fd >= 0);
+    ckpt_error err;
+    ckpt_error_clear(&err);
+    struct statfs fs;
+    assert_int_equal(fstatfs(fd, &fs), 0);
+    bool tmpfs = (unsigned long)fs.f_type == 0x01021994;
+    ckpt__fault_arm(CKPT__FAULT_EIO, 2);
+    ckpt_status st = ckpt__pwrite_full(fd, buf, LEN, 4096, path, &err);
+    int fired = ckpt__fault_fired();
+    ckpt__fault_arm(CKPT__FAULT_NONE, 0);
+    assert_int_equal(fired, !tmpfs);
+    assert_int_equal(st, tmpfs ? CKPT_OK : CKPT_E_IO);
+    if (!tmpfs) assert_int_equal(err.offset, 4096 + PIECE);
+    /* Short pieces are resumed: every byte arrives. */
+    assert_int_equal(ftruncate(fd, 0), 0);
+    ckpt__fault_arm(CKPT__FAULT_SHORT, tmpfs ? 1 : 3);
+    st = ckpt__pwrite_full(fd, buf, LEN, 0, path, &err);
+    fired = ckpt__fault_fired();
+    ckpt__fault_arm(CKPT__FAULT_NONE, 0);
+    assert_true(fired);
+    assert_int_equal(st, CKPT_OK);
+    struct stat sb;
+    assert_int_equal(fstat(fd, &sb), 0);
+    assert_int_equal(sb.st_size, LEN);
+    close(fd);
+    size_t n;
+    char *back = read_all(path, &n);
+    assert_int_equal(n, LEN);
+    assert_memory_equal(back, buf, LEN);
+    free(back);
+    free(buf);
+    unlink(path);
+}
+
 static int setup(void **state) {
     (void)state;
     work = scratch_dir();
@@ -268,6 +315,6 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_fault_point)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_write_in_pieces), cmocka_unit_test(test_every_fault_point)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }
