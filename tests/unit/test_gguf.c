@@ -428,6 +428,21 @@ static void test_llamacpp_plan(void **state) {
                                     8 * sizeof(float));
     ckpt_plan_free(p);
     ckpt_catalog_close(c);
+    /* No text asked: the plan carries the key-values to the .gguf, in order */
+    assert_int_equal(llamacpp(model, CKPT_F32, &c, &p, NULL, &err), CKPT_OK);
+    char *out = strdup(in_dir(dir, "out.gguf"));
+    assert_int_equal(ckpt_convert_plan(p, out, NULL, &err), CKPT_OK);
+    ckpt_plan_free(p);
+    ckpt_catalog_close(c);
+    assert_int_equal(ckpt_catalog_open(out, &c, &err), CKPT_OK);
+    const ckpt_kv *tokens = ckpt_catalog_kv_find(c, "tokenizer.ggml.tokens");
+    assert_non_null(tokens);
+    assert_int_equal(tokens->count, 8);
+    assert_int_equal(ckpt_catalog_kv_find(c, "tokenizer.ggml.merges")->count, 2);
+    assert_string_equal(ckpt_catalog_kv(c, 0)->key, "general.architecture");
+    assert_string_equal(ckpt_catalog_kv(c, ckpt_catalog_kv_count(c) - 1)->key, "tokenizer.chat_template");
+    ckpt_catalog_close(c);
+    free(out);
     free(model);
     scratch_free(dir);
 }
