@@ -67,7 +67,7 @@ typedef struct lc {
     bool kvs_handed;
     ckpt__buf text;       /* scratch: a small key-value's typed JSON */
     /* tokenizer.json's vocabulary and merges, read as the file streams by
-     * (tokenizer.c's node tree holds the rest): each id's token, the merges
+     * (c->tokenizer's node tree holds the rest): each id's token, the merges
      * encoded; the first error of each, reported after the file's own */
     struct token_slot *slots;
     ckpt__arena vocab_text;
