@@ -391,12 +391,13 @@ typedef struct ckpt_tensor_info {
  *     `flax_model.msgpack`, a single `*.msgpack`, a single `*.npz`, a
  *     single `*.npy`; several files of one kind and no index is
  *     CKPT_E_UNKNOWN_FORMAT;
- *   - `http://`, `https://` and `s3://` URLs of any of these files (an
- *     index's shards are fetched relative to its URL), or ending in '/' for
- *     a remote "directory", where only the exact names above are tried (a
+ *   - `http://` and `https://` URLs of any of these files (an index's
+ *     shards are fetched relative to its URL), or ending in '/' for a
+ *     remote "directory", where only the exact names above are tried (a
  *     URL cannot be listed); see ckpt_catalog_options.  A build without
  *     libcurl refuses URLs with CKPT_D_UNSUPPORTED_SOURCE;
- *   - `gs://BUCKET/KEY` (Google Cloud Storage) and `az://ACCOUNT/CONTAINER/BLOB`
+ *   - `s3://BUCKET/KEY` (S3 and S3-compatible stores), `gs://BUCKET/KEY`
+ *     (Google Cloud Storage) and `az://ACCOUNT/CONTAINER/BLOB`
  *     or `https://ACCOUNT.blob.core.windows.net/CONTAINER/BLOB` (Azure Blob
  *     Storage) names of any of these files, or of a prefix (a "directory",
  *     with or without its final '/'), which is listed as a local directory

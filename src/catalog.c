@@ -189,6 +189,25 @@ static ckpt_status take_userinfo(ckpt_catalog *c, const char *path, char **clean
     return CKPT_OK;
 }
 
+/* A remote directory's name whose query is the credentials of the files
+ * inside it (an Azure SAS token): the query kept in the source options for
+ * them, and *clean the name without it (malloc'ed; NULL when the name keeps
+ * its query), so that the names joined under it are names. */
+static ckpt_status take_dir_query(ckpt_catalog *c, const char *path, char **clean, ckpt_error *err) {
+    char *query;
+    if (!ckpt__source_take_query(path, clean, &query)) return ckpt__oom(err, NULL, NULL);
+    if (!query) return CKPT_OK;
+    size_t n = strlen(*clean);
+    bool slash = n && (*clean)[n - 1] == '/';
+    char *dir = ckpt__arena_strndup(&c->arena, *clean, n + !slash);
+    if (dir && !slash) dir[n] = '/';
+    c->source_options.dir_query_for = dir;
+    c->source_options.dir_query = arena_copy(c, query);
+    memset(query, 0, strlen(query));
+    free(query);
+    return dir && c->source_options.dir_query ? CKPT_OK : ckpt__oom(err, NULL, NULL);
+}
+
 const char *const *ckpt__cat_allowed_globals(const ckpt_catalog *c, size_t *count) {
     *count = c->extra_global_count;
     return c->extra_globals;
@@ -598,7 +617,7 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
     ckpt_catalog *c;
     ckpt_status st = ckpt__catalog_new(options, &c, err);
     if (st) return st;
-    char *resolved = NULL, *clean = NULL, *pinned = NULL;
+    char *resolved = NULL, *clean = NULL, *pinned = NULL, *plain_dir = NULL;
     st = take_userinfo(c, path, &clean, err);
     if (clean) path = clean;
     /* One version throughout: a Hub branch becomes the commit it is at now. */
@@ -626,8 +645,9 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
             if (!remote_name) st = ckpt__fail_errno(err, ENOENT, path, -1, "cannot open");
             break;
         case CKPT__NAME_DIR:
-            if (!remote_name) st = ckpt__catalog_set_root(c, path, true, err);
-            if (st == CKPT_OK) st = ckpt__format_find_in_dir(c->place_ops, c->place_user, path, &resolved, err);
+            st = remote_name ? take_dir_query(c, path, &plain_dir, err) : ckpt__catalog_set_root(c, path, true, err);
+            if (st == CKPT_OK)
+                st = ckpt__format_find_in_dir(c->place_ops, c->place_user, plain_dir ? plain_dir : path, &resolved, err);
             break;
         case CKPT__NAME_FILE:
             if (!remote_name) st = ckpt__catalog_set_root(c, path, false, err);
@@ -638,6 +658,7 @@ ckpt_status ckpt_catalog_open_ex(const char *path, const ckpt_catalog_options *o
     free(resolved);
     free(clean);
     free(pinned);
+    free(plain_dir);
     return st;
 }
 

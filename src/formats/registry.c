@@ -322,6 +322,8 @@ ckpt_status ckpt__format_find_in_dir(const ckpt_source_ops *place, void *user, c
         free(tried.data);
         return st;
     }
+    if (listed && !count) /* an object store's prefix with nothing under it, or an empty directory */
+        return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1, "the directory is empty (nothing is under it)");
     return ckpt__fail(err, CKPT_E_NOT_FOUND, dir, NULL, -1,
                       "directory holds no checkpoint ckpt reads (*.safetensors, *.bin, an index of them, *.gguf, "
                       "*.msgpack, *.npz, *.npy, or a torch.distributed.checkpoint .metadata)");

@@ -4,7 +4,9 @@
  * HTTP machinery of http_source.c.
  *
  * Credentials, as the Azure CLI and SDKs name them:
- *   - a SAS token in the name's query (?sv=…&sig=…), else
+ *   - a SAS token in the name's query (?sv=…&sig=…) — a directory's passes
+ *     on to the blobs inside it (the catalog takes it out of the name and
+ *     hands it back for them: ckpt__source_options.dir_query) — else
  *     $AZURE_STORAGE_SAS_TOKEN or a connection string's
  *     SharedAccessSignature: sent as the query of every request;
  *   - else SharedKey, the account's key ($AZURE_STORAGE_KEY with
@@ -38,7 +40,7 @@
     "a private container needs a SAS token (in the URL, or AZURE_STORAGE_SAS_TOKEN) or the account's key "           \
     "(AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY, or AZURE_STORAGE_CONNECTION_STRING)"
 
-static const ckpt__store_listing azure_listing = {"comp=list&", "&restype=container", "Name"};
+static const ckpt__store_listing azure_listing = {{"comp=list", "restype=container"}, "marker", "NextMarker", "Name"};
 
 /* The account of an https name on Azure's host, or 0 when it is not one. */
 static size_t https_account(const char *name) {
@@ -171,9 +173,15 @@ static char *sas_query(const char *s, size_t n) {
     return q;
 }
 
+/* Whether `name` lies in the directory whose name carried a SAS token
+ * (the catalog took it out: ckpt__source_take_query). */
+static bool in_sas_dir(const char *name, const ckpt__source_options *o) {
+    return o->dir_query && o->dir_query_for && !strncmp(name, o->dir_query_for, strlen(o->dir_query_for));
+}
+
 /* The target of `name` (errors name `shown`: a SAS token redacted). */
-static ckpt_status azure_prepare(const char *name, const char *shown, bool need_blob, ckpt__store_target *t, az_name *n,
-                                 ckpt_error *err) {
+static ckpt_status azure_prepare(const char *name, const char *shown, const ckpt__source_options *o, bool need_blob,
+                                 ckpt__store_target *t, az_name *n, ckpt_error *err) {
     memset(t, 0, sizeof *t);
     if (!split_name(name, n) || (need_blob && !n->blob_len))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, shown, NULL, -1,
@@ -191,6 +199,7 @@ static ckpt_status azure_prepare(const char *name, const char *shown, bool need_
     t->auth.hint = AZURE_HINT;
     bool ok = !b.failed && ckpt__store_header(t, ckpt__strdup(AZURE_VERSION));
     if (n->query_len) t->query = sas_query(n->query, n->query_len), ok = ok && t->query;
+    else if (in_sas_dir(name, o)) t->query = sas_query(o->dir_query, strlen(o->dir_query)), ok = ok && t->query;
     else if (ours && e.sas) t->query = sas_query(e.sas, strlen(e.sas)), ok = ok && t->query;
     else if (ours && e.key && e.account) {
         t->auth.shared_key_account = ckpt__store_own(t, ckpt__strdup(e.account));
@@ -216,7 +225,7 @@ static ckpt_status azure_open(const char *name, const ckpt__source_options *o, c
     if (!shown) return ckpt__oom(err, NULL, NULL);
     ckpt__store_target t;
     az_name n;
-    ckpt_status st = azure_prepare(name, shown, true, &t, &n, err);
+    ckpt_status st = azure_prepare(name, shown, o, true, &t, &n, err);
     if (st == CKPT_OK) {
         st = ckpt__remote_open(shown, t.url, &t.auth, o, out, err);
         ckpt__store_target_free(&t);
@@ -225,31 +234,13 @@ static ckpt_status azure_open(const char *name, const ckpt__source_options *o, c
     return st;
 }
 
-/* The prefix that lists the directory of `n` ("" or ending in '/'), malloc'ed. */
-static char *dir_prefix(const az_name *n) {
-    ckpt__buf b = {0};
-    ckpt__buf_append(&b, n->blob, n->blob_len);
-    if (n->blob_len && n->blob[n->blob_len - 1] != '/') ckpt__buf_puts(&b, "/");
-    if (!b.data) ckpt__buf_append(&b, "", 0);
-    if (b.failed) free(b.data);
-    return b.failed ? NULL : b.data;
-}
-
 static ckpt__name_kind azure_stat(const char *name, const ckpt__source_options *o) {
     ckpt__store_target t;
     az_name n;
-    if (azure_prepare(name, name, false, &t, &n, NULL) != CKPT_OK) return CKPT__NAME_FILE;
-    bool dir = !n.blob_len || n.blob[n.blob_len - 1] == '/';
-    ckpt__name_kind k = dir ? CKPT__NAME_DIR : ckpt__remote_stat(t.url, &t.auth, o);
-    if (k == CKPT__NAME_MISSING) { /* a prefix of blobs is a directory */
-        char *prefix = dir_prefix(&n), *shown = ckpt__url_redact(name);
-        bool any = false;
-        if (prefix && shown &&
-            ckpt__store_list(shown, &t, &azure_listing, prefix, o, NULL, NULL, &any, NULL) == CKPT_OK && any)
-            k = CKPT__NAME_DIR;
-        free(prefix);
-        free(shown);
-    }
+    if (azure_prepare(name, name, o, false, &t, &n, NULL) != CKPT_OK) return CKPT__NAME_FILE;
+    char *shown = ckpt__url_redact(name);
+    ckpt__name_kind k = shown ? ckpt__store_stat(shown, &t, &azure_listing, n.blob, n.blob_len, o) : CKPT__NAME_FILE;
+    free(shown);
     ckpt__store_target_free(&t);
     return k;
 }
@@ -260,16 +251,13 @@ static ckpt_status azure_list(const char *dir, const ckpt__source_options *o, in
     if (!shown) return ckpt__oom(err, NULL, NULL);
     ckpt__store_target t;
     az_name n;
-    ckpt_status st = azure_prepare(dir, shown, false, &t, &n, err);
+    ckpt_status st = azure_prepare(dir, shown, o, false, &t, &n, err);
     if (st == CKPT_OK) {
-        char *prefix = dir_prefix(&n);
-        st = prefix ? ckpt__store_list(shown, &t, &azure_listing, prefix, o, add, ctx, NULL, err)
-                    : ckpt__oom(err, shown, NULL);
-        free(prefix);
+        st = ckpt__store_list_dir(shown, &t, &azure_listing, n.blob, n.blob_len, o, add, ctx, err);
         ckpt__store_target_free(&t);
     }
     free(shown);
     return st;
 }
 
-const ckpt__source_kind ckpt__azure_kind = {"azure", azure_claims, azure_open, azure_stat, NULL, azure_list};
+const ckpt__source_kind ckpt__azure_kind = {"azure", azure_claims, azure_open, azure_stat, NULL, azure_list, true};

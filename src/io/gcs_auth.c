@@ -12,8 +12,11 @@
  *      or metadata.google.internal where the machine's DMI product name
  *      says Google, asked with "Metadata-Flavor: Google".
  *
- * A token is kept for the process until a minute before it expires, so
- * that a directory of shards asks once.  Depends on base, http.h and
+ * A token is kept for the process until a minute before it expires (half
+ * its life, for one shorter than two minutes), so that a directory of
+ * shards asks once; every request of a long load asks for it again
+ * (ckpt__remote_auth.refresh), so that one past that point gets a fresh
+ * one, and a request refused with 401 is tried once more with a fresh one.  Depends on base, http.h and
  * objstore.h.
  */
 #include <fcntl.h>
@@ -60,6 +63,15 @@ static char *read_small(const char *path, size_t *len) {
 static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *kept_for, *kept_token; /* where it came from, and the token */
 static time_t kept_until;
+
+static pthread_mutex_t fetch_lock = PTHREAD_MUTEX_INITIALIZER; /* one token request at a time */
+
+/* Forgets the kept token if it is `stale` (the server refused it). */
+static void forget(const char *origin, const char *stale) {
+    pthread_mutex_lock(&kept_lock);
+    if (kept_for && !strcmp(kept_for, origin) && kept_token && !strcmp(kept_token, stale)) kept_until = 0;
+    pthread_mutex_unlock(&kept_lock);
+}
 
 static char *kept(const char *origin) {
     pthread_mutex_lock(&kept_lock);
@@ -327,15 +339,33 @@ static char *credentials_file(void) {
     return p.data;
 }
 
-ckpt_status ckpt__gcs_token(const char *shown, const ckpt__source_options *o, char **token, ckpt_error *err) {
-    *token = NULL;
+/* An origin names its kind first: "file PATH" or "metadata HOST". */
+#define FILE_ORIGIN "file "
+#define METADATA_ORIGIN "metadata "
+
+char *ckpt__gcs_token_origin(void) {
     char *file = credentials_file();
     const char *host = ckpt__env("GCE_METADATA_HOST");
     if (!file && !host && on_google_cloud()) host = "metadata.google.internal";
-    const char *origin = file ? file : host;
-    if (!origin) return CKPT_OK; /* no OAuth: anonymous */
-    ckpt_status st = CKPT_OK;
-    if (!(*token = kept(origin))) st = file ? file_token(shown, file, o, token, err) : metadata_token(shown, host, o, token, err);
+    if (!file && !host) return NULL; /* no OAuth: anonymous */
+    ckpt__buf b = {0};
+    ckpt__buf_puts(&b, file ? FILE_ORIGIN : METADATA_ORIGIN);
+    ckpt__buf_puts(&b, file ? file : host);
     free(file);
+    if (b.failed) free(b.data);
+    return b.failed ? NULL : b.data;
+}
+
+ckpt_status ckpt__gcs_token_refresh(const char *origin, const char *shown, const ckpt__source_options *o,
+                                    const char *stale, char **token, ckpt_error *err) {
+    bool file = !strncmp(origin, FILE_ORIGIN, strlen(FILE_ORIGIN));
+    const char *where = origin + (file ? strlen(FILE_ORIGIN) : strlen(METADATA_ORIGIN));
+    if (stale) forget(where, stale);
+    if ((*token = kept(where))) return CKPT_OK;
+    pthread_mutex_lock(&fetch_lock);
+    ckpt_status st = CKPT_OK;
+    if (!(*token = kept(where))) /* unless another request fetched one meanwhile */
+        st = file ? file_token(shown, where, o, token, err) : metadata_token(shown, where, o, token, err);
+    pthread_mutex_unlock(&fetch_lock);
     return st;
 }

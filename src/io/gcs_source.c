@@ -25,7 +25,7 @@
 
 static bool gcs_claims(const char *name) { return !strncmp(name, "gs://", 5); }
 
-static const ckpt__store_listing gcs_listing = {"", NULL, "Key"};
+static const ckpt__store_listing gcs_listing = {{NULL, NULL}, "marker", "NextMarker", "Key"};
 
 #define GCS_HINT                                                                                                      \
     "a private bucket needs GS_ACCESS_KEY_ID and GS_SECRET_ACCESS_KEY (HMAC keys), or "                              \
@@ -69,12 +69,17 @@ static ckpt_status gcs_prepare(const char *name, const ckpt__source_options *o, 
     bool ok = !b.failed && (t->url = ckpt__store_url(t, *key, NULL));
     const char *id = ckpt__env("GS_ACCESS_KEY_ID"), *secret = ckpt__env("GS_SECRET_ACCESS_KEY");
     ckpt_status st = CKPT_OK;
+    char *origin = NULL;
     if (ok && id && secret) {
         ok = ckpt__store_sigv4(t, id, secret, "goog:goog:auto:storage", "goog", NULL);
-    } else if (ok) {
+    } else if (ok && (origin = ckpt__gcs_token_origin())) {
+        /* Asked again before each request of the files opened with it. */
         char *token = NULL;
-        st = ckpt__gcs_token(name, o, &token, err);
-        if (st == CKPT_OK && token) ok = (t->auth.bearer = ckpt__store_own(t, token)) != NULL;
+        st = ckpt__gcs_token_refresh(origin, name, o, NULL, &token, err);
+        t->auth.refresh = ckpt__gcs_token_refresh;
+        ok = st == CKPT_OK && (t->auth.refresh_ctx = ckpt__store_own(t, origin)) &&
+             (t->auth.bearer = ckpt__store_own(t, token));
+        if (st) free(origin), free(token);
     }
     if (st == CKPT_OK && !ok) st = ckpt__oom(err, name, NULL);
     if (st) ckpt__store_target_free(t);
@@ -92,31 +97,12 @@ static ckpt_status gcs_open(const char *name, const ckpt__source_options *o, ckp
     return st;
 }
 
-/* The prefix that lists directory `key` ("" for the bucket, else ending in '/'), malloc'ed. */
-static char *dir_prefix(const char *key) {
-    size_t n = strlen(key);
-    ckpt__buf b = {0};
-    ckpt__buf_append(&b, key, n);
-    if (n && key[n - 1] != '/') ckpt__buf_puts(&b, "/");
-    if (!b.data) ckpt__buf_append(&b, "", 0);
-    if (b.failed) free(b.data);
-    return b.failed ? NULL : b.data;
-}
-
 static ckpt__name_kind gcs_stat(const char *name, const ckpt__source_options *o) {
     ckpt__store_target t;
     const char *key;
     /* A name that is no object's: "a file", so that opening it says why. */
     if (gcs_prepare(name, o, false, &t, &key, NULL) != CKPT_OK) return CKPT__NAME_FILE;
-    size_t n = strlen(key);
-    ckpt__name_kind k = !n || key[n - 1] == '/' ? CKPT__NAME_DIR : ckpt__remote_stat(t.url, &t.auth, o);
-    if (k == CKPT__NAME_MISSING) { /* a prefix of objects is a directory */
-        char *prefix = dir_prefix(key);
-        bool any = false;
-        if (prefix && ckpt__store_list(name, &t, &gcs_listing, prefix, o, NULL, NULL, &any, NULL) == CKPT_OK && any)
-            k = CKPT__NAME_DIR;
-        free(prefix);
-    }
+    ckpt__name_kind k = ckpt__store_stat(name, &t, &gcs_listing, key, strlen(key), o);
     ckpt__store_target_free(&t);
     return k;
 }
@@ -127,9 +113,7 @@ static ckpt_status gcs_list(const char *dir, const ckpt__source_options *o, int 
     const char *key;
     ckpt_status st = gcs_prepare(dir, o, false, &t, &key, err);
     if (st) return st;
-    char *prefix = dir_prefix(key);
-    st = prefix ? ckpt__store_list(dir, &t, &gcs_listing, prefix, o, add, ctx, NULL, err) : ckpt__oom(err, dir, NULL);
-    free(prefix);
+    st = ckpt__store_list_dir(dir, &t, &gcs_listing, key, strlen(key), o, add, ctx, err);
     ckpt__store_target_free(&t);
     return st;
 }

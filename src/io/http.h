@@ -113,6 +113,15 @@ typedef struct ckpt__remote_auth {
      * answered 404 (a private bucket's objects are hidden), or NULL. */
     const char *hint;
     bool signed_url;           /* the URL's query carries the credentials (an Azure SAS token) */
+    /* A bearer token that expires (an OAuth access token, GCS's): asked
+     * before each data request for the token to send — the one it keeps,
+     * or a fresh one once that is about to expire — and, after a 401, for
+     * a fresh one in place of `stale` (NULL otherwise), the request then
+     * tried once more with it; malloc'ed into *token.  `refresh_ctx` (copied)
+     * says where the token comes from; `o` the timeouts of its request. */
+    ckpt_status (*refresh)(const char *refresh_ctx, const char *shown, const ckpt__source_options *o,
+                           const char *stale, char **token, ckpt_error *err);
+    const char *refresh_ctx;
 } ckpt__remote_auth;
 
 /*

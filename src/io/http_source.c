@@ -105,6 +105,13 @@ typedef struct remote {
     char *store;     /* an object store's name (its semantics: ckpt__remote_auth.store), or NULL */
     char *hint;      /* what to do when refused without credentials, or NULL */
     bool signed_url; /* the URL carries the credentials (a SAS token) */
+    /* A bearer token that expires: asked for before every attempt
+     * (ckpt__remote_auth.refresh), with what says where it comes from and
+     * the timeouts of asking (the options' numbers only). */
+    ckpt_status (*refresh)(const char *refresh_ctx, const char *shown, const ckpt__source_options *o,
+                           const char *stale, char **token, ckpt_error *err);
+    char *refresh_ctx;
+    ckpt__source_options token_options;
     struct curl_slist *headers; /* validators and the kind's headers, for every data request */
     long connect_ms, read_s;
     unsigned retries, max_conn;
@@ -235,6 +242,9 @@ typedef struct xfer {
     uint64_t window_pos;
     bool running, done;
     struct curl_slist *signed_headers; /* this attempt's headers, signed for it (SharedKey), or NULL */
+    char *token;              /* the bearer token this attempt sent (a refreshed one), or NULL */
+    char *stale;              /* a token answered 401, to be replaced before the next attempt, or NULL */
+    bool token_renewed;       /* a 401 got its one attempt with a fresh token */
     /* The current response. */
     long status;
     bool checked, error_status;
@@ -763,6 +773,28 @@ fail:
     return NULL;
 }
 
+/* Forgets an attempt's tokens (wiped). */
+static void drop_tokens(xfer *x) {
+    char *t[] = {x->token, x->stale};
+    for (size_t i = 0; i < 2; i++)
+        if (t[i]) memset(t[i], 0, strlen(t[i])), free(t[i]);
+    x->token = x->stale = NULL;
+}
+
+/* A token that expires: the one to send now (fresh in place of a stale
+ * one after a 401, or once the kept one is about to expire). */
+static ckpt_status send_token(remote *r, xfer *x, CURL *e, ckpt_error *err) {
+    if (!r->refresh) return CKPT_OK;
+    char *token = NULL;
+    ckpt_status st = r->refresh(r->refresh_ctx, r->shown, &r->token_options, x->stale, &token, err);
+    drop_tokens(x);
+    if (st) return st;
+    x->token = token;
+    curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
+    curl_easy_setopt(e, CURLOPT_XOAUTH2_BEARER, token);
+    return CKPT_OK;
+}
+
 static ckpt_status start(remote *r, context *c, xfer *x, ckpt_error *err) {
     CURL *e = easy_for(r, c);
     if (!e) return ckpt__oom(err, r->shown, NULL);
@@ -810,6 +842,12 @@ static ckpt_status start(remote *r, context *c, xfer *x, ckpt_error *err) {
         headers = x->signed_headers;
     }
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+    ckpt_status st = send_token(r, x, e, err);
+    if (st) {
+        easy_back(c, e);
+        x->easy = NULL;
+        return st;
+    }
     if (curl_multi_add_handle(c->multi, e) != CURLM_OK) {
         easy_back(c, e);
         x->easy = NULL;
@@ -931,6 +969,12 @@ static outcome judge_status(xfer *x, ckpt_status *st, ckpt_error *err) {
     if (r->hint && !credentials && (s == 401 || s == 403 || s == 404)) {
         size_t l = strlen(detail);
         snprintf(detail + l, sizeof detail - l, " (no credentials were sent: %s)", r->hint);
+    }
+    if (s == 401 && r->refresh && x->token && !x->token_renewed) { /* expired meanwhile: once more, with a fresh one */
+        x->token_renewed = true;
+        x->stale = x->token;
+        x->token = NULL;
+        return O_RETRY;
     }
     if (s == 408 || s == 429 || (s >= 500 && s < 600)) {
         if (may_retry(x)) return O_RETRY;
@@ -1087,7 +1131,7 @@ static ckpt_status run_batch(remote *r, xfer *xs, size_t n, ckpt_error *err) {
                 finished++;
                 break;
             case O_RETRY:
-                x->not_before = now_ms() + backoff_ms(x);
+                x->not_before = now_ms() + (x->stale ? 0 : backoff_ms(x)); /* a fresh token: at once */
                 if (x->mode == X_OPEN) x->pos = 0, x->end = r->head_bytes; /* the first request starts over */
                 break;
             case O_FAIL:
@@ -1121,6 +1165,7 @@ static ckpt_status run_batch(remote *r, xfer *xs, size_t n, ckpt_error *err) {
         }
         curl_slist_free_all(x->signed_headers);
         x->signed_headers = NULL;
+        drop_tokens(x);
     }
     return_context(r, c);
     return st;
@@ -1203,9 +1248,10 @@ static void remote_free(remote *r) {
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_destroy(&r->share_locks[i]);
     pthread_mutex_destroy(&r->lock);
     curl_slist_free_all(r->headers);
-    char *secrets[] = {r->bearer, r->userpwd, r->sk_key};
-    for (size_t i = 0; i < 3; i++)
+    char *secrets[] = {r->bearer, r->userpwd, r->sk_key, r->refresh_ctx};
+    for (size_t i = 0; i < 4; i++)
         if (secrets[i]) memset(secrets[i], 0, strlen(secrets[i]));
+    free(r->refresh_ctx);
     free(r->bearer);
     free(r->userpwd);
     free(r->sigv4);
@@ -1475,6 +1521,11 @@ static ckpt_status remote_new(const char *shown, const char *url, const ckpt__re
     r->store = dup_or_null(auth->store, &failed);
     r->hint = dup_or_null(auth->hint, &failed);
     r->signed_url = auth->signed_url;
+    r->refresh = auth->refresh;
+    r->refresh_ctx = dup_or_null(auth->refresh_ctx, &failed);
+    r->token_options = (ckpt__source_options){.connect_timeout_ms = o->connect_timeout_ms,
+                                              .read_timeout_ms = o->read_timeout_ms,
+                                              .retries = o->retries};
     r->connect_ms = o->connect_timeout_ms ? (long)o->connect_timeout_ms : DEFAULT_CONNECT_MS;
     r->read_s = (long)(((o->read_timeout_ms ? o->read_timeout_ms : DEFAULT_READ_MS) + 999) / 1000);
     r->min_speed = o->min_speed_bytes;

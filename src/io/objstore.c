@@ -115,27 +115,47 @@ static void encode_value(ckpt__buf *b, const char *s) {
     }
 }
 
+/* One query parameter of a listing's page: "name=value", the value encoded. */
+static char *param(const char *name, const char *value) {
+    ckpt__buf b = {0};
+    ckpt__buf_puts(&b, name);
+    ckpt__buf_puts(&b, "=");
+    encode_value(&b, value);
+    if (b.failed) free(b.data);
+    return b.failed ? NULL : b.data;
+}
+
+/* Parameters in order of their names (the part before '='). */
+static int by_name(const void *a, const void *b) {
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    size_t m = strcspn(x, "="), n = strcspn(y, "=");
+    int c = strncmp(x, y, m < n ? m : n);
+    return c ? c : (m > n) - (m < n);
+}
+
 /* One page of a listing: its URL, the bucket's or container's own (no
  * '/' after it) with the parameters in their sorted order (libcurl signs
- * the query as sent). */
+ * the query as sent), then the target's own query (a SAS token). */
 static char *page_url(const ckpt__store_target *t, const ckpt__store_listing *l, const char *prefix,
                       const char *marker) {
+    char *mine[3] = {param("delimiter", "/"), param("prefix", prefix),
+                     marker && *marker ? param(l->marker_param, marker) : NULL};
+    const char *all[5];
+    size_t n = 0;
+    bool failed = !mine[0] || !mine[1] || (marker && *marker && !mine[2]);
+    for (size_t i = 0; i < 3; i++)
+        if (mine[i]) all[n++] = mine[i];
+    for (size_t i = 0; i < 2; i++)
+        if (l->params[i]) all[n++] = l->params[i];
+    qsort(all, n, sizeof *all, by_name);
     ckpt__buf q = {0};
     ckpt__buf_puts(&q, t->base);
     if (q.len && q.data[q.len - 1] == '/') q.data[--q.len] = '\0';
-    ckpt__buf_puts(&q, "?");
-    ckpt__buf_puts(&q, l->query);
-    ckpt__buf_puts(&q, "delimiter=%2F");
-    if (marker && *marker) {
-        ckpt__buf_puts(&q, "&marker=");
-        encode_value(&q, marker);
-    }
-    ckpt__buf_puts(&q, "&prefix=");
-    encode_value(&q, prefix);
-    if (l->tail) ckpt__buf_puts(&q, l->tail);
+    for (size_t i = 0; i < n; i++) ckpt__buf_puts(&q, i ? "&" : "?"), ckpt__buf_puts(&q, all[i]);
     if (t->query) ckpt__buf_puts(&q, "&"), ckpt__buf_puts(&q, t->query);
-    if (q.failed) free(q.data);
-    return q.failed ? NULL : q.data;
+    for (size_t i = 0; i < 3; i++) free(mine[i]);
+    if (q.failed || failed) free(q.data);
+    return q.failed || failed ? NULL : q.data;
 }
 
 /* A listing's error as the store says it: its code, message and detail. */
@@ -187,11 +207,43 @@ ckpt_status ckpt__store_list(const char *shown, const ckpt__store_target *t, con
             if (add && add(ctx, name)) st = ckpt__oom(err, shown, NULL);
         }
         size_t pos = 0;
-        if (st || !ckpt__xml_next(xml, body.len, "NextMarker", &pos, &marker) || !marker.len) break;
+        if (st || !ckpt__xml_next(xml, body.len, l->next_tag, &pos, &marker) || !marker.len) break;
         if (any && *any && !add) break; /* asked only whether there is something */
     }
     free(body.data);
     free(item.data);
     free(marker.data);
+    return st;
+}
+
+/* The prefix that lists directory `key` ("" for the bucket, else ending in '/'), malloc'ed. */
+static char *dir_prefix(const char *key, size_t n) {
+    ckpt__buf b = {0};
+    ckpt__buf_append(&b, key, n);
+    if (n && key[n - 1] != '/') ckpt__buf_puts(&b, "/");
+    if (!b.data) ckpt__buf_append(&b, "", 0);
+    if (b.failed) free(b.data);
+    return b.failed ? NULL : b.data;
+}
+
+ckpt__name_kind ckpt__store_stat(const char *shown, const ckpt__store_target *t, const ckpt__store_listing *l,
+                                 const char *key, size_t n, const ckpt__source_options *o) {
+    if (!n || key[n - 1] == '/') return CKPT__NAME_DIR;
+    ckpt__name_kind k = ckpt__remote_stat(t->url, &t->auth, o);
+    if (k != CKPT__NAME_MISSING) return k;
+    char *prefix = dir_prefix(key, n); /* a prefix of objects is a directory */
+    bool any = false;
+    if (prefix && ckpt__store_list(shown, t, l, prefix, o, NULL, NULL, &any, NULL) == CKPT_OK && any)
+        k = CKPT__NAME_DIR;
+    free(prefix);
+    return k;
+}
+
+ckpt_status ckpt__store_list_dir(const char *shown, const ckpt__store_target *t, const ckpt__store_listing *l,
+                                 const char *key, size_t n, const ckpt__source_options *o,
+                                 int (*add)(void *ctx, const char *name), void *ctx, ckpt_error *err) {
+    char *prefix = dir_prefix(key, n);
+    ckpt_status st = prefix ? ckpt__store_list(shown, t, l, prefix, o, add, ctx, NULL, err) : ckpt__oom(err, shown, NULL);
+    free(prefix);
     return st;
 }

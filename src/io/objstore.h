@@ -53,13 +53,17 @@ CKPT__HIDDEN bool ckpt__store_sigv4(ckpt__store_target *t, const char *id, const
  * NULL) and the target's own query; malloc'ed, NULL when out of memory. */
 CKPT__HIDDEN char *ckpt__store_url(const ckpt__store_target *t, const char *path, const char *query);
 
-/* How a store lists: the query's parameters before
- * "delimiter=/&marker=…&prefix=…" and after (in sorted order: Azure's
- * "comp=list&" and "&restype=container"; none for GCS), and the element
- * holding each object's name ("Key", Azure's "Name").  Pages follow
- * <NextMarker>. */
+/* How a store lists a prefix: its own parameters ("name=value", as sent:
+ * Azure's "comp=list" and "restype=container", S3's "list-type=2"), the
+ * parameter that carries the next page's marker ("marker", S3's
+ * "continuation-token") and the element the answer gives it in
+ * ("NextMarker", "NextContinuationToken"), and the element holding each
+ * object's name ("Key", Azure's "Name").  Every page asks for the
+ * delimiter "/" and the prefix; the parameters go in sorted order (a
+ * SigV4 signature covers the query as sent). */
 typedef struct ckpt__store_listing {
-    const char *query, *tail, *name_tag;
+    const char *params[2];
+    const char *marker_param, *next_tag, *name_tag;
 } ckpt__store_listing;
 
 /*
@@ -73,5 +77,19 @@ CKPT__HIDDEN ckpt_status ckpt__store_list(const char *shown, const ckpt__store_t
                                           const ckpt__store_listing *l, const char *prefix,
                                           const ckpt__source_options *o, int (*add)(void *ctx, const char *name),
                                           void *ctx, bool *any, ckpt_error *err);
+
+/* What `key` (`n` bytes) of the target's bucket is: a directory when it is
+ * empty or ends in '/', else what a HEAD of the object says, and a missing
+ * object that is the prefix of some objects a directory too. */
+CKPT__HIDDEN ckpt__name_kind ckpt__store_stat(const char *shown, const ckpt__store_target *t,
+                                              const ckpt__store_listing *l, const char *key, size_t n,
+                                              const ckpt__source_options *o);
+
+/* The objects directly in directory `key` (`n` bytes; "" is the bucket's
+ * top, a final '/' optional): ckpt__store_list of its prefix. */
+CKPT__HIDDEN ckpt_status ckpt__store_list_dir(const char *shown, const ckpt__store_target *t,
+                                              const ckpt__store_listing *l, const char *key, size_t n,
+                                              const ckpt__source_options *o, int (*add)(void *ctx, const char *name),
+                                              void *ctx, ckpt_error *err);
 
 #endif

@@ -10,13 +10,20 @@
  * AWS_ENDPOINT_URL for S3-compatible stores (MinIO, Ceph, moto, R2…),
  * which are addressed path-style (<endpoint>/<bucket>/<key>); AWS itself
  * virtual-hosted (https://<bucket>.s3.<region>.amazonaws.com/<key>) when
- * the bucket name allows it.  Names shown in errors are the s3:// names.
+ * the bucket name allows it.  A "directory" (a prefix) is listed with
+ * ListObjectsV2 (list-type=2, delimiter=/, page after page by continuation
+ * token), so that a directory of shards opens as one; a name that is no
+ * object but a prefix of some is a directory too.  Names shown in errors
+ * are the s3:// names.
  * What the stores share (keys in URLs, SigV4 for libcurl) is objstore.c's.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "objstore.h"
+
+static const ckpt__store_listing s3_listing = {{"list-type=2", NULL}, "continuation-token",
+                                                "NextContinuationToken", "Key"};
 
 static bool s3_claims(const char *name) { return !strncmp(name, "s3://", 5); }
 
@@ -28,11 +35,14 @@ static bool virtual_host_bucket(const char *b, size_t n) {
     return b[0] != '-' && b[n - 1] != '-';
 }
 
-static ckpt_status s3_prepare(const char *name, bool allow_no_key, ckpt__store_target *t, ckpt_error *err) {
+/* The target of s3://BUCKET[/KEY]; *key points at KEY in `name`. */
+static ckpt_status s3_prepare(const char *name, bool allow_no_key, ckpt__store_target *t, const char **key_out,
+                              ckpt_error *err) {
     memset(t, 0, sizeof *t);
     const char *bucket = name + 5, *slash = strchr(bucket, '/');
     size_t bucket_len = slash ? (size_t)(slash - bucket) : strlen(bucket);
     const char *key = slash ? slash + 1 : "";
+    *key_out = key;
     if (!bucket_len || (!*key && !allow_no_key))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, name, NULL, -1,
                           "an s3:// name needs a bucket and a key: s3://BUCKET/KEY");
@@ -82,7 +92,8 @@ static ckpt_status s3_prepare(const char *name, bool allow_no_key, ckpt__store_t
 static ckpt_status s3_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
     *out = NULL;
     ckpt__store_target t;
-    ckpt_status st = s3_prepare(name, false, &t, err);
+    const char *key;
+    ckpt_status st = s3_prepare(name, false, &t, &key, err);
     if (st) return st;
     st = ckpt__remote_open(name, t.url, &t.auth, o, out, err);
     ckpt__store_target_free(&t);
@@ -91,16 +102,23 @@ static ckpt_status s3_open(const char *name, const ckpt__source_options *o, ckpt
 
 static ckpt__name_kind s3_stat(const char *name, const ckpt__source_options *o) {
     ckpt__store_target t;
+    const char *key;
     /* A name that is no object's: "a file", so that opening it says why. */
-    if (s3_prepare(name, true, &t, NULL) != CKPT_OK) return CKPT__NAME_FILE;
-    size_t n = strlen(name);
-    if (n && name[n - 1] == '/') {
-        ckpt__store_target_free(&t);
-        return CKPT__NAME_DIR;
-    }
-    ckpt__name_kind k = ckpt__remote_stat(t.url, &t.auth, o);
+    if (s3_prepare(name, true, &t, &key, NULL) != CKPT_OK) return CKPT__NAME_FILE;
+    ckpt__name_kind k = ckpt__store_stat(name, &t, &s3_listing, key, strlen(key), o);
     ckpt__store_target_free(&t);
     return k;
 }
 
-const ckpt__source_kind ckpt__s3_kind = {"s3", s3_claims, s3_open, s3_stat};
+static ckpt_status s3_list(const char *dir, const ckpt__source_options *o, int (*add)(void *ctx, const char *name),
+                           void *ctx, ckpt_error *err) {
+    ckpt__store_target t;
+    const char *key;
+    ckpt_status st = s3_prepare(dir, true, &t, &key, err);
+    if (st) return st;
+    st = ckpt__store_list_dir(dir, &t, &s3_listing, key, strlen(key), o, add, ctx, err);
+    ckpt__store_target_free(&t);
+    return st;
+}
+
+const ckpt__source_kind ckpt__s3_kind = {"s3", s3_claims, s3_open, s3_stat, NULL, s3_list};

@@ -114,6 +114,11 @@ typedef struct ckpt__source_options {
     const char *cache_dir;       /* remote: where verified copies are kept, or NULL */
     uint32_t head_bytes;         /* remote: the first bytes asked for at open (0: 256 KiB) */
     ckpt__download_meter *meter; /* remote: hears whole downloads (NULL: nobody) */
+    /* remote: the query a directory's name carried as its credentials (an
+     * Azure SAS token), taken out of the name (ckpt__source_take_query), and
+     * that directory, ending in '/': its kind sends the query with every
+     * request for a name inside it. */
+    const char *dir_query, *dir_query_for;
     bool direct;                 /* local: O_DIRECT reads, nothing in the page cache */
 } ckpt__source_options;
 
@@ -147,6 +152,10 @@ typedef struct ckpt__source_kind {
      * names can only be tried. */
     ckpt_status (*list)(const char *name, const ckpt__source_options *o, int (*add)(void *ctx, const char *name),
                         void *ctx, ckpt_error *err);
+    /* Whether a name's query is credentials that hold for its directory
+     * (Azure's SAS token), which a directory's name passes on to the names
+     * inside it (ckpt__source_take_query). */
+    bool query_is_credentials;
 } ckpt__source_kind;
 
 /* Opens a source by name (a path, or a URL of a registered scheme). */
@@ -174,6 +183,12 @@ CKPT__HIDDEN bool ckpt__source_lists(const char *name);
  * ckpt__source_kind.list; CKPT_E_NOT_FOUND for a kind that cannot list). */
 CKPT__HIDDEN ckpt_status ckpt__source_list(const char *name, const ckpt__source_options *o,
                                            int (*add)(void *ctx, const char *name), void *ctx, ckpt_error *err);
+
+/* A directory name's query taken out of it, where its kind takes the query
+ * as credentials for the names inside it (query_is_credentials): *clean
+ * the name without it, *query the query (without '?'), both malloc'ed;
+ * both NULL when the name keeps its query.  False when out of memory. */
+CKPT__HIDDEN bool ckpt__source_take_query(const char *name, char **clean, char **query);
 
 /* True when `name` is served by a remote kind (no local directory to list). */
 CKPT__HIDDEN bool ckpt__source_is_remote_name(const char *name);

@@ -74,6 +74,18 @@ ckpt_status ckpt__source_pin(const char *name, const ckpt__source_options *o, ch
     return k->pin ? k->pin(name, o ? o : &defaults, pinned, err) : CKPT_OK;
 }
 
+bool ckpt__source_take_query(const char *name, char **clean, char **query) {
+    *clean = *query = NULL;
+    const char *q = strchr(name, '?');
+    if (!kind_of(name)->query_is_credentials || !q) return true;
+    *clean = ckpt__strndup(name, (size_t)(q - name));
+    *query = ckpt__strndup(q + 1, strcspn(q + 1, "#"));
+    if (*clean && *query) return true;
+    free(*clean), free(*query);
+    *clean = *query = NULL;
+    return false;
+}
+
 bool ckpt__source_lists(const char *name) { return kind_of(name)->list != NULL; }
 
 ckpt_status ckpt__source_list(const char *name, const ckpt__source_options *o, int (*add)(void *ctx, const char *name),

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import reference_writers
 import torch
 from ckptlib import BIN_PATH
 from statuses import status_of
@@ -49,15 +50,7 @@ def hub_shards(d):
 
 def gguf_split(d):
     """gguf-split parts as the gguf package writes them: (the first part, part 2)."""
-    gguf = pytest.importorskip("gguf")
-    w = gguf.GGUFWriter(str(d / "model.gguf"), "llama", split_max_tensors=2)
-    for name, t in STATE.items():
-        w.add_tensor(name, t.numpy())
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    parts = sorted(d.glob("model-*.gguf"))
+    parts = reference_writers.gguf_split(d / "model.gguf", {name: t.numpy() for name, t in STATE.items()}, 2)
     assert [p.name for p in parts] == ["model-00001-of-00002.gguf", "model-00002-of-00002.gguf"]
     return parts[0], parts[1]
 

@@ -14,8 +14,9 @@ GcsServer — the XML API (https://storage.googleapis.com/BUCKET/KEY):
   the payload hash of x-goog-content-sha256 or UNSIGNED-PAYLOAD), the
   signing key derived from the secret, the date within 15 minutes;
   403 SignatureDoesNotMatch / InvalidAccessKeyId with the service's bodies;
-- OAuth bearer tokens the token endpoint or the metadata server issued;
-  401 AuthenticationRequired for one it did not;
+- OAuth bearer tokens the token endpoint or the metadata server issued,
+  until they expire (each issuer's `lifetime`, seconds); 401
+  AuthenticationRequired for one it did not issue, or that expired;
 - private buckets: anonymous callers get 403 AccessDenied; missing objects
   404 NoSuchKey, missing buckets 404 NoSuchBucket.
 TokenServer — a service account's token_uri: POST
@@ -172,7 +173,7 @@ class GcsServer(_Server):
         self.buckets = {}          # name -> {key: bytes}
         self.public = set()        # buckets anonymous callers may read
         self.hmac_keys = {}        # access id -> secret
-        self.tokens = set()        # bearer tokens issued (TokenServer, MetadataServer)
+        self.tokens = {}           # bearer tokens issued (TokenServer, MetadataServer) -> when they expire
         self.redirects = {}        # (bucket, key) -> URL answered with 307
         self.page = page
 
@@ -229,8 +230,10 @@ class GcsServer(_Server):
     def serve(self, h, method):
         auth = h.headers.get("Authorization")
         if auth and auth.startswith("Bearer "):
-            if auth[7:] not in self.tokens:
-                return self.reply(h, method, 401, _xml_error("AuthenticationRequired", "Authentication required."),
+            if time.time() >= self.tokens.get(auth[7:], 0):
+                details = "Invalid Credentials" if auth[7:] in self.tokens else "Unknown token"
+                return self.reply(h, method, 401, _xml_error("AuthenticationRequired", "Authentication required.",
+                                                             Details=details),
                                   [("Content-Type", "application/xml")])
         elif auth and self._check_v4(h, method, auth) is not None:
             return
@@ -290,6 +293,7 @@ class TokenServer(_Server):
         self.refresh = {}
         self.token_uri = self.url + "/token"
         self.issued = 0
+        self.lifetime = 3599
 
     def _deny(self, h, description):
         body = json.dumps({"error": "invalid_grant", "error_description": description}).encode()
@@ -297,9 +301,9 @@ class TokenServer(_Server):
 
     def _grant(self, h):
         token = "ya29." + secrets.token_urlsafe(24)
-        self.gcs.tokens.add(token)
+        self.gcs.tokens[token] = time.time() + self.lifetime
         self.issued += 1
-        body = json.dumps({"access_token": token, "expires_in": 3599, "token_type": "Bearer"}).encode()
+        body = json.dumps({"access_token": token, "expires_in": self.lifetime, "token_type": "Bearer"}).encode()
         return self.reply(h, "POST", 200, body, [("Content-Type", "application/json")])
 
     def serve(self, h, method):
@@ -354,7 +358,7 @@ class MetadataServer(_Server):
         if h.headers.get("Metadata-Flavor") != "Google":
             return self.reply(h, method, 403, b"Missing required header: Metadata-Flavor")
         token = "ya29.m-" + secrets.token_urlsafe(24)
-        self.gcs.tokens.add(token)
+        self.gcs.tokens[token] = time.time() + 3599
         body = json.dumps({"access_token": token, "expires_in": 3599, "token_type": "Bearer"}).encode()
         return self.reply(h, method, 200, body, [("Content-Type", "application/json"), ("Metadata-Flavor", "Google")])
 

@@ -476,11 +476,16 @@ class Moto:
     """moto_server on 127.0.0.1; .client() a boto3 S3 client on it;
     .env(key, secret) the variables that point ckpt at it."""
 
-    def __init__(self, workdir):
+    def __init__(self, workdir, max_keys=None):
+        """max_keys: the keys of a listing's page (moto's default, 1000, else)."""
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.recording = Path(workdir) / "moto-recording.jsonl"
+        env = dict(os.environ, MOTO_RECORDER_FILEPATH=str(self.recording))
+        if max_keys:
+            env["MOTO_S3_DEFAULT_MAX_KEYS"] = str(max_keys)
         moto_server = Path(sys.executable).parent / "moto_server"
-        self.proc = subprocess.Popen([str(moto_server), "-H", "127.0.0.1", "-p", str(self.port)],
+        self.proc = subprocess.Popen([str(moto_server), "-H", "127.0.0.1", "-p", str(self.port)], env=env,
                                      stdout=subprocess.DEVNULL, stderr=open(Path(workdir) / "moto.log", "wb"))
         try:
             wait_port(self.port, self.proc, timeout=60)
@@ -506,6 +511,24 @@ class Moto:
         import urllib.request
         urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/moto-api/reset-auth", data=b"0",
                                                       headers={"Content-Type": "text/plain"}, method="POST")).read()
+
+    def _api(self, path):
+        import urllib.request
+        return urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/moto-api/{path}", data=b"0",
+                                                             method="POST")).read()
+
+    def record(self):
+        """From now on, moto records every request (start afresh)."""
+        self._api("recorder/reset-recording")
+        self._api("recorder/start-recording")
+
+    def recorded(self):
+        """The requests recorded: (method, URL with query, Range header)."""
+        import json
+        self._api("recorder/stop-recording")
+        lines = self.recording.read_text().splitlines() if self.recording.exists() else []
+        return [(e["method"], e["url"], {k.lower(): v for k, v in e["headers"].items()}.get("range"))
+                for e in map(json.loads, lines)]
 
     def close(self):
         stop(self.proc)

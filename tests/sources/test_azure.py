@@ -8,6 +8,7 @@ a redirect leads."""
 import base64
 import datetime
 import secrets
+import urllib.parse
 
 import pytest
 import safetensors.torch as st
@@ -117,6 +118,33 @@ def test_sas_token_in_the_url(azure, env):
         ckpt.open(other)
     assert status_of(e.value) == "CKPT_E_AUTH/CKPT_D_HTTP_AUTH" and "AuthenticationFailed" in str(e.value)
     assert sig not in str(e.value) and "REDACTED" in str(e.value)
+
+
+@pytest.mark.parametrize("form", ["az://{a}/models/sharded/?{sas}", "az://{a}/models/sharded?{sas}",
+                                  "https://{a}.blob.core.windows.net/models/sharded/?{sas}"])
+def test_sas_token_in_a_directory_url(azure, env, form):
+    """A container's SAS token in a directory's URL goes to every blob of
+    the directory (listed, then read), and is shown nowhere."""
+    sas = make_sas(ACCOUNT, azure.keys[ACCOUNT], "models")
+    sig = dict(p.split("=", 1) for p in sas.split("&"))["sig"]
+    name = form.format(a=ACCOUNT, sas=sas)
+    assert same_dict(ckpt.load(name), azure.sd)
+    assert azure.requests and all(r[5] is None and "sig=" in r[1] for r in azure.requests), azure.requests
+    assert any("comp=list" in r[1] for r in azure.requests)
+    with ckpt.open(name) as c:
+        shown = [c.path, *c.files]
+        assert len(c.files) > 1 and all("/models/sharded/model" in f and "?" not in f for f in c.files), shown
+    assert not any(sig in f or urllib.parse.quote(sig, safe="") in f for f in shown)
+    # The CLI's output, and its errors, keep it too.
+    r = run("inspect", name, env=env)
+    assert r.returncode == 0 and f"/models/sharded/" in r.stdout and sig not in r.stdout + r.stderr, r.stderr
+    expired = make_sas(ACCOUNT, azure.keys[ACCOUNT], "models", expiry=datetime.datetime(2020, 1, 1),
+                       start=datetime.datetime(2019, 1, 1))
+    bad = form.format(a=ACCOUNT, sas=expired)
+    r = run("inspect", bad, env=env)
+    old = dict(p.split("=", 1) for p in expired.split("&"))["sig"]
+    assert r.returncode == 1 and "[CKPT_E_AUTH/CKPT_D_HTTP_AUTH]" in r.stderr and "time frame" in r.stderr, r.stderr
+    assert "/models/sharded" in r.stderr and old not in r.stderr and urllib.parse.quote(old, safe="") not in r.stderr
 
 
 def test_expired_sas(azure, env, monkeypatch):

@@ -6,6 +6,7 @@ metadata server, anonymous reads of public buckets; files, directories
 (listed, in pages), ranges, the service's errors, and no credentials where
 a redirect leads."""
 import json
+import time
 
 import pytest
 import safetensors.torch as st
@@ -143,6 +144,58 @@ def test_service_account_with_a_wrong_key(gcs, env, monkeypatch, tmp_path):
     assert status_of(e.value) == "CKPT_E_AUTH/CKPT_D_HTTP_AUTH", text
     assert "invalid_grant" in text and "Invalid JWT Signature" in text and str(path) in text
     assert "gs://models/llm/model.safetensors" in text and "PRIVATE KEY" not in text
+
+
+def read_all(c, names):
+    """Every tensor of an open catalog, each read now (requests of files opened earlier)."""
+    return {k: torch.as_tensor(c.get(k, framework="pt")) for k in names}
+
+
+def test_token_refreshed_before_it_expires(gcs, env, monkeypatch, tmp_path):
+    """Tokens of two seconds' life: a load that outlasts the one its files
+    were opened with asks for a fresh one before its next requests."""
+    key_file(gcs, tmp_path, monkeypatch, name="short.json")
+    monkeypatch.setattr(gcs.token_server, "lifetime", 2)
+    issued = gcs.token_server.issued
+    with ckpt.open("gs://models/sharded/") as c:
+        assert len(c.files) > 1
+        time.sleep(2.5)  # every token the open used has expired
+        gcs.requests.clear()
+        got = read_all(c, gcs.sd)
+    assert same_dict(got, gcs.sd)
+    data = [r for r in gcs.requests if r[0] == "GET" and r[1].endswith(".safetensors")]
+    assert data and all(r[3] == 206 for r in data), data  # none refused: refreshed before
+    assert gcs.token_server.issued >= issued + 2
+
+
+def test_token_refused_is_renewed_once(gcs, env, monkeypatch, tmp_path):
+    """A token the service refuses (expired sooner than it said): each
+    request is tried once more with a fresh one, which requests refused
+    together ask for once; refused again, the error is the service's."""
+    key_file(gcs, tmp_path, monkeypatch, name="revoked.json")
+    with ckpt.open("gs://models/sharded/") as c:
+        issued = gcs.token_server.issued
+        for t in list(gcs.tokens):
+            gcs.tokens[t] = 0
+        gcs.requests.clear()
+        got = read_all(c, gcs.sd)
+    assert same_dict(got, gcs.sd)
+    assert [r for r in gcs.requests if r[3] == 401] and gcs.token_server.issued == issued + 1
+    monkeypatch.setattr(gcs.token_server, "lifetime", 0)  # every token refused as soon as it is issued
+    with ckpt.open("gs://models/sharded/") as c:
+        for t in list(gcs.tokens):
+            gcs.tokens[t] = 0
+        gcs.requests.clear()
+        with pytest.raises(ckpt.RemoteError) as e:
+            read_all(c, gcs.sd)
+    text = str(e.value)
+    assert status_of(e.value) == "CKPT_E_AUTH/CKPT_D_HTTP_AUTH" and "AuthenticationRequired" in text, text
+    assert "gs://models/sharded/" in text and "ya29." not in text
+    refused = {}
+    for r in gcs.requests:
+        if r[3] == 401:
+            refused[r[1], r[2]] = refused.get((r[1], r[2]), 0) + 1
+    assert refused and set(refused.values()) == {2}, refused  # the request, and its one retry
 
 
 def test_authorized_user(gcs, env, monkeypatch, tmp_path):

@@ -1,11 +1,13 @@
 """s3:// sources against moto's S3 server on loopback, with signatures
 checked (moto's IAM authentication on): SigV4 through libcurl, session
-tokens, S3's error codes, index and "directory" names, If-Match."""
+tokens, S3's error codes, index and "directory" names — prefixes listed
+with ListObjectsV2, in pages of two keys — If-Match."""
 import io
 import json
 import os
 
 import pytest
+import reference_writers
 import safetensors.torch as st
 import torch
 from conftest import run, same_dict, state_dict
@@ -24,7 +26,7 @@ def s3(tmp_path_factory):
     if not moto_available():
         pytest.skip("moto[server] is not installed (requirements-dev.txt)")
     work = tmp_path_factory.mktemp("moto")
-    with Moto(work) as m:
+    with Moto(work, max_keys=2) as m:
         client = m.client()
         client.create_bucket(Bucket="models")
         sd = state_dict(seed=2)
@@ -37,6 +39,16 @@ def s3(tmp_path_factory):
         save_torch_state_dict(sd, shards, max_shard_size="250KB")
         for f in shards.iterdir():
             client.put_object(Bucket="models", Key=f"sharded/{f.name}", Body=f.read_bytes())
+        # The same in shards too large to be read by their headers' request.
+        big = work / "big"
+        big.mkdir()
+        save_torch_state_dict(sd, big, max_shard_size="600KB")
+        for f in big.iterdir():
+            client.put_object(Bucket="models", Key=f"big/{f.name}", Body=f.read_bytes())
+        # gguf-split parts: a set of shards without an index, found by listing.
+        m.split = split_parts(work / "split")
+        for f in (work / "split").iterdir():
+            client.put_object(Bucket="models", Key=f"split/{f.name}", Body=f.read_bytes())
         buf = io.BytesIO()
         torch.save(sd, buf)
         client.put_object(Bucket="models", Key="weird name+/pytorch_model.bin", Body=buf.getvalue())
@@ -56,6 +68,16 @@ def s3(tmp_path_factory):
         m.temporary = (creds["AccessKeyId"], creds["SecretAccessKey"], creds["SessionToken"])
         m.sd, m.data = sd, data
         yield m
+
+
+def split_parts(d):
+    """Three gguf-split parts of one tensor each (360 KB), as the gguf package writes them."""
+    d.mkdir()
+    g = torch.Generator().manual_seed(7)
+    tensors = {name: torch.randn(300, 300, generator=g) for name in ("a", "b", "c")}
+    parts = reference_writers.gguf_split(d / "model.gguf", {k: v.numpy() for k, v in tensors.items()}, 1)
+    assert [p.name for p in parts] == [f"model-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    return tensors
 
 
 @pytest.fixture
@@ -132,3 +154,48 @@ def test_object_replaced_mid_load(s3, env):
     finally:
         admin.put_object(Bucket="models", Key="llm/model.safetensors", Body=s3.data)
         c.close()
+
+
+@pytest.mark.parametrize("name", ["s3://models/big/", "s3://models/big"])
+def test_s3_directory_with_an_index(s3, env, name):
+    """A prefix with or without its '/' (no such object: a prefix of some)."""
+    assert same_dict(ckpt.load(name), s3.sd)
+    with ckpt.open(name) as c:
+        assert c.files and all(f.startswith("s3://models/big/model-") for f in c.files), c.files
+
+
+@pytest.mark.parametrize("name", ["s3://models/split/", "s3://models/split"])
+def test_s3_directory_listed_in_pages(s3, env, name):
+    """Shards without an index are found by listing the prefix:
+    ListObjectsV2, signed, page after page (two keys a page)."""
+    s3.record()
+    got = ckpt.load(name)
+    assert set(got) == set(s3.split) and all(torch.equal(torch.as_tensor(got[k]), s3.split[k]) for k in s3.split)
+    listings = [r for r in s3.recorded() if "list-type=2" in r[1]]
+    assert len(listings) >= 2 and any("continuation-token=" in r[1] for r in listings), listings
+    assert all("delimiter=%2F" in r[1] and "prefix=split%2F" in r[1] for r in listings), listings
+
+
+def test_s3_inspect_reads_only_headers(s3, env):
+    """A prefix named without its '/' (a prefix of objects, listed) reads
+    each shard's header only."""
+    s3.record()
+    r = run("inspect", "s3://models/big", env=env)
+    assert r.returncode == 0 and "s3://models/big/" in r.stdout, r.stderr
+    data = [x for x in s3.recorded() if x[0] == "GET" and x[1].endswith(".safetensors")]
+    admin = s3.client(key=s3.keys[0], secret=s3.keys[1])
+    sizes = [o["Size"] for o in admin.list_objects_v2(Bucket="models", Prefix="big/model-", MaxKeys=100)["Contents"]]
+    assert len(data) == len(sizes) > 1 and all(x[2] == "bytes=0-262143" for x in data), data
+    assert sum(min(size, 262144) for size in sizes) < sum(sizes) / 2, sizes
+
+
+def test_s3_directory_errors(s3, env):
+    r = run("inspect", "s3://models/nothing/", env=env)
+    assert r.returncode == 1 and "[CKPT_E_NOT_FOUND]" in r.stderr and "s3://models/nothing/" in r.stderr, r.stderr
+    assert "empty" in r.stderr, r.stderr
+    r = run("inspect", "s3://models/nothing", env=env)
+    assert r.returncode == 1 and "NoSuchKey" in r.stderr and "[CKPT_E_NOT_FOUND]" in r.stderr, r.stderr
+    # The listing's signature is checked as the objects' are.
+    r = run("inspect", "s3://models/split/", env=dict(env, AWS_SECRET_ACCESS_KEY="not-the-secret"))
+    assert r.returncode == 1 and "SignatureDoesNotMatch" in r.stderr and "[CKPT_E_AUTH/CKPT_D_HTTP_AUTH]" in r.stderr
+    assert "s3://models/split/" in r.stderr and "listing the directory" in r.stderr and "not-the-secret" not in r.stderr
