@@ -448,7 +448,6 @@ typedef struct convert_args {
     bool llamacpp; /* GGUF output of a Hugging Face model directory: llama.cpp's conversion */
     bool hf;       /* a llama.cpp GGUF into a directory: a Hugging Face model directory */
     char *dst_dir; /* --to hf's DST as a directory ("DST/") */
-    char *llamacpp_kv; /* its key-values */
     source_options *so; /* where SRC's bytes come from */
     char *kv_text; /* --gguf-kv's file */
     char *written; /* what the conversion writes, for the summary: "DST/", a file, or "first … last" of parts */
@@ -695,16 +694,16 @@ static int apply_rules(ckpt_plan *plan, void *user, ckpt_error *err) {
     return rc;
 }
 
-/* llama.cpp's conversion: the library's plan, and its key-values as the
- * output's. */
+/* llama.cpp's conversion: the library's plan, which carries its
+ * key-values to the output (no text of them asked: a tokenizer's are
+ * megabytes). */
 static int llamacpp_plan(convert_args *a, ckpt_plan *plan, ckpt_error *err) {
     ckpt_dtype dtype = a->rule_count ? parse_dtype(a->rules[0].value) : CKPT_DTYPE_INVALID;
     /* q4_k_m, q6_k…: llama-quantize's mixes, which the library names */
     bool mix = a->rule_count && (dtype == CKPT_DTYPE_INVALID || (ckpt_dtype_is_block(dtype) && dtype != CKPT_Q8_0));
-    ckpt_status st = mix ? ckpt_gguf_llamacpp_plan_mix(plan, a->src, a->rules[0].value, &a->llamacpp_kv, err)
-                         : ckpt_gguf_llamacpp_plan(plan, a->src, dtype, &a->llamacpp_kv, err);
+    ckpt_status st = mix ? ckpt_gguf_llamacpp_plan_mix(plan, a->src, a->rules[0].value, NULL, err)
+                         : ckpt_gguf_llamacpp_plan(plan, a->src, dtype, NULL, err);
     if (st != CKPT_OK) return report_error(err);
-    a->opt.metadata_json = a->llamacpp_kv;
     return EXIT_OK;
 }
 
@@ -943,7 +942,6 @@ int cmd_convert(int argc, char **argv) {
     free(a.globals);
     free(a.kv_text);
     free(a.dst_dir);
-    ckpt_free(a.llamacpp_kv);
     free(a.written);
     free(a.open_path);
     source_options_free(&so);

@@ -100,10 +100,13 @@ CKPT_API ckpt_dtype ckpt_dtype_from_ggml_type(uint32_t ggml_type);
 /*
  * Makes a plan over a Hugging Face model directory (its safetensors, the
  * plan's catalog) into the conversion llama.cpp's convert_hf_to_gguf.py
- * does (llama-cpp-python 0.3.36's llama.cpp), and gives the GGUF
- * key-values to write with it: convert the plan with
- * ckpt_writer_options.metadata_json = *metadata_json to a `.gguf`
- * destination, and the file is byte for byte the script's.
+ * does (llama-cpp-python 0.3.36's llama.cpp), its GGUF key-values
+ * carried by the plan: convert the plan (ckpt_convert_plan) to a `.gguf`
+ * destination, and the file is byte for byte the script's.  The
+ * key-values go to the output after the source's metadata, in GGUF's
+ * encoding (no text in between: Llama 3's tokenizer is 128,256 tokens and
+ * 280,147 merges, which tokenizer.json gives as 17 MB of JSON, read through
+ * a window); a writer option metadata_json replaces any of them in place.
  *
  *   architecture  config.json's architectures[0]: LlamaForCausalLM,
  *                 MistralForCausalLM or MixtralForCausalLM (llama),
@@ -145,8 +148,12 @@ CKPT_API ckpt_dtype ckpt_dtype_from_ggml_type(uint32_t ggml_type);
  * RoPE type other than default, linear, yarn and (llama) llama3, a variant
  * the script converts otherwise (a Qwen3 reranker, CodeLlama's vocab_size
  * 32016), an expert count that contradicts the expert tensors or an expert
- * tensor the count needs and the weights lack.
- * *metadata_json is malloc'ed (ckpt_free).
+ * tensor the count needs and the weights lack; tokenizer.json that is not
+ * JSON, by its byte offset.
+ * `metadata_json`: NULL, or receives the same key-values as the typed
+ * JSON of writer option metadata_json (as ckpt_kv.json writes a GGUF's),
+ * malloc'ed (ckpt_free) — to show or edit them; given back as that option,
+ * each replaces the plan's in place, so the file is the same.
  */
 CKPT_API ckpt_status ckpt_gguf_llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt_dtype dtype,
                                              char **metadata_json, ckpt_error *err);

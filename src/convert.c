@@ -251,6 +251,8 @@ ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_
     const char *config_dtype = ckpt__torch_dtype_name(ckpt__plan_one_float_dtype(p));
     if (o.copy_files_from && config_dtype) ckpt__writer_set_config_dtype(w, config_dtype);
     st = copy_metadata(p, w, err);
+    for (size_t i = 0; st == CKPT_OK && i < p->kvs.count; i++) /* the conversion's own (llama.cpp's) */
+        st = ckpt__writer_override_metadata_value(w, p->kvs.keys[i], ckpt__pairs_value(&p->kvs, i), err);
     for (size_t g = 0; st == CKPT_OK && g < p->generated_count; g++) {
         const ckpt__plan_generated *t = &p->generated[g];
         st = ckpt_writer_add_tensor_shared(w, t->name, t->dtype, t->ndim, t->shape, NULL, NULL, err);

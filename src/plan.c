@@ -178,8 +178,19 @@ ckpt_status ckpt__plan_add_file(ckpt_plan *p, const char *name, const void *data
     return CKPT_OK;
 }
 
+ckpt_status ckpt__plan_add_kv(ckpt_plan *p, const char *key, const ckpt__encoded *value, ckpt_error *err) {
+    if (!ckpt__arena_adopt(&p->arena, (void *)value->bytes)) return ckpt__oom(err, NULL, key);
+    char *k = ckpt__arena_strndup(&p->arena, key, strlen(key));
+    ckpt__encoded *v = ckpt__arena_alloc(&p->arena, sizeof *v);
+    if (!k || !v) return ckpt__oom(err, NULL, key);
+    *v = *value;
+    if (!ckpt__pairs_push_value(&p->kvs, k, v)) return ckpt__oom(err, NULL, key);
+    return CKPT_OK;
+}
+
 void ckpt_plan_free(ckpt_plan *p) {
     if (!p) return;
+    ckpt__pairs_free(&p->kvs);
     if (p->entries) ckpt__plan_release(p);
     free(p->files);
     free(p->entries);

@@ -100,6 +100,10 @@ struct ckpt_plan {
         size_t len;
     } *files;
     size_t file_count;
+    /* Key-values a conversion of this plan gives its output, in order
+     * (llama.cpp's conversion: the GGUF key-values, in GGUF's encoding):
+     * ckpt__plan_add_kv; keys and values in the arena. */
+    ckpt__pairs kvs;
 };
 
 /* A select or exclude rule as given (pattern NULL: every name). */
@@ -179,6 +183,12 @@ CKPT__HIDDEN ckpt_status ckpt__plan_refuse_assembled(const ckpt_plan *plan, cons
  * the tensors' files and committed with them (name and bytes copied). */
 CKPT__HIDDEN ckpt_status ckpt__plan_add_file(ckpt_plan *plan, const char *name, const void *data, size_t len,
                                              ckpt_error *err);
+
+/* A key-value a conversion of this plan gives its output (after the
+ * source's metadata, replacing an entry of the same key in place): `value`
+ * copied, its bytes (malloc'ed) taken over — freed here on failure. */
+CKPT__HIDDEN ckpt_status ckpt__plan_add_kv(ckpt_plan *plan, const char *key, const ckpt__encoded *value,
+                                           ckpt_error *err);
 
 /* Gives entry `index` (a catalog index) the name `name` (copied). */
 CKPT__HIDDEN ckpt_status ckpt__plan_set_name(ckpt_plan *plan, size_t index, const char *name, ckpt_error *err);

@@ -745,20 +745,31 @@ static ckpt_status write_given(ckpt_writer *w, ckpt_error *err) {
 
 /* ---- metadata_json: entries that add to or replace the source's ---------------- */
 
-static ckpt_status override_pair(ckpt_writer *w, const char *key, const char *value, ckpt_error *err) {
-    const char *v = ckpt__arena_strndup(&w->arena, value, strlen(value));
-    if (!v) return ckpt__oom(err, w->path, NULL);
+/* Key `key` set to the text `value`, or to `typed`: in place where a
+ * file's entry, or the checkpoint's, has the key, else a new entry of the
+ * file's. */
+static ckpt_status override_pair(ckpt_writer *w, const char *key, const char *value, const ckpt__encoded *typed,
+                                 ckpt_error *err) {
+    const char *v = typed ? NULL : ckpt__arena_strndup(&w->arena, value, strlen(value));
+    if (!typed && !v) return ckpt__oom(err, w->path, NULL);
     for (int pass = 0; pass < 2; pass++) { /* in place: a file's entry, or the checkpoint's */
         ckpt__pairs *p = pass ? &w->ckpt_meta : &w->meta;
-        for (size_t i = 0; i < p->count; i++)
-            if (!strcmp(p->keys[i], key)) {
-                ckpt__pairs_set(p, i, v);
-                return CKPT_OK;
-            }
+        int64_t i = ckpt__pairs_find(p, key);
+        if (i < 0) continue;
+        if (!typed) ckpt__pairs_set(p, (size_t)i, v);
+        else if (!ckpt__pairs_set_value(p, (size_t)i, typed)) return ckpt__oom(err, w->path, NULL);
+        return CKPT_OK;
     }
     const char *k = ckpt__arena_strndup(&w->arena, key, strlen(key));
-    if (!k || !ckpt__pairs_push(&w->meta, k, v)) return ckpt__oom(err, w->path, NULL);
+    if (!k || !(typed ? ckpt__pairs_push_value(&w->meta, k, typed) : ckpt__pairs_push(&w->meta, k, v)))
+        return ckpt__oom(err, w->path, NULL);
     return CKPT_OK;
+}
+
+ckpt_status ckpt__writer_override_metadata_value(ckpt_writer *w, const char *key, const ckpt__encoded *value,
+                                                 ckpt_error *err) {
+    ckpt_status st = check_declaring(w, err);
+    return st ? st : override_pair(w, key, NULL, value, err);
 }
 
 static ckpt_status apply_metadata_json(ckpt_writer *w, ckpt_error *err) {
@@ -769,7 +780,7 @@ static ckpt_status apply_metadata_json(ckpt_writer *w, ckpt_error *err) {
     if (st == CKPT_E_NO_MEMORY) return ckpt__oom(err, w->path, NULL);
     if (st) return ckpt__fail(err, st, w->path, NULL, -1, "metadata to add: %s", why);
     for (size_t i = 0; i < n; i++) {
-        if (st == CKPT_OK) st = override_pair(w, keys[i], values[i], err);
+        if (st == CKPT_OK) st = override_pair(w, keys[i], values[i], NULL, err);
         free(keys[i]);
         free(values[i]);
     }

@@ -66,6 +66,11 @@ CKPT__HIDDEN ckpt_status ckpt__writer_set_tree(ckpt_writer *w, const char *key, 
  * key-value: gguf.h), the checkpoint's own when `own`, else every file's;
  * it must live as long as the writer.  The output of its format copies
  * it; one that keeps metadata as text gets its JSON (ckpt__pairs_text). */
+/* Key `key` set to `value` (the caller's, living as long as the writer):
+ * in place where an entry has the key, else a new entry of every file's —
+ * as writer option metadata_json's entries are. */
+CKPT__HIDDEN ckpt_status ckpt__writer_override_metadata_value(ckpt_writer *w, const char *key,
+                                                              const ckpt__encoded *value, ckpt_error *err);
 CKPT__HIDDEN ckpt_status ckpt__writer_set_metadata_value(ckpt_writer *w, const char *key, const ckpt__encoded *value,
                                                          bool own, ckpt_error *err);
 /* A file written into the output directory with the tensors' files and

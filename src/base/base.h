@@ -292,6 +292,9 @@ static inline const ckpt__encoded *ckpt__pairs_value(const ckpt__pairs *pairs, s
 CKPT__HIDDEN const char *ckpt__pairs_text(const ckpt__pairs *pairs, size_t i);
 /* Pair i's value replaced by text (the caller's). */
 CKPT__HIDDEN void ckpt__pairs_set(ckpt__pairs *pairs, size_t i, const char *value);
+/* Pair i's value replaced by an encoded value (the caller's); false when
+ * out of memory (the pair unchanged). */
+CKPT__HIDDEN bool ckpt__pairs_set_value(ckpt__pairs *pairs, size_t i, const ckpt__encoded *value);
 /* The index of the first pair with this key, or -1. */
 CKPT__HIDDEN int64_t ckpt__pairs_find(const ckpt__pairs *pairs, const char *key);
 /* The text of the first pair with this key (ckpt__pairs_text), or NULL. */

@@ -542,3 +542,302 @@ void ckpt__buf_json_string_ascii(ckpt__buf *b, const char *str) {
     }
     ckpt__buf_append(b, "\"", 1);
 }
+
+/* ---- pull reading -------------------------------------------------------- */
+
+enum { PULL_VALUE, PULL_FIRST, PULL_AFTER, PULL_DONE, PULL_FAILED };
+
+typedef struct pull_frame {
+    bool object;
+} pull_frame;
+
+ckpt_status ckpt__json_pull_init(ckpt__json_pull *r, uint64_t size, size_t window, ckpt__json_fill fill, void *user) {
+    memset(r, 0, sizeof *r);
+    r->open = CKPT__STACK(pull_frame);
+    r->size = size, r->fill = fill, r->user = user, r->state = PULL_VALUE;
+    r->cap = window < 64 ? 64 : window;
+    if (size > UINT32_MAX) {
+        r->why = "longer than 4 GiB", r->state = PULL_FAILED;
+        return CKPT_E_INVALID_ARGUMENT;
+    }
+    if (!(r->win = ckpt__malloc(r->cap + 1))) return CKPT_E_NO_MEMORY;
+    return CKPT_OK;
+}
+
+void ckpt__json_pull_free(ckpt__json_pull *r) {
+    free(r->win);
+    free(r->key.data);
+    ckpt__stack_free(&r->open);
+    memset(r, 0, sizeof *r);
+}
+
+/* More of the document into the window, its bytes before `keep` dropped
+ * (the window grows when nothing can be dropped): false at the document's
+ * end, or on a failure (*st). */
+static bool pull_more(ckpt__json_pull *r, size_t keep, ckpt_status *st) {
+    *st = CKPT_OK;
+    if (r->base + r->len >= r->size) return false;
+    memmove(r->win, r->win + keep, r->len - keep);
+    r->len -= keep, r->pos -= keep, r->base += keep;
+    if (r->len == r->cap) {
+        char *w = ckpt__realloc(r->win, r->cap * 2 + 1);
+        if (!w) return (*st = CKPT_E_NO_MEMORY), false;
+        r->win = w, r->cap *= 2;
+    }
+    uint64_t left = r->size - r->base - r->len;
+    size_t want = r->cap - r->len < left ? r->cap - r->len : (size_t)left, got = 0;
+    if ((*st = r->fill(r->user, r->base + r->len, r->win + r->len, want, &got))) return false;
+    r->len += got;
+    return got > 0; /* none: the document ended early (shrank) — its end */
+}
+
+static ckpt_status pull_fail(ckpt__json_pull *r, const char *why, size_t pos) {
+    r->why = why, r->error_offset = r->base + pos, r->state = PULL_FAILED;
+    return CKPT_E_INVALID_ARGUMENT;
+}
+
+/* Past whitespace, refilling: *end when the document ends first. */
+static ckpt_status pull_ws(ckpt__json_pull *r, bool *end) {
+    ckpt_status st;
+    for (;;) {
+        parser p = {.s = r->win, .len = r->len, .pos = r->pos};
+        skip_ws(&p);
+        r->pos = p.pos;
+        if (r->pos < r->len) return (*end = false), CKPT_OK;
+        if (!pull_more(r, r->pos, &st)) return (*end = true), st;
+    }
+}
+
+static bool number_char(char c) { return is_digit(c) || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'; }
+
+/* The whole token at r->pos in the window: a string to its closing quote
+ * (or a byte the string cannot hold), a number to its last character, a
+ * literal's five bytes — or the document's end. */
+static ckpt_status pull_token(ckpt__json_pull *r) {
+    size_t i = 1; /* scanned, from the token's start */
+    ckpt_status st;
+    for (;;) {
+        char c = r->win[r->pos];
+        bool whole;
+        if (c == '"') {
+            for (;;) {
+                parser p = {.s = r->win, .len = r->len, .pos = r->pos + i};
+                skip_plain(&p);
+                i = p.pos - r->pos;
+                if (p.pos + 1 >= r->len || r->win[p.pos] != '\\') break;
+                i += 2; /* an escape wholly in the window */
+            }
+            whole = r->pos + i < r->len && r->win[r->pos + i] != '\\';
+        } else if (c == 't' || c == 'f' || c == 'n') {
+            whole = r->len - r->pos >= 5;
+        } else {
+            while (r->pos + i < r->len && number_char(r->win[r->pos + i])) i++;
+            whole = r->pos + i < r->len;
+        }
+        if (whole) return CKPT_OK;
+        if (!pull_more(r, r->pos, &st)) return st; /* the end: the token's parser says what is missing */
+    }
+}
+
+/* An object member's key and its ':' into r->key. */
+static ckpt_status pull_key(ckpt__json_pull *r) {
+    bool end;
+    ckpt_status st = pull_ws(r, &end);
+    if (st) return st;
+    if (end || r->win[r->pos] != '"') return pull_fail(r, "expected a string key", r->pos);
+    if ((st = pull_token(r))) return st;
+    size_t start = r->pos;
+    parser p = {.s = r->win, .len = r->len, .pos = r->pos};
+    ckpt__json_node key;
+    if (!parse_string(&p, &key)) return pull_fail(r, p.why, p.pos);
+    r->pos = p.pos;
+    r->key.len = 0;
+    ckpt__buf_append(&r->key, key.str, key.len + 1);
+    if (r->key.failed) return CKPT_E_NO_MEMORY;
+    r->key_offset = r->base + start, r->have_key = true;
+    if ((st = pull_ws(r, &end))) return st;
+    if (end || r->win[r->pos] != ':') return pull_fail(r, "expected ':'", r->pos);
+    r->pos++;
+    return CKPT_OK;
+}
+
+/* A value at r->pos: a scalar whole, or an array or object opened. */
+static ckpt_status pull_value(ckpt__json_pull *r, ckpt__json_event *ev) {
+    bool end;
+    ckpt_status st = pull_ws(r, &end);
+    if (st) return st;
+    if (end) return pull_fail(r, "unexpected end of input", r->pos);
+    char c = r->win[r->pos];
+    ev->step = CKPT__JSON_VALUE;
+    ev->offset = r->base + r->pos;
+    ev->depth = r->open.len;
+    if (r->have_key) ev->key = r->key.data, ev->key_len = r->key.len - 1, ev->key_offset = r->key_offset;
+    r->have_key = false;
+    if (c == '{' || c == '[') {
+        if (r->open.len >= MAX_DEPTH) return pull_fail(r, "nesting deeper than 128", r->pos);
+        pull_frame *f = ckpt__stack_push(&r->open);
+        if (!f) return CKPT_E_NO_MEMORY;
+        f->object = c == '{';
+        ev->kind = f->object ? CKPT__JSON_OBJECT : CKPT__JSON_ARRAY;
+        r->pos++;
+        r->state = PULL_FIRST;
+        return CKPT_OK;
+    }
+    if ((st = pull_token(r))) return st;
+    parser p = {.s = r->win, .len = r->len, .pos = r->pos};
+    ckpt__json_node n = {0};
+    bool ok;
+    switch (c) {
+    case '"': ok = parse_string(&p, &n), n.kind = CKPT__JSON_STRING; break;
+    case 't': ok = literal(&p, "true"), n.kind = CKPT__JSON_TRUE; break;
+    case 'f': ok = literal(&p, "false"), n.kind = CKPT__JSON_FALSE; break;
+    case 'n': ok = literal(&p, "null"), n.kind = CKPT__JSON_NULL; break;
+    default:
+        if (c != '-' && !is_digit(c)) return pull_fail(r, "unexpected character", r->pos);
+        ok = parse_number(&p, &n), n.kind = CKPT__JSON_NUMBER;
+    }
+    if (!ok) return pull_fail(r, p.why, p.pos);
+    r->pos = p.pos;
+    ev->kind = n.kind, ev->str = n.str, ev->len = n.len;
+    r->state = PULL_AFTER;
+    return CKPT_OK;
+}
+
+/* The innermost container closed at r->pos. */
+static void pull_close(ckpt__json_pull *r, ckpt__json_event *ev, bool object) {
+    ev->step = CKPT__JSON_END;
+    ev->kind = object ? CKPT__JSON_OBJECT : CKPT__JSON_ARRAY;
+    ev->offset = r->base + r->pos++;
+    ckpt__stack_pop(&r->open);
+    ev->depth = r->open.len;
+    r->state = PULL_AFTER;
+}
+
+ckpt_status ckpt__json_pull_next(ckpt__json_pull *r, ckpt__json_event *ev) {
+    memset(ev, 0, sizeof *ev);
+    ckpt_status st;
+    bool end;
+    for (;;) {
+        pull_frame *top = ckpt__stack_top(&r->open);
+        switch (r->state) {
+        case PULL_FAILED: return r->why ? CKPT_E_INVALID_ARGUMENT : CKPT_E_IO;
+        case PULL_DONE: ev->step = CKPT__JSON_DONE; return CKPT_OK;
+        case PULL_VALUE: return pull_value(r, ev);
+        case PULL_FIRST:
+            if ((st = pull_ws(r, &end))) return st;
+            if (!end && r->win[r->pos] == (top->object ? '}' : ']')) {
+                pull_close(r, ev, top->object);
+                return CKPT_OK;
+            }
+            if (top->object && (st = pull_key(r))) return st;
+            r->state = PULL_VALUE;
+            continue;
+        default: /* PULL_AFTER */
+            if ((st = pull_ws(r, &end))) return st;
+            if (!top) {
+                if (!end) return pull_fail(r, "trailing characters", r->pos);
+                r->state = PULL_DONE;
+                continue;
+            }
+            if (!end && r->win[r->pos] == ',') {
+                r->pos++;
+                if (top->object && (st = pull_key(r))) return st;
+                r->state = PULL_VALUE;
+                continue;
+            }
+            if (!end && r->win[r->pos] == (top->object ? '}' : ']')) {
+                pull_close(r, ev, top->object);
+                return CKPT_OK;
+            }
+            return pull_fail(r, top->object ? "expected ',' or '}'" : "expected ',' or ']'", r->pos);
+        }
+    }
+}
+
+static bool is_open(const ckpt__json_event *ev) {
+    return ev->step == CKPT__JSON_VALUE && (ev->kind == CKPT__JSON_ARRAY || ev->kind == CKPT__JSON_OBJECT);
+}
+
+ckpt_status ckpt__json_pull_skip(ckpt__json_pull *r, const ckpt__json_event *ev) {
+    if (!is_open(ev)) return CKPT_OK;
+    ckpt__json_event e;
+    ckpt_status st;
+    do {
+        if ((st = ckpt__json_pull_next(r, &e))) return st;
+    } while (!(e.step == CKPT__JSON_END && e.depth == ev->depth));
+    return CKPT_OK;
+}
+
+/* An open container of a tree being read: its node, members so far, and
+ * the key it is the value of. */
+typedef struct build_frame {
+    uint32_t node, count;
+    const char *key;
+} build_frame;
+
+/* A node for event `ev` (str: its key when `key`), strings copied. */
+static int64_t build_node(parser *b, ckpt__arena *strings, const ckpt__json_event *ev, bool key) {
+    int64_t i = new_node(b, key ? CKPT__JSON_STRING : ev->kind);
+    if (i < 0) return -1;
+    ckpt__json_node *n = &b->nodes[i];
+    const char *s = key ? ev->key : ev->str;
+    size_t len = key ? ev->key_len : ev->len;
+    n->offset = (uint32_t)(key ? ev->key_offset : ev->offset);
+    n->end = (uint32_t)i + 1;
+    if (key || ev->kind == CKPT__JSON_STRING || ev->kind == CKPT__JSON_NUMBER) {
+        if (!(n->str = ckpt__arena_strndup(strings, s, len))) return b->failure = CKPT_E_NO_MEMORY, -1;
+        n->len = (uint32_t)len;
+    }
+    return i;
+}
+
+ckpt_status ckpt__json_pull_doc(ckpt__json_pull *r, const ckpt__json_event *ev, ckpt__arena *strings,
+                                ckpt__json_take take, void *user, ckpt__json_doc *doc) {
+    parser b = {0};
+    ckpt__stack frames = CKPT__STACK(build_frame);
+    ckpt__json_event e = *ev;
+    ckpt_status st = CKPT_OK;
+    for (bool root = true;; root = false) {
+        if (!root && (st = ckpt__json_pull_next(r, &e))) break;
+        build_frame *top = ckpt__stack_top(&frames);
+        if (e.step == CKPT__JSON_END) {
+            b.nodes[top->node].count = top->count;
+            b.nodes[top->node].end = (uint32_t)b.count;
+            ckpt__stack_pop(&frames);
+            if (!frames.len) break;
+            continue;
+        }
+        if (top && top->count == (1u << 29) - 1) {
+            st = pull_fail(r, "too many members", r->pos);
+            break;
+        }
+        int64_t key = top && e.key ? build_node(&b, strings, &e, true) : 0;
+        int64_t i = key >= 0 ? build_node(&b, strings, &e, false) : -1;
+        if (i < 0) {
+            st = b.failure ? b.failure : CKPT_E_NO_MEMORY;
+            break;
+        }
+        if (top) top->count++;
+        /* taken: read by the caller, an empty container (or the scalar) here */
+        bool taken = !root && take && take(user, r, &e, top->key, &st);
+        if (st) break;
+        if (!is_open(&e) || taken) {
+            if (root) break;
+            continue;
+        }
+        build_frame *f = ckpt__stack_push(&frames);
+        if (!f) {
+            st = CKPT_E_NO_MEMORY;
+            break;
+        }
+        *f = (build_frame){(uint32_t)i, 0, key > 0 ? b.nodes[key].str : NULL};
+    }
+    ckpt__stack_free(&frames);
+    if (st) {
+        free(b.nodes);
+        memset(doc, 0, sizeof *doc);
+        return st;
+    }
+    *doc = (ckpt__json_doc){.nodes = b.nodes, .count = b.count};
+    return CKPT_OK;
+}

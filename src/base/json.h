@@ -72,6 +72,85 @@ CKPT__HIDDEN bool ckpt__json_u64(const ckpt__json_node *node, uint64_t *value);
  * 0 is never a member's value). */
 CKPT__HIDDEN uint32_t ckpt__json_member(const ckpt__json_doc *doc, uint32_t i, const char *key);
 
+/* ---- pull reading: a document larger than its memory ------------------- */
+
+/*
+ * The same grammar read value by value through a window that a callback
+ * refills from the document (a file of any size read with memory bounded
+ * by its longest token): each call returns the next event — a scalar, the
+ * start or end of an array or object — with the key of an object member,
+ * the decoded string or the number's text, and the byte offset in the
+ * document.  Strings are decoded by the whole-text parser's code, in the
+ * window; an event's strings live until the next call.  Nesting is kept on
+ * the heap (at most 128 deep).  For a small part of a large document,
+ * ckpt__json_pull_doc makes the node tree of one value.
+ */
+
+/* Reads up to `cap` bytes at `offset` of the document into `buf` (*got:
+ * how many; 0 only past the end).  A failure's status is returned as the
+ * reader's, the callback having described it. */
+typedef ckpt_status (*ckpt__json_fill)(void *user, uint64_t offset, char *buf, size_t cap, size_t *got);
+
+typedef enum ckpt__json_step {
+    CKPT__JSON_VALUE, /* a scalar, or the start of an array or object */
+    CKPT__JSON_END,   /* the end of the innermost open array or object */
+    CKPT__JSON_DONE   /* past the document's value (and its trailing whitespace) */
+} ckpt__json_step;
+
+typedef struct ckpt__json_event {
+    ckpt__json_step step;
+    ckpt__json_kind kind;  /* VALUE: the value's; END: ARRAY or OBJECT */
+    const char *key;       /* an object member's key (decoded, NUL-terminated), else NULL */
+    size_t key_len;
+    uint64_t key_offset;
+    const char *str;       /* a string (decoded, NUL-terminated) or a number's text */
+    size_t len;
+    uint64_t offset;       /* the value's first byte (END: its closing bracket) */
+    size_t depth;          /* arrays and objects open around the value */
+} ckpt__json_event;
+
+typedef struct ckpt__json_pull {
+    char *win;             /* the window: bytes [base, base + len) of the document */
+    size_t cap, len, pos;
+    uint64_t base, size;
+    ckpt__json_fill fill;
+    void *user;
+    ckpt__stack open;      /* the open containers */
+    ckpt__buf key;         /* the pending member's key, copied out of the window */
+    uint64_t key_offset;
+    bool have_key;
+    int state;
+    const char *why;       /* a syntax error's reason */
+    uint64_t error_offset; /* …and where */
+} ckpt__json_pull;
+
+/* A reader of a document of `size` bytes (at most 4 GiB) through a window
+ * of `window` bytes to start with (it grows to hold a longer token). */
+CKPT__HIDDEN ckpt_status ckpt__json_pull_init(ckpt__json_pull *r, uint64_t size, size_t window, ckpt__json_fill fill,
+                                              void *user);
+/* The next event.  CKPT_E_INVALID_ARGUMENT: not JSON, r->why at
+ * r->error_offset; CKPT_E_NO_MEMORY; or the fill's status. */
+CKPT__HIDDEN ckpt_status ckpt__json_pull_next(ckpt__json_pull *r, ckpt__json_event *ev);
+/* Reads past the rest of the value whose VALUE event was `ev` (nothing for
+ * a scalar). */
+CKPT__HIDDEN ckpt_status ckpt__json_pull_skip(ckpt__json_pull *r, const ckpt__json_event *ev);
+CKPT__HIDDEN void ckpt__json_pull_free(ckpt__json_pull *r);
+
+/*
+ * The value whose VALUE event was `ev`, read on into a node tree (node 0 is
+ * the value; offsets are the document's, so at most 4 GiB; strings copied
+ * into `strings`).  `take`, when not NULL, is asked at each VALUE event
+ * inside it, with the key of the object member the event is inside (or
+ * NULL): when it returns true it has read that value itself (through the
+ * reader, ckpt__json_pull_skip at least), and the tree holds an empty
+ * array or object (or the scalar) in its place.  A failing take returns its
+ * status through *take_status and stops the reading.
+ */
+typedef bool (*ckpt__json_take)(void *user, ckpt__json_pull *r, const ckpt__json_event *ev, const char *parent_key,
+                                ckpt_status *take_status);
+CKPT__HIDDEN ckpt_status ckpt__json_pull_doc(ckpt__json_pull *r, const ckpt__json_event *ev, ckpt__arena *strings,
+                                             ckpt__json_take take, void *user, ckpt__json_doc *doc);
+
 /* ---- output (ckpt__buf lives in base) -------------------------------- */
 
 /* A JSON string as serde_json writes it: UTF-8 kept, `"` and `\` escaped,

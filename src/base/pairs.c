@@ -80,6 +80,13 @@ void ckpt__pairs_set(ckpt__pairs *p, size_t i, const char *value) {
     p->values[i] = value;
 }
 
+bool ckpt__pairs_set_value(ckpt__pairs *p, size_t i, const ckpt__encoded *value) {
+    if (!p->typed && !(p->typed = ckpt__calloc(p->cap, sizeof *p->typed))) return false;
+    ckpt__pairs_set(p, i, NULL);
+    p->typed[i] = value;
+    return true;
+}
+
 int64_t ckpt__pairs_find(const ckpt__pairs *p, const char *key) {
     if (p->index_cap) return ckpt__name_table_find(p->index, p->keys, sizeof *p->keys, key);
     for (size_t i = 0; i < p->count; i++)

@@ -362,7 +362,7 @@ static void encoding_json(ckpt__buf *b, ckpt__rd *r) {
     ckpt__stack_free(&open);
 }
 
-static char *gguf_kv_json(const ckpt__encoded *e) {
+char *ckpt__gguf_kv_json(const ckpt__encoded *e) {
     ckpt__buf b = {0};
     ckpt__rd r = ckpt__rd_over(e->bytes, e->len, 0);
     encoding_json(&b, &r);
@@ -488,7 +488,7 @@ static ckpt_status keep_encoding(reading *r, value_ctx *v, ckpt_kv *kv, ckpt__en
     unsigned char *fit = st == CKPT_OK ? ckpt__realloc(v->enc.data, v->enc.len) : NULL;
     if (fit) v->enc.data = NULL;
     if (st == CKPT_OK && (!fit || !ckpt__arena_adopt(r->arena, fit))) st = ckpt__oom(c->err, c->path, kv->key);
-    *out = (ckpt__encoded){ckpt__gguf_encoding, fit, v->enc.len, gguf_kv_json};
+    *out = (ckpt__encoded){ckpt__gguf_encoding, fit, v->enc.len, ckpt__gguf_kv_json};
     return st;
 }
 

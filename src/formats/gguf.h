@@ -34,6 +34,11 @@
  * a GGUF file holds them after the key; a GGUF output copies it. */
 CKPT__HIDDEN extern const char ckpt__gguf_encoding[];
 CKPT__HIDDEN const char *ckpt__gguf_type_name(uint32_t type);
+/* GGUF's value types a writer of arrays names (gguf.h's others: by name). */
+enum { CKPT__GGUF_I32 = 5, CKPT__GGUF_F32 = 6, CKPT__GGUF_STRING = 8, CKPT__GGUF_ARRAY = 9 };
+/* The typed JSON ({"gguf_type": ...}) of a value in GGUF's encoding
+ * (ckpt__encoded.json); malloc'ed, NULL when out of memory. */
+CKPT__HIDDEN char *ckpt__gguf_kv_json(const ckpt__encoded *value);
 
 
 /*

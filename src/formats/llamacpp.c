@@ -4,9 +4,12 @@
  * get llama.cpp's names, dtypes and Q/K row order (the engine streams them:
  * nothing is held whole), and the key-values — general.*, the
  * architecture's hyper-parameters from config.json, the tokenizer from
- * tokenizer.json and tokenizer_config.json — come out as the typed JSON
- * GGUF output writes (ckpt_writer_options.metadata_json), in the order the
- * script adds them.  What is a family's own is data (llamacpp/<family>.h).
+ * tokenizer.json and tokenizer_config.json — go with the plan in GGUF's
+ * encoding (ckpt__plan_add_kv), in the order the script adds them:
+ * tokenizer.json (Llama 3's: 17 MB) is read through a window, its
+ * vocabulary and merges encoded as they stream by, so that neither a node
+ * tree of the file nor a JSON text of its tokens is ever made.  What is a
+ * family's own is data (llamacpp/<family>.h).
  */
 #include <errno.h>
 #include <math.h>
@@ -22,6 +25,7 @@
 #include "../io/beneath.h"
 #include "../io/file.h"
 #include "ckpt_gguf.h"
+#include "gguf.h"
 #include "llamacpp/arch.h"
 #include "llamacpp/gemma.h"
 #include "llamacpp/llama.h"
@@ -41,6 +45,7 @@ typedef struct lc_json {
     const char *name;
     char *path, *text;
     ckpt__json_doc doc;
+    ckpt__arena strings; /* the tree's strings, when it was read streaming */
     bool present;
 } lc_json;
 
@@ -53,8 +58,24 @@ typedef struct lc {
     const ckpt__lc_family *family;
     ckpt_dtype dtype;     /* the output's: F32, F16, BF16 or Q8_0 (F32 under a mix) */
     unsigned mix;         /* llama-quantize's file type of a mix (quant_mix.h), or 0 */
-    ckpt__buf out;        /* the key-values, a JSON object */
-    size_t kv_count;
+    /* the key-values, in order: each in GGUF's encoding (type and payload,
+     * malloc'ed), handed to the plan when the conversion is made */
+    char **kv_keys;
+    ckpt__encoded *kvs;
+    size_t kv_count, kv_cap;
+    ckpt_status kv_failed; /* the first key-value that could not be encoded */
+    bool kvs_handed;
+    ckpt__buf text;       /* scratch: a small key-value's typed JSON */
+    /* tokenizer.json's vocabulary and merges, read as the file streams by
+     * (c->tokenizer's node tree holds the rest): each id's token, the merges
+     * encoded; the first error of each, reported after the file's own */
+    struct token_slot *slots;
+    ckpt__arena vocab_text;
+    ckpt__buf merges;
+    uint64_t merge_count;
+    bool vocab_read, merges_read;
+    ckpt_error vocab_err, merges_err;
+    ckpt_status vocab_st, merges_st;
     /* config.json's hyper-parameters the tensors' shapes follow */
     uint64_t vocab, hidden, ff, n_head, n_kv, head_dim;
     bool has_ff, has_kv, head_dim_derived;
@@ -112,6 +133,7 @@ static ckpt_status read_json(lc *c, lc_json *f, const char *name, bool required)
 
 static void free_json(lc_json *f) {
     ckpt__json_free(&f->doc);
+    ckpt__arena_free(&f->strings);
     free(f->text);
     free(f->path);
 }
@@ -164,19 +186,63 @@ static ckpt_status config_u64(lc *c, const char *name, const ckpt__json_node *v,
 
 /* ---- key-values ---------------------------------------------------------- */
 
-static void kv_key(lc *c, const char *key) {
-    ckpt__buf_puts(&c->out, c->kv_count++ ? ",\n" : "{\n");
-    ckpt__buf_json_string(&c->out, key);
-    ckpt__buf_puts(&c->out, ": ");
+/* Key-value `key` whose value is `bytes` (GGUF's encoding, malloc'ed:
+ * taken over, NULL when out of memory) next. */
+static void kv_add(lc *c, const char *key, unsigned char *bytes, size_t len) {
+    if (!bytes) {
+        if (!c->kv_failed) c->kv_failed = ckpt__oom(c->err, c->dir, key);
+        return;
+    }
+    if (c->kv_count == c->kv_cap) {
+        size_t cap = c->kv_cap ? 2 * c->kv_cap : 64;
+        char **k = ckpt__realloc(c->kv_keys, cap * sizeof *k);
+        if (k) c->kv_keys = k;
+        ckpt__encoded *v = k ? ckpt__realloc(c->kvs, cap * sizeof *v) : NULL;
+        if (v) c->kvs = v, c->kv_cap = cap;
+    }
+    char *k = c->kv_count < c->kv_cap ? ckpt__strdup(key) : NULL;
+    if (!k) {
+        free(bytes);
+        if (!c->kv_failed) c->kv_failed = ckpt__oom(c->err, c->dir, key);
+        return;
+    }
+    c->kv_keys[c->kv_count] = k;
+    c->kvs[c->kv_count++] = (ckpt__encoded){ckpt__gguf_encoding, bytes, len, ckpt__gguf_kv_json};
+}
+
+/* A buffer's bytes as the next key-value's (the buffer emptied). */
+static void kv_add_buf(lc *c, const char *key, ckpt__buf *b) {
+    if (b->failed) free(b->data), b->data = NULL;
+    kv_add(c, key, (unsigned char *)b->data, b->len);
+    *b = (ckpt__buf){0};
+}
+
+/* The typed JSON in c->text as key-value `key`, encoded as GGUF output
+ * encodes a caller's typed JSON. */
+static void kv_typed_text(lc *c, const char *key) {
+    ckpt__buf enc = {0};
+    char why[256] = "";
+    ckpt_status st = c->text.failed ? CKPT_E_NO_MEMORY : ckpt__gguf_encode_kv(&enc, key, c->text.data, why, sizeof why);
+    c->text.len = 0;
+    if (st && st != CKPT_E_NO_MEMORY) {
+        free(enc.data);
+        if (!c->kv_failed) c->kv_failed = ckpt__fail(c->err, st, c->dir, NULL, -1, "metadata '%s': %s", key, why);
+        return;
+    }
+    size_t skip = 8 + strlen(key); /* the key, which the pairs hold */
+    unsigned char *bytes = !st && !enc.failed && enc.len > skip ? ckpt__malloc(enc.len - skip) : NULL;
+    if (bytes) memcpy(bytes, enc.data + skip, enc.len - skip);
+    free(enc.data);
+    kv_add(c, key, bytes, enc.len - skip);
 }
 
 static void kv_scalar(lc *c, const char *key, const char *type, const char *value) {
-    kv_key(c, key);
-    ckpt__buf_puts(&c->out, "{\"gguf_type\": \"");
-    ckpt__buf_puts(&c->out, type);
-    ckpt__buf_puts(&c->out, "\", \"value\": ");
-    ckpt__buf_puts(&c->out, value);
-    ckpt__buf_puts(&c->out, "}");
+    ckpt__buf_puts(&c->text, "{\"gguf_type\": \"");
+    ckpt__buf_puts(&c->text, type);
+    ckpt__buf_puts(&c->text, "\", \"value\": ");
+    ckpt__buf_puts(&c->text, value);
+    ckpt__buf_puts(&c->text, "}");
+    kv_typed_text(c, key);
 }
 
 /* A number of config.json as it is spelled there (GGUF output reads it as
@@ -185,7 +251,7 @@ static void kv_number(lc *c, const char *key, const char *type, const ckpt__json
     ckpt__buf text = {0};
     ckpt__buf_append(&text, v->str, v->len);
     kv_scalar(c, key, type, text.data ? text.data : "0");
-    if (text.failed) c->out.failed = true;
+    if (text.failed) c->text.failed = true;
     free(text.data);
 }
 
@@ -197,18 +263,50 @@ static void kv_u32(lc *c, const char *key, uint64_t v) {
 
 static void kv_bool(lc *c, const char *key, bool v) { kv_scalar(c, key, "bool", v ? "true" : "false"); }
 
-static void kv_string(lc *c, const char *key, const char *s, size_t len) {
-    kv_key(c, key);
-    ckpt__buf_puts(&c->out, "{\"gguf_type\": \"string\", \"value\": ");
-    ckpt__buf_json_string_n(&c->out, s, len);
-    ckpt__buf_puts(&c->out, "}");
+/* GGUF's string: its length, then its bytes. */
+static void put_string(ckpt__buf *b, const char *s, size_t len) {
+    ckpt__put_le(b, len, 8);
+    ckpt__buf_append(b, s, len);
 }
 
-static void kv_array_begin(lc *c, const char *key, const char *element) {
-    kv_key(c, key);
-    ckpt__buf_puts(&c->out, "{\"gguf_type\": \"array\", \"element\": \"");
-    ckpt__buf_puts(&c->out, element);
-    ckpt__buf_puts(&c->out, "\", \"value\": [");
+static void kv_string(lc *c, const char *key, const char *s, size_t len) {
+    ckpt__buf b = {0};
+    ckpt__put_le(&b, CKPT__GGUF_STRING, 4);
+    put_string(&b, s, len);
+    kv_add_buf(c, key, &b);
+}
+
+/* An array's head: its type, its elements' and their count. */
+static void array_head(ckpt__buf *b, uint32_t element, uint64_t count) {
+    CKPT__PUT_FIELDS(b, {4, CKPT__GGUF_ARRAY}, {4, element}, {8, count});
+}
+
+/* The key-values made, handed to the plan (which the conversion gives to
+ * its output), and as typed JSON into *json when asked. */
+static ckpt_status hand_kvs(lc *c, char **json) {
+    ckpt__buf b = {0};
+    for (size_t i = 0; json && i < c->kv_count; i++) {
+        char *text = ckpt__gguf_kv_json(&c->kvs[i]);
+        ckpt__buf_puts(&b, i ? ",\n" : "{\n");
+        ckpt__buf_json_string(&b, c->kv_keys[i]);
+        ckpt__buf_puts(&b, ": ");
+        if (!text) b.failed = true;
+        else ckpt__buf_puts(&b, text);
+        free(text);
+    }
+    if (json) ckpt__buf_puts(&b, c->kv_count ? "\n}\n" : "{}\n");
+    if (b.failed) {
+        free(b.data);
+        return ckpt__oom(c->err, c->dir, "the key-values");
+    }
+    ckpt_status st = CKPT_OK;
+    size_t i = 0;
+    for (; !st && i < c->kv_count; i++) st = ckpt__plan_add_kv(c->plan, c->kv_keys[i], &c->kvs[i], c->err);
+    for (; i < c->kv_count; i++) free((void *)c->kvs[i].bytes);
+    c->kvs_handed = true; /* the bytes are the plan's */
+    if (st) free(b.data);
+    else if (json) *json = b.data;
+    return st;
 }
 
 /* llama.cpp's file type (LlamaFileType) of the output dtype. */
@@ -978,29 +1076,177 @@ static void spaces_restored(const char *s, size_t len, ckpt__buf *out) {
 }
 
 typedef struct token_slot {
-    const ckpt__json_node *text;
+    const char *text; /* NULL: no token */
+    uint32_t len;
     int type;
 } token_slot;
 
+/* ---- tokenizer.json, streamed --------------------------------------------- */
+
+/* A vocabulary entry as the file streams by: token `ev->key`, id the value. */
+static ckpt_status vocab_entry(lc *c, const ckpt__json_event *ev) {
+    const char *path = c->tokenizer.path;
+    ckpt__json_node n = {.str = ev->str, .kind = ev->kind, .len = (uint32_t)ev->len};
+    uint64_t id;
+    if (!ckpt__json_u64(&n, &id))
+        return ckpt__fail(&c->vocab_err, CKPT_E_INVALID_ARGUMENT, path, "model.vocab", (int64_t)ev->offset,
+                          "a token id must be a whole number");
+    if (id >= c->vocab)
+        return ckpt__fail(&c->vocab_err, CKPT_E_INVALID_ARGUMENT, c->config.path, "vocab_size", -1,
+                          "vocab_size %llu is not above token id %llu of %s", (unsigned long long)c->vocab,
+                          (unsigned long long)id, path);
+    char *text = ckpt__arena_strndup(&c->vocab_text, ev->key, ev->key_len);
+    if (!text) return ckpt__oom(&c->vocab_err, path, "model.vocab");
+    c->slots[id] = (token_slot){text, (uint32_t)ev->key_len, TOKEN_NORMAL};
+    return CKPT_OK;
+}
+
+/* model.vocab, an object {token: id}, into c->slots; its first error kept
+ * for after the file's own (c->vocab_st). */
+static ckpt_status read_vocab(lc *c, ckpt__json_pull *r) {
+    ckpt__json_event ev;
+    ckpt_status st;
+    while (!(st = ckpt__json_pull_next(r, &ev)) && ev.step == CKPT__JSON_VALUE) {
+        if (!c->vocab_st) c->vocab_st = vocab_entry(c, &ev);
+        if ((st = ckpt__json_pull_skip(r, &ev))) break;
+    }
+    return st;
+}
+
+/* A merge's part, a space in it as U+0120 (as gguf.SpecialVocab encodes
+ * it). */
+static void merge_part(ckpt__buf *pair, const char *s, size_t len) {
+    for (size_t b = 0; b < len; b++)
+        if (s[b] == ' ') ckpt__buf_puts(pair, "\xc4\xa0");
+        else ckpt__buf_append(pair, s + b, 1);
+}
+
+/* A merge given as a pair ["a", "b"] (its start event read): "a b" into
+ * *pair, or false (the pair read to its end). */
+static ckpt_status merge_pair(ckpt__json_pull *r, ckpt__buf *pair, bool *ok) {
+    ckpt__json_event ev;
+    ckpt_status st;
+    size_t parts = 0;
+    *ok = true;
+    pair->len = 0;
+    while (!(st = ckpt__json_pull_next(r, &ev)) && ev.step == CKPT__JSON_VALUE) {
+        if (ev.kind != CKPT__JSON_STRING || parts == 2) *ok = false;
+        else {
+            if (parts++) ckpt__buf_puts(pair, " ");
+            merge_part(pair, ev.str, ev.len);
+        }
+        if ((st = ckpt__json_pull_skip(r, &ev))) return st;
+    }
+    if (parts != 2) *ok = false;
+    return st;
+}
+
+/* model.merges, an array, encoded into c->merges as the file streams by:
+ * "a b" strings, or pairs joined so; its first error kept for after the
+ * file's own (c->merges_st). */
+static ckpt_status read_merges(lc *c, ckpt__json_pull *r) {
+    ckpt__json_event ev;
+    ckpt__buf pair = {0};
+    ckpt_status st;
+    array_head(&c->merges, CKPT__GGUF_STRING, 0); /* the count patched at the end */
+    while (!(st = ckpt__json_pull_next(r, &ev)) && ev.step == CKPT__JSON_VALUE) {
+        bool ok = ev.kind == CKPT__JSON_STRING;
+        if (ok) put_string(&c->merges, ev.str, ev.len);
+        else if (ev.kind == CKPT__JSON_ARRAY && !(st = merge_pair(r, &pair, &ok)) && ok)
+            put_string(&c->merges, pair.data ? pair.data : "", pair.len);
+        else if (!st && ev.kind != CKPT__JSON_ARRAY) st = ckpt__json_pull_skip(r, &ev);
+        if (st) break;
+        if (!ok && !c->merges_st)
+            c->merges_st = ckpt__fail(&c->merges_err, CKPT_E_INVALID_ARGUMENT, c->tokenizer.path, "model.merges",
+                                      (int64_t)ev.offset, "a merge is a string \"a b\" or a pair [\"a\", \"b\"]");
+        c->merge_count++;
+    }
+    if (pair.failed || c->merges.failed) st = st ? st : CKPT_E_NO_MEMORY;
+    free(pair.data);
+    if (!st) ckpt__store_le((unsigned char *)c->merges.data + 8, c->merge_count, 8);
+    return st;
+}
+
+/* ckpt__json_pull_doc's take: model.vocab and model.merges (the first of
+ * each) read as the file streams by — no tree of a million nodes. */
+static bool take_vocab(void *user, ckpt__json_pull *r, const ckpt__json_event *ev, const char *parent,
+                       ckpt_status *st) {
+    lc *c = user;
+    if (ev->depth != 2 || !parent || strcmp(parent, "model") || !ev->key) return false;
+    bool vocab = !strcmp(ev->key, "vocab") && ev->kind == CKPT__JSON_OBJECT && !c->vocab_read;
+    bool merges = !strcmp(ev->key, "merges") && ev->kind == CKPT__JSON_ARRAY && !c->merges_read;
+    if (!vocab && !merges) return false;
+    if (vocab) c->vocab_read = true;
+    else c->merges_read = true;
+    *st = !c->slots ? ckpt__json_pull_skip(r, ev) /* SentencePiece's: unused */
+          : vocab   ? read_vocab(c, r)
+                    : read_merges(c, r);
+    return true;
+}
+
+typedef struct lc_file {
+    int fd;
+    const char *path;
+    ckpt_error *err;
+} lc_file;
+
+static ckpt_status fill_from_file(void *user, uint64_t offset, char *buf, size_t cap, size_t *got) {
+    lc_file *f = user;
+    ckpt_status st = ckpt__pread_full(f->fd, buf, cap, offset, f->path, f->err);
+    *got = st ? 0 : cap;
+    return st;
+}
+
+/* tokenizer.json read through a window: the vocabulary and merges as they
+ * stream by (for byte-level BPE: `bpe`), the rest into c->tokenizer's tree. */
+static ckpt_status read_tokenizer_json(lc *c, bool required, bool bpe) {
+    lc_json *f = &c->tokenizer;
+    f->name = "tokenizer.json";
+    if (!(f->path = ckpt__path_join(c->dir, f->name))) return ckpt__oom(c->err, c->dir, NULL);
+    if (!ckpt__beneath_has(c->root, f->name)) {
+        if (!required) return CKPT_OK;
+        return ckpt__fail(c->err, CKPT_E_NOT_FOUND, f->path, NULL, -1,
+                          "llama.cpp's conversion needs %s beside the weights", f->name);
+    }
+    lc_file file = {-1, f->path, c->err};
+    uint64_t size = 0;
+    ckpt_status st = ckpt__beneath_open(c->root, f->path, false, &file.fd, &size, c->err);
+    if (st) return st;
+    if (size > LC_MAX_JSON_BYTES)
+        st = ckpt__fail(c->err, CKPT_E_LIMIT, f->path, NULL, -1, "%llu bytes is too large for a model's configuration "
+                        "file", (unsigned long long)size);
+    if (!st && bpe && !(c->slots = ckpt__calloc(c->vocab ? c->vocab : 1, sizeof *c->slots)))
+        st = ckpt__oom(c->err, f->path, NULL);
+    ckpt__json_pull r = {0};
+    ckpt__json_event ev;
+    if (!st) st = ckpt__json_pull_init(&r, size, 64 << 10, fill_from_file, &file);
+    if (!st) st = ckpt__json_pull_next(&r, &ev);
+    if (!st) st = ckpt__json_pull_doc(&r, &ev, &f->strings, take_vocab, c, &f->doc);
+    if (!st) st = ckpt__json_pull_next(&r, &ev); /* the end, or trailing characters */
+    if (st == CKPT_E_INVALID_ARGUMENT && r.why)
+        st = ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, NULL, (int64_t)r.error_offset, "not JSON: %s", r.why);
+    else if (st == CKPT_E_NO_MEMORY) st = ckpt__oom(c->err, f->path, NULL);
+    ckpt__json_pull_free(&r);
+    close(file.fd);
+    if (st) return st;
+    if (f->doc.nodes[0].kind != CKPT__JSON_OBJECT)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, NULL, 0, "not a JSON object");
+    f->present = true;
+    return CKPT_OK;
+}
+
+/* A deferred error of the streamed vocabulary or merges, as it was. */
+static ckpt_status deferred(lc *c, ckpt_status st, const ckpt_error *e) {
+    if (st && c->err) *c->err = *e;
+    return st;
+}
+
 /* tokens and token types: the model's vocabulary and the added tokens, by
  * id, up to vocab_size ("[PAD<i>]" for ids without a token). */
-static ckpt_status write_tokens(lc *c, uint32_t vocab_node) {
+static ckpt_status write_tokens(lc *c) {
     lc_json *f = &c->tokenizer;
-    token_slot *slots = ckpt__calloc(c->vocab ? c->vocab : 1, sizeof *slots);
-    if (!slots) return ckpt__oom(c->err, f->path, NULL);
-    ckpt_status st = CKPT_OK;
-    const ckpt__json_node *v = &f->doc.nodes[vocab_node];
-    for (uint32_t i = vocab_node + 1, k = 0; !st && k < v->count; k++, i = f->doc.nodes[i + 1].end) {
-        uint64_t id;
-        if (!ckpt__json_u64(&f->doc.nodes[i + 1], &id))
-            st = ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, "model.vocab", f->doc.nodes[i + 1].offset,
-                            "a token id must be a whole number");
-        else if (id >= c->vocab)
-            st = ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "vocab_size", -1,
-                            "vocab_size %llu is not above token id %llu of %s", (unsigned long long)c->vocab,
-                            (unsigned long long)id, f->path);
-        else slots[id] = (token_slot){&f->doc.nodes[i], TOKEN_NORMAL};
-    }
+    token_slot *slots = c->slots;
+    ckpt_status st = deferred(c, c->vocab_st, &c->vocab_err);
     const ckpt__json_node *added = member(f, 0, "added_tokens");
     if (!st && added && added->kind == CKPT__JSON_ARRAY) {
         for (uint32_t i = node_index(f, added) + 1, k = 0; !st && k < added->count; k++, i = f->doc.nodes[i].end) {
@@ -1016,76 +1262,44 @@ static ckpt_status write_tokens(lc *c, uint32_t vocab_node) {
                                 (unsigned long long)c->vocab, (unsigned long long)id, f->path);
             } else {
                 bool control = (special && special->kind == CKPT__JSON_TRUE) || looks_special(content->str, content->len);
-                slots[id] = (token_slot){content, control ? TOKEN_CONTROL : TOKEN_USER_DEFINED};
+                slots[id] = (token_slot){content->str, content->len, control ? TOKEN_CONTROL : TOKEN_USER_DEFINED};
             }
         }
     }
-    if (!st) {
-        kv_array_begin(c, "tokenizer.ggml.tokens", "string");
-        char pad[40];
-        for (uint64_t id = 0; id < c->vocab; id++) {
-            if (id) ckpt__buf_puts(&c->out, ", ");
-            const ckpt__json_node *t = slots[id].text;
-            if (!t) {
-                snprintf(pad, sizeof pad, "[PAD%llu]", (unsigned long long)id);
-                ckpt__buf_json_string(&c->out, pad);
-                slots[id].type = TOKEN_UNUSED;
-            } else if (slots[id].type == TOKEN_USER_DEFINED && strstr(t->str, "\xe2\x96\x81")) {
-                ckpt__buf spaced = {0};
-                spaces_restored(t->str, t->len, &spaced);
-                if (spaced.failed) st = ckpt__oom(c->err, f->path, NULL);
-                ckpt__buf_json_string_n(&c->out, spaced.data ? spaced.data : "", spaced.len);
-                free(spaced.data);
-            } else {
-                ckpt__buf_json_string_n(&c->out, t->str, t->len);
-            }
+    if (st) return st;
+    ckpt__buf tokens = {0}, types = {0}, spaced = {0};
+    array_head(&tokens, CKPT__GGUF_STRING, c->vocab);
+    array_head(&types, CKPT__GGUF_I32, c->vocab);
+    char pad[40];
+    for (uint64_t id = 0; id < c->vocab; id++) {
+        const token_slot *t = &slots[id];
+        int type = t->text ? t->type : TOKEN_UNUSED;
+        if (!t->text) {
+            snprintf(pad, sizeof pad, "[PAD%llu]", (unsigned long long)id);
+            put_string(&tokens, pad, strlen(pad));
+        } else if (t->type == TOKEN_USER_DEFINED && strstr(t->text, "\xe2\x96\x81")) {
+            spaced.len = 0;
+            spaces_restored(t->text, t->len, &spaced);
+            put_string(&tokens, spaced.data ? spaced.data : "", spaced.len);
+        } else {
+            put_string(&tokens, t->text, t->len);
         }
-        ckpt__buf_puts(&c->out, "]}");
-        kv_array_begin(c, "tokenizer.ggml.token_type", "i32");
-        for (uint64_t id = 0; id < c->vocab; id++) {
-            char n[4] = {(char)('0' + slots[id].type), 0};
-            if (id) ckpt__buf_puts(&c->out, ", ");
-            ckpt__buf_puts(&c->out, n);
-        }
-        ckpt__buf_puts(&c->out, "]}");
+        ckpt__put_le(&types, (uint32_t)type, 4);
     }
-    free(slots);
-    return st;
+    if (spaced.failed) tokens.failed = true;
+    free(spaced.data);
+    kv_add_buf(c, "tokenizer.ggml.tokens", &tokens);
+    kv_add_buf(c, "tokenizer.ggml.token_type", &types);
+    return CKPT_OK;
 }
 
-/* tokenizer.ggml.merges: "a b" strings, or pairs joined so (a space inside
- * a part as U+0120, as gguf.SpecialVocab encodes it). */
-static ckpt_status write_merges(lc *c, const ckpt__json_node *merges) {
-    lc_json *f = &c->tokenizer;
-    if (!merges || merges->kind != CKPT__JSON_ARRAY || !merges->count) return CKPT_OK;
-    kv_array_begin(c, "tokenizer.ggml.merges", "string");
-    ckpt__buf pair = {0};
-    ckpt_status st = CKPT_OK;
-    for (uint32_t i = node_index(f, merges) + 1, k = 0; !st && k < merges->count; k++, i = f->doc.nodes[i].end) {
-        const ckpt__json_node *m = &f->doc.nodes[i];
-        if (k) ckpt__buf_puts(&c->out, ", ");
-        if (m->kind == CKPT__JSON_STRING) {
-            ckpt__buf_json_string_n(&c->out, m->str, m->len);
-        } else if (m->kind == CKPT__JSON_ARRAY && m->count == 2 && m[1].kind == CKPT__JSON_STRING &&
-                   f->doc.nodes[m[1].end].kind == CKPT__JSON_STRING) {
-            pair.len = 0;
-            for (int part = 0; part < 2; part++) {
-                const ckpt__json_node *s = part ? &f->doc.nodes[m[1].end] : &m[1];
-                if (part) ckpt__buf_puts(&pair, " ");
-                for (size_t b = 0; b < s->len; b++)
-                    if (s->str[b] == ' ') ckpt__buf_puts(&pair, "\xc4\xa0");
-                    else ckpt__buf_append(&pair, s->str + b, 1);
-            }
-            if (pair.failed) st = ckpt__oom(c->err, f->path, NULL);
-            else ckpt__buf_json_string_n(&c->out, pair.data, pair.len);
-        } else {
-            st = ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, f->path, "model.merges", m->offset,
-                            "a merge is a string \"a b\" or a pair [\"a\", \"b\"]");
-        }
-    }
-    free(pair.data);
-    ckpt__buf_puts(&c->out, "]}");
-    return st;
+/* tokenizer.ggml.merges, streamed already (none when there are none). */
+static ckpt_status write_merges(lc *c, bool with_merges) {
+    if (!with_merges || !c->merges_read) return CKPT_OK;
+    ckpt_status st = deferred(c, c->merges_st, &c->merges_err);
+    if (st || !c->merge_count) return st;
+    kv_add_buf(c, "tokenizer.ggml.merges", &c->merges);
+    return CKPT_OK;
 }
 
 /* gguf.SpecialVocab's special token types, in its order ("eot" and "eom"
@@ -1235,9 +1449,9 @@ static void tokenizer_config_tokens(lc *c, special_vocab *s) {
 }
 
 /* gguf.SpecialVocab(load_merges=True, n_vocab=n_vocab).add_to_gguf:
- * merges (NULL: none loaded), special token ids (below n_vocab, unless
+ * merges (when `merges`: tokenizer.json's, streamed), special token ids (below n_vocab, unless
  * 0), whether they are added, and the chat template. */
-static ckpt_status write_special_vocab(lc *c, const ckpt__json_node *merges, uint64_t n_vocab) {
+static ckpt_status write_special_vocab(lc *c, bool merges, uint64_t n_vocab) {
     ckpt_status st = write_merges(c, merges);
     if (st) return st;
     special_vocab s;
@@ -1489,31 +1703,26 @@ static ckpt_status spm_tokenizer_json_added(lc *c, spm_vocab *v) {
 }
 
 static void spm_write(lc *c, const spm_vocab *v) {
-    kv_array_begin(c, "tokenizer.ggml.tokens", "string");
+    ckpt__buf tokens = {0}, scores = {0}, types = {0};
+    array_head(&tokens, CKPT__GGUF_STRING, c->vocab);
+    array_head(&scores, CKPT__GGUF_F32, c->vocab);
+    array_head(&types, CKPT__GGUF_I32, c->vocab);
     char pad[40];
     for (uint64_t id = 0; id < c->vocab; id++) {
-        if (id) ckpt__buf_puts(&c->out, ", ");
         if (v->text[id]) {
-            ckpt__buf_json_string_n(&c->out, v->text[id], v->len[id]);
+            put_string(&tokens, v->text[id], v->len[id]);
         } else {
             snprintf(pad, sizeof pad, "[PAD%llu]", (unsigned long long)id);
-            ckpt__buf_json_string(&c->out, pad);
+            put_string(&tokens, pad, strlen(pad));
         }
+        uint32_t bits;
+        memcpy(&bits, &v->score[id], 4);
+        ckpt__put_le(&scores, bits, 4);
+        ckpt__put_le(&types, (uint32_t)v->type[id], 4);
     }
-    ckpt__buf_puts(&c->out, "]}");
-    kv_array_begin(c, "tokenizer.ggml.scores", "f32");
-    for (uint64_t id = 0; id < c->vocab; id++) {
-        if (id) ckpt__buf_puts(&c->out, ", ");
-        ckpt__buf_json_float(&c->out, (double)v->score[id]);
-    }
-    ckpt__buf_puts(&c->out, "]}");
-    kv_array_begin(c, "tokenizer.ggml.token_type", "i32");
-    for (uint64_t id = 0; id < c->vocab; id++) {
-        char n[4] = {(char)('0' + v->type[id]), 0};
-        if (id) ckpt__buf_puts(&c->out, ", ");
-        ckpt__buf_puts(&c->out, n);
-    }
-    ckpt__buf_puts(&c->out, "]}");
+    kv_add_buf(c, "tokenizer.ggml.tokens", &tokens);
+    kv_add_buf(c, "tokenizer.ggml.scores", &scores);
+    kv_add_buf(c, "tokenizer.ggml.token_type", &types);
 }
 
 /* The script's _set_vocab_sentencepiece (or Phi3MiniModel.set_vocab):
@@ -1551,7 +1760,7 @@ static ckpt_status write_sentencepiece(lc *c) {
         kv_string(c, "tokenizer.ggml.model", "llama", 5);
         kv_string(c, "tokenizer.ggml.pre", "default", 7);
         spm_write(c, &v);
-        st = write_special_vocab(c, NULL, c->vocab);
+        st = write_special_vocab(c, false, c->vocab);
     }
     for (size_t id = 0; v.owned && id < n; id++) free(v.owned[id]);
     free(v.text), free(v.len), free(v.owned), free(v.score), free(v.type);
@@ -1566,7 +1775,7 @@ static ckpt_status write_sentencepiece(lc *c) {
  * the script's _set_vocab_gpt2 and gguf.SpecialVocab. */
 static ckpt_status write_tokenizer(lc *c) {
     bool spm = ckpt__beneath_has(c->root, "tokenizer.model");
-    ckpt_status st = read_json(c, &c->tokenizer, "tokenizer.json", !spm);
+    ckpt_status st = read_tokenizer_json(c, !spm, !spm);
     if (!st) st = read_json(c, &c->tok_config, "tokenizer_config.json", false);
     if (st) return st;
     const ckpt__json_node *space = member(&c->tok_config, 0, "add_prefix_space");
@@ -1594,8 +1803,8 @@ static ckpt_status write_tokenizer(lc *c) {
     if ((st = pre_tokenizer(c, &pre))) return st;
     kv_string(c, "tokenizer.ggml.model", "gpt2", 4);
     kv_string(c, "tokenizer.ggml.pre", pre, strlen(pre));
-    if ((st = write_tokens(c, node_index(f, vocab)))) return st;
-    return write_special_vocab(c, member(f, mi, "merges"), 0);
+    if ((st = write_tokens(c))) return st;
+    return write_special_vocab(c, true, 0);
 }
 
 /* ---- the conversion ------------------------------------------------------ */
@@ -1648,9 +1857,9 @@ static ckpt_status convert(lc *c) {
 
 static ckpt_status llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt_dtype dtype, unsigned mix,
                                  char **metadata_json, ckpt_error *err) {
-    if (!plan || !model_dir || !metadata_json)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan, model_dir and metadata_json are required");
-    *metadata_json = NULL;
+    if (!plan || !model_dir)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan and model_dir are required");
+    if (metadata_json) *metadata_json = NULL;
     if (dtype != CKPT_DTYPE_INVALID && dtype != CKPT_F32 && dtype != CKPT_F16 && dtype != CKPT_BF16 &&
         dtype != CKPT_Q8_0)
         return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), model_dir, NULL, -1,
@@ -1661,19 +1870,24 @@ static ckpt_status llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt_dt
     c.plan = plan, c.dir = model_dir, c.err = err, c.dtype = mix ? CKPT_F32 : dtype, c.mix = mix;
     ckpt_status st = ckpt__beneath_open_root(model_dir, &c.root, err);
     if (!st) st = convert(&c);
-    if (!st) ckpt__buf_puts(&c.out, "\n}\n");
-    if (!st && c.out.failed) st = ckpt__oom(err, model_dir, "the key-values");
+    if (!st) st = c.kv_failed;
+    if (!st) st = hand_kvs(&c, metadata_json);
     free_json(&c.config);
     free_json(&c.tokenizer);
     free_json(&c.tok_config);
+    for (size_t i = 0; i < c.kv_count; i++) {
+        free(c.kv_keys[i]);
+        if (!c.kvs_handed) free((void *)c.kvs[i].bytes);
+    }
+    free(c.kv_keys);
+    free(c.kvs);
+    free(c.text.data);
+    free(c.slots);
+    ckpt__arena_free(&c.vocab_text);
+    free(c.merges.data);
     free(c.expert_at);
     ckpt__beneath_close(c.root);
-    if (st) {
-        free(c.out.data);
-        return st;
-    }
-    *metadata_json = c.out.data;
-    return CKPT_OK;
+    return st;
 }
 
 ckpt_status ckpt_gguf_llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt_dtype dtype, char **metadata_json,

@@ -796,3 +796,67 @@ def test_expert_tensors_stream_in_bounded_memory(models, tmp_path):
     finally:
         sys.path.remove(str(LLAMA_CPP / "gguf-py"))
     assert peak_mib < 64, f"peak RSS {peak_mib:.1f} MiB"
+
+
+# ---- memory: Llama 3's tokenizer streamed ----------------------------------------------------------------------
+
+def measured(*args):
+    """A ckpt command's exit status, stderr, peak RSS (bytes) and CPU
+    seconds: run by a bare Python (this process, with torch loaded, would
+    lend the child its own RSS before the exec), which reports its
+    children's rusage."""
+    probe = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, "
+             "stderr=subprocess.PIPE); u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+             "print(r.returncode, u.ru_maxrss, u.ru_utime + u.ru_stime); sys.stdout.write(r.stderr.decode())")
+    r = subprocess.run([sys.executable, "-S", "-c", probe, BIN_PATH, *map(str, args)], capture_output=True, text=True)
+    head, _, err = r.stdout.partition("\n")
+    rc, rss, cpu = head.split()
+    return int(rc), err, int(rss) << 10, float(cpu)
+
+
+def test_llama3_tokenizer_converts_in_bounded_memory(llama3, tmp_path):
+    """Llama 3's 17 MB tokenizer.json (128,256 tokens, 280,147 merges) is
+    read through a window, its vocabulary and merges encoded as they stream
+    by and handed to the GGUF writer encoded: the tiny model's conversion
+    peaks far below the 64 MiB target (26 MB; 78 MB when the file was
+    parsed whole into a million JSON nodes and the key-values went to the
+    writer as JSON text it parsed again), and is still the script's file."""
+    model, refs = llama3
+    dst = tmp_path / "model.gguf"
+    rc, err, rss, cpu = measured("convert", model, dst, "-q")
+    assert rc == 0, err
+    assert dst.read_bytes() == refs["auto"].read_bytes()
+    assert rss <= 40 << 20, f"peak RSS {rss / 2**20:.1f} MiB, CPU {cpu:.2f} s"
+
+
+def damaged_tokenizer(llama3, dst, damage):
+    """The Llama 3 model with its tokenizer.json's bytes changed by `damage`."""
+    dst.mkdir()
+    for f in llama3[0].iterdir():
+        if f.name != "tokenizer.json":
+            os.link(f, dst / f.name)
+    (dst / "tokenizer.json").write_bytes(damage((llama3[0] / "tokenizer.json").read_bytes()))
+    return dst
+
+
+def test_damaged_tokenizer_json_is_refused_at_its_byte(llama3, tmp_path):
+    """What the streamed reading refuses it names as the whole-file parse
+    did: the file, the key and the byte, also deep in the vocabulary and
+    merges and at a refill's edge."""
+    text = (llama3[0] / "tokenizer.json").read_bytes()
+    vocab, merges = text.index(b'"vocab": {'), text.index(b'"merges": [')
+    comma = text.index(b",", vocab)
+    first_merge = text.index(b"[", merges + len(b'"merges": ['))
+    id_at = text.index(b"0", vocab + 10)
+    cases = [
+        (lambda t: t[: len(t) // 2], [f"at byte {len(text) // 2}", "not JSON"]),
+        (lambda t: t[:comma] + b",," + t[comma + 1:], [f"at byte {comma + 1}", "expected a string key"]),
+        (lambda t: t[:first_merge] + b"7" + t[t.index(b"]", first_merge) + 1:],
+         [f"at byte {first_merge}", "model.merges", "a merge is a string"]),
+        (lambda t: t[:id_at] + b"-1" + t[id_at + 1:], [f"at byte {id_at}", "model.vocab", "whole number"]),
+        (lambda t: t + b" x", [f"at byte {len(text) + 1}", "trailing characters"]),
+    ]
+    for i, (damage, words) in enumerate(cases):
+        src = damaged_tokenizer(llama3, tmp_path / f"m{i}", damage)
+        stderr = refused(src, tmp_path, "tokenizer.json", *words)
+        assert stderr.count("\n") == 1, stderr

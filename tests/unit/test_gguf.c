@@ -411,7 +411,7 @@ static void test_llamacpp_plan(void **state) {
     assert_int_equal(ckpt_plan_find(p, "blk.0.attn_norm.weight", NULL)->dtype, CKPT_F32);
     assert_non_null(ckpt_plan_find(p, "output.weight", NULL));
     assert_non_null(strstr(kv, "\"general.name\": {\"gguf_type\": \"string\", \"value\": \"Tiny Llama\"}"));
-    assert_non_null(strstr(kv, "\"llama.rope.freq_base\": {\"gguf_type\": \"f32\", \"value\": 10000.0}"));
+    assert_non_null(strstr(kv, "\"llama.rope.freq_base\": {\"gguf_type\": \"f32\", \"value\": 10000}"));
     assert_non_null(strstr(kv, "\"tokenizer.ggml.pre\": {\"gguf_type\": \"string\", \"value\": \"llama-bpe\"}"));
     assert_non_null(strstr(kv, "\"value\": [\"a\", \"b\", \"ab\", \"\xc4\xa0\", \"\xc4\xa0" "a\", \"[PAD5]\", "
                                "\"<|begin|>\", \"<|end|>\"]"));
@@ -435,6 +435,21 @@ static void test_llamacpp_plan(void **state) {
                                     8 * sizeof(float));
     ckpt_plan_free(p);
     ckpt_catalog_close(c);
+    /* No text asked: the plan carries the key-values to the .gguf, in order */
+    assert_int_equal(llamacpp(model, CKPT_F32, &c, &p, NULL, &err), CKPT_OK);
+    char *out = strdup(in_dir(dir, "out.gguf"));
+    assert_int_equal(ckpt_convert_plan(p, out, NULL, &err), CKPT_OK);
+    ckpt_plan_free(p);
+    ckpt_catalog_close(c);
+    assert_int_equal(ckpt_catalog_open(out, &c, &err), CKPT_OK);
+    const ckpt_kv *tokens = ckpt_catalog_kv_find(c, "tokenizer.ggml.tokens");
+    assert_non_null(tokens);
+    assert_int_equal(tokens->count, 8);
+    assert_int_equal(ckpt_catalog_kv_find(c, "tokenizer.ggml.merges")->count, 2);
+    assert_string_equal(ckpt_catalog_kv(c, 0)->key, "general.architecture");
+    assert_string_equal(ckpt_catalog_kv(c, ckpt_catalog_kv_count(c) - 1)->key, "tokenizer.chat_template");
+    ckpt_catalog_close(c);
+    free(out);
     free(model);
     scratch_free(dir);
 }

@@ -194,6 +194,38 @@ static ckpt_status parse_json_file(const char *path, ckpt_error *err) {
     return st;
 }
 
+typedef struct text_at {
+    const char *data;
+    size_t len;
+} text_at;
+
+static ckpt_status pull_fill(void *user, uint64_t offset, char *buf, size_t cap, size_t *got) {
+    const text_at *b = user;
+    size_t n = b->len - (size_t)offset < cap ? b->len - (size_t)offset : cap;
+    memcpy(buf, b->data + offset, n);
+    *got = n;
+    return CKPT_OK;
+}
+
+/* The same document read through the pull reader into a tree. */
+static ckpt_status pull_json_file(const char *path, ckpt_error *err) {
+    size_t n;
+    text_at b = {input(path, &n), 0};
+    b.len = n;
+    ckpt__json_pull r;
+    ckpt__json_event ev;
+    ckpt__json_doc doc = {0};
+    ckpt__arena strings = {0};
+    ckpt_status st = ckpt__json_pull_init(&r, n, 64, pull_fill, &b);
+    if (!st) st = ckpt__json_pull_next(&r, &ev);
+    if (!st) st = ckpt__json_pull_doc(&r, &ev, &strings, NULL, NULL, &doc);
+    if (st) snprintf(err->message, sizeof err->message, "byte %llu: %s", (unsigned long long)r.error_offset, r.why);
+    ckpt__json_pull_free(&r);
+    ckpt__json_free(&doc);
+    ckpt__arena_free(&strings);
+    return st;
+}
+
 static const char *nested_json(const char *dir, const char *name, int depth) {
     bytes b = {0};
     put_repeat(&b, "[", depth);
@@ -204,6 +236,7 @@ static const char *nested_json(const char *dir, const char *name, int depth) {
 static void test_json(void **state) {
     const char *dir = *state;
     check_flat(parse_json_file, nested_json(dir, "shallow.json", 2), nested_json(dir, "deep.json", 128));
+    check_flat(pull_json_file, nested_json(dir, "shallow.json", 2), nested_json(dir, "deep.json", 128));
 }
 
 /* ---- torch pickles: the object-tree walk ------------------------------------- */
