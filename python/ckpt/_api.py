@@ -1118,7 +1118,7 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
             tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
             overwrite=False, checksums=False, no_sync=False, progress=None, extra_files=True, allowed_globals=None,
             ignore_unmatched=False, format=None, dcp_ranks=1, direct=False, dry_run=False, check_crc=True,
-            source_metadata=False,
+            source_metadata=False, raw=False,
             **source):  # noqa: A002
     """Converts a checkpoint (any format ckpt reads) to `dst`, where
     ckpt.destination says: a file of the format its suffix names
@@ -1163,8 +1163,14 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     "tensors"}], "side_files", "copied_files", "replaces", "tensors":
     [{"name", "source", "dtype", "shape", "nbytes", "file", ("same_as")}],
     "totals": {"tensors", "written", "parameters", "bytes"}}."""
-    number = _format_id(format)
-    out = destination(dst, format)  # the library's rule: refused here, before the source is opened
+    to_hf = format == "hf"  # a Hugging Face model directory: safetensors and config.json
+    if to_hf:
+        dst = os.path.join(os.fspath(dst), "")  # a directory, as the destination rule reads "DST/"
+    number = _format_id("safetensors" if to_hf else format)
+    out = destination(dst, "safetensors" if to_hf else format)  # the library's rule: refused before the source opens
+    llama = _llamacpp_conversion(src, out, to_hf, raw, source_metadata, dtype,
+                                 dict(select=select, exclude=exclude, rename=rename, tp_rank=tp_rank, tp_size=tp_size,
+                                      tp_select=tp_select, slices=slices, transpose=transpose, layout=layout))
     if out.format == "dcp" and (max_shard_size is not None or prefix is not None or checksums or int(dcp_ranks) < 1):
         raise ValueError("format='dcp' writes one file per rank (dcp_ranks >= 1): no max_shard_size, prefix or checksums")
     if source_metadata and out.format != "gguf":
@@ -1183,7 +1189,14 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
         kw["copy_files_from"] = os.fspath(src)
     rules = dict(select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank, tp_size=tp_size,
                  tp_select=tp_select, slices=slices, transpose=transpose, layout=layout)
-    plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
+    if llama == "gguf":  # llama.cpp's conversion: the library's plan, and its key-values as the output's
+        plan = _ckpt.Plan(catalog)
+        kw["metadata_json"] = plan.gguf_llamacpp(os.fspath(src), *_dtype_and_text(dtype))
+    elif llama == "hf" and (to_hf or "general.architecture" in catalog.metadata()):
+        plan = _ckpt.Plan(catalog)  # a GGUF of no llama.cpp model (no general.architecture) is written as it is
+        plan.gguf_hf(None if dtype is None else dtype_name(dtype))
+    else:
+        plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
     # The library's own preview names what the conversion writes (its
     # destination rules, shards, side files), with the same checks.
     preview = plan.convert(os.fspath(dst), dry_run=True, **{**kw, "progress": None})
@@ -1191,6 +1204,53 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
         return preview
     plan.convert(os.fspath(dst), **kw)
     return _written(preview)
+
+
+def _llamacpp_conversion(src, out, to_hf, raw, source_metadata, dtype, rules):
+    """Which of llama.cpp's conversions `ckpt convert` makes of src into
+    `out` (ckpt.destination's): "gguf" — a Hugging Face model directory
+    (config.json beside the weights) into a GGUF file, as
+    convert_hf_to_gguf.py writes it; "hf" — a GGUF file into a directory,
+    a Hugging Face model directory; None — neither (or raw=True: the
+    tensors as they are).  The one option of either is the dtype: other
+    rules are refused, as the CLI refuses them (cli/convert.c)."""
+    src_path = None if _sources.is_remote(src) else os.fspath(src)
+    gguf_src = (src_path is not None and _ckpt.format_name(_ckpt.format_for_path(src_path)) == "gguf"
+                and os.path.isfile(src_path))
+    if to_hf and not gguf_src:
+        raise ValueError("format='hf' converts a llama.cpp GGUF file (src *.gguf)")
+    hf_dir = (to_hf or (out.directory and out.format != "dcp")) and out.format != "gguf" and gguf_src
+    if raw and out.format != "gguf" and not hf_dir:
+        raise ValueError("raw=True is for GGUF output (dst *.gguf) or a GGUF into a directory")
+    model_dir = src_path is not None and os.path.isdir(src_path) and os.path.isfile(os.path.join(src_path,
+                                                                                                 "config.json"))
+    kind = "gguf" if out.format == "gguf" and not raw and model_dir else "hf" if hf_dir and not raw else None
+    given = sorted(k for k, v in rules.items() if v is not None and v is not False)
+    if kind and isinstance(dtype, dict):
+        given.append("dtype by pattern")
+    if kind == "gguf" and given:
+        raise ValueError(f"llama.cpp's conversion of a model directory takes dtype alone (not {', '.join(given)}); "
+                         f"pass raw=True to select, rename or cast tensors of your own")
+    if kind == "gguf" and source_metadata:
+        raise ValueError("source_metadata goes with raw=True: llama.cpp's conversion writes the key-values "
+                         "convert_hf_to_gguf.py writes")
+    if kind == "hf" and given:
+        raise ValueError(f"a GGUF's conversion to a Hugging Face directory takes dtype alone (not "
+                         f"{', '.join(given)}); pass raw=True to select, rename or cast tensors of your own")
+    return kind
+
+
+def _dtype_and_text(dtype):
+    """llama.cpp's conversion's dtype: (ckpt's name of it, or None), and the
+    text given when it names no dtype (a llama-quantize mix: "q4_k_m")."""
+    if dtype is None:
+        return None, None
+    try:
+        return dtype_name(dtype), dtype if isinstance(dtype, str) else None
+    except ValueError:
+        if not isinstance(dtype, str):
+            raise
+        return None, dtype
 
 
 def _written(preview):
