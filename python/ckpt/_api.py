@@ -312,8 +312,13 @@ def _glob_re(pattern):
 
 
 def _build_plan(catalog, rows, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
-                tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, ignore_unmatched=False):
+                tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, ignore_unmatched=False,
+                as_hf=False):
     plan = _ckpt.Plan(catalog)
+    if as_hf:  # the library's GGUF → Hugging Face mapping first: it takes every tensor, before any rule
+        one = dtype is not None and not isinstance(dtype, dict)
+        plan.gguf_hf(dtype_name(dtype) if one else None)
+        dtype = None if one else dtype
     if ignore_unmatched:
         plan.set_flags(1)
     for p in _listify(select):
@@ -373,7 +378,7 @@ def _io(io, direct=False):
 def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
          tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, device="cpu", nested=False, copy=False,
          mmap=None, threads=0, io="auto", progress=None, allowed_globals=None, ignore_unmatched=False, direct=False,
-         check_crc=True, **source):
+         check_crc=True, as_hf=False, **source):
     """Loads a checkpoint (or the part of it a device needs) into a dict of
     tensors, with the parallel engine: memory beyond the tensors is a small
     bounce ring, whatever the checkpoint's size.
@@ -416,6 +421,14 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     ckpt.open(path).verify().  Slices, and storages with bytes no tensor
     shows, go unchecked; check_crc=False checks nothing.
 
+    as_hf=True reads a llama.cpp GGUF (llama, qwen2, qwen3, phi3) as the
+    Hugging Face model it was converted from — the tensors of the directory
+    ckpt.convert(path, dir) writes, without writing it: Hugging Face's
+    names, llama's Q/K rows put back, every tensor of `dtype` (one dtype;
+    default: the GGUF's float type, else bf16), dequantized by the engine.
+    The other rules then apply to those names; a GGUF the library does not
+    map raises ckpt.Error naming the file and the key.
+
     A CUDA device (device="cuda:0", with torch's CUDA available) gets the
     tensors straight into device memory: each is allocated there with
     torch.empty and filled through a ring of pinned host slots (the
@@ -442,7 +455,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank,
                        tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
-                       layout=layout, ignore_unmatched=ignore_unmatched)
+                       layout=layout, ignore_unmatched=ignore_unmatched, as_hf=as_hf)
     items = plan.items()
     order = [item.name for item in items]
     cuda = _device.torch_cuda_device(device) if fw is _frameworks.Torch and str(device) != "cpu" else None
@@ -599,7 +612,7 @@ def _strict_error(target, missing, unexpected, mismatched, meta_left=(), loaded=
 def load_into(target, path, strict=True, *, assign=False, device=None, dtype=None, copy=False, select=None,
               exclude=None, rename=None, tp_rank=None, tp_size=None, tp_dim=0, tp_select=None, slices=None,
               transpose=None, layout=None, threads=0, io="auto", progress=None, allowed_globals=None,
-              ignore_unmatched=False, direct=False, on_loaded=None, check_crc=True, **source):
+              ignore_unmatched=False, direct=False, on_loaded=None, check_crc=True, as_hf=False, **source):
     """Loads a checkpoint into the existing tensors of `target` — a
     torch.nn.Module, a state dict, or a (nested) dict of numpy arrays — in
     place: bytes go straight from the file into each tensor's memory, so no
@@ -644,7 +657,12 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
     ckpt.Error (CKPT_E_CHECKSUM), the target then holding partial data.  A
     torch storage shared by several tensors is checked once the last of
     them is in place, before its on_loaded call (the others' came
-    already)."""
+    already).
+
+    as_hf=True reads a llama.cpp GGUF as the Hugging Face model it was
+    converted from, as ckpt.load(as_hf=True) does: a transformers model
+    (built on meta, with assign=True) takes a GGUF's weights with no
+    Hugging Face directory written (ckpt.transformers' gguf_file=)."""
     if on_loaded is not None and not callable(on_loaded):
         raise TypeError(f"on_loaded must be a function of (name, tensor), not {type(on_loaded).__name__}")
     if assign and not _is_module(target):
@@ -659,7 +677,7 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype if assign else None,
                        tp_rank=tp_rank, tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices,
-                       transpose=transpose, layout=layout, ignore_unmatched=ignore_unmatched)
+                       transpose=transpose, layout=layout, ignore_unmatched=ignore_unmatched, as_hf=as_hf)
     expected = []
     for name, t in flat.items():
         dt, shape, _ = fw.describe(t)
@@ -1152,6 +1170,17 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
 
     Returns the paths written (as save does): the output files, then the
     side files (an index, DCP's .metadata) and the copied files.
+
+    llama.cpp's conversions, as `ckpt convert` makes them: a Hugging Face
+    model directory (config.json beside the weights) into a .gguf is the
+    file convert_hf_to_gguf.py writes — `dtype` its --outtype ("f32",
+    "f16", "bf16", "q8_0"; None: its auto) or llama-quantize's mix
+    ("q4_k_m", "q5_k_m", "q4_k_s", "q5_k_s", "q6_k") — and a llama.cpp
+    GGUF into a directory (or format="hf") is a Hugging Face model
+    directory (config.json from the key-values, tensors dequantized to
+    `dtype`: f32, f16 or bf16; None: the GGUF's float type, else bf16).
+    Either takes `dtype` alone (other rules raise ValueError); raw=True
+    writes the tensors as they are instead, names and all, with the rules.
 
     check_crc (default True): the CRC-32 of every ZIP member of the source
     (torch .bin/.pt, .npz) read whole is checked as it streams; a mismatch
