@@ -5,7 +5,7 @@ Each load runs in a fresh process (warm page cache: one untimed run first);
 the figures are the load's wall time and the process's peak RSS above what it
 held after its imports (ru_maxrss), medians of the runs, loaders interleaved:
 
-    .venv/bin/python bench/transformers_gguf_quick.py /tmp/gguf-bench 3
+    .venv/bin/python bench/transformers_gguf_quick.py /tmp/gguf-bench 3 [f16:auto,q8_0:auto]
 
 makes (once) a random Qwen3 of 8 layers, hidden size 1024, its vocabulary
 Qwen2's 151936 (about 0.25 G parameters, tied embeddings), with Qwen2's
@@ -64,6 +64,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     make(out)
     cases = [("f16", "auto"), ("f16", "bfloat16"), ("bf16", "auto"), ("q8_0", "auto")]
+    if len(sys.argv) > 3:  # TYPE:DTYPE,…
+        cases = [tuple(c.split(":")) for c in sys.argv[3].split(",")]
     for t, dtype in cases:
         path = out / f"qwen3-{t}.gguf"
         size = path.stat().st_size / 2**20
