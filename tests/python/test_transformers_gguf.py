@@ -102,7 +102,7 @@ def test_a_dtype_is_the_engines_cast(ggufs, family, gguf_type, request):
     kw = EXTRA.get(family, {})
     expected = transformers_own(path, dtype=torch.bfloat16, **kw)
     request.getfixturevalue("no_numpy_dequantization")
-    got = ckt.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.bfloat16, **kw)
+    got = ckt.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.bfloat16, **kw)
     assert_same_model(expected, got)
     assert got.dtype == torch.bfloat16
 
