@@ -312,8 +312,13 @@ def _glob_re(pattern):
 
 
 def _build_plan(catalog, rows, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
-                tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, ignore_unmatched=False):
+                tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, ignore_unmatched=False,
+                as_hf=False):
     plan = _ckpt.Plan(catalog)
+    if as_hf:  # the library's GGUF → Hugging Face mapping first: it takes every tensor, before any rule
+        one = dtype is not None and not isinstance(dtype, dict)
+        plan.gguf_hf(dtype_name(dtype) if one else None)
+        dtype = None if one else dtype
     if ignore_unmatched:
         plan.set_flags(1)
     for p in _listify(select):
@@ -373,7 +378,7 @@ def _io(io, direct=False):
 def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
          tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, device="cpu", nested=False, copy=False,
          mmap=None, threads=0, io="auto", progress=None, allowed_globals=None, ignore_unmatched=False, direct=False,
-         check_crc=True, **source):
+         check_crc=True, as_hf=False, **source):
     """Loads a checkpoint (or the part of it a device needs) into a dict of
     tensors, with the parallel engine: memory beyond the tensors is a small
     bounce ring, whatever the checkpoint's size.
@@ -416,6 +421,14 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     ckpt.open(path).verify().  Slices, and storages with bytes no tensor
     shows, go unchecked; check_crc=False checks nothing.
 
+    as_hf=True reads a llama.cpp GGUF (llama, qwen2, qwen3, phi3) as the
+    Hugging Face model it was converted from — the tensors of the directory
+    ckpt.convert(path, dir) writes, without writing it: Hugging Face's
+    names, llama's Q/K rows put back, every tensor of `dtype` (one dtype;
+    default: the GGUF's float type, else bf16), dequantized by the engine.
+    The other rules then apply to those names; a GGUF the library does not
+    map raises ckpt.Error naming the file and the key.
+
     A CUDA device (device="cuda:0", with torch's CUDA available) gets the
     tensors straight into device memory: each is allocated there with
     torch.empty and filled through a ring of pinned host slots (the
@@ -442,7 +455,7 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank,
                        tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices, transpose=transpose,
-                       layout=layout, ignore_unmatched=ignore_unmatched)
+                       layout=layout, ignore_unmatched=ignore_unmatched, as_hf=as_hf)
     items = plan.items()
     order = [item.name for item in items]
     cuda = _device.torch_cuda_device(device) if fw is _frameworks.Torch and str(device) != "cpu" else None
@@ -599,7 +612,7 @@ def _strict_error(target, missing, unexpected, mismatched, meta_left=(), loaded=
 def load_into(target, path, strict=True, *, assign=False, device=None, dtype=None, copy=False, select=None,
               exclude=None, rename=None, tp_rank=None, tp_size=None, tp_dim=0, tp_select=None, slices=None,
               transpose=None, layout=None, threads=0, io="auto", progress=None, allowed_globals=None,
-              ignore_unmatched=False, direct=False, on_loaded=None, check_crc=True, **source):
+              ignore_unmatched=False, direct=False, on_loaded=None, check_crc=True, as_hf=False, **source):
     """Loads a checkpoint into the existing tensors of `target` — a
     torch.nn.Module, a state dict, or a (nested) dict of numpy arrays — in
     place: bytes go straight from the file into each tensor's memory, so no
@@ -644,7 +657,12 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
     ckpt.Error (CKPT_E_CHECKSUM), the target then holding partial data.  A
     torch storage shared by several tensors is checked once the last of
     them is in place, before its on_loaded call (the others' came
-    already)."""
+    already).
+
+    as_hf=True reads a llama.cpp GGUF as the Hugging Face model it was
+    converted from, as ckpt.load(as_hf=True) does: a transformers model
+    (built on meta, with assign=True) takes a GGUF's weights with no
+    Hugging Face directory written (ckpt.transformers' gguf_file=)."""
     if on_loaded is not None and not callable(on_loaded):
         raise TypeError(f"on_loaded must be a function of (name, tensor), not {type(on_loaded).__name__}")
     if assign and not _is_module(target):
@@ -659,7 +677,7 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
     rows = catalog.tensors()
     plan = _build_plan(catalog, rows, select=select, exclude=exclude, rename=rename, dtype=dtype if assign else None,
                        tp_rank=tp_rank, tp_size=tp_size, tp_dim=tp_dim, tp_select=tp_select, slices=slices,
-                       transpose=transpose, layout=layout, ignore_unmatched=ignore_unmatched)
+                       transpose=transpose, layout=layout, ignore_unmatched=ignore_unmatched, as_hf=as_hf)
     expected = []
     for name, t in flat.items():
         dt, shape, _ = fw.describe(t)
@@ -1118,7 +1136,7 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
             tp_select=None, slices=None, transpose=None, layout=None, max_shard_size=None, prefix=None,
             overwrite=False, checksums=False, no_sync=False, progress=None, extra_files=True, allowed_globals=None,
             ignore_unmatched=False, format=None, dcp_ranks=1, direct=False, dry_run=False, check_crc=True,
-            source_metadata=False,
+            source_metadata=False, raw=False,
             **source):  # noqa: A002
     """Converts a checkpoint (any format ckpt reads) to `dst`, where
     ckpt.destination says: a file of the format its suffix names
@@ -1153,6 +1171,17 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     Returns the paths written (as save does): the output files, then the
     side files (an index, DCP's .metadata) and the copied files.
 
+    llama.cpp's conversions, as `ckpt convert` makes them: a Hugging Face
+    model directory (config.json beside the weights) into a .gguf is the
+    file convert_hf_to_gguf.py writes — `dtype` its --outtype ("f32",
+    "f16", "bf16", "q8_0"; None: its auto) or llama-quantize's mix
+    ("q4_k_m", "q5_k_m", "q4_k_s", "q5_k_s", "q6_k") — and a llama.cpp
+    GGUF into a directory (or format="hf") is a Hugging Face model
+    directory (config.json from the key-values, tensors dequantized to
+    `dtype`: f32, f16 or bf16; None: the GGUF's float type, else bf16).
+    Either takes `dtype` alone (other rules raise ValueError); raw=True
+    writes the tensors as they are instead, names and all, with the rules.
+
     check_crc (default True): the CRC-32 of every ZIP member of the source
     (torch .bin/.pt, .npz) read whole is checked as it streams; a mismatch
     raises ckpt.Error (CKPT_E_CHECKSUM) and nothing is written.
@@ -1163,8 +1192,14 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     "tensors"}], "side_files", "copied_files", "replaces", "tensors":
     [{"name", "source", "dtype", "shape", "nbytes", "file", ("same_as")}],
     "totals": {"tensors", "written", "parameters", "bytes"}}."""
-    number = _format_id(format)
-    out = destination(dst, format)  # the library's rule: refused here, before the source is opened
+    to_hf = format == "hf"  # a Hugging Face model directory: safetensors and config.json
+    if to_hf:
+        dst = os.path.join(os.fspath(dst), "")  # a directory, as the destination rule reads "DST/"
+    number = _format_id("safetensors" if to_hf else format)
+    out = destination(dst, "safetensors" if to_hf else format)  # the library's rule: refused before the source opens
+    llama = _llamacpp_conversion(src, out, to_hf, raw, source_metadata, dtype,
+                                 dict(select=select, exclude=exclude, rename=rename, tp_rank=tp_rank, tp_size=tp_size,
+                                      tp_select=tp_select, slices=slices, transpose=transpose, layout=layout))
     if out.format == "dcp" and (max_shard_size is not None or prefix is not None or checksums or int(dcp_ranks) < 1):
         raise ValueError("format='dcp' writes one file per rank (dcp_ranks >= 1): no max_shard_size, prefix or checksums")
     if source_metadata and out.format != "gguf":
@@ -1183,7 +1218,14 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
         kw["copy_files_from"] = os.fspath(src)
     rules = dict(select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank, tp_size=tp_size,
                  tp_select=tp_select, slices=slices, transpose=transpose, layout=layout)
-    plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
+    if llama == "gguf":  # llama.cpp's conversion: the library's plan, and its key-values as the output's
+        plan = _ckpt.Plan(catalog)
+        kw["metadata_json"] = plan.gguf_llamacpp(os.fspath(src), *_dtype_and_text(dtype))
+    elif llama == "hf" and (to_hf or "general.architecture" in catalog.metadata()):
+        plan = _ckpt.Plan(catalog)  # a GGUF of no llama.cpp model (no general.architecture) is written as it is
+        plan.gguf_hf(None if dtype is None else dtype_name(dtype))
+    else:
+        plan = _build_plan(catalog, catalog.tensors(), tp_dim=tp_dim, ignore_unmatched=ignore_unmatched, **rules)
     # The library's own preview names what the conversion writes (its
     # destination rules, shards, side files), with the same checks.
     preview = plan.convert(os.fspath(dst), dry_run=True, **{**kw, "progress": None})
@@ -1191,6 +1233,53 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
         return preview
     plan.convert(os.fspath(dst), **kw)
     return _written(preview)
+
+
+def _llamacpp_conversion(src, out, to_hf, raw, source_metadata, dtype, rules):
+    """Which of llama.cpp's conversions `ckpt convert` makes of src into
+    `out` (ckpt.destination's): "gguf" — a Hugging Face model directory
+    (config.json beside the weights) into a GGUF file, as
+    convert_hf_to_gguf.py writes it; "hf" — a GGUF file into a directory,
+    a Hugging Face model directory; None — neither (or raw=True: the
+    tensors as they are).  The one option of either is the dtype: other
+    rules are refused, as the CLI refuses them (cli/convert.c)."""
+    src_path = None if _sources.is_remote(src) else os.fspath(src)
+    gguf_src = (src_path is not None and _ckpt.format_name(_ckpt.format_for_path(src_path)) == "gguf"
+                and os.path.isfile(src_path))
+    if to_hf and not gguf_src:
+        raise ValueError("format='hf' converts a llama.cpp GGUF file (src *.gguf)")
+    hf_dir = (to_hf or (out.directory and out.format != "dcp")) and out.format != "gguf" and gguf_src
+    if raw and out.format != "gguf" and not hf_dir:
+        raise ValueError("raw=True is for GGUF output (dst *.gguf) or a GGUF into a directory")
+    model_dir = src_path is not None and os.path.isdir(src_path) and os.path.isfile(os.path.join(src_path,
+                                                                                                 "config.json"))
+    kind = "gguf" if out.format == "gguf" and not raw and model_dir else "hf" if hf_dir and not raw else None
+    given = sorted(k for k, v in rules.items() if v is not None and v is not False)
+    if kind and isinstance(dtype, dict):
+        given.append("dtype by pattern")
+    if kind == "gguf" and given:
+        raise ValueError(f"llama.cpp's conversion of a model directory takes dtype alone (not {', '.join(given)}); "
+                         f"pass raw=True to select, rename or cast tensors of your own")
+    if kind == "gguf" and source_metadata:
+        raise ValueError("source_metadata goes with raw=True: llama.cpp's conversion writes the key-values "
+                         "convert_hf_to_gguf.py writes")
+    if kind == "hf" and given:
+        raise ValueError(f"a GGUF's conversion to a Hugging Face directory takes dtype alone (not "
+                         f"{', '.join(given)}); pass raw=True to select, rename or cast tensors of your own")
+    return kind
+
+
+def _dtype_and_text(dtype):
+    """llama.cpp's conversion's dtype: (ckpt's name of it, or None), and the
+    text given when it names no dtype (a llama-quantize mix: "q4_k_m")."""
+    if dtype is None:
+        return None, None
+    try:
+        return dtype_name(dtype), dtype if isinstance(dtype, str) else None
+    except ValueError:
+        if not isinstance(dtype, str):
+            raise
+        return None, dtype
 
 
 def _written(preview):

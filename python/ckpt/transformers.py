@@ -20,10 +20,15 @@ from_pretrained's (tests/python/test_transformers.py).
 Every `Auto*` class of transformers, and every model class, is here under
 its own name with a `from_pretrained` of the same signature.  The options
 whose work is not the reading of weights (`quantization_config`,
-`gguf_file`, `device_map="auto"` and its peers, `max_memory`,
-`offload_folder`, `state_dict`) go to transformers' own from_pretrained
-unchanged: ckpt reads plain safetensors and torch checkpoints into a
-model, and transformers keeps the rest.  With `tp_plan`/`tp_size`/
+`device_map="auto"` and its peers, `max_memory`, `offload_folder`,
+`state_dict`) go to transformers' own from_pretrained unchanged: ckpt
+reads plain safetensors and torch checkpoints into a model, and
+transformers keeps the rest.  A llama.cpp GGUF (`gguf_file=`) of a family
+the library maps back to Hugging Face (llama, qwen2, qwen3, phi3) is read
+by ckpt through that mapping (load_into(..., as_hf=True): names, Q/K rows
+put back, dequantized by the engine into the meta model), its config
+being transformers' parsing of the key-values; another goes to
+transformers' own GGUF loader.  With `tp_plan`/`tp_size`/
 `distributed_config` (under torchrun) transformers shards the model and
 its loader cuts each rank's part out of ckpt's lazy tensors."""
 import copy
@@ -39,9 +44,11 @@ from . import _api
 __all__ = ["from_pretrained", "load_pretrained"]
 
 # Options that change what is done with the weights beyond reading them into
-# the model (quantizing, dequantizing GGUF blocks, placing them by memory,
-# offloading them, sharding them across processes): transformers does those.
-_TRANSFORMERS_ONLY = ("quantization_config", "gguf_file", "max_memory", "offload_folder", "offload_buffers",
+# the model (quantizing, placing them by memory, offloading them, sharding
+# them across processes): transformers does those.  A llama.cpp GGUF
+# (gguf_file=) is read by ckpt where its GGUF → Hugging Face mapping takes
+# it (_gguf_names), else by transformers.
+_TRANSFORMERS_ONLY = ("quantization_config", "max_memory", "offload_folder", "offload_buffers",
                       "device_mesh", "state_dict", "use_kernels", "kernel_config", "fusion_config", "adapter_name",
                       "adapter_kwargs")
 # Parallelism (tensor, pipeline, expert, FSDP): transformers shards the
@@ -203,6 +210,8 @@ def load_pretrained(model_class, pretrained_model_name_or_path, *model_args, **k
     with the weights read by ckpt; see the module's documentation."""
     if _transformers_does_it(kwargs):
         return model_class.from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+    given = dict(kwargs)  # for transformers' own from_pretrained, where it reads a GGUF itself
+    gguf_file = kwargs.pop("gguf_file", None)
     mu = _modeling()
     from transformers.conversion_mapping import get_model_conversion_mapping
     from transformers.utils import ContextManagers
@@ -239,7 +248,8 @@ def load_pretrained(model_class, pretrained_model_name_or_path, *model_args, **k
     if not isinstance(config, PreTrainedConfig):
         config, model_kwargs = model_class.config_class.from_pretrained(
             config if config is not None else pretrained_model_name_or_path, return_unused_kwargs=True,
-            _from_auto=from_auto_class, _from_pipeline=from_pipeline, **hub, **kwargs)
+            gguf_file=gguf_file, _from_auto=from_auto_class, _from_pipeline=from_pipeline, **hub, **kwargs)
+        model_kwargs.pop("gguf_file", None)  # a GGUF's config: transformers' own parsing of its key-values
     else:
         config = copy.deepcopy(config)
         model_kwargs = kwargs
@@ -252,47 +262,68 @@ def load_pretrained(model_class, pretrained_model_name_or_path, *model_args, **k
 
     user_agent = {"file_type": "model", "framework": "pytorch", "from_auto_class": from_auto_class}
     files, sharded_metadata = mu._get_resolved_checkpoint_files(
-        pretrained_model_name_or_path=pretrained_model_name_or_path, variant=variant, gguf_file=None,
+        pretrained_model_name_or_path=pretrained_model_name_or_path, variant=variant, gguf_file=gguf_file,
         use_safetensors=use_safetensors, download_kwargs=hub, user_agent=user_agent,
         is_remote_code=model_class.is_remote_code(),
         transformers_explicit_filename=getattr(config, "transformers_weights", None))
     path = _checkpoint_path(files, sharded_metadata)
+    hf_quantizer = gguf_names = None
+    if gguf_file:
+        from transformers.quantizers.auto import get_hf_quantizer
+        # transformers' marker of a GGUF load (its dtype rule, the model's
+        # quantization attributes), as from_pretrained makes it
+        hf_quantizer, config, device_map = get_hf_quantizer(config, None, device_map, True, user_agent,
+                                                            gguf_file=gguf_file)
+        hf_quantizer.read_header(path)
+        gguf_names = None if hf_quantizer.supported or distributed is not None else _gguf_names(path)
+        if gguf_names is None:  # transformers' own GGUF path (blocks kept packed), or a GGUF ckpt does not map
+            return model_class.from_pretrained(pretrained_model_name_or_path, *model_args, **given)
 
-    config, dtype = mu._get_dtype(dtype, files, config, sharded_metadata, None, True, None)
+    config, dtype = mu._get_dtype(dtype, files, config, sharded_metadata, None, True, hf_quantizer)
     config.name_or_path = pretrained_model_name_or_path
     if distributed is not None:
         config.distributed_config = distributed
     config = copy.deepcopy(config)
-    with ContextManagers(model_class.get_init_context(dtype, False, False, False)):
+    with ContextManagers(model_class.get_init_context(dtype, hf_quantizer is not None, False, False)):
         model = model_class(config, *model_args, **model_kwargs)
         mu.patch_output_recorders(model)
+        if hf_quantizer is not None:
+            hf_quantizer.preprocess_model(model=model, dtype=dtype, device_map=device_map, checkpoint_files=files,
+                                          use_kernels=False)
     dtype_plan = model._get_dtype_plan(dtype)
-    weight_mapping = get_model_conversion_mapping(model, key_mapping, None)
+    weight_mapping = get_model_conversion_mapping(model, key_mapping, hf_quantizer)
     if distributed is not None:
         model = model_class.maybe_distribute_model(model, distributed, mesh)
     load_config = mu.LoadStateDictConfig(
         pretrained_model_name_or_path=pretrained_model_name_or_path, ignore_mismatched_sizes=ignore_mismatched_sizes,
         sharded_metadata=sharded_metadata, device_map=device_map, dtype=dtype, dtype_plan=dtype_plan,
-        weight_mapping=weight_mapping, use_safetensors=use_safetensors, download_kwargs=hub,
+        weight_mapping=weight_mapping, use_safetensors=use_safetensors, download_kwargs=hub, hf_quantizer=hf_quantizer,
         device_mesh=mesh.get_mesh(("pp", "fsdp", "tp")) if mesh is not None else None)
 
     if distributed is not None:
         info = _load_distributed(model_class, model, path, load_config)
     else:
-        with _api.open(path) as c:
-            catalog_dtypes = {n: t.dtype for n, t in c.tensors.items()}
+        if gguf_names is not None:
+            catalog_dtypes = {n: dt for n, (dt, _) in gguf_names.items()}
+        else:
+            with _api.open(path) as c:
+                catalog_dtypes = {n: t.dtype for n, t in c.tensors.items()}
         renames, converted = _key_plan(model, list(catalog_dtypes), weight_mapping)
-        info = _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_map, load_config)
+        info = _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_map, load_config,
+                     gguf_names)
     used = {id(m) for m in getattr(model, "_weight_conversions", None) or []}
     model._weight_conversions = [m for m in weight_mapping if id(m) in used or m.was_used()]
     info = model_class._finalize_model_loading(model, load_config, info)
     model.eval()
     model.set_use_kernels(False, None)
-    if model.can_generate() and hasattr(model, "adjust_generation_fn"):
+    if model.can_generate() and hasattr(model, "adjust_generation_fn") and not gguf_file:
         model.adjust_generation_fn(generation_config, from_auto_class, from_pipeline, pretrained_model_name_or_path,
                                    **hub, trust_remote_code=trust_remote_code, **kwargs)
     if device_map is not None and len(set(device_map.values())) > 1:
-        mu.accelerate_dispatch(model, None, device_map, None, None, False)
+        mu.accelerate_dispatch(model, hf_quantizer, device_map, None, None, False)
+    if hf_quantizer is not None:
+        model.hf_quantizer = hf_quantizer
+        hf_quantizer.postprocess_model(model)
     if output_loading_info:
         return model, info.to_dict()
     return model
@@ -328,11 +359,32 @@ def _load_distributed(model_class, model, path, load_config):
     return info
 
 
-def _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_map, load_config):
+def _gguf_names(path):
+    """{Hugging Face name: (dtype, GGUF name)} of the model the library's GGUF →
+    Hugging Face mapping (ckpt_gguf_hf_plan, as `ckpt convert model.gguf
+    dir/` writes it) makes of a llama.cpp GGUF, or None when it does not
+    map this one (a family it does not convert, a tensor it has no name
+    for, rows it cannot put back): transformers' own loader reads it then."""
+    from . import _ckpt
+    with _api.open(path) as c:
+        plan = _ckpt.Plan(c._catalog)
+        try:
+            plan.gguf_hf(None)
+        except _api._ckpt.Error as e:
+            if e.status != "CKPT_E_INVALID_ARGUMENT":
+                raise
+            return None
+        rows = c._catalog.tensors()
+        return {item.name: (item.dtype, rows[item.source][0]) for item in plan.items()}
+
+
+def _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_map, load_config, gguf_names=None):
     """Reads the checkpoint into the meta model: ckpt.load_into for every
     name that is only renamed, transformers' converters (on ckpt's views)
-    for the names they combine or split.  Returns transformers'
-    LoadStateDictInfo, as its loader fills it."""
+    for the names they combine or split; with gguf_names (_gguf_names'), a
+    llama.cpp GGUF read through the library's GGUF → Hugging Face mapping
+    (rules that select name its tensors by their GGUF names).  Returns
+    transformers' LoadStateDictInfo, as its loader fills it."""
     from transformers.core_model_loading import convert_and_load_state_dict_in_model
     from transformers.utils.loading_report import LoadStateDictInfo
     targets = _target_dtypes(model, dtype_plan)
@@ -341,19 +393,21 @@ def _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_ma
     def loaded(name, tensor):
         tensor._is_hf_initialized = True  # as transformers' loader marks what it set: not initialised again
 
+    as_hf = gguf_names is not None
+    sources = [_api._literal(gguf_names[n][1] if as_hf else n) for n in converted]  # select and exclude: file names
     non_persistent = {n for n, _ in model.named_buffers()} - set(model.state_dict())
     result = _api.load_into(model, path, strict=False, assign=True, device=device or "cpu",
                             dtype=_cast_rule({k: v for k, v in catalog_dtypes.items() if k not in converted},
                                              renames, targets),
-                            rename=_rename_rules(renames), exclude=[_api._literal(n) for n in converted] or None,
-                            on_loaded=loaded)
+                            rename=_rename_rules(renames), exclude=sources or None,
+                            on_loaded=loaded, as_hf=as_hf)
     info = LoadStateDictInfo(missing_keys=set(result.missing_keys) - non_persistent,
                              unexpected_keys=set(result.unexpected_keys),
                              mismatched_keys={(m.name, tuple(m.found.shape), tuple(m.expected.shape))
                                               for m in result.mismatched_keys},
                              conversion_errors={}, error_msgs=[], skipped_pp_keys=set())
     if converted:
-        state = _api.load(path, select=[_api._literal(n) for n in converted])
+        state = _api.load(path, select=sources, as_hf=as_hf)
         conv_info, _ = convert_and_load_state_dict_in_model(model=model, state_dict=state, load_config=load_config)
         info.missing_keys &= conv_info.missing_keys
         info.unexpected_keys |= conv_info.unexpected_keys
@@ -372,8 +426,9 @@ def from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs):
     hub = {k: kwargs[k] for k in _HUB_KWARGS if k in kwargs}
     config = kwargs.get("config")
     if not isinstance(config, PreTrainedConfig):
+        gguf = {"gguf_file": kwargs["gguf_file"]} if kwargs.get("gguf_file") else {}  # its config: the key-values'
         config = AutoConfig.from_pretrained(config or pretrained_model_name_or_path,
-                                            trust_remote_code=kwargs.get("trust_remote_code"), **hub)
+                                            trust_remote_code=kwargs.get("trust_remote_code"), **hub, **gguf)
     for arch in config.architectures or ():
         cls = getattr(transformers, arch, None)
         if isinstance(cls, type) and issubclass(cls, PreTrainedModel):

@@ -54,7 +54,8 @@ def test_convert_returns_what_it_wrote(tmp_path, path, monkeypatch):
     (src / "config.json").write_text("{}")
     monkeypatch.chdir(tmp_path)
     assert ckpt.convert(src, "one.safetensors", progress=False) == ["one.safetensors"]
-    assert ckpt.convert(src, tmp_path / "one.gguf", progress=False) == [str(tmp_path / "one.gguf")]
+    # a model directory (config.json) into a .gguf is llama.cpp's conversion: raw=True, its tensors as they are
+    assert ckpt.convert(src, tmp_path / "one.gguf", raw=True, progress=False) == [str(tmp_path / "one.gguf")]
     wrote = ckpt.convert(src, "shards/", max_shard_size="50B", progress=False)
     assert wrote == ["shards/model-00001-of-00002.safetensors", "shards/model-00002-of-00002.safetensors",
                      "shards/model.safetensors.index.json", "shards/config.json"]

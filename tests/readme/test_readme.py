@@ -217,6 +217,19 @@ def llama_dir(path):
     LlamaForCausalLM(config).save_pretrained(path)
 
 
+def llama3_dir(path):
+    """A tiny Llama 3 with Llama 3's tokenizer, as tests/interop/test_llamacpp.py
+    builds it for llama.cpp's conversion (the examples of GGUF from a model
+    directory and back)."""
+    sys.path.insert(0, str(ROOT / "tests" / "interop"))
+    try:
+        from test_llamacpp import tiny_llama, tokenizer
+    finally:
+        sys.path.remove(str(ROOT / "tests" / "interop"))
+    tiny_llama(path)
+    tokenizer("llama3", path)
+
+
 FIXTURES = {"tiny"}
 
 
@@ -240,6 +253,7 @@ def workspace(tmp_path_factory):
         save_torch_state_dict(tiny, str(d / sharded), max_shard_size="2KB")
     torch.save(tensors(VIT, 1), d / "pytorch_model.bin")
     llama_dir(d / "llama")
+    llama3_dir(d / "llama3")
     torch.save({"model": tiny, "optimizer": {"lr": 1e-3, "step": 7}, "epoch": 3}, d / "train.pt")
     torch.save(tensors(RESNET, 2), d / "resnet152.pth")
     rng = np.random.default_rng(3)
