@@ -1218,9 +1218,9 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
         kw["copy_files_from"] = os.fspath(src)
     rules = dict(select=select, exclude=exclude, rename=rename, dtype=dtype, tp_rank=tp_rank, tp_size=tp_size,
                  tp_select=tp_select, slices=slices, transpose=transpose, layout=layout)
-    if llama == "gguf":  # llama.cpp's conversion: the library's plan, and its key-values as the output's
+    if llama == "gguf":  # llama.cpp's conversion: the library's plan, which carries its key-values
         plan = _ckpt.Plan(catalog)
-        kw["metadata_json"] = plan.gguf_llamacpp(os.fspath(src), *_dtype_and_text(dtype))
+        plan.gguf_llamacpp(os.fspath(src), *_dtype_and_text(dtype))
     elif llama == "hf" and (to_hf or "general.architecture" in catalog.metadata()):
         plan = _ckpt.Plan(catalog)  # a GGUF of no llama.cpp model (no general.architecture) is written as it is
         plan.gguf_hf(None if dtype is None else dtype_name(dtype))

@@ -859,24 +859,22 @@ static PyObject *preview_dict(const ckpt_writer *w, const ckpt_plan *plan) {
 static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"dst", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "progress",
                              "copy_files_from", "format", "dcp_ranks", "dry_run", "check_crc",
-                             "source_metadata", "metadata_json", NULL};
+                             "source_metadata", NULL};
     PyObject *dst, *prefix = NULL, *extra = NULL;
-    const char *metadata_json = NULL; /* a GGUF's key-values (llama.cpp's conversion: gguf_llamacpp's) */
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     unsigned long long shard = 0;
     unsigned int dcp_ranks = 0; /* with format CKPT_FORMAT_DCP: the ranks that appear to have saved it */
     int overwrite = 0, no_sync = 0, checksums = 0, format = 0, dry_run = 0, check_crc = 1, source_metadata = 0;
     progress_ctx p = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&iIpppz", kwlist, PyUnicode_FSConverter, &dst, &shard,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&iIppp", kwlist, PyUnicode_FSConverter, &dst, &shard,
                                      PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable,
                                      PyUnicode_FSConverter, &extra, &format, &dcp_ranks, &dry_run, &check_crc,
-                                     &source_metadata, &metadata_json))
+                                     &source_metadata))
         return NULL;
     o.skip_crc_check = !check_crc;
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
     o.source_metadata = source_metadata;
-    o.metadata_json = metadata_json;
     o.format = (ckpt_format)format;
     ckpt_dcp_writer_options dcp;
     ckpt_dcp_writer_options_init(&dcp);
@@ -1848,8 +1846,8 @@ static PyObject *Plan_stats(Plan *self, PyObject *unused) {
                          s.io_uring ? Py_True : Py_False, "views", (unsigned long long)s.views);
 }
 
-/* gguf_llamacpp(model_dir, dtype=None, text=None) -> the GGUF key-values
- * (JSON) to write with the plan: llama.cpp's conversion of a Hugging Face
+/* gguf_llamacpp(model_dir, dtype=None, text=None): the plan becomes
+ * llama.cpp's conversion of a Hugging Face
  * model directory, as `ckpt convert MODEL_DIR OUT.gguf --dtype TEXT` makes
  * it (cli/convert.c's llamacpp_plan): `dtype`, a dtype name, is the
  * script's --outtype unless it is a block type other than Q8_0; such a
@@ -1867,18 +1865,17 @@ static PyObject *Plan_gguf_llamacpp(Plan *self, PyObject *args) {
     }
     bool mix = (text && d == CKPT_DTYPE_INVALID) || (ckpt_dtype_is_block(d) && d != CKPT_Q8_0);
     const char *mix_name = text ? text : name;
-    char *kv = NULL;
     ckpt_error e;
     ckpt_status st;
+    /* No key-values as JSON text: the plan carries them in GGUF's own
+     * encoding to the writer, as the CLI's conversion does. */
     Py_BEGIN_ALLOW_THREADS
-    st = mix ? ckpt_gguf_llamacpp_plan_mix(self->plan, PyBytes_AS_STRING(dir), mix_name, &kv, &e)
-             : ckpt_gguf_llamacpp_plan(self->plan, PyBytes_AS_STRING(dir), d, &kv, &e);
+    st = mix ? ckpt_gguf_llamacpp_plan_mix(self->plan, PyBytes_AS_STRING(dir), mix_name, NULL, &e)
+             : ckpt_gguf_llamacpp_plan(self->plan, PyBytes_AS_STRING(dir), d, NULL, &e);
     Py_END_ALLOW_THREADS
     Py_DECREF(dir);
     if (st != CKPT_OK) return raise_ckpt(&e);
-    PyObject *out = PyUnicode_FromString(kv);
-    ckpt_free(kv);
-    return out;
+    Py_RETURN_NONE;
 }
 
 /* gguf_hf(dtype=None): the plan over a llama.cpp GGUF becomes the Hugging
@@ -1930,13 +1927,12 @@ static PyMethodDef Plan_methods[] = {
     {"data", (PyCFunction)Plan_data, METH_O, "data(i) -> Buffer, or None for a caller buffer"},
     {"stats", (PyCFunction)Plan_stats, METH_NOARGS, "stats() -> dict of the last load"},
     {"gguf_llamacpp", (PyCFunction)Plan_gguf_llamacpp, METH_VARARGS,
-     "gguf_llamacpp(model_dir, dtype=None, text=None) -> key-values JSON: llama.cpp's conversion (ckpt_gguf.h)"},
+     "gguf_llamacpp(model_dir, dtype=None, text=None): llama.cpp's conversion of a Hugging Face model (ckpt_gguf.h)"},
     {"gguf_hf", (PyCFunction)Plan_gguf_hf, METH_VARARGS,
      "gguf_hf(dtype=None): a llama.cpp GGUF as its Hugging Face model (ckpt_gguf_hf_plan)"},
     {"convert", (PyCFunction)(void (*)(void))Plan_convert, METH_VARARGS | METH_KEYWORDS,
      "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None,\n"
-     "        copy_files_from=None, format=0, dcp_ranks=0, dry_run=False, check_crc=True, source_metadata=False,\n"
-     "        metadata_json=None):\n"
+     "        copy_files_from=None, format=0, dcp_ranks=0, dry_run=False, check_crc=True, source_metadata=False):\n"
      "        with dry_run, writes nothing and returns what it would write (a dict, see ckpt_convert_plan_preview)"},
     {NULL}};
 
