@@ -28,6 +28,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import warnings
 from dataclasses import dataclass, field
@@ -35,6 +36,9 @@ from pathlib import Path
 
 import numpy as np
 import safetensors.numpy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: the reference writers
+import reference_writers  # noqa: E402
 
 JOURNAL = ".ckpt-commit.json"
 UNSAFE = "CKPT_E_UNSAFE_PATH"
@@ -156,7 +160,6 @@ def _interrupted_commit(dst, src, ckpt_bin, work):
 
 
 def build_peers(out, ckpt_bin):
-    import gguf
     import torch
     import torch.distributed.checkpoint as dcp
     from huggingface_hub import save_torch_state_dict
@@ -187,13 +190,7 @@ def build_peers(out, ckpt_bin):
     assert sorted(os.listdir(out / "dcp")) == [".metadata", DISTCP], os.listdir(out / "dcp")
     # gguf-split parts, as GGUFWriter splits them
     (out / "gguf").mkdir()
-    w = gguf.GGUFWriter(str(out / "gguf" / "m.gguf"), "llama", split_max_tensors=2)
-    for name, arr in base.items():
-        w.add_tensor(name, arr)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    reference_writers.gguf_split(out / "gguf" / "m.gguf", base, 2)
     assert sorted(os.listdir(out / "gguf")) == [PART1, PART2], os.listdir(out / "gguf")
     # names with a newline and an escape sequence: tensors and shard files
     names = out / "names"
