@@ -154,20 +154,19 @@ MEASUREMENTS = {
 # fails for a stale result missing here, and for an entry here whose result
 # is fresh again (rerun: remove it).
 # The quick suites, stale by this round's changes to the code they measure.
-_THIS_ROUND = ("this round's merges (issue 31's load_into onto devices and cuFile reads in the engine, issue 29's "
-               "block kernels and new tensor kinds, issue 32's chunk digests, issue 30's sources) change the code of "
-               "every quick suite; they are rerun once, on the round's final code, on a quiet machine")
-# Stale by src/transform/cast.h alone, which gained the declarations of quant.c's K-quant steps that quant_x86.c's
-# SIMD K-quantizers share (issue 29): nothing these suites run changed.
-_CAST_H = ("src/transform/cast.h gained the declarations quant.c shares with quant_x86.c's SIMD K-quantizers (issue "
-           "29); no code these suites run changed; they are rerun on the round's final code")
+_THIS_ROUND = ("this round's merges (issue 29's streamed tokenizer reader in base/json.c, SIMD K-quantizers and "
+               "32 KiB page-cache writes in io/file.c; issue 32's kernel copies of DCP boxes across chunk edges in the "
+               "engine; issue 30's store listings) change the code of every quick suite; they are rerun once, on the "
+               "round's final code, on a quiet machine")
 PENDING_RERUN = {
-    "open": _CAST_H,
-    "convert": _CAST_H,
-    "crc": _CAST_H,
-    "python": _CAST_H,
-    "torch_read": _CAST_H,
-    "torch_convert": _CAST_H,
+    "open": _THIS_ROUND,
+    "convert": _THIS_ROUND,
+    "crc": _THIS_ROUND,
+    "python": _THIS_ROUND,
+    "torch_read": _THIS_ROUND,
+    "torch_convert": _THIS_ROUND,
+    "llamacpp 1 GB": _THIS_ROUND,
+    "llamacpp quantize check": _THIS_ROUND,
     "load 2 GB": _THIS_ROUND,
     "save incremental": _THIS_ROUND,
     "save background": _THIS_ROUND,
