@@ -225,6 +225,15 @@ CKPT_API ckpt_status ckpt_gguf_llamacpp_plan_mix(ckpt_plan *plan, const char *mo
  */
 CKPT_API ckpt_status ckpt_gguf_hf_plan(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err);
 
+/*
+ * ckpt_gguf_hf_plan's tensors alone, for a load into a Hugging Face model
+ * (ckpt_load, Python's `as_hf=True`): the same names, Q/K rows and dtype,
+ * and the same errors about them, but no config.json and no tokenizer
+ * files are made, so the tokenizer's key-values are neither read nor
+ * checked.
+ */
+CKPT_API ckpt_status ckpt_gguf_hf_plan_tensors(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err);
+
 /* ---- GGUF output's own options -------------------------------------------- */
 
 /*

@@ -185,7 +185,9 @@ CKPT__HIDDEN ckpt_status ckpt__plan_add_file(ckpt_plan *plan, const char *name, 
                                              ckpt_error *err);
 
 /* A key-value a conversion of this plan gives its output (after the
- * source's metadata, replacing an entry of the same key in place): `value`
+ * source's metadata; the writer puts it in place of a source's entry of
+ * the same key; the plan's own keys are not checked for repeats, so a
+ * caller adds each once): `value`
  * copied, its bytes (malloc'ed) taken over — freed here on failure. */
 CKPT__HIDDEN ckpt_status ckpt__plan_add_kv(ckpt_plan *plan, const char *key, const ckpt__encoded *value,
                                            ckpt_error *err);

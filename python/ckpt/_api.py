@@ -317,7 +317,7 @@ def _build_plan(catalog, rows, *, select=None, exclude=None, rename=None, dtype=
     plan = _ckpt.Plan(catalog)
     if as_hf:  # the library's GGUF → Hugging Face mapping first: it takes every tensor, before any rule
         one = dtype is not None and not isinstance(dtype, dict)
-        plan.gguf_hf(dtype_name(dtype) if one else None)
+        plan.gguf_hf(dtype_name(dtype) if one else None, False)  # a load: no config.json, no tokenizer files
         dtype = None if one else dtype
     if ignore_unmatched:
         plan.set_flags(1)

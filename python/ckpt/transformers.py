@@ -361,7 +361,7 @@ def _load_distributed(model_class, model, path, load_config):
 
 def _gguf_names(path):
     """{Hugging Face name: (dtype, GGUF name)} of the model the library's GGUF →
-    Hugging Face mapping (ckpt_gguf_hf_plan, as `ckpt convert model.gguf
+    Hugging Face mapping (ckpt_gguf_hf_plan_tensors, as `ckpt convert model.gguf
     dir/` writes it) makes of a llama.cpp GGUF, or None when it does not
     map this one (a family it does not convert, a tensor it has no name
     for, rows it cannot put back): transformers' own loader reads it then."""
@@ -369,7 +369,7 @@ def _gguf_names(path):
     with _api.open(path) as c:
         plan = _ckpt.Plan(c._catalog)
         try:
-            plan.gguf_hf(None)
+            plan.gguf_hf(None, False)  # the tensors alone: the tokenizer is transformers' own business here
         except _api._ckpt.Error as e:
             if e.status != "CKPT_E_INVALID_ARGUMENT":
                 raise

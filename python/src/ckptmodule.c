@@ -1878,17 +1878,20 @@ static PyObject *Plan_gguf_llamacpp(Plan *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* gguf_hf(dtype=None): the plan over a llama.cpp GGUF becomes the Hugging
- * Face model it was converted from (ckpt_gguf_hf_plan): Hugging Face's
- * names, llama's Q/K rows put back, every tensor `dtype` (None: the GGUF's
- * float type, else BF16), config.json written beside a conversion's
- * tensors.  The plan needs nothing a load refuses: ckpt_load reads it too. */
+/* gguf_hf(dtype=None, files=True): the plan over a llama.cpp GGUF becomes
+ * the Hugging Face model it was converted from (ckpt_gguf_hf_plan): Hugging
+ * Face's names, llama's Q/K rows put back, every tensor `dtype` (None: the
+ * GGUF's float type, else BF16), and with `files` config.json and the
+ * tokenizer's files written beside a conversion's tensors; without, the
+ * tensors alone, for a load (ckpt_gguf_hf_plan_tensors).  The plan needs
+ * nothing a load refuses: ckpt_load reads it too. */
 static PyObject *Plan_gguf_hf(Plan *self, PyObject *args) {
     const char *name = NULL;
-    if (!plan_ready(self) || !PyArg_ParseTuple(args, "|z", &name)) return NULL;
+    int files = 1;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "|zp", &name, &files)) return NULL;
     ckpt_dtype d = name ? dtype_arg(name) : CKPT_DTYPE_INVALID;
     if (name && d == CKPT_DTYPE_INVALID) return NULL;
-    PLAN_CALL(ckpt_gguf_hf_plan(self->plan, d, &e));
+    PLAN_CALL(files ? ckpt_gguf_hf_plan(self->plan, d, &e) : ckpt_gguf_hf_plan_tensors(self->plan, d, &e));
 }
 
 static PyObject *Plan_convert(Plan *self, PyObject *args, PyObject *kw) {
@@ -1929,7 +1932,8 @@ static PyMethodDef Plan_methods[] = {
     {"gguf_llamacpp", (PyCFunction)Plan_gguf_llamacpp, METH_VARARGS,
      "gguf_llamacpp(model_dir, dtype=None, text=None): llama.cpp's conversion of a Hugging Face model (ckpt_gguf.h)"},
     {"gguf_hf", (PyCFunction)Plan_gguf_hf, METH_VARARGS,
-     "gguf_hf(dtype=None): a llama.cpp GGUF as its Hugging Face model (ckpt_gguf_hf_plan)"},
+     "gguf_hf(dtype=None, files=True): a llama.cpp GGUF as its Hugging Face model (ckpt_gguf_hf_plan; "
+     "files=False: its tensors alone, for a load)"},
     {"convert", (PyCFunction)(void (*)(void))Plan_convert, METH_VARARGS | METH_KEYWORDS,
      "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None,\n"
      "        copy_files_from=None, format=0, dcp_ranks=0, dry_run=False, check_crc=True, source_metadata=False):\n"

@@ -1083,6 +1083,10 @@ typedef struct token_slot {
 
 /* ---- tokenizer.json, streamed --------------------------------------------- */
 
+/* Whether a string of tokenizer.json is UTF-8: the JSON reader passes
+ * other bytes through, where Python's json.load of the file fails. */
+static bool is_text(const char *s, size_t len) { return ckpt__utf8_check((const unsigned char *)s, len) == len; }
+
 /* A vocabulary entry as the file streams by: token `ev->key`, id the value. */
 static ckpt_status vocab_entry(lc *c, const ckpt__json_event *ev) {
     const char *path = c->tokenizer.path;
@@ -1091,6 +1095,9 @@ static ckpt_status vocab_entry(lc *c, const ckpt__json_event *ev) {
     if (!ckpt__json_u64(&n, &id))
         return ckpt__fail(&c->vocab_err, CKPT_E_INVALID_ARGUMENT, path, "model.vocab", (int64_t)ev->offset,
                           "a token id must be a whole number");
+    if (!is_text(ev->key, ev->key_len)) /* json.load refuses such a file; GGUF's strings are UTF-8 */
+        return ckpt__fail(&c->vocab_err, CKPT_E_INVALID_ARGUMENT, path, "model.vocab", (int64_t)ev->offset,
+                          "token %llu is not UTF-8 text", (unsigned long long)id);
     if (id >= c->vocab)
         return ckpt__fail(&c->vocab_err, CKPT_E_INVALID_ARGUMENT, c->config.path, "vocab_size", -1,
                           "vocab_size %llu is not above token id %llu of %s", (unsigned long long)c->vocab,
@@ -1130,7 +1137,7 @@ static ckpt_status merge_pair(ckpt__json_pull *r, ckpt__buf *pair, bool *ok) {
     *ok = true;
     pair->len = 0;
     while (!(st = ckpt__json_pull_next(r, &ev)) && ev.step == CKPT__JSON_VALUE) {
-        if (ev.kind != CKPT__JSON_STRING || parts == 2) *ok = false;
+        if (ev.kind != CKPT__JSON_STRING || parts == 2 || !is_text(ev.str, ev.len)) *ok = false;
         else {
             if (parts++) ckpt__buf_puts(pair, " ");
             merge_part(pair, ev.str, ev.len);
@@ -1150,7 +1157,7 @@ static ckpt_status read_merges(lc *c, ckpt__json_pull *r) {
     ckpt_status st;
     array_head(&c->merges, CKPT__GGUF_STRING, 0); /* the count patched at the end */
     while (!(st = ckpt__json_pull_next(r, &ev)) && ev.step == CKPT__JSON_VALUE) {
-        bool ok = ev.kind == CKPT__JSON_STRING;
+        bool ok = ev.kind == CKPT__JSON_STRING && is_text(ev.str, ev.len);
         if (ok) put_string(&c->merges, ev.str, ev.len);
         else if (ev.kind == CKPT__JSON_ARRAY && !(st = merge_pair(r, &pair, &ok)) && ok)
             put_string(&c->merges, pair.data ? pair.data : "", pair.len);
@@ -1158,7 +1165,7 @@ static ckpt_status read_merges(lc *c, ckpt__json_pull *r) {
         if (st) break;
         if (!ok && !c->merges_st)
             c->merges_st = ckpt__fail(&c->merges_err, CKPT_E_INVALID_ARGUMENT, c->tokenizer.path, "model.merges",
-                                      (int64_t)ev.offset, "a merge is a string \"a b\" or a pair [\"a\", \"b\"]");
+                                      (int64_t)ev.offset, "a merge is a string \"a b\" or a pair [\"a\", \"b\"], of UTF-8 text");
         c->merge_count++;
     }
     if (pair.failed || c->merges.failed) st = st ? st : CKPT_E_NO_MEMORY;
@@ -1860,6 +1867,9 @@ static ckpt_status llamacpp_plan(ckpt_plan *plan, const char *model_dir, ckpt_dt
     if (!plan || !model_dir)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan and model_dir are required");
     if (metadata_json) *metadata_json = NULL;
+    if (plan->kvs.count) /* the key-values are the plan's once: a second conversion would repeat every key */
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, model_dir, NULL, -1,
+                          "this plan is already a llama.cpp conversion: make a new plan");
     if (dtype != CKPT_DTYPE_INVALID && dtype != CKPT_F32 && dtype != CKPT_F16 && dtype != CKPT_BF16 &&
         dtype != CKPT_Q8_0)
         return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), model_dir, NULL, -1,

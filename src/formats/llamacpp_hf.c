@@ -42,6 +42,7 @@ typedef struct hf {
     const ckpt__lc_family *family;
     uint64_t n_head, n_kv, n_embd, n_ff, head_dim, vocab;
     ckpt__buf config;
+    char nonfinite[160]; /* the first key whose float is NaN or infinite: JSON has no such number */
 } hf;
 
 /* ---- the GGUF's key-values ------------------------------------------------ */
@@ -215,10 +216,13 @@ static void put_key(ckpt__buf *b, const char *key) {
 }
 
 /* A key-value's number as JSON: integers as they are, floats as the
- * shortest text of their f32 (with a ".0" when integral). */
-static void put_number(ckpt__buf *b, const ckpt_kv *kv) {
+ * shortest text of their f32 (with a ".0" when integral).  A NaN or an
+ * infinity has no JSON spelling: the key is kept for write_config's error. */
+static void put_number(hf *h, const char *key, const ckpt_kv *kv) {
+    ckpt__buf *b = &h->config;
     char tmp[40];
     bool real = kv->type == CKPT_KV_F32 || kv->type == CKPT_KV_F64;
+    if (real && !isfinite(kv->f) && !h->nonfinite[0]) snprintf(h->nonfinite, sizeof h->nonfinite, "%s", key);
     if (real) ckpt__shortest_float(tmp, sizeof tmp, kv->f, kv->type == CKPT_KV_F32);
     else snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)kv->u);
     ckpt__buf_puts(b, tmp);
@@ -241,11 +245,14 @@ static const char *const yarn_names[][2] = {
     {"rope.scaling.yarn_ext_factor", "extrapolation_factor"},
 };
 
-static void put_member(ckpt__buf *b, const char *name, const ckpt_kv *kv) {
-    ckpt__buf_puts(b, ", ");
-    ckpt__buf_json_string(b, name);
-    ckpt__buf_puts(b, ": ");
-    put_number(b, kv);
+/* `suffix`: the key-value's name after the architecture's, for messages. */
+static void put_member(hf *h, const char *name, const char *suffix, const ckpt_kv *kv) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", h->family->name, suffix);
+    ckpt__buf_puts(&h->config, ", ");
+    ckpt__buf_json_string(&h->config, name);
+    ckpt__buf_puts(&h->config, ": ");
+    put_number(h, key, kv);
 }
 
 static bool is_number(const ckpt_kv *kv) { return kv && kv->type != CKPT_KV_STRING && kv->type != CKPT_KV_ARRAY; }
@@ -266,11 +273,11 @@ static ckpt_status put_rope(hf *h) {
     ckpt__buf_puts(b, "{\"rope_type\": ");
     ckpt__buf_json_string(b, scaled ? name : "default");
     const ckpt_kv *theta = arch_kv(h, "rope.freq_base");
-    if (is_number(theta)) put_member(b, "rope_theta", theta);
-    if (scaled) put_member(b, "factor", factor);
+    if (is_number(theta)) put_member(h, "rope_theta", "rope.freq_base", theta);
+    if (scaled) put_member(h, "factor", "rope.scaling.factor", factor);
     for (size_t k = 0; !strcmp(name, "yarn") && k < sizeof yarn_names / sizeof *yarn_names; k++) {
         const ckpt_kv *kv = arch_kv(h, yarn_names[k][0]);
-        if (is_number(kv)) put_member(b, yarn_names[k][1], kv);
+        if (is_number(kv)) put_member(h, yarn_names[k][1], yarn_names[k][0], kv);
     }
     const ckpt_kv *rope_dim = arch_kv(h, "rope.dimension_count");
     if (is_number(rope_dim) && h->head_dim && rope_dim->u != h->head_dim) {
@@ -307,7 +314,7 @@ static ckpt_status write_config(hf *h, ckpt_dtype dtype, bool tied) {
             continue;
         written[n] = true;
         put_key(b, name);
-        put_number(b, kv);
+        put_number(h, key, kv);
     }
     char tmp[40];
     const char *const derived[3] = {"head_dim", "num_key_value_heads", "vocab_size"};
@@ -323,7 +330,7 @@ static ckpt_status write_config(hf *h, ckpt_dtype dtype, bool tied) {
         const ckpt_kv *kv = ckpt_catalog_kv_find(c, special_ids[i][0]);
         if (!kv || kv->type == CKPT_KV_STRING || kv->type == CKPT_KV_ARRAY) continue;
         put_key(b, special_ids[i][1]);
-        put_number(b, kv);
+        put_number(h, special_ids[i][0], kv);
     }
     put_key(b, "tie_word_embeddings");
     ckpt__buf_puts(b, tied ? "true" : "false");
@@ -332,12 +339,17 @@ static ckpt_status write_config(hf *h, ckpt_dtype dtype, bool tied) {
     put_key(b, "dtype");
     ckpt__buf_json_string(b, dtype == CKPT_F32 ? "float32" : dtype == CKPT_F16 ? "float16" : "bfloat16");
     ckpt__buf_puts(b, "\n}\n");
+    if (h->nonfinite[0])
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, NULL, -1,
+                          "key '%s' is not a finite number: config.json cannot hold it", h->nonfinite);
     return b->failed ? ckpt__oom(h->err, h->path, "config.json") : CKPT_OK;
 }
 
 /* ---- the plan -------------------------------------------------------------- */
 
-ckpt_status ckpt_gguf_hf_plan(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err) {
+/* `files`: config.json and the tokenizer's files too (a conversion), or
+ * the tensors alone (a load). */
+static ckpt_status hf_plan(ckpt_plan *plan, ckpt_dtype dtype, bool files, ckpt_error *err) {
     if (!plan) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "no plan");
     const ckpt_catalog *c = plan->catalog;
     hf h = {.plan = plan, .path = ckpt_catalog_file_path(c, 0), .err = err};
@@ -351,9 +363,17 @@ ckpt_status ckpt_gguf_hf_plan(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err
     if (st == CKPT_OK) st = read_hparams(&h);
     for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_tensor_count(c); i++) st = plan_tensor(&h, i);
     if (st == CKPT_OK) st = ckpt_plan_cast(plan, "*", dtype, err); /* every tensor: one dtype, as config.json says */
-    if (st == CKPT_OK) st = write_config(&h, dtype, !ckpt_catalog_find(c, "output.weight"));
-    if (st == CKPT_OK) st = ckpt__plan_add_file(plan, "config.json", h.config.data, h.config.len, err);
-    if (st == CKPT_OK) st = ckpt__lc_hf_tokenizer(plan, h.family->name, err);
+    if (files && st == CKPT_OK) st = write_config(&h, dtype, !ckpt_catalog_find(c, "output.weight"));
+    if (files && st == CKPT_OK) st = ckpt__plan_add_file(plan, "config.json", h.config.data, h.config.len, err);
+    if (files && st == CKPT_OK) st = ckpt__lc_hf_tokenizer(plan, h.family->name, err);
     free(h.config.data);
     return st;
+}
+
+ckpt_status ckpt_gguf_hf_plan(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err) {
+    return hf_plan(plan, dtype, true, err);
+}
+
+ckpt_status ckpt_gguf_hf_plan_tensors(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err) {
+    return hf_plan(plan, dtype, false, err);
 }

@@ -260,9 +260,26 @@ static float score_of(const tok *t, uint64_t i) {
     return f;
 }
 
+/* Cutting a token of L bytes at each place looks up pieces of L bytes and
+ * can make L merges of L bytes each: work and output grow as L².  Real
+ * SentencePiece pieces are short (16 characters by default), so a whole
+ * vocabulary stays far below this bound (Gemma's 256k tokens: about
+ * 16 MB); a file of a few long tokens made to blow up the merges does not. */
+#define MERGE_WORK_LIMIT ((uint64_t)256 << 20)
+
 /* transformers' generate_merges(vocab, scores): every token cut in two
  * pieces of the vocabulary is a merge of the token's score. */
 static ckpt_status make_merges(tok *t, merge **out, size_t *n_out) {
+    uint64_t work = 0;
+    for (uint64_t i = 0; i < t->count && work <= MERGE_WORK_LIMIT; i++) {
+        uint64_t len = strlen(t->text[i]);
+        if (t->first[i] == i) work += len * len;
+    }
+    if (work > MERGE_WORK_LIMIT)
+        return ckpt__fail(t->err, CKPT_E_LIMIT, t->path, NULL, -1,
+                          "key 'tokenizer.ggml.tokens': the tokens are too long to rebuild merges from (the sum "
+                          "of their squared lengths passes %llu bytes); a SentencePiece vocabulary's pieces are short",
+                          (unsigned long long)MERGE_WORK_LIMIT);
     size_t n = 0, cap = 0;
     merge *m = NULL;
     char *scratch = malloc(strlen(t->text[0]) + 1);

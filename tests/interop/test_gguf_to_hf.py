@@ -257,10 +257,29 @@ def test_key_values_that_contradict_shapes_are_refused(models, tmp_path, key, va
     ("llama2", (), {"tokenizer.ggml.token_type": [1, 2, 3]}, ["tokenizer.ggml.token_type", "one per token"]),
     ("llama3", (), {"llama.rope.scaling.type": "longrope"}, ["llama.rope.scaling.type", "longrope"]),
     ("llama3", (), {"llama.rope.scaling.type": "linear"}, ["llama.rope.scaling.factor", "missing"]),
+    # JSON has no NaN: config.json would not load
+    ("llama3", (), {"llama.rope.freq_base": float("nan")}, ["llama.rope.freq_base", "not a finite number"]),
 ])
 def test_key_values_ckpt_cannot_write_back_are_refused(models, tmp_path, family, drop, change, words):
     src = rewritten(models[family][1]["f32"], tmp_path / "m.gguf", drop=drop, change=change)
     refused(src, tmp_path, *words)
+
+
+def test_tokens_too_long_to_rebuild_merges_from_are_refused(models, tmp_path):
+    """SentencePiece's merges are rebuilt by cutting every token at every
+    place: work and output grow as a token's length squared.  A GGUF whose
+    vocabulary holds a token made to blow that up is refused, naming the
+    key, before any work; nothing is written."""
+    src = models["llama2"][1]["f32"]
+    sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
+    try:
+        import gguf
+        tokens = list(gguf.GGUFReader(src).fields["tokenizer.ggml.tokens"].contents())
+    finally:
+        sys.path.remove(str(LLAMA_CPP / "gguf-py"))
+    tokens[-1] = "a" * 20000  # 20000² bytes of cuts, past the 256 MiB bound
+    long = rewritten(src, tmp_path / "m.gguf", change={"tokenizer.ggml.tokens": tokens})
+    refused(long, tmp_path, "tokenizer.ggml.tokens", "too long to rebuild merges")
 
 
 def test_tokenizer_files_come_of_the_tokenizer_key_values(models, tmp_path):

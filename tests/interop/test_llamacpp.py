@@ -848,6 +848,7 @@ def test_damaged_tokenizer_json_is_refused_at_its_byte(llama3, tmp_path):
     comma = text.index(b",", vocab)
     first_merge = text.index(b"[", merges + len(b'"merges": ['))
     id_at = text.index(b"0", vocab + 10)
+    first_key = text.index(b'"', vocab + len(b'"vocab": {')) + 1
     cases = [
         (lambda t: t[: len(t) // 2], [f"at byte {len(text) // 2}", "not JSON"]),
         (lambda t: t[:comma] + b",," + t[comma + 1:], [f"at byte {comma + 1}", "expected a string key"]),
@@ -855,6 +856,10 @@ def test_damaged_tokenizer_json_is_refused_at_its_byte(llama3, tmp_path):
          [f"at byte {first_merge}", "model.merges", "a merge is a string"]),
         (lambda t: t[:id_at] + b"-1" + t[id_at + 1:], [f"at byte {id_at}", "model.vocab", "whole number"]),
         (lambda t: t + b" x", [f"at byte {len(text) + 1}", "trailing characters"]),
+        # bytes that are no UTF-8 (json.load refuses the file): a token, a merge's part
+        (lambda t: t[:first_key] + b"\xff" + t[first_key:], ["model.vocab", "not UTF-8 text"]),
+        (lambda t: t[:first_merge] + b'["\xff", "x"]' + t[t.index(b"]", first_merge) + 1:],
+         [f"at byte {first_merge}", "model.merges", "of UTF-8 text"]),
     ]
     for i, (damage, words) in enumerate(cases):
         src = damaged_tokenizer(llama3, tmp_path / f"m{i}", damage)

@@ -87,7 +87,8 @@ def test_gguf_to_directory_is_the_clis_hugging_face_directory(llama3, tmp_path, 
     r = cli(gguf, tmp_path / ("cli" if how.get("format") else "cli/"), *args)
     assert r.returncode == 0, r.stderr
     assert files(tmp_path / "py") == files(tmp_path / "cli")
-    assert sorted(os.path.basename(f) for f in written) == ["config.json", "model.safetensors"]
+    assert sorted(os.path.basename(f) for f in written) == ["config.json", "model.safetensors", "tokenizer.json",
+                                                            "tokenizer_config.json"]
     assert json.loads((tmp_path / "py" / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
 
 

@@ -80,6 +80,19 @@ def ckpt_maps(path):
     return ckt._gguf_names(str(path)) is not None
 
 
+def test_a_tokenizer_the_conversion_refuses_does_not_send_the_weights_elsewhere(ggufs, tmp_path):
+    """A load maps the tensors alone (ckpt_gguf_hf_plan_tensors): the
+    tokenizer's key-values are neither read nor checked, so a GGUF whose
+    tokenizer `ckpt convert` refuses (a pre-tokenizer it does not know)
+    still has its weights read by ckpt, and no tokenizer.json is built for
+    nothing on every load."""
+    from test_gguf_to_hf import rewritten
+    src = rewritten(ggufs["llama3", "f32"], tmp_path / "m.gguf", change={"tokenizer.ggml.pre": "mystery"})
+    r = subprocess.run([BIN_PATH, "convert", src, tmp_path / "hf", "--to", "hf", "-q"], capture_output=True, text=True)
+    assert r.returncode != 0 and "mystery" in r.stderr, r.stderr  # the conversion writes tokenizer files: refused
+    assert ckpt_maps(src)
+
+
 @pytest.mark.parametrize("gguf_type", TYPES)
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_state_dict_and_logits_equal_transformers_own_gguf_load(ggufs, family, gguf_type, request):
