@@ -374,9 +374,12 @@ static void test_failed_copy_names_tensor_and_range(void **state) {
         ckpt_error err;
         assert_int_equal(ckpt_load(plan, &o, &err), CKPT_E_IO);
         assert_string_equal(err.tensor, "big");
-        assert_non_null(strstr(err.message, "[131072, 196608)"));
-        assert_non_null(strstr(err.message, sync ? "invalid argument" : "illegal memory access"));
-        assert_non_null(strstr(err.message, "cuda:0"));
+        /* The message in full when a word is missing: this check failed once
+         * in CI under TSan (not reproduced in 25 runs since), so the next
+         * failure shows which copy it named. */
+        const char *words[] = {"[131072, 196608)", sync ? "invalid argument" : "illegal memory access", "cuda:0"};
+        for (size_t w = 0; w < sizeof words / sizeof *words; w++)
+            if (!strstr(err.message, words[w])) fail_msg("sync %d: '%s' not in: %s", sync, words[w], err.message);
         assert_int_equal(counters().in_flight, 0);
         free_buffers(bufs, 1);
         ckpt_plan_free(plan);
