@@ -159,12 +159,7 @@ _THIS_ROUND = ("this round's merges (issue 29's streamed tokenizer reader in bas
                "engine; issue 30's store listings) change the code of every quick suite; they are rerun once, on the "
                "round's final code, on a quiet machine")
 PENDING_RERUN = {
-    "open": _THIS_ROUND,
-    "convert": _THIS_ROUND,
     "crc": _THIS_ROUND,
-    "python": _THIS_ROUND,
-    "torch_read": _THIS_ROUND,
-    "torch_convert": _THIS_ROUND,
     "llamacpp 1 GB": _THIS_ROUND,
     "llamacpp quantize check": _THIS_ROUND,
     "load 2 GB": _THIS_ROUND,
