@@ -159,14 +159,12 @@ _THIS_ROUND = ("this round's merges (issue 29's streamed tokenizer reader in bas
                "engine; issue 30's store listings) change the code of every quick suite; they are rerun once, on the "
                "round's final code, on a quiet machine")
 PENDING_RERUN = {
-    "crc": _THIS_ROUND,
     "llamacpp 1 GB": _THIS_ROUND,
     "llamacpp quantize check": _THIS_ROUND,
     "load 2 GB": _THIS_ROUND,
     "save incremental": _THIS_ROUND,
     "save background": _THIS_ROUND,
     "llamacpp check": _THIS_ROUND,
-    "llamacpp 4 GB": _THIS_ROUND,
     "load 8 GB": "needs an 8 GB file set and about 10 GB of memory beside it",
     "perf": "takes about 20 minutes, and needs an 8 GB file",
     "jax": "takes about 15 minutes (Orbax, Flax, 8 devices)",
