@@ -134,8 +134,10 @@ CKPT_API const char *ckpt_device_name(const ckpt_device *device);
  * either.  Its item_done callback fires for a device item once the item's
  * copies have completed.  A failed copy fails the load with CKPT_E_IO
  * naming the tensor, the byte range of its output and CUDA's message; the
- * device memory then holds partial data.
- */
+ * device memory then holds partial data.  CUDA reports a copy that faults
+ * on the stream only at a later call, so such a message names the earliest
+ * copy not yet seen complete and, when copies were queued behind it, says
+ * how many and the range of the last: the one that broke is among them. */
 CKPT_API ckpt_status ckpt_plan_set_device_buffer(ckpt_plan *plan, size_t i, ckpt_device *device, void *device_ptr,
                                                  uint64_t capacity, ckpt_error *err);
 

@@ -105,6 +105,7 @@ typedef struct ckpt__ring {
     ckpt_status failed;
     uint64_t failed_seq;
     ckpt_error failure;
+    bool reported; /* an engine thread was handed the failure (it may not be the earliest yet) */
 } ckpt__ring;
 
 struct ckpt_device {

@@ -13,7 +13,13 @@
  * event follows exactly its own copy on the stream: a copy that fails
  * makes the events after it fail too (CUDA's errors after a faulting copy
  * are sticky), and the failure kept is the one earliest in submission
- * order — the copy that broke, named by tensor and byte range.
+ * order.  CUDA reports a faulting copy only at a later call (the wait on an
+ * event, or the next copy's submission), and from then on every call fails,
+ * so the wait on copy k failing says only that k or a copy queued behind it
+ * broke: the message names k by tensor and byte range and, where copies
+ * were still queued behind it, how many and the last of them.  A
+ * submission that fails first waits for the copies before it, so that an
+ * earlier copy's sticky error is not blamed on it.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -53,13 +59,29 @@ static ckpt_status failure(const ckpt__ring *r, ckpt_error *err) {
     return r->failed;
 }
 
-static ckpt_status copy_failed(ckpt__ring *r, const ckpt__slot *s, int rc) {
+/* Notes the failure of s's copy (lock held).  queued: seen at the wait on
+ * its event, so the copies submitted after it and not yet seen complete
+ * may be the one that broke; else its own submission failed. */
+static ckpt_status copy_failed(ckpt__ring *r, const ckpt__slot *s, int rc, bool queued) {
+    const ckpt__slot *last = s;
+    unsigned behind = 0;
+    for (unsigned i = 0; queued && i < r->count; i++) {
+        const ckpt__slot *o = &r->slots[i];
+        if (o->seq > s->seq && (o->state == CKPT__SLOT_IN_FLIGHT || o->state == CKPT__SLOT_WAITED)) {
+            behind++;
+            if (o->seq > last->seq) last = o;
+        }
+    }
+    char also[320] = "";
+    if (behind)
+        snprintf(also, sizeof also, ", or one of the %u cop%s queued behind it, the last bytes [%llu, %llu) of '%s'",
+                 behind, behind == 1 ? "y" : "ies", (unsigned long long)last->at,
+                 (unsigned long long)(last->at + last->bytes), last->tensor);
     ckpt_error e;
     ckpt_error_clear(&e);
-    ckpt_status st = ckpt__cuda_fail(r->device, &e, rc, s->tensor,
-                                     "copy of bytes [%llu, %llu) of the tensor to %s failed",
+    ckpt_status st = ckpt__cuda_fail(r->device, &e, rc, s->tensor, "copy of bytes [%llu, %llu) of the tensor to %s failed%s",
                                      (unsigned long long)s->at, (unsigned long long)(s->at + s->bytes),
-                                     r->device->name);
+                                     r->device->name, also);
     note_failure(r, s->seq, st, &e);
     return st;
 }
@@ -78,7 +100,7 @@ static bool wait_oldest(ckpt__ring *r, uint64_t before, ckpt__slot **freed) {
     pthread_mutex_unlock(&r->lock);
     int rc = r->device->rt.EventSynchronize(oldest->event);
     pthread_mutex_lock(&r->lock);
-    if (rc != CKPT__CUDA_SUCCESS) copy_failed(r, oldest, rc);
+    if (rc != CKPT__CUDA_SUCCESS) copy_failed(r, oldest, rc, true);
     oldest->state = CKPT__SLOT_FREE;
     pthread_cond_broadcast(&r->changed);
     *freed = oldest;
@@ -102,7 +124,7 @@ static ckpt_status ring_acquire(ckpt__stage *stage, void **slot, ckpt_error *err
         }
     }
     ckpt_status st = CKPT_OK;
-    if (r->failed) st = failure(r, err); /* no new copies after one failed: the load stops */
+    if (r->failed) st = failure(r, err), r->reported = true; /* no new copies after one failed: the load stops */
     else got->state = CKPT__SLOT_FILLING, *slot = got->host;
     pthread_mutex_unlock(&r->lock);
     return st;
@@ -132,8 +154,13 @@ static ckpt_status ring_submit(ckpt__stage *stage, void *slot, void *dst, uint64
     if (rc == CKPT__CUDA_SUCCESS) rc = d->rt.EventRecord(s->event, d->stream);
     ckpt_status st = CKPT_OK;
     if (rc != CKPT__CUDA_SUCCESS) {
-        copy_failed(r, s, rc);
-        st = failure(r, err);
+        /* An earlier copy's sticky error fails this submission too: wait for
+         * the copies before it, whose failure wait_oldest then notes as the
+         * earlier one; if they all completed, the failure is this copy's. */
+        ckpt__slot *freed;
+        while (wait_oldest(r, s->seq, &freed)) continue;
+        copy_failed(r, s, rc, false);
+        st = failure(r, err), r->reported = true;
         s->state = CKPT__SLOT_FREE;
     } else {
         s->state = CKPT__SLOT_IN_FLIGHT;
@@ -182,7 +209,7 @@ void ckpt__ring_free(ckpt_device *d) {
 void ckpt__device_begin(ckpt_device *d) {
     pthread_mutex_lock(&d->busy);
     pthread_mutex_lock(&d->ring.lock);
-    d->ring.failed = CKPT_OK;
+    d->ring.failed = CKPT_OK, d->ring.reported = false;
     d->load_staged = d->load_direct = false;
     pthread_mutex_unlock(&d->ring.lock);
 }
@@ -209,12 +236,15 @@ ckpt_status ckpt__device_finish(ckpt_device *d, ckpt_status st, ckpt_error *err)
     ckpt_error flushed;
     ckpt_status copy = ckpt__device_flush(d, &flushed);
     pthread_mutex_lock(&d->ring.lock);
+    /* The ring's failure as the flush left it, the earliest copy's, over
+     * the one it told an engine thread while other copies were in flight. */
+    bool reported = d->ring.reported;
     d->stats.path = !d->load_direct ? CKPT_DEVICE_PATH_STAGED
                     : d->load_staged ? CKPT_DEVICE_PATH_MIXED
                                      : CKPT_DEVICE_PATH_DIRECT;
     pthread_mutex_unlock(&d->ring.lock);
     pthread_mutex_unlock(&d->busy);
-    if (copy && (st == CKPT_OK || st == CKPT_E_CANCELLED)) {
+    if (copy && (st == CKPT_OK || st == CKPT_E_CANCELLED || reported)) {
         if (err) *err = flushed;
         return copy;
     }
