@@ -33,13 +33,20 @@ typedef struct cursor {
     unsigned char *buf;
     uint64_t buf_at;
     size_t buf_len, cap;
+    size_t fill; /* the next refill's size: it grows from CURSOR_FIRST to cap */
     bool swap; /* a big-endian file */
     ckpt_error *err;
     char *scratch; /* a string inside an array, until its JSON is written */
     size_t scratch_cap;
 } cursor;
 
-enum { CURSOR_CHUNK = 1 << 20 };
+/* The header is read through a buffer refilled at growing sizes: the
+ * first refill is what a remote source brought with its opening request
+ * (http_source.c's HEAD_BYTES), so a header that fits costs no second
+ * request and no tensor bytes; a vocabulary of megabytes then comes in
+ * doubling reads, up to 4 MiB from a remote source and 1 MiB from a local
+ * one (the page cache makes more pointless). */
+enum { CURSOR_FIRST = 256 << 10, CURSOR_CHUNK = 1 << 20, CURSOR_CHUNK_REMOTE = 4 << 20 };
 
 static ckpt_status truncated(cursor *c, uint64_t need, const char *what) {
     return ckpt__fail(c->err, CKPT_E_TRUNCATED, c->path, NULL, (int64_t)c->pos,
@@ -66,10 +73,11 @@ static ckpt_status take(cursor *c, void *dst, uint64_t n, const char *what) {
             return CKPT_OK;
         }
         uint64_t left = c->size - c->pos;
-        size_t fill = left < c->cap ? (size_t)left : c->cap;
+        size_t want = c->fill < c->cap ? c->fill : c->cap;
+        size_t fill = left < want ? (size_t)left : want;
         ckpt_status st = ckpt__source_read(c->src, c->buf, fill, c->pos, c->err);
         if (st) return st;
-        c->buf_at = c->pos, c->buf_len = fill;
+        c->buf_at = c->pos, c->buf_len = fill, c->fill = want * 2;
     }
     return CKPT_OK;
 }
@@ -671,7 +679,8 @@ static ckpt_status read_data_section(reading *r) {
 static ckpt_status read_header(ckpt__source *src, ckpt__arena *arena, header *h, ckpt_error *err) {
     memset(h, 0, sizeof *h);
     h->split_no = h->split_count = h->split_tensors = -1;
-    reading r = {.c = {.src = src, .path = src->name, .size = src->size, .err = err, .cap = CURSOR_CHUNK},
+    size_t cap = src->caps & CKPT__SRC_REMOTE ? CURSOR_CHUNK_REMOTE : CURSOR_CHUNK;
+    reading r = {.c = {.src = src, .path = src->name, .size = src->size, .err = err, .cap = cap, .fill = CURSOR_FIRST},
                  .arena = arena, .h = h};
     r.c.buf = ckpt__malloc(r.c.cap);
     ckpt_status st = r.c.buf ? read_preamble(&r) : ckpt__oom(err, src->name, "the header buffer");

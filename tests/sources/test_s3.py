@@ -189,6 +189,17 @@ def test_s3_inspect_reads_only_headers(s3, env):
     assert sum(min(size, 262144) for size in sizes) < sum(sizes) / 2, sizes
 
 
+def test_s3_gguf_inspect_reads_only_what_the_opening_request_brought(s3, env):
+    """A GGUF whose header fits in the first 256 KiB (here gguf-split parts
+    of 360 KB) is inspected with each part's opening request alone: its
+    header reader's first refill is what that request brought."""
+    s3.record()
+    r = run("inspect", "s3://models/split/", env=env)
+    assert r.returncode == 0 and "model-00001-of-00003.gguf" in r.stdout, r.stderr
+    data = [x for x in s3.recorded() if x[0] == "GET" and x[1].endswith(".gguf")]
+    assert len(data) == 3 and all(x[2] == "bytes=0-262143" for x in data), data
+
+
 def test_s3_directory_errors(s3, env):
     r = run("inspect", "s3://models/nothing/", env=env)
     assert r.returncode == 1 and "[CKPT_E_NOT_FOUND]" in r.stderr and "s3://models/nothing/" in r.stderr, r.stderr
