@@ -1675,9 +1675,11 @@ CKPT_API ckpt_status ckpt_writer_give_digests(ckpt_writer *writer, size_t index,
  * ckpt_writer_give_digests), copied by the kernel from the same byte
  * numbers of tensor `src_index` of an open checkpoint: a reflink where the
  * file system shares blocks and both offsets agree modulo its block size
- * (as ckpt_writer_copy_tensor).  Fails with CKPT_E_INVALID_ARGUMENT when
- * the tensors' sizes differ or the source's bytes are not stored as they
- * are.
+ * (as ckpt_writer_copy_tensor).  The tensors' sizes may differ — a tensor
+ * that grew since the base (rows appended to an embedding) copies the
+ * leading bytes it shares with it — but the range must lie within the
+ * source's bytes.  Fails with CKPT_E_INVALID_ARGUMENT when it does not or
+ * the source's bytes are not stored as they are.
  */
 CKPT_API ckpt_status ckpt_writer_copy_range(ckpt_writer *writer, size_t index, const ckpt_catalog *src,
                                             size_t src_index, uint64_t nbytes, ckpt_error *err);
