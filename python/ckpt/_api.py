@@ -213,10 +213,12 @@ class Checkpoint:
         CRC-32 of every ZIP member (torch.save files, .npz archives).  Raises
         ckpt.Error (CKPT_E_CHECKSUM) on a mismatch.  Returns how many
         tensors' XXH3-64 matched; with report=True, a dict of what was
-        checked: {"tensor_digests", "header_digests", "zip_crc32",
-        "file_sha256", "bytes", "tensors"} (all 0 when the files record no
-        checksum, as GGUF and plain safetensors files do; file_sha256: the
-        files of an hf:// repo checked against the Hub's SHA-256):
+        checked: {"tensor_digests", "chunk_digests", "header_digests",
+        "zip_crc32", "file_sha256", "bytes", "tensors"} (all 0 when the
+        files record no checksum, as GGUF and plain safetensors files do;
+        chunk_digests: the per-chunk XXH3-64s of tensors of at least 4 MiB,
+        their empty last chunks included; file_sha256: the files of an
+        hf:// repo checked against the Hub's SHA-256):
         ckpt_verify's report, the "checksums" of `ckpt verify --json`."""
         return self._catalog.verify(progress=_progress.choose(progress, "verify"), report=report)
 

@@ -442,6 +442,15 @@ static void test_chunk_digests_and_partial_copies(void **state) {
     ckpt_verify_report r = {.size = sizeof r};
     assert_int_equal(ckpt_verify(got, NULL, &r, &err), CKPT_OK);
     assert_int_equal(r.tensor_digests, 2);
+    assert_int_equal(r.chunk_digests, 7); /* big's, its empty last one included; small has none */
+    /* A caller built before chunk_digests: the library fills only the
+     * fields its size covers. */
+    ckpt_verify_report older;
+    memset(&older, 0xAB, sizeof older);
+    older.size = offsetof(ckpt_verify_report, chunk_digests);
+    assert_int_equal(ckpt_verify(got, NULL, &older, &err), CKPT_OK);
+    assert_int_equal(older.tensor_digests, 2);
+    assert_true(older.chunk_digests == (size_t)0xABABABABABABABABull);
     unsigned char *back = malloc(N);
     assert_int_equal(ckpt_catalog_read(got, ckpt_catalog_find(got, "big"), 0, back, N, &err), CKPT_OK);
     assert_memory_equal(back, big, N);
