@@ -37,8 +37,9 @@ const char verify_usage[] =
 
 static const char *plural(size_t n, const char *one, const char *many) { return n == 1 ? one : many; }
 
-/* The checksums checked: "the XXH3-64 of 5 tensors and 1 header", "the
- * CRC-32 of 39 ZIP members", or both joined by "and"; "" when none. */
+/* The checksums checked: "the XXH3-64 of 5 tensors and 1 header" (with
+ * chunk digests, "of 5 tensors, 26 chunks and 1 header"), "the CRC-32 of
+ * 39 ZIP members", or both joined by "and"; "" when none. */
 static void name_checksums(const ckpt_verify_report *r, char *out, size_t size) {
     size_t len = 0;
     out[0] = 0;
@@ -47,6 +48,9 @@ static void name_checksums(const ckpt_verify_report *r, char *out, size_t size) 
         if (r->tensor_digests && len < size)
             len += (size_t)snprintf(out + len, size - len, "%zu %s", r->tensor_digests,
                                     plural(r->tensor_digests, "tensor", "tensors"));
+        if (r->chunk_digests && len < size)
+            len += (size_t)snprintf(out + len, size - len, "%s%zu %s", r->header_digests ? ", " : " and ",
+                                    r->chunk_digests, plural(r->chunk_digests, "chunk", "chunks"));
         if (r->header_digests && len < size)
             len += (size_t)snprintf(out + len, size - len, "%s%zu %s", r->tensor_digests ? " and " : "",
                                     r->header_digests, plural(r->header_digests, "header", "headers"));
@@ -86,9 +90,10 @@ static void print_verified_json(const char *path, const char *format, size_t ten
     fputs("{\n  \"path\": ", stdout);
     print_json_string(stdout, path);
     printf(",\n  \"format\": \"%s\",\n  \"tensors\": %zu,\n  \"files\": %zu,\n", format, tensors, files);
-    printf("  \"checksums\": {\"tensor_digests\": %zu, \"header_digests\": %zu, \"zip_crc32\": %zu, \"file_sha256\": %zu, "
-           "\"bytes\": %llu, \"tensors\": %zu},\n",
-           r->tensor_digests, r->header_digests, r->zip_crc32, r->file_sha256, (unsigned long long)r->bytes, r->tensors);
+    printf("  \"checksums\": {\"tensor_digests\": %zu, \"chunk_digests\": %zu, \"header_digests\": %zu, \"zip_crc32\": %zu, "
+           "\"file_sha256\": %zu, \"bytes\": %llu, \"tensors\": %zu},\n",
+           r->tensor_digests, r->chunk_digests, r->header_digests, r->zip_crc32, r->file_sha256,
+           (unsigned long long)r->bytes, r->tensors);
     printf("  \"seconds\": %.6f\n}\n", seconds);
 }
 

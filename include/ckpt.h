@@ -1675,9 +1675,11 @@ CKPT_API ckpt_status ckpt_writer_give_digests(ckpt_writer *writer, size_t index,
  * ckpt_writer_give_digests), copied by the kernel from the same byte
  * numbers of tensor `src_index` of an open checkpoint: a reflink where the
  * file system shares blocks and both offsets agree modulo its block size
- * (as ckpt_writer_copy_tensor).  Fails with CKPT_E_INVALID_ARGUMENT when
- * the tensors' sizes differ or the source's bytes are not stored as they
- * are.
+ * (as ckpt_writer_copy_tensor).  The tensors' sizes may differ — a tensor
+ * that grew since the base (rows appended to an embedding) copies the
+ * leading bytes it shares with it — but the range must lie within the
+ * source's bytes.  Fails with CKPT_E_INVALID_ARGUMENT when it does not or
+ * the source's bytes are not stored as they are.
  */
 CKPT_API ckpt_status ckpt_writer_copy_range(ckpt_writer *writer, size_t index, const ckpt_catalog *src,
                                             size_t src_index, uint64_t nbytes, ckpt_error *err);
@@ -1800,7 +1802,11 @@ static inline void ckpt_verify_options_init(ckpt_verify_options *options) {
     ckpt_verify_options_init_sized(options, sizeof *options);
 }
 
-/* What ckpt_verify checked. */
+/* What ckpt_verify checked.  The caller sets `size` to its
+ * sizeof(ckpt_verify_report) and the library fills that many bytes: a
+ * caller built against an older header (no chunk_digests) gets the fields
+ * it knows, one built against a newer header zeros in the fields this
+ * library does not know. */
 typedef struct ckpt_verify_report {
     size_t size;            /* sizeof(ckpt_verify_report), set by the caller */
     size_t tensor_digests;  /* tensors whose XXH3-64 matched */
@@ -1810,6 +1816,8 @@ typedef struct ckpt_verify_report {
     size_t tensors;         /* tensors whose bytes they cover */
     size_t file_sha256;     /* files whose SHA-256, as their source states it, matched (an
                                hf:// repo's LFS files: the Hub's hashes; their bytes count in `bytes`) */
+    size_t chunk_digests;   /* per-chunk XXH3-64s (CKPT_CHUNK_METADATA_KEY) that matched, each tensor's
+                               empty last chunk included; their tensors count in tensor_digests */
 } ckpt_verify_report;
 
 CKPT_API ckpt_status ckpt_verify(const ckpt_catalog *catalog, const ckpt_verify_options *options,

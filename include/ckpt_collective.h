@@ -222,7 +222,9 @@ CKPT_API ckpt_status ckpt_shard_writer_add(ckpt_shard_writer *writer, const char
 
 /* Collective: exchanges every rank's declarations, checks that they tile
  * every tensor (CKPT_D_COMM_DATA naming the tensor and the ranks
- * otherwise), lays out the output, and opens rank 0's files on every rank. */
+ * otherwise), lays out the output, and creates its files (rank 0); the
+ * other ranks open a file only when they first write to it, so that each
+ * holds only the files it writes. */
 CKPT_API ckpt_status ckpt_shard_writer_begin(ckpt_shard_writer *writer, ckpt_error *err);
 
 /* Bytes [at, at + nbytes) of part `index` (its dense row-major bytes),

@@ -85,10 +85,16 @@ ckpt_status ckpt_writer_copy_range(ckpt_writer *w, size_t index, const ckpt_cata
     ckpt_status st = plain_source(w, src, src_index, &p, err);
     if (st) return st;
     const ckpt_tensor_info *from = ckpt_catalog_tensor(src, src_index);
-    if (index < ckpt_writer_tensor_count(w) && from->nbytes != ckpt__writer_tensor_nbytes(w, index))
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, ckpt_catalog_file_path(src, from->file), from->name, -1,
-                          "it holds %llu bytes, and the output's tensor %llu", (unsigned long long)from->nbytes,
-                          (unsigned long long)ckpt__writer_tensor_nbytes(w, index));
-    uint64_t at = index < ckpt_writer_tensor_count(w) ? ckpt__writer_tensor_written(w, index) : 0;
+    bool known = index < ckpt_writer_tensor_count(w);
+    uint64_t at = known ? ckpt__writer_tensor_written(w, index) : 0, end;
+    /* A tensor that grew (or shrank) since the base copies the leading
+     * bytes they share: the range must lie within the source's bytes (one
+     * past the output tensor's is the writer's to refuse). */
+    if (!ckpt__add_u64(at, nbytes, &end) || (end > from->nbytes && known && end <= ckpt__writer_tensor_nbytes(w, index)))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, ckpt_catalog_file_path(src, from->file), from->name,
+                          (int64_t)(p->offset + at),
+                          "it holds %llu bytes, and the copy asks for its bytes [%llu, %llu + %llu)",
+                          (unsigned long long)from->nbytes, (unsigned long long)at, (unsigned long long)at,
+                          (unsigned long long)nbytes);
     return ckpt__writer_pcopy(w, index, at, ckpt__cat_source(src, p->file), p->offset + at, nbytes, err);
 }

@@ -84,16 +84,19 @@ static ckpt_status hash_chunks_too(const ckpt_catalog *cat, const ckpt__file_che
 }
 
 /* Each recorded chunk digest against the one hashed: a changed chunk
- * named by its tensor and byte range. */
+ * named by its tensor and byte range; *matched counts those that agree. */
 static ckpt_status compare_chunks(const ckpt_catalog *cat, const ckpt__file_checks *checks, const uint64_t *got,
-                                  ckpt_error *err) {
+                                  size_t *matched, ckpt_error *err) {
     const ckpt__chunk_digests *rec = (const ckpt__chunk_digests *)checks->chunks.data;
     const uint64_t *want = (const uint64_t *)checks->chunk_xxh3.data;
     for (size_t r = 0; r < checks->chunks.len / sizeof *rec; r++) {
         const ckpt_tensor_info *t = rec[r].tensor;
         for (uint32_t k = 0; k < rec[r].count; k++) {
             uint64_t i = rec[r].first + k, begin, end;
-            if (got[i] == want[i]) continue;
+            if (got[i] == want[i]) {
+                ++*matched;
+                continue;
+            }
             ckpt__chunk_range(t->nbytes, rec[r].chunk_bytes, rec[r].phase, k, &begin, &end);
             return ckpt__fail(err, CKPT__D(CHECKSUM), ckpt_catalog_file_path(cat, t->file), t->name,
                               (int64_t)(t->offset + begin),
@@ -161,7 +164,7 @@ ckpt_status ckpt_verify(const ckpt_catalog *cat, const ckpt_verify_options *opti
     if (st == CKPT_OK) st = ckpt__engine_run((ckpt_catalog *)cat, moves, count, &o, NULL, err);
     free(numbers);
     if (st == CKPT_OK) r.zip_crc32 = members, r.header_digests = checks.headers;
-    if (st == CKPT_OK) st = compare_chunks(cat, &checks, chunks, err); /* first: they say where the bytes changed */
+    if (st == CKPT_OK) st = compare_chunks(cat, &checks, chunks, &r.chunk_digests, err); /* first: they say where the bytes changed */
     for (size_t i = 0; st == CKPT_OK && i < count; i++, checked++) {
         const ckpt_tensor_info *t = want[i].tensor;
         if (moves[i].digest != want[i].xxh3)

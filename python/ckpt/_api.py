@@ -213,10 +213,12 @@ class Checkpoint:
         CRC-32 of every ZIP member (torch.save files, .npz archives).  Raises
         ckpt.Error (CKPT_E_CHECKSUM) on a mismatch.  Returns how many
         tensors' XXH3-64 matched; with report=True, a dict of what was
-        checked: {"tensor_digests", "header_digests", "zip_crc32",
-        "file_sha256", "bytes", "tensors"} (all 0 when the files record no
-        checksum, as GGUF and plain safetensors files do; file_sha256: the
-        files of an hf:// repo checked against the Hub's SHA-256):
+        checked: {"tensor_digests", "chunk_digests", "header_digests",
+        "zip_crc32", "file_sha256", "bytes", "tensors"} (all 0 when the
+        files record no checksum, as GGUF and plain safetensors files do;
+        chunk_digests: the per-chunk XXH3-64s of tensors of at least 4 MiB,
+        their empty last chunks included; file_sha256: the files of an
+        hf:// repo checked against the Hub's SHA-256):
         ckpt_verify's report, the "checksums" of `ckpt verify --json`."""
         return self._catalog.verify(progress=_progress.choose(progress, "verify"), report=report)
 
@@ -913,14 +915,20 @@ def save(tensors, path, max_shard_size=None, metadata=None, *, prefix=None, over
 
     base=previous_checkpoint makes an incremental save: every tensor's
     XXH3-64 is recorded (checksums=True), and a tensor whose digest, dtype
-    and shape equal what the base records is not written from memory but
+    and size equal what the base records is not written from memory but
     copied from the base's file by the kernel (copy_file_range: a reflink on
     XFS, btrfs and bcachefs, which shares the blocks).  The output is a plain
     checkpoint any reader loads, byte for byte what a save without base
     writes, and `ckpt verify` checks it.  A base ckpt cannot read, or that
-    records no digests, gets a full write.  return_stats=True returns
-    (paths, stats): cloned_tensors, cloned_bytes, written_tensors,
-    written_bytes, and full_write (why nothing was cloned, or None)."""
+    records no digests, gets a full write.  A large tensor of which only
+    some 1 MiB chunks changed, and a tensor whose shape changed (rows
+    appended: its leading bytes compared with the base's at the base's chunk
+    edges), clone their unchanged bytes and write the rest (docs/PYTHON.md
+    says when such bytes share the base's blocks).  return_stats=True
+    returns (paths, stats): cloned_tensors, cloned_bytes, written_tensors,
+    written_bytes, partial_tensors, grown_tensors, tensors (per tensor:
+    cloned_bytes, written_bytes), and full_write (why nothing was cloned,
+    or None)."""
     from . import _background
     _background.settle_previous()
     if base is not None:
@@ -989,14 +997,65 @@ def _write_partly_cloned(w, index, fw, t, catalog, src, runs):
                 run += 1
 
 
+def _leading_bytes(fw, t, n):
+    """The tensor's first n bytes in row order, as contiguous pieces."""
+    left = n
+    for piece in _pieces(fw, t):
+        if left <= 0:
+            return
+        data = memoryview(fw.raw(piece)).cast("B")
+        yield data[:left]
+        left -= len(data)
+
+
+def _base_runs(fw, t, nbytes, base_nbytes, base_digest, base_chunks):
+    """Which bytes of a tensor equal its base's, when they cannot be found
+    by comparing its own chunk digests with the base's: its shape changed
+    (rows appended to an embedding, a grown vocabulary), or its chunks lie
+    elsewhere in the file than the base's (another phase: a tensor before
+    it in the file grew, or the header's length changed).  The memory's
+    leading bytes are hashed at the base's chunk edges and compared with
+    the digests the base records: chunk k of the base is unchanged when the
+    memory's bytes over the same range hash alike (ranges past the shorter
+    of the two tensors are never compared); a base without chunk digests
+    compares its whole digest with the memory's first base_nbytes bytes.
+    Returns [(same, begin, end)] runs tiling [0, nbytes)."""
+    common = min(nbytes, base_nbytes)
+    ranges = []
+    if base_chunks:
+        size, phase, theirs = base_chunks
+        count = -(-common // size) + 1
+        _, mine = _ckpt.xxh3_64(_leading_bytes(fw, t, common), common, size, phase, count)
+        for k in range(min(count, len(theirs))):
+            begin, end = max(0, k * size - phase), min(common, (k + 1) * size - phase)
+            full = min(base_nbytes, (k + 1) * size - phase)  # the base's chunk k ends there
+            if begin < end == full and mine[k] == theirs[k]:
+                ranges.append((begin, end))
+    elif base_nbytes <= nbytes and base_nbytes and _ckpt.xxh3_64(_leading_bytes(fw, t, base_nbytes)) == base_digest:
+        ranges.append((0, base_nbytes))
+    runs, at = [], 0
+    for begin, end in ranges:  # in order, never overlapping
+        if begin > at:
+            runs.append([False, at, begin])
+        if runs and runs[-1][0] and runs[-1][2] == begin:
+            runs[-1][2] = end
+        else:
+            runs.append([True, begin, end])
+        at = end
+    if at < nbytes:
+        runs.append([False, at, nbytes])
+    return runs
+
+
 def _clone_unchanged(w, entries, base):
     """An incremental save's first step: the entries whose bytes equal the
-    base's (its recorded digest, dtype and shape) copied from it by the
-    kernel, and the large tensors of which only some chunks changed
-    written now, their unchanged chunks copied; returns the entries still
-    to write, and the stats."""
+    base's (its recorded digest and dtype; the shape may differ) copied
+    from it by the kernel, and the tensors of which only some bytes changed
+    — a large tensor's chunks, or the leading bytes of one that grew —
+    written now, their unchanged bytes copied; returns the entries still to
+    write, and the stats."""
     stats = {"base": os.fspath(base), "cloned_tensors": 0, "cloned_bytes": 0, "partial_tensors": 0,
-             "partial_written_bytes": 0, "full_write": None, "tensors": {}}
+             "grown_tensors": 0, "partial_written_bytes": 0, "full_write": None, "tensors": {}}
     try:
         catalog = _sources.catalog(_sources.name(base), False, None, open)
         digests = catalog.recorded_digests()
@@ -1014,36 +1073,37 @@ def _clone_unchanged(w, entries, base):
             i = catalog.find(name)
             row = catalog.row(i) if i is not None else None
             dt, shape, _ = fw.describe(t)
-            if row is None or digests[i] is None or row.dtype != dt or list(row.shape) != list(shape) or \
-                    row.nbytes != nbytes:
+            if row is None or digests[i] is None or row.dtype != dt or not nbytes:
                 left.append(entry)
                 continue
             layout = w.tensor_chunks(index)
             d, mine = _digest(fw, t, layout) if layout[2] else (_digest(fw, t), [])
-            if layout[2]:  # the writer then hashes nothing again
-                w.give_digests(index, d, mine)
+            w.give_digests(index, d, mine)  # the writer then hashes nothing again
             theirs = chunks[i]
-            same = [a == b for a, b in zip(mine, theirs[2])] if layout[2] and theirs and \
-                theirs[0] == layout[0] and theirs[1] == layout[1] and len(theirs[2]) == len(mine) else []
-            if d == digests[i] and layout[2]:
+            if d == digests[i] and row.nbytes == nbytes:  # the same bytes, whatever the shape
                 w.copy_range(index, catalog, i, nbytes)
-            elif d == digests[i]:
-                w.copy_tensor(index, catalog, i, d)
-            elif any(same):
-                runs = _chunk_runs(same, nbytes, layout[0], layout[1])
-                _write_partly_cloned(w, index, fw, t, catalog, i, runs)
-                cloned = sum(e - b for s, b, e in runs if s)
-                stats["partial_tensors"] += 1
-                stats["cloned_bytes"] += cloned
-                stats["partial_written_bytes"] += nbytes - cloned
-                stats["tensors"][name] = {"cloned_bytes": cloned, "written_bytes": nbytes - cloned}
+                stats["cloned_tensors"] += 1
+                stats["cloned_bytes"] += nbytes
+                stats["tensors"][name] = {"cloned_bytes": nbytes, "written_bytes": 0}
                 continue
-            else:
+            grown = list(row.shape) != list(shape) or row.nbytes != nbytes
+            if not grown and not theirs:  # a changed tensor without chunks: written whole
                 left.append(entry)
                 continue
-            stats["cloned_tensors"] += 1
-            stats["cloned_bytes"] += nbytes
-            stats["tensors"][name] = {"cloned_bytes": nbytes, "written_bytes": 0}
+            if not grown and layout[2] and theirs[0] == layout[0] and theirs[1] == layout[1]:
+                runs = _chunk_runs([a == b for a, b in zip(mine, theirs[2])], nbytes, layout[0], layout[1])
+            else:
+                runs = _base_runs(fw, t, nbytes, row.nbytes, digests[i], theirs)
+            cloned = sum(e - b for s, b, e in runs if s)
+            if not cloned:
+                left.append(entry)
+                continue
+            _write_partly_cloned(w, index, fw, t, catalog, i, runs)
+            stats["partial_tensors"] += 1
+            stats["grown_tensors"] += grown
+            stats["cloned_bytes"] += cloned
+            stats["partial_written_bytes"] += nbytes - cloned
+            stats["tensors"][name] = {"cloned_bytes": cloned, "written_bytes": nbytes - cloned}
         return left, stats
     finally:
         catalog.close()

@@ -726,10 +726,10 @@ static PyObject *Catalog_verify(Catalog *self, PyObject *args, PyObject *kw) {
     Py_END_ALLOW_THREADS
     if (st != CKPT_OK) return raise_ckpt(&e);
     if (!want_report) return PyLong_FromSize_t(r.tensor_digests);
-    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:K,s:n}", "tensor_digests", (Py_ssize_t)r.tensor_digests, "header_digests",
-                         (Py_ssize_t)r.header_digests, "zip_crc32", (Py_ssize_t)r.zip_crc32, "file_sha256",
-                         (Py_ssize_t)r.file_sha256, "bytes", (unsigned long long)r.bytes, "tensors",
-                         (Py_ssize_t)r.tensors);
+    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:K,s:n}", "tensor_digests", (Py_ssize_t)r.tensor_digests,
+                         "chunk_digests", (Py_ssize_t)r.chunk_digests, "header_digests", (Py_ssize_t)r.header_digests,
+                         "zip_crc32", (Py_ssize_t)r.zip_crc32, "file_sha256", (Py_ssize_t)r.file_sha256, "bytes",
+                         (unsigned long long)r.bytes, "tensors", (Py_ssize_t)r.tensors);
 }
 
 /* convert(dst, max_shard_size=0, prefix=None, overwrite=False,

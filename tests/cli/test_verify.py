@@ -151,8 +151,8 @@ def test_verify_prints_one_summary_of_what_it_checked(tmp_path, kind):
     line = lines[0]
     assert line.startswith(f"{path}: OK: structure valid (3 tensors in 1 file); "), line
     if RECORDS[kind] is None:
-        assert report == {"tensor_digests": 0, "header_digests": 0, "zip_crc32": 0, "file_sha256": 0, "bytes": 0,
-                          "tensors": 0}
+        assert report == {"tensor_digests": 0, "chunk_digests": 0, "header_digests": 0, "zip_crc32": 0,
+                          "file_sha256": 0, "bytes": 0, "tensors": 0}
         assert line.endswith(f"none recorded to check (this {kind} checkpoint records no checksums; "
                              "convert with --checksums to add them)"), line
     elif RECORDS[kind] == "crc":
@@ -161,8 +161,8 @@ def test_verify_prints_one_summary_of_what_it_checked(tmp_path, kind):
         assert report["zip_crc32"] > 0 and report["tensor_digests"] == 0 and report["tensors"] == 3
         assert f"; checked the CRC-32 of {report['zip_crc32']} ZIP members, covering all 3 tensors: " in line, line
     else:
-        assert report == {"tensor_digests": 3, "header_digests": 1, "zip_crc32": 0, "file_sha256": 0, "bytes": 384,
-                          "tensors": 3}
+        assert report == {"tensor_digests": 3, "chunk_digests": 0, "header_digests": 1, "zip_crc32": 0,
+                          "file_sha256": 0, "bytes": 384, "tensors": 3}
         assert "; checked the XXH3-64 of 3 tensors and 1 header, covering all 3 tensors: 384 B re-read in " in line
     # --json: the same counts, its "checksums" the library's report as the
     # Python package gives it.
@@ -171,6 +171,25 @@ def test_verify_prints_one_summary_of_what_it_checked(tmp_path, kind):
     doc = json.loads(r.stdout)
     assert doc["path"] == str(path) and doc["tensors"] == 3 and doc["files"] == 1 and doc["seconds"] >= 0
     assert doc["format"] == {"checksums": "safetensors", "npz-deflate": "npz"}.get(kind, kind)
+    assert doc["checksums"] == report
+
+
+def test_verify_counts_the_chunk_digests_it_checked(tmp_path):
+    """Tensors of at least 4 MiB record a digest per 1 MiB chunk
+    (ckpt.xxh3_64_chunks): ckpt verify counts those it checked, and says so."""
+    import ckpt
+    arrays = {"big": np.arange(5 << 18, dtype=np.float32),  # 5 MiB: ceil(5) + 1 = 6 chunks
+              "bigger": np.ones((3 << 20) + 1, np.float32),  # 12 MiB + 4 B: 13 + 1 = 14
+              "small": np.zeros(4, np.float32)}  # none
+    out = tmp_path / "chunked.safetensors"
+    ckpt.save(arrays, out, checksums=True)
+    with ckpt.open(out) as c:
+        report = c.verify(progress=False, report=True)
+    assert report["chunk_digests"] == 20 and report["tensor_digests"] == 3 and report["header_digests"] == 1
+    r = run("verify", out)
+    assert r.returncode == 0, r.stderr
+    assert "; checked the XXH3-64 of 3 tensors, 20 chunks and 1 header, covering all 3 tensors: " in r.stdout, r.stdout
+    doc = json.loads(run("verify", "--json", out).stdout)
     assert doc["checksums"] == report
 
 

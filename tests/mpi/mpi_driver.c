@@ -13,6 +13,12 @@
  *                             writing on a loaded machine is not taken for
  *                             a hung one) naming it
  *   ckpt_mpi_test kill DIR    the last rank is killed while writing
+ *   ckpt_mpi_test fds DIR     a save into 64 shards, each rank writing a
+ *                             block of 64 / N of them, every rank but 0
+ *                             under an RLIMIT_NOFILE too low to open all 64:
+ *                             it opens only its own (counted in /proc/self/fd
+ *                             after every write), and the output is one
+ *                             process's, byte for byte
  *
  * Every rank prints "rank R: RESULT" lines; the exit status is 0 when this
  * rank saw what it should. */
@@ -22,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -239,6 +246,104 @@ static ckpt_status save(const char *out, ckpt_comm *comm, uint64_t max_shard, fa
     return st;
 }
 
+/* ---- fds: a joined rank opens only the files it writes ---------------- */
+
+#define FDS_TENSORS 64
+#define FDS_ELEMS 1024 /* 4 KiB of float32: with shards of 5000 bytes, one tensor a shard */
+
+static void fds_name(size_t t, char *name, size_t cap) { snprintf(name, cap, "layers.%02zu.weight", t); }
+
+static ckpt_status fds_reference(const char *path, ckpt_error *err) {
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.max_shard_size = 5000;
+    o.no_sync = 1;
+    ckpt_writer *w = NULL;
+    ckpt_status st = ckpt_writer_create(path, &o, &w, err);
+    uint64_t shape[1] = {FDS_ELEMS};
+    unsigned char data[FDS_ELEMS * 4];
+    char name[64];
+    for (size_t t = 0; st == CKPT_OK && t < FDS_TENSORS; t++) {
+        fds_name(t, name, sizeof name);
+        st = ckpt_writer_add_tensor(w, name, CKPT_F32, 1, shape, NULL, err);
+    }
+    if (st == CKPT_OK) st = ckpt_writer_begin(w, err);
+    for (size_t t = 0; st == CKPT_OK && t < FDS_TENSORS; t++) {
+        for (uint64_t i = 0; i < sizeof data; i++) data[i] = value(t, i);
+        st = ckpt_writer_write(w, t, data, sizeof data, err);
+    }
+    if (st == CKPT_OK) st = ckpt_writer_commit(w, err);
+    ckpt_writer_free(w);
+    return st;
+}
+
+/* Descriptors open now, and those naming a .safetensors file of output
+ * `name` (staged beside it until the commit: a path that holds its name). */
+static int open_fds(const char *name, int *under) {
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    *under = 0;
+    struct dirent *e;
+    char link[4096], target[4096];
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        n++;
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(link, target, sizeof target - 1);
+        if (len > 0 && (target[len] = 0, strstr(target, name)) && strstr(target, ".safetensors")) ++*under;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static void check_fds(const char *dir, ckpt_comm *comm) {
+    char ref[4096], out[4096];
+    snprintf(ref, sizeof ref, "%s/fds-ref", dir);
+    snprintf(out, sizeof out, "%s/fds-out", dir);
+    ckpt_error err;
+    if (rank == 0) CHECK(fds_reference(ref, &err) == CKPT_OK, "reference: %s", err.message);
+    int per = FDS_TENSORS / nranks, first = rank * per, last = rank == nranks - 1 ? FDS_TENSORS : first + per;
+    int under;
+    if (rank > 0) { /* rank 0 creates every file and holds them to the commit */
+        struct rlimit lim;
+        getrlimit(RLIMIT_NOFILE, &lim);
+        lim.rlim_cur = (rlim_t)(open_fds("fds-out", &under) + (last - first) + 8);
+        CHECK(lim.rlim_cur < (rlim_t)(open_fds("fds-out", &under) + FDS_TENSORS), "the limit would allow every file");
+        CHECK(setrlimit(RLIMIT_NOFILE, &lim) == 0, "setrlimit failed");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.max_shard_size = 5000;
+    ckpt_collective_options co;
+    ckpt_collective_options_init(&co);
+    co.timeout_ms = 60000;
+    ckpt_shard_writer *sw;
+    ckpt_status st = ckpt_shard_writer_create(out, &o, comm, &co, &sw, &err);
+    uint64_t shape[1] = {FDS_ELEMS};
+    unsigned char data[FDS_ELEMS * 4];
+    char name[64];
+    int most = 0;
+    size_t part[FDS_TENSORS];
+    for (int t = first; st == CKPT_OK && t < last; t++) {
+        fds_name((size_t)t, name, sizeof name);
+        st = ckpt_shard_writer_add(sw, name, CKPT_F32, 1, shape, NULL, NULL, &part[t], &err);
+    }
+    if (st == CKPT_OK) st = ckpt_shard_writer_begin(sw, &err);
+    for (int t = first; st == CKPT_OK && t < last; t++) {
+        for (uint64_t i = 0; i < sizeof data; i++) data[i] = value((size_t)t, i);
+        st = ckpt_shard_writer_write(sw, part[t], 0, data, sizeof data, &err);
+        open_fds("fds-out", &under);
+        if (under > most) most = under;
+    }
+    if (st == CKPT_OK) st = ckpt_shard_writer_commit(sw, &err);
+    ckpt_shard_writer_free(sw);
+    CHECK(st == CKPT_OK, "save into %d shards: %s", FDS_TENSORS, err.message);
+    if (rank > 0) CHECK(most == last - first, "held %d output files open, wrote %d", most, last - first);
+    printf("rank %d: fds: held at most %d output files open\n", rank, most);
+    if (st == CKPT_OK && rank == 0) check_same_dir(ref, out);
+}
+
 static int published(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0;
@@ -253,7 +358,7 @@ static ckpt_status convert_plan(ckpt_catalog *cat, ckpt_plan **p, ckpt_error *er
 
 int main(int argc, char **argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: ckpt_mpi_test ok|fail|hang|kill DIR\n");
+        fprintf(stderr, "usage: ckpt_mpi_test ok|fail|hang|kill|fds DIR\n");
         return 2;
     }
     const char *scenario = argv[1], *dir = argv[2];
@@ -311,6 +416,8 @@ int main(int argc, char **argv) {
             ckpt_catalog_close(cat);
         }
         if (st == CKPT_OK && rank == 0) check_same_dir(path, out);
+    } else if (!strcmp(scenario, "fds")) {
+        check_fds(dir, &comm);
     } else {
         fault f = !strcmp(scenario, "fail") ? FAIL : !strcmp(scenario, "hang") ? HANG : KILL;
         snprintf(out, sizeof out, "%s/failed", dir);

@@ -166,3 +166,19 @@ def test_mpirun_ckpt_convert_refuses_formats_with_crcs(tmp_path, source):
     r = mpirun(3, CKPT, "convert", source, tmp_path / "three.msgpack")
     assert r.returncode == 0, r.stdout + r.stderr
     assert filecmp.cmp(tmp_path / "one.msgpack", tmp_path / "three.msgpack", shallow=False)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_rank_opens_only_the_files_it_writes(tmp_path, n):
+    # Issue 32: every joined rank opened every output shard when it joined
+    # rank 0's writer (1,000 ranks × 2,000 shards exceed `ulimit -n`). Ranks
+    # 1.. run under an RLIMIT_NOFILE that leaves room for their own shards,
+    # not for the 64; the output is one process's, byte for byte.
+    r = mpirun(n, DRIVER, "fds", tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(n):
+        assert f"rank {rank}: passed" in r.stdout, r.stdout + r.stderr
+    for rank in range(1, n):
+        assert f"rank {rank}: fds: held at most {64 // n if rank < n - 1 else 64 - 64 // n * (n - 1)} output files open" \
+            in r.stdout, r.stdout
+    assert len([p for p in os.listdir(tmp_path / "fds-out") if p.endswith(".safetensors")]) == 64

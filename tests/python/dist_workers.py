@@ -76,6 +76,8 @@ def run(rank, world, port, tmp, scenario):
             background(rank, world, tmp, result)
         elif scenario == "fds":
             fds(rank, world, tmp, result)
+        elif scenario == "many_shards":
+            many_shards(rank, world, tmp, result)
         elif scenario == "fork":
             fork(rank, world, tmp, result)
     except Exception:  # noqa: BLE001 - reported to the test
@@ -394,4 +396,63 @@ def fds(rank, world, tmp, result):
     finally:
         cd._write_part = write_part
     result["most_open"] = most[0]
+    dist.barrier()
+
+
+MANY_SHARDS = 64
+
+
+def many_shards_state_dict():
+    """64 tensors of 16 KiB: with max_shard_size="20KB", one shard each."""
+    return {f"layers.{i:02d}.weight": torch.full((64, 64), float(i)) for i in range(MANY_SHARDS)}
+
+
+def _open_output_files(out):
+    """The output's .safetensors files this process holds open now (staged
+    beside `out` until the commit: a path that names `out`'s basename)."""
+    names = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if os.path.basename(out) in target and target.endswith(".safetensors"):
+            names.add(os.path.basename(target))
+    return names
+
+
+def many_shards(rank, world, tmp, result):
+    """A collective save into 64 shards, each rank holding a block of 64 /
+    world tensors; ranks 1.. run under an RLIMIT_NOFILE that leaves room for
+    their own shards but not for all 64 (rank 0 creates every file and
+    holds them to the commit).  Records every output file a rank held open
+    after each of its writes."""
+    import resource
+
+    import ckpt.distributed as cd
+    out = os.path.join(tmp, "many-out")
+    per = MANY_SHARDS // world
+    sd = {n: t for i, (n, t) in enumerate(many_shards_state_dict().items()) if i // per == rank}
+    dist.barrier()
+    if rank > 0:
+        now = len(os.listdir("/proc/self/fd"))
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        limit = now + per + 16
+        _check(result, limit < now + MANY_SHARDS, f"a limit of {limit} would allow every shard")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+        result["nofile"] = limit
+    opened = set()
+    write_part = cd._write_part
+
+    def counting(w, index, fw, t):
+        write_part(w, index, fw, t)
+        opened.update(_open_output_files(out))
+
+    cd._write_part = counting
+    try:
+        cd.save(sd, out, max_shard_size="20KB", timeout=60)
+    finally:
+        cd._write_part = write_part
+    result["opened"] = sorted(opened)
+    result["tensors"] = sorted(sd)
     dist.barrier()

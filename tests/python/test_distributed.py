@@ -218,3 +218,23 @@ assert "torch.distributed.tensor" not in sys.modules, "imported"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_a_rank_opens_only_the_files_it_writes_under_a_low_ulimit(tmp_path):
+    """Issue 32: every joined rank of a collective save opened every output
+    shard when it joined rank 0's writer, and held them to the vote (1,000
+    ranks × 2,000 shards exceed the default `ulimit -n`). Ranks 1.. save
+    under an RLIMIT_NOFILE that leaves room for their own shards, not for
+    the 64: the save succeeds, each opened only the shards of its tensors,
+    and the output is one process's save, byte for byte."""
+    import ckpt
+    results, codes = spawn(tmp_path, "many_shards", timeout=240)
+    assert codes == [0] * WORLD and all(r["failures"] == [] for r in results), seen(results)
+    out = tmp_path / "many-out"
+    ref = tmp_path / "many-ref"
+    ckpt.save(dist_workers.many_shards_state_dict(), ref, max_shard_size="20KB")
+    same_tree(ref, out)
+    weight_map = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+    assert len(set(weight_map.values())) == dist_workers.MANY_SHARDS
+    for rank, r in enumerate(results[1:], 1):
+        assert r["opened"] == sorted({weight_map[n] for n in r["tensors"]}), (rank, r)

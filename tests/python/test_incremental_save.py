@@ -77,14 +77,15 @@ def test_a_chain_of_increments_and_a_sharded_directory(tmp_path):
         prev = out
 
 
-def test_changed_dtype_shape_or_new_tensors_are_written(tmp_path):
+def test_changed_dtype_or_new_tensors_are_written_and_a_reshape_is_cloned(tmp_path):
     sd = model(n=4)
     ckpt.save(sd, tmp_path / "a.safetensors", checksums=True)
     sd["layers.0.weight"] = sd["layers.0.weight"].to(torch.float16)  # same name, other dtype
-    sd["layers.1.weight"] = sd["layers.1.weight"].reshape(512, 128)  # same bytes, other shape
+    sd["layers.1.weight"] = sd["layers.1.weight"].reshape(512, 128)  # same bytes, other shape: cloned
     sd["new"] = torch.ones(10)
     paths, stats = ckpt.save(sd, tmp_path / "b.safetensors", base=tmp_path / "a.safetensors", return_stats=True)
-    assert stats["written_tensors"] == 3 and stats["cloned_tensors"] == 3
+    assert stats["written_tensors"] == 2 and stats["cloned_tensors"] == 4
+    assert stats["tensors"]["layers.1.weight"] == {"cloned_bytes": 256 * 256 * 4, "written_bytes": 0}
     assert (tmp_path / "b.safetensors").read_bytes() == full_save(sd, tmp_path / "full.safetensors")
 
 
@@ -240,6 +241,94 @@ def test_partly_cloned_tensors_in_background_and_non_contiguous(tmp_path):
                                                                   tmp_path / "e.safetensors")
 
 
+# -- tensors that grew: rows appended, a vocabulary grown -----------------------
+
+def grow(t, rows, seed=1):
+    """t with `rows` new rows after its own (its leading bytes unchanged)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.cat([t, torch.randn(rows, *t.shape[1:], generator=g).to(t.dtype)])
+
+
+def data_start(path, name):
+    head, start, _ = header(path)
+    return start + head[name]["data_offsets"][0]
+
+
+def test_a_grown_tensor_whose_chunks_line_up_clones_its_leading_chunks(tmp_path):
+    """12,000 rows of 1 KiB grown to 12,200: 13 chunk digests either way, the
+    same digits in the shape and the offsets, so the header keeps its length
+    and the embedding (first in the file) its place: its chunks lie on the
+    base's, and every chunk of the old rows is cloned — the base's last,
+    partial one too, whose bytes the memory's first 12,000 rows hash alike
+    over the same range — and only the new rows are written."""
+    sd = embedding_model(rows=12000)
+    ckpt.save(sd, tmp_path / "a.safetensors", checksums=True)
+    sd["embed"] = grow(sd["embed"], 200)
+    sd["norm"] = grow(sd["norm"], 64)  # small, no chunks: its 1 KiB of old bytes cloned, 256 bytes written
+    paths, stats = ckpt.save(sd, tmp_path / "b.safetensors", base=tmp_path / "a.safetensors", return_stats=True)
+    phase = data_start(tmp_path / "a.safetensors", "embed") % CHUNK
+    assert data_start(tmp_path / "b.safetensors", "embed") % CHUNK == phase  # the chunks line up
+    old, new = 12000 * 1024, 12200 * 1024
+    assert stats["tensors"]["embed"] == {"cloned_bytes": old, "written_bytes": new - old}, stats
+    assert stats["tensors"]["norm"] == {"cloned_bytes": 1024, "written_bytes": 256}
+    assert stats["tensors"]["proj"] == {"cloned_bytes": 4096 * 1024, "written_bytes": 0}
+    assert (stats["grown_tensors"], stats["partial_tensors"], stats["cloned_tensors"]) == (2, 2, 1)
+    assert stats["written_bytes"] == new - old + 256 and stats["cloned_bytes"] == old + 1024 + 4096 * 1024
+    assert (tmp_path / "b.safetensors").read_bytes() == full_save(sd, tmp_path / "full.safetensors")
+    assert verify(tmp_path / "b.safetensors").returncode == 0
+    got = st_torch.load_file(tmp_path / "b.safetensors")
+    assert all(torch.equal(got[k], sd[k]) for k in sd)
+
+
+def test_a_grown_tensor_whose_chunks_moved_is_compared_at_the_bases_edges(tmp_path):
+    """12,288 rows (12 MiB) grown to 12,800 (a 13th and 14th chunk digest:
+    the header grows by 16 bytes and moves every tensor's data): the
+    output's chunks no longer lie on the base's, so the memory's leading
+    bytes are hashed at the base's edges. The unchanged ones are copied
+    from the base (by the kernel: no block of them is shared, the offsets
+    differ modulo the block size), a changed row's chunk and the new rows
+    written; the proj tensor after it, moved too, with one row changed, is
+    compared at the base's edges as well."""
+    sd = embedding_model(rows=12288)
+    ckpt.save(sd, tmp_path / "a.safetensors", checksums=True)
+    sd["embed"] = grow(sd["embed"], 512)
+    update_rows(sd, rows=(5000,))  # one chunk of the old rows changed
+    with torch.no_grad():
+        sd["proj"][100] += 1  # the same shape, moved by the embedding's growth: compared at the base's edges
+    paths, stats = ckpt.save(sd, tmp_path / "b.safetensors", base=tmp_path / "a.safetensors", return_stats=True)
+    a, b = data_start(tmp_path / "a.safetensors", "embed"), data_start(tmp_path / "b.safetensors", "embed")
+    assert a % CHUNK != b % CHUNK and a % 4096 != b % 4096  # moved: no chunk lines up
+    old, new = 12288 * 1024, 12800 * 1024
+
+    def touched(start, n, row):  # bytes of the base's chunks (file edges) that a changed row touches
+        edges = ((k * CHUNK - start % CHUNK, (k + 1) * CHUNK - start % CHUNK) for k in range(n // CHUNK + 2))
+        return sum(min(n, e) - max(0, b) for b, e in edges if b < (row + 1) * 1024 and e > row * 1024)
+    changed = touched(a, old, 5000)
+    assert stats["tensors"]["embed"] == {"cloned_bytes": old - changed, "written_bytes": new - old + changed}, stats
+    changed = touched(data_start(tmp_path / "a.safetensors", "proj"), 4096 * 1024, 100)
+    assert stats["tensors"]["proj"] == {"cloned_bytes": 4096 * 1024 - changed, "written_bytes": changed}, stats
+    assert (stats["grown_tensors"], stats["partial_tensors"]) == (1, 2)
+    assert (tmp_path / "b.safetensors").read_bytes() == full_save(sd, tmp_path / "full.safetensors")
+    assert verify(tmp_path / "b.safetensors").returncode == 0
+    # Rows removed (the tensor shrank): its remaining leading chunks are cloned too.
+    sd["embed"] = sd["embed"][:6000].clone()
+    paths, stats = ckpt.save(sd, tmp_path / "c.safetensors", base=tmp_path / "b.safetensors", return_stats=True)
+    assert stats["tensors"]["embed"]["cloned_bytes"] >= 6000 * 1024 - 2 * CHUNK, stats
+    assert (tmp_path / "c.safetensors").read_bytes() == full_save(sd, tmp_path / "full2.safetensors")
+
+
+def test_a_grown_tensor_whose_old_rows_changed_is_written(tmp_path):
+    sd = embedding_model(rows=6000)
+    ckpt.save(sd, tmp_path / "a.safetensors", checksums=True)
+    with torch.no_grad():
+        sd["embed"] += 1  # every old row
+        sd["norm"] += 1
+    sd["embed"], sd["norm"] = grow(sd["embed"], 100), grow(sd["norm"], 10)
+    paths, stats = ckpt.save(sd, tmp_path / "b.safetensors", base=tmp_path / "a.safetensors", return_stats=True)
+    assert stats["written_tensors"] == 2 and stats["grown_tensors"] == 0 and stats["cloned_tensors"] == 1
+    assert (tmp_path / "b.safetensors").read_bytes() == full_save(sd, tmp_path / "full.safetensors")
+
+
 def test_verify_names_the_chunk_whose_bytes_changed(tmp_path):
     sd = embedding_model()
     ckpt.save(sd, tmp_path / "a.safetensors", checksums=True)
@@ -334,5 +423,53 @@ def test_chunks_on_a_real_file_system(tmp_path, fs):
             assert grown >= size - (64 << 10)
         assert (mnt / "step1.safetensors").read_bytes() == full_save(sd, tmp_path / "full.safetensors")
         assert verify(mnt / "step1.safetensors").returncode == 0
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+@pytest.mark.parametrize("fs", ["xfs", "ext4"])
+def test_grown_tensors_on_a_real_file_system(tmp_path, fs):
+    """A 47 MiB embedding grown by 100 rows (its chunks line up with the
+    base's: the same chunk count and header length): on XFS the output
+    shares the old rows' blocks, and the tensor after it too (moved by
+    100 KiB, 25 whole blocks); only the new rows take new blocks. Grown by
+    a chunk's worth more (a new chunk digest: the header grows by 16 bytes,
+    every tensor moves off the base's blocks), the old rows are still
+    copied, not written from memory, but by the kernel into new blocks.
+    Exact on both, and a copy in the kernel on ext4."""
+    mnt = _mount_image(tmp_path, fs)
+    try:
+        sd = embedding_model(rows=48000)
+        ckpt.save(sd, mnt / "step0.safetensors", checksums=True)
+        sd["embed"] = grow(sd["embed"], 100)
+        os.sync()
+        before = _used(mnt)
+        paths, stats = ckpt.save(sd, mnt / "step1.safetensors", base=mnt / "step0.safetensors", return_stats=True)
+        os.sync()
+        grown = _used(mnt) - before
+        size = os.path.getsize(mnt / "step1.safetensors")
+        assert stats["tensors"]["embed"] == {"cloned_bytes": 48000 * 1024, "written_bytes": 100 * 1024}, stats
+        assert data_start(mnt / "step1.safetensors", "embed") == data_start(mnt / "step0.safetensors", "embed")
+        if fs == "xfs":  # the new rows, and a block at each tensor's edges
+            assert grown <= 100 * 1024 + 8 * 4096 + (256 << 10), (grown, size)
+            frag = subprocess.run(["filefrag", "-v", str(mnt / "step1.safetensors")], capture_output=True, text=True)
+            assert "shared" in frag.stdout
+        else:
+            assert grown >= size - (64 << 10)
+        assert (mnt / "step1.safetensors").read_bytes() == full_save(sd, tmp_path / "full.safetensors")
+        assert verify(mnt / "step1.safetensors").returncode == 0
+
+        sd["embed"] = grow(sd["embed"], 1100)  # past the last chunk: one more chunk digest
+        before = _used(mnt)
+        paths, stats = ckpt.save(sd, mnt / "step2.safetensors", base=mnt / "step1.safetensors", return_stats=True)
+        os.sync()
+        grown = _used(mnt) - before
+        size = os.path.getsize(mnt / "step2.safetensors")
+        a, b = data_start(mnt / "step1.safetensors", "embed"), data_start(mnt / "step2.safetensors", "embed")
+        assert a % 4096 != b % 4096
+        assert stats["tensors"]["embed"] == {"cloned_bytes": 48100 * 1024, "written_bytes": 1100 * 1024}, stats
+        assert grown >= size - (64 << 10)  # copied by the kernel, on XFS too: nothing lines up to share
+        assert (mnt / "step2.safetensors").read_bytes() == full_save(sd, tmp_path / "full2.safetensors")
+        assert verify(mnt / "step2.safetensors").returncode == 0
     finally:
         subprocess.run(["umount", str(mnt)], check=False)

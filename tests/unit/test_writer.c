@@ -400,13 +400,57 @@ static void test_chunk_digests_and_partial_copies(void **state) {
     assert_int_equal(ckpt_writer_copy_tensor(w, ob, cat, cb, recorded[0] ^ 1, &err), CKPT_OK); /* a wrong whole digest */
     assert_int_equal(ckpt_writer_commit(w, &err), CKPT_OK);
     ckpt_writer_free(w);
+    /* The tensor grew by 1 MiB (rows appended): its leading N bytes are
+     * copied from the base's smaller tensor, the rest written; a range past
+     * the base's bytes is refused, naming them. */
+    const char *grown = in_dir(dir, "grown.safetensors");
+    enum { G = N + (1 << 20) };
+    unsigned char *more = malloc(G);
+    memcpy(more, big, N);
+    more[2 * CKPT_CHUNK_BYTES + 10]--; /* the base's bytes */
+    for (size_t i = N; i < G; i++) more[i] = (unsigned char)(i * 3);
+    uint64_t s_grown[1] = {G}, gsize, gphase, gwant[8];
+    size_t gcount;
+    assert_int_equal(ckpt_writer_create(grown, &o, &w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_add_tensor(w, "big", CKPT_U8, 1, s_grown, &ob, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_begin(w, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_tensor_chunks(w, ob, &gsize, &gphase, &gcount, &err), CKPT_OK);
+    assert_int_equal(gcount, 8);
+    for (uint32_t k = 0; k < 8; k++) gwant[k] = chunk_digest(more, G, gphase, k, &begin, &end);
+    assert_int_equal(ckpt_writer_give_digests(w, ob, XXH3_64bits(more, G), gwant, 8, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_copy_range(w, ob, cat, cb, N + 1, &err), CKPT_E_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.message, "it holds 5242883 bytes"));
+    assert_int_equal(ckpt_writer_copy_range(w, ob, cat, cb, N, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_write(w, ob, more + N, G - N, &err), CKPT_OK);
+    assert_int_equal(ckpt_writer_commit(w, &err), CKPT_OK);
+    ckpt_writer_free(w);
     ckpt_catalog_close(cat);
+    ckpt_catalog *g;
+    assert_int_equal(ckpt_catalog_open(grown, &g, &err), CKPT_OK);
+    unsigned char *gback = malloc(G);
+    assert_int_equal(ckpt_catalog_read(g, ckpt_catalog_find(g, "big"), 0, gback, G, &err), CKPT_OK);
+    assert_memory_equal(gback, more, G);
+    ckpt_verify_report gr = {.size = sizeof gr};
+    assert_int_equal(ckpt_verify(g, NULL, &gr, &err), CKPT_OK);
+    assert_int_equal(gr.tensor_digests, 1);
+    ckpt_catalog_close(g);
+    free(gback);
+    free(more);
 
     ckpt_catalog *got;
     assert_int_equal(ckpt_catalog_open(out, &got, &err), CKPT_OK);
     ckpt_verify_report r = {.size = sizeof r};
     assert_int_equal(ckpt_verify(got, NULL, &r, &err), CKPT_OK);
     assert_int_equal(r.tensor_digests, 2);
+    assert_int_equal(r.chunk_digests, 7); /* big's, its empty last one included; small has none */
+    /* A caller built before chunk_digests: the library fills only the
+     * fields its size covers. */
+    ckpt_verify_report older;
+    memset(&older, 0xAB, sizeof older);
+    older.size = offsetof(ckpt_verify_report, chunk_digests);
+    assert_int_equal(ckpt_verify(got, NULL, &older, &err), CKPT_OK);
+    assert_int_equal(older.tensor_digests, 2);
+    assert_true(older.chunk_digests == (size_t)0xABABABABABABABABull);
     unsigned char *back = malloc(N);
     assert_int_equal(ckpt_catalog_read(got, ckpt_catalog_find(got, "big"), 0, back, N, &err), CKPT_OK);
     assert_memory_equal(back, big, N);

@@ -914,7 +914,8 @@ static ERL_NIF_TERM nif_convert(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
     return st ? error_term(env, st, &e) : ATOM_OK;
 }
 
-/* verify(catalog) → {:ok, %{tensor_digests:, header_digests:, zip_crc32:, bytes:, tensors:}} */
+/* verify(catalog) → {:ok, %{tensor_digests:, chunk_digests:, header_digests:, zip_crc32:, bytes:, tensors:,
+ * file_sha256:}} */
 static ERL_NIF_TERM nif_verify(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
     (void)argc;
     catalog_res *r;
@@ -925,12 +926,14 @@ static ERL_NIF_TERM nif_verify(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
     if (st) return error_term(env, st, &e);
     ERL_NIF_TERM keys[] = {enif_make_atom(env, "tensor_digests"), enif_make_atom(env, "header_digests"),
                            enif_make_atom(env, "zip_crc32"), enif_make_atom(env, "bytes"),
-                           enif_make_atom(env, "tensors"), enif_make_atom(env, "file_sha256")};
+                           enif_make_atom(env, "tensors"), enif_make_atom(env, "file_sha256"),
+                           enif_make_atom(env, "chunk_digests")};
     ERL_NIF_TERM values[] = {enif_make_uint64(env, report.tensor_digests), enif_make_uint64(env, report.header_digests),
                              enif_make_uint64(env, report.zip_crc32), enif_make_uint64(env, report.bytes),
-                             enif_make_uint64(env, report.tensors), enif_make_uint64(env, report.file_sha256)};
+                             enif_make_uint64(env, report.tensors), enif_make_uint64(env, report.file_sha256),
+                             enif_make_uint64(env, report.chunk_digests)};
     ERL_NIF_TERM map;
-    enif_make_map_from_arrays(env, keys, values, 6, &map);
+    enif_make_map_from_arrays(env, keys, values, sizeof keys / sizeof *keys, &map);
     return ok(env, map);
 }
 

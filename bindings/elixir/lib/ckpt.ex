@@ -424,8 +424,10 @@ defmodule Ckpt do
 
   @doc """
   Like `verify/1`, saying everything it checked: `{:ok, %{tensor_digests:,
-  header_digests:, zip_crc32:, bytes:, tensors:, file_sha256:}}` — ckpt's
-  XXH3-64 digests of tensors and headers, the CRC-32s of ZIP members (torch
+  chunk_digests:, header_digests:, zip_crc32:, bytes:, tensors:,
+  file_sha256:}}` — ckpt's XXH3-64 digests of tensors, of the 1 MiB chunks
+  of tensors of at least 4 MiB (the empty last one included) and of
+  headers, the CRC-32s of ZIP members (torch
   files, `.npz`), the bytes and tensors they cover (zeros when the files
   record none), and the files whose SHA-256 their source states (an hf://
   repo's LFS files).

@@ -382,7 +382,12 @@ defmodule CkptTest do
     out = Path.join(tmp, "sum")
     {:ok, _} = Ckpt.save(tree(), out, checksums: true, max_shard_size: "1KB")
     assert {:ok, 9} = Ckpt.verify(out)
-    assert {:ok, %{tensor_digests: 9, zip_crc32: 0, tensors: 9, file_sha256: 0}} = Ckpt.verify_report(out)
+    assert {:ok, %{tensor_digests: 9, chunk_digests: 0, zip_crc32: 0, tensors: 9, file_sha256: 0}} =
+             Ckpt.verify_report(out)
+    # A 5 MiB tensor records a digest per 1 MiB chunk: ceil(5) + 1 of them.
+    big = Path.join(tmp, "big.safetensors")
+    {:ok, _} = Ckpt.save(%{"big" => {:binary.copy(<<0, 0, 128, 62>>, 1_310_720), {:f, 32}, {1_310_720}}}, big, checksums: true)
+    assert {:ok, %{tensor_digests: 1, chunk_digests: 6, header_digests: 1}} = Ckpt.verify_report(big)
     assert {:ok, %{zip_crc32: crcs, tensor_digests: 0}} = Ckpt.verify_report(path("resnet.pt"))
     assert crcs > 0
     assert {:ok, 10_000} = Ckpt.parse_size("10KB")

@@ -39,6 +39,7 @@ static const size_t layout[] = {
     sizeof(ckpt_memory_source), F(ckpt_memory_source, size),
     sizeof(ckpt_verify_options), F(ckpt_verify_options, progress), F(ckpt_verify_options, user),
     sizeof(ckpt_verify_report), F(ckpt_verify_report, tensor_digests), F(ckpt_verify_report, tensors), F(ckpt_verify_report, file_sha256),
+    F(ckpt_verify_report, chunk_digests),
 
     sizeof(ckpt_gguf_writer_options), F(ckpt_gguf_writer_options, split_max_tensors),
     sizeof(ckpt_dcp_writer_options), F(ckpt_dcp_writer_options, ranks),

@@ -393,6 +393,7 @@ impl Catalog {
             bytes: r.bytes,
             tensors: r.tensors,
             file_sha256: r.file_sha256,
+            chunk_digests: r.chunk_digests,
         })
     }
 }
@@ -413,6 +414,9 @@ pub struct VerifyReport {
     /// Files whose SHA-256, as their source states it, matched (an hf://
     /// repo's LFS files, against the Hub's hashes).
     pub file_sha256: usize,
+    /// Per-chunk XXH3-64s (tensors of at least 4 MiB, a digest per 1 MiB
+    /// chunk, the empty last one included) that matched.
+    pub chunk_digests: usize,
 }
 
 /// Iterator over a catalog's tensors.

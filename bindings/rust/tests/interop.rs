@@ -545,6 +545,16 @@ fn checksums_are_verified_and_a_flipped_bit_is_found() {
     assert_eq!(Catalog::open(&path).unwrap().verify().unwrap(), 1);
     let r = Catalog::open(&path).unwrap().verify_report().unwrap();
     assert_eq!((r.tensor_digests, r.header_digests, r.zip_crc32, r.bytes, r.tensors, r.file_sha256), (1, 1, 0, 1024, 1, 0), "{:?}", r);
+    assert_eq!(r.chunk_digests, 0);
+    // A tensor of 5 MiB records a digest per 1 MiB chunk: ceil(5) + 1 of them.
+    let chunked = dir.join("chunked.safetensors");
+    let mut w = Writer::create(&chunked, &WriterOptions { checksums: true, no_sync: true, ..Default::default() }).unwrap();
+    let i = w.add_tensor("big", Dtype::F32, &[5 << 18]).unwrap();
+    w.begin().unwrap();
+    w.write(i, &vec![0.25f32; 5 << 18]).unwrap();
+    w.commit().unwrap();
+    let r = Catalog::open(&chunked).unwrap().verify_report().unwrap();
+    assert_eq!((r.tensor_digests, r.chunk_digests, r.header_digests), (1, 6, 1), "{:?}", r);
     // A torch file records the CRC-32 of every ZIP member.
     let fx = fixtures();
     let t = Catalog::open(fx.path("resnet.pt")).unwrap().verify_report().unwrap();

@@ -291,6 +291,7 @@ pub struct ckpt_verify_report {
     pub bytes: u64,
     pub tensors: usize,
     pub file_sha256: usize,
+    pub chunk_digests: usize,
 }
 
 /// Where a tensor's bytes lie in the caller's memory (ckpt_writer_add_tensor_shared).
@@ -700,6 +701,7 @@ mod layout {
             ("ckpt_verify_report.tensor_digests", off!(ckpt_verify_report, tensor_digests), true),
             ("ckpt_verify_report.tensors", off!(ckpt_verify_report, tensors), true),
             ("ckpt_verify_report.file_sha256", off!(ckpt_verify_report, file_sha256), true),
+            ("ckpt_verify_report.chunk_digests", off!(ckpt_verify_report, chunk_digests), true),
             ("sizeof ckpt_gguf_writer_options", size_of::<ckpt_gguf_writer_options>(), true),
             ("ckpt_gguf_writer_options.split_max_tensors", off!(ckpt_gguf_writer_options, split_max_tensors), true),
             ("sizeof ckpt_dcp_writer_options", size_of::<ckpt_dcp_writer_options>(), true),
