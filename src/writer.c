@@ -398,13 +398,9 @@ ckpt_status ckpt_writer_add_tensor_shared(ckpt_writer *w, const char *name, ckpt
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, name, -1,
                           "storage area [%llu, %llu) is not inside its %llu bytes", (unsigned long long)storage->begin,
                           (unsigned long long)storage->end, (unsigned long long)storage->nbytes);
-    if (w->count == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 64;
-        wtensor *t = ckpt__realloc(w->tensors, cap * sizeof *t);
-        if (!t) return ckpt__oom(err, w->path, NULL);
-        w->tensors = t;
-        w->cap = cap;
-    }
+    wtensor *grown = ckpt__grow(w->tensors, w->count, &w->cap, sizeof *grown, 64);
+    if (!grown) return ckpt__oom(err, w->path, NULL);
+    w->tensors = grown;
     wtensor *t = &w->tensors[w->count];
     memset(t, 0, sizeof *t);
     uint64_t *dims = ckpt__arena_alloc(&w->arena, (ndim ? ndim : 1) * sizeof(uint64_t));
@@ -981,13 +977,9 @@ static ckpt_status add_segment(ckpt_writer *w, wtensor *t, uint64_t at, const vo
     uint32_t crc = (uint32_t)crc32_z(0, data, n);
     ckpt_status st = CKPT_OK;
     pthread_mutex_lock(&w->lock);
-    if (t->segment_count == t->segment_cap) {
-        size_t cap = t->segment_cap ? t->segment_cap * 2 : 8;
-        segment *g = ckpt__realloc(t->segments, cap * sizeof *g);
-        if (!g) st = ckpt__oom(err, w->path, t->pub.name);
-        else t->segments = g, t->segment_cap = cap;
-    }
-    if (st == CKPT_OK) t->segments[t->segment_count++] = (segment){at, n, crc};
+    segment *g = ckpt__grow(t->segments, t->segment_count, &t->segment_cap, sizeof *g, 8);
+    if (g) t->segments = g, t->segments[t->segment_count++] = (segment){at, n, crc};
+    else st = ckpt__oom(err, w->path, t->pub.name);
     pthread_mutex_unlock(&w->lock);
     return st;
 }
