@@ -37,6 +37,8 @@ void note_unfinished_commit(const char *path);
 /* Prints a help text with its format lists filled in; EXIT_OK, or
  * EXIT_ERROR when the output cannot be written. */
 int print_usage(FILE *f, const char *text);
+/* A command's output written out: EXIT_OK, or EXIT_ERROR said on stderr. */
+int finish_stdout(void);
 
 /* ---- options ------------------------------------------------------------ */
 

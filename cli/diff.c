@@ -607,11 +607,7 @@ static int run(differ *df, bool json) {
             if (json) print_json(df, list, count, counts, identical);
             else print_text(df, list, count, counts, identical, identical_bytes);
         }
-        rc = count ? EXIT_ERROR : EXIT_OK;
-        if (fflush(stdout) != 0 || ferror(stdout)) {
-            fputs("ckpt: cannot write the output\n", stderr);
-            rc = EXIT_ERROR;
-        }
+        rc = finish_stdout() != EXIT_OK || count ? EXIT_ERROR : EXIT_OK;
     }
     free(list);
     return rc;

@@ -432,11 +432,7 @@ static int run_inspect(int argc, char **argv, source_options *so) {
     else print_table(cat, path, totals, alias, aliases, &limits);
     free(alias);
     ckpt_catalog_close(cat);
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "ckpt: cannot write the output\n");
-        return EXIT_ERROR;
-    }
-    return EXIT_OK;
+    return finish_stdout();
 }
 
 int cmd_inspect(int argc, char **argv) {

@@ -232,6 +232,12 @@ static void print_write_formats(FILE *f) {
     print_wrapped(f, "  ", "  ", line);
 }
 
+int finish_stdout(void) {
+    if (fflush(stdout) == 0 && !ferror(stdout)) return EXIT_OK;
+    fputs("ckpt: cannot write the output\n", stderr);
+    return EXIT_ERROR;
+}
+
 int print_usage(FILE *f, const char *text) {
     for (;;) {
         const char *reads = strstr(text, CLI_READ_FORMATS), *writes = strstr(text, CLI_WRITE_FORMATS);

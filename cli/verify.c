@@ -159,11 +159,7 @@ static int run_verify(int argc, char **argv, source_options *so) {
     if (st != CKPT_OK) return report_error(&err);
     if (quiet) return EXIT_OK;
     (json ? print_verified_json : print_verified)(path, format, n, files, &r, cli_now() - start);
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        fputs("ckpt: cannot write the output\n", stderr);
-        return EXIT_ERROR;
-    }
-    return EXIT_OK;
+    return finish_stdout();
 }
 
 int cmd_verify(int argc, char **argv) {

@@ -231,17 +231,13 @@ ckpt_status ckpt__cat_set_index_path(ckpt_catalog *c, const char *path, ckpt_err
 }
 
 ckpt_status ckpt__cat_add_source(ckpt_catalog *c, ckpt__source *src, uint32_t *file, ckpt_error *err) {
-    if (c->file_count == c->file_cap) {
-        size_t cap = c->file_cap ? c->file_cap * 2 : 4;
-        catalog_file *files = ckpt__realloc(c->files, cap * sizeof *files);
-        if (!files) {
-            ckpt_status st = ckpt__oom(err, src->name, NULL);
-            ckpt__source_close(src);
-            return st;
-        }
-        c->files = files;
-        c->file_cap = cap;
+    catalog_file *files = ckpt__grow(c->files, c->file_count, &c->file_cap, sizeof *files, 4);
+    if (!files) {
+        ckpt_status st = ckpt__oom(err, src->name, NULL);
+        ckpt__source_close(src);
+        return st;
     }
+    c->files = files;
     catalog_file *f = &c->files[c->file_count];
     memset(f, 0, sizeof *f);
     f->src = src;
@@ -329,13 +325,9 @@ ckpt_status ckpt__catalog_set_root(ckpt_catalog *c, const char *path, bool is_di
 
 ckpt_status ckpt__cat_add_storage(ckpt_catalog *c, uint32_t file, uint64_t base, uint64_t nbytes, uint32_t *number,
                                   ckpt_error *err) {
-    if (c->storage_count == c->storage_cap) {
-        size_t cap = c->storage_cap ? c->storage_cap * 2 : 64;
-        storage *s = ckpt__realloc(c->storages, cap * sizeof *s);
-        if (!s) return ckpt__oom(err, c->files[file].src->name, NULL);
-        c->storages = s;
-        c->storage_cap = cap;
-    }
+    storage *s = ckpt__grow(c->storages, c->storage_count, &c->storage_cap, sizeof *s, 64);
+    if (!s) return ckpt__oom(err, c->files[file].src->name, NULL);
+    c->storages = s;
     c->storages[c->storage_count] = (storage){file, base, nbytes};
     *number = (uint32_t)c->storage_count++;
     return CKPT_OK;
@@ -346,13 +338,9 @@ ckpt_status ckpt__cat_add_crc(ckpt_catalog *c, uint32_t file, const ckpt__record
     if (c->crc_count == UINT32_MAX - 1)
         return ckpt__fail(err, CKPT_E_LIMIT, c->files[file].src->name, crc->name, (int64_t)crc->offset,
                           "more recorded checksums than ckpt counts");
-    if (c->crc_count == c->crc_cap) {
-        size_t cap = c->crc_cap ? c->crc_cap * 2 : 64;
-        recorded_crc *r = ckpt__realloc(c->crcs, cap * sizeof *r);
-        if (!r) return ckpt__oom(err, c->files[file].src->name, NULL);
-        c->crcs = r;
-        c->crc_cap = cap;
-    }
+    recorded_crc *r = ckpt__grow(c->crcs, c->crc_count, &c->crc_cap, sizeof *r, 64);
+    if (!r) return ckpt__oom(err, c->files[file].src->name, NULL);
+    c->crcs = r;
     c->crcs[c->crc_count] = (recorded_crc){file, *crc};
     if (index) *index = (uint32_t)c->crc_count;
     c->crc_count++;

@@ -198,12 +198,9 @@ ckpt_status ckpt_shard_writer_add(ckpt_shard_writer *sw, const char *name, ckpt_
     uint64_t nbytes, gnumel;
     if (ckpt__tensor_size(dtype, ndim, shape, &gnumel, &x) || (st = ckpt__dtype_nbytes(dtype, numel, &nbytes)))
         return ckpt__fail(err, CKPT__D(SHAPE_OVERFLOW), sw->path, name, -1, "the tensor's size overflows or is not whole bytes");
-    if (sw->count == sw->cap) {
-        size_t cap = sw->cap ? sw->cap * 2 : 64;
-        part *p = ckpt__realloc(sw->parts, cap * sizeof *p);
-        if (!p) return ckpt__oom(err, sw->path, NULL);
-        sw->parts = p, sw->cap = cap;
-    }
+    part *grown = ckpt__grow(sw->parts, sw->count, &sw->cap, sizeof *grown, 64);
+    if (!grown) return ckpt__oom(err, sw->path, NULL);
+    sw->parts = grown;
     uint64_t *v = ckpt__arena_alloc(&sw->arena, (3 * (size_t)ndim + 1) * sizeof *v);
     char *nm = ckpt__arena_strndup(&sw->arena, name, nlen);
     if (!v || !nm) return ckpt__oom(err, sw->path, NULL);
@@ -323,15 +320,12 @@ static ckpt_status agree_tensors(ckpt_shard_writer *sw, const unsigned char *all
             if (st) break;
             int64_t k = ng ? ckpt__name_table_find(&names, &g[0].name, sizeof *g, p->name) : -1;
             if (k < 0) {
-                if (ng == capg) {
-                    size_t cap = capg ? capg * 2 : 64;
-                    gtensor *ng_ = ckpt__realloc(g, cap * sizeof *g);
-                    if (!ng_) {
-                        st = ckpt__oom(err, sw->path, NULL);
-                        break;
-                    }
-                    g = ng_, capg = cap;
+                gtensor *grown = ckpt__grow(g, ng, &capg, sizeof *g, 64);
+                if (!grown) {
+                    st = ckpt__oom(err, sw->path, NULL);
+                    break;
                 }
+                g = grown;
                 memset(&g[ng], 0, sizeof g[ng]);
                 g[ng].d = p;
                 g[ng].name = p->name;
@@ -359,15 +353,12 @@ static ckpt_status agree_tensors(ckpt_shard_writer *sw, const unsigned char *all
                                 p->ndim);
                 break;
             }
-            if (t->nh == t->caph) {
-                size_t cap = t->caph ? t->caph * 2 : 4;
-                holder *h = ckpt__realloc(t->h, cap * sizeof *h);
-                if (!h) {
-                    st = ckpt__oom(err, sw->path, NULL);
-                    break;
-                }
-                t->h = h, t->caph = cap;
+            holder *h = ckpt__grow(t->h, t->nh, &t->caph, sizeof *h, 4);
+            if (!h) {
+                st = ckpt__oom(err, sw->path, NULL);
+                break;
             }
+            t->h = h;
             t->h[t->nh++] = (holder){r, p};
         }
     }

@@ -543,13 +543,9 @@ static void track_add(engine *g, crc_track *t, const crc_segment *seg) {
         free(t->segs);
         t->segs = NULL, t->count = t->cap = 0;
     }
-    if (!t->dropped && t->count == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 4;
-        crc_segment *grown = ckpt__realloc(t->segs, cap * sizeof *grown);
-        if (grown) t->segs = grown, t->cap = cap;
-        else t->oom = t->dropped = true;
-    }
-    if (!t->dropped) t->segs[t->count++] = *seg;
+    crc_segment *grown = t->dropped ? NULL : ckpt__grow(t->segs, t->count, &t->cap, sizeof *grown, 4);
+    if (grown) t->segs = grown, t->segs[t->count++] = *seg;
+    else if (!t->dropped) t->oom = t->dropped = true;
     pthread_mutex_unlock(&g->lock);
 }
 

@@ -541,29 +541,12 @@ static ckpt_status apply_range(ckpt_plan *p, ckpt__plan_entry *e, uint32_t d, ui
     return CKPT_OK;
 }
 
-ckpt_status ckpt_plan_slice(ckpt_plan *p, const char *pattern, int dim, uint64_t start, uint64_t stop, ckpt_error *err) {
-    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
-    rule_begin(p);
-    size_t lo, hi;
-    candidates(p, pattern, &lo, &hi);
-    for (size_t i = lo; i < hi; i++) {
-        ckpt__plan_entry *e = &p->entries[i];
-        if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
-        p->rule_matched++;
-        uint32_t d = 0;
-        bool skipped;
-        ckpt_status st = slice_dim(p, e, pattern, dim, &d, &skipped, err);
-        if (!st && !skipped) st = apply_range(p, e, d, start, stop, err);
-        if (st) return st;
-    }
-    return rule_end(p, "slice", pattern, err);
-}
-
-ckpt_status ckpt_plan_split(ckpt_plan *p, const char *pattern, int dim, uint64_t rank, uint64_t parts, ckpt_error *err) {
-    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
-    if (parts == 0 || rank >= parts)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "rank %llu of %llu parts: need rank < parts",
-                          (unsigned long long)rank, (unsigned long long)parts);
+/* A slice or a split: each entry the pattern matches keeps [start, stop) of
+ * dimension `dim`, or with `parts`, the start-th of that many near-equal
+ * parts of it, as numpy.array_split cuts them (the first size % parts get
+ * one more). */
+static ckpt_status range_rule(ckpt_plan *p, const char *rule, const char *pattern, int dim, uint64_t start,
+                              uint64_t stop, uint64_t parts, ckpt_error *err) {
     rule_begin(p);
     size_t lo, hi;
     candidates(p, pattern, &lo, &hi);
@@ -576,13 +559,28 @@ ckpt_status ckpt_plan_split(ckpt_plan *p, const char *pattern, int dim, uint64_t
         ckpt_status st = slice_dim(p, e, pattern, dim, &d, &skipped, err);
         if (st) return st;
         if (skipped) continue;
-        /* numpy.array_split: the first size % parts parts get one more. */
-        uint64_t size = e->count[d], base = size / parts, extra = size % parts;
-        uint64_t start = rank * base + (rank < extra ? rank : extra);
-        uint64_t len = base + (rank < extra ? 1 : 0);
-        if ((st = apply_range(p, e, d, start, start + len, err))) return st;
+        uint64_t from = start, to = stop;
+        if (parts) {
+            uint64_t base = e->count[d] / parts, extra = e->count[d] % parts;
+            from = start * base + (start < extra ? start : extra);
+            to = from + base + (start < extra ? 1 : 0);
+        }
+        if ((st = apply_range(p, e, d, from, to, err))) return st;
     }
-    return rule_end(p, "split", pattern, err);
+    return rule_end(p, rule, pattern, err);
+}
+
+ckpt_status ckpt_plan_slice(ckpt_plan *p, const char *pattern, int dim, uint64_t start, uint64_t stop, ckpt_error *err) {
+    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    return range_rule(p, "slice", pattern, dim, start, stop, 0, err);
+}
+
+ckpt_status ckpt_plan_split(ckpt_plan *p, const char *pattern, int dim, uint64_t rank, uint64_t parts, ckpt_error *err) {
+    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    if (parts == 0 || rank >= parts)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "rank %llu of %llu parts: need rank < parts",
+                          (unsigned long long)rank, (unsigned long long)parts);
+    return range_rule(p, "split", pattern, dim, rank, 0, parts, err);
 }
 
 /* ---- axis orders ------------------------------------------------------------------ */

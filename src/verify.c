@@ -127,6 +127,15 @@ void ckpt_verify_options_init_sized(ckpt_verify_options *o, size_t size) {
     o->size = size;
 }
 
+/* The checksums every file records, as its format reads them. */
+static ckpt_status recorded_checks(const ckpt_catalog *cat, ckpt__file_checks *checks, ckpt_error *err) {
+    ckpt_status st = CKPT_OK;
+    for (size_t f = 0; f < ckpt_catalog_file_count(cat) && st == CKPT_OK; f++)
+        st = ckpt__format_verify(cat, (uint32_t)f, checks, err);
+    if (st == CKPT_OK && ckpt__file_checks_failed(checks)) st = ckpt__oom(err, NULL, "the recorded checksums");
+    return st;
+}
+
 ckpt_status ckpt_verify(const ckpt_catalog *cat, const ckpt_verify_options *options, ckpt_verify_report *report,
                         ckpt_error *err) {
     ckpt_verify_options vo;
@@ -141,12 +150,9 @@ ckpt_status ckpt_verify(const ckpt_catalog *cat, const ckpt_verify_options *opti
     ckpt__file_checks checks = {0};
     ckpt__move *moves = NULL;
     uint64_t *chunks = NULL;
-    ckpt_status st = CKPT_OK;
-    for (size_t f = 0; f < ckpt_catalog_file_count(cat) && st == CKPT_OK; f++)
-        st = ckpt__format_verify(cat, (uint32_t)f, &checks, err);
+    ckpt_status st = recorded_checks(cat, &checks, err);
     const ckpt__digest *want = (const ckpt__digest *)checks.digests.data;
     size_t count = checks.digests.len / sizeof *want, checked = 0;
-    if (st == CKPT_OK && ckpt__file_checks_failed(&checks)) st = ckpt__oom(err, NULL, "the recorded checksums");
     if (st == CKPT_OK) st = hash_moves(cat, want, count, &moves, err);
     if (st == CKPT_OK) st = hash_chunks_too(cat, &checks, moves, count, &chunks, err);
     /* The members whose CRC-32s the files record, each read whole. */
@@ -195,10 +201,7 @@ ckpt_status ckpt_catalog_recorded_digests(const ckpt_catalog *cat, uint64_t *dig
     memset(digests, 0, n * sizeof *digests);
     memset(recorded, 0, n);
     ckpt__file_checks checks = {0};
-    ckpt_status st = CKPT_OK;
-    for (size_t f = 0; f < ckpt_catalog_file_count(cat) && st == CKPT_OK; f++)
-        st = ckpt__format_verify(cat, (uint32_t)f, &checks, err);
-    if (st == CKPT_OK && ckpt__file_checks_failed(&checks)) st = ckpt__oom(err, NULL, "the recorded checksums");
+    ckpt_status st = recorded_checks(cat, &checks, err);
     const ckpt__digest *d = (const ckpt__digest *)checks.digests.data;
     for (size_t i = 0; st == CKPT_OK && i < checks.digests.len / sizeof *d; i++) {
         size_t k = ckpt__catalog_index_of(cat, d[i].tensor);
@@ -215,10 +218,7 @@ ckpt_status ckpt_catalog_recorded_chunks(const ckpt_catalog *cat, ckpt_chunk_rec
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "a catalog, records and total are required");
     memset(records, 0, ckpt_catalog_tensor_count(cat) * sizeof *records);
     ckpt__file_checks checks = {0};
-    ckpt_status st = CKPT_OK;
-    for (size_t f = 0; f < ckpt_catalog_file_count(cat) && st == CKPT_OK; f++)
-        st = ckpt__format_verify(cat, (uint32_t)f, &checks, err);
-    if (st == CKPT_OK && ckpt__file_checks_failed(&checks)) st = ckpt__oom(err, NULL, "the recorded checksums");
+    ckpt_status st = recorded_checks(cat, &checks, err);
     const ckpt__chunk_digests *rec = (const ckpt__chunk_digests *)checks.chunks.data;
     for (size_t r = 0; st == CKPT_OK && r < checks.chunks.len / sizeof *rec; r++)
         records[ckpt__catalog_index_of(cat, rec[r].tensor)] =

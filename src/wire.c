@@ -302,15 +302,12 @@ static ckpt_status decode(decoder *d, ckpt__wire_opener opener, void *opener_use
                 st = bad(d, NULL, "file metadata", err);
                 break;
             }
-            if (pending_n == pending_cap) {
-                size_t cap = pending_cap ? pending_cap * 2 : 16;
-                struct pending *p = ckpt__realloc(pending, cap * sizeof *p);
-                if (!p) {
-                    st = ckpt__oom(err, NULL, "a catalog from rank 0");
-                    break;
-                }
-                pending = p, pending_cap = cap;
+            struct pending *p = ckpt__grow(pending, pending_n, &pending_cap, sizeof *p, 16);
+            if (!p) {
+                st = ckpt__oom(err, NULL, "a catalog from rank 0");
+                break;
             }
+            pending = p;
             pending[pending_n++] = (struct pending){(uint32_t)f, k, v};
         }
     }

@@ -398,13 +398,9 @@ ckpt_status ckpt_writer_add_tensor_shared(ckpt_writer *w, const char *name, ckpt
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, w->path, name, -1,
                           "storage area [%llu, %llu) is not inside its %llu bytes", (unsigned long long)storage->begin,
                           (unsigned long long)storage->end, (unsigned long long)storage->nbytes);
-    if (w->count == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 64;
-        wtensor *t = ckpt__realloc(w->tensors, cap * sizeof *t);
-        if (!t) return ckpt__oom(err, w->path, NULL);
-        w->tensors = t;
-        w->cap = cap;
-    }
+    wtensor *grown = ckpt__grow(w->tensors, w->count, &w->cap, sizeof *grown, 64);
+    if (!grown) return ckpt__oom(err, w->path, NULL);
+    w->tensors = grown;
     wtensor *t = &w->tensors[w->count];
     memset(t, 0, sizeof *t);
     uint64_t *dims = ckpt__arena_alloc(&w->arena, (ndim ? ndim : 1) * sizeof(uint64_t));
@@ -981,34 +977,11 @@ static ckpt_status add_segment(ckpt_writer *w, wtensor *t, uint64_t at, const vo
     uint32_t crc = (uint32_t)crc32_z(0, data, n);
     ckpt_status st = CKPT_OK;
     pthread_mutex_lock(&w->lock);
-    if (t->segment_count == t->segment_cap) {
-        size_t cap = t->segment_cap ? t->segment_cap * 2 : 8;
-        segment *g = ckpt__realloc(t->segments, cap * sizeof *g);
-        if (!g) st = ckpt__oom(err, w->path, t->pub.name);
-        else t->segments = g, t->segment_cap = cap;
-    }
-    if (st == CKPT_OK) t->segments[t->segment_count++] = (segment){at, n, crc};
+    segment *g = ckpt__grow(t->segments, t->segment_count, &t->segment_cap, sizeof *g, 8);
+    if (g) t->segments = g, t->segments[t->segment_count++] = (segment){at, n, crc};
+    else st = ckpt__oom(err, w->path, t->pub.name);
     pthread_mutex_unlock(&w->lock);
     return st;
-}
-
-/* The file and offset of the tensor's byte `at`, and how many bytes from
- * there stay in that place (a part's end, or the tensor's). */
-static void place_of(const ckpt_writer *w, const wtensor *t, uint64_t at, uint32_t *file, uint64_t *offset,
-                     uint64_t *room) {
-    if (!t->pub.part_count) {
-        *file = t->pub.file, *offset = t->pub.offset + at, *room = t->pub.nbytes - at;
-        return;
-    }
-    size_t lo = 0, hi = t->pub.part_count; /* the last part that begins at or before `at` */
-    while (hi - lo > 1) {
-        size_t mid = (lo + hi) / 2;
-        if (t->pub.parts[mid].begin <= at) lo = mid;
-        else hi = mid;
-    }
-    const ckpt__out_part *p = &t->pub.parts[lo];
-    (void)w;
-    *file = p->file, *offset = p->offset + (at - p->begin), *room = p->begin + p->nbytes - at;
 }
 
 /* Rank 0 created the file: open it, never create.  A network file system
@@ -1047,6 +1020,27 @@ static ckpt_status joined_fd(ckpt_writer *w, wfile *f, ckpt_error *err) {
     return CKPT_OK;
 }
 
+/* The file (opened in this process) and offset of the tensor's byte `at`,
+ * and how many of the `want` bytes from there go in that place (up to a
+ * part's end, or the tensor's). */
+static ckpt_status place_of(ckpt_writer *w, const wtensor *t, uint64_t at, uint64_t want, wfile **file,
+                            uint64_t *offset, uint64_t *len, ckpt_error *err) {
+    ckpt__out_part p = {.file = t->pub.file, .offset = t->pub.offset, .nbytes = t->pub.nbytes};
+    if (t->pub.part_count) {
+        size_t lo = 0, hi = t->pub.part_count; /* the last part that begins at or before `at` */
+        while (hi - lo > 1) {
+            size_t mid = (lo + hi) / 2;
+            if (t->pub.parts[mid].begin <= at) lo = mid;
+            else hi = mid;
+        }
+        p = t->pub.parts[lo];
+    }
+    uint64_t room = p.begin + p.nbytes - at;
+    *file = &w->files[p.file], *offset = p.offset + (at - p.begin), *len = want < room ? want : room;
+    ckpt_status st = joined_fd(w, *file, err);
+    return st ? ckpt__error_in_tensor(err, st, t->pub.name) : CKPT_OK;
+}
+
 /* The tensor's next bytes into its digest, and its chunks' (with checksums). */
 static ckpt_status hash_in_order(ckpt_writer *w, wtensor *t, const void *data, size_t nbytes, ckpt_error *err) {
     if (!t->hash && (!(t->hash = XXH3_createState()) || XXH3_64bits_reset(t->hash) == XXH_ERROR))
@@ -1077,12 +1071,9 @@ ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const
                           (unsigned long long)at, (unsigned long long)t->written);
     const unsigned char *src = data;
     for (uint64_t done = 0; done < nbytes;) {
-        uint32_t fi;
-        uint64_t off, room;
-        place_of(w, t, at + done, &fi, &off, &room);
-        uint64_t n = nbytes - done < room ? nbytes - done : room;
-        wfile *f = &w->files[fi];
-        if ((st = joined_fd(w, f, err))) return ckpt__error_in_tensor(err, st, t->pub.name);
+        wfile *f;
+        uint64_t off, n;
+        if ((st = place_of(w, t, at + done, nbytes - done, &f, &off, &n, err))) return st;
         st = ckpt__pwrite_full(f->fd, src + done, n, off, f->final_path, err);
         if (st) return ckpt__error_in_tensor(err, st, t->pub.name);
         if ((w->needs & CKPT__OUT_CRC32) && (st = add_segment(w, t, at + done, src + done, (size_t)n, err))) return st;
@@ -1132,12 +1123,9 @@ ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__
                           "a kernel copy cannot feed the checksums");
     if ((w->needs & CKPT__OUT_CRC32) || src->fd < 0) return copy_through(w, index, at, src, src_offset, n, err);
     for (uint64_t done = 0; done < n;) {
-        uint32_t fi;
-        uint64_t off, room;
-        place_of(w, t, at + done, &fi, &off, &room);
-        uint64_t len = n - done < room ? n - done : room;
-        wfile *f = &w->files[fi];
-        if ((st = joined_fd(w, f, err))) return ckpt__error_in_tensor(err, st, t->pub.name);
+        wfile *f;
+        uint64_t off, len;
+        if ((st = place_of(w, t, at + done, n - done, &f, &off, &len, err))) return st;
         st = ckpt__copy_range(src->fd, src_offset + done, src->name, f->fd, off, f->final_path, len, NULL, NULL, err);
         if (st) return ckpt__error_in_tensor(err, st, t->pub.name);
         wrote(w, f, off, len);

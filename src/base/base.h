@@ -213,6 +213,17 @@ static inline void *ckpt__stack_top(const ckpt__stack *stack) {
 static inline void ckpt__stack_pop(ckpt__stack *stack) { stack->len--; }
 CKPT__HIDDEN void ckpt__stack_free(ckpt__stack *stack);
 
+/* Room for one more item at the end of a growable array of `count` items of
+ * `size` bytes: the array, moved when it grew (its capacity *cap doubled, or
+ * `first` to begin with), or NULL when out of memory (left as it was). */
+static inline void *ckpt__grow(void *items, size_t count, size_t *cap, size_t size, size_t first) {
+    if (count < *cap) return items;
+    size_t n = *cap ? *cap * 2 : first;
+    void *grown = ckpt__realloc(items, n * size);
+    if (grown) *cap = n;
+    return grown;
+}
+
 /* ---- the metadata budget ---------------------------------------------------- */
 
 /*

@@ -53,8 +53,10 @@ typedef struct ckpt__json_doc {
  * `text` and NUL-terminated there (no copies), so `text` is modified and
  * must outlive the node strings.  On failure returns CKPT_E_INVALID_ARGUMENT
  * (not JSON) or CKPT_E_NO_MEMORY, with *error_offset the byte where parsing
- * failed and `why` a short reason; `text` is then unspecified.  Nesting is
- * followed on the heap, never by recursion.
+ * failed and `why` a short reason; `text` is then unspecified.  It is the
+ * pull reader below with the whole text as a window never refilled, and the
+ * tree ckpt__json_pull_doc builds, so the two cannot differ; nesting is
+ * followed without recursion.
  */
 CKPT__HIDDEN ckpt_status ckpt__json_parse(char *text, size_t len, ckpt__json_doc *doc, size_t *error_offset,
                                           const char **why);
@@ -80,10 +82,10 @@ CKPT__HIDDEN uint32_t ckpt__json_member(const ckpt__json_doc *doc, uint32_t i, c
  * by its longest token): each call returns the next event — a scalar, the
  * start or end of an array or object — with the key of an object member,
  * the decoded string or the number's text, and the byte offset in the
- * document.  Strings are decoded by the whole-text parser's code, in the
- * window; an event's strings live until the next call.  Nesting is kept on
- * the heap (at most 128 deep).  For a small part of a large document,
- * ckpt__json_pull_doc makes the node tree of one value.
+ * document.  Strings are decoded in the window; an event's strings live
+ * until the next call.  Nesting is kept in the reader (at most 128 deep).
+ * For a small part of a large document, ckpt__json_pull_doc makes the node
+ * tree of one value.
  */
 
 /* Reads up to `cap` bytes at `offset` of the document into `buf` (*got:
@@ -109,17 +111,23 @@ typedef struct ckpt__json_event {
     size_t depth;          /* arrays and objects open around the value */
 } ckpt__json_event;
 
+enum { CKPT__JSON_MAX_DEPTH = 128 };
+
 typedef struct ckpt__json_pull {
     char *win;             /* the window: bytes [base, base + len) of the document */
     size_t cap, len, pos;
     uint64_t base, size;
     ckpt__json_fill fill;
     void *user;
-    ckpt__stack open;      /* the open containers */
-    ckpt__buf key;         /* the pending member's key, copied out of the window */
+    bool in_place;         /* the window is a whole text in memory (ckpt__json_parse): never refilled */
+    size_t depth;          /* arrays and objects open */
+    uint64_t objects[CKPT__JSON_MAX_DEPTH / 64]; /* bit d: the one open at depth d is an object */
+    const char *key;       /* the pending member's key (NULL: none): in the window read in place, else key_copy */
+    size_t key_len;
     uint64_t key_offset;
-    bool have_key;
+    ckpt__buf key_copy;
     int state;
+    struct ckpt__json_tree *tree; /* a tree being built from it: room made where each key and value starts */
     const char *why;       /* a syntax error's reason */
     uint64_t error_offset; /* …and where */
 } ckpt__json_pull;

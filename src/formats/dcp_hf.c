@@ -130,16 +130,12 @@ static ckpt_status read_file(hf_reader *r, ckpt__source *src, uint32_t file) {
                             "%s gives the tensor no saved_offsets of %u numbers", SHARDING_KEY, t->ndim);
             break;
         }
-        if (r->count == r->cap) {
-            size_t cap = r->cap ? r->cap * 2 : 64;
-            chunk *grown = ckpt__realloc(r->chunks, cap * sizeof *grown);
-            if (!grown) {
-                st = ckpt__oom(r->err, path, NULL);
-                break;
-            }
-            r->chunks = grown;
-            r->cap = cap;
+        chunk *grown = ckpt__grow(r->chunks, r->count, &r->cap, sizeof *grown, 64);
+        if (!grown) {
+            st = ckpt__oom(r->err, path, NULL);
+            break;
         }
+        r->chunks = grown;
         chunk *c = &r->chunks[r->count];
         c->fqn = t->name;
         c->file = file;

@@ -140,12 +140,9 @@ static char *join_path(ckpt__arena *a, const ckpt__dcp_path_part *p, uint32_t n)
 
 static ckpt_status add_order(walk *k, bool object, size_t index) {
     dcp_state *s = k->s;
-    if (s->order_count == k->order_cap) {
-        size_t cap = k->order_cap ? k->order_cap * 2 : 64;
-        entry_out *e = ckpt__realloc(s->order, cap * sizeof *e);
-        if (!e) return ckpt__oom(k->err, ckpt__out_path(k->o), NULL);
-        s->order = e, k->order_cap = cap;
-    }
+    entry_out *e = ckpt__grow(s->order, s->order_count, &k->order_cap, sizeof *e, 64);
+    if (!e) return ckpt__oom(k->err, ckpt__out_path(k->o), NULL);
+    s->order = e;
     s->order[s->order_count++] = (entry_out){object, index};
     return CKPT_OK;
 }
@@ -170,12 +167,9 @@ static ckpt_status visit(walk *k, const ckpt__value *v) {
         s->tensors[i] = (tensor_out){.path = path, .path_len = k->depth, .in_tree = true};
         return add_order(k, false, (size_t)i);
     }
-    if (s->object_count == k->object_cap) {
-        size_t cap = k->object_cap ? k->object_cap * 2 : 16;
-        object_out *ob = ckpt__realloc(s->objects, cap * sizeof *ob);
-        if (!ob) return ckpt__oom(k->err, ckpt__out_path(o), NULL);
-        s->objects = ob, k->object_cap = cap;
-    }
+    object_out *grown = ckpt__grow(s->objects, s->object_count, &k->object_cap, sizeof *grown, 16);
+    if (!grown) return ckpt__oom(k->err, ckpt__out_path(o), NULL);
+    s->objects = grown;
     /* The object's archive now, while the tree is at hand. */
     ckpt__dcp_archive ar;
     ckpt_status st = ckpt__dcp_object_archive(&ar, v, fqn, s->object_count + 1, k->err);
@@ -328,12 +322,9 @@ static ckpt_status order_the_rest(ckpt__output *o, dcp_state *s, ckpt_error *err
         if (!(t->path = ckpt__arena_alloc(ckpt__out_arena(o), sizeof *t->path))) return ckpt__oom(err, ckpt__out_path(o), NULL);
         t->path[0] = (ckpt__dcp_path_part){ckpt__out_tensor_at(o, i)->name, 0};
         t->path_len = 1;
-        if (s->order_count == order_cap) {
-            order_cap = order_cap ? order_cap * 2 : 64;
-            entry_out *e = ckpt__realloc(s->order, order_cap * sizeof *e);
-            if (!e) return ckpt__oom(err, ckpt__out_path(o), NULL);
-            s->order = e;
-        }
+        entry_out *e = ckpt__grow(s->order, s->order_count, &order_cap, sizeof *e, 64);
+        if (!e) return ckpt__oom(err, ckpt__out_path(o), NULL);
+        s->order = e;
         s->order[s->order_count++] = (entry_out){false, i};
     }
     return CKPT_OK;

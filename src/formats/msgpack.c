@@ -594,13 +594,9 @@ static ckpt_status emit_box(boxes *bx, const uint64_t *origin, uint32_t d, uint6
         else if (k == d) start[k] = first, count[k] = n;
         else start[k] = 0, count[k] = bx->shape[k];
     }
-    if (bx->count == w->piece_cap) {
-        size_t cap = w->piece_cap ? w->piece_cap * 2 : 16;
-        ckpt__piece *grown = ckpt__realloc(w->pieces, cap * sizeof *grown);
-        if (!grown) return ckpt__oom(w->m->err, w->m->path, w->name.data);
-        w->pieces = grown;
-        w->piece_cap = cap;
-    }
+    ckpt__piece *grown = ckpt__grow(w->pieces, bx->count, &w->piece_cap, sizeof *grown, 16);
+    if (!grown) return ckpt__oom(w->m->err, w->m->path, w->name.data);
+    w->pieces = grown;
     w->pieces[bx->count++] = (ckpt__piece){.file = w->file, .offset = offset, .start = start, .count = count};
     return CKPT_OK;
 }
@@ -1044,12 +1040,9 @@ static void put_bin_header(ckpt__buf *b, uint64_t n) {
 
 /* The bytes since the last gap (or tensor) become a gap ending at s->at. */
 static bool close_gap(mp_out *s, size_t from) {
-    if (s->gap_count == s->gap_cap) {
-        size_t cap = s->gap_cap ? s->gap_cap * 2 : 64;
-        mp_gap *g = ckpt__realloc(s->gaps, cap * sizeof *g);
-        if (!g) return false;
-        s->gaps = g, s->gap_cap = cap;
-    }
+    mp_gap *g = ckpt__grow(s->gaps, s->gap_count, &s->gap_cap, sizeof *g, 64);
+    if (!g) return false;
+    s->gaps = g;
     s->gaps[s->gap_count++] = (mp_gap){s->at - (s->bytes.len - from), from, s->bytes.len - from};
     return true;
 }

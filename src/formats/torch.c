@@ -209,13 +209,9 @@ static ckpt_status rebuild(walker *w, const ckpt__pk_value *call, int version) {
                              w->name.len + 1 + 2 * ndim * sizeof(uint64_t) + sizeof(ckpt__torch_tensor) + ckpt__cat_tensor_cost(1),
                              w->err, w->path, (int64_t)(w->pickle_offset + call->offset));
     if (st) return st;
-    if (w->out->count == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 64;
-        ckpt__torch_tensor *tt = ckpt__realloc(w->out->tensors, cap * sizeof *tt);
-        if (!tt) return fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory");
-        w->out->tensors = tt;
-        w->cap = cap;
-    }
+    ckpt__torch_tensor *tt = ckpt__grow(w->out->tensors, w->out->count, &w->cap, sizeof *tt, 64);
+    if (!tt) return fail_at(w, NULL, CKPT_E_NO_MEMORY, "out of memory");
+    w->out->tensors = tt;
     ckpt__torch_tensor *x = &w->out->tensors[w->out->count];
     memset(x, 0, sizeof *x);
     x->name = ckpt__arena_strndup(w->arena, w->name.data ? w->name.data : "", w->name.len);
