@@ -131,6 +131,7 @@ static ckpt_status take_source_options(ckpt_catalog *c, const ckpt_catalog_optio
     so->direct = o->io == CKPT_IO_DIRECT;
     if (o->bearer_token && !(so->bearer_token = arena_copy(c, o->bearer_token))) return ckpt__oom(err, NULL, NULL);
     if (o->cache_dir && !(so->cache_dir = arena_copy(c, o->cache_dir))) return ckpt__oom(err, NULL, NULL);
+    if (o->hf_cache_dir && !(so->hf_cache = arena_copy(c, o->hf_cache_dir))) return ckpt__oom(err, NULL, NULL);
     if (o->download_progress) {
         c->meter.fn = o->download_progress;
         c->meter.user = o->download_progress_user;
