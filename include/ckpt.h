@@ -418,8 +418,9 @@ typedef struct ckpt_tensor_info {
  *     gated repo is CKPT_D_HTTP_AUTH saying to accept its terms at its
  *     page and to set HF_TOKEN, a private or missing one CKPT_D_HTTP_AUTH
  *     (or CKPT_E_NOT_FOUND) saying to set HF_TOKEN.  The Hub's own cache
- *     is used as huggingface_hub uses it — $HF_HUB_CACHE, else
- *     $HF_HOME/hub, else ~/.cache/huggingface/hub:
+ *     is used as huggingface_hub uses it — hf_cache_dir of
+ *     ckpt_catalog_options, else $HF_HUB_CACHE, else $HF_HOME/hub, else
+ *     ~/.cache/huggingface/hub:
  *     models--ORG--NAME/blobs/ETAG, snapshots/COMMIT/PATH relative links
  *     to them, refs/BRANCH, and flock'ed .locks/models--ORG--NAME/ETAG.lock
  *     — so that each finds what the other downloaded: a file of the
@@ -687,6 +688,12 @@ typedef struct ckpt_catalog_options {
      * (CKPT_E_CANCELLED). */
     int (*download_progress)(uint64_t done, uint64_t total, void *user);
     void *download_progress_user;
+
+    /* The Hugging Face Hub's cache that hf:// names use, in huggingface_hub's
+     * layout (see ckpt_catalog_open), as huggingface_hub's and transformers'
+     * `cache_dir=` names it.  NULL: $HF_HUB_CACHE, else $HF_HOME/hub, else
+     * ~/.cache/huggingface/hub.  Other names never use it. */
+    const char *hf_cache_dir;
 } ckpt_catalog_options;
 
 /* Fills the first `size` bytes of options with the defaults, and `size`

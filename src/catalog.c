@@ -131,6 +131,7 @@ static ckpt_status take_source_options(ckpt_catalog *c, const ckpt_catalog_optio
     so->direct = o->io == CKPT_IO_DIRECT;
     if (o->bearer_token && !(so->bearer_token = arena_copy(c, o->bearer_token))) return ckpt__oom(err, NULL, NULL);
     if (o->cache_dir && !(so->cache_dir = arena_copy(c, o->cache_dir))) return ckpt__oom(err, NULL, NULL);
+    if (o->hf_cache_dir && !(so->hf_cache = arena_copy(c, o->hf_cache_dir))) return ckpt__oom(err, NULL, NULL);
     if (o->download_progress) {
         c->meter.fn = o->download_progress;
         c->meter.user = o->download_progress_user;
@@ -206,6 +207,18 @@ static ckpt_status take_dir_query(ckpt_catalog *c, const char *path, char **clea
     memset(query, 0, strlen(query));
     free(query);
     return dir && c->source_options.dir_query ? CKPT_OK : ckpt__oom(err, NULL, NULL);
+}
+
+ckpt_status ckpt__catalog_take_credentials(ckpt_catalog *c, const char *path, char **clean, ckpt_error *err) {
+    char *plain = NULL, *no_query = NULL;
+    ckpt_status st = take_userinfo(c, path, &plain, err);
+    /* Whether the name was a directory is rank 0's knowledge: a query taken
+     * for the names beneath it is sent with none if it was a file. */
+    if (st == CKPT_OK) st = take_dir_query(c, plain ? plain : path, &no_query, err);
+    if (no_query) free(plain), plain = no_query;
+    if (st) free(plain), plain = NULL;
+    *clean = plain;
+    return st;
 }
 
 const char *const *ckpt__cat_allowed_globals(const ckpt_catalog *c, size_t *count) {

@@ -67,6 +67,14 @@ CKPT__HIDDEN ckpt_status ckpt__catalog_new(const ckpt_catalog_options *options, 
  * directory (`is_dir`), or a file, which is then opened as named while
  * every other file is opened beneath its directory (io/beneath.h); a URL's
  * are asked of its server. */
+/* The credentials a remote name carries — "user:password@", and the query
+ * of a store whose query is credentials (an Azure SAS token), for the
+ * names beneath it — into the catalog's source options, as
+ * ckpt_catalog_open_ex takes them, so that a rank opening the files rank 0
+ * names (which carry none: wire.c) sends them too; *clean: the name
+ * without them (malloc'ed; NULL when it has none). */
+CKPT__HIDDEN ckpt_status ckpt__catalog_take_credentials(ckpt_catalog *catalog, const char *path, char **clean,
+                                                        ckpt_error *err);
 CKPT__HIDDEN ckpt_status ckpt__catalog_set_root(ckpt_catalog *catalog, const char *path, bool is_dir,
                                                 ckpt_error *err);
 

@@ -346,11 +346,17 @@ ckpt_status ckpt__catalog_decode(const void *data, size_t n, const char *path, c
     ckpt_status st = ckpt__catalog_new(options, &d.c, err);
     if (st) return st;
     /* The files rank 0 names are opened as rank 0 opened them: the path
-     * this rank was given as named, every other one beneath its directory. */
-    if (path)
+     * this rank was given as named, every other one beneath its directory,
+     * with the credentials this rank's name carries (rank 0's names carry
+     * none). */
+    char *clean = NULL;
+    if (path && ckpt__source_is_remote_name(path)) st = ckpt__catalog_take_credentials(d.c, path, &clean, err);
+    if (clean) path = clean;
+    if (path && st == CKPT_OK)
         st = ckpt__catalog_set_root(d.c, path,
                                     !ckpt__source_is_remote_name(path) && ckpt__source_stat(path, NULL) == CKPT__NAME_DIR,
                                     err);
+    free(clean);
     if (st) {
         ckpt_catalog_close(d.c);
         return st;

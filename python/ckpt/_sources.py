@@ -38,6 +38,9 @@ Every function that opens a checkpoint takes, as keyword arguments:
                         never; a callable(done, total) gets the bytes (a
                         true result, or an exception, stops them:
                         CancelledError)
+    hf_cache=None       the Hugging Face Hub's cache that hf:// names use
+                        (huggingface_hub's and transformers' cache_dir=;
+                        default: $HF_HUB_CACHE, $HF_HOME/hub)
 
 s3:// names use $AWS_ACCESS_KEY_ID, $AWS_SECRET_ACCESS_KEY,
 $AWS_SESSION_TOKEN, $AWS_REGION and $AWS_ENDPOINT_URL (S3-compatible
@@ -59,7 +62,7 @@ import os
 from . import _ckpt, _progress
 
 OPTIONS = ("cache_dir", "bearer_token", "timeout", "connect_timeout", "retries", "max_connections", "min_speed",
-           "min_speed_time", "retry_deadline", "download_progress")
+           "min_speed_time", "retry_deadline", "download_progress", "hf_cache")
 _SCHEMES = ("http://", "https://", "s3://", "gs://", "az://", "hf://")
 
 
@@ -99,8 +102,9 @@ def catalog(path, io=0, allowed_globals=None, _caller=None, **options):
     hint)."""
     check(options, _caller)
     kw = {k: v for k, v in options.items() if v is not None}
-    if "cache_dir" in kw:
-        kw["cache_dir"] = os.fspath(kw["cache_dir"])
+    for path_option in ("cache_dir", "hf_cache"):
+        if path_option in kw:
+            kw[path_option] = os.fspath(kw[path_option])
     kw["download_progress"] = _progress.choose(options.get("download_progress"), "download")
     if io:
         kw["io"] = io

@@ -9,13 +9,18 @@ weights are put in place by ckpt.load_into(model, path, assign=True):
 copy-on-write views of the file where no cast is needed, the engine's casts
 otherwise, so that no second copy of the model is ever held.  Everything
 around the weights is transformers' own code, called as from_pretrained
-calls it: the config, the files a name resolves to (a local directory, or a
-Hub repo through huggingface_hub's cache with the same revision, token and
-cache arguments), the dtype ("auto", a dtype, keep_in_fp32 modules), the
+calls it: the config, the file a name resolves to (a local directory, or
+a Hub repo with the same revision, token, cache, subfolder and variant
+arguments), the dtype ("auto", a dtype, keep_in_fp32 modules), the
 key renames and conversions of the architecture, the base model prefix
 added or stripped, missing weights initialised and tied weights tied, the
 generation config, model.eval().  The model's state dict and logits equal
 from_pretrained's (tests/python/test_transformers.py).
+
+The weights of a Hub repo are read by ckpt itself: its hf:// source
+streams each file once from the Hub into the Hub's own cache, checking
+its SHA-256 on the way, and loads it from there (_hub_weights); offline,
+transformers' resolver finds the files in that cache and ckpt reads them.
 
 Every `Auto*` class of transformers, and every model class, is here under
 its own name with a `from_pretrained` of the same signature.  The options
@@ -39,7 +44,7 @@ import torch
 import transformers
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
-from . import _api
+from . import _api, _dtypes
 
 __all__ = ["from_pretrained", "load_pretrained"]
 
@@ -94,6 +99,56 @@ def _checkpoint_path(files, sharded_metadata):
         if shards == wanted:
             return os.path.join(folder, name)
     raise FileNotFoundError(f"no index in {folder} lists the shards {sorted(wanted)}")
+
+
+def _hub_weights(name, hub, variant, use_safetensors):
+    """For a repo id of the Hub: (hf://ORG/NAME@COMMIT/[SUBFOLDER/]FILE of
+    its weights, the source options that read it, transformers' sharded
+    metadata or None), the file chosen as transformers chooses it
+    (safetensors, then its index, then pytorch_model.bin, then its index;
+    the variant's names; use_safetensors), so that ckpt's hf:// source
+    reads the weights once from the Hub into the Hub's cache, checking each
+    file's SHA-256 as it streams.  None where transformers resolves the
+    files itself: a local path, offline (local_files_only, HF_HUB_OFFLINE:
+    from its cache, which ckpt then reads from disk), force_download,
+    proxies, token=False, a repo it cannot list (its own error then says
+    why: gated, private, missing) or one without such a file (its error,
+    or its safetensors conversion)."""
+    if not isinstance(name, str) or os.path.exists(name) or name.count("/") > 1:
+        return None
+    if hub.get("local_files_only") or hub.get("force_download") or hub.get("proxies") or hub.get("token") is False:
+        return None
+    import huggingface_hub
+    from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+    token = hub.get("token")
+    try:
+        info = huggingface_hub.HfApi().model_info(name, revision=hub.get("revision"), token=token)
+    except Exception:  # noqa: BLE001 - transformers' resolution then raises its own, helpful error
+        return None
+    folder = (hub.get("subfolder") or "").strip("/")
+    listed = {s.rfilename for s in info.siblings or ()}
+    candidates = []
+    if use_safetensors is not False:
+        candidates += [SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME]
+    if not use_safetensors:
+        candidates += [WEIGHTS_NAME, WEIGHTS_INDEX_NAME]
+    found = next((f for f in (_modeling()._add_variant(c, variant) for c in candidates)
+                  if (folder + "/" + f if folder else f) in listed), None)
+    if found is None or not info.sha:
+        return None
+    source = {"bearer_token": token} if isinstance(token, str) else {}
+    if hub.get("cache_dir") is not None:
+        source["hf_cache"] = hub["cache_dir"]
+    path = f"hf://{name}@{info.sha}/" + (folder + "/" if folder else "") + found
+    sharded_metadata = None
+    if found.endswith(".index.json"):
+        from transformers.utils.hub import cached_file
+        index_file = cached_file(name, found, **{**hub, "revision": info.sha})  # a small JSON, transformers' own
+        with open(index_file, encoding="utf-8") as f:
+            index = json.load(f)
+        sharded_metadata = dict(index.get("metadata") or {}, all_checkpoint_keys=list(index["weight_map"]),
+                                weight_map=dict(index["weight_map"]))
+    return path, source, sharded_metadata
 
 
 def _key_plan(model, names, weight_mapping):
@@ -261,12 +316,20 @@ def load_pretrained(model_class, pretrained_model_name_or_path, *model_args, **k
         model_kwargs.pop("experts_implementation", None)
 
     user_agent = {"file_type": "model", "framework": "pytorch", "from_auto_class": from_auto_class}
-    files, sharded_metadata = mu._get_resolved_checkpoint_files(
-        pretrained_model_name_or_path=pretrained_model_name_or_path, variant=variant, gguf_file=gguf_file,
-        use_safetensors=use_safetensors, download_kwargs=hub, user_agent=user_agent,
-        is_remote_code=model_class.is_remote_code(),
-        transformers_explicit_filename=getattr(config, "transformers_weights", None))
-    path = _checkpoint_path(files, sharded_metadata)
+    from_hub = None
+    if gguf_file is None and distributed is None and getattr(config, "transformers_weights", None) is None:
+        from_hub = _hub_weights(pretrained_model_name_or_path, hub, variant, use_safetensors)
+    if from_hub is not None:  # read from the Hub by ckpt itself, into the Hub's cache
+        path, source, sharded_metadata = from_hub
+        files = [path]
+    else:  # a local directory, or what transformers resolves and downloads
+        source = {}
+        files, sharded_metadata = mu._get_resolved_checkpoint_files(
+            pretrained_model_name_or_path=pretrained_model_name_or_path, variant=variant, gguf_file=gguf_file,
+            use_safetensors=use_safetensors, download_kwargs=hub, user_agent=user_agent,
+            is_remote_code=model_class.is_remote_code(),
+            transformers_explicit_filename=getattr(config, "transformers_weights", None))
+        path = _checkpoint_path(files, sharded_metadata)
     hf_quantizer = gguf_names = None
     if gguf_file:
         from transformers.quantizers.auto import get_hf_quantizer
@@ -279,7 +342,18 @@ def load_pretrained(model_class, pretrained_model_name_or_path, *model_args, **k
         if gguf_names is None:  # transformers' own GGUF path (blocks kept packed), or a GGUF ckpt does not map
             return model_class.from_pretrained(pretrained_model_name_or_path, *model_args, **given)
 
-    config, dtype = mu._get_dtype(dtype, files, config, sharded_metadata, None, True, hf_quantizer)
+    catalog_dtypes = None
+    if gguf_names is not None:
+        catalog_dtypes = {n: dt for n, (dt, _) in gguf_names.items()}
+    elif distributed is None:
+        with _api.open(path, **source) as c:
+            catalog_dtypes = {n: t.dtype for n, t in c.tensors.items()}
+    # the weights' dtype for dtype="auto" without one in the config, as
+    # transformers takes it from the first file's tensors: here from the
+    # catalog (a Hub file is not on disk yet)
+    weights = {n: torch.empty(0, dtype=_dtypes.torch_dtype(d), device="meta")
+               for n, d in catalog_dtypes.items()} if from_hub is not None else None
+    config, dtype = mu._get_dtype(dtype, files, config, sharded_metadata, weights, True, hf_quantizer)
     config.name_or_path = pretrained_model_name_or_path
     if distributed is not None:
         config.distributed_config = distributed
@@ -303,14 +377,9 @@ def load_pretrained(model_class, pretrained_model_name_or_path, *model_args, **k
     if distributed is not None:
         info = _load_distributed(model_class, model, path, load_config)
     else:
-        if gguf_names is not None:
-            catalog_dtypes = {n: dt for n, (dt, _) in gguf_names.items()}
-        else:
-            with _api.open(path) as c:
-                catalog_dtypes = {n: t.dtype for n, t in c.tensors.items()}
         renames, converted = _key_plan(model, list(catalog_dtypes), weight_mapping)
         info = _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_map, load_config,
-                     gguf_names)
+                     gguf_names, source)
     used = {id(m) for m in getattr(model, "_weight_conversions", None) or []}
     model._weight_conversions = [m for m in weight_mapping if id(m) in used or m.was_used()]
     info = model_class._finalize_model_loading(model, load_config, info)
@@ -378,7 +447,8 @@ def _gguf_names(path):
         return {item.name: (item.dtype, rows[item.source][0]) for item in plan.items()}
 
 
-def _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_map, load_config, gguf_names=None):
+def _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_map, load_config, gguf_names=None,
+          source=None):
     """Reads the checkpoint into the meta model: ckpt.load_into for every
     name that is only renamed, transformers' converters (on ckpt's views)
     for the names they combine or split; with gguf_names (_gguf_names'), a
@@ -400,14 +470,14 @@ def _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_ma
                             dtype=_cast_rule({k: v for k, v in catalog_dtypes.items() if k not in converted},
                                              renames, targets),
                             rename=_rename_rules(renames), exclude=sources or None,
-                            on_loaded=loaded, as_hf=as_hf)
+                            on_loaded=loaded, as_hf=as_hf, **(source or {}))
     info = LoadStateDictInfo(missing_keys=set(result.missing_keys) - non_persistent,
                              unexpected_keys=set(result.unexpected_keys),
                              mismatched_keys={(m.name, tuple(m.found.shape), tuple(m.expected.shape))
                                               for m in result.mismatched_keys},
                              conversion_errors={}, error_msgs=[], skipped_pp_keys=set())
     if converted:
-        state = _api.load(path, select=sources, as_hf=as_hf)
+        state = _api.load(path, select=sources, as_hf=as_hf, **(source or {}))
         conv_info, _ = convert_and_load_state_dict_in_model(model=model, state_dict=state, load_config=load_config)
         info.missing_keys &= conv_info.missing_keys
         info.unexpected_keys |= conv_info.unexpected_keys

@@ -345,7 +345,7 @@ static int download_trampoline(uint64_t done, uint64_t total, void *user) {
 /* Catalog(path, *, io=0, cache_dir=None, bearer_token=None,
  * timeout=None, connect_timeout=None, retries=None, max_connections=None,
  * min_speed=None, min_speed_time=None, retry_deadline=None,
- * download_progress=None): the options of ckpt_catalog_options (remote
+ * download_progress=None, hf_cache=None): the options of ckpt_catalog_options (remote
  * files, how local files are read: a ckpt_io_mode); None keeps a default. */
 /* Opens `path`, or, with `data`, the bytes of `data` named `path` (the
  * library's memory source, no file; the buffer is held while the catalog
@@ -372,21 +372,22 @@ static ckpt_status catalog_open(Catalog *self, const char *path, PyObject *data,
 static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"path", "allowed_globals", "io", "cache_dir", "bearer_token", "timeout",
                              "connect_timeout", "retries", "max_connections", "min_speed", "min_speed_time",
-                             "retry_deadline", "download_progress", "data", NULL};
-    PyObject *path_obj, *globals = NULL, *cache_obj = NULL, *timeout = Py_None, *connect_timeout = Py_None,
-                        *retries = Py_None, *min_speed = Py_None, *min_speed_time = Py_None,
+                             "retry_deadline", "download_progress", "data", "hf_cache", NULL};
+    PyObject *path_obj, *globals = NULL, *cache_obj = NULL, *hf_cache_obj = NULL, *timeout = Py_None,
+                        *connect_timeout = Py_None, *retries = Py_None, *min_speed = Py_None, *min_speed_time = Py_None,
                         *retry_deadline = Py_None, *download = Py_None, *data = NULL;
     int io = 0;
     const char *token = NULL;
     unsigned int connections = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$iO&zOOOIOOOOO", kwlist, PyUnicode_FSConverter, &path_obj,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$iO&zOOOIOOOOOO&", kwlist, PyUnicode_FSConverter, &path_obj,
                                      &globals, &io, PyUnicode_FSConverter, &cache_obj, &token, &timeout,
                                      &connect_timeout, &retries, &connections, &min_speed, &min_speed_time,
-                                     &retry_deadline, &download, &data))
+                                     &retry_deadline, &download, &data, PyUnicode_FSConverter, &hf_cache_obj))
         return -1;
     if (download != Py_None && !PyCallable_Check(download)) {
         Py_DECREF(path_obj);
         Py_XDECREF(cache_obj);
+        Py_XDECREF(hf_cache_obj);
         PyErr_SetString(PyExc_TypeError, "download_progress must be a callable(done, total) or None");
         return -1;
     }
@@ -402,6 +403,7 @@ static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
     o.bearer_token = token;
     o.max_connections = connections;
     if (cache_obj && cache_obj != Py_None) o.cache_dir = PyBytes_AS_STRING(cache_obj);
+    if (hf_cache_obj) o.hf_cache_dir = PyBytes_AS_STRING(hf_cache_obj);
     int bad = seconds_ms(timeout, "timeout", 0, &o.read_timeout_ms) ||
               seconds_ms(connect_timeout, "connect_timeout", 0, &o.connect_timeout_ms) ||
               seconds_ms(min_speed_time, "min_speed_time", 0, &o.min_speed_time_ms) ||
@@ -428,6 +430,7 @@ static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
         Py_XDECREF(fast);
         Py_DECREF(path_obj);
         Py_XDECREF(cache_obj);
+        Py_XDECREF(hf_cache_obj);
         return -1;
     }
     ckpt_error e;
@@ -436,6 +439,7 @@ static int Catalog_init(Catalog *self, PyObject *args, PyObject *kw) {
     st = catalog_open(self, PyBytes_AS_STRING(path_obj), data == Py_None ? NULL : data, &o, &c, &e);
     Py_DECREF(path_obj);
     Py_XDECREF(cache_obj);
+    Py_XDECREF(hf_cache_obj);
     PyMem_Free(names);
     Py_XDECREF(fast);
     if (st != CKPT_OK) {

@@ -123,6 +123,12 @@ static void drop_token(char *t) {
     free(t);
 }
 
+/* The Hub's cache: the caller's (ckpt_catalog_options.hf_cache_dir, as
+ * transformers' cache_dir= names it), else the environment's (malloc'ed). */
+static char *hub_cache(const ckpt__source_options *o) {
+    return o && o->hf_cache ? ckpt__strdup(o->hf_cache) : ckpt__hf_cache_dir();
+}
+
 /* ---- names -------------------------------------------------------------------------- */
 
 typedef struct hf_name {
@@ -420,7 +426,7 @@ static ckpt__beneath *open_snapshot(const char *snap) {
  * Hub's verdict on access); offline, a branch's commit is refs/<branch>. */
 static ckpt_status resolve(const char *name, const hf_name *n, const ckpt__source_options *o, char commit[41],
                            ckpt_error *err) {
-    char *ep = endpoint(), *cache = ckpt__hf_cache_dir();
+    char *ep = endpoint(), *cache = hub_cache(o);
     ckpt_status st = ep ? CKPT_OK : ckpt__oom(err, name, NULL);
     if (st == CKPT_OK && is_commit(n->rev)) {
         memcpy(commit, n->rev, 41);
@@ -459,10 +465,10 @@ static ckpt_status hf_pin(const char *name, const ckpt__source_options *o, char 
 /* The names directly in folder `dir` of the repo at the name's commit
  * (files, and folders once each), to `add`; `want` instead asks what one
  * path is.  From the API's list when it was asked, else the snapshot's. */
-static ckpt_status folder_walk(const char *name, const hf_name *n, const char *dir, const char *want,
-                               ckpt_source_kind *kind, int (*add)(void *ctx, const char *name), void *ctx,
-                               ckpt_error *err) {
-    char *ep = endpoint(), *cache = ckpt__hf_cache_dir();
+static ckpt_status folder_walk(const char *name, const hf_name *n, const ckpt__source_options *o, const char *dir,
+                               const char *want, ckpt_source_kind *kind, int (*add)(void *ctx, const char *name),
+                               void *ctx, ckpt_error *err) {
+    char *ep = endpoint(), *cache = hub_cache(o);
     if (!ep) return ckpt__oom(err, name, NULL);
     ckpt_status st = CKPT_OK;
     pthread_mutex_lock(&memo_lock);
@@ -698,7 +704,7 @@ static void cached_sha256(const char *ep, const hf_name *n, const char *full, ch
  * request), else from the Hub. */
 static ckpt_status open_file(const char *name, const hf_name *n, const ckpt__source_options *o, ckpt__source **out,
                              ckpt_error *err) {
-    char *ep = endpoint(), *cache = ckpt__hf_cache_dir();
+    char *ep = endpoint(), *cache = hub_cache(o);
     char *snap = cache ? snapshot_dir(cache, n->repo, n->rev) : NULL;
     char *full = snap ? ckpt__path_join(snap, n->path) : NULL;
     ckpt__beneath *b = full ? open_snapshot(snap) : NULL;
@@ -762,7 +768,7 @@ static ckpt__name_kind hf_stat(const char *name, const ckpt__source_options *o) 
     hf_name n;
     if (parse_pinned(name, o, &n, NULL) != CKPT_OK) return CKPT__NAME_FILE; /* opening it says why */
     ckpt_source_kind k = CKPT_SOURCE_MISSING;
-    (void)folder_walk(name, &n, "", n.path, &k, NULL, NULL, NULL);
+    (void)folder_walk(name, &n, o, "", n.path, &k, NULL, NULL, NULL);
     name_free(&n);
     return k == CKPT_SOURCE_FILE ? CKPT__NAME_FILE : k == CKPT_SOURCE_DIRECTORY ? CKPT__NAME_DIR : CKPT__NAME_MISSING;
 }
@@ -774,7 +780,7 @@ static ckpt_status hf_list(const char *dir, const ckpt__source_options *o, int (
     hf_name n;
     ckpt_status st = parse_pinned(dir, o, &n, err);
     if (st) return st;
-    st = folder_walk(dir, &n, n.path, NULL, NULL, add, ctx, err);
+    st = folder_walk(dir, &n, o, n.path, NULL, NULL, add, ctx, err);
     name_free(&n);
     return st;
 }

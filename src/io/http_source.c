@@ -1764,6 +1764,20 @@ static bool request_headers(const ckpt__remote_auth *auth, const char *method, c
     return true;
 }
 
+/* A bearer token that expires (auth->refresh), refused with 401: a fresh
+ * one in place of the one sent, set on `e` for the request's one more
+ * attempt, as the data requests do (judge_status); *fresh holds it (wiped
+ * and freed by the caller). */
+static ckpt_status renew_bearer(const ckpt__remote_auth *auth, const char *shown, const ckpt__source_options *o,
+                                CURL *e, char **fresh, ckpt_error *err) {
+    char *token = NULL;
+    ckpt_status st = auth->refresh(auth->refresh_ctx, shown, o, auth->bearer, &token, err);
+    if (st) return st;
+    *fresh = token;
+    curl_easy_setopt(e, CURLOPT_XOAUTH2_BEARER, token);
+    return CKPT_OK;
+}
+
 ckpt_status ckpt__remote_request(const char *shown, const char *url, const ckpt__remote_auth *auth, const char *form,
                                  const ckpt__source_options *o, size_t limit, ckpt__buf *body,
                                  ckpt__remote_reply *reply, ckpt_error *err) {
@@ -1806,14 +1820,21 @@ ckpt_status ckpt__remote_request(const char *shown, const char *url, const ckpt_
         curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
         curl_easy_setopt(e, CURLOPT_XOAUTH2_BEARER, auth->bearer);
     }
-    /* Retried as the data requests are: 5xx, 408, 429 and broken connections. */
+    /* Retried as the data requests are: 5xx, 408, 429 and broken
+     * connections; a 401 once more with a fresh token, where it expires. */
     int64_t wait = BACKOFF_FIRST_MS;
+    char *fresh = NULL;
     for (unsigned attempt = 0;; attempt++) {
         body->len = 0;
         CURLcode rc = curl_easy_perform(e);
         long code = 0;
         curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
         reply->status = code;
+        if (rc == CURLE_OK && code == 401 && auth->refresh && auth->bearer && !auth->sigv4 && !fresh) {
+            st = renew_bearer(auth, shown, o, e, &fresh, err);
+            if (st) break;
+            continue;
+        }
         bool again = rc == CURLE_OK ? code == 408 || code == 429 || code >= 500 : retryable_code(rc);
         if (!again || attempt >= o->retries) {
             if (rc == CURLE_WRITE_ERROR && !body->failed)
@@ -1830,6 +1851,8 @@ ckpt_status ckpt__remote_request(const char *shown, const char *url, const ckpt_
     }
     curl_easy_cleanup(e);
     curl_slist_free_all(headers);
+    if (fresh) memset(fresh, 0, strlen(fresh));
+    free(fresh);
     return st;
 }
 

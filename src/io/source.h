@@ -112,6 +112,7 @@ typedef struct ckpt__source_options {
     const char *userinfo;        /* remote: "user:password" taken out of the opened URL */
     const char *userinfo_host;   /* the host `userinfo` belongs to                 */
     const char *cache_dir;       /* remote: where verified copies are kept, or NULL */
+    const char *hf_cache;        /* hf://: the Hub's cache (NULL: ckpt__hf_cache_dir's) */
     uint32_t head_bytes;         /* remote: the first bytes asked for at open (0: 256 KiB) */
     ckpt__download_meter *meter; /* remote: hears whole downloads (NULL: nobody) */
     /* remote: the query a directory's name carried as its credentials (an

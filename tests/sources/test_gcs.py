@@ -198,6 +198,27 @@ def test_token_refused_is_renewed_once(gcs, env, monkeypatch, tmp_path):
     assert refused and set(refused.values()) == {2}, refused  # the request, and its one retry
 
 
+def test_listing_and_head_renew_a_refused_token(gcs, env, monkeypatch, tmp_path):
+    """A kept token the service refuses (revoked, expired sooner than it
+    said): the listing of a directory and the HEAD that asks what a name
+    is are tried once more with a fresh token, as the ranged GETs are."""
+    key_file(gcs, tmp_path, monkeypatch, name="revoked-listing.json")
+    assert same_dict(ckpt.load("gs://models/sharded/"), gcs.sd)  # a token kept for the process
+    for name in ("gs://models/sharded/", "gs://models/sharded"):  # listed; asked by HEAD, then listed
+        for t in list(gcs.tokens):
+            gcs.tokens[t] = 0
+        issued = gcs.token_server.issued
+        gcs.requests.clear()
+        with ckpt.open(name) as c:
+            assert len(c.files) > 1
+        refused = [(r[0], r[1]) for r in gcs.requests if r[3] == 401]
+        assert refused and gcs.token_server.issued == issued + 1, (name, refused)
+        assert any(p.startswith("/models?") for _, p in refused), refused
+        if not name.endswith("/"):
+            assert ("HEAD", "/models/sharded") in refused, refused
+        assert all(r[3] != 401 for r in gcs.requests if r[0] == "GET" and r[1].endswith(".safetensors"))
+
+
 def test_authorized_user(gcs, env, monkeypatch, tmp_path):
     info = {"type": "authorized_user", "client_id": "client-id.apps.googleusercontent.com",
             "client_secret": "client-secret", "refresh_token": "1//refresh-token",
