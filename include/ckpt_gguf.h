@@ -191,19 +191,27 @@ CKPT_API ckpt_status ckpt_gguf_llamacpp_plan_mix(ckpt_plan *plan, const char *mo
  * And back: sets up `plan` (over a llama.cpp GGUF file) so that
  * ckpt_convert_plan into a directory writes a Hugging Face model directory
  * that transformers' from_pretrained loads, for the families
- * ckpt_gguf_llamacpp_plan writes (llama, qwen2, qwen3, phi3: the same
- * per-family tables, read backwards):
+ * ckpt_gguf_llamacpp_plan writes (llama, qwen2, qwen3, phi3, and the
+ * mixtures of experts: llama with experts — Mixtral —, qwen2moe, qwen3moe:
+ * the same per-family tables, read backwards):
  *
  *   tensors       Hugging Face's names; the Q and K rows llama.cpp's
  *                 conversion reordered put back (transformers'
- *                 reverse_permute), each tensor dequantized or cast to
+ *                 reverse_permute); a layer's stacked experts (experts ×
+ *                 out × in) as one tensor per expert, each a slice of the
+ *                 stack, streamed; each tensor dequantized or cast to
  *                 `dtype`
- *   config.json   architectures and model_type of the family, its
- *                 hyper-parameters from the architecture's key-values
- *                 (under transformers' names), vocab_size from the
- *                 embeddings, rope_parameters (linear and yarn scaling
+ *   config.json   architectures and model_type of the family (Mixtral's
+ *                 for a llama file with experts), its hyper-parameters
+ *                 from the architecture's key-values (under the names of
+ *                 the family's transformers config: num_local_experts or
+ *                 num_experts, num_experts_per_tok, moe_intermediate_size,
+ *                 shared_expert_intermediate_size; signed integers with
+ *                 their sign, booleans as true and false), vocab_size from
+ *                 the embeddings, rope_parameters (linear and yarn scaling
  *                 too), the special token ids, tie_word_embeddings when
- *                 there is no output.weight
+ *                 there is no output.weight, hidden_act, and norm_topk_prob
+ *                 as llama.cpp weighs a mixture's chosen experts
  *   tokenizer.json, tokenizer_config.json
  *                 from the tokenizer.ggml.* key-values ("gpt2": byte-level
  *                 BPE with the split of tokenizer.ggml.pre; "llama":
@@ -217,7 +225,9 @@ CKPT_API ckpt_status ckpt_gguf_llamacpp_plan_mix(ckpt_plan *plan, const char *mo
  * the plan with every tensor selected and no rules of its own.  Errors name
  * the file and the key (nothing is then written): general.architecture
  * missing or of a family ckpt does not convert, a hyper-parameter the
- * config needs missing, one that contradicts a tensor's shape, a tensor
+ * config needs missing (an expert count when the file has experts), one
+ * that contradicts a tensor's shape (an expert count its stacks'
+ * first dimension contradicts), a tensor
  * the family has no Hugging Face name for, a RoPE scaling other than linear
  * and yarn, a tokenizer ckpt cannot write (another tokenizer.ggml.model, an
  * unknown tokenizer.ggml.pre) or key-values of it that contradict the
@@ -230,7 +240,9 @@ CKPT_API ckpt_status ckpt_gguf_hf_plan(ckpt_plan *plan, ckpt_dtype dtype, ckpt_e
  * (ckpt_load, Python's `as_hf=True`): the same names, Q/K rows and dtype,
  * and the same errors about them, but no config.json and no tokenizer
  * files are made, so the tokenizer's key-values are neither read nor
- * checked.
+ * checked.  A load gives each of the file's tensors one output: stacked
+ * experts, which ckpt_gguf_hf_plan splits, are refused
+ * (CKPT_E_INVALID_ARGUMENT naming the tensor).
  */
 CKPT_API ckpt_status ckpt_gguf_hf_plan_tensors(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err);
 

@@ -157,7 +157,7 @@ static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error 
 static bool storage_of(const ckpt_plan *p, const ckpt__plan_entry *e, ckpt_tensor_storage *s) {
     const ckpt_tensor_info *t = e->pub.source;
     uint64_t base, size;
-    if (e->part_count || e->has_op) return false; /* made of several tensors, or computed: its own bytes */
+    if (e->part_count || e->split_count || e->has_op) return false; /* assembled, split or computed: its own bytes */
     if (!torch_source(p->catalog) || !ckpt__catalog_storage(p->catalog, t->storage, &base, &size) || !size) return false;
     for (uint32_t d = 0; d < t->ndim; d++)
         if (e->count[d] != t->shape[d] || e->perm[d] != d) return false;
@@ -195,18 +195,32 @@ static ckpt__move part_move(const ckpt_plan *p, const ckpt__plan_entry *e, const
     return m;
 }
 
+/* The move of output k of entry `e`, split along its leading axis
+ * (ckpt__plan_unstack): its slice of the source, into the writer's tensor
+ * `writer_index`. */
+static ckpt__move split_move(const ckpt_plan *p, const ckpt__plan_entry *e, size_t k, size_t writer_index) {
+    ckpt__move m = part_move(p, e, e, writer_index, 0);
+    m.start = e->split_starts + k * e->pub.source->ndim, m.count = e->split_box;
+    m.name = e->split_names[k];
+    return m;
+}
+
 ckpt_status ckpt__convert_moves(const ckpt_plan *p, ckpt__move **out, size_t *count, ckpt_error *err) {
     size_t n = 0;
     for (size_t k = 0; k < p->selected_count; k++) {
         const ckpt__plan_entry *e = &p->entries[p->selected[k]];
-        n += e->part_count ? e->part_count : 1;
+        n += e->part_count ? e->part_count : ckpt__plan_outputs(e);
     }
     ckpt__move *moves = ckpt__calloc(n ? n : 1, sizeof *moves);
     if (!moves) return ckpt__oom(err, NULL, "the conversion's tensors");
-    size_t m = 0;
-    for (size_t k = 0; k < p->selected_count; k++) {
+    size_t m = 0, writer_index = p->generated_count;
+    for (size_t k = 0; k < p->selected_count; k++, writer_index++) {
         const ckpt__plan_entry *e = &p->entries[p->selected[k]];
-        size_t writer_index = p->generated_count + k;
+        for (size_t j = 0; j < e->split_count; j++) moves[m++] = split_move(p, e, j, writer_index + j);
+        if (e->split_count) {
+            writer_index += e->split_count - 1;
+            continue;
+        }
         if (!e->part_count) {
             moves[m++] = part_move(p, e, e, writer_index, 0);
             continue;
@@ -259,16 +273,20 @@ ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_
     }
     if (st == CKPT_OK && p->assembled && ckpt__writer_needs_order(w))
         st = ckpt__fail(err, CKPT_E_UNSUPPORTED, dst_path, NULL, -1,
-                        "this output checks each tensor's bytes in order, which a plan that stacks, computes or "
-                        "generates tensors does not write");
+                        "this output checks each tensor's bytes in order, which a plan that stacks, splits, computes "
+                        "or generates tensors does not write");
     for (size_t i = 0; st == CKPT_OK && i < p->file_count; i++)
         st = ckpt__writer_add_file(w, p->files[i].name, p->files[i].data, p->files[i].len, err);
     for (size_t k = 0; st == CKPT_OK && k < p->selected_count; k++) {
         ckpt__plan_entry *e = &p->entries[p->selected[k]];
         ckpt_tensor_storage s;
         bool shared = storage_of(p, e, &s);
-        st = ckpt_writer_add_tensor_shared(w, e->pub.name, e->pub.dtype, e->pub.ndim, e->pub.shape, shared ? &s : NULL,
-                                           NULL, err);
+        for (size_t j = 0; st == CKPT_OK && j < e->split_count; j++) /* a split's outputs, each its slice */
+            st = ckpt_writer_add_tensor_shared(w, e->split_names[j], e->pub.dtype, e->pub.ndim - 1, e->pub.shape + 1,
+                                               NULL, NULL, err);
+        if (st == CKPT_OK && !e->split_count)
+            st = ckpt_writer_add_tensor_shared(w, e->pub.name, e->pub.dtype, e->pub.ndim, e->pub.shape,
+                                               shared ? &s : NULL, NULL, err);
     }
     if (st == CKPT_OK) st = ckpt_writer_begin(w, err);
     if (st) {

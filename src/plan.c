@@ -495,6 +495,14 @@ static ckpt_status refuse_packed(ckpt_plan *p, ckpt__plan_entry *e, const char *
                       ckpt_dtype_name(e->pub.source->dtype), ckpt_dtype_bits(e->pub.source->dtype));
 }
 
+/* A tensor split into several outputs (ckpt__plan_unstack) keeps its
+ * slices' boxes: a later slice or permutation of it is refused. */
+static ckpt_status refuse_split(ckpt_plan *p, ckpt__plan_entry *e, const char *what, ckpt_error *err) {
+    if (!e->split_count) return CKPT_OK;
+    return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                      "cannot %s a tensor split into %zu outputs", what, e->split_count);
+}
+
 /* ---- slices --------------------------------------------------------------------- */
 
 /* The axis `dim` names in e's source; a tensor without it (or packed
@@ -525,6 +533,8 @@ static ckpt_status apply_range(ckpt_plan *p, ckpt__plan_entry *e, uint32_t d, ui
     ckpt_dtype b = ckpt_dtype_is_block(e->pub.source->dtype) ? e->pub.source->dtype
                    : ckpt_dtype_is_block(e->pub.dtype)       ? e->pub.dtype
                                                              : CKPT_DTYPE_INVALID;
+    ckpt_status st = refuse_split(p, e, "slice", err);
+    if (st) return st;
     if (b && d == e->pub.source->ndim - 1 && start <= stop && stop <= e->count[d] &&
         ((e->start[d] + start) % ckpt_dtype_block_elems(b) || (stop - start) % ckpt_dtype_block_elems(b)))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
@@ -637,6 +647,7 @@ static ckpt_status permute_matching(ckpt_plan *p, const char *rule, const char *
             continue;
         }
         ckpt_status st = refuse_packed(p, e, "permute", err);
+        if (!st) st = refuse_split(p, e, "permute", err);
         if (!st) st = refuse_block_permute(p, e, perm, err);
         if (st) return st;
         permute_entry(e, perm);
@@ -680,7 +691,7 @@ static bool viewable(const ckpt_plan *p, const ckpt__plan_entry *e) {
     const ckpt_tensor_info *t = e->pub.source;
     uint32_t npieces;
     const ckpt__piece *pc = ckpt__catalog_pieces(p->catalog, ckpt__catalog_index_of(p->catalog, t), &npieces);
-    if (e->view_ndim || npieces != 1 || pc->strides || pc->record_size || pc->big_endian || pc->start || pc->count ||
+    if (e->view_ndim || e->split_count || npieces != 1 || pc->strides || pc->record_size || pc->big_endian || pc->start || pc->count ||
         ckpt_dtype_bits(t->dtype) % 8) /* sub-byte elements; a block type (0 bits) moves its rows as blocks */
         return false;
     for (uint32_t a = 0; a < t->ndim; a++)
@@ -715,7 +726,7 @@ ckpt_status ckpt__plan_view_permute(ckpt_plan *p, size_t index, uint32_t ndim, c
 /* Whether selected entry `e` can take part in an assembled output: not
  * stacked, absorbed, computed or placed yet. */
 static bool plain_entry(const ckpt__plan_entry *e) {
-    return e->selected && !e->absorbed && !e->part_count && !e->has_op && !e->seq;
+    return e->selected && !e->absorbed && !e->part_count && !e->split_count && !e->has_op && !e->seq;
 }
 
 /* Whether two entries' outputs (before stacking) have one shape. */
@@ -764,6 +775,47 @@ ckpt_status ckpt__plan_stack(ckpt_plan *p, size_t index, size_t n, const size_t 
     update(head);
     p->assembled = true;
     p->selection_dirty = true;
+    return CKPT_OK;
+}
+
+/* Why entry `e` cannot be split into `n` outputs along its leading axis,
+ * or NULL. */
+static const char *unstack_refusal(const ckpt__plan_entry *e, size_t n) {
+    const ckpt_tensor_info *t = e->pub.source;
+    if (!plain_entry(e)) return "it is not a plain selected tensor (stacked, split, computed or placed already)";
+    if (t->ndim < 2) return "it has fewer than 2 axes";
+    if (ckpt_dtype_bits(t->dtype) % 8) return "its elements are packed below a byte";
+    if (e->view_ndim || e->pub.ndim != t->ndim) return "its axes are viewed otherwise";
+    for (uint32_t a = 0; a < t->ndim; a++)
+        if (e->start[a] || e->count[a] != t->shape[a] || e->perm[a] != a) return "it is sliced or permuted";
+    return t->shape[0] != n ? "its leading axis is not one slice a name" : NULL;
+}
+
+ckpt_status ckpt__plan_unstack(ckpt_plan *p, size_t index, size_t n, const char *const *names, ckpt_error *err) {
+    if (index >= p->entry_count || !n || !names)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "a split needs an entry and its outputs' names");
+    ckpt__plan_entry *e = &p->entries[index];
+    const ckpt_tensor_info *t = e->pub.source;
+    const char *why = unstack_refusal(e, n);
+    if (why)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), t->name, -1,
+                          "cannot split it into %zu tensors along its leading axis (%llu): %s", n,
+                          (unsigned long long)t->shape[0], why);
+    uint32_t nd = t->ndim;
+    const char **list = ckpt__arena_alloc(&p->arena, n * sizeof *list);
+    uint64_t *starts = ckpt__arena_alloc(&p->arena, n * nd * sizeof *starts);
+    uint64_t *box = ckpt__arena_alloc(&p->arena, nd * sizeof *box);
+    if (!list || !starts || !box) return ckpt__oom(err, source_path(p, e), t->name);
+    for (size_t k = 0; k < n; k++) {
+        if (!(list[k] = ckpt__arena_strndup(&p->arena, names[k], strlen(names[k]))))
+            return ckpt__oom(err, source_path(p, e), t->name);
+        memset(starts + k * nd, 0, nd * sizeof *starts);
+        starts[k * nd] = k;
+    }
+    box[0] = 1;
+    memcpy(box + 1, t->shape + 1, (nd - 1) * sizeof *box);
+    e->split_names = list, e->split_starts = starts, e->split_box = box, e->split_count = n;
+    p->assembled = true;
     return CKPT_OK;
 }
 
@@ -818,7 +870,7 @@ ckpt_status ckpt__plan_generate(ckpt_plan *p, const char *name, ckpt_dtype dtype
 ckpt_status ckpt__plan_refuse_assembled(const ckpt_plan *p, const char *what, ckpt_error *err) {
     if (!p->assembled) return CKPT_OK;
     return ckpt__fail(err, CKPT_E_UNSUPPORTED, NULL, NULL, -1,
-                      "%s: the plan stacks, computes or generates tensors, which only a conversion writes", what);
+                      "%s: the plan stacks, splits, computes or generates tensors, which only a conversion writes", what);
 }
 
 /* ---- items ------------------------------------------------------------------------ */

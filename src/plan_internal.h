@@ -23,6 +23,14 @@ typedef struct ckpt__plan_entry {
     size_t *parts;
     size_t part_count;
     bool absorbed;
+    /* An output split along its leading axis (ckpt__plan_unstack): each
+     * of its split_count slices one output of its own, named
+     * split_names[k], the entry's shape less that axis; the k-th reads
+     * the source box at split_starts + k × ndim (the source's axes), of
+     * split_box's extents.  split_count 0: one output, the entry's. */
+    const char **split_names;
+    uint64_t *split_starts, *split_box;
+    size_t split_count;
     /* An elementwise rule on the way out (ckpt__plan_compute); has_op
      * false: none. */
     ckpt__elementwise op;
@@ -85,8 +93,8 @@ struct ckpt_plan {
     size_t match_count;
     ckpt_load_stats stats;
     struct ckpt_mapping **maps; /* private views' mappings, per data file (CKPT_VIEWS_PRIVATE) */
-    /* What only a conversion writes (ckpt__plan_stack, _compute, _place,
-     * _generate): loads and collective conversions refuse such a plan
+    /* What only a conversion writes (ckpt__plan_stack, _unstack, _compute,
+     * _place, _generate): loads and collective conversions refuse such a plan
      * (ckpt__plan_refuse_assembled). */
     ckpt__plan_generated *generated; /* before every selected entry, in order (arena) */
     size_t generated_count, generated_cap;
@@ -158,6 +166,27 @@ CKPT__HIDDEN ckpt_status ckpt__plan_view_permute(ckpt_plan *plan, size_t index, 
 CKPT__HIDDEN ckpt_status ckpt__plan_stack(ckpt_plan *plan, size_t index, size_t n, const size_t *parts,
                                           ckpt_error *err);
 
+/*
+ * ckpt__plan_unstack: selected entry `index` (a catalog index), a tensor of
+ * `n` slices along its leading axis, becomes n outputs, the k-th named
+ * names[k] (copied): slice k of that axis, of the tensor's other axes, in
+ * the entry's dtype (a later cast of `index` casts every one) — what
+ * llama.cpp's stacked experts are in a Hugging Face checkpoint, one 2-D
+ * tensor per expert.  The reverse of ckpt__plan_stack: one engine move per
+ * output reads its slice, so the stacked tensor is never held whole.  The
+ * entry must be a plain one of 2 or more axes of whole-byte elements or
+ * blocks (whole rows a slice), neither sliced, permuted nor viewed yet,
+ * with n the extent of its leading axis; CKPT_E_INVALID_ARGUMENT naming it
+ * otherwise.  Its own name and item stay the stacked tensor's (ckpt_plan_item
+ * shows it whole); only a conversion writes the outputs, each as a tensor
+ * of the writer, in the entry's place.
+ */
+CKPT__HIDDEN ckpt_status ckpt__plan_unstack(ckpt_plan *plan, size_t index, size_t n, const char *const *names,
+                                            ckpt_error *err);
+
+/* The outputs selected entry `e` makes: its split's, else 1. */
+static inline size_t ckpt__plan_outputs(const ckpt__plan_entry *e) { return e->split_count ? e->split_count : 1; }
+
 /* Selected entry `index` gets the elementwise rule (each element widened
  * to float32, the rule applied, the result cast to the output's dtype). */
 CKPT__HIDDEN ckpt_status ckpt__plan_compute(ckpt_plan *plan, size_t index, const ckpt__elementwise *rule,
@@ -213,8 +242,9 @@ CKPT__HIDDEN ckpt_status ckpt__load_moves(ckpt_plan *plan, const ckpt_load_optio
 
 /* A conversion (convert.c): WRITER moves of the selected entries, in
  * selection order, writer_index the entry's tensor in the writer (after
- * the generated ones): one per entry, one per part of a stacked one
- * (*count of them, malloc'ed); and the begun writer of ckpt_convert_plan,
+ * the generated ones, each entry's outputs in turn): one per entry, one
+ * per part of a stacked one, one per output of an unstacked one (*count
+ * of them, malloc'ed); and the begun writer of ckpt_convert_plan,
  * the generated tensors then the selected entries declared in that order. */
 CKPT__HIDDEN ckpt_status ckpt__convert_moves(const ckpt_plan *plan, struct ckpt__move **moves, size_t *count,
                                              ckpt_error *err);

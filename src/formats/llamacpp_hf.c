@@ -5,9 +5,11 @@
  * that each family's mapping lives in one place: the family is the one whose
  * name is general.architecture, each tensor gets the Hugging Face name whose
  * llama.cpp name it has, Q and K rows that the script reordered for
- * llama.cpp's RoPE are put back (transformers' reverse_permute), and
- * config.json is made of the family's key-values, each written under the
- * transformers name among the family's hyper-parameter names.
+ * llama.cpp's RoPE are put back (transformers' reverse_permute), a layer's
+ * stacked experts become one tensor per expert (ckpt__plan_unstack: each
+ * a slice of the stack, streamed), and config.json is made of the family's
+ * key-values, each written under the transformers name among the family's
+ * hyper-parameter names (its own first: num_local_experts, num_experts).
  */
 #include <errno.h>
 #include <math.h>
@@ -25,7 +27,8 @@
 #include "llamacpp/phi3.h"
 #include "llamacpp/qwen.h"
 
-static const ckpt__lc_family *const hf_families[] = {&ckpt__lc_llama, &ckpt__lc_qwen2, &ckpt__lc_qwen3, &ckpt__lc_phi3};
+static const ckpt__lc_family *const hf_families[] = {&ckpt__lc_llama, &ckpt__lc_qwen2,    &ckpt__lc_qwen3,
+                                                     &ckpt__lc_phi3,  &ckpt__lc_qwen2moe, &ckpt__lc_qwen3moe};
 
 /* The names transformers' configs give the hyper-parameters: config.json
  * takes, for a family's key-value, the one of its hparams list here. */
@@ -41,6 +44,9 @@ typedef struct hf {
     ckpt_error *err;
     const ckpt__lc_family *family;
     uint64_t n_head, n_kv, n_embd, n_ff, head_dim, vocab;
+    uint64_t n_expert, n_expert_ff, n_shared_ff; /* 0: the key is missing */
+    bool files;   /* a conversion's plan (config.json, the tokenizer's files), not a load's */
+    bool experts; /* the file has stacked experts: a mixture of experts */
     ckpt__buf config;
     char nonfinite[160]; /* the first key whose float is NaN or infinite: JSON has no such number */
 } hf;
@@ -53,6 +59,11 @@ static const ckpt_kv *arch_kv(const hf *h, const char *suffix) {
     return ckpt_catalog_kv_find(h->plan->catalog, key);
 }
 
+/* Whether a key-value is a signed integer (its value in `i`). */
+static bool signed_kv(const ckpt_kv *kv) {
+    return kv->type == CKPT_KV_I8 || kv->type == CKPT_KV_I16 || kv->type == CKPT_KV_I32 || kv->type == CKPT_KV_I64;
+}
+
 /* A key-value the conversion needs, as an unsigned integer. */
 static ckpt_status need_uint(hf *h, const char *suffix, uint64_t *out) {
     const ckpt_kv *kv = arch_kv(h, suffix);
@@ -61,8 +72,18 @@ static ckpt_status need_uint(hf *h, const char *suffix, uint64_t *out) {
         return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, NULL, -1,
                           "key '%s.%s' %s: a Hugging Face config.json needs it", h->family->name, suffix,
                           kv ? "is not an integer" : "is missing");
+    if (signed_kv(kv) && kv->i < 0)
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, NULL, -1, "key '%s.%s' is negative (%lld)",
+                          h->family->name, suffix, (long long)kv->i);
     *out = kv->u;
     return CKPT_OK;
+}
+
+/* A key-value of a mixture of experts, when the file has it (0 otherwise:
+ * a tensor that needs it says so). */
+static ckpt_status opt_uint(hf *h, const char *suffix, uint64_t *out) {
+    *out = 0;
+    return arch_kv(h, suffix) ? need_uint(h, suffix, out) : CKPT_OK;
 }
 
 static ckpt_status find_family(hf *h) {
@@ -98,6 +119,10 @@ static ckpt_status read_hparams(hf *h) {
                           (unsigned long long)h->n_kv, (unsigned long long)h->n_head);
     h->head_dim = h->n_embd / h->n_head;
     if (arch_kv(h, "attention.key_length") && (st = need_uint(h, "attention.key_length", &h->head_dim))) return st;
+    if ((st = opt_uint(h, "expert_count", &h->n_expert)) ||
+        (st = opt_uint(h, "expert_feed_forward_length", &h->n_expert_ff)) ||
+        (st = opt_uint(h, "expert_shared_feed_forward_length", &h->n_shared_ff)))
+        return st;
     const ckpt_tensor_info *e = ckpt_catalog_find(h->plan->catalog, "token_embd.weight");
     if (!e || e->ndim != 2)
         return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, "token_embd.weight", -1,
@@ -122,12 +147,15 @@ static bool matches(const char *pattern, const char *name, unsigned *layer) {
     return true;
 }
 
+/* What dimension kind `d` must be, and the key that says so (NULL: the
+ * embeddings' rows, or 1).  0: a mixture of experts' key is missing. */
 static uint64_t extent(const hf *h, ckpt__lc_dim d, const char **key) {
     static const char *const keys[] = {
-        [CKPT__LC_VOCAB] = "the embeddings' rows", [CKPT__LC_HIDDEN] = "embedding_length",
-        [CKPT__LC_FF] = "feed_forward_length", [CKPT__LC_Q] = "attention.head_count",
-        [CKPT__LC_KV] = "attention.head_count_kv", [CKPT__LC_HEAD] = "attention.key_length",
-        [CKPT__LC_QKV] = "attention.head_count_kv", [CKPT__LC_FF2] = "feed_forward_length",
+        [CKPT__LC_HIDDEN] = "embedding_length", [CKPT__LC_FF] = "feed_forward_length",
+        [CKPT__LC_Q] = "attention.head_count", [CKPT__LC_KV] = "attention.head_count_kv",
+        [CKPT__LC_HEAD] = "attention.key_length", [CKPT__LC_QKV] = "attention.head_count_kv",
+        [CKPT__LC_FF2] = "feed_forward_length", [CKPT__LC_EXPERTS] = "expert_count",
+        [CKPT__LC_EXPERT_FF] = "expert_feed_forward_length", [CKPT__LC_SHARED_FF] = "expert_shared_feed_forward_length",
     };
     *key = keys[d];
     switch (d) {
@@ -139,23 +167,37 @@ static uint64_t extent(const hf *h, ckpt__lc_dim d, const char **key) {
     case CKPT__LC_HEAD: return h->head_dim;
     case CKPT__LC_QKV: return (h->n_head + 2 * h->n_kv) * h->head_dim;
     case CKPT__LC_FF2: return 2 * h->n_ff;
+    case CKPT__LC_EXPERTS: return h->n_expert;
+    case CKPT__LC_EXPERT_FF: return h->n_expert_ff;
+    case CKPT__LC_SHARED_FF: return h->n_shared_ff;
+    case CKPT__LC_ONE: return 1;
     default: return 0;
     }
 }
 
-/* A tensor's shape against the key-values (Hugging Face's order). */
-static ckpt_status check_shape(hf *h, const ckpt_tensor_info *t, const ckpt__lc_tensor *m) {
-    if (t->ndim != m->ndim)
+/* A tensor's shape, `ndim` dimensions of kinds `dims` (Hugging Face's
+ * order), against the key-values. */
+static ckpt_status check_shape(hf *h, const ckpt_tensor_info *t, uint32_t ndim, const ckpt__lc_dim *dims) {
+    if (t->ndim != ndim)
         return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, t->name, -1, "%u dimensions, not %u", t->ndim,
-                          m->ndim);
+                          ndim);
     for (uint32_t d = 0; d < t->ndim; d++) {
         const char *key = NULL;
-        uint64_t want = m->dims[d] == CKPT__LC_ANY ? 0 : extent(h, m->dims[d], &key);
+        uint64_t want = dims[d] == CKPT__LC_ANY ? 0 : extent(h, dims[d], &key);
+        bool moe = dims[d] == CKPT__LC_EXPERTS || dims[d] == CKPT__LC_EXPERT_FF || dims[d] == CKPT__LC_SHARED_FF;
+        if (!want && moe)
+            return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, t->name, -1,
+                              "key '%s.%s' is missing: a Hugging Face mixture of experts needs it", h->family->name,
+                              key);
+        if (want && t->shape[d] != want && key)
+            return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, t->name, -1,
+                              "dimension %u is %llu, but key '%s.%s' makes it %llu", d,
+                              (unsigned long long)t->shape[d], h->family->name, key, (unsigned long long)want);
         if (want && t->shape[d] != want)
             return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, t->name, -1,
-                              "dimension %u is %llu, but key '%s%s%s' makes it %llu", d,
-                              (unsigned long long)t->shape[d], d == 0 && m->dims[d] == CKPT__LC_VOCAB ? "" : h->family->name,
-                              d == 0 && m->dims[d] == CKPT__LC_VOCAB ? "" : ".", key, (unsigned long long)want);
+                              "dimension %u is %llu, but %s makes it %llu", d, (unsigned long long)t->shape[d],
+                              dims[d] == CKPT__LC_VOCAB ? "the embeddings' rows" : "the family's model",
+                              (unsigned long long)want);
     }
     return CKPT_OK;
 }
@@ -172,15 +214,44 @@ static ckpt_status unpermute_rows(hf *h, size_t index, const ckpt_tensor_info *t
     return ckpt__plan_view_permute(h->plan, index, 4, shape, perm, h->err);
 }
 
+/* A layer's experts stacked by llama.cpp's conversion (3-D: experts,
+ * out, in): one Hugging Face tensor per expert, each a slice of the
+ * stack (ckpt__plan_unstack). */
+static ckpt_status plan_experts(hf *h, size_t index, const ckpt_tensor_info *t, const ckpt__lc_experts *m,
+                                unsigned layer) {
+    const ckpt__lc_dim dims[3] = {CKPT__LC_EXPERTS, m->dims[0], m->dims[1]};
+    ckpt_status st = check_shape(h, t, 3, dims);
+    if (st) return st;
+    if (!h->files) /* a load gives each catalog tensor one output */
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, t->name, -1,
+                          "a load does not split llama.cpp's stacked experts into Hugging Face's (ckpt convert "
+                          "writes them)");
+    size_t n = (size_t)t->shape[0], width = strlen(m->hf) + 2 * 20;
+    char **names = ckpt__malloc(n * sizeof *names), *text = ckpt__malloc(n * width);
+    if (!names || !text) st = ckpt__oom(h->err, h->path, t->name);
+    for (size_t k = 0; st == CKPT_OK && k < n; k++) {
+        names[k] = text + k * width;
+        snprintf(names[k], width, m->hf, layer, (unsigned)k);
+    }
+    if (st == CKPT_OK) st = ckpt__plan_unstack(h->plan, index, n, (const char *const *)names, h->err);
+    free(names);
+    free(text);
+    h->experts = true;
+    return st;
+}
+
 static ckpt_status plan_tensor(hf *h, size_t index) {
     const ckpt_tensor_info *t = ckpt_catalog_tensor(h->plan->catalog, index);
     unsigned layer = 0;
     const ckpt__lc_tensor *m = h->family->tensors;
     while (m->hf && !matches(m->gguf, t->name, &layer)) m++;
+    const ckpt__lc_experts *x = h->family->experts;
+    while (!m->hf && x && x->hf && !matches(x->gguf, t->name, &layer)) x++;
+    if (!m->hf && x && x->hf) return plan_experts(h, index, t, x, layer);
     if (!m->hf)
         return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, t->name, -1,
                           "no Hugging Face tensor of %s is made of it", h->family->name);
-    ckpt_status st = check_shape(h, t, m);
+    ckpt_status st = check_shape(h, t, m->ndim, m->dims);
     if (st == CKPT_OK && m->rope == CKPT__LC_PERMUTE_Q) st = unpermute_rows(h, index, t, h->n_head);
     else if (st == CKPT_OK && m->rope == CKPT__LC_PERMUTE_K) st = unpermute_rows(h, index, t, h->n_kv);
     if (st) return st;
@@ -199,14 +270,21 @@ static ckpt_dtype default_dtype(const ckpt_catalog *c) {
 
 /* ---- config.json ----------------------------------------------------------- */
 
-/* The transformers name among a rule's hparams ("a|b|c"), or NULL. */
-static const char *config_name(const char *hparams) {
-    for (const char *const *n = config_names; hparams && *n; n++) {
+/* The first of `names` (NULL-terminated) among a rule's hparams ("a|b|c"), or NULL. */
+static const char *name_among(const char *const *names, const char *hparams) {
+    for (const char *const *n = names; names && hparams && *n; n++) {
         size_t len = strlen(*n);
         for (const char *p = hparams; (p = strstr(p, *n)); p += len)
             if ((p == hparams || p[-1] == '|') && (p[len] == '|' || !p[len])) return *n;
     }
     return NULL;
+}
+
+/* The transformers name among a rule's hparams: the family's own first
+ * (num_local_experts or num_experts), else a common one; or NULL. */
+static const char *config_name(const ckpt__lc_family *f, const char *hparams) {
+    const char *own = name_among(f->hf_config_names, hparams);
+    return own ? own : name_among(config_names, hparams);
 }
 
 static void put_key(ckpt__buf *b, const char *key) {
@@ -215,15 +293,18 @@ static void put_key(ckpt__buf *b, const char *key) {
     ckpt__buf_puts(b, ": ");
 }
 
-/* A key-value's number as JSON: integers as they are, floats as the
- * shortest text of their f32 (with a ".0" when integral).  A NaN or an
- * infinity has no JSON spelling: the key is kept for write_config's error. */
+/* A key-value's number as JSON: integers as they are (signed ones with
+ * their sign), booleans as true and false, floats as the shortest text of
+ * their f32 (with a ".0" when integral).  A NaN or an infinity has no JSON
+ * spelling: the key is kept for write_config's error. */
 static void put_number(hf *h, const char *key, const ckpt_kv *kv) {
     ckpt__buf *b = &h->config;
     char tmp[40];
     bool real = kv->type == CKPT_KV_F32 || kv->type == CKPT_KV_F64;
     if (real && !isfinite(kv->f) && !h->nonfinite[0]) snprintf(h->nonfinite, sizeof h->nonfinite, "%s", key);
     if (real) ckpt__shortest_float(tmp, sizeof tmp, kv->f, kv->type == CKPT_KV_F32);
+    else if (kv->type == CKPT_KV_BOOL) snprintf(tmp, sizeof tmp, "%s", kv->u ? "true" : "false");
+    else if (signed_kv(kv)) snprintf(tmp, sizeof tmp, "%lld", (long long)kv->i);
     else snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)kv->u);
     ckpt__buf_puts(b, tmp);
     if (real && !strpbrk(tmp, ".eEni")) ckpt__buf_puts(b, ".0"); /* a float stays one (a RoPE factor 2.0) */
@@ -290,29 +371,54 @@ static ckpt_status put_rope(hf *h) {
     return CKPT_OK;
 }
 
+/* architectures and model_type: the family's, or those of the family's
+ * mixture of experts (llama's: Mixtral) when the file has experts. */
+static void put_architecture(hf *h) {
+    ckpt__buf *b = &h->config;
+    const ckpt__lc_family *f = h->family;
+    bool moe = h->experts && f->hf_moe_arch;
+    ckpt__buf_puts(b, "{\n  \"architectures\": [");
+    ckpt__buf_json_string(b, moe ? f->hf_moe_arch : f->hf_archs[0]);
+    ckpt__buf_puts(b, "]");
+    put_key(b, "model_type");
+    ckpt__buf_json_string(b, moe ? f->hf_moe_model_type : f->hf_model_type ? f->hf_model_type : f->name);
+}
+
+/* What the family's config class reads beyond the key-values: its
+ * activation, and how a mixture of experts weighs the experts it chose. */
+static void put_family_constants(hf *h) {
+    ckpt__buf *b = &h->config;
+    if (h->family->hidden_act) {
+        put_key(b, "hidden_act");
+        ckpt__buf_json_string(b, h->family->hidden_act);
+    }
+    if (h->experts && h->family->hf_norm_topk_prob) {
+        put_key(b, "norm_topk_prob");
+        ckpt__buf_puts(b, h->family->hf_norm_topk_prob);
+    }
+}
+
 static ckpt_status write_config(hf *h, ckpt_dtype dtype, bool tied) {
     ckpt__buf *b = &h->config;
     ckpt_status st;
     const ckpt_catalog *c = h->plan->catalog;
-    ckpt__buf_puts(b, "{\n  \"architectures\": [");
-    ckpt__buf_json_string(b, h->family->hf_archs[0]);
-    ckpt__buf_puts(b, "]");
-    put_key(b, "model_type");
-    ckpt__buf_json_string(b, h->family->name);
+    put_architecture(h);
     /* the family's key-values, each name once; head_dim, the KV heads and
      * vocab_size from what the model is (the embeddings' rows) */
-    bool written[sizeof config_names / sizeof *config_names] = {false};
+    const char *written[64];
+    size_t nwritten = 0;
     for (const ckpt__lc_kv *r = h->family->kvs; r->key; r++) {
-        const char *name = config_name(r->hparams);
+        const char *name = config_name(h->family, r->hparams);
         char key[160];
         snprintf(key, sizeof key, r->key, h->family->name);
         const ckpt_kv *kv = ckpt_catalog_kv_find(c, key);
-        size_t n = 0;
-        while (name && config_names[n] != name) n++;
-        if (!name || written[n] || !kv || kv->type == CKPT_KV_STRING || kv->type == CKPT_KV_ARRAY ||
-            !strcmp(name, "head_dim") || !strcmp(name, "num_key_value_heads") || !strcmp(name, "vocab_size"))
+        bool seen = false;
+        for (size_t n = 0; name && n < nwritten; n++) seen |= !strcmp(written[n], name);
+        if (!name || seen || nwritten == sizeof written / sizeof *written || !kv || kv->type == CKPT_KV_STRING ||
+            kv->type == CKPT_KV_ARRAY || !strcmp(name, "head_dim") || !strcmp(name, "num_key_value_heads") ||
+            !strcmp(name, "vocab_size"))
             continue;
-        written[n] = true;
+        written[nwritten++] = name;
         put_key(b, name);
         put_number(h, key, kv);
     }
@@ -334,8 +440,7 @@ static ckpt_status write_config(hf *h, ckpt_dtype dtype, bool tied) {
     }
     put_key(b, "tie_word_embeddings");
     ckpt__buf_puts(b, tied ? "true" : "false");
-    put_key(b, "hidden_act");
-    ckpt__buf_puts(b, "\"silu\"");
+    put_family_constants(h);
     put_key(b, "dtype");
     ckpt__buf_json_string(b, dtype == CKPT_F32 ? "float32" : dtype == CKPT_F16 ? "float16" : "bfloat16");
     ckpt__buf_puts(b, "\n}\n");
@@ -352,7 +457,7 @@ static ckpt_status write_config(hf *h, ckpt_dtype dtype, bool tied) {
 static ckpt_status hf_plan(ckpt_plan *plan, ckpt_dtype dtype, bool files, ckpt_error *err) {
     if (!plan) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "no plan");
     const ckpt_catalog *c = plan->catalog;
-    hf h = {.plan = plan, .path = ckpt_catalog_file_path(c, 0), .err = err};
+    hf h = {.plan = plan, .path = ckpt_catalog_file_path(c, 0), .err = err, .files = files};
     if (ckpt_catalog_format(c) != CKPT_FORMAT_GGUF)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, h.path, NULL, -1, "not a GGUF file");
     if (dtype == CKPT_DTYPE_INVALID) dtype = default_dtype(c);

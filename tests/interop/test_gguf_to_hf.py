@@ -61,6 +61,77 @@ def test_logits_equal_transformers_own_gguf_load(models, family, outtype, tmp_pa
     assert_same_model(transformers_model(gguf, **kw), transformers_model(hf))
 
 
+# Mixtures of experts: llama.cpp stacks each layer's experts into one 3-D
+# tensor; ckpt writes one 2-D tensor per expert, each a slice of the stack.
+MOE = ["mixtral", "qwen2moe", "qwen3moe"]
+# The largest difference of a logit from the original's, per outtype: F32
+# and BF16 hold the bf16 weights exactly, F16 rounds few of them, Q8_0 rounds
+# every block to 8 bits.
+MOE_TOLERANCE = {"f32": 0.0, "bf16": 0.0, "f16": 1e-4, "q8_0": 2e-2}
+
+
+def moe_logits(model):
+    with torch.no_grad():
+        return model(IDS).logits
+
+
+@pytest.mark.parametrize("family", MOE)
+@pytest.mark.parametrize("outtype", ["f32", "f16", "bf16", "q8_0"])
+def test_moe_logits_equal_the_originals(models, family, outtype, tmp_path):
+    """A mixture of experts back to Hugging Face: config.json names the
+    family's config class and its expert keys, from_pretrained loads the
+    per-expert tensors, and the logits are the original model's (exactly
+    where the GGUF holds its bf16 weights exactly)."""
+    original, ggufs = models[family]
+    hf = to_hf(ggufs[outtype], tmp_path / "hf", "--dtype", "f32")
+    config = json.loads((hf / "config.json").read_text())
+    want = json.loads((original / "config.json").read_text())
+    for key in ("architectures", "model_type", "num_experts_per_tok", "hidden_act", "num_local_experts", "num_experts",
+                "moe_intermediate_size", "shared_expert_intermediate_size"):
+        assert config.get(key) == want.get(key), key
+    if family != "mixtral":  # llama.cpp's graph: Qwen2-MoE weighs the chosen experts as they are, Qwen3-MoE normalized
+        assert config["norm_topk_prob"] == want["norm_topk_prob"]
+    a, b = moe_logits(transformers_model(original)), moe_logits(transformers_model(hf))
+    assert (a - b).abs().max().item() <= MOE_TOLERANCE[outtype]
+    back, want = load_file(hf / "model.safetensors"), load_file(original / "model.safetensors")
+    assert back.keys() == want.keys()  # one tensor per expert, under the original's names
+    for k in want if outtype == "f32" else ():  # F32: each expert's tensors the original's, bit for bit
+        assert torch.equal(back[k], want[k].float()), k
+
+
+def test_moe_equals_transformers_own_gguf_load(models, tmp_path):
+    """Qwen3-MoE, which transformers 5.23 loads from the GGUF itself (its
+    GGUF config drops the experts' width: the tiny model's is given), Q8_0
+    experts dequantized: the same state dict and logits, bit for bit.  (Its
+    Qwen2-MoE load fails on the shared expert's gate, and it reads a Mixtral
+    GGUF as a dense Llama.)"""
+    gguf = models["qwen3moe"][1]["q8_0"]
+    hf = to_hf(gguf, tmp_path / "hf", "--dtype", "f32")
+    config = json.loads((hf / "config.json").read_text())
+    theirs = transformers_model(gguf, moe_intermediate_size=config["moe_intermediate_size"])
+    assert_same_model(theirs, transformers_model(hf))
+
+
+@pytest.mark.parametrize("key,value,tensor", [
+    ("llama.expert_count", 8, "blk.0.ffn_gate_exps.weight"),  # the stack's first dimension
+    ("llama.feed_forward_length", 32, "blk.0.ffn_gate_exps.weight"),  # an expert's rows
+])
+def test_moe_key_values_that_contradict_the_stacks_are_refused(models, tmp_path, key, value, tensor):
+    """An expert count or width the stacked tensor's shape contradicts:
+    refused naming the file, the tensor and the key; nothing written.  (The
+    tensors are checked first: the copies leave the tokenizer out, quicker
+    to write; Mixtral's: gguf-py reads Qwen's 151936 tokens slowly.)"""
+    src = models["mixtral"][1]["f32"]
+    src = rewritten(src, tmp_path / "m.gguf", drop=tokenizer_keys(src), change={key: value})
+    refused(src, tmp_path, tensor, key)
+
+
+def test_moe_without_its_expert_count_is_refused(models, tmp_path):
+    src = models["mixtral"][1]["f32"]
+    src = rewritten(src, tmp_path / "m.gguf", drop=("llama.expert_count", *tokenizer_keys(src)))
+    refused(src, tmp_path, "llama.expert_count", "missing", "blk.0.ffn_gate_exps.weight")
+
+
 # Texts for the tokenizers: runs of spaces, tabs and newlines, unicode
 # (accents, CJK, emoji, no-break spaces), digits, contractions, code, and
 # each family's special tokens written in the text.
@@ -192,8 +263,9 @@ def test_rope_scaling_comes_back(models, tmp_path, family, rope):
     assert_same_model(transformers_model(model), transformers_model(hf))
 
 
-def rewritten(src, dst, drop=(), change=None):
-    """A copy of a GGUF with key-values dropped, changed or added (gguf-py)."""
+def rewritten(src, dst, drop=(), change=None, types=None):
+    """A copy of a GGUF with key-values dropped, changed or added (gguf-py);
+    `types`: a changed key-value's GGUF type by name ("INT32", "BOOL"…)."""
     sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
     try:
         import gguf
@@ -204,7 +276,8 @@ def rewritten(src, dst, drop=(), change=None):
             if name.startswith("GGUF.") or name == "general.architecture" or name in drop:
                 continue
             value = (change or {}).get(name, f.contents())
-            w.add_key_value(name, value, f.types[0], sub_type=f.types[-1] if len(f.types) > 1 else None)
+            kind = gguf.GGUFValueType[types[name]] if name in (types or {}) else f.types[0]
+            w.add_key_value(name, value, kind, sub_type=f.types[-1] if len(f.types) > 1 else None)
         for name, value in (change or {}).items():  # new keys: strings
             if name not in r.fields:
                 w.add_string(name, value)
@@ -217,6 +290,16 @@ def rewritten(src, dst, drop=(), change=None):
     finally:
         sys.path.remove(str(LLAMA_CPP / "gguf-py"))
     return dst
+
+
+def tokenizer_keys(src):
+    """The tokenizer's key-values of a GGUF (gguf-py)."""
+    sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
+    try:
+        import gguf
+        return [k for k in gguf.GGUFReader(src).fields if k.startswith("tokenizer.")]
+    finally:
+        sys.path.remove(str(LLAMA_CPP / "gguf-py"))
 
 
 def refused(src, tmp_path, *words):
@@ -265,6 +348,16 @@ def test_key_values_ckpt_cannot_write_back_are_refused(models, tmp_path, family,
     refused(src, tmp_path, *words)
 
 
+@pytest.mark.parametrize("value,kind,want", [(-1, "INT32", -1), (True, "BOOL", True)])
+def test_config_numbers_keep_their_sign_and_booleans(models, tmp_path, value, kind, want):
+    """A signed key-value is written with its sign (not as its unsigned
+    bits, 18446744073709551615), a boolean as true or false (not 1 or 0)."""
+    src = rewritten(models["llama2"][1]["f32"], tmp_path / "m.gguf", change={"llama.context_length": value},
+                    types={"llama.context_length": kind})
+    config = json.loads((to_hf(src, tmp_path / "hf") / "config.json").read_text())
+    assert config["max_position_embeddings"] is want if isinstance(want, bool) else config["max_position_embeddings"] == want
+
+
 def test_tokens_too_long_to_rebuild_merges_from_are_refused(models, tmp_path):
     """SentencePiece's merges are rebuilt by cutting every token at every
     place: work and output grow as a token's length squared.  A GGUF whose
@@ -288,13 +381,7 @@ def test_tokenizer_files_come_of_the_tokenizer_key_values(models, tmp_path):
     src = models["qwen2"][1]["f32"]
     assert sorted(os.listdir(to_hf(src, tmp_path / "with"))) == [
         "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
-    sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
-    try:
-        import gguf
-        keys = [k for k in gguf.GGUFReader(src).fields if k.startswith("tokenizer.")]
-    finally:
-        sys.path.remove(str(LLAMA_CPP / "gguf-py"))
-    stripped = rewritten(src, tmp_path / "m.gguf", drop=keys)
+    stripped = rewritten(src, tmp_path / "m.gguf", drop=tokenizer_keys(src))
     assert sorted(os.listdir(to_hf(stripped, tmp_path / "hf"))) == ["config.json", "model.safetensors"]
 
 

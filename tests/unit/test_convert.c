@@ -360,6 +360,76 @@ static void test_stack_refuses_parts_of_other_shapes(void **state) {
     scratch_free(dir);
 }
 
+static void test_unstack_streams_each_slice_into_its_own_tensor(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *names[] = {"a", "stack", "z"};
+    const char *src = strdup(in_dir(dir, "src.safetensors"));
+    write_f32_tensors(src, names, 3, "[3,2,4]", 24); /* tensor j's element i holds j*100+i */
+    ckpt_catalog *cat;
+    ckpt_plan *p;
+    ckpt_error err;
+    assert_int_equal(ckpt_catalog_open(src, &cat, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_create(cat, &p, &err), CKPT_OK);
+    const char *outs[] = {"e0", "e1", "e2"};
+    assert_int_equal(ckpt__plan_unstack(p, 1, 2, outs, &err), CKPT_E_INVALID_ARGUMENT); /* 3 slices, 2 names */
+    assert_string_equal(err.tensor, "stack");
+    assert_int_equal(ckpt__plan_unstack(p, 1, 3, outs, &err), CKPT_OK);
+    assert_int_equal(ckpt__plan_unstack(p, 1, 3, outs, &err), CKPT_E_INVALID_ARGUMENT); /* split already */
+    assert_int_equal(ckpt_plan_slice(p, "stack", 0, 0, 1, &err), CKPT_E_INVALID_ARGUMENT); /* its boxes stay */
+    assert_int_equal(ckpt_plan_cast(p, "*", CKPT_F16, &err), CKPT_OK); /* every slice cast */
+    assert_int_equal(ckpt_plan_count(p), 3); /* the item is the stack, whole */
+    assert_int_equal(ckpt_plan_item_at(p, 1)->ndim, 3);
+    ckpt_load_options lo;
+    ckpt_load_options_init(&lo);
+    assert_int_equal(ckpt_load(p, &lo, &err), CKPT_E_UNSUPPORTED); /* one output a tensor */
+    const char *dst = strdup(in_dir(dir, "out.safetensors"));
+    assert_int_equal(ckpt_convert_plan(p, dst, NULL, &err), CKPT_OK);
+    ckpt_plan_free(p);
+    ckpt_catalog_close(cat);
+    ckpt_catalog *out;
+    assert_int_equal(ckpt_catalog_open(dst, &out, &err), CKPT_OK);
+    assert_int_equal(ckpt_catalog_tensor_count(out), 5);
+    assert_null(ckpt_catalog_find(out, "stack"));
+    ckpt_catalog_close(out);
+    for (size_t k = 0; k < 3; k++) {
+        const ckpt_tensor_info *t;
+        uint16_t *h = read_output(dst, outs[k], &t);
+        assert_int_equal(t->dtype, CKPT_F16);
+        assert_int_equal(t->ndim, 2);
+        assert_int_equal(t->shape[0], 2);
+        assert_int_equal(t->shape[1], 4);
+        for (size_t i = 0; i < 8; i++) assert_true(ckpt__f16_to_f32(h[i]) == (float)(100 + k * 8 + i));
+        free(h);
+    }
+    free((void *)dst);
+    free((void *)src);
+    scratch_free(dir);
+}
+
+static void test_unstack_refuses_what_it_cannot_slice(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *names[] = {"v", "m"};
+    const char *src = strdup(in_dir(dir, "src.safetensors"));
+    write_f32_tensors(src, names, 2, "[4]", 4);
+    ckpt_catalog *cat;
+    ckpt_plan *p;
+    ckpt_error err;
+    assert_int_equal(ckpt_catalog_open(src, &cat, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_create(cat, &p, &err), CKPT_OK);
+    const char *outs[] = {"a", "b", "c", "d"};
+    assert_int_equal(ckpt__plan_unstack(p, 0, 4, outs, &err), CKPT_E_INVALID_ARGUMENT); /* a vector */
+    assert_non_null(strstr(err.message, "fewer than 2 axes"));
+    size_t parts[] = {0, 1};
+    assert_int_equal(ckpt__plan_stack(p, 0, 2, parts, &err), CKPT_OK);
+    assert_int_equal(ckpt__plan_unstack(p, 0, 2, outs, &err), CKPT_E_INVALID_ARGUMENT); /* stacked */
+    ckpt_plan_free(p);
+    ckpt_catalog_close(cat);
+    free((void *)src);
+    scratch_free(dir);
+}
+
 static void test_compute_adds_in_the_precision_held(void **state) {
     (void)state;
     char *dir = scratch_dir();
@@ -441,6 +511,8 @@ int main(void) {
         cmocka_unit_test(test_plan_tree_json),
         cmocka_unit_test(test_stack_streams_parts_into_one_tensor),
         cmocka_unit_test(test_stack_refuses_parts_of_other_shapes),
+        cmocka_unit_test(test_unstack_streams_each_slice_into_its_own_tensor),
+        cmocka_unit_test(test_unstack_refuses_what_it_cannot_slice),
         cmocka_unit_test(test_compute_adds_in_the_precision_held),
         cmocka_unit_test(test_generated_tensors_come_first),
     };

@@ -120,6 +120,17 @@ typedef struct ckpt__lc_family {
                                          generate_extra_tensors); else that type is refused */
     const ckpt__lc_experts *experts;  /* stacked per-expert tensors, terminated by a NULL hf; or NULL */
     const char *expert_hparams;       /* config.json's names of the expert count, "|"-separated */
+    /* And back (llamacpp_hf.c): config.json as the family's transformers config class reads it. */
+    const char *hf_model_type;        /* model_type; NULL: `name` */
+    const char *hidden_act;           /* hidden_act (the config class's default, which transformers' GGUF
+                                         loader keeps); NULL: none written */
+    const char *const *hf_config_names; /* config names of the family's own hyper-parameters, looked for in
+                                           `kvs`' hparams before the common ones (the expert count's:
+                                           num_local_experts or num_experts); NULL-terminated, or NULL */
+    const char *hf_moe_arch, *hf_moe_model_type; /* architectures[0] and model_type of a GGUF of the family
+                                                    with experts (llama's: Mixtral); NULL: the family's */
+    const char *hf_norm_topk_prob;    /* norm_topk_prob, "true" or "false": whether llama.cpp's graph of the
+                                         family weighs the chosen experts normalized; NULL: no such key */
 } ckpt__lc_family;
 
 /* TextModel.set_gguf_parameters' key-values, which every family's table

@@ -56,6 +56,9 @@ static const ckpt__lc_pre ckpt__lc_llama_pres[] = {
     {NULL, NULL},
 };
 
+/* MixtralConfig's names of the expert count and of the experts a token takes. */
+static const char *const ckpt__lc_llama_hf_names[] = {"num_local_experts", "num_experts_per_tok", NULL};
+
 static const ckpt__lc_family ckpt__lc_llama = {
     .name = "llama",
     .hf_archs = ckpt__lc_llama_archs,
@@ -67,6 +70,10 @@ static const ckpt__lc_family ckpt__lc_llama = {
     .rope_freqs = true,
     .experts = ckpt__lc_llama_experts,
     .expert_hparams = "num_local_experts", /* LlamaModel reads hparams["num_local_experts"] */
+    .hidden_act = "silu",
+    .hf_config_names = ckpt__lc_llama_hf_names,
+    .hf_moe_arch = "MixtralForCausalLM", /* llama.cpp's llama with experts is Mixtral */
+    .hf_moe_model_type = "mixtral",
 };
 
 #endif

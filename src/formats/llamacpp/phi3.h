@@ -58,6 +58,7 @@ static const ckpt__lc_pre ckpt__lc_phi3_pres[] = {
 
 static const ckpt__lc_family ckpt__lc_phi3 = {
     .name = "phi3",
+    .hidden_act = "silu",
     .hf_archs = ckpt__lc_phi3_archs,
     .kvs = ckpt__lc_phi3_kvs,
     .tensors = ckpt__lc_phi3_tensors,

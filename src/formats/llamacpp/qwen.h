@@ -52,6 +52,7 @@ static const ckpt__lc_pre ckpt__lc_qwen2_pres[] = {
 
 static const ckpt__lc_family ckpt__lc_qwen2 = {
     .name = "qwen2",
+    .hidden_act = "silu",
     .hf_archs = ckpt__lc_qwen2_archs,
     .kvs = ckpt__lc_qwen2_kvs,
     .tensors = ckpt__lc_qwen2_tensors,
@@ -80,6 +81,7 @@ static const ckpt__lc_tensor ckpt__lc_qwen3_tensors[] = {
 
 static const ckpt__lc_family ckpt__lc_qwen3 = {
     .name = "qwen3",
+    .hidden_act = "silu",
     .hf_archs = ckpt__lc_qwen3_archs,
     .kvs = ckpt__lc_qwen2_kvs,
     .tensors = ckpt__lc_qwen3_tensors,
@@ -120,6 +122,10 @@ static const ckpt__lc_experts ckpt__lc_qwen_moe_experts[] = {
     {NULL, NULL, {CKPT__LC_ANY}},
 };
 
+/* Qwen2MoeConfig's and Qwen3MoeConfig's names of the experts' hyper-parameters. */
+static const char *const ckpt__lc_qwen_moe_hf_names[] = {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                                                         "shared_expert_intermediate_size", NULL};
+
 static const char *const ckpt__lc_qwen2moe_archs[] = {"Qwen2MoeForCausalLM", NULL};
 
 static const ckpt__lc_tensor ckpt__lc_qwen2moe_tensors[] = {
@@ -139,6 +145,10 @@ static const ckpt__lc_family ckpt__lc_qwen2moe = {
     .add_space_prefix = false,
     .experts = ckpt__lc_qwen_moe_experts,
     .expert_hparams = "num_local_experts|num_experts", /* the script's find_hparam */
+    .hf_model_type = "qwen2_moe",
+    .hidden_act = "silu",
+    .hf_config_names = ckpt__lc_qwen_moe_hf_names,
+    .hf_norm_topk_prob = "false", /* llama.cpp's qwen2moe graph: the chosen experts' softmax weights as they are */
 };
 
 static const char *const ckpt__lc_qwen3moe_archs[] = {"Qwen3MoeForCausalLM", NULL};
@@ -160,6 +170,10 @@ static const ckpt__lc_family ckpt__lc_qwen3moe = {
     .add_space_prefix = false,
     .experts = ckpt__lc_qwen_moe_experts,
     .expert_hparams = "num_local_experts|num_experts",
+    .hf_model_type = "qwen3_moe",
+    .hidden_act = "silu",
+    .hf_config_names = ckpt__lc_qwen_moe_hf_names,
+    .hf_norm_topk_prob = "true", /* llama.cpp's qwen3moe graph normalizes them (transformers' GGUF loader too) */
 };
 
 #endif
