@@ -144,9 +144,22 @@ test-asan-hostile: build build-asan venv
 python-package: venv
 	$(PY) -m pip install -q --no-build-isolation --no-deps .
 
+# The suites in two pytest processes at once, one a core (each is mostly one
+# Python process waiting on its own subprocesses); each one's output is
+# printed whole when both have ended, and either failing fails the target.
+# PYTEST_ARGS adds options to both (e.g. PYTEST_ARGS=--durations=30).
+PYTEST_ENV = CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so CKPT_LLAMA_CPP=$(LLAMA_CPP_REF)
+PYTEST_SPLIT_A := tests/interop tests/readme
+PYTEST_SPLIT_B := tests/python tests/cli tests/sources
 test-python: build venv python-package bindings-deps llama-cpp-ref
-	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so CKPT_LLAMA_CPP=$(LLAMA_CPP_REF) \
-	  $(PY) -m pytest -q tests/interop tests/cli tests/python tests/sources tests/readme
+	@mkdir -p $(BUILD)/pytest; rm -f $(BUILD)/pytest/a.rc $(BUILD)/pytest/b.rc; start=$$(date +%s); \
+	{ $(PYTEST_ENV) $(PY) -m pytest -q $(PYTEST_ARGS) $(PYTEST_SPLIT_A) > $(BUILD)/pytest/a.log 2>&1; echo $$? > $(BUILD)/pytest/a.rc; } & \
+	{ $(PYTEST_ENV) $(PY) -m pytest -q $(PYTEST_ARGS) $(PYTEST_SPLIT_B) > $(BUILD)/pytest/b.log 2>&1; echo $$? > $(BUILD)/pytest/b.rc; } & \
+	wait; rc=0; for part in a b; do \
+	  dirs="$(PYTEST_SPLIT_A)"; [ $$part = b ] && dirs="$(PYTEST_SPLIT_B)"; \
+	  echo "pytest -q $$dirs (exit $$(cat $(BUILD)/pytest/$$part.rc)):"; cat $(BUILD)/pytest/$$part.log; \
+	  [ "$$(cat $(BUILD)/pytest/$$part.rc)" = 0 ] || rc=1; \
+	done; echo "test-python: $$(( $$(date +%s) - start )) s"; exit $$rc
 
 test: test-unit test-asan test-asan-hostile test-tsan test-python test-bindings test-mpi
 
