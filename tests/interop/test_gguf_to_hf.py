@@ -206,6 +206,13 @@ def gguf_reader(src):
         sys.path.remove(str(LLAMA_CPP / "gguf-py"))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def readers_let_go():
+    """The parsed files (~0.5 GB a large vocabulary) kept no longer than this module."""
+    yield
+    gguf_reader.cache_clear()
+
+
 def rewritten(src, dst, drop=(), change=None):
     """A copy of a GGUF with key-values dropped, changed or added (gguf-py)."""
     sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))

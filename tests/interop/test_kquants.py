@@ -109,6 +109,13 @@ def script_file(path):
     return gguf.GGUFReader(path)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def readers_let_go():
+    """The parsed files (~0.5 GB a large vocabulary) kept no longer than this module."""
+    yield
+    script_file.cache_clear()
+
+
 def fields(reader):
     """The key-values of a GGUF file, in order: (key, types, value)."""
     out = []
