@@ -144,9 +144,31 @@ test-asan-hostile: build build-asan venv
 python-package: venv
 	$(PY) -m pip install -q --no-build-isolation --no-deps .
 
+# The suites in two pytest processes at once, one a core (each is mostly one
+# Python process waiting on its own subprocesses).  Their lines are printed
+# as they come, marked [A] or [B] (and kept whole in $(BUILD)/pytest/), so a
+# slow or stuck test shows in CI's log while it runs; a half still running
+# after PYTEST_HALF_LIMIT seconds is interrupted (SIGINT: pytest prints where
+# it was), and either failing fails the target.
+# PYTEST_ARGS adds options to both (e.g. PYTEST_ARGS=--durations=30).  The
+# halves have about the same CPU time (interop+sources+readme ~720-790 s with a
+# fresh clone's references, python+cli ~780 s, measured under load): a new
+# test directory must be added to one of them, or it is not run.
+PYTEST_ENV = CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so CKPT_LLAMA_CPP=$(LLAMA_CPP_REF)
+PYTEST_SPLIT_A := tests/interop tests/sources tests/readme
+PYTEST_SPLIT_B := tests/python tests/cli
+PYTEST_HALF_LIMIT ?= 3600
 test-python: build venv python-package bindings-deps llama-cpp-ref
-	CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so CKPT_LLAMA_CPP=$(LLAMA_CPP_REF) \
-	  $(PY) -m pytest -q tests/interop tests/cli tests/python tests/sources tests/readme
+	@mkdir -p $(BUILD)/pytest; rm -f $(BUILD)/pytest/a.rc $(BUILD)/pytest/b.rc; start=$$(date +%s); \
+	{ { $(PYTEST_ENV) PYTHONUNBUFFERED=1 timeout -s INT -k 60 $(PYTEST_HALF_LIMIT) $(PY) -m pytest -q $(PYTEST_ARGS) \
+	    $(PYTEST_SPLIT_A) 2>&1; echo $$? > $(BUILD)/pytest/a.rc; } | tee $(BUILD)/pytest/a.log | sed -u 's/^/[A] /'; } & \
+	{ { $(PYTEST_ENV) PYTHONUNBUFFERED=1 timeout -s INT -k 60 $(PYTEST_HALF_LIMIT) $(PY) -m pytest -q $(PYTEST_ARGS) \
+	    $(PYTEST_SPLIT_B) 2>&1; echo $$? > $(BUILD)/pytest/b.rc; } | tee $(BUILD)/pytest/b.log | sed -u 's/^/[B] /'; } & \
+	wait; rc=0; for part in a b; do \
+	  dirs="$(PYTEST_SPLIT_A)"; [ $$part = b ] && dirs="$(PYTEST_SPLIT_B)"; \
+	  echo "pytest -q $$dirs: exit $$(cat $(BUILD)/pytest/$$part.rc), $$(tail -n 1 $(BUILD)/pytest/$$part.log)"; \
+	  [ "$$(cat $(BUILD)/pytest/$$part.rc)" = 0 ] || rc=1; \
+	done; echo "test-python: $$(( $$(date +%s) - start )) s"; exit $$rc
 
 test: test-unit test-asan test-asan-hostile test-tsan test-python test-bindings test-mpi
 

@@ -5,6 +5,7 @@ from_pretrained loads, against transformers' own load of the same GGUF file
 puts llama's Q/K rows back with its reverse_permute): the same tensors and
 the same logits, exactly.  The models are test_llamacpp.py's tiny random
 ones, converted by the vendored script."""
+import functools
 import json
 import os
 import subprocess
@@ -263,13 +264,33 @@ def test_rope_scaling_comes_back(models, tmp_path, family, rope):
     assert_same_model(transformers_model(model), transformers_model(hf))
 
 
+@functools.cache
+def gguf_reader(src):
+    """gguf-py's reader of a GGUF that stays as it is (a reference, a
+    fixture's file), parsed once for the tests that read or rewrite it:
+    parsing a vocabulary of 128k tokens is ~9 s of CPU."""
+    sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
+    try:
+        import gguf
+        return gguf.GGUFReader(src)
+    finally:
+        sys.path.remove(str(LLAMA_CPP / "gguf-py"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def readers_let_go():
+    """The parsed files (~0.5 GB a large vocabulary) kept no longer than this module."""
+    yield
+    gguf_reader.cache_clear()
+
+
 def rewritten(src, dst, drop=(), change=None, types=None):
     """A copy of a GGUF with key-values dropped, changed or added (gguf-py);
     `types`: a changed key-value's GGUF type by name ("INT32", "BOOL"…)."""
     sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
     try:
         import gguf
-        r = gguf.GGUFReader(src)
+        r = gguf_reader(src)
         arch = (change or {}).get("general.architecture", r.fields["general.architecture"].contents())
         w = gguf.GGUFWriter(dst, arch=arch)
         for name, f in r.fields.items():
@@ -294,12 +315,7 @@ def rewritten(src, dst, drop=(), change=None, types=None):
 
 def tokenizer_keys(src):
     """The tokenizer's key-values of a GGUF (gguf-py)."""
-    sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
-    try:
-        import gguf
-        return [k for k in gguf.GGUFReader(src).fields if k.startswith("tokenizer.")]
-    finally:
-        sys.path.remove(str(LLAMA_CPP / "gguf-py"))
+    return [k for k in gguf_reader(src).fields if k.startswith("tokenizer.")]
 
 
 def refused(src, tmp_path, *words):
@@ -364,12 +380,7 @@ def test_tokens_too_long_to_rebuild_merges_from_are_refused(models, tmp_path):
     vocabulary holds a token made to blow that up is refused, naming the
     key, before any work; nothing is written."""
     src = models["llama2"][1]["f32"]
-    sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
-    try:
-        import gguf
-        tokens = list(gguf.GGUFReader(src).fields["tokenizer.ggml.tokens"].contents())
-    finally:
-        sys.path.remove(str(LLAMA_CPP / "gguf-py"))
+    tokens = list(gguf_reader(src).fields["tokenizer.ggml.tokens"].contents())
     tokens[-1] = "a" * 20000  # 20000² bytes of cuts, past the 256 MiB bound
     long = rewritten(src, tmp_path / "m.gguf", change={"tokenizer.ggml.tokens": tokens})
     refused(long, tmp_path, "tokenizer.ggml.tokens", "too long to rebuild merges")

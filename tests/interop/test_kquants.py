@@ -11,6 +11,7 @@ builds the references from the llama-cpp-python sdist at test time):
   quantization of the script's f32 data, laid out as ggml's GGUF writer lays
   them out, and the script's key-values with general.quantization_version
   and general.file_type last, as llama-quantize sets them again."""
+import functools
 import subprocess
 
 import gguf
@@ -101,6 +102,20 @@ def mix_models(tmp_path_factory):
     return {name: (d, reference(d, "f32")) for name, d in dirs.items()}
 
 
+@functools.cache
+def script_file(path):
+    """gguf-py's reader of the script's F32 file, parsed once for the five
+    mixes of a model (a vocabulary of 152k tokens is ~9 s of CPU)."""
+    return gguf.GGUFReader(path)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def readers_let_go():
+    """The parsed files (~0.5 GB a large vocabulary) kept no longer than this module."""
+    yield
+    script_file.cache_clear()
+
+
 def fields(reader):
     """The key-values of a GGUF file, in order: (key, types, value)."""
     out = []
@@ -138,7 +153,7 @@ def test_mix_is_llama_quantizes(ref, mix_models, model, mix, tmp_path):
     dst = tmp_path / "out.gguf"
     r = subprocess.run([ckptlib.BIN_PATH, "convert", src, dst, "--dtype", mix, "-q"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    base, got = gguf.GGUFReader(f32), gguf.GGUFReader(dst)
+    base, got = script_file(f32), gguf.GGUFReader(dst)
     # the types: llama-quant.cpp's choice, in its order
     want = ggml_ref.mix_types(MIXES[mix], *hparams(base),
                               [(t.name, int(t.tensor_type), t.shape.tolist()) for t in base.tensors])

@@ -3,11 +3,13 @@
 into .cache/ and names in CKPT_LLAMA_CPP): ckpt's file is the script's, byte
 for byte, and bad model directories are refused by file and key with nothing
 written."""
+import atexit
 import hashlib
 import json
 import os
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -328,9 +330,11 @@ def tiny_phi3(out, dtype=torch.bfloat16, seed=6, **config_changes):
 
 
 def reference(model, outtype):
-    """llama.cpp's conversion, with the venv's Python: kept beside the
-    unpacked script under the digest of the model's files (the models are
-    seeded, so reruns take the kept file; ~15 s a conversion otherwise)."""
+    """llama.cpp's conversion, with the venv's Python (a convert_worker.py
+    process: the script's main() as `python convert_hf_to_gguf.py MODEL
+    --outfile F --outtype T` runs it): kept beside the unpacked script under
+    the digest of the model's files (the models are seeded, so reruns take
+    the kept file; ~4 s a conversion otherwise)."""
     digest = hashlib.sha256(outtype.encode())
     for f in sorted(model.iterdir()):
         digest.update(f.name.encode() + b"\0" + f.read_bytes())
@@ -339,11 +343,65 @@ def reference(model, outtype):
         return dst
     dst.parent.mkdir(exist_ok=True)
     tmp = dst.with_suffix(f".{os.getpid()}.tmp")
-    r = subprocess.run([sys.executable, SCRIPT, model, "--outfile", tmp, "--outtype", outtype],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
+    answer = SCRIPT_WORKERS.run({"model": str(model), "outfile": str(tmp), "outtype": outtype})
+    assert answer["ok"], answer["error"]
     os.replace(tmp, dst)
     return dst
+
+
+class ScriptWorkers:
+    """Up to `size` convert_worker.py processes, each the script imported
+    once, started as jobs come and ended when the tests' process exits."""
+
+    def __init__(self, size):
+        self.size, self.started, self.idle = size, [], []
+        self.changed = threading.Condition()
+
+    def run(self, job):
+        worker = self.take()
+        worker.stdin.write(json.dumps(job) + "\n")
+        worker.stdin.flush()
+        line = worker.stdout.readline()
+        answer = json.loads(line) if line else {"ok": False, "error": f"the worker ended ({worker.wait()})"}
+        if answer["ok"]:
+            self.give_back(worker)
+        else:  # it has ended (or is ending): a fresh one takes its place
+            self.close(worker)
+        return answer
+
+    def take(self):
+        with self.changed:
+            while not self.idle and len(self.started) == self.size:
+                self.changed.wait()
+            if self.idle:
+                return self.idle.pop()
+            w = subprocess.Popen([sys.executable, Path(__file__).with_name("convert_worker.py"), SCRIPT],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            self.started.append(w)
+            return w
+
+    def give_back(self, worker):
+        with self.changed:
+            self.idle.append(worker)
+            self.changed.notify()
+
+    def close(self, worker):
+        worker.stdin.close()
+        worker.wait()
+        with self.changed:
+            self.started.remove(worker)
+            if worker in self.idle:
+                self.idle.remove(worker)
+            self.changed.notify()
+
+    def close_all(self):
+        for w in list(self.started):
+            self.close(w)
+
+
+# Two: the CI machine's cores.
+SCRIPT_WORKERS = ScriptWorkers(2)
+atexit.register(SCRIPT_WORKERS.close_all)
 
 
 def assert_the_scripts_file(model, outtype, tmp_path):
@@ -377,7 +435,7 @@ def models(tmp_path_factory):
     for family, d in dirs.items():
         tokenizer(TOKENIZER_OF.get(family, family), d)
     jobs = [(f, t) for f in dirs for t in OUTTYPES]
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with ThreadPoolExecutor(max_workers=SCRIPT_WORKERS.size) as pool:
         refs = dict(zip(jobs, pool.map(lambda j: reference(dirs[j[0]], j[1]), jobs)))
     return {f: (d, {t: refs[f, t] for t in OUTTYPES}) for f, d in dirs.items()}
 
