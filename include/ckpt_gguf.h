@@ -191,16 +191,18 @@ CKPT_API ckpt_status ckpt_gguf_llamacpp_plan_mix(ckpt_plan *plan, const char *mo
  * And back: sets up `plan` (over a llama.cpp GGUF file) so that
  * ckpt_convert_plan into a directory writes a Hugging Face model directory
  * that transformers' from_pretrained loads, for the families
- * ckpt_gguf_llamacpp_plan writes (llama, qwen2, qwen3, phi3, and the
- * mixtures of experts: llama with experts — Mixtral —, qwen2moe, qwen3moe:
- * the same per-family tables, read backwards):
+ * ckpt_gguf_llamacpp_plan writes (llama, qwen2, qwen3, phi3, gemma2,
+ * gemma3, and the mixtures of experts: llama with experts — Mixtral —,
+ * qwen2moe, qwen3moe: the same per-family tables, read backwards):
  *
  *   tensors       Hugging Face's names; the Q and K rows llama.cpp's
  *                 conversion reordered put back (transformers'
  *                 reverse_permute); a layer's stacked experts (experts ×
  *                 out × in) as one tensor per expert, each a slice of the
- *                 stack, streamed; each tensor dequantized or cast to
- *                 `dtype`
+ *                 stack, streamed; Gemma's norms less the 1 the
+ *                 conversion added (in float32: exact wherever w + 1 was
+ *                 a float32, docs/FORMATS.md); each tensor dequantized
+ *                 or cast to `dtype`; rope_freqs is no weight
  *   config.json   architectures and model_type of the family (Mixtral's
  *                 for a llama file with experts), its hyper-parameters
  *                 from the architecture's key-values (under the names of
@@ -209,9 +211,13 @@ CKPT_API ckpt_status ckpt_gguf_llamacpp_plan_mix(ckpt_plan *plan, const char *mo
  *                 shared_expert_intermediate_size; signed integers with
  *                 their sign, booleans as true and false), vocab_size from
  *                 the embeddings, rope_parameters (linear and yarn scaling
- *                 too), the special token ids, tie_word_embeddings when
- *                 there is no output.weight, hidden_act, and norm_topk_prob
- *                 as llama.cpp weighs a mixture's chosen experts
+ *                 too; llama3's recovered from rope_freqs, checked by
+ *                 recomputing the tensor), the special token ids,
+ *                 tie_word_embeddings when there is no output.weight,
+ *                 hidden_act, norm_topk_prob as llama.cpp weighs a
+ *                 mixture's chosen experts, and Gemma's soft-caps, layer
+ *                 types, query scale and activation as llama.cpp runs the
+ *                 file
  *   tokenizer.json, tokenizer_config.json
  *                 from the tokenizer.ggml.* key-values ("gpt2": byte-level
  *                 BPE with the split of tokenizer.ggml.pre; "llama":
@@ -229,7 +235,7 @@ CKPT_API ckpt_status ckpt_gguf_llamacpp_plan_mix(ckpt_plan *plan, const char *mo
  * that contradicts a tensor's shape (an expert count its stacks'
  * first dimension contradicts), a tensor
  * the family has no Hugging Face name for, a RoPE scaling other than linear
- * and yarn, a tokenizer ckpt cannot write (another tokenizer.ggml.model, an
+ * and yarn, a rope_freqs tensor no llama3 parameters make, a tokenizer ckpt cannot write (another tokenizer.ggml.model, an
  * unknown tokenizer.ggml.pre) or key-values of it that contradict the
  * vocabulary.
  */
@@ -240,9 +246,10 @@ CKPT_API ckpt_status ckpt_gguf_hf_plan(ckpt_plan *plan, ckpt_dtype dtype, ckpt_e
  * (ckpt_load, Python's `as_hf=True`): the same names, Q/K rows and dtype,
  * and the same errors about them, but no config.json and no tokenizer
  * files are made, so the tokenizer's key-values are neither read nor
- * checked.  A load gives each of the file's tensors one output: stacked
- * experts, which ckpt_gguf_hf_plan splits, are refused
- * (CKPT_E_INVALID_ARGUMENT naming the tensor).
+ * checked, nor is rope_freqs (left out).  A load gives each of the
+ * file's tensors one output and computes nothing: stacked experts, which
+ * ckpt_gguf_hf_plan splits, and a tensor stored shifted (Gemma's norms,
+ * + 1) are refused (CKPT_E_INVALID_ARGUMENT naming the tensor).
  */
 CKPT_API ckpt_status ckpt_gguf_hf_plan_tensors(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err);
 

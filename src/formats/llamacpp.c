@@ -392,6 +392,24 @@ static ckpt_status rope_number(lc *c, const char *key, double fallback, double *
     return CKPT_OK;
 }
 
+void ckpt__lc_llama3_rope_freqs(float *f, uint64_t n, uint64_t dim, double base, double factor, double low,
+                                double high, double ctx) {
+    double low_wavelen = ctx / low, high_wavelen = ctx / high;
+    for (uint64_t i = 0; i < n; i++) {
+        float exponent = (float)(2 * i) / (float)dim;
+        float freq = 1.0f / powf((float)base, exponent);
+        float wavelen = (1.0f / freq) * (float)(2 * M_PI);
+        if (wavelen < (float)high_wavelen) {
+            f[i] = 1.0f;
+        } else if (wavelen > (float)low_wavelen) {
+            f[i] = (float)factor;
+        } else {
+            float smooth = ((1.0f / wavelen) * (float)ctx - (float)low) / (float)(high - low);
+            f[i] = 1.0f / ((1.0f - smooth) / (float)factor + smooth);
+        }
+    }
+}
+
 /* LlamaModel.generate_extra_tensors for RoPE type llama3: rope_freqs, a
  * factor per pair of the head's dimensions, float32 as torch computes it
  * (each step rounded to float32; a scalar divided by a tensor is the
@@ -412,20 +430,7 @@ static ckpt_status generate_rope_freqs(lc *c) {
                           "llama3's RoPE needs a head dimension and distinct, nonzero low and high frequency factors");
     float *f = ckpt__malloc(n * sizeof *f);
     if (!f) return ckpt__oom(c->err, c->config.path, "rope_freqs");
-    double low_wavelen = ctx / low, high_wavelen = ctx / high;
-    for (uint64_t i = 0; i < n; i++) {
-        float exponent = (float)(2 * i) / (float)dim;
-        float freq = 1.0f / powf((float)base, exponent);
-        float wavelen = (1.0f / freq) * (float)(2 * M_PI);
-        if (wavelen < (float)high_wavelen) {
-            f[i] = 1.0f;
-        } else if (wavelen > (float)low_wavelen) {
-            f[i] = (float)factor;
-        } else {
-            float smooth = ((1.0f / wavelen) * (float)ctx - (float)low) / (float)(high - low);
-            f[i] = 1.0f / ((1.0f - smooth) / (float)factor + smooth);
-        }
-    }
+    ckpt__lc_llama3_rope_freqs(f, n, dim, base, factor, low, high, ctx);
     uint64_t shape[1] = {n};
     st = ckpt__plan_generate(c->plan, "rope_freqs.weight", CKPT_F32, 1, shape, f, n * sizeof *f, c->err);
     free(f);

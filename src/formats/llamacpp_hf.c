@@ -1,15 +1,18 @@
 /*
  * llamacpp_hf.c — "and back": a llama.cpp GGUF as a Hugging Face model
  * directory (ckpt_gguf_hf_plan, ckpt_gguf.h).  The reverse of llamacpp.c,
- * read from the same per-family tables (llamacpp/{llama,qwen,phi3}.h), so
- * that each family's mapping lives in one place: the family is the one whose
- * name is general.architecture, each tensor gets the Hugging Face name whose
- * llama.cpp name it has, Q and K rows that the script reordered for
+ * read from the same per-family tables (llamacpp/{llama,qwen,phi3,gemma}.h),
+ * so that each family's mapping lives in one place: the family is the one
+ * whose name is general.architecture, each tensor gets the Hugging Face name
+ * whose llama.cpp name it has, Q and K rows that the script reordered for
  * llama.cpp's RoPE are put back (transformers' reverse_permute), a layer's
- * stacked experts become one tensor per expert (ckpt__plan_unstack: each
- * a slice of the stack, streamed), and config.json is made of the family's
+ * stacked experts become one tensor per expert (ckpt__plan_unstack: each a
+ * slice of the stack, streamed), what the script added to a tensor
+ * (Gemma's norms) is taken away, and config.json is made of the family's
  * key-values, each written under the transformers name among the family's
- * hyper-parameter names (its own first: num_local_experts, num_experts).
+ * hyper-parameter names (its own first: num_local_experts, num_experts),
+ * with what the family's table says llama.cpp assumes (ckpt__lc_hf_config)
+ * and Llama 3.1's RoPE parameters recovered from rope_freqs.
  */
 #include <errno.h>
 #include <math.h>
@@ -23,30 +26,40 @@
 #include "ckpt_gguf.h"
 #include "llamacpp_hf.h"
 #include "llamacpp/arch.h"
+#include "llamacpp/gemma.h"
 #include "llamacpp/llama.h"
 #include "llamacpp/phi3.h"
 #include "llamacpp/qwen.h"
 
-static const ckpt__lc_family *const hf_families[] = {&ckpt__lc_llama, &ckpt__lc_qwen2,    &ckpt__lc_qwen3,
-                                                     &ckpt__lc_phi3,  &ckpt__lc_qwen2moe, &ckpt__lc_qwen3moe};
+static const ckpt__lc_family *const hf_families[] = {
+    &ckpt__lc_llama, &ckpt__lc_qwen2,    &ckpt__lc_qwen3,    &ckpt__lc_phi3,
+    &ckpt__lc_gemma2, &ckpt__lc_gemma3, &ckpt__lc_qwen2moe, &ckpt__lc_qwen3moe,
+};
 
 /* The names transformers' configs give the hyper-parameters: config.json
  * takes, for a family's key-value, the one of its hparams list here. */
 static const char *const config_names[] = {
     "num_hidden_layers", "max_position_embeddings", "hidden_size", "intermediate_size", "num_attention_heads",
     "num_key_value_heads", "rms_norm_eps", "head_dim", "vocab_size", "original_max_position_embeddings",
-    "sliding_window", NULL,
+    "sliding_window", "attn_logit_softcapping", "final_logit_softcapping", NULL,
 };
+
+/* Llama 3.1's RoPE parameters, recovered from rope_freqs. */
+typedef struct llama3_rope {
+    bool found;
+    double factor, low, high, ctx;
+} llama3_rope;
 
 typedef struct hf {
     ckpt_plan *plan;
     const char *path; /* the GGUF file, for messages */
     ckpt_error *err;
     const ckpt__lc_family *family;
-    uint64_t n_head, n_kv, n_embd, n_ff, head_dim, vocab;
-    uint64_t n_expert, n_expert_ff, n_shared_ff; /* 0: the key is missing */
     bool files;   /* a conversion's plan (config.json, the tokenizer's files), not a load's */
+    uint64_t n_head, n_kv, n_embd, n_ff, head_dim, vocab, layers;
+    uint64_t n_expert, n_expert_ff, n_shared_ff; /* 0: the key is missing */
     bool experts; /* the file has stacked experts: a mixture of experts */
+    llama3_rope llama3;
     ckpt__buf config;
     char nonfinite[160]; /* the first key whose float is NaN or infinite: JSON has no such number */
 } hf;
@@ -109,7 +122,7 @@ static ckpt_status find_family(hf *h) {
 static ckpt_status read_hparams(hf *h) {
     ckpt_status st;
     if ((st = need_uint(h, "attention.head_count", &h->n_head)) || (st = need_uint(h, "embedding_length", &h->n_embd)) ||
-        (st = need_uint(h, "feed_forward_length", &h->n_ff)) || (st = need_uint(h, "block_count", &(uint64_t){0})))
+        (st = need_uint(h, "feed_forward_length", &h->n_ff)) || (st = need_uint(h, "block_count", &h->layers)))
         return st;
     h->n_kv = h->n_head;
     if (arch_kv(h, "attention.head_count_kv") && (st = need_uint(h, "attention.head_count_kv", &h->n_kv))) return st;
@@ -240,11 +253,27 @@ static ckpt_status plan_experts(hf *h, size_t index, const ckpt_tensor_info *t, 
     return st;
 }
 
+/* What the script added to each element (Gemma's norms: + 1) taken away,
+ * in float32, the engine's elementwise rule streamed as the forward one
+ * is: (w + 1) − 1 is w exactly wherever w + 1 was (a bfloat16 w of
+ * magnitude 2^-16 or more; docs/FORMATS.md).  A load applies no such
+ * rule: refused, so that a caller reads the GGUF its own way. */
+static ckpt_status unshift(hf *h, size_t index, const ckpt_tensor_info *t, const ckpt__lc_tensor *m) {
+    if (!h->files)
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, t->name, -1,
+                          "llama.cpp's %s holds it + %g, which a load does not take away (ckpt convert does)",
+                          h->family->name, (double)m->add);
+    ckpt__elementwise rule = {.add = -(double)m->add, .hold = CKPT_F32};
+    return ckpt__plan_compute(h->plan, index, &rule, h->err);
+}
+
 static ckpt_status plan_tensor(hf *h, size_t index) {
     const ckpt_tensor_info *t = ckpt_catalog_tensor(h->plan->catalog, index);
     unsigned layer = 0;
+    if (h->family->rope_freqs && !strcmp(t->name, "rope_freqs.weight"))
+        return ckpt_plan_exclude(h->plan, "rope_freqs.weight", h->err); /* config.json's rope_parameters */
     const ckpt__lc_tensor *m = h->family->tensors;
-    while (m->hf && !matches(m->gguf, t->name, &layer)) m++;
+    while (m->hf && (!m->gguf || !matches(m->gguf, t->name, &layer))) m++; /* gguf NULL: a tensor the script drops */
     const ckpt__lc_experts *x = h->family->experts;
     while (!m->hf && x && x->hf && !matches(x->gguf, t->name, &layer)) x++;
     if (!m->hf && x && x->hf) return plan_experts(h, index, t, x, layer);
@@ -254,6 +283,7 @@ static ckpt_status plan_tensor(hf *h, size_t index) {
     ckpt_status st = check_shape(h, t, m->ndim, m->dims);
     if (st == CKPT_OK && m->rope == CKPT__LC_PERMUTE_Q) st = unpermute_rows(h, index, t, h->n_head);
     else if (st == CKPT_OK && m->rope == CKPT__LC_PERMUTE_K) st = unpermute_rows(h, index, t, h->n_kv);
+    else if (st == CKPT_OK && m->add != 0.0f) st = unshift(h, index, t, m);
     if (st) return st;
     char name[256];
     snprintf(name, sizeof name, m->hf, layer);
@@ -338,8 +368,31 @@ static void put_member(hf *h, const char *name, const char *suffix, const ckpt_k
 
 static bool is_number(const ckpt_kv *kv) { return kv && kv->type != CKPT_KV_STRING && kv->type != CKPT_KV_ARRAY; }
 
-/* RoPE as transformers 5 writes it: rope_parameters. */
-static ckpt_status put_rope(hf *h) {
+/* A float member, spelled as a float (", \"name\": 4.0"). */
+static void put_float(ckpt__buf *b, const char *name, double v, bool f32) {
+    char tmp[48];
+    ckpt__shortest_float(tmp, sizeof tmp, v, f32);
+    ckpt__buf_puts(b, ", ");
+    ckpt__buf_json_string(b, name);
+    ckpt__buf_puts(b, ": ");
+    ckpt__buf_puts(b, tmp);
+    if (!strpbrk(tmp, ".eEni")) ckpt__buf_puts(b, ".0");
+}
+
+/* Llama 3.1's RoPE parameters, as recovered (transformers' names). */
+static void put_llama3(ckpt__buf *b, const llama3_rope *r) {
+    put_float(b, "factor", r->factor, true); /* the file's float32 */
+    put_float(b, "low_freq_factor", r->low, false);
+    put_float(b, "high_freq_factor", r->high, false);
+    ckpt__buf_puts(b, ", \"original_max_position_embeddings\": ");
+    ckpt__buf_u64(b, (uint64_t)r->ctx);
+}
+
+/* A rope_parameters object's members: the type, rope_theta (the
+ * key-value, else llama.cpp's default where `fallback_theta`), the linear
+ * or yarn scaling, Llama 3.1's recovered from rope_freqs, and the partial
+ * rotary factor. */
+static ckpt_status put_rope_members(hf *h, bool fallback_theta) {
     ckpt__buf *b = &h->config;
     const ckpt_kv *type = arch_kv(h, "rope.scaling.type"), *factor = arch_kv(h, "rope.scaling.factor");
     const char *name = type && type->type == CKPT_KV_STRING ? type->string : "none";
@@ -350,16 +403,21 @@ static ckpt_status put_rope(hf *h) {
                           "key '%s.rope.scaling.%s' is %s: ckpt carries linear and yarn RoPE scaling, with a factor, "
                           "back to Hugging Face",
                           h->family->name, known ? "factor" : "type", known ? "missing or not a number" : name);
-    put_key(b, "rope_parameters");
+    if (scaled && h->llama3.found)
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, "rope_freqs.weight", -1,
+                          "key '%s.rope.scaling.type' (%s) and llama3's rope_freqs both scale the RoPE",
+                          h->family->name, name);
     ckpt__buf_puts(b, "{\"rope_type\": ");
-    ckpt__buf_json_string(b, scaled ? name : "default");
+    ckpt__buf_json_string(b, h->llama3.found ? "llama3" : scaled ? name : "default");
     const ckpt_kv *theta = arch_kv(h, "rope.freq_base");
     if (is_number(theta)) put_member(h, "rope_theta", "rope.freq_base", theta);
+    else if (fallback_theta) ckpt__buf_puts(b, ", \"rope_theta\": 10000.0"); /* llama.cpp's rope_freq_base_train */
     if (scaled) put_member(h, "factor", "rope.scaling.factor", factor);
     for (size_t k = 0; !strcmp(name, "yarn") && k < sizeof yarn_names / sizeof *yarn_names; k++) {
         const ckpt_kv *kv = arch_kv(h, yarn_names[k][0]);
         if (is_number(kv)) put_member(h, yarn_names[k][1], yarn_names[k][0], kv);
     }
+    if (h->llama3.found) put_llama3(b, &h->llama3);
     const ckpt_kv *rope_dim = arch_kv(h, "rope.dimension_count");
     if (is_number(rope_dim) && h->head_dim && rope_dim->u != h->head_dim) {
         char tmp[40];
@@ -381,7 +439,10 @@ static void put_architecture(hf *h) {
     ckpt__buf_json_string(b, moe ? f->hf_moe_arch : f->hf_archs[0]);
     ckpt__buf_puts(b, "]");
     put_key(b, "model_type");
-    ckpt__buf_json_string(b, moe ? f->hf_moe_model_type : f->hf_model_type ? f->hf_model_type : f->name);
+    ckpt__buf_json_string(b, moe                ? f->hf_moe_model_type
+                             : f->hf_model_type ? f->hf_model_type
+                             : f->hf            ? f->hf->model_type
+                                                : f->name);
 }
 
 /* What the family's config class reads beyond the key-values: its
@@ -396,6 +457,191 @@ static void put_family_constants(hf *h) {
         put_key(b, "norm_topk_prob");
         ckpt__buf_puts(b, h->family->hf_norm_topk_prob);
     }
+}
+
+/* RoPE as transformers 5 writes it: rope_parameters; per attention type
+ * where the family's config has one for each (Gemma 3: the full layers'
+ * of the file's base and scaling, the sliding ones' of
+ * rope.freq_base_swa, unscaled, as llama.cpp runs them). */
+static ckpt_status put_rope(hf *h) {
+    const ckpt__lc_hf_config *c = h->family->hf;
+    put_key(&h->config, "rope_parameters");
+    if (!c || !c->rope_per_layer_type) {
+        const ckpt_kv *swa = arch_kv(h, "rope.freq_base_swa"), *base = arch_kv(h, "rope.freq_base");
+        if (c && is_number(swa) && (!is_number(base) || swa->f != base->f)) /* one RoPE in transformers' config */
+            return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, NULL, -1,
+                              "key '%s.rope.freq_base_swa': the sliding layers' RoPE base differs from the others', "
+                              "which %s's Hugging Face config cannot say",
+                              h->family->name, c->model_type);
+        return put_rope_members(h, c != NULL);
+    }
+    ckpt__buf_puts(&h->config, "{\"full_attention\": ");
+    ckpt_status st = put_rope_members(h, true);
+    if (st) return st;
+    ckpt__buf_puts(&h->config, ", \"sliding_attention\": {\"rope_type\": \"default\"");
+    const ckpt_kv *swa = arch_kv(h, "rope.freq_base_swa");
+    if (is_number(swa)) put_member(h, "rope_theta", "rope.freq_base_swa", swa);
+    else ckpt__buf_puts(&h->config, ", \"rope_theta\": 10000.0"); /* llama.cpp's rope_freq_base_train_swa */
+    ckpt__buf_puts(&h->config, "}}");
+    return CKPT_OK;
+}
+
+/* ---- Llama 3.1's RoPE, back from rope_freqs ------------------------------- */
+
+/*
+ * LlamaModel computes rope_freqs from four parameters; the factors depend
+ * on the wavelengths ctx / low and ctx / high alone (transformers'
+ * _compute_llama3_parameters too), so the three are known up to a common
+ * scale: the smooth ramp's factors give its line, s(x) = (ctx·x − low) /
+ * (high − low) over x = 1 / wavelength, and where that line crosses 0 and
+ * 1 the two wavelengths.  Of the parameters that make them ckpt writes
+ * the first that reproduce the file's tensor bit for bit: low_freq_factor
+ * 1 (Llama 3.1's; then 2, 0.5, 4, 0.25, 3, 1.5, 8), the context rounded to
+ * an integer, high_freq_factor of the fewest digits; none does: refused.
+ */
+
+/* The wavelength LlamaModel gives pair i (float32, as it computes it). */
+static double rope_wavelength(double base, uint64_t dim, uint64_t i) {
+    float freq = 1.0f / powf((float)base, (float)(2 * i) / (float)dim);
+    return (double)((1.0f / freq) * (float)(2 * M_PI));
+}
+
+/* The wavelengths where the ramp's line of `f` crosses 0 (low) and 1
+ * (high), from its first and last entries strictly between 1 and factor;
+ * false when it has fewer than two. */
+static bool ramp_wavelengths(const float *f, uint64_t n, double base, uint64_t dim, double factor, double *low_wl,
+                             double *high_wl) {
+    uint64_t first = n, last = n;
+    for (uint64_t i = 0; i < n; i++)
+        if (f[i] != 1.0f && (double)f[i] != factor) {
+            if (first == n) first = i;
+            last = i;
+        }
+    if (first == n || first == last) return false;
+    double x1 = 1.0 / rope_wavelength(base, dim, first), x2 = 1.0 / rope_wavelength(base, dim, last);
+    double s1 = (1.0 / f[first] - 1.0 / factor) / (1.0 - 1.0 / factor);
+    double s2 = (1.0 / f[last] - 1.0 / factor) / (1.0 - 1.0 / factor);
+    double slope = (s2 - s1) / (x2 - x1);
+    if (!(slope > 0.0)) return false;
+    *low_wl = 1.0 / (x1 - s1 / slope);
+    *high_wl = 1.0 / (x1 + (1.0 - s1) / slope);
+    return isfinite(*low_wl) && isfinite(*high_wl) && *low_wl > *high_wl && *high_wl > 0.0;
+}
+
+/* `v` to `digits` significant decimal digits. */
+static double round_digits(double v, int digits) {
+    char tmp[40];
+    snprintf(tmp, sizeof tmp, "%.*g", digits, v);
+    return strtod(tmp, NULL);
+}
+
+/* Whether the parameters make exactly the file's factors. */
+static bool rope_freqs_equal(const float *want, float *scratch, uint64_t n, uint64_t dim, double base,
+                             const llama3_rope *r) {
+    ckpt__lc_llama3_rope_freqs(scratch, n, dim, base, r->factor, r->low, r->high, r->ctx);
+    return memcmp(scratch, want, n * sizeof *want) == 0;
+}
+
+static bool recover_llama3(const float *f, float *scratch, uint64_t n, uint64_t dim, double base, llama3_rope *out) {
+    static const double lows[] = {1.0, 2.0, 0.5, 4.0, 0.25, 3.0, 1.5, 8.0};
+    double factor = 1.0, low_wl, high_wl;
+    for (uint64_t i = 0; i < n; i++)
+        if (f[i] > factor) factor = f[i];
+    if (!(factor > 1.0) || !isfinite(factor)) return false;
+    llama3_rope r = {.found = true, .factor = factor};
+    if (!ramp_wavelengths(f, n, base, dim, factor, &low_wl, &high_wl)) {
+        r.low = 1.0, r.high = 4.0, r.ctx = 8192.0; /* no ramp to read: Llama 3.1's, if they make it */
+        if (!rope_freqs_equal(f, scratch, n, dim, base, &r)) return false;
+        *out = r;
+        return true;
+    }
+    for (size_t k = 0; k < sizeof lows / sizeof *lows; k++) {
+        r.low = lows[k];
+        r.ctx = nearbyint(r.low * low_wl);
+        if (r.ctx < 1.0 || r.ctx > 1e12) continue;
+        for (int digits = 1; digits <= 9; digits++) {
+            r.high = round_digits(r.ctx / high_wl, digits);
+            if (r.high > r.low && rope_freqs_equal(f, scratch, n, dim, base, &r)) {
+                *out = r;
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+/* rope_freqs.weight, when the family makes it: its parameters for
+ * config.json, or refused naming it. */
+static ckpt_status read_llama3_rope(hf *h) {
+    static const char name[] = "rope_freqs.weight";
+    const ckpt_tensor_info *t = h->family->rope_freqs ? ckpt_catalog_find(h->plan->catalog, name) : NULL;
+    if (!t) return CKPT_OK;
+    const ckpt_kv *rope_dim = arch_kv(h, "rope.dimension_count"), *theta = arch_kv(h, "rope.freq_base");
+    uint64_t dim = is_number(rope_dim) ? rope_dim->u : h->head_dim, n = (dim + 1) / 2;
+    double base = is_number(theta) ? (theta->type == CKPT_KV_F32 || theta->type == CKPT_KV_F64 ? theta->f
+                                                                                                : (double)theta->u)
+                                   : 10000.0;
+    if (t->dtype != CKPT_F32 || t->ndim != 1 || t->shape[0] != n || !n || n > (1u << 20))
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, name, -1,
+                          "not %llu float32 factors, one per pair of the RoPE's %llu dimensions (llama3's RoPE)",
+                          (unsigned long long)n, (unsigned long long)dim);
+    float *f = ckpt__malloc(2 * n * sizeof *f);
+    if (!f) return ckpt__oom(h->err, h->path, name);
+    ckpt_status st = ckpt_catalog_read(h->plan->catalog, t, 0, f, n * sizeof *f, h->err);
+    if (st == CKPT_OK && !recover_llama3(f, f + n, n, dim, base, &h->llama3))
+        st = ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, name, -1,
+                        "no llama3 RoPE parameters (factor, low_freq_factor, high_freq_factor, "
+                        "original_max_position_embeddings) make these factors: ckpt carries Llama 3.1's RoPE back "
+                        "only where it recomputes the tensor exactly");
+    free(f);
+    return st;
+}
+
+/* ---- the family's own config.json keys -------------------------------------- */
+
+/* Which layers slide: the file's attention.sliding_window_pattern (one
+ * bool a layer, or a period n), else the family's period; none where
+ * the file has no sliding window and the family slides only with one
+ * (Gemma 3 with every layer global). */
+static ckpt_status put_layer_types(hf *h, const ckpt__lc_hf_config *c) {
+    const ckpt_kv *pattern = arch_kv(h, "attention.sliding_window_pattern"), *window = arch_kv(h, "attention.sliding_window");
+    uint64_t period = c->swa_pattern;
+    const unsigned char *each = NULL;
+    if (pattern && pattern->type == CKPT_KV_ARRAY && pattern->element_type == CKPT_KV_BOOL && pattern->count == h->layers)
+        each = pattern->data;
+    else if (is_number(pattern) && pattern->type != CKPT_KV_F32 && pattern->type != CKPT_KV_F64)
+        period = pattern->u;
+    else if (pattern)
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, NULL, -1,
+                          "key '%s.attention.sliding_window_pattern' is neither a period nor one bool a layer (%llu)",
+                          h->family->name, (unsigned long long)h->layers);
+    bool sliding = c->rope_per_layer_type ? is_number(window) && window->u > 0 : true; /* gemma3.cpp; gemma2.cpp always */
+    put_key(&h->config, "layer_types");
+    ckpt__buf_puts(&h->config, "[");
+    for (uint64_t il = 0; il < h->layers; il++) { /* llama_hparams::set_swa_pattern */
+        bool swa = sliding && (each ? each[il] != 0 : period == 0 || il % period < period - 1);
+        ckpt__buf_puts(&h->config, il ? ", " : "");
+        ckpt__buf_puts(&h->config, swa ? "\"sliding_attention\"" : "\"full_attention\"");
+    }
+    ckpt__buf_puts(&h->config, "]");
+    return CKPT_OK;
+}
+
+/* What a family's transformers config holds beyond the key-values: the
+ * family's constants, and what llama.cpp assumes where the GGUF is silent
+ * (ckpt__lc_hf_config: Gemma's activation, query scale, layer types). */
+static ckpt_status put_family_keys(hf *h) {
+    const ckpt__lc_hf_config *c = h->family->hf;
+    ckpt__buf *b = &h->config;
+    put_family_constants(h);
+    if (!c) return CKPT_OK;
+    put_key(b, "hidden_activation");
+    ckpt__buf_json_string(b, c->activation);
+    put_key(b, "query_pre_attn_scalar");
+    ckpt__buf_u64(b, h->layers == c->wide_query_layers ? h->n_embd / h->n_head : h->head_dim);
+    /* the soft-caps came with the key-values; absent, llama.cpp's defaults
+     * are transformers' (Gemma 2: 50 and 30; Gemma 3: none) */
+    return put_layer_types(h, c);
 }
 
 static ckpt_status write_config(hf *h, ckpt_dtype dtype, bool tied) {
@@ -430,8 +676,7 @@ static ckpt_status write_config(hf *h, ckpt_dtype dtype, bool tied) {
         snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)values[k]);
         ckpt__buf_puts(b, tmp);
     }
-    st = put_rope(h);
-    if (st) return st;
+    if ((st = read_llama3_rope(h)) || (st = put_rope(h))) return st;
     for (size_t i = 0; i < sizeof special_ids / sizeof *special_ids; i++) {
         const ckpt_kv *kv = ckpt_catalog_kv_find(c, special_ids[i][0]);
         if (!kv || kv->type == CKPT_KV_STRING || kv->type == CKPT_KV_ARRAY) continue;
@@ -440,7 +685,7 @@ static ckpt_status write_config(hf *h, ckpt_dtype dtype, bool tied) {
     }
     put_key(b, "tie_word_embeddings");
     ckpt__buf_puts(b, tied ? "true" : "false");
-    put_family_constants(h);
+    if ((st = put_family_keys(h))) return st;
     put_key(b, "dtype");
     ckpt__buf_json_string(b, dtype == CKPT_F32 ? "float32" : dtype == CKPT_F16 ? "float16" : "bfloat16");
     ckpt__buf_puts(b, "\n}\n");

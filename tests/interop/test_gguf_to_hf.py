@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_llamacpp import LLAMA_CPP, broken_copy, ckpt, models  # noqa: E402,F401  (the fixture: each family's model and GGUFs)
+from test_llamacpp import (LLAMA_CPP, SPM_FILES, TOKENIZER_FILES, TOKENIZERS, broken_copy,  # noqa: E402,F401
+                           build_llama2_tokenizer, ckpt, models, reference, tiny_gemma, tiny_llama, tokenizer)
 
 IDS = torch.tensor([[1, 5, 100, 2000, 7, 42, 900, 3, 31000]])
 
@@ -284,9 +285,10 @@ def readers_let_go():
     gguf_reader.cache_clear()
 
 
-def rewritten(src, dst, drop=(), change=None, types=None):
+def rewritten(src, dst, drop=(), change=None, types=None, tensors=None):
     """A copy of a GGUF with key-values dropped, changed or added (gguf-py);
-    `types`: a changed key-value's GGUF type by name ("INT32", "BOOL"…)."""
+    `types`: a changed key-value's GGUF type by name ("INT32", "BOOL"…);
+    `tensors`: name → array of the same shape and type, replacing its data."""
     sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
     try:
         import gguf
@@ -303,7 +305,10 @@ def rewritten(src, dst, drop=(), change=None, types=None):
             if name not in r.fields:
                 w.add_string(name, value)
         for t in r.tensors:
-            w.add_tensor(t.name, t.data, raw_shape=list(reversed(t.shape.tolist())), raw_dtype=t.tensor_type)
+            if t.name in (tensors or {}):
+                w.add_tensor(t.name, tensors[t.name], raw_dtype=t.tensor_type)
+            else:
+                w.add_tensor(t.name, t.data, raw_shape=list(reversed(t.shape.tolist())), raw_dtype=t.tensor_type)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
@@ -402,3 +407,231 @@ def test_raw_keeps_the_plain_container(models, tmp_path):
     assert r.returncode == 0, r.stderr
     assert os.listdir(tmp_path / "raw") == ["model.safetensors"]
     assert "blk.0.attn_q.weight" in load_file(tmp_path / "raw" / "model.safetensors")
+
+
+# ---- Gemma 2 and Gemma 3 -----------------------------------------------------
+
+def build_gemma_tokenizer(out):
+    """A Gemma-shaped SentencePiece tokenizer: Gemma's <pad>, <eos>, <bos>,
+    <unk> and <mask> first, its <start_of_turn> and <end_of_turn>, then
+    Llama 2's pieces (bytes for the byte fallback, BPE pieces and scores;
+    its four last dropped: 32000 in all); no dummy prefix (Gemma's
+    add_space_prefix false); tokenizer.json as transformers' GemmaTokenizer
+    makes it, a Gemma tokenizer_config.json (BOS added, the turn markers
+    special, a chat template)."""
+    from sentencepiece import SentencePieceProcessor
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    from transformers import AutoTokenizer, GemmaTokenizer
+    kept = LLAMA_CPP.parent / "llama2-tokenizer"
+    if not kept.is_dir():
+        build_llama2_tokenizer(out)
+        kept = out
+    base = pb.ModelProto()
+    base.ParseFromString((kept / "tokenizer.model").read_bytes())
+    m = pb.ModelProto()
+    m.CopyFrom(base)
+    del m.pieces[:]
+    names = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"]
+    for text, kind in zip(names, (3, 3, 3, 2, 4, 4, 4)):  # control, unknown, user-defined
+        p = m.pieces.add()
+        p.piece, p.score, p.type = text, 0.0, kind
+    for p in base.pieces[3:len(base.pieces) - 4]:
+        m.pieces.add().CopyFrom(p)
+    spec = m.trainer_spec
+    spec.vocab_size, spec.pad_id, spec.eos_id, spec.bos_id, spec.unk_id = len(m.pieces), 0, 1, 2, 3
+    m.normalizer_spec.add_dummy_prefix = False
+    (out / "tokenizer.model").write_bytes(m.SerializeToString())
+    sp = SentencePieceProcessor()
+    sp.LoadFromFile(str(out / "tokenizer.model"))
+    assert sp.get_piece_size() == 32000 and sp.encode("<start_of_turn>user") == [5, 1796]
+    special = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "add_bos_token": True, "add_eos_token": False,
+        "added_tokens_decoder": {str(i): {"content": t, **special} for i, t in enumerate(names)},
+        "additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"], "bos_token": "<bos>",
+        "chat_template": "{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
+                         "<end_of_turn>\n{% endfor %}",
+        "clean_up_tokenization_spaces": False, "eos_token": "<eos>", "mask_token": "<mask>",
+        "model_max_length": 1000000000000000019884624838656, "pad_token": "<pad>", "padding_side": "left",
+        "sp_model_kwargs": {}, "spaces_between_special_tokens": False, "tokenizer_class": "GemmaTokenizer",
+        "unk_token": "<unk>", "use_default_system_prompt": False}, indent=2))
+    GemmaTokenizer.from_pretrained(str(out)).save_pretrained(str(out / "hf"))
+    os.replace(out / "hf" / "tokenizer.json", out / "tokenizer.json")
+    assert AutoTokenizer.from_pretrained(str(out))("<start_of_turn>hi")["input_ids"] == [2, 5, 2922]
+
+
+TOKENIZERS["gemma"] = build_gemma_tokenizer
+TOKENIZER_FILES["gemma"] = SPM_FILES
+
+# Gemma 3's as Gemma 3 4B has it: five sliding layers then a global one
+# (llama.cpp's pattern, which the GGUF does not say), the global layers'
+# RoPE scaled linearly, the sliding ones' of their own base.
+GEMMA3 = {"num_hidden_layers": 6, "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+          "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}
+# Bfloat16 norms of |w| < 2^-16: the first three with bits below w + 1's
+# float32 ulp (2^-23 above 1, 2^-24 below), which the script's sum rounds
+# away, so the way back cannot have them; the last's bits (down to 2^-24,
+# w + 1 below 1) survive.
+TINY = torch.tensor([255 / 128 * 2**-20, -255 / 128 * 2**-19, 129 / 128 * 2**-22, -2**-17 * 255 / 128])
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    """Gemma 2 and Gemma 3, each a tiny random model with the Gemma
+    tokenizer, and the script's BF16 file of it."""
+    root = tmp_path_factory.mktemp("gemma")
+    out = {}
+    for family, arch, seed, changes in (("gemma2", "Gemma2ForCausalLM", 21, {}),
+                                        ("gemma3", "Gemma3ForCausalLM", 22, GEMMA3)):
+        d = root / f"tiny-{family}-gemmatok"
+        tiny_gemma(d, arch, seed=seed, **changes)
+        if family == "gemma2":  # a final norm with weights the script's + 1 rounds
+            sd = load_file(d / "model.safetensors")
+            sd["model.norm.weight"][:4] = TINY.to(torch.bfloat16)
+            assert torch.equal(sd["model.norm.weight"][:4].float(), TINY)
+            save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
+        tokenizer("gemma", d)
+        out[family] = (d, reference(d, "bf16"))
+    return out
+
+
+def test_gemma_config_is_the_originals(gemma, tmp_path):
+    """config.json: the family's keys as transformers' Gemma2Config and
+    Gemma3TextConfig name them (soft-caps, sliding window and layer types,
+    query_pre_attn_scalar, per-layer-type RoPE, hidden_activation, tied
+    embeddings), equal to the original's."""
+    for family, (model, gguf) in gemma.items():
+        ours = json.loads((to_hf(gguf, tmp_path / family) / "config.json").read_text())
+        original = json.loads((model / "config.json").read_text())
+        keys = ["model_type", "architectures", "hidden_activation", "query_pre_attn_scalar", "sliding_window",
+                "layer_types", "rope_parameters", "tie_word_embeddings", "head_dim", "num_hidden_layers",
+                "num_key_value_heads", "final_logit_softcapping", "attn_logit_softcapping", "bos_token_id",
+                "eos_token_id", "pad_token_id", "max_position_embeddings", "rms_norm_eps", "vocab_size"]
+        assert {k: ours.get(k) for k in keys} == {k: original.get(k) for k in keys}, family
+        assert "hidden_act" not in ours and "lm_head.weight" not in load_file(tmp_path / family / "model.safetensors")
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gemma3"])
+def test_gemma_norms_and_logits_come_back(gemma, family, tmp_path):
+    """The norms − 1 (the script's + 1 undone, in float32): the original
+    bfloat16 weights exactly wherever w + 1 was a float32, within 2^-24
+    where the script's sum rounded (Gemma 2's TINY entries); every other
+    tensor exactly; every tensor what transformers' own GGUF load makes
+    (it subtracts 1 in float32 too); the original model's logits, bit for
+    bit even where a norm is not (the model adds 1 back in float32, which
+    rounds as the script's sum did)."""
+    model, gguf = gemma[family]
+    hf = to_hf(gguf, tmp_path / "hf", "--dtype", "f32")
+    original, back = load_file(model / "model.safetensors"), load_file(hf / "model.safetensors")
+    assert back.keys() == original.keys()
+    rounded = 0
+    for k, w in original.items():
+        w = w.float()
+        exact = (w == 0) | (w.abs() >= 2**-16)
+        assert torch.equal(back[k][exact], w[exact]), k
+        assert (back[k] - w).abs().max() <= 2**-24, k
+        rounded += int((back[k] != w).sum())
+    assert rounded == (3 if family == "gemma2" else 0)
+    theirs = transformers_model(gguf).state_dict()
+    ours = transformers_model(hf)
+    assert all(torch.equal(theirs[k], v) for k, v in ours.state_dict().items())
+    a = transformers_model(model)
+    with torch.no_grad():
+        la, lo = a(IDS).logits, ours(IDS).logits
+    assert torch.equal(la, lo)  # Gemma's RMSNorm scales by 1 + w in float32: the rounded sum again
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gemma3"])
+def test_gemma_tokenizer_ids_equal_the_original(gemma, family, tmp_path):
+    """Gemma's SentencePiece vocabulary back: no prefix space, byte
+    fallback, BOS added: SentencePiece's own ids on every text, runs of
+    spaces included (where transformers 5's GemmaTokenizer, converting
+    tokenizer.model, merges "▁▁" first and SentencePiece does not); the
+    special tokens (<start_of_turn>, <end_of_turn>, <bos>…) whole, as the
+    original tokenizer.json has them."""
+    import sentencepiece
+    model, gguf = gemma[family]
+    hf = to_hf(gguf, tmp_path / "hf")
+    ours, original = auto_tokenizer(hf), auto_tokenizer(model)
+    sp = sentencepiece.SentencePieceProcessor()
+    sp.LoadFromFile(str(model / "tokenizer.model"))
+    texts = TEXTS + ["a  b   c    d", "x\n  y", "\u00e9\u00e8 \U0001f600\t\t  end"]
+    assert ids(ours, texts) == [[2] + sp.encode(t) for t in texts]
+    assert ids(original, texts) != ids(ours, texts)  # the converter's merges, not SentencePiece's
+    specials = ["<start_of_turn>user\nhi there<end_of_turn>\n<start_of_turn>model\n", "<bos><eos><pad> x<mask>"]
+    assert ids(ours, specials) == ids(original, specials)
+    assert (ours.bos_token, ours.eos_token, ours.unk_token, ours.pad_token) == ("<bos>", "<eos>", "<unk>", "<pad>")
+    assert ours.decode(ours("h\u00e9 \U0001f917 x")["input_ids"], skip_special_tokens=True) == "h\u00e9 \U0001f917 x"
+    config = json.loads((hf / "tokenizer_config.json").read_text())
+    assert (config["add_bos_token"], config["chat_template"]) == (True, original.chat_template)
+
+
+# ---- Llama 3.1's RoPE ----------------------------------------------------------
+
+LLAMA31 = [
+    # Llama 3.1's own: written back as it was
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 8192, "rope_theta": 500000.0},
+    # low, high and the context halved make the same tensor: ckpt writes low_freq_factor 1
+    {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 2.0, "high_freq_factor": 8.0,
+     "original_max_position_embeddings": 4096, "rope_theta": 100000.0},
+]
+
+
+@pytest.fixture(scope="module")
+def llama31(models, tmp_path_factory):
+    """Llama 3.1-shaped tiny models (a head of 128: rope_freqs' 64 factors,
+    six on the smooth ramp) and the script's F32 files of them; Llama 2's
+    tokenizer, whose 32000 pieces transformers' GGUF load reads in seconds."""
+    out = []
+    for k, rope in enumerate(LLAMA31):
+        d = tmp_path_factory.mktemp("llama31") / "tiny-llama31-spm"
+        tiny_llama(d, seed=10, rope_parameters=rope, head_dim=128, num_attention_heads=2, num_key_value_heads=1,
+                   vocab_size=32000, bos_token_id=1, eos_token_id=2)
+        for f in SPM_FILES:
+            os.link(models["llama2"][0] / f, d / f)
+        out.append((d, reference(d, "f32")))
+    return out
+
+
+@pytest.mark.parametrize("case", [0, 1])
+def test_llama31_rope_comes_back_from_rope_freqs(llama31, case, tmp_path):
+    """The GGUF has rope_freqs and no RoPE scaling key-values: rope_scaling
+    llama3 recovered from the tensor (its largest factor, the ramp's line),
+    checked by recomputing it; rope_freqs not a weight; the original
+    model's logits bit for bit.  transformers' own GGUF load drops the
+    tensor and sets no RoPE scaling: other logits."""
+    model, gguf = llama31[case]
+    hf = to_hf(gguf, tmp_path / "hf", "--dtype", "f32")
+    rope = json.loads((hf / "config.json").read_text())["rope_parameters"]
+    want = dict(LLAMA31[case])
+    if case == 1:
+        want |= {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 2048}
+    assert rope == want
+    assert "rope_freqs.weight" not in load_file(hf / "model.safetensors")
+    original = transformers_model(model)
+    assert_same_model(original, transformers_model(hf))
+    with torch.no_grad():
+        assert not torch.equal(transformers_model(gguf)(IDS).logits, original(IDS).logits)
+
+
+@pytest.mark.parametrize("change", ["ramp", "factor", "shape"])
+def test_rope_freqs_of_no_llama3_parameters_are_refused(llama31, change, tmp_path):
+    """A rope_freqs that no llama3 parameters make (a ramp factor one ulp
+    off, a factor past the ramp changed, a tensor of another length) is
+    refused naming the file and the tensor; nothing is written."""
+    import numpy as np
+    _, gguf = llama31[0]
+    r = gguf_reader(gguf)
+    f = next(t for t in r.tensors if t.name == "rope_freqs.weight").data.copy()
+    tokenizer_keys = [k for k in r.fields if k.startswith("tokenizer.")]  # not read before the refusal
+    ramp = [i for i, v in enumerate(f) if 1.0 < v < 8.0]
+    assert len(ramp) == 6
+    if change == "ramp":
+        f[ramp[2]] = np.nextafter(f[ramp[2]], np.float32(10))
+    elif change == "factor":
+        f[-1] = np.float32(7.5)
+    src = rewritten(gguf, tmp_path / "m.gguf", drop=tokenizer_keys,
+                    tensors={"rope_freqs.weight": f[:-1] if change == "shape" else f})
+    refused(src, tmp_path, "rope_freqs.weight", "no llama3 RoPE parameters" if change != "shape" else "float32 factors")

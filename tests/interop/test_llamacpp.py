@@ -733,7 +733,7 @@ def tiny_qwen_moe(out, arch, dtype=torch.bfloat16, seed=8, drop=(), **config_cha
 
 
 def tiny_gemma(out, arch, dtype=torch.bfloat16, seed=9, **config_changes):
-    """A random Gemma 2 or Gemma 3 of 2 layers, hidden size 32 (4 heads of
+    """A random Gemma 2 or Gemma 3 of 2 layers (or num_hidden_layers), hidden size 32 (4 heads of
     16, 2 KV heads), its four norms a layer (Gemma 3: Q and K norms too),
     the embeddings tied; Llama 2's SentencePiece tokenizer (vocab 32000)."""
     hidden, ff, layers, heads, kv_heads, head_dim, vocab = 32, 64, 2, 4, 2, 16, 32000
@@ -760,7 +760,7 @@ def tiny_gemma(out, arch, dtype=torch.bfloat16, seed=9, **config_changes):
         return (torch.randn(*shape, generator=g) * 0.02).to(dtype)
 
     sd = {"model.embed_tokens.weight": w(vocab, hidden), "model.norm.weight": w(hidden)}
-    for i in range(layers):
+    for i in range(config["num_hidden_layers"]):
         p = f"model.layers.{i}."
         sd |= {p + n: w(hidden) for n in ("input_layernorm.weight", "post_attention_layernorm.weight",
                                           "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight")}

@@ -127,8 +127,9 @@ def test_the_model_class_takes_a_gguf_too(ggufs, no_numpy_dequantization):
 
 
 def test_a_gguf_ckpt_does_not_map_goes_to_transformers(tmp_path):
-    """Gemma 2 is no family of ckpt's GGUF → Hugging Face mapping:
-    transformers' own loader reads it, as before."""
+    """Gemma 2's norms are stored + 1, which ckpt's GGUF → Hugging Face
+    mapping takes away in a conversion but not in a load (a load computes
+    nothing): transformers' own loader reads it, as before."""
     model = tmp_path / "tiny-gemma2"
     tiny_gemma(model, "Gemma2ForCausalLM")
     tokenizer("llama2", model)

@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../../base/base.h"
+
 /* How a key-value is computed from config.json. */
 typedef enum ckpt__lc_kv_kind {
     CKPT__LC_U32,        /* the first hyper-parameter of `hparams` present, as a u32 */
@@ -101,6 +103,21 @@ typedef struct ckpt__lc_pre {
     const char *regex, *name;
 } ckpt__lc_pre;
 
+/* What the way back (llamacpp_hf.c) writes into config.json beyond the
+ * family's key-values, for a family whose transformers config says more
+ * than a Llama's does, or says it otherwise (Gemma's): what llama.cpp
+ * assumes of such a model where its GGUF says nothing. */
+typedef struct ckpt__lc_hf_config {
+    const char *model_type;     /* config.json's model_type (transformers' text model: gemma3_text) */
+    const char *activation;     /* hidden_activation (transformers' Gemma configs name it so) */
+    uint32_t swa_pattern;       /* llama.cpp's sliding-window pattern when the GGUF has none (load_swa_pattern): of
+                                   each run of n layers, the last attends fully, the others slide */
+    uint64_t wide_query_layers; /* the layer count llama.cpp takes for a 27B, whose queries it scales by
+                                   1/sqrt(n_embd / n_head), not by the head dimension's (query_pre_attn_scalar) */
+    bool rope_per_layer_type;   /* rope_parameters per attention type: full (the GGUF's base and scaling) and
+                                   sliding (rope.freq_base_swa, unscaled) */
+} ckpt__lc_hf_config;
+
 typedef struct ckpt__lc_family {
     const char *name;                 /* general.architecture */
     const char *const *hf_archs;      /* config.json architectures[0] values, NULL-terminated */
@@ -131,7 +148,15 @@ typedef struct ckpt__lc_family {
                                                     with experts (llama's: Mixtral); NULL: the family's */
     const char *hf_norm_topk_prob;    /* norm_topk_prob, "true" or "false": whether llama.cpp's graph of the
                                          family weighs the chosen experts normalized; NULL: no such key */
+    const ckpt__lc_hf_config *hf;     /* config.json's keys the way back adds; NULL: a Llama's */
 } ckpt__lc_family;
+
+/* LlamaModel.generate_extra_tensors' rope_freqs for RoPE type llama3 (a
+ * factor per pair of a head of `dim`, n = (dim + 1) / 2 of them), float32
+ * as torch computes it; the HF → GGUF direction writes it, the way back
+ * checks the parameters it recovers against the file's (llamacpp.c). */
+CKPT__HIDDEN void ckpt__lc_llama3_rope_freqs(float *f, uint64_t n, uint64_t dim, double base, double factor, double low,
+                                             double high, double ctx);
 
 /* TextModel.set_gguf_parameters' key-values, which every family's table
  * starts with (the script's base class: the families add theirs after). */

@@ -79,6 +79,25 @@ static const ckpt__lc_pre ckpt__lc_gemma_pres[] = {
     {NULL, NULL},
 };
 
+/* The way back (llama.cpp's gemma2.cpp and gemma3.cpp, where the GGUF is
+ * silent): GELU (tanh), every other layer sliding (Gemma 3: five of six),
+ * queries scaled by the head dimension's root but in the 27B (46 layers;
+ * Gemma 3's 62), Gemma 3's sliding layers' RoPE its own and unscaled. */
+static const ckpt__lc_hf_config ckpt__lc_gemma2_hf = {
+    .model_type = "gemma2",
+    .activation = "gelu_pytorch_tanh",
+    .swa_pattern = 2,
+    .wide_query_layers = 46,
+};
+
+static const ckpt__lc_hf_config ckpt__lc_gemma3_hf = {
+    .model_type = "gemma3_text",
+    .activation = "gelu_pytorch_tanh",
+    .swa_pattern = 6,
+    .wide_query_layers = 62,
+    .rope_per_layer_type = true,
+};
+
 static const ckpt__lc_family ckpt__lc_gemma2 = {
     .name = "gemma2",
     .hf_archs = ckpt__lc_gemma2_archs,
@@ -87,6 +106,7 @@ static const ckpt__lc_family ckpt__lc_gemma2 = {
     .pres = ckpt__lc_gemma_pres,
     .add_space_prefix = false,
     .no_space_prefix_after = true,
+    .hf = &ckpt__lc_gemma2_hf,
 };
 
 static const char *const ckpt__lc_gemma3_archs[] = {"Gemma3ForCausalLM", NULL};
@@ -108,6 +128,7 @@ static const ckpt__lc_family ckpt__lc_gemma3 = {
     .pres = ckpt__lc_gemma_pres,
     .add_space_prefix = false,
     .no_space_prefix_after = true,
+    .hf = &ckpt__lc_gemma3_hf,
 };
 
 #endif
