@@ -233,7 +233,8 @@ CKPT_API ckpt_status ckpt_gguf_llamacpp_plan_mix(ckpt_plan *plan, const char *mo
  * missing or of a family ckpt does not convert, a hyper-parameter the
  * config needs missing (an expert count when the file has experts), one
  * that contradicts a tensor's shape (an expert count its stacks'
- * first dimension contradicts), a tensor
+ * first dimension contradicts), a layer or expert count past llama.cpp's
+ * own bounds (CKPT_E_LIMIT), a tensor
  * the family has no Hugging Face name for, a RoPE scaling other than linear
  * and yarn, a rope_freqs tensor no llama3 parameters make, a tokenizer ckpt cannot write (another tokenizer.ggml.model, an
  * unknown tokenizer.ggml.pre) or key-values of it that contradict the

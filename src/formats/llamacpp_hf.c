@@ -119,6 +119,20 @@ static ckpt_status find_family(hf *h) {
                       a->string, known);
 }
 
+/* llama.cpp's own bounds (src/llama-hparams.h: LLAMA_MAX_LAYERS,
+ * LLAMA_MAX_EXPERTS): a file past them is no model llama.cpp runs, and the
+ * way back spends memory by them, whatever the file's size — a name, an
+ * output tensor and an engine move per expert, config.json's layer types
+ * per layer — so a few hundred bytes of key-values must not ask for
+ * millions of each. */
+enum { MAX_LAYERS = 512, MAX_EXPERTS = 1024 };
+
+static ckpt_status within(hf *h, const char *suffix, uint64_t value, uint64_t most, const char *what) {
+    if (value <= most) return CKPT_OK;
+    return ckpt__fail(h->err, CKPT_E_LIMIT, h->path, NULL, -1, "key '%s.%s' is %llu: llama.cpp runs at most %llu %s",
+                      h->family->name, suffix, (unsigned long long)value, (unsigned long long)most, what);
+}
+
 static ckpt_status read_hparams(hf *h) {
     ckpt_status st;
     if ((st = need_uint(h, "attention.head_count", &h->n_head)) || (st = need_uint(h, "embedding_length", &h->n_embd)) ||
@@ -134,7 +148,9 @@ static ckpt_status read_hparams(hf *h) {
     if (arch_kv(h, "attention.key_length") && (st = need_uint(h, "attention.key_length", &h->head_dim))) return st;
     if ((st = opt_uint(h, "expert_count", &h->n_expert)) ||
         (st = opt_uint(h, "expert_feed_forward_length", &h->n_expert_ff)) ||
-        (st = opt_uint(h, "expert_shared_feed_forward_length", &h->n_shared_ff)))
+        (st = opt_uint(h, "expert_shared_feed_forward_length", &h->n_shared_ff)) ||
+        (st = within(h, "block_count", h->layers, MAX_LAYERS, "layers")) ||
+        (st = within(h, "expert_count", h->n_expert, MAX_EXPERTS, "experts")))
         return st;
     const ckpt_tensor_info *e = ckpt_catalog_find(h->plan->catalog, "token_embd.weight");
     if (!e || e->ndim != 2)

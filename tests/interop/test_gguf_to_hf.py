@@ -128,6 +128,20 @@ def test_moe_key_values_that_contradict_the_stacks_are_refused(models, tmp_path,
     refused(src, tmp_path, tensor, key)
 
 
+@pytest.mark.parametrize("key,value,words", [
+    ("llama.block_count", 100000, "at most 512 layers"),
+    ("llama.expert_count", 2000, "at most 1024 experts"),
+])
+def test_counts_past_llama_cpps_bounds_are_refused(models, tmp_path, key, value, words):
+    """A layer or expert count past llama.cpp's own is refused naming the
+    key before anything is spent on it: the way back makes a tensor and a
+    name per expert and (Gemma) a layer type per layer, so a few bytes of
+    key-values asked for gigabytes."""
+    src = models["mixtral"][1]["f32"]
+    src = rewritten(src, tmp_path / "m.gguf", drop=tokenizer_keys(src), change={key: value})
+    refused(src, tmp_path, key, str(value), words)
+
+
 def test_moe_without_its_expert_count_is_refused(models, tmp_path):
     src = models["mixtral"][1]["f32"]
     src = rewritten(src, tmp_path / "m.gguf", drop=("llama.expert_count", *tokenizer_keys(src)))
