@@ -209,12 +209,16 @@ static ckpt_status take_dir_query(ckpt_catalog *c, const char *path, char **clea
     return dir && c->source_options.dir_query ? CKPT_OK : ckpt__oom(err, NULL, NULL);
 }
 
-ckpt_status ckpt__catalog_take_credentials(ckpt_catalog *c, const char *path, char **clean, ckpt_error *err) {
+ckpt_status ckpt__catalog_take_credentials(ckpt_catalog *c, const char *path, char **clean, char **as_file,
+                                           ckpt_error *err) {
     char *plain = NULL, *no_query = NULL;
+    *as_file = NULL;
     ckpt_status st = take_userinfo(c, path, &plain, err);
     /* Whether the name was a directory is rank 0's knowledge: a query taken
-     * for the names beneath it is sent with none if it was a file. */
+     * for the names beneath it is sent with none if it was a file, so the
+     * file's own name, query and all, is kept for that case. */
     if (st == CKPT_OK) st = take_dir_query(c, plain ? plain : path, &no_query, err);
+    if (st == CKPT_OK && !(*as_file = ckpt__strdup(plain ? plain : path))) st = ckpt__oom(err, NULL, NULL);
     if (no_query) free(plain), plain = no_query;
     if (st) free(plain), plain = NULL;
     *clean = plain;

@@ -72,9 +72,12 @@ CKPT__HIDDEN ckpt_status ckpt__catalog_new(const ckpt_catalog_options *options, 
  * names beneath it — into the catalog's source options, as
  * ckpt_catalog_open_ex takes them, so that a rank opening the files rank 0
  * names (which carry none: wire.c) sends them too; *clean: the name
- * without them (malloc'ed; NULL when it has none). */
+ * without them (malloc'ed; NULL when it has none).  *as_file: the name
+ * without its user:password@ but with its query (malloc'ed), the one to
+ * open should the name be a file rather than a directory — which only
+ * rank 0 knew. */
 CKPT__HIDDEN ckpt_status ckpt__catalog_take_credentials(ckpt_catalog *catalog, const char *path, char **clean,
-                                                        ckpt_error *err);
+                                                        char **as_file, ckpt_error *err);
 CKPT__HIDDEN ckpt_status ckpt__catalog_set_root(ckpt_catalog *catalog, const char *path, bool is_dir,
                                                 ckpt_error *err);
 

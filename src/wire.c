@@ -24,6 +24,7 @@
 #include "catalog_internal.h"
 #include "collective_internal.h"
 #include "formats/format.h"
+#include "io/http.h"
 
 #define CAT_MAGIC "CKPTCAT1"
 #define PARTS_MAGIC "CKPTPRT1"
@@ -103,6 +104,9 @@ typedef struct decoder {
     bool oom;
     uint64_t *file_sizes;
     size_t files;
+    /* This rank's own name of a remote file (its query kept), and that name
+     * as rank 0 sent it, redacted: the file is opened by the former. */
+    const char *own_file, *own_shown;
 } decoder;
 
 static ckpt_status bad(decoder *d, const char *tensor, const char *what, ckpt_error *err) {
@@ -292,6 +296,9 @@ static ckpt_status decode(decoder *d, ckpt__wire_opener opener, void *opener_use
             break;
         }
         ckpt__source *src;
+        /* a remote file named with credentials in its query reaches this
+         * rank redacted: opened by the name this rank was given */
+        if (d->own_shown && !strcmp(name, d->own_shown)) name = d->own_file;
         if ((st = opener(opener_user, name, size, &src, err))) break;
         uint32_t number;
         if ((st = ckpt__cat_add_source(d->c, src, &number, err))) break;
@@ -349,8 +356,12 @@ ckpt_status ckpt__catalog_decode(const void *data, size_t n, const char *path, c
      * this rank was given as named, every other one beneath its directory,
      * with the credentials this rank's name carries (rank 0's names carry
      * none). */
-    char *clean = NULL;
-    if (path && ckpt__source_is_remote_name(path)) st = ckpt__catalog_take_credentials(d.c, path, &clean, err);
+    char *clean = NULL, *as_file = NULL, *shown = NULL;
+    if (path && ckpt__source_is_remote_name(path)) {
+        st = ckpt__catalog_take_credentials(d.c, path, &clean, &as_file, err);
+        if (st == CKPT_OK && !(shown = ckpt__url_redact(as_file))) st = ckpt__oom(err, NULL, NULL);
+        d.own_file = as_file, d.own_shown = shown;
+    }
     if (clean) path = clean;
     if (path && st == CKPT_OK)
         st = ckpt__catalog_set_root(d.c, path,
@@ -358,12 +369,15 @@ ckpt_status ckpt__catalog_decode(const void *data, size_t n, const char *path, c
                                     err);
     free(clean);
     if (st) {
+        free(as_file), free(shown);
         ckpt_catalog_close(d.c);
         return st;
     }
     d.arena = ckpt__cat_arena(d.c);
     st = decode(&d, opener ? opener : open_by_path, opener ? opener_user : d.c, err);
     ckpt__catalog_opened(d.c);
+    if (as_file) memset(as_file, 0, strlen(as_file)); /* it held a secret */
+    free(as_file), free(shown);
     free(d.file_sizes);
     if (st) {
         ckpt_catalog_close(d.c);
