@@ -59,8 +59,4 @@ CKPT__HIDDEN ckpt_status ckpt__hf_cache_fill(const ckpt__hf_entry *e, ckpt__sour
  * (41 bytes); false when there is none (or it is not a commit). */
 CKPT__HIDDEN bool ckpt__hf_cache_ref(const char *cache, const char *repo, const char *ref, char commit[41]);
 
-/* SHA-256 of the `size` bytes of `fd` as 64 hex digits (the blob a cached
- * snapshot holds, for ckpt verify). */
-CKPT__HIDDEN ckpt_status ckpt__hf_hash_fd(int fd, uint64_t size, const char *shown, char hex[65], ckpt_error *err);
-
 #endif

@@ -163,30 +163,6 @@ bool ckpt__hf_cache_ref(const char *cache, const char *repo, const char *ref, ch
     return true;
 }
 
-ckpt_status ckpt__hf_hash_fd(int fd, uint64_t size, const char *shown, char hex[65], ckpt_error *err) {
-    unsigned char *buf = ckpt__malloc(HASH_CHUNK), digest[32];
-    if (!buf) return ckpt__oom(err, shown, NULL);
-    ckpt__sha256 s;
-    ckpt__sha256_init(&s);
-    for (uint64_t at = 0; at < size;) {
-        size_t want = size - at < HASH_CHUNK ? (size_t)(size - at) : HASH_CHUNK;
-        ssize_t n = ckpt__io_pread(fd, buf, want, (off_t)at);
-        if (n <= 0) {
-            free(buf);
-            return n < 0 ? ckpt__fail_errno(err, errno, shown, (int64_t)at, "cannot read the cached copy")
-                         : ckpt__fail(err, CKPT_E_TRUNCATED, shown, NULL, (int64_t)at,
-                                      "the cached copy ends at byte %llu of %llu", (unsigned long long)at,
-                                      (unsigned long long)size);
-        }
-        ckpt__sha256_update(&s, buf, (size_t)n);
-        at += (uint64_t)n;
-    }
-    free(buf);
-    ckpt__sha256_final(&s, digest);
-    ckpt__sha256_hex(digest, hex);
-    return CKPT_OK;
-}
-
 /* ---- one download into blobs/<etag>.incomplete --------------------------------- */
 
 /* The download's bytes: written in order at their offsets and hashed as
