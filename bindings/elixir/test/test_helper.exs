@@ -129,7 +129,15 @@ defmodule Ckpt.Fixtures do
     end
   end
 
-  def open_fds, do: length(File.ls!("/proc/self/fd"))
+  @doc """
+  The descriptors this process holds open on `path` (its /proc/self/fd
+  links): the other tests, run at the same time, open files of their own.
+  """
+  def open_fds(path) do
+    for fd <- File.ls!("/proc/self/fd"), File.read_link(Path.join("/proc/self/fd", fd)) == {:ok, path}, reduce: 0 do
+      n -> n + 1
+    end
+  end
   def mapped?(path), do: File.read!("/proc/self/maps") |> String.contains?(path)
 end
 
