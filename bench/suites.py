@@ -154,9 +154,11 @@ MEASUREMENTS = {
 # fails for a stale result missing here, and for an entry here whose result
 # is fresh again (rerun: remove it).
 # The quick suites, stale by this round's changes to the code they measure.
-_THIS_ROUND = ("this round's changes (the device ring's failure naming, whose header comment is in include/; the GGUF "
-               "header reader's growing refills in formats/gguf.c; the round's merges) change the code of these suites after they were last measured; they are rerun on the round's "
-               "final code on a quiet machine when the round's time allows")
+_THIS_ROUND = ("this round's changes (the JSON parser rebuilt on the pull reader and ckpt__grow in base/, the plan's "
+               "unstack for MoE experts, the device ring's failure naming in include/, the GGUF header reader's refills, "
+               "the catalog's credentials for collective loads, the Hub cache option) change the code of these suites "
+               "after they were last measured; they are rerun on the round's final code on a quiet machine when the "
+               "round's time allows")
 PENDING_RERUN = {
     "open": _THIS_ROUND,
     "torch_read": _THIS_ROUND,
