@@ -7,7 +7,8 @@ Each load runs in its own process (imports first, then the timed call,
 then one byte of every page of every weight read, as a first forward pass
 would): the time from the call to a model whose weights are all in
 memory, the call alone, and the peak RSS until then above the process's
-RSS after its imports (getrusage's ru_maxrss); then an untimed forward
+RSS after its imports (VmHWM: getrusage's ru_maxrss would
+keep the parent's peak across fork and exec); then an untimed forward
 pass of 2 tokens checks that the model runs.  Figures are
 warm (the file in the page cache) and cold (its pages dropped before each
 run: bench/run.py's drop_caches, or fadvise DONTNEED per file with
@@ -45,7 +46,10 @@ with torch.no_grad():  # every page of every weight in memory: what a first forw
     for t in model.state_dict().values():
         t.detach().reshape(-1).view(torch.uint8)[::4096].sum()
 t2 = time.perf_counter()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def hwm():  # this process's own peak: ru_maxrss keeps the parent's across fork and exec
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM:"))
+peak = hwm()
 with torch.no_grad():
     model(torch.arange(2).unsqueeze(0))  # it runs (untimed: the same compute for both)
 print(json.dumps({"call_s": t1 - t0, "usable_s": t2 - t0, "rss_after_imports": base, "peak_rss": peak,
