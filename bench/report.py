@@ -1146,6 +1146,31 @@ def _convert_chart(conv):
             f"`save_torch_state_dict` {_mib(res['warm'][peer]['peak_rss_bytes']):,.0f} MiB")
 
 
+@figure("transformers", "transformers")
+def _transformers(tf):
+    """Issue 30's measure: ckpt.transformers' from_pretrained against
+    transformers' own, each load in its own process."""
+    res, size = tf["results"], tf["bytes"]
+    rows = ["| cache | loader | median time to a usable model | the call alone | peak RSS above imports |",
+            "|---|---|---:|---:|---:|"]
+    for cache in ("warm", "cold"):
+        for name, label in (("ckpt", "ckpt.transformers"), ("transformers", "transformers")):
+            r = res[cache][name]
+            rows.append(f"| {cache} | {label} | {r['median_usable_s']:.2f} s | {r['median_call_s']:.2f} s | "
+                        f"{r['max_peak_above_imports_mib']:,.0f} MiB |")
+    over = max(res[c]["ckpt_peak_over_model_mib"] for c in res)
+    cold = res["cold"]["speedup"]
+    la = tf["load_average"]
+    return (f"a {size / 1e9:.2f} GB bf16 Llama (`model.safetensors` + config.json), `AutoModelForCausalLM."
+            f"from_pretrained(dtype=\"auto\")`, median of {tf['runs']}, the loaders alternating; time until one "
+            f"byte of every weight page has been read; cold = the file's pages dropped before each run; load average "
+            f"{la['min']:.1f}–{la['max']:.1f}.\n\n" + "\n".join(rows) + "\n\n"
+            f"Targets (issue 30): peak RSS ≤ the model + 64 MiB — {'met' if over <= 64 else 'NOT met'}, ckpt's is "
+            f"{over:+.0f} MiB over the model's {size / 2**20:,.0f} MiB; ≥ 1.5× faster cold — "
+            f"{'met' if cold >= 1.5 else 'NOT met'}, {cold:.2f}× (warm {res['warm']['speedup']:.2f}×).\n\n"
+            + measured(tf)[0])
+
+
 @figure("torch-read", "torch_read")
 def _torch_read(tr):
     tr = tr["results"]
