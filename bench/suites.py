@@ -160,7 +160,6 @@ _THIS_ROUND = ("this round's changes (the JSON parser rebuilt on the pull reader
                "after they were last measured; they are rerun on the round's final code on a quiet machine when the "
                "round's time allows")
 PENDING_RERUN = {
-    "crc": _THIS_ROUND,
     "llamacpp 4 GB": _THIS_ROUND,
     "llamacpp 1 GB": _THIS_ROUND,
     "llamacpp quantize check": _THIS_ROUND,
