@@ -163,7 +163,6 @@ PENDING_RERUN = {
     "llamacpp 4 GB": _THIS_ROUND,
     "llamacpp 1 GB": _THIS_ROUND,
     "llamacpp quantize check": _THIS_ROUND,
-    "load 2 GB": _THIS_ROUND,
     "save incremental": _THIS_ROUND,
     "save background": _THIS_ROUND,
     "llamacpp check": _THIS_ROUND,
