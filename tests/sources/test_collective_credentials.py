@@ -5,7 +5,10 @@ Azure stand-in: rank 0 opens the checkpoint and broadcasts its catalog,
 whose names carry no credentials, and every other rank reads its bytes
 with the credentials its own URL carries.  The secret is in no rank's
 output, error or file list."""
+import base64
+import contextlib
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -58,71 +61,59 @@ def test_basic_auth_in_the_url(nginx, served, tmp_path):
     assert "wr0ng-pw" not in printed
 
 
-def test_sas_token_of_a_directory(tmp_path):
-    pytest.importorskip("huggingface_hub")
-    import base64
-    import secrets
-
-    from huggingface_hub import save_torch_state_dict
+@contextlib.contextmanager
+def azure(blobs):
+    """The Azure stand-in serving `blobs` ({name: bytes}) in container
+    "models" of account "ckptacct", the environment that points ckpt at it
+    (no key: the SAS alone grants), a container SAS and its signature."""
     from objstores import AzureServer, make_sas
-    from conftest import state_dict
     account = "ckptacct"
-    sd = state_dict(seed=5)
-    shards = tmp_path / "shards"
-    shards.mkdir()
-    save_torch_state_dict(sd, shards, max_shard_size="600KB")
-    assert len(list(shards.iterdir())) > 2
     server = AzureServer()
     try:
         server.keys = {account: base64.b64encode(secrets.token_bytes(64)).decode()}
-        server.containers = {(account, "models"): {f"sharded/{f.name}": f.read_bytes() for f in shards.iterdir()}}
+        server.containers = {(account, "models"): blobs}
         env = {"AZURE_STORAGE_CONNECTION_STRING":
                f"DefaultEndpointsProtocol=http;AccountName={account};BlobEndpoint={server.url}/{account};"}
         for k in ("AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN",
                   "AZURE_STORAGE_SERVICE_ENDPOINT"):
             env[k] = ""
         sas = make_sas(account, server.keys[account], "models")
-        sig = dict(p.split("=", 1) for p in sas.split("&"))["sig"]
-        results, printed = load_on_ranks(tmp_path, f"az://{account}/models/sharded/?{sas}", env)
-        for r in results:
-            assert "error" not in r, r["error"]
-            assert same_dict(r["state"], sd)
-        blobs = [r for r in server.requests if "/models/sharded/model-" in r[1] and "comp=list" not in r[1]]
-        assert blobs and all("sig=" in r[1] for r in blobs), blobs
-        assert sig not in printed and urllib.parse.quote(sig, safe="") not in printed
+        yield server, env, sas, dict(p.split("=", 1) for p in sas.split("&"))["sig"]
     finally:
         server.close()
+
+
+def loaded_without_showing(tmp_path, url, env, sig, sd):
+    results, printed = load_on_ranks(tmp_path, url, env)
+    for r in results:
+        assert "error" not in r, r["error"]
+        assert same_dict(r["state"], sd)
+    assert sig not in printed and urllib.parse.quote(sig, safe="") not in printed
+
+
+def test_sas_token_of_a_directory(tmp_path):
+    pytest.importorskip("huggingface_hub")
+    from huggingface_hub import save_torch_state_dict
+    from conftest import state_dict
+    sd = state_dict(seed=5)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    save_torch_state_dict(sd, shards, max_shard_size="600KB")
+    assert len(list(shards.iterdir())) > 2
+    with azure({f"sharded/{f.name}": f.read_bytes() for f in shards.iterdir()}) as (server, env, sas, sig):
+        loaded_without_showing(tmp_path, f"az://ckptacct/models/sharded/?{sas}", env, sig, sd)
+        blobs = [r for r in server.requests if "/models/sharded/model-" in r[1] and "comp=list" not in r[1]]
+        assert blobs and all("sig=" in r[1] for r in blobs), blobs
 
 
 def test_sas_token_of_a_file(tmp_path):
     """One blob named with its SAS in the query: rank 0's catalog names it
     redacted, and each other rank opens it by its own name, query and all
     (it used to send the literal REDACTED signature and get a 403)."""
-    import base64
-    import secrets
-
-    from objstores import AzureServer, make_sas
     from conftest import state_dict
     from safetensors.torch import save_file
-    account = "ckptacct"
     sd = state_dict(seed=6)
     f = tmp_path / "model.safetensors"
     save_file(sd, f)
-    server = AzureServer()
-    try:
-        server.keys = {account: base64.b64encode(secrets.token_bytes(64)).decode()}
-        server.containers = {(account, "models"): {"one/model.safetensors": f.read_bytes()}}
-        env = {"AZURE_STORAGE_CONNECTION_STRING":
-               f"DefaultEndpointsProtocol=http;AccountName={account};BlobEndpoint={server.url}/{account};"}
-        for k in ("AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN",
-                  "AZURE_STORAGE_SERVICE_ENDPOINT"):
-            env[k] = ""
-        sas = make_sas(account, server.keys[account], "models")
-        sig = dict(p.split("=", 1) for p in sas.split("&"))["sig"]
-        results, printed = load_on_ranks(tmp_path, f"az://{account}/models/one/model.safetensors?{sas}", env)
-        for r in results:
-            assert "error" not in r, r["error"]
-            assert same_dict(r["state"], sd)
-        assert sig not in printed and urllib.parse.quote(sig, safe="") not in printed
-    finally:
-        server.close()
+    with azure({"one/model.safetensors": f.read_bytes()}) as (server, env, sas, sig):
+        loaded_without_showing(tmp_path, f"az://ckptacct/models/one/model.safetensors?{sas}", env, sig, sd)
