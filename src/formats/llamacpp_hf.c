@@ -455,10 +455,7 @@ static void put_architecture(hf *h) {
     ckpt__buf_json_string(b, moe ? f->hf_moe_arch : f->hf_archs[0]);
     ckpt__buf_puts(b, "]");
     put_key(b, "model_type");
-    ckpt__buf_json_string(b, moe                ? f->hf_moe_model_type
-                             : f->hf_model_type ? f->hf_model_type
-                             : f->hf            ? f->hf->model_type
-                                                : f->name);
+    ckpt__buf_json_string(b, moe ? f->hf_moe_model_type : f->hf_model_type ? f->hf_model_type : f->name);
 }
 
 /* What the family's config class reads beyond the key-values: its
@@ -488,7 +485,7 @@ static ckpt_status put_rope(hf *h) {
             return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, NULL, -1,
                               "key '%s.rope.freq_base_swa': the sliding layers' RoPE base differs from the others', "
                               "which %s's Hugging Face config cannot say",
-                              h->family->name, c->model_type);
+                              h->family->name, h->family->hf_model_type);
         return put_rope_members(h, c != NULL);
     }
     ckpt__buf_puts(&h->config, "{\"full_attention\": ");

@@ -108,7 +108,6 @@ typedef struct ckpt__lc_pre {
  * than a Llama's does, or says it otherwise (Gemma's): what llama.cpp
  * assumes of such a model where its GGUF says nothing. */
 typedef struct ckpt__lc_hf_config {
-    const char *model_type;     /* config.json's model_type (transformers' text model: gemma3_text) */
     const char *activation;     /* hidden_activation (transformers' Gemma configs name it so) */
     uint32_t swa_pattern;       /* llama.cpp's sliding-window pattern when the GGUF has none (load_swa_pattern): of
                                    each run of n layers, the last attends fully, the others slide */

@@ -84,14 +84,12 @@ static const ckpt__lc_pre ckpt__lc_gemma_pres[] = {
  * queries scaled by the head dimension's root but in the 27B (46 layers;
  * Gemma 3's 62), Gemma 3's sliding layers' RoPE its own and unscaled. */
 static const ckpt__lc_hf_config ckpt__lc_gemma2_hf = {
-    .model_type = "gemma2",
     .activation = "gelu_pytorch_tanh",
     .swa_pattern = 2,
     .wide_query_layers = 46,
 };
 
 static const ckpt__lc_hf_config ckpt__lc_gemma3_hf = {
-    .model_type = "gemma3_text",
     .activation = "gelu_pytorch_tanh",
     .swa_pattern = 6,
     .wide_query_layers = 62,
@@ -107,6 +105,7 @@ static const ckpt__lc_family ckpt__lc_gemma2 = {
     .add_space_prefix = false,
     .no_space_prefix_after = true,
     .hf = &ckpt__lc_gemma2_hf,
+    .hf_model_type = "gemma2",
 };
 
 static const char *const ckpt__lc_gemma3_archs[] = {"Gemma3ForCausalLM", NULL};
@@ -129,6 +128,7 @@ static const ckpt__lc_family ckpt__lc_gemma3 = {
     .add_space_prefix = false,
     .no_space_prefix_after = true,
     .hf = &ckpt__lc_gemma3_hf,
+    .hf_model_type = "gemma3_text", /* transformers' text model */
 };
 
 #endif
