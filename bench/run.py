@@ -51,6 +51,11 @@ Suites:
                  time to a model that has answered, peak RSS above imports
                  (bench/transformers_suite.py; not in the default set:
                  `make bench BENCH_ARGS="transformers --runs 3"`)
+  gpu            onto a CUDA GPU (issue 31): tests/gpu/run.sh's tests, its
+                 probe of the ring and its benchmark of 8 GB of bf16 against
+                 safetensors' device loads and the pinned-copy and O_DIRECT
+                 ceilings (bench/gpu_suite.py; needs a CUDA GPU, not in the
+                 default set: `make bench BENCH_ARGS=gpu`)
   hardened       what hostile input costs: peak RSS and outcome of `ckpt inspect`
                  and ckpt.open on files built to amplify metadata, against the
                  bound 8 x input + 64 MiB (with --baseline REV, REV's too); with
@@ -587,6 +592,11 @@ def suite_llamacpp(args):
     run_llamacpp_suite(args)
 
 
+def suite_gpu(args):
+    from gpu_suite import run_gpu_suite
+    run_gpu_suite(args)
+
+
 def suite_perf(args):
     from perf_suite import run_perf_suite
     run_perf_suite(args)
@@ -645,7 +655,7 @@ def main():
          "gguf": suite_gguf, "jax": suite_jax, "bindings": suite_bindings, "baseline": suite_baseline,
          "http": suite_http, "memlimit": suite_memlimit, "dcp": suite_dcp, "distributed": suite_distributed,
          "perf": suite_perf, "crc": suite_crc, "hardened": suite_hardened, "save": suite_save,
-         "transformers": suite_transformers, "llamacpp": suite_llamacpp}[s](args)
+         "transformers": suite_transformers, "llamacpp": suite_llamacpp, "gpu": suite_gpu}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

@@ -69,6 +69,8 @@ WRITE = [["src/convert.c", "src/writer.c", "src/writer_internal.h", "src/formats
 COLLECTIVE = [["src/comm.c", "src/wire.c", "src/collective_load.c", "src/collective_write.c",
                "src/collective_internal.h", "mpi/", "python/ckpt/distributed.py"]]
 CLI = [["cli/", ":(exclude)cli/diff.c", ":(exclude)cli/inspect.c", ":(exclude)cli/verify.c", ":(exclude)cli/mpi.c"]]
+# The device destination (the ring, cuFile) and the GPU run's measuring programs.
+DEVICE = [["src/device/", "tests/gpu/bench.py", "tests/gpu/gpudata.py", "tests/gpu/probe.py"]]
 PYTHON = [["pyproject.toml", "python/src/", "python/ckpt/", ":(exclude)python/ckpt/jax.py",
            ":(exclude)python/ckpt/distributed.py", ":(exclude)python/ckpt/transformers.py"]]
 # The readers of the amplifying inputs (tests/hostile/amplify.py) and `ckpt inspect` (its outline of the tree).
@@ -113,6 +115,7 @@ MEASUREMENTS = {
                           "python"),
     "perf": Measurement(["perf"], BUILD + CORE + SAFETENSORS + LOAD + PYTHON +
                         [["bench/perf_peers.py", "bench/peers.py", "bench/load_bench.c"]], "perf --runs 5"),
+    "gpu": Measurement(["gpu-*"], BUILD + CORE + SAFETENSORS + LOAD + PYTHON + DEVICE, "gpu"),
     "jax": Measurement(["jax-*GB"], BUILD + CORE + SAFETENSORS + FLAX + LOAD + PYTHON +
                        [["python/ckpt/jax.py", "bench/jax_peers.py"]], "jax"),
     "gguf": Measurement(["gguf"], BUILD + CORE + SAFETENSORS + GGUF + WRITE + CLI, "gguf"),

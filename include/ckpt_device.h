@@ -81,7 +81,7 @@ typedef struct ckpt_device ckpt_device;
 
 typedef struct ckpt_device_options {
     size_t size;         /* sizeof(ckpt_device_options), set by ckpt_device_options_init */
-    unsigned slots;      /* pinned host slots in the ring; 0: 8 */
+    unsigned slots;      /* pinned host slots in the ring; 0: 32 (256 MiB with 8 MiB slots) */
     uint64_t slot_bytes; /* bytes per slot; 0: 8 MiB; at least 64 KiB.  A load's
                             chunk (ckpt_load_options.chunk_bytes) is at most one slot */
     int cufile;          /* 1 (the default): read through GPUDirect Storage where

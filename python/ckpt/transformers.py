@@ -78,6 +78,18 @@ def _modeling():
     return modeling_utils
 
 
+def _resolve_revision(path, hub):
+    """The revision a load reads, as transformers' from_pretrained resolves
+    it (a branch or tag pinned to its commit, so that every file of one
+    load comes from one state of the repository).  Transformers before
+    5.23 has no resolve_revision and reads the revision as given."""
+    resolve = getattr(_modeling(), "resolve_revision", None)
+    if resolve is None:
+        return hub.get("revision")
+    return resolve(path, hub.get("revision"), token=hub.get("token"),
+                   local_files_only=hub.get("local_files_only", False), cache_dir=hub.get("cache_dir"))
+
+
 def _checkpoint_path(files, sharded_metadata):
     """The one path ckpt opens for what transformers resolved: the file
     itself, or the index beside a set of shards (transformers' index names
@@ -294,9 +306,7 @@ def load_pretrained(model_class, pretrained_model_name_or_path, *model_args, **k
     dtype = "auto" if dtype is None else dtype
     if mu.is_offline_mode() and not hub.get("local_files_only"):
         hub["local_files_only"] = True
-    hub["revision"] = mu.resolve_revision(pretrained_model_name_or_path, hub["revision"], token=hub.get("token"),
-                                          local_files_only=hub.get("local_files_only", False),
-                                          cache_dir=hub.get("cache_dir"))
+    hub["revision"] = _resolve_revision(pretrained_model_name_or_path, hub)
     distributed, device_map, mesh = _distributed(model_class, kwargs, device_map)
     device_map = _device_map(device_map)
 
@@ -534,9 +544,7 @@ class _Auto(_Wrapper):
         config = kwargs.pop("config", None)
         kwargs["_from_auto"] = True
         hub = {k: kwargs.pop(k) for k in _HUB_KWARGS if k in kwargs}
-        hub["revision"] = _modeling().resolve_revision(
-            pretrained_model_name_or_path, hub.get("revision"), token=hub.get("token"),
-            local_files_only=hub.get("local_files_only", False), cache_dir=hub.get("cache_dir"))
+        hub["revision"] = _resolve_revision(pretrained_model_name_or_path, hub)
         if not isinstance(config, PreTrainedConfig):
             given = {k: kwargs[k] for k in ("dtype", "torch_dtype") if kwargs.get(k) is not None}
             passed = {k: v for k, v in kwargs.items() if not (k in given and v == "auto")}

@@ -55,19 +55,25 @@ def layout(count, shard_bytes):
             for s in range(count)]
 
 
+def made(name, count, shard_bytes):
+    """Whether shards(name, count, shard_bytes) was made already."""
+    want = {"count": count, "shard_bytes": scale(shard_bytes), "cols": COLS}
+    try:
+        with open(os.path.join(data_root(), name, "stamp.json")) as f:
+            return json.load(f) == want
+    except (OSError, ValueError):
+        return False
+
+
 def shards(name, count, shard_bytes):
     """The set's directory, made once (a stamp records what it holds)."""
     from safetensors.torch import save_file
-    shard_bytes = scale(shard_bytes)
     root = os.path.join(data_root(), name)
+    if made(name, count, shard_bytes):
+        return root
+    shard_bytes = scale(shard_bytes)
     stamp = os.path.join(root, "stamp.json")
     want = {"count": count, "shard_bytes": shard_bytes, "cols": COLS}
-    try:
-        with open(stamp) as f:
-            if json.load(f) == want:
-                return root
-    except (OSError, ValueError):
-        pass
     os.makedirs(root, exist_ok=True)
     weight_map, total = {}, 0
     for file, tensors in layout(count, shard_bytes):
@@ -116,18 +122,25 @@ def evict(root):
 
 
 def cufile_library():
-    """The libcufile to drive: CKPT_GPU_CUFILE, else the one torch's CUDA
-    wheels install (nvidia-cufile-cu12), else None."""
+    """The libcufile to drive: CKPT_GPU_CUFILE, else the one NVIDIA's wheels
+    install beside torch's CUDA (nvidia-cufile-cu12: nvidia/cufile/lib;
+    CUDA 13's nvidia-cufile: nvidia/cu13/lib), else the CUDA toolkit's,
+    else None."""
+    import glob
     if os.environ.get("CKPT_GPU_CUFILE"):
         return os.environ["CKPT_GPU_CUFILE"]
+    roots = []
     try:
-        import nvidia.cufile
-        for root in list(getattr(nvidia.cufile, "__path__", [])):
-            lib = os.path.join(root, "lib", "libcufile.so.0")
-            if os.path.exists(lib):
-                return lib
+        import nvidia
+        roots = list(getattr(nvidia, "__path__", []))
     except ImportError:
         pass
+    for root in roots:
+        for lib in sorted(glob.glob(os.path.join(root, "*", "lib", "libcufile.so.0"))):
+            return lib
+    for lib in ("/usr/local/cuda/lib64/libcufile.so.0", "/usr/local/cuda/targets/x86_64-linux/lib/libcufile.so.0"):
+        if os.path.exists(lib):
+            return lib
     return None
 
 

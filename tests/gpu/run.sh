@@ -16,7 +16,13 @@
 # bench drive; default: the nvidia-cufile wheel's, if installed), CKPT_GPU_DATA (where the test and benchmark files go, 21 GiB, on
 # a disk — not a tmpfs, whose pages cannot be dropped for cold reads;
 # default .gpu-data/ in the working tree), CKPT_GPU_SMALL=1 (sizes ÷ 100: a dry run of the
-# plumbing, on a machine without a GPU the GPU tests skip themselves).
+# plumbing, on a machine without a GPU the GPU tests skip themselves),
+# CKPT_GPU_TESTS_LIMIT and CKPT_GPU_BENCH_LIMIT (seconds each step may run,
+# default 330 and 190: interrupted, it still writes what it has, so that
+# one device call of 10 minutes always brings results back),
+# CKPT_GPU_PROBE=1 (first, tests/gpu/probe.py: where the ring's time goes,
+# to probe.json), CKPT_GPU_TESTS_K (only the tests pytest's -k EXPR selects),
+# CKPT_GPU_BENCH=0 (no benchmark).
 # shellcheck disable=SC2329  # deps, build and machine run through step()
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -60,11 +66,25 @@ deps() {
     local prefix=/tmp/ckpt-deps arch
     for f in "$ROOT"/.gpu-deps/*.deb; do dpkg -x "$f" "$prefix" || return 1; done
     arch=$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)
+    # A -dev package's libNAME.so points at a runtime that Debian installs
+    # under /lib (zlib1g's /lib/<arch>/libz.so.1.2.13): a dangling link is
+    # repointed to the system's own runtime of that name (libz.so.1, the
+    # one every process there loads), else to the unpacked copy; left
+    # dangling, the linker takes the static libz.a, which no .so can hold.
+    local link target cand
+    for link in "$prefix"/usr/lib/"$arch"/*.so; do
+        [ -L "$link" ] && [ ! -e "$link" ] || continue
+        target=$(readlink "$link")
+        for cand in /lib/"$arch"/"${link##*/}".[0-9] /usr/lib/"$arch"/"${link##*/}".[0-9] \
+            "$prefix/lib/$arch/${target##*/}"; do
+            if [ -e "$cand" ]; then ln -sf "$cand" "$link"; break; fi
+        done
+    done
     export PATH=$prefix/usr/bin:$PATH
     export PKG_CONFIG_PATH=$prefix/usr/lib/$arch/pkgconfig:$prefix/usr/share/pkgconfig:${PKG_CONFIG_PATH:-}
     export PKG_CONFIG_SYSROOT_DIR=$prefix
     export CMAKE_PREFIX_PATH=$prefix/usr:${CMAKE_PREFIX_PATH:-}
-    export LD_LIBRARY_PATH=$prefix/usr/lib/$arch:$prefix/lib/$arch:${LD_LIBRARY_PATH:-}
+    export LD_LIBRARY_PATH=$prefix/usr/lib/$arch:${LD_LIBRARY_PATH:-}  # not its /lib: the system's libz stays
     export LIBRARY_PATH=$prefix/usr/lib/$arch:$prefix/lib/$arch:${LIBRARY_PATH:-}
     export C_INCLUDE_PATH=$prefix/usr/include:${C_INCLUDE_PATH:-}
 }
@@ -72,6 +92,7 @@ deps() {
 # The library, the CLI and the extension; the package assembled in
 # build-gpu/python (the sources' .py files beside the built _ckpt).
 build() {
+    rm -f "$BUILD/CMakeCache.txt"  # configured afresh: a kept cache can hold a library found before deps ran
     cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCKPT_PYTHON=ON -DCKPT_BUILD_TESTS=OFF \
         -DCKPT_WITH_CURL=OFF -DPython_EXECUTABLE="$(command -v "$PY")" || return 1
     cmake --build "$BUILD" -j "$(nproc)" --target ckpt_shared _ckpt ckpt || return 1
@@ -103,15 +124,25 @@ PY
 
 export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
+# JAX takes 75% of the GPU's memory at its first use unless told not to,
+# and torch shares the device in the same process.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+# SIGINT first: pytest and bench.py write their reports when interrupted.
+limited() { local s=$1; shift; timeout --signal=INT --kill-after=20 "$s" "$@"; }
 log "data: $CKPT_GPU_DATA ($(df -hT "$CKPT_GPU_DATA" | tail -1))"
 step deps deps
 step build build
 build_rc=$?
 step machine machine
 if [ "$build_rc" -eq 0 ]; then
-    step tests "$PY" -m pytest -q -p no:cacheprovider --confcutdir="$ROOT/tests/gpu" "$ROOT/tests/gpu/test_gpu.py" \
-        --junitxml="$OUT/tests.xml" -o junit_family=xunit2 --tests-json="$OUT/tests.json"
-    step bench "$PY" "$ROOT/tests/gpu/bench.py" --out "$OUT/bench.json"
+    if [ "${CKPT_GPU_PROBE:-0}" = 1 ]; then
+        step probe limited "${CKPT_GPU_PROBE_LIMIT:-150}" "$PY" "$ROOT/tests/gpu/probe.py" --out "$OUT/probe.json"
+    fi
+    step tests limited "${CKPT_GPU_TESTS_LIMIT:-330}" "$PY" -m pytest -q -p no:cacheprovider --confcutdir="$ROOT/tests/gpu" "$ROOT/tests/gpu/test_gpu.py" \
+        --junitxml="$OUT/tests.xml" -o junit_family=xunit2 --tests-json="$OUT/tests.json" ${CKPT_GPU_TESTS_K:+-k "$CKPT_GPU_TESTS_K"}
+    if [ "${CKPT_GPU_BENCH:-1}" = 1 ]; then
+        step bench limited "${CKPT_GPU_BENCH_LIMIT:-190}" "$PY" "$ROOT/tests/gpu/bench.py" --out "$OUT/bench.json"
+    fi
 fi
 {
     printf '{"script": "tests/gpu/run.sh", "machine": %s, "steps": [' "$(cat "$OUT/machine.json" 2>/dev/null || echo null)"
