@@ -163,6 +163,10 @@ _THIS_ROUND = ("this round's changes (the device ring's default of 32 slots in i
                "catalog's credentials for collective loads) change the code of these suites after they were last "
                "measured; they are rerun on the round's final code on a quiet machine when the round's time allows")
 PENDING_RERUN = {
+    "gpu": ("needs a CUDA GPU (tests/gpu/run.sh; the device tool lends one to some sessions, 15 minutes each): "
+            "measured this round, then its benchmark changed (warm runs before cold, so that no cold run pays the "
+            "device's opening; fastsafetensors and Run:ai's streamer carried as wheels) after the round's device "
+            "time was spent"),
     "open": _THIS_ROUND,
     "convert": _THIS_ROUND,
     "crc": _THIS_ROUND,

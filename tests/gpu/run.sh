@@ -122,6 +122,17 @@ print(json.dumps(info))
 PY
 }
 
+# The peers the benchmark measures when their packages import
+# (fastsafetensors, Run:ai's streamer): wheels carried in .gpu-wheels/
+# (tests/gpu/README.md), installed under /tmp/ckpt-site, never into the
+# image's environment.
+wheels() {
+    ls "$ROOT"/.gpu-wheels/*.whl >/dev/null 2>&1 || { echo "no .gpu-wheels/*.whl: the peers are left out"; return 0; }
+    # a wheel for another Python (a dry run here) leaves the peers out, as bench.json then says
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/ckpt-site \
+        "$ROOT"/.gpu-wheels/*.whl || echo "the wheels do not install for $("$PY" -V): the peers are left out"
+}
+
 export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 # JAX takes 75% of the GPU's memory at its first use unless told not to,
@@ -131,6 +142,7 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false
 limited() { local s=$1; shift; timeout --signal=INT --kill-after=20 "$s" "$@"; }
 log "data: $CKPT_GPU_DATA ($(df -hT "$CKPT_GPU_DATA" | tail -1))"
 step deps deps
+step wheels wheels && [ -d /tmp/ckpt-site ] && export PYTHONPATH=$PYTHONPATH:/tmp/ckpt-site
 step build build
 build_rc=$?
 step machine machine
