@@ -1171,6 +1171,23 @@ def _transformers(tf):
             + measured(tf)[0])
 
 
+@figure("gpu-line", "gpu-h200")
+def _gpu_line(doc):
+    """The README's line for issue 31: the GPU, warm against the ceiling and
+    safetensors' device load, cold against the disk."""
+    b = doc["bench"]
+    runs = {(r["loader"], r["cache"]): r for r in b["runs"] if "GBps" in r}
+    warm, cold = runs[("ckpt device=", "warm")], runs[("ckpt device=", "cold")]
+    st = runs.get(("safetensors load_file(device=)", "warm"))
+    vs = f" and {warm['GBps'] / st['GBps']:.1f}× `safetensors.torch.load_file(device=)`" if st else ""
+    t = b["targets"]
+    return (f"**Onto a GPU** (an {doc['gpu']}): 8 GB of bf16 from the page cache at {warm['GBps']:.1f} GB/s, "
+            f"{t['warm_vs_h2d_ceiling']:.2f}× a pinned copy's ceiling{vs}; cold {cold['GBps']:.2f} GB/s, "
+            f"{t['cold_vs_odirect_ceiling']:.2f}× the disk's O_DIRECT read; the process's memory grew by "
+            f"{t['rss_growth_MiB']:.0f} MiB at most, its ring of pinned slots included "
+            f"([docs/PYTHON.md](docs/PYTHON.md#straight-onto-a-gpu))")
+
+
 @figure("gpu", "gpu-h200")
 def _gpu(doc):
     """Issue 31's measure: 8 GB of bf16 onto the GPU (tests/gpu/bench.py),
