@@ -8,7 +8,10 @@
 /*
  * Adds tokenizer.json and tokenizer_config.json, made of the GGUF's
  * tokenizer.ggml.* key-values, to `plan`'s carried files
- * (llamacpp_hf_tokenizer.c); `architecture` is general.architecture.  A
+ * (llamacpp_hf_tokenizer.c), and for a SentencePiece vocabulary ("llama")
+ * tokenizer.model, unless SentencePiece could not load it (a token twice
+ * or empty, a type it does not have); `architecture` is
+ * general.architecture.  A
  * file without tokenizer.ggml.model adds nothing; a tokenizer ckpt cannot
  * write, or key-values that contradict each other, are
  * CKPT_E_INVALID_ARGUMENT naming the file and the key.

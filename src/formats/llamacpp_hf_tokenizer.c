@@ -19,6 +19,10 @@
  * defined ones plain added tokens; BOS/EOS added as tokenizer.ggml.add_*
  * says.  The JSON is written as the arrays are walked: no tree of the
  * vocabulary is built.
+ *
+ * A "llama" vocabulary also gets tokenizer.model, the SentencePiece
+ * ModelProto the script read it from (put_sentencepiece): slow tokenizers
+ * and sentencepiece itself load that file, not tokenizer.json.
  */
 #include "llamacpp_hf.h"
 
@@ -34,7 +38,7 @@
 #include "ckpt_gguf.h"
 
 /* llama.cpp's token types (gguf-py's TokenType). */
-enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_USER_DEFINED = 4 };
+enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_USER_DEFINED = 4, TOK_UNUSED = 5, TOK_BYTE = 6 };
 
 /* The pre-tokenizer splits transformers knows, by tokenizer.ggml.pre. */
 #define LLAMA3_SPLIT                                                                                                  \
@@ -512,6 +516,125 @@ static void put_config(const tok *t, ckpt__buf *b) {
     ckpt__buf_puts(b, ",\n  \"clean_up_tokenization_spaces\": false,\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n");
 }
 
+/* ---- tokenizer.model --------------------------------------------------------- */
+
+/* Protobuf's wire format, as much of it as sentencepiece_model.proto's
+ * ModelProto needs: varints, length-delimited bytes, 32-bit floats. */
+enum { PB_VARINT = 0, PB_BYTES = 2, PB_FIXED32 = 5 };
+
+static void pb_varint(ckpt__buf *b, uint64_t v) {
+    char out[10];
+    size_t n = 0;
+    for (; v >= 0x80; v >>= 7) out[n++] = (char)(v | 0x80);
+    out[n++] = (char)v;
+    ckpt__buf_append(b, out, n);
+}
+
+static void pb_tag(ckpt__buf *b, unsigned field, unsigned wire) { pb_varint(b, (uint64_t)field << 3 | wire); }
+
+/* An int32 field: a negative one as its sign-extended 64 bits (ten bytes), as protobuf writes it. */
+static void pb_int(ckpt__buf *b, unsigned field, int64_t v) {
+    pb_tag(b, field, PB_VARINT);
+    pb_varint(b, (uint64_t)v);
+}
+
+static void pb_bytes(ckpt__buf *b, unsigned field, const char *s, size_t n) {
+    pb_tag(b, field, PB_BYTES);
+    pb_varint(b, n);
+    ckpt__buf_append(b, s, n);
+}
+
+static void pb_string(ckpt__buf *b, unsigned field, const char *s) { pb_bytes(b, field, s, strlen(s)); }
+
+/* Whether a byte piece is spelled as SentencePiece spells one ("<0x%02X>"):
+ * it refuses to load any other. */
+static bool byte_piece(const char *s) {
+    static const char hex[] = "0123456789ABCDEF";
+    return strlen(s) == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' && s[3] && strchr(hex, s[3]) && s[4] &&
+           strchr(hex, s[4]);
+}
+
+/* A token's SentencePiece type (llama.cpp's numbers are SentencePiece's):
+ * the unknown token's UNKNOWN (the script types tokenizer_config.json's
+ * special tokens, <unk> among them, as control ones); 0 where SentencePiece
+ * cannot load the vocabulary (a piece twice or empty, a type it has not, a
+ * byte piece otherwise spelled, a second unknown piece). */
+static int32_t piece_type(const tok *t, uint64_t i) {
+    int32_t type = (int64_t)i == t->unk ? TOK_UNKNOWN : type_of(t, i);
+    if (t->first[i] != i || !t->text[i][0] || type < TOK_NORMAL || type > TOK_BYTE) return 0;
+    if (type == TOK_UNKNOWN && t->unk >= 0 && (int64_t)i != t->unk) return 0;
+    if (type == TOK_BYTE && !byte_piece(t->text[i])) return 0;
+    return type;
+}
+
+/* ModelProto's pieces (field 1): the tokens, their scores and types, in
+ * id order; false where SentencePiece could not load them.  *bytes is
+ * whether byte pieces are among them (byte fallback).  The meta pieces'
+ * (control, unknown, user-defined) scores are 0, SentencePiece's: the
+ * script gives tokenizer_config.json's added tokens -1000, a score no
+ * encoder reads (they are matched whole or never). */
+static bool put_pieces(const tok *t, ckpt__buf *b, bool *bytes) {
+    ckpt__buf piece = {0};
+    bool ok = true, unknown = false;
+    for (uint64_t i = 0; ok && i < t->count; i++) {
+        int32_t type = piece_type(t, i);
+        ok = type != 0 && !(type == TOK_UNKNOWN && unknown);
+        unknown |= type == TOK_UNKNOWN;
+        *bytes |= type == TOK_BYTE;
+        piece.len = 0;
+        pb_string(&piece, 1, t->text[i]);
+        pb_tag(&piece, 2, PB_FIXED32);
+        if (type == TOK_CONTROL || type == TOK_UNKNOWN || type == TOK_USER_DEFINED)
+            ckpt__buf_append(&piece, "\0\0\0\0", 4); /* 0, as SentencePiece's trainer scores them */
+        else ckpt__buf_append(&piece, (const char *)t->scores + 4 * i, 4); /* the f32, little-endian as protobuf's */
+        if (type != TOK_NORMAL) pb_int(&piece, 3, type); /* NORMAL: the field's default */
+        pb_bytes(b, 1, piece.data, piece.len);
+    }
+    b->failed |= piece.failed;
+    free(piece.data);
+    return ok;
+}
+
+/* A special token's id and piece (TrainerSpec's *_id and *_piece fields);
+ * -1 where the GGUF names none. */
+static void put_special_id(const tok *t, ckpt__buf *b, unsigned id_field, unsigned piece_field, int64_t id) {
+    pb_int(b, id_field, id);
+    if (id >= 0) pb_string(b, piece_field, t->text[id]);
+}
+
+/*
+ * tokenizer.model: SentencePiece's ModelProto of what llama.cpp runs for a
+ * "llama" vocabulary: its BPE (merges by score, byte fallback where byte
+ * pieces are), the tokens' pieces, scores and types, the special tokens'
+ * ids, and its normalization (none but the spaces as U+2581 and the
+ * dummy prefix of tokenizer.ggml.add_space_prefix).  The training fields
+ * the GGUF does not keep are left at their defaults.  *holdable is false
+ * (and nothing is kept) where SentencePiece could not load the vocabulary.
+ */
+static void put_sentencepiece(const tok *t, ckpt__buf *b, bool *holdable) {
+    bool bytes = false;
+    *holdable = t->scores && put_pieces(t, b, &bytes);
+    if (!*holdable) return;
+    ckpt__buf spec = {0};
+    pb_int(&spec, 3, 2); /* model_type: BPE */
+    pb_int(&spec, 4, (int64_t)t->count);
+    if (bytes) pb_int(&spec, 35, 1); /* byte_fallback */
+    put_special_id(t, &spec, 40, 45, t->unk);
+    put_special_id(t, &spec, 41, 46, t->bos);
+    put_special_id(t, &spec, 42, 47, t->eos);
+    put_special_id(t, &spec, 43, 48, t->pad);
+    pb_bytes(b, 2, spec.data, spec.len);
+    ckpt__buf norm = {0};
+    pb_string(&norm, 1, "identity");
+    pb_int(&norm, 3, bool_kv(t, "tokenizer.ggml.add_space_prefix", true)); /* add_dummy_prefix */
+    pb_int(&norm, 4, 0); /* remove_extra_whitespaces: llama.cpp keeps runs of spaces */
+    pb_int(&norm, 5, 1); /* escape_whitespaces */
+    pb_bytes(b, 3, norm.data, norm.len);
+    b->failed |= spec.failed || norm.failed;
+    free(spec.data);
+    free(norm.data);
+}
+
 /* ---- the files -------------------------------------------------------------- */
 
 static ckpt_status read_kind(tok *t, const char *architecture) {
@@ -558,7 +681,7 @@ ckpt_status ckpt__lc_hf_tokenizer(ckpt_plan *plan, const char *architecture, ckp
     const ckpt_kv *kv = NULL;
     tok t = {.catalog = plan->catalog, .path = ckpt_catalog_file_path(plan->catalog, 0), .err = err};
     if (!ckpt__catalog_kv_encoded(t.catalog, "tokenizer.ggml.model", &kv)) return CKPT_OK; /* no tokenizer in the file */
-    ckpt__buf json = {0}, config = {0};
+    ckpt__buf json = {0}, config = {0}, model = {0};
     ckpt_status st = read_kind(&t, architecture);
     if (st == CKPT_OK) st = read_vocab(&t);
     if (st == CKPT_OK) {
@@ -568,11 +691,16 @@ ckpt_status ckpt__lc_hf_tokenizer(ckpt_plan *plan, const char *architecture, ckp
         st = put_model(&t, &json);
         put_config(&t, &config);
     }
-    if (st == CKPT_OK && (json.failed || config.failed)) st = ckpt__oom(err, t.path, "tokenizer.json");
+    bool holdable = false;
+    if (st == CKPT_OK && t.spm) put_sentencepiece(&t, &model, &holdable);
+    if (st == CKPT_OK && (json.failed || config.failed || model.failed))
+        st = ckpt__oom(err, t.path, model.failed ? "tokenizer.model" : "tokenizer.json");
     if (st == CKPT_OK) st = ckpt__plan_add_file(plan, "tokenizer.json", json.data, json.len, err);
     if (st == CKPT_OK) st = ckpt__plan_add_file(plan, "tokenizer_config.json", config.data, config.len, err);
+    if (st == CKPT_OK && holdable) st = ckpt__plan_add_file(plan, "tokenizer.model", model.data, model.len, err);
     free(json.data);
     free(config.data);
+    free(model.data);
     tok_free(&t);
     return st;
 }

@@ -8,6 +8,7 @@ ones, converted by the vendored script."""
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -56,7 +57,9 @@ def test_logits_equal_transformers_own_gguf_load(models, family, outtype, tmp_pa
     dequantize the same blocks: d × q in f32)."""
     gguf = models[family][1][outtype]
     hf = to_hf(gguf, tmp_path / "hf", "--dtype", "f32")
-    assert sorted(os.listdir(hf)) == ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
+    spm = ["tokenizer.model"] if family in ("llama2", "phi3") else []  # SentencePiece's file
+    assert sorted(os.listdir(hf)) == sorted(["config.json", "model.safetensors", "tokenizer.json",
+                                             "tokenizer_config.json", *spm])
     # transformers' GGUF config drops qwen3.attention.key_length: Qwen3Config's
     # default head_dim (128) would stay, so the tiny model's (16) is given.
     kw = {"head_dim": json.loads((hf / "config.json").read_text())["head_dim"]} if family == "qwen3" else {}
@@ -319,10 +322,10 @@ def rewritten(src, dst, drop=(), change=None, types=None, tensors=None):
             if name not in r.fields:
                 w.add_string(name, value)
         for t in r.tensors:
-            if t.name in (tensors or {}):
-                w.add_tensor(t.name, tensors[t.name], raw_dtype=t.tensor_type)
-            else:
-                w.add_tensor(t.name, t.data, raw_shape=list(reversed(t.shape.tolist())), raw_dtype=t.tensor_type)
+            # the data's own shape: the writer reads a uint8 array (BF16's and
+            # the quantized types' bytes, as the reader gives them) as rows of
+            # bytes, and any other as the elements' shape
+            w.add_tensor(t.name, (tensors or {}).get(t.name, t.data), raw_dtype=t.tensor_type)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
@@ -579,6 +582,104 @@ def test_gemma_tokenizer_ids_equal_the_original(gemma, family, tmp_path):
     assert ours.decode(ours("h\u00e9 \U0001f917 x")["input_ids"], skip_special_tokens=True) == "h\u00e9 \U0001f917 x"
     config = json.loads((hf / "tokenizer_config.json").read_text())
     assert (config["add_bos_token"], config["chat_template"]) == (True, original.chat_template)
+
+
+# ---- tokenizer.model -------------------------------------------------------------
+
+# A fixed multilingual text for SentencePiece: Latin with accents, Cyrillic,
+# Greek, Arabic, Hebrew, Devanagari, CJK, Hangul, emoji (byte fallback),
+# runs of spaces, tabs and newlines, digits.
+MULTILINGUAL = ("Hello world! Gr\u00fc\u00dfe aus M\u00fcnchen, \u00e7a va tr\u00e8s bien.  \u041f\u0440\u0438\u0432\u0435\u0442, "
+                "\u043c\u0438\u0440!\t\u039a\u03b1\u03bb\u03b7\u03bc\u03ad\u03c1\u03b1 \u0645\u0631\u062d\u0628\u0627 \u05e9\u05dc\u05d5\u05dd "
+                "\u0928\u092e\u0938\u094d\u0924\u0947\n\n\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8 \u4e2d\u6587 "
+                "\ud55c\uad6d\uc5b4   \U0001f917\U0001f680 3.14159 1234567 don't\n    return x**2")
+
+
+def sentencepiece_models(original, rebuilt):
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    out = []
+    for path in (original, rebuilt):
+        m = pb.ModelProto()
+        m.ParseFromString(Path(path).read_bytes())
+        out.append(m)
+    return out
+
+
+@pytest.mark.parametrize("family", ["llama2", "gemma2"])
+def test_sentencepiece_model_comes_back(models, request, family, tmp_path):
+    """HF directory (its tokenizer.model) → the script's GGUF → ckpt's
+    directory: tokenizer.model again, SentencePiece's ModelProto with the
+    original's pieces, scores and types, its BPE, byte fallback, special
+    ids and normalizer; SentencePiece encodes and decodes a multilingual
+    text as the original does, and transformers' slow-tokenizer classes
+    (which convert tokenizer.model) give the original's ids.  The only
+    difference: Gemma's user-defined specials come back control pieces
+    (the script types tokenizer_config.json's special tokens so)."""
+    import sentencepiece
+    from transformers import GemmaTokenizer, LlamaTokenizer
+    model, gguf = (models["llama2"][0], models["llama2"][1]["f16"]) if family == "llama2" else \
+        request.getfixturevalue("gemma")[family]
+    hf = to_hf(gguf, tmp_path / "hf")
+    original, ours = sentencepiece_models(model / "tokenizer.model", hf / "tokenizer.model")
+    want = [(p.piece, p.score, p.type) for p in original.pieces]
+    if family == "gemma2":  # <mask>, <start_of_turn>, <end_of_turn>: user-defined → control
+        assert [w[2] for w in want[4:7]] == [4, 4, 4]
+        want[4:7] = [(piece, score, 3) for piece, score, _ in want[4:7]]
+    assert [(p.piece, p.score, p.type) for p in ours.pieces] == want
+    fields = ("model_type", "vocab_size", "byte_fallback", "unk_id", "bos_id", "eos_id", "pad_id")
+    assert [getattr(ours.trainer_spec, f) for f in fields] == [getattr(original.trainer_spec, f) for f in fields]
+    fields = ("name", "precompiled_charsmap", "add_dummy_prefix", "remove_extra_whitespaces", "escape_whitespaces")
+    assert [getattr(ours.normalizer_spec, f) for f in fields] == [getattr(original.normalizer_spec, f) for f in fields]
+    a = sentencepiece.SentencePieceProcessor(model_file=str(model / "tokenizer.model"))
+    b = sentencepiece.SentencePieceProcessor(model_file=str(hf / "tokenizer.model"))
+    texts = [MULTILINGUAL, " leading", "a  b   c    d", ""]
+    assert [b.encode(t) for t in texts] == [a.encode(t) for t in texts]
+    assert b.decode(b.encode(MULTILINGUAL)) == a.decode(a.encode(MULTILINGUAL))
+    bos, eos, unk, pad = (1, 2, 0, -1) if family == "llama2" else (2, 1, 3, 0)  # the GGUF's ids, by their pieces
+    assert (b.bos_id(), b.eos_id(), b.unk_id(), b.pad_id()) == (bos, eos, unk, pad)
+    slow = LlamaTokenizer if family == "llama2" else GemmaTokenizer
+    for d, src in (("a", model), ("b", hf)):  # tokenizer.model alone: the class converts it
+        (tmp_path / d).mkdir()
+        shutil.copy(src / "tokenizer.model", tmp_path / d / "tokenizer.model")
+    theirs, mine = slow.from_pretrained(str(tmp_path / "a")), slow.from_pretrained(str(tmp_path / "b"))
+    assert ids(mine, texts) == ids(theirs, texts)
+
+
+@pytest.mark.parametrize("change", ["twice", "byte", "type"])
+def test_vocabulary_sentencepiece_cannot_load_gets_no_tokenizer_model(models, tmp_path, change):
+    """A vocabulary SentencePiece refuses to load (a piece twice, a byte
+    piece not spelled <0xHH>, a type it does not have) gets no
+    tokenizer.model; tokenizer.json still comes (it stands for the
+    SentencePiece file).  The unchanged file gets one."""
+    import sentencepiece
+    src = models["llama2"][1]["f32"]
+    fields = gguf_reader(src).fields
+    tokens, types = list(fields["tokenizer.ggml.tokens"].contents()), list(fields["tokenizer.ggml.token_type"].contents())
+    assert (tokens[13], types[13]) == ("<0x0A>", 6)
+    key, value = ("tokenizer.ggml.tokens", tokens) if change != "type" else ("tokenizer.ggml.token_type", types)
+    if change == "twice":
+        tokens[1000] = tokens[1001]
+    elif change == "byte":
+        tokens[13] = "<0x0a>"
+    else:
+        types[1000] = 7
+    both = {"with": src, "without": rewritten(src, tmp_path / "m.gguf", change={key: value})}
+    for name, gguf in both.items():
+        hf = to_hf(gguf, tmp_path / name)
+        assert ("tokenizer.model" in os.listdir(hf)) == (name == "with")
+        assert {"tokenizer.json", "tokenizer_config.json"} <= set(os.listdir(hf))
+    sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "with" / "tokenizer.model"))
+
+
+def test_rewritten_bf16_is_tensor_for_tensor_identical(models, tmp_path):
+    """The tests' rewritten() copies a BF16 GGUF's tensors as they are
+    (gguf-py reads BF16 as rows of bytes): the same names, types, shapes
+    and bytes, tensor for tensor."""
+    src = models["llama2"][1]["bf16"]
+    a, b = gguf_reader(src), gguf_reader(rewritten(src, tmp_path / "m.gguf"))
+    assert "BF16" in {t.tensor_type.name for t in a.tensors}
+    assert [(t.name, t.tensor_type, t.shape.tolist(), t.data.tobytes()) for t in b.tensors] == [
+        (t.name, t.tensor_type, t.shape.tolist(), t.data.tobytes()) for t in a.tensors]
 
 
 # ---- Llama 3.1's RoPE ----------------------------------------------------------
