@@ -24,10 +24,6 @@ static void pk_dims(ckpt__buf *b, const uint64_t *v, uint32_t n) { ckpt__pkw_dim
 
 /* ---- torch.save archives ------------------------------------------------------------ */
 
-uint32_t ckpt__dcp_crc32(uint32_t crc, const void *p, size_t n) {
-    return (uint32_t)crc32_z(crc, (const Bytef *)p, (z_size_t)n);
-}
-
 /* The archive, as torch.save writes into a buffer (folder "archive"):
  * data.pkl, .format_version, .storage_alignment, byteorder, [data/0,]
  * version, .data/serialization_id.  `head` receives the bytes before
@@ -50,7 +46,7 @@ static void render_archive(const ckpt__buf *pickle, bool with_data, uint64_t dat
     for (size_t i = 0; i < 7; i++)
         if (contents[i] || with_data) {
             r[n] = all[i], data[n] = contents[i];
-            if (data[n]) r[n].crc = ckpt__dcp_crc32(0, data[n], (size_t)r[n].size);
+            if (data[n]) r[n].crc = (uint32_t)crc32_z(0, (const Bytef *)data[n], (z_size_t)r[n].size);
             n++;
         }
     uint64_t cd_at = ckpt__torch_records_place("archive", r, n, 0);
