@@ -75,25 +75,11 @@ static void skip_plain(parser *p) {
 static bool parse_string(parser *p, ckpt__json_node *node) {
     p->pos++; /* opening quote */
     size_t start = p->pos;
-    /* Fast path: no escapes — the string stays where it is. */
+    /* Up to the first escape the string stays where it is (the closing
+     * quote, in a string without one, is the next byte).  From there it is
+     * decoded, written behind the read position (six source bytes, or
+     * twelve for a surrogate pair, become at most four). */
     skip_plain(p);
-    if (p->pos >= p->len) {
-        p->why = "unterminated string";
-        return false;
-    }
-    unsigned char first = (unsigned char)p->s[p->pos];
-    if (first == '"') {
-        node->str = p->s + start;
-        node->len = (uint32_t)(p->pos - start);
-        p->s[p->pos++] = '\0';
-        return true;
-    }
-    if (first < 0x20) {
-        p->why = "control character in string";
-        return false;
-    }
-    /* Escapes: decode from here on, writing behind the read position (six
-     * source bytes, or twelve for a surrogate pair, become at most four). */
     size_t n = p->pos;
     char *out = p->s;
     while (p->pos < p->len) {

@@ -65,9 +65,6 @@ CKPT__HIDDEN const char *ckpt__dcp_dims(char *buf, size_t cap, const uint64_t *v
 
 /* ---- writing (dcp_write.c) --------------------------------------------------- */
 
-/* zlib's CRC-32, continued from `crc` (0 to start). */
-CKPT__HIDDEN uint32_t ckpt__dcp_crc32(uint32_t crc, const void *p, size_t n);
-
 /*
  * A torch.save archive around one item, laid out as torch.save lays it out
  * (records data.pkl, .format_version, .storage_alignment, byteorder,

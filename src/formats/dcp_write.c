@@ -16,17 +16,8 @@
 /* ---- a minimal, deterministic pickler (torch_save.h's opcodes) ------------------ */
 
 static void put(ckpt__buf *b, const void *p, size_t n) { ckpt__buf_append(b, (const char *)p, n); }
-static void op(ckpt__buf *b, unsigned char c) { ckpt__pkw_op(b, c); }
-static void pk_int(ckpt__buf *b, int64_t v) { ckpt__pkw_int(b, v); }
-static void pk_str(ckpt__buf *b, const char *s, size_t n) { ckpt__pkw_str(b, s, n); }
-static void pk_text_global(ckpt__buf *b, const char *module, const char *name) { ckpt__pkw_global(b, module, name); }
-static void pk_dims(ckpt__buf *b, const uint64_t *v, uint32_t n) { ckpt__pkw_dims(b, v, n); }
 
 /* ---- torch.save archives ------------------------------------------------------------ */
-
-uint32_t ckpt__dcp_crc32(uint32_t crc, const void *p, size_t n) {
-    return (uint32_t)crc32_z(crc, (const Bytef *)p, (z_size_t)n);
-}
 
 /* The archive, as torch.save writes into a buffer (folder "archive"):
  * data.pkl, .format_version, .storage_alignment, byteorder, [data/0,]
@@ -50,7 +41,7 @@ static void render_archive(const ckpt__buf *pickle, bool with_data, uint64_t dat
     for (size_t i = 0; i < 7; i++)
         if (contents[i] || with_data) {
             r[n] = all[i], data[n] = contents[i];
-            if (data[n]) r[n].crc = ckpt__dcp_crc32(0, data[n], (size_t)r[n].size);
+            if (data[n]) r[n].crc = (uint32_t)crc32_z(0, (const Bytef *)data[n], (z_size_t)r[n].size);
             n++;
         }
     uint64_t cd_at = ckpt__torch_records_place("archive", r, n, 0);
@@ -78,29 +69,29 @@ static ckpt_status tensor_pickle(ckpt__buf *b, ckpt_dtype dtype, uint32_t ndim, 
         s *= sizes[d] ? sizes[d] : 1; /* torch's contiguous strides count empty axes as 1 */
         numel *= sizes[d];
     }
-    op(b, 0x80);
-    op(b, 2);
-    pk_text_global(b, "torch._utils", t->storage ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3");
-    op(b, '(');
-    op(b, '(');
-    pk_str(b, "storage", 7);
-    pk_text_global(b, t->storage ? "torch" : "torch.storage", t->storage ? t->storage : "UntypedStorage");
-    pk_str(b, "0", 1);
-    pk_str(b, "cpu", 3);
-    pk_int(b, (int64_t)(t->storage ? numel : nbytes));
-    op(b, 't');
-    op(b, 'Q');
-    pk_int(b, 0);
-    pk_dims(b, sizes, ndim);
-    pk_dims(b, strides, ndim);
-    op(b, 0x89);
-    pk_text_global(b, "collections", "OrderedDict");
-    op(b, ')');
-    op(b, 'R');
-    if (!t->storage) pk_text_global(b, "torch", t->name);
-    op(b, 't');
-    op(b, 'R');
-    op(b, '.');
+    ckpt__pkw_op(b, 0x80);
+    ckpt__pkw_op(b, 2);
+    ckpt__pkw_global(b, "torch._utils", t->storage ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3");
+    ckpt__pkw_op(b, '(');
+    ckpt__pkw_op(b, '(');
+    ckpt__pkw_str(b, "storage", 7);
+    ckpt__pkw_global(b, t->storage ? "torch" : "torch.storage", t->storage ? t->storage : "UntypedStorage");
+    ckpt__pkw_str(b, "0", 1);
+    ckpt__pkw_str(b, "cpu", 3);
+    ckpt__pkw_int(b, (int64_t)(t->storage ? numel : nbytes));
+    ckpt__pkw_op(b, 't');
+    ckpt__pkw_op(b, 'Q');
+    ckpt__pkw_int(b, 0);
+    ckpt__pkw_dims(b, sizes, ndim);
+    ckpt__pkw_dims(b, strides, ndim);
+    ckpt__pkw_op(b, 0x89);
+    ckpt__pkw_global(b, "collections", "OrderedDict");
+    ckpt__pkw_op(b, ')');
+    ckpt__pkw_op(b, 'R');
+    if (!t->storage) ckpt__pkw_global(b, "torch", t->name);
+    ckpt__pkw_op(b, 't');
+    ckpt__pkw_op(b, 'R');
+    ckpt__pkw_op(b, '.');
     return b->failed ? CKPT_E_NO_MEMORY : CKPT_OK;
 }
 
@@ -175,7 +166,7 @@ static ckpt_status obj_number(obj_writer *w, const char *text) {
     errno = 0;
     long long x = strtoll(text, &end, 10);
     if (errno || *end) return refuse(w, "an integer outside 64 bits");
-    pk_int(w->b, x);
+    ckpt__pkw_int(w->b, x);
     return CKPT_OK;
 }
 
@@ -183,11 +174,11 @@ static ckpt_status obj_number(obj_writer *w, const char *text) {
 static ckpt_status obj_bytes(obj_writer *w, const ckpt__value *v) {
     ckpt__buf text = {0};
     ckpt__pkw_latin1(&text, v->u.s.data, v->u.s.len);
-    pk_text_global(w->b, "_codecs", "encode");
-    pk_str(w->b, text.data ? text.data : "", text.len);
-    pk_str(w->b, "latin1", 6);
-    op(w->b, 0x86);
-    op(w->b, 'R');
+    ckpt__pkw_global(w->b, "_codecs", "encode");
+    ckpt__pkw_str(w->b, text.data ? text.data : "", text.len);
+    ckpt__pkw_str(w->b, "latin1", 6);
+    ckpt__pkw_op(w->b, 0x86);
+    ckpt__pkw_op(w->b, 'R');
     bool failed = text.failed;
     free(text.data);
     return failed ? ckpt__oom(w->err, NULL, w->fqn) : CKPT_OK;
@@ -199,16 +190,16 @@ static ckpt_status obj_leaf(obj_writer *w, const ckpt__value *v) {
     ckpt__buf *b = w->b;
     char what[300];
     switch (v->kind) {
-    case CKPT__V_NULL: op(b, 'N'); return CKPT_OK;
-    case CKPT__V_BOOL: op(b, v->u.b ? 0x88 : 0x89); return CKPT_OK;
-    case CKPT__V_STR: pk_str(b, v->u.s.data, v->u.s.len); return CKPT_OK;
-    case CKPT__V_INT: pk_int(b, v->u.i); return CKPT_OK;
+    case CKPT__V_NULL: ckpt__pkw_op(b, 'N'); return CKPT_OK;
+    case CKPT__V_BOOL: ckpt__pkw_op(b, v->u.b ? 0x88 : 0x89); return CKPT_OK;
+    case CKPT__V_STR: ckpt__pkw_str(b, v->u.s.data, v->u.s.len); return CKPT_OK;
+    case CKPT__V_INT: ckpt__pkw_int(b, v->u.i); return CKPT_OK;
     case CKPT__V_FLOAT: ckpt__pkw_float(b, v->u.f); return CKPT_OK;
     case CKPT__V_NUMBER: return obj_number(w, v->u.s.data);
     case CKPT__V_BYTES: return obj_bytes(w, v);
     case CKPT__V_BIGINT:
         if (v->u.s.len > 0xFFFFFFFFu) return refuse(w, "a malformed integer");
-        op(b, 0x8b); /* LONG4 */
+        ckpt__pkw_op(b, 0x8b); /* LONG4 */
         ckpt__put_le(b, v->u.s.len, 4);
         put(b, v->u.s.data, v->u.s.len);
         return CKPT_OK;
@@ -229,18 +220,18 @@ static ckpt_status obj_open(obj_writer *w, ckpt__stack *open, const ckpt__value 
     if (open->len >= 200) return refuse(w, "values nested deeper than 200");
     switch (v->kind) {
     case CKPT__V_LIST:
-        op(b, ']');
-        if (v->count) op(b, '(');
+        ckpt__pkw_op(b, ']');
+        if (v->count) ckpt__pkw_op(b, '(');
         return push_open(w, open, v, v->count ? "e" : "");
-    case CKPT__V_TUPLE: op(b, '('); return push_open(w, open, v, "t");
+    case CKPT__V_TUPLE: ckpt__pkw_op(b, '('); return push_open(w, open, v, "t");
     case CKPT__V_SET:
-        pk_text_global(b, "builtins", "set");
-        op(b, ']');
-        if (v->count) op(b, '(');
+        ckpt__pkw_global(b, "builtins", "set");
+        ckpt__pkw_op(b, ']');
+        if (v->count) ckpt__pkw_op(b, '(');
         return push_open(w, open, v, v->count ? "e\x85R" : "\x85R");
     case CKPT__V_DICT:
-        op(b, '}');
-        if (v->count) op(b, '(');
+        ckpt__pkw_op(b, '}');
+        if (v->count) ckpt__pkw_op(b, '(');
         return push_open(w, open, v, v->count ? "u" : "");
     default: return obj_leaf(w, v);
     }
@@ -253,7 +244,7 @@ static ckpt_status obj_value(obj_writer *w, const ckpt__value *v) {
     while (st == CKPT_OK && open.len) {
         open_value *o = ckpt__stack_top(&open);
         if (o->next == o->v->count) {
-            for (const char *c = o->close; *c; c++) op(w->b, (unsigned char)*c);
+            for (const char *c = o->close; *c; c++) ckpt__pkw_op(w->b, (unsigned char)*c);
             ckpt__stack_pop(&open);
             continue;
         }
@@ -273,11 +264,11 @@ ckpt_status ckpt__dcp_object_archive(ckpt__dcp_archive *a, const ckpt__value *ob
                                      ckpt_error *err) {
     memset(a, 0, sizeof *a);
     ckpt__buf pickle = {0}, tail = {0};
-    op(&pickle, 0x80);
-    op(&pickle, 2);
+    ckpt__pkw_op(&pickle, 0x80);
+    ckpt__pkw_op(&pickle, 2);
     obj_writer w = {&pickle, fqn, err};
     ckpt_status st = obj_value(&w, object);
-    op(&pickle, '.');
+    ckpt__pkw_op(&pickle, '.');
     if (st == CKPT_OK && pickle.failed) st = ckpt__oom(err, NULL, fqn);
     if (st == CKPT_OK) {
         a->pickle = pickle;
@@ -308,10 +299,10 @@ typedef struct meta_pickler {
 static void pk_short_str(ckpt__buf *b, const char *s) {
     size_t n = strlen(s);
     if (n < 256) {
-        op(b, 0x8c);
+        ckpt__pkw_op(b, 0x8c);
         ckpt__put_le(b, n, 1);
     } else {
-        op(b, 'X');
+        ckpt__pkw_op(b, 'X');
         ckpt__put_le(b, n, 4);
     }
     put(b, s, n);
@@ -322,13 +313,13 @@ static void pk_global4(meta_pickler *p, const char *module, const char *name) {
     snprintf(key, sizeof key, "%s.%s", module, name);
     for (size_t i = 0; i < p->memo_count; i++)
         if (!strcmp(p->memo_names[i], key)) {
-            op(p->b, 'j'); /* LONG_BINGET */
+            ckpt__pkw_op(p->b, 'j'); /* LONG_BINGET */
             ckpt__put_le(p->b, i, 4);
             return;
         }
     pk_short_str(p->b, module);
     pk_short_str(p->b, name);
-    op(p->b, 0x93);
+    ckpt__pkw_op(p->b, 0x93);
     if (p->memo_count < sizeof p->memo_names / sizeof p->memo_names[0]) {
         /* Names are literals or live as long as the pickler's caller. */
         static const char *const known[] = {
@@ -346,7 +337,7 @@ static void pk_global4(meta_pickler *p, const char *module, const char *name) {
         };
         for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
             if (!strcmp(known[i], key)) {
-                op(p->b, 0x94); /* MEMOIZE */
+                ckpt__pkw_op(p->b, 0x94); /* MEMOIZE */
                 p->memo_names[p->memo_count++] = known[i];
                 break;
             }
@@ -359,151 +350,151 @@ static const char MD[] = "torch.distributed.checkpoint.metadata";
  * SETITEMS and BUILD). */
 static void pk_new(meta_pickler *p, const char *module, const char *cls) {
     pk_global4(p, module, cls);
-    op(p->b, ')');
-    op(p->b, 0x81);
+    ckpt__pkw_op(p->b, ')');
+    ckpt__pkw_op(p->b, 0x81);
 }
 
 static void pk_size(meta_pickler *p, const uint64_t *v, uint32_t n) {
     pk_global4(p, "torch", "Size");
-    pk_dims(p->b, v, n);
-    op(p->b, 0x85);
-    op(p->b, 'R');
+    ckpt__pkw_dims(p->b, v, n);
+    ckpt__pkw_op(p->b, 0x85);
+    ckpt__pkw_op(p->b, 'R');
 }
 
 static void pk_tuple_path(ckpt__buf *b, const ckpt__dcp_path_part *parts, uint32_t n) {
-    if (n > 3 || n == 0) op(b, n ? '(' : ')');
+    if (n > 3 || n == 0) ckpt__pkw_op(b, n ? '(' : ')');
     if (!n) return;
     for (uint32_t i = 0; i < n; i++) {
         if (parts[i].key) pk_short_str(b, parts[i].key);
-        else pk_int(b, (int64_t)parts[i].index);
+        else ckpt__pkw_int(b, (int64_t)parts[i].index);
     }
-    op(b, n == 1 ? 0x85 : n == 2 ? 0x86 : n == 3 ? 0x87 : 't');
+    ckpt__pkw_op(b, n == 1 ? 0x85 : n == 2 ? 0x86 : n == 3 ? 0x87 : 't');
 }
 
 ckpt_status ckpt__dcp_render_metadata(const ckpt__dcp_item_meta *items, size_t count, ckpt__buf *out) {
     meta_pickler p = {.b = out};
     ckpt__buf *b = out;
-    op(b, 0x80);
-    op(b, 4);
+    ckpt__pkw_op(b, 0x80);
+    ckpt__pkw_op(b, 4);
     pk_new(&p, MD, "Metadata");
-    op(b, '}');
-    op(b, '(');
+    ckpt__pkw_op(b, '}');
+    ckpt__pkw_op(b, '(');
     pk_short_str(b, "state_dict_metadata");
-    op(b, '}');
+    ckpt__pkw_op(b, '}');
     for (size_t i = 0; i < count; i++) {
         const ckpt__dcp_item_meta *it = &items[i];
-        if (i % 1000 == 0) op(b, '(');
+        if (i % 1000 == 0) ckpt__pkw_op(b, '(');
         pk_short_str(b, it->fqn);
         if (it->chunk_count == 0) { /* an object */
             pk_new(&p, MD, "BytesStorageMetadata");
         } else {
             pk_new(&p, MD, "TensorStorageMetadata");
-            op(b, '}');
-            op(b, '(');
+            ckpt__pkw_op(b, '}');
+            ckpt__pkw_op(b, '(');
             pk_short_str(b, "properties");
             pk_new(&p, MD, "TensorProperties");
-            op(b, '(');
+            ckpt__pkw_op(b, '(');
             pk_global4(&p, "torch", ckpt__torch_type_of(it->dtype)->name);
             pk_global4(&p, "torch.serialization", "_get_layout");
             pk_short_str(b, "torch.strided");
-            op(b, 0x85);
-            op(b, 'R');
-            op(b, 0x89);
+            ckpt__pkw_op(b, 0x85);
+            ckpt__pkw_op(b, 'R');
+            ckpt__pkw_op(b, 0x89);
             pk_global4(&p, MD, "_MEM_FORMAT_ENCODING");
-            pk_int(b, 0);
-            op(b, 0x85);
-            op(b, 'R');
-            op(b, 0x89);
-            op(b, 't');
-            op(b, 'b');
+            ckpt__pkw_int(b, 0);
+            ckpt__pkw_op(b, 0x85);
+            ckpt__pkw_op(b, 'R');
+            ckpt__pkw_op(b, 0x89);
+            ckpt__pkw_op(b, 't');
+            ckpt__pkw_op(b, 'b');
             pk_short_str(b, "size");
             pk_size(&p, it->shape, it->ndim);
             pk_short_str(b, "chunks");
-            op(b, ']');
-            op(b, '(');
+            ckpt__pkw_op(b, ']');
+            ckpt__pkw_op(b, '(');
             for (uint32_t k = 0; k < it->chunk_count; k++) {
                 pk_new(&p, MD, "ChunkStorageMetadata");
-                op(b, '}');
-                op(b, '(');
+                ckpt__pkw_op(b, '}');
+                ckpt__pkw_op(b, '(');
                 pk_short_str(b, "offsets");
                 pk_size(&p, it->chunks[k].offsets, it->ndim);
                 pk_short_str(b, "sizes");
                 pk_size(&p, it->chunks[k].sizes, it->ndim);
-                op(b, 'u');
-                op(b, 'b');
+                ckpt__pkw_op(b, 'u');
+                ckpt__pkw_op(b, 'b');
             }
-            op(b, 'e');
-            op(b, 'u');
-            op(b, 'b');
+            ckpt__pkw_op(b, 'e');
+            ckpt__pkw_op(b, 'u');
+            ckpt__pkw_op(b, 'b');
         }
-        if (i % 1000 == 999 || i + 1 == count) op(b, 'u');
+        if (i % 1000 == 999 || i + 1 == count) ckpt__pkw_op(b, 'u');
     }
     pk_short_str(b, "planner_data");
-    op(b, '}');
+    ckpt__pkw_op(b, '}');
     for (size_t i = 0; i < count; i++) {
-        if (i % 1000 == 0) op(b, '(');
+        if (i % 1000 == 0) ckpt__pkw_op(b, '(');
         pk_short_str(b, items[i].fqn);
         pk_tuple_path(b, items[i].path, items[i].path_len);
-        if (i % 1000 == 999 || i + 1 == count) op(b, 'u');
+        if (i % 1000 == 999 || i + 1 == count) ckpt__pkw_op(b, 'u');
     }
     pk_short_str(b, "storage_data");
-    op(b, '}');
+    ckpt__pkw_op(b, '}');
     size_t entry = 0;
     for (size_t i = 0; i < count; i++) {
         const ckpt__dcp_item_meta *it = &items[i];
         uint32_t n = it->chunk_count ? it->chunk_count : 1;
         for (uint32_t k = 0; k < n; k++, entry++) {
             const ckpt__dcp_stored *s = it->chunk_count ? &it->chunks[k].stored : &it->object;
-            if (entry % 1000 == 0) op(b, '(');
+            if (entry % 1000 == 0) ckpt__pkw_op(b, '(');
             pk_new(&p, MD, "MetadataIndex");
-            op(b, '}');
-            op(b, '(');
+            ckpt__pkw_op(b, '}');
+            ckpt__pkw_op(b, '(');
             pk_short_str(b, "fqn");
             pk_short_str(b, it->fqn);
             pk_short_str(b, "index");
-            if (it->chunk_count) pk_int(b, k);
-            else op(b, 'N');
+            if (it->chunk_count) ckpt__pkw_int(b, k);
+            else ckpt__pkw_op(b, 'N');
             if (it->chunk_count) {
                 pk_short_str(b, "offset");
                 pk_size(&p, it->chunks[k].offsets, it->ndim);
             }
-            op(b, 'u');
-            op(b, 'b');
+            ckpt__pkw_op(b, 'u');
+            ckpt__pkw_op(b, 'b');
             pk_new(&p, "torch.distributed.checkpoint.filesystem", "_StorageInfo");
-            op(b, '}');
-            op(b, '(');
+            ckpt__pkw_op(b, '}');
+            ckpt__pkw_op(b, '(');
             pk_short_str(b, "relative_path");
             pk_short_str(b, s->relative_path);
             pk_short_str(b, "offset");
-            pk_int(b, (int64_t)s->offset);
+            ckpt__pkw_int(b, (int64_t)s->offset);
             pk_short_str(b, "length");
-            pk_int(b, (int64_t)s->length);
-            op(b, 'u');
-            op(b, 'b');
-            if (entry % 1000 == 999) op(b, 'u');
+            ckpt__pkw_int(b, (int64_t)s->length);
+            ckpt__pkw_op(b, 'u');
+            ckpt__pkw_op(b, 'b');
+            if (entry % 1000 == 999) ckpt__pkw_op(b, 'u');
         }
     }
-    if (entry % 1000) op(b, 'u');
+    if (entry % 1000) ckpt__pkw_op(b, 'u');
     /* StorageMeta without an id or a path: the same checkpoint renders to
      * the same bytes wherever it is written. */
     pk_short_str(b, "storage_meta");
     pk_new(&p, MD, "StorageMeta");
-    op(b, '}');
-    op(b, '(');
+    ckpt__pkw_op(b, '}');
+    ckpt__pkw_op(b, '(');
     pk_short_str(b, "checkpoint_id");
-    op(b, 'N');
+    ckpt__pkw_op(b, 'N');
     pk_short_str(b, "save_id");
-    op(b, 'N');
+    ckpt__pkw_op(b, 'N');
     pk_short_str(b, "load_id");
-    op(b, 'N');
+    ckpt__pkw_op(b, 'N');
     pk_short_str(b, "modules");
-    op(b, ']');
-    op(b, 'u');
-    op(b, 'b');
+    ckpt__pkw_op(b, ']');
+    ckpt__pkw_op(b, 'u');
+    ckpt__pkw_op(b, 'b');
     pk_short_str(b, "version");
     pk_short_str(b, "1.0.0");
-    op(b, 'u');
-    op(b, 'b');
-    op(b, '.');
+    ckpt__pkw_op(b, 'u');
+    ckpt__pkw_op(b, 'b');
+    ckpt__pkw_op(b, '.');
     return b->failed ? CKPT_E_NO_MEMORY : CKPT_OK;
 }

@@ -13,9 +13,9 @@
  *   machine stores every number big-endian (its version then reads as
  *   0x03000000 little-endian).
  *
- * Reading is the format table in gguf.c; writing is ckpt__gguf_layout
- * (header bytes and tensor offsets, as gguf-py's GGUFWriter lays them out),
- * which the writer calls for GGUF output.
+ * Reading is the format table in gguf.c; writing is gguf_write.c's output
+ * format (header bytes and tensor offsets, as gguf-py's GGUFWriter lays
+ * them out).
  */
 #ifndef CKPT_FORMATS_GGUF_H
 #define CKPT_FORMATS_GGUF_H
@@ -50,10 +50,6 @@ CKPT__HIDDEN char *ckpt__gguf_kv_json(const ckpt__encoded *value);
 CKPT__HIDDEN ckpt_status ckpt__gguf_encode_kv(ckpt__buf *out, const char *key, const char *value, char *why,
                                               size_t why_len);
 
-/* True when `value` is typed JSON ({"gguf_type": ...}); *type then receives
- * its type number and, for a u32, *u32 its value (general.alignment). */
-CKPT__HIDDEN bool ckpt__gguf_typed_value(const char *value, uint32_t *type, uint64_t *u32);
-
 /*
  * The entries of a metadata_json object (writer options) as what a writer
  * stores: a string as itself, typed JSON as itself, other values typed as
@@ -71,19 +67,6 @@ typedef struct ckpt__gguf_out_tensor {
     uint64_t nbytes;
     uint64_t offset;       /* out: byte offset in the file */
 } ckpt__gguf_out_tensor;
-
-/*
- * Renders a GGUF file's header, as GGUFWriter writes it: the key-values in
- * the given order (the caller puts general.architecture first; pair i
- * copied from encoded[i] when encoded and encoded[i] are not NULL and it is
- * GGUF's encoding, else from the text values[i] (or encoded[i]'s text) as
- * ckpt__gguf_encode_kv takes it), the tensor infos in the given order, padding to `alignment`; fills each tensor's
- * absolute offset and *file_size (every tensor padded to the alignment).
- */
-CKPT__HIDDEN ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const char *const *values,
-                                           const ckpt__encoded *const *encoded, size_t kv_count,
-                                           ckpt__gguf_out_tensor *tensors, size_t count, uint32_t alignment,
-                                           ckpt__buf *header, uint64_t *file_size, ckpt_error *err);
 
 /* "stem-00002-of-00005.gguf" beside `path` (whose ".gguf" is dropped);
  * malloc'ed. */

@@ -204,7 +204,9 @@ static const ckpt__value *parse_typed(ckpt__arena *arena, const char *value) {
     return ckpt__value_member(v, CKPT_GGUF_TYPE_KEY) ? v : NULL;
 }
 
-bool ckpt__gguf_typed_value(const char *value, uint32_t *type, uint64_t *u32) {
+/* True when `value` is typed JSON ({"gguf_type": ...}); *type then receives
+ * its type number and, for a u32, *u32 its value (general.alignment). */
+static bool typed_value(const char *value, uint32_t *type, uint64_t *u32) {
     ckpt__arena arena = {0};
     const ckpt__value *typed = parse_typed(&arena, value);
     if (typed) {
@@ -400,9 +402,18 @@ static ckpt_status encode_encoded(ckpt__buf *out, const char *key, const ckpt__e
     return out->failed ? CKPT_E_NO_MEMORY : CKPT_OK;
 }
 
-ckpt_status ckpt__gguf_layout(const char *path, const char *const *keys, const char *const *values,
-                              const ckpt__encoded *const *encoded, size_t kv_count, ckpt__gguf_out_tensor *tensors,
-                              size_t count, uint32_t alignment, ckpt__buf *header, uint64_t *file_size, ckpt_error *err) {
+/*
+ * Renders a GGUF file's header, as GGUFWriter writes it: the key-values in
+ * the given order (the caller puts general.architecture first; pair i
+ * copied from encoded[i] when encoded and encoded[i] are not NULL and it is
+ * GGUF's encoding, else from the text values[i] (or encoded[i]'s text) as
+ * ckpt__gguf_encode_kv takes it), the tensor infos in the given order, padding to `alignment`; fills each tensor's
+ * absolute offset and *file_size (every tensor padded to the alignment).
+ */
+static ckpt_status render_header(const char *path, const char *const *keys, const char *const *values,
+                                 const ckpt__encoded *const *encoded, size_t kv_count, ckpt__gguf_out_tensor *tensors,
+                                 size_t count, uint32_t alignment, ckpt__buf *header, uint64_t *file_size,
+                                 ckpt_error *err) {
     ckpt__buf *b = header;
     put(b, "GGUF", 4);
     CKPT__PUT_FIELDS(b, {4, 3}, {8, count}, {8, kv_count}); /* version 3 */
@@ -508,7 +519,7 @@ static bool alignment_u32(const gguf_state *s, size_t i, uint64_t *v, char **tex
     char *owned = e ? e->json(e) : NULL;
     const char *t = e ? owned : s->values[i];
     uint32_t type = UINT32_MAX;
-    bool ok = t && ckpt__gguf_typed_value(t, &type, v) && type == T_U32;
+    bool ok = t && typed_value(t, &type, v) && type == T_U32;
     if (ok) free(owned);
     else *text = owned ? owned : ckpt__strdup(t ? t : "");
     return ok;
@@ -639,7 +650,7 @@ static ckpt_status gguf_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, 
     }
     uint64_t size = 0;
     if (st == CKPT_OK)
-        st = ckpt__gguf_layout(path, keys, values, encoded, kv, out, n, file == 0 ? s->alignment : CKPT__GGUF_DEFAULT_ALIGNMENT,
+        st = render_header(path, keys, values, encoded, kv, out, n, file == 0 ? s->alignment : CKPT__GGUF_DEFAULT_ALIGNMENT,
                                head, &size, err);
     if (st == CKPT_OK) {
         for (size_t i = 0; i < n; i++) ckpt__out_tensor_at(o, ids[i])->offset = out[i].offset;

@@ -1007,36 +1007,24 @@ static ckpt_status mp_plan(ckpt__output *o, ckpt_error *err) {
     return ckpt__out_set_files(o, 1, &base, err);
 }
 
-/* msgpack-python's encodings: the shortest that holds the value. */
-static void put_uint(ckpt__buf *b, uint64_t v) {
-    if (v < 128) ckpt__put_be(b, v, 1);
-    else if (v < 256) ckpt__put_be(b, 0xcc, 1), ckpt__put_be(b, v, 1);
-    else if (v < 65536) ckpt__put_be(b, 0xcd, 1), ckpt__put_be(b, v, 2);
-    else if (v <= 0xFFFFFFFFu) ckpt__put_be(b, 0xce, 1), ckpt__put_be(b, v, 4);
-    else ckpt__put_be(b, 0xcf, 1), ckpt__put_be(b, v, 8);
+/* msgpack-python's encodings, the shortest that holds v: the `fixed` tag
+ * with v in its low bits below `fix_limit`, else the first of the tags for
+ * a 1-, 2-, 4- or 8-byte v (0: that width has none) whose width holds it,
+ * the last one whatever v is. */
+static void put_head(ckpt__buf *b, unsigned fixed, uint64_t fix_limit, const unsigned char tags[4], uint64_t v) {
+    unsigned k = 0; /* past the tags that do not hold v, unless the last */
+    while (v >= fix_limit && (!tags[k] || (k < 3 && tags[k + 1] && v >> (8u << k)))) k++;
+    if (v < fix_limit) ckpt__put_be(b, fixed | v, 1);
+    else ckpt__put_be(b, tags[k], 1), ckpt__put_be(b, v, 1u << k);
 }
+static void put_uint(ckpt__buf *b, uint64_t v) { put_head(b, 0, 128, (const unsigned char[]){0xcc, 0xcd, 0xce, 0xcf}, v); }
 static void put_str(ckpt__buf *b, const char *s, size_t n) {
-    if (n < 32) ckpt__put_be(b, 0xa0 | n, 1);
-    else if (n < 256) ckpt__put_be(b, 0xd9, 1), ckpt__put_be(b, n, 1);
-    else if (n < 65536) ckpt__put_be(b, 0xda, 1), ckpt__put_be(b, n, 2);
-    else ckpt__put_be(b, 0xdb, 1), ckpt__put_be(b, n, 4);
+    put_head(b, 0xa0, 32, (const unsigned char[]){0xd9, 0xda, 0xdb, 0}, n);
     ckpt__buf_append(b, s, n);
 }
-static void put_map(ckpt__buf *b, size_t n) {
-    if (n < 16) ckpt__put_be(b, 0x80 | n, 1);
-    else if (n < 65536) ckpt__put_be(b, 0xde, 1), ckpt__put_be(b, n, 2);
-    else ckpt__put_be(b, 0xdf, 1), ckpt__put_be(b, n, 4);
-}
-static void put_array(ckpt__buf *b, size_t n) {
-    if (n < 16) ckpt__put_be(b, 0x90 | n, 1);
-    else if (n < 65536) ckpt__put_be(b, 0xdc, 1), ckpt__put_be(b, n, 2);
-    else ckpt__put_be(b, 0xdd, 1), ckpt__put_be(b, n, 4);
-}
-static void put_bin_header(ckpt__buf *b, uint64_t n) {
-    if (n < 256) ckpt__put_be(b, 0xc4, 1), ckpt__put_be(b, n, 1);
-    else if (n < 65536) ckpt__put_be(b, 0xc5, 1), ckpt__put_be(b, n, 2);
-    else ckpt__put_be(b, 0xc6, 1), ckpt__put_be(b, n, 4);
-}
+static void put_map(ckpt__buf *b, size_t n) { put_head(b, 0x80, 16, (const unsigned char[]){0, 0xde, 0xdf, 0}, n); }
+static void put_array(ckpt__buf *b, size_t n) { put_head(b, 0x90, 16, (const unsigned char[]){0, 0xdc, 0xdd, 0}, n); }
+static void put_bin_header(ckpt__buf *b, uint64_t n) { put_head(b, 0, 0, (const unsigned char[]){0xc4, 0xc5, 0xc6, 0}, n); }
 
 /* The bytes since the last gap (or tensor) become a gap ending at s->at. */
 static bool close_gap(mp_out *s, size_t from) {

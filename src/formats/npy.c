@@ -141,7 +141,12 @@ ckpt_dtype ckpt__numpy_dtype(const char *descr, bool *big_endian, const char **w
     return d;
 }
 
-const char *ckpt__numpy_descr(ckpt_dtype dtype) {
+/* The descr ckpt writes for a dtype: NumPy's own dtype.str for NumPy's
+ * types ('<f4', '|b1'), ml_dtypes' names for the others ('bfloat16',
+ * 'float8_e4m3fn': np.load reads them back as such once ml_dtypes is
+ * imported, where np.save's '<V2' comes back as raw bytes); NULL for F4
+ * and F6 (packed, which NumPy cannot hold). */
+static const char *numpy_descr(ckpt_dtype dtype) {
     switch (dtype) {
     case CKPT_BOOL: return "|b1";
     case CKPT_U8: return "|u1";
@@ -162,7 +167,7 @@ const char *ckpt__numpy_descr(ckpt_dtype dtype) {
 }
 
 ckpt_status ckpt__npy_header_write(ckpt__buf *out, ckpt_dtype dtype, uint32_t ndim, const uint64_t *shape) {
-    const char *descr = ckpt__numpy_descr(dtype);
+    const char *descr = numpy_descr(dtype);
     if (!descr) return CKPT__D(UNKNOWN_DTYPE);
     ckpt__buf h = {0};
     char num[32];
@@ -197,7 +202,8 @@ ckpt_status ckpt__npy_header_write(ckpt__buf *out, ckpt_dtype dtype, uint32_t nd
 
 /* ---- the header ------------------------------------------------------------- */
 
-bool ckpt__npy_sniff(const unsigned char *head, size_t n) {
+/* True when `head` starts with the .npy magic. */
+static bool npy_sniff(const unsigned char *head, size_t n) {
     return n >= CKPT__NPY_MAGIC_LEN && !memcmp(head, CKPT__NPY_MAGIC, CKPT__NPY_MAGIC_LEN);
 }
 
@@ -215,7 +221,7 @@ static ckpt_status bad(ckpt_error *err, const char *path, const char *tensor, in
 
 ckpt_status ckpt__npy_preamble(const unsigned char *head, size_t n, const char *path, const char *tensor,
                                int64_t base, uint64_t *data_offset, ckpt_error *err) {
-    if (!ckpt__npy_sniff(head, n))
+    if (!npy_sniff(head, n))
         return bad(err, path, tensor, base, 0, "%s", "not a NumPy .npy array (no \\x93NUMPY magic)");
     ckpt__rd r = ckpt__rd_over(head, n, 0);
     ckpt__rd_skip(&r, CKPT__NPY_MAGIC_LEN);
@@ -413,7 +419,7 @@ bool ckpt__npy_fortran_strides(uint32_t ndim, const uint64_t *shape, int64_t *st
 
 static int npy_probe(const unsigned char *head, size_t n, const char *name) {
     (void)name;
-    return ckpt__npy_sniff(head, n) ? CKPT__PROBE_MAGIC : CKPT__PROBE_NO;
+    return npy_sniff(head, n) ? CKPT__PROBE_MAGIC : CKPT__PROBE_NO;
 }
 
 /* The tensor of a .npy is named after the file: "weights.npy" → "weights". */

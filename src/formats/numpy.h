@@ -51,9 +51,6 @@ typedef struct ckpt__npy_header {
     uint64_t data_offset; /* from the first byte of the .npy to its data */
 } ckpt__npy_header;
 
-/* True when `head` starts with the .npy magic. */
-CKPT__HIDDEN bool ckpt__npy_sniff(const unsigned char *head, size_t n);
-
 /*
  * From the first `n` bytes of a .npy (n ≥ 12 or the whole file): the
  * number of bytes of magic, version, length field and header, i.e. where
@@ -89,13 +86,6 @@ CKPT__HIDDEN const char *ckpt__numpy_name(ckpt_dtype dtype);
  * name, a dtype NumPy has no name for (F4, F6, GGUF's block types). */
 CKPT__HIDDEN ckpt_status ckpt__numpy_accepts(const char *path, const char *name, ckpt_dtype dtype, uint32_t ndim,
                                              const uint64_t *shape, ckpt_error *err);
-
-/* The descr ckpt writes for a dtype: NumPy's own dtype.str for NumPy's
- * types ('<f4', '|b1'), ml_dtypes' names for the others ('bfloat16',
- * 'float8_e4m3fn': np.load reads them back as such once ml_dtypes is
- * imported, where np.save's '<V2' comes back as raw bytes); NULL for F4
- * and F6 (packed, which NumPy cannot hold). */
-CKPT__HIDDEN const char *ckpt__numpy_descr(ckpt_dtype dtype);
 
 /* A .npy preamble and header for a row-major array, as
  * numpy.lib.format writes it (keys sorted, room for the first axis to

@@ -15,7 +15,8 @@
 #include "../base/cursor.h"
 #include "../io/file.h"
 
-ckpt_status ckpt__st_check_length(uint64_t file_size, uint64_t n, const char *path, ckpt_error *err) {
+/* Checks the 8-byte prefix rules: file ≥ 8 bytes, N ≤ 100 MB, 8 + N ≤ file. */
+static ckpt_status check_length(uint64_t file_size, uint64_t n, const char *path, ckpt_error *err) {
     if (file_size < 8)
         return ckpt__fail(err, CKPT__D(HEADER_TOO_SMALL), path, NULL, 0,
                           "file is %llu bytes, too small for the 8-byte header length",
@@ -279,11 +280,11 @@ ckpt_status ckpt__st_read_header(ckpt__source *src, ckpt__arena *arena, ckpt__st
     const char *path = src->name;
     memset(out, 0, sizeof *out);
     unsigned char prefix[8];
-    if (file_size < 8) return ckpt__st_check_length(file_size, 0, path, err);
+    if (file_size < 8) return check_length(file_size, 0, path, err);
     ckpt_status st = ckpt__source_read(src, prefix, 8, 0, err);
     if (st) return st;
     uint64_t n = ckpt__le64(prefix);
-    st = ckpt__st_check_length(file_size, n, path, err);
+    st = check_length(file_size, n, path, err);
     if (st) return st;
     /* The header text lives in the arena: names point into it. */
     if ((st = ckpt__budget_charge(arena->budget, n + 1, err, path, 8))) return st;

@@ -40,17 +40,13 @@ typedef struct ckpt__st_header {
 /*
  * Validates a safetensors header.  `header` holds the N header bytes that
  * follow the 8-byte length of a file of `file_size` bytes (the caller has
- * checked the length rules: see ckpt__st_check_length).  It is parsed in
+ * checked the length rules: see ckpt__st_read_header).  It is parsed in
  * place: names point into it, so it must live as long as `out`; shapes go
  * to `arena`.  Errors name `path`, the tensor and the byte offset.
  */
 CKPT__HIDDEN ckpt_status ckpt__st_parse_header(char *header, uint64_t n, uint64_t file_size,
                                                const char *path, ckpt__arena *arena,
                                                ckpt__st_header *out, ckpt_error *err);
-
-/* Checks the 8-byte prefix rules: file ≥ 8 bytes, N ≤ 100 MB, 8 + N ≤ file. */
-CKPT__HIDDEN ckpt_status ckpt__st_check_length(uint64_t file_size, uint64_t n, const char *path,
-                                               ckpt_error *err);
 
 /* Reads and validates the header of an open file. */
 CKPT__HIDDEN ckpt_status ckpt__st_read_header(ckpt__source *src, ckpt__arena *arena, ckpt__st_header *out,

@@ -573,7 +573,8 @@ ckpt_status ckpt__torch_read_zip_ex(ckpt__source *src, ckpt__arena *arena, const
  * pickled LONG1 bytes (little-endian). */
 static const unsigned char legacy_magic[10] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
 
-bool ckpt__torch_sniff_legacy(const unsigned char *head, size_t n) {
+/* Does a file start like a legacy (pre-1.6 stream) torch.save file? */
+static bool sniff_legacy(const unsigned char *head, size_t n) {
     /* PROTO, a FRAME from protocol 4 on, then LONG1 of 10 bytes: the magic. */
     size_t i = 0;
     if (n >= 2 && head[0] == 0x80) i = 2;
@@ -586,8 +587,14 @@ static ckpt__pk_allowed always_refuse(const char *module, const char *name, void
     return CKPT__PK_DENY;
 }
 
-ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__pk_allow_fn allow, void *allow_user, ckpt__arena *arena,
-                                    ckpt__torch_file *out, ckpt_error *err) {
+/*
+ * Reads a legacy torch.save file: the pickles magic number, protocol 1001,
+ * sys_info (little_endian), the object (storages as 6-tuple persistent ids)
+ * and the sorted storage keys, then each storage as an int64 element count
+ * and its bytes.
+ */
+static ckpt_status read_legacy(ckpt__source *src, ckpt__pk_allow_fn allow, void *allow_user, ckpt__arena *arena,
+                               ckpt__torch_file *out, ckpt_error *err) {
     const char *path = src->name;
     uint64_t file_size = src->size;
     memset(out, 0, sizeof *out);
@@ -681,7 +688,9 @@ ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__pk_allow_fn allow, 
     return st;
 }
 
-bool ckpt__torch_sniff_tar(const unsigned char *head, size_t n) {
+/* Does a file start like a tar archive (the torch format before the
+ * legacy stream)? */
+static bool sniff_tar(const unsigned char *head, size_t n) {
     return n >= 262 && !memcmp(head + 257, "ustar", 5);
 }
 
@@ -749,7 +758,7 @@ static ckpt_status open_torch(ckpt_catalog *c, ckpt__source *src, bool legacy, c
     ckpt_status st = ckpt__cat_add_source(c, src, &file, err);
     if (st) return st;
     ckpt__torch_file tf;
-    st = legacy ? ckpt__torch_read_legacy(src, ckpt__torch_allow, c, ckpt__cat_arena(c), &tf, err)
+    st = legacy ? read_legacy(src, ckpt__torch_allow, c, ckpt__cat_arena(c), &tf, err)
                 : ckpt__torch_read_zip(src, ckpt__torch_allow, c, ckpt__cat_arena(c), &tf, err);
     if (st) return st;
     st = add_to_catalog(c, file, &tf, err);
@@ -771,14 +780,14 @@ static ckpt_status zip_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
 
 static int legacy_probe(const unsigned char *head, size_t n, const char *name) {
     (void)name;
-    return ckpt__torch_sniff_legacy(head, n) ? CKPT__PROBE_MAGIC : CKPT__PROBE_NO;
+    return sniff_legacy(head, n) ? CKPT__PROBE_MAGIC : CKPT__PROBE_NO;
 }
 
 static ckpt_status legacy_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) { return open_torch(c, src, true, err); }
 
 static int tar_probe(const unsigned char *head, size_t n, const char *name) {
     (void)name;
-    return ckpt__torch_sniff_tar(head, n) ? CKPT__PROBE_MAGIC : CKPT__PROBE_NO;
+    return sniff_tar(head, n) ? CKPT__PROBE_MAGIC : CKPT__PROBE_NO;
 }
 
 static ckpt_status tar_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err) {

@@ -74,22 +74,6 @@ typedef struct ckpt__torch_options {
 CKPT__HIDDEN ckpt_status ckpt__torch_read_zip_ex(ckpt__source *src, ckpt__arena *arena, const ckpt__torch_options *o,
                                                  ckpt__torch_file *out, ckpt_error *err);
 
-/* Does a file start like a legacy (pre-1.6 stream) torch.save file? */
-CKPT__HIDDEN bool ckpt__torch_sniff_legacy(const unsigned char *head, size_t n);
-
-/* Does a file start like a tar archive (the torch format before the
- * legacy stream)? */
-CKPT__HIDDEN bool ckpt__torch_sniff_tar(const unsigned char *head, size_t n);
-
-/*
- * Reads a legacy torch.save file: the pickles magic number, protocol 1001,
- * sys_info (little_endian), the object (storages as 6-tuple persistent ids)
- * and the sorted storage keys, then each storage as an int64 element count
- * and its bytes.
- */
-CKPT__HIDDEN ckpt_status ckpt__torch_read_legacy(ckpt__source *src, ckpt__pk_allow_fn allow, void *allow_user,
-                                                 ckpt__arena *arena, ckpt__torch_file *out, ckpt_error *err);
-
 CKPT__HIDDEN void ckpt__torch_file_free(ckpt__torch_file *file);
 
 /* Declares the archive's recorded CRC-32s to the catalog (data file

@@ -108,7 +108,7 @@ ckpt_status ckpt__commit_begin(const char *dir, bool whole_dir, bool single, int
             struct stat sb;
             c->mode = STAGED_BESIDE;
             c->dir_existed = stat(dir, &sb) == 0;
-            st = ckpt__temp_dir_create(dir, &c->stage, err);
+            st = ckpt__temp_create(dir, &c->stage, NULL, err);
             if (st == CKPT_OK) st = open_stage(c, true, err);
         } else if (st == CKPT_OK && dir_fd < 0) {
             st = ckpt__fail(err, CKPT_E_EXISTS, dir, NULL, -1, "appeared while this writer was starting: left alone");
@@ -128,7 +128,7 @@ ckpt_status ckpt__commit_begin(const char *dir, bool whole_dir, bool single, int
     }
     if (st == CKPT_OK && c->mode == JOURNAL) {
         char *base = join(dir, CKPT__STAGE_BASE);
-        st = base ? ckpt__temp_dir_create(base, &c->stage, err) : ckpt__oom(err, dir, NULL);
+        st = base ? ckpt__temp_create(base, &c->stage, NULL, err) : ckpt__oom(err, dir, NULL);
         if (st && err) snprintf(err->path, sizeof err->path, "%s", dir); /* the directory, not the stage's inner name */
         free(base);
         if (st == CKPT_OK) st = open_stage(c, false, err);

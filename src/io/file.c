@@ -199,37 +199,42 @@ char *ckpt__path_dirname(const char *path) {
     return ckpt__strndup(path, (size_t)(slash - path));
 }
 
+/* The marks of every temporary's name: ".<base>" TEMP_MARK "<pid>-<n>" for
+ * a file, ".<base>" TEMP_MARK "<pid>-d<n>" for a directory. */
+#define TEMP_MARK ".ckpt-tmp-"
+
+/* Process-wide counters keep names unique between writers of one process;
+ * the pid lets a later run recognise leftovers of a dead one. */
 ckpt_status ckpt__temp_create(const char *final_path, char **tmp_path, int *fd, ckpt_error *err) {
-    /* A process-wide counter keeps names unique between writers of one
-     * process; the pid lets a later run recognise leftovers of a dead one. */
-    static atomic_uint counter;
+    static atomic_uint file_counter, dir_counter;
+    const char *what = fd ? "file" : "directory";
     char *dir = ckpt__path_dirname(final_path);
     if (!dir) return ckpt__fail(err, CKPT_E_NO_MEMORY, final_path, NULL, -1, "out of memory");
     const char *base = ckpt__path_basename(final_path);
     for (int attempt = 0; attempt < 100; attempt++) {
         char name[PATH_MAX];
-        int w = snprintf(name, sizeof name, ".%s.ckpt-tmp-%ld-%u", base, (long)getpid(),
-                         atomic_fetch_add(&counter, 1));
+        int w = snprintf(name, sizeof name, ".%s" TEMP_MARK "%ld-%s%u", base, (long)getpid(), fd ? "" : "d",
+                         atomic_fetch_add(fd ? &file_counter : &dir_counter, 1));
         if (w < 0 || (size_t)w >= sizeof name) break;
         char *p = ckpt__path_join(dir, name);
         if (!p) break;
-        int f = ckpt__io_open(p, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        int f = fd ? ckpt__io_open(p, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666) : mkdir(p, 0777);
         if (f >= 0) {
             free(dir);
             *tmp_path = p;
-            *fd = f;
+            if (fd) *fd = f;
             return CKPT_OK;
         }
         int e = errno;
         free(p);
         if (e != EEXIST) {
-            ckpt_status st = ckpt__fail_errno(err, e, final_path, -1, "cannot create a temporary file in %s", dir);
+            ckpt_status st = ckpt__fail_errno(err, e, final_path, -1, "cannot create a temporary %s in %s", what, dir);
             free(dir);
             return st;
         }
     }
     free(dir);
-    return ckpt__fail(err, CKPT_E_IO, final_path, NULL, -1, "cannot create a temporary file name");
+    return ckpt__fail(err, CKPT_E_IO, final_path, NULL, -1, "cannot create a temporary %s name", what);
 }
 
 ckpt_status ckpt__make_directories(const char *path, ckpt_error *err) {
@@ -249,41 +254,6 @@ ckpt_status ckpt__make_directories(const char *path, ckpt_error *err) {
     }
     free(p);
     return st;
-}
-
-static atomic_uint dir_counter;
-
-/* The marks of every temporary's name: ".<base>" TEMP_MARK "<pid>-<n>" for
- * a file, ".<base>" TEMP_MARK "<pid>-d<n>" for a directory. */
-#define TEMP_MARK ".ckpt-tmp-"
-
-ckpt_status ckpt__temp_dir_create(const char *final_path, char **tmp_path, ckpt_error *err) {
-    char *dir = ckpt__path_dirname(final_path);
-    if (!dir) return ckpt__fail(err, CKPT_E_NO_MEMORY, final_path, NULL, -1, "out of memory");
-    const char *base = ckpt__path_basename(final_path);
-    ckpt_status st = CKPT_OK;
-    for (int attempt = 0; attempt < 100; attempt++) {
-        char name[PATH_MAX];
-        if ((size_t)snprintf(name, sizeof name, ".%s" TEMP_MARK "%ld-d%u", base, (long)getpid(),
-                             atomic_fetch_add(&dir_counter, 1)) >= sizeof name)
-            break;
-        char *p = ckpt__path_join(dir, name);
-        if (!p) break;
-        if (mkdir(p, 0777) == 0) {
-            free(dir);
-            *tmp_path = p;
-            return CKPT_OK;
-        }
-        int e = errno;
-        free(p);
-        if (e != EEXIST) {
-            st = ckpt__fail_errno(err, e, final_path, -1, "cannot create a temporary directory in %s", dir);
-            free(dir);
-            return st;
-        }
-    }
-    free(dir);
-    return ckpt__fail(err, CKPT_E_IO, final_path, NULL, -1, "cannot create a temporary directory name");
 }
 
 /* A decimal number as printf's %ld or %u writes it (no sign, no leading

@@ -52,16 +52,12 @@ CKPT__HIDDEN ckpt_status ckpt__copy_range(int src_fd, uint64_t src_offset, const
 
 /*
  * Creates a temporary file beside `final_path`, named
- * "<dir>/.<base>.ckpt-tmp-<pid>-<n>", exclusively, mode 0666 & ~umask.
- * *tmp_path is malloc'ed.
+ * "<dir>/.<base>.ckpt-tmp-<pid>-<n>", exclusively, mode 0666 & ~umask, its
+ * descriptor in *fd; with `fd` NULL, a temporary directory
+ * "<dir>/.<base>.ckpt-tmp-<pid>-d<n>".  *tmp_path is malloc'ed.
  */
 CKPT__HIDDEN ckpt_status ckpt__temp_create(const char *final_path, char **tmp_path, int *fd,
                                            ckpt_error *err);
-
-/* Creates a temporary directory beside `final_path`, named like the
- * temporary files ("<dir>/.<base>.ckpt-tmp-<pid>-<n>"); *tmp_path is
- * malloc'ed. */
-CKPT__HIDDEN ckpt_status ckpt__temp_dir_create(const char *final_path, char **tmp_path, ckpt_error *err);
 
 /*
  * Removes, in directory `dir`, the temporaries (files and directories named
@@ -77,7 +73,7 @@ CKPT__HIDDEN size_t ckpt__remove_stale_temps(const char *dir);
 CKPT__HIDDEN ckpt_status ckpt__make_directories(const char *path, ckpt_error *err);
 
 /* Whether `name` is exactly a temporary directory's name that
- * ckpt__temp_dir_create makes for a final path whose file name is `base`:
+ * ckpt__temp_create makes for a final path whose file name is `base`:
  * ".<base>.ckpt-tmp-<pid>-d<n>", the numbers as printf writes them. */
 CKPT__HIDDEN bool ckpt__temp_dir_name_is(const char *name, const char *base);
 

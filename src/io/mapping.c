@@ -19,7 +19,8 @@ struct ckpt_mapping {
     bool prefetching;
 };
 
-uint64_t ckpt__memory_available(void) {
+/* Bytes the machine has available (MemAvailable), or 0 when unknown. */
+static uint64_t memory_available(void) {
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return 0;
     char line[256];
@@ -94,7 +95,7 @@ static bool start_prefetch_job(ckpt__mapping *m, ckpt__source *src, const ckpt__
     if (!(src->caps & CKPT__SRC_FD) || (src->caps & CKPT__SRC_REMOTE) || !n) return false;
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) total += ranges[i].len;
-    uint64_t available = ckpt__memory_available();
+    uint64_t available = memory_available();
     if (total > available / 2 || ranges_cached(m->base, ranges, n, total)) return false;
     prefetch_job *job = ckpt__malloc(sizeof *job + n * sizeof *ranges);
     int fd = job ? fcntl(src->fd, F_DUPFD_CLOEXEC, 0) : -1;

@@ -40,7 +40,4 @@ CKPT__HIDDEN bool ckpt__mapping_prefetching(const ckpt__mapping *m);
 /* Drops an owner of the mapping (the last unmaps). */
 CKPT__HIDDEN void ckpt__mapping_release(ckpt__mapping *m);
 
-/* Bytes the machine has available (MemAvailable), or 0 when unknown. */
-CKPT__HIDDEN uint64_t ckpt__memory_available(void);
-
 #endif

@@ -15,7 +15,9 @@ const char *ckpt__env(const char *name) {
     return v && *v ? v : NULL;
 }
 
-void ckpt__store_encode_key(ckpt__buf *b, const char *key, size_t len) {
+/* SigV4's canonical URI encoding, which the stores all accept in paths:
+ * every byte but the unreserved ones and '/' as %XX. */
+static void encode_key(ckpt__buf *b, const char *key, size_t len) {
     static const char hex[] = "0123456789ABCDEF";
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)key[i];
@@ -95,7 +97,7 @@ bool ckpt__store_sigv4(ckpt__store_target *t, const char *id, const char *secret
 char *ckpt__store_url(const ckpt__store_target *t, const char *path, const char *query) {
     ckpt__buf b = {0};
     ckpt__buf_puts(&b, t->base);
-    if (path) ckpt__store_encode_key(&b, path, strlen(path));
+    if (path) encode_key(&b, path, strlen(path));
     bool q = false;
     if (query && *query) ckpt__buf_puts(&b, "?"), ckpt__buf_puts(&b, query), q = true;
     if (t->query) ckpt__buf_puts(&b, q ? "&" : "?"), ckpt__buf_puts(&b, t->query);
@@ -108,7 +110,7 @@ static void encode_value(ckpt__buf *b, const char *s) {
     for (const char *p = s; *p; p++) {
         const char *slash = strchr(p, '/');
         size_t n = slash ? (size_t)(slash - p) : strlen(p);
-        ckpt__store_encode_key(b, p, n);
+        encode_key(b, p, n);
         if (!slash) break;
         ckpt__buf_puts(b, "%2F");
         p = slash;
@@ -171,9 +173,16 @@ static ckpt_status listing_failed(const char *shown, const ckpt__store_target *t
                       hint ? " (no credentials were sent: " : "", hint ? t->auth.hint : "", hint ? ")" : "");
 }
 
-ckpt_status ckpt__store_list(const char *shown, const ckpt__store_target *t, const ckpt__store_listing *l,
-                             const char *prefix, const ckpt__source_options *o, int (*add)(void *ctx, const char *name),
-                             void *ctx, bool *any, ckpt_error *err) {
+/*
+ * The objects directly under `prefix` (ending in '/', or "" for the
+ * bucket's top) of the target's bucket: each name, the prefix taken off,
+ * given to `add` (NULL: only *any is wanted, set when there is one); the
+ * store's answer other than 200 is an error naming `shown`, with its code
+ * and message (401/403: CKPT_E_AUTH, 404: CKPT_E_NOT_FOUND).
+ */
+static ckpt_status store_list(const char *shown, const ckpt__store_target *t, const ckpt__store_listing *l,
+                              const char *prefix, const ckpt__source_options *o,
+                              int (*add)(void *ctx, const char *name), void *ctx, bool *any, ckpt_error *err) {
     ckpt__buf body = {0}, item = {0}, marker = {0};
     ckpt_status st = CKPT_OK;
     size_t plen = strlen(prefix);
@@ -233,7 +242,7 @@ ckpt__name_kind ckpt__store_stat(const char *shown, const ckpt__store_target *t,
     if (k != CKPT__NAME_MISSING) return k;
     char *prefix = dir_prefix(key, n); /* a prefix of objects is a directory */
     bool any = false;
-    if (prefix && ckpt__store_list(shown, t, l, prefix, o, NULL, NULL, &any, NULL) == CKPT_OK && any)
+    if (prefix && store_list(shown, t, l, prefix, o, NULL, NULL, &any, NULL) == CKPT_OK && any)
         k = CKPT__NAME_DIR;
     free(prefix);
     return k;
@@ -243,7 +252,7 @@ ckpt_status ckpt__store_list_dir(const char *shown, const ckpt__store_target *t,
                                  const char *key, size_t n, const ckpt__source_options *o,
                                  int (*add)(void *ctx, const char *name), void *ctx, ckpt_error *err) {
     char *prefix = dir_prefix(key, n);
-    ckpt_status st = prefix ? ckpt__store_list(shown, t, l, prefix, o, add, ctx, NULL, err) : ckpt__oom(err, shown, NULL);
+    ckpt_status st = prefix ? store_list(shown, t, l, prefix, o, add, ctx, NULL, err) : ckpt__oom(err, shown, NULL);
     free(prefix);
     return st;
 }

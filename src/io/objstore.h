@@ -14,10 +14,6 @@
 /* $name, or NULL when unset or empty. */
 CKPT__HIDDEN const char *ckpt__env(const char *name);
 
-/* SigV4's canonical URI encoding, which the stores all accept in paths:
- * every byte but the unreserved ones and '/' as %XX. */
-CKPT__HIDDEN void ckpt__store_encode_key(ckpt__buf *b, const char *key, size_t len);
-
 /* Whether `s` (n bytes) can be a bucket, container or account name in a
  * URL: not empty, no blank, control, '/', '?', '#', '%', '@', ':' or '\'. */
 CKPT__HIDDEN bool ckpt__store_plain_name(const char *s, size_t n);
@@ -66,18 +62,6 @@ typedef struct ckpt__store_listing {
     const char *marker_param, *next_tag, *name_tag;
 } ckpt__store_listing;
 
-/*
- * The objects directly under `prefix` (ending in '/', or "" for the
- * bucket's top) of the target's bucket: each name, the prefix taken off,
- * given to `add` (NULL: only *any is wanted, set when there is one); the
- * store's answer other than 200 is an error naming `shown`, with its code
- * and message (401/403: CKPT_E_AUTH, 404: CKPT_E_NOT_FOUND).
- */
-CKPT__HIDDEN ckpt_status ckpt__store_list(const char *shown, const ckpt__store_target *t,
-                                          const ckpt__store_listing *l, const char *prefix,
-                                          const ckpt__source_options *o, int (*add)(void *ctx, const char *name),
-                                          void *ctx, bool *any, ckpt_error *err);
-
 /* What `key` (`n` bytes) of the target's bucket is: a directory when it is
  * empty or ends in '/', else what a HEAD of the object says, and a missing
  * object that is the prefix of some objects a directory too. */
@@ -86,7 +70,7 @@ CKPT__HIDDEN ckpt__name_kind ckpt__store_stat(const char *shown, const ckpt__sto
                                               const ckpt__source_options *o);
 
 /* The objects directly in directory `key` (`n` bytes; "" is the bucket's
- * top, a final '/' optional): ckpt__store_list of its prefix. */
+ * top, a final '/' optional), as the store lists its prefix. */
 CKPT__HIDDEN ckpt_status ckpt__store_list_dir(const char *shown, const ckpt__store_target *t,
                                               const ckpt__store_listing *l, const char *key, size_t n,
                                               const ckpt__source_options *o, int (*add)(void *ctx, const char *name),

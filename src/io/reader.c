@@ -116,8 +116,7 @@ static ckpt_status uring_complete(ckpt__reader *r, ckpt__read_req *q, int res, c
     return CKPT_OK;
 }
 
-static ckpt_status run_uring(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt__read_done_fn done, void *user,
-                             ckpt_error *err) {
+static ckpt_status run_uring(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt_error *err) {
     struct io_uring *ring = r->uring;
     ckpt_status st = CKPT_OK;
     size_t next = 0, inflight = 0;
@@ -135,9 +134,7 @@ static ckpt_status run_uring(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ck
         int res;
         while (inflight && (q = uring_next(ring, &res))) {
             inflight--;
-            if (st != CKPT_OK) continue;
-            st = uring_complete(r, q, res, err);
-            if (st == CKPT_OK && done) done(q, user);
+            if (st == CKPT_OK) st = uring_complete(r, q, res, err);
         }
     }
     return st;
@@ -203,8 +200,7 @@ ckpt_status ckpt__reader_stream(ckpt__reader *r, ckpt__source *src, int fd, uint
 
 /* Requests without a descriptor, in runs of one source: read_many where
  * the source has it. */
-static ckpt_status run_sources(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt__read_done_fn done, void *user,
-                               ckpt_error *err) {
+static ckpt_status run_sources(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt_error *err) {
     for (size_t i = 0; i < n;) {
         ckpt__source *src = reqs[i].src;
         size_t j = i + 1;
@@ -220,40 +216,33 @@ static ckpt_status run_sources(ckpt__reader *r, ckpt__read_req *reqs, size_t n, 
             for (size_t k = i; k < j && st == CKPT_OK; k++) st = finish_pread(r, &reqs[k], 0, err);
         }
         if (st) return st;
-        for (size_t k = i; k < j && done; k++) done(&reqs[k], user);
         i = j;
     }
     return CKPT_OK;
 }
 
-ckpt_status ckpt__reader_run_each(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt__read_done_fn done,
-                                  void *user, ckpt_error *err) {
+ckpt_status ckpt__reader_run(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt_error *err) {
     /* Descriptor reads first (io_uring keeps them in flight together), then
      * the others by source; a batch is one or the other in practice. */
     size_t with_fd = 0;
     for (size_t i = 0; i < n; i++) with_fd += reqs[i].fd >= 0;
     if (with_fd < n) {
-        if (with_fd == 0) return run_sources(r, reqs, n, done, user, err);
+        if (with_fd == 0) return run_sources(r, reqs, n, err);
         for (size_t i = 0; i < n; i++) {
-            ckpt_status st = reqs[i].fd >= 0 ? ckpt__reader_run_each(r, &reqs[i], 1, done, user, err)
-                                             : run_sources(r, &reqs[i], 1, done, user, err);
+            ckpt_status st =
+                reqs[i].fd >= 0 ? ckpt__reader_run(r, &reqs[i], 1, err) : run_sources(r, &reqs[i], 1, err);
             if (st) return st;
         }
         return CKPT_OK;
     }
 #ifdef CKPT_HAVE_URING
-    if (r->uring && n > 0) return run_uring(r, reqs, n, done, user, err);
+    if (r->uring && n > 0) return run_uring(r, reqs, n, err);
 #endif
     for (size_t i = 0; i < n; i++) {
         ckpt_status st = finish_pread(r, &reqs[i], 0, err);
         if (st) return st;
-        if (done) done(&reqs[i], user);
     }
     return CKPT_OK;
-}
-
-ckpt_status ckpt__reader_run(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt_error *err) {
-    return ckpt__reader_run_each(r, reqs, n, NULL, NULL, err);
 }
 
 int ckpt__open_direct(const char *path, int fd, uint32_t *align) {

@@ -29,15 +29,6 @@ CKPT__HIDDEN void ckpt__reader_free(ckpt__reader *reader);
  * CKPT_E_TRUNCATED. */
 CKPT__HIDDEN ckpt_status ckpt__reader_run(ckpt__reader *reader, ckpt__read_req *reqs, size_t n, ckpt_error *err);
 
-/* Called for each request as soon as its bytes are in, while the others
- * may still be in flight (so the caller's work on one overlaps the reads
- * of the rest). */
-typedef void (*ckpt__read_done_fn)(const ckpt__read_req *req, void *user);
-
-/* ckpt__reader_run, calling done(req, user) for every completed request. */
-CKPT__HIDDEN ckpt_status ckpt__reader_run_each(ckpt__reader *reader, ckpt__read_req *reqs, size_t n,
-                                               ckpt__read_done_fn done, void *user, ckpt_error *err);
-
 /* Called for each piece of a stream as it lands: `data` holds the `n`
  * bytes at file offset `at`, until the call returns (its buffer slot is
  * then reused for a later piece). */

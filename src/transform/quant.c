@@ -563,25 +563,15 @@ static inline void enc_bf16(const float *y, unsigned char *d, int n) {
     }
 }
 
-#define DEQ(NAME, ELEMS, BYTES)                                                                          \
-    static void NAME##_f32(const void *src, void *dst, size_t n) {                                     \
-        const uint8_t *s = src;                                                                        \
-        unsigned char *d = dst;                                                                        \
-        float y[ELEMS];                                                                                \
-        for (size_t i = 0; i < n; i++) deq_##NAME(s + i * BYTES, y), enc_f32(y, d + i * ELEMS * 4, ELEMS); \
-    }                                                                                                  \
-    static void NAME##_f16(const void *src, void *dst, size_t n) {                                     \
-        const uint8_t *s = src;                                                                        \
-        unsigned char *d = dst;                                                                        \
-        float y[ELEMS];                                                                                \
-        for (size_t i = 0; i < n; i++) deq_##NAME(s + i * BYTES, y), enc_f16(y, d + i * ELEMS * 2, ELEMS); \
-    }                                                                                                  \
-    static void NAME##_bf16(const void *src, void *dst, size_t n) {                                    \
-        const uint8_t *s = src;                                                                        \
-        unsigned char *d = dst;                                                                        \
-        float y[ELEMS];                                                                                \
-        for (size_t i = 0; i < n; i++) deq_##NAME(s + i * BYTES, y), enc_bf16(y, d + i * ELEMS * 2, ELEMS); \
+#define DEQ_TO(NAME, ELEMS, BYTES, TO, SIZE)                                                                  \
+    static void NAME##_##TO(const void *src, void *dst, size_t n) {                                           \
+        const uint8_t *s = src;                                                                               \
+        unsigned char *d = dst;                                                                               \
+        float y[ELEMS];                                                                                       \
+        for (size_t i = 0; i < n; i++) deq_##NAME(s + i * BYTES, y), enc_##TO(y, d + i * ELEMS * SIZE, ELEMS); \
     }
+#define DEQ(NAME, ELEMS, BYTES) DEQ_TO(NAME, ELEMS, BYTES, f32, 4) DEQ_TO(NAME, ELEMS, BYTES, f16, 2) \
+    DEQ_TO(NAME, ELEMS, BYTES, bf16, 2)
 DEQ(q4_0, 32, 18)
 DEQ(q4_1, 32, 20)
 DEQ(q5_0, 32, 22)
@@ -636,37 +626,19 @@ QUANT_FROM_ALL(q4_k, 256, 144)
 QUANT_FROM_ALL(q5_k, 256, 176)
 QUANT_FROM_ALL(q6_k, 256, 210)
 
-/* A block type to itself: whole blocks copied. */
+/* A block type to itself: whole blocks copied, a kernel for each block
+ * size of GGUF's types. */
+#define BLOCK_SIZES(X)                                                                                        \
+    X(17) X(18) X(20) X(22) X(24) X(34) X(36) X(40) X(50) X(54) X(56) X(66) X(74) X(82) X(84) X(98) X(110) X(136) \
+    X(144) X(176) X(210) X(292)
 #define COPY_BLOCKS(BYTES)                                                                               \
     static void copy_blocks_##BYTES(const void *src, void *dst, size_t n) { memcpy(dst, src, n * BYTES); }
-COPY_BLOCKS(17)
-COPY_BLOCKS(18)
-COPY_BLOCKS(20)
-COPY_BLOCKS(22)
-COPY_BLOCKS(24)
-COPY_BLOCKS(34)
-COPY_BLOCKS(36)
-COPY_BLOCKS(40)
-COPY_BLOCKS(50)
-COPY_BLOCKS(54)
-COPY_BLOCKS(56)
-COPY_BLOCKS(66)
-COPY_BLOCKS(74)
-COPY_BLOCKS(82)
-COPY_BLOCKS(84)
-COPY_BLOCKS(98)
-COPY_BLOCKS(110)
-COPY_BLOCKS(136)
-COPY_BLOCKS(144)
-COPY_BLOCKS(176)
-COPY_BLOCKS(210)
-COPY_BLOCKS(292)
+BLOCK_SIZES(COPY_BLOCKS)
 
 static ckpt__cast_fn copy_kernel(unsigned bytes) {
     switch (bytes) {
 #define C(B) case B: return copy_blocks_##B;
-        C(17) C(18) C(20) C(22) C(24) C(34) C(36) C(40) C(50) C(54) C(56) C(66) C(74) C(82) C(84) C(98) C(110) C(136)
-        C(144) C(176) C(210) C(292)
+        BLOCK_SIZES(C)
 #undef C
     }
     return NULL;
