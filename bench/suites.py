@@ -177,6 +177,9 @@ PENDING_RERUN = {
     "save incremental": _THIS_ROUND,
     "save background": _THIS_ROUND,
     "llamacpp check": _THIS_ROUND,
+    "gpu": ("a load's elementwise rules (Gemma's GGUF norms read by ckpt.transformers, issue 29) change the "
+            "plan and load code this run measures after it was measured; it needs a lent H100 or H200, and is "
+            "rerun on the round's final code when one is"),
     "load 8 GB": "needs an 8 GB file set and about 10 GB of memory beside it",
     "perf": "takes about 20 minutes, and needs an 8 GB file",
     "jax": "takes about 15 minutes (Orbax, Flax, 8 devices)",
