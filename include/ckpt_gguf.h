@@ -247,10 +247,12 @@ CKPT_API ckpt_status ckpt_gguf_hf_plan(ckpt_plan *plan, ckpt_dtype dtype, ckpt_e
  * (ckpt_load, Python's `as_hf=True`): the same names, Q/K rows and dtype,
  * and the same errors about them, but no config.json and no tokenizer
  * files are made, so the tokenizer's key-values are neither read nor
- * checked, nor is rope_freqs (left out).  A load gives each of the
- * file's tensors one output and computes nothing: stacked experts, which
- * ckpt_gguf_hf_plan splits, and a tensor stored shifted (Gemma's norms,
- * + 1) are refused (CKPT_E_INVALID_ARGUMENT naming the tensor).
+ * checked, nor is rope_freqs (left out).  Gemma's norms, stored + 1,
+ * load as the conversion writes them: the engine takes the 1 away in
+ * float32 as it reads each one into its buffer (never a view of the
+ * file).  A load gives each of the file's tensors one output: stacked
+ * experts, which ckpt_gguf_hf_plan splits, are refused
+ * (CKPT_E_INVALID_ARGUMENT naming the tensor).
  */
 CKPT_API ckpt_status ckpt_gguf_hf_plan_tensors(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err);
 

@@ -743,7 +743,7 @@ ckpt_status ckpt_convert_collective(ckpt_plan *p, const char *dst_path, const ck
                           "torch.distributed)",
                           c.n);
     if (local == CKPT_OK) local = ckpt__plan_check(p, &mine);
-    if (local == CKPT_OK) local = ckpt__plan_refuse_assembled(p, "a collective conversion", &mine);
+    if (local == CKPT_OK) local = ckpt__plan_refuse_assembled(p, "a collective conversion", false, &mine);
     st = ckpt__coll_agree(&c, local, &mine, "checking the plans", err);
     if (st) return st;
     /* Every rank must hold the same plan. */

@@ -271,7 +271,7 @@ ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_
         const ckpt__plan_generated *t = &p->generated[g];
         st = ckpt_writer_add_tensor_shared(w, t->name, t->dtype, t->ndim, t->shape, NULL, NULL, err);
     }
-    if (st == CKPT_OK && p->assembled && ckpt__writer_needs_order(w))
+    if (st == CKPT_OK && (p->assembled || p->computed) && ckpt__writer_needs_order(w))
         st = ckpt__fail(err, CKPT_E_UNSUPPORTED, dst_path, NULL, -1,
                         "this output checks each tensor's bytes in order, which a plan that stacks, splits, computes "
                         "or generates tensors does not write");

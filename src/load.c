@@ -140,7 +140,8 @@ static ckpt_status place_entry(ckpt_plan *p, ckpt__plan_entry *e, int views, ckp
     }
     *move_out = (ckpt__move){
         .tensor = ckpt__catalog_index_of(p->catalog, t), .start = e->start, .count = e->count, .perm = e->perm,
-        .dtype = e->pub.dtype, .name = e->pub.name, .sink = CKPT__SINK_MEMORY, .dst = e->pub.data,
+        .dtype = e->pub.dtype, .name = e->pub.name, .op = e->has_op ? &e->op : NULL, .sink = CKPT__SINK_MEMORY,
+        .dst = e->pub.data,
     };
     if (e->device) move_out->sink = CKPT__SINK_STAGE, move_out->stage = &e->device->ring.stage;
     if (e->view_ndim)
@@ -271,7 +272,7 @@ ckpt_status ckpt__load_moves(ckpt_plan *p, const ckpt_load_options *o, const boo
                              size_t *out_count, uint64_t *out_views, uint64_t *out_view_bytes, ckpt_error *err) {
     *out = NULL, *out_count = 0, *out_views = 0;
     if (out_view_bytes) *out_view_bytes = 0;
-    ckpt_status st = ckpt__plan_refuse_assembled(p, "a load", err);
+    ckpt_status st = ckpt__plan_refuse_assembled(p, "a load", true, err);
     if (st) return st;
     /* a destination for every selected entry (no_view[k]: the k-th is read
      * into memory, never viewed — a collective load broadcasts into it) */

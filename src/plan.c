@@ -831,7 +831,7 @@ ckpt_status ckpt__plan_compute(ckpt_plan *p, size_t index, const ckpt__elementwi
                           e->has_op ? "it has one already" : "its elements do not widen to f32");
     e->op = *rule, e->has_op = true;
     update(e);
-    p->assembled = true;
+    p->computed = true;
     return CKPT_OK;
 }
 
@@ -867,10 +867,15 @@ ckpt_status ckpt__plan_generate(ckpt_plan *p, const char *name, ckpt_dtype dtype
     return CKPT_OK;
 }
 
-ckpt_status ckpt__plan_refuse_assembled(const ckpt_plan *p, const char *what, ckpt_error *err) {
-    if (!p->assembled) return CKPT_OK;
-    return ckpt__fail(err, CKPT_E_UNSUPPORTED, NULL, NULL, -1,
-                      "%s: the plan stacks, splits, computes or generates tensors, which only a conversion writes", what);
+ckpt_status ckpt__plan_refuse_assembled(const ckpt_plan *p, const char *what, bool computes, ckpt_error *err) {
+    if (p->assembled)
+        return ckpt__fail(err, CKPT_E_UNSUPPORTED, NULL, NULL, -1,
+                          "%s: the plan stacks, splits or generates tensors, which only a conversion writes", what);
+    if (p->computed && !computes)
+        return ckpt__fail(err, CKPT_E_UNSUPPORTED, NULL, NULL, -1,
+                          "%s: the plan computes tensors (an elementwise rule), which only a conversion or a load "
+                          "applies", what);
+    return CKPT_OK;
 }
 
 /* ---- items ------------------------------------------------------------------------ */

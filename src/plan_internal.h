@@ -93,13 +93,15 @@ struct ckpt_plan {
     size_t match_count;
     ckpt_load_stats stats;
     struct ckpt_mapping **maps; /* private views' mappings, per data file (CKPT_VIEWS_PRIVATE) */
-    /* What only a conversion writes (ckpt__plan_stack, _unstack, _compute,
-     * _place, _generate): loads and collective conversions refuse such a plan
+    /* What only a conversion writes (ckpt__plan_stack, _unstack, _place,
+     * _generate: assembled), and the elementwise rules a conversion or a
+     * load applies (ckpt__plan_compute: computed): a load refuses an
+     * assembled plan, a collective conversion both
      * (ckpt__plan_refuse_assembled). */
     ckpt__plan_generated *generated; /* before every selected entry, in order (arena) */
     size_t generated_count, generated_cap;
     uint64_t place_seq;        /* placings so far */
-    bool assembled;
+    bool assembled, computed;
     /* Files a conversion writes beside the tensors (GGUF → Hugging Face's
      * config.json): ckpt__plan_add_file; names and bytes in the arena. */
     struct ckpt__plan_file {
@@ -152,7 +154,8 @@ CKPT__HIDDEN ckpt_status ckpt__plan_view_permute(ckpt_plan *plan, size_t index, 
  * convert_hf_to_gguf.py makes of a Hugging Face model beyond renames, casts
  * and permutations.  A conversion (ckpt_convert_plan) writes them,
  * streamed; a load or a collective conversion refuses the plan
- * (CKPT_E_UNSUPPORTED).
+ * (CKPT_E_UNSUPPORTED), except that a load applies an elementwise rule
+ * (ckpt__plan_compute) as it reads the tensor, as a conversion does.
  *
  * ckpt__plan_stack: selected entry `index` (a catalog index) becomes the
  * stack of the `n` tensors `parts` (catalog indexes, `index` among them,
@@ -188,7 +191,9 @@ CKPT__HIDDEN ckpt_status ckpt__plan_unstack(ckpt_plan *plan, size_t index, size_
 static inline size_t ckpt__plan_outputs(const ckpt__plan_entry *e) { return e->split_count ? e->split_count : 1; }
 
 /* Selected entry `index` gets the elementwise rule (each element widened
- * to float32, the rule applied, the result cast to the output's dtype). */
+ * to float32, the rule applied, the result cast to the output's dtype),
+ * applied by the engine's move of it: a conversion's, or a load's into the
+ * entry's buffer (never a view of the file). */
 CKPT__HIDDEN ckpt_status ckpt__plan_compute(ckpt_plan *plan, size_t index, const ckpt__elementwise *rule,
                                             ckpt_error *err);
 
@@ -204,9 +209,12 @@ CKPT__HIDDEN ckpt_status ckpt__plan_generate(ckpt_plan *plan, const char *name, 
                                              const uint64_t *shape, const void *data, uint64_t nbytes,
                                              ckpt_error *err);
 
-/* CKPT_E_UNSUPPORTED naming `what` when the plan has stacked, computed or
- * generated outputs, which only ckpt_convert_plan writes. */
-CKPT__HIDDEN ckpt_status ckpt__plan_refuse_assembled(const ckpt_plan *plan, const char *what, ckpt_error *err);
+/* CKPT_E_UNSUPPORTED naming `what` when the plan has stacked, split or
+ * generated outputs, which only ckpt_convert_plan writes, or computed ones
+ * when the caller does not apply elementwise rules (`computes` false: a
+ * collective conversion; a load applies them). */
+CKPT__HIDDEN ckpt_status ckpt__plan_refuse_assembled(const ckpt_plan *plan, const char *what, bool computes,
+                                                     ckpt_error *err);
 
 /* A file a conversion of this plan writes into its output directory, with
  * the tensors' files and committed with them (name and bytes copied). */

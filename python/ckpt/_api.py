@@ -423,10 +423,11 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     ckpt.open(path).verify().  Slices, and storages with bytes no tensor
     shows, go unchecked; check_crc=False checks nothing.
 
-    as_hf=True reads a llama.cpp GGUF (llama, qwen2, qwen3, phi3) as the
-    Hugging Face model it was converted from — the tensors of the directory
-    ckpt.convert(path, dir) writes, without writing it: Hugging Face's
-    names, llama's Q/K rows put back, every tensor of `dtype` (one dtype;
+    as_hf=True reads a llama.cpp GGUF (llama, qwen2, qwen3, phi3, gemma2,
+    gemma3) as the Hugging Face model it was converted from — the tensors
+    of the directory ckpt.convert(path, dir) writes, without writing it:
+    Hugging Face's names, llama's Q/K rows put back, Gemma's norms less the
+    1 the script added, every tensor of `dtype` (one dtype;
     default: the GGUF's float type, else bf16), dequantized by the engine.
     The other rules then apply to those names; a GGUF the library does not
     map raises ckpt.Error naming the file and the key.

@@ -29,9 +29,10 @@ whose work is not the reading of weights (`quantization_config`,
 `state_dict`) go to transformers' own from_pretrained unchanged: ckpt
 reads plain safetensors and torch checkpoints into a model, and
 transformers keeps the rest.  A llama.cpp GGUF (`gguf_file=`) of a family
-the library maps back to Hugging Face (llama, qwen2, qwen3, phi3) is read
-by ckpt through that mapping (load_into(..., as_hf=True): names, Q/K rows
-put back, dequantized by the engine into the meta model), its config
+the library maps back to Hugging Face (llama, qwen2, qwen3, phi3, gemma2,
+gemma3) is read by ckpt through that mapping (load_into(..., as_hf=True):
+names, Q/K rows put back, Gemma's norms less 1, dequantized by the engine
+into the meta model), its config
 being transformers' parsing of the key-values; another goes to
 transformers' own GGUF loader.  With `tp_plan`/`tp_size`/
 `distributed_config` (under torchrun) transformers shards the model and
@@ -443,7 +444,8 @@ def _gguf_names(path):
     Hugging Face mapping (ckpt_gguf_hf_plan_tensors, as `ckpt convert model.gguf
     dir/` writes it) makes of a llama.cpp GGUF, or None when it does not
     map this one (a family it does not convert, a tensor it has no name
-    for, rows it cannot put back): transformers' own loader reads it then."""
+    for, rows it cannot put back, stacked experts, which only a conversion
+    splits): transformers' own loader reads it then."""
     from . import _ckpt
     with _api.open(path) as c:
         plan = _ckpt.Plan(c._catalog)

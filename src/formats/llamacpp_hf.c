@@ -272,13 +272,9 @@ static ckpt_status plan_experts(hf *h, size_t index, const ckpt_tensor_info *t, 
 /* What the script added to each element (Gemma's norms: + 1) taken away,
  * in float32, the engine's elementwise rule streamed as the forward one
  * is: (w + 1) − 1 is w exactly wherever w + 1 was (a bfloat16 w of
- * magnitude 2^-16 or more; docs/FORMATS.md).  A load applies no such
- * rule: refused, so that a caller reads the GGUF its own way. */
-static ckpt_status unshift(hf *h, size_t index, const ckpt_tensor_info *t, const ckpt__lc_tensor *m) {
-    if (!h->files)
-        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, t->name, -1,
-                          "llama.cpp's %s holds it + %g, which a load does not take away (ckpt convert does)",
-                          h->family->name, (double)m->add);
+ * magnitude 2^-16 or more; docs/FORMATS.md).  A conversion and a load
+ * alike: the engine applies it as it moves the tensor. */
+static ckpt_status unshift(hf *h, size_t index, const ckpt__lc_tensor *m) {
     ckpt__elementwise rule = {.add = -(double)m->add, .hold = CKPT_F32};
     return ckpt__plan_compute(h->plan, index, &rule, h->err);
 }
@@ -299,7 +295,7 @@ static ckpt_status plan_tensor(hf *h, size_t index) {
     ckpt_status st = check_shape(h, t, m->ndim, m->dims);
     if (st == CKPT_OK && m->rope == CKPT__LC_PERMUTE_Q) st = unpermute_rows(h, index, t, h->n_head);
     else if (st == CKPT_OK && m->rope == CKPT__LC_PERMUTE_K) st = unpermute_rows(h, index, t, h->n_kv);
-    else if (st == CKPT_OK && m->add != 0.0f) st = unshift(h, index, t, m);
+    else if (st == CKPT_OK && m->add != 0.0f) st = unshift(h, index, m);
     if (st) return st;
     char name[256];
     snprintf(name, sizeof name, m->hf, layer);

@@ -21,7 +21,8 @@ import ckpt.transformers as ckt  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "interop"))
 from ckptlib import BIN_PATH  # noqa: E402
-from test_llamacpp import TOKENIZER_OF, tiny_gemma, tiny_llama, tiny_phi3, tiny_qwen2, tiny_qwen3, tokenizer  # noqa: E402
+from test_llamacpp import (TOKENIZER_OF, tiny_gemma, tiny_llama, tiny_phi3, tiny_qwen2, tiny_qwen3,  # noqa: E402
+                           tiny_qwen_moe, tokenizer)
 
 IDS = torch.tensor([[1, 5, 100, 2000, 7, 42, 900, 3, 31000]])
 FAMILIES = {"llama3": tiny_llama, "qwen2": tiny_qwen2, "qwen3": tiny_qwen3, "phi3": tiny_phi3}
@@ -126,15 +127,35 @@ def test_the_model_class_takes_a_gguf_too(ggufs, no_numpy_dequantization):
     assert type(model) is transformers.Qwen2ForCausalLM and model.is_quantized  # as transformers marks a GGUF load
 
 
-def test_a_gguf_ckpt_does_not_map_goes_to_transformers(tmp_path):
-    """Gemma 2's norms are stored + 1, which ckpt's GGUF → Hugging Face
-    mapping takes away in a conversion but not in a load (a load computes
-    nothing): transformers' own loader reads it, as before."""
-    model = tmp_path / "tiny-gemma2"
-    tiny_gemma(model, "Gemma2ForCausalLM")
-    tokenizer("llama2", model)
-    path = tmp_path / "gemma2.gguf"
+def f32_gguf(tmp_path, family, build):
+    """(the tiny model `build` makes, with its family's tokenizer; ckpt's F32
+    GGUF of it, as convert_hf_to_gguf.py writes it)."""
+    model, path = tmp_path / f"tiny-{family}", tmp_path / f"{family}.gguf"
+    build(model)
+    tokenizer(TOKENIZER_OF.get(family, family), model)
     r = subprocess.run([BIN_PATH, "convert", model, path, "--dtype", "f32", "-q"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+    return model, path
+
+
+def test_a_gguf_ckpt_does_not_map_goes_to_transformers(tmp_path):
+    """Qwen3-MoE's stacked experts are split into Hugging Face's by `ckpt
+    convert` but not by a load (one output a tensor): transformers' own
+    loader reads it, as before (its GGUF config drops the experts' width:
+    the tiny model's is given)."""
+    model, path = f32_gguf(tmp_path, "qwen3moe", lambda d: tiny_qwen_moe(d, "Qwen3MoeForCausalLM"))
     assert not ckpt_maps(path)
-    assert_same_model(transformers_own(path), ckt.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name))
+    kw = {"moe_intermediate_size": 16}
+    assert_same_model(transformers_own(path, **kw),
+                      ckt.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, **kw))
+
+
+def test_gemma_norms_are_read_by_ckpt(tmp_path, no_numpy_dequantization):
+    """Gemma 2's norms are stored + 1: ckpt's mapping takes the 1 away as
+    the engine reads them, in a load as in `ckpt convert`, so ckpt reads
+    the file (tests/interop/test_gguf_load_hf.py: the original model)."""
+    model, path = f32_gguf(tmp_path, "gemma2", lambda d: tiny_gemma(d, "Gemma2ForCausalLM"))
+    assert ckpt_maps(path)
+    got = ckt.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name)
+    want = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).state_dict()
+    assert all(torch.equal(t, want[k]) for k, t in got.state_dict().items())

@@ -266,6 +266,17 @@ static void write_f32_tensors(const char *path, const char *const *names, size_t
     free(buf);
 }
 
+/* A plan over a fresh write_f32_tensors file at `src` (its catalog in *cat). */
+static ckpt_plan *plan_of_f32_tensors(const char *src, const char *const *names, size_t n, const char *shape_json,
+                                      size_t numel, ckpt_catalog **cat) {
+    ckpt_plan *p;
+    ckpt_error err;
+    write_f32_tensors(src, names, n, shape_json, numel);
+    assert_int_equal(ckpt_catalog_open(src, cat, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_create(*cat, &p, &err), CKPT_OK);
+    return p;
+}
+
 /* Tensor `name` of a converted file, read whole into a malloc'ed buffer. */
 static void *read_output(const char *path, const char *name, const ckpt_tensor_info **info) {
     ckpt_catalog *cat;
@@ -412,12 +423,9 @@ static void test_unstack_refuses_what_it_cannot_slice(void **state) {
     char *dir = scratch_dir();
     const char *names[] = {"v", "m"};
     const char *src = strdup(in_dir(dir, "src.safetensors"));
-    write_f32_tensors(src, names, 2, "[4]", 4);
     ckpt_catalog *cat;
-    ckpt_plan *p;
+    ckpt_plan *p = plan_of_f32_tensors(src, names, 2, "[4]", 4, &cat);
     ckpt_error err;
-    assert_int_equal(ckpt_catalog_open(src, &cat, &err), CKPT_OK);
-    assert_int_equal(ckpt_plan_create(cat, &p, &err), CKPT_OK);
     const char *outs[] = {"a", "b", "c", "d"};
     assert_int_equal(ckpt__plan_unstack(p, 0, 4, outs, &err), CKPT_E_INVALID_ARGUMENT); /* a vector */
     assert_non_null(strstr(err.message, "fewer than 2 axes"));
@@ -435,12 +443,9 @@ static void test_compute_adds_in_the_precision_held(void **state) {
     char *dir = scratch_dir();
     const char *names[] = {"n32", "n16"};
     const char *src = strdup(in_dir(dir, "src.safetensors"));
-    write_f32_tensors(src, names, 2, "[64]", 64);
     ckpt_catalog *cat;
-    ckpt_plan *p;
+    ckpt_plan *p = plan_of_f32_tensors(src, names, 2, "[64]", 64, &cat);
     ckpt_error err;
-    assert_int_equal(ckpt_catalog_open(src, &cat, &err), CKPT_OK);
-    assert_int_equal(ckpt_plan_create(cat, &p, &err), CKPT_OK);
     ckpt__elementwise f32 = {.add = 0.25, .hold = CKPT_F32}, f16 = {.add = 2049.0, .hold = CKPT_F16};
     ckpt__elementwise bad = {.add = 1.0, .hold = CKPT_I32};
     assert_int_equal(ckpt__plan_compute(p, 0, &bad, &err), CKPT_E_INVALID_ARGUMENT);
@@ -462,6 +467,41 @@ static void test_compute_adds_in_the_precision_held(void **state) {
     assert_true(b[0] != 2149.0f || b[1] != 2150.0f || b[2] != 2151.0f); /* the rounding shows */
     free(b);
     free((void *)dst);
+    free((void *)src);
+    scratch_free(dir);
+}
+
+/* A load applies an elementwise rule as a conversion does (Gemma's norms
+ * read back into a model): into memory of its own, never a view of the
+ * file's bytes; the tensor without a rule stays a view. */
+static void test_load_applies_the_elementwise_rule(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    const char *names[] = {"norm", "plain"};
+    const char *src = strdup(in_dir(dir, "src.safetensors"));
+    ckpt_catalog *cat;
+    ckpt_plan *p = plan_of_f32_tensors(src, names, 2, "[64]", 64, &cat);
+    ckpt_error err;
+    ckpt__elementwise less_one = {.add = -1.0, .hold = CKPT_F32};
+    assert_int_equal(ckpt__plan_compute(p, 0, &less_one, &err), CKPT_OK);
+    assert_int_equal(ckpt_plan_cast(p, "norm", CKPT_F16, &err), CKPT_OK);
+    ckpt_load_options lo;
+    ckpt_load_options_init(&lo);
+    lo.views = CKPT_VIEWS_SHARED;
+    assert_int_equal(ckpt_load(p, &lo, &err), CKPT_OK);
+    const ckpt_plan_item *norm = ckpt_plan_item_at(p, 0), *plain = ckpt_plan_item_at(p, 1);
+    assert_int_equal(norm->dtype, CKPT_F16);
+    assert_int_equal(norm->is_view, 0);
+    assert_int_equal(plain->is_view, CKPT_VIEWS_SHARED);
+    const uint16_t *n = norm->data;
+    for (size_t i = 0; i < 64; i++) {
+        float v;
+        memcpy(&v, (const unsigned char *)plain->data + 4 * i, 4); /* the file's bytes, unaligned */
+        assert_true(ckpt__f16_to_f32(n[i]) == (float)i - 1.0f);
+        assert_true(v == (float)(100 + i));
+    }
+    ckpt_plan_free(p);
+    ckpt_catalog_close(cat);
     free((void *)src);
     scratch_free(dir);
 }
@@ -514,6 +554,7 @@ int main(void) {
         cmocka_unit_test(test_unstack_streams_each_slice_into_its_own_tensor),
         cmocka_unit_test(test_unstack_refuses_what_it_cannot_slice),
         cmocka_unit_test(test_compute_adds_in_the_precision_held),
+        cmocka_unit_test(test_load_applies_the_elementwise_rule),
         cmocka_unit_test(test_generated_tensors_come_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
