@@ -137,6 +137,40 @@ def test_killed_child_leaves_the_previous_checkpoint_and_the_next_save_works(tmp
     assert sorted(os.listdir(tmp_path)) == ["m.safetensors"]
 
 
+def test_fork_report_larger_than_the_pipe_buffer(tmp_path):
+    """The child's report (here an incremental save's per-tensor stats,
+    about 100 KB pickled) is read as it comes: read after waitpid, it filled
+    the pipe's 64 KiB, the child blocked in its write and wait() never
+    returned."""
+    sd = {f"model.layers.{i}.self_attn.q_proj.weight": torch.full((4,), float(i)) for i in range(1500)}
+    ckpt.save(sd, tmp_path / "a.safetensors", checksums=True)
+    h = ckpt.save(sd, tmp_path / "b.safetensors", base=tmp_path / "a.safetensors", background=True, staging="fork")
+    try:
+        assert h.wait(timeout=30) == [str(tmp_path / "b.safetensors")]
+    finally:
+        h.cancel()  # a child stuck in its write: stopped, and its error not left for the next save
+    assert len(h.stats["incremental"]["tensors"]) == 1500
+    assert h.stats["incremental"]["cloned_tensors"] == 1500
+
+
+def test_fork_with_sigchld_ignored(tmp_path):
+    """SIGCHLD set to SIG_IGN: the kernel reaps the child itself and waitpid
+    finds none; the save's outcome is its report (a child that died without
+    one: a failure saying it left no exit status)."""
+    old = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        h = ckpt.save(state(), tmp_path / "m.safetensors", background=True, staging="fork")
+        assert h.wait(timeout=60) == [str(tmp_path / "m.safetensors")]
+        h = ckpt.save(state(n=40), tmp_path / "m.safetensors", overwrite=True, background=True, staging="fork",
+                      progress=slow_progress(0.05))
+        os.kill(h.stats["pid"], signal.SIGKILL)
+        gone = r"left no exit status \(SIGCHLD ignored, or reaped by another waitpid\) before its commit"
+        with pytest.raises(ckpt.Error, match=gone):
+            h.wait(timeout=60)
+    finally:
+        signal.signal(signal.SIGCHLD, old)
+
+
 def _small_tmpfs(path, size):
     path.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
