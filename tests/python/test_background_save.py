@@ -316,3 +316,28 @@ def test_collective_fork_saves_commit_once_and_a_killed_child_or_rank_commits_no
             assert res[failed]["seconds"] < 8 * 4 + 20, (r, failed, seen(results))  # the 8 s timeout, not the 1,800 s default
     left = [n for n in os.listdir(tmp_path) if n.startswith(".fork-out") or "tmp" in n.lower()]
     assert not left, (left, seen(results))
+
+
+def test_a_store_gone_mid_collective_names_no_rank_as_late():
+    """A forked child's StoreComm whose store went away (rank 0's process,
+    its host, left) cannot tell who was missing: it said "rank 0 did not
+    take part within 8 s" of a rank that had.  That was the 4-rank fork
+    test's failure under load: rank 0 left once its own save had failed, a
+    rank that entered the allgather later then lost the store, and blamed
+    rank 0 for rank 1's death."""
+    from ckpt.distributed import CommError, StoreComm
+
+    class Gone:
+        def set(self, key, value):
+            pass
+
+        def wait(self, keys, timeout):
+            raise RuntimeError("Connection reset by peer")
+
+        def check(self, keys):
+            raise RuntimeError("Connection reset by peer")
+
+    comm = StoreComm(Gone(), 2, 4, "t")
+    with pytest.raises(CommError, match="store is unreachable") as e:
+        comm.allgather(bytearray(8), 2, 8.0)
+    assert "did not take part" not in str(e.value) and e.value.rank == 0
