@@ -20,6 +20,7 @@ if nobody has seen it yet — a failed save is never silent."""
 import atexit
 import os
 import pickle
+import select
 import signal
 import sys
 import threading
@@ -60,6 +61,8 @@ class SaveHandle:
         self._started = time.perf_counter()
         self._pid = None
         self._thread = None
+        self._report = []  # the forked child's report, as read so far
+        self._reaping = threading.Lock()
 
     # -- the caller's side ------------------------------------------------
 
@@ -111,20 +114,45 @@ class SaveHandle:
         self._ended.set()
 
     def _reap(self, block, timeout=None):
-        """The forked child's end: its exit status and its report."""
-        if self._ended.is_set():
+        """The forked child's end: its report, then its exit status.  The
+        report is read as it comes, before the exit is waited for: a report
+        larger than the pipe's buffer (the paths of many shards, an
+        incremental save's per-tensor stats) would otherwise leave the child
+        blocked in its write and this process in waitpid, forever.  One
+        caller at a time: a second one (done() from another thread) would
+        find the child reaped already."""
+        if block:
+            got = self._reaping.acquire(timeout=-1 if timeout is None else timeout)
+        else:
+            got = self._reaping.acquire(blocking=False)
+        if not got:
+            if block:
+                raise TimeoutError(f"the background save of {self.path} is still running after {timeout} s")
             return
+        try:
+            if not self._ended.is_set():
+                self._reap_locked(block, timeout)
+        finally:
+            self._reaping.release()
+
+    def _reap_locked(self, block, timeout):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            pid, status = os.waitpid(self._pid, 0 if block and deadline is None else os.WNOHANG)
-            if pid:
+            eof = self._drain_report()
+            status = self._exit_status(wait=eof)  # after EOF the child is exiting: a blocking wait is short
+            if status is not None:
                 break
             if not block:
                 return
-            if time.monotonic() >= deadline:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
                 raise TimeoutError(f"the background save of {self.path} is still running after {timeout} s")
-            time.sleep(0.01)
-        report = self._read_report()
+            # Woken by the report or its EOF; at most 0.1 s, for a child whose
+            # pipe's write end a process forked meanwhile still holds.
+            select.select([self._report_fd], [], [], 0.1 if left is None else min(left, 0.1))
+        self._drain_report()  # what the child wrote before it exited, if its EOF was not seen yet
+        os.close(self._report_fd)
+        report = self._parse_report()
         if report is not None and report[0] == "ok":
             paths, incremental = report[1]
             if incremental is not None:
@@ -139,7 +167,8 @@ class SaveHandle:
         if report is not None:
             self._finish(error=_rebuild(report[1]))
             return
-        how = (f"was killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+        how = ("left no exit status (SIGCHLD ignored, or reaped by another waitpid)" if status == -1
+               else f"was killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
                else f"exited with status {os.WEXITSTATUS(status)}")
         if self._cancel.is_set():
             self._finish(error=_errors.CancelledError(f"the background save of {self.path} was cancelled "
@@ -148,16 +177,31 @@ class SaveHandle:
         self._finish(error=_errors.Error(f"the background save of {self.path} (process {self._pid}) {how} before "
                                          f"its commit; the previous checkpoint there is unchanged"))
 
-    def _read_report(self):
-        chunks = []
-        while True:
-            b = os.read(self._report_fd, 1 << 16)
-            if not b:
-                break
-            chunks.append(b)
-        os.close(self._report_fd)
+    def _exit_status(self, wait):
+        """The child's wait status once it has exited (blocking if `wait`),
+        else None; -1 when it is gone without one (SIGCHLD set to SIG_IGN
+        reaps children by itself)."""
         try:
-            return pickle.loads(b"".join(chunks)) if chunks else None
+            pid, status = os.waitpid(self._pid, 0 if wait else os.WNOHANG)
+        except ChildProcessError:
+            return -1
+        return status if pid else None
+
+    def _drain_report(self):
+        """Reads what the child has written so far (the pipe does not
+        block); True at EOF."""
+        while True:
+            try:
+                b = os.read(self._report_fd, 1 << 16)
+            except BlockingIOError:
+                return False
+            if not b:
+                return True
+            self._report.append(b)
+
+    def _parse_report(self):
+        try:
+            return pickle.loads(b"".join(self._report)) if self._report else None
         except Exception:  # noqa: BLE001 - a child cut off mid-report: judged by its exit status
             return None
 
@@ -410,6 +454,7 @@ def fork_save(path, body, die_with_parent=False):
             os._exit(code)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     os.close(wfd)
+    os.set_blocking(r, False)  # read as it comes: see SaveHandle._reap
     h._pid, h._report_fd = pid, r
     h.stats["pid"] = pid
     return h

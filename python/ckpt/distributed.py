@@ -206,17 +206,15 @@ class StoreComm(_StoreVotes):
         try:
             self.store.wait(keys, datetime.timedelta(seconds=max(timeout, 0.001)))
         except Exception as e:  # noqa: BLE001 - the deadline passed, or the store is gone
-            missing = [r for k, r in zip(keys, ranks) if not self._has(k)]
+            try:
+                missing = [r for k, r in zip(keys, ranks) if not self.store.check([k])]
+            except Exception as gone:  # noqa: BLE001 - who was missing is unknown: no rank is named as late
+                raise CommError(f"the store {what} on rank {self.rank} failed: the torch.distributed store is "
+                                f"unreachable (rank 0, its host, died or left?): {gone}", _TIMEOUT, 0) from None
             who = missing[0] if missing else -1
             raise CommError(f"the store {what} on rank {self.rank} failed" +
                             (f": rank {who} did not take part within {timeout:g} s" if who >= 0 else f": {e}"),
                             _status_of(e) if who < 0 else _TIMEOUT, who) from None
-
-    def _has(self, key):
-        try:
-            return self.store.check([key])
-        except Exception:  # noqa: BLE001
-            return False
 
     def broadcast(self, buf, root, timeout):
         key = self._key()

@@ -368,6 +368,15 @@ def fork(rank, world, tmp, result):
     except ckpt.Error as e:
         result["rank_killed"] = {"message": str(e), "seconds": time.monotonic() - t0}
     phase("third save waited")
+    # Rank 0's process hosts the store the children talk over: it leaves
+    # only once every living rank's save has ended.  Leaving at once, it took
+    # the store from a child still waiting on it (one that entered the
+    # allgather or the vote later, under load), which then blamed rank 0.
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"fork-test/ended/{rank}", b"1")
+    if rank == 0:
+        store.wait([f"fork-test/ended/{r}" for r in range(world) if r != 1], datetime.timedelta(seconds=120))
+    phase("every living rank's save ended")
 
 
 def fds(rank, world, tmp, result):

@@ -137,6 +137,40 @@ def test_killed_child_leaves_the_previous_checkpoint_and_the_next_save_works(tmp
     assert sorted(os.listdir(tmp_path)) == ["m.safetensors"]
 
 
+def test_fork_report_larger_than_the_pipe_buffer(tmp_path):
+    """The child's report (here an incremental save's per-tensor stats,
+    about 100 KB pickled) is read as it comes: read after waitpid, it filled
+    the pipe's 64 KiB, the child blocked in its write and wait() never
+    returned."""
+    sd = {f"model.layers.{i}.self_attn.q_proj.weight": torch.full((4,), float(i)) for i in range(1500)}
+    ckpt.save(sd, tmp_path / "a.safetensors", checksums=True)
+    h = ckpt.save(sd, tmp_path / "b.safetensors", base=tmp_path / "a.safetensors", background=True, staging="fork")
+    try:
+        assert h.wait(timeout=30) == [str(tmp_path / "b.safetensors")]
+    finally:
+        h.cancel()  # a child stuck in its write: stopped, and its error not left for the next save
+    assert len(h.stats["incremental"]["tensors"]) == 1500
+    assert h.stats["incremental"]["cloned_tensors"] == 1500
+
+
+def test_fork_with_sigchld_ignored(tmp_path):
+    """SIGCHLD set to SIG_IGN: the kernel reaps the child itself and waitpid
+    finds none; the save's outcome is its report (a child that died without
+    one: a failure saying it left no exit status)."""
+    old = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        h = ckpt.save(state(), tmp_path / "m.safetensors", background=True, staging="fork")
+        assert h.wait(timeout=60) == [str(tmp_path / "m.safetensors")]
+        h = ckpt.save(state(n=40), tmp_path / "m.safetensors", overwrite=True, background=True, staging="fork",
+                      progress=slow_progress(0.05))
+        os.kill(h.stats["pid"], signal.SIGKILL)
+        gone = r"left no exit status \(SIGCHLD ignored, or reaped by another waitpid\) before its commit"
+        with pytest.raises(ckpt.Error, match=gone):
+            h.wait(timeout=60)
+    finally:
+        signal.signal(signal.SIGCHLD, old)
+
+
 def _small_tmpfs(path, size):
     path.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
@@ -282,3 +316,28 @@ def test_collective_fork_saves_commit_once_and_a_killed_child_or_rank_commits_no
             assert res[failed]["seconds"] < 8 * 4 + 20, (r, failed, seen(results))  # the 8 s timeout, not the 1,800 s default
     left = [n for n in os.listdir(tmp_path) if n.startswith(".fork-out") or "tmp" in n.lower()]
     assert not left, (left, seen(results))
+
+
+def test_a_store_gone_mid_collective_names_no_rank_as_late():
+    """A forked child's StoreComm whose store went away (rank 0's process,
+    its host, left) cannot tell who was missing: it said "rank 0 did not
+    take part within 8 s" of a rank that had.  That was the 4-rank fork
+    test's failure under load: rank 0 left once its own save had failed, a
+    rank that entered the allgather later then lost the store, and blamed
+    rank 0 for rank 1's death."""
+    from ckpt.distributed import CommError, StoreComm
+
+    class Gone:
+        def set(self, key, value):
+            pass
+
+        def wait(self, keys, timeout):
+            raise RuntimeError("Connection reset by peer")
+
+        def check(self, keys):
+            raise RuntimeError("Connection reset by peer")
+
+    comm = StoreComm(Gone(), 2, 4, "t")
+    with pytest.raises(CommError, match="store is unreachable") as e:
+        comm.allgather(bytearray(8), 2, 8.0)
+    assert "did not take part" not in str(e.value) and e.value.rank == 0
