@@ -558,7 +558,8 @@ static bool byte_piece(const char *s) {
  * the unknown token's UNKNOWN (the script types tokenizer_config.json's
  * special tokens, <unk> among them, as control ones); 0 where SentencePiece
  * cannot load the vocabulary (a piece twice or empty, a type it has not, a
- * byte piece otherwise spelled, a second unknown piece). */
+ * byte piece otherwise spelled, a second unknown piece; put_pieces refuses
+ * the whole vocabulary's faults). */
 static int32_t piece_type(const tok *t, uint64_t i) {
     int32_t type = (int64_t)i == t->unk ? TOK_UNKNOWN : type_of(t, i);
     if (t->first[i] != i || !t->text[i][0] || type < TOK_NORMAL || type > TOK_BYTE) return 0;
@@ -568,19 +569,22 @@ static int32_t piece_type(const tok *t, uint64_t i) {
 }
 
 /* ModelProto's pieces (field 1): the tokens, their scores and types, in
- * id order; false where SentencePiece could not load them.  *bytes is
- * whether byte pieces are among them (byte fallback).  The meta pieces'
- * (control, unknown, user-defined) scores are 0, SentencePiece's: the
- * script gives tokenizer_config.json's added tokens -1000, a score no
- * encoder reads (they are matched whole or never). */
+ * id order; false where SentencePiece could not load them: besides what
+ * piece_type refuses, no unknown piece ("unk is not defined"), or byte
+ * pieces but not all 256 of them (byte fallback needs every byte).
+ * *bytes is whether byte pieces are among them (byte fallback).  The
+ * meta pieces' (control, unknown, user-defined) scores are 0,
+ * SentencePiece's: the script gives tokenizer_config.json's added tokens
+ * -1000, a score no encoder reads (they are matched whole or never). */
 static bool put_pieces(const tok *t, ckpt__buf *b, bool *bytes) {
     ckpt__buf piece = {0};
     bool ok = true, unknown = false;
+    uint64_t byte_pieces = 0; /* each spelled <0xHH> once (piece_type, first[]): 256 are every byte */
     for (uint64_t i = 0; ok && i < t->count; i++) {
         int32_t type = piece_type(t, i);
         ok = type != 0 && !(type == TOK_UNKNOWN && unknown);
         unknown |= type == TOK_UNKNOWN;
-        *bytes |= type == TOK_BYTE;
+        byte_pieces += type == TOK_BYTE;
         piece.len = 0;
         pb_string(&piece, 1, t->text[i]);
         pb_tag(&piece, 2, PB_FIXED32);
@@ -592,7 +596,8 @@ static bool put_pieces(const tok *t, ckpt__buf *b, bool *bytes) {
     }
     b->failed |= piece.failed;
     free(piece.data);
-    return ok;
+    *bytes = byte_pieces != 0;
+    return ok && unknown && (byte_pieces == 0 || byte_pieces == 256);
 }
 
 /* A special token's id and piece (TrainerSpec's *_id and *_piece fields);

@@ -645,25 +645,31 @@ def test_sentencepiece_model_comes_back(models, request, family, tmp_path):
     assert ids(mine, texts) == ids(theirs, texts)
 
 
-@pytest.mark.parametrize("change", ["twice", "byte", "type"])
+@pytest.mark.parametrize("change", ["twice", "byte", "type", "no unknown", "255 bytes"])
 def test_vocabulary_sentencepiece_cannot_load_gets_no_tokenizer_model(models, tmp_path, change):
     """A vocabulary SentencePiece refuses to load (a piece twice, a byte
-    piece not spelled <0xHH>, a type it does not have) gets no
-    tokenizer.model; tokenizer.json still comes (it stands for the
-    SentencePiece file).  The unchanged file gets one."""
+    piece not spelled <0xHH>, a type it does not have, no unknown piece —
+    "unk is not defined" —, byte pieces but not all 256 — byte fallback
+    needs every byte) gets no tokenizer.model; tokenizer.json still comes
+    (it stands for the SentencePiece file).  The unchanged file gets one."""
     import sentencepiece
     src = models["llama2"][1]["f32"]
     fields = gguf_reader(src).fields
     tokens, types = list(fields["tokenizer.ggml.tokens"].contents()), list(fields["tokenizer.ggml.token_type"].contents())
-    assert (tokens[13], types[13]) == ("<0x0A>", 6)
-    key, value = ("tokenizer.ggml.tokens", tokens) if change != "type" else ("tokenizer.ggml.token_type", types)
+    assert (tokens[13], types[13]) == ("<0x0A>", 6) and tokens[0] == "<unk>" and types[0] != 2
+    key, value = ("tokenizer.ggml.tokens", tokens) if change in ("twice", "byte") else ("tokenizer.ggml.token_type", types)
+    drop = ()
     if change == "twice":
         tokens[1000] = tokens[1001]
     elif change == "byte":
         tokens[13] = "<0x0a>"
-    else:
+    elif change == "type":
         types[1000] = 7
-    both = {"with": src, "without": rewritten(src, tmp_path / "m.gguf", change={key: value})}
+    elif change == "no unknown":  # <unk> typed control, as the script types it, and no id naming it
+        drop = ("tokenizer.ggml.unknown_token_id",)
+    else:
+        types[13] = 1  # <0x0A> a normal piece: 255 byte pieces left
+    both = {"with": src, "without": rewritten(src, tmp_path / "m.gguf", drop=drop, change={key: value})}
     for name, gguf in both.items():
         hf = to_hf(gguf, tmp_path / name)
         assert ("tokenizer.model" in os.listdir(hf)) == (name == "with")
