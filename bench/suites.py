@@ -188,6 +188,7 @@ PENDING_RERUN = {
     "distributed": "needs 4 torch ranks over a 4 GB file, Run:ai's distributed streamer and Open MPI",
     "amplification": "the hardened suite builds the baseline commit 45ea70f beside this one; the quick suites were rerun on 7efb718, this one was not before the round ended",
     "journal fuzz": "a 10-minute fuzz campaign on a quiet machine; the quick suites were rerun on 7efb718, this one was not before the round ended",
+    "gpu": "needs a GPU machine; the engine's end now asks each file for its verdict (hf:// streaming), a no-op for local files",
 }
 
 
