@@ -614,6 +614,10 @@ void ckpt__catalog_storage_at(const ckpt_catalog *c, size_t i, uint32_t *file, u
  * the catalog, if `st` says so far so good; the catalog is *out or gone. */
 static ckpt_status finish_open(ckpt_catalog *c, ckpt_status st, const char *path, ckpt_catalog **out, ckpt_error *err) {
     if (st == CKPT_OK) st = ckpt__cat_open_path(c, path, err);
+    /* What the formats read past a remote file's first bytes may have come
+     * from a download checked only at its end (ckpt__source_settle): no
+     * open succeeds on bytes that fail the check. */
+    for (size_t i = 0; st == CKPT_OK && i < c->file_count; i++) st = ckpt__source_settle(c->files[i].src, false, err);
     ckpt__catalog_opened(c);
     if (st == CKPT_OK && c->tree_count > 1) st = wrap_shard_trees(c, err);
     if (st) {

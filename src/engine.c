@@ -1328,13 +1328,37 @@ static ckpt_status start_workers(engine *g, size_t threads) {
     return CKPT_OK;
 }
 
+/* The verdict of the files a job read whose bytes are checked only once
+ * all have arrived (a Hub file read while it downloads:
+ * ckpt__source_settle), so that a run succeeds only on bytes that pass. */
+static ckpt_status settle_job(ckpt_catalog *c, const job *j, bool stop, ckpt_error *err) {
+    ckpt_status st = CKPT_OK;
+    for (uint32_t k = 0; st == CKPT_OK && k < j->npieces; k++)
+        st = ckpt__source_settle(ckpt__catalog_source(c, j->pieces[k].file), stop, err);
+    uint32_t file;
+    if (st == CKPT_OK && j->member && ckpt__catalog_crc(c, j->crc - 1, &file))
+        st = ckpt__source_settle(ckpt__catalog_source(c, file), stop, err);
+    return st;
+}
+
+/* A run's end: the verdict of what it read, or, after a failure, nothing
+ * more read for it once it returns. */
+static ckpt_status settle_jobs(engine *g, ckpt_status st) {
+    for (size_t k = 0; k < g->job_count; k++) {
+        ckpt_status s = settle_job(g->catalog, &g->jobs[k], st != CKPT_OK, g->err);
+        if (st == CKPT_OK) st = s;
+    }
+    return st;
+}
+
 /* The workers over every task, with progress at 0 and at the end. */
 static ckpt_status run_workers(engine *g, size_t *running) {
     const ckpt__engine_options *o = g->o;
     if (o->progress && o->progress(0, g->total_bytes, o->user))
         return ckpt__fail(g->err, CKPT_E_CANCELLED, NULL, NULL, -1, "cancelled by the progress callback");
     *running = ckpt__pool_run(&(ckpt__pool_batch){work, g->workers, sizeof *g->workers, g->threads});
-    if (g->status) return g->status;
+    ckpt_status st = settle_jobs(g, g->status);
+    if (st) return st;
     if (o->progress && o->progress(g->total_bytes, g->total_bytes, o->user))
         return ckpt__fail(g->err, CKPT_E_CANCELLED, NULL, NULL, -1, "cancelled by the progress callback");
     return CKPT_OK;
@@ -1478,6 +1502,8 @@ static ckpt_status read_range(ckpt_catalog *c, size_t index, uint64_t byte_offse
     if (st == CKPT_OK && mid_hi > mid_lo) st = read_units(&w, &j, mid_lo, mid_hi - mid_lo, dst + (mid_lo * unit - byte_offset), err);
     if (st == CKPT_OK && end % unit && mid_hi >= mid_lo)
         st = read_cut_unit(&w, &j, mid_hi, 0, end % unit, dst + (mid_hi * unit - byte_offset), err);
+    ckpt_status settled = settle_job(c, &j, st != CKPT_OK, err);
+    if (st == CKPT_OK) st = settled;
     if (st == CKPT_OK && j.track) st = check_track(&g, &track, err);
     if (st == CKPT_OK && r && r->deflate) st = ckpt__inflater_check(w.inflater, r->size, r->crc32, r->name, j.name, err);
     if (j.track) pthread_mutex_destroy(&g.lock);

@@ -19,7 +19,8 @@ from_pretrained's (tests/python/test_transformers.py).
 
 The weights of a Hub repo are read by ckpt itself: its hf:// source
 streams each file once from the Hub into the Hub's own cache, checking
-its SHA-256 on the way, and loads it from there (_hub_weights); offline,
+its SHA-256 on the way, and into the model in the same pass, each tensor
+as its bytes arrive (_hub_weights); offline,
 transformers' resolver finds the files in that cache and ckpt reads them.
 
 Every `Auto*` class of transformers, and every model class, is here under

@@ -273,8 +273,14 @@ static void catalog_use(Catalog *c) { c->users++; }
 
 /* Closes the catalog, then lets its bytes go. */
 static void catalog_release(Catalog *c) {
-    ckpt_catalog_close(c->catalog);
+    ckpt_catalog *catalog = c->catalog;
     c->catalog = NULL;
+    /* Without the GIL (as io.FileIO closes its descriptor): closing stops a
+     * Hub download still under way and waits for its thread, which may be
+     * waiting for the GIL to call download_progress. */
+    Py_BEGIN_ALLOW_THREADS
+    ckpt_catalog_close(catalog);
+    Py_END_ALLOW_THREADS
     if (c->data.obj) PyBuffer_Release(&c->data);
 }
 

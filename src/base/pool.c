@@ -9,7 +9,7 @@
 typedef struct slot {
     void (*work)(void *);
     void *item;
-    atomic_size_t *done; /* NULL: detached (the slot is the thread's to free) */
+    atomic_size_t *done; /* NULL: a thread of its own (the slot is the thread's to free) */
     pthread_t thread;
     bool started;
 } slot;
@@ -63,4 +63,31 @@ bool ckpt__pool_detach(void (*work)(void *), void *arg) {
     pthread_attr_destroy(&attr);
     if (!started) free(s);
     return started;
+}
+
+struct ckpt__pool_thread {
+    pthread_t thread;
+};
+
+ckpt__pool_thread *ckpt__pool_start(void (*work)(void *), void *arg) {
+    ckpt__pool_thread *t = ckpt__malloc(sizeof *t);
+    slot *s = ckpt__malloc(sizeof *s);
+    if (!t || !s) {
+        free(t);
+        free(s);
+        return NULL;
+    }
+    *s = (slot){work, arg, NULL};
+    if (pthread_create(&t->thread, NULL, run_slot, s) != 0) {
+        free(t);
+        free(s);
+        return NULL;
+    }
+    return t;
+}
+
+void ckpt__pool_join(ckpt__pool_thread *t) {
+    if (!t) return;
+    pthread_join(t->thread, NULL);
+    free(t);
 }

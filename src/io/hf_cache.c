@@ -166,16 +166,20 @@ bool ckpt__hf_cache_ref(const char *cache, const char *repo, const char *ref, ch
 /* ---- one download into blobs/<etag>.incomplete --------------------------------- */
 
 /* The download's bytes: written in order at their offsets and hashed as
- * they stream (one pass); a restart from byte 0 starts both again. */
+ * they stream (one pass), then handed to the tee; a restart from byte 0
+ * starts all three again. */
 typedef struct fill {
     int fd;
     uint64_t at;
     ckpt__sha256 sha;
+    const ckpt__hf_tee *tee;
 } fill;
 
 static bool fill_sink(void *ctx, const void *data, size_t n, uint64_t offset) {
     fill *f = ctx;
     if (offset != f->at) {
+        /* The tee hears of a restart before the partial blob is cut back. */
+        if (offset == 0 && f->tee && !f->tee->bytes(f->tee->ctx, data, 0, 0)) return false;
         if (offset != 0 || ckpt__io_ftruncate(f->fd, 0) != 0) {
             if (offset) errno = EIO;
             return false;
@@ -193,7 +197,7 @@ static bool fill_sink(void *ctx, const void *data, size_t n, uint64_t offset) {
     }
     ckpt__sha256_update(&f->sha, data, n);
     f->at += n;
-    return true;
+    return !f->tee || f->tee->bytes(f->tee->ctx, data, n, f->at - n);
 }
 
 /* A resumed download: the bytes a cut one left, hashed (they are not sent
@@ -300,7 +304,7 @@ static int take_lock(const ckpt__hf_entry *e, const char *folder, const char *bl
 /* Downloads into blobs/<blob>.incomplete and renames it to blobs/<blob>,
  * under the lock; the blob's descriptor in *fd. */
 static ckpt_status download_blob(const ckpt__hf_entry *e, int blobs, const char *blob, ckpt__source *remote,
-                                 const char *sha256, int *fd, ckpt_error *err) {
+                                 const char *sha256, const ckpt__hf_tee *tee, int *fd, ckpt_error *err) {
     struct stat sb;
     int have = open_regular(blobs, blob, O_RDONLY, &sb);
     if (have >= 0 && (uint64_t)sb.st_size == remote->size) { /* another process brought it meanwhile */
@@ -310,12 +314,13 @@ static ckpt_status download_blob(const ckpt__hf_entry *e, int blobs, const char 
     if (have >= 0) close(have);
     char part[300];
     snprintf(part, sizeof part, "%s.incomplete", blob);
-    fill f = {.fd = open_regular(blobs, part, O_RDWR | O_CREAT, &sb)};
+    fill f = {.fd = open_regular(blobs, part, O_RDWR | O_CREAT, &sb), .tee = tee};
     if (f.fd < 0) return ckpt__fail_errno(err, errno, e->shown, -1, "cannot write %s in the Hub's cache %s", part, e->cache);
     ckpt__sha256_init(&f.sha);
     ckpt_status st = CKPT_OK;
     if ((uint64_t)sb.st_size <= remote->size) st = resume(&f, (uint64_t)sb.st_size, e->shown, err);
     else if (ckpt__io_ftruncate(f.fd, 0) != 0) st = ckpt__fail_errno(err, errno, e->shown, -1, "cannot restart %s", part);
+    if (st == CKPT_OK && tee) tee->begin(tee->ctx, f.fd, f.at);
     if (st == CKPT_OK) st = ckpt__remote_fetch(remote, f.at, fill_sink, &f, err);
     if (st == CKPT_OK && f.at != remote->size)
         st = ckpt__fail(err, CKPT_E_TRUNCATED, e->shown, NULL, (int64_t)f.at, "the download ended at byte %llu of %llu",
@@ -342,8 +347,8 @@ static ckpt_status download_blob(const ckpt__hf_entry *e, int blobs, const char 
     return CKPT_OK;
 }
 
-ckpt_status ckpt__hf_cache_fill(const ckpt__hf_entry *e, ckpt__source *remote, const char *sha256, int *fd,
-                                ckpt_error *err) {
+ckpt_status ckpt__hf_cache_fill(const ckpt__hf_entry *e, ckpt__source *remote, const char *sha256,
+                                const ckpt__hf_tee *tee, int *fd, ckpt_error *err) {
     *fd = -1;
     const char *stated = NULL;
     const char *tag = ckpt__remote_version(remote, &stated);
@@ -361,7 +366,7 @@ ckpt_status ckpt__hf_cache_fill(const ckpt__hf_entry *e, ckpt__source *remote, c
     int lock = st == CKPT_OK ? take_lock(e, folder, blob) : -1;
     if (st == CKPT_OK && lock < 0)
         st = ckpt__fail_errno(err, errno, e->shown, -1, "cannot take the Hub cache's lock of %s", blob);
-    if (st == CKPT_OK) st = download_blob(e, blobs, blob, remote, sha256, fd, err);
+    if (st == CKPT_OK) st = download_blob(e, blobs, blob, remote, sha256, tee, fd, err);
     if (st == CKPT_OK && !link_snapshot(repo, e, blob))
         st = ckpt__fail_errno(err, errno, e->shown, -1, "cannot link snapshots/%s/%s in the Hub's cache", e->commit,
                               e->path);

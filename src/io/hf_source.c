@@ -19,10 +19,13 @@
  *   - The Hub's own cache (hf.h, hf_cache.c) is used as huggingface_hub
  *     uses it: a file of the commit's snapshot there is read with no
  *     request; otherwise the open reads only the file's first bytes (a
- *     safetensors header), and the first read past them downloads the file
- *     whole into the cache (hashed as it streams, checked against the
- *     Hub's SHA-256) and reads it there.  A file the first request brings
- *     whole (up to 256 KiB: configs, indexes) goes into the cache at once.
+ *     safetensors header), and the first read past them starts the file's
+ *     download into the cache (hashed as it streams, checked against the
+ *     Hub's SHA-256), which serves the reads as its bytes arrive
+ *     (hf_stream.c): a load copies each tensor into place as its bytes
+ *     come in, and its end (ckpt__source_settle) waits for the verdict.
+ *     A file the first request brings whole (up to 256 KiB: configs,
+ *     indexes) goes into the cache at once.
  *   - $HF_HUB_OFFLINE=1: no request at all; revisions are read from
  *     refs/, files from the snapshots.
  *
@@ -531,9 +534,11 @@ static ckpt_status folder_walk(const char *name, const hf_name *n, const ckpt__s
 /* ---- one file ------------------------------------------------------------------------------ */
 
 /* A file being read from the Hub: its first bytes from the open, the rest
- * from its blob in the cache once downloaded (local). */
+ * from its download as the bytes arrive (stream), then from its blob in the
+ * cache (local). */
 typedef struct hf_remote {
     ckpt__source *remote, *local;
+    ckpt__hf_stream *stream; /* started by the first read of data; kept until the close */
     pthread_mutex_t lock;
     char *cache, *repo, *commit, *path, *ref;
     char sha256[65];
@@ -543,6 +548,7 @@ typedef struct hf_remote {
 
 static void hf_remote_free(hf_remote *h) {
     if (!h) return;
+    ckpt__hf_stream_free(h->stream); /* before the remote file its download reads */
     ckpt__source_close(h->remote);
     ckpt__source_close(h->local);
     pthread_mutex_destroy(&h->lock);
@@ -554,17 +560,37 @@ static void hf_remote_free(hf_remote *h) {
     free(h);
 }
 
+/* The blob in the cache, `fd` (taken), as the source of every later read.
+ * Under h->lock. */
+static ckpt_status adopt_blob(ckpt__source *src, hf_remote *h, int fd, ckpt_error *err) {
+    ckpt__source *local = NULL;
+    ckpt_status st = ckpt__file_source_adopt(src->name, fd, src->size, &h->options, &local, err);
+    if (st == CKPT_OK) __atomic_store_n(&h->local, local, __ATOMIC_RELEASE);
+    return st;
+}
+
+/* The whole file into the cache now, then read from there (a file the
+ * open brought whole, or no thread to stream it on).  Under h->lock. */
 static ckpt_status bring(ckpt__source *src, hf_remote *h, ckpt_error *err) {
+    ckpt__hf_entry e = {h->cache, h->repo, h->commit, h->path, h->ref, src->name};
+    int fd = -1;
+    ckpt_status st = ckpt__hf_cache_fill(&e, h->remote, h->sha256[0] ? h->sha256 : NULL, NULL, &fd, err);
+    return st ? st : adopt_blob(src, h, fd, err);
+}
+
+/* The file's download, started by the first read of data (*stream), or
+ * the blob (h->local, *stream NULL) when it is in the cache already or
+ * was brought now, with no thread to stream it on. */
+static ckpt_status download(ckpt__source *src, hf_remote *h, ckpt__hf_stream **stream, ckpt_error *err) {
     pthread_mutex_lock(&h->lock);
     ckpt_status st = CKPT_OK;
-    if (!h->local) {
+    if (!h->stream && !h->local) {
         ckpt__hf_entry e = {h->cache, h->repo, h->commit, h->path, h->ref, src->name};
-        int fd = -1;
-        st = ckpt__hf_cache_fill(&e, h->remote, h->sha256[0] ? h->sha256 : NULL, &fd, err);
-        ckpt__source *local = NULL;
-        if (st == CKPT_OK) st = ckpt__file_source_adopt(src->name, fd, src->size, &h->options, &local, err);
-        if (st == CKPT_OK) __atomic_store_n(&h->local, local, __ATOMIC_RELEASE);
+        __atomic_store_n(&h->stream, ckpt__hf_stream_start(&e, h->remote, h->sha256[0] ? h->sha256 : NULL),
+                         __ATOMIC_RELEASE);
+        if (!h->stream) st = bring(src, h, err);
     }
+    *stream = h->local ? NULL : h->stream;
     pthread_mutex_unlock(&h->lock);
     return st;
 }
@@ -572,14 +598,29 @@ static ckpt_status bring(ckpt__source *src, hf_remote *h, ckpt_error *err) {
 /* Whether a read goes to the Hub by range: a format's reads of what
  * listing the tensors needs (a header, a GGUF's key-values, a torch file's
  * pickle and ZIP directory) are small, up to 256 KiB each and 4 MiB (and a
- * quarter of the file) in all; a larger read is tensor data, and the file
- * is downloaded whole into the cache first. */
+ * quarter of the file) in all; a larger read is tensor data, read from the
+ * file's download as it streams into the cache — as is every read once
+ * the download is under way (no byte is asked of the Hub twice). */
 static bool by_range(hf_remote *h, uint64_t size, uint64_t offset, uint64_t n) {
     if (ckpt__remote_in_head(h->remote, offset, n)) return true;
-    if (n > RANGE_READ) return false;
+    if (n > RANGE_READ || __atomic_load_n(&h->stream, __ATOMIC_ACQUIRE)) return false;
     uint64_t budget = size / 4 < RANGE_BUDGET ? size / 4 : RANGE_BUDGET;
     uint64_t had = __atomic_fetch_add(&h->ranged, n, __ATOMIC_RELAXED);
     return had + n <= budget;
+}
+
+/* Data: from the download as it arrives, or from the blob in the cache. */
+static ckpt_status read_data(ckpt__source *src, hf_remote *h, ckpt_source_request *reqs, size_t n, ckpt_error *err) {
+    ckpt__hf_stream *stream = NULL;
+    ckpt_status st = __atomic_load_n(&h->local, __ATOMIC_ACQUIRE) ? CKPT_OK : download(src, h, &stream, err);
+    if (st || stream) return st ? st : ckpt__hf_stream_read(stream, reqs, n, err);
+    ckpt__source *local = __atomic_load_n(&h->local, __ATOMIC_ACQUIRE);
+    for (size_t i = 0; st == CKPT_OK && i < n; i++) {
+        uint64_t len = reqs[i].need < reqs[i].len ? reqs[i].need : reqs[i].len;
+        st = ckpt__source_read(local, reqs[i].dst, len, reqs[i].offset, err);
+        if (st) st = ckpt__error_in_tensor(err, st, reqs[i].tensor);
+    }
+    return st;
 }
 
 static ckpt_status hf_read(void *user, void *file, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
@@ -588,22 +629,37 @@ static ckpt_status hf_read(void *user, void *file, void *dst, uint64_t n, uint64
     hf_remote *h = src->impl;
     if (!__atomic_load_n(&h->local, __ATOMIC_ACQUIRE) && by_range(h, src->size, offset, n))
         return ckpt__source_read(h->remote, dst, n, offset, err);
-    ckpt_status st = __atomic_load_n(&h->local, __ATOMIC_ACQUIRE) ? CKPT_OK : bring(src, h, err);
-    return st ? st : ckpt__source_read(h->local, dst, n, offset, err);
+    ckpt_source_request q = {dst, offset, n, n, NULL};
+    return read_data(src, h, &q, 1, err);
 }
 
-/* The engine's batches: tensor data, read from the blob in the cache
- * (downloaded whole first). */
+/* The engine's batches: tensor data. */
 static ckpt_status hf_read_many(void *user, void *file, ckpt_source_request *reqs, size_t n, ckpt_error *err) {
     (void)user;
     ckpt__source *src = file;
+    return read_data(src, src->impl, reqs, n, err);
+}
+
+/* The verdict on the bytes served: the download's end (its SHA-256
+ * checked, the blob committed), which later reads then read; with `stop`
+ * (the load failed), the download stopped instead. */
+static ckpt_status hf_settle(ckpt__source *src, bool stop, ckpt_error *err) {
     hf_remote *h = src->impl;
-    ckpt_status st = __atomic_load_n(&h->local, __ATOMIC_ACQUIRE) ? CKPT_OK : bring(src, h, err);
-    for (size_t i = 0; st == CKPT_OK && i < n; i++) {
-        uint64_t len = reqs[i].need < reqs[i].len ? reqs[i].need : reqs[i].len;
-        st = ckpt__source_read(h->local, reqs[i].dst, len, reqs[i].offset, err);
-        if (st) st = ckpt__error_in_tensor(err, st, reqs[i].tensor);
+    pthread_mutex_lock(&h->lock);
+    ckpt__hf_stream *stream = h->local ? NULL : h->stream;
+    pthread_mutex_unlock(&h->lock);
+    if (!stream) return CKPT_OK;
+    if (stop) {
+        ckpt__hf_stream_stop(stream);
+        return CKPT_OK;
     }
+    int fd;
+    ckpt_status st = ckpt__hf_stream_wait(stream, &fd, err);
+    if (st) return st;
+    pthread_mutex_lock(&h->lock);
+    if (h->local) close(fd);
+    else st = adopt_blob(src, h, fd, err);
+    pthread_mutex_unlock(&h->lock);
     return st;
 }
 
@@ -654,6 +710,7 @@ static ckpt_status open_remote(const char *name, const hf_name *n, const char *e
     src->impl = h;
     src->fd = -1;
     src->caps = CKPT__SRC_REMOTE;
+    src->settle = hf_settle;
     h->options = *o;
     h->options.cache_dir = NULL; /* the Hub's cache, not ckpt's */
     h->options.direct = false;
@@ -674,7 +731,11 @@ static ckpt_status open_remote(const char *name, const hf_name *n, const char *e
     if (st == CKPT_OK) (void)ckpt__remote_version(h->remote, &stated);
     if (st == CKPT_OK) snprintf(src->sha256, sizeof src->sha256, "%s", h->sha256[0] ? h->sha256 : stated ? stated : "");
     /* Small enough to have come whole: into the cache at once (no request). */
-    if (st == CKPT_OK && ckpt__remote_in_head(h->remote, 0, src->size)) (void)bring(src, h, NULL);
+    if (st == CKPT_OK && ckpt__remote_in_head(h->remote, 0, src->size)) {
+        pthread_mutex_lock(&h->lock);
+        (void)bring(src, h, NULL);
+        pthread_mutex_unlock(&h->lock);
+    }
     if (st) {
         ckpt__source_close(src);
         return st;

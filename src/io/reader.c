@@ -199,14 +199,16 @@ ckpt_status ckpt__reader_stream(ckpt__reader *r, ckpt__source *src, int fd, uint
 }
 
 /* Requests without a descriptor, in runs of one source: read_many where
- * the source has it. */
+ * the source has it (for a remote source even one request: its read is
+ * also the formats' reads of metadata, which a Hub file serves by range,
+ * and the engine's are data, which it serves from the file's download). */
 static ckpt_status run_sources(ckpt__reader *r, ckpt__read_req *reqs, size_t n, ckpt_error *err) {
     for (size_t i = 0; i < n;) {
         ckpt__source *src = reqs[i].src;
         size_t j = i + 1;
         while (j < n && reqs[j].fd < 0 && reqs[j].src == src) j++;
         ckpt_status st = CKPT_OK;
-        if (src->ops->read_many && j - i > 1) {
+        if (src->ops->read_many && (j - i > 1 || (src->caps & CKPT__SRC_REMOTE))) {
             st = ckpt__source_read_many(src, reqs + i, j - i, err);
             for (size_t k = i; k < j && st == CKPT_OK; k++) {
                 r->reads++, r->bytes += reqs[k].len;

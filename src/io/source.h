@@ -61,7 +61,24 @@ struct ckpt__source {
     void *impl;     /* the kind's own state */
     uint64_t bytes_read; /* bytes read from it so far, by every path (atomic) */
     char sha256[65];     /* the SHA-256 its bytes must have, as its kind knows it (a Hub LFS file), or "" */
+    /* Optional (ckpt__source_settle): the verdict on every byte served so
+     * far, for a kind that serves bytes before it can check them; with
+     * `stop`, work under way to reach it is stopped instead. */
+    ckpt_status (*settle)(ckpt__source *src, bool stop, ckpt_error *err);
 };
+
+/* Waits until every byte `src` has served is checked, where its kind
+ * serves bytes before it can check them — a Hub file read while it
+ * downloads (hf_stream.c: the SHA-256 of the whole file is known at its
+ * last byte) — and gives the verdict: CKPT_OK, or why the bytes cannot be
+ * trusted.  The engine asks it of every file at the end of a run, and the
+ * catalog at the end of an open, so that neither succeeds on bytes that
+ * fail a check; a run that failed stops such work instead (`stop`: the
+ * source then fails every read), so that none goes on after the call.
+ * Accepts NULL. */
+static inline ckpt_status ckpt__source_settle(ckpt__source *src, bool stop, ckpt_error *err) {
+    return src && src->settle ? src->settle(src, stop, err) : CKPT_OK;
+}
 
 /* Counts bytes read from a source (whichever path read them). */
 static inline void ckpt__source_count(ckpt__source *src, uint64_t n) {

@@ -108,6 +108,27 @@ def test_weights_read_by_ckpt_into_the_hubs_cache(hub, tmp_path, fmt):
     assert weight_requests(hub) == []
 
 
+def test_one_pass_from_the_hub_into_the_model(hub, tmp_path):
+    """From an empty cache, each weight file's bytes are sent once and go
+    from the download straight into the model: the load reads (almost)
+    nothing from disk, where it read the whole file back from the cache
+    before (issue 30); the cache entry is whole, for transformers offline."""
+    files = model_files(tmp_path, "safetensors")
+    hub.add("org/tiny", files)
+    ref = run(hub, tmp_path, "transformers", "org/tiny", cache_dir=str(tmp_path / "ref-cache"))
+    hub.clear_log()
+    cache = str(tmp_path / "cache")
+    got = run(hub, tmp_path, "ckpt-counted", "org/tiny", cache_dir=cache)
+    same(ref, got)
+    size = len(files["model.safetensors"])
+    served = sum(r[4] for r in hub.requests if r[1].startswith("/cdn/"))
+    assert size <= served < size + (64 << 10), (size, served, hub.requests)
+    assert got["rchar"] < size // 4, (got["rchar"], size)
+    hub.clear_log()
+    same(ref, run(hub, tmp_path, "transformers", "org/tiny", offline=True, cache_dir=cache))
+    assert hub.requests == []
+
+
 def test_revision_subfolder_variant_and_bin_over_safetensors(hub, tmp_path):
     """revision= (a branch that moved since), subfolder=, variant= and
     use_safetensors=False choose the file as transformers chooses it."""

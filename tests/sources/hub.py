@@ -18,12 +18,17 @@ Repos are private (a token in `tokens`, else 401 RepoNotFound) or gated
 Hub's X-Error-Code / X-Error-Message headers.  Branches move with
 set_branch().  Faults: `corrupt` (the CDN serves other bytes than the SHA-256
 it states), `drop_after`/`drop_times` (the CDN cuts a body after that many
-bytes).  `.requests` logs (method, path, Range, status, bytes sent, Authorization)."""
+bytes), `cut_at` (the CDN ends every body at that byte of the file: a
+connection that always drops there).  `throttle` = (bytes, seconds): the CDN
+writes bodies in runs of that many bytes, pausing after each; `.finished`
+holds, per CDN path, the time.monotonic() at which the file's last byte was
+written.  `.requests` logs (method, path, Range, status, bytes sent, Authorization)."""
 import contextlib
 import hashlib
 import json
 import socket
 import threading
+import time
 import urllib.parse
 
 from servers import _QuietServer, handler
@@ -86,6 +91,9 @@ class HubServer:
         self.corrupt = False
         self.drop_after = None
         self.drop_times = 0
+        self.cut_at = None
+        self.throttle = None
+        self.finished = {}
         Handler = handler(self._handle)
         self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -273,6 +281,8 @@ class HubServer:
             if not head and self.drop_after is not None and self.drop_times > 0 and end - start > self.drop_after:
                 self.drop_times -= 1
                 drop = self.drop_after
+            if not head and not headers and self.cut_at is not None and end > self.cut_at:
+                drop = max(0, self.cut_at - start)
         h.send_response(status)
         for k, v in headers:
             h.send_header(k, v)
@@ -287,8 +297,14 @@ class HubServer:
         self._record(h, head, status, len(body))  # before the client can hear the answer
         h.end_headers()
         with contextlib.suppress(OSError):
-            h.wfile.write(body)
-            h.wfile.flush()
+            step, pause = self.throttle if self.throttle and not headers else (len(body) or 1, 0)
+            for at in range(0, len(body), step):
+                time.sleep(pause if at else 0)
+                h.wfile.write(body[at:at + step])
+                h.wfile.flush()
+            if drop is None and end == len(data) and not head:
+                with self.lock:
+                    self.finished[h.path] = time.monotonic()
         if drop is not None:
             h.close_connection = True
             with contextlib.suppress(OSError):

@@ -3,6 +3,7 @@ against the test Hub (hub.py) through HF_ENDPOINT, with the Hub's own cache
 shared with huggingface_hub in both directions."""
 import fcntl
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -335,3 +336,62 @@ def test_a_link_planted_in_the_cache_is_not_followed(hub, env, tmp_path):
     r, _ = load(env, tmp_path)
     assert r.returncode != 0 and "Hub's cache" in r.stderr, r.stderr
     assert list(outside.iterdir()) == []
+
+
+STREAMED = """
+import json, sys, time, torch, ckpt, safetensors
+def rchar():
+    return int(next(l for l in open('/proc/self/io') if l.startswith('rchar')).split()[1])
+name = sys.argv[1]
+with safetensors.safe_open(sys.argv[2], 'pt') as f:  # the shard, for the targets' shapes
+    target = {k: torch.empty_like(f.get_tensor(k)) for k in f.keys()}
+first = []
+before = rchar()
+ckpt.load_into(target, name, on_loaded=lambda n, t: first.append(time.monotonic()))
+print(json.dumps({"first": min(first), "rchar": rchar() - before,
+                  "sums": {k: float(v.double().sum()) for k, v in target.items()}}))
+"""
+
+
+def test_a_file_streams_into_the_model_as_it_downloads(hub, env, model, tmp_path):
+    """One pass from the Hub into the tensors: with a CDN that sends the file
+    in 64 KiB runs 20 ms apart, the first tensor is in place before the
+    last byte is sent, the file's bytes are sent once, and the load reads
+    (almost) nothing from disk: the download's bytes go straight into the
+    targets, not into the cache and back.  The cache entry is whole and
+    huggingface_hub reads it offline."""
+    files, sd = model
+    name = "model-00001-of-00004.safetensors"
+    data = files[name]
+    digest = hashlib.sha256(data).hexdigest()
+    shard = tmp_path / name
+    shard.write_bytes(data)
+    hub.throttle = (64 << 10, 0.02)
+    r = subprocess.run([sys.executable, "-c", STREAMED, f"hf://org/model/{name}", str(shard)], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    import safetensors.torch as st
+    want = st.load_file(shard)
+    assert got["sums"] == {k: float(v.double().sum()) for k, v in want.items()}
+    cdn = f"/cdn/{digest}"
+    assert got["first"] < hub.finished[cdn], (got["first"], hub.finished[cdn])
+    served = sum(q[4] for q in hub.requests if q[1] == cdn)
+    assert len(data) <= served < len(data) + (64 << 10), (served, hub.requests)
+    assert got["rchar"] < len(data) // 4, got["rchar"]  # not read back from the cache: 5 MB before
+    assert (repo_dir(env) / "blobs" / digest).read_bytes() == data
+    out = py(dict(env, HF_HUB_OFFLINE="1"), f"from huggingface_hub import hf_hub_download as d; print(d('org/model', '{name}'))")
+    assert Path(out.strip()).read_bytes() == data
+
+
+def test_a_connection_that_keeps_dropping_mid_file_fails_and_commits_nothing(hub, env, model, tmp_path):
+    files, sd = model
+    hub.cut_at = 3_000_000  # every body of an LFS file ends there: the resumed ones get nothing
+    r, _ = load(env, tmp_path)
+    assert r.returncode != 0
+    sha = hub.repos["org/model"].branches["main"]
+    assert f"@{sha}/model-0000" in r.stderr, r.stderr
+    blobs = [p.name for p in (repo_dir(env) / "blobs").iterdir()]
+    assert not [b for b in blobs if len(b) == 64], blobs  # no LFS blob under its name
+    snap = repo_dir(env) / "snapshots" / sha
+    assert not [p for p in snap.iterdir() if p.name.endswith(".safetensors")] if snap.exists() else True
