@@ -1214,9 +1214,12 @@ def _gpu(doc):
     cf = b.get("ckpt_cufile_device_stats") or {}
     if cf.get("cufile_files_refused") and not cf.get("bytes_direct"):
         rows.append("")
-        rows.append(f"cuFile refused every file here ({cf['cufile_files_refused']} registrations refused: the "
-                    "machine's libcufile cannot read the virtio disk's volume attributes), so its row is the ring's; "
-                    "`test_real_cufile_bit_exact` skips on such a machine, saying why, after checking the bytes.")
+        log = ((doc.get("probe") or {}).get("cufile") or {}).get("cufile_log", "")
+        why = ("; its log: the machine's libcufile cannot read the disk's volume attributes"
+               if "volume attributes" in log else "")
+        rows.append(f"cuFile refused every file here ({cf['cufile_files_refused']} registrations refused{why}), so "
+                    "its row is the ring's; `test_real_cufile_bit_exact` skips on such a machine, after checking "
+                    "the bytes and that libcufile, driven by hand, refuses the file too.")
     p = doc.get("probe") or {}
     ring = {(r["slots"], r["slot_MiB"], r["threads"], r["chunk_MiB"]): r["GBps"] for r in p.get("ring", []) if "GBps" in r}
     probe = ""

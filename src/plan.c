@@ -873,8 +873,8 @@ ckpt_status ckpt__plan_refuse_assembled(const ckpt_plan *p, const char *what, bo
                           "%s: the plan stacks, splits or generates tensors, which only a conversion writes", what);
     if (p->computed && !computes)
         return ckpt__fail(err, CKPT_E_UNSUPPORTED, NULL, NULL, -1,
-                          "%s: the plan computes tensors (an elementwise rule), which only a conversion or a load "
-                          "applies", what);
+                          "%s: the plan computes tensors (an elementwise rule), which only a one-process conversion "
+                          "or a load applies", what);
     return CKPT_OK;
 }
 

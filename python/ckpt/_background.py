@@ -121,6 +121,7 @@ class SaveHandle:
         blocked in its write and this process in waitpid, forever.  One
         caller at a time: a second one (done() from another thread) would
         find the child reaped already."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         if block:
             got = self._reaping.acquire(timeout=-1 if timeout is None else timeout)
         else:
@@ -131,12 +132,15 @@ class SaveHandle:
             return
         try:
             if not self._ended.is_set():
-                self._reap_locked(block, timeout)
+                self._reap_locked(block, timeout, deadline)  # the time spent on the lock counts
         finally:
             self._reaping.release()
 
-    def _reap_locked(self, block, timeout):
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def _reap_locked(self, block, timeout, deadline):
+        # poll, not select: select refuses descriptors numbered 1024 and up,
+        # which a training process holding many files or sockets reaches
+        waiter = select.poll()
+        waiter.register(self._report_fd, select.POLLIN)
         while True:
             eof = self._drain_report()
             status = self._exit_status(wait=eof)  # after EOF the child is exiting: a blocking wait is short
@@ -149,7 +153,7 @@ class SaveHandle:
                 raise TimeoutError(f"the background save of {self.path} is still running after {timeout} s")
             # Woken by the report or its EOF; at most 0.1 s, for a child whose
             # pipe's write end a process forked meanwhile still holds.
-            select.select([self._report_fd], [], [], 0.1 if left is None else min(left, 0.1))
+            waiter.poll(100 if left is None else max(1, min(int(left * 1000), 100)))
         self._drain_report()  # what the child wrote before it exited, if its EOF was not seen yet
         os.close(self._report_fd)
         report = self._parse_report()

@@ -144,6 +144,66 @@ def cufile_library():
     return None
 
 
+_CUFILE_CHILD = r"""
+import ctypes, json, os, sys, time
+import torch
+lib_path, path, compat = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+torch.cuda.init(); torch.empty(1, device="cuda")
+class Err(ctypes.Structure):
+    _fields_ = [("err", ctypes.c_int), ("cu_err", ctypes.c_int)]
+class Descr(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("handle", ctypes.c_int64), ("fs_ops", ctypes.c_void_p)]
+lib = ctypes.CDLL(lib_path)
+out = {"compat_asked": compat, "etc_cufile_json": os.path.exists("/etc/cufile.json"),
+       "nvidia_fs": os.path.exists("/proc/driver/nvidia-fs")}
+v = ctypes.c_int()
+if hasattr(lib, "cuFileGetVersion"):
+    lib.cuFileGetVersion.restype = Err
+    lib.cuFileGetVersion(ctypes.byref(v)); out["version"] = v.value
+if compat:
+    lib.cuFileSetParameterBool.restype = Err
+    lib.cuFileSetParameterBool.argtypes = [ctypes.c_int, ctypes.c_bool]
+    out["set_compat"] = lib.cuFileSetParameterBool(1, True).err
+lib.cuFileDriverOpen.restype = Err
+e = lib.cuFileDriverOpen(); out["driver_open"] = [e.err, e.cu_err]
+if hasattr(lib, "cuFileGetParameterBool"):
+    lib.cuFileGetParameterBool.restype = Err
+    b = ctypes.c_bool()
+    lib.cuFileGetParameterBool(1, ctypes.byref(b)); out["allow_compat_mode"] = b.value
+fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+fh = ctypes.c_void_p()
+d = Descr(1, fd, None)
+lib.cuFileHandleRegister.restype = Err
+e = lib.cuFileHandleRegister(ctypes.byref(fh), ctypes.byref(d)); out["register"] = [e.err, e.cu_err]
+if e.err == 0:
+    n = 256 << 20
+    buf = torch.empty(n, dtype=torch.uint8, device="cuda")
+    lib.cuFileRead.restype = ctypes.c_ssize_t
+    lib.cuFileRead.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64, ctypes.c_int64]
+    start = time.perf_counter()
+    got = lib.cuFileRead(fh, ctypes.c_void_p(buf.data_ptr()), n, 0, 0)
+    torch.cuda.synchronize()
+    out["read"] = got
+    out["read_GBps"] = round(max(got, 0) / (time.perf_counter() - start) / 1e9, 3)
+print(json.dumps(out))
+"""
+
+
+def cufile_by_hand(lib, path, compat=False):
+    """NVIDIA's libcufile driven directly, in a process of its own (its
+    settings apply when its driver opens): the driver opened (with its
+    compatibility mode asked for, if compat), the file registered from an
+    O_DIRECT descriptor and, if it was, 256 MiB read.  A dict of what each
+    call returned (register: [CUfileOpError, CUresult])."""
+    import subprocess
+    r = subprocess.run([sys.executable, "-c", _CUFILE_CHILD, lib, path, "1" if compat else "0"], capture_output=True,
+                       text=True, timeout=120, cwd="/tmp")
+    try:
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"rc": r.returncode, "stderr": r.stderr[-1500:]}
+
+
 def rss_bytes():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

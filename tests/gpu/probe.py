@@ -11,17 +11,15 @@ apart, on a 4 GiB bf16 set in the page cache.
   ring               ckpt's device loads, warm, for slots x slot bytes x
                      threads x chunk bytes: GB/s, copies, slot waits
   host_GBps          ckpt.load() into host memory, warm, for reference
-  cufile             NVIDIA's libcufile driven directly: the driver opened,
-                     an O_DIRECT file registered and read, with and without
-                     its compatibility mode asked for (each in a process
-                     of its own, since the setting applies at the driver's
-                     opening)
+  cufile             NVIDIA's libcufile driven directly (gpudata.cufile_by_hand):
+                     the driver opened, an O_DIRECT file registered and read,
+                     with and without its compatibility mode asked for (each
+                     in a process of its own, since the setting applies at
+                     the driver's opening), and the tail of its log
 """
 import argparse
-import ctypes
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -97,49 +95,6 @@ def ring(torch, root, nbytes, slots, slot_bytes, threads, chunk):
             "GBps": round(nbytes / seconds / 1e9, 3), "copies": stats["copies"], "slot_waits": stats["slot_waits"]}
 
 
-CUFILE_CHILD = r"""
-import ctypes, json, os, sys, time
-import torch
-lib_path, path, compat = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-torch.cuda.init(); torch.empty(1, device="cuda")
-class Err(ctypes.Structure):
-    _fields_ = [("err", ctypes.c_int), ("cu_err", ctypes.c_int)]
-class Descr(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("handle", ctypes.c_int64), ("fs_ops", ctypes.c_void_p)]
-lib = ctypes.CDLL(lib_path)
-out = {"compat_asked": compat, "etc_cufile_json": os.path.exists("/etc/cufile.json"),
-       "nvidia_fs": os.path.exists("/proc/driver/nvidia-fs")}
-v = ctypes.c_int()
-if hasattr(lib, "cuFileGetVersion"):
-    lib.cuFileGetVersion.restype = Err
-    lib.cuFileGetVersion(ctypes.byref(v)); out["version"] = v.value
-if compat:
-    lib.cuFileSetParameterBool.restype = Err
-    lib.cuFileSetParameterBool.argtypes = [ctypes.c_int, ctypes.c_bool]
-    out["set_compat"] = lib.cuFileSetParameterBool(1, True).err
-lib.cuFileDriverOpen.restype = Err
-e = lib.cuFileDriverOpen(); out["driver_open"] = [e.err, e.cu_err]
-if hasattr(lib, "cuFileGetParameterBool"):
-    lib.cuFileGetParameterBool.restype = Err
-    b = ctypes.c_bool()
-    lib.cuFileGetParameterBool(1, ctypes.byref(b)); out["allow_compat_mode"] = b.value
-fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-fh = ctypes.c_void_p()
-d = Descr(1, fd, None)
-lib.cuFileHandleRegister.restype = Err
-e = lib.cuFileHandleRegister(ctypes.byref(fh), ctypes.byref(d)); out["register"] = [e.err, e.cu_err]
-if e.err == 0:
-    n = 256 << 20
-    buf = torch.empty(n, dtype=torch.uint8, device="cuda")
-    lib.cuFileRead.restype = ctypes.c_ssize_t
-    lib.cuFileRead.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64, ctypes.c_int64]
-    start = time.perf_counter()
-    got = lib.cuFileRead(fh, ctypes.c_void_p(buf.data_ptr()), n, 0, 0)
-    torch.cuda.synchronize()
-    out["read"] = got
-    out["read_GBps"] = round(max(got, 0) / (time.perf_counter() - start) / 1e9, 3)
-print(json.dumps(out))
-"""
 
 
 def cufile(path):
@@ -147,13 +102,8 @@ def cufile(path):
     if not lib:
         return {"skipped": "no libcufile"}
     out = {"lib": lib}
-    for compat in ("0", "1"):
-        r = subprocess.run([sys.executable, "-c", CUFILE_CHILD, lib, path, compat], capture_output=True, text=True,
-                           timeout=120, cwd="/tmp")
-        try:
-            out["compat" if compat == "1" else "default"] = json.loads(r.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            out["compat" if compat == "1" else "default"] = {"rc": r.returncode, "stderr": r.stderr[-1500:]}
+    for compat in (False, True):
+        out["compat" if compat else "default"] = gpudata.cufile_by_hand(lib, path, compat)
     try:
         with open("/tmp/cufile.log") as f:
             out["cufile_log"] = f.read()[-3000:]

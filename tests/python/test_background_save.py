@@ -153,6 +153,36 @@ def test_fork_report_larger_than_the_pipe_buffer(tmp_path):
     assert h.stats["incremental"]["cloned_tensors"] == 1500
 
 
+def test_fork_report_on_a_descriptor_past_1023(tmp_path):
+    """A training process holds many files and sockets: the child's report
+    pipe then lands on a descriptor past 1023, which select() refuses
+    (ValueError from wait(), and from the next save, which settles this
+    one first); the handle waits on it all the same."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"RLIMIT_NOFILE's hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200) if hard == resource.RLIM_INFINITY
+                                                else min(max(soft, 1200), hard), hard))
+    held = []
+    try:
+        while True:
+            fd = os.open(os.devnull, os.O_RDONLY)
+            held.append(fd)
+            if fd >= 1030:
+                break
+        h = ckpt.save(state(), tmp_path / "a.safetensors", background=True, staging="fork")
+        assert h._report_fd >= 1024
+        assert h.wait(timeout=60) == [str(tmp_path / "a.safetensors")]
+        h = ckpt.save(state(), tmp_path / "b.safetensors", background=True, staging="fork")
+        ckpt.save(state(), tmp_path / "c.safetensors", background=True, staging="fork").wait(timeout=60)
+        assert h.done() and h.error is None
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_fork_with_sigchld_ignored(tmp_path):
     """SIGCHLD set to SIG_IGN: the kernel reaps the child itself and waitpid
     finds none; the save's outcome is its report (a child that died without
