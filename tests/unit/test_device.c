@@ -16,6 +16,7 @@
 #include "ckpt_collective.h"
 #include "ckpt_device.h"
 #include "helpers.h"
+#include "plan_internal.h"
 #include "threadcomm.h"
 
 /* The stand-in's own calls (its "device" memory is host memory). */
@@ -751,8 +752,64 @@ static void test_cufile_failed_read_names_tensor_and_range(void **state) {
     scratch_free(dir);
 }
 
+/* A computed tensor (the plan's elementwise rule, as a load of a Gemma
+ * GGUF's norms applies it) onto the device equals a host load of the same
+ * plan: the rule alone, with a cast, and with a slice and a transpose;
+ * through the ring, and with cuFile offered (a computed tensor is not the
+ * file's bytes, so it never goes to cuFile). */
+static void test_computed_tensors_onto_the_device(void **state) {
+    (void)state;
+    for (int offered = 0; offered < 2; offered++) {
+        knobs(NULL, NULL, NULL);
+        if (offered) setenv("CKPT_CUFILE", CKPT_CUFILE_STANDIN, 1);
+        model m = model_open();
+        ckpt_device *dev = open_device(2, 64 << 10);
+        size_t big = SIZE_MAX, t18 = SIZE_MAX;
+        for (size_t i = 0; i < ckpt_catalog_tensor_count(m.cat); i++) {
+            if (!strcmp(ckpt_catalog_tensor(m.cat, i)->name, "big")) big = i;
+            if (!strcmp(ckpt_catalog_tensor(m.cat, i)->name, "t18")) t18 = i;
+        }
+        assert_true(big != SIZE_MAX && t18 != SIZE_MAX);
+        for (int variant = 0; variant < 3; variant++) {
+            ckpt_plan *plans[2];
+            ckpt_error err;
+            ckpt__elementwise rule = {.add = -1.0, .hold = CKPT_F32};
+            for (int k = 0; k < 2; k++) {
+                assert_int_equal(ckpt_plan_create(m.cat, &plans[k], &err), CKPT_OK);
+                assert_int_equal(ckpt__plan_compute(plans[k], big, &rule, &err), CKPT_OK);
+                assert_int_equal(ckpt__plan_compute(plans[k], t18, &rule, &err), CKPT_OK);
+                if (variant >= 1) assert_int_equal(ckpt_plan_cast(plans[k], "big", CKPT_BF16, &err), CKPT_OK);
+                if (variant == 2) {
+                    assert_int_equal(ckpt_plan_slice(plans[k], "big", 0, 3, 501, &err), CKPT_OK);
+                    assert_int_equal(ckpt_plan_transpose(plans[k], "big", &err), CKPT_OK);
+                }
+            }
+            size_t n = ckpt_plan_count(plans[1]);
+            unsigned char **want = host_load(plans[0]);
+            void **bufs = device_buffers(plans[1], dev);
+            ckpt_load_options o;
+            ckpt_load_options_init(&o);
+            o.threads = 3;
+            if (ckpt_load(plans[1], &o, &err)) fail_msg("load: %s", err.message);
+            for (size_t i = 0; i < n; i++) {
+                const ckpt_plan_item *it = ckpt_plan_item_at(plans[1], i);
+                if (memcmp(bufs[i], want[i], it->nbytes))
+                    fail_msg("cuFile offered %d, variant %d: %s differs from the host load", offered, variant, it->name);
+                free(want[i]);
+            }
+            free(want);
+            free_buffers(bufs, n);
+            ckpt_plan_free(plans[0]);
+            ckpt_plan_free(plans[1]);
+        }
+        ckpt_device_close(dev);
+        model_close(&m);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_computed_tensors_onto_the_device),
         cmocka_unit_test(test_bytes_of_every_dtype_and_transform),
         cmocka_unit_test(test_copies_overlap_reads),
         cmocka_unit_test(test_cancel_leaves_nothing_in_flight),
