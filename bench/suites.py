@@ -167,7 +167,6 @@ PENDING_RERUN = {
             "measured this round, then its benchmark changed (warm runs before cold, so that no cold run pays the "
             "device's opening; fastsafetensors and Run:ai's streamer carried as wheels) after the round's device "
             "time was spent"),
-    "transformers": _THIS_ROUND,
     "llamacpp 4 GB": _THIS_ROUND,
     "llamacpp 1 GB": _THIS_ROUND,
     "llamacpp quantize check": _THIS_ROUND,
