@@ -177,7 +177,6 @@ PENDING_RERUN = {
     "perf": "takes about 20 minutes, and needs an 8 GB file",
     "jax": "takes about 15 minutes (Orbax, Flax, 8 devices)",
     "gguf": "gguf-py's contenders take minutes each and 6 GiB of memory",
-    "dcp": "four torch ranks saving 4 GB, and torch's converters at 4 GiB each",
     "http": "needs nginx, moto and a 4 GB file served over loopback",
     "memlimit": "needs a memory cgroup and a 4 GB file set",
     "bindings": "needs the Rust and Elixir toolchains and release builds",
