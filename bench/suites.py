@@ -180,7 +180,6 @@ PENDING_RERUN = {
     "http": "needs nginx, moto and a 4 GB file served over loopback",
     "memlimit": "needs a memory cgroup and a 4 GB file set",
     "bindings": "needs the Rust and Elixir toolchains and release builds",
-    "distributed": "needs 4 torch ranks over a 4 GB file, Run:ai's distributed streamer and Open MPI",
     "amplification": "the hardened suite builds the baseline commit 45ea70f beside this one; the quick suites were rerun on 7efb718, this one was not before the round ended",
     "journal fuzz": "a 10-minute fuzz campaign on a quiet machine; the quick suites were rerun on 7efb718, this one was not before the round ended",
 }
