@@ -170,8 +170,6 @@ PENDING_RERUN = {
     "llamacpp 4 GB": _THIS_ROUND,
     "llamacpp 1 GB": _THIS_ROUND,
     "llamacpp quantize check": _THIS_ROUND,
-    "save incremental": _THIS_ROUND,
-    "save background": _THIS_ROUND,
     "llamacpp check": _THIS_ROUND,
     "load 8 GB": "needs an 8 GB file set and about 10 GB of memory beside it",
     "perf": "takes about 20 minutes, and needs an 8 GB file",
