@@ -165,7 +165,6 @@ _THIS_ROUND = ("this round's changes (the device ring's default of 32 slots in i
 _HELP_ONLY = ("measured on this round's final code but for one change after it: the text of `ckpt convert --help` "
               "(cli/convert.c, 87bbc4b), which these suites' figures do not depend on; rerun at the next quiet run")
 PENDING_RERUN = {
-    "crc": _HELP_ONLY,
     "dcp": _HELP_ONLY,
     "gpu": ("needs a CUDA GPU (tests/gpu/run.sh; the device tool lends one to some sessions, 15 minutes each): "
             "measured this round, then its benchmark changed (warm runs before cold, so that no cold run pays the "
