@@ -162,10 +162,7 @@ _THIS_ROUND = ("this round's changes (the device ring's default of 32 slots in i
                "on the pull reader, the plan's unstack for MoE experts, the GGUF header reader's refills, the "
                "catalog's credentials for collective loads) change the code of these suites after they were last "
                "measured; they are rerun on the round's final code on a quiet machine when the round's time allows")
-_HELP_ONLY = ("measured on this round's final code but for one change after it: the text of `ckpt convert --help` "
-              "(cli/convert.c, 87bbc4b), which these suites' figures do not depend on; rerun at the next quiet run")
 PENDING_RERUN = {
-    "dcp": _HELP_ONLY,
     "gpu": ("needs a CUDA GPU (tests/gpu/run.sh; the device tool lends one to some sessions, 15 minutes each): "
             "measured this round, then its benchmark changed (warm runs before cold, so that no cold run pays the "
             "device's opening; fastsafetensors and Run:ai's streamer carried as wheels) after the round's device "
