@@ -174,13 +174,6 @@ def loaders(torch, root):
     return out, skipped
 
 
-def warm(root):
-    for path in gpudata.files(root):
-        with open(path, "rb") as f:
-            while f.read(64 << 20):
-                pass
-
-
 def timed(torch, fn):
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -226,7 +219,7 @@ def main():
                     # The files read into the page cache first: a loader that
                     # reads around the cache (ckpt's O_DIRECT for files not
                     # cached) would otherwise never find them there.
-                    warm(root)
+                    gpudata.warm(gpudata.files(root))
                     fn()  # warms the loader (its allocations, the ring)
                     torch.cuda.empty_cache()
                 for _ in range(1 if cache == "cold" else 2):

@@ -29,13 +29,6 @@ import gpudata  # noqa: E402
 CHUNK = 8 << 20
 
 
-def warm(files):
-    for path in files:
-        with open(path, "rb") as f:
-            while f.read(64 << 20):
-                pass
-
-
 def pread_loop(path, view, then=None):
     fd = os.open(path, os.O_RDONLY)
     total, at = 0, 0
@@ -136,7 +129,7 @@ def main():
     except Exception as e:  # noqa: BLE001
         result["cufile"] = {"error": repr(e)[:300]}
     save()
-    warm(files)
+    gpudata.warm(files)
     pageable = memoryview(bytearray(CHUNK))
     pinned_t = torch.empty(CHUNK, dtype=torch.uint8, pin_memory=True)
     pinned = memoryview(pinned_t.numpy())
