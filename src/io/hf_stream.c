@@ -8,6 +8,17 @@
  * model: nothing is read back from disk, and nothing is held in memory
  * but the reads' own destinations.
  *
+ * The download is paced by the reads: once no read waits for bytes, it
+ * holds the run of bytes it has (the socket's buffer and then TCP hold
+ * the rest) until a read asks for more, so that the engine's reads, which
+ * come one after another, get every byte from the download and none back
+ * from disk, however the threads are scheduled.  A run held is served
+ * from memory to the next read.  No read asking for PACE_WAIT_MS (a load
+ * that wants only part of the file, or that reads another file
+ * meanwhile), and once the outcome is asked for (ckpt__hf_stream_wait),
+ * the download runs free to its end: a connection is never left idle
+ * long enough for a server to drop it.
+ *
  * A read that asks for bytes that already went by reads them from the
  * partial blob (written, so in the page cache), and after the download
  * from the blob; a resumed download's first bytes are in the partial blob
@@ -23,6 +34,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../base/pool.h"
@@ -33,13 +45,15 @@
 typedef struct waiter {
     struct waiter *next;
     unsigned char *dst;
-    uint64_t off, from, end;
-    bool full; /* every byte up to `end` is in */
+    uint64_t off, from, end; /* [off, from) had arrived when the read came; [from, end) comes to it */
+    uint64_t back;           /* [off, back) is read back from the partial blob; [back, from) came from the held run */
+    bool full;               /* every byte up to `end` is in */
 } waiter;
 
 struct ckpt__hf_stream {
     pthread_mutex_t lock;
     pthread_cond_t moved; /* bytes arrived, the download started again, or ended */
+    pthread_cond_t asked; /* a read wants bytes, or the download is to run free or stop */
     ckpt__hf_entry entry; /* its strings owned */
     ckpt__source *remote; /* the caller's, which outlives the stream */
     char sha256[65];      /* "" when none is stated */
@@ -48,6 +62,9 @@ struct ckpt__hf_stream {
     uint64_t arrived;     /* bytes [0, arrived) are in the partial blob */
     unsigned round;       /* bumped when `arrived` goes back or jumps: registered reads start again */
     waiter *waiters;
+    const unsigned char *held; /* while the download waits for a read to ask: its last run, */
+    uint64_t held_off;         /* bytes [held_off, arrived) */
+    bool free_run;             /* no more pacing: the outcome was asked for, or no read came in time */
     ckpt__pool_thread *thread; /* the download's, until joined */
     bool stop, ended;
     ckpt_status status;   /* the download's, once ended */
@@ -56,6 +73,37 @@ struct ckpt__hf_stream {
 };
 
 /* ---- the download's side ----------------------------------------------------------- */
+
+/* How long the download waits for a read to ask for more before it runs
+ * free: far longer than the engine takes between two reads, far shorter
+ * than a server's idle timeout. */
+enum { PACE_WAIT_MS = 2000 };
+
+static bool someone_waits(const ckpt__hf_stream *s) {
+    for (const waiter *w = s->waiters; w; w = w->next)
+        if (!w->full) return true;
+    return false;
+}
+
+/* Under the lock: while no read waits for bytes to come, the download
+ * holds its last run [offset, offset + n) (served from memory to the
+ * reads that come meanwhile) and waits for one to ask, up to PACE_WAIT_MS. */
+static void pace(ckpt__hf_stream *s, const void *data, size_t n, uint64_t offset) {
+    if (s->free_run || s->stop || n == 0 || someone_waits(s)) return;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += PACE_WAIT_MS / 1000;
+    until.tv_nsec += (long)(PACE_WAIT_MS % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    s->held = data;
+    s->held_off = offset;
+    while (!s->free_run && !s->stop && !someone_waits(s))
+        if (pthread_cond_timedwait(&s->asked, &s->lock, &until) == ETIMEDOUT) {
+            s->free_run = true;
+            break;
+        }
+    s->held = NULL;
+}
 
 static void on_begin(void *ctx, int fd, uint64_t from) {
     ckpt__hf_stream *s = ctx;
@@ -88,6 +136,7 @@ static bool on_bytes(void *ctx, const void *data, size_t n, uint64_t offset) {
     }
     s->arrived = end;
     if (woke) pthread_cond_broadcast(&s->moved);
+    pace(s, data, n, offset);
     pthread_mutex_unlock(&s->lock);
     return true;
 }
@@ -148,6 +197,7 @@ static void stream_free(ckpt__hf_stream *s) {
     if (s->blob >= 0) close(s->blob);
     entry_free(&s->entry);
     pthread_cond_destroy(&s->moved);
+    pthread_cond_destroy(&s->asked);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -157,6 +207,11 @@ ckpt__hf_stream *ckpt__hf_stream_start(const ckpt__hf_entry *e, ckpt__source *re
     if (!s) return NULL;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->moved, NULL);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->asked, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     s->part = s->blob = -1;
     s->remote = remote;
     s->size = remote->size;
@@ -174,6 +229,7 @@ ckpt__hf_stream *ckpt__hf_stream_start(const ckpt__hf_entry *e, ckpt__source *re
 void ckpt__hf_stream_stop(ckpt__hf_stream *s) {
     pthread_mutex_lock(&s->lock);
     s->stop = true; /* a download under way stops at its next bytes; its partial blob stays, to be resumed */
+    pthread_cond_broadcast(&s->asked);
     while (!s->ended) pthread_cond_wait(&s->moved, &s->lock);
     join(s);
     pthread_mutex_unlock(&s->lock);
@@ -188,6 +244,8 @@ void ckpt__hf_stream_free(ckpt__hf_stream *s) {
 ckpt_status ckpt__hf_stream_wait(ckpt__hf_stream *s, int *fd, ckpt_error *err) {
     *fd = -1;
     pthread_mutex_lock(&s->lock);
+    s->free_run = true; /* the rest of the file, whoever wants it: its end gives the verdict */
+    pthread_cond_broadcast(&s->asked);
     while (!s->ended) pthread_cond_wait(&s->moved, &s->lock);
     join(s);
     ckpt_status st = s->status;
@@ -243,8 +301,8 @@ static bool all_full(const waiter *ws, size_t n) {
 }
 
 /* One round of a read (under the lock, which it holds again on return):
- * registers what is still to come, reads what went by from the partial
- * blob, waits for the rest.  *again when the round did not get every
+ * registers what is still to come, copies what the download holds, reads
+ * what went by before from the partial blob, waits for the rest.  *again when the round did not get every
  * byte: the download started over meanwhile, or ended first (the blob
  * then has them, or its error says why not). */
 static ckpt_status read_round(ckpt__hf_stream *s, ckpt_source_request *reqs, size_t n, waiter *ws, bool *again,
@@ -252,22 +310,30 @@ static ckpt_status read_round(ckpt__hf_stream *s, ckpt_source_request *reqs, siz
     unsigned round = s->round;
     uint64_t arrived = s->arrived;
     int part = s->part;
+    bool asks = false;
     for (size_t i = 0; i < n; i++) {
         uint64_t off = reqs[i].offset, end = off + wanted(&reqs[i]);
         uint64_t from = off > arrived ? off : end < arrived ? end : arrived; /* [off, from) went by */
-        ws[i] = (waiter){.dst = reqs[i].dst, .off = off, .from = from, .end = end, .full = from == end};
+        ws[i] = (waiter){.dst = reqs[i].dst, .off = off, .from = from, .back = from, .end = end, .full = from == end};
+        if (s->held && from > s->held_off) { /* the part of [off, from) the download holds, from memory */
+            uint64_t a = off > s->held_off ? off : s->held_off;
+            memcpy(ws[i].dst + (a - off), s->held + (a - s->held_off), (size_t)(from - a));
+            ws[i].back = a;
+        }
         if (!ws[i].full) {
             ws[i].next = s->waiters;
             s->waiters = &ws[i];
+            asks = true;
         }
     }
+    if (asks) pthread_cond_broadcast(&s->asked);
     pthread_mutex_unlock(&s->lock);
     ckpt_status st = CKPT_OK;
     bool went_by = true; /* every byte that went by before this round was read */
     for (size_t i = 0; st == CKPT_OK && i < n; i++) {
-        if (ws[i].from == ws[i].off) continue;
+        if (ws[i].back == ws[i].off) continue;
         if (part < 0) went_by = false; /* no descriptor of the partial blob: from the blob, at the end */
-        else st = read_written(s, part, ws[i].dst, ws[i].from - ws[i].off, ws[i].off, reqs[i].tensor, err);
+        else st = read_written(s, part, ws[i].dst, ws[i].back - ws[i].off, ws[i].off, reqs[i].tensor, err);
     }
     pthread_mutex_lock(&s->lock);
     /* A failed read of written bytes is an error, unless the download
