@@ -45,12 +45,15 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = [["CMakeLists.txt", "include/"]]
 # src/io/ but the remote sources (REMOTE) and what only writes run (WRITE).
 CORE = [["src/base/", "src/io/", ":(exclude)src/io/http*", ":(exclude)src/io/s3_source.c",
+         ":(exclude)src/io/gcs*", ":(exclude)src/io/azure_source.c", ":(exclude)src/io/hf*",
          ":(exclude)src/io/commit.*", ":(exclude)src/io/journal.*", ":(exclude)src/io/lock.*",
          "src/catalog.c", "src/catalog_internal.h", "src/tree.c", "src/tree_internal.h", "src/plan.c",
          "src/plan_internal.h", "src/engine.c", "src/engine.h", "src/formats/registry.c", "src/formats/format.h",
          "src/transform/cast.c", "src/transform/cast_x86.c", "src/transform/cast.h", "src/transform/layout.c",
          "src/transform/layout.h", "src/transform/swap.h"]]
-REMOTE = [["src/io/http*", "src/io/s3_source.c"]]
+# The remote sources: HTTP(S), S3, GCS, Azure, and the Hub's (its source, cache and the download's stream),
+# which no local file's read runs.
+REMOTE = [["src/io/http*", "src/io/s3_source.c", "src/io/gcs*", "src/io/azure_source.c", "src/io/hf*"]]
 SAFETENSORS = [["src/formats/safetensors.c", "src/formats/safetensors.h", "src/formats/shards.c",
                 "src/formats/shards.h", "src/formats/json.c", "src/formats/json.h"]]
 TORCH = [["src/formats/torch.c", "src/formats/torch.h", "src/formats/torch_allowed.h", "src/formats/zip.c",
