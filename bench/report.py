@@ -1171,6 +1171,42 @@ def _transformers(tf):
             + measured(tf)[0])
 
 
+def not_measured_yet(measurement):
+    """What a figure says in place of a result its measurement has not yet
+    written (bench/suites.py PENDING_FIRST_RUN)."""
+    return f"*Not measured yet: {suites.PENDING_FIRST_RUN[measurement]}.*"
+
+
+@figure("transformers-hub", "transformers-hub-2GB")
+def _transformers_hub(tf):
+    """Issue 30's measure from the Hub: the same loaders given a repo id,
+    each load from an empty Hub cache in its own process."""
+    if tf is None and "transformers hub" in suites.PENDING_FIRST_RUN:
+        return not_measured_yet("transformers hub")
+    res, size = tf["results"], tf["bytes"]
+    rows = ["| cache | loader | median time to a usable model (min–max) | the call alone | peak RSS above imports | "
+            "the server sent |", "|---|---|---:|---:|---:|---:|"]
+    for cache in ("warm", "cold"):
+        for name, label in (("ckpt", "ckpt.transformers"), ("transformers", "transformers")):
+            r = res[cache][name]
+            rows.append(f"| {cache} | {label} | {r['median_usable_s']:.2f} s ({r['min_usable_s']:.2f}–"
+                        f"{r['max_usable_s']:.2f}) | {r['median_call_s']:.2f} s | "
+                        f"{r['max_peak_above_imports_mib']:,.0f} MiB | {r['median_server_sent_bytes'] / 1e9:.2f} GB |")
+    over = max(res[c]["ckpt_peak_over_model_mib"] for c in res)
+    cold = res["cold"]["speedup"]
+    la = tf["load_average"]
+    return (f"a {size / 1e9:.2f} GB bf16 Llama (`model.safetensors` + config.json) served by the tests' loopback "
+            f"Hub (tests/sources/hub.py, from disk), `AutoModelForCausalLM.from_pretrained(\"{tf['repo']}\", "
+            f"dtype=\"auto\")` from an empty Hub cache each load, median of {tf['runs']}, the loaders alternating; "
+            f"time until one byte of every weight page has been read; cold = {cold_how(tf)}, those of the file the server sends; the "
+            f"two state dicts {'equal' if tf['state_dicts_equal'] else 'DIFFER'}; load average "
+            f"{la['min']:.1f}–{la['max']:.1f}.\n\n" + "\n".join(rows) + "\n\n"
+            f"Targets (issue 30): peak RSS ≤ the model + 64 MiB — {'met' if over <= 64 else 'NOT met'}, ckpt's is "
+            f"{over:+.0f} MiB over the model's {size / 2**20:,.0f} MiB; ≥ 1.5× faster cold — "
+            f"{'met' if cold >= 1.5 else 'NOT met'}, {cold:.2f}× (warm {res['warm']['speedup']:.2f}×).\n\n"
+            + measured(tf)[0])
+
+
 @figure("gpu-line", "gpu-h200")
 def _gpu_line(doc):
     """The README's line for issue 31: the GPU, warm against the ceiling and

@@ -51,6 +51,13 @@ Suites:
                  time to a model that has answered, peak RSS above imports
                  (bench/transformers_suite.py; not in the default set:
                  `make bench BENCH_ARGS="transformers --runs 3"`)
+  transformers_hub  the same from the loopback Hub of the tests (a repo id,
+                 an empty Hub cache each load): ckpt's one-pass download into
+                 the model against huggingface_hub's download then transformers'
+                 load; time, peak RSS, bytes the server sent, state dicts equal
+                 (bench/transformers_hub_suite.py; --hub-gb, default 2; not in
+                 the default set: `make bench BENCH_ARGS="transformers_hub
+                 --runs 3 --cold fadvise"`)
   gpu            onto a CUDA GPU (issue 31): tests/gpu/run.sh's tests, its
                  probe of the ring and its benchmark of 8 GB of bf16 against
                  safetensors' device loads and the pinned-copy and O_DIRECT
@@ -582,6 +589,11 @@ def suite_transformers(args):
     run_transformers_suite(args)
 
 
+def suite_transformers_hub(args):
+    from transformers_hub_suite import run_transformers_hub_suite
+    run_transformers_hub_suite(args)
+
+
 def suite_hardened(args):
     from hardened_suite import run_hardened_suite
     run_hardened_suite(args)
@@ -644,6 +656,8 @@ def main():
     ap.add_argument("--peer-runs", type=int, default=None,
                     help="the llamacpp suite: timed runs of its slow peers (convert_hf_to_gguf.py, "
                          "llama-quantize), default --runs")
+    ap.add_argument("--hub-gb", type=float, default=2,
+                    help="the transformers_hub suite: the model's size (GiB of bf16; 2 is the transformers suite's)")
     ap.add_argument("--cold", choices=("drop_caches", "fadvise"), default=cold_method(),
                     help="how cold runs empty the cache: the whole page cache (as root), or only the files' pages")
     args = ap.parse_args()
@@ -655,7 +669,8 @@ def main():
          "gguf": suite_gguf, "jax": suite_jax, "bindings": suite_bindings, "baseline": suite_baseline,
          "http": suite_http, "memlimit": suite_memlimit, "dcp": suite_dcp, "distributed": suite_distributed,
          "perf": suite_perf, "crc": suite_crc, "hardened": suite_hardened, "save": suite_save,
-         "transformers": suite_transformers, "llamacpp": suite_llamacpp, "gpu": suite_gpu}[s](args)
+         "transformers": suite_transformers,
+         "transformers_hub": suite_transformers_hub, "llamacpp": suite_llamacpp, "gpu": suite_gpu}[s](args)
     subprocess.run([sys.executable, str(ROOT / "bench" / "report.py")], check=True)
 
 

@@ -57,13 +57,14 @@ print(json.dumps({"call_s": t1 - t0, "usable_s": t2 - t0, "rss_after_imports": b
 """
 
 
-def make_model(folder):
+def make_model(folder, layers=18, hidden=2048, intermediate=5632):
     """A Llama of about 2 GB in bf16 (hidden 2048, 18 layers, untied head),
-    random weights, saved as transformers saves it."""
+    random weights, saved as transformers saves it; other shapes for the
+    Hub suite's other sizes (bench/transformers_hub_suite.py)."""
     import torch
     import transformers
-    config = transformers.LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632,
-                                      num_hidden_layers=18, num_attention_heads=16, num_key_value_heads=16,
+    config = transformers.LlamaConfig(vocab_size=32000, hidden_size=hidden, intermediate_size=intermediate,
+                                      num_hidden_layers=layers, num_attention_heads=16, num_key_value_heads=16,
                                       tie_word_embeddings=False, dtype="bfloat16")
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(config)

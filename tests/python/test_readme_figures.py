@@ -177,6 +177,32 @@ def test_no_newer_result_contradicts_a_rendered_one():
     assert contradictions(all_results(), set(rendered_results())) == []
 
 
+def test_a_measurement_pending_its_first_run_has_no_result_and_says_so():
+    names = {p.stem for p in (ROOT / "bench" / "results").glob("*.json")}
+    pages = "".join(path.read_text() for path in report.DOCS)
+    for measurement in suites.PENDING_FIRST_RUN:
+        assert measurement in suites.MEASUREMENTS, f"PENDING_FIRST_RUN lists {measurement!r}, no measurement"
+        written = sorted(n for n in names if suites.MEASUREMENTS[measurement].writes(n))
+        assert not written, f"{written} measured: remove {measurement!r} from bench/suites.py PENDING_FIRST_RUN"
+        assert report.not_measured_yet(measurement) in pages, f"no figure says {measurement!r} is not measured yet"
+
+
+def test_a_figure_of_a_new_suite_renders_its_result_once_there(monkeypatch):
+    """The Hub figure stands in for its result until it exists, then renders it."""
+    doc = json.loads((ROOT / "bench" / "results" / "transformers.json").read_text())
+    run = {"usable_s": 1.0, "call_s": 0.5, "peak_above_imports": 2 << 30, "server_sent_bytes": 2e9}
+    side = {"median_usable_s": 1.0, "min_usable_s": 0.9, "max_usable_s": 1.1, "median_call_s": 0.5,
+            "max_peak_above_imports_mib": 2048.0, "median_server_sent_bytes": 2e9, "runs": [run]}
+    mode = {"ckpt": side, "transformers": {**side, "median_usable_s": 2.0}, "speedup": 2.0,
+            "ckpt_peak_over_model_mib": 10.0}
+    hub = {"provenance": {**doc["provenance"], "measurement": "transformers hub"}, "bytes": 2 << 30,
+           "repo": "org/llama", "runs": 1, "state_dicts_equal": True, "load_average": {"min": 0.1, "max": 0.2},
+           "results": {"warm": mode, "cold": mode}}
+    monkeypatch.setattr(report, "load", lambda name: hub if name == "transformers-hub-2GB" else None)
+    text = report.FIGURES["transformers-hub"][1](hub)
+    assert "2.00×" in text and "state dicts equal" in text and "Not measured yet" not in text
+
+
 def test_every_result_names_its_measurement():
     for path in sorted((ROOT / "bench" / "results").glob("*.json")):
         doc = json.loads(path.read_text())

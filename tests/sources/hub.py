@@ -22,10 +22,16 @@ bytes), `cut_at` (the CDN ends every body at that byte of the file: a
 connection that always drops there).  `throttle` = (bytes, seconds): the CDN
 writes bodies in runs of that many bytes, pausing after each; `.finished`
 holds, per CDN path, the time.monotonic() at which the file's last byte was
-written.  `.requests` logs (method, path, Range, status, bytes sent, Authorization)."""
+written.  `.requests` logs (method, path, Range, status, bytes sent, Authorization);
+`.written` counts the body bytes actually written to the sockets.
+
+A file's content is its bytes, or an OnDisk(path): a file served from disk
+(sendfile, in the page cache or not, never read into this process), for the
+benchmarks' GB-sized models (bench/transformers_hub_suite.py)."""
 import contextlib
 import hashlib
 import json
+import os
 import socket
 import threading
 import time
@@ -36,8 +42,34 @@ from servers import _QuietServer, handler
 LFS_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".msgpack", ".h5", ".npz")
 
 
+class OnDisk:
+    """A file of a repo served from disk.  Its git blob id and SHA-256 are
+    computed once here, in one pass (the Hub states both; hashing a GB file
+    on every request would time the server, not the clients)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self.size = os.path.getsize(self.path)
+        sha1, sha256 = hashlib.sha1(b"blob %d\0" % self.size), hashlib.sha256()
+        with open(self.path, "rb") as f:
+            while chunk := f.read(8 << 20):
+                sha1.update(chunk)
+                sha256.update(chunk)
+        self.blob_id, self.sha256 = sha1.hexdigest(), sha256.hexdigest()
+
+
 def git_blob_id(data):
+    if isinstance(data, OnDisk):
+        return data.blob_id
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def sha256_of(data):
+    return data.sha256 if isinstance(data, OnDisk) else hashlib.sha256(data).hexdigest()
+
+
+def size_of(data):
+    return data.size if isinstance(data, OnDisk) else len(data)
 
 
 def commit_id(files, parent=""):
@@ -60,7 +92,7 @@ class Repo:
         """Commits `files` and points `branch` at it; returns the commit."""
         parent = self.branches.get(branch, "")
         sha = commit_id(files, parent)
-        self.commits[sha] = {p: bytes(b) for p, b in files.items()}
+        self.commits[sha] = {p: b if isinstance(b, OnDisk) else bytes(b) for p, b in files.items()}
         self.branches[branch] = sha
         return sha
 
@@ -77,9 +109,9 @@ def is_lfs(path):
 
 
 def entry(path, data):
-    e = {"type": "file", "oid": git_blob_id(data), "size": len(data), "path": path}
+    e = {"type": "file", "oid": git_blob_id(data), "size": size_of(data), "path": path}
     if is_lfs(path):
-        e["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+        e["lfs"] = {"oid": sha256_of(data), "size": size_of(data), "pointerSize": 134}
     return e
 
 
@@ -94,6 +126,7 @@ class HubServer:
         self.cut_at = None
         self.throttle = None
         self.finished = {}
+        self.written = 0
         Handler = handler(self._handle)
         self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -148,6 +181,11 @@ class HubServer:
         if not head:
             with contextlib.suppress(OSError):
                 h.wfile.write(body)
+                self._wrote(len(body))
+
+    def _wrote(self, n):
+        with self.lock:
+            self.written += n
 
     def _error(self, h, head, status, code, message):
         body = json.dumps({"error": message}).encode()
@@ -250,31 +288,33 @@ class HubServer:
             return self._error(h, head, 404, "EntryNotFound", f"{path} does not exist on \"{rev}\"")
         common = [("X-Repo-Commit", sha), ("Accept-Ranges", "bytes")]
         if is_lfs(path):
-            digest = hashlib.sha256(data).hexdigest()
+            digest = sha256_of(data)
             return self._reply(h, head, 302, b"Found. Redirecting",
                                [*common, ("Location", f"{self.cdn}/cdn/{digest}"),
-                                ("X-Linked-Etag", f'"{digest}"'), ("X-Linked-Size", str(len(data))),
+                                ("X-Linked-Etag", f'"{digest}"'), ("X-Linked-Size", str(size_of(data))),
                                 ("ETag", f'"{digest}"')])
         self._ranged(h, head, data, f'"{git_blob_id(data)}"', common)
 
     def _cdn(self, h, head, digest):
         data = next((b for r in list(self.repos.values()) for c in list(r.commits.values()) for p, b in c.items()
-                     if is_lfs(p) and hashlib.sha256(b).hexdigest() == digest), None)
+                     if is_lfs(p) and sha256_of(b) == digest), None)
         if data is None:
             return self._reply(h, head, 404, b"NoSuchKey")
         if self.corrupt:
+            assert not isinstance(data, OnDisk), "corrupt: only for files held in memory"
             data = data[:-1] + bytes([data[-1] ^ 0xFF])  # in the last tensor's bytes, not the header
         self._ranged(h, head, data, f'"{digest}"', [])
 
     def _ranged(self, h, head, data, etag, headers):
         rng, if_range = h.headers.get("Range"), h.headers.get("If-Range")
-        start, end, status = 0, len(data), 200
+        size = size_of(data)
+        start, end, status = 0, size, 200
         if rng and (if_range is None or if_range == etag):
             a, _, z = rng.split("=", 1)[1].partition("-")
             start = int(a)
-            end = min(int(z) + 1, len(data)) if z else len(data)
-            if start >= len(data):
-                return self._reply(h, head, 416, b"", [("Content-Range", f"bytes */{len(data)}")])
+            end = min(int(z) + 1, size) if z else size
+            if start >= size:
+                return self._reply(h, head, 416, b"", [("Content-Range", f"bytes */{size}")])
             status = 206
         drop = None
         with self.lock:
@@ -289,20 +329,26 @@ class HubServer:
         h.send_header("ETag", etag)
         h.send_header("Accept-Ranges", "bytes")
         if status == 206:
-            h.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+            h.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         h.send_header("Content-Length", str(end - start))
-        body = b"" if head else data[start:end]
+        count = 0 if head else end - start
         if drop is not None:
-            body = body[:drop]
-        self._record(h, head, status, len(body))  # before the client can hear the answer
+            count = min(count, drop)
+        self._record(h, head, status, count)  # before the client can hear the answer
         h.end_headers()
-        with contextlib.suppress(OSError):
-            step, pause = self.throttle if self.throttle and not headers else (len(body) or 1, 0)
-            for at in range(0, len(body), step):
+        with contextlib.suppress(OSError), (open(data.path, "rb") if isinstance(data, OnDisk)
+                                            else contextlib.nullcontext()) as f:
+            step, pause = self.throttle if self.throttle and not headers else (count or 1, 0)
+            for at in range(0, count, step):
                 time.sleep(pause if at else 0)
-                h.wfile.write(body[at:at + step])
-                h.wfile.flush()
-            if drop is None and end == len(data) and not head:
+                n = min(step, count - at)
+                if f is None:
+                    h.wfile.write(data[start + at:start + at + n])
+                    h.wfile.flush()
+                else:  # from the file to the socket in the kernel: no copy of the file in this process
+                    n = h.connection.sendfile(f, start + at, n)
+                self._wrote(n)
+            if drop is None and end == size and not head:
                 with self.lock:
                     self.finished[h.path] = time.monotonic()
         if drop is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hub import HubServer  # noqa: E402
+from hub import HubServer, OnDisk  # noqa: E402
 
 FILES = {"config.json": b'{"model_type": "test"}', "model.safetensors": os.urandom(300_000),
          "sub/weights.bin": os.urandom(5000)}
@@ -50,6 +50,26 @@ def test_snapshot_download_and_cache_layout(hub, tmp_path):
     # The LFS file came from the CDN after a redirect; the small one from resolve/.
     paths = [q[1] for q in hub.requests if q[0] == "GET"]
     assert f"/cdn/{blob}" in paths and any(p.startswith("/api/models/org/model") for p in paths)
+
+
+def test_a_file_served_from_disk(tmp_path):
+    """OnDisk (the benchmarks' GB files): the same answers as bytes held in
+    memory, whole and in ranges; .written counts what went out."""
+    (tmp_path / "model.safetensors").write_bytes(FILES["model.safetensors"])
+    with HubServer() as h:
+        h.add("org/disk", {**FILES, "model.safetensors": OnDisk(tmp_path / "model.safetensors")})
+        h.add("org/memory", FILES)
+        assert h.repos["org/disk"].branches["main"] == h.repos["org/memory"].branches["main"]
+        code = ("from huggingface_hub import snapshot_download; print(snapshot_download('org/disk'))")
+        r = hf(code, h.endpoint, tmp_path / "cache")
+        assert r.returncode == 0, r.stderr
+        assert (Path(r.stdout.strip()) / "model.safetensors").read_bytes() == FILES["model.safetensors"]
+        assert h.written == h.sent() and h.sent("/cdn/") == len(FILES["model.safetensors"]) + len(FILES["sub/weights.bin"])  # the LFS files
+        import urllib.request
+        blob = hashlib.sha256(FILES["model.safetensors"]).hexdigest()
+        req = urllib.request.Request(f"{h.cdn}/cdn/{blob}", headers={"Range": "bytes=1000-1999"})
+        with urllib.request.urlopen(req) as resp:
+            assert resp.status == 206 and resp.read() == FILES["model.safetensors"][1000:2000]
 
 
 def test_hf_hub_download_offline_after(hub, tmp_path):
