@@ -122,8 +122,9 @@ const ckpt__format ckpt__format_npz = {"npz", CKPT_FORMAT_NPZ, npz_probe, npz_op
 /* ---- writing ------------------------------------------------------------------- */
 
 enum {
-    LOCAL = 30, CENTRAL = 46, ZIP64_EXTRA_LOCAL = 20, ZIP64_EXTRA_CENTRAL = 28, END64 = 56, LOCATOR = 20, END = 22,
+    ZIP64_EXTRA_LOCAL = 20, ZIP64_EXTRA_CENTRAL = 28,
     ZIP_VERSION = 45, /* 4.5: ZIP64 */
+    MADE_BY = ZIP_VERSION | 3 << 8, /* Unix */
     DOS_DATE = 0x21,  /* 1980-01-01, so that the same tensors give the same bytes */
 };
 
@@ -189,24 +190,20 @@ static ckpt_status npz_plan(ckpt__output *o, ckpt_error *err) {
     return ckpt__out_set_files(o, 1, &base, err);
 }
 
-/* A member's local header, sizes in the ZIP64 extra field (as force_zip64
- * writes them), its name UTF-8 (bit 11) unless ASCII; stored. */
-static void local_header(ckpt__buf *b, const npz_member *m, uint32_t crc) {
+/* A member's local header (`central` false) or directory entry: its name
+ * UTF-8 (bit 11) unless ASCII, stored, its sizes in the ZIP64 field (as
+ * force_zip64 writes them), and in the directory made by Unix, 4.5,
+ * -rw-------, its offset in the ZIP64 field too. */
+static void member_record(ckpt__buf *b, const npz_member *m, uint32_t crc, bool central) {
     uint64_t size = m->header_len + m->data_len;
-    CKPT__PUT_FIELDS(b, {4, 0x04034b50}, {2, ZIP_VERSION}, {2, ascii(m->name) ? 0 : 0x800}, {2, 0}, {2, 0},
-                     {2, DOS_DATE}, {4, crc}, {4, 0xFFFFFFFFu}, {4, 0xFFFFFFFFu}, {2, m->name_len}, {2, ZIP64_EXTRA_LOCAL});
+    ckpt__zip_header h = {.made_by = MADE_BY, .needed = ZIP_VERSION, .flags = ascii(m->name) ? 0 : 0x800,
+                          .dos_date = DOS_DATE, .crc = crc, .size = 0xFFFFFFFFu, .external = 0600u << 16,
+                          .local = 0xFFFFFFFFu, .name_len = (uint16_t)m->name_len,
+                          .extra_len = central ? ZIP64_EXTRA_CENTRAL : ZIP64_EXTRA_LOCAL};
+    ckpt__zip_put_header(b, &h, central);
     ckpt__buf_append(b, m->name, m->name_len);
-    CKPT__PUT_FIELDS(b, {2, 1}, {2, 16}, {8, size}, {8, size});
-}
-
-/* Its central directory entry (made by Unix, 4.5; -rw-------). */
-static void central_entry(ckpt__buf *b, const npz_member *m, uint32_t crc) {
-    uint64_t size = m->header_len + m->data_len;
-    CKPT__PUT_FIELDS(b, {4, 0x02014b50}, {2, ZIP_VERSION | 3 << 8}, {2, ZIP_VERSION}, {2, ascii(m->name) ? 0 : 0x800},
-                     {2, 0}, {2, 0}, {2, DOS_DATE}, {4, crc}, {4, 0xFFFFFFFFu}, {4, 0xFFFFFFFFu}, {2, m->name_len},
-                     {2, ZIP64_EXTRA_CENTRAL}, {6, 0}, {4, 0600u << 16}, {4, 0xFFFFFFFFu});
-    ckpt__buf_append(b, m->name, m->name_len);
-    CKPT__PUT_FIELDS(b, {2, 1}, {2, 24}, {8, size}, {8, size}, {8, m->at});
+    CKPT__PUT_FIELDS(b, {2, 1}, {2, h.extra_len - 4}, {8, size}, {8, size});
+    if (central) ckpt__put_le(b, m->at, 8);
 }
 
 static ckpt_status npz_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, ckpt_error *err) {
@@ -216,17 +213,17 @@ static ckpt_status npz_layout(ckpt__output *o, uint32_t file, ckpt__buf *head, c
     for (size_t k = 0; k < s->count; k++) {
         npz_member *m = &s->members[k];
         m->at = at;
-        uint64_t data = at + LOCAL + m->name_len + ZIP64_EXTRA_LOCAL + m->header_len;
+        uint64_t data = at + CKPT__ZIP_LOCAL_SIZE + m->name_len + ZIP64_EXTRA_LOCAL + m->header_len;
         ckpt__out_tensor_at(o, m->tensor)->offset = data;
         if (!ckpt__add_u64(data, m->data_len, &at))
             return ckpt__fail(err, CKPT__D(SHAPE_OVERFLOW), ckpt__out_path(o), NULL, -1, "archive size overflows");
-        dir_len += CENTRAL + m->name_len + ZIP64_EXTRA_CENTRAL;
+        dir_len += CKPT__ZIP_CENTRAL_SIZE + m->name_len + ZIP64_EXTRA_CENTRAL;
     }
     s->directory = at;
     s->directory_len = dir_len;
-    s->end = at + dir_len + END64 + LOCATOR + END;
+    s->end = at + dir_len + CKPT__ZIP_ENDS_SIZE;
     if (s->count) { /* the first member's headers; the rest is written at finish */
-        local_header(head, &s->members[0], 0);
+        member_record(head, &s->members[0], 0, false);
         ckpt__buf_append(head, (const char *)s->members[0].header, s->members[0].header_len);
     }
     ckpt__out_set_file_size(o, 0, s->end);
@@ -243,19 +240,13 @@ static ckpt_status npz_finish(ckpt__output *o, ckpt_error *err) {
         uLong hcrc = crc32_z(crc32_z(0L, Z_NULL, 0), m->header, m->header_len);
         uint32_t crc = (uint32_t)crc32_combine64(hcrc, t->crc32, (z_off64_t)m->data_len);
         lh.len = 0;
-        local_header(&lh, m, crc);
+        member_record(&lh, m, crc, false);
         st = lh.failed ? ckpt__oom(err, ckpt__out_path(o), NULL) : ckpt__out_patch(o, 0, m->at, lh.data, lh.len, err);
         if (st == CKPT_OK) st = ckpt__out_patch(o, 0, m->at + lh.len, m->header, m->header_len, err);
-        central_entry(&dir, m, crc);
+        member_record(&dir, m, crc, true);
     }
     free(lh.data);
-    uint64_t end64 = s->directory + s->directory_len, entries = s->count < 0xFFFF ? s->count : 0xFFFF;
-    /* the ZIP64 end of central directory, its locator, the end of central directory */
-    CKPT__PUT_FIELDS(&dir, {4, 0x06064b50}, {8, END64 - 12}, {2, ZIP_VERSION | 3 << 8}, {2, ZIP_VERSION}, {8, 0},
-                     {8, s->count}, {8, s->count}, {8, s->directory_len}, {8, s->directory}, {4, 0x07064b50}, {4, 0},
-                     {8, end64}, {4, 1}, {4, 0x06054b50}, {4, 0}, {2, entries}, {2, entries},
-                     {4, s->directory_len < 0xFFFFFFFFu ? s->directory_len : 0xFFFFFFFFu},
-                     {4, s->directory < 0xFFFFFFFFu ? s->directory : 0xFFFFFFFFu}, {2, 0});
+    ckpt__zip_put_ends(&dir, s->count, s->directory_len, s->directory, MADE_BY, ZIP_VERSION);
     if (st == CKPT_OK && dir.failed) st = ckpt__oom(err, ckpt__out_path(o), NULL);
     if (st == CKPT_OK) st = ckpt__out_patch(o, 0, s->directory, dir.data, dir.len, err);
     free(dir.data);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../base/cursor.h"
+#include "zip.h"
 
 /* ---- pickles ---------------------------------------------------------------------- */
 
@@ -136,7 +137,6 @@ ckpt_dtype ckpt__torch_storage_dtype(const char *storage) {
 /* ---- archives ------------------------------------------------------------------------- */
 
 #define ZIP32_MAX 0xFFFFFFFFull
-enum { LOCAL = 30, CENTRAL = 46, END64 = 56, LOCATOR = 20, END = 22 };
 
 static bool big(uint64_t v) { return v >= ZIP32_MAX; }
 
@@ -150,7 +150,7 @@ static size_t zip64_len(const ckpt__torch_record *r) {
 
 /* getPadding: 'Z's after "FB" and their length, up to the next 64 bytes. */
 static size_t padding(const char *folder, const ckpt__torch_record *r) {
-    uint64_t start = r->local + LOCAL + name_len(folder, r) + zip64_len(r) + 4;
+    uint64_t start = r->local + CKPT__ZIP_LOCAL_SIZE + name_len(folder, r) + zip64_len(r) + 4;
     return (size_t)((CKPT__TORCH_ALIGN - start % CKPT__TORCH_ALIGN) % CKPT__TORCH_ALIGN);
 }
 
@@ -159,7 +159,7 @@ static size_t descriptor_len(const ckpt__torch_record *r) { return !r->size ? 0 
 uint64_t ckpt__torch_records_place(const char *folder, ckpt__torch_record *r, size_t n, uint64_t at) {
     for (size_t i = 0; i < n; i++) {
         r[i].local = at;
-        r[i].data = at + LOCAL + name_len(folder, &r[i]) + zip64_len(&r[i]) + 4 + padding(folder, &r[i]);
+        r[i].data = at + CKPT__ZIP_LOCAL_SIZE + name_len(folder, &r[i]) + zip64_len(&r[i]) + 4 + padding(folder, &r[i]);
         at = r[i].data + r[i].size + descriptor_len(&r[i]);
     }
     return at;
@@ -180,10 +180,11 @@ static void put_zip64(ckpt__buf *b, const ckpt__torch_record *r, uint64_t compre
 
 void ckpt__torch_local_header(ckpt__buf *b, const char *folder, const ckpt__torch_record *r) {
     size_t pad = padding(folder, r);
-    /* version needed 0 (stored); a descriptor follows the data, UTF-8 names; stored; no time and date (miniz
-     * built without them); CRC and sizes in the descriptor */
-    CKPT__PUT_FIELDS(b, {4, 0x04034b50}, {2, 0}, {2, r->size ? 0x0808 : 0x0800}, {2, 0}, {4, 0}, {12, 0},
-                     {2, name_len(folder, r)}, {2, zip64_len(r) + 4 + pad});
+    /* version needed 0 (stored); a descriptor follows the data, UTF-8 names; no date (miniz built without
+     * them); CRC and sizes in the descriptor */
+    ckpt__zip_header h = {.flags = r->size ? 0x0808 : 0x0800, .name_len = (uint16_t)name_len(folder, r),
+                          .extra_len = (uint16_t)(zip64_len(r) + 4 + pad)};
+    ckpt__zip_put_header(b, &h, false);
     put_name(b, folder, r);
     put_zip64(b, r, 0); /* miniz writes it before it knows the compressed size */
     ckpt__buf_puts(b, "FB");
@@ -198,28 +199,25 @@ void ckpt__torch_descriptor(ckpt__buf *b, const ckpt__torch_record *r) {
 }
 
 uint64_t ckpt__torch_directory_size(const char *folder, const ckpt__torch_record *r, size_t n) {
-    uint64_t size = END64 + LOCATOR + END;
-    for (size_t i = 0; i < n; i++) size += CENTRAL + name_len(folder, &r[i]) + zip64_len(&r[i]);
+    uint64_t size = CKPT__ZIP_ENDS_SIZE;
+    for (size_t i = 0; i < n; i++) size += CKPT__ZIP_CENTRAL_SIZE + name_len(folder, &r[i]) + zip64_len(&r[i]);
     return size;
 }
 
 void ckpt__torch_directory(ckpt__buf *b, const char *folder, const ckpt__torch_record *r, size_t n, uint64_t cd_at) {
     size_t start = b->len;
     for (size_t i = 0; i < n; i++) {
-        uint64_t size = big(r[i].size) ? ZIP32_MAX : r[i].size;
-        /* made by and needed: miniz leaves 0 for stored records; stored, no time and date; no comment, disk or
-         * attributes */
-        CKPT__PUT_FIELDS(b, {4, 0x02014b50}, {4, 0}, {2, r[i].size ? 0x0808 : 0x0800}, {6, 0}, {4, r[i].crc},
-                         {4, size}, {4, size}, {2, name_len(folder, &r[i])}, {2, zip64_len(&r[i])}, {10, 0},
-                         {4, big(r[i].local) ? ZIP32_MAX : r[i].local});
+        /* made by and needed: miniz leaves 0 for stored records; no date, no attributes */
+        ckpt__zip_header h = {.flags = r[i].size ? 0x0808 : 0x0800, .crc = r[i].crc,
+                              .size = (uint32_t)(big(r[i].size) ? ZIP32_MAX : r[i].size),
+                              .local = (uint32_t)(big(r[i].local) ? ZIP32_MAX : r[i].local),
+                              .name_len = (uint16_t)name_len(folder, &r[i]), .extra_len = (uint16_t)zip64_len(&r[i])};
+        ckpt__zip_put_header(b, &h, true);
         put_name(b, folder, &r[i]);
         put_zip64(b, &r[i], r[i].size);
     }
-    uint64_t cd_size = b->len - start, end64 = cd_at + cd_size, entries = n < 0xFFFF ? n : 0xFFFF;
-    /* the ZIP64 end of central directory (always), its locator, the end of central directory */
-    CKPT__PUT_FIELDS(b, {4, 0x06064b50}, {8, END64 - 12}, {2, 0x031E}, {2, 45}, {8, 0}, {8, n}, {8, n}, {8, cd_size},
-                     {8, cd_at}, {4, 0x07064b50}, {4, 0}, {8, end64}, {4, 1}, {4, 0x06054b50}, {4, 0}, {2, entries},
-                     {2, entries}, {4, big(cd_size) ? ZIP32_MAX : cd_size}, {4, big(cd_at) ? ZIP32_MAX : cd_at}, {2, 0});
+    /* the ZIP64 end of central directory (always): made by 3.0 on Unix, 4.5 needed, as miniz writes it */
+    ckpt__zip_put_ends(b, n, b->len - start, cd_at, 0x031E, 45);
 }
 
 /* ---- the serialization id ------------------------------------------------------------ */

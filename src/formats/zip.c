@@ -17,8 +17,8 @@ enum {
     EOCD_SIZE = 22,
     LOCATOR_SIZE = 20,
     ZIP64_EOCD_SIZE = 56,
-    CENTRAL_SIZE = 46,
-    LOCAL_SIZE = 30,
+    CENTRAL_SIZE = CKPT__ZIP_CENTRAL_SIZE,
+    LOCAL_SIZE = CKPT__ZIP_LOCAL_SIZE,
     MAX_COMMENT = 65535,
 };
 
@@ -472,4 +472,25 @@ ckpt_status ckpt__zip_read_prefix(ckpt__source *src, const ckpt__zip_entry *e, u
     inflateEnd(&z);
     free(in);
     return st;
+}
+
+/* ---- writing ---- */
+
+void ckpt__zip_put_header(ckpt__buf *b, const ckpt__zip_header *h, bool in_directory) {
+    ckpt__put_le(b, in_directory ? SIG_CENTRAL : SIG_LOCAL, 4);
+    if (in_directory) ckpt__put_le(b, h->made_by, 2);
+    /* stored, no time: the same tensors give the same bytes */
+    CKPT__PUT_FIELDS(b, {2, h->needed}, {2, h->flags}, {2, 0}, {2, 0}, {2, h->dos_date}, {4, h->crc}, {4, h->size},
+                     {4, h->size}, {2, h->name_len}, {2, h->extra_len});
+    if (in_directory) CKPT__PUT_FIELDS(b, {6, 0}, {4, h->external}, {4, h->local}); /* no comment, one disk */
+}
+
+void ckpt__zip_put_ends(ckpt__buf *b, uint64_t n, uint64_t cd_size, uint64_t cd_at, uint16_t made_by,
+                        uint16_t needed) {
+    const uint64_t max32 = 0xFFFFFFFFu;
+    uint64_t end64 = cd_at + cd_size, entries = n < 0xFFFF ? n : 0xFFFF;
+    CKPT__PUT_FIELDS(b, {4, SIG_ZIP64_EOCD}, {8, ZIP64_EOCD_SIZE - 12}, {2, made_by}, {2, needed}, {8, 0}, {8, n},
+                     {8, n}, {8, cd_size}, {8, cd_at}, {4, SIG_ZIP64_LOCATOR}, {4, 0}, {8, end64}, {4, 1}, {4, SIG_EOCD},
+                     {4, 0}, {2, entries}, {2, entries}, {4, cd_size < max32 ? cd_size : max32},
+                     {4, cd_at < max32 ? cd_at : max32}, {2, 0});
 }

@@ -10,6 +10,9 @@
  * multi-disk and otherwise compressed archives are refused.  Each entry's
  * CRC-32 is declared to the catalog (ckpt__zip_recorded_crc): ckpt_verify
  * checks them all, loads those they read whole (engine.h).
+ *
+ * It also writes the records, each writer (torch_save.c's miniz layout,
+ * npz.c's numpy one) giving the fields in which they differ.
  */
 #ifndef CKPT_FORMATS_ZIP_H
 #define CKPT_FORMATS_ZIP_H
@@ -78,5 +81,35 @@ CKPT__HIDDEN bool ckpt__zip_recorded_crc(const ckpt__zip_entry *entry, ckpt__rec
  * a CRC check: a member's header (an .npz's .npy headers). */
 CKPT__HIDDEN ckpt_status ckpt__zip_read_prefix(ckpt__source *src, const ckpt__zip_entry *entry, uint64_t n, void *out,
                                                ckpt_error *err);
+
+/* ---- writing: the records of the archives ckpt writes (torch_save.c's, npz.c's) ---- */
+
+/* The fixed part of a local header and of a central directory entry, and
+ * what ends every archive written: the ZIP64 end of central directory, its
+ * locator and the end of central directory. */
+enum { CKPT__ZIP_LOCAL_SIZE = 30, CKPT__ZIP_CENTRAL_SIZE = 46, CKPT__ZIP_ENDS_SIZE = 56 + 20 + 22 };
+
+/* A stored member's fields, as its writer fills them (the writers differ
+ * only in these: miniz's leaves versions, dates and attributes 0 and
+ * gives CRCs and sizes in a descriptor; numpy's zipfile gives them in the
+ * header, its sizes in the ZIP64 field).  `size` is both 32-bit sizes
+ * (0xFFFFFFFF: in the ZIP64 field), `local` the 32-bit offset of the local
+ * header; `made_by`, `external` and `local` are the directory's only.
+ * The name and the extra field (`extra_len` bytes) follow, the writer's. */
+typedef struct ckpt__zip_header {
+    uint16_t made_by, needed, flags, dos_date;
+    uint32_t crc, size, external, local;
+    uint16_t name_len, extra_len;
+} ckpt__zip_header;
+
+/* A local header, or with `in_directory` a central directory entry. */
+CKPT__HIDDEN void ckpt__zip_put_header(ckpt__buf *b, const ckpt__zip_header *h, bool in_directory);
+
+/* The end records of an archive of `n` members whose central directory,
+ * `cd_size` bytes, starts at `cd_at` (the 32-bit fields 0xFFFF and
+ * 0xFFFFFFFF where their values do not fit), `made_by` and `needed` the
+ * ZIP64 record's versions. */
+CKPT__HIDDEN void ckpt__zip_put_ends(ckpt__buf *b, uint64_t n, uint64_t cd_size, uint64_t cd_at, uint16_t made_by,
+                                     uint16_t needed);
 
 #endif

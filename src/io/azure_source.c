@@ -40,8 +40,6 @@
     "a private container needs a SAS token (in the URL, or AZURE_STORAGE_SAS_TOKEN) or the account's key "           \
     "(AZURE_STORAGE_ACCOUNT and AZURE_STORAGE_KEY, or AZURE_STORAGE_CONNECTION_STRING)"
 
-static const ckpt__store_listing azure_listing = {{"comp=list", "restype=container"}, "marker", "NextMarker", "Name"};
-
 /* The account of an https name on Azure's host, or 0 when it is not one. */
 static size_t https_account(const char *name) {
     if (strncmp(name, "https://", 8) != 0) return 0;
@@ -148,10 +146,9 @@ static void read_env(az_env *e) {
 
 /* The URL of the container (ending in '/') of name `n`. */
 static void container_url(ckpt__buf *b, const char *name, const az_name *n, const az_env *e, bool ours) {
+    const char *endpoint = "";
     if (ours && e->endpoint) {
-        size_t l = strlen(e->endpoint);
-        while (l && e->endpoint[l - 1] == '/') l--;
-        ckpt__buf_append(b, e->endpoint, l);
+        endpoint = e->endpoint;
     } else if (!strncmp(name, "https://", 8)) {
         ckpt__buf_append(b, name, 8 + strcspn(name + 8, "/?#"));
     } else {
@@ -160,9 +157,7 @@ static void container_url(ckpt__buf *b, const char *name, const az_name *n, cons
         if (ours && e->suffix) ckpt__buf_puts(b, ".blob."), ckpt__buf_puts(b, e->suffix);
         else ckpt__buf_puts(b, AZURE_HOST);
     }
-    ckpt__buf_puts(b, "/");
-    ckpt__buf_append(b, n->container, n->container_len);
-    ckpt__buf_puts(b, "/");
+    ckpt__store_base(b, endpoint, n->container, n->container_len);
 }
 
 /* The SAS token without its '?', malloc'ed. */
@@ -181,8 +176,9 @@ static bool in_sas_dir(const char *name, const ckpt__source_options *o) {
 
 /* The target of `name` (errors name `shown`: a SAS token redacted). */
 static ckpt_status azure_prepare(const char *name, const char *shown, const ckpt__source_options *o, bool need_blob,
-                                 ckpt__store_target *t, az_name *n, ckpt_error *err) {
+                                 ckpt__store_target *t, const char **key, size_t *key_len, ckpt_error *err) {
     memset(t, 0, sizeof *t);
+    az_name parts, *n = &parts;
     if (!split_name(name, n) || (need_blob && !n->blob_len))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, shown, NULL, -1,
                           "an Azure name needs an account, a container and a blob: az://ACCOUNT/CONTAINER/BLOB or "
@@ -212,6 +208,8 @@ static ckpt_status azure_prepare(const char *name, const char *shown, const ckpt
     ok = ok && blob && (t->url = ckpt__store_url(t, blob, NULL));
     free(blob);
     env_free(&e);
+    *key = n->blob;
+    *key_len = n->blob_len;
     if (!ok) {
         ckpt__store_target_free(t);
         return ckpt__oom(err, shown, NULL);
@@ -219,45 +217,5 @@ static ckpt_status azure_prepare(const char *name, const char *shown, const ckpt
     return CKPT_OK;
 }
 
-static ckpt_status azure_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
-    *out = NULL;
-    char *shown = ckpt__url_redact(name);
-    if (!shown) return ckpt__oom(err, NULL, NULL);
-    ckpt__store_target t;
-    az_name n;
-    ckpt_status st = azure_prepare(name, shown, o, true, &t, &n, err);
-    if (st == CKPT_OK) {
-        st = ckpt__remote_open(shown, t.url, &t.auth, o, out, err);
-        ckpt__store_target_free(&t);
-    }
-    free(shown);
-    return st;
-}
-
-static ckpt__name_kind azure_stat(const char *name, const ckpt__source_options *o) {
-    ckpt__store_target t;
-    az_name n;
-    if (azure_prepare(name, name, o, false, &t, &n, NULL) != CKPT_OK) return CKPT__NAME_FILE;
-    char *shown = ckpt__url_redact(name);
-    ckpt__name_kind k = shown ? ckpt__store_stat(shown, &t, &azure_listing, n.blob, n.blob_len, o) : CKPT__NAME_FILE;
-    free(shown);
-    ckpt__store_target_free(&t);
-    return k;
-}
-
-static ckpt_status azure_list(const char *dir, const ckpt__source_options *o, int (*add)(void *ctx, const char *name),
-                              void *ctx, ckpt_error *err) {
-    char *shown = ckpt__url_redact(dir);
-    if (!shown) return ckpt__oom(err, NULL, NULL);
-    ckpt__store_target t;
-    az_name n;
-    ckpt_status st = azure_prepare(dir, shown, o, false, &t, &n, err);
-    if (st == CKPT_OK) {
-        st = ckpt__store_list_dir(shown, &t, &azure_listing, n.blob, n.blob_len, o, add, ctx, err);
-        ckpt__store_target_free(&t);
-    }
-    free(shown);
-    return st;
-}
-
-const ckpt__source_kind ckpt__azure_kind = {"azure", azure_claims, azure_open, azure_stat, NULL, azure_list, true};
+CKPT__STORE_KIND(ckpt__azure_kind, "azure", azure_claims, azure_prepare, true,
+                 {{"comp=list", "restype=container"}, "marker", "NextMarker", "Name"});

@@ -25,50 +25,32 @@
 
 static bool gcs_claims(const char *name) { return !strncmp(name, "gs://", 5); }
 
-static const ckpt__store_listing gcs_listing = {{NULL, NULL}, "marker", "NextMarker", "Key"};
-
 #define GCS_HINT                                                                                                      \
     "a private bucket needs GS_ACCESS_KEY_ID and GS_SECRET_ACCESS_KEY (HMAC keys), or "                              \
     "GOOGLE_APPLICATION_CREDENTIALS (a service account's key file), or the metadata server of a Google Cloud "       \
     "machine (GCE_METADATA_HOST)"
 
-/* The endpoint: $STORAGE_EMULATOR_HOST ("host:port" means http://), else Google's. */
-static void endpoint(ckpt__buf *b) {
-    const char *e = ckpt__env("STORAGE_EMULATOR_HOST");
-    if (!e) {
-        ckpt__buf_puts(b, "https://storage.googleapis.com");
-        return;
-    }
-    if (!strstr(e, "://")) ckpt__buf_puts(b, "http://");
-    size_t n = strlen(e);
-    while (n && e[n - 1] == '/') n--;
-    ckpt__buf_append(b, e, n);
-}
-
 /* The target of gs://BUCKET[/KEY]; *key points at KEY in `name`. */
-static ckpt_status gcs_prepare(const char *name, const ckpt__source_options *o, bool need_key, ckpt__store_target *t,
-                               const char **key, ckpt_error *err) {
+static ckpt_status gcs_prepare(const char *name, const char *shown, const ckpt__source_options *o, bool need_key,
+                               ckpt__store_target *t, const char **key, size_t *key_len, ckpt_error *err) {
+    (void)shown; /* gs:// names carry no secrets */
     memset(t, 0, sizeof *t);
-    const char *bucket = name + 5, *slash = strchr(bucket, '/');
-    size_t bucket_len = slash ? (size_t)(slash - bucket) : strlen(bucket);
-    *key = slash ? slash + 1 : "";
-    if (!bucket_len || (need_key && !**key))
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, name, NULL, -1,
-                          "a gs:// name needs a bucket and a key: gs://BUCKET/KEY");
-    if (!ckpt__store_plain_name(bucket, bucket_len))
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, name, NULL, -1, "'%.*s' is not a bucket name",
-                          (int)bucket_len, bucket);
+    const char *bucket;
+    size_t bucket_len;
+    ckpt_status st = ckpt__store_bucket(name, need_key, "a gs:// name needs a bucket and a key: gs://BUCKET/KEY",
+                                        &bucket, &bucket_len, key, err);
+    if (st) return st;
+    *key_len = strlen(*key);
+    /* The endpoint: $STORAGE_EMULATOR_HOST ("host:port" means http://), else Google's. */
+    const char *e = ckpt__env("STORAGE_EMULATOR_HOST");
     ckpt__buf b = {0};
-    endpoint(&b);
-    ckpt__buf_puts(&b, "/");
-    ckpt__buf_append(&b, bucket, bucket_len);
-    ckpt__buf_puts(&b, "/");
+    if (e && !strstr(e, "://")) ckpt__buf_puts(&b, "http://");
+    ckpt__store_base(&b, e ? e : "https://storage.googleapis.com", bucket, bucket_len);
     t->base = b.data;
     t->auth.store = "GCS";
     t->auth.hint = GCS_HINT;
     bool ok = !b.failed && (t->url = ckpt__store_url(t, *key, NULL));
     const char *id = ckpt__env("GS_ACCESS_KEY_ID"), *secret = ckpt__env("GS_SECRET_ACCESS_KEY");
-    ckpt_status st = CKPT_OK;
     char *origin = NULL;
     if (ok && id && secret) {
         ok = ckpt__store_sigv4(t, id, secret, "goog:goog:auto:storage", "goog", NULL);
@@ -86,36 +68,4 @@ static ckpt_status gcs_prepare(const char *name, const ckpt__source_options *o, 
     return st;
 }
 
-static ckpt_status gcs_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
-    *out = NULL;
-    ckpt__store_target t;
-    const char *key;
-    ckpt_status st = gcs_prepare(name, o, true, &t, &key, err);
-    if (st) return st;
-    st = ckpt__remote_open(name, t.url, &t.auth, o, out, err);
-    ckpt__store_target_free(&t);
-    return st;
-}
-
-static ckpt__name_kind gcs_stat(const char *name, const ckpt__source_options *o) {
-    ckpt__store_target t;
-    const char *key;
-    /* A name that is no object's: "a file", so that opening it says why. */
-    if (gcs_prepare(name, o, false, &t, &key, NULL) != CKPT_OK) return CKPT__NAME_FILE;
-    ckpt__name_kind k = ckpt__store_stat(name, &t, &gcs_listing, key, strlen(key), o);
-    ckpt__store_target_free(&t);
-    return k;
-}
-
-static ckpt_status gcs_list(const char *dir, const ckpt__source_options *o, int (*add)(void *ctx, const char *name),
-                            void *ctx, ckpt_error *err) {
-    ckpt__store_target t;
-    const char *key;
-    ckpt_status st = gcs_prepare(dir, o, false, &t, &key, err);
-    if (st) return st;
-    st = ckpt__store_list_dir(dir, &t, &gcs_listing, key, strlen(key), o, add, ctx, err);
-    ckpt__store_target_free(&t);
-    return st;
-}
-
-const ckpt__source_kind ckpt__gcs_kind = {"gs", gcs_claims, gcs_open, gcs_stat, NULL, gcs_list};
+CKPT__STORE_KIND(ckpt__gcs_kind, "gs", gcs_claims, gcs_prepare, false, {{NULL, NULL}, "marker", "NextMarker", "Key"});

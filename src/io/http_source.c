@@ -657,6 +657,21 @@ static void return_context(remote *r, context *c) {
     if (!kept) free_context(c);
 }
 
+/* How a request signs itself: SigV4 with `userpwd` its key, else a bearer
+ * token, else basic authentication with `userpwd`, else nothing. */
+static void set_auth(CURL *e, const char *sigv4, const char *userpwd, const char *bearer) {
+    if (sigv4) {
+        curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4);
+        curl_easy_setopt(e, CURLOPT_USERPWD, userpwd);
+    } else if (bearer) {
+        curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
+        curl_easy_setopt(e, CURLOPT_XOAUTH2_BEARER, bearer);
+    } else if (userpwd) {
+        curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        curl_easy_setopt(e, CURLOPT_USERPWD, userpwd);
+    }
+}
+
 /* An easy handle with everything but the range set. */
 static CURL *easy_for(remote *r, context *c) {
     if (c->easy_count) return c->easy[--c->easy_count];
@@ -689,16 +704,7 @@ static CURL *easy_for(remote *r, context *c) {
     }
     if (r->share) curl_easy_setopt(e, CURLOPT_SHARE, r->share);
     if (r->ca_bundle) curl_easy_setopt(e, CURLOPT_CAINFO, r->ca_bundle);
-    if (r->sigv4) {
-        curl_easy_setopt(e, CURLOPT_AWS_SIGV4, r->sigv4);
-        curl_easy_setopt(e, CURLOPT_USERPWD, r->userpwd);
-    } else if (r->bearer) {
-        curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
-        curl_easy_setopt(e, CURLOPT_XOAUTH2_BEARER, r->bearer);
-    } else if (r->userpwd) {
-        curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
-        curl_easy_setopt(e, CURLOPT_USERPWD, r->userpwd);
-    }
+    set_auth(e, r->sigv4, r->userpwd, r->bearer);
     return e;
 }
 
@@ -1813,13 +1819,8 @@ ckpt_status ckpt__remote_request(const char *shown, const char *url, const ckpt_
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
 #endif
-    if (auth->sigv4) {
-        curl_easy_setopt(e, CURLOPT_AWS_SIGV4, auth->sigv4);
-        curl_easy_setopt(e, CURLOPT_USERPWD, auth->userpwd);
-    } else if (auth->bearer) {
-        curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
-        curl_easy_setopt(e, CURLOPT_XOAUTH2_BEARER, auth->bearer);
-    }
+    /* as ever, no basic authentication in these small requests (listings, tokens): only the data requests send it */
+    set_auth(e, auth->sigv4, auth->sigv4 ? auth->userpwd : NULL, auth->bearer);
     /* Retried as the data requests are: 5xx, 408, 429 and broken
      * connections; a 401 once more with a fresh token, where it expires. */
     int64_t wait = BACKOFF_FIRST_MS;

@@ -2,8 +2,11 @@
  * objstore.c — what the object-store kinds share (s3_source.c,
  * gcs_source.c, azure_source.c): the variables they read, the encoding of
  * keys into URLs, SigV4 credentials for libcurl (S3, and GCS's HMAC keys
- * in its interoperability mode), the target a name becomes, and the
- * listing of a "directory" (a prefix) through the stores' XML listings.
+ * in its interoperability mode), the target a name becomes (the bucket
+ * of a name, its URL path-style), the listing of a "directory" (a prefix)
+ * through the stores' XML listings, and each kind's open, stat and list
+ * (ckpt__store: a kind gives its listing and how a name becomes a target,
+ * so that the three differ only where the stores do).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -235,24 +238,87 @@ static char *dir_prefix(const char *key, size_t n) {
     return b.failed ? NULL : b.data;
 }
 
-ckpt__name_kind ckpt__store_stat(const char *shown, const ckpt__store_target *t, const ckpt__store_listing *l,
-                                 const char *key, size_t n, const ckpt__source_options *o) {
-    if (!n || key[n - 1] == '/') return CKPT__NAME_DIR;
-    ckpt__name_kind k = ckpt__remote_stat(t->url, &t->auth, o);
-    if (k != CKPT__NAME_MISSING) return k;
-    char *prefix = dir_prefix(key, n); /* a prefix of objects is a directory */
-    bool any = false;
-    if (prefix && store_list(shown, t, l, prefix, o, NULL, NULL, &any, NULL) == CKPT_OK && any)
-        k = CKPT__NAME_DIR;
-    free(prefix);
+void ckpt__store_base(ckpt__buf *b, const char *endpoint, const char *bucket, size_t n) {
+    size_t len = strlen(endpoint);
+    while (len && endpoint[len - 1] == '/') len--;
+    ckpt__buf_append(b, endpoint, len);
+    ckpt__buf_puts(b, "/");
+    ckpt__buf_append(b, bucket, n);
+    ckpt__buf_puts(b, "/");
+}
+
+ckpt_status ckpt__store_bucket(const char *name, bool need_key, const char *usage, const char **bucket,
+                               size_t *bucket_len, const char **key, ckpt_error *err) {
+    const char *b = strstr(name, "://") + 3, *slash = strchr(b, '/');
+    *bucket = b;
+    *bucket_len = slash ? (size_t)(slash - b) : strlen(b);
+    *key = slash ? slash + 1 : "";
+    if (!*bucket_len || (need_key && !**key)) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, name, NULL, -1, "%s", usage);
+    if (!ckpt__store_plain_name(b, *bucket_len))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, name, NULL, -1, "'%.*s' is not a bucket name",
+                          (int)*bucket_len, b);
+    return CKPT_OK;
+}
+
+/* `name` as errors show it (malloc'ed when the store redacts it), NULL when out of memory. */
+static const char *shown_name(const ckpt__store *s, const char *name) {
+    return s->redact ? ckpt__url_redact(name) : name;
+}
+
+static void shown_free(const ckpt__store *s, const char *shown) {
+    if (s->redact) free((char *)shown);
+}
+
+ckpt_status ckpt__store_open(const ckpt__store *s, const char *name, const ckpt__source_options *o,
+                             ckpt__source **out, ckpt_error *err) {
+    *out = NULL;
+    const char *shown = shown_name(s, name), *key;
+    if (!shown) return ckpt__oom(err, NULL, NULL);
+    ckpt__store_target t;
+    size_t n;
+    ckpt_status st = s->prepare(name, shown, o, true, &t, &key, &n, err);
+    if (st == CKPT_OK) {
+        st = ckpt__remote_open(shown, t.url, &t.auth, o, out, err);
+        ckpt__store_target_free(&t);
+    }
+    shown_free(s, shown);
+    return st;
+}
+
+ckpt__name_kind ckpt__store_name_kind(const ckpt__store *s, const char *name, const ckpt__source_options *o) {
+    const char *shown = shown_name(s, name), *key;
+    ckpt__store_target t;
+    size_t n;
+    if (!shown || s->prepare(name, shown, o, false, &t, &key, &n, NULL) != CKPT_OK) {
+        shown_free(s, shown);
+        return CKPT__NAME_FILE;
+    }
+    ckpt__name_kind k = CKPT__NAME_DIR;
+    if (n && key[n - 1] != '/' && (k = ckpt__remote_stat(t.url, &t.auth, o)) == CKPT__NAME_MISSING) {
+        char *prefix = dir_prefix(key, n); /* a prefix of objects is a directory */
+        bool any = false;
+        if (prefix && store_list(shown, &t, &s->listing, prefix, o, NULL, NULL, &any, NULL) == CKPT_OK && any)
+            k = CKPT__NAME_DIR;
+        free(prefix);
+    }
+    ckpt__store_target_free(&t);
+    shown_free(s, shown);
     return k;
 }
 
-ckpt_status ckpt__store_list_dir(const char *shown, const ckpt__store_target *t, const ckpt__store_listing *l,
-                                 const char *key, size_t n, const ckpt__source_options *o,
-                                 int (*add)(void *ctx, const char *name), void *ctx, ckpt_error *err) {
-    char *prefix = dir_prefix(key, n);
-    ckpt_status st = prefix ? store_list(shown, t, l, prefix, o, add, ctx, NULL, err) : ckpt__oom(err, shown, NULL);
-    free(prefix);
+ckpt_status ckpt__store_list(const ckpt__store *s, const char *dir, const ckpt__source_options *o,
+                             int (*add)(void *ctx, const char *name), void *ctx, ckpt_error *err) {
+    const char *shown = shown_name(s, dir), *key;
+    if (!shown) return ckpt__oom(err, NULL, NULL);
+    ckpt__store_target t;
+    size_t n;
+    ckpt_status st = s->prepare(dir, shown, o, false, &t, &key, &n, err);
+    if (st == CKPT_OK) {
+        char *prefix = dir_prefix(key, n);
+        st = prefix ? store_list(shown, &t, &s->listing, prefix, o, add, ctx, NULL, err) : ckpt__oom(err, shown, NULL);
+        free(prefix);
+        ckpt__store_target_free(&t);
+    }
+    shown_free(s, shown);
     return st;
 }

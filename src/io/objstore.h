@@ -62,18 +62,58 @@ typedef struct ckpt__store_listing {
     const char *marker_param, *next_tag, *name_tag;
 } ckpt__store_listing;
 
-/* What `key` (`n` bytes) of the target's bucket is: a directory when it is
- * empty or ends in '/', else what a HEAD of the object says, and a missing
- * object that is the prefix of some objects a directory too. */
-CKPT__HIDDEN ckpt__name_kind ckpt__store_stat(const char *shown, const ckpt__store_target *t,
-                                              const ckpt__store_listing *l, const char *key, size_t n,
-                                              const ckpt__source_options *o);
+/* Appends `endpoint` (a URL, its final '/'s dropped; "" for none) and
+ * "/BUCKET/" (`n` bytes): a bucket's or container's URL, path-style. */
+CKPT__HIDDEN void ckpt__store_base(ckpt__buf *b, const char *endpoint, const char *bucket, size_t n);
 
-/* The objects directly in directory `key` (`n` bytes; "" is the bucket's
- * top, a final '/' optional), as the store lists its prefix. */
-CKPT__HIDDEN ckpt_status ckpt__store_list_dir(const char *shown, const ckpt__store_target *t,
-                                              const ckpt__store_listing *l, const char *key, size_t n,
-                                              const ckpt__source_options *o, int (*add)(void *ctx, const char *name),
-                                              void *ctx, ckpt_error *err);
+/* BUCKET and KEY of "SCHEME://BUCKET[/KEY]" (pointers into `name`; KEY
+ * "" when absent): a failure naming `name` with `usage` when the bucket is
+ * missing, or the key and `need_key`, or the bucket no plain name. */
+CKPT__HIDDEN ckpt_status ckpt__store_bucket(const char *name, bool need_key, const char *usage, const char **bucket,
+                                            size_t *bucket_len, const char **key, ckpt_error *err);
+
+/* One object store as a kind of source: how it lists a prefix, whether
+ * its names can carry credentials (an Azure SAS: shown redacted,
+ * ckpt__url_redact), and how a name becomes its target — `prepare` names
+ * `shown` in its errors, refuses a name without a key when `need_key`, and
+ * points *key (*key_len bytes) at the object's or the directory's key. */
+typedef struct ckpt__store {
+    ckpt__store_listing listing;
+    bool redact;
+    ckpt_status (*prepare)(const char *name, const char *shown, const ckpt__source_options *o, bool need_key,
+                           ckpt__store_target *t, const char **key, size_t *key_len, ckpt_error *err);
+} ckpt__store;
+
+/* A store kind's open (through http_source.c), stat and list.  Stat: a
+ * directory when the key is empty or ends in '/', else what a HEAD of the
+ * object says, a missing object that prefixes some objects a directory
+ * too, and a name no target is made of "a file", so that opening it says
+ * why.  List: the objects directly in the directory, as the store lists
+ * its prefix. */
+CKPT__HIDDEN ckpt_status ckpt__store_open(const ckpt__store *s, const char *name, const ckpt__source_options *o,
+                                          ckpt__source **out, ckpt_error *err);
+CKPT__HIDDEN ckpt__name_kind ckpt__store_name_kind(const ckpt__store *s, const char *name,
+                                                   const ckpt__source_options *o);
+CKPT__HIDDEN ckpt_status ckpt__store_list(const ckpt__store *s, const char *dir, const ckpt__source_options *o,
+                                          int (*add)(void *ctx, const char *name), void *ctx, ckpt_error *err);
+
+/* Defines the source kind `kind` of a store (a kind's functions take no
+ * context, hence a trio a store): `prepare` as ckpt__store's, `secret`
+ * both its `redact` and the kind's query_is_credentials (a name's query
+ * is credentials: Azure's SAS), and the rest its ckpt__store_listing. */
+#define CKPT__STORE_KIND(kind, label, claims, prepare, secret, ...)                                                  \
+    static const ckpt__store kind##_store = {__VA_ARGS__, secret, prepare};                                           \
+    static ckpt_status kind##_open(const char *name, const ckpt__source_options *o, ckpt__source **out,              \
+                                   ckpt_error *err) {                                                                 \
+        return ckpt__store_open(&kind##_store, name, o, out, err);                                                    \
+    }                                                                                                                 \
+    static ckpt__name_kind kind##_stat(const char *name, const ckpt__source_options *o) {                             \
+        return ckpt__store_name_kind(&kind##_store, name, o);                                                         \
+    }                                                                                                                 \
+    static ckpt_status kind##_list(const char *dir, const ckpt__source_options *o,                                    \
+                                   int (*add)(void *ctx, const char *name), void *ctx, ckpt_error *err) {             \
+        return ckpt__store_list(&kind##_store, dir, o, add, ctx, err);                                                \
+    }                                                                                                                 \
+    const ckpt__source_kind kind = {label, claims, kind##_open, kind##_stat, NULL, kind##_list, secret}
 
 #endif

@@ -15,15 +15,13 @@
  * token), so that a directory of shards opens as one; a name that is no
  * object but a prefix of some is a directory too.  Names shown in errors
  * are the s3:// names.
- * What the stores share (keys in URLs, SigV4 for libcurl) is objstore.c's.
+ * What the stores share (keys in URLs, SigV4 for libcurl, open, stat and
+ * list) is objstore.c's.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "objstore.h"
-
-static const ckpt__store_listing s3_listing = {{"list-type=2", NULL}, "continuation-token",
-                                                "NextContinuationToken", "Key"};
 
 static bool s3_claims(const char *name) { return !strncmp(name, "s3://", 5); }
 
@@ -36,19 +34,16 @@ static bool virtual_host_bucket(const char *b, size_t n) {
 }
 
 /* The target of s3://BUCKET[/KEY]; *key points at KEY in `name`. */
-static ckpt_status s3_prepare(const char *name, bool allow_no_key, ckpt__store_target *t, const char **key_out,
-                              ckpt_error *err) {
+static ckpt_status s3_prepare(const char *name, const char *shown, const ckpt__source_options *o, bool need_key,
+                              ckpt__store_target *t, const char **key, size_t *key_len, ckpt_error *err) {
+    (void)shown, (void)o; /* s3:// names carry no secrets; the keys come from the environment */
     memset(t, 0, sizeof *t);
-    const char *bucket = name + 5, *slash = strchr(bucket, '/');
-    size_t bucket_len = slash ? (size_t)(slash - bucket) : strlen(bucket);
-    const char *key = slash ? slash + 1 : "";
-    *key_out = key;
-    if (!bucket_len || (!*key && !allow_no_key))
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, name, NULL, -1,
-                          "an s3:// name needs a bucket and a key: s3://BUCKET/KEY");
-    if (!ckpt__store_plain_name(bucket, bucket_len))
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, name, NULL, -1, "'%.*s' is not a bucket name",
-                          (int)bucket_len, bucket);
+    const char *bucket;
+    size_t bucket_len;
+    ckpt_status st = ckpt__store_bucket(name, need_key, "an s3:// name needs a bucket and a key: s3://BUCKET/KEY",
+                                        &bucket, &bucket_len, key, err);
+    if (st) return st;
+    *key_len = strlen(*key);
     const char *region = ckpt__env("AWS_REGION");
     if (!region) region = ckpt__env("AWS_DEFAULT_REGION");
     if (!region) region = "us-east-1";
@@ -56,12 +51,7 @@ static ckpt_status s3_prepare(const char *name, bool allow_no_key, ckpt__store_t
     if (!endpoint) endpoint = ckpt__env("AWS_ENDPOINT_URL");
     ckpt__buf b = {0};
     if (endpoint) {
-        size_t n = strlen(endpoint);
-        while (n && endpoint[n - 1] == '/') n--;
-        ckpt__buf_append(&b, endpoint, n);
-        ckpt__buf_puts(&b, "/");
-        ckpt__buf_append(&b, bucket, bucket_len);
-        ckpt__buf_puts(&b, "/");
+        ckpt__store_base(&b, endpoint, bucket, bucket_len);
     } else if (virtual_host_bucket(bucket, bucket_len)) {
         ckpt__buf_puts(&b, "https://");
         ckpt__buf_append(&b, bucket, bucket_len);
@@ -71,12 +61,11 @@ static ckpt_status s3_prepare(const char *name, bool allow_no_key, ckpt__store_t
     } else {
         ckpt__buf_puts(&b, "https://s3.");
         ckpt__buf_puts(&b, region);
-        ckpt__buf_puts(&b, ".amazonaws.com/");
-        ckpt__buf_append(&b, bucket, bucket_len);
-        ckpt__buf_puts(&b, "/");
+        ckpt__buf_puts(&b, ".amazonaws.com");
+        ckpt__store_base(&b, "", bucket, bucket_len);
     }
     t->base = b.data;
-    bool ok = !b.failed && (t->url = ckpt__store_url(t, key, NULL));
+    bool ok = !b.failed && (t->url = ckpt__store_url(t, *key, NULL));
     t->auth.store = "S3";
     const char *id = ckpt__env("AWS_ACCESS_KEY_ID"), *secret = ckpt__env("AWS_SECRET_ACCESS_KEY");
     char scope[128];
@@ -89,36 +78,5 @@ static ckpt_status s3_prepare(const char *name, bool allow_no_key, ckpt__store_t
     return CKPT_OK;
 }
 
-static ckpt_status s3_open(const char *name, const ckpt__source_options *o, ckpt__source **out, ckpt_error *err) {
-    *out = NULL;
-    ckpt__store_target t;
-    const char *key;
-    ckpt_status st = s3_prepare(name, false, &t, &key, err);
-    if (st) return st;
-    st = ckpt__remote_open(name, t.url, &t.auth, o, out, err);
-    ckpt__store_target_free(&t);
-    return st;
-}
-
-static ckpt__name_kind s3_stat(const char *name, const ckpt__source_options *o) {
-    ckpt__store_target t;
-    const char *key;
-    /* A name that is no object's: "a file", so that opening it says why. */
-    if (s3_prepare(name, true, &t, &key, NULL) != CKPT_OK) return CKPT__NAME_FILE;
-    ckpt__name_kind k = ckpt__store_stat(name, &t, &s3_listing, key, strlen(key), o);
-    ckpt__store_target_free(&t);
-    return k;
-}
-
-static ckpt_status s3_list(const char *dir, const ckpt__source_options *o, int (*add)(void *ctx, const char *name),
-                           void *ctx, ckpt_error *err) {
-    ckpt__store_target t;
-    const char *key;
-    ckpt_status st = s3_prepare(dir, true, &t, &key, err);
-    if (st) return st;
-    st = ckpt__store_list_dir(dir, &t, &s3_listing, key, strlen(key), o, add, ctx, err);
-    ckpt__store_target_free(&t);
-    return st;
-}
-
-const ckpt__source_kind ckpt__s3_kind = {"s3", s3_claims, s3_open, s3_stat, NULL, s3_list};
+CKPT__STORE_KIND(ckpt__s3_kind, "s3", s3_claims, s3_prepare, false,
+                 {{"list-type=2", NULL}, "continuation-token", "NextContinuationToken", "Key"});
