@@ -249,29 +249,33 @@ bool ckpt__plan_selects_name(const ckpt_plan *p, const char *name) {
     return kept;
 }
 
-/* A select (`exclude` false: the first one unselects every entry) or an exclude rule. */
-static ckpt_status select_rule(ckpt_plan *p, const char *pattern, bool exclude, ckpt_error *err) {
+ckpt_status ckpt_plan_select(ckpt_plan *p, const char *pattern, ckpt_error *err) {
     if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
-    ckpt_status rst = record_rule(p, pattern, exclude, err);
+    ckpt_status rst = record_rule(p, pattern, false, err);
     if (rst) return rst;
-    if (!exclude && !p->selecting)
+    if (!p->selecting)
         for (size_t i = 0; i < p->entry_count; i++) p->entries[i].selected = false;
-    if (!exclude) p->selecting = true;
+    p->selecting = true;
     rule_begin(p);
     size_t lo, hi;
     candidates(p, pattern, &lo, &hi);
     for (size_t i = lo; i < hi; i++)
-        if (matches(pattern, p->entries[i].pub.source->name)) p->entries[i].selected = !exclude, p->rule_matched++;
+        if (matches(pattern, p->entries[i].pub.source->name)) p->entries[i].selected = true, p->rule_matched++;
     p->selection_dirty = true;
-    return rule_end(p, exclude ? "exclude" : "select", pattern, err);
-}
-
-ckpt_status ckpt_plan_select(ckpt_plan *p, const char *pattern, ckpt_error *err) {
-    return select_rule(p, pattern, false, err);
+    return rule_end(p, "select", pattern, err);
 }
 
 ckpt_status ckpt_plan_exclude(ckpt_plan *p, const char *pattern, ckpt_error *err) {
-    return select_rule(p, pattern, true, err);
+    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    ckpt_status rst = record_rule(p, pattern, true, err);
+    if (rst) return rst;
+    rule_begin(p);
+    size_t lo, hi;
+    candidates(p, pattern, &lo, &hi);
+    for (size_t i = lo; i < hi; i++)
+        if (matches(pattern, p->entries[i].pub.source->name)) p->entries[i].selected = false, p->rule_matched++;
+    p->selection_dirty = true;
+    return rule_end(p, "exclude", pattern, err);
 }
 
 /* ---- renames ---------------------------------------------------------------- */
