@@ -18,8 +18,8 @@
  * Control tokens (and the unknown token) are special added tokens, user-
  * defined ones plain added tokens, in tokenizer.json and again in
  * tokenizer_config.json's added_tokens_decoder (which the script reads
- * back); BOS/EOS added as tokenizer.ggml.add_* says.  The JSON is written as the arrays are walked: no tree of the
- * vocabulary is built.
+ * back); BOS/EOS added as tokenizer.ggml.add_* says.  The JSON is written
+ * as the arrays are walked: no tree of the vocabulary is built.
  *
  * A "llama" vocabulary also gets tokenizer.model, the SentencePiece
  * ModelProto the script read it from (put_sentencepiece): slow tokenizers
