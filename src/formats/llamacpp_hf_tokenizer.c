@@ -16,9 +16,10 @@
  *            the prefix and spaces as a normalizer, as its tokenizer.json)
  *
  * Control tokens (and the unknown token) are special added tokens, user-
- * defined ones plain added tokens; BOS/EOS added as tokenizer.ggml.add_*
- * says.  The JSON is written as the arrays are walked: no tree of the
- * vocabulary is built.
+ * defined ones plain added tokens, in tokenizer.json and again in
+ * tokenizer_config.json's added_tokens_decoder (which the script reads
+ * back); BOS/EOS added as tokenizer.ggml.add_* says.  The JSON is written
+ * as the arrays are walked: no tree of the vocabulary is built.
  *
  * A "llama" vocabulary also gets tokenizer.model, the SentencePiece
  * ModelProto the script read it from (put_sentencepiece): slow tokenizers
@@ -384,21 +385,49 @@ static bool is_added(const tok *t, uint64_t i, bool *special) {
     return type == TOK_USER_DEFINED && (t->spm || byte_spelled(t->text[i]));
 }
 
-static void put_added_tokens(const tok *t, ckpt__buf *b) {
+/*
+ * The added tokens, written twice: tokenizer.json's added_tokens (a list,
+ * each entry's keys in the tokenizers library's order) and
+ * tokenizer_config.json's added_tokens_decoder (`decoder`: a map by id,
+ * as transformers' save_pretrained writes it — json.dumps(indent=2,
+ * sort_keys=True): ids in order, each entry's keys sorted).  The GGUF
+ * keeps no lstrip, rstrip or normalized: all false.  convert_hf_to_gguf.py
+ * reads a SentencePiece vocabulary's added tokens from the map alone (not
+ * tokenizer.json): each listed token it types control where "special" (or
+ * where it looks special, <|...|>), user-defined otherwise, and scores
+ * -1000, over what tokenizer.model says; without it the way back to GGUF
+ * gave <unk>, <s>, </s> SentencePiece's types and scores instead of the
+ * ones the script gave them the first time.  The map leaves the unknown
+ * token out unless typed control: listed, the script would make an UNKNOWN
+ * one control (tokenizer.json still lists it, so transformers matches it
+ * whole).
+ */
+static void put_added(const tok *t, ckpt__buf *b, bool decoder) {
     bool any = false, special;
-    ckpt__buf_puts(b, "[");
+    ckpt__buf_puts(b, decoder ? "{" : "[");
     for (uint64_t i = 0; i < t->count; i++) {
-        if (!is_added(t, i, &special)) continue;
-        ckpt__buf_puts(b, any ? ",\n    {\"id\": " : "\n    {\"id\": ");
-        ckpt__buf_u64(b, t->last[i]);
-        ckpt__buf_puts(b, ", \"content\": ");
+        if (!is_added(t, i, &special) || (decoder && type_of(t, i) == TOK_UNKNOWN)) continue;
+        ckpt__buf_puts(b, any ? ",\n    " : "\n    ");
+        if (decoder) {
+            char id[24];
+            snprintf(id, sizeof id, "%u", t->last[i]);
+            ckpt__buf_json_string(b, id);
+            ckpt__buf_puts(b, ": {\n      \"content\": ");
+        } else {
+            ckpt__buf_puts(b, "{\"id\": ");
+            ckpt__buf_u64(b, t->last[i]);
+            ckpt__buf_puts(b, ", \"content\": ");
+        }
         put_vocab_key(t, b, t->text[i]);
-        ckpt__buf_puts(b, ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
-                          "\"special\": ");
-        ckpt__buf_puts(b, special ? "true}" : "false}");
+        ckpt__buf_puts(b, decoder ? ",\n      \"lstrip\": false,\n      \"normalized\": false,\n      \"rstrip\": false,\n"
+                                    "      \"single_word\": false,\n      \"special\": "
+                                  : ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
+                                    "\"special\": ");
+        ckpt__buf_puts(b, special ? "true" : "false");
+        ckpt__buf_puts(b, decoder ? "\n    }" : "}");
         any = true;
     }
-    ckpt__buf_puts(b, any ? "\n  ]" : "]");
+    ckpt__buf_puts(b, decoder ? (any ? "\n  }" : "}") : (any ? "\n  ]" : "]"));
 }
 
 static void put_special(const tok *t, ckpt__buf *b, int64_t id, unsigned type_id) {
@@ -497,6 +526,8 @@ static void put_config(const tok *t, ckpt__buf *b) {
     ckpt__buf_puts(b, t->add_bos ? "true" : "false");
     ckpt__buf_puts(b, ",\n  \"add_eos_token\": ");
     ckpt__buf_puts(b, t->add_eos ? "true" : "false");
+    ckpt__buf_puts(b, ",\n  \"added_tokens_decoder\": ");
+    put_added(t, b, true);
     static const char *const names[] = {"bos_token", "eos_token", "unk_token", "pad_token"};
     const int64_t ids[] = {t->bos, t->eos, t->unk, t->pad};
     for (int k = 0; k < 4; k++) { /* null where the file names none: no class default stands in */
@@ -691,7 +722,7 @@ ckpt_status ckpt__lc_hf_tokenizer(ckpt_plan *plan, const char *architecture, ckp
     if (st == CKPT_OK) st = read_vocab(&t);
     if (st == CKPT_OK) {
         ckpt__buf_puts(&json, "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": ");
-        put_added_tokens(&t, &json);
+        put_added(&t, &json, false);
         put_pipeline(&t, &json);
         st = put_model(&t, &json);
         put_config(&t, &config);

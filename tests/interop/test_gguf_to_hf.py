@@ -756,3 +756,75 @@ def test_rope_freqs_of_no_llama3_parameters_are_refused(llama31, change, tmp_pat
     src = rewritten(gguf, tmp_path / "m.gguf", drop=tokenizer_keys,
                     tensors={"rope_freqs.weight": f[:-1] if change == "shape" else f})
     refused(src, tmp_path, "rope_freqs.weight", "no llama3 RoPE parameters" if change != "shape" else "float32 factors")
+
+
+# ---- GGUF → HF → GGUF: the tokenizer's types ------------------------------------
+
+def tokenizer_arrays(gguf):
+    """A GGUF's vocabulary (gguf-py): tokens, scores (None where absent) and token types."""
+    fields = gguf_reader(gguf).fields
+    scores = fields.get("tokenizer.ggml.scores")
+    return (list(fields["tokenizer.ggml.tokens"].contents()), scores and list(scores.contents()),
+            list(fields["tokenizer.ggml.token_type"].contents()))
+
+
+# A token of each vocabulary made user-defined ("hello": no U+2581 for the
+# script to respell, nothing <|...|> it would type control), as the script
+# types tokenizer_config.json's added tokens that are not special.
+USER_DEFINED = {"llama3": 15339, "llama2": 12199}
+# Texts of special tokens; Phi-3's with no text after them: its
+# tokenizer.json strips the whitespace there (rstrip), which the GGUF does
+# not record, and puts no prefix space on a word after one.
+ROUND_TRIP_TEXTS = {"gemma2": "<bos><start_of_turn>user\nhi<end_of_turn>\n<mask><pad><eos>",
+                    "phi3": "hi<|end|><|assistant|><|endoftext|>"}
+
+
+@pytest.mark.parametrize("family", ["llama3", "llama2", "phi3", "gemma2", "llama3+user", "llama2+user"])
+def test_the_scripts_gguf_of_ckpts_directory_has_the_original_vocabulary(models, request, family, tmp_path):
+    """The script's GGUF → ckpt's directory → the script's GGUF again: the
+    same tokens, scores and token types (control and user-defined tokens
+    as the script typed them the first time: it reads a SentencePiece
+    vocabulary's back from tokenizer_config.json's added_tokens_decoder
+    alone, which ckpt writes as transformers' save_pretrained does;
+    without it <unk>, <s>, </s> came back SentencePiece's unknown and
+    control pieces of score 0, a user-defined piece a normal one), and
+    AutoTokenizer on ckpt's directory gives the original's ids on a text
+    of special tokens, a user-defined token matched whole."""
+    base, user = family.split("+")[0], "+user" in family
+    if base == "gemma2":
+        model = request.getfixturevalue("gemma")[base][0]
+        gguf = reference(model, "f32")
+    else:
+        model, gguf = models[base][0], models[base][1]["f32"]
+    if user:  # typed and scored as the script types a non-special added token
+        tokens, scores, types = tokenizer_arrays(gguf)
+        types[USER_DEFINED[base]] = 4
+        change = {"tokenizer.ggml.token_type": types}
+        if scores:
+            scores[USER_DEFINED[base]] = -1000.0
+            change["tokenizer.ggml.scores"] = scores
+        gguf = rewritten(gguf, tmp_path / "user.gguf", change=change)
+    hf = to_hf(gguf, tmp_path / f"tiny-{base}{'-user' if user else ''}-back", "--dtype", "f32")
+    again = reference(hf, "f32")
+    first, second = tokenizer_arrays(gguf), tokenizer_arrays(again)
+    assert second[0] == first[0]
+    assert second[2] == first[2]
+    assert second[1] == first[1]
+    text = ROUND_TRIP_TEXTS.get(base, SPECIAL_TEXTS.get(base))
+    ours, original = auto_tokenizer(hf), auto_tokenizer(model)
+    assert ids(ours, [text, "plain " + text]) == ids(original, [text, "plain " + text])
+    if user:
+        assert USER_DEFINED[base] in ids(ours, ["sayhellothere"])[0]
+    # the map as save_pretrained writes it: the original's added tokens, special
+    # where the GGUF types them control (the script's Phi-3 types </s>, not
+    # special in the original, control); the GGUF keeps no lstrip, rstrip or
+    # normalized (Phi-3's rstrip is not back): every flag false
+    decoder = json.loads((hf / "tokenizer_config.json").read_text())["added_tokens_decoder"]
+    want = {i: a.content for i, a in original.added_tokens_decoder.items()}
+    if user:
+        want[USER_DEFINED[base]] = "hello"
+    assert {int(i): e["content"] for i, e in decoder.items()} == want
+    assert {int(i): e["special"] for i, e in decoder.items()} == {i: first[2][i] == 3 for i in want}
+    assert all(list(e) == ["content", "lstrip", "normalized", "rstrip", "single_word", "special"] and
+               not (e["lstrip"] or e["rstrip"] or e["normalized"] or e["single_word"]) for e in decoder.values())
+    assert list(decoder) == sorted(decoder, key=int)

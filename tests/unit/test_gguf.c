@@ -498,6 +498,13 @@ static void test_gguf_hf_tokenizer(void **state) {
     assert_null(strstr(json, "\"id\": 5, \"content\"")); /* [PAD5]: unused, no added token */
     assert_non_null(strstr(config, "\"bos_token\": \"<|begin|>\""));
     assert_non_null(strstr(config, "\"chat_template\": \"{{ x }}\""));
+    /* the control tokens again in added_tokens_decoder, as save_pretrained writes it
+     * (convert_hf_to_gguf.py's SentencePiece path reads it alone); [PAD5] not there */
+    static const char decoder[] = "\"added_tokens_decoder\": {\n    \"6\": {\n      \"content\": \"<|begin|>\",\n"
+                                  "      \"lstrip\": false,\n      \"normalized\": false,\n      \"rstrip\": false,\n"
+                                  "      \"single_word\": false,\n      \"special\": true\n    },\n    \"7\": {";
+    if (!strstr(config, decoder)) fail_msg("%s not in %s", decoder, config);
+    assert_null(strstr(config, "[PAD5]"));
     free(json);
     free(config);
     ckpt_plan_free(p);
