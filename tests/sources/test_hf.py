@@ -395,3 +395,47 @@ def test_a_connection_that_keeps_dropping_mid_file_fails_and_commits_nothing(hub
     assert not [b for b in blobs if len(b) == 64], blobs  # no LFS blob under its name
     snap = repo_dir(env) / "snapshots" / sha
     assert not [p for p in snap.iterdir() if p.name.endswith(".safetensors")] if snap.exists() else True
+
+
+AGAIN = """
+import sys, ckpt
+from ckpt import _api
+ck = ckpt.open(sys.argv[1], framework="pt")
+names = list(ck.keys())
+def run(cancel):
+    plan = _api._build_plan(ck._catalog, ck._catalog.tensors())
+    plan.load(threads=1, views=0, item_done=(lambda i: True) if cancel else None, check_crc=True)
+try:
+    run(sys.argv[2] == "cancel")
+    print("first ok", flush=True)
+except Exception as e:
+    print("first failed:", e, flush=True)
+sys.stdin.readline()
+print(names[-1], float(ck[names[-1]].double().sum()), flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["cancel", "cut"])
+def test_a_failed_load_leaves_the_open_checkpoint_readable(hub, env, model, tmp_path, how):
+    """A load that fails while the file downloads (cancelled, as Ctrl-C
+    does, or the connection dropping for good) stops its download; the
+    checkpoint stays open, and a later read of it resumes the download and
+    gets its bytes, not the failed run's error again."""
+    files, _ = model
+    name = "model-00001-of-00004.safetensors"
+    import safetensors.torch as st
+    want = st.load(files[name])
+    hub.throttle = (64 << 10, 0.01)  # still downloading when the first tensor is in
+    if how == "cut":
+        hub.cut_at = 2_000_000
+    p = subprocess.Popen([sys.executable, "-c", AGAIN, f"hf://org/model/{name}", how], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    first = p.stdout.readline()
+    assert first.startswith("first failed"), (first, p.stderr.read() if p.poll() is not None else "")
+    hub.cut_at, hub.throttle = None, None
+    out, errs = p.communicate("\n", timeout=120)
+    assert p.returncode == 0, errs
+    tensor, total = out.split()
+    assert float(total) == float(want[tensor].double().sum()), out
+    digest = hashlib.sha256(files[name]).hexdigest()
+    assert (repo_dir(env) / "blobs" / digest).read_bytes() == files[name]
