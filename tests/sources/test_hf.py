@@ -439,3 +439,34 @@ def test_a_failed_load_leaves_the_open_checkpoint_readable(hub, env, model, tmp_
     assert float(total) == float(want[tensor].double().sum()), out
     digest = hashlib.sha256(files[name]).hexdigest()
     assert (repo_dir(env) / "blobs" / digest).read_bytes() == files[name]
+
+
+
+SLOW_READER = """
+import sys, time, torch, ckpt, safetensors
+with safetensors.safe_open(sys.argv[2], 'pt') as f:
+    target = {k: torch.empty_like(f.get_tensor(k)) for k in f.keys()}
+ckpt.load_into(target, sys.argv[1], threads=1, on_loaded=lambda n, t: time.sleep(0.25), min_speed=8_000_000,
+               min_speed_time=1, retries=1)
+print(sum(float(v.double().sum()) for v in target.values()))
+"""
+
+
+def test_a_download_paced_by_a_slow_load_is_not_slower_than_the_minimum_speed(hub, env, tmp_path):
+    """The download waits for the load's reads (pacing, hf_stream.c): the
+    time it is held by a load slower than the network is not the server's,
+    so a minimum speed the server keeps is never missed because of it (no
+    attempt cut as too slow, no second request), nor at the file's end,
+    where a retry would ask for the empty range past it."""
+    import safetensors.torch as st
+    g = torch.Generator().manual_seed(2)
+    data = st.save({f"t{i:02}": torch.randn(512, 512, generator=g) for i in range(32)})  # 32 MiB: past socket buffers
+    hub.add("org/big", {"big.safetensors": data})
+    shard = tmp_path / "big.safetensors"
+    shard.write_bytes(data)
+    r = subprocess.run([sys.executable, "-c", SLOW_READER, "hf://org/big/big.safetensors", str(shard)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    digest = hashlib.sha256(data).hexdigest()
+    whole = [q for q in hub.requests if q[1] == f"/cdn/{digest}" and not (q[2] or "").endswith("-16383")]
+    assert len(whole) == 1, hub.requests
