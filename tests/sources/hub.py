@@ -19,7 +19,10 @@ Hub's X-Error-Code / X-Error-Message headers.  Branches move with
 set_branch().  Faults: `corrupt` (the CDN serves other bytes than the SHA-256
 it states), `drop_after`/`drop_times` (the CDN cuts a body after that many
 bytes), `cut_at` (the CDN ends every body at that byte of the file: a
-connection that always drops there).  `throttle` = (bytes, seconds): the CDN
+connection that always drops there), `flip_once` (the next CDN body that
+holds that byte of the file has it flipped: a copy that goes wrong once),
+`whole_on_resume` (the CDN answers a range that does not start at byte 0
+with the whole file, HTTP 200, as a server without ranges does).  `throttle` = (bytes, seconds): the CDN
 writes bodies in runs of that many bytes, pausing after each; `.finished`
 holds, per CDN path, the time.monotonic() at which the file's last byte was
 written.  `.requests` logs (method, path, Range, status, bytes sent, Authorization)."""
@@ -92,6 +95,8 @@ class HubServer:
         self.drop_after = None
         self.drop_times = 0
         self.cut_at = None
+        self.flip_once = None
+        self.whole_on_resume = False
         self.throttle = None
         self.finished = {}
         Handler = handler(self._handle)
@@ -269,7 +274,8 @@ class HubServer:
     def _ranged(self, h, head, data, etag, headers):
         rng, if_range = h.headers.get("Range"), h.headers.get("If-Range")
         start, end, status = 0, len(data), 200
-        if rng and (if_range is None or if_range == etag):
+        resumed = bool(rng) and not rng.startswith("bytes=0-")
+        if rng and (if_range is None or if_range == etag) and not (resumed and self.whole_on_resume and not headers):
             a, _, z = rng.split("=", 1)[1].partition("-")
             start = int(a)
             end = min(int(z) + 1, len(data)) if z else len(data)
@@ -292,6 +298,11 @@ class HubServer:
             h.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
         h.send_header("Content-Length", str(end - start))
         body = b"" if head else data[start:end]
+        with self.lock:
+            if not head and not headers and self.flip_once is not None and start <= self.flip_once < end:
+                at = self.flip_once - start
+                body = body[:at] + bytes([body[at] ^ 0xFF]) + body[at + 1:]
+                self.flip_once = None
         if drop is not None:
             body = body[:drop]
         self._record(h, head, status, len(body))  # before the client can hear the answer

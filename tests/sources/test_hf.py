@@ -470,3 +470,25 @@ def test_a_download_paced_by_a_slow_load_is_not_slower_than_the_minimum_speed(hu
     digest = hashlib.sha256(data).hexdigest()
     whole = [q for q in hub.requests if q[1] == f"/cdn/{digest}" and not (q[2] or "").endswith("-16383")]
     assert len(whole) == 1, hub.requests
+
+
+def test_bytes_read_before_the_server_starts_over_are_not_trusted(hub, env, model, tmp_path):
+    """A download whose retry the server answers from byte 0 (HTTP 200)
+    starts over, and its SHA-256 then covers only the bytes sent again:
+    bytes the load already took from the first answer were never checked
+    (here one of them was flipped).  The load must not succeed on them;
+    the checked copy is in the cache, and the next load gets it right."""
+    files, sd = model
+    name = "model-00001-of-00004.safetensors"
+    hub.flip_once = 500_000  # in the first tensor, which is read before the cut
+    hub.drop_after, hub.drop_times = 2_000_000, 1
+    hub.whole_on_resume = True
+    r, got = load(env, tmp_path, f"hf://org/model/{name}")
+    want = {k: v for k, v in sd.items() if k in (got or {})}
+    assert r.returncode != 0 or same_dict(got, want), "the load succeeded on bytes no SHA-256 checked"
+    assert r.returncode != 0 and "SHA-256" in r.stderr, r.stderr
+    digest = hashlib.sha256(files[name]).hexdigest()
+    assert (repo_dir(env) / "blobs" / digest).read_bytes() == files[name]
+    r, got = load(env, tmp_path, f"hf://org/model/{name}")
+    assert r.returncode == 0, r.stderr
+    assert same_dict(got, {k: v for k, v in sd.items() if k in got}) and len(got) > 3
