@@ -382,6 +382,14 @@ static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_of
         set_verdict(x, V_CANCELLED, "the download progress callback asked to stop");
         return 1;
     }
+    /* The sink asked whether it still wants the bytes (no bytes: n = 0),
+     * so that one stopped meanwhile (the Hub stream of a load that failed
+     * or was cancelled) ends the transfer now, not only when the server
+     * next sends, which a stalled one may not do for a read timeout. */
+    if (x->mode == X_WHOLE && !x->sink(x->sink_ctx, "", 0, x->pos)) {
+        set_verdict(x, V_CANCELLED, "the download was stopped (%s)", strerror(errno));
+        return 1;
+    }
     /* Every byte asked for is in: there is nothing left to be slow about
      * (a retry would ask for the empty range past the end). */
     if (!r->min_speed || !x->window_armed || x->pos >= x->end) return 0;

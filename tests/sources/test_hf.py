@@ -492,3 +492,33 @@ def test_bytes_read_before_the_server_starts_over_are_not_trusted(hub, env, mode
     r, got = load(env, tmp_path, f"hf://org/model/{name}")
     assert r.returncode == 0, r.stderr
     assert same_dict(got, {k: v for k, v in sd.items() if k in got}) and len(got) > 3
+
+
+CANCEL_FIRST = """
+import sys, time, ckpt
+start = time.monotonic()
+try:
+    from ckpt import _api
+    ck = ckpt.open(sys.argv[1], framework="pt")
+    plan = _api._build_plan(ck._catalog, ck._catalog.tensors())
+    plan.load(threads=1, views=0, item_done=lambda i: True, check_crc=True)
+except Exception as e:
+    print(time.monotonic() - start, type(e).__name__)
+"""
+
+
+def test_a_cancelled_load_stops_a_stalled_download_at_once(hub, env, model, tmp_path):
+    """A load cancelled (Ctrl-C) while the server stalls mid-file returns
+    at once: the download it stops is not waited for until the server
+    sends again (or the read timeout, a minute, passes)."""
+    files, _ = model
+    name = "model-00001-of-00004.safetensors"
+    data = files[name]
+    header = json.loads(data[8:8 + int.from_bytes(data[:8], "little")])
+    first = min(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+    hub.throttle = (8 + int.from_bytes(data[:8], "little") + first, 30)  # the first tensor, then 30 s of nothing
+    r = subprocess.run([sys.executable, "-c", CANCEL_FIRST, f"hf://org/model/{name}"], capture_output=True,
+                       text=True, env=env, timeout=120)
+    took, kind = r.stdout.split()
+    assert kind == "CancelledError", r.stdout + r.stderr
+    assert float(took) < 10, took
