@@ -385,8 +385,10 @@ static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_of
     /* The sink asked whether it still wants the bytes (no bytes: n = 0),
      * so that one stopped meanwhile (the Hub stream of a load that failed
      * or was cancelled) ends the transfer now, not only when the server
-     * next sends, which a stalled one may not do for a read timeout. */
-    if (x->mode == X_WHOLE && !x->sink(x->sink_ctx, "", 0, x->pos)) {
+     * next sends, which a stalled one may not do for a read timeout.  Not
+     * once every byte is in: that download ends now anyway, with its
+     * verdict (a stopped one would keep a partial blob of a whole file). */
+    if (x->mode == X_WHOLE && x->pos < x->end && !x->sink(x->sink_ctx, "", 0, x->pos)) {
         set_verdict(x, V_CANCELLED, "the download was stopped (%s)", strerror(errno));
         return 1;
     }

@@ -20,7 +20,8 @@ set_branch().  Faults: `corrupt` (the CDN serves other bytes than the SHA-256
 it states), `drop_after`/`drop_times` (the CDN cuts a body after that many
 bytes), `cut_at` (the CDN ends every body at that byte of the file: a
 connection that always drops there), `flip_once` (the next CDN body that
-holds that byte of the file has it flipped: a copy that goes wrong once),
+holds that byte of the file has it XORed with `flip_mask`, 0xFF unless
+set: a copy that goes wrong once),
 `whole_on_resume` (the CDN answers a range that does not start at byte 0
 with the whole file, HTTP 200, as a server without ranges does).  `throttle` = (bytes, seconds): the CDN
 writes bodies in runs of that many bytes, pausing after each; `.finished`
@@ -96,6 +97,7 @@ class HubServer:
         self.drop_times = 0
         self.cut_at = None
         self.flip_once = None
+        self.flip_mask = 0xFF
         self.whole_on_resume = False
         self.throttle = None
         self.finished = {}
@@ -301,7 +303,7 @@ class HubServer:
         with self.lock:
             if not head and not headers and self.flip_once is not None and start <= self.flip_once < end:
                 at = self.flip_once - start
-                body = body[:at] + bytes([body[at] ^ 0xFF]) + body[at + 1:]
+                body = body[:at] + bytes([body[at] ^ self.flip_mask]) + body[at + 1:]
                 self.flip_once = None
         if drop is not None:
             body = body[:drop]
