@@ -52,7 +52,9 @@ typedef struct ckpt__hf_tee {
     void (*begin)(void *ctx, int fd, uint64_t from);
     /* Bytes [offset, offset + n) of the file, written and hashed; offset
      * goes back to 0 when the server sends the file again from its start
-     * (first told with n = 0, before the partial blob is cut back).
+     * (first told with n = 0, before the partial blob is cut back); also
+     * told n = 0 at the current offset while nothing comes, so that a
+     * stop is heard then too.
      * False (errno set) stops the download: the fill fails, the partial
      * blob kept for a later resume. */
     bool (*bytes)(void *ctx, const void *data, size_t n, uint64_t offset);

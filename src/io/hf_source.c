@@ -539,6 +539,12 @@ static ckpt_status folder_walk(const char *name, const hf_name *n, const ckpt__s
 typedef struct hf_remote {
     ckpt__source *remote, *local;
     ckpt__hf_stream *stream; /* started by the first read of data; kept until the close */
+    /* Streams of runs that failed, stopped: the next read starts another
+     * (resuming the partial blob) rather than failing on the old one's
+     * error for as long as the file is open.  A reader of the failed run
+     * may still hold one, so each lives until the close. */
+    ckpt__hf_stream **retired;
+    size_t retired_count, retired_cap;
     pthread_mutex_t lock;
     char *cache, *repo, *commit, *path, *ref;
     char sha256[65];
@@ -549,6 +555,8 @@ typedef struct hf_remote {
 static void hf_remote_free(hf_remote *h) {
     if (!h) return;
     ckpt__hf_stream_free(h->stream); /* before the remote file its download reads */
+    for (size_t i = 0; i < h->retired_count; i++) ckpt__hf_stream_free(h->retired[i]);
+    free(h->retired);
     ckpt__source_close(h->remote);
     ckpt__source_close(h->local);
     pthread_mutex_destroy(&h->lock);
@@ -640,9 +648,27 @@ static ckpt_status hf_read_many(void *user, void *file, ckpt_source_request *req
     return read_data(src, src->impl, reqs, n, err);
 }
 
+/* A stream that ended without a blob (stopped, or failed) out of the
+ * way of the next read, which then starts another; kept until the close
+ * (a reader of the failed run may hold it).  Out of memory, it stays,
+ * and later reads fail with its error as before. */
+static void retire(hf_remote *h, ckpt__hf_stream *stream) {
+    pthread_mutex_lock(&h->lock);
+    if (h->stream == stream) { /* not retired already by a concurrent settle */
+        ckpt__hf_stream **grown = ckpt__grow(h->retired, h->retired_count, &h->retired_cap, sizeof *grown, 4);
+        if (grown) {
+            h->retired = grown;
+            h->retired[h->retired_count++] = stream;
+            __atomic_store_n(&h->stream, NULL, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&h->lock);
+}
+
 /* The verdict on the bytes served: the download's end (its SHA-256
  * checked, the blob committed), which later reads then read; with `stop`
- * (the load failed), the download stopped instead. */
+ * (the load failed), the download stopped instead.  Either way, a stream
+ * that gave no blob is retired: a later read downloads again. */
 static ckpt_status hf_settle(ckpt__source *src, bool stop, ckpt_error *err) {
     hf_remote *h = src->impl;
     pthread_mutex_lock(&h->lock);
@@ -651,11 +677,15 @@ static ckpt_status hf_settle(ckpt__source *src, bool stop, ckpt_error *err) {
     if (!stream) return CKPT_OK;
     if (stop) {
         ckpt__hf_stream_stop(stream);
+        retire(h, stream);
         return CKPT_OK;
     }
     int fd;
     ckpt_status st = ckpt__hf_stream_wait(stream, &fd, err);
-    if (st) return st;
+    if (st) {
+        retire(h, stream);
+        return st;
+    }
     pthread_mutex_lock(&h->lock);
     if (h->local) close(fd);
     else st = adopt_blob(src, h, fd, err);

@@ -65,6 +65,11 @@ struct ckpt__hf_stream {
     const unsigned char *held; /* while the download waits for a read to ask: its last run, */
     uint64_t held_off;         /* bytes [held_off, arrived) */
     bool free_run;             /* no more pacing: the outcome was asked for, or no read came in time */
+    /* A read returned bytes of the download under way; and then the
+     * download started over from byte 0 (a server that answers a resume
+     * whole): the SHA-256 covers only the bytes sent again, so what those
+     * reads got was never checked, and the verdict fails. */
+    bool served, unchecked;
     ckpt__pool_thread *thread; /* the download's, until joined */
     bool stop, ended;
     ckpt_status status;   /* the download's, once ended */
@@ -126,6 +131,7 @@ static bool on_bytes(void *ctx, const void *data, size_t n, uint64_t offset) {
         return false;
     }
     if (offset != s->arrived) { /* sent again from byte 0: every waiting read starts again */
+        if (s->served) s->unchecked = true;
         s->round++;
         woke = true;
     }
@@ -149,6 +155,14 @@ static void pump(void *arg) {
     int fd = -1;
     ckpt_status st = ckpt__hf_cache_fill(&s->entry, s->remote, s->sha256[0] ? s->sha256 : NULL, &tee, &fd, &err);
     pthread_mutex_lock(&s->lock);
+    if (st == CKPT_OK && s->unchecked) { /* the blob is right (and kept); what the reads got may not be */
+        close(fd);
+        fd = -1;
+        st = ckpt__fail(&err, CKPT__D(CHECKSUM), s->entry.shown, NULL, -1,
+                        "the server sent the file again from its first byte after bytes of its first answer "
+                        "had been read: those bytes are not the ones whose SHA-256 was checked (the checked "
+                        "copy is now in the Hub's cache: read it again)");
+    }
     s->status = st;
     s->err = err;
     s->blob = fd;
@@ -367,6 +381,7 @@ ckpt_status ckpt__hf_stream_read(ckpt__hf_stream *s, ckpt_source_request *reqs, 
             break;
         }
         st = read_round(s, reqs, n, ws, &again, err);
+        if (st == CKPT_OK && !again) s->served = true;
         if (st || !again) {
             pthread_mutex_unlock(&s->lock);
             break;

@@ -142,7 +142,9 @@ CKPT__HIDDEN ckpt__name_kind ckpt__remote_stat(const char *url, const ckpt__remo
                                                const ckpt__source_options *o);
 
 /* Receives a whole download's bytes in order (offset 0 again when the
- * server restarts it); false stops it (errno says why). */
+ * server restarts it); false stops it (errno says why).  Also called with
+ * n = 0 at the current offset, about once a second while nothing comes:
+ * false then stops it too (a caller that no longer wants it). */
 typedef bool (*ckpt__remote_sink)(void *ctx, const void *data, size_t n, uint64_t offset);
 
 /* Downloads a remote file (of ckpt__remote_open) from byte `from` to its

@@ -382,7 +382,19 @@ static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_of
         set_verdict(x, V_CANCELLED, "the download progress callback asked to stop");
         return 1;
     }
-    if (!r->min_speed || !x->window_armed) return 0;
+    /* The sink asked whether it still wants the bytes (no bytes: n = 0),
+     * so that one stopped meanwhile (the Hub stream of a load that failed
+     * or was cancelled) ends the transfer now, not only when the server
+     * next sends, which a stalled one may not do for a read timeout.  Not
+     * once every byte is in: that download ends now anyway, with its
+     * verdict (a stopped one would keep a partial blob of a whole file). */
+    if (x->mode == X_WHOLE && x->pos < x->end && !x->sink(x->sink_ctx, "", 0, x->pos)) {
+        set_verdict(x, V_CANCELLED, "the download was stopped (%s)", strerror(errno));
+        return 1;
+    }
+    /* Every byte asked for is in: there is nothing left to be slow about
+     * (a retry would ask for the empty range past the end). */
+    if (!r->min_speed || !x->window_armed || x->pos >= x->end) return 0;
     int64_t now = now_ms(), elapsed = now - x->window_at;
     if (elapsed < r->min_speed_ms) return 0;
     uint64_t got = x->pos - x->window_pos, need = r->min_speed * (uint64_t)elapsed / 1000;
@@ -591,7 +603,16 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user) {
         return n;
     }
     if (x->mode == X_WHOLE) {
-        if (!x->sink(x->sink_ctx, data, n, x->pos)) {
+        /* The time the sink takes is ours, not the server's: a sink that
+         * waits (the Hub's stream holding the download until a read asks,
+         * hf_stream.c, or a slow disk) does not count against the minimum
+         * speed, which is the server's to keep. */
+        int64_t before = now_ms();
+        bool taken = x->sink(x->sink_ctx, data, n, x->pos);
+        int64_t spent = now_ms() - before;
+        x->window_at += spent;
+        x->attempt_at += spent;
+        if (!taken) {
             x->write_errno = errno;
             set_verdict(x, V_CACHE_WRITE, "cannot write the download into the cache directory: %s", strerror(errno));
             return 0;

@@ -74,7 +74,9 @@ struct ckpt__source {
  * trusted.  The engine asks it of every file at the end of a run, and the
  * catalog at the end of an open, so that neither succeeds on bytes that
  * fail a check; a run that failed stops such work instead (`stop`: the
- * source then fails every read), so that none goes on after the call.
+ * reads of that run still under way fail), so that none goes on after
+ * the call; a later read starts it again (hf_source.c resumes the
+ * download), so that one failed run does not fail the open file for good.
  * Accepts NULL. */
 static inline ckpt_status ckpt__source_settle(ckpt__source *src, bool stop, ckpt_error *err) {
     return src && src->settle ? src->settle(src, stop, err) : CKPT_OK;

@@ -19,7 +19,11 @@ Hub's X-Error-Code / X-Error-Message headers.  Branches move with
 set_branch().  Faults: `corrupt` (the CDN serves other bytes than the SHA-256
 it states), `drop_after`/`drop_times` (the CDN cuts a body after that many
 bytes), `cut_at` (the CDN ends every body at that byte of the file: a
-connection that always drops there).  `throttle` = (bytes, seconds): the CDN
+connection that always drops there), `flip_once` (the next CDN body that
+holds that byte of the file has it XORed with `flip_mask`, 0xFF unless
+set: a copy that goes wrong once),
+`whole_on_resume` (the CDN answers a range that does not start at byte 0
+with the whole file, HTTP 200, as a server without ranges does).  `throttle` = (bytes, seconds): the CDN
 writes bodies in runs of that many bytes, pausing after each; `.finished`
 holds, per CDN path, the time.monotonic() at which the file's last byte was
 written.  `.requests` logs (method, path, Range, status, bytes sent, Authorization);
@@ -124,6 +128,9 @@ class HubServer:
         self.drop_after = None
         self.drop_times = 0
         self.cut_at = None
+        self.flip_once = None
+        self.flip_mask = 0xFF
+        self.whole_on_resume = False
         self.throttle = None
         self.finished = {}
         self.written = 0
@@ -309,7 +316,8 @@ class HubServer:
         rng, if_range = h.headers.get("Range"), h.headers.get("If-Range")
         size = size_of(data)
         start, end, status = 0, size, 200
-        if rng and (if_range is None or if_range == etag):
+        resumed = bool(rng) and not rng.startswith("bytes=0-")
+        if rng and (if_range is None or if_range == etag) and not (resumed and self.whole_on_resume and not headers):
             a, _, z = rng.split("=", 1)[1].partition("-")
             start = int(a)
             end = min(int(z) + 1, size) if z else size
@@ -332,6 +340,12 @@ class HubServer:
             h.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         h.send_header("Content-Length", str(end - start))
         count = 0 if head else end - start
+        with self.lock:
+            if not head and not headers and self.flip_once is not None and start <= self.flip_once < end:
+                assert not isinstance(data, OnDisk), "flip_once: only for files held in memory"
+                at = self.flip_once
+                data = data[:at] + bytes([data[at] ^ self.flip_mask]) + data[at + 1:]
+                self.flip_once = None
         if drop is not None:
             count = min(count, drop)
         self._record(h, head, status, count)  # before the client can hear the answer

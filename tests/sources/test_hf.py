@@ -395,3 +395,130 @@ def test_a_connection_that_keeps_dropping_mid_file_fails_and_commits_nothing(hub
     assert not [b for b in blobs if len(b) == 64], blobs  # no LFS blob under its name
     snap = repo_dir(env) / "snapshots" / sha
     assert not [p for p in snap.iterdir() if p.name.endswith(".safetensors")] if snap.exists() else True
+
+
+AGAIN = """
+import sys, ckpt
+from ckpt import _api
+ck = ckpt.open(sys.argv[1], framework="pt")
+names = list(ck.keys())
+def run(cancel):
+    plan = _api._build_plan(ck._catalog, ck._catalog.tensors())
+    plan.load(threads=1, views=0, item_done=(lambda i: True) if cancel else None, check_crc=True)
+try:
+    run(sys.argv[2] == "cancel")
+    print("first ok", flush=True)
+except Exception as e:
+    print("first failed:", e, flush=True)
+sys.stdin.readline()
+print(names[-1], float(ck[names[-1]].double().sum()), flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["cancel", "cut"])
+def test_a_failed_load_leaves_the_open_checkpoint_readable(hub, env, model, tmp_path, how):
+    """A load that fails while the file downloads (cancelled, as Ctrl-C
+    does, or the connection dropping for good) stops its download; the
+    checkpoint stays open, and a later read of it resumes the download and
+    gets its bytes, not the failed run's error again."""
+    files, _ = model
+    name = "model-00001-of-00004.safetensors"
+    import safetensors.torch as st
+    want = st.load(files[name])
+    hub.throttle = (64 << 10, 0.01)  # still downloading when the first tensor is in
+    if how == "cut":
+        hub.cut_at = 2_000_000
+    p = subprocess.Popen([sys.executable, "-c", AGAIN, f"hf://org/model/{name}", how], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    first = p.stdout.readline()
+    assert first.startswith("first failed"), (first, p.stderr.read() if p.poll() is not None else "")
+    hub.cut_at, hub.throttle = None, None
+    out, errs = p.communicate("\n", timeout=120)
+    assert p.returncode == 0, errs
+    tensor, total = out.split()
+    assert float(total) == float(want[tensor].double().sum()), out
+    digest = hashlib.sha256(files[name]).hexdigest()
+    assert (repo_dir(env) / "blobs" / digest).read_bytes() == files[name]
+
+
+
+SLOW_READER = """
+import sys, time, torch, ckpt, safetensors
+with safetensors.safe_open(sys.argv[2], 'pt') as f:
+    target = {k: torch.empty_like(f.get_tensor(k)) for k in f.keys()}
+ckpt.load_into(target, sys.argv[1], threads=1, on_loaded=lambda n, t: time.sleep(0.25), min_speed=8_000_000,
+               min_speed_time=1, retries=1)
+print(sum(float(v.double().sum()) for v in target.values()))
+"""
+
+
+def test_a_download_paced_by_a_slow_load_is_not_slower_than_the_minimum_speed(hub, env, tmp_path):
+    """The download waits for the load's reads (pacing, hf_stream.c): the
+    time it is held by a load slower than the network is not the server's,
+    so a minimum speed the server keeps is never missed because of it (no
+    attempt cut as too slow, no second request), nor at the file's end,
+    where a retry would ask for the empty range past it."""
+    import safetensors.torch as st
+    g = torch.Generator().manual_seed(2)
+    data = st.save({f"t{i:02}": torch.randn(512, 512, generator=g) for i in range(32)})  # 32 MiB: past socket buffers
+    hub.add("org/big", {"big.safetensors": data})
+    shard = tmp_path / "big.safetensors"
+    shard.write_bytes(data)
+    r = subprocess.run([sys.executable, "-c", SLOW_READER, "hf://org/big/big.safetensors", str(shard)],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    digest = hashlib.sha256(data).hexdigest()
+    whole = [q for q in hub.requests if q[1] == f"/cdn/{digest}" and not (q[2] or "").endswith("-16383")]
+    assert len(whole) == 1, hub.requests
+
+
+def test_bytes_read_before_the_server_starts_over_are_not_trusted(hub, env, model, tmp_path):
+    """A download whose retry the server answers from byte 0 (HTTP 200)
+    starts over, and its SHA-256 then covers only the bytes sent again:
+    bytes the load already took from the first answer were never checked
+    (here one of them was flipped).  The load must not succeed on them;
+    the checked copy is in the cache, and the next load gets it right."""
+    files, sd = model
+    name = "model-00001-of-00004.safetensors"
+    hub.flip_once = 500_000  # in the first tensor, which is read before the cut
+    hub.drop_after, hub.drop_times = 2_000_000, 1
+    hub.whole_on_resume = True
+    r, got = load(env, tmp_path, f"hf://org/model/{name}")
+    want = {k: v for k, v in sd.items() if k in (got or {})}
+    assert r.returncode != 0 or same_dict(got, want), "the load succeeded on bytes no SHA-256 checked"
+    assert r.returncode != 0 and "SHA-256" in r.stderr, r.stderr
+    digest = hashlib.sha256(files[name]).hexdigest()
+    assert (repo_dir(env) / "blobs" / digest).read_bytes() == files[name]
+    r, got = load(env, tmp_path, f"hf://org/model/{name}")
+    assert r.returncode == 0, r.stderr
+    assert same_dict(got, {k: v for k, v in sd.items() if k in got}) and len(got) > 3
+
+
+CANCEL_FIRST = """
+import sys, time, ckpt
+start = time.monotonic()
+try:
+    from ckpt import _api
+    ck = ckpt.open(sys.argv[1], framework="pt")
+    plan = _api._build_plan(ck._catalog, ck._catalog.tensors())
+    plan.load(threads=1, views=0, item_done=lambda i: True, check_crc=True)
+except Exception as e:
+    print(time.monotonic() - start, type(e).__name__)
+"""
+
+
+def test_a_cancelled_load_stops_a_stalled_download_at_once(hub, env, model, tmp_path):
+    """A load cancelled (Ctrl-C) while the server stalls mid-file returns
+    at once: the download it stops is not waited for until the server
+    sends again (or the read timeout, a minute, passes)."""
+    files, _ = model
+    name = "model-00001-of-00004.safetensors"
+    data = files[name]
+    header = json.loads(data[8:8 + int.from_bytes(data[:8], "little")])
+    first = min(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+    hub.throttle = (8 + int.from_bytes(data[:8], "little") + first, 30)  # the first tensor, then 30 s of nothing
+    r = subprocess.run([sys.executable, "-c", CANCEL_FIRST, f"hf://org/model/{name}"], capture_output=True,
+                       text=True, env=env, timeout=120)
+    took, kind = r.stdout.split()
+    assert kind == "CancelledError", r.stdout + r.stderr
+    assert float(took) < 10, took
