@@ -220,9 +220,6 @@ PENDING_RERUN = {
 # instead of requiring its result; the figure test fails for an entry here
 # whose result exists (measured: remove it) or that names no measurement.
 PENDING_FIRST_RUN = {
-    "transformers hub": ("the suite is new; its 2 GB measure needs a quiet machine (the Hub server, the two "
-                         "loaders and their downloads share the CPUs): `make bench BENCH_ARGS=\"transformers_hub "
-                         "--runs 3 --cold fadvise\"`, about 5 minutes"),
 }
 
 def measurement_of(result):
