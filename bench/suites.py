@@ -187,18 +187,9 @@ PENDING_RERUN = {
             "measured this round, then its benchmark changed (warm runs before cold, so that no cold run pays the "
             "device's opening; fastsafetensors and Run:ai's streamer carried as wheels) after the round's device "
             "time was spent"),
-    "open": _COMMENT,
-    "convert": _COMMENT,
-    "python": _COMMENT,
-    "transformers": _COMMENT,
     "distributed": _COMMENT,
     "save incremental": _COMMENT,
     "save background": _COMMENT,
-    "crc": _ZIP_WRITER,
-    "dcp": _ZIP_WRITER,
-    "load 2 GB": _ZIP_WRITER,
-    "torch_read": _ZIP_WRITER,
-    "torch_convert": _ZIP_WRITER,
     "llamacpp 4 GB": _THIS_ROUND,
     "llamacpp 1 GB": _THIS_ROUND,
     "llamacpp quantize check": _THIS_ROUND,
