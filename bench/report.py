@@ -1146,6 +1146,15 @@ def _convert_chart(conv):
             f"`save_torch_state_dict` {_mib(res['warm'][peer]['peak_rss_bytes']):,.0f} MiB")
 
 
+def issue30_targets(res, size):
+    """Issue 30's targets, met or not, for the transformers suites' results."""
+    over = max(res[c]["ckpt_peak_over_model_mib"] for c in res)
+    cold = res["cold"]["speedup"]
+    return (f"Targets (issue 30): peak RSS ≤ the model + 64 MiB — {'met' if over <= 64 else 'NOT met'}, ckpt's is "
+            f"{over:+.0f} MiB over the model's {size / 2**20:,.0f} MiB; ≥ 1.5× faster cold — "
+            f"{'met' if cold >= 1.5 else 'NOT met'}, {cold:.2f}× (warm {res['warm']['speedup']:.2f}×).")
+
+
 @figure("transformers", "transformers")
 def _transformers(tf):
     """Issue 30's measure: ckpt.transformers' from_pretrained against
@@ -1158,17 +1167,12 @@ def _transformers(tf):
             r = res[cache][name]
             rows.append(f"| {cache} | {label} | {r['median_usable_s']:.2f} s | {r['median_call_s']:.2f} s | "
                         f"{r['max_peak_above_imports_mib']:,.0f} MiB |")
-    over = max(res[c]["ckpt_peak_over_model_mib"] for c in res)
-    cold = res["cold"]["speedup"]
     la = tf["load_average"]
     return (f"a {size / 1e9:.2f} GB bf16 Llama (`model.safetensors` + config.json), `AutoModelForCausalLM."
             f"from_pretrained(dtype=\"auto\")`, median of {tf['runs']}, the loaders alternating; time until one "
             f"byte of every weight page has been read; cold = the file's pages dropped before each run; load average "
             f"{la['min']:.1f}–{la['max']:.1f}.\n\n" + "\n".join(rows) + "\n\n"
-            f"Targets (issue 30): peak RSS ≤ the model + 64 MiB — {'met' if over <= 64 else 'NOT met'}, ckpt's is "
-            f"{over:+.0f} MiB over the model's {size / 2**20:,.0f} MiB; ≥ 1.5× faster cold — "
-            f"{'met' if cold >= 1.5 else 'NOT met'}, {cold:.2f}× (warm {res['warm']['speedup']:.2f}×).\n\n"
-            + measured(tf)[0])
+            + issue30_targets(res, size) + "\n\n" + measured(tf)[0])
 
 
 def not_measured_yet(measurement):
@@ -1192,8 +1196,6 @@ def _transformers_hub(tf):
             rows.append(f"| {cache} | {label} | {r['median_usable_s']:.2f} s ({r['min_usable_s']:.2f}–"
                         f"{r['max_usable_s']:.2f}) | {r['median_call_s']:.2f} s | "
                         f"{r['max_peak_above_imports_mib']:,.0f} MiB | {r['median_server_sent_bytes'] / 1e9:.2f} GB |")
-    over = max(res[c]["ckpt_peak_over_model_mib"] for c in res)
-    cold = res["cold"]["speedup"]
     la = tf["load_average"]
     return (f"a {size / 1e9:.2f} GB bf16 Llama (`model.safetensors` + config.json) served by the tests' loopback "
             f"Hub (tests/sources/hub.py, from disk), `AutoModelForCausalLM.from_pretrained(\"{tf['repo']}\", "
@@ -1201,10 +1203,7 @@ def _transformers_hub(tf):
             f"time until one byte of every weight page has been read; cold = {cold_how(tf)}, those of the file the server sends; the "
             f"two state dicts {'equal' if tf['state_dicts_equal'] else 'DIFFER'}; load average "
             f"{la['min']:.1f}–{la['max']:.1f}.\n\n" + "\n".join(rows) + "\n\n"
-            f"Targets (issue 30): peak RSS ≤ the model + 64 MiB — {'met' if over <= 64 else 'NOT met'}, ckpt's is "
-            f"{over:+.0f} MiB over the model's {size / 2**20:,.0f} MiB; ≥ 1.5× faster cold — "
-            f"{'met' if cold >= 1.5 else 'NOT met'}, {cold:.2f}× (warm {res['warm']['speedup']:.2f}×).\n\n"
-            + measured(tf)[0])
+            + issue30_targets(res, size) + "\n\n" + measured(tf)[0])
 
 
 @figure("gpu-line", "gpu-h200")

@@ -36,7 +36,7 @@ import sys
 from importlib.metadata import version
 
 from run import DATA, ROOT, drop_caches, machine_facts, measure, save
-from transformers_suite import CHILD, LOADERS, make_model
+from transformers_suite import CHILD, LOADERS, make_model, summarize
 
 REPO = "org/llama"
 
@@ -139,25 +139,11 @@ def run_transformers_hub_suite(args):
                           f"peak RSS {res['peak_above_imports'] / 2**20:.0f} MiB above imports, server sent "
                           f"{res['server_sent_bytes'] / 1e6:.1f} MB in {res['server_requests']} requests",
                           flush=True)
-            summary = {}
-            for name, rs in runs.items():
-                summary[name] = {
-                    "median_usable_s": statistics.median(x["usable_s"] for x in rs),
-                    "min_usable_s": min(x["usable_s"] for x in rs), "max_usable_s": max(x["usable_s"] for x in rs),
-                    "median_call_s": statistics.median(x["call_s"] for x in rs),
-                    "max_peak_above_imports_mib": max(x["peak_above_imports"] for x in rs) / 2**20,
-                    "median_server_sent_bytes": statistics.median(x["server_sent_bytes"] for x in rs),
-                    "runs": rs,
-                    "measure": measure(f"{LOADERS[name]}.from_pretrained(Hub repo id, empty cache)",
-                                       f"hf://{REPO}/{weights.parent.name}/{weights.name}", mode)}
-            summary["speedup"] = summary["transformers"]["median_usable_s"] / summary["ckpt"]["median_usable_s"]
-            summary["ckpt_peak_over_model_mib"] = summary["ckpt"]["max_peak_above_imports_mib"] - size / 2**20
-            results[mode] = summary
+            results[mode] = summarize(runs, size, mode, lambda name, rs: {
+                "median_server_sent_bytes": statistics.median(x["server_sent_bytes"] for x in rs),
+                "measure": measure(f"{LOADERS[name]}.from_pretrained(Hub repo id, empty cache)",
+                                   f"hf://{REPO}/{weights.parent.name}/{weights.name}", mode)})
             load_average.append(os.getloadavg()[0])
-            print(f"  {mode}: ckpt {summary['ckpt']['median_usable_s']:.2f} s, transformers "
-                  f"{summary['transformers']['median_usable_s']:.2f} s ({summary['speedup']:.2f}x); ckpt's peak "
-                  f"{summary['ckpt_peak_over_model_mib']:+.0f} MiB over the model's {size / 2**20:.0f} MiB",
-                  flush=True)
     shutil.rmtree(work, ignore_errors=True)
     if len(digests) != 1:
         raise RuntimeError(f"the loaders' state dicts differ: {len(digests)} digests {sorted(digests)}")

@@ -57,6 +57,25 @@ print(json.dumps({"call_s": t1 - t0, "usable_s": t2 - t0, "rss_after_imports": b
 """
 
 
+def summarize(runs, size, cache, extra):
+    """A cache state's runs ({loader: [run]}) summed up as both suites record
+    them, each loader's entry completed by extra(loader, runs); printed."""
+    summary = {}
+    for name, rs in runs.items():
+        summary[name] = {
+            "median_usable_s": statistics.median(x["usable_s"] for x in rs),
+            "min_usable_s": min(x["usable_s"] for x in rs), "max_usable_s": max(x["usable_s"] for x in rs),
+            "median_call_s": statistics.median(x["call_s"] for x in rs),
+            "max_peak_above_imports_mib": max(x["peak_above_imports"] for x in rs) / 2**20,
+            "runs": rs, **extra(name, rs)}
+    summary["speedup"] = summary["transformers"]["median_usable_s"] / summary["ckpt"]["median_usable_s"]
+    summary["ckpt_peak_over_model_mib"] = summary["ckpt"]["max_peak_above_imports_mib"] - size / 2**20
+    print(f"  {cache}: ckpt {summary['ckpt']['median_usable_s']:.2f} s, transformers "
+          f"{summary['transformers']['median_usable_s']:.2f} s ({summary['speedup']:.2f}x); ckpt's peak "
+          f"{summary['ckpt_peak_over_model_mib']:+.0f} MiB over the model's {size / 2**20:.0f} MiB", flush=True)
+    return summary
+
+
 def make_model(folder, layers=18, hidden=2048, intermediate=5632):
     """A Llama of about 2 GB in bf16 (hidden 2048, 18 layers, untied head),
     random weights, saved as transformers saves it; other shapes for the
@@ -106,20 +125,9 @@ def run_transformers_suite(args):
                 runs[name].append(res)
                 print(f"  {cache} round {r} {name}: usable {res['usable_s']:.2f} s (call {res['call_s']:.2f} s), "
                       f"peak RSS {res['peak_above_imports'] / 2**20:.0f} MiB above imports", flush=True)
-        summary = {}
-        for name, rs in runs.items():
-            summary[name] = {
-                "median_usable_s": statistics.median(x["usable_s"] for x in rs),
-                "median_call_s": statistics.median(x["call_s"] for x in rs),
-                "max_peak_above_imports_mib": max(x["peak_above_imports"] for x in rs) / 2**20,
-                "runs": rs, "measure": measure(f"{LOADERS[name]}.from_pretrained", weights, cache)}
-        summary["speedup"] = summary["transformers"]["median_usable_s"] / summary["ckpt"]["median_usable_s"]
-        summary["ckpt_peak_over_model_mib"] = summary["ckpt"]["max_peak_above_imports_mib"] - size / 2**20
-        results[cache] = summary
+        results[cache] = summarize(runs, size, cache, lambda name, rs: {
+            "measure": measure(f"{LOADERS[name]}.from_pretrained", weights, cache)})
         load_average.append(os.getloadavg()[0])
-        print(f"  {cache}: ckpt {summary['ckpt']['median_usable_s']:.2f} s, transformers "
-              f"{summary['transformers']['median_usable_s']:.2f} s ({summary['speedup']:.2f}x); ckpt's peak "
-              f"{summary['ckpt_peak_over_model_mib']:+.0f} MiB over the model's {size / 2**20:.0f} MiB", flush=True)
     save("transformers", {"suite": "transformers", "bytes": size, "file": weights.name, "runs": args.runs,
                           "machine": machine_facts(), "load_average": {"min": min(load_average),
                                                                        "max": max(load_average)},
