@@ -150,7 +150,9 @@ python-package: venv
 # slow or stuck test shows in CI's log while it runs; a half still running
 # after PYTEST_HALF_LIMIT seconds is interrupted (SIGINT: pytest prints where
 # it was), and either failing fails the target.
-# PYTEST_ARGS adds options to both (e.g. PYTEST_ARGS=--durations=30).  The
+# PYTEST_ARGS adds options to both; by default each half lists its 25 slowest
+# tests, so that a CI log says where its time went (a round's suites once
+# took 1.8x as long with no cause on record).  The
 # halves have about the same CPU time (interop+sources+readme ~720-790 s with a
 # fresh clone's references, python+cli ~780 s, measured under load): a new
 # test directory must be added to one of them, or it is not run.
@@ -158,6 +160,7 @@ PYTEST_ENV = CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckp
 PYTEST_SPLIT_A := tests/interop tests/sources tests/readme
 PYTEST_SPLIT_B := tests/python tests/cli
 PYTEST_HALF_LIMIT ?= 3600
+PYTEST_ARGS ?= --durations=25
 test-python: build venv python-package bindings-deps llama-cpp-ref
 	@mkdir -p $(BUILD)/pytest; rm -f $(BUILD)/pytest/a.rc $(BUILD)/pytest/b.rc; start=$$(date +%s); \
 	{ { $(PYTEST_ENV) PYTHONUNBUFFERED=1 timeout -s INT -k 60 $(PYTEST_HALF_LIMIT) $(PY) -m pytest -q $(PYTEST_ARGS) \
