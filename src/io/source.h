@@ -257,7 +257,9 @@ CKPT__HIDDEN ckpt_status ckpt__source_list_in(const ckpt_source_ops *ops, void *
 
 
 /* Reads a whole (small) source into a malloc'ed, NUL-terminated buffer;
- * larger than `limit` bytes gives `too_large_status`. */
+ * larger than `limit` bytes gives `too_large_status`.  The bytes are
+ * settled (ckpt__source_settle): a Hub file that fails its SHA-256 fails
+ * here, naming the file and the revision. */
 CKPT__HIDDEN ckpt_status ckpt__source_slurp(ckpt__source *src, uint64_t limit, ckpt_status too_large_status,
                                             char **data, ckpt_error *err);
 
