@@ -270,6 +270,12 @@ CKPT__HIDDEN ckpt_status ckpt__source_slurp(ckpt__source *src, uint64_t limit, c
 CKPT__HIDDEN ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset, uint64_t length,
                                              ckpt__source **out, ckpt_error *err);
 
+/* The same window, whose bytes the caller read already: `held`, the
+ * `length` bytes of `base` from `offset`, borrowed (they must outlive the
+ * window), from which every read is served without a read of `base`. */
+CKPT__HIDDEN ckpt_status ckpt__source_window_held(ckpt__source *base, uint64_t offset, uint64_t length,
+                                                  const void *held, ckpt__source **out, ckpt_error *err);
+
 /* A local file source over `fd` (a regular file of `size` bytes, opened
  * for reading), named `name`: what a file opened beneath a checkpoint's
  * directory (beneath.h) becomes.  Takes `fd` (closed on failure too). */

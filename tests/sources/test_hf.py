@@ -608,3 +608,21 @@ def test_a_small_lfs_file_that_fails_its_sha256_is_refused(hub, env, tmp_path):
     r, got = load(env, tmp_path, "hf://org/dcp")
     assert r.returncode == 0, r.stderr
     assert same_dict(got, want)
+
+
+def test_a_dcp_is_read_in_a_few_requests_a_file(hub, env, dcp_model, tmp_path):
+    """A DCP opened and loaded over hf:// costs a few requests a file, not
+    several a tensor: each rank's file holds a torch.save archive per
+    chunk, and the small ones are read together, not each by the five or
+    six reads its ZIP records take."""
+    files, want = dcp_model
+    assert len(want) >= 60
+    hub.lfs_over = 10_000  # the .distcp files and .metadata in LFS, as a large DCP's are
+    hub.add("org/dcp", files)
+    hub.clear_log()
+    r, got = load(env, tmp_path, "hf://org/dcp")
+    assert r.returncode == 0, r.stderr
+    assert list(got) == list(want) and same_dict(got, want)
+    # Per file: the resolve/ redirect and the CDN's answer, for its first
+    # bytes and for its download; and the API's listing.
+    assert len(hub.requests) <= 4 * len(files) + 2, "\n".join(map(str, hub.requests))
