@@ -232,6 +232,12 @@ int source_option(const char *command, int id, const char *value, source_options
 /* The catalog options to open with ($CKPT_BEARER_TOKEN when no file). */
 const ckpt_catalog_options *source_options_get(source_options *s);
 
+/* Opens the checkpoint `path` with `options` (source_options_get's, or a
+ * copy with more set) into *cat: EXIT_OK, or the library's error reported
+ * (report_error) and its exit code.  With `note`, an unfinished commit in
+ * its directory is noted after it opened (note_unfinished_commit). */
+int open_checkpoint(const char *path, const ckpt_catalog_options *options, bool note, ckpt_catalog **cat);
+
 /* Wipes and frees the token. */
 void source_options_free(source_options *s);
 

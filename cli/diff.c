@@ -665,12 +665,10 @@ static int parse_and_run(int argc, char **argv, const char **globals, source_opt
     ckpt_catalog_options copt = *source_options_get(so);
     copt.allowed_globals = globals;
     copt.allowed_global_count = global_count;
-    int rc = EXIT_ERROR;
-    if (ckpt_catalog_open_ex(paths[0], &copt, &df.a, &df.err) != CKPT_OK ||
-        ckpt_catalog_open_ex(paths[1], &copt, &df.b, &df.err) != CKPT_OK) {
-        rc = report_error(&df.err);
-        goto out;
-    }
+    int rc = open_checkpoint(paths[0], &copt, false, &df.a);
+    if (rc == EXIT_OK) rc = open_checkpoint(paths[1], &copt, false, &df.b);
+    if (rc != EXIT_OK) goto out;
+    rc = EXIT_ERROR;
     df.raw_a = malloc(CHUNK_BYTES);
     df.raw_b = malloc(CHUNK_BYTES);
     df.val_a = malloc(CHUNK_ELEMS * sizeof(double));

@@ -411,11 +411,9 @@ static int run_inspect(int argc, char **argv, source_options *so) {
     }
     if (!path) return usage_error("inspect", "missing PATH");
 
-    ckpt_error err;
-    ckpt_error_clear(&err);
     ckpt_catalog *cat;
-    if (ckpt_catalog_open_ex(path, source_options_get(so), &cat, &err) != CKPT_OK) return report_error(&err);
-    note_unfinished_commit(path);
+    int opened = open_checkpoint(path, source_options_get(so), true, &cat);
+    if (opened != EXIT_OK) return opened;
     char shown[4096];
     path = display_name(path, shown, sizeof shown);
     dtype_total totals[CKPT_DTYPE_COUNT] = {0};

@@ -162,6 +162,14 @@ const ckpt_catalog_options *source_options_get(source_options *s) {
     return &s->catalog;
 }
 
+int open_checkpoint(const char *path, const ckpt_catalog_options *options, bool note, ckpt_catalog **cat) {
+    ckpt_error err;
+    ckpt_error_clear(&err);
+    if (ckpt_catalog_open_ex(path, options, cat, &err) != CKPT_OK) return report_error(&err);
+    if (note) note_unfinished_commit(path);
+    return EXIT_OK;
+}
+
 void source_options_free(source_options *s) {
     if (s->token) {
         memset(s->token, 0, strlen(s->token));

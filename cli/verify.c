@@ -138,11 +138,11 @@ static int run_verify(int argc, char **argv, source_options *so) {
     if (quiet && show_progress < 0) show_progress = 0;
     source_options_progress(so, show_progress);
     double start = cli_now();
+    ckpt_catalog *cat;
+    int opened = open_checkpoint(path, source_options_get(so), true, &cat);
+    if (opened != EXIT_OK) return opened;
     ckpt_error err;
     ckpt_error_clear(&err);
-    ckpt_catalog *cat;
-    if (ckpt_catalog_open_ex(path, source_options_get(so), &cat, &err) != CKPT_OK) return report_error(&err);
-    note_unfinished_commit(path);
     char shown[4096];
     path = display_name(path, shown, sizeof shown);
     progress_bar bar;

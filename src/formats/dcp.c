@@ -62,6 +62,7 @@ typedef struct item {
     const char *rel;      /* relative_path */
     uint64_t offset, length;
     uint32_t file;        /* index into reader.files, once opened */
+    size_t place;         /* index into reader.order, once opened */
     bool used;
     uint64_t at;          /* the value's byte in the pickle */
 } item;
@@ -71,6 +72,27 @@ typedef struct data_file {
     uint32_t number; /* catalog data file */
     ckpt__source *src; /* owned by the catalog */
 } data_file;
+
+/* Small items of a remote file read together (held_bytes): [lo, hi) of
+ * the file reader.files[file], in buf. */
+typedef struct run {
+    uint32_t file;
+    uint64_t lo, hi;
+    unsigned char *buf;
+    uint64_t last; /* when it was last used (reader.tick) */
+} run;
+
+/* Over a remote source every read is a request, and the ZIP reader reads
+ * an item's archive in five or six (its end records, central directory,
+ * each member's local header, the pickle): a rank's file of many small
+ * tensors would cost several requests a tensor.  An item of at most
+ * RUN_ITEM bytes is read whole instead, with the small items that follow
+ * it in the file (at most RUN_GAP bytes apart) in the same read, up to
+ * RUN_BYTES: one request (over hf://, the file's one download) for many
+ * items.  RUN_SLOTS runs are kept, one a file, for the entries whose
+ * chunks alternate between the ranks' files; they are freed with the
+ * reader (at most RUN_SLOTS × RUN_BYTES, whatever the checkpoint). */
+enum { RUN_ITEM = 1 << 20, RUN_GAP = 64 << 10, RUN_BYTES = 8 << 20, RUN_SLOTS = 8 };
 
 /* A node of the nested state dict rebuilt from planner_data. */
 typedef struct tnode tnode;
@@ -97,6 +119,10 @@ typedef struct reader {
     ckpt__name_table item_keys;
     data_file *files;
     size_t file_count;
+    item **order; /* the used items, by file and offset */
+    size_t order_count;
+    run runs[RUN_SLOTS];
+    uint64_t tick;
     /* the object tree */
     tnode root;
     tnode **slots; /* hash of (parent, component) → child */
@@ -500,8 +526,50 @@ static ckpt_status open_files(reader *r) {
                             (unsigned long long)it->offset, (unsigned long long)(it->offset + it->length),
                             (unsigned long long)r->files[it->file].src->size, (unsigned long long)it->at, r->path);
     }
-    free(order);
+    for (size_t i = 0; i < used; i++) order[i]->place = i;
+    r->order = order;
+    r->order_count = used;
     return st;
+}
+
+/* The bytes of item `it` in *held when they are read with others
+ * (RUN_ITEM above), else NULL: the item is read by its window. */
+static ckpt_status held_bytes(reader *r, const item *it, const unsigned char **held) {
+    *held = NULL;
+    ckpt__source *src = r->files[it->file].src;
+    if (!(src->caps & CKPT__SRC_REMOTE) || it->length > RUN_ITEM || !it->length) return CKPT_OK;
+    uint64_t end = it->offset + it->length;
+    run *mine = NULL, *other = &r->runs[0];
+    for (size_t i = 0; i < RUN_SLOTS; i++) {
+        run *x = &r->runs[i];
+        if (x->buf && x->file == it->file && x->lo <= it->offset && end <= x->hi) {
+            x->last = ++r->tick;
+            *held = x->buf + (it->offset - x->lo);
+            return CKPT_OK;
+        }
+        if (x->buf && x->file == it->file) mine = x;
+        else if (other->buf && (!x->buf || x->last < other->last)) other = x; /* an empty slot, else the oldest */
+    }
+    run *slot = mine ? mine : other; /* the file's own run is replaced: its items come in file order */
+    uint64_t hi = end;
+    for (size_t k = it->place + 1; k < r->order_count; k++) {
+        const item *next = r->order[k];
+        if (next->file != it->file || next->length > RUN_ITEM || next->offset < hi || next->offset - hi > RUN_GAP ||
+            next->offset + next->length - it->offset > RUN_BYTES)
+            break;
+        hi = next->offset + next->length;
+    }
+    unsigned char *buf = ckpt__malloc((size_t)(hi - it->offset));
+    if (!buf) return oom(r);
+    ckpt_status st = ckpt__source_read(src, buf, hi - it->offset, it->offset, r->err);
+    if (st) {
+        free(buf);
+        return st;
+    }
+    free(slot->buf);
+    *slot = (run){it->file, it->offset, hi, buf, ++r->tick};
+    *held = buf;
+    return CKPT_OK;
 }
 
 /* An error inside an item's archive, whose offsets count from the item's
@@ -639,7 +707,9 @@ static ckpt_status add_tensor(reader *r, const tensor_meta *t) {
         char what[64];
         snprintf(what, sizeof what, "chunk %zu", k);
         ckpt__source *win;
-        if ((st = ckpt__source_window(f->src, it->offset, it->length, &win, r->err))) break;
+        const unsigned char *held;
+        if ((st = held_bytes(r, it, &held))) break;
+        if ((st = ckpt__source_window_held(f->src, it->offset, it->length, held, &win, r->err))) break;
         ckpt__torch_file tf;
         st = ckpt__torch_read_zip(win, ckpt__torch_allow, r->c, r->arena, &tf, r->err);
         ckpt__source_close(win);
@@ -716,7 +786,9 @@ static ckpt_status add_tensor(reader *r, const tensor_meta *t) {
 static ckpt_status add_bytes(reader *r, const char *fqn, const item *it, ckpt__value **leaf) {
     const data_file *f = &r->files[it->file];
     ckpt__source *win;
-    ckpt_status st = ckpt__source_window(f->src, it->offset, it->length, &win, r->err);
+    const unsigned char *held;
+    ckpt_status st = held_bytes(r, it, &held);
+    if (st == CKPT_OK) st = ckpt__source_window_held(f->src, it->offset, it->length, held, &win, r->err);
     if (st) return st;
     ckpt__torch_options o = {.name_prefix = fqn, .allow = ckpt__torch_allow, .allow_user = r->c};
     ckpt__torch_file tf;
@@ -1116,6 +1188,8 @@ static ckpt_status dcp_open(ckpt_catalog *c, ckpt__source *src, ckpt_error *err)
     free(r.slots);
     free(r.items);
     free(r.files);
+    free(r.order);
+    for (size_t i = 0; i < RUN_SLOTS; i++) free(r.runs[i].buf);
     ckpt__name_table_free(&r.item_keys);
     free(r.dir);
     free(buf);

@@ -760,10 +760,20 @@ static ckpt_status open_remote(const char *name, const hf_name *n, const char *e
     const char *stated = NULL;
     if (st == CKPT_OK) (void)ckpt__remote_version(h->remote, &stated);
     if (st == CKPT_OK) snprintf(src->sha256, sizeof src->sha256, "%s", h->sha256[0] ? h->sha256 : stated ? stated : "");
-    /* Small enough to have come whole: into the cache at once (no request). */
+    /* Small enough to have come whole: into the cache at once (no request).
+     * A cache that cannot be written leaves the reads to those first bytes;
+     * but bytes that fail the Hub's SHA-256 are never served: reads of
+     * them would come from the first bytes, with no download whose end
+     * ckpt__source_settle could ask for the verdict. */
     if (st == CKPT_OK && ckpt__remote_in_head(h->remote, 0, src->size)) {
+        ckpt_error brought;
+        ckpt_error_clear(&brought);
         pthread_mutex_lock(&h->lock);
-        (void)bring(src, h, NULL);
+        ckpt_status got = bring(src, h, &brought);
+        if (got && brought.detail == CKPT_D_CHECKSUM) {
+            st = got;
+            if (err) *err = brought;
+        }
         pthread_mutex_unlock(&h->lock);
     }
     if (st) {

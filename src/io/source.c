@@ -35,6 +35,13 @@ ckpt_status ckpt__source_slurp(ckpt__source *src, uint64_t limit, ckpt_status to
     char *buf = ckpt__malloc((size_t)src->size + 1);
     if (!buf) return ckpt__oom(err, src->name, NULL);
     ckpt_status st = ckpt__source_read(src, buf, src->size, 0, err);
+    /* Its callers close the file once it is read (a DCP's .metadata, an
+     * index), so the catalog's settle at the end of the open never sees
+     * it: the verdict on the bytes (a Hub file's SHA-256, known only at
+     * its last byte: hf_stream.c) is asked here, and a read that failed
+     * stops the download instead. */
+    if (st) (void)ckpt__source_settle(src, true, NULL);
+    else st = ckpt__source_settle(src, false, err);
     if (st) {
         free(buf);
         return st;

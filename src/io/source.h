@@ -257,7 +257,9 @@ CKPT__HIDDEN ckpt_status ckpt__source_list_in(const ckpt_source_ops *ops, void *
 
 
 /* Reads a whole (small) source into a malloc'ed, NUL-terminated buffer;
- * larger than `limit` bytes gives `too_large_status`. */
+ * larger than `limit` bytes gives `too_large_status`.  The bytes are
+ * settled (ckpt__source_settle): a Hub file that fails its SHA-256 fails
+ * here, naming the file and the revision. */
 CKPT__HIDDEN ckpt_status ckpt__source_slurp(ckpt__source *src, uint64_t limit, ckpt_status too_large_status,
                                             char **data, ckpt_error *err);
 
@@ -267,6 +269,12 @@ CKPT__HIDDEN ckpt_status ckpt__source_slurp(ckpt__source *src, uint64_t limit, c
  * with CKPT_E_TRUNCATED when the range runs past the end of `base`. */
 CKPT__HIDDEN ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset, uint64_t length,
                                              ckpt__source **out, ckpt_error *err);
+
+/* The same window, whose bytes the caller read already: `held`, the
+ * `length` bytes of `base` from `offset`, borrowed (they must outlive the
+ * window), from which every read is served without a read of `base`. */
+CKPT__HIDDEN ckpt_status ckpt__source_window_held(ckpt__source *base, uint64_t offset, uint64_t length,
+                                                  const void *held, ckpt__source **out, ckpt_error *err);
 
 /* A local file source over `fd` (a regular file of `size` bytes, opened
  * for reading), named `name`: what a file opened beneath a checkpoint's

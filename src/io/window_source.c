@@ -3,7 +3,9 @@
  * .distcp file) read with the ordinary format code.  Offsets are relative
  * to the window; reads outside it end, as a file would, with
  * CKPT_E_TRUNCATED.  The window borrows its base: no descriptor (the
- * engine must not pread the base at window offsets) and no mapping. */
+ * engine must not pread the base at window offsets) and no mapping; and,
+ * where its caller read its bytes already (with others, in one request of
+ * a remote file), it borrows them too and reads nothing. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +14,7 @@
 typedef struct window {
     ckpt__source *base;
     uint64_t offset;
+    const unsigned char *held; /* the window's bytes, read already, or NULL */
 } window;
 
 static ckpt_status window_read(void *user, void *file, void *dst, uint64_t n, uint64_t offset, ckpt_error *err) {
@@ -23,6 +26,10 @@ static ckpt_status window_read(void *user, void *file, void *dst, uint64_t n, ui
                           "the item at bytes [%llu, %llu) ends before data that runs to byte %llu",
                           (unsigned long long)w->offset, (unsigned long long)(w->offset + src->size),
                           (unsigned long long)(w->offset + offset + n));
+    if (w->held) {
+        memcpy(dst, w->held + offset, (size_t)n);
+        return CKPT_OK;
+    }
     return ckpt__source_read(w->base, dst, n, w->offset + offset, err);
 }
 
@@ -36,6 +43,11 @@ static const ckpt__source_ops window_ops = {.version = CKPT_SOURCE_OPS_VERSION,
 
 ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset, uint64_t length, ckpt__source **out,
                                 ckpt_error *err) {
+    return ckpt__source_window_held(base, offset, length, NULL, out, err);
+}
+
+ckpt_status ckpt__source_window_held(ckpt__source *base, uint64_t offset, uint64_t length, const void *held,
+                                     ckpt__source **out, ckpt_error *err) {
     *out = NULL;
     uint64_t end;
     if (!ckpt__add_u64(offset, length, &end) || end > base->size)
@@ -52,6 +64,7 @@ ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset, uint64_t le
     }
     w->base = base;
     w->offset = offset;
+    w->held = held;
     src->ops = &window_ops;
     src->file = src;
     src->impl = w;

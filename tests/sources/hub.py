@@ -108,13 +108,9 @@ class Repo:
         return None
 
 
-def is_lfs(path):
-    return path.endswith(LFS_SUFFIXES)
-
-
-def entry(path, data):
+def entry(path, data, lfs):
     e = {"type": "file", "oid": git_blob_id(data), "size": size_of(data), "path": path}
-    if is_lfs(path):
+    if lfs:
         e["lfs"] = {"oid": sha256_of(data), "size": size_of(data), "pointerSize": 134}
     return e
 
@@ -131,6 +127,12 @@ class HubServer:
         self.flip_once = None
         self.flip_mask = 0xFF
         self.whole_on_resume = False
+        # Which files are stored in LFS: the suffixes of the Hub's default
+        # .gitattributes, the paths in `lfs_paths`, and with `lfs_over` set
+        # every file larger than that many bytes (the Hub's rule for what
+        # a plain git push may hold: a DCP's large .metadata is in LFS).
+        self.lfs_paths = set()
+        self.lfs_over = None
         self.throttle = None
         self.finished = {}
         self.written = 0
@@ -146,6 +148,10 @@ class HubServer:
         self.cdn = f"http://127.0.0.2:{self.cdn_httpd.server_address[1]}"
         for server in (self.httpd, self.cdn_httpd):
             threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def is_lfs(self, path, data):
+        return (path.endswith(LFS_SUFFIXES) or path in self.lfs_paths
+                or self.lfs_over is not None and size_of(data) > self.lfs_over)
 
     def add(self, repo_id, files, **kw):
         self.repos[repo_id] = Repo(repo_id, files, **kw)
@@ -272,11 +278,11 @@ class HubServer:
                         out.append({"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0,
                                     "path": d})
                     continue
-                out.append(entry(path, files[path]))
+                out.append(entry(path, files[path], self.is_lfs(path, files[path])))
             return self._json(h, head, out)
         siblings = []
         for path in sorted(files):
-            e = entry(path, files[path])
+            e = entry(path, files[path], self.is_lfs(path, files[path]))
             s = {"rfilename": path, "size": e["size"], "blobId": e["oid"]}
             if "lfs" in e:
                 s["lfs"] = {"sha256": e["lfs"]["oid"], "size": e["size"], "pointerSize": 134}
@@ -294,7 +300,7 @@ class HubServer:
         if data is None:
             return self._error(h, head, 404, "EntryNotFound", f"{path} does not exist on \"{rev}\"")
         common = [("X-Repo-Commit", sha), ("Accept-Ranges", "bytes")]
-        if is_lfs(path):
+        if self.is_lfs(path, data):
             digest = sha256_of(data)
             return self._reply(h, head, 302, b"Found. Redirecting",
                                [*common, ("Location", f"{self.cdn}/cdn/{digest}"),
@@ -304,7 +310,7 @@ class HubServer:
 
     def _cdn(self, h, head, digest):
         data = next((b for r in list(self.repos.values()) for c in list(r.commits.values()) for p, b in c.items()
-                     if is_lfs(p) and sha256_of(b) == digest), None)
+                     if self.is_lfs(p, b) and sha256_of(b) == digest), None)
         if data is None:
             return self._reply(h, head, 404, b"NoSuchKey")
         if self.corrupt:

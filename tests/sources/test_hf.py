@@ -522,3 +522,107 @@ def test_a_cancelled_load_stops_a_stalled_download_at_once(hub, env, model, tmp_
     took, kind = r.stdout.split()
     assert kind == "CancelledError", r.stdout + r.stderr
     assert float(took) < 10, took
+
+
+# ---- torch.distributed.checkpoint over hf:// ---------------------------------------------------
+
+DCP_SAVE = r"""
+import sys, torch, torch.distributed as dist, torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+dist.init_process_group("gloo")
+mesh = init_device_mesh("cpu", (2,))
+g = torch.Generator().manual_seed(3)
+sd = {"step": 7}
+for i in range(int(sys.argv[2])):
+    sd[f"layers.{i}.w"] = distribute_tensor(torch.randn(64, 48, generator=g), mesh, [Shard(0)])
+    sd[f"layers.{i}.b"] = distribute_tensor(torch.randn(48, generator=g).to(torch.bfloat16), mesh, [Replicate()])
+    sd[f"layers.{i}.v"] = distribute_tensor(torch.randn(32, 40, generator=g), mesh, [Shard(1)])
+dcp.save(sd, checkpoint_id=sys.argv[1])
+dist.destroy_process_group()
+"""
+
+
+def dcp_checkpoint(out, layers):
+    """A DCP that dcp.save wrote on 2 gloo ranks (DTensors sharded by rows,
+    by columns, and replicated), as {path: bytes}, and what torch's own
+    dcp_to_torch_save makes of it."""
+    import socket
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    e = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
+    ranks = [subprocess.Popen([sys.executable, "-c", DCP_SAVE, str(out), str(layers)], env=dict(e, RANK=str(r)),
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    errors = [p.communicate(timeout=300)[1] for p in ranks]
+    assert all(p.returncode == 0 for p in ranks), errors
+    dcp_to_torch_save(out, out.parent / "reference.pt")
+    want = {k: v for k, v in torch.load(out.parent / "reference.pt").items() if isinstance(v, torch.Tensor)}
+    return {p.name: p.read_bytes() for p in out.iterdir()}, want
+
+
+@pytest.fixture(scope="module")
+def dcp_model(tmp_path_factory):
+    return dcp_checkpoint(tmp_path_factory.mktemp("dcp") / "ckpt", layers=20)
+
+
+def test_a_dcp_metadata_that_fails_its_sha256_is_refused(hub, env, dcp_model, tmp_path):
+    """A DCP's .metadata stored in LFS (as the Hub stores a large one) is
+    checked against the Hub's SHA-256 like any LFS file, although it is
+    read whole and closed before the open ends: a copy that went wrong
+    fails the open naming .metadata and the revision; a good one loads as
+    torch reads it."""
+    files, want = dcp_model
+    meta = files[".metadata"]
+    assert len(meta) > 16 << 10  # past the first bytes an open asks for: read from the download
+    hub.lfs_paths = {".metadata"}
+    sha = hub.add("org/dcp", files).branches["main"]
+    hub.flip_once = len(meta) - 200
+    r, _ = load(env, tmp_path, "hf://org/dcp")
+    assert r.returncode != 0, "the open succeeded on a .metadata no SHA-256 checked"
+    assert ".metadata" in r.stderr and "SHA-256" in r.stderr and sha in r.stderr, r.stderr
+    assert hub.flip_once is None  # the flip went out
+    r, got = load(env, tmp_path, "hf://org/dcp")
+    assert r.returncode == 0, r.stderr
+    assert list(got) == list(want) and same_dict(got, want)
+
+
+def test_a_small_lfs_file_that_fails_its_sha256_is_refused(hub, env, tmp_path):
+    """An LFS file small enough to come whole with the first bytes an open
+    asks for (a small DCP's files) is checked as it goes into the cache:
+    bytes that fail the Hub's SHA-256 are refused, naming the file and the
+    revision, not served from those first bytes unchecked."""
+    import torch.distributed.checkpoint as dcp
+    want = {"a": torch.randn(8, 8, generator=torch.Generator().manual_seed(3)), "b": torch.arange(5)}
+    dcp.save(want, checkpoint_id=str(tmp_path / "small"), no_dist=True)
+    files = {p.name: p.read_bytes() for p in (tmp_path / "small").iterdir()}
+    assert all(len(b) < 16 << 10 for b in files.values())
+    hub.lfs_paths = {"__0_0.distcp"}  # the one body flip_once can hit
+    sha = hub.add("org/dcp", files).branches["main"]
+    data = files["__0_0.distcp"]
+    hub.flip_once = data.index(want["a"].numpy().tobytes()) + 10  # a byte of tensor a
+    r, got = load(env, tmp_path, "hf://org/dcp")
+    assert r.returncode != 0, "the load succeeded on bytes that fail the Hub's SHA-256"
+    assert "__0_0.distcp" in r.stderr and "SHA-256" in r.stderr and sha in r.stderr, r.stderr
+    r, got = load(env, tmp_path, "hf://org/dcp")
+    assert r.returncode == 0, r.stderr
+    assert same_dict(got, want)
+
+
+def test_a_dcp_is_read_in_a_few_requests_a_file(hub, env, dcp_model, tmp_path):
+    """A DCP opened and loaded over hf:// costs a few requests a file, not
+    several a tensor: each rank's file holds a torch.save archive per
+    chunk, and the small ones are read together, not each by the five or
+    six reads its ZIP records take."""
+    files, want = dcp_model
+    assert len(want) >= 60
+    hub.lfs_over = 10_000  # the .distcp files and .metadata in LFS, as a large DCP's are
+    hub.add("org/dcp", files)
+    hub.clear_log()
+    r, got = load(env, tmp_path, "hf://org/dcp")
+    assert r.returncode == 0, r.stderr
+    assert list(got) == list(want) and same_dict(got, want)
+    # Per file: the resolve/ redirect and the CDN's answer, for its first
+    # bytes and for its download; and the API's listing.
+    assert len(hub.requests) <= 4 * len(files) + 2, "\n".join(map(str, hub.requests))
