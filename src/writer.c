@@ -1023,8 +1023,8 @@ static ckpt_status joined_fd(ckpt_writer *w, wfile *f, ckpt_error *err) {
 /* The file (opened in this process) and offset of the tensor's byte `at`,
  * and how many of the `want` bytes from there go in that place (up to a
  * part's end, or the tensor's). */
-static ckpt_status place_of(ckpt_writer *w, const wtensor *t, uint64_t at, uint64_t want, wfile **file,
-                            uint64_t *offset, uint64_t *len, ckpt_error *err) {
+/* The part of tensor t that holds its byte `at`. */
+static ckpt__out_part part_at(const wtensor *t, uint64_t at) {
     ckpt__out_part p = {.file = t->pub.file, .offset = t->pub.offset, .nbytes = t->pub.nbytes};
     if (t->pub.part_count) {
         size_t lo = 0, hi = t->pub.part_count; /* the last part that begins at or before `at` */
@@ -1035,6 +1035,18 @@ static ckpt_status place_of(ckpt_writer *w, const wtensor *t, uint64_t at, uint6
         }
         p = t->pub.parts[lo];
     }
+    return p;
+}
+
+uint64_t ckpt__writer_file_offset(const ckpt_writer *w, size_t index, uint64_t at) {
+    if (!w || index >= w->count || dropped(w, index)) return 0;
+    ckpt__out_part p = part_at(&w->tensors[index], at);
+    return p.offset + (at - p.begin);
+}
+
+static ckpt_status place_of(ckpt_writer *w, const wtensor *t, uint64_t at, uint64_t want, wfile **file,
+                            uint64_t *offset, uint64_t *len, ckpt_error *err) {
+    ckpt__out_part p = part_at(t, at);
     uint64_t room = p.begin + p.nbytes - at;
     *file = &w->files[p.file], *offset = p.offset + (at - p.begin), *len = want < room ? want : room;
     ckpt_status st = joined_fd(w, *file, err);
