@@ -42,6 +42,7 @@ typedef struct segment {
     uint64_t at, n;
     uint32_t crc;
 } segment;
+enum { SEGMENT_JOIN = 16 }; /* the last ranges a new one may extend (add_segment) */
 
 typedef struct wfile {
     char *name; /* relative to the output directory */
@@ -973,10 +974,23 @@ static void drop_file(ckpt_writer *w, int fd) {
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 }
 
+static ckpt__out_part part_at(const wtensor *t, uint64_t at);
+
 static ckpt_status add_segment(ckpt_writer *w, wtensor *t, uint64_t at, const void *data, size_t n, ckpt_error *err) {
     uint32_t crc = (uint32_t)crc32_z(0, data, n);
     ckpt_status st = CKPT_OK;
     pthread_mutex_lock(&w->lock);
+    /* Bytes that continue one of the last few ranges (a box written in
+     * pieces, a few threads at once: src/engine.c, convert_out) extend it,
+     * so that the list keeps about one range per box, not one per piece. */
+    bool part_edge = t->pub.part_count && part_at(t, at).begin == at; /* each part has its own CRC */
+    for (size_t k = t->segment_count; !part_edge && k-- > 0 && t->segment_count - k <= SEGMENT_JOIN;)
+        if (t->segments[k].at + t->segments[k].n == at) {
+            t->segments[k].crc = (uint32_t)crc32_combine64(t->segments[k].crc, crc, (z_off64_t)n);
+            t->segments[k].n += n;
+            pthread_mutex_unlock(&w->lock);
+            return CKPT_OK;
+        }
     segment *g = ckpt__grow(t->segments, t->segment_count, &t->segment_cap, sizeof *g, 8);
     if (g) t->segments = g, t->segments[t->segment_count++] = (segment){at, n, crc};
     else st = ckpt__oom(err, w->path, t->pub.name);
