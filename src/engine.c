@@ -15,6 +15,7 @@
 #include "base/chunk_hash.h"
 #include "base/pool.h"
 #include "engine.h"
+#include "io/file.h"
 #include "io/reader.h"
 #include "transform/cast.h"
 #include "transform/crc32.h"
@@ -39,6 +40,11 @@ enum {
     RING_BUDGET = 48 << 20,  /* default bounce memory, all threads together */
     RING_MIN_CHUNK = 1 << 20,
     PROGRESS_STEP = 16 << 20,
+    /* A converted box bound for a writer goes out this much at a time,
+     * converted into the slot's head and written while it is in cache
+     * (whole, a chunk's output would go to memory and be read back by the
+     * write): one write call each through the page cache. */
+    CONVERT_PIECE = CKPT__WRITE_PIECE,
 };
 
 /* ---- jobs: a move, as the engine runs it ------------------------------------ */
@@ -423,6 +429,12 @@ typedef struct worker {
     unsigned char *bounce; /* reads that convert land here */
     size_t bounce_cap;
     unsigned char *slot;   /* a box's output, for writers and hashes */
+    struct {               /* a writer box streamed out as it converts (convert_out); writer NULL: gathered in the slot */
+        ckpt_writer *writer;
+        size_t index;
+        uint64_t at;       /* the writer offset of the slot's first byte */
+        bool done;         /* the box went out this way */
+    } out;
     float *wide;           /* an elementwise rule's float32 values (grown as needed) */
     size_t wide_cap;
     ckpt__read_req reqs[BATCH];
@@ -726,6 +738,44 @@ static ckpt_status scatter_computed(worker *w, const job *j, const ckpt__runs *r
     return CKPT_OK;
 }
 
+/* Whether a converting box's output is one dense span in the order of its
+ * gathered input, so that ckpt__scatter would be one call of the kernel. */
+static bool dense_in_order(const ckpt__runs *r) {
+    int64_t expect = 1;
+    for (uint32_t d = r->n; d-- > 0;) {
+        if (r->count[d] > 1 && r->dst[d] != expect) return false;
+        expect *= (int64_t)r->count[d];
+    }
+    return true;
+}
+
+/* A gathered box converted into the slot's head and written to the
+ * worker's writer a piece at a time, while it is in cache (dst is where the
+ * box would have gone in the slot).  Pieces end on multiples of
+ * CONVERT_PIECE in the output file, as ckpt__pwrite_full cuts its own (it
+ * says why); the bytes of a unit that cross a piece's end wait in the slot
+ * for the next piece. */
+static ckpt_status convert_out(worker *w, const job *j, const unsigned char *in, uint64_t units, const unsigned char *dst,
+                               ckpt_error *err) {
+    uint64_t at = w->out.at + (uint64_t)(dst - w->slot), end = at + units * j->out_size, done = 0, held = 0;
+    uint64_t phase = ckpt__writer_file_offset(w->out.writer, w->out.index, at) % CONVERT_PIECE;
+    while (at < end) {
+        uint64_t piece = CONVERT_PIECE - phase < end - at ? CONVERT_PIECE - phase : end - at;
+        phase = 0;
+        if (held < piece) { /* the units that complete the piece */
+            uint64_t n = (piece - held + j->out_size - 1) / j->out_size;
+            j->fn(in + done * j->in_size, w->slot + held, (size_t)n);
+            done += n, held += n * j->out_size;
+        }
+        ckpt_status st = ckpt__writer_pwrite(w->out.writer, w->out.index, at, w->slot, (size_t)piece, err);
+        if (st) return st;
+        memmove(w->slot, w->slot + piece, (size_t)(held - piece));
+        held -= piece, at += piece;
+    }
+    w->out.done = true;
+    return CKPT_OK;
+}
+
 /* A box of one piece: rel/cnt in source axes relative to the piece; dst is
  * where the box's first unit goes, dst_stride the output strides. */
 static ckpt_status read_piece(worker *w, const job *j, const ckpt__piece *p, const uint64_t *rel, const uint64_t *cnt,
@@ -782,6 +832,7 @@ static ckpt_status read_piece(worker *w, const job *j, const ckpt__piece *p, con
     if (copy) return CKPT_OK;
     if (swap) ckpt__swap_dtype(j->t->dtype, dense_in, r.units * j->in_size);
     if (j->m && j->m->op) return scatter_computed(w, j, &r, dense_in, dst, err);
+    if (w->out.writer && r.n && dense_in_order(&r)) return convert_out(w, j, dense_in, r.units, dst, err);
     ckpt__scatter(j->fn, j->in_size, j->out_size, dense_in, r.n, r.count, dst, r.dst);
     return CKPT_OK;
 }
@@ -926,9 +977,14 @@ static ckpt_status run_box(worker *w, job *j, uint64_t i, hashes *hash, ckpt_err
         return CKPT_OK;
     }
     /* A writer or a hash takes the box's output contiguous: dense in the
-     * slot, in output order. */
+     * slot, in output order; a box of one piece that converts goes to a
+     * writer as it converts instead (convert_out). */
+    if (m->sink == CKPT__SINK_WRITER && j->npieces == 1 && w->g->chunk >= CONVERT_PIECE + j->out_size)
+        w->out.writer = o->writer, w->out.index = m->writer_index, w->out.at = at, w->out.done = false;
     ckpt_status st = read_box_dense(w, j, bstart, bcount, w->slot, err);
-    if (st) return st;
+    bool streamed = w->out.writer && w->out.done;
+    w->out.writer = NULL;
+    if (st || streamed) return st;
     if (m->sink == CKPT__SINK_HASH) {
         XXH3_64bits_update(hash->whole, w->slot, (size_t)bytes);
         if (hash->chunks.state) ckpt__chunk_hash_update(&hash->chunks, w->slot, (size_t)bytes);

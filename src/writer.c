@@ -42,6 +42,7 @@ typedef struct segment {
     uint64_t at, n;
     uint32_t crc;
 } segment;
+enum { SEGMENT_JOIN = 16 }; /* the last ranges a new one may extend (add_segment) */
 
 typedef struct wfile {
     char *name; /* relative to the output directory */
@@ -973,10 +974,23 @@ static void drop_file(ckpt_writer *w, int fd) {
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 }
 
+static ckpt__out_part part_at(const wtensor *t, uint64_t at);
+
 static ckpt_status add_segment(ckpt_writer *w, wtensor *t, uint64_t at, const void *data, size_t n, ckpt_error *err) {
     uint32_t crc = (uint32_t)crc32_z(0, data, n);
     ckpt_status st = CKPT_OK;
     pthread_mutex_lock(&w->lock);
+    /* Bytes that continue one of the last few ranges (a box written in
+     * pieces, a few threads at once: src/engine.c, convert_out) extend it,
+     * so that the list keeps about one range per box, not one per piece. */
+    bool part_edge = t->pub.part_count && part_at(t, at).begin == at; /* each part has its own CRC */
+    for (size_t k = t->segment_count; !part_edge && k-- > 0 && t->segment_count - k <= SEGMENT_JOIN;)
+        if (t->segments[k].at + t->segments[k].n == at) {
+            t->segments[k].crc = (uint32_t)crc32_combine64(t->segments[k].crc, crc, (z_off64_t)n);
+            t->segments[k].n += n;
+            pthread_mutex_unlock(&w->lock);
+            return CKPT_OK;
+        }
     segment *g = ckpt__grow(t->segments, t->segment_count, &t->segment_cap, sizeof *g, 8);
     if (g) t->segments = g, t->segments[t->segment_count++] = (segment){at, n, crc};
     else st = ckpt__oom(err, w->path, t->pub.name);
@@ -1023,8 +1037,8 @@ static ckpt_status joined_fd(ckpt_writer *w, wfile *f, ckpt_error *err) {
 /* The file (opened in this process) and offset of the tensor's byte `at`,
  * and how many of the `want` bytes from there go in that place (up to a
  * part's end, or the tensor's). */
-static ckpt_status place_of(ckpt_writer *w, const wtensor *t, uint64_t at, uint64_t want, wfile **file,
-                            uint64_t *offset, uint64_t *len, ckpt_error *err) {
+/* The part of tensor t that holds its byte `at`. */
+static ckpt__out_part part_at(const wtensor *t, uint64_t at) {
     ckpt__out_part p = {.file = t->pub.file, .offset = t->pub.offset, .nbytes = t->pub.nbytes};
     if (t->pub.part_count) {
         size_t lo = 0, hi = t->pub.part_count; /* the last part that begins at or before `at` */
@@ -1035,6 +1049,18 @@ static ckpt_status place_of(ckpt_writer *w, const wtensor *t, uint64_t at, uint6
         }
         p = t->pub.parts[lo];
     }
+    return p;
+}
+
+uint64_t ckpt__writer_file_offset(const ckpt_writer *w, size_t index, uint64_t at) {
+    if (!w || index >= w->count || dropped(w, index)) return 0;
+    ckpt__out_part p = part_at(&w->tensors[index], at);
+    return p.offset + (at - p.begin);
+}
+
+static ckpt_status place_of(ckpt_writer *w, const wtensor *t, uint64_t at, uint64_t want, wfile **file,
+                            uint64_t *offset, uint64_t *len, ckpt_error *err) {
+    ckpt__out_part p = part_at(t, at);
     uint64_t room = p.begin + p.nbytes - at;
     *file = &w->files[p.file], *offset = p.offset + (at - p.begin), *len = want < room ? want : room;
     ckpt_status st = joined_fd(w, *file, err);

@@ -27,6 +27,11 @@ CKPT__HIDDEN void ckpt__writer_take_format_options(ckpt_writer_options *o, ckpt_
 CKPT__HIDDEN ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint64_t at, const void *data, size_t n,
                                              ckpt_error *err);
 
+/* Where in its output file tensor byte `at` lies (0 for a tensor
+ * deduplicated away or an index out of range): for a caller that cuts its
+ * writes on the file's pages. */
+CKPT__HIDDEN uint64_t ckpt__writer_file_offset(const ckpt_writer *w, size_t index, uint64_t at);
+
 /* Direct mode (a catalog opened with `direct`): written data leaves the
  * page cache once it is on disk (sync_file_range, POSIX_FADV_DONTNEED). */
 CKPT__HIDDEN void ckpt__writer_drop_behind(ckpt_writer *w);

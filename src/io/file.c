@@ -29,7 +29,7 @@ enum { MAX_IO = 1 << 30 };
  * whole (write_piece).  Large writes win
  * only where as much memory was just freed in large blocks (the same file
  * saved again and again in one process: 0.7 s against 1.4 s there). */
-enum { WRITE_PIECE = 32 << 10 };
+enum { WRITE_PIECE = CKPT__WRITE_PIECE };
 #ifndef TMPFS_MAGIC
 #define TMPFS_MAGIC 0x01021994
 #endif
@@ -95,7 +95,14 @@ ckpt_status ckpt__pwrite_full(int fd, const void *buf, uint64_t n, uint64_t offs
     const char *p = buf;
     uint64_t piece = write_piece(fd, n);
     while (n > 0) {
-        size_t want = n > piece ? (size_t)piece : (size_t)n;
+        /* Pieces end on multiples of WRITE_PIECE in the file, so that each
+         * fills whole pages: a write that ends inside a page of a hole
+         * (the output is sized before its data comes) zeroes the rest of
+         * it, and the next write finishes it — 1.9 GB in 32 KiB writes
+         * 100 bytes off the pages took 1.6 times the system time of
+         * aligned ones (1.28 s against 0.78 s, ext4, a 2-vCPU VM). */
+        uint64_t to_edge = piece == WRITE_PIECE ? WRITE_PIECE - offset % WRITE_PIECE : piece;
+        size_t want = n > to_edge ? (size_t)to_edge : (size_t)n;
         ssize_t put = ckpt__io_pwrite(fd, p, want, (off_t)offset);
         if (put < 0) {
             if (errno == EINTR) continue;

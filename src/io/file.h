@@ -29,9 +29,14 @@ CKPT__HIDDEN void ckpt__fd_blocking(int fd);
 CKPT__HIDDEN ckpt_status ckpt__pread_full(int fd, void *buf, uint64_t n, uint64_t offset,
                                           const char *path, ckpt_error *err);
 
-/* Writes exactly `n` bytes at `offset`, in calls of at most 32 KiB except
- * on tmpfs (file.c says why); a failure names the offset of the piece that
- * failed. */
+/* The most one write through the page cache takes, except on tmpfs
+ * (file.c says why): a caller that makes its data in pieces of this size
+ * has each written by one call, without a statfs. */
+enum { CKPT__WRITE_PIECE = 32 << 10 };
+
+/* Writes exactly `n` bytes at `offset`, in calls of at most
+ * CKPT__WRITE_PIECE except on tmpfs; a failure names the offset of the
+ * piece that failed. */
 CKPT__HIDDEN ckpt_status ckpt__pwrite_full(int fd, const void *buf, uint64_t n, uint64_t offset,
                                            const char *path, ckpt_error *err);
 

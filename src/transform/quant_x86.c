@@ -56,20 +56,64 @@ AVX2 static inline void put8_bf16(unsigned char *d, __m256 f) {
         put8_##OUT((d) + 24 * SIZE, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi_, 8))), scale)); \
     } while (0)
 
+/* The f16 at p widened by F16C, in every lane: exact, and a NaN quieted
+ * with its payload kept, as ckpt__f16_to_f32 — without a call per block,
+ * which costs the loop its vzeroupper and its constants' registers. */
+AVX2 static inline __m256 f16_splat(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
 /* Q8_0: 32 int8 levels × the block's f16 scale (quant.c's deq_q8_0). */
 #define AVX2_Q8_0(OUT, SIZE)                                                                                  \
     AVX2 static void avx2_q8_0_##OUT(const void *src, void *dst, size_t n) {                                 \
         const uint8_t *s = src;                                                                               \
         unsigned char *d = dst;                                                                               \
         for (size_t i = 0; i < n; i++, s += 34, d += 32 * SIZE) {                                            \
-            __m256 scale = _mm256_set1_ps(f16_at(s));                                                         \
+            __m256 scale = f16_splat(s);                                                                      \
             __m256i q = _mm256_loadu_si256((const __m256i *)(s + 2));                                         \
             AVX2_PUT32(OUT, SIZE, d, q, scale);                                                               \
         }                                                                                                     \
     }
 AVX2_Q8_0(f32, 4)
 AVX2_Q8_0(f16, 2)
-AVX2_Q8_0(bf16, 2)
+
+/* 8 finite float32 values rounded to bfloat16 (to nearest even), each in
+ * its lane's low half: put8_bf16 without the NaN case. */
+AVX2 static inline __m256i bf16_finite(__m256 f) {
+    const __m256i x = _mm256_castps_si256(f);
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)), odd), 16);
+}
+
+/* Q8_0 to BF16, the hot pair (a GGUF back to Hugging Face).  A finite
+ * scale makes every product finite (at most 128 × 65504) and exact (8
+ * bits times 11), so only its rounding remains, and two vectors of eight
+ * are packed at once (the pack interleaves 128-bit lanes; the permute puts
+ * them back in order); a block with an infinite or NaN scale goes through
+ * put8_bf16's NaN case. */
+AVX2 static void avx2_q8_0_bf16(const void *src, void *dst, size_t n) {
+    const uint8_t *s = src;
+    unsigned char *d = dst;
+    for (size_t i = 0; i < n; i++, s += 34, d += 64) {
+        __m256 scale = f16_splat(s);
+        __m256i q = _mm256_loadu_si256((const __m256i *)(s + 2));
+        if ((s[1] & 0x7C) == 0x7C) { /* exponent all ones: ±Inf or NaN */
+            AVX2_PUT32(bf16, 2, d, q, scale);
+            continue;
+        }
+        __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+        __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), scale);
+        __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), scale);
+        __m256 v2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), scale);
+        __m256 v3 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), scale);
+        __m256i a = _mm256_packus_epi32(bf16_finite(v0), bf16_finite(v1));
+        __m256i b = _mm256_packus_epi32(bf16_finite(v2), bf16_finite(v3));
+        _mm256_storeu_si256((__m256i *)d, _mm256_permute4x64_epi64(a, 0xD8));
+        _mm256_storeu_si256((__m256i *)(d + 32), _mm256_permute4x64_epi64(b, 0xD8));
+    }
+}
 
 /* Q4_0: low nibbles are values 0-15, high nibbles 16-31, each minus 8. */
 #define AVX2_Q4_0(OUT, SIZE)                                                                                  \

@@ -445,7 +445,10 @@ def test_split_parts_with_custom_alignment_read_by_gguf_py(tmp_path):
 
 def test_dequantizing_convert_memory_is_bounded(tmp_path):
     """A 96 MiB bf16 output from a Q8_0 GGUF, converted in a process whose
-    peak RSS stays far below the output's size."""
+    peak RSS stays far below the output's size, bit for bit gguf-py's
+    dequantization rounded by torch: many boxes on two threads, each
+    converted and written in 32 KiB pieces that end on the file's pages, so
+    that blocks straddle the pieces' ends (src/engine.c, convert_out)."""
     import os
     import safetensors.numpy
     src = tmp_path / "big.safetensors"
@@ -464,6 +467,12 @@ def test_dequantizing_convert_memory_is_bounded(tmp_path):
     assert out.stat().st_size > 96 * 2**20
     peak_kib = int(rss.read_text().split()[-1])
     assert peak_kib * 1024 < 64 * 2**20, peak_kib
+    import torch
+    from safetensors import safe_open
+    q = gguf.GGUFReader(str(g)).tensors[0]
+    want = torch.from_numpy(gguf.quants.dequantize(q.data, q.tensor_type)).bfloat16()
+    with safe_open(str(out), "pt") as h:
+        assert torch.equal(h.get_tensor("w").view(torch.int16), want.view(torch.int16))
     del os
 
 
