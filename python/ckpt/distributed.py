@@ -581,9 +581,9 @@ def _rank_order(entries, rank, size):
     parts of the same tensors, which lie in the output in declaration order;
     written in that order by all, the ranks write into the same file at the
     same time, and a file system serializes writes to one file (ext4 and
-    XFS hold the inode's lock for each buffered write): 4 ranks on 2 cores
-    copied into the page cache one at a time.  Started at different places
-    they write different files at once (issue 32 §4)."""
+    XFS hold the inode's lock for each buffered write), so the ranks' copies
+    into the page cache took turns instead of using every core.  Started at
+    different places they write different files at once (issue 32 §4)."""
     if size <= 1 or len(entries) <= 1:
         return entries
     total = sum(e[3] for e in entries)
