@@ -80,6 +80,8 @@ def run(rank, world, port, tmp, scenario):
             many_shards(rank, world, tmp, result)
         elif scenario == "fork":
             fork(rank, world, tmp, result)
+        elif scenario == "write_order":
+            write_order(rank, world, tmp, result)
     except Exception:  # noqa: BLE001 - reported to the test
         result["failures"].append(traceback.format_exc())
     _finish(tmp, rank, result)
@@ -405,6 +407,38 @@ def fds(rank, world, tmp, result):
     finally:
         cd._write_part = write_part
     result["most_open"] = most[0]
+    dist.barrier()
+
+
+def order_state_dict():
+    """8 tensors of 16 KiB: with max_shard_size="40KB", two a shard."""
+    return {f"layers.{i}.weight": torch.full((64, 64), float(i)) for i in range(8)}
+
+
+def write_order(rank, world, tmp, result):
+    """A collective save of 8 tensors, each split by rows among the ranks
+    (tensor parallel), into 4 shards: records the tensors of this rank's
+    parts in the order it wrote them."""
+    import ckpt.distributed as cd
+    sd, shards = {}, {}
+    for name, t in order_state_dict().items():
+        rows = t.shape[0] // world
+        sd[name] = t[rank * rows:(rank + 1) * rows].clone()
+        shards[name] = (tuple(t.shape), [rank * rows, 0])
+    names = list(sd)
+    order = []
+    write_part = cd._write_part
+
+    def recording(w, index, fw, t):
+        order.append(names[index])
+        write_part(w, index, fw, t)
+
+    cd._write_part = recording
+    try:
+        cd.save(sd, os.path.join(tmp, "order-out"), shards=shards, max_shard_size="40KB", timeout=60)
+    finally:
+        cd._write_part = write_part
+    result["order"] = order
     dist.barrier()
 
 

@@ -220,6 +220,28 @@ assert "torch.distributed.tensor" not in sys.modules, "imported"
     assert (tmp_path / "out" / "model.safetensors").exists()
 
 
+def test_ranks_begin_their_writes_in_different_files(tmp_path):
+    """Issue 32 §4: every rank wrote its parts in declaration order, so the
+    ranks of a tensor-parallel save wrote into the same file at the same
+    time, and the file system serialized them (a buffered write holds the
+    file's inode lock).  Each rank begins at its own share of its bytes: the
+    4 ranks' first writes land in 4 different shards, every part is written
+    once, and the output is one process's save, byte for byte."""
+    import ckpt
+    results, codes = spawn(tmp_path, "write_order", timeout=240)
+    assert codes == [0] * WORLD and all(r["failures"] == [] for r in results), seen(results)
+    out = tmp_path / "order-out"
+    ref = tmp_path / "order-ref"
+    ckpt.save(dist_workers.order_state_dict(), ref, max_shard_size="40KB")
+    same_tree(ref, out)
+    weight_map = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+    assert len(set(weight_map.values())) == WORLD
+    for r in results:
+        assert sorted(r["order"]) == sorted(weight_map), seen(results)
+    first = [weight_map[r["order"][0]] for r in results]
+    assert len(set(first)) == WORLD, (first, seen(results))
+
+
 def test_a_rank_opens_only_the_files_it_writes_under_a_low_ulimit(tmp_path):
     """Issue 32: every joined rank of a collective save opened every output
     shard when it joined rank 0's writer, and held them to the vote (1,000
