@@ -132,6 +132,8 @@ def f32_gguf(tmp_path, family, build, gguf_type="f32"):
     GGUF of it of that type, F32 by default, as convert_hf_to_gguf.py
     writes it)."""
     model, path = tmp_path / f"tiny-{family}", tmp_path / f"{family}-{gguf_type}.gguf"
+    if path.exists():  # a module's directory: made by an earlier test
+        return model, path
     if not model.exists():
         build(model)
         tokenizer(TOKENIZER_OF.get(family, family), model)
@@ -204,6 +206,23 @@ def test_the_experts_load_cast_and_report_each_tensor_once(moe_dir):
                    on_loaded=lambda n, t: seen.append((n, t.clone())))
     assert sorted(n for n, _ in seen) == sorted(state)
     assert all(torch.equal(t, state[n]) for n, t in seen)
+
+
+def test_a_conversion_writes_the_joined_experts_as_a_load_reads_them(moe_dir, tmp_path):
+    """A one-process conversion of the joined plan writes each piece at its
+    offset in the writer's tensor: the file holds what the load gives."""
+    import ckpt
+    from ckpt import _ckpt
+    from safetensors.torch import load_file
+    _, path = f32_gguf(moe_dir, "qwen3moe", MOE["qwen3moe"][0])
+    with ckpt.open(path) as c:
+        plan = _ckpt.Plan(c._catalog)
+        plan.gguf_hf("BF16", False, True)
+        plan.convert(str(tmp_path / "joined.safetensors"))
+    written = load_file(tmp_path / "joined.safetensors")
+    state = ckpt.load(path, as_hf="joined", dtype=torch.bfloat16)
+    assert "model.layers.0.mlp.experts.gate_up_proj" in state
+    assert written.keys() == state.keys() and all(torch.equal(written[k], state[k]) for k in state)
 
 
 def test_a_gguf_ckpt_does_not_map_goes_to_transformers(tmp_path):
