@@ -256,6 +256,24 @@ CKPT_API ckpt_status ckpt_gguf_hf_plan(ckpt_plan *plan, ckpt_dtype dtype, ckpt_e
  */
 CKPT_API ckpt_status ckpt_gguf_hf_plan_tensors(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err);
 
+/*
+ * ckpt_gguf_hf_plan_tensors for a load into transformers' model (5.0 and
+ * later: Python's ckpt.transformers), which holds a mixture of experts'
+ * tensors stacked, not one per expert: each layer's stacked experts load
+ * as that model's tensors — Mixtral's, Qwen2-MoE's and Qwen3-MoE's
+ * model.layers.N.mlp.experts.down_proj (llama.cpp's ffn_down_exps as it
+ * is: experts, hidden, ff) and gate_up_proj (experts, 2 × ff, hidden: each
+ * expert's ffn_gate_exps rows, then its ffn_up_exps rows), every expert's
+ * rows read straight into their place in the one buffer, so that neither
+ * stack is held whole nor the output copied.  The other tensors as
+ * ckpt_gguf_hf_plan_tensors names them; a GGUF without experts gives that
+ * function's plan.  A layer with one of ffn_gate_exps and ffn_up_exps but
+ * not the other is refused (CKPT_E_INVALID_ARGUMENT naming it).  ckpt_load
+ * reads the plan; a one-process conversion writes it too; a collective
+ * load or conversion refuses it (CKPT_E_UNSUPPORTED).
+ */
+CKPT_API ckpt_status ckpt_gguf_hf_plan_joined(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err);
+
 /* ---- GGUF output's own options -------------------------------------------- */
 
 /*

@@ -296,6 +296,9 @@ ckpt_status ckpt_load_collective(ckpt_plan *p, const ckpt_load_options *options,
     ckpt_error mine;
     ckpt_error_clear(&mine);
     st = ckpt__plan_check(p, &mine);
+    /* a joined output's pieces are moves of other entries' tensors, which
+     * the shares below do not follow */
+    if (st == CKPT_OK) st = ckpt__plan_refuse_joined(p, "a collective load", &mine);
     /* From here every rank takes part in every step, whatever failed. */
     ckpt_status local = st;
     if (local == CKPT_OK) {

@@ -209,7 +209,7 @@ ckpt_status ckpt__convert_moves(const ckpt_plan *p, ckpt__move **out, size_t *co
     size_t n = 0;
     for (size_t k = 0; k < p->selected_count; k++) {
         const ckpt__plan_entry *e = &p->entries[p->selected[k]];
-        n += e->part_count ? e->part_count : ckpt__plan_outputs(e);
+        n += e->joined ? (size_t)ckpt__plan_join_pieces(e) : e->part_count ? e->part_count : ckpt__plan_outputs(e);
     }
     ckpt__move *moves = ckpt__calloc(n ? n : 1, sizeof *moves);
     if (!moves) return ckpt__oom(err, NULL, "the conversion's tensors");
@@ -225,6 +225,18 @@ ckpt_status ckpt__convert_moves(const ckpt_plan *p, ckpt__move **out, size_t *co
             moves[m++] = part_move(p, e, e, writer_index, 0);
             continue;
         }
+        for (uint64_t j = 0; e->joined && j < ckpt__plan_join_pieces(e); j++) {
+            /* a join: each part's box at its offset, pieces in the output's
+             * order (whole rows before each: whole blocks) */
+            size_t part;
+            const uint64_t *start, *box;
+            uint64_t at, bytes;
+            ckpt__plan_join_piece(p, e, j, &part, &start, &box, &at);
+            ckpt__dtype_nbytes(e->pub.dtype, at, &bytes);
+            moves[m] = part_move(p, e, &p->entries[part], writer_index, bytes);
+            moves[m].start = start, moves[m++].count = box;
+        }
+        if (e->joined) continue;
         /* a stack: each part's bytes at its offset in the output (whole
          * blocks each, ckpt__plan_stack checked) */
         uint64_t part_bytes = e->pub.nbytes / e->part_count;

@@ -115,14 +115,36 @@ static void prefetch_views(ckpt_plan *p) {
     free(ranges);
 }
 
+/* The moves of joined entry `e` (ckpt__plan_join), its destination set
+ * in *first: one per piece, each its part's box written at its offset. */
+static void join_moves(const ckpt_plan *p, const ckpt__plan_entry *e, ckpt__move *first, ckpt__move *out) {
+    for (uint64_t j = 0; j < ckpt__plan_join_pieces(e); j++) {
+        size_t part;
+        const uint64_t *start, *count;
+        uint64_t at, bytes;
+        ckpt__plan_join_piece(p, e, j, &part, &start, &count, &at);
+        ckpt__dtype_nbytes(e->pub.dtype, at, &bytes); /* whole rows before it: whole blocks */
+        out[j] = *first;
+        out[j].tensor = part, out[j].start = start, out[j].count = count, out[j].perm = NULL;
+        out[j].dst = (unsigned char *)first->dst + bytes;
+    }
+}
+
+/* The moves entry `e` needs when it is not a view: a joined one's pieces,
+ * else one. */
+static size_t entry_moves(const ckpt__plan_entry *e) {
+    return e->joined ? (size_t)ckpt__plan_join_pieces(e) : 1;
+}
+
 /* Where one entry's bytes go: the caller's buffer, a view (nothing to
- * move: *move_out stays unset) or a buffer the library allocates. */
-static ckpt_status place_entry(ckpt_plan *p, ckpt__plan_entry *e, int views, ckpt__move *move_out, bool *moved,
+ * move: *moved stays 0) or a buffer the library allocates; *moved moves
+ * from move_out on fill it. */
+static ckpt_status place_entry(ckpt_plan *p, ckpt__plan_entry *e, int views, ckpt__move *move_out, size_t *moved,
                                ckpt_error *err) {
     const ckpt_tensor_info *t = e->pub.source;
     const char *path = ckpt_catalog_file_path(p->catalog, t->file);
     bool viewed = false;
-    *moved = false;
+    *moved = 0;
     ckpt_status st = CKPT_OK;
     if (!e->buffer && !e->device && views && (st = try_view(p, e, views, &viewed, err))) return st;
     if (viewed) return CKPT_OK;
@@ -147,7 +169,11 @@ static ckpt_status place_entry(ckpt_plan *p, ckpt__plan_entry *e, int views, ckp
     if (e->view_ndim)
         move_out->start = NULL, move_out->count = NULL, move_out->perm = e->view_perm,
         move_out->view_ndim = e->view_ndim, move_out->view_shape = e->view_shape;
-    *moved = true;
+    if (e->joined) {
+        ckpt__move whole = *move_out;
+        join_moves(p, e, &whole, move_out);
+    }
+    *moved = entry_moves(e);
     return CKPT_OK;
 }
 
@@ -276,12 +302,13 @@ ckpt_status ckpt__load_moves(ckpt_plan *p, const ckpt_load_options *o, const boo
     if (st) return st;
     /* a destination for every selected entry (no_view[k]: the k-th is read
      * into memory, never viewed — a collective load broadcasts into it) */
-    size_t n = p->selected_count, moves_used = 0;
-    ckpt__move *moves = ckpt__calloc(n ? n : 1, sizeof *moves);
+    size_t n = p->selected_count, moves_used = 0, most = 0;
+    for (size_t k = 0; k < n; k++) most += entry_moves(&p->entries[p->selected[k]]);
+    ckpt__move *moves = ckpt__calloc(most ? most : 1, sizeof *moves);
     if (!moves) return ckpt__oom(err, NULL, "the load's tensors");
     uint64_t views = 0, view_bytes = 0;
     for (size_t k = 0; st == CKPT_OK && k < n; k++) {
-        bool moved = false;
+        size_t moved = 0;
         const ckpt__plan_entry *e = &p->entries[p->selected[k]];
         if (no_view && e->device) { /* a collective load broadcasts into host memory */
             st = ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, e->pub.name, -1,
@@ -290,7 +317,7 @@ ckpt_status ckpt__load_moves(ckpt_plan *p, const ckpt_load_options *o, const boo
         }
         int v = no_view && no_view[k] ? 0 : o->views;
         st = place_entry(p, &p->entries[p->selected[k]], v, &moves[moves_used], &moved, err);
-        if (st == CKPT_OK && moved) moves_used++;
+        if (st == CKPT_OK && moved) moves_used += moved;
         else if (st == CKPT_OK) views++, view_bytes += e->pub.nbytes;
     }
     if (st) {
@@ -303,12 +330,15 @@ ckpt_status ckpt__load_moves(ckpt_plan *p, const ckpt_load_options *o, const boo
     return CKPT_OK;
 }
 
-/* item_done for the engine's moves: move m is the m-th item not viewed;
- * a device item's bytes are in place once its copies have completed. */
+/* item_done for the engine's moves: item_of_move[m] is the item move m
+ * fills (each item not viewed has one move, a joined one one per piece),
+ * whose bytes are in place once its last move is done (left[item] of
+ * them still to go); a device item's once its copies have completed. */
 typedef struct items_done {
     int (*fn)(size_t item, void *user);
     void *user;
     size_t *item_of_move;
+    atomic_size_t *left;
     const ckpt__move *moves;
 } items_done;
 
@@ -317,7 +347,9 @@ static int move_done(size_t move, void *user) {
     const ckpt__move *m = &d->moves[move];
     /* a failed copy fails the load with its own error (ckpt__device_finish) */
     if (m->sink == CKPT__SINK_STAGE && ckpt__device_flush(((ckpt__ring *)m->stage)->device, NULL)) return 1;
-    return d->fn(d->item_of_move[move], d->user);
+    size_t item = d->item_of_move[move];
+    if (atomic_fetch_sub(&d->left[item], 1) != 1) return 0; /* the item's other moves go on */
+    return d->fn(item, d->user);
 }
 
 /* The devices the moves copy to, each once, in address order (so that two
@@ -366,13 +398,17 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     if (o->progress && view_bytes) eo.progress = progress_with_views, eo.user = &vp;
     uint64_t total = 0;
     for (size_t i = 0; i < moves_used; i++) total += ckpt__move_nbytes(p->catalog, &moves[i]);
-    items_done done = {o->item_done, o->item_done_user, NULL, moves};
+    items_done done = {o->item_done, o->item_done_user, NULL, NULL, moves};
     if (o->item_done) { /* views are in place already; moved items as the engine finishes them */
-        if (!(done.item_of_move = ckpt__malloc((moves_used ? moves_used : 1) * sizeof *done.item_of_move)))
-            st = ckpt__oom(err, NULL, "the load's items");
+        done.item_of_move = ckpt__malloc((moves_used ? moves_used : 1) * sizeof *done.item_of_move);
+        done.left = ckpt__malloc((p->selected_count ? p->selected_count : 1) * sizeof *done.left);
+        if (!done.item_of_move || !done.left) st = ckpt__oom(err, NULL, "the load's items");
         for (size_t k = 0, m = 0; st == CKPT_OK && k < p->selected_count; k++) {
-            if (!p->entries[p->selected[k]].pub.is_view) done.item_of_move[m++] = k;
-            else if (o->item_done(k, o->item_done_user))
+            const ckpt__plan_entry *e = &p->entries[p->selected[k]];
+            atomic_init(&done.left[k], e->pub.is_view ? 0 : entry_moves(e));
+            for (size_t j = 0; !e->pub.is_view && j < entry_moves(e); j++) done.item_of_move[m++] = k;
+            if (!e->pub.is_view) continue;
+            if (o->item_done(k, o->item_done_user))
                 st = ckpt__fail(err, CKPT_E_CANCELLED, NULL, p->entries[p->selected[k]].pub.name, -1,
                                 "cancelled by the item_done callback");
         }
@@ -390,6 +426,7 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
     free(devices);
     p->stats.views = views;
     free(done.item_of_move);
+    free((void *)done.left);
     free(moves);
     if (st != CKPT_OK) ckpt__plan_release(p);
     return st;

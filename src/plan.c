@@ -100,10 +100,10 @@ static void update(ckpt__plan_entry *e) {
     const ckpt_tensor_info *t = e->pub.source;
     uint64_t numel = 1;
     bool permuted = false;
-    uint32_t lead = e->part_count ? 1 : 0; /* a stack's leading axis */
+    uint32_t lead = e->part_count && !e->joined ? 1 : 0; /* a stack's leading axis */
     if (lead) e->shape[0] = e->part_count, numel = e->part_count;
     for (uint32_t i = 0; i < t->ndim; i++) {
-        e->shape[lead + i] = e->count[e->perm[i]];
+        e->shape[lead + i] = e->joined && i == e->join_axis ? e->join_extent : e->count[e->perm[i]];
         numel *= e->shape[lead + i];
         permuted |= e->perm[i] != i;
     }
@@ -113,7 +113,7 @@ static void update(ckpt__plan_entry *e) {
      * cannot overflow. */
     ckpt__dtype_nbytes(e->pub.dtype, numel, &e->pub.nbytes);
     e->pub.transform = permuted || e->view_ndim || e->pub.dtype != t->dtype || t->big_endian || t->strides ||
-                       t->compressed || lead || e->has_op;
+                       t->compressed || lead || e->joined || e->has_op;
 }
 
 ckpt_status ckpt_plan_create(ckpt_catalog *catalog, ckpt_plan **out, ckpt_error *err) {
@@ -498,6 +498,9 @@ static ckpt_status refuse_packed(ckpt_plan *p, ckpt__plan_entry *e, const char *
 /* A tensor split into several outputs (ckpt__plan_unstack) keeps its
  * slices' boxes: a later slice or permutation of it is refused. */
 static ckpt_status refuse_split(ckpt_plan *p, ckpt__plan_entry *e, const char *what, ckpt_error *err) {
+    if (e->joined) /* its pieces' boxes and offsets are the parts' whole tensors' */
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                          "cannot %s a tensor joined of %zu tensors", what, e->part_count);
     if (!e->split_count) return CKPT_OK;
     return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
                       "cannot %s a tensor split into %zu outputs", what, e->split_count);
@@ -819,6 +822,89 @@ ckpt_status ckpt__plan_unstack(ckpt_plan *p, size_t index, size_t n, const char 
     return CKPT_OK;
 }
 
+/* Why part `e` cannot join `head` along `axis`, or NULL. */
+static const char *join_refusal(const ckpt__plan_entry *e, const ckpt__plan_entry *head, uint32_t axis) {
+    const ckpt_tensor_info *t = e->pub.source, *h = head->pub.source;
+    if (!plain_entry(e)) return "it is not a plain selected tensor (stacked, split, computed or placed already)";
+    if (e->view_ndim || e->pub.ndim != t->ndim) return "its axes are viewed otherwise";
+    for (uint32_t a = 0; a < t->ndim; a++)
+        if (e->start[a] || e->count[a] != t->shape[a] || e->perm[a] != a) return "it is sliced or permuted";
+    if (ckpt_dtype_bits(t->dtype) % 8) return "its elements are packed below a byte";
+    if (t->dtype != h->dtype) return "its dtype is not the other parts' dtype";
+    if (axis >= t->ndim || t->ndim != h->ndim) return "it has not the other parts' axes, or not the joined one";
+    for (uint32_t a = 0; a < t->ndim; a++)
+        if (a != axis && t->shape[a] != h->shape[a]) return "its shape is not the other parts' but on the joined axis";
+    return NULL;
+}
+
+ckpt_status ckpt__plan_join(ckpt_plan *p, size_t index, size_t n, const size_t *parts, uint32_t axis,
+                            ckpt_error *err) {
+    if (index >= p->entry_count || !n || !parts || parts[0] != index)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "a join needs an entry, its first part");
+    ckpt__plan_entry *head = &p->entries[index];
+    const ckpt_tensor_info *t = head->pub.source;
+    uint64_t extent = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (parts[k] >= p->entry_count)
+            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, head), t->name, -1, "part %zu is no tensor", k);
+        ckpt__plan_entry *e = &p->entries[parts[k]];
+        const char *why = join_refusal(e, head, axis);
+        for (size_t j = 0; !why && j < k; j++)
+            if (parts[j] == parts[k]) why = "it is twice a part of the join";
+        if (why)
+            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                              "cannot join it to %s along axis %u: %s", head->pub.name, axis, why);
+        extent += e->pub.source->shape[axis];
+    }
+    uint32_t nd = t->ndim;
+    uint64_t lead = 1;
+    for (uint32_t a = 0; a < axis; a++) lead *= t->shape[a]; /* the file's shape: its elements fit in memory */
+    size_t *list = ckpt__arena_alloc(&p->arena, n * sizeof *list);
+    uint64_t *shape = ckpt__arena_alloc(&p->arena, nd * sizeof *shape);
+    uint64_t *boxes = ckpt__arena_alloc(&p->arena, n * nd * sizeof *boxes);
+    uint64_t *starts = lead <= SIZE_MAX / nd / sizeof *starts ? ckpt__arena_alloc(&p->arena, (size_t)lead * nd * sizeof *starts)
+                                                               : NULL;
+    if (!list || !shape || !boxes || !starts) return ckpt__oom(err, source_path(p, head), t->name);
+    memcpy(list, parts, n * sizeof *list);
+    for (size_t k = 0; k < n; k++) { /* each part's box: one index of the axes before `axis`, the rest whole */
+        const ckpt_tensor_info *pt = p->entries[parts[k]].pub.source;
+        for (uint32_t a = 0; a < nd; a++) boxes[k * nd + a] = a < axis ? 1 : pt->shape[a];
+    }
+    for (uint64_t l = 0; l < lead; l++) { /* lead index l as coordinates, row-major */
+        uint64_t rest = l;
+        for (uint32_t a = nd; a-- > 0;) {
+            starts[l * nd + a] = a < axis ? rest % t->shape[a] : 0;
+            if (a < axis) rest /= t->shape[a];
+        }
+    }
+    for (size_t k = 1; k < n; k++) p->entries[parts[k]].absorbed = true;
+    head->parts = list, head->part_count = n, head->joined = true;
+    head->join_axis = axis, head->join_extent = extent, head->join_lead = lead;
+    head->join_starts = starts, head->join_boxes = boxes;
+    head->shape = shape, head->pub.shape = shape;
+    update(head);
+    p->joined = true;
+    p->selection_dirty = true;
+    return CKPT_OK;
+}
+
+void ckpt__plan_join_piece(const ckpt_plan *p, const ckpt__plan_entry *e, uint64_t j, size_t *part,
+                           const uint64_t **start, const uint64_t **count, uint64_t *at) {
+    uint32_t nd = e->pub.source->ndim, axis = e->join_axis;
+    uint64_t l = j / e->part_count, k = j % e->part_count, inner = 1, before = 0;
+    for (uint32_t a = axis + 1; a < nd; a++) inner *= e->shape[a];
+    for (uint64_t q = 0; q < k; q++) before += p->entries[e->parts[q]].pub.source->shape[axis];
+    *part = e->parts[k];
+    *start = e->join_starts + l * nd, *count = e->join_boxes + k * nd;
+    *at = (l * e->join_extent + before) * inner;
+}
+
+ckpt_status ckpt__plan_refuse_joined(const ckpt_plan *p, const char *what, ckpt_error *err) {
+    if (!p->joined) return CKPT_OK;
+    return ckpt__fail(err, CKPT_E_UNSUPPORTED, NULL, NULL, -1,
+                      "%s: the plan joins tensors, which only a one-process load or conversion writes", what);
+}
+
 ckpt_status ckpt__plan_compute(ckpt_plan *p, size_t index, const ckpt__elementwise *rule, ckpt_error *err) {
     ckpt__plan_entry *e = &p->entries[index];
     const ckpt_tensor_info *t = e->pub.source;
@@ -871,6 +957,7 @@ ckpt_status ckpt__plan_refuse_assembled(const ckpt_plan *p, const char *what, bo
     if (p->assembled)
         return ckpt__fail(err, CKPT_E_UNSUPPORTED, NULL, NULL, -1,
                           "%s: the plan stacks, splits or generates tensors, which only a conversion writes", what);
+    if (p->joined && !computes) return ckpt__plan_refuse_joined(p, what, err);
     if (p->computed && !computes)
         return ckpt__fail(err, CKPT_E_UNSUPPORTED, NULL, NULL, -1,
                           "%s: the plan computes tensors (an elementwise rule), which only a one-process conversion "

@@ -23,6 +23,16 @@ typedef struct ckpt__plan_entry {
     size_t *parts;
     size_t part_count;
     bool absorbed;
+    /* Or, joined (ckpt__plan_join): parts[k] concatenated along their
+     * existing axis join_axis (join_extent in all) rather than stacked
+     * along a new one.  The output is pieces: for each index of the axes
+     * before join_axis (join_lead of them), each part's box there — box
+     * k × ndim of join_boxes, from join_starts + lead × ndim — one engine
+     * move each, at its offset in the output (ckpt__plan_join_piece). */
+    bool joined;
+    uint32_t join_axis;
+    uint64_t join_extent, join_lead;
+    uint64_t *join_starts, *join_boxes;
     /* An output split along its leading axis (ckpt__plan_unstack): each
      * of its split_count slices one output of its own, named
      * split_names[k], the entry's shape less that axis; the k-th reads
@@ -102,6 +112,9 @@ struct ckpt_plan {
     size_t generated_count, generated_cap;
     uint64_t place_seq;        /* placings so far */
     bool assembled, computed;
+    /* Outputs joined of several tensors (ckpt__plan_join), which a load
+     * and a one-process conversion write, a collective one does not. */
+    bool joined;
     /* Files a conversion writes beside the tensors (GGUF → Hugging Face's
      * config.json): ckpt__plan_add_file; names and bytes in the arena. */
     struct ckpt__plan_file {
@@ -187,6 +200,40 @@ CKPT__HIDDEN ckpt_status ckpt__plan_stack(ckpt_plan *plan, size_t index, size_t 
 CKPT__HIDDEN ckpt_status ckpt__plan_unstack(ckpt_plan *plan, size_t index, size_t n, const char *const *names,
                                             ckpt_error *err);
 
+/*
+ * ckpt__plan_join: selected entry `index` (a catalog index) becomes the
+ * concatenation of the `n` tensors `parts` (catalog indexes, `index`
+ * first) along their axis `axis`, in `index`'s dtype (a later cast casts
+ * every part); the others leave the selection.  What transformers' MoE
+ * models hold (Mixtral, Qwen2-MoE, Qwen3-MoE since transformers 5): one
+ * tensor of every expert's gate rows then its up rows (experts, 2 × ff,
+ * hidden), made of llama.cpp's two stacks (experts, ff, hidden) joined
+ * along axis 1.  Unlike ckpt__plan_stack, a load writes it too, and into
+ * place: one engine move per part and index of the axes before `axis`
+ * (an expert), each reading its box of the part and writing it at its
+ * offset in the output, so that no part is held whole and no copy of the
+ * output is made.  The parts must be plain selected tensors (neither
+ * sliced, permuted, viewed, stacked nor computed) of one source dtype of
+ * whole bytes or blocks, with one shape but on `axis`, and `axis` one of
+ * theirs; CKPT_E_INVALID_ARGUMENT naming the part otherwise.  A later
+ * slice or permutation of the output is refused; a collective load or
+ * conversion refuses the plan (ckpt__plan_refuse_joined).
+ */
+CKPT__HIDDEN ckpt_status ckpt__plan_join(ckpt_plan *plan, size_t index, size_t n, const size_t *parts, uint32_t axis,
+                                         ckpt_error *err);
+
+/* The pieces joined entry `e`'s output is made of (its moves). */
+static inline uint64_t ckpt__plan_join_pieces(const ckpt__plan_entry *e) { return e->join_lead * e->part_count; }
+
+/* Piece j of joined entry `e`: the catalog entry of its part (*part),
+ * the box it reads (*start and *count, in the part's axes) and where its
+ * output begins in e's, in elements of e's output (*at). */
+CKPT__HIDDEN void ckpt__plan_join_piece(const ckpt_plan *plan, const ckpt__plan_entry *e, uint64_t j, size_t *part,
+                                        const uint64_t **start, const uint64_t **count, uint64_t *at);
+
+/* CKPT_E_UNSUPPORTED naming `what` when the plan joins tensors. */
+CKPT__HIDDEN ckpt_status ckpt__plan_refuse_joined(const ckpt_plan *plan, const char *what, ckpt_error *err);
+
 /* The outputs selected entry `e` makes: its split's, else 1. */
 static inline size_t ckpt__plan_outputs(const ckpt__plan_entry *e) { return e->split_count ? e->split_count : 1; }
 
@@ -210,9 +257,9 @@ CKPT__HIDDEN ckpt_status ckpt__plan_generate(ckpt_plan *plan, const char *name, 
                                              ckpt_error *err);
 
 /* CKPT_E_UNSUPPORTED naming `what` when the plan has stacked, split or
- * generated outputs, which only ckpt_convert_plan writes, or computed ones
- * when the caller does not apply elementwise rules (`computes` false: a
- * collective conversion; a load applies them). */
+ * generated outputs, which only ckpt_convert_plan writes, or computed or
+ * joined ones when the caller does not apply elementwise rules nor join
+ * (`computes` false: a collective conversion; a load does both). */
 CKPT__HIDDEN ckpt_status ckpt__plan_refuse_assembled(const ckpt_plan *plan, const char *what, bool computes,
                                                      ckpt_error *err);
 

@@ -319,7 +319,8 @@ def _build_plan(catalog, rows, *, select=None, exclude=None, rename=None, dtype=
     plan = _ckpt.Plan(catalog)
     if as_hf:  # the library's GGUF → Hugging Face mapping first: it takes every tensor, before any rule
         one = dtype is not None and not isinstance(dtype, dict)
-        plan.gguf_hf(dtype_name(dtype) if one else None, False)  # a load: no config.json, no tokenizer files
+        # a load: no config.json, no tokenizer files; "joined": experts as transformers' models hold them
+        plan.gguf_hf(dtype_name(dtype) if one else None, False, as_hf == "joined")
         dtype = None if one else dtype
     if ignore_unmatched:
         plan.set_flags(1)
@@ -430,7 +431,11 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     1 the script added, every tensor of `dtype` (one dtype;
     default: the GGUF's float type, else bf16), dequantized by the engine.
     The other rules then apply to those names; a GGUF the library does not
-    map raises ckpt.Error naming the file and the key.
+    map raises ckpt.Error naming the file and the key.  as_hf="joined"
+    reads a mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE) as
+    transformers' models hold it (ckpt_gguf_hf_plan_joined): each layer's
+    mlp.experts.gate_up_proj and down_proj, stacked over the experts, each
+    expert's rows read into place; as_hf=True refuses its stacked experts.
 
     A CUDA device (device="cuda:0", with torch's CUDA available) gets the
     tensors straight into device memory: each is allocated there with

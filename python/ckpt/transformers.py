@@ -31,9 +31,10 @@ whose work is not the reading of weights (`quantization_config`,
 reads plain safetensors and torch checkpoints into a model, and
 transformers keeps the rest.  A llama.cpp GGUF (`gguf_file=`) of a family
 the library maps back to Hugging Face (llama, qwen2, qwen3, phi3, gemma2,
-gemma3) is read by ckpt through that mapping (load_into(..., as_hf=True):
-names, Q/K rows put back, Gemma's norms less 1, dequantized by the engine
-into the meta model), its config
+gemma3; Mixtral, Qwen2-MoE and Qwen3-MoE's experts) is read by ckpt
+through that mapping (load_into(..., as_hf="joined"): names, Q/K rows put
+back, Gemma's norms less 1, each expert's rows read into its place in the
+model's stacked experts, dequantized by the engine into the meta model), its config
 being transformers' parsing of the key-values; another goes to
 transformers' own GGUF loader.  With `tp_plan`/`tp_size`/
 `distributed_config` (under torchrun) transformers shards the model and
@@ -442,16 +443,18 @@ def _load_distributed(model_class, model, path, load_config):
 
 def _gguf_names(path):
     """{Hugging Face name: (dtype, GGUF name)} of the model the library's GGUF →
-    Hugging Face mapping (ckpt_gguf_hf_plan_tensors, as `ckpt convert model.gguf
-    dir/` writes it) makes of a llama.cpp GGUF, or None when it does not
-    map this one (a family it does not convert, a tensor it has no name
-    for, rows it cannot put back, stacked experts, which only a conversion
-    splits): transformers' own loader reads it then."""
+    Hugging Face mapping (ckpt_gguf_hf_plan_joined: the tensors of `ckpt
+    convert model.gguf dir/`, but a mixture of experts' as transformers'
+    model holds them, each layer's experts.gate_up_proj — named by its
+    ffn_gate_exps — and experts.down_proj) makes of a llama.cpp GGUF, or
+    None when it does not map this one (a family it does not convert, a
+    tensor it has no name for, rows it cannot put back): transformers' own
+    loader reads it then."""
     from . import _ckpt
     with _api.open(path) as c:
         plan = _ckpt.Plan(c._catalog)
         try:
-            plan.gguf_hf(None, False)  # the tensors alone: the tokenizer is transformers' own business here
+            plan.gguf_hf(None, False, True)  # the tensors alone: the tokenizer is transformers' own business here
         except _api._ckpt.Error as e:
             if e.status != "CKPT_E_INVALID_ARGUMENT":
                 raise
@@ -476,7 +479,7 @@ def _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_ma
     def loaded(name, tensor):
         tensor._is_hf_initialized = True  # as transformers' loader marks what it set: not initialised again
 
-    as_hf = gguf_names is not None
+    as_hf = "joined" if gguf_names is not None else False
     sources = [_api._literal(gguf_names[n][1] if as_hf else n) for n in converted]  # select and exclude: file names
     non_persistent = {n for n, _ in model.named_buffers()} - set(model.state_dict())
     result = _api.load_into(model, path, strict=False, assign=True, device=device or "cpu",

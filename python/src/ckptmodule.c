@@ -1888,20 +1888,29 @@ static PyObject *Plan_gguf_llamacpp(Plan *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* gguf_hf(dtype=None, files=True): the plan over a llama.cpp GGUF becomes
- * the Hugging Face model it was converted from (ckpt_gguf_hf_plan): Hugging
- * Face's names, llama's Q/K rows put back, every tensor `dtype` (None: the
- * GGUF's float type, else BF16), and with `files` config.json and the
- * tokenizer's files written beside a conversion's tensors; without, the
- * tensors alone, for a load (ckpt_gguf_hf_plan_tensors).  The plan needs
- * nothing a load refuses: ckpt_load reads it too. */
+/* gguf_hf(dtype=None, files=True, joined=False): the plan over a llama.cpp
+ * GGUF becomes the Hugging Face model it was converted from
+ * (ckpt_gguf_hf_plan): Hugging Face's names, llama's Q/K rows put back,
+ * every tensor `dtype` (None: the GGUF's float type, else BF16), and with
+ * `files` config.json and the tokenizer's files written beside a
+ * conversion's tensors; without, the tensors alone, for a load
+ * (ckpt_gguf_hf_plan_tensors), and with `joined` too, a mixture of
+ * experts' tensors as transformers' model holds them
+ * (ckpt_gguf_hf_plan_joined).  The plan needs nothing a load refuses:
+ * ckpt_load reads it too. */
 static PyObject *Plan_gguf_hf(Plan *self, PyObject *args) {
     const char *name = NULL;
-    int files = 1;
-    if (!plan_ready(self) || !PyArg_ParseTuple(args, "|zp", &name, &files)) return NULL;
+    int files = 1, joined = 0;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "|zpp", &name, &files, &joined)) return NULL;
     ckpt_dtype d = name ? dtype_arg(name) : CKPT_DTYPE_INVALID;
     if (name && d == CKPT_DTYPE_INVALID) return NULL;
-    PLAN_CALL(files ? ckpt_gguf_hf_plan(self->plan, d, &e) : ckpt_gguf_hf_plan_tensors(self->plan, d, &e));
+    if (files && joined) {
+        PyErr_SetString(PyExc_ValueError, "gguf_hf: joined experts are a load's (files=False)");
+        return NULL;
+    }
+    PLAN_CALL(files    ? ckpt_gguf_hf_plan(self->plan, d, &e)
+              : joined ? ckpt_gguf_hf_plan_joined(self->plan, d, &e)
+                       : ckpt_gguf_hf_plan_tensors(self->plan, d, &e));
 }
 
 static PyObject *Plan_convert(Plan *self, PyObject *args, PyObject *kw) {
@@ -1942,8 +1951,9 @@ static PyMethodDef Plan_methods[] = {
     {"gguf_llamacpp", (PyCFunction)Plan_gguf_llamacpp, METH_VARARGS,
      "gguf_llamacpp(model_dir, dtype=None, text=None): llama.cpp's conversion of a Hugging Face model (ckpt_gguf.h)"},
     {"gguf_hf", (PyCFunction)Plan_gguf_hf, METH_VARARGS,
-     "gguf_hf(dtype=None, files=True): a llama.cpp GGUF as its Hugging Face model (ckpt_gguf_hf_plan; "
-     "files=False: its tensors alone, for a load)"},
+     "gguf_hf(dtype=None, files=True, joined=False): a llama.cpp GGUF as its Hugging Face model "
+     "(ckpt_gguf_hf_plan; files=False: its tensors alone, for a load; joined=True too: experts as transformers' "
+     "models hold them, ckpt_gguf_hf_plan_joined)"},
     {"convert", (PyCFunction)(void (*)(void))Plan_convert, METH_VARARGS | METH_KEYWORDS,
      "convert(dst, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, progress=None,\n"
      "        copy_files_from=None, format=0, dcp_ranks=0, dry_run=False, check_crc=True, source_metadata=False):\n"

@@ -56,6 +56,7 @@ typedef struct hf {
     ckpt_error *err;
     const ckpt__lc_family *family;
     bool files;   /* a conversion's plan (config.json, the tokenizer's files), not a load's */
+    bool joined;  /* a load into transformers' model: its experts' tensors (ckpt__lc_experts.model) */
     uint64_t n_head, n_kv, n_embd, n_ff, head_dim, vocab, layers;
     uint64_t n_expert, n_expert_ff, n_shared_ff; /* 0: the key is missing */
     bool experts; /* the file has stacked experts: a mixture of experts */
@@ -243,18 +244,60 @@ static ckpt_status unpermute_rows(hf *h, size_t index, const ckpt_tensor_info *t
     return ckpt__plan_view_permute(h->plan, index, 4, shape, perm, h->err);
 }
 
+/* The catalog index of the layer's stack of table row `x`, or a failure
+ * naming it missing (`t`: the stack that needs it). */
+static ckpt_status layer_stack(hf *h, const ckpt_tensor_info *t, const ckpt__lc_experts *x, unsigned layer,
+                               size_t *index) {
+    char name[256];
+    snprintf(name, sizeof name, x->gguf, layer);
+    const ckpt_tensor_info *s = ckpt_catalog_find(h->plan->catalog, name);
+    if (!s) {
+        char model[256];
+        snprintf(model, sizeof model, x->model, layer);
+        return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, t->name, -1,
+                          "%s is missing: transformers' %s is made of both", name, model);
+    }
+    *index = ckpt__catalog_index_of(h->plan->catalog, s);
+    return CKPT_OK;
+}
+
+/* A layer's stacks as transformers' model holds them (h->joined): the
+ * first of its tensor's parts joined with the others along the rows
+ * (ckpt__plan_join: each expert's rows of each part read into place), a
+ * part after the first left to it, once the first is known to be there. */
+static ckpt_status join_experts(hf *h, size_t index, const ckpt_tensor_info *t, const ckpt__lc_experts *m,
+                                unsigned layer) {
+    size_t parts[4], n = 0;
+    ckpt_status st = CKPT_OK;
+    for (const ckpt__lc_experts *x = h->family->experts; st == CKPT_OK && x->hf; x++) {
+        if (!x->model || strcmp(x->model, m->model)) continue;
+        if (m->model_at && x->model_at == 0) return layer_stack(h, t, x, layer, &parts[0]); /* the first joins it */
+        if (x->model_at >= sizeof parts / sizeof *parts) continue; /* the tables' joins have 2 parts */
+        st = layer_stack(h, t, x, layer, &parts[x->model_at]);
+        n = x->model_at + 1 > n ? x->model_at + 1 : n;
+    }
+    if (st == CKPT_OK && n > 1) st = ckpt__plan_join(h->plan, index, n, parts, 1, h->err);
+    char name[256];
+    snprintf(name, sizeof name, m->model, layer);
+    return st ? st : ckpt__plan_set_name(h->plan, index, name, h->err);
+}
+
 /* A layer's experts stacked by llama.cpp's conversion (3-D: experts,
  * out, in): one Hugging Face tensor per expert, each a slice of the
- * stack (ckpt__plan_unstack). */
+ * stack (ckpt__plan_unstack); in a load into transformers' model, its
+ * tensors (join_experts). */
 static ckpt_status plan_experts(hf *h, size_t index, const ckpt_tensor_info *t, const ckpt__lc_experts *m,
                                 unsigned layer) {
     const ckpt__lc_dim dims[3] = {CKPT__LC_EXPERTS, m->dims[0], m->dims[1]};
     ckpt_status st = check_shape(h, t, 3, dims);
     if (st) return st;
-    if (!h->files) /* a load gives each catalog tensor one output */
+    h->experts = true;
+    if (h->joined && m->model) return join_experts(h, index, t, m, layer);
+    if (!h->files) /* a load of Hugging Face's names gives each catalog tensor one output */
         return ckpt__fail(h->err, CKPT_E_INVALID_ARGUMENT, h->path, t->name, -1,
                           "a load does not split llama.cpp's stacked experts into Hugging Face's (ckpt convert "
-                          "writes them)");
+                          "writes them; a load into transformers' model joins them as it holds them, "
+                          "ckpt_gguf_hf_plan_joined)");
     size_t n = (size_t)t->shape[0], width = strlen(m->hf) + 2 * 20;
     char **names = ckpt__malloc(n * sizeof *names), *text = ckpt__malloc(n * width);
     if (!names || !text) st = ckpt__oom(h->err, h->path, t->name);
@@ -265,7 +308,6 @@ static ckpt_status plan_experts(hf *h, size_t index, const ckpt_tensor_info *t, 
     if (st == CKPT_OK) st = ckpt__plan_unstack(h->plan, index, n, (const char *const *)names, h->err);
     free(names);
     free(text);
-    h->experts = true;
     return st;
 }
 
@@ -708,10 +750,10 @@ static ckpt_status write_config(hf *h, ckpt_dtype dtype, bool tied) {
 
 /* `files`: config.json and the tokenizer's files too (a conversion), or
  * the tensors alone (a load). */
-static ckpt_status hf_plan(ckpt_plan *plan, ckpt_dtype dtype, bool files, ckpt_error *err) {
+static ckpt_status hf_plan(ckpt_plan *plan, ckpt_dtype dtype, bool files, bool joined, ckpt_error *err) {
     if (!plan) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "no plan");
     const ckpt_catalog *c = plan->catalog;
-    hf h = {.plan = plan, .path = ckpt_catalog_file_path(c, 0), .err = err, .files = files};
+    hf h = {.plan = plan, .path = ckpt_catalog_file_path(c, 0), .err = err, .files = files, .joined = joined};
     if (ckpt_catalog_format(c) != CKPT_FORMAT_GGUF)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, h.path, NULL, -1, "not a GGUF file");
     if (dtype == CKPT_DTYPE_INVALID) dtype = default_dtype(c);
@@ -730,9 +772,13 @@ static ckpt_status hf_plan(ckpt_plan *plan, ckpt_dtype dtype, bool files, ckpt_e
 }
 
 ckpt_status ckpt_gguf_hf_plan(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err) {
-    return hf_plan(plan, dtype, true, err);
+    return hf_plan(plan, dtype, true, false, err);
 }
 
 ckpt_status ckpt_gguf_hf_plan_tensors(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err) {
-    return hf_plan(plan, dtype, false, err);
+    return hf_plan(plan, dtype, false, false, err);
+}
+
+ckpt_status ckpt_gguf_hf_plan_joined(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err) {
+    return hf_plan(plan, dtype, false, true, err);
 }

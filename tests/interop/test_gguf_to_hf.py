@@ -302,10 +302,11 @@ def readers_let_go():
     gguf_reader.cache_clear()
 
 
-def rewritten(src, dst, drop=(), change=None, types=None, tensors=None):
+def rewritten(src, dst, drop=(), change=None, types=None, tensors=None, keys=None):
     """A copy of a GGUF with key-values dropped, changed or added (gguf-py);
     `types`: a changed key-value's GGUF type by name ("INT32", "BOOL"…);
-    `tensors`: name → array of the same shape and type, replacing its data."""
+    `tensors`: name → array of the same shape and type, replacing its data;
+    `keys`: a function giving each kept key-value's name in the copy."""
     sys.path.insert(0, str(LLAMA_CPP / "gguf-py"))
     try:
         import gguf
@@ -317,7 +318,8 @@ def rewritten(src, dst, drop=(), change=None, types=None, tensors=None):
                 continue
             value = (change or {}).get(name, f.contents())
             kind = gguf.GGUFValueType[types[name]] if name in (types or {}) else f.types[0]
-            w.add_key_value(name, value, kind, sub_type=f.types[-1] if len(f.types) > 1 else None)
+            w.add_key_value(keys(name) if keys else name, value, kind,
+                            sub_type=f.types[-1] if len(f.types) > 1 else None)
         for name, value in (change or {}).items():  # new keys: strings
             if name not in r.fields:
                 w.add_string(name, value)

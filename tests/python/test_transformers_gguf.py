@@ -21,8 +21,8 @@ import ckpt.transformers as ckt  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "interop"))
 from ckptlib import BIN_PATH  # noqa: E402
-from test_llamacpp import (TOKENIZER_OF, tiny_gemma, tiny_llama, tiny_phi3, tiny_qwen2, tiny_qwen3,  # noqa: E402
-                           tiny_qwen_moe, tokenizer)
+from test_llamacpp import (TOKENIZER_OF, tiny_gemma, tiny_llama, tiny_mixtral, tiny_phi3, tiny_qwen2,  # noqa: E402
+                           tiny_qwen3, tiny_qwen_moe, tokenizer)
 
 IDS = torch.tensor([[1, 5, 100, 2000, 7, 42, 900, 3, 31000]])
 FAMILIES = {"llama3": tiny_llama, "qwen2": tiny_qwen2, "qwen3": tiny_qwen3, "phi3": tiny_phi3}
@@ -127,27 +127,118 @@ def test_the_model_class_takes_a_gguf_too(ggufs, no_numpy_dequantization):
     assert type(model) is transformers.Qwen2ForCausalLM and model.is_quantized  # as transformers marks a GGUF load
 
 
-def f32_gguf(tmp_path, family, build):
-    """(the tiny model `build` makes, with its family's tokenizer; ckpt's F32
-    GGUF of it, as convert_hf_to_gguf.py writes it)."""
-    model, path = tmp_path / f"tiny-{family}", tmp_path / f"{family}.gguf"
-    build(model)
-    tokenizer(TOKENIZER_OF.get(family, family), model)
-    r = subprocess.run([BIN_PATH, "convert", model, path, "--dtype", "f32", "-q"], capture_output=True, text=True)
+def f32_gguf(tmp_path, family, build, gguf_type="f32"):
+    """(the tiny model `build` makes, with its family's tokenizer; ckpt's
+    GGUF of it of that type, F32 by default, as convert_hf_to_gguf.py
+    writes it)."""
+    model, path = tmp_path / f"tiny-{family}", tmp_path / f"{family}-{gguf_type}.gguf"
+    if path.exists():  # a module's directory: made by an earlier test
+        return model, path
+    if not model.exists():
+        build(model)
+        tokenizer(TOKENIZER_OF.get(family, family), model)
+    r = subprocess.run([BIN_PATH, "convert", model, path, "--dtype", gguf_type, "-q"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return model, path
 
 
+# Mixtral (llama.cpp's llama with experts), Qwen2-MoE (a shared expert
+# beside them) and Qwen3-MoE: (the tiny model, from_pretrained's keywords,
+# whether transformers' own GGUF load reads the file).  transformers' GGUF
+# config drops the Qwen mixtures' experts' widths: the tiny models' are
+# given.  It reads a llama GGUF with experts as a Llama without them (no
+# Mixtral GGUF support: the Mixtral's config is given), and fails on
+# Qwen2-MoE's shared expert gate (a (1, 1, hidden) tensor for the model's
+# (1, hidden)): those two loads equal the original model alone.
+MOE = {"mixtral": (tiny_mixtral, None, False),
+       "qwen2moe": (lambda d: tiny_qwen_moe(d, "Qwen2MoeForCausalLM"),
+                    {"moe_intermediate_size": 16, "shared_expert_intermediate_size": 48}, False),
+       "qwen3moe": (lambda d: tiny_qwen_moe(d, "Qwen3MoeForCausalLM"), {"moe_intermediate_size": 16}, True)}
+
+
+@pytest.fixture(scope="module")
+def moe_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("moe")
+
+
+@pytest.mark.parametrize("gguf_type", ["f32", "q8_0"])
+@pytest.mark.parametrize("family", list(MOE))
+def test_moe_experts_are_read_by_ckpt_into_the_models_stacked_experts(moe_dir, family, gguf_type, request):
+    """transformers' MoE models hold each layer's experts stacked
+    (mlp.experts.gate_up_proj: every expert's gate rows then its up rows;
+    mlp.experts.down_proj): ckpt's mapping joins llama.cpp's ffn_gate_exps
+    and ffn_up_exps into the first, each expert's rows read into place by
+    the engine (ckpt_gguf_hf_plan_joined), so transformers' loader never
+    reads a tensor.  The state dict and logits equal transformers' own
+    GGUF load where it has one, and for F32 the original model's."""
+    build, kw, theirs = MOE[family]
+    model, path = f32_gguf(moe_dir, family, build, gguf_type)
+    assert ckpt_maps(path)
+    kw = kw if kw is not None else {"config": transformers.AutoConfig.from_pretrained(model)}
+    expected = transformers_own(path, **kw) if theirs else None
+    request.getfixturevalue("no_numpy_dequantization")
+    got = ckt.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, **kw)
+    assert type(got).__name__ == transformers.AutoConfig.from_pretrained(model).architectures[0]
+    if expected is not None:
+        assert_same_model(expected, got)
+    have = got.state_dict()
+    assert have["model.layers.1.mlp.experts.gate_up_proj"].shape == (4, 2 * have[
+        "model.layers.1.mlp.experts.down_proj"].shape[2], 32)
+    if gguf_type == "f32":  # bfloat16 weights in F32: exact
+        want = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).state_dict()
+        assert have.keys() == want.keys()
+        assert all(torch.equal(t, want[k]) for k, t in have.items())
+
+
+def test_the_experts_load_cast_and_report_each_tensor_once(moe_dir):
+    """The joined tensor is one item of the load, its pieces written into
+    the caller's buffer: on_loaded (the engine's item_done, once its every
+    piece is in place) reports it once, whole, and a dtype casts every
+    piece of it."""
+    import ckpt
+    model, path = f32_gguf(moe_dir, "qwen3moe", MOE["qwen3moe"][0])
+    state = ckpt.load(path, as_hf="joined", dtype=torch.bfloat16)
+    gate_up = state["model.layers.1.mlp.experts.gate_up_proj"]
+    want = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.bfloat16).state_dict()
+    assert gate_up.dtype == torch.bfloat16 and torch.equal(gate_up, want["model.layers.1.mlp.experts.gate_up_proj"])
+    target, seen = {k: torch.zeros_like(v) for k, v in state.items()}, []
+    ckpt.load_into(target, path, as_hf="joined",  # in place: each target's dtype, bfloat16
+                   on_loaded=lambda n, t: seen.append((n, t.clone())))
+    assert sorted(n for n, _ in seen) == sorted(state)
+    assert all(torch.equal(t, state[n]) for n, t in seen)
+
+
+def test_a_conversion_writes_the_joined_experts_as_a_load_reads_them(moe_dir, tmp_path):
+    """A one-process conversion of the joined plan writes each piece at its
+    offset in the writer's tensor: the file holds what the load gives."""
+    import ckpt
+    from ckpt import _ckpt
+    from safetensors.torch import load_file
+    _, path = f32_gguf(moe_dir, "qwen3moe", MOE["qwen3moe"][0])
+    with ckpt.open(path) as c:
+        plan = _ckpt.Plan(c._catalog)
+        plan.gguf_hf("BF16", False, True)
+        plan.convert(str(tmp_path / "joined.safetensors"))
+    written = load_file(tmp_path / "joined.safetensors")
+    state = ckpt.load(path, as_hf="joined", dtype=torch.bfloat16)
+    assert "model.layers.0.mlp.experts.gate_up_proj" in state
+    assert written.keys() == state.keys() and all(torch.equal(written[k], state[k]) for k in state)
+
+
 def test_a_gguf_ckpt_does_not_map_goes_to_transformers(tmp_path):
-    """Qwen3-MoE's stacked experts are split into Hugging Face's by `ckpt
-    convert` but not by a load (one output a tensor): transformers' own
-    loader reads it, as before (its GGUF config drops the experts' width:
-    the tiny model's is given)."""
-    model, path = f32_gguf(tmp_path, "qwen3moe", lambda d: tiny_qwen_moe(d, "Qwen3MoeForCausalLM"))
-    assert not ckpt_maps(path)
-    kw = {"moe_intermediate_size": 16}
-    assert_same_model(transformers_own(path, **kw),
-                      ckt.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, **kw))
+    """A family ckpt's mapping does not take (a made-up one here, the file
+    otherwise a Qwen3's) is transformers' business: ckpt.transformers
+    fails as transformers' own load fails on it."""
+    from test_gguf_to_hf import rewritten
+    _, path = f32_gguf(tmp_path, "qwen3", tiny_qwen3)
+    src = rewritten(path, tmp_path / "m.gguf", change={"general.architecture": "mystery"},
+                    keys=lambda k: "mystery." + k[len("qwen3."):] if k.startswith("qwen3.") else k)
+    assert not ckpt_maps(src)
+    with pytest.raises(ValueError, match="mystery") as theirs:
+        transformers_own(src)
+    with pytest.raises(ValueError, match="mystery") as ours:
+        ckt.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=src.name)
+    assert str(ours.value) == str(theirs.value)
 
 
 def test_gemma_norms_are_read_by_ckpt(tmp_path, no_numpy_dequantization):

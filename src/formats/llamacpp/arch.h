@@ -81,10 +81,21 @@ typedef struct ckpt__lc_tensor {
  * of (experts, out, in): `hf` holds "%u" for the layer, then "%u" for
  * the expert; `gguf` one "%u" for the layer.  A layer's stacks follow its
  * last expert tensor, in the table's order: the script merges them when it
- * has read every expert tensor of the layer. */
+ * has read every expert tensor of the layer.
+ *
+ * transformers' model of the family (since 5.0) holds a layer's experts
+ * stacked too, not one module per expert: `model` (one "%u" for the
+ * layer) is its tensor this stack is part of, joined along the rows
+ * (axis 1) with the table's other stacks of that name in `model_at`
+ * order — gate's rows then up's in one tensor, down alone — as its
+ * checkpoint conversion (transformers' conversion_mapping.py) makes them
+ * of the per-expert tensors; what a load into such a model reads
+ * (ckpt_gguf_hf_plan_joined). */
 typedef struct ckpt__lc_experts {
     const char *hf, *gguf;
     ckpt__lc_dim dims[2]; /* one expert's, in Hugging Face's order (out, in) */
+    const char *model;
+    unsigned model_at;
 } ckpt__lc_experts;
 
 /* How the family reads the added tokens of a SentencePiece vocabulary. */

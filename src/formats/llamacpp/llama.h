@@ -37,15 +37,17 @@ static const ckpt__lc_tensor ckpt__lc_llama_tensors[] = {
     {NULL, NULL, CKPT__LC_NO_PERMUTE, 0, {CKPT__LC_ANY}},
 };
 
-/* LlamaModel.modify_tensors: "block_sparse_moe.experts" merged as w1, w2, w3. */
+/* LlamaModel.modify_tensors: "block_sparse_moe.experts" merged as w1, w2, w3.
+ * MixtralForCausalLM holds them as mlp.experts' gate_up_proj (w1's rows,
+ * then w3's) and down_proj (w2). */
 static const ckpt__lc_experts ckpt__lc_llama_experts[] = {
     {"model.layers.%u.block_sparse_moe.experts.%u.w1.weight", "blk.%u.ffn_gate_exps.weight",
-     {CKPT__LC_FF, CKPT__LC_HIDDEN}},
+     {CKPT__LC_FF, CKPT__LC_HIDDEN}, "model.layers.%u.mlp.experts.gate_up_proj", 0},
     {"model.layers.%u.block_sparse_moe.experts.%u.w2.weight", "blk.%u.ffn_down_exps.weight",
-     {CKPT__LC_HIDDEN, CKPT__LC_FF}},
+     {CKPT__LC_HIDDEN, CKPT__LC_FF}, "model.layers.%u.mlp.experts.down_proj", 0},
     {"model.layers.%u.block_sparse_moe.experts.%u.w3.weight", "blk.%u.ffn_up_exps.weight",
-     {CKPT__LC_FF, CKPT__LC_HIDDEN}},
-    {NULL, NULL, {CKPT__LC_ANY}},
+     {CKPT__LC_FF, CKPT__LC_HIDDEN}, "model.layers.%u.mlp.experts.gate_up_proj", 1},
+    {NULL, NULL, {CKPT__LC_ANY}, NULL, 0},
 };
 
 /* Llama 3's pre-tokenizer (the script's "llama-bpe"). */

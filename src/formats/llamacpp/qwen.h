@@ -111,15 +111,17 @@ static const ckpt__lc_kv ckpt__lc_qwen_moe_kvs[] = {
     {"model.layers.%u.mlp.shared_expert.down_proj.weight", "blk.%u.ffn_down_shexp.weight", CKPT__LC_NO_PERMUTE, 2, \
      {CKPT__LC_HIDDEN, CKPT__LC_SHARED_FF}}
 
-/* Qwen2MoeModel.modify_tensors: a layer's experts merged as down, gate, up. */
+/* Qwen2MoeModel.modify_tensors: a layer's experts merged as down, gate, up.
+ * Qwen2MoeForCausalLM and Qwen3MoeForCausalLM hold them as mlp.experts'
+ * gate_up_proj (gate's rows, then up's) and down_proj. */
 static const ckpt__lc_experts ckpt__lc_qwen_moe_experts[] = {
     {"model.layers.%u.mlp.experts.%u.down_proj.weight", "blk.%u.ffn_down_exps.weight",
-     {CKPT__LC_HIDDEN, CKPT__LC_EXPERT_FF}},
+     {CKPT__LC_HIDDEN, CKPT__LC_EXPERT_FF}, "model.layers.%u.mlp.experts.down_proj", 0},
     {"model.layers.%u.mlp.experts.%u.gate_proj.weight", "blk.%u.ffn_gate_exps.weight",
-     {CKPT__LC_EXPERT_FF, CKPT__LC_HIDDEN}},
+     {CKPT__LC_EXPERT_FF, CKPT__LC_HIDDEN}, "model.layers.%u.mlp.experts.gate_up_proj", 0},
     {"model.layers.%u.mlp.experts.%u.up_proj.weight", "blk.%u.ffn_up_exps.weight",
-     {CKPT__LC_EXPERT_FF, CKPT__LC_HIDDEN}},
-    {NULL, NULL, {CKPT__LC_ANY}},
+     {CKPT__LC_EXPERT_FF, CKPT__LC_HIDDEN}, "model.layers.%u.mlp.experts.gate_up_proj", 1},
+    {NULL, NULL, {CKPT__LC_ANY}, NULL, 0},
 };
 
 /* Qwen2MoeConfig's and Qwen3MoeConfig's names of the experts' hyper-parameters. */
