@@ -172,24 +172,31 @@ _THIS_ROUND = ("this round's changes (the device ring's default of 32 slots in i
                "on the pull reader, the plan's unstack for MoE experts, the GGUF header reader's refills, the "
                "catalog's credentials for collective loads) change the code of these suites after they were last "
                "measured; they are rerun on the round's final code on a quiet machine when the round's time allows")
-# The quick suites whose code holds src/formats/zip.c, stale by this round's merge of one writer of ZIP headers
-# for torch.save and .npz (outputs byte-identical; the reading code unchanged).
-_ZIP_WRITER = ("this round's change to src/formats/zip.c (one writer of the ZIP headers for torch.save and .npz, "
-               "outputs byte-identical, its reading code unchanged) changes the code of this suite after it was last "
-               "measured; rerun on the round's final code on a quiet machine when the round's time allows")
-# The other quick suites: only a comment of their code changed since they ran (src/io/source.h, the settle
-# hook's contract, after the Hub stream's review), which the code digest counts.
-_COMMENT = ("since it ran, only a comment of its code changed (src/io/source.h: the settle hook's contract, after "
-            "this round's review of the Hub stream), which the code's digest counts as a change; rerun on the round's "
-            "final code on a quiet machine when the round's time allows")
+# The suites whose code this round's merges changed (the quick suites through src/engine.c, src/writer.c,
+# src/io/file.c, src/plan.c and include/; distributed and the saves through the ranks' write order too).
+_ROUND40 = ("this round's merges change the code of these suites: writes cut into 32 KiB pieces on the file's 32 KiB "
+            "boundaries and a converting box written piece by piece while in cache (src/io/file.c, src/writer.c, "
+            "src/engine.c), the plan's join for MoE experts (src/plan.c, include/ckpt_gguf.h), a source settled after "
+            "a whole read (src/io/source.h) and the ranks' write order of a collective save; they are rerun on the "
+            "round's final code on a quiet machine when the round's time allows")
 PENDING_RERUN = {
+    "open": _ROUND40,
+    "convert": _ROUND40,
+    "torch_read": _ROUND40,
+    "torch_convert": _ROUND40,
+    "crc": _ROUND40,
+    "transformers": _ROUND40,
+    "transformers hub": _ROUND40,
+    "load 2 GB": _ROUND40,
+    "python": _ROUND40,
+    "dcp": _ROUND40,
     "gpu": ("needs a CUDA GPU (tests/gpu/run.sh; the device tool lends one to some sessions, 15 minutes each): "
             "measured this round, then its benchmark changed (warm runs before cold, so that no cold run pays the "
             "device's opening; fastsafetensors and Run:ai's streamer carried as wheels) after the round's device "
             "time was spent"),
-    "distributed": _COMMENT,
-    "save incremental": _COMMENT,
-    "save background": _COMMENT,
+    "distributed": _ROUND40,
+    "save incremental": _ROUND40,
+    "save background": _ROUND40,
     "llamacpp 4 GB": _THIS_ROUND,
     "llamacpp 1 GB": _THIS_ROUND,
     "llamacpp quantize check": _THIS_ROUND,
