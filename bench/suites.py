@@ -180,7 +180,6 @@ _ROUND40 = ("this round's merges change the code of these suites: writes cut int
             "a whole read (src/io/source.h) and the ranks' write order of a collective save; they are rerun on the "
             "round's final code on a quiet machine when the round's time allows")
 PENDING_RERUN = {
-    "open": _ROUND40,
     "convert": _ROUND40,
     "torch_read": _ROUND40,
     "torch_convert": _ROUND40,
@@ -194,7 +193,6 @@ PENDING_RERUN = {
             "measured this round, then its benchmark changed (warm runs before cold, so that no cold run pays the "
             "device's opening; fastsafetensors and Run:ai's streamer carried as wheels) after the round's device "
             "time was spent"),
-    "distributed": _ROUND40,
     "save incremental": _ROUND40,
     "save background": _ROUND40,
     "llamacpp 4 GB": _THIS_ROUND,
