@@ -180,7 +180,6 @@ _ROUND40 = ("this round's merges change the code of these suites: writes cut int
             "a whole read (src/io/source.h) and the ranks' write order of a collective save; they are rerun on the "
             "round's final code on a quiet machine when the round's time allows")
 PENDING_RERUN = {
-    "convert": _ROUND40,
     "torch_read": _ROUND40,
     "torch_convert": _ROUND40,
     "crc": _ROUND40,
@@ -202,7 +201,6 @@ PENDING_RERUN = {
     "load 8 GB": "needs an 8 GB file set and about 10 GB of memory beside it",
     "perf": "takes about 20 minutes, and needs an 8 GB file",
     "jax": "takes about 15 minutes (Orbax, Flax, 8 devices)",
-    "gguf": "gguf-py's contenders take minutes each and 6 GiB of memory",
     "http": "needs nginx, moto and a 4 GB file served over loopback",
     "memlimit": "needs a memory cgroup and a 4 GB file set",
     "bindings": "needs the Rust and Elixir toolchains and release builds",
