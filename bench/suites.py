@@ -180,8 +180,6 @@ _ROUND40 = ("this round's merges change the code of these suites: writes cut int
             "a whole read (src/io/source.h) and the ranks' write order of a collective save; they are rerun on the "
             "round's final code on a quiet machine when the round's time allows")
 PENDING_RERUN = {
-    "crc": _ROUND40,
-    "transformers": _ROUND40,
     "transformers hub": _ROUND40,
     "load 2 GB": _ROUND40,
     "python": _ROUND40,
