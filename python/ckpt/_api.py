@@ -316,6 +316,8 @@ def _glob_re(pattern):
 def _build_plan(catalog, rows, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
                 tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, ignore_unmatched=False,
                 as_hf=False):
+    if as_hf not in (False, True, "joined"):  # a typo must not quietly mean True (experts left unjoined)
+        raise ValueError(f"as_hf={as_hf!r}: expected False, True or \"joined\"")
     plan = _ckpt.Plan(catalog)
     if as_hf:  # the library's GGUF → Hugging Face mapping first: it takes every tensor, before any rule
         one = dtype is not None and not isinstance(dtype, dict)

@@ -250,3 +250,14 @@ def test_gemma_norms_are_read_by_ckpt(tmp_path, no_numpy_dequantization):
     got = ckt.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name)
     want = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).state_dict()
     assert all(torch.equal(t, want[k]) for k, t in got.state_dict().items())
+
+
+@pytest.mark.parametrize("value", ["joind", "yes", 1.5])
+def test_as_hf_refuses_a_value_it_does_not_know(tmp_path, value):
+    """A typo of as_hf="joined" is an error, not as_hf=True (which would
+    leave a MoE GGUF's experts unjoined without a word)."""
+    import ckpt
+    from safetensors.torch import save_file
+    save_file({"a": torch.zeros(2)}, tmp_path / "x.safetensors")
+    with pytest.raises(ValueError, match="as_hf="):
+        ckpt.load(tmp_path / "x.safetensors", as_hf=value)
