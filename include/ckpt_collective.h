@@ -126,6 +126,7 @@ typedef struct ckpt_collective_stats {
     uint64_t collectives;      /* communicator calls made */
     double io_seconds;         /* wall time reading or writing files */
     double comm_seconds;       /* wall time inside the communicator */
+    uint64_t files_synced;     /* output files this rank wrote and fsynced before the commit's vote */
 } ckpt_collective_stats;
 
 /*

@@ -55,7 +55,11 @@ static ckpt_status share_writer(ckpt__coll *c, ckpt_writer **w, ckpt_status st, 
 static ckpt_status finish(ckpt__coll *c, ckpt_writer *w, bool sync, ckpt_status local, ckpt_error *mine,
                           ckpt_error *err) {
     double t0 = ckpt__now();
-    if (local == CKPT_OK && c->rank != 0) local = ckpt__writer_sync_joined(w, sync, mine);
+    /* Every rank, rank 0 too, makes its bytes durable before it votes, all
+     * at once: rank 0 used to fsync its bytes only in the commit, alone,
+     * after every other rank's fsyncs and the vote (issue 32 §4).  Its
+     * commit's fsyncs then find the data clean. */
+    if (local == CKPT_OK) local = ckpt__writer_sync_written(w, sync, &c->stats->files_synced, mine);
     c->stats->io_seconds += ckpt__now() - t0;
     ckpt_status st = ckpt__coll_agree(c, local, mine, "the vote after writing the tensors", err);
     if (st) return st;

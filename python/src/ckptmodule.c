@@ -2475,12 +2475,13 @@ static int collective_options(ckpt_collective_options *co, double timeout, const
 }
 
 static PyObject *stats_dict(const ckpt_collective_stats *s) {
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d}", "bytes_needed", (unsigned long long)s->bytes_needed,
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K}", "bytes_needed", (unsigned long long)s->bytes_needed,
                          "bytes_read", (unsigned long long)s->bytes_read, "bytes_written",
                          (unsigned long long)s->bytes_written, "bytes_received", (unsigned long long)s->bytes_received,
                          "bytes_sent", (unsigned long long)s->bytes_sent, "replicated_bytes",
                          (unsigned long long)s->replicated_bytes, "collectives", (unsigned long long)s->collectives,
-                         "io_seconds", s->io_seconds, "comm_seconds", s->comm_seconds);
+                         "io_seconds", s->io_seconds, "comm_seconds", s->comm_seconds, "files_synced",
+                         (unsigned long long)s->files_synced);
 }
 
 /* open_collective(path, comm, timeout=0, io=0) -> Catalog: rank 0 parses,

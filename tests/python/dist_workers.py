@@ -82,6 +82,8 @@ def run(rank, world, port, tmp, scenario):
             fork(rank, world, tmp, result)
         elif scenario == "write_order":
             write_order(rank, world, tmp, result)
+        elif scenario == "sync":
+            sync(rank, world, tmp, result)
     except Exception:  # noqa: BLE001 - reported to the test
         result["failures"].append(traceback.format_exc())
     _finish(tmp, rank, result)
@@ -407,6 +409,20 @@ def fds(rank, world, tmp, result):
     finally:
         cd._write_part = write_part
     result["most_open"] = most[0]
+    dist.barrier()
+
+
+def sync(rank, world, tmp, result):
+    """A collective save of 2 tensors per rank, each held whole by its rank
+    in a shard of its own: records this rank's statistics and tensors."""
+    import ckpt.distributed as cd
+    sd, shards = {}, {}
+    for i in range(2 * rank, 2 * rank + 2):
+        sd[f"t{i}"] = torch.full((256, 256), float(i))
+        shards[f"t{i}"] = ((256, 256), [0, 0])
+    result["stats"] = cd.save(sd, os.path.join(tmp, "sync-out"), shards=shards, max_shard_size="300KB", timeout=60,
+                              return_stats=True)
+    result["tensors"] = sorted(sd)
     dist.barrier()
 
 

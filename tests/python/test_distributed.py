@@ -242,6 +242,20 @@ def test_ranks_begin_their_writes_in_different_files(tmp_path):
     assert len(set(first)) == WORLD, (first, seen(results))
 
 
+def test_every_rank_syncs_the_files_it_wrote_before_the_vote(tmp_path):
+    """Issue 32 §4: rank 0 fsynced its bytes only in the commit, after the
+    vote, alone and file after file, while the other ranks had already
+    synced theirs: the save's last second was rank 0's.  Every rank, rank 0
+    too, now syncs the files it wrote before it votes (each rank its own,
+    as a network file system needs), so that the commit finds them clean."""
+    results, codes = spawn(tmp_path, "sync", timeout=240)
+    assert codes == [0] * WORLD and all(r["failures"] == [] for r in results), seen(results)
+    weight_map = json.loads((tmp_path / "sync-out" / "model.safetensors.index.json").read_text())["weight_map"]
+    assert len(set(weight_map.values())) == 2 * WORLD
+    for rank, r in enumerate(results):
+        assert r["stats"]["files_synced"] == len({weight_map[n] for n in r["tensors"]}) == 2, (rank, seen(results))
+
+
 def test_a_rank_opens_only_the_files_it_writes_under_a_low_ulimit(tmp_path):
     """Issue 32: every joined rank of a collective save opened every output
     shard when it joined rank 0's writer, and held them to the vote (1,000
