@@ -2721,6 +2721,29 @@ static PyObject *ShardWriter_write(ShardWriter *self, PyObject *args) {
     return st == CKPT_OK ? Py_NewRef(Py_None) : raise_ckpt(&e);
 }
 
+/* order() -> [index]: this rank's parts in the order to write them
+ * (ckpt_shard_writer_order). */
+static PyObject *ShardWriter_order(ShardWriter *self, PyObject *args) {
+    Py_ssize_t count;
+    if (!shard_writer_ready(self) || !PyArg_ParseTuple(args, "n", &count)) return NULL;
+    if (count < 0) return PyErr_Format(PyExc_ValueError, "count must not be negative");
+    size_t *order = PyMem_Malloc(((size_t)count ? (size_t)count : 1) * sizeof *order);
+    if (!order) return PyErr_NoMemory();
+    ckpt_error e;
+    if (ckpt_shard_writer_order(self->w, order, (size_t)count, &e) != CKPT_OK) {
+        PyMem_Free(order);
+        return raise_ckpt(&e);
+    }
+    PyObject *out = PyList_New(count);
+    for (Py_ssize_t i = 0; out && i < count; i++) {
+        PyObject *v = PyLong_FromSize_t(order[i]);
+        if (!v) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, v);
+    }
+    PyMem_Free(order);
+    return out;
+}
+
 static PyObject *ShardWriter_commit(ShardWriter *self, PyObject *unused) {
     (void)unused;
     if (!shard_writer_ready(self)) return NULL;
@@ -2769,6 +2792,8 @@ static PyMethodDef ShardWriter_methods[] = {
      "set_metadata(key, value, checkpoint=False): rank 0's entries are written"},
     {"add", (PyCFunction)ShardWriter_add, METH_VARARGS, "add(name, dtype, shape, start, count) -> index"},
     {"begin", (PyCFunction)ShardWriter_begin, METH_NOARGS, "begin(): collective: agree on the layout"},
+    {"order", (PyCFunction)ShardWriter_order, METH_VARARGS,
+     "order(count) -> [index]: this rank's parts in the order to write them"},
     {"write", (PyCFunction)ShardWriter_write, METH_VARARGS, "write(index, at, buffer)"},
     {"commit", (PyCFunction)ShardWriter_commit, METH_NOARGS, "commit(): collective: one status, one commit"},
     {"abort", (PyCFunction)ShardWriter_abort, METH_VARARGS, "abort(message): fail every rank at the next step"},
