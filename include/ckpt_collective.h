@@ -126,6 +126,7 @@ typedef struct ckpt_collective_stats {
     uint64_t collectives;      /* communicator calls made */
     double io_seconds;         /* wall time reading or writing files */
     double comm_seconds;       /* wall time inside the communicator */
+    uint64_t files_synced;     /* output files this rank wrote and fsynced before the commit's vote */
 } ckpt_collective_stats;
 
 /*
@@ -184,6 +185,7 @@ CKPT_API ckpt_status ckpt_convert_collective(ckpt_plan *plan, const char *dst_pa
  *   ckpt_shard_writer_create   every rank, same path and options
  *   ckpt_shard_writer_add      this rank's parts: a box of a tensor
  *   ckpt_shard_writer_begin    collective: the layout, the files
+ *   ckpt_shard_writer_order    the order to write this rank's parts in
  *   ckpt_shard_writer_write    this rank's bytes, any order, any thread
  *   ckpt_shard_writer_commit   collective: one status, one commit
  *
@@ -233,6 +235,20 @@ CKPT_API ckpt_status ckpt_shard_writer_begin(ckpt_shard_writer *writer, ckpt_err
  * called from several threads at once for different ranges. */
 CKPT_API ckpt_status ckpt_shard_writer_write(ckpt_shard_writer *writer, size_t index, uint64_t at, const void *data,
                                              uint64_t nbytes, ckpt_error *err);
+
+/*
+ * After begin: this rank's parts (the indices ckpt_shard_writer_add gave,
+ * `count` of them) in the order to write them — by their place in the
+ * output (files in order, bytes by offset), starting at the part that
+ * holds byte rank/size of this rank's bytes and wrapping round.  Ranks of a
+ * tensor-parallel save hold rows of the same tensors: written in one
+ * order by all, they write into the same file at the same time, and a
+ * file system takes the file's inode lock for each buffered write (ext4,
+ * XFS), so their copies take turns; started at different places, they
+ * write different files at once.  ckpt_save_collective writes in it.
+ */
+CKPT_API ckpt_status ckpt_shard_writer_order(const ckpt_shard_writer *writer, size_t *order, size_t count,
+                                             ckpt_error *err);
 
 /* Collective: checks that this rank wrote all its bytes and syncs them,
  * agrees on one status, and (rank 0) publishes the checkpoint atomically;

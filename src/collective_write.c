@@ -55,7 +55,11 @@ static ckpt_status share_writer(ckpt__coll *c, ckpt_writer **w, ckpt_status st, 
 static ckpt_status finish(ckpt__coll *c, ckpt_writer *w, bool sync, ckpt_status local, ckpt_error *mine,
                           ckpt_error *err) {
     double t0 = ckpt__now();
-    if (local == CKPT_OK && c->rank != 0) local = ckpt__writer_sync_joined(w, sync, mine);
+    /* Every rank, rank 0 too, makes its bytes durable before it votes, all
+     * at once: rank 0 used to fsync its bytes only in the commit, alone,
+     * after every other rank's fsyncs and the vote (issue 32 §4).  Its
+     * commit's fsyncs then find the data clean. */
+    if (local == CKPT_OK) local = ckpt__writer_sync_written(w, sync, &c->stats->files_synced, mine);
     c->stats->io_seconds += ckpt__now() - t0;
     ckpt_status st = ckpt__coll_agree(c, local, mine, "the vote after writing the tensors", err);
     if (st) return st;
@@ -474,34 +478,44 @@ ckpt_status ckpt_shard_writer_begin(ckpt_shard_writer *sw, ckpt_error *err) {
 
 /* ---- writing -------------------------------------------------------------------- */
 
-/* Bytes [at, at + n) of a part into the output: the part's rows run in
- * the tensor where the axes inside them are whole. */
-static ckpt_status write_runs(ckpt_shard_writer *sw, const part *p, uint64_t at, const unsigned char *data, uint64_t n,
-                              ckpt_error *err) {
+/* Where byte `at` of a part lies in its tensor (row-major bytes of the
+ * whole tensor), and how many of the part's bytes from there run on in the
+ * tensor: a part's rows run in the tensor where the axes inside them are
+ * whole. */
+static uint64_t tensor_byte(const part *p, uint64_t at, uint64_t *run_left) {
     const ckpt__wire_part *d = &p->d;
     bool packed = ckpt_dtype_bits(d->dtype) % 8 != 0;
-    if (packed || d->ndim == 0) return ckpt__writer_pwrite(sw->w, p->global, at, data, (size_t)n, err);
+    *run_left = p->nbytes - at;
+    if (packed || d->ndim == 0) return at;
     uint64_t el = ckpt_dtype_bits(d->dtype) / 8;
     /* q: the innermost axis that is not whole; a run is count[q] × the
      * axes after it. */
     int q = (int)d->ndim - 1;
     while (q >= 0 && d->count[q] == d->shape[q]) q--;
-    if (q < 0) return ckpt__writer_pwrite(sw->w, p->global, at, data, (size_t)n, err);
+    if (q < 0) return at;
     uint64_t inner = 1;
     for (uint32_t a = (uint32_t)q + 1; a < d->ndim; a++) inner *= d->shape[a];
     uint64_t run = d->count[q] * inner * el;
     uint64_t gstride[CKPT_MAX_DIMS];
     uint64_t s = el;
     for (int a = (int)d->ndim - 1; a >= 0; a--) gstride[a] = s, s *= d->shape[a];
+    uint64_t r = at / run, within = at % run;
+    /* Run r's index over axes [0, q) of the part, row-major. */
+    uint64_t off = d->start[q] * gstride[q], rem = r;
+    for (int a = q - 1; a >= 0; a--) {
+        off += (d->start[a] + rem % d->count[a]) * gstride[a];
+        rem /= d->count[a];
+    }
+    *run_left = run - within;
+    return off + within;
+}
+
+/* Bytes [at, at + n) of a part into the output. */
+static ckpt_status write_runs(ckpt_shard_writer *sw, const part *p, uint64_t at, const unsigned char *data, uint64_t n,
+                              ckpt_error *err) {
     while (n) {
-        uint64_t r = at / run, within = at % run, take = run - within < n ? run - within : n;
-        /* Run r's index over axes [0, q) of the part, row-major. */
-        uint64_t off = d->start[q] * gstride[q], rem = r;
-        for (int a = q - 1; a >= 0; a--) {
-            off += (d->start[a] + rem % d->count[a]) * gstride[a];
-            rem /= d->count[a];
-        }
-        ckpt_status st = ckpt__writer_pwrite(sw->w, p->global, off + within, data, (size_t)take, err);
+        uint64_t left, off = tensor_byte(p, at, &left), take = left < n ? left : n;
+        ckpt_status st = ckpt__writer_pwrite(sw->w, p->global, off, data, (size_t)take, err);
         if (st) return st;
         at += take, data += take, n -= take;
     }
@@ -529,6 +543,56 @@ ckpt_status ckpt_shard_writer_write(ckpt_shard_writer *sw, size_t index, uint64_
         __atomic_add_fetch(&sw->written, hi - lo, __ATOMIC_RELAXED);
     }
     return st;
+}
+
+typedef struct placed_part {
+    size_t index;
+    uint64_t file, offset; /* of the part's first byte this rank writes; UINT64_MAX: none */
+} placed_part;
+
+static int by_output_place(const void *a, const void *b) {
+    const placed_part *x = a, *y = b;
+    if (x->file != y->file) return x->file < y->file ? -1 : 1;
+    if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+ckpt_status ckpt_shard_writer_order(const ckpt_shard_writer *sw, size_t *order, size_t count, ckpt_error *err) {
+    ckpt_status st = check_state((ckpt_shard_writer *)sw, SW_WRITING, "the order of the writes", err);
+    if (st) return st;
+    if (count != sw->count || (count && !order))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, sw->path, NULL, -1,
+                          "the order has room for %zu parts; this rank declared %zu", count, sw->count);
+    if (!count) return CKPT_OK;
+    placed_part *pl = ckpt__malloc(count * sizeof *pl);
+    if (!pl) return ckpt__oom(err, sw->path, NULL);
+    uint64_t total = 0;
+    for (size_t i = 0; i < count; i++) {
+        const part *p = &sw->parts[i];
+        uint64_t run;
+        size_t file = p->hi > p->lo ? ckpt_writer_tensor_file(sw->w, p->global) : SIZE_MAX;
+        pl[i] = (placed_part){i, UINT64_MAX, UINT64_MAX};
+        if (file != SIZE_MAX) /* bytes this rank writes, not deduplicated away */
+            pl[i].file = file, pl[i].offset = ckpt__writer_file_offset(sw->w, p->global, tensor_byte(p, p->lo, &run));
+        total += p->hi - p->lo;
+    }
+    qsort(pl, count, sizeof *pl, by_output_place);
+    /* The first part at or past byte rank/size of this rank's bytes. */
+    uint64_t start = sw->c.n > 1 ? total / (uint64_t)sw->c.n * (uint64_t)sw->c.rank +
+                                       total % (uint64_t)sw->c.n * (uint64_t)sw->c.rank / (uint64_t)sw->c.n
+                                 : 0;
+    size_t k = 0;
+    for (uint64_t acc = 0; k < count && acc < start; k++) acc += sw->parts[pl[k].index].hi - sw->parts[pl[k].index].lo;
+    /* Parts this rank writes nothing of stay last, out of the rotation. */
+    size_t live = count;
+    while (live && pl[live - 1].file == UINT64_MAX) live--;
+    if (k > live) k = live;
+    size_t u = 0;
+    for (size_t i = k; i < live; i++) order[u++] = pl[i].index;
+    for (size_t i = 0; i < k; i++) order[u++] = pl[i].index;
+    for (size_t i = live; i < count; i++) order[u++] = pl[i].index;
+    free(pl);
+    return CKPT_OK;
 }
 
 ckpt_status ckpt_shard_writer_commit(ckpt_shard_writer *sw, ckpt_error *err) {
@@ -604,8 +668,12 @@ ckpt_status ckpt_save_collective(const char *path, const ckpt_shard *shards, siz
         return st;
     }
     st = ckpt_shard_writer_begin(sw, err);
+    size_t *order = st == CKPT_OK ? ckpt__malloc((count ? count : 1) * sizeof *order) : NULL;
+    if (st == CKPT_OK && !order) st = ckpt__oom(err, path, NULL);
+    if (st == CKPT_OK) st = ckpt_shard_writer_order(sw, order, count, err);
     for (size_t i = 0; st == CKPT_OK && i < count; i++)
-        st = ckpt_shard_writer_write(sw, i, 0, shards[i].data, sw->parts[i].nbytes, err);
+        st = ckpt_shard_writer_write(sw, order[i], 0, shards[order[i]].data, sw->parts[order[i]].nbytes, err);
+    free(order);
     if (st == CKPT_OK) st = ckpt_shard_writer_commit(sw, err);
     else if (sw->state == SW_WRITING) {
         ckpt_error reason = err ? *err : (ckpt_error){.status = st};

@@ -50,6 +50,7 @@ typedef struct wfile {
     const char *tmp_path; /* the commit's */
     int fd;
     uint64_t size;
+    bool written; /* this process wrote into it (place_of): a collective save's rank syncs it (atomic) */
 } wfile;
 
 typedef enum wstate { DECLARING, WRITING, COMMITTED, FAILED } wstate;
@@ -1064,6 +1065,8 @@ static ckpt_status place_of(ckpt_writer *w, const wtensor *t, uint64_t at, uint6
     uint64_t room = p.begin + p.nbytes - at;
     *file = &w->files[p.file], *offset = p.offset + (at - p.begin), *len = want < room ? want : room;
     ckpt_status st = joined_fd(w, *file, err);
+    if (st == CKPT_OK && !__atomic_load_n(&(*file)->written, __ATOMIC_RELAXED))
+        __atomic_store_n(&(*file)->written, true, __ATOMIC_RELAXED);
     return st ? ckpt__error_in_tensor(err, st, t->pub.name) : CKPT_OK;
 }
 
@@ -1491,16 +1494,25 @@ ckpt_status ckpt__writer_set_shared(ckpt_writer *w, ckpt_error *err) {
 
 uint64_t ckpt__writer_tensor_offset(const ckpt_writer *w, size_t index) { return w->tensors[index].pub.offset; }
 
-ckpt_status ckpt__writer_sync_joined(ckpt_writer *w, bool sync, ckpt_error *err) {
+ckpt_status ckpt__writer_sync_written(ckpt_writer *w, bool sync, uint64_t *synced, ckpt_error *err) {
     ckpt_status st = CKPT_OK;
+    /* Write-back started on every file first, so that the disk has them
+     * all queued at once; fsyncs one after another each waited for one
+     * file's write-back alone. */
+    for (size_t f = 0; sync && f < w->file_count; f++)
+        if (w->files[f].fd >= 0 && __atomic_load_n(&w->files[f].written, __ATOMIC_RELAXED))
+            sync_file_range(w->files[f].fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     for (size_t f = 0; f < w->file_count; f++) {
         wfile *file = &w->files[f];
         if (file->fd < 0) continue;
-        if (st == CKPT_OK && sync && ckpt__io_fsync(file->fd) != 0)
-            st = ckpt__fail_errno(err, errno, file->final_path, -1, "fsync failed");
+        if (st == CKPT_OK && sync && __atomic_load_n(&file->written, __ATOMIC_RELAXED)) {
+            if (ckpt__io_fsync(file->fd) != 0) st = ckpt__fail_errno(err, errno, file->final_path, -1, "fsync failed");
+            else if (synced) ++*synced;
+        }
+        if (!w->joined) continue; /* the creator's files stay open for its commit */
         if (close(file->fd) != 0 && st == CKPT_OK) st = ckpt__fail_errno(err, errno, file->final_path, -1, "close failed");
         file->fd = -1;
     }
-    w->state = st ? FAILED : COMMITTED;
+    if (w->joined) w->state = st ? FAILED : COMMITTED;
     return st;
 }

@@ -116,6 +116,11 @@ CKPT__HIDDEN ckpt_status ckpt__writer_set_shared(ckpt_writer *w, ckpt_error *err
 /* Where tensor `index`'s bytes begin in its file (after begin). */
 CKPT__HIDDEN uint64_t ckpt__writer_tensor_offset(const ckpt_writer *w, size_t index);
 
-/* A joined writer's end: fsyncs (with `sync`) and closes its files. */
-CKPT__HIDDEN ckpt_status ckpt__writer_sync_joined(ckpt_writer *w, bool sync, ckpt_error *err);
+/* A collective save's bytes made durable before the vote, on every rank:
+ * the files this process wrote fsynced (with `sync`; `*synced` counts
+ * them).  Each rank syncs what it wrote, as a network file system needs
+ * (one client's fsync does not flush another's cache).  A joined writer's
+ * files are then closed and the writer is done; the creator's stay open
+ * for its commit, whose fsyncs then find them clean. */
+CKPT__HIDDEN ckpt_status ckpt__writer_sync_written(ckpt_writer *w, bool sync, uint64_t *synced, ckpt_error *err);
 #endif

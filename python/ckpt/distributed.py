@@ -575,33 +575,13 @@ def save(state_dict, out_dir, group=None, *, shards=None, max_shard_size="5GB", 
         _background.start_staged(out_dir, entries, staging_bytes, write, commit=commit, abort=abort), t0)
 
 
-def _rank_order(entries, rank, size):
-    """This rank's entries in the order it writes them: from the first one
-    at or past rank/size of its bytes, round to the start.  Every rank holds
-    parts of the same tensors, which lie in the output in declaration order;
-    written in that order by all, the ranks write into the same file at the
-    same time, and a file system serializes writes to one file (ext4 and
-    XFS hold the inode's lock for each buffered write), so the ranks' copies
-    into the page cache took turns instead of using every core.  Started at
-    different places they write different files at once (issue 32 §4)."""
-    if size <= 1 or len(entries) <= 1:
-        return entries
-    total = sum(e[3] for e in entries)
-    start, k = total * rank // size, 0
-    acc = 0
-    while k < len(entries) and acc < start:
-        acc += entries[k][3]
-        k += 1
-    return entries[k:] + entries[:k]
-
-
 def _save_now(state_dict, out_dir, comm, args, return_stats):
     """The save, start to commit, over `comm`: this rank's statistics with
     return_stats."""
     w, entries = _save_open(state_dict, out_dir, comm, *args)
     try:
         try:
-            for index, fw, t, _ in _rank_order(entries, comm.rank, comm.size):
+            for index, fw, t, _ in entries:
                 _write_part(w, index, fw, t)
         except BaseException as e:
             w.abort(f"{type(e).__name__}: {e}")
@@ -656,7 +636,7 @@ def _save_group(group):
 def _save_open(state_dict, out_dir, comm, shards, max_shard_size, metadata, prefix, overwrite, timeout, no_sync):
     """save's first half, on every rank, over `comm` (a TorchComm or a
     StoreComm): the writer declared, begun and shared, and this rank's
-    entries (index, framework, part, nbytes)."""
+    entries (index, framework, part, nbytes) in the order to write them."""
     if _api._is_module(state_dict):
         state_dict = state_dict.state_dict()
     if not isinstance(state_dict, dict) or not all(isinstance(k, str) for k in state_dict):
@@ -697,7 +677,10 @@ def _save_open(state_dict, out_dir, comm, shards, max_shard_size, metadata, pref
             w.abort(f"{type(e).__name__}: {e}")  # the others fail at begin, naming this rank
             raise
         w.begin()
-        return w, entries
+        # In the order the writer gives this rank (ckpt_shard_writer_order:
+        # the ranks of a tensor-parallel save begin in different files).
+        at = {e[0]: e for e in entries}
+        return w, [at[i] for i in w.order(len(entries))]
     except BaseException:
         w.close()
         raise

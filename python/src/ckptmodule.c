@@ -2475,12 +2475,13 @@ static int collective_options(ckpt_collective_options *co, double timeout, const
 }
 
 static PyObject *stats_dict(const ckpt_collective_stats *s) {
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d}", "bytes_needed", (unsigned long long)s->bytes_needed,
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:d,s:K}", "bytes_needed", (unsigned long long)s->bytes_needed,
                          "bytes_read", (unsigned long long)s->bytes_read, "bytes_written",
                          (unsigned long long)s->bytes_written, "bytes_received", (unsigned long long)s->bytes_received,
                          "bytes_sent", (unsigned long long)s->bytes_sent, "replicated_bytes",
                          (unsigned long long)s->replicated_bytes, "collectives", (unsigned long long)s->collectives,
-                         "io_seconds", s->io_seconds, "comm_seconds", s->comm_seconds);
+                         "io_seconds", s->io_seconds, "comm_seconds", s->comm_seconds, "files_synced",
+                         (unsigned long long)s->files_synced);
 }
 
 /* open_collective(path, comm, timeout=0, io=0) -> Catalog: rank 0 parses,
@@ -2720,6 +2721,29 @@ static PyObject *ShardWriter_write(ShardWriter *self, PyObject *args) {
     return st == CKPT_OK ? Py_NewRef(Py_None) : raise_ckpt(&e);
 }
 
+/* order() -> [index]: this rank's parts in the order to write them
+ * (ckpt_shard_writer_order). */
+static PyObject *ShardWriter_order(ShardWriter *self, PyObject *args) {
+    Py_ssize_t count;
+    if (!shard_writer_ready(self) || !PyArg_ParseTuple(args, "n", &count)) return NULL;
+    if (count < 0) return PyErr_Format(PyExc_ValueError, "count must not be negative");
+    size_t *order = PyMem_Malloc(((size_t)count ? (size_t)count : 1) * sizeof *order);
+    if (!order) return PyErr_NoMemory();
+    ckpt_error e;
+    if (ckpt_shard_writer_order(self->w, order, (size_t)count, &e) != CKPT_OK) {
+        PyMem_Free(order);
+        return raise_ckpt(&e);
+    }
+    PyObject *out = PyList_New(count);
+    for (Py_ssize_t i = 0; out && i < count; i++) {
+        PyObject *v = PyLong_FromSize_t(order[i]);
+        if (!v) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, v);
+    }
+    PyMem_Free(order);
+    return out;
+}
+
 static PyObject *ShardWriter_commit(ShardWriter *self, PyObject *unused) {
     (void)unused;
     if (!shard_writer_ready(self)) return NULL;
@@ -2768,6 +2792,8 @@ static PyMethodDef ShardWriter_methods[] = {
      "set_metadata(key, value, checkpoint=False): rank 0's entries are written"},
     {"add", (PyCFunction)ShardWriter_add, METH_VARARGS, "add(name, dtype, shape, start, count) -> index"},
     {"begin", (PyCFunction)ShardWriter_begin, METH_NOARGS, "begin(): collective: agree on the layout"},
+    {"order", (PyCFunction)ShardWriter_order, METH_VARARGS,
+     "order(count) -> [index]: this rank's parts in the order to write them"},
     {"write", (PyCFunction)ShardWriter_write, METH_VARARGS, "write(index, at, buffer)"},
     {"commit", (PyCFunction)ShardWriter_commit, METH_NOARGS, "commit(): collective: one status, one commit"},
     {"abort", (PyCFunction)ShardWriter_abort, METH_VARARGS, "abort(message): fail every rank at the next step"},

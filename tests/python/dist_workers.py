@@ -82,6 +82,8 @@ def run(rank, world, port, tmp, scenario):
             fork(rank, world, tmp, result)
         elif scenario == "write_order":
             write_order(rank, world, tmp, result)
+        elif scenario == "sync":
+            sync(rank, world, tmp, result)
     except Exception:  # noqa: BLE001 - reported to the test
         result["failures"].append(traceback.format_exc())
     _finish(tmp, rank, result)
@@ -410,6 +412,20 @@ def fds(rank, world, tmp, result):
     dist.barrier()
 
 
+def sync(rank, world, tmp, result):
+    """A collective save of 2 tensors per rank, each held whole by its rank
+    in a shard of its own: records this rank's statistics and tensors."""
+    import ckpt.distributed as cd
+    sd, shards = {}, {}
+    for i in range(2 * rank, 2 * rank + 2):
+        sd[f"t{i}"] = torch.full((256, 256), float(i))
+        shards[f"t{i}"] = ((256, 256), [0, 0])
+    result["stats"] = cd.save(sd, os.path.join(tmp, "sync-out"), shards=shards, max_shard_size="300KB", timeout=60,
+                              return_stats=True)
+    result["tensors"] = sorted(sd)
+    dist.barrier()
+
+
 def order_state_dict():
     """8 tensors of 16 KiB: with max_shard_size="40KB", two a shard."""
     return {f"layers.{i}.weight": torch.full((64, 64), float(i)) for i in range(8)}
@@ -417,8 +433,9 @@ def order_state_dict():
 
 def write_order(rank, world, tmp, result):
     """A collective save of 8 tensors, each split by rows among the ranks
-    (tensor parallel), into 4 shards: records the tensors of this rank's
-    parts in the order it wrote them."""
+    (tensor parallel), into 4 shards, then again in the background
+    (staging="copy"): records the tensors of this rank's parts in the order
+    it wrote them, each time."""
     import ckpt.distributed as cd
     sd, shards = {}, {}
     for name, t in order_state_dict().items():
@@ -436,9 +453,13 @@ def write_order(rank, world, tmp, result):
     cd._write_part = recording
     try:
         cd.save(sd, os.path.join(tmp, "order-out"), shards=shards, max_shard_size="40KB", timeout=60)
+        result["order"] = list(order)
+        order.clear()
+        cd.save(sd, os.path.join(tmp, "order-bg"), shards=shards, max_shard_size="40KB", timeout=60,
+                background=True, staging="copy").wait()
+        result["background_order"] = list(order)
     finally:
         cd._write_part = write_part
-    result["order"] = order
     dist.barrier()
 
 

@@ -226,7 +226,9 @@ def test_ranks_begin_their_writes_in_different_files(tmp_path):
     time, and the file system serialized them (a buffered write holds the
     file's inode lock).  Each rank begins at its own share of its bytes: the
     4 ranks' first writes land in 4 different shards, every part is written
-    once, and the output is one process's save, byte for byte."""
+    once, and the output is one process's save, byte for byte.  The order
+    is the writer's (ckpt_shard_writer_order), so that background saves
+    (staging="copy") take it too: they wrote in declaration order."""
     import ckpt
     results, codes = spawn(tmp_path, "write_order", timeout=240)
     assert codes == [0] * WORLD and all(r["failures"] == [] for r in results), seen(results)
@@ -236,10 +238,26 @@ def test_ranks_begin_their_writes_in_different_files(tmp_path):
     same_tree(ref, out)
     weight_map = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
     assert len(set(weight_map.values())) == WORLD
-    for r in results:
-        assert sorted(r["order"]) == sorted(weight_map), seen(results)
-    first = [weight_map[r["order"][0]] for r in results]
-    assert len(set(first)) == WORLD, (first, seen(results))
+    same_tree(ref, tmp_path / "order-bg")
+    for key in ("order", "background_order"):
+        for r in results:
+            assert sorted(r[key]) == sorted(weight_map), (key, seen(results))
+        first = [weight_map[r[key][0]] for r in results]
+        assert len(set(first)) == WORLD, (key, first, seen(results))
+
+
+def test_every_rank_syncs_the_files_it_wrote_before_the_vote(tmp_path):
+    """Issue 32 §4: rank 0 fsynced its bytes only in the commit, after the
+    vote, alone and file after file, while the other ranks had already
+    synced theirs: the save's last second was rank 0's.  Every rank, rank 0
+    too, now syncs the files it wrote before it votes (each rank its own,
+    as a network file system needs), so that the commit finds them clean."""
+    results, codes = spawn(tmp_path, "sync", timeout=240)
+    assert codes == [0] * WORLD and all(r["failures"] == [] for r in results), seen(results)
+    weight_map = json.loads((tmp_path / "sync-out" / "model.safetensors.index.json").read_text())["weight_map"]
+    assert len(set(weight_map.values())) == 2 * WORLD
+    for rank, r in enumerate(results):
+        assert r["stats"]["files_synced"] == len({weight_map[n] for n in r["tensors"]}) == 2, (rank, seen(results))
 
 
 def test_a_rank_opens_only_the_files_it_writes_under_a_low_ulimit(tmp_path):

@@ -626,6 +626,76 @@ static void check_failure(fault f, int n, int culprit, ckpt_status culprit_statu
     scratch_free(dir);
 }
 
+/* ---- the order of a rank's writes -------------------------------------------------- */
+
+typedef struct order_job {
+    ckpt_comm comms[THREADCOMM_MAX];
+    const char *path;
+    ckpt_status st[THREADCOMM_MAX];
+    size_t order[THREADCOMM_MAX][8];
+} order_job;
+
+/* 8 tensors of 64 × 64 F32 (16 KiB), declared in reverse name order,
+ * rows split among 4 ranks; shards of at most 40 KB hold two each. */
+static void order_rank(int r, void *user) {
+    order_job *j = user;
+    ckpt_error err;
+    ckpt_writer_options o;
+    ckpt_writer_options_init(&o);
+    o.max_shard_size = 40000;
+    o.no_sync = 1;
+    ckpt_shard_writer *sw = NULL;
+    ckpt_status st = ckpt_shard_writer_create(j->path, &o, &j->comms[r], NULL, &sw, &err);
+    uint64_t shape[2] = {64, 64}, start[2] = {16 * (uint64_t)r, 0}, count[2] = {16, 64};
+    float *rows = calloc(16 * 64, sizeof *rows);
+    for (int t = 7; st == CKPT_OK && t >= 0; t--) {
+        char name[32];
+        snprintf(name, sizeof name, "layers.%d.weight", t);
+        st = ckpt_shard_writer_add(sw, name, CKPT_F32, 2, shape, start, count, NULL, &err);
+    }
+    if (st == CKPT_OK) st = ckpt_shard_writer_begin(sw, &err);
+    if (st == CKPT_OK) st = ckpt_shard_writer_order(sw, j->order[r], 8, &err);
+    for (size_t k = 0; st == CKPT_OK && k < 8; k++)
+        st = ckpt_shard_writer_write(sw, j->order[r][k], 0, rows, 16 * 64 * sizeof *rows, &err);
+    if (st == CKPT_OK) st = ckpt_shard_writer_commit(sw, &err);
+    if (st) fprintf(stderr, "rank %d: %s\n", r, err.message);
+    j->st[r] = st;
+    free(rows);
+    ckpt_shard_writer_free(sw);
+}
+
+/* Issue 32 §4: ranks that hold rows of the same tensors and write them in
+ * one order write into the same file at the same time, where the file
+ * system's inode lock makes them take turns.  The writer gives each rank an
+ * order by the output's layout (files in order, not the declarations')
+ * that begins at its own share of its bytes: rank r's first part lies in
+ * shard r, and every part comes once. */
+static void test_shard_writer_order_begins_each_rank_in_its_own_file(void **state) {
+    (void)state;
+    char *dir = scratch_dir();
+    order_job j;
+    memset(&j, 0, sizeof j);
+    j.path = in_dir(dir, "out");
+    threadcomm *t = threadcomm_create(4, j.comms);
+    threadcomm_run(4, order_rank, &j);
+    threadcomm_free(t);
+    for (int r = 0; r < 4; r++) {
+        assert_int_equal(j.st[r], CKPT_OK);
+        bool seen[8] = {false};
+        for (size_t k = 0; k < 8; k++) {
+            assert_true(j.order[r][k] < 8 && !seen[j.order[r][k]]);
+            seen[j.order[r][k]] = true;
+            /* Part i declares layers.(7 - i); the output keeps the
+             * declarations' order, two to a shard (shard f: layers.(7 - 2f)
+             * and layers.(6 - 2f)), and orders each shard's tensors by name:
+             * layers.(6 - 2f) first. */
+            size_t f = ((size_t)r + k / 2) % 4, want = k % 2 ? 7 - 2 * f : 6 - 2 * f;
+            assert_int_equal(7 - j.order[r][k], want);
+        }
+    }
+    scratch_free(dir);
+}
+
 static void test_shard_writer_refuses_bad_tilings(void **state) {
     (void)state;
     check_failure(OVERLAP, 3, 1, CKPT__D(COMM_DATA), CKPT__D(COMM_DATA), "overlap without being the same part");
@@ -881,6 +951,7 @@ int main(void) {
         cmocka_unit_test(test_load_collective_equals_single_loads),
         cmocka_unit_test(test_open_collective_failure_reaches_every_rank),
         cmocka_unit_test(test_shard_writer_equals_single_writer),
+        cmocka_unit_test(test_shard_writer_order_begins_each_rank_in_its_own_file),
         cmocka_unit_test(test_shard_writer_refuses_bad_tilings),
         cmocka_unit_test(test_shard_writer_failures_name_the_rank),
         cmocka_unit_test(test_convert_collective_equals_convert),
