@@ -274,6 +274,18 @@ CKPT_API ckpt_status ckpt_gguf_hf_plan_tensors(ckpt_plan *plan, ckpt_dtype dtype
  */
 CKPT_API ckpt_status ckpt_gguf_hf_plan_joined(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err);
 
+/*
+ * The config.json ckpt_gguf_hf_plan writes for the catalog's llama.cpp GGUF
+ * (its "dtype" `dtype`, chosen as there), made by the same pass over the
+ * key-values and tensors, in a plan of its own: a Hugging Face config of
+ * the model the file is, where transformers' own GGUF loader may see
+ * another (a llama file with experts is a Mixtral, which it reads as a
+ * Llama without them).  *json is malloc'ed (release it with ckpt_free).
+ * The errors of ckpt_gguf_hf_plan, less the tokenizer's: its key-values
+ * are neither read nor checked.
+ */
+CKPT_API ckpt_status ckpt_gguf_hf_config(ckpt_catalog *catalog, ckpt_dtype dtype, char **json, ckpt_error *err);
+
 /* ---- GGUF output's own options -------------------------------------------- */
 
 /*

@@ -181,17 +181,12 @@ static bool storage_of(const ckpt_plan *p, const ckpt__plan_entry *e, ckpt_tenso
     return true;
 }
 
-/* The move of source entry `part` into the output of entry `e`, the
- * writer's tensor `writer_index`, `at` bytes into it. */
-static ckpt__move part_move(const ckpt_plan *p, const ckpt__plan_entry *e, const ckpt__plan_entry *part,
-                            size_t writer_index, uint64_t at) {
-    ckpt__move m = {.tensor = ckpt__catalog_index_of(p->catalog, part->pub.source), .start = part->start,
-                    .count = part->count, .perm = part->perm, .dtype = e->pub.dtype, .name = e->pub.name,
-                    .sink = CKPT__SINK_WRITER, .writer_index = writer_index, .writer_at = at,
-                    .op = e->has_op ? &e->op : NULL};
-    if (part->view_ndim)
-        m.start = NULL, m.count = NULL, m.perm = part->view_perm, m.view_ndim = part->view_ndim,
-        m.view_shape = part->view_shape;
+/* Piece j of entry `e`'s output (ckpt__plan_piece: its own source, or a
+ * part of a joined one), into the writer's tensor `writer_index`. */
+static ckpt__move piece_move(const ckpt_plan *p, const ckpt__plan_entry *e, uint64_t j, size_t writer_index) {
+    ckpt__move m = {.dtype = e->pub.dtype, .name = e->pub.name, .sink = CKPT__SINK_WRITER,
+                    .writer_index = writer_index, .op = e->has_op ? &e->op : NULL};
+    ckpt__plan_piece(p, e, j, &m, &m.writer_at);
     return m;
 }
 
@@ -199,7 +194,7 @@ static ckpt__move part_move(const ckpt_plan *p, const ckpt__plan_entry *e, const
  * (ckpt__plan_unstack): its slice of the source, into the writer's tensor
  * `writer_index`. */
 static ckpt__move split_move(const ckpt_plan *p, const ckpt__plan_entry *e, size_t k, size_t writer_index) {
-    ckpt__move m = part_move(p, e, e, writer_index, 0);
+    ckpt__move m = piece_move(p, e, 0, writer_index);
     m.start = e->split_starts + k * e->pub.source->ndim, m.count = e->split_box;
     m.name = e->split_names[k];
     return m;
@@ -209,7 +204,7 @@ ckpt_status ckpt__convert_moves(const ckpt_plan *p, ckpt__move **out, size_t *co
     size_t n = 0;
     for (size_t k = 0; k < p->selected_count; k++) {
         const ckpt__plan_entry *e = &p->entries[p->selected[k]];
-        n += e->joined ? (size_t)ckpt__plan_join_pieces(e) : e->part_count ? e->part_count : ckpt__plan_outputs(e);
+        n += e->split_count ? e->split_count : (size_t)ckpt__plan_pieces(e);
     }
     ckpt__move *moves = ckpt__calloc(n ? n : 1, sizeof *moves);
     if (!moves) return ckpt__oom(err, NULL, "the conversion's tensors");
@@ -221,27 +216,9 @@ ckpt_status ckpt__convert_moves(const ckpt_plan *p, ckpt__move **out, size_t *co
             writer_index += e->split_count - 1;
             continue;
         }
-        if (!e->part_count) {
-            moves[m++] = part_move(p, e, e, writer_index, 0);
-            continue;
-        }
-        for (uint64_t j = 0; e->joined && j < ckpt__plan_join_pieces(e); j++) {
-            /* a join: each part's box at its offset, pieces in the output's
-             * order (whole rows before each: whole blocks) */
-            size_t part;
-            const uint64_t *start, *box;
-            uint64_t at, bytes;
-            ckpt__plan_join_piece(p, e, j, &part, &start, &box, &at);
-            ckpt__dtype_nbytes(e->pub.dtype, at, &bytes);
-            moves[m] = part_move(p, e, &p->entries[part], writer_index, bytes);
-            moves[m].start = start, moves[m++].count = box;
-        }
-        if (e->joined) continue;
-        /* a stack: each part's bytes at its offset in the output (whole
-         * blocks each, ckpt__plan_stack checked) */
-        uint64_t part_bytes = e->pub.nbytes / e->part_count;
-        for (size_t j = 0; j < e->part_count; j++)
-            moves[m++] = part_move(p, e, &p->entries[e->parts[j]], writer_index, j * part_bytes);
+        /* one, or a joined entry's pieces at their offsets, in the
+         * output's order */
+        for (uint64_t j = 0; j < ckpt__plan_pieces(e); j++) moves[m++] = piece_move(p, e, j, writer_index);
     }
     *out = moves, *count = m;
     return CKPT_OK;

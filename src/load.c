@@ -115,27 +115,6 @@ static void prefetch_views(ckpt_plan *p) {
     free(ranges);
 }
 
-/* The moves of joined entry `e` (ckpt__plan_join), its destination set
- * in *first: one per piece, each its part's box written at its offset. */
-static void join_moves(const ckpt_plan *p, const ckpt__plan_entry *e, ckpt__move *first, ckpt__move *out) {
-    for (uint64_t j = 0; j < ckpt__plan_join_pieces(e); j++) {
-        size_t part;
-        const uint64_t *start, *count;
-        uint64_t at, bytes;
-        ckpt__plan_join_piece(p, e, j, &part, &start, &count, &at);
-        ckpt__dtype_nbytes(e->pub.dtype, at, &bytes); /* whole rows before it: whole blocks */
-        out[j] = *first;
-        out[j].tensor = part, out[j].start = start, out[j].count = count, out[j].perm = NULL;
-        out[j].dst = (unsigned char *)first->dst + bytes;
-    }
-}
-
-/* The moves entry `e` needs when it is not a view: a joined one's pieces,
- * else one. */
-static size_t entry_moves(const ckpt__plan_entry *e) {
-    return e->joined ? (size_t)ckpt__plan_join_pieces(e) : 1;
-}
-
 /* Where one entry's bytes go: the caller's buffer, a view (nothing to
  * move: *moved stays 0) or a buffer the library allocates; *moved moves
  * from move_out on fill it. */
@@ -160,20 +139,16 @@ static ckpt_status place_entry(ckpt_plan *p, ckpt__plan_entry *e, int views, ckp
         return ckpt__fail(err, CKPT_E_NO_MEMORY, path, e->pub.name, -1, "cannot allocate %llu bytes",
                           (unsigned long long)e->pub.nbytes);
     }
-    *move_out = (ckpt__move){
-        .tensor = ckpt__catalog_index_of(p->catalog, t), .start = e->start, .count = e->count, .perm = e->perm,
-        .dtype = e->pub.dtype, .name = e->pub.name, .op = e->has_op ? &e->op : NULL, .sink = CKPT__SINK_MEMORY,
-        .dst = e->pub.data,
-    };
-    if (e->device) move_out->sink = CKPT__SINK_STAGE, move_out->stage = &e->device->ring.stage;
-    if (e->view_ndim)
-        move_out->start = NULL, move_out->count = NULL, move_out->perm = e->view_perm,
-        move_out->view_ndim = e->view_ndim, move_out->view_shape = e->view_shape;
-    if (e->joined) {
-        ckpt__move whole = *move_out;
-        join_moves(p, e, &whole, move_out);
+    ckpt__move out = {.dtype = e->pub.dtype, .name = e->pub.name, .op = e->has_op ? &e->op : NULL,
+                      .sink = CKPT__SINK_MEMORY};
+    if (e->device) out.sink = CKPT__SINK_STAGE, out.stage = &e->device->ring.stage;
+    for (uint64_t j = 0; j < ckpt__plan_pieces(e); j++) { /* one, or a joined entry's pieces, each at its offset */
+        uint64_t at;
+        move_out[j] = out;
+        ckpt__plan_piece(p, e, j, &move_out[j], &at);
+        move_out[j].dst = (unsigned char *)e->pub.data + at;
     }
-    *moved = entry_moves(e);
+    *moved = (size_t)ckpt__plan_pieces(e);
     return CKPT_OK;
 }
 
@@ -303,7 +278,7 @@ ckpt_status ckpt__load_moves(ckpt_plan *p, const ckpt_load_options *o, const boo
     /* a destination for every selected entry (no_view[k]: the k-th is read
      * into memory, never viewed — a collective load broadcasts into it) */
     size_t n = p->selected_count, moves_used = 0, most = 0;
-    for (size_t k = 0; k < n; k++) most += entry_moves(&p->entries[p->selected[k]]);
+    for (size_t k = 0; k < n; k++) most += (size_t)ckpt__plan_pieces(&p->entries[p->selected[k]]);
     ckpt__move *moves = ckpt__calloc(most ? most : 1, sizeof *moves);
     if (!moves) return ckpt__oom(err, NULL, "the load's tensors");
     uint64_t views = 0, view_bytes = 0;
@@ -405,8 +380,8 @@ ckpt_status ckpt_load(ckpt_plan *p, const ckpt_load_options *options, ckpt_error
         if (!done.item_of_move || !done.left) st = ckpt__oom(err, NULL, "the load's items");
         for (size_t k = 0, m = 0; st == CKPT_OK && k < p->selected_count; k++) {
             const ckpt__plan_entry *e = &p->entries[p->selected[k]];
-            atomic_init(&done.left[k], e->pub.is_view ? 0 : entry_moves(e));
-            for (size_t j = 0; !e->pub.is_view && j < entry_moves(e); j++) done.item_of_move[m++] = k;
+            atomic_init(&done.left[k], e->pub.is_view ? 0 : (size_t)ckpt__plan_pieces(e));
+            for (size_t j = 0; !e->pub.is_view && j < (size_t)ckpt__plan_pieces(e); j++) done.item_of_move[m++] = k;
             if (!e->pub.is_view) continue;
             if (o->item_done(k, o->item_done_user))
                 st = ckpt__fail(err, CKPT_E_CANCELLED, NULL, p->entries[p->selected[k]].pub.name, -1,

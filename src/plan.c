@@ -6,6 +6,7 @@
 
 #include "catalog_internal.h"
 #include "base/json.h"
+#include "engine.h"
 #include "plan_internal.h"
 #include "transform/cast.h"
 
@@ -100,10 +101,10 @@ static void update(ckpt__plan_entry *e) {
     const ckpt_tensor_info *t = e->pub.source;
     uint64_t numel = 1;
     bool permuted = false;
-    uint32_t lead = e->part_count && !e->joined ? 1 : 0; /* a stack's leading axis */
-    if (lead) e->shape[0] = e->part_count, numel = e->part_count;
+    uint32_t lead = e->stacked ? 1 : 0; /* a stack's new leading axis */
+    if (lead) e->shape[0] = e->join_extent, numel = e->join_extent;
     for (uint32_t i = 0; i < t->ndim; i++) {
-        e->shape[lead + i] = e->joined && i == e->join_axis ? e->join_extent : e->count[e->perm[i]];
+        e->shape[lead + i] = e->part_count && !lead && i == e->join_axis ? e->join_extent : e->count[e->perm[i]];
         numel *= e->shape[lead + i];
         permuted |= e->perm[i] != i;
     }
@@ -113,7 +114,7 @@ static void update(ckpt__plan_entry *e) {
      * cannot overflow. */
     ckpt__dtype_nbytes(e->pub.dtype, numel, &e->pub.nbytes);
     e->pub.transform = permuted || e->view_ndim || e->pub.dtype != t->dtype || t->big_endian || t->strides ||
-                       t->compressed || lead || e->joined || e->has_op;
+                       t->compressed || e->part_count || e->has_op;
 }
 
 ckpt_status ckpt_plan_create(ckpt_catalog *catalog, ckpt_plan **out, ckpt_error *err) {
@@ -498,7 +499,7 @@ static ckpt_status refuse_packed(ckpt_plan *p, ckpt__plan_entry *e, const char *
 /* A tensor split into several outputs (ckpt__plan_unstack) keeps its
  * slices' boxes: a later slice or permutation of it is refused. */
 static ckpt_status refuse_split(ckpt_plan *p, ckpt__plan_entry *e, const char *what, ckpt_error *err) {
-    if (e->joined) /* its pieces' boxes and offsets are the parts' whole tensors' */
+    if (e->part_count) /* its pieces are its parts' reads, at offsets its shape gave */
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
                           "cannot %s a tensor joined of %zu tensors", what, e->part_count);
     if (!e->split_count) return CKPT_OK;
@@ -724,61 +725,22 @@ ckpt_status ckpt__plan_view_permute(ckpt_plan *p, size_t index, uint32_t ndim, c
     return CKPT_OK;
 }
 
-/* ---- outputs only a conversion writes -------------------------------------------- */
+/* ---- outputs of another shape than one tensor's ------------------------------------ */
 
 /* Whether selected entry `e` can take part in an assembled output: not
- * stacked, absorbed, computed or placed yet. */
+ * joined, absorbed, split, computed or placed yet. */
 static bool plain_entry(const ckpt__plan_entry *e) {
     return e->selected && !e->absorbed && !e->part_count && !e->split_count && !e->has_op && !e->seq;
 }
 
-/* Whether two entries' outputs (before stacking) have one shape. */
-static bool same_output_shape(const ckpt__plan_entry *a, const ckpt__plan_entry *b) {
-    if (a->pub.ndim != b->pub.ndim) return false;
-    for (uint32_t d = 0; d < a->pub.ndim; d++)
-        if (a->shape[d] != b->shape[d]) return false;
-    return true;
-}
-
-ckpt_status ckpt__plan_stack(ckpt_plan *p, size_t index, size_t n, const size_t *parts, ckpt_error *err) {
-    if (index >= p->entry_count || !n || !parts)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "a stack needs an entry and its parts");
-    ckpt__plan_entry *head = &p->entries[index];
-    const ckpt_tensor_info *t = head->pub.source;
-    bool has_head = false;
-    for (size_t k = 0; k < n; k++) {
-        if (parts[k] >= p->entry_count)
-            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, head), t->name, -1, "part %zu is no tensor", k);
-        ckpt__plan_entry *e = &p->entries[parts[k]];
-        for (size_t j = 0; j < k; j++)
-            if (parts[j] == parts[k])
-                return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
-                                  "a tensor is twice a part of one stack");
-        has_head |= parts[k] == index;
-        const char *why = !plain_entry(e) ? "it is not a plain selected tensor (stacked, computed or placed already)"
-                          : !same_output_shape(e, head) ? "its shape is not the other parts' shape"
-                          : e->pub.source->dtype != t->dtype ? "its dtype is not the other parts' dtype"
-                          : ckpt_dtype_bits(e->pub.source->dtype) % 8 ? "its elements are packed below a byte"
-                                                                       : NULL;
-        if (why)
-            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
-                              "cannot stack it into %s: %s", head->pub.name, why);
-    }
-    if (!has_head)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, head), t->name, -1,
-                          "a stack's output is one of its parts");
-    uint64_t *shape = ckpt__arena_alloc(&p->arena, ((size_t)t->ndim + 1) * sizeof *shape);
-    size_t *list = ckpt__arena_alloc(&p->arena, n * sizeof *list);
-    if (!shape || !list) return ckpt__oom(err, source_path(p, head), t->name);
-    memcpy(list, parts, n * sizeof *list);
-    for (size_t k = 0; k < n; k++)
-        if (parts[k] != index) p->entries[parts[k]].absorbed = true;
-    head->parts = list, head->part_count = n;
-    head->shape = shape, head->pub.shape = shape;
-    update(head);
-    p->assembled = true;
-    p->selection_dirty = true;
-    return CKPT_OK;
+/* Why entry `e` does not read its source whole, in the source's axes and
+ * order (its reads are then boxes of the source), or NULL. */
+static const char *whole_refusal(const ckpt__plan_entry *e) {
+    const ckpt_tensor_info *t = e->pub.source;
+    if (e->view_ndim || e->pub.ndim != t->ndim) return "its axes are viewed otherwise";
+    for (uint32_t a = 0; a < t->ndim; a++)
+        if (e->start[a] || e->count[a] != t->shape[a] || e->perm[a] != a) return "it is sliced or permuted";
+    return NULL;
 }
 
 /* Why entry `e` cannot be split into `n` outputs along its leading axis,
@@ -788,10 +750,8 @@ static const char *unstack_refusal(const ckpt__plan_entry *e, size_t n) {
     if (!plain_entry(e)) return "it is not a plain selected tensor (stacked, split, computed or placed already)";
     if (t->ndim < 2) return "it has fewer than 2 axes";
     if (ckpt_dtype_bits(t->dtype) % 8) return "its elements are packed below a byte";
-    if (e->view_ndim || e->pub.ndim != t->ndim) return "its axes are viewed otherwise";
-    for (uint32_t a = 0; a < t->ndim; a++)
-        if (e->start[a] || e->count[a] != t->shape[a] || e->perm[a] != a) return "it is sliced or permuted";
-    return t->shape[0] != n ? "its leading axis is not one slice a name" : NULL;
+    const char *why = whole_refusal(e);
+    return why ? why : t->shape[0] != n ? "its leading axis is not one slice a name" : NULL;
 }
 
 ckpt_status ckpt__plan_unstack(ckpt_plan *p, size_t index, size_t n, const char *const *names, ckpt_error *err) {
@@ -822,81 +782,125 @@ ckpt_status ckpt__plan_unstack(ckpt_plan *p, size_t index, size_t n, const char 
     return CKPT_OK;
 }
 
-/* Why part `e` cannot join `head` along `axis`, or NULL. */
+/* Why part `e` cannot join `head` along its axis `axis` (or stacked, along
+ * a new one), or NULL. */
 static const char *join_refusal(const ckpt__plan_entry *e, const ckpt__plan_entry *head, uint32_t axis) {
     const ckpt_tensor_info *t = e->pub.source, *h = head->pub.source;
     if (!plain_entry(e)) return "it is not a plain selected tensor (stacked, split, computed or placed already)";
-    if (e->view_ndim || e->pub.ndim != t->ndim) return "its axes are viewed otherwise";
-    for (uint32_t a = 0; a < t->ndim; a++)
-        if (e->start[a] || e->count[a] != t->shape[a] || e->perm[a] != a) return "it is sliced or permuted";
     if (ckpt_dtype_bits(t->dtype) % 8) return "its elements are packed below a byte";
     if (t->dtype != h->dtype) return "its dtype is not the other parts' dtype";
+    if (axis == CKPT__PLAN_NEW_AXIS) { /* each part read as its entry reads it */
+        bool same = e->pub.ndim == head->pub.ndim;
+        for (uint32_t d = 0; same && d < e->pub.ndim; d++) same = e->shape[d] == head->shape[d];
+        return same ? NULL : "its shape is not the other parts' shape";
+    }
+    const char *why = whole_refusal(e); /* read whole, or a box for each index of the axes before `axis` */
+    if (why) return why;
     if (axis >= t->ndim || t->ndim != h->ndim) return "it has not the other parts' axes, or not the joined one";
     for (uint32_t a = 0; a < t->ndim; a++)
         if (a != axis && t->shape[a] != h->shape[a]) return "its shape is not the other parts' but on the joined axis";
     return NULL;
 }
 
-ckpt_status ckpt__plan_join(ckpt_plan *p, size_t index, size_t n, const size_t *parts, uint32_t axis,
-                            ckpt_error *err) {
-    if (index >= p->entry_count || !n || !parts || parts[0] != index)
-        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "a join needs an entry, its first part");
-    ckpt__plan_entry *head = &p->entries[index];
-    const ckpt_tensor_info *t = head->pub.source;
-    uint64_t extent = 0;
+/* The parts' checks: each one a plain tensor that can join `head`, once. */
+static ckpt_status check_parts(ckpt_plan *p, ckpt__plan_entry *head, size_t n, const size_t *parts, uint32_t axis,
+                               ckpt_error *err) {
+    bool stack = axis == CKPT__PLAN_NEW_AXIS, has_head = false;
     for (size_t k = 0; k < n; k++) {
         if (parts[k] >= p->entry_count)
-            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, head), t->name, -1, "part %zu is no tensor", k);
+            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, head), head->pub.source->name, -1,
+                              "part %zu is no tensor", k);
         ckpt__plan_entry *e = &p->entries[parts[k]];
         const char *why = join_refusal(e, head, axis);
         for (size_t j = 0; !why && j < k; j++)
-            if (parts[j] == parts[k]) why = "it is twice a part of the join";
+            if (parts[j] == parts[k]) why = "it is twice a part of one output";
+        has_head |= e == head;
+        if (why && stack)
+            return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
+                              "cannot stack it into %s: %s", head->pub.name, why);
         if (why)
             return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), e->pub.source->name, -1,
                               "cannot join it to %s along axis %u: %s", head->pub.name, axis, why);
-        extent += e->pub.source->shape[axis];
     }
+    if (!has_head)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, head), head->pub.source->name, -1,
+                          "a joined output is one of its parts");
+    return CKPT_OK;
+}
+
+/* The boxes of `head` joined of `parts` along `axis`, when axes come
+ * before it (`lead` indexes of them, > 1): for each part, one index of
+ * those axes and the rest whole; for each index of those axes, its
+ * coordinates, row-major. */
+static ckpt_status join_boxes(ckpt_plan *p, ckpt__plan_entry *head, size_t n, const size_t *parts, uint32_t axis,
+                              uint64_t lead, ckpt_error *err) {
+    const ckpt_tensor_info *t = head->pub.source;
     uint32_t nd = t->ndim;
-    uint64_t lead = 1;
-    for (uint32_t a = 0; a < axis; a++) lead *= t->shape[a]; /* the file's shape: its elements fit in memory */
-    size_t *list = ckpt__arena_alloc(&p->arena, n * sizeof *list);
-    uint64_t *shape = ckpt__arena_alloc(&p->arena, nd * sizeof *shape);
     uint64_t *boxes = ckpt__arena_alloc(&p->arena, n * nd * sizeof *boxes);
     uint64_t *starts = lead <= SIZE_MAX / nd / sizeof *starts ? ckpt__arena_alloc(&p->arena, (size_t)lead * nd * sizeof *starts)
                                                                : NULL;
-    if (!list || !shape || !boxes || !starts) return ckpt__oom(err, source_path(p, head), t->name);
-    memcpy(list, parts, n * sizeof *list);
-    for (size_t k = 0; k < n; k++) { /* each part's box: one index of the axes before `axis`, the rest whole */
+    if (!boxes || !starts) return ckpt__oom(err, source_path(p, head), t->name);
+    for (size_t k = 0; k < n; k++) {
         const ckpt_tensor_info *pt = p->entries[parts[k]].pub.source;
         for (uint32_t a = 0; a < nd; a++) boxes[k * nd + a] = a < axis ? 1 : pt->shape[a];
     }
-    for (uint64_t l = 0; l < lead; l++) { /* lead index l as coordinates, row-major */
+    for (uint64_t l = 0; l < lead; l++) {
         uint64_t rest = l;
         for (uint32_t a = nd; a-- > 0;) {
             starts[l * nd + a] = a < axis ? rest % t->shape[a] : 0;
             if (a < axis) rest /= t->shape[a];
         }
     }
-    for (size_t k = 1; k < n; k++) p->entries[parts[k]].absorbed = true;
-    head->parts = list, head->part_count = n, head->joined = true;
-    head->join_axis = axis, head->join_extent = extent, head->join_lead = lead;
-    head->join_starts = starts, head->join_boxes = boxes;
+    head->join_boxes = boxes, head->join_starts = starts;
+    return CKPT_OK;
+}
+
+ckpt_status ckpt__plan_join(ckpt_plan *p, size_t index, size_t n, const size_t *parts, uint32_t axis,
+                            ckpt_error *err) {
+    if (index >= p->entry_count || !n || !parts)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "a joined output needs an entry and its parts");
+    ckpt__plan_entry *head = &p->entries[index];
+    const ckpt_tensor_info *t = head->pub.source;
+    ckpt_status st = check_parts(p, head, n, parts, axis, err);
+    if (st) return st;
+    bool stack = axis == CKPT__PLAN_NEW_AXIS;
+    size_t *list = ckpt__arena_alloc(&p->arena, n * sizeof *list);
+    uint64_t *before = ckpt__arena_alloc(&p->arena, n * sizeof *before);
+    uint64_t *shape = ckpt__arena_alloc(&p->arena, ((size_t)t->ndim + stack) * sizeof *shape);
+    if (!list || !before || !shape) return ckpt__oom(err, source_path(p, head), t->name);
+    memcpy(list, parts, n * sizeof *list);
+    uint64_t extent = 0, lead = 1;
+    for (size_t k = 0; k < n; k++) before[k] = extent, extent += stack ? 1 : p->entries[parts[k]].pub.source->shape[axis];
+    for (uint32_t a = 0; !stack && a < axis; a++) lead *= t->shape[a]; /* the file's shape: its elements fit in memory */
+    if (lead > 1 && (st = join_boxes(p, head, n, parts, axis, lead, err))) return st;
+    head->parts = list, head->part_count = n, head->stacked = stack;
+    head->join_axis = stack ? 0 : axis, head->join_extent = extent, head->join_lead = lead, head->join_before = before;
+    for (size_t k = 0; k < n; k++)
+        if (parts[k] != index) p->entries[parts[k]].absorbed = true;
     head->shape = shape, head->pub.shape = shape;
     update(head);
-    p->joined = true;
+    if (stack) p->assembled = true; /* what only llama.cpp's conversion makes */
+    else p->joined = true;
     p->selection_dirty = true;
     return CKPT_OK;
 }
 
-void ckpt__plan_join_piece(const ckpt_plan *p, const ckpt__plan_entry *e, uint64_t j, size_t *part,
-                           const uint64_t **start, const uint64_t **count, uint64_t *at) {
-    uint32_t nd = e->pub.source->ndim, axis = e->join_axis;
-    uint64_t l = j / e->part_count, k = j % e->part_count, inner = 1, before = 0;
-    for (uint32_t a = axis + 1; a < nd; a++) inner *= e->shape[a];
-    for (uint64_t q = 0; q < k; q++) before += p->entries[e->parts[q]].pub.source->shape[axis];
-    *part = e->parts[k];
-    *start = e->join_starts + l * nd, *count = e->join_boxes + k * nd;
-    *at = (l * e->join_extent + before) * inner;
+void ckpt__plan_piece(const ckpt_plan *p, const ckpt__plan_entry *e, uint64_t j, ckpt__move *m, uint64_t *at) {
+    uint64_t l = e->part_count ? j / e->part_count : 0, k = e->part_count ? j % e->part_count : 0;
+    const ckpt__plan_entry *part = e->part_count ? &p->entries[e->parts[k]] : e;
+    m->tensor = ckpt__catalog_index_of(p->catalog, part->pub.source);
+    m->start = part->start, m->count = part->count, m->perm = part->perm;
+    m->view_ndim = part->view_ndim, m->view_shape = part->view_shape;
+    if (part->view_ndim) m->start = NULL, m->count = NULL, m->perm = part->view_perm;
+    *at = 0;
+    if (!e->part_count) return;
+    uint32_t nd = part->pub.source->ndim;
+    if (e->join_lead > 1) /* the part's box at lead index l (the part is read whole otherwise) */
+        m->start = e->join_starts + l * nd, m->count = e->join_boxes + k * nd;
+    uint64_t inner = 1; /* the output's elements per index of the joined axis */
+    for (uint32_t a = e->join_axis + 1; a < e->pub.ndim; a++) inner *= e->shape[a];
+    /* whole rows before it (whole blocks of a block type): exact bytes */
+    ckpt__dtype_nbytes(e->pub.dtype, (l * e->join_extent + e->join_before[k]) * inner, at);
 }
 
 ckpt_status ckpt__plan_refuse_joined(const ckpt_plan *p, const char *what, ckpt_error *err) {

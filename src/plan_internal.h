@@ -15,24 +15,24 @@ typedef struct ckpt__plan_entry {
     uint64_t *view_shape;
     uint32_t *view_perm;
     bool selected;
-    /* An output assembled of several tensors (ckpt__plan_stack): parts[k]
-     * (catalog indexes, this entry's own among them) stacked along a new
-     * leading axis; each part is read as its own entry says (slice, view)
-     * and cast to this entry's dtype.  absorbed: a part of another entry's
-     * output, no output of its own. */
+    /* An output joined of several tensors (ckpt__plan_join): parts[k]
+     * (catalog indexes, this entry's own among them) concatenated along
+     * output axis join_axis, join_extent in all, part k's from
+     * join_before[k] — along a new leading axis (stacked: join_axis 0,
+     * one index a part), or along an existing one.  The output is pieces
+     * (ckpt__plan_piece), each one engine move at its offset in the
+     * output: each part once where no axis comes before the joined one
+     * (join_lead 1), as its own entry reads it (slice, view); otherwise,
+     * for each index of those axes (join_lead of them), each part's box
+     * there: box k × ndim of join_boxes, from join_starts + lead × ndim.
+     * Every part is cast to this entry's dtype.  absorbed: a part of
+     * another entry's output, no output of its own. */
     size_t *parts;
     size_t part_count;
-    bool absorbed;
-    /* Or, joined (ckpt__plan_join): parts[k] concatenated along their
-     * existing axis join_axis (join_extent in all) rather than stacked
-     * along a new one.  The output is pieces: for each index of the axes
-     * before join_axis (join_lead of them), each part's box there — box
-     * k × ndim of join_boxes, from join_starts + lead × ndim — one engine
-     * move each, at its offset in the output (ckpt__plan_join_piece). */
-    bool joined;
+    bool absorbed, stacked;
     uint32_t join_axis;
     uint64_t join_extent, join_lead;
-    uint64_t *join_starts, *join_boxes;
+    uint64_t *join_before, *join_starts, *join_boxes;
     /* An output split along its leading axis (ckpt__plan_unstack): each
      * of its split_count slices one output of its own, named
      * split_names[k], the entry's shape less that axis; the k-th reads
@@ -103,7 +103,7 @@ struct ckpt_plan {
     size_t match_count;
     ckpt_load_stats stats;
     struct ckpt_mapping **maps; /* private views' mappings, per data file (CKPT_VIEWS_PRIVATE) */
-    /* What only a conversion writes (ckpt__plan_stack, _unstack, _place,
+    /* What only a conversion writes (ckpt__plan_stack, _unstack,
      * _generate: assembled), and the elementwise rules a conversion or a
      * load applies (ckpt__plan_compute: computed): a load refuses an
      * assembled plan, a collective conversion both
@@ -112,8 +112,9 @@ struct ckpt_plan {
     size_t generated_count, generated_cap;
     uint64_t place_seq;        /* placings so far */
     bool assembled, computed;
-    /* Outputs joined of several tensors (ckpt__plan_join), which a load
-     * and a one-process conversion write, a collective one does not. */
+    /* Outputs joined of several tensors along an existing axis
+     * (ckpt__plan_join), which a load and a one-process conversion write,
+     * a collective one does not. */
     bool joined;
     /* Files a conversion writes beside the tensors (GGUF → Hugging Face's
      * config.json): ckpt__plan_add_file; names and bytes in the arena. */
@@ -170,17 +171,55 @@ CKPT__HIDDEN ckpt_status ckpt__plan_view_permute(ckpt_plan *plan, size_t index, 
  * (CKPT_E_UNSUPPORTED), except that a load applies an elementwise rule
  * (ckpt__plan_compute) as it reads the tensor, as a conversion does.
  *
- * ckpt__plan_stack: selected entry `index` (a catalog index) becomes the
- * stack of the `n` tensors `parts` (catalog indexes, `index` among them,
- * in the stack's order) along a new leading axis, of n × the parts' shape,
- * in `index`'s dtype (a later cast of `index` casts every part); every
- * part keeps its own slice and view, the others leave the selection.
- * The parts' outputs must have one shape, whole blocks of a block dtype
- * each; CKPT_E_INVALID_ARGUMENT naming the part otherwise.  Each part's
- * bytes stream to their offset in the output: no part is held whole.
+ * ckpt__plan_join: selected entry `index` (a catalog index) becomes the
+ * concatenation of the `n` tensors `parts` (catalog indexes, `index` among
+ * them, in the output's order) along their axis `axis`, or, with `axis`
+ * CKPT__PLAN_NEW_AXIS, their stack along a new leading axis (n × the
+ * parts' shape: ckpt__plan_stack); in `index`'s dtype (a later cast of
+ * `index` casts every part); the others leave the selection.  One engine
+ * move per piece (ckpt__plan_piece) writes it at its offset in the
+ * output, so that no part is held whole and no copy of the output is
+ * made.  The parts must be plain selected tensors (neither stacked,
+ * split, computed nor placed) of one source dtype of whole bytes or
+ * blocks; stacked, each keeps its own slice and view, and their outputs
+ * have one shape; joined along an existing axis, they are neither
+ * sliced, permuted nor viewed, `axis` is one of theirs and their shapes
+ * differ on it alone.  CKPT_E_INVALID_ARGUMENT naming the part otherwise.
+ * A later slice or permutation of the output is refused.
+ *
+ * llama.cpp's conversion stacks an MoE model's experts, one tensor per
+ * expert in a Hugging Face checkpoint, into one (a stack: only a
+ * conversion writes it, a load refuses it as it refuses the plan's other
+ * conversion-only outputs); the way back joins llama.cpp's two stacks
+ * (experts, ff, hidden) along axis 1 into what transformers' MoE models
+ * hold (Mixtral, Qwen2-MoE, Qwen3-MoE since transformers 5: every
+ * expert's gate rows then its up rows, experts × 2·ff × hidden), which a
+ * load writes too, into place; a collective load or conversion refuses
+ * it (ckpt__plan_refuse_joined).
  */
-CKPT__HIDDEN ckpt_status ckpt__plan_stack(ckpt_plan *plan, size_t index, size_t n, const size_t *parts,
-                                          ckpt_error *err);
+#define CKPT__PLAN_NEW_AXIS UINT32_MAX
+CKPT__HIDDEN ckpt_status ckpt__plan_join(ckpt_plan *plan, size_t index, size_t n, const size_t *parts, uint32_t axis,
+                                         ckpt_error *err);
+static inline ckpt_status ckpt__plan_stack(ckpt_plan *plan, size_t index, size_t n, const size_t *parts,
+                                           ckpt_error *err) {
+    return ckpt__plan_join(plan, index, n, parts, CKPT__PLAN_NEW_AXIS, err);
+}
+
+/* The engine moves selected entry `e`'s output is made of: one, or a
+ * joined one's pieces (each part, for each index of the axes before the
+ * joined one). */
+static inline uint64_t ckpt__plan_pieces(const ckpt__plan_entry *e) {
+    return e->part_count ? e->join_lead * e->part_count : 1;
+}
+
+/* What piece j of selected entry `e` reads, set in *m (its tensor,
+ * start, count, perm and view; the rest left as it is): e's source as e
+ * slices, permutes or views it, or a joined entry's part as the part's
+ * entry reads it, or a box of it; and where the piece begins in e's
+ * output, in bytes (*at). */
+struct ckpt__move;
+CKPT__HIDDEN void ckpt__plan_piece(const ckpt_plan *plan, const ckpt__plan_entry *e, uint64_t j, struct ckpt__move *m,
+                                   uint64_t *at);
 
 /*
  * ckpt__plan_unstack: selected entry `index` (a catalog index), a tensor of
@@ -188,7 +227,7 @@ CKPT__HIDDEN ckpt_status ckpt__plan_stack(ckpt_plan *plan, size_t index, size_t 
  * names[k] (copied): slice k of that axis, of the tensor's other axes, in
  * the entry's dtype (a later cast of `index` casts every one) — what
  * llama.cpp's stacked experts are in a Hugging Face checkpoint, one 2-D
- * tensor per expert.  The reverse of ckpt__plan_stack: one engine move per
+ * tensor per expert.  The reverse of a stack (ckpt__plan_join): one engine move per
  * output reads its slice, so the stacked tensor is never held whole.  The
  * entry must be a plain one of 2 or more axes of whole-byte elements or
  * blocks (whole rows a slice), neither sliced, permuted nor viewed yet,
@@ -199,37 +238,6 @@ CKPT__HIDDEN ckpt_status ckpt__plan_stack(ckpt_plan *plan, size_t index, size_t 
  */
 CKPT__HIDDEN ckpt_status ckpt__plan_unstack(ckpt_plan *plan, size_t index, size_t n, const char *const *names,
                                             ckpt_error *err);
-
-/*
- * ckpt__plan_join: selected entry `index` (a catalog index) becomes the
- * concatenation of the `n` tensors `parts` (catalog indexes, `index`
- * first) along their axis `axis`, in `index`'s dtype (a later cast casts
- * every part); the others leave the selection.  What transformers' MoE
- * models hold (Mixtral, Qwen2-MoE, Qwen3-MoE since transformers 5): one
- * tensor of every expert's gate rows then its up rows (experts, 2 × ff,
- * hidden), made of llama.cpp's two stacks (experts, ff, hidden) joined
- * along axis 1.  Unlike ckpt__plan_stack, a load writes it too, and into
- * place: one engine move per part and index of the axes before `axis`
- * (an expert), each reading its box of the part and writing it at its
- * offset in the output, so that no part is held whole and no copy of the
- * output is made.  The parts must be plain selected tensors (neither
- * sliced, permuted, viewed, stacked nor computed) of one source dtype of
- * whole bytes or blocks, with one shape but on `axis`, and `axis` one of
- * theirs; CKPT_E_INVALID_ARGUMENT naming the part otherwise.  A later
- * slice or permutation of the output is refused; a collective load or
- * conversion refuses the plan (ckpt__plan_refuse_joined).
- */
-CKPT__HIDDEN ckpt_status ckpt__plan_join(ckpt_plan *plan, size_t index, size_t n, const size_t *parts, uint32_t axis,
-                                         ckpt_error *err);
-
-/* The pieces joined entry `e`'s output is made of (its moves). */
-static inline uint64_t ckpt__plan_join_pieces(const ckpt__plan_entry *e) { return e->join_lead * e->part_count; }
-
-/* Piece j of joined entry `e`: the catalog entry of its part (*part),
- * the box it reads (*start and *count, in the part's axes) and where its
- * output begins in e's, in elements of e's output (*at). */
-CKPT__HIDDEN void ckpt__plan_join_piece(const ckpt_plan *plan, const ckpt__plan_entry *e, uint64_t j, size_t *part,
-                                        const uint64_t **start, const uint64_t **count, uint64_t *at);
 
 /* CKPT_E_UNSUPPORTED naming `what` when the plan joins tensors. */
 CKPT__HIDDEN ckpt_status ckpt__plan_refuse_joined(const ckpt_plan *plan, const char *what, ckpt_error *err);
@@ -297,8 +305,8 @@ CKPT__HIDDEN ckpt_status ckpt__load_moves(ckpt_plan *plan, const ckpt_load_optio
 
 /* A conversion (convert.c): WRITER moves of the selected entries, in
  * selection order, writer_index the entry's tensor in the writer (after
- * the generated ones, each entry's outputs in turn): one per entry, one
- * per part of a stacked one, one per output of an unstacked one (*count
+ * the generated ones, each entry's outputs in turn): one per piece of an
+ * entry (ckpt__plan_pieces), one per output of an unstacked one (*count
  * of them, malloc'ed); and the begun writer of ckpt_convert_plan,
  * the generated tensors then the selected entries declared in that order. */
 CKPT__HIDDEN ckpt_status ckpt__convert_moves(const ckpt_plan *plan, struct ckpt__move **moves, size_t *count,

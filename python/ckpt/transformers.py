@@ -35,8 +35,10 @@ gemma3; Mixtral, Qwen2-MoE and Qwen3-MoE's experts) is read by ckpt
 through that mapping (load_into(..., as_hf="joined"): names, Q/K rows put
 back, Gemma's norms less 1, each expert's rows read into its place in the
 model's stacked experts, dequantized by the engine into the meta model), its config
-being transformers' parsing of the key-values; another goes to
-transformers' own GGUF loader.  With `tp_plan`/`tp_size`/
+being transformers' parsing of the key-values, or ckpt's (the config.json
+`ckpt convert model.gguf dir/` writes) for a model transformers' GGUF
+loader does not know: a Mixtral, which it parses as a Llama without its
+experts (_gguf_config); another GGUF goes to transformers' own loader.  With `tp_plan`/`tp_size`/
 `distributed_config` (under torchrun) transformers shards the model and
 its loader cuts each rank's part out of ckpt's lazy tensors."""
 import copy
@@ -313,7 +315,12 @@ def load_pretrained(model_class, pretrained_model_name_or_path, *model_args, **k
     distributed, device_map, mesh = _distributed(model_class, kwargs, device_map)
     device_map = _device_map(device_map)
 
-    if not isinstance(config, PreTrainedConfig):
+    ours = None
+    if config is None and gguf_file:  # a GGUF's config: ckpt's where transformers' parsing knows no such model
+        ours = _gguf_config(pretrained_model_name_or_path, gguf_file, hub, model_class.config_class, kwargs)
+    if ours is not None:
+        config, model_kwargs = ours
+    elif not isinstance(config, PreTrainedConfig):
         config, model_kwargs = model_class.config_class.from_pretrained(
             config if config is not None else pretrained_model_name_or_path, return_unused_kwargs=True,
             gguf_file=gguf_file, _from_auto=from_auto_class, _from_pipeline=from_pipeline, **hub, **kwargs)
@@ -441,6 +448,34 @@ def _load_distributed(model_class, model, path, load_config):
     return info
 
 
+def _gguf_config(pretrained_model_name_or_path, gguf_file, hub, config_class=None, kwargs=None):
+    """(config, unused kwargs) of a llama.cpp GGUF whose model transformers'
+    GGUF loader does not know, which it would read as another: a llama file
+    with experts is a Mixtral, which it parses as a Llama without them.  The
+    config is ckpt's, the config.json `ckpt convert model.gguf dir/` writes
+    (ckpt_gguf_hf_config: Mixtral's num_local_experts, num_experts_per_tok…),
+    made into `config_class` (None: its model type's) with the keywords
+    `kwargs` applied as from_pretrained applies them.  None for a GGUF of a model
+    transformers' loader knows (its own parsing then, as for every GGUF
+    before), or one ckpt does not map."""
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    from transformers.utils import cached_file
+    path = cached_file(pretrained_model_name_or_path, gguf_file, **{k: v for k, v in hub.items() if k in _HUB_KWARGS})
+    with _api.open(path) as c:
+        try:
+            ours = json.loads(c._catalog.gguf_hf_config())
+        except _api._ckpt.Error as e:
+            if e.status != "CKPT_E_INVALID_ARGUMENT":
+                raise
+            return None
+    if ours["model_type"] in GGUF_SUPPORTED_ARCHITECTURES:
+        return None
+    if config_class is None:
+        from transformers import CONFIG_MAPPING
+        config_class = CONFIG_MAPPING[ours["model_type"]]
+    return config_class.from_dict(ours, return_unused_kwargs=True, **(kwargs or {}))
+
+
 def _gguf_names(path):
     """{Hugging Face name: (dtype, GGUF name)} of the model the library's GGUF →
     Hugging Face mapping (ckpt_gguf_hf_plan_joined: the tensors of `ckpt
@@ -511,7 +546,12 @@ def from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs):
     its from_pretrained would load it, the weights read by ckpt."""
     hub = {k: kwargs[k] for k in _HUB_KWARGS if k in kwargs}
     config = kwargs.get("config")
-    if not isinstance(config, PreTrainedConfig):
+    ours = None
+    if config is None and kwargs.get("gguf_file"):
+        ours = _gguf_config(pretrained_model_name_or_path, kwargs["gguf_file"], hub)
+    if ours is not None:
+        config = ours[0]
+    elif not isinstance(config, PreTrainedConfig):
         gguf = {"gguf_file": kwargs["gguf_file"]} if kwargs.get("gguf_file") else {}  # its config: the key-values'
         config = AutoConfig.from_pretrained(config or pretrained_model_name_or_path,
                                             trust_remote_code=kwargs.get("trust_remote_code"), **hub, **gguf)
@@ -552,11 +592,17 @@ class _Auto(_Wrapper):
         hub = {k: kwargs.pop(k) for k in _HUB_KWARGS if k in kwargs}
         hub["revision"] = _resolve_revision(pretrained_model_name_or_path, hub)
         if not isinstance(config, PreTrainedConfig):
+            code_revision = kwargs.pop("code_revision", None)
             given = {k: kwargs[k] for k in ("dtype", "torch_dtype") if kwargs.get(k) is not None}
             passed = {k: v for k, v in kwargs.items() if not (k in given and v == "auto")}
-            config, kwargs = AutoConfig.from_pretrained(pretrained_model_name_or_path, return_unused_kwargs=True,
-                                                        code_revision=kwargs.pop("code_revision", None), **hub,
-                                                        **passed)
+            ours = None
+            if config is None and kwargs.get("gguf_file"):
+                ours = _gguf_config(pretrained_model_name_or_path, kwargs["gguf_file"], hub, None, passed)
+            if ours is not None:
+                config, kwargs = ours
+            else:
+                config, kwargs = AutoConfig.from_pretrained(pretrained_model_name_or_path, return_unused_kwargs=True,
+                                                            code_revision=code_revision, **hub, **passed)
             kwargs.update(given)  # as the Auto class: the user's dtype wins over the config's
         if type(config) not in auto._model_mapping:
             raise ValueError(f"Unrecognized configuration class {config.__class__} for this kind of AutoModel: "

@@ -669,6 +669,27 @@ static PyObject *Catalog_info(Catalog *self, PyObject *unused) {
                          index ? PyUnicode_DecodeFSDefault(index) : Py_NewRef(Py_None));
 }
 
+static ckpt_dtype dtype_arg(const char *name);
+
+/* gguf_hf_config(dtype=None) -> str: the config.json `ckpt convert
+ * model.gguf dir/` writes for this llama.cpp GGUF (ckpt_gguf_hf_config). */
+static PyObject *Catalog_gguf_hf_config(Catalog *self, PyObject *args) {
+    const char *name = NULL;
+    if (!catalog_ready(self) || !PyArg_ParseTuple(args, "|z", &name)) return NULL;
+    ckpt_dtype d = name ? dtype_arg(name) : CKPT_DTYPE_INVALID;
+    if (name && d == CKPT_DTYPE_INVALID) return NULL;
+    char *json = NULL;
+    ckpt_error e;
+    ckpt_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_gguf_hf_config(self->catalog, d, &json, &e);
+    Py_END_ALLOW_THREADS
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    PyObject *text = PyUnicode_FromString(json);
+    ckpt_free(json);
+    return text;
+}
+
 static const ckpt_tensor_info *tensor_at(Catalog *self, Py_ssize_t i) {
     const ckpt_tensor_info *t = i >= 0 ? ckpt_catalog_tensor(self->catalog, (size_t)i) : NULL;
     if (!t) PyErr_Format(PyExc_IndexError, "tensor index %zd out of range", i);
@@ -1020,6 +1041,9 @@ static PyMethodDef Catalog_methods[] = {
     {"metadata", (PyCFunction)Catalog_metadata, METH_NOARGS, "metadata() -> dict of str"},
     {"files", (PyCFunction)Catalog_files, METH_NOARGS, "files() -> [(path, size)]"},
     {"info", (PyCFunction)Catalog_info, METH_NOARGS, "info() -> {format, tree_json, index_path}"},
+    {"gguf_hf_config", (PyCFunction)Catalog_gguf_hf_config, METH_VARARGS,
+     "gguf_hf_config(dtype=None) -> the config.json text ckpt_gguf_hf_plan writes for this llama.cpp GGUF "
+     "(ckpt_gguf_hf_config)"},
     {"read", (PyCFunction)(void (*)(void))Catalog_read, METH_VARARGS | METH_KEYWORDS,
      "read(index, out, byte_offset=0): copy a tensor's bytes into a writable buffer"},
     {"view", (PyCFunction)Catalog_view, METH_O, "view(index) -> read-only Buffer on the file's mapping"},

@@ -749,8 +749,10 @@ static ckpt_status write_config(hf *h, ckpt_dtype dtype, bool tied) {
 /* ---- the plan -------------------------------------------------------------- */
 
 /* `files`: config.json and the tokenizer's files too (a conversion), or
- * the tensors alone (a load). */
-static ckpt_status hf_plan(ckpt_plan *plan, ckpt_dtype dtype, bool files, bool joined, ckpt_error *err) {
+ * the tensors alone (a load); with `config`, the conversion's config.json
+ * handed out in *config (malloc'ed) instead, and no tokenizer. */
+static ckpt_status hf_plan(ckpt_plan *plan, ckpt_dtype dtype, bool files, bool joined, char **config,
+                           ckpt_error *err) {
     if (!plan) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "no plan");
     const ckpt_catalog *c = plan->catalog;
     hf h = {.plan = plan, .path = ckpt_catalog_file_path(c, 0), .err = err, .files = files, .joined = joined};
@@ -765,6 +767,10 @@ static ckpt_status hf_plan(ckpt_plan *plan, ckpt_dtype dtype, bool files, bool j
     for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_tensor_count(c); i++) st = plan_tensor(&h, i);
     if (st == CKPT_OK) st = ckpt_plan_cast(plan, "*", dtype, err); /* every tensor: one dtype, as config.json says */
     if (files && st == CKPT_OK) st = write_config(&h, dtype, !ckpt_catalog_find(c, "output.weight"));
+    if (config && st == CKPT_OK) {
+        *config = h.config.data;
+        return CKPT_OK;
+    }
     if (files && st == CKPT_OK) st = ckpt__plan_add_file(plan, "config.json", h.config.data, h.config.len, err);
     if (files && st == CKPT_OK) st = ckpt__lc_hf_tokenizer(plan, h.family->name, err);
     free(h.config.data);
@@ -772,13 +778,23 @@ static ckpt_status hf_plan(ckpt_plan *plan, ckpt_dtype dtype, bool files, bool j
 }
 
 ckpt_status ckpt_gguf_hf_plan(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err) {
-    return hf_plan(plan, dtype, true, false, err);
+    return hf_plan(plan, dtype, true, false, NULL, err);
 }
 
 ckpt_status ckpt_gguf_hf_plan_tensors(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err) {
-    return hf_plan(plan, dtype, false, false, err);
+    return hf_plan(plan, dtype, false, false, NULL, err);
 }
 
 ckpt_status ckpt_gguf_hf_plan_joined(ckpt_plan *plan, ckpt_dtype dtype, ckpt_error *err) {
-    return hf_plan(plan, dtype, false, true, err);
+    return hf_plan(plan, dtype, false, true, NULL, err);
+}
+
+ckpt_status ckpt_gguf_hf_config(ckpt_catalog *catalog, ckpt_dtype dtype, char **json, ckpt_error *err) {
+    if (!json) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "json is required");
+    *json = NULL;
+    ckpt_plan *plan; /* the conversion's pass over the tensors, in a plan of its own */
+    ckpt_status st = ckpt_plan_create(catalog, &plan, err);
+    if (st == CKPT_OK) st = hf_plan(plan, dtype, true, false, json, err);
+    ckpt_plan_free(plan);
+    return st;
 }
