@@ -342,6 +342,112 @@ def tokenizer_keys(src):
     return [k for k in gguf_reader(src).fields if k.startswith("tokenizer.")]
 
 
+# A vocabulary's arrays: what makes a real tokenizer's key-values large
+# (Llama 3's 128k tokens and 280k merges).
+VOCABULARY_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores",
+                   "tokenizer.ggml.merges")
+# GGUF's value types (gguf-py's GGUFValueType) by their size in bytes; 8 a
+# string, 9 an array.
+GGUF_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+class RawGGUF:
+    """A GGUF's bytes cut where its parts lie, without reading the values
+    (gguf-py's reader parses a vocabulary element by element: ~20 s Llama
+    3's): `kvs`, {name: (type, bytes of the whole key-value, value's
+    offset)}, the tensor infos' bytes, the alignment and the tensor data."""
+
+    def __init__(self, src):
+        import struct
+        self.src, data = src, Path(src).read_bytes()
+        magic, version, self.n_tensors, n_kv = struct.unpack_from("<4sIQQ", data, 0)
+        assert magic == b"GGUF" and version == 3, src
+        at, self.alignment, self.kvs, self.data = 24, 32, {}, data
+        for _ in range(n_kv):
+            start = at
+            name, at = self.string(at)
+            kind, = struct.unpack_from("<I", data, at)
+            end = self.skip(kind, at + 4)
+            self.kvs[name.decode()] = (kind, data[start:end], at + 4)
+            at = end
+        if "general.alignment" in self.kvs:
+            self.alignment, = struct.unpack_from("<I", data, self.kvs["general.alignment"][2])
+        infos = at
+        for _ in range(self.n_tensors):
+            _, at = self.string(at)
+            dims, = struct.unpack_from("<I", data, at)
+            at += 4 + 8 * dims + 4 + 8
+        self.infos = data[infos:at]
+        self.tensor_data = memoryview(data)[-(-at // self.alignment) * self.alignment:]
+
+    def string(self, at):
+        n = int.from_bytes(self.data[at:at + 8], "little")
+        return self.data[at + 8:at + 8 + n], at + 8 + n
+
+    def skip(self, kind, at):
+        import struct
+        if kind == 8:
+            return self.string(at)[1]
+        if kind == 9:
+            item, count = struct.unpack_from("<IQ", self.data, at)
+            at += 12
+            if item in (8, 9):
+                for _ in range(count):
+                    at = self.skip(item, at)
+                return at
+            return at + count * GGUF_SCALAR_SIZES[item]
+        return at + GGUF_SCALAR_SIZES[kind]
+
+    def value(self, name):
+        """A string's text, an array's length, a UINT32's number."""
+        kind, _, at = self.kvs[name]
+        if kind == 8:
+            return self.string(at)[0].decode()
+        assert kind in (9, 4), f"{self.src}: {name}'s type {kind}"
+        return int.from_bytes(self.data[at + 4:at + 12] if kind == 9 else self.data[at:at + 4], "little")
+
+
+def edited(src, dst, drop=(), strings=None, counts=None):
+    """A copy of a GGUF with key-values dropped, string key-values
+    (`strings`: name → text) given another text, or UINT32 key-values added
+    last (`counts`: name → number), made on the bytes (RawGGUF): every
+    other key-value and each tensor info copied as its bytes, the tensor
+    data byte for byte at the file's alignment."""
+    import struct
+    raw = src if isinstance(src, RawGGUF) else RawGGUF(src)
+    strings, counts = strings or {}, counts or {}
+    assert set(strings) <= set(raw.kvs) and not set(counts) & set(raw.kvs), (raw.src, strings, counts)
+    kept = []
+    for name, (kind, whole, at) in raw.kvs.items():
+        if name in strings:
+            assert kind == 8, f"{raw.src}: {name} is not a string"
+            text = strings[name].encode()
+            kept.append(struct.pack("<Q", len(name)) + name.encode() + struct.pack("<IQ", 8, len(text)) + text)
+        elif name not in drop:
+            kept.append(whole)
+    kept += [struct.pack("<Q", len(n)) + n.encode() + struct.pack("<II", 4, v) for n, v in counts.items()]
+    head = struct.pack("<4sIQQ", b"GGUF", 3, raw.n_tensors, len(kept)) + b"".join(kept) + raw.infos
+    with open(dst, "wb") as f:
+        f.write(head + bytes(-len(head) % raw.alignment))
+        f.write(raw.tensor_data)
+    return dst
+
+
+def without_vocabulary(src, dst):
+    """A copy of a GGUF without its vocabulary's arrays (VOCABULARY_KEYS),
+    for the tests whose reference is transformers' own GGUF load: gguf-py
+    parses a vocabulary element by element (~20 s a parse of Llama 3's, and
+    transformers parses the file twice a load), and the weights, the logits
+    and the config do not depend on it: the token ids are the tokenizer's
+    scalar key-values, kept, and vocab_size is ARCH.vocab_size, or where
+    the file has none (the script writes it for Llama alone) the count of
+    tokens, which the copy holds as ARCH.vocab_size."""
+    raw = RawGGUF(src)
+    key = raw.value("general.architecture") + ".vocab_size"
+    counts = {} if key in raw.kvs else {key: raw.value("tokenizer.ggml.tokens")}
+    return edited(raw, dst, drop=VOCABULARY_KEYS, counts=counts)
+
+
 def refused(src, tmp_path, *words):
     dst = tmp_path / "out"
     r = ckpt("convert", src, dst, "--to", "hf", "-q")
