@@ -54,7 +54,10 @@ CASES = [(f, t) for f in ("llama3", "llama2", "qwen2", "qwen3", "phi3") for t in
 def test_logits_equal_transformers_own_gguf_load(models, family, outtype, tmp_path):
     """Dequantized to f32, ckpt's directory is what transformers makes of
     the GGUF itself: every tensor and the logits, bit for bit (both
-    dequantize the same blocks: d × q in f32)."""
+    dequantize the same blocks: d × q in f32).  transformers reads a copy
+    without the vocabulary's arrays, whose weights and config are the
+    file's (without_vocabulary: gguf-py parses a vocabulary element by
+    element, ~40 s a load of Llama 3's)."""
     gguf = models[family][1][outtype]
     hf = to_hf(gguf, tmp_path / "hf", "--dtype", "f32")
     spm = ["tokenizer.model"] if family in ("llama2", "phi3") else []  # SentencePiece's file
@@ -63,7 +66,8 @@ def test_logits_equal_transformers_own_gguf_load(models, family, outtype, tmp_pa
     # transformers' GGUF config drops qwen3.attention.key_length: Qwen3Config's
     # default head_dim (128) would stay, so the tiny model's (16) is given.
     kw = {"head_dim": json.loads((hf / "config.json").read_text())["head_dim"]} if family == "qwen3" else {}
-    assert_same_model(transformers_model(gguf, **kw), transformers_model(hf))
+    theirs = transformers_model(without_vocabulary(gguf, tmp_path / gguf.name), **kw)
+    assert_same_model(theirs, transformers_model(hf))
 
 
 # Mixtures of experts: llama.cpp stacks each layer's experts into one 3-D
@@ -109,11 +113,13 @@ def test_moe_equals_transformers_own_gguf_load(models, tmp_path):
     GGUF config drops the experts' width: the tiny model's is given), Q8_0
     experts dequantized: the same state dict and logits, bit for bit.  (Its
     Qwen2-MoE load fails on the shared expert's gate, and it reads a Mixtral
-    GGUF as a dense Llama.)"""
+    GGUF as a dense Llama.)  transformers reads the file without its
+    vocabulary's arrays, as above."""
     gguf = models["qwen3moe"][1]["q8_0"]
     hf = to_hf(gguf, tmp_path / "hf", "--dtype", "f32")
     config = json.loads((hf / "config.json").read_text())
-    theirs = transformers_model(gguf, moe_intermediate_size=config["moe_intermediate_size"])
+    theirs = transformers_model(without_vocabulary(gguf, tmp_path / gguf.name),
+                                moe_intermediate_size=config["moe_intermediate_size"])
     assert_same_model(theirs, transformers_model(hf))
 
 
@@ -340,6 +346,113 @@ def rewritten(src, dst, drop=(), change=None, types=None, tensors=None, keys=Non
 def tokenizer_keys(src):
     """The tokenizer's key-values of a GGUF (gguf-py)."""
     return [k for k in gguf_reader(src).fields if k.startswith("tokenizer.")]
+
+
+# A vocabulary's arrays: what makes a real tokenizer's key-values large
+# (Llama 3's 128k tokens and 280k merges).
+VOCABULARY_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores",
+                   "tokenizer.ggml.merges")
+# GGUF's value types (gguf-py's GGUFValueType) by their size in bytes; 8 a
+# string, 9 an array.
+GGUF_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+GGUF_UINT32 = 4
+
+
+class RawGGUF:
+    """A GGUF's bytes cut where its parts lie, without reading the values
+    (gguf-py's reader parses a vocabulary element by element: ~20 s Llama
+    3's): `kvs`, {name: (type, bytes of the whole key-value, value's
+    offset)}, the tensor infos' bytes, the alignment and the tensor data."""
+
+    def __init__(self, src):
+        import struct
+        self.src, data = src, Path(src).read_bytes()
+        magic, version, self.n_tensors, n_kv = struct.unpack_from("<4sIQQ", data, 0)
+        assert magic == b"GGUF" and version == 3, src
+        at, self.alignment, self.kvs, self.data = 24, 32, {}, data
+        for _ in range(n_kv):
+            start = at
+            name, at = self.string(at)
+            kind, = struct.unpack_from("<I", data, at)
+            end = self.skip(kind, at + 4)
+            self.kvs[name.decode()] = (kind, data[start:end], at + 4)
+            at = end
+        if "general.alignment" in self.kvs:
+            self.alignment, = struct.unpack_from("<I", data, self.kvs["general.alignment"][2])
+        infos = at
+        for _ in range(self.n_tensors):
+            _, at = self.string(at)
+            dims, = struct.unpack_from("<I", data, at)
+            at += 4 + 8 * dims + 4 + 8
+        self.infos = data[infos:at]
+        self.tensor_data = memoryview(data)[-(-at // self.alignment) * self.alignment:]
+
+    def string(self, at):
+        n = int.from_bytes(self.data[at:at + 8], "little")
+        return self.data[at + 8:at + 8 + n], at + 8 + n
+
+    def skip(self, kind, at):
+        import struct
+        if kind == 8:
+            return self.string(at)[1]
+        if kind == 9:
+            item, count = struct.unpack_from("<IQ", self.data, at)
+            at += 12
+            if item in (8, 9):
+                for _ in range(count):
+                    at = self.skip(item, at)
+                return at
+            return at + count * GGUF_SCALAR_SIZES[item]
+        return at + GGUF_SCALAR_SIZES[kind]
+
+    def value(self, name):
+        """A string's text, an array's length, a UINT32's number."""
+        kind, _, at = self.kvs[name]
+        if kind == 8:
+            return self.string(at)[0].decode()
+        assert kind in (9, 4), f"{self.src}: {name}'s type {kind}"
+        return int.from_bytes(self.data[at + 4:at + 12] if kind == 9 else self.data[at:at + 4], "little")
+
+
+def edited(src, dst, drop=(), strings=None, counts=None):
+    """A copy of a GGUF with key-values dropped, string key-values
+    (`strings`: name → text) given another text, or UINT32 key-values added
+    last (`counts`: name → number), made on the bytes (RawGGUF): every
+    other key-value and each tensor info copied as its bytes, the tensor
+    data byte for byte at the file's alignment."""
+    import struct
+    raw = src if isinstance(src, RawGGUF) else RawGGUF(src)
+    strings, counts = strings or {}, counts or {}
+    assert set(strings) <= set(raw.kvs) and not set(counts) & set(raw.kvs), (raw.src, strings, counts)
+    kept = []
+    for name, (kind, whole, at) in raw.kvs.items():
+        if name in strings:
+            assert kind == 8, f"{raw.src}: {name} is not a string"
+            text = strings[name].encode()
+            kept.append(struct.pack("<Q", len(name)) + name.encode() + struct.pack("<IQ", 8, len(text)) + text)
+        elif name not in drop:
+            kept.append(whole)
+    kept += [struct.pack("<Q", len(n)) + n.encode() + struct.pack("<II", GGUF_UINT32, v) for n, v in counts.items()]
+    head = struct.pack("<4sIQQ", b"GGUF", 3, raw.n_tensors, len(kept)) + b"".join(kept) + raw.infos
+    with open(dst, "wb") as f:
+        f.write(head + bytes(-len(head) % raw.alignment))
+        f.write(raw.tensor_data)
+    return dst
+
+
+def without_vocabulary(src, dst):
+    """A copy of a GGUF without its vocabulary's arrays (VOCABULARY_KEYS),
+    for the tests whose reference is transformers' own GGUF load: gguf-py
+    parses a vocabulary element by element (~20 s a parse of Llama 3's, and
+    transformers parses the file twice a load), and the weights, the logits
+    and the config do not depend on it: the token ids are the tokenizer's
+    scalar key-values, kept, and vocab_size is ARCH.vocab_size, or where
+    the file has none (the script writes it for Llama alone) the count of
+    tokens, which the copy holds as ARCH.vocab_size."""
+    raw = RawGGUF(src)
+    key = raw.value("general.architecture") + ".vocab_size"
+    counts = {} if key in raw.kvs else {key: raw.value("tokenizer.ggml.tokens")}
+    return edited(raw, dst, drop=VOCABULARY_KEYS, counts=counts)
 
 
 def refused(src, tmp_path, *words):
@@ -688,6 +801,28 @@ def test_rewritten_bf16_is_tensor_for_tensor_identical(models, tmp_path):
     assert "BF16" in {t.tensor_type.name for t in a.tensors}
     assert [(t.name, t.tensor_type, t.shape.tolist(), t.data.tobytes()) for t in b.tensors] == [
         (t.name, t.tensor_type, t.shape.tolist(), t.data.tobytes()) for t in a.tensors]
+
+
+def test_without_vocabulary_keeps_all_else(models, tmp_path):
+    """The tests' without_vocabulary() copy, as gguf-py reads it: the same
+    tensors, byte for byte, the same key-values but the vocabulary's
+    arrays, and the count of tokens as qwen2.vocab_size (the script writes
+    none for Qwen2: transformers counts the tokens); edited() changes a
+    string key-value alone."""
+    src = models["qwen2"][1]["f32"]  # parsed by test_tokenizer_files_come_of_the_tokenizer_key_values too
+    a, b = gguf_reader(src), gguf_reader(without_vocabulary(src, tmp_path / "m.gguf"))
+
+    def kvs(r):
+        return {k: (f.types, f.contents()) for k, f in r.fields.items() if not k.startswith("GGUF.")}
+
+    assert {k: v for k, v in kvs(b).items() if k != "qwen2.vocab_size"} == {
+        k: v for k, v in kvs(a).items() if k not in VOCABULARY_KEYS}
+    assert "qwen2.vocab_size" not in a.fields and kvs(b)["qwen2.vocab_size"] == (
+        [GGUF_UINT32], len(a.fields["tokenizer.ggml.tokens"].data))
+    assert [(t.name, t.tensor_type, t.shape.tolist(), t.data.tobytes()) for t in b.tensors] == [
+        (t.name, t.tensor_type, t.shape.tolist(), t.data.tobytes()) for t in a.tensors]
+    c = gguf_reader(edited(tmp_path / "m.gguf", tmp_path / "e.gguf", strings={"tokenizer.ggml.pre": "mystery"}))
+    assert kvs(c) == {k: (t, "mystery" if k == "tokenizer.ggml.pre" else v) for k, (t, v) in kvs(b).items()}
 
 
 # ---- Llama 3.1's RoPE ----------------------------------------------------------

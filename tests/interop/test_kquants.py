@@ -12,6 +12,7 @@ builds the references from the llama-cpp-python sdist at test time):
   them out, and the script's key-values with general.quantization_version
   and general.file_type last, as llama-quantize sets them again."""
 import functools
+import struct
 import subprocess
 
 import gguf
@@ -21,6 +22,7 @@ import torch
 
 import ckptlib
 import ggml_ref
+from test_gguf_to_hf import GGUF_UINT32, VOCABULARY_KEYS, RawGGUF, edited
 from test_llamacpp import reference, tiny_llama2, tiny_phi3, tiny_qwen3, tokenizer
 
 MIXES = {"q4_k_m": 15, "q5_k_m": 17, "q4_k_s": 14, "q5_k_s": 16, "q6_k": 18}
@@ -103,10 +105,20 @@ def mix_models(tmp_path_factory):
 
 
 @functools.cache
-def script_file(path):
-    """gguf-py's reader of the script's F32 file, parsed once for the five
-    mixes of a model (a vocabulary of 152k tokens is ~9 s of CPU)."""
-    return gguf.GGUFReader(path)
+def script_file(path, copy):
+    """The script's F32 file, read once for the five mixes of a model: its
+    key-values' bytes (RawGGUF), and gguf-py's reader of its tensors (a
+    copy without the vocabulary's arrays, which gguf-py parses element by
+    element: ~9 s of CPU Qwen2's 152k tokens), written to `copy`."""
+    return RawGGUF(path), tensors_of(path, copy)
+
+
+def tensors_of(path, copy):
+    """gguf-py's reader of a GGUF's tensors and architecture key-values:
+    a copy of it without the vocabulary's arrays (the tensor infos and
+    data as they are, their offsets too)."""
+    edited(path, copy, drop=VOCABULARY_KEYS)
+    return gguf.GGUFReader(copy)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -116,14 +128,14 @@ def readers_let_go():
     script_file.cache_clear()
 
 
-def fields(reader):
-    """The key-values of a GGUF file, in order: (key, types, value)."""
-    out = []
-    for f in reader.fields.values():
-        if f.name.startswith("GGUF."):
-            continue
-        out.append((f.name, tuple(f.types), f.contents()))
-    return out
+def fields(raw):
+    """The key-values of a GGUF file, in order: (key, its bytes: name, type, value)."""
+    return [(name, whole) for name, (_, whole, _) in raw.kvs.items()]
+
+
+def uint32(name, value):
+    """A UINT32 key-value's bytes."""
+    return name, struct.pack("<Q", len(name)) + name.encode() + struct.pack("<II", GGUF_UINT32, value)
 
 
 def hparams(reader):
@@ -153,7 +165,8 @@ def test_mix_is_llama_quantizes(ref, mix_models, model, mix, tmp_path):
     dst = tmp_path / "out.gguf"
     r = subprocess.run([ckptlib.BIN_PATH, "convert", src, dst, "--dtype", mix, "-q"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    base, got = script_file(f32), gguf.GGUFReader(dst)
+    (base_kvs, base) = script_file(f32, src.parent / f"{model}-f32.gguf")
+    got = tensors_of(dst, tmp_path / "tensors.gguf")
     # the types: llama-quant.cpp's choice, in its order
     want = ggml_ref.mix_types(MIXES[mix], *hparams(base),
                               [(t.name, int(t.tensor_type), t.shape.tolist()) for t in base.tensors])
@@ -168,11 +181,11 @@ def test_mix_is_llama_quantizes(ref, mix_models, model, mix, tmp_path):
     for t in got.tensors:
         assert t.data_offset - got.data_offset == offset, t.name
         offset += -(-t.n_bytes // 32) * 32
-    # the key-values: the script's, then the two llama-quantize sets again
+    # the key-values, byte for byte: the script's, then the two llama-quantize sets again
     last = ("general.quantization_version", "general.file_type")
-    want_kv = [f for f in fields(base) if f[0] not in last]
-    want_kv += [(last[0], (gguf.GGUFValueType.UINT32,), 2), (last[1], (gguf.GGUFValueType.UINT32,), MIXES[mix])]
-    assert fields(got) == want_kv
+    want_kv = [f for f in fields(base_kvs) if f[0] not in last]
+    want_kv += [uint32(last[0], 2), uint32(last[1], MIXES[mix])]
+    assert fields(RawGGUF(dst)) == want_kv
 
 
 def test_unknown_mix_is_refused_by_name(mix_models, tmp_path):

@@ -21,6 +21,7 @@ import ckpt.transformers as ckt  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "interop"))
 from ckptlib import BIN_PATH  # noqa: E402
+from test_gguf_to_hf import edited, rewritten, without_vocabulary  # noqa: E402
 from test_llamacpp import (TOKENIZER_OF, tiny_gemma, tiny_llama, tiny_mixtral, tiny_phi3, tiny_qwen2,  # noqa: E402
                            tiny_qwen3, tiny_qwen_moe, tokenizer)
 
@@ -33,8 +34,9 @@ EXTRA = {"qwen3": {"head_dim": 16}}
 
 
 @pytest.fixture(scope="module")
-def ggufs(tmp_path_factory):
-    """{(family, type): GGUF file}, all in one directory."""
+def vocabulary_ggufs(tmp_path_factory):
+    """{(family, type): GGUF file}, all in one directory, each with its
+    family's real vocabulary."""
     root = tmp_path_factory.mktemp("gguf-models")
     out = {}
     for family, build in FAMILIES.items():
@@ -47,6 +49,17 @@ def ggufs(tmp_path_factory):
                                text=True)
             assert r.returncode == 0, r.stderr
     return out
+
+
+@pytest.fixture(scope="module")
+def ggufs(vocabulary_ggufs, tmp_path_factory):
+    """The same files without their vocabulary's arrays, all in one
+    directory: what the weights, the logits and the config are made of,
+    without the ~20 s that gguf-py spends parsing Llama 3's or Qwen2's
+    vocabulary on each of transformers' and ckpt.transformers' config
+    parses (test_gguf_to_hf.without_vocabulary)."""
+    root = tmp_path_factory.mktemp("gguf-weights")
+    return {k: without_vocabulary(path, root / path.name) for k, path in vocabulary_ggufs.items()}
 
 
 def transformers_own(path, **kw):
@@ -81,14 +94,14 @@ def ckpt_maps(path):
     return ckt._gguf_names(str(path)) is not None
 
 
-def test_a_tokenizer_the_conversion_refuses_does_not_send_the_weights_elsewhere(ggufs, tmp_path):
+def test_a_tokenizer_the_conversion_refuses_does_not_send_the_weights_elsewhere(vocabulary_ggufs, tmp_path):
     """A load maps the tensors alone (ckpt_gguf_hf_plan_tensors): the
     tokenizer's key-values are neither read nor checked, so a GGUF whose
     tokenizer `ckpt convert` refuses (a pre-tokenizer it does not know)
     still has its weights read by ckpt, and no tokenizer.json is built for
     nothing on every load."""
-    from test_gguf_to_hf import rewritten
-    src = rewritten(ggufs["llama3", "f32"], tmp_path / "m.gguf", change={"tokenizer.ggml.pre": "mystery"})
+    src = tmp_path / "m.gguf"
+    edited(vocabulary_ggufs["llama3", "f32"], src, strings={"tokenizer.ggml.pre": "mystery"})
     r = subprocess.run([BIN_PATH, "convert", src, tmp_path / "hf", "--to", "hf", "-q"], capture_output=True, text=True)
     assert r.returncode != 0 and "mystery" in r.stderr, r.stderr  # the conversion writes tokenizer files: refused
     assert ckpt_maps(src)
@@ -127,19 +140,26 @@ def test_the_model_class_takes_a_gguf_too(ggufs, no_numpy_dequantization):
     assert type(model) is transformers.Qwen2ForCausalLM and model.is_quantized  # as transformers marks a GGUF load
 
 
-def f32_gguf(tmp_path, family, build, gguf_type="f32"):
+def f32_gguf(tmp_path, family, build, gguf_type="f32", vocabulary=False):
     """(the tiny model `build` makes, with its family's tokenizer; ckpt's
     GGUF of it of that type, F32 by default, as convert_hf_to_gguf.py
-    writes it)."""
-    model, path = tmp_path / f"tiny-{family}", tmp_path / f"{family}-{gguf_type}.gguf"
+    writes it, without its vocabulary's arrays — see `ggufs` — in a
+    directory of its own, tmp_path / "weights", unless `vocabulary`)."""
+    model, full = tmp_path / f"tiny-{family}", tmp_path / f"{family}-{gguf_type}.gguf"
+    path = full if vocabulary else tmp_path / "weights" / full.name
     if path.exists():  # a module's directory: made by an earlier test
         return model, path
     if not model.exists():
         build(model)
         tokenizer(TOKENIZER_OF.get(family, family), model)
-    r = subprocess.run([BIN_PATH, "convert", model, path, "--dtype", gguf_type, "-q"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return model, path
+    if not full.exists():
+        r = subprocess.run([BIN_PATH, "convert", model, full, "--dtype", gguf_type, "-q"], capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stderr
+    if vocabulary:
+        return model, full
+    path.parent.mkdir(exist_ok=True)
+    return model, without_vocabulary(full, path)
 
 
 # Mixtral (llama.cpp's llama with experts), Qwen2-MoE (a shared expert
@@ -229,25 +249,25 @@ def test_a_gguf_ckpt_does_not_map_goes_to_transformers(tmp_path):
     """A family ckpt's mapping does not take (a made-up one here, the file
     otherwise a Qwen3's) is transformers' business: ckpt.transformers
     fails as transformers' own load fails on it."""
-    from test_gguf_to_hf import rewritten
     _, path = f32_gguf(tmp_path, "qwen3", tiny_qwen3)
-    src = rewritten(path, tmp_path / "m.gguf", change={"general.architecture": "mystery"},
+    src = rewritten(path, path.parent / "m.gguf", change={"general.architecture": "mystery"},
                     keys=lambda k: "mystery." + k[len("qwen3."):] if k.startswith("qwen3.") else k)
     assert not ckpt_maps(src)
     with pytest.raises(ValueError, match="mystery") as theirs:
         transformers_own(src)
     with pytest.raises(ValueError, match="mystery") as ours:
-        ckt.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=src.name)
+        ckt.AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name)
     assert str(ours.value) == str(theirs.value)
 
 
 def test_gemma_norms_are_read_by_ckpt(tmp_path, no_numpy_dequantization):
     """Gemma 2's norms are stored + 1: ckpt's mapping takes the 1 away as
     the engine reads them, in a load as in `ckpt convert`, so ckpt reads
-    the file (tests/interop/test_gguf_load_hf.py: the original model)."""
-    model, path = f32_gguf(tmp_path, "gemma2", lambda d: tiny_gemma(d, "Gemma2ForCausalLM"))
+    the file (tests/interop/test_gguf_load_hf.py: the original model).
+    (Its vocabulary kept: the script's Gemma has no gemma2.vocab_size.)"""
+    model, path = f32_gguf(tmp_path, "gemma2", lambda d: tiny_gemma(d, "Gemma2ForCausalLM"), vocabulary=True)
     assert ckpt_maps(path)
-    got = ckt.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name)
+    got = ckt.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)
     want = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).state_dict()
     assert all(torch.equal(t, want[k]) for k, t in got.state_dict().items())
 
