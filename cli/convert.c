@@ -298,13 +298,17 @@ static void escape_name(const char *name, char *out, size_t cap) {
     out[k] = '\0';
 }
 
-/* safetensors has no block types: quantized tensors the rules left as they
- * are become f32 (lossless). */
+/* safetensors has no block types: quantized tensors of the source the rules
+ * left as they are become f32 (lossless).  A block type that a --dtype rule
+ * asked for stays, so that the writer refuses it by tensor ("safetensors
+ * has no Q8_0 type"): made f32 here, `--dtype q8_0` into a .safetensors
+ * file silently wrote the source's values in f32, twice an f16 model's
+ * size, and quantized nothing. */
 static int dequantize_rest(ckpt_plan *plan, ckpt_error *err) {
     char pattern[8192];
     for (size_t i = 0; i < ckpt_plan_count(plan); i++) {
         const ckpt_plan_item *it = ckpt_plan_item_at(plan, i);
-        if (!ckpt_dtype_is_block(it->dtype)) continue;
+        if (!ckpt_dtype_is_block(it->dtype) || it->dtype != it->source->dtype) continue;
         escape_name(it->source->name, pattern, sizeof pattern);
         if (ckpt_plan_cast(plan, pattern, CKPT_F32, err) != CKPT_OK) return report_error(err);
     }

@@ -167,6 +167,26 @@ def test_quantization_names_the_real_reason_for_a_skip(model, tmp_path):
     assert "4 of the 7 matching tensors left as they are: 4 without that dimension, e.g. " in r.stderr
 
 
+@pytest.mark.parametrize("dst,fmt", [("q.safetensors", "safetensors has no Q8_0 type"),
+                                     ("q.pt", "torch has no Q8_0 dtype")])
+def test_quantizing_into_a_format_without_block_types_is_refused(model, tmp_path, dst, fmt):
+    """--dtype q8_0 into a file that cannot hold Q8_0 is refused by tensor,
+    nothing written, as ckpt.convert refuses it: the command line used to
+    make the quantized tensors f32 again (the rule for a GGUF source's
+    blocks) and wrote the source's values unquantized, silently."""
+    src, _ = model
+    r = run("convert", src, tmp_path / dst, "--dtype", "q8_0")
+    assert r.returncode == 1, r.stderr
+    assert f"{tmp_path / dst}: tensor 'layers.0.weight': {fmt}" in r.stderr, r.stderr
+    assert "[CKPT_E_UNSUPPORTED/CKPT_D_UNSUPPORTED_DTYPE]" in r.stderr
+    assert not (tmp_path / dst).exists()
+    r = run("convert", src, tmp_path / "q.gguf", "--dtype", "q8_0", "-q")  # a GGUF holds them
+    assert r.returncode == 0, r.stderr
+    r = run("convert", tmp_path / "q.gguf", tmp_path / "back.safetensors", "-q")  # a GGUF's blocks: f32
+    assert r.returncode == 0, r.stderr
+    assert {t.dtype for t in ckpt.open(tmp_path / "back.safetensors").tensors.values()} == {"F32", "I64"}
+
+
 # ---- the object tree as an outline ------------------------------------------------
 
 
