@@ -342,15 +342,34 @@ def _build_plan(catalog, rows, *, select=None, exclude=None, rename=None, dtype=
             raise ValueError("tp_rank and tp_size go together")
         if not 0 <= tp_rank < tp_size:
             raise ValueError(f"tp_rank {tp_rank} is not in [0, {tp_size})")
-        wanted = [_glob_re(p) for p in _listify(tp_select)] or None
+        patterns = _listify(tp_select)
+        wanted = [_glob_re(p) for p in patterns] or None
+        matched, candidates, split = set(), 0, 0
         for _, src, _, _, _, _ in plan.items():
             name, ndim = rows[src][0], len(rows[src][2])
+            if wanted is not None:
+                hits = {i for i, w in enumerate(wanted) if w.fullmatch(name)}
+                matched |= hits
+                if not hits:
+                    continue
+            candidates += 1
             axis = tp_dim if tp_dim >= 0 else ndim + tp_dim
             if not 0 <= axis < ndim:
                 continue
-            if wanted is not None and not any(w.fullmatch(name) for w in wanted):
-                continue
             plan.split(_literal(name), tp_dim, tp_rank, tp_size)
+            split += 1
+        # A mistyped tp_select or tp_dim must not quietly give every rank
+        # whole tensors: a pattern that matches nothing is the library's
+        # NoMatchError, as every rule's (the split of it raises it, naming
+        # the file and the pattern; ignore_unmatched allows it), and so is
+        # an axis that none of the tensors has.
+        for i, p in enumerate(patterns):
+            if i not in matched:
+                plan.split(p, tp_dim, tp_rank, tp_size)
+        if candidates and not split and not ignore_unmatched:
+            raise ValueError(f"tp_dim={tp_dim}: none of the {candidates} tensors"
+                             f"{' matching tp_select' if wanted else ''} has that axis, so none would be split "
+                             "(ignore_unmatched=True allows it)")
     if dtype is not None:
         if isinstance(dtype, dict):
             for pattern, d in dtype.items():
@@ -391,8 +410,10 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     select / exclude: globs of names to keep or drop; rename: {from: to}
     (prefixes or `*` patterns); dtype: one dtype for every float tensor, or
     {glob: dtype}; tp_rank / tp_size: keep part tp_rank of tp_size along
-    tp_dim of each tensor that has that axis (of those matching tp_select);
-    slices: {glob: (dim, start, stop)} keeps a range of one axis;
+    tp_dim of each tensor that has that axis (of those matching tp_select;
+    a tp_select pattern that matches no tensor, or a tp_dim that none of
+    them has, raises unless ignore_unmatched=True, as any rule that
+    matches nothing does); slices: {glob: (dim, start, stop)} keeps a range of one axis;
     transpose: globs of 2-D tensors to transpose; layout: "OIHW:HWIO" or
     {glob: "OIHW:HWIO"}.  nested=True returns the checkpoint's structure,
     as Checkpoint.tree gives it (a torch file's: exactly torch.load's),

@@ -312,6 +312,30 @@ def test_load_mmap_gives_writable_private_views(tmp_path):
     assert json.loads(json.dumps({"ok": True}))
 
 
+@pytest.mark.parametrize("kw", [{"tp_select": "*porj.weight"}, {"tp_select": ["*proj.weight", "*nrom"]},
+                                {"tp_dim": 2}, {"tp_dim": -3}, {"tp_select": "*norm", "tp_dim": 1}])
+def test_a_tensor_parallel_split_that_splits_nothing_is_an_error(tmp_path, kw):
+    """A mistyped tp_select or tp_dim gave every rank the whole tensors,
+    silently: a tp_select pattern that matches nothing is the library's
+    NoMatchError naming it, as any rule's; an axis that none of the chosen
+    tensors has, a ValueError naming tp_dim.  ignore_unmatched=True allows
+    both, as it allows every rule that matches nothing."""
+    sd = {"up_proj.weight": torch.arange(12.0).reshape(4, 3), "norm": torch.ones(3)}
+    ckpt.torch.save_file(sd, tmp_path / "w.safetensors")
+    with pytest.raises((ckpt.NoMatchError, ValueError)) as e:
+        ckpt.load(tmp_path / "w.safetensors", tp_rank=1, tp_size=2, **kw)
+    if "tp_select" in kw and "tp_dim" not in kw:
+        assert type(e.value) is ckpt.NoMatchError and status_of(e.value) == "CKPT_E_NO_MATCH"
+        assert "'*porj.weight' matched no tensor" in str(e.value) or "'*nrom' matched no tensor" in str(e.value)
+        assert str(tmp_path / "w.safetensors") in str(e.value)
+    else:
+        assert f"tp_dim={kw['tp_dim']}: none of the " in str(e.value)
+    got = ckpt.load(tmp_path / "w.safetensors", tp_rank=1, tp_size=2, ignore_unmatched=True, **kw)
+    assert torch.equal(got["norm"], sd["norm"])
+    # What does match is still split (the rows of rank 1, or its columns' one).
+    assert torch.equal(ckpt.load(tmp_path / "w.safetensors", tp_rank=1, tp_size=2)["up_proj.weight"], sd["up_proj.weight"][2:])
+
+
 def test_convert_into_a_directory_writes_shards_as_the_cli_does(tmp_path):
     """`ckpt.convert(src, "out/")` writes shards into out/, as `ckpt convert
     src out/` does; a second call refuses to replace them without
