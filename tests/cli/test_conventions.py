@@ -48,6 +48,20 @@ def test_help_for_every_command(command):
     assert len(texts) == 1  # the same text however it is asked for
 
 
+def test_convert_help_names_every_value_of_to():
+    """--help's --to paragraph names every value --to takes, as the refusal
+    of an unknown one lists them: `hf` (a GGUF into a Hugging Face model
+    directory) was missing from it."""
+    r = run("convert", "a.safetensors", "b", "--to", "nonsense")
+    assert r.returncode == 2
+    taken = r.stderr.split("--to takes ", 1)[1].split(", not ", 1)[0].replace(" or ", ", ").split(", ")
+    assert "hf" in taken and "dcp" in taken, r.stderr
+    help_text = run("convert", "--help").stdout
+    paragraph = help_text.split("\n  --to FORMAT", 1)[1].split("\n  --", 1)[0]
+    for value in taken:
+        assert re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", paragraph), (value, paragraph)
+
+
 def test_general_help():
     for args in (["help"], ["--help"], ["-h"], ["help", "help"]):
         r = run(*args)
