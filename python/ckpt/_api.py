@@ -873,13 +873,15 @@ def _storage(fw, t, ids):
     return (key, size, begin, end, t.is_contiguous())
 
 
-def _format_id(format):  # noqa: A002
-    """A format's id from its name ('safetensors', 'torch', 'flax-msgpack', …); 0 for None."""
+def _format_id(format, also=()):  # noqa: A002
+    """A format's id from its name ('safetensors', 'torch', 'flax-msgpack', …); 0 for None.  `also`: the
+    caller's own names besides the formats (convert's "hf"), which the refusal of a mistyped one lists too."""
     if format is None:
         return 0
     number = _ckpt.format_from_name(str(format))
     if not number:
-        raise ValueError(f"format must be safetensors, gguf, torch, npy, npz, flax-msgpack or dcp, not {format!r}")
+        names = ["safetensors", "gguf", "torch", "npy", "npz", "flax-msgpack", "dcp", *also]
+        raise ValueError(f"format must be {', '.join(names[:-1])} or {names[-1]}, not {format!r}")
     return number
 
 
@@ -1284,7 +1286,7 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     to_hf = format == "hf"  # a Hugging Face model directory: safetensors and config.json
     if to_hf:
         dst = os.path.join(os.fspath(dst), "")  # a directory, as the destination rule reads "DST/"
-    number = _format_id("safetensors" if to_hf else format)
+    number = _format_id("safetensors" if to_hf else format, also=("hf",))
     out = destination(dst, "safetensors" if to_hf else format)  # the library's rule: refused before the source opens
     llama = _llamacpp_conversion(src, out, to_hf, raw, source_metadata, dtype,
                                  dict(select=select, exclude=exclude, rename=rename, tp_rank=tp_rank, tp_size=tp_size,

@@ -336,6 +336,20 @@ def test_a_tensor_parallel_split_that_splits_nothing_is_an_error(tmp_path, kw):
     assert torch.equal(ckpt.load(tmp_path / "w.safetensors", tp_rank=1, tp_size=2)["up_proj.weight"], sd["up_proj.weight"][2:])
 
 
+def test_a_mistyped_convert_format_is_refused_naming_hf_too(tmp_path):
+    """ckpt.convert's format takes "hf" besides the formats' names (a GGUF
+    into a Hugging Face model directory); the refusal of a typo listed every
+    value but that one, as the command line's --to help did."""
+    ckpt.torch.save_file({"w": torch.ones(2)}, tmp_path / "w.safetensors")
+    with pytest.raises(ValueError) as e:
+        ckpt.convert(tmp_path / "w.safetensors", tmp_path / "out", format="gguff")
+    assert str(e.value) == "format must be safetensors, gguf, torch, npy, npz, flax-msgpack, dcp or hf, not 'gguff'"
+    with pytest.raises(ValueError) as e:  # destination takes no "hf": its list stays the formats'
+        ckpt.destination(tmp_path / "out", format="hf")
+    assert str(e.value).endswith("flax-msgpack or dcp, not 'hf'")
+    assert not (tmp_path / "out").exists()
+
+
 def test_convert_into_a_directory_writes_shards_as_the_cli_does(tmp_path):
     """`ckpt.convert(src, "out/")` writes shards into out/, as `ckpt convert
     src out/` does; a second call refuses to replace them without
