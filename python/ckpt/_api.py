@@ -854,6 +854,14 @@ def _parse_size(size):
     return _ckpt.parse_size(str(size))
 
 
+def _shard_size(size):
+    """max_shard_size in bytes (0: the writer's default).  A number goes
+    through the library's parser as its text would: 0 and -1 raised as
+    "0" and "-1" do, where they used to mean the default or no limit,
+    silently (and True one byte)."""
+    return 0 if size is None else _ckpt.parse_size(str(size))
+
+
 def _storage(fw, t, ids):
     """Where a torch tensor lies in its storage, as huggingface_hub's
     _find_shared_tensors sees it: (id, storage bytes, begin, end, contiguous),
@@ -1161,7 +1169,7 @@ def _save_open(tensors, path, max_shard_size=None, metadata=None, *, prefix=None
     plain = isinstance(tensors, dict) and all(_frameworks.of(v) is not None for v in tensors.values()) and \
         all(isinstance(k, str) for k in tensors)
     kw = {"prefix": prefix} if prefix is not None else {}
-    w = _ckpt.Writer(os.fspath(path), max_shard_size=_parse_size(max_shard_size), overwrite=overwrite,
+    w = _ckpt.Writer(os.fspath(path), max_shard_size=_shard_size(max_shard_size), overwrite=overwrite,
                      no_sync=no_sync, checksums=checksums, **kw)
     try:
         fws = set()
@@ -1298,7 +1306,7 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     catalog = _sources.catalog(src, _io("auto", direct), allowed_globals, convert,
                                **_sources.follow_progress(progress, source))
     bar = _progress.choose(progress, "convert")
-    kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
+    kw = dict(max_shard_size=_shard_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
               checksums=checksums, progress=bar, format=number,
               dcp_ranks=int(dcp_ranks) if out.format == "dcp" else 0, check_crc=check_crc,
               source_metadata=bool(source_metadata))

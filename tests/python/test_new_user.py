@@ -350,6 +350,22 @@ def test_a_mistyped_convert_format_is_refused_naming_hf_too(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("size", [0, -1, True])
+def test_a_shard_size_number_is_checked_as_its_text_is(tmp_path, size):
+    """max_shard_size=0 meant the default 5GB and -1 no limit, silently,
+    where "0" and "-1" (and the command line's --max-shard-size 0) are
+    refused: a number goes through the same parser now; True is no size."""
+    sd = {"a": torch.ones(4, 4), "b": torch.ones(4)}
+    ckpt.torch.save_file(sd, tmp_path / "w.safetensors")
+    for write in (lambda out: ckpt.save(sd, out, max_shard_size=size),
+                  lambda out: ckpt.convert(tmp_path / "w.safetensors", out, max_shard_size=size)):
+        with pytest.raises(ckpt.Error) as e:
+            write(tmp_path / "out")
+        assert status_of(e.value) == "CKPT_E_BAD_SIZE" and f"size '{size}'" in str(e.value)
+        assert not (tmp_path / "out").exists()
+    assert len(ckpt.save(sd, tmp_path / "small", max_shard_size=70)) == 3  # a real number still shards: 2 files, the index
+
+
 def test_convert_into_a_directory_writes_shards_as_the_cli_does(tmp_path):
     """`ckpt.convert(src, "out/")` writes shards into out/, as `ckpt convert
     src out/` does; a second call refuses to replace them without
