@@ -617,6 +617,13 @@ static int choose_output(convert_args *a) {
     bool to_hf = a->to && !strcmp(a->to, "hf"); /* a Hugging Face directory: safetensors and config.json */
     size_t dst_len = strlen(a->dst);
     if (to_hf && dst_len && a->dst[dst_len - 1] != '/') { /* a directory, as the destination rule reads "DST/" */
+        /* ...but not a name the rule reads as a file: --to dcp refuses
+         * x.safetensors, and "x.safetensors/" made a directory of that name. */
+        struct stat sb;
+        ckpt_format named = ckpt_format_for_path(a->dst);
+        if (named && !(stat(a->dst, &sb) == 0 && S_ISDIR(sb.st_mode)))
+            return usage_error("convert", "--to hf writes a Hugging Face model directory, and '%s' names a %s file: "
+                                          "give a directory (a name ending in '/')", a->dst, ckpt_format_name(named));
         if (!(a->dst_dir = malloc(dst_len + 2))) return usage_error("convert", "out of memory");
         memcpy(a->dst_dir, a->dst, dst_len);
         memcpy(a->dst_dir + dst_len, "/", 2);

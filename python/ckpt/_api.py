@@ -1293,6 +1293,10 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     "totals": {"tensors", "written", "parameters", "bytes"}}."""
     to_hf = format == "hf"  # a Hugging Face model directory: safetensors and config.json
     if to_hf:
+        named = _ckpt.format_for_path(os.fspath(dst))
+        if named and not os.path.isdir(dst):  # as format="dcp" refuses x.safetensors (it made "x.safetensors/")
+            raise ValueError(f"format='hf' writes a Hugging Face model directory, and {os.fspath(dst)!r} names a "
+                             f"{_ckpt.format_name(named)} file: give a directory (a name ending in '/')")
         dst = os.path.join(os.fspath(dst), "")  # a directory, as the destination rule reads "DST/"
     number = _format_id("safetensors" if to_hf else format, also=("hf",))
     out = destination(dst, "safetensors" if to_hf else format)  # the library's rule: refused before the source opens

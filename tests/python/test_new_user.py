@@ -366,6 +366,27 @@ def test_a_shard_size_number_is_checked_as_its_text_is(tmp_path, size):
     assert len(ckpt.save(sd, tmp_path / "small", max_shard_size=70)) == 3  # a real number still shards: 2 files, the index
 
 
+def test_convert_format_hf_refuses_a_file_name(tmp_path):
+    """format="hf" writes a directory: a dst named as a file is refused, as
+    format="dcp" refuses it, where it became a directory "x.safetensors/"."""
+    gguf = pytest.importorskip("gguf")
+    src = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(src), "llama")
+    w.add_tensor("token_embd.weight", np.ones((4, 32), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ValueError) as e:
+        ckpt.convert(src, tmp_path / "out.safetensors", format="hf")
+    assert str(e.value) == (f"format='hf' writes a Hugging Face model directory, and '{tmp_path / 'out.safetensors'}' "
+                            f"names a safetensors file: give a directory (a name ending in '/')")
+    assert not (tmp_path / "out.safetensors").exists()
+    (tmp_path / "made.safetensors").mkdir()
+    written = ckpt.convert(src, tmp_path / "made.safetensors", format="hf", raw=True, progress=False)
+    assert str(tmp_path / "made.safetensors" / "model.safetensors") in written
+
+
 def test_convert_into_a_directory_writes_shards_as_the_cli_does(tmp_path):
     """`ckpt.convert(src, "out/")` writes shards into out/, as `ckpt convert
     src out/` does; a second call refuses to replace them without
