@@ -387,6 +387,25 @@ def test_convert_format_hf_refuses_a_file_name(tmp_path):
     assert str(tmp_path / "made.safetensors" / "model.safetensors") in written
 
 
+def test_threads_minus_one_is_refused_not_four_billion(tmp_path):
+    """threads=-1 (joblib's "all cores") went to the engine as 4294967295,
+    silently: a thread per task, whatever their number.  0 is one per CPU;
+    a negative count is a ValueError naming it, before anything is read."""
+    sd = {f"w{i}": torch.full((4,), float(i)) for i in range(6)}
+    ckpt.torch.save_file(sd, tmp_path / "w.safetensors")
+    model = torch.nn.ParameterDict({k: torch.nn.Parameter(torch.zeros(4)) for k in sd})
+    for call in (lambda: ckpt.load(tmp_path / "w.safetensors", threads=-1, copy=True),
+                 lambda: ckpt.load_into(model, tmp_path / "w.safetensors", threads=-1)):
+        with pytest.raises(ValueError, match=r"threads=-1: give 0 \(one per CPU\) or a number of threads"):
+            call()
+    assert all(torch.equal(p, torch.zeros(4)) for p in model.values())
+    from ckpt import _ckpt
+    plan = _ckpt.Plan(_ckpt.Catalog(str(tmp_path / "w.safetensors")))
+    plan.load(threads=2)
+    assert plan.stats()["threads"] <= 2
+    assert torch.equal(ckpt.load(tmp_path / "w.safetensors", threads=0)["w5"], sd["w5"])
+
+
 def test_convert_into_a_directory_writes_shards_as_the_cli_does(tmp_path):
     """`ckpt.convert(src, "out/")` writes shards into out/, as `ckpt convert
     src out/` does; a second call refuses to replace them without
