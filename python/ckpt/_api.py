@@ -623,7 +623,7 @@ def _compute_non_persistent(module, buffers, device):
     return left
 
 
-def _strict_error(target, missing, unexpected, mismatched, meta_left=(), loaded=False):
+def _strict_error(target, missing, unexpected, mismatched, meta_left=(), loaded=False, hint=""):
     error = f"Error(s) in loading state_dict for {type(target).__name__}:"
     if missing:
         error += "\n\tMissing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + "."
@@ -637,7 +637,20 @@ def _strict_error(target, missing, unexpected, mismatched, meta_left=(), loaded=
                   "not compute (no _init_weights writes them): " + _names_shown(list(meta_left)) +
                   ". Create them outside torch.device('meta'), or pass strict=False to leave them there" +
                   (" (the checkpoint's tensors are loaded)." if loaded else "."))
-    return RuntimeError(error)
+    return RuntimeError(error + hint)
+
+
+def _gguf_names_hint(catalog, path, present, as_hf):
+    """Where nothing matched and the source is a llama.cpp GGUF read under
+    its own names (blk.0.attn_q.weight …): the keyword that reads it under
+    Hugging Face's, which a list of every name missing does not suggest."""
+    if as_hf or present or _ckpt.format_name(catalog.info()["format"]) != "gguf":
+        return ""
+    arch = catalog.metadata().get("general.architecture")
+    if not arch:
+        return ""
+    return (f"\n\t{os.fspath(path)} is a llama.cpp GGUF (general.architecture {arch!r}): its tensors have llama.cpp's "
+            f"names; as_hf=True reads them under Hugging Face's")
 
 
 def load_into(target, path, strict=True, *, assign=False, device=None, dtype=None, copy=False, select=None,
@@ -750,7 +763,8 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
     meta_buffers = _meta_non_persistent(target) if assign else []
     uncomputed = [n for n, owner, _ in meta_buffers if _initializer(target, n) is None]
     if strict and (missing or unexpected or mismatched or uncomputed):
-        raise _strict_error(target, missing, unexpected, mismatched, uncomputed)
+        raise _strict_error(target, missing, unexpected, mismatched, uncomputed,
+                            hint=_gguf_names_hint(catalog, path, present, as_hf))
     for source_name in drop:
         plan.exclude(_literal(source_name))
     items = plan.items()  # none left: strict=False's report says why

@@ -406,6 +406,31 @@ def test_threads_minus_one_is_refused_not_four_billion(tmp_path):
     assert torch.equal(ckpt.load(tmp_path / "w.safetensors", threads=0)["w5"], sd["w5"])
 
 
+def test_load_into_from_a_gguf_under_its_own_names_says_as_hf(tmp_path):
+    """load_into(model, "x.gguf") of a llama.cpp GGUF without as_hf matches
+    no name (blk.0.attn_q.weight against model.layers.0...): the strict
+    error listed every name missing and unexpected, and nothing else; it
+    now says what reads it under Hugging Face's names."""
+    gguf = pytest.importorskip("gguf")
+    src = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(src), "llama")
+    w.add_tensor("token_embd.weight", np.ones((4, 8), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    model = torch.nn.Module()
+    model.embed_tokens = torch.nn.Embedding(4, 8)
+    with pytest.raises(RuntimeError) as e:
+        ckpt.load_into(model, src)
+    assert str(e.value).endswith(f"\n\t{src} is a llama.cpp GGUF (general.architecture 'llama'): its tensors have "
+                                 "llama.cpp's names; as_hf=True reads them under Hugging Face's")
+    ckpt.torch.save_file({"token_embd.weight": torch.ones(4, 8)}, tmp_path / "m.safetensors")
+    with pytest.raises(RuntimeError) as e:  # another format's names: no such hint
+        ckpt.load_into(model, tmp_path / "m.safetensors")
+    assert "as_hf" not in str(e.value)
+
+
 def test_convert_into_a_directory_writes_shards_as_the_cli_does(tmp_path):
     """`ckpt.convert(src, "out/")` writes shards into out/, as `ckpt convert
     src out/` does; a second call refuses to replace them without
