@@ -366,17 +366,23 @@ def test_a_shard_size_number_is_checked_as_its_text_is(tmp_path, size):
     assert len(ckpt.save(sd, tmp_path / "small", max_shard_size=70)) == 3  # a real number still shards: 2 files, the index
 
 
-def test_convert_format_hf_refuses_a_file_name(tmp_path):
-    """format="hf" writes a directory: a dst named as a file is refused, as
-    format="dcp" refuses it, where it became a directory "x.safetensors/"."""
+def llama_gguf(path, shape):
+    """A GGUF as gguf-py writes one for llama (general.architecture) with one
+    tensor, token_embd.weight, of ones."""
     gguf = pytest.importorskip("gguf")
-    src = tmp_path / "m.gguf"
-    w = gguf.GGUFWriter(str(src), "llama")
-    w.add_tensor("token_embd.weight", np.ones((4, 32), np.float32))
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tensor("token_embd.weight", np.ones(shape, np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return path
+
+
+def test_convert_format_hf_refuses_a_file_name(tmp_path):
+    """format="hf" writes a directory: a dst named as a file is refused, as
+    format="dcp" refuses it, where it became a directory "x.safetensors/"."""
+    src = llama_gguf(tmp_path / "m.gguf", (4, 32))
     with pytest.raises(ValueError) as e:
         ckpt.convert(src, tmp_path / "out.safetensors", format="hf")
     assert str(e.value) == (f"format='hf' writes a Hugging Face model directory, and '{tmp_path / 'out.safetensors'}' "
@@ -411,14 +417,7 @@ def test_load_into_from_a_gguf_under_its_own_names_says_as_hf(tmp_path):
     no name (blk.0.attn_q.weight against model.layers.0...): the strict
     error listed every name missing and unexpected, and nothing else; it
     now says what reads it under Hugging Face's names."""
-    gguf = pytest.importorskip("gguf")
-    src = tmp_path / "m.gguf"
-    w = gguf.GGUFWriter(str(src), "llama")
-    w.add_tensor("token_embd.weight", np.ones((4, 8), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    src = llama_gguf(tmp_path / "m.gguf", (4, 8))
     model = torch.nn.Module()
     model.embed_tokens = torch.nn.Embedding(4, 8)
     with pytest.raises(RuntimeError) as e:
