@@ -76,6 +76,22 @@ def test_cli_md_names_every_family_the_help_converts_back():
         assert re.search(rf"\b{re.escape(name)}\b", bullet), (name, bullet)
 
 
+def test_checksums_help_says_safetensors_output_only(tmp_path):
+    """--checksums and --verify are refused for every output but
+    safetensors; their help said nothing of it, and CLI.md said "every
+    output file"."""
+    safetensors.numpy.save_file({"w": np.ones(4, np.float32)}, str(tmp_path / "w.safetensors"))
+    for flag in ("--checksums", "--verify"):
+        r = run("convert", tmp_path / "w.safetensors", tmp_path / "w.pt", flag)
+        assert r.returncode == 2 and "no metadata to record checksums in" in r.stderr, r.stderr
+    help_text = run("convert", "--help").stdout
+    for flag in ("--checksums", "--verify"):
+        paragraph = " ".join(help_text.split(f"\n  {flag} ", 1)[1].split("\n  --", 1)[0].split())
+        assert "safetensors output only" in paragraph, (flag, paragraph)
+    doc = " ".join((Path(__file__).resolve().parents[2] / "docs" / "CLI.md").read_text().split())
+    assert "Both are for safetensors output only" in doc
+
+
 def test_general_help():
     for args in (["help"], ["--help"], ["-h"], ["help", "help"]):
         r = run(*args)
