@@ -47,9 +47,10 @@ const char convert_usage[] =
     "                         stderr is a terminal)\n"
     "  --no-sync              skip fsync (scratch output; renames stay atomic)\n"
     "  --checksums            record each tensor's XXH3-64 in the output's metadata\n"
-    "                         (key ckpt.xxh3_64), for ckpt verify\n"
+    "                         (key ckpt.xxh3_64), for ckpt verify; safetensors\n"
+    "                         output only (other formats have no place for them)\n"
     "  --verify               re-read what was written and check it (implies\n"
-    "                         --checksums)\n"
+    "                         --checksums: safetensors output only)\n"
     "  --no-check-crc         do not check the source's ZIP CRC-32s (torch.save\n"
     "                         files, .npz): by default each member read whole is\n"
     "                         checked as it streams, and a mismatch writes nothing\n"
@@ -66,11 +67,12 @@ const char convert_usage[] =
     "                         add_safe_globals: numpy scalars and dtypes,\n"
     "                         argparse.Namespace, dataclasses; nothing is executed\n"
     "  --to FORMAT            safetensors, gguf (see GGUF below), torch, npy, npz,\n"
-    "                         flax-msgpack or dcp (default: by DST's suffix, else\n"
-    "                         safetensors; it must agree with the suffix); dcp: DST\n"
-    "                         becomes a torch.distributed.checkpoint directory that\n"
-    "                         torch.distributed.checkpoint.load reads on any number\n"
-    "                         of ranks\n"
+    "                         flax-msgpack, dcp or hf (default: by DST's suffix,\n"
+    "                         else safetensors; it must agree with the suffix); dcp:\n"
+    "                         DST becomes a torch.distributed.checkpoint directory\n"
+    "                         that torch.distributed.checkpoint.load reads on any\n"
+    "                         number of ranks; hf: a llama.cpp GGUF SRC becomes a\n"
+    "                         Hugging Face model directory DST (see GGUF below)\n"
     "  --dcp-ranks N          with --to dcp: cut each tensor of at least N rows along\n"
     "                         its first axis into N chunks, as DTensor Shard(0) does,\n"
     "                         one __<rank>_0.distcp file per rank (default 1); smaller\n"
@@ -298,13 +300,17 @@ static void escape_name(const char *name, char *out, size_t cap) {
     out[k] = '\0';
 }
 
-/* safetensors has no block types: quantized tensors the rules left as they
- * are become f32 (lossless). */
+/* safetensors has no block types: quantized tensors of the source the rules
+ * left as they are become f32 (lossless).  A block type that a --dtype rule
+ * asked for stays, so that the writer refuses it by tensor ("safetensors
+ * has no Q8_0 type"): made f32 here, `--dtype q8_0` into a .safetensors
+ * file silently wrote the source's values in f32, twice an f16 model's
+ * size, and quantized nothing. */
 static int dequantize_rest(ckpt_plan *plan, ckpt_error *err) {
     char pattern[8192];
     for (size_t i = 0; i < ckpt_plan_count(plan); i++) {
         const ckpt_plan_item *it = ckpt_plan_item_at(plan, i);
-        if (!ckpt_dtype_is_block(it->dtype)) continue;
+        if (!ckpt_dtype_is_block(it->dtype) || it->dtype != it->source->dtype) continue;
         escape_name(it->source->name, pattern, sizeof pattern);
         if (ckpt_plan_cast(plan, pattern, CKPT_F32, err) != CKPT_OK) return report_error(err);
     }
@@ -612,6 +618,13 @@ static int choose_output(convert_args *a) {
     bool to_hf = a->to && !strcmp(a->to, "hf"); /* a Hugging Face directory: safetensors and config.json */
     size_t dst_len = strlen(a->dst);
     if (to_hf && dst_len && a->dst[dst_len - 1] != '/') { /* a directory, as the destination rule reads "DST/" */
+        /* ...but not a name the rule reads as a file: --to dcp refuses
+         * x.safetensors, and "x.safetensors/" made a directory of that name. */
+        struct stat sb;
+        ckpt_format named = ckpt_format_for_path(a->dst);
+        if (named && !(stat(a->dst, &sb) == 0 && S_ISDIR(sb.st_mode)))
+            return usage_error("convert", "--to hf writes a Hugging Face model directory, and '%s' names a %s file: "
+                                          "give a directory (a name ending in '/')", a->dst, ckpt_format_name(named));
         if (!(a->dst_dir = malloc(dst_len + 2))) return usage_error("convert", "out of memory");
         memcpy(a->dst_dir, a->dst, dst_len);
         memcpy(a->dst_dir + dst_len, "/", 2);

@@ -342,15 +342,34 @@ def _build_plan(catalog, rows, *, select=None, exclude=None, rename=None, dtype=
             raise ValueError("tp_rank and tp_size go together")
         if not 0 <= tp_rank < tp_size:
             raise ValueError(f"tp_rank {tp_rank} is not in [0, {tp_size})")
-        wanted = [_glob_re(p) for p in _listify(tp_select)] or None
+        patterns = _listify(tp_select)
+        wanted = [_glob_re(p) for p in patterns] or None
+        matched, candidates, split = set(), 0, 0
         for _, src, _, _, _, _ in plan.items():
             name, ndim = rows[src][0], len(rows[src][2])
+            if wanted is not None:
+                hits = {i for i, w in enumerate(wanted) if w.fullmatch(name)}
+                matched |= hits
+                if not hits:
+                    continue
+            candidates += 1
             axis = tp_dim if tp_dim >= 0 else ndim + tp_dim
             if not 0 <= axis < ndim:
                 continue
-            if wanted is not None and not any(w.fullmatch(name) for w in wanted):
-                continue
             plan.split(_literal(name), tp_dim, tp_rank, tp_size)
+            split += 1
+        # A mistyped tp_select or tp_dim must not quietly give every rank
+        # whole tensors: a pattern that matches nothing is the library's
+        # NoMatchError, as every rule's (the split of it raises it, naming
+        # the file and the pattern; ignore_unmatched allows it), and so is
+        # an axis that none of the tensors has.
+        for i, p in enumerate(patterns):
+            if i not in matched:
+                plan.split(p, tp_dim, tp_rank, tp_size)
+        if candidates and not split and not ignore_unmatched:
+            raise ValueError(f"tp_dim={tp_dim}: none of the {candidates} tensors"
+                             f"{' matching tp_select' if wanted else ''} has that axis, so none would be split "
+                             "(ignore_unmatched=True allows it)")
     if dtype is not None:
         if isinstance(dtype, dict):
             for pattern, d in dtype.items():
@@ -391,8 +410,10 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     select / exclude: globs of names to keep or drop; rename: {from: to}
     (prefixes or `*` patterns); dtype: one dtype for every float tensor, or
     {glob: dtype}; tp_rank / tp_size: keep part tp_rank of tp_size along
-    tp_dim of each tensor that has that axis (of those matching tp_select);
-    slices: {glob: (dim, start, stop)} keeps a range of one axis;
+    tp_dim of each tensor that has that axis (of those matching tp_select;
+    a tp_select pattern that matches no tensor, or a tp_dim that none of
+    them has, raises unless ignore_unmatched=True, as any rule that
+    matches nothing does); slices: {glob: (dim, start, stop)} keeps a range of one axis;
     transpose: globs of 2-D tensors to transpose; layout: "OIHW:HWIO" or
     {glob: "OIHW:HWIO"}.  nested=True returns the checkpoint's structure,
     as Checkpoint.tree gives it (a torch file's: exactly torch.load's),
@@ -602,7 +623,7 @@ def _compute_non_persistent(module, buffers, device):
     return left
 
 
-def _strict_error(target, missing, unexpected, mismatched, meta_left=(), loaded=False):
+def _strict_error(target, missing, unexpected, mismatched, meta_left=(), loaded=False, hint=""):
     error = f"Error(s) in loading state_dict for {type(target).__name__}:"
     if missing:
         error += "\n\tMissing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + "."
@@ -616,7 +637,20 @@ def _strict_error(target, missing, unexpected, mismatched, meta_left=(), loaded=
                   "not compute (no _init_weights writes them): " + _names_shown(list(meta_left)) +
                   ". Create them outside torch.device('meta'), or pass strict=False to leave them there" +
                   (" (the checkpoint's tensors are loaded)." if loaded else "."))
-    return RuntimeError(error)
+    return RuntimeError(error + hint)
+
+
+def _gguf_names_hint(catalog, path, present, as_hf):
+    """Where nothing matched and the source is a llama.cpp GGUF read under
+    its own names (blk.0.attn_q.weight …): the keyword that reads it under
+    Hugging Face's, which a list of every name missing does not suggest."""
+    if as_hf or present or _ckpt.format_name(catalog.info()["format"]) != "gguf":
+        return ""
+    arch = catalog.metadata().get("general.architecture")
+    if not arch:
+        return ""
+    return (f"\n\t{os.fspath(path)} is a llama.cpp GGUF (general.architecture {arch!r}): its tensors have llama.cpp's "
+            f"names; as_hf=True reads them under Hugging Face's")
 
 
 def load_into(target, path, strict=True, *, assign=False, device=None, dtype=None, copy=False, select=None,
@@ -729,7 +763,8 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
     meta_buffers = _meta_non_persistent(target) if assign else []
     uncomputed = [n for n, owner, _ in meta_buffers if _initializer(target, n) is None]
     if strict and (missing or unexpected or mismatched or uncomputed):
-        raise _strict_error(target, missing, unexpected, mismatched, uncomputed)
+        raise _strict_error(target, missing, unexpected, mismatched, uncomputed,
+                            hint=_gguf_names_hint(catalog, path, present, as_hf))
     for source_name in drop:
         plan.exclude(_literal(source_name))
     items = plan.items()  # none left: strict=False's report says why
@@ -833,6 +868,14 @@ def _parse_size(size):
     return _ckpt.parse_size(str(size))
 
 
+def _shard_size(size):
+    """max_shard_size in bytes (0: the writer's default).  A number goes
+    through the library's parser as its text would: 0 and -1 raised as
+    "0" and "-1" do, where they used to mean the default or no limit,
+    silently (and True one byte)."""
+    return 0 if size is None else _ckpt.parse_size(str(size))
+
+
 def _storage(fw, t, ids):
     """Where a torch tensor lies in its storage, as huggingface_hub's
     _find_shared_tensors sees it: (id, storage bytes, begin, end, contiguous),
@@ -852,13 +895,15 @@ def _storage(fw, t, ids):
     return (key, size, begin, end, t.is_contiguous())
 
 
-def _format_id(format):  # noqa: A002
-    """A format's id from its name ('safetensors', 'torch', 'flax-msgpack', …); 0 for None."""
+def _format_id(format, also=()):  # noqa: A002
+    """A format's id from its name ('safetensors', 'torch', 'flax-msgpack', …); 0 for None.  `also`: the
+    caller's own names besides the formats (convert's "hf"), which the refusal of a mistyped one lists too."""
     if format is None:
         return 0
     number = _ckpt.format_from_name(str(format))
     if not number:
-        raise ValueError(f"format must be safetensors, gguf, torch, npy, npz, flax-msgpack or dcp, not {format!r}")
+        names = ["safetensors", "gguf", "torch", "npy", "npz", "flax-msgpack", "dcp", *also]
+        raise ValueError(f"format must be {', '.join(names[:-1])} or {names[-1]}, not {format!r}")
     return number
 
 
@@ -1138,7 +1183,7 @@ def _save_open(tensors, path, max_shard_size=None, metadata=None, *, prefix=None
     plain = isinstance(tensors, dict) and all(_frameworks.of(v) is not None for v in tensors.values()) and \
         all(isinstance(k, str) for k in tensors)
     kw = {"prefix": prefix} if prefix is not None else {}
-    w = _ckpt.Writer(os.fspath(path), max_shard_size=_parse_size(max_shard_size), overwrite=overwrite,
+    w = _ckpt.Writer(os.fspath(path), max_shard_size=_shard_size(max_shard_size), overwrite=overwrite,
                      no_sync=no_sync, checksums=checksums, **kw)
     try:
         fws = set()
@@ -1262,8 +1307,12 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     "totals": {"tensors", "written", "parameters", "bytes"}}."""
     to_hf = format == "hf"  # a Hugging Face model directory: safetensors and config.json
     if to_hf:
+        named = _ckpt.format_for_path(os.fspath(dst))
+        if named and not os.path.isdir(dst):  # as format="dcp" refuses x.safetensors (it made "x.safetensors/")
+            raise ValueError(f"format='hf' writes a Hugging Face model directory, and {os.fspath(dst)!r} names a "
+                             f"{_ckpt.format_name(named)} file: give a directory (a name ending in '/')")
         dst = os.path.join(os.fspath(dst), "")  # a directory, as the destination rule reads "DST/"
-    number = _format_id("safetensors" if to_hf else format)
+    number = _format_id("safetensors" if to_hf else format, also=("hf",))
     out = destination(dst, "safetensors" if to_hf else format)  # the library's rule: refused before the source opens
     llama = _llamacpp_conversion(src, out, to_hf, raw, source_metadata, dtype,
                                  dict(select=select, exclude=exclude, rename=rename, tp_rank=tp_rank, tp_size=tp_size,
@@ -1275,7 +1324,7 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     catalog = _sources.catalog(src, _io("auto", direct), allowed_globals, convert,
                                **_sources.follow_progress(progress, source))
     bar = _progress.choose(progress, "convert")
-    kw = dict(max_shard_size=_parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
+    kw = dict(max_shard_size=_shard_size(max_shard_size), overwrite=overwrite, no_sync=no_sync,
               checksums=checksums, progress=bar, format=number,
               dcp_ranks=int(dcp_ranks) if out.format == "dcp" else 0, check_crc=check_crc,
               source_metadata=bool(source_metadata))

@@ -542,7 +542,8 @@ def _load(model, path, renames, converted, catalog_dtypes, dtype_plan, device_ma
 
 def from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs):
     """The model class the checkpoint's config.json names
-    (`architectures[0]`, else the AutoModel of its model type), loaded as
+    (`architectures[0]`; a GGUF's names none: the AutoModelForCausalLM of
+    its model type; else the AutoModel of its model type), loaded as
     its from_pretrained would load it, the weights read by ckpt."""
     hub = {k: kwargs[k] for k in _HUB_KWARGS if k in kwargs}
     config = kwargs.get("config")
@@ -559,6 +560,15 @@ def from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs):
         cls = getattr(transformers, arch, None)
         if isinstance(cls, type) and issubclass(cls, PreTrainedModel):
             return load_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs)
+    if kwargs.get("gguf_file") and not config.architectures:
+        # transformers' GGUF config names no architecture, and a llama.cpp
+        # GGUF is a model that generates (its output.weight the head): the
+        # causal LM of its type, where there is one.  AutoModel's base model
+        # dropped the head, reported UNEXPECTED.
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        if config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+            return __getattr__("AutoModelForCausalLM").from_pretrained(pretrained_model_name_or_path, *model_args,
+                                                                       **kwargs)
     return AutoModel.from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
 

@@ -13,6 +13,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -1821,6 +1822,20 @@ static int item_done_trampoline(size_t item, void *user) {
     return stop;
 }
 
+/* threads= of a load: 0 (one per CPU) or a count.  "I" took -1 (joblib's
+ * "all cores") as 4294967295, silently: the engine then ran a thread per
+ * task, whatever the number of tasks. */
+static int thread_count(PyObject *obj, void *out) {
+    long long n = PyLong_AsLongLong(obj);
+    if (n == -1 && PyErr_Occurred()) return 0;
+    if (n < 0 || n > UINT_MAX) {
+        PyErr_Format(PyExc_ValueError, "threads=%lld: give 0 (one per CPU) or a number of threads", n);
+        return 0;
+    }
+    *(unsigned *)out = (unsigned)n;
+    return 1;
+}
+
 static PyObject *Plan_load(Plan *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"threads", "chunk_bytes", "io_uring", "views", "progress", "item_done", "check_crc", NULL};
     ckpt_load_options o;
@@ -1830,8 +1845,8 @@ static PyObject *Plan_load(Plan *self, PyObject *args, PyObject *kw) {
     progress_ctx p = {NULL};
     item_done_ctx d = {NULL, NULL, NULL, NULL};
     if (!plan_ready(self)) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|IKiiOOp", kwlist, &o.threads, &chunk, &uring, &views, &p.callable,
-                                     &d.callable, &check_crc))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&KiiOOp", kwlist, thread_count, &o.threads, &chunk, &uring, &views,
+                                     &p.callable, &d.callable, &check_crc))
         return NULL;
     o.chunk_bytes = chunk, o.io_uring = uring, o.views = views;
     o.skip_crc_check = !check_crc;

@@ -11,6 +11,7 @@ import struct
 import subprocess
 import termios
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,6 +47,49 @@ def test_help_for_every_command(command):
         assert r.stdout.startswith(f"usage: ckpt {command} "), args
         texts.add(r.stdout)
     assert len(texts) == 1  # the same text however it is asked for
+
+
+def test_convert_help_names_every_value_of_to():
+    """--help's --to paragraph names every value --to takes, as the refusal
+    of an unknown one lists them: `hf` (a GGUF into a Hugging Face model
+    directory) was missing from it."""
+    r = run("convert", "a.safetensors", "b", "--to", "nonsense")
+    assert r.returncode == 2
+    taken = r.stderr.split("--to takes ", 1)[1].split(", not ", 1)[0].replace(" or ", ", ").split(", ")
+    assert "hf" in taken and "dcp" in taken, r.stderr
+    help_text = run("convert", "--help").stdout
+    paragraph = help_text.split("\n  --to FORMAT", 1)[1].split("\n  --", 1)[0]
+    for value in taken:
+        assert re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", paragraph), (value, paragraph)
+
+
+def test_cli_md_names_every_family_the_help_converts_back():
+    """docs/CLI.md's GGUF → Hugging Face bullet lists the families that
+    `ckpt convert --help` says it converts back: it named four of nine."""
+    help_text = " ".join(run("convert", "--help").stdout.split())
+    families = help_text.split("And back: SRC a llama.cpp GGUF (", 1)[1].split(")", 1)[0]
+    names = [re.sub(r"'s too$", "", f.strip()) for f in families.split(",")]
+    assert "gemma3" in names and "qwen3moe" in names, names
+    doc = " ".join((Path(__file__).resolve().parents[2] / "docs" / "CLI.md").read_text().split())
+    bullet = doc.split("— and back: a llama.cpp GGUF (", 1)[1].split(")", 1)[0]
+    for name in names:
+        assert re.search(rf"\b{re.escape(name)}\b", bullet), (name, bullet)
+
+
+def test_checksums_help_says_safetensors_output_only(tmp_path):
+    """--checksums and --verify are refused for every output but
+    safetensors; their help said nothing of it, and CLI.md said "every
+    output file"."""
+    safetensors.numpy.save_file({"w": np.ones(4, np.float32)}, str(tmp_path / "w.safetensors"))
+    for flag in ("--checksums", "--verify"):
+        r = run("convert", tmp_path / "w.safetensors", tmp_path / "w.pt", flag)
+        assert r.returncode == 2 and "no metadata to record checksums in" in r.stderr, r.stderr
+    help_text = run("convert", "--help").stdout
+    for flag in ("--checksums", "--verify"):
+        paragraph = " ".join(help_text.split(f"\n  {flag} ", 1)[1].split("\n  --", 1)[0].split())
+        assert "safetensors output only" in paragraph, (flag, paragraph)
+    doc = " ".join((Path(__file__).resolve().parents[2] / "docs" / "CLI.md").read_text().split())
+    assert "Both are for safetensors output only" in doc
 
 
 def test_general_help():

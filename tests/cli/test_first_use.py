@@ -167,6 +167,50 @@ def test_quantization_names_the_real_reason_for_a_skip(model, tmp_path):
     assert "4 of the 7 matching tensors left as they are: 4 without that dimension, e.g. " in r.stderr
 
 
+@pytest.mark.parametrize("dst,fmt", [("q.safetensors", "safetensors has no Q8_0 type"),
+                                     ("q.pt", "torch has no Q8_0 dtype")])
+def test_quantizing_into_a_format_without_block_types_is_refused(model, tmp_path, dst, fmt):
+    """--dtype q8_0 into a file that cannot hold Q8_0 is refused by tensor,
+    nothing written, as ckpt.convert refuses it: the command line used to
+    make the quantized tensors f32 again (the rule for a GGUF source's
+    blocks) and wrote the source's values unquantized, silently."""
+    src, _ = model
+    r = run("convert", src, tmp_path / dst, "--dtype", "q8_0")
+    assert r.returncode == 1, r.stderr
+    assert f"{tmp_path / dst}: tensor 'layers.0.weight': {fmt}" in r.stderr, r.stderr
+    assert "[CKPT_E_UNSUPPORTED/CKPT_D_UNSUPPORTED_DTYPE]" in r.stderr
+    assert not (tmp_path / dst).exists()
+    r = run("convert", src, tmp_path / "q.gguf", "--dtype", "q8_0", "-q")  # a GGUF holds them
+    assert r.returncode == 0, r.stderr
+    r = run("convert", tmp_path / "q.gguf", tmp_path / "back.safetensors", "-q")  # a GGUF's blocks: f32
+    assert r.returncode == 0, r.stderr
+    assert {t.dtype for t in ckpt.open(tmp_path / "back.safetensors").tensors.values()} == {"F32", "I64"}
+
+
+def test_to_hf_refuses_a_file_name_as_to_dcp_does(tmp_path):
+    """--to hf writes a directory: a DST named as a file (x.safetensors) is
+    refused, as --to dcp refuses it, where it became a directory called
+    x.safetensors/; an existing directory of any name is still one."""
+    src = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(src), "llama")
+    w.add_tensor("token_embd.weight", np.ones((4, 32), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    for name in ("out.safetensors", "out.pt", "out.gguf"):
+        r = run("convert", src, tmp_path / name, "--to", "hf")
+        assert r.returncode == 2, r.stderr
+        assert f"--to hf writes a Hugging Face model directory, and '{tmp_path / name}' names a " in r.stderr
+        assert not (tmp_path / name).exists()
+    r = run("convert", src, tmp_path / "dcp.safetensors", "--to", "dcp")  # the rule it follows
+    assert r.returncode == 2 and "not dcp output" in r.stderr
+    (tmp_path / "made.safetensors").mkdir()
+    r = run("convert", src, tmp_path / "made.safetensors", "--to", "hf", "--raw", "-q")  # a directory already
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "made.safetensors" / "model.safetensors").is_file()
+
+
 # ---- the object tree as an outline ------------------------------------------------
 
 

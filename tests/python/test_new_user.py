@@ -312,6 +312,124 @@ def test_load_mmap_gives_writable_private_views(tmp_path):
     assert json.loads(json.dumps({"ok": True}))
 
 
+@pytest.mark.parametrize("kw", [{"tp_select": "*porj.weight"}, {"tp_select": ["*proj.weight", "*nrom"]},
+                                {"tp_dim": 2}, {"tp_dim": -3}, {"tp_select": "*norm", "tp_dim": 1}])
+def test_a_tensor_parallel_split_that_splits_nothing_is_an_error(tmp_path, kw):
+    """A mistyped tp_select or tp_dim gave every rank the whole tensors,
+    silently: a tp_select pattern that matches nothing is the library's
+    NoMatchError naming it, as any rule's; an axis that none of the chosen
+    tensors has, a ValueError naming tp_dim.  ignore_unmatched=True allows
+    both, as it allows every rule that matches nothing."""
+    sd = {"up_proj.weight": torch.arange(12.0).reshape(4, 3), "norm": torch.ones(3)}
+    ckpt.torch.save_file(sd, tmp_path / "w.safetensors")
+    with pytest.raises((ckpt.NoMatchError, ValueError)) as e:
+        ckpt.load(tmp_path / "w.safetensors", tp_rank=1, tp_size=2, **kw)
+    if "tp_select" in kw and "tp_dim" not in kw:
+        assert type(e.value) is ckpt.NoMatchError and status_of(e.value) == "CKPT_E_NO_MATCH"
+        assert "'*porj.weight' matched no tensor" in str(e.value) or "'*nrom' matched no tensor" in str(e.value)
+        assert str(tmp_path / "w.safetensors") in str(e.value)
+    else:
+        assert f"tp_dim={kw['tp_dim']}: none of the " in str(e.value)
+    got = ckpt.load(tmp_path / "w.safetensors", tp_rank=1, tp_size=2, ignore_unmatched=True, **kw)
+    assert torch.equal(got["norm"], sd["norm"])
+    # What does match is still split (the rows of rank 1, or its columns' one).
+    assert torch.equal(ckpt.load(tmp_path / "w.safetensors", tp_rank=1, tp_size=2)["up_proj.weight"], sd["up_proj.weight"][2:])
+
+
+def test_a_mistyped_convert_format_is_refused_naming_hf_too(tmp_path):
+    """ckpt.convert's format takes "hf" besides the formats' names (a GGUF
+    into a Hugging Face model directory); the refusal of a typo listed every
+    value but that one, as the command line's --to help did."""
+    ckpt.torch.save_file({"w": torch.ones(2)}, tmp_path / "w.safetensors")
+    with pytest.raises(ValueError) as e:
+        ckpt.convert(tmp_path / "w.safetensors", tmp_path / "out", format="gguff")
+    assert str(e.value) == "format must be safetensors, gguf, torch, npy, npz, flax-msgpack, dcp or hf, not 'gguff'"
+    with pytest.raises(ValueError) as e:  # destination takes no "hf": its list stays the formats'
+        ckpt.destination(tmp_path / "out", format="hf")
+    assert str(e.value).endswith("flax-msgpack or dcp, not 'hf'")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("size", [0, -1, True])
+def test_a_shard_size_number_is_checked_as_its_text_is(tmp_path, size):
+    """max_shard_size=0 meant the default 5GB and -1 no limit, silently,
+    where "0" and "-1" (and the command line's --max-shard-size 0) are
+    refused: a number goes through the same parser now; True is no size."""
+    sd = {"a": torch.ones(4, 4), "b": torch.ones(4)}
+    ckpt.torch.save_file(sd, tmp_path / "w.safetensors")
+    for write in (lambda out: ckpt.save(sd, out, max_shard_size=size),
+                  lambda out: ckpt.convert(tmp_path / "w.safetensors", out, max_shard_size=size)):
+        with pytest.raises(ckpt.Error) as e:
+            write(tmp_path / "out")
+        assert status_of(e.value) == "CKPT_E_BAD_SIZE" and f"size '{size}'" in str(e.value)
+        assert not (tmp_path / "out").exists()
+    assert len(ckpt.save(sd, tmp_path / "small", max_shard_size=70)) == 3  # a real number still shards: 2 files, the index
+
+
+def llama_gguf(path, shape):
+    """A GGUF as gguf-py writes one for llama (general.architecture) with one
+    tensor, token_embd.weight, of ones."""
+    gguf = pytest.importorskip("gguf")
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tensor("token_embd.weight", np.ones(shape, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_convert_format_hf_refuses_a_file_name(tmp_path):
+    """format="hf" writes a directory: a dst named as a file is refused, as
+    format="dcp" refuses it, where it became a directory "x.safetensors/"."""
+    src = llama_gguf(tmp_path / "m.gguf", (4, 32))
+    with pytest.raises(ValueError) as e:
+        ckpt.convert(src, tmp_path / "out.safetensors", format="hf")
+    assert str(e.value) == (f"format='hf' writes a Hugging Face model directory, and '{tmp_path / 'out.safetensors'}' "
+                            f"names a safetensors file: give a directory (a name ending in '/')")
+    assert not (tmp_path / "out.safetensors").exists()
+    (tmp_path / "made.safetensors").mkdir()
+    written = ckpt.convert(src, tmp_path / "made.safetensors", format="hf", raw=True, progress=False)
+    assert str(tmp_path / "made.safetensors" / "model.safetensors") in written
+
+
+def test_threads_minus_one_is_refused_not_four_billion(tmp_path):
+    """threads=-1 (joblib's "all cores") went to the engine as 4294967295,
+    silently: a thread per task, whatever their number.  0 is one per CPU;
+    a negative count is a ValueError naming it, before anything is read."""
+    sd = {f"w{i}": torch.full((4,), float(i)) for i in range(6)}
+    ckpt.torch.save_file(sd, tmp_path / "w.safetensors")
+    model = torch.nn.ParameterDict({k: torch.nn.Parameter(torch.zeros(4)) for k in sd})
+    for call in (lambda: ckpt.load(tmp_path / "w.safetensors", threads=-1, copy=True),
+                 lambda: ckpt.load_into(model, tmp_path / "w.safetensors", threads=-1)):
+        with pytest.raises(ValueError, match=r"threads=-1: give 0 \(one per CPU\) or a number of threads"):
+            call()
+    assert all(torch.equal(p, torch.zeros(4)) for p in model.values())
+    from ckpt import _ckpt
+    plan = _ckpt.Plan(_ckpt.Catalog(str(tmp_path / "w.safetensors")))
+    plan.load(threads=2)
+    assert plan.stats()["threads"] <= 2
+    assert torch.equal(ckpt.load(tmp_path / "w.safetensors", threads=0)["w5"], sd["w5"])
+
+
+def test_load_into_from_a_gguf_under_its_own_names_says_as_hf(tmp_path):
+    """load_into(model, "x.gguf") of a llama.cpp GGUF without as_hf matches
+    no name (blk.0.attn_q.weight against model.layers.0...): the strict
+    error listed every name missing and unexpected, and nothing else; it
+    now says what reads it under Hugging Face's names."""
+    src = llama_gguf(tmp_path / "m.gguf", (4, 8))
+    model = torch.nn.Module()
+    model.embed_tokens = torch.nn.Embedding(4, 8)
+    with pytest.raises(RuntimeError) as e:
+        ckpt.load_into(model, src)
+    assert str(e.value).endswith(f"\n\t{src} is a llama.cpp GGUF (general.architecture 'llama'): its tensors have "
+                                 "llama.cpp's names; as_hf=True reads them under Hugging Face's")
+    ckpt.torch.save_file({"token_embd.weight": torch.ones(4, 8)}, tmp_path / "m.safetensors")
+    with pytest.raises(RuntimeError) as e:  # another format's names: no such hint
+        ckpt.load_into(model, tmp_path / "m.safetensors")
+    assert "as_hf" not in str(e.value)
+
+
 def test_convert_into_a_directory_writes_shards_as_the_cli_does(tmp_path):
     """`ckpt.convert(src, "out/")` writes shards into out/, as `ckpt convert
     src out/` does; a second call refuses to replace them without

@@ -295,3 +295,29 @@ def test_tensor_parallel_reads_each_ranks_part(tmp_path, kind, fmt, dtype):
         # a rank is served its part of the sharded ones, the replicated
         # norms whole: well under the whole checkpoint
         assert r["served"]["bytes"] < 0.75 * r["checkpoint_bytes"], r
+
+
+def test_from_pretrained_of_a_gguf_is_its_causal_lm(tmp_path):
+    """transformers' GGUF config names no architecture, so
+    ckpt.transformers.from_pretrained(dir, gguf_file=...) took the
+    AutoModel: a Phi3Model without the head the file holds (lm_head
+    reported UNEXPECTED).  A llama.cpp GGUF generates: its causal LM, the
+    model and logits of transformers' AutoModelForCausalLM of the file."""
+    import subprocess
+    import sys
+    pytest.importorskip("gguf")
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "interop"))
+    from ckptlib import BIN_PATH
+    from test_llamacpp import tiny_phi3, tokenizer
+    model = tmp_path / "tiny-phi3"
+    tiny_phi3(model)
+    tokenizer("phi3", model)  # a 32k vocabulary: transformers parses the GGUF's in a few seconds
+    gguf = tmp_path / "phi3-f32.gguf"
+    r = subprocess.run([BIN_PATH, "convert", model, gguf, "--dtype", "f32", "-q"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    got = ckt.from_pretrained(tmp_path, gguf_file=gguf.name)
+    want = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=gguf.name)
+    assert type(got) is transformers.Phi3ForCausalLM
+    ids = torch.tensor([[1, 5, 100, 2000, 7]])
+    with torch.no_grad():
+        assert torch.equal(got(ids).logits, want(ids).logits)
