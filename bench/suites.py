@@ -172,30 +172,34 @@ _THIS_ROUND = ("this round's changes (the device ring's default of 32 slots in i
                "on the pull reader, the plan's unstack for MoE experts, the GGUF header reader's refills, the "
                "catalog's credentials for collective loads) change the code of these suites after they were last "
                "measured; they are rerun on the round's final code on a quiet machine when the round's time allows")
-# The suites whose code this round's merges changed (the quick suites through src/engine.c, src/writer.c,
-# src/io/file.c, src/plan.c and include/; distributed and the saves through the ranks' write order too).
-_ROUND40 = ("this round's merges change the code of these suites: writes cut into 32 KiB pieces on the file's 32 KiB "
-            "boundaries and a converting box written piece by piece while in cache (src/io/file.c, src/writer.c, "
-            "src/engine.c), the plan's join for MoE experts (src/plan.c, include/ckpt_gguf.h), a source settled after "
-            "a whole read (src/io/source.h) and the ranks' write order of a collective save; they are rerun on the "
-            "round's final code on a quiet machine when the round's time allows")
-# Stale only by 0ae5a4a, which made ckpt.transformers refuse an unknown as_hf value (python/ckpt/_api.py):
-# an argument check before any read, measured on the round's final code when the round's time allows.
-_AS_HF_CHECK = ("measured at 7d0ef0f; the one change since (0ae5a4a, python/ckpt/_api.py) checks as_hf's value before "
-                "any read; rerun on the round's final code on a quiet machine when the round's time allows")
+# The suites whose code this round's merges changed (stop 41): the plan's stack folded into the join (src/plan.c,
+# src/convert.c, src/load.c: every quick suite), the collective save's fsync before the vote and its write order in C
+# (src/collective_write.c, src/writer.c, include/ckpt_collective.h), refusals of silent no-ops in the CLI and Python
+# front ends, and the round before's changes to the suites it had not rerun.
+_ROUND41 = ("this round's merges change the code of these suites after they were last measured: the plan's stack folded "
+            "into the join (src/plan.c, src/convert.c, src/load.c), every rank's fsync before a collective save's vote "
+            "and its write order in C (src/collective_write.c, src/writer.c), a Mixtral GGUF's config from ckpt, and "
+            "argument checks in the CLI and Python front ends; they are rerun on the round's final code on a quiet "
+            "machine when the round's time allows")
 PENDING_RERUN = {
-    "distributed": _AS_HF_CHECK,
-    "transformers": _AS_HF_CHECK,
-    "transformers hub": _ROUND40,
-    "load 2 GB": _ROUND40,
-    "python": _ROUND40,
-    "dcp": _ROUND40,
+    "distributed": _ROUND41,
+    "transformers": _ROUND41,
+    "convert": _ROUND41,
+    "crc": _ROUND41,
+    "gguf": _ROUND41,
+    "open": _ROUND41,
+    "torch_convert": _ROUND41,
+    "torch_read": _ROUND41,
+    "transformers hub": _ROUND41,
+    "load 2 GB": _ROUND41,
+    "python": _ROUND41,
+    "dcp": _ROUND41,
     "gpu": ("needs a CUDA GPU (tests/gpu/run.sh; the device tool lends one to some sessions, 15 minutes each): "
             "measured this round, then its benchmark changed (warm runs before cold, so that no cold run pays the "
             "device's opening; fastsafetensors and Run:ai's streamer carried as wheels) after the round's device "
             "time was spent"),
-    "save incremental": _ROUND40,
-    "save background": _ROUND40,
+    "save incremental": _ROUND41,
+    "save background": _ROUND41,
     "llamacpp 4 GB": _THIS_ROUND,
     "llamacpp 1 GB": _THIS_ROUND,
     "llamacpp quantize check": _THIS_ROUND,
