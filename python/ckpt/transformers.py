@@ -468,7 +468,10 @@ def _gguf_config(pretrained_model_name_or_path, gguf_file, hub, config_class=Non
             if e.status != "CKPT_E_INVALID_ARGUMENT":
                 raise
             return None
-    if ours["model_type"] in GGUF_SUPPORTED_ARCHITECTURES:
+    # transformers' parsing names the model type after the GGUF's
+    # architecture, gemma3's text model as gemma3_text: a model type of those
+    # is one its loader knows, and its config stays transformers' as before.
+    if ours["model_type"].removesuffix("_text") in GGUF_SUPPORTED_ARCHITECTURES:
         return None
     if config_class is None:
         from transformers import CONFIG_MAPPING
