@@ -182,7 +182,6 @@ _ROUND41 = ("this round's merges change the code of these suites after they were
             "argument checks in the CLI and Python front ends; they are rerun on the round's final code on a quiet "
             "machine when the round's time allows")
 PENDING_RERUN = {
-    "distributed": _ROUND41,
     "transformers": _ROUND41,
     "convert": _ROUND41,
     "crc": _ROUND41,
