@@ -152,10 +152,10 @@ python-package: venv
 # it was), and either failing fails the target.
 # PYTEST_ARGS adds options to both; by default each half lists its 25 slowest
 # tests, so that a CI log says where its time went (a round's suites once
-# took 1.8x as long with no cause on record).  The
-# halves have about the same CPU time (interop+sources+readme ~720-790 s with a
-# fresh clone's references, python+cli ~780 s, measured under load): a new
-# test directory must be added to one of them, or it is not run.
+# took 1.8x as long with no cause on record).  On a fresh clone (stop 41)
+# interop+sources+readme took 19 min, its references' one-time build
+# included, and python+cli 15 min: a new test directory must be added to one
+# of them, or it is not run.
 PYTEST_ENV = CKPT_BIN=$(CURDIR)/$(BUILD)/ckpt CKPT_LIB=$(CURDIR)/$(BUILD)/libckpt.so CKPT_LLAMA_CPP=$(LLAMA_CPP_REF)
 PYTEST_SPLIT_A := tests/interop tests/sources tests/readme
 PYTEST_SPLIT_B := tests/python tests/cli
