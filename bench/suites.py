@@ -192,7 +192,6 @@ PENDING_RERUN = {
     "transformers hub": _ROUND41,
     "load 2 GB": _ROUND41,
     "python": _ROUND41,
-    "dcp": _ROUND41,
     "gpu": ("needs a CUDA GPU (tests/gpu/run.sh; the device tool lends one to some sessions, 15 minutes each): "
             "measured this round, then its benchmark changed (warm runs before cold, so that no cold run pays the "
             "device's opening; fastsafetensors and Run:ai's streamer carried as wheels) after the round's device "
