@@ -183,7 +183,6 @@ _ROUND41 = ("this round's merges change the code of these suites after they were
             "machine when the round's time allows")
 PENDING_RERUN = {
     "transformers": _ROUND41,
-    "convert": _ROUND41,
     "crc": _ROUND41,
     "gguf": _ROUND41,
     "open": _ROUND41,
