@@ -291,16 +291,6 @@ static ckpt_status parse_split_size(const char *text, uint64_t *bytes, ckpt_erro
     return ckpt_parse_size(text, bytes, err);
 }
 
-/* Glob-escapes a tensor name so that a pattern matches it alone. */
-static void escape_name(const char *name, char *out, size_t cap) {
-    size_t k = 0;
-    for (; *name && k + 2 < cap; name++) {
-        if (strchr("*?[]\\", *name)) out[k++] = '\\';
-        out[k++] = *name;
-    }
-    out[k] = '\0';
-}
-
 /* The block type the last --dtype rule naming this tensor (by its name in
  * the checkpoint, as the plan's patterns match: fnmatch, NULL and "*" all)
  * asked for, or CKPT_DTYPE_INVALID when none asked for one. */
@@ -331,7 +321,7 @@ static int dequantize_rest(ckpt_plan *plan, const rule *rules, size_t count, ckp
         const ckpt_plan_item *it = ckpt_plan_item_at(plan, i);
         if (!ckpt_dtype_is_block(it->dtype) || it->dtype != it->source->dtype) continue;
         if (block_asked(rules, count, it->source->name) != CKPT_DTYPE_INVALID) continue;
-        escape_name(it->source->name, pattern, sizeof pattern);
+        glob_escape(it->source->name, pattern, sizeof pattern);
         if (ckpt_plan_cast(plan, pattern, CKPT_F32, err) != CKPT_OK) return report_error(err);
     }
     return EXIT_OK;
