@@ -130,3 +130,14 @@ int args_next(args_parser *p, const char **value) {
     snprintf(shown, sizeof shown, "--%s", typed);
     return unknown_option(p, shown, typed);
 }
+
+/* Glob-escapes a tensor name so that a pattern matches it alone. */
+void glob_escape(const char *name, char *out, size_t cap) {
+    size_t k = 0;
+    for (; *name && k + 2 < cap; name++) {
+        if (strchr("*?[]\\", *name)) out[k++] = '\\';
+        out[k++] = *name;
+    }
+    out[k] = '\0';
+}
+

@@ -128,6 +128,10 @@ double cli_now(void);
  */
 const char *printable(const char *s);
 
+/* A tensor name as a plan pattern that matches it alone (glob characters
+ * escaped), in `out`. */
+void glob_escape(const char *name, char *out, size_t cap);
+
 /* Display columns of a UTF-8 string (one per code point: good enough for
  * aligning names, which are mostly ASCII). */
 int text_columns(const char *s);

@@ -1,5 +1,6 @@
 /* convert.c — `ckpt convert SRC DST [options]`. */
 #include <errno.h>
+#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -290,28 +291,37 @@ static ckpt_status parse_split_size(const char *text, uint64_t *bytes, ckpt_erro
     return ckpt_parse_size(text, bytes, err);
 }
 
-/* Glob-escapes a tensor name so that a pattern matches it alone. */
-static void escape_name(const char *name, char *out, size_t cap) {
-    size_t k = 0;
-    for (; *name && k + 2 < cap; name++) {
-        if (strchr("*?[]\\", *name)) out[k++] = '\\';
-        out[k++] = *name;
+/* The block type the last --dtype rule naming this tensor (by its name in
+ * the checkpoint, as the plan's patterns match: fnmatch, NULL and "*" all)
+ * asked for, or CKPT_DTYPE_INVALID when none asked for one. */
+static ckpt_dtype block_asked(const rule *rules, size_t count, const char *name) {
+    ckpt_dtype asked = CKPT_DTYPE_INVALID;
+    char pattern[4096];
+    for (size_t i = 0; i < count; i++) {
+        if (rules[i].option != OPT_DTYPE) continue;
+        const char *rest = split_pattern(rules[i].value, pattern, sizeof pattern);
+        if (pattern[0] && strcmp(pattern, "*") && fnmatch(pattern, name, 0)) continue;
+        ckpt_dtype d = parse_dtype(rest);
+        asked = ckpt_dtype_is_block(d) ? d : CKPT_DTYPE_INVALID;
     }
-    out[k] = '\0';
+    return asked;
 }
 
-/* safetensors has no block types: quantized tensors of the source the rules
- * left as they are become f32 (lossless).  A block type that a --dtype rule
- * asked for stays, so that the writer refuses it by tensor ("safetensors
- * has no Q8_0 type"): made f32 here, `--dtype q8_0` into a .safetensors
- * file silently wrote the source's values in f32, twice an f16 model's
- * size, and quantized nothing. */
-static int dequantize_rest(ckpt_plan *plan, ckpt_error *err) {
+/* safetensors has no block types: quantized tensors of the source that no
+ * rule asked anything of become f32 (lossless).  A block type that a
+ * --dtype rule asked for stays, so that the writer refuses it by tensor
+ * ("safetensors has no Q8_0 type") and nothing is written: made f32 here,
+ * `--dtype q8_0` into a .safetensors file silently wrote the source's
+ * values in f32, twice an f16 model's size, and quantized nothing — and so
+ * it did of a GGUF source's blocks, which the rule leaves as they are
+ * (ckpt does not requantize), or which already were the type it named. */
+static int dequantize_rest(ckpt_plan *plan, const rule *rules, size_t count, ckpt_error *err) {
     char pattern[8192];
     for (size_t i = 0; i < ckpt_plan_count(plan); i++) {
         const ckpt_plan_item *it = ckpt_plan_item_at(plan, i);
         if (!ckpt_dtype_is_block(it->dtype) || it->dtype != it->source->dtype) continue;
-        escape_name(it->source->name, pattern, sizeof pattern);
+        if (block_asked(rules, count, it->source->name) != CKPT_DTYPE_INVALID) continue;
+        glob_escape(it->source->name, pattern, sizeof pattern);
         if (ckpt_plan_cast(plan, pattern, CKPT_F32, err) != CKPT_OK) return report_error(err);
     }
     return EXIT_OK;
@@ -705,7 +715,7 @@ static int apply_rules(ckpt_plan *plan, void *user, ckpt_error *err) {
     if (a->ignore_unmatched) ckpt_plan_set_flags(plan, CKPT_PLAN_IGNORE_UNMATCHED);
     int rc = EXIT_OK;
     for (size_t i = 0; i < a->rule_count && rc == EXIT_OK; i++) rc = apply_rule(plan, &a->rules[i], a->quiet, err);
-    if (rc == EXIT_OK && !a->gguf) rc = dequantize_rest(plan, err); /* safetensors has no block types */
+    if (rc == EXIT_OK && !a->gguf) rc = dequantize_rest(plan, a->rules, a->rule_count, err); /* safetensors has no block types */
     return rc;
 }
 

@@ -5,10 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_gguf.h"
 #include "cli.h"
 
 const char diff_usage[] =
-    "usage: ckpt diff A B [--json] [-q] [--direct] [remote options]\n"
+    "usage: ckpt diff A B [--json] [-q] [--as-hf] [--direct] [remote options]\n"
     "\n"
     "Compare the tensors of two checkpoints, of any formats ckpt reads: names\n"
     "only in A or only in B, dtype and shape changes, and tensors whose values\n"
@@ -21,11 +22,24 @@ const char diff_usage[] =
     "that a quantized file compares with its source.  Data is read in chunks of a\n"
     "few MiB, never a whole tensor; metadata and the object tree are not compared.\n"
     "\n"
+    "A llama.cpp GGUF (general.architecture set) names its tensors as llama.cpp\n"
+    "does (blk.0.attn_q.weight), a Hugging Face model as transformers does\n"
+    "(model.layers.0.self_attn.q_proj.weight): --as-hf views each llama.cpp GGUF\n"
+    "side as the Hugging Face model it was converted from, the tensors of the\n"
+    "directory `ckpt convert --to hf` writes without writing it — Hugging Face's\n"
+    "names, llama's Q/K rows put back, Gemma's norms less the 1 the script added,\n"
+    "block types dequantized to F32 (float tensors keep their dtype) — so that\n"
+    "a model and its GGUF compare value by value.  Each such tensor is loaded\n"
+    "whole when compared; a mixture of experts' stacked tensors are refused, as\n"
+    "a load refuses them.  When no name matches and one side is a llama.cpp\n"
+    "GGUF, a hint says so.\n"
+    "\n"
     "A and B are any checkpoints ckpt reads:\n" CLI_READ_FORMATS
     "\n"
     "options:\n"
     "  --json                 machine-readable report on stdout\n"
     "  -q, --quiet            print nothing; stop at the first difference\n"
+    "  --as-hf                view a llama.cpp GGUF as its Hugging Face model\n"
     "  --allow-global MODULE.NAME\n"
     "                         allow this pickle global in torch files (repeatable),\n"
     "                         as torch's add_safe_globals; nothing is executed\n"
@@ -62,14 +76,30 @@ typedef struct diff_entry {
     bool has_at;
 } diff_entry;
 
+/* One side of the comparison: a catalog's tensors as they are, or, with
+ * --as-hf and a llama.cpp GGUF, the Hugging Face model it was converted
+ * from — the library's view (ckpt_gguf_hf_plan_tensors), whose tensors
+ * are plan items, read by loading the source tensor they come from. */
+typedef struct side {
+    ckpt_catalog *catalog;
+    ckpt_plan *view;            /* the view's tensors; NULL: the catalog's own */
+    ckpt_tensor_info *tensors;  /* the view's, described as the catalog describes its own */
+    const char **sources;       /* each one's tensor in the GGUF */
+    size_t *by_name;            /* indexes sorted by name, for find */
+    size_t count;
+    ckpt_plan *loaded;          /* the plan last loaded: one source tensor's items */
+} side;
+
 typedef struct differ {
-    ckpt_catalog *a, *b;
+    side a, b;
     const char *path_a, *path_b;
     unsigned char *raw_a, *raw_b;
     double *val_a, *val_b;
     progress_bar bar;
     uint64_t done, total;
     bool quiet;
+    char hint;             /* 'A' or 'B': the one side that is a llama.cpp GGUF, seen under its own names */
+    const char *hint_arch; /* its general.architecture */
     ckpt_error err;
 } differ;
 
@@ -206,6 +236,127 @@ DEFINE_SCAN(2)
 DEFINE_SCAN(4)
 DEFINE_SCAN(8)
 
+/* ---- the sides ---------------------------------------------------------- */
+
+/* A llama.cpp GGUF: its architecture (general.architecture), else NULL. */
+static const char *llamacpp_arch(const ckpt_catalog *c) {
+    return ckpt_catalog_format(c) == CKPT_FORMAT_GGUF ? ckpt_catalog_metadata_get(c, "general.architecture") : NULL;
+}
+
+static bool is_float_dtype(ckpt_dtype d) { return d == CKPT_F16 || d == CKPT_BF16 || d == CKPT_F32 || d == CKPT_F64; }
+
+/* The view's plan: every tensor (or only those made of `source`) in
+ * Hugging Face's terms, block types dequantized to F32 (exact), float
+ * tensors of their own dtype, so that an F16 GGUF compares with an F16
+ * model as equal. */
+static ckpt_status view_plan(ckpt_catalog *c, const char *source, ckpt_plan **out, ckpt_error *err) {
+    char pattern[8192];
+    ckpt_plan *p = NULL;
+    ckpt_status st = ckpt_plan_create(c, &p, err);
+    if (st == CKPT_OK) st = ckpt_gguf_hf_plan_tensors(p, CKPT_F32, err);
+    if (st == CKPT_OK && source) {
+        glob_escape(source, pattern, sizeof pattern);
+        st = ckpt_plan_select(p, pattern, err);
+    }
+    for (size_t i = 0; st == CKPT_OK && i < ckpt_plan_count(p); i++) {
+        const ckpt_plan_item *it = ckpt_plan_item_at(p, i);
+        if (!is_float_dtype(it->source->dtype) || it->dtype == it->source->dtype) continue;
+        glob_escape(it->source->name, pattern, sizeof pattern);
+        st = ckpt_plan_cast(p, pattern, it->source->dtype, err);
+    }
+    if (st != CKPT_OK) ckpt_plan_free(p), p = NULL;
+    *out = p;
+    return st;
+}
+
+/* A failure of the CLI's own, as the library reports one. */
+static ckpt_status fail(ckpt_error *err, ckpt_status st, const char *tensor, const char *message) {
+    ckpt_error_clear(err);
+    err->status = st;
+    snprintf(err->tensor, sizeof err->tensor, "%s", tensor ? tensor : "");
+    snprintf(err->message, sizeof err->message, "%s%s%s", tensor ? tensor : "", tensor ? ": " : "", message);
+    return st;
+}
+
+static const side *sort_side;
+static int by_name(const void *x, const void *y) {
+    return strcmp(sort_side->tensors[*(const size_t *)x].name, sort_side->tensors[*(const size_t *)y].name);
+}
+
+/* Makes `s` the view of its llama.cpp GGUF. */
+static ckpt_status side_view(side *s, ckpt_error *err) {
+    ckpt_status st = view_plan(s->catalog, NULL, &s->view, err);
+    if (st != CKPT_OK) return st;
+    size_t n = ckpt_plan_count(s->view);
+    s->tensors = calloc(n + 1, sizeof *s->tensors);
+    s->sources = calloc(n + 1, sizeof *s->sources);
+    s->by_name = calloc(n + 1, sizeof *s->by_name);
+    if (!s->tensors || !s->sources || !s->by_name)
+        return fail(err, CKPT_E_NO_MEMORY, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_plan_item *it = ckpt_plan_item_at(s->view, i);
+        s->tensors[i] = (ckpt_tensor_info){.name = it->name, .dtype = it->dtype, .ndim = it->ndim,
+                                           .shape = it->shape, .numel = it->numel, .nbytes = it->nbytes};
+        s->sources[i] = it->source->name;
+        s->by_name[i] = i;
+    }
+    s->count = n;
+    sort_side = s;
+    qsort(s->by_name, n, sizeof *s->by_name, by_name);
+    return CKPT_OK;
+}
+
+static size_t side_count(const side *s) { return s->view ? s->count : ckpt_catalog_tensor_count(s->catalog); }
+
+static const ckpt_tensor_info *side_tensor(const side *s, size_t i) {
+    return s->view ? &s->tensors[i] : ckpt_catalog_tensor(s->catalog, i);
+}
+
+static const ckpt_tensor_info *side_find(const side *s, const char *name) {
+    if (!s->view) return ckpt_catalog_find(s->catalog, name);
+    for (size_t lo = 0, hi = s->count; lo < hi;) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(name, s->tensors[s->by_name[mid]].name);
+        if (!c) return &s->tensors[s->by_name[mid]];
+        if (c < 0) hi = mid;
+        else lo = mid + 1;
+    }
+    return NULL;
+}
+
+/* `len` bytes of tensor `t` from byte `off`: the catalog's read, or, for a
+ * view's tensor, the view of its source tensor alone loaded (once: the
+ * next chunks are copied from it), so that one tensor is held at a time. */
+static ckpt_status side_read(side *s, const ckpt_tensor_info *t, uint64_t off, void *buf, uint64_t len,
+                             ckpt_error *err) {
+    if (!s->view) return ckpt_catalog_read(s->catalog, t, off, buf, len, err);
+    size_t k;
+    const ckpt_plan_item *it = s->loaded ? ckpt_plan_find(s->loaded, t->name, &k) : NULL;
+    if (!it) {
+        ckpt_plan_free(s->loaded);
+        ckpt_status st = view_plan(s->catalog, s->sources[t - s->tensors], &s->loaded, err);
+        ckpt_load_options o;
+        ckpt_load_options_init(&o);
+        o.views = 0;
+        if (st == CKPT_OK) st = ckpt_load(s->loaded, &o, err);
+        if (st != CKPT_OK) return st;
+        it = ckpt_plan_find(s->loaded, t->name, &k);
+    }
+    if (!it || !it->data || it->nbytes != t->nbytes || off + len > t->nbytes)
+        return fail(err, CKPT_E_BAD_STATE, t->name, "the Hugging Face view did not load this tensor");
+    memcpy(buf, (const unsigned char *)it->data + off, (size_t)len);
+    return CKPT_OK;
+}
+
+static void side_close(side *s) {
+    ckpt_plan_free(s->loaded);
+    ckpt_plan_free(s->view);
+    free(s->tensors);
+    free(s->sources);
+    free(s->by_name);
+    ckpt_catalog_close(s->catalog);
+}
+
 /* Same dtype, same shape: raw chunks compared, decoded only where they
  * differ. */
 static ckpt_status compare_same(differ *df, diff_entry *e) {
@@ -224,8 +375,8 @@ static ckpt_status compare_same(differ *df, diff_entry *e) {
     uint64_t step = fam == FAM_BYTES ? CHUNK_BYTES : (uint64_t)CHUNK_ELEMS * size;
     for (uint64_t off = 0; off < a->nbytes; off += step) {
         uint64_t len = a->nbytes - off < step ? a->nbytes - off : step, count = len / size, first = off / size;
-        ckpt_status st = ckpt_catalog_read(df->a, a, off, df->raw_a, len, &df->err);
-        if (st == CKPT_OK) st = ckpt_catalog_read(df->b, b, off, df->raw_b, len, &df->err);
+        ckpt_status st = side_read(&df->a, a, off, df->raw_a, len, &df->err);
+        if (st == CKPT_OK) st = side_read(&df->b, b, off, df->raw_b, len, &df->err);
         if (st != CKPT_OK) return st;
         if (tick(df, 2 * len)) return cancelled(df);
         if (!memcmp(df->raw_a, df->raw_b, (size_t)len)) continue;
@@ -314,8 +465,8 @@ static ckpt_status compare_values(differ *df, diff_entry *e) {
     for (uint64_t first = 0; first < e->elements; first += CHUNK_ELEMS) {
         uint64_t count = e->elements - first < CHUNK_ELEMS ? e->elements - first : CHUNK_ELEMS;
         uint64_t la = bytes_of(da, count), lb = bytes_of(db, count);
-        ckpt_status st = ckpt_catalog_read(df->a, a, bytes_of(da, first), df->raw_a, la, &df->err);
-        if (st == CKPT_OK) st = ckpt_catalog_read(df->b, b, bytes_of(db, first), df->raw_b, lb, &df->err);
+        ckpt_status st = side_read(&df->a, a, bytes_of(da, first), df->raw_a, la, &df->err);
+        if (st == CKPT_OK) st = side_read(&df->b, b, bytes_of(db, first), df->raw_b, lb, &df->err);
         if (st != CKPT_OK) return st;
         if (tick(df, la + lb)) return cancelled(df);
         if (floats) {
@@ -408,8 +559,8 @@ static void print_text(const differ *df, const diff_entry *list, size_t count, c
     }
     if (w > 50) w = 50;
     if (count) {
-        fprintf(o, "--- A: %s (%zu tensors)\n", printable(df->path_a), ckpt_catalog_tensor_count(df->a));
-        fprintf(o, "+++ B: %s (%zu tensors)\n", printable(df->path_b), ckpt_catalog_tensor_count(df->b));
+        fprintf(o, "--- A: %s (%zu tensors)\n", printable(df->path_a), side_count(&df->a));
+        fprintf(o, "+++ B: %s (%zu tensors)\n", printable(df->path_b), side_count(&df->b));
     }
     for (size_t i = 0; i < count; i++) {
         const diff_entry *e = &list[i];
@@ -487,7 +638,7 @@ static void print_json(const differ *df, const diff_entry *list, size_t count, c
     fputs(",\n  \"b\": ", o);
     print_json_string(o, df->path_b);
     fprintf(o, ",\n  \"identical\": %s,\n  \"tensors_a\": %zu,\n  \"tensors_b\": %zu,\n  \"identical_tensors\": %zu,\n",
-            count ? "false" : "true", ckpt_catalog_tensor_count(df->a), ckpt_catalog_tensor_count(df->b), identical);
+            count ? "false" : "true", side_count(&df->a), side_count(&df->b), identical);
     fputs("  \"counts\": {", o);
     for (int k = 0; k < 5; k++) fprintf(o, "%s\"%s\": %zu", k ? ", " : "", kind_key((kind)k), counts[k]);
     fputs("},\n  \"differences\": [", o);
@@ -548,7 +699,7 @@ static void print_json(const differ *df, const diff_entry *list, size_t count, c
 /* ---- the command -------------------------------------------------------- */
 
 static int run(differ *df, bool json) {
-    size_t na = ckpt_catalog_tensor_count(df->a), nb = ckpt_catalog_tensor_count(df->b);
+    size_t na = side_count(&df->a), nb = side_count(&df->b);
     diff_entry *list = calloc(na + nb + 1, sizeof *list);
     if (!list) {
         fputs("ckpt: out of memory\n", stderr);
@@ -558,14 +709,14 @@ static int run(differ *df, bool json) {
     uint64_t identical_bytes = 0;
     /* What will be read, for the progress bar. */
     for (size_t i = 0; i < na; i++) {
-        const ckpt_tensor_info *a = ckpt_catalog_tensor(df->a, i), *b = ckpt_catalog_find(df->b, a->name);
+        const ckpt_tensor_info *a = side_tensor(&df->a, i), *b = side_find(&df->b, a->name);
         if (b && same_shape(a, b) && (a->dtype == b->dtype || comparable_values(a->dtype, b->dtype)))
             df->total += a->nbytes + b->nbytes;
     }
     progress_update(0, df->total, &df->bar);
     ckpt_status st = CKPT_OK;
     for (size_t i = 0; i < na && st == CKPT_OK; i++) {
-        const ckpt_tensor_info *a = ckpt_catalog_tensor(df->a, i), *b = ckpt_catalog_find(df->b, a->name);
+        const ckpt_tensor_info *a = side_tensor(&df->a, i), *b = side_find(&df->b, a->name);
         diff_entry e = {.a = a, .b = b};
         if (!b) {
             e.kind = ONLY_A;
@@ -593,12 +744,19 @@ static int run(differ *df, bool json) {
         if (df->quiet) break;
     }
     for (size_t i = 0; i < nb && st == CKPT_OK && !(df->quiet && count); i++) {
-        const ckpt_tensor_info *b = ckpt_catalog_tensor(df->b, i);
-        if (ckpt_catalog_find(df->a, b->name)) continue;
+        const ckpt_tensor_info *b = side_tensor(&df->b, i);
+        if (side_find(&df->a, b->name)) continue;
         list[count++] = (diff_entry){.kind = ONLY_B, .b = b};
         counts[ONLY_B]++;
     }
     progress_finish(&df->bar, st == CKPT_OK);
+    /* A Hugging Face model against its llama.cpp GGUF shares no name: every
+     * tensor only in A and only in B, which says nothing of the values. */
+    if (st == CKPT_OK && df->hint && na && nb && counts[ONLY_A] == na && counts[ONLY_B] == nb)
+        fprintf(stderr,
+                "ckpt: hint: no tensor name matches; %s is a llama.cpp GGUF (general.architecture '%s') with "
+                "llama.cpp's names: --as-hf compares it as the Hugging Face model it was converted from\n",
+                df->hint == 'A' ? "A" : "B", printable(df->hint_arch));
     int rc;
     if (st != CKPT_OK) {
         rc = report_error(&df->err);
@@ -616,17 +774,18 @@ static int run(differ *df, bool json) {
 /* Parses the arguments and compares, with room for one allowed global per
  * argument. */
 static int parse_and_run(int argc, char **argv, const char **globals, source_options *so) {
-    enum { OPT_HELP = 1, OPT_JSON, OPT_QUIET, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_ALLOW_GLOBAL };
+    enum { OPT_HELP = 1, OPT_JSON, OPT_QUIET, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_ALLOW_GLOBAL, OPT_AS_HF };
     static const cli_option options[] = {{"help", 'h', false, OPT_HELP},
                                          {"json", 0, false, OPT_JSON},
                                          {"quiet", 'q', false, OPT_QUIET},
                                          {"progress", 0, false, OPT_PROGRESS},
                                          {"no-progress", 0, false, OPT_NO_PROGRESS},
                                          {"allow-global", 0, true, OPT_ALLOW_GLOBAL},
+                                         {"as-hf", 0, false, OPT_AS_HF},
                                          CLI_SOURCE_OPTIONS,
                                          {NULL, 0, 0, 0}};
     const char *paths[2] = {NULL, NULL}, *value;
-    bool json = false, quiet = false;
+    bool json = false, quiet = false, as_hf = false;
     int show_progress = -1;
     size_t global_count = 0;
     args_parser args;
@@ -640,6 +799,7 @@ static int parse_and_run(int argc, char **argv, const char **globals, source_opt
             return EXIT_OK;
         case OPT_JSON: json = true; break;
         case OPT_QUIET: quiet = true; break;
+        case OPT_AS_HF: as_hf = true; break;
         case OPT_PROGRESS: show_progress = 1; break;
         case OPT_NO_PROGRESS: show_progress = 0; break;
         case OPT_ALLOW_GLOBAL: globals[global_count++] = value; break;
@@ -665,9 +825,21 @@ static int parse_and_run(int argc, char **argv, const char **globals, source_opt
     ckpt_catalog_options copt = *source_options_get(so);
     copt.allowed_globals = globals;
     copt.allowed_global_count = global_count;
-    int rc = open_checkpoint(paths[0], &copt, false, &df.a);
-    if (rc == EXIT_OK) rc = open_checkpoint(paths[1], &copt, false, &df.b);
+    int rc = open_checkpoint(paths[0], &copt, false, &df.a.catalog);
+    if (rc == EXIT_OK) rc = open_checkpoint(paths[1], &copt, false, &df.b.catalog);
     if (rc != EXIT_OK) goto out;
+    const char *arch_a = llamacpp_arch(df.a.catalog), *arch_b = llamacpp_arch(df.b.catalog);
+    if (as_hf && !arch_a && !arch_b) {
+        rc = usage_error("diff", "--as-hf views a llama.cpp GGUF (general.architecture set) as its Hugging Face "
+                                 "model, and neither A nor B is one");
+        goto out;
+    }
+    if (as_hf && ((arch_a && side_view(&df.a, &df.err) != CKPT_OK) || (arch_b && side_view(&df.b, &df.err) != CKPT_OK))) {
+        rc = report_error(&df.err);
+        goto out;
+    }
+    df.hint = !as_hf && !quiet && !arch_a != !arch_b ? (arch_a ? 'A' : 'B') : 0;
+    df.hint_arch = arch_a ? arch_a : arch_b;
     rc = EXIT_ERROR;
     df.raw_a = malloc(CHUNK_BYTES);
     df.raw_b = malloc(CHUNK_BYTES);
@@ -684,8 +856,8 @@ out:
     free(df.raw_b);
     free(df.val_a);
     free(df.val_b);
-    ckpt_catalog_close(df.a);
-    ckpt_catalog_close(df.b);
+    side_close(&df.a);
+    side_close(&df.b);
     return rc;
 }
 

@@ -59,6 +59,21 @@ def _literal(name):
     return re.sub(r"([*?\[\\])", r"\\\1", name)
 
 
+def flags(where, **given):
+    """Refuses a boolean option that is not a bool (numpy's bool_, 0 and 1
+    pass): overwrite="no" or check_crc="false" is true to `if`, and did what
+    the caller meant to stop.  TypeError naming `where` and the option:
+    "ckpt.save: overwrite must be a bool, not str 'no'" — the library's one
+    rule (_ckpt.flag), which the extension's own calls apply too.  None
+    passes for the options whose default it is (mmap)."""
+    for name, value in given.items():
+        if value is not None or name not in _NONE_FLAGS:
+            _ckpt.flag(value, f"{where}: {name}")
+
+
+_NONE_FLAGS = {"mmap"}
+
+
 def _listify(x):
     if x is None:
         return []
@@ -76,6 +91,7 @@ class Checkpoint:
     errors) show a URL without its credentials (ckpt_redact_name)."""
 
     def __init__(self, path, allowed_globals=None, *, framework="numpy", direct=False, **source):
+        flags("ckpt.open", direct=direct)
         self.framework = _frameworks.get(framework).name  # refused here, not at the first read
         name = _sources.name(path)
         # What is shown of the name: a URL's credentials stay in the catalog.
@@ -220,6 +236,7 @@ class Checkpoint:
         their empty last chunks included; file_sha256: the files of an
         hf:// repo checked against the Hub's SHA-256):
         ckpt_verify's report, the "checksums" of `ckpt verify --json`."""
+        flags("Checkpoint.verify", report=report)
         return self._catalog.verify(progress=_progress.choose(progress, "verify"), report=report)
 
     def __repr__(self):
@@ -262,6 +279,7 @@ def shapes(path, *, nested=True, **source):
     build a model skeleton (as with Flax's eval_shape).  Leaves are
     jax.ShapeDtypeStruct when jax is installed (and knows the dtype), else
     TensorSpec(shape, dtype).  nested=False gives {name: leaf}."""
+    flags("ckpt.shapes", nested=nested, **{k: source[k] for k in ("direct",) if k in source})
     with Checkpoint(path, **source) as c:
         leaf = _jax_leaf(c) or c.spec
         if nested:
@@ -285,6 +303,7 @@ def recover(dir, *, check=False):  # noqa: A002 - the C API's name
     (CKPT_E_INCOMPLETE, naming the journal, the rule and the byte offset)
     and is left alone; a directory a live writer holds raises CKPT_E_LOCKED
     naming its pid.  check=True only checks: nothing changes."""
+    flags("ckpt.recover", check=check)
     return _ckpt.commit_recover(os.fspath(dir), check=check)
 
 
@@ -315,7 +334,8 @@ def _glob_re(pattern):
 
 def _build_plan(catalog, rows, *, select=None, exclude=None, rename=None, dtype=None, tp_rank=None, tp_size=None,
                 tp_dim=0, tp_select=None, slices=None, transpose=None, layout=None, ignore_unmatched=False,
-                as_hf=False):
+                as_hf=False, where="ckpt"):
+    flags(where, ignore_unmatched=ignore_unmatched)  # rules may come as **rules (ckpt.jax.shapes, ckpt.distributed)
     if as_hf not in (False, True, "joined"):  # a typo must not quietly mean True (experts left unjoined)
         raise ValueError(f"as_hf={as_hf!r}: expected False, True or \"joined\"")
     plan = _ckpt.Plan(catalog)
@@ -467,6 +487,8 @@ def load(path, framework="pt", *, select=None, exclude=None, rename=None, dtype=
     model, and host memory is the ring whatever the model's size.  Without
     torch's CUDA, tensors load on the host and .to(device) says what torch
     says."""
+    flags("ckpt.load", nested=nested, copy=copy, mmap=mmap, ignore_unmatched=ignore_unmatched, direct=direct,
+          check_crc=check_crc)
     if mmap is not None and not mmap:
         copy = True
     fw = _frameworks.get(framework)
@@ -707,6 +729,8 @@ def load_into(target, path, strict=True, *, assign=False, device=None, dtype=Non
     converted from, as ckpt.load(as_hf=True) does: a transformers model
     (built on meta, with assign=True) takes a GGUF's weights with no
     Hugging Face directory written (ckpt.transformers' gguf_file=)."""
+    flags("ckpt.load_into", strict=strict, assign=assign, copy=copy, ignore_unmatched=ignore_unmatched, direct=direct,
+          check_crc=check_crc)
     if on_loaded is not None and not callable(on_loaded):
         raise TypeError(f"on_loaded must be a function of (name, tensor), not {type(on_loaded).__name__}")
     if assign and not _is_module(target):
@@ -982,6 +1006,8 @@ def save(tensors, path, max_shard_size=None, metadata=None, *, prefix=None, over
     written_bytes, partial_tensors, grown_tensors, tensors (per tensor:
     cloned_bytes, written_bytes), and full_write (why nothing was cloned,
     or None)."""
+    flags("ckpt.save", overwrite=overwrite, checksums=checksums, no_sync=no_sync, background=background,
+          return_stats=return_stats)
     from . import _background
     _background.settle_previous()
     if base is not None:
@@ -1305,6 +1331,9 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     "tensors"}], "side_files", "copied_files", "replaces", "tensors":
     [{"name", "source", "dtype", "shape", "nbytes", "file", ("same_as")}],
     "totals": {"tensors", "written", "parameters", "bytes"}}."""
+    flags("ckpt.convert", overwrite=overwrite, checksums=checksums, no_sync=no_sync, extra_files=extra_files,
+          ignore_unmatched=ignore_unmatched, direct=direct, dry_run=dry_run, check_crc=check_crc,
+          source_metadata=source_metadata, raw=raw)
     to_hf = format == "hf"  # a Hugging Face model directory: safetensors and config.json
     if to_hf:
         named = _ckpt.format_for_path(os.fspath(dst))

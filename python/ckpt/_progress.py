@@ -48,11 +48,16 @@ class Bar:
 
 def choose(progress, label):
     """progress=None: a bar when stderr is a terminal; True: always; False:
-    never; a callable(done, total) is used as it is."""
+    never; a callable(done, total) is used as it is.  Anything else is
+    refused: progress="no" was a callable to the library, called mid-write."""
     if progress is None:
         return Bar(label) if sys.stderr.isatty() else None
-    if progress is True:
-        return Bar(label)
-    if progress is False:
-        return None
-    return progress
+    if callable(progress):
+        return progress
+    option = "download_progress" if label == "download" else "progress"
+    try:
+        on = _ckpt.flag(progress, f"{label}: {option}")
+    except TypeError:
+        raise TypeError(f"{label}: {option} must be None, a bool or a callable(done, total), not "
+                        f"{type(progress).__name__} {progress!r}") from None
+    return Bar(label) if on else None

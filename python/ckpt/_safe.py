@@ -26,6 +26,7 @@ class safe_open:
     mapping either); the other source options are those of ckpt.open."""
 
     def __init__(self, filename, framework, device="cpu", *, backend="mmap", direct=False, _data=None, **source):
+        _ckpt.flag(direct, "safe_open: direct")  # the library's rule of a boolean option (_api.flags)
         self._fw = _frameworks.get(framework)
         if backend not in ("mmap", "pread"):
             raise ValueError(f"backend must be \"mmap\" or \"pread\", not {backend!r}")

@@ -372,6 +372,7 @@ def load(path, plan=None, *, group=None, mesh=None, placements=None, replicated=
     OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE or SLURM_PROCID/NTASKS, say
     which part this process loads; each parses the headers and reads its
     slices and the replicated tensors itself."""
+    _api.flags("ckpt.distributed.load", return_stats=return_stats, **{k: rules[k] for k in ("tp",) if k in rules})
     fw = _frameworks.get(framework)
     comm = _comm(group, mesh, rank, size)
     catalog = _ckpt.open_collective(os.fspath(path), comm.comm, timeout=timeout, io=_api._io(io))
@@ -390,7 +391,7 @@ def load(path, plan=None, *, group=None, mesh=None, placements=None, replicated=
     if tp:
         rules.update(tp_rank=comm.rank, tp_size=comm.size)
     rules.setdefault("tp_dim", 0)
-    p = _api._build_plan(catalog, rows, **rules)
+    p = _api._build_plan(catalog, rows, **rules, where="ckpt.distributed.load")
     placed = {}
     if fn or mesh is not None:
         for name, src, dt, shape, nbytes, transform in p.items():
@@ -544,6 +545,8 @@ def save(state_dict, out_dir, group=None, *, shards=None, max_shard_size="5GB", 
     blocks only for the fork.  A child dies with its rank: a child or a rank
     killed mid-save makes the others' wait() fail naming it, and nothing is
     committed."""
+    _api.flags("ckpt.distributed.save", overwrite=overwrite, no_sync=no_sync, return_stats=return_stats,
+               background=background)
     from . import _background
     _background.settle_previous()
     args = (shards, max_shard_size, metadata, prefix, overwrite, timeout, no_sync)
@@ -692,13 +695,14 @@ def convert(src, dst, plan=None, *, group=None, max_shard_size=None, prefix=None
     its range of the output's bytes, rank 0 commits.  The same rules as
     ckpt.convert (select, dtype, slices, rename, ...), the same on every
     rank; the output equals ckpt.convert's."""
+    _api.flags("ckpt.distributed.convert", overwrite=overwrite, no_sync=no_sync, return_stats=return_stats)
     comm = TorchComm(group)
     catalog = _ckpt.open_collective(os.fspath(src), comm.comm, timeout=timeout)
     if isinstance(plan, dict):
         rules = {**plan, **rules}
     elif plan is not None:
         raise TypeError("plan must be a dict of rules or None")
-    p = _api._build_plan(catalog, catalog.tensors(), **rules)
+    p = _api._build_plan(catalog, catalog.tensors(), **rules, where="ckpt.distributed.convert")
     kw = dict(max_shard_size=_api._parse_size(max_shard_size), overwrite=overwrite, no_sync=no_sync, timeout=timeout)
     if prefix is not None:
         kw["prefix"] = prefix

@@ -230,6 +230,7 @@ def load(path, shardings=None, *, mesh=None, dtype=None, select=None, exclude=No
 
     Each process reads only the blocks of its addressable devices, each
     block once however many devices hold it."""
+    _api.flags("ckpt.jax.load", nested=nested)
     resolve = _resolver(shardings, mesh)
     catalog = _sources.catalog(path, _api._io(io))  # local paths and URLs alike
     rows = catalog.tensors()
@@ -350,10 +351,11 @@ def shapes(path, shardings=None, *, mesh=None, nested=True, **rules):
     """The checkpoint's tree of jax.ShapeDtypeStruct, reading no data; with
     `shardings` (as for load) each carries its sharding — what
     jax.jit(...).lower and Orbax restores take."""
+    _api.flags("ckpt.jax.shapes", nested=nested)
     resolve = _resolver(shardings, mesh) if shardings is not None else None
     catalog = _sources.catalog(path)  # local paths and URLs alike
     rows = catalog.tensors()
-    plan = _api._build_plan(catalog, rows, **rules)
+    plan = _api._build_plan(catalog, rows, **rules, where="ckpt.jax.shapes")
     if resolve:
         unselected = {k: v for k, v in rules.items() if k not in ("select", "exclude")}
         _check_prefix(resolve, _names(catalog, rows, unselected))
@@ -448,6 +450,7 @@ def init_missing(init_fn, loaded, *args, shardings=None, mesh=None, reinit_misma
 
     Non-array arguments (train=False, shapes) are closed over, so the
     program is traced once with them as constants."""
+    _api.flags("ckpt.jax.init_missing", reinit_mismatched=reinit_mismatched)
     expected = jax.eval_shape(lambda: init_fn(*args, **kwargs))
     want = tree_names(expected)
     have = tree_names(loaded)

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Set, Union
 import torch
 
 from . import _safe
+from ._api import flags as _flags
 from ._errors import SafetensorError  # noqa: F401
 from ._frameworks import Torch as _Torch
 
@@ -56,6 +57,7 @@ def save_model(model: torch.nn.Module, filename: Union[str, os.PathLike],
                metadata: Optional[Dict[str, str]] = None, force_contiguous: bool = True) -> None:
     """Saves a module, dropping the names of tensors that share memory (as
     safetensors.torch.save_model), keeping the one that covers the storage."""
+    _flags("ckpt.torch.save_model", force_contiguous=force_contiguous)
     state_dict = model.state_dict()
     for kept, removed in _remove_duplicate_names(state_dict).items():
         for name in removed:
@@ -74,6 +76,7 @@ def load_model(model: torch.nn.Module, filename: Union[str, os.PathLike], strict
                device: Union[str, int] = "cpu", *, backend: str = "mmap", **source):
     """Loads into a module through load_state_dict, accounting for shared
     tensors as safetensors.torch.load_model does; returns (missing, unexpected)."""
+    _flags("ckpt.torch.load_model", strict=strict)
     state_dict = load_file(filename, device=device, backend=backend, **source)
     to_removes = _remove_duplicate_names(model.state_dict(), preferred_names=state_dict.keys())
     missing, unexpected = model.load_state_dict(state_dict, strict=False)

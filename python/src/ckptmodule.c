@@ -323,6 +323,45 @@ static int count_in(PyObject *v, const char *name, unsigned long max, uint32_t *
     return 0;
 }
 
+/* A boolean option: True or False (numpy's bool_, and the ints 0 and 1, as
+ * well), anything else a TypeError naming `where` ("Writer: overwrite").
+ * The "p" format took any object by its truth, so overwrite="no" or
+ * check_crc="false" meant True and did what the caller meant to stop.
+ * 1 or 0; -1 with the error set. */
+static int flag_value(PyObject *v, const char *where) {
+    if (v == Py_True) return 1;
+    if (v == Py_False) return 0;
+    const char *type = Py_TYPE(v)->tp_name;
+    if (!strcmp(type, "numpy.bool") || !strcmp(type, "numpy.bool_")) return PyObject_IsTrue(v);
+    if (PyIndex_Check(v) && !PyFloat_Check(v)) { /* int, numpy's integers */
+        PyObject *n = PyNumber_Index(v);
+        if (!n) return -1;
+        int overflow = 0;
+        long x = PyLong_AsLongAndOverflow(n, &overflow);
+        Py_DECREF(n);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        if (!overflow && (x == 0 || x == 1)) return (int)x;
+    }
+    PyErr_Format(PyExc_TypeError, "%s must be a bool, not %s %R", where, type, v);
+    return -1;
+}
+
+/* The "O&" converter of a boolean option, in place of "p": FLAG("Writer:
+ * overwrite", overwrite) is its two arguments, the int set to 1 or 0. */
+typedef struct {
+    const char *where;
+    int *out;
+} flag_arg;
+
+static int flag_convert(PyObject *v, void *p) {
+    flag_arg *f = p;
+    int on = flag_value(v, f->where);
+    if (on < 0) return 0;
+    *f->out = on;
+    return 1;
+}
+#define FLAG(where, var) flag_convert, &(flag_arg){where, &(var)}
+
 /* download_progress(done, total) from whichever thread reads (an engine
  * thread during a load): takes the GIL.  Ctrl-C (seen on the main thread,
  * which is then the caller's: its exception is raised when the library
@@ -746,7 +785,7 @@ static PyObject *Catalog_verify(Catalog *self, PyObject *args, PyObject *kw) {
     progress_ctx p = {NULL};
     int want_report = 0;
     if (!catalog_ready(self)) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|Op", kwlist, &p.callable, &want_report)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO&", kwlist, &p.callable, FLAG("verify: report", want_report))) return NULL;
     ckpt_error e;
     ckpt_status st;
     ckpt_verify_report r = {.size = sizeof r};
@@ -899,10 +938,12 @@ static PyObject *convert_call(void *source, convert_fn run, PyObject *args, PyOb
     unsigned int dcp_ranks = 0; /* with format CKPT_FORMAT_DCP: the ranks that appear to have saved it */
     int overwrite = 0, no_sync = 0, checksums = 0, format = 0, dry_run = 0, check_crc = 1, source_metadata = 0;
     progress_ctx p = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppOO&iIppp", kwlist, PyUnicode_FSConverter, &dst, &shard,
-                                     PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &p.callable,
-                                     PyUnicode_FSConverter, &extra, &format, &dcp_ranks, &dry_run, &check_crc,
-                                     &source_metadata))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&O&O&O&OO&iIO&O&O&", kwlist, PyUnicode_FSConverter, &dst,
+                                     &shard, PyUnicode_FSConverter, &prefix, FLAG("convert: overwrite", overwrite),
+                                     FLAG("convert: no_sync", no_sync), FLAG("convert: checksums", checksums),
+                                     &p.callable, PyUnicode_FSConverter, &extra, &format, &dcp_ranks,
+                                     FLAG("convert: dry_run", dry_run), FLAG("convert: check_crc", check_crc),
+                                     FLAG("convert: source_metadata", source_metadata)))
         return NULL;
     o.skip_crc_check = !check_crc;
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
@@ -1085,7 +1126,7 @@ static int Map_init(Map *self, PyObject *args, PyObject *kw) {
     Catalog *c;
     Py_ssize_t file;
     int prefetch = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!n|p", kwlist, &CatalogType, &c, &file, &prefetch)) return -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!n|O&", kwlist, &CatalogType, &c, &file, FLAG("Map: prefetch", prefetch))) return -1;
     if (!catalog_ready(c)) return -1;
     ckpt_error e;
     ckpt_status st;
@@ -1163,7 +1204,7 @@ static int Device_init(Device *self, PyObject *args, PyObject *kw) {
     unsigned slots = 0;
     unsigned long long slot_bytes = 0;
     int cufile = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IKp", kwlist, &name, &slots, &slot_bytes, &cufile)) return -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IKO&", kwlist, &name, &slots, &slot_bytes, FLAG("Device: cufile", cufile))) return -1;
     if (slots) o.slots = slots;
     if (slot_bytes) o.slot_bytes = slot_bytes;
     o.cufile = cufile;
@@ -1200,7 +1241,7 @@ static PyObject *Device_name(Device *self, void *unused) {
 
 static PyObject *Device_stats(Device *self, PyObject *args) {
     int reset = 0;
-    if (!device_ready(self) || !PyArg_ParseTuple(args, "|p", &reset)) return NULL;
+    if (!device_ready(self) || !PyArg_ParseTuple(args, "|O&", FLAG("Device.stats: reset", reset))) return NULL;
     ckpt_device_stats s = {.size = sizeof s};
     ckpt_device_stats_get(self->device, &s, reset);
     static const char *const paths[] = {"none", "staged", "direct", "mixed"};
@@ -1845,8 +1886,8 @@ static PyObject *Plan_load(Plan *self, PyObject *args, PyObject *kw) {
     progress_ctx p = {NULL};
     item_done_ctx d = {NULL, NULL, NULL, NULL};
     if (!plan_ready(self)) return NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&KiiOOp", kwlist, thread_count, &o.threads, &chunk, &uring, &views,
-                                     &p.callable, &d.callable, &check_crc))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&KiiOOO&", kwlist, thread_count, &o.threads, &chunk, &uring, &views,
+                                     &p.callable, &d.callable, FLAG("load: check_crc", check_crc)))
         return NULL;
     o.chunk_bytes = chunk, o.io_uring = uring, o.views = views;
     o.skip_crc_check = !check_crc;
@@ -1940,7 +1981,8 @@ static PyObject *Plan_gguf_llamacpp(Plan *self, PyObject *args) {
 static PyObject *Plan_gguf_hf(Plan *self, PyObject *args) {
     const char *name = NULL;
     int files = 1, joined = 0;
-    if (!plan_ready(self) || !PyArg_ParseTuple(args, "|zpp", &name, &files, &joined)) return NULL;
+    if (!plan_ready(self) || !PyArg_ParseTuple(args, "|zO&O&", &name, FLAG("gguf_hf: files", files),
+                                                      FLAG("gguf_hf: joined", joined))) return NULL;
     ckpt_dtype d = name ? dtype_arg(name) : CKPT_DTYPE_INVALID;
     if (name && d == CKPT_DTYPE_INVALID) return NULL;
     if (files && joined) {
@@ -2024,8 +2066,10 @@ static int Writer_init(Writer *self, PyObject *args, PyObject *kw) {
     PyObject *path, *prefix = NULL;
     unsigned long long shard = 0;
     int overwrite = 0, no_sync = 0, checksums = 0, exact_file = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&pppp", kwlist, PyUnicode_FSConverter, &path, &shard,
-                                     PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &checksums, &exact_file))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&O&O&O&O&", kwlist, PyUnicode_FSConverter, &path, &shard,
+                                     PyUnicode_FSConverter, &prefix, FLAG("Writer: overwrite", overwrite),
+                                     FLAG("Writer: no_sync", no_sync), FLAG("Writer: checksums", checksums),
+                                     FLAG("Writer: exact_file", exact_file)))
         return -1;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
@@ -2060,7 +2104,8 @@ static int writer_ready(Writer *self) {
 static PyObject *Writer_set_metadata(Writer *self, PyObject *args) {
     const char *k, *v;
     int checkpoint = 0;
-    if (!writer_ready(self) || !PyArg_ParseTuple(args, "ss|p", &k, &v, &checkpoint)) return NULL;
+    if (!writer_ready(self) ||
+        !PyArg_ParseTuple(args, "ss|O&", &k, &v, FLAG("Writer.set_metadata: checkpoint", checkpoint))) return NULL;
     ckpt_error e;
     ckpt_status st = checkpoint ? ckpt_writer_set_checkpoint_metadata(self->writer, k, v, &e)
                                 : ckpt_writer_set_metadata(self->writer, k, v, &e);
@@ -2080,7 +2125,8 @@ static PyObject *Writer_add(Writer *self, PyObject *args) {
     if (storage != Py_None) {
         unsigned long long id, nbytes, begin, end;
         int contiguous;
-        if (!PyArg_ParseTuple(storage, "KKKKp", &id, &nbytes, &begin, &end, &contiguous)) return NULL;
+        if (!PyArg_ParseTuple(storage, "KKKKO&", &id, &nbytes, &begin, &end,
+                              FLAG("Writer.add: storage's contiguous", contiguous))) return NULL;
         where = (ckpt_tensor_storage){id, nbytes, begin, end, contiguous};
     }
     PyObject *fast = PySequence_Fast(shape, "shape must be a sequence of ints");
@@ -2605,9 +2651,10 @@ static PyObject *mod_convert_collective(PyObject *self, PyObject *args, PyObject
     int overwrite = 0, no_sync = 0;
     double timeout = 0;
     progress_ctx p = {NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O&O!|KO&ppdO", kwlist, &PlanType, &plan, PyUnicode_FSConverter, &dst,
-                                     &CommType, &comm, &shard, PyUnicode_FSConverter, &prefix, &overwrite, &no_sync,
-                                     &timeout, &p.callable))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O&O!|KO&O&O&dO", kwlist, &PlanType, &plan, PyUnicode_FSConverter,
+                                     &dst, &CommType, &comm, &shard, PyUnicode_FSConverter, &prefix,
+                                     FLAG("convert_collective: overwrite", overwrite),
+                                     FLAG("convert_collective: no_sync", no_sync), &timeout, &p.callable))
         return NULL;
     ckpt_collective_options co;
     if (!plan_ready(plan) || collective_options(&co, timeout, NULL) < 0) {
@@ -2647,8 +2694,9 @@ static int ShardWriter_init(ShardWriter *self, PyObject *args, PyObject *kw) {
     unsigned long long shard = 0;
     int overwrite = 0, no_sync = 0;
     double timeout = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O!|KO&ppd", kwlist, PyUnicode_FSConverter, &path, &CommType, &comm,
-                                     &shard, PyUnicode_FSConverter, &prefix, &overwrite, &no_sync, &timeout))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O!|KO&O&O&d", kwlist, PyUnicode_FSConverter, &path, &CommType, &comm,
+                                     &shard, PyUnicode_FSConverter, &prefix, FLAG("ShardWriter: overwrite", overwrite),
+                                     FLAG("ShardWriter: no_sync", no_sync), &timeout))
         return -1;
     ckpt_collective_options co;
     int rc = collective_options(&co, timeout, NULL);
@@ -2686,7 +2734,8 @@ static int shard_writer_ready(ShardWriter *self) {
 static PyObject *ShardWriter_set_metadata(ShardWriter *self, PyObject *args) {
     const char *k, *v;
     int checkpoint = 0;
-    if (!shard_writer_ready(self) || !PyArg_ParseTuple(args, "ss|p", &k, &v, &checkpoint)) return NULL;
+    if (!shard_writer_ready(self) ||
+        !PyArg_ParseTuple(args, "ss|O&", &k, &v, FLAG("ShardWriter.set_metadata: checkpoint", checkpoint))) return NULL;
     ckpt_error e;
     ckpt_status st = checkpoint ? ckpt_shard_writer_set_checkpoint_metadata(self->w, k, v, &e)
                                 : ckpt_shard_writer_set_metadata(self->w, k, v, &e);
@@ -3267,7 +3316,8 @@ static PyObject *mod_commit_recover(PyObject *self, PyObject *args, PyObject *kw
     static char *kwlist[] = {"dir", "check", NULL};
     PyObject *dir = NULL;
     int check = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|p", kwlist, PyUnicode_FSConverter, &dir, &check)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O&", kwlist, PyUnicode_FSConverter, &dir,
+                                     FLAG("commit_recover: check", check))) return NULL;
     ckpt_error err;
     ckpt_error_clear(&err);
     int found = 0;
@@ -3370,7 +3420,21 @@ static PyObject *mod_xxh3_64(PyObject *mod, PyObject *args) {
     return out;
 }
 
+/* flag(value, where) -> bool: the one rule of a boolean option (flag_value),
+ * for the options the Python layer reads before they reach a call here. */
+static PyObject *mod_flag(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *v;
+    const char *where;
+    if (!PyArg_ParseTuple(args, "Os", &v, &where)) return NULL;
+    int on = flag_value(v, where);
+    if (on < 0) return NULL;
+    return PyBool_FromLong(on);
+}
+
 static PyMethodDef module_methods[] = {
+    {"flag", mod_flag, METH_VARARGS,
+     "flag(value, where) -> bool: True, False, numpy's bool_, 0 or 1; anything else a TypeError naming `where`"},
     {"parse_size", mod_parse_size, METH_O, "parse_size(text) -> bytes (\"5GB\", \"512MiB\", 1000)"},
     {"format_size", mod_format_size, METH_O, "format_size(n) -> \"86.6 MiB\""},
     {"progress_line", mod_progress_line, METH_VARARGS,

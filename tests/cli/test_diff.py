@@ -2,6 +2,8 @@
 values that differ (count, max abs difference, max ULP difference), across
 formats, reading in bounded chunks."""
 import json
+import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -233,3 +235,62 @@ def test_json_floats_are_shortest(tmp_path):
     safetensors.torch.save_file({"x": torch.tensor([0.2], dtype=torch.float64)}, str(b))
     raw = run("diff", "--json", a, b).stdout
     assert '"max_abs_diff": 0.1, "rms_diff": 0.1,' in raw, raw
+
+
+# ---- a Hugging Face model against its llama.cpp GGUF (--as-hf) ------------------
+
+
+@pytest.fixture(scope="module")
+def llama_f32(tmp_path_factory):
+    """A random Llama 3 of 2 layers in F32 (tests/interop/test_llamacpp.py's)
+    and its F32 GGUF, as ckpt convert writes it (llama.cpp's names, Q and K
+    rows permuted as the script permutes them)."""
+    sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "interop"))
+    from test_llamacpp import tiny_llama, tokenizer
+    root = tmp_path_factory.mktemp("diff-as-hf")
+    model = root / "tiny-llama3"
+    tiny_llama(model, dtype=torch.float32)
+    tokenizer("llama3", model)
+    gguf = root / "llama3-f32.gguf"
+    r = run("convert", model, gguf, "--dtype", "f32", "-q")
+    assert r.returncode == 0, r.stderr
+    return model, gguf
+
+
+def test_as_hf_compares_a_model_with_its_gguf_value_by_value(llama_f32, tmp_path):
+    """ckpt diff HF_DIR model.gguf shared no name: 21 tensors only in A, 21
+    only in B, and no hint.  Now a hint names --as-hf, and --as-hf views the
+    GGUF as its Hugging Face model (names, Q/K rows put back): no
+    difference, and a changed tensor is reported under its Hugging Face
+    name."""
+    model, gguf = llama_f32
+    r = run("diff", model, gguf)
+    assert r.returncode == 1 and "differ: 21 only in A, 21 only in B; 0 identical" in r.stdout, r.stdout
+    assert ("ckpt: hint: no tensor name matches; B is a llama.cpp GGUF (general.architecture 'llama') with "
+            "llama.cpp's names: --as-hf compares it as the Hugging Face model it was converted from") in r.stderr
+    for a, b in ((model, gguf), (gguf, model), (gguf, gguf)):
+        r = run("diff", a, b, "--as-hf")
+        assert r.returncode == 0 and r.stdout.startswith("identical: 21 tensors"), r.stdout + r.stderr
+        assert "hint" not in r.stderr
+
+    changed = tmp_path / "changed"
+    shutil.copytree(model, changed)
+    sd = safetensors.torch.load_file(changed / "model.safetensors")
+    q = "model.layers.1.self_attn.q_proj.weight"
+    sd[q].view(-1)[37] += 0.5  # row 1, column 5
+    safetensors.torch.save_file(sd, changed / "model.safetensors", metadata={"format": "pt"})
+    r = run("diff", "--json", changed, gguf, "--as-hf")
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["tensors_a"] == doc["tensors_b"] == 21
+    (d,) = doc["differences"]
+    assert (d["name"], d["kind"], d["differ"], d["at"]) == (q, "values", 1, [1, 5]), d
+    assert d["max_abs_diff"] == pytest.approx(0.5, abs=1e-6)
+
+
+def test_as_hf_needs_a_llamacpp_gguf(weights, tmp_path):
+    a = save(tmp_path, "a.safetensors", weights)
+    r = run("diff", a, a, "--as-hf")
+    assert r.returncode == 2
+    assert "--as-hf views a llama.cpp GGUF (general.architecture set) as its Hugging Face model, and neither A nor B " \
+           "is one" in r.stderr

@@ -187,6 +187,35 @@ def test_quantizing_into_a_format_without_block_types_is_refused(model, tmp_path
     assert {t.dtype for t in ckpt.open(tmp_path / "back.safetensors").tensors.values()} == {"F32", "I64"}
 
 
+@pytest.mark.parametrize("rules,named", [
+    (["--dtype", "q8_0"], "layers.0.weight"),               # a block type the GGUF's blocks are not: no requantizing
+    (["--dtype", "q4_0"], "layers.0.weight"),               # the very type they are
+    (["--dtype", "layers.1.*=q4_0"], "layers.1.weight"),    # a rule by pattern: the tensor it names is refused
+    (["--dtype", "q8_0", "--dtype", "layers.[02].*=f16"], "layers.1.weight"),  # the last rule naming it decides
+])
+def test_a_block_type_asked_of_a_gguf_source_into_safetensors_is_refused(model, tmp_path, rules, named):
+    """ckpt convert q4.gguf q.safetensors --dtype q8_0 wrote F32 with exit
+    0: the rule left the Q4_0 blocks as they are (ckpt does not
+    requantize), and the blocks no rule asked anything of were made f32.
+    A block type asked for is refused by tensor, the last --dtype rule
+    naming a tensor deciding, and nothing is written; the tensors no rule
+    touched still become f32."""
+    src, arrays = model
+    q4 = tmp_path / "q4.gguf"
+    assert run("convert", src, q4, "--dtype", "q4_0", "-q").returncode == 0
+    dst = tmp_path / "q.safetensors"
+    r = run("convert", q4, dst, *rules)
+    assert r.returncode == 1, r.stderr
+    assert f"{dst}: tensor '{named}': safetensors has no Q4_0 type" in r.stderr, r.stderr
+    assert "[CKPT_E_UNSUPPORTED/CKPT_D_UNSUPPORTED_DTYPE]" in r.stderr
+    assert not dst.exists() and sorted(os.listdir(tmp_path)) == ["model.safetensors", "q4.gguf"]
+    # Blocks no rule touched: f32, as before; those a float rule asked for, that float.
+    r = run("convert", q4, dst, "--dtype", "layers.0.*=f16", "-q")
+    assert r.returncode == 0, r.stderr
+    got = {n: t.dtype for n, t in ckpt.open(dst).tensors.items()}
+    assert got["layers.0.weight"] == "F16" and got["layers.1.weight"] == got["layers.2.weight"] == "F32", got
+
+
 def test_to_hf_refuses_a_file_name_as_to_dcp_does(tmp_path):
     """--to hf writes a directory: a DST named as a file (x.safetensors) is
     refused, as --to dcp refuses it, where it became a directory called

@@ -105,7 +105,7 @@ defmodule Ckpt do
   """
   @spec read(source, String.t(), keyword) :: {:ok, binary} | {:error, Error.t()}
   def read(source, name, opts \\ []) do
-    opts = Keyword.validate!(opts, copy: false)
+    opts = Keyword.validate!(opts, copy: false) |> Ckpt.Writer.flags!("Ckpt.read", [:copy])
     with_catalog(source, fn c -> Error.wrap(NIF.read(c.ref, name, opts[:copy])) end)
   end
 
@@ -147,6 +147,7 @@ defmodule Ckpt do
   def load(source, opts \\ []) do
     {rules, rest} = rules(opts)
     rest = Keyword.validate!(rest, threads: 0, copy: false, io: nil, as: :map, check_crc: true)
+    Ckpt.Writer.flags!(rest, "Ckpt.load", [:copy, :check_crc])
 
     with_catalog(source, rest[:io], fn c ->
       with {:ok, items} <- Error.wrap(NIF.load(c.ref, rules, {rest[:threads], rest[:copy], rest[:check_crc] != false})) do
@@ -199,6 +200,7 @@ defmodule Ckpt do
   @spec load_tree(source, keyword) :: {:ok, term} | {:error, Error.t()}
   def load_tree(source, opts \\ []) do
     opts = Keyword.validate!(opts, leaf: nil, copy: false, threads: 0, check_crc: true)
+    Ckpt.Writer.flags!(opts, "Ckpt.load_tree", [:copy, :check_crc])
 
     with_catalog(source, fn c ->
       with {:ok, flat} <- load(c, copy: opts[:copy], threads: opts[:threads], check_crc: opts[:check_crc]) do
@@ -259,6 +261,7 @@ defmodule Ckpt do
   """
   def destination(path, opts \\ []) do
     opts = Keyword.validate!(opts, max_shard_size: nil, prefix: nil, format: nil, overwrite: false, no_sync: false, checksums: false)
+    Ckpt.Writer.flags!(opts, "Ckpt.destination", [:overwrite, :no_sync, :checksums])
 
     with {:ok, limit} <- Ckpt.Writer.limit(opts[:max_shard_size]),
          {:ok, {name, directory}} <-
@@ -309,6 +312,7 @@ defmodule Ckpt do
         leaf: nil
       )
 
+    Ckpt.Writer.flags!(opts, "Ckpt.save", [:overwrite, :checksums, :no_sync])
     path = IO.chardata_to_string(path)
     {entries, structure, plain?} = Tree.flatten(params, opts[:leaf])
     writer_opts = Keyword.take(opts, [:max_shard_size, :prefix, :overwrite, :no_sync, :checksums])
@@ -382,6 +386,7 @@ defmodule Ckpt do
         check_crc: true
       )
 
+    Ckpt.Writer.flags!(rest, "Ckpt.convert", [:overwrite, :checksums, :no_sync, :check_crc])
     dst = IO.chardata_to_string(dst)
 
     with {:ok, limit} <- Ckpt.Writer.limit(rest[:max_shard_size]) do
@@ -410,7 +415,7 @@ defmodule Ckpt do
   """
   @spec recover(Path.t(), keyword) :: {:ok, boolean} | {:error, Error.t()}
   def recover(dir, opts \\ []) do
-    opts = Keyword.validate!(opts, check: false)
+    opts = Keyword.validate!(opts, check: false) |> Ckpt.Writer.flags!("Ckpt.recover", [:check])
     Error.wrap(NIF.recover(IO.chardata_to_string(dir), opts[:check] == true))
   end
 

@@ -335,6 +335,37 @@ defmodule CkptTest do
     assert {:error, %Ckpt.Error{status: :bad_size}} = Ckpt.save(tree(), Path.join(tmp, "y"), max_shard_size: "lots")
   end
 
+  test "a boolean option that is not a boolean raises, naming it, and nothing is written", %{tmp_dir: tmp} do
+    # `overwrite: "yes"` used to mean false and `check_crc: "no"` true, silently.
+    out = Path.join(tmp, "x.safetensors")
+    {:ok, _} = Ckpt.save(%{"a" => leaf("F32", {1}, 1)}, out)
+    before = File.read!(out)
+    new = %{"a" => leaf("F32", {2}, 2)}
+
+    calls = [
+      {"Ckpt.save: overwrite", fn v -> Ckpt.save(new, out, overwrite: v) end},
+      {"Ckpt.save: no_sync", fn v -> Ckpt.save(new, out, overwrite: true, no_sync: v) end},
+      {"Ckpt.save: checksums", fn v -> Ckpt.save(new, out, overwrite: true, checksums: v) end},
+      {"Ckpt.convert: overwrite", fn v -> Ckpt.convert(out, out, overwrite: v) end},
+      {"Ckpt.convert: check_crc", fn v -> Ckpt.convert(out, out, overwrite: true, check_crc: v) end},
+      {"Ckpt.destination: overwrite", fn v -> Ckpt.destination(out, overwrite: v) end},
+      {"Ckpt.Writer.create: overwrite", fn v -> Ckpt.Writer.create(out, overwrite: v) end},
+      {"Ckpt.load: check_crc", fn v -> Ckpt.load(out, check_crc: v) end},
+      {"Ckpt.load: copy", fn v -> Ckpt.load(out, copy: v) end},
+      {"Ckpt.load_tree: copy", fn v -> Ckpt.load_tree(out, copy: v) end},
+      {"Ckpt.read: copy", fn v -> Ckpt.read(out, "a", copy: v) end},
+      {"Ckpt.recover: check", fn v -> Ckpt.recover(tmp, check: v) end}
+    ]
+
+    for {where, call} <- calls, value <- ["yes", "no", nil, 1, :yes] do
+      message = "#{where} must be a boolean, not #{inspect(value)}"
+      assert_raise ArgumentError, message, fn -> call.(value) end
+    end
+
+    assert File.read!(out) == before
+    assert File.ls!(tmp) == ["x.safetensors"]
+  end
+
   test "the streaming writer commits atomically and leaves nothing when aborted", %{tmp_dir: tmp} do
     out = Path.join(tmp, "w.safetensors")
     {:ok, w} = Ckpt.Writer.create(out)

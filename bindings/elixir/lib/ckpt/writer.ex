@@ -41,6 +41,7 @@ defmodule Ckpt.Writer do
         checksums: false
       )
 
+    flags!(opts, "Ckpt.Writer.create", [:overwrite, :no_sync, :checksums])
     path = IO.chardata_to_string(path)
 
     with {:ok, limit} <- limit(opts[:max_shard_size]),
@@ -53,6 +54,18 @@ defmodule Ckpt.Writer do
   def limit(nil), do: {:ok, 0}
   def limit(n) when is_integer(n) and n >= 0, do: {:ok, n}
   def limit(text) when is_binary(text), do: Ckpt.parse_size(text)
+
+  # A boolean option is true or false: `opts[:overwrite] == true` made
+  # `overwrite: "yes"` false and `check_crc != false` made `check_crc: "no"`
+  # true, silently.  Anything else raises, naming the function and the option.
+  @doc false
+  def flags!(opts, where, keys) do
+    for key <- keys, Keyword.has_key?(opts, key), not is_boolean(opts[key]) do
+      raise ArgumentError, "#{where}: #{key} must be a boolean, not #{inspect(opts[key])}"
+    end
+
+    opts
+  end
 
   # Formats as atoms (:flax_msgpack), and as libckpt names them ("flax-msgpack").
   @doc false
@@ -70,6 +83,7 @@ defmodule Ckpt.Writer do
   checkpoint instead (the file's, or the index's when sharded).
   """
   def set_metadata(%__MODULE__{ref: ref}, key, value, opts \\ []) when is_binary(key) and is_binary(value) do
+    flags!(opts, "Ckpt.Writer.set_metadata", [:checkpoint])
     Error.wrap(NIF.writer_set_metadata(ref, key, value, Keyword.get(opts, :checkpoint, false)))
   end
 
