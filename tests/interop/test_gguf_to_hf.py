@@ -253,6 +253,30 @@ def test_default_dtype_is_the_ggufs_float_type(models, tmp_path):
     assert {t.dtype for t in load_file(hf8 / "model.safetensors").values()} == {torch.bfloat16}
 
 
+def safetensors_header(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return n, json.loads(f.read(n))
+
+
+def test_safetensors_hold_save_pretrained_metadata_not_the_key_values(models, tmp_path):
+    """The GGUF's key-values became config.json and the tokenizer's files:
+    the safetensors header holds what transformers' save_pretrained writes
+    ({"format": "pt"}), not a copy of them (Llama 3's vocabulary and merges
+    were megabytes of header, and general.file_type said Q8_0 over bf16
+    tensors); from_pretrained loads the directory as transformers loads the
+    GGUF itself."""
+    gguf = models["llama3"][1]["q8_0"]
+    hf = to_hf(gguf, tmp_path / "hf", "--dtype", "f32")
+    size, header = safetensors_header(hf / "model.safetensors")
+    ours = transformers_model(hf)
+    ours.save_pretrained(tmp_path / "saved")
+    assert header["__metadata__"] == safetensors_header(tmp_path / "saved" / "model.safetensors")[1]["__metadata__"]
+    assert header["__metadata__"] == {"format": "pt"}
+    assert size < 128 * len(header)  # tensor entries alone: ~100 bytes each
+    assert_same_model(transformers_model(without_vocabulary(gguf, tmp_path / gguf.name)), ours)
+
+
 @pytest.mark.parametrize("family", ["llama3", "qwen3", "phi3"])
 def test_round_trip_hf_gguf_hf(models, family, tmp_path):
     """HF → GGUF (ckpt, F32) → HF (ckpt): the original model's tensors, Q/K
