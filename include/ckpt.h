@@ -1349,7 +1349,11 @@ typedef struct ckpt_writer_options {
      * caller's entries), a torch file's {"format": "pt"} and object tree.
      * 0 (the default): a GGUF output holds only GGUF key-values: a GGUF
      * source's own, and metadata_json's.  Other output formats always carry
-     * the source's metadata.
+     * the source's metadata, but for a llama.cpp GGUF converted to a Hugging
+     * Face directory (ckpt_gguf_hf_plan), whose key-values become
+     * config.json and the tokenizer's files: its safetensors hold
+     * {"format": "pt"}, as save_pretrained writes, and the key-values only
+     * when this is non-zero.
      */
     int source_metadata;
     /*

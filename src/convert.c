@@ -106,10 +106,22 @@ static bool source_digests(const char *key) {
 /* The source's metadata: {"format": "pt"} for torch sources, the source's
  * own map, and a torch file's object tree as the plan leaves it; none into
  * an output format that takes only its own (GGUF from safetensors) unless
- * the caller asks (writer option source_metadata). */
-static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, ckpt_error *err) {
+ * the caller asks (writer option source_metadata, `asked`).
+ *
+ * A plan that writes files beside the tensors (ckpt__plan_add_file: a
+ * llama.cpp GGUF as a Hugging Face directory) has made the source's
+ * metadata into those files (config.json, the tokenizer's): its
+ * safetensors hold what transformers' save_pretrained writes,
+ * {"format": "pt"}, and no copy of the key-values, which were megabytes of
+ * vocabulary and merges in every file's header, and false there
+ * (general.file_type Q8_0 over bf16 tensors).  Asked, they are carried. */
+static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, bool asked, ckpt_error *err) {
     const ckpt_catalog *c = p->catalog;
     ckpt_status st = CKPT_OK;
+    if (p->file_count) {
+        st = ckpt_writer_set_metadata(w, "format", "pt", err);
+        if (st || !asked) return st;
+    }
     if (!ckpt__writer_takes_metadata_of(w, ckpt_catalog_format(c))) return CKPT_OK; /* foreign to GGUF, unasked */
     if (torch_source(c)) {
         st = ckpt_writer_set_metadata(w, "format", "pt", err);
@@ -253,7 +265,7 @@ ckpt_status ckpt__convert_writer(ckpt_plan *p, const char *dst_path, const ckpt_
      * float tensor; with several float dtypes left, it stays as it was. */
     const char *config_dtype = ckpt__torch_dtype_name(ckpt__plan_one_float_dtype(p));
     if (o.copy_files_from && config_dtype) ckpt__writer_set_config_dtype(w, config_dtype);
-    st = copy_metadata(p, w, err);
+    st = copy_metadata(p, w, o.source_metadata != 0, err);
     for (size_t i = 0; st == CKPT_OK && i < p->kvs.count; i++) /* the conversion's own (llama.cpp's) */
         st = ckpt__writer_override_metadata_value(w, p->kvs.keys[i], ckpt__pairs_value(&p->kvs, i), err);
     for (size_t g = 0; st == CKPT_OK && g < p->generated_count; g++) {

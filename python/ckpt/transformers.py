@@ -37,8 +37,9 @@ back, Gemma's norms less 1, each expert's rows read into its place in the
 model's stacked experts, dequantized by the engine into the meta model), its config
 being transformers' parsing of the key-values, or ckpt's (the config.json
 `ckpt convert model.gguf dir/` writes) for a model transformers' GGUF
-loader does not know: a Mixtral, which it parses as a Llama without its
-experts (_gguf_config); another GGUF goes to transformers' own loader.  With `tp_plan`/`tp_size`/
+loader does not know (a Mixtral, which it parses as a Llama without its
+experts) or whose experts' widths its parsing drops (Qwen2-MoE, Qwen3-MoE:
+_gguf_config); another GGUF goes to transformers' own loader.  With `tp_plan`/`tp_size`/
 `distributed_config` (under torchrun) transformers shards the model and
 its loader cuts each rank's part out of ckpt's lazy tensors."""
 import copy
@@ -448,10 +449,29 @@ def _load_distributed(model_class, model, path, load_config):
     return info
 
 
+# Widths of a mixture of experts' tensors that ckpt's config holds (from
+# the GGUF's expert_feed_forward_length, expert_shared_feed_forward_length).
+_EXPERT_WIDTHS = ("moe_intermediate_size", "shared_expert_intermediate_size")
+
+
+def _dropped(ours):
+    """The widths in ckpt's config `ours` that transformers' parsing of the
+    GGUF's key-values never sets (its GGUF_TO_TRANSFORMERS_MAPPING), so that
+    its config keeps the class's defaults: transformers 5.23 maps neither of
+    Qwen2-MoE's and Qwen3-MoE's, and builds a model of 1408- (Qwen3: 768-)
+    wide experts and a 5632-wide shared expert whatever the file holds,
+    which the tensors do not fit.  A transformers that parses them gets its
+    own config back."""
+    from transformers.modeling_gguf_pytorch_utils import GGUF_TO_TRANSFORMERS_MAPPING
+    parsed = set(GGUF_TO_TRANSFORMERS_MAPPING["config"].get(ours["model_type"].removesuffix("_text"), {}).values())
+    return [k for k in _EXPERT_WIDTHS if k in ours and k not in parsed]
+
+
 def _gguf_config(pretrained_model_name_or_path, gguf_file, hub, config_class=None, kwargs=None):
     """(config, unused kwargs) of a llama.cpp GGUF whose model transformers'
-    GGUF loader does not know, which it would read as another: a llama file
-    with experts is a Mixtral, which it parses as a Llama without them.  The
+    GGUF loader does not know, which it would read as another (a llama file
+    with experts is a Mixtral, which it parses as a Llama without them), or
+    whose experts' widths its parsing drops (Qwen2-MoE, Qwen3-MoE).  The
     config is ckpt's, the config.json `ckpt convert model.gguf dir/` writes
     (ckpt_gguf_hf_config: Mixtral's num_local_experts, num_experts_per_tok…),
     made into `config_class` (None: its model type's) with the keywords
@@ -470,9 +490,15 @@ def _gguf_config(pretrained_model_name_or_path, gguf_file, hub, config_class=Non
             return None
     # transformers' parsing names the model type after the GGUF's
     # architecture, gemma3's text model as gemma3_text: a model type of those
-    # is one its loader knows, and its config stays transformers' as before.
-    if ours["model_type"].removesuffix("_text") in GGUF_SUPPORTED_ARCHITECTURES:
+    # is one its loader knows, and its config stays transformers' as before,
+    # unless its parsing drops a width the tensors' shapes need (_dropped).
+    if ours["model_type"].removesuffix("_text") in GGUF_SUPPORTED_ARCHITECTURES and not _dropped(ours):
         return None
+    # The dtype stays transformers' GGUF rule's (its parsing sets none):
+    # config.json's, the bfloat16 a conversion dequantizes Q8_0 to, would
+    # have made dtype="auto" load a quantized file in bfloat16 where
+    # transformers' own GGUF load gives float32.
+    ours.pop("dtype", None)
     if config_class is None:
         from transformers import CONFIG_MAPPING
         config_class = CONFIG_MAPPING[ours["model_type"]]

@@ -772,7 +772,7 @@ static ckpt_status hf_plan(ckpt_plan *plan, ckpt_dtype dtype, bool files, bool j
         return CKPT_OK;
     }
     if (files && st == CKPT_OK) st = ckpt__plan_add_file(plan, "config.json", h.config.data, h.config.len, err);
-    if (files && st == CKPT_OK) st = ckpt__lc_hf_tokenizer(plan, h.family->name, err);
+    if (files && st == CKPT_OK) st = ckpt__lc_hf_tokenizer(plan, h.family, err);
     free(h.config.data);
     return st;
 }

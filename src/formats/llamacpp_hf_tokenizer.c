@@ -37,6 +37,7 @@
 #include "../base/cursor.h"
 #include "../base/json.h"
 #include "ckpt_gguf.h"
+#include "llamacpp/arch.h"
 
 /* llama.cpp's token types (gguf-py's TokenType). */
 enum { TOK_NORMAL = 1, TOK_UNKNOWN = 2, TOK_CONTROL = 3, TOK_USER_DEFINED = 4, TOK_UNUSED = 5, TOK_BYTE = 6 };
@@ -86,6 +87,7 @@ typedef struct tok {
     const unsigned char *scores; /* tokenizer.ggml.scores (f32), or NULL */
     int64_t bos, eos, unk, pad;
     bool add_bos, add_eos;
+    const ckpt__lc_rstrip *rstrip; /* the family's rule, when general.name says llama.cpp applies it; or NULL */
 } tok;
 
 /* A tokenizer key-value ckpt cannot write: the file, the key, why. */
@@ -385,13 +387,29 @@ static bool is_added(const tok *t, uint64_t i, bool *special) {
     return type == TOK_USER_DEFINED && (t->spm || byte_spelled(t->text[i]));
 }
 
+static bool listed(const char *const *list, const char *s) {
+    for (; list && *list; list++)
+        if (!strcmp(*list, s)) return true;
+    return false;
+}
+
+/* Whether llama.cpp strips the spaces after token i (ckpt__lc_rstrip). */
+static bool rstrip_of(const tok *t, uint64_t i) {
+    if (!t->rstrip || listed(t->rstrip->except, t->text[i])) return false;
+    int32_t type = type_of(t, i);
+    return type == TOK_CONTROL || type == TOK_USER_DEFINED || type == TOK_UNKNOWN ||
+           listed(t->rstrip->also, t->text[i]);
+}
+
 /*
  * The added tokens, written twice: tokenizer.json's added_tokens (a list,
  * each entry's keys in the tokenizers library's order) and
  * tokenizer_config.json's added_tokens_decoder (`decoder`: a map by id,
  * as transformers' save_pretrained writes it — json.dumps(indent=2,
  * sort_keys=True): ids in order, each entry's keys sorted).  The GGUF
- * keeps no lstrip, rstrip or normalized: all false.  convert_hf_to_gguf.py
+ * keeps no lstrip, rstrip or normalized: all false, but the rstrip llama.cpp
+ * gives a family's tokens by model name (rstrip_of: Phi-3's chat tokens,
+ * whose spaces after them the original tokenizer strips too).  convert_hf_to_gguf.py
  * reads a SentencePiece vocabulary's added tokens from the map alone (not
  * tokenizer.json): each listed token it types control where "special" (or
  * where it looks special, <|...|>), user-defined otherwise, and scores
@@ -419,10 +437,12 @@ static void put_added(const tok *t, ckpt__buf *b, bool decoder) {
             ckpt__buf_puts(b, ", \"content\": ");
         }
         put_vocab_key(t, b, t->text[i]);
-        ckpt__buf_puts(b, decoder ? ",\n      \"lstrip\": false,\n      \"normalized\": false,\n      \"rstrip\": false,\n"
-                                    "      \"single_word\": false,\n      \"special\": "
-                                  : ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
-                                    "\"special\": ");
+        const char *rstrip = rstrip_of(t, i) ? "true" : "false";
+        ckpt__buf_puts(b, decoder ? ",\n      \"lstrip\": false,\n      \"normalized\": false,\n      \"rstrip\": "
+                                  : ", \"single_word\": false, \"lstrip\": false, \"rstrip\": ");
+        ckpt__buf_puts(b, rstrip);
+        ckpt__buf_puts(b, decoder ? ",\n      \"single_word\": false,\n      \"special\": "
+                                  : ", \"normalized\": false, \"special\": ");
         ckpt__buf_puts(b, special ? "true" : "false");
         ckpt__buf_puts(b, decoder ? "\n    }" : "}");
         any = true;
@@ -673,10 +693,30 @@ static void put_sentencepiece(const tok *t, ckpt__buf *b, bool *holdable) {
 
 /* ---- the files -------------------------------------------------------------- */
 
-static ckpt_status read_kind(tok *t, const char *architecture) {
+/* Whether `s`, lowercased (ASCII, as llama.cpp's std::tolower in the C
+ * locale), holds `lower`. */
+static bool holds_lowercased(const char *s, const char *lower) {
+    size_t n = strlen(lower);
+    for (; *s; s++) {
+        size_t k = 0;
+        while (k < n && s[k] && (s[k] >= 'A' && s[k] <= 'Z' ? s[k] - 'A' + 'a' : s[k]) == lower[k]) k++;
+        if (k == n) return true;
+    }
+    return !n;
+}
+
+/* The family's rstrip rule, when general.name holds one of its names. */
+static void read_rstrip(tok *t, const ckpt__lc_family *family) {
+    const char *name = string_kv(t, "general.name");
+    for (const char *const *s = family->rstrip ? family->rstrip->names : NULL; name && s && *s; s++)
+        if (holds_lowercased(name, *s)) t->rstrip = family->rstrip;
+}
+
+static ckpt_status read_kind(tok *t, const ckpt__lc_family *family) {
     const char *model = string_kv(t, "tokenizer.ggml.model");
     t->spm = model && !strcmp(model, "llama");
-    t->phi3 = t->spm && !strcmp(architecture, "phi3");
+    t->phi3 = t->spm && !strcmp(family->name, "phi3");
+    read_rstrip(t, family);
     if (t->spm) return CKPT_OK;
     if (!model || strcmp(model, "gpt2"))
         return bad(t, "tokenizer.ggml.model", "'%s': ckpt writes the tokenizers of 'gpt2' (byte-level BPE) and "
@@ -713,12 +753,12 @@ static void tok_free(tok *t) {
     ckpt__name_table_free(&t->table);
 }
 
-ckpt_status ckpt__lc_hf_tokenizer(ckpt_plan *plan, const char *architecture, ckpt_error *err) {
+ckpt_status ckpt__lc_hf_tokenizer(ckpt_plan *plan, const ckpt__lc_family *family, ckpt_error *err) {
     const ckpt_kv *kv = NULL;
     tok t = {.catalog = plan->catalog, .path = ckpt_catalog_file_path(plan->catalog, 0), .err = err};
     if (!ckpt__catalog_kv_encoded(t.catalog, "tokenizer.ggml.model", &kv)) return CKPT_OK; /* no tokenizer in the file */
     ckpt__buf json = {0}, config = {0}, model = {0};
-    ckpt_status st = read_kind(&t, architecture);
+    ckpt_status st = read_kind(&t, family);
     if (st == CKPT_OK) st = read_vocab(&t);
     if (st == CKPT_OK) {
         ckpt__buf_puts(&json, "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": ");

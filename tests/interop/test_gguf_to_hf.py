@@ -168,7 +168,9 @@ SPECIAL_TEXTS = {
     "llama3": "<|begin_of_text|>user<|eot_id|> <|start_header_id|>x<|end_header_id|>\n\n",
     "qwen2": "<|im_start|>user\nhi<|im_end|>\n<|endoftext|>",
     "llama2": "<s>[INST] hi [/INST] ok</s>",
-    "phi3": "<|user|>\nhi<|end|>\n<|assistant|><|endoftext|>",
+    # no space after a chat token: transformers' GGUF load keeps the spaces
+    # that llama.cpp strips after them (test_phi3_added_tokens_strip_...)
+    "phi3": "<|user|>hi<|end|><|assistant|><|endoftext|>\n",
 }
 
 
@@ -220,6 +222,41 @@ def test_byte_level_tokenizer_ids_equal_the_original(tokenizers, family):
     assert ids(theirs, texts) != ids(original, texts)  # where transformers' GGUF load is not the original
 
 
+# Phi-3's chat tokens (and </s>) followed by spaces and newlines, which
+# llama.cpp strips after them as the original tokenizer does; none after
+# <|endoftext|>, which llama.cpp does not strip, nor text right after a
+# special token (the original's Metaspace prefixes only the first piece).
+PHI3_SPACED = ["hi <|user|>  \n <|end|> \n</s>   <|assistant|>\t<|placeholder1|>  ",
+               "<|system|>\n<|end|>\n<|user|>\n \n<|end|>\n<|assistant|>\n"]
+
+
+def phi3_rstrip(hf):
+    """{content: rstrip} of tokenizer.json's added tokens and of
+    tokenizer_config.json's added_tokens_decoder."""
+    added = json.loads((hf / "tokenizer.json").read_text())["added_tokens"]
+    decoder = json.loads((hf / "tokenizer_config.json").read_text())["added_tokens_decoder"].values()
+    return {t["content"]: t["rstrip"] for t in added}, {t["content"]: t["rstrip"] for t in decoder}
+
+
+def test_phi3_added_tokens_strip_the_spaces_after_them_as_llama_cpp(tokenizers, models, tmp_path):
+    """The GGUF keeps no rstrip: llama.cpp sets it for a model named Phi-3
+    (general.name holds "phi-3" or "phi3") on its special tokens and </s>,
+    but <unk>, <s> and <|endoftext|> (llama-vocab.cpp).  ckpt's tokenizer
+    files carry it: the original's ids where spaces follow those tokens,
+    which transformers' own GGUF tokenizer does not give.  A phi3 GGUF of
+    another name gets none, as llama.cpp gives it none."""
+    ours, theirs, original, hf = tokenizers["phi3"]
+    assert ids(ours, PHI3_SPACED) == ids(original, PHI3_SPACED)
+    assert ids(theirs, PHI3_SPACED) != ids(original, PHI3_SPACED)
+    added, decoder = phi3_rstrip(hf)
+    want = {t: t not in ("<unk>", "<s>", "<|endoftext|>") for t in added}
+    assert added == want and decoder == {t: want[t] for t in decoder}
+    assert want["<|user|>"] and want["</s>"] and not want["<|endoftext|>"]
+    src = models["phi3"][1]["f16"]
+    other = to_hf(rewritten(src, tmp_path / "other.gguf", change={"general.name": "Tiny"}), tmp_path / "hf")
+    assert not any(v for d in phi3_rstrip(other) for v in d.values())
+
+
 def test_sentencepiece_tokenizer_ids_equal_sentencepiece(tokenizers, models):
     """Llama 2's: the ids of SentencePiece itself (its merges by score;
     texts that do not start with a space, where SentencePiece always adds
@@ -251,6 +288,30 @@ def test_default_dtype_is_the_ggufs_float_type(models, tmp_path):
     assert json.loads((hf / "config.json").read_text())["dtype"] == "bfloat16"
     hf8 = to_hf(models["qwen2"][1]["q8_0"], tmp_path / "hf8")  # quantized: bf16
     assert {t.dtype for t in load_file(hf8 / "model.safetensors").values()} == {torch.bfloat16}
+
+
+def safetensors_header(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return n, json.loads(f.read(n))
+
+
+def test_safetensors_hold_save_pretrained_metadata_not_the_key_values(models, tmp_path):
+    """The GGUF's key-values became config.json and the tokenizer's files:
+    the safetensors header holds what transformers' save_pretrained writes
+    ({"format": "pt"}), not a copy of them (Llama 3's vocabulary and merges
+    were megabytes of header, and general.file_type said Q8_0 over bf16
+    tensors); from_pretrained loads the directory as transformers loads the
+    GGUF itself."""
+    gguf = models["llama3"][1]["q8_0"]
+    hf = to_hf(gguf, tmp_path / "hf", "--dtype", "f32")
+    size, header = safetensors_header(hf / "model.safetensors")
+    ours = transformers_model(hf)
+    ours.save_pretrained(tmp_path / "saved")
+    assert header["__metadata__"] == safetensors_header(tmp_path / "saved" / "model.safetensors")[1]["__metadata__"]
+    assert header["__metadata__"] == {"format": "pt"}
+    assert size < 128 * len(header)  # tensor entries alone: ~100 bytes each
+    assert_same_model(transformers_model(without_vocabulary(gguf, tmp_path / gguf.name)), ours)
 
 
 @pytest.mark.parametrize("family", ["llama3", "qwen3", "phi3"])
@@ -955,7 +1016,8 @@ def test_the_scripts_gguf_of_ckpts_directory_has_the_original_vocabulary(models,
     # the map as save_pretrained writes it: the original's added tokens, special
     # where the GGUF types them control (the script's Phi-3 types </s>, not
     # special in the original, control); the GGUF keeps no lstrip, rstrip or
-    # normalized (Phi-3's rstrip is not back): every flag false
+    # normalized: every flag false, but the rstrip llama.cpp gives Phi-3's
+    # tokens (the original's, but for <|endoftext|>, which llama.cpp does not strip)
     decoder = json.loads((hf / "tokenizer_config.json").read_text())["added_tokens_decoder"]
     want = {i: a.content for i, a in original.added_tokens_decoder.items()}
     if user:
@@ -963,5 +1025,8 @@ def test_the_scripts_gguf_of_ckpts_directory_has_the_original_vocabulary(models,
     assert {int(i): e["content"] for i, e in decoder.items()} == want
     assert {int(i): e["special"] for i, e in decoder.items()} == {i: first[2][i] == 3 for i in want}
     assert all(list(e) == ["content", "lstrip", "normalized", "rstrip", "single_word", "special"] and
-               not (e["lstrip"] or e["rstrip"] or e["normalized"] or e["single_word"]) for e in decoder.values())
+               not (e["lstrip"] or e["normalized"] or e["single_word"]) for e in decoder.values())
+    assert {int(i): e["rstrip"] for i, e in decoder.items()} == {
+        i: base == "phi3" and original.added_tokens_decoder[i].rstrip and
+        want[i] != "<|endoftext|>" for i in want}
     assert list(decoder) == sorted(decoder, key=int)

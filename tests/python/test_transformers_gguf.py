@@ -80,14 +80,14 @@ def no_numpy_dequantization(monkeypatch):
     monkeypatch.setattr(gguf_utils, "load_gguf_checkpoint", config_only)
 
 
-def assert_same_model(a, b):
+def assert_same_model(a, b, same_config=True):
     sa, sb = a.state_dict(), b.state_dict()
     assert sa.keys() == sb.keys()
     for k in sa:
         assert sa[k].dtype == sb[k].dtype and torch.equal(sa[k], sb[k]), k
     with torch.no_grad():
         assert torch.equal(a(IDS).logits, b(IDS).logits)
-    assert type(a) is type(b) and a.config.to_dict() == b.config.to_dict()
+    assert type(a) is type(b) and (not same_config or a.config.to_dict() == b.config.to_dict())
 
 
 def ckpt_maps(path):
@@ -166,7 +166,8 @@ def f32_gguf(tmp_path, family, build, gguf_type="f32", vocabulary=False):
 # beside them) and Qwen3-MoE: (the tiny model, from_pretrained's keywords,
 # whether transformers' own GGUF load reads the file).  transformers' GGUF
 # config drops the Qwen mixtures' experts' widths: the tiny models' are
-# given.  It reads a llama GGUF with experts as a Llama without them (no
+# given (to its own load; ckpt.transformers' config is ckpt's, which has
+# them, test_qwen_moe_ggufs_get_ckpts_config).  It reads a llama GGUF with experts as a Llama without them (no
 # Mixtral GGUF support: the Mixtral's config is given), and fails on
 # Qwen2-MoE's shared expert gate (a (1, 1, hidden) tensor for the model's
 # (1, hidden)): those two loads equal the original model alone.
@@ -199,8 +200,8 @@ def test_moe_experts_are_read_by_ckpt_into_the_models_stacked_experts(moe_dir, f
     request.getfixturevalue("no_numpy_dequantization")
     got = ckt.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, **kw)
     assert type(got).__name__ == transformers.AutoConfig.from_pretrained(model).architectures[0]
-    if expected is not None:
-        assert_same_model(expected, got)
+    if expected is not None:  # the config ckpt's: the original's, not transformers' parsing (rms_norm_eps as an f32)
+        assert_same_model(expected, got, same_config=False)
     have = got.state_dict()
     assert have["model.layers.1.mlp.experts.gate_up_proj"].shape == (4, 2 * have[
         "model.layers.1.mlp.experts.down_proj"].shape[2], 32)
@@ -208,6 +209,27 @@ def test_moe_experts_are_read_by_ckpt_into_the_models_stacked_experts(moe_dir, f
         want = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).state_dict()
         assert have.keys() == want.keys()
         assert all(torch.equal(t, want[k]) for k, t in have.items())
+
+
+@pytest.mark.parametrize("gguf_type", ["f32", "q8_0"])
+@pytest.mark.parametrize("family", ["qwen2moe", "qwen3moe"])
+def test_qwen_moe_ggufs_get_ckpts_config(moe_dir, family, gguf_type, no_numpy_dequantization):
+    """No keywords: transformers' parsing of a Qwen MoE GGUF drops the
+    experts' widths (a model of 1408- or 768-wide experts, which the tensors
+    do not fit), so the config is ckpt's (ckpt_gguf_hf_config): the
+    original's widths, shared expert and norm_topk_prob, and its logits
+    (exactly from F32, the bf16 weights widened; within Q8_0's rounding)."""
+    model, path = f32_gguf(moe_dir, family, MOE[family][0], gguf_type)
+    got = ckt.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    source = transformers.AutoConfig.from_pretrained(model)
+    assert type(got).__name__ == source.architectures[0]
+    for key in ("moe_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob", "decoder_sparse_step",
+                "num_experts", "num_experts_per_tok"):
+        assert getattr(got.config, key, None) == getattr(source, key, None), key
+    want = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    with torch.no_grad():
+        a, b = got(IDS).logits, want(IDS).logits
+    assert (a - b).abs().max().item() <= (0.0 if gguf_type == "f32" else 2e-2)
 
 
 def test_the_experts_load_cast_and_report_each_tensor_once(moe_dir):

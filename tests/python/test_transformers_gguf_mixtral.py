@@ -103,7 +103,7 @@ def test_an_f32_mixtral_gguf_is_the_original_model(mixtral, entry, no_numpy_dequ
     model, path = mixtral
     load = ckt.from_pretrained if entry == "from_pretrained" else getattr(ckt, entry).from_pretrained
     got = load(path["f32"].parent, gguf_file=path["f32"].name)
-    assert type(got) is transformers.MixtralForCausalLM and got.dtype == torch.float32  # config.json's dtype
+    assert type(got) is transformers.MixtralForCausalLM and got.dtype == torch.float32  # transformers' GGUF dtype rule
     want = original(model)
     have, expected = got.state_dict(), want.state_dict()
     assert have.keys() == expected.keys()
@@ -128,3 +128,12 @@ def test_a_q8_0_mixtral_gguf_is_the_original_within_its_quantization_error(mixtr
     a, b = logits(got), logits(want)
     assert not torch.equal(a, b)  # quantized: not the F32 model
     assert (a - b).abs().max() <= 0.02 * b.abs().max()
+
+
+def test_the_dtype_is_transformers_gguf_rule_not_the_configs(mixtral, no_numpy_dequantization):
+    """ckpt's config sets no dtype: dtype="auto" loads a Q8_0 Mixtral in
+    float32, as transformers' own GGUF load does every quantized file (the
+    config.json of `ckpt convert` says bfloat16, its dequantized dtype)."""
+    _, path = mixtral
+    got = ckt.AutoModelForCausalLM.from_pretrained(path["q8_0"].parent, gguf_file=path["q8_0"].name, dtype="auto")
+    assert type(got) is transformers.MixtralForCausalLM and got.dtype == torch.float32

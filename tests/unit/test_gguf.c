@@ -507,8 +507,23 @@ static void test_gguf_hf_tokenizer(void **state) {
     assert_null(strstr(config, "[PAD5]"));
     free(json);
     free(config);
+    /* the key-values became those files: the safetensors hold what
+     * save_pretrained writes, and the key-values only when asked */
+    char *asked = strdup(in_dir(dir, "asked/"));
+    o.source_metadata = 1;
+    if (ckpt_convert_plan(p, asked, &o, &err) != CKPT_OK) fail_msg("%s", err.message);
     ckpt_plan_free(p);
     ckpt_catalog_close(c);
+    assert_int_equal(ckpt_catalog_open(out, &c, &err), CKPT_OK);
+    assert_int_equal(ckpt_catalog_metadata_count(c), 1);
+    assert_string_equal(ckpt_catalog_metadata_get(c, "format"), "pt");
+    ckpt_catalog_close(c);
+    assert_int_equal(ckpt_catalog_open(asked, &c, &err), CKPT_OK);
+    assert_string_equal(ckpt_catalog_metadata_get(c, "format"), "pt");
+    assert_string_equal(ckpt_catalog_metadata_get(c, "general.architecture"), "llama");
+    assert_non_null(ckpt_catalog_metadata_get(c, "tokenizer.ggml.tokens"));
+    ckpt_catalog_close(c);
+    free(asked);
     free(model);
     free(gguf);
     free(out);

@@ -114,6 +114,17 @@ typedef struct ckpt__lc_pre {
     const char *regex, *name;
 } ckpt__lc_pre;
 
+/* Token attributes llama.cpp sets by model name, which the GGUF does not
+ * keep (llama_vocab::impl::load, "set attributes by model/tokenizer/
+ * architecture name"), and the way back writes as the added tokens' rstrip
+ * flags in tokenizer.json and tokenizer_config.json: for a file whose
+ * general.name, lowercased, holds one of `names`, every special token
+ * (control, user-defined or unknown: llama.cpp's special-token cache) and
+ * the tokens `also` strip the spaces after them, but the tokens `except`. */
+typedef struct ckpt__lc_rstrip {
+    const char *const *names, *const *also, *const *except; /* each NULL-terminated */
+} ckpt__lc_rstrip;
+
 /* What the way back (llamacpp_hf.c) writes into config.json beyond the
  * family's key-values, for a family whose transformers config says more
  * than a Llama's does, or says it otherwise (Gemma's): what llama.cpp
@@ -159,6 +170,7 @@ typedef struct ckpt__lc_family {
     const char *hf_norm_topk_prob;    /* norm_topk_prob, "true" or "false": whether llama.cpp's graph of the
                                          family weighs the chosen experts normalized; NULL: no such key */
     const ckpt__lc_hf_config *hf;     /* config.json's keys the way back adds; NULL: a Llama's */
+    const ckpt__lc_rstrip *rstrip;    /* the added tokens' rstrip llama.cpp gives them; NULL: none */
 } ckpt__lc_family;
 
 /* LlamaModel.generate_extra_tensors' rope_freqs for RoPE type llama3 (a

@@ -56,6 +56,16 @@ static const ckpt__lc_pre ckpt__lc_phi3_pres[] = {
     {NULL, NULL},
 };
 
+/* llama.cpp's Phi-3 rule (llama-vocab.cpp, by general.name: "phi-3" or
+ * "phi3"): its special tokens strip the spaces after them, </s> too, but
+ * <unk>, <s> and <|endoftext|>, as Phi-3's tokenizer_config.json flags its
+ * chat tokens rstrip. */
+static const char *const ckpt__lc_phi3_rstrip_names[] = {"phi-3", "phi3", NULL};
+static const char *const ckpt__lc_phi3_rstrip_also[] = {"</s>", NULL};
+static const char *const ckpt__lc_phi3_rstrip_except[] = {"<unk>", "<s>", "<|endoftext|>", NULL};
+static const ckpt__lc_rstrip ckpt__lc_phi3_rstrip = {
+    .names = ckpt__lc_phi3_rstrip_names, .also = ckpt__lc_phi3_rstrip_also, .except = ckpt__lc_phi3_rstrip_except};
+
 static const ckpt__lc_family ckpt__lc_phi3 = {
     .name = "phi3",
     .hidden_act = "silu",
@@ -65,6 +75,7 @@ static const ckpt__lc_family ckpt__lc_phi3 = {
     .pres = ckpt__lc_phi3_pres,
     .add_space_prefix = false,
     .spm_added = CKPT__LC_SPM_PHI3,
+    .rstrip = &ckpt__lc_phi3_rstrip,
 };
 
 #endif
