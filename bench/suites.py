@@ -172,43 +172,23 @@ _THIS_ROUND = ("this round's changes (the device ring's default of 32 slots in i
                "on the pull reader, the plan's unstack for MoE experts, the GGUF header reader's refills, the "
                "catalog's credentials for collective loads) change the code of these suites after they were last "
                "measured; they are rerun on the round's final code on a quiet machine when the round's time allows")
-# The suites whose code this round's merges changed (stop 41): the plan's stack folded into the join (src/plan.c,
-# src/convert.c, src/load.c: every quick suite), the collective save's fsync before the vote and its write order in C
-# (src/collective_write.c, src/writer.c, include/ckpt_collective.h), refusals of silent no-ops in the CLI and Python
-# front ends, and the round before's changes to the suites it had not rerun.
-_ROUND41 = ("this round's merges change the code of these suites after they were last measured: the plan's stack folded "
-            "into the join (src/plan.c, src/convert.c, src/load.c), every rank's fsync before a collective save's vote "
-            "and its write order in C (src/collective_write.c, src/writer.c), a Mixtral GGUF's config from ckpt, and "
-            "argument checks in the CLI and Python front ends; they are rerun on the round's final code on a quiet "
-            "machine when the round's time allows")
 # The suites whose code this round's merges changed (stop 42): boolean options checked in the Python extension
 # (python/src/ckptmodule.c, python/ckpt/), a block type asked into safetensors refused (cli/convert.c), `ckpt diff
 # --as-hf`, GGUF -> HF safetensors holding save_pretrained's metadata (src/convert.c) and a doc comment in
-# include/ckpt.h, which every suite's code holds.
+# include/ckpt.h, which every suite's code holds; load 2 GB and python are stale by stop 41's merges too (the plan's
+# stack folded into the join in src/plan.c, src/convert.c and src/load.c).
 _ROUND42 = ("this round's merges change the code of these suites after they were last measured: boolean options "
             "checked in the Python extension, a block type asked into safetensors refused in the CLI, GGUF -> HF "
-            "metadata (src/convert.c) and a comment in include/ckpt.h; they are rerun on the round's final code on a "
+            "metadata (src/convert.c) and a comment in include/ckpt.h, and the round before's (the plan's stack folded into "
+            "the join); they are rerun on the round's final code on a "
             "quiet machine when the round's time allows")
 PENDING_RERUN = {
-    "open": _ROUND42,
-    "convert": _ROUND42,
-    "torch_read": _ROUND42,
-    "torch_convert": _ROUND42,
-    "dcp": _ROUND42,
-    "distributed": _ROUND42,
-    "transformers": _ROUND41,
-    "crc": _ROUND41,
-    "gguf": _ROUND41,
-    "transformers hub": _ROUND41,
-    "load 2 GB": _ROUND41,
-    "python": _ROUND41,
+    "load 2 GB": _ROUND42,
+    "python": _ROUND42,
     "gpu": ("needs a CUDA GPU (tests/gpu/run.sh; the device tool lends one to some sessions, 15 minutes each): "
             "measured this round, then its benchmark changed (warm runs before cold, so that no cold run pays the "
             "device's opening; fastsafetensors and Run:ai's streamer carried as wheels) after the round's device "
             "time was spent"),
-    "save incremental": _ROUND41,
-    "save background": _ROUND41,
-    "llamacpp 4 GB": _THIS_ROUND,
     "llamacpp 1 GB": _THIS_ROUND,
     "llamacpp quantize check": _THIS_ROUND,
     "llamacpp check": _THIS_ROUND,
