@@ -219,6 +219,10 @@ def main():
                     if name == "gguf-py" and r >= (args.peer_runs or args.runs):
                         continue
                     clean([outs[name]])
+                    # No contender pays for the one before it: neither syncs
+                    # (--no-sync, cp), so the last run's gigabytes of dirty
+                    # pages would otherwise be written back during this one.
+                    os.sync()
                     if mode == "cold":
                         drop_cache(d)
                     secs, rss = run(cmd(outs[name]))
