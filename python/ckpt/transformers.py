@@ -451,20 +451,32 @@ def _load_distributed(model_class, model, path, load_config):
 
 # Widths of a mixture of experts' tensors that ckpt's config holds (from
 # the GGUF's expert_feed_forward_length, expert_shared_feed_forward_length).
-_EXPERT_WIDTHS = ("moe_intermediate_size", "shared_expert_intermediate_size")
+# The config's widths that shape tensors and that a config class may hold
+# with a default of its own instead of deriving it from the others.
+_SHAPE_WIDTHS = ("head_dim", "moe_intermediate_size", "shared_expert_intermediate_size")
 
 
-def _dropped(ours):
-    """The widths in ckpt's config `ours` that transformers' parsing of the
-    GGUF's key-values never sets (its GGUF_TO_TRANSFORMERS_MAPPING), so that
-    its config keeps the class's defaults: transformers 5.23 maps neither of
-    Qwen2-MoE's and Qwen3-MoE's, and builds a model of 1408- (Qwen3: 768-)
-    wide experts and a 5632-wide shared expert whatever the file holds,
-    which the tensors do not fit.  A transformers that parses them gets its
-    own config back."""
+def _dropped(ours, given=()):
+    """The widths in ckpt's config `ours` that transformers' config of the
+    same GGUF would get wrong: its parsing (GGUF_TO_TRANSFORMERS_MAPPING)
+    never sets them, the caller did not give them (`given`: from_pretrained's
+    keywords), and the config class's default or derivation differs from
+    the file's.  transformers 5.23 maps none of Qwen2-MoE's and Qwen3-MoE's
+    experts' widths (it builds 1408- or 768-wide experts and a 5632-wide
+    shared expert whatever the file holds) nor Qwen3's
+    qwen3.attention.key_length (Qwen3Config keeps head_dim=128; Llama's
+    config derives hidden_size / heads, right for a Llama GGUF), and the
+    tensors do not fit such a model.  A transformers that parses them gets
+    its own config back."""
+    from transformers import AutoConfig
     from transformers.modeling_gguf_pytorch_utils import GGUF_TO_TRANSFORMERS_MAPPING
     parsed = set(GGUF_TO_TRANSFORMERS_MAPPING["config"].get(ours["model_type"].removesuffix("_text"), {}).values())
-    return [k for k in _EXPERT_WIDTHS if k in ours and k not in parsed]
+    unset = [k for k in _SHAPE_WIDTHS if k in ours and k not in parsed and k not in given]
+    if not unset:
+        return []
+    theirs = AutoConfig.for_model(ours["model_type"], **{k: v for k, v in ours.items() if k in parsed})
+    # A class without the attribute derives the width inside its model.
+    return [k for k in unset if hasattr(theirs, k) and getattr(theirs, k) != ours[k]]
 
 
 def _gguf_config(pretrained_model_name_or_path, gguf_file, hub, config_class=None, kwargs=None):
@@ -492,7 +504,7 @@ def _gguf_config(pretrained_model_name_or_path, gguf_file, hub, config_class=Non
     # architecture, gemma3's text model as gemma3_text: a model type of those
     # is one its loader knows, and its config stays transformers' as before,
     # unless its parsing drops a width the tensors' shapes need (_dropped).
-    if ours["model_type"].removesuffix("_text") in GGUF_SUPPORTED_ARCHITECTURES and not _dropped(ours):
+    if ours["model_type"].removesuffix("_text") in GGUF_SUPPORTED_ARCHITECTURES and not _dropped(ours, kwargs or {}):
         return None
     # The dtype stays transformers' GGUF rule's (its parsing sets none):
     # config.json's, the bfloat16 a conversion dequantizes Q8_0 to, would

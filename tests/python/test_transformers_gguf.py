@@ -232,6 +232,27 @@ def test_qwen_moe_ggufs_get_ckpts_config(moe_dir, family, gguf_type, no_numpy_de
     assert (a - b).abs().max().item() <= (0.0 if gguf_type == "f32" else 2e-2)
 
 
+@pytest.mark.parametrize("family, build, key", [("qwen3", tiny_qwen3, "head_dim"),
+                                                 ("llama3", tiny_llama, "head_dim")])
+def test_a_width_transformers_parsing_drops_comes_from_the_file(tmp_path, family, build, key,
+                                                                no_numpy_dequantization):
+    """No keywords: transformers' parsing of a dense Qwen3 GGUF drops
+    qwen3.attention.key_length, and Qwen3Config keeps its default head_dim
+    of 128, which the tiny model's 16-wide heads do not fit: the config is
+    ckpt's then, and the model the original's.  A Llama's config derives
+    head_dim from the widths transformers does parse, so a Llama GGUF keeps
+    transformers' own config."""
+    model, path = f32_gguf(tmp_path, family, build)
+    source = transformers.AutoConfig.from_pretrained(model)
+    got = ckt.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    assert getattr(got.config, key) == getattr(source, key)
+    want = transformers.AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    with torch.no_grad():
+        assert torch.equal(got(IDS).logits, want(IDS).logits)
+    # Qwen3: ckpt's config; Llama: transformers' own parsing, as before.
+    assert (ckt._gguf_config(str(path.parent), path.name, {}) is None) == (family == "llama3")
+
+
 def test_the_experts_load_cast_and_report_each_tensor_once(moe_dir):
     """The joined tensor is one item of the load, its pieces written into
     the caller's buffer: on_loaded (the engine's item_done, once its every
