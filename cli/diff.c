@@ -48,8 +48,9 @@ const char diff_usage[] =
     "                         stderr is a terminal)\n"
     "  -h, --help             show this help\n"
     "\n"
-    "Exit status: 0 identical, 1 different (or an unreadable input, with an\n"
-    "error on stderr), 2 usage error, 130 interrupted.\n";
+    "Exit status (cmp's and diff's): 0 identical, 1 different, 2 trouble (an\n"
+    "unreadable input, with an error on stderr, or a usage error), 130\n"
+    "interrupted.\n";
 
 /* Elements per chunk: 8 MiB of the widest dtype, and of each float64 copy. */
 enum { CHUNK_ELEMS = 1 << 20, CHUNK_BYTES = 8 << 20 };
@@ -698,6 +699,13 @@ static void print_json(const differ *df, const diff_entry *list, size_t count, c
 
 /* ---- the command -------------------------------------------------------- */
 
+/* diff's exit status is cmp(1)'s and diff(1)'s, so that a script tells a
+ * difference from a failure: 0 identical, 1 different, 2 trouble (what the
+ * other commands exit 1 for: a file that cannot be read, a usage error).
+ * DIFFERENT stands apart from EXIT_ERROR until cmd_diff maps them. */
+enum { DIFFERENT = -1, DIFF_EXIT_DIFFERENT = 1, DIFF_EXIT_TROUBLE = 2 };
+
+
 static int run(differ *df, bool json) {
     size_t na = side_count(&df->a), nb = side_count(&df->b);
     diff_entry *list = calloc(na + nb + 1, sizeof *list);
@@ -765,7 +773,7 @@ static int run(differ *df, bool json) {
             if (json) print_json(df, list, count, counts, identical);
             else print_text(df, list, count, counts, identical, identical_bytes);
         }
-        rc = finish_stdout() != EXIT_OK || count ? EXIT_ERROR : EXIT_OK;
+        rc = finish_stdout() != EXIT_OK ? EXIT_ERROR : count ? DIFFERENT : EXIT_OK;
     }
     free(list);
     return rc;
@@ -865,12 +873,12 @@ int cmd_diff(int argc, char **argv) {
     const char **globals = calloc((size_t)argc, sizeof *globals);
     if (!globals) {
         fputs("ckpt: out of memory\n", stderr);
-        return EXIT_ERROR;
+        return DIFF_EXIT_TROUBLE;
     }
     source_options so;
     source_options_init(&so);
     int rc = parse_and_run(argc, argv, globals, &so);
     source_options_free(&so);
     free(globals);
-    return rc;
+    return rc == DIFFERENT ? DIFF_EXIT_DIFFERENT : rc == EXIT_ERROR ? DIFF_EXIT_TROUBLE : rc;
 }

@@ -181,11 +181,11 @@ def test_unreadable_inputs_and_usage(tmp_path, weights):
     a = save(tmp_path, "a.safetensors", weights)
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(a.read_bytes()[:-9])
-    r = run("diff", a, bad)
-    assert r.returncode == 1 and r.stdout == ""
+    r = run("diff", a, bad)  # trouble is 2, as cmp's and diff's: 1 says "they differ"
+    assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and "bad.safetensors" in r.stderr and "[CKPT_E_TRUNCATED]" in r.stderr
     r = run("diff", tmp_path / "nope", a)
-    assert r.returncode == 1 and "nope" in r.stderr and "[CKPT_E_NOT_FOUND]" in r.stderr
+    assert r.returncode == 2 and "nope" in r.stderr and "[CKPT_E_NOT_FOUND]" in r.stderr
     for args, needle in ((["diff"], "missing A and B"), (["diff", a], "missing B"), (["diff", a, a, a], "third"),
                          (["diff", a, a, "--bogus"], "unknown option")):
         r = run(*args)
