@@ -167,11 +167,11 @@ MEASUREMENTS = {
 # fails for a stale result missing here, and for an entry here whose result
 # is fresh again (rerun: remove it).
 # The quick suites, stale by this round's changes to the code they measure.
-_THIS_ROUND = ("this round's changes (the device ring's default of 32 slots in include/ and src/device/, "
-               "ckpt.transformers for transformers before 5.23, and the changes of the round before: the JSON parser "
-               "on the pull reader, the plan's unstack for MoE experts, the GGUF header reader's refills, the "
-               "catalog's credentials for collective loads) change the code of these suites after they were last "
-               "measured; they are rerun on the round's final code on a quiet machine when the round's time allows")
+# The suites whose code this round's changes altered (stop 43): ckpt.transformers' check of the widths
+# transformers' GGUF parsing drops (python/ckpt/transformers.py: a dense Qwen3's head_dim).
+_ROUND43 = ("this round's changes alter the code of these suites after they were last measured (ckpt.transformers' "
+            "check of the widths transformers' GGUF config drops); they are rerun on the round's final code on a "
+            "quiet machine when the round's time allows")
 # The suites whose code this round's merges changed (stop 42): boolean options checked in the Python extension
 # (python/src/ckptmodule.c, python/ckpt/), a block type asked into safetensors refused (cli/convert.c), `ckpt diff
 # --as-hf`, GGUF -> HF safetensors holding save_pretrained's metadata (src/convert.c) and a doc comment in
@@ -185,13 +185,12 @@ _ROUND42 = ("this round's merges change the code of these suites after they were
 PENDING_RERUN = {
     "load 2 GB": _ROUND42,
     "python": _ROUND42,
+    "transformers": _ROUND43,
+    "transformers hub": _ROUND43,
     "gpu": ("needs a CUDA GPU (tests/gpu/run.sh; the device tool lends one to some sessions, 15 minutes each): "
             "measured this round, then its benchmark changed (warm runs before cold, so that no cold run pays the "
             "device's opening; fastsafetensors and Run:ai's streamer carried as wheels) after the round's device "
             "time was spent"),
-    "llamacpp 1 GB": _THIS_ROUND,
-    "llamacpp quantize check": _THIS_ROUND,
-    "llamacpp check": _THIS_ROUND,
     "load 8 GB": "needs an 8 GB file set and about 10 GB of memory beside it",
     "perf": "takes about 20 minutes, and needs an 8 GB file",
     "jax": "takes about 15 minutes (Orbax, Flax, 8 devices)",
