@@ -8,6 +8,7 @@ its stats say why.  The output is byte for byte what a save without base
 writes."""
 import os
 import subprocess
+import threading
 
 import numpy as np
 import pytest
@@ -195,6 +196,34 @@ def header(path):
     data = open(path, "rb").read()
     n = int.from_bytes(data[:8], "little")
     return __import__("json").loads(data[8:8 + n]), 8 + n, data
+
+
+def test_each_unchanged_byte_is_hashed_once_off_the_callers_thread(tmp_path, monkeypatch):
+    """Hashing is most of an incremental save's time: an unchanged tensor
+    is hashed once, whole (its chunk digests are the base's, where its
+    chunks lie as the base's), on the save's hashing threads; a changed one
+    is hashed again for its chunks, to find the unchanged ones.  The output
+    is still byte for byte a full save's, chunk digests included."""
+    sd = embedding_model()
+    sd.update({f"more.{i}": torch.randn(4096, 256) for i in range(4)})  # chunked, 4 MiB each
+    ckpt.save(sd, tmp_path / "a.safetensors", checksums=True)
+    update_rows(sd, rows=(5000,))
+    calls, hash_ = [], ckpt._ckpt.xxh3_64
+
+    def counted(data, *chunks):
+        calls.append((memoryview(data).nbytes, bool(chunks and chunks[-1]), threading.current_thread().name))
+        return hash_(data, *chunks)
+    monkeypatch.setattr(ckpt._api._ckpt, "xxh3_64", counted)
+    paths, stats = ckpt.save(sd, tmp_path / "b.safetensors", base=tmp_path / "a.safetensors", return_stats=True)
+    monkeypatch.undo()
+    assert stats["cloned_tensors"] == len(sd) - 1 and stats["partial_tensors"] == 1
+    embed = sd["embed"].numel() * 4
+    whole = sum(n for n, chunked, _ in calls if not chunked)
+    assert whole == sum(t.numel() * t.element_size() for t in sd.values()), calls
+    assert [n for n, chunked, _ in calls if chunked] == [embed], calls  # the changed one, for its chunks
+    assert all(name.startswith("ckpt-hash") for *_, name in calls), calls
+    assert (tmp_path / "b.safetensors").read_bytes() == full_save(sd, tmp_path / "full.safetensors")
+    assert verify(tmp_path / "b.safetensors").returncode == 0
 
 
 def test_chunk_digests_lie_on_the_files_block_edges(tmp_path):
