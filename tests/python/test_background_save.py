@@ -137,11 +137,13 @@ def test_killed_child_leaves_the_previous_checkpoint_and_the_next_save_works(tmp
     assert sorted(os.listdir(tmp_path)) == ["m.safetensors"]
 
 
-def test_fork_report_larger_than_the_pipe_buffer(tmp_path):
+def test_fork_report_larger_than_the_pipe_buffer(tmp_path, monkeypatch):
     """The child's report (here an incremental save's per-tensor stats,
     about 100 KB pickled) is read as it comes: read after waitpid, it filled
     the pipe's 64 KiB, the child blocked in its write and wait() never
-    returned."""
+    returned.  (The tensors cloned as if this disk shared blocks: on ext4 a
+    save writes them from memory.)"""
+    monkeypatch.setattr(ckpt._api, "_shares_blocks", lambda base_file, out: True)
     sd = {f"model.layers.{i}.self_attn.q_proj.weight": torch.full((4,), float(i)) for i in range(1500)}
     ckpt.save(sd, tmp_path / "a.safetensors", checksums=True)
     h = ckpt.save(sd, tmp_path / "b.safetensors", base=tmp_path / "a.safetensors", background=True, staging="fork")
