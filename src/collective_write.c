@@ -472,6 +472,16 @@ ckpt_status ckpt_shard_writer_begin(ckpt_shard_writer *sw, ckpt_error *err) {
         sw->w = NULL;
         return st;
     }
+    /* Each range a rank writes starts its write-back at once and leaves the
+     * page cache once on disk (ckpt__writer_drop_behind), on every rank.
+     * Without it the disk stayed idle while the ranks filled the cache, and
+     * then every byte was written at the fsyncs before the vote: per-phase
+     * timestamps of 4 ranks saving 4 GB on 2 cores put the writes at 1.0-1.9
+     * s and the fsyncs after them at 1.9 s more (issue 32 §4).  Now the
+     * writes and the write-back overlap, and the fsyncs find a rank's last
+     * few ranges dirty at most.  The rank's bytes are dropped from the cache
+     * too: a training job's checkpoint need not evict its data. */
+    ckpt__writer_drop_behind(sw->w);
     sw->state = SW_WRITING;
     return CKPT_OK;
 }

@@ -84,6 +84,8 @@ def run(rank, world, port, tmp, scenario):
             write_order(rank, world, tmp, result)
         elif scenario == "sync":
             sync(rank, world, tmp, result)
+        elif scenario == "write_back":
+            write_back(rank, world, tmp, result)
     except Exception:  # noqa: BLE001 - reported to the test
         result["failures"].append(traceback.format_exc())
     _finish(tmp, rank, result)
@@ -423,6 +425,26 @@ def sync(rank, world, tmp, result):
     result["stats"] = cd.save(sd, os.path.join(tmp, "sync-out"), shards=shards, max_shard_size="300KB", timeout=60,
                               return_stats=True)
     result["tensors"] = sorted(sd)
+    dist.barrier()
+
+
+WRITE_BACK_SHAPE = (6144, 4096)  # float32: 96 MiB, 48 MiB a rank of 2, more than the writer's 32 MiB drop window
+
+
+def write_back_tensor():
+    return torch.arange(WRITE_BACK_SHAPE[0] * WRITE_BACK_SHAPE[1], dtype=torch.float32).reshape(WRITE_BACK_SHAPE)
+
+
+def write_back(rank, world, tmp, result):
+    """A collective save of one 96 MiB tensor split by rows among the ranks
+    (one shard): what the test then finds in the page cache."""
+    import ckpt.distributed as cd
+    t = write_back_tensor()
+    rows = t.shape[0] // world
+    sd = {"w": t[rank * rows:(rank + 1) * rows].clone()}
+    del t
+    result["stats"] = cd.save(sd, os.path.join(tmp, "wb-out"), shards={"w": (WRITE_BACK_SHAPE, [rank * rows, 0])},
+                              timeout=60, return_stats=True)
     dist.barrier()
 
 
