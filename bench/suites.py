@@ -167,13 +167,6 @@ MEASUREMENTS = {
 # fails for a stale result missing here, and for an entry here whose result
 # is fresh again (rerun: remove it).
 # The quick suites, stale by this round's changes to the code they measure.
-# The suites whose code this round's changes altered (stop 43): ckpt.transformers' check of the widths
-# transformers' GGUF parsing drops (python/ckpt/transformers.py: a dense Qwen3's head_dim), an incremental save's
-# hashing on threads (python/ckpt/_api.py), a collective save's write-back as it writes (src/collective_write.c).
-_ROUND43 = ("this round's changes alter the code of these suites after they were last measured (ckpt.transformers' "
-            "check of the widths transformers' GGUF config drops, an incremental save's hashing on threads, a "
-            "collective save's write-back); they are rerun on the round's final code on a quiet machine when the "
-            "round's time allows")
 # The suites whose code this round's merges changed (stop 42): boolean options checked in the Python extension
 # (python/src/ckptmodule.c, python/ckpt/), a block type asked into safetensors refused (cli/convert.c), `ckpt diff
 # --as-hf`, GGUF -> HF safetensors holding save_pretrained's metadata (src/convert.c) and a doc comment in
@@ -187,11 +180,6 @@ _ROUND42 = ("this round's merges change the code of these suites after they were
 PENDING_RERUN = {
     "load 2 GB": _ROUND42,
     "python": _ROUND42,
-    "transformers": _ROUND43,
-    "transformers hub": _ROUND43,
-    "distributed": _ROUND43,
-    "save incremental": _ROUND43,
-    "save background": _ROUND43,
     "gpu": ("needs a CUDA GPU (tests/gpu/run.sh; the device tool lends one to some sessions, 15 minutes each): "
             "measured this round, then its benchmark changed (warm runs before cold, so that no cold run pays the "
             "device's opening; fastsafetensors and Run:ai's streamer carried as wheels) after the round's device "
