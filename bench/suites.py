@@ -177,7 +177,13 @@ _ROUND42 = ("this round's merges change the code of these suites after they were
             "metadata (src/convert.c) and a comment in include/ckpt.h, and the round before's (the plan's stack folded into "
             "the join); they are rerun on the round's final code on a "
             "quiet machine when the round's time allows")
+# The collective save's drop-behind made no_sync (stop 43, after the round's reruns): src/collective_write.c.
+_NO_SYNC_FIX = ("measured on d8404a4; then a collective save with no_sync stopped waiting for the disk's write-back "
+                "(src/collective_write.c: drop-behind only when the save syncs, after the MPI simulation's 16 MiB "
+                "no_sync save took 2-3x as long with it), too late in the round for the suite's 18 minutes")
 PENDING_RERUN = {
+    "distributed": _NO_SYNC_FIX,
+    "save background": _NO_SYNC_FIX,
     "load 2 GB": _ROUND42,
     "python": _ROUND42,
     "gpu": ("needs a CUDA GPU (tests/gpu/run.sh; the device tool lends one to some sessions, 15 minutes each): "

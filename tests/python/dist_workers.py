@@ -86,6 +86,8 @@ def run(rank, world, port, tmp, scenario):
             sync(rank, world, tmp, result)
         elif scenario == "write_back":
             write_back(rank, world, tmp, result)
+        elif scenario == "write_back_no_sync":
+            write_back(rank, world, tmp, result, no_sync=True)
     except Exception:  # noqa: BLE001 - reported to the test
         result["failures"].append(traceback.format_exc())
     _finish(tmp, rank, result)
@@ -435,7 +437,7 @@ def write_back_tensor():
     return torch.arange(WRITE_BACK_SHAPE[0] * WRITE_BACK_SHAPE[1], dtype=torch.float32).reshape(WRITE_BACK_SHAPE)
 
 
-def write_back(rank, world, tmp, result):
+def write_back(rank, world, tmp, result, no_sync=False):
     """A collective save of one 96 MiB tensor split by rows among the ranks
     (one shard): what the test then finds in the page cache."""
     import ckpt.distributed as cd
@@ -444,7 +446,7 @@ def write_back(rank, world, tmp, result):
     sd = {"w": t[rank * rows:(rank + 1) * rows].clone()}
     del t
     result["stats"] = cd.save(sd, os.path.join(tmp, "wb-out"), shards={"w": (WRITE_BACK_SHAPE, [rank * rows, 0])},
-                              timeout=60, return_stats=True)
+                              timeout=60, return_stats=True, no_sync=no_sync)
     dist.barrier()
 
 
