@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "catalog_internal.h"
+#include "io/file.h"
 #include "writer_internal.h"
 
 /* The tensor's bytes as they lie in one file, contiguous and as they are
@@ -77,6 +78,17 @@ ckpt_status ckpt_writer_copy_tensor(ckpt_writer *w, size_t index, const ckpt_cat
     free(chunks);
     if (st) return st;
     return ckpt__writer_pcopy(w, index, 0, ckpt__cat_source(src, p->file), p->offset, from->nbytes, err);
+}
+
+ckpt_status ckpt_writer_shares_blocks(const ckpt_writer *w, const ckpt_catalog *src, size_t src_file, int *shares,
+                                      ckpt_error *err) {
+    if (shares) *shares = 0;
+    if (!w || !src || !shares || src_file >= ckpt_catalog_file_count(src))
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1,
+                          "a writer, a catalog and one of its files are required");
+    const ckpt__source *from = ckpt__cat_source(src, (uint32_t)src_file);
+    *shares = from && ckpt__can_clone_into(from->fd, ckpt__writer_folder(w));
+    return CKPT_OK;
 }
 
 ckpt_status ckpt_writer_copy_range(ckpt_writer *w, size_t index, const ckpt_catalog *src, size_t src_index,

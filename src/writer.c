@@ -97,15 +97,18 @@ struct ckpt_writer {
     ckpt__lock *dest_lock; /* held from create to free (none for a dry run or a joined writer) */
     bool joined; /* writes into another process's writer (ckpt__writer_join): no commit */
     bool shared; /* other processes write tensors too: commit trusts the caller's count */
-    /* Direct mode: what is written leaves the page cache once on disk. */
+    /* Drop-behind (ckpt__writer_drop_behind): what is written leaves the
+     * page cache once on disk. */
     bool drop_behind;
     pthread_mutex_t drop_lock;
     struct dropped_range {
         int fd;
         uint64_t off, n;
-    } drops[64]; /* written ranges whose write-back has started, oldest first (a ring) */
+        uint64_t started; /* its first bytes whose write-back has started */
+        uint64_t bytes;   /* of them, those written (a merged span has gaps: merge_oldest_half) */
+    } drops[64]; /* written ranges, oldest first (a ring) */
     size_t drop_first, drop_count;
-    uint64_t drop_bytes; /* bytes in the ring */
+    uint64_t drop_bytes; /* bytes written in the ring's ranges */
     pthread_mutex_t lock; /* tensors' CRC segments */
 };
 
@@ -817,6 +820,7 @@ ckpt_status ckpt_writer_begin(ckpt_writer *w, ckpt_error *err) {
         if (st == CKPT_OK) st = ckpt__pwrite_full(file->fd, head.data, head.len, 0, file->final_path, err);
         free(head.data);
     }
+    if (st == CKPT_OK && w->opt.write_back && !w->opt.no_sync) ckpt__writer_drop_behind(w);
     if (st == CKPT_OK && w->opt.copy_files_from) st = copy_extras(w, err);
     if (st == CKPT_OK) st = write_given(w, err);
     if (st == CKPT_OK) w->state = WRITING;
@@ -914,12 +918,18 @@ static ckpt_status check_append(ckpt_writer *w, size_t index, uint64_t at, uint6
  * callers may stream every tensor they declared. */
 static bool dropped(const ckpt_writer *w, size_t index) { return w->tensors[index].pub.file == CKPT__OUT_NONE; }
 
-/* Direct mode: every written range starts its write-back at once and
- * joins a queue; once DROP_WINDOW bytes wait in it, the oldest ranges —
- * whose write-back has had time to finish — are waited for and dropped
- * from the page cache.  The cache holds about DROP_WINDOW of output, and
- * writing rarely waits. */
-enum { DROP_WINDOW = 32 << 20 };
+/* Drop-behind: every written range joins a queue and starts its
+ * write-back; once DROP_WINDOW bytes wait in it, the oldest ranges — whose
+ * write-back has had time to finish — are waited for and dropped from the
+ * page cache.  The cache holds about DROP_WINDOW of output, and writing
+ * rarely waits.  Small writes that continue the newest range (after at
+ * most DROP_GAP bytes of padding) extend it, up to DROP_JOIN bytes, and its
+ * write-back starts once DROP_START bytes of it wait: many small tensors
+ * would otherwise each become a small write to the disk, and then a small
+ * wait. */
+enum { DROP_WINDOW = 32 << 20, DROP_JOIN = 8 << 20, DROP_START = 1 << 20, DROP_GAP = 64 << 10 };
+
+const char *ckpt__writer_folder(const ckpt_writer *w) { return w->dir; }
 
 void ckpt__writer_drop_behind(ckpt_writer *w) {
     if (w->drop_behind) return;
@@ -932,25 +942,71 @@ static void drop_range(int fd, uint64_t off, uint64_t n) {
     posix_fadvise(fd, (off_t)off, (off_t)n, POSIX_FADV_DONTNEED);
 }
 
+/* The ring fills only with small ranges that do not follow each other —
+ * small tensors written in another order than the file's (a safetensors
+ * file orders them by name).  Waiting for them one at a time made many
+ * small waits (30,000 tensors of 1 KiB: 1 ms each), so the oldest half
+ * becomes one entry, the span of the file its ranges cover (those of the
+ * oldest one's file), which holds their bytes; it is waited for once the
+ * window is full, as the others.  Called with drop_lock held; returns the
+ * span, whose write-back the caller starts after unlocking. */
+static struct dropped_range merge_oldest_half(ckpt_writer *w) {
+    size_t cap = sizeof w->drops / sizeof w->drops[0], kept = 1, half = w->drop_count / 2;
+    struct dropped_range span = w->drops[w->drop_first];
+    uint64_t end = span.off + span.n;
+    for (size_t i = 1; i < w->drop_count; i++) {
+        struct dropped_range r = w->drops[(w->drop_first + i) % cap];
+        if (i < half && r.fd == span.fd) {
+            if (r.off < span.off) span.off = r.off;
+            if (r.off + r.n > end) end = r.off + r.n;
+            span.bytes += r.bytes;
+        } else {
+            w->drops[(w->drop_first + kept++) % cap] = r;
+        }
+    }
+    span.n = span.started = end - span.off;
+    w->drops[w->drop_first] = span;
+    w->drop_count = kept;
+    return span;
+}
+
 static void wrote(ckpt_writer *w, const wfile *f, uint64_t off, uint64_t n) {
     if (!w->drop_behind || !n) return;
-    sync_file_range(f->fd, (off_t)off, (off_t)n, SYNC_FILE_RANGE_WRITE);
     size_t cap = sizeof w->drops / sizeof w->drops[0];
     pthread_mutex_lock(&w->drop_lock);
-    if (w->drop_count == cap) { /* full: make room (rare: ranges are large) */
-        struct dropped_range r = w->drops[w->drop_first];
-        w->drop_first = (w->drop_first + 1) % cap, w->drop_count--, w->drop_bytes -= r.n;
-        pthread_mutex_unlock(&w->drop_lock);
-        drop_range(r.fd, r.off, r.n);
+    struct dropped_range *last = w->drop_count ? &w->drops[(w->drop_first + w->drop_count - 1) % cap] : NULL;
+    uint64_t end = last ? last->off + last->n : 0;
+    if (last && last->fd == f->fd && off >= end && off - end <= DROP_GAP && last->n < DROP_JOIN) {
+        n += off - end; /* the padding between tensors goes along */
+        last->n += n, last->bytes += n;
+    } else {
+        if (w->drop_count == cap) { /* full: small ranges out of the file's order (see merge_oldest_half) */
+            struct dropped_range span = merge_oldest_half(w);
+            pthread_mutex_unlock(&w->drop_lock);
+            sync_file_range(span.fd, (off_t)span.off, (off_t)span.n, SYNC_FILE_RANGE_WRITE);
+            pthread_mutex_lock(&w->drop_lock);
+        }
+        if (w->drop_count == cap) { /* another thread filled it meanwhile: this range starts and waits alone */
+            pthread_mutex_unlock(&w->drop_lock);
+            drop_range(f->fd, off, n);
+            return;
+        }
+        last = &w->drops[(w->drop_first + w->drop_count++) % cap];
+        *last = (struct dropped_range){f->fd, off, n, 0, n};
+    }
+    w->drop_bytes += n;
+    if (last->n - last->started >= DROP_START) {
+        uint64_t from = last->off + last->started, len = last->n - last->started;
+        last->started = last->n;
+        pthread_mutex_unlock(&w->drop_lock); /* starting write-back may wait for the device's queue */
+        sync_file_range(f->fd, (off_t)from, (off_t)len, SYNC_FILE_RANGE_WRITE);
         pthread_mutex_lock(&w->drop_lock);
     }
-    if (w->drop_count < cap) {
-        w->drops[(w->drop_first + w->drop_count++) % cap] = (struct dropped_range){f->fd, off, n};
-        w->drop_bytes += n;
-    }
-    while (w->drop_bytes > DROP_WINDOW && w->drop_count) {
+    /* The oldest ranges, never the newest (the one a small write may still
+     * extend). */
+    while (w->drop_bytes > DROP_WINDOW && w->drop_count > 1) {
         struct dropped_range r = w->drops[w->drop_first];
-        w->drop_first = (w->drop_first + 1) % cap, w->drop_count--, w->drop_bytes -= r.n;
+        w->drop_first = (w->drop_first + 1) % cap, w->drop_count--, w->drop_bytes -= r.bytes;
         pthread_mutex_unlock(&w->drop_lock);
         drop_range(r.fd, r.off, r.n);
         pthread_mutex_lock(&w->drop_lock);
@@ -966,7 +1022,7 @@ static void drop_file(ckpt_writer *w, int fd) {
     pthread_mutex_lock(&w->drop_lock);
     for (size_t i = 0; i < w->drop_count; i++) {
         struct dropped_range r = w->drops[(w->drop_first + i) % cap];
-        if (r.fd == fd) w->drop_bytes -= r.n;
+        if (r.fd == fd) w->drop_bytes -= r.bytes;
         else w->drops[(w->drop_first + kept++) % cap] = r;
     }
     w->drop_count = kept;

@@ -32,9 +32,13 @@ CKPT__HIDDEN ckpt_status ckpt__writer_pwrite(ckpt_writer *w, size_t index, uint6
  * writes on the file's pages. */
 CKPT__HIDDEN uint64_t ckpt__writer_file_offset(const ckpt_writer *w, size_t index, uint64_t at);
 
-/* Direct mode (a catalog opened with `direct`): written data leaves the
- * page cache once it is on disk (sync_file_range, POSIX_FADV_DONTNEED). */
+/* Written data starts its write-back at once and leaves the page cache
+ * once it is on disk (sync_file_range, POSIX_FADV_DONTNEED): a catalog
+ * opened with `direct`, a collective save, the `write_back` option. */
 CKPT__HIDDEN void ckpt__writer_drop_behind(ckpt_writer *w);
+
+/* The folder the writer's files go in. */
+CKPT__HIDDEN const char *ckpt__writer_folder(const ckpt_writer *w);
 
 /* A tensor whose XXH3-64 (and its chunks', as many as it has) the caller
  * knows: recorded as its digests, so that ckpt__writer_pcopy may feed a

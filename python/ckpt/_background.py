@@ -339,7 +339,8 @@ def _start_copy(tensors, path, staging_bytes, base, save_args):
     w, entries, bar = _api._save_open(tensors, path, **save_args)
     if base is not None:  # unchanged tensors cloned from the base now: only the others are staged
         try:
-            entries, incremental = _api._clone_unchanged(w, entries, base, path)
+            # the changed tensors are staged with the rest, not written on the caller's thread
+            entries, incremental = _api._clone_unchanged(w, entries, base, path, write_changed=False)
         except BaseException:
             w.abort()
             raise

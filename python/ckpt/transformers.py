@@ -449,10 +449,10 @@ def _load_distributed(model_class, model, path, load_config):
     return info
 
 
-# Widths of a mixture of experts' tensors that ckpt's config holds (from
-# the GGUF's expert_feed_forward_length, expert_shared_feed_forward_length).
 # The config's widths that shape tensors and that a config class may hold
-# with a default of its own instead of deriving it from the others.
+# with a default of its own instead of deriving it from the others: the
+# attention heads' (from the GGUF's attention.key_length) and a mixture of
+# experts' (expert_feed_forward_length, expert_shared_feed_forward_length).
 _SHAPE_WIDTHS = ("head_dim", "moe_intermediate_size", "shared_expert_intermediate_size")
 
 

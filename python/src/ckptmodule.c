@@ -2062,19 +2062,20 @@ typedef struct {
 } Writer;
 
 static int Writer_init(Writer *self, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"path", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "exact_file", NULL};
+    static char *kwlist[] = {"path", "max_shard_size", "prefix", "overwrite", "no_sync", "checksums", "exact_file",
+                             "write_back", NULL};
     PyObject *path, *prefix = NULL;
     unsigned long long shard = 0;
-    int overwrite = 0, no_sync = 0, checksums = 0, exact_file = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&O&O&O&O&", kwlist, PyUnicode_FSConverter, &path, &shard,
+    int overwrite = 0, no_sync = 0, checksums = 0, exact_file = 0, write_back = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|KO&O&O&O&O&O&", kwlist, PyUnicode_FSConverter, &path, &shard,
                                      PyUnicode_FSConverter, &prefix, FLAG("Writer: overwrite", overwrite),
                                      FLAG("Writer: no_sync", no_sync), FLAG("Writer: checksums", checksums),
-                                     FLAG("Writer: exact_file", exact_file)))
+                                     FLAG("Writer: exact_file", exact_file), FLAG("Writer: write_back", write_back)))
         return -1;
     ckpt_writer_options o;
     ckpt_writer_options_init(&o);
     o.max_shard_size = shard, o.overwrite = overwrite, o.no_sync = no_sync, o.checksums = checksums;
-    o.exact_file = exact_file;
+    o.exact_file = exact_file, o.write_back = write_back;
     o.prefix = prefix ? PyBytes_AS_STRING(prefix) : NULL;
     ckpt_error e;
     ckpt_writer *w;
@@ -2271,6 +2272,24 @@ static PyObject *writer_copy(Writer *self, PyObject *args, bool range) {
     Py_RETURN_NONE;
 }
 
+/* shares_blocks(catalog, file) -> bool: ckpt_writer_shares_blocks. */
+static PyObject *Writer_shares_blocks(Writer *self, PyObject *args) {
+    Py_ssize_t file;
+    Catalog *cat;
+    if (!writer_ready(self) || !PyArg_ParseTuple(args, "O!n", &CatalogType, &cat, &file)) return NULL;
+    if (!catalog_ready(cat)) return NULL;
+    ckpt_error e;
+    ckpt_status st;
+    int shares = 0;
+    catalog_use(cat);
+    Py_BEGIN_ALLOW_THREADS
+    st = ckpt_writer_shares_blocks(self->writer, cat->catalog, (size_t)file, &shares, &e);
+    Py_END_ALLOW_THREADS
+    catalog_unuse(cat);
+    if (st != CKPT_OK) return raise_ckpt(&e);
+    return PyBool_FromLong(shares);
+}
+
 static PyObject *Writer_copy_tensor(Writer *self, PyObject *args) { return writer_copy(self, args, false); }
 static PyObject *Writer_copy_range(Writer *self, PyObject *args) { return writer_copy(self, args, true); }
 
@@ -2315,6 +2334,8 @@ static PyMethodDef Writer_methods[] = {
      "give_digests(index, xxh3, chunks): the tensor's digests, known from memory"},
     {"copy_range", (PyCFunction)Writer_copy_range, METH_VARARGS,
      "copy_range(index, catalog, src_index, nbytes): its next bytes from a checkpoint's tensor, by the kernel"},
+    {"shares_blocks", (PyCFunction)Writer_shares_blocks, METH_VARARGS,
+     "shares_blocks(catalog, file) -> whether the output's file system can share that file's blocks (a reflink)"},
     {"commit", (PyCFunction)Writer_commit, METH_NOARGS,
      "commit() -> every path published (data files, side files such as an index, copied files): fsync and rename "
      "into place"},
@@ -2330,7 +2351,7 @@ static PyTypeObject WriterType = {
     .tp_new = PyType_GenericNew,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Writer(path, max_shard_size=0, prefix=None, overwrite=False, no_sync=False, checksums=False, "
-              "exact_file=False)",
+              "exact_file=False, write_back=False)",
 };
 
 /* ------------------------------------------------------------------------ */

@@ -9,6 +9,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -137,6 +139,27 @@ static ckpt_status copy_by_buffer(int src_fd, uint64_t src_offset, const char *s
     }
     free(buf);
     return st;
+}
+
+bool ckpt__can_clone_into(int src_fd, const char *dir) {
+    struct stat from;
+    if (src_fd < 0 || !dir || fstat(src_fd, &from) != 0 || !S_ISREG(from.st_mode)) return false;
+    /* O_TMPFILE: no name ever appears, and the kernel removes the file
+     * however this process ends. */
+    int probe = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (probe < 0) return false;
+    struct stat st;
+    bool shares = false;
+    if (fstat(probe, &st) == 0) {
+        /* Whole blocks, or the file's end: a clone of a partial block is
+         * refused unless it reaches the source's end. */
+        uint64_t block = st.st_blksize > 0 ? (uint64_t)st.st_blksize : CLONE_BLOCK;
+        struct file_clone_range r = {.src_fd = src_fd, .src_offset = 0,
+                                     .src_length = (uint64_t)from.st_size >= block ? block : 0, .dest_offset = 0};
+        shares = ioctl(probe, FICLONERANGE, &r) == 0;
+    }
+    close(probe);
+    return shares;
 }
 
 ckpt_status ckpt__copy_range(int src_fd, uint64_t src_offset, const char *src_path, int dst_fd,

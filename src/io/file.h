@@ -74,6 +74,13 @@ CKPT__HIDDEN ckpt_status ckpt__temp_create(const char *final_path, char **tmp_pa
  */
 CKPT__HIDDEN size_t ckpt__remove_stale_temps(const char *dir);
 
+/* Whether the kernel can share the blocks of the file open at `src_fd`
+ * with a new file in directory `dir` (a reflink), tried by cloning its
+ * first block (FICLONERANGE) into an unnamed temporary file there, which
+ * then goes: false on ext4, tmpfs, across file systems, or where `dir`
+ * refuses a new file. */
+CKPT__HIDDEN bool ckpt__can_clone_into(int src_fd, const char *dir);
+
 /* Creates directory `path` and its missing parents (mkdir -p). */
 CKPT__HIDDEN ckpt_status ckpt__make_directories(const char *path, ckpt_error *err);
 

@@ -143,7 +143,7 @@ def test_fork_report_larger_than_the_pipe_buffer(tmp_path, monkeypatch):
     the pipe's 64 KiB, the child blocked in its write and wait() never
     returned.  (The tensors cloned as if this disk shared blocks: on ext4 a
     save writes them from memory.)"""
-    monkeypatch.setattr(ckpt._api, "_shares_blocks", lambda base_file, out: True)
+    monkeypatch.setattr(ckpt._api, "_shares_blocks", lambda w, catalog, file: True)
     sd = {f"model.layers.{i}.self_attn.q_proj.weight": torch.full((4,), float(i)) for i in range(1500)}
     ckpt.save(sd, tmp_path / "a.safetensors", checksums=True)
     h = ckpt.save(sd, tmp_path / "b.safetensors", base=tmp_path / "a.safetensors", background=True, staging="fork")

@@ -25,6 +25,7 @@ if not dist.is_available():
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import dist_workers  # noqa: E402
+from page_cache import resident_fraction  # noqa: E402
 
 WORLD = 4
 
@@ -260,30 +261,6 @@ def test_every_rank_syncs_the_files_it_wrote_before_the_vote(tmp_path):
         assert r["stats"]["files_synced"] == len({weight_map[n] for n in r["tensors"]}) == 2, (rank, seen(results))
 
 
-def _resident_fraction(path):
-    """The share of a file's pages in the page cache (mincore)."""
-    import ctypes
-    import mmap
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    size = os.path.getsize(path)
-    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
-        vec = (ctypes.c_ubyte * pages)()
-        rc = libc.mincore(addr, size, vec)
-        libc.munmap(addr, size)
-        assert rc == 0, os.strerror(ctypes.get_errno())
-    finally:
-        os.close(fd)
-    return sum(v & 1 for v in vec) / pages
-
-
 def test_a_collective_save_writes_back_as_it_writes(tmp_path):
     """Issue 32 §4: the ranks of a collective save filled the page cache and
     left every byte to the fsyncs before the vote (4 ranks saving 4 GB: the
@@ -301,7 +278,7 @@ def test_a_collective_save_writes_back_as_it_writes(tmp_path):
     out = tmp_path / "wb-out"
     shards = [p for p in out.iterdir() if p.suffix == ".safetensors"]
     assert len(shards) == 1, shards
-    resident = _resident_fraction(shards[0])
+    resident = resident_fraction(shards[0])
     assert resident < 0.1, f"{resident:.0%} of {shards[0].name} is still in the page cache after the save"
     assert all(r["stats"]["files_synced"] == 1 for r in results), seen(results)
     assert torch.equal(ckpt.load(out)["w"], dist_workers.write_back_tensor())
@@ -319,7 +296,7 @@ def test_a_no_sync_collective_save_does_not_wait_for_the_disk(tmp_path):
     results, codes = spawn(tmp_path, "write_back_no_sync", timeout=240, world=2)
     assert codes == [0, 0] and all(r["failures"] == [] for r in results), seen(results)
     shards = [p for p in (tmp_path / "wb-out").iterdir() if p.suffix == ".safetensors"]
-    resident = _resident_fraction(shards[0])
+    resident = resident_fraction(shards[0])
     assert resident > 0.9, f"only {resident:.0%} of {shards[0].name} is in the page cache after a no_sync save"
     assert torch.equal(ckpt.load(tmp_path / "wb-out")["w"], dist_workers.write_back_tensor())
 

@@ -27,7 +27,7 @@ def clone_without_reflink(request, monkeypatch):
     copy as if it shared blocks.  The tests on real file systems (an `fs`
     parameter) keep the save's own judgement."""
     if "fs" not in request.fixturenames:
-        monkeypatch.setattr(ckpt._api, "_shares_blocks", lambda base_file, out: True)
+        monkeypatch.setattr(ckpt._api, "_shares_blocks", lambda w, catalog, file: True)
 
 
 def model(n=20, rows=256, seed=0):
@@ -224,6 +224,56 @@ def test_each_unchanged_byte_is_hashed_once_off_the_callers_thread(tmp_path, mon
     assert all(name.startswith("ckpt-hash") for *_, name in calls), calls
     assert (tmp_path / "b.safetensors").read_bytes() == full_save(sd, tmp_path / "full.safetensors")
     assert verify(tmp_path / "b.safetensors").returncode == 0
+
+
+def test_a_changed_tensor_is_written_while_the_others_are_hashed(tmp_path, monkeypatch):
+    """The writer gets a changed tensor's bytes as soon as its digests say
+    it changed, while the hashing threads go on with the tensors after it
+    (its write-back then runs during the hashing, not at the commit).  Here
+    the hashes of the last tensors wait for the write of the changed one:
+    before, every write came after the last hash, and they waited in vain."""
+    sd = model()
+    ckpt.save(sd, tmp_path / "a.safetensors", checksums=True)
+    train_a_little(sd, names=("layers.3.weight",))
+    changed = sd["layers.3.weight"]
+    written, late_hashes_waited = threading.Event(), []
+    hash_against, save_write_ = ckpt._api._hash_against, ckpt._api._save_write
+
+    def hash_late_after_the_write(fw, t, *args):
+        if t is sd["layers.19.weight"] or t is sd["layers.18.weight"]:
+            late_hashes_waited.append(not written.wait(timeout=10))
+        return hash_against(fw, t, *args)
+
+    def save_write(w, entries, bar, *args, **kw):
+        done = save_write_(w, entries, bar, *args, **kw)
+        if any(e[2] is changed for e in entries):
+            written.set()
+        return done
+    monkeypatch.setattr(ckpt._api, "_hash_against", hash_late_after_the_write)
+    monkeypatch.setattr(ckpt._api, "_save_write", save_write)
+    paths, stats = ckpt.save(sd, tmp_path / "b.safetensors", base=tmp_path / "a.safetensors", return_stats=True)
+    monkeypatch.undo()
+    assert late_hashes_waited == [False, False], "the changed tensor was written only after every hash"
+    assert stats["written_tensors"] == 1 and stats["cloned_tensors"] == len(sd) - 1, stats
+    assert stats["written_bytes"] == changed.numel() * 4 and stats["tensors"]["layers.3.weight"]["written_bytes"] > 0
+    assert (tmp_path / "b.safetensors").read_bytes() == full_save(sd, tmp_path / "full.safetensors")
+
+
+def test_the_writer_says_whether_the_output_can_share_a_files_blocks(tmp_path):
+    """ckpt_writer_shares_blocks, which an incremental save asks before it
+    clones: no on this machine's test folder unless it reflinks, no for a
+    remote base, and an error for a file the base does not have."""
+    ckpt.save({"w": torch.ones(4096)}, tmp_path / "a.safetensors", checksums=True)
+    cat = ckpt._sources.catalog(str(tmp_path / "a.safetensors"), False, None, open)
+    w = ckpt._ckpt.Writer(str(tmp_path / "b.safetensors"))
+    try:
+        fs = subprocess.run(["stat", "-f", "-c", "%T", str(tmp_path)], capture_output=True, text=True).stdout.strip()
+        assert w.shares_blocks(cat, 0) is (fs in ("xfs", "btrfs", "bcachefs")), fs
+        with pytest.raises(ckpt.Error, match="one of its files"):
+            w.shares_blocks(cat, 1)
+    finally:
+        w.abort()
+        cat.close()
 
 
 def test_chunk_digests_lie_on_the_files_block_edges(tmp_path):

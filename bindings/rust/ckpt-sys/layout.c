@@ -35,7 +35,7 @@ static const size_t layout[] = {
     F(ckpt_writer_options, dcp),
     F(ckpt_writer_options, dry_run), F(ckpt_writer_options, total_parameters), F(ckpt_writer_options, skip_crc_check),
     F(ckpt_writer_options, source_metadata), F(ckpt_writer_options, exact_file),
-    F(ckpt_writer_options, progress), F(ckpt_writer_options, user),
+    F(ckpt_writer_options, progress), F(ckpt_writer_options, user), F(ckpt_writer_options, write_back),
     sizeof(ckpt_memory_source), F(ckpt_memory_source, size),
     sizeof(ckpt_verify_options), F(ckpt_verify_options, progress), F(ckpt_verify_options, user),
     sizeof(ckpt_verify_report), F(ckpt_verify_report, tensor_digests), F(ckpt_verify_report, tensors), F(ckpt_verify_report, file_sha256),

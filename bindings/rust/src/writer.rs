@@ -49,6 +49,11 @@ pub struct WriterOptions {
     /// ([`Status::Checksum`](crate::Status::Checksum) before anything is
     /// published).
     pub skip_crc_check: bool,
+    /// Start each range's write-back as it is written, and drop it from
+    /// the page cache once on disk: the disk works while the caller goes
+    /// on, and the commit's fsync finds little left (ignored with
+    /// `no_sync`).
+    pub write_back: bool,
 }
 
 /// Library-initialised options and the strings they point to.
@@ -90,6 +95,7 @@ impl WriterOptions {
         value.value.checksums = self.checksums as i32;
         value.value.copy_partial_views = self.copy_partial_views as i32;
         value.value.skip_crc_check = self.skip_crc_check as i32;
+        value.value.write_back = self.write_back as i32;
         if let Some(f) = self.format {
             value.value.format = f.raw();
         }

@@ -256,6 +256,8 @@ pub struct ckpt_writer_options {
     /// Progress of `ckpt_convert_plan` / `ckpt_convert_collective` (bytes written); non-zero cancels.
     pub progress: ckpt_progress_fn,
     pub user: *mut c_void,
+    /// Non-zero: each range written starts its write-back and leaves the page cache once on disk.
+    pub write_back: c_int,
 }
 
 /// `ckpt_source_ops` (a source's table of functions): opaque here; the
@@ -692,6 +694,7 @@ mod layout {
             ("ckpt_writer_options.exact_file", off!(ckpt_writer_options, exact_file), true),
             ("ckpt_writer_options.progress", off!(ckpt_writer_options, progress), true),
             ("ckpt_writer_options.user", off!(ckpt_writer_options, user), true),
+            ("ckpt_writer_options.write_back", off!(ckpt_writer_options, write_back), true),
             ("sizeof ckpt_memory_source", size_of::<ckpt_memory_source>(), true),
             ("ckpt_memory_source.size", off!(ckpt_memory_source, size), true),
             ("sizeof ckpt_verify_options", size_of::<ckpt_verify_options>(), true),
