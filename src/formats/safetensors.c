@@ -156,6 +156,18 @@ static int by_offsets(const void *a, const void *b) {
     return 0;
 }
 
+/* Whether the tensors are in the order by_offsets sorts them into already,
+ * as writers most often put them: qsort's merge sort still makes n log n
+ * comparisons of a sorted array (3.6% of the instructions of opening
+ * 30,000 tensors), where this pass makes n.  Equal offsets (empty tensors)
+ * keep their header order, as glibc's merge sort, which is stable, kept
+ * them (qsort itself promises no order among equals). */
+static bool in_offset_order(const ckpt__st_header *h) {
+    for (size_t i = 1; i < h->count; i++)
+        if (by_offsets(&h->tensors[i - 1], &h->tensors[i]) > 0) return false;
+    return true;
+}
+
 /* The reference's Metadata::validate, with a status per rule. */
 static ckpt_status validate_layout(const ctx *c, ckpt__st_header *h, uint64_t file_size) {
     uint64_t cursor = 0;
@@ -277,7 +289,7 @@ ckpt_status ckpt__st_parse_header(char *header, uint64_t n, uint64_t file_size, 
         i = doc.nodes[v].end;
     }
     if (st == CKPT_OK) {
-        qsort(out->tensors, out->count, sizeof *out->tensors, by_offsets);
+        if (!in_offset_order(out)) qsort(out->tensors, out->count, sizeof *out->tensors, by_offsets);
         st = validate_layout(&c, out, file_size);
     }
 done:
