@@ -50,6 +50,12 @@ typedef struct ctx {
     const char *path;
     uint64_t base; /* file offset of the JSON text */
     ckpt_error *err;
+    /* The last dtype name read and its dtype: a header names one or two
+     * dtypes for thousands of tensors, and ckpt_dtype_from_name compares
+     * a name with every dtype of its first letter ("F32": ten strcmps, 7%
+     * of the instructions of opening 30,000 tensors). */
+    const char *dtype_name;
+    ckpt_dtype dtype;
 } ctx;
 
 static ckpt_status parse_metadata(const ctx *c, const ckpt__json_doc *doc, size_t v,
@@ -82,7 +88,7 @@ static ckpt_status parse_metadata(const ctx *c, const ckpt__json_doc *doc, size_
     return CKPT_OK;
 }
 
-static ckpt_status parse_tensor(const ctx *c, const ckpt__json_doc *doc, size_t key_index,
+static ckpt_status parse_tensor(ctx *c, const ckpt__json_doc *doc, size_t key_index,
                                 ckpt__arena *arena, ckpt__st_tensor *t) {
     const ckpt__json_node *key = &doc->nodes[key_index];
     size_t v = key->end;
@@ -104,11 +110,17 @@ static ckpt_status parse_tensor(const ctx *c, const ckpt__json_doc *doc, size_t 
     if (dtype->kind != CKPT__JSON_STRING)
         return ckpt__fail(c->err, CKPT__D(HEADER_SCHEMA), c->path, t->name,
                           (int64_t)(c->base + dtype->offset), "dtype must be a string");
-    t->dtype = ckpt_dtype_from_name(dtype->str);
-    if (ckpt_dtype_is_block(t->dtype)) t->dtype = CKPT_DTYPE_INVALID; /* ggml's names are not safetensors' */
-    if (t->dtype == CKPT_DTYPE_INVALID)
-        return ckpt__fail(c->err, CKPT__D(UNKNOWN_DTYPE), c->path, t->name,
-                          (int64_t)(c->base + dtype->offset), "unknown dtype '%s'", dtype->str);
+    if (c->dtype_name && strcmp(dtype->str, c->dtype_name) == 0) {
+        t->dtype = c->dtype;
+    } else {
+        t->dtype = ckpt_dtype_from_name(dtype->str);
+        if (ckpt_dtype_is_block(t->dtype)) t->dtype = CKPT_DTYPE_INVALID; /* ggml's names are not safetensors' */
+        if (t->dtype == CKPT_DTYPE_INVALID)
+            return ckpt__fail(c->err, CKPT__D(UNKNOWN_DTYPE), c->path, t->name,
+                              (int64_t)(c->base + dtype->offset), "unknown dtype '%s'", dtype->str);
+        c->dtype_name = dtype->str;
+        c->dtype = t->dtype;
+    }
 
     if (shape->kind != CKPT__JSON_ARRAY)
         return ckpt__fail(c->err, CKPT__D(HEADER_SCHEMA), c->path, t->name,
@@ -142,6 +154,18 @@ static int by_offsets(const void *a, const void *b) {
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
     if (x->end != y->end) return x->end < y->end ? -1 : 1;
     return 0;
+}
+
+/* Whether the tensors are in the order by_offsets sorts them into already,
+ * as writers most often put them: qsort's merge sort still makes n log n
+ * comparisons of a sorted array (3.6% of the instructions of opening
+ * 30,000 tensors), where this pass makes n.  Equal offsets (empty tensors)
+ * keep their header order, as glibc's merge sort, which is stable, kept
+ * them (qsort itself promises no order among equals). */
+static bool in_offset_order(const ckpt__st_header *h) {
+    for (size_t i = 1; i < h->count; i++)
+        if (by_offsets(&h->tensors[i - 1], &h->tensors[i]) > 0) return false;
+    return true;
 }
 
 /* The reference's Metadata::validate, with a status per rule. */
@@ -265,7 +289,7 @@ ckpt_status ckpt__st_parse_header(char *header, uint64_t n, uint64_t file_size, 
         i = doc.nodes[v].end;
     }
     if (st == CKPT_OK) {
-        qsort(out->tensors, out->count, sizeof *out->tensors, by_offsets);
+        if (!in_offset_order(out)) qsort(out->tensors, out->count, sizeof *out->tensors, by_offsets);
         st = validate_layout(&c, out, file_size);
     }
 done:
