@@ -507,14 +507,12 @@ ckpt_status ckpt__beneath_list(const ckpt__beneath *b, const char *name, bool do
     size_t n = 0, cap = 0;
     for (struct dirent *e; st == CKPT_OK && (e = readdir(d));) {
         if (e->d_name[0] == '.' && (!dots || !strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))) continue;
-        if (n == cap) {
-            char **grown = ckpt__realloc(list, (cap = cap ? cap * 2 : 16) * sizeof *grown);
-            if (!grown) {
-                st = ckpt__oom(err, name, NULL);
-                break;
-            }
-            list = grown;
+        char **grown = ckpt__grow(list, n, &cap, sizeof *grown, 16);
+        if (!grown) {
+            st = ckpt__oom(err, name, NULL);
+            break;
         }
+        list = grown;
         if (!(list[n] = ckpt__strdup(e->d_name))) st = ckpt__oom(err, name, NULL);
         else n++;
     }

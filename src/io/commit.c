@@ -142,13 +142,10 @@ ckpt_status ckpt__commit_begin(const char *dir, bool whole_dir, bool single, int
 }
 
 ckpt_status ckpt__commit_create(ckpt__commit *c, const char *name, int *fd, const char **tmp_path, ckpt_error *err) {
-    if (c->count == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 8;
-        created *f = ckpt__realloc(c->files, cap * sizeof *f);
-        if (!f) return ckpt__oom(err, c->dir, NULL);
-        c->files = f, c->cap = cap;
-    }
-    created *f = &c->files[c->count];
+    created *f = ckpt__grow(c->files, c->count, &c->cap, sizeof *f, 8);
+    if (!f) return ckpt__oom(err, c->dir, NULL);
+    c->files = f;
+    f = &c->files[c->count];
     memset(f, 0, sizeof *f);
     if (!(f->name = ckpt__strdup(name))) return ckpt__oom(err, c->dir, NULL);
     c->count++;

@@ -641,11 +641,8 @@ static void free_context(context *c) {
 static void return_context(remote *r, context *c) {
     if (!c) return;
     pthread_mutex_lock(&r->lock);
-    if (r->idle_count == r->idle_cap) {
-        size_t cap = r->idle_cap ? r->idle_cap * 2 : 4;
-        context **idle = ckpt__realloc(r->idle, cap * sizeof *idle);
-        if (idle) r->idle = idle, r->idle_cap = cap;
-    }
+    context **idle = ckpt__grow(r->idle, r->idle_count, &r->idle_cap, sizeof *idle, 4);
+    if (idle) r->idle = idle;
     bool kept = r->idle_count < r->idle_cap;
     if (kept) r->idle[r->idle_count++] = c;
     pthread_mutex_unlock(&r->lock);
@@ -704,15 +701,12 @@ static CURL *easy_for(remote *r, context *c) {
 }
 
 static void easy_back(context *c, CURL *e) {
-    if (c->easy_count == c->easy_cap) {
-        size_t cap = c->easy_cap ? c->easy_cap * 2 : 8;
-        CURL **easy = ckpt__realloc(c->easy, cap * sizeof *easy);
-        if (!easy) {
-            curl_easy_cleanup(e);
-            return;
-        }
-        c->easy = easy, c->easy_cap = cap;
+    CURL **easy = ckpt__grow(c->easy, c->easy_count, &c->easy_cap, sizeof *easy, 8);
+    if (!easy) {
+        curl_easy_cleanup(e);
+        return;
     }
+    c->easy = easy;
     c->easy[c->easy_count++] = e;
 }
 
@@ -1215,15 +1209,12 @@ static bool cache_cover(remote *r, uint64_t lo, uint64_t hi) {
         j++;
     }
     if (i == j) {
-        if (r->span_count == r->span_cap) {
-            size_t cap = r->span_cap ? r->span_cap * 2 : 16;
-            span *s = ckpt__realloc(r->spans, cap * sizeof *s);
-            if (!s) {
-                atomic_store(&r->cache_state, CACHE_BROKEN);
-                return false;
-            }
-            r->spans = s, r->span_cap = cap;
+        span *s = ckpt__grow(r->spans, r->span_count, &r->span_cap, sizeof *s, 16);
+        if (!s) {
+            atomic_store(&r->cache_state, CACHE_BROKEN);
+            return false;
         }
+        r->spans = s;
         memmove(&r->spans[i + 1], &r->spans[i], (r->span_count - i) * sizeof *r->spans);
         r->span_count++;
     } else if (j - i > 1) {

@@ -165,13 +165,9 @@ static int add_name(void *ctx, const char *name) {
         return 1;
     }
     if (name[0] == '.') return 0; /* hidden, as a local listing's */
-    if (l->count == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        char **names = ckpt__realloc(l->names, cap * sizeof *names);
-        if (!names) return (l->st = ckpt__oom(l->err, l->dir, NULL)), 1;
-        l->names = names;
-        l->cap = cap;
-    }
+    char **names = ckpt__grow(l->names, l->count, &l->cap, sizeof *names, 16);
+    if (!names) return (l->st = ckpt__oom(l->err, l->dir, NULL)), 1;
+    l->names = names;
     if (!(l->names[l->count] = ckpt__strdup(name))) return (l->st = ckpt__oom(l->err, l->dir, NULL)), 1;
     l->count++;
     return 0;
