@@ -187,14 +187,7 @@ static bool fill_sink(void *ctx, const void *data, size_t n, uint64_t offset) {
         ckpt__sha256_init(&f->sha);
         f->at = 0;
     }
-    for (size_t done = 0; done < n;) {
-        ssize_t k = ckpt__io_pwrite(f->fd, (const char *)data + done, n - done, (off_t)(f->at + done));
-        if (k <= 0) {
-            if (k == 0) errno = EIO;
-            return false;
-        }
-        done += (size_t)k;
-    }
+    if (ckpt__pwrite_full(f->fd, data, n, f->at, NULL, NULL)) return false;
     ckpt__sha256_update(&f->sha, data, n);
     f->at += n;
     return !f->tee || f->tee->bytes(f->tee->ctx, data, n, f->at - n);
