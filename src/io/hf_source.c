@@ -370,7 +370,7 @@ static ckpt_status fetch_info(const char *shown, const char *ep, const hf_name *
     ckpt__remote_auth auth = {.bearer = tok};
     ckpt__remote_reply reply;
     ckpt_status st = url.failed ? ckpt__oom(err, shown, NULL)
-                                : ckpt__remote_get(shown, url.data, &auth, o, API_LIMIT, &body, &reply, err);
+                                : ckpt__remote_request(shown, url.data, &auth, NULL, o, API_LIMIT, &body, &reply, err);
     if (st == CKPT_OK && (reply.status < 200 || reply.status >= 300))
         st = api_error(shown, ep, n, rev, &reply, tok != NULL, err);
     drop_token(tok);

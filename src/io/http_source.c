@@ -1726,12 +1726,6 @@ static size_t small_body(char *data, size_t size, size_t nmemb, void *user) {
     return g->body->failed ? 0 : n;
 }
 
-ckpt_status ckpt__remote_get(const char *shown, const char *url, const ckpt__remote_auth *auth,
-                             const ckpt__source_options *o, size_t limit, ckpt__buf *body, ckpt__remote_reply *reply,
-                             ckpt_error *err) {
-    return ckpt__remote_request(shown, url, auth, NULL, o, limit, body, reply, err);
-}
-
 /* The header lines of a small request: the kind's, and SharedKey's
  * signature of them; false when out of memory. */
 static bool request_headers(const ckpt__remote_auth *auth, const char *method, const char *url,

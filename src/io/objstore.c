@@ -202,7 +202,7 @@ static ckpt_status store_list(const char *shown, const ckpt__store_target *t, co
         }
         ckpt__remote_reply reply;
         body.len = 0;
-        st = ckpt__remote_get(shown, url, &t->auth, o, 16u << 20, &body, &reply, err);
+        st = ckpt__remote_request(shown, url, &t->auth, NULL, o, 16u << 20, &body, &reply, err);
         free(url);
         if (st) break;
         if (reply.status != 200) {
