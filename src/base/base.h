@@ -224,6 +224,11 @@ static inline void *ckpt__grow(void *items, size_t count, size_t *cap, size_t si
     return grown;
 }
 
+/* The order of strings (an array of char *) for qsort and bsearch. */
+static inline int ckpt__cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 /* ---- the metadata budget ---------------------------------------------------- */
 
 /*

@@ -173,10 +173,6 @@ static int add_name(void *ctx, const char *name) {
     return 0;
 }
 
-static int cmp_name(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 ckpt_status ckpt__source_list_in(const ckpt_source_ops *ops, void *user, const char *dir, char ***names, size_t *count,
                                  ckpt_error *err) {
     *names = NULL;
@@ -195,7 +191,7 @@ ckpt_status ckpt__source_list_in(const ckpt_source_ops *ops, void *user, const c
         ckpt__beneath_free_names(l.names, l.count);
         return st;
     }
-    if (l.count > 1) qsort(l.names, l.count, sizeof *l.names, cmp_name);
+    if (l.count > 1) qsort(l.names, l.count, sizeof *l.names, ckpt__cmp_str);
     *names = l.names;
     *count = l.count;
     return CKPT_OK;
