@@ -369,12 +369,8 @@ char *ckpt__gguf_kv_json(const ckpt__encoded *e) {
     ckpt__buf b = {0};
     ckpt__rd r = ckpt__rd_over(e->bytes, e->len, 0);
     encoding_json(&b, &r);
-    if (b.failed || r.bad) {
-        free(b.data);
-        return NULL;
-    }
-    ckpt__buf_append(&b, "", 1); /* NUL */
-    return b.failed ? (free(b.data), NULL) : b.data;
+    if (r.bad) b.failed = true;
+    return ckpt__buf_text(&b);
 }
 
 /* ---- a file's header ---------------------------------------------------------- */

@@ -45,11 +45,7 @@ char *ckpt__hf_cache_dir(void) {
         return NULL;
     }
     ckpt__buf_puts(&b, "/hub");
-    if (b.failed) {
-        free(b.data);
-        return NULL;
-    }
-    return b.data;
+    return ckpt__buf_text(&b);
 }
 
 /* "models--org--name" (malloc'ed). */
@@ -60,11 +56,7 @@ static char *folder_name(const char *repo) {
         if (*p == '/') ckpt__buf_puts(&b, "--");
         else ckpt__buf_append(&b, p, 1);
     }
-    if (b.failed) {
-        free(b.data);
-        return NULL;
-    }
-    return b.data;
+    return ckpt__buf_text(&b);
 }
 
 char *ckpt__hf_repo_folder(const char *cache, const char *repo) {

@@ -240,11 +240,7 @@ static char *pinned_name(const hf_name *n, const char *commit, const char *path)
     ckpt__buf_puts(&b, "@");
     ckpt__buf_puts(&b, commit);
     if (*path) ckpt__buf_puts(&b, "/"), ckpt__buf_puts(&b, path);
-    if (b.failed) {
-        free(b.data);
-        return NULL;
-    }
-    return b.data;
+    return ckpt__buf_text(&b);
 }
 
 /* ---- the repo's files at a commit: the API's answer, kept ----------------------------- */
