@@ -157,6 +157,9 @@ typedef struct ckpt__buf {
 CKPT__HIDDEN void ckpt__buf_append(ckpt__buf *b, const char *s, size_t n);
 CKPT__HIDDEN void ckpt__buf_puts(ckpt__buf *b, const char *s);
 CKPT__HIDDEN void ckpt__buf_u64(ckpt__buf *b, uint64_t v);
+/* The text built, the caller's to free (an empty one too), or NULL when
+ * an append failed (the buffer is then freed). */
+CKPT__HIDDEN char *ckpt__buf_text(ckpt__buf *b);
 
 /* The shortest decimal text of a finite `v` that reads back as the same
  * value of its own type: a float32 (`single`, e.g. 1e-05 for the float
@@ -222,6 +225,11 @@ static inline void *ckpt__grow(void *items, size_t count, size_t *cap, size_t si
     void *grown = ckpt__realloc(items, n * size);
     if (grown) *cap = n;
     return grown;
+}
+
+/* The order of strings (an array of char *) for qsort and bsearch. */
+static inline int ckpt__cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
 /* ---- the metadata budget ---------------------------------------------------- */

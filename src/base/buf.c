@@ -25,6 +25,13 @@ void ckpt__buf_append(ckpt__buf *b, const char *s, size_t n) {
 
 void ckpt__buf_puts(ckpt__buf *b, const char *s) { ckpt__buf_append(b, s, strlen(s)); }
 
+char *ckpt__buf_text(ckpt__buf *b) {
+    if (!b->data) ckpt__buf_append(b, "", 0);
+    if (!b->failed) return b->data;
+    free(b->data);
+    return NULL;
+}
+
 void ckpt__buf_u64(ckpt__buf *b, uint64_t v) {
     char tmp[24];
     size_t n = sizeof tmp;

@@ -5,13 +5,9 @@
 #include "base.h"
 
 void *ckpt__stack_push(ckpt__stack *s) {
-    if (s->len == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 16;
-        unsigned char *d = ckpt__realloc(s->data, cap * s->size);
-        if (!d) return NULL;
-        s->data = d;
-        s->cap = cap;
-    }
+    unsigned char *d = ckpt__grow(s->data, s->len, &s->cap, s->size, 16);
+    if (!d) return NULL;
+    s->data = d;
     unsigned char *frame = s->data + s->len++ * s->size;
     memset(frame, 0, s->size);
     return frame;

@@ -84,12 +84,9 @@ void ckpt__cufile_close(ckpt_device *d) {
 static void *handle_of(ckpt_device *d, int fd) {
     for (size_t i = 0; i < d->file_count; i++)
         if (d->files[i].fd == fd) return d->files[i].handle;
-    if (d->file_count == d->file_cap) {
-        size_t cap = d->file_cap ? 2 * d->file_cap : 8;
-        ckpt__cufile_file *grown = ckpt__realloc(d->files, cap * sizeof *grown);
-        if (!grown) return NULL; /* no room to remember it: the ring reads it */
-        d->files = grown, d->file_cap = cap;
-    }
+    ckpt__cufile_file *grown = ckpt__grow(d->files, d->file_count, &d->file_cap, sizeof *grown, 8);
+    if (!grown) return NULL; /* no room to remember it: the ring reads it */
+    d->files = grown;
     ckpt__cufile_descr descr = {.type = CKPT__CUFILE_HANDLE_TYPE_OPAQUE_FD, .handle.fd = fd};
     void *handle = NULL;
     if (d->gds.HandleRegister(&handle, &descr).err != 0) handle = NULL;

@@ -2,7 +2,6 @@
  * dcp.h): the .metadata pickle, the torch.save archive around each chunk,
  * and the pickles of objects.  Only rendering: where the bytes go is the
  * output format's business (dcp_output.c). */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,20 +155,6 @@ static ckpt_status push_open(obj_writer *w, ckpt__stack *open, const ckpt__value
     return CKPT_OK;
 }
 
-/* A number kept as text (a tree read from JSON). */
-static ckpt_status obj_number(obj_writer *w, const char *text) {
-    if (strpbrk(text, ".eE")) {
-        ckpt__pkw_float(w->b, strtod(text, NULL));
-        return CKPT_OK;
-    }
-    char *end;
-    errno = 0;
-    long long x = strtoll(text, &end, 10);
-    if (errno || *end) return refuse(w, "an integer outside 64 bits");
-    ckpt__pkw_int(w->b, x);
-    return CKPT_OK;
-}
-
 /* Protocol 2 pickles bytes as _codecs.encode(latin-1 text, "latin1"). */
 static ckpt_status obj_bytes(obj_writer *w, const ckpt__value *v) {
     ckpt__buf text = {0};
@@ -195,7 +180,7 @@ static ckpt_status obj_leaf(obj_writer *w, const ckpt__value *v) {
     case CKPT__V_STR: ckpt__pkw_str(b, v->u.s.data, v->u.s.len); return CKPT_OK;
     case CKPT__V_INT: ckpt__pkw_int(b, v->u.i); return CKPT_OK;
     case CKPT__V_FLOAT: ckpt__pkw_float(b, v->u.f); return CKPT_OK;
-    case CKPT__V_NUMBER: return obj_number(w, v->u.s.data);
+    case CKPT__V_NUMBER: return ckpt__pkw_number(b, v->u.s.data) ? CKPT_OK : refuse(w, "an integer outside 64 bits");
     case CKPT__V_BYTES: return obj_bytes(w, v);
     case CKPT__V_BIGINT:
         if (v->u.s.len > 0xFFFFFFFFu) return refuse(w, "a malformed integer");

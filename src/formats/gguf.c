@@ -221,7 +221,8 @@ static ckpt_status array_head(value_ctx *v, size_t depth, uint32_t *et, uint64_t
     return CKPT_OK;
 }
 
-/* An array being read: its element type, length and elements read. */
+/* An array being read, or written as JSON: its element type, length and
+ * elements done. */
 typedef struct open_array {
     uint32_t et;
     uint64_t count, done;
@@ -321,20 +322,14 @@ static void json_element(ckpt__buf *b, ckpt__rd *r, uint32_t type) {
     json_number(b, type, &n);
 }
 
-/* An array being written: its element type, length and elements written. */
-typedef struct json_array {
-    uint32_t et;
-    uint64_t count, done;
-} json_array;
-
 /* The typed JSON of a value's encoding (which the reader wrote, so every
  * read is in bounds): {"gguf_type": t, "value": v}, an array's
  * {"gguf_type": "array", "element": et, "value": [...]} with its inner
  * arrays typed the same way; arrays of arrays on a heap stack. */
 static void encoding_json(ckpt__buf *b, ckpt__rd *r) {
-    ckpt__stack open = CKPT__STACK(json_array);
+    ckpt__stack open = CKPT__STACK(open_array);
     uint32_t type = ckpt__rd_u32(r);
-    json_array *a = NULL;
+    open_array *a = NULL;
     for (;;) {
         if (type != UINT32_MAX) { /* a typed value starts (the top one, or an array's element array) */
             ckpt__buf_puts(b, "{\"" CKPT_GGUF_TYPE_KEY "\": \"");
@@ -349,7 +344,7 @@ static void encoding_json(ckpt__buf *b, ckpt__rd *r) {
                     b->failed = true;
                     break;
                 }
-                *a = (json_array){et, count, 0};
+                *a = (open_array){et, count, 0};
             } else {
                 ckpt__buf_puts(b, "\", \"value\": ");
                 json_element(b, r, type);
@@ -374,12 +369,8 @@ char *ckpt__gguf_kv_json(const ckpt__encoded *e) {
     ckpt__buf b = {0};
     ckpt__rd r = ckpt__rd_over(e->bytes, e->len, 0);
     encoding_json(&b, &r);
-    if (b.failed || r.bad) {
-        free(b.data);
-        return NULL;
-    }
-    ckpt__buf_append(&b, "", 1); /* NUL */
-    return b.failed ? (free(b.data), NULL) : b.data;
+    if (r.bad) b.failed = true;
+    return ckpt__buf_text(&b);
 }
 
 /* ---- a file's header ---------------------------------------------------------- */

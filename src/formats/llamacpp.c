@@ -245,14 +245,18 @@ static void kv_scalar(lc *c, const char *key, const char *type, const char *valu
     kv_typed_text(c, key);
 }
 
-/* A number of config.json as it is spelled there (GGUF output reads it as
- * Python's json does, then narrows it to the type). */
-static void kv_number(lc *c, const char *key, const char *type, const ckpt__json_node *v) {
+/* Number `v` of config.json (its `name`) as an f32 key-value, as it is
+ * spelled there (GGUF output reads it as Python's json does, then narrows
+ * it to the type); anything else refused. */
+static ckpt_status kv_f32(lc *c, const char *key, const char *name, const ckpt__json_node *v) {
+    if (v->kind != CKPT__JSON_NUMBER)
+        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, name, v->offset, "not a number");
     ckpt__buf text = {0};
     ckpt__buf_append(&text, v->str, v->len);
-    kv_scalar(c, key, type, text.data ? text.data : "0");
+    kv_scalar(c, key, "f32", text.data ? text.data : "0");
     if (text.failed) c->text.failed = true;
     free(text.data);
+    return CKPT_OK;
 }
 
 static void kv_u32(lc *c, const char *key, uint64_t v) {
@@ -442,11 +446,7 @@ static ckpt_status generate_rope_freqs(lc *c) {
 static ckpt_status kv_rope_f32(lc *c, const char *key, const char *names) {
     char name[64];
     const ckpt__json_node *v = rope_param(c, names, name, sizeof name);
-    if (!v) return CKPT_OK;
-    if (v->kind != CKPT__JSON_NUMBER)
-        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, name, v->offset, "not a number");
-    kv_number(c, key, "f32", v);
-    return CKPT_OK;
+    return v ? kv_f32(c, key, name, v) : CKPT_OK;
 }
 
 /* TextModel's RoPE scaling: linear and yarn with a factor, their type,
@@ -492,11 +492,7 @@ static ckpt_status kv_rope_theta(lc *c, const char *key, const ckpt__lc_kv *rule
     if (!v && rule->required)
         return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_theta", -1,
                           "config.json has no rope_theta, which %s needs", key);
-    if (!v) return CKPT_OK;
-    if (v->kind != CKPT__JSON_NUMBER)
-        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_theta", v->offset, "not a number");
-    kv_number(c, key, "f32", v);
-    return CKPT_OK;
+    return v ? kv_f32(c, key, "rope_theta", v) : CKPT_OK;
 }
 
 /* rope.freq_base_swa: the sliding attention's rope_theta (RoPE parameters
@@ -508,11 +504,7 @@ static ckpt_status kv_rope_theta_swa(lc *c, const char *key) {
                                      ? member(&c->config, node_index(&c->config, r), "sliding_attention") : NULL;
     const ckpt__json_node *v = swa && swa->kind == CKPT__JSON_OBJECT
                                    ? member(&c->config, node_index(&c->config, swa), "rope_theta") : NULL;
-    if (!v || v->kind == CKPT__JSON_NULL) return CKPT_OK;
-    if (v->kind != CKPT__JSON_NUMBER)
-        return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, "rope_theta", v->offset, "not a number");
-    kv_number(c, key, "f32", v);
-    return CKPT_OK;
+    return !v || v->kind == CKPT__JSON_NULL ? CKPT_OK : kv_f32(c, key, "rope_theta", v);
 }
 
 /* rope.dimension_count of a partial rotary embedding, as the script
@@ -546,10 +538,7 @@ static ckpt_status kv_rule(lc *c, const ckpt__lc_kv *rule) {
     case CKPT__LC_F32_NONZERO:
         v = hparam(c, rule->hparams, name, sizeof name);
         if (!v || (v->kind == CKPT__JSON_NUMBER && strtod(v->str, NULL) == 0.0)) return CKPT_OK;
-        if (v->kind != CKPT__JSON_NUMBER)
-            return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, name, v->offset, "not a number");
-        kv_number(c, key, "f32", v);
-        return CKPT_OK;
+        return kv_f32(c, key, name, v);
     case CKPT__LC_U32_UNLESS_PATTERN_ONE:
         v = member(&c->config, 0, "sliding_window_pattern");
         if (v && ckpt__json_u64(v, &u) && u == 1) return CKPT_OK;
@@ -577,13 +566,8 @@ static ckpt_status kv_rule(lc *c, const ckpt__lc_kv *rule) {
             return ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, NULL, -1,
                               "config.json has none of %s, which %s needs", rule->hparams, key);
         }
-        if (rule->kind != CKPT__LC_F32) {
-            if (!(st = config_u64(c, name, v, &u))) kv_u32(c, key, u);
-        } else if (v->kind != CKPT__JSON_NUMBER) {
-            st = ckpt__fail(c->err, CKPT_E_INVALID_ARGUMENT, c->config.path, name, v->offset, "not a number");
-        } else {
-            kv_number(c, key, "f32", v);
-        }
+        if (rule->kind == CKPT__LC_F32) return kv_f32(c, key, name, v);
+        if (!(st = config_u64(c, name, v, &u))) kv_u32(c, key, u);
         return st;
     }
     return CKPT_OK;

@@ -22,14 +22,12 @@ enum {
 };
 #define MAX_PICKLE_BYTES (1ULL << 30) /* real pickles are megabytes at most */
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
-
 /* Whether "module.name" is in a sorted list of them. */
 static bool listed(const char *const *list, size_t count, const char *module, const char *name) {
     char full[512];
     const char *key = full;
     return (size_t)snprintf(full, sizeof full, "%s.%s", module, name) < sizeof full &&
-           bsearch(&key, list, count, sizeof *list, cmp_str) != NULL;
+           bsearch(&key, list, count, sizeof *list, ckpt__cmp_str) != NULL;
 }
 
 ckpt__pk_allowed ckpt__torch_allow(const char *module, const char *name, void *catalog) {

@@ -1,6 +1,7 @@
 /* torch_save.c — see torch_save.h. */
 #include "torch_save.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,19 @@ void ckpt__pkw_float(ckpt__buf *b, double v) {
     memcpy(&bits, &v, 8);
     ckpt__pkw_op(b, 'G');
     ckpt__put_be(b, bits, 8);
+}
+
+bool ckpt__pkw_number(ckpt__buf *b, const char *text) {
+    if (strpbrk(text, ".eE")) {
+        ckpt__pkw_float(b, strtod(text, NULL));
+        return true;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || *end) return false;
+    ckpt__pkw_int(b, v);
+    return true;
 }
 
 void ckpt__pkw_latin1(ckpt__buf *text, const char *s, size_t n) {

@@ -47,6 +47,10 @@ CKPT__HIDDEN void ckpt__pkw_global(ckpt__buf *b, const char *module, const char 
 CKPT__HIDDEN void ckpt__pkw_dims(ckpt__buf *b, const uint64_t *v, uint32_t n);
 /* BINFLOAT: the double, big-endian. */
 CKPT__HIDDEN void ckpt__pkw_float(ckpt__buf *b, double v);
+/* A number kept as text (a tree read from JSON): BINFLOAT when it has a
+ * fraction or an exponent, else as ckpt__pkw_int; false, writing nothing,
+ * for an integer beyond 64 bits. */
+CKPT__HIDDEN bool ckpt__pkw_number(ckpt__buf *b, const char *text);
 /* Appends, as UTF-8, the str whose latin-1 encoding is these `n` bytes:
  * what protocol 2 pickles bytes as (_codecs.encode(str, 'latin1')). */
 CKPT__HIDDEN void ckpt__pkw_latin1(ckpt__buf *text, const char *s, size_t n);

@@ -29,7 +29,6 @@
  *
  * A torch file has no place for string metadata: a source's
  * `__metadata__` is not carried. */
-#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -302,21 +301,11 @@ static void pk_tensor(pickler *p, size_t i) {
 
 /* ---- the object tree's values ---- */
 
-static void pk_float(pickler *p, double f) { ckpt__pkw_float(p->b, f); }
-
-/* A number as text (a tree read from JSON): an int (BININT…, LONG1) or a float (BINFLOAT). */
+/* A number as text (a tree read from JSON); the reader writes ints beyond
+ * 64 bits as {"__int_le__": …}, not as numbers. */
 static ckpt_status pk_number(pickler *p, const ckpt__value *n) {
-    char *end;
-    errno = 0;
-    if (strpbrk(n->u.s.data, ".eE")) {
-        pk_float(p, strtod(n->u.s.data, &end));
-        return CKPT_OK;
-    }
-    long long v = strtoll(n->u.s.data, &end, 10);
-    if (errno || *end) /* the reader writes ints beyond 64 bits as {"__int_le__": …} */
-        return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s does not fit in 64 bits", "an integer");
-    ckpt__pkw_int(p->b, v);
-    return CKPT_OK;
+    if (ckpt__pkw_number(p->b, n->u.s.data)) return CKPT_OK;
+    return refuse(p, CKPT_E_INVALID_ARGUMENT, "%s at %s does not fit in 64 bits", "an integer");
 }
 
 /* A big int: LONG1 (LONG4 from 256 bytes), two's complement as CPython writes it. */
@@ -547,7 +536,7 @@ static ckpt_status open_value(pickler *p, ckpt__stack *open, const ckpt__value *
     case CKPT__V_NULL: ckpt__pkw_op(p->b, 'N'); return CKPT_OK;
     case CKPT__V_BOOL: ckpt__pkw_op(p->b, v->u.b ? 0x88 : 0x89); return CKPT_OK;
     case CKPT__V_INT: ckpt__pkw_int(p->b, v->u.i); return CKPT_OK;
-    case CKPT__V_FLOAT: pk_float(p, v->u.f); return CKPT_OK;
+    case CKPT__V_FLOAT: ckpt__pkw_float(p->b, v->u.f); return CKPT_OK;
     case CKPT__V_NUMBER: return pk_number(p, v);
     case CKPT__V_STR: pk_str(p, v->u.s.data, v->u.s.len); return CKPT_OK;
     case CKPT__V_BYTES: return pk_bytes(p, v);

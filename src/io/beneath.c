@@ -481,8 +481,6 @@ ckpt_status ckpt__beneath_open(const ckpt__beneath *b, const char *name, bool sk
     return CKPT_OK;
 }
 
-static int by_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
-
 void ckpt__beneath_free_names(char **names, size_t count) {
     for (size_t i = 0; names && i < count; i++) free(names[i]);
     free(names);
@@ -507,14 +505,12 @@ ckpt_status ckpt__beneath_list(const ckpt__beneath *b, const char *name, bool do
     size_t n = 0, cap = 0;
     for (struct dirent *e; st == CKPT_OK && (e = readdir(d));) {
         if (e->d_name[0] == '.' && (!dots || !strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))) continue;
-        if (n == cap) {
-            char **grown = ckpt__realloc(list, (cap = cap ? cap * 2 : 16) * sizeof *grown);
-            if (!grown) {
-                st = ckpt__oom(err, name, NULL);
-                break;
-            }
-            list = grown;
+        char **grown = ckpt__grow(list, n, &cap, sizeof *grown, 16);
+        if (!grown) {
+            st = ckpt__oom(err, name, NULL);
+            break;
         }
+        list = grown;
         if (!(list[n] = ckpt__strdup(e->d_name))) st = ckpt__oom(err, name, NULL);
         else n++;
     }
@@ -523,7 +519,7 @@ ckpt_status ckpt__beneath_list(const ckpt__beneath *b, const char *name, bool do
         ckpt__beneath_free_names(list, n);
         return st;
     }
-    if (n > 1) qsort(list, n, sizeof *list, by_name);
+    if (n > 1) qsort(list, n, sizeof *list, ckpt__cmp_str);
     *names = list;
     *count = n;
     return CKPT_OK;

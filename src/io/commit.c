@@ -142,13 +142,10 @@ ckpt_status ckpt__commit_begin(const char *dir, bool whole_dir, bool single, int
 }
 
 ckpt_status ckpt__commit_create(ckpt__commit *c, const char *name, int *fd, const char **tmp_path, ckpt_error *err) {
-    if (c->count == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 8;
-        created *f = ckpt__realloc(c->files, cap * sizeof *f);
-        if (!f) return ckpt__oom(err, c->dir, NULL);
-        c->files = f, c->cap = cap;
-    }
-    created *f = &c->files[c->count];
+    created *f = ckpt__grow(c->files, c->count, &c->cap, sizeof *f, 8);
+    if (!f) return ckpt__oom(err, c->dir, NULL);
+    c->files = f;
+    f = &c->files[c->count];
     memset(f, 0, sizeof *f);
     if (!(f->name = ckpt__strdup(name))) return ckpt__oom(err, c->dir, NULL);
     c->count++;
@@ -177,23 +174,19 @@ ckpt_status ckpt__commit_create(ckpt__commit *c, const char *name, int *fd, cons
 
 /* ---- finishing a decided commit ------------------------------------------------ */
 
-static int compare_names(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
 /* `list` sorted, for `listed` (a journal may hold many names: no quadratic
  * lookups); NULL when out of memory. */
 static const char **sorted_names(const char *const *list, size_t n) {
     const char **s = ckpt__malloc((n ? n : 1) * sizeof *s);
     if (!s) return NULL;
     if (n) memcpy(s, list, n * sizeof *s);
-    qsort(s, n, sizeof *s, compare_names);
+    qsort(s, n, sizeof *s, ckpt__cmp_str);
     return s;
 }
 
 /* Whether `name` is in `sorted` (from sorted_names). */
 static bool listed(const char *const *sorted, size_t n, const char *name) {
-    return n && bsearch(&name, sorted, n, sizeof *sorted, compare_names);
+    return n && bsearch(&name, sorted, n, sizeof *sorted, ckpt__cmp_str);
 }
 
 /* Whether `name` is still in the stage (not yet published). */

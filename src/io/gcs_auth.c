@@ -352,8 +352,7 @@ char *ckpt__gcs_token_origin(void) {
     ckpt__buf_puts(&b, file ? FILE_ORIGIN : METADATA_ORIGIN);
     ckpt__buf_puts(&b, file ? file : host);
     free(file);
-    if (b.failed) free(b.data);
-    return b.failed ? NULL : b.data;
+    return ckpt__buf_text(&b);
 }
 
 ckpt_status ckpt__gcs_token_refresh(const char *origin, const char *shown, const ckpt__source_options *o,

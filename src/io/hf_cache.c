@@ -45,11 +45,7 @@ char *ckpt__hf_cache_dir(void) {
         return NULL;
     }
     ckpt__buf_puts(&b, "/hub");
-    if (b.failed) {
-        free(b.data);
-        return NULL;
-    }
-    return b.data;
+    return ckpt__buf_text(&b);
 }
 
 /* "models--org--name" (malloc'ed). */
@@ -60,11 +56,7 @@ static char *folder_name(const char *repo) {
         if (*p == '/') ckpt__buf_puts(&b, "--");
         else ckpt__buf_append(&b, p, 1);
     }
-    if (b.failed) {
-        free(b.data);
-        return NULL;
-    }
-    return b.data;
+    return ckpt__buf_text(&b);
 }
 
 char *ckpt__hf_repo_folder(const char *cache, const char *repo) {
@@ -187,14 +179,7 @@ static bool fill_sink(void *ctx, const void *data, size_t n, uint64_t offset) {
         ckpt__sha256_init(&f->sha);
         f->at = 0;
     }
-    for (size_t done = 0; done < n;) {
-        ssize_t k = ckpt__io_pwrite(f->fd, (const char *)data + done, n - done, (off_t)(f->at + done));
-        if (k <= 0) {
-            if (k == 0) errno = EIO;
-            return false;
-        }
-        done += (size_t)k;
-    }
+    if (ckpt__pwrite_full(f->fd, data, n, f->at, NULL, NULL)) return false;
     ckpt__sha256_update(&f->sha, data, n);
     f->at += n;
     return !f->tee || f->tee->bytes(f->tee->ctx, data, n, f->at - n);

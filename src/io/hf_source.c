@@ -240,11 +240,7 @@ static char *pinned_name(const hf_name *n, const char *commit, const char *path)
     ckpt__buf_puts(&b, "@");
     ckpt__buf_puts(&b, commit);
     if (*path) ckpt__buf_puts(&b, "/"), ckpt__buf_puts(&b, path);
-    if (b.failed) {
-        free(b.data);
-        return NULL;
-    }
-    return b.data;
+    return ckpt__buf_text(&b);
 }
 
 /* ---- the repo's files at a commit: the API's answer, kept ----------------------------- */
@@ -370,7 +366,7 @@ static ckpt_status fetch_info(const char *shown, const char *ep, const hf_name *
     ckpt__remote_auth auth = {.bearer = tok};
     ckpt__remote_reply reply;
     ckpt_status st = url.failed ? ckpt__oom(err, shown, NULL)
-                                : ckpt__remote_get(shown, url.data, &auth, o, API_LIMIT, &body, &reply, err);
+                                : ckpt__remote_request(shown, url.data, &auth, NULL, o, API_LIMIT, &body, &reply, err);
     if (st == CKPT_OK && (reply.status < 200 || reply.status >= 300))
         st = api_error(shown, ep, n, rev, &reply, tok != NULL, err);
     drop_token(tok);

@@ -173,13 +173,8 @@ typedef struct ckpt__remote_reply {
 /* One GET of a small document (an API's JSON) into `body`, up to `limit`
  * bytes, redirects followed (none for a store), retried on 5xx, 408, 429
  * and broken connections; any HTTP status is an answer (the caller judges
- * it). */
-CKPT__HIDDEN ckpt_status ckpt__remote_get(const char *shown, const char *url, const ckpt__remote_auth *auth,
-                                          const ckpt__source_options *o, size_t limit, ckpt__buf *body,
-                                          ckpt__remote_reply *reply, ckpt_error *err);
-
-/* The same with a body: a POST of `form` (application/x-www-form-urlencoded,
- * an OAuth token request), or a GET when `form` is NULL. */
+ * it).  With `form`, a POST of it instead (application/x-www-form-urlencoded,
+ * an OAuth token request). */
 CKPT__HIDDEN ckpt_status ckpt__remote_request(const char *shown, const char *url, const ckpt__remote_auth *auth,
                                               const char *form, const ckpt__source_options *o, size_t limit,
                                               ckpt__buf *body, ckpt__remote_reply *reply, ckpt_error *err);

@@ -145,17 +145,6 @@ static int create_temp(int dirfd, const char *final, char tmp[NAME_CAP]) {
     return -1;
 }
 
-static bool write_all(int fd, const void *data, size_t n, uint64_t offset) {
-    const unsigned char *p = data;
-    while (n) {
-        ssize_t k = ckpt__io_pwrite(fd, p, n, (off_t)offset);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return false;
-        p += k, n -= (size_t)k, offset += (uint64_t)k;
-    }
-    return true;
-}
-
 /* ---- stamps and digests --------------------------------------------------------- */
 
 static void stamp_text(const struct stat *sb, const char *sha256, char out[STAMP_CAP]) {
@@ -173,7 +162,7 @@ static void write_stamp(int dirfd, const char *entry, const struct stat *sb, con
     stamp_text(sb, sha256, text);
     int fd = create_temp(dirfd, name, tmp);
     if (fd < 0) return;
-    bool ok = write_all(fd, text, strlen(text), 0);
+    bool ok = ckpt__pwrite_full(fd, text, strlen(text), 0, NULL, NULL) == CKPT_OK;
     close(fd);
     if (!ok || ckpt__io_renameat2(dirfd, tmp, dirfd, name, 0) != 0) unlinkat(dirfd, tmp, 0);
 }
@@ -269,7 +258,7 @@ ckpt__cache_copy *ckpt__cache_begin(const char *dir, const ckpt__cache_key *k) {
 }
 
 bool ckpt__cache_write(ckpt__cache_copy *c, const void *data, size_t n, uint64_t offset) {
-    return !atomic_load(&c->committed) && write_all(c->fd, data, n, offset);
+    return !atomic_load(&c->committed) && ckpt__pwrite_full(c->fd, data, n, offset, NULL, NULL) == CKPT_OK;
 }
 
 ckpt_status ckpt__cache_commit(ckpt__cache_copy *c, const char *shown, ckpt_error *err) {

@@ -210,11 +210,7 @@ char *ckpt__url_redact(const char *url) {
     }
     const char *frag = u.query ? u.query + u.query_len : u.path + u.path_len;
     ckpt__buf_puts(&b, frag); /* "#fragment" or nothing */
-    if (b.failed) {
-        free(b.data);
-        return NULL;
-    }
-    return b.data ? b.data : ckpt__strdup("");
+    return ckpt__buf_text(&b);
 }
 
 size_t ckpt_redact_name(const char *name, char *out, size_t cap) {

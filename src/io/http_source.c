@@ -294,14 +294,17 @@ static void reset_response(xfer *x) {
     x->open_whole = x->open_empty = x->open_no_ranges = x->open_cut = false;
 }
 
-static void set_verdict(xfer *x, verdict v, const char *fmt, ...) CKPT__PRINTF(3, 4);
-static void set_verdict(xfer *x, verdict v, const char *fmt, ...) {
-    if (x->verdict != V_NONE) return;
+/* Records why the answer is refused (the first reason only); false, so
+ * that a check can write `return set_verdict(...)`. */
+static bool set_verdict(xfer *x, verdict v, const char *fmt, ...) CKPT__PRINTF(3, 4);
+static bool set_verdict(xfer *x, verdict v, const char *fmt, ...) {
+    if (x->verdict != V_NONE) return false;
     x->verdict = v;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(x->verdict_text, sizeof x->verdict_text, fmt, ap);
     va_end(ap);
+    return false;
 }
 
 static void copy_value(char *out, size_t cap, const char *v, size_t n) {
@@ -419,10 +422,9 @@ static bool changed(const xfer *x) {
 /* Refuses an answer whose validators differ from the open's; false. */
 static bool refuse_changed(xfer *x) {
     const remote *r = x->r;
-    set_verdict(x, V_CHANGED, "its ETag/Last-Modified (%s%s%s) differ from the ones at open (%s%s%s)", x->etag,
-                x->has_etag && x->has_last_modified ? ", " : "", x->last_modified, r->etag ? r->etag : "",
-                r->etag && r->last_modified ? ", " : "", r->last_modified ? r->last_modified : "");
-    return false;
+    return set_verdict(x, V_CHANGED, "its ETag/Last-Modified (%s%s%s) differ from the ones at open (%s%s%s)", x->etag,
+                       x->has_etag && x->has_last_modified ? ", " : "", x->last_modified, r->etag ? r->etag : "",
+                       r->etag && r->last_modified ? ", " : "", r->last_modified ? r->last_modified : "");
 }
 
 /* A whole download's answer: the file from its first byte (HTTP 200: the
@@ -433,11 +435,9 @@ static bool check_whole(xfer *x, long code, const ckpt__content_range *cr) {
     const remote *r = x->r;
     if (changed(x)) return refuse_changed(x);
     if (code == 200) {
-        if (x->has_content_length && x->content_length != r->size) {
-            set_verdict(x, V_CHANGED, "it now gives the file's size as %llu bytes, not %llu",
-                        (unsigned long long)x->content_length, (unsigned long long)r->size);
-            return false;
-        }
+        if (x->has_content_length && x->content_length != r->size)
+            return set_verdict(x, V_CHANGED, "it now gives the file's size as %llu bytes, not %llu",
+                               (unsigned long long)x->content_length, (unsigned long long)r->size);
         x->pos = x->attempt_from = x->window_pos = 0; /* from the first byte again */
         return true;
     }
@@ -445,10 +445,9 @@ static bool check_whole(xfer *x, long code, const ckpt__content_range *cr) {
         (!cr->has_total || cr->total == r->size) &&
         (!x->has_content_length || x->content_length == r->size - x->pos))
         return true;
-    set_verdict(x, V_BAD_RANGE, "status %ld%s%s for a download of the whole file from byte %llu", code,
-                x->has_content_range ? ", Content-Range " : "", x->has_content_range ? x->content_range : "",
-                (unsigned long long)x->pos);
-    return false;
+    return set_verdict(x, V_BAD_RANGE, "status %ld%s%s for a download of the whole file from byte %llu", code,
+                       x->has_content_range ? ", Content-Range " : "", x->has_content_range ? x->content_range : "",
+                       (unsigned long long)x->pos);
 }
 
 /* Judges the response's status and headers, once, before its body. */
@@ -461,39 +460,26 @@ static bool check_response(xfer *x) {
         x->error_status = true;
         return true; /* the body is an explanation, kept (a little of it) */
     }
-    if (x->encoding[0] && strcmp(x->encoding, "identity") != 0) {
-        set_verdict(x, V_ENCODED, "the server applied Content-Encoding \"%s\" to a byte range", x->encoding);
-        return false;
-    }
+    if (x->encoding[0] && strcmp(x->encoding, "identity") != 0)
+        return set_verdict(x, V_ENCODED, "the server applied Content-Encoding \"%s\" to a byte range", x->encoding);
     if (x->mode == X_HEAD) return true;
-    if (x->bad_content_length) {
-        set_verdict(x, V_BAD_RANGE, "its Content-Length is not a number");
-        return false;
-    }
+    if (x->bad_content_length) return set_verdict(x, V_BAD_RANGE, "its Content-Length is not a number");
     ckpt__content_range cr;
     bool has_cr = x->has_content_range && ckpt__parse_content_range(x->content_range, strlen(x->content_range), &cr);
-    if (x->has_content_range && !has_cr) {
-        set_verdict(x, V_BAD_RANGE, "its Content-Range \"%s\" is malformed", x->content_range);
-        return false;
-    }
+    if (x->has_content_range && !has_cr)
+        return set_verdict(x, V_BAD_RANGE, "its Content-Range \"%s\" is malformed", x->content_range);
     if (x->mode == X_OPEN) {
         if (code == 206) {
-            if (!has_cr || !cr.has_range || !cr.has_total) {
-                set_verdict(x, V_BAD_RANGE, "a partial answer (206) without a Content-Range giving the size");
-                return false;
-            }
+            if (!has_cr || !cr.has_range || !cr.has_total)
+                return set_verdict(x, V_BAD_RANGE, "a partial answer (206) without a Content-Range giving the size");
             uint64_t want_last = (cr.total < x->r->head_bytes ? cr.total : x->r->head_bytes) - 1;
-            if (cr.first != 0 || cr.last != want_last) {
-                set_verdict(x, V_BAD_RANGE, "it sent bytes %llu-%llu of %llu for a request of bytes 0-%u",
-                            (unsigned long long)cr.first, (unsigned long long)cr.last, (unsigned long long)cr.total,
-                            (unsigned)x->r->head_bytes - 1);
-                return false;
-            }
-            if (x->has_content_length && x->content_length != cr.last + 1) {
-                set_verdict(x, V_BAD_RANGE, "its Content-Length %llu does not match its Content-Range \"%s\"",
-                            (unsigned long long)x->content_length, x->content_range);
-                return false;
-            }
+            if (cr.first != 0 || cr.last != want_last)
+                return set_verdict(x, V_BAD_RANGE, "it sent bytes %llu-%llu of %llu for a request of bytes 0-%u",
+                                   (unsigned long long)cr.first, (unsigned long long)cr.last,
+                                   (unsigned long long)cr.total, (unsigned)x->r->head_bytes - 1);
+            if (x->has_content_length && x->content_length != cr.last + 1)
+                return set_verdict(x, V_BAD_RANGE, "its Content-Length %llu does not match its Content-Range \"%s\"",
+                                   (unsigned long long)x->content_length, x->content_range);
             x->open_total = cr.total;
             x->end = cr.last + 1;
             return true;
@@ -501,63 +487,51 @@ static bool check_response(xfer *x) {
         if (code == 200) { /* the whole file: fine if it is small, downloaded whole or refused otherwise */
             curl_off_t length = -1;
             curl_easy_getinfo(x->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
-            if (length > x->r->head_bytes && !x->r->may_download) {
-                set_verdict(x, V_NO_RANGES,
-                            "the server does not serve byte ranges (it answered a range request with the whole "
-                            "file: HTTP 200, %lld bytes), which ckpt needs to read a file over %u KiB in parts; "
-                            "%s", (long long)length, (unsigned)x->r->head_bytes >> 10, GIVE_A_CACHE);
-                return false;
-            }
+            if (length > x->r->head_bytes && !x->r->may_download)
+                return set_verdict(x, V_NO_RANGES,
+                                   "the server does not serve byte ranges (it answered a range request with the whole "
+                                   "file: HTTP 200, %lld bytes), which ckpt needs to read a file over %u KiB in parts; "
+                                   "%s",
+                                   (long long)length, (unsigned)x->r->head_bytes >> 10, GIVE_A_CACHE);
             x->open_no_ranges = length > x->r->head_bytes;
             x->open_whole = !x->open_no_ranges;
             x->open_total = length > 0 ? (uint64_t)length : 0;
             x->end = x->r->head_bytes; /* at most; a longer body is cut (no_ranges) or refused as it comes */
             return true;
         }
-        set_verdict(x, V_BAD_RANGE, "unexpected status %ld", code);
-        return false;
+        return set_verdict(x, V_BAD_RANGE, "unexpected status %ld", code);
     }
     if (x->mode == X_WHOLE) return check_whole(x, code, has_cr ? &cr : NULL);
     const remote *r = x->r;
     if (code == 206) {
         if (changed(x)) return refuse_changed(x);
-        if (!has_cr || !cr.has_range) {
-            set_verdict(x, V_BAD_RANGE, "a partial answer (206) without a usable Content-Range");
-            return false;
-        }
-        if (cr.has_total && cr.total != r->size) {
-            set_verdict(x, V_CHANGED, "it now gives the file's size as %llu bytes, not %llu",
-                        (unsigned long long)cr.total, (unsigned long long)r->size);
-            return false;
-        }
-        if (cr.first != x->pos || cr.last != x->end - 1) {
-            set_verdict(x, V_BAD_RANGE, "it sent bytes %llu-%llu (Content-Range \"%s\") for a request of bytes %llu-%llu",
-                        (unsigned long long)cr.first, (unsigned long long)cr.last, x->content_range,
-                        (unsigned long long)x->pos, (unsigned long long)(x->end - 1));
-            return false;
-        }
-        if (x->has_content_length && x->content_length != x->end - x->pos) {
-            set_verdict(x, V_BAD_RANGE, "its Content-Length %llu is not the %llu bytes of its Content-Range",
-                        (unsigned long long)x->content_length, (unsigned long long)(x->end - x->pos));
-            return false;
-        }
+        if (!has_cr || !cr.has_range)
+            return set_verdict(x, V_BAD_RANGE, "a partial answer (206) without a usable Content-Range");
+        if (cr.has_total && cr.total != r->size)
+            return set_verdict(x, V_CHANGED, "it now gives the file's size as %llu bytes, not %llu",
+                               (unsigned long long)cr.total, (unsigned long long)r->size);
+        if (cr.first != x->pos || cr.last != x->end - 1)
+            return set_verdict(x, V_BAD_RANGE,
+                               "it sent bytes %llu-%llu (Content-Range \"%s\") for a request of bytes %llu-%llu",
+                               (unsigned long long)cr.first, (unsigned long long)cr.last, x->content_range,
+                               (unsigned long long)x->pos, (unsigned long long)(x->end - 1));
+        if (x->has_content_length && x->content_length != x->end - x->pos)
+            return set_verdict(x, V_BAD_RANGE, "its Content-Length %llu is not the %llu bytes of its Content-Range",
+                               (unsigned long long)x->content_length, (unsigned long long)(x->end - x->pos));
         return true;
     }
     if (code == 200) {
-        if (changed(x)) {
-            set_verdict(x, V_CHANGED, "it answered with the whole file (HTTP 200) under new validators (%s%s%s)",
-                        x->etag, x->has_etag && x->has_last_modified ? ", " : "", x->last_modified);
-            return false;
-        }
+        if (changed(x))
+            return set_verdict(x, V_CHANGED, "it answered with the whole file (HTTP 200) under new validators (%s%s%s)",
+                               x->etag, x->has_etag && x->has_last_modified ? ", " : "", x->last_modified);
         curl_off_t length = -1;
         curl_easy_getinfo(x->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
         if (x->pos == 0 && x->end == r->size && (length < 0 || (uint64_t)length == r->size)) return true;
-        set_verdict(x, V_NO_RANGES, "it answered a range request with the whole file (HTTP 200): the server "
-                                    "ignores byte ranges");
-        return false;
+        return set_verdict(x, V_NO_RANGES,
+                           "it answered a range request with the whole file (HTTP 200): the server "
+                           "ignores byte ranges");
     }
-    set_verdict(x, V_BAD_RANGE, "unexpected status %ld for a range request", code);
-    return false;
+    return set_verdict(x, V_BAD_RANGE, "unexpected status %ld for a range request", code);
 }
 
 /* Records that [lo, hi) of the cache copy is written; true when that was
@@ -667,11 +641,8 @@ static void free_context(context *c) {
 static void return_context(remote *r, context *c) {
     if (!c) return;
     pthread_mutex_lock(&r->lock);
-    if (r->idle_count == r->idle_cap) {
-        size_t cap = r->idle_cap ? r->idle_cap * 2 : 4;
-        context **idle = ckpt__realloc(r->idle, cap * sizeof *idle);
-        if (idle) r->idle = idle, r->idle_cap = cap;
-    }
+    context **idle = ckpt__grow(r->idle, r->idle_count, &r->idle_cap, sizeof *idle, 4);
+    if (idle) r->idle = idle;
     bool kept = r->idle_count < r->idle_cap;
     if (kept) r->idle[r->idle_count++] = c;
     pthread_mutex_unlock(&r->lock);
@@ -730,15 +701,12 @@ static CURL *easy_for(remote *r, context *c) {
 }
 
 static void easy_back(context *c, CURL *e) {
-    if (c->easy_count == c->easy_cap) {
-        size_t cap = c->easy_cap ? c->easy_cap * 2 : 8;
-        CURL **easy = ckpt__realloc(c->easy, cap * sizeof *easy);
-        if (!easy) {
-            curl_easy_cleanup(e);
-            return;
-        }
-        c->easy = easy, c->easy_cap = cap;
+    CURL **easy = ckpt__grow(c->easy, c->easy_count, &c->easy_cap, sizeof *easy, 8);
+    if (!easy) {
+        curl_easy_cleanup(e);
+        return;
     }
+    c->easy = easy;
     c->easy[c->easy_count++] = e;
 }
 
@@ -1241,15 +1209,12 @@ static bool cache_cover(remote *r, uint64_t lo, uint64_t hi) {
         j++;
     }
     if (i == j) {
-        if (r->span_count == r->span_cap) {
-            size_t cap = r->span_cap ? r->span_cap * 2 : 16;
-            span *s = ckpt__realloc(r->spans, cap * sizeof *s);
-            if (!s) {
-                atomic_store(&r->cache_state, CACHE_BROKEN);
-                return false;
-            }
-            r->spans = s, r->span_cap = cap;
+        span *s = ckpt__grow(r->spans, r->span_count, &r->span_cap, sizeof *s, 16);
+        if (!s) {
+            atomic_store(&r->cache_state, CACHE_BROKEN);
+            return false;
         }
+        r->spans = s;
         memmove(&r->spans[i + 1], &r->spans[i], (r->span_count - i) * sizeof *r->spans);
         r->span_count++;
     } else if (j - i > 1) {
@@ -1759,12 +1724,6 @@ static size_t small_body(char *data, size_t size, size_t nmemb, void *user) {
     if (g->body->len + n > g->limit) return 0;
     ckpt__buf_append(g->body, data, n);
     return g->body->failed ? 0 : n;
-}
-
-ckpt_status ckpt__remote_get(const char *shown, const char *url, const ckpt__remote_auth *auth,
-                             const ckpt__source_options *o, size_t limit, ckpt__buf *body, ckpt__remote_reply *reply,
-                             ckpt_error *err) {
-    return ckpt__remote_request(shown, url, auth, NULL, o, limit, body, reply, err);
 }
 
 /* The header lines of a small request: the kind's, and SharedKey's

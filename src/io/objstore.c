@@ -75,8 +75,7 @@ static char *joined(const char *a, const char *b, const char *c) {
     ckpt__buf_puts(&x, a);
     ckpt__buf_puts(&x, b);
     ckpt__buf_puts(&x, c ? c : "");
-    if (x.failed) free(x.data);
-    return x.failed ? NULL : x.data;
+    return ckpt__buf_text(&x);
 }
 
 bool ckpt__store_sigv4(ckpt__store_target *t, const char *id, const char *secret, const char *scope,
@@ -104,8 +103,7 @@ char *ckpt__store_url(const ckpt__store_target *t, const char *path, const char 
     bool q = false;
     if (query && *query) ckpt__buf_puts(&b, "?"), ckpt__buf_puts(&b, query), q = true;
     if (t->query) ckpt__buf_puts(&b, q ? "&" : "?"), ckpt__buf_puts(&b, t->query);
-    if (b.failed) free(b.data);
-    return b.failed ? NULL : b.data;
+    return ckpt__buf_text(&b);
 }
 
 /* Appends `s` percent-encoded as a query value: as a key, and '/' too. */
@@ -126,8 +124,7 @@ static char *param(const char *name, const char *value) {
     ckpt__buf_puts(&b, name);
     ckpt__buf_puts(&b, "=");
     encode_value(&b, value);
-    if (b.failed) free(b.data);
-    return b.failed ? NULL : b.data;
+    return ckpt__buf_text(&b);
 }
 
 /* Parameters in order of their names (the part before '='). */
@@ -159,8 +156,8 @@ static char *page_url(const ckpt__store_target *t, const ckpt__store_listing *l,
     for (size_t i = 0; i < n; i++) ckpt__buf_puts(&q, i ? "&" : "?"), ckpt__buf_puts(&q, all[i]);
     if (t->query) ckpt__buf_puts(&q, "&"), ckpt__buf_puts(&q, t->query);
     for (size_t i = 0; i < 3; i++) free(mine[i]);
-    if (q.failed || failed) free(q.data);
-    return q.failed || failed ? NULL : q.data;
+    if (failed) q.failed = true;
+    return ckpt__buf_text(&q);
 }
 
 /* A listing's error as the store says it: its code, message and detail. */
@@ -202,7 +199,7 @@ static ckpt_status store_list(const char *shown, const ckpt__store_target *t, co
         }
         ckpt__remote_reply reply;
         body.len = 0;
-        st = ckpt__remote_get(shown, url, &t->auth, o, 16u << 20, &body, &reply, err);
+        st = ckpt__remote_request(shown, url, &t->auth, NULL, o, 16u << 20, &body, &reply, err);
         free(url);
         if (st) break;
         if (reply.status != 200) {
@@ -233,9 +230,7 @@ static char *dir_prefix(const char *key, size_t n) {
     ckpt__buf b = {0};
     ckpt__buf_append(&b, key, n);
     if (n && key[n - 1] != '/') ckpt__buf_puts(&b, "/");
-    if (!b.data) ckpt__buf_append(&b, "", 0);
-    if (b.failed) free(b.data);
-    return b.failed ? NULL : b.data;
+    return ckpt__buf_text(&b);
 }
 
 void ckpt__store_base(ckpt__buf *b, const char *endpoint, const char *bucket, size_t n) {

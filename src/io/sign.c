@@ -69,7 +69,7 @@ static size_t canonical_headers(const char *const *lines, size_t n, char **out) 
         while (*val == ' ') val++;
         ckpt__buf_puts(&b, ":");
         ckpt__buf_puts(&b, val);
-        out[k++] = b.failed ? (free(b.data), NULL) : b.data;
+        out[k++] = ckpt__buf_text(&b);
     }
     return k;
 }
@@ -89,7 +89,7 @@ static size_t canonical_query(const char *query, size_t len, char **out, size_t 
             }
             ckpt__buf_puts(&b, ":");
             if (eq) append_decoded(&b, eq + 1, end - name_end - 1);
-            out[k++] = b.failed ? (free(b.data), NULL) : b.data;
+            out[k++] = ckpt__buf_text(&b);
         }
         i = end + 1;
     }

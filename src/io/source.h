@@ -266,13 +266,10 @@ CKPT__HIDDEN ckpt_status ckpt__source_slurp(ckpt__source *src, uint64_t limit, c
 /* A source of the `length` bytes of `base` from `offset` (window_source.c):
  * an archive embedded in a file, read in its own coordinates.  `base`
  * must outlive the window, which has no descriptor and no mapping.  Fails
- * with CKPT_E_TRUNCATED when the range runs past the end of `base`. */
-CKPT__HIDDEN ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset, uint64_t length,
-                                             ckpt__source **out, ckpt_error *err);
-
-/* The same window, whose bytes the caller read already: `held`, the
- * `length` bytes of `base` from `offset`, borrowed (they must outlive the
- * window), from which every read is served without a read of `base`. */
+ * with CKPT_E_TRUNCATED when the range runs past the end of `base`.
+ * `held`, where the caller read those bytes already (borrowed: they must
+ * outlive the window), serves every read without a read of `base`; NULL
+ * reads them from `base`. */
 CKPT__HIDDEN ckpt_status ckpt__source_window_held(ckpt__source *base, uint64_t offset, uint64_t length,
                                                   const void *held, ckpt__source **out, ckpt_error *err);
 

@@ -165,20 +165,12 @@ static int add_name(void *ctx, const char *name) {
         return 1;
     }
     if (name[0] == '.') return 0; /* hidden, as a local listing's */
-    if (l->count == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        char **names = ckpt__realloc(l->names, cap * sizeof *names);
-        if (!names) return (l->st = ckpt__oom(l->err, l->dir, NULL)), 1;
-        l->names = names;
-        l->cap = cap;
-    }
+    char **names = ckpt__grow(l->names, l->count, &l->cap, sizeof *names, 16);
+    if (!names) return (l->st = ckpt__oom(l->err, l->dir, NULL)), 1;
+    l->names = names;
     if (!(l->names[l->count] = ckpt__strdup(name))) return (l->st = ckpt__oom(l->err, l->dir, NULL)), 1;
     l->count++;
     return 0;
-}
-
-static int cmp_name(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 ckpt_status ckpt__source_list_in(const ckpt_source_ops *ops, void *user, const char *dir, char ***names, size_t *count,
@@ -199,7 +191,7 @@ ckpt_status ckpt__source_list_in(const ckpt_source_ops *ops, void *user, const c
         ckpt__beneath_free_names(l.names, l.count);
         return st;
     }
-    if (l.count > 1) qsort(l.names, l.count, sizeof *l.names, cmp_name);
+    if (l.count > 1) qsort(l.names, l.count, sizeof *l.names, ckpt__cmp_str);
     *names = l.names;
     *count = l.count;
     return CKPT_OK;

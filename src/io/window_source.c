@@ -41,11 +41,6 @@ static const ckpt__source_ops window_ops = {.version = CKPT_SOURCE_OPS_VERSION,
     .read = window_read,
     .close = window_close};
 
-ckpt_status ckpt__source_window(ckpt__source *base, uint64_t offset, uint64_t length, ckpt__source **out,
-                                ckpt_error *err) {
-    return ckpt__source_window_held(base, offset, length, NULL, out, err);
-}
-
 ckpt_status ckpt__source_window_held(ckpt__source *base, uint64_t offset, uint64_t length, const void *held,
                                      ckpt__source **out, ckpt_error *err) {
     *out = NULL;

@@ -32,37 +32,31 @@ TAIL(tail_f2h, float, uint16_t, ckpt__f32_to_f16)
 TAIL(tail_b2f, uint16_t, float, ckpt__bf16_to_f32)
 TAIL(tail_f2b, float, uint16_t, ckpt__f32_to_bf16)
 
+/* A kernel: STEP elements at a time by the statements that follow (s and
+ * d the bytes, i the step's first element), the rest by the scalar TAIL. */
+#define KERNEL(ATTR, NAME, STEP, TAIL, ...)                                                                            \
+    ATTR static void NAME(const void *src, void *dst, size_t n) {                                                      \
+        const unsigned char *s = src;                                                                                  \
+        unsigned char *d = dst;                                                                                        \
+        size_t i = 0;                                                                                                  \
+        for (; i + STEP <= n; i += STEP) {                                                                             \
+            __VA_ARGS__;                                                                                               \
+        }                                                                                                              \
+        TAIL(src, dst, i, n);                                                                                          \
+    }
+
 /* ---- AVX2 + F16C ---------------------------------------------------------- */
 
-AVX2 static void avx2_f16_f32(const void *src, void *dst, size_t n) {
-    const unsigned char *s = src;
-    unsigned char *d = dst;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps((float *)(d + 4 * i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 2 * i))));
-    tail_h2f(src, dst, i, n);
-}
+KERNEL(AVX2, avx2_f16_f32, 8, tail_h2f,
+       _mm256_storeu_ps((float *)(d + 4 * i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 2 * i)))))
 
-AVX2 static void avx2_f32_f16(const void *src, void *dst, size_t n) {
-    const unsigned char *s = src;
-    unsigned char *d = dst;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(d + 2 * i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps((const float *)(s + 4 * i)), _MM_FROUND_TO_NEAREST_INT));
-    tail_f2h(src, dst, i, n);
-}
+KERNEL(AVX2, avx2_f32_f16, 8, tail_f2h,
+       _mm_storeu_si128((__m128i *)(d + 2 * i),
+                        _mm256_cvtps_ph(_mm256_loadu_ps((const float *)(s + 4 * i)), _MM_FROUND_TO_NEAREST_INT)))
 
-AVX2 static void avx2_bf16_f32(const void *src, void *dst, size_t n) {
-    const unsigned char *s = src;
-    unsigned char *d = dst;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + 2 * i)));
-        _mm256_storeu_si256((__m256i *)(d + 4 * i), _mm256_slli_epi32(w, 16));
-    }
-    tail_b2f(src, dst, i, n);
-}
+KERNEL(AVX2, avx2_bf16_f32, 8, tail_b2f,
+       __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + 2 * i)));
+       _mm256_storeu_si256((__m256i *)(d + 4 * i), _mm256_slli_epi32(w, 16)))
 
 /* Round to nearest even on the integer bits; NaN → quiet NaN, sign kept. */
 AVX2 static inline __m256i avx2_round_bf16(__m256i x) {
@@ -74,51 +68,23 @@ AVX2 static inline __m256i avx2_round_bf16(__m256i x) {
     return _mm256_blendv_epi8(rounded, quiet, is_nan);
 }
 
-AVX2 static void avx2_f32_bf16(const void *src, void *dst, size_t n) {
-    const unsigned char *s = src;
-    unsigned char *d = dst;
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256i a = avx2_round_bf16(_mm256_loadu_si256((const __m256i *)(s + 4 * i)));
-        __m256i b = avx2_round_bf16(_mm256_loadu_si256((const __m256i *)(s + 4 * i + 32)));
-        /* packus works per 128-bit lane: fix the order of the four quarters. */
-        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8);
-        _mm256_storeu_si256((__m256i *)(d + 2 * i), packed);
-    }
-    tail_f2b(src, dst, i, n);
-}
+/* packus works per 128-bit lane: the permute fixes the order of the four quarters. */
+KERNEL(AVX2, avx2_f32_bf16, 16, tail_f2b, __m256i a = avx2_round_bf16(_mm256_loadu_si256((const __m256i *)(s + 4 * i)));
+       __m256i b = avx2_round_bf16(_mm256_loadu_si256((const __m256i *)(s + 4 * i + 32)));
+       _mm256_storeu_si256((__m256i *)(d + 2 * i), _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8)))
 
 /* ---- AVX-512 --------------------------------------------------------------- */
 
-AVX512 static void avx512_f16_f32(const void *src, void *dst, size_t n) {
-    const unsigned char *s = src;
-    unsigned char *d = dst;
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(d + 4 * i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 2 * i))));
-    tail_h2f(src, dst, i, n);
-}
+KERNEL(AVX512, avx512_f16_f32, 16, tail_h2f,
+       _mm512_storeu_ps(d + 4 * i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 2 * i)))))
 
-AVX512 static void avx512_f32_f16(const void *src, void *dst, size_t n) {
-    const unsigned char *s = src;
-    unsigned char *d = dst;
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm256_storeu_si256((__m256i *)(d + 2 * i),
-                            _mm512_cvtps_ph(_mm512_loadu_ps(s + 4 * i), _MM_FROUND_TO_NEAREST_INT));
-    tail_f2h(src, dst, i, n);
-}
+KERNEL(AVX512, avx512_f32_f16, 16, tail_f2h,
+       _mm256_storeu_si256((__m256i *)(d + 2 * i),
+                           _mm512_cvtps_ph(_mm512_loadu_ps(s + 4 * i), _MM_FROUND_TO_NEAREST_INT)))
 
-AVX512 static void avx512_bf16_f32(const void *src, void *dst, size_t n) {
-    const unsigned char *s = src;
-    unsigned char *d = dst;
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + 2 * i)));
-        _mm512_storeu_si512(d + 4 * i, _mm512_slli_epi32(w, 16));
-    }
-    tail_b2f(src, dst, i, n);
-}
+KERNEL(AVX512, avx512_bf16_f32, 16, tail_b2f,
+       __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s + 2 * i)));
+       _mm512_storeu_si512(d + 4 * i, _mm512_slli_epi32(w, 16)))
 
 AVX512 static void avx512_f32_bf16(const void *src, void *dst, size_t n) {
     const unsigned char *s = src;
