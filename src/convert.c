@@ -312,6 +312,16 @@ static ckpt_status declare(ckpt_plan *p, const char *dst_path, const ckpt_writer
     ckpt_writer_options_init(&o);
     if (options) CKPT__TAKE_OPTIONS(&o, options);
     if (dry_run) o.dry_run = 1;
+    /* The source's blocks the destination's format cannot hold, that no
+     * rule asked a block type of, are written as f32
+     * (ckpt_plan_dequantize_for); a destination its rule refuses is left
+     * for the writer to name. */
+    ckpt_format format;
+    int directory;
+    ckpt_error unresolved;
+    if (ckpt_destination_resolve(dst_path, &o, &format, &directory, &unresolved) == CKPT_OK &&
+        (st = ckpt_plan_dequantize_for(p, format, err)))
+        return st;
     ckpt_writer *w;
     ckpt__move *moves;
     size_t n, used = 0;

@@ -7,6 +7,7 @@
 #include "catalog_internal.h"
 #include "base/json.h"
 #include "engine.h"
+#include "formats/output.h"
 #include "plan_internal.h"
 #include "transform/cast.h"
 
@@ -448,6 +449,7 @@ ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, 
         ckpt__plan_entry *e = &p->entries[i];
         if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
         p->rule_matched++;
+        e->asked = dtype; /* asked, even where the cast is skipped below */
         ckpt_dtype from = e->pub.source->dtype;
         if (ckpt_dtype_is_block(from) || ckpt_dtype_is_block(dtype)) { /* GGUF block types */
             if (from == dtype) continue;
@@ -485,6 +487,37 @@ ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, 
         if (st) return st;
     }
     return rule_end(p, "cast", pattern, err);
+}
+
+/* Whether output format `f` holds tensor `e` in block type `d` (its own
+ * accepts hook says so; its refusal's message is not wanted here). */
+static bool output_holds(const ckpt__output_format *f, const ckpt__plan_entry *e, ckpt_dtype d) {
+    ckpt_error scratch;
+    ckpt_error_clear(&scratch);
+    return !f->accepts || f->accepts(NULL, e->pub.name, d, e->pub.ndim, e->pub.shape, &scratch) == CKPT_OK;
+}
+
+ckpt_status ckpt_plan_dequantize_for(ckpt_plan *p, ckpt_format format, ckpt_error *err) {
+    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    const ckpt__output_format *f = ckpt__output_format_for(format);
+    if (!f) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "no output format of id %d", (int)format);
+    for (size_t i = 0; i < p->entry_count; i++) {
+        ckpt__plan_entry *e = &p->entries[i];
+        ckpt_dtype d = e->pub.dtype;
+        /* Blocks a rule cast or asked for are the rule's business: a block
+         * type asked of an output without one is refused by tensor when
+         * the writer declares it, and nothing is written. */
+        if (!e->selected || !ckpt_dtype_is_block(d) || d != e->pub.source->dtype || ckpt_dtype_is_block(e->asked) ||
+            output_holds(f, e, d))
+            continue;
+        if (!ckpt__cast_kernel(d, CKPT_F32))
+            return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), source_path(p, e), e->pub.source->name, -1,
+                              "%s has no %s type, and ckpt does not dequantize %s", f->name, ckpt_dtype_name(d),
+                              ckpt_dtype_name(d));
+        ckpt_status st = cast_to(p, e, CKPT_F32, err); /* lossless: every block type's values are f32's */
+        if (st) return st;
+    }
+    return CKPT_OK;
 }
 
 /* Packed sub-byte tensors (F4, F6) can only be loaded whole: their

@@ -7,6 +7,14 @@
 
 typedef struct ckpt__plan_entry {
     ckpt_plan_item pub;
+    /* The dtype the last cast rule matching this tensor asked for, whether
+     * it applied or left the tensor as it was (a block type asked of a
+     * tensor quantized already: ckpt does not requantize);
+     * CKPT_DTYPE_INVALID when no cast rule matched it.  A conversion into a
+     * format without block types dequantizes the blocks no rule asked a
+     * block type of, and leaves those asked for to be refused by tensor
+     * (ckpt_plan_dequantize_for). */
+    ckpt_dtype asked;
     uint64_t *shape, *start, *count; /* output shape; source slice */
     uint32_t *perm;
     /* A row-major view of the source in other axes, and the permutation

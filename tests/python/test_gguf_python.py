@@ -105,3 +105,38 @@ def test_gguf_output_carries_source_metadata_only_when_asked(tmp_path, model):
     path, _, _ = model  # GGUF to GGUF: its key-values stay
     ckpt.convert(path, tmp_path / "again.gguf", progress=False)
     assert kvs(tmp_path / "again.gguf") == kvs(path)
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pt", ".npz"])
+def test_convert_of_gguf_blocks_follows_the_libraries_rule_as_the_cli(tmp_path, model, suffix):
+    """A GGUF's blocks into a format without block types: ckpt.convert
+    raised "safetensors has no Q8_0 type" where `ckpt convert` wrote f32,
+    each front end with a rule of its own.  Both now take the plan's
+    (ckpt_plan_dequantize_for): blocks no rule asked anything of become
+    f32, exactly their values; a float rule's dtype stays; a block type
+    asked for is refused by tensor and nothing is written."""
+    import subprocess
+    from ckptlib import BIN_PATH
+    path, w, b = model
+    exact = gguf.quants.dequantize(gguf.quants.quantize(w, Q.Q8_0), Q.Q8_0)
+    cases = [({}, []), ({"dtype": {"lin.*": "f16"}}, ["--dtype", "lin.*=f16"])]
+    for kw, flags in cases:
+        py, cli = tmp_path / f"py{suffix}", tmp_path / f"cli{suffix}"
+        preview = ckpt.convert(path, py, progress=False, overwrite=True, dry_run=True, **kw)
+        ckpt.convert(path, py, progress=False, overwrite=True, **kw)
+        subprocess.run([BIN_PATH, "convert", str(path), str(cli), "--force", "-q", *flags], check=True,
+                       capture_output=True)
+        want = "F16" if kw else "F32"
+        with ckpt.open(py) as a, ckpt.open(cli) as c:
+            got = {n: t.dtype for n, t in a.tensors.items()}
+            assert got == {n: t.dtype for n, t in c.tensors.items()} == {"lin.weight": want, "lin.bias": want}
+            assert {t["name"]: t["dtype"] for t in preview["tensors"]} == got
+            if not kw:
+                assert np.array_equal(ckpt.load(py)["lin.weight"], exact)
+    for dtype, flag in (("q8_0", "q8_0"), ({"lin.weight": "q8_0"}, "lin.weight=q8_0")):
+        out = tmp_path / f"asked{suffix}"
+        with pytest.raises(ckpt.Error, match=r"tensor 'lin.weight': \w+ has no Q8_0 (type|dtype)"):
+            ckpt.convert(path, out, progress=False, dtype=dtype)
+        r = subprocess.run([BIN_PATH, "convert", str(path), str(out), "--dtype", flag], capture_output=True, text=True)
+        assert r.returncode == 1 and "tensor 'lin.weight'" in r.stderr and "has no Q8_0" in r.stderr, r.stderr
+        assert not out.exists()
