@@ -22,6 +22,11 @@ typedef struct ckpt__plan_entry {
     uint32_t view_ndim;
     uint64_t *view_shape;
     uint32_t *view_perm;
+    /* The box of the view read (view axes): all of it, or, after a slice
+     * of the source's axis 0 in whole indexes of the view's axis 0 (which
+     * the view leaves first), those indexes — the same rows of the
+     * output, so that a reader takes a viewed tensor a band at a time. */
+    uint64_t *view_start, *view_count;
     bool selected;
     /* An output joined of several tensors (ckpt__plan_join): parts[k]
      * (catalog indexes, this entry's own among them) concatenated along
