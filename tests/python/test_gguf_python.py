@@ -140,3 +140,29 @@ def test_convert_of_gguf_blocks_follows_the_libraries_rule_as_the_cli(tmp_path, 
         r = subprocess.run([BIN_PATH, "convert", str(path), str(out), "--dtype", flag], capture_output=True, text=True)
         assert r.returncode == 1 and "tensor 'lin.weight'" in r.stderr and "has no Q8_0" in r.stderr, r.stderr
         assert not out.exists()
+
+
+def test_as_hf_slices_of_reordered_rows_are_whole_heads(tmp_path):
+    """A slice of a tensor whose rows the Hugging Face view puts back
+    (llama's Q/K rows, reordered within each head) read the whole view
+    into the slice's buffer: ckpt.load(as_hf=True, slices=...) corrupted
+    the heap (munmap_chunk(): invalid pointer).  Whole heads are the rows
+    transformers holds; a slice cutting a head is refused by tensor."""
+    import pathlib
+    import subprocess
+    import sys
+    from ckptlib import BIN_PATH
+    sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "interop"))
+    from test_llamacpp import tiny_llama, tokenizer
+    model, path = tmp_path / "m", tmp_path / "m.gguf"
+    tiny_llama(model, dtype=torch.float32)  # 4 heads of 8 rows
+    tokenizer("llama3", model)
+    subprocess.run([BIN_PATH, "convert", str(model), str(path), "--dtype", "f32", "-q"], check=True)
+    q = "model.layers.1.self_attn.q_proj.weight"
+    probe = (f"import ckpt, numpy as np, safetensors.numpy as s; want = s.load_file({str(model / 'model.safetensors')!r})"
+             f"[{q!r}]; got = ckpt.load({str(path)!r}, as_hf=True, slices={{'blk.1.attn_q.weight': (0, 8, 24)}})"
+             f"[{q!r}]; print(got.shape == (16, 32) and np.array_equal(np.asarray(got), want[8:24]))")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stdout + r.stderr
+    with pytest.raises(ckpt.Error, match=r"blk\.1\.attn_q\.weight'.*whole bands of 8 rows"):
+        ckpt.load(path, as_hf=True, slices={"blk.1.attn_q.weight": (0, 3, 9)})
