@@ -324,3 +324,15 @@ def test_as_hf_reads_in_bounded_chunks(tmp_path):
         assert peak_kib < 128 * 1024, f"peak RSS {peak_kib} KiB for 256 MiB tensors"
         doc = json.loads(out.split("\n", 1)[1])
         assert [(d["name"], d["differ"], d["at"]) for d in doc["differences"]] == ([(q, 1, [1500, 7])] if rc else [])
+
+
+def test_top_level_help_gives_diffs_exit_status():
+    """ckpt --help said diff exits 1 on bad input or an I/O error, where it
+    exits 2 (1 is "different", as cmp's)."""
+    r = run("--help")
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())
+    assert "ckpt diff exits as cmp and diff do: 0 identical, 1 different, 2 trouble" in text, text
+    assert "(diff: the checkpoints differ)" not in text
+    a = pathlib.Path(__file__)  # not a checkpoint: trouble, not a difference
+    assert run("diff", a, a).returncode == 2
