@@ -137,6 +137,15 @@ struct ckpt_plan {
         size_t len;
     } *files;
     size_t file_count;
+    /* The plan maps the source to another model's layout and made its
+     * metadata into the output's own (a llama.cpp GGUF as a Hugging Face
+     * model: config.json and the tokenizer's files, or, for a load, no
+     * files at all), so that the source's entries, which describe the
+     * source (general.file_type Q8_0 over f32 tensors, megabytes of
+     * vocabulary), go to no tensor file of a conversion unless asked
+     * (ckpt_writer_options.source_metadata).  Set by the mapping
+     * (llamacpp_hf.c), not by what files it adds. */
+    bool metadata_mapped;
     /* Key-values a conversion of this plan gives its output, in order
      * (llama.cpp's conversion: the GGUF key-values, in GGUF's encoding):
      * ckpt__plan_add_kv; keys and values in the arena. */

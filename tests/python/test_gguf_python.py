@@ -166,3 +166,37 @@ def test_as_hf_slices_of_reordered_rows_are_whole_heads(tmp_path):
     assert r.returncode == 0 and r.stdout.strip() == "True", r.stdout + r.stderr
     with pytest.raises(ckpt.Error, match=r"blk\.1\.attn_q\.weight'.*whole bands of 8 rows"):
         ckpt.load(path, as_hf=True, slices={"blk.1.attn_q.weight": (0, 3, 9)})
+
+
+def test_a_conversion_of_the_hf_mapping_alone_holds_no_key_values(tmp_path):
+    """The GGUF → Hugging Face mapping makes the key-values into config.json
+    and the tokenizer's files; its tensors alone (Plan.gguf_hf(files=False),
+    ckpt_gguf_hf_plan_tensors) make them into nothing.  Whether a
+    conversion's safetensors got the key-values was keyed on the files the
+    plan adds, so that plan wrote all of them — the vocabulary, and
+    general.file_type over tensors of another dtype — into the header."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    from ckpt import _ckpt
+    from ckptlib import BIN_PATH
+    sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "interop"))
+    from test_llamacpp import tiny_llama, tokenizer
+    model, path = tmp_path / "m", tmp_path / "m.gguf"
+    tiny_llama(model, dtype=torch.float32)
+    tokenizer("llama3", model)
+    subprocess.run([BIN_PATH, "convert", str(model), str(path), "--dtype", "q8_0", "-q"], check=True)
+
+    def header_metadata(out, **kw):
+        plan = _ckpt.Plan(_ckpt.Catalog(os.fspath(path)))
+        plan.gguf_hf(None, False)
+        plan.convert(os.fspath(out), **kw)
+        with open(out, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            return json.loads(f.read(n)).get("__metadata__")
+
+    assert header_metadata(tmp_path / "alone.safetensors") == {"format": "pt"}
+    asked = header_metadata(tmp_path / "asked.safetensors", source_metadata=True)  # asked: carried, as before
+    assert asked["general.architecture"] == "llama" and "tokenizer.ggml.tokens" in asked
