@@ -1,6 +1,5 @@
 /* convert.c — `ckpt convert SRC DST [options]`. */
 #include <errno.h>
-#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -291,42 +290,6 @@ static ckpt_status parse_split_size(const char *text, uint64_t *bytes, ckpt_erro
     return ckpt_parse_size(text, bytes, err);
 }
 
-/* The block type the last --dtype rule naming this tensor (by its name in
- * the checkpoint, as the plan's patterns match: fnmatch, NULL and "*" all)
- * asked for, or CKPT_DTYPE_INVALID when none asked for one. */
-static ckpt_dtype block_asked(const rule *rules, size_t count, const char *name) {
-    ckpt_dtype asked = CKPT_DTYPE_INVALID;
-    char pattern[4096];
-    for (size_t i = 0; i < count; i++) {
-        if (rules[i].option != OPT_DTYPE) continue;
-        const char *rest = split_pattern(rules[i].value, pattern, sizeof pattern);
-        if (pattern[0] && strcmp(pattern, "*") && fnmatch(pattern, name, 0)) continue;
-        ckpt_dtype d = parse_dtype(rest);
-        asked = ckpt_dtype_is_block(d) ? d : CKPT_DTYPE_INVALID;
-    }
-    return asked;
-}
-
-/* safetensors has no block types: quantized tensors of the source that no
- * rule asked anything of become f32 (lossless).  A block type that a
- * --dtype rule asked for stays, so that the writer refuses it by tensor
- * ("safetensors has no Q8_0 type") and nothing is written: made f32 here,
- * `--dtype q8_0` into a .safetensors file silently wrote the source's
- * values in f32, twice an f16 model's size, and quantized nothing — and so
- * it did of a GGUF source's blocks, which the rule leaves as they are
- * (ckpt does not requantize), or which already were the type it named. */
-static int dequantize_rest(ckpt_plan *plan, const rule *rules, size_t count, ckpt_error *err) {
-    char pattern[8192];
-    for (size_t i = 0; i < ckpt_plan_count(plan); i++) {
-        const ckpt_plan_item *it = ckpt_plan_item_at(plan, i);
-        if (!ckpt_dtype_is_block(it->dtype) || it->dtype != it->source->dtype) continue;
-        if (block_asked(rules, count, it->source->name) != CKPT_DTYPE_INVALID) continue;
-        glob_escape(it->source->name, pattern, sizeof pattern);
-        if (ckpt_plan_cast(plan, pattern, CKPT_F32, err) != CKPT_OK) return report_error(err);
-    }
-    return EXIT_OK;
-}
-
 /* "[2, 3]" from a shape. */
 static void shape_text(const ckpt_writer_tensor_info *t, char *buf, size_t cap) {
     size_t len = (size_t)snprintf(buf, cap, "[");
@@ -465,6 +428,7 @@ typedef struct convert_args {
     bool raw;      /* --raw: GGUF output of SRC's tensors as they are */
     bool llamacpp; /* GGUF output of a Hugging Face model directory: llama.cpp's conversion */
     bool hf;       /* a llama.cpp GGUF into a directory: a Hugging Face model directory */
+    ckpt_format format; /* the output's, as the destination rule gives it */
     char *dst_dir; /* --to hf's DST as a directory ("DST/") */
     source_options *so; /* where SRC's bytes come from */
     char *kv_text; /* --gguf-kv's file */
@@ -651,6 +615,7 @@ static int choose_output(convert_args *a) {
     if (ckpt_destination_resolve(a->dst, opt, &format, &directory, &err) != CKPT_OK) return report_error(&err);
     a->dcp = format == CKPT_FORMAT_DCP;
     a->gguf = format == CKPT_FORMAT_GGUF;
+    a->format = format;
     if (a->ranks && !a->dcp) return usage_error("convert", "--dcp-ranks goes with --to dcp");
     if (opt->source_metadata && !a->gguf)
         return usage_error("convert", "--source-metadata is for GGUF output (DST *.gguf); other formats always "
@@ -707,15 +672,17 @@ static int choose_output(convert_args *a) {
     return EXIT_OK;
 }
 
-/* The command line's rules on a plan, in order, then block types left as
- * they are become f32 when the output is safetensors.  One process and
- * every rank of an MPI job build the plan alike. */
+/* The command line's rules on a plan, in order, then the source's block
+ * types that the output cannot hold and no rule asked for become f32.
+ * One process and every rank of an MPI job build the plan alike. */
 static int apply_rules(ckpt_plan *plan, void *user, ckpt_error *err) {
     const convert_args *a = user;
     if (a->ignore_unmatched) ckpt_plan_set_flags(plan, CKPT_PLAN_IGNORE_UNMATCHED);
     int rc = EXIT_OK;
     for (size_t i = 0; i < a->rule_count && rc == EXIT_OK; i++) rc = apply_rule(plan, &a->rules[i], a->quiet, err);
-    if (rc == EXIT_OK && !a->gguf) rc = dequantize_rest(plan, a->rules, a->rule_count, err); /* safetensors has no block types */
+    /* The library's rule, which ckpt_convert_plan applies too: an MPI
+     * job's collective conversion does not, so every rank applies it here. */
+    if (rc == EXIT_OK && ckpt_plan_dequantize_for(plan, a->format, err) != CKPT_OK) rc = report_error(err);
     return rc;
 }
 

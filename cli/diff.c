@@ -29,8 +29,8 @@ const char diff_usage[] =
     "directory `ckpt convert --to hf` writes without writing it — Hugging Face's\n"
     "names, llama's Q/K rows put back, Gemma's norms less the 1 the script added,\n"
     "block types dequantized to F32 (float tensors keep their dtype) — so that\n"
-    "a model and its GGUF compare value by value.  Each such tensor is loaded\n"
-    "whole when compared; a mixture of experts' stacked tensors are refused, as\n"
+    "a model and its GGUF compare value by value, read a few MiB of rows at a\n"
+    "time as well; a mixture of experts' stacked tensors are refused, as\n"
     "a load refuses them.  When no name matches and one side is a llama.cpp\n"
     "GGUF, a hint says so.\n"
     "\n"
@@ -88,7 +88,10 @@ typedef struct side {
     const char **sources;       /* each one's tensor in the GGUF */
     size_t *by_name;            /* indexes sorted by name, for find */
     size_t count;
-    ckpt_plan *loaded;          /* the plan last loaded: one source tensor's items */
+    ckpt_plan *loaded;          /* the plan last loaded: rows of one tensor of the view */
+    const ckpt_tensor_info *loaded_tensor; /* that tensor, NULL: none */
+    uint64_t loaded_from, loaded_to; /* the bytes of it loaded: whole rows */
+    uint64_t band;              /* the rows its slices keep whole (view_band) */
 } side;
 
 typedef struct differ {
@@ -325,27 +328,68 @@ static const ckpt_tensor_info *side_find(const side *s, const char *name) {
     return NULL;
 }
 
+/* The rows of the view's tensor t (of its source, `source`) that a slice
+ * must keep whole: 1, or the band of rows the view reorders among
+ * themselves (llama.cpp's Q/K rows: a head's), the smallest count of
+ * leading rows the library slices it at (a probe: no bytes are read). */
+static ckpt_status view_band(side *s, const ckpt_tensor_info *t, const char *source, uint64_t *band,
+                             ckpt_error *err) {
+    char pattern[8192];
+    ckpt_plan *p;
+    uint64_t rows = t->ndim ? t->shape[0] : 1;
+    *band = rows ? rows : 1;
+    if (t->ndim < 2) return CKPT_OK; /* a vector or a scalar: read whole (small) */
+    ckpt_status st = view_plan(s->catalog, source, &p, err);
+    if (st != CKPT_OK) return st;
+    glob_escape(source, pattern, sizeof pattern);
+    ckpt_error refused;
+    for (uint64_t b = 1; b < rows; b++)
+        if (rows % b == 0 && ckpt_plan_slice(p, pattern, 0, 0, b, &refused) == CKPT_OK) {
+            *band = b;
+            break;
+        }
+    ckpt_plan_free(p);
+    return CKPT_OK;
+}
+
 /* `len` bytes of tensor `t` from byte `off`: the catalog's read, or, for a
- * view's tensor, the view of its source tensor alone loaded (once: the
- * next chunks are copied from it), so that one tensor is held at a time. */
+ * view's tensor, copied from the rows of it that hold them, loaded through
+ * the view as a slice of its leading axis (in whole bands where the view
+ * reorders rows, view_band) — a chunk's worth at a time, never the tensor
+ * whole: a vocabulary's embedding dequantized to F32 is gigabytes. */
 static ckpt_status side_read(side *s, const ckpt_tensor_info *t, uint64_t off, void *buf, uint64_t len,
                              ckpt_error *err) {
     if (!s->view) return ckpt_catalog_read(s->catalog, t, off, buf, len, err);
-    size_t k;
-    const ckpt_plan_item *it = s->loaded ? ckpt_plan_find(s->loaded, t->name, &k) : NULL;
-    if (!it) {
+    const char *source = s->sources[t - s->tensors];
+    ckpt_status st = CKPT_OK;
+    if (s->loaded_tensor != t) {
+        s->loaded_tensor = NULL;
+        if ((st = view_band(s, t, source, &s->band, err)) != CKPT_OK) return st;
+        s->loaded_tensor = t, s->loaded_from = s->loaded_to = 0;
+    }
+    if (off < s->loaded_from || off + len > s->loaded_to) { /* the band of rows holding [off, off + len) */
+        uint64_t rows = t->ndim ? t->shape[0] : 1, row = t->nbytes / (rows ? rows : 1);
+        uint64_t r0 = off / row / s->band * s->band, r1 = (off + len + row - 1) / row;
+        r1 = (r1 + s->band - 1) / s->band * s->band;
+        if (r1 > rows) r1 = rows;
+        char pattern[8192];
         ckpt_plan_free(s->loaded);
-        ckpt_status st = view_plan(s->catalog, s->sources[t - s->tensors], &s->loaded, err);
+        s->loaded = NULL, s->loaded_from = s->loaded_to = 0;
+        st = view_plan(s->catalog, source, &s->loaded, err);
+        glob_escape(source, pattern, sizeof pattern);
+        if (st == CKPT_OK && t->ndim && (r0 || r1 < rows)) st = ckpt_plan_slice(s->loaded, pattern, 0, r0, r1, err);
         ckpt_load_options o;
         ckpt_load_options_init(&o);
         o.views = 0;
         if (st == CKPT_OK) st = ckpt_load(s->loaded, &o, err);
         if (st != CKPT_OK) return st;
-        it = ckpt_plan_find(s->loaded, t->name, &k);
+        s->loaded_from = r0 * row, s->loaded_to = r1 * row;
     }
-    if (!it || !it->data || it->nbytes != t->nbytes || off + len > t->nbytes)
+    size_t k;
+    const ckpt_plan_item *it = ckpt_plan_find(s->loaded, t->name, &k);
+    if (!it || !it->data || it->nbytes != s->loaded_to - s->loaded_from || off + len > s->loaded_to)
         return fail(err, CKPT_E_BAD_STATE, t->name, "the Hugging Face view did not load this tensor");
-    memcpy(buf, (const unsigned char *)it->data + off, (size_t)len);
+    memcpy(buf, (const unsigned char *)it->data + (off - s->loaded_from), (size_t)len);
     return CKPT_OK;
 }
 

@@ -26,8 +26,9 @@ static const char usage[] =
     "\n"
     "ckpt convert writes (ckpt help convert says how DST picks one):\n" CLI_WRITE_FORMATS
     "\n"
-    "Exit status: 0 success, 1 bad input or I/O error (diff: the checkpoints\n"
-    "differ), 2 usage error, 130 interrupted.\n";
+    "Exit status: 0 success, 1 bad input or I/O error, 2 usage error, 130\n"
+    "interrupted; ckpt diff exits as cmp and diff do: 0 identical, 1 different,\n"
+    "2 trouble (an unreadable input or a usage error).\n";
 
 static const struct command {
     const char *name;

@@ -1986,6 +1986,23 @@ CKPT_API ckpt_status ckpt_plan_rename(ckpt_plan *plan, const char *from, const c
 CKPT_API ckpt_status ckpt_plan_cast(ckpt_plan *plan, const char *pattern, ckpt_dtype dtype, ckpt_error *err);
 
 /*
+ * Fits the plan's GGUF block types to output format `format` (a
+ * ckpt_format, as ckpt_destination_resolve gives it): a selected tensor
+ * left in its source's block type (Q4_0, Q8_0, …) that the format cannot
+ * hold (safetensors, torch, NumPy, Flax: all but GGUF) becomes F32, which
+ * holds its values exactly — unless the last ckpt_plan_cast rule matching
+ * it asked for a block type (applied or not: ckpt does not requantize),
+ * which is left for the writer to refuse by tensor (CKPT_D_UNSUPPORTED_DTYPE,
+ * nothing written) rather than written unquantized.  Tensors a rule cast
+ * to a float dtype keep it.  ckpt_convert_plan and
+ * ckpt_convert_plan_preview call it for their destination's format; call
+ * it yourself before a collective conversion.  CKPT_E_INVALID_ARGUMENT for
+ * a format ckpt does not write; CKPT_D_UNSUPPORTED_DTYPE naming a tensor
+ * of a block type ckpt does not dequantize.
+ */
+CKPT_API ckpt_status ckpt_plan_dequantize_for(ckpt_plan *plan, ckpt_format format, ckpt_error *err);
+
+/*
  * Keeps elements [start, stop) of dimension `dim` (negative counts from the
  * last) of matching tensors, within any earlier slice of that dimension
  * (the range is relative to it).  A tensor without that dimension, a

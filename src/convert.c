@@ -108,17 +108,18 @@ static bool source_digests(const char *key) {
  * an output format that takes only its own (GGUF from safetensors) unless
  * the caller asks (writer option source_metadata, `asked`).
  *
- * A plan that writes files beside the tensors (ckpt__plan_add_file: a
- * llama.cpp GGUF as a Hugging Face directory) has made the source's
- * metadata into those files (config.json, the tokenizer's): its
- * safetensors hold what transformers' save_pretrained writes,
- * {"format": "pt"}, and no copy of the key-values, which were megabytes of
- * vocabulary and merges in every file's header, and false there
- * (general.file_type Q8_0 over bf16 tensors).  Asked, they are carried. */
+ * A plan that maps the source to a Hugging Face model (a llama.cpp GGUF:
+ * ckpt_gguf_hf_plan, and its tensors alone, ckpt_gguf_hf_plan_tensors)
+ * has made the source's metadata into files of its own (config.json, the
+ * tokenizer's) or into none: its safetensors hold what transformers'
+ * save_pretrained writes, {"format": "pt"}, and no copy of the
+ * key-values, which were megabytes of vocabulary and merges in every
+ * file's header, and false there (general.file_type Q8_0 over bf16
+ * tensors).  Asked, they are carried. */
 static ckpt_status copy_metadata(const ckpt_plan *p, ckpt_writer *w, bool asked, ckpt_error *err) {
     const ckpt_catalog *c = p->catalog;
     ckpt_status st = CKPT_OK;
-    if (p->file_count) {
+    if (p->metadata_mapped) {
         st = ckpt_writer_set_metadata(w, "format", "pt", err);
         if (st || !asked) return st;
     }
@@ -312,6 +313,16 @@ static ckpt_status declare(ckpt_plan *p, const char *dst_path, const ckpt_writer
     ckpt_writer_options_init(&o);
     if (options) CKPT__TAKE_OPTIONS(&o, options);
     if (dry_run) o.dry_run = 1;
+    /* The source's blocks the destination's format cannot hold, that no
+     * rule asked a block type of, are written as f32
+     * (ckpt_plan_dequantize_for); a destination its rule refuses is left
+     * for the writer to name. */
+    ckpt_format format;
+    int directory;
+    ckpt_error unresolved;
+    if (ckpt_destination_resolve(dst_path, &o, &format, &directory, &unresolved) == CKPT_OK &&
+        (st = ckpt_plan_dequantize_for(p, format, err)))
+        return st;
     ckpt_writer *w;
     ckpt__move *moves;
     size_t n, used = 0;

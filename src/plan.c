@@ -7,6 +7,7 @@
 #include "catalog_internal.h"
 #include "base/json.h"
 #include "engine.h"
+#include "formats/output.h"
 #include "plan_internal.h"
 #include "transform/cast.h"
 
@@ -448,6 +449,7 @@ ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, 
         ckpt__plan_entry *e = &p->entries[i];
         if (!e->selected || !matches(pattern, e->pub.source->name)) continue;
         p->rule_matched++;
+        e->asked = dtype; /* asked, even where the cast is skipped below */
         ckpt_dtype from = e->pub.source->dtype;
         if (ckpt_dtype_is_block(from) || ckpt_dtype_is_block(dtype)) { /* GGUF block types */
             if (from == dtype) continue;
@@ -485,6 +487,37 @@ ckpt_status ckpt_plan_cast(ckpt_plan *p, const char *pattern, ckpt_dtype dtype, 
         if (st) return st;
     }
     return rule_end(p, "cast", pattern, err);
+}
+
+/* Whether output format `f` holds tensor `e` in block type `d` (its own
+ * accepts hook says so; its refusal's message is not wanted here). */
+static bool output_holds(const ckpt__output_format *f, const ckpt__plan_entry *e, ckpt_dtype d) {
+    ckpt_error scratch;
+    ckpt_error_clear(&scratch);
+    return !f->accepts || f->accepts(NULL, e->pub.name, d, e->pub.ndim, e->pub.shape, &scratch) == CKPT_OK;
+}
+
+ckpt_status ckpt_plan_dequantize_for(ckpt_plan *p, ckpt_format format, ckpt_error *err) {
+    if (!p) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "plan is required");
+    const ckpt__output_format *f = ckpt__output_format_for(format);
+    if (!f) return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, NULL, NULL, -1, "no output format of id %d", (int)format);
+    for (size_t i = 0; i < p->entry_count; i++) {
+        ckpt__plan_entry *e = &p->entries[i];
+        ckpt_dtype d = e->pub.dtype;
+        /* Blocks a rule cast or asked for are the rule's business: a block
+         * type asked of an output without one is refused by tensor when
+         * the writer declares it, and nothing is written. */
+        if (!e->selected || !ckpt_dtype_is_block(d) || d != e->pub.source->dtype || ckpt_dtype_is_block(e->asked) ||
+            output_holds(f, e, d))
+            continue;
+        if (!ckpt__cast_kernel(d, CKPT_F32))
+            return ckpt__fail(err, CKPT__D(UNSUPPORTED_DTYPE), source_path(p, e), e->pub.source->name, -1,
+                              "%s has no %s type, and ckpt does not dequantize %s", f->name, ckpt_dtype_name(d),
+                              ckpt_dtype_name(d));
+        ckpt_status st = cast_to(p, e, CKPT_F32, err); /* lossless: every block type's values are f32's */
+        if (st) return st;
+    }
+    return CKPT_OK;
 }
 
 /* Packed sub-byte tensors (F4, F6) can only be loaded whole: their
@@ -532,6 +565,25 @@ static ckpt_status slice_dim(ckpt_plan *p, ckpt__plan_entry *e, const char *patt
                       "cannot slice dimension %d of a tensor with %lld dimensions", dim, (long long)n);
 }
 
+/* A slice of a viewed entry (ckpt__plan_view_permute: llama.cpp's Q/K
+ * rows) reads a box of the view: rows of the source's axis 0 that are
+ * whole indexes of the view's axis 0, which its permutation leaves first,
+ * are the same rows of the output.  Any other slice would need the view's
+ * elements from everywhere in the tensor: refused, naming it. */
+static ckpt_status slice_view(ckpt_plan *p, ckpt__plan_entry *e, uint32_t d, uint64_t start, uint64_t stop,
+                              ckpt_error *err) {
+    const ckpt_tensor_info *t = e->pub.source;
+    uint64_t rows = t->shape[0], band = e->view_shape[0] ? rows / e->view_shape[0] : 0; /* rows per view index */
+    start += e->start[0], stop += e->start[0];
+    if (d != 0 || e->view_perm[0] != 0 || !band || band * e->view_shape[0] != rows || start % band || stop % band)
+        return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), t->name, -1,
+                          "a slice of this tensor, whose rows are reordered, must keep whole bands of %llu rows of "
+                          "dimension 0",
+                          (unsigned long long)band);
+    e->view_start[0] = start / band, e->view_count[0] = (stop - start) / band;
+    return CKPT_OK;
+}
+
 static ckpt_status apply_range(ckpt_plan *p, ckpt__plan_entry *e, uint32_t d, uint64_t start, uint64_t stop,
                                ckpt_error *err) {
     ckpt_dtype b = ckpt_dtype_is_block(e->pub.source->dtype) ? e->pub.source->dtype
@@ -549,6 +601,7 @@ static ckpt_status apply_range(ckpt_plan *p, ckpt__plan_entry *e, uint32_t d, ui
         return ckpt__fail(err, CKPT_E_OUT_OF_RANGE, source_path(p, e), e->pub.source->name, -1,
                           "slice [%llu, %llu) of dimension %u is outside its %llu elements", (unsigned long long)start,
                           (unsigned long long)stop, d, (unsigned long long)e->count[d]);
+    if (e->view_ndim && (st = slice_view(p, e, d, start, stop, err))) return st;
     e->start[d] += start;
     e->count[d] = stop - start;
     update(e);
@@ -715,10 +768,13 @@ ckpt_status ckpt__plan_view_permute(ckpt_plan *p, size_t index, uint32_t ndim, c
         shape[ndim - 1] != t->shape[t->ndim - 1] || !viewable(p, e))
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, source_path(p, e), t->name, -1,
                           "cannot reorder this tensor's rows through a view of %u axes", ndim);
-    e->view_shape = ckpt__arena_alloc(&p->arena, ndim * sizeof *e->view_shape);
+    e->view_shape = ckpt__arena_alloc(&p->arena, 3 * (size_t)ndim * sizeof *e->view_shape);
     e->view_perm = ckpt__arena_alloc(&p->arena, ndim * sizeof *e->view_perm);
     if (!e->view_shape || !e->view_perm) return ckpt__oom(err, source_path(p, e), t->name);
+    e->view_start = e->view_shape + ndim, e->view_count = e->view_shape + 2 * (size_t)ndim;
     memcpy(e->view_shape, shape, ndim * sizeof *shape);
+    memcpy(e->view_count, shape, ndim * sizeof *shape);
+    memset(e->view_start, 0, ndim * sizeof *e->view_start);
     memcpy(e->view_perm, perm, ndim * sizeof *perm);
     e->view_ndim = ndim;
     update(e);
@@ -891,7 +947,7 @@ void ckpt__plan_piece(const ckpt_plan *p, const ckpt__plan_entry *e, uint64_t j,
     m->tensor = ckpt__catalog_index_of(p->catalog, part->pub.source);
     m->start = part->start, m->count = part->count, m->perm = part->perm;
     m->view_ndim = part->view_ndim, m->view_shape = part->view_shape;
-    if (part->view_ndim) m->start = NULL, m->count = NULL, m->perm = part->view_perm;
+    if (part->view_ndim) m->start = part->view_start, m->count = part->view_count, m->perm = part->view_perm;
     *at = 0;
     if (!e->part_count) return;
     uint32_t nd = part->pub.source->ndim;

@@ -7,6 +7,14 @@
 
 typedef struct ckpt__plan_entry {
     ckpt_plan_item pub;
+    /* The dtype the last cast rule matching this tensor asked for, whether
+     * it applied or left the tensor as it was (a block type asked of a
+     * tensor quantized already: ckpt does not requantize);
+     * CKPT_DTYPE_INVALID when no cast rule matched it.  A conversion into a
+     * format without block types dequantizes the blocks no rule asked a
+     * block type of, and leaves those asked for to be refused by tensor
+     * (ckpt_plan_dequantize_for). */
+    ckpt_dtype asked;
     uint64_t *shape, *start, *count; /* output shape; source slice */
     uint32_t *perm;
     /* A row-major view of the source in other axes, and the permutation
@@ -14,6 +22,11 @@ typedef struct ckpt__plan_entry {
     uint32_t view_ndim;
     uint64_t *view_shape;
     uint32_t *view_perm;
+    /* The box of the view read (view axes): all of it, or, after a slice
+     * of the source's axis 0 in whole indexes of the view's axis 0 (which
+     * the view leaves first), those indexes — the same rows of the
+     * output, so that a reader takes a viewed tensor a band at a time. */
+    uint64_t *view_start, *view_count;
     bool selected;
     /* An output joined of several tensors (ckpt__plan_join): parts[k]
      * (catalog indexes, this entry's own among them) concatenated along
@@ -124,6 +137,15 @@ struct ckpt_plan {
         size_t len;
     } *files;
     size_t file_count;
+    /* The plan maps the source to another model's layout and made its
+     * metadata into the output's own (a llama.cpp GGUF as a Hugging Face
+     * model: config.json and the tokenizer's files, or, for a load, no
+     * files at all), so that the source's entries, which describe the
+     * source (general.file_type Q8_0 over f32 tensors, megabytes of
+     * vocabulary), go to no tensor file of a conversion unless asked
+     * (ckpt_writer_options.source_metadata).  Set by the mapping
+     * (llamacpp_hf.c), not by what files it adds. */
+    bool metadata_mapped;
     /* Key-values a conversion of this plan gives its output, in order
      * (llama.cpp's conversion: the GGUF key-values, in GGUF's encoding):
      * ckpt__plan_add_kv; keys and values in the arena. */

@@ -1375,7 +1375,10 @@ def convert(src, dst, *, select=None, exclude=None, rename=None, dtype=None, tp_
     without a checkpoint suffix: 5GB shards unless max_shard_size says),
     applying the same selections, renames, slices, casts and layouts as
     `ckpt convert`, streamed with bounded memory and renamed into place when
-    complete.
+    complete.  A GGUF's quantized tensors (Q8_0, Q4_K, …) that no dtype
+    rule names become f32 in a format without block types (all but GGUF),
+    as `ckpt convert` writes them; a block type asked of one is refused
+    (ckpt.Error naming the tensor), nothing written.
 
     `format` asks for a format by name and must agree with `dst`'s suffix:
     "dcp" writes a torch.distributed.checkpoint directory, as if saved by

@@ -762,6 +762,7 @@ static ckpt_status hf_plan(ckpt_plan *plan, ckpt_dtype dtype, bool files, bool j
     if (dtype != CKPT_F32 && dtype != CKPT_F16 && dtype != CKPT_BF16)
         return ckpt__fail(err, CKPT_E_INVALID_ARGUMENT, h.path, NULL, -1,
                           "a Hugging Face model's dtype is f32, f16 or bf16, not %s", ckpt_dtype_name(dtype));
+    plan->metadata_mapped = true; /* the key-values become config.json and the tokenizer's files, or nothing */
     ckpt_status st = find_family(&h);
     if (st == CKPT_OK) st = read_hparams(&h);
     for (size_t i = 0; st == CKPT_OK && i < ckpt_catalog_tensor_count(c); i++) st = plan_tensor(&h, i);

@@ -294,3 +294,45 @@ def test_as_hf_needs_a_llamacpp_gguf(weights, tmp_path):
     assert r.returncode == 2
     assert "--as-hf views a llama.cpp GGUF (general.architecture set) as its Hugging Face model, and neither A nor B " \
            "is one" in r.stderr
+
+
+def test_as_hf_reads_in_bounded_chunks(tmp_path):
+    """--as-hf loaded each viewed tensor whole (a 256 MiB embedding, twice
+    with a GGUF on each side): it reads a band of rows a chunk long, so
+    memory stays at the chunk buffers; the Q/K rows the view puts back
+    come in whole heads (128 rows here), bands that chunks cut across."""
+    sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "interop"))
+    from test_llamacpp import tiny_llama2, tokenizer
+    model, gguf = tmp_path / "m", tmp_path / "m.gguf"
+    # embeddings and lm_head 32000 x 2048 f32 (250 MiB each); q_proj 16 MiB, 16 heads of 128 rows
+    tiny_llama2(model, dtype=torch.float32, hidden_size=2048, num_attention_heads=16, num_key_value_heads=16,
+                head_dim=128, num_hidden_layers=1, intermediate_size=64)
+    tokenizer("llama2", model)
+    assert run("convert", model, gguf, "--dtype", "f32", "-q").returncode == 0
+    sd = safetensors.torch.load_file(model / "model.safetensors")
+    q = "model.layers.0.self_attn.q_proj.weight"
+    sd[q][1500, 7] += 0.5  # past the first 8 MiB chunk, inside head 11's band
+    safetensors.torch.save_file(sd, model / "model.safetensors", metadata={"format": "pt"})
+    del sd
+    probe = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(r.stdout)")
+    for a, b, rc in ((gguf, gguf, 0), (model, gguf, 1)):
+        out = subprocess.run([sys.executable, "-c", probe, BIN_PATH, "diff", "--json", a, b, "--as-hf"],
+                             capture_output=True, text=True, check=True).stdout
+        got, peak_kib = map(int, out.split("\n")[0].split())
+        assert got == rc, out
+        assert peak_kib < 128 * 1024, f"peak RSS {peak_kib} KiB for 256 MiB tensors"
+        doc = json.loads(out.split("\n", 1)[1])
+        assert [(d["name"], d["differ"], d["at"]) for d in doc["differences"]] == ([(q, 1, [1500, 7])] if rc else [])
+
+
+def test_top_level_help_gives_diffs_exit_status():
+    """ckpt --help said diff exits 1 on bad input or an I/O error, where it
+    exits 2 (1 is "different", as cmp's)."""
+    r = run("--help")
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())
+    assert "ckpt diff exits as cmp and diff do: 0 identical, 1 different, 2 trouble" in text, text
+    assert "(diff: the checkpoints differ)" not in text
+    a = pathlib.Path(__file__)  # not a checkpoint: trouble, not a difference
+    assert run("diff", a, a).returncode == 2

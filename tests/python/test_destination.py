@@ -243,12 +243,14 @@ def test_safetensors_to_bin_loads_in_transformers_with_the_same_logits(tmp_path)
 def test_dtypes_torch_cannot_hold_are_refused(tmp_path):
     gguf = tmp_path / "q.gguf"
     assert run("convert", _tiny(tmp_path), gguf, "--dtype", "q8_0").returncode == 0
-    with pytest.raises(ckpt.Error, match="torch has no Q8_0 dtype") as e:
-        ckpt.convert(gguf, tmp_path / "q.pt", progress=False)
+    with pytest.raises(ckpt.Error, match="torch has no Q8_0 dtype") as e:  # a block type asked for
+        ckpt.convert(gguf, tmp_path / "q.pt", progress=False, dtype="q8_0")
     assert status_of(e.value) == "CKPT_E_UNSUPPORTED/CKPT_D_UNSUPPORTED_DTYPE"
     assert not (tmp_path / "q.pt").exists()
-    # The CLI dequantizes block types for every format but GGUF, as it does for safetensors.
-    assert run("convert", gguf, tmp_path / "q.pt").returncode == 0
+    # Blocks no rule asked for: f32 for every format but GGUF, in Python as in the CLI (the library's rule).
+    ckpt.convert(gguf, tmp_path / "q.pt", progress=False)
+    assert run("convert", gguf, tmp_path / "cli.pt").returncode == 0
+    assert ckpt.open(tmp_path / "q.pt").tensors["m"].dtype == ckpt.open(tmp_path / "cli.pt").tensors["m"].dtype == "F32"
 
 
 def _tiny(tmp_path):

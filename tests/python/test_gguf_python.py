@@ -105,3 +105,98 @@ def test_gguf_output_carries_source_metadata_only_when_asked(tmp_path, model):
     path, _, _ = model  # GGUF to GGUF: its key-values stay
     ckpt.convert(path, tmp_path / "again.gguf", progress=False)
     assert kvs(tmp_path / "again.gguf") == kvs(path)
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pt", ".npz"])
+def test_convert_of_gguf_blocks_follows_the_libraries_rule_as_the_cli(tmp_path, model, suffix):
+    """A GGUF's blocks into a format without block types: ckpt.convert
+    raised "safetensors has no Q8_0 type" where `ckpt convert` wrote f32,
+    each front end with a rule of its own.  Both now take the plan's
+    (ckpt_plan_dequantize_for): blocks no rule asked anything of become
+    f32, exactly their values; a float rule's dtype stays; a block type
+    asked for is refused by tensor and nothing is written."""
+    import subprocess
+    from ckptlib import BIN_PATH
+    path, w, b = model
+    exact = gguf.quants.dequantize(gguf.quants.quantize(w, Q.Q8_0), Q.Q8_0)
+    cases = [({}, []), ({"dtype": {"lin.*": "f16"}}, ["--dtype", "lin.*=f16"])]
+    for kw, flags in cases:
+        py, cli = tmp_path / f"py{suffix}", tmp_path / f"cli{suffix}"
+        preview = ckpt.convert(path, py, progress=False, overwrite=True, dry_run=True, **kw)
+        ckpt.convert(path, py, progress=False, overwrite=True, **kw)
+        subprocess.run([BIN_PATH, "convert", str(path), str(cli), "--force", "-q", *flags], check=True,
+                       capture_output=True)
+        want = "F16" if kw else "F32"
+        with ckpt.open(py) as a, ckpt.open(cli) as c:
+            got = {n: t.dtype for n, t in a.tensors.items()}
+            assert got == {n: t.dtype for n, t in c.tensors.items()} == {"lin.weight": want, "lin.bias": want}
+            assert {t["name"]: t["dtype"] for t in preview["tensors"]} == got
+            if not kw:
+                assert np.array_equal(ckpt.load(py)["lin.weight"], exact)
+    for dtype, flag in (("q8_0", "q8_0"), ({"lin.weight": "q8_0"}, "lin.weight=q8_0")):
+        out = tmp_path / f"asked{suffix}"
+        with pytest.raises(ckpt.Error, match=r"tensor 'lin.weight': \w+ has no Q8_0 (type|dtype)"):
+            ckpt.convert(path, out, progress=False, dtype=dtype)
+        r = subprocess.run([BIN_PATH, "convert", str(path), str(out), "--dtype", flag], capture_output=True, text=True)
+        assert r.returncode == 1 and "tensor 'lin.weight'" in r.stderr and "has no Q8_0" in r.stderr, r.stderr
+        assert not out.exists()
+
+
+def test_as_hf_slices_of_reordered_rows_are_whole_heads(tmp_path):
+    """A slice of a tensor whose rows the Hugging Face view puts back
+    (llama's Q/K rows, reordered within each head) read the whole view
+    into the slice's buffer: ckpt.load(as_hf=True, slices=...) corrupted
+    the heap (munmap_chunk(): invalid pointer).  Whole heads are the rows
+    transformers holds; a slice cutting a head is refused by tensor."""
+    import pathlib
+    import subprocess
+    import sys
+    from ckptlib import BIN_PATH
+    sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "interop"))
+    from test_llamacpp import tiny_llama, tokenizer
+    model, path = tmp_path / "m", tmp_path / "m.gguf"
+    tiny_llama(model, dtype=torch.float32)  # 4 heads of 8 rows
+    tokenizer("llama3", model)
+    subprocess.run([BIN_PATH, "convert", str(model), str(path), "--dtype", "f32", "-q"], check=True)
+    q = "model.layers.1.self_attn.q_proj.weight"
+    probe = (f"import ckpt, numpy as np, safetensors.numpy as s; want = s.load_file({str(model / 'model.safetensors')!r})"
+             f"[{q!r}]; got = ckpt.load({str(path)!r}, as_hf=True, slices={{'blk.1.attn_q.weight': (0, 8, 24)}})"
+             f"[{q!r}]; print(got.shape == (16, 32) and np.array_equal(np.asarray(got), want[8:24]))")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stdout + r.stderr
+    with pytest.raises(ckpt.Error, match=r"blk\.1\.attn_q\.weight'.*whole bands of 8 rows"):
+        ckpt.load(path, as_hf=True, slices={"blk.1.attn_q.weight": (0, 3, 9)})
+
+
+def test_a_conversion_of_the_hf_mapping_alone_holds_no_key_values(tmp_path):
+    """The GGUF → Hugging Face mapping makes the key-values into config.json
+    and the tokenizer's files; its tensors alone (Plan.gguf_hf(files=False),
+    ckpt_gguf_hf_plan_tensors) make them into nothing.  Whether a
+    conversion's safetensors got the key-values was keyed on the files the
+    plan adds, so that plan wrote all of them — the vocabulary, and
+    general.file_type over tensors of another dtype — into the header."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    from ckpt import _ckpt
+    from ckptlib import BIN_PATH
+    sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "interop"))
+    from test_llamacpp import tiny_llama, tokenizer
+    model, path = tmp_path / "m", tmp_path / "m.gguf"
+    tiny_llama(model, dtype=torch.float32)
+    tokenizer("llama3", model)
+    subprocess.run([BIN_PATH, "convert", str(model), str(path), "--dtype", "q8_0", "-q"], check=True)
+
+    def header_metadata(out, **kw):
+        plan = _ckpt.Plan(_ckpt.Catalog(os.fspath(path)))
+        plan.gguf_hf(None, False)
+        plan.convert(os.fspath(out), **kw)
+        with open(out, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            return json.loads(f.read(n)).get("__metadata__")
+
+    assert header_metadata(tmp_path / "alone.safetensors") == {"format": "pt"}
+    asked = header_metadata(tmp_path / "asked.safetensors", source_metadata=True)  # asked: carried, as before
+    assert asked["general.architecture"] == "llama" and "tokenizer.ggml.tokens" in asked
