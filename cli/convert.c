@@ -672,17 +672,15 @@ static int choose_output(convert_args *a) {
     return EXIT_OK;
 }
 
-/* The command line's rules on a plan, in order, then the source's block
- * types that the output cannot hold and no rule asked for become f32.
- * One process and every rank of an MPI job build the plan alike. */
+/* The command line's rules on a plan, in order (the library then turns
+ * the source's block types that the output cannot hold, and no rule asked
+ * for, into f32: ckpt_plan_dequantize_for).  One process and every rank of
+ * an MPI job build the plan alike. */
 static int apply_rules(ckpt_plan *plan, void *user, ckpt_error *err) {
     const convert_args *a = user;
     if (a->ignore_unmatched) ckpt_plan_set_flags(plan, CKPT_PLAN_IGNORE_UNMATCHED);
     int rc = EXIT_OK;
     for (size_t i = 0; i < a->rule_count && rc == EXIT_OK; i++) rc = apply_rule(plan, &a->rules[i], a->quiet, err);
-    /* The library's rule, which ckpt_convert_plan applies too: an MPI
-     * job's collective conversion does not, so every rank applies it here. */
-    if (rc == EXIT_OK && ckpt_plan_dequantize_for(plan, a->format, err) != CKPT_OK) rc = report_error(err);
     return rc;
 }
 

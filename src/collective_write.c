@@ -828,6 +828,15 @@ ckpt_status ckpt_convert_collective(ckpt_plan *p, const char *dst_path, const ck
                           c.n);
     if (local == CKPT_OK) local = ckpt__plan_check(p, &mine);
     if (local == CKPT_OK) local = ckpt__plan_refuse_assembled(p, "a collective conversion", false, &mine);
+    /* The rule ckpt_convert_plan applies: blocks the destination's format
+     * cannot hold, that no rule asked a block type of, become f32 — on
+     * every rank alike (a destination its rule refuses is left for the
+     * writer to name). */
+    ckpt_format format;
+    int directory;
+    ckpt_error unresolved;
+    if (local == CKPT_OK && ckpt_destination_resolve(dst_path, &o, &format, &directory, &unresolved) == CKPT_OK)
+        local = ckpt_plan_dequantize_for(p, format, &mine);
     st = ckpt__coll_agree(&c, local, &mine, "checking the plans", err);
     if (st) return st;
     /* Every rank must hold the same plan. */

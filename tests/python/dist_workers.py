@@ -88,6 +88,8 @@ def run(rank, world, port, tmp, scenario):
             write_back(rank, world, tmp, result)
         elif scenario == "write_back_no_sync":
             write_back(rank, world, tmp, result, no_sync=True)
+        elif scenario == "gguf_blocks":
+            gguf_blocks(rank, world, tmp, result)
     except Exception:  # noqa: BLE001 - reported to the test
         result["failures"].append(traceback.format_exc())
     _finish(tmp, rank, result)
@@ -447,6 +449,14 @@ def write_back(rank, world, tmp, result, no_sync=False):
     del t
     result["stats"] = cd.save(sd, os.path.join(tmp, "wb-out"), shards={"w": (WRITE_BACK_SHAPE, [rank * rows, 0])},
                               timeout=60, return_stats=True, no_sync=no_sync)
+    dist.barrier()
+
+
+def gguf_blocks(rank, world, tmp, result):
+    """A collective convert of a Q8_0 GGUF (the test's q.gguf) into
+    safetensors, which cannot hold Q8_0 blocks."""
+    import ckpt.distributed as cd
+    cd.convert(os.path.join(tmp, "q.gguf"), os.path.join(tmp, "collective.safetensors"), timeout=60)
     dist.barrier()
 
 

@@ -319,3 +319,17 @@ def test_a_rank_opens_only_the_files_it_writes_under_a_low_ulimit(tmp_path):
     assert len(set(weight_map.values())) == dist_workers.MANY_SHARDS
     for rank, r in enumerate(results[1:], 1):
         assert r["opened"] == sorted({weight_map[n] for n in r["tensors"]}), (rank, r)
+
+
+def test_a_collective_convert_of_gguf_blocks_follows_the_single_process_rule(tmp_path):
+    """Blocks the output's format cannot hold, that no rule asked a block
+    type of, become f32 on every rank as in ckpt.convert
+    (ckpt_plan_dequantize_for in ckpt_convert_collective); before, the
+    collective convert refused them ("safetensors has no Q8_0")."""
+    import ckpt
+    ckpt.save({"w": torch.randn(64, 256), "b": torch.randn(256)}, tmp_path / "s.safetensors")
+    ckpt.convert(tmp_path / "s.safetensors", tmp_path / "q.gguf", dtype="q8_0")
+    ckpt.convert(tmp_path / "q.gguf", tmp_path / "single.safetensors")
+    results, codes = spawn(tmp_path, "gguf_blocks", timeout=240, world=2)
+    assert codes == [0, 0] and all(r["failures"] == [] for r in results), seen(results)
+    assert (tmp_path / "collective.safetensors").read_bytes() == (tmp_path / "single.safetensors").read_bytes()
