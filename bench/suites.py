@@ -166,26 +166,15 @@ MEASUREMENTS = {
 # {name: why}.  Their tables and figures carry a notice; the figure test
 # fails for a stale result missing here, and for an entry here whose result
 # is fresh again (rerun: remove it).
-# The quick suites, stale by this round's changes to the code they measure.
-# The suites whose code this round's merges changed (stop 42): boolean options checked in the Python extension
-# (python/src/ckptmodule.c, python/ckpt/), a block type asked into safetensors refused (cli/convert.c), `ckpt diff
-# --as-hf`, GGUF -> HF safetensors holding save_pretrained's metadata (src/convert.c) and a doc comment in
-# include/ckpt.h, which every suite's code holds; load 2 GB and python are stale by stop 41's merges too (the plan's
-# stack folded into the join in src/plan.c, src/convert.c and src/load.c).
-_ROUND42 = ("this round's merges change the code of these suites after they were last measured: boolean options "
-            "checked in the Python extension, a block type asked into safetensors refused in the CLI, GGUF -> HF "
-            "metadata (src/convert.c) and a comment in include/ckpt.h, and the round before's (the plan's stack folded into "
-            "the join); they are rerun on the round's final code on a "
-            "quiet machine when the round's time allows")
-# The collective save's drop-behind made no_sync (stop 43, after the round's reruns): src/collective_write.c.
-_NO_SYNC_FIX = ("measured on d8404a4; then a collective save with no_sync stopped waiting for the disk's write-back "
-                "(src/collective_write.c: drop-behind only when the save syncs, after the MPI simulation's 16 MiB "
-                "no_sync save took 2-3x as long with it), too late in the round for the suite's 18 minutes")
+# Stop 44's merges change every suite's code: the writer's write_back (drop-behind for every save, small ranges
+# joined) and ckpt_writer_shares_blocks (src/writer.c, src/copy_tensor.c, src/io/file.c, include/ckpt.h), the
+# safetensors header's dtype cache and sort (src/formats/safetensors.c), the plan's asked dtypes and
+# ckpt_plan_dequantize_for (src/plan.c, src/convert.c, src/collective_write.c, cli/), and lines44's simplifications
+# across src/ (http, caches, casts, llamacpp, torch and DCP writers).
+_ROUND44 = ("this round's merges change the code of every suite (the writer's write_back and shares_blocks, the "
+            "safetensors header's parse, the plan's asked dtypes, and simplifications across src/); the suites the open "
+            "issues rest on were rerun on the round's final code, and this one is rerun when a round's time allows")
 PENDING_RERUN = {
-    "distributed": _NO_SYNC_FIX,
-    "save background": _NO_SYNC_FIX,
-    "load 2 GB": _ROUND42,
-    "python": _ROUND42,
     "gpu": ("needs a CUDA GPU (tests/gpu/run.sh; the device tool lends one to some sessions, 15 minutes each): "
             "measured this round, then its benchmark changed (warm runs before cold, so that no cold run pays the "
             "device's opening; fastsafetensors and Run:ai's streamer carried as wheels) after the round's device "
@@ -198,6 +187,24 @@ PENDING_RERUN = {
     "bindings": "needs the Rust and Elixir toolchains and release builds",
     "amplification": "the hardened suite builds the baseline commit 45ea70f beside this one; the quick suites were rerun on 7efb718, this one was not before the round ended",
     "journal fuzz": "a 10-minute fuzz campaign on a quiet machine; the quick suites were rerun on 7efb718, this one was not before the round ended",
+    "distributed": _ROUND44,
+    "save background": _ROUND44,
+    "save incremental": _ROUND44,
+    "load 2 GB": _ROUND44,
+    "python": _ROUND44,
+    "convert": _ROUND44,
+    "crc": _ROUND44,
+    "dcp": _ROUND44,
+    "gguf": _ROUND44,
+    "llamacpp 1 GB": _ROUND44,
+    "llamacpp 4 GB": _ROUND44,
+    "llamacpp check": _ROUND44,
+    "llamacpp quantize check": _ROUND44,
+    "open": _ROUND44,
+    "torch_convert": _ROUND44,
+    "torch_read": _ROUND44,
+    "transformers hub": _ROUND44,
+    "transformers": _ROUND44,
 }
 
 

@@ -1211,9 +1211,19 @@ ckpt_status ckpt__writer_pcopy(ckpt_writer *w, size_t index, uint64_t at, ckpt__
         wfile *f;
         uint64_t off, len;
         if ((st = place_of(w, t, at + done, n - done, &f, &off, &len, err))) return st;
-        st = ckpt__copy_range(src->fd, src_offset + done, src->name, f->fd, off, f->final_path, len, NULL, NULL, err);
+        /* Whole blocks shared first: they leave nothing for the write-back
+         * (drop-behind) to wait for, and the bytes around them are copied. */
+        uint64_t shared_begin, shared_end;
+        ckpt__clone_blocks(src->fd, src_offset + done, f->fd, off, len, &shared_begin, &shared_end);
+        const uint64_t part[2][2] = {{0, shared_begin}, {shared_end > shared_begin ? shared_end : 0, len}};
+        for (int k = 0; k < 2 && st == CKPT_OK; k++) {
+            uint64_t from = part[k][0], to = part[k][1];
+            if (from >= to) continue;
+            st = ckpt__copy_range(src->fd, src_offset + done + from, src->name, f->fd, off + from, f->final_path,
+                                  to - from, NULL, NULL, err);
+            if (st == CKPT_OK) wrote(w, f, off + from, to - from);
+        }
         if (st) return ckpt__error_in_tensor(err, st, t->pub.name);
-        wrote(w, f, off, len);
         done += len;
     }
     __atomic_add_fetch(&t->written, n, __ATOMIC_ACQ_REL);

@@ -141,6 +141,18 @@ static ckpt_status copy_by_buffer(int src_fd, uint64_t src_offset, const char *s
     return st;
 }
 
+void ckpt__clone_blocks(int src_fd, uint64_t src_offset, int dst_fd, uint64_t dst_offset, uint64_t n,
+                        uint64_t *begin, uint64_t *end) {
+    *begin = *end = 0;
+    if (src_offset % CLONE_BLOCK != dst_offset % CLONE_BLOCK) return;
+    uint64_t head = (CLONE_BLOCK - src_offset % CLONE_BLOCK) % CLONE_BLOCK;
+    if (head >= n || (n - head) / CLONE_BLOCK == 0) return;
+    uint64_t whole = (n - head) / CLONE_BLOCK * CLONE_BLOCK;
+    struct file_clone_range r = {.src_fd = src_fd, .src_offset = src_offset + head, .src_length = whole,
+                                 .dest_offset = dst_offset + head};
+    if (ioctl(dst_fd, FICLONERANGE, &r) == 0) *begin = head, *end = head + whole;
+}
+
 bool ckpt__can_clone_into(int src_fd, const char *dir) {
     struct stat from;
     if (src_fd < 0 || !dir || fstat(src_fd, &from) != 0 || !S_ISREG(from.st_mode)) return false;

@@ -74,6 +74,18 @@ CKPT__HIDDEN ckpt_status ckpt__temp_create(const char *final_path, char **tmp_pa
  */
 CKPT__HIDDEN size_t ckpt__remove_stale_temps(const char *dir);
 
+/*
+ * Shares with dst the whole blocks of [src_offset, src_offset + n) that
+ * lie at the same place within a block in both files (FICLONERANGE: a
+ * reflink, which leaves nothing dirty in the page cache); [*begin, *end)
+ * (relative to src_offset) gets the bytes shared, empty where the file
+ * system cannot share them or the offsets disagree modulo the block size.
+ * The caller copies the rest (ckpt__copy_range).  Never fails: what was
+ * not shared is left to copy.
+ */
+CKPT__HIDDEN void ckpt__clone_blocks(int src_fd, uint64_t src_offset, int dst_fd, uint64_t dst_offset, uint64_t n,
+                                     uint64_t *begin, uint64_t *end);
+
 /* Whether the kernel can share the blocks of the file open at `src_fd`
  * with a new file in directory `dir` (a reflink), tried by cloning its
  * first block (FICLONERANGE) into an unnamed temporary file there, which

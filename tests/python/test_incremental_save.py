@@ -229,7 +229,7 @@ def test_each_unchanged_byte_is_hashed_once_off_the_callers_thread(tmp_path, mon
 def test_a_changed_tensor_is_written_while_the_others_are_hashed(tmp_path, monkeypatch):
     """The writer gets a changed tensor's bytes as soon as its digests say
     it changed, while the hashing threads go on with the tensors after it
-    (its write-back then runs during the hashing, not at the commit).  Here
+    (the write overlaps the hashing instead of following it).  Here
     the hashes of the last tensors wait for the write of the changed one:
     before, every write came after the last hash, and they waited in vain."""
     sd = model()
