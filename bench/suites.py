@@ -187,15 +187,11 @@ PENDING_RERUN = {
     "bindings": "needs the Rust and Elixir toolchains and release builds",
     "amplification": "the hardened suite builds the baseline commit 45ea70f beside this one; the quick suites were rerun on 7efb718, this one was not before the round ended",
     "journal fuzz": "a 10-minute fuzz campaign on a quiet machine; the quick suites were rerun on 7efb718, this one was not before the round ended",
-    "distributed": _ROUND44,
-    "save background": _ROUND44,
-    "save incremental": _ROUND44,
     "load 2 GB": _ROUND44,
     "python": _ROUND44,
     "convert": _ROUND44,
     "crc": _ROUND44,
     "dcp": _ROUND44,
-    "gguf": _ROUND44,
     "llamacpp 1 GB": _ROUND44,
     "llamacpp 4 GB": _ROUND44,
     "llamacpp check": _ROUND44,
@@ -203,8 +199,6 @@ PENDING_RERUN = {
     "open": _ROUND44,
     "torch_convert": _ROUND44,
     "torch_read": _ROUND44,
-    "transformers hub": _ROUND44,
-    "transformers": _ROUND44,
 }
 
 
